@@ -1,0 +1,262 @@
+"""The ``flowdesk`` command line (argparse).
+
+``flowdesk`` with no command launches the app. Every command takes
+``--db PATH`` (default: ``flowdesk.db`` in the user data dir). Exit codes:
+0 success; 1 a run failed or a Flowdesk error; 2 bad input or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from desktop_app import __version__
+from desktop_app.errors import ConfigError, FlowdeskError, InputError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _progress(p: tuple[int, int] | None) -> str:
+    return "-" if p is None else f"{p[0]}/{p[1]}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowdesk",
+        description="Durable runs of local AI agents and multi-step jobs. "
+        "With no command, launches the app.",
+    )
+    parser.add_argument("--version", action="version", version=f"flowdesk {__version__}")
+    parser.add_argument("--db", type=Path, help="SQLite file (default: user data dir)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub.add_parser("app", help="launch the terminal app (the default)")
+
+    db = sub.add_parser("db", help="the database schema")
+    dbsub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    dbsub.add_parser("apply", help="apply pending schema files and record them in the ledger")
+    dbsub.add_parser("status", help="show which schema files are applied")
+
+    run = sub.add_parser("run", help="run a flow headless")
+    runsub = run.add_subparsers(dest="flow", metavar="FLOW", required=True)
+    dg = runsub.add_parser("digest", help="summarise every file of a folder into a report")
+    dg.add_argument("--folder", required=True, type=Path, help="folder to read")
+    dg.add_argument("--out", required=True, type=Path, help="folder for digest.md")
+    dg.add_argument("--quiet", action="store_true", help="no progress output")
+
+    runs = sub.add_parser("runs", help="list runs")
+    runs.add_argument("--status", action="append", help="only runs with this status (repeatable)")
+    runs.add_argument("--limit", type=int, default=50, help="newest N runs (default 50)")
+    runs.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    show = sub.add_parser("show", help="a run's steps and checkpoints")
+    show.add_argument("run_id")
+
+    res = sub.add_parser("resume", help="resume a run, or every interrupted run with --all")
+    group = res.add_mutually_exclusive_group(required=True)
+    group.add_argument("run_id", nargs="?")
+    group.add_argument("--all", action="store_true", help="resume every pending run")
+
+    cancel = sub.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("run_id")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from desktop_app.config import load_settings
+
+    return load_settings(db_path=args.db)
+
+
+def _print_progress(quiet: bool) -> Any:
+    from desktop_app.flow.events import RunProgress, StepFinished
+
+    last = [0.0]
+
+    def listener(event: object) -> None:
+        if quiet:
+            return
+        if isinstance(event, RunProgress):
+            now = time.monotonic()
+            if now - last[0] >= 0.5 or event.done == event.total:
+                last[0] = now
+                print(f"  {event.done}/{event.total}", file=sys.stderr, flush=True)
+        elif isinstance(event, StepFinished):
+            r = event.result
+            extra = f": {r.error}" if r.error else ""
+            print(f"step {r.name} {r.status} ({r.duration_ms:.0f} ms){extra}", file=sys.stderr)
+
+    return listener
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import apply_schema, schema_status
+
+    settings = _settings(args)
+    if args.db_command == "apply":
+        report = apply_schema(settings)
+        if report.applied:
+            for key in report.applied:
+                print(f"applied {key}")
+        else:
+            print("schema is up to date")
+        print(f"database: {report.path}")
+        return EXIT_OK
+    for st in schema_status(settings):
+        print(f"{st.state:8} {st.key}  {_when(st.applied_at)}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import build_engine
+    from desktop_app.flow import EventBus
+    from desktop_app.flows.digest import DigestState, check_input
+
+    settings = _settings(args)
+    given = check_input(args.folder, args.out)
+    events = EventBus()
+    events.subscribe(_print_progress(args.quiet))
+    engine = build_engine(settings, events=events)
+    result = engine.run("digest", DigestState(folder=given.folder, out=given.out))
+    print(f"run {result.run_id} {result.status}")
+    if result.status == "completed":
+        print(f"report: {result.state.report_path}")
+        return EXIT_OK
+    print(f"error: {result.error}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import open_sqlite_store
+
+    store = open_sqlite_store(_settings(args))
+    total = len(store.list_runs(statuses=args.status))
+    runs = store.list_runs(statuses=args.status, offset=max(0, total - args.limit))
+    if args.json:
+        for r in runs:
+            print(json.dumps({
+                "run_id": r.run_id, "flow": r.flow_name, "status": r.status,
+                "progress": r.progress, "created_at": r.created_at, "updated_at": r.updated_at,
+                "error": r.error,
+            }))
+        return EXIT_OK
+    if not runs:
+        print("no runs")
+        return EXIT_OK
+    print(f"{'RUN':32}  {'FLOW':10} {'STATUS':10} {'PROGRESS':>11}  {'STARTED':19}  UPDATED")
+    for r in runs:
+        print(
+            f"{r.run_id:32}  {r.flow_name:10} {r.status:10} {_progress(r.progress):>11}  "
+            f"{_when(r.created_at)}  {_when(r.updated_at)}"
+        )
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import open_sqlite_store
+
+    store = open_sqlite_store(_settings(args))
+    run = store.get_run(args.run_id)
+    cp = store.latest(args.run_id)
+    print(f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {run.status}")
+    if run.error:
+        print(f"error: {run.error}")
+    print("steps:")
+    for rec in cp.steps.values():
+        extra = f" iteration {rec.iteration}" if rec.iteration else ""
+        err = f"  {rec.error}" if rec.error else ""
+        print(f"  {rec.step_id:16} {rec.status:12} attempts {rec.attempts}{extra}{err}")
+    history = store.history(args.run_id)
+    print(f"checkpoints: {len(history)}")
+    shown = history if len(history) <= 12 else history[:5] + history[-5:]
+    for i, info in enumerate(shown):
+        if len(history) > 12 and i == 5:
+            print(f"  … {len(history) - 10} more")
+        print(f"  {info.id}  {info.status:10} {info.step_id:16} {_when(info.created_at)}")
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import build_engine
+    from desktop_app.flow import EventBus
+
+    events = EventBus()
+    events.subscribe(_print_progress(False))
+    engine = build_engine(_settings(args), events=events)
+    if args.all:
+        report = engine.recover()
+        if not report:
+            print("no interrupted runs")
+        failed = 0
+        for run, outcome in report:
+            if isinstance(outcome, BaseException):
+                failed += 1
+                print(f"run {run.run_id} not resumed: {outcome}")
+            else:
+                failed += outcome.status == "failed"
+                print(f"run {run.run_id} {outcome.status}")
+        return EXIT_FAILED if failed else EXIT_OK
+    result = engine.resume(args.run_id)
+    print(f"run {result.run_id} {result.status}")
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+    return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import build_engine
+
+    run = build_engine(_settings(args)).cancel(args.run_id)
+    print(f"run {run.run_id} {run.status}")
+    return EXIT_OK
+
+
+def cmd_app(args: argparse.Namespace) -> int:
+    from desktop_app.app.main import FlowdeskApp
+
+    FlowdeskApp(_settings(args)).run()
+    return EXIT_OK
+
+
+COMMANDS = {
+    "app": cmd_app,
+    "db": cmd_db,
+    "run": cmd_run,
+    "runs": cmd_runs,
+    "show": cmd_show,
+    "resume": cmd_resume,
+    "cancel": cmd_cancel,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flowdesk`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    handler = COMMANDS[args.command or "app"]
+    try:
+        return handler(args)
+    except (InputError, ConfigError) as exc:
+        print(f"flowdesk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except FlowdeskError as exc:
+        print(f"flowdesk: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("flowdesk: interrupted; run `flowdesk resume --all` to continue", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

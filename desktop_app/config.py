@@ -1,0 +1,117 @@
+"""Settings: pydantic-settings, from ``FLOWDESK_*`` env vars and a TOML file.
+
+Sources, highest priority first: constructor arguments (the CLI's ``--db``),
+environment variables (``FLOWDESK_DB_PATH``, ``FLOWDESK_SYNCHRONOUS``, nested
+fields with ``__``: ``FLOWDESK_MODEL__BASE_URL``), then the TOML file at
+``<platformdirs user config dir>/flowdesk/config.toml`` (moved with
+``FLOWDESK_CONFIG=/path/to/config.toml``), then defaults.
+
+Nothing here touches the disk at import time; :func:`default_db_path` only
+computes a path. API keys are never settings: they live in keyring
+(see :mod:`desktop_app.secrets`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+APP_NAME = "flowdesk"
+
+
+def config_file() -> Path:
+    """The TOML settings file: ``$FLOWDESK_CONFIG`` or the platform config dir."""
+    moved = os.environ.get("FLOWDESK_CONFIG")
+    if moved:
+        return Path(moved).expanduser()
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+
+
+def default_db_path() -> Path:
+    """``flowdesk.db`` in the platformdirs user data dir (not created here)."""
+    return Path(platformdirs.user_data_dir(APP_NAME)) / "flowdesk.db"
+
+
+class ModelSettings(BaseSettings):
+    """The OpenAI-compatible model provider (the key itself lives in keyring)."""
+
+    base_url: str | None = None
+    model: str | None = None
+    timeout_s: float = 60.0
+
+
+class Settings(BaseSettings):
+    """Flowdesk settings.
+
+    Attributes:
+        db_path: the SQLite file; default :func:`default_db_path`.
+        synchronous: SQLite ``synchronous``; ``FULL`` (default) survives power
+            loss without re-running a finished step; ``NORMAL`` is faster but a
+            commit may roll back after power loss.
+        fullfsync: also ``PRAGMA fullfsync`` (macOS: flush the drive cache).
+        busy_timeout_s: seconds to wait for another process's write lock.
+        scope: the store scope runs are saved under.
+        recover_on_launch: resume interrupted runs when the app starts.
+        model: the model provider section.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="FLOWDESK_",
+        env_nested_delimiter="__",
+        extra="ignore",
+    )
+
+    db_path: Path = Field(default_factory=default_db_path)
+    synchronous: Literal["NORMAL", "FULL", "EXTRA"] = "FULL"
+    fullfsync: bool = False
+    busy_timeout_s: float = Field(default=10.0, gt=0)
+    scope: str = "default"
+    recover_on_launch: bool = True
+    model: ModelSettings = Field(default_factory=ModelSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=config_file()),
+        )
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build :class:`Settings`; ``overrides`` (non-None) beat every other source.
+
+    Raises:
+        ConfigError: a setting is invalid (the message names it).
+    """
+    from pydantic import ValidationError
+
+    from desktop_app.errors import ConfigError
+
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(
+            f"invalid settings ({problems}); fix {config_file()} or the FLOWDESK_* variables"
+        ) from exc

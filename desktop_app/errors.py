@@ -1,0 +1,142 @@
+"""The one error tree of Flowdesk.
+
+Every error Flowdesk raises derives from :class:`FlowdeskError` and carries a
+message that says what to do next. Control-flow signals that must never be
+swallowed by ``except Exception`` (cancellation, interrupts) live in
+``desktop_app.flow.signals`` and derive from ``BaseException`` instead, as
+DBOS does for its cancel errors.
+"""
+
+from __future__ import annotations
+
+
+class FlowdeskError(Exception):
+    """Root of every Flowdesk error."""
+
+
+# --- configuration -------------------------------------------------------
+
+
+class ConfigError(FlowdeskError):
+    """A setting is invalid or a required setting is missing."""
+
+
+# --- storage -------------------------------------------------------------
+
+
+class StoreError(FlowdeskError):
+    """The store could not read or write; the operation did not take effect.
+
+    Raised for a locked, full or read-only disk, a file that is not a SQLite
+    database, or any other failure of the storage layer. Nothing that was
+    committed before is lost.
+    """
+
+
+class DatabaseOpenError(StoreError):
+    """The database file cannot be opened (missing directory, no permission,
+    not a SQLite file)."""
+
+
+class SchemaError(StoreError):
+    """The database schema is missing, edited since it was applied, or newer
+    than this version of Flowdesk."""
+
+
+class SchemaMissingError(SchemaError):
+    """The file has no (or not all of the) Flowdesk schema; run ``flowdesk db apply``."""
+
+
+class SchemaChecksumError(SchemaError):
+    """An applied schema file differs from the one recorded in the ledger."""
+
+
+class SchemaTooNewError(SchemaError):
+    """The file holds schema files this version of Flowdesk does not know."""
+
+
+class CheckpointNotFoundError(FlowdeskError):
+    """No run or checkpoint with the given id exists in this scope."""
+
+
+class RevisionConflictError(FlowdeskError):
+    """Another writer saved this revision of the run first (compare-and-append lost)."""
+
+
+class CheckpointDecodeError(FlowdeskError):
+    """A stored checkpoint cannot be decoded into the flow's state.
+
+    Attributes:
+        run_id: the run whose checkpoint failed.
+        revision: the checkpoint revision (int).
+        field_path: dotted path of the offending field, or ``""`` when the
+            whole record is malformed.
+    """
+
+    def __init__(self, run_id: str, revision: int, field_path: str, reason: str) -> None:
+        self.run_id = run_id
+        self.revision = revision
+        self.field_path = field_path
+        self.reason = reason
+        where = f" at field {field_path!r}" if field_path else ""
+        super().__init__(
+            f"checkpoint of run {run_id} revision {revision} cannot be decoded{where}: "
+            f"{reason}. The run was not resumed; fix the state model or fork the run "
+            f"from an earlier checkpoint."
+        )
+
+
+# --- flows and runs ------------------------------------------------------
+
+
+class FlowError(FlowdeskError):
+    """Base of errors about flow definitions and runs."""
+
+
+class FlowDefinitionError(FlowError):
+    """A flow failed to compile; ``problems`` lists every problem found."""
+
+    def __init__(self, flow_name: str, problems: list[str]) -> None:
+        self.flow_name = flow_name
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"flow {flow_name!r} is invalid:\n{lines}")
+
+
+class FlowVersionMismatchError(FlowError):
+    """The run was started under another version of its flow."""
+
+    def __init__(self, run_id: str, stored: str, current: str) -> None:
+        self.run_id = run_id
+        self.stored = stored
+        self.current = current
+        super().__init__(
+            f"run {run_id} was started under flow version {stored} but the flow is now "
+            f"{current}; nothing was run. Fail the run, fork it onto the new version, or "
+            f"resume it with the old flow definition."
+        )
+
+
+class UnknownFlowError(FlowError):
+    """No flow with this name is registered."""
+
+
+class RunStateError(FlowError):
+    """The run is in a status that does not allow the requested operation
+    (for example resuming a canceled run)."""
+
+
+class StepFailedError(FlowError):
+    """A step failed after its last attempt and the run is now ``failed``."""
+
+    def __init__(self, run_id: str, step_id: str, attempts: int, cause: str) -> None:
+        self.run_id = run_id
+        self.step_id = step_id
+        self.attempts = attempts
+        super().__init__(
+            f"run {run_id}: step {step_id!r} failed after {attempts} attempt(s): {cause}"
+        )
+
+
+class InputError(FlowdeskError):
+    """Input given by the user (a folder, a path, a value) is unusable."""

@@ -1,0 +1,95 @@
+"""A small synchronous event bus: the engine publishes, the UI and tracing listen.
+
+Subscribers are called in the engine's thread, in subscription order; an
+exception in a subscriber is logged and never breaks the run. A Textual app
+subscribes with a callback that forwards through ``App.call_from_thread``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """The result record of one step execution (Agentium's StepResult).
+
+    ``status`` is ``done``, ``error`` or ``skipped``; ``duration_ms`` is wall time.
+    """
+
+    name: str
+    status: Literal["done", "error", "skipped"]
+    error: str | None
+    duration_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    run_id: str
+    flow_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    run_id: str
+    step_id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepFinished:
+    run_id: str
+    result: StepResult
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    run_id: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished:
+    run_id: str
+    status: str
+    error: str | None
+
+
+Event = RunStarted | StepStarted | StepFinished | RunProgress | RunFinished
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Publish engine events to subscribers (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._subs: list[Subscriber] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
+        """Add ``fn``; returns a function that removes it."""
+        with self._lock:
+            self._subs.append(fn)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if fn in self._subs:
+                    self._subs.remove(fn)
+
+        return unsubscribe
+
+    def publish(self, event: Event) -> None:
+        with self._lock:
+            subs = list(self._subs)
+        for fn in subs:
+            try:
+                fn(event)
+            except Exception:  # a broken listener must not break a run
+                log.exception("event subscriber %r failed on %r", fn, type(event).__name__)

@@ -1,0 +1,86 @@
+"""Encoding a pydantic state into a checkpoint and decoding it back, loudly.
+
+The state is stored in pydantic's JSON mode, one key per field. Decoding
+refuses, with :class:`~desktop_app.errors.CheckpointDecodeError` naming the
+run, revision and field path:
+
+* a stored field the model no longer has (renamed or removed),
+* a model field the checkpoint lacks (a default would be silently substituted),
+* a value the model now rejects.
+
+Sets, tuples, datetimes, decimals and nested models round-trip exactly
+because the model's own annotations rebuild them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from desktop_app.errors import CheckpointDecodeError
+
+S = TypeVar("S", bound=BaseModel)
+
+
+def dump_state(state: BaseModel) -> dict[str, Any]:
+    """The state as a JSON-compatible dict, one key per field."""
+    return state.model_dump(mode="json")
+
+
+def load_state(
+    model: type[S], data: Mapping[str, Any], run_id: str, revision: int
+) -> S:
+    """Rebuild ``model`` from stored ``data``.
+
+    Raises:
+        CheckpointDecodeError: see module docstring.
+    """
+    fields = set(model.model_fields)
+    keys = set(data)
+    extra = sorted(keys - fields)
+    if extra:
+        raise CheckpointDecodeError(
+            run_id,
+            revision,
+            extra[0],
+            f"stored field is not in {model.__name__} (renamed or removed?)",
+        )
+    missing = sorted(fields - keys)
+    if missing:
+        raise CheckpointDecodeError(
+            run_id,
+            revision,
+            missing[0],
+            f"{model.__name__} has a field the checkpoint lacks; refusing to fill in a default",
+        )
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = ".".join(str(p) for p in first["loc"])
+        raise CheckpointDecodeError(run_id, revision, path, first["msg"]) from exc
+
+
+def apply_output(model: type[S], state: S, out: Any) -> S:
+    """The state after a step returned ``out`` (None, dict of updates, or a state).
+
+    Raises:
+        pydantic.ValidationError: the updates do not fit the model.
+        TypeError: ``out`` is of another type or names unknown fields.
+    """
+    if out is None:
+        return state
+    if isinstance(out, model):
+        return out
+    if isinstance(out, Mapping):
+        unknown = [k for k in out if k not in model.model_fields]
+        if unknown:
+            raise TypeError(f"step returned unknown state field(s) {unknown} for {model.__name__}")
+        merged = {name: getattr(state, name) for name in model.model_fields}
+        merged.update(out)
+        return model.model_validate(merged)
+    raise TypeError(
+        f"a step must return None, a dict of updates or a {model.__name__}, not {type(out).__name__}"
+    )

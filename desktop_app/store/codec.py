@@ -1,0 +1,81 @@
+"""Delta encoding of checkpoints: bytes written grow with what a step changed.
+
+A checkpoint's state is a JSON object with one key per state field. Revision 0
+(and the oldest checkpoint left after pruning) is stored whole, a *snapshot*;
+every later revision stores only a *delta* against the revision before it:
+
+``{"set": {field: value}, "append": {field: [items]}, "unset": [field]}``
+
+``append`` is used when a list field's old value is a prefix of its new
+value, so a list that grows by one item per step costs one item per step, not
+the whole list. Step records are stored the same way: only the records that
+changed. Reading folds the deltas onto the nearest snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+JSON = Any
+
+
+def dumps(value: JSON) -> str:
+    """Compact, deterministic JSON (sorted keys, UTF-8 kept)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def loads(text: str | bytes) -> JSON:
+    return json.loads(text)
+
+
+def diff_state(old: Mapping[str, JSON], new: Mapping[str, JSON]) -> dict[str, JSON]:
+    """The delta that turns ``old`` into ``new`` (see module docstring)."""
+    sets: dict[str, JSON] = {}
+    appends: dict[str, JSON] = {}
+    for key, value in new.items():
+        if key not in old:
+            sets[key] = value
+            continue
+        before = old[key]
+        if before is value or before == value:
+            continue
+        if (
+            isinstance(before, list)
+            and isinstance(value, list)
+            and len(value) > len(before)
+            and value[: len(before)] == before
+        ):
+            appends[key] = value[len(before) :]
+        else:
+            sets[key] = value
+    delta: dict[str, JSON] = {}
+    if sets:
+        delta["set"] = sets
+    if appends:
+        delta["append"] = appends
+    unset = [k for k in old if k not in new]
+    if unset:
+        delta["unset"] = unset
+    return delta
+
+
+def apply_state_delta(base: Mapping[str, JSON], delta: Mapping[str, JSON]) -> dict[str, JSON]:
+    """``base`` with ``delta`` applied; ``base`` is not modified.
+
+    Raises:
+        ValueError / KeyError / TypeError: the delta does not fit the base
+        (the caller turns this into ``CheckpointDecodeError``).
+    """
+    out = dict(base)
+    for key, value in delta.get("set", {}).items():
+        out[key] = value
+    for key, items in delta.get("append", {}).items():
+        current = out[key]
+        if not isinstance(current, list) or not isinstance(items, list):
+            raise TypeError(f"append delta on non-list field {key!r}")
+        out[key] = current + items
+    for key in delta.get("unset", []):
+        out.pop(key, None)
+    return out

@@ -1,0 +1,397 @@
+"""The SQLite :class:`~desktop_app.store.protocol.CheckpointStore` (apsw).
+
+Each :meth:`SqliteCheckpointStore.append` is one short ``BEGIN IMMEDIATE``
+transaction: check that ``runs.revision`` is ``revision - 1``
+(compare-and-append), insert the checkpoint row (a delta against the previous
+revision, see :mod:`desktop_app.store.codec`), run the step's domain writes,
+update the run row. Either all of it commits or none of it does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import apsw
+
+from desktop_app.errors import (
+    CheckpointDecodeError,
+    CheckpointNotFoundError,
+    RevisionConflictError,
+    StoreError,
+)
+from desktop_app.store import codec, migrations
+from desktop_app.store.connection import Synchronous, open_connection, translate
+from desktop_app.store.protocol import (
+    Checkpoint,
+    CheckpointInfo,
+    DomainWrite,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+)
+
+T = TypeVar("T")
+_CACHE_RUNS = 256
+
+_RUN_COLUMNS = (
+    "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
+    "flow_key, parent_run_id, context, progress_done, progress_total, error"
+)
+
+
+def _run_from_row(row: Sequence[Any]) -> RunRecord:
+    progress = None if row[11] is None else (int(row[11]), int(row[12]))
+    return RunRecord(
+        run_id=row[0],
+        flow_name=row[1],
+        flow_version=row[2],
+        status=row[3],
+        revision=int(row[4]),
+        created_at=float(row[5]),
+        updated_at=float(row[6]),
+        scope=row[7],
+        flow_key=row[8],
+        parent_run_id=row[9],
+        context=codec.loads(row[10]),
+        progress=progress,
+        error=row[13],
+    )
+
+
+class SqliteCheckpointStore:
+    """Runs and checkpoints in one WAL-mode SQLite file.
+
+    Args:
+        conn: an open apsw connection (see :func:`open_store` for the usual way).
+        scope: runs saved under one scope are invisible from another.
+        path: shown in error messages.
+
+    The schema must have been applied (``flowdesk db apply``); the
+    constructor verifies it and raises ``SchemaError`` otherwise.
+    """
+
+    def __init__(self, conn: apsw.Connection, *, scope: str = "default", path: str = "") -> None:
+        self.conn = conn
+        self.scope = scope
+        self.path = path
+        migrations.verify(conn, db=path)
+        # Last checkpoint written or read per run, to compute the next delta
+        # without reading it back. Checkpoints are immutable, so sharing is safe.
+        self._last: OrderedDict[str, Checkpoint] = OrderedDict()
+
+    # -- helpers ---------------------------------------------------------
+
+    def _remember(self, cp: Checkpoint) -> None:
+        self._last[cp.run_id] = cp
+        self._last.move_to_end(cp.run_id)
+        while len(self._last) > _CACHE_RUNS:
+            self._last.popitem(last=False)
+
+    def _err(self, exc: apsw.Error) -> StoreError:
+        return translate(exc, self.path)
+
+    def _write_checkpoint(self, cp: Checkpoint, previous: Checkpoint | None) -> None:
+        if previous is None:
+            kind = "snapshot"
+            state = codec.dumps(cp.state)
+            steps = codec.dumps({k: v.to_json() for k, v in cp.steps.items()})
+        else:
+            kind = "delta"
+            state = codec.dumps(codec.diff_state(previous.state, cp.state))
+            changed = {
+                k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v
+            }
+            steps = codec.dumps(changed)
+        self.conn.execute(
+            "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
+            "state, steps, frontier, progress, error, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                cp.run_id,
+                cp.revision,
+                kind,
+                cp.status,
+                cp.step_id,
+                cp.created_at,
+                state,
+                steps,
+                codec.dumps(list(cp.frontier)),
+                None if cp.progress is None else codec.dumps(list(cp.progress)),
+                cp.error,
+                codec.dumps(dict(cp.meta)) if cp.meta else None,
+            ),
+        )
+
+    # -- writes ----------------------------------------------------------
+
+    def create_run(
+        self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite] = ()
+    ) -> None:
+        if first.revision != 0 or run.run_id != first.run_id:
+            raise ValueError("create_run needs the run's revision-0 checkpoint")
+        progress = run.progress or (None, None)
+        try:
+            with self.conn:
+                self.conn.execute(
+                    f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        run.run_id,
+                        run.flow_name,
+                        run.flow_version,
+                        first.status,
+                        0,
+                        run.created_at,
+                        run.updated_at,
+                        self.scope,
+                        run.flow_key,
+                        run.parent_run_id,
+                        codec.dumps(dict(run.context)),
+                        progress[0],
+                        progress[1],
+                        run.error,
+                    ),
+                )
+                self._write_checkpoint(first, None)
+                for write in writes:
+                    write(self.conn)
+        except apsw.ConstraintError as exc:
+            raise RevisionConflictError(
+                f"run {run.run_id} already exists; pick another run id"
+            ) from exc
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._remember(first)
+
+    def append(self, checkpoint: Checkpoint, writes: Sequence[DomainWrite] = ()) -> None:
+        cp = checkpoint
+        previous = self._last.get(cp.run_id)
+        if previous is None or previous.revision != cp.revision - 1:
+            previous = self._load_or_none(cp.run_id, cp.revision - 1)
+        try:
+            with self.conn:
+                row = self.conn.execute(
+                    "SELECT revision FROM runs WHERE run_id=? AND scope=?", (cp.run_id, self.scope)
+                ).fetchone()
+                if row is None:
+                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+                if int(row[0]) != cp.revision - 1 or previous is None:
+                    raise RevisionConflictError(
+                        f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
+                        f"latest revision {row[0]}; another writer got there first. Reload "
+                        f"the run and try again."
+                    )
+                self._write_checkpoint(cp, previous)
+                for write in writes:
+                    write(self.conn)
+                done, total = cp.progress if cp.progress is not None else (None, None)
+                self.conn.execute(
+                    "UPDATE runs SET status=?, revision=?, updated_at=?, progress_done="
+                    "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
+                    "error=? WHERE run_id=?",
+                    (cp.status, cp.revision, cp.created_at, done, total, cp.error, cp.run_id),
+                )
+        except apsw.ConstraintError as exc:
+            raise RevisionConflictError(
+                f"run {cp.run_id}: revision {cp.revision} was already saved by another writer"
+            ) from exc
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._remember(cp)
+
+    def delete_run(self, run_id: str) -> None:
+        try:
+            with self.conn:
+                self.get_run(run_id)
+                self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._last.pop(run_id, None)
+
+    def prune(self, run_id: str, keep_last_n: int) -> int:
+        if keep_last_n < 1:
+            raise ValueError("keep_last_n must be at least 1: the latest checkpoint is never pruned")
+        try:
+            with self.conn:
+                latest = self.get_run(run_id).revision
+                oldest_kept = latest - keep_last_n + 1
+                first = self.conn.execute(
+                    "SELECT min(revision) FROM checkpoints WHERE run_id=?", (run_id,)
+                ).fetchone()
+                if first is None or first[0] is None or first[0] >= oldest_kept:
+                    return 0
+                base = self._load(run_id, oldest_kept)
+                deleted = self.conn.execute(
+                    "SELECT count(*) FROM checkpoints WHERE run_id=? AND revision<?",
+                    (run_id, oldest_kept),
+                ).fetchone()[0]
+                self.conn.execute(
+                    "DELETE FROM checkpoints WHERE run_id=? AND revision<=?", (run_id, oldest_kept)
+                )
+                self._write_checkpoint(base, None)
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return int(deleted)
+
+    # -- reads -----------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord:
+        try:
+            row = self.conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id=? AND scope=?", (run_id, self.scope)
+            ).fetchone()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        if row is None:
+            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+        return _run_from_row(row)
+
+    def list_runs(
+        self,
+        statuses: Sequence[RunStatus] | None = None,
+        flow_name: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[RunRecord]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=?"
+        args: list[Any] = [self.scope]
+        if statuses is not None:
+            sql += f" AND status IN ({','.join('?' * len(statuses))})"
+            args.extend(statuses)
+        if flow_name is not None:
+            sql += " AND flow_name=?"
+            args.append(flow_name)
+        sql += " ORDER BY created_at, run_id LIMIT ? OFFSET ?"
+        args.extend([-1 if limit is None else limit, offset])
+        try:
+            return [_run_from_row(r) for r in self.conn.execute(sql, args)]
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
+    def history(self, run_id: str) -> list[CheckpointInfo]:
+        self.get_run(run_id)
+        try:
+            rows = self.conn.execute(
+                "SELECT revision, status, step_id, created_at FROM checkpoints "
+                "WHERE run_id=? ORDER BY revision",
+                (run_id,),
+            ).fetchall()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+
+    def latest(self, run_id: str) -> Checkpoint:
+        run = self.get_run(run_id)
+        cached = self._last.get(run_id)
+        if cached is not None and cached.revision == run.revision:
+            return cached
+        cp = self._load(run_id, run.revision)
+        self._remember(cp)
+        return cp
+
+    def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
+        self.get_run(run_id)
+        return self._load(run_id, revision)
+
+    def _load_or_none(self, run_id: str, revision: int) -> Checkpoint | None:
+        try:
+            return self._load(run_id, revision)
+        except CheckpointNotFoundError:
+            return None
+
+    def _load(self, run_id: str, revision: int) -> Checkpoint:
+        """Fold deltas onto the nearest snapshot at or below ``revision``."""
+        try:
+            rows = self.conn.execute(
+                "SELECT revision, kind, status, step_id, created_at, state, steps, frontier, "
+                "progress, error, meta FROM checkpoints WHERE run_id=? AND revision<=? AND revision>="
+                "(SELECT max(revision) FROM checkpoints WHERE run_id=? AND revision<=? "
+                "AND kind='snapshot') ORDER BY revision",
+                (run_id, revision, run_id, revision),
+            ).fetchall()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        if not rows or int(rows[-1][0]) != revision:
+            raise CheckpointNotFoundError(
+                f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
+            )
+        state: Mapping[str, Any] = {}
+        steps: dict[str, StepRecord] = {}
+        for rev, kind, _status, _sid, _at, state_json, steps_json, *_ in rows:
+            try:
+                delta = codec.loads(state_json)
+                step_delta = codec.loads(steps_json)
+                if not isinstance(delta, dict) or not isinstance(step_delta, dict):
+                    raise TypeError("state and steps must be JSON objects")
+                state = delta if kind == "snapshot" else codec.apply_state_delta(state, delta)
+                if kind == "snapshot":
+                    steps = {}
+                for key, rec in step_delta.items():
+                    steps[key] = StepRecord.from_json(rec)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise CheckpointDecodeError(run_id, int(rev), "", f"malformed record: {exc}") from exc
+        last = rows[-1]
+        try:
+            frontier = tuple(codec.loads(last[7]))
+            progress_raw = None if last[8] is None else codec.loads(last[8])
+            meta = {} if last[10] is None else codec.loads(last[10])
+        except (ValueError, TypeError) as exc:
+            raise CheckpointDecodeError(run_id, revision, "", f"malformed record: {exc}") from exc
+        progress = None if progress_raw is None else (int(progress_raw[0]), int(progress_raw[1]))
+        return Checkpoint(
+            run_id=run_id,
+            revision=revision,
+            status=last[2],
+            state=state,
+            steps=steps,
+            frontier=frontier,
+            created_at=float(last[4]),
+            step_id=last[3],
+            progress=progress,
+            error=last[9],
+            meta=meta,
+        )
+
+    def query(self, op: Callable[[Any], T]) -> T:
+        try:
+            return op(self.conn)
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
+    def data_version(self) -> int:
+        """SQLite ``PRAGMA data_version``: changes when another connection commits."""
+        try:
+            return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def open_store(
+    path: str | os.PathLike[str],
+    *,
+    scope: str = "default",
+    synchronous: Synchronous = "FULL",
+    busy_timeout_s: float = 10.0,
+    fullfsync: bool = False,
+) -> SqliteCheckpointStore:
+    """Open the file and return a verified store.
+
+    Raises:
+        DatabaseOpenError, SchemaMissingError (names ``flowdesk db apply``),
+        SchemaChecksumError, SchemaTooNewError, StoreError.
+    """
+    conn = open_connection(
+        path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, fullfsync=fullfsync
+    )
+    try:
+        return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)))
+    except BaseException:
+        conn.close()
+        raise
+
+
