@@ -101,6 +101,8 @@ def load_settings(**overrides: object) -> Settings:
     Raises:
         ConfigError: a setting is invalid (the message names it).
     """
+    import tomllib
+
     from pydantic import ValidationError
 
     from desktop_app.errors import ConfigError
@@ -108,6 +110,16 @@ def load_settings(**overrides: object) -> Settings:
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**clean)  # type: ignore[arg-type]
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the settings file {config_file()}: {exc.strerror or exc}; fix its "
+            "permissions or point FLOWDESK_CONFIG at another file"
+        ) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"the settings file {config_file()} is not valid TOML ({exc}); fix it or point "
+            "FLOWDESK_CONFIG at another file"
+        ) from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
