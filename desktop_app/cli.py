@@ -146,11 +146,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     runs = store.list_runs(statuses=args.status, offset=max(0, total - args.limit))
     if args.json:
         for r in runs:
-            print(json.dumps({
-                "run_id": r.run_id, "flow": r.flow_name, "status": r.status,
-                "progress": r.progress, "created_at": r.created_at, "updated_at": r.updated_at,
-                "error": r.error,
-            }))
+            print(
+                json.dumps(
+                    {
+                        "run_id": r.run_id,
+                        "flow": r.flow_name,
+                        "status": r.status,
+                        "progress": r.progress,
+                        "created_at": r.created_at,
+                        "updated_at": r.updated_at,
+                        "error": r.error,
+                    }
+                )
+            )
         return EXIT_OK
     if not runs:
         print("no runs")

@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from desktop_app.config import Settings  # noqa: E402
-from desktop_app.flow import Engine, EventBus  # noqa: E402
-from desktop_app.flow.events import RunProgress  # noqa: E402
-from desktop_app.flows.digest import DigestState, build_digest_flow  # noqa: E402
-from desktop_app.store.sqlite import open_store  # noqa: E402
+from desktop_app.config import Settings
+from desktop_app.flow import Engine, EventBus
+from desktop_app.flow.events import RunProgress
+from desktop_app.flows.digest import DigestState, build_digest_flow
+from desktop_app.store.sqlite import open_store
 
 
 def main() -> int:
@@ -55,7 +55,11 @@ def main() -> int:
     events = EventBus()
 
     def on_event(ev: object) -> None:
-        if isinstance(ev, RunProgress) and args.kill_after is not None and ev.done == args.kill_after:
+        if (
+            isinstance(ev, RunProgress)
+            and args.kill_after is not None
+            and ev.done == args.kill_after
+        ):
             os.kill(os.getpid(), signal.SIGKILL)
 
     events.subscribe(on_event)

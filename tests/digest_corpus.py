@@ -5,11 +5,39 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-WORDS = (
-    "durable execution checkpoint resume crash laptop sleeps reboot agent flow step "
-    "state outbox deadline signal lease revision history replay fork approval wait "
-    "engine sqlite journal commit transaction process recovery idempotent retry"
-).split()
+WORDS = [
+    "durable",
+    "execution",
+    "checkpoint",
+    "resume",
+    "crash",
+    "laptop",
+    "sleeps",
+    "reboot",
+    "agent",
+    "flow",
+    "step",
+    "state",
+    "outbox",
+    "deadline",
+    "signal",
+    "lease",
+    "revision",
+    "history",
+    "replay",
+    "fork",
+    "approval",
+    "wait",
+    "engine",
+    "sqlite",
+    "journal",
+    "commit",
+    "transaction",
+    "process",
+    "recovery",
+    "idempotent",
+    "retry",
+]
 
 
 def sentence(rng: random.Random) -> str:

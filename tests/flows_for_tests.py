@@ -20,8 +20,9 @@ class Crash(BaseException):
     cannot catch it and the step stays recorded in_progress."""
 
 
-def counting_flow(calls: Counter[str], crash_in: set[str] | None = None, n: int = 3,
-                  version: str = "1"):
+def counting_flow(
+    calls: Counter[str], crash_in: set[str] | None = None, n: int = 3, version: str = "1"
+):
     """Linear flow s1..sn; each step appends its id to ``trail`` and counts its calls.
     A step named in ``crash_in`` raises :class:`Crash` once (then is removed)."""
     crash_in = crash_in if crash_in is not None else set()

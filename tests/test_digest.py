@@ -28,13 +28,18 @@ WORKER = REPO / "tests" / "crash_worker.py"
 
 
 def apply_schema(path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "desktop_app.cli", "--db", str(path), "db",
-                          "apply"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(path), "db", "apply"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
 
 
-def worker(db: Path, folder: Path, out: Path, log: Path, *extra: str,
-           wait: bool = True) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
+def worker(
+    db: Path, folder: Path, out: Path, log: Path, *extra: str, wait: bool = True
+) -> subprocess.Popen[str] | subprocess.CompletedProcess[str]:
     cmd = [sys.executable, str(WORKER), str(db), str(folder), str(out), str(log), *extra]
     if not wait:
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -101,9 +106,24 @@ def test_missing_folder_is_an_input_error(tmp_path):
 
     with pytest.raises(InputError, match="does not exist"):
         check_input(tmp_path / "nope", tmp_path / "out")
-    out = subprocess.run([sys.executable, "-m", "desktop_app.cli", "--db", str(tmp_path / "d.db"),
-                          "run", "digest", "--folder", str(tmp_path / "nope"), "--out",
-                          str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "desktop_app.cli",
+            "--db",
+            str(tmp_path / "d.db"),
+            "run",
+            "digest",
+            "--folder",
+            str(tmp_path / "nope"),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "does not exist" in out.stderr and "Traceback" not in out.stderr
 

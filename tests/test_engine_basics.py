@@ -209,8 +209,10 @@ def test_malformed_checkpoint_names_run_and_revision(sqlite_store):
     bad = engine.run("counting", Numbers()).run_id
     with sqlite_store.conn:
         sqlite_store.conn.execute(
-            "UPDATE checkpoints SET state='{\"set\": {\"value\": \"not a number\"}}' "
-            "WHERE run_id=? AND revision=3", (bad,))
+            'UPDATE checkpoints SET state=\'{"set": {"value": "not a number"}}\' '
+            "WHERE run_id=? AND revision=3",
+            (bad,),
+        )
     sqlite_store._last.clear()
     with pytest.raises(CheckpointDecodeError) as info:
         engine.get(bad)
@@ -226,7 +228,8 @@ def test_garbage_checkpoint_row_is_a_decode_error_other_runs_fine(sqlite_store):
     bad = engine.run("counting", Numbers()).run_id
     with sqlite_store.conn:
         sqlite_store.conn.execute(
-            "UPDATE checkpoints SET state='{not json' WHERE run_id=? AND revision=1", (bad,))
+            "UPDATE checkpoints SET state='{not json' WHERE run_id=? AND revision=1", (bad,)
+        )
     sqlite_store._last.clear()
     with pytest.raises(CheckpointDecodeError) as info:
         engine.resume(bad)

@@ -24,7 +24,10 @@ from desktop_app.store.sqlite import open_store
 def flowdesk(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "desktop_app.cli", *args],
-        capture_output=True, text=True, timeout=120, cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
     )
 
 
@@ -55,7 +58,9 @@ def test_db_apply_applies_and_records_every_component(tmp_path):
     db = sqlite_utils.Database(path)
     rows = list(db["flowdesk_schema_ledger"].rows)
     assert {(r["component"], r["name"]) for r in rows} >= {
-        ("core", "0001_runs_checkpoints.sql"), ("domain", "0001_digest.sql")}
+        ("core", "0001_runs_checkpoints.sql"),
+        ("domain", "0001_digest.sql"),
+    }
     assert all(len(r["checksum"]) == 64 for r in rows)
     assert {"runs", "checkpoints", "digest_files"} <= set(db.table_names())
     db.close()
@@ -78,7 +83,8 @@ def test_edited_applied_schema_is_refused(db_path):
     files = migrations.schema_files()
     edited = [
         migrations.SchemaFile(f.component, f.name, f.sql + "\n-- edited\n")
-        if f.name.startswith("0001_runs") else f
+        if f.name.startswith("0001_runs")
+        else f
         for f in files
     ]
     conn = open_connection(db_path)
@@ -94,8 +100,7 @@ def test_edited_applied_schema_is_refused(db_path):
 def test_schema_newer_than_code_is_refused(db_path):
     conn = open_connection(db_path)
     with conn:
-        conn.execute(
-            "INSERT INTO flowdesk_schema_ledger VALUES ('core','0099_future.sql','x',0)")
+        conn.execute("INSERT INTO flowdesk_schema_ledger VALUES ('core','0099_future.sql','x',0)")
     conn.close()
     with pytest.raises(SchemaTooNewError) as info:
         open_store(db_path)
@@ -179,7 +184,9 @@ def test_unreadable_or_broken_config_file_is_a_clear_error(tmp_path, monkeypatch
     monkeypatch.setenv("FLOWDESK_CONFIG", str(cfg))
     out = subprocess.run(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(tmp_path / "x.db"), "db", "apply"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 2 and "not valid TOML" in out.stderr
 
@@ -194,8 +201,11 @@ def test_fresh_install_and_stepwise_upgrade_end_equal(tmp_path):
         migrations.apply(b, files[:i])
 
     def dump(conn):
-        return sorted(conn.execute(
-            "SELECT type, name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'").fetchall())
+        return sorted(
+            conn.execute(
+                "SELECT type, name, sql FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'"
+            ).fetchall()
+        )
 
     assert dump(a) == dump(b)
     a.close()

@@ -14,6 +14,7 @@ updates, or a new state instance. ``async def`` functions are awaited.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -34,9 +35,7 @@ def _arity(fn: Callable[..., Any]) -> int:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return 2
-    positional = [
-        p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return 2
     return min(len(positional), 2)
@@ -248,7 +247,7 @@ class FlowBuilder(Generic[S]):
     def chain(self, *step_ids: str) -> FlowBuilder[S]:
         """Edges ``a→b→c…``; with no ids, chains every step in the order added."""
         ids = list(step_ids) or [s.id for s in self._steps]
-        for a, b in zip(ids, ids[1:], strict=False):
+        for a, b in itertools.pairwise(ids):
             self.edge(a, b)
         return self
 

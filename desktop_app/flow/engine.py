@@ -114,6 +114,7 @@ class _Canceled(Exception):
 def _call(fn: Callable[..., Any], arity: int, state: Any, ctx: StepContext) -> Any:
     out = fn(state, ctx) if arity >= 2 else fn(state) if arity == 1 else fn()
     if inspect.isawaitable(out):
+
         async def _await() -> Any:
             return await out
 
@@ -180,7 +181,11 @@ class _RunDriver:
         attempts = rec.attempts + 1 if rec is not None and rec.status == "in_progress" else 1
         iteration = rec.iteration if rec is not None and rec.status == "in_progress" else 0
         self.steps[head] = StepRecord(
-            head, "in_progress", attempts=attempts, started_at=now, iteration=iteration,
+            head,
+            "in_progress",
+            attempts=attempts,
+            started_at=now,
+            iteration=iteration,
             error=rec.error if rec is not None else None,
             error_type=rec.error_type if rec is not None else None,
         )
@@ -260,15 +265,27 @@ class _RunDriver:
         now = self.clock.now()
         if rec.attempts <= retries:
             self.steps[sid] = StepRecord(
-                sid, "in_progress", attempts=rec.attempts + 1, started_at=now,
-                error=message, error_type=type(exc).__name__, iteration=rec.iteration,
+                sid,
+                "in_progress",
+                attempts=rec.attempts + 1,
+                started_at=now,
+                error=message,
+                error_type=type(exc).__name__,
+                iteration=rec.iteration,
                 duration_ms=ms,
             )
             self.save(sid)
             return False
         self.steps[sid] = StepRecord(
-            sid, "failed", attempts=rec.attempts, started_at=rec.started_at, finished_at=now,
-            error=message, error_type=type(exc).__name__, iteration=rec.iteration, duration_ms=ms,
+            sid,
+            "failed",
+            attempts=rec.attempts,
+            started_at=rec.started_at,
+            finished_at=now,
+            error=message,
+            error_type=type(exc).__name__,
+            iteration=rec.iteration,
+            duration_ms=ms,
         )
         self.status = "failed"
         self.error = str(StepFailedError(self.run_id, sid, rec.attempts, message))
@@ -281,8 +298,13 @@ class _RunDriver:
         ms = (time.perf_counter() - t0) * 1000
         now = self.clock.now()
         self.steps[sid] = StepRecord(
-            sid, "completed", attempts=rec.attempts, started_at=rec.started_at, finished_at=now,
-            iteration=rec.iteration, duration_ms=ms,
+            sid,
+            "completed",
+            attempts=rec.attempts,
+            started_at=rec.started_at,
+            finished_at=now,
+            iteration=rec.iteration,
+            duration_ms=ms,
         )
         self.meta["steps_taken"] = int(self.meta.get("steps_taken", 0)) + 1
         nxt = self.flow.next_steps(sid, self.state)
@@ -316,7 +338,10 @@ class _RunDriver:
             if step.checkpoint_each_iteration:
                 rec = self.steps[sid]
                 self.steps[sid] = StepRecord(
-                    sid, "in_progress", attempts=rec.attempts, started_at=rec.started_at,
+                    sid,
+                    "in_progress",
+                    attempts=rec.attempts,
+                    started_at=rec.started_at,
                     iteration=iteration,
                 )
                 self.save(sid, ctx.take_writes())
@@ -449,8 +474,13 @@ class Engine:
         """
         f = self._resolve(flow)
         rid = self.start(
-            f, state, run_id=run_id, context=context, flow_key=flow_key,
-            parent_run_id=parent_run_id, _running=True,
+            f,
+            state,
+            run_id=run_id,
+            context=context,
+            flow_key=flow_key,
+            parent_run_id=parent_run_id,
+            _running=True,
         )
         run = self.store.get_run(rid)
         driver = _RunDriver(self, f, run, self.store.latest(rid))

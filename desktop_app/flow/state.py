@@ -29,9 +29,7 @@ def dump_state(state: BaseModel) -> dict[str, Any]:
     return state.model_dump(mode="json")
 
 
-def load_state(
-    model: type[S], data: Mapping[str, Any], run_id: str, revision: int
-) -> S:
+def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: int) -> S:
     """Rebuild ``model`` from stored ``data``.
 
     Raises:
@@ -82,5 +80,6 @@ def apply_output(model: type[S], state: S, out: Any) -> S:
         merged.update(out)
         return model.model_validate(merged)
     raise TypeError(
-        f"a step must return None, a dict of updates or a {model.__name__}, not {type(out).__name__}"
+        f"a step must return None, a dict of updates or a {model.__name__}, "
+        f"not {type(out).__name__}"
     )

@@ -117,7 +117,9 @@ class InMemoryCheckpointStore:
         with self._lock:
             self._run(run_id)
             cps = sorted(self._cps[run_id].values(), key=lambda c: c.revision)
-        return [CheckpointInfo(c.run_id, c.revision, c.status, c.step_id, c.created_at) for c in cps]
+        return [
+            CheckpointInfo(c.run_id, c.revision, c.status, c.step_id, c.created_at) for c in cps
+        ]
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._lock:
@@ -150,7 +152,9 @@ class InMemoryCheckpointStore:
 
     def prune(self, run_id: str, keep_last_n: int) -> int:
         if keep_last_n < 1:
-            raise ValueError("keep_last_n must be at least 1: the latest checkpoint is never pruned")
+            raise ValueError(
+                "keep_last_n must be at least 1: the latest checkpoint is never pruned"
+            )
         with self._lock:
             run = self._run(run_id)
             cps = self._cps[run_id]

@@ -9,11 +9,13 @@ update the run row. Either all of it commits or none of it does.
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import apsw
 
@@ -35,12 +37,34 @@ from desktop_app.store.protocol import (
 )
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 _CACHE_RUNS = 256
+
+
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    """Serialise use of the store's one connection across threads.
+
+    apsw raises ``ThreadingViolationError`` when two threads use one
+    connection at once; the UI thread reads while a worker thread writes.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with args[0]._lock:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return wrapper
 
 _RUN_COLUMNS = (
     "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
     "flow_key, parent_run_id, context, progress_done, progress_total, error"
 )
+
+
+def _scalar(cursor: Any) -> Any:
+    row = cursor.fetchone()
+    return None if row is None else row[0]
 
 
 def _run_from_row(row: Sequence[Any]) -> RunRecord:
@@ -82,6 +106,7 @@ class SqliteCheckpointStore:
         # Last checkpoint written or read per run, to compute the next delta
         # without reading it back. Checkpoints are immutable, so sharing is safe.
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
+        self._lock = threading.RLock()
 
     # -- helpers ---------------------------------------------------------
 
@@ -102,9 +127,7 @@ class SqliteCheckpointStore:
         else:
             kind = "delta"
             state = codec.dumps(codec.diff_state(previous.state, cp.state))
-            changed = {
-                k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v
-            }
+            changed = {k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v}
             steps = codec.dumps(changed)
         self.conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
@@ -127,6 +150,7 @@ class SqliteCheckpointStore:
 
     # -- writes ----------------------------------------------------------
 
+    @_locked
     def create_run(
         self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite] = ()
     ) -> None:
@@ -165,6 +189,7 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         self._remember(first)
 
+    @_locked
     def append(self, checkpoint: Checkpoint, writes: Sequence[DomainWrite] = ()) -> None:
         cp = checkpoint
         previous = self._last.get(cp.run_id)
@@ -201,6 +226,7 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         self._remember(cp)
 
+    @_locked
     def delete_run(self, run_id: str) -> None:
         try:
             with self.conn:
@@ -210,9 +236,12 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         self._last.pop(run_id, None)
 
+    @_locked
     def prune(self, run_id: str, keep_last_n: int) -> int:
         if keep_last_n < 1:
-            raise ValueError("keep_last_n must be at least 1: the latest checkpoint is never pruned")
+            raise ValueError(
+                "keep_last_n must be at least 1: the latest checkpoint is never pruned"
+            )
         try:
             with self.conn:
                 latest = self.get_run(run_id).revision
@@ -223,10 +252,12 @@ class SqliteCheckpointStore:
                 if first is None or first[0] is None or first[0] >= oldest_kept:
                     return 0
                 base = self._load(run_id, oldest_kept)
-                deleted = self.conn.execute(
-                    "SELECT count(*) FROM checkpoints WHERE run_id=? AND revision<?",
-                    (run_id, oldest_kept),
-                ).fetchone()[0]
+                deleted = _scalar(
+                    self.conn.execute(
+                        "SELECT count(*) FROM checkpoints WHERE run_id=? AND revision<?",
+                        (run_id, oldest_kept),
+                    )
+                )
                 self.conn.execute(
                     "DELETE FROM checkpoints WHERE run_id=? AND revision<=?", (run_id, oldest_kept)
                 )
@@ -237,6 +268,7 @@ class SqliteCheckpointStore:
 
     # -- reads -----------------------------------------------------------
 
+    @_locked
     def get_run(self, run_id: str) -> RunRecord:
         try:
             row = self.conn.execute(
@@ -248,6 +280,7 @@ class SqliteCheckpointStore:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
         return _run_from_row(row)
 
+    @_locked
     def list_runs(
         self,
         statuses: Sequence[RunStatus] | None = None,
@@ -270,10 +303,11 @@ class SqliteCheckpointStore:
         except apsw.Error as exc:
             raise self._err(exc) from exc
 
+    @_locked
     def history(self, run_id: str) -> list[CheckpointInfo]:
         self.get_run(run_id)
         try:
-            rows = self.conn.execute(
+            rows: list[Any] = self.conn.execute(
                 "SELECT revision, status, step_id, created_at FROM checkpoints "
                 "WHERE run_id=? ORDER BY revision",
                 (run_id,),
@@ -282,6 +316,7 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
 
+    @_locked
     def latest(self, run_id: str) -> Checkpoint:
         run = self.get_run(run_id)
         cached = self._last.get(run_id)
@@ -291,6 +326,7 @@ class SqliteCheckpointStore:
         self._remember(cp)
         return cp
 
+    @_locked
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         self.get_run(run_id)
         return self._load(run_id, revision)
@@ -304,9 +340,10 @@ class SqliteCheckpointStore:
     def _load(self, run_id: str, revision: int) -> Checkpoint:
         """Fold deltas onto the nearest snapshot at or below ``revision``."""
         try:
-            rows = self.conn.execute(
+            rows: list[Any] = self.conn.execute(
                 "SELECT revision, kind, status, step_id, created_at, state, steps, frontier, "
-                "progress, error, meta FROM checkpoints WHERE run_id=? AND revision<=? AND revision>="
+                "progress, error, meta FROM checkpoints "
+                "WHERE run_id=? AND revision<=? AND revision>="
                 "(SELECT max(revision) FROM checkpoints WHERE run_id=? AND revision<=? "
                 "AND kind='snapshot') ORDER BY revision",
                 (run_id, revision, run_id, revision),
@@ -331,7 +368,9 @@ class SqliteCheckpointStore:
                 for key, rec in step_delta.items():
                     steps[key] = StepRecord.from_json(rec)
             except (ValueError, TypeError, KeyError) as exc:
-                raise CheckpointDecodeError(run_id, int(rev), "", f"malformed record: {exc}") from exc
+                raise CheckpointDecodeError(
+                    run_id, int(rev), "", f"malformed record: {exc}"
+                ) from exc
         last = rows[-1]
         try:
             frontier = tuple(codec.loads(last[7]))
@@ -354,19 +393,22 @@ class SqliteCheckpointStore:
             meta=meta,
         )
 
+    @_locked
     def query(self, op: Callable[[Any], T]) -> T:
         try:
             return op(self.conn)
         except apsw.Error as exc:
             raise self._err(exc) from exc
 
+    @_locked
     def data_version(self) -> int:
         """SQLite ``PRAGMA data_version``: changes when another connection commits."""
         try:
-            return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+            return int(_scalar(self.conn.execute("PRAGMA data_version")))
         except apsw.Error as exc:
             raise self._err(exc) from exc
 
+    @_locked
     def close(self) -> None:
         self.conn.close()
 
@@ -393,5 +435,3 @@ def open_store(
     except BaseException:
         conn.close()
         raise
-
-

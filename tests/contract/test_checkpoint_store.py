@@ -21,8 +21,9 @@ def make_run(run_id: str, t: float = 1000.0, flow: str = "f") -> RunRecord:
 
 
 def cp(run_id: str, rev: int, state: dict, status="running", t: float = 1000.0, **kw) -> Checkpoint:
-    return Checkpoint(run_id, rev, status, state, kw.pop("steps", {}), kw.pop("frontier", ("a",)),
-                      t + rev, **kw)
+    return Checkpoint(
+        run_id, rev, status, state, kw.pop("steps", {}), kw.pop("frontier", ("a",)), t + rev, **kw
+    )
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -161,8 +162,9 @@ def test_step_records_round_trip_across_revisions(store):
     b1 = StepRecord("b", "in_progress", attempts=1, started_at=2.0)
     store.append(cp("r1", 1, {}, steps={"a": a2, "b": b1}, frontier=("b",)))
     b2 = StepRecord("b", "failed", attempts=2, error="boom", error_type="ValueError")
-    store.append(cp("r1", 2, {}, steps={"a": a2, "b": b2}, frontier=("b",), status="failed",
-                    error="boom"))
+    store.append(
+        cp("r1", 2, {}, steps={"a": a2, "b": b2}, frontier=("b",), status="failed", error="boom")
+    )
     assert store.get_checkpoint("r1", 1).steps == {"a": a2, "b": b1}
     latest = store.latest("r1")
     assert latest.steps == {"a": a2, "b": b2}
@@ -171,14 +173,17 @@ def test_step_records_round_trip_across_revisions(store):
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner,
-                                                                max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 states = st.dictionaries(st.sampled_from(["a", "b", "c", "items"]), json_values, max_size=4)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(seq=st.lists(states, min_size=1, max_size=8))
 def test_property_every_revision_reads_back_exactly(store, seq):
     """Whatever sequence of states is appended, each revision reads back as written."""
