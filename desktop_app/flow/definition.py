@@ -13,9 +13,10 @@ updates, or a new state instance. ``async def`` functions are awaited.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import itertools
 import inspect
+import itertools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ S = TypeVar("S", bound=BaseModel)
 RecoveryPolicy = Literal["idempotent", "resume_only"]
 
 
+@functools.lru_cache(maxsize=4096)
 def _arity(fn: Callable[..., Any]) -> int:
     try:
         params = inspect.signature(fn).parameters.values()

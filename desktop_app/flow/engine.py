@@ -57,7 +57,7 @@ from desktop_app.flow.events import (
     StepResult,
     StepStarted,
 )
-from desktop_app.flow.state import apply_output, dump_state, load_state
+from desktop_app.flow.state import StateTracker, apply_output, dump_state, load_state
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
     Checkpoint,
@@ -136,6 +136,7 @@ class _RunDriver:
         self.revision = cp.revision
         self.status: RunStatus = cp.status
         self.state = load_state(flow.state_type, cp.state, run.run_id, cp.revision)
+        self.tracker = StateTracker(self.state)
         self.steps: dict[str, StepRecord] = dict(cp.steps)
         self.frontier: list[str] = list(cp.frontier)
         self.meta: dict[str, Any] = dict(cp.meta)
@@ -150,7 +151,7 @@ class _RunDriver:
             run_id=self.run_id,
             revision=self.revision + 1,
             status=self.status,
-            state=dump_state(self.state),
+            state=self.tracker.encode(self.state),
             steps=dict(self.steps),
             frontier=tuple(self.frontier),
             created_at=self.clock.now(),
@@ -233,16 +234,10 @@ class _RunDriver:
                 if isinstance(step, LoopStep):
                     self.run_loop(step, ctx)
                 elif recovered and step.recovery == "resume_only" and rec.attempts > 1:
-                    hook = step.on_recover
-                    if hook is not None:
-                        self.state = apply_output(
-                            self.flow.state_type,
-                            self.state,
-                            _call(hook, step.arity, self.state, ctx),
-                        )
+                    if step.on_recover is not None:
+                        self.invoke(step.on_recover, ctx)
                 else:
-                    out = _call(step.fn, step.arity, self.state, ctx)
-                    self.state = apply_output(self.flow.state_type, self.state, out)
+                    self.invoke(step.fn, ctx)
             except (_Canceled, StoreError, RevisionConflictError):
                 # storage failed or another writer won: stop, never retry blindly
                 raise
@@ -254,6 +249,14 @@ class _RunDriver:
                 continue
             self.complete(step, ctx, t0)
             return self.status == "running"
+
+    def invoke(self, fn: Callable[..., Any], ctx: StepContext) -> None:
+        """Call a step function and apply what it returned to the state."""
+        from desktop_app.flow.definition import _arity
+
+        out = _call(fn, _arity(fn), self.state, ctx)
+        self.tracker.check_unmutated(self.state, ctx.step_id)
+        self.state = apply_output(self.flow.state_type, self.state, out)
 
     def fail_attempt(self, step: AnyStep, exc: BaseException, t0: float, retries: int) -> bool:
         """Record a failed attempt; True when the run has failed for good."""
@@ -326,8 +329,7 @@ class _RunDriver:
         iteration = self.steps[sid].iteration
         while iteration < step.max_iterations and not step.until(self.state):
             ctx.iteration = iteration + 1
-            out = _call(step.body, step.arity, self.state, ctx)
-            self.state = apply_output(self.flow.state_type, self.state, out)
+            self.invoke(step.body, ctx)
             iteration += 1
             if step.on_iteration is not None:
                 step.on_iteration(iteration, self.state)

@@ -76,10 +76,64 @@ def apply_output(model: type[S], state: S, out: Any) -> S:
         unknown = [k for k in out if k not in model.model_fields]
         if unknown:
             raise TypeError(f"step returned unknown state field(s) {unknown} for {model.__name__}")
-        merged = {name: getattr(state, name) for name in model.model_fields}
-        merged.update(out)
-        return model.model_validate(merged)
+        # Validate only the fields that changed; the others keep their objects,
+        # so StateTracker can skip re-encoding them.
+        new = state.model_copy()
+        validator = model.__pydantic_validator__
+        for name, value in out.items():
+            validator.validate_assignment(new, name, value)
+        return new
     raise TypeError(
         f"a step must return None, a dict of updates or a {model.__name__}, "
         f"not {type(out).__name__}"
     )
+
+
+class StateMutatedError(TypeError):
+    """A step changed a state container in place instead of returning the change."""
+
+
+class StateTracker:
+    """Encodes successive states of one run, re-encoding only changed fields.
+
+    A field whose object is the one seen at the last encode is not encoded
+    again, so a step that changes one small field costs that field, not the
+    whole state. Steps must therefore return changes rather than mutate the
+    state they were given; :meth:`check_unmutated` catches the common mistake
+    (a list, dict or set whose length changed in place) and fails the step.
+    """
+
+    def __init__(self, state: BaseModel) -> None:
+        self._values: dict[str, Any] = {}
+        self._lens: dict[str, int] = {}
+        self._dumped: dict[str, Any] = {}
+        self.encode(state)
+
+    def encode(self, state: BaseModel) -> dict[str, Any]:
+        """The JSON-mode dump of ``state``; a new dict whenever a field changed."""
+        changed = {
+            name
+            for name in type(state).model_fields
+            if name not in self._values or getattr(state, name) is not self._values[name]
+        }
+        if changed:
+            part = state.model_dump(mode="json", include=changed)
+            self._dumped = {**self._dumped, **part}
+            for name in changed:
+                value = getattr(state, name)
+                self._values[name] = value
+                if isinstance(value, (list, dict, set)):
+                    self._lens[name] = len(value)
+                else:
+                    self._lens.pop(name, None)
+        return self._dumped
+
+    def check_unmutated(self, state: BaseModel, step_id: str) -> None:
+        """Raise StateMutatedError if a tracked container changed size in place."""
+        for name, size in self._lens.items():
+            value = getattr(state, name)
+            if value is self._values[name] and len(value) != size:
+                raise StateMutatedError(
+                    f"step {step_id!r} changed state field {name!r} in place; return the "
+                    f"new value instead (for example {{{name!r}: [*state.{name}, item]}})"
+                )

@@ -56,6 +56,7 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
     return wrapper
 
+
 _RUN_COLUMNS = (
     "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
     "flow_key, parent_run_id, context, progress_done, progress_total, error"
@@ -197,12 +198,31 @@ class SqliteCheckpointStore:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
         try:
             with self.conn:
-                row = self.conn.execute(
-                    "SELECT revision FROM runs WHERE run_id=? AND scope=?", (cp.run_id, self.scope)
-                ).fetchone()
-                if row is None:
-                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                if int(row[0]) != cp.revision - 1 or previous is None:
+                # compare-and-append: the run row moves from revision-1 to revision
+                done, total = cp.progress if cp.progress is not None else (None, None)
+                self.conn.execute(
+                    "UPDATE runs SET status=?, revision=?, updated_at=?, progress_done="
+                    "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
+                    "error=? WHERE run_id=? AND scope=? AND revision=?",
+                    (
+                        cp.status,
+                        cp.revision,
+                        cp.created_at,
+                        done,
+                        total,
+                        cp.error,
+                        cp.run_id,
+                        self.scope,
+                        cp.revision - 1,
+                    ),
+                )
+                if self.conn.changes() != 1 or previous is None:
+                    row = self.conn.execute(
+                        "SELECT revision FROM runs WHERE run_id=? AND scope=?",
+                        (cp.run_id, self.scope),
+                    ).fetchone()
+                    if row is None:
+                        raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
                     raise RevisionConflictError(
                         f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
                         f"latest revision {row[0]}; another writer got there first. Reload "
@@ -211,13 +231,6 @@ class SqliteCheckpointStore:
                 self._write_checkpoint(cp, previous)
                 for write in writes:
                     write(self.conn)
-                done, total = cp.progress if cp.progress is not None else (None, None)
-                self.conn.execute(
-                    "UPDATE runs SET status=?, revision=?, updated_at=?, progress_done="
-                    "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
-                    "error=? WHERE run_id=?",
-                    (cp.status, cp.revision, cp.created_at, done, total, cp.error, cp.run_id),
-                )
         except apsw.ConstraintError as exc:
             raise RevisionConflictError(
                 f"run {cp.run_id}: revision {cp.revision} was already saved by another writer"

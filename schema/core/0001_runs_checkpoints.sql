@@ -24,7 +24,8 @@ CREATE INDEX runs_flow_key ON runs(scope, flow_key) WHERE flow_key IS NOT NULL;
 
 -- One row per revision. kind='snapshot' rows hold the whole state and every
 -- step record; kind='delta' rows hold only what changed since revision-1
--- (see desktop_app/store/codec.py).
+-- (see desktop_app/store/codec.py). WITHOUT ROWID: one b-tree keyed by
+-- (run_id, revision), so an append touches fewer pages than table + index.
 CREATE TABLE checkpoints (
     run_id      TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
     revision    INTEGER NOT NULL,
@@ -39,4 +40,4 @@ CREATE TABLE checkpoints (
     error       TEXT,
     meta        TEXT,
     PRIMARY KEY (run_id, revision)
-);
+) WITHOUT ROWID;
