@@ -138,5 +138,22 @@ class StepFailedError(FlowError):
         )
 
 
+class StepTimeoutError(FlowError):
+    """One attempt of a step ran past its ``timeout_s``; retryable."""
+
+    retryable = True
+
+    def __init__(self, step_id: str, timeout_s: float) -> None:
+        self.step_id = step_id
+        self.timeout_s = timeout_s
+        super().__init__(f"step {step_id!r} timed out after {timeout_s:g} s")
+
+
+class FanInConflictError(FlowError):
+    """Two parallel branches wrote the same field and no reducer was declared."""
+
+    retryable = False
+
+
 class InputError(FlowdeskError):
     """Input given by the user (a folder, a path, a value) is unusable."""

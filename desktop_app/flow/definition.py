@@ -1,14 +1,28 @@
 """Flow definitions: steps, edges, routes; compiled and validated before use.
 
 A flow is a graph of steps over a typed state (a pydantic model). Build it
-with :class:`FlowBuilder`, then :meth:`FlowBuilder.compile` validates the
-whole graph, reports every problem at once
+with :class:`FlowBuilder`; :meth:`FlowBuilder.compile` validates the whole
+graph, reports every problem at once
 (:class:`~desktop_app.errors.FlowDefinitionError`) and returns an immutable
-:class:`CompiledFlow` that any number of runs may share.
+:class:`CompiledFlow` that any number of concurrent runs may share.
 
-Step functions are called as ``fn(state, ctx)`` (or ``fn(state)`` when they
-take one parameter) and return ``None`` (no change), a ``dict`` of field
-updates, or a new state instance. ``async def`` functions are awaited.
+Step kinds:
+
+* :class:`Step` — a function ``fn(state, ctx)`` (or ``fn(state)``), sync or
+  ``async``, returning ``None``, a ``dict`` of field updates or a new state.
+* :class:`LoopStep` — one step that runs a body until a condition holds,
+  optionally checkpointing every iteration.
+* :class:`ConditionStep` — nested steps that run only when a predicate holds;
+  otherwise they are recorded ``skipped`` (Agentium's ConditionStep).
+* :class:`ParallelStep` — branches fanned out concurrently, fanned in with
+  per-field reducers in *declared* branch order (deterministic; completion
+  order never matters). Each finished branch is checkpointed by its name.
+* :class:`AwaitStep` — a durable pause for human input; the value given on
+  resume becomes the step's output, assigned to one state field as given.
+
+Every step takes a :class:`Policy`: retries, per-attempt timeout, what to do
+after the last failure (fail, pause for an operator, or route to an error
+step) and its recovery policy (``idempotent`` / ``resume_only``).
 """
 
 from __future__ import annotations
@@ -26,48 +40,69 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from desktop_app.errors import FlowDefinitionError
+from desktop_app.flow.retry import RetryPolicy
 
 S = TypeVar("S", bound=BaseModel)
 RecoveryPolicy = Literal["idempotent", "resume_only"]
+OnError = Literal["fail", "pause", "route"]
+Reducer = Callable[[Any, Any], Any]
 
 
 @functools.lru_cache(maxsize=4096)
 def _arity(fn: Callable[..., Any]) -> int:
+    """How many positional arguments (0 to 2) to pass a step function."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return 2
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return 2
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return min(len(positional), 2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """How a step is retried, timed and recovered.
+
+    Attributes:
+        retry: retries after the first attempt; ``0`` inherits the flow's
+            default (go-micro semantics: only a positive value overrides).
+        timeout_s: seconds one attempt may take; a slower attempt fails as a
+            :class:`~desktop_app.flow.errors.StepTimeoutError` and the retry
+            policy applies. A sync function keeps running in its thread until
+            it returns (Python cannot kill a thread); its result is discarded.
+        on_error: after the last failed attempt: ``fail`` the run, ``pause``
+            it for an operator (status ``waiting``; ``resume`` tries again), or
+            ``route`` to ``error_route`` with the error in ``error_field``.
+        error_route: the step that handles the failure (``on_error="route"``).
+        error_field: the state field that receives the error message.
+        recovery: ``idempotent`` — an attempt found in progress after a crash
+            runs again; ``resume_only`` — ``on_recover`` runs instead of the
+            body (Flower's RecoveryPolicy).
+        on_recover: ``on_recover(state, ctx)`` for ``resume_only`` steps.
+    """
+
+    retry: int = 0
+    timeout_s: float | None = None
+    on_error: OnError = "fail"
+    error_route: str | None = None
+    error_field: str = "error"
+    recovery: RecoveryPolicy = "idempotent"
+    on_recover: Callable[..., Any] | None = None
+
+
+DEFAULT_POLICY = Policy()
 
 
 @dataclass(frozen=True)
 class Step:
-    """A function step.
-
-    Attributes:
-        id: unique within the flow.
-        fn: ``fn(state, ctx)`` → ``None | dict | state``.
-        retry: retries after the first attempt; ``0`` inherits the flow's default.
-        recovery: ``idempotent`` (an interrupted attempt runs again) or
-            ``resume_only`` (``on_recover`` runs instead of ``fn``), as Flower's
-            RecoveryPolicy REENTER_IDEMPOTENT / RESUME_ONLY.
-        on_recover: called like ``fn`` for ``resume_only`` steps found in progress.
-    """
+    """A function step: ``fn(state, ctx)`` → ``None | dict | state``."""
 
     id: str
     fn: Callable[..., Any]
-    retry: int = 0
-    recovery: RecoveryPolicy = "idempotent"
-    on_recover: Callable[..., Any] | None = None
-
+    policy: Policy = DEFAULT_POLICY
     kind: str = field(default="function", init=False)
-
-    @property
-    def arity(self) -> int:
-        return _arity(self.fn)
 
 
 @dataclass(frozen=True)
@@ -76,16 +111,15 @@ class LoopStep:
 
     Unlike go-micro, ``until(state)`` is checked *before* each iteration, so a
     loop over an empty work list runs zero times. With
-    ``checkpoint_each_iteration`` (the default) every iteration is saved, with
-    the domain writes it staged, so a crash resumes at the next iteration
-    instead of iteration 1.
+    ``checkpoint_each_iteration`` every iteration is saved with the domain
+    writes it staged, so a crash resumes at the next iteration instead of the
+    first. ``ctx.iteration`` is 1-based.
 
     Attributes:
-        body: ``body(state, ctx)`` → ``None | dict | state``; ``ctx.iteration`` is 1-based.
         until: stop when it returns true.
-        max_iterations: hard cap; reaching it ends the loop without error.
+        max_iterations: cap; reaching it ends the loop without error.
         on_iteration: ``on_iteration(iteration, state)`` after each iteration.
-        progress: ``progress(state)`` → ``(done, total)`` saved with each iteration.
+        progress: ``progress(state)`` → ``(done, total)``, saved each iteration.
     """
 
     id: str
@@ -95,22 +129,54 @@ class LoopStep:
     checkpoint_each_iteration: bool = True
     on_iteration: Callable[[int, Any], None] | None = None
     progress: Callable[[Any], tuple[int, int]] | None = None
-    retry: int = 0
-    recovery: RecoveryPolicy = "idempotent"
-    on_recover: Callable[..., Any] | None = None
-
+    policy: Policy = DEFAULT_POLICY
     kind: str = field(default="loop", init=False)
 
-    @property
-    def fn(self) -> Callable[..., Any]:
-        return self.body
 
-    @property
-    def arity(self) -> int:
-        return _arity(self.body)
+@dataclass(frozen=True)
+class ConditionStep:
+    """Nested ``steps`` run in order when ``predicate(state)`` is true; when it
+    is false each is recorded ``skipped``. The predicate's answer is stored,
+    so a resumed run does not re-decide."""
+
+    id: str
+    predicate: Callable[[Any], bool]
+    steps: tuple[Step, ...]
+    policy: Policy = DEFAULT_POLICY
+    kind: str = field(default="condition", init=False)
 
 
-AnyStep = Step | LoopStep
+@dataclass(frozen=True)
+class ParallelStep:
+    """Branches run concurrently on the same input state, each returning field
+    updates. Fan-in applies them in declared branch order; a field written by
+    more than one branch needs a reducer ``reducer(current, update)``.
+    Each branch's output is checkpointed under its name as it finishes, so
+    after a crash only unfinished branches run again (S19, S49)."""
+
+    id: str
+    branches: tuple[tuple[str, Callable[..., Any]], ...]
+    reducers: Mapping[str, Reducer]
+    max_concurrency: int = 8
+    policy: Policy = DEFAULT_POLICY
+    kind: str = field(default="parallel", init=False)
+
+
+@dataclass(frozen=True)
+class AwaitStep:
+    """A durable pause for input: the run saves as ``waiting`` and ``run`` /
+    ``resume`` return normally. ``Engine.resume_with(run_id, value)`` assigns
+    ``value`` — exactly as given, validated against the field's type — to
+    the state field ``into`` and continues the same run (go-micro ``Await``/``ResumeWith``)."""
+
+    id: str
+    into: str
+    prompt: str = ""
+    policy: Policy = DEFAULT_POLICY
+    kind: str = field(default="await", init=False)
+
+
+AnyStep = Step | LoopStep | ConditionStep | ParallelStep | AwaitStep
 
 
 @dataclass(frozen=True)
@@ -124,28 +190,34 @@ class Route:
 
 @dataclass(frozen=True)
 class CompiledFlow(Generic[S]):
-    """An immutable, validated flow. Safe to share between concurrent runs.
+    """An immutable, validated flow; safe to share between concurrent runs.
 
     Attributes:
         name: the flow's name (runs record it).
         state_type: the pydantic model of the state.
-        user_version: the version string the author gave.
-        version: fingerprint of topology + ``user_version`` (hex, 16 chars).
+        user_version: the author's version string.
+        version: ``"<user_version>+<16 hex>"`` — a fingerprint of the topology
+            (steps, kinds, edges, routes, state fields) and ``user_version``.
         entry: id of the first step.
-        retry: default retries after the first attempt.
-        max_steps: step executions allowed per run before it halts.
+        retry: flow-wide retry policy.
+        max_steps: step executions per run before the run halts.
+        delete_on_success: delete a run (and its checkpoints) when it completes.
+        keep_last_n: keep only the newest n checkpoints of each run (None: all).
     """
 
     name: str
     state_type: type[S]
     user_version: str
     steps: Mapping[str, AnyStep]
+    nested: Mapping[str, Step]
     edges: Mapping[str, tuple[str, ...]]
     routes: Mapping[str, Route]
     entry: str
     finish: frozenset[str]
-    retry: int
+    retry: RetryPolicy
     max_steps: int
+    delete_on_success: bool
+    keep_last_n: int | None
     version: str
 
     def step(self, step_id: str) -> AnyStep:
@@ -172,14 +244,17 @@ class CompiledFlow(Generic[S]):
 
 
 class FlowBuilder(Generic[S]):
-    """Collects steps, edges and routes, then :meth:`compile` checks them all.
+    """Collects steps, edges and routes; :meth:`compile` checks them all.
 
     Args:
         name: the flow's name.
         state: the pydantic model class of the state.
-        version: the author's version string; part of the fingerprint.
-        retry: default retries per step (n retries = n + 1 attempts).
+        version: the author's version string (part of the fingerprint).
+        retry: default retries per step (n retries = n + 1 attempts), or a
+            full :class:`~desktop_app.flow.retry.RetryPolicy`.
         max_steps: step executions per run before it halts (runaway loops).
+        delete_on_success: delete completed runs.
+        keep_last_n: prune each run's checkpoints to the newest n.
     """
 
     def __init__(
@@ -188,32 +263,32 @@ class FlowBuilder(Generic[S]):
         state: type[S],
         *,
         version: str = "1",
-        retry: int = 0,
+        retry: int | RetryPolicy = 0,
         max_steps: int = 10_000,
+        delete_on_success: bool = False,
+        keep_last_n: int | None = None,
     ) -> None:
         self.name = name
         self.state_type = state
         self.version = version
-        self.retry = retry
+        self.retry = retry if isinstance(retry, RetryPolicy) else RetryPolicy(retries=retry)
         self.max_steps = max_steps
+        self.delete_on_success = delete_on_success
+        self.keep_last_n = keep_last_n
         self._steps: list[AnyStep] = []
         self._edges: list[tuple[str, str]] = []
         self._routes: list[Route] = []
         self._entry: str | None = None
         self._finish: list[str] = []
 
-    def step(
-        self,
-        step_id: str,
-        fn: Callable[..., Any],
-        *,
-        retry: int = 0,
-        recovery: RecoveryPolicy = "idempotent",
-        on_recover: Callable[..., Any] | None = None,
-    ) -> FlowBuilder[S]:
-        """Add a function step; returns the builder."""
-        self._steps.append(Step(step_id, fn, retry, recovery, on_recover))
+    def add(self, step: AnyStep) -> FlowBuilder[S]:
+        """Add any step object; returns the builder."""
+        self._steps.append(step)
         return self
+
+    def step(self, step_id: str, fn: Callable[..., Any], **policy: Any) -> FlowBuilder[S]:
+        """Add a function step; keyword arguments are :class:`Policy` fields."""
+        return self.add(Step(step_id, fn, Policy(**policy)))
 
     def loop(
         self,
@@ -225,10 +300,10 @@ class FlowBuilder(Generic[S]):
         checkpoint_each_iteration: bool = True,
         on_iteration: Callable[[int, Any], None] | None = None,
         progress: Callable[[Any], tuple[int, int]] | None = None,
-        retry: int = 0,
+        **policy: Any,
     ) -> FlowBuilder[S]:
-        """Add a :class:`LoopStep`; returns the builder."""
-        self._steps.append(
+        """Add a :class:`LoopStep`."""
+        return self.add(
             LoopStep(
                 step_id,
                 body,
@@ -237,10 +312,44 @@ class FlowBuilder(Generic[S]):
                 checkpoint_each_iteration,
                 on_iteration,
                 progress,
-                retry,
+                Policy(**policy),
             )
         )
-        return self
+
+    def condition(
+        self,
+        step_id: str,
+        predicate: Callable[[Any], bool],
+        steps: Sequence[tuple[str, Callable[..., Any]] | Step],
+        **policy: Any,
+    ) -> FlowBuilder[S]:
+        """Add a :class:`ConditionStep` over nested ``(id, fn)`` pairs or Steps."""
+        nested = tuple(s if isinstance(s, Step) else Step(s[0], s[1]) for s in steps)
+        return self.add(ConditionStep(step_id, predicate, nested, Policy(**policy)))
+
+    def parallel(
+        self,
+        step_id: str,
+        branches: Mapping[str, Callable[..., Any]],
+        *,
+        reducers: Mapping[str, Reducer] | None = None,
+        max_concurrency: int = 8,
+        **policy: Any,
+    ) -> FlowBuilder[S]:
+        """Add a :class:`ParallelStep`; branch order is the mapping's order."""
+        return self.add(
+            ParallelStep(
+                step_id,
+                tuple(branches.items()),
+                MappingProxyType(dict(reducers or {})),
+                max_concurrency,
+                Policy(**policy),
+            )
+        )
+
+    def await_input(self, step_id: str, field: str, prompt: str = "") -> FlowBuilder[S]:
+        """Add an :class:`AwaitStep` whose input lands in state ``field``."""
+        return self.add(AwaitStep(step_id, field, prompt))
 
     def edge(self, source: str, target: str) -> FlowBuilder[S]:
         self._edges.append((source, target))
@@ -272,19 +381,31 @@ class FlowBuilder(Generic[S]):
         """Validate everything and freeze the flow.
 
         Raises:
-            FlowDefinitionError: lists every problem found (duplicate ids,
+            FlowDefinitionError: lists every problem found: duplicate ids,
             missing entry or finish, edges or routes to unknown steps,
-            unreachable steps).
+            unreachable steps, reducers or fields the state lacks, error
+            routes to unknown steps.
         """
         problems: list[str] = []
-        ids = [s.id for s in self._steps]
+        fields = set(self.state_type.model_fields)
+        nested: dict[str, Step] = {}
+        all_ids: list[str] = []
+        for s in self._steps:
+            all_ids.append(s.id)
+            if isinstance(s, ConditionStep):
+                for n in s.steps:
+                    all_ids.append(n.id)
+                    nested[n.id] = n
         seen: set[str] = set()
-        for sid in ids:
+        for sid in all_ids:
             if not sid:
                 problems.append("a step has an empty id")
+            elif "/" in sid:
+                problems.append(f"step id {sid!r} contains '/', which is reserved")
             elif sid in seen:
                 problems.append(f"duplicate step id {sid!r}")
             seen.add(sid)
+        ids = [s.id for s in self._steps]
         known = set(ids)
         entry = self._entry if self._entry is not None else (ids[0] if ids else None)
         if entry is None:
@@ -311,6 +432,37 @@ class FlowBuilder(Generic[S]):
             if r.source in edges:
                 problems.append(f"step {r.source!r} has both a route and static edges")
             routes[r.source] = r
+        error_edges: dict[str, str] = {}
+        for s in [*self._steps, *nested.values()]:
+            p = s.policy
+            if p.on_error == "route":
+                if p.error_route not in known:
+                    problems.append(
+                        f"step {s.id!r} routes errors to unknown step {p.error_route!r}"
+                    )
+                else:
+                    error_edges[s.id] = p.error_route
+                if p.error_field not in fields:
+                    problems.append(
+                        f"step {s.id!r} routes errors into field {p.error_field!r}, which "
+                        f"{self.state_type.__name__} does not have"
+                    )
+            elif p.error_route is not None:
+                problems.append(f"step {s.id!r} has error_route but on_error={p.on_error!r}")
+            if isinstance(s, ParallelStep):
+                for f in s.reducers:
+                    if f not in fields:
+                        problems.append(f"parallel {s.id!r} has a reducer for unknown field {f!r}")
+                names = [b for b, _ in s.branches]
+                if not names:
+                    problems.append(f"parallel {s.id!r} has no branches")
+                if len(set(names)) != len(names):
+                    problems.append(f"parallel {s.id!r} has duplicate branch names")
+            if isinstance(s, AwaitStep) and s.into not in fields:
+                problems.append(
+                    f"await {s.id!r} stores its input in field {s.into!r}, which "
+                    f"{self.state_type.__name__} does not have"
+                )
         for f in self._finish:
             if f not in known:
                 problems.append(f"finish {f!r} is not a step")
@@ -325,27 +477,37 @@ class FlowBuilder(Generic[S]):
                 nxt = list(edges.get(cur, ()))
                 if cur in routes:
                     nxt.extend(routes[cur].targets)
-                for n in nxt:
-                    if n in known and n not in reach:
-                        reach.add(n)
-                        todo.append(n)
+                if cur in error_edges:
+                    nxt.append(error_edges[cur])
+                for nxt_id in nxt:
+                    if nxt_id in known and nxt_id not in reach:
+                        reach.add(nxt_id)
+                        todo.append(nxt_id)
+                step = next((s for s in self._steps if s.id == cur), None)
+                if isinstance(step, ConditionStep):
+                    for nested_step in step.steps:
+                        target = error_edges.get(nested_step.id)
+                        if target is not None and target in known and target not in reach:
+                            reach.add(target)
+                            todo.append(target)
             for sid in ids:
                 if sid and sid not in reach:
                     problems.append(f"step {sid!r} is unreachable from entry {entry!r}")
+        if self.keep_last_n is not None and self.keep_last_n < 1:
+            problems.append("keep_last_n must be at least 1 (the latest checkpoint is kept)")
         if problems:
             raise FlowDefinitionError(self.name, problems)
         assert entry is not None
         steps = {s.id: s for s in self._steps}
-        frozen_edges = {k: tuple(v) for k, v in edges.items()}
         topology = {
             "name": self.name,
             "user_version": self.version,
-            "steps": [[s.id, s.kind] for s in self._steps],
+            "steps": [_shape(s) for s in self._steps],
             "edges": sorted(self._edges),
             "routes": {k: list(v.targets) for k, v in sorted(routes.items())},
             "entry": entry,
             "finish": sorted(finish),
-            "state": sorted(self.state_type.model_fields),
+            "state": sorted(fields),
         }
         digest = hashlib.sha256(json.dumps(topology, sort_keys=True).encode()).hexdigest()[:16]
         return CompiledFlow(
@@ -353,11 +515,29 @@ class FlowBuilder(Generic[S]):
             state_type=self.state_type,
             user_version=self.version,
             steps=MappingProxyType(steps),
-            edges=MappingProxyType(frozen_edges),
+            nested=MappingProxyType(nested),
+            edges=MappingProxyType({k: tuple(v) for k, v in edges.items()}),
             routes=MappingProxyType(routes),
             entry=entry,
             finish=frozenset(finish),
             retry=self.retry,
             max_steps=self.max_steps,
+            delete_on_success=self.delete_on_success,
+            keep_last_n=self.keep_last_n,
             version=f"{self.version}+{digest}",
         )
+
+
+def _shape(step: AnyStep) -> list[Any]:
+    """The part of a step that belongs to the topology fingerprint."""
+    shape: list[Any] = [step.id, step.kind]
+    if isinstance(step, ConditionStep):
+        shape.append([n.id for n in step.steps])
+    elif isinstance(step, ParallelStep):
+        shape.append([b for b, _ in step.branches])
+        shape.append(sorted(step.reducers))
+    elif isinstance(step, AwaitStep):
+        shape.append(step.into)
+    if step.policy.on_error == "route":
+        shape.append(["error_route", step.policy.error_route])
+    return shape

@@ -1,21 +1,6 @@
-"""The engine: runs compiled flows step by step and checkpoints each step.
+"""The engine's public API: start, run, resume, cancel, replay, fork, read.
 
-Durability protocol (one commit per step):
-
-* A run is created with revision 0 holding the input state and the entry
-  step recorded ``in_progress`` (attempt 1).
-* When a step completes, ONE checkpoint saves its ``completed`` record, the
-  new state, the step's domain writes, the new frontier and the next step's
-  ``in_progress`` record. A crash before that commit leaves the step
-  ``in_progress``; it runs again on resume (at-least-once, go-micro
-  semantics). A crash after it never runs the step again.
-* A loop step saves one checkpoint per iteration (with that iteration's
-  domain writes), so it resumes at the next iteration.
-* Resuming first saves a checkpoint that bumps the head step's attempt
-  count, so attempts survive restarts.
-* A failed save raises :class:`~desktop_app.errors.StoreError` out of
-  ``run``/``resume``; no later step runs (go-micro
-  ``TestFlowCheckpointSaveFailureStopsRun``).
+How a run is executed and checkpointed is in :mod:`desktop_app.flow.driver`.
 
 Run statuses: ``pending`` (created, not started), ``running``, ``waiting``,
 ``completed``, ``failed``, ``canceled``, ``timed_out``.
@@ -23,11 +8,7 @@ Run statuses: ``pending`` (created, not started), ``running``, ``waiting``,
 
 from __future__ import annotations
 
-import asyncio
-import inspect
-import logging
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,38 +20,28 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     FlowdeskError,
     FlowVersionMismatchError,
+    InputError,
     RevisionConflictError,
     RunStateError,
     StepFailedError,
-    StoreError,
     UnknownFlowError,
 )
 from desktop_app.flow.clock import Clock, SystemClock
-from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.definition import AnyStep, CompiledFlow, LoopStep
-from desktop_app.flow.events import (
-    EventBus,
-    RunFinished,
-    RunProgress,
-    RunStarted,
-    StepFinished,
-    StepResult,
-    StepStarted,
-)
-from desktop_app.flow.state import StateTracker, apply_output, dump_state, load_state
+from desktop_app.flow.context import ExecutionContext
+from desktop_app.flow.definition import AwaitStep, CompiledFlow
+from desktop_app.flow.driver import RunDriver
+from desktop_app.flow.events import EventBus
+from desktop_app.flow.state import apply_output, dump_state, load_state
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
     Checkpoint,
     CheckpointInfo,
     CheckpointStore,
-    DomainWrite,
     RunRecord,
     RunStatus,
     StepRecord,
     parse_checkpoint_id,
 )
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -79,10 +50,10 @@ class RunResult:
 
     Attributes:
         run_id: the run.
-        status: the run status (``completed``, ``failed``, ``waiting``, ...).
-        state: the latest state (the flow's pydantic model).
+        status: ``completed``, ``failed``, ``waiting``, ``canceled``, ...
+        state: the latest state (an instance of the flow's pydantic model).
         revision: the latest checkpoint revision.
-        error: why the run failed or halted, else ``None``.
+        error: why the run failed, halted or paused, else ``None``.
     """
 
     run_id: str
@@ -107,252 +78,6 @@ class ResumePendingResult:
     error: BaseException | None = None
 
 
-class _Canceled(Exception):
-    """Internal: the run was canceled by another writer."""
-
-
-def _call(fn: Callable[..., Any], arity: int, state: Any, ctx: StepContext) -> Any:
-    out = fn(state, ctx) if arity >= 2 else fn(state) if arity == 1 else fn()
-    if inspect.isawaitable(out):
-
-        async def _await() -> Any:
-            return await out
-
-        out = asyncio.run(_await())
-    return out
-
-
-class _RunDriver:
-    """Drives one run from a checkpoint until it finishes, fails or stops."""
-
-    def __init__(self, engine: Engine, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint):
-        self.engine = engine
-        self.store = engine.store
-        self.clock = engine.clock
-        self.events = engine.events
-        self.flow = flow
-        self.run = run
-        self.run_id = run.run_id
-        self.revision = cp.revision
-        self.status: RunStatus = cp.status
-        self.state = load_state(flow.state_type, cp.state, run.run_id, cp.revision)
-        self.tracker = StateTracker(self.state)
-        self.steps: dict[str, StepRecord] = dict(cp.steps)
-        self.frontier: list[str] = list(cp.frontier)
-        self.meta: dict[str, Any] = dict(cp.meta)
-        self.progress = cp.progress
-        self.error = cp.error
-        self.context = ExecutionContext.model_validate(dict(run.context))
-
-    # -- persistence -----------------------------------------------------
-
-    def save(self, step_id: str, writes: Iterable[DomainWrite] = ()) -> None:
-        cp = Checkpoint(
-            run_id=self.run_id,
-            revision=self.revision + 1,
-            status=self.status,
-            state=self.tracker.encode(self.state),
-            steps=dict(self.steps),
-            frontier=tuple(self.frontier),
-            created_at=self.clock.now(),
-            step_id=step_id,
-            progress=self.progress,
-            error=self.error,
-            meta=dict(self.meta),
-        )
-        try:
-            self.store.append(cp, list(writes))
-        except RevisionConflictError:
-            latest = self.store.get_run(self.run_id)
-            if latest.status == "canceled":
-                raise _Canceled() from None
-            raise
-        self.revision = cp.revision
-
-    def result(self) -> RunResult:
-        return RunResult(self.run_id, self.status, self.state, self.revision, self.error)
-
-    # -- execution -------------------------------------------------------
-
-    def mark_resumed(self) -> None:
-        """Bump the head step's attempt (or start it) and mark the run running."""
-        now = self.clock.now()
-        head = self.frontier[0]
-        rec = self.steps.get(head)
-        attempts = rec.attempts + 1 if rec is not None and rec.status == "in_progress" else 1
-        iteration = rec.iteration if rec is not None and rec.status == "in_progress" else 0
-        self.steps[head] = StepRecord(
-            head,
-            "in_progress",
-            attempts=attempts,
-            started_at=now,
-            iteration=iteration,
-            error=rec.error if rec is not None else None,
-            error_type=rec.error_type if rec is not None else None,
-        )
-        self.status = "running"
-        self.error = None
-        self.save(head)
-
-    def drive(self, recovered: bool) -> RunResult:
-        self.events.publish(RunStarted(self.run_id, self.flow.name))
-        try:
-            while self.frontier:
-                sid = self.frontier[0]
-                if self.engine.is_cancel_requested(self.run_id):
-                    raise _Canceled()
-                taken = int(self.meta.get("steps_taken", 0))
-                if taken >= self.flow.max_steps:
-                    self.status = "failed"
-                    self.error = f"halted: max_steps {self.flow.max_steps} reached at step {sid!r}"
-                    self.meta["halt_reason"] = "max_steps"
-                    self.save(sid)
-                    break
-                if not self.run_step(self.flow.step(sid), recovered):
-                    break
-                recovered = False
-        except _Canceled:
-            self.status = "canceled"
-            latest = self.store.latest(self.run_id)
-            self.revision = latest.revision
-            self.error = latest.error
-        self.events.publish(RunFinished(self.run_id, self.status, self.error))
-        return self.result()
-
-    def run_step(self, step: AnyStep, recovered: bool) -> bool:
-        """Run the head step to completion or final failure; False stops the run."""
-        sid = step.id
-        rec = self.steps[sid]
-        retries = step.retry if step.retry > 0 else self.flow.retry
-        while True:
-            self.events.publish(StepStarted(self.run_id, sid, rec.attempts))
-            t0 = time.perf_counter()
-            ctx = StepContext(
-                self.run_id, sid, rec.attempts, self.context, rec.iteration, self.store.query
-            )
-            try:
-                if isinstance(step, LoopStep):
-                    self.run_loop(step, ctx)
-                elif recovered and step.recovery == "resume_only" and rec.attempts > 1:
-                    if step.on_recover is not None:
-                        self.invoke(step.on_recover, ctx)
-                else:
-                    self.invoke(step.fn, ctx)
-            except (_Canceled, StoreError, RevisionConflictError):
-                # storage failed or another writer won: stop, never retry blindly
-                raise
-            except Exception as exc:
-                if self.fail_attempt(step, exc, t0, retries):
-                    return False
-                rec = self.steps[sid]
-                recovered = False
-                continue
-            self.complete(step, ctx, t0)
-            return self.status == "running"
-
-    def invoke(self, fn: Callable[..., Any], ctx: StepContext) -> None:
-        """Call a step function and apply what it returned to the state."""
-        from desktop_app.flow.definition import _arity
-
-        out = _call(fn, _arity(fn), self.state, ctx)
-        self.tracker.check_unmutated(self.state, ctx.step_id)
-        self.state = apply_output(self.flow.state_type, self.state, out)
-
-    def fail_attempt(self, step: AnyStep, exc: BaseException, t0: float, retries: int) -> bool:
-        """Record a failed attempt; True when the run has failed for good."""
-        sid = step.id
-        rec = self.steps[sid]
-        ms = (time.perf_counter() - t0) * 1000
-        message = f"{type(exc).__name__}: {exc}"
-        self.events.publish(StepFinished(self.run_id, StepResult(sid, "error", message, ms)))
-        now = self.clock.now()
-        if rec.attempts <= retries:
-            self.steps[sid] = StepRecord(
-                sid,
-                "in_progress",
-                attempts=rec.attempts + 1,
-                started_at=now,
-                error=message,
-                error_type=type(exc).__name__,
-                iteration=rec.iteration,
-                duration_ms=ms,
-            )
-            self.save(sid)
-            return False
-        self.steps[sid] = StepRecord(
-            sid,
-            "failed",
-            attempts=rec.attempts,
-            started_at=rec.started_at,
-            finished_at=now,
-            error=message,
-            error_type=type(exc).__name__,
-            iteration=rec.iteration,
-            duration_ms=ms,
-        )
-        self.status = "failed"
-        self.error = str(StepFailedError(self.run_id, sid, rec.attempts, message))
-        self.save(sid)
-        return True
-
-    def complete(self, step: AnyStep, ctx: StepContext, t0: float) -> None:
-        sid = step.id
-        rec = self.steps[sid]
-        ms = (time.perf_counter() - t0) * 1000
-        now = self.clock.now()
-        self.steps[sid] = StepRecord(
-            sid,
-            "completed",
-            attempts=rec.attempts,
-            started_at=rec.started_at,
-            finished_at=now,
-            iteration=rec.iteration,
-            duration_ms=ms,
-        )
-        self.meta["steps_taken"] = int(self.meta.get("steps_taken", 0)) + 1
-        nxt = self.flow.next_steps(sid, self.state)
-        self.frontier = self.frontier[1:] + [n for n in nxt if n not in self.frontier[1:]]
-        if self.frontier:
-            head = self.frontier[0]
-            self.steps[head] = StepRecord(head, "in_progress", attempts=1, started_at=now)
-            self.status = "running"
-        else:
-            self.status = "completed"
-        progress = ctx.take_progress()
-        if progress is not None:
-            self.progress = progress
-        self.save(sid, ctx.take_writes())
-        self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
-
-    def run_loop(self, step: LoopStep, ctx: StepContext) -> None:
-        sid = step.id
-        iteration = self.steps[sid].iteration
-        while iteration < step.max_iterations and not step.until(self.state):
-            ctx.iteration = iteration + 1
-            self.invoke(step.body, ctx)
-            iteration += 1
-            if step.on_iteration is not None:
-                step.on_iteration(iteration, self.state)
-            if step.progress is not None:
-                self.progress = step.progress(self.state)
-            elif (p := ctx.take_progress()) is not None:
-                self.progress = p
-            if step.checkpoint_each_iteration:
-                rec = self.steps[sid]
-                self.steps[sid] = StepRecord(
-                    sid,
-                    "in_progress",
-                    attempts=rec.attempts,
-                    started_at=rec.started_at,
-                    iteration=iteration,
-                )
-                self.save(sid, ctx.take_writes())
-                if self.progress is not None:
-                    self.events.publish(RunProgress(self.run_id, *self.progress))
-                if self.engine.is_cancel_requested(self.run_id):
-                    raise _Canceled()
-
-
 class Engine:
     """Runs flows durably over a :class:`CheckpointStore`.
 
@@ -362,8 +87,8 @@ class Engine:
         events: the bus step/run events are published on.
         clock: the source of time (UTC epoch seconds); inject a ManualClock in tests.
 
-    Thread-safety: one engine may drive different runs from different
-    threads; a run driven twice at once loses with ``RevisionConflictError``.
+    One engine may drive different runs from different threads; a run
+    driven twice at once loses with ``RevisionConflictError``.
     """
 
     def __init__(
@@ -378,7 +103,7 @@ class Engine:
         self.events = events if events is not None else EventBus()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._flows: dict[str, CompiledFlow[Any]] = {}
-        self._cancel: set[str] = set()
+        self._cancel: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         for f in flows:
             self.register(f)
@@ -410,38 +135,40 @@ class Engine:
             self.register(flow)
         return flow
 
-    # -- starting and resuming ------------------------------------------
+    def cancel_event(self, run_id: str) -> threading.Event:
+        with self._lock:
+            return self._cancel.setdefault(run_id, threading.Event())
 
-    def start(
+    # -- starting --------------------------------------------------------
+
+    def _create(
         self,
-        flow: CompiledFlow[Any] | str,
-        state: BaseModel | Mapping[str, Any],
+        f: CompiledFlow[Any],
+        state: BaseModel,
         *,
-        run_id: str | None = None,
-        context: ExecutionContext | None = None,
-        flow_key: str | None = None,
-        parent_run_id: str | None = None,
-        _running: bool = False,
+        run_id: str | None,
+        context: ExecutionContext | None,
+        flow_key: str | None,
+        parent_run_id: str | None,
+        running: bool,
+        frontier: tuple[str, ...] | None = None,
+        steps: Mapping[str, StepRecord] | None = None,
+        meta: Mapping[str, Any] | None = None,
     ) -> str:
-        """Create a run (status ``pending``) without executing it; returns its id.
-
-        Raises:
-            pydantic.ValidationError: ``state`` does not fit the flow's model.
-            RevisionConflictError: ``run_id`` is taken.
-            StoreError: the run could not be saved.
-        """
-        f = self._resolve(flow)
-        model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
         rid = run_id or uuid.uuid4().hex
         ctx = (context or ExecutionContext()).model_copy(update={"run_id": rid})
         now = self.clock.now()
-        steps = (
-            {f.entry: StepRecord(f.entry, "in_progress", attempts=1, started_at=now)}
-            if _running
-            else {}
+        front = frontier if frontier is not None else (f.entry,)
+        records = dict(steps or {})
+        status: RunStatus = "pending"
+        if not front:
+            status = "completed"
+        elif running:
+            status = "running"
+            records[front[0]] = StepRecord(front[0], "in_progress", attempts=1, started_at=now)
+        cp = Checkpoint(
+            rid, 0, status, dump_state(state), records, front, now, meta=dict(meta or {})
         )
-        status: RunStatus = "running" if _running else "pending"
-        cp = Checkpoint(rid, 0, status, dump_state(model), steps, (f.entry,), now)
         run = RunRecord(
             run_id=rid,
             flow_name=f.name,
@@ -458,6 +185,30 @@ class Engine:
         self.store.create_run(run, cp)
         return rid
 
+    def start(
+        self,
+        flow: CompiledFlow[Any] | str,
+        state: BaseModel | Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        context: ExecutionContext | None = None,
+        flow_key: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> str:
+        """Create a run (status ``pending``) without executing it; returns its id.
+
+        Raises:
+            pydantic.ValidationError: ``state`` does not fit the flow's model.
+            RevisionConflictError: ``run_id`` is taken.
+            StoreError: the run could not be saved.
+        """
+        f = self._resolve(flow)
+        model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
+        return self._create(
+            f, model, run_id=run_id, context=context, flow_key=flow_key,
+            parent_run_id=parent_run_id, running=False,
+        )
+
     def run(
         self,
         flow: CompiledFlow[Any] | str,
@@ -468,40 +219,29 @@ class Engine:
         flow_key: str | None = None,
         parent_run_id: str | None = None,
     ) -> RunResult:
-        """Start a run and execute it until it completes, fails or waits.
+        """Start a run and execute it until it completes, fails, waits or is canceled.
 
         A step that fails after its last attempt gives a result with status
-        ``failed`` (not an exception). Raises StoreError when a checkpoint
-        cannot be saved; no later step runs.
-        """
-        f = self._resolve(flow)
-        rid = self.start(
-            f,
-            state,
-            run_id=run_id,
-            context=context,
-            flow_key=flow_key,
-            parent_run_id=parent_run_id,
-            _running=True,
-        )
-        run = self.store.get_run(rid)
-        driver = _RunDriver(self, f, run, self.store.latest(rid))
-        return driver.drive(recovered=False)
-
-    def resume(self, run_id: str) -> RunResult:
-        """Continue a run from its latest checkpoint.
-
-        Completed runs: no step runs; the saved result comes back. Failed,
-        pending or interrupted runs continue at their head step (an
-        ``in_progress`` step runs again).
+        ``failed`` (not an exception); an await step gives ``waiting``.
 
         Raises:
-            CheckpointNotFoundError: no such run in this scope.
-            RunStateError: the run was canceled or timed out.
-            FlowVersionMismatchError: the run's flow changed since it started.
-            CheckpointDecodeError: its checkpoint cannot be decoded.
-            UnknownFlowError: its flow is not registered.
+            StoreError: a checkpoint could not be saved; no later step ran.
         """
+        f = self._resolve(flow)
+        model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
+        rid = self._create(
+            f, model, run_id=run_id, context=context, flow_key=flow_key,
+            parent_run_id=parent_run_id, running=True,
+        )
+        return self._drive(f, rid)
+
+    def _drive(self, f: CompiledFlow[Any], run_id: str) -> RunResult:
+        driver = RunDriver(self, f, self.store.get_run(run_id), self.store.latest(run_id))
+        return driver.drive()
+
+    # -- resuming --------------------------------------------------------
+
+    def _load_driver(self, run_id: str) -> RunDriver:
         run = self.store.get_run(run_id)
         if run.status in ("canceled", "timed_out"):
             raise RunStateError(
@@ -511,13 +251,63 @@ class Engine:
         f = self.flow(run.flow_name)
         if run.flow_version != f.version:
             raise FlowVersionMismatchError(run_id, run.flow_version, f.version)
-        cp = self.store.latest(run_id)
-        driver = _RunDriver(self, f, run, cp)
-        if run.status == "completed" or not driver.frontier:
+        return RunDriver(self, f, run, self.store.latest(run_id))
+
+    def resume(self, run_id: str) -> RunResult:
+        """Continue a run from its latest checkpoint.
+
+        Completed runs: nothing runs; the saved result comes back (S1).
+        Failed, pending, paused or interrupted runs continue at their head
+        step (an ``in_progress`` step runs again, S2).
+
+        Raises:
+            CheckpointNotFoundError: no such run in this scope.
+            RunStateError: the run was canceled or timed out, or waits for
+                input (use :meth:`resume_with`).
+            FlowVersionMismatchError: the run's flow changed since it started.
+            CheckpointDecodeError: its checkpoint cannot be decoded.
+            UnknownFlowError: its flow is not registered.
+        """
+        driver = self._load_driver(run_id)
+        if driver.status == "completed" or not driver.frontier:
             return driver.result()
-        self._cancel.discard(run_id)
-        driver.mark_resumed()
-        return driver.drive(recovered=True)
+        if "await" in driver.meta:
+            raise RunStateError(
+                f"run {run_id} waits for input at step {driver.meta['await']['step']!r}; "
+                "answer it with resume_with(run_id, value)"
+            )
+        self.cancel_event(run_id).clear()
+        driver.prepare_resume()
+        return driver.drive()
+
+    def resume_with(self, run_id: str, value: Any) -> RunResult:
+        """Answer a run waiting at an await step and continue the same run.
+
+        ``value`` becomes the await step's output exactly as given (validated
+        against its field's type, not merged into earlier state).
+
+        Raises:
+            RunStateError: the run is not waiting for input.
+            InputError: ``value`` does not fit the field; nothing changed.
+        """
+        from pydantic import ValidationError
+
+        driver = self._load_driver(run_id)
+        pending = driver.meta.get("await")
+        if driver.status != "waiting" or not pending:
+            raise RunStateError(
+                f"run {run_id} is not waiting for input (status {driver.status!r})"
+            )
+        step = driver.flow.step(pending["step"])
+        assert isinstance(step, AwaitStep)
+        try:
+            driver.give_input(step, value)
+        except ValidationError as exc:
+            raise InputError(
+                f"run {run_id}: the answer does not fit field {step.into!r}: "
+                f"{exc.errors()[0]['msg']}"
+            ) from exc
+        return driver.drive()
 
     def resume_pending(self) -> ResumePendingResult:
         """Resume :meth:`pending` runs oldest first; stop at the first error.
@@ -543,8 +333,8 @@ class Engine:
         self, on_result: Callable[[RunRecord, RunResult | BaseException], None] | None = None
     ) -> list[tuple[RunRecord, RunResult | BaseException]]:
         """Resume every interrupted run (``pending`` or ``running``), oldest
-        first, continuing past failures; what the app and ``flowdesk agent``
-        do at launch. Failed runs are left for a person to resume."""
+        first, continuing past failures: what the app and ``flowdesk agent``
+        do at launch. Failed and waiting runs are left for a person."""
         report: list[tuple[RunRecord, RunResult | BaseException]] = []
         for run in self.store.list_runs(statuses=("pending", "running")):
             outcome: RunResult | BaseException
@@ -562,12 +352,12 @@ class Engine:
     def cancel(self, run_id: str, reason: str = "canceled by user") -> RunRecord:
         """Move a pending, running, waiting or failed run to ``canceled``.
 
-        A run being driven in this process stops before its next step.
-        Raises RunStateError for a completed, canceled or timed-out run.
+        A run being driven in this process stops before its next step, also
+        during a retry backoff. Raises RunStateError for a completed,
+        canceled or timed-out run.
         """
-        with self._lock:
-            self._cancel.add(run_id)
-        for _ in range(10):
+        self.cancel_event(run_id).set()
+        for _ in range(20):
             run = self.store.get_run(run_id)
             if run.status in ("completed", "canceled", "timed_out"):
                 raise RunStateError(f"run {run_id} is already {run.status}; nothing to cancel")
@@ -587,10 +377,75 @@ class Engine:
             return self.store.get_run(run_id)
         raise RunStateError(f"run {run_id} kept changing; cancel did not take effect, try again")
 
-    def is_cancel_requested(self, run_id: str) -> bool:
-        return run_id in self._cancel
+    # -- time travel -----------------------------------------------------
+
+    def replay(
+        self,
+        checkpoint_id: str,
+        *,
+        mutate: Callable[[Any], Any] | Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Continue from a checkpoint under a new run id (Agentium ``replay``).
+
+        The new run starts with the checkpoint's state and frontier, keeps the
+        completed step records before it, inherits the context ids (not the
+        run id) and records ``replayed_from`` in its checkpoint meta. The
+        original run and its history are untouched.
+
+        Args:
+            checkpoint_id: ``"<run_id>:<revision>"``.
+            mutate: for a fork: a dict of field updates, or a function given
+                a copy of the state that returns updates or a new state. The
+                result is validated against the state model before anything runs.
+            run_id: the new run's id (default: a new uuid).
+
+        Raises:
+            CheckpointNotFoundError, FlowVersionMismatchError,
+            pydantic.ValidationError (the mutation does not fit the model).
+        """
+        src_id, revision = self._parse(checkpoint_id)
+        src = self.store.get_run(src_id)
+        f = self.flow(src.flow_name)
+        if src.flow_version != f.version:
+            raise FlowVersionMismatchError(src_id, src.flow_version, f.version)
+        cp = self.store.get_checkpoint(src_id, revision)
+        state = load_state(f.state_type, cp.state, src_id, revision)
+        if mutate is not None:
+            out = mutate(state.model_copy(deep=True)) if callable(mutate) else dict(mutate)
+            state = apply_output(f.state_type, state, out)
+            state = f.state_type.model_validate(state.model_dump())
+        kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
+        meta = {k: v for k, v in cp.meta.items() if k in ("steps_taken", "conditions")}
+        meta["replayed_from"] = checkpoint_id
+        context = ExecutionContext.model_validate(dict(src.context))
+        rid = self._create(
+            f, state, run_id=run_id, context=context, flow_key=None, parent_run_id=src_id,
+            running=True, frontier=tuple(cp.frontier), steps=kept, meta=meta,
+        )
+        if not cp.frontier:
+            run = self.store.get_run(rid)
+            return RunResult(rid, run.status, state, 0, None)
+        return self._drive(f, rid)
+
+    def fork(
+        self,
+        checkpoint_id: str,
+        mutate: Callable[[Any], Any] | Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+    ) -> RunResult:
+        """Replay from a checkpoint after changing its state (Agentium ``fork``)."""
+        return self.replay(checkpoint_id, mutate=mutate, run_id=run_id)
 
     # -- reading (never runs anything) -----------------------------------
+
+    @staticmethod
+    def _parse(checkpoint_id: str) -> tuple[str, int]:
+        try:
+            return parse_checkpoint_id(checkpoint_id)
+        except ValueError as exc:
+            raise CheckpointNotFoundError(str(exc)) from exc
 
     def get(self, run_id: str) -> Any:
         """The latest state, decoded into the flow's model. Runs nothing."""
@@ -607,15 +462,13 @@ class Engine:
         return self.store.list_runs(statuses=PENDING_STATUSES)
 
     def waiting(self) -> list[RunRecord]:
+        """Runs waiting for input or an operator, oldest first."""
         return self.store.list_runs(statuses=("waiting",))
 
     def history(self, run_id: str) -> list[CheckpointInfo]:
+        """Every retained checkpoint of the run, oldest first, with stable ids."""
         return self.store.history(run_id)
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
-        try:
-            run_id, revision = parse_checkpoint_id(checkpoint_id)
-        except ValueError as exc:
-            raise CheckpointNotFoundError(str(exc)) from exc
-        return self.store.get_checkpoint(run_id, revision)
+        return self.store.get_checkpoint(*self._parse(checkpoint_id))

@@ -64,6 +64,8 @@ class StepRecord:
         error / error_type: message and exception class name of the last failure.
         iteration: for loop steps, iterations completed and checkpointed.
         duration_ms: wall time of the last attempt in milliseconds.
+        next_retry_at: UTC epoch seconds before which the next attempt must
+            not start (a durable backoff), or ``None``.
     """
 
     step_id: str
@@ -75,6 +77,7 @@ class StepRecord:
     error_type: str | None = None
     iteration: int = 0
     duration_ms: float | None = None
+    next_retry_at: float | None = None
 
     def to_json(self) -> dict[str, JSON]:
         return {
@@ -87,6 +90,7 @@ class StepRecord:
             "error_type": self.error_type,
             "iteration": self.iteration,
             "duration_ms": self.duration_ms,
+            "next_retry_at": self.next_retry_at,
         }
 
     @classmethod
@@ -101,6 +105,7 @@ class StepRecord:
             error_type=data.get("error_type"),
             iteration=int(data.get("iteration", 0)),
             duration_ms=data.get("duration_ms"),
+            next_retry_at=data.get("next_retry_at"),
         )
 
 

@@ -1,0 +1,566 @@
+"""Driving one run: executing steps and checkpointing after each.
+
+Durability protocol (one commit per step):
+
+* A run is created with revision 0 holding the input state and the entry
+  step recorded ``in_progress`` (attempt 1).
+* When a step completes, ONE checkpoint saves its ``completed`` record, the
+  new state (only changed fields, see ``StateTracker``), the step's domain
+  writes, the new frontier and the next step's ``in_progress`` record. A
+  crash before that commit leaves the step ``in_progress``: it runs again on
+  resume (at-least-once, go-micro semantics). A crash after it never runs the
+  step again.
+* Loop iterations, finished parallel branches and nested condition steps
+  are checkpointed as they finish, so a crash re-runs only what was in flight.
+* A failed attempt with retries left saves the next attempt number and the
+  time before which it must not start (``next_retry_at``); a restart during
+  the backoff waits for the stored time, then runs that attempt.
+* A failed save raises ``StoreError`` out of the driver; no later step runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TYPE_CHECKING, Any, Literal
+
+from desktop_app.errors import (
+    FanInConflictError,
+    RevisionConflictError,
+    StepFailedError,
+    StepTimeoutError,
+    StoreError,
+)
+from desktop_app.flow.context import ExecutionContext, StepContext
+from desktop_app.flow.definition import (
+    AnyStep,
+    AwaitStep,
+    CompiledFlow,
+    ConditionStep,
+    LoopStep,
+    ParallelStep,
+    Step,
+    _arity,
+)
+from desktop_app.flow.events import (
+    RunFinished,
+    RunProgress,
+    RunStarted,
+    StepFinished,
+    StepResult,
+    StepStarted,
+)
+from desktop_app.flow.state import StateTracker, apply_output, load_state
+from desktop_app.store.protocol import (
+    Checkpoint,
+    DomainWrite,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+)
+
+if TYPE_CHECKING:
+    from desktop_app.flow.engine import Engine, RunResult
+
+Outcome = Literal["ok", "stop", "routed"]
+
+
+class Canceled(Exception):
+    """Internal: the run was canceled (by this process or another writer)."""
+
+
+def call_step(
+    fn: Callable[..., Any], state: Any, ctx: StepContext, timeout_s: float | None = None
+) -> Any:
+    """Call ``fn(state, ctx)`` (or fewer args), awaiting coroutines, within ``timeout_s``.
+
+    Raises:
+        StepTimeoutError: the attempt ran past ``timeout_s``.
+    """
+    arity = _arity(fn)
+    args = (state, ctx)[:arity]
+    if inspect.iscoroutinefunction(fn):
+
+        async def _run() -> Any:
+            if timeout_s is None:
+                return await fn(*args)
+            try:
+                return await asyncio.wait_for(fn(*args), timeout_s)
+            except TimeoutError:
+                raise StepTimeoutError(ctx.step_id, timeout_s) from None
+
+        return asyncio.run(_run())
+    if timeout_s is None:
+        out = fn(*args)
+        if inspect.isawaitable(out):
+
+            async def _await() -> Any:
+                return await out
+
+            out = asyncio.run(_await())
+        return out
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["out"] = call_step(fn, state, ctx)
+        except BaseException as exc:  # handed to the caller's thread
+            box["exc"] = exc
+
+    worker = threading.Thread(target=target, name=f"step-{ctx.step_id}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise StepTimeoutError(ctx.step_id, timeout_s)
+    if "exc" in box:
+        raise box["exc"]
+    return box.get("out")
+
+
+class RunDriver:
+    """Drives one run from a checkpoint until it finishes, fails, waits or is canceled."""
+
+    def __init__(
+        self, engine: Engine, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint
+    ) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.clock = engine.clock
+        self.events = engine.events
+        self.flow = flow
+        self.run = run
+        self.run_id = run.run_id
+        self.revision = cp.revision
+        self.status: RunStatus = cp.status
+        self.state = load_state(flow.state_type, cp.state, run.run_id, cp.revision)
+        self.tracker = StateTracker(self.state)
+        self.steps: dict[str, StepRecord] = dict(cp.steps)
+        self.frontier: list[str] = list(cp.frontier)
+        self.meta: dict[str, Any] = dict(cp.meta)
+        self.progress = cp.progress
+        self.error = cp.error
+        self.context = ExecutionContext.model_validate(dict(run.context))
+        self.cancel_event = engine.cancel_event(run.run_id)
+        self.recovering: str | None = None
+
+    # -- persistence -----------------------------------------------------
+
+    def save(self, step_id: str, writes: Iterable[DomainWrite] = ()) -> None:
+        cp = Checkpoint(
+            run_id=self.run_id,
+            revision=self.revision + 1,
+            status=self.status,
+            state=self.tracker.encode(self.state),
+            steps=dict(self.steps),
+            frontier=tuple(self.frontier),
+            created_at=self.clock.now(),
+            step_id=step_id,
+            progress=self.progress,
+            error=self.error,
+            meta=dict(self.meta),
+        )
+        try:
+            self.store.append(cp, list(writes))
+        except RevisionConflictError:
+            if self.store.get_run(self.run_id).status == "canceled":
+                raise Canceled() from None
+            raise
+        self.revision = cp.revision
+        keep = self.flow.keep_last_n
+        if keep is not None and cp.revision >= 2 * keep and cp.revision % keep == 0:
+            self.store.prune(self.run_id, keep)
+
+    def result(self) -> RunResult:
+        from desktop_app.flow.engine import RunResult
+
+        return RunResult(self.run_id, self.status, self.state, self.revision, self.error)
+
+    def check_cancel(self) -> None:
+        if self.cancel_event.is_set():
+            raise Canceled()
+
+    # -- entry points ----------------------------------------------------
+
+    def prepare_resume(self) -> None:
+        """Record that the head step is attempted again, and mark the run running.
+
+        * in progress, no pending backoff: the process died mid-attempt, so
+          this is a new attempt (count + 1); ``resume_only`` steps recover.
+        * in progress with ``next_retry_at``: that attempt never started.
+        * failed or paused by an operator: a fresh attempt budget.
+        """
+        now = self.clock.now()
+        head = self.frontier[0]
+        rec = self.steps.get(head)
+        self.meta.pop("pause", None)
+        if rec is not None and rec.status == "in_progress" and rec.next_retry_at is not None:
+            pass
+        elif rec is not None and rec.status == "in_progress":
+            self.steps[head] = StepRecord(
+                head,
+                "in_progress",
+                attempts=rec.attempts + 1,
+                started_at=now,
+                iteration=rec.iteration,
+                error=rec.error,
+                error_type=rec.error_type,
+            )
+            self.recovering = head
+        else:
+            iteration = rec.iteration if rec is not None else 0
+            self.steps[head] = StepRecord(
+                head, "in_progress", attempts=1, started_at=now, iteration=iteration
+            )
+        self.status = "running"
+        self.error = None
+        self.save(head)
+
+    def give_input(self, step: AwaitStep, value: Any) -> None:
+        """Complete a waiting await step with ``value`` (validated, as given)."""
+        new = self.state.model_copy()
+        self.flow.state_type.__pydantic_validator__.validate_assignment(new, step.into, value)
+        self.state = new
+        self.meta.pop("await", None)
+        self.status = "running"
+        self.steps[step.id] = StepRecord(
+            step.id, "in_progress", attempts=1, started_at=self.clock.now()
+        )
+        self.complete(step, None, time.perf_counter())
+
+    def drive(self) -> RunResult:
+        self.events.publish(RunStarted(self.run_id, self.flow.name))
+        try:
+            while self.frontier and self.status == "running":
+                self.check_cancel()
+                sid = self.frontier[0]
+                taken = int(self.meta.get("steps_taken", 0))
+                if taken >= self.flow.max_steps:
+                    self.status = "failed"
+                    self.error = f"halted: max_steps {self.flow.max_steps} reached at step {sid!r}"
+                    self.meta["halt_reason"] = "max_steps"
+                    self.save(sid)
+                    break
+                self.run_head(self.flow.step(sid))
+        except Canceled:
+            latest = self.store.latest(self.run_id)
+            if latest.status != "canceled":
+                raise
+            self.status = "canceled"
+            self.revision = latest.revision
+            self.error = latest.error
+        self.events.publish(RunFinished(self.run_id, self.status, self.error))
+        if self.status == "completed" and self.flow.delete_on_success:
+            self.store.delete_run(self.run_id)
+        elif self.flow.keep_last_n is not None and self.status != "running":
+            self.store.prune(self.run_id, self.flow.keep_last_n)
+        return self.result()
+
+    # -- one step --------------------------------------------------------
+
+    def run_head(self, step: AnyStep) -> None:
+        if isinstance(step, AwaitStep):
+            self.suspend_for_input(step)
+            return
+        body = self.body_of(step)
+        self.recovering = None
+        try:
+            outcome, ctx, t0 = self.attempt(step, step.id, body)
+        except _NestedStopped:
+            return  # the nested step's failure was recorded and saved
+        if outcome == "ok":
+            self.complete(step, ctx, t0)
+
+    def body_of(self, step: AnyStep) -> Callable[[StepContext], None]:
+        """What one attempt of ``step`` does."""
+
+        def body(ctx: StepContext) -> None:
+            if isinstance(step, ConditionStep):
+                self.run_condition(step, ctx)
+            elif isinstance(step, ParallelStep):
+                self.run_parallel(step, ctx)
+            elif isinstance(step, LoopStep):
+                self.run_loop(step, ctx)
+            elif isinstance(step, Step):
+                if recovering and step.policy.recovery == "resume_only":
+                    if step.policy.on_recover is not None:
+                        self.invoke(step.policy.on_recover, ctx)
+                else:
+                    self.invoke(step.fn, ctx, step.policy.timeout_s)
+
+        recovering = self.recovering == step.id
+        return body
+
+    def attempt(
+        self, step: AnyStep | Step, record_id: str, body: Callable[[StepContext], None]
+    ) -> tuple[Outcome, StepContext, float]:
+        """Run ``body`` under the step's retry policy; returns how it ended."""
+        while True:
+            rec = self.steps[record_id]
+            if rec.next_retry_at is not None:
+                wait = rec.next_retry_at - self.clock.now()
+                if wait > 0 and not self.clock.sleep(wait, self.cancel_event):
+                    raise Canceled()
+                self.check_cancel()
+            self.events.publish(StepStarted(self.run_id, record_id, rec.attempts))
+            t0 = time.perf_counter()
+            ctx = StepContext(
+                self.run_id, record_id, rec.attempts, self.context, rec.iteration, self.store.query
+            )
+            try:
+                body(ctx)
+            except (Canceled, StoreError, RevisionConflictError, _NestedStopped):
+                raise  # storage failed, the run was canceled, or a nested step decided
+            except Exception as exc:
+                outcome = self.after_failure(step, record_id, exc, t0)
+                if outcome == "retry":
+                    continue
+                return outcome, ctx, t0
+            return "ok", ctx, t0
+
+    def after_failure(
+        self, step: AnyStep | Step, record_id: str, exc: Exception, t0: float
+    ) -> Outcome | Literal["retry"]:
+        rec = self.steps[record_id]
+        ms = (time.perf_counter() - t0) * 1000
+        message = f"{type(exc).__name__}: {exc}"
+        self.events.publish(StepFinished(self.run_id, StepResult(record_id, "error", message, ms)))
+        now = self.clock.now()
+        policy = self.flow.retry
+        retries = step.policy.retry if step.policy.retry > 0 else policy.retries
+        if policy.is_retryable(exc) and rec.attempts <= retries:
+            delay = policy.backoff.delay(rec.attempts)
+            self.steps[record_id] = StepRecord(
+                record_id,
+                "in_progress",
+                attempts=rec.attempts + 1,
+                started_at=rec.started_at,
+                error=message,
+                error_type=type(exc).__name__,
+                iteration=rec.iteration,
+                duration_ms=ms,
+                next_retry_at=now + delay if delay > 0 else None,
+            )
+            self.save(record_id)
+            return "retry"
+        failed = StepRecord(
+            record_id,
+            "failed",
+            attempts=rec.attempts,
+            started_at=rec.started_at,
+            finished_at=now,
+            error=message,
+            error_type=type(exc).__name__,
+            iteration=rec.iteration,
+            duration_ms=ms,
+        )
+        self.steps[record_id] = failed
+        head = self.frontier[0]
+        if step.policy.on_error == "route" and step.policy.error_route is not None:
+            new = self.state.model_copy()
+            self.flow.state_type.__pydantic_validator__.validate_assignment(
+                new, step.policy.error_field, message
+            )
+            self.state = new
+            target = step.policy.error_route
+            if head != record_id:  # a nested step failed: its parent is done too
+                self.steps[head] = StepRecord(
+                    head, "failed", attempts=self.steps[head].attempts, finished_at=now,
+                    error=message, error_type=type(exc).__name__,
+                )
+            self.frontier = [target, *[f for f in self.frontier[1:] if f != target]]
+            self.steps[target] = StepRecord(target, "in_progress", attempts=1, started_at=now)
+            self.meta["steps_taken"] = int(self.meta.get("steps_taken", 0)) + 1
+            self.save(record_id)
+            return "routed"
+        if step.policy.on_error == "pause":
+            self.status = "waiting"
+            self.error = f"paused after step {record_id!r} failed: {message}"
+            self.meta["pause"] = {"step": record_id, "error": message}
+        else:
+            self.status = "failed"
+            self.error = str(StepFailedError(self.run_id, record_id, rec.attempts, message))
+        self.save(record_id)
+        return "stop"
+
+    def invoke(
+        self, fn: Callable[..., Any], ctx: StepContext, timeout_s: float | None = None
+    ) -> None:
+        """Call a step function and apply what it returned to the state."""
+        out = call_step(fn, self.state, ctx, timeout_s)
+        self.tracker.check_unmutated(self.state, ctx.step_id)
+        self.state = apply_output(self.flow.state_type, self.state, out)
+
+    def complete(self, step: AnyStep, ctx: StepContext | None, t0: float) -> None:
+        sid = step.id
+        rec = self.steps[sid]
+        ms = (time.perf_counter() - t0) * 1000
+        now = self.clock.now()
+        self.steps[sid] = StepRecord(
+            sid,
+            "completed",
+            attempts=rec.attempts,
+            started_at=rec.started_at,
+            finished_at=now,
+            iteration=rec.iteration,
+            duration_ms=ms,
+        )
+        self.meta["steps_taken"] = int(self.meta.get("steps_taken", 0)) + 1
+        branches = self.meta.get("branches")
+        if isinstance(branches, dict) and sid in branches:
+            self.meta["branches"] = {k: v for k, v in branches.items() if k != sid}
+        nxt = self.flow.next_steps(sid, self.state)
+        rest = self.frontier[1:]
+        self.frontier = rest + [n for n in nxt if n not in rest]
+        if self.frontier:
+            head = self.frontier[0]
+            self.steps[head] = StepRecord(head, "in_progress", attempts=1, started_at=now)
+            self.status = "running"
+        else:
+            self.status = "completed"
+        writes: list[DomainWrite] = []
+        if ctx is not None:
+            progress = ctx.take_progress()
+            if progress is not None:
+                self.progress = progress
+            writes = ctx.take_writes()
+        self.save(sid, writes)
+        self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
+
+    # -- step kinds ------------------------------------------------------
+
+    def suspend_for_input(self, step: AwaitStep) -> None:
+        self.steps[step.id] = StepRecord(
+            step.id, "waiting", attempts=1, started_at=self.clock.now()
+        )
+        self.status = "waiting"
+        self.meta["await"] = {"step": step.id, "into": step.into, "prompt": step.prompt}
+        self.save(step.id)
+
+    def run_loop(self, step: LoopStep, ctx: StepContext) -> None:
+        sid = step.id
+        iteration = self.steps[sid].iteration
+        while iteration < step.max_iterations and not step.until(self.state):
+            ctx.iteration = iteration + 1
+            self.invoke(step.body, ctx, step.policy.timeout_s)
+            iteration += 1
+            if step.on_iteration is not None:
+                step.on_iteration(iteration, self.state)
+            if step.progress is not None:
+                self.progress = step.progress(self.state)
+            elif (p := ctx.take_progress()) is not None:
+                self.progress = p
+            rec = self.steps[sid]
+            self.steps[sid] = StepRecord(
+                sid, "in_progress", attempts=rec.attempts, started_at=rec.started_at,
+                iteration=iteration,
+            )
+            if step.checkpoint_each_iteration:
+                self.save(sid, ctx.take_writes())
+                if self.progress is not None:
+                    self.events.publish(RunProgress(self.run_id, *self.progress))
+            self.check_cancel()
+
+    def run_condition(self, step: ConditionStep, ctx: StepContext) -> None:
+        decided = dict(self.meta.get("conditions", {}))
+        if step.id not in decided:
+            decided[step.id] = bool(step.predicate(self.state))
+            self.meta["conditions"] = decided
+        if not decided[step.id]:
+            for n in step.steps:
+                self.steps[n.id] = StepRecord(n.id, "skipped")
+                self.events.publish(
+                    StepFinished(self.run_id, StepResult(n.id, "skipped", None, 0.0))
+                )
+            return
+        for n in step.steps:
+            rec = self.steps.get(n.id)
+            if rec is not None and rec.status == "completed":
+                continue
+            attempts = rec.attempts + 1 if rec is not None and rec.status == "in_progress" else 1
+            self.steps[n.id] = StepRecord(
+                n.id, "in_progress", attempts=attempts, started_at=self.clock.now()
+            )
+            outcome, nctx, t0 = self.attempt(n, n.id, self.body_of(n))
+            if outcome != "ok":
+                raise _NestedStopped(outcome)
+            ms = (time.perf_counter() - t0) * 1000
+            done = self.steps[n.id]
+            self.steps[n.id] = StepRecord(
+                n.id, "completed", attempts=done.attempts, started_at=done.started_at,
+                finished_at=self.clock.now(), duration_ms=ms,
+            )
+            self.save(n.id, nctx.take_writes())
+            self.events.publish(StepFinished(self.run_id, StepResult(n.id, "done", None, ms)))
+
+    def run_parallel(self, step: ParallelStep, ctx: StepContext) -> None:
+        model = self.flow.state_type
+        validator = model.__pydantic_validator__
+        all_done = dict(self.meta.get("branches", {}))
+        done: dict[str, Any] = dict(all_done.get(step.id, {}))
+        base = self.state
+        pending = [(name, fn) for name, fn in step.branches if name not in done]
+
+        def run_branch(name: str, fn: Callable[..., Any]) -> tuple[dict[str, Any], list[Any]]:
+            bctx = StepContext(
+                self.run_id, f"{step.id}/{name}", ctx.attempt, self.context, 0, self.store.query
+            )
+            out = call_step(fn, base, bctx, step.policy.timeout_s)
+            if out is None:
+                out = {}
+            if not isinstance(out, dict):
+                raise TypeError(
+                    f"parallel branch {name!r} must return a dict of field updates or None"
+                )
+            tmp = base.model_copy()
+            for field_name, value in out.items():
+                validator.validate_assignment(tmp, field_name, value)
+            return tmp.model_dump(mode="json", include=set(out)), bctx.take_writes()
+
+        errors: dict[str, BaseException] = {}
+        if pending:
+            workers = max(1, min(step.max_concurrency, len(pending)))
+            with ThreadPoolExecutor(workers, thread_name_prefix=f"branch-{step.id}") as pool:
+                futures = {pool.submit(run_branch, name, fn): name for name, fn in pending}
+                for fut in as_completed(futures):
+                    name = futures[fut]
+                    try:
+                        encoded, writes = fut.result()
+                    except Exception as exc:
+                        errors[name] = exc
+                        continue
+                    done[name] = encoded
+                    all_done[step.id] = dict(done)
+                    self.meta["branches"] = dict(all_done)
+                    self.save(step.id, writes)
+        if errors:
+            first = next(name for name, _ in step.branches if name in errors)
+            raise errors[first]
+        state = base.model_copy()
+        written: set[str] = set()
+        for name, _ in step.branches:  # declared order, never completion order
+            decoded = base.model_copy()
+            for field_name, value in done[name].items():
+                validator.validate_assignment(decoded, field_name, value)
+                update = getattr(decoded, field_name)
+                reducer = step.reducers.get(field_name)
+                if reducer is not None:
+                    update = reducer(getattr(state, field_name), update)
+                elif field_name in written:
+                    raise FanInConflictError(
+                        f"parallel {step.id!r}: branches both write {field_name!r}; declare a "
+                        f"reducer for it"
+                    )
+                written.add(field_name)
+                validator.validate_assignment(state, field_name, update)
+        self.state = state
+
+
+class _NestedStopped(Exception):
+    """Internal: a nested step stopped the run (failed, paused or routed)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
