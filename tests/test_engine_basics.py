@@ -145,6 +145,7 @@ def test_failed_step_fails_run_and_resume_retries_it(store):
     assert again.status == "completed" and again.state.value == 7
 
 
+@pytest.mark.scenario("S15")
 def test_retry_n_means_n_plus_one_attempts(store):
     from desktop_app.flow import FlowBuilder
 
@@ -160,6 +161,7 @@ def test_retry_n_means_n_plus_one_attempts(store):
     assert store.latest(res.run_id).steps["x"].attempts == 3
 
 
+@pytest.mark.scenario("S14")
 def test_cancel_then_resume_is_refused(store):
     calls: Counter[str] = Counter()
     engine = Engine(store, flows=[counting_flow(calls)])
@@ -170,6 +172,7 @@ def test_cancel_then_resume_is_refused(store):
     assert calls == {}
 
 
+@pytest.mark.scenario("S10")
 def test_changed_flow_version_refuses_resume(store):
     calls: Counter[str] = Counter()
     engine = Engine(store, flows=[counting_flow(calls, crash_in={"s2"})])
@@ -182,6 +185,7 @@ def test_changed_flow_version_refuses_resume(store):
     assert calls == {"s1": 1, "s2": 1}
 
 
+@pytest.mark.scenario("S4")
 def test_failed_save_stops_the_run(tmp_path):
     """A store that fails on the second append: the run stops with StoreError."""
 

@@ -12,6 +12,8 @@ Choices (see README, "The SQLite file"):
 * ``synchronous=FULL`` by default: with NORMAL a commit can roll back after a
   power loss and a finished step would run again. ``fullfsync`` (macOS) is an
   opt-in setting.
+* ``auto_vacuum=INCREMENTAL`` on a new file, so space freed by pruning and
+  deleting runs goes back to the file system (``SqliteCheckpointStore.vacuum``).
 * The file is created with mode 0600 before SQLite opens it; SQLite gives its
   ``-wal`` and ``-shm`` files the same mode.
 """
@@ -130,6 +132,9 @@ def open_connection(
     try:
         conn = apsw.Connection(str(p))
         conn.set_busy_timeout(int(busy_timeout_s * 1000))
+        if conn.execute("PRAGMA page_count").fetchall()[0][0] == 0:
+            # only settable before the first table: lets pruning give space back
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
         if str(mode).lower() != "wal":
             raise StoreError(f"could not switch {p} to WAL mode (got {mode!r}).")

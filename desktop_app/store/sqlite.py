@@ -248,6 +248,7 @@ class SqliteCheckpointStore:
         except apsw.Error as exc:
             raise self._err(exc) from exc
         self._last.pop(run_id, None)
+        self.vacuum(min_free_pages=256)
 
     @_locked
     def prune(self, run_id: str, keep_last_n: int) -> int:
@@ -277,6 +278,7 @@ class SqliteCheckpointStore:
                 self._write_checkpoint(base, None)
         except apsw.Error as exc:
             raise self._err(exc) from exc
+        self.vacuum(min_free_pages=256)
         return int(deleted)
 
     # -- reads -----------------------------------------------------------
@@ -410,6 +412,19 @@ class SqliteCheckpointStore:
     def query(self, op: Callable[[Any], T]) -> T:
         try:
             return op(self.conn)
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
+    @_locked
+    def vacuum(self, min_free_pages: int = 0) -> int:
+        """Give free pages back to the file system (``PRAGMA incremental_vacuum``)
+        when more than ``min_free_pages`` are free; returns the pages freed."""
+        try:
+            free = int(_scalar(self.conn.execute("PRAGMA freelist_count")))
+            if free <= min_free_pages:
+                return 0
+            self.conn.execute("PRAGMA incremental_vacuum").fetchall()
+            return free - int(_scalar(self.conn.execute("PRAGMA freelist_count")))
         except apsw.Error as exc:
             raise self._err(exc) from exc
 

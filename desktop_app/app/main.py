@@ -1,0 +1,425 @@
+"""The Flowdesk Textual app: wiring, thread workers and live updates.
+
+Threads:
+
+* ``_startup`` applies the schema (the app's explicit, visible choice: the
+  files applied are announced) and opens ONE engine plus a read-only view
+  for the UI. Nothing here runs SQL: only :mod:`desktop_app.bootstrap`, the
+  :class:`~desktop_app.flow.Engine` and the store protocol are used.
+* ``_recover`` resumes interrupted runs at launch (``Engine.recover``).
+* ``_drive`` runs or resumes one run; at most one driver per run id.
+
+The engine's store serialises its connection across the worker threads.
+The UI thread reads through a second connection of its own, so a write
+waiting for another process's lock (or an fsync) never freezes the screen,
+and ``data_version`` on it changes whenever anyone (this app's engine or
+another process) commits. Engine events arrive on worker threads and are
+forwarded as messages (``post_message`` is thread-safe); progress is coalesced.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.notifications import SeverityLevel
+from textual.screen import Screen
+
+from desktop_app import bootstrap
+from desktop_app.app.format import plural, short_id
+from desktop_app.app.messages import (
+    EngineReady,
+    ProgressTick,
+    RecoveryFinished,
+    RunChanged,
+    StartupFailed,
+)
+from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.new_run import NewDigestScreen
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.config import Settings
+from desktop_app.errors import FlowdeskError
+from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
+from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
+from desktop_app.flows.digest import DigestInput, DigestState
+from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus
+
+T = TypeVar("T")
+
+#: Run statuses ``Engine.recover`` resumes at launch.
+INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A message shown to the user (kept after its toast disappears)."""
+
+    message: str
+    severity: SeverityLevel = "information"
+
+
+def recovery_summary(outcomes: Iterable[RunResult | BaseException]) -> tuple[str, bool]:
+    """``("Resumed N runs: X completed, Y failed", problem?)``."""
+    done = list(outcomes)
+    results = [o for o in done if isinstance(o, RunResult)]
+    errors = [o for o in done if not isinstance(o, RunResult)]
+    completed = sum(r.status == "completed" for r in results)
+    failed = sum(r.status == "failed" for r in results)
+    parts = [f"{completed} completed", f"{failed} failed"]
+    other = len(results) - completed - failed
+    if other:
+        parts.append(f"{other} waiting or stopped")
+    if errors:
+        parts.append(f"{len(errors)} not resumed")
+    return f"Resumed {plural(len(done), 'run')}: {', '.join(parts)}", bool(failed or errors)
+
+
+class FlowdeskApp(App[None]):
+    """Runs dashboard, run detail, new digest runs and launch recovery."""
+
+    TITLE = "Flowdesk"
+    CSS_PATH = "flowdesk.tcss"
+    BINDINGS = [Binding("q", "quit", "Quit")]
+    #: Seconds between checks of the store's ``data_version``.
+    POLL_S = 1.0
+
+    def __init__(self, settings: Settings, *, flows: list[CompiledFlow[Any]] | None = None) -> None:
+        """``flows`` replaces the built-in flows (tests use instrumented ones)."""
+        super().__init__()
+        self.settings = settings
+        self._custom_flows = flows
+        self.engine: Engine | None = None
+        self.reader: CheckpointStore | None = None
+        self.schema: bootstrap.SchemaReport | None = None
+        self.startup_error: str | None = None
+        self.recovery: str | None = None
+        self.notices: list[Notice] = []
+        self._driving: set[str] = set()
+        self._driving_lock = threading.Lock()
+        self._recover_listed = threading.Event()
+        self._progress: dict[str, tuple[int, int]] = {}
+        self._progress_lock = threading.Lock()
+        self._data_version: int | None = None
+        self._last_read_error: str | None = None
+        self._quitting = False
+        self.sub_title = str(settings.db_path)
+
+    # -- screens ---------------------------------------------------------
+
+    def get_default_screen(self) -> Screen[Any]:
+        return RunsScreen()
+
+    @property
+    def runs_screen(self) -> RunsScreen:
+        screen = self.screen_stack[0]
+        assert isinstance(screen, RunsScreen)
+        return screen
+
+    def _live_screens(self) -> list[RunsScreen | RunDetailScreen]:
+        return [s for s in self.screen_stack if isinstance(s, RunsScreen | RunDetailScreen)]
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand(
+            "New digest run",
+            "Summarise every file of a folder into digest.md",
+            self.action_new_digest,
+        )
+        if isinstance(screen, RunsScreen):
+            yield SystemCommand(
+                "Open run", "Steps and checkpoints of the selected run", screen.action_open_run
+            )
+            yield SystemCommand("Resume run", "Resume the selected run", screen.action_resume_run)
+        if isinstance(screen, RunDetailScreen):
+            yield SystemCommand("Resume run", "Resume this run", screen.action_resume)
+
+    # -- notices and reads -----------------------------------------------
+
+    def say(self, message: str, severity: SeverityLevel = "information") -> None:
+        """Notify the user and keep the notice in :attr:`notices` (thread-safe)."""
+        self.notices.append(Notice(message, severity))
+        self.notify(
+            message, severity=severity, markup=False, timeout=12 if severity == "error" else None
+        )
+
+    def read(self, op: Callable[[CheckpointStore], T], *, quiet: bool = False) -> T | None:
+        """Run a read on the UI's store; a Flowdesk error becomes a notice and ``None``."""
+        store = self.reader
+        if store is None:
+            return None
+        try:
+            return op(store)
+        except FlowdeskError as exc:
+            message = str(exc)
+            if not quiet and message != self._last_read_error:
+                self._last_read_error = message
+                self.say(message, "error")
+            return None
+
+    # -- startup ---------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.set_interval(self.POLL_S, self._poll)
+        self._startup()
+
+    @work(thread=True, group="startup", name="open database")
+    def _startup(self) -> None:
+        settings = self.settings
+        try:
+            report = bootstrap.apply_schema(settings)
+            events = EventBus()
+            events.subscribe(self._on_engine_event)
+            engine = bootstrap.build_engine(settings, flows=self._custom_flows, events=events)
+            try:
+                reader = bootstrap.open_sqlite_store(settings)
+            except BaseException:
+                engine.store.close()
+                raise
+        except FlowdeskError as exc:
+            self.post_message(StartupFailed(str(exc)))
+            return
+        except Exception as exc:  # never a traceback in the user's face
+            self.post_message(
+                StartupFailed(f"could not open {settings.db_path}: {type(exc).__name__}: {exc}")
+            )
+            return
+        self.schema = report
+        self.engine = engine
+        self.reader = reader
+        if self._quitting:  # the app quit while we were opening
+            engine.store.close()
+            reader.close()
+            return
+        self.post_message(EngineReady())
+
+    def on_startup_failed(self, message: StartupFailed) -> None:
+        self.startup_error = message.error
+        self._recover_listed.set()
+        self.say(message.error, "error")
+        screen = self.runs_screen
+        screen.banner.show_error(f"Cannot open the database: {message.error}")
+        screen.status_line.say(
+            "Nothing was changed. Quit with q and start Flowdesk with --db PATH "
+            "or FLOWDESK_DB_PATH pointing at a usable file."
+        )
+
+    def on_engine_ready(self, _message: EngineReady) -> None:
+        report = self.schema
+        assert report is not None
+        if report.applied:
+            self.say(f"Applied schema {', '.join(report.applied)} to {report.path}")
+            status = f"Database {report.path}: schema applied now ({len(report.applied)} files)."
+        else:
+            status = f"Database {report.path}: schema up to date."
+        self.runs_screen.status_line.say(status)
+        self._poll()
+        if self.settings.recover_on_launch:
+            self._start_recovery()
+        else:
+            self._recover_listed.set()
+
+    # -- launch recovery -------------------------------------------------
+
+    def _start_recovery(self) -> None:
+        interrupted = self.read(lambda s: s.list_runs(statuses=INTERRUPTED))
+        if not interrupted:
+            self._recover_listed.set()
+            return
+        ids = frozenset(r.run_id for r in interrupted)
+        with self._driving_lock:
+            self._driving.update(ids)
+        text = f"Resuming {plural(len(ids), 'interrupted run')}…"
+        self.say(text)
+        self.runs_screen.status_line.say(text)
+        self._recover(ids)
+
+    @work(thread=True, group="recover", name="resume interrupted runs")
+    def _recover(self, claimed: frozenset[str]) -> None:
+        engine = self.engine
+        assert engine is not None
+        outcomes: list[RunResult | BaseException] = []
+
+        def on_result(run: RunRecord, outcome: RunResult | BaseException) -> None:
+            self._recover_listed.set()
+            self._release(run.run_id)
+            outcomes.append(outcome)
+            if isinstance(outcome, BaseException):
+                self.say(f"Run {short_id(run.run_id)} was not resumed: {outcome}", "error")
+            elif outcome.status == "failed":
+                self.say(f"Run {short_id(run.run_id)} failed: {outcome.error}", "error")
+            self.post_message(RunChanged(run.run_id))
+
+        try:
+            engine.recover(on_result=on_result)
+        except FlowdeskError as exc:
+            self.say(f"Resuming interrupted runs stopped: {exc}", "error")
+        except Exception as exc:
+            self.say(f"Resuming interrupted runs stopped: {type(exc).__name__}: {exc}", "error")
+        finally:
+            self._recover_listed.set()
+            self._release(*claimed)
+        summary, problem = recovery_summary(outcomes)
+        self.recovery = summary
+        self.say(summary, "warning" if problem else "information")
+        self.post_message(RecoveryFinished(summary))
+
+    def on_recovery_finished(self, message: RecoveryFinished) -> None:
+        self.runs_screen.status_line.say(message.summary)
+        self._reload_all()
+
+    # -- starting and resuming runs --------------------------------------
+
+    def _require_engine(self) -> Engine | None:
+        if self.engine is not None:
+            return self.engine
+        if self.startup_error:
+            self.say(f"The database is not open: {self.startup_error}", "error")
+        else:
+            self.say("The database is still opening; try again in a moment.", "warning")
+        return None
+
+    def _claim(self, run_id: str) -> bool:
+        with self._driving_lock:
+            if run_id in self._driving:
+                return False
+            self._driving.add(run_id)
+            return True
+
+    def _release(self, *run_ids: str) -> None:
+        with self._driving_lock:
+            self._driving.difference_update(run_ids)
+
+    def is_driving(self, run_id: str) -> bool:
+        with self._driving_lock:
+            return run_id in self._driving
+
+    def action_new_digest(self) -> None:
+        """Ask for a folder, then run ``digest`` on it."""
+        if self._require_engine() is not None:
+            self.push_screen(NewDigestScreen(), self._digest_chosen)
+
+    def _digest_chosen(self, given: DigestInput | None) -> None:
+        if given is not None:
+            self.start_digest(given)
+
+    def start_digest(self, given: DigestInput) -> str | None:
+        """Start a ``digest`` run in a worker; returns its run id."""
+        engine = self._require_engine()
+        if engine is None:
+            return None
+        run_id = uuid.uuid4().hex
+        self._claim(run_id)
+        state = DigestState(folder=given.folder, out=given.out)
+        self.say(f"Started digest run {short_id(run_id)} of {given.folder}")
+        self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id))
+        return run_id
+
+    def resume_run(self, run_id: str) -> None:
+        """Resume one run in a worker (unless it is already being driven here)."""
+        engine = self._require_engine()
+        if engine is None:
+            return
+        run = self.read(lambda s: s.get_run(run_id))
+        if run is None:
+            return
+        if run.status == "completed":
+            self.say(f"Run {short_id(run_id)} is already completed; nothing to resume.")
+            return
+        if not self._claim(run_id):
+            self.say(f"Run {short_id(run_id)} is already running.", "warning")
+            return
+        self.say(f"Resuming run {short_id(run_id)}…")
+        self._drive(run_id, lambda: engine.resume(run_id))
+
+    @work(thread=True, group="runs", name="drive run")
+    def _drive(self, run_id: str, job: Callable[[], RunResult]) -> None:
+        try:
+            # Launch recovery lists interrupted runs first, so it never picks
+            # up a run this worker is driving.
+            self._recover_listed.wait()
+            result = job()
+        except FlowdeskError as exc:
+            self.say(str(exc), "error")
+        except Exception as exc:
+            self.say(f"Run {short_id(run_id)} stopped: {type(exc).__name__}: {exc}", "error")
+        else:
+            self._announce(result)
+        finally:
+            self._release(run_id)
+            self.post_message(RunChanged(run_id))
+
+    def _announce(self, result: RunResult) -> None:
+        rid = short_id(result.run_id)
+        if result.status == "completed":
+            report = getattr(result.state, "report_path", None)
+            self.say(f"Run {rid} completed" + (f": {report}" if report else ""))
+        elif result.status == "failed":
+            self.say(f"Run {rid} failed: {result.error}", "error")
+        else:
+            self.say(f"Run {rid} is {result.status}", "warning")
+
+    def open_run(self, run_id: str) -> None:
+        if self.reader is None:
+            self._require_engine()
+            return
+        self.push_screen(RunDetailScreen(run_id))
+
+    # -- live updates ----------------------------------------------------
+
+    def _on_engine_event(self, event: Event) -> None:
+        """EventBus subscriber: runs on the engine's (worker) thread."""
+        if isinstance(event, RunStarted):
+            self._recover_listed.set()
+        if isinstance(event, RunProgress):
+            with self._progress_lock:
+                first = not self._progress
+                self._progress[event.run_id] = (event.done, event.total)
+            if first:
+                self.post_message(ProgressTick())
+        elif isinstance(event, RunStarted | StepFinished | RunFinished):
+            self.post_message(RunChanged(event.run_id))
+
+    def on_progress_tick(self, _message: ProgressTick) -> None:
+        with self._progress_lock:
+            progress, self._progress = self._progress, {}
+        for screen in self._live_screens():
+            for run_id, (done, total) in progress.items():
+                screen.set_progress(run_id, done, total)
+
+    def on_run_changed(self, message: RunChanged) -> None:
+        for screen in self._live_screens():
+            screen.refresh_run(message.run_id)
+
+    def _poll(self) -> None:
+        """Reload when anyone committed since the last look (``PRAGMA data_version``)."""
+        store = self.reader
+        if store is None:
+            return
+        data_version = getattr(store, "data_version", None)
+        version = self.read(lambda _s: data_version()) if data_version is not None else None
+        if version is not None and version == self._data_version:
+            return
+        self._data_version = version
+        self._reload_all()
+
+    def _reload_all(self) -> None:
+        for screen in self._live_screens():
+            screen.data_changed()
+
+    # -- shutdown --------------------------------------------------------
+
+    def on_unmount(self) -> None:
+        # A run still being driven stops at its next checkpoint (the closed
+        # store refuses to save it) and is resumed on the next launch.
+        self._quitting = True
+        self._recover_listed.set()
+        if self.engine is not None:
+            self.engine.store.close()
+        if self.reader is not None:
+            self.reader.close()

@@ -1,0 +1,41 @@
+"""Messages the app's thread workers post back to the UI thread.
+
+``Message.post_message`` is thread-safe, so workers and the engine's event
+subscriber use these instead of touching widgets.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+
+class EngineReady(Message):
+    """The schema is applied and the engine is open."""
+
+
+class StartupFailed(Message):
+    """The database could not be prepared or opened; ``error`` says why."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class RunChanged(Message):
+    """Something happened to a run (an engine event or a worker finished)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+
+
+class ProgressTick(Message):
+    """New progress is waiting in the app's coalescing buffer."""
+
+
+class RecoveryFinished(Message):
+    """Launch recovery is over; ``summary`` is the text shown to the user."""
+
+    def __init__(self, summary: str) -> None:
+        super().__init__()
+        self.summary = summary

@@ -1,0 +1,1 @@
+"""Widgets of the Flowdesk app (each carries its own ``DEFAULT_CSS``)."""

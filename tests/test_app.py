@@ -1,0 +1,420 @@
+"""The Textual app, driven headless with Pilot over real SQLite files.
+
+Assertions use the app's own state (``app.notices``, the tables' cells) and,
+after the app has closed its connections, the store itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp, Notice
+from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.new_run import NewDigestScreen, default_out
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.app.widgets.run_tables import CheckpointsTable, StepsTable
+from desktop_app.config import Settings, load_settings
+from desktop_app.flows.digest import DigestInput, DigestState, build_digest_flow
+from desktop_app.store.domain.digest import DigestFile, files_of_run
+from desktop_app.store.sqlite import open_store
+
+SIZE = (120, 40)
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user config file and no FLOWDESK_* variables leak into these tests."""
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    """Three text files and one binary file."""
+    src = tmp_path / "notes"
+    src.mkdir()
+    (src / "a.md").write_text("# Plans\n\nWe ship the digest flow this week.\n")
+    (src / "b.txt").write_text("Shopping list: apples, pears and bread.\n")
+    (src / "c.py").write_text('"""Tiny module."""\n\n\ndef f():\n    return 1\n')
+    (src / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    return src
+
+
+def settings_for(db: Path) -> Settings:
+    return load_settings(db_path=db)
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Wait until no worker runs and every message they posted was handled."""
+    app = pilot.app
+    for _ in range(100):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if not any(w.is_running for w in app.workers):
+            await pilot.pause()
+            return
+    raise AssertionError("workers did not finish")
+
+
+def messages(app: FlowdeskApp, severity: str | None = None) -> list[str]:
+    return [n.message for n in app.notices if severity is None or n.severity == severity]
+
+
+async def type_into(pilot: Pilot[None], selector: str, text: str) -> None:
+    await pilot.click(selector)
+    await pilot.press(*text)
+
+
+async def start_digest_via_form(pilot: Pilot[None], folder: str, out: str) -> None:
+    """Type paths (relative ones resolve against the working directory)."""
+    await pilot.press("n")
+    assert isinstance(pilot.app.screen, NewDigestScreen)
+    await type_into(pilot, "#folder", folder)
+    await type_into(pilot, "#out", out)
+    await pilot.press("enter")
+    await settle(pilot)
+
+
+def runs_screen(app: FlowdeskApp) -> RunsScreen:
+    return app.runs_screen
+
+
+async def test_first_launch_applies_the_schema_and_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    app = FlowdeskApp(settings_for(db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.startup_error is None
+        assert app.schema is not None and app.schema.applied
+        applied = [m for m in messages(app) if m.startswith("Applied schema")]
+        assert len(applied) == 1
+        assert "core/" in applied[0] and str(db) in applied[0]
+        assert "schema applied now" in str(runs_screen(app).status_line.render())
+        assert runs_screen(app).table.run_ids == []
+        assert not messages(app, "error")
+    store = open_store(db)
+    try:
+        assert store.list_runs() == []
+    finally:
+        store.close()
+
+    # A second launch finds the schema in place and applies nothing.
+    again = FlowdeskApp(settings_for(db))
+    async with again.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert again.schema is not None and again.schema.applied == []
+        assert not [m for m in messages(again) if m.startswith("Applied schema")]
+
+
+async def test_start_digest_from_the_form(
+    tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # short relative paths keep the typing quick
+    db, out = tmp_path / "t.db", tmp_path / "out"
+    app = FlowdeskApp(settings_for(db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await start_digest_via_form(pilot, "notes", "out")
+        assert isinstance(app.screen, RunsScreen)
+        table = runs_screen(app).table
+        assert len(table.run_ids) == 1
+        run_id = table.run_ids[0]
+        assert table.cell(run_id, "run") == run_id[:8]
+        assert table.cell(run_id, "flow") == "digest"
+        assert table.cell(run_id, "status") == "completed"
+        assert table.cell(run_id, "progress") == "4/4"
+        assert any(m.startswith(f"Run {run_id[:8]} completed") for m in messages(app))
+        assert not messages(app, "error")
+    assert (out / "digest.md").is_file()
+    assert "Plans" in (out / "digest.md").read_text()
+
+
+async def test_actions_are_in_the_command_palette(tmp_path: Path) -> None:
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"New digest run", "Open run", "Resume run", "Quit"} <= titles
+
+
+async def test_run_detail_lists_steps_and_checkpoints(
+    tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "t.db"
+    app = FlowdeskApp(settings_for(db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await start_digest_via_form(pilot, "notes", "out")
+        run_id = runs_screen(app).table.run_ids[0]
+        await pilot.press("enter")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, RunDetailScreen) and screen.run_id == run_id
+        assert screen.record is not None and screen.record.status == "completed"
+        steps = screen.query_one(StepsTable)
+        assert [steps.status_of(s) for s in ("scan", "summarize", "report")] == ["completed"] * 3
+        checkpoints = screen.query_one(CheckpointsTable)
+        history = app.read(lambda s: s.history(run_id))
+        assert history is not None
+        assert checkpoints.row_count == len(history) > 0
+        assert checkpoints.revisions == [info.revision for info in history]
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+
+
+async def wait_until(pilot: Pilot[None], check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+        await pilot.pause()
+
+
+async def test_progress_is_live_while_a_run_works(tmp_path: Path, notes: Path) -> None:
+    reached, gate = threading.Event(), threading.Event()
+
+    def on_file(_run_id: str, row: DigestFile) -> None:
+        if row.path == "blob.bin":  # the third file: two are committed
+            reached.set()
+            gate.wait(10)
+
+    flows = [build_digest_flow(on_file=on_file)]
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"), flows=flows)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+            assert run_id is not None
+            table = runs_screen(app).table
+            await wait_until(pilot, lambda: run_id in table.run_ids and reached.is_set())
+            await wait_until(pilot, lambda: table.cell(run_id, "progress") == "2/4")
+            assert table.cell(run_id, "status") == "running"
+
+            await pilot.press("enter")
+            detail = app.screen
+            assert isinstance(detail, RunDetailScreen)
+            steps = detail.query_one(StepsTable)
+            assert steps.status_of("scan") == "completed"
+            assert steps.status_of("summarize") == "in_progress"
+            before = detail.query_one(CheckpointsTable).row_count
+
+            gate.set()
+            await settle(pilot)
+            await wait_until(pilot, lambda: steps.status_of("report") == "completed")
+            assert detail.query_one(CheckpointsTable).row_count > before
+            await pilot.press("escape")
+            assert table.cell(run_id, "status") == "completed"
+            assert table.cell(run_id, "progress") == "4/4"
+    finally:
+        gate.set()
+
+
+async def test_quit_mid_run_then_the_next_launch_finishes_it(tmp_path: Path, notes: Path) -> None:
+    db, out = tmp_path / "t.db", tmp_path / "out"
+    reached, gate = threading.Event(), threading.Event()
+
+    def on_file(_run_id: str, row: DigestFile) -> None:
+        if row.path == "blob.bin":
+            reached.set()
+            gate.wait(10)
+
+    app = FlowdeskApp(settings_for(db), flows=[build_digest_flow(on_file=on_file)])
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            run_id = app.start_digest(DigestInput(folder=str(notes), out=str(out)))
+            assert run_id is not None
+            await wait_until(pilot, reached.is_set)
+        # The app is gone; the step in flight cannot commit any more.
+    finally:
+        gate.set()
+
+    store = open_store(db)
+    try:
+        run = store.get_run(run_id)
+        assert (run.status, run.progress) == ("running", (2, 4))
+    finally:
+        store.close()
+
+    again = FlowdeskApp(settings_for(db))
+    async with again.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "Resumed 1 run: 1 completed, 0 failed" in messages(again)
+        assert runs_screen(again).table.cell(run_id, "progress") == "4/4"
+    store = open_store(db)
+    try:
+        rows = store.query(files_of_run(run_id))
+    finally:
+        store.close()
+    assert {r.path: r.times_processed for r in rows} == {
+        "a.md": 1,
+        "b.txt": 1,
+        "blob.bin": 1,
+        "c.py": 1,
+    }
+    assert (out / "digest.md").is_file()
+
+
+async def test_runs_from_another_connection_show_up(tmp_path: Path, notes: Path) -> None:
+    db = tmp_path / "t.db"
+    app = FlowdeskApp(settings_for(db))
+    app.POLL_S = 0.05
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        other = bootstrap.build_engine(settings_for(db))  # like `flowdesk run` elsewhere
+        try:
+            result = other.run("digest", DigestState(folder=str(notes), out=str(tmp_path / "o")))
+        finally:
+            other.store.close()
+        table = runs_screen(app).table
+        await wait_until(pilot, lambda: table.run_ids == [result.run_id])
+        assert table.cell(result.run_id, "status") == "completed"
+
+
+async def test_launch_resumes_an_interrupted_run_and_says_so(tmp_path: Path, notes: Path) -> None:
+    db, out = tmp_path / "t.db", tmp_path / "out"
+    settings = settings_for(db)
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    run_id = engine.start("digest", DigestState(folder=str(notes), out=str(out)))
+    assert engine.store.get_run(run_id).status == "pending"
+    engine.store.close()
+
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        said = messages(app)
+        assert "Resuming 1 interrupted run…" in said
+        assert "Resumed 1 run: 1 completed, 0 failed" in said
+        assert said.index("Resuming 1 interrupted run…") < said.index(
+            "Resumed 1 run: 1 completed, 0 failed"
+        )
+        table = runs_screen(app).table
+        assert table.run_ids == [run_id]
+        assert table.cell(run_id, "status") == "completed"
+        assert table.cell(run_id, "progress") == "4/4"
+        assert "Resumed 1 run" in str(runs_screen(app).status_line.render())
+    assert (out / "digest.md").is_file()
+    store = open_store(db)
+    try:
+        assert store.get_run(run_id).status == "completed"
+    finally:
+        store.close()
+
+
+async def test_launch_without_recovery_leaves_runs_alone(tmp_path: Path, notes: Path) -> None:
+    db, out = tmp_path / "t.db", tmp_path / "out"
+    settings = load_settings(db_path=db, recover_on_launch=False)
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    run_id = engine.start("digest", DigestState(folder=str(notes), out=str(out)))
+    engine.store.close()
+
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert not [m for m in messages(app) if "Resum" in m]
+        assert runs_screen(app).table.cell(run_id, "status") == "pending"
+        # ...until the user resumes it with r.
+        await pilot.press("r")
+        await settle(pilot)
+        assert runs_screen(app).table.cell(run_id, "status") == "completed"
+        await pilot.press("r")
+        assert messages(app)[-1].endswith("is already completed; nothing to resume.")
+
+
+async def test_missing_folder_is_refused_in_the_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = tmp_path / "t.db"
+    app = FlowdeskApp(settings_for(db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("n")
+        await type_into(pilot, "#folder", "no-quiz")  # "q" is text here, not quit
+        await pilot.press("enter")
+        await pilot.pause()
+        form = app.screen
+        assert isinstance(form, NewDigestScreen)
+        assert "does not exist" in form.error_text
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        assert app.read(lambda s: s.list_runs()) == []
+        assert runs_screen(app).table.run_ids == []
+
+
+async def test_a_file_that_is_not_sqlite_is_left_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "notes.txt"
+    db.write_text("not a database\n")
+    before = db.read_bytes()
+    app = FlowdeskApp(settings_for(db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.startup_error is not None
+        assert "not a SQLite database" in app.startup_error
+        assert app.startup_error in messages(app, "error")
+        assert runs_screen(app).banner.has_class("-visible")
+        assert "not a SQLite database" in runs_screen(app).banner.message
+        await pilot.press("n")  # refused with a notice, not a crash
+        assert isinstance(app.screen, RunsScreen)
+        assert messages(app, "error")[-1].startswith("The database is not open:")
+    assert db.read_bytes() == before
+    assert not Path(f"{db}-wal").exists() and not Path(f"{db}-shm").exists()
+
+
+async def test_a_folder_given_as_the_database_gives_a_notice(tmp_path: Path) -> None:
+    app = FlowdeskApp(settings_for(tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.startup_error is not None and str(tmp_path) in app.startup_error
+        assert app.startup_error in messages(app, "error")
+        assert runs_screen(app).banner.has_class("-visible")
+
+
+async def test_a_database_in_a_missing_folder_gives_a_notice(tmp_path: Path) -> None:
+    db = tmp_path / "missing" / "t.db"
+    app = FlowdeskApp(settings_for(db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.startup_error is not None and "does not exist" in app.startup_error
+        assert Notice(app.startup_error, "error") in app.notices
+    assert not db.parent.exists()
+
+
+async def test_a_database_in_a_read_only_folder_gives_a_notice(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as root: a read-only mode does not stop writes")
+        app = FlowdeskApp(settings_for(folder / "t.db"))
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            assert app.startup_error is not None
+            assert "not writable" in app.startup_error
+            assert app.startup_error in messages(app, "error")
+            assert runs_screen(app).banner.has_class("-visible")
+        assert list(folder.iterdir()) == []
+    finally:
+        folder.chmod(0o700)
+
+
+def test_default_output_folder_sits_next_to_the_input(tmp_path: Path) -> None:
+    assert default_out(str(tmp_path / "notes")) == str(tmp_path / "notes-digest")
+    assert default_out("  ") == ""
