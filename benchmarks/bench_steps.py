@@ -13,6 +13,7 @@ database) run when installed (``pip install -r benchmarks/requirements-peers.txt
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -22,12 +23,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pydantic import BaseModel  # noqa: E402
+from pydantic import BaseModel
 
-from desktop_app.flow import Engine, FlowBuilder  # noqa: E402
-from desktop_app.store import migrations  # noqa: E402
-from desktop_app.store.connection import open_connection  # noqa: E402
-from desktop_app.store.sqlite import open_store  # noqa: E402
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.store import migrations
+from desktop_app.store.connection import open_connection
+from desktop_app.store.sqlite import open_store
 
 
 class Counter(BaseModel):
@@ -56,7 +57,7 @@ def raw_commit_us(folder: Path, commits: int, synchronous: str) -> float:
 
 
 def flowdesk_step_us(folder: Path, runs: int, steps: int, synchronous: str) -> float:
-    """µs per durable step: wall time of ``runs`` runs / (runs × steps)."""
+    """µs per durable step: wall time of ``runs`` runs / (runs * steps)."""
     path = folder / "flowdesk.db"
     conn = open_connection(path)
     migrations.apply(conn)
@@ -90,7 +91,7 @@ def langgraph_step_us(folder: Path, runs: int, steps: int) -> float | None:
     for name in names:
         g.add_node(name, lambda s: {"n": s["n"] + 1})
     g.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         g.add_edge(a, b)
     g.add_edge(names[-1], END)
     conn = sqlite3.connect(folder / "langgraph.db", check_same_thread=False)
@@ -160,11 +161,15 @@ def main() -> int:
         args.repeat, lambda d: flowdesk_step_us(d, args.runs, args.steps, args.synchronous)
     )
     assert raw is not None and ours is not None
-    print(f"synchronous={args.synchronous}, {args.runs} runs x {args.steps} steps, "
-          f"median of {args.repeat}")
+    print(
+        f"synchronous={args.synchronous}, {args.runs} runs x {args.steps} steps, "
+        f"median of {args.repeat}"
+    )
     print(f"raw apsw single-row commit : {raw:9.1f} us  ({1e6 / raw:8.0f} commits/s)")
-    print(f"flowdesk durable step      : {ours:9.1f} us  ({1e6 / ours:8.0f} steps/s)"
-          f"  = {ours / raw:.2f} x raw commit")
+    print(
+        f"flowdesk durable step      : {ours:9.1f} us  ({1e6 / ours:8.0f} steps/s)"
+        f"  = {ours / raw:.2f} x raw commit"
+    )
     peers = {
         "langgraph (sqlite, sync)": lambda d: langgraph_step_us(d, args.runs, args.steps),
         "dbos (sqlite)": lambda d: dbos_step_us(d, args.runs, args.steps),
@@ -174,8 +179,10 @@ def main() -> int:
         if us is None:
             print(f"{name:27}: not installed (pip install -r benchmarks/requirements-peers.txt)")
         else:
-            print(f"{name:27}: {us:9.1f} us  = {us / raw:.2f} x raw commit, "
-                  f"{us / ours:.2f} x flowdesk")
+            print(
+                f"{name:27}: {us:9.1f} us  = {us / raw:.2f} x raw commit, "
+                f"{us / ours:.2f} x flowdesk"
+            )
     return 0
 
 

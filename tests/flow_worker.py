@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pydantic import BaseModel  # noqa: E402
+from pydantic import BaseModel
 
-from desktop_app.flow import Engine, FlowBuilder  # noqa: E402
-from desktop_app.flow.retry import Backoff, RetryPolicy  # noqa: E402
-from desktop_app.store.sqlite import open_store  # noqa: E402
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.retry import Backoff, RetryPolicy
+from desktop_app.store.sqlite import open_store
 
 ARGS = argparse.Namespace()
 
@@ -61,8 +61,11 @@ def parallel3():
     return (
         FlowBuilder("parallel3", S)
         .step("before", lambda s: log("before") or {"note": "x"})
-        .parallel("fan", {"a": branch("a", 0.3), "b": branch("b", 0.0), "c": branch("c", 1.0)},
-                  reducers={"items": operator.add, "n": operator.add})
+        .parallel(
+            "fan",
+            {"a": branch("a", 0.3), "b": branch("b", 0.0), "c": branch("c", 1.0)},
+            reducers={"items": operator.add, "n": operator.add},
+        )
         .step("after", lambda s: log("after"))
         .chain()
         .compile()

@@ -15,13 +15,16 @@ from tests.digest_corpus import make_corpus
 def flowdesk(db: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
 def test_version():
-    out = subprocess.run([sys.executable, "-m", "desktop_app.cli", "--version"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "--version"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and out.stdout.startswith("flowdesk ")
 
 
@@ -54,9 +57,22 @@ def test_kill_cli_mid_run_then_resume_all(tmp_path):
     files = make_corpus(folder, 1500)
     assert flowdesk(db, "db", "apply").returncode == 0
     proc = subprocess.Popen(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "run", "digest",
-         "--folder", str(folder), "--out", str(tmp_path / "o")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "desktop_app.cli",
+            "--db",
+            str(db),
+            "run",
+            "digest",
+            "--folder",
+            str(folder),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     # wait until the summarize loop has committed some files, then kill -9
     deadline = time.monotonic() + 60

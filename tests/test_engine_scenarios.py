@@ -17,7 +17,6 @@ from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
     FlowDefinitionError,
-    FlowVersionMismatchError,
     InputError,
     RunStateError,
 )
@@ -70,8 +69,11 @@ def test_runs_are_kept_unless_delete_on_success(store):
 
 @pytest.mark.scenario("S5")
 def test_keep_last_n_prunes_older_never_the_latest(store):
-    flow = FlowBuilder("many", S, keep_last_n=3).loop(
-        "count", lambda s: {"n": s.n + 1}, until=lambda s: s.n >= 20).compile()
+    flow = (
+        FlowBuilder("many", S, keep_last_n=3)
+        .loop("count", lambda s: {"n": s.n + 1}, until=lambda s: s.n >= 20)
+        .compile()
+    )
     engine = Engine(store, flows=[flow])
     res = engine.run("many", S())
     history = store.history(res.run_id)
@@ -125,16 +127,23 @@ def test_compile_lists_every_problem_at_once():
         FlowBuilder("empty", S).compile()
     with pytest.raises(FlowDefinitionError, match="missing finish"):
         FlowBuilder("cycle", S).step("x", lambda s: None).step("y", lambda s: None).edge(
-            "x", "y").edge("y", "x").compile()
+            "x", "y"
+        ).edge("y", "x").compile()
     with pytest.raises(FlowDefinitionError, match="entry 'zzz' is not a step"):
         FlowBuilder("e", S).step("x", lambda s: None).entry("zzz").compile()
 
 
 @pytest.mark.scenario("S12")
 def test_one_compiled_flow_many_concurrent_runs(db_path):
-    flow = FlowBuilder("conc", S).loop(
-        "count", lambda s, ctx: {"n": s.n + 1, "items": [*s.items, ctx.run_id[:6]]},
-        until=lambda s: s.n >= 15).compile()
+    flow = (
+        FlowBuilder("conc", S)
+        .loop(
+            "count",
+            lambda s, ctx: {"n": s.n + 1, "items": [*s.items, ctx.run_id[:6]]},
+            until=lambda s: s.n >= 15,
+        )
+        .compile()
+    )
     store = open_store(db_path)
     engine = Engine(store, flows=[flow])
     results = {}
@@ -200,8 +209,10 @@ def test_cancel_a_running_run_stops_it(db_path):
     t.join(10)
     assert box["r"].status == "canceled"
     assert store.get_run(run.run_id).status == "canceled"
-    assert store.latest(run.run_id).steps.get("b") is None or \
-        store.latest(run.run_id).steps["b"].status != "completed"
+    assert (
+        store.latest(run.run_id).steps.get("b") is None
+        or store.latest(run.run_id).steps["b"].status != "completed"
+    )
     with pytest.raises(RunStateError, match="cannot be resumed"):
         engine.resume(run.run_id)
     store.close()
@@ -209,8 +220,13 @@ def test_cancel_a_running_run_stops_it(db_path):
 
 @pytest.mark.scenario("S14")
 def test_cancel_a_waiting_run(store):
-    flow = FlowBuilder("ask", S).await_input("approve", "answer").step("x", lambda s: None) \
-        .chain().compile()
+    flow = (
+        FlowBuilder("ask", S)
+        .await_input("approve", "answer")
+        .step("x", lambda s: None)
+        .chain()
+        .compile()
+    )
     engine = Engine(store, flows=[flow])
     res = engine.run("ask", S())
     assert res.status == "waiting"
@@ -230,6 +246,7 @@ def test_step_retry_overrides_flow_default_zero_inherits(store):
         def fn(s: S) -> None:
             seen[name] += 1
             raise RuntimeError(name)
+
         return fn
 
     own = FlowBuilder("own", S, retry=1).step("x", failing("own"), retry=3).compile()
@@ -321,8 +338,13 @@ def test_error_pause_waits_for_operator_and_resume_retries(store):
             raise RuntimeError("card declined")
         return {"n": 1}
 
-    flow = FlowBuilder("pay", S).step("charge", charge, on_error="pause").step(
-        "ship", lambda s: {"flag": True}).chain().compile()
+    flow = (
+        FlowBuilder("pay", S)
+        .step("charge", charge, on_error="pause")
+        .step("ship", lambda s: {"flag": True})
+        .chain()
+        .compile()
+    )
     engine = Engine(store, flows=[flow])
     res = engine.run("pay", S())
     assert res.status == "waiting" and "card declined" in (res.error or "")
@@ -351,8 +373,9 @@ def test_error_route_sends_the_run_to_the_error_step(store):
     steps = store.latest(res.run_id).steps
     assert steps["risky"].status == "failed" and "normal" not in steps
     with pytest.raises(FlowDefinitionError, match="unknown step 'nope'"):
-        FlowBuilder("bad", S).step("x", lambda s: None, on_error="route",
-                                   error_route="nope").compile()
+        FlowBuilder("bad", S).step(
+            "x", lambda s: None, on_error="route", error_route="nope"
+        ).compile()
 
 
 @pytest.mark.scenario("S18")
@@ -363,8 +386,14 @@ def test_conditional_route_and_condition_step(store):
         .route("start", lambda s: "big" if s.n > 10 else "small", ["big", "small"])
         .step("big", lambda s: {"items": ["big"]})
         .step("small", lambda s: {"items": ["small"]})
-        .condition("maybe", lambda s: s.flag, [("extra1", lambda s: {"items": [*s.items, "e1"]}),
-                                               ("extra2", lambda s: {"items": [*s.items, "e2"]})])
+        .condition(
+            "maybe",
+            lambda s: s.flag,
+            [
+                ("extra1", lambda s: {"items": [*s.items, "e1"]}),
+                ("extra2", lambda s: {"items": [*s.items, "e2"]}),
+            ],
+        )
         .edge("big", "maybe")
         .edge("small", "maybe")
         .compile()
@@ -389,25 +418,40 @@ def test_parallel_fan_in_uses_reducers_deterministically(store):
         def fn(s: S) -> dict:
             time.sleep(delay)
             return {"items": [name], "n": 1}
+
         return fn
 
-    flow = FlowBuilder("par", S).parallel(
-        "fan", {"x": slow("x", 0.15), "y": slow("y", 0.0), "z": slow("z", 0.05)},
-        reducers={"items": operator.add, "n": operator.add}).compile()
+    flow = (
+        FlowBuilder("par", S)
+        .parallel(
+            "fan",
+            {"x": slow("x", 0.15), "y": slow("y", 0.0), "z": slow("z", 0.05)},
+            reducers={"items": operator.add, "n": operator.add},
+        )
+        .compile()
+    )
     engine = Engine(store, flows=[flow])
     for _ in range(3):
         res = engine.run("par", S(items=["start"]))
         assert res.state.items == ["start", "x", "y", "z"] and res.state.n == 3
-    clash = FlowBuilder("clash", S).parallel(
-        "fan", {"a": lambda s: {"n": 1}, "b": lambda s: {"n": 2}}).compile()
+    clash = (
+        FlowBuilder("clash", S)
+        .parallel("fan", {"a": lambda s: {"n": 1}, "b": lambda s: {"n": 2}})
+        .compile()
+    )
     res = engine.run(clash, S())
     assert res.status == "failed" and "declare a reducer" in (res.error or "")
 
 
 @pytest.mark.scenario("S21")
 def test_each_step_yields_a_result_record_and_events(store):
-    flow = FlowBuilder("ev", S).step("a", lambda s: {"n": 1}).step("b", lambda s: 1 / 0) \
-        .chain().compile()
+    flow = (
+        FlowBuilder("ev", S)
+        .step("a", lambda s: {"n": 1})
+        .step("b", lambda s: 1 / 0)
+        .chain()
+        .compile()
+    )
     engine = Engine(store, flows=[flow])
     events = []
     engine.events.subscribe(events.append)
@@ -526,9 +570,14 @@ class Rich(BaseModel):
 @pytest.mark.scenario("S45")
 def test_rich_types_round_trip_exactly(sqlite_store):
     now = datetime(2026, 11, 29, 12, 30, 15, 123456, tzinfo=UTC)
-    value = Rich(tags={"b", "a"}, pair=(7, "x"), at=now, amount=Decimal("10.005"),
-                 inner=Rich.Inner(when=now, price=Decimal("0.1")),
-                 nested=[Rich.Inner(when=now, price=Decimal("3.14159265358979323846"))])
+    value = Rich(
+        tags={"b", "a"},
+        pair=(7, "x"),
+        at=now,
+        amount=Decimal("10.005"),
+        inner=Rich.Inner(when=now, price=Decimal("0.1")),
+        nested=[Rich.Inner(when=now, price=Decimal("3.14159265358979323846"))],
+    )
     flow = FlowBuilder("rich", Rich).step("noop", lambda s: None).compile()
     engine = Engine(sqlite_store, flows=[flow])
     res = engine.run("rich", value)
@@ -554,12 +603,22 @@ def test_value_that_no_longer_decodes_is_a_typed_error_never_defaults(db_path):
         count: list[int] = []
 
     store = open_store(db_path)
-    f1 = FlowBuilder("doc", V1, version="1").step("a", lambda s: {"count": 3}).step(
-        "b", lambda s: None).chain().compile()
+    f1 = (
+        FlowBuilder("doc", V1, version="1")
+        .step("a", lambda s: {"count": 3})
+        .step("b", lambda s: None)
+        .chain()
+        .compile()
+    )
     rid = Engine(store, flows=[f1]).run("doc", V1(title="t")).run_id
     for model, field in ((V2, "count"), (V3, "count")):
-        f = FlowBuilder("doc", model, version="1").step("a", lambda s: None).step(
-            "b", lambda s: None).chain().compile()
+        f = (
+            FlowBuilder("doc", model, version="1")
+            .step("a", lambda s: None)
+            .step("b", lambda s: None)
+            .chain()
+            .compile()
+        )
         store._last.clear()
         with pytest.raises(CheckpointDecodeError) as info:
             Engine(store, flows=[f]).get(rid)
@@ -582,6 +641,7 @@ def test_errors_are_classified_by_type_not_message(store):
         def fn(s: S) -> None:
             seen[name] += 1
             raise exc
+
         return fn
 
     class Bad(BaseModel):
@@ -597,7 +657,8 @@ def test_errors_are_classified_by_type_not_message(store):
         FlowBuilder("words", S, retry=2).step("x", raiser("words", NotRetryable("timeout!"))),
         FlowBuilder("valid", S, retry=2).step("x", raiser("valid", validation_error)),
         FlowBuilder("valid_opt_in", S, retry=RetryPolicy(retries=2, give_up_on=())).step(
-            "x", raiser("valid_opt_in", validation_error)),
+            "x", raiser("valid_opt_in", validation_error)
+        ),
     ]
     engine = Engine(store, flows=[f.compile() for f in flows])
     for name in ("timeout", "words", "valid", "valid_opt_in"):
@@ -616,14 +677,26 @@ def test_pruning_keeps_resume_and_fork_working_and_returns_space(db_path):
         turns: list[str] = []
 
     payload = "x" * 5 * 1024
-    flow = FlowBuilder("chat", Chat, keep_last_n=20).loop(
-        "talk", lambda s: {"turns": [*s.turns, f"{len(s.turns)}:{payload}"]},
-        until=lambda s: len(s.turns) >= 500).compile()
+    flow = (
+        FlowBuilder("chat", Chat, keep_last_n=20)
+        .loop(
+            "talk",
+            lambda s: {"turns": [*s.turns, f"{len(s.turns)}:{payload}"]},
+            until=lambda s: len(s.turns) >= 500,
+        )
+        .compile()
+    )
     store = open_store(db_path)
     engine = Engine(store, flows=[flow])
-    unpruned = FlowBuilder("chat_all", Chat).loop(
-        "talk", lambda s: {"turns": [*s.turns, f"{len(s.turns)}:{payload}"]},
-        until=lambda s: len(s.turns) >= 500).compile()
+    unpruned = (
+        FlowBuilder("chat_all", Chat)
+        .loop(
+            "talk",
+            lambda s: {"turns": [*s.turns, f"{len(s.turns)}:{payload}"]},
+            until=lambda s: len(s.turns) >= 500,
+        )
+        .compile()
+    )
     big = Engine(store, flows=[unpruned]).run(unpruned, Chat())
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size_full = os.path.getsize(db_path)

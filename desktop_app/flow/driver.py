@@ -368,8 +368,12 @@ class RunDriver:
             target = step.policy.error_route
             if head != record_id:  # a nested step failed: its parent is done too
                 self.steps[head] = StepRecord(
-                    head, "failed", attempts=self.steps[head].attempts, finished_at=now,
-                    error=message, error_type=type(exc).__name__,
+                    head,
+                    "failed",
+                    attempts=self.steps[head].attempts,
+                    finished_at=now,
+                    error=message,
+                    error_type=type(exc).__name__,
                 )
             self.frontier = [target, *[f for f in self.frontier[1:] if f != target]]
             self.steps[target] = StepRecord(target, "in_progress", attempts=1, started_at=now)
@@ -455,7 +459,10 @@ class RunDriver:
                 self.progress = p
             rec = self.steps[sid]
             self.steps[sid] = StepRecord(
-                sid, "in_progress", attempts=rec.attempts, started_at=rec.started_at,
+                sid,
+                "in_progress",
+                attempts=rec.attempts,
+                started_at=rec.started_at,
                 iteration=iteration,
             )
             if step.checkpoint_each_iteration:
@@ -490,8 +497,12 @@ class RunDriver:
             ms = (time.perf_counter() - t0) * 1000
             done = self.steps[n.id]
             self.steps[n.id] = StepRecord(
-                n.id, "completed", attempts=done.attempts, started_at=done.started_at,
-                finished_at=self.clock.now(), duration_ms=ms,
+                n.id,
+                "completed",
+                attempts=done.attempts,
+                started_at=done.started_at,
+                finished_at=self.clock.now(),
+                duration_ms=ms,
             )
             self.save(n.id, nctx.take_writes())
             self.events.publish(StepFinished(self.run_id, StepResult(n.id, "done", None, ms)))

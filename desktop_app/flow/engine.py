@@ -205,8 +205,13 @@ class Engine:
         f = self._resolve(flow)
         model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
         return self._create(
-            f, model, run_id=run_id, context=context, flow_key=flow_key,
-            parent_run_id=parent_run_id, running=False,
+            f,
+            model,
+            run_id=run_id,
+            context=context,
+            flow_key=flow_key,
+            parent_run_id=parent_run_id,
+            running=False,
         )
 
     def run(
@@ -230,8 +235,13 @@ class Engine:
         f = self._resolve(flow)
         model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
         rid = self._create(
-            f, model, run_id=run_id, context=context, flow_key=flow_key,
-            parent_run_id=parent_run_id, running=True,
+            f,
+            model,
+            run_id=run_id,
+            context=context,
+            flow_key=flow_key,
+            parent_run_id=parent_run_id,
+            running=True,
         )
         return self._drive(f, rid)
 
@@ -295,9 +305,7 @@ class Engine:
         driver = self._load_driver(run_id)
         pending = driver.meta.get("await")
         if driver.status != "waiting" or not pending:
-            raise RunStateError(
-                f"run {run_id} is not waiting for input (status {driver.status!r})"
-            )
+            raise RunStateError(f"run {run_id} is not waiting for input (status {driver.status!r})")
         step = driver.flow.step(pending["step"])
         assert isinstance(step, AwaitStep)
         try:
@@ -420,8 +428,16 @@ class Engine:
         meta["replayed_from"] = checkpoint_id
         context = ExecutionContext.model_validate(dict(src.context))
         rid = self._create(
-            f, state, run_id=run_id, context=context, flow_key=None, parent_run_id=src_id,
-            running=True, frontier=tuple(cp.frontier), steps=kept, meta=meta,
+            f,
+            state,
+            run_id=run_id,
+            context=context,
+            flow_key=None,
+            parent_run_id=src_id,
+            running=True,
+            frontier=tuple(cp.frontier),
+            steps=kept,
+            meta=meta,
         )
         if not cp.frontier:
             run = self.store.get_run(rid)
