@@ -433,6 +433,8 @@ class RunDriver:
             writes = ctx.take_writes()
         self.save(sid, writes)
         self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
+        if self.progress is not None:
+            self.events.publish(RunProgress(self.run_id, *self.progress))
 
     # -- step kinds ------------------------------------------------------
 

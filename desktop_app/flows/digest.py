@@ -59,12 +59,12 @@ def check_input(folder: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
     """
     src = Path(folder).expanduser()
     if not src.exists():
-        raise InputError(f"folder {src} does not exist; pass an existing folder with --folder")
+        raise InputError(f"folder {src} does not exist; choose an existing folder")
     if not src.is_dir():
-        raise InputError(f"{src} is not a folder; pass a folder with --folder")
+        raise InputError(f"{src} is not a folder; choose a folder")
     dst = Path(out).expanduser()
     if dst.exists() and not dst.is_dir():
-        raise InputError(f"output {dst} exists and is not a folder; pass a folder with --out")
+        raise InputError(f"output {dst} exists and is not a folder; choose a folder for the report")
     return DigestInput(folder=str(src.resolve()), out=str(dst.resolve()))
 
 

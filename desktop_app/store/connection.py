@@ -71,7 +71,7 @@ def _create_private(path: Path) -> None:
     """Create an empty file with mode 0600 if it does not exist."""
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
+    except (FileExistsError, IsADirectoryError):
         return
     except FileNotFoundError as exc:
         raise DatabaseOpenError(
@@ -95,6 +95,10 @@ def _check_header(path: Path) -> None:
         raise DatabaseOpenError(
             f"cannot read the database {path}: permission denied. Fix its permissions "
             "or pass --db PATH."
+        ) from exc
+    except IsADirectoryError as exc:
+        raise DatabaseOpenError(
+            f"{path} is a folder, not a database file; pass --db with a file path."
         ) from exc
     if head and head != SQLITE_MAGIC:
         raise DatabaseOpenError(

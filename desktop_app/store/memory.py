@@ -27,7 +27,7 @@ from desktop_app.store.protocol import (
 T = TypeVar("T")
 
 # Process-wide, so two store objects with different scopes share one "file".
-_SHARED: dict[str, tuple[dict[str, RunRecord], dict[str, dict[int, Checkpoint]]]] = {}
+_SHARED: dict[str, tuple[dict[str, RunRecord], dict[str, dict[int, Checkpoint]], list[int]]] = {}
 
 
 class InMemoryCheckpointStore:
@@ -44,8 +44,9 @@ class InMemoryCheckpointStore:
         if space is None:
             self._runs: dict[str, RunRecord] = {}
             self._cps: dict[str, dict[int, Checkpoint]] = {}
+            self._version = [0]
         else:
-            self._runs, self._cps = _SHARED.setdefault(space, ({}, {}))
+            self._runs, self._cps, self._version = _SHARED.setdefault(space, ({}, {}, [0]))
         self._lock = threading.Lock()
 
     @staticmethod
@@ -75,6 +76,7 @@ class InMemoryCheckpointStore:
                 raise RevisionConflictError(f"run {run.run_id} already exists; pick another run id")
             self._runs[run.run_id] = replace(run, scope=self.scope, status=first.status, revision=0)
             self._cps[run.run_id] = {0: frozen}
+            self._version[0] += 1
 
     def append(self, checkpoint: Checkpoint, writes: Sequence[DomainWrite] = ()) -> None:
         if writes:
@@ -89,6 +91,7 @@ class InMemoryCheckpointStore:
                     f"revision {run.revision}; another writer got there first."
                 )
             cps[cp.revision] = cp
+            self._version[0] += 1
             self._runs[cp.run_id] = replace(
                 run,
                 status=cp.status,
@@ -131,6 +134,7 @@ class InMemoryCheckpointStore:
         flow_name: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        newest_first: bool = False,
     ) -> list[RunRecord]:
         with self._lock:
             runs = [
@@ -140,7 +144,7 @@ class InMemoryCheckpointStore:
                 and (statuses is None or r.status in statuses)
                 and (flow_name is None or r.flow_name == flow_name)
             ]
-        runs.sort(key=lambda r: (r.created_at, r.run_id))
+        runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=newest_first)
         end = None if limit is None else offset + limit
         return runs[offset:end]
 
@@ -149,6 +153,7 @@ class InMemoryCheckpointStore:
             self._run(run_id)
             del self._runs[run_id]
             del self._cps[run_id]
+            self._version[0] += 1
 
     def prune(self, run_id: str, keep_last_n: int) -> int:
         if keep_last_n < 1:
@@ -161,7 +166,12 @@ class InMemoryCheckpointStore:
             doomed = [r for r in cps if r <= run.revision - keep_last_n]
             for r in doomed:
                 del cps[r]
+            self._version[0] += 1
         return len(doomed)
+
+    def data_version(self) -> int:
+        with self._lock:
+            return self._version[0]
 
     def query(self, op: Callable[[Any], T]) -> T:
         raise StoreError("domain queries need the SQLite store")

@@ -264,8 +264,15 @@ class CheckpointStore(Protocol):
         flow_name: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        newest_first: bool = False,
     ) -> list[RunRecord]:
-        """Runs of this scope, oldest first (``created_at`` then ``run_id``)."""
+        """Runs of this scope, oldest first (``created_at`` then ``run_id``), or
+        newest first; ``limit``/``offset`` page through them."""
+        ...
+
+    def data_version(self) -> int:
+        """A number that changes whenever anyone (any connection, any process)
+        committed to the store since the last call; cheap to poll."""
         ...
 
     def delete_run(self, run_id: str) -> None:

@@ -108,6 +108,7 @@ class SqliteCheckpointStore:
         # without reading it back. Checkpoints are immutable, so sharing is safe.
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
         self._lock = threading.RLock()
+        self._own_commits = 0  # PRAGMA data_version ignores this connection's commits
 
     # -- helpers ---------------------------------------------------------
 
@@ -189,6 +190,7 @@ class SqliteCheckpointStore:
         except apsw.Error as exc:
             raise self._err(exc) from exc
         self._remember(first)
+        self._own_commits += 1
 
     @_locked
     def append(self, checkpoint: Checkpoint, writes: Sequence[DomainWrite] = ()) -> None:
@@ -238,6 +240,7 @@ class SqliteCheckpointStore:
         except apsw.Error as exc:
             raise self._err(exc) from exc
         self._remember(cp)
+        self._own_commits += 1
 
     @_locked
     def delete_run(self, run_id: str) -> None:
@@ -248,6 +251,7 @@ class SqliteCheckpointStore:
         except apsw.Error as exc:
             raise self._err(exc) from exc
         self._last.pop(run_id, None)
+        self._own_commits += 1
         self.vacuum(min_free_pages=256)
 
     @_locked
@@ -278,6 +282,7 @@ class SqliteCheckpointStore:
                 self._write_checkpoint(base, None)
         except apsw.Error as exc:
             raise self._err(exc) from exc
+        self._own_commits += 1
         self.vacuum(min_free_pages=256)
         return int(deleted)
 
@@ -302,6 +307,7 @@ class SqliteCheckpointStore:
         flow_name: str | None = None,
         limit: int | None = None,
         offset: int = 0,
+        newest_first: bool = False,
     ) -> list[RunRecord]:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=?"
         args: list[Any] = [self.scope]
@@ -311,7 +317,8 @@ class SqliteCheckpointStore:
         if flow_name is not None:
             sql += " AND flow_name=?"
             args.append(flow_name)
-        sql += " ORDER BY created_at, run_id LIMIT ? OFFSET ?"
+        order = "DESC" if newest_first else "ASC"
+        sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ? OFFSET ?"
         args.extend([-1 if limit is None else limit, offset])
         try:
             return [_run_from_row(r) for r in self.conn.execute(sql, args)]
@@ -430,9 +437,11 @@ class SqliteCheckpointStore:
 
     @_locked
     def data_version(self) -> int:
-        """SQLite ``PRAGMA data_version``: changes when another connection commits."""
+        """Changes whenever anyone commits: SQLite's ``PRAGMA data_version``
+        (other connections and processes) combined with this store's own commits."""
         try:
-            return int(_scalar(self.conn.execute("PRAGMA data_version")))
+            other = int(_scalar(self.conn.execute("PRAGMA data_version")))
+            return (other << 32) + self._own_commits
         except apsw.Error as exc:
             raise self._err(exc) from exc
 

@@ -197,3 +197,20 @@ def test_property_every_revision_reads_back_exactly(store, seq):
         assert store.get_checkpoint(rid, i).state == s
     with pytest.raises(RevisionConflictError):
         store.append(cp(rid, len(seq) - 1, {}))
+
+
+def test_data_version_changes_on_every_commit(store):
+    v0 = store.data_version()
+    store.create_run(make_run("r1"), cp("r1", 0, {}))
+    v1 = store.data_version()
+    store.append(cp("r1", 1, {"x": 1}))
+    v2 = store.data_version()
+    assert len({v0, v1, v2}) == 3
+    assert store.data_version() == v2  # no commit, no change
+
+
+def test_newest_first_paging(store):
+    for i in range(5):
+        store.create_run(make_run(f"r{i}", t=float(i)), cp(f"r{i}", 0, {}, t=float(i)))
+    assert [r.run_id for r in store.list_runs(newest_first=True, limit=2)] == ["r4", "r3"]
+    assert [r.run_id for r in store.list_runs(newest_first=True, limit=2, offset=2)] == ["r2", "r1"]

@@ -58,7 +58,7 @@ class RunsScreen(Screen[None]):
         self.reload()
 
     def reload(self) -> None:
-        runs = self.flowdesk.read(lambda store: store.list_runs())
+        runs = self.flowdesk.read(lambda store: store.list_runs(newest_first=True, limit=5000))
         if runs is not None:
             self.table.show(runs)
 
