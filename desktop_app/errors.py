@@ -63,6 +63,24 @@ class RevisionConflictError(FlowdeskError):
     """Another writer saved this revision of the run first (compare-and-append lost)."""
 
 
+class LeaseLostError(RevisionConflictError):
+    """This process's lease on the run expired and another process took the run over."""
+
+
+class RunLeasedError(FlowdeskError):
+    """Another live process holds the run's lease; it is not executed here."""
+
+    def __init__(self, run_id: str, owner: str, expires_at: float) -> None:
+        self.run_id = run_id
+        self.owner = owner
+        self.expires_at = expires_at
+        super().__init__(
+            f"run {run_id} is being executed by {owner}; its lease runs until "
+            f"{expires_at:.0f} (UTC epoch s). Wait for it, or for the lease to expire "
+            "if that process died."
+        )
+
+
 class CheckpointDecodeError(FlowdeskError):
     """A stored checkpoint cannot be decoded into the flow's state.
 

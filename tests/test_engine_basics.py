@@ -192,11 +192,11 @@ def test_failed_save_stops_the_run(tmp_path):
     class FailingStore(InMemoryCheckpointStore):
         appends = 0
 
-        def append(self, checkpoint, writes=()):
+        def append(self, checkpoint, writes=(), lease=None):
             type(self).appends += 1
             if type(self).appends >= 2:
                 raise StoreError("disk full (simulated)")
-            super().append(checkpoint, writes)
+            super().append(checkpoint, writes, lease)
 
     calls: Counter[str] = Counter()
     engine = Engine(FailingStore(), flows=[counting_flow(calls, n=4)])

@@ -420,6 +420,7 @@ class FlowdeskApp(App[None]):
         self._quitting = True
         self._recover_listed.set()
         if self.engine is not None:
+            self.engine.stop()
             self.engine.store.close()
         if self.reader is not None:
             self.reader.close()

@@ -30,7 +30,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from desktop_app.errors import (
     FanInConflictError,
+    FlowdeskError,
+    LeaseLostError,
     RevisionConflictError,
+    RunLeasedError,
     StepFailedError,
     StepTimeoutError,
     StoreError,
@@ -71,6 +74,11 @@ Outcome = Literal["ok", "stop", "routed"]
 
 class Canceled(Exception):
     """Internal: the run was canceled (by this process or another writer)."""
+
+
+class Stopped(Exception):
+    """Internal: the engine is shutting down or lost the run's lease; the run
+    stays resumable where it is."""
 
 
 def call_step(
@@ -145,6 +153,8 @@ class RunDriver:
         self.error = cp.error
         self.context = ExecutionContext.model_validate(dict(run.context))
         self.cancel_event = engine.cancel_event(run.run_id)
+        self.lease_lost = threading.Event()
+        self.deleted = False
         self.recovering: str | None = None
 
     # -- persistence -----------------------------------------------------
@@ -164,7 +174,9 @@ class RunDriver:
             meta=dict(self.meta),
         )
         try:
-            self.store.append(cp, list(writes))
+            self.store.append(cp, list(writes), self.engine.lease())
+        except LeaseLostError:
+            raise Stopped() from None
         except RevisionConflictError:
             if self.store.get_run(self.run_id).status == "canceled":
                 raise Canceled() from None
@@ -182,6 +194,24 @@ class RunDriver:
     def check_cancel(self) -> None:
         if self.cancel_event.is_set():
             raise Canceled()
+        if self.engine.shutdown_event.is_set() or self.lease_lost.is_set():
+            raise Stopped()
+
+    def release(self) -> None:
+        """Give up this process's lease on the run."""
+        self.store.release(self.run_id, self.engine.owner)
+
+    def heartbeat(self, done: threading.Event) -> None:
+        """Renew the lease every ``lease_ttl_s / 3`` until ``done`` (own thread)."""
+        interval = max(0.05, self.engine.lease_ttl_s / 3)
+        while not done.wait(interval):
+            try:
+                self.store.claim(self.run_id, self.engine.lease(), self.clock.now())
+            except RunLeasedError:
+                self.lease_lost.set()
+                return
+            except FlowdeskError:
+                continue  # a busy or failing store: the next checkpoint will tell
 
     # -- entry points ----------------------------------------------------
 
@@ -233,6 +263,29 @@ class RunDriver:
 
     def drive(self) -> RunResult:
         self.events.publish(RunStarted(self.run_id, self.flow.name))
+        done = threading.Event()
+        beat = threading.Thread(
+            target=self.heartbeat, args=(done,), name=f"lease-{self.run_id[:8]}", daemon=True
+        )
+        beat.start()
+        with self.engine._lock:
+            self.engine.active.add(self.run_id)
+        try:
+            if self.engine.shutdown_event.is_set():
+                return self.result()
+            return self._drive()
+        finally:
+            with self.engine._lock:
+                self.engine.active.discard(self.run_id)
+            done.set()
+            beat.join()
+            if not self.deleted:
+                try:
+                    self.release()
+                except FlowdeskError:
+                    pass  # the lease expires on its own
+
+    def _drive(self) -> RunResult:
         try:
             while self.frontier and self.status == "running":
                 self.check_cancel()
@@ -252,9 +305,12 @@ class RunDriver:
             self.status = "canceled"
             self.revision = latest.revision
             self.error = latest.error
+        except Stopped:
+            return self.result()  # still running; resumable by whoever holds it next
         self.events.publish(RunFinished(self.run_id, self.status, self.error))
         if self.status == "completed" and self.flow.delete_on_success:
             self.store.delete_run(self.run_id)
+            self.deleted = True
         elif self.flow.keep_last_n is not None and self.status != "running":
             self.store.prune(self.run_id, self.flow.keep_last_n)
         return self.result()
@@ -312,7 +368,7 @@ class RunDriver:
             )
             try:
                 body(ctx)
-            except (Canceled, StoreError, RevisionConflictError, _NestedStopped):
+            except (Canceled, Stopped, StoreError, RevisionConflictError, _NestedStopped):
                 raise  # storage failed, the run was canceled, or a nested step decided
             except Exception as exc:
                 outcome = self.after_failure(step, record_id, exc, t0)

@@ -8,6 +8,9 @@ Run statuses: ``pending`` (created, not started), ``running``, ``waiting``,
 
 from __future__ import annotations
 
+import math
+import os
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -22,6 +25,7 @@ from desktop_app.errors import (
     FlowVersionMismatchError,
     InputError,
     RevisionConflictError,
+    RunLeasedError,
     RunStateError,
     StepFailedError,
     UnknownFlowError,
@@ -37,6 +41,7 @@ from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
     CheckpointStore,
+    Lease,
     RunRecord,
     RunStatus,
     StepRecord,
@@ -86,9 +91,15 @@ class Engine:
         flows: compiled flows to register (by name).
         events: the bus step/run events are published on.
         clock: the source of time (UTC epoch seconds); inject a ManualClock in tests.
+        owner: this process's lease owner id (default ``host:pid:random``).
+        lease_ttl_s: seconds a lease lasts without renewal; the engine renews
+            it with every checkpoint and from a heartbeat thread every
+            ``lease_ttl_s / 3`` while a run executes.
 
-    One engine may drive different runs from different threads; a run
-    driven twice at once loses with ``RevisionConflictError``.
+    One engine may drive different runs from different threads. Two
+    processes never execute the same run at once: a run is claimed with a
+    lease first (``RunLeasedError`` when another live process holds it), and
+    a run whose owner died is taken over once its lease expires.
     """
 
     def __init__(
@@ -98,13 +109,20 @@ class Engine:
         flows: Iterable[CompiledFlow[Any]] = (),
         events: EventBus | None = None,
         clock: Clock | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = 30.0,
     ) -> None:
         self.store = store
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease_ttl_s = lease_ttl_s
+        self.shutdown_event = threading.Event()
         self.events = events if events is not None else EventBus()
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._flows: dict[str, CompiledFlow[Any]] = {}
         self._cancel: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
+        #: ids of the runs this engine is executing right now
+        self.active: set[str] = set()
         for f in flows:
             self.register(f)
 
@@ -134,6 +152,25 @@ class Engine:
         if flow.name not in self._flows:
             self.register(flow)
         return flow
+
+    def lease(self) -> Lease:
+        """A lease for this process from now for ``lease_ttl_s``."""
+        return Lease(self.owner, self.clock.now() + self.lease_ttl_s)
+
+    def stop(self) -> None:
+        """Stop executing: every run this engine drives stops before its next
+        step (or backoff) and stays resumable. Their leases are released now,
+        so a step still in flight cannot commit any more and the next process
+        takes the run over at once (that step runs again there). For SIGTERM
+        handlers and app shutdown."""
+        self.shutdown_event.set()
+        with self._lock:
+            active = list(self.active)
+        for run_id in active:
+            try:
+                self.store.release(run_id, self.owner)
+            except FlowdeskError:
+                pass  # the lease then expires on its own after lease_ttl_s
 
     def cancel_event(self, run_id: str) -> threading.Event:
         with self._lock:
@@ -181,6 +218,8 @@ class Engine:
             flow_key=flow_key,
             parent_run_id=parent_run_id,
             context=ctx.model_dump(),
+            lease_owner=self.owner if running else None,
+            lease_expires_at=now + self.lease_ttl_s if running else None,
         )
         self.store.create_run(run, cp)
         return rid
@@ -251,7 +290,7 @@ class Engine:
 
     # -- resuming --------------------------------------------------------
 
-    def _load_driver(self, run_id: str) -> RunDriver:
+    def _load_driver(self, run_id: str, claim: bool = True) -> RunDriver:
         run = self.store.get_run(run_id)
         if run.status in ("canceled", "timed_out"):
             raise RunStateError(
@@ -261,7 +300,19 @@ class Engine:
         f = self.flow(run.flow_name)
         if run.flow_version != f.version:
             raise FlowVersionMismatchError(run_id, run.flow_version, f.version)
+        if claim and run.status not in ("completed",):
+            run = self._claim(run_id)
         return RunDriver(self, f, run, self.store.latest(run_id))
+
+    def _claim(self, run_id: str) -> RunRecord:
+        """Claim the run's lease; a lease held by a dead process on this host
+        is taken over at once instead of after it expires."""
+        try:
+            return self.store.claim(run_id, self.lease(), self.clock.now())
+        except RunLeasedError as exc:
+            if not _owner_is_dead(exc.owner):
+                raise
+            return self.store.claim(run_id, self.lease(), math.inf)
 
     def resume(self, run_id: str) -> RunResult:
         """Continue a run from its latest checkpoint.
@@ -280,8 +331,10 @@ class Engine:
         """
         driver = self._load_driver(run_id)
         if driver.status == "completed" or not driver.frontier:
+            driver.release()
             return driver.result()
         if "await" in driver.meta:
+            driver.release()
             raise RunStateError(
                 f"run {run_id} waits for input at step {driver.meta['await']['step']!r}; "
                 "answer it with resume_with(run_id, value)"
@@ -305,12 +358,14 @@ class Engine:
         driver = self._load_driver(run_id)
         pending = driver.meta.get("await")
         if driver.status != "waiting" or not pending:
+            driver.release()
             raise RunStateError(f"run {run_id} is not waiting for input (status {driver.status!r})")
         step = driver.flow.step(pending["step"])
         assert isinstance(step, AwaitStep)
         try:
             driver.give_input(step, value)
         except ValidationError as exc:
+            driver.release()
             raise InputError(
                 f"run {run_id}: the answer does not fit field {step.into!r}: "
                 f"{exc.errors()[0]['msg']}"
@@ -488,3 +543,22 @@ class Engine:
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
         return self.store.get_checkpoint(*self._parse(checkpoint_id))
+
+
+def _owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` (``host:pid:nonce``) names a process on this host
+    that no longer exists. Owners on other hosts are never presumed dead."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -14,12 +14,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from desktop_app.errors import CheckpointNotFoundError, RevisionConflictError, StoreError
+from desktop_app.errors import (
+    CheckpointNotFoundError,
+    LeaseLostError,
+    RevisionConflictError,
+    RunLeasedError,
+    StoreError,
+)
 from desktop_app.store import codec
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
     DomainWrite,
+    Lease,
     RunRecord,
     RunStatus,
 )
@@ -78,7 +85,12 @@ class InMemoryCheckpointStore:
             self._cps[run.run_id] = {0: frozen}
             self._version[0] += 1
 
-    def append(self, checkpoint: Checkpoint, writes: Sequence[DomainWrite] = ()) -> None:
+    def append(
+        self,
+        checkpoint: Checkpoint,
+        writes: Sequence[DomainWrite] = (),
+        lease: Lease | None = None,
+    ) -> None:
         if writes:
             raise StoreError("domain writes need the SQLite store")
         cp = self._frozen(checkpoint)
@@ -90,6 +102,13 @@ class InMemoryCheckpointStore:
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored latest "
                     f"revision {run.revision}; another writer got there first."
                 )
+            if lease is not None and run.lease_owner != lease.owner:
+                raise LeaseLostError(
+                    f"run {cp.run_id} was taken over by {run.lease_owner} after this process's "
+                    "lease expired; this process stops executing it."
+                )
+            if lease is not None:
+                run = replace(run, lease_expires_at=lease.expires_at)
             cps[cp.revision] = cp
             self._version[0] += 1
             self._runs[cp.run_id] = replace(
@@ -100,6 +119,28 @@ class InMemoryCheckpointStore:
                 progress=cp.progress if cp.progress is not None else run.progress,
                 error=cp.error,
             )
+
+    def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
+        with self._lock:
+            run = self._run(run_id)
+            free = (
+                run.lease_owner is None
+                or run.lease_owner == lease.owner
+                or (run.lease_expires_at or 0.0) <= now
+            )
+            if not free:
+                raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+            run = replace(run, lease_owner=lease.owner, lease_expires_at=lease.expires_at)
+            self._runs[run_id] = run
+            self._version[0] += 1
+            return run
+
+    def release(self, run_id: str, owner: str) -> None:
+        with self._lock:
+            run = self._run(run_id)
+            if run.lease_owner == owner:
+                self._runs[run_id] = replace(run, lease_owner=None, lease_expires_at=None)
+                self._version[0] += 1
 
     def latest(self, run_id: str) -> Checkpoint:
         with self._lock:

@@ -182,6 +182,8 @@ class RunRecord:
             correlation), as a JSON object.
         progress: ``(done, total)`` or ``None``.
         error: last error or halt reason.
+        lease_owner / lease_expires_at: the process executing the run and
+            until when (UTC epoch seconds), or ``None``.
     """
 
     run_id: str
@@ -197,6 +199,16 @@ class RunRecord:
     context: Mapping[str, JSON] = field(default_factory=dict)
     progress: tuple[int, int] | None = None
     error: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on a run: ``owner`` executes it until ``expires_at`` (UTC epoch s)."""
+
+    owner: str
+    expires_at: float
 
 
 def checkpoint_id(run_id: str, revision: int) -> str:
@@ -225,21 +237,42 @@ class CheckpointStore(Protocol):
     def create_run(
         self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite] = ()
     ) -> None:
-        """Insert a run with its revision-0 checkpoint.
+        """Insert a run with its revision-0 checkpoint (and ``run.lease_*``, if set).
 
         Raises:
             RevisionConflictError: a run with this id already exists.
         """
         ...
 
-    def append(self, checkpoint: Checkpoint, writes: Sequence[DomainWrite] = ()) -> None:
+    def append(
+        self,
+        checkpoint: Checkpoint,
+        writes: Sequence[DomainWrite] = (),
+        lease: Lease | None = None,
+    ) -> None:
         """Append ``checkpoint`` (revision ``latest + 1``) and run ``writes`` in
         the same transaction; update the run's status, progress and error.
+        With ``lease``, the append also requires that ``lease.owner`` still
+        holds the run and extends the lease to ``lease.expires_at``.
 
         Raises:
             CheckpointNotFoundError: the run does not exist in this scope.
             RevisionConflictError: the revision is taken or not ``latest + 1``.
+            LeaseLostError: another owner took the run over.
         """
+        ...
+
+    def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
+        """Take or renew the run's lease when it is free, ours, or expired at ``now``.
+
+        Raises:
+            RunLeasedError: another owner holds a live lease.
+            CheckpointNotFoundError: no such run.
+        """
+        ...
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Drop ``owner``'s lease on the run (no-op when someone else holds it)."""
         ...
 
     def latest(self, run_id: str) -> Checkpoint:

@@ -22,7 +22,9 @@ import apsw
 from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
+    LeaseLostError,
     RevisionConflictError,
+    RunLeasedError,
     StoreError,
 )
 from desktop_app.store import codec, migrations
@@ -31,6 +33,7 @@ from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
     DomainWrite,
+    Lease,
     RunRecord,
     RunStatus,
     StepRecord,
@@ -59,7 +62,8 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 _RUN_COLUMNS = (
     "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
-    "flow_key, parent_run_id, context, progress_done, progress_total, error"
+    "flow_key, parent_run_id, context, progress_done, progress_total, error, lease_owner, "
+    "lease_expires_at"
 )
 
 
@@ -84,6 +88,8 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
         context=codec.loads(row[10]),
         progress=progress,
         error=row[13],
+        lease_owner=row[14],
+        lease_expires_at=row[15],
     )
 
 
@@ -162,7 +168,7 @@ class SqliteCheckpointStore:
         try:
             with self.conn:
                 self.conn.execute(
-                    f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         run.run_id,
                         run.flow_name,
@@ -178,6 +184,8 @@ class SqliteCheckpointStore:
                         progress[0],
                         progress[1],
                         run.error,
+                        run.lease_owner,
+                        run.lease_expires_at,
                     ),
                 )
                 self._write_checkpoint(first, None)
@@ -193,7 +201,12 @@ class SqliteCheckpointStore:
         self._own_commits += 1
 
     @_locked
-    def append(self, checkpoint: Checkpoint, writes: Sequence[DomainWrite] = ()) -> None:
+    def append(
+        self,
+        checkpoint: Checkpoint,
+        writes: Sequence[DomainWrite] = (),
+        lease: Lease | None = None,
+    ) -> None:
         cp = checkpoint
         previous = self._last.get(cp.run_id)
         if previous is None or previous.revision != cp.revision - 1:
@@ -202,29 +215,33 @@ class SqliteCheckpointStore:
             with self.conn:
                 # compare-and-append: the run row moves from revision-1 to revision
                 done, total = cp.progress if cp.progress is not None else (None, None)
-                self.conn.execute(
+                sql = (
                     "UPDATE runs SET status=?, revision=?, updated_at=?, progress_done="
                     "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
-                    "error=? WHERE run_id=? AND scope=? AND revision=?",
-                    (
-                        cp.status,
-                        cp.revision,
-                        cp.created_at,
-                        done,
-                        total,
-                        cp.error,
-                        cp.run_id,
-                        self.scope,
-                        cp.revision - 1,
-                    ),
+                    "error=?"
                 )
+                args: list[Any] = [cp.status, cp.revision, cp.created_at, done, total, cp.error]
+                if lease is not None:
+                    sql += ", lease_expires_at=?"
+                    args.append(lease.expires_at)
+                sql += " WHERE run_id=? AND scope=? AND revision=?"
+                args += [cp.run_id, self.scope, cp.revision - 1]
+                if lease is not None:
+                    sql += " AND lease_owner=?"
+                    args.append(lease.owner)
+                self.conn.execute(sql, args)
                 if self.conn.changes() != 1 or previous is None:
                     row = self.conn.execute(
-                        "SELECT revision FROM runs WHERE run_id=? AND scope=?",
+                        "SELECT revision, lease_owner FROM runs WHERE run_id=? AND scope=?",
                         (cp.run_id, self.scope),
                     ).fetchone()
                     if row is None:
                         raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+                    if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
+                        raise LeaseLostError(
+                            f"run {cp.run_id} was taken over by {row[1]} after this process's "
+                            "lease expired; this process stops executing it."
+                        )
                     raise RevisionConflictError(
                         f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
                         f"latest revision {row[0]}; another writer got there first. Reload "
@@ -240,6 +257,37 @@ class SqliteCheckpointStore:
         except apsw.Error as exc:
             raise self._err(exc) from exc
         self._remember(cp)
+        self._own_commits += 1
+
+    @_locked
+    def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
+        try:
+            with self.conn:
+                self.conn.execute(
+                    "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? AND scope=? "
+                    "AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)",
+                    (lease.owner, lease.expires_at, run_id, self.scope, lease.owner, now),
+                )
+                claimed = self.conn.changes() == 1
+                run = self.get_run(run_id)
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._own_commits += 1
+        if not claimed:
+            raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+        return run
+
+    @_locked
+    def release(self, run_id: str, owner: str) -> None:
+        try:
+            with self.conn:
+                self.conn.execute(
+                    "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
+                    "WHERE run_id=? AND lease_owner=?",
+                    (run_id, owner),
+                )
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
         self._own_commits += 1
 
     @_locked
