@@ -137,7 +137,22 @@ def linear10():
     return b.chain().compile()
 
 
-FLOWS = {f.__name__: f for f in (parallel3, loop10, recover, backoff, linear10)}
+def slow5():
+    def make(i: int):
+        def step(state: S) -> dict:
+            time.sleep(0.3)
+            log(f"{os.getpid()} s{i}")
+            return {"n": state.n + 1}
+
+        return step
+
+    b = FlowBuilder("slow5", S)
+    for i in range(5):
+        b.step(f"s{i}", make(i))
+    return b.chain().compile()
+
+
+FLOWS = {f.__name__: f for f in (parallel3, loop10, recover, backoff, linear10, slow5)}
 
 
 def main() -> int:

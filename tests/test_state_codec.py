@@ -30,10 +30,12 @@ class State(BaseModel):
 
 
 texts = st.text(max_size=12)
-decimals = st.decimals(allow_nan=False, allow_infinity=False, places=4,
-                       min_value=-10**6, max_value=10**6)
-datetimes = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
-                         timezones=st.just(UTC))
+decimals = st.decimals(
+    allow_nan=False, allow_infinity=False, places=4, min_value=-(10**6), max_value=10**6
+)
+datetimes = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)
+)
 states = st.builds(
     State,
     count=st.integers(-(2**53), 2**53),

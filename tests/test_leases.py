@@ -1,0 +1,98 @@
+"""Two processes on one file never execute the same run at once (S42)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from desktop_app.errors import RunLeasedError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.store.sqlite import open_store
+from tests import flow_worker
+
+WORKER = Path(__file__).resolve().parent / "flow_worker.py"
+
+
+def start(db: Path, log: Path, flow: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(db), str(log), flow],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.scenario("S42")
+def test_second_process_never_executes_a_leased_run_and_takes_over_a_dead_owner(db_path, tmp_path):
+    log = tmp_path / "log"
+    a = start(db_path, log, "slow5")
+    deadline = time.monotonic() + 30
+    while len(lines(log)) < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    # B finds the run in the file but must not execute it while A holds the lease
+    b = subprocess.run(
+        [sys.executable, str(WORKER), str(db_path), str(log), "slow5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert b.returncode == 0, b.stderr
+    assert "being executed by" in b.stdout
+    assert all(line.split()[0] == str(a.pid) for line in lines(log))
+    a.send_signal(signal.SIGKILL)
+    a.wait(10)
+    done_by_a = len(lines(log))
+    assert 1 <= done_by_a < 5
+    c = subprocess.run(
+        [sys.executable, str(WORKER), str(db_path), str(log), "slow5"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert c.returncode == 0, c.stderr
+    assert "recovered completed" in c.stdout  # dead local owner: taken over at once
+    steps = Counter(line.split()[1] for line in lines(log))
+    assert set(steps) == {f"s{i}" for i in range(5)}
+    assert sum(steps.values()) <= 6  # at most the step in flight at the kill ran twice
+    owners = {line.split()[0] for line in lines(log)}
+    assert len(owners) == 2 and str(a.pid) in owners  # A, then C; never B
+
+
+@pytest.mark.scenario("S42")
+def test_lease_of_a_remote_owner_is_taken_over_only_after_it_expires(db_path):
+    clock = ManualClock()
+    store = open_store(db_path)
+    flow = (
+        FlowBuilder("two", flow_worker.S)
+        .step("a", lambda s: {"n": 1})
+        .step("b", lambda s: {"n": 2})
+        .chain()
+        .compile()
+    )
+    remote = Engine(store, flows=[flow], clock=clock, owner="otherhost:4242:abc", lease_ttl_s=60)
+    rid = remote.start("two", flow_worker.S())
+    store.claim(rid, remote.lease(), clock.now())  # the remote process holds it
+    local = Engine(store, flows=[flow], clock=clock, lease_ttl_s=60)
+    with pytest.raises(RunLeasedError) as info:
+        local.resume(rid)
+    assert info.value.owner == "otherhost:4242:abc"
+    report = local.recover()
+    assert isinstance(report[0][1], RunLeasedError)
+    assert store.get_run(rid).revision == 0  # nothing ran
+    clock.advance(61)
+    res = local.resume(rid)
+    assert res.status == "completed" and res.state.n == 2
+    run = store.get_run(rid)
+    assert run.lease_owner is None  # released when it stopped
+    store.close()
