@@ -20,6 +20,7 @@ Durability protocol (one commit per step):
 
 from __future__ import annotations
 
+import contextlib
 import asyncio
 import inspect
 import threading
@@ -280,10 +281,8 @@ class RunDriver:
             done.set()
             beat.join()
             if not self.deleted:
-                try:
+                with contextlib.suppress(FlowdeskError):  # else it expires on its own
                     self.release()
-                except FlowdeskError:
-                    pass  # the lease expires on its own
 
     def _drive(self) -> RunResult:
         try:

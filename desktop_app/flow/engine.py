@@ -8,6 +8,7 @@ Run statuses: ``pending`` (created, not started), ``running``, ``waiting``,
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -167,10 +168,8 @@ class Engine:
         with self._lock:
             active = list(self.active)
         for run_id in active:
-            try:
+            with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
                 self.store.release(run_id, self.owner)
-            except FlowdeskError:
-                pass  # the lease then expires on its own after lease_ttl_s
 
     def cancel_event(self, run_id: str) -> threading.Event:
         with self._lock:
