@@ -20,8 +20,8 @@ Durability protocol (one commit per step):
 
 from __future__ import annotations
 
-import contextlib
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
