@@ -154,8 +154,10 @@ class RunDriver:
         self.error = cp.error
         self.context = ExecutionContext.model_validate(dict(run.context))
         self.cancel_event = engine.cancel_event(run.run_id)
-        self.lease_lost = threading.Event()
         self.deleted = False
+        self.saves = 0
+        #: take over a lease whose owner is known dead (first save only)
+        self.takeover = False
         self.recovering: str | None = None
 
     # -- persistence -----------------------------------------------------
@@ -175,14 +177,21 @@ class RunDriver:
             meta=dict(self.meta),
         )
         try:
-            self.store.append(cp, list(writes), self.engine.lease())
+            self.store.append(cp, list(writes), self.engine.lease(takeover=self.takeover))
         except LeaseLostError:
+            if self.saves == 0:  # nothing ran yet: another process holds the run
+                run = self.store.get_run(self.run_id)
+                raise RunLeasedError(
+                    self.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
+                ) from None
             raise Stopped() from None
         except RevisionConflictError:
             if self.store.get_run(self.run_id).status == "canceled":
                 raise Canceled() from None
             raise
         self.revision = cp.revision
+        self.saves += 1
+        self.takeover = False
         keep = self.flow.keep_last_n
         if keep is not None and cp.revision >= 2 * keep and cp.revision % keep == 0:
             self.store.prune(self.run_id, keep)
@@ -195,24 +204,12 @@ class RunDriver:
     def check_cancel(self) -> None:
         if self.cancel_event.is_set():
             raise Canceled()
-        if self.engine.shutdown_event.is_set() or self.lease_lost.is_set():
+        if self.engine.shutdown_event.is_set() or self.run_id in self.engine.lost:
             raise Stopped()
 
     def release(self) -> None:
         """Give up this process's lease on the run."""
         self.store.release(self.run_id, self.engine.owner)
-
-    def heartbeat(self, done: threading.Event) -> None:
-        """Renew the lease every ``lease_ttl_s / 3`` until ``done`` (own thread)."""
-        interval = max(0.05, self.engine.lease_ttl_s / 3)
-        while not done.wait(interval):
-            try:
-                self.store.claim(self.run_id, self.engine.lease(), self.clock.now())
-            except RunLeasedError:
-                self.lease_lost.set()
-                return
-            except FlowdeskError:
-                continue  # a busy or failing store: the next checkpoint will tell
 
     # -- entry points ----------------------------------------------------
 
@@ -264,23 +261,15 @@ class RunDriver:
 
     def drive(self) -> RunResult:
         self.events.publish(RunStarted(self.run_id, self.flow.name))
-        done = threading.Event()
-        beat = threading.Thread(
-            target=self.heartbeat, args=(done,), name=f"lease-{self.run_id[:8]}", daemon=True
-        )
-        beat.start()
-        with self.engine._lock:
-            self.engine.active.add(self.run_id)
+        self.engine.track(self.run_id, True)
         try:
             if self.engine.shutdown_event.is_set():
                 return self.result()
             return self._drive()
         finally:
-            with self.engine._lock:
-                self.engine.active.discard(self.run_id)
-            done.set()
-            beat.join()
-            if not self.deleted:
+            self.engine.track(self.run_id, False)
+            if self.status in ("running", "pending") and not self.deleted:
+                # stopped early: hand the run back (finished runs cleared it on save)
                 with contextlib.suppress(FlowdeskError):  # else it expires on its own
                     self.release()
 

@@ -124,6 +124,9 @@ class Engine:
         self._lock = threading.Lock()
         #: ids of the runs this engine is executing right now
         self.active: set[str] = set()
+        #: runs whose lease another process took over while we executed them
+        self.lost: set[str] = set()
+        self._heartbeat: threading.Thread | None = None
         for f in flows:
             self.register(f)
 
@@ -154,9 +157,47 @@ class Engine:
             self.register(flow)
         return flow
 
-    def lease(self) -> Lease:
-        """A lease for this process from now for ``lease_ttl_s``."""
-        return Lease(self.owner, self.clock.now() + self.lease_ttl_s)
+    def lease(self, takeover: bool = False) -> Lease:
+        """A lease for this process from now for ``lease_ttl_s``; ``takeover``
+        also takes over a live lease (its owner is known to be dead)."""
+        now = self.clock.now()
+        return Lease(self.owner, now + self.lease_ttl_s, math.inf if takeover else now)
+
+    def track(self, run_id: str, executing: bool) -> None:
+        """Note that this engine starts or stops executing ``run_id``; while any
+        run executes, one heartbeat thread renews their leases every
+        ``lease_ttl_s / 3`` seconds."""
+        with self._lock:
+            if executing:
+                self.active.add(run_id)
+                self.lost.discard(run_id)
+                if self._heartbeat is None or not self._heartbeat.is_alive():
+                    self._heartbeat = threading.Thread(
+                        target=self._renew_leases, name="flowdesk-leases", daemon=True
+                    )
+                    self._heartbeat.start()
+            else:
+                self.active.discard(run_id)
+
+    def _renew_leases(self) -> None:
+        interval = max(0.05, self.lease_ttl_s / 3)
+        while not self.shutdown_event.wait(interval):
+            with self._lock:
+                active = list(self.active)
+            if not active:
+                with self._lock:
+                    if not self.active:
+                        self._heartbeat = None
+                        return
+                continue
+            for run_id in active:
+                try:
+                    self.store.claim(run_id, self.lease(), self.clock.now())
+                except RunLeasedError:
+                    with self._lock:
+                        self.lost.add(run_id)  # its driver stops before the next step
+                except FlowdeskError:
+                    continue  # a busy or failing store: the next checkpoint will tell
 
     def stop(self) -> None:
         """Stop executing: every run this engine drives stops before its next
@@ -289,7 +330,7 @@ class Engine:
 
     # -- resuming --------------------------------------------------------
 
-    def _load_driver(self, run_id: str, claim: bool = True) -> RunDriver:
+    def _load_driver(self, run_id: str) -> RunDriver:
         run = self.store.get_run(run_id)
         if run.status in ("canceled", "timed_out"):
             raise RunStateError(
@@ -299,19 +340,16 @@ class Engine:
         f = self.flow(run.flow_name)
         if run.flow_version != f.version:
             raise FlowVersionMismatchError(run_id, run.flow_version, f.version)
-        if claim and run.status not in ("completed",):
-            run = self._claim(run_id)
-        return RunDriver(self, f, run, self.store.latest(run_id))
-
-    def _claim(self, run_id: str) -> RunRecord:
-        """Claim the run's lease; a lease held by a dead process on this host
-        is taken over at once instead of after it expires."""
-        try:
-            return self.store.claim(run_id, self.lease(), self.clock.now())
-        except RunLeasedError as exc:
-            if not _owner_is_dead(exc.owner):
-                raise
-            return self.store.claim(run_id, self.lease(), math.inf)
+        takeover = False
+        held = run.lease_owner not in (None, self.owner)
+        if held and (run.lease_expires_at or 0.0) > self.clock.now():
+            if not _owner_is_dead(run.lease_owner or ""):
+                raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+            takeover = True
+        driver = RunDriver(self, f, run, self.store.latest(run_id))
+        # the driver's first checkpoint claims the lease atomically
+        driver.takeover = takeover
+        return driver
 
     def resume(self, run_id: str) -> RunResult:
         """Continue a run from its latest checkpoint.
@@ -330,10 +368,8 @@ class Engine:
         """
         driver = self._load_driver(run_id)
         if driver.status == "completed" or not driver.frontier:
-            driver.release()
             return driver.result()
         if "await" in driver.meta:
-            driver.release()
             raise RunStateError(
                 f"run {run_id} waits for input at step {driver.meta['await']['step']!r}; "
                 "answer it with resume_with(run_id, value)"
@@ -357,14 +393,12 @@ class Engine:
         driver = self._load_driver(run_id)
         pending = driver.meta.get("await")
         if driver.status != "waiting" or not pending:
-            driver.release()
             raise RunStateError(f"run {run_id} is not waiting for input (status {driver.status!r})")
         step = driver.flow.step(pending["step"])
         assert isinstance(step, AwaitStep)
         try:
             driver.give_input(step, value)
         except ValidationError as exc:
-            driver.release()
             raise InputError(
                 f"run {run_id}: the answer does not fit field {step.into!r}: "
                 f"{exc.errors()[0]['msg']}"

@@ -102,13 +102,19 @@ class InMemoryCheckpointStore:
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored latest "
                     f"revision {run.revision}; another writer got there first."
                 )
-            if lease is not None and run.lease_owner != lease.owner:
+            if (
+                lease is not None
+                and run.lease_owner not in (None, lease.owner)
+                and (run.lease_expires_at or 0.0) > lease.issued_at
+            ):
                 raise LeaseLostError(
                     f"run {cp.run_id} was taken over by {run.lease_owner} after this process's "
                     "lease expired; this process stops executing it."
                 )
-            if lease is not None:
-                run = replace(run, lease_expires_at=lease.expires_at)
+            if cp.status not in ("running", "pending"):
+                run = replace(run, lease_owner=None, lease_expires_at=None)
+            elif lease is not None:
+                run = replace(run, lease_owner=lease.owner, lease_expires_at=lease.expires_at)
             cps[cp.revision] = cp
             self._version[0] += 1
             self._runs[cp.run_id] = replace(

@@ -205,10 +205,16 @@ class RunRecord:
 
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """A claim on a run: ``owner`` executes it until ``expires_at`` (UTC epoch s)."""
+    """A claim on a run: ``owner`` executes it until ``expires_at`` (UTC epoch s).
+
+    ``issued_at`` is the claimant's "now": a lease held by another owner that
+    expired at or before it may be taken over (``math.inf`` takes over any
+    lease: the engine uses it for owners it knows are dead).
+    """
 
     owner: str
     expires_at: float
+    issued_at: float = 0.0
 
 
 def checkpoint_id(run_id: str, revision: int) -> str:
@@ -252,8 +258,11 @@ class CheckpointStore(Protocol):
     ) -> None:
         """Append ``checkpoint`` (revision ``latest + 1``) and run ``writes`` in
         the same transaction; update the run's status, progress and error.
-        With ``lease``, the append also requires that ``lease.owner`` still
-        holds the run and extends the lease to ``lease.expires_at``.
+        With ``lease``, the append also claims the run: it requires that the
+        run's lease is free, held by ``lease.owner`` or expired at
+        ``lease.issued_at``, and sets it to ``lease``. An append whose status
+        is not ``running``/``pending`` clears the lease (nobody executes a
+        finished or waiting run).
 
         Raises:
             CheckpointNotFoundError: the run does not exist in this scope.

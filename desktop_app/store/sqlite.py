@@ -221,14 +221,16 @@ class SqliteCheckpointStore:
                     "error=?"
                 )
                 args: list[Any] = [cp.status, cp.revision, cp.created_at, done, total, cp.error]
-                if lease is not None:
-                    sql += ", lease_expires_at=?"
-                    args.append(lease.expires_at)
+                if cp.status not in ("running", "pending"):
+                    sql += ", lease_owner=NULL, lease_expires_at=NULL"
+                elif lease is not None:
+                    sql += ", lease_owner=?, lease_expires_at=?"
+                    args += [lease.owner, lease.expires_at]
                 sql += " WHERE run_id=? AND scope=? AND revision=?"
                 args += [cp.run_id, self.scope, cp.revision - 1]
                 if lease is not None:
-                    sql += " AND lease_owner=?"
-                    args.append(lease.owner)
+                    sql += " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
+                    args += [lease.owner, lease.issued_at]
                 self.conn.execute(sql, args)
                 if self.conn.changes() != 1 or previous is None:
                     row = self.conn.execute(
