@@ -63,6 +63,10 @@ class RevisionConflictError(FlowdeskError):
     """Another writer saved this revision of the run first (compare-and-append lost)."""
 
 
+class DuplicateFlowKeyError(RevisionConflictError):
+    """A live run with this flow key exists already (single flight)."""
+
+
 class LeaseLostError(RevisionConflictError):
     """This process's lease on the run expired and another process took the run over."""
 
@@ -154,6 +158,14 @@ class StepFailedError(FlowError):
         super().__init__(
             f"run {run_id}: step {step_id!r} failed after {attempts} attempt(s): {cause}"
         )
+
+
+class WaitError(FlowError):
+    """An answer or signal does not fit the run's pending waits."""
+
+
+class WaitAlreadyResolvedError(WaitError):
+    """The wait was answered already; the first answer stands."""
 
 
 class StepTimeoutError(FlowError):

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from desktop_app.errors import (
     CheckpointNotFoundError,
+    DuplicateFlowKeyError,
     LeaseLostError,
     RevisionConflictError,
     RunLeasedError,
@@ -26,15 +27,33 @@ from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
     DomainWrite,
+    Event,
+    Intent,
     Lease,
     RunRecord,
     RunStatus,
+    Signal,
 )
+
+LIVE = ("pending", "running", "waiting", "failed")
+
+
+class _Space:
+    """Everything one in-memory "file" holds."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunRecord] = {}
+        self.cps: dict[str, dict[int, Checkpoint]] = {}
+        self.version = 0
+        self.signals: list[dict[str, Any]] = []
+        self.events: list[Event] = []
+        self.outbox: dict[str, Intent] = {}
+
 
 T = TypeVar("T")
 
 # Process-wide, so two store objects with different scopes share one "file".
-_SHARED: dict[str, tuple[dict[str, RunRecord], dict[str, dict[int, Checkpoint]], list[int]]] = {}
+_SHARED: dict[str, _Space] = {}
 
 
 class InMemoryCheckpointStore:
@@ -48,12 +67,9 @@ class InMemoryCheckpointStore:
 
     def __init__(self, *, scope: str = "default", space: str | None = None) -> None:
         self.scope = scope
-        if space is None:
-            self._runs: dict[str, RunRecord] = {}
-            self._cps: dict[str, dict[int, Checkpoint]] = {}
-            self._version = [0]
-        else:
-            self._runs, self._cps, self._version = _SHARED.setdefault(space, ({}, {}, [0]))
+        self._space = _Space() if space is None else _SHARED.setdefault(space, _Space())
+        self._runs = self._space.runs
+        self._cps = self._space.cps
         self._lock = threading.Lock()
 
     @staticmethod
@@ -81,20 +97,40 @@ class InMemoryCheckpointStore:
         with self._lock:
             if run.run_id in self._runs:
                 raise RevisionConflictError(f"run {run.run_id} already exists; pick another run id")
+            if run.flow_key is not None and any(
+                r.flow_key == run.flow_key
+                and r.flow_name == run.flow_name
+                and r.scope == self.scope
+                and r.status in LIVE
+                for r in self._runs.values()
+            ):
+                raise DuplicateFlowKeyError(
+                    f"a live run of {run.flow_name!r} with flow key {run.flow_key!r} exists"
+                )
             self._runs[run.run_id] = replace(run, scope=self.scope, status=first.status, revision=0)
             self._cps[run.run_id] = {0: frozen}
-            self._version[0] += 1
+            self._space.version += 1
 
     def append(
         self,
         checkpoint: Checkpoint,
         writes: Sequence[DomainWrite] = (),
         lease: Lease | None = None,
+        *,
+        intents: Sequence[Intent] = (),
+        consume: Sequence[tuple[int, str]] = (),
     ) -> None:
         if writes:
             raise StoreError("domain writes need the SQLite store")
         cp = self._frozen(checkpoint)
         with self._lock:
+            for signal_id, _ in consume:
+                if self._space.signals[signal_id - 1]["consumed_by"] is not None:
+                    raise RevisionConflictError(
+                        f"signal {signal_id} was consumed by another wait first"
+                    )
+            if any(i.intent_id in self._space.outbox for i in intents):
+                raise RevisionConflictError("an outbox intent with this id exists already")
             run = self._run(cp.run_id)
             cps = self._cps[cp.run_id]
             if cp.revision in cps or run.revision != cp.revision - 1:
@@ -116,7 +152,11 @@ class InMemoryCheckpointStore:
             elif lease is not None:
                 run = replace(run, lease_owner=lease.owner, lease_expires_at=lease.expires_at)
             cps[cp.revision] = cp
-            self._version[0] += 1
+            for signal_id, wait_id in consume:
+                self._space.signals[signal_id - 1]["consumed_by"] = wait_id
+            for intent in intents:
+                self._space.outbox[intent.intent_id] = intent
+            self._space.version += 1
             self._runs[cp.run_id] = replace(
                 run,
                 status=cp.status,
@@ -138,7 +178,7 @@ class InMemoryCheckpointStore:
                 raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
             run = replace(run, lease_owner=lease.owner, lease_expires_at=lease.expires_at)
             self._runs[run_id] = run
-            self._version[0] += 1
+            self._space.version += 1
             return run
 
     def release(self, run_id: str, owner: str) -> None:
@@ -146,7 +186,7 @@ class InMemoryCheckpointStore:
             run = self._run(run_id)
             if run.lease_owner == owner:
                 self._runs[run_id] = replace(run, lease_owner=None, lease_expires_at=None)
-                self._version[0] += 1
+                self._space.version += 1
 
     def latest(self, run_id: str) -> Checkpoint:
         with self._lock:
@@ -182,6 +222,10 @@ class InMemoryCheckpointStore:
         limit: int | None = None,
         offset: int = 0,
         newest_first: bool = False,
+        *,
+        tenant_id: str | None = None,
+        session_id: str | None = None,
+        flow_key: str | None = None,
     ) -> list[RunRecord]:
         with self._lock:
             runs = [
@@ -190,6 +234,9 @@ class InMemoryCheckpointStore:
                 if r.scope == self.scope
                 and (statuses is None or r.status in statuses)
                 and (flow_name is None or r.flow_name == flow_name)
+                and (tenant_id is None or r.context.get("tenant_id") == tenant_id)
+                and (session_id is None or r.context.get("session_id") == session_id)
+                and (flow_key is None or r.flow_key == flow_key)
             ]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=newest_first)
         end = None if limit is None else offset + limit
@@ -200,7 +247,7 @@ class InMemoryCheckpointStore:
             self._run(run_id)
             del self._runs[run_id]
             del self._cps[run_id]
-            self._version[0] += 1
+            self._space.version += 1
 
     def prune(self, run_id: str, keep_last_n: int) -> int:
         if keep_last_n < 1:
@@ -213,12 +260,123 @@ class InMemoryCheckpointStore:
             doomed = [r for r in cps if r <= run.revision - keep_last_n]
             for r in doomed:
                 del cps[r]
-            self._version[0] += 1
+            self._space.version += 1
         return len(doomed)
 
     def data_version(self) -> int:
         with self._lock:
-            return self._version[0]
+            return self._space.version
+
+    # -- waits, signals, events ------------------------------------------
+
+    def _pending_waits(self) -> list[tuple[str, Any]]:
+        out = []
+        for run_id, run in self._runs.items():
+            if run.scope != self.scope:
+                continue
+            for w in self._cps[run_id][run.revision].waits:
+                out.append((run_id, w))
+        return out
+
+    def send_signal(
+        self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
+    ) -> int:
+        with self._lock:
+            for i, s in enumerate(self._space.signals, start=1):
+                if dedupe_key is not None and s["dedupe_key"] == dedupe_key:
+                    return i
+            self._space.signals.append(
+                {
+                    "name": name,
+                    "key": key,
+                    "payload": codec.loads(codec.dumps(payload)),
+                    "sent_at": now,
+                    "dedupe_key": dedupe_key,
+                    "consumed_by": None,
+                    "scope": self.scope,
+                }
+            )
+            self._space.version += 1
+            return len(self._space.signals)
+
+    def next_signal(self, name: str, key: str) -> Signal | None:
+        with self._lock:
+            for i, s in enumerate(self._space.signals, start=1):
+                if (s["scope"], s["name"], s["key"]) == (self.scope, name, key) and (
+                    s["consumed_by"] is None
+                ):
+                    return Signal(i, name, key, s["payload"], s["sent_at"])
+        return None
+
+    def publish_event(self, type_: str, payload: Any, now: float) -> int:
+        with self._lock:
+            event = Event(
+                len(self._space.events) + 1, type_, codec.loads(codec.dumps(payload)), now
+            )
+            self._space.events.append(event)
+            self._space.version += 1
+            return event.event_id
+
+    def first_event(self, type_: str, since: float) -> Event | None:
+        with self._lock:
+            found = [e for e in self._space.events if e.type == type_ and e.published_at >= since]
+        return min(found, key=lambda e: (e.published_at, e.event_id)) if found else None
+
+    def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
+        with self._lock:
+            due = [
+                (w.deadline_at, run_id, w.wait_id)
+                for run_id, w in self._pending_waits()
+                if w.deadline_at is not None and w.deadline_at <= now
+            ]
+        return [(r, w) for _, r, w in sorted(due)[:limit]]
+
+    def next_deadline(self) -> float | None:
+        with self._lock:
+            times = [w.deadline_at for _, w in self._pending_waits() if w.deadline_at is not None]
+        return min(times) if times else None
+
+    def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
+        with self._lock:
+            found = {
+                run_id
+                for run_id, w in self._pending_waits()
+                if w.kind == kind and w.name == name and (key is None or w.key == key)
+            }
+        return sorted(found)
+
+    # -- outbox --------------------------------------------------------------
+
+    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
+        with self._lock:
+            out = [
+                i
+                for i in self._space.outbox.values()
+                if i.status in statuses
+                and i.run_id in self._runs
+                and self._runs[i.run_id].scope == self.scope
+            ]
+        return out[:limit]
+
+    def mark_intent(
+        self,
+        intent_id: str,
+        status: str,
+        now: float,
+        *,
+        receipt: Any = None,
+        error: str | None = None,
+    ) -> None:
+        with self._lock:
+            intent = self._space.outbox[intent_id]
+            if status == "sending":
+                intent = replace(intent, status="sending", attempts=intent.attempts + 1)
+            elif status == "delivered":
+                intent = replace(intent, status="delivered", receipt=receipt, last_error=None)
+            else:
+                intent = replace(intent, status=status, last_error=error)  # type: ignore[arg-type]
+            self._space.outbox[intent_id] = intent
+            self._space.version += 1
 
     def query(self, op: Callable[[Any], T]) -> T:
         raise StoreError("domain queries need the SQLite store")

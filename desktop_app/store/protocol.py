@@ -109,6 +109,104 @@ class StepRecord:
         )
 
 
+WaitKind = Literal["input", "signal", "event", "timer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A durable pause of a run, part of its checkpoint.
+
+    Attributes:
+        wait_id: stable id ``"<run_id>:<step_id>:<n>"``; survives restarts.
+        step_id: the step (or ``"<parallel>/<branch>"``) that waits.
+        kind: ``input`` (a person), ``signal`` (name + key), ``event`` (type),
+            ``timer`` (only a deadline).
+        name / key: signal name and key, or event type (``key`` unused).
+        prompt: what the person is asked (JSON), for input waits.
+        deadline_at: UTC epoch seconds when the wait times out, or ``None``;
+            stored when the wait begins and never recomputed.
+        created_at: UTC epoch seconds when the wait began.
+        continuation: a JSON value kept for the step (stateful interrupt).
+    """
+
+    wait_id: str
+    step_id: str
+    kind: WaitKind
+    created_at: float
+    name: str | None = None
+    key: str | None = None
+    prompt: JSON = None
+    deadline_at: float | None = None
+    continuation: JSON = None
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "wait_id": self.wait_id,
+            "step_id": self.step_id,
+            "kind": self.kind,
+            "created_at": self.created_at,
+            "name": self.name,
+            "key": self.key,
+            "prompt": self.prompt,
+            "deadline_at": self.deadline_at,
+            "continuation": self.continuation,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> Wait:
+        return cls(
+            wait_id=str(data["wait_id"]),
+            step_id=str(data["step_id"]),
+            kind=data["kind"],
+            created_at=float(data["created_at"]),
+            name=data.get("name"),
+            key=data.get("key"),
+            prompt=data.get("prompt"),
+            deadline_at=data.get("deadline_at"),
+            continuation=data.get("continuation"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A stored signal (durable mailbox row)."""
+
+    signal_id: int
+    name: str
+    key: str
+    payload: JSON
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A published event (broadcast to every wait on its type)."""
+
+    event_id: int
+    type: str
+    payload: JSON
+    published_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """An outbox intent: a side effect to deliver after its checkpoint commits.
+
+    ``intent_id`` is the stable idempotency key the destination sees on every
+    attempt (``"<run_id>:<step_id>:<iteration>:<n>"`` unless the step gives one).
+    """
+
+    intent_id: str
+    run_id: str
+    step_id: str
+    destination: str
+    payload: JSON
+    status: Literal["pending", "sending", "delivered", "failed"] = "pending"
+    attempts: int = 0
+    receipt: JSON = None
+    last_error: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The durable record of a run after one step.
@@ -126,6 +224,7 @@ class Checkpoint:
         error: why the run failed or halted, if it did.
         meta: engine bookkeeping as a small JSON object (steps taken, halt
             reason, ...); stored whole with every revision.
+        waits: the run's pending waits at this revision.
     """
 
     run_id: str
@@ -139,6 +238,7 @@ class Checkpoint:
     progress: tuple[int, int] | None = None
     error: str | None = None
     meta: Mapping[str, JSON] = field(default_factory=dict)
+    waits: tuple[Wait, ...] = ()
 
     @property
     def id(self) -> str:
@@ -247,6 +347,7 @@ class CheckpointStore(Protocol):
 
         Raises:
             RevisionConflictError: a run with this id already exists.
+            DuplicateFlowKeyError: a live run of the flow has ``run.flow_key``.
         """
         ...
 
@@ -255,9 +356,14 @@ class CheckpointStore(Protocol):
         checkpoint: Checkpoint,
         writes: Sequence[DomainWrite] = (),
         lease: Lease | None = None,
+        *,
+        intents: Sequence[Intent] = (),
+        consume: Sequence[tuple[int, str]] = (),
     ) -> None:
-        """Append ``checkpoint`` (revision ``latest + 1``) and run ``writes`` in
-        the same transaction; update the run's status, progress and error.
+        """Append ``checkpoint`` (revision ``latest + 1``) and, in the same
+        transaction, run ``writes``, enqueue ``intents`` in the outbox, mark
+        signals consumed (``(signal_id, wait_id)`` pairs) and mirror the
+        checkpoint's pending waits; update the run's status, progress, error.
         With ``lease``, the append also claims the run: it requires that the
         run's lease is free, held by ``lease.owner`` or expired at
         ``lease.issued_at``, and sets it to ``lease``. An append whose status
@@ -268,7 +374,60 @@ class CheckpointStore(Protocol):
             CheckpointNotFoundError: the run does not exist in this scope.
             RevisionConflictError: the revision is taken or not ``latest + 1``.
             LeaseLostError: another owner took the run over.
+            RevisionConflictError: a signal in ``consume`` was consumed already.
+            RevisionConflictError: an intent id is already in the outbox.
         """
+        ...
+
+    # -- waits, signals, events -----------------------------------------
+
+    def send_signal(
+        self, name: str, key: str, payload: JSON, now: float, dedupe_key: str | None = None
+    ) -> int:
+        """Store a signal; returns its id. A second send with the same
+        ``dedupe_key`` stores nothing and returns the first one's id."""
+        ...
+
+    def next_signal(self, name: str, key: str) -> Signal | None:
+        """The oldest unconsumed signal for ``(name, key)``, or ``None``."""
+        ...
+
+    def publish_event(self, type_: str, payload: JSON, now: float) -> int:
+        """Store an event; returns its id."""
+        ...
+
+    def first_event(self, type_: str, since: float) -> Event | None:
+        """The first event of ``type_`` published at or after ``since``."""
+        ...
+
+    def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
+        """``(run_id, wait_id)`` of pending waits whose deadline is at or before ``now``."""
+        ...
+
+    def next_deadline(self) -> float | None:
+        """The earliest pending deadline, or ``None``."""
+        ...
+
+    def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
+        """Ids of runs with a pending wait of ``kind`` on ``name`` (and ``key``)."""
+        ...
+
+    # -- outbox ------------------------------------------------------------
+
+    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
+        """Outbox intents with these statuses, oldest first."""
+        ...
+
+    def mark_intent(
+        self,
+        intent_id: str,
+        status: str,
+        now: float,
+        *,
+        receipt: JSON = None,
+        error: str | None = None,
+    ) -> None:
+        """Record an intent's delivery progress (``sending`` bumps attempts)."""
         ...
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
@@ -307,9 +466,14 @@ class CheckpointStore(Protocol):
         limit: int | None = None,
         offset: int = 0,
         newest_first: bool = False,
+        *,
+        tenant_id: str | None = None,
+        session_id: str | None = None,
+        flow_key: str | None = None,
     ) -> list[RunRecord]:
         """Runs of this scope, oldest first (``created_at`` then ``run_id``), or
-        newest first; ``limit``/``offset`` page through them."""
+        newest first; ``limit``/``offset`` page through them; optionally only
+        those of a tenant, a session or a flow key."""
         ...
 
     def data_version(self) -> int:

@@ -22,6 +22,7 @@ import apsw
 from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
+    DuplicateFlowKeyError,
     LeaseLostError,
     RevisionConflictError,
     RunLeasedError,
@@ -33,10 +34,14 @@ from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
     DomainWrite,
+    Event,
+    Intent,
     Lease,
     RunRecord,
     RunStatus,
+    Signal,
     StepRecord,
+    Wait,
 )
 
 T = TypeVar("T")
@@ -63,7 +68,7 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 _RUN_COLUMNS = (
     "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
     "flow_key, parent_run_id, context, progress_done, progress_total, error, lease_owner, "
-    "lease_expires_at"
+    "lease_expires_at, tenant_id, session_id"
 )
 
 
@@ -139,7 +144,8 @@ class SqliteCheckpointStore:
             steps = codec.dumps(changed)
         self.conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
-            "state, steps, frontier, progress, error, meta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            "state, steps, frontier, progress, error, meta, waits) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 cp.run_id,
                 cp.revision,
@@ -153,8 +159,27 @@ class SqliteCheckpointStore:
                 None if cp.progress is None else codec.dumps(list(cp.progress)),
                 cp.error,
                 codec.dumps(dict(cp.meta)) if cp.meta else None,
+                codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
             ),
         )
+        if previous is None or previous.waits != cp.waits:
+            if previous is not None:
+                self.conn.execute("DELETE FROM waits WHERE run_id=?", (cp.run_id,))
+            for w in cp.waits:
+                self.conn.execute(
+                    "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, deadline_at, "
+                    "created_at) VALUES (?,?,?,?,?,?,?,?)",
+                    (
+                        w.wait_id,
+                        cp.run_id,
+                        w.step_id,
+                        w.kind,
+                        w.name,
+                        w.key,
+                        w.deadline_at,
+                        w.created_at,
+                    ),
+                )
 
     # -- writes ----------------------------------------------------------
 
@@ -168,7 +193,8 @@ class SqliteCheckpointStore:
         try:
             with self.conn:
                 self.conn.execute(
-                    f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO runs({_RUN_COLUMNS}) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         run.run_id,
                         run.flow_name,
@@ -186,12 +212,18 @@ class SqliteCheckpointStore:
                         run.error,
                         run.lease_owner,
                         run.lease_expires_at,
+                        run.context.get("tenant_id"),
+                        run.context.get("session_id"),
                     ),
                 )
                 self._write_checkpoint(first, None)
                 for write in writes:
                     write(self.conn)
         except apsw.ConstraintError as exc:
+            if run.flow_key is not None and "flow_key" in str(exc):
+                raise DuplicateFlowKeyError(
+                    f"a live run of {run.flow_name!r} with flow key {run.flow_key!r} exists"
+                ) from exc
             raise RevisionConflictError(
                 f"run {run.run_id} already exists; pick another run id"
             ) from exc
@@ -206,6 +238,9 @@ class SqliteCheckpointStore:
         checkpoint: Checkpoint,
         writes: Sequence[DomainWrite] = (),
         lease: Lease | None = None,
+        *,
+        intents: Sequence[Intent] = (),
+        consume: Sequence[tuple[int, str]] = (),
     ) -> None:
         cp = checkpoint
         previous = self._last.get(cp.run_id)
@@ -250,11 +285,35 @@ class SqliteCheckpointStore:
                         f"the run and try again."
                     )
                 self._write_checkpoint(cp, previous)
+                for signal_id, wait_id in consume:
+                    self.conn.execute(
+                        "UPDATE signals SET consumed_by=?, consumed_at=? "
+                        "WHERE signal_id=? AND consumed_by IS NULL",
+                        (wait_id, cp.created_at, signal_id),
+                    )
+                    if self.conn.changes() != 1:
+                        raise RevisionConflictError(
+                            f"signal {signal_id} was consumed by another wait first"
+                        )
+                for intent in intents:
+                    self.conn.execute(
+                        "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "
+                        "status, created_at) VALUES (?,?,?,?,?,'pending',?)",
+                        (
+                            intent.intent_id,
+                            intent.run_id,
+                            intent.step_id,
+                            intent.destination,
+                            codec.dumps(intent.payload),
+                            cp.created_at,
+                        ),
+                    )
                 for write in writes:
                     write(self.conn)
         except apsw.ConstraintError as exc:
             raise RevisionConflictError(
-                f"run {cp.run_id}: revision {cp.revision} was already saved by another writer"
+                f"run {cp.run_id}: revision {cp.revision} (or one of its outbox intents) was "
+                "already saved by another writer"
             ) from exc
         except apsw.Error as exc:
             raise self._err(exc) from exc
@@ -358,9 +417,21 @@ class SqliteCheckpointStore:
         limit: int | None = None,
         offset: int = 0,
         newest_first: bool = False,
+        *,
+        tenant_id: str | None = None,
+        session_id: str | None = None,
+        flow_key: str | None = None,
     ) -> list[RunRecord]:
         sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=?"
         args: list[Any] = [self.scope]
+        for column, value in (
+            ("tenant_id", tenant_id),
+            ("session_id", session_id),
+            ("flow_key", flow_key),
+        ):
+            if value is not None:
+                sql += f" AND {column}=?"
+                args.append(value)
         if statuses is not None:
             sql += f" AND status IN ({','.join('?' * len(statuses))})"
             args.extend(statuses)
@@ -414,7 +485,7 @@ class SqliteCheckpointStore:
         try:
             rows: list[Any] = self.conn.execute(
                 "SELECT revision, kind, status, step_id, created_at, state, steps, frontier, "
-                "progress, error, meta FROM checkpoints "
+                "progress, error, meta, waits FROM checkpoints "
                 "WHERE run_id=? AND revision<=? AND revision>="
                 "(SELECT max(revision) FROM checkpoints WHERE run_id=? AND revision<=? "
                 "AND kind='snapshot') ORDER BY revision",
@@ -448,7 +519,10 @@ class SqliteCheckpointStore:
             frontier = tuple(codec.loads(last[7]))
             progress_raw = None if last[8] is None else codec.loads(last[8])
             meta = {} if last[10] is None else codec.loads(last[10])
-        except (ValueError, TypeError) as exc:
+            waits = (
+                () if last[11] is None else tuple(Wait.from_json(w) for w in codec.loads(last[11]))
+            )
+        except (ValueError, TypeError, KeyError) as exc:
             raise CheckpointDecodeError(run_id, revision, "", f"malformed record: {exc}") from exc
         progress = None if progress_raw is None else (int(progress_raw[0]), int(progress_raw[1]))
         return Checkpoint(
@@ -463,6 +537,7 @@ class SqliteCheckpointStore:
             progress=progress,
             error=last[9],
             meta=meta,
+            waits=waits,
         )
 
     @_locked
@@ -471,6 +546,178 @@ class SqliteCheckpointStore:
             return op(self.conn)
         except apsw.Error as exc:
             raise self._err(exc) from exc
+
+    # -- waits, signals, events ------------------------------------------
+
+    @_locked
+    def send_signal(
+        self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
+    ) -> int:
+        try:
+            with self.conn:
+                if dedupe_key is not None:
+                    row = self.conn.execute(
+                        "SELECT signal_id FROM signals WHERE scope=? AND dedupe_key=?",
+                        (self.scope, dedupe_key),
+                    ).fetchone()
+                    if row is not None:
+                        return int(row[0])
+                self.conn.execute(
+                    "INSERT INTO signals(scope, name, key, payload, dedupe_key, sent_at) "
+                    "VALUES (?,?,?,?,?,?)",
+                    (self.scope, name, key, codec.dumps(payload), dedupe_key, now),
+                )
+                signal_id = int(self.conn.last_insert_rowid())
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._own_commits += 1
+        return signal_id
+
+    @_locked
+    def next_signal(self, name: str, key: str) -> Signal | None:
+        try:
+            row = self.conn.execute(
+                "SELECT signal_id, payload, sent_at FROM signals WHERE scope=? AND name=? "
+                "AND key=? AND consumed_by IS NULL ORDER BY signal_id LIMIT 1",
+                (self.scope, name, key),
+            ).fetchone()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        if row is None:
+            return None
+        return Signal(int(row[0]), name, key, codec.loads(row[1]), float(row[2]))
+
+    @_locked
+    def publish_event(self, type_: str, payload: Any, now: float) -> int:
+        try:
+            with self.conn:
+                self.conn.execute(
+                    "INSERT INTO events(scope, type, payload, published_at) VALUES (?,?,?,?)",
+                    (self.scope, type_, codec.dumps(payload), now),
+                )
+                event_id = int(self.conn.last_insert_rowid())
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._own_commits += 1
+        return event_id
+
+    @_locked
+    def first_event(self, type_: str, since: float) -> Event | None:
+        try:
+            row = self.conn.execute(
+                "SELECT event_id, payload, published_at FROM events WHERE scope=? AND type=? "
+                "AND published_at>=? ORDER BY published_at, event_id LIMIT 1",
+                (self.scope, type_, since),
+            ).fetchone()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        if row is None:
+            return None
+        return Event(int(row[0]), type_, codec.loads(row[1]), float(row[2]))
+
+    @_locked
+    def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
+        try:
+            rows = self.conn.execute(
+                "SELECT w.run_id, w.wait_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
+                "WHERE w.deadline_at IS NOT NULL AND w.deadline_at<=? AND r.scope=? "
+                "ORDER BY w.deadline_at LIMIT ?",
+                (now, self.scope, limit),
+            ).fetchall()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return [(str(a), str(b)) for a, b in rows]
+
+    @_locked
+    def next_deadline(self) -> float | None:
+        try:
+            value = _scalar(
+                self.conn.execute(
+                    "SELECT min(w.deadline_at) FROM waits w JOIN runs r ON r.run_id=w.run_id "
+                    "WHERE r.scope=?",
+                    (self.scope,),
+                )
+            )
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return None if value is None else float(value)
+
+    @_locked
+    def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
+        sql = (
+            "SELECT DISTINCT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
+            "WHERE r.scope=? AND w.kind=? AND w.name=?"
+        )
+        args: list[Any] = [self.scope, kind, name]
+        if key is not None:
+            sql += " AND w.key=?"
+            args.append(key)
+        try:
+            return [str(r[0]) for r in self.conn.execute(sql, args)]
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
+    # -- outbox --------------------------------------------------------------
+
+    @_locked
+    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
+        try:
+            rows: list[Any] = self.conn.execute(
+                "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
+                "o.attempts, o.receipt, o.last_error FROM outbox o JOIN runs r "
+                f"ON r.run_id=o.run_id WHERE r.scope=? AND o.status IN "
+                f"({','.join('?' * len(statuses))}) ORDER BY o.created_at, o.intent_id LIMIT ?",
+                (self.scope, *statuses, limit),
+            ).fetchall()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return [
+            Intent(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                str(r[3]),
+                codec.loads(r[4]),
+                r[5],
+                int(r[6]),
+                None if r[7] is None else codec.loads(r[7]),
+                r[8],
+            )
+            for r in rows
+        ]
+
+    @_locked
+    def mark_intent(
+        self,
+        intent_id: str,
+        status: str,
+        now: float,
+        *,
+        receipt: Any = None,
+        error: str | None = None,
+    ) -> None:
+        try:
+            with self.conn:
+                if status == "sending":
+                    self.conn.execute(
+                        "UPDATE outbox SET status='sending', attempts=attempts+1, sent_at=? "
+                        "WHERE intent_id=?",
+                        (now, intent_id),
+                    )
+                elif status == "delivered":
+                    self.conn.execute(
+                        "UPDATE outbox SET status='delivered', delivered_at=?, receipt=?, "
+                        "last_error=NULL WHERE intent_id=?",
+                        (now, codec.dumps(receipt), intent_id),
+                    )
+                else:
+                    self.conn.execute(
+                        "UPDATE outbox SET status=?, last_error=? WHERE intent_id=?",
+                        (status, error, intent_id),
+                    )
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._own_commits += 1
 
     @_locked
     def vacuum(self, min_free_pages: int = 0) -> int:
