@@ -192,11 +192,11 @@ def test_failed_save_stops_the_run(tmp_path):
     class FailingStore(InMemoryCheckpointStore):
         appends = 0
 
-        def append(self, checkpoint, writes=(), lease=None):
+        def append(self, checkpoint, writes=(), lease=None, **extra):
             type(self).appends += 1
             if type(self).appends >= 2:
                 raise StoreError("disk full (simulated)")
-            super().append(checkpoint, writes, lease)
+            super().append(checkpoint, writes, lease, **extra)
 
     calls: Counter[str] = Counter()
     engine = Engine(FailingStore(), flows=[counting_flow(calls, n=4)])

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from desktop_app.store.protocol import DomainWrite
+from desktop_app.store.protocol import DomainWrite, Intent
 
 T = TypeVar("T")
+
+
+class Interrupt(BaseException):
+    """Raised by :meth:`StepContext.interrupt` to pause the run for a person.
+
+    A ``BaseException`` so that a step's ``except Exception`` cannot swallow
+    it (as DBOS builds its cancellation errors).
+    """
+
+    def __init__(self, requests: list[InterruptRequest]) -> None:
+        super().__init__(f"interrupted: {[r.wait_id for r in requests]}")
+        self.requests = requests
+
+
+class InterruptRequest:
+    """One pending question: its stable wait id, prompt, continuation, timeout."""
+
+    __slots__ = ("continuation", "prompt", "step_id", "timeout_s", "wait_id")
+
+    def __init__(
+        self, wait_id: str, step_id: str, prompt: Any, continuation: Any, timeout_s: float | None
+    ) -> None:
+        self.wait_id = wait_id
+        self.step_id = step_id
+        self.prompt = prompt
+        self.continuation = continuation
+        self.timeout_s = timeout_s
 
 
 class ExecutionContext(BaseModel):
@@ -42,6 +69,10 @@ class StepContext:
     """
 
     __slots__ = (
+        "_answers",
+        "_asked",
+        "_continuations",
+        "_intents",
         "_progress",
         "_query",
         "_writes",
@@ -60,6 +91,8 @@ class StepContext:
         context: ExecutionContext,
         iteration: int = 0,
         query: Callable[[Callable[[Any], Any]], Any] | None = None,
+        answers: Mapping[str, Any] | None = None,
+        continuations: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_id = run_id
         self.step_id = step_id
@@ -69,6 +102,51 @@ class StepContext:
         self._writes: list[DomainWrite] = []
         self._progress: tuple[int, int] | None = None
         self._query = query
+        self._answers = answers or {}
+        self._continuations = continuations or {}
+        self._asked = 0
+        self._intents: list[Intent] = []
+
+    def interrupt(
+        self, prompt: Any = None, *, continuation: Any = None, timeout_s: float | None = None
+    ) -> Any:
+        """Ask a person; the run pauses (status ``waiting``) until
+        ``Engine.resume_with(run_id, value, wait_id=...)`` answers, then the step
+        runs again and this call returns the answer (LangGraph ``interrupt``).
+
+        Each call in a step has a stable wait id ``"<run_id>:<step_id>:<n>"``
+        (n counts the calls in this step), so several questions, also from
+        parallel branches, are answered one by one. ``continuation`` (JSON) is
+        kept with the wait and readable as :attr:`continuation` once answered
+        (looprig's StatefulInterrupt). ``timeout_s``: past it the run ends
+        ``timed_out``.
+        """
+        wait_id = f"{self.run_id}:{self.step_id}:{self._asked}"
+        self._asked += 1
+        if wait_id in self._answers:
+            return self._answers[wait_id]
+        raise Interrupt([InterruptRequest(wait_id, self.step_id, prompt, continuation, timeout_s)])
+
+    @property
+    def continuation(self) -> Any:
+        """The continuation value saved by this step's last answered interrupt, or ``None``."""
+        return self._continuations.get(self.step_id)
+
+    def send(self, destination: str, payload: Any, *, key: str | None = None) -> str:
+        """Queue a side effect in the outbox; returns its idempotency key.
+
+        The intent commits with this step's checkpoint and is delivered after
+        commit by the dispatcher, always with the same key (default
+        ``"<run_id>:<step_id>:<iteration>:<n>"``), so the destination can
+        de-duplicate and a restart reconciles instead of sending again.
+        """
+        intent_id = key or f"{self.idempotency_key}:{len(self._intents)}"
+        self._intents.append(Intent(intent_id, self.run_id, self.step_id, destination, payload))
+        return intent_id
+
+    def take_intents(self) -> list[Intent]:
+        intents, self._intents = self._intents, []
+        return intents
 
     def query(self, op: Callable[[Any], T]) -> T:
         """Run a read-only domain query op (see ``desktop_app.store.domain``)."""

@@ -167,16 +167,49 @@ class AwaitStep:
     """A durable pause for input: the run saves as ``waiting`` and ``run`` /
     ``resume`` return normally. ``Engine.resume_with(run_id, value)`` assigns
     ``value`` — exactly as given, validated against the field's type — to
-    the state field ``into`` and continues the same run (go-micro ``Await``/``ResumeWith``)."""
+    the state field ``into`` and continues the same run (go-micro
+    ``Await``/``ResumeWith``). With ``timeout_s`` the wait has a deadline:
+    past it the run goes to ``on_timeout`` or, without one, ends ``timed_out``."""
 
     id: str
     into: str
     prompt: str = ""
+    timeout_s: float | None = None
+    on_timeout: str | None = None
     policy: Policy = DEFAULT_POLICY
     kind: str = field(default="await", init=False)
 
 
-AnyStep = Step | LoopStep | ConditionStep | ParallelStep | AwaitStep
+@dataclass(frozen=True)
+class WaitStep:
+    """A durable wait on a signal (name + key), an event type, or a timer.
+
+    * ``signal``: consumes the oldest unconsumed signal ``(name, key)`` from
+      the mailbox (a signal sent while no process ran is delivered later);
+      ``key`` is a string or ``key(state)``.
+    * ``event``: resolved by the first event of type ``name`` published after
+      the wait began (broadcast).
+    * ``timer``: resolved when ``timeout_s`` has passed (a durable sleep).
+
+    The payload goes to state field ``into`` (if given). The deadline is stored
+    when the wait begins; past it the run goes to ``on_timeout`` or, without
+    one, ends ``timed_out`` (a timer just continues). ``on_enter(state, ctx)``
+    runs once when the wait begins and is never repeated on recovery.
+    """
+
+    id: str
+    wait_kind: Literal["signal", "event", "timer"]
+    name: str | None = None
+    key: str | Callable[[Any], str] | None = None
+    into: str | None = None
+    timeout_s: float | None = None
+    on_timeout: str | None = None
+    on_enter: Callable[..., Any] | None = None
+    policy: Policy = DEFAULT_POLICY
+    kind: str = field(default="wait", init=False)
+
+
+AnyStep = Step | LoopStep | ConditionStep | ParallelStep | AwaitStep | WaitStep
 
 
 @dataclass(frozen=True)
@@ -203,6 +236,9 @@ class CompiledFlow(Generic[S]):
         max_steps: step executions per run before the run halts.
         delete_on_success: delete a run (and its checkpoints) when it completes.
         keep_last_n: keep only the newest n checkpoints of each run (None: all).
+        deadline_s: a run-level deadline, counted from the run's creation and
+            stored then (never pushed later by recovery); past it the run ends
+            ``timed_out``.
     """
 
     name: str
@@ -219,6 +255,7 @@ class CompiledFlow(Generic[S]):
     delete_on_success: bool
     keep_last_n: int | None
     version: str
+    deadline_s: float | None = None
 
     def step(self, step_id: str) -> AnyStep:
         return self.steps[step_id]
@@ -255,6 +292,7 @@ class FlowBuilder(Generic[S]):
         max_steps: step executions per run before it halts (runaway loops).
         delete_on_success: delete completed runs.
         keep_last_n: prune each run's checkpoints to the newest n.
+        deadline_s: run-level deadline in seconds from creation.
     """
 
     def __init__(
@@ -267,8 +305,10 @@ class FlowBuilder(Generic[S]):
         max_steps: int = 10_000,
         delete_on_success: bool = False,
         keep_last_n: int | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         self.name = name
+        self.deadline_s = deadline_s
         self.state_type = state
         self.version = version
         self.retry = retry if isinstance(retry, RetryPolicy) else RetryPolicy(retries=retry)
@@ -347,9 +387,87 @@ class FlowBuilder(Generic[S]):
             )
         )
 
-    def await_input(self, step_id: str, field: str, prompt: str = "") -> FlowBuilder[S]:
+    def await_input(
+        self,
+        step_id: str,
+        field: str,
+        prompt: str = "",
+        *,
+        timeout_s: float | None = None,
+        on_timeout: str | None = None,
+    ) -> FlowBuilder[S]:
         """Add an :class:`AwaitStep` whose input lands in state ``field``."""
-        return self.add(AwaitStep(step_id, field, prompt))
+        return self.add(AwaitStep(step_id, field, prompt, timeout_s, on_timeout))
+
+    def wait_signal(
+        self,
+        step_id: str,
+        name: str,
+        key: str | Callable[[Any], str],
+        *,
+        into: str | None = None,
+        timeout_s: float | None = None,
+        on_timeout: str | None = None,
+        on_enter: Callable[..., Any] | None = None,
+    ) -> FlowBuilder[S]:
+        """Add a :class:`WaitStep` on signal ``(name, key)``.
+
+        Raises:
+            FlowDefinitionError: ``name`` is a predicate (a function): predicate
+            waits cannot be persisted, so durable flows refuse them.
+        """
+        if callable(name):
+            raise FlowDefinitionError(
+                self.name,
+                [
+                    f"wait {step_id!r}: predicate waits cannot be persisted; wait on a signal "
+                    "(name + key) or an event type instead"
+                ],
+            )
+        return self.add(
+            WaitStep(step_id, "signal", name, key, into, timeout_s, on_timeout, on_enter)
+        )
+
+    def wait_event(
+        self,
+        step_id: str,
+        event_type: str,
+        *,
+        into: str | None = None,
+        timeout_s: float | None = None,
+        on_timeout: str | None = None,
+        on_enter: Callable[..., Any] | None = None,
+    ) -> FlowBuilder[S]:
+        """Add a :class:`WaitStep` on the next event of ``event_type``."""
+        if callable(event_type):
+            raise FlowDefinitionError(
+                self.name,
+                [
+                    f"wait {step_id!r}: predicate waits cannot be persisted; wait on an event "
+                    "type (a string) instead"
+                ],
+            )
+        return self.add(
+            WaitStep(step_id, "event", event_type, None, into, timeout_s, on_timeout, on_enter)
+        )
+
+    def sleep(self, step_id: str, seconds: float) -> FlowBuilder[S]:
+        """Add a durable timer: the run waits ``seconds`` (survives restarts)."""
+        return self.add(WaitStep(step_id, "timer", timeout_s=seconds))
+
+    def wait_until(self, step_id: str, predicate: Callable[[Any], bool]) -> FlowBuilder[S]:
+        """Refused: a predicate over in-memory state cannot be a durable wait.
+
+        Raises:
+            FlowDefinitionError: always (S27); use a signal or event wait.
+        """
+        raise FlowDefinitionError(
+            self.name,
+            [
+                f"wait {step_id!r}: predicate waits cannot be persisted; wait on a signal "
+                "(name + key) or an event type instead"
+            ],
+        )
 
     def edge(self, source: str, target: str) -> FlowBuilder[S]:
         self._edges.append((source, target))
@@ -463,6 +581,21 @@ class FlowBuilder(Generic[S]):
                     f"await {s.id!r} stores its input in field {s.into!r}, which "
                     f"{self.state_type.__name__} does not have"
                 )
+            if isinstance(s, WaitStep):
+                if s.into is not None and s.into not in fields:
+                    problems.append(
+                        f"wait {s.id!r} stores its payload in field {s.into!r}, which "
+                        f"{self.state_type.__name__} does not have"
+                    )
+                if s.wait_kind == "timer" and not s.timeout_s:
+                    problems.append(f"timer {s.id!r} needs a positive duration")
+                if s.wait_kind == "signal" and (not s.name or s.key is None):
+                    problems.append(f"wait {s.id!r} needs a signal name and key")
+            if isinstance(s, (AwaitStep, WaitStep)) and s.on_timeout is not None:
+                if s.on_timeout not in known:
+                    problems.append(f"wait {s.id!r} times out to unknown step {s.on_timeout!r}")
+                else:
+                    error_edges.setdefault(s.id, s.on_timeout)
         for f in self._finish:
             if f not in known:
                 problems.append(f"finish {f!r} is not a step")
@@ -525,6 +658,7 @@ class FlowBuilder(Generic[S]):
             delete_on_success=self.delete_on_success,
             keep_last_n=self.keep_last_n,
             version=f"{self.version}+{digest}",
+            deadline_s=self.deadline_s,
         )
 
 
@@ -537,7 +671,9 @@ def _shape(step: AnyStep) -> list[Any]:
         shape.append([b for b, _ in step.branches])
         shape.append(sorted(step.reducers))
     elif isinstance(step, AwaitStep):
-        shape.append(step.into)
+        shape.append([step.into, step.on_timeout])
+    elif isinstance(step, WaitStep):
+        shape.append([step.wait_kind, step.name, step.into, step.on_timeout])
     if step.policy.on_error == "route":
         shape.append(["error_route", step.policy.error_route])
     return shape

@@ -39,7 +39,12 @@ from desktop_app.errors import (
     StepTimeoutError,
     StoreError,
 )
-from desktop_app.flow.context import ExecutionContext, StepContext
+from desktop_app.flow.context import (
+    ExecutionContext,
+    Interrupt,
+    InterruptRequest,
+    StepContext,
+)
 from desktop_app.flow.definition import (
     AnyStep,
     AwaitStep,
@@ -48,6 +53,7 @@ from desktop_app.flow.definition import (
     LoopStep,
     ParallelStep,
     Step,
+    WaitStep,
     _arity,
 )
 from desktop_app.flow.events import (
@@ -62,9 +68,11 @@ from desktop_app.flow.state import StateTracker, apply_output, load_state
 from desktop_app.store.protocol import (
     Checkpoint,
     DomainWrite,
+    Intent,
     RunRecord,
     RunStatus,
     StepRecord,
+    Wait,
 )
 
 if TYPE_CHECKING:
@@ -150,6 +158,8 @@ class RunDriver:
         self.steps: dict[str, StepRecord] = dict(cp.steps)
         self.frontier: list[str] = list(cp.frontier)
         self.meta: dict[str, Any] = dict(cp.meta)
+        self.waits: list[Wait] = list(cp.waits)
+        self.pending_consume: list[tuple[int, str]] = []
         self.progress = cp.progress
         self.error = cp.error
         self.context = ExecutionContext.model_validate(dict(run.context))
@@ -162,7 +172,13 @@ class RunDriver:
 
     # -- persistence -----------------------------------------------------
 
-    def save(self, step_id: str, writes: Iterable[DomainWrite] = ()) -> None:
+    def save(
+        self,
+        step_id: str,
+        writes: Iterable[DomainWrite] = (),
+        intents: Iterable[Intent] = (),
+        consume: Iterable[tuple[int, str]] = (),
+    ) -> None:
         cp = Checkpoint(
             run_id=self.run_id,
             revision=self.revision + 1,
@@ -175,9 +191,16 @@ class RunDriver:
             progress=self.progress,
             error=self.error,
             meta=dict(self.meta),
+            waits=tuple(self.waits),
         )
         try:
-            self.store.append(cp, list(writes), self.engine.lease(takeover=self.takeover))
+            self.store.append(
+                cp,
+                list(writes),
+                self.engine.lease(takeover=self.takeover),
+                intents=list(intents),
+                consume=list(consume),
+            )
         except LeaseLostError:
             if self.saves == 0:  # nothing ran yet: another process holds the run
                 run = self.store.get_run(self.run_id)
@@ -195,6 +218,21 @@ class RunDriver:
         keep = self.flow.keep_last_n
         if keep is not None and cp.revision >= 2 * keep and cp.revision % keep == 0:
             self.store.prune(self.run_id, keep)
+
+    def new_context(self, step_id: str, attempt: int, iteration: int) -> StepContext:
+        return StepContext(
+            self.run_id,
+            step_id,
+            attempt,
+            self.context,
+            iteration,
+            self.store.query,
+            answers=self.meta.get("answers", {}),
+            continuations=self.meta.get("continuations", {}),
+        )
+
+    def is_running(self) -> bool:
+        return self.status == "running"
 
     def result(self) -> RunResult:
         from desktop_app.flow.engine import RunResult
@@ -248,16 +286,16 @@ class RunDriver:
         self.save(head)
 
     def give_input(self, step: AwaitStep, value: Any) -> None:
-        """Complete a waiting await step with ``value`` (validated, as given)."""
-        new = self.state.model_copy()
-        self.flow.state_type.__pydantic_validator__.validate_assignment(new, step.into, value)
-        self.state = new
-        self.meta.pop("await", None)
-        self.status = "running"
-        self.steps[step.id] = StepRecord(
-            step.id, "in_progress", attempts=1, started_at=self.clock.now()
-        )
-        self.complete(step, None, time.perf_counter())
+        """Complete a waiting await step with ``value`` (validated, as given).
+
+        Raises:
+            pydantic.ValidationError: ``value`` does not fit the field; nothing changed.
+        """
+        wait = self.wait_for(step.id)
+        assert wait is not None
+        check = self.state.model_copy()
+        self.flow.state_type.__pydantic_validator__.validate_assignment(check, step.into, value)
+        self.resolve_wait(step, wait, value, self.new_context(step.id, 1, 0), time.perf_counter())
 
     def drive(self) -> RunResult:
         self.events.publish(RunStarted(self.run_id, self.flow.name))
@@ -277,6 +315,9 @@ class RunDriver:
         try:
             while self.frontier and self.status == "running":
                 self.check_cancel()
+                if self.run_deadline_passed():
+                    self.time_out_run()
+                    break
                 sid = self.frontier[0]
                 taken = int(self.meta.get("steps_taken", 0))
                 if taken >= self.flow.max_steps:
@@ -306,8 +347,8 @@ class RunDriver:
     # -- one step --------------------------------------------------------
 
     def run_head(self, step: AnyStep) -> None:
-        if isinstance(step, AwaitStep):
-            self.suspend_for_input(step)
+        if isinstance(step, (AwaitStep, WaitStep)):
+            self.run_wait(step)
             return
         body = self.body_of(step)
         self.recovering = None
@@ -351,11 +392,12 @@ class RunDriver:
                 self.check_cancel()
             self.events.publish(StepStarted(self.run_id, record_id, rec.attempts))
             t0 = time.perf_counter()
-            ctx = StepContext(
-                self.run_id, record_id, rec.attempts, self.context, rec.iteration, self.store.query
-            )
+            ctx = self.new_context(record_id, rec.attempts, rec.iteration)
             try:
                 body(ctx)
+            except Interrupt as intr:
+                self.suspend_for_answers(intr.requests)
+                return "stop", ctx, t0
             except (Canceled, Stopped, StoreError, RevisionConflictError, _NestedStopped):
                 raise  # storage failed, the run was canceled, or a nested step decided
             except Exception as exc:
@@ -470,25 +512,277 @@ class RunDriver:
         else:
             self.status = "completed"
         writes: list[DomainWrite] = []
+        intents: list[Intent] = []
         if ctx is not None:
             progress = ctx.take_progress()
             if progress is not None:
                 self.progress = progress
             writes = ctx.take_writes()
-        self.save(sid, writes)
+            intents = ctx.take_intents()
+        self.forget_answers(sid)
+        consume, self.pending_consume = self.pending_consume, []
+        self.save(sid, writes, intents, consume)
         self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
         if self.progress is not None:
             self.events.publish(RunProgress(self.run_id, *self.progress))
 
     # -- step kinds ------------------------------------------------------
 
-    def suspend_for_input(self, step: AwaitStep) -> None:
+    # -- waits -------------------------------------------------------------
+
+    def wait_for(self, step_id: str) -> Wait | None:
+        return next((w for w in self.waits if w.step_id == step_id), None)
+
+    def new_wait(self, step: AwaitStep | WaitStep) -> Wait:
+        now = self.clock.now()
+        seq = dict(self.meta.get("wait_seq", {}))
+        n = int(seq.get(step.id, 0))
+        seq[step.id] = n + 1
+        self.meta["wait_seq"] = seq
+        deadline = now + step.timeout_s if step.timeout_s else None
+        if isinstance(step, AwaitStep):
+            return Wait(
+                f"{self.run_id}:{step.id}:{n}",
+                step.id,
+                "input",
+                now,
+                prompt=step.prompt,
+                deadline_at=deadline,
+            )
+        key = step.key(self.state) if callable(step.key) else step.key
+        return Wait(
+            f"{self.run_id}:{step.id}:{n}",
+            step.id,
+            step.wait_kind,
+            now,
+            name=step.name,
+            key=key,
+            deadline_at=deadline,
+        )
+
+    def run_wait(self, step: AwaitStep | WaitStep) -> None:
+        """Begin the step's wait (once) or check it: deliver, time out or keep waiting."""
+        wait = self.wait_for(step.id)
+        t0 = time.perf_counter()
+        ctx = self.new_context(step.id, 1, 0)
+        began = wait is None
+        if wait is None:
+            wait = self.new_wait(step)
+            if isinstance(step, WaitStep) and step.on_enter is not None:
+                # a one-shot effect: it commits with the wait and never runs again
+                self.invoke(step.on_enter, ctx)
+            self.waits.append(wait)
+            self.steps[step.id] = StepRecord(
+                step.id, "waiting", attempts=1, started_at=wait.created_at
+            )
+        now = self.clock.now()
+        if isinstance(step, WaitStep) and step.wait_kind == "signal":
+            assert wait.name is not None and wait.key is not None
+            signal = self.store.next_signal(wait.name, wait.key)
+            if signal is not None:
+                self.resolve_wait(
+                    step, wait, signal.payload, ctx, t0, consume=[(signal.signal_id, wait.wait_id)]
+                )
+                return
+        elif isinstance(step, WaitStep) and step.wait_kind == "event":
+            assert wait.name is not None
+            event = self.store.first_event(wait.name, wait.created_at)
+            if event is not None:
+                self.resolve_wait(step, wait, event.payload, ctx, t0)
+                return
+        if wait.deadline_at is not None and now >= wait.deadline_at:
+            if isinstance(step, WaitStep) and step.wait_kind == "timer":
+                self.resolve_wait(step, wait, None, ctx, t0)
+            else:
+                self.time_out(step, wait)
+            return
+        if not began and self.status == "waiting":
+            return  # still waiting, nothing new: no checkpoint
+        self.status = "waiting"
+        self.error = None
+        if isinstance(step, AwaitStep):
+            self.meta["await"] = {"step": step.id, "into": step.into, "prompt": step.prompt}
+        self.save(step.id, ctx.take_writes(), ctx.take_intents())
+
+    def resolve_wait(
+        self,
+        step: AwaitStep | WaitStep,
+        wait: Wait,
+        payload: Any,
+        ctx: StepContext,
+        t0: float,
+        consume: list[tuple[int, str]] | None = None,
+    ) -> None:
+        into = step.into
+        if into is not None and (payload is not None or isinstance(step, AwaitStep)):
+            new = self.state.model_copy()
+            self.flow.state_type.__pydantic_validator__.validate_assignment(new, into, payload)
+            self.state = new
+        self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
+        self.remember_resolved(wait.wait_id)
+        self.meta.pop("await", None)
+        self.status = "running"
         self.steps[step.id] = StepRecord(
-            step.id, "waiting", attempts=1, started_at=self.clock.now()
+            step.id, "in_progress", attempts=1, started_at=wait.created_at
+        )
+        self.pending_consume = consume or []
+        self.complete(step, ctx, t0)
+
+    def time_out(self, step: AwaitStep | WaitStep, wait: Wait) -> None:
+        """The wait's stored deadline passed: take its timeout outcome."""
+        now = self.clock.now()
+        message = f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
+        self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
+        self.remember_resolved(wait.wait_id)
+        self.meta.pop("await", None)
+        if step.on_timeout is not None:
+            self.steps[step.id] = StepRecord(
+                step.id,
+                "completed",
+                attempts=1,
+                started_at=wait.created_at,
+                finished_at=now,
+                error=message,
+                error_type="WaitTimeout",
+            )
+            target = step.on_timeout
+            self.frontier = [target, *[f for f in self.frontier[1:] if f != target]]
+            self.steps[target] = StepRecord(target, "in_progress", attempts=1, started_at=now)
+            self.status = "running"
+            self.save(step.id)
+            return
+        self.steps[step.id] = StepRecord(
+            step.id,
+            "failed",
+            attempts=1,
+            started_at=wait.created_at,
+            finished_at=now,
+            error=message,
+            error_type="WaitTimeout",
+        )
+        self.status = "timed_out"
+        self.error = message
+        self.waits = []
+        self.save(step.id)
+
+    def run_deadline_passed(self) -> bool:
+        deadline = self.run.deadline_at
+        return deadline is not None and self.clock.now() >= deadline
+
+    def time_out_run(self) -> None:
+        """The run-level deadline (stored at creation) passed: end ``timed_out``."""
+        self.status = "timed_out"
+        self.error = f"run deadline passed ({self.run.deadline_at:.3f})"
+        self.waits = []
+        self.meta.pop("await", None)
+        self.save(self.frontier[0] if self.frontier else "")
+
+    def wake(self) -> None:
+        """A waiting run: deliver what arrived, time out what expired, else nothing."""
+        if self.run_deadline_passed():
+            self.time_out_run()
+            return
+        head = self.flow.step(self.frontier[0])
+        if isinstance(head, (AwaitStep, WaitStep)):
+            self.run_wait(head)
+            return
+        now = self.clock.now()
+        expired = [w for w in self.waits if w.deadline_at is not None and now >= w.deadline_at]
+        if expired:
+            first = expired[0]
+            self.steps[first.step_id.split("/", 1)[0]] = StepRecord(
+                first.step_id.split("/", 1)[0],
+                "failed",
+                attempts=1,
+                started_at=first.created_at,
+                finished_at=now,
+                error=f"wait {first.wait_id} timed out",
+                error_type="WaitTimeout",
+            )
+            for w in expired:
+                self.remember_resolved(w.wait_id)
+            self.status = "timed_out"
+            self.error = f"wait {first.wait_id} timed out (deadline {first.deadline_at:.3f})"
+            self.waits = []
+            self.save(first.step_id)
+
+    def suspend_for_answers(self, requests: list[InterruptRequest]) -> None:
+        """Save the run ``waiting`` on one input wait per request (stable ids)."""
+        now = self.clock.now()
+        known = {w.wait_id: w for w in self.waits}
+        for r in requests:
+            if r.wait_id in known:
+                continue  # recreated from the checkpoint: keep its deadline
+            deadline = now + r.timeout_s if r.timeout_s else None
+            wait = Wait(
+                r.wait_id,
+                r.step_id,
+                "input",
+                now,
+                prompt=r.prompt,
+                deadline_at=deadline,
+                continuation=r.continuation,
+            )
+            self.waits.append(wait)
+            known[r.wait_id] = wait
+        head = self.frontier[0]
+        rec = self.steps[head]
+        self.steps[head] = StepRecord(
+            head,
+            "waiting",
+            attempts=rec.attempts,
+            started_at=rec.started_at,
+            iteration=rec.iteration,
         )
         self.status = "waiting"
-        self.meta["await"] = {"step": step.id, "into": step.into, "prompt": step.prompt}
-        self.save(step.id)
+        self.error = None
+        self.save(head)
+
+    def answer(self, wait_id: str, value: Any) -> None:
+        """Record a person's answer to an interrupt (durably, before anything runs)."""
+        wait = next(w for w in self.waits if w.wait_id == wait_id)
+        answers = dict(self.meta.get("answers", {}))
+        answers[wait_id] = value
+        self.meta["answers"] = answers
+        if wait.continuation is not None:
+            conts = dict(self.meta.get("continuations", {}))
+            conts[wait.step_id] = wait.continuation
+            self.meta["continuations"] = conts
+        self.waits = [w for w in self.waits if w.wait_id != wait_id]
+        self.remember_resolved(wait_id)
+        head = self.frontier[0]
+        rec = self.steps[head]
+        self.steps[head] = StepRecord(
+            head,
+            "in_progress",
+            attempts=rec.attempts,
+            started_at=self.clock.now(),
+            iteration=rec.iteration,
+        )
+        self.status = "running"
+        self.save(head)
+
+    def remember_resolved(self, wait_id: str) -> None:
+        resolved = [w for w in self.meta.get("resolved", []) if w != wait_id][-199:]
+        self.meta["resolved"] = [*resolved, wait_id]
+
+    def forget_answers(self, step_id: str) -> None:
+        """Drop answers and continuations of a step that completed."""
+        prefix = f"{self.run_id}:{step_id}"
+        answers = self.meta.get("answers")
+        if answers:
+            kept = {
+                k: v
+                for k, v in answers.items()
+                if not (k.startswith(prefix + ":") or k.startswith(prefix + "/"))
+            }
+            if kept != answers:
+                self.meta["answers"] = kept
+        conts = self.meta.get("continuations")
+        if conts and any(k == step_id or k.startswith(step_id + "/") for k in conts):
+            self.meta["continuations"] = {
+                k: v for k, v in conts.items() if not (k == step_id or k.startswith(step_id + "/"))
+            }
 
     def run_loop(self, step: LoopStep, ctx: StepContext) -> None:
         sid = step.id
@@ -512,7 +806,7 @@ class RunDriver:
                 iteration=iteration,
             )
             if step.checkpoint_each_iteration:
-                self.save(sid, ctx.take_writes())
+                self.save(sid, ctx.take_writes(), ctx.take_intents())
                 if self.progress is not None:
                     self.events.publish(RunProgress(self.run_id, *self.progress))
             self.check_cancel()
@@ -550,7 +844,7 @@ class RunDriver:
                 finished_at=self.clock.now(),
                 duration_ms=ms,
             )
-            self.save(n.id, nctx.take_writes())
+            self.save(n.id, nctx.take_writes(), nctx.take_intents())
             self.events.publish(StepFinished(self.run_id, StepResult(n.id, "done", None, ms)))
 
     def run_parallel(self, step: ParallelStep, ctx: StepContext) -> None:
@@ -559,12 +853,26 @@ class RunDriver:
         all_done = dict(self.meta.get("branches", {}))
         done: dict[str, Any] = dict(all_done.get(step.id, {}))
         base = self.state
-        pending = [(name, fn) for name, fn in step.branches if name not in done]
+        answers = self.meta.get("answers", {})
+        # a branch whose question is still unanswered keeps waiting, untouched
+        still_waiting = [
+            w
+            for w in self.waits
+            if w.kind == "input"
+            and w.step_id.startswith(f"{step.id}/")
+            and w.wait_id not in answers
+        ]
+        asking = {w.step_id.split("/", 1)[1] for w in still_waiting}
+        pending = [
+            (name, fn) for name, fn in step.branches if name not in done and name not in asking
+        ]
+        requests: list[InterruptRequest] = [
+            InterruptRequest(w.wait_id, w.step_id, w.prompt, w.continuation, None)
+            for w in still_waiting
+        ]
 
         def run_branch(name: str, fn: Callable[..., Any]) -> tuple[dict[str, Any], list[Any]]:
-            bctx = StepContext(
-                self.run_id, f"{step.id}/{name}", ctx.attempt, self.context, 0, self.store.query
-            )
+            bctx = self.new_context(f"{step.id}/{name}", ctx.attempt, 0)
             out = call_step(fn, base, bctx, step.policy.timeout_s)
             if out is None:
                 out = {}
@@ -575,7 +883,10 @@ class RunDriver:
             tmp = base.model_copy()
             for field_name, value in out.items():
                 validator.validate_assignment(tmp, field_name, value)
-            return tmp.model_dump(mode="json", include=set(out)), bctx.take_writes()
+            return tmp.model_dump(mode="json", include=set(out)), [
+                *bctx.take_writes(),
+                *bctx.take_intents(),
+            ]
 
         errors: dict[str, BaseException] = {}
         if pending:
@@ -585,17 +896,26 @@ class RunDriver:
                 for fut in as_completed(futures):
                     name = futures[fut]
                     try:
-                        encoded, writes = fut.result()
+                        encoded, effects = fut.result()
+                    except Interrupt as intr:
+                        requests.extend(intr.requests)
+                        continue
                     except Exception as exc:
                         errors[name] = exc
                         continue
                     done[name] = encoded
                     all_done[step.id] = dict(done)
                     self.meta["branches"] = dict(all_done)
-                    self.save(step.id, writes)
+                    self.forget_answers(f"{step.id}/{name}")
+                    writes = [e for e in effects if not isinstance(e, Intent)]
+                    intents = [e for e in effects if isinstance(e, Intent)]
+                    self.save(step.id, writes, intents)
         if errors:
             first = next(name for name, _ in step.branches if name in errors)
             raise errors[first]
+        if requests:
+            # several questions pending at once: each keeps its own stable wait id
+            raise Interrupt(requests)
         state = base.model_copy()
         written: set[str] = set()
         for name, _ in step.branches:  # declared order, never completion order

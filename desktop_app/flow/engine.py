@@ -9,6 +9,7 @@ Run statuses: ``pending`` (created, not started), ``running``, ``waiting``,
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import socket
@@ -22,6 +23,7 @@ from pydantic import BaseModel
 
 from desktop_app.errors import (
     CheckpointNotFoundError,
+    DuplicateFlowKeyError,
     FlowdeskError,
     FlowVersionMismatchError,
     InputError,
@@ -30,6 +32,8 @@ from desktop_app.errors import (
     RunStateError,
     StepFailedError,
     UnknownFlowError,
+    WaitAlreadyResolvedError,
+    WaitError,
 )
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext
@@ -233,6 +237,10 @@ class Engine:
         meta: Mapping[str, Any] | None = None,
     ) -> str:
         rid = run_id or uuid.uuid4().hex
+        if context is None and parent_run_id is not None:
+            # a child run inherits every id of its parent but the run id
+            parent = self.store.get_run(parent_run_id)
+            context = ExecutionContext.model_validate(dict(parent.context))
         ctx = (context or ExecutionContext()).model_copy(update={"run_id": rid})
         now = self.clock.now()
         front = frontier if frontier is not None else (f.entry,)
@@ -260,6 +268,7 @@ class Engine:
             context=ctx.model_dump(),
             lease_owner=self.owner if running else None,
             lease_expires_at=now + self.lease_ttl_s if running else None,
+            deadline_at=now + f.deadline_s if f.deadline_s else None,
         )
         self.store.create_run(run, cp)
         return rid
@@ -283,15 +292,18 @@ class Engine:
         """
         f = self._resolve(flow)
         model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
-        return self._create(
-            f,
-            model,
-            run_id=run_id,
-            context=context,
-            flow_key=flow_key,
-            parent_run_id=parent_run_id,
-            running=False,
-        )
+        try:
+            return self._create(
+                f,
+                model,
+                run_id=run_id,
+                context=context,
+                flow_key=flow_key,
+                parent_run_id=parent_run_id,
+                running=False,
+            )
+        except DuplicateFlowKeyError:
+            return self._live_run(f, flow_key).run_id
 
     def run(
         self,
@@ -313,16 +325,29 @@ class Engine:
         """
         f = self._resolve(flow)
         model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
-        rid = self._create(
-            f,
-            model,
-            run_id=run_id,
-            context=context,
-            flow_key=flow_key,
-            parent_run_id=parent_run_id,
-            running=True,
-        )
+        try:
+            rid = self._create(
+                f,
+                model,
+                run_id=run_id,
+                context=context,
+                flow_key=flow_key,
+                parent_run_id=parent_run_id,
+                running=True,
+            )
+        except DuplicateFlowKeyError:
+            # single flight: the live run with this key is the answer (S31)
+            live = self._live_run(f, flow_key)
+            cp = self.store.latest(live.run_id)
+            state_now = load_state(f.state_type, cp.state, live.run_id, cp.revision)
+            return RunResult(live.run_id, live.status, state_now, cp.revision, live.error)
         return self._drive(f, rid)
+
+    def _live_run(self, f: CompiledFlow[Any], flow_key: str | None) -> RunRecord:
+        for r in self.store.list_runs(flow_name=f.name, flow_key=flow_key, newest_first=True):
+            if r.status in ("pending", "running", "waiting", "failed"):
+                return r
+        raise RunStateError(f"no live run of {f.name!r} with flow key {flow_key!r}; try again")
 
     def _drive(self, f: CompiledFlow[Any], run_id: str) -> RunResult:
         driver = RunDriver(self, f, self.store.get_run(run_id), self.store.latest(run_id))
@@ -369,41 +394,164 @@ class Engine:
         driver = self._load_driver(run_id)
         if driver.status == "completed" or not driver.frontier:
             return driver.result()
-        if "await" in driver.meta:
-            raise RunStateError(
-                f"run {run_id} waits for input at step {driver.meta['await']['step']!r}; "
-                "answer it with resume_with(run_id, value)"
-            )
         self.cancel_event(run_id).clear()
+        if driver.status == "waiting" and "pause" not in driver.meta:
+            driver.wake()  # deliver, time out, or keep waiting
+            if driver.is_running():
+                return driver.drive()
+            inputs = [w for w in driver.waits if w.kind == "input"]
+            if driver.status == "waiting" and inputs:
+                raise RunStateError(
+                    f"run {run_id} waits for input ({', '.join(w.wait_id for w in inputs)}); "
+                    "answer it with resume_with(run_id, value, wait_id=...)"
+                )
+            return driver.result()
         driver.prepare_resume()
         return driver.drive()
 
-    def resume_with(self, run_id: str, value: Any) -> RunResult:
-        """Answer a run waiting at an await step and continue the same run.
+    def resume_with(self, run_id: str, value: Any, *, wait_id: str | None = None) -> RunResult:
+        """Answer a question of a waiting run and continue the same run.
 
-        ``value`` becomes the await step's output exactly as given (validated
-        against its field's type, not merged into earlier state).
+        For an await step, ``value`` becomes the step's output exactly as given
+        (validated against its field's type, not merged into earlier state).
+        For ``ctx.interrupt()``, the step runs again and the call returns
+        ``value``. The answer is saved before anything runs, so a crash never
+        asks again (S47).
+
+        Args:
+            wait_id: which question, when several are pending (S46); may be
+                omitted when only one is.
 
         Raises:
-            RunStateError: the run is not waiting for input.
-            InputError: ``value`` does not fit the field; nothing changed.
+            RunStateError: the run is not waiting for input, or the wait timed out.
+            WaitError: several questions are pending and ``wait_id`` is missing,
+                or ``wait_id`` is unknown.
+            WaitAlreadyResolvedError: that question was answered already; the
+                first answer stands.
+            InputError: ``value`` does not fit; nothing changed.
         """
         from pydantic import ValidationError
 
         driver = self._load_driver(run_id)
-        pending = driver.meta.get("await")
-        if driver.status != "waiting" or not pending:
+        inputs = [w for w in driver.waits if w.kind == "input"]
+        if wait_id is not None and wait_id in driver.meta.get("resolved", []):
+            raise WaitAlreadyResolvedError(
+                f"run {run_id}: wait {wait_id} was already answered; the first answer stands"
+            )
+        if driver.status != "waiting" or not inputs:
             raise RunStateError(f"run {run_id} is not waiting for input (status {driver.status!r})")
-        step = driver.flow.step(pending["step"])
-        assert isinstance(step, AwaitStep)
+        if wait_id is None:
+            if len(inputs) > 1:
+                raise WaitError(
+                    f"run {run_id} has {len(inputs)} questions pending "
+                    f"({', '.join(w.wait_id for w in inputs)}); answer one with wait_id=..."
+                )
+            wait = inputs[0]
+        else:
+            found = next((w for w in inputs if w.wait_id == wait_id), None)
+            if found is None:
+                raise WaitError(
+                    f"run {run_id} has no pending wait {wait_id}; pending: "
+                    f"{', '.join(w.wait_id for w in inputs)}"
+                )
+            wait = found
+        if wait.deadline_at is not None and self.clock.now() >= wait.deadline_at:
+            driver.wake()
+            raise RunStateError(
+                f"run {run_id}: wait {wait.wait_id} timed out before the answer came; the run "
+                f"is now {driver.status}"
+            )
+        step = driver.flow.steps.get(wait.step_id)
         try:
-            driver.give_input(step, value)
+            if isinstance(step, AwaitStep):
+                driver.give_input(step, value)
+            else:
+                json.dumps(value)
+                driver.answer(wait.wait_id, value)
         except ValidationError as exc:
             raise InputError(
-                f"run {run_id}: the answer does not fit field {step.into!r}: "
-                f"{exc.errors()[0]['msg']}"
+                f"run {run_id}: the answer does not fit field "
+                f"{getattr(step, 'into', '?')!r}: {exc.errors()[0]['msg']}"
             ) from exc
-        return driver.drive()
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"run {run_id}: the answer must be JSON data: {exc}") from exc
+        if driver.is_running():
+            return driver.drive()
+        return driver.result()
+
+    # -- waits: signals, events, deadlines ------------------------------
+
+    def wake(self, run_id: str) -> RunResult:
+        """Act on a waiting run: deliver an arrived signal or event, take the
+        timeout outcome of an expired deadline (compared with the injected
+        clock), or leave it waiting. Continues the run if it can.
+
+        Raises:
+            RunLeasedError: another process is executing the run.
+        """
+        driver = self._load_driver(run_id)
+        if driver.status != "waiting" or "pause" in driver.meta:
+            return driver.result()
+        driver.wake()
+        if driver.is_running():
+            return driver.drive()
+        return driver.result()
+
+    def tick(self) -> int:
+        """Wake every waiting run with a due deadline or a deliverable signal or
+        event; returns how many were acted on. The timer of :meth:`serve`."""
+        count = 0
+        for run_id in self.store.wakeable_runs(self.clock.now()):
+            try:
+                self.wake(run_id)
+                count += 1
+            except FlowdeskError:
+                continue  # leased by another process, or broken: it reports itself
+        return count
+
+    def signal(
+        self, name: str, key: str, payload: Any = None, *, dedupe_key: str | None = None
+    ) -> int:
+        """Send a signal: stored first (a durable mailbox), then delivered to a
+        run waiting on ``(name, key)`` now if this process may run it, else by
+        whichever process wakes that run later (``tick``/``serve``/``recover``).
+        A second send with the same ``dedupe_key`` is a no-op (duplicate
+        delivery). Returns the signal id."""
+        signal_id = self.store.send_signal(name, key, payload, self.clock.now(), dedupe_key)
+        for run_id in self.store.runs_waiting_for("signal", name, key):
+            with contextlib.suppress(FlowdeskError):
+                self.wake(run_id)
+        return signal_id
+
+    def publish(self, event_type: str, payload: Any = None) -> int:
+        """Publish an event to every run waiting on ``event_type``; returns its id."""
+        event_id = self.store.publish_event(event_type, payload, self.clock.now())
+        for run_id in self.store.runs_waiting_for("event", event_type):
+            with contextlib.suppress(FlowdeskError):
+                self.wake(run_id)
+        return event_id
+
+    def serve(
+        self,
+        stop: threading.Event,
+        *,
+        poll_s: float = 1.0,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        """Run until ``stop`` is set: recover interrupted runs once, then fire
+        deadlines when they fall due and deliver signals and events that other
+        processes send (polled every ``poll_s`` seconds). ``on_tick`` runs after
+        each pass (the outbox dispatcher hooks in here)."""
+        self.recover()
+        while not stop.is_set():
+            self.tick()
+            if on_tick is not None:
+                on_tick()
+            wait = poll_s
+            nxt = self.store.next_deadline()
+            if nxt is not None:
+                wait = max(0.0, min(poll_s, nxt - self.clock.now()))
+            stop.wait(wait)
 
     def resume_pending(self) -> ResumePendingResult:
         """Resume :meth:`pending` runs oldest first; stop at the first error.
@@ -429,13 +577,21 @@ class Engine:
         self, on_result: Callable[[RunRecord, RunResult | BaseException], None] | None = None
     ) -> list[tuple[RunRecord, RunResult | BaseException]]:
         """Resume every interrupted run (``pending`` or ``running``), oldest
-        first, continuing past failures: what the app and ``flowdesk agent``
-        do at launch. Failed and waiting runs are left for a person."""
+        first, continuing past failures, then wake waiting runs whose stored
+        deadline passed (compared with the injected clock) or whose signal or
+        event arrived while no process ran: what the app and ``flowdesk
+        agent`` do at launch. Failed runs and runs still waiting for a person
+        are left alone."""
         report: list[tuple[RunRecord, RunResult | BaseException]] = []
-        for run in self.store.list_runs(statuses=("pending", "running")):
+        runs = self.store.list_runs(statuses=("pending", "running"))
+        due = set(self.store.wakeable_runs(self.clock.now()))
+        runs += [r for r in self.store.list_runs(statuses=("waiting",)) if r.run_id in due]
+        for run in runs:
             outcome: RunResult | BaseException
             try:
-                outcome = self.resume(run.run_id)
+                outcome = (
+                    self.wake(run.run_id) if run.status == "waiting" else self.resume(run.run_id)
+                )
             except FlowdeskError as exc:
                 outcome = exc
             report.append((run, outcome))

@@ -336,6 +336,32 @@ class InMemoryCheckpointStore:
             times = [w.deadline_at for _, w in self._pending_waits() if w.deadline_at is not None]
         return min(times) if times else None
 
+    def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        with self._lock:
+            found: set[str] = set()
+            for run_id, w in self._pending_waits():
+                due = w.deadline_at is not None and w.deadline_at <= now
+                signal = w.kind == "signal" and any(
+                    s["scope"] == self.scope
+                    and (s["name"], s["key"]) == (w.name, w.key)
+                    and s["consumed_by"] is None
+                    for s in self._space.signals
+                )
+                event = w.kind == "event" and any(
+                    e.type == w.name and e.published_at >= w.created_at for e in self._space.events
+                )
+                if due or signal or event:
+                    found.add(run_id)
+            for run in self._runs.values():
+                if (
+                    run.scope == self.scope
+                    and run.status == "waiting"
+                    and run.deadline_at is not None
+                    and run.deadline_at <= now
+                ):
+                    found.add(run.run_id)
+        return sorted(found)[:limit]
+
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
         with self._lock:
             found = {

@@ -284,6 +284,7 @@ class RunRecord:
         error: last error or halt reason.
         lease_owner / lease_expires_at: the process executing the run and
             until when (UTC epoch seconds), or ``None``.
+        deadline_at: run-level deadline (UTC epoch seconds), or ``None``.
     """
 
     run_id: str
@@ -301,6 +302,7 @@ class RunRecord:
     error: str | None = None
     lease_owner: str | None = None
     lease_expires_at: float | None = None
+    deadline_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +408,11 @@ class CheckpointStore(Protocol):
 
     def next_deadline(self) -> float | None:
         """The earliest pending deadline, or ``None``."""
+        ...
+
+    def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        """Waiting runs that have something to act on at ``now``: a wait whose
+        deadline passed, a deliverable signal or event, or a passed run deadline."""
         ...
 
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:

@@ -68,7 +68,7 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 _RUN_COLUMNS = (
     "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
     "flow_key, parent_run_id, context, progress_done, progress_total, error, lease_owner, "
-    "lease_expires_at, tenant_id, session_id"
+    "lease_expires_at, tenant_id, session_id, deadline_at"
 )
 
 
@@ -95,6 +95,7 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
         error=row[13],
         lease_owner=row[14],
         lease_expires_at=row[15],
+        deadline_at=row[18],
     )
 
 
@@ -194,7 +195,7 @@ class SqliteCheckpointStore:
             with self.conn:
                 self.conn.execute(
                     f"INSERT INTO runs({_RUN_COLUMNS}) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         run.run_id,
                         run.flow_name,
@@ -214,6 +215,7 @@ class SqliteCheckpointStore:
                         run.lease_expires_at,
                         run.context.get("tenant_id"),
                         run.context.get("session_id"),
+                        run.deadline_at,
                     ),
                 )
                 self._write_checkpoint(first, None)
@@ -641,6 +643,29 @@ class SqliteCheckpointStore:
         except apsw.Error as exc:
             raise self._err(exc) from exc
         return None if value is None else float(value)
+
+    @_locked
+    def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        try:
+            rows = self.conn.execute(
+                "SELECT run_id FROM ("
+                " SELECT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id"
+                " WHERE r.scope=:scope AND w.deadline_at IS NOT NULL AND w.deadline_at<=:now"
+                " UNION SELECT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id"
+                " WHERE r.scope=:scope AND w.kind='signal' AND EXISTS (SELECT 1 FROM signals s"
+                "  WHERE s.scope=:scope AND s.name=w.name AND s.key=w.key"
+                "  AND s.consumed_by IS NULL)"
+                " UNION SELECT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id"
+                " WHERE r.scope=:scope AND w.kind='event' AND EXISTS (SELECT 1 FROM events e"
+                "  WHERE e.scope=:scope AND e.type=w.name AND e.published_at>=w.created_at)"
+                " UNION SELECT run_id FROM runs WHERE scope=:scope AND status='waiting'"
+                "  AND deadline_at IS NOT NULL AND deadline_at<=:now"
+                ") LIMIT :limit",
+                {"scope": self.scope, "now": now, "limit": limit},
+            ).fetchall()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return [str(r[0]) for r in rows]
 
     @_locked
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:

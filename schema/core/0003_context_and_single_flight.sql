@@ -7,3 +7,5 @@ CREATE UNIQUE INDEX runs_live_flow_key ON runs(scope, flow_name, flow_key)
     WHERE flow_key IS NOT NULL AND status IN ('pending', 'running', 'waiting', 'failed');
 -- The run's pending waits at each revision (JSON list; NULL when none).
 ALTER TABLE checkpoints ADD COLUMN waits TEXT;
+-- A run-level deadline (UTC epoch s), stored at creation, never recomputed.
+ALTER TABLE runs ADD COLUMN deadline_at REAL;
