@@ -73,6 +73,25 @@ class RunResult:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class IncompatibleRun:
+    """A live run started under another version of its flow (S51).
+
+    Attributes:
+        run_id / flow_name / status: the run.
+        step: the step it stopped at (head of its frontier).
+        stored_version: the flow version the run started under.
+        current_version: the version registered now.
+    """
+
+    run_id: str
+    flow_name: str
+    status: RunStatus
+    step: str
+    stored_version: str
+    current_version: str
+
+
 @dataclass
 class ResumePendingResult:
     """What :meth:`Engine.resume_pending` did.
@@ -628,6 +647,85 @@ class Engine:
                 continue
             return self.store.get_run(run_id)
         raise RunStateError(f"run {run_id} kept changing; cancel did not take effect, try again")
+
+    # -- upgrades ----------------------------------------------------------
+
+    def incompatible_runs(self) -> list[IncompatibleRun]:
+        """Live runs (pending, running, waiting, failed) whose flow changed since
+        they started: never silent zombies. For each, a person may
+        :meth:`fail_run` it, :meth:`fork_onto_current` it, or keep it for a
+        process that still has the old flow."""
+        out: list[IncompatibleRun] = []
+        for run in self.store.list_runs(statuses=("pending", "running", "waiting", "failed")):
+            f = self._flows.get(run.flow_name)
+            if f is None or f.version == run.flow_version:
+                continue
+            cp = self.store.latest(run.run_id)
+            step = cp.frontier[0] if cp.frontier else ""
+            out.append(
+                IncompatibleRun(
+                    run.run_id, run.flow_name, run.status, step, run.flow_version, f.version
+                )
+            )
+        return out
+
+    def fail_run(self, run_id: str, reason: str) -> RunRecord:
+        """Mark a live run ``failed`` with ``reason`` (any flow version); its waits end.
+
+        Raises RunStateError for a completed, canceled or timed-out run.
+        """
+        run = self.store.get_run(run_id)
+        if run.status in ("completed", "canceled", "timed_out"):
+            raise RunStateError(f"run {run_id} is already {run.status}")
+        cp = self.store.latest(run_id)
+        self.store.append(
+            cp.evolve(
+                revision=cp.revision + 1,
+                status="failed",
+                error=reason,
+                waits=(),
+                created_at=self.clock.now(),
+                step_id=cp.frontier[0] if cp.frontier else "",
+            )
+        )
+        return self.store.get_run(run_id)
+
+    def fork_onto_current(self, run_id: str) -> RunResult:
+        """Continue a run of an older flow version as a new run of the current
+        one, from its latest state and step; the old run is canceled as
+        superseded. Its state must decode under the current state model and its
+        next step must still exist.
+
+        Raises:
+            CheckpointDecodeError: the state does not fit the current model.
+            RunStateError: the step it stopped at no longer exists.
+        """
+        src = self.store.get_run(run_id)
+        f = self.flow(src.flow_name)
+        cp = self.store.latest(run_id)
+        state = load_state(f.state_type, cp.state, run_id, cp.revision)
+        missing = [s for s in cp.frontier if s not in f.steps]
+        if missing:
+            raise RunStateError(
+                f"run {run_id} stopped at {missing[0]!r}, which flow {f.name!r} "
+                f"{f.version} no longer has; fail the run or keep it for the old version"
+            )
+        kept = {k: v for k, v in cp.steps.items() if v.status == "completed" and k in f.steps}
+        meta = {"forked_from_version": src.flow_version, "forked_from": cp.id}
+        rid = self._create(
+            f,
+            state,
+            run_id=None,
+            context=ExecutionContext.model_validate(dict(src.context)),
+            flow_key=None,
+            parent_run_id=run_id,
+            running=True,
+            frontier=tuple(cp.frontier),
+            steps=kept,
+            meta=meta,
+        )
+        self.cancel(run_id, f"superseded by run {rid} on flow version {f.version}")
+        return self._drive(f, rid)
 
     # -- time travel -----------------------------------------------------
 

@@ -1,0 +1,403 @@
+"""Durable waits: input, interrupts, signals, events, deadlines (S26-S29, S31,
+S46, S47, S51, S52)."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.errors import (
+    FlowDefinitionError,
+    FlowVersionMismatchError,
+    RunStateError,
+    WaitAlreadyResolvedError,
+    WaitError,
+)
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.store.sqlite import open_store
+
+HOUR = 3600.0
+
+
+class S(BaseModel):
+    n: int = 0
+    answer: str | None = None
+    payload: dict | None = None
+    notes: list[str] = []
+    order: str = "o-1"
+
+
+def engine_for(db_path, *flows, clock=None):
+    store = open_store(db_path)
+    return Engine(store, flows=list(flows), clock=clock or ManualClock())
+
+
+def reopen(engine: Engine, *flows) -> Engine:
+    """A fresh engine over the same file, as after a restart (same clock)."""
+    engine.store.close()
+    return Engine(open_store(engine.store.path), flows=list(flows), clock=engine.clock)
+
+
+@pytest.mark.scenario("S26")
+def test_interrupt_returns_the_resume_value_and_keeps_a_continuation(db_path):
+    seen = []
+
+    def ask(s: S, ctx) -> dict:
+        reply = ctx.interrupt({"question": "approve?"}, continuation={"draft": 3})
+        seen.append((reply, ctx.continuation))
+        return {"answer": reply}
+
+    flow = FlowBuilder("ask", S).step("prep", lambda s: {"n": 1}).step("ask", ask).chain()
+    engine = engine_for(db_path, flow.compile())
+    res = engine.run("ask", S())
+    assert res.status == "waiting"
+    (waiting,) = engine.waiting()
+    assert waiting.run_id == res.run_id
+    wait = engine.store.latest(res.run_id).waits[0]
+    assert wait.wait_id == f"{res.run_id}:ask:0" and wait.prompt == {"question": "approve?"}
+    engine = reopen(engine, flow.compile())
+    done = engine.resume_with(res.run_id, "yes")
+    assert done.run_id == res.run_id and done.status == "completed"
+    assert done.state.answer == "yes" and done.state.n == 1
+    assert seen == [("yes", {"draft": 3})]
+    engine.store.close()
+
+
+@pytest.mark.scenario("S27")
+def test_signal_sent_while_down_is_delivered_after_restart(db_path):
+    def flow():
+        return (
+            FlowBuilder("pay", S)
+            .wait_signal("paid", "payment", key=lambda s: s.order, into="payload")
+            .step("ship", lambda s: {"notes": ["shipped"]})
+            .chain()
+            .compile()
+        )
+
+    engine = engine_for(db_path, flow())
+    res = engine.run("pay", S(order="o-7"))
+    assert res.status == "waiting"
+    engine.store.close()
+    # another process (no engine, no flows) stores the signal while nobody runs the flow
+    other = Engine(open_store(db_path), clock=engine.clock)
+    other.signal("payment", "o-7", {"amount": 12})
+    other.signal("payment", "o-8", {"amount": 99})  # someone else's
+    other.store.close()
+    restarted = Engine(open_store(db_path), flows=[flow()], clock=engine.clock)
+    report = restarted.recover()
+    assert [o.status for _, o in report] == ["completed"]
+    state = restarted.get(res.run_id)
+    assert state.payload == {"amount": 12} and state.notes == ["shipped"]
+    assert restarted.store.next_signal("payment", "o-8") is not None  # not consumed
+    restarted.store.close()
+
+
+@pytest.mark.scenario("S27")
+def test_event_wait_and_predicate_waits_are_refused():
+    with pytest.raises(FlowDefinitionError, match="predicate waits cannot be persisted"):
+        FlowBuilder("p", S).wait_until("w", lambda s: s.n > 3)
+    with pytest.raises(FlowDefinitionError, match="predicate"):
+        FlowBuilder("p", S).wait_signal("w", lambda s: True, key="k")  # type: ignore[arg-type]
+
+
+@pytest.mark.scenario("S27")
+def test_event_wait_is_broadcast(db_path):
+    flow = (
+        FlowBuilder("ev", S)
+        .wait_event("deploy", "deployed", into="payload")
+        .step("after", lambda s: {"n": 1})
+        .chain()
+        .compile()
+    )
+    engine = engine_for(db_path, flow)
+    a, b = engine.run("ev", S()), engine.run("ev", S())
+    assert a.status == b.status == "waiting"
+    engine.publish("deployed", {"version": "2.1"})
+    for rid in (a.run_id, b.run_id):
+        assert engine.status(rid).status == "completed"
+        assert engine.get(rid).payload == {"version": "2.1"}
+    engine.store.close()
+
+
+@pytest.mark.scenario("S28")
+def test_deadline_judged_by_the_clock_on_recovery(db_path):
+    def flow():
+        return (
+            FlowBuilder("approve", S)
+            .await_input("ok", "answer", prompt="ship?", timeout_s=24 * HOUR, on_timeout="expired")
+            .step("ship", lambda s: {"notes": ["shipped"]})
+            .step("expired", lambda s: {"notes": ["expired"]})
+            .edge("ok", "ship")
+            .finish("ship", "expired")
+            .compile()
+        )
+
+    clock = ManualClock()
+    engine = engine_for(db_path, flow(), clock=clock)
+    res = engine.run("approve", S())
+    wait = engine.store.latest(res.run_id).waits[0]
+    assert wait.deadline_at == clock.now() + 24 * HOUR
+    engine.store.close()
+    clock.advance(23 * HOUR)  # before the deadline: still waits
+    engine = Engine(open_store(db_path), flows=[flow()], clock=clock)
+    assert engine.recover() == []
+    assert engine.status(res.run_id).status == "waiting"
+    engine.store.close()
+    clock.advance(2 * HOUR)  # past it: timeout outcome
+    engine = Engine(open_store(db_path), flows=[flow()], clock=clock)
+    (outcome,) = [o for _, o in engine.recover()]
+    assert outcome.status == "completed" and outcome.state.notes == ["expired"]
+    steps = engine.store.latest(res.run_id).steps
+    assert steps["ok"].error_type == "WaitTimeout" and "ship" not in steps
+    engine.store.close()
+
+
+@pytest.mark.scenario("S28")
+def test_timer_fires_while_running_without_restart(db_path):
+    flow = FlowBuilder("nap", S).sleep("nap", 5.0).step("up", lambda s: {"n": 1}).chain().compile()
+    clock = ManualClock()
+    engine = engine_for(db_path, flow, clock=clock)
+    res = engine.run("nap", S())
+    assert res.status == "waiting" and engine.tick() == 0
+    clock.advance(5.0)
+    assert engine.tick() == 1
+    assert engine.status(res.run_id).status == "completed"
+    engine.store.close()
+
+
+@pytest.mark.scenario("S28")
+def test_serve_loop_fires_a_real_deadline(db_path):
+    import threading
+    import time
+
+    from desktop_app.flow.clock import SystemClock
+
+    flow = (
+        FlowBuilder("rt", S)
+        .wait_signal("w", "never", key="k", timeout_s=0.3)
+        .compile()
+    )
+    engine = Engine(open_store(db_path), flows=[flow], clock=SystemClock())
+    res = engine.run("rt", S())
+    stop = threading.Event()
+    t = threading.Thread(target=engine.serve, args=(stop,), kwargs={"poll_s": 0.05})
+    t0 = time.monotonic()
+    t.start()
+    while engine.status(res.run_id).status == "waiting" and time.monotonic() - t0 < 5:
+        time.sleep(0.02)
+    stop.set()
+    t.join(5)
+    assert engine.status(res.run_id).status == "timed_out"
+    assert time.monotonic() - t0 < 2
+    engine.store.close()
+
+
+@pytest.mark.scenario("S29")
+def test_recovery_recreates_only_pending_waits_not_entry_effects(db_path, tmp_path):
+    calls = tmp_path / "emails"
+
+    def send_email(s: S) -> dict:
+        with calls.open("a") as fh:
+            fh.write("sent\n")
+        return {"notes": ["emailed"]}
+
+    def flow():
+        return (
+            FlowBuilder("mail", S)
+            .wait_signal("reply", "reply", key="k", on_enter=send_email, into="answer",
+                         timeout_s=HOUR)
+            .compile()
+        )
+
+    clock = ManualClock()
+    engine = engine_for(db_path, flow(), clock=clock)
+    res = engine.run("mail", S())
+    first = engine.store.latest(res.run_id).waits
+    for _ in range(3):  # restarts and recoveries
+        engine = reopen(engine, flow())
+        engine.recover()
+        engine.tick()
+        assert engine.store.latest(res.run_id).waits == first  # same id, same deadline
+    assert calls.read_text() == "sent\n"
+    engine.signal("reply", "k", "hello")
+    assert engine.get(res.run_id).answer == "hello"
+    assert calls.read_text() == "sent\n"
+    engine.store.close()
+
+
+@pytest.mark.scenario("S31")
+def test_single_flight_by_flow_key(db_path):
+    flow = FlowBuilder("sf", S).await_input("a", "answer").compile()
+    engine = engine_for(db_path, flow)
+    first = engine.run("sf", S(), flow_key="invoice-42")
+    again = engine.run("sf", S(n=5), flow_key="invoice-42")
+    assert again.run_id == first.run_id and again.state.n == 0
+    assert engine.start("sf", S(), flow_key="invoice-42") == first.run_id
+    other = engine.run("sf", S(), flow_key="invoice-43")
+    assert other.run_id != first.run_id
+    engine.resume_with(first.run_id, "done")
+    fresh = engine.run("sf", S(), flow_key="invoice-42")  # the first is finished now
+    assert fresh.run_id != first.run_id
+    engine.store.close()
+
+
+def three_approvals(calls: Counter):
+    def branch(name: str):
+        def fn(s: S, ctx) -> dict:
+            calls[name] += 1
+            ok = ctx.interrupt(f"approve {name}?")
+            return {"notes": [f"{name}:{ok}"]}
+        return fn
+
+    return (
+        FlowBuilder("tools", S)
+        .parallel("calls", {"a": branch("a"), "b": branch("b"), "c": branch("c")},
+                  reducers={"notes": operator.add})
+        .step("after", lambda s: {"n": len(s.notes)})
+        .chain()
+        .compile()
+    )
+
+
+@pytest.mark.scenario("S46")
+def test_several_pending_waits_have_stable_ids_and_are_answered_one_by_one(db_path):
+    calls: Counter[str] = Counter()
+    engine = engine_for(db_path, three_approvals(calls))
+    res = engine.run("tools", S())
+    assert res.status == "waiting"
+    ids = sorted(w.wait_id for w in engine.store.latest(res.run_id).waits)
+    assert ids == [f"{res.run_id}:calls/{b}:0" for b in "abc"]
+    engine = reopen(engine, three_approvals(calls))
+    assert sorted(w.wait_id for w in engine.store.latest(res.run_id).waits) == ids
+    with pytest.raises(WaitError, match="3 questions pending"):
+        engine.resume_with(res.run_id, "yes")
+    r = engine.resume_with(res.run_id, "yes", wait_id=ids[1])  # answer b only
+    assert r.status == "waiting"
+    assert calls == {"a": 1, "b": 2, "c": 1}  # only b ran again
+    assert sorted(w.wait_id for w in engine.store.latest(res.run_id).waits) == [ids[0], ids[2]]
+    with pytest.raises(WaitAlreadyResolvedError):
+        engine.resume_with(res.run_id, "no", wait_id=ids[1])
+    engine.resume_with(res.run_id, "no", wait_id=ids[2])
+    done = engine.resume_with(res.run_id, "maybe")  # the only one left: bare answer is fine
+    assert done.status == "completed"
+    assert done.state.notes == ["a:maybe", "b:yes", "c:no"]  # declared order; b's first answer
+    engine.store.close()
+
+
+@pytest.mark.scenario("S47")
+def test_answered_wait_is_not_asked_again_after_a_crash(db_path):
+    calls: Counter[str] = Counter()
+
+    class Boom(BaseException):
+        pass
+
+    crash = {"on": True}
+
+    def prep(s: S) -> dict:
+        calls["prep"] += 1
+        return {"n": 1}
+
+    def approve(s: S, ctx) -> dict:
+        calls["approve"] += 1
+        return {"answer": ctx.interrupt("ok?")}
+
+    def after(s: S) -> dict:
+        calls["after"] += 1
+        if crash["on"]:
+            crash["on"] = False
+            raise Boom()  # the process dies during the next step
+        return {"notes": ["done"]}
+
+    def flow():
+        return FlowBuilder("ap", S).step("prep", prep).step("approve", approve) \
+            .step("after", after).chain().compile()
+
+    engine = engine_for(db_path, flow())
+    res = engine.run("ap", S())
+    with pytest.raises(Boom):
+        engine.resume_with(res.run_id, "approved")
+    engine = reopen(engine, flow())
+    (outcome,) = [o for _, o in engine.recover()]
+    assert outcome.status == "completed" and outcome.state.answer == "approved"
+    assert calls == {"prep": 1, "approve": 2, "after": 2}  # asked once, prep once
+    assert engine.waiting() == []
+    engine.store.close()
+
+
+@pytest.mark.scenario("S52")
+def test_deadline_passed_while_closed_fires_at_once_and_is_never_pushed_later(db_path):
+    def flow():
+        return (
+            FlowBuilder("d", S, deadline_s=48 * HOUR)
+            .await_input("ok", "answer", timeout_s=24 * HOUR)
+            .compile()
+        )
+
+    clock = ManualClock()
+    t0 = clock.now()
+    engine = engine_for(db_path, flow(), clock=clock)
+    res = engine.run("d", S())
+    run_deadline = engine.status(res.run_id).deadline_at
+    assert run_deadline == t0 + 48 * HOUR
+    clock.set(t0 + 23 * HOUR)
+    engine = reopen(engine, flow())
+    engine.recover()
+    assert engine.status(res.run_id).status == "waiting"
+    assert engine.store.latest(res.run_id).waits[0].deadline_at == t0 + 24 * HOUR
+    assert engine.status(res.run_id).deadline_at == run_deadline  # not pushed later
+    engine.store.close()
+    clock.set(t0 + 30 * HOUR)
+    engine = Engine(open_store(db_path), flows=[flow()], clock=clock)
+    engine.recover()
+    run = engine.status(res.run_id)
+    assert run.status == "timed_out" and "timed out" in (run.error or "")
+    with pytest.raises(RunStateError):
+        engine.resume_with(res.run_id, "too late")
+    engine.store.close()
+
+
+@pytest.mark.scenario("S52")
+def test_run_level_deadline_times_out_a_waiting_run(db_path):
+    flow = FlowBuilder("rd", S, deadline_s=HOUR).wait_signal("w", "x", key="k").compile()
+    clock = ManualClock()
+    engine = engine_for(db_path, flow, clock=clock)
+    res = engine.run("rd", S())
+    clock.advance(HOUR + 1)
+    assert engine.tick() == 1
+    assert engine.status(res.run_id).status == "timed_out"
+    engine.store.close()
+
+
+@pytest.mark.scenario("S51")
+def test_waiting_run_of_a_changed_flow_is_reported_and_can_be_failed_forked_or_kept(db_path):
+    v1 = FlowBuilder("up", S, version="1").step("prep", lambda s: {"n": 1}).await_input(
+        "ok", "answer").step("go", lambda s: {"notes": ["v1"]}).chain().compile()
+    v2 = FlowBuilder("up", S, version="2").step("prep", lambda s: {"n": 1}).await_input(
+        "ok", "answer").step("check", lambda s: {"n": 2}).step(
+        "go", lambda s: {"notes": ["v2"]}).chain().compile()
+    old = engine_for(db_path, v1)
+    runs = [old.run("up", S()).run_id for _ in range(3)]
+    old.store.close()
+    engine = Engine(open_store(db_path), flows=[v2], clock=old.clock)
+    report = engine.incompatible_runs()
+    assert sorted(r.run_id for r in report) == sorted(runs)
+    first = report[0]
+    assert (first.stored_version, first.current_version) == (v1.version, v2.version)
+    assert first.step == "ok" and first.status == "waiting"
+    with pytest.raises(FlowVersionMismatchError):
+        engine.resume_with(runs[0], "yes")
+    failed = engine.fail_run(runs[0], "flow changed; abandoned")
+    assert failed.status == "failed"
+    forked = engine.fork_onto_current(runs[1])
+    assert forked.run_id != runs[1] and forked.status == "waiting"
+    done = engine.resume_with(forked.run_id, "yes")
+    assert done.status == "completed" and done.state.notes == ["v2"] and done.state.n == 2
+    assert engine.status(runs[1]).status == "canceled"  # superseded by its fork
+    assert engine.status(runs[2]).status == "waiting"  # kept for the old version
+    keep = Engine(engine.store, flows=[v1], clock=old.clock)
+    assert keep.resume_with(runs[2], "ok").state.notes == ["v1"]
+    engine.store.close()
