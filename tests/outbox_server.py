@@ -46,8 +46,10 @@ class Handler(BaseHTTPRequestHandler):
                 receipt = self.ops.get(parts[1])
                 self._send(200, receipt) if receipt else self._send(404, None)
             elif parts[0] == "count" and len(parts) == 2:
-                self._send(200, {"posts": self.posts.get(parts[1], 0),
-                                 "ops": 1 if parts[1] in self.ops else 0})
+                self._send(
+                    200,
+                    {"posts": self.posts.get(parts[1], 0), "ops": 1 if parts[1] in self.ops else 0},
+                )
             else:
                 self._send(404, None)
 

@@ -36,7 +36,9 @@ class HttpDestination:
 
     def send(self, key: str, payload: object) -> object:
         req = urllib.request.Request(
-            f"{self.url}/ops", data=json.dumps(payload).encode(), method="POST",
+            f"{self.url}/ops",
+            data=json.dumps(payload).encode(),
+            method="POST",
             headers={"Idempotency-Key": key, "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=10) as resp:
@@ -59,8 +61,13 @@ def flow():
     def charge(s: Order, ctx) -> dict:
         return {"charge_key": ctx.send("payments", {"amount": s.amount})}
 
-    return FlowBuilder("checkout", Order).step("charge", charge).step(
-        "done", lambda s: None).chain().compile()
+    return (
+        FlowBuilder("checkout", Order)
+        .step("charge", charge)
+        .step("done", lambda s: None)
+        .chain()
+        .compile()
+    )
 
 
 def main() -> int:

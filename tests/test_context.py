@@ -15,7 +15,10 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite import open_store
 
 CTX = ExecutionContext(
-    tenant_id="acme", user_id="u-1", session_id="sess-9", trace_id="0af7651916cd43dd8448eb211c80319c",
+    tenant_id="acme",
+    user_id="u-1",
+    session_id="sess-9",
+    trace_id="0af7651916cd43dd8448eb211c80319c",
     correlation_id="corr-5",
 )
 
@@ -94,9 +97,17 @@ def test_context_through_each_wait_kind_and_a_restart(db_path, kind):
 @pytest.mark.scenario("S30")
 def test_context_on_deadline_timeout(db_path):
     clock = ManualClock()
-    flow = FlowBuilder("dl", S).step("a", record).await_input(
-        "w", "got", timeout_s=10, on_timeout="late").step("b", record).step(
-        "late", record).edge("a", "w").edge("w", "b").finish("b", "late").compile()
+    flow = (
+        FlowBuilder("dl", S)
+        .step("a", record)
+        .await_input("w", "got", timeout_s=10, on_timeout="late")
+        .step("b", record)
+        .step("late", record)
+        .edge("a", "w")
+        .edge("w", "b")
+        .finish("b", "late")
+        .compile()
+    )
     engine = Engine(open_store(db_path), flows=[flow], clock=clock)
     res = engine.run("dl", S(), context=CTX)
     clock.advance(11)
@@ -154,12 +165,14 @@ def test_context_after_a_crash_and_resume(db_path, tmp_path):
     )
     r = subprocess.run([sys.executable, str(script), str(db_path), "kill"], capture_output=True)
     assert r.returncode == -signal.SIGKILL
-    r = subprocess.run([sys.executable, str(script), str(db_path), "resume"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, str(script), str(db_path), "resume"], capture_output=True, text=True
+    )
     assert r.stdout.strip() == "completed", r.stderr
     store = open_store(db_path)
-    engine = Engine(store, flows=[FlowBuilder("crash", S).step("a", record).step(
-        "b", record).chain().compile()])
+    engine = Engine(
+        store, flows=[FlowBuilder("crash", S).step("a", record).step("b", record).chain().compile()]
+    )
     (run,) = store.list_runs()
     assert_whole(engine, run.run_id)
     store.close()

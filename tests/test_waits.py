@@ -176,11 +176,7 @@ def test_serve_loop_fires_a_real_deadline(db_path):
 
     from desktop_app.flow.clock import SystemClock
 
-    flow = (
-        FlowBuilder("rt", S)
-        .wait_signal("w", "never", key="k", timeout_s=0.3)
-        .compile()
-    )
+    flow = FlowBuilder("rt", S).wait_signal("w", "never", key="k", timeout_s=0.3).compile()
     engine = Engine(open_store(db_path), flows=[flow], clock=SystemClock())
     res = engine.run("rt", S())
     stop = threading.Event()
@@ -208,8 +204,9 @@ def test_recovery_recreates_only_pending_waits_not_entry_effects(db_path, tmp_pa
     def flow():
         return (
             FlowBuilder("mail", S)
-            .wait_signal("reply", "reply", key="k", on_enter=send_email, into="answer",
-                         timeout_s=HOUR)
+            .wait_signal(
+                "reply", "reply", key="k", on_enter=send_email, into="answer", timeout_s=HOUR
+            )
             .compile()
         )
 
@@ -251,12 +248,16 @@ def three_approvals(calls: Counter):
             calls[name] += 1
             ok = ctx.interrupt(f"approve {name}?")
             return {"notes": [f"{name}:{ok}"]}
+
         return fn
 
     return (
         FlowBuilder("tools", S)
-        .parallel("calls", {"a": branch("a"), "b": branch("b"), "c": branch("c")},
-                  reducers={"notes": operator.add})
+        .parallel(
+            "calls",
+            {"a": branch("a"), "b": branch("b"), "c": branch("c")},
+            reducers={"notes": operator.add},
+        )
         .step("after", lambda s: {"n": len(s.notes)})
         .chain()
         .compile()
@@ -313,8 +314,14 @@ def test_answered_wait_is_not_asked_again_after_a_crash(db_path):
         return {"notes": ["done"]}
 
     def flow():
-        return FlowBuilder("ap", S).step("prep", prep).step("approve", approve) \
-            .step("after", after).chain().compile()
+        return (
+            FlowBuilder("ap", S)
+            .step("prep", prep)
+            .step("approve", approve)
+            .step("after", after)
+            .chain()
+            .compile()
+        )
 
     engine = engine_for(db_path, flow())
     res = engine.run("ap", S())
@@ -374,11 +381,23 @@ def test_run_level_deadline_times_out_a_waiting_run(db_path):
 
 @pytest.mark.scenario("S51")
 def test_waiting_run_of_a_changed_flow_is_reported_and_can_be_failed_forked_or_kept(db_path):
-    v1 = FlowBuilder("up", S, version="1").step("prep", lambda s: {"n": 1}).await_input(
-        "ok", "answer").step("go", lambda s: {"notes": ["v1"]}).chain().compile()
-    v2 = FlowBuilder("up", S, version="2").step("prep", lambda s: {"n": 1}).await_input(
-        "ok", "answer").step("check", lambda s: {"n": 2}).step(
-        "go", lambda s: {"notes": ["v2"]}).chain().compile()
+    v1 = (
+        FlowBuilder("up", S, version="1")
+        .step("prep", lambda s: {"n": 1})
+        .await_input("ok", "answer")
+        .step("go", lambda s: {"notes": ["v1"]})
+        .chain()
+        .compile()
+    )
+    v2 = (
+        FlowBuilder("up", S, version="2")
+        .step("prep", lambda s: {"n": 1})
+        .await_input("ok", "answer")
+        .step("check", lambda s: {"n": 2})
+        .step("go", lambda s: {"notes": ["v2"]})
+        .chain()
+        .compile()
+    )
     old = engine_for(db_path, v1)
     runs = [old.run("up", S()).run_id for _ in range(3)]
     old.store.close()

@@ -1,0 +1,117 @@
+"""Fault tests with real processes: S43 (random SIGKILLs across a mixed
+workload) and S44 (three processes on one file at full rate)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def add_fault_table(db: Path) -> None:
+    from desktop_app.store.connection import open_connection
+
+    conn = open_connection(db)
+    with conn:
+        conn.execute(
+            "CREATE TABLE fault_rows(run_id TEXT, step TEXT, n INTEGER, PRIMARY KEY (run_id, step))"
+        )
+    conn.close()
+
+
+@pytest.mark.scenario("S43")
+@pytest.mark.slow
+def test_random_sigkills_across_a_mixed_workload(db_path, tmp_path):
+    seed = int(os.environ.get("FLOWDESK_FAULT_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    runs = 200
+    add_fault_table(db_path)
+    cmd = [sys.executable, str(HERE / "fault_worker.py"), str(db_path), str(tmp_path), str(runs)]
+    killed = 0
+    for _ in range(60):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.3, 1.0))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            killed += 1
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode in (0, -signal.SIGKILL), f"seed {seed}: {err}"
+        if proc.returncode == 0 or killed >= 22:
+            break
+    final = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, f"seed {seed}: {final.stderr}"
+    assert killed >= 20, f"seed {seed}: only {killed} kills landed"
+
+    import sqlite_utils  # independent reader, after every engine closed the file
+
+    db = sqlite_utils.Database(db_path)
+    statuses = Counter(r["status"] for r in db.query("SELECT status FROM runs"))
+    assert statuses == {"completed": runs}, f"seed {seed}: {statuses}"
+    rows = list(db.query("SELECT run_id, step, n FROM fault_rows"))
+    assert len(rows) == runs * 4, f"seed {seed}"
+    twice = [r for r in rows if r["n"] != 1]
+    assert twice == [], f"seed {seed}: completed steps ran twice: {twice[:5]}"
+    intents = list(db.query("SELECT intent_id, status FROM outbox"))
+    assert len(intents) == runs and all(i["status"] == "delivered" for i in intents)
+    sent = Counter((tmp_path / "sink.log").read_text().split())
+    assert set(sent) == {i["intent_id"] for i in intents}
+    assert [k for k, c in sent.items() if c != 1] == [], f"seed {seed}: re-sent intents"
+    assert list(db.query("PRAGMA integrity_check")) == [{"integrity_check": "ok"}]
+    db.close()
+
+
+S44_SECONDS = float(os.environ.get("FLOWDESK_S44_SECONDS", "60"))
+
+
+@pytest.mark.scenario("S44")
+@pytest.mark.slow
+def test_three_processes_one_file_never_see_database_is_locked(db_path, tmp_path):
+    script = HERE / "load_worker.py"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(script),
+                role,
+                str(db_path),
+                str(tmp_path / role),
+                str(S44_SECONDS),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for role in ("app", "agent", "cli")
+    ]
+    results = {}
+    for role, proc in zip(("app", "agent", "cli"), procs, strict=True):
+        out, err = proc.communicate(timeout=S44_SECONDS + 120)
+        assert proc.returncode == 0, f"{role}: {err}"
+        assert "locked" not in (out + err).lower()
+        results[role] = out.strip()
+    acked = {}
+    for role in ("app", "agent"):
+        ids = (tmp_path / role).read_text().split()
+        assert len(ids) > 50, f"{role} made too little progress: {len(ids)}"
+        acked[role] = ids
+    reads = int(results["cli"].split()[-1])
+    assert reads > 50
+
+    import sqlite_utils
+
+    db = sqlite_utils.Database(db_path)
+    stored = {r["run_id"]: r["status"] for r in db.query("SELECT run_id, status FROM runs")}
+    for role, ids in acked.items():
+        missing = [i for i in ids if stored.get(i) != "completed"]
+        assert missing == [], f"{role}: acknowledged but not stored: {missing[:3]}"
+    assert list(db.query("PRAGMA integrity_check")) == [{"integrity_check": "ok"}]
+    db.close()
