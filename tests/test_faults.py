@@ -43,7 +43,7 @@ def test_random_sigkills_across_a_mixed_workload(db_path, tmp_path):
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             killed += 1
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
         assert proc.returncode in (0, -signal.SIGKILL), f"seed {seed}: {err}"
         if proc.returncode == 0 or killed >= 22:
             break
