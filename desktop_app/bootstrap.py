@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.config import Settings
+from desktop_app.errors import ConfigError
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
 from desktop_app.store import migrations
@@ -67,6 +68,45 @@ def open_sqlite_store(settings: Settings) -> SqliteCheckpointStore:
     )
 
 
+def _flows_from(obj: Any, where: str) -> list[CompiledFlow[Any]]:
+    if callable(obj) and not isinstance(obj, CompiledFlow):
+        obj = obj()
+    items = obj if isinstance(obj, (list, tuple)) else [obj]
+    bad = [i for i in items if not isinstance(i, CompiledFlow)]
+    if bad:
+        raise ConfigError(
+            f"{where} gave {type(bad[0]).__name__}, not a compiled flow; point it at "
+            "FlowBuilder(...).compile() (or a function or list of them)"
+        )
+    return list(items)
+
+
+def load_flows(settings: Settings) -> list[CompiledFlow[Any]]:
+    """Built-in flows, then ``flowdesk.flows`` entry points, then ``settings.flows``.
+
+    Raises:
+        ConfigError: a module path cannot be imported or gives no flow.
+    """
+    import importlib
+    from importlib.metadata import entry_points
+
+    flows = builtin_flows()
+    for ep in entry_points(group="flowdesk.flows"):
+        flows += _flows_from(ep.load(), f"entry point {ep.name!r}")
+    for spec in settings.flows:
+        module_name, _, attr = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+            obj = getattr(module, attr) if attr else module
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(
+                f"cannot load flow {spec!r} from settings: {exc}; use 'package.module:attr' "
+                "and make sure the package is importable"
+            ) from exc
+        flows += _flows_from(obj, f"flow {spec!r}")
+    return flows
+
+
 def build_engine(
     settings: Settings,
     *,
@@ -74,5 +114,6 @@ def build_engine(
     events: EventBus | None = None,
 ) -> Engine:
     """An engine over the settings' database with the built-in flows registered."""
+    chosen = flows if flows is not None else load_flows(settings)
     store = open_sqlite_store(settings)
-    return Engine(store, flows=flows if flows is not None else builtin_flows(), events=events)
+    return Engine(store, flows=chosen, events=events)

@@ -56,10 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--out", required=True, type=Path, help="folder for digest.md")
     dg.add_argument("--quiet", action="store_true", help="no progress output")
 
+    start = sub.add_parser("start", help="run any registered flow headless")
+    start.add_argument("flow", help="flow name (see `flowdesk flows`)")
+    start.add_argument("--input", default="{}", help="the flow's input state as JSON")
+    start.add_argument("--flow-key", help="single flight: return the live run with this key")
+
+    sub.add_parser("flows", help="list registered flows (built-in and your own)")
+
     runs = sub.add_parser("runs", help="list runs")
     runs.add_argument("--status", action="append", help="only runs with this status (repeatable)")
     runs.add_argument("--limit", type=int, default=50, help="newest N runs (default 50)")
     runs.add_argument("--json", action="store_true", help="one JSON object per line")
+    runs.add_argument("--tenant", help="only runs of this tenant")
+    runs.add_argument("--session", help="only runs of this session")
 
     show = sub.add_parser("show", help="a run's steps and checkpoints")
     show.add_argument("run_id")
@@ -71,6 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("run_id")
+
+    sub.add_parser("waiting", help="runs waiting, and what each waits for")
+
+    answer = sub.add_parser("answer", help="answer a run waiting for input")
+    answer.add_argument("run_id")
+    answer.add_argument("value", help="the answer (text, or JSON with --json)")
+    answer.add_argument("--wait-id", help="which question, when several are pending")
+    answer.add_argument("--json", action="store_true", help="parse VALUE as JSON")
+
+    sig = sub.add_parser("signal", help="send a signal (stored, delivered to a waiting run)")
+    sig.add_argument("name")
+    sig.add_argument("key")
+    sig.add_argument("--payload", default="null", help="JSON payload (default null)")
+    sig.add_argument("--dedupe-key", help="a second send with this key is a no-op")
+
+    agent = sub.add_parser(
+        "agent", help="the engine without UI: resume work, fire deadlines, deliver signals"
+    )
+    agent.add_argument("--poll", type=float, default=1.0, help="seconds between passes")
     return parser
 
 
@@ -138,12 +166,48 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+def cmd_start(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from desktop_app.bootstrap import build_engine
+
+    try:
+        given = json.loads(args.input)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--input is not JSON: {exc}") from exc
+    engine = build_engine(_settings(args))
+    try:
+        result = engine.run(args.flow, given, flow_key=args.flow_key)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise InputError(f"--input does not fit flow {args.flow!r}: {problems}") from exc
+    print(f"run {result.run_id} {result.status}")
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+    return EXIT_FAILED if result.status in ("failed", "timed_out") else EXIT_OK
+
+
+def cmd_flows(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import load_flows
+
+    for f in load_flows(_settings(args)):
+        print(f"{f.name:16} {f.version:24} {len(f.steps)} steps")
+    return EXIT_OK
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from desktop_app.bootstrap import open_sqlite_store
 
     store = open_sqlite_store(_settings(args))
-    total = len(store.list_runs(statuses=args.status))
-    runs = store.list_runs(statuses=args.status, offset=max(0, total - args.limit))
+    runs = store.list_runs(
+        statuses=args.status,
+        newest_first=True,
+        limit=args.limit,
+        tenant_id=args.tenant,
+        session_id=args.session,
+    )[::-1]
     if args.json:
         for r in runs:
             print(
@@ -231,6 +295,81 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_waiting(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import build_engine
+
+    engine = build_engine(_settings(args))
+    runs = engine.waiting()
+    if not runs:
+        print("no waiting runs")
+    now = time.time()
+    for run in runs:
+        print(f"run {run.run_id}  flow {run.flow_name}")
+        waits = engine.waits(run.run_id)
+        if not waits and run.error:
+            print(f"  paused for an operator: {run.error}  (flowdesk resume {run.run_id})")
+        for w in waits:
+            what = {
+                "input": f"input: {json.dumps(w.prompt)}",
+                "signal": f"signal {w.name} {w.key}",
+                "event": f"event {w.name}",
+                "timer": "timer",
+            }[w.kind]
+            due = "" if w.deadline_at is None else f"  deadline in {w.deadline_at - now:,.0f} s"
+            print(f"  {w.wait_id}  {what}{due}")
+    return EXIT_OK
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import build_engine
+
+    try:
+        value = json.loads(args.value) if args.json else args.value
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--json was given but VALUE is not JSON: {exc}") from exc
+    result = build_engine(_settings(args)).resume_with(args.run_id, value, wait_id=args.wait_id)
+    print(f"run {result.run_id} {result.status}")
+    return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    from desktop_app.bootstrap import build_engine
+
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--payload is not JSON: {exc}") from exc
+    engine = build_engine(_settings(args))
+    signal_id = engine.signal(args.name, args.key, payload, dedupe_key=args.dedupe_key)
+    print(f"signal {signal_id} stored")
+    return EXIT_OK
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    import signal as signals
+    import threading
+
+    from desktop_app.bootstrap import build_engine
+
+    engine = build_engine(_settings(args))
+    stop = threading.Event()
+
+    def on_term(signum: int, _frame: object) -> None:
+        print(f"flowdesk agent: signal {signum}, stopping after the current step", file=sys.stderr)
+        engine.stop()
+        stop.set()
+
+    signals.signal(signals.SIGTERM, on_term)
+    signals.signal(signals.SIGINT, on_term)
+    print(
+        f"flowdesk agent: serving {args.db or 'the default database'} as {engine.owner}",
+        file=sys.stderr,
+    )
+    engine.serve(stop, poll_s=args.poll)
+    engine.store.close()
+    return EXIT_OK
+
+
 def cmd_app(args: argparse.Namespace) -> int:
     from desktop_app.app.main import FlowdeskApp
 
@@ -243,9 +382,15 @@ COMMANDS = {
     "db": cmd_db,
     "run": cmd_run,
     "runs": cmd_runs,
+    "start": cmd_start,
+    "flows": cmd_flows,
     "show": cmd_show,
     "resume": cmd_resume,
     "cancel": cmd_cancel,
+    "waiting": cmd_waiting,
+    "answer": cmd_answer,
+    "signal": cmd_signal,
+    "agent": cmd_agent,
 }
 
 

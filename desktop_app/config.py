@@ -62,6 +62,9 @@ class Settings(BaseSettings):
         busy_timeout_s: seconds to wait for another process's write lock.
         scope: the store scope runs are saved under.
         recover_on_launch: resume interrupted runs when the app starts.
+        flows: your own flows, as ``"package.module:attribute"`` (a compiled
+            flow, a list of them, or a function returning either); flows are
+            also found through the ``flowdesk.flows`` entry-point group.
         model: the model provider section.
     """
 
@@ -77,6 +80,7 @@ class Settings(BaseSettings):
     busy_timeout_s: float = Field(default=10.0, gt=0)
     scope: str = "default"
     recover_on_launch: bool = True
+    flows: list[str] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)
 
     @classmethod

@@ -50,6 +50,7 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     StepRecord,
+    Wait,
     parse_checkpoint_id,
 )
 
@@ -820,8 +821,12 @@ class Engine:
         return self.store.list_runs(statuses=PENDING_STATUSES)
 
     def waiting(self) -> list[RunRecord]:
-        """Runs waiting for input or an operator, oldest first."""
+        """Runs waiting for input, a signal, an event, a timer or an operator, oldest first."""
         return self.store.list_runs(statuses=("waiting",))
+
+    def waits(self, run_id: str) -> list[Wait]:
+        """What a run waits for: its pending waits (ids, kinds, prompts, deadlines)."""
+        return list(self.store.latest(run_id).waits)
 
     def history(self, run_id: str) -> list[CheckpointInfo]:
         """Every retained checkpoint of the run, oldest first, with stable ids."""

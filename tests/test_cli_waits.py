@@ -1,0 +1,80 @@
+"""Waits from the command line and the headless agent, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "FLOWDESK_FLOWS": '["tests.user_flows:approval"]',
+        "PYTHONPATH": str(REPO),
+    }
+
+
+def flowdesk(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env(),
+        cwd=REPO,
+    )
+
+
+def status(db: Path, run_id: str) -> str:
+    rows = [json.loads(x) for x in flowdesk(db, "runs", "--json").stdout.splitlines()]
+    return next(r["status"] for r in rows if r["run_id"] == run_id)
+
+
+def test_user_flow_answer_signal_and_agent(tmp_path):
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    listed = flowdesk(db, "flows")
+    assert "approval" in listed.stdout and "digest" in listed.stdout
+    bad = flowdesk(db, "start", "approval", "--input", '{"nope": 1}')
+    assert bad.returncode == 2 and "order: Field required" in bad.stderr
+    started = flowdesk(db, "start", "approval", "--input", '{"order": "o-1"}')
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[1]
+    assert started.stdout.strip().endswith("waiting")
+    waiting = flowdesk(db, "waiting")
+    assert f"{run_id}:approve:0" in waiting.stdout and "Ship this order?" in waiting.stdout
+    answered = flowdesk(db, "answer", run_id, "yes")
+    assert answered.returncode == 0 and answered.stdout.strip().endswith("waiting")
+    again = flowdesk(db, "answer", run_id, "no", "--wait-id", f"{run_id}:approve:0")
+    assert again.returncode == 1 and "already answered" in again.stderr
+    assert "signal paid o-1" in flowdesk(db, "waiting").stdout
+
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=REPO,
+    )
+    try:
+        sent = flowdesk(db, "signal", "paid", "o-1", "--payload", '{"amount": 3}')
+        assert sent.returncode == 0 and "stored" in sent.stdout
+        deadline = time.monotonic() + 20
+        while status(db, run_id) != "completed" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert status(db, run_id) == "completed"  # the agent fired the cool-off timer
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        _out, err = agent.communicate(timeout=30)
+    assert agent.returncode == 0, err
+    assert "stopping" in err
+    bad_json = flowdesk(db, "signal", "paid", "o-2", "--payload", "{oops")
+    assert bad_json.returncode == 2 and "not JSON" in bad_json.stderr
