@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from desktop_app.config import Settings
+from desktop_app.config import Settings, default_db_path
 from desktop_app.errors import ConfigError
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
@@ -30,6 +30,9 @@ def apply_schema(settings: Settings) -> SchemaReport:
         DatabaseOpenError, SchemaChecksumError, SchemaTooNewError, StoreError.
     """
     path = Path(settings.db_path)
+    if path == default_db_path():
+        # the default location is ours to create (mode 0700); a --db folder is the user's
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     conn = open_connection(
         path,
         synchronous=settings.synchronous,
@@ -65,6 +68,7 @@ def open_sqlite_store(settings: Settings) -> SqliteCheckpointStore:
         synchronous=settings.synchronous,
         busy_timeout_s=settings.busy_timeout_s,
         fullfsync=settings.fullfsync,
+        create=False,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -400,6 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = COMMANDS[args.command or "app"]
     try:
         return handler(args)
+    except BrokenPipeError:  # `flowdesk runs | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except (InputError, ConfigError) as exc:
         print(f"flowdesk: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -187,3 +187,56 @@ class FanInConflictError(FlowError):
 
 class InputError(FlowdeskError):
     """Input given by the user (a folder, a path, a value) is unusable."""
+
+
+# --- agents and model providers -------------------------------------------
+
+
+class AgentError(FlowdeskError):
+    """Base of agent-run errors."""
+
+
+class InputRequiredError(AgentError):
+    """The agent run waits for a person; answer with ``resume_input(run_id, text)``."""
+
+
+class ProviderError(AgentError):
+    """The model provider failed. ``retryable`` says whether trying again may help
+    (classified by type and HTTP status, never by words in a message)."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class ProviderUnavailableError(ProviderError):
+    """5xx, a reset connection: retryable."""
+
+    retryable = True
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider did not answer in time: retryable."""
+
+    retryable = True
+
+
+class RateLimitedError(ProviderError):
+    """429: retry after ``retry_after_s`` seconds (the provider's Retry-After)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, retry_after_s: float, status: int = 429) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message, status=status)
+
+
+class MalformedReplyError(ProviderError):
+    """The provider's reply is not the chat-completions shape; not retried
+    automatically (a paid call that keeps failing the same way)."""
+
+
+class SecretsError(FlowdeskError):
+    """The keyring cannot store or read a secret (locked, missing backend)."""

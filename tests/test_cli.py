@@ -33,7 +33,8 @@ def test_run_list_show(tmp_path):
     folder = tmp_path / "docs"
     make_corpus(folder, 12)
     missing = flowdesk(db, "run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"))
-    assert missing.returncode == 1 and "flowdesk db apply" in missing.stderr
+    assert missing.returncode == 1 and f"flowdesk --db {db} db apply" in missing.stderr
+    assert not db.exists()  # a read or run command never creates the database
     assert flowdesk(db, "db", "apply").returncode == 0
     out = flowdesk(db, "run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"))
     assert out.returncode == 0, out.stderr

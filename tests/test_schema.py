@@ -36,7 +36,7 @@ def test_engine_on_file_without_schema_names_the_command(tmp_path):
     path = tmp_path / "empty.db"
     with pytest.raises(SchemaMissingError) as info:
         open_store(path)
-    assert "flowdesk db apply" in str(info.value)
+    assert f"flowdesk --db {path} db apply" in str(info.value)
 
 
 @pytest.mark.scenario("S41")
@@ -115,7 +115,7 @@ def test_partially_applied_schema_names_missing_files(tmp_path):
     with pytest.raises(SchemaMissingError) as info:
         migrations.verify(conn, db=str(path))
     assert "domain/0001_digest.sql" in str(info.value)
-    assert f"flowdesk db apply --db {path}" in str(info.value)
+    assert f"flowdesk --db {path} db apply" in str(info.value)
     conn.close()
 
 

@@ -27,7 +27,6 @@ from desktop_app.errors import (
     FlowdeskError,
     FlowVersionMismatchError,
     InputError,
-    RevisionConflictError,
     RunLeasedError,
     RunStateError,
     StepFailedError,
@@ -629,25 +628,26 @@ class Engine:
         canceled or timed-out run.
         """
         self.cancel_event(run_id).set()
-        for _ in range(20):
-            run = self.store.get_run(run_id)
-            if run.status in ("completed", "canceled", "timed_out"):
-                raise RunStateError(f"run {run_id} is already {run.status}; nothing to cancel")
-            cp = self.store.latest(run_id)
-            try:
-                self.store.append(
-                    cp.evolve(
-                        revision=cp.revision + 1,
-                        status="canceled",
-                        error=reason,
-                        created_at=self.clock.now(),
-                        step_id=cp.frontier[0] if cp.frontier else "",
-                    )
-                )
-            except RevisionConflictError:
-                continue
-            return self.store.get_run(run_id)
-        raise RunStateError(f"run {run_id} kept changing; cancel did not take effect, try again")
+        self._finish(run_id, "canceled", reason)
+        return self.store.get_run(run_id)
+
+    def _finish(self, run_id: str, status: RunStatus, reason: str) -> None:
+        """Append a terminal checkpoint atomically (wins against a busy run)."""
+        now = self.clock.now()
+
+        def change(cp: Checkpoint) -> Checkpoint:
+            if cp.status in ("completed", "canceled", "timed_out"):
+                raise RunStateError(f"run {run_id} is already {cp.status}; nothing to do")
+            return cp.evolve(
+                revision=cp.revision + 1,
+                status=status,
+                error=reason,
+                waits=(),
+                created_at=now,
+                step_id=cp.frontier[0] if cp.frontier else "",
+            )
+
+        self.store.update_latest(run_id, change)
 
     # -- upgrades ----------------------------------------------------------
 
@@ -675,20 +675,7 @@ class Engine:
 
         Raises RunStateError for a completed, canceled or timed-out run.
         """
-        run = self.store.get_run(run_id)
-        if run.status in ("completed", "canceled", "timed_out"):
-            raise RunStateError(f"run {run_id} is already {run.status}")
-        cp = self.store.latest(run_id)
-        self.store.append(
-            cp.evolve(
-                revision=cp.revision + 1,
-                status="failed",
-                error=reason,
-                waits=(),
-                created_at=self.clock.now(),
-                step_id=cp.frontier[0] if cp.frontier else "",
-            )
-        )
+        self._finish(run_id, "failed", reason)
         return self.store.get_run(run_id)
 
     def fork_onto_current(self, run_id: str) -> RunResult:

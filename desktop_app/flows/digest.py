@@ -58,13 +58,27 @@ def check_input(folder: str | os.PathLike[str], out: str | os.PathLike[str]) -> 
         exists and is not a folder.
     """
     src = Path(folder).expanduser()
+    try:
+        return _check_input(src, Path(out).expanduser())
+    except (OSError, RuntimeError) as exc:  # symlink loops, permissions, odd paths
+        raise InputError(f"cannot use {src} -> {out}: {exc}") from exc
+
+
+def _check_input(src: Path, dst: Path) -> DigestInput:
     if not src.exists():
         raise InputError(f"folder {src} does not exist; choose an existing folder")
     if not src.is_dir():
         raise InputError(f"{src} is not a folder; choose a folder")
-    dst = Path(out).expanduser()
     if dst.exists() and not dst.is_dir():
         raise InputError(f"output {dst} exists and is not a folder; choose a folder for the report")
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot create the output folder {dst}: {exc.strerror or exc}") from exc
+    if not os.access(dst, os.W_OK):
+        raise InputError(f"the output folder {dst} is not writable; choose another")
+    if (dst / REPORT_NAME).is_dir():
+        raise InputError(f"{dst / REPORT_NAME} is a folder; choose another output folder")
     return DigestInput(folder=str(src.resolve()), out=str(dst.resolve()))
 
 
@@ -79,13 +93,20 @@ def scan_folder(folder: Path) -> list[str]:
             full = Path(root) / name
             if full.is_symlink() or not full.is_file():
                 continue
-            found.append(full.relative_to(folder).as_posix())
+            rel = full.relative_to(folder).as_posix()
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:  # a name that is not UTF-8: keep it visible, escaped
+                rel = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            found.append(rel)
     return sorted(found)
 
 
 def process_file(folder: Path, rel: str) -> DigestFile:
     """Read one file and extract its title and summary; never raises for bad files."""
     full = folder / rel
+    if "\\x" in rel and not full.exists():
+        return DigestFile(rel, "skipped", None, None, 0, "file name is not valid UTF-8")
     try:
         size = full.stat().st_size
         with full.open("rb") as fh:
@@ -157,11 +178,14 @@ def build_digest_flow(on_file: FileHook | None = None) -> CompiledFlow[DigestSta
         out.mkdir(parents=True, exist_ok=True)
         target = out / REPORT_NAME
         tmp = out / f".{REPORT_NAME}.{ctx.run_id}.tmp"
-        with tmp.open("w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        try:
+            with tmp.open("w", encoding="utf-8", newline="\n") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
         return {"report_path": str(target)}
 
     return (

@@ -57,7 +57,8 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
         )
     if isinstance(exc, apsw.CorruptError):
         return StoreError(
-            f"the database{where} is corrupt: {exc}. Run `flowdesk doctor` and restore a backup."
+            f"the database{where} is corrupt: {exc}. Restore it from a backup; Flowdesk "
+            "did not write to it."
         )
     if isinstance(exc, apsw.CantOpenError):
         return DatabaseOpenError(
@@ -131,8 +132,13 @@ def open_connection(
     if create:
         _create_private(p)
     elif not p.exists():
-        raise DatabaseOpenError(f"no database at {p}; run `flowdesk db apply --db {p}` first.")
+        raise DatabaseOpenError(f"no database at {p}; run `flowdesk --db {p} db apply` first.")
     _check_header(p)
+    try:
+        if p.stat().st_size == 0:
+            os.chmod(p, 0o600)  # an empty file we are about to make a database: keep it private
+    except OSError:
+        pass
     try:
         conn = apsw.Connection(str(p))
         conn.set_busy_timeout(int(busy_timeout_s * 1000))

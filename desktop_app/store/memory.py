@@ -71,6 +71,7 @@ class InMemoryCheckpointStore:
         self._runs = self._space.runs
         self._cps = self._space.cps
         self._lock = threading.Lock()
+        self._update_lock = threading.Lock()
 
     @staticmethod
     def _frozen(cp: Checkpoint) -> Checkpoint:
@@ -165,6 +166,19 @@ class InMemoryCheckpointStore:
                 progress=cp.progress if cp.progress is not None else run.progress,
                 error=cp.error,
             )
+
+    def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
+        with self._update_lock:
+            for _ in range(1000):
+                cp = change(self.latest(run_id))
+                try:
+                    self.append(cp)
+                except LeaseLostError:
+                    raise
+                except RevisionConflictError:
+                    continue  # a driver appended in between: read again
+                return cp
+            raise RevisionConflictError(f"run {run_id} kept changing; try again")
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._lock:

@@ -153,7 +153,7 @@ def verify(conn: apsw.Connection, files: Iterable[SchemaFile] | None = None, db:
         target = f" --db {db}" if db else ""
         raise SchemaMissingError(
             f"the database is missing schema {', '.join(pending)}; "
-            f"run `flowdesk db apply{target}` to apply it."
+            f"run `flowdesk{target} db apply` to apply it."
         )
 
 

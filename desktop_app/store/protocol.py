@@ -437,6 +437,13 @@ class CheckpointStore(Protocol):
         """Record an intent's delivery progress (``sending`` bumps attempts)."""
         ...
 
+    def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
+        """Append ``change(latest)`` atomically: no other writer can append in
+        between (a write transaction spans the read and the append). For
+        control operations (cancel, fail) that must win against a busy run.
+        Returns the appended checkpoint."""
+        ...
+
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         """Take or renew the run's lease when it is free, ours, or expired at ``now``.
 

@@ -134,6 +134,16 @@ class SqliteCheckpointStore:
         return translate(exc, self.path)
 
     def _write_checkpoint(self, cp: Checkpoint, previous: Checkpoint | None) -> None:
+        try:
+            self._insert_checkpoint(cp, previous)
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            raise StoreError(
+                f"run {cp.run_id}: a value in its state cannot be stored as JSON text "
+                f"({type(exc).__name__}: {exc}); the step's result was not saved. Return "
+                "plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
+            ) from exc
+
+    def _insert_checkpoint(self, cp: Checkpoint, previous: Checkpoint | None) -> None:
         if previous is None:
             kind = "snapshot"
             state = codec.dumps(cp.state)
@@ -321,6 +331,17 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         self._remember(cp)
         self._own_commits += 1
+
+    @_locked
+    def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
+        try:
+            with self.conn:  # BEGIN IMMEDIATE: no other writer between read and append
+                self._last.pop(run_id, None)
+                cp = change(self.latest(run_id))
+                self.append(cp)
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return cp
 
     @_locked
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
@@ -779,6 +800,7 @@ def open_store(
     synchronous: Synchronous = "FULL",
     busy_timeout_s: float = 10.0,
     fullfsync: bool = False,
+    create: bool = True,
 ) -> SqliteCheckpointStore:
     """Open the file and return a verified store.
 
@@ -787,7 +809,11 @@ def open_store(
         SchemaChecksumError, SchemaTooNewError, StoreError.
     """
     conn = open_connection(
-        path, synchronous=synchronous, busy_timeout_s=busy_timeout_s, fullfsync=fullfsync
+        path,
+        synchronous=synchronous,
+        busy_timeout_s=busy_timeout_s,
+        fullfsync=fullfsync,
+        create=create,
     )
     try:
         return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)))
