@@ -1,0 +1,98 @@
+"""Chat messages and tool calls (the chat-completions shapes), as JSON-able data."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, compact separators: the identity of a tool input."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asked for: ``id`` (from the model), ``name``, ``arguments``."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """``"<name>:<canonical JSON input>"``: identical calls share one result."""
+        return f"{self.name}:{canonical_json(self.arguments)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(str(data["id"]), str(data["name"]), dict(data.get("arguments") or {}))
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of a conversation.
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: text (may be empty for an assistant message with tool calls).
+        tool_calls: for assistant messages.
+        tool_call_id / name: for tool messages: which call this answers.
+        reused: for tool messages: the result came from an earlier identical call.
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    reused: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_json() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.reused:
+            out["reused"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Message:
+        return cls(
+            role=data["role"],
+            content=data.get("content") or "",
+            tool_calls=tuple(ToolCall.from_json(c) for c in data.get("tool_calls", [])),
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+            reused=bool(data.get("reused", False)),
+        )
+
+
+@dataclass(frozen=True)
+class AssistantReply:
+    """What a model returns for one turn: text and/or tool calls."""
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    def message(self) -> Message:
+        return Message("assistant", self.content, self.tool_calls)
+
+
+@dataclass(frozen=True)
+class StreamDelta:
+    """A piece of a streamed turn: text as it arrives; the last one carries the
+    whole assembled reply in ``reply``."""
+
+    text: str = ""
+    reply: AssistantReply | None = None

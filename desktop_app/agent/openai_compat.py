@@ -1,0 +1,203 @@
+"""An OpenAI-compatible chat-completions provider on httpx.
+
+Works with local servers (Ollama ``http://127.0.0.1:11434/v1``, llama.cpp,
+LM Studio) and hosted APIs. The API key comes from keyring (never from
+settings, SQLite or logs) and is sent only in the ``Authorization`` header.
+
+Errors are classified by type and HTTP status, never by message text:
+429 → :class:`RateLimitedError` with ``Retry-After`` seconds; other 4xx →
+:class:`ProviderError` (not retryable); 5xx and reset connections →
+:class:`ProviderUnavailableError`; timeouts → :class:`ProviderTimeoutError`;
+a reply that is not the chat-completions shape → :class:`MalformedReplyError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import httpx
+
+from desktop_app.agent.messages import AssistantReply, Message, StreamDelta, ToolCall
+from desktop_app.errors import (
+    MalformedReplyError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+)
+
+
+def to_wire(m: Message) -> dict[str, Any]:
+    """A message in the chat-completions request format."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in m.tool_calls
+        ]
+    if m.role == "tool":
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+def _retry_after(resp: httpx.Response) -> float:
+    raw = resp.headers.get("Retry-After", "")
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return 30.0
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    code = resp.status_code
+    if code < 400:
+        return
+    body = resp.text[:200]
+    if code == 429:
+        raise RateLimitedError(
+            f"rate limited by the provider (HTTP 429): {body}", retry_after_s=_retry_after(resp)
+        )
+    if code >= 500:
+        raise ProviderUnavailableError(f"provider error HTTP {code}: {body}", status=code)
+    raise ProviderError(
+        f"provider refused the request (HTTP {code}): {body}; check the model name, "
+        "base URL and API key (flowdesk secrets set NAME)",
+        status=code,
+    )
+
+
+def _parse_args(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw or "{}")
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise MalformedReplyError(f"tool call arguments are not JSON: {raw!r}") from exc
+    if not isinstance(value, dict):
+        raise MalformedReplyError(f"tool call arguments are not an object: {raw!r}")
+    return value
+
+
+class OpenAICompatibleModel:
+    """A :class:`~desktop_app.agent.models.ChatModel` over ``POST {base_url}/chat/completions``.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:11434/v1``.
+        model: the model name the server knows.
+        api_key: sent as a bearer token (read it from keyring; may be ``None``).
+        timeout_s: seconds for connect and read.
+        transport: an httpx transport (tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    def __repr__(self) -> str:  # never show the key
+        return (
+            f"OpenAICompatibleModel(base_url={str(self._client.base_url)!r}, model={self.model!r})"
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _body(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], stream: bool
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": [to_wire(m) for m in messages]}
+        if tools:
+            body["tools"] = list(tools)
+        if stream:
+            body["stream"] = True
+        return body
+
+    def complete(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
+    ) -> AssistantReply:
+        try:
+            resp = self._client.post("/chat/completions", json=self._body(messages, tools, False))
+        except httpx.TimeoutException as exc:
+            raise ProviderTimeoutError(f"the provider did not answer in time: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise ProviderUnavailableError(f"cannot reach the provider: {exc}") from exc
+        _raise_for(resp)
+        try:
+            data = resp.json()
+            msg = data["choices"][0]["message"]
+            calls = tuple(
+                ToolCall(
+                    str(c["id"]),
+                    str(c["function"]["name"]),
+                    _parse_args(c["function"].get("arguments")),
+                )
+                for c in msg.get("tool_calls") or []
+            )
+            return AssistantReply(msg.get("content") or "", calls)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise MalformedReplyError(
+                f"the provider's reply is not a chat completion ({type(exc).__name__}: {exc}): "
+                f"{resp.text[:200]}"
+            ) from exc
+
+    def stream(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
+    ) -> Iterator[StreamDelta]:
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        try:
+            with self._client.stream(
+                "POST", "/chat/completions", json=self._body(messages, tools, True)
+            ) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    _raise_for(resp)
+                for line in resp.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        delta = json.loads(payload)["choices"][0].get("delta", {})
+                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                        raise MalformedReplyError(f"bad stream chunk: {payload[:200]}") from exc
+                    if delta.get("content"):
+                        text.append(delta["content"])
+                        yield StreamDelta(delta["content"])
+                    for c in delta.get("tool_calls") or []:
+                        slot = calls.setdefault(int(c.get("index", 0)), {"args": ""})
+                        if c.get("id"):
+                            slot["id"] = c["id"]
+                        fn = c.get("function") or {}
+                        if fn.get("name"):
+                            slot["name"] = fn["name"]
+                        slot["args"] += fn.get("arguments") or ""
+        except httpx.TimeoutException as exc:
+            raise ProviderTimeoutError(f"the provider stopped answering: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise ProviderUnavailableError(f"the connection to the provider broke: {exc}") from exc
+        try:
+            tool_calls = tuple(
+                ToolCall(str(s["id"]), str(s["name"]), _parse_args(s["args"]))
+                for _, s in sorted(calls.items())
+            )
+        except KeyError as exc:
+            raise MalformedReplyError(f"a streamed tool call lacks {exc}") from exc
+        yield StreamDelta("", AssistantReply("".join(text), tool_calls))

@@ -1,0 +1,507 @@
+"""Durable agent runs: model turns and tool calls, checkpointed in SQLite.
+
+Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
+``askLocked``), with these choices:
+
+* Every message is appended as it happens (user, assistant, tool), so bytes
+  per turn grow with the new messages, not the conversation.
+* A tool result is stored with its tool message in one transaction, keyed by
+  ``"<tool>:<canonical JSON input>"``; an identical call later in the same run
+  (also after a restart, with a freshly built agent) reuses it instead of
+  running the tool again. Another run never sees it.
+* Resuming a ``done`` run returns the saved answer without calling the model.
+* The built-in ``ask_user`` tool pauses the run ``input_required``; plain
+  ``resume`` refuses; ``resume_input(run_id, text)`` answers and continues.
+* Provider errors are classified by type: retryable ones (5xx, reset,
+  timeout) are retried with backoff; a 429 stores the provider's Retry-After
+  as ``retry_at`` and ends the call ``rate_limited`` (``resume_due`` continues
+  it after that time); anything else ends ``failed``.
+* ``timeout_s`` is a per-run deadline (status ``timeout``), ``ttl_s`` a
+  time-to-live (status ``expired``); both are stored at creation.
+
+Message contents and tool results may hold personal data: they stay in the
+SQLite file (mode 0600) and are never logged above DEBUG, and never with
+their content.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from desktop_app.agent.messages import AssistantReply, Message, ToolCall
+from desktop_app.agent.models import ChatModel
+from desktop_app.agent.tools import ASK_USER, Tool, ask_user_schema
+from desktop_app.errors import (
+    AgentError,
+    InputRequiredError,
+    ProviderError,
+    RateLimitedError,
+    RunStateError,
+)
+from desktop_app.flow.clock import Clock, SystemClock
+from desktop_app.flow.context import ExecutionContext, StepContext
+from desktop_app.flow.retry import Backoff
+from desktop_app.store.agent_runs import AGENT_TERMINAL, AgentRun, AgentStatus, SqliteAgentStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentResponse:
+    """Where an agent run stands after a call returned.
+
+    Attributes:
+        run_id: the agent run (resume it with this id).
+        status: ``done``, ``input_required``, ``failed``, ``rate_limited``, ...
+        text: the final answer when ``done``.
+        question: what the agent asks when ``input_required``.
+        error: why it failed, timed out or was rate limited.
+        retry_at: for ``rate_limited``: UTC epoch seconds after which to resume.
+    """
+
+    run_id: str
+    status: AgentStatus
+    text: str | None = None
+    question: str | None = None
+    error: str | None = None
+    retry_at: float | None = None
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """A streamed event: ``delta`` (text), ``tool_start``/``tool_end`` (with
+    ``reused`` when a stored result answered), or ``done`` (with ``response``)."""
+
+    kind: Literal["delta", "tool_start", "tool_end", "done"]
+    text: str = ""
+    tool: str | None = None
+    reused: bool = False
+    response: AgentResponse | None = None
+
+
+class Agent:
+    """An agent whose runs are durable in the Flowdesk SQLite file.
+
+    Args:
+        name: the agent's name (runs record it).
+        model: a :class:`~desktop_app.agent.models.ChatModel`.
+        store: the agent-run store (shares the file with flows).
+        tools: :class:`~desktop_app.agent.tools.Tool` objects; ``ask_user`` is built in.
+        system: an optional system prompt.
+        max_turns: model turns per run before it fails.
+        timeout_s: per-run deadline, seconds from creation (status ``timeout``).
+        ttl_s: time-to-live, seconds from creation (status ``expired``).
+        retries: retries of a retryable provider error within one call.
+        backoff: wait between those retries.
+        clock: time source (UTC epoch seconds).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        model: ChatModel,
+        store: SqliteAgentStore,
+        tools: Sequence[Tool] = (),
+        *,
+        system: str | None = None,
+        max_turns: int = 20,
+        timeout_s: float | None = None,
+        ttl_s: float | None = None,
+        retries: int = 2,
+        backoff: Backoff | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.store = store
+        self.tools = {t.name: t for t in tools}
+        self.system = system
+        self.max_turns = max_turns
+        self.timeout_s = timeout_s
+        self.ttl_s = ttl_s
+        self.retries = retries
+        self.backoff = backoff or Backoff(initial_s=1.0, max_s=20.0)
+        self.clock = clock or SystemClock()
+
+    # -- starting ----------------------------------------------------------
+
+    def _create(
+        self,
+        message: str,
+        run_id: str | None,
+        parent_run_id: str | None,
+        context: ExecutionContext | None,
+    ) -> str:
+        rid = run_id or uuid.uuid4().hex
+        now = self.clock.now()
+        ctx = (context or ExecutionContext()).model_copy(update={"run_id": rid})
+        first = ([Message("system", self.system)] if self.system else []) + [
+            Message("user", message)
+        ]
+        self.store.create(
+            AgentRun(
+                run_id=rid,
+                agent=self.name,
+                status="running",
+                input=message,
+                created_at=now,
+                updated_at=now,
+                parent_run_id=parent_run_id,
+                deadline_at=now + self.timeout_s if self.timeout_s else None,
+                expires_at=now + self.ttl_s if self.ttl_s else None,
+                context=ctx.model_dump(),
+            ),
+            [m.to_json() for m in first],
+        )
+        log.debug("agent %s: run %s started", self.name, rid)
+        return rid
+
+    def ask(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        context: ExecutionContext | None = None,
+    ) -> AgentResponse:
+        """Start a run and drive it until it answers, asks, fails or is rate limited.
+
+        With ``run_id`` of an existing run, that run is resumed instead
+        (a flow step that re-executes reattaches to its child run).
+        """
+        return _drain(
+            self.stream(
+                message, run_id=run_id, parent_run_id=parent_run_id, context=context, _stream=False
+            )
+        )
+
+    def stream(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+        context: ExecutionContext | None = None,
+        _stream: bool = True,
+    ) -> Iterator[AgentEvent]:
+        """Like :meth:`ask`, yielding text deltas and tool events as they happen."""
+        if run_id is not None and self._exists(run_id):
+            yield from self._resume(run_id, _stream)
+            return
+        rid = self._create(message, run_id, parent_run_id, context)
+        yield from self._drive(rid, _stream)
+
+    def _exists(self, run_id: str) -> bool:
+        try:
+            self.store.get(run_id)
+        except AgentError:
+            return False
+        except Exception:
+            return False
+        return True
+
+    # -- resuming ----------------------------------------------------------
+
+    def resume(self, run_id: str) -> AgentResponse:
+        """Continue a run: a ``done`` run returns its saved answer with no
+        model call; an unfinished one re-enters with its saved input and
+        completed tool history.
+
+        Raises:
+            InputRequiredError: the run waits for a person (use ``resume_input``).
+            RunStateError: the run is canceled, timed out, expired, or rate
+                limited until a later time.
+        """
+        return _drain(self._resume(run_id, False))
+
+    def resume_stream(self, run_id: str) -> Iterator[AgentEvent]:
+        """:meth:`resume`, streamed; completed tools are not replayed."""
+        return self._resume(run_id, True)
+
+    def _resume(self, run_id: str, stream: bool) -> Iterator[AgentEvent]:
+        run = self.store.get(run_id)
+        if run.status == "done":
+            yield AgentEvent("done", response=AgentResponse(run_id, "done", run.response))
+            return
+        if run.status == "input_required":
+            question = (run.pending_call or {}).get("arguments", {}).get("question")
+            raise InputRequiredError(
+                f"agent run {run_id} waits for an answer to {question!r}; use "
+                "resume_input(run_id, text)"
+            )
+        if run.status == "rate_limited" and run.retry_at and self.clock.now() < run.retry_at:
+            raise RunStateError(
+                f"agent run {run_id} is rate limited until {run.retry_at:.0f} (UTC epoch s); "
+                "resume it after that"
+            )
+        if run.status in ("canceled", "timeout", "expired"):
+            raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
+        self.store.update(run_id, self.clock.now(), status="running", error=None)
+        yield from self._drive(run_id, stream)
+
+    def resume_input(self, run_id: str, text: str) -> AgentResponse:
+        """Answer the question of an ``input_required`` run and continue it."""
+        run = self.store.get(run_id)
+        if run.status != "input_required" or run.pending_call is None:
+            raise RunStateError(
+                f"agent run {run_id} is not waiting for input (status {run.status!r})"
+            )
+        call = ToolCall.from_json(run.pending_call)
+        answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
+        self.store.update(
+            run_id,
+            self.clock.now(),
+            messages=[answer.to_json()],
+            status="running",
+            pending_call=None,
+        )
+        return _drain(self._drive(run_id, False))
+
+    def pending(self) -> list[AgentRun]:
+        """Runs of this agent that are not terminal (running, paused,
+        input_required, failed), oldest first."""
+        return [r for r in self.store.list(agent=self.name) if r.status not in AGENT_TERMINAL]
+
+    def resume_pending(self) -> tuple[str | None, BaseException | None]:
+        """Resume pending runs (not paused or waiting for input) oldest first;
+        stop at the first error and return ``(run_id, error)``; ``(None, None)``."""
+        for run in self.pending():
+            if run.status in ("paused", "input_required"):
+                continue
+            try:
+                res = self.resume(run.run_id)
+            except AgentError as exc:
+                return run.run_id, exc
+            if res.status == "failed":
+                return run.run_id, AgentError(res.error or "failed")
+        return None, None
+
+    def resume_due(self) -> list[AgentResponse]:
+        """Resume ``rate_limited`` runs whose stored retry time has passed."""
+        now = self.clock.now()
+        out = []
+        for run in self.store.list(statuses=("rate_limited",), agent=self.name):
+            if run.retry_at is not None and run.retry_at <= now:
+                out.append(self.resume(run.run_id))
+        return out
+
+    def pause(self, run_id: str) -> None:
+        """Mark a run ``paused``; it is listed as pending and resumed on request."""
+        self._set_terminal_guarded(run_id, "paused", None)
+
+    def cancel(self, run_id: str) -> None:
+        """Mark a run ``canceled`` (terminal)."""
+        self._set_terminal_guarded(run_id, "canceled", "canceled by user")
+
+    def _set_terminal_guarded(self, run_id: str, status: AgentStatus, error: str | None) -> None:
+        run = self.store.get(run_id)
+        if run.status in AGENT_TERMINAL:
+            raise RunStateError(f"agent run {run_id} is already {run.status}")
+        self.store.update(run_id, self.clock.now(), status=status, error=error)
+
+    # -- the loop ------------------------------------------------------------
+
+    def _schemas(self) -> list[dict[str, Any]]:
+        return [t.schema() for t in self.tools.values()] + [ask_user_schema()]
+
+    def _finish(self, run: AgentRun, status: AgentStatus, **fields: Any) -> AgentEvent:
+        self.store.update(run.run_id, self.clock.now(), status=status, **fields)
+        log.debug("agent %s: run %s %s", self.name, run.run_id, status)
+        response = AgentResponse(
+            run.run_id,
+            status,
+            text=fields.get("response"),
+            error=fields.get("error"),
+            retry_at=fields.get("retry_at"),
+        )
+        return AgentEvent("done", response=response)
+
+    def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
+        while True:
+            run = self.store.get(run_id)
+            now = self.clock.now()
+            if run.expires_at is not None and now >= run.expires_at:
+                yield self._finish(run, "expired", error="the run's time-to-live passed")
+                return
+            if run.deadline_at is not None and now >= run.deadline_at:
+                yield self._finish(run, "timeout", error="the run's deadline passed")
+                return
+            messages = [Message.from_json(m) for m in self.store.messages(run_id)]
+            pending = _unanswered_calls(messages)
+            if pending:
+                for call in pending:
+                    if call.name == ASK_USER:
+                        question = str(call.arguments.get("question", ""))
+                        self.store.update(
+                            run_id,
+                            self.clock.now(),
+                            status="input_required",
+                            pending_call=call.to_json(),
+                        )
+                        yield AgentEvent(
+                            "done",
+                            response=AgentResponse(run_id, "input_required", question=question),
+                        )
+                        return
+                    yield AgentEvent("tool_start", tool=call.name)
+                    reused = self._run_tool(run_id, call)
+                    yield AgentEvent("tool_end", tool=call.name, reused=reused)
+                continue
+            last = messages[-1]
+            if last.role == "assistant":  # answered; the crash came before 'done' was saved
+                yield self._finish(run, "done", response=last.content)
+                return
+            if run.turns >= self.max_turns:
+                yield self._finish(
+                    run,
+                    "failed",
+                    error=f"no answer after {self.max_turns} turns",
+                    error_type="MaxTurns",
+                )
+                return
+            reply: AssistantReply | None = None
+            try:
+                if stream:
+                    for delta in self._call_streaming(messages):
+                        if delta.reply is not None:
+                            reply = delta.reply
+                        elif delta.text:
+                            yield AgentEvent("delta", text=delta.text)
+                else:
+                    reply = self._call(messages)
+            except RateLimitedError as exc:
+                yield self._finish(
+                    run,
+                    "rate_limited",
+                    error=str(exc),
+                    error_type="RateLimited",
+                    retry_at=self.clock.now() + exc.retry_after_s,
+                )
+                return
+            except ProviderError as exc:
+                yield self._finish(run, "failed", error=str(exc), error_type=type(exc).__name__)
+                return
+            assert reply is not None
+            self.store.update(
+                run_id, self.clock.now(), messages=[reply.message().to_json()], turns=run.turns + 1
+            )
+
+    def _call(self, messages: list[Message]) -> AssistantReply:
+        reply: AssistantReply = self._with_retries(
+            lambda: self.model.complete(messages, self._schemas())
+        )
+        return reply
+
+    def _call_streaming(self, messages: list[Message]) -> Iterator[Any]:
+        # a stream is retried only before its first delta arrived
+        deltas = self._with_retries(
+            lambda: _first_and_rest(self.model.stream(messages, self._schemas()))
+        )
+        yield from deltas
+
+    def _with_retries(self, call: Callable[[], Any]) -> Any:
+        attempt = 0
+        while True:
+            try:
+                return call()
+            except RateLimitedError:
+                raise
+            except ProviderError as exc:
+                attempt += 1
+                if not exc.retryable or attempt > self.retries:
+                    raise
+                log.debug("agent %s: retryable provider error %s", self.name, type(exc).__name__)
+                self.clock.sleep(self.backoff.delay(attempt))
+
+    def _run_tool(self, run_id: str, call: ToolCall) -> bool:
+        """Run (or reuse) one tool call; store its result and tool message together."""
+        now = self.clock.now()
+        stored = self.store.tool_result(run_id, call.key)
+        if stored is not None and stored.status == "completed":
+            self.store.mark_reused(run_id, call.key)
+            msg = Message(
+                "tool", stored.result or "", tool_call_id=call.id, name=call.name, reused=True
+            )
+            self.store.update(run_id, now, messages=[msg.to_json()])
+            return True
+        tool = self.tools.get(call.name)
+        if tool is None:
+            content = json.dumps({"error": f"unknown tool {call.name!r}"})
+        else:
+            self.store.update(run_id, now, tool=(call.key, call.name, "in_progress", None))
+            try:
+                content = tool.call(call.arguments)
+            except Exception as exc:  # a tool error is an answer the model can read
+                content = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+        msg = Message("tool", content, tool_call_id=call.id, name=call.name)
+        self.store.update(
+            run_id,
+            self.clock.now(),
+            messages=[msg.to_json()],
+            tool=(call.key, call.name, "completed", content),
+        )
+        return False
+
+
+def _first_and_rest(it: Iterator[Any]) -> Iterator[Any]:
+    """Pull the first item now (so errors surface inside the retry), then the rest."""
+    first = next(it)
+
+    def rest() -> Iterator[Any]:
+        yield first
+        yield from it
+
+    return rest()
+
+
+def _unanswered_calls(messages: list[Message]) -> list[ToolCall]:
+    """Tool calls of the last assistant message that have no tool answer yet."""
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.role == "assistant":
+            answered = {x.tool_call_id for x in messages[i + 1 :] if x.role == "tool"}
+            return [c for c in m.tool_calls if c.id not in answered]
+    return []
+
+
+def _drain(events: Iterator[AgentEvent]) -> AgentResponse:
+    response: AgentResponse | None = None
+    for event in events:
+        if event.kind == "done":
+            response = event.response
+    assert response is not None
+    return response
+
+
+def agent_step(
+    agent: Agent, message: Callable[[Any], str], into: str
+) -> Callable[[Any, StepContext], dict[str, Any]]:
+    """A flow step that dispatches ``agent`` and stores its answer in ``into``.
+
+    The child run's id is derived from the step (``"<run_id>:<step_id>"``) and
+    records the flow run as its parent, so a re-executed step (after a crash)
+    reattaches to the existing child run instead of starting another.
+
+    Raises (inside the step): AgentError when the child does not finish ``done``.
+    """
+
+    def step(state: Any, ctx: StepContext) -> dict[str, Any]:
+        res = agent.ask(
+            message(state),
+            run_id=f"{ctx.run_id}:{ctx.step_id}",
+            parent_run_id=ctx.run_id,
+            context=ctx.context,
+        )
+        if res.status != "done":
+            raise AgentError(
+                f"agent {agent.name} run {res.run_id} ended {res.status}: "
+                f"{res.error or res.question}"
+            )
+        return {into: res.text}
+
+    return step

@@ -1,0 +1,110 @@
+"""Tools: Python functions with typed arguments; their JSON schema comes from pydantic."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError, create_model
+
+ASK_USER = "ask_user"
+
+
+class Tool:
+    """A callable the model may use.
+
+    Args:
+        fn: a function with annotated parameters; its docstring's first
+            paragraph becomes the description.
+        name: defaults to the function name.
+
+    The argument model is built with ``pydantic.create_model`` from the
+    signature, so ``schema()`` is pydantic's JSON schema and ``call()``
+    validates the model's arguments before running the function.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        doc = inspect.getdoc(fn) or ""
+        self.description = doc.split("\n\n", 1)[0].replace("\n", " ")
+        fields: dict[str, Any] = {}
+        for pname, param in inspect.signature(fn).parameters.items():
+            annotation = (
+                param.annotation if param.annotation is not inspect.Parameter.empty else Any
+            )
+            default = param.default if param.default is not inspect.Parameter.empty else ...
+            fields[pname] = (annotation, default)
+        self.args_model: type[BaseModel] = create_model(f"{self.name}_args", **fields)
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool schema."""
+        params = self.args_model.model_json_schema()
+        params.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+    def call(self, arguments: dict[str, Any]) -> str:
+        """Validate ``arguments`` and run the tool; the result as text (JSON for
+        non-strings). Invalid arguments come back as an error text for the model."""
+        try:
+            args = self.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            return json.dumps({"error": f"invalid arguments: {exc.errors()[0]['msg']}"})
+        out = self.fn(**{k: getattr(args, k) for k in type(args).model_fields})
+        return out if isinstance(out, str) else json.dumps(out, default=str)
+
+
+def tool(fn: Callable[..., Any]) -> Tool:
+    """Decorator: ``@tool def search(query: str) -> str: ...``."""
+    return Tool(fn)
+
+
+def ask_user_schema() -> dict[str, Any]:
+    """The built-in ``ask_user`` tool: the run pauses ``input_required``."""
+    return {
+        "type": "function",
+        "function": {
+            "name": ASK_USER,
+            "description": "Ask the user a question and wait for the answer.",
+            "parameters": {
+                "type": "object",
+                "properties": {"question": {"type": "string"}},
+                "required": ["question"],
+            },
+        },
+    }
+
+
+def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
+    """``read_file`` and ``list_folder`` confined to ``root`` (no path escapes)."""
+    base = Path(root).resolve()
+
+    def inside(rel: str) -> Path:
+        p = (base / rel).resolve()
+        if p != base and base not in p.parents:
+            raise ValueError(f"{rel!r} is outside {base}")
+        return p
+
+    def read_file(path: str) -> str:
+        """Read a text file under the folder (first 64 KiB)."""
+        try:
+            data = inside(path).read_bytes()[:max_bytes]
+        except (OSError, ValueError) as exc:
+            return json.dumps({"error": str(exc)})
+        return data.decode("utf-8", errors="replace")
+
+    def list_folder(path: str = ".") -> str:
+        """List the entries of a folder under the root."""
+        try:
+            entries = sorted((e.name + ("/" if e.is_dir() else "")) for e in inside(path).iterdir())
+        except (OSError, ValueError) as exc:
+            return json.dumps({"error": str(exc)})
+        return "\n".join(entries)
+
+    return [Tool(read_file), Tool(list_folder)]

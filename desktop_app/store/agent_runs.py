@@ -1,0 +1,281 @@
+"""Durable agent runs in SQLite: the run row, append-only messages, tool results.
+
+Shares the connection (and its lock) of a
+:class:`~desktop_app.store.sqlite.SqliteCheckpointStore`, so agent runs and
+flow runs live in one file and one ``BEGIN IMMEDIATE`` discipline. Every
+method is one short transaction: a message append with its run update, a tool
+result with its tool message, so a crash never leaves a tool result without
+its record (or the reverse).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import apsw
+
+from desktop_app.errors import CheckpointNotFoundError
+from desktop_app.store.connection import translate
+from desktop_app.store.sqlite import SqliteCheckpointStore
+
+AgentStatus = Literal[
+    "running",
+    "paused",
+    "input_required",
+    "done",
+    "failed",
+    "canceled",
+    "timeout",
+    "rate_limited",
+    "expired",
+]
+#: Statuses an agent run never leaves (go-micro's terminal set, plus ``done``).
+AGENT_TERMINAL: tuple[AgentStatus, ...] = ("done", "canceled", "timeout", "rate_limited", "expired")
+
+_COLUMNS = (
+    "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
+    "pending_call, created_at, updated_at, deadline_at, expires_at, retry_at, context"
+)
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """An agent run's row (times are UTC epoch seconds)."""
+
+    run_id: str
+    agent: str
+    status: AgentStatus
+    input: str
+    created_at: float
+    updated_at: float
+    parent_run_id: str | None = None
+    response: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    turns: int = 0
+    pending_call: dict[str, Any] | None = None
+    deadline_at: float | None = None
+    expires_at: float | None = None
+    retry_at: float | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool call's durable record, keyed by tool name + canonical JSON input."""
+
+    tool_key: str
+    tool: str
+    status: Literal["in_progress", "completed", "failed"]
+    result: str | None
+    attempts: int
+    reused: int
+
+
+def _run(row: Sequence[Any]) -> AgentRun:
+    return AgentRun(
+        run_id=row[0],
+        agent=row[1],
+        status=row[2],
+        parent_run_id=row[3],
+        input=row[4],
+        response=row[5],
+        error=row[6],
+        error_type=row[7],
+        turns=int(row[8]),
+        pending_call=None if row[9] is None else json.loads(row[9]),
+        created_at=float(row[10]),
+        updated_at=float(row[11]),
+        deadline_at=row[12],
+        expires_at=row[13],
+        retry_at=row[14],
+        context=json.loads(row[15]),
+    )
+
+
+def _tool(row: Any) -> ToolResult:
+    return ToolResult(str(row[0]), str(row[1]), row[2], row[3], int(row[4]), int(row[5]))
+
+
+class SqliteAgentStore:
+    """Agent runs over the checkpoint store's connection.
+
+    Messages are stored as JSON objects (see ``desktop_app.agent.messages``);
+    this module does not interpret them.
+    """
+
+    def __init__(self, checkpoints: SqliteCheckpointStore) -> None:
+        self.conn = checkpoints.conn
+        self.scope = checkpoints.scope
+        self._lock = checkpoints._lock
+        self.path = checkpoints.path
+
+    def _err(self, exc: apsw.Error) -> Exception:
+        return translate(exc, self.path)
+
+    def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
+        """Insert a run and its first messages (system, user)."""
+        with self._lock:
+            try:
+                with self.conn:
+                    self.conn.execute(
+                        f"INSERT INTO agent_runs(scope, {_COLUMNS}) VALUES "
+                        "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            self.scope,
+                            run.run_id,
+                            run.agent,
+                            run.status,
+                            run.parent_run_id,
+                            run.input,
+                            run.response,
+                            run.error,
+                            run.error_type,
+                            run.turns,
+                            None,
+                            run.created_at,
+                            run.updated_at,
+                            run.deadline_at,
+                            run.expires_at,
+                            run.retry_at,
+                            json.dumps(run.context),
+                        ),
+                    )
+                    self._append(run.run_id, messages, run.created_at)
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+
+    def _append(self, run_id: str, messages: Sequence[dict[str, Any]], now: float) -> None:
+        row: Any = self.conn.execute(
+            "SELECT coalesce(max(seq), -1) FROM agent_messages WHERE run_id=?", (run_id,)
+        ).fetchone()
+        seq = int(row[0]) + 1
+        for i, m in enumerate(messages):
+            self.conn.execute(
+                "INSERT INTO agent_messages(run_id, seq, role, body, created_at) "
+                "VALUES (?,?,?,?,?)",
+                (run_id, seq + i, m["role"], json.dumps(m, ensure_ascii=False), now),
+            )
+
+    def update(
+        self,
+        run_id: str,
+        now: float,
+        *,
+        messages: Sequence[dict[str, Any]] = (),
+        tool: tuple[str, str, str, str | None] | None = None,
+        **fields: Any,
+    ) -> None:
+        """In one transaction: append ``messages``, upsert a tool result
+        ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
+        run ``fields`` (status, response, error, turns, pending_call, retry_at...)."""
+        sets = ["updated_at=?"]
+        args: list[Any] = [now]
+        for name, value in fields.items():
+            sets.append(f"{name}=?")
+            args.append(
+                json.dumps(value) if name == "pending_call" and value is not None else value
+            )
+        with self._lock:
+            try:
+                with self.conn:
+                    if messages:
+                        self._append(run_id, messages, now)
+                    if tool is not None:
+                        key, name, status, result = tool
+                        self.conn.execute(
+                            "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, "
+                            "result, attempts, updated_at) VALUES (?,?,?,?,?,?,?) "
+                            "ON CONFLICT(run_id, tool_key) DO UPDATE SET status=excluded.status,"
+                            " result=coalesce(excluded.result, result), attempts=attempts+"
+                            "(excluded.status='in_progress'), updated_at=excluded.updated_at",
+                            (run_id, key, name, status, result, int(status == "in_progress"), now),
+                        )
+                    self.conn.execute(
+                        f"UPDATE agent_runs SET {', '.join(sets)} WHERE run_id=? AND scope=?",
+                        (*args, run_id, self.scope),
+                    )
+                    if self.conn.changes() != 1:
+                        raise CheckpointNotFoundError(f"no agent run {run_id}")
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+
+    def mark_reused(self, run_id: str, key: str) -> None:
+        with self._lock:
+            try:
+                with self.conn:
+                    self.conn.execute(
+                        "UPDATE agent_tool_results SET reused=reused+1 WHERE run_id=? AND "
+                        "tool_key=?",
+                        (run_id, key),
+                    )
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+
+    def get(self, run_id: str) -> AgentRun:
+        with self._lock:
+            try:
+                row = self.conn.execute(
+                    f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=? AND scope=?",
+                    (run_id, self.scope),
+                ).fetchone()
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+        if row is None:
+            raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
+        return _run(row)
+
+    def messages(self, run_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            try:
+                rows: list[Any] = self.conn.execute(
+                    "SELECT body FROM agent_messages WHERE run_id=? ORDER BY seq", (run_id,)
+                ).fetchall()
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+        return [json.loads(r[0]) for r in rows]
+
+    def tool_result(self, run_id: str, key: str) -> ToolResult | None:
+        with self._lock:
+            try:
+                row = self.conn.execute(
+                    "SELECT tool_key, tool, status, result, attempts, reused FROM "
+                    "agent_tool_results WHERE run_id=? AND tool_key=?",
+                    (run_id, key),
+                ).fetchone()
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+        return None if row is None else _tool(row)
+
+    def tool_results(self, run_id: str) -> list[ToolResult]:
+        with self._lock:
+            try:
+                rows = self.conn.execute(
+                    "SELECT tool_key, tool, status, result, attempts, reused FROM "
+                    "agent_tool_results WHERE run_id=? ORDER BY updated_at",
+                    (run_id,),
+                ).fetchall()
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+        return [_tool(r) for r in rows]
+
+    def list(
+        self, statuses: Sequence[str] | None = None, agent: str | None = None
+    ) -> list[AgentRun]:
+        sql = f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=?"
+        args: list[Any] = [self.scope]
+        if statuses is not None:
+            sql += f" AND status IN ({','.join('?' * len(statuses))})"
+            args.extend(statuses)
+        if agent is not None:
+            sql += " AND agent=?"
+            args.append(agent)
+        sql += " ORDER BY created_at, run_id"
+        with self._lock:
+            try:
+                return [_run(r) for r in self.conn.execute(sql, args)]
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
