@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.config import Settings, default_db_path
 from desktop_app.errors import ConfigError
@@ -13,6 +13,9 @@ from desktop_app.flows import builtin_flows
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
+
+if TYPE_CHECKING:
+    from desktop_app.agent.openai_compat import OpenAICompatibleModel
 
 
 @dataclass
@@ -109,6 +112,26 @@ def load_flows(settings: Settings) -> list[CompiledFlow[Any]]:
             ) from exc
         flows += _flows_from(obj, f"flow {spec!r}")
     return flows
+
+
+def build_model(settings: Settings) -> OpenAICompatibleModel | None:
+    """The configured OpenAI-compatible model, or ``None`` when none is set up.
+
+    The API key is read from keyring (``flowdesk secrets set model_api_key``);
+    a missing key is fine for local servers.
+
+    Raises:
+        SecretsError: the keyring cannot be read.
+    """
+    from desktop_app.agent.openai_compat import OpenAICompatibleModel
+    from desktop_app.secrets import get_secret
+
+    cfg = settings.model
+    if not cfg.base_url or not cfg.model:
+        return None
+    return OpenAICompatibleModel(
+        cfg.base_url, cfg.model, api_key=get_secret(cfg.api_key_name), timeout_s=cfg.timeout_s
+    )
 
 
 def build_engine(

@@ -96,6 +96,25 @@ def build_parser() -> argparse.ArgumentParser:
     sig.add_argument("--payload", default="null", help="JSON payload (default null)")
     sig.add_argument("--dedupe-key", help="a second send with this key is a no-op")
 
+    ask = sub.add_parser("ask", help="ask an agent (the configured model) a question")
+    ask.add_argument("question", nargs="?", help="the question (omit with --resume)")
+    ask.add_argument(
+        "--tools",
+        choices=["none", "files"],
+        default="none",
+        help="files: let the agent read and list files under --folder",
+    )
+    ask.add_argument("--folder", type=Path, default=Path("."), help="root for --tools files")
+    ask.add_argument("--resume", metavar="RUN_ID", help="resume an interrupted agent run")
+    ask.add_argument("--answer", help="with --resume: answer the agent's question")
+
+    secrets = sub.add_parser("secrets", help="API keys in the system keyring")
+    secsub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
+    sset = secsub.add_parser("set", help="store a secret (read from stdin or a prompt)")
+    sset.add_argument("name", help="e.g. model_api_key")
+    sdel = secsub.add_parser("delete", help="remove a secret")
+    sdel.add_argument("name")
+
     agent = sub.add_parser(
         "agent", help="the engine without UI: resume work, fire deadlines, deliver signals"
     )
@@ -371,6 +390,86 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    from desktop_app.agent import Agent
+    from desktop_app.agent.tools import file_tools
+    from desktop_app.bootstrap import build_model, open_sqlite_store
+    from desktop_app.store.agent_runs import SqliteAgentStore
+
+    settings = _settings(args)
+    model = build_model(settings)
+    if model is None:
+        raise ConfigError(
+            "no model is configured: set FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL "
+            "(or [model] base_url/model in the settings file), and store a key with "
+            "`flowdesk secrets set model_api_key` if the server needs one"
+        )
+    tools = []
+    if args.tools == "files":
+        if not args.folder.is_dir():
+            raise InputError(f"--folder {args.folder} is not a folder")
+        tools = file_tools(args.folder)
+    agent = Agent(
+        "ask",
+        model,
+        SqliteAgentStore(open_sqlite_store(settings)),
+        tools,
+        system="You answer questions about the user's files. Be brief.",
+    )
+    if args.resume:
+        if args.answer is not None:
+            res = agent.resume_input(args.resume, args.answer)
+            events = []
+        else:
+            events = list(agent.resume_stream(args.resume))
+            res = events[-1].response  # type: ignore[assignment]
+    else:
+        if not args.question:
+            raise InputError("give a question, or --resume RUN_ID")
+        events = []
+        for ev in agent.stream(args.question):
+            if ev.kind == "delta":
+                print(ev.text, end="", flush=True)
+            elif ev.kind == "tool_start":
+                print(f"\n[{ev.tool}…]", file=sys.stderr, flush=True)
+            events.append(ev)
+        print()
+        res = events[-1].response  # type: ignore[assignment]
+    assert res is not None
+    if res.status == "done":
+        if args.resume:
+            print(res.text)
+        print(f"run {res.run_id} done", file=sys.stderr)
+        return EXIT_OK
+    if res.status == "input_required":
+        print(f"the agent asks: {res.question}")
+        print(f"answer with: flowdesk ask --resume {res.run_id} --answer TEXT", file=sys.stderr)
+        return EXIT_OK
+    print(
+        f"run {res.run_id} {res.status}: {res.error}  (flowdesk ask --resume {res.run_id})",
+        file=sys.stderr,
+    )
+    return EXIT_FAILED
+
+
+def cmd_secrets(args: argparse.Namespace) -> int:
+    import getpass
+
+    from desktop_app.secrets import delete_secret, set_secret
+
+    if args.secrets_command == "delete":
+        delete_secret(args.name)
+        print(f"deleted {args.name}")
+        return EXIT_OK
+    value = getpass.getpass(f"{args.name}: ") if sys.stdin.isatty() else sys.stdin.readline()
+    value = value.strip()
+    if not value:
+        raise InputError("empty secret; nothing stored")
+    set_secret(args.name, value)
+    print(f"stored {args.name} in the keyring")  # never echo the value
+    return EXIT_OK
+
+
 def cmd_app(args: argparse.Namespace) -> int:
     from desktop_app.app.main import FlowdeskApp
 
@@ -392,6 +491,8 @@ COMMANDS = {
     "answer": cmd_answer,
     "signal": cmd_signal,
     "agent": cmd_agent,
+    "ask": cmd_ask,
+    "secrets": cmd_secrets,
 }
 
 

@@ -43,11 +43,19 @@ def default_db_path() -> Path:
 
 
 class ModelSettings(BaseSettings):
-    """The OpenAI-compatible model provider (the key itself lives in keyring)."""
+    """The OpenAI-compatible model provider (the key itself lives in keyring).
+
+    Attributes:
+        base_url: e.g. ``http://127.0.0.1:11434/v1`` (Ollama).
+        model: the model name.
+        timeout_s: seconds per request.
+        api_key_name: the keyring entry holding the key (``flowdesk secrets set NAME``).
+    """
 
     base_url: str | None = None
     model: str | None = None
     timeout_s: float = 60.0
+    api_key_name: str = "model_api_key"
 
 
 class Settings(BaseSettings):

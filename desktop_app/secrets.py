@@ -8,7 +8,7 @@ Service name ``flowdesk``. A locked or missing keyring gives a
 from __future__ import annotations
 
 import keyring
-from keyring.errors import KeyringError
+from keyring.errors import KeyringError, NoKeyringError
 
 from desktop_app.errors import SecretsError
 
@@ -18,11 +18,17 @@ SERVICE = "flowdesk"
 def get_secret(name: str) -> str | None:
     """The secret called ``name``, or ``None`` when it is not set.
 
+    A machine with no keyring backend at all (a headless server) has no
+    secrets: that reads as ``None``, so a local model server that needs no key
+    still works; a hosted API then answers 401, which says to set the key.
+
     Raises:
-        SecretsError: the keyring is locked or has no usable backend.
+        SecretsError: the keyring exists but is locked or failing.
     """
     try:
         return keyring.get_password(SERVICE, name)
+    except NoKeyringError:
+        return None
     except KeyringError as exc:
         raise SecretsError(
             f"cannot read secret {name!r} from the keyring ({type(exc).__name__}: {exc}); "

@@ -168,9 +168,11 @@ class OpenAICompatibleModel:
                 if resp.status_code >= 400:
                     resp.read()
                     _raise_for(resp)
+                seen_event = False
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):
                         continue
+                    seen_event = True
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         break
@@ -189,6 +191,11 @@ class OpenAICompatibleModel:
                         if fn.get("name"):
                             slot["name"] = fn["name"]
                         slot["args"] += fn.get("arguments") or ""
+                if not seen_event:
+                    raise MalformedReplyError(
+                        "asked for a stream but the provider sent no server-sent events "
+                        f"(content type {resp.headers.get('content-type')!r})"
+                    )
         except httpx.TimeoutException as exc:
             raise ProviderTimeoutError(f"the provider stopped answering: {exc}") from exc
         except httpx.TransportError as exc:

@@ -1,0 +1,122 @@
+"""A chat-completions server on 127.0.0.1 for provider tests.
+
+Each request takes the next scripted behaviour from ``ChatServer.script``:
+``("json", body)``, ``("sse", [chunk, ...])``, ``("status", code, headers, body)``,
+``("sleep", seconds)``, ``("raw", text)``. Requests (headers and JSON bodies)
+are recorded in ``ChatServer.requests``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class ChatServer:
+    def __init__(self) -> None:
+        self.script: list[tuple[Any, ...]] = []
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                server.requests.append(
+                    {"headers": dict(self.headers), "body": body, "path": self.path}
+                )
+                step = server.script.pop(0) if server.script else ("status", 500, {}, "empty")
+                kind = step[0]
+                if kind == "sleep":
+                    time.sleep(step[1])
+                    return self._send(200, {"late": True})
+                if kind == "json" and body.get("stream"):
+                    msg = step[1]["choices"][0]["message"]
+                    chunks = []
+                    if msg.get("content"):
+                        chunks.append({"choices": [{"delta": {"content": msg["content"]}}]})
+                    for i, c in enumerate(msg.get("tool_calls") or []):
+                        chunks.append(
+                            {
+                                "choices": [
+                                    {
+                                        "delta": {
+                                            "tool_calls": [
+                                                {
+                                                    "index": i,
+                                                    "id": c["id"],
+                                                    "function": c["function"],
+                                                }
+                                            ]
+                                        }
+                                    }
+                                ]
+                            }
+                        )
+                    step = ("sse", chunks)
+                    kind = "sse"
+                if kind == "json":
+                    return self._send(200, step[1])
+                if kind == "raw":
+                    return self._send_raw(200, step[1].encode(), "application/json")
+                if kind == "status":
+                    _, code, headers, text = step
+                    self.send_response(code)
+                    for k, v in headers.items():
+                        self.send_header(k, v)
+                    data = text.encode()
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return None
+                if kind == "sse":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for chunk in step[1]:
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    return None
+                raise AssertionError(kind)
+
+            def _send(self, code: int, body: Any) -> None:
+                self._send_raw(code, json.dumps(body).encode(), "application/json")
+
+            def _send_raw(self, code: int, data: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ChatServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def completion(content: str = "", tool_calls: list[dict] | None = None) -> dict:
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        msg["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c["args"])},
+            }
+            for c in tool_calls
+        ]
+    return {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": msg}]}

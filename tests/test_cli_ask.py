@@ -1,0 +1,64 @@
+"""`flowdesk ask` and `flowdesk secrets` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.chat_server import ChatServer, completion
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run(db: Path, *args: str, env: dict | None = None, stdin: str | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        input=stdin,
+    )
+
+
+def test_ask_over_files_with_a_local_server(tmp_path):
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.md").write_text("# Todo\n\nBuy milk.\n")
+    unconfigured = run(db, "ask", "what is in my notes?")
+    assert unconfigured.returncode == 2 and "no model is configured" in unconfigured.stderr
+    with ChatServer() as server:
+        server.script = [
+            ("json", completion("", [{"id": "a", "name": "list_folder", "args": {"path": "."}}])),
+            (
+                "json",
+                completion("", [{"id": "b", "name": "read_file", "args": {"path": "todo.md"}}]),
+            ),
+            ("json", completion("You need to buy milk.")),
+        ]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = run(
+            db, "ask", "what is in my notes?", "--tools", "files", "--folder", str(folder), env=env
+        )
+        assert out.returncode == 0, out.stderr
+        assert "You need to buy milk." in out.stdout
+        assert "[list_folder…]" in out.stderr and "[read_file…]" in out.stderr
+        tool_answers = [
+            m["content"] for m in server.requests[2]["body"]["messages"] if m["role"] == "tool"
+        ]
+        assert tool_answers == ["todo.md", "# Todo\n\nBuy milk.\n"]
+        run_id = out.stderr.strip().splitlines()[-1].split()[1]
+        again = run(db, "ask", "--resume", run_id, env=env)
+        assert again.returncode == 0 and "buy milk" in again.stdout  # saved, no new call
+        assert len(server.requests) == 3
+
+
+def test_secrets_go_to_the_keyring_or_fail_clearly(tmp_path):
+    out = run(tmp_path / "f.db", "secrets", "set", "model_api_key", stdin="sk-xyz\n")
+    assert out.returncode == 1 and "keyring" in out.stderr and "Traceback" not in out.stderr
+    assert "sk-xyz" not in out.stdout + out.stderr

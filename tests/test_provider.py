@@ -1,0 +1,201 @@
+"""The OpenAI-compatible provider against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import logging
+
+import keyring
+import pytest
+from keyring.backend import KeyringBackend
+
+from desktop_app.agent import Agent, tool
+from desktop_app.agent.messages import Message
+from desktop_app.agent.openai_compat import OpenAICompatibleModel
+from desktop_app.errors import (
+    MalformedReplyError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    RateLimitedError,
+    SecretsError,
+)
+from desktop_app.flow.clock import ManualClock
+from desktop_app.flow.retry import Backoff
+from desktop_app.store.agent_runs import SqliteAgentStore
+from tests.chat_server import ChatServer, completion
+
+USER = [Message("user", "hi")]
+
+
+@pytest.fixture
+def server():
+    with ChatServer() as s:
+        yield s
+
+
+def model_for(server: ChatServer, **kw) -> OpenAICompatibleModel:
+    return OpenAICompatibleModel(server.url, "test-model", timeout_s=kw.pop("timeout_s", 5), **kw)
+
+
+def test_complete_with_tool_calls_and_tool_schemas(server):
+    @tool
+    def weather(city: str, days: int = 1) -> str:
+        """Forecast for a city."""
+        return "sunny"
+
+    server.script = [
+        ("json", completion("", [{"id": "t1", "name": "weather", "args": {"city": "Oslo"}}]))
+    ]
+    reply = model_for(server).complete(USER, [weather.schema()])
+    assert reply.tool_calls[0].name == "weather" and reply.tool_calls[0].arguments == {
+        "city": "Oslo"
+    }
+    sent = server.requests[0]["body"]
+    assert sent["model"] == "test-model" and sent["messages"] == [{"role": "user", "content": "hi"}]
+    params = sent["tools"][0]["function"]["parameters"]
+    assert params["properties"]["city"]["type"] == "string"
+    assert params["required"] == ["city"]
+
+
+def test_streaming_sse_with_text_and_tool_call_deltas(server):
+    chunks = [
+        {"choices": [{"delta": {"content": "Hel"}}]},
+        {"choices": [{"delta": {"content": "lo"}}]},
+        {
+            "choices": [
+                {
+                    "delta": {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "c9",
+                                "function": {"name": "lookup", "arguments": '{"q": '},
+                            }
+                        ]
+                    }
+                }
+            ]
+        },
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"x"}'}}]}}]},
+    ]
+    server.script = [("sse", chunks)]
+    deltas = list(model_for(server).stream(USER, []))
+    assert [d.text for d in deltas[:-1]] == ["Hel", "lo"]
+    reply = deltas[-1].reply
+    assert reply is not None and reply.content == "Hello"
+    assert reply.tool_calls[0].id == "c9" and reply.tool_calls[0].arguments == {"q": "x"}
+    assert server.requests[0]["body"]["stream"] is True
+
+
+@pytest.mark.scenario("S48")
+def test_errors_are_classified_by_status_not_words(server):
+    m = model_for(server, timeout_s=0.5)
+    server.script = [("status", 429, {"Retry-After": "7"}, "slow down")]
+    with pytest.raises(RateLimitedError) as rl:
+        m.complete(USER, [])
+    assert rl.value.retry_after_s == 7 and rl.value.retryable
+    server.script = [("status", 500, {}, "oops")]
+    with pytest.raises(ProviderUnavailableError) as e5:
+        m.complete(USER, [])
+    assert e5.value.retryable and e5.value.status == 500
+    server.script = [("status", 400, {}, "timeout while rate limit")]  # words lie
+    with pytest.raises(ProviderError) as e4:
+        m.complete(USER, [])
+    assert type(e4.value) is ProviderError and not e4.value.retryable
+    server.script = [("sleep", 1.5)]
+    with pytest.raises(ProviderTimeoutError):
+        m.complete(USER, [])
+    server.script = [("raw", "{not json")]
+    with pytest.raises(MalformedReplyError):
+        m.complete(USER, [])
+    server.script = [("json", {"choices": []})]
+    with pytest.raises(MalformedReplyError):
+        m.complete(USER, [])
+
+
+def test_agent_retries_5xx_and_stores_429_retry_after(server, sqlite_store):
+    clock = ManualClock()
+    astore = SqliteAgentStore(sqlite_store)
+    agent = Agent(
+        "net",
+        model_for(server),
+        astore,
+        clock=clock,
+        backoff=Backoff(initial_s=0.01, max_s=0.01, jitter_s=0),
+    )
+    server.script = [("status", 503, {}, "busy"), ("json", completion("fine"))]
+    res = agent.ask("hello")
+    assert res.status == "done" and res.text == "fine" and len(server.requests) == 2
+    server.script = [("status", 429, {"Retry-After": "120"}, "later")]
+    limited = agent.ask("again")
+    assert limited.status == "rate_limited" and limited.retry_at == clock.now() + 120
+    clock.advance(121)
+    server.script = [("json", completion("now ok"))]
+    (after,) = agent.resume_due()
+    assert after.status == "done" and after.text == "now ok"
+    server.script = [("status", 401, {}, "bad key")]
+    failed = agent.ask("x")
+    assert failed.status == "failed" and len(server.requests) == 5  # 4xx: not retried
+
+
+class MemoryKeyring(KeyringBackend):
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service, username):
+        return self.items.get((service, username))
+
+    def set_password(self, service, username, password):
+        self.items[(service, username)] = password
+
+    def delete_password(self, service, username):
+        self.items.pop((service, username), None)
+
+
+def test_api_key_from_keyring_never_reaches_sqlite_or_logs(server, db_path, caplog):
+    from desktop_app.bootstrap import build_model
+    from desktop_app.config import load_settings
+    from desktop_app.secrets import set_secret
+    from desktop_app.store.sqlite import open_store
+
+    secret = "sk-test-DO-NOT-LEAK-1234567890"
+    with pytest.raises(SecretsError, match="keyring"):  # the default test keyring fails
+        set_secret("model_api_key", secret)
+    previous = keyring.get_keyring()
+    keyring.set_keyring(MemoryKeyring())
+    try:
+        set_secret("model_api_key", secret)
+        settings = load_settings(db_path=db_path, model={"base_url": server.url, "model": "m"})
+        model = build_model(settings)
+        assert model is not None and secret not in repr(model)
+        caplog.set_level(logging.DEBUG)
+        store = open_store(db_path)
+        server.script = [
+            (
+                "json",
+                completion("", [{"id": "t", "name": "ask_user", "args": {"question": "name?"}}]),
+            ),
+            ("json", completion("hello Ada")),
+        ]
+        agent = Agent("keyed", model, SqliteAgentStore(store))
+        res = agent.ask("greet me")
+        assert agent.resume_input(res.run_id, "Ada").text == "hello Ada"
+        assert server.requests[0]["headers"]["Authorization"] == f"Bearer {secret}"
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        store.close()
+    finally:
+        keyring.set_keyring(previous)
+    raw = db_path.read_bytes()
+    assert b"hello Ada" in raw  # the conversation is in the file (mode 0600)...
+    assert secret.encode() not in raw  # ...the key is not
+    assert secret not in caplog.text
+    assert "Ada" not in "".join(r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)
+
+
+def test_a_non_stream_reply_to_a_stream_request_is_malformed(server):
+    server.script = [("raw", '{"choices": []}')]
+    with pytest.raises(MalformedReplyError, match="no server-sent events"):
+        list(model_for(server).stream(USER, []))
