@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--folder", required=True, type=Path, help="folder to read")
     dg.add_argument("--out", required=True, type=Path, help="folder for digest.md")
     dg.add_argument("--quiet", action="store_true", help="no progress output")
+    dg.add_argument(
+        "--model",
+        action="store_true",
+        help="summaries from the configured model (an agent run per file)",
+    )
 
     start = sub.add_parser("start", help="run any registered flow headless")
     start.add_argument("flow", help="flow name (see `flowdesk flows`)")
@@ -169,6 +174,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from desktop_app.bootstrap import build_engine
+    from desktop_app.store.sqlite import SqliteCheckpointStore
     from desktop_app.flow import EventBus
     from desktop_app.flows.digest import DigestState, check_input
 
@@ -177,6 +183,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     events = EventBus()
     events.subscribe(_print_progress(args.quiet))
     engine = build_engine(settings, events=events)
+    if args.model:
+        from desktop_app.agent import Agent
+        from desktop_app.bootstrap import build_model
+        from desktop_app.flows.digest import agent_summarizer, build_digest_flow
+        from desktop_app.store.agent_runs import SqliteAgentStore
+
+        model = build_model(settings)
+        if model is None:
+            raise ConfigError(
+                "--model needs a configured model: set FLOWDESK_MODEL__BASE_URL and "
+                "FLOWDESK_MODEL__MODEL"
+            )
+        store = engine.store
+        assert isinstance(store, SqliteCheckpointStore)
+        agent = Agent("digest-summary", model, SqliteAgentStore(store))
+        engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
     result = engine.run("digest", DigestState(folder=given.folder, out=given.out))
     print(f"run {result.run_id} {result.status}")
     if result.status == "completed":

@@ -62,3 +62,47 @@ def test_secrets_go_to_the_keyring_or_fail_clearly(tmp_path):
     out = run(tmp_path / "f.db", "secrets", "set", "model_api_key", stdin="sk-xyz\n")
     assert out.returncode == 1 and "keyring" in out.stderr and "Traceback" not in out.stderr
     assert "sk-xyz" not in out.stdout + out.stderr
+
+
+def test_digest_model_mode_summaries_come_from_the_agent(tmp_path):
+    import sqlite_utils
+
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text here.\n")
+    (folder / "b.txt").write_text("Beta text here.\n")
+    (folder / "c.bin").write_bytes(b"\x00\x01")
+    with ChatServer() as server:
+        server.script = [
+            ("json", completion("Model summary of A.")),
+            ("json", completion("Model summary of B.")),
+        ]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = run(
+            db,
+            "run",
+            "digest",
+            "--folder",
+            str(folder),
+            "--out",
+            str(tmp_path / "o"),
+            "--model",
+            "--quiet",
+            env=env,
+        )
+        assert out.returncode == 0, out.stderr
+        assert len(server.requests) == 2  # the binary file is not sent to the model
+    report = (tmp_path / "o" / "digest.md").read_text()
+    assert "Model summary of A." in report and "Model summary of B." in report
+    database = sqlite_utils.Database(db)
+    (flow_run,) = list(database.query("SELECT run_id, flow_version FROM runs"))
+    assert flow_run["flow_version"].startswith("1-model+")
+    children = list(database.query("SELECT run_id, parent_run_id, status FROM agent_runs"))
+    assert {c["parent_run_id"] for c in children} == {flow_run["run_id"]}
+    assert sorted(c["run_id"] for c in children) == [
+        f"{flow_run['run_id']}:a.md",
+        f"{flow_run['run_id']}:b.txt",
+    ]
+    database.close()

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -29,6 +30,9 @@ from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
 from desktop_app.flows.extract import READ_LIMIT_BYTES, extract, looks_binary
 from desktop_app.store.domain.digest import DigestFile, files_of_run, record_file
+
+if TYPE_CHECKING:
+    from desktop_app.agent.runtime import Agent
 
 REPORT_NAME = "digest.md"
 SKIP_DIRS = {"__pycache__", "node_modules"}
@@ -147,12 +151,21 @@ def render_report(folder_name: str, rows: list[DigestFile]) -> str:
 FileHook = Callable[[str, DigestFile], None]
 
 
-def build_digest_flow(on_file: FileHook | None = None) -> CompiledFlow[DigestState]:
+Summarizer = Callable[[StepContext, str, str], str]
+
+
+def build_digest_flow(
+    on_file: FileHook | None = None, summarizer: Summarizer | None = None
+) -> CompiledFlow[DigestState]:
     """Compile the ``digest`` flow.
 
     Args:
         on_file: called after each file is processed, before its row commits
             (progress displays; the crash tests kill the process here).
+        summarizer: model mode: ``summarizer(ctx, path, text)`` returns the
+            file's summary (an agent run per file, see :func:`agent_summarizer`);
+            without one the extractive algorithm summarises. The two modes are
+            different flow versions, so a run never switches mode on resume.
     """
 
     def scan(state: DigestState, ctx: StepContext) -> dict[str, Any]:
@@ -166,6 +179,13 @@ def build_digest_flow(on_file: FileHook | None = None) -> CompiledFlow[DigestSta
     def summarize_one(state: DigestState, ctx: StepContext) -> dict[str, Any]:
         rel = state.files[state.cursor]
         row = process_file(Path(state.folder), rel)
+        if summarizer is not None and row.kind != "skipped":
+            text = (
+                (Path(state.folder) / rel)
+                .read_bytes()[:READ_LIMIT_BYTES]
+                .decode("utf-8", errors="ignore")
+            )
+            row = replace(row, summary=summarizer(ctx, rel, text))
         if on_file is not None:
             on_file(ctx.run_id, row)
         ctx.write(record_file(ctx.run_id, row))
@@ -189,7 +209,7 @@ def build_digest_flow(on_file: FileHook | None = None) -> CompiledFlow[DigestSta
         return {"report_path": str(target)}
 
     return (
-        FlowBuilder("digest", DigestState, version="1")
+        FlowBuilder("digest", DigestState, version="1" if summarizer is None else "1-model")
         .step("scan", scan)
         .loop(
             "summarize",
@@ -201,3 +221,27 @@ def build_digest_flow(on_file: FileHook | None = None) -> CompiledFlow[DigestSta
         .chain()
         .compile()
     )
+
+
+def agent_summarizer(agent: Agent) -> Summarizer:
+    """Model mode: one agent run per file, a child of the flow run with the id
+    ``"<run_id>:<path>"``, so a crash after the model answered reuses the paid
+    answer when the file is processed again.
+
+    Raises (inside the step): AgentError when the agent does not finish.
+    """
+    from desktop_app.errors import AgentError
+
+    def summarize(ctx: StepContext, rel: str, text: str) -> str:
+        prompt = (
+            f"Summarise the file {rel!r} in at most two sentences. Reply with the summary "
+            f"only.\n\n{text[:8000]}"
+        )
+        res = agent.ask(
+            prompt, run_id=f"{ctx.run_id}:{rel}", parent_run_id=ctx.run_id, context=ctx.context
+        )
+        if res.status != "done" or res.text is None:
+            raise AgentError(f"summary of {rel} ended {res.status}: {res.error}")
+        return " ".join(res.text.split())
+
+    return summarize
