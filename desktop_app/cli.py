@@ -174,9 +174,9 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from desktop_app.bootstrap import build_engine
-    from desktop_app.store.sqlite import SqliteCheckpointStore
     from desktop_app.flow import EventBus
     from desktop_app.flows.digest import DigestState, check_input
+    from desktop_app.store.sqlite import SqliteCheckpointStore
 
     settings = _settings(args)
     given = check_input(args.folder, args.out)

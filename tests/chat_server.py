@@ -25,7 +25,7 @@ class ChatServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 server.requests.append(
                     {"headers": dict(self.headers), "body": body, "path": self.path}

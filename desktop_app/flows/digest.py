@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
