@@ -306,6 +306,7 @@ class RunDriver:
             return self._drive()
         finally:
             self.engine.track(self.run_id, False)
+            self.engine.forget_cancel(self.run_id)
             if self.status in ("running", "pending") and not self.deleted:
                 # stopped early: hand the run back (finished runs cleared it on save)
                 with contextlib.suppress(FlowdeskError):  # else it expires on its own

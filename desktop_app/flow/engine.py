@@ -235,6 +235,12 @@ class Engine:
             with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
                 self.store.release(run_id, self.owner)
 
+    def forget_cancel(self, run_id: str) -> None:
+        """Drop the run's in-memory cancel flag once nothing drives it (a
+        long-lived engine must not keep one per run ever driven)."""
+        with self._lock:
+            self._cancel.pop(run_id, None)
+
     def cancel_event(self, run_id: str) -> threading.Event:
         with self._lock:
             return self._cancel.setdefault(run_id, threading.Event())
@@ -310,19 +316,35 @@ class Engine:
             StoreError: the run could not be saved.
         """
         f = self._resolve(flow)
+        rid, _created = self._submit(f, state, run_id, context, flow_key, parent_run_id, False)
+        return rid
+
+    def _submit(
+        self,
+        f: CompiledFlow[Any],
+        state: BaseModel | Mapping[str, Any],
+        run_id: str | None,
+        context: ExecutionContext | None,
+        flow_key: str | None,
+        parent_run_id: str | None,
+        running: bool,
+    ) -> tuple[str, bool]:
+        """Create the run, or find the live one with ``flow_key`` (single
+        flight, S31); returns ``(run_id, created)``."""
         model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
         try:
-            return self._create(
+            rid = self._create(
                 f,
                 model,
                 run_id=run_id,
                 context=context,
                 flow_key=flow_key,
                 parent_run_id=parent_run_id,
-                running=False,
+                running=running,
             )
         except DuplicateFlowKeyError:
-            return self._live_run(f, flow_key).run_id
+            return self._live_run(f, flow_key).run_id, False
+        return rid, True
 
     def run(
         self,
@@ -343,23 +365,12 @@ class Engine:
             StoreError: a checkpoint could not be saved; no later step ran.
         """
         f = self._resolve(flow)
-        model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
-        try:
-            rid = self._create(
-                f,
-                model,
-                run_id=run_id,
-                context=context,
-                flow_key=flow_key,
-                parent_run_id=parent_run_id,
-                running=True,
-            )
-        except DuplicateFlowKeyError:
-            # single flight: the live run with this key is the answer (S31)
-            live = self._live_run(f, flow_key)
-            cp = self.store.latest(live.run_id)
-            state_now = load_state(f.state_type, cp.state, live.run_id, cp.revision)
-            return RunResult(live.run_id, live.status, state_now, cp.revision, live.error)
+        rid, created = self._submit(f, state, run_id, context, flow_key, parent_run_id, True)
+        if not created:  # the live run with this key is the answer
+            live = self.store.get_run(rid)
+            cp = self.store.latest(rid)
+            current = load_state(f.state_type, cp.state, rid, cp.revision)
+            return RunResult(rid, live.status, current, cp.revision, live.error)
         return self._drive(f, rid)
 
     def _live_run(self, f: CompiledFlow[Any], flow_key: str | None) -> RunRecord:
@@ -603,8 +614,9 @@ class Engine:
         are left alone."""
         report: list[tuple[RunRecord, RunResult | BaseException]] = []
         runs = self.store.list_runs(statuses=("pending", "running"))
-        due = set(self.store.wakeable_runs(self.clock.now()))
-        runs += [r for r in self.store.list_runs(statuses=("waiting",)) if r.run_id in due]
+        for run_id in self.store.wakeable_runs(self.clock.now()):
+            with contextlib.suppress(FlowdeskError):
+                runs.append(self.store.get_run(run_id))
         for run in runs:
             outcome: RunResult | BaseException
             try:

@@ -642,9 +642,9 @@ class SqliteCheckpointStore:
     def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
         try:
             rows = self.conn.execute(
-                "SELECT w.run_id, w.wait_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
-                "WHERE w.deadline_at IS NOT NULL AND w.deadline_at<=? AND r.scope=? "
-                "ORDER BY w.deadline_at LIMIT ?",
+                "SELECT w.run_id, w.wait_id FROM waits w CROSS JOIN runs r "
+                "ON r.run_id=w.run_id WHERE w.deadline_at IS NOT NULL AND w.deadline_at<=? "
+                "AND r.scope=? ORDER BY w.deadline_at LIMIT ?",
                 (now, self.scope, limit),
             ).fetchall()
         except apsw.Error as exc:
@@ -656,8 +656,9 @@ class SqliteCheckpointStore:
         try:
             value = _scalar(
                 self.conn.execute(
-                    "SELECT min(w.deadline_at) FROM waits w JOIN runs r ON r.run_id=w.run_id "
-                    "WHERE r.scope=?",
+                    "SELECT w.deadline_at FROM waits w CROSS JOIN runs r ON r.run_id=w.run_id "
+                    "WHERE w.deadline_at IS NOT NULL AND r.scope=? "
+                    "ORDER BY w.deadline_at LIMIT 1",
                     (self.scope,),
                 )
             )
@@ -667,21 +668,28 @@ class SqliteCheckpointStore:
 
     @_locked
     def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        # Driven from the waits table (CROSS JOIN keeps SQLite from starting at
+        # runs, which would scan every run ever made); due deadlines first, by
+        # deadline, so a burst of signals never delays a deadline.
         try:
             rows = self.conn.execute(
-                "SELECT run_id FROM ("
-                " SELECT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id"
-                " WHERE r.scope=:scope AND w.deadline_at IS NOT NULL AND w.deadline_at<=:now"
-                " UNION SELECT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id"
-                " WHERE r.scope=:scope AND w.kind='signal' AND EXISTS (SELECT 1 FROM signals s"
+                "SELECT run_id, min(prio), min(due) FROM ("
+                " SELECT w.run_id, 0 AS prio, w.deadline_at AS due FROM waits w"
+                " CROSS JOIN runs r ON r.run_id=w.run_id"
+                " WHERE w.deadline_at IS NOT NULL AND w.deadline_at<=:now AND r.scope=:scope"
+                " UNION ALL SELECT run_id, 0, deadline_at FROM runs"
+                " WHERE scope=:scope AND status='waiting' AND deadline_at IS NOT NULL"
+                "  AND deadline_at<=:now"
+                " UNION ALL SELECT w.run_id, 1, NULL FROM waits w"
+                " CROSS JOIN runs r ON r.run_id=w.run_id"
+                " WHERE w.kind='signal' AND r.scope=:scope AND EXISTS (SELECT 1 FROM signals s"
                 "  WHERE s.scope=:scope AND s.name=w.name AND s.key=w.key"
                 "  AND s.consumed_by IS NULL)"
-                " UNION SELECT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id"
-                " WHERE r.scope=:scope AND w.kind='event' AND EXISTS (SELECT 1 FROM events e"
+                " UNION ALL SELECT w.run_id, 1, NULL FROM waits w"
+                " CROSS JOIN runs r ON r.run_id=w.run_id"
+                " WHERE w.kind='event' AND r.scope=:scope AND EXISTS (SELECT 1 FROM events e"
                 "  WHERE e.scope=:scope AND e.type=w.name AND e.published_at>=w.created_at)"
-                " UNION SELECT run_id FROM runs WHERE scope=:scope AND status='waiting'"
-                "  AND deadline_at IS NOT NULL AND deadline_at<=:now"
-                ") LIMIT :limit",
+                ") GROUP BY run_id ORDER BY min(prio), min(due) LIMIT :limit",
                 {"scope": self.scope, "now": now, "limit": limit},
             ).fetchall()
         except apsw.Error as exc:

@@ -9,3 +9,5 @@ CREATE UNIQUE INDEX runs_live_flow_key ON runs(scope, flow_name, flow_key)
 ALTER TABLE checkpoints ADD COLUMN waits TEXT;
 -- A run-level deadline (UTC epoch s), stored at creation, never recomputed.
 ALTER TABLE runs ADD COLUMN deadline_at REAL;
+CREATE INDEX runs_waiting_deadline ON runs(scope, deadline_at)
+    WHERE status = 'waiting' AND deadline_at IS NOT NULL;
