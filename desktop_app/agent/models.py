@@ -26,7 +26,6 @@ class ChatModel(Protocol):
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
     ) -> Iterator[StreamDelta]:
         """Yield text deltas; the last delta carries the assembled reply."""
-        ...
 
 
 class ScriptedModel:

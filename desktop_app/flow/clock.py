@@ -15,11 +15,9 @@ from typing import Protocol
 class Clock(Protocol):
     def now(self) -> float:
         """Current UTC time, epoch seconds."""
-        ...
 
     def sleep(self, seconds: float, cancel: threading.Event | None = None) -> bool:
         """Wait ``seconds``; return ``False`` early if ``cancel`` is set."""
-        ...
 
 
 class SystemClock:

@@ -32,11 +32,9 @@ class Destination(Protocol):
 
     def send(self, idempotency_key: str, payload: Any) -> Any:
         """Perform the effect; returns a JSON receipt. Must accept a repeated key."""
-        ...
 
     def lookup(self, idempotency_key: str) -> Any | None:
         """The receipt of an effect already performed with this key, or ``None``."""
-        ...
 
 
 class UnknownDestinationError(FlowdeskError):

@@ -351,7 +351,6 @@ class CheckpointStore(Protocol):
             RevisionConflictError: a run with this id already exists.
             DuplicateFlowKeyError: a live run of the flow has ``run.flow_key``.
         """
-        ...
 
     def append(
         self,
@@ -379,7 +378,6 @@ class CheckpointStore(Protocol):
             RevisionConflictError: a signal in ``consume`` was consumed already.
             RevisionConflictError: an intent id is already in the outbox.
         """
-        ...
 
     # -- waits, signals, events -----------------------------------------
 
@@ -388,42 +386,33 @@ class CheckpointStore(Protocol):
     ) -> int:
         """Store a signal; returns its id. A second send with the same
         ``dedupe_key`` stores nothing and returns the first one's id."""
-        ...
 
     def next_signal(self, name: str, key: str) -> Signal | None:
         """The oldest unconsumed signal for ``(name, key)``, or ``None``."""
-        ...
 
     def publish_event(self, type_: str, payload: JSON, now: float) -> int:
         """Store an event; returns its id."""
-        ...
 
     def first_event(self, type_: str, since: float) -> Event | None:
         """The first event of ``type_`` published at or after ``since``."""
-        ...
 
     def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
         """``(run_id, wait_id)`` of pending waits whose deadline is at or before ``now``."""
-        ...
 
     def next_deadline(self) -> float | None:
         """The earliest pending deadline, or ``None``."""
-        ...
 
     def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
         """Waiting runs that have something to act on at ``now``: a wait whose
         deadline passed, a deliverable signal or event, or a passed run deadline."""
-        ...
 
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
         """Ids of runs with a pending wait of ``kind`` on ``name`` (and ``key``)."""
-        ...
 
     # -- outbox ------------------------------------------------------------
 
     def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
         """Outbox intents with these statuses, oldest first."""
-        ...
 
     def mark_intent(
         self,
@@ -435,14 +424,12 @@ class CheckpointStore(Protocol):
         error: str | None = None,
     ) -> None:
         """Record an intent's delivery progress (``sending`` bumps attempts)."""
-        ...
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         """Append ``change(latest)`` atomically: no other writer can append in
         between (a write transaction spans the read and the append). For
         control operations (cancel, fail) that must win against a busy run.
         Returns the appended checkpoint."""
-        ...
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         """Take or renew the run's lease when it is free, ours, or expired at ``now``.
@@ -451,27 +438,21 @@ class CheckpointStore(Protocol):
             RunLeasedError: another owner holds a live lease.
             CheckpointNotFoundError: no such run.
         """
-        ...
 
     def release(self, run_id: str, owner: str) -> None:
         """Drop ``owner``'s lease on the run (no-op when someone else holds it)."""
-        ...
 
     def latest(self, run_id: str) -> Checkpoint:
         """The highest revision. Raises CheckpointNotFoundError, CheckpointDecodeError."""
-        ...
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         """One revision. Raises CheckpointNotFoundError, CheckpointDecodeError."""
-        ...
 
     def history(self, run_id: str) -> list[CheckpointInfo]:
         """Every retained checkpoint of the run, oldest first. Raises CheckpointNotFoundError."""
-        ...
 
     def get_run(self, run_id: str) -> RunRecord:
         """Run metadata only. Raises CheckpointNotFoundError."""
-        ...
 
     def list_runs(
         self,
@@ -488,26 +469,20 @@ class CheckpointStore(Protocol):
         """Runs of this scope, oldest first (``created_at`` then ``run_id``), or
         newest first; ``limit``/``offset`` page through them; optionally only
         those of a tenant, a session or a flow key."""
-        ...
 
     def data_version(self) -> int:
         """A number that changes whenever anyone (any connection, any process)
         committed to the store since the last call; cheap to poll."""
-        ...
 
     def delete_run(self, run_id: str) -> None:
         """Delete a run and all its checkpoints. Raises CheckpointNotFoundError."""
-        ...
 
     def prune(self, run_id: str, keep_last_n: int) -> int:
         """Delete all but the newest ``keep_last_n`` (>= 1) checkpoints; returns
         how many were deleted. The latest is never deleted."""
-        ...
 
     def query(self, op: Callable[[Any], T]) -> T:
         """Run a read-only domain query ``op(connection)`` and return its result."""
-        ...
 
     def close(self) -> None:
         """Release the store's resources."""
-        ...
