@@ -113,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--resume", metavar="RUN_ID", help="resume an interrupted agent run")
     ask.add_argument("--answer", help="with --resume: answer the agent's question")
 
+    exp = sub.add_parser("export", help="runs, checkpoints and domain tables to JSON or CSV")
+    exp.add_argument("--out", type=Path, required=True, help="folder for the files")
+    exp.add_argument("--format", choices=["json", "csv"], default="json")
+    exp.add_argument("--table", action="append", help="only this table (repeatable)")
+
+    sub.add_parser("doctor", help="check the database, disk, keyring and model provider")
+
     secrets = sub.add_parser("secrets", help="API keys in the system keyring")
     secsub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
     sset = secsub.add_parser("set", help="store a secret (read from stdin or a prompt)")
@@ -492,6 +499,109 @@ def cmd_secrets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    import subprocess
+
+    settings = _settings(args)
+    cmd = [
+        sys.executable,
+        "-m",
+        "desktop_app.export",
+        str(settings.db_path),
+        str(args.out),
+        "--format",
+        args.format,
+    ]
+    for table in args.table or []:
+        cmd += ["--table", table]
+    # its own process: sqlite-utils (stdlib sqlite3) never shares one with apsw
+    return subprocess.run(cmd, check=False).returncode
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import shutil
+    import stat
+
+    from desktop_app.bootstrap import schema_status
+    from desktop_app.store.connection import open_connection
+
+    settings = _settings(args)
+    path = Path(settings.db_path)
+    problems = 0
+
+    def line(ok: bool | None, what: str, detail: str) -> None:
+        """ok True, a problem False, a warning None (reported, not a failure)."""
+        nonlocal problems
+        problems += ok is False
+        mark = {True: "ok  ", False: "BAD ", None: "warn"}[ok]
+        print(f"{mark} {what:18} {detail}")
+
+    line(
+        path.exists(),
+        "database",
+        f"{path}" + ("" if path.exists() else f" (missing: run `flowdesk --db {path} db apply`)"),
+    )
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        line(
+            mode & 0o077 == 0,
+            "file mode",
+            f"{mode:04o}"
+            + ("" if mode & 0o077 == 0 else f" (others can read it: chmod 600 {path})"),
+        )
+        line(True, "size", f"{path.stat().st_size:,} bytes")
+        try:
+            states = schema_status(settings)
+            bad = [s for s in states if s.state != "applied"]
+            line(
+                not bad,
+                "schema",
+                "all applied" if not bad else ", ".join(f"{s.key} {s.state}" for s in bad),
+            )
+            conn = open_connection(path, create=False, synchronous=settings.synchronous)
+            journal = str(conn.execute("PRAGMA journal_mode").fetchall()[0][0])
+            level = int(conn.execute("PRAGMA synchronous").fetchall()[0][0])
+            sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[level]
+            check = str(conn.execute("PRAGMA quick_check").fetchall()[0][0])
+            conn.close()
+            line(journal == "wal", "journal mode", journal)
+            line(True, "synchronous", f"{sync} (setting: {settings.synchronous})")
+            line(check == "ok", "quick_check", check)
+        except FlowdeskError as exc:
+            line(False, "open", str(exc))
+    free = shutil.disk_usage(path.parent if path.parent.exists() else Path.home()).free
+    line(free > 100 * 2**20, "free disk", f"{free / 2**30:,.1f} GiB")
+    try:
+        import keyring
+
+        backend = keyring.get_keyring()
+        name = f"{type(backend).__module__}.{type(backend).__name__}"
+        usable = "fail" not in name
+        line(
+            True if usable else None,
+            "keyring",
+            name
+            if usable
+            else f"{name}: no keyring here, so API keys cannot be stored (local models need none)",
+        )
+    except Exception as exc:  # report, never crash the doctor
+        line(False, "keyring", f"{type(exc).__name__}: {exc}")
+    cfg = settings.model
+    if cfg.base_url and cfg.model:
+        import httpx
+
+        try:
+            resp = httpx.get(cfg.base_url.rstrip("/") + "/models", timeout=3)
+            line(
+                resp.status_code < 500, "model provider", f"{cfg.base_url} HTTP {resp.status_code}"
+            )
+        except httpx.HTTPError as exc:
+            line(False, "model provider", f"{cfg.base_url}: {type(exc).__name__}: {exc}")
+    else:
+        line(True, "model provider", "not configured (FLOWDESK_MODEL__BASE_URL, __MODEL)")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
 def cmd_app(args: argparse.Namespace) -> int:
     from desktop_app.app.main import FlowdeskApp
 
@@ -514,6 +624,8 @@ COMMANDS = {
     "signal": cmd_signal,
     "agent": cmd_agent,
     "ask": cmd_ask,
+    "export": cmd_export,
+    "doctor": cmd_doctor,
     "secrets": cmd_secrets,
 }
 
