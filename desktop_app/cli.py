@@ -560,7 +560,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             )
             conn = open_connection(path, create=False, synchronous=settings.synchronous)
             journal = str(conn.execute("PRAGMA journal_mode").fetchall()[0][0])
-            level = int(conn.execute("PRAGMA synchronous").fetchall()[0][0])
+            level = int(str(conn.execute("PRAGMA synchronous").fetchall()[0][0]))
             sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[level]
             check = str(conn.execute("PRAGMA quick_check").fetchall()[0][0])
             conn.close()
