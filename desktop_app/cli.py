@@ -376,8 +376,12 @@ def cmd_answer(args: argparse.Namespace) -> int:
         value = json.loads(args.value) if args.json else args.value
     except json.JSONDecodeError as exc:
         raise InputError(f"--json was given but VALUE is not JSON: {exc}") from exc
-    result = build_engine(_settings(args)).resume_with(args.run_id, value, wait_id=args.wait_id)
+    engine = build_engine(_settings(args))
+    result = engine.resume_with(args.run_id, value, wait_id=args.wait_id)
+    delivered = _dispatcher(engine).dispatch()  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
+    if delivered:
+        print(f"{delivered} outbox intent(s) delivered")
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
 
 
@@ -414,9 +418,18 @@ def cmd_agent(args: argparse.Namespace) -> int:
         f"flowdesk agent: serving {args.db or 'the default database'} as {engine.owner}",
         file=sys.stderr,
     )
-    engine.serve(stop, poll_s=args.poll)
+    dispatcher = _dispatcher(engine)
+    engine.serve(stop, poll_s=args.poll, on_tick=dispatcher.dispatch)
     engine.store.close()
     return EXIT_OK
+
+
+def _dispatcher(engine: Any) -> Any:
+    """The outbox dispatcher for the built-in flows' destinations."""
+    from desktop_app.flow.outbox import Dispatcher
+    from desktop_app.flows import builtin_destinations
+
+    return Dispatcher(engine.store, builtin_destinations(engine.store))
 
 
 def cmd_ask(args: argparse.Namespace) -> int:

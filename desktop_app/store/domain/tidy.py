@@ -1,0 +1,147 @@
+"""Domain rows of the ``tidy`` flow: one row per top-level file of a run's folder.
+
+A row's ``status`` moves ``planned`` -> ``queued`` (its outbox intent committed)
+-> ``moved`` (the file mover saw the file at its destination), or to
+``skipped`` with a ``reason`` (not approved, left in place, or the move was
+refused because the file system no longer matched the plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from desktop_app.store.protocol import DomainWrite
+
+_COLUMNS = "src, dst, kind, month, status, reason, intent_key"
+
+
+@dataclass(frozen=True)
+class TidyMove:
+    """One file of a tidy run.
+
+    Attributes:
+        src: absolute path of the file before the move.
+        dst: absolute destination, or ``None`` for a file left in place.
+        kind: ``images``, ``documents``, ``audio``, ``video``, ``archives``,
+            ``code`` or ``other``.
+        month: ``YYYY-MM`` of the file's modification time (UTC).
+        status: ``planned``, ``queued``, ``moved`` or ``skipped``.
+        reason: why the file was skipped, else ``None``.
+        intent_key: the idempotency key of its outbox intent, once queued.
+    """
+
+    src: str
+    dst: str | None
+    kind: str
+    month: str
+    status: str = "planned"
+    reason: str | None = None
+    intent_key: str | None = None
+
+
+def _row(r: Sequence[Any]) -> TidyMove:
+    return TidyMove(*r)
+
+
+def record_plan(run_id: str, moves: Sequence[TidyMove]) -> DomainWrite:
+    """Insert every row of the plan (a re-run of the step replaces its rows)."""
+    rows = [
+        (run_id, m.src, m.dst, m.kind, m.month, m.status, m.reason, m.intent_key) for m in moves
+    ]
+
+    def write(conn: Any) -> None:
+        conn.execute("DELETE FROM tidy_moves WHERE run_id=?", (run_id,))
+        conn.executemany(
+            f"INSERT INTO tidy_moves(run_id, {_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)", rows
+        )
+
+    return write
+
+
+def next_planned(run_id: str) -> Callable[[Any], TidyMove | None]:
+    """Query op: the first row still ``planned`` (by source path), or ``None``."""
+
+    def query(conn: Any) -> TidyMove | None:
+        row = conn.execute(
+            f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? AND status='planned' "
+            "ORDER BY src LIMIT 1",
+            (run_id,),
+        ).fetchone()
+        return None if row is None else _row(row)
+
+    return query
+
+
+def mark_queued(run_id: str, src: str, intent_key: str) -> DomainWrite:
+    """The row's outbox intent commits in this same transaction."""
+
+    def write(conn: Any) -> None:
+        conn.execute(
+            "UPDATE tidy_moves SET status='queued', intent_key=? "
+            "WHERE run_id=? AND src=? AND status='planned'",
+            (intent_key, run_id, src),
+        )
+
+    return write
+
+
+def skip_planned(run_id: str, reason: str) -> DomainWrite:
+    """Every row still ``planned`` becomes ``skipped`` with ``reason``."""
+
+    def write(conn: Any) -> None:
+        conn.execute(
+            "UPDATE tidy_moves SET status='skipped', reason=? WHERE run_id=? AND status='planned'",
+            (reason, run_id),
+        )
+
+    return write
+
+
+def moves_of_run(run_id: str) -> Callable[[Any], list[TidyMove]]:
+    """Query op: every row of the run, ordered by source path."""
+
+    def query(conn: Any) -> list[TidyMove]:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? ORDER BY src", (run_id,)
+        ).fetchall()
+        return [_row(r) for r in rows]
+
+    return query
+
+
+def move_by_key(intent_key: str) -> Callable[[Any], TidyMove | None]:
+    """Query op: the row queued under this outbox idempotency key, or ``None``."""
+
+    def query(conn: Any) -> TidyMove | None:
+        row = conn.execute(
+            f"SELECT {_COLUMNS} FROM tidy_moves WHERE intent_key=?", (intent_key,)
+        ).fetchone()
+        return None if row is None else _row(row)
+
+    return query
+
+
+def record_outcome(
+    intent_key: str, moved: bool, reason: str | None = None
+) -> Callable[[Any], None]:
+    """Standalone write (its own transaction, outside any checkpoint): what the
+    file mover found or did for the row queued under ``intent_key``. Idempotent;
+    a row already ``moved`` stays ``moved``."""
+
+    def write(conn: Any) -> None:
+        with conn:
+            if moved:
+                conn.execute(
+                    "UPDATE tidy_moves SET status='moved', reason=NULL WHERE intent_key=?",
+                    (intent_key,),
+                )
+            else:
+                conn.execute(
+                    "UPDATE tidy_moves SET status='skipped', reason=? "
+                    "WHERE intent_key=? AND status<>'moved'",
+                    (reason, intent_key),
+                )
+
+    return write
