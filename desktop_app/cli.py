@@ -618,8 +618,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_app(args: argparse.Namespace) -> int:
     from desktop_app.app.main import FlowdeskApp
 
-    FlowdeskApp(_settings(args)).run()
-    return EXIT_OK
+    app = FlowdeskApp(_settings(args))
+    app.run()
+    return app.return_code or EXIT_OK
 
 
 COMMANDS = {

@@ -7,25 +7,36 @@ after the app has closed its connections, the store itself.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from textual.pilot import Pilot
+from textual.widgets import Button, DataTable, Input
 
 from desktop_app import bootstrap
+from desktop_app.app.format import countdown
 from desktop_app.app.main import FlowdeskApp, Notice
+from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.new_run import NewDigestScreen, default_out
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.widgets.run_tables import CheckpointsTable, StepsTable
+from desktop_app.app.widgets.runs_table import MIN_WIDTHS
 from desktop_app.config import Settings, load_settings
+from desktop_app.flow import CompiledFlow, FlowBuilder
 from desktop_app.flows.digest import DigestInput, DigestState, build_digest_flow
 from desktop_app.store.domain.digest import DigestFile, files_of_run
+from desktop_app.store.protocol import RUN_STATUSES
 from desktop_app.store.sqlite import open_store
+from tests.digest_corpus import make_corpus
 
 SIZE = (120, 40)
 
@@ -100,7 +111,7 @@ async def test_first_launch_applies_the_schema_and_says_so(tmp_path: Path) -> No
         applied = [m for m in messages(app) if m.startswith("Applied schema")]
         assert len(applied) == 1
         assert "core/" in applied[0] and str(db) in applied[0]
-        assert "schema applied now" in str(runs_screen(app).status_line.render())
+        assert "schema applied now" in runs_screen(app).status_line.message
         assert runs_screen(app).table.run_ids == []
         assert not messages(app, "error")
     store = open_store(db)
@@ -145,7 +156,16 @@ async def test_actions_are_in_the_command_palette(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         titles = {c.title for c in app.get_system_commands(app.screen)}
-        assert {"New digest run", "Open run", "Resume run", "Quit"} <= titles
+        assert {
+            "New digest run",
+            "Open run",
+            "Resume run",
+            "Answer run",
+            "Cancel run",
+            "Quit",
+        } <= titles
+        footer = {k: b.binding.description for k, b in app.screen.active_bindings.items()}
+        assert footer["c"] == "Cancel run" and footer["a"] == "Answer"
 
 
 async def test_run_detail_lists_steps_and_checkpoints(
@@ -418,3 +438,393 @@ async def test_a_database_in_a_read_only_folder_gives_a_notice(tmp_path: Path) -
 def test_default_output_folder_sits_next_to_the_input(tmp_path: Path) -> None:
     assert default_out(str(tmp_path / "notes")) == str(tmp_path / "notes-digest")
     assert default_out("  ") == ""
+
+
+# -- columns, selection, status line -----------------------------------------
+
+
+async def test_status_and_progress_columns_fit_long_values(tmp_path: Path, notes: Path) -> None:
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = runs_screen(app).table
+        # Wide enough before any run shows up, for every status a flow run has.
+        assert table.column_width("status") >= max(len(s) for s in RUN_STATUSES)
+        assert table.column_width("progress") >= len("123456/123456")
+        assert MIN_WIDTHS["status"] == len("completed")
+        run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+        assert run_id is not None
+        await settle(pilot)
+        table.set_progress(run_id, 27582, 33875)
+        assert table.cell(run_id, "progress") == "27582/33875"
+        assert table.column_width("progress") >= len("27582/33875")
+        table.set_progress(run_id, 1234567, 1234567)  # wider still: the column grows
+        await pilot.pause()
+        assert table.column_width("progress") >= len("1234567/1234567")
+        assert table.cell(run_id, "status") == "completed"
+
+
+async def test_a_run_started_from_the_form_is_selected(
+    tmp_path: Path, notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await start_digest_via_form(pilot, "notes", "out1")
+        first = runs_screen(app).table.run_ids[0]
+        await start_digest_via_form(pilot, "notes", "out2")
+        table = runs_screen(app).table
+        newest = table.run_ids[0]
+        assert newest != first and table.run_ids == [newest, first]
+        assert table.selected_run_id() == newest
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, RunDetailScreen) and app.screen.run_id == newest
+
+
+async def test_the_schema_status_line_goes_away(tmp_path: Path) -> None:
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    app.STATUS_S = 0.2
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        line = runs_screen(app).status_line
+        assert "schema applied now" in line.message
+        await wait_until(pilot, lambda: line.message == "")
+        assert not line.display
+        # The notice stays in the log even though its toast and the line are gone.
+        assert any(m.startswith("Applied schema") for m in messages(app))
+
+
+# -- return code -------------------------------------------------------------
+
+
+async def test_quitting_after_a_database_error_returns_1(tmp_path: Path) -> None:
+    db = tmp_path / "notes.txt"
+    db.write_text("not a database\n")
+    app = FlowdeskApp(settings_for(db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.startup_error is not None
+        await pilot.press("q")
+    assert app.return_code == 1
+
+
+async def test_quitting_normally_returns_0(tmp_path: Path) -> None:
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+# -- waiting runs: cancel and answer -----------------------------------------
+
+
+class Approval(BaseModel):
+    answer: bool | None = None
+    done: bool = False
+
+
+def approve_flow() -> CompiledFlow[Approval]:
+    return (
+        FlowBuilder("approve", Approval)
+        .await_input("ok", "answer", prompt="Ship?")
+        .step("ship", lambda s: {"done": True})
+        .chain()
+        .compile()
+    )
+
+
+class Deploy(BaseModel):
+    go: object = None
+
+
+#: 3 h 12 min 30 s: shown as "in 3h 12m".
+SIGNAL_TIMEOUT_S = 3 * 3600 + 12 * 60 + 30
+
+
+def signal_flow() -> CompiledFlow[Deploy]:
+    return (
+        FlowBuilder("deploy", Deploy)
+        .wait_signal("go", "deploy", "prod", into="go", timeout_s=SIGNAL_TIMEOUT_S)
+        .step("after", lambda s: {})
+        .chain()
+        .compile()
+    )
+
+
+def flows() -> list[CompiledFlow[Any]]:
+    return [approve_flow(), signal_flow(), build_digest_flow()]
+
+
+def waiting_run(settings: Settings, flow: str, state: BaseModel) -> str:
+    """A run of ``flow`` left waiting by another process (like ``flowdesk start``)."""
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=flows())
+    try:
+        result = engine.run(flow, state)
+    finally:
+        engine.store.close()
+    assert result.status == "waiting"
+    return result.run_id
+
+
+def stored_run(db: Path, run_id: str) -> tuple[str, dict[str, Any]]:
+    store = open_store(db)
+    try:
+        return store.get_run(run_id).status, dict(store.latest(run_id).state)
+    finally:
+        store.close()
+
+
+async def test_a_waiting_run_is_answered_from_the_app(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    run_id = waiting_run(settings, "approve", Approval())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = runs_screen(app)
+        assert screen.table.cell(run_id, "status") == "waiting"
+        assert screen.hint.message.startswith("1 run is waiting")
+        await pilot.press("a")
+        await settle(pilot)
+        modal = app.screen
+        assert isinstance(modal, AnswerScreen)
+        [wait] = modal.waits
+        assert (wait.kind, wait.prompt) == ("input", "Ship?")
+        assert modal.selected_wait_id == wait.wait_id
+        table = modal.query_one("#waits", DataTable)
+        row = [c.plain for c in table.get_row(wait.wait_id)]
+        assert row == [f"{run_id[:8]}:ok:0", "input", "an answer", "-"]
+        assert "Ship?" in str(modal.query_one("#prompt").render())
+
+        # A value that does not fit the field: the engine's InputError, in the modal.
+        await pilot.press(*"maybe", "enter")
+        await settle(pilot)
+        assert app.screen is modal and isinstance(modal, AnswerScreen)
+        assert "does not fit field 'answer'" in modal.error_text
+        assert not modal.query_one("#answer", Input).disabled
+
+        modal.query_one("#answer", Input).value = ""
+        await pilot.press(*"yes", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        assert screen.table.cell(run_id, "status") == "completed"
+        assert screen.hint.message == ""
+        assert f"Answered {wait.wait_id}; run {run_id[:8]} goes on." in messages(app)
+        assert f"Run {run_id[:8]} completed" in messages(app)
+        assert not messages(app, "error")
+    status, state = stored_run(db, run_id)
+    assert (status, state["answer"], state["done"]) == ("completed", True, True)
+
+
+async def test_an_answer_given_elsewhere_meanwhile_is_refused_in_the_modal(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    run_id = waiting_run(settings, "approve", Approval())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        modal = app.screen
+        assert isinstance(modal, AnswerScreen)
+        wait_id = modal.selected_wait_id
+        # Someone answers with `flowdesk answer` while the modal is open.
+        other = bootstrap.build_engine(settings, flows=flows())
+        try:
+            assert other.resume_with(run_id, False, wait_id=wait_id).status == "completed"
+        finally:
+            other.store.close()
+        await pilot.press(*"yes", "enter")
+        await settle(pilot)
+        assert app.screen is modal and isinstance(modal, AnswerScreen)
+        assert "already answered" in modal.error_text or "not waiting" in modal.error_text
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+    status, state = stored_run(db, run_id)
+    assert (status, state["answer"]) == ("completed", False)  # the first answer stands
+
+
+async def test_signal_waits_are_shown_with_a_countdown_but_not_answered(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    run_id = waiting_run(settings, "deploy", Deploy())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        modal = app.screen
+        assert isinstance(modal, AnswerScreen)
+        [wait] = modal.waits
+        row = [c.plain for c in modal.query_one("#waits", DataTable).get_row(wait.wait_id)]
+        assert row[1:] == ["signal", "signal deploy (key prod)", "in 3h 12m"]
+        prompt = str(modal.query_one("#prompt").render())
+        assert "flowdesk signal deploy prod" in prompt
+        assert modal.query_one("#answer", Input).disabled
+        assert modal.query_one("#send", Button).disabled
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+        assert runs_screen(app).table.cell(run_id, "status") == "waiting"
+
+
+async def test_answer_on_a_run_that_is_not_waiting_says_so(tmp_path: Path, notes: Path) -> None:
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+        await settle(pilot)
+        await pilot.press("a")
+        assert isinstance(app.screen, RunsScreen)
+        assert messages(app, "warning")[-1] == (
+            f"Run {str(run_id)[:8]} is completed, not waiting; nothing to answer."
+        )
+
+
+async def test_cancel_asks_first_then_cancels(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    run_id = waiting_run(settings, "approve", Approval())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")  # keep it
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        assert runs_screen(app).table.cell(run_id, "status") == "waiting"
+
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        assert runs_screen(app).table.cell(run_id, "status") == "canceled"
+        assert f"Run {run_id[:8]} is canceled." in messages(app)
+        assert not messages(app, "error")
+
+        await pilot.press("c")  # a canceled run: refused at once, no question
+        assert isinstance(app.screen, RunsScreen)
+        assert messages(app, "error")[-1] == (
+            f"Run {run_id[:8]} is already canceled; nothing to cancel."
+        )
+    assert stored_run(db, run_id)[0] == "canceled"
+
+
+async def test_cancel_refused_by_the_engine_is_a_notice(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    run_id = waiting_run(settings, "approve", Approval())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        # The run completes elsewhere while the question is open.
+        other = bootstrap.build_engine(settings, flows=flows())
+        try:
+            other.resume_with(run_id, True)
+        finally:
+            other.store.close()
+        await pilot.press("y")
+        await settle(pilot)
+        errors = messages(app, "error")
+        assert errors and errors[-1].startswith(f"Run {run_id[:8]} was not canceled:")
+        assert "already completed" in errors[-1]
+    assert stored_run(db, run_id)[0] == "completed"
+
+
+async def test_cancel_stops_a_run_the_app_is_driving(tmp_path: Path, notes: Path) -> None:
+    reached, gate = threading.Event(), threading.Event()
+
+    def on_file(_run_id: str, row: DigestFile) -> None:
+        if row.path == "blob.bin":
+            reached.set()
+            gate.wait(10)
+
+    db = tmp_path / "t.db"
+    app = FlowdeskApp(settings_for(db), flows=[build_digest_flow(on_file=on_file)])
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+            assert run_id is not None
+            await wait_until(pilot, reached.is_set)
+            await wait_until(pilot, lambda: run_id in runs_screen(app).table.run_ids)
+            await pilot.press("c")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("y")
+            await wait_until(pilot, lambda: f"Run {run_id[:8]} is canceled." in messages(app))
+            gate.set()
+            await settle(pilot)
+            assert runs_screen(app).table.cell(run_id, "status") == "canceled"
+            assert [m for m in messages(app) if "canceled" in m] == [
+                f"Run {run_id[:8]} is canceled."
+            ]
+    finally:
+        gate.set()
+    assert stored_run(db, run_id)[0] == "canceled"
+    assert not (tmp_path / "out" / "digest.md").exists()
+
+
+def test_countdown_text() -> None:
+    now = 1_000_000.0
+    assert countdown(None, now) == "-"
+    assert countdown(now + 3 * 3600 + 12 * 60 + 5, now) == "in 3h 12m"
+    assert countdown(now + 2 * 86400 + 3600, now) == "in 2d 1h"
+    assert countdown(now + 250, now) == "in 4m 10s"
+    assert countdown(now + 0.2, now) == "in 1s"
+    assert countdown(now, now) == "expired"
+    assert countdown(now - 60, now) == "expired"
+
+
+# -- live progress is throttled -----------------------------------------------
+
+
+async def test_progress_refreshes_at_most_ten_times_a_second(tmp_path: Path) -> None:
+    src = tmp_path / "many"
+    src.mkdir()
+    n = len(make_corpus(src, 400))
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    flushes: list[float] = []
+    flush = app._flush_progress
+
+    def counted() -> None:
+        flushes.append(time.monotonic())
+        flush()
+
+    app._flush_progress = counted  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        started = time.monotonic()
+        run_id = app.start_digest(DigestInput(folder=str(src), out=str(tmp_path / "out")))
+        assert run_id is not None
+        await settle(pilot)
+        await asyncio.sleep(app.REFRESH_S * 2)  # a refresh still due lands
+        await pilot.pause()
+        elapsed = time.monotonic() - started
+        table = runs_screen(app).table
+        assert table.cell(run_id, "progress") == f"{n}/{n}"
+        assert table.cell(run_id, "status") == "completed"
+    assert flushes, "progress was never shown"
+    assert len(flushes) <= elapsed / app.REFRESH_S + 2
+    gaps = [b - a for a, b in itertools.pairwise(flushes)]
+    assert min(gaps, default=app.REFRESH_S) >= app.REFRESH_S * 0.9
+
+
+async def test_resume_on_a_run_waiting_for_an_answer_points_to_answer(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path / "t.db")
+    run_id = waiting_run(settings, "approve", Approval())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("r")
+        await settle(pilot)
+        assert messages(app)[-1] == f"Run {run_id[:8]} waits for an answer; press a to answer it."
+        assert not messages(app, "error")

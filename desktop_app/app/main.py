@@ -14,12 +14,16 @@ The UI thread reads through a second connection of its own, so a write
 waiting for another process's lock (or an fsync) never freezes the screen,
 and ``data_version`` on it changes whenever anyone (this app's engine or
 another process) commits. Engine events arrive on worker threads and are
-forwarded as messages (``post_message`` is thread-safe); progress is coalesced.
+forwarded as messages (``post_message`` is thread-safe). Progress and step
+events are coalesced and shown at most :attr:`FlowdeskApp.REFRESH_S` apart
+(the latest value per run always lands), so a fast run does not spend its
+time repainting the screen; the subscriber never reads the store.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -30,16 +34,21 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.timer import Timer
 
 from desktop_app import bootstrap
 from desktop_app.app.format import plural, short_id
 from desktop_app.app.messages import (
+    AnswerAccepted,
+    AnswerRefused,
     EngineReady,
     ProgressTick,
     RecoveryFinished,
     RunChanged,
     StartupFailed,
 )
+from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
@@ -54,6 +63,8 @@ T = TypeVar("T")
 
 #: Run statuses ``Engine.recover`` resumes at launch.
 INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
+#: Run statuses ``Engine.cancel`` refuses.
+FINISHED: tuple[RunStatus, ...] = ("completed", "canceled", "timed_out")
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,10 @@ class FlowdeskApp(App[None]):
     BINDINGS = [Binding("q", "quit", "Quit")]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
+    #: Least seconds between two refreshes of live progress (10 a second).
+    REFRESH_S = 0.1
+    #: Seconds an informational status line (schema applied, runs resumed) stays.
+    STATUS_S = 8.0
 
     def __init__(self, settings: Settings, *, flows: list[CompiledFlow[Any]] | None = None) -> None:
         """``flows`` replaces the built-in flows (tests use instrumented ones)."""
@@ -104,7 +119,12 @@ class FlowdeskApp(App[None]):
         self._driving_lock = threading.Lock()
         self._recover_listed = threading.Event()
         self._progress: dict[str, tuple[int, int]] = {}
+        self._changed: set[str] = set()
         self._progress_lock = threading.Lock()
+        self._flush_timer: Timer | None = None
+        self._last_flush = 0.0
+        self._answering: dict[str, tuple[AnswerScreen, str]] = {}
+        self._canceled_here: set[str] = set()
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
@@ -136,8 +156,14 @@ class FlowdeskApp(App[None]):
                 "Open run", "Steps and checkpoints of the selected run", screen.action_open_run
             )
             yield SystemCommand("Resume run", "Resume the selected run", screen.action_resume_run)
+            yield SystemCommand(
+                "Answer run", "Answer the selected waiting run", screen.action_answer_run
+            )
+            yield SystemCommand("Cancel run", "Cancel the selected run", screen.action_cancel_run)
         if isinstance(screen, RunDetailScreen):
             yield SystemCommand("Resume run", "Resume this run", screen.action_resume)
+            yield SystemCommand("Answer run", "Answer this waiting run", screen.action_answer)
+            yield SystemCommand("Cancel run", "Cancel this run", screen.action_cancel)
 
     # -- notices and reads -----------------------------------------------
 
@@ -198,6 +224,17 @@ class FlowdeskApp(App[None]):
             return
         self.post_message(EngineReady())
 
+    def exit(
+        self,
+        result: None = None,
+        return_code: int = 0,
+        message: Any = None,
+    ) -> None:
+        """Quit; the return code is 1 when the database could not be opened."""
+        if self.startup_error and return_code == 0:
+            return_code = 1
+        super().exit(result, return_code, message)
+
     def on_startup_failed(self, message: StartupFailed) -> None:
         self.startup_error = message.error
         self._recover_listed.set()
@@ -217,7 +254,7 @@ class FlowdeskApp(App[None]):
             status = f"Database {report.path}: schema applied now ({len(report.applied)} files)."
         else:
             status = f"Database {report.path}: schema up to date."
-        self.runs_screen.status_line.say(status)
+        self.runs_screen.status_line.say(status, for_s=self.STATUS_S)
         self._poll()
         if self.settings.recover_on_launch:
             self._start_recovery()
@@ -270,7 +307,7 @@ class FlowdeskApp(App[None]):
         self.post_message(RecoveryFinished(summary))
 
     def on_recovery_finished(self, message: RecoveryFinished) -> None:
-        self.runs_screen.status_line.say(message.summary)
+        self.runs_screen.status_line.say(message.summary, for_s=self.STATUS_S)
         self._reload_all()
 
     # -- starting and resuming runs --------------------------------------
@@ -317,6 +354,7 @@ class FlowdeskApp(App[None]):
         self._claim(run_id)
         state = DigestState(folder=given.folder, out=given.out)
         self.say(f"Started digest run {short_id(run_id)} of {given.folder}")
+        self.runs_screen.table.follow(run_id)  # selected as soon as its row shows
         self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id))
         return run_id
 
@@ -331,6 +369,11 @@ class FlowdeskApp(App[None]):
         if run.status == "completed":
             self.say(f"Run {short_id(run_id)} is already completed; nothing to resume.")
             return
+        if run.status == "waiting":
+            waits = self.read(lambda s: s.latest(run_id).waits) or ()
+            if any(w.kind == "input" for w in waits):
+                self.say(f"Run {short_id(run_id)} waits for an answer; press a to answer it.")
+                return
         if not self._claim(run_id):
             self.say(f"Run {short_id(run_id)} is already running.", "warning")
             return
@@ -361,6 +404,10 @@ class FlowdeskApp(App[None]):
             self.say(f"Run {rid} completed" + (f": {report}" if report else ""))
         elif result.status == "failed":
             self.say(f"Run {rid} failed: {result.error}", "error")
+        elif result.status == "canceled" and result.run_id in self._canceled_here:
+            return  # said when it was canceled
+        elif result.status == "waiting":
+            self.say(f"Run {rid} is waiting; select it and press a to see what for.", "warning")
         else:
             self.say(f"Run {rid} is {result.status}", "warning")
 
@@ -370,36 +417,186 @@ class FlowdeskApp(App[None]):
             return
         self.push_screen(RunDetailScreen(run_id))
 
+    # -- canceling -------------------------------------------------------
+
+    def cancel_run(self, run_id: str) -> None:
+        """Ask, then cancel one run in a worker (``Engine.cancel``)."""
+        if self._require_engine() is None:
+            return
+        run = self.read(lambda s: s.get_run(run_id))
+        if run is None:
+            return
+        rid = short_id(run_id)
+        if run.status in FINISHED:
+            self.say(f"Run {rid} is already {run.status}; nothing to cancel.", "error")
+            return
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._cancel(run_id)
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Cancel run {rid}?",
+                f"{run.flow_name} run, {run.status}. A canceled run cannot be resumed; "
+                "replay it from a checkpoint to run it again.",
+                yes="Cancel run",
+                no="Keep it",
+            ),
+            chosen,
+        )
+
+    @work(thread=True, group="control", name="cancel run")
+    def _cancel(self, run_id: str) -> None:
+        engine = self.engine
+        assert engine is not None
+        rid = short_id(run_id)
+        try:
+            run = engine.cancel(run_id)
+        except FlowdeskError as exc:
+            self.say(f"Run {rid} was not canceled: {exc}", "error")
+        except Exception as exc:
+            self.say(f"Run {rid} was not canceled: {type(exc).__name__}: {exc}", "error")
+        else:
+            self._canceled_here.add(run_id)
+            self.say(f"Run {rid} is {run.status}.")
+        finally:
+            self.post_message(RunChanged(run_id))
+
+    # -- answering waiting runs ------------------------------------------
+
+    def answer_run(self, run_id: str) -> None:
+        """Show what a waiting run waits for, and answer its questions."""
+        if self._require_engine() is None:
+            return
+        run = self.read(lambda s: s.get_run(run_id))
+        if run is None:
+            return
+        if run.status != "waiting":
+            self.say(
+                f"Run {short_id(run_id)} is {run.status}, not waiting; nothing to answer.",
+                "warning",
+            )
+            return
+        self.push_screen(AnswerScreen(run))
+
+    def send_answer(self, screen: AnswerScreen, run_id: str, wait_id: str, value: Any) -> str:
+        """Answer ``wait_id`` in a worker (``Engine.resume_with``).
+
+        Returns why it could not be sent (``""`` when it is on its way). The
+        screen gets :class:`AnswerAccepted` once the answer is saved (the run
+        then goes on in the worker) or :class:`AnswerRefused`.
+        """
+        if self.engine is None:
+            return "The database is not open."
+        if not self._claim(run_id):
+            return f"Run {short_id(run_id)} is running here right now; try again when it stops."
+        with self._driving_lock:
+            self._answering[run_id] = (screen, wait_id)
+        self._answer(run_id, wait_id, value)
+        return ""
+
+    def _answer_settled(self, run_id: str) -> tuple[AnswerScreen, str] | None:
+        """The screen waiting for the fate of an answer to ``run_id``, once."""
+        with self._driving_lock:
+            return self._answering.pop(run_id, None)
+
+    def _accepted(self, run_id: str) -> None:
+        asking = self._answer_settled(run_id)
+        if asking is not None:
+            screen, wait_id = asking
+            self.say(f"Answered {wait_id}; run {short_id(run_id)} goes on.")
+            screen.post_message(AnswerAccepted(run_id, wait_id))
+
+    @work(thread=True, group="runs", name="answer run")
+    def _answer(self, run_id: str, wait_id: str, value: Any) -> None:
+        engine = self.engine
+        assert engine is not None
+        result: RunResult | None = None
+        error: str | None = None
+        try:
+            self._recover_listed.wait()
+            result = engine.resume_with(run_id, value, wait_id=wait_id)
+        except FlowdeskError as exc:
+            error = str(exc)
+        except Exception as exc:
+            error = f"Run {short_id(run_id)} stopped: {type(exc).__name__}: {exc}"
+        finally:
+            self._release(run_id)
+            self.post_message(RunChanged(run_id))
+        asking = self._answer_settled(run_id)
+        if asking is None:  # accepted earlier: the run went on, then stopped
+            if error:
+                self.say(error, "error")
+        elif error:
+            screen = asking[0]
+            if screen in self.screen_stack:
+                screen.post_message(AnswerRefused(error))
+            else:
+                self.say(error, "error")
+            return
+        else:
+            self.say(f"Answered {wait_id}.")
+            asking[0].post_message(AnswerAccepted(run_id, wait_id))
+        if result is not None:
+            self._announce(result)
+
     # -- live updates ----------------------------------------------------
 
     def _on_engine_event(self, event: Event) -> None:
-        """EventBus subscriber: runs on the engine's (worker) thread."""
+        """EventBus subscriber: runs on the engine's (worker) thread.
+
+        Cheap on purpose (the run waits for it): no store reads, and at most
+        one message per refresh for progress and step events, which are
+        buffered until the UI takes them (:meth:`_flush_progress`).
+        """
         if isinstance(event, RunStarted):
             self._recover_listed.set()
-        if isinstance(event, RunProgress):
+            self._accepted(event.run_id)  # a run answered from the app goes on
+        if isinstance(event, RunProgress | StepFinished):
             with self._progress_lock:
-                first = not self._progress
-                self._progress[event.run_id] = (event.done, event.total)
+                first = not self._progress and not self._changed
+                if isinstance(event, RunProgress):
+                    self._progress[event.run_id] = (event.done, event.total)
+                else:
+                    self._changed.add(event.run_id)
             if first:
                 self.post_message(ProgressTick())
-        elif isinstance(event, RunStarted | StepFinished | RunFinished):
+        elif isinstance(event, RunStarted | RunFinished):
             self.post_message(RunChanged(event.run_id))
 
     def on_progress_tick(self, _message: ProgressTick) -> None:
+        """Show buffered progress now, or when ``REFRESH_S`` passed since the last time."""
+        if self._flush_timer is not None:
+            return
+        wait = self._last_flush + self.REFRESH_S - time.monotonic()
+        if wait > 0:
+            self._flush_timer = self.set_timer(wait, self._flush_progress)
+        else:
+            self._flush_progress()
+
+    def _flush_progress(self) -> None:
+        self._flush_timer = None
+        self._last_flush = time.monotonic()
         with self._progress_lock:
             progress, self._progress = self._progress, {}
-        for screen in self._live_screens():
+            changed, self._changed = self._changed, set()
+
+        def show(screen: RunsScreen | RunDetailScreen) -> None:
             for run_id, (done, total) in progress.items():
                 screen.set_progress(run_id, done, total)
+            for run_id in changed:
+                screen.refresh_run(run_id)
+
+        self._update_screens(show)
 
     def on_run_changed(self, message: RunChanged) -> None:
-        for screen in self._live_screens():
-            screen.refresh_run(message.run_id)
+        self._update_screens(lambda screen: screen.refresh_run(message.run_id))
 
     def _poll(self) -> None:
         """Reload when anyone committed since the last look (``PRAGMA data_version``)."""
         store = self.reader
-        if store is None:
+        if store is None or not self.is_running:
             return
         data_version = getattr(store, "data_version", None)
         version = self.read(lambda _s: data_version()) if data_version is not None else None
@@ -409,8 +606,16 @@ class FlowdeskApp(App[None]):
         self._reload_all()
 
     def _reload_all(self) -> None:
+        self._update_screens(lambda screen: screen.data_changed())
+
+    def _update_screens(self, update: Callable[[RunsScreen | RunDetailScreen], None]) -> None:
+        """Apply ``update`` to every screen that shows runs; nothing once the
+        app is shutting down (its screens are losing their widgets while a
+        late timer or message may still arrive)."""
+        if not self.is_running:
+            return
         for screen in self._live_screens():
-            screen.data_changed()
+            update(screen)
 
     # -- shutdown --------------------------------------------------------
 

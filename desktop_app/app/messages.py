@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from desktop_app.store.protocol import Wait
+
 
 class EngineReady(Message):
     """The schema is applied and the engine is open."""
@@ -39,3 +41,29 @@ class RecoveryFinished(Message):
     def __init__(self, summary: str) -> None:
         super().__init__()
         self.summary = summary
+
+
+class WaitsLoaded(Message):
+    """A run's pending waits, read in a worker (``error`` when the read failed)."""
+
+    def __init__(self, waits: list[Wait], error: str | None = None) -> None:
+        super().__init__()
+        self.waits = waits
+        self.error = error
+
+
+class AnswerAccepted(Message):
+    """The answer to ``wait_id`` is saved; the run goes on in the app's worker."""
+
+    def __init__(self, run_id: str, wait_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.wait_id = wait_id
+
+
+class AnswerRefused(Message):
+    """The engine refused the answer; nothing changed. ``error`` says why."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error

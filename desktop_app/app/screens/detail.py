@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Label, Static
 
-from desktop_app.app.format import progress, when
+from desktop_app.app.format import STATUS_STYLES, progress, when
 from desktop_app.app.widgets.run_tables import CheckpointsTable, StepsTable
 from desktop_app.store.protocol import RunRecord
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
 
 #: Seconds between refreshes while events keep arriving for this run.
-REFRESH_S = 0.25
+REFRESH_S = 0.5
 
 
 def header_text(run: RunRecord) -> Text:
@@ -28,7 +28,7 @@ def header_text(run: RunRecord) -> Text:
     text.append("   Flow ", style="bold")
     text.append(f"{run.flow_name} ({run.flow_version})")
     text.append("\nStatus ", style="bold")
-    text.append(run.status, style="bold red" if run.status == "failed" else "")
+    text.append(run.status, style=STATUS_STYLES.get(run.status, ""))
     text.append("   Progress ", style="bold")
     text.append(progress(run.progress))
     text.append("   Started ", style="bold")
@@ -47,6 +47,8 @@ class RunDetailScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("r", "resume", "Resume"),
+        Binding("a", "answer", "Answer"),
+        Binding("c", "cancel", "Cancel run"),
         Binding("q", "app.quit", "Quit"),
     ]
 
@@ -104,3 +106,9 @@ class RunDetailScreen(Screen[None]):
 
     def action_resume(self) -> None:
         self.flowdesk.resume_run(self.run_id)
+
+    def action_answer(self) -> None:
+        self.flowdesk.answer_run(self.run_id)
+
+    def action_cancel(self) -> None:
+        self.flowdesk.cancel_run(self.run_id)

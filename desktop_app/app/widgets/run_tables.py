@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
@@ -21,7 +22,12 @@ def step_cells(rec: StepRecord) -> tuple[str, ...]:
     )
 
 
-class StepsTable(DataTable[str]):
+def texts(cells: tuple[str, ...]) -> tuple[Text, ...]:
+    """Cells as plain text: a step id or an error is never read as markup."""
+    return tuple(Text(c) for c in cells)
+
+
+class StepsTable(DataTable[Text]):
     """Step records of a run's latest checkpoint (step, status, attempts, iteration, error)."""
 
     DEFAULT_CSS = """
@@ -48,19 +54,20 @@ class StepsTable(DataTable[str]):
 
     def show(self, checkpoint: Checkpoint) -> None:
         rows = [step_cells(rec) for rec in checkpoint.steps.values()]
-        if rows == [tuple(str(c) for c in self.get_row_at(i)) for i in range(self.row_count)]:
+        shown = [tuple(c.plain for c in self.get_row_at(i)) for i in range(self.row_count)]
+        if rows == shown:
             return
         cursor = self.cursor_row
         self.clear()
         for cells in rows:
-            self.add_row(*cells, key=cells[0])
+            self.add_row(*texts(cells), key=cells[0])
         if rows:
             self.move_cursor(row=min(cursor, len(rows) - 1))
 
     def status_of(self, step_id: str) -> str:
         """The status shown for a step (``""`` when the step has no row yet)."""
         try:
-            return str(self.get_cell(step_id, "status"))
+            return self.get_cell(step_id, "status").plain
         except CellDoesNotExist:
             return ""
 
@@ -75,7 +82,7 @@ def checkpoint_cells(info: CheckpointInfo) -> tuple[str, ...]:
     )
 
 
-class CheckpointsTable(DataTable[str]):
+class CheckpointsTable(DataTable[Text]):
     """The run's checkpoints, oldest first; new revisions are appended as they commit."""
 
     DEFAULT_CSS = """
@@ -109,7 +116,7 @@ class CheckpointsTable(DataTable[str]):
             shown = self._revisions = []
         at_end = not shown or self.cursor_row >= len(shown) - 1
         for info in history[len(shown) :]:
-            self.add_row(*checkpoint_cells(info), key=str(info.revision))
+            self.add_row(*texts(checkpoint_cells(info)), key=str(info.revision))
             self._revisions.append(info.revision)
         if at_end and self._revisions:
             self.move_cursor(row=len(self._revisions) - 1)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.cells import cell_len
+from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
-from desktop_app.app.format import progress, short_id, when
-from desktop_app.store.protocol import RunRecord
+from desktop_app.app.format import STATUS_STYLES, progress, short_id, when
+from desktop_app.store.protocol import RUN_STATUSES, RunRecord
 
 COLUMNS = (
     ("run", "Run"),
@@ -19,20 +22,33 @@ COLUMNS = (
     ("updated", "Updated (UTC)"),
 )
 
+#: Columns start this wide, so a value that changes in place (``running`` ->
+#: ``completed``, ``9/33875`` -> ``27582/33875``) is never cut; wider values
+#: still widen their column when they arrive.
+MIN_WIDTHS = {
+    "status": max(len(s) for s in RUN_STATUSES),
+    "progress": len("123456/123456"),
+}
 
-def run_cells(run: RunRecord) -> tuple[str, ...]:
-    """The cells of a run's row, in column order."""
+
+def run_cells(run: RunRecord) -> tuple[Text, ...]:
+    """The cells of a run's row, in column order (plain text, never markup);
+    statuses that need attention are highlighted."""
     return (
-        short_id(run.run_id),
-        run.flow_name,
-        run.status,
-        progress(run.progress),
-        when(run.created_at),
-        when(run.updated_at),
+        Text(short_id(run.run_id)),
+        Text(run.flow_name),
+        Text(run.status, style=STATUS_STYLES.get(run.status, "")),
+        Text(progress(run.progress)),
+        Text(when(run.created_at)),
+        Text(when(run.updated_at)),
     )
 
 
-class RunsTable(DataTable[str]):
+def plain(cell: object) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+class RunsTable(DataTable[Text]):
     """Runs, newest first; the row key is the run id."""
 
     DEFAULT_CSS = """
@@ -44,10 +60,13 @@ class RunsTable(DataTable[str]):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self._order: list[str] = []
+        self._follow: str | None = None
 
     def on_mount(self) -> None:
         for key, label in COLUMNS:
-            self.add_column(label, key=key)
+            column_key = self.add_column(label, key=key)
+            column = self.columns[column_key]
+            column.content_width = max(column.content_width, MIN_WIDTHS.get(key, 0))
 
     def show(self, runs: Iterable[RunRecord]) -> None:
         """Show ``runs`` (any order) newest first, keeping the selected run selected."""
@@ -56,6 +75,7 @@ class RunsTable(DataTable[str]):
         if order == self._order:
             for run in ordered:
                 self.update_run(run)
+            self._follow_now()
             return
         selected = self.selected_run_id()
         self.clear()
@@ -64,21 +84,39 @@ class RunsTable(DataTable[str]):
         self._order = order
         if selected in order:
             self.move_cursor(row=order.index(selected))
+        self._follow_now()
+
+    def follow(self, run_id: str) -> None:
+        """Select ``run_id`` now, or as soon as its row appears."""
+        self._follow = run_id
+        self._follow_now()
+
+    def _follow_now(self) -> None:
+        run_id = self._follow
+        if run_id is not None and run_id in self._order:
+            self._follow = None
+            self.move_cursor(row=self._order.index(run_id))
+
+    def _set(self, run_id: str, column: str, value: Text) -> None:
+        """Update one cell; its column widens when the value does not fit."""
+        if plain(self.get_cell(run_id, column)) == plain(value):
+            return
+        wider = cell_len(plain(value)) > self.columns[ColumnKey(column)].content_width
+        self.update_cell(run_id, column, value, update_width=wider)
 
     def update_run(self, run: RunRecord) -> bool:
         """Update the row of ``run`` in place; False when the run has no row."""
         if run.run_id not in self._order:
             return False
         for (key, _label), value in zip(COLUMNS, run_cells(run), strict=True):
-            if self.get_cell(run.run_id, key) != value:
-                self.update_cell(run.run_id, key, value)
+            self._set(run.run_id, key, value)
         return True
 
     def set_progress(self, run_id: str, done: int, total: int) -> bool:
         """Show live progress for a run; False when the run has no row."""
         if run_id not in self._order:
             return False
-        self.update_cell(run_id, "progress", progress((done, total)))
+        self._set(run_id, "progress", Text(progress((done, total))))
         return True
 
     def selected_run_id(self) -> str | None:
@@ -90,7 +128,11 @@ class RunsTable(DataTable[str]):
 
     def cell(self, run_id: str, column: str) -> str:
         """The text shown in one cell (for tests and the detail header)."""
-        return str(self.get_cell(run_id, column))
+        return plain(self.get_cell(run_id, column))
+
+    def column_width(self, column: str) -> int:
+        """How many cells wide a column's content may be."""
+        return self.columns[ColumnKey(column)].content_width
 
     @property
     def run_ids(self) -> list[str]:

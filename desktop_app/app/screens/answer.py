@@ -1,0 +1,298 @@
+"""Answer a waiting run: its pending waits, with deadlines, and an answer field.
+
+Only ``input`` waits (a question to a person) are answered here; for signal,
+event and timer waits the screen says what the run waits for.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, cast
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static
+
+from desktop_app.app.format import countdown, json_text, short_id, wait_target
+from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
+from desktop_app.errors import FlowdeskError
+from desktop_app.store.protocol import RunRecord, Wait
+
+if TYPE_CHECKING:
+    from desktop_app.app.main import FlowdeskApp
+
+#: Seconds between updates of the deadline countdowns.
+TICK_S = 1.0
+
+
+def short_wait_id(wait: Wait) -> str:
+    """``<run id>:<step>:<n>`` with the run id cut to 8 characters."""
+    run_id, sep, rest = wait.wait_id.partition(":")
+    return f"{short_id(run_id)}{sep}{rest}"
+
+
+def how_to_deliver(wait: Wait) -> str:
+    """What unblocks a wait that is not a question."""
+    if wait.kind == "signal":
+        return f"Send it with: flowdesk signal {wait.name} {wait.key}"
+    if wait.kind == "event":
+        return f"It goes on when an event {wait.name} is published."
+    return "It goes on by itself when the timer is due."
+
+
+class AnswerScreen(ModalScreen[None]):
+    """The pending waits of one waiting run; answers its input waits."""
+
+    DEFAULT_CSS = """
+    AnswerScreen {
+        align: center middle;
+    }
+    AnswerScreen #dialog {
+        width: 96;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        padding: 1 2;
+        border: thick $accent;
+        background: $surface;
+    }
+    AnswerScreen #waits {
+        height: auto;
+        max-height: 8;
+        margin-top: 1;
+    }
+    AnswerScreen #prompt {
+        height: auto;
+        margin: 1 0;
+    }
+    AnswerScreen #answer-error {
+        color: $error;
+        height: auto;
+        margin-top: 1;
+    }
+    AnswerScreen #buttons {
+        height: auto;
+        margin-top: 1;
+        align-horizontal: right;
+    }
+    AnswerScreen Button {
+        margin-left: 1;
+    }
+    """
+
+    BINDINGS = [Binding("escape", "close", "Close")]
+
+    COLUMNS = (
+        ("wait", "Wait"),
+        ("kind", "Kind"),
+        ("target", "Waits for"),
+        ("deadline", "Deadline"),
+    )
+
+    def __init__(self, run: RunRecord) -> None:
+        super().__init__()
+        self.run = run
+        self.waits: list[Wait] = []
+        self.sending = False
+        self._error = ""
+
+    @property
+    def flowdesk(self) -> FlowdeskApp:
+        return cast("FlowdeskApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        run = self.run
+        with Vertical(id="dialog"):
+            yield Label(
+                Text.assemble(
+                    ("Run ", "bold"),
+                    short_id(run.run_id),
+                    (" (", ""),
+                    run.flow_name,
+                    (") is waiting", "bold"),
+                )
+            )
+            yield DataTable[Text](id="waits", cursor_type="row", zebra_stripes=True)
+            yield Static("Reading what it waits for…", id="prompt")
+            yield Input(placeholder="Type the answer; enter sends it", id="answer", disabled=True)
+            yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json")
+            yield Static("", id="answer-error")
+            with Horizontal(id="buttons"):
+                yield Button("Send", variant="primary", id="send", disabled=True)
+                yield Button("Close", id="close")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#waits", DataTable)
+        for key, label in self.COLUMNS:
+            table.add_column(label, key=key)
+        self.set_interval(TICK_S, self._tick)
+        self.load()
+
+    # -- reading the waits (in a worker: the engine's store may be busy) --
+
+    @work(thread=True, exclusive=True, group="waits", name="read waits")
+    def load(self) -> None:
+        engine = self.flowdesk.engine
+        if engine is None:
+            self.post_message(WaitsLoaded([], "The database is not open."))
+            return
+        try:
+            waits = engine.waits(self.run.run_id)
+        except FlowdeskError as exc:
+            self.post_message(WaitsLoaded([], str(exc)))
+        except Exception as exc:  # never a traceback in the user's face
+            self.post_message(WaitsLoaded([], f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(WaitsLoaded(waits))
+
+    def on_waits_loaded(self, message: WaitsLoaded) -> None:
+        self.waits = message.waits
+        table = self.query_one("#waits", DataTable)
+        keep = self.selected_wait_id
+        table.clear()
+        now = self._now()
+        for w in self.waits:
+            cells = (short_wait_id(w), w.kind, wait_target(w), countdown(w.deadline_at, now))
+            table.add_row(*(Text(c) for c in cells), key=w.wait_id)
+        if message.error:
+            self._show_error(message.error)
+        ids = [w.wait_id for w in self.waits]
+        first_input = next((i for i, w in enumerate(self.waits) if w.kind == "input"), 0)
+        if self.waits:
+            table.move_cursor(row=ids.index(keep) if keep in ids else first_input)
+        self._selected_changed()
+
+    def _now(self) -> float:
+        engine = self.flowdesk.engine
+        return engine.clock.now() if engine is not None else 0.0
+
+    def _tick(self) -> None:
+        try:
+            table = self.query_one("#waits", DataTable)
+        except NoMatches:  # the screen is closing
+            return
+        now = self._now()
+        for w in self.waits:
+            text = countdown(w.deadline_at, now)
+            if table.get_cell(w.wait_id, "deadline").plain != text:
+                table.update_cell(w.wait_id, "deadline", Text(text))
+
+    # -- the selected wait ---------------------------------------------
+
+    @property
+    def selected(self) -> Wait | None:
+        table = self.query_one("#waits", DataTable)
+        if not self.waits or not table.is_valid_row_index(table.cursor_row):
+            return None
+        return self.waits[table.cursor_row]
+
+    @property
+    def selected_wait_id(self) -> str | None:
+        wait = self.selected
+        return wait.wait_id if wait is not None else None
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._selected_changed()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        answer = self.query_one("#answer", Input)
+        if not answer.disabled:
+            answer.focus()
+
+    def _selected_changed(self) -> None:
+        wait = self.selected
+        answerable = wait is not None and wait.kind == "input"
+        prompt = self.query_one("#prompt", Static)
+        if wait is None:
+            note = self.run.error or "no question is pending"
+            prompt.update(Text(f"This run waits for nothing that can be answered here ({note})."))
+        elif answerable:
+            question = json_text(wait.prompt) or "(no prompt)"
+            prompt.update(Text.assemble(("Question: ", "bold"), question))
+        else:
+            prompt.update(
+                Text.assemble(
+                    ("Waits for ", "bold"),
+                    wait_target(wait),
+                    ". Only questions (input waits) are answered here. ",
+                    how_to_deliver(wait),
+                )
+            )
+        answer = self.query_one("#answer", Input)
+        answer.disabled = not answerable or self.sending
+        self.query_one("#as-json", Checkbox).disabled = not answerable or self.sending
+        self.query_one("#send", Button).disabled = not answerable or self.sending
+        if answerable and not self.sending:
+            answer.focus()
+
+    # -- sending ---------------------------------------------------------
+
+    @property
+    def error_text(self) -> str:
+        """The message shown under the answer (``""`` when none)."""
+        return self._error
+
+    def _show_error(self, message: str) -> None:
+        self._error = message
+        self.query_one("#answer-error", Static).update(Text(message))
+
+    def on_input_changed(self, _event: Input.Changed) -> None:
+        if self._error and not self.sending:
+            self._show_error("")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "send":
+            self.submit()
+        else:
+            self.dismiss(None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def submit(self) -> None:
+        """Send the answer to the selected input wait (in the app's worker)."""
+        wait = self.selected
+        if self.sending or wait is None or wait.kind != "input":
+            return
+        text = self.query_one("#answer", Input).value
+        value: Any = text
+        if self.query_one("#as-json", Checkbox).value:
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                self._show_error(f"Not JSON: {exc}")
+                return
+        elif not text.strip():
+            self._show_error("Type an answer first.")
+            return
+        refused = self.flowdesk.send_answer(self, self.run.run_id, wait.wait_id, value)
+        if refused:
+            self._show_error(refused)
+            return
+        self._set_sending(True)
+        self._show_error("")
+        self.query_one("#prompt", Static).update(Text(f"Sending the answer to {wait.wait_id}…"))
+
+    def _set_sending(self, sending: bool) -> None:
+        self.sending = sending
+        self._selected_changed()
+
+    def on_answer_accepted(self, _message: AnswerAccepted) -> None:
+        self.dismiss(None)
+
+    def on_answer_refused(self, message: AnswerRefused) -> None:
+        self._set_sending(False)
+        self._show_error(message.error)
+        self.load()  # the run may have moved on (answered or timed out elsewhere)

@@ -1,0 +1,72 @@
+"""A small yes/no question (cancel a run?)."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Label, Static
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask ``question``; dismiss with True (y, Yes) or False (n, escape, No)."""
+
+    DEFAULT_CSS = """
+    ConfirmScreen {
+        align: center middle;
+    }
+    ConfirmScreen #dialog {
+        width: 64;
+        max-width: 100%;
+        height: auto;
+        padding: 1 2;
+        border: thick $warning;
+        background: $surface;
+    }
+    ConfirmScreen #detail {
+        color: $text-muted;
+        height: auto;
+        margin-top: 1;
+    }
+    ConfirmScreen #buttons {
+        height: auto;
+        margin-top: 1;
+        align-horizontal: right;
+    }
+    ConfirmScreen Button {
+        margin-left: 1;
+    }
+    """
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n", "answer(False)", "No"),
+        Binding("escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str, detail: str = "", *, yes: str = "Yes", no: str = "No"):
+        super().__init__()
+        self.question = question
+        self.detail = detail
+        self._labels = (yes, no)
+
+    def compose(self) -> ComposeResult:
+        yes, no = self._labels
+        with Vertical(id="dialog"):
+            yield Label(Text(self.question, style="bold"), id="question")
+            yield Static(Text(self.detail), id="detail")
+            with Horizontal(id="buttons"):
+                yield Button(yes, variant="error", id="yes")
+                yield Button(no, variant="primary", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()  # enter does not destroy anything by accident
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
