@@ -669,17 +669,15 @@ class Engine:
         :meth:`fail_run` it, :meth:`fork_onto_current` it, or keep it for a
         process that still has the old flow."""
         out: list[IncompatibleRun] = []
-        for run in self.store.list_runs(statuses=("pending", "running", "waiting", "failed")):
-            f = self._flows.get(run.flow_name)
-            if f is None or f.version == run.flow_version:
-                continue
-            cp = self.store.latest(run.run_id)
-            step = cp.frontier[0] if cp.frontier else ""
-            out.append(
-                IncompatibleRun(
-                    run.run_id, run.flow_name, run.status, step, run.flow_version, f.version
+        for f in self._flows.values():
+            for run in self.store.runs_of_other_versions(f.name, f.version):
+                cp = self.store.latest(run.run_id)
+                step = cp.frontier[0] if cp.frontier else ""
+                out.append(
+                    IncompatibleRun(
+                        run.run_id, run.flow_name, run.status, step, run.flow_version, f.version
+                    )
                 )
-            )
         return out
 
     def fail_run(self, run_id: str, reason: str) -> RunRecord:

@@ -256,6 +256,15 @@ class InMemoryCheckpointStore:
         end = None if limit is None else offset + limit
         return runs[offset:end]
 
+    def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
+        return [
+            r
+            for r in self.list_runs(
+                statuses=("pending", "running", "waiting", "failed"), flow_name=flow_name
+            )
+            if r.flow_version != version
+        ]
+
     def delete_run(self, run_id: str) -> None:
         with self._lock:
             self._run(run_id)

@@ -470,6 +470,10 @@ class CheckpointStore(Protocol):
         newest first; ``limit``/``offset`` page through them; optionally only
         those of a tenant, a session or a flow key."""
 
+    def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
+        """Live runs (pending, running, waiting, failed) of ``flow_name`` whose
+        ``flow_version`` is not ``version``, oldest first (an indexed query)."""
+
     def data_version(self) -> int:
         """A number that changes whenever anyone (any connection, any process)
         committed to the store since the last call; cheap to poll."""

@@ -470,6 +470,21 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
 
     @_locked
+    def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
+        try:
+            return [
+                _run_from_row(r)
+                for r in self.conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=? AND flow_name=? "
+                    "AND flow_version<>? AND status IN ('pending','running','waiting','failed') "
+                    "ORDER BY created_at, run_id",
+                    (self.scope, flow_name, version),
+                )
+            ]
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
+    @_locked
     def history(self, run_id: str) -> list[CheckpointInfo]:
         self.get_run(run_id)
         try:
