@@ -485,7 +485,7 @@ async def test_a_run_started_from_the_form_is_selected(
 
 async def test_the_schema_status_line_goes_away(tmp_path: Path) -> None:
     app = FlowdeskApp(settings_for(tmp_path / "t.db"))
-    app.STATUS_S = 0.2
+    app.STATUS_S = 2.0  # long enough to be seen after start-up on a busy machine
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         line = runs_screen(app).status_line

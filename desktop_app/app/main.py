@@ -33,7 +33,7 @@ from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 
 from desktop_app import bootstrap
@@ -50,8 +50,12 @@ from desktop_app.app.messages import (
 from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.inbox import InboxScreen
+from desktop_app.app.screens.launch_report import check_after_launch
 from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.app.screens.settings import SettingsScreen
+from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.config import Settings
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
@@ -96,7 +100,12 @@ class FlowdeskApp(App[None]):
 
     TITLE = "Flowdesk"
     CSS_PATH = "flowdesk.tcss"
-    BINDINGS = [Binding("q", "quit", "Quit")]
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("i", "inbox", "Inbox"),
+        Binding("s", "start_flow", "Start flow"),
+        Binding("ctrl+s", "settings", "Settings"),
+    ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
     #: Least seconds between two refreshes of live progress (10 a second).
@@ -151,6 +160,9 @@ class FlowdeskApp(App[None]):
             "Summarise every file of a folder into digest.md",
             self.action_new_digest,
         )
+        yield SystemCommand("Inbox", "Every run waiting for a person", self.action_inbox)
+        yield SystemCommand("Start flow", "Start any registered flow", self.action_start_flow)
+        yield SystemCommand("Settings", "Database, durability and model", self.action_settings)
         if isinstance(screen, RunsScreen):
             yield SystemCommand(
                 "Open run", "Steps and checkpoints of the selected run", screen.action_open_run
@@ -260,6 +272,7 @@ class FlowdeskApp(App[None]):
             self._start_recovery()
         else:
             self._recover_listed.set()
+            check_after_launch(self)  # S51: runs left by an older flow version
 
     # -- launch recovery -------------------------------------------------
 
@@ -267,6 +280,7 @@ class FlowdeskApp(App[None]):
         interrupted = self.read(lambda s: s.list_runs(statuses=INTERRUPTED))
         if not interrupted:
             self._recover_listed.set()
+            check_after_launch(self)  # S51: runs left by an older flow version
             return
         ids = frozenset(r.run_id for r in interrupted)
         with self._driving_lock:
@@ -309,6 +323,7 @@ class FlowdeskApp(App[None]):
     def on_recovery_finished(self, message: RecoveryFinished) -> None:
         self.runs_screen.status_line.say(message.summary, for_s=self.STATUS_S)
         self._reload_all()
+        check_after_launch(self)  # S51: runs left by an older flow version
 
     # -- starting and resuming runs --------------------------------------
 
@@ -356,6 +371,34 @@ class FlowdeskApp(App[None]):
         self.say(f"Started digest run {short_id(run_id)} of {given.folder}")
         self.runs_screen.table.follow(run_id)  # selected as soon as its row shows
         self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id))
+        return run_id
+
+    def action_inbox(self) -> None:
+        """Every run waiting for a person (approve, reject, answer)."""
+        if not isinstance(self.screen, ModalScreen | InboxScreen):
+            self.push_screen(InboxScreen())
+
+    def action_start_flow(self) -> None:
+        """Start any registered flow from a form built from its state model."""
+        engine = self._require_engine()
+        if engine is not None and not isinstance(self.screen, ModalScreen):
+            flows = {name: f.state_type for name, f in engine.flows.items()}
+            self.push_screen(StartFlowScreen(flows))
+
+    def action_settings(self) -> None:
+        if not isinstance(self.screen, ModalScreen):
+            self.push_screen(SettingsScreen())
+
+    def start_flow(self, flow_name: str, state: dict[str, Any]) -> str | None:
+        """Start a run of any registered flow in a worker; returns its run id."""
+        engine = self._require_engine()
+        if engine is None:
+            return None
+        run_id = uuid.uuid4().hex
+        self._claim(run_id)
+        self.say(f"Started {flow_name} run {run_id}")
+        self.runs_screen.table.follow(run_id)
+        self._drive(run_id, lambda: engine.run(flow_name, state, run_id=run_id))
         return run_id
 
     def resume_run(self, run_id: str) -> None:

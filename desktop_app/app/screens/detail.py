@@ -1,24 +1,75 @@
-"""Run detail: header, the latest step records and the checkpoint timeline."""
+"""Run detail: the checkpoint timeline, the state at any revision and the diff
+between two, step records, waits with live countdowns, outbox intents, the
+execution context ids, and replay or fork from a checkpoint.
+
+Reads that the screen refreshes live (the run, its latest checkpoint, its
+history, its intents) go through the app's read-only store on the UI thread,
+like every other screen. A revision's state is loaded with
+``Engine.checkpoint`` in a thread worker; checkpoints are immutable, so each
+one is loaded once. Replays and forks run in an app worker (the new run is
+driven to its end there, as a run started from the app is).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
+from pydantic import ValidationError
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Label, Static
+from textual.widgets import (
+    DataTable,
+    Footer,
+    Header,
+    Label,
+    Static,
+    TabbedContent,
+    TabPane,
+)
+from textual.worker import get_current_worker
 
-from desktop_app.app.format import STATUS_STYLES, progress, when
-from desktop_app.app.widgets.run_tables import CheckpointsTable, StepsTable
-from desktop_app.store.protocol import RunRecord
+from desktop_app.app.format import STATUS_STYLES, progress, short_id, when
+from desktop_app.app.messages import RunChanged
+from desktop_app.app.screens.confirm import ConfirmScreen
+from desktop_app.app.screens.fork import ForkScreen, validation_lines
+from desktop_app.app.state_diff import diff_states, ordered
+from desktop_app.app.widgets.run_tables import (
+    INTENT_STATUSES,
+    CheckpointsTable,
+    ContextTable,
+    OutboxTable,
+    StepsTable,
+    WaitsTable,
+)
+from desktop_app.app.widgets.state_view import DiffTable, StateTree
+from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
+from desktop_app.flow import CompiledFlow, RunResult
+from desktop_app.store.protocol import Checkpoint, RunRecord, checkpoint_id
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
 
 #: Seconds between refreshes while events keep arriving for this run.
 REFRESH_S = 0.5
+#: Seconds between updates of the deadline countdowns.
+TICK_S = 1.0
+#: Outbox intents read (all runs, oldest first) to find this run's.
+OUTBOX_LIMIT = 10_000
+#: Checkpoints kept in memory (the selected one and the diff base always are).
+KEEP_CHECKPOINTS = 32
+
+#: Tab pane ids, in the order of the tabs (keys 1..6 switch to them).
+TABS = ("tab-state", "tab-diff", "tab-steps", "tab-waits", "tab-outbox", "tab-context")
 
 
 def header_text(run: RunRecord) -> Text:
@@ -35,28 +86,93 @@ def header_text(run: RunRecord) -> Text:
     text.append(when(run.created_at))
     text.append("   Updated ", style="bold")
     text.append(when(run.updated_at))
+    if run.parent_run_id:
+        text.append("   Parent ", style="bold")
+        text.append(short_id(run.parent_run_id))
     if run.error:
         text.append("\nError ", style="bold red")
         text.append(run.error)
     return text
 
 
+def revision_title(cp: Checkpoint) -> Text:
+    text = Text()
+    text.append(f"Revision {cp.revision}", style="bold")
+    text.append(f"  {cp.status}", style=STATUS_STYLES.get(cp.status, ""))
+    text.append(f"  after {cp.step_id or 'the start'}  {when(cp.created_at)}")
+    if cp.frontier:
+        text.append(f"  next: {', '.join(cp.frontier)}", style="dim")
+    return text
+
+
+class CheckpointLoaded(Message):
+    """A revision read in a worker (``error`` when it could not be read)."""
+
+    def __init__(self, revision: int, checkpoint: Checkpoint | None, error: str = "") -> None:
+        super().__init__()
+        self.revision = revision
+        self.checkpoint = checkpoint
+        self.error = error
+
+
+class BranchFinished(Message):
+    """A replay or fork from this screen ended (``ok`` when the new run exists)."""
+
+    def __init__(self, run_id: str, ok: bool) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.ok = ok
+
+
 class RunDetailScreen(Screen[None]):
-    """One run: its steps and checkpoints, updated live while it works."""
+    """One run: its timeline, states, steps, waits, outbox and context, updated live."""
+
+    DEFAULT_CSS = """
+    RunDetailScreen #detail-body {
+        height: 1fr;
+    }
+    RunDetailScreen #timeline {
+        width: 50%;
+        height: 1fr;
+    }
+    RunDetailScreen #panels {
+        width: 1fr;
+        height: 1fr;
+    }
+    RunDetailScreen .pane-title {
+        height: auto;
+        padding: 0 1;
+    }
+    """
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("r", "resume", "Resume"),
         Binding("a", "answer", "Answer"),
         Binding("c", "cancel", "Cancel run"),
+        Binding("d", "diff_base", "Diff base"),
+        Binding("p", "replay", "Replay"),
+        Binding("k", "fork", "Fork"),
         Binding("q", "app.quit", "Quit"),
+        *(Binding(str(i + 1), f"show_tab('{tab}')", show=False) for i, tab in enumerate(TABS)),
     ]
 
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
         self.record: RunRecord | None = None
+        self.latest: Checkpoint | None = None
+        #: The revision selected in the timeline, and the diff base (``d``).
+        self.selected_revision: int | None = None
+        self.base_revision: int | None = None
+        self.checkpoints: dict[int, Checkpoint] = {}
+        self._load_errors: dict[int, str] = {}
+        self._loading: set[int] = set()
         self._dirty = False
+        self._outbox_stale = True
+        #: The run a replay or fork from here is creating, until it is opened.
+        self.branching: str | None = None
+        self._fields: list[str] | None = None
 
     @property
     def flowdesk(self) -> FlowdeskApp:
@@ -65,20 +181,42 @@ class RunDetailScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text(f"Run {self.run_id}"), id="run-header")
-        yield Label("Steps", classes="section")
-        yield StepsTable(id="steps")
-        yield Label("Checkpoints", classes="section")
-        yield CheckpointsTable(id="checkpoints")
+        with Horizontal(id="detail-body"):
+            with Vertical(id="timeline"):
+                yield Label("Checkpoints (d diff base, p replay, k fork)", classes="section")
+                yield CheckpointsTable(id="checkpoints")
+            with TabbedContent(id="panels", initial="tab-state"):
+                with TabPane("State", id="tab-state"):
+                    yield Static("Select a checkpoint.", id="state-title", classes="pane-title")
+                    yield StateTree(id="state")
+                with TabPane("Diff", id="tab-diff"):
+                    yield Static("", id="diff-title", classes="pane-title")
+                    yield DiffTable(id="diff")
+                with TabPane("Steps", id="tab-steps"):
+                    yield StepsTable(id="steps")
+                with TabPane("Waits", id="tab-waits"):
+                    yield WaitsTable(id="waits")
+                with TabPane("Outbox", id="tab-outbox"):
+                    yield Static("", id="outbox-title", classes="pane-title")
+                    yield OutboxTable(id="outbox")
+                with TabPane("Context", id="tab-context"):
+                    yield ContextTable(id="context")
         yield Footer()
 
     def on_mount(self) -> None:
+        self._show_diff()
         self.reload()
         self.set_interval(REFRESH_S, self._flush)
-        self.query_one(StepsTable).focus()
+        self.set_interval(TICK_S, self._tick)
+        self.query_one(CheckpointsTable).focus()
+
+    # -- live updates (called by the app) ---------------------------------
 
     def refresh_run(self, run_id: str) -> None:
         if run_id == self.run_id:
             self._dirty = True
+        elif run_id == self.branching:
+            self._open_branch(run_id)
 
     def data_changed(self) -> None:
         self._dirty = True
@@ -91,6 +229,20 @@ class RunDetailScreen(Screen[None]):
             self._dirty = False
             self.reload()
 
+    def now(self) -> float:
+        """The engine's clock (what deadlines are measured against)."""
+        engine = self.flowdesk.engine
+        if engine is not None:
+            return engine.clock.now()
+        return time.time()
+
+    def _tick(self) -> None:
+        try:
+            waits = self.query_one(WaitsTable)
+        except NoMatches:  # the screen is closing
+            return
+        waits.tick(self.now())
+
     def reload(self) -> None:
         run_id = self.run_id
         got = self.flowdesk.read(
@@ -100,9 +252,357 @@ class RunDetailScreen(Screen[None]):
             return
         run, checkpoint, history = got
         self.record = run
+        self.latest = checkpoint
+        self._remember(checkpoint)
         self.query_one("#run-header", Static).update(header_text(run))
         self.query_one(StepsTable).show(checkpoint)
+        self.query_one(WaitsTable).show(checkpoint.waits, self.now())
+        self.query_one(ContextTable).show(run)
         self.query_one(CheckpointsTable).show(history)
+        self._set_tab_label("tab-waits", "Waits", len(checkpoint.waits))
+        self._outbox_stale = True
+        if self.query_one(TabbedContent).active == "tab-outbox":
+            self.load_outbox()
+        self._sync_selection()
+
+    def _set_tab_label(self, pane: str, name: str, count: int) -> None:
+        tab = self.query_one(TabbedContent).get_tab(pane)
+        label = f"{name} ({count})" if count else name
+        if tab.label_text != label:
+            tab.label = label
+
+    # -- outbox ------------------------------------------------------------
+
+    def load_outbox(self) -> None:
+        """Read this run's outbox intents (only when the Outbox tab shows)."""
+        run_id = self.run_id
+        got = self.flowdesk.read(lambda s: s.intents(INTENT_STATUSES, limit=OUTBOX_LIMIT))
+        if got is None:
+            return
+        self._outbox_stale = False
+        mine = [i for i in got if i.run_id == run_id]
+        self.query_one(OutboxTable).show(mine)
+        title = self.query_one("#outbox-title", Static)
+        if not mine:
+            title.update(Text("This run has no outbox intents.", style="dim"))
+        else:
+            delivered = sum(i.status == "delivered" for i in mine)
+            title.update(Text(f"{delivered} of {len(mine)} delivered"))
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "tab-outbox" and self._outbox_stale:
+            self.load_outbox()
+
+    def action_show_tab(self, pane: str) -> None:
+        self.query_one(TabbedContent).active = pane
+
+    # -- the selected revision ---------------------------------------------
+
+    def state_of(self, cp: Checkpoint) -> dict[str, Any]:
+        """A checkpoint's state with its fields in the state model's order."""
+        if self._fields is None and self.record is not None and self.flowdesk.engine:
+            try:
+                model = self.flowdesk.engine.flow(self.record.flow_name).state_type
+            except FlowdeskError:
+                self._fields = []
+            else:
+                self._fields = list(model.model_fields)
+        return ordered(cp.state, self._fields)
+
+    @property
+    def state_tree(self) -> StateTree:
+        return self.query_one(StateTree)
+
+    @property
+    def diff_table(self) -> DiffTable:
+        return self.query_one(DiffTable)
+
+    def _cursor_revision(self) -> int | None:
+        table = self.query_one(CheckpointsTable)
+        revisions = table.revisions
+        if not revisions or not table.is_valid_row_index(table.cursor_row):
+            return None
+        return revisions[table.cursor_row]
+
+    def _sync_selection(self) -> None:
+        revision = self._cursor_revision()
+        if revision is not None and revision != self.selected_revision:
+            self.select_revision(revision)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if isinstance(event.data_table, CheckpointsTable):
+            event.stop()
+            self._sync_selection()
+
+    def select_revision(self, revision: int) -> None:
+        """Show ``revision``'s state (loading it first when needed) and the diff to it."""
+        self.selected_revision = revision
+        if revision in self.checkpoints:
+            self._show_selected()
+        else:
+            self.query_one("#state-title", Static).update(
+                Text(f"Reading revision {revision}…", style="dim")
+            )
+            self._request(revision)
+        self._show_diff()
+
+    def _request(self, revision: int) -> None:
+        if revision not in self._loading:
+            self._loading.add(revision)
+            self._load(revision)
+
+    @work(thread=True, group="checkpoint", name="read checkpoint")
+    def _load(self, revision: int) -> None:
+        engine = self.flowdesk.engine
+        if engine is None:
+            self.post_message(CheckpointLoaded(revision, None, "The database is not open."))
+            return
+        try:
+            cp = engine.checkpoint(checkpoint_id(self.run_id, revision))
+        except FlowdeskError as exc:
+            message = CheckpointLoaded(revision, None, str(exc))
+        except Exception as exc:  # never a traceback in the user's face
+            message = CheckpointLoaded(revision, None, f"{type(exc).__name__}: {exc}")
+        else:
+            message = CheckpointLoaded(revision, cp)
+        if not get_current_worker().is_cancelled:
+            self.post_message(message)
+
+    def on_checkpoint_loaded(self, message: CheckpointLoaded) -> None:
+        self._loading.discard(message.revision)
+        if message.checkpoint is not None:
+            self._remember(message.checkpoint)
+            self._load_errors.pop(message.revision, None)
+        else:
+            self._load_errors[message.revision] = message.error
+        if message.revision == self.selected_revision:
+            self._show_selected()
+        if message.revision in (self.selected_revision, self.base_revision):
+            self._show_diff()
+
+    def _remember(self, cp: Checkpoint) -> None:
+        """Keep ``cp`` (checkpoints never change); forget the least recent ones
+        beyond :data:`KEEP_CHECKPOINTS`, except the selected one and the base."""
+        self.checkpoints.pop(cp.revision, None)
+        self.checkpoints[cp.revision] = cp
+        keep = (self.selected_revision, self.base_revision)
+        for revision in list(self.checkpoints):
+            if len(self.checkpoints) <= KEEP_CHECKPOINTS:
+                break
+            if revision not in keep:
+                del self.checkpoints[revision]
+
+    def _show_selected(self) -> None:
+        revision = self.selected_revision
+        title = self.query_one("#state-title", Static)
+        if revision is None:
+            return
+        cp = self.checkpoints.get(revision)
+        if cp is None:
+            error = self._load_errors.get(revision, "")
+            title.update(Text(f"Revision {revision} could not be read: {error}", style="red"))
+            self.state_tree.show_state(f"revision {revision}", None)
+            return
+        title.update(revision_title(cp))
+        self.state_tree.show_state(f"revision {revision}", self.state_of(cp))
+
+    # -- diff ------------------------------------------------------------
+
+    def action_diff_base(self) -> None:
+        """Mark the selected revision as the diff base (again: clear the base)."""
+        revision = self.selected_revision
+        if revision is None:
+            self.flowdesk.say("Select a checkpoint first.", "warning")
+            return
+        if self.base_revision == revision:
+            self.base_revision = None
+        else:
+            self.base_revision = revision
+            if revision not in self.checkpoints:
+                self._request(revision)
+            self.query_one(TabbedContent).active = "tab-diff"
+        self._show_diff()
+
+    def _show_diff(self) -> None:
+        title = self.query_one("#diff-title", Static)
+        table = self.diff_table
+        base, selected = self.base_revision, self.selected_revision
+        if base is None:
+            title.update(
+                Text(
+                    "Press d on a checkpoint to mark it as the diff base, then select "
+                    "another: what changed from the base shows here.",
+                    style="dim",
+                )
+            )
+            table.show([])
+            self._set_tab_label("tab-diff", "Diff", 0)
+            return
+        old = self.checkpoints.get(base)
+        new = self.checkpoints.get(selected) if selected is not None else None
+        if old is None or new is None:
+            missing = base if old is None else selected
+            error = self._load_errors.get(missing or 0)
+            note = f"could not be read: {error}" if error else "is being read…"
+            title.update(Text(f"Diff base {base}: revision {missing} {note}", style="dim"))
+            table.show([])
+            return
+        changes = diff_states(self.state_of(old), self.state_of(new))
+        head = f"Revision {base} (base) → revision {new.revision}: "
+        if not changes:
+            summary = "no change" if base != new.revision else "select another revision"
+        else:
+            summary = f"{len(changes)} change" + ("" if len(changes) == 1 else "s")
+        title.update(Text.assemble((head, "bold"), summary, "   (d again clears the base)"))
+        table.show(changes)
+        self._set_tab_label("tab-diff", "Diff", len(changes))
+
+    # -- replay and fork -------------------------------------------------
+
+    def _branchable(self) -> tuple[str, CompiledFlow[Any]] | None:
+        """The selected checkpoint's id and the run's flow, or ``None`` (said why)."""
+        app = self.flowdesk
+        engine = app._require_engine()
+        run, revision = self.record, self.selected_revision
+        if engine is None or run is None:
+            return None
+        if revision is None:
+            app.say("Select a checkpoint first.", "warning")
+            return None
+        try:
+            flow = engine.flow(run.flow_name)
+        except FlowdeskError as exc:
+            app.say(str(exc), "error")
+            return None
+        if flow.version != run.flow_version:
+            app.say(
+                str(FlowVersionMismatchError(run.run_id, run.flow_version, flow.version)), "error"
+            )
+            return None
+        return checkpoint_id(run.run_id, revision), flow
+
+    def action_replay(self) -> None:
+        """Ask, then continue from the selected checkpoint as a new run."""
+        got = self._branchable()
+        if got is None:
+            return
+        cid, _flow = got
+        revision = self.selected_revision
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self.branch(cid, None)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                f"Replay from checkpoint {short_id(cid)}:{revision}?",
+                f"A new run goes on from revision {revision} with the state it had then "
+                "(steps completed before it are kept). This run is left as it is.",
+                yes="Replay",
+                no="Keep",
+            ),
+            chosen,
+        )
+
+    def action_fork(self) -> None:
+        """Edit the selected checkpoint's state, then run a new run from it."""
+        got = self._branchable()
+        if got is None:
+            return
+        cid, flow = got
+        revision = self.selected_revision
+        assert revision is not None
+        cp = self.checkpoints.get(revision)
+        if cp is None:
+            run_id = self.run_id
+            cp = self.flowdesk.read(lambda s: s.get_checkpoint(run_id, revision))
+            if cp is None:
+                return
+            self._remember(cp)
+
+        def chosen(changes: dict[str, Any] | None) -> None:
+            if changes:
+                self.branch(cid, changes)
+
+        self.app.push_screen(
+            ForkScreen(
+                cid,
+                f"Fork run {short_id(self.run_id)} from revision {revision}",
+                self.state_of(cp),
+                flow.state_type,
+            ),
+            chosen,
+        )
+
+    def branch(self, cid: str, changes: Mapping[str, Any] | None) -> str:
+        """Replay (``changes`` is ``None``) or fork ``cid`` as a new run, in an app
+        worker; returns the new run's id. It opens here once it exists."""
+        app = self.flowdesk
+        engine = app.engine
+        assert engine is not None
+        new_id = uuid.uuid4().hex
+        app._claim(new_id)
+        self.branching = new_id
+        verb = "Forking" if changes is not None else "Replaying"
+        app.say(
+            f"{verb} checkpoint {short_id(cid)}:{cid.rpartition(':')[2]} as run {short_id(new_id)}…"
+        )
+
+        def job() -> RunResult:
+            if changes is not None:
+                return engine.fork(cid, dict(changes), run_id=new_id)
+            return engine.replay(cid, run_id=new_id)
+
+        self.app.run_worker(
+            lambda: self._branch(cid, new_id, job, changes is not None),
+            thread=True,
+            group="runs",
+            name="fork run" if changes is not None else "replay run",
+        )
+        return new_id
+
+    def _branch(self, cid: str, new_id: str, job: Callable[[], RunResult], fork: bool) -> None:
+        """Thread worker: run the replay or fork to its end, then say how it went."""
+        app = self.flowdesk
+        rev = f"{short_id(cid)}:{cid.rpartition(':')[2]}"
+        what = "Fork" if fork else "Replay"
+        ok = False
+        try:
+            app._recover_listed.wait()  # launch recovery never picks this run up
+            result = job()
+        except ValidationError as exc:
+            app.say(f"{what} of {rev} refused: " + "; ".join(validation_lines(exc)), "error")
+        except FlowdeskError as exc:
+            app.say(f"{what} of {rev} failed: {exc}", "error")
+        except Exception as exc:
+            app.say(f"{what} of {rev} failed: {type(exc).__name__}: {exc}", "error")
+        else:
+            ok = True
+            done = "forked" if fork else "replayed"
+            status = result.status + (f": {result.error}" if result.error else "")
+            severity: SeverityLevel = "error" if result.status == "failed" else "information"
+            app.say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
+        finally:
+            app._release(new_id)
+            app.post_message(RunChanged(new_id))
+        self.post_message(BranchFinished(new_id, ok))
+
+    def on_branch_finished(self, message: BranchFinished) -> None:
+        if message.ok:
+            self._open_branch(message.run_id)
+        if message.run_id == self.branching:  # not opened: failed, or the user moved on
+            self.branching = None
+
+    def _open_branch(self, run_id: str) -> None:
+        """Open the new run's detail (once, and only while this screen is in front)."""
+        if run_id != self.branching or not self.is_current:
+            return
+        if self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True) is None:
+            return  # not created (yet)
+        self.branching = None
+        self.flowdesk.open_run(run_id)
+
+    # -- run control -----------------------------------------------------
 
     def action_resume(self) -> None:
         self.flowdesk.resume_run(self.run_id)

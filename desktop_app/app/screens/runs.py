@@ -1,4 +1,10 @@
-"""The runs dashboard (the default screen)."""
+"""The runs dashboard (the default screen).
+
+The table shows one page of runs (:data:`PAGE` rows, newest first) read with
+one bounded ``list_runs(limit=PAGE + 1, offset=...)``: the extra row only says
+whether a next page exists, so a refresh costs the same with 100 runs in the
+file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +13,36 @@ from typing import TYPE_CHECKING, cast
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header
+from textual.widgets import DataTable, Footer, Header, Input, Select
 
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
+from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.runs_table import RunsTable
+from desktop_app.errors import CheckpointNotFoundError
+from desktop_app.store.protocol import CheckpointStore, RunRecord
+
+#: Rows per page of the runs table.
+PAGE = 200
+#: Actions of keys that step aside while a filter field has focus.
+TABLE_ACTIONS = frozenset(
+    {
+        "open_run",
+        "filters",
+        "new_run",
+        "resume_run",
+        "answer_run",
+        "cancel_run",
+        "next_page",
+        "previous_page",
+    }
+)
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
 
 
 class RunsScreen(Screen[None]):
-    """Every run of the database, newest first, updated live."""
+    """The runs of the database, one page at a time, newest first, updated live."""
 
     BINDINGS = [
         Binding("n", "new_run", "New digest"),
@@ -25,12 +50,24 @@ class RunsScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("a", "answer_run", "Answer"),
         Binding("c", "cancel_run", "Cancel run"),
+        Binding("slash", "filters", "Filter", key_display="/"),
+        Binding("f", "filters", "Filter", show=False),
+        Binding("right_square_bracket", "next_page", "Next page", key_display="]"),
+        Binding(
+            "left_square_bracket", "previous_page", "Previous page", key_display="[", show=False
+        ),
         Binding("q", "app.quit", "Quit"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
         self._statuses: dict[str, str] = {}
+        #: index of the page shown (0 = newest runs)
+        self.page = 0
+        #: whether a page after this one exists
+        self.has_more = False
+        self.filter = RunFilter()
+        self._flows_seen: set[str] = set()
 
     @property
     def flowdesk(self) -> FlowdeskApp:
@@ -53,12 +90,24 @@ class RunsScreen(Screen[None]):
     def banner(self) -> ErrorBanner:
         return self.query_one(ErrorBanner)
 
+    @property
+    def filters(self) -> RunFilters | None:
+        """The filter bar, once it was opened (mounted then, not at startup)."""
+        bars = self.query(RunFilters)
+        return bars.first() if bars else None
+
+    @property
+    def page_line(self) -> StatusLine:
+        """``Runs 1-200 · ] next page`` (which rows are shown, and how to page)."""
+        return self.query_one("#page", StatusLine)
+
     def compose(self) -> ComposeResult:
         yield Header()
         yield ErrorBanner(id="banner")
         yield StatusLine("Opening the database…", id="status")
         yield StatusLine("", id="hint", classes="-empty")
         yield RunsTable(id="runs")
+        yield StatusLine("", id="page", classes="-empty")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -69,31 +118,138 @@ class RunsScreen(Screen[None]):
     def data_changed(self) -> None:
         self.reload()
 
+    def _read_page(self, store: CheckpointStore) -> tuple[list[RunRecord], bool]:
+        """The runs of the current page and whether more follow (bounded reads only)."""
+        wanted = self.filter
+        offset = self.page * PAGE
+        if not wanted.search:
+            runs = wanted.list_runs(store, limit=PAGE + 1, offset=offset)
+            return runs[:PAGE], len(runs) > PAGE
+        # Exact run id (first, on the first page), then runs with that flow key.
+        by_key = wanted.list_runs(store, limit=PAGE + 1, offset=offset, flow_key=wanted.search)
+        runs = by_key[:PAGE]
+        if self.page == 0:
+            try:
+                exact = store.get_run(wanted.search)
+            except CheckpointNotFoundError:
+                exact = None
+            if exact is not None and wanted.matches(exact):
+                runs = [exact, *(r for r in runs if r.run_id != exact.run_id)][:PAGE]
+        return runs, len(by_key) > PAGE
+
     def reload(self) -> None:
-        runs = self.flowdesk.read(lambda store: store.list_runs(newest_first=True, limit=5000))
-        if runs is not None:
-            self.table.show(runs)
-            self._statuses = {r.run_id: r.status for r in runs}
-            self._show_hint()
+        page = self.flowdesk.read(self._read_page)
+        if page is None:
+            return
+        runs, more = page
+        if not runs and self.page > 0:  # the page emptied (runs deleted): go back
+            self.page -= 1
+            self.reload()
+            return
+        self.has_more = more
+        self.table.show(runs)
+        self._statuses = {r.run_id: r.status for r in runs}
+        self._flows_seen.update(r.flow_name for r in runs)
+        self._show_page(len(runs))
+        self._show_hint()
 
     def refresh_run(self, run_id: str) -> None:
         run = self.flowdesk.read(lambda store: store.get_run(run_id), quiet=True)
-        if run is None or not self.table.update_run(run):
-            self.reload()
-        elif self._statuses.get(run_id) != run.status:
-            self._statuses[run_id] = run.status
-            self._show_hint()
+        if run is not None and self.table.update_run(run):
+            if self._statuses.get(run_id) != run.status:
+                self._statuses[run_id] = run.status
+                self._show_hint()
+        elif self.page == 0 and not self.filter.active:
+            self.reload()  # a new run: it belongs at the top of the first page
+        # else: a run of another page or outside the filter; the next
+        # data_version poll reloads this page if anything on it changed.
+
+    def _show_page(self, shown: int) -> None:
+        first = self.page * PAGE + 1
+        where = f" matching {self.filter.describe()}" if self.filter.active else ""
+        if not shown:
+            if self.filter.active:
+                text = f"No runs{where}."
+            else:
+                text = "No runs yet; press n to start one."
+        else:
+            text = f"Runs {first}-{first + shown - 1}{where}"
+            moves = [
+                m for m, ok in (("[ previous", self.page > 0), ("] next page", self.has_more)) if ok
+            ]
+            if moves:
+                text += " · " + " · ".join(moves)
+        self.page_line.say(text)
 
     def _show_hint(self) -> None:
-        waiting = sum(status == "waiting" for status in self._statuses.values())
+        """How many runs wait (one bounded, indexed read: at most PAGE + 1 rows)."""
+        waiting_runs = self.flowdesk.read(
+            lambda store: store.list_runs(statuses=("waiting",), limit=PAGE + 1), quiet=True
+        )
+        waiting = len(waiting_runs) if waiting_runs is not None else 0
         if not waiting:
             self.hint.say("")
             return
-        runs = "1 run is" if waiting == 1 else f"{waiting} runs are"
+        if waiting > PAGE:
+            runs = f"More than {PAGE} runs are"
+        else:
+            runs = "1 run is" if waiting == 1 else f"{waiting} runs are"
         self.hint.say(f"{runs} waiting: select one and press a to see what for.")
 
     def set_progress(self, run_id: str, done: int, total: int) -> None:
         self.table.set_progress(run_id, done, total)
+
+    # -- paging and filters ---------------------------------------------
+
+    def action_next_page(self) -> None:
+        if not self.has_more:
+            self.flowdesk.notify("This is the last page.", timeout=2)
+            return
+        self.page += 1
+        self.reload()
+        self.table.move_cursor(row=0)
+
+    def action_previous_page(self) -> None:
+        if self.page == 0:
+            self.flowdesk.notify("This is the first page.", timeout=2)
+            return
+        self.page -= 1
+        self.reload()
+        self.table.move_cursor(row=0)
+
+    async def action_filters(self) -> None:
+        """Show the filter bar (or hide it when it is open)."""
+        bar = self.filters
+        if bar is None:
+            bar = RunFilters(id="filters")
+            await self.mount(bar, before=self.table)
+        elif bar.is_open:
+            bar.action_close()
+            return
+        engine = self.flowdesk.engine
+        bar.set_flows({*self._flows_seen, *(engine.flows if engine is not None else ())})
+        bar.open()
+
+    def set_filter(self, wanted: RunFilter) -> None:
+        """Show the first page of the runs that pass ``wanted``."""
+        if wanted == self.filter:
+            return
+        self.filter = wanted
+        self.page = 0
+        self.reload()
+
+    def on_run_filters_changed(self, event: RunFilters.Changed) -> None:
+        event.stop()
+        self.set_filter(event.value)
+
+    def on_run_filters_closed(self, event: RunFilters.Closed) -> None:
+        event.stop()
+        self.table.focus()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # While a filter field has focus, enter submits it (or opens the
+        # select) and letters are typed: the table's keys step aside.
+        return not (isinstance(self.focused, Input | Select) and action in TABLE_ACTIONS)
 
     # -- actions ---------------------------------------------------------
 

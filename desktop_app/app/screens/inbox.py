@@ -1,0 +1,356 @@
+"""The inbox: every run waiting for a person, with deadlines.
+
+Flow runs waiting on a question (``input`` waits) are approved (``y``),
+rejected (``n``) or answered (``enter``, the answer dialog) in place. Agent
+runs waiting for the user (``input_required``) are listed read-only: answering
+them needs the agent and its model, so the row says which command does it.
+
+Reads and answers run in thread workers (the engine's store may be waiting
+for another process's lock); results come back as messages.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from desktop_app.app.format import countdown, json_text, short_id
+from desktop_app.app.messages import AnswerAccepted, AnswerRefused
+from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.errors import FlowdeskError
+from desktop_app.store.protocol import RunRecord, Wait
+
+if TYPE_CHECKING:
+    from desktop_app.app.main import FlowdeskApp
+
+#: Seconds between updates of the deadline countdowns.
+TICK_S = 1.0
+#: The value ``y`` answers with.
+APPROVE = "yes"
+#: The value ``n`` answers with.
+REJECT = "no"
+
+
+def agent_hint(run_id: str) -> str:
+    """The command that answers an agent run waiting for the user."""
+    return f"flowdesk ask --resume {run_id} --answer TEXT"
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """One thing a person is asked: a flow run's input wait or an agent's question.
+
+    Attributes:
+        key: the row key (the wait id, or ``agent:<run id>``).
+        run_id: the flow or agent run.
+        kind: ``flow`` or ``agent``.
+        name: the flow or agent name.
+        prompt: the question, as text.
+        deadline_at: when the question times out (UTC epoch seconds), or ``None``.
+        run: the flow run (``None`` for agent runs).
+        wait: the flow run's wait (``None`` for agent runs).
+    """
+
+    key: str
+    run_id: str
+    kind: str
+    name: str
+    prompt: str
+    deadline_at: float | None
+    run: RunRecord | None = None
+    wait: Wait | None = None
+
+    @property
+    def how(self) -> str:
+        if self.kind == "flow":
+            return "y approve · n reject · enter answer"
+        return agent_hint(self.run_id)
+
+
+class InboxLoaded(Message):
+    """The inbox's items, read in a worker (``error`` when a read failed)."""
+
+    def __init__(self, items: list[InboxItem], error: str | None = None) -> None:
+        super().__init__()
+        self.items = items
+        self.error = error
+
+
+def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
+    """Flow input waits then agent questions, oldest first (call in a worker)."""
+    engine = app.engine
+    if engine is None:
+        return [], "The database is not open."
+    items: list[InboxItem] = []
+    errors: list[str] = []
+    try:
+        for run in engine.waiting():
+            try:
+                waits = engine.waits(run.run_id)
+            except FlowdeskError as exc:  # gone or changed meanwhile
+                errors.append(str(exc))
+                continue
+            for w in waits:
+                if w.kind != "input":
+                    continue
+                items.append(
+                    InboxItem(
+                        key=w.wait_id,
+                        run_id=run.run_id,
+                        kind="flow",
+                        name=run.flow_name,
+                        prompt=json_text(w.prompt) or "(no prompt)",
+                        deadline_at=w.deadline_at,
+                        run=run,
+                        wait=w,
+                    )
+                )
+    except FlowdeskError as exc:
+        errors.append(str(exc))
+    except Exception as exc:  # never a traceback in the user's face
+        errors.append(f"{type(exc).__name__}: {exc}")
+    try:
+        items.extend(_agent_items(engine.store))
+    except FlowdeskError as exc:
+        errors.append(f"agent runs: {exc}")
+    except Exception as exc:
+        errors.append(f"agent runs: {type(exc).__name__}: {exc}")
+    return items, "; ".join(errors) or None
+
+
+def _agent_items(store: Any) -> list[InboxItem]:
+    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite import SqliteCheckpointStore
+
+    if not isinstance(store, SqliteCheckpointStore):
+        return []
+    out = []
+    for run in SqliteAgentStore(store).list(statuses=["input_required"]):
+        arguments = (run.pending_call or {}).get("arguments", {})
+        question = arguments.get("question") if isinstance(arguments, dict) else None
+        out.append(
+            InboxItem(
+                key=f"agent:{run.run_id}",
+                run_id=run.run_id,
+                kind="agent",
+                name=run.agent,
+                prompt=json_text(question) or "(no question)",
+                deadline_at=run.deadline_at,
+            )
+        )
+    return out
+
+
+class InboxScreen(Screen[None]):
+    """Every run waiting for a person; approve, reject or answer in place."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("y", "approve", "Approve"),
+        Binding("n", "reject", "Reject"),
+        Binding("enter", "answer", "Answer", show=True),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    COLUMNS = (
+        ("run", "Run"),
+        ("from", "From"),
+        ("question", "Question"),
+        ("deadline", "Deadline"),
+        ("how", "How"),
+    )
+
+    DEFAULT_CSS = """
+    InboxScreen #inbox-status {
+        height: auto;
+        padding: 0 1;
+    }
+    InboxScreen #inbox {
+        height: 1fr;
+        margin-top: 1;
+    }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.items: list[InboxItem] = []
+        self.loaded = False
+        self._data_version: int | None = None
+        self._status = ""
+
+    @property
+    def flowdesk(self) -> FlowdeskApp:
+        return cast("FlowdeskApp", self.app)
+
+    @property
+    def table(self) -> DataTable[Text]:
+        return self.query_one("#inbox", DataTable)
+
+    @property
+    def status_text(self) -> str:
+        """The line above the table (how many questions wait, or a read error)."""
+        return self._status
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("Reading the inbox…", id="inbox-status")
+        yield DataTable[Text](id="inbox", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Inbox"
+        table = self.table
+        for key, label in self.COLUMNS:
+            table.add_column(label, key=key)
+        table.focus()
+        self.set_interval(TICK_S, self._tick)
+        self.set_interval(self.flowdesk.POLL_S, self._poll)
+        self.reload()
+
+    # -- reading -----------------------------------------------------------
+
+    def _poll(self) -> None:
+        """Reload when anyone committed since the last look."""
+        reader = self.flowdesk.reader
+        data_version = getattr(reader, "data_version", None)
+        if data_version is None:
+            return
+        version = self.flowdesk.read(lambda _s: data_version(), quiet=True)
+        if version is not None and version != self._data_version:
+            self._data_version = version
+            self.reload()
+
+    @work(thread=True, exclusive=True, group="inbox", name="read inbox")
+    def reload(self) -> None:
+        items, error = read_inbox(self.flowdesk)
+        self.post_message(InboxLoaded(items, error))
+
+    def on_inbox_loaded(self, message: InboxLoaded) -> None:
+        self.items = message.items
+        self.loaded = True
+        table = self.table
+        keep = self.selected.key if self.selected is not None else None
+        table.clear()
+        now = self._now()
+        for item in self.items:
+            table.add_row(*(Text(c) for c in self._cells(item, now)), key=item.key)
+        keys = [i.key for i in self.items]
+        if keep in keys:
+            table.move_cursor(row=keys.index(keep))
+        asking = sum(i.kind == "flow" for i in self.items)
+        agents = len(self.items) - asking
+        if not self.items:
+            status = "Nothing is waiting for you."
+        else:
+            status = f"{asking} flow question(s) and {agents} agent question(s) wait for you."
+        if message.error:
+            status += f" Could not read everything: {message.error}"
+            self.flowdesk.say(message.error, "error")
+        self._status = status
+        self.query_one("#inbox-status", Static).update(Text(status))
+
+    @staticmethod
+    def _cells(item: InboxItem, now: float) -> tuple[str, ...]:
+        source = item.name if item.kind == "flow" else f"agent {item.name}"
+        return (
+            short_id(item.run_id),
+            source,
+            item.prompt,
+            countdown(item.deadline_at, now),
+            item.how,
+        )
+
+    def _now(self) -> float:
+        engine = self.flowdesk.engine
+        return engine.clock.now() if engine is not None else time.time()
+
+    def _tick(self) -> None:
+        try:
+            table = self.table
+        except NoMatches:  # the screen is closing
+            return
+        now = self._now()
+        for item in self.items:
+            text = countdown(item.deadline_at, now)
+            if table.get_cell(item.key, "deadline").plain != text:
+                table.update_cell(item.key, "deadline", Text(text))
+
+    def deadline_text(self, key: str) -> str:
+        """The countdown shown for row ``key``."""
+        return str(self.table.get_cell(key, "deadline").plain)
+
+    # -- the selected item ---------------------------------------------------
+
+    @property
+    def selected(self) -> InboxItem | None:
+        table = self.table
+        if not self.items or not table.is_valid_row_index(table.cursor_row):
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return next((i for i in self.items if i.key == row_key.value), None)
+
+    def _selected_flow_item(self) -> InboxItem | None:
+        item = self.selected
+        if item is None:
+            self.flowdesk.say("Nothing selected: nothing is waiting for you.", "warning")
+            return None
+        if item.kind != "flow":
+            self.flowdesk.say(
+                f"Agent run {short_id(item.run_id)} is answered from the command line: "
+                f"{agent_hint(item.run_id)}",
+                "warning",
+            )
+            return None
+        return item
+
+    # -- actions -------------------------------------------------------------
+
+    def action_approve(self) -> None:
+        self._send(APPROVE)
+
+    def action_reject(self) -> None:
+        self._send(REJECT)
+
+    def _send(self, value: Any) -> None:
+        item = self._selected_flow_item()
+        if item is None:
+            return
+        assert item.wait is not None
+        # The app drives the answer in its worker and tells this screen how it
+        # went (AnswerAccepted / AnswerRefused), as it does for the answer dialog.
+        refused = self.flowdesk.send_answer(
+            cast(AnswerScreen, self), item.run_id, item.wait.wait_id, value
+        )
+        if refused:
+            self.flowdesk.say(refused, "error")
+
+    def action_answer(self) -> None:
+        item = self._selected_flow_item()
+        if item is None or item.run is None:
+            return
+        self.app.push_screen(AnswerScreen(item.run), self._answered)
+
+    def _answered(self, _result: None) -> None:
+        self.reload()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # enter on the table (the table's own binding) or a click on a row
+        event.stop()
+        self.action_answer()
+
+    def on_answer_accepted(self, _message: AnswerAccepted) -> None:
+        self.reload()
+
+    def on_answer_refused(self, message: AnswerRefused) -> None:
+        self.flowdesk.say(message.error, "error")
+        self.reload()

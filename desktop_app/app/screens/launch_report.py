@@ -1,0 +1,289 @@
+"""The launch report (S51): runs left by an older version of their flow.
+
+After launch recovery, :func:`check_after_launch` asks the engine for live
+runs whose flow changed since they started (``Engine.incompatible_runs``).
+When there are any, :class:`LaunchReportScreen` lists them with what launch
+recovery did, and lets a person decide per run: fail it, fork it onto the
+current version of the flow, or keep it (for a process that still has the
+old flow). Nothing is decided silently. A run failed from the report
+(reason ``flow changed``) is not asked about again at the next launch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Label, Static
+
+from desktop_app.app.format import short_id
+from desktop_app.app.messages import RunChanged
+from desktop_app.errors import FlowdeskError
+from desktop_app.flow.engine import IncompatibleRun
+
+if TYPE_CHECKING:
+    from desktop_app.app.main import FlowdeskApp
+
+#: The reason a run failed from this report is given.
+FAIL_REASON = "flow changed"
+
+
+def check_after_launch(app: FlowdeskApp) -> None:
+    """Look for runs of older flow versions in a worker; show the report if any."""
+    engine = app.engine
+    if engine is None:
+        return
+
+    def decided(run: IncompatibleRun) -> bool:
+        """Failed from this report at an earlier launch: not asked again."""
+        return run.status == "failed" and engine.status(run.run_id).error == FAIL_REASON
+
+    def find() -> None:
+        try:
+            runs = [r for r in engine.incompatible_runs() if not decided(r)]
+        except FlowdeskError as exc:
+            app.say(f"Could not look for runs of older flow versions: {exc}", "error")
+            return
+        except Exception as exc:
+            app.say(
+                f"Could not look for runs of older flow versions: {type(exc).__name__}: {exc}",
+                "error",
+            )
+            return
+        if runs:
+            # call_later posts a message: safe from this thread.
+            app.call_later(show_report, app, runs)
+
+    app.run_worker(find, thread=True, group="launch-report", name="find runs of older flows")
+
+
+def show_report(app: FlowdeskApp, runs: list[IncompatibleRun]) -> None:
+    if not app.is_running:
+        return
+    app.push_screen(LaunchReportScreen(runs, app.recovery))
+
+
+class Decided(Message):
+    """A decision on one run was carried out (``outcome``) or refused (``error``)."""
+
+    def __init__(self, run_id: str, outcome: str, error: str | None = None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.outcome = outcome
+        self.error = error
+
+
+class LaunchReportScreen(ModalScreen[None]):
+    """Runs of older flow versions: fail, fork onto the current version, or keep."""
+
+    DEFAULT_CSS = """
+    LaunchReportScreen {
+        align: center middle;
+    }
+    LaunchReportScreen #dialog {
+        width: 110;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        padding: 1 2;
+        border: thick $warning;
+        background: $surface;
+    }
+    LaunchReportScreen #recovery, LaunchReportScreen #explain {
+        height: auto;
+        margin-top: 1;
+    }
+    LaunchReportScreen #incompatible {
+        height: auto;
+        max-height: 14;
+        margin-top: 1;
+    }
+    LaunchReportScreen #buttons {
+        height: auto;
+        margin-top: 1;
+        align-horizontal: right;
+    }
+    LaunchReportScreen Button {
+        margin-left: 1;
+    }
+    """
+
+    BINDINGS = [
+        Binding("f", "fail", "Fail run"),
+        Binding("o", "fork", "Fork onto current"),
+        Binding("k", "keep", "Keep"),
+        Binding("escape", "close", "Close"),
+    ]
+
+    COLUMNS = (
+        ("run", "Run"),
+        ("flow", "Flow"),
+        ("status", "Status"),
+        ("step", "Stopped at"),
+        ("versions", "Version (stored → current)"),
+        ("decision", "Decision"),
+    )
+
+    def __init__(self, runs: list[IncompatibleRun], recovery: str | None = None) -> None:
+        super().__init__()
+        self.runs = runs
+        self.recovery = recovery
+        self.decisions: dict[str, str] = {r.run_id: "undecided" for r in runs}
+        self._busy: set[str] = set()
+
+    @property
+    def flowdesk(self) -> FlowdeskApp:
+        return cast("FlowdeskApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        n = len(self.runs)
+        with Vertical(id="dialog"):
+            yield Label("[b]Launch report[/b]")
+            if self.recovery:
+                yield Static(Text(self.recovery), id="recovery")
+            yield Static(
+                Text(
+                    f"{n} run{'s were' if n != 1 else ' was'} started under an older version of "
+                    "its flow and cannot go on as it is. For each: f fails it ('flow changed'), "
+                    "o forks it onto the current version (from its latest state and step; the "
+                    "old run is canceled as superseded), k keeps it for a process that still "
+                    "has the old flow."
+                ),
+                id="explain",
+            )
+            yield DataTable[Text](id="incompatible", cursor_type="row", zebra_stripes=True)
+            with Horizontal(id="buttons"):
+                yield Button("Fail run", variant="error", id="fail")
+                yield Button("Fork onto current", variant="primary", id="fork")
+                yield Button("Keep", id="keep")
+                yield Button("Close", id="close")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#incompatible", DataTable)
+        for key, label in self.COLUMNS:
+            table.add_column(label, key=key)
+        for r in self.runs:
+            cells = (
+                short_id(r.run_id),
+                r.flow_name,
+                r.status,
+                r.step or "-",
+                f"{r.stored_version} → {r.current_version}",
+                self.decisions[r.run_id],
+            )
+            table.add_row(*(Text(c) for c in cells), key=r.run_id)
+        table.focus()
+
+    @property
+    def selected(self) -> IncompatibleRun | None:
+        table = self.query_one("#incompatible", DataTable)
+        if not self.runs or not table.is_valid_row_index(table.cursor_row):
+            return None
+        return self.runs[table.cursor_row]
+
+    def decision(self, run_id: str) -> str:
+        """What was decided for ``run_id`` (``undecided`` until then)."""
+        return self.decisions[run_id]
+
+    def _decide(self, run_id: str, text: str) -> None:
+        self.decisions[run_id] = text
+        self.query_one("#incompatible", DataTable).update_cell(run_id, "decision", Text(text))
+
+    def _pick(self) -> IncompatibleRun | None:
+        run = self.selected
+        if run is None:
+            return None
+        if run.run_id in self._busy:
+            self.flowdesk.say(f"Run {short_id(run.run_id)} is being handled already.", "warning")
+            return None
+        if self.decisions[run.run_id] not in ("undecided", "kept"):
+            self.flowdesk.say(
+                f"Run {short_id(run.run_id)} is {self.decisions[run.run_id]} already.", "warning"
+            )
+            return None
+        return run
+
+    # -- actions ---------------------------------------------------------------
+
+    def action_fail(self) -> None:
+        if (run := self._pick()) is not None:
+            self._busy.add(run.run_id)
+            self._decide(run.run_id, "failing…")
+            self._fail(run)
+
+    def action_fork(self) -> None:
+        if (run := self._pick()) is not None:
+            self._busy.add(run.run_id)
+            self._decide(run.run_id, "forking…")
+            self._fork(run)
+
+    def action_keep(self) -> None:
+        if (run := self._pick()) is not None:
+            self._decide(run.run_id, "kept")
+            self.flowdesk.say(
+                f"Run {short_id(run.run_id)} is kept as it is (flow {run.flow_name} "
+                f"{run.stored_version})."
+            )
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        action = {"fail": self.action_fail, "fork": self.action_fork, "keep": self.action_keep}
+        action.get(event.button.id or "", self.action_close)()
+
+    # -- workers -----------------------------------------------------------------
+
+    @work(thread=True, group="launch-report", name="fail run of an older flow")
+    def _fail(self, run: IncompatibleRun) -> None:
+        engine = self.flowdesk.engine
+        assert engine is not None
+        try:
+            record = engine.fail_run(run.run_id, FAIL_REASON)
+        except FlowdeskError as exc:
+            self.post_message(Decided(run.run_id, "undecided", f"not failed: {exc}"))
+        except Exception as exc:
+            self.post_message(
+                Decided(run.run_id, "undecided", f"not failed: {type(exc).__name__}: {exc}")
+            )
+        else:
+            self.flowdesk.say(f"Run {short_id(run.run_id)} is {record.status}: {FAIL_REASON}.")
+            self.post_message(Decided(run.run_id, record.status))
+        finally:
+            self.flowdesk.post_message(RunChanged(run.run_id))
+
+    @work(thread=True, group="launch-report", name="fork run onto the current flow")
+    def _fork(self, run: IncompatibleRun) -> None:
+        engine = self.flowdesk.engine
+        assert engine is not None
+        try:
+            result = engine.fork_onto_current(run.run_id)
+        except FlowdeskError as exc:
+            self.post_message(Decided(run.run_id, "undecided", f"not forked: {exc}"))
+        except Exception as exc:
+            self.post_message(
+                Decided(run.run_id, "undecided", f"not forked: {type(exc).__name__}: {exc}")
+            )
+        else:
+            new = short_id(result.run_id)
+            self.flowdesk.say(
+                f"Run {short_id(run.run_id)} forked onto {run.flow_name} {run.current_version} "
+                f"as run {new}, now {result.status}."
+            )
+            self.post_message(Decided(run.run_id, f"forked → {new} ({result.status})"))
+            self.flowdesk.post_message(RunChanged(result.run_id))
+        finally:
+            self.flowdesk.post_message(RunChanged(run.run_id))
+
+    def on_decided(self, message: Decided) -> None:
+        self._busy.discard(message.run_id)
+        self._decide(message.run_id, message.outcome)
+        if message.error:
+            self.flowdesk.say(f"Run {short_id(message.run_id)} {message.error}", "error")

@@ -1,0 +1,421 @@
+"""Settings: the database path, durability and the model provider.
+
+Saved to the TOML settings file (:func:`desktop_app.config.config_file`),
+keeping every other key in it; a restart applies them (``FLOWDESK_*``
+variables and ``--db`` still win over the file). The API key goes to the
+system keyring only (:func:`desktop_app.secrets.set_secret`) and is never
+shown back in full.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import re
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select, Static
+
+from desktop_app.config import config_file
+from desktop_app.errors import FlowdeskError
+
+if TYPE_CHECKING:
+    from desktop_app.app.main import FlowdeskApp
+
+SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
+
+# -- TOML, by hand (tomllib reads; these few lines write) ---------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        # A JSON string is a valid TOML basic string (same escapes).
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _is_table_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _table(lines: list[str], path: list[str], table: dict[str, Any]) -> None:
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict) and not _is_table_list(v)}
+    for k, v in scalars.items():
+        lines.append(f"{_key(k)} = {_value(v)}")
+    for k, v in table.items():
+        if isinstance(v, dict):
+            lines.append("")
+            lines.append("[" + ".".join(_key(p) for p in [*path, k]) + "]")
+            _table(lines, [*path, k], v)
+        elif _is_table_list(v):
+            for item in v:
+                lines.append("")
+                lines.append("[[" + ".".join(_key(p) for p in [*path, k]) + "]]")
+                _table(lines, [*path, k], item)
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """``data`` as a TOML document (what :func:`tomllib.loads` reads back)."""
+    lines: list[str] = []
+    _table(lines, [], data)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The settings file's keys (``{}`` when it does not exist).
+
+    Raises:
+        OSError: it cannot be read.
+        tomllib.TOMLDecodeError: it is not valid TOML (it is left alone).
+    """
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def save_settings(path: Path, top: dict[str, Any], model: dict[str, Any]) -> None:
+    """Set ``top`` keys and ``[model]`` keys in the TOML file at ``path``,
+    keeping its other keys; a ``None`` value removes the key. Written to a
+    temporary file then renamed, so a crash never leaves half a file.
+
+    Comments in the file are not kept (the file is rewritten from its keys).
+    """
+    data = read_toml(path)
+    section = data.get("model")
+    if not isinstance(section, dict):
+        section = {}
+    for target, updates in ((data, top), (section, model)):
+        for k, v in updates.items():
+            if v is None:
+                target.pop(k, None)
+            else:
+                target[k] = v
+    if section:
+        data["model"] = section
+    else:
+        data.pop("model", None)
+    text = dump_toml(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def masked(secret: str) -> str:
+    """A key as ``sk-…7890``: never the whole of it."""
+    if len(secret) >= 12:
+        return f"{secret[:3]}…{secret[-4:]}"
+    if len(secret) >= 6:
+        return f"…{secret[-2:]}"
+    return "…"
+
+
+# -- the screen ---------------------------------------------------------------
+
+
+class KeyStatus(Message):
+    """What the keyring holds (``text``), or why it failed (``error``)."""
+
+    def __init__(self, text: str, error: str | None = None, saved: bool = False) -> None:
+        super().__init__()
+        self.text = text
+        self.error = error
+        self.saved = saved
+
+
+class SettingsScreen(ModalScreen[None]):
+    """Edit the settings file and store the API key in the keyring."""
+
+    DEFAULT_CSS = """
+    SettingsScreen {
+        align: center middle;
+    }
+    SettingsScreen #dialog {
+        width: 90;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        padding: 1 2;
+        border: thick $accent;
+        background: $surface;
+    }
+    SettingsScreen #form {
+        height: auto;
+        max-height: 36;
+    }
+    SettingsScreen Label {
+        margin-top: 1;
+    }
+    SettingsScreen .section {
+        margin-top: 1;
+        text-style: bold;
+        color: $accent;
+    }
+    SettingsScreen .field-error {
+        color: $error;
+        height: auto;
+    }
+    SettingsScreen #saved, SettingsScreen #key-status {
+        height: auto;
+    }
+    SettingsScreen .buttons {
+        height: auto;
+        margin-top: 1;
+        align-horizontal: right;
+    }
+    SettingsScreen Button {
+        margin-left: 1;
+    }
+    """
+
+    BINDINGS = [Binding("escape", "close", "Close")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.field_errors: dict[str, str] = {}
+        self.saved_text = ""
+        self.key_text = ""
+        self.saving_key = False
+
+    @property
+    def flowdesk(self) -> FlowdeskApp:
+        return cast("FlowdeskApp", self.app)
+
+    @property
+    def key_name(self) -> str:
+        return self.flowdesk.settings.model.api_key_name
+
+    def compose(self) -> ComposeResult:
+        settings = self.flowdesk.settings
+        model = settings.model
+        with Vertical(id="dialog"):
+            yield Label("[b]Settings[/b]")
+            with VerticalScroll(id="form"):
+                yield Label("Database", classes="section")
+                yield Static(
+                    Text.assemble(
+                        str(settings.db_path),
+                        (" (start with --db PATH or FLOWDESK_DB_PATH to use another)", "dim"),
+                    ),
+                    id="db-path",
+                )
+                yield Label("Durability (SQLite synchronous)")
+                yield Select(
+                    [
+                        ("NORMAL: faster; a commit may roll back after power loss", "NORMAL"),
+                        ("FULL: survives power loss (default)", "FULL"),
+                        ("EXTRA: FULL, plus the journal's directory", "EXTRA"),
+                    ],
+                    allow_blank=False,
+                    value=settings.synchronous,
+                    compact=True,
+                    id="synchronous",
+                )
+                yield Label("Model provider", classes="section")
+                yield Label("Base URL (OpenAI-compatible)")
+                yield Input(
+                    model.base_url or "",
+                    placeholder="http://127.0.0.1:11434/v1",
+                    compact=True,
+                    id="base-url",
+                )
+                yield Static("", classes="field-error", id="error-base-url")
+                yield Label("Model")
+                yield Input(model.model or "", placeholder="llama3.2", compact=True, id="model")
+                yield Label("Timeout (seconds per request)")
+                yield Input(str(model.timeout_s), compact=True, id="timeout")
+                yield Static("", classes="field-error", id="error-timeout")
+                with Horizontal(classes="buttons"):
+                    yield Button("Save settings", variant="primary", id="save")
+                yield Static("", id="saved")
+                yield Label(f"API key (keyring entry {self.key_name!r})", classes="section")
+                yield Static("Reading the keyring…", id="key-status")
+                yield Input(
+                    placeholder="Paste the key; enter stores it",
+                    password=True,
+                    compact=True,
+                    id="api-key",
+                )
+                with Horizontal(classes="buttons"):
+                    yield Button("Store key", id="save-key")
+                    yield Button("Close", id="close")
+
+    def on_mount(self) -> None:
+        self.query_one("#base-url", Input).focus()
+        self.read_key()
+
+    # -- settings file ------------------------------------------------------------
+
+    def _field_error(self, name: str, message: str) -> None:
+        if message:
+            self.field_errors[name] = message
+        else:
+            self.field_errors.pop(name, None)
+        self.query_one(f"#error-{name}", Static).update(Text(message))
+
+    def _say_saved(self, message: str) -> None:
+        self.saved_text = message
+        self.query_one("#saved", Static).update(Text(message))
+
+    def save(self) -> bool:
+        """Validate the fields and write them to the settings file."""
+        base_url = self.query_one("#base-url", Input).value.strip()
+        model = self.query_one("#model", Input).value.strip()
+        timeout_text = self.query_one("#timeout", Input).value.strip()
+        synchronous = self.query_one("#synchronous", Select).value
+        ok = True
+        if base_url and not base_url.startswith(("http://", "https://")):
+            self._field_error("base-url", "Start it with http:// or https://")
+            ok = False
+        else:
+            self._field_error("base-url", "")
+        try:
+            timeout = float(timeout_text)
+            if not math.isfinite(timeout) or timeout <= 0:
+                raise ValueError
+        except ValueError:
+            self._field_error("timeout", "A number of seconds above 0, e.g. 60")
+            ok = False
+        else:
+            self._field_error("timeout", "")
+        if not ok:
+            self._say_saved("Nothing saved: fix the fields marked above.")
+            return False
+        if synchronous not in SYNCHRONOUS:
+            synchronous = self.flowdesk.settings.synchronous
+        path = config_file()
+        try:
+            save_settings(
+                path,
+                {"synchronous": synchronous},
+                {"base_url": base_url or None, "model": model or None, "timeout_s": timeout},
+            )
+        except tomllib.TOMLDecodeError as exc:
+            message = f"Not saved: {path} is not valid TOML ({exc}); fix it first."
+        except (OSError, TypeError) as exc:
+            message = f"Not saved: cannot write {path}: {exc}"
+        else:
+            self._say_saved(f"Saved to {path}. Restart Flowdesk to apply.")
+            self.flowdesk.say(f"Settings saved to {path}; restart Flowdesk to apply them.")
+            return True
+        self._say_saved(message)
+        self.flowdesk.say(message, "error")
+        return False
+
+    # -- API key (keyring calls in workers: an unlock prompt may block) ----------
+
+    @work(thread=True, exclusive=True, group="keyring", name="read API key")
+    def read_key(self) -> None:
+        from desktop_app.secrets import get_secret
+
+        try:
+            value = get_secret(self.key_name)
+        except FlowdeskError as exc:
+            self.post_message(KeyStatus("unknown (the keyring cannot be read)", str(exc)))
+            return
+        except Exception as exc:
+            self.post_message(KeyStatus("unknown", f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(KeyStatus(f"stored: {masked(value)}" if value else "not set"))
+
+    @work(thread=True, exclusive=True, group="keyring", name="store API key")
+    def store_key(self, value: str) -> None:
+        from desktop_app.secrets import set_secret
+
+        try:
+            set_secret(self.key_name, value)
+        except FlowdeskError as exc:
+            self.post_message(KeyStatus("not stored", str(exc)))
+        except Exception as exc:
+            self.post_message(KeyStatus("not stored", f"{type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(KeyStatus(f"stored: {masked(value)}", saved=True))
+
+    def submit_key(self) -> None:
+        if self.saving_key:
+            return
+        field = self.query_one("#api-key", Input)
+        value = field.value.strip()
+        if not value:
+            self._show_key("Paste the key first.")
+            return
+        self.saving_key = True
+        self._show_key("Storing the key in the keyring…")
+        self.store_key(value)
+
+    def _show_key(self, text: str) -> None:
+        self.key_text = text
+        self.query_one("#key-status", Static).update(Text(text))
+
+    def on_key_status(self, message: KeyStatus) -> None:
+        self.saving_key = False
+        self._show_key(message.text)
+        if message.error:
+            self.flowdesk.say(message.error, "error")
+        if message.saved:
+            self.query_one("#api-key", Input).value = ""  # gone from the screen
+            self.flowdesk.say(f"API key stored in the keyring as {self.key_name!r}.")
+
+    # -- events --------------------------------------------------------------------
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if event.input.id == "api-key":
+            self.submit_key()
+        else:
+            self.save()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "save":
+            self.save()
+        elif event.button.id == "save-key":
+            self.submit_key()
+        else:
+            self.dismiss(None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,311 @@
+"""Start any registered flow with a form generated from its state model.
+
+One input per top-level field of the flow's pydantic state model, labelled
+with the field's type; required fields are marked and defaults prefilled.
+Text-like fields (``str``, paths, string literals) take the text as typed;
+any other field takes JSON (``3``, ``true``, ``["a", "b"]``), or the text
+itself when it is not JSON, so pydantic can say what is wrong with it.
+Validation errors are shown under their field.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import types
+import typing
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Button, Input, Label, Select, Static
+
+if TYPE_CHECKING:
+    from desktop_app.app.main import FlowdeskApp
+
+
+def type_name(annotation: Any) -> str:
+    """``str``, ``int``, ``list[str]``, ``pathlib.Path | None``..."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace("NoneType", "None")
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The members of a union (``X | None`` gives ``[X]``), else ``[annotation]``."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return [a for a in typing.get_args(annotation) if a is not type(None)]
+    return [annotation]
+
+
+def is_text(annotation: Any) -> bool:
+    """Whether a field takes the typed text as it is (not JSON)."""
+    members = _members(annotation)
+    if not members:
+        return False
+    for member in members:
+        if typing.get_origin(member) is Literal:
+            if not all(isinstance(v, str) for v in typing.get_args(member)):
+                return False
+        elif not (
+            isinstance(member, type)
+            and (issubclass(member, str | PurePath))
+            and not (issubclass(member, enum.Enum) and not issubclass(member, str))
+        ):
+            return False
+    return True
+
+
+def field_key(name: str, info: FieldInfo) -> str:
+    """The key ``model_validate`` expects for a field (its alias when it has one)."""
+    return info.alias or name
+
+
+def prefill(info: FieldInfo) -> str:
+    """The default as the field's text (``""`` when required or ``None``)."""
+    if info.is_required():
+        return ""
+    try:
+        default = info.get_default(call_default_factory=True, validated_data={})
+    except Exception:  # a factory that needs other fields: leave it empty
+        return ""
+    if default is None:
+        return ""
+    if is_text(info.annotation):
+        return str(default.value if isinstance(default, enum.Enum) else default)
+    try:
+        dumped = TypeAdapter[Any](cast(Any, info.annotation)).dump_python(default, mode="json")
+        return json.dumps(dumped, ensure_ascii=False)
+    except Exception:
+        return ""
+
+
+def parse_field(info: FieldInfo, text: str) -> Any:
+    """The value a field's text stands for (see the module docstring)."""
+    if is_text(info.annotation):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def build_state(
+    model: type[BaseModel], texts: dict[str, str]
+) -> tuple[dict[str, Any] | None, dict[str, str], str]:
+    """Validate the form: ``(data, {field: error}, other error)``.
+
+    ``data`` is the dict to start the run with (``None`` when invalid); empty
+    fields are left out so their defaults apply (or pydantic says they are
+    required).
+    """
+    data: dict[str, Any] = {}
+    by_key: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        key = field_key(name, info)
+        by_key[key] = name
+        text = texts.get(name, "")
+        if text.strip():
+            data[key] = parse_field(info, text)
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        errors: dict[str, str] = {}
+        other: list[str] = []
+        for err in exc.errors():
+            loc = err.get("loc") or ()
+            field = by_key.get(str(loc[0])) if loc else None
+            where = ".".join(str(p) for p in loc[1:])
+            text = f"{where}: {err['msg']}" if where else err["msg"]
+            if field is None:
+                other.append(text)
+            else:
+                errors[field] = f"{errors[field]}; {text}" if field in errors else text
+        return None, errors, "; ".join(other)
+    return data, {}, ""
+
+
+class StartFlowScreen(ModalScreen[None]):
+    """Pick a registered flow, fill in its state, start a run."""
+
+    DEFAULT_CSS = """
+    StartFlowScreen {
+        align: center middle;
+    }
+    StartFlowScreen #dialog {
+        width: 90;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        padding: 1 2;
+        border: thick $accent;
+        background: $surface;
+    }
+    StartFlowScreen #fields {
+        height: auto;
+        max-height: 24;
+        margin-top: 1;
+    }
+    StartFlowScreen .field-label {
+        margin-top: 1;
+    }
+    StartFlowScreen .field-error, StartFlowScreen #form-error {
+        color: $error;
+        height: auto;
+    }
+    StartFlowScreen #buttons {
+        height: auto;
+        margin-top: 1;
+        align-horizontal: right;
+    }
+    StartFlowScreen Button {
+        margin-left: 1;
+    }
+    """
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, flows: dict[str, type[BaseModel]]) -> None:
+        """``flows``: flow name -> its state model."""
+        super().__init__()
+        self.flows = dict(sorted(flows.items()))
+        self.flow_name: str | None = None
+        self.field_errors: dict[str, str] = {}
+        self.error_text = ""
+
+    @property
+    def flowdesk(self) -> FlowdeskApp:
+        return cast("FlowdeskApp", self.app)
+
+    @property
+    def model(self) -> type[BaseModel] | None:
+        return self.flows.get(self.flow_name) if self.flow_name else None
+
+    def compose(self) -> ComposeResult:
+        names = list(self.flows)
+        with Vertical(id="dialog"):
+            yield Label("[b]Start a flow[/b]")
+            yield Select(
+                [(n, n) for n in names],
+                prompt="Flow",
+                allow_blank=not names,
+                value=names[0] if names else Select.NULL,
+                id="flow",
+            )
+            yield VerticalScroll(id="fields")
+            yield Static("", id="form-error")
+            with Horizontal(id="buttons"):
+                yield Button("Start", variant="primary", id="start")
+                yield Button("Cancel", id="cancel")
+
+    async def on_mount(self) -> None:
+        value = self.query_one("#flow", Select).value
+        await self.show_flow(value if isinstance(value, str) else None)
+
+    async def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        value = event.value
+        name = value if isinstance(value, str) else None
+        if name != self.flow_name:
+            await self.show_flow(name)
+
+    async def show_flow(self, name: str | None) -> None:
+        """Build the form of flow ``name``."""
+        self.flow_name = name
+        fields = self.query_one("#fields", VerticalScroll)
+        await fields.remove_children()
+        self._clear_errors()
+        model = self.model
+        if model is None:
+            self._show_error("No flow is registered." if not self.flows else "Pick a flow.")
+            return
+        widgets: list[Widget] = []
+        for name_, info in model.model_fields.items():
+            label = Text.assemble(
+                (name_, "bold"),
+                f": {type_name(info.annotation)}",
+                (" (required)", "bold") if info.is_required() else "",
+            )
+            widgets.append(Label(label, classes="field-label", id=f"label-{name_}"))
+            placeholder = "text" if is_text(info.annotation) else "JSON (or text)"
+            widgets.append(
+                Input(prefill(info), placeholder=placeholder, compact=True, id=f"field-{name_}")
+            )
+            widgets.append(Static("", classes="field-error", id=f"error-{name_}"))
+        await fields.mount_all(widgets)
+        if widgets:
+            fields.query(Input).first().focus()
+
+    # -- errors ----------------------------------------------------------------
+
+    def _show_error(self, message: str) -> None:
+        self.error_text = message
+        self.query_one("#form-error", Static).update(Text(message))
+
+    def _clear_errors(self) -> None:
+        for name in self.field_errors:
+            self._field_error(name, "")
+        self.field_errors = {}
+        self._show_error("")
+
+    def _field_error(self, name: str, message: str) -> None:
+        for widget in self.query(f"#error-{name}"):
+            cast(Static, widget).update(Text(message))
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        name = (event.input.id or "").removeprefix("field-")
+        if name in self.field_errors:
+            del self.field_errors[name]
+            self._field_error(name, "")
+
+    # -- submitting --------------------------------------------------------------
+
+    def texts(self) -> dict[str, str]:
+        """The form's text per field."""
+        out: dict[str, str] = {}
+        for widget in self.query(Input):
+            if widget.id and widget.id.startswith("field-"):
+                out[widget.id.removeprefix("field-")] = widget.value
+        return out
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "start":
+            self.submit()
+        else:
+            self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def submit(self) -> None:
+        """Validate; show errors at their fields, or start the run and close."""
+        model, name = self.model, self.flow_name
+        if model is None or name is None:
+            self._show_error("Pick a flow first.")
+            return
+        self._clear_errors()
+        data, errors, other = build_state(model, self.texts())
+        if data is None:
+            self.field_errors = errors
+            for field, message in errors.items():
+                self._field_error(field, message)
+            self._show_error(other or "Fix the fields marked above.")
+            if errors:
+                first = next(iter(errors))
+                self.query_one(f"#field-{first}", Input).focus()
+            return
+        if self.flowdesk.start_flow(name, data) is not None:
+            self.dismiss(None)

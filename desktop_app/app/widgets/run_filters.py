@@ -1,0 +1,174 @@
+"""The runs filter bar: search (exact run id or flow key), status, flow, tenant, session.
+
+Every filter maps onto an argument of ``CheckpointStore.list_runs`` (or
+``get_run`` for an exact run id), so a filtered page costs one bounded
+query, like an unfiltered one. A run-id *prefix* is not searchable: the
+store has no method for it and the app runs no SQL of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.widgets import Input, Select
+
+from desktop_app.store.protocol import RUN_STATUSES, CheckpointStore, RunRecord, RunStatus
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """What the runs table shows; empty fields do not filter."""
+
+    search: str = ""
+    status: RunStatus | None = None
+    flow: str | None = None
+    tenant: str = ""
+    session: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self != RunFilter()
+
+    def describe(self) -> str:
+        """``status=failed flow=digest`` (``""`` when nothing filters)."""
+        parts = []
+        if self.search:
+            parts.append(f"id or key={self.search}")
+        if self.status:
+            parts.append(f"status={self.status}")
+        if self.flow:
+            parts.append(f"flow={self.flow}")
+        if self.tenant:
+            parts.append(f"tenant={self.tenant}")
+        if self.session:
+            parts.append(f"session={self.session}")
+        return " ".join(parts)
+
+    def list_runs(
+        self, store: CheckpointStore, *, limit: int, offset: int, flow_key: str | None = None
+    ) -> list[RunRecord]:
+        """One bounded ``list_runs`` (newest first) with every filter but the search text."""
+        return store.list_runs(
+            statuses=None if self.status is None else (self.status,),
+            flow_name=self.flow,
+            limit=limit,
+            offset=offset,
+            newest_first=True,
+            tenant_id=self.tenant or None,
+            session_id=self.session or None,
+            flow_key=flow_key,
+        )
+
+    def matches(self, run: RunRecord) -> bool:
+        """Whether ``run`` passes every filter but the search text."""
+        context = run.context or {}
+        return (
+            (self.status is None or run.status == self.status)
+            and (self.flow is None or run.flow_name == self.flow)
+            and (not self.tenant or context.get("tenant_id") == self.tenant)
+            and (not self.session or context.get("session_id") == self.session)
+        )
+
+
+class RunFilters(Horizontal):
+    """The filter bar above the runs table (hidden until ``/`` or ``f``).
+
+    Posts :class:`RunFilters.Changed` when a select changes or enter is
+    pressed in a text field (not on every keystroke: a flow-key search is
+    not indexed, so it is asked once per enter).
+    """
+
+    DEFAULT_CSS = """
+    RunFilters {
+        display: none;
+        height: auto;
+        padding: 0 1;
+    }
+    RunFilters.-visible {
+        display: block;
+    }
+    RunFilters #filter-search {
+        width: 2fr;
+    }
+    RunFilters Select {
+        width: 1fr;
+    }
+    RunFilters #filter-tenant, RunFilters #filter-session {
+        width: 1fr;
+    }
+    """
+
+    BINDINGS = [Binding("escape", "close", "Close filters")]
+
+    class Changed(Message):
+        def __init__(self, value: RunFilter) -> None:
+            super().__init__()
+            self.value = value
+
+    class Closed(Message):
+        pass
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._flows: tuple[str, ...] = ()
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="run id or flow key (exact)", id="filter-search")
+        yield Select(
+            [(s, s) for s in RUN_STATUSES],
+            prompt="any status",
+            allow_blank=True,
+            id="filter-status",
+        )
+        yield Select([], prompt="any flow", allow_blank=True, id="filter-flow")
+        yield Input(placeholder="tenant", id="filter-tenant")
+        yield Input(placeholder="session", id="filter-session")
+
+    @property
+    def is_open(self) -> bool:
+        return self.has_class("-visible")
+
+    def open(self) -> None:
+        self.add_class("-visible")
+        self.query_one("#filter-search", Input).focus()
+
+    def action_close(self) -> None:
+        self.remove_class("-visible")
+        self.post_message(self.Closed())
+
+    def set_flows(self, names: Iterable[str]) -> None:
+        """Offer these flow names (the current choice is kept)."""
+        flows = tuple(sorted(set(names)))
+        if flows == self._flows:
+            return
+        self._flows = flows
+        select: Select[str] = self.query_one("#filter-flow", Select)
+        current = select.value
+        select.set_options([(n, n) for n in flows])
+        if isinstance(current, str) and current in flows:
+            select.value = current
+
+    @property
+    def value(self) -> RunFilter:
+        status = self.query_one("#filter-status", Select).value
+        flow = self.query_one("#filter-flow", Select).value
+        return RunFilter(
+            search=self.query_one("#filter-search", Input).value.strip(),
+            status=status if isinstance(status, str) else None,  # type: ignore[arg-type]
+            flow=flow if isinstance(flow, str) else None,
+            tenant=self.query_one("#filter-tenant", Input).value.strip(),
+            session=self.query_one("#filter-session", Input).value.strip(),
+        )
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.post_message(self.Changed(self.value))
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        self.post_message(self.Changed(self.value))

@@ -1,0 +1,670 @@
+"""The app's inbox, start-any-flow form, settings and launch report (S51).
+
+Driven headless with Pilot over real SQLite files. Runs left waiting are made
+by another engine first (like ``flowdesk start`` in another process).
+"""
+
+from __future__ import annotations
+
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import keyring
+import pytest
+from keyring.backend import KeyringBackend
+from pydantic import BaseModel, Field
+from textual.pilot import Pilot
+from textual.widgets import Input, Select
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.inbox import InboxScreen, agent_hint
+from desktop_app.app.screens.launch_report import FAIL_REASON, LaunchReportScreen
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.app.screens.settings import SettingsScreen, dump_toml, masked
+from desktop_app.app.screens.start_flow import StartFlowScreen, build_state, is_text, prefill
+from desktop_app.config import Settings, config_file, load_settings
+from desktop_app.flow import CompiledFlow, FlowBuilder
+from desktop_app.secrets import SERVICE
+from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite import open_store
+
+SIZE = (140, 45)
+#: 3 h 12 min 30 s: shown as "in 3h 12m".
+DEADLINE_S = 3 * 3600 + 12 * 60 + 30
+
+
+# -- flows -----------------------------------------------------------------------
+
+
+class Approval(BaseModel):
+    answer: bool | None = None
+    done: bool = False
+
+
+def approve_flow(version: str = "1") -> CompiledFlow[Approval]:
+    return (
+        FlowBuilder("approve", Approval, version=version)
+        .await_input("ok", "answer", prompt="Ship?")
+        .step("ship", lambda s: {"done": True})
+        .chain()
+        .compile()
+    )
+
+
+class Review(BaseModel):
+    verdict: str | None = None
+
+
+def review_flow() -> CompiledFlow[Review]:
+    return (
+        FlowBuilder("review", Review)
+        .await_input("check", "verdict", prompt="Looks good?", timeout_s=DEADLINE_S)
+        .step("after", lambda s: {})
+        .chain()
+        .compile()
+    )
+
+
+class Deploy(BaseModel):
+    go: object = None
+
+
+def signal_flow() -> CompiledFlow[Deploy]:
+    return (
+        FlowBuilder("deploy", Deploy)
+        .wait_signal("go", "deploy", "prod", into="go", timeout_s=600)
+        .step("after", lambda s: {})
+        .chain()
+        .compile()
+    )
+
+
+class Order(BaseModel):
+    item: str
+    qty: int
+    tags: list[str] = Field(default_factory=lambda: ["new"])
+    note: str | None = None
+    total: int = 0
+
+
+def order_flow() -> CompiledFlow[Order]:
+    return (
+        FlowBuilder("order", Order).step("price", lambda s: {"total": s.qty * 3}).chain().compile()
+    )
+
+
+def all_flows() -> list[CompiledFlow[Any]]:
+    return [approve_flow(), review_flow(), signal_flow(), order_flow()]
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def settings_for(db: Path) -> Settings:
+    return load_settings(db_path=db)
+
+
+def waiting_runs(
+    settings: Settings, flows: list[CompiledFlow[Any]], *starts: tuple[str, BaseModel]
+) -> list[str]:
+    """Runs left waiting by another engine, in order."""
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=flows)
+    try:
+        results = [engine.run(flow, state) for flow, state in starts]
+    finally:
+        engine.store.close()
+    assert all(r.status == "waiting" for r in results)
+    return [r.run_id for r in results]
+
+
+def agent_waiting(settings: Settings, question: str) -> str:
+    """An agent run asking the user (``input_required``), as ``flowdesk ask`` leaves it."""
+    store = open_store(settings.db_path)
+    try:
+        agents = SqliteAgentStore(store)
+        now = time.time()
+        run_id = "a" * 32
+        agents.create(
+            AgentRun(run_id, "assistant", "running", "plan a trip", now, now),
+            [{"role": "user", "content": "plan a trip"}],
+        )
+        agents.update(
+            run_id,
+            now,
+            status="input_required",
+            pending_call={"id": "c1", "name": "ask_user", "arguments": {"question": question}},
+        )
+    finally:
+        store.close()
+    return run_id
+
+
+def stored(db: Path, run_id: str) -> tuple[str, dict[str, Any], str | None]:
+    store = open_store(db)
+    try:
+        run = store.get_run(run_id)
+        return run.status, dict(store.latest(run_id).state), run.error
+    finally:
+        store.close()
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Wait until no worker runs and every message they posted was handled."""
+    app = pilot.app
+    for _ in range(100):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if not any(w.is_running for w in app.workers):
+            await pilot.pause()
+            return
+    raise AssertionError("workers did not finish")
+
+
+def messages(app: FlowdeskApp, severity: str | None = None) -> list[str]:
+    return [n.message for n in app.notices if severity is None or n.severity == severity]
+
+
+def cells(screen: InboxScreen, key: str) -> list[str]:
+    return [c.plain for c in screen.table.get_row(key)]
+
+
+class FakeClock:
+    def __init__(self, now: float) -> None:
+        self.value = now
+
+    def now(self) -> float:
+        return self.value
+
+
+class MemoryKeyring(KeyringBackend):
+    """An in-memory keyring for tests."""
+
+    priority = 1
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.store: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.store.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.store[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        self.store.pop((service, username), None)
+
+
+@pytest.fixture
+def memory_keyring() -> Any:
+    before = keyring.get_keyring()
+    ring = MemoryKeyring()
+    keyring.set_keyring(ring)
+    try:
+        yield ring
+    finally:
+        keyring.set_keyring(before)
+
+
+# -- inbox -----------------------------------------------------------------------
+
+
+async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    approve_id, review_id, deploy_id = waiting_runs(
+        settings,
+        all_flows(),
+        ("approve", Approval()),
+        ("review", Review()),
+        ("deploy", Deploy()),
+    )
+    agent_id = agent_waiting(settings, "Which city?")
+    app = FlowdeskApp(settings, flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)  # no launch report: nothing is old
+        await pilot.press("i")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, InboxScreen)
+        keys = [i.key for i in screen.items]
+        assert keys == [f"{approve_id}:ok:0", f"{review_id}:check:0", f"agent:{agent_id}"]
+        assert deploy_id not in {i.run_id for i in screen.items}  # a signal, not a person
+        assert cells(screen, keys[0]) == [
+            approve_id[:8],
+            "approve",
+            "Ship?",
+            "-",
+            "y approve · n reject · enter answer",
+        ]
+        assert cells(screen, keys[1])[1:4] == ["review", "Looks good?", "in 3h 12m"]
+        assert cells(screen, keys[2]) == [
+            agent_id[:8],
+            "agent assistant",
+            "Which city?",
+            "-",
+            f"flowdesk ask --resume {agent_id} --answer TEXT",
+        ]
+        assert screen.status_text.startswith("2 flow question(s) and 1 agent question(s)")
+
+        # The countdown is live: it follows the engine's clock.
+        deadline = screen.items[1].deadline_at
+        assert deadline is not None and app.engine is not None
+        app.engine.clock = FakeClock(deadline - 65)
+        screen._tick()
+        assert screen.deadline_text(keys[1]) == "in 1m 5s"
+        app.engine.clock = FakeClock(deadline + 1)
+        screen._tick()
+        assert screen.deadline_text(keys[1]) == "expired"
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+        assert not messages(app, "error")
+
+
+async def test_approve_and_reject_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    first, second = waiting_runs(
+        settings, all_flows(), ("approve", Approval()), ("approve", Approval())
+    )
+    app = FlowdeskApp(settings, flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, InboxScreen)
+        assert [i.run_id for i in screen.items] == [first, second]
+        await pilot.press("y")  # the first row is selected
+        await settle(pilot)
+        assert [i.run_id for i in screen.items] == [second]
+        await pilot.press("n")
+        await settle(pilot)
+        assert screen.items == []
+        assert screen.status_text == "Nothing is waiting for you."
+        assert f"Answered {first}:ok:0; run {first[:8]} goes on." in messages(app)
+        assert not messages(app, "error")
+    assert stored(db, first)[:2] == ("completed", {"answer": True, "done": True})
+    assert stored(db, second)[:2] == ("completed", {"answer": False, "done": True})
+
+
+async def test_enter_answers_with_the_answer_dialog(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    [run_id] = waiting_runs(settings, all_flows(), ("review", Review()))
+    app = FlowdeskApp(settings, flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        inbox = app.screen
+        assert isinstance(inbox, InboxScreen)
+        await pilot.press("enter")
+        await settle(pilot)
+        modal = app.screen
+        assert isinstance(modal, AnswerScreen) and modal.run.run_id == run_id
+        await pilot.press(*"ship it", "enter")
+        await settle(pilot)
+        assert app.screen is inbox and isinstance(inbox, InboxScreen)
+        assert inbox.items == []
+        assert not messages(app, "error")
+    assert stored(db, run_id)[:2] == ("completed", {"verdict": "ship it"})
+
+
+async def test_agent_questions_point_to_the_command_line(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    bootstrap.apply_schema(settings)
+    agent_id = agent_waiting(settings, "Which city?")
+    app = FlowdeskApp(settings, flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, InboxScreen)
+        for key in ("y", "n", "enter"):
+            await pilot.press(key)
+            await settle(pilot)
+            assert messages(app, "warning")[-1] == (
+                f"Agent run {agent_id[:8]} is answered from the command line: "
+                f"{agent_hint(agent_id)}"
+            )
+        assert app.screen is screen
+    store = open_store(db)
+    try:
+        assert SqliteAgentStore(store).get(agent_id).status == "input_required"
+    finally:
+        store.close()
+
+
+async def test_a_refused_answer_is_a_notice(tmp_path: Path) -> None:
+    """Answered elsewhere while the inbox was open: the first answer stands."""
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    [run_id] = waiting_runs(settings, all_flows(), ("approve", Approval()))
+    app = FlowdeskApp(settings, flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        assert isinstance(app.screen, InboxScreen)
+        other = bootstrap.build_engine(settings, flows=all_flows())
+        try:
+            other.resume_with(run_id, False)
+        finally:
+            other.store.close()
+        await pilot.press("y")
+        await settle(pilot)
+        errors = messages(app, "error")
+        assert errors and ("already answered" in errors[-1] or "not waiting" in errors[-1])
+    assert stored(db, run_id)[:2] == ("completed", {"answer": False, "done": True})
+
+
+# -- start any flow ----------------------------------------------------------------
+
+
+def test_form_fields_from_the_state_model() -> None:
+    fields = Order.model_fields
+    assert [is_text(f.annotation) for f in fields.values()] == [True, False, False, True, False]
+    assert [prefill(f) for f in fields.values()] == ["", "", '["new"]', "", "0"]
+    data, errors, other = build_state(Order, {"item": "", "qty": "x", "tags": "[1"})
+    assert data is None and other == ""
+    assert set(errors) == {"item", "qty", "tags"}
+    assert errors["item"] == "Field required"
+    data, errors, _ = build_state(Order, {"item": "pen", "qty": "2", "note": "[not json"})
+    assert errors == {} and data == {"item": "pen", "qty": 2, "note": "[not json"}
+
+
+async def test_start_any_flow_with_errors_at_the_fields(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    app = FlowdeskApp(settings_for(db), flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, StartFlowScreen)
+        assert list(form.flows) == ["approve", "deploy", "order", "review"]
+        form.query_one("#flow", Select).value = "order"
+        await settle(pilot)
+        assert form.flow_name == "order"
+        label = str(form.query_one("#label-item").render())
+        assert "item: str (required)" in label
+        assert "tags: list[str]" in str(form.query_one("#label-tags").render())
+        assert form.query_one("#field-tags", Input).value == '["new"]'
+        assert form.query_one("#field-total", Input).value == "0"
+
+        form.query_one("#field-qty", Input).value = "lots"
+        await pilot.click("#start")
+        await settle(pilot)
+        assert app.screen is form and isinstance(form, StartFlowScreen)
+        assert form.field_errors["item"] == "Field required"
+        assert "valid integer" in form.field_errors["qty"]
+        assert str(form.query_one("#error-qty").render()) == form.field_errors["qty"]
+        assert form.error_text == "Fix the fields marked above."
+
+        form.query_one("#field-item", Input).value = "pen"
+        form.query_one("#field-qty", Input).value = "4"
+        await pilot.pause()
+        assert form.field_errors == {}  # editing a field clears its error
+        await pilot.click("#start")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        started = [m for m in messages(app) if m.startswith("Started order run ")]
+        assert len(started) == 1
+        run_id = started[0].removeprefix("Started order run ")
+        assert f"Run {run_id[:8]} completed" in messages(app)
+        assert not messages(app, "error")
+    status, state, _ = stored(db, run_id)
+    assert status == "completed"
+    assert state == {"item": "pen", "qty": 4, "tags": ["new"], "note": None, "total": 12}
+
+
+# -- settings --------------------------------------------------------------------
+
+
+def test_toml_round_trip() -> None:
+    data = {
+        "db_path": "/tmp/a b.db",
+        "flows": ["pkg.mod:flows", 'quote"d'],
+        "recover_on_launch": False,
+        "busy_timeout_s": 2.5,
+        "model": {"base_url": "http://x/v1", "timeout_s": 30.0, "extra": {"k": 1}},
+        "odd key": {"x.y": "ünï\n"},
+        "items": [{"a": 1}, {"a": 2}],
+    }
+    assert tomllib.loads(dump_toml(data)) == data
+    assert masked("sk-abcdefgh1234567890") == "sk-…7890"
+    assert "abcdefgh" not in masked("sk-abcdefgh1234567890")
+    assert masked("short1") == "…t1" and masked("abc") == "…"
+
+
+async def open_settings(pilot: Pilot[None]) -> SettingsScreen:
+    await pilot.press("ctrl+s")
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, SettingsScreen)
+    return screen
+
+
+async def test_settings_are_saved_to_the_toml_file_keeping_other_keys(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    path = config_file()
+    path.write_text('scope = "default"\n\n[model]\napi_key_name = "mykey"\n\n[other]\na = 1\n')
+    app = FlowdeskApp(settings, flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        assert str(db) in str(screen.query_one("#db-path").render())
+        assert screen.query_one("#synchronous", Select).value == "FULL"
+        assert screen.query_one("#timeout", Input).value == "60.0"
+
+        # An invalid field: shown there, nothing written.
+        before = path.read_text()
+        screen.query_one("#timeout", Input).value = "-1"
+        screen.query_one("#base-url", Input).value = "localhost:11434"
+        await pilot.click("#save")
+        assert set(screen.field_errors) == {"timeout", "base-url"}
+        assert path.read_text() == before
+
+        screen.query_one("#synchronous", Select).value = "NORMAL"
+        screen.query_one("#base-url", Input).value = "http://127.0.0.1:11434/v1"
+        screen.query_one("#model", Input).value = "llama3.2"
+        screen.query_one("#timeout", Input).value = "30"
+        screen.query_one("#timeout", Input).focus()
+        await pilot.press("enter")  # enter in a field saves too
+        await settle(pilot)
+        assert screen.field_errors == {}
+        assert screen.saved_text == f"Saved to {path}. Restart Flowdesk to apply."
+        assert app.settings.synchronous == "FULL"  # applied at the next launch
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+    assert tomllib.loads(path.read_text()) == {
+        "scope": "default",
+        "synchronous": "NORMAL",
+        "model": {
+            "api_key_name": "mykey",
+            "base_url": "http://127.0.0.1:11434/v1",
+            "model": "llama3.2",
+            "timeout_s": 30.0,
+        },
+        "other": {"a": 1},
+    }
+    again = load_settings(db_path=db)
+    assert again.synchronous == "NORMAL"
+    assert (again.model.base_url, again.model.model, again.model.timeout_s) == (
+        "http://127.0.0.1:11434/v1",
+        "llama3.2",
+        30.0,
+    )
+
+
+async def test_settings_file_is_created_with_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "conf" / "flowdesk" / "config.toml"
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(path))
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"), flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        screen.query_one("#model", Input).value = "qwen"
+        await pilot.click("#save")
+    assert tomllib.loads(path.read_text()) == {
+        "synchronous": "FULL",
+        "model": {"model": "qwen", "timeout_s": 60.0},
+    }
+
+
+async def test_api_key_refused_by_the_keyring_is_a_notice_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The default test keyring fails: the error is shown, the key goes nowhere."""
+    db = tmp_path / "t.db"
+    key = "sk-secret-0123456789abcdef"
+    app = FlowdeskApp(settings_for(db), flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        assert screen.key_text == "not set"
+        screen.query_one("#api-key", Input).value = key
+        await pilot.click("#save-key")
+        await settle(pilot)
+        errors = messages(app, "error")
+        assert len(errors) == 1 and "cannot store secret 'model_api_key'" in errors[0]
+        assert key not in errors[0]
+        assert screen.key_text == "not stored"
+        assert app.screen is screen
+    assert not config_file().exists()
+    for file in db.parent.glob("t.db*"):
+        assert key.encode() not in file.read_bytes()
+
+
+async def test_api_key_is_stored_in_the_keyring_and_shown_masked(
+    tmp_path: Path, memory_keyring: MemoryKeyring
+) -> None:
+    db = tmp_path / "t.db"
+    key = "sk-secret-0123456789abcdef"
+    app = FlowdeskApp(settings_for(db), flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        assert screen.key_text == "not set"
+        await pilot.click("#api-key")
+        screen.query_one("#api-key", Input).value = key
+        await pilot.press("enter")
+        await settle(pilot)
+        assert memory_keyring.store == {(SERVICE, "model_api_key"): key}
+        assert screen.key_text == "stored: sk-…cdef"
+        assert screen.query_one("#api-key", Input).value == ""
+        assert not messages(app, "error")
+        assert all(key not in m for m in messages(app))
+        await pilot.press("escape")
+        # Opened again: read back from the keyring, masked.
+        screen = await open_settings(pilot)
+        assert screen.key_text == "stored: sk-…cdef"
+    assert not config_file().exists()  # the key is never a setting
+
+
+# -- launch report (S51) -------------------------------------------------------------
+
+
+async def test_launch_report_lists_runs_of_an_older_flow_version(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    v1, v2 = approve_flow("1"), approve_flow("2")
+    to_fail, to_fork, to_keep = waiting_runs(settings, [v1], *[("approve", Approval())] * 3)
+    app = FlowdeskApp(settings, flows=[v2])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        report = app.screen
+        assert isinstance(report, LaunchReportScreen)
+        assert [r.run_id for r in report.runs] == [to_fail, to_fork, to_keep]
+        row = [c.plain for c in report.query_one("#incompatible").get_row(to_fail)]  # type: ignore[attr-defined]
+        assert row == [
+            to_fail[:8],
+            "approve",
+            "waiting",
+            "ok",
+            f"{v1.version} → {v2.version}",
+            "undecided",
+        ]
+        await pilot.press("f")
+        await settle(pilot)
+        assert report.decision(to_fail) == "failed"
+        await pilot.press("down", "o")
+        await settle(pilot)
+        assert report.decision(to_fork).startswith("forked → ")
+        assert report.decision(to_fork).endswith("(waiting)")
+        await pilot.press("down", "k")
+        await settle(pilot)
+        assert report.decision(to_keep) == "kept"
+        await pilot.press("up", "up", "f")  # decided already: refused
+        await settle(pilot)
+        assert messages(app, "warning")[-1] == f"Run {to_fail[:8]} is failed already."
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+        assert not messages(app, "error")
+    assert stored(db, to_fail)[0::2] == ("failed", FAIL_REASON)
+    assert stored(db, to_fork)[0] == "canceled"
+    assert stored(db, to_keep)[0] == "waiting"
+    store = open_store(db)
+    try:
+        [fork] = [r for r in store.list_runs() if r.parent_run_id == to_fork]
+        assert (fork.status, fork.flow_version) == ("waiting", v2.version)
+    finally:
+        store.close()
+    # Nothing is left for a second launch to ask about but the kept run.
+    again = FlowdeskApp(settings, flows=[v2])
+    async with again.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(again.screen, LaunchReportScreen)
+        assert [r.run_id for r in again.screen.runs] == [to_keep]
+
+
+async def test_launch_report_follows_recovery_and_says_why_a_run_was_not_resumed(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    v1, v2 = approve_flow("1"), approve_flow("2")
+    bootstrap.apply_schema(settings)
+    old = bootstrap.build_engine(settings, flows=[v1])
+    try:
+        run_id = old.start("approve", Approval())  # interrupted before it ran
+    finally:
+        old.store.close()
+    app = FlowdeskApp(settings, flows=[v2])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        [why] = messages(app, "error")
+        assert why.startswith(f"Run {run_id[:8]} was not resumed: run {run_id} was started")
+        assert app.recovery == "Resumed 1 run: 0 completed, 0 failed, 1 not resumed"
+        report = app.screen
+        assert isinstance(report, LaunchReportScreen)
+        assert report.recovery == app.recovery
+        assert app.recovery in str(report.query_one("#recovery").render())
+        [old_run] = report.runs
+        assert (old_run.run_id, old_run.status, old_run.step) == (run_id, "pending", "ok")
+        await pilot.click("#fork")
+        await settle(pilot)
+        assert report.decision(run_id).endswith("(waiting)")
+    assert stored(db, run_id)[0] == "canceled"
+
+
+async def test_actions_are_in_the_command_palette(tmp_path: Path) -> None:
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"), flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {"Inbox", "Start flow", "Settings"} <= titles
+        footer = {k: b.binding.description for k, b in app.screen.active_bindings.items()}
+        assert (footer["i"], footer["s"], footer["ctrl+s"]) == ("Inbox", "Start flow", "Settings")
