@@ -419,7 +419,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     dispatcher = _dispatcher(engine)
-    engine.serve(stop, poll_s=args.poll, on_tick=dispatcher.dispatch)
+    from desktop_app.config import recovery_policy
+
+    settings = _settings(args)
+    engine.serve(
+        stop,
+        poll_s=args.poll,
+        on_tick=dispatcher.dispatch,
+        only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
+    )
     engine.store.close()
     return EXIT_OK
 

@@ -70,6 +70,9 @@ class Settings(BaseSettings):
         busy_timeout_s: seconds to wait for another process's write lock.
         scope: the store scope runs are saved under.
         recover_on_launch: resume interrupted runs when the app starts.
+        recovery: per flow name, what launch recovery does with its interrupted
+            runs: ``auto`` (resume them; the default), ``ask`` (list them and
+            let the user resume each), ``off`` (leave them alone).
         flows: your own flows, as ``"package.module:attribute"`` (a compiled
             flow, a list of them, or a function returning either); flows are
             also found through the ``flowdesk.flows`` entry-point group.
@@ -88,6 +91,7 @@ class Settings(BaseSettings):
     busy_timeout_s: float = Field(default=10.0, gt=0)
     scope: str = "default"
     recover_on_launch: bool = True
+    recovery: dict[str, Literal["auto", "ask", "off"]] = Field(default_factory=dict)
     flows: list[str] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)
 
@@ -139,3 +143,8 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError(
             f"invalid settings ({problems}); fix {config_file()} or the FLOWDESK_* variables"
         ) from exc
+
+
+def recovery_policy(settings: Settings, flow_name: str) -> str:
+    """``auto``, ``ask`` or ``off`` for a flow's interrupted runs at launch."""
+    return settings.recovery.get(flow_name, "auto")

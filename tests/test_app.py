@@ -828,3 +828,26 @@ async def test_resume_on_a_run_waiting_for_an_answer_points_to_answer(tmp_path: 
         await settle(pilot)
         assert messages(app)[-1] == f"Run {run_id[:8]} waits for an answer; press a to answer it."
         assert not messages(app, "error")
+
+
+async def test_launch_recovery_policy_per_flow_ask_and_off(tmp_path: Path, notes: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    run_id = engine.start("digest", DigestState(folder=str(notes), out=str(tmp_path / "o")))
+    engine.store.close()
+    for policy, hint in (("ask", "wait for you"), ("off", None)):
+        chosen = load_settings(db_path=db, recovery={"digest": policy})
+        app = FlowdeskApp(chosen)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            said = messages(app)
+            assert not any(m.startswith("Resuming") for m in said)
+            if hint:
+                assert any(hint in m for m in said), said
+        store = open_store(db)
+        try:
+            assert store.get_run(run_id).status == "pending"  # left for the user
+        finally:
+            store.close()

@@ -56,7 +56,7 @@ from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.settings import SettingsScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
-from desktop_app.config import Settings
+from desktop_app.config import Settings, recovery_policy
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
@@ -277,7 +277,17 @@ class FlowdeskApp(App[None]):
     # -- launch recovery -------------------------------------------------
 
     def _start_recovery(self) -> None:
-        interrupted = self.read(lambda s: s.list_runs(statuses=INTERRUPTED))
+        everything = self.read(lambda s: s.list_runs(statuses=INTERRUPTED)) or []
+        interrupted = [
+            r for r in everything if recovery_policy(self.settings, r.flow_name) == "auto"
+        ]
+        asking = [r for r in everything if recovery_policy(self.settings, r.flow_name) == "ask"]
+        if asking:
+            flows = ", ".join(sorted({r.flow_name for r in asking}))
+            self.say(
+                f"{plural(len(asking), 'interrupted run')} of {flows} wait for you: "
+                "select one and press r to resume it"
+            )
         if not interrupted:
             self._recover_listed.set()
             check_after_launch(self)  # S51: runs left by an older flow version
@@ -307,7 +317,10 @@ class FlowdeskApp(App[None]):
             self.post_message(RunChanged(run.run_id))
 
         try:
-            engine.recover(on_result=on_result)
+            engine.recover(
+                on_result=on_result,
+                only=lambda r: recovery_policy(self.settings, r.flow_name) == "auto",
+            )
         except FlowdeskError as exc:
             self.say(f"Resuming interrupted runs stopped: {exc}", "error")
         except Exception as exc:

@@ -567,12 +567,13 @@ class Engine:
         *,
         poll_s: float = 1.0,
         on_tick: Callable[[], None] | None = None,
+        only: Callable[[RunRecord], bool] | None = None,
     ) -> None:
         """Run until ``stop`` is set: recover interrupted runs once, then fire
         deadlines when they fall due and deliver signals and events that other
         processes send (polled every ``poll_s`` seconds). ``on_tick`` runs after
         each pass (the outbox dispatcher hooks in here)."""
-        self.recover()
+        self.recover(only=only)
         while not stop.is_set():
             self.tick()
             if on_tick is not None:
@@ -604,20 +605,24 @@ class Engine:
         return out
 
     def recover(
-        self, on_result: Callable[[RunRecord, RunResult | BaseException], None] | None = None
+        self,
+        on_result: Callable[[RunRecord, RunResult | BaseException], None] | None = None,
+        only: Callable[[RunRecord], bool] | None = None,
     ) -> list[tuple[RunRecord, RunResult | BaseException]]:
         """Resume every interrupted run (``pending`` or ``running``), oldest
         first, continuing past failures, then wake waiting runs whose stored
         deadline passed (compared with the injected clock) or whose signal or
         event arrived while no process ran: what the app and ``flowdesk
         agent`` do at launch. Failed runs and runs still waiting for a person
-        are left alone."""
+        are left alone. ``only(run)`` may exclude runs (per-flow launch policy)."""
         report: list[tuple[RunRecord, RunResult | BaseException]] = []
         runs = self.store.list_runs(statuses=("pending", "running"))
         for run_id in self.store.wakeable_runs(self.clock.now()):
             with contextlib.suppress(FlowdeskError):
                 runs.append(self.store.get_run(run_id))
         for run in runs:
+            if only is not None and not only(run):
+                continue
             outcome: RunResult | BaseException
             try:
                 outcome = (
