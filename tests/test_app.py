@@ -11,7 +11,6 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from desktop_app.flows.digest import DigestInput, DigestState, build_digest_flow
 from desktop_app.store.domain.digest import DigestFile, files_of_run
 from desktop_app.store.protocol import RUN_STATUSES
 from desktop_app.store.sqlite import open_store
+from tests.app_support import messages, settle, wait_until
 from tests.digest_corpus import make_corpus
 
 SIZE = (120, 40)
@@ -64,22 +64,6 @@ def notes(tmp_path: Path) -> Path:
 
 def settings_for(db: Path) -> Settings:
     return load_settings(db_path=db)
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    """Wait until no worker runs and every message they posted was handled."""
-    app = pilot.app
-    for _ in range(100):
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        if not any(w.is_running for w in app.workers):
-            await pilot.pause()
-            return
-    raise AssertionError("workers did not finish")
-
-
-def messages(app: FlowdeskApp, severity: str | None = None) -> list[str]:
-    return [n.message for n in app.notices if severity is None or n.severity == severity]
 
 
 async def type_into(pilot: Pilot[None], selector: str, text: str) -> None:
@@ -192,15 +176,6 @@ async def test_run_detail_lists_steps_and_checkpoints(
         assert checkpoints.revisions == [info.revision for info in history]
         await pilot.press("escape")
         assert isinstance(app.screen, RunsScreen)
-
-
-async def wait_until(pilot: Pilot[None], check: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-        await pilot.pause()
 
 
 async def test_progress_is_live_while_a_run_works(tmp_path: Path, notes: Path) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from desktop_app.config import Settings, load_settings
 from desktop_app.flow import CompiledFlow, FlowBuilder
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.store.sqlite import open_store
+from tests.app_support import messages, settle, wait_until
 
 SIZE = (140, 44)
 LONG = "x" * 300
@@ -120,26 +120,6 @@ def stored(db: Path) -> dict[str, tuple[str, dict[str, Any], int, str | None]]:
         store.close()
 
 
-async def settle(pilot: Pilot[None]) -> None:
-    """Wait until no worker runs and every message they posted was handled."""
-    app = pilot.app
-    for _ in range(100):
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        if not any(w.is_running for w in app.workers):
-            await pilot.pause()
-            return
-    raise AssertionError("workers did not finish")
-
-
-async def wait_until(pilot: Pilot[None], check: Any, timeout: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
-
-
 async def open_detail(pilot: Pilot[None], run_id: str) -> RunDetailScreen:
     app = pilot.app
     assert isinstance(app, FlowdeskApp)
@@ -161,10 +141,6 @@ async def select(pilot: Pilot[None], screen: RunDetailScreen, revision: int) -> 
 def front(app: FlowdeskApp) -> object:
     """The screen in front (typed loosely: it changes under the test's feet)."""
     return app.screen
-
-
-def messages(app: FlowdeskApp, severity: str | None = None) -> list[str]:
-    return [n.message for n in app.notices if severity is None or n.severity == severity]
 
 
 # -- pure parts ----------------------------------------------------------------

@@ -31,6 +31,7 @@ from desktop_app.flow import CompiledFlow, FlowBuilder
 from desktop_app.secrets import SERVICE
 from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
 from desktop_app.store.sqlite import open_store
+from tests.app_support import messages, settle
 
 SIZE = (140, 45)
 #: 3 h 12 min 30 s: shown as "in 3h 12m".
@@ -151,22 +152,6 @@ def stored(db: Path, run_id: str) -> tuple[str, dict[str, Any], str | None]:
         return run.status, dict(store.latest(run_id).state), run.error
     finally:
         store.close()
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    """Wait until no worker runs and every message they posted was handled."""
-    app = pilot.app
-    for _ in range(100):
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        if not any(w.is_running for w in app.workers):
-            await pilot.pause()
-            return
-    raise AssertionError("workers did not finish")
-
-
-def messages(app: FlowdeskApp, severity: str | None = None) -> list[str]:
-    return [n.message for n in app.notices if severity is None or n.severity == severity]
 
 
 def cells(screen: InboxScreen, key: str) -> list[str]:

@@ -1,0 +1,37 @@
+"""Helpers shared by the Textual Pilot tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from textual.pilot import Pilot
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Wait until no worker runs and every message they posted was handled."""
+    app = pilot.app
+    for _ in range(100):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if not any(w.is_running for w in app.workers):
+            await pilot.pause()
+            return
+    raise AssertionError("workers did not finish")
+
+
+async def wait_until(pilot: Pilot[None], check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``check`` while letting the app run, up to ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+        await pilot.pause()
+
+
+def messages(app: Any, severity: str | None = None) -> list[str]:
+    """The app's notices (every notification it showed), optionally of one severity."""
+    return [n.message for n in app.notices if severity is None or n.severity == severity]
