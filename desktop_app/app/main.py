@@ -47,6 +47,7 @@ from desktop_app.app.messages import (
     RunChanged,
     StartupFailed,
 )
+from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
@@ -103,6 +104,7 @@ class FlowdeskApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("i", "inbox", "Inbox"),
+        Binding("g", "agent_runs", "Agent runs"),
         Binding("s", "start_flow", "Start flow"),
         Binding("ctrl+s", "settings", "Settings"),
     ]
@@ -161,6 +163,9 @@ class FlowdeskApp(App[None]):
             self.action_new_digest,
         )
         yield SystemCommand("Inbox", "Every run waiting for a person", self.action_inbox)
+        yield SystemCommand(
+            "Agent runs", "Agent runs, their conversations and tool results", self.action_agent_runs
+        )
         yield SystemCommand("Start flow", "Start any registered flow", self.action_start_flow)
         yield SystemCommand("Settings", "Database, durability and model", self.action_settings)
         if isinstance(screen, RunsScreen):
@@ -390,6 +395,11 @@ class FlowdeskApp(App[None]):
         """Every run waiting for a person (approve, reject, answer)."""
         if not isinstance(self.screen, ModalScreen | InboxScreen):
             self.push_screen(InboxScreen())
+
+    def action_agent_runs(self) -> None:
+        """Agent runs: conversations, tool calls and tool results."""
+        if not isinstance(self.screen, ModalScreen | AgentRunsScreen):
+            self.push_screen(AgentRunsScreen())
 
     def action_start_flow(self) -> None:
         """Start any registered flow from a form built from its state model."""

@@ -1,0 +1,409 @@
+"""Agent runs: every durable agent run, its conversation and its tool results.
+
+The table lists the runs newest first and reloads whenever anyone commits
+(the app's read-only store's ``data_version`` changes). ``enter`` on a run
+shows its conversation below the table: each message with its role, its
+content (truncated), the tool calls an assistant asked for (name and
+canonical JSON arguments) and the tool results (``(reused)`` when an earlier
+identical call answered), then a table of the run's tool results. A run
+waiting for the user (``input_required``) shows its question and the command
+that answers it.
+
+Reads run in thread workers over the engine's store (it may be waiting for
+another process's lock); results come back as messages. Everything shown is
+plain text: message contents are never read as markup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, Static
+
+from desktop_app.agent.messages import canonical_json
+from desktop_app.app.format import json_text, short_id, when
+from desktop_app.app.screens.inbox import agent_hint
+from desktop_app.errors import FlowdeskError
+from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore, ToolResult
+from desktop_app.store.sqlite import SqliteCheckpointStore
+
+if TYPE_CHECKING:
+    from desktop_app.app.main import FlowdeskApp
+
+#: Characters of a message's content shown before it is cut.
+CONTENT_CHARS = 300
+#: Rich styles of the agent statuses that need attention.
+AGENT_STATUS_STYLES: dict[str, str] = {
+    "input_required": "bold yellow",
+    "failed": "bold red",
+    "timeout": "red",
+    "rate_limited": "yellow",
+    "expired": "dim",
+    "canceled": "dim",
+}
+
+
+def truncate(text: str, limit: int = CONTENT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (``…`` marks the cut)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def question_of(run: AgentRun) -> str | None:
+    """What an ``input_required`` run asks (``None`` when it asks nothing)."""
+    arguments = (run.pending_call or {}).get("arguments")
+    if not isinstance(arguments, dict):
+        return None
+    question = arguments.get("question")
+    return None if question is None else json_text(question)
+
+
+def _indented(text: str) -> list[str]:
+    return ["  " + line for line in (text.splitlines() or [""])]
+
+
+def message_lines(index: int, message: dict[str, Any]) -> list[str]:
+    """One message as a block of plain lines: role, content, tool calls."""
+    role = str(message.get("role", "?"))
+    head = f"#{index} {role}"
+    if role == "tool":
+        head += f" result {message.get('name') or '?'}"
+        if message.get("reused"):
+            head += " (reused)"
+        if message.get("tool_call_id"):
+            head += f" [call {message['tool_call_id']}]"
+    lines = [head]
+    content = json_text(message.get("content"))
+    if content:
+        lines.extend(_indented(truncate(content)))
+    for call in message.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        name, call_id = call.get("name", "?"), call.get("id", "?")
+        arguments = truncate(canonical_json(call.get("arguments") or {}))
+        lines.append(f"  → tool call {name} {arguments} [id {call_id}]")
+    return lines
+
+
+def run_lines(run: AgentRun) -> list[str]:
+    """The run's header: ids, status, times, input, answer or error, question."""
+    lines = [
+        f"Agent run {run.run_id} · agent {run.agent} · {run.status} · {run.turns} turn(s)",
+        f"Created {when(run.created_at)} UTC · updated {when(run.updated_at)} UTC",
+    ]
+    if run.parent_run_id:
+        lines.append(f"Parent run {run.parent_run_id}")
+    if run.deadline_at is not None:
+        lines.append(f"Deadline {when(run.deadline_at)} UTC")
+    if run.expires_at is not None:
+        lines.append(f"Expires {when(run.expires_at)} UTC")
+    if run.retry_at is not None:
+        lines.append(f"Retry after {when(run.retry_at)} UTC")
+    lines.append(f"Input: {truncate(run.input)}")
+    if run.response is not None:
+        lines.append(f"Answer: {truncate(run.response)}")
+    if run.error is not None:
+        kind = f" ({run.error_type})" if run.error_type else ""
+        lines.append(f"Error{kind}: {truncate(run.error)}")
+    if run.status == "input_required":
+        lines.append(f"Question: {question_of(run) or '(no question)'}")
+        lines.append(f"Answer it with: {agent_hint(run.run_id)}")
+    return lines
+
+
+def conversation_text(run: AgentRun, messages: list[dict[str, Any]]) -> str:
+    """The run's header then its messages, as plain text."""
+    lines = run_lines(run)
+    lines.append("")
+    if not messages:
+        lines.append("(no messages)")
+    for i, message in enumerate(messages, 1):
+        lines.extend(message_lines(i, message))
+    return "\n".join(lines)
+
+
+class AgentRunsLoaded(Message):
+    """The agent runs, read in a worker (``error`` when the read failed)."""
+
+    def __init__(self, runs: list[AgentRun], error: str | None = None) -> None:
+        super().__init__()
+        self.runs = runs
+        self.error = error
+
+
+@dataclass
+class AgentRunDetail:
+    """One agent run with its messages and tool results."""
+
+    run: AgentRun
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[ToolResult] = field(default_factory=list)
+
+
+class AgentRunLoaded(Message):
+    """One run's detail, read in a worker (``detail`` is ``None`` on error)."""
+
+    def __init__(self, run_id: str, detail: AgentRunDetail | None, error: str | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.detail = detail
+        self.error = error
+
+
+def _agent_store(app: FlowdeskApp) -> SqliteAgentStore:
+    """The agent store over the engine's store (raises ``LookupError`` why not)."""
+    engine = app.engine
+    if engine is None:
+        raise LookupError(app.startup_error or "The database is still opening.")
+    if not isinstance(engine.store, SqliteCheckpointStore):
+        raise LookupError("Agent runs are kept in the SQLite store only.")
+    return SqliteAgentStore(engine.store)
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, FlowdeskError | LookupError):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
+
+
+class AgentRunsScreen(Screen[None]):
+    """Agent runs, newest first; ``enter`` shows a run's conversation."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("enter", "open_run", "Open", priority=True),
+        Binding("q", "app.quit", "Quit"),
+    ]
+
+    COLUMNS = (
+        ("run", "Run"),
+        ("agent", "Agent"),
+        ("status", "Status"),
+        ("turns", "Turns"),
+        ("parent", "Parent"),
+        ("updated", "Updated (UTC)"),
+    )
+    TOOL_COLUMNS = (
+        ("tool", "Tool"),
+        ("status", "Status"),
+        ("attempts", "Attempts"),
+        ("reused", "Reused"),
+    )
+
+    DEFAULT_CSS = """
+    AgentRunsScreen #agent-runs-status {
+        height: auto;
+        padding: 0 1;
+    }
+    AgentRunsScreen #agent-runs {
+        height: 1fr;
+        margin-top: 1;
+    }
+    AgentRunsScreen #agent-run-detail {
+        height: 2fr;
+        border-top: solid $accent;
+    }
+    AgentRunsScreen #agent-conversation {
+        padding: 0 1;
+    }
+    AgentRunsScreen #agent-tools {
+        height: auto;
+        margin: 1 1 0 1;
+    }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[AgentRun] = []
+        self.loaded = False
+        self.shown: AgentRunDetail | None = None
+        self._shown_id: str | None = None
+        self._data_version: int | None = None
+        self._status = ""
+        self._conversation = ""
+
+    @property
+    def flowdesk(self) -> FlowdeskApp:
+        return cast("FlowdeskApp", self.app)
+
+    @property
+    def table(self) -> DataTable[Text]:
+        return self.query_one("#agent-runs", DataTable)
+
+    @property
+    def tools_table(self) -> DataTable[Text]:
+        return self.query_one("#agent-tools", DataTable)
+
+    @property
+    def status_text(self) -> str:
+        """The line above the table (how many runs, or a read error)."""
+        return self._status
+
+    @property
+    def conversation(self) -> str:
+        """The shown run's header and conversation, as plain text."""
+        return self._conversation
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("Reading agent runs…", id="agent-runs-status", markup=False)
+        yield DataTable[Text](id="agent-runs", cursor_type="row", zebra_stripes=True)
+        with VerticalScroll(id="agent-run-detail"):
+            yield Static(
+                Text("Select a run and press enter to see its conversation."),
+                id="agent-conversation",
+                markup=False,
+            )
+            yield DataTable[Text](id="agent-tools", cursor_type="none", show_cursor=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = "Agent runs"
+        for key, label in self.COLUMNS:
+            self.table.add_column(label, key=key)
+        for key, label in self.TOOL_COLUMNS:
+            self.tools_table.add_column(label, key=key)
+        self.tools_table.can_focus = False
+        self.tools_table.display = False
+        self.table.focus()
+        self.set_interval(self.flowdesk.POLL_S, self._poll)
+        self.reload()
+
+    # -- reading -----------------------------------------------------------
+
+    def _poll(self) -> None:
+        """Reload when anyone committed since the last look."""
+        reader = self.flowdesk.reader
+        data_version = getattr(reader, "data_version", None)
+        if data_version is None:
+            return
+        version = self.flowdesk.read(lambda _s: data_version(), quiet=True)
+        if version is not None and version != self._data_version:
+            self._data_version = version
+            self.reload()
+            if self._shown_id is not None:
+                self.load_run(self._shown_id)
+
+    @work(thread=True, exclusive=True, group="agent-runs", name="read agent runs")
+    def reload(self) -> None:
+        try:
+            runs = _agent_store(self.flowdesk).list()
+        except Exception as exc:  # never a traceback in the user's face
+            self.post_message(AgentRunsLoaded([], _failure(exc)))
+            return
+        runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        self.post_message(AgentRunsLoaded(runs))
+
+    @work(thread=True, exclusive=True, group="agent-run", name="read agent run")
+    def load_run(self, run_id: str) -> None:
+        try:
+            store = _agent_store(self.flowdesk)
+            detail = AgentRunDetail(
+                store.get(run_id), store.messages(run_id), store.tool_results(run_id)
+            )
+        except Exception as exc:
+            self.post_message(AgentRunLoaded(run_id, None, _failure(exc)))
+            return
+        self.post_message(AgentRunLoaded(run_id, detail, None))
+
+    def on_agent_runs_loaded(self, message: AgentRunsLoaded) -> None:
+        try:
+            table = self.table
+        except NoMatches:  # the screen is closing
+            return
+        self.runs = message.runs
+        self.loaded = True
+        keep = self.selected_id
+        table.clear()
+        for run in self.runs:
+            table.add_row(*self._cells(run), key=run.run_id)
+        ids = [r.run_id for r in self.runs]
+        if keep in ids:
+            table.move_cursor(row=ids.index(keep))
+        if message.error:
+            status = f"Could not read agent runs: {message.error}"
+        elif not self.runs:
+            status = "No agent runs yet."
+        else:
+            waiting = sum(r.status == "input_required" for r in self.runs)
+            status = f"{len(self.runs)} agent run(s), {waiting} waiting for you."
+        self._status = status
+        self.query_one("#agent-runs-status", Static).update(Text(status))
+
+    @staticmethod
+    def _cells(run: AgentRun) -> tuple[Text, ...]:
+        return (
+            Text(short_id(run.run_id)),
+            Text(run.agent),
+            Text(run.status, style=AGENT_STATUS_STYLES.get(run.status, "")),
+            Text(str(run.turns), justify="right"),
+            Text(short_id(run.parent_run_id) if run.parent_run_id else "-"),
+            Text(when(run.updated_at)),
+        )
+
+    def cells(self, run_id: str) -> list[str]:
+        """The plain text of run ``run_id``'s row."""
+        return [c.plain for c in self.table.get_row(run_id)]
+
+    def on_agent_run_loaded(self, message: AgentRunLoaded) -> None:
+        if message.run_id != self._shown_id:
+            return  # another run was opened meanwhile
+        try:
+            view = self.query_one("#agent-conversation", Static)
+            tools = self.tools_table
+        except NoMatches:
+            return
+        if message.detail is None:
+            self.shown = None
+            self._conversation = f"Could not read agent run {message.run_id}: {message.error}"
+            view.update(Text(self._conversation))
+            tools.display = False
+            return
+        detail = self.shown = message.detail
+        self._conversation = conversation_text(detail.run, detail.messages)
+        view.update(Text(self._conversation))
+        tools.clear()
+        for result in detail.tools:
+            tools.add_row(
+                Text(result.tool),
+                Text(result.status),
+                Text(str(result.attempts), justify="right"),
+                Text(str(result.reused), justify="right"),
+                key=result.tool_key,
+            )
+        tools.display = bool(detail.tools)
+
+    # -- the selected run ------------------------------------------------------
+
+    @property
+    def selected_id(self) -> str | None:
+        table = self.table
+        if not self.runs or not table.is_valid_row_index(table.cursor_row):
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return row_key.value
+
+    def action_open_run(self) -> None:
+        run_id = self.selected_id
+        if run_id is None:
+            self.flowdesk.say("Nothing selected: there are no agent runs.", "warning")
+            return
+        self._shown_id = run_id
+        self.query_one("#agent-conversation", Static).update(
+            Text(f"Reading agent run {short_id(run_id)}…")
+        )
+        self.load_run(run_id)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # a click on a row (enter is the screen's priority binding)
+        event.stop()
+        if event.data_table.id == "agent-runs":
+            self.action_open_run()
