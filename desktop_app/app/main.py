@@ -56,6 +56,7 @@ from desktop_app.app.screens.launch_report import check_after_launch
 from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.settings import SettingsScreen
+from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.config import Settings, recovery_policy
 from desktop_app.errors import FlowdeskError
@@ -107,6 +108,7 @@ class FlowdeskApp(App[None]):
         Binding("g", "agent_runs", "Agent runs"),
         Binding("s", "start_flow", "Start flow"),
         Binding("ctrl+s", "settings", "Settings"),
+        Binding("x", "send_signal", "Signal"),
     ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
@@ -168,6 +170,9 @@ class FlowdeskApp(App[None]):
         )
         yield SystemCommand("Start flow", "Start any registered flow", self.action_start_flow)
         yield SystemCommand("Settings", "Database, durability and model", self.action_settings)
+        yield SystemCommand(
+            "Send signal", "Store a signal for a run waiting on it", self.action_send_signal
+        )
         if isinstance(screen, RunsScreen):
             yield SystemCommand(
                 "Open run", "Steps and checkpoints of the selected run", screen.action_open_run
@@ -400,6 +405,26 @@ class FlowdeskApp(App[None]):
         """Agent runs: conversations, tool calls and tool results."""
         if not isinstance(self.screen, ModalScreen | AgentRunsScreen):
             self.push_screen(AgentRunsScreen())
+
+    def action_send_signal(self) -> None:
+        """Send a signal (stored first, then delivered to a run waiting on it)."""
+        if self._require_engine() is not None and not isinstance(self.screen, ModalScreen):
+            self.push_screen(SignalScreen(), self._signal_chosen)
+
+    def _signal_chosen(self, request: SignalRequest | None) -> None:
+        if request is not None:
+            self._send_signal(request)
+
+    @work(thread=True, group="signal", name="send signal")
+    def _send_signal(self, request: SignalRequest) -> None:
+        engine = self.engine
+        assert engine is not None
+        try:
+            signal_id = engine.signal(request.name, request.key, request.payload)
+        except FlowdeskError as exc:
+            self.say(f"The signal was not sent: {exc}", "error")
+            return
+        self.say(f"Signal {request.name} {request.key} stored (#{signal_id})")
 
     def action_start_flow(self) -> None:
         """Start any registered flow from a form built from its state model."""

@@ -1,0 +1,64 @@
+"""Send a signal from the app; a run waiting on it continues."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.signal import SignalRequest, SignalScreen, parse_signal
+from desktop_app.config import load_settings
+from desktop_app.flow import FlowBuilder
+from desktop_app.store.sqlite import open_store
+from tests.app_support import messages, settle, wait_until
+
+
+class Order(BaseModel):
+    paid: dict | None = None
+
+
+def pay_flow():
+    return (
+        FlowBuilder("pay", Order)
+        .wait_signal("w", "payment", key="o-1", into="paid")
+        .step("ship", lambda s: None)
+        .chain()
+        .compile()
+    )
+
+
+def test_parse_signal_explains_bad_input():
+    assert parse_signal("", "k", "") == "Give the signal's name and key (a waiting run shows both)."
+    assert "not JSON" in str(parse_signal("n", "k", "{oops"))
+    assert parse_signal(" n ", "k", "") == SignalRequest("n", "k", None)
+
+
+async def test_send_a_signal_from_the_app(tmp_path: Path) -> None:
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[pay_flow()])
+    run_id = engine.run("pay", Order()).run_id
+    engine.store.close()
+    app = FlowdeskApp(settings, flows=[pay_flow()])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("x")
+        assert isinstance(app.screen, SignalScreen)
+        await pilot.click("#name")
+        await pilot.press(*"payment")
+        await pilot.click("#key")
+        await pilot.press(*"o-1")
+        await pilot.click("#payload")
+        await pilot.press(*'{"amount": 3}')
+        await pilot.press("enter")
+        await settle(pilot)
+        await wait_until(pilot, lambda: any("stored" in m for m in messages(app)))
+    store = open_store(settings.db_path)
+    try:
+        run = store.get_run(run_id)
+        assert run.status == "completed"
+        assert store.latest(run_id).state["paid"] == {"amount": 3}
+    finally:
+        store.close()
