@@ -826,3 +826,32 @@ async def test_launch_recovery_policy_per_flow_ask_and_off(tmp_path: Path, notes
             assert store.get_run(run_id).status == "pending"  # left for the user
         finally:
             store.close()
+
+
+async def test_launch_recovery_shows_progress(tmp_path: Path, notes: Path, monkeypatch) -> None:
+    from desktop_app.app.widgets.banner import StatusLine
+
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    for i in range(2):
+        engine.start("digest", DigestState(folder=str(notes), out=str(tmp_path / f"o{i}")))
+    engine.store.close()
+    said: list[str] = []
+    original = StatusLine.say
+
+    def spy(self, message, *, for_s=None):
+        said.append(message)
+        return original(self, message, for_s=for_s)
+
+    monkeypatch.setattr(StatusLine, "say", spy)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+    progress = [m for m in said if m.startswith("Resuming interrupted runs:")]
+    assert progress == [
+        "Resuming interrupted runs: 1 of 2 done…",
+        "Resuming interrupted runs: 2 of 2 done…",
+    ]
+    assert said.index(progress[-1]) < said.index("Resumed 2 runs: 2 completed, 0 failed")

@@ -22,6 +22,7 @@ time repainting the screen; the subscriber never reads the store.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -320,6 +321,10 @@ class FlowdeskApp(App[None]):
             self._recover_listed.set()
             self._release(run.run_id)
             outcomes.append(outcome)
+            total = max(len(claimed), len(outcomes))
+            progress = f"Resuming interrupted runs: {len(outcomes)} of {total} done…"
+            with contextlib.suppress(Exception):  # the app may be closing
+                self.call_from_thread(self.runs_screen.status_line.say, progress)
             if isinstance(outcome, BaseException):
                 self.say(f"Run {short_id(run.run_id)} was not resumed: {outcome}", "error")
             elif outcome.status == "failed":
