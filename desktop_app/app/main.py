@@ -691,15 +691,19 @@ class FlowdeskApp(App[None]):
 
     def _poll(self) -> None:
         """Reload when anyone committed since the last look (``PRAGMA data_version``)."""
-        store = self.reader
-        if store is None or not self.is_running:
+        if self.reader is None or not self.is_running:
             return
-        data_version = getattr(store, "data_version", None)
-        version = self.read(lambda _s: data_version()) if data_version is not None else None
+        version = self.store_version(quiet=False)
         if version is not None and version == self._data_version:
             return
         self._data_version = version
         self._reload_all()
+
+    def store_version(self, *, quiet: bool = True) -> int | None:
+        """The store's ``data_version`` (changes whenever anyone commits), or
+        ``None`` when the database is not open or cannot be read. Screens poll
+        it to reload only after a commit."""
+        return self.read(lambda store: store.data_version(), quiet=quiet)
 
     def _reload_all(self) -> None:
         self._update_screens(lambda screen: screen.data_changed())

@@ -178,6 +178,3 @@ class StepContext:
     def take_progress(self) -> tuple[int, int] | None:
         p, self._progress = self._progress, None
         return p
-
-
-StepFn = Callable[..., Any]

@@ -281,11 +281,7 @@ class AgentRunsScreen(Screen[None]):
 
     def _poll(self) -> None:
         """Reload when anyone committed since the last look."""
-        reader = self.flowdesk.reader
-        data_version = getattr(reader, "data_version", None)
-        if data_version is None:
-            return
-        version = self.flowdesk.read(lambda _s: data_version(), quiet=True)
+        version = self.flowdesk.store_version()
         if version is not None and version != self._data_version:
             self._data_version = version
             self.reload()
