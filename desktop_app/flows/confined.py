@@ -25,11 +25,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import stat
 import sys
 import unicodedata
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -149,10 +150,8 @@ def open_subdir(dir_fd: int, name: str, *, create: bool = False, shown: str = ""
     if problem:
         raise Refused(problem)
     if create:
-        try:
+        with suppress(FileExistsError):  # an existing entry: the no-follow open decides
             os.mkdir(name, dir_fd=dir_fd)
-        except FileExistsError:
-            pass  # an existing entry: the no-follow open below decides
     return _open_component(dir_fd, name, shown or name)
 
 
@@ -196,7 +195,8 @@ def open_regular(dir_fd: int, rel: str) -> tuple[int, os.stat_result]:
             if exc.errno in (errno.ELOOP, errno.EMLINK):
                 raise Refused("a symbolic link (not followed)") from exc
             if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket, a device with no reader
-                raise Refused(f"{kind_at(fd, parts[-1]) or 'a special file'}, not a regular file")
+                what = kind_at(fd, parts[-1]) or "a special file"
+                raise Refused(f"{what}, not a regular file") from exc
             raise
     finally:
         os.close(fd)
@@ -278,18 +278,18 @@ def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> str:
 
 def fsync_dir(dir_fd: int) -> None:
     """Make renames in the folder durable; best effort (not every OS can)."""
-    try:
+    with suppress(OSError):
         os.fsync(dir_fd)
-    except OSError:
-        pass
 
 
-def write_private(dir_fd: int, name: str, text: str) -> None:
+def write_private(dir_fd: int, name: str, text: str, *, tag: str = "") -> None:
     """Write ``name`` in the folder ``dir_fd`` atomically, mode ``0600``.
 
-    A temporary ``.<name>.tmp`` is created ``O_EXCL | O_NOFOLLOW`` with mode
-    ``0600`` (then ``fchmod`` so no umask changes it), written, fsynced and
-    renamed over ``name`` (a rename keeps the mode), then the folder is fsynced.
+    A temporary ``.<name>.<tag>.tmp`` (``tag``: e.g. the run id, so two runs
+    writing one folder never share it; a leftover of a crash is replaced) is
+    created ``O_EXCL | O_NOFOLLOW`` with mode ``0600`` (then ``fchmod`` so no
+    umask changes it), written, fsynced and renamed over ``name`` (a rename
+    keeps the mode), then the folder is fsynced.
 
     Raises:
         Refused: an unsafe name.
@@ -298,11 +298,13 @@ def write_private(dir_fd: int, name: str, text: str) -> None:
     problem = name_problem(name)
     if problem:
         raise Refused(problem)
-    tmp = f".{name}.tmp"
-    try:
-        os.unlink(tmp, dir_fd=dir_fd)  # left by a crash
-    except FileNotFoundError:
-        pass
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", tag)
+    tmp = f".{name}.{safe}.tmp" if safe else f".{name}.tmp"
+    problem = name_problem(tmp)
+    if problem:
+        raise Refused(problem)
+    with suppress(FileNotFoundError):  # left by a crash
+        os.unlink(tmp, dir_fd=dir_fd)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, PRIVATE_MODE, dir_fd=dir_fd)
     try:
@@ -316,9 +318,7 @@ def write_private(dir_fd: int, name: str, text: str) -> None:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
         raise
     fsync_dir(dir_fd)

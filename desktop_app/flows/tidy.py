@@ -352,7 +352,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
                 "or replaced after the plan, so its moves are refused"
             ) from exc
         try:
-            write_private(fd, target.name, text)
+            write_private(fd, target.name, text, tag=ctx.run_id)
         finally:
             os.close(fd)
         return {"undo_path": str(target)}
@@ -436,7 +436,8 @@ class FileMover:
         durable in both folders.
 
         Raises:
-            Refused: the destination exists (see :func:`~desktop_app.flows.confined.rename_noreplace`).
+            Refused: the destination exists
+                (:func:`~desktop_app.flows.confined.rename_noreplace`).
         """
         rename_noreplace(src.dir_fd, src.name, dst.dir_fd, dst.name)
         fsync_dir(dst.dir_fd)
