@@ -149,7 +149,8 @@ def record_outcome(
                 )
             else:
                 conn.execute(
-                    "UPDATE tidy_moves SET status=?, reason=? WHERE intent_key=? AND status<>'moved'",
+                    "UPDATE tidy_moves SET status=?, reason=? "
+                    "WHERE intent_key=? AND status<>'moved'",
                     (status, reason, intent_key),
                 )
 
