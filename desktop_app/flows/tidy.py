@@ -8,8 +8,10 @@ Steps:
    extension) and month (its modification time, UTC) to
    ``<folder>/<Kind>/<YYYY-MM>/<name>`` (a name already taken there gets
    `` (1)``, `` (2)``...), and stores one ``tidy_moves`` row per file in the
-   transaction of its checkpoint. A file that a symbolic link in the folder
-   points at stays in place (moving it would break the link); a name with a
+   transaction of its checkpoint. A file that a symbolic link at the top of
+   the folder points at (by a relative or absolute path) stays in place:
+   moving it would break the link (links deeper in subfolders are not
+   searched; tidy itself only looks at the top level); a name with a
    control character (a newline...) or a kind / month folder that is a link
    or not a folder is ``refused``.
 2. ``approve`` asks a person (an input wait whose prompt counts the moves) and
