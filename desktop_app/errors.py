@@ -240,3 +240,8 @@ class MalformedReplyError(ProviderError):
 
 class SecretsError(FlowdeskError):
     """The keyring cannot store or read a secret (locked, missing backend)."""
+
+
+class KeyFileError(SecretsError):
+    """The API key file named in settings (``model.api_key_file``) is missing,
+    empty, not a regular file, or readable by other users (``chmod 600`` it)."""
