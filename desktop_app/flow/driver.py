@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from desktop_app.errors import (
     FanInConflictError,
@@ -64,6 +64,8 @@ from desktop_app.flow.events import (
     StepResult,
     StepStarted,
 )
+from desktop_app.flow.host import DriverHost
+from desktop_app.flow.results import RunResult
 from desktop_app.flow.state import StateTracker, apply_output, load_state
 from desktop_app.store.protocol import (
     Checkpoint,
@@ -74,9 +76,6 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
-
-if TYPE_CHECKING:
-    from desktop_app.flow.engine import Engine, RunResult
 
 Outcome = Literal["ok", "stop", "routed"]
 
@@ -142,12 +141,12 @@ class RunDriver:
     """Drives one run from a checkpoint until it finishes, fails, waits or is canceled."""
 
     def __init__(
-        self, engine: Engine, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint
+        self, host: DriverHost, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint
     ) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.clock = engine.clock
-        self.events = engine.events
+        self.host = host
+        self.store = host.store
+        self.clock = host.clock
+        self.events = host.events
         self.flow = flow
         self.run = run
         self.run_id = run.run_id
@@ -163,7 +162,7 @@ class RunDriver:
         self.progress = cp.progress
         self.error = cp.error
         self.context = ExecutionContext.model_validate(dict(run.context))
-        self.cancel_event = engine.cancel_event(run.run_id)
+        self.cancel_event = host.cancel_event(run.run_id)
         self.deleted = False
         self.saves = 0
         #: take over a lease whose owner is known dead (first save only)
@@ -197,7 +196,7 @@ class RunDriver:
             self.store.append(
                 cp,
                 list(writes),
-                self.engine.lease(takeover=self.takeover),
+                self.host.lease(takeover=self.takeover),
                 intents=list(intents),
                 consume=list(consume),
             )
@@ -235,19 +234,17 @@ class RunDriver:
         return self.status == "running"
 
     def result(self) -> RunResult:
-        from desktop_app.flow.engine import RunResult
-
         return RunResult(self.run_id, self.status, self.state, self.revision, self.error)
 
     def check_cancel(self) -> None:
         if self.cancel_event.is_set():
             raise Canceled()
-        if self.engine.shutdown_event.is_set() or self.run_id in self.engine.lost:
+        if self.host.shutdown_event.is_set() or self.run_id in self.host.lost:
             raise Stopped()
 
     def release(self) -> None:
         """Give up this process's lease on the run."""
-        self.store.release(self.run_id, self.engine.owner)
+        self.store.release(self.run_id, self.host.owner)
 
     # -- entry points ----------------------------------------------------
 
@@ -299,14 +296,14 @@ class RunDriver:
 
     def drive(self) -> RunResult:
         self.events.publish(RunStarted(self.run_id, self.flow.name))
-        self.engine.track(self.run_id, True)
+        self.host.track(self.run_id, True)
         try:
-            if self.engine.shutdown_event.is_set():
+            if self.host.shutdown_event.is_set():
                 return self.result()
             return self._drive()
         finally:
-            self.engine.track(self.run_id, False)
-            self.engine.forget_cancel(self.run_id)
+            self.host.track(self.run_id, False)
+            self.host.forget_cancel(self.run_id)
             if self.status in ("running", "pending") and not self.deleted:
                 # stopped early: hand the run back (finished runs cleared it on save)
                 with contextlib.suppress(FlowdeskError):  # else it expires on its own
