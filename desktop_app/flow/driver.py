@@ -25,7 +25,7 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Literal
 
@@ -33,6 +33,7 @@ from desktop_app.errors import (
     FanInConflictError,
     FlowdeskError,
     LeaseLostError,
+    ParallelBranchesError,
     RevisionConflictError,
     RunLeasedError,
     StepFailedError,
@@ -66,7 +67,7 @@ from desktop_app.flow.events import (
 )
 from desktop_app.flow.host import DriverHost
 from desktop_app.flow.results import RunResult
-from desktop_app.flow.state import StateTracker, apply_output, load_state
+from desktop_app.flow.state import StateTracker, apply_output, encode_fields, load_state
 from desktop_app.store.protocol import (
     Checkpoint,
     DomainWrite,
@@ -94,6 +95,13 @@ def call_step(
 ) -> Any:
     """Call ``fn(state, ctx)`` (or fewer args), awaiting coroutines, within ``timeout_s``.
 
+    A timed-out attempt commits nothing: ``ctx`` is abandoned (its staged
+    writes and intents are dropped, later ``ctx.write``/``ctx.send`` raise,
+    ``ctx.cancelled`` turns true) and whatever it returns is discarded. An
+    async step is cancelled at the deadline. A synchronous step cannot be
+    stopped from outside, so this returns only once it has returned: a retry
+    never runs beside it.
+
     Raises:
         StepTimeoutError: the attempt ran past ``timeout_s``.
     """
@@ -107,6 +115,7 @@ def call_step(
             try:
                 return await asyncio.wait_for(fn(*args), timeout_s)
             except TimeoutError:
+                ctx.abandon(timeout_s)
                 raise StepTimeoutError(ctx.step_id, timeout_s) from None
 
         return asyncio.run(_run())
@@ -131,6 +140,8 @@ def call_step(
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
+        ctx.abandon(timeout_s)
+        worker.join()  # cannot be stopped: wait, so no retry overlaps it
         raise StepTimeoutError(ctx.step_id, timeout_s)
     if "exc" in box:
         raise box["exc"]
@@ -154,6 +165,11 @@ class RunDriver:
         self.status: RunStatus = cp.status
         self.state = load_state(flow.state_type, cp.state, run.run_id, cp.revision)
         self.tracker = StateTracker(self.state)
+        #: the state as last stored; every retry starts from it (S62)
+        self.stored_state: Mapping[str, Any] = dict(cp.state)
+        self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
+        #: saves come from the driver's thread and from steps journaling children
+        self.save_lock = threading.RLock()
         self.steps: dict[str, StepRecord] = dict(cp.steps)
         self.frontier: list[str] = list(cp.frontier)
         self.meta: dict[str, Any] = dict(cp.meta)
@@ -177,6 +193,16 @@ class RunDriver:
         writes: Iterable[DomainWrite] = (),
         intents: Iterable[Intent] = (),
         consume: Iterable[tuple[int, str]] = (),
+    ) -> None:
+        with self.save_lock:
+            self._save(step_id, writes, intents, consume)
+
+    def _save(
+        self,
+        step_id: str,
+        writes: Iterable[DomainWrite],
+        intents: Iterable[Intent],
+        consume: Iterable[tuple[int, str]],
     ) -> None:
         cp = Checkpoint(
             run_id=self.run_id,
@@ -212,6 +238,8 @@ class RunDriver:
                 raise Canceled() from None
             raise
         self.revision = cp.revision
+        self.stored_state = cp.state
+        self.stored_steps = cp.steps
         self.saves += 1
         self.takeover = False
         keep = self.flow.keep_last_n
@@ -228,7 +256,40 @@ class RunDriver:
             self.store.query,
             answers=self.meta.get("answers", {}),
             continuations=self.meta.get("continuations", {}),
+            journal=self.journal_child,
         )
+
+    def journal_child(self, key: str, seq: int, kind: str, proposed: str) -> str:
+        """The child recorded for ``(key, seq)``, else record ``proposed`` now
+        (one checkpoint, before the child starts) and return it."""
+        with self.save_lock:
+            children: dict[str, Any] = dict(self.meta.get("children", {}))
+            slots = list(children.get(key, []))
+            if seq < len(slots):
+                return str(slots[seq]["id"])
+            slots.append({"id": proposed, "kind": kind})
+            children[key] = slots
+            self.meta["children"] = children
+            self.save(self.frontier[0] if self.frontier else key)
+            return proposed
+
+    def restore_stored_state(self, record_id: str) -> None:
+        """Forget what a failed attempt did in memory: the state (also when
+        mutated in place) and the loop position go back to the last checkpoint."""
+        self.state = load_state(self.flow.state_type, self.stored_state, self.run_id, self.revision)
+        self.tracker = StateTracker(self.state)
+        stored = self.stored_steps.get(record_id)
+        rec = self.steps.get(record_id)
+        if stored is not None and rec is not None and stored.iteration != rec.iteration:
+            self.steps[record_id] = StepRecord(
+                record_id,
+                rec.status,
+                attempts=rec.attempts,
+                started_at=rec.started_at,
+                iteration=stored.iteration,
+                error=rec.error,
+                error_type=rec.error_type,
+            )
 
     def is_running(self) -> bool:
         return self.status == "running"
@@ -399,6 +460,7 @@ class RunDriver:
             except (Canceled, Stopped, StoreError, RevisionConflictError, _NestedStopped):
                 raise  # storage failed, the run was canceled, or a nested step decided
             except Exception as exc:
+                self.restore_stored_state(record_id)
                 outcome = self.after_failure(step, record_id, exc, t0)
                 if outcome == "retry":
                     continue
@@ -445,6 +507,10 @@ class RunDriver:
         head = self.frontier[0]
         if step.policy.on_error == "route" and step.policy.error_route is not None:
             new = self.state.model_copy()
+            if isinstance(step, ParallelStep):  # completed branches keep their output
+                branches = dict(self.meta.get("branches", {}))
+                new = self.merge_branches(step, new, branches.pop(record_id, {}))
+                self.meta["branches"] = branches
             self.flow.state_type.__pydantic_validator__.validate_assignment(
                 new, step.policy.error_field, message
             )
@@ -480,7 +546,9 @@ class RunDriver:
         """Call a step function and apply what it returned to the state."""
         out = call_step(fn, self.state, ctx, timeout_s)
         self.tracker.check_unmutated(self.state, ctx.step_id)
-        self.state = apply_output(self.flow.state_type, self.state, out)
+        new = apply_output(self.flow.state_type, self.state, out)
+        self.tracker.encode(new, ctx.step_id)  # unstorable: fail this attempt (S58)
+        self.state = new
 
     def complete(self, step: AnyStep, ctx: StepContext | None, t0: float) -> None:
         sid = step.id
@@ -846,8 +914,6 @@ class RunDriver:
             self.events.publish(StepFinished(self.run_id, StepResult(n.id, "done", None, ms)))
 
     def run_parallel(self, step: ParallelStep, ctx: StepContext) -> None:
-        model = self.flow.state_type
-        validator = model.__pydantic_validator__
         all_done = dict(self.meta.get("branches", {}))
         done: dict[str, Any] = dict(all_done.get(step.id, {}))
         base = self.state
@@ -869,22 +935,27 @@ class RunDriver:
             for w in still_waiting
         ]
 
+        policy = self.flow.retry
+        retries = step.policy.retry if step.policy.retry > 0 else policy.retries
+
         def run_branch(name: str, fn: Callable[..., Any]) -> tuple[dict[str, Any], list[Any]]:
-            bctx = self.new_context(f"{step.id}/{name}", ctx.attempt, 0)
-            out = call_step(fn, base, bctx, step.policy.timeout_s)
-            if out is None:
-                out = {}
-            if not isinstance(out, dict):
-                raise TypeError(
-                    f"parallel branch {name!r} must return a dict of field updates or None"
-                )
-            tmp = base.model_copy()
-            for field_name, value in out.items():
-                validator.validate_assignment(tmp, field_name, value)
-            return tmp.model_dump(mode="json", include=set(out)), [
-                *bctx.take_writes(),
-                *bctx.take_intents(),
-            ]
+            """One branch under its own retry policy (S60); every attempt gets
+            its own copy of the stored state."""
+            attempt = 0
+            while True:
+                attempt += 1
+                bctx = self.new_context(f"{step.id}/{name}", attempt, 0)
+                try:
+                    return self.branch_attempt(step, name, fn, base.model_copy(deep=True), bctx)
+                except Interrupt:
+                    raise
+                except Exception as exc:
+                    if not (policy.is_retryable(exc) and attempt <= retries):
+                        raise
+                    delay = policy.backoff.delay(attempt)
+                    if delay > 0 and not self.clock.sleep(delay, self.cancel_event):
+                        raise Canceled() from None
+                    self.check_cancel()
 
         errors: dict[str, BaseException] = {}
         if pending:
@@ -898,6 +969,8 @@ class RunDriver:
                     except Interrupt as intr:
                         requests.extend(intr.requests)
                         continue
+                    except (Canceled, Stopped):
+                        raise
                     except Exception as exc:
                         errors[name] = exc
                         continue
@@ -909,14 +982,54 @@ class RunDriver:
                     intents = [e for e in effects if isinstance(e, Intent)]
                     self.save(step.id, writes, intents)
         if errors:
-            first = next(name for name, _ in step.branches if name in errors)
-            raise errors[first]
+            # every failed branch named, in declared order; completed ones stay saved
+            raise ParallelBranchesError(
+                step.id,
+                {
+                    name: f"{type(errors[name]).__name__}: {errors[name]}"
+                    for name, _ in step.branches
+                    if name in errors
+                },
+            )
         if requests:
             # several questions pending at once: each keeps its own stable wait id
             raise Interrupt(requests)
+        self.state = self.merge_branches(step, base, done)
+
+    def branch_attempt(
+        self,
+        step: ParallelStep,
+        name: str,
+        fn: Callable[..., Any],
+        base: Any,
+        bctx: StepContext,
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """One attempt of one branch: its encoded updates and its effects."""
+        out = call_step(fn, base, bctx, step.policy.timeout_s)
+        if out is None:
+            out = {}
+        if not isinstance(out, dict):
+            raise TypeError(f"parallel branch {name!r} must return a dict of field updates or None")
+        tmp = base.model_copy()
+        validator = self.flow.state_type.__pydantic_validator__
+        for field_name, value in out.items():
+            validator.validate_assignment(tmp, field_name, value)
+        encoded = encode_fields(tmp, set(out), f"{step.id}/{name}")
+        return encoded, [*bctx.take_writes(), *bctx.take_intents()]
+
+    def merge_branches(self, step: ParallelStep, base: Any, done: dict[str, Any]) -> Any:
+        """``base`` with the completed branches' updates applied in declared
+        order (never completion order), through the step's reducers.
+
+        Raises:
+            FanInConflictError: two branches wrote a field that has no reducer.
+        """
+        validator = self.flow.state_type.__pydantic_validator__
         state = base.model_copy()
         written: set[str] = set()
-        for name, _ in step.branches:  # declared order, never completion order
+        for name, _ in step.branches:
+            if name not in done:
+                continue
             decoded = base.model_copy()
             for field_name, value in done[name].items():
                 validator.validate_assignment(decoded, field_name, value)
@@ -931,7 +1044,7 @@ class RunDriver:
                     )
                 written.add(field_name)
                 validator.validate_assignment(state, field_name, update)
-        self.state = state
+        return state
 
 
 class _NestedStopped(Exception):
