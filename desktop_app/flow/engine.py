@@ -33,8 +33,9 @@ from desktop_app.errors import (
     WaitAlreadyResolvedError,
     WaitError,
 )
+from desktop_app.flow.children import canceler, journaled, merge_journals
 from desktop_app.flow.clock import Clock, SystemClock
-from desktop_app.flow.context import ExecutionContext
+from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
@@ -595,7 +596,58 @@ class Engine:
         """
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
+        self._cancel_children(run_id)
         return self.store.get_run(run_id)
+
+    def _cancel_children(self, run_id: str) -> None:
+        """Cancel every live child the run's journal names (flow runs with their
+        own children, and kinds registered in :mod:`desktop_app.flow.children`)."""
+        reason = f"parent run {run_id} was canceled"
+        for child_id, kind in journaled(self.store.latest(run_id).meta):
+            if kind == "flow":
+                with contextlib.suppress(RunStateError, CheckpointNotFoundError):
+                    self.cancel(child_id, reason)
+                continue
+            cancel = canceler(kind)
+            if cancel is None:
+                raise RunStateError(
+                    f"run {run_id} was canceled but its {kind} child {child_id} was not: no "
+                    f"module registered {kind!r} children (import the module that runs them)"
+                )
+            cancel(self.store, child_id, reason, self.clock.now())
+
+    def run_child(
+        self,
+        ctx: StepContext,
+        flow: CompiledFlow[Any] | str,
+        state: BaseModel | Mapping[str, Any],
+    ) -> RunResult:
+        """From inside a step: run a child flow, or reattach to the one this
+        step started before (in this run, or in the run it was forked,
+        replayed or upgraded from); its id is journaled in the parent first.
+
+        A completed child gives its saved result and runs nothing; an
+        unfinished one is resumed (a waiting one is returned as it is).
+
+        Raises:
+            the errors of :meth:`run` and :meth:`resume`.
+        """
+        f = self._resolve(flow)
+        child_id = ctx.child_run_id("flow")
+        try:
+            child = self.store.get_run(child_id)
+        except CheckpointNotFoundError:
+            return self.run(f, state, run_id=child_id, parent_run_id=ctx.run_id)
+        if child.status == "waiting":
+            cp = self.store.latest(child_id)
+            current = load_state(f.state_type, cp.state, child_id, cp.revision)
+            return RunResult(child_id, child.status, current, cp.revision, child.error)
+        if child.status in ("canceled", "timed_out"):
+            raise RunStateError(
+                f"child run {child_id} of step {ctx.step_id!r} is {child.status}; replay or "
+                "fork it, or fail the parent"
+            )
+        return self.resume(child_id)
 
     def _finish(self, run_id: str, status: RunStatus, reason: str) -> None:
         """Append a terminal checkpoint atomically (wins against a busy run)."""
@@ -663,7 +715,10 @@ class Engine:
                 f"{f.version} no longer has; fail the run or keep it for the old version"
             )
         kept = {k: v for k, v in cp.steps.items() if v.status == "completed" and k in f.steps}
-        meta = {"forked_from_version": src.flow_version, "forked_from": cp.id}
+        meta: dict[str, Any] = {"forked_from_version": src.flow_version, "forked_from": cp.id}
+        children = merge_journals(cp.meta)
+        if children:  # the new run's steps reattach to the children already started
+            meta["children"] = children
         rid = self._create(
             f,
             state,
@@ -676,7 +731,9 @@ class Engine:
             steps=kept,
             meta=meta,
         )
-        self.cancel(run_id, f"superseded by run {rid} on flow version {f.version}")
+        # its children now belong to the new run: cancel the old run alone
+        self.cancel_event(run_id).set()
+        self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {f.version}")
         return self._drive(f, rid)
 
     # -- time travel -----------------------------------------------------
@@ -720,6 +777,10 @@ class Engine:
         kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
         meta = {k: v for k, v in cp.meta.items() if k in ("steps_taken", "conditions")}
         meta["replayed_from"] = checkpoint_id
+        # children started at or after this checkpoint too: a re-executed step reattaches
+        children = merge_journals(cp.meta, self.store.latest(src_id).meta)
+        if children:
+            meta["children"] = children
         context = ExecutionContext.model_validate(dict(src.context))
         rid = self._create(
             f,
