@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -144,4 +148,38 @@ def test_canceling_a_parent_cancels_its_children(db_path):
     engine.cancel(res.run_id)
     assert store.get_run(flow_child).status == "canceled"
     assert astore.get(agent_child).status == "canceled"
+    store.close()
+
+
+CHILDREN_WORKER = Path(__file__).resolve().parent / "children_worker.py"
+
+
+def _children_worker(db: Path, log: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CHILDREN_WORKER), str(db), str(log), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.scenario("S61")
+@pytest.mark.parametrize("mode", ["upgrade", "resume"])
+def test_killed_parent_reattaches_to_its_agent_child_in_a_new_process(db_path, tmp_path, mode):
+    log = tmp_path / "calls.log"
+    killed = _children_worker(db_path, log, "start")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert log.read_text().splitlines() == ["model-call"]
+    after = _children_worker(db_path, log, mode)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.startswith("status completed")
+    assert log.read_text().splitlines() == ["model-call"]  # no second paid call
+    store = open_store(db_path)
+    children = SqliteAgentStore(store).list()
+    assert len(children) == 1 and children[0].status == "done"
+    runs = {r.flow_version.split("+")[0]: r for r in store.list_runs(flow_name="trip")}
+    if mode == "upgrade":
+        assert runs["1"].status == "canceled" and runs["2"].status == "completed"
+    else:
+        assert list(runs) == ["1"] and runs["1"].status == "completed"
     store.close()

@@ -16,6 +16,11 @@ Durability protocol (one commit per step):
   time before which it must not start (``next_retry_at``); a restart during
   the backoff waits for the stored time, then runs that attempt.
 * A failed save raises ``StoreError`` out of the driver; no later step runs.
+* Every attempt starts from the state as last stored (a failed attempt's
+  in-place mutations are forgotten); a timed-out attempt commits nothing and
+  its retry starts only once it returned (see :func:`call_step`).
+* A child run a step starts is journaled in ``meta["children"]`` in its own
+  checkpoint before it starts (:meth:`RunDriver.journal_child`).
 """
 
 from __future__ import annotations

@@ -591,8 +591,14 @@ class Engine:
         """Move a pending, running, waiting or failed run to ``canceled``.
 
         A run being driven in this process stops before its next step, also
-        during a retry backoff. Raises RunStateError for a completed,
-        canceled or timed-out run.
+        during a retry backoff. Its live journaled children (flow runs, and
+        agent runs once ``desktop_app.agent.runtime`` is imported) are
+        canceled with it.
+
+        Raises:
+            RunStateError: the run is completed, canceled or timed out; or a
+                child is of a kind no imported module knows how to cancel
+                (the run itself is canceled by then).
         """
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
@@ -698,7 +704,8 @@ class Engine:
         """Continue a run of an older flow version as a new run of the current
         one, from its latest state and step; the old run is canceled as
         superseded. Its state must decode under the current state model and its
-        next step must still exist.
+        next step must still exist. The child runs it journaled pass to the
+        new run (its re-executed steps reattach to them) and stay live.
 
         Raises:
             CheckpointDecodeError: the state does not fit the current model.
