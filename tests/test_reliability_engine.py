@@ -4,6 +4,7 @@ results, in-place mutation) and parallel branches keep their own policies."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -325,4 +326,71 @@ def test_parallel_error_route_sees_every_branch_error(db_path, order):
     assert calls == {"A": 1, "B": 2}
     error = res.state.error or ""
     assert "A is broken" in error and "B flaked 2" in error
+    store.close()
+
+
+@pytest.mark.scenario("S57")
+def test_timed_out_parallel_branch_commits_nothing_and_retries_after_it(db_path):
+    store = open_store(db_path)
+    order: list[str] = []
+    gate = threading.Event()
+
+    def slow(s: S, ctx) -> dict:
+        order.append(f"start{ctx.attempt}")
+        if ctx.attempt == 1:
+            for _ in range(300):
+                if getattr(ctx, "cancelled", False) or gate.wait(0.01):
+                    break
+            with contextlib.suppress(StepTimeoutError):
+                ctx.send("mail", {"from": "timed-out attempt"})
+            order.append("end1")
+            return {"a": "from the timed-out attempt"}
+        gate.set()
+        ctx.send("mail", {"from": "attempt 2"})
+        return {"a": "A output"}
+
+    flow = (
+        FlowBuilder("p", S, retry=1)
+        .parallel("fan", {"A": slow, "B": lambda s: {"b": "B output"}}, timeout_s=0.05)
+        .compile()
+    )
+    res = Engine(store, flows=[flow], clock=ManualClock()).run("p", S())
+    assert res.status == "completed"
+    assert order == ["start1", "end1", "start2"]
+    assert (res.state.a, res.state.b) == ("A output", "B output")
+    sent = store.intents(("pending", "sent", "failed", "unknown"))
+    assert [i.payload for i in sent] == [{"from": "attempt 2"}]
+    store.close()
+
+
+@pytest.mark.scenario("S57")
+def test_timed_out_loop_iteration_keeps_earlier_iterations_only(db_path):
+    store = open_store(db_path)
+    ran: list[int] = []
+    seen: list[object] = []
+
+    def body(s: S, ctx) -> dict:
+        seen.append((ctx.iteration, ctx.attempt))
+        if ctx.iteration == 3 and ctx.attempt == 1:
+            for _ in range(300):  # bounded: ends when cancelled
+                if getattr(ctx, "cancelled", False):
+                    break
+                threading.Event().wait(0.01)
+            with contextlib.suppress(StepTimeoutError):
+                ctx.write(lambda conn: ran.append(-ctx.iteration))
+            seen.append("end")
+            return {"n": 1000}
+        ctx.write(lambda conn, i=ctx.iteration: ran.append(i))
+        return {"n": s.n + 1}
+
+    flow = (
+        FlowBuilder("l", S)
+        .loop("count", body, until=lambda s: s.n >= 5, timeout_s=0.05, retry=1)
+        .compile()
+    )
+    res = Engine(store, flows=[flow]).run("l", S())
+    assert res.status == "completed" and res.state.n == 5
+    assert ran == [1, 2, 3, 4, 5]  # iteration 3's timed-out write never ran
+    # the retry of iteration 3 began only after the timed-out one returned
+    assert seen == [(1, 1), (2, 1), (3, 1), "end", (3, 2), (4, 2), (5, 2)]
     store.close()

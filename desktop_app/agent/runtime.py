@@ -522,8 +522,19 @@ _CHILD_STORES: weakref.WeakSet[SqliteAgentStore] = weakref.WeakSet()
 
 
 def _cancel_agent_child(store: CheckpointStore, child_id: str, reason: str, now: float) -> None:
-    """Cancel the agent run ``child_id`` of a canceled flow run, if still live."""
-    for astore in list(_CHILD_STORES):
+    """Cancel the agent run ``child_id`` of a canceled flow run, if still live.
+
+    Raises:
+        RunStateError: no agent store is open in this process, so the child
+            cannot be looked up (cancel it where its agent runs).
+    """
+    stores = list(_CHILD_STORES)
+    if not stores:
+        raise RunStateError(
+            f"agent run {child_id} was not canceled: no agent step is built in this "
+            "process; cancel it with Agent.cancel where its agent runs"
+        )
+    for astore in stores:
         try:
             run = astore.get(child_id)
         except (CheckpointNotFoundError, StoreError):

@@ -609,18 +609,34 @@ class Engine:
         """Cancel every live child the run's journal names (flow runs with their
         own children, and kinds registered in :mod:`desktop_app.flow.children`)."""
         reason = f"parent run {run_id} was canceled"
+        problems: list[str] = []
         for child_id, kind in journaled(self.store.latest(run_id).meta):
             if kind == "flow":
-                with contextlib.suppress(RunStateError, CheckpointNotFoundError):
+                if self._live(child_id):
                     self.cancel(child_id, reason)
                 continue
             cancel = canceler(kind)
             if cancel is None:
-                raise RunStateError(
-                    f"run {run_id} was canceled but its {kind} child {child_id} was not: no "
-                    f"module registered {kind!r} children (import the module that runs them)"
+                problems.append(
+                    f"{kind} child {child_id}: no imported module cancels {kind!r} children"
                 )
-            cancel(self.store, child_id, reason, self.clock.now())
+                continue
+            try:
+                cancel(self.store, child_id, reason, self.clock.now())
+            except FlowdeskError as exc:
+                problems.append(f"{kind} child {child_id}: {exc}")
+        if problems:
+            raise RunStateError(
+                f"run {run_id} was canceled, but not all its children: " + "; ".join(problems)
+            )
+
+    def _live(self, run_id: str) -> bool:
+        """Whether ``run_id`` exists and is not finished (completed, canceled, timed out)."""
+        try:
+            run = self.store.get_run(run_id)
+        except CheckpointNotFoundError:
+            return False  # journaled, but the process died before creating it
+        return run.status not in ("completed", "canceled", "timed_out")
 
     def run_child(
         self,
