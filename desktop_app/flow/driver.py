@@ -949,7 +949,8 @@ class RunDriver:
             attempt = 0
             while True:
                 attempt += 1
-                bctx = self.new_context(f"{step.id}/{name}", attempt, 0)
+                # the step's attempt, plus this branch's own retries
+                bctx = self.new_context(f"{step.id}/{name}", ctx.attempt + attempt - 1, 0)
                 try:
                     return self.branch_attempt(step, name, fn, base.model_copy(deep=True), bctx)
                 except Interrupt:
