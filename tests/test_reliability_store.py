@@ -1,0 +1,135 @@
+"""The store loses nothing: locks held while other processes read, two stores
+in one process, agent-run leases, checksums, a deleted WAL, full disks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from desktop_app.errors import FlowdeskError
+from desktop_app.flow import Engine
+from desktop_app.store.sqlite import open_store
+from tests.flows_for_tests import Numbers, counting_flow
+
+STDLIB_READER = """
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])  # read-write, the default
+n = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+db.execute(
+    "INSERT INTO events(scope, type, payload, published_at) VALUES ('default', ?, '1', 1.0)",
+    (sys.argv[2],),
+)
+db.commit()
+db.close()
+print(n)
+"""
+
+SQLITE_UTILS_READER = """
+import sys, sqlite_utils
+db = sqlite_utils.Database(sys.argv[1])
+n = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+db["events"].insert({"scope": "default", "type": sys.argv[2], "payload": "1", "published_at": 1.0})
+db.close()
+print(n)
+"""
+
+
+def _other_process(script: str, db: Path, tag: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(db), tag],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip())
+
+
+@pytest.mark.scenario("S53")
+@pytest.mark.parametrize("reader", ["stdlib", "sqlite-utils"])
+def test_other_process_reader_never_removes_the_wal_of_a_live_writer(db_path, reader):
+    script = STDLIB_READER if reader == "stdlib" else SQLITE_UTILS_READER
+    wal = Path(f"{db_path}-wal")
+    # the app's pattern: the engine's store and the UI's reader on one file
+    engine_store = open_store(db_path)
+    ui_store = open_store(db_path)
+    engine = Engine(engine_store, flows=[counting_flow(Counter())])
+    try:
+        engine.run("counting", Numbers())
+        assert wal.exists()
+        for i in range(3):
+            seen = _other_process(script, db_path, f"peer-{i}")
+            assert seen == i + 1, "the other process misses this process's commits"
+            assert wal.exists(), "another process deleted the WAL of a live writer"
+            # this process sees the other process's commit, on both connections
+            for store in (engine_store, ui_store):
+                assert store.first_event(f"peer-{i}", 0.0) is not None
+            engine.run("counting", Numbers())
+        assert len(ui_store.list_runs()) == 4
+        check = engine_store.query(lambda c: c.execute("PRAGMA integrity_check").fetchall())
+        assert check == [("ok",)]
+    finally:
+        ui_store.close()
+        engine_store.close()
+    after = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3,sys; db=sqlite3.connect(sys.argv[1]); "
+            "print(db.execute('PRAGMA integrity_check').fetchone()[0], "
+            "db.execute('SELECT count(*) FROM runs').fetchone()[0], "
+            "db.execute(\"SELECT count(*) FROM events WHERE type LIKE 'peer-%'\").fetchone()[0])",
+            str(db_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert after.stdout.split() == ["ok", "4", "3"], after.stderr
+
+
+@pytest.mark.scenario("S53")
+def test_two_stores_two_threads_never_wait_out_the_busy_timeout(db_path):
+    # A short busy timeout: a store that waits for the other one until it gives
+    # up fails its run with "stayed locked", which this test forbids.
+    stores = [open_store(db_path, busy_timeout_s=1.0) for _ in range(2)]
+    failures: list[str] = []
+    statuses: list[str] = []
+
+    def work(store) -> None:
+        engine = Engine(store, flows=[counting_flow(Counter(), n=5)], lease_ttl_s=0.3)
+        for _ in range(20):
+            try:
+                statuses.append(engine.run("counting", Numbers()).status)
+            except FlowdeskError as exc:
+                failures.append(str(exc))
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in stores]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert failures == []
+        assert statuses == ["completed"] * 40
+        assert len(stores[0].list_runs(statuses=["completed"])) == 40
+    finally:
+        for s in stores:
+            s.close()
+
+
+@pytest.mark.scenario("S53")
+def test_a_text_file_is_still_refused_before_the_first_connection(tmp_path):
+    from desktop_app.errors import DatabaseOpenError
+    from desktop_app.store.connection import open_connection
+
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"hi")  # shorter than a page: SQLite would take it for an empty database
+    with pytest.raises(DatabaseOpenError):
+        open_connection(path)
+    assert path.read_bytes() == b"hi"
