@@ -72,17 +72,29 @@ class LeaseLostError(RevisionConflictError):
 
 
 class RunLeasedError(FlowdeskError):
-    """Another live process holds the run's lease; it is not executed here."""
+    """Another live process holds the run's lease; it is not executed here.
+
+    Attributes:
+        run_id, owner (``host:pid:nonce``), expires_at (UTC epoch seconds).
+    """
+
+    noun = "run"
 
     def __init__(self, run_id: str, owner: str, expires_at: float) -> None:
         self.run_id = run_id
         self.owner = owner
         self.expires_at = expires_at
         super().__init__(
-            f"run {run_id} is being executed by {owner}; its lease runs until "
-            f"{expires_at:.0f} (UTC epoch s). Wait for it, or for the lease to expire "
-            "if that process died."
+            f"{self.noun} {run_id} is held by a live process: it is being executed by "
+            f"{owner}; its lease runs until {expires_at:.0f} (UTC epoch s). Nothing was "
+            "run here. Wait for it, or for the lease to expire if that process died."
         )
+
+
+class AgentRunLeasedError(RunLeasedError):
+    """Another live process is executing the agent run; it is not executed here."""
+
+    noun = "agent run"
 
 
 class CheckpointDecodeError(FlowdeskError):

@@ -133,3 +133,45 @@ def test_a_text_file_is_still_refused_before_the_first_connection(tmp_path):
     with pytest.raises(DatabaseOpenError):
         open_connection(path)
     assert path.read_bytes() == b"hi"
+
+
+AGENT_WORKER = Path(__file__).resolve().parent / "agent_lease_worker.py"
+
+
+@pytest.mark.scenario("S64")
+def test_two_processes_resuming_one_agent_run_execute_it_once(db_path, tmp_path):
+    from desktop_app.agent.messages import Message
+    from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
+
+    store = open_store(db_path)
+    agents = SqliteAgentStore(store)
+    agents.create(
+        AgentRun("ar1", "helper", "running", "look up a", created_at=1.0, updated_at=1.0),
+        [Message("user", "look up a").to_json()],
+    )
+    store.close()
+    log = tmp_path / "tool.log"
+    cmd = [sys.executable, str(AGENT_WORKER), str(db_path), str(log), "ar1"]
+    first = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert first.stdout is not None and first.stdin is not None
+    assert first.stdout.readline().strip() == "tool-started"  # it executes the run now
+    second = subprocess.run(
+        cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+    )
+    first.stdin.write("go\n")
+    first.stdin.flush()
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err
+    assert "status done done: a" in out
+    assert second.returncode == 3, second.stdout + second.stderr
+    assert "agent run ar1 is held by a live process" in second.stdout
+    assert log.read_text().splitlines() == [f"{first.pid} a"]  # the tool ran once
+    store = open_store(db_path)
+    agents = SqliteAgentStore(store)
+    roles = [m["role"] for m in agents.messages("ar1")]
+    assert roles == ["user", "assistant", "tool", "assistant"]  # no duplicate
+    run = agents.get("ar1")
+    assert run.status == "done" and run.lease_owner is None
+    store.close()
