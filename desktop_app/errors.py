@@ -120,6 +120,27 @@ class CheckpointDecodeError(FlowdeskError):
         )
 
 
+class CheckpointCorruptError(CheckpointDecodeError):
+    """A stored row's bytes no longer match the checksum written with it.
+
+    Raised for a checkpoint row (``revision`` is its revision) and for an
+    agent message row (``revision`` is the message's sequence number).
+    """
+
+    def __init__(self, run_id: str, revision: int, what: str = "checkpoint") -> None:
+        FlowdeskError.__init__(
+            self,
+            f"{what} of run {run_id} revision {revision} was changed outside Flowdesk: its "
+            "bytes no longer match the checksum stored with it. The run was not resumed "
+            "(other runs are not affected). Restore the file from a backup, or fork the "
+            "run from an earlier revision.",
+        )
+        self.run_id = run_id
+        self.revision = revision
+        self.field_path = ""
+        self.reason = "checksum mismatch"
+
+
 # --- flows and runs ------------------------------------------------------
 
 

@@ -175,3 +175,83 @@ def test_two_processes_resuming_one_agent_run_execute_it_once(db_path, tmp_path)
     run = agents.get("ar1")
     assert run.status == "done" and run.lease_owner is None
     store.close()
+
+
+def _edit_closed_file(db: Path, sql_select: str, key: tuple, change) -> None:
+    """Change one stored JSON value to another valid value with stdlib sqlite3
+    (the engine closed the file: no apsw connection is open)."""
+    import json
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    table, column, where = sql_select
+    (text,) = con.execute(f"SELECT {column} FROM {table} WHERE {where}", key).fetchone()
+    new = json.dumps(change(json.loads(text)))
+    assert new != text
+    con.execute(f"UPDATE {table} SET {column}=? WHERE {where}", (new, *key))
+    con.commit()
+    con.close()
+
+
+@pytest.mark.scenario("S59")
+def test_checkpoint_edited_to_another_valid_value_is_detected_other_runs_keep_working(db_path):
+    from desktop_app.errors import CheckpointCorruptError
+    from tests.flows_for_tests import Crash
+
+    store = open_store(db_path)
+    engine = Engine(store, flows=[counting_flow(Counter(), crash_in={"s3"})])
+    with pytest.raises(Crash):
+        engine.run("counting", Numbers(value=117))
+    engine = Engine(store, flows=[counting_flow(Counter(), crash_in={"s3"})])
+    with pytest.raises(Crash):
+        engine.run("counting", Numbers(value=117))
+    bad, good = (r.run_id for r in store.list_runs())
+    assert store.latest(bad).state["value"] == 119 and store.get_run(bad).revision == 2
+    store.close()
+
+    def cursor_119_to_1119(delta):
+        assert delta["set"]["value"] == 119
+        delta["set"]["value"] = 1119
+        return delta
+
+    _edit_closed_file(
+        db_path, ("checkpoints", "state", "run_id=? AND revision=?"), (bad, 2), cursor_119_to_1119
+    )
+    store = open_store(db_path)
+    engine = Engine(store, flows=[counting_flow(Counter())])
+    with pytest.raises(CheckpointCorruptError) as info:
+        engine.resume(bad)
+    assert info.value.run_id == bad and info.value.revision == 2
+    assert bad in str(info.value) and "revision 2" in str(info.value)
+    assert store.get_run(bad).status == "running"  # left as it was, nothing resumed
+    done = engine.resume(good)
+    assert done.status == "completed" and done.state.value == 120
+    store.close()
+
+
+@pytest.mark.scenario("S59")
+def test_agent_message_edited_to_another_valid_value_is_detected(db_path):
+    from desktop_app.agent import Agent, ScriptedModel
+    from desktop_app.errors import CheckpointCorruptError
+    from desktop_app.store.agent_runs import SqliteAgentStore
+
+    store = open_store(db_path)
+    agents = SqliteAgentStore(store)
+    bad = Agent("helper", ScriptedModel(["119 files"]), agents).ask("count").run_id
+    good = Agent("helper", ScriptedModel(["3 files"]), agents).ask("count").run_id
+    store.close()
+
+    def answer_1119(body):
+        body["content"] = "1119 files"
+        return body
+
+    _edit_closed_file(
+        db_path, ("agent_messages", "body", "run_id=? AND seq=?"), (bad, 1), answer_1119
+    )
+    store = open_store(db_path)
+    agents = SqliteAgentStore(store)
+    with pytest.raises(CheckpointCorruptError) as info:
+        agents.messages(bad)
+    assert info.value.run_id == bad and info.value.revision == 1
+    assert [m["content"] for m in agents.messages(good)] == ["count", "3 files"]
+    store.close()

@@ -17,9 +17,14 @@ from typing import Any, Literal
 
 import apsw
 
-from desktop_app.errors import AgentRunLeasedError, CheckpointNotFoundError, LeaseLostError
+from desktop_app.errors import (
+    AgentRunLeasedError,
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    LeaseLostError,
+)
 from desktop_app.store.connection import translate
-from desktop_app.store.sqlite import SqliteCheckpointStore
+from desktop_app.store.sqlite import SqliteCheckpointStore, row_checksum
 
 AgentStatus = Literal[
     "running",
@@ -161,10 +166,11 @@ class SqliteAgentStore:
         ).fetchone()
         seq = int(row[0]) + 1
         for i, m in enumerate(messages):
+            row = (run_id, seq + i, m["role"], json.dumps(m, ensure_ascii=False), now)
             self.conn.execute(
-                "INSERT INTO agent_messages(run_id, seq, role, body, created_at) "
-                "VALUES (?,?,?,?,?)",
-                (run_id, seq + i, m["role"], json.dumps(m, ensure_ascii=False), now),
+                "INSERT INTO agent_messages(run_id, seq, role, body, created_at, checksum) "
+                "VALUES (?,?,?,?,?,?)",
+                (*row, row_checksum(row)),
             )
 
     def update(
@@ -302,14 +308,25 @@ class SqliteAgentStore:
         return _run(row)
 
     def messages(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's messages in order.
+
+        Raises:
+            CheckpointCorruptError: a message row no longer matches its checksum
+                (``revision`` is the message's sequence number).
+        """
         with self._lock:
             try:
                 rows: list[Any] = self.conn.execute(
-                    "SELECT body FROM agent_messages WHERE run_id=? ORDER BY seq", (run_id,)
+                    "SELECT run_id, seq, role, body, created_at, checksum FROM agent_messages "
+                    "WHERE run_id=? ORDER BY seq",
+                    (run_id,),
                 ).fetchall()
             except apsw.Error as exc:
                 raise self._err(exc) from exc
-        return [json.loads(r[0]) for r in rows]
+        for r in rows:
+            if r[5] is not None and row_checksum(r[:5]) != r[5]:
+                raise CheckpointCorruptError(run_id, int(r[1]), what="agent message")
+        return [json.loads(r[3]) for r in rows]
 
     def tool_result(self, run_id: str, key: str) -> ToolResult | None:
         with self._lock:

@@ -10,6 +10,8 @@ update the run row. Either all of it commits or none of it does.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -20,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 import apsw
 
 from desktop_app.errors import (
+    CheckpointCorruptError,
     CheckpointDecodeError,
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
@@ -69,6 +72,19 @@ _RUN_COLUMNS = (
     "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
     "flow_key, parent_run_id, context, progress_done, progress_total, error, lease_owner, "
     "lease_expires_at, tenant_id, session_id, deadline_at"
+)
+
+
+def row_checksum(values: Sequence[Any]) -> str:
+    """BLAKE2b-128 (hex) of a row's stored column values (str, int, float, None),
+    written with the row and compared when it is read."""
+    text = json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+_CP_COLUMNS = (
+    "run_id, revision, kind, status, step_id, created_at, state, steps, frontier, progress, "
+    "error, meta, waits"
 )
 
 
@@ -153,25 +169,25 @@ class SqliteCheckpointStore:
             state = codec.dumps(codec.diff_state(previous.state, cp.state))
             changed = {k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v}
             steps = codec.dumps(changed)
+        row = (
+            cp.run_id,
+            cp.revision,
+            kind,
+            cp.status,
+            cp.step_id,
+            cp.created_at,
+            state,
+            steps,
+            codec.dumps(list(cp.frontier)),
+            None if cp.progress is None else codec.dumps(list(cp.progress)),
+            cp.error,
+            codec.dumps(dict(cp.meta)) if cp.meta else None,
+            codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
+        )
         self.conn.execute(
-            "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
-            "state, steps, frontier, progress, error, meta, waits) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                cp.run_id,
-                cp.revision,
-                kind,
-                cp.status,
-                cp.step_id,
-                cp.created_at,
-                state,
-                steps,
-                codec.dumps(list(cp.frontier)),
-                None if cp.progress is None else codec.dumps(list(cp.progress)),
-                cp.error,
-                codec.dumps(dict(cp.meta)) if cp.meta else None,
-                codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
-            ),
+            f"INSERT INTO checkpoints({_CP_COLUMNS}, checksum) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (*row, row_checksum(row)),
         )
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
@@ -521,9 +537,8 @@ class SqliteCheckpointStore:
     def _load(self, run_id: str, revision: int) -> Checkpoint:
         """Fold deltas onto the nearest snapshot at or below ``revision``."""
         try:
-            rows: list[Any] = self.conn.execute(
-                "SELECT revision, kind, status, step_id, created_at, state, steps, frontier, "
-                "progress, error, meta, waits FROM checkpoints "
+            raw: list[Any] = self.conn.execute(
+                f"SELECT {_CP_COLUMNS}, checksum FROM checkpoints "
                 "WHERE run_id=? AND revision<=? AND revision>="
                 "(SELECT max(revision) FROM checkpoints WHERE run_id=? AND revision<=? "
                 "AND kind='snapshot') ORDER BY revision",
@@ -531,6 +546,11 @@ class SqliteCheckpointStore:
             ).fetchall()
         except apsw.Error as exc:
             raise self._err(exc) from exc
+        rows: list[Any] = []
+        for r in raw:
+            if r[-1] is not None and row_checksum(r[:-1]) != r[-1]:
+                raise CheckpointCorruptError(run_id, int(r[1]))
+            rows.append(r[1:-1])
         if not rows or int(rows[-1][0]) != revision:
             raise CheckpointNotFoundError(
                 f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
