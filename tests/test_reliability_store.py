@@ -255,3 +255,113 @@ def test_agent_message_edited_to_another_valid_value_is_detected(db_path):
     assert info.value.run_id == bad and info.value.revision == 1
     assert [m["content"] for m in agents.messages(good)] == ["count", "3 files"]
     store.close()
+
+
+def _dead_owner() -> str:
+    import socket
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    return f"{socket.gethostname()}:{int(gone.stdout)}:dead"
+
+
+def test_loser_of_a_takeover_race_is_told_a_live_process_holds_the_run(db_path):
+    from desktop_app.errors import RunLeasedError
+    from desktop_app.flow import FlowBuilder
+    from tests.flows_for_tests import Crash
+
+    crash = {"go": True}
+
+    def slow(state: Numbers) -> dict:
+        if crash.pop("go", False):
+            raise Crash("the first owner dies here")
+        return {"value": state.value + 1}
+
+    def build():
+        return FlowBuilder("race", Numbers).step("slow", slow).compile()
+
+    setup = open_store(db_path)
+    with pytest.raises(Crash):
+        Engine(setup, flows=[build()]).run("race", Numbers())
+    (run,) = setup.list_runs()
+    setup.query(
+        lambda c: c.execute(
+            "UPDATE runs SET lease_owner=?, lease_expires_at=1e12 WHERE run_id=?",
+            (_dead_owner(), run.run_id),
+        )
+    )
+    setup.close()
+    stores = [open_store(db_path) for _ in range(2)]
+    outcomes: list[object] = []
+    # both engines find the owner dead and decide to take over before either
+    # saves: each store's first append waits until both got there
+    barrier = threading.Barrier(2, timeout=30)
+    for store in stores:
+        real = store.append
+        first = [True]
+
+        def append(*args, _real=real, _first=first, **kwargs):
+            if _first.pop() if _first else False:
+                barrier.wait()
+            return _real(*args, **kwargs)
+
+        store.append = append
+
+    def resume(store) -> None:
+        try:
+            outcomes.append(Engine(store, flows=[build()]).resume(run.run_id).status)
+        except Exception as exc:  # the test inspects what each engine raised
+            outcomes.append(exc)
+
+    threads = [threading.Thread(target=resume, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert "completed" in outcomes and len(outcomes) == 2
+        (loser,) = [o for o in outcomes if o != "completed"]
+        assert isinstance(loser, RunLeasedError), repr(loser)
+        assert "held by a live process" in str(loser)
+        assert stores[0].latest(run.run_id).state["value"] == 1
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_resume_all_exits_0_when_a_live_peer_holds_a_run(db_path, tmp_path):
+    import os
+    import socket
+
+    from tests.digest_corpus import make_corpus
+
+    folder = tmp_path / "docs"
+    make_corpus(folder, 3)
+
+    def flowdesk(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    out = flowdesk("run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"))
+    assert out.returncode == 0, out.stderr
+    store = open_store(db_path)
+    (run,) = store.list_runs()
+    # this test process is the live peer executing it
+    store.query(
+        lambda c: c.execute(
+            "UPDATE runs SET status='running', lease_owner=?, lease_expires_at=1e12 WHERE run_id=?",
+            (f"{socket.gethostname()}:{os.getpid()}:peer", run.run_id),
+        )
+    )
+    store.close()
+    resumed = flowdesk("resume", "--all")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"run {run.run_id} is held by a live process" in resumed.stdout

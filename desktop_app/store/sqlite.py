@@ -302,10 +302,12 @@ class SqliteCheckpointStore:
                     ).fetchone()
                     if row is None:
                         raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                    if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
+                    if lease is not None and row[1] not in (None, lease.owner):
+                        # another process holds the lease: it took the run over (or won
+                        # a takeover race) and may have saved revisions since
                         raise LeaseLostError(
-                            f"run {cp.run_id} was taken over by {row[1]} after this process's "
-                            "lease expired; this process stops executing it."
+                            f"run {cp.run_id} is held by a live process ({row[1]}) that took "
+                            "it over; this process stops executing it."
                         )
                     raise RevisionConflictError(
                         f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
