@@ -38,6 +38,23 @@ class DatabaseOpenError(StoreError):
     not a SQLite file)."""
 
 
+class WalMissingError(StoreError):
+    """The database's ``-wal`` file was deleted while the database was in use,
+    so SQLite reports a bare "disk I/O error"; nothing was written."""
+
+
+class DiskFullError(StoreError):
+    """The disk holding the database is full; nothing was written.
+
+    Attributes:
+        needed_bytes: free space resuming needs (bytes), an estimate.
+    """
+
+    def __init__(self, message: str, needed_bytes: int) -> None:
+        super().__init__(message)
+        self.needed_bytes = needed_bytes
+
+
 class SchemaError(StoreError):
     """The database schema is missing, edited since it was applied, or newer
     than this version of Flowdesk."""

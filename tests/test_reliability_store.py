@@ -365,3 +365,41 @@ def test_resume_all_exits_0_when_a_live_peer_holds_a_run(db_path, tmp_path):
     resumed = flowdesk("resume", "--all")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"run {run.run_id} is held by a live process" in resumed.stdout
+
+
+OPEN_AND_COUNT = """
+import sys
+from desktop_app.errors import WalMissingError
+from desktop_app.store.sqlite import open_store
+try:
+    print(len(open_store(sys.argv[1]).list_runs()))
+except WalMissingError as exc:
+    print("WalMissingError", exc)
+"""
+
+
+def test_a_deleted_wal_is_named_with_what_to_do_and_a_clean_exit_recovers_it(db_path):
+    import os
+
+    store = open_store(db_path)
+    engine = Engine(store, flows=[counting_flow(Counter())])
+    engine.run("counting", Numbers())
+    os.unlink(f"{db_path}-wal")  # a user "cleaning up" while the app runs
+    engine.run("counting", Numbers())  # this process still writes into the deleted log
+
+    def other() -> str:
+        out = subprocess.run(
+            [sys.executable, "-c", OPEN_AND_COUNT, str(db_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    seen = other()
+    assert seen.startswith("WalMissingError"), seen
+    assert f"{db_path}-wal" in seen and "deleted" in seen and "Quit every Flowdesk" in seen
+    assert "disk I/O error" in seen  # names what SQLite said, not only that
+    store.close()  # a normal exit writes the deleted log's commits back
+    assert other() == "2"

@@ -40,7 +40,7 @@ from typing import Literal
 
 import apsw
 
-from desktop_app.errors import DatabaseOpenError, StoreError
+from desktop_app.errors import DatabaseOpenError, StoreError, WalMissingError
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -58,6 +58,18 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
         return StoreError(
             f"the disk holding the database{where} is full; nothing was written. "
             "Free some space and resume the run."
+        )
+    if isinstance(exc, apsw.IOError) and path is not None and _wal_deleted(Path(path), exc):
+        return WalMissingError(
+            f"the database's write-ahead log {path}-wal is missing or empty although its "
+            f"index {path}-shm says it holds commits: it was deleted while the database was "
+            "open (SQLite said only 'disk I/O error'). Commits since the last checkpoint were "
+            "in that file; nothing more was written here. Quit every Flowdesk process "
+            f"using {path} normally (the app, `flowdesk agent`; do not kill them): the one "
+            "that still has the deleted log open writes its commits back into the database "
+            "as it exits. Then open it again. If no such process runs any more, restore a "
+            f"backup, or delete {path}-shm to open the database as of its last checkpoint "
+            "(later commits are lost). Never delete the -wal or -shm file of an open database."
         )
     if isinstance(exc, apsw.ReadOnlyError):
         return StoreError(
@@ -80,6 +92,21 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
             "or pass --db PATH."
         )
     return StoreError(f"database error{where}: {exc}")
+
+
+def _wal_deleted(path: Path, exc: apsw.IOError) -> bool:
+    """A short read of a missing or empty ``-wal`` while its ``-shm`` index
+    exists: the WAL was deleted under an open database (a new connection
+    recreates it empty). Stat only: never opens the files (module docstring)."""
+    if getattr(exc, "extendedresult", None) != apsw.SQLITE_IOERR_SHORT_READ:
+        return False
+    try:
+        wal_size = Path(f"{path}-wal").stat().st_size
+    except FileNotFoundError:
+        wal_size = 0
+    except OSError:
+        return False
+    return wal_size == 0 and Path(f"{path}-shm").exists()
 
 
 def _create_private(path: Path) -> None:
