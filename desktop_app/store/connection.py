@@ -191,7 +191,7 @@ def connections_open(path: str | os.PathLike[str]) -> int:
         return 0 if conns is None else sum(1 for c in list(conns) if _live(c))
 
 
-def _open_registered(path: Path) -> apsw.Connection:
+def _open_registered(path: Path, vfs: str | None = None) -> apsw.Connection:
     """Check the header (only if no connection to the file is open in this
     process), open the connection and record it, under one lock so that two
     threads opening their first connections cannot interleave."""
@@ -205,7 +205,7 @@ def _open_registered(path: Path) -> apsw.Connection:
                     os.chmod(path, 0o600)  # an empty file we are about to make a database
             except OSError:
                 pass
-        conn = apsw.Connection(str(path))
+        conn = apsw.Connection(str(path)) if vfs is None else apsw.Connection(str(path), vfs=vfs)
         key = _identity(path)  # SQLite may just have created the file
         if key is not None:
             _OPEN.setdefault(key, weakref.WeakSet()).add(conn)
@@ -242,6 +242,7 @@ def open_connection(
     busy_timeout_s: float = 10.0,
     fullfsync: bool = False,
     create: bool = True,
+    vfs: str | None = None,
 ) -> apsw.Connection:
     """Open (and create, mode 0600) the SQLite file with Flowdesk's pragmas.
 
@@ -251,6 +252,8 @@ def open_connection(
         busy_timeout_s: seconds to wait for a lock before failing.
         fullfsync: set ``PRAGMA fullfsync`` (macOS durability).
         create: create the file when missing.
+        vfs: name of a registered SQLite VFS (default: the platform's); the
+            test suite simulates power loss and full disks with one.
 
     Raises:
         DatabaseOpenError: missing/unwritable folder, not a SQLite file.
@@ -262,7 +265,7 @@ def open_connection(
     elif not p.exists():
         raise DatabaseOpenError(f"no database at {p}; run `flowdesk --db {p} db apply` first.")
     try:
-        conn = _open_registered(p)
+        conn = _open_registered(p, vfs)
     except apsw.Error as exc:
         raise translate(exc, p) from exc
     try:

@@ -846,6 +846,7 @@ def open_store(
     busy_timeout_s: float = 10.0,
     fullfsync: bool = False,
     create: bool = True,
+    vfs: str | None = None,
 ) -> SqliteCheckpointStore:
     """Open the file and return a verified store.
 
@@ -859,6 +860,7 @@ def open_store(
         busy_timeout_s=busy_timeout_s,
         fullfsync=fullfsync,
         create=create,
+        vfs=vfs,
     )
     try:
         return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)))
