@@ -56,10 +56,10 @@ class PowerLossVFS(apsw.VFS):
         self.images: dict[str, _Image] = {}
         super().__init__(self.name, "")
 
-    def xOpen(self, name, flags):  # noqa: N802 - apsw's method name
+    def xOpen(self, name, flags):
         return _File(self, name, flags)
 
-    def xDelete(self, filename, syncdir):  # noqa: N802
+    def xDelete(self, filename, syncdir):
         if self.dead:
             return
         self.images.pop(filename, None)
@@ -111,20 +111,20 @@ class _File(apsw.VFSFile):
     def _image(self) -> _Image | None:
         return self.vfs.images.get(self.path)
 
-    def xWrite(self, data, offset):  # noqa: N802
+    def xWrite(self, data, offset):
         if self.vfs.dead:
             return
-        if not self.vfs.free and self.vfs.full_after_bytes is not None:
-            if self.vfs.written + len(data) > self.vfs.full_after_bytes:
-                self.vfs.full_errors += 1
-                raise apsw.FullError("simulated ENOSPC")
+        limit = self.vfs.full_after_bytes
+        if not self.vfs.free and limit is not None and self.vfs.written + len(data) > limit:
+            self.vfs.full_errors += 1
+            raise apsw.FullError("simulated ENOSPC")
         self.vfs.written += len(data)
         super().xWrite(data, offset)
         img = self._image()
         if img is not None:
             img.pending.append(("write", offset, bytes(data)))
 
-    def xTruncate(self, size):  # noqa: N802
+    def xTruncate(self, size):
         if self.vfs.dead:
             return
         super().xTruncate(size)
@@ -132,7 +132,7 @@ class _File(apsw.VFSFile):
         if img is not None:
             img.pending.append(("truncate", size, b""))
 
-    def xSync(self, flags):  # noqa: N802
+    def xSync(self, flags):
         if self.vfs.dead:
             return
         self.vfs.syncs += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -65,15 +66,11 @@ def run_until_power_loss(db: Path, vfs: PowerLossVFS, corpus: Path, out: Path, s
 
     store = open_store(db, vfs=vfs.name, synchronous=sync)  # type: ignore[arg-type]
     engine = Engine(store, flows=[build_digest_flow(on_file=on_file)], clock=ManualClock())
-    try:
+    with contextlib.suppress(Crash, FlowdeskError):
         engine.run("digest", DigestState(folder=str(corpus), out=str(out)))
-    except (Crash, FlowdeskError):
-        pass
     assert vfs.dead, "the run finished before the chosen power-loss point"
-    try:
+    with contextlib.suppress(FlowdeskError):
         store.close()
-    except FlowdeskError:
-        pass
     vfs.restore()
     vfs.unregister()
     return began[:-1]
@@ -113,7 +110,7 @@ def test_at_full_no_committed_step_runs_again_after_power_loss(
     db = fresh_db(tmp_path / "f.db")
     out = tmp_path / "out"
     committed = run_until_power_loss(db, vfs, corpus, out, "FULL")
-    check, runs, res, processed, rows = resume_after_reboot(db, corpus, out)
+    check, _runs, res, processed, rows = resume_after_reboot(db, corpus, out)
     assert check == [("ok",)]
     assert res.status == "completed"
     assert not set(processed) & set(committed), "a committed step ran again"
