@@ -43,16 +43,38 @@ class WalMissingError(StoreError):
     so SQLite reports a bare "disk I/O error"; nothing was written."""
 
 
+#: free space a paused run needs to resume (bytes): room for the database's
+#: write-ahead log to grow to its checkpoint size (1000 pages of 4 KiB) plus
+#: 1 MiB for the step's own output
+RESUME_SPACE_BYTES = 1000 * 4096 + 2**20
+
+
 class DiskFullError(StoreError):
-    """The disk holding the database is full; nothing was written.
+    """A disk is full (ENOSPC): the run is paused at its last checkpoint,
+    nothing committed is lost, and ``flowdesk resume --all`` continues it
+    once space is free (the run stays ``running``, never ``failed``).
 
     Attributes:
-        needed_bytes: free space resuming needs (bytes), an estimate.
+        needed_bytes: free space resuming needs (bytes).
     """
 
-    def __init__(self, message: str, needed_bytes: int) -> None:
-        super().__init__(message)
+    def __init__(self, where: str, needed_bytes: int = RESUME_SPACE_BYTES) -> None:
         self.needed_bytes = needed_bytes
+        super().__init__(
+            f"the disk holding {where} is full; nothing more was written and the run is "
+            "paused at its last saved step (nothing lost). Free at least "
+            f"{needed_bytes / 2**20:.0f} MiB on that disk, then run `flowdesk resume --all`."
+        )
+
+    @staticmethod
+    def of_step(exc: BaseException, run_id: str, step_id: str) -> DiskFullError | None:
+        """The pause for a step that failed with ENOSPC/EDQUOT, else None."""
+        import errno
+
+        if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return None
+        name = exc.filename or "its output"
+        return DiskFullError(f"{name} (run {run_id}, step {step_id})")
 
 
 class SchemaError(StoreError):

@@ -140,3 +140,82 @@ def test_at_normal_power_loss_loses_every_commit_since_the_last_wal_checkpoint(
     assert set(committed) <= set(processed)  # committed files were processed again
     assert res.status == "completed" and len(rows) == N_FILES
     assert (out / REPORT_NAME).read_bytes() == report
+
+
+def test_disk_full_during_a_step_commit_pauses_the_run_and_resume_all_continues_it(
+    tmp_path, corpus, reference
+):
+    import os
+
+    from desktop_app.errors import DiskFullError
+    from tests.power_loss_vfs import wal_size
+
+    report, _ = reference
+    vfs = PowerLossVFS(full_after_bytes=0)
+    vfs.free = True
+    db = fresh_db(tmp_path / "f.db")
+    out = tmp_path / "out"
+    seen: list[tuple[str, int]] = []
+
+    def on_file(run_id: str, row) -> None:
+        seen.append((row.path, wal_size(db)))
+        if len(seen) == 4 and vfs.full_errors == 0:
+            vfs.full_after_bytes = vfs.written  # the disk is full from now on
+            vfs.free = False
+
+    store = open_store(db, vfs=vfs.name)
+    engine = Engine(store, flows=[build_digest_flow(on_file=on_file)], clock=ManualClock())
+    with pytest.raises(DiskFullError) as info:
+        engine.run("digest", DigestState(folder=str(corpus), out=str(out)))
+    assert vfs.full_errors >= 1
+    assert "resume --all" in str(info.value) and "MiB" in str(info.value)
+    assert info.value.needed_bytes >= 4 * 2**20
+    (run,) = store.list_runs()
+    # paused, not failed (its lease could not be released on a full disk: this
+    # process resumes it at once, another one after the lease expires)
+    assert run.status == "running"
+    wal_when_full = wal_size(db)
+    assert wal_when_full > 0
+    vfs.free = True  # the user frees space
+    assert [r.run_id for r, _ in engine.recover()] == [run.run_id]  # what resume --all does
+    assert store.get_run(run.run_id).status == "completed"
+    # the first commit once space allowed truncated the WAL: the next file saw it small
+    after = seen[4:]
+    assert after and after[1][1] < wal_when_full
+    assert (out / REPORT_NAME).read_bytes() == report
+    assert len(store.query(lambda c: c.execute("SELECT * FROM digest_files").fetchall())) == 8
+    store.close()
+    vfs.unregister()
+    assert os.path.exists(db)
+
+
+def test_disk_full_writing_the_report_pauses_the_run_instead_of_failing_it(
+    tmp_path, corpus, reference, monkeypatch
+):
+    import errno
+    import os
+
+    from desktop_app.errors import DiskFullError
+
+    report, _ = reference
+    real_fsync = os.fsync
+    full = {"on": True}
+
+    def fsync(fd: int) -> None:  # the report's write hits ENOSPC on flush
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "out"))
+        real_fsync(fd)
+
+    store = open_store(fresh_db(tmp_path / "f.db"))
+    engine = Engine(store, flows=[build_digest_flow()], clock=ManualClock())
+    monkeypatch.setattr("desktop_app.flows.digest.os.fsync", fsync)
+    with pytest.raises(DiskFullError) as info:
+        engine.run("digest", DigestState(folder=str(corpus), out=str(tmp_path / "out")))
+    assert "step report" in str(info.value) and "Free at least 5 MiB" in str(info.value)
+    (run,) = store.list_runs()
+    assert run.status == "running"  # resume --all picks it up; never failed
+    full["on"] = False
+    ((_, outcome),) = engine.recover()
+    assert outcome.status == "completed"
+    assert (tmp_path / "out" / REPORT_NAME).read_bytes() == report
+    store.close()

@@ -11,6 +11,9 @@ Choices (see README, "The SQLite file"):
   second store in the same process, which holds the write lock and only needs
   the GIL to commit, could not finish until the waiter gave up.
 * ``foreign_keys=ON``.
+* ``journal_size_limit`` 4 MiB, and after a full disk (ENOSPC) the store
+  truncates the WAL (``wal_checkpoint(TRUNCATE)``) at its first commit once
+  space allows, so freed space is not kept by a WAL left at its full size.
 * ``transaction_mode = "IMMEDIATE"``: every ``with conn:`` write transaction
   starts with ``BEGIN IMMEDIATE``, so a read-then-write transaction never
   fails half-way on a lock upgrade.
@@ -40,10 +43,11 @@ from typing import Literal
 
 import apsw
 
-from desktop_app.errors import DatabaseOpenError, StoreError, WalMissingError
+from desktop_app.errors import DatabaseOpenError, DiskFullError, StoreError, WalMissingError
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
+WAL_LIMIT_BYTES = 4 * 2**20
 
 
 def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> StoreError:
@@ -55,10 +59,7 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
             "nothing was written. Retry, or raise FLOWDESK_BUSY_TIMEOUT_S."
         )
     if isinstance(exc, apsw.FullError):
-        return StoreError(
-            f"the disk holding the database{where} is full; nothing was written. "
-            "Free some space and resume the run."
-        )
+        return DiskFullError(f"the database {path}" if path else "the database")
     if isinstance(exc, apsw.IOError) and path is not None and _wal_deleted(Path(path), exc):
         return WalMissingError(
             f"the database's write-ahead log {path}-wal is missing or empty although its "
@@ -279,6 +280,8 @@ def open_connection(
             raise StoreError(f"could not switch {p} to WAL mode (got {mode!r}).")
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
+        # a WAL that grew (a long reader, a full disk) shrinks back at its next reset
+        conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         if fullfsync:
             conn.execute("PRAGMA fullfsync=ON")
         conn.transaction_mode = "IMMEDIATE"

@@ -137,6 +137,7 @@ class SqliteCheckpointStore:
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
         self._lock = threading.RLock()
         self._own_commits = 0  # PRAGMA data_version ignores this connection's commits
+        self._wal_needs_truncate = False  # set by a full disk
 
     # -- helpers ---------------------------------------------------------
 
@@ -147,7 +148,20 @@ class SqliteCheckpointStore:
             self._last.popitem(last=False)
 
     def _err(self, exc: apsw.Error) -> StoreError:
+        if isinstance(exc, apsw.FullError):
+            self._wal_needs_truncate = True
+            self._truncate_wal()
         return translate(exc, self.path)
+
+    def _truncate_wal(self) -> None:
+        """Give the WAL's space back after a full disk, once space allows
+        (the checkpoint copies its pages into the database first)."""
+        try:
+            busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+        except apsw.Error:
+            return  # still full: retried after the next commit
+        if not busy:
+            self._wal_needs_truncate = False
 
     def _write_checkpoint(self, cp: Checkpoint, previous: Checkpoint | None) -> None:
         try:
@@ -349,6 +363,8 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         self._remember(cp)
         self._own_commits += 1
+        if self._wal_needs_truncate and not self.conn.in_transaction:
+            self._truncate_wal()
 
     @_locked
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
