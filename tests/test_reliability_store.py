@@ -97,7 +97,7 @@ def test_other_process_reader_never_removes_the_wal_of_a_live_writer(db_path, re
 def test_two_stores_two_threads_never_wait_out_the_busy_timeout(db_path):
     # A short busy timeout: a store that waits for the other one until it gives
     # up fails its run with "stayed locked", which this test forbids.
-    stores = [open_store(db_path, busy_timeout_s=1.0) for _ in range(2)]
+    stores = [open_store(db_path, busy_timeout_s=3.0) for _ in range(2)]
     failures: list[str] = []
     statuses: list[str] = []
 
