@@ -1,5 +1,8 @@
 """One conformance suite, run against every CheckpointStore implementation
-(the LangGraph checkpointer idea): in-memory and SQLite must agree."""
+(the LangGraph checkpointer idea): in-memory, SQLite and PostgreSQL must agree.
+
+The PostgreSQL case gets a fresh database per test (tests/pg_support.py); it
+skips without a server, and fails under CI=true."""
 
 from __future__ import annotations
 
@@ -26,10 +29,16 @@ def cp(run_id: str, rev: int, state: dict, status="running", t: float = 1000.0, 
     )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(
+    params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
 def store(request, tmp_path: Path) -> Iterator[CheckpointStore]:
     if request.param == "memory":
         yield InMemoryCheckpointStore()
+        return
+    if request.param == "postgres":
+        pg_store = request.getfixturevalue("pg_store")
+        yield pg_store
         return
     from desktop_app.store import migrations
     from desktop_app.store.connection import open_connection
@@ -44,6 +53,7 @@ def store(request, tmp_path: Path) -> Iterator[CheckpointStore]:
     s.close()
 
 
+@pytest.mark.scenario("S65")
 def test_is_a_checkpoint_store(store):
     assert isinstance(store, CheckpointStore)
 
