@@ -8,6 +8,7 @@ The PostgreSQL wire protocol sends ``COMMIT`` as a simple Query message:
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from typing import Literal
@@ -51,10 +52,8 @@ class CommitDropProxy:
     @staticmethod
     def _close(*socks: socket.socket) -> None:
         for s in socks:
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
     def _up(self, client: socket.socket, server: socket.socket, mute: threading.Event) -> None:

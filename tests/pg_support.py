@@ -85,8 +85,9 @@ class PrivateCluster:
             shutil.chown(self.datadir, "postgres")
             self._as_postgres = ["runuser", "-u", "postgres", "--"]
         init = os.path.join(self.bindir, "initdb")
-        self._run(init, "-D", self.datadir, "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                  "--no-sync")  # fmt: skip
+        self._run(
+            init, "-D", self.datadir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"
+        )
         last: subprocess.CalledProcessError | None = None
         for _ in range(3):  # a free port can be taken between the probe and the start
             self.port = _free_port()
@@ -96,8 +97,17 @@ class PrivateCluster:
                 "-c max_connections=200"
             )
             try:
-                self._run(os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir,
-                          "-l", os.path.join(self.datadir, "log"), "-w", "-o", opts, "start")  # fmt: skip
+                self._run(
+                    os.path.join(self.bindir, "pg_ctl"),
+                    "-D",
+                    self.datadir,
+                    "-l",
+                    os.path.join(self.datadir, "log"),
+                    "-w",
+                    "-o",
+                    opts,
+                    "start",
+                )
                 break
             except subprocess.CalledProcessError as exc:
                 last = exc
@@ -109,8 +119,16 @@ class PrivateCluster:
     def stop(self) -> None:
         if self.datadir:
             subprocess.run(
-                [*self._as_postgres, os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir,
-                 "-m", "immediate", "-w", "stop"],  # fmt: skip
+                [
+                    *self._as_postgres,
+                    os.path.join(self.bindir, "pg_ctl"),
+                    "-D",
+                    self.datadir,
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 check=False,
@@ -183,8 +201,9 @@ def start_server() -> PgServer:
     else:
         bindir = find_bindir()
         if bindir is None:
-            return PgServer("", error="no /usr/lib/postgresql/*/bin/initdb and no "
-                            "FLOWDESK_TEST_PG_DSN")  # fmt: skip
+            return PgServer(
+                "", error="no /usr/lib/postgresql/*/bin/initdb and no FLOWDESK_TEST_PG_DSN"
+            )
         cluster = PrivateCluster(bindir)
         try:
             server = PgServer(cluster.start(), cluster=cluster)

@@ -27,14 +27,26 @@ def _run(run_id: str = "a1", **kw: Any) -> AgentRun:
 
 
 def test_create_append_tool_results_and_fields(agents):
-    agents.create(_run(deadline_at=500.0), [{"role": "system", "content": "s"},
-                                            {"role": "user", "content": "hi"}])  # fmt: skip
-    agents.update("a1", 101.0, messages=[{"role": "assistant", "content": "call"}],
-                  tool=("t:{}", "t", "in_progress", None), turns=1)  # fmt: skip
+    agents.create(
+        _run(deadline_at=500.0),
+        [{"role": "system", "content": "s"}, {"role": "user", "content": "hi"}],
+    )
+    agents.update(
+        "a1",
+        101.0,
+        messages=[{"role": "assistant", "content": "call"}],
+        tool=("t:{}", "t", "in_progress", None),
+        turns=1,
+    )
     agents.update("a1", 102.0, tool=("t:{}", "t", "in_progress", None))
-    agents.update("a1", 103.0, messages=[{"role": "tool", "content": "42"}],
-                  tool=("t:{}", "t", "completed", "42"), pending_call={"q": "?"},
-                  retry_at=200.5)  # fmt: skip
+    agents.update(
+        "a1",
+        103.0,
+        messages=[{"role": "tool", "content": "42"}],
+        tool=("t:{}", "t", "completed", "42"),
+        pending_call={"q": "?"},
+        retry_at=200.5,
+    )
     agents.mark_reused("a1", "t:{}")
     run = agents.get("a1")
     assert (run.turns, run.updated_at, run.deadline_at, run.retry_at) == (1, 103.0, 500.0, 200.5)

@@ -18,8 +18,12 @@ pytestmark = pytest.mark.postgres
 
 # Column types, normalised: both trees must agree on these families.
 _SQLITE_TYPES = {"TEXT": "text", "INTEGER": "integer", "REAL": "time"}
-_PG_TYPES = {"text": "text", "integer": "integer", "bigint": "integer",
-             "timestamp with time zone": "time"}  # fmt: skip
+_PG_TYPES = {
+    "text": "text",
+    "integer": "integer",
+    "bigint": "integer",
+    "timestamp with time zone": "time",
+}
 
 
 def _literals(predicate: str | None) -> tuple[str, ...] | None:
@@ -29,7 +33,7 @@ def _literals(predicate: str | None) -> tuple[str, ...] | None:
 def sqlite_shape(path: Path) -> dict:
     conn = sqlite3.connect(path)
     tables = {}
-    for (name, sql) in conn.execute(
+    for name, sql in conn.execute(
         "SELECT name, sql FROM sqlite_schema WHERE type='table' ORDER BY name"
     ):
         cols = []
@@ -75,9 +79,14 @@ def pg_shape(url: str) -> dict:
     schema = migrations.PG_SCHEMA
     tables = {}
     with psycopg.connect(url) as conn:
-        names = [r[0] for r in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema=%s "
-            "ORDER BY table_name", (schema,))]  # fmt: skip
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema=%s "
+                "ORDER BY table_name",
+                (schema,),
+            )
+        ]
         for name in names:
             cols = [
                 (c, _PG_TYPES[t], n == "NO")
@@ -88,11 +97,16 @@ def pg_shape(url: str) -> dict:
                 )
             ]
             oid = f"{schema}.{name}"
-            pk = [r[0] for r in conn.execute(
-                "SELECT a.attname FROM pg_constraint c CROSS JOIN LATERAL unnest(c.conkey) "
-                "WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute a ON a.attrelid=c.conrelid "
-                "AND a.attnum=k.attnum WHERE c.conrelid=%s::regclass AND c.contype='p' "
-                "ORDER BY k.n", (oid,))]  # fmt: skip
+            pk = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT a.attname FROM pg_constraint c CROSS JOIN LATERAL unnest(c.conkey) "
+                    "WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute a ON a.attrelid=c.conrelid "
+                    "AND a.attnum=k.attnum WHERE c.conrelid=%s::regclass AND c.contype='p' "
+                    "ORDER BY k.n",
+                    (oid,),
+                )
+            ]
             fks = sorted(
                 (f, t, to, {"c": "CASCADE", "a": "NO ACTION"}[od])
                 for f, t, to, od in conn.execute(
@@ -104,10 +118,15 @@ def pg_shape(url: str) -> dict:
                     (oid,),
                 )
             )
-            checks = sorted(r[0] for r in conn.execute(
-                "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON "
-                "a.attrelid=c.conrelid AND a.attnum=c.conkey[1] "
-                "WHERE c.conrelid=%s::regclass AND c.contype='c'", (oid,)))  # fmt: skip
+            checks = sorted(
+                r[0]
+                for r in conn.execute(
+                    "SELECT a.attname FROM pg_constraint c JOIN pg_attribute a ON "
+                    "a.attrelid=c.conrelid AND a.attnum=c.conkey[1] "
+                    "WHERE c.conrelid=%s::regclass AND c.contype='c'",
+                    (oid,),
+                )
+            )
             uniques = sorted(
                 tuple(r[0])
                 for r in conn.execute(
@@ -118,8 +137,13 @@ def pg_shape(url: str) -> dict:
                     (oid,),
                 )
             )
-            tables[name] = {"columns": cols, "pk": pk, "fks": fks, "checks": checks,
-                            "unique_constraints": uniques}  # fmt: skip
+            tables[name] = {
+                "columns": cols,
+                "pk": pk,
+                "fks": fks,
+                "checks": checks,
+                "unique_constraints": uniques,
+            }
         indexes = {}
         for name, table, unique, cols, where in conn.execute(
             "SELECT i.relname, t.relname, x.indisunique, "

@@ -88,7 +88,13 @@ def test_cas_race_between_two_stores_has_exactly_one_winner(pg_url, pg_store):
             outcomes: list[str] = []
             barrier = threading.Barrier(2)
 
-            def writer(store: Any, val: int, rev: int = rev) -> None:
+            def writer(
+                store: Any,
+                val: int,
+                rev: int = rev,
+                outcomes: list[str] = outcomes,
+                barrier: threading.Barrier = barrier,
+            ) -> None:
                 barrier.wait()
                 try:
                     store.append(cp("r1", rev, {"n": val}))
@@ -216,8 +222,10 @@ def test_a_failing_domain_write_rolls_the_whole_append_back(pg_store):
     pg_store.create_run(run("r1"), cp("r1", 0, {}))
 
     def boom(tx: Any) -> None:
-        tx.execute("INSERT INTO digest_files(run_id, path, kind, size_bytes) VALUES (?,?,?,?)",
-                   ("r1", "x", "text", 1))  # fmt: skip
+        tx.execute(
+            "INSERT INTO digest_files(run_id, path, kind, size_bytes) VALUES (?,?,?,?)",
+            ("r1", "x", "text", 1),
+        )
         raise RuntimeError("domain failure")
 
     with pytest.raises(RuntimeError):
@@ -232,14 +240,19 @@ def test_tidy_domain_sql_plan_queue_outcome(pg_store):
     from desktop_app.store.protocol import Intent
 
     pg_store.create_run(run("r1"), cp("r1", 0, {}))
-    moves = [tidy.TidyMove("/d/a.jpg", "/d/Images/2024-01/a.jpg", "images", "2024-01"),
-             tidy.TidyMove("/d/b.txt", None, "documents", "2024-02")]  # fmt: skip
+    moves = [
+        tidy.TidyMove("/d/a.jpg", "/d/Images/2024-01/a.jpg", "images", "2024-01"),
+        tidy.TidyMove("/d/b.txt", None, "documents", "2024-02"),
+    ]
     pg_store.append(cp("r1", 1, {}), writes=[tidy.record_plan("r1", moves)])
     first = pg_store.query(tidy.next_planned("r1"))
     assert first is not None and first.src == "/d/a.jpg"
     intent = Intent("r1:apply:0:0", "r1", "apply", "files", {"src": first.src})
-    pg_store.append(cp("r1", 2, {}), writes=[tidy.mark_queued("r1", first.src, intent.intent_id)],
-                    intents=[intent])  # fmt: skip
+    pg_store.append(
+        cp("r1", 2, {}),
+        writes=[tidy.mark_queued("r1", first.src, intent.intent_id)],
+        intents=[intent],
+    )
     assert [i.intent_id for i in pg_store.intents(["pending"])] == [intent.intent_id]
     pg_store.query(tidy.record_outcome(intent.intent_id, moved=True))
     pg_store.append(cp("r1", 3, {}), writes=[tidy.skip_planned("r1", "not approved")])
@@ -265,8 +278,10 @@ def test_data_version_sees_another_stores_commit(pg_url, pg_store):
 def test_outbox_waits_events_and_deadlines(pg_store):
     from desktop_app.store.protocol import Intent, Wait
 
-    waits = (Wait("r1:a:0", "a", "signal", 1000.0, name="approve", key="k", deadline_at=1500.0),
-             Wait("r1:a:1", "a", "event", 1000.0, name="deploy"))  # fmt: skip
+    waits = (
+        Wait("r1:a:0", "a", "signal", 1000.0, name="approve", key="k", deadline_at=1500.0),
+        Wait("r1:a:1", "a", "event", 1000.0, name="deploy"),
+    )
     pg_store.create_run(run("r1"), cp("r1", 0, {}))
     pg_store.append(cp("r1", 1, {}, status="waiting", waits=waits))
     assert pg_store.next_deadline() == 1500.0

@@ -37,9 +37,9 @@ import apsw
 
 from desktop_app.errors import (
     SchemaChecksumError,
-    StoreError,
     SchemaMissingError,
     SchemaTooNewError,
+    StoreError,
 )
 from desktop_app.store.connection import translate
 
@@ -144,9 +144,7 @@ def _pg_ledger(conn: Any) -> dict[str, tuple[str, float]]:
 
     try:
         with conn.transaction():
-            row = conn.execute(
-                "SELECT to_regclass(%s)", (f"{PG_SCHEMA}.{LEDGER}",)
-            ).fetchone()
+            row = conn.execute("SELECT to_regclass(%s)", (f"{PG_SCHEMA}.{LEDGER}",)).fetchone()
             if row is None or row[0] is None:
                 return {}
             rows = conn.execute(

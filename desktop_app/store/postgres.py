@@ -158,7 +158,9 @@ class PostgresCheckpointStore:
     SchemaTooNewError). Thread-safe: each call borrows a pool connection.
     """
 
-    def __init__(self, pool: ConnectionPool[Any], *, scope: str = "default", where: str = "") -> None:
+    def __init__(
+        self, pool: ConnectionPool[Any], *, scope: str = "default", where: str = ""
+    ) -> None:
         self.pool = pool
         self.scope = scope
         self.where = where
@@ -500,7 +502,9 @@ class PostgresCheckpointStore:
                 (wait_id, cp.created_at, signal_id),
             )
             if cur.rowcount != 1:
-                raise RevisionConflictError(f"signal {signal_id} was consumed by another wait first")
+                raise RevisionConflictError(
+                    f"signal {signal_id} was consumed by another wait first"
+                )
         if intents:
             with conn.cursor() as c:
                 c.executemany(
@@ -576,7 +580,9 @@ class PostgresCheckpointStore:
 
     def prune(self, run_id: str, keep_last_n: int) -> int:
         if keep_last_n < 1:
-            raise ValueError("keep_last_n must be at least 1: the latest checkpoint is never pruned")
+            raise ValueError(
+                "keep_last_n must be at least 1: the latest checkpoint is never pruned"
+            )
 
         def body(conn: Conn) -> int:
             row = conn.execute(

@@ -153,11 +153,11 @@ class SqlTx:
         self._conn = conn
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self._conn.execute(qmark_to_format(sql), tuple(params))  # type: ignore[arg-type]
+        return self._conn.execute(qmark_to_format(sql), tuple(params))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cur = self._conn.cursor()
-        cur.executemany(qmark_to_format(sql), [tuple(r) for r in rows])  # type: ignore[arg-type]
+        cur.executemany(qmark_to_format(sql), [tuple(r) for r in rows])
         return cur
 
     def __enter__(self) -> SqlTx:

@@ -29,9 +29,7 @@ def cp(run_id: str, rev: int, state: dict, status="running", t: float = 1000.0, 
     )
 
 
-@pytest.fixture(
-    params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request, tmp_path: Path) -> Iterator[CheckpointStore]:
     if request.param == "memory":
         yield InMemoryCheckpointStore()
