@@ -306,3 +306,74 @@ def test_outbox_waits_events_and_deadlines(pg_store):
     pg_store.mark_intent("i1", "delivered", 1004.0, receipt={"id": 7})
     (got,) = pg_store.intents(["delivered"])
     assert (got.attempts, got.receipt, got.status) == (1, {"id": 7}, "delivered")
+
+
+def test_a_deadlock_aborts_one_append_which_is_retried_whole(pg_url, pg_store):
+    """Two appends whose domain writes lock each other's rows in opposite
+    order: PostgreSQL aborts one (deadlock_detected); the store re-runs that
+    whole transaction and both appends land, each row bumped exactly twice."""
+    other = _open(pg_url)
+    try:
+        for rid in ("r1", "r2"):
+            pg_store.create_run(run(rid), cp(rid, 0, {}))
+            f = digest.DigestFile("x", "text", None, None, 1)
+            pg_store.append(cp(rid, 1, {}), writes=[digest.record_file(rid, f)])
+        calls = {"a": 0, "b": 0}
+        both_locked = threading.Barrier(2, timeout=30)
+        bump = "UPDATE digest_files SET times_processed=times_processed+1 WHERE run_id=?"
+
+        def crossing(mine: str, theirs: str, who: str):
+            def write(tx: Any) -> None:
+                calls[who] += 1
+                tx.execute(bump, (mine,))
+                if calls[who] == 1:
+                    both_locked.wait()
+                tx.execute(bump, (theirs,))
+
+            return write
+
+        errors: list[BaseException] = []
+
+        def go(store: Any, rid: str, write: Any) -> None:
+            try:
+                store.append(cp(rid, 2, {}), writes=[write])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=go, args=(pg_store, "r1", crossing("r1", "r2", "a"))),
+            threading.Thread(target=go, args=(other, "r2", crossing("r2", "r1", "b"))),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert sorted(calls.values()) == [1, 2]  # exactly one transaction ran twice
+        for rid in ("r1", "r2"):
+            assert pg_store.latest(rid).revision == 2
+            (row,) = pg_store.query(digest.files_of_run(rid))
+            assert row.times_processed == 3
+    finally:
+        other.close()
+
+
+def test_backends_killed_between_calls_are_replaced_and_nothing_is_lost(pg_url, pg_store):
+    """A server restart or an idle timeout kills pooled connections; the next
+    call finds them dead, drops them and runs its transaction on a new one."""
+    import psycopg
+
+    victim = _open(pg_url, application_name="flowdesk-victim")
+    try:
+        victim.create_run(run("r1"), cp("r1", 0, {}))
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM "
+                "pg_stat_activity WHERE application_name='flowdesk-victim') AS k"
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        victim.append(cp("r1", 1, {"after": "kill"}))
+        assert pg_store.latest("r1").state == {"after": "kill"}
+        assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    finally:
+        victim.close()

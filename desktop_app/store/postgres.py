@@ -196,8 +196,10 @@ class PostgresCheckpointStore:
                     "written. Retry."
                 ) from None
             except psycopg.Error as exc:
-                transient = (exc.sqlstate in RETRY_SQLSTATES) or is_connection_lost(exc)
-                if transient and attempt < MAX_ATTEMPTS:
+                lost = is_connection_lost(exc)
+                if (lost or exc.sqlstate in RETRY_SQLSTATES) and attempt < MAX_ATTEMPTS:
+                    if lost:  # e.g. a server restart: drop every dead pooled connection
+                        self.pool.check()
                     continue
                 raise translate(exc, self.where) from exc
             if write:
