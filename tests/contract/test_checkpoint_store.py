@@ -1,21 +1,17 @@
 """One conformance suite, run against every CheckpointStore implementation
 (the LangGraph checkpointer idea): in-memory, SQLite and PostgreSQL must agree.
 
-The PostgreSQL case gets a fresh database per test (tests/pg_support.py); it
-skips without a server, and fails under CI=true."""
+The ``store`` fixture (tests/contract/conftest.py) runs each test on all three."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from desktop_app.errors import CheckpointNotFoundError, RevisionConflictError
-from desktop_app.store.memory import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, CheckpointStore, RunRecord, StepRecord
 
 
@@ -27,28 +23,6 @@ def cp(run_id: str, rev: int, state: dict, status="running", t: float = 1000.0, 
     return Checkpoint(
         run_id, rev, status, state, kw.pop("steps", {}), kw.pop("frontier", ("a",)), t + rev, **kw
     )
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request, tmp_path: Path) -> Iterator[CheckpointStore]:
-    if request.param == "memory":
-        yield InMemoryCheckpointStore()
-        return
-    if request.param == "postgres":
-        pg_store = request.getfixturevalue("pg_store")
-        yield pg_store
-        return
-    from desktop_app.store import migrations
-    from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite import open_store
-
-    path = tmp_path / "c.db"
-    conn = open_connection(path)
-    migrations.apply(conn)
-    conn.close()
-    s = open_store(path)
-    yield s
-    s.close()
 
 
 @pytest.mark.scenario("S65")
