@@ -177,12 +177,13 @@ def status(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaS
 
     ``conn`` is an apsw or psycopg connection (see :func:`dialect_of`).
     """
-    dialect = dialect_of(conn)
+    if files is None:
+        files = schema_files(dialect=dialect_of(conn))
     try:
         ledger = _ledger(conn)
     except apsw.Error as exc:
-        raise translate(exc) from exc
-    shipped = list(files) if files is not None else schema_files(dialect=dialect)
+        raise translate(exc, conn.filename or None) from exc
+    shipped = list(files) if files is not None else schema_files()
     out: list[SchemaStatus] = []
     for f in shipped:
         entry = ledger.pop(f.key, None)
@@ -231,46 +232,6 @@ def verify(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -
         )
 
 
-def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFile]:
-    """Apply every pending schema file; returns the files applied (maybe none).
-
-    Each file and its ledger row commit in one transaction (``BEGIN
-    IMMEDIATE`` on SQLite; on PostgreSQL under ``pg_advisory_xact_lock``, so
-    a concurrent applier waits and then finds the file applied).
-
-    Raises:
-        SchemaChecksumError / SchemaTooNewError: as :func:`verify`; nothing applied.
-        StoreError: the SQL failed; that file's transaction rolled back.
-    """
-    if dialect_of(conn) == "postgres":
-        return _pg_apply(conn, files)
-    shipped = list(files) if files is not None else schema_files()
-    statuses = status(conn, shipped)
-    _raise_for(statuses, "")
-    pending = {s.key for s in statuses if s.state == "pending"}
-    applied: list[SchemaFile] = []
-    try:
-        with conn:
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {LEDGER} ("
-                "component TEXT NOT NULL, name TEXT NOT NULL, checksum TEXT NOT NULL, "
-                "applied_at REAL NOT NULL, PRIMARY KEY (component, name))"
-            )
-        for f in shipped:
-            if f.key not in pending:
-                continue
-            with conn:
-                conn.execute(f.sql)
-                conn.execute(
-                    f"INSERT INTO {LEDGER}(component, name, checksum, applied_at) VALUES (?,?,?,?)",
-                    (f.component, f.name, f.checksum, time.time()),
-                )
-            applied.append(f)
-    except apsw.Error as exc:
-        raise translate(exc) from exc
-    return applied
-
-
 def _pg_lock(conn: Any) -> None:
     conn.execute(f"SET LOCAL lock_timeout = '{PG_LOCK_TIMEOUT}'")
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_APPLY_LOCK,))
@@ -313,4 +274,44 @@ def _pg_apply(conn: Any, files: Iterable[SchemaFile] | None) -> list[SchemaFile]
             applied.append(f)
     except psycopg.Error as exc:
         raise _pg_error(exc) from exc
+    return applied
+
+
+def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFile]:
+    """Apply every pending schema file; returns the files applied (maybe none).
+
+    Each file and its ledger row commit in one transaction (``BEGIN
+    IMMEDIATE`` on SQLite; on PostgreSQL under ``pg_advisory_xact_lock``, so
+    a concurrent applier waits and then finds the file applied).
+
+    Raises:
+        SchemaChecksumError / SchemaTooNewError: as :func:`verify`; nothing applied.
+        StoreError: the SQL failed; that file's transaction rolled back.
+    """
+    if dialect_of(conn) == "postgres":
+        return _pg_apply(conn, files)
+    shipped = list(files) if files is not None else schema_files()
+    statuses = status(conn, shipped)
+    _raise_for(statuses, "")
+    pending = {s.key for s in statuses if s.state == "pending"}
+    applied: list[SchemaFile] = []
+    try:
+        with conn:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {LEDGER} ("
+                "component TEXT NOT NULL, name TEXT NOT NULL, checksum TEXT NOT NULL, "
+                "applied_at REAL NOT NULL, PRIMARY KEY (component, name))"
+            )
+        for f in shipped:
+            if f.key not in pending:
+                continue
+            with conn:
+                conn.execute(f.sql)
+                conn.execute(
+                    f"INSERT INTO {LEDGER}(component, name, checksum, applied_at) VALUES (?,?,?,?)",
+                    (f.component, f.name, f.checksum, time.time()),
+                )
+            applied.append(f)
+    except apsw.Error as exc:
+        raise translate(exc, conn.filename or None) from exc
     return applied
