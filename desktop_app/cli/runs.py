@@ -5,7 +5,6 @@ a unique prefix (:func:`desktop_app.store.runids.resolve_run_id`)."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,8 @@ if TYPE_CHECKING:
 
 #: agent statuses in the flow vocabulary (``--status completed`` finds done agent runs)
 AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out"}
+#: end statuses that mean the run did not do its job (``watch`` exits 1)
+FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
 #: statuses after which a run never changes (both vocabularies)
 TERMINAL = {"completed", "canceled", "timed_out", "done", "timeout", "rate_limited", "expired"}
 
@@ -238,8 +239,9 @@ def _show_agent(sv: Services, run_id: str, as_json: bool) -> int:
 
 def cmd_watch(ctx: Ctx) -> int:
     """Print a line whenever a run's status or progress changes; with a run
-    id, stop when that run ends (exit 1 if it failed, timed out or was
-    canceled). Polls ``data_version`` every ``--interval`` seconds."""
+    id, stop when that run ends or fails (exit 1 if it failed or timed out,
+    0 if it completed or was canceled). Polls ``data_version`` every
+    ``--interval`` seconds."""
     sv = ctx.services()
     one = ctx.resolve(sv, ctx.args.run_id) if ctx.args.run_id else None
     seen: dict[str, tuple[Any, ...]] = {}
@@ -261,8 +263,7 @@ def cmd_watch(ctx: Ctx) -> int:
                         flush=True,
                     )
             if one is not None and rows and rows[0]["status"] in TERMINAL | {"failed"}:
-                ok = rows[0]["status"] in ("completed", "done")
-                return EXIT_OK if ok else EXIT_FAILED
+                return EXIT_FAILED if rows[0]["status"] in FAILED else EXIT_OK
         time.sleep(ctx.args.interval)
 
 
@@ -358,11 +359,9 @@ def cmd_resume(ctx: Ctx) -> int:
         from desktop_app.cli.ask import resume_agent_run
 
         return resume_agent_run(ctx, sv, ref.run_id, answer=None)
-    result = engine.resume(ref.run_id)
-    print(f"run {result.run_id} {result.status}")
-    if result.error:
-        print(f"error: {result.error}", file=sys.stderr)
-    return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+    from desktop_app.cli.start import report_result
+
+    return report_result(ctx, engine.resume(ref.run_id))
 
 
 def cmd_cancel(ctx: Ctx) -> int:

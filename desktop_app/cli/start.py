@@ -109,7 +109,8 @@ def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | Non
     return sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
 
 
-def _report(ctx: Ctx, result: Any) -> int:
+def report_result(ctx: Ctx, result: Any) -> int:
+    """Print a run's outcome (and hints); the exit code: 1 failed or timed out, else 0."""
     print(f"run {result.run_id} {result.status}")
     if result.status == "completed" and getattr(result.state, "report_path", None):
         print(f"report: {result.state.report_path}")
@@ -145,7 +146,7 @@ def cmd_run(ctx: Ctx) -> int:
         agent = Agent("digest-summary", model, sv.agents)
         sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
     key = None if a.new else input_flow_key("digest", given)
-    return _report(ctx, _run_or_resume(ctx, sv, "digest", given, key))
+    return report_result(ctx, _run_or_resume(ctx, sv, "digest", given, key))
 
 
 def cmd_start(ctx: Ctx) -> int:
@@ -184,7 +185,7 @@ def cmd_start(ctx: Ctx) -> int:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
         raise InputError(f"--input does not fit flow {a.flow!r}: {problems}") from exc
-    return _report(ctx, result)
+    return report_result(ctx, result)
 
 
 def cmd_answer(ctx: Ctx) -> int:
