@@ -188,7 +188,7 @@ def cmd_export(ctx: Ctx) -> int:
     ]
     for table in a.table or []:
         cmd += ["--table", table]
-    # its own process: sqlite-utils (stdlib sqlite3) never shares one with apsw
+    # its own process: sqlite-utils (stdlib sqlite3) never shares one with the engine
     return subprocess.run(cmd, check=False).returncode
 
 
