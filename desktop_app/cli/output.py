@@ -106,7 +106,7 @@ def step_listener(quiet: bool) -> Any:
     task: Any = None
     last = [0.0]
 
-    def start_bar() -> None:
+    def start_bar(done: int, total: int) -> None:
         nonlocal bar, task
         from rich.console import Console
         from rich.progress import (
@@ -129,7 +129,7 @@ def step_listener(quiet: bool) -> Any:
             transient=False,
         )
         bar.start()
-        task = bar.add_task("progress", total=None, rate="")
+        task = bar.add_task("progress", total=total, completed=done, rate="")
 
     def listener(event: object) -> None:
         nonlocal bar
@@ -138,7 +138,9 @@ def step_listener(quiet: bool) -> Any:
         if isinstance(event, RunProgress):
             if tty:
                 if bar is None:
-                    start_bar()
+                    if event.done >= event.total:  # nothing left to watch
+                        return
+                    start_bar(event.done, event.total)
                 speed = bar.tasks[0].speed if bar.tasks else None
                 rate = f"{speed:,.0f}/s" if speed else ""
                 bar.update(task, completed=event.done, total=event.total, rate=rate)

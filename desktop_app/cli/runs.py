@@ -244,6 +244,13 @@ def cmd_watch(ctx: Ctx) -> int:
     ``--interval`` seconds."""
     sv = ctx.services()
     one = ctx.resolve(sv, ctx.args.run_id) if ctx.args.run_id else None
+    try:
+        return _watch(ctx, sv, one)
+    except KeyboardInterrupt:  # Ctrl-C is how watching ends; nothing to resume
+        return EXIT_OK
+
+
+def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
     seen: dict[str, tuple[Any, ...]] = {}
     version: int | None = None
     while True:
