@@ -351,7 +351,7 @@ def cmd_resume(ctx: Ctx) -> int:
     if ctx.args.all:
         report = engine.recover()
         if not report:
-            print("no interrupted runs")
+            print(f"no interrupted runs in {sv.database} (scope {sv.settings.scope!r})")
         failed = 0
         for run, outcome in report:
             if isinstance(outcome, BaseException):

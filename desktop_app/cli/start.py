@@ -172,7 +172,7 @@ def cmd_start(ctx: Ctx) -> int:
         flow = sv.engine.flow(a.flow)
     except UnknownFlowError as exc:
         names = ", ".join(sorted(sv.engine.flows))
-        raise InputError(f"{exc}; registered flows: {names} (`flowdesk flows`)") from exc
+        raise InputError(f"{exc}; registered flows: {names} (`{ctx.hints.cmd('flows')}`)") from exc
     _unknown_keys(flow, given)
     given = _check_builtin_input(a.flow, given)
     key = a.flow_key
