@@ -143,7 +143,7 @@ def test_prefix_works_ambiguous_refused_for_every_run_command(tmp_path):
     env = {"FLOWDESK_FLOWS": APPROVAL}
     shown = flowdesk(*d, "show", rid[:8])
     assert shown.returncode == 0 and f"run {rid}" in shown.stdout
-    for cmd in (["show"], ["resume"], ["cancel"], ["answer"], ["watch"]):
+    for cmd in (["show"], ["resume"], ["cancel"], ["answer"], ["watch"], ["ask", "--resume"]):
         args = [*cmd, "abcd"] + (["yes"] if cmd == ["answer"] else [])
         out = flowdesk(*d, *args, env=env)
         assert out.returncode == 2, (cmd, out.stderr)
