@@ -407,11 +407,8 @@ def test_doctor_reports_a_read_only_database(tmp_path):
     assert out.returncode == 1 and "BAD  writable" in out.stdout
 
 
-def test_shell_completion(tmp_path):
-    script = flowdesk("completion", "bash")
-    assert script.returncode == 0 and "complete" in script.stdout and "flowdesk" in script.stdout
-    answer = tmp_path / "completions"
-    line = "flowdesk wat"
+def complete(line: str, answer: Path) -> list[str]:
+    """What the shell would offer for ``line`` (argcomplete's protocol)."""
     flowdesk(
         env={
             "_ARGCOMPLETE": "1",
@@ -421,4 +418,12 @@ def test_shell_completion(tmp_path):
             "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
         }
     )
-    assert answer.read_text().split() == ["watch"]
+    return answer.read_text().split()
+
+
+def test_shell_completion_of_commands_and_run_ids(tmp_path):
+    script = flowdesk("completion", "bash")
+    assert script.returncode == 0 and "complete" in script.stdout and "flowdesk" in script.stdout
+    assert complete("flowdesk wat", tmp_path / "c1") == ["watch"]
+    db, rid = seeded(tmp_path)
+    assert complete(f"flowdesk --db {db} show {rid[:3]}", tmp_path / "c2") == [rid]

@@ -4,6 +4,7 @@ piped output stays plain lines; ``watch`` follows runs live."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
@@ -134,3 +135,71 @@ def test_watch_follows_a_run_until_it_ends(tmp_path):
     assert f"{run_id}  flow approval  completed" in every.stdout.readline()
     every.send_signal(2)  # Ctrl-C ends watching, quietly
     assert every.wait(timeout=60) == 0
+
+
+def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tuple[str, str]:
+    """``run digest`` with stdin/stderr on a pseudo-terminal, answering the
+    resume question with ``reply``; (stdout, terminal text)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "desktop_app.cli",
+            "--db",
+            str(db),
+            "run",
+            "digest",
+            "--folder",
+            str(folder),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=slave,
+        cwd=REPO,
+        env={**os.environ, "TERM": "xterm"},
+    )
+    os.close(slave)
+    seen = b""
+    while b"Resume it? [Y/n]" not in seen:
+        seen += os.read(master, 4096)
+    os.write(master, reply)
+    stdout = proc.stdout.read().decode() if proc.stdout else ""
+    assert proc.wait(timeout=120) == 0
+    os.close(master)
+    return stdout, seen.decode()
+
+
+def test_rerun_on_a_terminal_asks_before_resuming(tmp_path):
+    from desktop_app.bootstrap import open_services
+    from desktop_app.cli.start import input_flow_key
+    from desktop_app.config import load_settings
+    from desktop_app.flows.digest import check_input
+
+    db, folder, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "o"
+    make_corpus(folder, 5)
+    assert flowdesk("--db", str(db), "db", "apply").returncode == 0
+    given = check_input(folder, out).model_dump()
+    sv = open_services(load_settings(db_path=db))
+    pending = sv.engine.start("digest", given, flow_key=input_flow_key("digest", given))
+    sv.close()  # an interrupted run of this input, as a crash leaves it
+    stdout, term = rerun_on_a_terminal(db, folder, out, b"\n")  # default: yes
+    assert f"run {pending} on this input is pending" in term
+    assert stdout.splitlines()[0] == pending and f"run {pending} completed" in stdout
+    rows = [json.loads(x) for x in flowdesk("--db", str(db), "runs", "--json").stdout.splitlines()]
+    assert [r["run_id"] for r in rows] == [pending]
+    sv = open_services(load_settings(db_path=db))
+    second = sv.engine.start("digest", given, flow_key=input_flow_key("digest", given))
+    sv.close()
+    stdout, _ = rerun_on_a_terminal(db, folder, out, b"n\n")  # no: a new run beside it
+    fresh = stdout.splitlines()[0]
+    assert fresh not in (pending, second) and f"run {fresh} completed" in stdout
+    rows = [json.loads(x) for x in flowdesk("--db", str(db), "runs", "--json").stdout.splitlines()]
+    assert {r["run_id"]: r["status"] for r in rows} == {
+        pending: "completed",
+        second: "pending",
+        fresh: "completed",
+    }
