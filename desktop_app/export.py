@@ -2,7 +2,7 @@
 
 Runs as its own process (``python -m desktop_app.export``) with sqlite-utils,
 which uses the standard library's ``sqlite3``; it never imports apsw or the
-engine, so two SQLite libraries never share a process (DESIGN.md). It only
+engine, so two SQLite libraries never share a process. It only
 reads: the database is opened read-only (``mode=ro`` URI).
 
 Times (every ``*_at`` column, stored as UTC epoch seconds) are written as
