@@ -124,14 +124,15 @@ def build_model(settings: Settings) -> OpenAICompatibleModel | None:
         SecretsError: the keyring cannot be read.
     """
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
+    from desktop_app.observability import mask_secret
     from desktop_app.secrets import get_secret
 
     cfg = settings.model
     if not cfg.base_url or not cfg.model:
         return None
-    return OpenAICompatibleModel(
-        cfg.base_url, cfg.model, api_key=get_secret(cfg.api_key_name), timeout_s=cfg.timeout_s
-    )
+    key = get_secret(cfg.api_key_name)
+    mask_secret(key)  # never in the log file
+    return OpenAICompatibleModel(cfg.base_url, cfg.model, api_key=key, timeout_s=cfg.timeout_s)
 
 
 def build_engine(
@@ -140,7 +141,12 @@ def build_engine(
     flows: list[CompiledFlow[Any]] | None = None,
     events: EventBus | None = None,
 ) -> Engine:
-    """An engine over the settings' database with the built-in flows registered."""
+    """An engine over the settings' database with the built-in flows registered
+    (its runs and steps traced when OTLP export is set up)."""
+    from desktop_app.observability import instrument_engine
+
     chosen = flows if flows is not None else load_flows(settings)
     store = open_sqlite_store(settings)
-    return Engine(store, flows=chosen, events=events)
+    engine = Engine(store, flows=chosen, events=events)
+    instrument_engine(engine)
+    return engine

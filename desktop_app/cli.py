@@ -112,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--folder", type=Path, default=Path("."), help="root for --tools files")
     ask.add_argument("--resume", metavar="RUN_ID", help="resume an interrupted agent run")
     ask.add_argument("--answer", help="with --resume: answer the agent's question")
+    ask.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let the agent use the tools of [mcp_servers.NAME] from the settings (repeatable)",
+    )
 
     exp = sub.add_parser("export", help="runs, checkpoints and domain tables to JSON or CSV")
     exp.add_argument("--out", type=Path, required=True, help="folder for the files")
@@ -136,8 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace) -> Any:
     from desktop_app.config import load_settings
+    from desktop_app.observability import setup
 
-    return load_settings(db_path=args.db)
+    settings = load_settings(db_path=args.db)
+    setup(settings)  # log file, OTLP export
+    return settings
 
 
 def _print_progress(quiet: bool) -> Any:
@@ -442,7 +452,8 @@ def _dispatcher(engine: Any) -> Any:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from desktop_app.agent import Agent
-    from desktop_app.agent.tools import file_tools
+    from desktop_app.agent.mcp import mcp_tools
+    from desktop_app.agent.tools import AgentTool, file_tools
     from desktop_app.bootstrap import build_model, open_sqlite_store
     from desktop_app.store.agent_runs import SqliteAgentStore
 
@@ -454,11 +465,12 @@ def cmd_ask(args: argparse.Namespace) -> int:
             "(or [model] base_url/model in the settings file), and store a key with "
             "`flowdesk secrets set model_api_key` if the server needs one"
         )
-    tools = []
+    tools: list[AgentTool] = []
     if args.tools == "files":
         if not args.folder.is_dir():
             raise InputError(f"--folder {args.folder} is not a folder")
-        tools = file_tools(args.folder)
+        tools = list(file_tools(args.folder))
+    tools += mcp_tools(settings, args.mcp)
     agent = Agent(
         "ask",
         model,

@@ -240,3 +240,13 @@ class MalformedReplyError(ProviderError):
 
 class SecretsError(FlowdeskError):
     """The keyring cannot store or read a secret (locked, missing backend)."""
+
+
+class McpError(AgentError):
+    """An MCP server cannot be started, reached or used (the message names the
+    server from the ``[mcp_servers.NAME]`` settings and what to check)."""
+
+
+class McpToolsChangedError(McpError):
+    """An MCP server's tool list differs from the one recorded when the agent
+    run started; the run is not continued with a mixed tool set."""

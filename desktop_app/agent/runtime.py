@@ -35,14 +35,16 @@ from typing import Any, Literal
 
 from desktop_app.agent.messages import AssistantReply, Message, ToolCall
 from desktop_app.agent.models import ChatModel
-from desktop_app.agent.tools import ASK_USER, Tool, ask_user_schema
+from desktop_app.agent.tools import ASK_USER, AgentTool, ToolListing, ask_user_schema
 from desktop_app.errors import (
     AgentError,
     InputRequiredError,
+    McpToolsChangedError,
     ProviderError,
     RateLimitedError,
     RunStateError,
 )
+from desktop_app.flow import tracing
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.retry import Backoff
@@ -91,7 +93,8 @@ class Agent:
         name: the agent's name (runs record it).
         model: a :class:`~desktop_app.agent.models.ChatModel`.
         store: the agent-run store (shares the file with flows).
-        tools: :class:`~desktop_app.agent.tools.Tool` objects; ``ask_user`` is built in.
+        tools: :class:`~desktop_app.agent.tools.Tool` or
+            :class:`~desktop_app.agent.mcp.McpTool` objects; ``ask_user`` is built in.
         system: an optional system prompt.
         max_turns: model turns per run before it fails.
         timeout_s: per-run deadline, seconds from creation (status ``timeout``).
@@ -106,7 +109,7 @@ class Agent:
         name: str,
         model: ChatModel,
         store: SqliteAgentStore,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[AgentTool] = (),
         *,
         system: str | None = None,
         max_turns: int = 20,
@@ -139,7 +142,9 @@ class Agent:
     ) -> str:
         rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
-        ctx = (context or ExecutionContext()).model_copy(update={"run_id": rid})
+        ctx = context or ExecutionContext()
+        # every run has a trace id (W3C, 32 hex) so its spans and its context agree
+        ctx = ctx.model_copy(update={"run_id": rid, "trace_id": ctx.trace_id or uuid.uuid4().hex})
         first = ([Message("system", self.system)] if self.system else []) + [
             Message("user", message)
         ]
@@ -322,6 +327,64 @@ class Agent:
         return AgentEvent("done", response=response)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
+        """One pass over a run, inside its span (``invoke_agent <name>``, in
+        the trace id of the run's context)."""
+        run = self.store.get(run_id)
+        span = tracing.start_run_span(
+            f"invoke_agent {self.name}",
+            run.context.get("trace_id"),
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self.name,
+                "flowdesk.run_id": run_id,
+            },
+        )
+        status: str | None = None
+        try:
+            for event in self._drive_turns(run_id, stream, span):
+                if event.response is not None:
+                    status = event.response.status
+                yield event
+        finally:
+            bad = status not in ("done", "input_required", None)
+            tracing.end_span(
+                span,
+                error=status if bad else None,
+                attributes={"flowdesk.status": status or "interrupted"},
+            )
+
+    def _check_listings(self, run_id: str) -> str | None:
+        """Record each tool source's list in the run (first drive), or compare
+        it with the recorded one; the first difference, or ``None``."""
+        seen: set[str] = set()
+        for tool in self.tools.values():
+            source = getattr(tool, "server", None)
+            if not isinstance(source, ToolListing) or source.listing_key in seen:
+                continue
+            seen.add(source.listing_key)
+            stored = self.store.tool_result(run_id, source.listing_key)
+            if stored is None:
+                self.store.update(
+                    run_id,
+                    self.clock.now(),
+                    tool=(source.listing_key, source.listing_tool, "completed", source.listing()),
+                )
+                continue
+            problem = source.check_listing(stored.result or "[]")
+            if problem is not None:
+                return problem
+        return None
+
+    def _drive_turns(
+        self, run_id: str, stream: bool, span: Any
+    ) -> Generator[AgentEvent, None, None]:
+        problem = self._check_listings(run_id)
+        if problem is not None:
+            run = self.store.get(run_id)
+            yield self._finish(
+                run, "failed", error=problem, error_type=McpToolsChangedError.__name__
+            )
+            return
         while True:
             run = self.store.get(run_id)
             now = self.clock.now()
@@ -349,7 +412,7 @@ class Agent:
                         )
                         return
                     yield AgentEvent("tool_start", tool=call.name)
-                    reused = self._run_tool(run_id, call)
+                    reused = self._run_tool(run_id, call, span)
                     yield AgentEvent("tool_end", tool=call.name, reused=reused)
                 continue
             last = messages[-1]
@@ -365,6 +428,18 @@ class Agent:
                 )
                 return
             reply: AssistantReply | None = None
+            model_name = str(getattr(self.model, "model", type(self.model).__name__))
+            model_span = tracing.start_child_span(
+                span,
+                f"chat {model_name}",
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": model_name,
+                    "flowdesk.run_id": run_id,
+                    "flowdesk.turn": run.turns + 1,
+                },
+            )
+            model_error: str | None = "interrupted"
             try:
                 if stream:
                     for delta in self._call_streaming(messages):
@@ -374,7 +449,9 @@ class Agent:
                             yield AgentEvent("delta", text=delta.text)
                 else:
                     reply = self._call(messages)
+                model_error = None
             except RateLimitedError as exc:
+                model_error = type(exc).__name__
                 yield self._finish(
                     run,
                     "rate_limited",
@@ -384,8 +461,11 @@ class Agent:
                 )
                 return
             except ProviderError as exc:
+                model_error = type(exc).__name__
                 yield self._finish(run, "failed", error=str(exc), error_type=type(exc).__name__)
                 return
+            finally:
+                tracing.end_span(model_span, error=model_error)
             assert reply is not None
             self.store.update(
                 run_id, self.clock.now(), messages=[reply.message().to_json()], turns=run.turns + 1
@@ -418,8 +498,27 @@ class Agent:
                 log.debug("agent %s: retryable provider error %s", self.name, type(exc).__name__)
                 self.clock.sleep(self.backoff.delay(attempt))
 
-    def _run_tool(self, run_id: str, call: ToolCall) -> bool:
-        """Run (or reuse) one tool call; store its result and tool message together."""
+    def _run_tool(self, run_id: str, call: ToolCall, parent: Any = None) -> bool:
+        """Run (or reuse) one tool call; store its result and tool message
+        together, inside an ``execute_tool <name>`` span under ``parent``."""
+        span = tracing.start_child_span(
+            parent,
+            f"execute_tool {call.name}",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+                "flowdesk.run_id": run_id,
+            },
+        )
+        reused = False
+        try:
+            reused = self._run_tool_once(run_id, call)
+        finally:
+            tracing.end_span(span, attributes={"flowdesk.tool.reused": reused})
+        return reused
+
+    def _run_tool_once(self, run_id: str, call: ToolCall) -> bool:
         now = self.clock.now()
         stored = self.store.tool_result(run_id, call.key)
         if stored is not None and stored.status == "completed":
@@ -432,6 +531,14 @@ class Agent:
         tool = self.tools.get(call.name)
         if tool is None:
             content = json.dumps({"error": f"unknown tool {call.name!r}"})
+        elif stored is not None and stored.status == "in_progress" and tool.at_most_once:
+            # started before a crash, result never saved: it may have taken effect
+            content = json.dumps(
+                {
+                    "error": f"the call to {call.name} was interrupted before its result was "
+                    "saved; it was not repeated, so whether it took effect is unknown"
+                }
+            )
         else:
             self.store.update(run_id, now, tool=(call.key, call.name, "in_progress", None))
             try:
