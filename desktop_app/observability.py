@@ -64,9 +64,9 @@ class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
 
     def _open(self) -> io.TextIOWrapper:
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        return io.TextIOWrapper(
-            io.FileIO(fd, "a"), encoding=self.encoding, errors=self.errors, line_buffering=False
-        )
+        stream = open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115
+        assert isinstance(stream, io.TextIOWrapper)
+        return stream
 
 
 def setup_logging(settings: Settings) -> Path:
