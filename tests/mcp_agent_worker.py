@@ -17,14 +17,14 @@ import json
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from desktop_app.agent import Agent, ScriptedModel
 from desktop_app.agent.mcp import McpServer
 from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite import open_store
 
+REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = {
     "first": [{"id": "c1", "tool": "notes__append", "args": {"text": "hello"}}, "unreached"],
     "again": [{"id": "c2", "tool": "notes__append", "args": {"text": "hello"}}, "noted"],
@@ -38,7 +38,8 @@ def main() -> int:
     command = [sys.executable, "-m", "tests.mcp_notes_server", notes_log, "stdio"]
     store = open_store(Path(db))
     with McpServer("notes", command=command, cwd=REPO, timeout_s=30) as server:
-        agent = Agent("notes", ScriptedModel(SCRIPTS[mode]), SqliteAgentStore(store), server.tools())
+        model = ScriptedModel(SCRIPTS[mode])
+        agent = Agent("notes", model, SqliteAgentStore(store), server.tools())
         last = None
         for event in agent.stream("note hello", run_id=run_id):
             if event.kind == "tool_end" and mode == "first":

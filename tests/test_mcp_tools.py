@@ -3,6 +3,7 @@ subprocess, journaled calls that survive SIGKILL, a recorded tool list."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -39,8 +40,14 @@ class Worker:
 
     def __init__(self, db: Path, run_id: str, log: Path, mode: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "tests" / "mcp_agent_worker.py"), str(db), run_id,
-             str(log), mode],
+            [
+                sys.executable,
+                str(REPO / "tests" / "mcp_agent_worker.py"),
+                str(db),
+                run_id,
+                str(log),
+                mode,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -55,10 +62,8 @@ class Worker:
         return self.proc.stdout.readline().strip()
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def finish(self) -> tuple[int, str, str]:
         out, err = self.proc.communicate()
@@ -193,9 +198,10 @@ def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_
     )
 
     # the same server name now offers another tool: the run is not continued with it
-    with HttpNotesServer(notes, variant="2") as http, McpServer(
-        "notes", url=http.url, timeout_s=30
-    ) as server:
+    with (
+        HttpNotesServer(notes, variant="2") as http,
+        McpServer("notes", url=http.url, timeout_s=30) as server,
+    ):
         model = ScriptedModel(["unreached"])
         agent = Agent("notes", model, store, server.tools())
         res = agent.resume_input("h1", "yes")
@@ -242,7 +248,7 @@ def test_flowdesk_ask_with_mcp_uses_the_configured_server(tmp_path):
     assert _cli(db, "db", "apply", env=env).returncode == 0
     with ChatServer() as chat:
         chat.script = [
-            ("json", completion("", [{"id": "a", "name": "notes__append", "args": {"text": "hi"}}])),
+            ("json", completion("", [{"id": "a", "name": "notes__append", "args": {"text": "x"}}])),
             ("json", completion("Noted.")),
         ]
         env |= {"FLOWDESK_MODEL__BASE_URL": chat.url, "FLOWDESK_MODEL__MODEL": "m"}
@@ -256,4 +262,4 @@ def test_flowdesk_ask_with_mcp_uses_the_configured_server(tmp_path):
         assert "notes__append" in offered and "notes__append_and_hang" in offered
         answers = [m for m in chat.requests[1]["body"]["messages"] if m["role"] == "tool"]
         assert [m["content"] for m in answers] == ["appended; 1 lines"]
-    assert lines(notes) == ["hi"]
+    assert lines(notes) == ["x"]
