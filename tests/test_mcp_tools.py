@@ -175,7 +175,7 @@ class HttpNotesServer:
 
 def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_store, tmp_path):
     from desktop_app.agent import Agent, ScriptedModel
-    from desktop_app.agent.mcp import McpServer, describe_tools
+    from desktop_app.agent.mcp import McpServer, describe_tools, recorded_tools
     from desktop_app.store.agent_runs import SqliteAgentStore
 
     notes = tmp_path / "notes.log"
@@ -196,6 +196,11 @@ def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_
     assert store.tool_result("h1", 'notes__append:{"text":"over http"}').result == (
         "appended; 1 lines"
     )
+    recorded = recorded_tools(store.tool_results("h1"))  # what the app's agent view shows
+    assert [(r["server"], r["name"]) for r in recorded] == [
+        ("notes", "notes__append"),
+        ("notes", "notes__append_and_hang"),
+    ]
 
     # the same server name now offers another tool: the run is not continued with it
     with (

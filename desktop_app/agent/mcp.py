@@ -162,7 +162,7 @@ class McpServer:
         self.env = dict(env or {})
         self.cwd = cwd
         self.timeout_s = timeout_s
-        self.listing_key = f"mcp/tools_list:{name}"
+        self.listing_key = f"{LISTING_PREFIX}{name}"
         self.listing_tool = f"mcp:{name}"
         self._specs: list[dict[str, Any]] = []
         self._client: Any = None
@@ -391,3 +391,36 @@ def mcp_tools(settings: Settings, names: Sequence[str]) -> list[McpTool]:
     for server in servers:
         atexit.register(server.close)
     return [t for s in servers for t in s.tools()]
+
+
+LISTING_PREFIX = "mcp/tools_list:"
+
+
+def recorded_tools(results: Sequence[Any]) -> list[dict[str, Any]]:
+    """For the app's agent view of one run: the MCP tools recorded in it.
+
+    Args:
+        results: the run's tool journal, ``SqliteAgentStore.tool_results(run_id)``
+            (:class:`~desktop_app.store.agent_runs.ToolResult` rows).
+
+    Returns:
+        ``{"server", "tool", "name", "description"}`` per tool of each MCP
+        server's list as recorded when the run started (no server is
+        contacted); journal rows whose ``tool_key`` starts with
+        :data:`LISTING_PREFIX` are these lists, every other row is a tool call.
+    """
+    rows: list[dict[str, Any]] = []
+    for result in results:
+        if not result.tool_key.startswith(LISTING_PREFIX):
+            continue
+        server = result.tool_key[len(LISTING_PREFIX) :]
+        for spec in json.loads(result.result or "[]"):
+            rows.append(
+                {
+                    "server": server,
+                    "tool": spec["name"],
+                    "name": f"{server}__{spec['name']}",
+                    "description": spec.get("description", ""),
+                }
+            )
+    return rows

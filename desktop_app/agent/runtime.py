@@ -9,6 +9,15 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   ``"<tool>:<canonical JSON input>"``; an identical call later in the same run
   (also after a restart, with a freshly built agent) reuses it instead of
   running the tool again. Another run never sees it.
+* A tool with ``at_most_once`` (an MCP tool, see :mod:`desktop_app.agent.mcp`)
+  whose call started but whose result was never saved is not called again
+  after a crash; the model gets an error text saying the outcome is unknown.
+* A tool source with a tool list (an MCP server) has that list recorded in
+  the run's tool journal on the first drive; a later drive with a different
+  list fails the run (``error_type`` ``McpToolsChangedError``).
+* Each drive is an OpenTelemetry span ``invoke_agent <name>`` in the trace id
+  of the run's context, with ``chat <model>`` and ``execute_tool <tool>``
+  children (see :mod:`desktop_app.flow.tracing`).
 * Resuming a ``done`` run returns the saved answer without calling the model.
 * The built-in ``ask_user`` tool pauses the run ``input_required``; plain
   ``resume`` refuses; ``resume_input(run_id, text)`` answers and continues.

@@ -117,12 +117,11 @@ def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], No
     Raises:
         ImportError: OpenTelemetry is not installed (``pip install 'flowdesk[otel]'``).
     """
-    from opentelemetry import trace
-
+    if _otel_trace() is None:
+        raise ImportError("OpenTelemetry is not installed: pip install 'flowdesk[otel]'")
     runs: dict[str, Any] = {}
     steps: dict[tuple[str, str], Any] = {}
     lock = threading.Lock()
-    del trace  # imported only to fail early when OpenTelemetry is missing
 
     def on_event(event: Event) -> None:
         with lock:
