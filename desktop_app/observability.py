@@ -133,6 +133,7 @@ def setup_tracing() -> bool:
         provider = TracerProvider(resource=resource)  # shut down (flushed) at exit
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)
+        log.info("exporting spans over OTLP/HTTP as service %s", resource.attributes[SERVICE_NAME])
         _done["tracing"] = True
         return True
 

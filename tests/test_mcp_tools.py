@@ -215,6 +215,16 @@ def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_
     assert store.get("h1").error_type == "McpToolsChangedError"
     assert model.calls == 0 and lines(notes) == ["over http"]
 
+    # resumed without the server at all: refused the same way, nothing mixed
+    res = Agent("notes", ScriptedModel(["unreached"]), store).resume("h1")
+    assert res.status == "failed" and "resume it with the same MCP servers" in res.error
+
+    # the original tool list again: the run continues where it stopped
+    with HttpNotesServer(notes) as http, McpServer("notes", url=http.url, timeout_s=30) as server:
+        res = Agent("notes", ScriptedModel(["all noted"]), store, server.tools()).resume("h1")
+    assert (res.status, res.text) == ("done", "all noted")
+    assert lines(notes) == ["over http"]
+
 
 def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
     from desktop_app.agent.mcp import McpServer

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -42,11 +43,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.messages import canonical_json
+from desktop_app.agent.tools import LISTING_PREFIX
 from desktop_app.errors import ConfigError, McpError
 
 if TYPE_CHECKING:
     from desktop_app.config import McpServerSettings, Settings
 
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
@@ -264,6 +267,7 @@ class McpServer:
                 if cursor is None:
                     break
             self._specs = specs
+            log.info("MCP server %s connected: %d tools", self.name, len(specs))
             self._client = client
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
@@ -391,9 +395,6 @@ def mcp_tools(settings: Settings, names: Sequence[str]) -> list[McpTool]:
     for server in servers:
         atexit.register(server.close)
     return [t for s in servers for t in s.tools()]
-
-
-LISTING_PREFIX = "mcp/tools_list:"
 
 
 def recorded_tools(results: Sequence[Any]) -> list[dict[str, Any]]:

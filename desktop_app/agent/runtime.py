@@ -44,7 +44,13 @@ from typing import Any, Literal
 
 from desktop_app.agent.messages import AssistantReply, Message, ToolCall
 from desktop_app.agent.models import ChatModel
-from desktop_app.agent.tools import ASK_USER, AgentTool, ToolListing, ask_user_schema
+from desktop_app.agent.tools import (
+    ASK_USER,
+    LISTING_PREFIX,
+    AgentTool,
+    ToolListing,
+    ask_user_schema,
+)
 from desktop_app.errors import (
     AgentError,
     InputRequiredError,
@@ -382,6 +388,13 @@ class Agent:
             problem = source.check_listing(stored.result or "[]")
             if problem is not None:
                 return problem
+        for result in self.store.tool_results(run_id):
+            if result.tool_key.startswith(LISTING_PREFIX) and result.tool_key not in seen:
+                return (
+                    f"this run uses the tools of {result.tool} (recorded when it started) but "
+                    "the agent was given none of them; resume it with the same MCP servers "
+                    "(flowdesk ask --resume RUN_ID --mcp NAME)"
+                )
         return None
 
     def _drive_turns(

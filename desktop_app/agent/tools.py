@@ -42,13 +42,19 @@ class AgentTool(Protocol):
         ...
 
 
+#: how a recorded tool list's key in a run's tool journal starts (no tool
+#: name can contain "/", so it never collides with a tool call's key)
+LISTING_PREFIX = "mcp/tools_list:"
+
+
 @runtime_checkable
 class ToolListing(Protocol):
     """A source of tools whose list is recorded in each agent run (an MCP server).
 
-    The runtime stores ``listing()`` under ``listing_key`` in the run's tool
-    journal the first time the run is driven, and on every later drive
-    compares it with the current listing: a difference fails the run with
+    The runtime stores ``listing()`` under ``listing_key`` (which starts
+    with :data:`LISTING_PREFIX`) in the run's tool journal the first time the
+    run is driven, and on every later drive compares it with the current
+    listing: a difference fails the run with
     ``check_listing``'s message instead of mixing two tool sets.
     """
 
