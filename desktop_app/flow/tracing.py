@@ -17,6 +17,7 @@ tool inputs or secrets.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
 from collections.abc import Callable, Mapping
@@ -44,6 +45,15 @@ def _otel_trace() -> Any:
     except ImportError:
         return None
     return trace
+
+
+@functools.lru_cache(maxsize=8)
+def _tracer(tracer_provider: Any) -> Any:
+    """The ``flowdesk`` tracer of a provider (``None``: the global one, a proxy
+    until a provider is installed); cached, the SDK builds a new one per call."""
+    from opentelemetry import trace
+
+    return trace.get_tracer("flowdesk", tracer_provider=tracer_provider)
 
 
 def _parent(trace: Any, trace_id: str | None) -> Any:
@@ -77,8 +87,9 @@ def start_run_span(
     trace = _otel_trace()
     if trace is None:
         return None
-    tracer = trace.get_tracer("flowdesk", tracer_provider=tracer_provider)
-    return tracer.start_span(name, context=_parent(trace, trace_id), attributes=dict(attributes))
+    return _tracer(tracer_provider).start_span(
+        name, context=_parent(trace, trace_id), attributes=dict(attributes)
+    )
 
 
 def start_child_span(
@@ -89,8 +100,7 @@ def start_child_span(
     trace = _otel_trace()
     if trace is None or parent is None:
         return None
-    tracer = trace.get_tracer("flowdesk", tracer_provider=tracer_provider)
-    return tracer.start_span(
+    return _tracer(tracer_provider).start_span(
         name, context=trace.set_span_in_context(parent), attributes=dict(attributes)
     )
 
