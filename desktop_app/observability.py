@@ -21,6 +21,7 @@ import io
 import logging
 import logging.handlers
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -69,19 +70,34 @@ class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
         return stream
 
 
-def setup_logging(settings: Settings) -> Path:
+def setup_logging(settings: Settings) -> Path | None:
     """Send Flowdesk's logs to the rotating file at ``settings.log_level``;
-    returns the file's path. Idempotent (a second call changes only the level)."""
+    returns the file's path. Idempotent (a second call changes only the level).
+
+    A log folder that cannot be created or written is not fatal: a warning
+    on stderr names it and the reason, and ``None`` is returned (no log file
+    for this process)."""
     with _lock:
         root = logging.getLogger("desktop_app")
         root.setLevel(settings.log_level)
         handler = _done.get("log_handler")
         if handler is None:
             folder = log_dir()
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            handler = _PrivateRotatingFileHandler(
-                folder / LOG_FILE, maxBytes=1024 * 1024, backupCount=5, encoding="utf-8"
-            )
+            try:
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                handler = _PrivateRotatingFileHandler(
+                    folder / LOG_FILE, maxBytes=1024 * 1024, backupCount=5, encoding="utf-8"
+                )
+            except OSError as exc:
+                if "log_warned" not in _done:
+                    _done["log_warned"] = True
+                    print(
+                        f"flowdesk: cannot write the log file in {folder} "
+                        f"({exc.strerror or exc}); this command keeps no log. Fix the "
+                        "folder's permissions (or XDG_STATE_HOME)",
+                        file=sys.stderr,
+                    )
+                return None
             handler.setFormatter(
                 logging.Formatter("%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
             )
@@ -119,8 +135,6 @@ def setup_tracing() -> bool:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
         except ImportError:
             log.warning("OTLP endpoint set but OpenTelemetry is not installed")
-            import sys
-
             print(
                 "flowdesk: OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry exporter "
                 "is not installed, so no spans are exported: pip install 'flowdesk[otel]'",

@@ -188,3 +188,11 @@ for i in range(12000):
     assert "hidden at INFO" not in text
     bad = flowdesk(tmp_path / "f.db", "runs", env={"FLOWDESK_LOG_LEVEL": "LOUD"})
     assert bad.returncode == 2 and "log_level" in bad.stderr
+
+
+def test_an_unwritable_log_folder_is_a_warning_not_a_failure(tmp_path):
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the log folder should be\n")
+    out = flowdesk(tmp_path / "f.db", "db", "apply", env={"XDG_STATE_HOME": str(blocker)})
+    assert out.returncode == 0, out.stderr
+    assert "cannot write the log file in" in out.stderr and str(blocker) in out.stderr
