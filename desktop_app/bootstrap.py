@@ -117,22 +117,31 @@ def load_flows(settings: Settings) -> list[CompiledFlow[Any]]:
 def build_model(settings: Settings) -> OpenAICompatibleModel | None:
     """The configured OpenAI-compatible model, or ``None`` when none is set up.
 
-    The API key is read from keyring (``flowdesk secrets set model_api_key``);
-    a missing key is fine for local servers.
+    The API key comes from :func:`desktop_app.secrets.model_api_key`
+    (``FLOWDESK_MODEL__API_KEY``, a 0600 ``model.api_key_file``, else keyring:
+    ``flowdesk secrets set model_api_key``); a missing key is fine for local
+    servers.
 
     Raises:
-        SecretsError: the keyring cannot be read.
+        SecretsError: the keyring cannot be read, or the key is misplaced.
+        KeyFileError: the key file is missing, empty or readable by others.
     """
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
     from desktop_app.observability import mask_secret
-    from desktop_app.secrets import get_secret
+    from desktop_app.secrets import model_api_key
 
     cfg = settings.model
     if not cfg.base_url or not cfg.model:
         return None
-    key = get_secret(cfg.api_key_name)
-    mask_secret(key)  # never in the log file
-    return OpenAICompatibleModel(cfg.base_url, cfg.model, api_key=key, timeout_s=cfg.timeout_s)
+    key = model_api_key(cfg)
+    if key is not None:
+        mask_secret(key.get_secret_value())  # never in the log file
+    return OpenAICompatibleModel(
+        cfg.base_url,
+        cfg.model,
+        api_key=None if key is None else key.get_secret_value(),
+        timeout_s=cfg.timeout_s,
+    )
 
 
 def build_engine(

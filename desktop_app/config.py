@@ -7,8 +7,9 @@ fields with ``__``: ``FLOWDESK_MODEL__BASE_URL``), then the TOML file at
 ``FLOWDESK_CONFIG=/path/to/config.toml``), then defaults.
 
 Nothing here touches the disk at import time; :func:`default_db_path` only
-computes a path. API keys are never settings: they live in keyring
-(see :mod:`desktop_app.secrets`).
+computes a path. API keys are never written in the settings file: they live
+in keyring, or (without one) in ``FLOWDESK_MODEL__API_KEY`` or a 0600 file
+named by ``model.api_key_file`` (see :mod:`desktop_app.secrets`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -43,19 +44,27 @@ def default_db_path() -> Path:
 
 
 class ModelSettings(BaseSettings):
-    """The OpenAI-compatible model provider (the key itself lives in keyring).
+    """The OpenAI-compatible model provider (the key itself lives in keyring,
+    or without one in an environment variable or a 0600 file).
 
     Attributes:
         base_url: e.g. ``http://127.0.0.1:11434/v1`` (Ollama).
         model: the model name.
         timeout_s: seconds per request.
         api_key_name: the keyring entry holding the key (``flowdesk secrets set NAME``).
+        api_key: the key itself, from the ``FLOWDESK_MODEL__API_KEY``
+            environment variable only (a key written in the settings file is
+            refused); a :class:`~pydantic.SecretStr`, masked in ``repr``.
+        api_key_file: a file holding the key (one line), mode 0600 (checked);
+            ``~`` is expanded.
     """
 
     base_url: str | None = None
     model: str | None = None
     timeout_s: float = 60.0
     api_key_name: str = "model_api_key"
+    api_key: SecretStr | None = None
+    api_key_file: Path | None = None
 
 
 class McpServerSettings(BaseSettings):

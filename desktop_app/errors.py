@@ -185,6 +185,39 @@ class FanInConflictError(FlowError):
     retryable = False
 
 
+class StateNotStorableError(FlowError):
+    """A step returned a value the checkpoint cannot store (not JSON data,
+    too deeply nested, a lock, a socket...); not retryable: fix the step."""
+
+    retryable = False
+
+    def __init__(self, step_id: str, field: str, reason: str) -> None:
+        self.step_id = step_id
+        self.field = field
+        super().__init__(
+            f"step {step_id!r} returned a value for state field {field!r} that cannot be "
+            f"stored: {reason}. Return JSON data (str, int, float, bool, None, lists and "
+            f"dicts of them, or pydantic models of them), then resume the run"
+        )
+
+
+class ParallelBranchesError(FlowError):
+    """Branches of a parallel step failed after their own retries; names each.
+
+    Attributes:
+        step_id: the parallel step.
+        errors: ``{branch: "<ErrorType>: <message>"}`` in declared order.
+    """
+
+    retryable = False  # every branch already applied its own retry policy
+
+    def __init__(self, step_id: str, errors: dict[str, str]) -> None:
+        self.step_id = step_id
+        self.errors = errors
+        listed = "; ".join(f"{name}: {msg}" for name, msg in errors.items())
+        super().__init__(f"parallel step {step_id!r}: {len(errors)} branch(es) failed: {listed}")
+
+
 class InputError(FlowdeskError):
     """Input given by the user (a folder, a path, a value) is unusable."""
 
@@ -240,6 +273,11 @@ class MalformedReplyError(ProviderError):
 
 class SecretsError(FlowdeskError):
     """The keyring cannot store or read a secret (locked, missing backend)."""
+
+
+class KeyFileError(SecretsError):
+    """The API key file named in settings (``model.api_key_file``) is missing,
+    empty, not a regular file, or readable by other users (``chmod 600`` it)."""
 
 
 class McpError(AgentError):

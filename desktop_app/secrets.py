@@ -1,18 +1,51 @@
-"""Secrets (API keys) live in the system keyring only: never in settings,
-SQLite, logs or traces.
+"""Secrets (API keys): the system keyring by default, never in the settings
+file, SQLite, logs, traces or a command line.
 
-Service name ``flowdesk``. A locked or missing keyring gives a
+Service name ``flowdesk``. A locked keyring gives a
 :class:`~desktop_app.errors.SecretsError` that says what to do.
+
+Where no keyring is available (a headless Linux box, a systemd service) the
+model's key can come from, in this order:
+
+1. the ``FLOWDESK_MODEL__API_KEY`` environment variable (an environment is
+   not a command line: ``ps`` does not show it to other users);
+2. a file named by ``model.api_key_file`` in settings, holding the key on one
+   line, mode 0600: a file that the group or others can read is refused with
+   :class:`~desktop_app.errors.KeyFileError` (``chmod 600 PATH``);
+3. the keyring entry ``model.api_key_name`` (``flowdesk secrets set NAME``).
+
+An explicit source (1 or 2) wins over the keyring, so a stale keyring entry
+never shadows the key a service was given; giving both 1 and 2 is an error.
+Keys travel as :class:`pydantic.SecretStr` (masked in ``repr`` and
+tracebacks) until the provider puts them in the ``Authorization`` header.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import keyring
 from keyring.errors import KeyringError, NoKeyringError
+from pydantic import SecretStr
 
-from desktop_app.errors import SecretsError
+from desktop_app.errors import KeyFileError, SecretsError
+
+if TYPE_CHECKING:
+    from desktop_app.config import ModelSettings
 
 SERVICE = "flowdesk"
+ENV_VAR = "FLOWDESK_MODEL__API_KEY"
+KEY_FILE_MAX_BYTES = 64 * 1024
+
+WITHOUT_KEYRING = (
+    f"without a keyring, give the key in the {ENV_VAR} environment variable, or put it "
+    "alone in a file only you can read (`chmod 600 FILE`) and set "
+    '`api_key_file = "FILE"` in the [model] section of the settings file'
+)
 
 
 def get_secret(name: str) -> str | None:
@@ -32,7 +65,7 @@ def get_secret(name: str) -> str | None:
     except KeyringError as exc:
         raise SecretsError(
             f"cannot read secret {name!r} from the keyring ({type(exc).__name__}: {exc}); "
-            "unlock your keyring, or install a backend (see `keyring --list-backends`)"
+            f"unlock your keyring, or {WITHOUT_KEYRING}"
         ) from exc
 
 
@@ -44,10 +77,14 @@ def set_secret(name: str, value: str) -> None:
     """
     try:
         keyring.set_password(SERVICE, name, value)
+    except NoKeyringError as exc:
+        raise SecretsError(
+            f"cannot store secret {name!r}: this machine has no keyring; {WITHOUT_KEYRING}"
+        ) from exc
     except KeyringError as exc:
         raise SecretsError(
             f"cannot store secret {name!r} in the keyring ({type(exc).__name__}: {exc}); "
-            "unlock your keyring, or install a backend (see `keyring --list-backends`)"
+            f"unlock your keyring, or {WITHOUT_KEYRING}"
         ) from exc
 
 
@@ -59,3 +96,94 @@ def delete_secret(name: str) -> None:
         return
     except KeyringError as exc:
         raise SecretsError(f"cannot delete secret {name!r}: {exc}") from exc
+
+
+def read_key_file(path: str | os.PathLike[str]) -> SecretStr:
+    """The key held in ``path`` (surrounding whitespace and the final newline
+    removed). The mode is checked on the open descriptor: no group or other
+    permission bits (0600 or 0400).
+
+    Raises:
+        KeyFileError: missing, unreadable, not a regular file, readable by the
+            group or others, or empty; the message says what to run.
+    """
+    p = Path(path).expanduser()
+    quoted = shlex.quote(str(p))
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError as exc:
+        raise KeyFileError(
+            f"the API key file {p} (model.api_key_file) does not exist; create it with the key "
+            f"on one line and run `chmod 600 {quoted}`, or remove api_key_file from the settings"
+        ) from exc
+    except OSError as exc:
+        raise KeyFileError(
+            f"cannot open the API key file {p}: {exc.strerror or exc}; make it readable by you "
+            f"only: `chmod 600 {quoted}`"
+        ) from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"the API key file {p} is not a regular file; point at a file")
+        if st.st_mode & 0o077:
+            raise KeyFileError(
+                f"the API key file {p} can be read by other users (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); run `chmod 600 {quoted}` and try again"
+            )
+        data = os.read(fd, KEY_FILE_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > KEY_FILE_MAX_BYTES:
+        raise KeyFileError(f"the API key file {p} is over 64 KiB; it should hold only the key")
+    text = data.decode("utf-8", errors="replace").strip()
+    if not text:
+        raise KeyFileError(f"the API key file {p} is empty; write the key in it on one line")
+    return SecretStr(text)
+
+
+def _key_in_settings_file() -> Path | None:
+    """The settings file when its ``[model]`` section writes ``api_key``."""
+    import tomllib
+
+    from desktop_app.config import config_file
+
+    path = config_file()
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return None  # loading the settings reports these
+    section = data.get("model")
+    if isinstance(section, dict) and any(k.casefold() == "api_key" for k in section):
+        return path
+    return None
+
+
+def model_api_key(model: ModelSettings) -> SecretStr | None:
+    """The model provider's key: ``FLOWDESK_MODEL__API_KEY``, else the
+    ``model.api_key_file`` file, else the keyring entry ``model.api_key_name``;
+    ``None`` when none is set (a local server needs no key).
+
+    Raises:
+        SecretsError: the key is written in the settings file, or both the
+            variable and a key file are given, or the keyring is locked.
+        KeyFileError: the key file is unusable (see :func:`read_key_file`).
+    """
+    if model.api_key is not None:
+        written = _key_in_settings_file()
+        if written is not None:
+            raise SecretsError(
+                f"the settings file {written} holds the API key (model.api_key); remove it "
+                f"from there and use the keyring (`flowdesk secrets set {model.api_key_name}`), "
+                f"the {ENV_VAR} environment variable, or a 0600 file named by "
+                "model.api_key_file"
+            )
+        if model.api_key_file is not None:
+            raise SecretsError(f"both {ENV_VAR} and model.api_key_file are set; keep one of them")
+        if not model.api_key.get_secret_value().strip():
+            raise SecretsError(f"{ENV_VAR} is set but empty; set the key or unset the variable")
+        return SecretStr(model.api_key.get_secret_value().strip())
+    if model.api_key_file is not None:
+        return read_key_file(model.api_key_file)
+    value = get_secret(model.api_key_name)
+    return None if value is None else SecretStr(value)

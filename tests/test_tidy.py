@@ -357,27 +357,29 @@ def test_name_clashes_get_a_suffix_and_hidden_files_folders_and_links_stay(db_pa
 
     engine = engine_for(db_path)
     res = engine.run("tidy", {"folder": str(folder)})
-    assert res.state.planned == 3 and res.state.left_in_place == 1
+    assert res.state.planned == 2 and res.state.left_in_place == 2
+    linked = "a symbolic link in the folder points at it; moving it would break the link"
     assert rows(engine, res.run_id) == {
         "photo (1).jpg": ("Images/2025-03/photo (1).jpg", "planned", None),
-        "photo.jpg": ("Images/2025-03/photo (2).jpg", "planned", None),
+        "photo.jpg": (None, "skipped", linked),
         "backup.tar.gz": ("Archives/2025-01/backup (1).tar.gz", "planned", None),
         "big.iso.crdownload": (None, "skipped", "download in progress"),
     }
     engine.resume_with(res.run_id, "ok")
-    assert mover_dispatcher(engine.store).dispatch() == 3
+    assert mover_dispatcher(engine.store).dispatch() == 2
     files = {k: v for k, v in tree(folder).items() if not k.startswith(".flowdesk-tidy-undo-")}
     assert files == {
         "Images/2025-03/photo.jpg": "older photo",
         "Images/2025-03/photo (1).jpg": "a photo named (1)",
-        "Images/2025-03/photo (2).jpg": "new photo",
+        "photo.jpg": "new photo",
         "Archives/2025-01/backup.tar.gz": "older backup",
         "Archives/2025-01/backup (1).tar.gz": "new backup",
         "big.iso.crdownload": "half a download",
         ".secret.jpg": "hidden",
         "album/x.jpg": "in a folder",
     }
-    assert (folder / "link.jpg").is_symlink()  # left alone (now dangling)
+    assert (folder / "link.jpg").is_symlink()  # left alone, and not broken
+    assert (folder / "link.jpg").read_text() == "new photo"
     engine.store.close()
 
 
@@ -396,7 +398,7 @@ def test_a_destination_taken_after_approval_is_never_overwritten(db_path, tmp_pa
     assert (folder / "a.jpg").read_text() == "mine"
     assert (folder / "Images/2025-03/a.jpg").read_text() == "someone else's"
     (row,) = store.query(moves_of_run(run_id))
-    assert (row.status, row.reason) == ("skipped", intent.receipt["reason"])
+    assert (row.status, row.reason) == ("refused", intent.receipt["reason"])
     store.close()
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -53,17 +54,21 @@ from desktop_app.agent.tools import (
 )
 from desktop_app.errors import (
     AgentError,
+    CheckpointNotFoundError,
     InputRequiredError,
     McpToolsChangedError,
     ProviderError,
     RateLimitedError,
     RunStateError,
+    StoreError,
 )
 from desktop_app.flow import tracing
+from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.agent_runs import AGENT_TERMINAL, AgentRun, AgentStatus, SqliteAgentStore
+from desktop_app.store.protocol import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -612,17 +617,21 @@ def agent_step(
 ) -> Callable[[Any, StepContext], dict[str, Any]]:
     """A flow step that dispatches ``agent`` and stores its answer in ``into``.
 
-    The child run's id is derived from the step (``"<run_id>:<step_id>"``) and
-    records the flow run as its parent, so a re-executed step (after a crash)
-    reattaches to the existing child run instead of starting another.
+    The child run's id comes from the parent's journal
+    (:meth:`StepContext.child_run_id`, first ``"<run_id>:<step_id>"``), so
+    every re-execution of the step, after a crash, in a replay, a fork or a
+    fork onto a new flow version, reattaches to the child it started: never
+    a second agent run or model call. Canceling the parent cancels the child.
 
     Raises (inside the step): AgentError when the child does not finish ``done``.
     """
 
+    _CHILD_STORES.add(agent.store)
+
     def step(state: Any, ctx: StepContext) -> dict[str, Any]:
         res = agent.ask(
             message(state),
-            run_id=f"{ctx.run_id}:{ctx.step_id}",
+            run_id=ctx.child_run_id("agent"),
             parent_run_id=ctx.run_id,
             context=ctx.context,
         )
@@ -634,3 +643,34 @@ def agent_step(
         return {into: res.text}
 
     return step
+
+
+#: agent stores that agent steps were built on; a canceled parent's agent
+#: children are looked up in them
+_CHILD_STORES: weakref.WeakSet[SqliteAgentStore] = weakref.WeakSet()
+
+
+def _cancel_agent_child(store: CheckpointStore, child_id: str, reason: str, now: float) -> None:
+    """Cancel the agent run ``child_id`` of a canceled flow run, if still live.
+
+    Raises:
+        RunStateError: no agent store is open in this process, so the child
+            cannot be looked up (cancel it where its agent runs).
+    """
+    stores = list(_CHILD_STORES)
+    if not stores:
+        raise RunStateError(
+            f"agent run {child_id} was not canceled: no agent step is built in this "
+            "process; cancel it with Agent.cancel where its agent runs"
+        )
+    for astore in stores:
+        try:
+            run = astore.get(child_id)
+        except (CheckpointNotFoundError, StoreError):
+            continue  # not in this (open) database, or journaled but never created
+        if run.status not in AGENT_TERMINAL:
+            astore.update(child_id, now, status="canceled", error=reason)
+        return
+
+
+register_child_kind("agent", _cancel_agent_child)

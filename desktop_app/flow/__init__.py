@@ -7,8 +7,9 @@ Public names: :class:`FlowBuilder`, :class:`CompiledFlow`, :class:`Engine`,
 
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow, FlowBuilder, LoopStep, Step
-from desktop_app.flow.engine import Engine, ResumePendingResult, RunResult
+from desktop_app.flow.engine import Engine
 from desktop_app.flow.events import EventBus
+from desktop_app.flow.results import ResumePendingResult, RunResult
 
 __all__ = [
     "CompiledFlow",

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from desktop_app.errors import StepTimeoutError
 from desktop_app.store.protocol import DomainWrite, Intent
+
+#: ``journal(step_key, seq, kind, proposed_id) -> child_id``: the child id
+#: recorded for that slot, recording ``proposed_id`` durably when none is.
+ChildJournal = Callable[[str, int, str, str], str]
 
 T = TypeVar("T")
 
@@ -69,12 +75,16 @@ class StepContext:
     """
 
     __slots__ = (
+        "_abandoned",
         "_answers",
         "_asked",
+        "_children",
         "_continuations",
         "_intents",
+        "_journal",
         "_progress",
         "_query",
+        "_timeout_s",
         "_writes",
         "attempt",
         "context",
@@ -93,6 +103,7 @@ class StepContext:
         query: Callable[[Callable[[Any], Any]], Any] | None = None,
         answers: Mapping[str, Any] | None = None,
         continuations: Mapping[str, Any] | None = None,
+        journal: ChildJournal | None = None,
     ) -> None:
         self.run_id = run_id
         self.step_id = step_id
@@ -106,6 +117,51 @@ class StepContext:
         self._continuations = continuations or {}
         self._asked = 0
         self._intents: list[Intent] = []
+        self._abandoned = threading.Event()
+        self._timeout_s = 0.0
+        self._journal = journal
+        self._children = 0
+
+    @property
+    def cancelled(self) -> bool:
+        """True once this attempt timed out (``timeout_s``): nothing it does is
+        committed any more, and ``write``/``send`` raise. A long synchronous
+        step should check it between units of work and return early."""
+        return self._abandoned.is_set()
+
+    def abandon(self, timeout_s: float) -> None:
+        """Engine-internal: the attempt timed out; drop and refuse its effects."""
+        self._timeout_s = timeout_s
+        self._abandoned.set()
+        self._writes = []
+        self._intents = []
+
+    def _refuse_if_abandoned(self) -> None:
+        if self._abandoned.is_set():
+            raise StepTimeoutError(self.step_id, self._timeout_s)
+
+    def child_run_id(self, kind: str = "flow") -> str:
+        """The run id for the next child run (``kind``: ``"flow"``, ``"agent"``)
+        this step starts, recorded in the parent's journal before it returns.
+
+        The n-th child of a step (per iteration) is journaled under the step
+        and n; every re-execution of the step, in this run, a replay, a fork
+        or a fork onto a new flow version, gets the recorded id back, so it
+        reattaches to the child it started instead of starting a second one.
+        The first id is ``"<run_id>:<step_id>"``, later ones add ``":<n>"``.
+
+        Raises:
+            StepTimeoutError: the attempt timed out.
+            StoreError: the journal entry could not be saved.
+        """
+        self._refuse_if_abandoned()
+        seq = self._children
+        self._children += 1
+        key = f"{self.step_id}#{self.iteration}" if self.iteration else self.step_id
+        proposed = f"{self.run_id}:{key}" + (f":{seq}" if seq else "")
+        if self._journal is None:
+            return proposed
+        return self._journal(key, seq, kind, proposed)
 
     def interrupt(
         self, prompt: Any = None, *, continuation: Any = None, timeout_s: float | None = None
@@ -140,6 +196,7 @@ class StepContext:
         ``"<run_id>:<step_id>:<iteration>:<n>"``), so the destination can
         de-duplicate and a restart reconciles instead of sending again.
         """
+        self._refuse_if_abandoned()
         intent_id = key or f"{self.idempotency_key}:{len(self._intents)}"
         self._intents.append(Intent(intent_id, self.run_id, self.step_id, destination, payload))
         return intent_id
@@ -164,7 +221,8 @@ class StepContext:
     def write(self, op: DomainWrite) -> None:
         """Stage a domain write; it runs in the transaction that saves this
         step's (or loop iteration's) checkpoint, so it commits exactly once
-        with it, or not at all."""
+        with it, or not at all. Raises StepTimeoutError once the attempt timed out."""
+        self._refuse_if_abandoned()
         self._writes.append(op)
 
     def progress(self, done: int, total: int) -> None:

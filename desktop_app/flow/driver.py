@@ -16,6 +16,11 @@ Durability protocol (one commit per step):
   time before which it must not start (``next_retry_at``); a restart during
   the backoff waits for the stored time, then runs that attempt.
 * A failed save raises ``StoreError`` out of the driver; no later step runs.
+* Every attempt starts from the state as last stored (a failed attempt's
+  in-place mutations are forgotten); a timed-out attempt commits nothing and
+  its retry starts only once it returned (see :func:`call_step`).
+* A child run a step starts is journaled in ``meta["children"]`` in its own
+  checkpoint before it starts (:meth:`RunDriver.journal_child`).
 """
 
 from __future__ import annotations
@@ -25,14 +30,15 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from desktop_app.errors import (
     FanInConflictError,
     FlowdeskError,
     LeaseLostError,
+    ParallelBranchesError,
     RevisionConflictError,
     RunLeasedError,
     StepFailedError,
@@ -64,7 +70,9 @@ from desktop_app.flow.events import (
     StepResult,
     StepStarted,
 )
-from desktop_app.flow.state import StateTracker, apply_output, load_state
+from desktop_app.flow.host import DriverHost
+from desktop_app.flow.results import RunResult
+from desktop_app.flow.state import StateTracker, apply_output, encode_fields, load_state
 from desktop_app.store.protocol import (
     Checkpoint,
     DomainWrite,
@@ -74,9 +82,6 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
-
-if TYPE_CHECKING:
-    from desktop_app.flow.engine import Engine, RunResult
 
 Outcome = Literal["ok", "stop", "routed"]
 
@@ -95,6 +100,13 @@ def call_step(
 ) -> Any:
     """Call ``fn(state, ctx)`` (or fewer args), awaiting coroutines, within ``timeout_s``.
 
+    A timed-out attempt commits nothing: ``ctx`` is abandoned (its staged
+    writes and intents are dropped, later ``ctx.write``/``ctx.send`` raise,
+    ``ctx.cancelled`` turns true) and whatever it returns is discarded. An
+    async step is cancelled at the deadline. A synchronous step cannot be
+    stopped from outside, so this returns only once it has returned: a retry
+    never runs beside it.
+
     Raises:
         StepTimeoutError: the attempt ran past ``timeout_s``.
     """
@@ -108,6 +120,7 @@ def call_step(
             try:
                 return await asyncio.wait_for(fn(*args), timeout_s)
             except TimeoutError:
+                ctx.abandon(timeout_s)
                 raise StepTimeoutError(ctx.step_id, timeout_s) from None
 
         return asyncio.run(_run())
@@ -132,6 +145,8 @@ def call_step(
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
+        ctx.abandon(timeout_s)
+        worker.join()  # cannot be stopped: wait, so no retry overlaps it
         raise StepTimeoutError(ctx.step_id, timeout_s)
     if "exc" in box:
         raise box["exc"]
@@ -142,12 +157,12 @@ class RunDriver:
     """Drives one run from a checkpoint until it finishes, fails, waits or is canceled."""
 
     def __init__(
-        self, engine: Engine, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint
+        self, host: DriverHost, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint
     ) -> None:
-        self.engine = engine
-        self.store = engine.store
-        self.clock = engine.clock
-        self.events = engine.events
+        self.host = host
+        self.store = host.store
+        self.clock = host.clock
+        self.events = host.events
         self.flow = flow
         self.run = run
         self.run_id = run.run_id
@@ -155,6 +170,11 @@ class RunDriver:
         self.status: RunStatus = cp.status
         self.state = load_state(flow.state_type, cp.state, run.run_id, cp.revision)
         self.tracker = StateTracker(self.state)
+        #: the state as last stored; every retry starts from it (S62)
+        self.stored_state: Mapping[str, Any] = dict(cp.state)
+        self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
+        #: saves come from the driver's thread and from steps journaling children
+        self.save_lock = threading.RLock()
         self.steps: dict[str, StepRecord] = dict(cp.steps)
         self.frontier: list[str] = list(cp.frontier)
         self.meta: dict[str, Any] = dict(cp.meta)
@@ -163,7 +183,7 @@ class RunDriver:
         self.progress = cp.progress
         self.error = cp.error
         self.context = ExecutionContext.model_validate(dict(run.context))
-        self.cancel_event = engine.cancel_event(run.run_id)
+        self.cancel_event = host.cancel_event(run.run_id)
         self.deleted = False
         self.saves = 0
         #: take over a lease whose owner is known dead (first save only)
@@ -178,6 +198,16 @@ class RunDriver:
         writes: Iterable[DomainWrite] = (),
         intents: Iterable[Intent] = (),
         consume: Iterable[tuple[int, str]] = (),
+    ) -> None:
+        with self.save_lock:
+            self._save(step_id, writes, intents, consume)
+
+    def _save(
+        self,
+        step_id: str,
+        writes: Iterable[DomainWrite],
+        intents: Iterable[Intent],
+        consume: Iterable[tuple[int, str]],
     ) -> None:
         cp = Checkpoint(
             run_id=self.run_id,
@@ -197,7 +227,7 @@ class RunDriver:
             self.store.append(
                 cp,
                 list(writes),
-                self.engine.lease(takeover=self.takeover),
+                self.host.lease(takeover=self.takeover),
                 intents=list(intents),
                 consume=list(consume),
             )
@@ -213,6 +243,8 @@ class RunDriver:
                 raise Canceled() from None
             raise
         self.revision = cp.revision
+        self.stored_state = cp.state
+        self.stored_steps = cp.steps
         self.saves += 1
         self.takeover = False
         keep = self.flow.keep_last_n
@@ -229,25 +261,56 @@ class RunDriver:
             self.store.query,
             answers=self.meta.get("answers", {}),
             continuations=self.meta.get("continuations", {}),
+            journal=self.journal_child,
         )
+
+    def journal_child(self, key: str, seq: int, kind: str, proposed: str) -> str:
+        """The child recorded for ``(key, seq)``, else record ``proposed`` now
+        (one checkpoint, before the child starts) and return it."""
+        with self.save_lock:
+            children: dict[str, Any] = dict(self.meta.get("children", {}))
+            slots = list(children.get(key, []))
+            if seq < len(slots):
+                return str(slots[seq]["id"])
+            slots.append({"id": proposed, "kind": kind})
+            children[key] = slots
+            self.meta["children"] = children
+            self.save(self.frontier[0] if self.frontier else key)
+            return proposed
+
+    def restore_stored_state(self, record_id: str) -> None:
+        """Forget what a failed attempt did in memory: the state (also when
+        mutated in place) and the loop position go back to the last checkpoint."""
+        self.state = load_state(self.flow.state_type, self.stored_state, self.run_id, self.revision)
+        self.tracker = StateTracker(self.state)
+        stored = self.stored_steps.get(record_id)
+        rec = self.steps.get(record_id)
+        if stored is not None and rec is not None and stored.iteration != rec.iteration:
+            self.steps[record_id] = StepRecord(
+                record_id,
+                rec.status,
+                attempts=rec.attempts,
+                started_at=rec.started_at,
+                iteration=stored.iteration,
+                error=rec.error,
+                error_type=rec.error_type,
+            )
 
     def is_running(self) -> bool:
         return self.status == "running"
 
     def result(self) -> RunResult:
-        from desktop_app.flow.engine import RunResult
-
         return RunResult(self.run_id, self.status, self.state, self.revision, self.error)
 
     def check_cancel(self) -> None:
         if self.cancel_event.is_set():
             raise Canceled()
-        if self.engine.shutdown_event.is_set() or self.run_id in self.engine.lost:
+        if self.host.shutdown_event.is_set() or self.run_id in self.host.lost:
             raise Stopped()
 
     def release(self) -> None:
         """Give up this process's lease on the run."""
-        self.store.release(self.run_id, self.engine.owner)
+        self.store.release(self.run_id, self.host.owner)
 
     # -- entry points ----------------------------------------------------
 
@@ -299,14 +362,14 @@ class RunDriver:
 
     def drive(self) -> RunResult:
         self.events.publish(RunStarted(self.run_id, self.flow.name))
-        self.engine.track(self.run_id, True)
+        self.host.track(self.run_id, True)
         try:
-            if self.engine.shutdown_event.is_set():
+            if self.host.shutdown_event.is_set():
                 return self.result()
             return self._drive()
         finally:
-            self.engine.track(self.run_id, False)
-            self.engine.forget_cancel(self.run_id)
+            self.host.track(self.run_id, False)
+            self.host.forget_cancel(self.run_id)
             if self.status in ("running", "pending") and not self.deleted:
                 # stopped early: hand the run back (finished runs cleared it on save)
                 with contextlib.suppress(FlowdeskError):  # else it expires on its own
@@ -402,6 +465,7 @@ class RunDriver:
             except (Canceled, Stopped, StoreError, RevisionConflictError, _NestedStopped):
                 raise  # storage failed, the run was canceled, or a nested step decided
             except Exception as exc:
+                self.restore_stored_state(record_id)
                 outcome = self.after_failure(step, record_id, exc, t0)
                 if outcome == "retry":
                     continue
@@ -448,6 +512,10 @@ class RunDriver:
         head = self.frontier[0]
         if step.policy.on_error == "route" and step.policy.error_route is not None:
             new = self.state.model_copy()
+            if isinstance(step, ParallelStep):  # completed branches keep their output
+                branches = dict(self.meta.get("branches", {}))
+                new = self.merge_branches(step, new, branches.pop(record_id, {}))
+                self.meta["branches"] = branches
             self.flow.state_type.__pydantic_validator__.validate_assignment(
                 new, step.policy.error_field, message
             )
@@ -483,7 +551,9 @@ class RunDriver:
         """Call a step function and apply what it returned to the state."""
         out = call_step(fn, self.state, ctx, timeout_s)
         self.tracker.check_unmutated(self.state, ctx.step_id)
-        self.state = apply_output(self.flow.state_type, self.state, out)
+        new = apply_output(self.flow.state_type, self.state, out)
+        self.tracker.encode(new, ctx.step_id)  # unstorable: fail this attempt (S58)
+        self.state = new
 
     def complete(self, step: AnyStep, ctx: StepContext | None, t0: float) -> None:
         sid = step.id
@@ -849,8 +919,6 @@ class RunDriver:
             self.events.publish(StepFinished(self.run_id, StepResult(n.id, "done", None, ms)))
 
     def run_parallel(self, step: ParallelStep, ctx: StepContext) -> None:
-        model = self.flow.state_type
-        validator = model.__pydantic_validator__
         all_done = dict(self.meta.get("branches", {}))
         done: dict[str, Any] = dict(all_done.get(step.id, {}))
         base = self.state
@@ -872,22 +940,28 @@ class RunDriver:
             for w in still_waiting
         ]
 
+        policy = self.flow.retry
+        retries = step.policy.retry if step.policy.retry > 0 else policy.retries
+
         def run_branch(name: str, fn: Callable[..., Any]) -> tuple[dict[str, Any], list[Any]]:
-            bctx = self.new_context(f"{step.id}/{name}", ctx.attempt, 0)
-            out = call_step(fn, base, bctx, step.policy.timeout_s)
-            if out is None:
-                out = {}
-            if not isinstance(out, dict):
-                raise TypeError(
-                    f"parallel branch {name!r} must return a dict of field updates or None"
-                )
-            tmp = base.model_copy()
-            for field_name, value in out.items():
-                validator.validate_assignment(tmp, field_name, value)
-            return tmp.model_dump(mode="json", include=set(out)), [
-                *bctx.take_writes(),
-                *bctx.take_intents(),
-            ]
+            """One branch under its own retry policy (S60); every attempt gets
+            its own copy of the stored state."""
+            attempt = 0
+            while True:
+                attempt += 1
+                # the step's attempt, plus this branch's own retries
+                bctx = self.new_context(f"{step.id}/{name}", ctx.attempt + attempt - 1, 0)
+                try:
+                    return self.branch_attempt(step, name, fn, base.model_copy(deep=True), bctx)
+                except Interrupt:
+                    raise
+                except Exception as exc:
+                    if not (policy.is_retryable(exc) and attempt <= retries):
+                        raise
+                    delay = policy.backoff.delay(attempt)
+                    if delay > 0 and not self.clock.sleep(delay, self.cancel_event):
+                        raise Canceled() from None
+                    self.check_cancel()
 
         errors: dict[str, BaseException] = {}
         if pending:
@@ -901,6 +975,8 @@ class RunDriver:
                     except Interrupt as intr:
                         requests.extend(intr.requests)
                         continue
+                    except (Canceled, Stopped):
+                        raise
                     except Exception as exc:
                         errors[name] = exc
                         continue
@@ -912,14 +988,54 @@ class RunDriver:
                     intents = [e for e in effects if isinstance(e, Intent)]
                     self.save(step.id, writes, intents)
         if errors:
-            first = next(name for name, _ in step.branches if name in errors)
-            raise errors[first]
+            # every failed branch named, in declared order; completed ones stay saved
+            raise ParallelBranchesError(
+                step.id,
+                {
+                    name: f"{type(errors[name]).__name__}: {errors[name]}"
+                    for name, _ in step.branches
+                    if name in errors
+                },
+            )
         if requests:
             # several questions pending at once: each keeps its own stable wait id
             raise Interrupt(requests)
+        self.state = self.merge_branches(step, base, done)
+
+    def branch_attempt(
+        self,
+        step: ParallelStep,
+        name: str,
+        fn: Callable[..., Any],
+        base: Any,
+        bctx: StepContext,
+    ) -> tuple[dict[str, Any], list[Any]]:
+        """One attempt of one branch: its encoded updates and its effects."""
+        out = call_step(fn, base, bctx, step.policy.timeout_s)
+        if out is None:
+            out = {}
+        if not isinstance(out, dict):
+            raise TypeError(f"parallel branch {name!r} must return a dict of field updates or None")
+        tmp = base.model_copy()
+        validator = self.flow.state_type.__pydantic_validator__
+        for field_name, value in out.items():
+            validator.validate_assignment(tmp, field_name, value)
+        encoded = encode_fields(tmp, set(out), f"{step.id}/{name}")
+        return encoded, [*bctx.take_writes(), *bctx.take_intents()]
+
+    def merge_branches(self, step: ParallelStep, base: Any, done: dict[str, Any]) -> Any:
+        """``base`` with the completed branches' updates applied in declared
+        order (never completion order), through the step's reducers.
+
+        Raises:
+            FanInConflictError: two branches wrote a field that has no reducer.
+        """
+        validator = self.flow.state_type.__pydantic_validator__
         state = base.model_copy()
         written: set[str] = set()
-        for name, _ in step.branches:  # declared order, never completion order
+        for name, _ in step.branches:
+            if name not in done:
+                continue
             decoded = base.model_copy()
             for field_name, value in done[name].items():
                 validator.validate_assignment(decoded, field_name, value)
@@ -934,7 +1050,7 @@ class RunDriver:
                     )
                 written.add(field_name)
                 validator.validate_assignment(state, field_name, update)
-        self.state = state
+        return state
 
 
 class _NestedStopped(Exception):

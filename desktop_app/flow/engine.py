@@ -16,7 +16,6 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -34,11 +33,15 @@ from desktop_app.errors import (
     WaitAlreadyResolvedError,
     WaitError,
 )
+from desktop_app.flow.children import canceler, journaled, merge_journals
 from desktop_app.flow.clock import Clock, SystemClock
-from desktop_app.flow.context import ExecutionContext
+from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
+from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
+from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
+from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.state import apply_output, dump_state, load_state
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
@@ -52,59 +55,6 @@ from desktop_app.store.protocol import (
     Wait,
     parse_checkpoint_id,
 )
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """Where a run stands after ``run``/``resume`` returned.
-
-    Attributes:
-        run_id: the run.
-        status: ``completed``, ``failed``, ``waiting``, ``canceled``, ...
-        state: the latest state (an instance of the flow's pydantic model).
-        revision: the latest checkpoint revision.
-        error: why the run failed, halted or paused, else ``None``.
-    """
-
-    run_id: str
-    status: RunStatus
-    state: Any
-    revision: int
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class IncompatibleRun:
-    """A live run started under another version of its flow (S51).
-
-    Attributes:
-        run_id / flow_name / status: the run.
-        step: the step it stopped at (head of its frontier).
-        stored_version: the flow version the run started under.
-        current_version: the version registered now.
-    """
-
-    run_id: str
-    flow_name: str
-    status: RunStatus
-    step: str
-    stored_version: str
-    current_version: str
-
-
-@dataclass
-class ResumePendingResult:
-    """What :meth:`Engine.resume_pending` did.
-
-    Attributes:
-        resumed: results of the runs resumed, in order.
-        failed_run_id: the run that stopped the sweep, or ``None``.
-        error: that run's error, or ``None``.
-    """
-
-    resumed: list[RunResult] = field(default_factory=list)
-    failed_run_id: str | None = None
-    error: BaseException | None = None
 
 
 class Engine:
@@ -643,12 +593,85 @@ class Engine:
         """Move a pending, running, waiting or failed run to ``canceled``.
 
         A run being driven in this process stops before its next step, also
-        during a retry backoff. Raises RunStateError for a completed,
-        canceled or timed-out run.
+        during a retry backoff. Its live journaled children (flow runs, and
+        agent runs once ``desktop_app.agent.runtime`` is imported) are
+        canceled with it.
+
+        Raises:
+            RunStateError: the run is completed, canceled or timed out; or a
+                child is of a kind no imported module knows how to cancel
+                (the run itself is canceled by then).
         """
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
+        self._cancel_children(run_id)
         return self.store.get_run(run_id)
+
+    def _cancel_children(self, run_id: str) -> None:
+        """Cancel every live child the run's journal names (flow runs with their
+        own children, and kinds registered in :mod:`desktop_app.flow.children`)."""
+        reason = f"parent run {run_id} was canceled"
+        problems: list[str] = []
+        for child_id, kind in journaled(self.store.latest(run_id).meta):
+            if kind == "flow":
+                if self._live(child_id):
+                    self.cancel(child_id, reason)
+                continue
+            cancel = canceler(kind)
+            if cancel is None:
+                problems.append(
+                    f"{kind} child {child_id}: no imported module cancels {kind!r} children"
+                )
+                continue
+            try:
+                cancel(self.store, child_id, reason, self.clock.now())
+            except FlowdeskError as exc:
+                problems.append(f"{kind} child {child_id}: {exc}")
+        if problems:
+            raise RunStateError(
+                f"run {run_id} was canceled, but not all its children: " + "; ".join(problems)
+            )
+
+    def _live(self, run_id: str) -> bool:
+        """Whether ``run_id`` exists and is not finished (completed, canceled, timed out)."""
+        try:
+            run = self.store.get_run(run_id)
+        except CheckpointNotFoundError:
+            return False  # journaled, but the process died before creating it
+        return run.status not in ("completed", "canceled", "timed_out")
+
+    def run_child(
+        self,
+        ctx: StepContext,
+        flow: CompiledFlow[Any] | str,
+        state: BaseModel | Mapping[str, Any],
+    ) -> RunResult:
+        """From inside a step: run a child flow, or reattach to the one this
+        step started before (in this run, or in the run it was forked,
+        replayed or upgraded from); its id is journaled in the parent first.
+
+        A completed child gives its saved result and runs nothing; an
+        unfinished one is resumed (a waiting one is returned as it is).
+
+        Raises:
+            the errors of :meth:`run` and :meth:`resume`.
+        """
+        f = self._resolve(flow)
+        child_id = ctx.child_run_id("flow")
+        try:
+            child = self.store.get_run(child_id)
+        except CheckpointNotFoundError:
+            return self.run(f, state, run_id=child_id, parent_run_id=ctx.run_id)
+        if child.status == "waiting":
+            cp = self.store.latest(child_id)
+            current = load_state(f.state_type, cp.state, child_id, cp.revision)
+            return RunResult(child_id, child.status, current, cp.revision, child.error)
+        if child.status in ("canceled", "timed_out"):
+            raise RunStateError(
+                f"child run {child_id} of step {ctx.step_id!r} is {child.status}; replay or "
+                "fork it, or fail the parent"
+            )
+        return self.resume(child_id)
 
     def _finish(self, run_id: str, status: RunStatus, reason: str) -> None:
         """Append a terminal checkpoint atomically (wins against a busy run)."""
@@ -699,7 +722,8 @@ class Engine:
         """Continue a run of an older flow version as a new run of the current
         one, from its latest state and step; the old run is canceled as
         superseded. Its state must decode under the current state model and its
-        next step must still exist.
+        next step must still exist. The child runs it journaled pass to the
+        new run (its re-executed steps reattach to them) and stay live.
 
         Raises:
             CheckpointDecodeError: the state does not fit the current model.
@@ -716,7 +740,10 @@ class Engine:
                 f"{f.version} no longer has; fail the run or keep it for the old version"
             )
         kept = {k: v for k, v in cp.steps.items() if v.status == "completed" and k in f.steps}
-        meta = {"forked_from_version": src.flow_version, "forked_from": cp.id}
+        meta: dict[str, Any] = {"forked_from_version": src.flow_version, "forked_from": cp.id}
+        children = merge_journals(cp.meta)
+        if children:  # the new run's steps reattach to the children already started
+            meta["children"] = children
         rid = self._create(
             f,
             state,
@@ -729,7 +756,9 @@ class Engine:
             steps=kept,
             meta=meta,
         )
-        self.cancel(run_id, f"superseded by run {rid} on flow version {f.version}")
+        # its children now belong to the new run: cancel the old run alone
+        self.cancel_event(run_id).set()
+        self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {f.version}")
         return self._drive(f, rid)
 
     # -- time travel -----------------------------------------------------
@@ -773,6 +802,10 @@ class Engine:
         kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
         meta = {k: v for k, v in cp.meta.items() if k in ("steps_taken", "conditions")}
         meta["replayed_from"] = checkpoint_id
+        # children started at or after this checkpoint too: a re-executed step reattaches
+        children = merge_journals(cp.meta, self.store.latest(src_id).meta)
+        if children:
+            meta["children"] = children
         context = ExecutionContext.model_validate(dict(src.context))
         rid = self._create(
             f,

@@ -18,8 +18,9 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
-from desktop_app.errors import CheckpointDecodeError
+from desktop_app.errors import CheckpointDecodeError, StateNotStorableError
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -59,6 +60,31 @@ def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: i
         first = exc.errors()[0]
         path = ".".join(str(p) for p in first["loc"])
         raise CheckpointDecodeError(run_id, revision, path, first["msg"]) from exc
+
+
+#: what encoding an unstorable value raises (pydantic, a too-deep value)
+_UNSTORABLE = (PydanticSerializationError, RecursionError, TypeError, ValueError)
+
+
+def encode_fields(state: BaseModel, fields: set[str], step_id: str) -> dict[str, Any]:
+    """``fields`` of ``state`` in JSON mode, each checked to be storable as JSON.
+
+    Raises:
+        StateNotStorableError: a value cannot be stored; names the step and field.
+    """
+    try:
+        return state.model_dump(mode="json", include=fields)
+    except _UNSTORABLE:
+        pass
+    for name in sorted(fields):
+        try:
+            state.model_dump(mode="json", include={name})
+        except _UNSTORABLE as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if isinstance(exc, RecursionError):
+                reason = "it is nested too deeply"
+            raise StateNotStorableError(step_id, name, reason) from None
+    raise StateNotStorableError(step_id, ",".join(sorted(fields)), "it is not JSON data")
 
 
 def apply_output(model: type[S], state: S, out: Any) -> S:
@@ -109,15 +135,20 @@ class StateTracker:
         self._dumped: dict[str, Any] = {}
         self.encode(state)
 
-    def encode(self, state: BaseModel) -> dict[str, Any]:
-        """The JSON-mode dump of ``state``; a new dict whenever a field changed."""
+    def encode(self, state: BaseModel, step_id: str = "") -> dict[str, Any]:
+        """The JSON-mode dump of ``state``; a new dict whenever a field changed.
+
+        Raises:
+            StateNotStorableError: a changed field cannot be stored (naming
+                ``step_id`` and the field); nothing is remembered then.
+        """
         changed = {
             name
             for name in type(state).model_fields
             if name not in self._values or getattr(state, name) is not self._values[name]
         }
         if changed:
-            part = state.model_dump(mode="json", include=changed)
+            part = encode_fields(state, changed, step_id)
             self._dumped = {**self._dumped, **part}
             for name in changed:
                 value = getattr(state, name)

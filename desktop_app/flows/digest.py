@@ -3,14 +3,22 @@
 Steps:
 
 1. ``scan`` lists the folder's files (sorted, relative, ``/``-separated;
-   hidden entries, ``__pycache__`` and symlinks are not followed).
+   hidden entries and ``__pycache__`` are left out; symbolic links, FIFOs,
+   sockets and devices are listed, and become ``skipped`` rows with the
+   reason: links are never followed).
 2. ``summarize`` is a loop step, one iteration per file, checkpointed each
    iteration together with the file's domain row (``digest_files``) in one
    transaction. A crash after file 600 of 1,000 resumes at file 601; a file
    whose row committed is never processed again.
 3. ``report`` writes ``digest.md`` in the output folder, atomically (temp file
-   then rename), from the domain rows ordered by path, so a re-run of the step
-   after a crash gives the same bytes.
+   then rename), mode 0600 whatever the umask, from the domain rows ordered by
+   path, so a re-run of the step after a crash gives the same bytes.
+
+Each file is opened where it is read, with no symbolic link followed on any
+part of its path, ``O_NONBLOCK`` (a file that became a FIFO after the scan
+cannot block) and checked to be a regular file on the open descriptor
+(:func:`desktop_app.flows.confined.open_regular`); anything else is skipped
+with the reason.
 
 Titles and summaries come from :mod:`desktop_app.flows.extract`, a plain,
 deterministic extractive algorithm (no model).
@@ -28,6 +36,7 @@ from pydantic import BaseModel
 
 from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
+from desktop_app.flows.confined import Refused, open_dir, open_regular, write_private
 from desktop_app.flows.extract import READ_LIMIT_BYTES, extract, looks_binary
 from desktop_app.store.domain.digest import DigestFile, files_of_run, record_file
 
@@ -86,44 +95,81 @@ def _check_input(src: Path, dst: Path) -> DigestInput:
     return DigestInput(folder=str(src.resolve()), out=str(dst.resolve()))
 
 
+def _shown(rel: str) -> str:
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:  # a name that is not UTF-8: keep it visible, escaped
+        return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return rel
+
+
 def scan_folder(folder: Path) -> list[str]:
-    """Relative paths of the regular files under ``folder``, sorted."""
+    """Relative paths of what the digest reads or reports under ``folder``, sorted.
+
+    Regular files, plus symbolic links (to files or folders; never followed)
+    and special files (FIFOs, sockets, devices), which :func:`process_file`
+    reports as skipped. Hidden entries and :data:`SKIP_DIRS` are left out.
+    """
     found: list[str] = []
     for root, dirs, files in os.walk(folder, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
-        for name in files:
+        base = Path(root)
+        links = [d for d in dirs if (base / d).is_symlink()]  # os.walk lists them as folders
+        dirs[:] = sorted(
+            d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and d not in links
+        )
+        for name in [*files, *links]:
             if name.startswith("."):
                 continue
-            full = Path(root) / name
-            if full.is_symlink() or not full.is_file():
-                continue
-            rel = full.relative_to(folder).as_posix()
-            try:
-                rel.encode("utf-8")
-            except UnicodeEncodeError:  # a name that is not UTF-8: keep it visible, escaped
-                rel = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            found.append(rel)
+            found.append(_shown((base / name).relative_to(folder).as_posix()))
     return sorted(found)
 
 
-def process_file(folder: Path, rel: str) -> DigestFile:
-    """Read one file and extract its title and summary; never raises for bad files."""
-    full = folder / rel
-    if "\\x" in rel and not full.exists():
-        return DigestFile(rel, "skipped", None, None, 0, "file name is not valid UTF-8")
+def _skipped(rel: str, reason: str, size: int = 0) -> tuple[DigestFile, None]:
+    return DigestFile(rel, "skipped", None, None, size, reason), None
+
+
+def read_file(folder: Path, rel: str) -> tuple[DigestFile, str | None]:
+    """Read one file and extract its title and summary; never raises for bad
+    files. Returns the row and the text read (``None`` when skipped).
+
+    The file is opened with no link followed anywhere under ``folder``,
+    non-blocking, and must be a regular file on the open descriptor; a link,
+    FIFO, socket, device or folder is skipped with the reason.
+    """
+    if "\\x" in rel and not (folder / rel).exists():
+        return _skipped(rel, "file name is not valid UTF-8")
     try:
-        size = full.stat().st_size
-        with full.open("rb") as fh:
-            data = fh.read(READ_LIMIT_BYTES)
+        top = open_dir(folder)
+    except (Refused, OSError) as exc:
+        return _skipped(rel, f"unreadable: the folder cannot be opened ({exc})")
+    try:
+        fd, st = open_regular(top, rel)
+    except Refused as exc:
+        reason = str(exc)
+        if "not a regular file" in reason:
+            reason = f"unreadable: {reason}"
+        return _skipped(rel, reason)
     except FileNotFoundError:
-        return DigestFile(rel, "skipped", None, None, 0, "vanished before it was read")
+        return _skipped(rel, "vanished before it was read")
     except OSError as exc:
-        return DigestFile(rel, "skipped", None, None, 0, f"unreadable: {exc.strerror or exc}")
+        return _skipped(rel, f"unreadable: {exc.strerror or exc}")
+    finally:
+        os.close(top)
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(READ_LIMIT_BYTES)
+    except OSError as exc:
+        return _skipped(rel, f"unreadable: {exc.strerror or exc}")
     if looks_binary(data):
-        return DigestFile(rel, "skipped", None, None, size, "binary")
+        return _skipped(rel, "binary", st.st_size)
     text = data.decode("utf-8", errors="ignore")
     kind, title, summary = extract(rel, text)
-    return DigestFile(rel, kind, title, summary, size)
+    return DigestFile(rel, kind, title, summary, st.st_size), text
+
+
+def process_file(folder: Path, rel: str) -> DigestFile:
+    """The row of one file (see :func:`read_file`); never raises for bad files."""
+    return read_file(folder, rel)[0]
 
 
 def render_report(folder_name: str, rows: list[DigestFile]) -> str:
@@ -172,19 +218,15 @@ def build_digest_flow(
         folder = Path(state.folder)
         if not folder.is_dir():
             raise InputError(f"folder {folder} does not exist any more")
+        folder = folder.resolve()  # files are opened with no link followed on the way
         files = scan_folder(folder)
         ctx.progress(0, len(files))
-        return {"files": files, "cursor": 0}
+        return {"folder": str(folder), "files": files, "cursor": 0}
 
     def summarize_one(state: DigestState, ctx: StepContext) -> dict[str, Any]:
         rel = state.files[state.cursor]
-        row = process_file(Path(state.folder), rel)
-        if summarizer is not None and row.kind != "skipped":
-            text = (
-                (Path(state.folder) / rel)
-                .read_bytes()[:READ_LIMIT_BYTES]
-                .decode("utf-8", errors="ignore")
-            )
+        row, text = read_file(Path(state.folder), rel)
+        if summarizer is not None and text is not None:
             row = replace(row, summary=summarizer(ctx, rel, text))
         if on_file is not None:
             on_file(ctx.run_id, row)
@@ -196,17 +238,12 @@ def build_digest_flow(
         text = render_report(Path(state.folder).name, rows)
         out = Path(state.out)
         out.mkdir(parents=True, exist_ok=True)
-        target = out / REPORT_NAME
-        tmp = out / f".{REPORT_NAME}.{ctx.run_id}.tmp"
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            with tmp.open("w", encoding="utf-8", newline="\n") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
+            write_private(fd, REPORT_NAME, text, tag=ctx.run_id)
         finally:
-            tmp.unlink(missing_ok=True)
-        return {"report_path": str(target)}
+            os.close(fd)
+        return {"report_path": str(out / REPORT_NAME)}
 
     return (
         FlowBuilder("digest", DigestState, version="1" if summarizer is None else "1-model")

@@ -8,7 +8,12 @@ Steps:
    extension) and month (its modification time, UTC) to
    ``<folder>/<Kind>/<YYYY-MM>/<name>`` (a name already taken there gets
    `` (1)``, `` (2)``...), and stores one ``tidy_moves`` row per file in the
-   transaction of its checkpoint.
+   transaction of its checkpoint. A file that a symbolic link at the top of
+   the folder points at (by a relative or absolute path) stays in place:
+   moving it would break the link (links deeper in subfolders are not
+   searched; tidy itself only looks at the top level); a name with a
+   control character (a newline...) or a kind / month folder that is a link
+   or not a folder is ``refused``.
 2. ``approve`` asks a person (an input wait whose prompt counts the moves) and
    waits up to ``timeout_s`` (24 h by default; the deadline is stored when the
    wait begins). Without an answer by then the run ends ``timed_out`` and
@@ -27,6 +32,16 @@ with ``{"tidy.move": FileMover(store)}`` delivers the queued moves after their
 checkpoints committed. :class:`FileMover` checks the domain row and the file
 system before acting, so a crash between the rename and the outbox
 acknowledgement neither repeats nor loses a move.
+
+Confinement: at the moment of each move the mover walks from ``/`` to the
+folder and into ``<Kind>/<YYYY-MM>`` on directory descriptors with no
+symbolic link followed (:mod:`desktop_app.flows.confined`), and renames with
+no replace (``renameat2(RENAME_NOREPLACE)`` on Linux). A link anywhere on the
+way (the folder, or a kind folder, swapped for a link during the approval
+wait), a source that is no longer a regular file, a new link pointing at the
+source, an unsafe name or a destination that appeared meanwhile: the move is
+``refused`` with the reason, nothing is moved, the other moves go on. The
+undo list is written 0600 through the same folder descriptor.
 """
 
 from __future__ import annotations
@@ -37,12 +52,22 @@ import re
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
 from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
+from desktop_app.flows.confined import (
+    Refused,
+    fsync_dir,
+    kind_at,
+    name_problem,
+    open_dir,
+    open_subdir,
+    rename_noreplace,
+    write_private,
+)
 from desktop_app.store.domain.tidy import (
     TidyMove,
     mark_queued,
@@ -151,28 +176,67 @@ def free_destination(target_dir: Path, name: str, taken: set[str]) -> Path:
     return candidate
 
 
+def link_targets(dir_fd: int) -> set[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of what each symbolic link at the top of the folder
+    ``dir_fd`` points at (dangling links and links to links' loops left out)."""
+    targets: set[tuple[int, int]] = set()
+    with os.scandir(dir_fd) as it:
+        for entry in it:
+            if not entry.is_symlink():
+                continue
+            try:
+                st = os.stat(entry.name, dir_fd=dir_fd, follow_symlinks=True)
+            except OSError:
+                continue  # dangling or a loop: nothing of ours to break
+            targets.add((st.st_dev, st.st_ino))
+    return targets
+
+
+_LINKED = "a symbolic link in the folder points at it; moving it would break the link"
+
+
+def _folder_problem(folder: Path, kind_dir: str, month: str) -> str | None:
+    """Why ``<folder>/<kind_dir>/<month>`` cannot take files now (a link or not a folder)."""
+    for rel in (kind_dir, f"{kind_dir}/{month}"):
+        p = folder / rel
+        if os.path.lexists(p) and (p.is_symlink() or not p.is_dir()):
+            what = "a symbolic link" if p.is_symlink() else "not a folder"
+            return f"{p} is {what}; links are not followed, nothing is moved through it"
+    return None
+
+
 def plan_moves(folder: Path) -> list[TidyMove]:
     """One row per top-level regular file of ``folder``, sorted by name.
 
     Hidden entries, folders, symbolic links and other special files are not
-    listed. Partial downloads and names that are not valid UTF-8 are listed as
-    ``skipped`` (left in place, with a reason).
+    listed. Partial downloads, names that are not valid UTF-8 and files a
+    symbolic link in the folder points at are listed as ``skipped`` (left in
+    place, with a reason); names with a control character and files whose
+    kind or month folder is a link (or not a folder) are ``refused``.
+
+    Raises:
+        Refused: the folder path contains a symbolic link (pass a resolved path).
     """
     moves: list[TidyMove] = []
     taken: set[str] = set()
-    with os.scandir(folder) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    for entry in entries:
-        name = entry.name
-        if name.startswith("."):
-            continue
-        try:
-            if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
-                continue
-            mtime = entry.stat(follow_symlinks=False).st_mtime
-        except OSError:
-            continue  # vanished or unreadable while listing
-        month = datetime.fromtimestamp(mtime, tz=UTC).strftime("%Y-%m")
+    files: list[tuple[str, os.stat_result]] = []
+    fd = open_dir(folder)
+    try:
+        linked = link_targets(fd)
+        with os.scandir(fd) as it:
+            for entry in it:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+                        continue
+                    files.append((entry.name, entry.stat(follow_symlinks=False)))
+                except OSError:
+                    continue  # vanished or unreadable while listing
+    finally:
+        os.close(fd)
+    for name, st in sorted(files, key=lambda f: f[0]):
+        month = datetime.fromtimestamp(st.st_mtime, tz=UTC).strftime("%Y-%m")
         kind = kind_of(name)
         src = str(folder / name)
         try:
@@ -183,8 +247,19 @@ def plan_moves(folder: Path) -> list[TidyMove]:
                 TidyMove(shown, None, kind, month, "skipped", "file name is not valid UTF-8")
             )
             continue
+        problem = name_problem(name)
+        if problem:
+            moves.append(TidyMove(src, None, kind, month, "refused", problem))
+            continue
         if Path(name).suffix.lower() in PARTIAL_SUFFIXES:
             moves.append(TidyMove(src, None, kind, month, "skipped", "download in progress"))
+            continue
+        if (st.st_dev, st.st_ino) in linked:
+            moves.append(TidyMove(src, None, kind, month, "skipped", _LINKED))
+            continue
+        problem = _folder_problem(folder, KIND_FOLDERS[kind], month)
+        if problem:
+            moves.append(TidyMove(src, None, kind, month, "refused", problem))
             continue
         dst = free_destination(folder / KIND_FOLDERS[kind] / month, name, taken)
         moves.append(TidyMove(src, str(dst), kind, month))
@@ -214,33 +289,6 @@ def undo_path(folder: Path, run_id: str) -> Path:
     return folder / f"{UNDO_PREFIX}{safe}.json"
 
 
-def _fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable; best effort (not every OS can)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    tmp = target.with_name(f"{target.name}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(target.parent)
-
-
 def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow[TidyState]:
     """Compile the ``tidy`` flow.
 
@@ -254,7 +302,10 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
         if not folder.is_dir():
             raise InputError(f"folder {folder} does not exist or is not a folder; choose a folder")
         folder = folder.resolve()
-        moves = plan_moves(folder)
+        try:
+            moves = plan_moves(folder)
+        except Refused as exc:
+            raise InputError(f"cannot tidy {folder}: {exc}") from exc
         ctx.write(record_plan(ctx.run_id, moves))
         planned = [m for m in moves if m.status == "planned"]
         ctx.progress(0, len(planned))
@@ -294,7 +345,18 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
         if not entries:
             return {"undo_path": None}
         target = undo_path(Path(state.folder), ctx.run_id)
-        _write_atomically(target, json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
+        text = json.dumps(entries, indent=2, ensure_ascii=False) + "\n"
+        try:
+            fd = open_dir(target.parent)
+        except (Refused, OSError) as exc:
+            raise InputError(
+                f"cannot write the undo list in {target.parent}: {exc}; the folder was moved "
+                "or replaced after the plan, so its moves are refused"
+            ) from exc
+        try:
+            write_private(fd, target.name, text, tag=ctx.run_id)
+        finally:
+            os.close(fd)
         return {"undo_path": str(target)}
 
     return (
@@ -313,6 +375,37 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
     )
 
 
+class Entry(NamedTuple):
+    """A name in a folder held open: ``dir_fd`` and a single-component ``name``."""
+
+    dir_fd: int
+    name: str
+
+
+_MONTH = re.compile(r"\d{4}-\d{2}")
+
+
+def planned_layout(src: Path, dst: Path) -> tuple[Path, str, str, str]:
+    """``(folder, kind_dir, month, name)`` of a planned move, checked against
+    the layout the plan makes: ``src`` at the top of ``folder`` and ``dst`` at
+    ``<folder>/<Kind>/<YYYY-MM>/<name>``.
+
+    Raises:
+        Refused: anything else (a row edited to point elsewhere, ``..``, ...).
+    """
+    folder = src.parent
+    if not src.is_absolute() or dst.parent.parent.parent != folder:
+        raise Refused(f"{dst} is not <folder>/<Kind>/<YYYY-MM>/<name> inside {folder}")
+    kind_dir, month, name = dst.parent.parent.name, dst.parent.name, dst.name
+    if kind_dir not in KIND_FOLDERS.values() or not _MONTH.fullmatch(month):
+        raise Refused(f"{dst} is not <folder>/<Kind>/<YYYY-MM>/<name> inside {folder}")
+    for part in (src.name, name):
+        problem = name_problem(part)
+        if problem:
+            raise Refused(problem)
+    return folder, kind_dir, month, name
+
+
 class FileMover:
     """The ``tidy.move`` outbox destination: performs one planned move.
 
@@ -321,12 +414,17 @@ class FileMover:
     delivery never moves a file twice and never loses one:
 
     * the file is at its source and the destination is free: create the
-      folders, rename (same file system) -> ``{"moved": True}``;
+      folders, rename with no replace -> ``{"moved": True}``;
     * the file is gone and the destination exists: the move happened before
       (a crash before the acknowledgement) -> ``{"moved": True, "already": True}``;
     * both exist, or neither: nothing is touched -> ``{"moved": False, "reason": ...}``.
 
-    The outcome is recorded in the row (``moved``, or ``skipped`` with the reason).
+    Every path is proven inside the folder when the move happens (no symbolic
+    link followed from ``/`` to the destination folder; see the module
+    docstring); otherwise, or when the source is no longer a regular file or
+    a link in the folder now points at it, the row becomes ``refused`` with
+    the reason and nothing moves. Other outcomes are recorded in the row
+    (``moved``, or ``skipped`` with the reason).
 
     Args:
         store: the SQLite store holding ``tidy_moves`` (the dispatcher's store).
@@ -335,11 +433,17 @@ class FileMover:
     def __init__(self, store: CheckpointStore) -> None:
         self.store = store
 
-    def rename(self, src: Path, dst: Path) -> None:
-        """The one file-system change: a rename, made durable in both folders."""
-        os.rename(src, dst)
-        _fsync_dir(dst.parent)
-        _fsync_dir(src.parent)
+    def rename(self, src: Entry, dst: Entry) -> None:
+        """The one file-system change: a rename that never replaces, made
+        durable in both folders.
+
+        Raises:
+            Refused: the destination exists
+                (:func:`~desktop_app.flows.confined.rename_noreplace`).
+        """
+        rename_noreplace(src.dir_fd, src.name, dst.dir_fd, dst.name)
+        fsync_dir(dst.dir_fd)
+        fsync_dir(src.dir_fd)
 
     def send(self, idempotency_key: str, payload: Any) -> dict[str, Any]:
         move = self.store.query(move_by_key(idempotency_key))
@@ -350,36 +454,81 @@ class FileMover:
             move.dst,
         ):
             return {"moved": False, "reason": "the intent does not match the planned move"}
-        if move.status == "skipped":
-            return {"moved": False, "reason": move.reason or "skipped"}
-        src, dst = Path(move.src), Path(move.dst)
-        src_there, dst_there = os.path.lexists(src), os.path.lexists(dst)
-        if src_there and not dst_there:
-            try:
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                self.rename(src, dst)
-            except OSError as exc:
-                return self._refuse(idempotency_key, f"cannot move: {exc.strerror or exc}")
-            self.store.query(record_outcome(idempotency_key, True))
-            return {"moved": True, "dst": move.dst}
-        if dst_there and not src_there:
-            self.store.query(record_outcome(idempotency_key, True))
-            return {"moved": True, "already": True, "dst": move.dst}
-        if src_there:
-            return self._refuse(idempotency_key, "the destination exists already; nothing moved")
-        return self._refuse(idempotency_key, "the file is gone and was not moved here")
+        if move.status in ("skipped", "refused"):
+            return {"moved": False, "reason": move.reason or move.status}
+        try:
+            return self._move(idempotency_key, move.src, move.dst)
+        except Refused as exc:
+            return self._refuse(idempotency_key, str(exc), status="refused")
+        except OSError as exc:
+            return self._refuse(idempotency_key, f"cannot move: {exc.strerror or exc}")
+
+    def _move(self, key: str, src_path: str, dst_path: str) -> dict[str, Any]:
+        folder, kind_dir, month, name = planned_layout(Path(src_path), Path(dst_path))
+        src_name = Path(src_path).name
+        try:
+            top = open_dir(folder)
+        except FileNotFoundError:
+            return self._refuse(key, f"the folder {folder} is gone; nothing moved")
+        fds = [top]
+        try:
+            src_kind = kind_at(top, src_name)
+            if src_kind is not None and src_kind != "a regular file":
+                raise Refused(f"{src_path} is now {src_kind}; nothing moved")
+            if src_kind is None:
+                return self._found_or_gone(key, top, kind_dir, month, name, dst_path, fds)
+            st = os.stat(src_name, dir_fd=top, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) in link_targets(top):
+                raise Refused(_LINKED)
+            fds.append(open_subdir(top, kind_dir, create=True, shown=str(folder / kind_dir)))
+            fds.append(
+                open_subdir(fds[-1], month, create=True, shown=str(folder / kind_dir / month))
+            )
+            self.rename(Entry(top, src_name), Entry(fds[-1], name))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.store.query(record_outcome(key, True))
+        return {"moved": True, "dst": dst_path}
+
+    def _found_or_gone(
+        self, key: str, top: int, kind_dir: str, month: str, name: str, dst: str, fds: list[int]
+    ) -> dict[str, Any]:
+        """The source is gone: moved before (its destination is there) or lost."""
+        try:
+            fds.append(open_subdir(top, kind_dir))
+            fds.append(open_subdir(fds[-1], month))
+        except FileNotFoundError:
+            return self._refuse(key, "the file is gone and was not moved here")
+        if kind_at(fds[-1], name) is None:
+            return self._refuse(key, "the file is gone and was not moved here")
+        self.store.query(record_outcome(key, True))
+        return {"moved": True, "already": True, "dst": dst}
 
     def lookup(self, idempotency_key: str) -> dict[str, Any] | None:
         """A receipt when the move already happened (source gone, destination
-        there), else ``None`` (the dispatcher then sends)."""
+        there, no link on the way), else ``None`` (the dispatcher then sends)."""
         move = self.store.query(move_by_key(idempotency_key))
-        if move is None or move.dst is None or move.status == "skipped":
+        if move is None or move.dst is None or move.status in ("skipped", "refused"):
             return None
-        if os.path.lexists(move.dst) and not os.path.lexists(move.src):
-            self.store.query(record_outcome(idempotency_key, True))
-            return {"moved": True, "already": True, "dst": move.dst}
-        return None
+        try:
+            folder, kind_dir, month, name = planned_layout(Path(move.src), Path(move.dst))
+            fds = [open_dir(folder)]
+            try:
+                if kind_at(fds[0], Path(move.src).name) is not None:
+                    return None
+                fds.append(open_subdir(fds[0], kind_dir))
+                fds.append(open_subdir(fds[-1], month))
+                if kind_at(fds[-1], name) is None:
+                    return None
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        except (Refused, OSError):
+            return None  # send() decides and records why
+        self.store.query(record_outcome(idempotency_key, True))
+        return {"moved": True, "already": True, "dst": move.dst}
 
-    def _refuse(self, key: str, reason: str) -> dict[str, Any]:
-        self.store.query(record_outcome(key, False, reason))
+    def _refuse(self, key: str, reason: str, status: str = "skipped") -> dict[str, Any]:
+        self.store.query(record_outcome(key, False, reason, status=status))
         return {"moved": False, "reason": reason}

@@ -2,8 +2,10 @@
 
 A row's ``status`` moves ``planned`` -> ``queued`` (its outbox intent committed)
 -> ``moved`` (the file mover saw the file at its destination), or to
-``skipped`` with a ``reason`` (not approved, left in place, or the move was
-refused because the file system no longer matched the plan).
+``skipped`` with a ``reason`` (not approved, left in place, or the file
+system no longer matched the plan), or to ``refused`` with a ``reason`` (the
+move would have left the folder, followed a symbolic link, replaced a file or
+used an unsafe name; nothing was moved).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ class TidyMove:
         kind: ``images``, ``documents``, ``audio``, ``video``, ``archives``,
             ``code`` or ``other``.
         month: ``YYYY-MM`` of the file's modification time (UTC).
-        status: ``planned``, ``queued``, ``moved`` or ``skipped``.
-        reason: why the file was skipped, else ``None``.
+        status: ``planned``, ``queued``, ``moved``, ``skipped`` or ``refused``.
+        reason: why the file was skipped or refused, else ``None``.
         intent_key: the idempotency key of its outbox intent, once queued.
     """
 
@@ -124,11 +126,19 @@ def move_by_key(intent_key: str) -> Callable[[Any], TidyMove | None]:
 
 
 def record_outcome(
-    intent_key: str, moved: bool, reason: str | None = None
+    intent_key: str, moved: bool, reason: str | None = None, *, status: str = "skipped"
 ) -> Callable[[Any], None]:
     """Standalone write (its own transaction, outside any checkpoint): what the
     file mover found or did for the row queued under ``intent_key``. Idempotent;
-    a row already ``moved`` stays ``moved``."""
+    a row already ``moved`` stays ``moved``.
+
+    Args:
+        moved: the file is at its destination (``reason`` and ``status`` unused).
+        reason: why it was not moved.
+        status: ``skipped`` or ``refused`` when not moved.
+    """
+    if status not in ("skipped", "refused"):
+        raise ValueError(f"status must be 'skipped' or 'refused', not {status!r}")
 
     def write(conn: Any) -> None:
         with conn:
@@ -139,9 +149,9 @@ def record_outcome(
                 )
             else:
                 conn.execute(
-                    "UPDATE tidy_moves SET status='skipped', reason=? "
+                    "UPDATE tidy_moves SET status=?, reason=? "
                     "WHERE intent_key=? AND status<>'moved'",
-                    (reason, intent_key),
+                    (status, reason, intent_key),
                 )
 
     return write

@@ -1,0 +1,170 @@
+"""API keys without a keyring: ``FLOWDESK_MODEL__API_KEY`` or a 0600 file named
+in settings, with the keyring backend forced to fail (tests/conftest.py).
+The key reaches the provider's ``Authorization`` header and nothing else:
+not SQLite, not logs, not the settings' repr, not a command line."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import keyring
+import pytest
+
+from desktop_app.agent import Agent
+from desktop_app.bootstrap import build_model, open_sqlite_store
+from desktop_app.config import load_settings
+from desktop_app.errors import KeyFileError, SecretsError
+from desktop_app.secrets import get_secret, model_api_key, read_key_file, set_secret
+from desktop_app.store.agent_runs import SqliteAgentStore
+from tests.chat_server import ChatServer, completion
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "sk-test-4f9a1c0e7b2d-not-a-real-key"
+
+
+def key_file(tmp_path: Path, mode: int, text: str = KEY + "\n") -> Path:
+    path = tmp_path / "keys" / "model.key"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def config(text: str) -> Path:
+    path = Path(os.environ["FLOWDESK_CONFIG"])
+    path.write_text(text)
+    return path
+
+
+def test_the_keyring_backend_is_forced_to_fail():
+    assert type(keyring.get_keyring()).__module__ == "keyring.backends.fail"
+    assert get_secret("model_api_key") is None  # no keyring: no secret, not a crash
+
+
+def test_storing_without_a_keyring_says_what_to_do_instead():
+    with pytest.raises(SecretsError) as info:
+        set_secret("model_api_key", KEY)
+    message = str(info.value)
+    assert "FLOWDESK_MODEL__API_KEY" in message and "api_key_file" in message
+    assert "chmod 600" in message
+    assert "keyring --list-backends" not in message  # not a command on PATH
+    assert KEY not in message
+
+
+def test_the_environment_variable_gives_the_key(monkeypatch):
+    monkeypatch.setenv("FLOWDESK_MODEL__API_KEY", KEY)
+    settings = load_settings()
+    key = model_api_key(settings.model)
+    assert key is not None and key.get_secret_value() == KEY
+    assert KEY not in repr(settings) and KEY not in str(settings.model_dump())
+    assert KEY not in repr(key)
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_key_file_only_the_owner_can_read_gives_the_key(tmp_path, mode):
+    path = key_file(tmp_path, mode)
+    config(f'[model]\napi_key_file = "{path}"\n')
+    key = model_api_key(load_settings().model)
+    assert key is not None and key.get_secret_value() == KEY  # newline stripped
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_a_key_file_others_can_read_is_refused_with_the_chmod_to_run(tmp_path, mode):
+    path = key_file(tmp_path, mode)
+    config(f'[model]\napi_key_file = "{path}"\n')
+    with pytest.raises(KeyFileError) as info:
+        model_api_key(load_settings().model)
+    assert f"chmod 600 {path}" in str(info.value)
+    assert f"{mode:04o}" in str(info.value)
+    assert KEY not in str(info.value)
+
+
+def test_a_missing_or_empty_key_file_is_refused(tmp_path):
+    with pytest.raises(KeyFileError, match="does not exist"):
+        read_key_file(tmp_path / "nope.key")
+    with pytest.raises(KeyFileError, match="empty"):
+        read_key_file(key_file(tmp_path, 0o600, "\n"))
+    with pytest.raises(KeyFileError, match="not a regular file"):
+        read_key_file(tmp_path)
+
+
+def test_a_key_written_in_the_settings_file_is_refused(tmp_path):
+    path = config(f'[model]\napi_key = "{KEY}"\n')
+    with pytest.raises(SecretsError) as info:
+        model_api_key(load_settings().model)
+    assert str(path) in str(info.value) and KEY not in str(info.value)
+
+
+def test_the_variable_and_a_key_file_together_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLOWDESK_MODEL__API_KEY", KEY)
+    config(f'[model]\napi_key_file = "{key_file(tmp_path, 0o600)}"\n')
+    with pytest.raises(SecretsError, match="keep one"):
+        model_api_key(load_settings().model)
+
+
+def all_bytes(db: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+def test_the_key_reaches_the_provider_and_not_sqlite_or_logs(tmp_path, monkeypatch, caplog):
+    db = tmp_path / "f.db"
+    caplog.set_level(logging.DEBUG)
+    with ChatServer() as server:
+        server.script = [("json", completion("Hello from the model."))]
+        monkeypatch.setenv("FLOWDESK_MODEL__API_KEY", KEY)
+        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", server.url)
+        monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
+        settings = load_settings(db_path=db)
+        from desktop_app.store import migrations
+        from desktop_app.store.connection import open_connection
+
+        conn = open_connection(db)
+        migrations.apply(conn)
+        conn.close()
+        model = build_model(settings)
+        store = open_sqlite_store(settings)
+        agent = Agent("ask", model, SqliteAgentStore(store), [])
+        res = agent.ask("say hello")
+        assert res.status == "done" and res.text == "Hello from the model."
+        store.close()
+    (request,) = server.requests
+    assert request["headers"]["Authorization"] == f"Bearer {KEY}"
+    assert KEY.encode() not in all_bytes(db)
+    assert b"say hello" in all_bytes(db)  # the run was stored: the check looks at real data
+    logged = "\n".join(r.getMessage() for r in caplog.records) + caplog.text
+    assert KEY not in logged
+
+
+def test_flowdesk_ask_uses_a_key_file_and_prints_no_key(tmp_path):
+    db = tmp_path / "f.db"
+    path = key_file(tmp_path, 0o600)
+    cfg = tmp_path / "config.toml"
+    env = {**os.environ, "FLOWDESK_CONFIG": str(cfg)}
+    with ChatServer() as server:
+        cfg.write_text(
+            f'[model]\nbase_url = "{server.url}"\nmodel = "m"\napi_key_file = "{path}"\n'
+        )
+        server.script = [("json", completion("Keyless box, keyed call."))]
+        cmd = [sys.executable, "-m", "desktop_app.cli", "--db", str(db)]
+        assert subprocess.run([*cmd, "db", "apply"], env=env, timeout=120).returncode == 0
+        out = subprocess.run(
+            [*cmd, "ask", "hello?"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+        )
+        assert out.returncode == 0, out.stderr
+        assert "Keyless box, keyed call." in out.stdout
+        assert KEY not in " ".join(cmd) + out.stdout + out.stderr  # nothing on a command line
+        (request,) = server.requests
+        assert request["headers"]["Authorization"] == f"Bearer {KEY}"
+
+        path.chmod(0o644)  # now readable by others: refused before any call
+        bad = subprocess.run(
+            [*cmd, "ask", "hello?"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+        )
+        assert bad.returncode != 0 and f"chmod 600 {path}" in bad.stderr
+        assert "Traceback" not in bad.stderr and KEY not in bad.stdout + bad.stderr
+        assert len(server.requests) == 1
+    assert KEY.encode() not in all_bytes(db)
