@@ -196,3 +196,26 @@ def test_an_unwritable_log_folder_is_a_warning_not_a_failure(tmp_path):
     out = flowdesk(tmp_path / "f.db", "db", "apply", env={"XDG_STATE_HOME": str(blocker)})
     assert out.returncode == 0, out.stderr
     assert "cannot write the log file in" in out.stderr and str(blocker) in out.stderr
+
+
+def test_debug_log_of_an_agent_run_names_the_run_never_the_key_or_content(tmp_path):
+    db = tmp_path / "f.db"
+    key = "sk-live-abcdef0123456789"
+    assert flowdesk(db, "db", "apply", env={}).returncode == 0
+    with ChatServer() as chat:
+        chat.script = [("json", completion("The secret plan is ready."))]
+        env = {
+            "FLOWDESK_MODEL__BASE_URL": chat.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_MODEL__API_KEY": key,
+            "FLOWDESK_LOG_LEVEL": "DEBUG",
+        }
+        out = flowdesk(db, "ask", "what is my private question?", env=env)
+        assert out.returncode == 0, out.stderr
+        assert chat.requests[0]["headers"]["Authorization"] == f"Bearer {key}"  # it was used
+    (run_id,) = contexts(db, "agent_runs")
+    log = Path(os.environ["HOME"]) / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
+    text = log.read_text()
+    assert f"run {run_id} started" in text and f"run {run_id} done" in text
+    assert key not in text
+    assert "private question" not in text and "secret plan" not in text
