@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -278,3 +279,7 @@ def test_flowdesk_ask_with_mcp_uses_the_configured_server(tmp_path):
         answers = [m for m in chat.requests[1]["body"]["messages"] if m["role"] == "tool"]
         assert [m["content"] for m in answers] == ["appended; 1 lines"]
     assert lines(notes) == ["x"]
+    # the server's stderr goes to its own private log, not over the answer
+    server_log = Path(os.environ["HOME"]) / ".local/state/flowdesk/log/mcp-notes.log"
+    assert "APPENDED x" in server_log.read_text() and "APPENDED" not in out.stderr
+    assert stat.S_IMODE(server_log.stat().st_mode) == 0o600

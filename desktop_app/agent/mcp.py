@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -135,6 +136,8 @@ class McpServer:
         env: extra environment variables for a stdio server.
         cwd: working folder for a stdio server.
         timeout_s: seconds to wait for start-up and for each request.
+        errlog: file for a stdio server's stderr (appended, created 0600);
+            ``None``: this process's stderr.
 
     Use as a context manager (or :meth:`open` / :meth:`close`).
 
@@ -153,6 +156,7 @@ class McpServer:
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
         timeout_s: float = 60.0,
+        errlog: Path | None = None,
     ) -> None:
         if bool(command) == bool(url):
             raise ConfigError(
@@ -165,6 +169,7 @@ class McpServer:
         self.env = dict(env or {})
         self.cwd = cwd
         self.timeout_s = timeout_s
+        self.errlog = errlog
         self.listing_key = f"{LISTING_PREFIX}{name}"
         self.listing_tool = f"mcp:{name}"
         self._specs: list[dict[str, Any]] = []
@@ -176,7 +181,9 @@ class McpServer:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_settings(cls, name: str, cfg: McpServerSettings) -> McpServer:
+    def from_settings(
+        cls, name: str, cfg: McpServerSettings, errlog: Path | None = None
+    ) -> McpServer:
         """A server from its ``[mcp_servers.NAME]`` section."""
         return cls(
             name,
@@ -185,6 +192,7 @@ class McpServer:
             env=cfg.env,
             cwd=cfg.cwd,
             timeout_s=cfg.timeout_s,
+            errlog=errlog,
         )
 
     def _where(self) -> str:
@@ -209,9 +217,11 @@ class McpServer:
             )
         if self._error is not None:
             leaf = _leaf(self._error)
+            where = f" (its stderr is in {self.errlog})" if self.errlog and self.command else ""
             raise McpError(
                 f"cannot connect to MCP server {self.name!r} ({self._where()}): "
-                f"{type(leaf).__name__}: {leaf}; check [mcp_servers.{self.name}] in the settings"
+                f"{type(leaf).__name__}: {leaf}; check [mcp_servers.{self.name}] in the "
+                f"settings{where}"
             ) from leaf
         return self
 
@@ -234,17 +244,18 @@ class McpServer:
     ) -> None:
         self.close()
 
-    def _target(self) -> Any:
+    def _target(self, errlog: Any) -> Any:
         if self.url:
             return self.url
-        from mcp import StdioServerParameters
+        from mcp import StdioServerParameters, stdio_client
 
-        return StdioServerParameters(
+        params = StdioServerParameters(
             command=self.command[0],
             args=self.command[1:],
             env=self.env or None,
             cwd=str(self.cwd) if self.cwd else None,
         )
+        return params if errlog is None else stdio_client(params, errlog=errlog)
 
     def _thread_main(self) -> None:
         try:
@@ -257,7 +268,19 @@ class McpServer:
     async def _main(self) -> None:
         from mcp import Client
 
-        async with Client(self._target(), read_timeout_seconds=self.timeout_s) as client:
+        errlog = None
+        if self.errlog is not None and self.command:
+            self.errlog.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.errlog, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            errlog = open(fd, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
+        try:
+            await self._serve(Client(self._target(errlog), read_timeout_seconds=self.timeout_s))
+        finally:
+            if errlog is not None:
+                errlog.close()
+
+    async def _serve(self, connection: Any) -> None:
+        async with connection as client:
             specs: list[dict[str, Any]] = []
             cursor: str | None = None
             while True:
@@ -339,7 +362,8 @@ class McpServer:
 
 
 def open_servers(settings: Settings, names: Sequence[str]) -> list[McpServer]:
-    """Open the named ``[mcp_servers]`` (for ``flowdesk ask --mcp NAME`` and the app).
+    """Open the named ``[mcp_servers]`` (for ``flowdesk ask --mcp NAME`` and the app);
+    a stdio server's stderr goes to ``mcp-NAME.log`` in the log folder.
 
     The caller closes them (``for s in servers: s.close()``).
 
@@ -354,10 +378,14 @@ def open_servers(settings: Settings, names: Sequence[str]) -> list[McpServer]:
             f"no MCP server {unknown[0]!r} in the settings (configured: {known}); add "
             f'[mcp_servers.{unknown[0]}] with command = [...] or url = "..."'
         )
+    from desktop_app.observability import log_dir
+
     opened: list[McpServer] = []
     try:
         for name in names:
-            opened.append(McpServer.from_settings(name, settings.mcp_servers[name]).open())
+            cfg = settings.mcp_servers[name]
+            errlog = log_dir() / f"mcp-{name}.log"
+            opened.append(McpServer.from_settings(name, cfg, errlog).open())
     except BaseException:
         for server in opened:
             server.close()
