@@ -8,7 +8,7 @@
   masks the values of the process's known secrets should one reach a record.
 * Spans are exported over OTLP/HTTP when the standard
   ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is
-  set (and ``OTEL_SDK_DISABLED`` is not ``true``). Everything else follows
+  set (the SDK itself honours ``OTEL_SDK_DISABLED=true``). Everything else follows
   the OpenTelemetry SDK's own environment handling (headers, timeout,
   compression, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, batch
   sizes): Flowdesk only builds ``OTLPSpanExporter()`` and a batch processor.
@@ -109,11 +109,9 @@ def setup_logging(settings: Settings) -> Path | None:
 
 
 def otlp_requested() -> bool:
-    """Whether the environment asks for OTLP export (an endpoint is set and
-    the SDK is not disabled); the SDK reads the values themselves."""
+    """Whether the environment names an OTLP endpoint; the SDK reads the
+    values (and ``OTEL_SDK_DISABLED``) itself."""
     names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
     return any(os.environ.get(n) for n in names)
 
 

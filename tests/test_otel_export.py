@@ -150,7 +150,13 @@ def test_without_an_endpoint_nothing_is_exported(tmp_path, receiver):
     (folder / "a.txt").write_text("x\n")
     args = ("run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"), "--quiet")
     assert flowdesk(db, *args, env={}).returncode == 0
+    disabled = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SDK_DISABLED": "true"}
+    assert flowdesk(db, *args, env=disabled).returncode == 0  # the SDK's own switch
     assert receiver.spans == [] and receiver.paths == []
+    assert (
+        flowdesk(db, *args, env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}).returncode == 0
+    )
+    assert {s.name for s in receiver.spans} >= {"run digest", "step scan"}  # the control
 
 
 def test_log_file_is_private_rotating_at_the_settings_level_and_masks_secrets(tmp_path):
