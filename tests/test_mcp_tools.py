@@ -283,3 +283,21 @@ def test_flowdesk_ask_with_mcp_uses_the_configured_server(tmp_path):
     server_log = Path(os.environ["HOME"]) / ".local/state/flowdesk/log/mcp-notes.log"
     assert "APPENDED x" in server_log.read_text() and "APPENDED" not in out.stderr
     assert stat.S_IMODE(server_log.stat().st_mode) == 0o600
+
+
+def test_a_server_that_went_away_is_an_error_text_for_the_model(sqlite_store, tmp_path):
+    from desktop_app.agent import Agent, ScriptedModel
+    from desktop_app.agent.mcp import McpServer
+    from desktop_app.store.agent_runs import SqliteAgentStore
+
+    notes = tmp_path / "notes.log"
+    store = SqliteAgentStore(sqlite_store)
+    model = ScriptedModel([{"id": "a", "tool": "notes__append", "args": {"text": "t"}}, "sorry"])
+    with HttpNotesServer(notes) as http, McpServer("notes", url=http.url, timeout_s=5) as server:
+        http.proc.kill()
+        http.proc.wait()
+        res = Agent("notes", model, store, server.tools()).ask("note t", run_id="g1")
+    assert (res.status, res.text) == ("done", "sorry")
+    (tool_message,) = [m for m in model.seen[1] if m.role == "tool"]
+    assert "MCP server 'notes'" in tool_message.content and "error" in tool_message.content
+    assert lines(notes) == []

@@ -342,7 +342,11 @@ class McpServer:
         """
         loop, client = self._loop, self._client
         if loop is None or client is None or loop.is_closed():
-            raise McpError(f"MCP server {self.name!r} is not connected")
+            why = ""
+            if self._error is not None:
+                leaf = _leaf(self._error)
+                why = f": the connection ended with {type(leaf).__name__}: {leaf}"
+            raise McpError(f"MCP server {self.name!r} is not connected{why}")
         future: Future[Any] = asyncio.run_coroutine_threadsafe(
             client.call_tool(tool, arguments), loop
         )
