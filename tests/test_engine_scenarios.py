@@ -258,7 +258,7 @@ def test_step_retry_overrides_flow_default_zero_inherits(store):
 
 
 @pytest.mark.scenario("S15")
-def test_backoff_grows_and_cancel_stops_retries_mid_backoff(db_path):
+def test_backoff_grows_exponentially_and_is_capped(db_path):
     clock = ManualClock()
     waits: list[float] = []
     real_sleep = clock.sleep
@@ -280,25 +280,8 @@ def test_backoff_grows_and_cancel_stops_retries_mid_backoff(db_path):
     res = Engine(store, flows=[flow], clock=clock).run("b", S())
     assert res.status == "failed" and attempts["x"] == 5
     assert waits == [1, 2, 3, 3]  # exponential, capped at 3 s
-
-    # now cancel while a real backoff is in progress
-    slow = RetryPolicy(retries=5, backoff=Backoff(initial_s=30, max_s=30, jitter_s=0))
-    flow2 = FlowBuilder("b2", S, retry=slow).step("x", flaky).compile()
-    engine = Engine(store, flows=[flow2])
-    attempts.clear()
-    box = {}
-    t = threading.Thread(target=lambda: box.setdefault("r", engine.run("b2", S())))
-    t0 = time.monotonic()
-    t.start()
-    while not any(r.flow_name == "b2" for r in store.list_runs()) or attempts["x"] < 1:
-        time.sleep(0.01)
-    time.sleep(0.1)
-    rid = next(r.run_id for r in store.list_runs() if r.flow_name == "b2")
-    engine.cancel(rid)
-    t.join(5)
-    assert not t.is_alive() and time.monotonic() - t0 < 5
-    assert box["r"].status == "canceled" and attempts["x"] == 1
     store.close()
+    # cancel during a backoff wait: tests/test_core_gaps.py (on the injected clock)
 
 
 @pytest.mark.scenario("S16")
