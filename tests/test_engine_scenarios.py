@@ -4,6 +4,7 @@ test_engine_crash.py)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import operator
 import threading
 from collections import Counter
@@ -663,46 +664,76 @@ def test_errors_are_classified_by_type_not_message(store):
 
 
 @pytest.mark.scenario("S50")
-def test_pruning_keeps_resume_and_fork_working_and_returns_space(db_path):
+def test_long_conversation_grows_linearly_and_pruning_returns_space(db_path):
     import os
 
     class Chat(BaseModel):
         turns: list[str] = []
+        answer: str | None = None
 
     payload = "x" * 5 * 1024
-    flow = (
-        FlowBuilder("chat", Chat, keep_last_n=20)
-        .loop(
-            "talk",
-            lambda s: {"turns": [*s.turns, f"{len(s.turns)}:{payload}"]},
-            until=lambda s: len(s.turns) >= 500,
-        )
-        .compile()
-    )
     store = open_store(db_path)
-    engine = Engine(store, flows=[flow])
-    unpruned = (
-        FlowBuilder("chat_all", Chat)
-        .loop(
-            "talk",
-            lambda s: {"turns": [*s.turns, f"{len(s.turns)}:{payload}"]},
-            until=lambda s: len(s.turns) >= 500,
+
+    def pages() -> tuple[int, int, int]:
+        return store.query(
+            lambda c: tuple(
+                int(c.execute(f"PRAGMA {p}").fetchone()[0])
+                for p in ("page_count", "freelist_count", "page_size")
+            )
         )
-        .compile()
-    )
-    big = Engine(store, flows=[unpruned]).run(unpruned, Chat())
+
+    sizes: list[int] = []
+
+    def talk(s: Chat) -> dict:
+        if len(s.turns) % 100 == 0:
+            sizes.append(pages()[0])  # committed pages after every 100 turns
+        return {"turns": [*s.turns, f"{len(s.turns)}:{payload}"]}
+
+    def chat_flow(name: str, keep_last_n: int | None = None):
+        return (
+            FlowBuilder(name, Chat, keep_last_n=keep_last_n)
+            .loop("talk", talk, until=lambda s: len(s.turns) >= 500)
+            .await_input("confirm", "answer")
+            .step("end", lambda s: None)
+            .chain()
+            .compile()
+        )
+
+    full, pruned = chat_flow("chat_all"), chat_flow("chat", keep_last_n=20)
+    engine = Engine(store, flows=[full, pruned])
+    big = engine.run("chat_all", Chat())
+    assert big.status == "waiting" and len(big.state.turns) == 500
+    sizes.append(pages()[0])
+    # linear growth: every 100 turns add about the same number of pages, and
+    # a turn costs about its new content (a whole-state copy per checkpoint
+    # would be quadratic: 500 turns x 1.25 MiB on average)
+    steps = [b - a for a, b in itertools.pairwise(sizes)]
+    assert len(steps) == 5 and max(steps) <= 1.2 * min(steps), steps
+    page_size = pages()[2]
+    assert steps[-1] * page_size / 100 < 3 * len(payload), steps
+
+    # pruning the 500-turn history to its last 20 checkpoints gives space back
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    size_full = os.path.getsize(db_path)
-    store.delete_run(big.run_id)
-    store.vacuum()
+    size_before = os.path.getsize(db_path)
+    assert store.prune(big.run_id, 20) == big.revision + 1 - 20  # revisions 0..n, 20 kept
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    size_after_delete = os.path.getsize(db_path)
-    assert size_after_delete < size_full / 2  # space went back to the file system
+    size_after = os.path.getsize(db_path)
+    assert size_after < 0.7 * size_before, (size_before, size_after)
+    assert pages()[1] <= 256  # freed pages went back to the file system, not the freelist
+    assert len(store.history(big.run_id)) == 20
+
+    # a run pruned as it goes keeps resume and fork working from every retained checkpoint
     res = engine.run("chat", Chat())
+    assert res.status == "waiting"
     history = engine.history(res.run_id)
-    assert len(history) == 20 and history[-1].revision == res.revision
-    for info in history:  # every retained checkpoint forks
-        fork = engine.fork(info.id, lambda s: {})
-        assert fork.status == "completed" and len(fork.state.turns) == 500
-    assert engine.get(res.run_id).turns[-1].startswith("499:")
+    assert 20 <= len(history) < 40 and history[-1].revision == res.revision
+    for info in history:
+        fork = engine.fork(info.id, {"answer": None})
+        assert fork.status == "waiting" and len(fork.state.turns) == 500
+        assert engine.resume_with(fork.run_id, "ok").status == "completed"
+    done = engine.resume_with(res.run_id, "yes")
+    assert done.status == "completed" and done.state.answer == "yes"
+    assert done.state.turns[-1].startswith("499:") and len(done.state.turns) == 500
+    done_big = engine.resume_with(big.run_id, "yes")  # the explicitly pruned run resumes too
+    assert done_big.status == "completed" and len(done_big.state.turns) == 500
     store.close()
