@@ -80,3 +80,16 @@ def test_cancel_during_a_backoff_wait_stops_the_retries(db_path):
     assert seen["x"] == 1  # no attempt after the cancel
     assert store.get_run(run.run_id).status == "canceled"
     store.close()
+
+
+@pytest.mark.scenario("S15")
+def test_backoff_curve_follows_initial_base_and_cap():
+    assert [Backoff(initial_s=0.5, max_s=100, jitter_s=0).delay(n) for n in (1, 2, 3)] == [
+        0.5,
+        1.0,
+        2.0,
+    ]
+    curve = Backoff(initial_s=1, max_s=20, exp_base=3, jitter_s=0)
+    assert [curve.delay(n) for n in (1, 2, 3, 4)] == [1, 3, 9, 20]
+    jittered = [Backoff(initial_s=1, max_s=100, jitter_s=0.5).delay(2) for _ in range(50)]
+    assert all(2 <= d <= 2.5 for d in jittered) and len(set(jittered)) > 1
