@@ -66,7 +66,12 @@ TESTS_FOR: dict[str, list[str]] = {
     "desktop_app/flow/clock.py": [*_ENGINE, "tests/test_waits.py"],
     "desktop_app/flow/context.py": [*_ENGINE, "tests/test_context.py"],
     "desktop_app/flow/definition.py": _ENGINE,
-    "desktop_app/flow/driver.py": [*_ENGINE, "tests/test_waits.py", "tests/test_leases.py"],
+    "desktop_app/flow/driver.py": [
+        *_ENGINE,
+        "tests/test_waits.py",
+        "tests/test_leases.py",
+        "tests/contract/test_races.py",
+    ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
         "tests/test_waits.py",
@@ -74,17 +79,22 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/contract/test_races.py",
     ],
     "desktop_app/flow/events.py": _ENGINE,
-    "desktop_app/flow/outbox.py": ["tests/test_outbox.py", "tests/test_faults.py"],
+    "desktop_app/flow/outbox.py": ["tests/test_outbox.py", "tests/test_races_processes.py"],
     "desktop_app/flow/state.py": [*_ENGINE, "tests/test_state_codec.py"],
     "desktop_app/flow/tracing.py": ["tests/test_tracing.py"],
     "desktop_app/store/codec.py": _STORE,
-    "desktop_app/store/connection.py": [*_STORE, "tests/test_faults.py"],
+    "desktop_app/store/connection.py": _STORE,
     "desktop_app/store/memory.py": ["tests/contract/"],
     "desktop_app/store/migrations.py": ["tests/test_schema.py"],
     "desktop_app/store/protocol.py": _STORE,
-    "desktop_app/store/sqlite.py": [*_STORE, "tests/test_faults.py", "tests/test_tidy.py"],
-    "desktop_app/store/agent_runs.py": ["tests/test_agent.py"],
-    "desktop_app/agent/runtime.py": ["tests/test_agent.py"],
+    "desktop_app/store/sqlite.py": [
+        *_STORE,
+        "tests/test_outbox.py",
+        "tests/test_races_processes.py",
+        "tests/test_tidy.py",
+    ],
+    "desktop_app/store/agent_runs.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
+    "desktop_app/agent/runtime.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
 }
 
 _RESULT = re.compile(r"^\s+(\S+): (.+)$")
@@ -126,7 +136,9 @@ def configure(dest: Path, module: str) -> None:
         f'only_mutate = ["{module}"]',
         'also_copy = ["schema", "tools"]',
         f"pytest_add_cli_args_test_selection = {tests!r}".replace("'", '"'),
-        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q"]',
+        # tests marked slow (the minute-long S43/S44 loads) would run for every
+        # mutant they reach; the per-module selection covers those paths faster
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-m", "not slow"]',
         "",
     ]
     with open(dest / "pyproject.toml", "a", encoding="utf-8") as fh:
