@@ -93,6 +93,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_races_processes.py",
         "tests/test_tidy.py",
     ],
+    "desktop_app/store/domain/digest.py": ["tests/test_digest.py"],
+    "desktop_app/store/domain/tidy.py": ["tests/test_tidy.py", "tests/test_cli_tidy.py"],
     "desktop_app/store/agent_runs.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
     "desktop_app/agent/runtime.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
 }
