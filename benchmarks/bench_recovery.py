@@ -147,6 +147,21 @@ def child_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def raw_commit_s(path: Path, synchronous: str, commits: int = 200) -> float:
+    """Seconds per single-row INSERT commit on a side file on the same disk: the
+    reference a shared machine's fsync latency is read against (timed after
+    recovery, so it does not delay it)."""
+    conn = open_connection(path, synchronous=synchronous)  # type: ignore[arg-type]
+    conn.execute("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v TEXT)")
+    t0 = time.perf_counter()
+    for i in range(commits):
+        with conn:
+            conn.execute("INSERT INTO t(v) VALUES (?)", (f"row {i}",))
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return elapsed / commits
+
+
 def child_recover(args: argparse.Namespace) -> int:
     """Recover every interrupted run; print one JSON line with the figures."""
     ready_at = time.time()  # interpreter started, modules imported
@@ -168,6 +183,7 @@ def child_recover(args: argparse.Namespace) -> int:
     statuses = Counter(r.status for r in store.list_runs())
     outcomes = Counter(getattr(o, "status", type(o).__name__) for _, o in report)
     store.close()
+    raw_s = raw_commit_s(Path(args.db).with_name("raw.db"), args.synchronous)
     if prof is not None:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
@@ -184,6 +200,7 @@ def child_recover(args: argparse.Namespace) -> int:
                 "outcomes": dict(outcomes),
                 "statuses": dict(statuses),
                 "checkpoints_written": after - before,
+                "raw_commit_s": raw_s,
             }
         )
     )
@@ -338,6 +355,11 @@ def cycle(args: argparse.Namespace) -> dict:
 TARGETS_S = {1_000: 2.0, 10_000: 15.0}
 
 
+def per_cp(fig: dict) -> float:
+    """Seconds of recover() per checkpoint it committed."""
+    return fig["recover_s"] / max(fig["checkpoints_written"], 1)
+
+
 def parent(args: argparse.Namespace) -> int:
     target = f"s{args.kill_at}"
     header(
@@ -383,6 +405,11 @@ def parent(args: argparse.Namespace) -> int:
             "  per checkpoint committed",
             f"{stat([f['recover_s'] / max(f['checkpoints_written'], 1) for f in figs]).fmt(1e6, 0)}"
             " us",
+        ),
+        Row(
+            "  per checkpoint / one raw commit (200, same disk, just after)",
+            f"{stat([per_cp(f) / f['raw_commit_s'] for f in figs]).fmt()} x"
+            f" (raw commit {stat([f['raw_commit_s'] for f in figs]).fmt(1e6, 0)} us)",
         ),
         Row("completed steps that ran again", f"{reran}", "0", reran == 0),
         Row(
