@@ -29,9 +29,14 @@ targets:
 * 8 runs in flight: aggregate durable steps/s >= 4x the 1-run figure (per
   round: cost x1 / cost x8), cost per step < 0.5 raw commit.
 
-``--scale`` multiplies the work per round (default about 4-8 s a round for all
-contenders on a 2-core machine); ``--rounds`` sets the number of measured
-rounds (one warm-up round runs first and is discarded).
+``--scale`` multiplies the work per round (by default a round of all
+contenders takes about 10 s on a loaded 2-core machine, the whole benchmark
+about 90 s; ``--no-peers`` about a third of that); ``--rounds`` sets the
+number of measured rounds (one warm-up round runs first and is discarded).
+
+The engine offers threads sharing one ``Engine`` for many runs at once
+today; a pool or batch API added later belongs beside ``flowdesk xC`` as its
+own contender (``Flowdesk.round``).
 """
 
 from __future__ import annotations
