@@ -254,6 +254,12 @@ def main() -> int:
                 )
             )
     table(rows)
+    if stat(raw).median > 1e-3:
+        print(
+            "  note: one raw commit took over 1 ms in this invocation: the disk is busy with "
+            "other processes' I/O, fsync dominates every contender and the ratios shrink "
+            "toward 1; compare invocations whose raw commit is alike."
+        )
     return 0
 
 
