@@ -33,11 +33,11 @@ from desktop_app.agent.messages import canonical_json
 from desktop_app.app.format import json_text, short_id, when
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.errors import FlowdeskError
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore, ToolResult
-from desktop_app.store.sqlite import SqliteCheckpointStore
+from desktop_app.store.agent_runs import AgentRun, ToolResult
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.services import AgentStore
 
 #: Characters of a message's content shown before it is cut.
 CONTENT_CHARS = 300
@@ -158,14 +158,12 @@ class AgentRunLoaded(Message):
         self.error = error
 
 
-def _agent_store(app: FlowdeskApp) -> SqliteAgentStore:
-    """The agent store over the engine's store (raises ``LookupError`` why not)."""
-    engine = app.engine
-    if engine is None:
+def _agent_store(app: FlowdeskApp) -> AgentStore:
+    """The app's agent-run log (raises ``LookupError`` while the database is not open)."""
+    services = app.services
+    if services is None:
         raise LookupError(app.startup_error or "The database is still opening.")
-    if not isinstance(engine.store, SqliteCheckpointStore):
-        raise LookupError("Agent runs are kept in the SQLite store only.")
-    return SqliteAgentStore(engine.store)
+    return services.agents
 
 
 def _failure(exc: Exception) -> str:

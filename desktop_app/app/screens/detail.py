@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from pydantic import ValidationError
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -25,7 +24,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import (
     DataTable,
@@ -39,9 +37,9 @@ from textual.widgets import (
 from textual.worker import get_current_worker
 
 from desktop_app.app.format import STATUS_STYLES, progress, short_id, when
-from desktop_app.app.messages import RunChanged
+from desktop_app.app.messages import BranchFinished, BranchRequested
 from desktop_app.app.screens.confirm import ConfirmScreen
-from desktop_app.app.screens.fork import ForkScreen, validation_lines
+from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
 from desktop_app.app.widgets.run_tables import (
     INTENT_STATUSES,
@@ -53,7 +51,7 @@ from desktop_app.app.widgets.run_tables import (
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
-from desktop_app.flow import CompiledFlow, RunResult
+from desktop_app.flow import CompiledFlow
 from desktop_app.store.protocol import Checkpoint, RunRecord, checkpoint_id
 
 if TYPE_CHECKING:
@@ -113,15 +111,6 @@ class CheckpointLoaded(Message):
         self.revision = revision
         self.checkpoint = checkpoint
         self.error = error
-
-
-class BranchFinished(Message):
-    """A replay or fork from this screen ended (``ok`` when the new run exists)."""
-
-    def __init__(self, run_id: str, ok: bool) -> None:
-        super().__init__()
-        self.run_id = run_id
-        self.ok = ok
 
 
 class RunDetailScreen(Screen[None]):
@@ -462,7 +451,7 @@ class RunDetailScreen(Screen[None]):
     def _branchable(self) -> tuple[str, CompiledFlow[Any]] | None:
         """The selected checkpoint's id and the run's flow, or ``None`` (said why)."""
         app = self.flowdesk
-        engine = app._require_engine()
+        engine = app.require_engine()
         run, revision = self.record, self.selected_revision
         if engine is None or run is None:
             return None
@@ -535,57 +524,15 @@ class RunDetailScreen(Screen[None]):
         )
 
     def branch(self, cid: str, changes: Mapping[str, Any] | None) -> str:
-        """Replay (``changes`` is ``None``) or fork ``cid`` as a new run, in an app
-        worker; returns the new run's id. It opens here once it exists."""
-        app = self.flowdesk
-        engine = app.engine
-        assert engine is not None
+        """Ask the app to replay (``changes`` is ``None``) or fork ``cid`` as a
+        new run (:class:`BranchRequested`); returns the new run's id. It opens
+        here once it exists (:class:`BranchFinished`)."""
         new_id = uuid.uuid4().hex
-        app._claim(new_id)
         self.branching = new_id
-        verb = "Forking" if changes is not None else "Replaying"
-        app.say(
-            f"{verb} checkpoint {short_id(cid)}:{cid.rpartition(':')[2]} as run {short_id(new_id)}…"
-        )
-
-        def job() -> RunResult:
-            if changes is not None:
-                return engine.fork(cid, dict(changes), run_id=new_id)
-            return engine.replay(cid, run_id=new_id)
-
-        self.app.run_worker(
-            lambda: self._branch(cid, new_id, job, changes is not None),
-            thread=True,
-            group="runs",
-            name="fork run" if changes is not None else "replay run",
+        self.post_message(
+            BranchRequested(self, cid, new_id, dict(changes) if changes is not None else None)
         )
         return new_id
-
-    def _branch(self, cid: str, new_id: str, job: Callable[[], RunResult], fork: bool) -> None:
-        """Thread worker: run the replay or fork to its end, then say how it went."""
-        app = self.flowdesk
-        rev = f"{short_id(cid)}:{cid.rpartition(':')[2]}"
-        what = "Fork" if fork else "Replay"
-        ok = False
-        try:
-            app._recover_listed.wait()  # launch recovery never picks this run up
-            result = job()
-        except ValidationError as exc:
-            app.say(f"{what} of {rev} refused: " + "; ".join(validation_lines(exc)), "error")
-        except FlowdeskError as exc:
-            app.say(f"{what} of {rev} failed: {exc}", "error")
-        except Exception as exc:
-            app.say(f"{what} of {rev} failed: {type(exc).__name__}: {exc}", "error")
-        else:
-            ok = True
-            done = "forked" if fork else "replayed"
-            status = result.status + (f": {result.error}" if result.error else "")
-            severity: SeverityLevel = "error" if result.status == "failed" else "information"
-            app.say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
-        finally:
-            app._release(new_id)
-            app.post_message(RunChanged(new_id))
-        self.post_message(BranchFinished(new_id, ok))
 
     def on_branch_finished(self, message: BranchFinished) -> None:
         if message.ok:

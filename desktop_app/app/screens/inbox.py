@@ -32,6 +32,7 @@ from desktop_app.store.protocol import RunRecord, Wait
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.services import AgentStore
 
 #: Seconds between updates of the deadline countdowns.
 TICK_S = 1.0
@@ -120,7 +121,8 @@ def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
     except Exception as exc:  # never a traceback in the user's face
         errors.append(f"{type(exc).__name__}: {exc}")
     try:
-        items.extend(_agent_items(engine.store))
+        if app.services is not None:
+            items.extend(_agent_items(app.services.agents))
     except FlowdeskError as exc:
         errors.append(f"agent runs: {exc}")
     except Exception as exc:
@@ -128,14 +130,9 @@ def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
     return items, "; ".join(errors) or None
 
 
-def _agent_items(store: Any) -> list[InboxItem]:
-    from desktop_app.store.agent_runs import SqliteAgentStore
-    from desktop_app.store.sqlite import SqliteCheckpointStore
-
-    if not isinstance(store, SqliteCheckpointStore):
-        return []
+def _agent_items(agents: AgentStore) -> list[InboxItem]:
     out = []
-    for run in SqliteAgentStore(store).list(statuses=["input_required"]):
+    for run in agents.list(statuses=["input_required"]):
         arguments = (run.pending_call or {}).get("arguments", {})
         question = arguments.get("question") if isinstance(arguments, dict) else None
         out.append(
