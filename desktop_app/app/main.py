@@ -452,11 +452,10 @@ class FlowdeskApp(App[None]):
         self.say(f"Signal {request.name} {request.key} stored (#{signal_id})")
 
     def action_start_flow(self) -> None:
-        """Start any registered flow from a form built from its state model."""
+        """Start any registered flow from a form of its declared inputs."""
         engine = self.require_engine()
         if engine is not None and not isinstance(self.screen, ModalScreen):
-            flows = {name: f.state_type for name, f in engine.flows.items()}
-            self.push_screen(StartFlowScreen(flows))
+            self.push_screen(StartFlowScreen(dict(engine.flows)))
 
     def action_settings(self) -> None:
         if not isinstance(self.screen, ModalScreen):
