@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
@@ -52,6 +53,7 @@ from desktop_app.app.messages import (
     RunChanged,
     StartupFailed,
 )
+from desktop_app.app.previews import undo_tidy
 from desktop_app.app.runs import RunController
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.screens.answer import AnswerScreen
@@ -71,7 +73,7 @@ from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.flows.digest import DigestInput, DigestState
-from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus
+from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
 
 T = TypeVar("T")
 
@@ -207,6 +209,9 @@ class FlowdeskApp(App[None]):
             yield SystemCommand("Resume run", "Resume this run", screen.action_resume)
             yield SystemCommand("Answer run", "Answer this waiting run", screen.action_answer)
             yield SystemCommand("Cancel run", "Cancel this run", screen.action_cancel)
+            yield SystemCommand(
+                "Undo tidy run", "Move this tidy run's files back", screen.action_undo
+            )
 
     # -- notices and reads -----------------------------------------------
 
@@ -433,8 +438,34 @@ class FlowdeskApp(App[None]):
 
     def action_send_signal(self) -> None:
         """Send a signal (stored first, then delivered to a run waiting on it)."""
-        if self.require_engine() is not None and not isinstance(self.screen, ModalScreen):
+        if self.require_engine() is None or isinstance(self.screen, ModalScreen):
+            return
+        wait = self._signal_wait_in_view()
+        if wait is None:
             self.push_screen(SignalScreen(), self._signal_chosen)
+            return
+        run_id = wait.wait_id.partition(":")[0]
+        waiting = f"Run {short_id(run_id)} waits for signal {wait.name} {wait.key}."
+        self.push_screen(
+            SignalScreen(wait.name or "", wait.key or "", waiting=waiting), self._signal_chosen
+        )
+
+    def _signal_wait_in_view(self) -> Wait | None:
+        """The signal wait of the run on screen (the detail's run, or the
+        selected row of the runs table), to prefill the signal form."""
+        screen = self.screen
+        if isinstance(screen, RunDetailScreen):
+            run_id: str | None = screen.run_id
+        elif isinstance(screen, RunsScreen):
+            run_id = screen.table.selected_run_id()
+        else:
+            run_id = None
+        if run_id is None:
+            return None
+        rid = run_id
+        latest = self.read(lambda s: s.latest(rid), quiet=True)
+        waits = latest.waits if latest is not None else ()
+        return next((w for w in waits if w.kind == "signal"), None)
 
     def _signal_chosen(self, request: SignalRequest | None) -> None:
         if request is not None:
@@ -569,6 +600,51 @@ class FlowdeskApp(App[None]):
             self.require_engine()
             return
         self.push_screen(RunDetailScreen(run_id))
+
+    # -- tidy undo --------------------------------------------------------
+
+    def undo_tidy(self, run_id: str) -> None:
+        """Ask, then move a tidy run's files back from its undo list (in a worker)."""
+        if self.require_engine() is None:
+            return
+        run = self.read(lambda s: s.get_run(run_id))
+        latest = self.read(lambda s: s.latest(run_id))
+        if run is None or latest is None:
+            return
+        rid = short_id(run_id)
+        undo_list = latest.state.get("undo_path") if run.flow_name == "tidy" else None
+        if not isinstance(undo_list, str):
+            what = "is not a tidy run" if run.flow_name != "tidy" else "moved nothing"
+            self.say(f"Run {rid} {what}; there is nothing to undo.", "warning")
+            return
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._undo(run_id, undo_list)
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Undo tidy run {rid}?",
+                f"Every file it moved goes back where it was (from {undo_list}). "
+                "Files moved or replaced since are left alone.",
+                yes="Move them back",
+                no="Keep",
+            ),
+            chosen,
+        )
+
+    @work(thread=True, group="control", name="undo tidy")
+    def _undo(self, run_id: str, undo_list: str) -> None:
+        rid = short_id(run_id)
+        try:
+            report = undo_tidy(Path(undo_list))
+        except FlowdeskError as exc:
+            self.say(f"Tidy run {rid} was not undone: {exc}", "error")
+            return
+        text = f"Undid tidy run {rid}: {plural(report.moved_back, 'file')} moved back"
+        if report.left:
+            text += f"; {len(report.left)} left: " + "; ".join(report.left[:3])
+        self.say(text, "warning" if report.left else "information")
 
     # -- canceling -------------------------------------------------------
 

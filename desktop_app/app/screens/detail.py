@@ -142,6 +142,7 @@ class RunDetailScreen(Screen[None]):
         Binding("d", "diff_base", "Diff base"),
         Binding("p", "replay", "Replay"),
         Binding("k", "fork", "Fork"),
+        Binding("u", "undo", "Undo tidy", show=False),
         Binding("q", "app.quit", "Quit"),
         *(Binding(str(i + 1), f"show_tab('{tab}')", show=False) for i, tab in enumerate(TABS)),
     ]
@@ -522,6 +523,10 @@ class RunDetailScreen(Screen[None]):
             ),
             chosen,
         )
+
+    def action_undo(self) -> None:
+        """Move a completed tidy run's files back (asks first)."""
+        self.flowdesk.undo_tidy(self.run_id)
 
     def branch(self, cid: str, changes: Mapping[str, Any] | None) -> str:
         """Ask the app to replay (``changes`` is ``None``) or fork ``cid`` as a

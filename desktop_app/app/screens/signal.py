@@ -67,19 +67,33 @@ class SignalScreen(ModalScreen[SignalRequest | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
+    def __init__(self, name: str = "", key: str = "", *, waiting: str = "") -> None:
+        """``name``/``key`` prefill the form (from the selected run's signal
+        wait); ``waiting`` says which run waits for it."""
+        super().__init__()
+        self.prefill_name = name
+        self.prefill_key = key
+        self.waiting = waiting
+
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(Text("Send a signal", style="bold"))
+            if self.waiting:
+                yield Static(Text(self.waiting, style="italic"), id="waiting")
             yield Label("Name")
-            yield Input(placeholder="payment", id="name")
+            yield Input(self.prefill_name, placeholder="payment", id="name")
             yield Label("Key")
-            yield Input(placeholder="order-42", id="key")
+            yield Input(self.prefill_key, placeholder="order-42", id="key")
             yield Label("Payload (JSON, empty for null)")
             yield Input(placeholder='{"amount": 12}', id="payload")
             yield Static("", id="error")
             with Horizontal(id="buttons"):
                 yield Button("Send", variant="primary", id="send")
                 yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        if self.prefill_name and self.prefill_key:
+            self.query_one("#payload", Input).focus()
 
     def _submit(self) -> None:
         result = parse_signal(
