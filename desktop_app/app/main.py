@@ -60,6 +60,7 @@ from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.fork import validation_lines
+from desktop_app.app.screens.help import HelpScreen, keys_of
 from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.screens.launch_report import check_after_launch
 from desktop_app.app.screens.new_run import NewDigestScreen
@@ -113,12 +114,16 @@ class FlowdeskApp(App[None]):
     TITLE = "Flowdesk"
     CSS_PATH = "flowdesk.tcss"
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
+        Binding("q", "quit", "Quit", show=False),
         Binding("i", "inbox", "Inbox"),
-        Binding("g", "agent_runs", "Agent runs"),
-        Binding("s", "start_flow", "Start flow"),
-        Binding("ctrl+s", "settings", "Settings"),
-        Binding("x", "send_signal", "Signal"),
+        # Shown in the ? help and the command palette; the footer keeps to
+        # what fits 80 columns.
+        Binding("g", "agent_runs", "Agent runs", show=False),
+        Binding("s", "start_flow", "Start flow", show=False),
+        Binding("ctrl+s", "settings", "Settings", show=False),
+        Binding("x", "send_signal", "Signal", show=False),
+        Binding("f1", "help", "Help", key_display="F1", priority=True),
+        Binding("question_mark", "help", "Help", key_display="?", show=False),
     ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
@@ -487,6 +492,15 @@ class FlowdeskApp(App[None]):
         engine = self.require_engine()
         if engine is not None and not isinstance(self.screen, ModalScreen):
             self.push_screen(StartFlowScreen(dict(engine.flows)))
+
+    def action_help(self) -> None:
+        """Show (or close) every key of the current screen."""
+        screen = self.screen
+        if isinstance(screen, HelpScreen):
+            screen.dismiss(None)
+            return
+        title = screen.sub_title or self.sub_title or type(screen).__name__
+        self.push_screen(HelpScreen(title, keys_of(screen)))
 
     def action_settings(self) -> None:
         if not isinstance(self.screen, ModalScreen):

@@ -261,7 +261,7 @@ class AgentRunsScreen(Screen[None]):
                 markup=False,
             )
             yield DataTable[Text](id="agent-tools", cursor_type="none", show_cursor=False)
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "Agent runs"

@@ -17,11 +17,12 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static
+from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, Static
 
 from desktop_app.app.format import countdown, json_text, short_id, wait_target
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
 from desktop_app.app.previews import PREVIEWS, Preview
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
 
@@ -112,7 +113,7 @@ class AnswerScreen(ModalScreen[None]):
     }
     """
 
-    BINDINGS = [Binding("escape", "close", "Close")]
+    BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
     COLUMNS = (
         ("wait", "Wait"),
@@ -158,6 +159,7 @@ class AnswerScreen(ModalScreen[None]):
             with Horizontal(id="buttons"):
                 yield Button("Send", variant="primary", id="send", disabled=True)
                 yield Button("Close", id="close")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#waits", DataTable)

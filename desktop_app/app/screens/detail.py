@@ -113,6 +113,11 @@ class CheckpointLoaded(Message):
         self.error = error
 
 
+def tab_label(pane: str, name: str) -> str:
+    """A tab's label with the key that shows it: ``"5 Outbox"``."""
+    return f"{TABS.index(pane) + 1} {name}"
+
+
 class RunDetailScreen(Screen[None]):
     """One run: its timeline, states, steps, waits, outbox and context, updated live."""
 
@@ -139,11 +144,11 @@ class RunDetailScreen(Screen[None]):
         Binding("r", "resume", "Resume"),
         Binding("a", "answer", "Answer"),
         Binding("c", "cancel", "Cancel run"),
-        Binding("d", "diff_base", "Diff base"),
+        Binding("d", "diff_base", "Diff base", show=False),
         Binding("p", "replay", "Replay"),
         Binding("k", "fork", "Fork"),
         Binding("u", "undo", "Undo tidy", show=False),
-        Binding("q", "app.quit", "Quit"),
+        Binding("q", "app.quit", "Quit", show=False),
         *(Binding(str(i + 1), f"show_tab('{tab}')", show=False) for i, tab in enumerate(TABS)),
     ]
 
@@ -176,22 +181,22 @@ class RunDetailScreen(Screen[None]):
                 yield Label("Checkpoints (d diff base, p replay, k fork)", classes="section")
                 yield CheckpointsTable(id="checkpoints")
             with TabbedContent(id="panels", initial="tab-state"):
-                with TabPane("State", id="tab-state"):
+                with TabPane(tab_label("tab-state", "State"), id="tab-state"):
                     yield Static("Select a checkpoint.", id="state-title", classes="pane-title")
                     yield StateTree(id="state")
-                with TabPane("Diff", id="tab-diff"):
+                with TabPane(tab_label("tab-diff", "Diff"), id="tab-diff"):
                     yield Static("", id="diff-title", classes="pane-title")
                     yield DiffTable(id="diff")
-                with TabPane("Steps", id="tab-steps"):
+                with TabPane(tab_label("tab-steps", "Steps"), id="tab-steps"):
                     yield StepsTable(id="steps")
-                with TabPane("Waits", id="tab-waits"):
+                with TabPane(tab_label("tab-waits", "Waits"), id="tab-waits"):
                     yield WaitsTable(id="waits")
-                with TabPane("Outbox", id="tab-outbox"):
+                with TabPane(tab_label("tab-outbox", "Outbox"), id="tab-outbox"):
                     yield Static("", id="outbox-title", classes="pane-title")
                     yield OutboxTable(id="outbox")
-                with TabPane("Context", id="tab-context"):
+                with TabPane(tab_label("tab-context", "Context"), id="tab-context"):
                     yield ContextTable(id="context")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self._show_diff()
@@ -257,7 +262,7 @@ class RunDetailScreen(Screen[None]):
 
     def _set_tab_label(self, pane: str, name: str, count: int) -> None:
         tab = self.query_one(TabbedContent).get_tab(pane)
-        label = f"{name} ({count})" if count else name
+        label = tab_label(pane, f"{name} ({count})" if count else name)
         if tab.label_text != label:
             tab.label = label
 

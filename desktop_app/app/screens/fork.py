@@ -17,8 +17,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Static, TextArea
+from textual.widgets import Button, Footer, Label, Static, TextArea
 
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.state_diff import changed_fields
 
 #: Validation errors listed in the modal; the rest are counted.
@@ -137,6 +138,7 @@ class ForkScreen(ModalScreen[dict[str, Any] | None]):
     BINDINGS = [
         Binding("ctrl+s", "submit", "Fork"),
         Binding("escape", "cancel", "Cancel"),
+        HELP_BINDING,
     ]
 
     def __init__(
@@ -166,6 +168,7 @@ class ForkScreen(ModalScreen[dict[str, Any] | None]):
             with Horizontal(id="buttons"):
                 yield Button("Fork", variant="primary", id="fork")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#editor", TextArea).focus()

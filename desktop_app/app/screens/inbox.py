@@ -213,7 +213,7 @@ class InboxScreen(Screen[None]):
         yield Static("Reading the inbox…", id="inbox-status")
         yield DataTable[Text](id="inbox", cursor_type="row", zebra_stripes=True)
         yield Static("", id="inbox-question")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "Inbox"

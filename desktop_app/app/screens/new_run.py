@@ -10,8 +10,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
 
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.errors import InputError
 from desktop_app.flows.digest import DigestInput, check_input
 
@@ -62,7 +63,7 @@ class NewDigestScreen(ModalScreen[DigestInput | None]):
     }
     """
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -75,6 +76,7 @@ class NewDigestScreen(ModalScreen[DigestInput | None]):
             with Horizontal(id="buttons"):
                 yield Button("Start", variant="primary", id="start")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
 
     @property
     def error_text(self) -> str:

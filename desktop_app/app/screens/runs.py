@@ -49,10 +49,10 @@ class RunsScreen(Screen[None]):
         Binding("enter", "open_run", "Open", priority=True),
         Binding("r", "resume_run", "Resume"),
         Binding("a", "answer_run", "Answer"),
-        Binding("c", "cancel_run", "Cancel run"),
+        Binding("c", "cancel_run", "Cancel run", show=False),
         Binding("slash", "filters", "Filter", key_display="/"),
         Binding("f", "filters", "Filter", show=False),
-        Binding("right_square_bracket", "next_page", "Next page", key_display="]"),
+        Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
         Binding(
             "left_square_bracket", "previous_page", "Previous page", key_display="[", show=False
         ),
@@ -108,7 +108,7 @@ class RunsScreen(Screen[None]):
         yield StatusLine("", id="hint", classes="-empty")
         yield RunsTable(id="runs")
         yield StatusLine("", id="page", classes="-empty")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.table.focus()

@@ -26,8 +26,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets import Button, Footer, Input, Label, Select, Static
 
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.config import config_file
 from desktop_app.errors import FlowdeskError
 
@@ -211,7 +212,7 @@ class SettingsScreen(ModalScreen[None]):
     }
     """
 
-    BINDINGS = [Binding("escape", "close", "Close")]
+    BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
     def __init__(self) -> None:
         super().__init__()
@@ -282,6 +283,7 @@ class SettingsScreen(ModalScreen[None]):
                 with Horizontal(classes="buttons"):
                     yield Button("Store key", id="save-key")
                     yield Button("Close", id="close")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#base-url", Input).focus()

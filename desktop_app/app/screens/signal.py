@@ -12,7 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
+
+from desktop_app.app.screens.help import HELP_BINDING
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ class SignalScreen(ModalScreen[SignalRequest | None]):
     }
     """
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
     def __init__(self, name: str = "", key: str = "", *, waiting: str = "") -> None:
         """``name``/``key`` prefill the form (from the selected run's signal
@@ -90,6 +92,7 @@ class SignalScreen(ModalScreen[SignalRequest | None]):
             with Horizontal(id="buttons"):
                 yield Button("Send", variant="primary", id="send")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         if self.prefill_name and self.prefill_key:

@@ -28,8 +28,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets import Button, Footer, Input, Label, Select, Static
 
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.flow import CompiledFlow
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ class StartFlowScreen(ModalScreen[None]):
     }
     """
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
     def __init__(self, flows: dict[str, CompiledFlow[Any]]) -> None:
         """``flows``: flow name -> the compiled flow (its inputs and description)."""
@@ -230,6 +231,7 @@ class StartFlowScreen(ModalScreen[None]):
             with Horizontal(id="buttons"):
                 yield Button("Start", variant="primary", id="start")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
 
     async def on_mount(self) -> None:
         select = self.query_one("#flow", Select)
