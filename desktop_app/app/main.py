@@ -72,6 +72,7 @@ from desktop_app.app.services import AppServices, SchemaReport, open_services
 from desktop_app.config import Settings, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
+from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.flows.digest import DigestInput, DigestState
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
@@ -136,17 +137,23 @@ class FlowdeskApp(App[None]):
     STATUS_S = 8.0
 
     def __init__(
-        self, settings: Settings | None = None, *, flows: list[CompiledFlow[Any]] | None = None
+        self,
+        settings: Settings | None = None,
+        *,
+        flows: list[CompiledFlow[Any]] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """``settings`` default to :func:`~desktop_app.config.load_settings` (the
         settings file and ``FLOWDESK_*`` environment), so ``textual run
         desktop_app.app.main:FlowdeskApp`` works; ``flows`` replaces the
-        built-in flows (tests use instrumented ones)."""
+        built-in flows (tests use instrumented ones); ``clock`` is the time
+        source of the engine and of every time shown (default: the system's)."""
         super().__init__()
         if settings is None:
             settings = load_settings()
         self.settings = settings
         self._custom_flows = flows
+        self._clock = clock
         self.services: AppServices | None = None
         self.engine: Engine | None = None
         self.reader: CheckpointStore | None = None
@@ -218,6 +225,13 @@ class FlowdeskApp(App[None]):
                 "Undo tidy run", "Move this tidy run's files back", screen.action_undo
             )
 
+    def now(self) -> float:
+        """The engine's clock (UTC epoch seconds); the system's until it is open."""
+        engine = self.engine
+        if engine is not None:
+            return engine.clock.now()
+        return self._clock.now() if self._clock is not None else time.time()
+
     # -- notices and reads -----------------------------------------------
 
     def say(self, message: str, severity: SeverityLevel = "information") -> None:
@@ -253,7 +267,9 @@ class FlowdeskApp(App[None]):
         events = EventBus()
         events.subscribe(self._on_engine_event)
         try:
-            services = open_services(settings, flows=self._custom_flows, events=events)
+            services = open_services(
+                settings, flows=self._custom_flows, events=events, clock=self._clock
+            )
         except FlowdeskError as exc:
             self.post_message(StartupFailed(str(exc)))
             return

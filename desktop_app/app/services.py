@@ -14,6 +14,7 @@ from typing import Any
 from desktop_app import bootstrap
 from desktop_app.config import Settings
 from desktop_app.flow import CompiledFlow, Engine, EventBus
+from desktop_app.flow.clock import Clock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows import builtin_destinations
 from desktop_app.store.agent_runs import SqliteAgentStore
@@ -51,7 +52,11 @@ class AppServices:
 
 
 def open_services(
-    settings: Settings, *, flows: list[CompiledFlow[Any]] | None, events: EventBus
+    settings: Settings,
+    *,
+    flows: list[CompiledFlow[Any]] | None,
+    events: EventBus,
+    clock: Clock | None = None,
 ) -> AppServices:
     """Apply the schema and open everything (call in a worker thread).
 
@@ -60,6 +65,8 @@ def open_services(
     """
     report = bootstrap.apply_schema(settings)
     engine = bootstrap.build_engine(settings, flows=flows, events=events)
+    if clock is not None:
+        engine.clock = clock
     try:
         reader = bootstrap.open_sqlite_store(settings)
     except BaseException:

@@ -36,7 +36,7 @@ from textual.widgets import (
 )
 from textual.worker import get_current_worker
 
-from desktop_app.app.format import STATUS_STYLES, progress, short_id, when
+from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
 from desktop_app.app.messages import BranchFinished, BranchRequested
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
@@ -70,7 +70,9 @@ KEEP_CHECKPOINTS = 32
 TABS = ("tab-state", "tab-diff", "tab-steps", "tab-waits", "tab-outbox", "tab-context")
 
 
-def header_text(run: RunRecord) -> Text:
+def header_text(run: RunRecord, now: float) -> Text:
+    """The run's header: id, flow, status, progress; times in the local time
+    zone with how long ago they were."""
     text = Text()
     text.append("Run ", style="bold")
     text.append(run.run_id)
@@ -80,10 +82,10 @@ def header_text(run: RunRecord) -> Text:
     text.append(run.status, style=STATUS_STYLES.get(run.status, ""))
     text.append("   Progress ", style="bold")
     text.append(progress(run.progress))
-    text.append("   Started ", style="bold")
-    text.append(when(run.created_at))
+    text.append("\nStarted ", style="bold")
+    text.append(f"{local_when(run.created_at)} ({ago(run.created_at, now)})")
     text.append("   Updated ", style="bold")
-    text.append(when(run.updated_at))
+    text.append(f"{local_when(run.updated_at)} ({ago(run.updated_at, now)})")
     if run.parent_run_id:
         text.append("   Parent ", style="bold")
         text.append(short_id(run.parent_run_id))
@@ -249,7 +251,7 @@ class RunDetailScreen(Screen[None]):
         self.record = run
         self.latest = checkpoint
         self._remember(checkpoint)
-        self.query_one("#run-header", Static).update(header_text(run))
+        self.query_one("#run-header", Static).update(header_text(run, self.flowdesk.now()))
         self.query_one(StepsTable).show(checkpoint)
         self.query_one(WaitsTable).show(checkpoint.waits, self.now())
         self.query_one(ContextTable).show(run)

@@ -23,6 +23,8 @@ from desktop_app.store.protocol import CheckpointStore, RunRecord
 
 #: Rows per page of the runs table.
 PAGE = 200
+#: Seconds between updates of the relative times ("3 min ago").
+TIMES_S = 15.0
 #: Actions of keys that step aside while a filter field has focus.
 TABLE_ACTIONS = frozenset(
     {
@@ -106,12 +108,13 @@ class RunsScreen(Screen[None]):
         yield ErrorBanner(id="banner")
         yield StatusLine("Opening the database…", id="status")
         yield StatusLine("", id="hint", classes="-empty")
-        yield RunsTable(id="runs")
+        yield RunsTable(id="runs", now=lambda: self.flowdesk.now())
         yield StatusLine("", id="page", classes="-empty")
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.table.focus()
+        self.set_interval(TIMES_S, self.table.refresh_times)
 
     # -- refreshing (called by the app) ---------------------------------
 
@@ -135,6 +138,9 @@ class RunsScreen(Screen[None]):
                 exact = None
             if exact is not None and wanted.matches(exact):
                 runs = [exact, *(r for r in runs if r.run_id != exact.run_id)][:PAGE]
+            elif exact is None:  # a short id, as the table shows it
+                found = wanted.by_prefix(store)
+                runs = [*found, *(r for r in runs if r not in found)][:PAGE]
         return runs, len(by_key) > PAGE
 
     def reload(self) -> None:

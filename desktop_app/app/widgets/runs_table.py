@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -10,7 +11,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from desktop_app.app.format import STATUS_STYLES, progress, short_id, when
+from desktop_app.app.format import STATUS_STYLES, ago, progress, short_id
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
 
 COLUMNS = (
@@ -18,8 +19,8 @@ COLUMNS = (
     ("flow", "Flow"),
     ("status", "Status"),
     ("progress", "Progress"),
-    ("started", "Started (UTC)"),
-    ("updated", "Updated (UTC)"),
+    ("started", "Started"),
+    ("updated", "Updated"),
 )
 
 #: Columns start this wide, so a value that changes in place (``running`` ->
@@ -31,16 +32,17 @@ MIN_WIDTHS = {
 }
 
 
-def run_cells(run: RunRecord) -> tuple[Text, ...]:
+def run_cells(run: RunRecord, now: float) -> tuple[Text, ...]:
     """The cells of a run's row, in column order (plain text, never markup);
-    statuses that need attention are highlighted."""
+    statuses that need attention are highlighted; times are relative to
+    ``now`` (``3 min ago``; the run's detail shows them in full)."""
     return (
         Text(short_id(run.run_id)),
         Text(run.flow_name),
         Text(run.status, style=STATUS_STYLES.get(run.status, "")),
         Text(progress(run.progress)),
-        Text(when(run.created_at)),
-        Text(when(run.updated_at)),
+        Text(ago(run.created_at, now)),
+        Text(ago(run.updated_at, now)),
     )
 
 
@@ -57,8 +59,11 @@ class RunsTable(DataTable[Text]):
     }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, now: Callable[[], float] | None = None) -> None:
+        """``now``: the clock relative times are shown against (UTC epoch seconds)."""
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self._now = now if now is not None else time.time
+        self._records: dict[str, RunRecord] = {}
         self._order: list[str] = []
         self._follow: str | None = None
 
@@ -80,7 +85,8 @@ class RunsTable(DataTable[Text]):
         selected = self.selected_run_id()
         self.clear()
         for run in ordered:
-            self.add_row(*run_cells(run), key=run.run_id)
+            self.add_row(*run_cells(run, self._now()), key=run.run_id)
+        self._records = {r.run_id: r for r in ordered}
         self._order = order
         if selected in order:
             self.move_cursor(row=order.index(selected))
@@ -108,9 +114,19 @@ class RunsTable(DataTable[Text]):
         """Update the row of ``run`` in place; False when the run has no row."""
         if run.run_id not in self._order:
             return False
-        for (key, _label), value in zip(COLUMNS, run_cells(run), strict=True):
+        self._records[run.run_id] = run
+        for (key, _label), value in zip(COLUMNS, run_cells(run, self._now()), strict=True):
             self._set(run.run_id, key, value)
         return True
+
+    def refresh_times(self) -> None:
+        """Recompute the relative times of the rows shown ("3 min ago" ages)."""
+        now = self._now()
+        for run_id in self._order:
+            run = self._records.get(run_id)
+            if run is not None:
+                self._set(run_id, "started", Text(ago(run.created_at, now)))
+                self._set(run_id, "updated", Text(ago(run.updated_at, now)))
 
     def set_progress(self, run_id: str, done: int, total: int) -> bool:
         """Show live progress for a run; False when the run has no row."""
