@@ -37,7 +37,6 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
-from textual.timer import Timer
 
 from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.format import plural, short_id
@@ -54,6 +53,7 @@ from desktop_app.app.messages import (
     StartupFailed,
 )
 from desktop_app.app.previews import undo_tidy
+from desktop_app.app.progress import ProgressMeter
 from desktop_app.app.runs import RunController
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.screens.answer import AnswerScreen
@@ -69,6 +69,7 @@ from desktop_app.app.screens.settings import SettingsScreen
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.services import AppServices, SchemaReport, open_services
+from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.config import Settings, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
@@ -169,8 +170,10 @@ class FlowdeskApp(App[None]):
         self._progress: dict[str, tuple[int, int]] = {}
         self._changed: set[str] = set()
         self._progress_lock = threading.Lock()
-        self._flush_timer: Timer | None = None
-        self._last_flush = 0.0
+        #: spaces progress refreshes REFRESH_S apart (its clock can be replaced)
+        self.throttle = RefreshThrottle(self.REFRESH_S, time.monotonic)
+        #: rate and ETA of running runs, from the progress shown
+        self.meter = ProgressMeter()
         self._answering: dict[str, tuple[AnswerScreen, str]] = {}
         self._canceled_here: set[str] = set()
         self._data_version: int | None = None
@@ -827,21 +830,24 @@ class FlowdeskApp(App[None]):
             self.post_message(RunChanged(event.run_id))
 
     def on_progress_tick(self, _message: ProgressTick) -> None:
-        """Show buffered progress now, or when ``REFRESH_S`` passed since the last time."""
-        if self._flush_timer is not None:
-            return
-        wait = self._last_flush + self.REFRESH_S - time.monotonic()
+        """Show buffered progress now, or once ``REFRESH_S`` passed since the last time."""
+        wait = self.throttle.request()
+        if wait is None:
+            return  # a refresh is scheduled; it shows the latest values
         if wait > 0:
-            self._flush_timer = self.set_timer(wait, self._flush_progress)
+            self.set_timer(wait, self._flush_progress)
         else:
             self._flush_progress()
 
     def _flush_progress(self) -> None:
-        self._flush_timer = None
-        self._last_flush = time.monotonic()
+        self.throttle.flushed()
         with self._progress_lock:
             progress, self._progress = self._progress, {}
             changed, self._changed = self._changed, set()
+
+        now = self.now()
+        for run_id, (done, total) in progress.items():
+            self.meter.record(run_id, done, total, now)
 
         def show(screen: RunsScreen | RunDetailScreen) -> None:
             for run_id, (done, total) in progress.items():

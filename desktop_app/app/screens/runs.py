@@ -10,19 +10,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select
 
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
+from desktop_app.app.widgets.run_summary import RunSummary
 from desktop_app.app.widgets.runs_table import RunsTable
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.store.protocol import CheckpointStore, RunRecord
 
 #: Rows per page of the runs table.
 PAGE = 200
+#: Terminal width (cells) from which the selected run's summary shows beside the table.
+SIDE_PANEL_AT = 160
+#: Cells the summary panel takes.
+SUMMARY_WIDTH = 44
 #: Seconds between updates of the relative times ("3 min ago").
 TIMES_S = 15.0
 #: Actions of keys that step aside while a filter field has focus.
@@ -108,13 +115,52 @@ class RunsScreen(Screen[None]):
         yield ErrorBanner(id="banner")
         yield StatusLine("Opening the database…", id="status")
         yield StatusLine("", id="hint", classes="-empty")
-        yield RunsTable(id="runs", now=lambda: self.flowdesk.now())
+        with Horizontal(id="runs-body"):
+            yield RunsTable(id="runs", now=lambda: self.flowdesk.now(), meter=self.flowdesk.meter)
+            yield RunSummary(id="run-summary")
         yield StatusLine("", id="page", classes="-empty")
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.table.focus()
         self.set_interval(TIMES_S, self.table.refresh_times)
+        self._fit(self.app.size.width)
+
+    # -- layout: columns collapse when narrow, a side panel when wide -----
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        wide = width >= SIDE_PANEL_AT
+        self.set_class(wide, "-wide")
+        self.table.fit(width - (SUMMARY_WIDTH if wide else 0))
+        if wide:
+            self._show_summary()
+
+    @property
+    def summary(self) -> RunSummary:
+        return self.query_one("#run-summary", RunSummary)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.has_class("-wide"):
+            self._show_summary()
+
+    def _show_summary(self) -> None:
+        run_id = self.table.selected_run_id()
+        if run_id is None:
+            self.summary.show(None, None, None, self.flowdesk.now())
+            return
+        run = self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True)
+        latest = self.flowdesk.read(lambda s: s.latest(run_id), quiet=True)
+        if run is None:
+            return
+        now = self.flowdesk.now()
+        pace = None
+        live = self.table.live_progress(run_id) or run.progress
+        if live is not None:
+            pace = self.flowdesk.meter.pace(run_id, live[0], live[1], now)
+        self.summary.show(run, latest, pace, now)
 
     # -- refreshing (called by the app) ---------------------------------
 
@@ -165,6 +211,8 @@ class RunsScreen(Screen[None]):
             if self._statuses.get(run_id) != run.status:
                 self._statuses[run_id] = run.status
                 self._show_hint()
+            if self.has_class("-wide") and self.summary.run_id == run_id:
+                self._show_summary()
         elif self.page == 0 and not self.filter.active:
             self.reload()  # a new run: it belongs at the top of the first page
         # else: a run of another page or outside the filter; the next
@@ -204,6 +252,8 @@ class RunsScreen(Screen[None]):
 
     def set_progress(self, run_id: str, done: int, total: int) -> None:
         self.table.set_progress(run_id, done, total)
+        if self.has_class("-wide") and self.summary.run_id == run_id:
+            self._show_summary()
 
     # -- paging and filters ---------------------------------------------
 
