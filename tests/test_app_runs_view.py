@@ -102,3 +102,26 @@ async def test_times_are_relative_in_the_table_and_local_in_the_detail(tmp_path:
         header = str(app.screen.query_one("#run-header", Static).render())
         # 2026-01-01 00:00 UTC is 01:00 in Paris (UTC+1 in winter)
         assert "Started 2026-01-01 01:00:00 +0100 (1 h ago)" in header
+
+
+async def test_columns_collapse_at_80x24_and_a_side_panel_shows_at_200x60(tmp_path: Path) -> None:
+    settings = load_settings(db_path=tmp_path / "t.db")
+    ids = three_runs(settings)
+    app = FlowdeskApp(settings, flows=[note_flow()], clock=ManualClock(START + 600))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        table = screen.table
+        assert table.shown_columns == ("run", "flow", "status", "bar", "progress", "updated")
+        assert table.virtual_size.width <= 80  # no column is cut off
+        assert not screen.summary.display
+        await pilot.resize_terminal(200, 60)
+        await settle(pilot)
+        assert "pace" in table.shown_columns and "started" in table.shown_columns
+        assert screen.summary.display and screen.summary.region.width > 0
+        summary = str(screen.summary.render())
+        assert ids[2] in summary and "completed" in summary  # the newest run is selected
+        await pilot.press("down")
+        await settle(pilot)
+        assert ids[1] in str(screen.summary.render())

@@ -52,7 +52,7 @@ from desktop_app.app.widgets.run_tables import (
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
-from desktop_app.store.protocol import Checkpoint, RunRecord, checkpoint_id
+from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -112,6 +112,15 @@ class CheckpointLoaded(Message):
         super().__init__()
         self.revision = revision
         self.checkpoint = checkpoint
+        self.error = error
+
+
+class HistoryLoaded(Message):
+    """The run's checkpoint history, read in a worker."""
+
+    def __init__(self, history: list[CheckpointInfo], error: str | None) -> None:
+        super().__init__()
+        self.history = history
         self.error = error
 
 
@@ -241,13 +250,14 @@ class RunDetailScreen(Screen[None]):
         waits.tick(self.now())
 
     def reload(self) -> None:
+        """The run and its latest checkpoint now (two indexed reads); its
+        history in a worker (a long run has tens of thousands of checkpoints:
+        the timeline shows a loading indicator until it arrives)."""
         run_id = self.run_id
-        got = self.flowdesk.read(
-            lambda store: (store.get_run(run_id), store.latest(run_id), store.history(run_id))
-        )
+        got = self.flowdesk.read(lambda store: (store.get_run(run_id), store.latest(run_id)))
         if got is None:
             return
-        run, checkpoint, history = got
+        run, checkpoint = got
         self.record = run
         self.latest = checkpoint
         self._remember(checkpoint)
@@ -255,7 +265,10 @@ class RunDetailScreen(Screen[None]):
         self.query_one(StepsTable).show(checkpoint)
         self.query_one(WaitsTable).show(checkpoint.waits, self.now())
         self.query_one(ContextTable).show(run)
-        self.query_one(CheckpointsTable).show(history)
+        timeline = self.query_one(CheckpointsTable)
+        if not timeline.revisions:
+            timeline.loading = True
+        self._load_history()
         self._set_tab_label("tab-waits", "Waits", len(checkpoint.waits))
         self._outbox_stale = True
         if self.query_one(TabbedContent).active == "tab-outbox":
@@ -313,6 +326,28 @@ class RunDetailScreen(Screen[None]):
     @property
     def diff_table(self) -> DiffTable:
         return self.query_one(DiffTable)
+
+    @work(thread=True, exclusive=True, group="history", name="read run history")
+    def _load_history(self) -> None:
+        reader = self.flowdesk.reader
+        if reader is None:
+            return
+        run_id = self.run_id
+        try:
+            history = reader.history(run_id)
+        except FlowdeskError as exc:
+            self.post_message(HistoryLoaded([], str(exc)))
+            return
+        self.post_message(HistoryLoaded(history, None))
+
+    def on_history_loaded(self, message: HistoryLoaded) -> None:
+        timeline = self.query_one(CheckpointsTable)
+        timeline.loading = False
+        if message.error:
+            self.flowdesk.say(message.error, "error")
+            return
+        timeline.show(message.history)
+        self._sync_selection()
 
     def _cursor_revision(self) -> int | None:
         table = self.query_one(CheckpointsTable)
