@@ -38,6 +38,7 @@ from textual.worker import get_current_worker
 
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
 from desktop_app.app.messages import BranchFinished, BranchRequested
+from desktop_app.app.progress import Pace, duration
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
@@ -70,9 +71,10 @@ KEEP_CHECKPOINTS = 32
 TABS = ("tab-state", "tab-diff", "tab-steps", "tab-waits", "tab-outbox", "tab-context")
 
 
-def header_text(run: RunRecord, now: float) -> Text:
-    """The run's header: id, flow, status, progress; times in the local time
-    zone with how long ago they were."""
+def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
+    """The run's header: id, flow, status, progress (a bar with rate, time
+    left and elapsed time while it runs); times in the local time zone with
+    how long ago they were."""
     text = Text()
     text.append("Run ", style="bold")
     text.append(run.run_id)
@@ -81,7 +83,14 @@ def header_text(run: RunRecord, now: float) -> Text:
     text.append("\nStatus ", style="bold")
     text.append(run.status, style=STATUS_STYLES.get(run.status, ""))
     text.append("   Progress ", style="bold")
-    text.append(progress(run.progress))
+    done_total = (pace.done, pace.total) if pace is not None else run.progress
+    text.append(progress(done_total))
+    if pace is not None:
+        text.append(f"  {pace.bar(20)}", style="green" if run.status == "running" else "dim")
+        if run.status == "running":
+            if pace.rate_text():
+                text.append(f"  {pace.rate_text()}")
+            text.append(f"  elapsed {duration(now - run.created_at)}")
     text.append("\nStarted ", style="bold")
     text.append(f"{local_when(run.created_at)} ({ago(run.created_at, now)})")
     text.append("   Updated ", style="bold")
@@ -170,6 +179,7 @@ class RunDetailScreen(Screen[None]):
         self.latest: Checkpoint | None = None
         #: The revision selected in the timeline, and the diff base (``d``).
         self.selected_revision: int | None = None
+        self._live: tuple[int, int] | None = None
         self.base_revision: int | None = None
         self.checkpoints: dict[int, Checkpoint] = {}
         self._load_errors: dict[int, str] = {}
@@ -228,7 +238,23 @@ class RunDetailScreen(Screen[None]):
         self._dirty = True
 
     def set_progress(self, run_id: str, done: int, total: int) -> None:
+        if run_id == self.run_id:
+            self._live = (done, total)
+            self._show_header()
         self.refresh_run(run_id)
+
+    def _show_header(self) -> None:
+        run = self.record
+        if run is None:
+            return
+        now = self.flowdesk.now()
+        done_total = self._live if run.status == "running" and self._live else run.progress
+        pace = None
+        if done_total is not None:
+            if run.status == "running" and self._live is None:
+                self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
+            pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
+        self.query_one("#run-header", Static).update(header_text(run, now, pace))
 
     def _flush(self) -> None:
         if self._dirty:
@@ -261,7 +287,7 @@ class RunDetailScreen(Screen[None]):
         self.record = run
         self.latest = checkpoint
         self._remember(checkpoint)
-        self.query_one("#run-header", Static).update(header_text(run, self.flowdesk.now()))
+        self._show_header()
         self.query_one(StepsTable).show(checkpoint)
         self.query_one(WaitsTable).show(checkpoint.waits, self.now())
         self.query_one(ContextTable).show(run)
