@@ -125,3 +125,18 @@ async def test_columns_collapse_at_80x24_and_a_side_panel_shows_at_200x60(tmp_pa
         await pilot.press("down")
         await settle(pilot)
         assert ids[1] in str(screen.summary.render())
+
+
+async def test_first_launch_welcomes_with_digest_and_tidy_and_goes_away(tmp_path: Path) -> None:
+    settings = load_settings(db_path=tmp_path / "t.db")
+    app = FlowdeskApp(settings, flows=[note_flow()])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        welcome = app.screen.query_one("#welcome", Static)
+        assert welcome.display
+        text = str(welcome.render())
+        assert "digest" in text and "tidy" in text and "Press n" in text
+        assert app.start_flow("note", {}) is not None
+        await settle(pilot)
+        await pilot.pause()
+        assert not welcome.display

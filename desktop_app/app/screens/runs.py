@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Select
+from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
@@ -48,6 +49,33 @@ TABLE_ACTIONS = frozenset(
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+
+
+def welcome_text() -> Text:
+    """What a new user reads on an empty database: the two built-in flows and
+    the keys that start them."""
+    text = Text()
+    text.append("Welcome to Flowdesk\n", style="bold")
+    text.append(
+        "Flowdesk runs flows that survive crashes: every step is saved, so a run "
+        "goes on where it stopped after a quit, a crash or a reboot.\n\n"
+    )
+    text.append("digest", style="bold")
+    text.append(
+        "  summarises every file of a folder into one digest.md (it only reads the folder). Press "
+    )
+    text.append("n", style="bold reverse")
+    text.append(" to start one.\n")
+    text.append("tidy", style="bold")
+    text.append(
+        "    sorts a folder's files into Kind/Month subfolders. It shows you the "
+        "planned moves and moves nothing until you approve (i, the inbox); an "
+        "undo list is kept. Press "
+    )
+    text.append("s", style="bold reverse")
+    text.append(" and choose tidy.\n\n")
+    text.append("F1 lists every key; ctrl+p searches every action.", style="dim")
+    return text
 
 
 class RunsScreen(Screen[None]):
@@ -115,6 +143,7 @@ class RunsScreen(Screen[None]):
         yield ErrorBanner(id="banner")
         yield StatusLine("Opening the database…", id="status")
         yield StatusLine("", id="hint", classes="-empty")
+        yield Static(welcome_text(), id="welcome")
         with Horizontal(id="runs-body"):
             yield RunsTable(id="runs", now=lambda: self.flowdesk.now(), meter=self.flowdesk.meter)
             yield RunSummary(id="run-summary")
@@ -200,6 +229,10 @@ class RunsScreen(Screen[None]):
             return
         self.has_more = more
         self.table.show(runs)
+        # First launch (or every run deleted): say what Flowdesk does.
+        self.query_one("#welcome", Static).display = (
+            not runs and self.page == 0 and not self.filter.active
+        )
         self._statuses = {r.run_id: r.status for r in runs}
         self._flows_seen.update(r.flow_name for r in runs)
         self._show_page(len(runs))
