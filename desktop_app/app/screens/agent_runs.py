@@ -32,6 +32,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from desktop_app.agent.messages import canonical_json
 from desktop_app.app.format import json_text, short_id, when
 from desktop_app.app.screens.inbox import agent_hint
+from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.agent_runs import AgentRun, ToolResult
 
@@ -260,6 +261,7 @@ class AgentRunsScreen(Screen[None]):
                 id="agent-conversation",
                 markup=False,
             )
+            yield ConversationView(id="agent-messages")
             yield DataTable[Text](id="agent-tools", cursor_type="none", show_cursor=False)
         yield Footer(show_command_palette=False)
 
@@ -347,7 +349,7 @@ class AgentRunsScreen(Screen[None]):
         """The plain text of run ``run_id``'s row."""
         return [c.plain for c in self.table.get_row(run_id)]
 
-    def on_agent_run_loaded(self, message: AgentRunLoaded) -> None:
+    async def on_agent_run_loaded(self, message: AgentRunLoaded) -> None:
         if message.run_id != self._shown_id:
             return  # another run was opened meanwhile
         try:
@@ -359,11 +361,13 @@ class AgentRunsScreen(Screen[None]):
             self.shown = None
             self._conversation = f"Could not read agent run {message.run_id}: {message.error}"
             view.update(Text(self._conversation))
+            await self.query_one(ConversationView).show([], 0)
             tools.display = False
             return
         detail = self.shown = message.detail
         self._conversation = conversation_text(detail.run, detail.messages)
-        view.update(Text(self._conversation))
+        view.update(Text("\n".join(run_lines(detail.run))))
+        await self.query_one(ConversationView).show(detail.messages, CONTENT_CHARS * 10)
         tools.clear()
         for result in detail.tools:
             tools.add_row(
