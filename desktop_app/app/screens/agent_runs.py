@@ -197,28 +197,6 @@ class AgentRunsScreen(Screen[None]):
         ("reused", "Reused"),
     )
 
-    DEFAULT_CSS = """
-    AgentRunsScreen #agent-runs-status {
-        height: auto;
-        padding: 0 1;
-    }
-    AgentRunsScreen #agent-runs {
-        height: 1fr;
-        margin-top: 1;
-    }
-    AgentRunsScreen #agent-run-detail {
-        height: 2fr;
-        border-top: solid $accent;
-    }
-    AgentRunsScreen #agent-conversation {
-        padding: 0 1;
-    }
-    AgentRunsScreen #agent-tools {
-        height: auto;
-        margin: 1 1 0 1;
-    }
-    """
-
     def __init__(self) -> None:
         super().__init__()
         self.runs: list[AgentRun] = []

@@ -62,57 +62,6 @@ def how_to_deliver(wait: Wait) -> str:
 class AnswerScreen(ModalScreen[None]):
     """The pending waits of one waiting run; answers its input waits."""
 
-    DEFAULT_CSS = """
-    AnswerScreen {
-        align: center middle;
-    }
-    AnswerScreen #dialog {
-        width: 96;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    AnswerScreen #waits {
-        height: auto;
-        max-height: 8;
-        margin-top: 1;
-    }
-    AnswerScreen #prompt {
-        height: auto;
-        margin: 1 0;
-    }
-    AnswerScreen #preview-title {
-        height: auto;
-    }
-    AnswerScreen #preview {
-        height: auto;
-        max-height: 10;
-    }
-    AnswerScreen #yes-no {
-        height: auto;
-        margin: 1 0;
-    }
-    AnswerScreen #yes-no Button {
-        margin: 0 1 0 0;
-    }
-    AnswerScreen #answer-error {
-        color: $error;
-        height: auto;
-        margin-top: 1;
-    }
-    AnswerScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    AnswerScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
     COLUMNS = (

@@ -15,33 +15,6 @@ from desktop_app.app.screens.help import HELP_BINDING
 class ConfirmScreen(ModalScreen[bool]):
     """Ask ``question``; dismiss with True (y, Yes) or False (n, escape, No)."""
 
-    DEFAULT_CSS = """
-    ConfirmScreen {
-        align: center middle;
-    }
-    ConfirmScreen #dialog {
-        width: 64;
-        max-width: 100%;
-        height: auto;
-        padding: 1 2;
-        border: thick $warning;
-        background: $surface;
-    }
-    ConfirmScreen #detail {
-        color: $text-muted;
-        height: auto;
-        margin-top: 1;
-    }
-    ConfirmScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    ConfirmScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n", "answer(False)", "No"),

@@ -141,24 +141,6 @@ def tab_label(pane: str, name: str) -> str:
 class RunDetailScreen(Screen[None]):
     """One run: its timeline, states, steps, waits, outbox and context, updated live."""
 
-    DEFAULT_CSS = """
-    RunDetailScreen #detail-body {
-        height: 1fr;
-    }
-    RunDetailScreen #timeline {
-        width: 50%;
-        height: 1fr;
-    }
-    RunDetailScreen #panels {
-        width: 1fr;
-        height: 1fr;
-    }
-    RunDetailScreen .pane-title {
-        height: auto;
-        padding: 0 1;
-    }
-    """
-
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("r", "resume", "Resume"),

@@ -99,42 +99,6 @@ def prepare_fork(text: str, original: Mapping[str, Any], model: type[BaseModel])
 class ForkScreen(ModalScreen[dict[str, Any] | None]):
     """Edit a checkpoint's state; dismiss with the changed fields, or ``None``."""
 
-    DEFAULT_CSS = """
-    ForkScreen {
-        align: center middle;
-    }
-    ForkScreen #dialog {
-        width: 100;
-        max-width: 100%;
-        height: 90%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    ForkScreen #hint {
-        color: $text-muted;
-        height: auto;
-    }
-    ForkScreen #editor {
-        height: 1fr;
-        margin-top: 1;
-    }
-    ForkScreen #fork-error {
-        color: $error;
-        height: auto;
-        max-height: 10;
-        margin-top: 1;
-    }
-    ForkScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    ForkScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [
         Binding("ctrl+s", "submit", "Fork"),
         Binding("escape", "cancel", "Cancel"),

@@ -171,23 +171,6 @@ class InboxScreen(Screen[None]):
         ("how", "How"),
     )
 
-    DEFAULT_CSS = """
-    InboxScreen #inbox-status {
-        height: auto;
-        padding: 0 1;
-    }
-    InboxScreen #inbox {
-        height: 1fr;
-        margin-top: 1;
-    }
-    InboxScreen #inbox-question {
-        height: auto;
-        max-height: 8;
-        padding: 0 1;
-        border-top: solid $primary;
-    }
-    """
-
     def __init__(self) -> None:
         super().__init__()
         self.items: list[InboxItem] = []

@@ -83,38 +83,6 @@ class Decided(Message):
 class LaunchReportScreen(ModalScreen[None]):
     """Runs of older flow versions: fail, fork onto the current version, or keep."""
 
-    DEFAULT_CSS = """
-    LaunchReportScreen {
-        align: center middle;
-    }
-    LaunchReportScreen #dialog {
-        width: 110;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $warning;
-        background: $surface;
-    }
-    LaunchReportScreen #recovery, LaunchReportScreen #explain {
-        height: auto;
-        margin-top: 1;
-    }
-    LaunchReportScreen #incompatible {
-        height: auto;
-        max-height: 14;
-        margin-top: 1;
-    }
-    LaunchReportScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    LaunchReportScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [
         Binding("f", "fail", "Fail run"),
         Binding("o", "fork", "Fork onto current"),

@@ -36,33 +36,6 @@ def default_out(folder: str) -> str:
 class NewDigestScreen(ModalScreen[DigestInput | None]):
     """Ask for a folder and an output folder; dismiss with validated input or ``None``."""
 
-    DEFAULT_CSS = """
-    NewDigestScreen {
-        align: center middle;
-    }
-    NewDigestScreen #dialog {
-        width: 80;
-        max-width: 100%;
-        height: auto;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    NewDigestScreen #form-error {
-        color: $error;
-        height: auto;
-        margin-top: 1;
-    }
-    NewDigestScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    NewDigestScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
     def compose(self) -> ComposeResult:

@@ -139,48 +139,6 @@ class KeyStatus(Message):
 class SettingsScreen(ModalScreen[None]):
     """Edit the settings file and store the API key in the keyring."""
 
-    DEFAULT_CSS = """
-    SettingsScreen {
-        align: center middle;
-    }
-    SettingsScreen #dialog {
-        width: 90;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    SettingsScreen #form {
-        height: auto;
-        max-height: 36;
-    }
-    SettingsScreen Label {
-        margin-top: 1;
-    }
-    SettingsScreen .section {
-        margin-top: 1;
-        text-style: bold;
-        color: $accent;
-    }
-    SettingsScreen .field-error {
-        color: $error;
-        height: auto;
-    }
-    SettingsScreen #saved, SettingsScreen #key-status {
-        height: auto;
-    }
-    SettingsScreen .buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    SettingsScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
     def __init__(self) -> None:

@@ -41,32 +41,6 @@ def parse_signal(name: str, key: str, payload: str) -> SignalRequest | str:
 class SignalScreen(ModalScreen[SignalRequest | None]):
     """A form: signal name, key and JSON payload; dismisses with the request."""
 
-    DEFAULT_CSS = """
-    SignalScreen {
-        align: center middle;
-    }
-    SignalScreen #dialog {
-        width: 72;
-        max-width: 100%;
-        height: auto;
-        padding: 1 2;
-        border: thick $primary;
-        background: $surface;
-    }
-    SignalScreen #error {
-        color: $error;
-        height: auto;
-    }
-    SignalScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    SignalScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
     def __init__(self, name: str = "", key: str = "", *, waiting: str = "") -> None:

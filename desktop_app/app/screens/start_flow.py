@@ -150,41 +150,6 @@ def build_state(
 class StartFlowScreen(ModalScreen[None]):
     """Pick a registered flow, fill in its state, start a run."""
 
-    DEFAULT_CSS = """
-    StartFlowScreen {
-        align: center middle;
-    }
-    StartFlowScreen #dialog {
-        width: 90;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    StartFlowScreen #fields {
-        height: auto;
-        max-height: 24;
-        margin-top: 1;
-    }
-    StartFlowScreen .field-label {
-        margin-top: 1;
-    }
-    StartFlowScreen .field-error, StartFlowScreen #form-error {
-        color: $error;
-        height: auto;
-    }
-    StartFlowScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    StartFlowScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
     def __init__(self, flows: dict[str, CompiledFlow[Any]]) -> None:
