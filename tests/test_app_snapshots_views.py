@@ -136,3 +136,17 @@ def test_help_overlay(snap_compare: Any, tmp_path: Path, size: str) -> None:
         await settle(pilot)
 
     assert snap_compare(snapshot_app(tmp_path), terminal_size=SIZES[size], run_before=open_help)
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_flow_graph(snap_compare: Any, tmp_path: Path, size: str) -> None:
+    async def open_graph(pilot: Pilot[None]) -> None:
+        await steady(pilot)
+        app = pilot.app
+        assert isinstance(app, FlowdeskApp)
+        app.open_run(RUN_IDS[0])
+        await settle(pilot)
+        await pilot.press("7")
+        await settle(pilot)
+
+    assert snap_compare(snapshot_app(tmp_path), terminal_size=SIZES[size], run_before=open_graph)

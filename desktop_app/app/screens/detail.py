@@ -37,6 +37,7 @@ from textual.widgets import (
 from textual.worker import get_current_worker
 
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
+from desktop_app.app.graph import graph_text
 from desktop_app.app.messages import BranchFinished, BranchRequested
 from desktop_app.app.progress import Pace, duration
 from desktop_app.app.screens.confirm import ConfirmScreen
@@ -68,7 +69,15 @@ OUTBOX_LIMIT = 10_000
 KEEP_CHECKPOINTS = 32
 
 #: Tab pane ids, in the order of the tabs (keys 1..6 switch to them).
-TABS = ("tab-state", "tab-diff", "tab-steps", "tab-waits", "tab-outbox", "tab-context")
+TABS = (
+    "tab-state",
+    "tab-diff",
+    "tab-steps",
+    "tab-waits",
+    "tab-outbox",
+    "tab-context",
+    "tab-graph",
+)
 
 
 def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
@@ -199,6 +208,8 @@ class RunDetailScreen(Screen[None]):
                     yield OutboxTable(id="outbox")
                 with TabPane(tab_label("tab-context", "Context"), id="tab-context"):
                     yield ContextTable(id="context")
+                with TabPane(tab_label("tab-graph", "Graph"), id="tab-graph"):
+                    yield Static("", id="graph")
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
@@ -273,6 +284,7 @@ class RunDetailScreen(Screen[None]):
         self.query_one(StepsTable).show(checkpoint)
         self.query_one(WaitsTable).show(checkpoint.waits, self.now())
         self.query_one(ContextTable).show(run)
+        self._show_graph(run, checkpoint)
         timeline = self.query_one(CheckpointsTable)
         if not timeline.revisions:
             timeline.loading = True
@@ -334,6 +346,21 @@ class RunDetailScreen(Screen[None]):
     @property
     def diff_table(self) -> DiffTable:
         return self.query_one(DiffTable)
+
+    def _show_graph(self, run: RunRecord, checkpoint: Checkpoint) -> None:
+        """The flow's graph with where this run is (its latest checkpoint)."""
+        engine = self.flowdesk.engine
+        graph = self.query_one("#graph", Static)
+        try:
+            flow = engine.flow(run.flow_name) if engine is not None else None
+        except FlowdeskError:
+            flow = None
+        if flow is None:
+            graph.update(Text(f"Flow {run.flow_name} is not registered here.", style="dim"))
+            return
+        done = [sid for sid, rec in checkpoint.steps.items() if rec.status == "completed"]
+        waiting = [w.step_id for w in checkpoint.waits]
+        graph.update(graph_text(flow, done=done, frontier=checkpoint.frontier, waiting=waiting))
 
     @work(thread=True, exclusive=True, group="history", name="read run history")
     def _load_history(self) -> None:
