@@ -3,6 +3,7 @@ the app's (injected) clock, absolute local times in the run's detail."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,3 +141,20 @@ async def test_first_launch_welcomes_with_digest_and_tidy_and_goes_away(tmp_path
         await settle(pilot)
         await pilot.pause()
         assert not welcome.display
+
+
+async def test_the_app_is_constructible_with_defaults_for_textual_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``textual run desktop_app.app.main:FlowdeskApp`` calls ``FlowdeskApp()``."""
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("FLOWDESK_DB_PATH", str(tmp_path / "default.db"))
+    app = FlowdeskApp()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert app.startup_error is None and app.engine is not None
+        assert Path(app.settings.db_path) == tmp_path / "default.db"
+    assert (tmp_path / "default.db").exists()
