@@ -73,6 +73,7 @@ from desktop_app.flow.events import (
 from desktop_app.flow.host import DriverHost
 from desktop_app.flow.results import RunResult
 from desktop_app.flow.state import StateTracker, apply_output, encode_fields, load_state
+from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
     DomainWrite,
@@ -224,12 +225,14 @@ class RunDriver:
             waits=tuple(self.waits),
         )
         try:
-            self.store.append(
-                cp,
-                list(writes),
-                self.host.lease(takeover=self.takeover),
-                intents=list(intents),
-                consume=list(consume),
+            self.host.commit(
+                AppendRequest(
+                    cp,
+                    list(writes),
+                    self.host.lease(takeover=self.takeover),
+                    list(intents),
+                    list(consume),
+                )
             )
         except LeaseLostError:
             if self.saves == 0:  # nothing ran yet: another process holds the run
