@@ -39,6 +39,10 @@ class AppendRequest:
         lease: claim the run with this lease (see ``CheckpointStore.append``).
         intents: outbox intents enqueued with the checkpoint.
         consume: ``(signal_id, wait_id)`` pairs marked consumed.
+        changed_steps: ids of the step records that differ from the ones
+            of revision ``checkpoint.revision - 1`` (the writer knows which it
+            touched), so a store need not compare every record; ``None``:
+            unknown, the store compares them itself.
     """
 
     checkpoint: Checkpoint
@@ -46,6 +50,7 @@ class AppendRequest:
     lease: Lease | None = None
     intents: Sequence[Intent] = ()
     consume: Sequence[tuple[int, str]] = ()
+    changed_steps: frozenset[str] | None = None
 
 
 @runtime_checkable
