@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app import __version__
-from desktop_app.errors import ConfigError, FlowdeskError, InputError
+from desktop_app.errors import ConfigError, FlowdeskError, InputError, RunLeasedError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -322,7 +322,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
             print("no interrupted runs")
         failed = 0
         for run, outcome in report:
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, RunLeasedError):  # a live peer runs it: not a failure
+                print(f"run {run.run_id} not resumed here: {outcome}")
+            elif isinstance(outcome, BaseException):
                 failed += 1
                 print(f"run {run.run_id} not resumed: {outcome}")
             else:

@@ -38,6 +38,45 @@ class DatabaseOpenError(StoreError):
     not a SQLite file)."""
 
 
+class WalMissingError(StoreError):
+    """The database's ``-wal`` file was deleted while the database was in use,
+    so SQLite reports a bare "disk I/O error"; nothing was written."""
+
+
+#: free space a paused run needs to resume (bytes): room for the database's
+#: write-ahead log to grow to its checkpoint size (1000 pages of 4 KiB) plus
+#: 1 MiB for the step's own output
+RESUME_SPACE_BYTES = 1000 * 4096 + 2**20
+
+
+class DiskFullError(StoreError):
+    """A disk is full (ENOSPC): the run is paused at its last checkpoint,
+    nothing committed is lost, and ``flowdesk resume --all`` continues it
+    once space is free (the run stays ``running``, never ``failed``).
+
+    Attributes:
+        needed_bytes: free space resuming needs (bytes).
+    """
+
+    def __init__(self, where: str, needed_bytes: int = RESUME_SPACE_BYTES) -> None:
+        self.needed_bytes = needed_bytes
+        super().__init__(
+            f"the disk holding {where} is full; nothing more was written and the run is "
+            "paused at its last saved step (nothing lost). Free at least "
+            f"{needed_bytes / 2**20:.0f} MiB on that disk, then run `flowdesk resume --all`."
+        )
+
+    @staticmethod
+    def of_step(exc: BaseException, run_id: str, step_id: str) -> DiskFullError | None:
+        """The pause for a step that failed with ENOSPC/EDQUOT, else None."""
+        import errno
+
+        if not isinstance(exc, OSError) or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return None
+        name = exc.filename or "its output"
+        return DiskFullError(f"{name} (run {run_id}, step {step_id})")
+
+
 class SchemaError(StoreError):
     """The database schema is missing, edited since it was applied, or newer
     than this version of Flowdesk."""
@@ -72,17 +111,29 @@ class LeaseLostError(RevisionConflictError):
 
 
 class RunLeasedError(FlowdeskError):
-    """Another live process holds the run's lease; it is not executed here."""
+    """Another live process holds the run's lease; it is not executed here.
+
+    Attributes:
+        run_id, owner (``host:pid:nonce``), expires_at (UTC epoch seconds).
+    """
+
+    noun = "run"
 
     def __init__(self, run_id: str, owner: str, expires_at: float) -> None:
         self.run_id = run_id
         self.owner = owner
         self.expires_at = expires_at
         super().__init__(
-            f"run {run_id} is being executed by {owner}; its lease runs until "
-            f"{expires_at:.0f} (UTC epoch s). Wait for it, or for the lease to expire "
-            "if that process died."
+            f"{self.noun} {run_id} is held by a live process: it is being executed by "
+            f"{owner}; its lease runs until {expires_at:.0f} (UTC epoch s). Nothing was "
+            "run here. Wait for it, or for the lease to expire if that process died."
         )
+
+
+class AgentRunLeasedError(RunLeasedError):
+    """Another live process is executing the agent run; it is not executed here."""
+
+    noun = "agent run"
 
 
 class CheckpointDecodeError(FlowdeskError):
@@ -106,6 +157,27 @@ class CheckpointDecodeError(FlowdeskError):
             f"{reason}. The run was not resumed; fix the state model or fork the run "
             f"from an earlier checkpoint."
         )
+
+
+class CheckpointCorruptError(CheckpointDecodeError):
+    """A stored row's bytes no longer match the checksum written with it.
+
+    Raised for a checkpoint row (``revision`` is its revision) and for an
+    agent message row (``revision`` is the message's sequence number).
+    """
+
+    def __init__(self, run_id: str, revision: int, what: str = "checkpoint") -> None:
+        FlowdeskError.__init__(
+            self,
+            f"{what} of run {run_id} revision {revision} was changed outside Flowdesk: its "
+            "bytes no longer match the checksum stored with it. The run was not resumed "
+            "(other runs are not affected). Restore the file from a backup, or fork the "
+            "run from an earlier revision.",
+        )
+        self.run_id = run_id
+        self.revision = revision
+        self.field_path = ""
+        self.reason = "checksum mismatch"
 
 
 # --- flows and runs ------------------------------------------------------

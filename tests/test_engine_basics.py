@@ -213,8 +213,9 @@ def test_malformed_checkpoint_names_run_and_revision(sqlite_store):
     bad = engine.run("counting", Numbers()).run_id
     with sqlite_store.conn:
         sqlite_store.conn.execute(
-            'UPDATE checkpoints SET state=\'{"set": {"value": "not a number"}}\' '
-            "WHERE run_id=? AND revision=3",
+            # checksum NULL: a row written before checksums existed is still decoded
+            'UPDATE checkpoints SET state=\'{"set": {"value": "not a number"}}\', '
+            "checksum=NULL WHERE run_id=? AND revision=3",
             (bad,),
         )
     sqlite_store._last.clear()
@@ -232,7 +233,8 @@ def test_garbage_checkpoint_row_is_a_decode_error_other_runs_fine(sqlite_store):
     bad = engine.run("counting", Numbers()).run_id
     with sqlite_store.conn:
         sqlite_store.conn.execute(
-            "UPDATE checkpoints SET state='{not json' WHERE run_id=? AND revision=1", (bad,)
+            "UPDATE checkpoints SET state='{not json', checksum=NULL WHERE run_id=? AND revision=1",
+            (bad,),
         )
     sqlite_store._last.clear()
     with pytest.raises(CheckpointDecodeError) as info:

@@ -18,6 +18,12 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   it after that time); anything else ends ``failed``.
 * ``timeout_s`` is a per-run deadline (status ``timeout``), ``ttl_s`` a
   time-to-live (status ``expired``); both are stored at creation.
+* An agent run is leased like a flow run: the process that executes it holds
+  the run's lease (renewed every ``lease_ttl_s / 3`` by a heartbeat thread,
+  released when the call returns); another process that resumes it meanwhile
+  gets :class:`~desktop_app.errors.AgentRunLeasedError` and runs nothing. A
+  lease whose owner died on this host is taken over at once, else after it
+  expires; every write of the executing process checks it still holds it.
 
 Message contents and tool results may hold personal data: they stay in the
 SQLite file (mode 0600) and are never logged above DEBUG, and never with
@@ -28,6 +34,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -40,6 +49,7 @@ from desktop_app.agent.tools import ASK_USER, Tool, ask_user_schema
 from desktop_app.errors import (
     AgentError,
     CheckpointNotFoundError,
+    FlowdeskError,
     InputRequiredError,
     ProviderError,
     RateLimitedError,
@@ -49,6 +59,7 @@ from desktop_app.errors import (
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
+from desktop_app.flow.engine import _owner_is_dead
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.agent_runs import AGENT_TERMINAL, AgentRun, AgentStatus, SqliteAgentStore
 from desktop_app.store.protocol import CheckpointStore
@@ -104,6 +115,8 @@ class Agent:
         retries: retries of a retryable provider error within one call.
         backoff: wait between those retries.
         clock: time source (UTC epoch seconds).
+        owner: this process's lease owner id (default ``host:pid:random``).
+        lease_ttl_s: seconds an agent run's lease lasts without renewal.
     """
 
     def __init__(
@@ -120,8 +133,12 @@ class Agent:
         retries: int = 2,
         backoff: Backoff | None = None,
         clock: Clock | None = None,
+        owner: str | None = None,
+        lease_ttl_s: float = 30.0,
     ) -> None:
         self.name = name
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease_ttl_s = lease_ttl_s
         self.model = model
         self.store = store
         self.tools = {t.name: t for t in tools}
@@ -160,6 +177,8 @@ class Agent:
                 deadline_at=now + self.timeout_s if self.timeout_s else None,
                 expires_at=now + self.ttl_s if self.ttl_s else None,
                 context=ctx.model_dump(),
+                lease_owner=self.owner,
+                lease_expires_at=now + self.lease_ttl_s,
             ),
             [m.to_json() for m in first],
         )
@@ -246,7 +265,8 @@ class Agent:
             )
         if run.status in ("canceled", "timeout", "expired"):
             raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
-        self.store.update(run_id, self.clock.now(), status="running", error=None)
+        self._claim(run)
+        self.store.update(run_id, self.clock.now(), owner=self.owner, status="running", error=None)
         yield from self._drive(run_id, stream)
 
     def resume_input(self, run_id: str, text: str) -> AgentResponse:
@@ -258,9 +278,11 @@ class Agent:
             )
         call = ToolCall.from_json(run.pending_call)
         answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
+        self._claim(run)
         self.store.update(
             run_id,
             self.clock.now(),
+            owner=self.owner,
             messages=[answer.to_json()],
             status="running",
             pending_call=None,
@@ -315,7 +337,7 @@ class Agent:
         return [t.schema() for t in self.tools.values()] + [ask_user_schema()]
 
     def _finish(self, run: AgentRun, status: AgentStatus, **fields: Any) -> AgentEvent:
-        self.store.update(run.run_id, self.clock.now(), status=status, **fields)
+        self.store.update(run.run_id, self.clock.now(), owner=self.owner, status=status, **fields)
         log.debug("agent %s: run %s %s", self.name, run.run_id, status)
         response = AgentResponse(
             run.run_id,
@@ -326,7 +348,37 @@ class Agent:
         )
         return AgentEvent("done", response=response)
 
+    def _claim(self, run: AgentRun) -> None:
+        """Take the run's lease (or raise AgentRunLeasedError, nothing run)."""
+        now = self.clock.now()
+        held = run.lease_owner not in (None, self.owner)
+        takeover = held and _owner_is_dead(run.lease_owner or "")
+        self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, now, takeover=takeover)
+
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
+        """Execute the run while holding its lease; the lease is renewed by a
+        heartbeat thread and released when the run stops here."""
+        stop = threading.Event()
+        heartbeat = threading.Thread(
+            target=self._renew, args=(run_id, stop), name="flowdesk-agent-lease", daemon=True
+        )
+        heartbeat.start()
+        try:
+            yield from self._drive_leased(run_id, stream)
+        finally:
+            stop.set()
+            heartbeat.join()
+            self.store.release(run_id, self.owner)
+
+    def _renew(self, run_id: str, stop: threading.Event) -> None:
+        while not stop.wait(max(0.05, self.lease_ttl_s / 3)):
+            now = self.clock.now()
+            try:
+                self.store.claim(run_id, self.owner, now + self.lease_ttl_s, now)
+            except FlowdeskError:
+                return  # lost or failing: the next write raises LeaseLostError or says why
+
+    def _drive_leased(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
         while True:
             run = self.store.get(run_id)
             now = self.clock.now()
@@ -345,6 +397,7 @@ class Agent:
                         self.store.update(
                             run_id,
                             self.clock.now(),
+                            owner=self.owner,
                             status="input_required",
                             pending_call=call.to_json(),
                         )
@@ -393,7 +446,11 @@ class Agent:
                 return
             assert reply is not None
             self.store.update(
-                run_id, self.clock.now(), messages=[reply.message().to_json()], turns=run.turns + 1
+                run_id,
+                self.clock.now(),
+                owner=self.owner,
+                messages=[reply.message().to_json()],
+                turns=run.turns + 1,
             )
 
     def _call(self, messages: list[Message]) -> AssistantReply:
@@ -432,13 +489,15 @@ class Agent:
             msg = Message(
                 "tool", stored.result or "", tool_call_id=call.id, name=call.name, reused=True
             )
-            self.store.update(run_id, now, messages=[msg.to_json()])
+            self.store.update(run_id, now, owner=self.owner, messages=[msg.to_json()])
             return True
         tool = self.tools.get(call.name)
         if tool is None:
             content = json.dumps({"error": f"unknown tool {call.name!r}"})
         else:
-            self.store.update(run_id, now, tool=(call.key, call.name, "in_progress", None))
+            self.store.update(
+                run_id, now, owner=self.owner, tool=(call.key, call.name, "in_progress", None)
+            )
             try:
                 content = tool.call(call.arguments)
             except Exception as exc:  # a tool error is an answer the model can read
@@ -447,6 +506,7 @@ class Agent:
         self.store.update(
             run_id,
             self.clock.now(),
+            owner=self.owner,
             messages=[msg.to_json()],
             tool=(call.key, call.name, "completed", content),
         )

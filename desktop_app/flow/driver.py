@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Literal
 
 from desktop_app.errors import (
+    DiskFullError,
     FanInConflictError,
     FlowdeskError,
     LeaseLostError,
@@ -477,6 +478,8 @@ class RunDriver:
             except (Canceled, Stopped, StoreError, RevisionConflictError, _NestedStopped):
                 raise  # storage failed, the run was canceled, or a nested step decided
             except Exception as exc:
+                if (full := DiskFullError.of_step(exc, self.run_id, record_id)) is not None:
+                    raise full from exc  # a pause: resumable once space is free, not failed
                 self.restore_stored_state(record_id)
                 outcome = self.after_failure(step, record_id, exc, t0)
                 if outcome == "retry":

@@ -17,9 +17,14 @@ from typing import Any, Literal
 
 import apsw
 
-from desktop_app.errors import CheckpointNotFoundError
+from desktop_app.errors import (
+    AgentRunLeasedError,
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    LeaseLostError,
+)
 from desktop_app.store.connection import translate
-from desktop_app.store.sqlite import SqliteCheckpointStore
+from desktop_app.store.sqlite import SqliteCheckpointStore, row_checksum
 
 AgentStatus = Literal[
     "running",
@@ -37,7 +42,8 @@ AGENT_TERMINAL: tuple[AgentStatus, ...] = ("done", "canceled", "timeout", "rate_
 
 _COLUMNS = (
     "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
-    "pending_call, created_at, updated_at, deadline_at, expires_at, retry_at, context"
+    "pending_call, created_at, updated_at, deadline_at, expires_at, retry_at, context, "
+    "lease_owner, lease_expires_at"
 )
 
 
@@ -61,6 +67,8 @@ class AgentRun:
     expires_at: float | None = None
     retry_at: float | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,8 @@ def _run(row: Sequence[Any]) -> AgentRun:
         expires_at=row[13],
         retry_at=row[14],
         context=json.loads(row[15]),
+        lease_owner=row[16],
+        lease_expires_at=row[17],
     )
 
 
@@ -123,7 +133,7 @@ class SqliteAgentStore:
                 with self.conn:
                     self.conn.execute(
                         f"INSERT INTO agent_runs(scope, {_COLUMNS}) VALUES "
-                        "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (
                             self.scope,
                             run.run_id,
@@ -142,6 +152,8 @@ class SqliteAgentStore:
                             run.expires_at,
                             run.retry_at,
                             json.dumps(run.context),
+                            run.lease_owner,
+                            run.lease_expires_at,
                         ),
                     )
                     self._append(run.run_id, messages, run.created_at)
@@ -154,10 +166,11 @@ class SqliteAgentStore:
         ).fetchone()
         seq = int(row[0]) + 1
         for i, m in enumerate(messages):
+            row = (run_id, seq + i, m["role"], json.dumps(m, ensure_ascii=False), now)
             self.conn.execute(
-                "INSERT INTO agent_messages(run_id, seq, role, body, created_at) "
-                "VALUES (?,?,?,?,?)",
-                (run_id, seq + i, m["role"], json.dumps(m, ensure_ascii=False), now),
+                "INSERT INTO agent_messages(run_id, seq, role, body, created_at, checksum) "
+                "VALUES (?,?,?,?,?,?)",
+                (*row, row_checksum(row)),
             )
 
     def update(
@@ -167,11 +180,19 @@ class SqliteAgentStore:
         *,
         messages: Sequence[dict[str, Any]] = (),
         tool: tuple[str, str, str, str | None] | None = None,
+        owner: str | None = None,
         **fields: Any,
     ) -> None:
         """In one transaction: append ``messages``, upsert a tool result
         ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
-        run ``fields`` (status, response, error, turns, pending_call, retry_at...)."""
+        run ``fields`` (status, response, error, turns, pending_call, retry_at...).
+
+        With ``owner``, nothing is written unless ``owner`` holds the run's lease.
+
+        Raises:
+            CheckpointNotFoundError: no such run.
+            LeaseLostError: ``owner`` no longer holds the lease (nothing written).
+        """
         sets = ["updated_at=?"]
         args: list[Any] = [now]
         for name, value in fields.items():
@@ -194,12 +215,70 @@ class SqliteAgentStore:
                             "(excluded.status='in_progress'), updated_at=excluded.updated_at",
                             (run_id, key, name, status, result, int(status == "in_progress"), now),
                         )
+                    where = "run_id=? AND scope=?"
+                    wargs: list[Any] = [run_id, self.scope]
+                    if owner is not None:
+                        where += " AND lease_owner=?"
+                        wargs.append(owner)
                     self.conn.execute(
-                        f"UPDATE agent_runs SET {', '.join(sets)} WHERE run_id=? AND scope=?",
-                        (*args, run_id, self.scope),
+                        f"UPDATE agent_runs SET {', '.join(sets)} WHERE {where}", (*args, *wargs)
                     )
                     if self.conn.changes() != 1:
-                        raise CheckpointNotFoundError(f"no agent run {run_id}")
+                        self._missing_or_lost(run_id, owner)
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+
+    def _missing_or_lost(self, run_id: str, owner: str | None) -> None:
+        row = self.conn.execute(
+            "SELECT lease_owner FROM agent_runs WHERE run_id=? AND scope=?", (run_id, self.scope)
+        ).fetchone()
+        if row is None:
+            raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
+        raise LeaseLostError(
+            f"agent run {run_id} was taken over by {row[0]} after the lease of {owner} "
+            "expired; this process stops executing it."
+        )
+
+    def claim(
+        self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
+    ) -> AgentRun:
+        """Take or renew the run's lease for ``owner`` until ``expires_at``.
+
+        Succeeds when the run has no lease, ``owner`` holds it, it expired
+        (``lease_expires_at <= now``), or ``takeover`` (its owner is known dead).
+        Times are UTC epoch seconds.
+
+        Raises:
+            AgentRunLeasedError: another live process holds the lease.
+            CheckpointNotFoundError: no such run.
+        """
+        with self._lock:
+            try:
+                with self.conn:
+                    self.conn.execute(
+                        "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? "
+                        "WHERE run_id=? AND scope=? AND (lease_owner IS NULL OR lease_owner=? "
+                        "OR lease_expires_at<=? OR ?)",
+                        (owner, expires_at, run_id, self.scope, owner, now, int(takeover)),
+                    )
+                    claimed = self.conn.changes() == 1
+                    run = self.get(run_id)
+            except apsw.Error as exc:
+                raise self._err(exc) from exc
+        if not claimed:
+            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+        return run
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Give up ``owner``'s lease on the run (no-op when it holds none)."""
+        with self._lock:
+            try:
+                with self.conn:
+                    self.conn.execute(
+                        "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
+                        "WHERE run_id=? AND scope=? AND lease_owner=?",
+                        (run_id, self.scope, owner),
+                    )
             except apsw.Error as exc:
                 raise self._err(exc) from exc
 
@@ -229,14 +308,25 @@ class SqliteAgentStore:
         return _run(row)
 
     def messages(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's messages in order.
+
+        Raises:
+            CheckpointCorruptError: a message row no longer matches its checksum
+                (``revision`` is the message's sequence number).
+        """
         with self._lock:
             try:
                 rows: list[Any] = self.conn.execute(
-                    "SELECT body FROM agent_messages WHERE run_id=? ORDER BY seq", (run_id,)
+                    "SELECT run_id, seq, role, body, created_at, checksum FROM agent_messages "
+                    "WHERE run_id=? ORDER BY seq",
+                    (run_id,),
                 ).fetchall()
             except apsw.Error as exc:
                 raise self._err(exc) from exc
-        return [json.loads(r[0]) for r in rows]
+        for r in rows:
+            if r[5] is not None and row_checksum(r[:5]) != r[5]:
+                raise CheckpointCorruptError(run_id, int(r[1]), what="agent message")
+        return [json.loads(r[3]) for r in rows]
 
     def tool_result(self, run_id: str, key: str) -> ToolResult | None:
         with self._lock:

@@ -3,9 +3,17 @@
 Choices (see README, "The SQLite file"):
 
 * WAL journal, so readers (the UI, ``flowdesk runs``) never block the writer.
-* ``busy_timeout`` in seconds (default 10 s, not apsw's 100 ms): a second
-  process waits for the write lock instead of failing with "database is locked".
+* A busy wait of ``busy_timeout_s`` seconds (default 10 s, not apsw's 100 ms):
+  a second process waits for the write lock instead of failing with "database
+  is locked". The wait is a Python busy handler (:class:`BusyWait`) that
+  sleeps with the GIL released: SQLite's own ``busy_timeout`` sleeps inside
+  apsw's ``with conn:`` (``BEGIN IMMEDIATE``) while holding the GIL, so a
+  second store in the same process, which holds the write lock and only needs
+  the GIL to commit, could not finish until the waiter gave up.
 * ``foreign_keys=ON``.
+* ``journal_size_limit`` 4 MiB, and after a full disk (ENOSPC) the store
+  truncates the WAL (``wal_checkpoint(TRUNCATE)``) at its first commit once
+  space allows, so freed space is not kept by a WAL left at its full size.
 * ``transaction_mode = "IMMEDIATE"``: every ``with conn:`` write transaction
   starts with ``BEGIN IMMEDIATE``, so a read-then-write transaction never
   fails half-way on a lock upgrade.
@@ -16,20 +24,30 @@ Choices (see README, "The SQLite file"):
   deleting runs goes back to the file system (``SqliteCheckpointStore.vacuum``).
 * The file is created with mode 0600 before SQLite opens it; SQLite gives its
   ``-wal`` and ``-shm`` files the same mode.
+* The header of an existing file is read with Python (to refuse a text file
+  SQLite would take for an empty database) only while no connection to that
+  file is open in this process. Closing any descriptor of a file drops every
+  POSIX lock the process holds on it; with SQLite's locks gone, another
+  process's reader can delete the ``-wal`` still being written. Once a
+  connection exists the header is checked through SQLite only.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+import weakref
 from pathlib import Path
 from typing import Literal
 
 import apsw
 
-from desktop_app.errors import DatabaseOpenError, StoreError
+from desktop_app.errors import DatabaseOpenError, DiskFullError, StoreError, WalMissingError
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
+WAL_LIMIT_BYTES = 4 * 2**20
 
 
 def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> StoreError:
@@ -41,9 +59,18 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
             "nothing was written. Retry, or raise FLOWDESK_BUSY_TIMEOUT_S."
         )
     if isinstance(exc, apsw.FullError):
-        return StoreError(
-            f"the disk holding the database{where} is full; nothing was written. "
-            "Free some space and resume the run."
+        return DiskFullError(f"the database {path}" if path else "the database")
+    if isinstance(exc, apsw.IOError) and path is not None and _wal_deleted(Path(path), exc):
+        return WalMissingError(
+            f"the database's write-ahead log {path}-wal is missing or empty although its "
+            f"index {path}-shm says it holds commits: it was deleted while the database was "
+            "open (SQLite said only 'disk I/O error'). Commits since the last checkpoint were "
+            "in that file; nothing more was written here. Quit every Flowdesk process "
+            f"using {path} normally (the app, `flowdesk agent`; do not kill them): the one "
+            "that still has the deleted log open writes its commits back into the database "
+            "as it exits. Then open it again. If no such process runs any more, restore a "
+            f"backup, or delete {path}-shm to open the database as of its last checkpoint "
+            "(later commits are lost). Never delete the -wal or -shm file of an open database."
         )
     if isinstance(exc, apsw.ReadOnlyError):
         return StoreError(
@@ -68,6 +95,21 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
     return StoreError(f"database error{where}: {exc}")
 
 
+def _wal_deleted(path: Path, exc: apsw.IOError) -> bool:
+    """A short read of a missing or empty ``-wal`` while its ``-shm`` index
+    exists: the WAL was deleted under an open database (a new connection
+    recreates it empty). Stat only: never opens the files (module docstring)."""
+    if getattr(exc, "extendedresult", None) != apsw.SQLITE_IOERR_SHORT_READ:
+        return False
+    try:
+        wal_size = Path(f"{path}-wal").stat().st_size
+    except FileNotFoundError:
+        wal_size = 0
+    except OSError:
+        return False
+    return wal_size == 0 and Path(f"{path}-shm").exists()
+
+
 def _create_private(path: Path) -> None:
     """Create an empty file with mode 0600 if it does not exist."""
     try:
@@ -87,8 +129,95 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+# (st_dev, st_ino) of each database file -> this process's connections to it
+_OPEN: dict[tuple[int, int], weakref.WeakSet[apsw.Connection]] = {}
+_OPEN_LOCK = threading.Lock()
+# SQLite's own busy back-off (milliseconds), then 100 ms steps
+_DELAYS_S = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05)
+
+
+class BusyWait:
+    """Busy handler: retry a locked database for up to ``timeout_s`` seconds.
+
+    Sleeps with ``time.sleep`` (GIL released) using SQLite's back-off
+    (1 ms rising to 100 ms). ``calls`` is SQLite's count of earlier calls for
+    the same lock event (0 on the first).
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._started = 0.0
+
+    def __call__(self, calls: int) -> bool:
+        now = time.monotonic()
+        if calls == 0:
+            self._started = now
+        left = self.timeout_s - (now - self._started)
+        if left <= 0:
+            return False
+        time.sleep(min(left, _DELAYS_S[calls] if calls < len(_DELAYS_S) else 0.1))
+        return True
+
+
+_BUSY: weakref.WeakKeyDictionary[apsw.Connection, BusyWait] = weakref.WeakKeyDictionary()
+
+
+def busy_timeout_s(conn: apsw.Connection) -> float | None:
+    """Seconds ``conn`` waits for a lock (None: not opened by :func:`open_connection`)."""
+    handler = _BUSY.get(conn)
+    return None if handler is None else handler.timeout_s
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _live(conn: apsw.Connection) -> bool:
+    try:
+        conn.filename  # noqa: B018 - raises once closed
+    except apsw.ConnectionClosedError:
+        return False
+    return True
+
+
+def connections_open(path: str | os.PathLike[str]) -> int:
+    """How many open connections this process has to the file at ``path``."""
+    key = _identity(Path(path))
+    with _OPEN_LOCK:
+        conns = _OPEN.get(key) if key is not None else None
+        return 0 if conns is None else sum(1 for c in list(conns) if _live(c))
+
+
+def _open_registered(path: Path, vfs: str | None = None) -> apsw.Connection:
+    """Check the header (only if no connection to the file is open in this
+    process), open the connection and record it, under one lock so that two
+    threads opening their first connections cannot interleave."""
+    with _OPEN_LOCK:
+        key = _identity(path)
+        conns = _OPEN.get(key) if key is not None else None
+        if conns is None or not any(_live(c) for c in list(conns)):
+            _check_header(path)
+            try:
+                if path.stat().st_size == 0:
+                    os.chmod(path, 0o600)  # an empty file we are about to make a database
+            except OSError:
+                pass
+        conn = apsw.Connection(str(path)) if vfs is None else apsw.Connection(str(path), vfs=vfs)
+        key = _identity(path)  # SQLite may just have created the file
+        if key is not None:
+            _OPEN.setdefault(key, weakref.WeakSet()).add(conn)
+        return conn
+
+
 def _check_header(path: Path) -> None:
-    """Refuse a non-empty file that is not SQLite, before SQLite touches it."""
+    """Refuse a non-empty file that is not SQLite, before SQLite touches it.
+
+    Only called while this process has no connection to the file (see the
+    module docstring): reading it then cannot drop SQLite's locks."""
     try:
         with path.open("rb") as fh:
             head = fh.read(len(SQLITE_MAGIC))
@@ -114,6 +243,7 @@ def open_connection(
     busy_timeout_s: float = 10.0,
     fullfsync: bool = False,
     create: bool = True,
+    vfs: str | None = None,
 ) -> apsw.Connection:
     """Open (and create, mode 0600) the SQLite file with Flowdesk's pragmas.
 
@@ -123,6 +253,8 @@ def open_connection(
         busy_timeout_s: seconds to wait for a lock before failing.
         fullfsync: set ``PRAGMA fullfsync`` (macOS durability).
         create: create the file when missing.
+        vfs: name of a registered SQLite VFS (default: the platform's); the
+            test suite simulates power loss and full disks with one.
 
     Raises:
         DatabaseOpenError: missing/unwritable folder, not a SQLite file.
@@ -133,15 +265,13 @@ def open_connection(
         _create_private(p)
     elif not p.exists():
         raise DatabaseOpenError(f"no database at {p}; run `flowdesk --db {p} db apply` first.")
-    _check_header(p)
     try:
-        if p.stat().st_size == 0:
-            os.chmod(p, 0o600)  # an empty file we are about to make a database: keep it private
-    except OSError:
-        pass
+        conn = _open_registered(p, vfs)
+    except apsw.Error as exc:
+        raise translate(exc, p) from exc
     try:
-        conn = apsw.Connection(str(p))
-        conn.set_busy_timeout(int(busy_timeout_s * 1000))
+        _BUSY[conn] = BusyWait(busy_timeout_s)
+        conn.set_busy_handler(_BUSY[conn])
         if conn.execute("PRAGMA page_count").fetchall()[0][0] == 0:
             # only settable before the first table: lets pruning give space back
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -150,9 +280,14 @@ def open_connection(
             raise StoreError(f"could not switch {p} to WAL mode (got {mode!r}).")
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
+        # a WAL that grew (a long reader, a full disk) shrinks back at its next reset
+        conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         if fullfsync:
             conn.execute("PRAGMA fullfsync=ON")
         conn.transaction_mode = "IMMEDIATE"
-    except apsw.Error as exc:
+    except (apsw.Error, StoreError) as exc:
+        conn.close()
+        if isinstance(exc, StoreError):
+            raise
         raise translate(exc, p) from exc
     return conn

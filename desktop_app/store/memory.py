@@ -136,7 +136,13 @@ class InMemoryCheckpointStore:
                 raise RevisionConflictError("an outbox intent with this id exists already")
             run = self._run(cp.run_id)
             cps = self._cps[cp.run_id]
-            if cp.revision in cps or run.revision != cp.revision - 1:
+            moved = cp.revision in cps or run.revision != cp.revision - 1
+            if moved and lease is not None and run.lease_owner not in (None, lease.owner):
+                raise LeaseLostError(
+                    f"run {cp.run_id} is held by a live process ({run.lease_owner}) that took "
+                    "it over; this process stops executing it."
+                )
+            if moved:
                 raise RevisionConflictError(
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored latest "
                     f"revision {run.revision}; another writer got there first."

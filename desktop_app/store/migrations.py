@@ -107,7 +107,7 @@ def status(conn: apsw.Connection, files: Iterable[SchemaFile] | None = None) -> 
     try:
         ledger = _ledger(conn)
     except apsw.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, conn.filename or None) from exc
     shipped = list(files) if files is not None else schema_files()
     out: list[SchemaStatus] = []
     for f in shipped:
@@ -189,5 +189,5 @@ def apply(conn: apsw.Connection, files: Iterable[SchemaFile] | None = None) -> l
                 )
             applied.append(f)
     except apsw.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, conn.filename or None) from exc
     return applied

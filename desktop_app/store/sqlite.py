@@ -10,6 +10,8 @@ update the run row. Either all of it commits or none of it does.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -20,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 import apsw
 
 from desktop_app.errors import (
+    CheckpointCorruptError,
     CheckpointDecodeError,
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
@@ -72,6 +75,19 @@ _RUN_COLUMNS = (
 )
 
 
+def row_checksum(values: Sequence[Any]) -> str:
+    """BLAKE2b-128 (hex) of a row's stored column values (str, int, float, None),
+    written with the row and compared when it is read."""
+    text = json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+_CP_COLUMNS = (
+    "run_id, revision, kind, status, step_id, created_at, state, steps, frontier, progress, "
+    "error, meta, waits"
+)
+
+
 def _scalar(cursor: Any) -> Any:
     row = cursor.fetchone()
     return None if row is None else row[0]
@@ -121,6 +137,7 @@ class SqliteCheckpointStore:
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
         self._lock = threading.RLock()
         self._own_commits = 0  # PRAGMA data_version ignores this connection's commits
+        self._wal_needs_truncate = False  # set by a full disk
 
     # -- helpers ---------------------------------------------------------
 
@@ -131,7 +148,20 @@ class SqliteCheckpointStore:
             self._last.popitem(last=False)
 
     def _err(self, exc: apsw.Error) -> StoreError:
+        if isinstance(exc, apsw.FullError):
+            self._wal_needs_truncate = True
+            self._truncate_wal()
         return translate(exc, self.path)
+
+    def _truncate_wal(self) -> None:
+        """Give the WAL's space back after a full disk, once space allows
+        (the checkpoint copies its pages into the database first)."""
+        try:
+            busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+        except apsw.Error:
+            return  # still full: retried after the next commit
+        if not busy:
+            self._wal_needs_truncate = False
 
     def _write_checkpoint(self, cp: Checkpoint, previous: Checkpoint | None) -> None:
         try:
@@ -153,25 +183,25 @@ class SqliteCheckpointStore:
             state = codec.dumps(codec.diff_state(previous.state, cp.state))
             changed = {k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v}
             steps = codec.dumps(changed)
+        row = (
+            cp.run_id,
+            cp.revision,
+            kind,
+            cp.status,
+            cp.step_id,
+            cp.created_at,
+            state,
+            steps,
+            codec.dumps(list(cp.frontier)),
+            None if cp.progress is None else codec.dumps(list(cp.progress)),
+            cp.error,
+            codec.dumps(dict(cp.meta)) if cp.meta else None,
+            codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
+        )
         self.conn.execute(
-            "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
-            "state, steps, frontier, progress, error, meta, waits) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (
-                cp.run_id,
-                cp.revision,
-                kind,
-                cp.status,
-                cp.step_id,
-                cp.created_at,
-                state,
-                steps,
-                codec.dumps(list(cp.frontier)),
-                None if cp.progress is None else codec.dumps(list(cp.progress)),
-                cp.error,
-                codec.dumps(dict(cp.meta)) if cp.meta else None,
-                codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
-            ),
+            f"INSERT INTO checkpoints({_CP_COLUMNS}, checksum) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (*row, row_checksum(row)),
         )
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
@@ -286,10 +316,12 @@ class SqliteCheckpointStore:
                     ).fetchone()
                     if row is None:
                         raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                    if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
+                    if lease is not None and row[1] not in (None, lease.owner):
+                        # another process holds the lease: it took the run over (or won
+                        # a takeover race) and may have saved revisions since
                         raise LeaseLostError(
-                            f"run {cp.run_id} was taken over by {row[1]} after this process's "
-                            "lease expired; this process stops executing it."
+                            f"run {cp.run_id} is held by a live process ({row[1]}) that took "
+                            "it over; this process stops executing it."
                         )
                     raise RevisionConflictError(
                         f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
@@ -331,6 +363,8 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         self._remember(cp)
         self._own_commits += 1
+        if self._wal_needs_truncate and not self.conn.in_transaction:
+            self._truncate_wal()
 
     @_locked
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
@@ -521,9 +555,8 @@ class SqliteCheckpointStore:
     def _load(self, run_id: str, revision: int) -> Checkpoint:
         """Fold deltas onto the nearest snapshot at or below ``revision``."""
         try:
-            rows: list[Any] = self.conn.execute(
-                "SELECT revision, kind, status, step_id, created_at, state, steps, frontier, "
-                "progress, error, meta, waits FROM checkpoints "
+            raw: list[Any] = self.conn.execute(
+                f"SELECT {_CP_COLUMNS}, checksum FROM checkpoints "
                 "WHERE run_id=? AND revision<=? AND revision>="
                 "(SELECT max(revision) FROM checkpoints WHERE run_id=? AND revision<=? "
                 "AND kind='snapshot') ORDER BY revision",
@@ -531,6 +564,11 @@ class SqliteCheckpointStore:
             ).fetchall()
         except apsw.Error as exc:
             raise self._err(exc) from exc
+        rows: list[Any] = []
+        for r in raw:
+            if r[-1] is not None and row_checksum(r[:-1]) != r[-1]:
+                raise CheckpointCorruptError(run_id, int(r[1]))
+            rows.append(r[1:-1])
         if not rows or int(rows[-1][0]) != revision:
             raise CheckpointNotFoundError(
                 f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
@@ -824,6 +862,7 @@ def open_store(
     busy_timeout_s: float = 10.0,
     fullfsync: bool = False,
     create: bool = True,
+    vfs: str | None = None,
 ) -> SqliteCheckpointStore:
     """Open the file and return a verified store.
 
@@ -837,6 +876,7 @@ def open_store(
         busy_timeout_s=busy_timeout_s,
         fullfsync=fullfsync,
         create=create,
+        vfs=vfs,
     )
     try:
         return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)))
