@@ -116,6 +116,18 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
     )
 
 
+def _step_json(rec: StepRecord) -> dict[str, Any]:
+    """A step record as stored: its fields without the ones at their default
+    (``None``, iteration 0) and without ``step_id`` (the key it is stored
+    under), so a checkpoint row fills fewer pages. ``StepRecord.from_json``
+    with the key added back reads it (and rows written in full) exactly."""
+    return {
+        k: v
+        for k, v in rec.to_json().items()
+        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
+    }
+
+
 class SqliteCheckpointStore:
     """Runs and checkpoints in one WAL-mode SQLite file.
 
@@ -185,15 +197,15 @@ class SqliteCheckpointStore:
         if previous is None:
             kind = "snapshot"
             state = codec.dumps(cp.state)
-            steps = codec.dumps({k: v.to_json() for k, v in cp.steps.items()})
+            steps = codec.dumps({k: _step_json(v) for k, v in cp.steps.items()})
         else:
             kind = "delta"
             state = codec.dumps(codec.diff_state(previous.state, cp.state))
             if changed_steps is not None:  # the writer says which records it touched
-                changed = {k: cp.steps[k].to_json() for k in changed_steps if k in cp.steps}
+                changed = {k: _step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}
             else:
                 changed = {
-                    k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v
+                    k: _step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v
                 }
             steps = codec.dumps(changed)
         row = (
@@ -663,7 +675,7 @@ class SqliteCheckpointStore:
                 if kind == "snapshot":
                     steps = {}
                 for key, rec in step_delta.items():
-                    steps[key] = StepRecord.from_json(rec)
+                    steps[key] = StepRecord.from_json({"step_id": key, **rec})
             except (ValueError, TypeError, KeyError) as exc:
                 raise CheckpointDecodeError(
                     run_id, int(rev), "", f"malformed record: {exc}"
