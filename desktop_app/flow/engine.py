@@ -584,7 +584,7 @@ class Engine:
         on_result: Callable[[RunRecord, RunResult | BaseException], None] | None = None,
         only: Callable[[RunRecord], bool] | None = None,
         *,
-        concurrency: int = 8,
+        concurrency: int = 16,
     ) -> list[tuple[RunRecord, RunResult | BaseException]]:
         """Resume every interrupted run (``pending`` or ``running``), oldest
         first, continuing past failures, then wake waiting runs whose stored
@@ -597,7 +597,8 @@ class Engine:
         their checkpoints share group commits); runs are claimed in batches
         of ``2 * concurrency`` as earlier ones finish. ``on_result`` is called
         in the calling thread as each run finishes; the returned report is in
-        listing order. ``concurrency=1`` drives one run after another.
+        listing order. ``concurrency=1`` drives one run after another; the
+        default lets one commit carry up to 16 runs' checkpoints.
         """
         runs = self.store.list_runs(statuses=("pending", "running"))
         for run_id in self.store.wakeable_runs(self.clock.now()):
