@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,5 +42,38 @@ def sqlite_store(db_path: Path):
     from desktop_app.store.sqlite import open_store
 
     store = open_store(db_path)
+    yield store
+    store.close()
+
+
+# -- PostgreSQL (see tests/pg_support.py) -------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The session's PostgreSQL server (private cluster or FLOWDESK_TEST_PG_DSN)."""
+    from tests import pg_support
+
+    yield from pg_support.session_server()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> Iterator[str]:
+    """A fresh database with the Flowdesk schema applied, dropped after the test.
+    Skips without a server, fails under CI=true."""
+    from tests import pg_support
+
+    if pg_server.error:
+        pg_support.unavailable(pg_server.error)
+    url = pg_server.new_database()
+    yield url
+    pg_server.drop_database(url)
+
+
+@pytest.fixture
+def pg_store(pg_url: str):
+    from desktop_app.store.postgres import open_postgres_store
+
+    store = open_postgres_store(pg_url)
     yield store
     store.close()

@@ -3,8 +3,16 @@
 The engine never creates tables on import or on open. ``flowdesk db apply``
 (:func:`apply`) runs each ``schema/<component>/*.sql`` file not yet applied,
 in component order (core, events, domain) then file-name order, each in its
-own ``BEGIN IMMEDIATE`` transaction together with its ledger row (name and
-SHA-256 of the file). :func:`verify` is what the engine calls on open: it
+own transaction together with its ledger row (name and SHA-256 of the file).
+
+Two dialects, one ledger discipline. Every function takes either an apsw
+``Connection`` (SQLite: the tree ``schema/``, ``BEGIN IMMEDIATE`` per file) or
+a psycopg ``Connection`` (PostgreSQL: the tree ``schema/postgres/`` with the
+same file names, everything inside the PostgreSQL schema ``flowdesk``; each
+file runs in its own transaction holding ``pg_advisory_xact_lock``, and the
+ledger is re-read under the lock, so two machines running ``db apply`` at
+once serialise instead of both applying). psycopg is imported only when a
+PostgreSQL connection is passed. :func:`verify` is what the engine calls on open: it
 refuses a missing schema, a file edited since it was applied, and a ledger
 naming files this version of Flowdesk does not ship (a newer schema), each
 with an error that says what to run.
@@ -23,7 +31,7 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import apsw
 
@@ -31,12 +39,20 @@ from desktop_app.errors import (
     SchemaChecksumError,
     SchemaMissingError,
     SchemaTooNewError,
+    StoreError,
 )
 from desktop_app.store.connection import translate
 
 COMPONENTS: tuple[str, ...] = ("core", "events", "domain")
 LEDGER = "flowdesk_schema_ledger"
 FileState = Literal["applied", "pending", "edited", "unknown"]
+Dialect = Literal["sqlite", "postgres"]
+#: The PostgreSQL schema (namespace) holding every Flowdesk table.
+PG_SCHEMA = "flowdesk"
+#: ``pg_advisory_xact_lock`` key serialising schema appliers ("flowdesk" in ASCII).
+PG_APPLY_LOCK = 0x666C6F776465736B
+#: How long a PostgreSQL applier waits for another applier's lock before failing.
+PG_LOCK_TIMEOUT = "60s"
 
 
 @dataclass(frozen=True)
@@ -78,9 +94,28 @@ def schema_root() -> Traversable:
     )
 
 
-def schema_files(root: Traversable | None = None) -> list[SchemaFile]:
-    """Every shipped schema file, in the order they are applied."""
+def dialect_of(conn: Any) -> Dialect:
+    """``"sqlite"`` for an apsw connection, ``"postgres"`` for a psycopg one.
+
+    Raises:
+        TypeError: any other object.
+    """
+    if isinstance(conn, apsw.Connection):
+        return "sqlite"
+    if type(conn).__module__.split(".")[0] in ("psycopg", "psycopg_pool"):
+        return "postgres"
+    raise TypeError(f"not an apsw or psycopg connection: {type(conn).__name__}")
+
+
+def schema_files(root: Traversable | None = None, dialect: Dialect = "sqlite") -> list[SchemaFile]:
+    """Every shipped schema file of ``dialect``, in the order they are applied.
+
+    SQLite files live in ``<root>/<component>/``, PostgreSQL files in
+    ``<root>/postgres/<component>/`` under the same names (so ledger keys match).
+    """
     base = root if root is not None else schema_root()
+    if dialect == "postgres":
+        base = base.joinpath("postgres")
     out: list[SchemaFile] = []
     for component in COMPONENTS:
         folder = base.joinpath(component)
@@ -92,7 +127,9 @@ def schema_files(root: Traversable | None = None) -> list[SchemaFile]:
     return out
 
 
-def _ledger(conn: apsw.Connection) -> dict[str, tuple[str, float]]:
+def _ledger(conn: Any) -> dict[str, tuple[str, float]]:
+    if dialect_of(conn) == "postgres":
+        return _pg_ledger(conn)
     exists = conn.execute(
         "SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?", (LEDGER,)
     ).fetchall()
@@ -102,8 +139,46 @@ def _ledger(conn: apsw.Connection) -> dict[str, tuple[str, float]]:
     return {f"{c}/{n}": (str(s), float(a)) for c, n, s, a in rows}
 
 
-def status(conn: apsw.Connection, files: Iterable[SchemaFile] | None = None) -> list[SchemaStatus]:
-    """State of every shipped file plus any unknown ledger entries."""
+def _pg_ledger(conn: Any) -> dict[str, tuple[str, float]]:
+    import psycopg
+
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT to_regclass(%s)", (f"{PG_SCHEMA}.{LEDGER}",)).fetchone()
+            if row is None or row[0] is None:
+                return {}
+            rows = conn.execute(
+                "SELECT component, name, checksum, extract(epoch from applied_at)::float8 "
+                f"FROM {PG_SCHEMA}.{LEDGER}"
+            ).fetchall()
+    except psycopg.Error as exc:
+        raise _pg_error(exc) from exc
+    return {f"{c}/{n}": (str(s), float(a)) for c, n, s, a in rows}
+
+
+def _pg_error(exc: Exception) -> StoreError:
+    """A StoreError for a failed PostgreSQL schema statement (SQLSTATE, not message text)."""
+    code = getattr(exc, "sqlstate", None)
+    if code == "55P03":
+        return StoreError(
+            f"another `flowdesk db apply` held the schema lock for more than {PG_LOCK_TIMEOUT}; "
+            "nothing was applied by this one. Wait for it to finish and run it again."
+        )
+    if code == "42501":
+        return StoreError(
+            "the PostgreSQL role lacks the privilege to create Flowdesk's schema "
+            f"({PG_SCHEMA}); nothing was applied. Run `flowdesk db apply` as the database owner."
+        )
+    return StoreError(f"PostgreSQL error applying the schema (SQLSTATE {code}): {exc}")
+
+
+def status(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaStatus]:
+    """State of every shipped file plus any unknown ledger entries.
+
+    ``conn`` is an apsw or psycopg connection (see :func:`dialect_of`).
+    """
+    if files is None:
+        files = schema_files(dialect=dialect_of(conn))
     try:
         ledger = _ledger(conn)
     except apsw.Error as exc:
@@ -138,7 +213,7 @@ def _raise_for(statuses: list[SchemaStatus], db_hint: str) -> None:
         )
 
 
-def verify(conn: apsw.Connection, files: Iterable[SchemaFile] | None = None, db: str = "") -> None:
+def verify(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -> None:
     """Refuse to run on a database whose schema is missing, edited or newer.
 
     Raises:
@@ -157,15 +232,64 @@ def verify(conn: apsw.Connection, files: Iterable[SchemaFile] | None = None, db:
         )
 
 
-def apply(conn: apsw.Connection, files: Iterable[SchemaFile] | None = None) -> list[SchemaFile]:
+def _pg_lock(conn: Any) -> None:
+    conn.execute(f"SET LOCAL lock_timeout = '{PG_LOCK_TIMEOUT}'")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (PG_APPLY_LOCK,))
+    conn.execute(f"SET LOCAL search_path = {PG_SCHEMA}")
+
+
+def _pg_apply(conn: Any, files: Iterable[SchemaFile] | None) -> list[SchemaFile]:
+    import psycopg
+
+    shipped = list(files) if files is not None else schema_files(dialect="postgres")
+    _raise_for(status(conn, shipped), "")
+    applied: list[SchemaFile] = []
+    try:
+        with conn.transaction():
+            _pg_lock(conn)
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {PG_SCHEMA}")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {PG_SCHEMA}.{LEDGER} ("
+                "component text NOT NULL, name text NOT NULL, checksum text NOT NULL, "
+                "applied_at timestamptz NOT NULL, PRIMARY KEY (component, name))"
+            )
+        for f in shipped:
+            with conn.transaction():
+                _pg_lock(conn)
+                # Re-read under the lock: another applier may have done this file.
+                row = conn.execute(
+                    f"SELECT checksum FROM {LEDGER} WHERE component=%s AND name=%s",
+                    (f.component, f.name),
+                ).fetchone()
+                if row is not None:
+                    if row[0] != f.checksum:
+                        _raise_for([SchemaStatus(f.key, "edited", None)], "")
+                    continue
+                conn.execute(f.sql.encode("utf-8"))  # no parameters: several statements
+                conn.execute(
+                    f"INSERT INTO {LEDGER}(component, name, checksum, applied_at) "
+                    "VALUES (%s, %s, %s, now())",
+                    (f.component, f.name, f.checksum),
+                )
+            applied.append(f)
+    except psycopg.Error as exc:
+        raise _pg_error(exc) from exc
+    return applied
+
+
+def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFile]:
     """Apply every pending schema file; returns the files applied (maybe none).
 
-    Each file and its ledger row commit in one ``BEGIN IMMEDIATE`` transaction.
+    Each file and its ledger row commit in one transaction (``BEGIN
+    IMMEDIATE`` on SQLite; on PostgreSQL under ``pg_advisory_xact_lock``, so
+    a concurrent applier waits and then finds the file applied).
 
     Raises:
         SchemaChecksumError / SchemaTooNewError: as :func:`verify`; nothing applied.
         StoreError: the SQL failed; that file's transaction rolled back.
     """
+    if dialect_of(conn) == "postgres":
+        return _pg_apply(conn, files)
     shipped = list(files) if files is not None else schema_files()
     statuses = status(conn, shipped)
     _raise_for(statuses, "")

@@ -1,18 +1,17 @@
 """One conformance suite, run against every CheckpointStore implementation
-(the LangGraph checkpointer idea): in-memory and SQLite must agree."""
+(the LangGraph checkpointer idea): in-memory, SQLite and PostgreSQL must agree.
+
+The ``store`` fixture (tests/contract/conftest.py) runs each test on all three."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from desktop_app.errors import CheckpointNotFoundError, RevisionConflictError
-from desktop_app.store.memory import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, CheckpointStore, RunRecord, StepRecord
 
 
@@ -26,24 +25,7 @@ def cp(run_id: str, rev: int, state: dict, status="running", t: float = 1000.0, 
     )
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request, tmp_path: Path) -> Iterator[CheckpointStore]:
-    if request.param == "memory":
-        yield InMemoryCheckpointStore()
-        return
-    from desktop_app.store import migrations
-    from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite import open_store
-
-    path = tmp_path / "c.db"
-    conn = open_connection(path)
-    migrations.apply(conn)
-    conn.close()
-    s = open_store(path)
-    yield s
-    s.close()
-
-
+@pytest.mark.scenario("S65")
 def test_is_a_checkpoint_store(store):
     assert isinstance(store, CheckpointStore)
 

@@ -33,7 +33,10 @@ class DigestFile:
 
 
 def record_file(run_id: str, f: DigestFile) -> DomainWrite:
-    """Upsert the row; a second commit for the same file bumps ``times_processed``."""
+    """Upsert the row; a second commit for the same file bumps ``times_processed``.
+
+    Portable SQL (SQLite and PostgreSQL): the existing row's column is
+    qualified in ``DO UPDATE SET``, which PostgreSQL requires."""
 
     def write(conn: Any) -> None:
         conn.execute(
@@ -41,7 +44,7 @@ def record_file(run_id: str, f: DigestFile) -> DomainWrite:
             "skip_reason) VALUES (?,?,?,?,?,?,?) ON CONFLICT(run_id, path) DO UPDATE SET "
             "kind=excluded.kind, title=excluded.title, summary=excluded.summary, "
             "size_bytes=excluded.size_bytes, skip_reason=excluded.skip_reason, "
-            "times_processed=times_processed+1",
+            "times_processed=digest_files.times_processed+1",
             (run_id, f.path, f.kind, f.title, f.summary, f.size_bytes, f.skip_reason),
         )
 

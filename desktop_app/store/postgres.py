@@ -1,0 +1,1046 @@
+"""The PostgreSQL :class:`~desktop_app.store.protocol.CheckpointStore`
+(psycopg 3 + psycopg_pool), for ``postgresql://`` URLs.
+
+Same semantics as :mod:`desktop_app.store.sqlite`, transaction by
+transaction, with these PostgreSQL-specific rules:
+
+* Isolation is READ COMMITTED; every multi-writer decision is carried by a
+  row lock: the compare-and-append ``UPDATE runs … WHERE revision = n-1``
+  (the loser re-evaluates the WHERE and updates 0 rows ->
+  ``RevisionConflictError``), ``FOR UPDATE`` on the run in ``update_latest``
+  and ``prune``, ``consumed_by IS NULL`` for signals, ``ON CONFLICT`` for
+  signal dedupe.
+* Leases are decided by the database's clock (``flowdesk_now()``): a lease
+  is set to ``flowdesk_now() + ttl`` where ``ttl`` is the caller's
+  ``expires_at - issued_at`` (or ``expires_at - now`` in :meth:`claim`), and
+  another owner's lease counts as expired when ``lease_expires_at <=
+  flowdesk_now()``. A worker's own clock never decides who may execute a run.
+  ``Lease.issued_at = inf`` still takes over any lease (owner known dead).
+* Whole-transaction retry (at most :data:`MAX_ATTEMPTS`) on
+  serialization_failure / deadlock_detected and on a connection lost before
+  COMMIT (nothing was written). Domain writes and ``update_latest``'s change
+  are called again on a retry, so they must be pure SQL closures.
+* A connection lost *during* COMMIT leaves the outcome unknown. Before
+  committing, the store notes the transaction id (``pg_current_xact_id()``,
+  the commit token the server itself keeps) and the backend pid; after a
+  lost COMMIT it asks a fresh connection ``pg_xact_status(xid)``:
+  ``committed`` is success, ``aborted`` is retried, ``in progress`` (the old
+  backend has not noticed yet) terminates that backend and asks again.
+* Times are ``timestamptz`` in the database, UTC epoch seconds (µs
+  precision) in the records. State and step JSON is stored as ``text``, the
+  codec's exact bytes (``jsonb`` refuses ``\\u0000`` and NaN).
+* NUL characters in free text (error messages) become U+FFFD; in any other
+  text value they are refused with a StoreError.
+* ``data_version`` is a hash of ``pg_current_snapshot()`` (changes whenever
+  any transaction of the server commits; false positives only cause a
+  reload) combined with this store's own commit count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from desktop_app.errors import (
+    CheckpointDecodeError,
+    CheckpointNotFoundError,
+    DatabaseOpenError,
+    DuplicateFlowKeyError,
+    LeaseLostError,
+    RevisionConflictError,
+    RunLeasedError,
+    StoreError,
+)
+from desktop_app.store import codec, migrations
+from desktop_app.store.postgres_sql import (
+    RETRY_SQLSTATES,
+    SqlTx,
+    epoch,
+    is_connection_lost,
+    no_nul,
+    redact,
+    translate,
+    ts,
+)
+from desktop_app.store.protocol import (
+    Checkpoint,
+    CheckpointInfo,
+    DomainWrite,
+    Event,
+    Intent,
+    Lease,
+    RunRecord,
+    RunStatus,
+    Signal,
+    StepRecord,
+    Wait,
+)
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+MAX_ATTEMPTS = 4
+_CACHE_RUNS = 256
+#: How long to wait for the server to settle a transaction whose COMMIT reply was lost.
+RESOLVE_TIMEOUT_S = 30.0
+
+_RUN_COLUMNS = (
+    "run_id, flow_name, flow_version, status, revision, "
+    f"{epoch('created_at')}, {epoch('updated_at')}, scope, flow_key, parent_run_id, context, "
+    f"progress_done, progress_total, error, lease_owner, {epoch('lease_expires_at')}, "
+    f"tenant_id, session_id, {epoch('deadline_at')}"
+)
+#: A lease is free for ``%s`` (owner) when unset, ours, or expired by the database clock.
+_LEASE_FREE = "(lease_owner IS NULL OR lease_owner=%s OR lease_expires_at<=flowdesk_now())"
+
+
+def _run_from_row(row: Sequence[Any]) -> RunRecord:
+    progress = None if row[11] is None else (int(row[11]), int(row[12]))
+    return RunRecord(
+        run_id=row[0],
+        flow_name=row[1],
+        flow_version=row[2],
+        status=row[3],
+        revision=int(row[4]),
+        created_at=float(row[5]),
+        updated_at=float(row[6]),
+        scope=row[7],
+        flow_key=row[8],
+        parent_run_id=row[9],
+        context=codec.loads(row[10]),
+        progress=progress,
+        error=row[13],
+        lease_owner=row[14],
+        lease_expires_at=row[15],
+        deadline_at=row[18],
+    )
+
+
+def _ttl(lease: Lease, now: float | None = None) -> float:
+    """The lease's length in seconds, from the caller's own clock difference."""
+    base = lease.issued_at if now is None else now
+    if math.isfinite(base):
+        return max(0.0, lease.expires_at - base)
+    return max(0.0, lease.expires_at - time.time())
+
+
+def _lease_cond(lease: Lease) -> tuple[str, list[Any]]:
+    """WHERE fragment: ``lease`` may take the run (``issued_at=inf`` takes any lease)."""
+    if lease.issued_at == math.inf:
+        return "TRUE", []
+    return _LEASE_FREE, [lease.owner]
+
+
+class _CommitLost(Exception):
+    """Internal: the COMMIT's reply was lost and the server says it aborted."""
+
+
+class PostgresCheckpointStore:
+    """Runs and checkpoints in PostgreSQL schema ``flowdesk``.
+
+    Args:
+        pool: an open :class:`psycopg_pool.ConnectionPool` whose connections
+            have ``search_path=flowdesk`` and ``autocommit=False``
+            (:func:`open_postgres_store` builds one).
+        scope: runs saved under one scope are invisible from another.
+        where: shown in error messages (the URL without its password).
+
+    The schema must have been applied (``flowdesk db apply``); the
+    constructor verifies it (SchemaMissingError / SchemaChecksumError /
+    SchemaTooNewError). Thread-safe: each call borrows a pool connection.
+    """
+
+    def __init__(
+        self, pool: ConnectionPool[Any], *, scope: str = "default", where: str = ""
+    ) -> None:
+        self.pool = pool
+        self.scope = scope
+        self.where = where
+        with pool.connection() as conn:
+            conn.autocommit = True
+            try:
+                migrations.verify(conn, db=where)
+            finally:
+                conn.autocommit = False
+        self._last: OrderedDict[str, Checkpoint] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._own_commits = 0
+
+    # -- transactions ------------------------------------------------------
+
+    def _tx(self, body: Callable[[Conn], T], *, write: bool = True) -> T:
+        """Run ``body(conn)`` in one transaction and commit it (see module doc).
+
+        Domain errors raised by ``body`` roll back and propagate; psycopg
+        errors are retried when transient, else translated to StoreError.
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                result = self._attempt(body, write)
+            except _CommitLost:
+                if attempt < MAX_ATTEMPTS:
+                    continue
+                raise StoreError(
+                    f"the connection to PostgreSQL ({self.where}) dropped during COMMIT "
+                    f"{attempt} times; the server rolled the last one back, nothing was "
+                    "written. Retry."
+                ) from None
+            except psycopg.Error as exc:
+                lost = is_connection_lost(exc)
+                if (lost or exc.sqlstate in RETRY_SQLSTATES) and attempt < MAX_ATTEMPTS:
+                    if lost:  # e.g. a server restart: drop every dead pooled connection
+                        self.pool.check()
+                    continue
+                raise translate(exc, self.where) from exc
+            if write:
+                self._own_commits += 1
+            return result
+
+    def _attempt(self, body: Callable[[Conn], T], write: bool) -> T:
+        with self.pool.connection() as conn:
+            try:
+                result = body(conn)
+                xid = None
+                if write:
+                    row = conn.execute("SELECT pg_current_xact_id_if_assigned()::text").fetchone()
+                    xid = None if row is None else row[0]
+                pid = conn.info.backend_pid
+            except BaseException:
+                if not conn.broken:
+                    conn.rollback()
+                raise
+            try:
+                self._commit(conn)
+            except psycopg.Error as exc:
+                if xid is None or not is_connection_lost(exc):
+                    raise
+                if not self._resolve(xid, pid):
+                    raise _CommitLost() from exc
+            return result
+
+    def _commit(self, conn: Conn) -> None:
+        """COMMIT (a seam the commit-loss tests fault)."""
+        conn.commit()
+
+    def _resolve(self, xid: str, pid: int) -> bool:
+        """Whether transaction ``xid`` committed, asked on a fresh connection."""
+        deadline = time.monotonic() + RESOLVE_TIMEOUT_S
+        try:
+            with self.pool.connection() as conn:
+                conn.autocommit = True
+                try:
+                    while True:
+                        row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+                        state = None if row is None else row[0]
+                        if state == "committed":
+                            return True
+                        if state == "aborted":
+                            return False
+                        if state != "in progress" or time.monotonic() > deadline:
+                            break
+                        # The old backend still holds the transaction open (it has
+                        # not seen the client go): end it, then ask again.
+                        conn.execute(
+                            "SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity "
+                            "WHERE pid=%s AND backend_xid::text=%s",
+                            (pid, str(int(xid) & 0xFFFFFFFF)),
+                        )
+                        time.sleep(0.02)
+                finally:
+                    conn.autocommit = False
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"the connection to PostgreSQL ({self.where}) dropped during COMMIT and the "
+                f"server cannot be asked whether transaction {xid} landed: {exc}. Run "
+                f"`SELECT pg_xact_status('{xid}')` once it is back before retrying."
+            ) from exc
+        raise StoreError(
+            f"the connection to PostgreSQL ({self.where}) dropped during COMMIT and the "
+            f"outcome of transaction {xid} is unknown ({state!r}); nothing is assumed. "
+            "Reload the run before retrying."
+        )
+
+    # -- helpers -------------------------------------------------------------
+
+    def _remember(self, cp: Checkpoint) -> None:
+        with self._cache_lock:
+            self._last[cp.run_id] = cp
+            self._last.move_to_end(cp.run_id)
+            while len(self._last) > _CACHE_RUNS:
+                self._last.popitem(last=False)
+
+    def _cached(self, run_id: str) -> Checkpoint | None:
+        with self._cache_lock:
+            return self._last.get(run_id)
+
+    def _forget(self, run_id: str) -> None:
+        with self._cache_lock:
+            self._last.pop(run_id, None)
+
+    def _write_checkpoint(self, conn: Conn, cp: Checkpoint, previous: Checkpoint | None) -> None:
+        try:
+            self._insert_checkpoint(conn, cp, previous)
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            if isinstance(exc, psycopg.Error):
+                raise
+            raise StoreError(
+                f"run {cp.run_id}: a value in its state cannot be stored as JSON text "
+                f"({type(exc).__name__}: {exc}); the step's result was not saved. Return "
+                "plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
+            ) from exc
+
+    def _insert_checkpoint(self, conn: Conn, cp: Checkpoint, previous: Checkpoint | None) -> None:
+        if previous is None:
+            kind = "snapshot"
+            state = codec.dumps(cp.state)
+            steps = codec.dumps({k: v.to_json() for k, v in cp.steps.items()})
+        else:
+            kind = "delta"
+            state = codec.dumps(codec.diff_state(previous.state, cp.state))
+            changed = {k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v}
+            steps = codec.dumps(changed)
+        conn.execute(
+            "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
+            f"state, steps, frontier, progress, error, meta, waits) "
+            f"VALUES (%s,%s,%s,%s,%s,{ts()},%s,%s,%s,%s,%s,%s,%s)",
+            (
+                cp.run_id,
+                cp.revision,
+                kind,
+                cp.status,
+                cp.step_id,
+                cp.created_at,
+                state,
+                steps,
+                codec.dumps(list(cp.frontier)),
+                None if cp.progress is None else codec.dumps(list(cp.progress)),
+                no_nul(cp.error),
+                codec.dumps(dict(cp.meta)) if cp.meta else None,
+                codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
+            ),
+        )
+        if previous is None or previous.waits != cp.waits:
+            if previous is not None:
+                conn.execute("DELETE FROM waits WHERE run_id=%s", (cp.run_id,))
+            if cp.waits:
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, "
+                        f"deadline_at, created_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()},{ts()})",
+                        [
+                            (
+                                w.wait_id,
+                                cp.run_id,
+                                w.step_id,
+                                w.kind,
+                                w.name,
+                                w.key,
+                                w.deadline_at,
+                                w.created_at,
+                            )
+                            for w in cp.waits
+                        ],
+                    )
+
+    @staticmethod
+    def _run_domain(conn: Conn, writes: Sequence[DomainWrite]) -> None:
+        if writes:
+            tx = SqlTx(conn)
+            for write in writes:
+                write(tx)
+
+    # -- writes ----------------------------------------------------------------
+
+    def create_run(
+        self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite] = ()
+    ) -> None:
+        if first.revision != 0 or run.run_id != first.run_id:
+            raise ValueError("create_run needs the run's revision-0 checkpoint")
+        progress = run.progress or (None, None)
+        lease_ttl = (
+            None
+            if run.lease_owner is None or run.lease_expires_at is None
+            else max(0.0, run.lease_expires_at - run.created_at)
+        )
+
+        def body(conn: Conn) -> None:
+            conn.execute(
+                "INSERT INTO runs(run_id, flow_name, flow_version, status, revision, created_at, "
+                "updated_at, scope, flow_key, parent_run_id, context, progress_done, "
+                "progress_total, error, lease_owner, lease_expires_at, tenant_id, session_id, "
+                f"deadline_at) VALUES (%s,%s,%s,%s,0,{ts()},{ts()},%s,%s,%s,%s,%s,%s,%s,%s,"
+                "flowdesk_now() + %s * interval '1 second',%s,%s,"
+                f"{ts()})",
+                (
+                    run.run_id,
+                    run.flow_name,
+                    run.flow_version,
+                    first.status,
+                    run.created_at,
+                    run.updated_at,
+                    self.scope,
+                    run.flow_key,
+                    run.parent_run_id,
+                    codec.dumps(dict(run.context)),
+                    progress[0],
+                    progress[1],
+                    no_nul(run.error),
+                    run.lease_owner if lease_ttl is not None else None,
+                    lease_ttl,
+                    run.context.get("tenant_id"),
+                    run.context.get("session_id"),
+                    run.deadline_at,
+                ),
+            )
+            self._write_checkpoint(conn, first, None)
+            self._run_domain(conn, writes)
+
+        self._tx(self._unique(body, run=run))
+        self._remember(first)
+
+    def _unique(self, body: Callable[[Conn], T], *, run: RunRecord | None = None,
+                cp: Checkpoint | None = None) -> Callable[[Conn], T]:  # fmt: skip
+        """``body`` with unique violations turned into conflicts (by constraint name)."""
+
+        def wrapped(conn: Conn) -> T:
+            try:
+                return body(conn)
+            except psycopg.errors.UniqueViolation as exc:
+                name = exc.diag.constraint_name or ""
+                if run is not None and name == "runs_live_flow_key":
+                    raise DuplicateFlowKeyError(
+                        f"a live run of {run.flow_name!r} with flow key {run.flow_key!r} exists"
+                    ) from exc
+                if run is not None and name == "runs_pkey":
+                    raise RevisionConflictError(
+                        f"run {run.run_id} already exists; pick another run id"
+                    ) from exc
+                if cp is not None and name in ("checkpoints_pkey", "outbox_pkey"):
+                    raise RevisionConflictError(
+                        f"run {cp.run_id}: revision {cp.revision} (or one of its outbox "
+                        "intents) was already saved by another writer"
+                    ) from exc
+                raise
+
+        return wrapped
+
+    def append(
+        self,
+        checkpoint: Checkpoint,
+        writes: Sequence[DomainWrite] = (),
+        lease: Lease | None = None,
+        *,
+        intents: Sequence[Intent] = (),
+        consume: Sequence[tuple[int, str]] = (),
+    ) -> None:
+        cp = checkpoint
+        previous = self._cached(cp.run_id)
+        if previous is None or previous.revision != cp.revision - 1:
+            previous = self._load_or_none(cp.run_id, cp.revision - 1)
+        self._tx(self._unique(lambda conn: self._append(conn, cp, previous, writes, lease,
+                                                        intents, consume), cp=cp))  # fmt: skip
+        self._remember(cp)
+
+    def _append(
+        self,
+        conn: Conn,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        writes: Sequence[DomainWrite],
+        lease: Lease | None,
+        intents: Sequence[Intent],
+        consume: Sequence[tuple[int, str]],
+    ) -> None:
+        done, total = cp.progress if cp.progress is not None else (None, None)
+        sql = (
+            f"UPDATE runs SET status=%s, revision=%s, updated_at={ts()}, progress_done="
+            "coalesce(%s, progress_done), progress_total=coalesce(%s, progress_total), error=%s"
+        )
+        args: list[Any] = [cp.status, cp.revision, cp.created_at, done, total, no_nul(cp.error)]
+        if cp.status not in ("running", "pending"):
+            sql += ", lease_owner=NULL, lease_expires_at=NULL"
+        elif lease is not None:
+            sql += ", lease_owner=%s, lease_expires_at=flowdesk_now() + %s * interval '1 second'"
+            args += [lease.owner, _ttl(lease)]
+        sql += " WHERE run_id=%s AND scope=%s AND revision=%s"
+        args += [cp.run_id, self.scope, cp.revision - 1]
+        if lease is not None:
+            cond, cargs = _lease_cond(lease)
+            sql += f" AND {cond}"
+            args += cargs
+        cur = conn.execute(sql, args)
+        if cur.rowcount != 1 or previous is None:
+            row = conn.execute(
+                "SELECT revision, lease_owner FROM runs WHERE run_id=%s AND scope=%s",
+                (cp.run_id, self.scope),
+            ).fetchone()
+            if row is None:
+                raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+            if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
+                raise LeaseLostError(
+                    f"run {cp.run_id} was taken over by {row[1]} after this process's "
+                    "lease expired; this process stops executing it."
+                )
+            raise RevisionConflictError(
+                f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
+                f"latest revision {row[0]}; another writer got there first. Reload "
+                "the run and try again."
+            )
+        self._write_checkpoint(conn, cp, previous)
+        for signal_id, wait_id in consume:
+            cur = conn.execute(
+                f"UPDATE signals SET consumed_by=%s, consumed_at={ts()} "
+                "WHERE signal_id=%s AND consumed_by IS NULL",
+                (wait_id, cp.created_at, signal_id),
+            )
+            if cur.rowcount != 1:
+                raise RevisionConflictError(
+                    f"signal {signal_id} was consumed by another wait first"
+                )
+        if intents:
+            with conn.cursor() as c:
+                c.executemany(
+                    "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "
+                    f"status, created_at) VALUES (%s,%s,%s,%s,%s,'pending',{ts()})",
+                    [
+                        (
+                            i.intent_id,
+                            i.run_id,
+                            i.step_id,
+                            i.destination,
+                            codec.dumps(i.payload),
+                            cp.created_at,
+                        )
+                        for i in intents
+                    ],
+                )
+        self._run_domain(conn, writes)
+
+    def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
+        def body(conn: Conn) -> Checkpoint:
+            # FOR UPDATE: no other writer can append between the read and ours.
+            row = conn.execute(
+                "SELECT revision FROM runs WHERE run_id=%s AND scope=%s FOR UPDATE",
+                (run_id, self.scope),
+            ).fetchone()
+            if row is None:
+                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            latest = self._load(conn, run_id, int(row[0]))
+            cp = change(latest)
+            self._append(conn, cp, latest, (), None, (), ())
+            return cp
+
+        self._forget(run_id)
+        cp = self._tx(body)
+        self._remember(cp)
+        return cp
+
+    def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
+        def body(conn: Conn) -> tuple[bool, RunRecord | None]:
+            cur = conn.execute(
+                "UPDATE runs SET lease_owner=%s, lease_expires_at=flowdesk_now() + "
+                f"%s * interval '1 second' WHERE run_id=%s AND scope=%s AND {_LEASE_FREE}",
+                (lease.owner, _ttl(lease, now), run_id, self.scope, lease.owner),
+            )
+            return cur.rowcount == 1, self._get_run(conn, run_id)
+
+        claimed, run = self._tx(body)
+        if run is None:
+            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+        if not claimed:
+            raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+        return run
+
+    def release(self, run_id: str, owner: str) -> None:
+        self._tx(
+            lambda conn: conn.execute(
+                "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
+                "WHERE run_id=%s AND lease_owner=%s",
+                (run_id, owner),
+            )
+        )
+
+    def delete_run(self, run_id: str) -> None:
+        def body(conn: Conn) -> int:
+            return conn.execute(
+                "DELETE FROM runs WHERE run_id=%s AND scope=%s", (run_id, self.scope)
+            ).rowcount
+
+        if self._tx(body) != 1:
+            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+        self._forget(run_id)
+
+    def prune(self, run_id: str, keep_last_n: int) -> int:
+        if keep_last_n < 1:
+            raise ValueError(
+                "keep_last_n must be at least 1: the latest checkpoint is never pruned"
+            )
+
+        def body(conn: Conn) -> int:
+            row = conn.execute(
+                "SELECT revision FROM runs WHERE run_id=%s AND scope=%s FOR UPDATE",
+                (run_id, self.scope),
+            ).fetchone()
+            if row is None:
+                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            oldest_kept = int(row[0]) - keep_last_n + 1
+            first = conn.execute(
+                "SELECT min(revision) FROM checkpoints WHERE run_id=%s", (run_id,)
+            ).fetchone()
+            if first is None or first[0] is None or first[0] >= oldest_kept:
+                return 0
+            base = self._load(conn, run_id, oldest_kept)
+            deleted = conn.execute(
+                "DELETE FROM checkpoints WHERE run_id=%s AND revision<=%s", (run_id, oldest_kept)
+            ).rowcount
+            self._write_checkpoint(conn, base, None)
+            return int(deleted) - 1
+
+        return self._tx(body)
+
+    # -- reads ---------------------------------------------------------------
+
+    def _read(self, body: Callable[[Conn], T]) -> T:
+        return self._tx(body, write=False)
+
+    def _get_run(self, conn: Conn, run_id: str) -> RunRecord | None:
+        row = conn.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id=%s AND scope=%s", (run_id, self.scope)
+        ).fetchone()
+        return None if row is None else _run_from_row(row)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        run = self._read(lambda conn: self._get_run(conn, run_id))
+        if run is None:
+            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+        return run
+
+    def list_runs(
+        self,
+        statuses: Sequence[RunStatus] | None = None,
+        flow_name: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        newest_first: bool = False,
+        *,
+        tenant_id: str | None = None,
+        session_id: str | None = None,
+        flow_key: str | None = None,
+    ) -> list[RunRecord]:
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=%s"
+        args: list[Any] = [self.scope]
+        for column, value in (
+            ("tenant_id", tenant_id),
+            ("session_id", session_id),
+            ("flow_key", flow_key),
+        ):
+            if value is not None:
+                sql += f" AND {column}=%s"
+                args.append(value)
+        if statuses is not None:
+            sql += " AND status = ANY(%s)"
+            args.append(list(statuses))
+        if flow_name is not None:
+            sql += " AND flow_name=%s"
+            args.append(flow_name)
+        order = "DESC" if newest_first else "ASC"
+        sql += f" ORDER BY created_at {order}, run_id {order} LIMIT %s OFFSET %s"
+        args.extend([limit, offset])  # LIMIT NULL = no limit
+        return self._read(lambda conn: [_run_from_row(r) for r in conn.execute(sql, args)])
+
+    def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
+        return self._read(
+            lambda conn: [
+                _run_from_row(r)
+                for r in conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=%s AND flow_name=%s "
+                    "AND flow_version<>%s AND status IN ('pending','running','waiting','failed') "
+                    "ORDER BY created_at, run_id",
+                    (self.scope, flow_name, version),
+                )
+            ]
+        )
+
+    def history(self, run_id: str) -> list[CheckpointInfo]:
+        def body(conn: Conn) -> list[Any] | None:
+            if self._get_run(conn, run_id) is None:
+                return None
+            return conn.execute(
+                f"SELECT revision, status, step_id, {epoch('created_at')} FROM checkpoints "
+                "WHERE run_id=%s ORDER BY revision",
+                (run_id,),
+            ).fetchall()
+
+        rows = self._read(body)
+        if rows is None:
+            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+
+    def latest(self, run_id: str) -> Checkpoint:
+        def body(conn: Conn) -> Checkpoint:
+            run = self._get_run(conn, run_id)
+            if run is None:
+                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            cached = self._cached(run_id)
+            if cached is not None and cached.revision == run.revision:
+                return cached
+            return self._load(conn, run_id, run.revision)
+
+        cp = self._read(body)
+        self._remember(cp)
+        return cp
+
+    def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
+        def body(conn: Conn) -> Checkpoint:
+            if self._get_run(conn, run_id) is None:
+                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            return self._load(conn, run_id, revision)
+
+        return self._read(body)
+
+    def _load_or_none(self, run_id: str, revision: int) -> Checkpoint | None:
+        try:
+            return self._read(lambda conn: self._load(conn, run_id, revision))
+        except CheckpointNotFoundError:
+            return None
+
+    def _load(self, conn: Conn, run_id: str, revision: int) -> Checkpoint:
+        """Fold deltas onto the nearest snapshot at or below ``revision``."""
+        rows: list[Any] = conn.execute(
+            f"SELECT revision, kind, status, step_id, {epoch('created_at')}, state, steps, "
+            "frontier, progress, error, meta, waits FROM checkpoints "
+            "WHERE run_id=%s AND revision<=%s AND revision>="
+            "(SELECT max(revision) FROM checkpoints WHERE run_id=%s AND revision<=%s "
+            "AND kind='snapshot') ORDER BY revision",
+            (run_id, revision, run_id, revision),
+        ).fetchall()
+        if not rows or int(rows[-1][0]) != revision:
+            raise CheckpointNotFoundError(
+                f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
+            )
+        state: Mapping[str, Any] = {}
+        steps: dict[str, StepRecord] = {}
+        for rev, kind, _status, _sid, _at, state_json, steps_json, *_ in rows:
+            try:
+                delta = codec.loads(state_json)
+                step_delta = codec.loads(steps_json)
+                if not isinstance(delta, dict) or not isinstance(step_delta, dict):
+                    raise TypeError("state and steps must be JSON objects")
+                state = delta if kind == "snapshot" else codec.apply_state_delta(state, delta)
+                if kind == "snapshot":
+                    steps = {}
+                for key, rec in step_delta.items():
+                    steps[key] = StepRecord.from_json(rec)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise CheckpointDecodeError(
+                    run_id, int(rev), "", f"malformed record: {exc}"
+                ) from exc
+        last = rows[-1]
+        try:
+            frontier = tuple(codec.loads(last[7]))
+            progress_raw = None if last[8] is None else codec.loads(last[8])
+            meta = {} if last[10] is None else codec.loads(last[10])
+            waits = (
+                () if last[11] is None else tuple(Wait.from_json(w) for w in codec.loads(last[11]))
+            )
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CheckpointDecodeError(run_id, revision, "", f"malformed record: {exc}") from exc
+        progress = None if progress_raw is None else (int(progress_raw[0]), int(progress_raw[1]))
+        return Checkpoint(
+            run_id=run_id,
+            revision=revision,
+            status=last[2],
+            state=state,
+            steps=steps,
+            frontier=frontier,
+            created_at=float(last[4]),
+            step_id=last[3],
+            progress=progress,
+            error=last[9],
+            meta=meta,
+            waits=waits,
+        )
+
+    def query(self, op: Callable[[Any], T]) -> T:
+        """Run ``op(SqlTx)`` in its own transaction and commit (domain SQL with
+        ``?`` placeholders runs unchanged; see :class:`SqlTx`)."""
+        return self._tx(lambda conn: op(SqlTx(conn)))
+
+    # -- waits, signals, events ----------------------------------------------
+
+    def send_signal(
+        self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
+    ) -> int:
+        body_json = codec.dumps(payload)
+
+        def body(conn: Conn) -> int:
+            row = conn.execute(
+                "INSERT INTO signals(scope, name, key, payload, dedupe_key, sent_at) "
+                f"VALUES (%s,%s,%s,%s,%s,{ts()}) "
+                "ON CONFLICT (scope, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING "
+                "RETURNING signal_id",
+                (self.scope, name, key, body_json, dedupe_key, now),
+            ).fetchone()
+            if row is not None:
+                return int(row[0])
+            first = conn.execute(
+                "SELECT signal_id FROM signals WHERE scope=%s AND dedupe_key=%s",
+                (self.scope, dedupe_key),
+            ).fetchone()
+            if first is None:  # the conflicting sender rolled back; try again
+                raise psycopg.errors.SerializationFailure("dedupe winner vanished")
+            return int(first[0])
+
+        return self._tx(body)
+
+    def next_signal(self, name: str, key: str) -> Signal | None:
+        row = self._read(
+            lambda conn: conn.execute(
+                f"SELECT signal_id, payload, {epoch('sent_at')} FROM signals WHERE scope=%s "
+                "AND name=%s AND key=%s AND consumed_by IS NULL ORDER BY signal_id LIMIT 1",
+                (self.scope, name, key),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return Signal(int(row[0]), name, key, codec.loads(row[1]), float(row[2]))
+
+    def publish_event(self, type_: str, payload: Any, now: float) -> int:
+        body_json = codec.dumps(payload)
+
+        def body(conn: Conn) -> int:
+            row = conn.execute(
+                "INSERT INTO events(scope, type, payload, published_at) "
+                f"VALUES (%s,%s,%s,{ts()}) RETURNING event_id",
+                (self.scope, type_, body_json, now),
+            ).fetchone()
+            assert row is not None
+            return int(row[0])
+
+        return self._tx(body)
+
+    def first_event(self, type_: str, since: float) -> Event | None:
+        row = self._read(
+            lambda conn: conn.execute(
+                f"SELECT event_id, payload, {epoch('published_at')} FROM events WHERE scope=%s "
+                f"AND type=%s AND published_at>={ts()} ORDER BY published_at, event_id LIMIT 1",
+                (self.scope, type_, since),
+            ).fetchone()
+        )
+        if row is None:
+            return None
+        return Event(int(row[0]), type_, codec.loads(row[1]), float(row[2]))
+
+    def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
+        rows = self._read(
+            lambda conn: conn.execute(
+                "SELECT w.run_id, w.wait_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
+                f"WHERE w.deadline_at IS NOT NULL AND w.deadline_at<={ts()} AND r.scope=%s "
+                "ORDER BY w.deadline_at LIMIT %s",
+                (now, self.scope, limit),
+            ).fetchall()
+        )
+        return [(str(a), str(b)) for a, b in rows]
+
+    def next_deadline(self) -> float | None:
+        row = self._read(
+            lambda conn: conn.execute(
+                f"SELECT {epoch('w.deadline_at')} FROM waits w JOIN runs r ON r.run_id=w.run_id "
+                "WHERE w.deadline_at IS NOT NULL AND r.scope=%s ORDER BY w.deadline_at LIMIT 1",
+                (self.scope,),
+            ).fetchone()
+        )
+        return None if row is None or row[0] is None else float(row[0])
+
+    def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        # Due deadlines first, by deadline, so a burst of signals never delays one.
+        sql = (
+            "SELECT run_id FROM ("
+            " SELECT w.run_id, 0 AS prio, w.deadline_at AS due FROM waits w"
+            " JOIN runs r ON r.run_id=w.run_id"
+            " WHERE w.deadline_at IS NOT NULL AND w.deadline_at<=to_timestamp(%(now)s)"
+            "  AND r.scope=%(scope)s"
+            " UNION ALL SELECT run_id, 0, deadline_at FROM runs"
+            " WHERE scope=%(scope)s AND status='waiting' AND deadline_at IS NOT NULL"
+            "  AND deadline_at<=to_timestamp(%(now)s)"
+            " UNION ALL SELECT w.run_id, 1, NULL FROM waits w JOIN runs r ON r.run_id=w.run_id"
+            " WHERE w.kind='signal' AND r.scope=%(scope)s AND EXISTS (SELECT 1 FROM signals s"
+            "  WHERE s.scope=%(scope)s AND s.name=w.name AND s.key=w.key"
+            "  AND s.consumed_by IS NULL)"
+            " UNION ALL SELECT w.run_id, 1, NULL FROM waits w JOIN runs r ON r.run_id=w.run_id"
+            " WHERE w.kind='event' AND r.scope=%(scope)s AND EXISTS (SELECT 1 FROM events e"
+            "  WHERE e.scope=%(scope)s AND e.type=w.name AND e.published_at>=w.created_at)"
+            ") AS due GROUP BY run_id ORDER BY min(prio), min(due) NULLS LAST LIMIT %(limit)s"
+        )
+        params = {"scope": self.scope, "now": now, "limit": limit}
+        rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        return [str(r[0]) for r in rows]
+
+    def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
+        sql = (
+            "SELECT DISTINCT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
+            "WHERE r.scope=%s AND w.kind=%s AND w.name=%s"
+        )
+        args: list[Any] = [self.scope, kind, name]
+        if key is not None:
+            sql += " AND w.key=%s"
+            args.append(key)
+        return self._read(lambda conn: [str(r[0]) for r in conn.execute(sql, args)])
+
+    # -- outbox ----------------------------------------------------------------
+
+    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
+        rows: list[Any] = self._read(
+            lambda conn: conn.execute(
+                "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
+                "o.attempts, o.receipt, o.last_error FROM outbox o JOIN runs r "
+                "ON r.run_id=o.run_id WHERE r.scope=%s AND o.status = ANY(%s) "
+                "ORDER BY o.created_at, o.intent_id LIMIT %s",
+                (self.scope, list(statuses), limit),
+            ).fetchall()
+        )
+        return [
+            Intent(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                str(r[3]),
+                codec.loads(r[4]),
+                r[5],
+                int(r[6]),
+                None if r[7] is None else codec.loads(r[7]),
+                r[8],
+            )
+            for r in rows
+        ]
+
+    def mark_intent(
+        self,
+        intent_id: str,
+        status: str,
+        now: float,
+        *,
+        receipt: Any = None,
+        error: str | None = None,
+    ) -> None:
+        if status == "sending":
+            sql = (
+                f"UPDATE outbox SET status='sending', attempts=attempts+1, sent_at={ts()} "
+                "WHERE intent_id=%s"
+            )
+            args: tuple[Any, ...] = (now, intent_id)
+        elif status == "delivered":
+            sql = (
+                f"UPDATE outbox SET status='delivered', delivered_at={ts()}, receipt=%s, "
+                "last_error=NULL WHERE intent_id=%s"
+            )
+            args = (now, codec.dumps(receipt), intent_id)
+        else:
+            sql = "UPDATE outbox SET status=%s, last_error=%s WHERE intent_id=%s"
+            args = (status, no_nul(error), intent_id)
+        self._tx(lambda conn: conn.execute(sql, args))
+
+    # -- change detection, lifecycle ---------------------------------------------
+
+    def data_version(self) -> int:
+        """Changes whenever any transaction commits on the server (a hash of
+        ``pg_current_snapshot()``) or this store commits; cheap to poll."""
+        row = self._read(lambda conn: conn.execute("SELECT pg_current_snapshot()::text").fetchone())
+        snap = "" if row is None else str(row[0])
+        digest = int.from_bytes(hashlib.blake2b(snap.encode(), digest_size=4).digest(), "big")
+        return (digest << 32) + self._own_commits
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+#: Settings every pooled connection gets (search_path: the schema all tables live in).
+def _connection_kwargs(application_name: str) -> dict[str, Any]:
+    return {
+        "autocommit": False,
+        "application_name": application_name,
+        "options": f"-c search_path={migrations.PG_SCHEMA}",
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "connect_timeout": 10,
+    }
+
+
+def _check_connect(url: str) -> None:
+    try:
+        psycopg.connect(url, connect_timeout=10).close()
+    except psycopg.Error as exc:
+        raise DatabaseOpenError(
+            f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Check the URL, that the "
+            "server is up, and the role's password (~/.pgpass or PGPASSWORD)."
+        ) from exc
+
+
+def open_postgres_store(
+    url: str,
+    *,
+    scope: str = "default",
+    max_connections: int = 8,
+    application_name: str = "flowdesk",
+) -> PostgresCheckpointStore:
+    """Connect to ``url`` (``postgresql://…``) and return a verified store.
+
+    Args:
+        url: a libpq URL; the password comes from libpq's own sources
+            (``~/.pgpass``, ``PGPASSWORD``) rather than the URL where possible.
+        scope: the store scope.
+        max_connections: the pool's size (threads that write at once, + 2).
+        application_name: shown in ``pg_stat_activity`` (a worker passes its owner id).
+
+    Raises:
+        DatabaseOpenError: the server cannot be reached or refuses the role.
+        SchemaMissingError: names ``flowdesk --db URL db apply``.
+        SchemaChecksumError, SchemaTooNewError, StoreError.
+    """
+    _check_connect(url)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url,
+        min_size=1,
+        max_size=max(2, max_connections),
+        kwargs=_connection_kwargs(application_name),
+        open=False,
+        name="flowdesk",
+    )
+    try:
+        pool.open(wait=True, timeout=30)
+        return PostgresCheckpointStore(pool, scope=scope, where=redact(url))
+    except PoolTimeout as exc:
+        pool.close()
+        raise DatabaseOpenError(f"cannot open connections to PostgreSQL at {redact(url)}") from exc
+    except BaseException:
+        pool.close()
+        raise
+
+
+def apply_postgres_schema(url: str) -> list[migrations.SchemaFile]:
+    """``flowdesk --db postgresql://… db apply``: apply every pending file of
+    ``schema/postgres/`` (see :func:`desktop_app.store.migrations.apply`).
+    Returns the files applied. Raises DatabaseOpenError, SchemaChecksumError,
+    SchemaTooNewError, StoreError."""
+    _check_connect(url)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        return migrations.apply(conn)
+
+
+def postgres_schema_status(url: str) -> list[migrations.SchemaStatus]:
+    """``flowdesk --db postgresql://… db status``: the state of every schema file."""
+    _check_connect(url)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        return migrations.status(conn)

@@ -1,0 +1,225 @@
+"""Durable agent runs in PostgreSQL: the same methods and records as
+:class:`desktop_app.store.agent_runs.SqliteAgentStore`, over the pool of a
+:class:`~desktop_app.store.postgres.PostgresCheckpointStore` (same database,
+same transaction discipline: one short transaction per method, retried and
+commit-resolved by the checkpoint store).
+
+PostgreSQL differences: the next message ``seq`` is taken after locking the
+agent run's row (``FOR UPDATE``), since two connections may append at once;
+the tool-result upsert qualifies the existing row's columns and adds an
+integer, not a boolean.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from desktop_app.errors import CheckpointNotFoundError
+from desktop_app.store.agent_runs import AgentRun, ToolResult
+from desktop_app.store.postgres import Conn, PostgresCheckpointStore
+from desktop_app.store.postgres_sql import epoch, no_nul, ts
+
+_TIME_FIELDS = frozenset({"created_at", "updated_at", "deadline_at", "expires_at", "retry_at"})
+_COLUMNS = (
+    "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
+    f"pending_call, {epoch('created_at')}, {epoch('updated_at')}, {epoch('deadline_at')}, "
+    f"{epoch('expires_at')}, {epoch('retry_at')}, context"
+)
+_TOOL_COLUMNS = "tool_key, tool, status, result, attempts, reused"
+
+
+def _run(row: Sequence[Any]) -> AgentRun:
+    return AgentRun(
+        run_id=row[0],
+        agent=row[1],
+        status=row[2],
+        parent_run_id=row[3],
+        input=row[4],
+        response=row[5],
+        error=row[6],
+        error_type=row[7],
+        turns=int(row[8]),
+        pending_call=None if row[9] is None else json.loads(row[9]),
+        created_at=float(row[10]),
+        updated_at=float(row[11]),
+        deadline_at=row[12],
+        expires_at=row[13],
+        retry_at=row[14],
+        context=json.loads(row[15]),
+    )
+
+
+def _tool(row: Sequence[Any]) -> ToolResult:
+    return ToolResult(str(row[0]), str(row[1]), row[2], row[3], int(row[4]), int(row[5]))
+
+
+class PostgresAgentStore:
+    """Agent runs over the checkpoint store's pool (see module docstring)."""
+
+    def __init__(self, checkpoints: PostgresCheckpointStore) -> None:
+        self.checkpoints = checkpoints
+        self.scope = checkpoints.scope
+
+    def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
+        """Insert a run and its first messages (system, user)."""
+
+        def body(conn: Conn) -> None:
+            conn.execute(
+                "INSERT INTO agent_runs(scope, run_id, agent, status, parent_run_id, input, "
+                "response, error, error_type, turns, pending_call, created_at, updated_at, "
+                "deadline_at, expires_at, retry_at, context) VALUES "
+                f"(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,NULL,{ts()},{ts()},{ts()},{ts()},{ts()},%s)",
+                (
+                    self.scope,
+                    run.run_id,
+                    run.agent,
+                    run.status,
+                    run.parent_run_id,
+                    run.input,
+                    run.response,
+                    no_nul(run.error),
+                    run.error_type,
+                    run.turns,
+                    run.created_at,
+                    run.updated_at,
+                    run.deadline_at,
+                    run.expires_at,
+                    run.retry_at,
+                    json.dumps(run.context),
+                ),
+            )
+            self._append(conn, run.run_id, messages, run.created_at)
+
+        self.checkpoints._tx(body)
+
+    @staticmethod
+    def _append(conn: Conn, run_id: str, messages: Sequence[dict[str, Any]], now: float) -> None:
+        if not messages:
+            return
+        row = conn.execute(
+            "SELECT coalesce(max(seq), -1) FROM agent_messages WHERE run_id=%s", (run_id,)
+        ).fetchone()
+        seq = int(row[0]) + 1 if row is not None else 0
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO agent_messages(run_id, seq, role, body, created_at) "
+                f"VALUES (%s,%s,%s,%s,{ts()})",
+                [
+                    (run_id, seq + i, m["role"], json.dumps(m, ensure_ascii=False), now)
+                    for i, m in enumerate(messages)
+                ],
+            )
+
+    def update(
+        self,
+        run_id: str,
+        now: float,
+        *,
+        messages: Sequence[dict[str, Any]] = (),
+        tool: tuple[str, str, str, str | None] | None = None,
+        **fields: Any,
+    ) -> None:
+        """In one transaction: append ``messages``, upsert a tool result
+        ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
+        run ``fields``. Raises CheckpointNotFoundError for an unknown run."""
+        sets = [f"updated_at={ts()}"]
+        args: list[Any] = [now]
+        for name, value in fields.items():
+            if name in _TIME_FIELDS:
+                sets.append(f"{name}={ts()}")
+            else:
+                sets.append(f"{name}=%s")
+            if name == "pending_call" and value is not None:
+                value = json.dumps(value)
+            elif name == "error":
+                value = no_nul(value)
+            args.append(value)
+
+        def body(conn: Conn) -> None:
+            # lock the run first: message seq numbers are taken under it
+            locked = conn.execute(
+                "SELECT 1 FROM agent_runs WHERE run_id=%s AND scope=%s FOR UPDATE",
+                (run_id, self.scope),
+            ).fetchone()
+            if locked is None:
+                raise CheckpointNotFoundError(f"no agent run {run_id}")
+            self._append(conn, run_id, messages, now)
+            if tool is not None:
+                key, name, status, result = tool
+                conn.execute(
+                    "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, result, "
+                    f"attempts, updated_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()}) "
+                    "ON CONFLICT (run_id, tool_key) DO UPDATE SET status=excluded.status, "
+                    "result=coalesce(excluded.result, agent_tool_results.result), "
+                    "attempts=agent_tool_results.attempts+excluded.attempts, "
+                    "updated_at=excluded.updated_at",
+                    (run_id, key, name, status, result, int(status == "in_progress"), now),
+                )
+            conn.execute(
+                f"UPDATE agent_runs SET {', '.join(sets)} WHERE run_id=%s AND scope=%s",
+                (*args, run_id, self.scope),
+            )
+
+        self.checkpoints._tx(body)
+
+    def mark_reused(self, run_id: str, key: str) -> None:
+        self.checkpoints._tx(
+            lambda conn: conn.execute(
+                "UPDATE agent_tool_results SET reused=reused+1 WHERE run_id=%s AND tool_key=%s",
+                (run_id, key),
+            )
+        )
+
+    def get(self, run_id: str) -> AgentRun:
+        row = self.checkpoints._read(
+            lambda conn: conn.execute(
+                f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=%s AND scope=%s",
+                (run_id, self.scope),
+            ).fetchone()
+        )
+        if row is None:
+            raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
+        return _run(row)
+
+    def messages(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.checkpoints._read(
+            lambda conn: conn.execute(
+                "SELECT body FROM agent_messages WHERE run_id=%s ORDER BY seq", (run_id,)
+            ).fetchall()
+        )
+        return [json.loads(r[0]) for r in rows]
+
+    def tool_result(self, run_id: str, key: str) -> ToolResult | None:
+        row = self.checkpoints._read(
+            lambda conn: conn.execute(
+                f"SELECT {_TOOL_COLUMNS} FROM agent_tool_results WHERE run_id=%s AND tool_key=%s",
+                (run_id, key),
+            ).fetchone()
+        )
+        return None if row is None else _tool(row)
+
+    def tool_results(self, run_id: str) -> list[ToolResult]:
+        rows = self.checkpoints._read(
+            lambda conn: conn.execute(
+                f"SELECT {_TOOL_COLUMNS} FROM agent_tool_results WHERE run_id=%s "
+                "ORDER BY updated_at",
+                (run_id,),
+            ).fetchall()
+        )
+        return [_tool(r) for r in rows]
+
+    def list(
+        self, statuses: Sequence[str] | None = None, agent: str | None = None
+    ) -> list[AgentRun]:
+        sql = f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=%s"
+        args: list[Any] = [self.scope]
+        if statuses is not None:
+            sql += " AND status = ANY(%s)"
+            args.append(list(statuses))
+        if agent is not None:
+            sql += " AND agent=%s"
+            args.append(agent)
+        sql += " ORDER BY created_at, run_id"
+        return self.checkpoints._read(lambda conn: [_run(r) for r in conn.execute(sql, args)])

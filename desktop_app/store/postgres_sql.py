@@ -1,0 +1,167 @@
+"""PostgreSQL plumbing shared by the PostgreSQL stores: SQLSTATE error
+classification, the ``?`` -> ``%s`` adapter domain writes run through, and
+time conversion at the boundary.
+
+Errors are classified by SQLSTATE (``exc.sqlstate``) and by psycopg's
+exception classes, never by message text (the PostgreSQL error-code table,
+Appendix A of its manual).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+from desktop_app.errors import DatabaseOpenError, SchemaMissingError, StoreError
+
+#: Whole-transaction retry on these: serialization_failure, deadlock_detected.
+RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+def ts(placeholder: str = "%s") -> str:
+    """SQL turning a UTC epoch-seconds parameter into ``timestamptz``."""
+    return f"to_timestamp({placeholder})"
+
+
+def epoch(column: str) -> str:
+    """SQL reading a ``timestamptz`` column as UTC epoch seconds (float8)."""
+    return f"extract(epoch from {column})::float8"
+
+
+def no_nul(text: str | None) -> str | None:
+    """Free text (error messages) with NUL replaced by U+FFFD: PostgreSQL text
+    refuses NUL, and an error message must never make its append fail."""
+    return None if text is None else text.replace("\x00", "\ufffd")
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """The connection (not the statement) failed: nothing the server did is known."""
+    if not isinstance(exc, psycopg.Error):
+        return False
+    code = exc.sqlstate or ""
+    if code.startswith("08") or code in ("57P01", "57P02", "57P03"):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and not code
+
+
+def translate(exc: psycopg.Error, where: str = "") -> StoreError:
+    """A typed :class:`StoreError` with advice for a psycopg error (by SQLSTATE)."""
+    at = f" ({where})" if where else ""
+    code = exc.sqlstate or ""
+    if is_connection_lost(exc):
+        return StoreError(
+            f"lost the connection to PostgreSQL{at}; the transaction was not committed, "
+            "nothing was written. Check that the server is up and retry."
+        )
+    if code == "42P01" or code == "3F000":
+        return SchemaMissingError(
+            f"the PostgreSQL database{at} has no Flowdesk schema; run "
+            "`flowdesk --db postgresql://... db apply` to apply it."
+        )
+    if code == "3D000" or code.startswith("28"):
+        return DatabaseOpenError(
+            f"cannot open the PostgreSQL database{at} (SQLSTATE {code}): check the URL, "
+            "the role and its password (~/.pgpass or PGPASSWORD)."
+        )
+    if code == "25006":
+        return StoreError(
+            f"connected to a read-only PostgreSQL server{at} (a standby?); nothing was "
+            "written. Point --db at the primary."
+        )
+    if code == "53100":
+        return StoreError(
+            f"the PostgreSQL server{at} is out of disk space; nothing was written. "
+            "Free some space and resume the run."
+        )
+    if code == "53300":
+        return StoreError(
+            f"the PostgreSQL server{at} has no free connection slots (max_connections); "
+            "nothing was written. Stop some workers or raise max_connections."
+        )
+    if code in ("55P03", "57014"):
+        return StoreError(
+            f"a PostgreSQL lock or statement timeout expired{at}; nothing was written. Retry."
+        )
+    if code in RETRY_SQLSTATES:
+        return StoreError(
+            f"PostgreSQL kept aborting the transaction{at} (SQLSTATE {code}, a serialization "
+            "failure or deadlock) after several retries; nothing was written. Retry."
+        )
+    if isinstance(exc, psycopg.DataError) and not code:
+        return StoreError(
+            f"a value cannot be stored in PostgreSQL{at}: {exc}. Text may not contain NUL "
+            "characters; nothing was written."
+        )
+    return StoreError(f"PostgreSQL error{at} (SQLSTATE {code or 'none'}): {exc}")
+
+
+@functools.lru_cache(maxsize=512)
+def qmark_to_format(sql: str) -> str:
+    """``?`` placeholders to psycopg's ``%s``, ``%`` escaped as ``%%``; quoted
+    literals and identifiers (``'…'``, ``"…"``) are copied unchanged except
+    for ``%`` escaping."""
+    out: list[str] = []
+    quote: str | None = None
+    for ch in sql:
+        if ch == "%":
+            out.append("%%")
+            continue
+        if quote is not None:
+            out.append(ch)
+            if ch == quote:
+                quote = None
+            continue
+        if ch in ("'", '"'):
+            quote = ch
+            out.append(ch)
+        elif ch == "?":
+            out.append("%s")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+class SqlTx:
+    """What a domain write (or query op) receives on PostgreSQL: the open
+    transaction of the store, with the subset of apsw's connection API the
+    domain SQL uses (``execute``, ``executemany`` with ``?`` placeholders, and
+    ``with tx:`` as a no-op since the store commits).
+
+    ``dialect`` lets a domain write pick dialect-specific SQL where the
+    portable subset does not reach.
+    """
+
+    dialect: Literal["postgres"] = "postgres"
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        return self._conn.execute(qmark_to_format(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
+        cur = self._conn.cursor()
+        cur.executemany(qmark_to_format(sql), [tuple(r) for r in rows])
+        return cur
+
+    def __enter__(self) -> SqlTx:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None

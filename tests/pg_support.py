@@ -1,0 +1,229 @@
+"""A real PostgreSQL for the tests: one server per session, one database per test.
+
+Where the server comes from, in order:
+
+1. ``FLOWDESK_TEST_PG_DSN`` (``.ci/run`` sets it after ``.ci/postgres.sh``
+   started a throwaway cluster; a developer may point it at their own server:
+   the role needs CREATEDB).
+2. A private cluster started here when ``/usr/lib/postgresql/*/bin/initdb``
+   exists: ``initdb`` into a fresh temp dir (as the ``postgres`` user via
+   ``runuser`` when running as root, since initdb refuses root), ``pg_ctl
+   start`` on 127.0.0.1 and a free port with ``fsync=off`` (throwaway data),
+   stopped with ``-m immediate`` and removed at session end.
+3. Otherwise the PostgreSQL tests skip, except under ``CI=true`` where they
+   fail: CI must never silently run only the SQLite half.
+
+Each test gets ``CREATE DATABASE t_<hex> TEMPLATE flowdesk_template``; the
+template is built once per session with the real ``db apply`` code path
+(:func:`desktop_app.store.postgres.apply_postgres_schema`).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+#: Read at import: the autouse fixture in conftest clears FLOWDESK_* per test.
+ENV_DSN = os.environ.get("FLOWDESK_TEST_PG_DSN")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+TEMPLATE = "flowdesk_template"
+
+
+def with_database(dsn: str, dbname: str) -> str:
+    """``dsn`` (a postgresql:// URL) pointing at database ``dbname``."""
+    parts = urlsplit(dsn)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+def unavailable(reason: str) -> None:
+    """Skip the test, or fail it under CI (never a silent SQLite-only CI)."""
+    if IN_CI:
+        pytest.fail(f"CI=true but no PostgreSQL for the tests: {reason}", pytrace=False)
+    pytest.skip(f"no PostgreSQL: {reason}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PrivateCluster:
+    """A throwaway cluster in a temp dir (see module docstring)."""
+
+    bindir: str
+    datadir: str = ""
+    port: int = 0
+    started_in_s: float = 0.0
+    _as_postgres: list[str] = field(default_factory=list)
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(
+            [*self._as_postgres, *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+
+    def start(self) -> str:
+        t0 = time.monotonic()
+        self.datadir = tempfile.mkdtemp(prefix="flowdesk-pg-")
+        if os.geteuid() == 0:
+            shutil.chown(self.datadir, "postgres")
+            self._as_postgres = ["runuser", "-u", "postgres", "--"]
+        init = os.path.join(self.bindir, "initdb")
+        self._run(
+            init, "-D", self.datadir, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"
+        )
+        last: subprocess.CalledProcessError | None = None
+        for _ in range(3):  # a free port can be taken between the probe and the start
+            self.port = _free_port()
+            opts = (
+                f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 "
+                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+                "-c max_connections=200"
+            )
+            try:
+                self._run(
+                    os.path.join(self.bindir, "pg_ctl"),
+                    "-D",
+                    self.datadir,
+                    "-l",
+                    os.path.join(self.datadir, "log"),
+                    "-w",
+                    "-o",
+                    opts,
+                    "start",
+                )
+                break
+            except subprocess.CalledProcessError as exc:
+                last = exc
+        else:
+            raise RuntimeError(f"pg_ctl start failed: {last and last.stderr!r}")
+        self.started_in_s = time.monotonic() - t0
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        if self.datadir:
+            subprocess.run(
+                [
+                    *self._as_postgres,
+                    os.path.join(self.bindir, "pg_ctl"),
+                    "-D",
+                    self.datadir,
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
+            shutil.rmtree(self.datadir, ignore_errors=True)
+
+
+def find_bindir() -> str | None:
+    """The newest installed PostgreSQL bin dir (Debian layout), or ``None``."""
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
+    )
+    return os.path.dirname(found[-1]) if found else None
+
+
+@dataclass
+class PgServer:
+    """The session's server: ``admin_dsn`` (a database to run CREATE DATABASE from)."""
+
+    admin_dsn: str
+    cluster: PrivateCluster | None = None
+    error: str | None = None
+
+    def new_database(self) -> str:
+        """A fresh database cloned from the applied template; returns its URL."""
+        import psycopg
+
+        name = "t_" + uuid.uuid4().hex[:16]
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
+        return with_database(self.admin_dsn, name)
+
+    def empty_database(self) -> str:
+        """A fresh database without Flowdesk's schema; returns its URL."""
+        import psycopg
+
+        name = "e_" + uuid.uuid4().hex[:16]
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return with_database(self.admin_dsn, name)
+
+    def drop_database(self, url: str) -> None:
+        import psycopg
+
+        name = urlsplit(url).path.lstrip("/")
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _build_template(admin_dsn: str) -> None:
+    import psycopg
+
+    from desktop_app.store.postgres import apply_postgres_schema
+
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    apply_postgres_schema(with_database(admin_dsn, TEMPLATE))
+
+
+def start_server() -> PgServer:
+    """Find or start the session's server (never raises; see ``PgServer.error``)."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        return PgServer("", error="psycopg is not installed (pip install 'flowdesk[postgres]')")
+    if ENV_DSN:
+        server = PgServer(ENV_DSN)
+    else:
+        bindir = find_bindir()
+        if bindir is None:
+            return PgServer(
+                "", error="no /usr/lib/postgresql/*/bin/initdb and no FLOWDESK_TEST_PG_DSN"
+            )
+        cluster = PrivateCluster(bindir)
+        try:
+            server = PgServer(cluster.start(), cluster=cluster)
+        except (OSError, subprocess.SubprocessError, RuntimeError) as exc:
+            cluster.stop()
+            return PgServer("", error=f"could not start a private cluster: {exc}")
+    try:
+        _build_template(server.admin_dsn)
+    except Exception as exc:
+        if server.cluster is not None:
+            server.cluster.stop()
+        return PgServer("", error=f"could not prepare the template database: {exc!r}")
+    return server
+
+
+def session_server() -> Iterator[PgServer]:
+    """Body of the session fixture: yields the server, stops a private cluster after."""
+    server = start_server()
+    try:
+        yield server
+    finally:
+        if server.cluster is not None:
+            server.cluster.stop()

@@ -1,0 +1,379 @@
+"""PostgresCheckpointStore beyond the shared conformance suite: a COMMIT
+whose connection drops (S70), races between connections and between stores,
+leases by the database's clock, domain SQL run unchanged through SqlTx,
+values PostgreSQL's text type would refuse."""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from desktop_app.errors import (
+    LeaseLostError,
+    RevisionConflictError,
+    RunLeasedError,
+    StoreError,
+)
+from desktop_app.store.domain import digest, tidy
+from desktop_app.store.protocol import Checkpoint, Lease, RunRecord
+from tests.pg_proxy import CommitDropProxy
+
+pytestmark = pytest.mark.postgres
+
+
+def run(run_id: str, t: float = 1000.0) -> RunRecord:
+    return RunRecord(run_id, "f", "v1", "running", 0, t, t)
+
+
+def cp(run_id: str, rev: int, state: dict[str, Any], status: Any = "running", **kw: Any):
+    return Checkpoint(run_id, rev, status, state, {}, ("a",), 1000.0 + rev, **kw)
+
+
+def _open(url: str, **kw: Any):
+    from desktop_app.store.postgres import open_postgres_store
+
+    return open_postgres_store(url, **kw)
+
+
+@pytest.fixture
+def proxied(pg_url: str) -> Iterator[tuple[Any, CommitDropProxy]]:
+    parts = urlsplit(pg_url)
+    proxy = CommitDropProxy(int(parts.port or 5432))
+    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
+    url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    store = _open(url, max_connections=2)
+    yield store, proxy
+    store.close()
+    proxy.close()
+
+
+@pytest.mark.scenario("S70")
+def test_commit_reply_lost_but_landed_is_a_success_and_not_repeated(proxied, pg_store):
+    store, proxy = proxied
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    proxy.arm("after_commit")
+    store.append(cp("r1", 1, {"x": 1}))  # the client never saw COMMIT's reply
+    assert proxy.fired == ["after_commit"]
+    # another connection (not through the proxy) sees exactly one revision 1
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    assert pg_store.latest("r1").state == {"x": 1}
+    with pytest.raises(RevisionConflictError):
+        store.append(cp("r1", 1, {"x": 1}))
+    store.append(cp("r1", 2, {"x": 2}))
+    assert pg_store.latest("r1").revision == 2
+
+
+@pytest.mark.scenario("S70")
+def test_commit_never_reached_the_server_is_retried_once(proxied, pg_store):
+    store, proxy = proxied
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    proxy.arm("before_commit")
+    store.append(cp("r1", 1, {"x": 1}), intents=())
+    assert proxy.fired == ["before_commit"]
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    assert pg_store.latest("r1").state == {"x": 1}
+
+
+@pytest.mark.scenario("S7")
+def test_cas_race_between_two_stores_has_exactly_one_winner(pg_url, pg_store):
+    other = _open(pg_url)
+    try:
+        pg_store.create_run(run("r1"), cp("r1", 0, {"n": 0}))
+        for rev in range(1, 21):
+            outcomes: list[str] = []
+            barrier = threading.Barrier(2)
+
+            def writer(
+                store: Any,
+                val: int,
+                rev: int = rev,
+                outcomes: list[str] = outcomes,
+                barrier: threading.Barrier = barrier,
+            ) -> None:
+                barrier.wait()
+                try:
+                    store.append(cp("r1", rev, {"n": val}))
+                    outcomes.append("ok")
+                except RevisionConflictError:
+                    outcomes.append("conflict")
+
+            threads = [
+                threading.Thread(target=writer, args=(s, v))
+                for s, v in ((pg_store, rev), (other, -rev))
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted(outcomes) == ["conflict", "ok"], rev
+        assert [h.revision for h in pg_store.history("r1")] == list(range(21))
+    finally:
+        other.close()
+
+
+def test_signal_dedupe_race_between_stores_stores_one(pg_url, pg_store):
+    other = _open(pg_url)
+    try:
+        ids: list[int] = []
+        barrier = threading.Barrier(2)
+
+        def send(store: Any) -> None:
+            barrier.wait()
+            ids.append(store.send_signal("approve", "k", {"ok": True}, 5.0, dedupe_key="d1"))
+
+        threads = [threading.Thread(target=send, args=(s,)) for s in (pg_store, other)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(ids) == 2 and ids[0] == ids[1]
+        sig = pg_store.next_signal("approve", "k")
+        assert sig is not None and sig.signal_id == ids[0] and sig.payload == {"ok": True}
+        assert pg_store.send_signal("approve", "k", {}, 6.0, dedupe_key="d2") != ids[0]
+    finally:
+        other.close()
+
+
+@pytest.mark.scenario("S67")
+def test_leases_are_decided_by_the_database_clock(pg_url, pg_store):
+    """A claimant whose own clock runs 120 s ahead cannot take a live lease;
+    once the database's clock passes the expiry, it can."""
+    from psycopg_pool import ConnectionPool
+
+    from desktop_app.store import postgres
+
+    pg_store.create_run(run("r1"), cp("r1", 0, {}))
+    pg_store.claim("r1", Lease("machine-a:1", 1030.0, 1000.0), 1000.0)  # 30 s by the DB clock
+    skewed_now = 1000.0 + 120.0
+    with pytest.raises(RunLeasedError):
+        pg_store.claim("r1", Lease("machine-b:2", skewed_now + 30, skewed_now), skewed_now)
+    with pytest.raises(LeaseLostError):
+        pg_store.append(cp("r1", 1, {}), lease=Lease("machine-b:2", skewed_now + 30, skewed_now))
+    # the same claimant on a server whose clock is 31 s later
+    kwargs = postgres._connection_kwargs("later")
+    kwargs["options"] += " -c flowdesk.time_offset_s=31"
+    pool: ConnectionPool[Any] = ConnectionPool(
+        pg_url, min_size=1, max_size=2, kwargs=kwargs, open=True
+    )
+    later = postgres.PostgresCheckpointStore(pool)
+    try:
+        claimed = later.claim("r1", Lease("machine-b:2", skewed_now + 30, skewed_now), skewed_now)
+        assert claimed.lease_owner == "machine-b:2"
+        later.append(cp("r1", 1, {"by": "b"}), lease=Lease("machine-b:2", 10.0, 0.0))
+    finally:
+        later.close()
+    with pytest.raises(LeaseLostError):
+        pg_store.append(cp("r1", 2, {}), lease=Lease("machine-a:1", 1060.0, 1030.0))
+    # an owner known dead (issued_at = inf) takes over any lease
+    pg_store.append(cp("r1", 2, {"by": "a"}), lease=Lease("machine-a:1", 1060.0, math.inf))
+    assert pg_store.get_run("r1").lease_owner == "machine-a:1"
+
+
+def test_finished_append_clears_the_lease_and_release_is_owner_only(pg_store):
+    pg_store.create_run(run("r1"), cp("r1", 0, {}))
+    pg_store.claim("r1", Lease("a", 1030.0, 1000.0), 1000.0)
+    pg_store.release("r1", "someone-else")
+    assert pg_store.get_run("r1").lease_owner == "a"
+    pg_store.append(cp("r1", 1, {}, status="completed"))
+    rec = pg_store.get_run("r1")
+    assert (rec.status, rec.lease_owner, rec.lease_expires_at) == ("completed", None, None)
+
+
+def test_values_postgres_text_refuses_round_trip_or_fail_loudly(pg_url, pg_store):
+    import psycopg
+
+    from desktop_app.store import codec
+
+    state = {"nul": "a\x00b", "nan": math.nan, "inf": math.inf, "keys": {"b": 1, "a": 2}}
+    pg_store.create_run(run("r1"), cp("r1", 0, state))
+    fresh = _open(pg_url)  # no cache: decoded from the stored text
+    try:
+        back = fresh.latest("r1").state
+    finally:
+        fresh.close()
+    assert back["nul"] == "a\x00b" and math.isnan(back["nan"]) and back["inf"] == math.inf
+    with psycopg.connect(pg_url) as conn:
+        raw = conn.execute("SELECT state FROM flowdesk.checkpoints WHERE run_id='r1'").fetchone()
+    assert raw == (codec.dumps(state),)  # the codec's exact bytes, kept verbatim
+    pg_store.append(cp("r1", 1, state, status="failed", error="bad\x00byte"))
+    assert pg_store.get_run("r1").error == "bad\ufffdbyte"
+    with pytest.raises(StoreError, match="NUL"):
+        pg_store.create_run(run("r\x00x"), cp("r\x00x", 0, {}))
+    with pytest.raises(StoreError, match="JSON text"):
+        pg_store.append(cp("r1", 2, {"s": "\ud800"}))
+    assert pg_store.latest("r1").revision == 1
+
+
+def test_digest_domain_sql_runs_unchanged_in_the_checkpoint_transaction(pg_store):
+    pg_store.create_run(run("r1"), cp("r1", 0, {}))
+    f = digest.DigestFile("a.md", "markdown", "A", "about 100% sure?", 10)
+    pg_store.append(cp("r1", 1, {}), writes=[digest.record_file("r1", f)])
+    pg_store.append(cp("r1", 2, {}), writes=[digest.record_file("r1", f)])
+    rows = pg_store.query(digest.files_of_run("r1"))
+    assert rows == [digest.DigestFile("a.md", "markdown", "A", "about 100% sure?", 10, None, 2)]
+
+
+def test_a_failing_domain_write_rolls_the_whole_append_back(pg_store):
+    pg_store.create_run(run("r1"), cp("r1", 0, {}))
+
+    def boom(tx: Any) -> None:
+        tx.execute(
+            "INSERT INTO digest_files(run_id, path, kind, size_bytes) VALUES (?,?,?,?)",
+            ("r1", "x", "text", 1),
+        )
+        raise RuntimeError("domain failure")
+
+    with pytest.raises(RuntimeError):
+        pg_store.append(cp("r1", 1, {}), writes=[boom], intents=())
+    assert pg_store.latest("r1").revision == 0
+    assert pg_store.query(digest.files_of_run("r1")) == []
+    pg_store.append(cp("r1", 1, {"after": True}))
+    assert pg_store.latest("r1").state == {"after": True}
+
+
+def test_tidy_domain_sql_plan_queue_outcome(pg_store):
+    from desktop_app.store.protocol import Intent
+
+    pg_store.create_run(run("r1"), cp("r1", 0, {}))
+    moves = [
+        tidy.TidyMove("/d/a.jpg", "/d/Images/2024-01/a.jpg", "images", "2024-01"),
+        tidy.TidyMove("/d/b.txt", None, "documents", "2024-02"),
+    ]
+    pg_store.append(cp("r1", 1, {}), writes=[tidy.record_plan("r1", moves)])
+    first = pg_store.query(tidy.next_planned("r1"))
+    assert first is not None and first.src == "/d/a.jpg"
+    intent = Intent("r1:apply:0:0", "r1", "apply", "files", {"src": first.src})
+    pg_store.append(
+        cp("r1", 2, {}),
+        writes=[tidy.mark_queued("r1", first.src, intent.intent_id)],
+        intents=[intent],
+    )
+    assert [i.intent_id for i in pg_store.intents(["pending"])] == [intent.intent_id]
+    pg_store.query(tidy.record_outcome(intent.intent_id, moved=True))
+    pg_store.append(cp("r1", 3, {}), writes=[tidy.skip_planned("r1", "not approved")])
+    got = {m.src: (m.status, m.reason) for m in pg_store.query(tidy.moves_of_run("r1"))}
+    assert got == {"/d/a.jpg": ("moved", None), "/d/b.txt": ("skipped", "not approved")}
+    assert pg_store.query(tidy.move_by_key(intent.intent_id)).status == "moved"
+    with pytest.raises(RevisionConflictError):  # the same intent id twice
+        pg_store.append(cp("r1", 4, {}), intents=[intent])
+
+
+def test_data_version_sees_another_stores_commit(pg_url, pg_store):
+    other = _open(pg_url)
+    try:
+        v0 = pg_store.data_version()
+        other.create_run(run("r1"), cp("r1", 0, {}))
+        v1 = pg_store.data_version()
+        assert v1 != v0
+        assert pg_store.get_run("r1").revision == 0
+    finally:
+        other.close()
+
+
+def test_outbox_waits_events_and_deadlines(pg_store):
+    from desktop_app.store.protocol import Intent, Wait
+
+    waits = (
+        Wait("r1:a:0", "a", "signal", 1000.0, name="approve", key="k", deadline_at=1500.0),
+        Wait("r1:a:1", "a", "event", 1000.0, name="deploy"),
+    )
+    pg_store.create_run(run("r1"), cp("r1", 0, {}))
+    pg_store.append(cp("r1", 1, {}, status="waiting", waits=waits))
+    assert pg_store.next_deadline() == 1500.0
+    assert pg_store.due_waits(1499.0) == [] and pg_store.due_waits(1500.0) == [("r1", "r1:a:0")]
+    assert pg_store.runs_waiting_for("signal", "approve", "k") == ["r1"]
+    assert pg_store.wakeable_runs(1000.0) == []
+    pg_store.publish_event("deploy", {"v": 1}, 999.0)
+    assert pg_store.wakeable_runs(1000.0) == []  # published before the wait began
+    eid = pg_store.publish_event("deploy", {"v": 2}, 1001.0)
+    ev = pg_store.first_event("deploy", 1000.0)
+    assert ev is not None and (ev.event_id, ev.payload, ev.published_at) == (eid, {"v": 2}, 1001.0)
+    assert pg_store.wakeable_runs(1000.0) == ["r1"]
+    sid = pg_store.send_signal("approve", "k", "yes", 1002.0)
+    pg_store.append(cp("r1", 2, {}), consume=[(sid, "r1:a:0")])
+    assert pg_store.next_signal("approve", "k") is None
+    with pytest.raises(RevisionConflictError):
+        pg_store.append(cp("r1", 3, {}), consume=[(sid, "r1:a:9")])
+    assert pg_store.next_deadline() is None  # waits cleared by the append
+    intent = Intent("i1", "r1", "a", "http", {"p": 1})
+    pg_store.append(cp("r1", 3, {}), intents=[intent])
+    pg_store.mark_intent("i1", "sending", 1003.0)
+    pg_store.mark_intent("i1", "delivered", 1004.0, receipt={"id": 7})
+    (got,) = pg_store.intents(["delivered"])
+    assert (got.attempts, got.receipt, got.status) == (1, {"id": 7}, "delivered")
+
+
+def test_a_deadlock_aborts_one_append_which_is_retried_whole(pg_url, pg_store):
+    """Two appends whose domain writes lock each other's rows in opposite
+    order: PostgreSQL aborts one (deadlock_detected); the store re-runs that
+    whole transaction and both appends land, each row bumped exactly twice."""
+    other = _open(pg_url)
+    try:
+        for rid in ("r1", "r2"):
+            pg_store.create_run(run(rid), cp(rid, 0, {}))
+            f = digest.DigestFile("x", "text", None, None, 1)
+            pg_store.append(cp(rid, 1, {}), writes=[digest.record_file(rid, f)])
+        calls = {"a": 0, "b": 0}
+        both_locked = threading.Barrier(2, timeout=30)
+        bump = "UPDATE digest_files SET times_processed=times_processed+1 WHERE run_id=?"
+
+        def crossing(mine: str, theirs: str, who: str):
+            def write(tx: Any) -> None:
+                calls[who] += 1
+                tx.execute(bump, (mine,))
+                if calls[who] == 1:
+                    both_locked.wait()
+                tx.execute(bump, (theirs,))
+
+            return write
+
+        errors: list[BaseException] = []
+
+        def go(store: Any, rid: str, write: Any) -> None:
+            try:
+                store.append(cp(rid, 2, {}), writes=[write])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=go, args=(pg_store, "r1", crossing("r1", "r2", "a"))),
+            threading.Thread(target=go, args=(other, "r2", crossing("r2", "r1", "b"))),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert sorted(calls.values()) == [1, 2]  # exactly one transaction ran twice
+        for rid in ("r1", "r2"):
+            assert pg_store.latest(rid).revision == 2
+            (row,) = pg_store.query(digest.files_of_run(rid))
+            assert row.times_processed == 3
+    finally:
+        other.close()
+
+
+def test_backends_killed_between_calls_are_replaced_and_nothing_is_lost(pg_url, pg_store):
+    """A server restart or an idle timeout kills pooled connections; the next
+    call finds them dead, drops them and runs its transaction on a new one."""
+    import psycopg
+
+    victim = _open(pg_url, application_name="flowdesk-victim")
+    try:
+        victim.create_run(run("r1"), cp("r1", 0, {}))
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid, 5000) FROM "
+                "pg_stat_activity WHERE application_name='flowdesk-victim') AS k"
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        victim.append(cp("r1", 1, {"after": "kill"}))
+        assert pg_store.latest("r1").state == {"after": "kill"}
+        assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    finally:
+        victim.close()
