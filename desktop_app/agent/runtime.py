@@ -59,7 +59,7 @@ from desktop_app.errors import (
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.engine import _owner_is_dead
+from desktop_app.flow.owners import owner_is_dead as _owner_is_dead
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.agent_runs import AGENT_TERMINAL, AgentRun, AgentStatus, SqliteAgentStore
 from desktop_app.store.protocol import CheckpointStore

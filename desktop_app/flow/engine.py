@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -39,6 +37,8 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
+from desktop_app.flow.owners import new_owner
+from desktop_app.flow.owners import owner_is_dead as _owner_is_dead
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
@@ -87,7 +87,7 @@ class Engine:
         lease_ttl_s: float = 30.0,
     ) -> None:
         self.store = store
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s
         self.shutdown_event = threading.Event()
         self.events = events if events is not None else EventBus()
@@ -870,22 +870,3 @@ class Engine:
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
         return self.store.get_checkpoint(*self._parse(checkpoint_id))
-
-
-def _owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:nonce``) names a process on this host
-    that no longer exists. Owners on other hosts are never presumed dead."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False

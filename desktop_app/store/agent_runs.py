@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import apsw
 
@@ -24,63 +23,16 @@ from desktop_app.errors import (
     LeaseLostError,
 )
 from desktop_app.store.connection import translate
+from desktop_app.store.records import AGENT_TERMINAL, AgentRun, AgentStatus, ToolResult
 from desktop_app.store.sqlite import SqliteCheckpointStore, row_checksum
 
-AgentStatus = Literal[
-    "running",
-    "paused",
-    "input_required",
-    "done",
-    "failed",
-    "canceled",
-    "timeout",
-    "rate_limited",
-    "expired",
-]
-#: Statuses an agent run never leaves (go-micro's terminal set, plus ``done``).
-AGENT_TERMINAL: tuple[AgentStatus, ...] = ("done", "canceled", "timeout", "rate_limited", "expired")
+__all__ = ["AGENT_TERMINAL", "AgentRun", "AgentStatus", "SqliteAgentStore", "ToolResult"]
 
 _COLUMNS = (
     "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
     "pending_call, created_at, updated_at, deadline_at, expires_at, retry_at, context, "
     "lease_owner, lease_expires_at"
 )
-
-
-@dataclass(frozen=True)
-class AgentRun:
-    """An agent run's row (times are UTC epoch seconds)."""
-
-    run_id: str
-    agent: str
-    status: AgentStatus
-    input: str
-    created_at: float
-    updated_at: float
-    parent_run_id: str | None = None
-    response: str | None = None
-    error: str | None = None
-    error_type: str | None = None
-    turns: int = 0
-    pending_call: dict[str, Any] | None = None
-    deadline_at: float | None = None
-    expires_at: float | None = None
-    retry_at: float | None = None
-    context: dict[str, Any] = field(default_factory=dict)
-    lease_owner: str | None = None
-    lease_expires_at: float | None = None
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """A tool call's durable record, keyed by tool name + canonical JSON input."""
-
-    tool_key: str
-    tool: str
-    status: Literal["in_progress", "completed", "failed"]
-    result: str | None
-    attempts: int
-    reused: int
 
 
 def _run(row: Sequence[Any]) -> AgentRun:
