@@ -13,7 +13,7 @@ import json
 import math
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -45,6 +45,7 @@ from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.state import apply_output, dump_state, load_state
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
+    RUNNABLE_STATUSES,
     Checkpoint,
     CheckpointInfo,
     CheckpointStore,
@@ -92,6 +93,8 @@ class Engine:
         self.shutdown_event = threading.Event()
         self.events = events if events is not None else EventBus()
         self.clock: Clock = clock if clock is not None else SystemClock()
+        #: an injected (test) clock also decides lease expiry; else the store's clock does
+        self._lease_clock = clock
         self._flows: dict[str, CompiledFlow[Any]] = {}
         self._cancel: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -534,24 +537,87 @@ class Engine:
                 wait = max(0.0, min(poll_s, nxt - self.clock.now()))
             stop.wait(wait)
 
+    def claim_runnable(
+        self,
+        limit: int = 100,
+        *,
+        statuses: Sequence[RunStatus] = RUNNABLE_STATUSES,
+        wakeable: bool = True,
+        flows: Collection[str] | None = None,
+    ) -> list[RunRecord]:
+        """Claim the next runs this engine may execute (see
+        ``CheckpointStore.claim_runnable``): interrupted runs in ``statuses``
+        and, with ``wakeable``, waiting runs with something to act on, whose
+        lease is free, ours, expired, or held by a dead process on this host;
+        leased to :attr:`owner` for ``lease_ttl_s``, oldest first. Expiry is
+        decided by the store's clock (the database's, where it has one), or by
+        the engine's injected clock when one was given. Release a claimed run
+        you do not drive with ``store.release(run_id, engine.owner)``."""
+        return self.store.claim_runnable(
+            self.owner,
+            self.lease_ttl_s,
+            limit,
+            statuses=statuses,
+            wakeable=wakeable,
+            flows=flows,
+            presumed_dead=_owner_is_dead,
+            now=None if self._lease_clock is None else self._lease_clock.now(),
+        )
+
+    def _claimed(
+        self, statuses: Sequence[RunStatus], wakeable: bool, batch: int = 32
+    ) -> Generator[RunRecord, None, None]:
+        """Claimed runs one at a time, in batches, each at most once; the
+        claims of runs not yet handed out are released when the caller stops."""
+        seen: set[str] = set()
+        while not self.shutdown_event.is_set():
+            got = self.claim_runnable(len(seen) + batch, statuses=statuses, wakeable=wakeable)
+            fresh = [r for r in got if r.run_id not in seen]
+            for run in got:
+                if run.run_id in seen:
+                    self._release_claim(run.run_id)
+            if not fresh:
+                return
+            for i, run in enumerate(fresh):
+                seen.add(run.run_id)
+                try:
+                    yield run
+                except GeneratorExit:
+                    for rest in fresh[i + 1 :]:
+                        self._release_claim(rest.run_id)
+                    raise
+                finally:
+                    if run.run_id not in self.active:
+                        self._release_claim(run.run_id)
+
+    def _release_claim(self, run_id: str) -> None:
+        with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
+            self.store.release(run_id, self.owner)
+
     def resume_pending(self) -> ResumePendingResult:
         """Resume :meth:`pending` runs oldest first; stop at the first error.
 
-        A run that raises or ends ``failed`` stops the sweep; its id is in
-        ``failed_run_id``; later runs are untouched (go-micro ResumePending).
+        Runs are claimed (``claim_runnable``), so two processes sweeping at
+        once never resume the same run. A run that raises or ends ``failed``
+        stops the sweep; its id is in ``failed_run_id``; later runs are
+        untouched (go-micro ResumePending).
         """
         out = ResumePendingResult()
-        for run in self.pending():
-            try:
-                res = self.resume(run.run_id)
-            except FlowdeskError as exc:
-                out.failed_run_id, out.error = run.run_id, exc
-                return out
-            out.resumed.append(res)
-            if res.status == "failed":
-                out.failed_run_id = run.run_id
-                out.error = StepFailedError(run.run_id, "", 0, res.error or "failed")
-                return out
+        runs = self._claimed(PENDING_STATUSES, wakeable=False)
+        try:
+            for run in runs:
+                try:
+                    res = self.resume(run.run_id)
+                except FlowdeskError as exc:
+                    out.failed_run_id, out.error = run.run_id, exc
+                    return out
+                out.resumed.append(res)
+                if res.status == "failed":
+                    out.failed_run_id = run.run_id
+                    out.error = StepFailedError(run.run_id, "", 0, res.error or "failed")
+                    return out
+        finally:
+            runs.close()
         return out
 
     def recover(
@@ -563,26 +629,45 @@ class Engine:
         first, continuing past failures, then wake waiting runs whose stored
         deadline passed (compared with the injected clock) or whose signal or
         event arrived while no process ran: what the app and ``flowdesk
-        agent`` do at launch. Failed runs and runs still waiting for a person
-        are left alone. ``only(run)`` may exclude runs (per-flow launch policy)."""
+        agent`` do at launch. Runs are claimed first (``claim_runnable``), so
+        two processes recovering at once never execute the same run; an
+        interrupted run a live process holds is reported with
+        ``RunLeasedError`` and left alone. Failed runs and runs still waiting
+        for a person are left alone. ``only(run)`` may exclude runs (per-flow
+        launch policy)."""
         report: list[tuple[RunRecord, RunResult | BaseException]] = []
-        runs = self.store.list_runs(statuses=("pending", "running"))
-        for run_id in self.store.wakeable_runs(self.clock.now()):
-            with contextlib.suppress(FlowdeskError):
-                runs.append(self.store.get_run(run_id))
-        for run in runs:
-            if only is not None and not only(run):
-                continue
-            outcome: RunResult | BaseException
-            try:
-                outcome = (
-                    self.wake(run.run_id) if run.status == "waiting" else self.resume(run.run_id)
-                )
-            except FlowdeskError as exc:
-                outcome = exc
+
+        def done(run: RunRecord, outcome: RunResult | BaseException) -> None:
             report.append((run, outcome))
             if on_result is not None:
                 on_result(run, outcome)
+
+        runs = self._claimed(RUNNABLE_STATUSES, wakeable=True)
+        handled: set[str] = set()
+        try:
+            for run in runs:
+                handled.add(run.run_id)
+                if only is not None and not only(run):
+                    continue
+                outcome: RunResult | BaseException
+                try:
+                    outcome = (
+                        self.wake(run.run_id)
+                        if run.status == "waiting"
+                        else self.resume(run.run_id)
+                    )
+                except FlowdeskError as exc:
+                    outcome = exc
+                done(run, outcome)
+        finally:
+            runs.close()
+        for run in self.store.list_runs(statuses=RUNNABLE_STATUSES):
+            held = run.lease_owner not in (None, self.owner) and run.run_id not in handled
+            if held and (only is None or only(run)):
+                done(
+                    run,
+                    RunLeasedError(run.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0),
+                )
         return report
 
     # -- control ---------------------------------------------------------

@@ -1035,8 +1035,10 @@ def open_store(
     fullfsync: bool = False,
     create: bool = True,
     vfs: str | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> SqliteCheckpointStore:
-    """Open the file and return a verified store.
+    """Open the file and return a verified store (``clock``: a test clock for
+    lease and claim decisions, UTC epoch seconds; default the process clock).
 
     Raises:
         DatabaseOpenError, SchemaMissingError (names ``flowdesk db apply``),
@@ -1051,7 +1053,7 @@ def open_store(
         vfs=vfs,
     )
     try:
-        return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)))
+        return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)), clock=clock)
     except BaseException:
         conn.close()
         raise
