@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench mutate clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -22,8 +22,22 @@ lint: $(STAMP)
 	$(BIN)/ruff check desktop_app tests benchmarks
 	$(BIN)/mypy desktop_app
 
+# The quick benchmarks (a few minutes); slow ones and their flags: benchmarks/README.md.
+# Peers: $(BIN)/pip install -r benchmarks/requirements-peers.txt
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_steps.py
+	$(BIN)/python benchmarks/bench_wal.py
+	$(BIN)/python benchmarks/bench_cpu.py
+	$(BIN)/python benchmarks/bench_scaling.py
+	$(BIN)/python benchmarks/bench_recovery.py --runs 1000
+
+# Mutation testing of desktop_app/flow, desktop_app/store and the agent runtime,
+# one module at a time with its own test selection (slow: not part of `test`).
+# MODULES=desktop_app/flow/retry.py limits the run; MUTATE_JOBS sets parallelism.
+MUTATE_JOBS ?= 2
+mutate: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,mutation]'
+	$(BIN)/python tools/mutate.py --jobs $(MUTATE_JOBS) $(MODULES)
 
 clean:
 	rm -rf $(VENV)

@@ -226,6 +226,7 @@ async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Pat
             "approve",
             "Ship?",
             "-",
+            "",  # no deadline: no time-left bar
             "y approve · n reject · enter answer",
         ]
         assert cells(screen, keys[1])[1:4] == ["review", "Looks good?", "in 3h 12m"]
@@ -234,6 +235,7 @@ async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Pat
             "agent assistant",
             "Which city?",
             "-",
+            "",
             f"flowdesk ask --resume {agent_id} --answer TEXT",
         ]
         assert screen.status_text.startswith("2 flow question(s) and 1 agent question(s)")
@@ -443,7 +445,10 @@ async def test_settings_are_saved_to_the_toml_file_keeping_other_keys(tmp_path: 
     db = tmp_path / "t.db"
     settings = settings_for(db)
     path = config_file()
-    path.write_text('scope = "default"\n\n[model]\napi_key_name = "mykey"\n\n[other]\na = 1\n')
+    # keys the screen does not edit stay (an unknown key would be an error now)
+    path.write_text(
+        'scope = "default"\n\n[model]\napi_key_name = "mykey"\n\n[recovery]\ndigest = "ask"\n'
+    )
     app = FlowdeskApp(settings, flows=all_flows())
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -481,7 +486,7 @@ async def test_settings_are_saved_to_the_toml_file_keeping_other_keys(tmp_path: 
             "model": "llama3.2",
             "timeout_s": 30.0,
         },
-        "other": {"a": 1},
+        "recovery": {"digest": "ask"},
     }
     again = load_settings(db_path=db)
     assert again.synchronous == "NORMAL"

@@ -5,7 +5,8 @@ intent commits in the step's own transaction, so it exists exactly when the
 step's result does. :class:`Dispatcher` then delivers it:
 
 1. claim it (``store.claim_intents``: this dispatcher's for ``claim_ttl_s``
-   seconds), mark it ``sending`` (committed, attempts + 1),
+   seconds), mark it ``sending`` (committed, attempts + 1) if its status is
+   still the one claimed,
 2. call ``destination.send(idempotency_key, payload)``,
 3. mark it ``delivered`` with the destination's receipt.
 
@@ -125,7 +126,8 @@ class Dispatcher:
                 if receipt is not None:  # it was delivered before the crash
                     self.store.mark_intent(intent.intent_id, "delivered", now(), receipt=receipt)
                     return 1
-            self.store.mark_intent(intent.intent_id, "sending", now())  # attempts + 1
+            if not self.store.mark_intent(intent.intent_id, "sending", now(), expect=intent.status):
+                return 0  # another dispatcher claimed it since (its claim expired)
             receipt = dest.send(intent.intent_id, intent.payload)
         except Exception as exc:
             status = "failed" if getattr(exc, "retryable", True) is False else "pending"

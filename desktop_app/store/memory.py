@@ -521,9 +521,12 @@ class InMemoryCheckpointStore:
         *,
         receipt: Any = None,
         error: str | None = None,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
         with self._lock:
             intent = self._space.outbox[intent_id]
+            if expect is not None and intent.status != expect:
+                return False
             if status == "sending":
                 intent = replace(intent, status="sending", attempts=intent.attempts + 1)
             elif status == "delivered":
@@ -534,6 +537,7 @@ class InMemoryCheckpointStore:
             if status != "sending":
                 self._space.claims.pop(intent_id, None)
             self._space.version += 1
+            return True
 
     def query(self, op: Callable[[SqlTx], T]) -> T:
         raise StoreError(_NO_SQL)

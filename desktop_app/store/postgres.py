@@ -1091,26 +1091,28 @@ class PostgresCheckpointStore:
         *,
         receipt: Any = None,
         error: str | None = None,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
+        guard, guard_args = (" AND status=%s", (expect,)) if expect is not None else ("", ())
         if status == "sending":
             sql = (
                 f"UPDATE outbox SET status='sending', attempts=attempts+1, sent_at={ts()} "
-                "WHERE intent_id=%s"
+                "WHERE intent_id=%s" + guard
             )
-            args: tuple[Any, ...] = (now, intent_id)
+            args: tuple[Any, ...] = (now, intent_id, *guard_args)
         elif status == "delivered":
             sql = (
                 f"UPDATE outbox SET status='delivered', delivered_at={ts()}, receipt=%s, "
-                "last_error=NULL, claimed_by=NULL, claim_expires_at=NULL WHERE intent_id=%s"
+                "last_error=NULL, claimed_by=NULL, claim_expires_at=NULL WHERE intent_id=%s" + guard
             )
-            args = (now, codec.dumps(receipt), intent_id)
+            args = (now, codec.dumps(receipt), intent_id, *guard_args)
         else:
             sql = (
                 "UPDATE outbox SET status=%s, last_error=%s, claimed_by=NULL, "
-                "claim_expires_at=NULL WHERE intent_id=%s"
+                "claim_expires_at=NULL WHERE intent_id=%s" + guard
             )
-            args = (status, no_nul(error), intent_id)
-        self._tx(lambda conn: conn.execute(sql, args))
+            args = (status, no_nul(error), intent_id, *guard_args)
+        return bool(self._tx(lambda conn: conn.execute(sql, args).rowcount == 1))
 
     # -- change detection, lifecycle ---------------------------------------------
 

@@ -376,9 +376,12 @@ class Outbox(Protocol):
         *,
         receipt: JSON = None,
         error: str | None = None,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
         """Record an intent's delivery progress (``sending`` bumps attempts;
-        any other status ends the claim)."""
+        any other status ends the claim). With ``expect``, only an intent
+        whose status is still ``expect`` moves (of two dispatchers that read
+        it, one wins). Returns whether the intent moved."""
 
 
 @runtime_checkable

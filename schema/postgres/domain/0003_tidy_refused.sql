@@ -2,7 +2,8 @@
 -- the folder (a symbolic link on the way, swapped in before or after the
 -- plan), replaced a file that appeared meanwhile, or used an unsafe name
 -- (`..`, a control character); nothing was moved. PostgreSQL alters the
--- CHECK constraint in place (SQLite's twin rebuilds the table).
+-- CHECK constraint in place (the SQLite twin rebuilds the table).
+
 ALTER TABLE tidy_moves DROP CONSTRAINT tidy_moves_status_check;
 ALTER TABLE tidy_moves ADD CONSTRAINT tidy_moves_status_check
     CHECK (status IN ('planned', 'queued', 'moved', 'skipped', 'refused'));
