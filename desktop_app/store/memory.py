@@ -53,6 +53,9 @@ class _Space:
         self.outbox: dict[str, Intent] = {}
         #: intent_id -> (claimed_by, claim_expires_at)
         self.claims: dict[str, tuple[str, float]] = {}
+        #: one lock per "file": store objects sharing a space exclude each other
+        self.lock = threading.Lock()
+        self.update_lock = threading.Lock()
 
 
 T = TypeVar("T")
@@ -89,8 +92,8 @@ class InMemoryCheckpointStore:
         self._space = _Space() if space is None else _SHARED.setdefault(space, _Space())
         self._runs = self._space.runs
         self._cps = self._space.cps
-        self._lock = threading.Lock()
-        self._update_lock = threading.Lock()
+        self._lock = self._space.lock
+        self._update_lock = self._space.update_lock
 
     @staticmethod
     def _frozen(cp: Checkpoint) -> Checkpoint:
@@ -431,21 +434,27 @@ class InMemoryCheckpointStore:
         return min(times) if times else None
 
     def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        # as the SQL stores: due deadlines first, by deadline, then deliveries
         with self._lock:
-            found: set[str] = set()
+            best: dict[str, tuple[int, float]] = {}
+
+            def note(run_id: str, prio: int, due: float) -> None:
+                best[run_id] = min(best.get(run_id, (prio, due)), (prio, due))
+
             for run_id, w in self._pending_waits():
-                due = w.deadline_at is not None and w.deadline_at <= now
-                signal = w.kind == "signal" and any(
+                if w.deadline_at is not None and w.deadline_at <= now:
+                    note(run_id, 0, w.deadline_at)
+                if w.kind == "signal" and any(
                     s["scope"] == self.scope
                     and (s["name"], s["key"]) == (w.name, w.key)
                     and s["consumed_by"] is None
                     for s in self._space.signals
-                )
-                event = w.kind == "event" and any(
+                ):
+                    note(run_id, 1, float("inf"))
+                if w.kind == "event" and any(
                     e.type == w.name and e.published_at >= w.created_at for e in self._space.events
-                )
-                if due or signal or event:
-                    found.add(run_id)
+                ):
+                    note(run_id, 1, float("inf"))
             for run in self._runs.values():
                 if (
                     run.scope == self.scope
@@ -453,8 +462,8 @@ class InMemoryCheckpointStore:
                     and run.deadline_at is not None
                     and run.deadline_at <= now
                 ):
-                    found.add(run.run_id)
-        return sorted(found)[:limit]
+                    note(run.run_id, 0, run.deadline_at)
+        return sorted(best, key=lambda r: (*best[r], r))[:limit]
 
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
         with self._lock:
