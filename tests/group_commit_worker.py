@@ -49,7 +49,7 @@ def build(steps: int, log_fd: int) -> CompiledFlow[Counter]:
 def main() -> int:
     db, log, mode, *rest = sys.argv[1:]
     store = open_store(db)
-    store.query(
+    store.write(
         lambda c: c.execute("CREATE TABLE IF NOT EXISTS gc_effects(run_id TEXT, step_id TEXT)")
     )
     log_fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -254,7 +254,7 @@ def test_tidy_domain_sql_plan_queue_outcome(pg_store):
         intents=[intent],
     )
     assert [i.intent_id for i in pg_store.intents(["pending"])] == [intent.intent_id]
-    pg_store.query(tidy.record_outcome(intent.intent_id, moved=True))
+    pg_store.write(tidy.record_outcome(intent.intent_id, moved=True))
     pg_store.append(cp("r1", 3, {}), writes=[tidy.skip_planned("r1", "not approved")])
     got = {m.src: (m.status, m.reason) for m in pg_store.query(tidy.moves_of_run("r1"))}
     assert got == {"/d/a.jpg": ("moved", None), "/d/b.txt": ("skipped", "not approved")}

@@ -288,7 +288,7 @@ def test_loser_of_a_takeover_race_is_told_a_live_process_holds_the_run(db_path):
     with pytest.raises(Crash):
         Engine(setup, flows=[build()]).run("race", Numbers())
     (run,) = setup.list_runs()
-    setup.query(
+    setup.write(
         lambda c: c.execute(
             "UPDATE runs SET lease_owner=?, lease_expires_at=1e12 WHERE run_id=?",
             (_dead_owner(), run.run_id),
@@ -355,7 +355,7 @@ def test_resume_all_exits_0_when_a_live_peer_holds_a_run(db_path, tmp_path):
     store = open_store(db_path)
     (run,) = store.list_runs()
     # this test process is the live peer executing it
-    store.query(
+    store.write(
         lambda c: c.execute(
             "UPDATE runs SET status='running', lease_owner=?, lease_expires_at=1e12 WHERE run_id=?",
             (f"{socket.gethostname()}:{os.getpid()}:peer", run.run_id),

@@ -433,7 +433,7 @@ def recorded_tools(results: Sequence[Any]) -> list[dict[str, Any]]:
     """For the app's agent view of one run: the MCP tools recorded in it.
 
     Args:
-        results: the run's tool journal, ``SqliteAgentStore.tool_results(run_id)``
+        results: the run's tool journal, ``AgentLog.tool_results(run_id)``
             (:class:`~desktop_app.store.agent_runs.ToolResult` rows).
 
     Returns:

@@ -76,10 +76,15 @@ from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.engine import _owner_is_dead
+from desktop_app.flow.owners import owner_is_dead as _owner_is_dead
 from desktop_app.flow.retry import Backoff
-from desktop_app.store.agent_runs import AGENT_TERMINAL, AgentRun, AgentStatus, SqliteAgentStore
-from desktop_app.store.protocol import CheckpointStore
+from desktop_app.store.protocol import (
+    AGENT_TERMINAL,
+    AgentLog,
+    AgentRun,
+    AgentStatus,
+    CheckpointStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +146,7 @@ class Agent:
         self,
         name: str,
         model: ChatModel,
-        store: SqliteAgentStore,
+        store: AgentLog,
         tools: Sequence[AgentTool] = (),
         *,
         system: str | None = None,
@@ -707,7 +712,7 @@ def agent_step(
 
 #: agent stores that agent steps were built on; a canceled parent's agent
 #: children are looked up in them
-_CHILD_STORES: weakref.WeakSet[SqliteAgentStore] = weakref.WeakSet()
+_CHILD_STORES: weakref.WeakSet[AgentLog] = weakref.WeakSet()
 
 
 def _cancel_agent_child(store: CheckpointStore, child_id: str, reason: str, now: float) -> None:

@@ -11,11 +11,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
-import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -40,6 +38,8 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
+from desktop_app.flow.owners import new_owner
+from desktop_app.flow.owners import owner_is_dead as _owner_is_dead
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
@@ -47,6 +47,7 @@ from desktop_app.flow.state import apply_output, dump_state, load_state
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
+    RUNNABLE_STATUSES,
     Checkpoint,
     CheckpointInfo,
     CheckpointStore,
@@ -99,11 +100,13 @@ class Engine:
         self.committer: GroupCommitter | None = (
             GroupCommitter(store) if group_commit and isinstance(store, BatchAppender) else None
         )
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s
         self.shutdown_event = threading.Event()
         self.events = events if events is not None else EventBus()
         self.clock: Clock = clock if clock is not None else SystemClock()
+        #: an injected (test) clock also decides lease expiry; else the store's clock does
+        self._lease_clock = clock
         self._flows: dict[str, CompiledFlow[Any]] = {}
         self._cancel: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -561,24 +564,87 @@ class Engine:
                 wait = max(0.0, min(poll_s, nxt - self.clock.now()))
             stop.wait(wait)
 
+    def claim_runnable(
+        self,
+        limit: int = 100,
+        *,
+        statuses: Sequence[RunStatus] = RUNNABLE_STATUSES,
+        wakeable: bool = True,
+        flows: Collection[str] | None = None,
+    ) -> list[RunRecord]:
+        """Claim the next runs this engine may execute (see
+        ``CheckpointStore.claim_runnable``): interrupted runs in ``statuses``
+        and, with ``wakeable``, waiting runs with something to act on, whose
+        lease is free, ours, expired, or held by a dead process on this host;
+        leased to :attr:`owner` for ``lease_ttl_s``, oldest first. Expiry is
+        decided by the store's clock (the database's, where it has one), or by
+        the engine's injected clock when one was given. Release a claimed run
+        you do not drive with ``store.release(run_id, engine.owner)``."""
+        return self.store.claim_runnable(
+            self.owner,
+            self.lease_ttl_s,
+            limit,
+            statuses=statuses,
+            wakeable=wakeable,
+            flows=flows,
+            presumed_dead=_owner_is_dead,
+            now=None if self._lease_clock is None else self._lease_clock.now(),
+        )
+
+    def _claimed(
+        self, statuses: Sequence[RunStatus], wakeable: bool, batch: int = 32
+    ) -> Generator[RunRecord, None, None]:
+        """Claimed runs one at a time, in batches, each at most once; the
+        claims of runs not yet handed out are released when the caller stops."""
+        seen: set[str] = set()
+        while not self.shutdown_event.is_set():
+            got = self.claim_runnable(len(seen) + batch, statuses=statuses, wakeable=wakeable)
+            fresh = [r for r in got if r.run_id not in seen]
+            for run in got:
+                if run.run_id in seen:
+                    self._release_claim(run.run_id)
+            if not fresh:
+                return
+            for i, run in enumerate(fresh):
+                seen.add(run.run_id)
+                try:
+                    yield run
+                except GeneratorExit:
+                    for rest in fresh[i + 1 :]:
+                        self._release_claim(rest.run_id)
+                    raise
+                finally:
+                    if run.run_id not in self.active:
+                        self._release_claim(run.run_id)
+
+    def _release_claim(self, run_id: str) -> None:
+        with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
+            self.store.release(run_id, self.owner)
+
     def resume_pending(self) -> ResumePendingResult:
         """Resume :meth:`pending` runs oldest first; stop at the first error.
 
-        A run that raises or ends ``failed`` stops the sweep; its id is in
-        ``failed_run_id``; later runs are untouched (go-micro ResumePending).
+        Runs are claimed (``claim_runnable``), so two processes sweeping at
+        once never resume the same run. A run that raises or ends ``failed``
+        stops the sweep; its id is in ``failed_run_id``; later runs are
+        untouched (go-micro ResumePending).
         """
         out = ResumePendingResult()
-        for run in self.pending():
-            try:
-                res = self.resume(run.run_id)
-            except FlowdeskError as exc:
-                out.failed_run_id, out.error = run.run_id, exc
-                return out
-            out.resumed.append(res)
-            if res.status == "failed":
-                out.failed_run_id = run.run_id
-                out.error = StepFailedError(run.run_id, "", 0, res.error or "failed")
-                return out
+        runs = self._claimed(PENDING_STATUSES, wakeable=False)
+        try:
+            for run in runs:
+                try:
+                    res = self.resume(run.run_id)
+                except FlowdeskError as exc:
+                    out.failed_run_id, out.error = run.run_id, exc
+                    return out
+                out.resumed.append(res)
+                if res.status == "failed":
+                    out.failed_run_id = run.run_id
+                    out.error = StepFailedError(run.run_id, "", 0, res.error or "failed")
+                    return out
+        finally:
+            runs.close()
         return out
 
     def recover(
@@ -592,26 +658,27 @@ class Engine:
         first, continuing past failures, then wake waiting runs whose stored
         deadline passed (compared with the injected clock) or whose signal or
         event arrived while no process ran: what the app and ``flowdesk
-        agent`` do at launch. Failed runs and runs still waiting for a person
-        are left alone. ``only(run)`` may exclude runs (per-flow launch policy).
+        agent`` do at launch. Runs are claimed first (``claim_runnable``), so
+        two processes recovering at once never execute the same run; an
+        interrupted run a live process holds is reported with
+        ``RunLeasedError`` and left alone. Failed runs and runs still waiting
+        for a person are left alone. ``only(run)`` may exclude runs (per-flow
+        launch policy).
 
         Up to ``concurrency`` runs are driven at once (threads of this engine;
-        their checkpoints share group commits); runs are claimed in batches
-        of ``2 * concurrency`` as earlier ones finish. ``on_result`` is called
+        their checkpoints share group commits). ``on_result`` is called
         in the calling thread as each run finishes; the returned report is in
-        listing order. ``concurrency=1`` drives one run after another; the
-        default lets one commit carry up to 16 runs' checkpoints.
+        claim order (oldest first), then the runs live processes hold.
+        ``concurrency=1`` drives one run after another; the default lets one
+        commit carry up to 16 runs' checkpoints.
         """
-        runs = self.store.list_runs(statuses=("pending", "running"))
-        for run_id in self.store.wakeable_runs(self.clock.now()):
-            with contextlib.suppress(FlowdeskError):
-                runs.append(self.store.get_run(run_id))
-        seen: set[str] = set()
         chosen: list[RunRecord] = []
-        for r in runs:
-            if r.run_id not in seen and (only is None or only(r)):
-                seen.add(r.run_id)
+        for r in self._claim_all(RUNNABLE_STATUSES, wakeable=True):
+            if only is None or only(r):
                 chosen.append(r)
+            else:
+                self._release_claim(r.run_id)
+        handled = {r.run_id for r in chosen}
 
         def one(run: RunRecord) -> RunResult | BaseException:
             try:
@@ -620,6 +687,9 @@ class Engine:
                 return self.resume(run.run_id)
             except FlowdeskError as exc:
                 return exc
+            finally:
+                if run.run_id not in self.active:
+                    self._release_claim(run.run_id)
 
         # a parent reattaches to its children when it resumes: drive parents
         # first (one level at a time) so no run is driven twice at once here
@@ -635,7 +705,32 @@ class Engine:
             batch = [r for r in chosen if depth[r.run_id] == level]
             for r, out in zip(batch, self._pooled(batch, one, concurrency, on_result), strict=True):
                 outcome[r.run_id] = out
-        return [(r, outcome[r.run_id]) for r in chosen]
+        report: list[tuple[RunRecord, RunResult | BaseException]] = [
+            (r, outcome[r.run_id]) for r in chosen
+        ]
+        for run in self.store.list_runs(statuses=RUNNABLE_STATUSES):
+            held = run.lease_owner not in (None, self.owner) and run.run_id not in handled
+            if held and (only is None or only(run)):
+                leased = RunLeasedError(
+                    run.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
+                )
+                report.append((run, leased))
+                if on_result is not None:
+                    on_result(run, leased)
+        return report
+
+    def _claim_all(
+        self, statuses: Sequence[RunStatus], wakeable: bool, batch: int = 64
+    ) -> list[RunRecord]:
+        """Every run :meth:`claim_runnable` hands out now, claimed in batches."""
+        got: dict[str, RunRecord] = {}
+        while not self.shutdown_event.is_set():
+            runs = self.claim_runnable(len(got) + batch, statuses=statuses, wakeable=wakeable)
+            fresh = [r for r in runs if r.run_id not in got]
+            if not fresh:
+                break
+            got.update((r.run_id, r) for r in fresh)
+        return list(got.values())
 
     def run_many(
         self,
@@ -1004,22 +1099,3 @@ class Engine:
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
         return self.store.get_checkpoint(*self._parse(checkpoint_id))
-
-
-def _owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:nonce``) names a process on this host
-    that no longer exists. Owners on other hosts are never presumed dead."""
-    host, _, rest = owner.partition(":")
-    pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False

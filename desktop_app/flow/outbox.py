@@ -4,13 +4,18 @@ A step queues a side effect with ``ctx.send(destination, payload)``; the
 intent commits in the step's own transaction, so it exists exactly when the
 step's result does. :class:`Dispatcher` then delivers it:
 
-1. mark the intent ``sending`` (committed, attempts + 1) if its status is
-   still the one listed: of two dispatchers only one claims it,
+1. claim it (``store.claim_intents``: this dispatcher's for ``claim_ttl_s``
+   seconds), mark it ``sending`` (committed, attempts + 1) if its status is
+   still the one claimed,
 2. call ``destination.send(idempotency_key, payload)``,
 3. mark it ``delivered`` with the destination's receipt.
 
-A crash between 2 and 3 leaves the intent ``sending``. The next dispatcher
-does not send it again blindly: it *reconciles*, asking the destination
+Two dispatchers (two processes, two machines) never get the same intent: a
+claimed intent is handed to nobody else until its claim expires or its
+claimant is gone (:func:`claimant_is_gone`: its process on this host exited,
+or its dispatcher object in this process was dropped). A crash between 2 and 3 leaves the
+intent ``sending`` with a dead claim. The next dispatcher does not send it
+again blindly: it *reconciles*, asking the destination
 ``lookup(idempotency_key)``; if the destination has it, the intent is marked
 delivered, otherwise it is sent (with the same key, which the destination can
 de-duplicate). Errors are classified by type: an exception whose
@@ -20,11 +25,15 @@ leaves it ``pending`` for the next pass.
 
 from __future__ import annotations
 
+import os
+import socket
+import weakref
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.clock import Clock, SystemClock
+from desktop_app.flow.owners import new_owner, owner_is_dead
 from desktop_app.store.protocol import CheckpointStore, Intent
 
 
@@ -44,13 +53,33 @@ class UnknownDestinationError(FlowdeskError):
     retryable = False
 
 
+#: owner id -> live Dispatcher of this process (a dropped dispatcher's claims are dead)
+_LIVE: weakref.WeakValueDictionary[str, Dispatcher] = weakref.WeakValueDictionary()
+
+
+def claimant_is_gone(owner: str) -> bool:
+    """True when the dispatcher ``owner`` (``host:pid:nonce``) can no longer
+    send: its process on this host is gone, or it is this process and no
+    live :class:`Dispatcher` has that owner any more. Other hosts' claimants
+    are never presumed gone (their claims expire)."""
+    if owner_is_dead(owner):
+        return True
+    mine = f"{socket.gethostname()}:{os.getpid()}:"
+    return owner.startswith(mine) and owner not in _LIVE
+
+
 class Dispatcher:
-    """Delivers pending intents and reconciles interrupted ones.
+    """Claims pending intents and delivers them; reconciles interrupted ones.
 
     Args:
         store: the checkpoint store holding the outbox.
         destinations: destination name -> :class:`Destination`.
-        clock: time source (UTC epoch seconds).
+        clock: time source (UTC epoch seconds) for delivery times; when given,
+            it also decides claim expiry (a test clock), else the store's
+            clock does (``store.now()``).
+        owner: this dispatcher's owner id (default: a new ``host:pid:nonce``).
+        claim_ttl_s: seconds a claimed intent stays this dispatcher's; a
+            send must finish within it (else another dispatcher reconciles it).
     """
 
     def __init__(
@@ -58,22 +87,29 @@ class Dispatcher:
         store: CheckpointStore,
         destinations: Mapping[str, Destination],
         clock: Clock | None = None,
+        *,
+        owner: str | None = None,
+        claim_ttl_s: float = 300.0,
     ) -> None:
         self.store = store
         self.destinations = dict(destinations)
+        self._claim_clock = clock
         self.clock = clock if clock is not None else SystemClock()
+        self.owner = owner or new_owner()
+        self.claim_ttl_s = claim_ttl_s
+        _LIVE[self.owner] = self
 
     def dispatch(self, limit: int = 100) -> int:
-        """One pass: reconcile ``sending`` intents, then deliver ``pending`` ones.
-        Returns how many were delivered."""
-        delivered = 0
-        for intent in self.store.intents(["sending"], limit):
-            delivered += self._deliver(intent, reconcile=True)
-        for intent in self.store.intents(["pending"], limit):
-            delivered += self._deliver(intent, reconcile=False)
-        return delivered
+        """One pass: claim up to ``limit`` intents (interrupted ones are
+        reconciled first, then sent if the destination lacks them), deliver
+        them. Returns how many were delivered."""
+        now = None if self._claim_clock is None else self._claim_clock.now()
+        claimed = self.store.claim_intents(
+            self.owner, self.claim_ttl_s, limit, presumed_dead=claimant_is_gone, now=now
+        )
+        return sum(self._deliver(intent) for intent in claimed)
 
-    def _deliver(self, intent: Intent, *, reconcile: bool) -> int:
+    def _deliver(self, intent: Intent) -> int:
         dest = self.destinations.get(intent.destination)
         now = self.clock.now
         if dest is None:
@@ -85,13 +121,13 @@ class Dispatcher:
             )
             return 0
         try:
-            if reconcile:
+            if intent.interrupted:
                 receipt = dest.lookup(intent.intent_id)
                 if receipt is not None:  # it was delivered before the crash
                     self.store.mark_intent(intent.intent_id, "delivered", now(), receipt=receipt)
                     return 1
             if not self.store.mark_intent(intent.intent_id, "sending", now(), expect=intent.status):
-                return 0  # another dispatcher claimed it since we listed it
+                return 0  # another dispatcher claimed it since (its claim expired)
             receipt = dest.send(intent.intent_id, intent.payload)
         except Exception as exc:
             status = "failed" if getattr(exc, "retryable", True) is False else "pending"

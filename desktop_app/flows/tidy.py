@@ -495,7 +495,7 @@ class FileMover:
         finally:
             for fd in fds:
                 os.close(fd)
-        self.store.query(record_outcome(key, True))
+        self.store.write(record_outcome(key, True))
         return {"moved": True, "dst": dst_path}
 
     def _found_or_gone(
@@ -509,7 +509,7 @@ class FileMover:
             return self._refuse(key, "the file is gone and was not moved here")
         if kind_at(fds[-1], name) is None:
             return self._refuse(key, "the file is gone and was not moved here")
-        self.store.query(record_outcome(key, True))
+        self.store.write(record_outcome(key, True))
         return {"moved": True, "already": True, "dst": dst}
 
     def lookup(self, idempotency_key: str) -> dict[str, Any] | None:
@@ -533,9 +533,9 @@ class FileMover:
                     os.close(fd)
         except (Refused, OSError):
             return None  # send() decides and records why
-        self.store.query(record_outcome(idempotency_key, True))
+        self.store.write(record_outcome(idempotency_key, True))
         return {"moved": True, "already": True, "dst": move.dst}
 
     def _refuse(self, key: str, reason: str, status: str = "skipped") -> dict[str, Any]:
-        self.store.query(record_outcome(key, False, reason, status=status))
+        self.store.write(record_outcome(key, False, reason, status=status))
         return {"moved": False, "reason": reason}

@@ -12,75 +12,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import apsw
+from typing import Any
 
 from desktop_app.errors import (
     AgentRunLeasedError,
     CheckpointCorruptError,
     CheckpointNotFoundError,
     LeaseLostError,
+    RevisionConflictError,
 )
-from desktop_app.store.connection import translate
+from desktop_app.store.records import AGENT_TERMINAL, AgentRun, AgentStatus, ToolResult
 from desktop_app.store.sqlite import SqliteCheckpointStore, row_checksum
 
-AgentStatus = Literal[
-    "running",
-    "paused",
-    "input_required",
-    "done",
-    "failed",
-    "canceled",
-    "timeout",
-    "rate_limited",
-    "expired",
-]
-#: Statuses an agent run never leaves (go-micro's terminal set, plus ``done``).
-AGENT_TERMINAL: tuple[AgentStatus, ...] = ("done", "canceled", "timeout", "rate_limited", "expired")
+__all__ = ["AGENT_TERMINAL", "AgentRun", "AgentStatus", "SqliteAgentStore", "ToolResult"]
 
 _COLUMNS = (
     "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
     "pending_call, created_at, updated_at, deadline_at, expires_at, retry_at, context, "
     "lease_owner, lease_expires_at"
 )
-
-
-@dataclass(frozen=True)
-class AgentRun:
-    """An agent run's row (times are UTC epoch seconds)."""
-
-    run_id: str
-    agent: str
-    status: AgentStatus
-    input: str
-    created_at: float
-    updated_at: float
-    parent_run_id: str | None = None
-    response: str | None = None
-    error: str | None = None
-    error_type: str | None = None
-    turns: int = 0
-    pending_call: dict[str, Any] | None = None
-    deadline_at: float | None = None
-    expires_at: float | None = None
-    retry_at: float | None = None
-    context: dict[str, Any] = field(default_factory=dict)
-    lease_owner: str | None = None
-    lease_expires_at: float | None = None
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    """A tool call's durable record, keyed by tool name + canonical JSON input."""
-
-    tool_key: str
-    tool: str
-    status: Literal["in_progress", "completed", "failed"]
-    result: str | None
-    attempts: int
-    reused: int
 
 
 def _run(row: Sequence[Any]) -> AgentRun:
@@ -118,49 +68,49 @@ class SqliteAgentStore:
     """
 
     def __init__(self, checkpoints: SqliteCheckpointStore) -> None:
+        self._cp = checkpoints
         self.conn = checkpoints.conn
         self.scope = checkpoints.scope
         self._lock = checkpoints._lock
         self.path = checkpoints.path
 
-    def _err(self, exc: apsw.Error) -> Exception:
-        return translate(exc, self.path)
-
     def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
         """Insert a run and its first messages (system, user)."""
-        with self._lock:
-            try:
-                with self.conn:
-                    self.conn.execute(
-                        f"INSERT INTO agent_runs(scope, {_COLUMNS}) VALUES "
-                        "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (
-                            self.scope,
-                            run.run_id,
-                            run.agent,
-                            run.status,
-                            run.parent_run_id,
-                            run.input,
-                            run.response,
-                            run.error,
-                            run.error_type,
-                            run.turns,
-                            None,
-                            run.created_at,
-                            run.updated_at,
-                            run.deadline_at,
-                            run.expires_at,
-                            run.retry_at,
-                            json.dumps(run.context),
-                            run.lease_owner,
-                            run.lease_expires_at,
-                        ),
-                    )
-                    self._append(run.run_id, messages, run.created_at)
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+
+        def exists(exc: Exception) -> Exception:
+            return RevisionConflictError(f"agent run {run.run_id} already exists")
+
+        with self._lock, self._cp._write(exists):
+            self.conn.execute(
+                f"INSERT INTO agent_runs(scope, {_COLUMNS}) VALUES "
+                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    self.scope,
+                    run.run_id,
+                    run.agent,
+                    run.status,
+                    run.parent_run_id,
+                    run.input,
+                    run.response,
+                    run.error,
+                    run.error_type,
+                    run.turns,
+                    None,
+                    run.created_at,
+                    run.updated_at,
+                    run.deadline_at,
+                    run.expires_at,
+                    run.retry_at,
+                    json.dumps(run.context),
+                    run.lease_owner,
+                    run.lease_expires_at,
+                ),
+            )
+            self._append(run.run_id, messages, run.created_at)
 
     def _append(self, run_id: str, messages: Sequence[dict[str, Any]], now: float) -> None:
+        # max(seq) + 1 is safe here: it runs inside BEGIN IMMEDIATE, which holds
+        # SQLite's one write lock (the PostgreSQL store locks the run row first)
         row: Any = self.conn.execute(
             "SELECT coalesce(max(seq), -1) FROM agent_messages WHERE run_id=?", (run_id,)
         ).fetchone()
@@ -200,33 +150,29 @@ class SqliteAgentStore:
             args.append(
                 json.dumps(value) if name == "pending_call" and value is not None else value
             )
-        with self._lock:
-            try:
-                with self.conn:
-                    if messages:
-                        self._append(run_id, messages, now)
-                    if tool is not None:
-                        key, name, status, result = tool
-                        self.conn.execute(
-                            "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, "
-                            "result, attempts, updated_at) VALUES (?,?,?,?,?,?,?) "
-                            "ON CONFLICT(run_id, tool_key) DO UPDATE SET status=excluded.status,"
-                            " result=coalesce(excluded.result, result), attempts=attempts+"
-                            "(excluded.status='in_progress'), updated_at=excluded.updated_at",
-                            (run_id, key, name, status, result, int(status == "in_progress"), now),
-                        )
-                    where = "run_id=? AND scope=?"
-                    wargs: list[Any] = [run_id, self.scope]
-                    if owner is not None:
-                        where += " AND lease_owner=?"
-                        wargs.append(owner)
-                    self.conn.execute(
-                        f"UPDATE agent_runs SET {', '.join(sets)} WHERE {where}", (*args, *wargs)
-                    )
-                    if self.conn.changes() != 1:
-                        self._missing_or_lost(run_id, owner)
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._write():
+            if messages:
+                self._append(run_id, messages, now)
+            if tool is not None:
+                key, name, status, result = tool
+                self.conn.execute(
+                    "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, "
+                    "result, attempts, updated_at) VALUES (?,?,?,?,?,?,?) "
+                    "ON CONFLICT(run_id, tool_key) DO UPDATE SET status=excluded.status,"
+                    " result=coalesce(excluded.result, result), attempts=attempts+"
+                    "(excluded.status='in_progress'), updated_at=excluded.updated_at",
+                    (run_id, key, name, status, result, int(status == "in_progress"), now),
+                )
+            where = "run_id=? AND scope=?"
+            wargs: list[Any] = [run_id, self.scope]
+            if owner is not None:
+                where += " AND lease_owner=?"
+                wargs.append(owner)
+            self.conn.execute(
+                f"UPDATE agent_runs SET {', '.join(sets)} WHERE {where}", (*args, *wargs)
+            )
+            if self.conn.changes() != 1:
+                self._missing_or_lost(run_id, owner)
 
     def _missing_or_lost(self, run_id: str, owner: str | None) -> None:
         row = self.conn.execute(
@@ -252,57 +198,44 @@ class SqliteAgentStore:
             AgentRunLeasedError: another live process holds the lease.
             CheckpointNotFoundError: no such run.
         """
-        with self._lock:
-            try:
-                with self.conn:
-                    self.conn.execute(
-                        "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? "
-                        "WHERE run_id=? AND scope=? AND (lease_owner IS NULL OR lease_owner=? "
-                        "OR lease_expires_at<=? OR ?)",
-                        (owner, expires_at, run_id, self.scope, owner, now, int(takeover)),
-                    )
-                    claimed = self.conn.changes() == 1
-                    run = self.get(run_id)
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._write():
+            self.conn.execute(
+                "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? AND scope=?"
+                + (
+                    ""
+                    if takeover
+                    else " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
+                ),
+                (owner, expires_at, run_id, self.scope, *(() if takeover else (owner, now))),
+            )
+            claimed = self.conn.changes() == 1
+            run = self.get(run_id)
         if not claimed:
             raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
         return run
 
     def release(self, run_id: str, owner: str) -> None:
         """Give up ``owner``'s lease on the run (no-op when it holds none)."""
-        with self._lock:
-            try:
-                with self.conn:
-                    self.conn.execute(
-                        "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
-                        "WHERE run_id=? AND scope=? AND lease_owner=?",
-                        (run_id, self.scope, owner),
-                    )
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._write():
+            self.conn.execute(
+                "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
+                "WHERE run_id=? AND scope=? AND lease_owner=?",
+                (run_id, self.scope, owner),
+            )
 
     def mark_reused(self, run_id: str, key: str) -> None:
-        with self._lock:
-            try:
-                with self.conn:
-                    self.conn.execute(
-                        "UPDATE agent_tool_results SET reused=reused+1 WHERE run_id=? AND "
-                        "tool_key=?",
-                        (run_id, key),
-                    )
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._write():
+            self.conn.execute(
+                "UPDATE agent_tool_results SET reused=reused+1 WHERE run_id=? AND tool_key=?",
+                (run_id, key),
+            )
 
     def get(self, run_id: str) -> AgentRun:
-        with self._lock:
-            try:
-                row = self.conn.execute(
-                    f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=? AND scope=?",
-                    (run_id, self.scope),
-                ).fetchone()
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._read():
+            row = self.conn.execute(
+                f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=? AND scope=?",
+                (run_id, self.scope),
+            ).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
         return _run(row)
@@ -314,42 +247,33 @@ class SqliteAgentStore:
             CheckpointCorruptError: a message row no longer matches its checksum
                 (``revision`` is the message's sequence number).
         """
-        with self._lock:
-            try:
-                rows: list[Any] = self.conn.execute(
-                    "SELECT run_id, seq, role, body, created_at, checksum FROM agent_messages "
-                    "WHERE run_id=? ORDER BY seq",
-                    (run_id,),
-                ).fetchall()
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._read():
+            rows: list[Any] = self.conn.execute(
+                "SELECT run_id, seq, role, body, created_at, checksum FROM agent_messages "
+                "WHERE run_id=? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
         for r in rows:
             if r[5] is not None and row_checksum(r[:5]) != r[5]:
                 raise CheckpointCorruptError(run_id, int(r[1]), what="agent message")
         return [json.loads(r[3]) for r in rows]
 
     def tool_result(self, run_id: str, key: str) -> ToolResult | None:
-        with self._lock:
-            try:
-                row = self.conn.execute(
-                    "SELECT tool_key, tool, status, result, attempts, reused FROM "
-                    "agent_tool_results WHERE run_id=? AND tool_key=?",
-                    (run_id, key),
-                ).fetchone()
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._read():
+            row = self.conn.execute(
+                "SELECT tool_key, tool, status, result, attempts, reused FROM "
+                "agent_tool_results WHERE run_id=? AND tool_key=?",
+                (run_id, key),
+            ).fetchone()
         return None if row is None else _tool(row)
 
     def tool_results(self, run_id: str) -> list[ToolResult]:
-        with self._lock:
-            try:
-                rows = self.conn.execute(
-                    "SELECT tool_key, tool, status, result, attempts, reused FROM "
-                    "agent_tool_results WHERE run_id=? ORDER BY updated_at",
-                    (run_id,),
-                ).fetchall()
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._read():
+            rows = self.conn.execute(
+                "SELECT tool_key, tool, status, result, attempts, reused FROM "
+                "agent_tool_results WHERE run_id=? ORDER BY updated_at",
+                (run_id,),
+            ).fetchall()
         return [_tool(r) for r in rows]
 
     def list(
@@ -364,8 +288,5 @@ class SqliteAgentStore:
             sql += " AND agent=?"
             args.append(agent)
         sql += " ORDER BY created_at, run_id"
-        with self._lock:
-            try:
-                return [_run(r) for r in self.conn.execute(sql, args)]
-            except apsw.Error as exc:
-                raise self._err(exc) from exc
+        with self._lock, self._cp._read():
+            return [_run(r) for r in self.conn.execute(sql, args)]

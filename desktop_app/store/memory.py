@@ -3,14 +3,15 @@ and throw-away runs. Passes the same conformance suite as the SQLite store
 (``tests/contract``). Checkpoints are copied through JSON on the way in, so a
 value that the SQLite store could not save is refused here too.
 
-Domain writes and queries need SQL: this store refuses them with
-:class:`~desktop_app.errors.StoreError`.
+Domain writes and queries need SQL: this store does not declare the
+``sql`` capability and refuses them with :class:`~desktop_app.errors.StoreError`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -26,6 +27,7 @@ from desktop_app.errors import (
 from desktop_app.store import codec
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
+    RUNNABLE_STATUSES,
     Checkpoint,
     CheckpointInfo,
     DomainWrite,
@@ -35,6 +37,7 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     Signal,
+    SqlTx,
 )
 
 LIVE = ("pending", "running", "waiting", "failed")
@@ -50,9 +53,18 @@ class _Space:
         self.signals: list[dict[str, Any]] = []
         self.events: list[Event] = []
         self.outbox: dict[str, Intent] = {}
+        #: intent_id -> (claimed_by, claim_expires_at)
+        self.claims: dict[str, tuple[str, float]] = {}
+        #: one lock per "file": store objects sharing a space exclude each other
+        self.lock = threading.Lock()
+        self.update_lock = threading.Lock()
 
 
 T = TypeVar("T")
+_NO_SQL = (
+    "domain writes and queries need SQL (a store with the 'sql' capability: SQLite or "
+    "PostgreSQL); the in-memory store has none"
+)
 
 # Process-wide, so two store objects with different scopes share one "file".
 _SHARED: dict[str, _Space] = {}
@@ -67,13 +79,23 @@ class InMemoryCheckpointStore:
             (like two connections to one file); ``None`` gives a private space.
     """
 
-    def __init__(self, *, scope: str = "default", space: str | None = None) -> None:
+    #: no ``sql``: domain writes and queries are refused
+    capabilities: frozenset[str] = frozenset()
+
+    def __init__(
+        self,
+        *,
+        scope: str = "default",
+        space: str | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.scope = scope
+        self._clock = clock if clock is not None else time.time
         self._space = _Space() if space is None else _SHARED.setdefault(space, _Space())
         self._runs = self._space.runs
         self._cps = self._space.cps
-        self._lock = threading.Lock()
-        self._update_lock = threading.Lock()
+        self._lock = self._space.lock
+        self._update_lock = self._space.update_lock
 
     @staticmethod
     def _frozen(cp: Checkpoint) -> Checkpoint:
@@ -93,7 +115,7 @@ class InMemoryCheckpointStore:
         self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite] = ()
     ) -> None:
         if writes:
-            raise StoreError("domain writes need the SQLite store")
+            raise StoreError(_NO_SQL)
         if first.revision != 0 or run.run_id != first.run_id:
             raise ValueError("create_run needs the run's revision-0 checkpoint")
         frozen = self._frozen(first)
@@ -124,7 +146,7 @@ class InMemoryCheckpointStore:
         consume: Sequence[tuple[int, str]] = (),
     ) -> None:
         if writes:
-            raise StoreError("domain writes need the SQLite store")
+            raise StoreError(_NO_SQL)
         cp = self._frozen(checkpoint)
         with self._lock:
             for signal_id, _ in consume:
@@ -216,6 +238,52 @@ class InMemoryCheckpointStore:
             self._runs[run_id] = run
             self._space.version += 1
             return run
+
+    def now(self) -> float:
+        """The process clock, or the clock injected at construction."""
+        return self._clock()
+
+    def claim_runnable(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        statuses: Sequence[RunStatus] = RUNNABLE_STATUSES,
+        wakeable: bool = True,
+        flows: Collection[str] | None = None,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[RunRecord]:
+        at = self.now() if now is None else now
+        wake = set(self.wakeable_runs(at, limit=10**9)) if wakeable else set()
+        with self._lock:
+            candidates = sorted(
+                (
+                    r
+                    for r in self._runs.values()
+                    if r.scope == self.scope
+                    and (r.status in statuses or r.run_id in wake)
+                    and (flows is None or r.flow_name in flows)
+                ),
+                key=lambda r: (r.status not in statuses, r.created_at, r.run_id),
+            )
+            claimed: list[RunRecord] = []
+            for run in candidates:
+                if len(claimed) >= limit:
+                    break
+                free = (
+                    run.lease_owner in (None, owner)
+                    or (run.lease_expires_at is not None and run.lease_expires_at <= at)
+                    or (presumed_dead is not None and presumed_dead(run.lease_owner or ""))
+                )
+                if free:
+                    run = replace(run, lease_owner=owner, lease_expires_at=at + ttl_s)
+                    self._runs[run.run_id] = run
+                    claimed.append(run)
+            if claimed:
+                self._space.version += 1
+            return claimed
 
     def release(self, run_id: str, owner: str) -> None:
         with self._lock:
@@ -382,21 +450,27 @@ class InMemoryCheckpointStore:
         return min(times) if times else None
 
     def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        # as the SQL stores: due deadlines first, by deadline, then deliveries
         with self._lock:
-            found: set[str] = set()
+            best: dict[str, tuple[int, float]] = {}
+
+            def note(run_id: str, prio: int, due: float) -> None:
+                best[run_id] = min(best.get(run_id, (prio, due)), (prio, due))
+
             for run_id, w in self._pending_waits():
-                due = w.deadline_at is not None and w.deadline_at <= now
-                signal = w.kind == "signal" and any(
+                if w.deadline_at is not None and w.deadline_at <= now:
+                    note(run_id, 0, w.deadline_at)
+                if w.kind == "signal" and any(
                     s["scope"] == self.scope
                     and (s["name"], s["key"]) == (w.name, w.key)
                     and s["consumed_by"] is None
                     for s in self._space.signals
-                )
-                event = w.kind == "event" and any(
+                ):
+                    note(run_id, 1, float("inf"))
+                if w.kind == "event" and any(
                     e.type == w.name and e.published_at >= w.created_at for e in self._space.events
-                )
-                if due or signal or event:
-                    found.add(run_id)
+                ):
+                    note(run_id, 1, float("inf"))
             for run in self._runs.values():
                 if (
                     run.scope == self.scope
@@ -404,8 +478,8 @@ class InMemoryCheckpointStore:
                     and run.deadline_at is not None
                     and run.deadline_at <= now
                 ):
-                    found.add(run.run_id)
-        return sorted(found)[:limit]
+                    note(run.run_id, 0, run.deadline_at)
+        return sorted(best, key=lambda r: (*best[r], r))[:limit]
 
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
         with self._lock:
@@ -429,6 +503,41 @@ class InMemoryCheckpointStore:
             ]
         return out[:limit]
 
+    def claim_intents(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[Intent]:
+        at = self.now() if now is None else now
+        out: list[Intent] = []
+        with self._lock:
+            for intent in list(self._space.outbox.values()):
+                if len(out) >= limit:
+                    break
+                run = self._runs.get(intent.run_id)
+                if run is None or run.scope != self.scope:
+                    continue
+                if intent.status not in ("pending", "sending"):
+                    continue
+                claim = self._space.claims.get(intent.intent_id)
+                free = (
+                    claim is None
+                    or claim[0] == owner
+                    or claim[1] <= at
+                    or (presumed_dead is not None and presumed_dead(claim[0]))
+                )
+                if not free:
+                    continue
+                self._space.claims[intent.intent_id] = (owner, at + ttl_s)
+                out.append(replace(intent, interrupted=intent.status == "sending"))
+            if out:
+                self._space.version += 1
+        return out
+
     def mark_intent(
         self,
         intent_id: str,
@@ -450,11 +559,16 @@ class InMemoryCheckpointStore:
             else:
                 intent = replace(intent, status=status, last_error=error)  # type: ignore[arg-type]
             self._space.outbox[intent_id] = intent
+            if status != "sending":
+                self._space.claims.pop(intent_id, None)
             self._space.version += 1
             return True
 
-    def query(self, op: Callable[[Any], T]) -> T:
-        raise StoreError("domain queries need the SQLite store")
+    def query(self, op: Callable[[SqlTx], T]) -> T:
+        raise StoreError(_NO_SQL)
+
+    def write(self, op: Callable[[SqlTx], T]) -> T:
+        raise StoreError(_NO_SQL)
 
     def close(self) -> None:
         return None

@@ -43,7 +43,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -72,6 +72,7 @@ from desktop_app.store.postgres_sql import (
     ts,
 )
 from desktop_app.store.protocol import (
+    RUNNABLE_STATUSES,
     Checkpoint,
     CheckpointInfo,
     DomainWrite,
@@ -83,6 +84,9 @@ from desktop_app.store.protocol import (
     Signal,
     StepRecord,
     Wait,
+)
+from desktop_app.store.protocol import (
+    SqlTx as SqlTxProtocol,
 )
 
 T = TypeVar("T")
@@ -157,6 +161,9 @@ class PostgresCheckpointStore:
     constructor verifies it (SchemaMissingError / SchemaChecksumError /
     SchemaTooNewError). Thread-safe: each call borrows a pool connection.
     """
+
+    #: see :data:`desktop_app.store.protocol.CAPABILITIES`
+    capabilities = frozenset({"sql", "processes", "database_clock"})
 
     def __init__(
         self, pool: ConnectionPool[Any], *, scope: str = "default", where: str = ""
@@ -561,6 +568,81 @@ class PostgresCheckpointStore:
             raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
         return run
 
+    def now(self) -> float:
+        """The database clock (``flowdesk_now()``), UTC epoch seconds."""
+        row = self._read(
+            lambda conn: conn.execute(
+                "SELECT extract(epoch from flowdesk_now())::float8"
+            ).fetchone()
+        )
+        return float(row[0]) if row is not None else time.time()
+
+    def claim_runnable(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        statuses: Sequence[RunStatus] = RUNNABLE_STATUSES,
+        wakeable: bool = True,
+        flows: Collection[str] | None = None,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[RunRecord]:
+        """See :meth:`desktop_app.store.protocol.Leases.claim_runnable`: one
+        transaction, candidates locked with ``FOR UPDATE SKIP LOCKED`` (a row
+        another claimant is taking is skipped, not waited for); lease times
+        from the database clock unless ``now`` is given."""
+        if limit <= 0:
+            return []
+        wake = self.wakeable_runs(self.now() if now is None else now, max(limit * 4, 100))
+        at = "flowdesk_now()" if now is None else "to_timestamp(%(at)s)"
+        params: dict[str, Any] = {
+            "scope": self.scope,
+            "statuses": list(statuses),
+            "wake": wake if wakeable else [],
+            "flows": None if flows is None else list(flows),
+            "owner": owner,
+            "at": now,
+            "ttl": ttl_s,
+            "limit": limit,
+        }
+        sql = (
+            f"SELECT run_id, lease_owner, coalesce(lease_expires_at <= {at}, false) FROM runs "
+            "WHERE scope=%(scope)s AND (status = ANY(%(statuses)s) OR run_id = ANY(%(wake)s))"
+        )
+        if flows is not None:
+            sql += " AND flow_name = ANY(%(flows)s)"
+        if presumed_dead is None:
+            sql += f" AND (lease_owner IS NULL OR lease_owner=%(owner)s OR lease_expires_at<={at})"
+        sql += " ORDER BY status <> ALL(%(statuses)s), created_at, run_id"
+        if presumed_dead is None:
+            sql += " LIMIT %(limit)s"
+        sql += " FOR UPDATE SKIP LOCKED"
+
+        def body(conn: Conn) -> list[RunRecord]:
+            ids: list[str] = []
+            for run_id, holder, expired in conn.execute(sql, params).fetchall():
+                if len(ids) >= limit:
+                    break
+                if (
+                    holder is None
+                    or holder == owner
+                    or expired
+                    or (presumed_dead is not None and presumed_dead(holder))
+                ):
+                    ids.append(run_id)
+            if not ids:
+                return []
+            conn.execute(
+                f"UPDATE runs SET lease_owner=%(owner)s, lease_expires_at={at} + "
+                "%(ttl)s * interval '1 second' WHERE run_id = ANY(%(ids)s)",
+                {**params, "ids": ids},
+            )
+            return [run for i in ids if (run := self._get_run(conn, i)) is not None]
+
+        return self._tx(body)
+
     def release(self, run_id: str, owner: str) -> None:
         self._tx(
             lambda conn: conn.execute(
@@ -771,9 +853,29 @@ class PostgresCheckpointStore:
             waits=waits,
         )
 
-    def query(self, op: Callable[[Any], T]) -> T:
-        """Run ``op(SqlTx)`` in its own transaction and commit (domain SQL with
-        ``?`` placeholders runs unchanged; see :class:`SqlTx`)."""
+    def query(self, op: Callable[[SqlTxProtocol], T]) -> T:
+        """Run ``op(SqlTx)`` in a ``READ ONLY`` transaction (domain SQL with
+        ``?`` placeholders runs unchanged; see :class:`SqlTx`); a write in it
+        raises StoreError naming :meth:`write`."""
+
+        def body(conn: Conn) -> T:
+            conn.execute("SET TRANSACTION READ ONLY")
+            return op(SqlTx(conn))
+
+        try:
+            return self._tx(body, write=False)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, psycopg.errors.ReadOnlySqlTransaction):
+                raise StoreError(
+                    "a domain query tried to write; query() is read-only. Run writes "
+                    "through store.write(op) (their own transaction) or as a step's "
+                    "ctx.write (with its checkpoint)."
+                ) from exc.__cause__
+            raise
+
+    def write(self, op: Callable[[SqlTxProtocol], T]) -> T:
+        """Run ``op(SqlTx)`` in its own write transaction and commit (retried
+        whole on a serialization failure or deadlock)."""
         return self._tx(lambda conn: op(SqlTx(conn)))
 
     # -- waits, signals, events ----------------------------------------------
@@ -924,6 +1026,63 @@ class PostgresCheckpointStore:
             for r in rows
         ]
 
+    def claim_intents(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[Intent]:
+        """See :meth:`desktop_app.store.protocol.Outbox.claim_intents`
+        (``FOR UPDATE SKIP LOCKED``: a row another dispatcher is claiming is
+        skipped; claim times from the database clock unless ``now`` is given)."""
+        at = "flowdesk_now()" if now is None else "to_timestamp(%(at)s)"
+        params: dict[str, Any] = {"scope": self.scope, "at": now, "owner": owner, "ttl": ttl_s}
+
+        def body(conn: Conn) -> list[Any]:
+            found = conn.execute(
+                "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
+                "o.attempts, o.receipt, o.last_error, o.claimed_by, "
+                f"(o.claim_expires_at IS NULL OR o.claim_expires_at<={at}) "
+                "FROM outbox o JOIN runs r ON r.run_id=o.run_id "
+                "WHERE r.scope=%(scope)s AND o.status IN ('pending','sending') "
+                "ORDER BY o.created_at, o.intent_id FOR UPDATE OF o SKIP LOCKED",
+                params,
+            ).fetchall()
+            rows = [
+                r
+                for r in found
+                if r[9] is None
+                or r[9] == owner
+                or r[10]
+                or (presumed_dead is not None and presumed_dead(r[9]))
+            ][:limit]
+            if rows:
+                conn.execute(
+                    f"UPDATE outbox SET claimed_by=%(owner)s, claim_expires_at={at} + "
+                    "%(ttl)s * interval '1 second' WHERE intent_id = ANY(%(ids)s)",
+                    {**params, "ids": [r[0] for r in rows]},
+                )
+            return rows
+
+        return [
+            Intent(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                str(r[3]),
+                codec.loads(r[4]),
+                r[5],
+                int(r[6]),
+                None if r[7] is None else codec.loads(r[7]),
+                r[8],
+                interrupted=r[5] == "sending",
+            )
+            for r in self._tx(body)
+        ]
+
     def mark_intent(
         self,
         intent_id: str,
@@ -944,11 +1103,14 @@ class PostgresCheckpointStore:
         elif status == "delivered":
             sql = (
                 f"UPDATE outbox SET status='delivered', delivered_at={ts()}, receipt=%s, "
-                "last_error=NULL WHERE intent_id=%s" + guard
+                "last_error=NULL, claimed_by=NULL, claim_expires_at=NULL WHERE intent_id=%s" + guard
             )
             args = (now, codec.dumps(receipt), intent_id, *guard_args)
         else:
-            sql = "UPDATE outbox SET status=%s, last_error=%s WHERE intent_id=%s" + guard
+            sql = (
+                "UPDATE outbox SET status=%s, last_error=%s, claimed_by=NULL, "
+                "claim_expires_at=NULL WHERE intent_id=%s" + guard
+            )
             args = (status, no_nul(error), intent_id, *guard_args)
         return bool(self._tx(lambda conn: conn.execute(sql, args).rowcount == 1))
 

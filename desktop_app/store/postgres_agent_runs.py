@@ -16,16 +16,27 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from desktop_app.errors import CheckpointNotFoundError
-from desktop_app.store.agent_runs import AgentRun, ToolResult
+import psycopg.errors
+
+from desktop_app.errors import (
+    AgentRunLeasedError,
+    CheckpointNotFoundError,
+    LeaseLostError,
+    RevisionConflictError,
+    StoreError,
+)
 from desktop_app.store.postgres import Conn, PostgresCheckpointStore
 from desktop_app.store.postgres_sql import epoch, no_nul, ts
+from desktop_app.store.records import AgentRun, ToolResult
 
-_TIME_FIELDS = frozenset({"created_at", "updated_at", "deadline_at", "expires_at", "retry_at"})
+_TIME_FIELDS = frozenset(
+    {"created_at", "updated_at", "deadline_at", "expires_at", "retry_at", "lease_expires_at"}
+)
 _COLUMNS = (
     "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
     f"pending_call, {epoch('created_at')}, {epoch('updated_at')}, {epoch('deadline_at')}, "
-    f"{epoch('expires_at')}, {epoch('retry_at')}, context"
+    f"{epoch('expires_at')}, {epoch('retry_at')}, context, lease_owner, "
+    f"{epoch('lease_expires_at')}"
 )
 _TOOL_COLUMNS = "tool_key, tool, status, result, attempts, reused"
 
@@ -48,6 +59,8 @@ def _run(row: Sequence[Any]) -> AgentRun:
         expires_at=row[13],
         retry_at=row[14],
         context=json.loads(row[15]),
+        lease_owner=row[16],
+        lease_expires_at=row[17],
     )
 
 
@@ -69,8 +82,9 @@ class PostgresAgentStore:
             conn.execute(
                 "INSERT INTO agent_runs(scope, run_id, agent, status, parent_run_id, input, "
                 "response, error, error_type, turns, pending_call, created_at, updated_at, "
-                "deadline_at, expires_at, retry_at, context) VALUES "
-                f"(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,NULL,{ts()},{ts()},{ts()},{ts()},{ts()},%s)",
+                "deadline_at, expires_at, retry_at, context, lease_owner, lease_expires_at) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,NULL,"
+                f"{ts()},{ts()},{ts()},{ts()},{ts()},%s,%s,{ts()})",
                 (
                     self.scope,
                     run.run_id,
@@ -88,11 +102,18 @@ class PostgresAgentStore:
                     run.expires_at,
                     run.retry_at,
                     json.dumps(run.context),
+                    run.lease_owner,
+                    run.lease_expires_at,
                 ),
             )
             self._append(conn, run.run_id, messages, run.created_at)
 
-        self.checkpoints._tx(body)
+        try:
+            self.checkpoints._tx(body)
+        except StoreError as exc:  # by SQLSTATE class, never by message text
+            if isinstance(exc.__cause__, psycopg.errors.UniqueViolation):
+                raise RevisionConflictError(f"agent run {run.run_id} already exists") from exc
+            raise
 
     @staticmethod
     def _append(conn: Conn, run_id: str, messages: Sequence[dict[str, Any]], now: float) -> None:
@@ -119,11 +140,14 @@ class PostgresAgentStore:
         *,
         messages: Sequence[dict[str, Any]] = (),
         tool: tuple[str, str, str, str | None] | None = None,
+        owner: str | None = None,
         **fields: Any,
     ) -> None:
         """In one transaction: append ``messages``, upsert a tool result
         ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
-        run ``fields``. Raises CheckpointNotFoundError for an unknown run."""
+        run ``fields``. With ``owner``, nothing is written unless ``owner``
+        holds the lease. Raises CheckpointNotFoundError for an unknown run,
+        LeaseLostError when ``owner`` lost the lease."""
         sets = [f"updated_at={ts()}"]
         args: list[Any] = [now]
         for name, value in fields.items():
@@ -140,11 +164,16 @@ class PostgresAgentStore:
         def body(conn: Conn) -> None:
             # lock the run first: message seq numbers are taken under it
             locked = conn.execute(
-                "SELECT 1 FROM agent_runs WHERE run_id=%s AND scope=%s FOR UPDATE",
+                "SELECT lease_owner FROM agent_runs WHERE run_id=%s AND scope=%s FOR UPDATE",
                 (run_id, self.scope),
             ).fetchone()
             if locked is None:
                 raise CheckpointNotFoundError(f"no agent run {run_id}")
+            if owner is not None and locked[0] != owner:
+                raise LeaseLostError(
+                    f"agent run {run_id} was taken over by {locked[0]} after the lease of "
+                    f"{owner} expired; this process stops executing it."
+                )
             self._append(conn, run_id, messages, now)
             if tool is not None:
                 key, name, status, result = tool
@@ -163,6 +192,50 @@ class PostgresAgentStore:
             )
 
         self.checkpoints._tx(body)
+
+    def claim(
+        self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
+    ) -> AgentRun:
+        """Take or renew the lease (see ``AgentLog.claim``). Times are the
+        caller's (the agent runtime's clock), as in the SQLite store."""
+        free = (
+            ""
+            if takeover
+            else (f" AND (lease_owner IS NULL OR lease_owner=%s OR lease_expires_at<={ts()})")
+        )
+        args: tuple[Any, ...] = (owner, expires_at, run_id, self.scope)
+        if not takeover:
+            args += (owner, now)
+
+        def body(conn: Conn) -> tuple[int, Any]:
+            cur = conn.execute(
+                f"UPDATE agent_runs SET lease_owner=%s, lease_expires_at={ts()} "
+                f"WHERE run_id=%s AND scope=%s{free}",
+                args,
+            )
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=%s AND scope=%s",
+                (run_id, self.scope),
+            ).fetchone()
+            return cur.rowcount, row
+
+        changed, row = self.checkpoints._tx(body)
+        if row is None:
+            raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
+        run = _run(row)
+        if changed != 1:
+            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+        return run
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Give up ``owner``'s lease (no-op when it holds none)."""
+        self.checkpoints._tx(
+            lambda conn: conn.execute(
+                "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
+                "WHERE run_id=%s AND scope=%s AND lease_owner=%s",
+                (run_id, self.scope, owner),
+            )
+        )
 
     def mark_reused(self, run_id: str, key: str) -> None:
         self.checkpoints._tx(

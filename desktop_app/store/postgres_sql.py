@@ -1,5 +1,5 @@
 """PostgreSQL plumbing shared by the PostgreSQL stores: SQLSTATE error
-classification, the ``?`` -> ``%s`` adapter domain writes run through, and
+classification, the :class:`SqlTx` domain writes run through (``?`` -> ``%s``), and
 time conversion at the boundary.
 
 Errors are classified by SQLSTATE (``exc.sqlstate``) and by psycopg's
@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from desktop_app.errors import DatabaseOpenError, SchemaMissingError, StoreError
+from desktop_app.store.protocol import SqlResult
 
 #: Whole-transaction retry on these: serialization_failure, deadlock_detected.
 RETRY_SQLSTATES = frozenset({"40001", "40P01"})
@@ -138,30 +139,30 @@ def qmark_to_format(sql: str) -> str:
 
 
 class SqlTx:
-    """What a domain write (or query op) receives on PostgreSQL: the open
-    transaction of the store, with the subset of apsw's connection API the
-    domain SQL uses (``execute``, ``executemany`` with ``?`` placeholders, and
-    ``with tx:`` as a no-op since the store commits).
-
-    ``dialect`` lets a domain write pick dialect-specific SQL where the
-    portable subset does not reach.
+    """The :class:`~desktop_app.store.protocol.SqlTx` of the PostgreSQL
+    stores: the store's open transaction, running domain SQL written with
+    ``?`` placeholders (translated to ``%s`` here). Valid only inside the
+    transaction it was handed in.
     """
 
-    dialect: Literal["postgres"] = "postgres"
+    dialect: Literal["sqlite", "postgres"] = "postgres"
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self._conn.execute(qmark_to_format(sql), tuple(params))
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> SqlResult:
+        cur = self._conn.execute(qmark_to_format(sql), tuple(params))
+        rows = cur.fetchall() if cur.description is not None else []
+        return SqlResult(rows, max(0, cur.rowcount))
 
-    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         cur = self._conn.cursor()
         cur.executemany(qmark_to_format(sql), [tuple(r) for r in rows])
-        return cur
 
-    def __enter__(self) -> SqlTx:
-        return self
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        row = self._conn.execute(qmark_to_format(sql), tuple(params)).fetchone()
+        return None if row is None else tuple(row)
 
-    def __exit__(self, *exc: object) -> None:
-        return None
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        rows = self._conn.execute(qmark_to_format(sql), tuple(params)).fetchall()
+        return [tuple(r) for r in rows]

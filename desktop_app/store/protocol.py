@@ -1,344 +1,181 @@
-"""Records and the :class:`CheckpointStore` protocol the engine speaks to.
+"""The store contract, split by role: small protocols a backend implements.
 
-Shapes (all times are UTC seconds since the epoch, as ``float``):
+A backend is one object implementing every role (:class:`CheckpointStore` is
+their union), because a step's signals, outbox intents and domain writes must
+commit in the same transaction as its checkpoint. The roles give each part of
+that contract a name, a docstring and its own conformance checks
+(:mod:`desktop_app.store.conformance`):
 
-* :class:`RunRecord` — one row per run: identity, flow name and version,
-  status, latest revision, execution context.
-* :class:`Checkpoint` — the run after a step: revision ``0..n``, status,
-  JSON-mode state (``dict[str, JSON]``), step records, frontier (ids of the
-  steps still to run), progress.
-* :class:`StepRecord` — ``in_progress -> completed | failed`` (or
-  ``skipped``), attempts, timings, error.
+* :class:`RunLog` — runs and their checkpoints: create, compare-and-append,
+  latest, history, list, delete, prune (as LangGraph's checkpoint saver).
+* :class:`Leases` — who executes a run: claim, release, claim the next
+  runnable runs, the store's clock.
+* :class:`Mailbox` — signals, events, waits and deadlines.
+* :class:`Outbox` — side effects queued by steps, claimed by dispatchers.
+* :class:`ChangeFeed` — a cheap "did anything change" number for the UI.
+* :class:`DomainStore` — the flows' own tables, through :class:`SqlTx`.
+* :class:`AgentLog` — agent runs: the run row, messages, tool results.
 
-Checkpoints are append-only and saved by compare-and-append on
-``(run_id, revision)`` (as looprig flow's ``RevisionConflictError``): the
+Optional parts are declared in ``capabilities`` (:data:`CAPABILITIES`), never
+discovered with ``isinstance`` (as LangGraph's and Harlequin's adapters do).
+
+Checkpoints are saved by compare-and-append on ``(run_id, revision)``: the
 first writer of a revision wins, the second gets
-:class:`~desktop_app.errors.RevisionConflictError`. Both sides treat a
-:class:`Checkpoint` handed to or returned by a store as immutable.
+:class:`~desktop_app.errors.RevisionConflictError`.
 
-This module never imports apsw.
+Every method raises :class:`~desktop_app.errors.StoreError` when the storage
+itself fails; nothing is half-written in that case. The records live in
+:mod:`desktop_app.store.records` and are re-exported here. This module never
+imports apsw.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-RunStatus = Literal["pending", "running", "waiting", "completed", "failed", "canceled", "timed_out"]
-StepStatus = Literal["in_progress", "completed", "failed", "skipped", "waiting"]
-
-RUN_STATUSES: tuple[RunStatus, ...] = (
-    "pending",
-    "running",
-    "waiting",
-    "completed",
-    "failed",
-    "canceled",
-    "timed_out",
+from desktop_app.store.records import (
+    AGENT_RUN_STATUS,
+    AGENT_TERMINAL,
+    JSON,
+    PENDING_STATUSES,
+    RUN_STATUSES,
+    TERMINAL_STATUSES,
+    AgentRun,
+    AgentStatus,
+    Checkpoint,
+    CheckpointInfo,
+    Event,
+    Intent,
+    Lease,
+    RunRecord,
+    RunStatus,
+    Signal,
+    StepRecord,
+    StepStatus,
+    ToolResult,
+    Wait,
+    WaitKind,
+    checkpoint_id,
+    parse_checkpoint_id,
+    run_status_of_agent,
 )
-#: Runs that ``pending()`` lists and ``resume_pending()`` resumes: not finished
-#: and not waiting for input (go-micro ``Pending`` semantics).
-PENDING_STATUSES: tuple[RunStatus, ...] = ("pending", "running", "failed")
-#: Runs that can never run again.
-TERMINAL_STATUSES: tuple[RunStatus, ...] = ("completed", "canceled", "timed_out")
 
-JSON = Any
+__all__ = [
+    "AGENT_RUN_STATUS",
+    "AGENT_TERMINAL",
+    "CAPABILITIES",
+    "JSON",
+    "PENDING_STATUSES",
+    "RUNNABLE_STATUSES",
+    "RUN_STATUSES",
+    "TERMINAL_STATUSES",
+    "AgentLog",
+    "AgentRun",
+    "AgentStatus",
+    "ChangeFeed",
+    "Checkpoint",
+    "CheckpointInfo",
+    "CheckpointStore",
+    "DomainQuery",
+    "DomainStore",
+    "DomainWrite",
+    "Event",
+    "Intent",
+    "Lease",
+    "Leases",
+    "Mailbox",
+    "Outbox",
+    "RunLog",
+    "RunRecord",
+    "RunStatus",
+    "Signal",
+    "SqlResult",
+    "SqlTx",
+    "StepRecord",
+    "StepStatus",
+    "ToolResult",
+    "Wait",
+    "WaitKind",
+    "checkpoint_id",
+    "parse_checkpoint_id",
+    "run_status_of_agent",
+]
+
 T = TypeVar("T")
 
-#: A domain write: called with the store's open connection inside the same
-#: transaction that appends the checkpoint (apsw ``Connection`` for the SQLite
-#: store). Raising aborts the whole transaction.
-DomainWrite = Callable[[Any], None]
+#: Optional capabilities a store may declare in ``capabilities``:
+#:
+#: * ``"sql"`` — :class:`DomainStore` works (domain writes, ``query``,
+#:   ``write``); without it they raise ``StoreError``.
+#: * ``"processes"`` — two store objects in different processes see each
+#:   other's writes (a file or a server; the in-memory store lacks it).
+#: * ``"database_clock"`` — :meth:`Leases.now` is the database server's clock.
+#: * ``"vacuum"`` — ``vacuum(min_free_pages)`` gives free pages back.
+CAPABILITIES = frozenset({"sql", "processes", "database_clock", "vacuum"})
+
+#: Statuses :meth:`Leases.claim_runnable` hands out by default: interrupted runs.
+RUNNABLE_STATUSES: tuple[RunStatus, ...] = ("pending", "running")
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    """What happened to one step of a run.
+class SqlResult:
+    """What :meth:`SqlTx.execute` returns: the statement's rows (read at once)
+    and ``rowcount``, the rows an INSERT/UPDATE/DELETE changed."""
 
-    Attributes:
-        step_id: the step's id in its flow.
-        status: ``in_progress``, ``completed``, ``failed``, ``skipped`` or ``waiting``.
-        attempts: attempts started so far (survives restarts).
-        started_at / finished_at: UTC epoch seconds, ``None`` until known.
-        error / error_type: message and exception class name of the last failure.
-        iteration: for loop steps, iterations completed and checkpointed.
-        duration_ms: wall time of the last attempt in milliseconds.
-        next_retry_at: UTC epoch seconds before which the next attempt must
-            not start (a durable backoff), or ``None``.
-    """
+    __slots__ = ("_rows", "rowcount")
 
-    step_id: str
-    status: StepStatus
-    attempts: int = 0
-    started_at: float | None = None
-    finished_at: float | None = None
-    error: str | None = None
-    error_type: str | None = None
-    iteration: int = 0
-    duration_ms: float | None = None
-    next_retry_at: float | None = None
+    def __init__(self, rows: Sequence[Sequence[Any]], rowcount: int) -> None:
+        self._rows = [tuple(r) for r in rows]
+        self.rowcount = rowcount
 
-    def to_json(self) -> dict[str, JSON]:
-        return {
-            "step_id": self.step_id,
-            "status": self.status,
-            "attempts": self.attempts,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "error": self.error,
-            "error_type": self.error_type,
-            "iteration": self.iteration,
-            "duration_ms": self.duration_ms,
-            "next_retry_at": self.next_retry_at,
-        }
+    def fetchone(self) -> tuple[Any, ...] | None:
+        """The first row, or ``None``."""
+        return self._rows[0] if self._rows else None
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, JSON]) -> StepRecord:
-        return cls(
-            step_id=str(data["step_id"]),
-            status=data["status"],
-            attempts=int(data.get("attempts", 0)),
-            started_at=data.get("started_at"),
-            finished_at=data.get("finished_at"),
-            error=data.get("error"),
-            error_type=data.get("error_type"),
-            iteration=int(data.get("iteration", 0)),
-            duration_ms=data.get("duration_ms"),
-            next_retry_at=data.get("next_retry_at"),
-        )
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        """Every row."""
+        return list(self._rows)
 
-
-WaitKind = Literal["input", "signal", "event", "timer"]
-
-
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """A durable pause of a run, part of its checkpoint.
-
-    Attributes:
-        wait_id: stable id ``"<run_id>:<step_id>:<n>"``; survives restarts.
-        step_id: the step (or ``"<parallel>/<branch>"``) that waits.
-        kind: ``input`` (a person), ``signal`` (name + key), ``event`` (type),
-            ``timer`` (only a deadline).
-        name / key: signal name and key, or event type (``key`` unused).
-        prompt: what the person is asked (JSON), for input waits.
-        deadline_at: UTC epoch seconds when the wait times out, or ``None``;
-            stored when the wait begins and never recomputed.
-        created_at: UTC epoch seconds when the wait began.
-        continuation: a JSON value kept for the step (stateful interrupt).
-    """
-
-    wait_id: str
-    step_id: str
-    kind: WaitKind
-    created_at: float
-    name: str | None = None
-    key: str | None = None
-    prompt: JSON = None
-    deadline_at: float | None = None
-    continuation: JSON = None
-
-    def to_json(self) -> dict[str, JSON]:
-        return {
-            "wait_id": self.wait_id,
-            "step_id": self.step_id,
-            "kind": self.kind,
-            "created_at": self.created_at,
-            "name": self.name,
-            "key": self.key,
-            "prompt": self.prompt,
-            "deadline_at": self.deadline_at,
-            "continuation": self.continuation,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, JSON]) -> Wait:
-        return cls(
-            wait_id=str(data["wait_id"]),
-            step_id=str(data["step_id"]),
-            kind=data["kind"],
-            created_at=float(data["created_at"]),
-            name=data.get("name"),
-            key=data.get("key"),
-            prompt=data.get("prompt"),
-            deadline_at=data.get("deadline_at"),
-            continuation=data.get("continuation"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Signal:
-    """A stored signal (durable mailbox row)."""
-
-    signal_id: int
-    name: str
-    key: str
-    payload: JSON
-    sent_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """A published event (broadcast to every wait on its type)."""
-
-    event_id: int
-    type: str
-    payload: JSON
-    published_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class Intent:
-    """An outbox intent: a side effect to deliver after its checkpoint commits.
-
-    ``intent_id`` is the stable idempotency key the destination sees on every
-    attempt (``"<run_id>:<step_id>:<iteration>:<n>"`` unless the step gives one).
-    """
-
-    intent_id: str
-    run_id: str
-    step_id: str
-    destination: str
-    payload: JSON
-    status: Literal["pending", "sending", "delivered", "failed"] = "pending"
-    attempts: int = 0
-    receipt: JSON = None
-    last_error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """The durable record of a run after one step.
-
-    Attributes:
-        run_id: the run.
-        revision: 0 for the first checkpoint, +1 for each one after.
-        status: the run status at this revision.
-        state: the flow state dumped in pydantic JSON mode, one key per field.
-        steps: step records by step id.
-        frontier: ids of the steps that run next, in order (empty when done).
-        created_at: UTC epoch seconds.
-        step_id: the step that produced this checkpoint (``""`` for the first).
-        progress: ``(done, total)`` units of work, or ``None``.
-        error: why the run failed or halted, if it did.
-        meta: engine bookkeeping as a small JSON object (steps taken, halt
-            reason, ...); stored whole with every revision.
-        waits: the run's pending waits at this revision.
-    """
-
-    run_id: str
-    revision: int
-    status: RunStatus
-    state: Mapping[str, JSON]
-    steps: Mapping[str, StepRecord]
-    frontier: tuple[str, ...]
-    created_at: float
-    step_id: str = ""
-    progress: tuple[int, int] | None = None
-    error: str | None = None
-    meta: Mapping[str, JSON] = field(default_factory=dict)
-    waits: tuple[Wait, ...] = ()
-
-    @property
-    def id(self) -> str:
-        """Stable checkpoint id, ``"<run_id>:<revision>"``."""
-        return checkpoint_id(self.run_id, self.revision)
-
-    def evolve(self, **changes: Any) -> Checkpoint:
-        return replace(self, **changes)
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointInfo:
-    """A checkpoint's metadata without its state (what ``history`` returns)."""
-
-    run_id: str
-    revision: int
-    status: RunStatus
-    step_id: str
-    created_at: float
-
-    @property
-    def id(self) -> str:
-        return checkpoint_id(self.run_id, self.revision)
-
-
-@dataclass(frozen=True, slots=True)
-class RunRecord:
-    """Run metadata; reading it never decodes state.
-
-    Attributes:
-        run_id: unique id (uuid4 hex).
-        flow_name: the flow's name.
-        flow_version: fingerprint of the flow the run started under.
-        status: latest status.
-        revision: latest checkpoint revision.
-        created_at / updated_at: UTC epoch seconds.
-        scope: the store scope the run belongs to.
-        flow_key: optional business key (single-flight submission).
-        parent_run_id: the run that started this one, if any.
-        context: execution context ids (tenant, user, session, run, trace,
-            correlation), as a JSON object.
-        progress: ``(done, total)`` or ``None``.
-        error: last error or halt reason.
-        lease_owner / lease_expires_at: the process executing the run and
-            until when (UTC epoch seconds), or ``None``.
-        deadline_at: run-level deadline (UTC epoch seconds), or ``None``.
-    """
-
-    run_id: str
-    flow_name: str
-    flow_version: str
-    status: RunStatus
-    revision: int
-    created_at: float
-    updated_at: float
-    scope: str = "default"
-    flow_key: str | None = None
-    parent_run_id: str | None = None
-    context: Mapping[str, JSON] = field(default_factory=dict)
-    progress: tuple[int, int] | None = None
-    error: str | None = None
-    lease_owner: str | None = None
-    lease_expires_at: float | None = None
-    deadline_at: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A claim on a run: ``owner`` executes it until ``expires_at`` (UTC epoch s).
-
-    ``issued_at`` is the claimant's "now": a lease held by another owner that
-    expired at or before it may be taken over (``math.inf`` takes over any
-    lease: the engine uses it for owners it knows are dead).
-    """
-
-    owner: str
-    expires_at: float
-    issued_at: float = 0.0
-
-
-def checkpoint_id(run_id: str, revision: int) -> str:
-    """The stable id of a checkpoint: ``"<run_id>:<revision>"``."""
-    return f"{run_id}:{revision}"
-
-
-def parse_checkpoint_id(cid: str) -> tuple[str, int]:
-    """Split a checkpoint id into ``(run_id, revision)``; raises ``ValueError``."""
-    run_id, _, rev = cid.rpartition(":")
-    if not run_id or not rev.isdigit():
-        raise ValueError(f"not a checkpoint id: {cid!r} (expected '<run_id>:<revision>')")
-    return run_id, int(rev)
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._rows)
 
 
 @runtime_checkable
-class CheckpointStore(Protocol):
-    """Where runs and their checkpoints live.
+class SqlTx(Protocol):
+    """The open transaction a domain write or query receives.
 
-    Every method raises :class:`~desktop_app.errors.StoreError` when the
-    storage itself fails; nothing is half-written in that case.
+    SQL uses ``?`` placeholders; the store translates them for its dialect.
+    Portable SQL only (SQLite and PostgreSQL): qualify existing-row columns in
+    ``ON CONFLICT DO UPDATE``, no boolean arithmetic, no ``LIMIT -1``, no
+    ``last_insert_rowid()`` (use ``RETURNING``). ``dialect`` names the
+    database for the rare statement that must differ.
     """
+
+    dialect: Literal["sqlite", "postgres"]
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> SqlResult:
+        """Run one statement; its rows (if any) and the rows it changed."""
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run one statement once per parameter row."""
+
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        """The first row of a query (or of ``… RETURNING``), or ``None``."""
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Every row of a query (or of ``… RETURNING``)."""
+
+
+#: A domain write: called with the store's :class:`SqlTx` inside the same
+#: transaction that appends the checkpoint. Raising aborts the whole transaction.
+DomainWrite = Callable[[SqlTx], None]
+#: A domain query (or standalone write) op: ``op(tx) -> result``.
+DomainQuery = Callable[[SqlTx], T]
+
+
+@runtime_checkable
+class RunLog(Protocol):
+    """Runs and their append-only checkpoints (compare-and-append)."""
 
     scope: str
 
@@ -379,73 +216,10 @@ class CheckpointStore(Protocol):
             RevisionConflictError: an intent id is already in the outbox.
         """
 
-    # -- waits, signals, events -----------------------------------------
-
-    def send_signal(
-        self, name: str, key: str, payload: JSON, now: float, dedupe_key: str | None = None
-    ) -> int:
-        """Store a signal; returns its id. A second send with the same
-        ``dedupe_key`` stores nothing and returns the first one's id."""
-
-    def next_signal(self, name: str, key: str) -> Signal | None:
-        """The oldest unconsumed signal for ``(name, key)``, or ``None``."""
-
-    def publish_event(self, type_: str, payload: JSON, now: float) -> int:
-        """Store an event; returns its id."""
-
-    def first_event(self, type_: str, since: float) -> Event | None:
-        """The first event of ``type_`` published at or after ``since``."""
-
-    def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
-        """``(run_id, wait_id)`` of pending waits whose deadline is at or before ``now``."""
-
-    def next_deadline(self) -> float | None:
-        """The earliest pending deadline, or ``None``."""
-
-    def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
-        """Waiting runs that have something to act on at ``now``: a wait whose
-        deadline passed, a deliverable signal or event, or a passed run deadline."""
-
-    def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
-        """Ids of runs with a pending wait of ``kind`` on ``name`` (and ``key``)."""
-
-    # -- outbox ------------------------------------------------------------
-
-    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
-        """Outbox intents with these statuses, oldest first."""
-
-    def mark_intent(
-        self,
-        intent_id: str,
-        status: str,
-        now: float,
-        *,
-        receipt: JSON = None,
-        error: str | None = None,
-        expect: str | None = None,
-    ) -> bool:
-        """Record an intent's delivery progress (``sending`` bumps attempts).
-
-        With ``expect``, only an intent whose status is still ``expect`` moves
-        (a claim: of two dispatchers that read it, one wins). Returns whether
-        the intent moved."""
-
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         """Append ``change(latest)`` atomically: no other writer can append in
-        between (a write transaction spans the read and the append). For
-        control operations (cancel, fail) that must win against a busy run.
-        Returns the appended checkpoint."""
-
-    def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
-        """Take or renew the run's lease when it is free, ours, or expired at ``now``.
-
-        Raises:
-            RunLeasedError: another owner holds a live lease.
-            CheckpointNotFoundError: no such run.
-        """
-
-    def release(self, run_id: str, owner: str) -> None:
-        """Drop ``owner``'s lease on the run (no-op when someone else holds it)."""
+        between. For control operations (cancel, fail) that must win against a
+        busy run. Returns the appended checkpoint."""
 
     def latest(self, run_id: str) -> Checkpoint:
         """The highest revision. Raises CheckpointNotFoundError, CheckpointDecodeError."""
@@ -479,19 +253,237 @@ class CheckpointStore(Protocol):
         """Live runs (pending, running, waiting, failed) of ``flow_name`` whose
         ``flow_version`` is not ``version``, oldest first (an indexed query)."""
 
-    def data_version(self) -> int:
-        """A number that changes whenever anyone (any connection, any process)
-        committed to the store since the last call; cheap to poll."""
-
     def delete_run(self, run_id: str) -> None:
         """Delete a run and all its checkpoints. Raises CheckpointNotFoundError."""
 
     def prune(self, run_id: str, keep_last_n: int) -> int:
         """Delete all but the newest ``keep_last_n`` (>= 1) checkpoints; returns
-        how many were deleted. The latest is never deleted."""
+        how many were deleted. The latest is never deleted. Raises ValueError
+        for ``keep_last_n < 1``."""
 
-    def query(self, op: Callable[[Any], T]) -> T:
-        """Run a read-only domain query ``op(connection)`` and return its result."""
+
+@runtime_checkable
+class Leases(Protocol):
+    """Who executes a run, and until when (a lease with a TTL).
+
+    "Now" for a lease decision is :meth:`now`: the database's clock where it
+    has one (``database_clock`` capability), else the process clock, unless a
+    test clock was injected into the store."""
+
+    def now(self) -> float:
+        """The store's current time, UTC epoch seconds."""
+
+    def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
+        """Take or renew the run's lease when it is free, ours, or expired at ``now``.
+
+        Raises:
+            RunLeasedError: another owner holds a live lease.
+            CheckpointNotFoundError: no such run.
+        """
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Drop ``owner``'s lease on the run (no-op when someone else holds it)."""
+
+    def claim_runnable(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        statuses: Sequence[RunStatus] = RUNNABLE_STATUSES,
+        wakeable: bool = True,
+        flows: Collection[str] | None = None,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[RunRecord]:
+        """Hand ``owner`` the next runs it may execute, leased to it for
+        ``ttl_s`` seconds, oldest first, at most ``limit``; each run is handed
+        to one claimant only (two processes never get the same run).
+
+        Claimable: runs in ``statuses`` (interrupted ``pending``/``running``
+        by default) and, with ``wakeable``, waiting runs with something to act
+        on (see :meth:`Mailbox.wakeable_runs`), whose lease is free, already
+        ``owner``'s, expired at ``now`` (default :meth:`now`), or held by an
+        owner ``presumed_dead(owner)`` says is gone. ``flows`` restricts the
+        claim to these flow names. Returns the claimed runs (lease set)."""
+
+
+@runtime_checkable
+class Mailbox(Protocol):
+    """Signals (addressed, consumed once), events (broadcast), waits and deadlines."""
+
+    def send_signal(
+        self, name: str, key: str, payload: JSON, now: float, dedupe_key: str | None = None
+    ) -> int:
+        """Store a signal; returns its id. A second send with the same
+        ``dedupe_key`` (from any connection) stores nothing and returns the
+        first one's id."""
+
+    def next_signal(self, name: str, key: str) -> Signal | None:
+        """The oldest unconsumed signal for ``(name, key)``, or ``None``."""
+
+    def publish_event(self, type_: str, payload: JSON, now: float) -> int:
+        """Store an event; returns its id."""
+
+    def first_event(self, type_: str, since: float) -> Event | None:
+        """The first event of ``type_`` published at or after ``since``."""
+
+    def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
+        """``(run_id, wait_id)`` of pending waits whose deadline is at or before ``now``."""
+
+    def next_deadline(self) -> float | None:
+        """The earliest pending deadline, or ``None``."""
+
+    def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
+        """Waiting runs that have something to act on at ``now``: a wait whose
+        deadline passed, a deliverable signal or event, or a passed run deadline."""
+
+    def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
+        """Ids of runs with a pending wait of ``kind`` on ``name`` (and ``key``)."""
+
+
+@runtime_checkable
+class Outbox(Protocol):
+    """Side effects a step queued (committed with its checkpoint), delivered
+    after commit by dispatchers that claim them."""
+
+    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
+        """Outbox intents with these statuses, oldest first (for display)."""
+
+    def claim_intents(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[Intent]:
+        """Claim up to ``limit`` intents for delivery by ``owner`` for ``ttl_s``
+        seconds, oldest first: ``pending`` and ``sending`` ones nobody else
+        holds a live claim on (the claim expired at ``now``, default
+        :meth:`Leases.now`, or ``presumed_dead(claimant)``). Status and
+        attempts are unchanged: the dispatcher marks each ``sending`` as it
+        sends it. A ``sending`` intent comes back with ``interrupted=True``
+        (its dispatcher died mid-send: reconcile before sending). An intent a
+        live dispatcher holds is never handed out."""
+
+    def mark_intent(
+        self,
+        intent_id: str,
+        status: str,
+        now: float,
+        *,
+        receipt: JSON = None,
+        error: str | None = None,
+        expect: str | None = None,
+    ) -> bool:
+        """Record an intent's delivery progress (``sending`` bumps attempts;
+        any other status ends the claim). With ``expect``, only an intent
+        whose status is still ``expect`` moves (of two dispatchers that read
+        it, one wins). Returns whether the intent moved."""
+
+
+@runtime_checkable
+class ChangeFeed(Protocol):
+    """Change notification for the UI."""
+
+    def data_version(self) -> int:
+        """A number that changes whenever anyone (any connection, any process)
+        committed to the store since the last call; cheap to poll."""
+
+
+@runtime_checkable
+class DomainStore(Protocol):
+    """The flows' own tables (``schema/domain``), reached through :class:`SqlTx`.
+    Needs the ``sql`` capability; without it these raise ``StoreError``."""
+
+    def query(self, op: Callable[[SqlTx], T]) -> T:
+        """Run a read-only op ``op(tx)`` and return its result; a write in it
+        fails with ``StoreError`` (use :meth:`write`)."""
+
+    def write(self, op: Callable[[SqlTx], T]) -> T:
+        """Run ``op(tx)`` in its own write transaction (outside any
+        checkpoint), commit, and return its result; raising rolls it back."""
+
+
+@runtime_checkable
+class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, Protocol):
+    """Everything the engine needs, implemented by one backend object (so a
+    step's checkpoint, signals, intents and domain writes share a transaction).
+
+    ``capabilities`` lists the optional parts it has (:data:`CAPABILITIES`)."""
+
+    scope: str
+    capabilities: frozenset[str]
 
     def close(self) -> None:
         """Release the store's resources."""
+
+
+@runtime_checkable
+class AgentLog(Protocol):
+    """Durable agent runs: the run row (with a lease, like flow runs),
+    append-only messages (JSON objects) and tool results keyed by tool name +
+    canonical input. Every method is one short transaction."""
+
+    scope: str
+
+    def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
+        """Insert a run and its first messages. Raises RevisionConflictError
+        when the run id exists."""
+
+    def update(
+        self,
+        run_id: str,
+        now: float,
+        *,
+        messages: Sequence[dict[str, Any]] = (),
+        tool: tuple[str, str, str, str | None] | None = None,
+        owner: str | None = None,
+        **fields: Any,
+    ) -> None:
+        """In one transaction: append ``messages``, upsert a tool result
+        ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
+        run ``fields`` (status, response, error, turns, pending_call, retry_at...).
+        With ``owner``, nothing is written unless ``owner`` holds the lease.
+
+        Raises:
+            CheckpointNotFoundError: no such run.
+            LeaseLostError: ``owner`` no longer holds the lease (nothing written).
+        """
+
+    def claim(
+        self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
+    ) -> AgentRun:
+        """Take or renew the lease for ``owner`` until ``expires_at`` when it
+        is free, ours, expired at ``now`` or ``takeover`` (owner known dead).
+
+        Raises:
+            AgentRunLeasedError: another live process holds the lease.
+            CheckpointNotFoundError: no such run.
+        """
+
+    def release(self, run_id: str, owner: str) -> None:
+        """Give up ``owner``'s lease on the run (no-op when it holds none)."""
+
+    def mark_reused(self, run_id: str, key: str) -> None:
+        """Count one reuse of a stored tool result (a resumed run did not rerun it)."""
+
+    def get(self, run_id: str) -> AgentRun:
+        """The run's row. Raises CheckpointNotFoundError."""
+
+    def messages(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's messages in order. Raises CheckpointCorruptError."""
+
+    def tool_result(self, run_id: str, key: str) -> ToolResult | None:
+        """The stored result of one tool call, or ``None``."""
+
+    def tool_results(self, run_id: str) -> list[ToolResult]:
+        """Every tool result of the run, oldest update first."""
+
+    def list(
+        self, statuses: Sequence[str] | None = None, agent: str | None = None
+    ) -> list[AgentRun]:
+        """Agent runs of this scope (optionally of these statuses / this
+        agent), oldest first."""

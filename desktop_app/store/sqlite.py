@@ -9,15 +9,18 @@ update the run row. Either all of it commits or none of it does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import apsw
 
@@ -35,6 +38,7 @@ from desktop_app.store import codec, migrations
 from desktop_app.store.connection import Synchronous, open_connection, translate
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
+    RUNNABLE_STATUSES,
     Checkpoint,
     CheckpointInfo,
     DomainWrite,
@@ -44,6 +48,8 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     Signal,
+    SqlResult,
+    SqlTx,
     StepRecord,
     Wait,
 )
@@ -87,6 +93,36 @@ _CP_COLUMNS = (
     "run_id, revision, kind, status, step_id, created_at, state, steps, frontier, progress, "
     "error, meta, waits"
 )
+
+
+class SqliteTx:
+    """The :class:`~desktop_app.store.protocol.SqlTx` of the SQLite store: a
+    thin wrapper over the open apsw connection (``?`` placeholders are
+    SQLite's own). Valid only inside the transaction it was handed in."""
+
+    dialect: Literal["sqlite", "postgres"] = "sqlite"
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> SqlResult:
+        rows = self._conn.execute(sql, tuple(params)).fetchall()
+        return SqlResult(rows, int(self._conn.changes()))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self._conn.executemany(sql, [tuple(r) for r in rows])
+
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = self._conn.execute(sql, tuple(params)).fetchall()
+        return None if not rows else tuple(rows[0])
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in self._conn.execute(sql, tuple(params)).fetchall()]
+
+
+def _constraint(exc: apsw.ConstraintError) -> int:
+    """SQLite's extended result code of a constraint error (never its text)."""
+    return int(getattr(exc, "extendedresult", 0) or 0)
 
 
 def _scalar(cursor: Any) -> Any:
@@ -140,10 +176,21 @@ class SqliteCheckpointStore:
     constructor verifies it and raises ``SchemaError`` otherwise.
     """
 
-    def __init__(self, conn: apsw.Connection, *, scope: str = "default", path: str = "") -> None:
+    #: see :data:`desktop_app.store.protocol.CAPABILITIES`
+    capabilities = frozenset({"sql", "processes", "vacuum"})
+
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        *,
+        scope: str = "default",
+        path: str = "",
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.conn = conn
         self.scope = scope
         self.path = path
+        self._clock = clock if clock is not None else time.time
         migrations.verify(conn, db=path)
         # Last checkpoint written or read per run, to compute the next delta
         # without reading it back. Checkpoints are immutable, so sharing is safe.
@@ -165,6 +212,41 @@ class SqliteCheckpointStore:
             self._wal_needs_truncate = True
             self._truncate_wal()
         return translate(exc, self.path)
+
+    @contextlib.contextmanager
+    def _write(
+        self, on_constraint: Callable[[apsw.ConstraintError], Exception] | None = None
+    ) -> Iterator[apsw.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back
+        when the body raises): apsw errors become typed StoreErrors, and a
+        constraint violation becomes ``on_constraint(exc)`` when given. Counts
+        the commit for :meth:`data_version`. Nested use joins the outer
+        transaction (a savepoint)."""
+        try:
+            with self.conn:
+                yield self.conn
+        except apsw.ConstraintError as exc:
+            if on_constraint is not None:
+                raise on_constraint(exc) from exc
+            raise self._err(exc) from exc
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        self._own_commits += 1
+        if self._wal_needs_truncate and not self.conn.in_transaction:
+            self._truncate_wal()
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[apsw.Connection]:
+        """A read: apsw errors become typed StoreErrors."""
+        try:
+            yield self.conn
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
+    def now(self) -> float:
+        """The store's clock (UTC epoch seconds): the process clock unless a
+        test clock was injected."""
+        return self._clock()
 
     def _truncate_wal(self) -> None:
         """Give the WAL's space back after a full disk, once space allows
@@ -256,48 +338,42 @@ class SqliteCheckpointStore:
         if first.revision != 0 or run.run_id != first.run_id:
             raise ValueError("create_run needs the run's revision-0 checkpoint")
         progress = run.progress or (None, None)
-        try:
-            with self.conn:
-                self.conn.execute(
-                    f"INSERT INTO runs({_RUN_COLUMNS}) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        run.run_id,
-                        run.flow_name,
-                        run.flow_version,
-                        first.status,
-                        0,
-                        run.created_at,
-                        run.updated_at,
-                        self.scope,
-                        run.flow_key,
-                        run.parent_run_id,
-                        codec.dumps(dict(run.context)),
-                        progress[0],
-                        progress[1],
-                        run.error,
-                        run.lease_owner,
-                        run.lease_expires_at,
-                        run.context.get("tenant_id"),
-                        run.context.get("session_id"),
-                        run.deadline_at,
-                    ),
-                )
-                self._write_checkpoint(first, None)
-                for write in writes:
-                    write(self.conn)
-        except apsw.ConstraintError as exc:
-            if run.flow_key is not None and "flow_key" in str(exc):
-                raise DuplicateFlowKeyError(
+
+        def conflict(exc: apsw.ConstraintError) -> Exception:
+            if run.flow_key is not None and _constraint(exc) == apsw.SQLITE_CONSTRAINT_UNIQUE:
+                return DuplicateFlowKeyError(
                     f"a live run of {run.flow_name!r} with flow key {run.flow_key!r} exists"
-                ) from exc
-            raise RevisionConflictError(
-                f"run {run.run_id} already exists; pick another run id"
-            ) from exc
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
+                )
+            return RevisionConflictError(f"run {run.run_id} already exists; pick another run id")
+
+        with self._write(conflict):
+            self.conn.execute(
+                f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    run.run_id,
+                    run.flow_name,
+                    run.flow_version,
+                    first.status,
+                    0,
+                    run.created_at,
+                    run.updated_at,
+                    self.scope,
+                    run.flow_key,
+                    run.parent_run_id,
+                    codec.dumps(dict(run.context)),
+                    progress[0],
+                    progress[1],
+                    run.error,
+                    run.lease_owner,
+                    run.lease_expires_at,
+                    run.context.get("tenant_id"),
+                    run.context.get("session_id"),
+                    run.deadline_at,
+                ),
+            )
+            self._write_checkpoint(first, None)
+            self._run_domain(writes)
         self._remember(first)
-        self._own_commits += 1
 
     @_locked
     def append(
@@ -374,140 +450,187 @@ class SqliteCheckpointStore:
         previous = self._last.get(cp.run_id)
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
-        try:
-            with self.conn:
-                # compare-and-append: the run row moves from revision-1 to revision
-                done, total = cp.progress if cp.progress is not None else (None, None)
-                sql = (
-                    "UPDATE runs SET revision=?, updated_at=?, progress_done="
-                    "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
-                    "error=?"
-                )
-                args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
-                if previous is None or previous.status != cp.status:
-                    # status is indexed: setting it, even to the same value,
-                    # rewrites its index entries (WAL pages); the row at
-                    # revision-1 has previous.status (the WHERE checks revision)
-                    sql += ", status=?"
-                    args.append(cp.status)
-                if cp.status not in ("running", "pending"):
-                    sql += ", lease_owner=NULL, lease_expires_at=NULL"
-                elif lease is not None:
-                    sql += ", lease_owner=?, lease_expires_at=?"
-                    args += [lease.owner, lease.expires_at]
-                sql += " WHERE run_id=? AND scope=? AND revision=?"
-                args += [cp.run_id, self.scope, cp.revision - 1]
-                if lease is not None:
-                    sql += " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
-                    args += [lease.owner, lease.issued_at]
-                self.conn.execute(sql, args)
-                if self.conn.changes() != 1 or previous is None:
-                    row = self.conn.execute(
-                        "SELECT revision, lease_owner FROM runs WHERE run_id=? AND scope=?",
-                        (cp.run_id, self.scope),
-                    ).fetchone()
-                    if row is None:
-                        raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                    if lease is not None and row[1] not in (None, lease.owner):
-                        # another process holds the lease: it took the run over (or won
-                        # a takeover race) and may have saved revisions since
-                        raise LeaseLostError(
-                            f"run {cp.run_id} is held by a live process ({row[1]}) that took "
-                            "it over; this process stops executing it."
-                        )
-                    raise RevisionConflictError(
-                        f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
-                        f"latest revision {row[0]}; another writer got there first. Reload "
-                        f"the run and try again."
-                    )
-                self._write_checkpoint(cp, previous, request.changed_steps)
-                for signal_id, wait_id in consume:
-                    self.conn.execute(
-                        "UPDATE signals SET consumed_by=?, consumed_at=? "
-                        "WHERE signal_id=? AND consumed_by IS NULL",
-                        (wait_id, cp.created_at, signal_id),
-                    )
-                    if self.conn.changes() != 1:
-                        raise RevisionConflictError(
-                            f"signal {signal_id} was consumed by another wait first"
-                        )
-                for intent in intents:
-                    self.conn.execute(
-                        "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "
-                        "status, created_at) VALUES (?,?,?,?,?,'pending',?)",
-                        (
-                            intent.intent_id,
-                            intent.run_id,
-                            intent.step_id,
-                            intent.destination,
-                            codec.dumps(intent.payload),
-                            cp.created_at,
-                        ),
-                    )
-                for write in writes:
-                    write(self.conn)
-        except apsw.ConstraintError as exc:
-            raise RevisionConflictError(
+
+        def conflict(exc: apsw.ConstraintError) -> Exception:
+            return RevisionConflictError(
                 f"run {cp.run_id}: revision {cp.revision} (or one of its outbox intents) was "
                 "already saved by another writer"
-            ) from exc
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
+            )
+
+        with self._write(conflict):
+            # compare-and-append: the run row moves from revision-1 to revision
+            done, total = cp.progress if cp.progress is not None else (None, None)
+            sql = (
+                "UPDATE runs SET revision=?, updated_at=?, progress_done="
+                "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
+                "error=?"
+            )
+            args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
+            if previous is None or previous.status != cp.status:
+                # status is indexed: setting it, even to the same value,
+                # rewrites its index entries (WAL pages); the row at
+                # revision-1 has previous.status (the WHERE checks revision)
+                sql += ", status=?"
+                args.append(cp.status)
+            if cp.status not in ("running", "pending"):
+                sql += ", lease_owner=NULL, lease_expires_at=NULL"
+            elif lease is not None:
+                sql += ", lease_owner=?, lease_expires_at=?"
+                args += [lease.owner, lease.expires_at]
+            sql += " WHERE run_id=? AND scope=? AND revision=?"
+            args += [cp.run_id, self.scope, cp.revision - 1]
+            if lease is not None:
+                sql += " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
+                args += [lease.owner, lease.issued_at]
+            self.conn.execute(sql, args)
+            if self.conn.changes() != 1 or previous is None:
+                row = self.conn.execute(
+                    "SELECT revision, lease_owner FROM runs WHERE run_id=? AND scope=?",
+                    (cp.run_id, self.scope),
+                ).fetchone()
+                if row is None:
+                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+                if lease is not None and row[1] not in (None, lease.owner):
+                    # another process holds the lease: it took the run over (or won
+                    # a takeover race) and may have saved revisions since
+                    raise LeaseLostError(
+                        f"run {cp.run_id} is held by a live process ({row[1]}) that took "
+                        "it over; this process stops executing it."
+                    )
+                raise RevisionConflictError(
+                    f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
+                    f"latest revision {row[0]}; another writer got there first. Reload "
+                    f"the run and try again."
+                )
+            self._write_checkpoint(cp, previous, request.changed_steps)
+            for signal_id, wait_id in consume:
+                self.conn.execute(
+                    "UPDATE signals SET consumed_by=?, consumed_at=? "
+                    "WHERE signal_id=? AND consumed_by IS NULL",
+                    (wait_id, cp.created_at, signal_id),
+                )
+                if self.conn.changes() != 1:
+                    raise RevisionConflictError(
+                        f"signal {signal_id} was consumed by another wait first"
+                    )
+            for intent in intents:
+                self.conn.execute(
+                    "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "
+                    "status, created_at) VALUES (?,?,?,?,?,'pending',?)",
+                    (
+                        intent.intent_id,
+                        intent.run_id,
+                        intent.step_id,
+                        intent.destination,
+                        codec.dumps(intent.payload),
+                        cp.created_at,
+                    ),
+                )
+            self._run_domain(writes)
         self._remember(cp)
-        self._own_commits += 1
 
     @_locked
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
-        try:
-            with self.conn:  # BEGIN IMMEDIATE: no other writer between read and append
-                self._last.pop(run_id, None)
-                cp = change(self.latest(run_id))
-                self.append(cp)
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
+        with self._write():  # BEGIN IMMEDIATE: no other writer between read and append
+            self._last.pop(run_id, None)
+            cp = change(self.latest(run_id))
+            self.append(cp)
         return cp
 
     @_locked
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
-        try:
-            with self.conn:
-                self.conn.execute(
-                    "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? AND scope=? "
-                    "AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)",
-                    (lease.owner, lease.expires_at, run_id, self.scope, lease.owner, now),
-                )
-                claimed = self.conn.changes() == 1
-                run = self.get_run(run_id)
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
-        self._own_commits += 1
+        with self._write():
+            self.conn.execute(
+                "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? AND scope=? "
+                "AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)",
+                (lease.owner, lease.expires_at, run_id, self.scope, lease.owner, now),
+            )
+            claimed = self.conn.changes() == 1
+            run = self.get_run(run_id)
         if not claimed:
             raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
         return run
 
     @_locked
     def release(self, run_id: str, owner: str) -> None:
-        try:
-            with self.conn:
-                self.conn.execute(
-                    "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
-                    "WHERE run_id=? AND lease_owner=?",
-                    (run_id, owner),
+        with self._write():
+            self.conn.execute(
+                "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
+                "WHERE run_id=? AND lease_owner=?",
+                (run_id, owner),
+            )
+
+    @_locked
+    def claim_runnable(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        statuses: Sequence[RunStatus] = RUNNABLE_STATUSES,
+        wakeable: bool = True,
+        flows: Collection[str] | None = None,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[RunRecord]:
+        """See :meth:`desktop_app.store.protocol.Leases.claim_runnable`: one
+        ``BEGIN IMMEDIATE`` transaction selects the candidates and sets their
+        lease, so two processes never claim the same run."""
+        at = self.now() if now is None else now
+        if limit <= 0:
+            return []
+        with self._write():
+            candidates: list[RunRecord] = []
+            if statuses:
+                sql = (
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=? AND status IN "
+                    f"({','.join('?' * len(statuses))})"
                 )
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
-        self._own_commits += 1
+                args: list[Any] = [self.scope, *statuses]
+                if flows is not None:
+                    sql += f" AND flow_name IN ({','.join('?' * len(flows))})"
+                    args.extend(flows)
+                if presumed_dead is None:
+                    sql += " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
+                    args += [owner, at]
+                sql += " ORDER BY created_at, run_id"
+                if presumed_dead is None:
+                    sql += " LIMIT ?"
+                    args.append(limit)
+                candidates = [_run_from_row(r) for r in self.conn.execute(sql, args)]
+            if wakeable and len(candidates) < limit:
+                seen = {r.run_id for r in candidates}
+                for run_id in self.wakeable_runs(at, limit=max(limit * 4, 100)):
+                    if run_id in seen:
+                        continue
+                    run = self.get_run(run_id)
+                    if flows is None or run.flow_name in flows:
+                        candidates.append(run)
+            claimed: list[RunRecord] = []
+            for run in candidates:
+                if len(claimed) >= limit:
+                    break
+                free = (
+                    run.lease_owner in (None, owner)
+                    or (run.lease_expires_at is not None and run.lease_expires_at <= at)
+                    or (presumed_dead is not None and presumed_dead(run.lease_owner or ""))
+                )
+                if not free:
+                    continue
+                expires = at + ttl_s
+                self.conn.execute(
+                    "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+                    (owner, expires, run.run_id),
+                )
+                claimed.append(replace(run, lease_owner=owner, lease_expires_at=expires))
+        return claimed
 
     @_locked
     def delete_run(self, run_id: str) -> None:
-        try:
-            with self.conn:
-                self.get_run(run_id)
-                self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
+        with self._write():
+            self.get_run(run_id)
+            self.conn.execute("DELETE FROM runs WHERE run_id=?", (run_id,))
         self._last.pop(run_id, None)
-        self._own_commits += 1
         self.vacuum(min_free_pages=256)
 
     @_locked
@@ -516,29 +639,25 @@ class SqliteCheckpointStore:
             raise ValueError(
                 "keep_last_n must be at least 1: the latest checkpoint is never pruned"
             )
-        try:
-            with self.conn:
-                latest = self.get_run(run_id).revision
-                oldest_kept = latest - keep_last_n + 1
-                first = self.conn.execute(
-                    "SELECT min(revision) FROM checkpoints WHERE run_id=?", (run_id,)
-                ).fetchone()
-                if first is None or first[0] is None or first[0] >= oldest_kept:
-                    return 0
-                base = self._load(run_id, oldest_kept)
-                deleted = _scalar(
-                    self.conn.execute(
-                        "SELECT count(*) FROM checkpoints WHERE run_id=? AND revision<?",
-                        (run_id, oldest_kept),
-                    )
-                )
+        with self._write():
+            latest = self.get_run(run_id).revision
+            oldest_kept = latest - keep_last_n + 1
+            first = self.conn.execute(
+                "SELECT min(revision) FROM checkpoints WHERE run_id=?", (run_id,)
+            ).fetchone()
+            if first is None or first[0] is None or first[0] >= oldest_kept:
+                return 0
+            base = self._load(run_id, oldest_kept)
+            deleted = _scalar(
                 self.conn.execute(
-                    "DELETE FROM checkpoints WHERE run_id=? AND revision<=?", (run_id, oldest_kept)
+                    "SELECT count(*) FROM checkpoints WHERE run_id=? AND revision<?",
+                    (run_id, oldest_kept),
                 )
-                self._write_checkpoint(base, None)
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
-        self._own_commits += 1
+            )
+            self.conn.execute(
+                "DELETE FROM checkpoints WHERE run_id=? AND revision<=?", (run_id, oldest_kept)
+            )
+            self._write_checkpoint(base, None)
         self.vacuum(min_free_pages=256)
         return int(deleted)
 
@@ -546,12 +665,10 @@ class SqliteCheckpointStore:
 
     @_locked
     def get_run(self, run_id: str) -> RunRecord:
-        try:
+        with self._read():
             row = self.conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id=? AND scope=?", (run_id, self.scope)
             ).fetchone()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         if row is None:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
         return _run_from_row(row)
@@ -586,16 +703,19 @@ class SqliteCheckpointStore:
             sql += " AND flow_name=?"
             args.append(flow_name)
         order = "DESC" if newest_first else "ASC"
-        sql += f" ORDER BY created_at {order}, run_id {order} LIMIT ? OFFSET ?"
-        args.extend([-1 if limit is None else limit, offset])
-        try:
+        sql += f" ORDER BY created_at {order}, run_id {order}"
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            args.extend([limit, offset])
+        elif offset:
+            sql += " LIMIT ? OFFSET ?"  # no portable "no limit": the largest int64
+            args.extend([2**63 - 1, offset])
+        with self._read():
             return [_run_from_row(r) for r in self.conn.execute(sql, args)]
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
 
     @_locked
     def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
-        try:
+        with self._read():
             return [
                 _run_from_row(r)
                 for r in self.conn.execute(
@@ -605,20 +725,16 @@ class SqliteCheckpointStore:
                     (self.scope, flow_name, version),
                 )
             ]
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
 
     @_locked
     def history(self, run_id: str) -> list[CheckpointInfo]:
         self.get_run(run_id)
-        try:
+        with self._read():
             rows: list[Any] = self.conn.execute(
                 "SELECT revision, status, step_id, created_at FROM checkpoints "
                 "WHERE run_id=? ORDER BY revision",
                 (run_id,),
             ).fetchall()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
 
     @_locked
@@ -644,7 +760,7 @@ class SqliteCheckpointStore:
 
     def _load(self, run_id: str, revision: int) -> Checkpoint:
         """Fold deltas onto the nearest snapshot at or below ``revision``."""
-        try:
+        with self._read():
             raw: list[Any] = self.conn.execute(
                 f"SELECT {_CP_COLUMNS}, checksum FROM checkpoints "
                 "WHERE run_id=? AND revision<=? AND revision>="
@@ -652,8 +768,6 @@ class SqliteCheckpointStore:
                 "AND kind='snapshot') ORDER BY revision",
                 (run_id, revision, run_id, revision),
             ).fetchall()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         rows: list[Any] = []
         for r in raw:
             if r[-1] is not None and row_checksum(r[:-1]) != r[-1]:
@@ -706,12 +820,36 @@ class SqliteCheckpointStore:
             waits=waits,
         )
 
+    def _run_domain(self, writes: Sequence[DomainWrite]) -> None:
+        if writes:
+            tx = SqliteTx(self.conn)
+            for write in writes:
+                write(tx)
+
     @_locked
-    def query(self, op: Callable[[Any], T]) -> T:
+    def query(self, op: Callable[[SqlTx], T]) -> T:
+        """Run ``op(tx)`` read-only (``PRAGMA query_only``): a write in it
+        raises StoreError naming :meth:`write`."""
+        self.conn.execute("PRAGMA query_only=ON")
         try:
-            return op(self.conn)
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
+            with self._read():
+                return op(SqliteTx(self.conn))
+        except StoreError as exc:
+            if isinstance(exc.__cause__, apsw.ReadOnlyError):
+                raise StoreError(
+                    "a domain query tried to write; query() is read-only. Run writes "
+                    "through store.write(op) (their own transaction) or as a step's "
+                    "ctx.write (with its checkpoint)."
+                ) from exc.__cause__
+            raise
+        finally:
+            self.conn.execute("PRAGMA query_only=OFF")
+
+    @_locked
+    def write(self, op: Callable[[SqlTx], T]) -> T:
+        """Run ``op(tx)`` in its own ``BEGIN IMMEDIATE`` transaction and commit."""
+        with self._write():
+            return op(SqliteTx(self.conn))
 
     # -- waits, signals, events ------------------------------------------
 
@@ -719,94 +857,85 @@ class SqliteCheckpointStore:
     def send_signal(
         self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
     ) -> int:
-        try:
-            with self.conn:
-                if dedupe_key is not None:
-                    row = self.conn.execute(
-                        "SELECT signal_id FROM signals WHERE scope=? AND dedupe_key=?",
-                        (self.scope, dedupe_key),
-                    ).fetchone()
-                    if row is not None:
-                        return int(row[0])
-                self.conn.execute(
-                    "INSERT INTO signals(scope, name, key, payload, dedupe_key, sent_at) "
-                    "VALUES (?,?,?,?,?,?)",
-                    (self.scope, name, key, codec.dumps(payload), dedupe_key, now),
+        with self._write():
+            if dedupe_key is not None:
+                row = self.conn.execute(
+                    "SELECT signal_id FROM signals WHERE scope=? AND dedupe_key=?",
+                    (self.scope, dedupe_key),
+                ).fetchone()
+                if row is not None:
+                    return int(row[0])
+            signal_id = int(
+                _scalar(
+                    self.conn.execute(
+                        "INSERT INTO signals(scope, name, key, payload, dedupe_key, sent_at) "
+                        "VALUES (?,?,?,?,?,?) RETURNING signal_id",
+                        (self.scope, name, key, codec.dumps(payload), dedupe_key, now),
+                    )
                 )
-                signal_id = int(self.conn.last_insert_rowid())
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
-        self._own_commits += 1
+            )
         return signal_id
 
     @_locked
     def next_signal(self, name: str, key: str) -> Signal | None:
-        try:
+        with self._read():
             row = self.conn.execute(
                 "SELECT signal_id, payload, sent_at FROM signals WHERE scope=? AND name=? "
                 "AND key=? AND consumed_by IS NULL ORDER BY signal_id LIMIT 1",
                 (self.scope, name, key),
             ).fetchone()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         if row is None:
             return None
         return Signal(int(row[0]), name, key, codec.loads(row[1]), float(row[2]))
 
     @_locked
     def publish_event(self, type_: str, payload: Any, now: float) -> int:
-        try:
-            with self.conn:
-                self.conn.execute(
-                    "INSERT INTO events(scope, type, payload, published_at) VALUES (?,?,?,?)",
-                    (self.scope, type_, codec.dumps(payload), now),
+        with self._write():
+            event_id = int(
+                _scalar(
+                    self.conn.execute(
+                        "INSERT INTO events(scope, type, payload, published_at) "
+                        "VALUES (?,?,?,?) RETURNING event_id",
+                        (self.scope, type_, codec.dumps(payload), now),
+                    )
                 )
-                event_id = int(self.conn.last_insert_rowid())
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
-        self._own_commits += 1
+            )
         return event_id
 
     @_locked
     def first_event(self, type_: str, since: float) -> Event | None:
-        try:
+        with self._read():
             row = self.conn.execute(
                 "SELECT event_id, payload, published_at FROM events WHERE scope=? AND type=? "
                 "AND published_at>=? ORDER BY published_at, event_id LIMIT 1",
                 (self.scope, type_, since),
             ).fetchone()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         if row is None:
             return None
         return Event(int(row[0]), type_, codec.loads(row[1]), float(row[2]))
 
     @_locked
     def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
-        try:
+        with self._read():
             rows = self.conn.execute(
                 "SELECT w.run_id, w.wait_id FROM waits w CROSS JOIN runs r "
-                "ON r.run_id=w.run_id WHERE w.deadline_at IS NOT NULL AND w.deadline_at<=? "
+                "WHERE r.run_id=w.run_id AND w.deadline_at IS NOT NULL AND w.deadline_at<=? "
                 "AND r.scope=? ORDER BY w.deadline_at LIMIT ?",
                 (now, self.scope, limit),
             ).fetchall()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         return [(str(a), str(b)) for a, b in rows]
 
     @_locked
     def next_deadline(self) -> float | None:
-        try:
+        with self._read():
             value = _scalar(
                 self.conn.execute(
-                    "SELECT w.deadline_at FROM waits w CROSS JOIN runs r ON r.run_id=w.run_id "
-                    "WHERE w.deadline_at IS NOT NULL AND r.scope=? "
+                    "SELECT w.deadline_at FROM waits w CROSS JOIN runs r "
+                    "WHERE r.run_id=w.run_id AND w.deadline_at IS NOT NULL AND r.scope=? "
                     "ORDER BY w.deadline_at LIMIT 1",
                     (self.scope,),
                 )
             )
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         return None if value is None else float(value)
 
     @_locked
@@ -814,29 +943,30 @@ class SqliteCheckpointStore:
         # Driven from the waits table (CROSS JOIN keeps SQLite from starting at
         # runs, which would scan every run ever made); due deadlines first, by
         # deadline, so a burst of signals never delays a deadline.
-        try:
+        with self._read():
             rows = self.conn.execute(
                 "SELECT run_id, min(prio), min(due) FROM ("
                 " SELECT w.run_id, 0 AS prio, w.deadline_at AS due FROM waits w"
-                " CROSS JOIN runs r ON r.run_id=w.run_id"
-                " WHERE w.deadline_at IS NOT NULL AND w.deadline_at<=:now AND r.scope=:scope"
+                " CROSS JOIN runs r"
+                " WHERE r.run_id=w.run_id AND w.deadline_at IS NOT NULL"
+                "  AND w.deadline_at<=:now AND r.scope=:scope"
                 " UNION ALL SELECT run_id, 0, deadline_at FROM runs"
                 " WHERE scope=:scope AND status='waiting' AND deadline_at IS NOT NULL"
                 "  AND deadline_at<=:now"
                 " UNION ALL SELECT w.run_id, 1, NULL FROM waits w"
-                " CROSS JOIN runs r ON r.run_id=w.run_id"
-                " WHERE w.kind='signal' AND r.scope=:scope AND EXISTS (SELECT 1 FROM signals s"
+                " CROSS JOIN runs r"
+                " WHERE r.run_id=w.run_id AND w.kind='signal' AND r.scope=:scope"
+                "  AND EXISTS (SELECT 1 FROM signals s"
                 "  WHERE s.scope=:scope AND s.name=w.name AND s.key=w.key"
                 "  AND s.consumed_by IS NULL)"
                 " UNION ALL SELECT w.run_id, 1, NULL FROM waits w"
-                " CROSS JOIN runs r ON r.run_id=w.run_id"
-                " WHERE w.kind='event' AND r.scope=:scope AND EXISTS (SELECT 1 FROM events e"
+                " CROSS JOIN runs r"
+                " WHERE r.run_id=w.run_id AND w.kind='event' AND r.scope=:scope"
+                "  AND EXISTS (SELECT 1 FROM events e"
                 "  WHERE e.scope=:scope AND e.type=w.name AND e.published_at>=w.created_at)"
                 ") GROUP BY run_id ORDER BY min(prio), min(due) LIMIT :limit",
                 {"scope": self.scope, "now": now, "limit": limit},
             ).fetchall()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         return [str(r[0]) for r in rows]
 
     @_locked
@@ -849,16 +979,14 @@ class SqliteCheckpointStore:
         if key is not None:
             sql += " AND w.key=?"
             args.append(key)
-        try:
+        with self._read():
             return [str(r[0]) for r in self.conn.execute(sql, args)]
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
 
     # -- outbox --------------------------------------------------------------
 
     @_locked
     def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
-        try:
+        with self._read():
             rows: list[Any] = self.conn.execute(
                 "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
                 "o.attempts, o.receipt, o.last_error FROM outbox o JOIN runs r "
@@ -866,8 +994,6 @@ class SqliteCheckpointStore:
                 f"({','.join('?' * len(statuses))}) ORDER BY o.created_at, o.intent_id LIMIT ?",
                 (self.scope, *statuses, limit),
             ).fetchall()
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
         return [
             Intent(
                 str(r[0]),
@@ -884,6 +1010,61 @@ class SqliteCheckpointStore:
         ]
 
     @_locked
+    def claim_intents(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int = 100,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> list[Intent]:
+        """See :meth:`desktop_app.store.protocol.Outbox.claim_intents` (one
+        ``BEGIN IMMEDIATE`` transaction)."""
+        at = self.now() if now is None else now
+        with self._write():
+            rows: list[Any] = self.conn.execute(
+                "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
+                "o.attempts, o.receipt, o.last_error, o.claimed_by, o.claim_expires_at "
+                "FROM outbox o JOIN runs r ON r.run_id=o.run_id "
+                "WHERE r.scope=? AND o.status IN ('pending','sending') "
+                "ORDER BY o.created_at, o.intent_id",
+                (self.scope,),
+            ).fetchall()
+            out: list[Intent] = []
+            for r in rows:
+                if len(out) >= limit:
+                    break
+                holder, until = r[9], r[10]
+                if not (
+                    holder is None
+                    or holder == owner
+                    or until is None
+                    or until <= at
+                    or (presumed_dead is not None and presumed_dead(holder))
+                ):
+                    continue  # a live dispatcher holds it
+                self.conn.execute(
+                    "UPDATE outbox SET claimed_by=?, claim_expires_at=? WHERE intent_id=?",
+                    (owner, at + ttl_s, r[0]),
+                )
+                out.append(
+                    Intent(
+                        str(r[0]),
+                        str(r[1]),
+                        str(r[2]),
+                        str(r[3]),
+                        codec.loads(r[4]),
+                        r[5],
+                        int(r[6]),
+                        None if r[7] is None else codec.loads(r[7]),
+                        r[8],
+                        interrupted=r[5] == "sending",
+                    )
+                )
+        return out
+
+    @_locked
     def mark_intent(
         self,
         intent_id: str,
@@ -895,53 +1076,47 @@ class SqliteCheckpointStore:
         expect: str | None = None,
     ) -> bool:
         guard, guard_args = (" AND status=?", (expect,)) if expect is not None else ("", ())
-        try:
-            with self.conn:
-                if status == "sending":
-                    self.conn.execute(
-                        "UPDATE outbox SET status='sending', attempts=attempts+1, sent_at=? "
-                        "WHERE intent_id=?" + guard,
-                        (now, intent_id, *guard_args),
-                    )
-                elif status == "delivered":
-                    self.conn.execute(
-                        "UPDATE outbox SET status='delivered', delivered_at=?, receipt=?, "
-                        "last_error=NULL WHERE intent_id=?" + guard,
-                        (now, codec.dumps(receipt), intent_id, *guard_args),
-                    )
-                else:
-                    self.conn.execute(
-                        "UPDATE outbox SET status=?, last_error=? WHERE intent_id=?" + guard,
-                        (status, error, intent_id, *guard_args),
-                    )
-                moved = self.conn.changes() == 1
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
-        self._own_commits += 1
+        with self._write():
+            if status == "sending":
+                self.conn.execute(
+                    "UPDATE outbox SET status='sending', attempts=attempts+1, sent_at=? "
+                    "WHERE intent_id=?" + guard,
+                    (now, intent_id, *guard_args),
+                )
+            elif status == "delivered":
+                self.conn.execute(
+                    "UPDATE outbox SET status='delivered', delivered_at=?, receipt=?, "
+                    "last_error=NULL, claimed_by=NULL, claim_expires_at=NULL WHERE intent_id=?"
+                    + guard,
+                    (now, codec.dumps(receipt), intent_id, *guard_args),
+                )
+            else:
+                self.conn.execute(
+                    "UPDATE outbox SET status=?, last_error=?, claimed_by=NULL, "
+                    "claim_expires_at=NULL WHERE intent_id=?" + guard,
+                    (status, error, intent_id, *guard_args),
+                )
+            moved = self.conn.changes() == 1
         return moved
 
     @_locked
     def vacuum(self, min_free_pages: int = 0) -> int:
         """Give free pages back to the file system (``PRAGMA incremental_vacuum``)
         when more than ``min_free_pages`` are free; returns the pages freed."""
-        try:
+        with self._read():
             free = int(_scalar(self.conn.execute("PRAGMA freelist_count")))
             if free <= min_free_pages:
                 return 0
             self.conn.execute("PRAGMA incremental_vacuum").fetchall()
             return free - int(_scalar(self.conn.execute("PRAGMA freelist_count")))
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
 
     @_locked
     def data_version(self) -> int:
         """Changes whenever anyone commits: SQLite's ``PRAGMA data_version``
         (other connections and processes) combined with this store's own commits."""
-        try:
+        with self._read():
             other = int(_scalar(self.conn.execute("PRAGMA data_version")))
             return (other << 32) + self._own_commits
-        except apsw.Error as exc:
-            raise self._err(exc) from exc
 
     @_locked
     def close(self) -> None:
@@ -957,8 +1132,10 @@ def open_store(
     fullfsync: bool = False,
     create: bool = True,
     vfs: str | None = None,
+    clock: Callable[[], float] | None = None,
 ) -> SqliteCheckpointStore:
-    """Open the file and return a verified store.
+    """Open the file and return a verified store (``clock``: a test clock for
+    lease and claim decisions, UTC epoch seconds; default the process clock).
 
     Raises:
         DatabaseOpenError, SchemaMissingError (names ``flowdesk db apply``),
@@ -973,7 +1150,7 @@ def open_store(
         vfs=vfs,
     )
     try:
-        return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)))
+        return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)), clock=clock)
     except BaseException:
         conn.close()
         raise

@@ -187,7 +187,7 @@ def test_domain_write_failure_rolls_back_only_its_run(store_factory):
         assert isinstance(out[0], StoreError) and out[1] is None
         assert [store.get_run(r).revision for r in ("r1", "r2")] == [0, 1]
         return
-    store.query(lambda c: c.execute("CREATE TABLE effects(run_id TEXT, what TEXT)"))
+    store.write(lambda c: c.execute("CREATE TABLE effects(run_id TEXT, what TEXT)"))
     _seed(store, "r1", "r2", "r3")
 
     def ok(run_id: str):

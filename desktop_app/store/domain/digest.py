@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from desktop_app.store.protocol import DomainWrite
+from desktop_app.store.protocol import DomainWrite, SqlTx
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,8 @@ def record_file(run_id: str, f: DigestFile) -> DomainWrite:
     Portable SQL (SQLite and PostgreSQL): the existing row's column is
     qualified in ``DO UPDATE SET``, which PostgreSQL requires."""
 
-    def write(conn: Any) -> None:
-        conn.execute(
+    def write(tx: SqlTx) -> None:
+        tx.execute(
             "INSERT INTO digest_files(run_id, path, kind, title, summary, size_bytes, "
             "skip_reason) VALUES (?,?,?,?,?,?,?) ON CONFLICT(run_id, path) DO UPDATE SET "
             "kind=excluded.kind, title=excluded.title, summary=excluded.summary, "
@@ -51,15 +50,15 @@ def record_file(run_id: str, f: DigestFile) -> DomainWrite:
     return write
 
 
-def files_of_run(run_id: str) -> Callable[[Any], list[DigestFile]]:
+def files_of_run(run_id: str) -> Callable[[SqlTx], list[DigestFile]]:
     """Query op: every row of the run, ordered by path."""
 
-    def query(conn: Any) -> list[DigestFile]:
-        rows = conn.execute(
+    def query(tx: SqlTx) -> list[DigestFile]:
+        rows = tx.fetchall(
             "SELECT path, kind, title, summary, size_bytes, skip_reason, times_processed "
             "FROM digest_files WHERE run_id=? ORDER BY path",
             (run_id,),
-        ).fetchall()
+        )
         return [DigestFile(*r) for r in rows]
 
     return query

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from desktop_app.store.protocol import DomainWrite
+from desktop_app.store.protocol import DomainWrite, SqlTx
 
 _COLUMNS = "src, dst, kind, month, status, reason, intent_key"
 
@@ -53,24 +53,22 @@ def record_plan(run_id: str, moves: Sequence[TidyMove]) -> DomainWrite:
         (run_id, m.src, m.dst, m.kind, m.month, m.status, m.reason, m.intent_key) for m in moves
     ]
 
-    def write(conn: Any) -> None:
-        conn.execute("DELETE FROM tidy_moves WHERE run_id=?", (run_id,))
-        conn.executemany(
-            f"INSERT INTO tidy_moves(run_id, {_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)", rows
-        )
+    def write(tx: SqlTx) -> None:
+        tx.execute("DELETE FROM tidy_moves WHERE run_id=?", (run_id,))
+        tx.executemany(f"INSERT INTO tidy_moves(run_id, {_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)", rows)
 
     return write
 
 
-def next_planned(run_id: str) -> Callable[[Any], TidyMove | None]:
+def next_planned(run_id: str) -> Callable[[SqlTx], TidyMove | None]:
     """Query op: the first row still ``planned`` (by source path), or ``None``."""
 
-    def query(conn: Any) -> TidyMove | None:
-        row = conn.execute(
+    def query(tx: SqlTx) -> TidyMove | None:
+        row = tx.fetchone(
             f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? AND status='planned' "
             "ORDER BY src LIMIT 1",
             (run_id,),
-        ).fetchone()
+        )
         return None if row is None else _row(row)
 
     return query
@@ -79,8 +77,8 @@ def next_planned(run_id: str) -> Callable[[Any], TidyMove | None]:
 def mark_queued(run_id: str, src: str, intent_key: str) -> DomainWrite:
     """The row's outbox intent commits in this same transaction."""
 
-    def write(conn: Any) -> None:
-        conn.execute(
+    def write(tx: SqlTx) -> None:
+        tx.execute(
             "UPDATE tidy_moves SET status='queued', intent_key=? "
             "WHERE run_id=? AND src=? AND status='planned'",
             (intent_key, run_id, src),
@@ -92,8 +90,8 @@ def mark_queued(run_id: str, src: str, intent_key: str) -> DomainWrite:
 def skip_planned(run_id: str, reason: str) -> DomainWrite:
     """Every row still ``planned`` becomes ``skipped`` with ``reason``."""
 
-    def write(conn: Any) -> None:
-        conn.execute(
+    def write(tx: SqlTx) -> None:
+        tx.execute(
             "UPDATE tidy_moves SET status='skipped', reason=? WHERE run_id=? AND status='planned'",
             (reason, run_id),
         )
@@ -101,25 +99,23 @@ def skip_planned(run_id: str, reason: str) -> DomainWrite:
     return write
 
 
-def moves_of_run(run_id: str) -> Callable[[Any], list[TidyMove]]:
+def moves_of_run(run_id: str) -> Callable[[SqlTx], list[TidyMove]]:
     """Query op: every row of the run, ordered by source path."""
 
-    def query(conn: Any) -> list[TidyMove]:
-        rows = conn.execute(
+    def query(tx: SqlTx) -> list[TidyMove]:
+        rows = tx.fetchall(
             f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? ORDER BY src", (run_id,)
-        ).fetchall()
+        )
         return [_row(r) for r in rows]
 
     return query
 
 
-def move_by_key(intent_key: str) -> Callable[[Any], TidyMove | None]:
+def move_by_key(intent_key: str) -> Callable[[SqlTx], TidyMove | None]:
     """Query op: the row queued under this outbox idempotency key, or ``None``."""
 
-    def query(conn: Any) -> TidyMove | None:
-        row = conn.execute(
-            f"SELECT {_COLUMNS} FROM tidy_moves WHERE intent_key=?", (intent_key,)
-        ).fetchone()
+    def query(tx: SqlTx) -> TidyMove | None:
+        row = tx.fetchone(f"SELECT {_COLUMNS} FROM tidy_moves WHERE intent_key=?", (intent_key,))
         return None if row is None else _row(row)
 
     return query
@@ -127,8 +123,9 @@ def move_by_key(intent_key: str) -> Callable[[Any], TidyMove | None]:
 
 def record_outcome(
     intent_key: str, moved: bool, reason: str | None = None, *, status: str = "skipped"
-) -> Callable[[Any], None]:
-    """Standalone write (its own transaction, outside any checkpoint): what the
+) -> Callable[[SqlTx], None]:
+    """Standalone write for ``store.write`` (its own transaction, outside any
+    checkpoint; not ``query``, which is read-only): what the
     file mover found or did for the row queued under ``intent_key``. Idempotent;
     a row already ``moved`` stays ``moved``.
 
@@ -140,18 +137,16 @@ def record_outcome(
     if status not in ("skipped", "refused"):
         raise ValueError(f"status must be 'skipped' or 'refused', not {status!r}")
 
-    def write(conn: Any) -> None:
-        with conn:
-            if moved:
-                conn.execute(
-                    "UPDATE tidy_moves SET status='moved', reason=NULL WHERE intent_key=?",
-                    (intent_key,),
-                )
-            else:
-                conn.execute(
-                    "UPDATE tidy_moves SET status=?, reason=? "
-                    "WHERE intent_key=? AND status<>'moved'",
-                    (status, reason, intent_key),
-                )
+    def write(tx: SqlTx) -> None:
+        if moved:
+            tx.execute(
+                "UPDATE tidy_moves SET status='moved', reason=NULL WHERE intent_key=?",
+                (intent_key,),
+            )
+        else:
+            tx.execute(
+                "UPDATE tidy_moves SET status=?, reason=? WHERE intent_key=? AND status<>'moved'",
+                (status, reason, intent_key),
+            )
 
     return write

@@ -1,0 +1,996 @@
+"""The store conformance suite, shipped with the package: any backend runs it
+on itself (as LangGraph ships ``checkpoint-conformance`` for its savers).
+
+A backend provides a :class:`Harness`: ``open()`` returns a NEW store object
+(a new connection) on the same database each time it is called, so checks can
+race two connections; ``agent_log(store)`` returns the agent log over a store
+(or the harness has none); ``capabilities`` is what the store declares.
+:func:`validate` runs every check and returns the failures; a test suite can
+instead parametrise over :data:`CHECKS` and call :func:`run_check` (the
+project's ``tests/contract`` does, on memory, SQLite and PostgreSQL).
+
+Every method of every role protocol in :mod:`desktop_app.store.protocol` is
+covered by at least one check (:func:`coverage` counts them; an uncovered
+method is a failure of the suite itself). A check that needs a capability
+(``sql`` for domain writes) is skipped on a store that does not declare it;
+``checks_for(capabilities)`` lists what applies.
+
+Checks raise :class:`ConformanceError` (an ``AssertionError``) saying what
+the store did wrong. Times are UTC epoch seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from desktop_app.errors import (
+    AgentRunLeasedError,
+    CheckpointNotFoundError,
+    DuplicateFlowKeyError,
+    FlowdeskError,
+    LeaseLostError,
+    RevisionConflictError,
+    RunLeasedError,
+    StoreError,
+)
+from desktop_app.store.domain import digest, tidy
+from desktop_app.store.protocol import (
+    AgentLog,
+    AgentRun,
+    ChangeFeed,
+    Checkpoint,
+    CheckpointStore,
+    DomainStore,
+    Intent,
+    Lease,
+    Leases,
+    Mailbox,
+    Outbox,
+    RunLog,
+    RunRecord,
+    StepRecord,
+    Wait,
+)
+
+#: The role protocols the suite covers, by name.
+ROLES: dict[str, type] = {
+    "RunLog": RunLog,
+    "Leases": Leases,
+    "Mailbox": Mailbox,
+    "Outbox": Outbox,
+    "ChangeFeed": ChangeFeed,
+    "DomainStore": DomainStore,
+    "CheckpointStore": CheckpointStore,
+    "AgentLog": AgentLog,
+}
+
+
+class ConformanceError(AssertionError):
+    """A store broke its contract; the message says how."""
+
+
+class ManualTime:
+    """A clock a check moves by hand: ``now()`` returns ``t``."""
+
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def now(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@dataclass
+class Harness:
+    """How the suite reaches a backend.
+
+    Attributes:
+        open: ``open(clock=None)`` -> a new store (new connection) on the
+            test's database; ``clock`` (a ``() -> float``) is injected into
+            stores without the ``database_clock`` capability.
+        capabilities: what the store declares (``store.capabilities``).
+        agent_log: ``agent_log(store)`` -> the agent log over ``store``, or
+            ``None`` when the backend has none (AgentLog checks are skipped).
+    """
+
+    open: Callable[..., CheckpointStore]
+    capabilities: frozenset[str]
+    agent_log: Callable[[CheckpointStore], AgentLog] | None = None
+    _opened: list[CheckpointStore] = field(default_factory=list)
+
+    def store(self, clock: Callable[[], float] | None = None) -> CheckpointStore:
+        """A new store on the database (closed by :meth:`close_all`)."""
+        s = self.open(clock=clock) if clock is not None else self.open()
+        self._opened.append(s)
+        return s
+
+    def close_all(self) -> None:
+        for s in reversed(self._opened):
+            with contextlib.suppress(Exception):
+                s.close()
+        self._opened.clear()
+
+
+@dataclass(frozen=True)
+class Check:
+    """One conformance check: ``covers`` names ``Role.method`` entries."""
+
+    name: str
+    covers: tuple[str, ...]
+    needs: frozenset[str]
+    fn: Callable[[Harness], None]
+    unless: frozenset[str] = frozenset()
+
+
+CHECKS: list[Check] = []
+
+
+def _check(
+    *covers: str, needs: Sequence[str] = (), unless: Sequence[str] = ()
+) -> Callable[[Callable[[Harness], None]], Any]:
+    def register(fn: Callable[[Harness], None]) -> Callable[[Harness], None]:
+        CHECKS.append(Check(fn.__name__, covers, frozenset(needs), fn, frozenset(unless)))
+        return fn
+
+    return register
+
+
+def role_methods() -> dict[str, list[str]]:
+    """Every public method each role protocol declares itself (not inherited)."""
+    out: dict[str, list[str]] = {}
+    for name, proto in ROLES.items():
+        out[name] = sorted(
+            m for m, v in vars(proto).items() if not m.startswith("_") and inspect.isfunction(v)
+        )
+    return out
+
+
+def coverage() -> dict[str, int]:
+    """``"Role.method"`` -> how many checks cover it (0 = uncovered)."""
+    counts = {f"{r}.{m}": 0 for r, ms in role_methods().items() for m in ms}
+    for c in CHECKS:
+        for key in c.covers:
+            if key not in counts:
+                raise ConformanceError(f"check {c.name} covers unknown method {key}")
+            counts[key] += 1
+    return counts
+
+
+def checks_for(capabilities: frozenset[str], *, agent_log: bool = True) -> list[Check]:
+    """The checks that apply to a store with ``capabilities``."""
+    return [
+        c
+        for c in CHECKS
+        if c.needs <= capabilities
+        and not (c.unless & capabilities)
+        and (agent_log or not any(k.startswith("AgentLog.") for k in c.covers))
+    ]
+
+
+def run_check(check: Check, harness: Harness) -> None:
+    """Run one check; closes every store it opened. Raises ConformanceError."""
+    try:
+        check.fn(harness)
+    finally:
+        harness.close_all()
+
+
+def validate(make_harness: Callable[[], Harness]) -> list[tuple[str, str]]:
+    """Run every applicable check, each on a fresh database from
+    ``make_harness()``; returns ``(check name, error)`` failures (empty: the
+    store conforms)."""
+    failures: list[tuple[str, str]] = []
+    probe = make_harness()
+    for c in checks_for(probe.capabilities, agent_log=probe.agent_log is not None):
+        try:
+            run_check(c, make_harness())
+        except Exception as exc:
+            failures.append((c.name, f"{type(exc).__name__}: {exc}"))
+    return failures
+
+
+# -- helpers -------------------------------------------------------------------
+
+
+def _ok(cond: object, what: str) -> None:
+    if not cond:
+        raise ConformanceError(what)
+
+
+def _eq(got: object, want: object, what: str) -> None:
+    if got != want:
+        raise ConformanceError(f"{what}: got {got!r}, expected {want!r}")
+
+
+@contextlib.contextmanager
+def _raises(kind: type[BaseException], what: str) -> Iterator[None]:
+    try:
+        yield
+    except kind:
+        return
+    raise ConformanceError(f"{what}: expected {kind.__name__}, nothing was raised")
+
+
+def _id() -> str:
+    return uuid.uuid4().hex
+
+
+def _run(run_id: str, t: float = 1000.0, **kw: Any) -> RunRecord:
+    return RunRecord(run_id, kw.pop("flow", "f"), kw.pop("version", "v1"), "running", 0, t, t, **kw)
+
+
+def _cp(
+    run_id: str, rev: int, state: dict[str, Any] | None = None, status: Any = "running", **kw: Any
+) -> Checkpoint:
+    return Checkpoint(
+        run_id,
+        rev,
+        status,
+        state if state is not None else {},
+        kw.pop("steps", {}),
+        kw.pop("frontier", ("a",)),
+        kw.pop("t", 1000.0) + rev,
+        **kw,
+    )
+
+
+def _threads(n: int, target: Callable[[int], None]) -> None:
+    barrier = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        barrier.wait()
+        try:
+            target(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    ts = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    if errors:
+        raise errors[0]
+
+
+def _clocked(h: Harness) -> tuple[CheckpointStore, ManualTime, float | None]:
+    """A store whose lease clock the check controls: an injected clock, or
+    (``database_clock``) explicit ``now=`` arguments from a manual time
+    started at the database's now."""
+    if "database_clock" in h.capabilities:
+        s = h.store()
+        return s, ManualTime(s.now()), 0.0
+    clock = ManualTime()
+    return h.store(clock.now), clock, None
+
+
+# -- RunLog ----------------------------------------------------------------------
+
+
+@_check("RunLog.create_run", "RunLog.latest", "RunLog.get_run", "RunLog.get_checkpoint")
+def create_and_read_back(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    steps = {"a": StepRecord("a", "in_progress", attempts=1, started_at=5.0)}
+    state = {"x": 1, "items": [], "text": "é ✓", "nested": {"k": [1, 2.5, None, True]}}
+    s.create_run(_run(rid, context={"tenant_id": "t1"}), _cp(rid, 0, state, steps=steps))
+    latest = s.latest(rid)
+    _eq((latest.revision, dict(latest.state), dict(latest.steps)), (0, state, steps), "latest")
+    _eq(latest.frontier, ("a",), "frontier")
+    run = s.get_run(rid)
+    _eq((run.status, run.revision, run.flow_name, run.scope), ("running", 0, "f", s.scope), "run")
+    _eq(run.context.get("tenant_id"), "t1", "context")
+    _eq(dict(s.get_checkpoint(rid, 0).state), state, "get_checkpoint")
+    other = h.store()
+    _eq(dict(other.latest(rid).state), state, "a second connection reads it")
+
+
+@_check("RunLog.append", "RunLog.latest")
+def compare_and_append_one_winner(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0, {"x": 0}))
+    s.append(_cp(rid, 1, {"x": 1}, progress=(1, 3), error=None))
+    with _raises(RevisionConflictError, "appending a taken revision"):
+        s.append(_cp(rid, 1, {"x": 99}))
+    with _raises(RevisionConflictError, "skipping a revision"):
+        s.append(_cp(rid, 3, {"x": 3}))
+    _eq(dict(s.latest(rid).state), {"x": 1}, "the first writer's state")
+    _eq(s.get_run(rid).progress, (1, 3), "progress")
+    with _raises(CheckpointNotFoundError, "appending to a missing run"):
+        s.append(_cp(_id(), 1, {}))
+
+
+@_check("RunLog.append")
+def two_connections_race_on_compare_and_append(h: Harness) -> None:
+    a, b = h.store(), h.store()
+    rid = _id()
+    a.create_run(_run(rid), _cp(rid, 0, {"x": 0}))
+    for rev in range(1, 4):
+        outcomes: list[str] = []
+
+        def writer(i: int, rev: int = rev, outcomes: list[str] = outcomes) -> None:
+            try:
+                (a, b)[i].append(_cp(rid, rev, {"x": rev * 10 + i}))
+                outcomes.append(f"ok{i}")
+            except RevisionConflictError:
+                outcomes.append("conflict")
+
+        _threads(2, writer)
+        _eq(sorted(outcomes)[0], "conflict", f"revision {rev}: exactly one of two connections wins")
+        winner = int(sorted(outcomes)[1][-1])
+        _eq(dict(b.latest(rid).state), {"x": rev * 10 + winner}, "the winner's state is stored")
+
+
+@_check("RunLog.history", "RunLog.get_checkpoint")
+def history_is_ordered(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0, {"x": 0}))
+    for i in range(1, 6):
+        s.append(_cp(rid, i, {"x": i, "big": list(range(i))}, step_id=f"s{i}"))
+    hist = s.history(rid)
+    _eq([c.revision for c in hist], list(range(6)), "history revisions")
+    _eq([c.step_id for c in hist], ["", "s1", "s2", "s3", "s4", "s5"], "history step ids")
+    _eq([c.id for c in hist], [f"{rid}:{i}" for i in range(6)], "checkpoint ids")
+    _eq(dict(s.get_checkpoint(rid, 2).state), {"x": 2, "big": [0, 1]}, "revision 2")
+    with _raises(CheckpointNotFoundError, "a revision never saved"):
+        s.get_checkpoint(rid, 9)
+    with _raises(CheckpointNotFoundError, "history of a missing run"):
+        s.history(_id())
+
+
+@_check("RunLog.create_run")
+def create_refuses_duplicates(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    with _raises(RevisionConflictError, "a second run with the same id"):
+        s.create_run(_run(rid), _cp(rid, 0))
+    key = _id()
+    r1, r2 = _id(), _id()
+    s.create_run(_run(r1, flow_key=key), _cp(r1, 0))
+    with _raises(DuplicateFlowKeyError, "a second live run with the flow key"):
+        s.create_run(_run(r2, flow_key=key), _cp(r2, 0))
+    s.append(_cp(r1, 1, status="completed"))
+    s.create_run(_run(r2, flow_key=key), _cp(r2, 0))  # the first one finished
+
+
+@_check("RunLog.update_latest")
+def update_latest_appends_atomically(h: Harness) -> None:
+    a, b = h.store(), h.store()
+    rid = _id()
+    a.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+
+    def bump(cp: Checkpoint) -> Checkpoint:
+        return cp.evolve(revision=cp.revision + 1, state={"n": cp.state["n"] + 1})
+
+    def updater(i: int) -> None:
+        (a, b)[i % 2].update_latest(rid, bump)
+
+    _threads(4, updater)
+    _eq(dict(a.latest(rid).state), {"n": 4}, "4 concurrent update_latest calls, none lost")
+    _eq(a.get_run(rid).revision, 4, "revision")
+    got = a.update_latest(rid, lambda cp: cp.evolve(revision=cp.revision + 1, status="canceled"))
+    _eq((got.revision, a.get_run(rid).status), (5, "canceled"), "returned checkpoint")
+
+
+@_check("RunLog.list_runs")
+def list_runs_filters_and_pages(h: Harness) -> None:
+    s = h.store()
+    ids = [f"{_id()[:8]}-{i}" for i in range(5)]
+    for i, rid in enumerate(ids):
+        ctx = {"tenant_id": "t" + str(i % 2), "session_id": "s" if i == 3 else None}
+        s.create_run(
+            _run(
+                rid,
+                t=1000.0 + i,
+                flow="g" if i == 4 else "f",
+                flow_key="k" if i == 2 else None,
+                context=ctx,
+            ),
+            _cp(rid, 0, status="pending" if i == 1 else "running"),
+        )
+    _eq([r.run_id for r in s.list_runs()], ids, "oldest first")
+    _eq([r.run_id for r in s.list_runs(newest_first=True)], ids[::-1], "newest first")
+    _eq([r.run_id for r in s.list_runs(limit=2, offset=1)], ids[1:3], "limit and offset")
+    _eq([r.run_id for r in s.list_runs(offset=3)], ids[3:], "offset without limit")
+    _eq([r.run_id for r in s.list_runs(statuses=["pending"])], [ids[1]], "by status")
+    _eq([r.run_id for r in s.list_runs(flow_name="g")], [ids[4]], "by flow")
+    _eq([r.run_id for r in s.list_runs(tenant_id="t1")], [ids[1], ids[3]], "by tenant")
+    _eq([r.run_id for r in s.list_runs(session_id="s")], [ids[3]], "by session")
+    _eq([r.run_id for r in s.list_runs(flow_key="k")], [ids[2]], "by flow key")
+
+
+@_check("RunLog.runs_of_other_versions")
+def runs_of_other_versions_lists_live_old_runs(h: Harness) -> None:
+    s = h.store()
+    old, done, new = _id(), _id(), _id()
+    s.create_run(_run(old, version="v0"), _cp(old, 0))
+    s.create_run(_run(done, t=1001.0, version="v0"), _cp(done, 0))
+    s.append(_cp(done, 1, status="completed"))
+    s.create_run(_run(new, t=1002.0, version="v1"), _cp(new, 0))
+    _eq([r.run_id for r in s.runs_of_other_versions("f", "v1")], [old], "live runs of v0")
+    _eq(s.runs_of_other_versions("other", "v1"), [], "another flow")
+
+
+@_check("RunLog.delete_run")
+def delete_run_removes_everything(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    s.append(_cp(rid, 1, waits=(Wait(f"{rid}:w:0", "w", "timer", 1.0, deadline_at=5.0),)))
+    s.delete_run(rid)
+    with _raises(CheckpointNotFoundError, "a deleted run"):
+        s.get_run(rid)
+    with _raises(CheckpointNotFoundError, "deleting twice"):
+        s.delete_run(rid)
+    _eq(s.due_waits(10.0), [], "a deleted run's waits")
+
+
+@_check("RunLog.prune")
+def prune_keeps_the_newest(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0, {"v": 0}))
+    for i in range(1, 8):
+        s.append(_cp(rid, i, {"v": i, "keep": {"a": i % 3}}))
+    _eq(s.prune(rid, 3), 5, "checkpoints deleted")
+    _eq([c.revision for c in s.history(rid)], [5, 6, 7], "kept")
+    _eq(dict(s.latest(rid).state), {"v": 7, "keep": {"a": 1}}, "latest intact")
+    _eq(dict(s.get_checkpoint(rid, 5).state), {"v": 5, "keep": {"a": 2}}, "oldest kept intact")
+    s.append(_cp(rid, 8, {"v": 8}))
+    _eq(dict(s.latest(rid).state), {"v": 8}, "appending after a prune")
+    _eq(s.prune(rid, 10), 0, "nothing to prune")
+    with _raises(ValueError, "keep_last_n=0"):
+        s.prune(rid, 0)
+
+
+# -- Leases ----------------------------------------------------------------------
+
+
+@_check("Leases.claim", "Leases.release", "RunLog.append")
+def lease_claim_fence_release(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    got = s.claim(rid, Lease("a", 1030.0, 1000.0, ttl_s=30.0), 1000.0)
+    _eq(got.lease_owner, "a", "claimed")
+    with _raises(RunLeasedError, "claiming a live lease"):
+        s.claim(rid, Lease("b", 1040.0, 1010.0, ttl_s=30.0), 1010.0)
+    with _raises(LeaseLostError, "appending under someone else's live lease"):
+        s.append(_cp(rid, 1), lease=Lease("b", 1040.0, 1010.0))
+    s.release(rid, "b")
+    _eq(s.get_run(rid).lease_owner, "a", "release by a non-holder is a no-op")
+    s.release(rid, "a")
+    _eq((s.get_run(rid).lease_owner, s.get_run(rid).lease_expires_at), (None, None), "released")
+    s.claim(rid, Lease("c", 1060.0, 1030.0), 1030.0)
+    s.append(_cp(rid, 1, status="waiting"))
+    _eq(s.get_run(rid).lease_owner, None, "a waiting run has no lease")
+    with _raises(CheckpointNotFoundError, "claiming a missing run"):
+        s.claim(_id(), Lease("a", 1.0, 0.0), 0.0)
+
+
+@_check("Leases.now", "Leases.claim_runnable", "Leases.claim")
+def lease_expiry_on_an_injected_clock(h: Harness) -> None:
+    s, clock, db = _clocked(h)
+    if db is None:
+        _eq(s.now(), clock.now(), "now() is the injected clock")
+    else:
+        t = s.now()
+        _ok(abs(t - clock.now()) < 60, "now() is the database clock")
+
+    def at() -> float | None:
+        return None if db is None else clock.now()
+
+    rid = _id()
+    s.create_run(_run(rid, t=clock.now()), _cp(rid, 0, t=clock.now()))
+    (got,) = s.claim_runnable("a", 30.0, 10, now=at())
+    _eq(got.lease_owner, "a", "claimed by a")
+    _ok(abs((got.lease_expires_at or 0) - (clock.now() + 30.0)) < 1.0, "the lease carries its TTL")
+    clock.advance(29)
+    _eq(s.claim_runnable("b", 30.0, 10, now=at()), [], "a live lease is not handed out")
+    clock.advance(2)
+    (again,) = s.claim_runnable("b", 30.0, 10, now=at())
+    _eq(again.lease_owner, "b", "an expired lease is taken over")
+    _eq(s.get_run(rid).lease_owner, "b", "stored")
+
+
+@_check("Leases.claim_runnable")
+def claim_runnable_hands_out_what_may_run(h: Harness) -> None:
+    s = h.store()
+    t = s.now()
+    ids = {
+        name: _id()
+        for name in ("pending", "running", "failed", "done", "waiting", "other", "ready", "dead")
+    }
+    for i, (name, rid) in enumerate(ids.items()):
+        status = {
+            "pending": "pending",
+            "failed": "failed",
+            "waiting": "waiting",
+            "ready": "waiting",
+        }.get(name, "running")
+        s.create_run(
+            _run(rid, t=t + i, flow="g" if name == "other" else "f"),
+            _cp(rid, 0, status=status, t=t),
+        )
+    s.append(_cp(ids["done"], 1, status="completed", t=t))
+    w = Wait(f"{ids['ready']}:w:0", "w", "signal", t, name="go", key="k")
+    s.append(_cp(ids["ready"], 1, status="waiting", t=t, waits=(w,)))
+    s.send_signal("go", "k", {}, t)
+    s.claim(ids["dead"], Lease("ghost", t + 3600, t), t)
+    got = s.claim_runnable("me", 60.0, 100, flows=["f"])
+    _eq(
+        [r.run_id for r in got],
+        [ids["pending"], ids["running"], ids["ready"]],
+        "claimed, interrupted first",
+    )
+    _ok(all(r.lease_owner == "me" for r in got), "returned with the lease set")
+    _eq(s.claim_runnable("me2", 60.0, 100, flows=["f"]), [], "nothing twice")
+    mine = s.claim_runnable("me", 60.0, 100, flows=["f"], wakeable=False)
+    _eq([r.run_id for r in mine], [ids["pending"], ids["running"]], "the holder may claim again")
+    dead = s.claim_runnable("me", 60.0, 100, presumed_dead=lambda o: o == "ghost", wakeable=False)
+    _ok(ids["dead"] in [r.run_id for r in dead], "a dead owner's live lease is taken over")
+    _ok(ids["other"] in [r.run_id for r in dead], "flows=None claims every flow")
+    failed = s.claim_runnable("x", 60.0, 1, statuses=["failed"], wakeable=False)
+    _eq([r.run_id for r in failed], [ids["failed"]], "statuses and limit")
+    _eq(s.claim_runnable("x", 60.0, 0), [], "limit 0")
+
+
+@_check("Leases.claim_runnable")
+def four_threads_claim_each_run_once(h: Harness) -> None:
+    stores = [h.store() for _ in range(4)]
+    t = stores[0].now()
+    ids = [_id() for _ in range(24)]
+    for i, rid in enumerate(ids):
+        stores[0].create_run(_run(rid, t=t + i), _cp(rid, 0, status="pending", t=t))
+    claimed: list[list[str]] = [[] for _ in range(4)]
+
+    def claimer(i: int) -> None:
+        while True:  # a holder may claim its own runs again: stop when nothing is new
+            got = stores[i].claim_runnable(f"w{i}", 60.0, len(claimed[i]) + 3, wakeable=False)
+            new = [r.run_id for r in got if r.run_id not in claimed[i]]
+            if not new:
+                return
+            claimed[i].extend(new)
+
+    _threads(4, claimer)
+    every = [rid for c in claimed for rid in c]
+    _eq(sorted(every), sorted(ids), "each run claimed exactly once by 4 concurrent claimants")
+    for i, c in enumerate(claimed):
+        for rid in c:
+            _eq(stores[0].get_run(rid).lease_owner, f"w{i}", "the stored lease names the claimant")
+
+
+# -- Mailbox ---------------------------------------------------------------------
+
+
+@_check("Mailbox.send_signal", "Mailbox.next_signal", "RunLog.append")
+def signals_are_consumed_once(h: Harness) -> None:
+    s = h.store()
+    name, key = _id(), "k"
+    first = s.send_signal(name, key, {"n": 1}, 10.0, dedupe_key=_id())
+    second = s.send_signal(name, key, {"n": 2}, 11.0)
+    got = s.next_signal(name, key)
+    _ok(got is not None and got.signal_id == first and got.payload == {"n": 1}, "oldest first")
+    _eq(s.next_signal(name, "other"), None, "another key")
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    s.append(_cp(rid, 1), consume=[(first, f"{rid}:w:0")])
+    nxt = s.next_signal(name, key)
+    _ok(nxt is not None and nxt.signal_id == second, "a consumed signal is not handed out again")
+    with _raises(RevisionConflictError, "consuming a signal twice"):
+        s.append(_cp(rid, 2), consume=[(first, f"{rid}:w:1")])
+    _eq(s.get_run(rid).revision, 1, "the refused append saved nothing")
+
+
+@_check("Mailbox.send_signal")
+def signal_dedupe_from_two_connections(h: Harness) -> None:
+    a, b = h.store(), h.store()
+    name, dedupe = _id(), _id()
+    ids: list[int] = []
+    _threads(4, lambda i: ids.append((a, b)[i % 2].send_signal(name, "k", {"i": i}, 5.0, dedupe)))
+    _eq(len(set(ids)), 1, "four sends with one dedupe key from two connections store one signal")
+    got = b.next_signal(name, "k")
+    _ok(got is not None and got.signal_id == ids[0], "that signal")
+
+
+@_check("Mailbox.publish_event", "Mailbox.first_event")
+def events_are_broadcast(h: Harness) -> None:
+    s = h.store()
+    kind = _id()
+    e1 = s.publish_event(kind, {"n": 1}, 100.0)
+    e2 = s.publish_event(kind, {"n": 2}, 200.0)
+    _ok(e2 != e1, "distinct ids")
+    got = s.first_event(kind, 50.0)
+    _ok(got is not None and got.event_id == e1 and got.payload == {"n": 1}, "first since 50")
+    got = s.first_event(kind, 150.0)
+    _ok(got is not None and got.event_id == e2, "first since 150")
+    _eq(s.first_event(kind, 250.0), None, "none since 250")
+    _eq(s.first_event(_id(), 0.0), None, "another type")
+
+
+@_check(
+    "Mailbox.due_waits",
+    "Mailbox.next_deadline",
+    "Mailbox.wakeable_runs",
+    "Mailbox.runs_waiting_for",
+)
+def waits_deadlines_and_wakeups(h: Harness) -> None:
+    s = h.store()
+    timer, sig, ev, late = _id(), _id(), _id(), _id()
+    sname, etype = _id(), _id()
+    waits = {
+        timer: Wait(f"{timer}:t:0", "t", "timer", 10.0, deadline_at=50.0),
+        sig: Wait(f"{sig}:s:0", "s", "signal", 10.0, name=sname, key="k", deadline_at=90.0),
+        ev: Wait(f"{ev}:e:0", "e", "event", 10.0, name=etype),
+    }
+    for rid, w in waits.items():
+        s.create_run(_run(rid), _cp(rid, 0))
+        s.append(_cp(rid, 1, status="waiting", waits=(w,)))
+    s.create_run(_run(late, deadline_at=70.0), _cp(late, 0, status="waiting"))
+    _eq(s.next_deadline(), 50.0, "earliest deadline")
+    _eq(s.due_waits(60.0), [(timer, f"{timer}:t:0")], "due at 60")
+    _eq(s.due_waits(40.0), [], "none due at 40")
+    _eq(s.wakeable_runs(40.0), [], "nothing to act on at 40")
+    _eq(s.wakeable_runs(75.0), [timer, late], "due deadlines, by deadline")
+    s.send_signal(sname, "k", None, 20.0)
+    s.publish_event(etype, None, 30.0)
+    _eq(set(s.wakeable_runs(40.0)), {sig, ev}, "a deliverable signal and event")
+    _eq(s.wakeable_runs(75.0)[:2], [timer, late], "deadlines before signals")
+    _eq(s.runs_waiting_for("signal", sname, "k"), [sig], "waiting for the signal")
+    _eq(s.runs_waiting_for("signal", sname), [sig], "any key")
+    _eq(s.runs_waiting_for("event", etype), [ev], "waiting for the event")
+    s.append(_cp(timer, 2))
+    _eq(s.next_deadline(), 90.0, "a resolved wait's deadline is gone")
+
+
+# -- Outbox ----------------------------------------------------------------------
+
+
+def _with_intents(s: CheckpointStore, n: int) -> tuple[str, list[str]]:
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    keys = [f"{rid}:send:0:{i}" for i in range(n)]
+    intents = [Intent(k, rid, "send", "dest", {"i": i}) for i, k in enumerate(keys)]
+    s.append(_cp(rid, 1), intents=intents)
+    return rid, keys
+
+
+@_check("Outbox.intents", "Outbox.mark_intent", "RunLog.append")
+def intents_commit_with_their_checkpoint(h: Harness) -> None:
+    s = h.store()
+    rid, keys = _with_intents(s, 2)
+    got = s.intents(["pending"])
+    _eq([i.intent_id for i in got if i.run_id == rid], keys, "pending, oldest first")
+    _eq(got[0].payload, {"i": 0}, "payload")
+    with _raises(RevisionConflictError, "an intent id already in the outbox"):
+        s.append(_cp(rid, 2), intents=[Intent(keys[0], rid, "send", "dest", {})])
+    _eq(s.get_run(rid).revision, 1, "the refused append saved nothing")
+    s.mark_intent(keys[0], "sending", 5.0)
+    s.mark_intent(keys[0], "delivered", 6.0, receipt={"ok": 1})
+    s.mark_intent(keys[1], "sending", 5.0)
+    s.mark_intent(keys[1], "failed", 6.0, error="no")
+    (done,) = [i for i in s.intents(["delivered"]) if i.run_id == rid]
+    _eq((done.attempts, done.receipt, done.last_error), (1, {"ok": 1}, None), "delivered")
+    (bad,) = [i for i in s.intents(["failed"]) if i.run_id == rid]
+    _eq((bad.intent_id, bad.last_error), (keys[1], "no"), "failed")
+    _eq(s.intents(["pending", "sending"], limit=1), [], "nothing left to send")
+
+
+@_check("Outbox.claim_intents", "Outbox.mark_intent")
+def claimed_intents_are_not_handed_to_a_peer(h: Harness) -> None:
+    s, clock, db = _clocked(h)
+
+    def at() -> float | None:
+        return None if db is None else clock.now()
+
+    _, keys = _with_intents(s, 3)
+    first = s.claim_intents("d1", 60.0, 2, now=at())
+    _eq([i.intent_id for i in first], keys[:2], "oldest first, limit")
+    _ok(not any(i.interrupted for i in first), "pending intents are not interrupted")
+    _eq(
+        [i.intent_id for i in s.claim_intents("d2", 60.0, 10, now=at())],
+        keys[2:],
+        "the peer gets the rest",
+    )
+    _eq(s.claim_intents("d3", 60.0, 10, now=at()), [], "nothing while both claims live")
+    s.mark_intent(keys[0], "sending", clock.now())  # d1 sends keys[0] ... and dies
+    s.mark_intent(keys[1], "pending", clock.now(), error="retry later")  # ends the claim
+    got = s.claim_intents("d3", 60.0, 10, now=at())
+    _eq([i.intent_id for i in got], [keys[1]], "an intent set back to pending is free again")
+    gone = s.claim_intents("d4", 60.0, 10, presumed_dead=lambda o: o == "d1", now=at())
+    _eq(
+        [(i.intent_id, i.interrupted) for i in gone],
+        [(keys[0], True)],
+        "a dead claimant's send is reconciled",
+    )
+    _eq(gone[0].attempts, 1, "claiming does not count an attempt")
+    clock.advance(61)
+    late = s.claim_intents("d5", 60.0, 10, now=at())
+    _eq(sorted(i.intent_id for i in late), sorted(keys), "every claim expired")
+
+
+@_check("Outbox.claim_intents")
+def two_connections_claim_each_intent_once(h: Harness) -> None:
+    a, b = h.store(), h.store()
+    _, keys = _with_intents(a, 12)
+    got: list[list[str]]
+
+    got = [[] for _ in range(4)]
+
+    def claimer(i: int) -> None:
+        store = (a, b)[i % 2]
+        while True:  # a claimant may claim its own again: stop when nothing is new
+            batch = store.claim_intents(f"d{i}", 60.0, len(got[i]) + 2)
+            new = [x.intent_id for x in batch if x.intent_id not in got[i]]
+            if not new:
+                return
+            got[i].extend(new)
+
+    _threads(4, claimer)
+    every = [k for g in got for k in g]
+    _eq(sorted(every), sorted(keys), "each intent claimed exactly once")
+
+
+# -- ChangeFeed ------------------------------------------------------------------
+
+
+@_check("ChangeFeed.data_version")
+def data_version_sees_every_commit(h: Harness) -> None:
+    reader, writer = h.store(), h.store()
+    rid = _id()
+    v0 = reader.data_version()
+    _eq(reader.data_version(), v0, "stable while nothing is committed")
+    writer.create_run(_run(rid), _cp(rid, 0))
+    v1 = reader.data_version()
+    _ok(v1 != v0, "another connection's commit changes it")
+    reader.append(_cp(rid, 1))
+    _ok(reader.data_version() != v1, "the store's own commit changes it")
+
+
+# -- DomainStore -----------------------------------------------------------------
+
+
+@_check(
+    "DomainStore.query", "DomainStore.write", "RunLog.append", "RunLog.create_run", needs=["sql"]
+)
+def builtin_domain_writes(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    f = digest.DigestFile("a.md", "markdown", "A", "sum", 10)
+    s.create_run(_run(rid, flow="digest"), _cp(rid, 0), writes=[digest.record_file(rid, f)])
+    s.append(_cp(rid, 1), writes=[digest.record_file(rid, f)])
+    (row,) = s.query(digest.files_of_run(rid))
+    _eq(
+        (row.path, row.title, row.times_processed),
+        ("a.md", "A", 2),
+        "digest upsert bumps times_processed",
+    )
+    moves = [tidy.TidyMove(f"/d/{n}", f"/d/X/{n}", "other", "2025-01") for n in ("a", "b", "c")]
+    s.append(_cp(rid, 2), writes=[tidy.record_plan(rid, moves)])
+    s.append(_cp(rid, 3), writes=[tidy.record_plan(rid, moves)])  # a re-run replaces its rows
+    nxt = s.query(tidy.next_planned(rid))
+    _eq(nxt.src if nxt else None, "/d/a", "next planned")
+    s.append(
+        _cp(rid, 4),
+        writes=[tidy.mark_queued(rid, "/d/a", "key-a"), tidy.mark_queued(rid, "/d/b", "key-b")],
+    )
+    s.append(_cp(rid, 5), writes=[tidy.skip_planned(rid, "not approved")])
+    s.write(tidy.record_outcome("key-a", True))
+    s.write(tidy.record_outcome("key-b", False, "link", status="refused"))
+    s.write(tidy.record_outcome("key-a", False, "late"))  # moved stays moved
+    got = {m.src: (m.status, m.reason) for m in s.query(tidy.moves_of_run(rid))}
+    _eq(
+        got,
+        {"/d/a": ("moved", None), "/d/b": ("refused", "link"), "/d/c": ("skipped", "not approved")},
+        "tidy rows",
+    )
+    by_key = s.query(tidy.move_by_key("key-b"))
+    _eq(by_key.status if by_key else None, "refused", "move by key")
+    _eq(s.query(tidy.move_by_key("nope")), None, "unknown key")
+
+
+@_check("DomainStore.query", "DomainStore.write", needs=["sql"])
+def query_is_read_only_and_write_is_atomic(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid, flow="digest"), _cp(rid, 0))
+    f = digest.DigestFile("x", "text", None, None, 1)
+    with _raises(StoreError, "a write inside query()"):
+        s.query(lambda tx: digest.record_file(rid, f)(tx))
+    _eq(s.query(digest.files_of_run(rid)), [], "the refused write left nothing")
+
+    class Boom(Exception):
+        pass
+
+    def half(tx: Any) -> None:
+        digest.record_file(rid, f)(tx)
+        raise Boom()
+
+    with _raises(Boom, "an op that raises"):
+        s.write(half)
+    _eq(s.query(digest.files_of_run(rid)), [], "write() rolled back")
+    changed = s.write(
+        lambda tx: tx.execute("UPDATE runs SET error=? WHERE run_id=?", ("e", rid)).rowcount
+    )
+    _eq(changed, 1, "rowcount")
+    row = s.query(lambda tx: tx.fetchone("SELECT error FROM runs WHERE run_id=?", (rid,)))
+    _eq(row, ("e",), "fetchone")
+    _eq(h.store().get_run(rid).error, "e", "write() committed")
+
+
+@_check("RunLog.append", needs=["sql"])
+def a_failing_domain_write_aborts_the_append(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid, flow="digest"), _cp(rid, 0))
+    f = digest.DigestFile("y", "text", None, None, 1)
+
+    def broken(tx: Any) -> None:
+        tx.execute("INSERT INTO no_such_table VALUES (1)")
+
+    with _raises(FlowdeskError, "an append whose domain write fails"):
+        s.append(_cp(rid, 1), writes=[digest.record_file(rid, f), broken])
+    _eq(s.get_run(rid).revision, 0, "nothing appended")
+    _eq(s.query(digest.files_of_run(rid)), [], "the first domain write rolled back too")
+
+
+@_check("DomainStore.query", "DomainStore.write", unless=["sql"])
+def without_sql_domain_calls_are_refused(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    with _raises(StoreError, "query() without the sql capability"):
+        s.query(digest.files_of_run(rid))
+    with _raises(StoreError, "write() without the sql capability"):
+        s.write(tidy.record_outcome("k", True))
+    with _raises(StoreError, "domain writes without the sql capability"):
+        s.create_run(
+            _run(rid),
+            _cp(rid, 0),
+            writes=[digest.record_file(rid, digest.DigestFile("p", "t", None, None, 1))],
+        )
+
+
+@_check("CheckpointStore.close")
+def close_keeps_what_was_committed(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0, {"kept": True}))
+    s.close()
+    _eq(dict(h.store().latest(rid).state), {"kept": True}, "committed before close")
+    _ok(isinstance(s.capabilities, frozenset), "capabilities are declared")
+
+
+# -- AgentLog --------------------------------------------------------------------
+
+
+def _agent(h: Harness) -> tuple[AgentLog, CheckpointStore]:
+    if h.agent_log is None:
+        raise ConformanceError("no agent log in this harness")
+    s = h.store()
+    return h.agent_log(s), s
+
+
+def _agent_run(rid: str, **kw: Any) -> AgentRun:
+    return AgentRun(
+        rid, kw.pop("agent", "helper"), kw.pop("status", "running"), "hi", 1.0, 1.0, **kw
+    )
+
+
+@_check("AgentLog.create", "AgentLog.get", "AgentLog.messages", "AgentLog.list")
+def agent_runs_create_and_read(h: Harness) -> None:
+    log, _ = _agent(h)
+    a, b = _id(), _id()
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi ✓"}]
+    log.create(_agent_run(a, context={"tenant_id": "t"}), msgs)
+    log.create(AgentRun(b, "other", "input_required", "q", 2.0, 2.0), [])
+    got = log.get(a)
+    _eq(
+        (got.agent, got.status, got.input, got.context),
+        ("helper", "running", "hi", {"tenant_id": "t"}),
+        "run",
+    )
+    _eq(log.messages(a), msgs, "messages in order")
+    with _raises(CheckpointNotFoundError, "a missing agent run"):
+        log.get(_id())
+    with _raises(RevisionConflictError, "a second agent run with the same id"):
+        log.create(_agent_run(a), [])
+    ids = [r.run_id for r in log.list()]
+    _ok(ids.index(a) < ids.index(b), "oldest first")
+    _eq(
+        [r.run_id for r in log.list(statuses=["input_required"]) if r.run_id in (a, b)],
+        [b],
+        "by status",
+    )
+    _eq([r.run_id for r in log.list(agent="helper") if r.run_id in (a, b)], [a], "by agent")
+
+
+@_check("AgentLog.update", "AgentLog.tool_result", "AgentLog.tool_results", "AgentLog.mark_reused")
+def agent_updates_messages_and_tool_results(h: Harness) -> None:
+    log, _ = _agent(h)
+    rid = _id()
+    log.create(_agent_run(rid), [{"role": "user", "content": "go"}])
+    log.update(rid, 5.0, tool=("k1", "search", "in_progress", None), turns=1)
+    log.update(rid, 6.0, tool=("k1", "search", "in_progress", None))  # a retry: attempt 2
+    log.update(
+        rid,
+        7.0,
+        messages=[{"role": "tool", "content": "r"}],
+        tool=("k1", "search", "completed", "r"),
+    )
+    log.update(rid, 8.0, tool=("k2", "fetch", "failed", None), pending_call={"tool": "ask"})
+    one = log.tool_result(rid, "k1")
+    _ok(one is not None, "tool result stored")
+    assert one is not None
+    _eq(
+        (one.tool, one.status, one.result, one.attempts, one.reused),
+        ("search", "completed", "r", 2, 0),
+        "k1",
+    )
+    log.mark_reused(rid, "k1")
+    reused = log.tool_result(rid, "k1")
+    _eq(reused.reused if reused else None, 1, "reuse counted")
+    _eq([t.tool_key for t in log.tool_results(rid)], ["k1", "k2"], "by update time")
+    _eq(log.tool_result(rid, "nope"), None, "unknown key")
+    run = log.get(rid)
+    _eq((run.turns, run.pending_call, run.updated_at), (1, {"tool": "ask"}, 8.0), "fields")
+    _eq([m["role"] for m in log.messages(rid)], ["user", "tool"], "appended")
+    log.update(rid, 9.0, status="done", response="ok", pending_call=None)
+    _eq((log.get(rid).status, log.get(rid).response), ("done", "ok"), "finished")
+    with _raises(CheckpointNotFoundError, "updating a missing agent run"):
+        log.update(_id(), 1.0, status="done")
+
+
+@_check("AgentLog.claim", "AgentLog.release", "AgentLog.update")
+def agent_leases_fence_a_stale_owner(h: Harness) -> None:
+    log, _ = _agent(h)
+    rid = _id()
+    log.create(_agent_run(rid), [])
+    _eq(log.claim(rid, "a", 130.0, 100.0).lease_owner, "a", "claimed")
+    with _raises(AgentRunLeasedError, "claiming a live lease"):
+        log.claim(rid, "b", 140.0, 110.0)
+    log.update(rid, 111.0, owner="a", turns=1)
+    log.claim(rid, "b", 200.0, 131.0)  # a's lease expired at 130
+    with _raises(LeaseLostError, "an update by the owner whose lease was taken over"):
+        log.update(rid, 132.0, owner="a", messages=[{"role": "assistant", "content": "x"}])
+    _eq(log.messages(rid), [], "the fenced update wrote nothing")
+    log.claim(rid, "c", 300.0, 140.0, takeover=True)
+    _eq(log.get(rid).lease_owner, "c", "takeover of a dead owner")
+    log.release(rid, "b")
+    _eq(log.get(rid).lease_owner, "c", "release by a non-holder is a no-op")
+    log.release(rid, "c")
+    _eq((log.get(rid).lease_owner, log.get(rid).lease_expires_at), (None, None), "released")
+    with _raises(CheckpointNotFoundError, "claiming a missing agent run"):
+        log.claim(_id(), "a", 1.0, 0.0)
+
+
+@_check("AgentLog.claim")
+def two_connections_claim_an_agent_run_once(h: Harness) -> None:
+    if h.agent_log is None:
+        raise ConformanceError("no agent log in this harness")
+    logs = [h.agent_log(h.store()) for _ in range(2)]
+    rid = _id()
+    logs[0].create(_agent_run(rid), [])
+    won: list[str] = []
+
+    def claimer(i: int) -> None:
+        try:
+            logs[i % 2].claim(rid, f"o{i}", 500.0, 100.0)
+            won.append(f"o{i}")
+        except AgentRunLeasedError:
+            pass
+
+    _threads(4, claimer)
+    _eq(len(won), 1, "exactly one of four concurrent claimants wins")
+    _eq(logs[1].get(rid).lease_owner, won[0], "the winner holds the lease")

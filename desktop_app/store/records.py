@@ -1,0 +1,425 @@
+"""Every record the store keeps, in one place (no behaviour, no apsw).
+
+Shapes (all times are UTC seconds since the epoch, as ``float``):
+
+* :class:`RunRecord` — one row per run: identity, flow name and version,
+  status, latest revision, execution context, lease.
+* :class:`Checkpoint` — the run after a step: revision ``0..n``, status,
+  JSON-mode state (``dict[str, JSON]``), step records, frontier (ids of the
+  steps still to run), progress.
+* :class:`StepRecord` — ``in_progress -> completed | failed`` (or
+  ``skipped``), attempts, timings, error.
+* :class:`Wait`, :class:`Signal`, :class:`Event` — the mailbox.
+* :class:`Intent` — an outbox row.
+* :class:`Lease` — a claim on a run, with its TTL.
+* :class:`AgentRun`, :class:`ToolResult` — agent runs (messages are plain JSON
+  objects, see ``desktop_app.agent.messages``).
+
+Two status vocabularies exist: flow runs (:data:`RunStatus`) and agent runs
+(:data:`AgentStatus`, older and richer). They are mapped in exactly one place,
+:data:`AGENT_RUN_STATUS` / :func:`run_status_of_agent`, for lists that show both.
+
+Both sides treat a record handed to or returned by a store as immutable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+RunStatus = Literal["pending", "running", "waiting", "completed", "failed", "canceled", "timed_out"]
+StepStatus = Literal["in_progress", "completed", "failed", "skipped", "waiting"]
+
+RUN_STATUSES: tuple[RunStatus, ...] = (
+    "pending",
+    "running",
+    "waiting",
+    "completed",
+    "failed",
+    "canceled",
+    "timed_out",
+)
+#: Runs that ``pending()`` lists and ``resume_pending()`` resumes: not finished
+#: and not waiting for input (go-micro ``Pending`` semantics).
+PENDING_STATUSES: tuple[RunStatus, ...] = ("pending", "running", "failed")
+#: Runs that can never run again.
+TERMINAL_STATUSES: tuple[RunStatus, ...] = ("completed", "canceled", "timed_out")
+
+JSON = Any
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """What happened to one step of a run.
+
+    Attributes:
+        step_id: the step's id in its flow.
+        status: ``in_progress``, ``completed``, ``failed``, ``skipped`` or ``waiting``.
+        attempts: attempts started so far (survives restarts).
+        started_at / finished_at: UTC epoch seconds, ``None`` until known.
+        error / error_type: message and exception class name of the last failure.
+        iteration: for loop steps, iterations completed and checkpointed.
+        duration_ms: wall time of the last attempt in milliseconds.
+        next_retry_at: UTC epoch seconds before which the next attempt must
+            not start (a durable backoff), or ``None``.
+    """
+
+    step_id: str
+    status: StepStatus
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+    error_type: str | None = None
+    iteration: int = 0
+    duration_ms: float | None = None
+    next_retry_at: float | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "step_id": self.step_id,
+            "status": self.status,
+            "attempts": self.attempts,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "error": self.error,
+            "error_type": self.error_type,
+            "iteration": self.iteration,
+            "duration_ms": self.duration_ms,
+            "next_retry_at": self.next_retry_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> StepRecord:
+        return cls(
+            step_id=str(data["step_id"]),
+            status=data["status"],
+            attempts=int(data.get("attempts", 0)),
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+            error=data.get("error"),
+            error_type=data.get("error_type"),
+            iteration=int(data.get("iteration", 0)),
+            duration_ms=data.get("duration_ms"),
+            next_retry_at=data.get("next_retry_at"),
+        )
+
+
+WaitKind = Literal["input", "signal", "event", "timer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """A durable pause of a run, part of its checkpoint.
+
+    Attributes:
+        wait_id: stable id ``"<run_id>:<step_id>:<n>"``; survives restarts.
+        step_id: the step (or ``"<parallel>/<branch>"``) that waits.
+        kind: ``input`` (a person), ``signal`` (name + key), ``event`` (type),
+            ``timer`` (only a deadline).
+        name / key: signal name and key, or event type (``key`` unused).
+        prompt: what the person is asked (JSON), for input waits.
+        deadline_at: UTC epoch seconds when the wait times out, or ``None``;
+            stored when the wait begins and never recomputed.
+        created_at: UTC epoch seconds when the wait began.
+        continuation: a JSON value kept for the step (stateful interrupt).
+    """
+
+    wait_id: str
+    step_id: str
+    kind: WaitKind
+    created_at: float
+    name: str | None = None
+    key: str | None = None
+    prompt: JSON = None
+    deadline_at: float | None = None
+    continuation: JSON = None
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "wait_id": self.wait_id,
+            "step_id": self.step_id,
+            "kind": self.kind,
+            "created_at": self.created_at,
+            "name": self.name,
+            "key": self.key,
+            "prompt": self.prompt,
+            "deadline_at": self.deadline_at,
+            "continuation": self.continuation,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, JSON]) -> Wait:
+        return cls(
+            wait_id=str(data["wait_id"]),
+            step_id=str(data["step_id"]),
+            kind=data["kind"],
+            created_at=float(data["created_at"]),
+            name=data.get("name"),
+            key=data.get("key"),
+            prompt=data.get("prompt"),
+            deadline_at=data.get("deadline_at"),
+            continuation=data.get("continuation"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A stored signal (durable mailbox row)."""
+
+    signal_id: int
+    name: str
+    key: str
+    payload: JSON
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A published event (broadcast to every wait on its type)."""
+
+    event_id: int
+    type: str
+    payload: JSON
+    published_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    """An outbox intent: a side effect to deliver after its checkpoint commits.
+
+    ``intent_id`` is the stable idempotency key the destination sees on every
+    attempt (``"<run_id>:<step_id>:<iteration>:<n>"`` unless the step gives one).
+    ``interrupted`` is set on an intent ``claim_intents`` handed out because
+    the dispatcher that was sending it died: reconcile before sending again.
+    """
+
+    intent_id: str
+    run_id: str
+    step_id: str
+    destination: str
+    payload: JSON
+    status: Literal["pending", "sending", "delivered", "failed"] = "pending"
+    attempts: int = 0
+    receipt: JSON = None
+    last_error: str | None = None
+    interrupted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The durable record of a run after one step.
+
+    Attributes:
+        run_id: the run.
+        revision: 0 for the first checkpoint, +1 for each one after.
+        status: the run status at this revision.
+        state: the flow state dumped in pydantic JSON mode, one key per field.
+        steps: step records by step id.
+        frontier: ids of the steps that run next, in order (empty when done).
+        created_at: UTC epoch seconds.
+        step_id: the step that produced this checkpoint (``""`` for the first).
+        progress: ``(done, total)`` units of work, or ``None``.
+        error: why the run failed or halted, if it did.
+        meta: engine bookkeeping as a small JSON object (steps taken, halt
+            reason, ...); stored whole with every revision.
+        waits: the run's pending waits at this revision.
+    """
+
+    run_id: str
+    revision: int
+    status: RunStatus
+    state: Mapping[str, JSON]
+    steps: Mapping[str, StepRecord]
+    frontier: tuple[str, ...]
+    created_at: float
+    step_id: str = ""
+    progress: tuple[int, int] | None = None
+    error: str | None = None
+    meta: Mapping[str, JSON] = field(default_factory=dict)
+    waits: tuple[Wait, ...] = ()
+
+    @property
+    def id(self) -> str:
+        """Stable checkpoint id, ``"<run_id>:<revision>"``."""
+        return checkpoint_id(self.run_id, self.revision)
+
+    def evolve(self, **changes: Any) -> Checkpoint:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """A checkpoint's metadata without its state (what ``history`` returns)."""
+
+    run_id: str
+    revision: int
+    status: RunStatus
+    step_id: str
+    created_at: float
+
+    @property
+    def id(self) -> str:
+        return checkpoint_id(self.run_id, self.revision)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """Run metadata; reading it never decodes state.
+
+    Attributes:
+        run_id: unique id (uuid4 hex).
+        flow_name: the flow's name.
+        flow_version: fingerprint of the flow the run started under.
+        status: latest status.
+        revision: latest checkpoint revision.
+        created_at / updated_at: UTC epoch seconds.
+        scope: the store scope the run belongs to.
+        flow_key: optional business key (single-flight submission).
+        parent_run_id: the run that started this one, if any.
+        context: execution context ids (tenant, user, session, run, trace,
+            correlation), as a JSON object.
+        progress: ``(done, total)`` or ``None``.
+        error: last error or halt reason.
+        lease_owner / lease_expires_at: the process executing the run and
+            until when (UTC epoch seconds), or ``None``.
+        deadline_at: run-level deadline (UTC epoch seconds), or ``None``.
+    """
+
+    run_id: str
+    flow_name: str
+    flow_version: str
+    status: RunStatus
+    revision: int
+    created_at: float
+    updated_at: float
+    scope: str = "default"
+    flow_key: str | None = None
+    parent_run_id: str | None = None
+    context: Mapping[str, JSON] = field(default_factory=dict)
+    progress: tuple[int, int] | None = None
+    error: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+    deadline_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on a run: ``owner`` executes it until ``expires_at`` (UTC epoch s).
+
+    ``issued_at`` is the claimant's "now": a lease held by another owner that
+    expired at or before it may be taken over (``math.inf`` takes over any
+    lease: the engine uses it for owners it knows are dead).
+    """
+
+    owner: str
+    expires_at: float
+    issued_at: float = 0.0
+    ttl_s: float | None = None
+
+    @property
+    def ttl(self) -> float:
+        """How long the lease lasts in seconds: ``ttl_s`` when set, else
+        ``expires_at - issued_at`` (``math.inf`` when ``issued_at`` is ``inf``
+        and no ``ttl_s`` was given)."""
+        if self.ttl_s is not None:
+            return self.ttl_s
+        if math.isinf(self.issued_at):
+            return math.inf
+        return self.expires_at - self.issued_at
+
+
+def checkpoint_id(run_id: str, revision: int) -> str:
+    """The stable id of a checkpoint: ``"<run_id>:<revision>"``."""
+    return f"{run_id}:{revision}"
+
+
+def parse_checkpoint_id(cid: str) -> tuple[str, int]:
+    """Split a checkpoint id into ``(run_id, revision)``; raises ``ValueError``."""
+    run_id, _, rev = cid.rpartition(":")
+    if not run_id or not rev.isdigit():
+        raise ValueError(f"not a checkpoint id: {cid!r} (expected '<run_id>:<revision>')")
+    return run_id, int(rev)
+
+
+AgentStatus = Literal[
+    "running",
+    "paused",
+    "input_required",
+    "done",
+    "failed",
+    "canceled",
+    "timeout",
+    "rate_limited",
+    "expired",
+]
+#: Statuses an agent run never leaves (go-micro's terminal set, plus ``done``).
+AGENT_TERMINAL: tuple[AgentStatus, ...] = ("done", "canceled", "timeout", "rate_limited", "expired")
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """An agent run's row (times are UTC epoch seconds)."""
+
+    run_id: str
+    agent: str
+    status: AgentStatus
+    input: str
+    created_at: float
+    updated_at: float
+    parent_run_id: str | None = None
+    response: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    turns: int = 0
+    pending_call: dict[str, Any] | None = None
+    deadline_at: float | None = None
+    expires_at: float | None = None
+    retry_at: float | None = None
+    context: dict[str, Any] = field(default_factory=dict)
+    lease_owner: str | None = None
+    lease_expires_at: float | None = None
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool call's durable record, keyed by tool name + canonical JSON input."""
+
+    tool_key: str
+    tool: str
+    status: Literal["in_progress", "completed", "failed"]
+    result: str | None
+    attempts: int
+    reused: int
+
+
+#: Agent-run status -> the flow-run status that means the same thing, for
+#: lists that show both kinds of run (``flowdesk runs``, the app's runs table).
+#: ``input_required`` is a wait for a person; ``paused``/``rate_limited`` are
+#: waits on time; ``expired`` ran past its TTL.
+AGENT_RUN_STATUS: Mapping[str, RunStatus] = {
+    "running": "running",
+    "paused": "waiting",
+    "input_required": "waiting",
+    "rate_limited": "waiting",
+    "done": "completed",
+    "failed": "failed",
+    "canceled": "canceled",
+    "timeout": "timed_out",
+    "expired": "timed_out",
+}
+
+
+def run_status_of_agent(status: str) -> RunStatus:
+    """The flow-run status for an agent-run status (see :data:`AGENT_RUN_STATUS`).
+
+    Raises:
+        ValueError: ``status`` is not an agent-run status.
+    """
+    try:
+        return AGENT_RUN_STATUS[status]
+    except KeyError:
+        raise ValueError(f"not an agent-run status: {status!r}") from None

@@ -1,0 +1,144 @@
+"""Claiming, not scanning: two engines recovering one database at once never
+execute the same run, and two outbox dispatchers never send one intent twice
+(real SQLite file, one connection per engine or dispatcher)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.outbox import Dispatcher
+from desktop_app.store.sqlite import open_store
+
+
+class N(BaseModel):
+    n: int = 0
+
+
+def _flow(executed: Counter[str], lock: threading.Lock):
+    def work(s: N, ctx) -> dict:
+        with lock:
+            executed[ctx.run_id] += 1
+        return {"n": s.n + 1}
+
+    def send(s: N, ctx) -> dict:
+        ctx.send("sink", {"n": s.n})
+        return {}
+
+    return FlowBuilder("claimed", N).step("work", work).step("send", send).chain().compile()
+
+
+class Crash(BaseException):
+    pass
+
+
+def _interrupted_runs(db_path, count: int) -> list[str]:
+    """``count`` runs left ``running`` with no lease (their process stopped)."""
+
+    def boom(s: N) -> dict:
+        raise Crash()
+
+    crashing = FlowBuilder("claimed", N).step("work", boom).step("send", boom).chain().compile()
+    store = open_store(db_path)
+    engine = Engine(store, flows=[crashing])
+    ids = []
+    for _ in range(count):
+        with pytest.raises(Crash):
+            engine.run("claimed", N())
+    for run in store.list_runs():
+        store.release(run.run_id, engine.owner)
+        ids.append(run.run_id)
+    store.close()
+    return ids
+
+
+def test_two_engines_recovering_at_once_execute_each_run_once(db_path):
+    ids = _interrupted_runs(db_path, 12)
+    executed: Counter[str] = Counter()
+    lock = threading.Lock()
+    stores = [open_store(db_path) for _ in range(2)]
+    engines = [Engine(s, flows=[_flow(executed, lock)]) for s in stores]
+    reports: list[list] = [[], []]
+    barrier = threading.Barrier(2)
+
+    def recover(i: int) -> None:
+        barrier.wait()
+        reports[i] = engines[i].recover()
+
+    threads = [threading.Thread(target=recover, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(executed) == sorted(ids)
+    assert set(executed.values()) == {1}, "a run was executed by both engines"
+    done = [r for rep in reports for r, out in rep if getattr(out, "status", None) == "completed"]
+    assert sorted(r.run_id for r in done) == sorted(ids)
+    assert all(stores[0].get_run(rid).status == "completed" for rid in ids)
+    assert all(stores[0].get_run(rid).lease_owner is None for rid in ids)
+    for s in stores:
+        s.close()
+
+
+def test_claim_runnable_on_the_engine_leases_to_the_engine(db_path):
+    ids = _interrupted_runs(db_path, 3)
+    store = open_store(db_path)
+    executed: Counter[str] = Counter()
+    engine = Engine(store, flows=[_flow(executed, threading.Lock())])
+    other = Engine(open_store(db_path), flows=engine.flows.values())
+    got = engine.claim_runnable(2)
+    assert [r.run_id for r in got] == ids[:2]
+    assert {store.get_run(r.run_id).lease_owner for r in got} == {engine.owner}
+    assert [r.run_id for r in other.claim_runnable(10)] == ids[2:]
+    assert other.claim_runnable(10) == [other.store.get_run(ids[2])]  # its own, again
+    report = other.recover()  # only its own claim; the others are leased to a live engine
+    assert [(r.run_id, type(o).__name__) for r, o in report][:1] == [(ids[2], "RunResult")]
+    assert sorted(r.run_id for r, o in report[1:]) == sorted(ids[:2])
+    assert all(type(o).__name__ == "RunLeasedError" for _, o in report[1:])
+    assert executed == Counter({ids[2]: 1})
+    store.close()
+    other.store.close()
+
+
+def test_two_dispatchers_never_send_one_intent_twice(db_path):
+    executed: Counter[str] = Counter()
+    store = open_store(db_path)
+    engine = Engine(store, flows=[_flow(executed, threading.Lock())])
+    for _ in range(10):
+        engine.run("claimed", N())
+    sent: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    class Sink:
+        def send(self, key, payload):
+            with lock:
+                sent[key] += 1
+            return {"ok": True}
+
+        def lookup(self, key):
+            return None
+
+    stores = [open_store(db_path) for _ in range(2)]
+    dispatchers = [Dispatcher(s, {"sink": Sink()}) for s in stores]
+    delivered = [0, 0]
+    barrier = threading.Barrier(2)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        while (n := dispatchers[i].dispatch(limit=2)) > 0:
+            delivered[i] += n
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(sent) == 10 and set(sent.values()) == {1}
+    assert sum(delivered) == 10
+    assert store.intents(["pending", "sending"]) == []
+    for s in (store, *stores):
+        s.close()
