@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +108,23 @@ def test_lease_of_a_remote_owner_is_taken_over_only_after_it_expires(db_path):
     run = store.get_run(rid)
     assert run.lease_owner is None  # released when it stopped
     store.close()
+
+
+@pytest.mark.scenario("S42")
+def test_a_killed_owner_not_yet_reaped_is_dead(tmp_path):
+    """A process killed with SIGKILL stays a zombie until its parent waits for
+    it; its leases are taken over at once all the same."""
+    from desktop_app.flow.owners import owner_is_dead
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        owner = f"{socket.gethostname()}:{child.pid}:abc"
+        assert not owner_is_dead(owner)  # alive
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not owner_is_dead(owner) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the kill is delivered asynchronously; no wait() reaps it
+        assert owner_is_dead(owner)
+    finally:
+        child.kill()
+        child.wait()

@@ -34,4 +34,18 @@ def owner_is_dead(owner: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """True when ``pid`` has exited but is not reaped yet (state ``Z`` in
+    ``/proc/<pid>/stat``, Linux): a process killed with ``kill -9`` stays a
+    zombie until its parent (or init) waits for it, and runs nothing more.
+    Where ``/proc`` is missing (macOS) the process counts as alive."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": comm may hold spaces or parentheses; the state follows the last ")"
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
