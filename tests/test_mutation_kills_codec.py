@@ -39,3 +39,9 @@ def test_an_append_onto_a_non_list_names_the_field(current, items):
     with pytest.raises(TypeError, match="append delta on non-list field 'names'"):
         codec.apply_state_delta(base, {"append": {"names": items}})
     assert base == {"names": current}  # the base is not modified
+
+
+def test_stored_json_is_compact_sorted_and_keeps_utf8():
+    # what a checkpoint costs on disk, and the same bytes for the same state
+    assert codec.dumps({"b": [1, 2], "a": "é"}) == '{"a":"é","b":[1,2]}'
+    assert codec.dumps({"a": 1, "b": 2}) == codec.dumps({"b": 2, "a": 1})

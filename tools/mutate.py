@@ -41,6 +41,7 @@ failure), 2 on a usage error, 1 when mutmut itself failed.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import re
@@ -224,6 +225,8 @@ class Figures:
     commit: str = ""
     how: str = "full run"
     survivors: list[str] = field(default_factory=list)
+    #: survivors of the full run that a later ``--survivors`` run killed -> the test file
+    rekilled: dict[str, str] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -245,8 +248,28 @@ def _commit() -> str:
     return f"{head}+edits" if dirty else head
 
 
-def _mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _postgres_available() -> bool:
+    """Whether the tests will find a PostgreSQL (tests/pg_support.py's rules 1 and 2)."""
+    return bool(os.environ.get("FLOWDESK_TEST_PG_DSN")) or bool(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb")
+    )
+
+
+def _env() -> dict[str, str]:
+    """The environment mutmut and its tests run in.
+
+    With a PostgreSQL at hand, ``CI=true``: the PostgreSQL tests then fail
+    instead of skipping when a mutant breaks the schema or the store (they
+    skip "no PostgreSQL: could not prepare the template database" otherwise,
+    and such a mutant would count as a survivor)."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    if _postgres_available():
+        env["CI"] = "true"
+    return env
+
+
+def _mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = _env()
     return subprocess.run(
         [sys.executable, "-m", "mutmut", *args],
         cwd=dest,
@@ -258,18 +281,19 @@ def _mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedP
 
 
 def _run_mutmut(dest: Path, module: str, jobs: int, names: list[str]) -> None:
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = _env()
     cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names]
     run = subprocess.run(cmd, cwd=dest, env=env)
     if run.returncode != 0:
         raise SystemExit(f"mutmut run failed for {module} (exit {run.returncode}); see above")
 
 
-def count(module: str, dest: Path) -> Figures:
-    """Classify every mutant of ``module`` from ``mutmut results``; write the diffs."""
+def count(module: str, dest: Path, rekilled: dict[str, str] | None = None) -> Figures:
+    """Classify every mutant of ``module`` from ``mutmut results`` (and the kills
+    of later ``--survivors`` runs, ``rekilled``); write the survivors' diffs."""
     listed = _mutmut(dest, "results", "--all", "true").stdout
     prefix = dotted(module) + "."
-    figures = Figures(module)
+    figures = Figures(module, rekilled=dict(rekilled or {}))
     known = equivalent()
     for line in listed.splitlines():
         m = _RESULT.match(line)
@@ -279,7 +303,7 @@ def count(module: str, dest: Path) -> Figures:
         figures.mutants += 1
         if name in known:
             figures.equivalent += 1
-        elif status in _KILLED:
+        elif status in _KILLED or name in figures.rekilled:
             figures.killed += 1
         elif status in _SKIPPED:
             figures.skipped += 1
@@ -289,7 +313,7 @@ def count(module: str, dest: Path) -> Figures:
     with open(dest / "survivors.diff", "w", encoding="utf-8") as fh:
         for entry in figures.survivors:
             name = entry.partition(":")[0]
-            fh.write(f"# {entry}\n{_mutmut(dest, 'show', name, check=False).stdout}\n")
+            fh.write(_mutmut(dest, "show", name, check=False).stdout + "\n")
     return figures
 
 
@@ -316,28 +340,65 @@ def run_module(module: str, jobs: int) -> Figures:
     return _finish(figures)
 
 
+def kill_tests() -> list[str]:
+    """The test files written to kill survivors (``tests/test_mutation_kills_*.py``)."""
+    return sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("tests/test_mutation_kills_*.py"))
+
+
 def rerun_survivors(module: str, jobs: int) -> Figures:
-    """Re-run the last run's survivors of ``module`` with the current tests.
+    """Run the kill tests against the last full run's survivors of ``module``.
+
+    The full run already showed that every other selected test passes on each
+    survivor, so only the tests added since decide: each survivor is run
+    through ``tests/test_mutation_kills_*.py`` (pytest ``-x``, the mutant
+    switched on with ``MUTANT_UNDER_TEST`` as mutmut does, in the module's
+    ``.mutation/<module>/mutants/`` tree with the checkout's current tests).
+    Mutmut's own cache cannot do this: a changed test selection resets every
+    verdict. ``jobs`` survivors run at once.
 
     Raises:
-        SystemExit: the module has no earlier run to start from.
+        SystemExit: the module has no earlier full run to start from.
     """
     before = load_figures(module)
     dest = WORK / dotted(module)
-    if before is None or not (dest / "mutants").is_dir():
+    tree = dest / "mutants"
+    if before is None or not tree.is_dir():
         raise SystemExit(f"no earlier run of {module} in {dest}; run it without --survivors")
-    # the current tests and tools, over the earlier copy (mutmut copies tests/ on)
     for folder in ("tests", "tools"):
         shutil.copytree(ROOT / folder, dest / folder, dirs_exist_ok=True)
+        shutil.copytree(ROOT / folder, tree / folder, dirs_exist_ok=True)
     known = equivalent()
     names = [e.partition(":")[0] for e in before.survivors]
-    names = [n for n in names if n not in known]
+    names = [n for n in names if n not in known and n not in before.rekilled]
+    files = kill_tests()
+    rekilled = dict(before.rekilled)
     started = time.monotonic()
-    if names:
-        _run_mutmut(dest, module, jobs, names)
-    figures = count(module, dest)
+    base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+    base += ["-p", "no:randomly", "-m", "not slow", *files]
+    clean = subprocess.run(base, cwd=tree, env={**_env(), "MUTANT_UNDER_TEST": ""})
+    if clean.returncode != 0:
+        raise SystemExit(f"the kill tests fail without a mutant in {tree}; fix them first")
+    pending = list(names)
+    running: list[tuple[str, subprocess.Popen[bytes]]] = []
+    while pending or running:
+        while pending and len(running) < max(1, jobs):
+            name = pending.pop(0)
+            env = {**_env(), "MUTANT_UNDER_TEST": name}
+            proc = subprocess.Popen(
+                base, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            running.append((name, proc))
+        name, proc = running.pop(0)
+        code = proc.wait()
+        verdict = "survived" if code == 0 else "killed"
+        if code not in (0, 1):
+            verdict = f"error (pytest exit {code})"
+        print(f"  {verdict}: {name}")
+        if code == 1:
+            rekilled[name] = "tests/test_mutation_kills_*.py"
+    figures = count(module, dest, rekilled)
     figures.seconds = before.seconds
-    figures.how = f"survivors re-run ({round(time.monotonic() - started)} s)"
+    figures.how = f"full run, then survivors re-run ({round(time.monotonic() - started)} s)"
     return _finish(figures)
 
 
