@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.errors import SchemaMissingError
+from desktop_app.errors import SchemaChecksumError, SchemaMissingError, StoreError
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 
@@ -23,6 +23,54 @@ def test_missing_schema_without_a_db_path_names_the_plain_command(tmp_path: Path
         assert "run `flowdesk --db /data/f.db db apply` to apply it" in str(err.value)
     finally:
         conn.close()
+
+
+def test_every_missing_file_is_named(tmp_path: Path):
+    conn = open_connection(tmp_path / "p.db")
+    try:
+        files = migrations.schema_files()
+        migrations.apply(conn, files[:-2])
+        with pytest.raises(SchemaMissingError) as err:
+            migrations.verify(conn)
+        assert f"missing schema {files[-2].key}, {files[-1].key};" in str(err.value)
+    finally:
+        conn.close()
+
+
+def test_apply_returns_the_files_it_applied_and_then_none(tmp_path: Path):
+    conn = open_connection(tmp_path / "p.db")
+    try:
+        files = migrations.schema_files()
+        assert migrations.dialect_of(conn) == "sqlite"
+        first = migrations.apply(conn, files[:2])
+        assert [f.key for f in first] == [f.key for f in files[:2]]
+        rest = migrations.apply(conn)
+        assert [f.key for f in rest] == [f.key for f in files[2:]]
+        assert migrations.apply(conn) == []
+        migrations.verify(conn)
+    finally:
+        conn.close()
+
+
+def test_a_failing_sqlite_file_is_a_store_error_naming_the_database(tmp_path: Path):
+    path = tmp_path / "p.db"
+    conn = open_connection(path)
+    try:
+        bad = migrations.SchemaFile("core", "9999_broken.sql", "CREATE TABLE (;")
+        good = migrations.schema_files()[:1]
+        with pytest.raises(StoreError) as err:
+            migrations.apply(conn, [*good, bad])
+        assert f"database error ({path}):" in str(err.value)
+        assert "syntax error" in str(err.value)
+        states = {s.key: s.state for s in migrations.status(conn, [*good, bad])}
+        assert states == {good[0].key: "applied", bad.key: "pending"}  # its transaction rolled back
+    finally:
+        conn.close()
+
+
+def test_dialect_of_refuses_other_objects():
+    with pytest.raises(TypeError, match="not an apsw or psycopg connection: str"):
+        migrations.dialect_of("flowdesk.db")
 
 
 # -- PostgreSQL: what `db apply` says when the server refuses ---------------------
@@ -111,3 +159,131 @@ def test_a_failing_file_names_its_sqlstate_and_keeps_the_files_before_it(empty_p
         assert "PostgreSQL error applying the schema (SQLSTATE 42601)" in str(err.value)
         states = {s.key: s.state for s in migrations.status(conn, [*good, bad])}
     assert states == {good[0].key: "applied", bad.key: "pending"}
+
+
+def test_dialect_of_a_psycopg_connection_is_postgres(empty_pg):
+    import psycopg
+
+    with psycopg.connect(empty_pg) as conn:
+        assert migrations.dialect_of(conn) == "postgres"
+
+
+def test_an_edited_file_is_refused_before_anything_is_applied(empty_pg):
+    import psycopg
+
+    files = migrations.schema_files(dialect="postgres")
+    with psycopg.connect(empty_pg, autocommit=True) as conn:
+        migrations.apply(conn, files[:1])
+        edited = migrations.SchemaFile(files[0].component, files[0].name, files[0].sql + "\n-- x")
+        with pytest.raises(SchemaChecksumError):
+            migrations.apply(conn, [files[1], edited])
+        states = {s.key: s.state for s in migrations.status(conn, files[:2])}
+    assert states == {files[0].key: "applied", files[1].key: "pending"}
+
+
+def _blocked_on_the_schema_lock(url: str) -> None:
+    """Return once a session waits for the appliers' advisory lock (bounded)."""
+    import time
+
+    import psycopg
+
+    deadline = time.monotonic() + 60
+    with psycopg.connect(url, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()
+            if row and row[0]:
+                return
+            time.sleep(0.01)  # polling an observable condition, not a guessed delay
+    raise AssertionError("the applier never waited for the schema lock")
+
+
+def _apply_while_another_applier_does_the_first_file(url: str, first_sql: str):
+    """Start ``apply`` after its pre-check while another applier, holding the
+    lock, records the first file (with ``first_sql``); returns what apply did."""
+    import threading
+
+    import psycopg
+
+    files = migrations.schema_files(dialect="postgres")
+    first = files[0]
+    outcome: list[object] = []
+    with psycopg.connect(url) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (migrations.PG_APPLY_LOCK,))
+
+        def applier() -> None:
+            try:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    outcome.append(migrations.apply(conn))
+            except Exception as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=applier)
+        thread.start()
+        _blocked_on_the_schema_lock(url)  # its pre-check saw every file pending
+        other.execute(f"CREATE SCHEMA {migrations.PG_SCHEMA}")
+        other.execute(
+            f"CREATE TABLE {migrations.PG_SCHEMA}.{migrations.LEDGER} (component text NOT NULL, "
+            "name text NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL, "
+            "PRIMARY KEY (component, name))"
+        )
+        other.execute(f"SET LOCAL search_path = {migrations.PG_SCHEMA}")
+        other.execute(first.sql.encode("utf-8"))
+        checksum = migrations.SchemaFile(first.component, first.name, first_sql).checksum
+        other.execute(
+            f"INSERT INTO {migrations.LEDGER} VALUES (%s, %s, %s, now())",
+            (first.component, first.name, checksum),
+        )
+        other.commit()
+    thread.join(120)
+    assert not thread.is_alive()
+    return files, outcome[0]
+
+
+def test_a_file_another_applier_did_meanwhile_is_skipped_and_the_rest_applied(empty_pg):
+    import psycopg
+
+    first_sql = migrations.schema_files(dialect="postgres")[0].sql
+    files, applied = _apply_while_another_applier_does_the_first_file(empty_pg, first_sql)
+    assert isinstance(applied, list)
+    assert [f.key for f in applied] == [f.key for f in files[1:]]
+    with psycopg.connect(empty_pg, autocommit=True) as conn:
+        assert {s.state for s in migrations.status(conn)} == {"applied"}
+
+
+def test_a_file_another_applier_did_meanwhile_from_an_edited_copy_is_refused(empty_pg):
+    import psycopg
+
+    first_sql = migrations.schema_files(dialect="postgres")[0].sql
+    files, outcome = _apply_while_another_applier_does_the_first_file(
+        empty_pg, first_sql + "\n-- edited elsewhere"
+    )
+    assert isinstance(outcome, SchemaChecksumError)
+    assert f"schema file(s) {files[0].key} changed since they were applied" in str(outcome)
+    with psycopg.connect(empty_pg, autocommit=True) as conn:
+        states = {s.key: s.state for s in migrations.status(conn)}
+    assert states[files[0].key] == "edited"
+    assert {states[f.key] for f in files[1:]} == {"pending"}  # nothing applied after the refusal
+
+
+def test_a_role_that_cannot_read_the_ledger_is_told_it_lacks_a_privilege(empty_pg):
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    import psycopg
+
+    with psycopg.connect(empty_pg, autocommit=True) as admin:
+        migrations.apply(admin)
+        role = f"r_{uuid.uuid4().hex[:10]}"
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+    parts = urlsplit(empty_pg)
+    as_role = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
+    try:
+        with psycopg.connect(as_role, autocommit=True) as conn, pytest.raises(StoreError) as err:
+            migrations.status(conn)
+        assert "lacks the privilege" in str(err.value)
+    finally:
+        with psycopg.connect(empty_pg, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

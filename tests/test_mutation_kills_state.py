@@ -39,6 +39,7 @@ class State(BaseModel):
     table: dict[str, int] = {}
     blob: Any = None
     note: str = ""
+    payload: Any = None
 
 
 def test_decode_error_names_the_first_unknown_field_run_and_revision():
@@ -90,6 +91,14 @@ def test_too_deep_value_blames_its_field_with_the_serializer_reason():
         encode_fields(state, {"blob", "note"}, "walk")
     assert err.value.field == "blob"
     assert "cannot be stored: Maximum serialization depth exceeded." in str(err.value)
+
+
+def test_the_unstorable_field_is_found_among_storable_ones_before_it():
+    # "count" and "note" sort before "payload": each field is checked alone
+    state = State(count=1, note="fine", payload=threading.Lock())
+    with pytest.raises(StateNotStorableError) as err:
+        encode_fields(state, {"count", "note", "payload"}, "fetch")
+    assert err.value.field == "payload"
 
 
 def test_storable_fields_encode_to_json_of_only_those_fields():
