@@ -255,3 +255,92 @@ def test_connections_open_counts_live_connections_to_that_file(tmp_path):
         elsewhere.close()
     assert connections_open(path) == 0
     assert connections_open(tmp_path / "never.db") == 0
+
+
+# -- open_connection: the file, its pragmas, and what it refuses --------------
+
+
+def test_a_new_file_gets_incremental_auto_vacuum_and_the_default_pragmas(tmp_path):
+    conn = open_connection(tmp_path / "new.db")
+    try:
+        assert conn.execute("PRAGMA auto_vacuum").fetchall() == [(2,)]  # INCREMENTAL
+        assert conn.execute("PRAGMA fullfsync").fetchall() == [(0,)]
+        assert conn.execute("PRAGMA synchronous").fetchall() == [(2,)]  # FULL
+        assert busy_timeout_s(conn) == 10.0
+    finally:
+        conn.close()
+    synced = open_connection(tmp_path / "mac.db", fullfsync=True)
+    try:
+        assert synced.execute("PRAGMA fullfsync").fetchall() == [(1,)]
+    finally:
+        synced.close()
+
+
+def test_an_empty_file_someone_else_created_is_made_private(tmp_path):
+    path = tmp_path / "touched.db"
+    path.write_bytes(b"")
+    path.chmod(0o644)
+    conn = open_connection(path)
+    conn.close()
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_missing_file_without_create_names_db_apply(tmp_path):
+    path = tmp_path / "none.db"
+    with pytest.raises(DatabaseOpenError) as err:
+        open_connection(path, create=False)
+    assert str(err.value) == f"no database at {path}; run `flowdesk --db {path} db apply` first."
+    assert not path.exists()
+
+
+def test_a_missing_folder_says_create_it(tmp_path):
+    path = tmp_path / "no" / "such" / "f.db"
+    with pytest.raises(DatabaseOpenError) as err:
+        open_connection(path)
+    assert f"cannot create the database {path}: its folder does not exist." in str(err.value)
+    assert "Create the folder or pass --db PATH." in str(err.value)
+
+
+def test_a_folder_in_place_of_the_file_is_refused(tmp_path):
+    path = tmp_path / "dir.db"
+    path.mkdir()
+    with pytest.raises(DatabaseOpenError) as err:
+        open_connection(path)
+    assert str(err.value) == f"{path} is a folder, not a database file; pass --db with a file path."
+
+
+def test_a_file_with_the_magic_but_no_database_is_refused_naming_it(tmp_path):
+    path = tmp_path / "fake.db"
+    content = b"SQLite format 3\x00" + b"\xff" * 200
+    path.write_bytes(content)
+    with pytest.raises(DatabaseOpenError) as err:
+        open_connection(path)
+    assert f"{path} is not a SQLite database; it was left untouched." in str(err.value)
+    assert path.read_bytes() == content
+
+
+class _PassThroughVfs(apsw.VFS):
+    def __init__(self) -> None:
+        super().__init__("flowdesk-kill-test-vfs", "")
+
+
+def test_the_named_vfs_is_the_one_used(tmp_path):
+    vfs = _PassThroughVfs()
+    conn = open_connection(tmp_path / "v.db", vfs="flowdesk-kill-test-vfs")
+    try:
+        assert conn.vfsname("main").startswith("apsw.VFSFile/")  # the Python VFS
+    finally:
+        conn.close()
+    plain = open_connection(tmp_path / "p.db")
+    try:
+        assert not plain.vfsname("main").startswith("apsw.VFSFile/")
+    finally:
+        plain.close()
+    del vfs
+
+
+def test_an_unknown_vfs_is_a_store_error_naming_the_database(tmp_path):
+    path = tmp_path / "v.db"
+    with pytest.raises(StoreError) as err:
+        open_connection(path, vfs="no-such-vfs")
+    assert str(err.value) == f"database error ({path}): no such vfs: no-such-vfs"

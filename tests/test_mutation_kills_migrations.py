@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.errors import SchemaChecksumError, SchemaMissingError, StoreError
+from desktop_app.errors import (
+    SchemaChecksumError,
+    SchemaMissingError,
+    SchemaTooNewError,
+    StoreError,
+)
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 
@@ -71,6 +76,89 @@ def test_a_failing_sqlite_file_is_a_store_error_naming_the_database(tmp_path: Pa
 def test_dialect_of_refuses_other_objects():
     with pytest.raises(TypeError, match="not an apsw or psycopg connection: str"):
         migrations.dialect_of("flowdesk.db")
+
+
+def test_a_schema_tree_given_as_root_is_read_component_by_component(tmp_path: Path):
+    # no core/ folder: the other components are still read, in component order
+    (tmp_path / "domain").mkdir()
+    (tmp_path / "events").mkdir()
+    (tmp_path / "domain" / "0001_d.sql").write_text("CREATE TABLE d (x);", "utf-8")
+    (tmp_path / "events" / "0002_b.sql").write_text("CREATE TABLE b (x); -- é", "utf-8")
+    (tmp_path / "events" / "0001_a.sql").write_text("CREATE TABLE a (x);", "utf-8")
+    (tmp_path / "events" / "notes.txt").write_text("not sql", "utf-8")
+    files = migrations.schema_files(tmp_path)
+    assert [f.key for f in files] == ["events/0001_a.sql", "events/0002_b.sql", "domain/0001_d.sql"]
+    assert files[1].sql == "CREATE TABLE b (x); -- é"
+
+
+def test_an_install_without_its_schema_files_says_reinstall(monkeypatch):
+    # a copy of the package with neither desktop_app/schema nor a checkout's schema/
+    monkeypatch.setattr(migrations, "__file__", "/nowhere/flowdesk/desktop_app/store/m.py")
+    with pytest.raises(SchemaMissingError) as err:
+        migrations.schema_root()
+    assert "the schema files are not installed with Flowdesk" in str(err.value)
+    assert "reinstall it." in str(err.value)
+
+
+def _two_files_db(tmp_path: Path):
+    conn = open_connection(tmp_path / "p.db")
+    files = [
+        migrations.SchemaFile("core", "0001_a.sql", "CREATE TABLE a (x);"),
+        migrations.SchemaFile("core", "0002_b.sql", "CREATE TABLE b (x);"),
+    ]
+    migrations.apply(conn, files)
+    return conn, files
+
+
+def test_status_reports_when_each_file_was_applied(tmp_path: Path):
+    conn, files = _two_files_db(tmp_path)
+    try:
+        when = dict(
+            conn.execute(
+                f"SELECT component || '/' || name, applied_at FROM {migrations.LEDGER}"
+            ).fetchall()
+        )
+        conn.execute(
+            f"INSERT INTO {migrations.LEDGER} VALUES ('core', '0009_new.sql', 'x', 1234.5)"
+        )
+        edited = [files[0], migrations.SchemaFile("core", "0002_b.sql", "-- edited")]
+        got = migrations.status(conn, edited)
+        assert [(s.key, s.state, s.applied_at) for s in got] == [
+            ("core/0001_a.sql", "applied", when["core/0001_a.sql"]),
+            ("core/0002_b.sql", "edited", when["core/0002_b.sql"]),
+            ("core/0009_new.sql", "unknown", 1234.5),
+        ]
+        assert all(isinstance(s.applied_at, float) for s in got)
+    finally:
+        conn.close()
+
+
+def test_every_edited_and_every_unknown_file_is_named(tmp_path: Path):
+    conn, files = _two_files_db(tmp_path)
+    try:
+        edited = [migrations.SchemaFile(f.component, f.name, f.sql + "--") for f in files]
+        with pytest.raises(SchemaChecksumError) as err:
+            migrations.verify(conn, edited)
+        assert "schema file(s) core/0001_a.sql, core/0002_b.sql changed since" in str(err.value)
+        assert "Restore the original files, or add a new numbered migration" in str(err.value)
+        with pytest.raises(SchemaTooNewError) as err2:
+            migrations.verify(conn, [])
+        assert "this database has schema core/0001_a.sql, core/0002_b.sql that" in str(err2.value)
+        assert "it was written by a newer Flowdesk. Upgrade Flowdesk." in str(err2.value)
+    finally:
+        conn.close()
+
+
+def test_a_ledger_that_cannot_be_read_is_a_store_error_naming_the_database(tmp_path: Path):
+    path = tmp_path / "p.db"
+    conn = open_connection(path)
+    try:
+        conn.execute(f"CREATE TABLE {migrations.LEDGER} (x)")  # not the ledger's columns
+        with pytest.raises(StoreError) as err:
+            migrations.status(conn)
+        assert f"database error ({path}): no such column: component" in str(err.value)
+    finally:
+        conn.close()
 
 
 # -- PostgreSQL: what `db apply` says when the server refuses ---------------------

@@ -340,9 +340,14 @@ def run_module(module: str, jobs: int) -> Figures:
     return _finish(figures)
 
 
-def kill_tests() -> list[str]:
-    """The test files written to kill survivors (``tests/test_mutation_kills_*.py``)."""
-    return sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("tests/test_mutation_kills_*.py"))
+def kill_tests(module: str) -> list[str]:
+    """The test files written to kill ``module``'s survivors: its selection's
+    ``tests/test_mutation_kills_*.py`` files."""
+    return [
+        t
+        for t in TESTS_FOR[module]
+        if t.startswith("tests/test_mutation_kills_") and (ROOT / t).exists()
+    ]
 
 
 def rerun_survivors(module: str, jobs: int) -> Figures:
@@ -350,7 +355,7 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
 
     The full run already showed that every other selected test passes on each
     survivor, so only the tests added since decide: each survivor is run
-    through ``tests/test_mutation_kills_*.py`` (pytest ``-x``, the mutant
+    through the module's ``tests/test_mutation_kills_*.py`` (pytest ``-x``, the mutant
     switched on with ``MUTANT_UNDER_TEST`` as mutmut does, in the module's
     ``.mutation/<module>/mutants/`` tree with the checkout's current tests).
     Mutmut's own cache cannot do this: a changed test selection resets every
@@ -370,7 +375,9 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     known = equivalent()
     names = [e.partition(":")[0] for e in before.survivors]
     names = [n for n in names if n not in known and n not in before.rekilled]
-    files = kill_tests()
+    files = kill_tests(module)
+    if not files:
+        raise SystemExit(f"no tests/test_mutation_kills_*.py in {module}'s selection")
     rekilled = dict(before.rekilled)
     started = time.monotonic()
     base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
@@ -395,7 +402,7 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
             verdict = f"error (pytest exit {code})"
         print(f"  {verdict}: {name}")
         if code == 1:
-            rekilled[name] = "tests/test_mutation_kills_*.py"
+            rekilled[name] = ", ".join(files)
     figures = count(module, dest, rekilled)
     figures.seconds = before.seconds
     figures.how = f"full run, then survivors re-run ({round(time.monotonic() - started)} s)"
