@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_serializer
 
 from desktop_app.errors import CheckpointDecodeError, StateNotStorableError
 from desktop_app.flow.state import (
@@ -190,3 +190,26 @@ def test_a_replaced_container_or_a_field_no_longer_a_container_is_not_a_mutation
     new.tags.append("d")
     with pytest.raises(StateMutatedError, match="'tags'"):
         tracker.check_unmutated(new, "late")
+
+
+class Range(BaseModel):
+    """Each field stores alone; the pair is refused by the model's own serializer."""
+
+    lo: int = 0
+    hi: int = 1
+
+    @model_serializer(mode="wrap")
+    def _check(self, handler):
+        out = handler(self)
+        if "lo" in out and "hi" in out and out["lo"] > out["hi"]:
+            raise ValueError("lo above hi")
+        return out
+
+
+def test_fields_storable_alone_but_not_together_are_all_named():
+    with pytest.raises(StateNotStorableError) as err:
+        encode_fields(Range(lo=5, hi=1), {"lo", "hi"}, "widen")
+    assert (err.value.step_id, err.value.field) == ("widen", "hi,lo")
+    assert "field 'hi,lo' that cannot be stored: it is not JSON data. Return JSON data" in str(
+        err.value
+    )
