@@ -96,8 +96,60 @@ def test_an_install_without_its_schema_files_says_reinstall(monkeypatch):
     monkeypatch.setattr(migrations, "__file__", "/nowhere/flowdesk/desktop_app/store/m.py")
     with pytest.raises(SchemaMissingError) as err:
         migrations.schema_root()
-    assert "the schema files are not installed with Flowdesk" in str(err.value)
-    assert "reinstall it." in str(err.value)
+    assert str(err.value) == (
+        "the schema files are not installed with Flowdesk (no desktop_app/schema); reinstall it."
+    )
+
+
+class _PackageFiles:
+    """Stand-in for importlib.resources: an installed package folder at ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def files(self, package: str) -> Path:
+        assert package == "desktop_app"
+        return self.root
+
+
+def test_an_installed_package_reads_its_own_schema_folder(monkeypatch, tmp_path: Path):
+    (tmp_path / "schema" / "core").mkdir(parents=True)
+    (tmp_path / "schema" / "core" / "0001_x.sql").write_text("CREATE TABLE x (a);", "utf-8")
+    monkeypatch.setattr(migrations, "resources", _PackageFiles(tmp_path))
+    assert migrations.schema_root() == tmp_path / "schema"
+    assert [f.key for f in migrations.schema_files()] == ["core/0001_x.sql"]
+
+
+def test_schema_files_are_read_as_utf8_whatever_the_locale(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    import desktop_app
+
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "0001_x.sql").write_text("-- café\nCREATE TABLE x (a);", "utf-8")
+    env = {
+        **os.environ,
+        "LC_ALL": "C",
+        "LANG": "C",
+        "PYTHONCOERCECLOCALE": "0",  # a plain ASCII locale, as on an old server
+        "PYTHONUTF8": "0",
+    }
+    code = (
+        "import sys; from pathlib import Path; from desktop_app.store import migrations; "
+        "print(ascii(migrations.schema_files(Path(sys.argv[1]))[0].sql))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=Path(desktop_app.__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ascii("-- café\nCREATE TABLE x (a);")
 
 
 def _two_files_db(tmp_path: Path):
@@ -144,7 +196,10 @@ def test_every_edited_and_every_unknown_file_is_named(tmp_path: Path):
         with pytest.raises(SchemaTooNewError) as err2:
             migrations.verify(conn, [])
         assert "this database has schema core/0001_a.sql, core/0002_b.sql that" in str(err2.value)
-        assert "it was written by a newer Flowdesk. Upgrade Flowdesk." in str(err2.value)
+        assert str(err2.value).endswith(
+            " that this version of Flowdesk does not know: it was written by a newer "
+            "Flowdesk. Upgrade Flowdesk."
+        )
     finally:
         conn.close()
 
@@ -227,8 +282,10 @@ def test_an_applier_held_up_by_another_one_past_the_lock_timeout_applies_nothing
         with psycopg.connect(empty_pg, autocommit=True) as conn, pytest.raises(StoreError) as err:
             migrations.apply(conn)
         other.rollback()
-    assert "another `flowdesk db apply` held the schema lock for more than 100ms" in str(err.value)
-    assert "nothing was applied by this one" in str(err.value)
+    assert str(err.value) == (
+        "another `flowdesk db apply` held the schema lock for more than 100ms; "
+        "nothing was applied by this one. Wait for it to finish and run it again."
+    )
     assert _ledger_rows(empty_pg) == 0
     with psycopg.connect(empty_pg, autocommit=True) as conn:
         assert len(migrations.apply(conn)) == len(migrations.schema_files(dialect="postgres"))

@@ -64,7 +64,11 @@ def test_decode_error_gives_the_dotted_path_of_a_nested_bad_value():
     data["items"] = [{"label": "a", "weight": "1"}, {"label": "b", "weight": "heavy"}]
     with pytest.raises(CheckpointDecodeError) as err:
         load_state(State, data, "run-7", 5)
-    assert err.value.field_path == "items.1.weight"
+    assert (err.value.run_id, err.value.revision, err.value.field_path) == (
+        "run-7",
+        5,
+        "items.1.weight",
+    )
     assert err.value.reason == "Input should be a valid decimal"  # pydantic's message
 
 
