@@ -55,7 +55,7 @@ def test_decode_error_names_the_first_missing_field_and_refuses_a_default():
     del data["tags"], data["count"]
     with pytest.raises(CheckpointDecodeError) as err:
         load_state(State, data, "run-7", 4)
-    assert (err.value.revision, err.value.field_path) == (4, "count")
+    assert (err.value.run_id, err.value.revision, err.value.field_path) == ("run-7", 4, "count")
     assert "refusing to fill in a default" in err.value.reason
 
 
