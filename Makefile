@@ -33,11 +33,15 @@ bench: $(STAMP)
 
 # Mutation testing of desktop_app/flow, desktop_app/store and the agent runtime,
 # one module at a time with its own test selection (slow: not part of `test`).
-# MODULES=desktop_app/flow/retry.py limits the run; MUTATE_JOBS sets parallelism.
+# MODULES=desktop_app/flow/retry.py limits the run; MUTATE_JOBS sets parallelism;
+# MUTATE_ARGS=--survivors re-runs only the last run's survivors against the kill
+# tests, MUTATE_ARGS=--summary prints the table of earlier runs
+# (.mutation/summary.txt) without running anything.
 MUTATE_JOBS ?= 2
+MUTATE_ARGS ?=
 mutate: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,mutation]'
-	$(BIN)/python tools/mutate.py --jobs $(MUTATE_JOBS) $(MODULES)
+	$(BIN)/python tools/mutate.py --jobs $(MUTATE_JOBS) $(MUTATE_ARGS) $(MODULES)
 
 clean:
 	rm -rf $(VENV)

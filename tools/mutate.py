@@ -1,14 +1,28 @@
 """Mutation testing of the durable core with mutmut, one module at a time.
 
-Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--keep]
+Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--survivors] [--summary]
 
 For each module (default: every module in ``TESTS_FOR``) this copies the
 checkout's files (``git ls-files``: what a fresh clone has, plus local edits)
 to ``.mutation/<module>/``, appends a ``[tool.mutmut]`` section that mutates
 only that module and selects only the tests mapped to it, runs
-``mutmut run`` there, and prints the kill rate and the surviving mutants.
-Mutants listed in ``tools/mutation_equivalent.txt`` (``name: reason``) are
-counted apart, never as killed.
+``mutmut run`` there, and prints the kill rate and the surviving mutants
+(their diffs in ``.mutation/<module>/survivors.diff``). Mutants listed in
+``tools/mutation_equivalent.txt`` (``name: reason``) are counted apart, never
+as killed.
+
+Each module's figures (mutants, killed, equivalent, survivors, kill rate, wall
+time, the commit) are kept in ``.mutation/<module>/figures.json``; after a run
+the table of every module that has figures is printed and written to
+``.mutation/summary.txt``, so modules can be run one at a time on a busy
+machine and the table still covers all of them (``--summary`` prints it
+without running anything).
+
+``--survivors`` re-runs only the previous run's survivors of each module, in
+its existing ``.mutation/<module>/`` copy with the checkout's current tests
+and equivalent list. Adding tests cannot revive a killed mutant, so this
+confirms new kills in minutes instead of re-running the whole module; the
+figures then say ``survivors re-run`` and keep the full run's wall time.
 
 Why mutmut: it switches mutants with an environment variable
 (``MUTANT_UNDER_TEST``) read at call time by trampolines in a copied tree
@@ -27,17 +41,22 @@ failure), 2 on a usage error, 1 when mutmut itself failed.
 from __future__ import annotations
 
 import argparse
+import glob
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections import Counter
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".mutation"
 EQUIVALENT = ROOT / "tools" / "mutation_equivalent.txt"
+SUMMARY = WORK / "summary.txt"
 
 _ENGINE = [
     "tests/test_engine_basics.py",
@@ -63,7 +82,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_core_gaps.py",
         "tests/test_provider.py",
     ],
-    "desktop_app/flow/clock.py": [*_ENGINE, "tests/test_waits.py"],
+    "desktop_app/flow/clock.py": [
+        *_ENGINE,
+        "tests/test_waits.py",
+        "tests/test_mutation_kills_clock.py",
+    ],
     "desktop_app/flow/context.py": [*_ENGINE, "tests/test_context.py"],
     "desktop_app/flow/definition.py": _ENGINE,
     "desktop_app/flow/driver.py": [
@@ -78,14 +101,44 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_leases.py",
         "tests/contract/test_races.py",
     ],
-    "desktop_app/flow/events.py": _ENGINE,
+    "desktop_app/flow/events.py": [
+        *_ENGINE,
+        "tests/test_tracing.py",
+        "tests/test_mutation_kills_events.py",
+    ],
+    "desktop_app/flow/children.py": [
+        "tests/test_reliability_children.py",
+        "tests/test_agent.py",
+        "tests/test_engine_scenarios.py",
+        "tests/test_mutation_kills_children.py",
+    ],
     "desktop_app/flow/outbox.py": ["tests/test_outbox.py", "tests/test_races_processes.py"],
-    "desktop_app/flow/state.py": [*_ENGINE, "tests/test_state_codec.py"],
+    "desktop_app/flow/state.py": [
+        *_ENGINE,
+        "tests/test_state_codec.py",
+        "tests/test_reliability_engine.py",
+        "tests/test_mutation_kills_state.py",
+    ],
     "desktop_app/flow/tracing.py": ["tests/test_tracing.py"],
-    "desktop_app/store/codec.py": _STORE,
-    "desktop_app/store/connection.py": _STORE,
+    "desktop_app/store/codec.py": [*_STORE, "tests/test_mutation_kills_codec.py"],
+    "desktop_app/store/connection.py": [
+        *_STORE,
+        "tests/test_faults.py",
+        "tests/test_reliability_store.py",
+        "tests/test_mutation_kills_connection.py",
+    ],
     "desktop_app/store/memory.py": ["tests/contract/"],
-    "desktop_app/store/migrations.py": ["tests/test_schema.py"],
+    "desktop_app/store/migrations.py": [
+        "tests/test_schema.py",
+        "tests/test_postgres_schema.py",
+        "tests/test_export_doctor.py",
+        "tests/test_mutation_kills_migrations.py",
+    ],
+    "desktop_app/store/runids.py": [
+        "tests/test_cli.py",
+        "tests/test_cli_scriptable.py",
+        "tests/test_mutation_kills_runids.py",
+    ],
     "desktop_app/store/protocol.py": _STORE,
     "desktop_app/store/sqlite.py": [
         *_STORE,
@@ -157,79 +210,303 @@ def equivalent() -> dict[str, str]:
     return out
 
 
-def run_module(module: str, jobs: int) -> tuple[Counter[str], list[str]]:
-    dest = WORK / dotted(module)
-    copy_checkout(dest)
-    configure(dest, module)
-    mutmut = [sys.executable, "-m", "mutmut"]
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    run = subprocess.run([*mutmut, "run", "--max-children", str(jobs)], cwd=dest, env=env)
-    if run.returncode != 0:
-        raise SystemExit(f"mutmut run failed for {module} (exit {run.returncode}); see above")
-    listed = subprocess.run(
-        [*mutmut, "results", "--all", "true"],
-        cwd=dest,
-        env=env,
-        check=True,
+@dataclass
+class Figures:
+    """One module's result: counts by verdict, the kill rate and how it was run."""
+
+    module: str
+    mutants: int = 0
+    killed: int = 0
+    equivalent: int = 0
+    survived: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    finished: str = ""
+    commit: str = ""
+    how: str = "full run"
+    survivors: list[str] = field(default_factory=list)
+    #: survivors of the full run that a later ``--survivors`` run killed -> the test file
+    rekilled: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        """Killed over killed + survived (equivalent and skipped mutants excluded), %."""
+        tested = self.killed + self.survived
+        return 100.0 * self.killed / tested if tested else 100.0
+
+
+def _commit() -> str:
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
-    ).stdout
+    ).stdout.strip()
+    return f"{head}+edits" if dirty else head
+
+
+def _postgres_available() -> bool:
+    """Whether the tests will find a PostgreSQL (tests/pg_support.py's rules 1 and 2)."""
+    return bool(os.environ.get("FLOWDESK_TEST_PG_DSN")) or bool(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb")
+    )
+
+
+def _env() -> dict[str, str]:
+    """The environment mutmut and its tests run in.
+
+    With a PostgreSQL at hand, ``CI=true``: the PostgreSQL tests then fail
+    instead of skipping when a mutant breaks the schema or the store (they
+    skip "no PostgreSQL: could not prepare the template database" otherwise,
+    and such a mutant would count as a survivor)."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    if _postgres_available():
+        env["CI"] = "true"
+    return env
+
+
+def _mutmut(dest: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = _env()
+    return subprocess.run(
+        [sys.executable, "-m", "mutmut", *args],
+        cwd=dest,
+        env=env,
+        check=check,
+        capture_output=True,
+        text=True,
+    )
+
+
+def _run_mutmut(dest: Path, module: str, jobs: int, names: list[str]) -> None:
+    env = _env()
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names]
+    run = subprocess.run(cmd, cwd=dest, env=env)
+    if run.returncode != 0:
+        raise SystemExit(f"mutmut run failed for {module} (exit {run.returncode}); see above")
+
+
+def count(module: str, dest: Path, rekilled: dict[str, str] | None = None) -> Figures:
+    """Classify every mutant of ``module`` from ``mutmut results`` (and the kills
+    of later ``--survivors`` runs, ``rekilled``); write the survivors' diffs."""
+    listed = _mutmut(dest, "results", "--all", "true").stdout
     prefix = dotted(module) + "."
-    counts: Counter[str] = Counter()
-    survivors: list[str] = []
+    figures = Figures(module, rekilled=dict(rekilled or {}))
     known = equivalent()
     for line in listed.splitlines():
         m = _RESULT.match(line)
         if m is None or not m.group(1).startswith(prefix):
             continue
         name, status = m.group(1), m.group(2).strip()
+        figures.mutants += 1
         if name in known:
-            counts["equivalent"] += 1
-        elif status in _KILLED:
-            counts["killed"] += 1
+            figures.equivalent += 1
+        elif status in _KILLED or name in figures.rekilled:
+            figures.killed += 1
         elif status in _SKIPPED:
-            counts["skipped"] += 1
+            figures.skipped += 1
         else:
-            counts["survived"] += 1
-            survivors.append(f"{name}: {status}")
-    diffs = dest / "survivors.diff"
-    with open(diffs, "w", encoding="utf-8") as fh:
-        for entry in survivors:
+            figures.survived += 1
+            figures.survivors.append(f"{name}: {status}")
+    with open(dest / "survivors.diff", "w", encoding="utf-8") as fh:
+        for entry in figures.survivors:
             name = entry.partition(":")[0]
-            shown = subprocess.run(
-                [*mutmut, "show", name], cwd=dest, env=env, capture_output=True, text=True
+            fh.write(_mutmut(dest, "show", name, check=False).stdout + "\n")
+    return figures
+
+
+def _figures_path(module: str) -> Path:
+    return WORK / dotted(module) / "figures.json"
+
+
+def load_figures(module: str) -> Figures | None:
+    path = _figures_path(module)
+    if not path.exists():
+        return None
+    return Figures(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def run_module(module: str, jobs: int) -> Figures:
+    """A full mutation run of ``module`` in a fresh copy of the checkout."""
+    dest = WORK / dotted(module)
+    started = time.monotonic()
+    copy_checkout(dest)
+    configure(dest, module)
+    _run_mutmut(dest, module, jobs, [])
+    figures = count(module, dest)
+    figures.seconds = round(time.monotonic() - started, 1)
+    return _finish(figures)
+
+
+def kill_tests(module: str) -> list[str]:
+    """The test files written to kill ``module``'s survivors: its selection's
+    ``tests/test_mutation_kills_*.py`` files."""
+    return [
+        t
+        for t in TESTS_FOR[module]
+        if t.startswith("tests/test_mutation_kills_") and (ROOT / t).exists()
+    ]
+
+
+def rerun_survivors(module: str, jobs: int) -> Figures:
+    """Run the kill tests against the last full run's survivors of ``module``.
+
+    The full run already showed that every other selected test passes on each
+    survivor, so only the tests added since decide: each survivor is run
+    through the module's ``tests/test_mutation_kills_*.py`` (pytest ``-x``, the mutant
+    switched on with ``MUTANT_UNDER_TEST`` as mutmut does, in the module's
+    ``.mutation/<module>/mutants/`` tree with the checkout's current tests).
+    Mutmut's own cache cannot do this: a changed test selection resets every
+    verdict. ``jobs`` survivors run at once.
+
+    Raises:
+        SystemExit: the module has no earlier full run to start from.
+    """
+    before = load_figures(module)
+    dest = WORK / dotted(module)
+    tree = dest / "mutants"
+    if before is None or not tree.is_dir():
+        raise SystemExit(f"no earlier run of {module} in {dest}; run it without --survivors")
+    for folder in ("tests", "tools"):
+        shutil.copytree(ROOT / folder, dest / folder, dirs_exist_ok=True)
+        shutil.copytree(ROOT / folder, tree / folder, dirs_exist_ok=True)
+    known = equivalent()
+    names = [e.partition(":")[0] for e in before.survivors]
+    names = [n for n in names if n not in known and n not in before.rekilled]
+    files = kill_tests(module)
+    if not files:
+        raise SystemExit(f"no tests/test_mutation_kills_*.py in {module}'s selection")
+    rekilled = dict(before.rekilled)
+    started = time.monotonic()
+    base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+    base += ["-p", "no:randomly", "-m", "not slow", *files]
+    clean = subprocess.run(base, cwd=tree, env={**_env(), "MUTANT_UNDER_TEST": ""})
+    if clean.returncode != 0:
+        raise SystemExit(f"the kill tests fail without a mutant in {tree}; fix them first")
+    pending = list(names)
+    running: list[tuple[str, subprocess.Popen[bytes]]] = []
+    while pending or running:
+        while pending and len(running) < max(1, jobs):
+            name = pending.pop(0)
+            env = {**_env(), "MUTANT_UNDER_TEST": name}
+            proc = subprocess.Popen(
+                base, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
-            fh.write(f"# {entry}\n{shown.stdout}\n")
-    return counts, survivors
+            running.append((name, proc))
+        name, proc = running.pop(0)
+        code = proc.wait()
+        verdict = "survived" if code == 0 else "killed"
+        if code not in (0, 1):
+            verdict = f"error (pytest exit {code})"
+        print(f"  {verdict}: {name}")
+        if code == 1:
+            rekilled[name] = ", ".join(files)
+    figures = count(module, dest, rekilled)
+    figures.seconds = before.seconds
+    figures.how = f"full run, then survivors re-run ({round(time.monotonic() - started)} s)"
+    return _finish(figures)
+
+
+def _finish(figures: Figures) -> Figures:
+    figures.finished = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    figures.commit = _commit()
+    path = _figures_path(figures.module)
+    path.write_text(json.dumps(asdict(figures), indent=1) + "\n", encoding="utf-8")
+    return figures
+
+
+def summary_table(rows: list[Figures]) -> str:
+    """The per-module table: mutants, killed, equivalent, survivors, kill rate, wall time."""
+    head = ("module", "mutants", "killed", "equivalent", "survivors", "kill rate", "wall time")
+    lines = [head]
+    for f in rows:
+        lines.append(
+            (
+                f.module,
+                str(f.mutants),
+                str(f.killed),
+                str(f.equivalent),
+                str(f.survived) + (f" (+{f.skipped} skipped)" if f.skipped else ""),
+                f"{f.rate:.1f}%",
+                f"{f.seconds / 60:.1f} min",
+            )
+        )
+    total = Figures("all modules")
+    for f in rows:
+        total.mutants += f.mutants
+        total.killed += f.killed
+        total.equivalent += f.equivalent
+        total.survived += f.survived
+        total.skipped += f.skipped
+        total.seconds += f.seconds
+    lines.append(
+        (
+            total.module,
+            str(total.mutants),
+            str(total.killed),
+            str(total.equivalent),
+            str(total.survived),
+            f"{total.rate:.1f}%",
+            f"{total.seconds / 60:.1f} min",
+        )
+    )
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+
+    def fmt(row: tuple[str, ...]) -> str:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        return "  ".join(cells).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    out = [fmt(lines[0]), rule, *(fmt(r) for r in lines[1:-1]), rule, fmt(lines[-1])]
+    out.append("")
+    out.append("kill rate = killed / (killed + survivors); equivalent mutants (listed with")
+    out.append("their reason in tools/mutation_equivalent.txt) and skipped ones are excluded.")
+    for f in rows:
+        out.append(f"{f.module}: {f.how}, {f.finished}, commit {f.commit}")
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("modules", nargs="*", help="paths such as desktop_app/flow/retry.py")
     p.add_argument("--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
+    p.add_argument("--survivors", action="store_true", help="re-run only the last run's survivors")
+    p.add_argument(
+        "--summary", action="store_true", help="print the table of earlier runs; run nothing"
+    )
     args = p.parse_args(argv)
     modules = args.modules or list(TESTS_FOR)
     unknown = [m for m in modules if m not in TESTS_FOR]
     if unknown:
         print(f"no test selection for {unknown}; add it to TESTS_FOR in {__file__}")
         return 2
-    rows = []
-    for module in modules:
-        counts, survivors = run_module(module, args.jobs)
-        tested = counts["killed"] + counts["survived"]
-        rate = 100.0 * counts["killed"] / tested if tested else 0.0
-        rows.append((module, counts, rate, survivors))
+    ran: list[Figures] = []
+    if not args.summary:
+        for module in modules:
+            if args.survivors:
+                ran.append(rerun_survivors(module, args.jobs))
+            else:
+                ran.append(run_module(module, args.jobs))
     print("\nmutation kill rate per module (equivalent mutants excluded):")
-    for module, counts, rate, survivors in rows:
+    for f in ran:
         print(
-            f"  {module}: {rate:.1f}% killed ({counts['killed']} killed, "
-            f"{counts['survived']} survived, {counts['equivalent']} equivalent, "
-            f"{counts['skipped']} skipped)"
+            f"  {f.module}: {f.rate:.1f}% killed ({f.killed} killed, {f.survived} survived, "
+            f"{f.equivalent} equivalent, {f.skipped} skipped) in {f.seconds:.0f} s"
         )
-        for entry in survivors:
+        for entry in f.survivors:
             print(f"      survivor {entry}")
-        if survivors:
-            print(f"      diffs: {WORK / dotted(module) / 'survivors.diff'}")
+        if f.survivors:
+            print(f"      diffs: {WORK / dotted(f.module) / 'survivors.diff'}")
+    rows = [f for f in (load_figures(m) for m in TESTS_FOR) if f is not None]
+    if rows:
+        table = summary_table(rows)
+        WORK.mkdir(exist_ok=True)
+        SUMMARY.write_text(table, encoding="utf-8")
+        print(f"\n{table}\n(written to {SUMMARY})")
     return 0
 
 
