@@ -315,6 +315,9 @@ class FlowdeskApp(App[None]):
     def on_engine_ready(self, _message: EngineReady) -> None:
         report = self.schema
         assert report is not None
+        assert self.services is not None
+        for problem in self.services.flow_problems:  # the other flows work
+            self.say(problem, "error")
         if report.applied:
             self.say(f"Applied schema {', '.join(report.applied)} to {report.path}")
             status = f"Database {report.path}: schema applied now ({len(report.applied)} files)."
