@@ -9,6 +9,7 @@ class and runs no SQL of its own.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -32,11 +33,11 @@ class AgentStore(Protocol):
 
     def list(
         self, statuses: Sequence[str] | None = None, agent: str | None = None
-    ) -> list[AgentRun]: ...
+    ) -> builtins.list[AgentRun]: ...
 
-    def messages(self, run_id: str) -> list[dict[str, Any]]: ...
+    def messages(self, run_id: str) -> builtins.list[dict[str, Any]]: ...
 
-    def tool_results(self, run_id: str) -> list[ToolResult]: ...
+    def tool_results(self, run_id: str) -> builtins.list[ToolResult]: ...
 
 
 @dataclass
