@@ -64,6 +64,9 @@ def merged_page(
     merged position of a row is the number of rows newer than it, so the
     first ``offset - len(agents)`` flow runs are certainly before the page.
     """
+    if not agents:  # flow runs only: one read of the page and one row more
+        flows = list(read_flows(offset, size + 1))
+        return list(flows[:size]), len(flows) > size
     newest = sorted(agents, key=_key, reverse=True)
     skip = max(0, offset - len(newest))
     if skip:

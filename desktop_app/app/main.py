@@ -637,6 +637,13 @@ class FlowdeskApp(App[None]):
             return
         self.push_screen(RunDetailScreen(run_id))
 
+    def open_agent_run(self, run_id: str) -> None:
+        """The agent runs screen with ``run_id``'s conversation open."""
+        if self.reader is None:
+            self.require_engine()
+            return
+        self.push_screen(AgentRunsScreen(open_run_id=run_id))
+
     # -- tidy undo --------------------------------------------------------
 
     def undo_tidy(self, run_id: str) -> None:

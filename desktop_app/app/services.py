@@ -51,6 +51,7 @@ class AppServices:
             ``resolve_run_id``); its engine is the one engine of this process
             (its store is shared by the app's worker threads, serialised by the store).
         reader: a second connection for the UI thread (reads only).
+        reader_agents: the agent-run log over ``reader`` (reads only).
         dispatcher: delivers outbox intents (the one ``flowdesk agent`` runs).
         flow_problems: configured flows that failed to load, as text (the rest work).
     """
@@ -58,6 +59,7 @@ class AppServices:
     schema: bootstrap.SchemaReport
     services: bootstrap.Services
     reader: CheckpointStore
+    reader_agents: AgentStore
     dispatcher: Dispatcher
     flow_problems: list[str] = field(default_factory=list)
 
@@ -98,11 +100,11 @@ def open_services(
         services.engine.clock = clock
     try:
         # the UI's own connection: no flows, its engine is never driven
-        reader = bootstrap.open_services(settings, flows=[]).checkpoints
+        ui = bootstrap.open_services(settings, flows=[])
     except BaseException:
         services.close()
         raise
     store = services.checkpoints
     dispatcher = Dispatcher(store, builtin_destinations(store), clock=services.engine.clock)
     problems = [str(p.error) for p in services.flow_problems]
-    return AppServices(report, services, reader, dispatcher, problems)
+    return AppServices(report, services, ui.checkpoints, ui.agents, dispatcher, problems)

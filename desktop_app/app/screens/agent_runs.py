@@ -197,8 +197,10 @@ class AgentRunsScreen(Screen[None]):
         ("reused", "Reused"),
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, open_run_id: str | None = None) -> None:
+        """``open_run_id``: a run whose conversation shows as soon as the list is read."""
         super().__init__()
+        self._open_first = open_run_id
         self.runs: list[AgentRun] = []
         self.loaded = False
         self.shown: AgentRunDetail | None = None
@@ -302,6 +304,10 @@ class AgentRunsScreen(Screen[None]):
         ids = [r.run_id for r in self.runs]
         if keep in ids:
             table.move_cursor(row=ids.index(keep))
+        opening, self._open_first = self._open_first, None
+        if opening in ids:
+            table.move_cursor(row=ids.index(opening))
+            self.action_open_run()
         if message.error:
             status = f"Could not read agent runs: {message.error}"
         elif not self.runs:
