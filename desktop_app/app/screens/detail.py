@@ -30,6 +30,7 @@ from textual.widgets import (
     Footer,
     Header,
     Label,
+    Sparkline,
     Static,
     TabbedContent,
     TabPane,
@@ -39,7 +40,7 @@ from textual.worker import get_current_worker
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
 from desktop_app.app.graph import graph_text
 from desktop_app.app.messages import BranchFinished, BranchRequested
-from desktop_app.app.progress import Pace, duration
+from desktop_app.app.progress import SPARK_S, Pace, duration
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
@@ -171,6 +172,8 @@ class RunDetailScreen(Screen[None]):
         #: The revision selected in the timeline, and the diff base (``d``).
         self.selected_revision: int | None = None
         self._live: tuple[int, int] | None = None
+        #: the throughput sparkline's bars (steps per second, oldest first)
+        self.throughput: list[float] = []
         self.base_revision: int | None = None
         self.checkpoints: dict[int, Checkpoint] = {}
         self._load_errors: dict[int, str] = {}
@@ -188,6 +191,9 @@ class RunDetailScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text(f"Run {self.run_id}"), id="run-header")
+        with Horizontal(id="throughput-row"):
+            yield Label("", id="throughput-label")
+            yield Sparkline([], id="throughput", summary_function=max)
         with Horizontal(id="detail-body"):
             with Vertical(id="timeline"):
                 yield Label("Checkpoints (d diff base, p replay, k fork)", classes="section")
@@ -248,6 +254,19 @@ class RunDetailScreen(Screen[None]):
                 self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
             pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
         self.query_one("#run-header", Static).update(header_text(run, now, pace))
+        self._show_throughput(run.run_id, run.status == "running", now)
+
+    def _show_throughput(self, run_id: str, running: bool, now: float) -> None:
+        """Steps per second over the last minute, as a sparkline (running runs only)."""
+        row = self.query_one("#throughput-row")
+        row.display = running
+        if not running:
+            return
+        rates = self.flowdesk.meter.throughput(run_id, now)
+        self.throughput = rates
+        self.query_one("#throughput", Sparkline).data = rates
+        label = f"steps/s, last {SPARK_S:.0f} s (peak {max(rates):.1f}) "
+        self.query_one("#throughput-label", Label).update(Text(label, style="dim"))
 
     def _flush(self) -> None:
         if self._dirty:
@@ -267,6 +286,8 @@ class RunDetailScreen(Screen[None]):
         except NoMatches:  # the screen is closing
             return
         waits.tick(self.now())
+        if self.record is not None and self.record.status == "running":
+            self._show_header()  # the sparkline moves on with the clock
 
     def reload(self) -> None:
         """The run and its latest checkpoint now (two indexed reads); its
