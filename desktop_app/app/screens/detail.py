@@ -134,13 +134,31 @@ class CheckpointLoaded(Message):
         self.error = error
 
 
-class HistoryLoaded(Message):
-    """The run's checkpoint history, read in a worker."""
+#: Checkpoints read per page of a run's history (the timeline shows the
+#: first page, then asks for the next one once it is on screen).
+HISTORY_PAGE = 2000
 
-    def __init__(self, history: list[CheckpointInfo], error: str | None) -> None:
+
+class HistoryLoaded(Message):
+    """A page of the run's checkpoint history, read in a worker.
+
+    ``restart``: the page starts the history (first read, or the oldest
+    checkpoints were pruned); ``more``: another page may follow.
+    """
+
+    def __init__(
+        self,
+        history: list[CheckpointInfo],
+        error: str | None,
+        *,
+        restart: bool = True,
+        more: bool = False,
+    ) -> None:
         super().__init__()
         self.history = history
         self.error = error
+        self.restart = restart
+        self.more = more
 
 
 def tab_label(pane: str, name: str) -> str:
@@ -172,6 +190,8 @@ class RunDetailScreen(Screen[None]):
         #: The revision selected in the timeline, and the diff base (``d``).
         self.selected_revision: int | None = None
         self._live: tuple[int, int] | None = None
+        #: the history read so far, oldest first (pages appended as they arrive)
+        self.history: list[CheckpointInfo] = []
         #: the throughput sparkline's bars (steps per second, oldest first)
         self.throughput: list[float] = []
         self.base_revision: int | None = None
@@ -385,16 +405,27 @@ class RunDetailScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="history", name="read run history")
     def _load_history(self) -> None:
+        """The next page of the history after what was read (one bounded,
+        indexed read; the first page when nothing was, or when the oldest
+        checkpoints were pruned since)."""
         reader = self.flowdesk.reader
         if reader is None:
             return
         run_id = self.run_id
+        known = self.history
+        after = known[-1].revision if known else -1
         try:
-            history = reader.history(run_id)
+            if known:
+                head = reader.history_page(run_id, limit=1)
+                if not head or head[0].revision != known[0].revision:
+                    known, after = [], -1  # pruned: start over
+            page = reader.history_page(run_id, after=after, limit=HISTORY_PAGE)
         except FlowdeskError as exc:
             self.post_message(HistoryLoaded([], str(exc)))
             return
-        self.post_message(HistoryLoaded(history, None))
+        self.post_message(
+            HistoryLoaded(page, None, restart=not known, more=len(page) == HISTORY_PAGE)
+        )
 
     def on_history_loaded(self, message: HistoryLoaded) -> None:
         timeline = self.query_one(CheckpointsTable)
@@ -402,8 +433,15 @@ class RunDetailScreen(Screen[None]):
         if message.error:
             self.flowdesk.say(message.error, "error")
             return
-        timeline.show(message.history)
+        if message.restart:
+            self.history = list(message.history)
+        else:
+            last = self.history[-1].revision if self.history else -1
+            self.history.extend(h for h in message.history if h.revision > last)
+        timeline.show(self.history)
         self._sync_selection()
+        if message.more:  # the next page once this one is on screen
+            self.call_after_refresh(self._load_history)
 
     def _cursor_revision(self) -> int | None:
         table = self.query_one(CheckpointsTable)
