@@ -143,8 +143,11 @@ class FlowdeskApp(App[None]):
         *,
         flows: list[CompiledFlow[Any]] | None = None,
         clock: Clock | None = None,
+        model: Any = None,
     ) -> None:
-        """``settings`` default to :func:`~desktop_app.config.load_settings` (the
+        """``model``: the chat model agents asked from the app use (default:
+        the configured one, read when first asked); ``settings`` default to
+        :func:`~desktop_app.config.load_settings` (the
         settings file and ``FLOWDESK_*`` environment), so ``textual run
         desktop_app.app.main:FlowdeskApp`` works; ``flows`` replaces the
         built-in flows (tests use instrumented ones); ``clock`` is the time
@@ -155,6 +158,7 @@ class FlowdeskApp(App[None]):
         self.settings = settings
         self._custom_flows = flows
         self._clock = clock
+        self._model = model
         self.services: AppServices | None = None
         self.engine: Engine | None = None
         self.reader: CheckpointStore | None = None
@@ -227,6 +231,18 @@ class FlowdeskApp(App[None]):
             yield SystemCommand(
                 "Undo tidy run", "Move this tidy run's files back", screen.action_undo
             )
+
+    def chat_model(self) -> Any:
+        """The chat model for agent runs started here, or ``None`` when none
+        is set up (call on a worker thread: it may read the keyring).
+
+        Raises:
+            SecretsError, KeyFileError: the API key cannot be read.
+        """
+        if self._model is not None:
+            return self._model
+        services = self.services
+        return None if services is None else services.model()
 
     def now(self) -> float:
         """The engine's clock (UTC epoch seconds); the system's until it is open."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from desktop_app import bootstrap
+from desktop_app.agent import Agent
 from desktop_app.config import Settings
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flow.clock import Clock
@@ -74,6 +75,18 @@ class AppServices:
     @property
     def database(self) -> str:
         return self.services.database
+
+    def agent(self, name: str, model: Any) -> Agent:
+        """An agent whose runs are logged in this database (tools: none)."""
+        return Agent(name, model, self.services.agents)
+
+    def model(self) -> Any:
+        """The configured chat model, or ``None`` when none is set up.
+
+        Raises:
+            SecretsError, KeyFileError (the API key cannot be read).
+        """
+        return bootstrap.build_model(self.services.settings)
 
     def close(self) -> None:
         """Close both connections (a run still being driven stops at its next save)."""
