@@ -340,8 +340,15 @@ class FlowdeskApp(App[None]):
         else:
             status = f"Database {report.path}: schema up to date."
         self.runs_screen.status_line.say(status, for_s=self.STATUS_S)
-        self._start_delivery()
         self._poll()
+        # The first page is painted before delivery, recovery and the launch
+        # report start (runs still wait for the recovery gate meanwhile).
+        self.call_after_refresh(self._after_first_page)
+
+    def _after_first_page(self) -> None:
+        if self._quitting:
+            return
+        self._start_delivery()
         if self.settings.recover_on_launch:
             self._start_recovery()
         else:
