@@ -584,7 +584,7 @@ async def test_launch_report_lists_runs_of_an_older_flow_version(tmp_path: Path)
             "approve",
             "waiting",
             "ok",
-            f"{v1.version} → {v2.version}",
+            "version 1 → 2: same steps; routes or state fields changed",
             "undecided",
         ]
         await pilot.press("f")

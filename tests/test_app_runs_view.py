@@ -114,7 +114,15 @@ async def test_columns_collapse_at_80x24_and_a_side_panel_shows_at_200x60(tmp_pa
         screen = app.screen
         assert isinstance(screen, RunsScreen)
         table = screen.table
-        assert table.shown_columns == ("run", "flow", "status", "bar", "progress", "updated")
+        assert table.shown_columns == (
+            "run",
+            "kind",
+            "flow",
+            "status",
+            "bar",
+            "progress",
+            "updated",
+        )
         assert table.virtual_size.width <= 80  # no column is cut off
         assert not screen.summary.display
         await pilot.resize_terminal(200, 60)

@@ -143,8 +143,11 @@ class FlowdeskApp(App[None]):
         *,
         flows: list[CompiledFlow[Any]] | None = None,
         clock: Clock | None = None,
+        model: Any = None,
     ) -> None:
-        """``settings`` default to :func:`~desktop_app.config.load_settings` (the
+        """``model``: the chat model agents asked from the app use (default:
+        the configured one, read when first asked); ``settings`` default to
+        :func:`~desktop_app.config.load_settings` (the
         settings file and ``FLOWDESK_*`` environment), so ``textual run
         desktop_app.app.main:FlowdeskApp`` works; ``flows`` replaces the
         built-in flows (tests use instrumented ones); ``clock`` is the time
@@ -155,6 +158,7 @@ class FlowdeskApp(App[None]):
         self.settings = settings
         self._custom_flows = flows
         self._clock = clock
+        self._model = model
         self.services: AppServices | None = None
         self.engine: Engine | None = None
         self.reader: CheckpointStore | None = None
@@ -227,6 +231,18 @@ class FlowdeskApp(App[None]):
             yield SystemCommand(
                 "Undo tidy run", "Move this tidy run's files back", screen.action_undo
             )
+
+    def chat_model(self) -> Any:
+        """The chat model for agent runs started here, or ``None`` when none
+        is set up (call on a worker thread: it may read the keyring).
+
+        Raises:
+            SecretsError, KeyFileError: the API key cannot be read.
+        """
+        if self._model is not None:
+            return self._model
+        services = self.services
+        return None if services is None else services.model()
 
     def now(self) -> float:
         """The engine's clock (UTC epoch seconds); the system's until it is open."""
@@ -315,14 +331,24 @@ class FlowdeskApp(App[None]):
     def on_engine_ready(self, _message: EngineReady) -> None:
         report = self.schema
         assert report is not None
+        assert self.services is not None
+        for problem in self.services.flow_problems:  # the other flows work
+            self.say(problem, "error")
         if report.applied:
             self.say(f"Applied schema {', '.join(report.applied)} to {report.path}")
             status = f"Database {report.path}: schema applied now ({len(report.applied)} files)."
         else:
             status = f"Database {report.path}: schema up to date."
         self.runs_screen.status_line.say(status, for_s=self.STATUS_S)
-        self._start_delivery()
         self._poll()
+        # The first page is painted before delivery, recovery and the launch
+        # report start (runs still wait for the recovery gate meanwhile).
+        self.call_after_refresh(self._after_first_page)
+
+    def _after_first_page(self) -> None:
+        if self._quitting:
+            return
+        self._start_delivery()
         if self.settings.recover_on_launch:
             self._start_recovery()
         else:
@@ -633,6 +659,13 @@ class FlowdeskApp(App[None]):
             self.require_engine()
             return
         self.push_screen(RunDetailScreen(run_id))
+
+    def open_agent_run(self, run_id: str) -> None:
+        """The agent runs screen with ``run_id``'s conversation open."""
+        if self.reader is None:
+            self.require_engine()
+            return
+        self.push_screen(AgentRunsScreen(open_run_id=run_id))
 
     # -- tidy undo --------------------------------------------------------
 

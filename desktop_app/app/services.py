@@ -1,28 +1,44 @@
 """What the app opens at launch, in one place: schema, engine, UI reader,
 agent store and outbox dispatcher.
 
-This is the app's only use of :mod:`desktop_app.bootstrap` (and the only
-module of the app that knows which backend the agent store comes from), so
-moving to a different composition root is one edit here.
+This is the app's only use of :mod:`desktop_app.bootstrap`: everything comes
+from :func:`desktop_app.bootstrap.open_services` (the composition root that
+picks the backend from the database string), so the app names no backend
+class and runs no SQL of its own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from desktop_app import bootstrap
+from desktop_app.agent import Agent
 from desktop_app.config import Settings
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows import builtin_destinations
-from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.agent_runs import AgentRun, ToolResult
 from desktop_app.store.protocol import CheckpointStore
 
 SchemaReport = bootstrap.SchemaReport
-#: The agent-run log the app reads (one name, so the backend is chosen here only).
-AgentStore = SqliteAgentStore
+
+
+class AgentStore(Protocol):
+    """What the app reads of the agent-run log (any backend's agent store)."""
+
+    def get(self, run_id: str) -> AgentRun: ...
+
+    def list(
+        self, statuses: Sequence[str] | None = None, agent: str | None = None
+    ) -> builtins.list[AgentRun]: ...
+
+    def messages(self, run_id: str) -> builtins.list[dict[str, Any]]: ...
+
+    def tool_results(self, run_id: str) -> builtins.list[ToolResult]: ...
 
 
 @dataclass
@@ -31,23 +47,51 @@ class AppServices:
 
     Attributes:
         schema: the schema files applied at launch (maybe none).
-        engine: the one engine of this process (its store is shared by the
-            app's worker threads, serialised by the store).
+        services: the composition root's :class:`~desktop_app.bootstrap.Services`
+            (settings, database string, checkpoints, agents, engine,
+            ``resolve_run_id``); its engine is the one engine of this process
+            (its store is shared by the app's worker threads, serialised by the store).
         reader: a second connection for the UI thread (reads only).
-        agents: the agent-run log over the engine's store.
+        reader_agents: the agent-run log over ``reader`` (reads only).
         dispatcher: delivers outbox intents (the one ``flowdesk agent`` runs).
+        flow_problems: configured flows that failed to load, as text (the rest work).
     """
 
     schema: bootstrap.SchemaReport
-    engine: Engine
+    services: bootstrap.Services
     reader: CheckpointStore
-    agents: AgentStore
+    reader_agents: AgentStore
     dispatcher: Dispatcher
+    flow_problems: list[str] = field(default_factory=list)
+
+    @property
+    def engine(self) -> Engine:
+        return self.services.engine
+
+    @property
+    def agents(self) -> AgentStore:
+        return self.services.agents
+
+    @property
+    def database(self) -> str:
+        return self.services.database
+
+    def agent(self, name: str, model: Any) -> Agent:
+        """An agent whose runs are logged in this database (tools: none)."""
+        return Agent(name, model, self.services.agents)
+
+    def model(self) -> Any:
+        """The configured chat model, or ``None`` when none is set up.
+
+        Raises:
+            SecretsError, KeyFileError (the API key cannot be read).
+        """
+        return bootstrap.build_model(self.services.settings)
 
     def close(self) -> None:
         """Close both connections (a run still being driven stops at its next save)."""
         self.engine.stop()
-        self.engine.store.close()
+        self.services.close()
         self.reader.close()
 
 
@@ -64,15 +108,16 @@ def open_services(
         FlowdeskError subclasses (database cannot be opened, schema too new...).
     """
     report = bootstrap.apply_schema(settings)
-    engine = bootstrap.build_engine(settings, flows=flows, events=events)
+    services = bootstrap.open_services(settings, flows=flows, events=events)
     if clock is not None:
-        engine.clock = clock
+        services.engine.clock = clock
     try:
-        reader = bootstrap.open_sqlite_store(settings)
+        # the UI's own connection: no flows, its engine is never driven
+        ui = bootstrap.open_services(settings, flows=[])
     except BaseException:
-        engine.store.close()
+        services.close()
         raise
-    store = engine.store
-    agents = SqliteAgentStore(store)  # type: ignore[arg-type]
-    dispatcher = Dispatcher(store, builtin_destinations(store), clock=engine.clock)
-    return AppServices(report, engine, reader, agents, dispatcher)
+    store = services.checkpoints
+    dispatcher = Dispatcher(store, builtin_destinations(store), clock=services.engine.clock)
+    problems = [str(p.error) for p in services.flow_problems]
+    return AppServices(report, services, ui.checkpoints, ui.agents, dispatcher, problems)

@@ -20,12 +20,11 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.errors import RunLeasedError
+from desktop_app.runs_view import AGENT_AS_FLOW_STATUS
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
 
-#: agent statuses in the flow vocabulary (``--status completed`` finds done agent runs)
-AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out"}
 #: end statuses that mean the run did not do its job (``watch`` exits 1)
 FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
 #: statuses after which a run never changes (both vocabularies)

@@ -315,6 +315,17 @@ class InMemoryCheckpointStore:
             CheckpointInfo(c.run_id, c.revision, c.status, c.step_id, c.created_at) for c in cps
         ]
 
+    def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
+        with self._lock:
+            self._run(run_id)
+            cps = sorted(
+                (c for c in self._cps[run_id].values() if c.revision > after),
+                key=lambda c: c.revision,
+            )[:limit]
+        return [
+            CheckpointInfo(c.run_id, c.revision, c.status, c.step_id, c.created_at) for c in cps
+        ]
+
     def get_run(self, run_id: str) -> RunRecord:
         with self._lock:
             return self._run(run_id)

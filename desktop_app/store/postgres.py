@@ -768,6 +768,21 @@ class PostgresCheckpointStore:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
         return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
 
+    def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
+        def body(conn: Conn) -> list[Any] | None:
+            if self._get_run(conn, run_id) is None:
+                return None
+            return conn.execute(
+                f"SELECT revision, status, step_id, {epoch('created_at')} FROM checkpoints "
+                "WHERE run_id=%s AND revision>%s ORDER BY revision LIMIT %s",
+                (run_id, after, limit),
+            ).fetchall()
+
+        rows = self._read(body)
+        if rows is None:
+            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+
     def latest(self, run_id: str) -> Checkpoint:
         def body(conn: Conn) -> Checkpoint:
             run = self._get_run(conn, run_id)

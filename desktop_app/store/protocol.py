@@ -230,6 +230,11 @@ class RunLog(Protocol):
     def history(self, run_id: str) -> list[CheckpointInfo]:
         """Every retained checkpoint of the run, oldest first. Raises CheckpointNotFoundError."""
 
+    def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
+        """At most ``limit`` retained checkpoints with ``revision > after``,
+        oldest first (one indexed range read: page a long history by passing
+        the last revision seen). Raises CheckpointNotFoundError."""
+
     def get_run(self, run_id: str) -> RunRecord:
         """Run metadata only. Raises CheckpointNotFoundError."""
 

@@ -738,6 +738,19 @@ class SqliteCheckpointStore:
         return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
 
     @_locked
+    def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
+        self.get_run(run_id)
+        try:
+            rows: list[Any] = self.conn.execute(
+                "SELECT revision, status, step_id, created_at FROM checkpoints "
+                "WHERE run_id=? AND revision>? ORDER BY revision LIMIT ?",
+                (run_id, after, limit),
+            ).fetchall()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+
+    @_locked
     def latest(self, run_id: str) -> Checkpoint:
         run = self.get_run(run_id)
         cached = self._last.get(run_id)

@@ -30,7 +30,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from desktop_app.agent.messages import canonical_json
+from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app.format import json_text, short_id, when
+from desktop_app.app.screens.ask import (
+    AnswerDelta,
+    AnswerFinished,
+    AnswerToolEvent,
+    AskScreen,
+    StreamingAnswer,
+)
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.errors import FlowdeskError
@@ -179,8 +187,11 @@ class AgentRunsScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("enter", "open_run", "Open", priority=True),
+        Binding("a", "ask", "Ask"),
         Binding("q", "app.quit", "Quit"),
     ]
+    #: the agent name of runs started with ``a``
+    ASK_AGENT = "ask"
 
     COLUMNS = (
         ("run", "Run"),
@@ -197,8 +208,12 @@ class AgentRunsScreen(Screen[None]):
         ("reused", "Reused"),
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, open_run_id: str | None = None) -> None:
+        """``open_run_id``: a run whose conversation shows as soon as the list is read."""
         super().__init__()
+        self._open_first = open_run_id
+        #: the last answer streamed here (``None`` until one ended)
+        self.answered: AgentResponse | None = None
         self.runs: list[AgentRun] = []
         self.loaded = False
         self.shown: AgentRunDetail | None = None
@@ -239,6 +254,7 @@ class AgentRunsScreen(Screen[None]):
                 id="agent-conversation",
                 markup=False,
             )
+            yield StreamingAnswer(id="agent-stream")
             yield ConversationView(id="agent-messages")
             yield DataTable[Text](id="agent-tools", cursor_type="none", show_cursor=False)
         yield Footer(show_command_palette=False)
@@ -251,6 +267,7 @@ class AgentRunsScreen(Screen[None]):
             self.tools_table.add_column(label, key=key)
         self.tools_table.can_focus = False
         self.tools_table.display = False
+        self.query_one(StreamingAnswer).display = False
         self.table.focus()
         self.set_interval(self.flowdesk.POLL_S, self._poll)
         self.reload()
@@ -302,6 +319,10 @@ class AgentRunsScreen(Screen[None]):
         ids = [r.run_id for r in self.runs]
         if keep in ids:
             table.move_cursor(row=ids.index(keep))
+        opening, self._open_first = self._open_first, None
+        if opening in ids:
+            table.move_cursor(row=ids.index(opening))
+            self.action_open_run()
         if message.error:
             status = f"Could not read agent runs: {message.error}"
         elif not self.runs:
@@ -376,6 +397,75 @@ class AgentRunsScreen(Screen[None]):
         self.query_one("#agent-conversation", Static).update(
             Text(f"Reading agent run {short_id(run_id)}…")
         )
+        self.load_run(run_id)
+
+    # -- asking (a streamed answer) -------------------------------------------
+
+    def action_ask(self) -> None:
+        if self.flowdesk.services is None:
+            self.flowdesk.require_engine()
+            return
+        self.app.push_screen(AskScreen(), self._asked)
+
+    def _asked(self, question: str | None) -> None:
+        if not question:
+            return
+        self._shown_id = None
+        self.query_one("#agent-conversation", Static).update(Text("Asking…"))
+        self.query_one(StreamingAnswer).start(question)
+        self.run_worker(self.query_one(ConversationView).show([], 0))
+        self.tools_table.display = False
+        self._stream(question)
+
+    @work(thread=True, exclusive=True, group="agent-ask", name="ask the agent")
+    def _stream(self, question: str) -> None:
+        """``Agent.stream`` on this thread; every event becomes a message."""
+        try:
+            model = self.flowdesk.chat_model()
+            if model is None:
+                self.post_message(
+                    AnswerFinished(
+                        None,
+                        "No model is set up: set model.base_url and model.model in "
+                        "Settings (ctrl+s) first.",
+                    )
+                )
+                return
+            services = self.flowdesk.services
+            assert services is not None
+            agent = services.agent(self.ASK_AGENT, model)
+            for event in agent.stream(question):
+                if event.kind == "delta":
+                    self.post_message(AnswerDelta(event.text))
+                elif event.kind == "tool_start":
+                    self.post_message(AnswerToolEvent(f"calls {event.tool}…"))
+                elif event.kind == "tool_end":
+                    reused = " (reused)" if event.reused else ""
+                    self.post_message(AnswerToolEvent(f"{event.tool} answered{reused}"))
+                elif event.kind == "done":
+                    self.post_message(AnswerFinished(event.response))
+        except Exception as exc:  # never a traceback in the user's face
+            self.post_message(AnswerFinished(None, _failure(exc)))
+
+    def on_answer_delta(self, message: AnswerDelta) -> None:
+        self.query_one(StreamingAnswer).add(message.text)
+
+    def on_answer_tool_event(self, message: AnswerToolEvent) -> None:
+        self.query_one(StreamingAnswer).tool(message.line)
+
+    def on_answer_finished(self, message: AnswerFinished) -> None:
+        stream = self.query_one(StreamingAnswer)
+        if message.response is None:
+            stream.display = False
+            self.flowdesk.say(message.error or "The agent stopped.", "error")
+            self.query_one("#agent-conversation", Static).update(Text(message.error or ""))
+            return
+        run_id = message.response.run_id
+        self.answered = message.response
+        stream.display = False
+        self._shown_id = run_id  # the stored conversation replaces the stream
+        self._open_first = run_id
+        self.reload()
         self.load_run(run_id)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

@@ -30,6 +30,7 @@ from textual.widgets import (
     Footer,
     Header,
     Label,
+    Sparkline,
     Static,
     TabbedContent,
     TabPane,
@@ -39,7 +40,7 @@ from textual.worker import get_current_worker
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
 from desktop_app.app.graph import graph_text
 from desktop_app.app.messages import BranchFinished, BranchRequested
-from desktop_app.app.progress import Pace, duration
+from desktop_app.app.progress import SPARK_S, Pace, duration
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
@@ -133,13 +134,31 @@ class CheckpointLoaded(Message):
         self.error = error
 
 
-class HistoryLoaded(Message):
-    """The run's checkpoint history, read in a worker."""
+#: Checkpoints read per page of a run's history (the timeline shows the
+#: first page, then asks for the next one once it is on screen).
+HISTORY_PAGE = 2000
 
-    def __init__(self, history: list[CheckpointInfo], error: str | None) -> None:
+
+class HistoryLoaded(Message):
+    """A page of the run's checkpoint history, read in a worker.
+
+    ``restart``: the page starts the history (first read, or the oldest
+    checkpoints were pruned); ``more``: another page may follow.
+    """
+
+    def __init__(
+        self,
+        history: list[CheckpointInfo],
+        error: str | None,
+        *,
+        restart: bool = True,
+        more: bool = False,
+    ) -> None:
         super().__init__()
         self.history = history
         self.error = error
+        self.restart = restart
+        self.more = more
 
 
 def tab_label(pane: str, name: str) -> str:
@@ -171,6 +190,10 @@ class RunDetailScreen(Screen[None]):
         #: The revision selected in the timeline, and the diff base (``d``).
         self.selected_revision: int | None = None
         self._live: tuple[int, int] | None = None
+        #: the history read so far, oldest first (pages appended as they arrive)
+        self.history: list[CheckpointInfo] = []
+        #: the throughput sparkline's bars (steps per second, oldest first)
+        self.throughput: list[float] = []
         self.base_revision: int | None = None
         self.checkpoints: dict[int, Checkpoint] = {}
         self._load_errors: dict[int, str] = {}
@@ -188,6 +211,9 @@ class RunDetailScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(Text(f"Run {self.run_id}"), id="run-header")
+        with Horizontal(id="throughput-row"):
+            yield Label("", id="throughput-label")
+            yield Sparkline([], id="throughput", summary_function=max)
         with Horizontal(id="detail-body"):
             with Vertical(id="timeline"):
                 yield Label("Checkpoints (d diff base, p replay, k fork)", classes="section")
@@ -248,6 +274,19 @@ class RunDetailScreen(Screen[None]):
                 self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
             pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
         self.query_one("#run-header", Static).update(header_text(run, now, pace))
+        self._show_throughput(run.run_id, run.status == "running", now)
+
+    def _show_throughput(self, run_id: str, running: bool, now: float) -> None:
+        """Steps per second over the last minute, as a sparkline (running runs only)."""
+        row = self.query_one("#throughput-row")
+        row.display = running
+        if not running:
+            return
+        rates = self.flowdesk.meter.throughput(run_id, now)
+        self.throughput = rates
+        self.query_one("#throughput", Sparkline).data = rates
+        label = f"steps/s, last {SPARK_S:.0f} s (peak {max(rates):.1f}) "
+        self.query_one("#throughput-label", Label).update(Text(label, style="dim"))
 
     def _flush(self) -> None:
         if self._dirty:
@@ -267,6 +306,8 @@ class RunDetailScreen(Screen[None]):
         except NoMatches:  # the screen is closing
             return
         waits.tick(self.now())
+        if self.record is not None and self.record.status == "running":
+            self._show_header()  # the sparkline moves on with the clock
 
     def reload(self) -> None:
         """The run and its latest checkpoint now (two indexed reads); its
@@ -364,16 +405,27 @@ class RunDetailScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="history", name="read run history")
     def _load_history(self) -> None:
+        """The next page of the history after what was read (one bounded,
+        indexed read; the first page when nothing was, or when the oldest
+        checkpoints were pruned since)."""
         reader = self.flowdesk.reader
         if reader is None:
             return
         run_id = self.run_id
+        known = self.history
+        after = known[-1].revision if known else -1
         try:
-            history = reader.history(run_id)
+            if known:
+                head = reader.history_page(run_id, limit=1)
+                if not head or head[0].revision != known[0].revision:
+                    known, after = [], -1  # pruned: start over
+            page = reader.history_page(run_id, after=after, limit=HISTORY_PAGE)
         except FlowdeskError as exc:
             self.post_message(HistoryLoaded([], str(exc)))
             return
-        self.post_message(HistoryLoaded(history, None))
+        self.post_message(
+            HistoryLoaded(page, None, restart=not known, more=len(page) == HISTORY_PAGE)
+        )
 
     def on_history_loaded(self, message: HistoryLoaded) -> None:
         timeline = self.query_one(CheckpointsTable)
@@ -381,8 +433,15 @@ class RunDetailScreen(Screen[None]):
         if message.error:
             self.flowdesk.say(message.error, "error")
             return
-        timeline.show(message.history)
+        if message.restart:
+            self.history = list(message.history)
+        else:
+            last = self.history[-1].revision if self.history else -1
+            self.history.extend(h for h in message.history if h.revision > last)
+        timeline.show(self.history)
         self._sync_selection()
+        if message.more:  # the next page once this one is on screen
+            self.call_after_refresh(self._load_history)
 
     def _cursor_revision(self) -> int | None:
         table = self.query_one(CheckpointsTable)

@@ -22,11 +22,12 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Label, Static
 
+from desktop_app.app.flow_changes import flow_change
 from desktop_app.app.format import short_id
 from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.errors import FlowdeskError
-from desktop_app.flow.engine import IncompatibleRun
+from desktop_app.flow.engine import Engine, IncompatibleRun
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -58,16 +59,28 @@ def check_after_launch(app: FlowdeskApp) -> None:
             )
             return
         if runs:
+            changes = {r.run_id: describe_change(engine, r) for r in runs}
             # call_later posts a message: safe from this thread.
-            app.call_later(show_report, app, runs)
+            app.call_later(show_report, app, runs, changes)
 
     app.run_worker(find, thread=True, group="launch-report", name="find runs of older flows")
 
 
-def show_report(app: FlowdeskApp, runs: list[IncompatibleRun]) -> None:
+def describe_change(engine: Engine, run: IncompatibleRun) -> str:
+    """What changed in the run's flow (steps added, removed, renamed; the
+    version strings), from the steps its latest checkpoint knows."""
+    latest = engine.store.latest(run.run_id)
+    known = [*latest.steps, *latest.frontier]
+    current = list(engine.flow(run.flow_name).steps)
+    return flow_change(run.stored_version, run.current_version, known, current).describe()
+
+
+def show_report(
+    app: FlowdeskApp, runs: list[IncompatibleRun], changes: dict[str, str] | None = None
+) -> None:
     if not app.is_running:
         return
-    app.push_screen(LaunchReportScreen(runs, app.recovery))
+    app.push_screen(LaunchReportScreen(runs, app.recovery, changes))
 
 
 class Decided(Message):
@@ -96,13 +109,21 @@ class LaunchReportScreen(ModalScreen[None]):
         ("flow", "Flow"),
         ("status", "Status"),
         ("step", "Stopped at"),
-        ("versions", "Version (stored → current)"),
+        ("changed", "What changed"),
         ("decision", "Decision"),
     )
 
-    def __init__(self, runs: list[IncompatibleRun], recovery: str | None = None) -> None:
+    def __init__(
+        self,
+        runs: list[IncompatibleRun],
+        recovery: str | None = None,
+        changes: dict[str, str] | None = None,
+    ) -> None:
+        """``changes``: what changed in each run's flow, by run id (default:
+        the two version strings)."""
         super().__init__()
         self.runs = runs
+        self.changes = changes or {}
         self.recovery = recovery
         self.decisions: dict[str, str] = {r.run_id: "undecided" for r in runs}
         self._busy: set[str] = set()
@@ -145,7 +166,7 @@ class LaunchReportScreen(ModalScreen[None]):
                 r.flow_name,
                 r.status,
                 r.step or "-",
-                f"{r.stored_version} → {r.current_version}",
+                self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}"),
                 self.decisions[r.run_id],
             )
             table.add_row(*(Text(c) for c in cells), key=r.run_id)

@@ -18,11 +18,13 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
+from desktop_app.app.format import short_id
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
-from desktop_app.app.widgets.runs_table import RunsTable
+from desktop_app.app.widgets.runs_table import AnyRun, RunsTable
 from desktop_app.errors import CheckpointNotFoundError
+from desktop_app.runs_view import merged_page
 from desktop_app.store.protocol import CheckpointStore, RunRecord
 
 #: Rows per page of the runs table.
@@ -177,7 +179,7 @@ class RunsScreen(Screen[None]):
 
     def _show_summary(self) -> None:
         run_id = self.table.selected_run_id()
-        if run_id is None:
+        if run_id is None or self.table.kind_of(run_id) == "agent":
             self.summary.show(None, None, None, self.flowdesk.now())
             return
         run = self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True)
@@ -196,13 +198,31 @@ class RunsScreen(Screen[None]):
     def data_changed(self) -> None:
         self.reload()
 
-    def _read_page(self, store: CheckpointStore) -> tuple[list[RunRecord], bool]:
-        """The runs of the current page and whether more follow (bounded reads only)."""
+    def _read_page(self, store: CheckpointStore) -> tuple[list[AnyRun], bool]:
+        """The runs of the current page (flow runs and agent runs merged,
+        newest first) and whether more follow (bounded flow-run reads only;
+        the top-level agent runs are read in full, they are few)."""
         wanted = self.filter
         offset = self.page * PAGE
+        services = self.flowdesk.services
+        agents = wanted.agent_runs(services.reader_agents) if services is not None else []
         if not wanted.search:
-            runs = wanted.list_runs(store, limit=PAGE + 1, offset=offset)
-            return runs[:PAGE], len(runs) > PAGE
+
+            def read_flows(at: int, limit: int) -> list[RunRecord]:
+                if not wanted.wants_flows:
+                    return []
+                return wanted.list_runs(store, limit=limit, offset=at)
+
+            return merged_page(read_flows, agents, offset=offset, size=PAGE)
+        flows, more = self._search_flows(store) if wanted.wants_flows else ([], False)
+        if self.page == 0:  # agent runs whose id starts with the search text
+            found: list[AnyRun] = [*agents, *flows]
+            return found[:PAGE], more or len(found) > PAGE
+        return list(flows), more
+
+    def _search_flows(self, store: CheckpointStore) -> tuple[list[RunRecord], bool]:
+        wanted = self.filter
+        offset = self.page * PAGE
         # Exact run id (first, on the first page), then runs with that flow key.
         by_key = wanted.list_runs(store, limit=PAGE + 1, offset=offset, flow_key=wanted.search)
         runs = by_key[:PAGE]
@@ -233,8 +253,8 @@ class RunsScreen(Screen[None]):
         self.query_one("#welcome", Static).display = (
             not runs and self.page == 0 and not self.filter.active
         )
-        self._statuses = {r.run_id: r.status for r in runs}
-        self._flows_seen.update(r.flow_name for r in runs)
+        self._statuses = {r.run_id: r.status for r in runs if isinstance(r, RunRecord)}
+        self._flows_seen.update(r.flow_name for r in runs if isinstance(r, RunRecord))
         self._show_page(len(runs))
         self._show_hint()
 
@@ -311,7 +331,7 @@ class RunsScreen(Screen[None]):
         bar = self.filters
         if bar is None:
             bar = RunFilters(id="filters")
-            await self.mount(bar, before=self.table)
+            await self.mount(bar, before=self.query_one("#runs-body"))
         elif bar.is_open:
             bar.action_close()
             return
@@ -350,12 +370,28 @@ class RunsScreen(Screen[None]):
         if run_id is None:
             self.flowdesk.say("No run selected; press n to start one.", "warning")
             return
-        self.flowdesk.open_run(run_id)
+        self._open(run_id)
+
+    def _open(self, run_id: str) -> None:
+        """A flow run's detail, or an agent run's conversation."""
+        if self.table.kind_of(run_id) == "agent":
+            self.flowdesk.open_agent_run(run_id)
+        else:
+            self.flowdesk.open_run(run_id)
 
     def _selected(self) -> str | None:
+        """The selected flow run (an agent run is answered in the inbox and
+        opened with enter)."""
         run_id = self.table.selected_run_id()
         if run_id is None:
             self.flowdesk.say("No run selected.", "warning")
+        elif self.table.kind_of(run_id) == "agent":
+            self.flowdesk.say(
+                f"{short_id(run_id)} is an agent run: enter shows its conversation, "
+                "i (the inbox) answers it.",
+                "warning",
+            )
+            return None
         return run_id
 
     def action_resume_run(self) -> None:
@@ -374,4 +410,4 @@ class RunsScreen(Screen[None]):
         # A click on a row (enter is bound above, at screen priority).
         event.stop()
         if event.row_key.value is not None:
-            self.flowdesk.open_run(event.row_key.value)
+            self._open(event.row_key.value)

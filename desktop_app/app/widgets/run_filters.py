@@ -1,4 +1,10 @@
-"""The runs filter bar: search (exact run id or flow key), status, flow, tenant, session.
+"""The runs filter bar: search (exact run id or flow key), kind (flow or agent
+runs), status, flow, tenant, session.
+
+Agent runs are filtered in the flow vocabulary (status ``completed`` finds
+``done`` agent runs; the flow filter matches the agent's name); a tenant or
+session filter shows flow runs only (agent runs have no such columns), and an
+agent run started by a flow run (a child) is left to that run's detail.
 
 Every filter maps onto an argument of ``CheckpointStore.list_runs`` (or
 ``get_run`` for an exact run id), so a filtered page costs one bounded
@@ -10,8 +16,9 @@ no prefix query and the app runs no SQL of its own, so the window is bounded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,7 +26,20 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Input, Select
 
+from desktop_app.runs_view import agent_status_as_flow
+from desktop_app.store.agent_runs import AgentRun
 from desktop_app.store.protocol import RUN_STATUSES, CheckpointStore, RunRecord, RunStatus
+
+RunKindFilter = Literal["flow", "agent"]
+#: what the kind select offers
+KINDS: tuple[RunKindFilter, ...] = ("flow", "agent")
+
+
+class AgentLister(Protocol):
+    def list(
+        self, statuses: Sequence[str] | None = None, agent: str | None = None
+    ) -> list[AgentRun]: ...
+
 
 #: Fewest characters of a run id the search takes as a prefix.
 MIN_PREFIX = 4
@@ -41,6 +61,7 @@ class RunFilter:
     flow: str | None = None
     tenant: str = ""
     session: str = ""
+    kind: RunKindFilter | None = None
 
     @property
     def active(self) -> bool:
@@ -49,6 +70,8 @@ class RunFilter:
     def describe(self) -> str:
         """``status=failed flow=digest`` (``""`` when nothing filters)."""
         parts = []
+        if self.kind:
+            parts.append(f"kind={self.kind}")
         if self.search:
             parts.append(f"id or key={self.search}")
         if self.status:
@@ -83,6 +106,30 @@ class RunFilter:
             return []
         window = self.list_runs(store, limit=PREFIX_WINDOW, offset=0)
         return [r for r in window if r.run_id.startswith(self.search)]
+
+    @property
+    def wants_agents(self) -> bool:
+        """Whether agent runs can pass (not with a flow kind, tenant or session)."""
+        return self.kind != "flow" and not self.tenant and not self.session
+
+    @property
+    def wants_flows(self) -> bool:
+        return self.kind != "agent"
+
+    def agent_runs(self, agents: AgentLister) -> list[AgentRun]:
+        """Top-level agent runs passing the filters (status in the flow
+        vocabulary; the search text as a run-id prefix), any order."""
+        if not self.wants_agents:
+            return []
+        return [
+            r
+            for r in agents.list(agent=self.flow)
+            if r.parent_run_id is None
+            and (self.status is None or agent_status_as_flow(r.status) == self.status)
+            and (
+                not self.search or (is_id_prefix(self.search) and r.run_id.startswith(self.search))
+            )
+        ]
 
     def matches(self, run: RunRecord) -> bool:
         """Whether ``run`` passes every filter but the search text."""
@@ -145,6 +192,7 @@ class RunFilters(Horizontal):
             allow_blank=True,
             id="filter-status",
         )
+        yield Select([(k, k) for k in KINDS], prompt="any kind", allow_blank=True, id="filter-kind")
         yield Select([], prompt="any flow", allow_blank=True, id="filter-flow")
         yield Input(placeholder="tenant", id="filter-tenant")
         yield Input(placeholder="session", id="filter-session")
@@ -177,7 +225,9 @@ class RunFilters(Horizontal):
     def value(self) -> RunFilter:
         status = self.query_one("#filter-status", Select).value
         flow = self.query_one("#filter-flow", Select).value
+        kind = self.query_one("#filter-kind", Select).value
         return RunFilter(
+            kind=kind if kind in KINDS else None,
             search=self.query_one("#filter-search", Input).value.strip(),
             status=status if isinstance(status, str) else None,  # type: ignore[arg-type]
             flow=flow if isinstance(flow, str) else None,

@@ -1,4 +1,6 @@
-"""The runs table: one row per run, newest first, updated in place."""
+"""The runs table: one row per run (flow runs and agent runs), newest first,
+updated in place. An agent run's status is shown in the flow-run vocabulary
+(:func:`desktop_app.runs_view.agent_status_as_flow`) and its progress as turns."""
 
 from __future__ import annotations
 
@@ -13,10 +15,16 @@ from textual.widgets.data_table import ColumnKey
 
 from desktop_app.app.format import STATUS_STYLES, ago, bar, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
+from desktop_app.runs_view import agent_status_as_flow
+from desktop_app.store.agent_runs import AgentRun
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
+
+#: a row of the table: a flow run or an agent run
+AnyRun = RunRecord | AgentRun
 
 COLUMNS = (
     ("run", "Run"),
+    ("kind", "Kind"),
     ("flow", "Flow"),
     ("status", "Status"),
     ("bar", ""),
@@ -26,7 +34,7 @@ COLUMNS = (
     ("updated", "Updated"),
 )
 #: The columns kept when the table is narrow (under :data:`WIDE_AT` cells).
-NARROW = ("run", "flow", "status", "bar", "progress", "updated")
+NARROW = ("run", "kind", "flow", "status", "bar", "progress", "updated")
 #: Widths at and above which every column shows.
 WIDE_AT = 110
 #: Cells of the progress bar.
@@ -43,11 +51,35 @@ MIN_WIDTHS = {
 }
 
 
-def run_cells(run: RunRecord, now: float, pace: Pace | None = None) -> dict[str, Text]:
+def run_kind(run: AnyRun) -> str:
+    """``"flow"`` or ``"agent"``."""
+    return "agent" if isinstance(run, AgentRun) else "flow"
+
+
+def agent_cells(run: AgentRun, now: float) -> dict[str, Text]:
+    """An agent run's cells: its agent in the flow column, its status in the
+    flow vocabulary, its turns as progress."""
+    status = agent_status_as_flow(run.status)
+    return {
+        "run": Text(short_id(run.run_id)),
+        "kind": Text("agent", style="cyan"),
+        "flow": Text(run.agent),
+        "status": Text(status, style=STATUS_STYLES.get(status, "")),
+        "bar": Text(""),
+        "progress": Text(f"{run.turns} turns"),
+        "pace": Text(""),
+        "started": Text(ago(run.created_at, now)),
+        "updated": Text(ago(run.updated_at, now)),
+    }
+
+
+def run_cells(run: AnyRun, now: float, pace: Pace | None = None) -> dict[str, Text]:
     """The cells of a run's row by column key (plain text, never markup);
     statuses that need attention are highlighted; times are relative to
     ``now`` (``3 min ago``; the run's detail shows them in full); ``pace``
     (a running run's rate and ETA) fills the bar and rate columns."""
+    if isinstance(run, AgentRun):
+        return agent_cells(run, now)
     done_total = run.progress
     if pace is not None:
         done_total = (pace.done, pace.total)
@@ -55,6 +87,7 @@ def run_cells(run: RunRecord, now: float, pace: Pace | None = None) -> dict[str,
     running = run.status == "running"
     return {
         "run": Text(short_id(run.run_id)),
+        "kind": Text("flow"),
         "flow": Text(run.flow_name),
         "status": Text(run.status, style=STATUS_STYLES.get(run.status, "")),
         "bar": Text(
@@ -93,7 +126,7 @@ class RunsTable(DataTable[Text]):
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self._now = now if now is not None else time.time
         self.meter = meter if meter is not None else ProgressMeter()
-        self._records: dict[str, RunRecord] = {}
+        self._records: dict[str, AnyRun] = {}
         self._live: dict[str, tuple[int, int]] = {}
         #: the column keys shown, in order (all, or NARROW on a small terminal)
         self.shown_columns: tuple[str, ...] = tuple(k for k, _ in COLUMNS)
@@ -128,12 +161,12 @@ class RunsTable(DataTable[Text]):
         if selected in self._order:
             self.move_cursor(row=self._order.index(selected))
 
-    def _row(self, run: RunRecord) -> list[Text]:
+    def _row(self, run: AnyRun) -> list[Text]:
         cells = run_cells(run, self._now(), self._pace(run))
         return [cells[k] for k in self.shown_columns]
 
-    def _pace(self, run: RunRecord) -> Pace | None:
-        if run.status != "running":
+    def _pace(self, run: AnyRun) -> Pace | None:
+        if isinstance(run, AgentRun) or run.status != "running":
             self._live.pop(run.run_id, None)
             return None
         done_total = self._live.get(run.run_id) or run.progress
@@ -144,7 +177,7 @@ class RunsTable(DataTable[Text]):
             self.meter.record(run.run_id, *run.progress, now)  # run by another process
         return self.meter.pace(run.run_id, done_total[0], done_total[1], now)
 
-    def show(self, runs: Iterable[RunRecord]) -> None:
+    def show(self, runs: Iterable[AnyRun]) -> None:
         """Show ``runs`` (any order) newest first, keeping the selected run selected."""
         if not self.columns:  # called before on_mount
             self._add_columns()
@@ -183,7 +216,7 @@ class RunsTable(DataTable[Text]):
         wider = cell_len(plain(value)) > self.columns[ColumnKey(column)].content_width
         self.update_cell(run_id, column, value, update_width=wider)
 
-    def update_run(self, run: RunRecord) -> bool:
+    def update_run(self, run: AnyRun) -> bool:
         """Update the row of ``run`` in place; False when the run has no row."""
         if run.run_id not in self._order:
             return False
@@ -208,6 +241,8 @@ class RunsTable(DataTable[Text]):
             return False
         self._live[run_id] = (done, total)
         run = self._records.get(run_id)
+        if isinstance(run, AgentRun):
+            return False
         if run is None or run.status != "running":
             self._set(run_id, "progress", Text(progress((done, total))))
             return True
@@ -216,6 +251,11 @@ class RunsTable(DataTable[Text]):
             if key in self.shown_columns:
                 self._set(run_id, key, cells[key])
         return True
+
+    def kind_of(self, run_id: str) -> str | None:
+        """``"flow"``, ``"agent"``, or ``None`` when the run has no row."""
+        run = self._records.get(run_id)
+        return None if run is None else run_kind(run)
 
     def live_progress(self, run_id: str) -> tuple[int, int] | None:
         """The latest live ``(done, total)`` shown for a running run, if any."""

@@ -1,0 +1,99 @@
+"""Ask an agent from the app: a one-line question, answered as it streams.
+
+:class:`AskScreen` takes the question; the agent runs screen drives
+``Agent.stream`` in a thread worker and shows each text delta in its
+conversation view as it arrives (:class:`StreamingAnswer`), then the run's
+stored conversation once it ends.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Input, Label, Static
+
+from desktop_app.agent.runtime import AgentResponse
+from desktop_app.app.screens.help import HELP_BINDING
+
+
+class AskScreen(ModalScreen[str | None]):
+    """The question for a new agent run (enter asks, escape cancels)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            yield Label(Text("Ask the agent", style="bold"))
+            yield Input(placeholder="your question; enter asks", id="ask-input")
+        yield Footer(show_command_palette=False)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        text = event.value.strip()
+        if text:
+            self.dismiss(text)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class AnswerDelta(Message):
+    """A piece of the answer being streamed (posted from the worker)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class AnswerToolEvent(Message):
+    """A tool the agent started or finished while answering."""
+
+    def __init__(self, line: str) -> None:
+        super().__init__()
+        self.line = line
+
+
+class AnswerFinished(Message):
+    """The run ended (``response``) or could not go on (``error``)."""
+
+    def __init__(self, response: AgentResponse | None, error: str | None = None) -> None:
+        super().__init__()
+        self.response = response
+        self.error = error
+
+
+class StreamingAnswer(Static):
+    """The question and the answer so far, growing with every delta (plain text)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("", id=id, markup=False)
+        self.question = ""
+        self.answer = ""
+        self.tools: list[str] = []
+
+    def start(self, question: str) -> None:
+        self.question, self.answer, self.tools = question, "", []
+        self.display = True
+        self._render_now()
+
+    def add(self, text: str) -> None:
+        self.answer += text
+        self._render_now()
+
+    def tool(self, line: str) -> None:
+        self.tools.append(line)
+        self._render_now()
+
+    def _render_now(self) -> None:
+        text = Text()
+        text.append("you\n", style="bold")
+        text.append(self.question + "\n\n")
+        for line in self.tools:
+            text.append(line + "\n", style="dim")
+        text.append("assistant (answering…)\n", style="bold")
+        text.append(self.answer)
+        self.update(text)

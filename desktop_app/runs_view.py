@@ -1,0 +1,86 @@
+"""Flow runs and agent runs as one list, for the CLI (``flowdesk runs``) and the app.
+
+The one place two things are decided:
+
+* :data:`AGENT_AS_FLOW_STATUS`: an agent run's status in the flow-run
+  vocabulary (``done`` → ``completed``, ``timeout`` → ``timed_out``,
+  ``input_required`` → ``waiting``); the agent-only statuses
+  (``paused``, ``rate_limited``, ``expired``) are shown as they are.
+* :func:`merged_page`: one page of both kinds, newest first
+  (``created_at``, then run id, descending), read with bounded flow-run
+  reads whatever the page number: the flow-run offset is moved back by at
+  most the number of agent runs, which are few and read in full.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+#: agent statuses in the flow vocabulary (a status not listed is shown as it is)
+AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out", "input_required": "waiting"}
+
+
+def agent_status_as_flow(status: str) -> str:
+    """An agent run's status as a flow run's (``done`` → ``completed``...)."""
+    return AGENT_AS_FLOW_STATUS.get(status, status)
+
+
+class Dated(Protocol):
+    """A run of either kind: what ordering needs."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def created_at(self) -> float: ...
+
+
+F = TypeVar("F", bound=Dated)
+A = TypeVar("A", bound=Dated)
+
+
+def _key(run: Dated) -> tuple[float, str]:
+    return (run.created_at, run.run_id)
+
+
+def merged_page(
+    read_flows: Callable[[int, int], Sequence[F]],
+    agents: Sequence[A],
+    *,
+    offset: int,
+    size: int,
+) -> tuple[list[F | A], bool]:
+    """Rows ``offset`` to ``offset + size`` of flow runs and agent runs merged
+    newest first, and whether more rows follow.
+
+    Args:
+        read_flows: ``(offset, limit) -> flow runs`` newest first (one bounded
+            ``list_runs`` with the caller's filters).
+        agents: every agent run that passes the caller's filters, any order.
+        offset / size: the page (rows, ``offset >= 0``, ``size >= 1``).
+
+    It reads at most ``min(offset, len(agents)) + size + 2`` flow runs: the
+    merged position of a row is the number of rows newer than it, so the
+    first ``offset - len(agents)`` flow runs are certainly before the page.
+    """
+    if not agents:  # flow runs only: one read of the page and one row more
+        flows = list(read_flows(offset, size + 1))
+        return list(flows[:size]), len(flows) > size
+    newest = sorted(agents, key=_key, reverse=True)
+    skip = max(0, offset - len(newest))
+    if skip:
+        # the last skipped flow run: agent runs newer than it are before the page
+        got = list(read_flows(skip - 1, min(offset, len(newest)) + size + 2))
+        if not got:
+            return [], False
+        boundary, flows = _key(got[0]), got[1:]
+        older = [a for a in newest if _key(a) < boundary]
+        before = skip + len(newest) - len(older)  # rows certainly before the page
+        newest = older
+    else:
+        flows = list(read_flows(0, offset + size + 1))
+        before = 0
+    rows: list[Any] = sorted([*flows, *newest], key=_key, reverse=True)
+    start = offset - before
+    return rows[start : start + size], len(rows) > start + size

@@ -1,0 +1,57 @@
+"""Runs of an older flow version are described by what changed, not by hash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable
+
+from desktop_app.app.flow_changes import flow_change
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.launch_report import LaunchReportScreen
+from desktop_app.flow import CompiledFlow, FlowBuilder
+from tests.app_support import settle
+from tests.test_app_inbox_settings import Approval, settings_for, waiting_runs
+
+
+def test_only_the_version_string_changed() -> None:
+    change = flow_change("1+aaaa", "2+bbbb", ["a", "b"], ["a", "b", "c"])
+    assert change.describe() == "version 1 → 2: same steps; routes or state fields changed"
+
+
+def test_a_renamed_step_an_added_one_and_a_removed_one() -> None:
+    change = flow_change("1+aa", "2+bb", ["fetch", "parse", "old"], ["download", "parse", "new"])
+    assert change.renamed == (("fetch", "download"), ("old", "new"))
+    assert change.describe() == "version 1 → 2: renamed fetch → download; renamed old → new"
+    change = flow_change("1+aa", "1+bb", ["a", "gone"], ["a"])
+    assert change.describe() == "version 1 (same name, new definition): removed gone"
+    change = flow_change("1+aa", "2+bb", ["a", "c"], ["a", "b", "c"])
+    assert change.describe() == "version 1 → 2: added b"
+
+
+def prep_flow(version: str, first: str) -> CompiledFlow[Approval]:
+    return (
+        FlowBuilder("approve", Approval, version=version)
+        .step(first, lambda s: {})
+        .await_input("ok", "answer", prompt="Ship?")
+        .step("ship", lambda s: {"done": True})
+        .chain()
+        .compile()
+    )
+
+
+@pytest.mark.scenario("S51")
+async def test_launch_report_says_what_changed_instead_of_hashes(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path / "t.db")
+    old, new = prep_flow("1.0", "prep"), prep_flow("1.1", "prepare")
+    (run_id,) = waiting_runs(settings, [old], ("approve", Approval()))
+    app = FlowdeskApp(settings, flows=[new])
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        report = app.screen
+        assert isinstance(report, LaunchReportScreen)
+        table = report.query_one("#incompatible", DataTable)
+        changed = table.get_cell(run_id, "changed").plain
+        assert changed == "version 1.0 → 1.1: renamed prep → prepare"
+        assert old.version.split("+")[1] not in changed

@@ -1,0 +1,130 @@
+"""Agent runs in the runs table beside flow runs: kind column, kind filter,
+statuses in the flow vocabulary, merged newest first, enter opens the
+conversation. Driven headless with Pilot over a real SQLite file."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from desktop_app import bootstrap
+from desktop_app.agent import Agent, ScriptedModel
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.agent_runs import AgentRunsScreen
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.app.widgets.run_filters import RunFilter
+from desktop_app.config import Settings, load_settings
+from desktop_app.flow.clock import ManualClock
+from tests.app_support import settle
+from tests.flows_for_tests import Numbers, counting_flow
+
+SIZE = (140, 40)
+
+
+def make_runs(settings: Settings) -> dict[str, str]:
+    """flow run, done agent run, flow run, asking agent run; 100 s apart."""
+    bootstrap.apply_schema(settings)
+    flow = counting_flow(Counter())
+    sv = bootstrap.open_services(settings, flows=[flow])
+    clock = ManualClock()
+    sv.engine.clock = clock
+    ids: dict[str, str] = {}
+    try:
+        ids["flow_old"] = sv.engine.run(flow.name, Numbers()).run_id
+        clock.advance(100)
+        done = Agent("helper", ScriptedModel(["all done"]), sv.agents, clock=clock).ask("hi")
+        assert done.status == "done"
+        ids["agent_done"] = done.run_id
+        clock.advance(100)
+        ids["flow_new"] = sv.engine.run(flow.name, Numbers()).run_id
+        clock.advance(100)
+        asking = Agent(
+            "travel",
+            ScriptedModel([{"tool": "ask_user", "args": {"question": "Which city?"}}]),
+            sv.agents,
+            clock=clock,
+        ).ask("book me a trip")
+        assert asking.status == "input_required"
+        ids["agent_asking"] = asking.run_id
+    finally:
+        sv.close()
+    return ids
+
+
+async def test_agent_runs_are_listed_beside_flow_runs_in_the_flow_vocabulary(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(db_path=tmp_path / "t.db")
+    ids = make_runs(settings)
+    app = FlowdeskApp(settings, flows=[counting_flow(Counter())])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.runs_screen.table
+        assert table.run_ids == [
+            ids["agent_asking"],
+            ids["flow_new"],
+            ids["agent_done"],
+            ids["flow_old"],
+        ]
+        row = {k: table.cell(ids["agent_done"], k) for k in ("kind", "flow", "status", "progress")}
+        assert row == {
+            "kind": "agent",
+            "flow": "helper",
+            "status": "completed",
+            "progress": "1 turns",
+        }
+        assert table.cell(ids["agent_asking"], "status") == "waiting"
+        assert table.cell(ids["flow_new"], "kind") == "flow"
+        assert table.cell(ids["flow_new"], "status") == "completed"
+
+
+async def test_the_kind_and_status_filters_cover_agent_runs(tmp_path: Path) -> None:
+    settings = load_settings(db_path=tmp_path / "t.db")
+    ids = make_runs(settings)
+    app = FlowdeskApp(settings, flows=[counting_flow(Counter())])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.runs_screen
+        screen.set_filter(RunFilter(kind="agent"))
+        await settle(pilot)
+        assert screen.table.run_ids == [ids["agent_asking"], ids["agent_done"]]
+        screen.set_filter(RunFilter(kind="flow"))
+        await settle(pilot)
+        assert screen.table.run_ids == [ids["flow_new"], ids["flow_old"]]
+        screen.set_filter(RunFilter(status="waiting"))
+        await settle(pilot)
+        assert screen.table.run_ids == [ids["agent_asking"]]
+        screen.set_filter(RunFilter(status="completed", flow="helper"))
+        await settle(pilot)
+        assert screen.table.run_ids == [ids["agent_done"]]
+        screen.set_filter(RunFilter(search=ids["agent_done"][:8]))
+        await settle(pilot)
+        assert screen.table.run_ids == [ids["agent_done"]]
+        # the filter bar offers the kind
+        await pilot.press("slash")
+        await settle(pilot)
+        assert screen.query_one("#filter-kind") is not None
+
+
+async def test_enter_on_an_agent_run_opens_its_conversation(tmp_path: Path) -> None:
+    settings = load_settings(db_path=tmp_path / "t.db")
+    ids = make_runs(settings)
+    app = FlowdeskApp(settings, flows=[counting_flow(Counter())])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.runs_screen.table
+        table.move_cursor(row=table.run_ids.index(ids["agent_done"]))
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, AgentRunsScreen)
+        assert screen.shown is not None and screen.shown.run.run_id == ids["agent_done"]
+        assert "all done" in screen.conversation
+        await pilot.press("escape")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        # an agent run is not resumed or canceled from the runs table: it says why
+        table.move_cursor(row=table.run_ids.index(ids["agent_asking"]))
+        await pilot.press("r")
+        await settle(pilot)
+        assert any("is an agent run" in n.message for n in app.notices)
