@@ -94,7 +94,7 @@ def postgres_checks(url: str, *, workers: int = 0) -> list[Check]:
                 + (
                     ""
                     if sync in ("on", "remote_apply", "remote_write")
-                    else " (a server crash can lose the last commits: a finished step may run again)"
+                    else " (a server crash can lose the last commits; a finished step may rerun)"
                 ),
             )
         )
