@@ -294,3 +294,61 @@ def test_a_signal_from_another_process_wakes_a_waiting_run_by_notification(pg_ur
     latency = float(woken[2]) - sent_at
     print(f"signal -> step running in the other process: {latency * 1000:.1f} ms")
     assert pg_store.get_run(res.run_id).status in ("running", "completed")
+
+
+def test_two_outbox_dispatchers_one_sigkilled_mid_send(pg_url, pg_store, tmp_path):
+    import json
+    import urllib.request
+
+    from desktop_app.flow import Engine
+    from tests.outbox_worker import Order, flow
+
+    portfile = tmp_path / "port"
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("outbox_server.py")),
+                               str(portfile)])  # fmt: skip
+    try:
+        engine = Engine(pg_store, flows=[flow()])
+        for i in range(20):
+            assert engine.run("checkout", Order(amount=i)).status == "completed"
+        keys = {i.intent_id for i in pg_store.intents(["pending"], limit=100)}
+        assert len(keys) == 20
+        deadline = time.monotonic() + 10
+        while not portfile.exists() or not portfile.read_text():
+            assert time.monotonic() < deadline, "destination did not start"
+            time.sleep(0.02)
+        dest = f"http://127.0.0.1:{portfile.read_text()}"
+        script = str(Path(__file__).with_name("pg_outbox_worker.py"))
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        a = subprocess.run([sys.executable, script, pg_url, "machine-a", dest, "--expect", "20",
+                            "--kill-after-sends", "3"], capture_output=True, text=True, env=env,
+                           timeout=120)  # fmt: skip
+        assert a.returncode == -signal.SIGKILL, a.stderr
+        a_claimed = [ln.split()[1] for ln in a.stdout.splitlines() if ln.startswith("claimed")]
+        a_sent = [ln.split()[1] for ln in a.stdout.splitlines() if ln.startswith("sent")]
+        assert len(a_sent) == 3
+        in_flight = set(a_claimed) - set(a_sent[:2])  # claimed by A, never acknowledged
+        import psycopg
+
+        with psycopg.connect(pg_url) as conn:
+            (expiry,) = conn.execute(
+                "SELECT max(extract(epoch from claim_expires_at))::float8 FROM flowdesk.outbox "
+                "WHERE status='sending'"
+            ).fetchone()
+        b = subprocess.run([sys.executable, script, pg_url, "machine-b", dest, "--expect", "20"],
+                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        assert b.returncode == 0, b.stderr
+        lines = [ln.split() for ln in b.stdout.splitlines()]
+        reconciled = {w[1]: (w[2], float(w[3])) for w in lines if w[0] == "reconciled"}
+        # B reconciled exactly A's unacknowledged intents, and only once their claims expired
+        assert set(reconciled) == in_flight
+        assert all(at >= expiry - 1e-3 for _, at in reconciled.values())
+        assert reconciled[a_sent[2]][0] == "found"  # accepted before the kill: not re-sent
+        delivered = {i.intent_id for i in pg_store.intents(["delivered"], limit=100)}
+        assert delivered == keys
+        for key in keys:
+            with urllib.request.urlopen(f"{dest}/count/{key}") as resp:
+                counts = json.loads(resp.read())
+            assert counts["ops"] == 1 and 1 <= counts["posts"] <= 2, (key, counts)
+    finally:
+        server.kill()
+        server.wait()
