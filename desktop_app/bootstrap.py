@@ -1,21 +1,176 @@
-"""Wiring shared by the CLI, the app and the headless agent: settings → store → engine."""
+"""The composition root: settings → database backend → stores → engine.
+
+The one module that names a storage backend. It reads the database string
+(``--db`` / ``db_path``: a file path or a URL), picks the backend, and hands
+the CLI and the app a :class:`Services` object; nothing else imports apsw or
+names a ``Sqlite*`` class (outside ``desktop_app/store/``).
+
+Public API:
+
+* :func:`open_services` → :class:`Services` (settings, database string,
+  checkpoint store, agent store, engine, flow-load problems,
+  ``resolve_run_id``) for commands that need the database.
+* :func:`parse_database` → :class:`Database` (which backend, which path).
+* :func:`apply_schema`, :func:`schema_status`, :func:`load_flows`,
+  :func:`load_flows_report`, :func:`build_model`.
+* Kept for the app until it takes :class:`Services`: :func:`build_engine`,
+  :func:`open_sqlite_store`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
 
 from desktop_app.config import Settings, default_db_path
-from desktop_app.errors import ConfigError
+from desktop_app.errors import BackendUnavailableError, ConfigError
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
 from desktop_app.store import migrations
+from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.connection import open_connection
+from desktop_app.store.protocol import CheckpointStore
+from desktop_app.store.runids import RunRef, resolve_run_id
 from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
 
 if TYPE_CHECKING:
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
+
+
+@dataclass(frozen=True)
+class Database:
+    """A parsed database string.
+
+    Attributes:
+        text: the string as given (a URL survives intact: ``postgresql://alice@db/x``).
+        backend: ``"sqlite"`` (the only backend built in today).
+        path: the SQLite file.
+    """
+
+    text: str
+    backend: Literal["sqlite"]
+    path: Path
+
+
+#: URL schemes of backends that are planned as optional extras
+_EXTRA_BACKENDS = {"postgresql": "postgres", "postgres": "postgres"}
+
+
+def parse_database(text: str) -> Database:
+    """Pick the backend from a database string.
+
+    ``/path/to/file.db``, ``~/x.db`` (expanded by the settings) and
+    ``sqlite:///abs/path.db`` are SQLite files.
+
+    Raises:
+        BackendUnavailableError: a URL of a backend that is not installed
+            (``postgresql://``: ``pip install 'flowdesk[postgres]'``) or not
+            known; a ``ConfigError``, so the CLI exits 2.
+    """
+    if "://" not in text:
+        return Database(text, "sqlite", Path(text))
+    scheme = urlsplit(text).scheme.lower().split("+")[0]
+    if scheme == "sqlite":
+        rest = text.split("://", 1)[1]
+        if not rest or rest == "/":
+            raise BackendUnavailableError(
+                f"{text!r} names no file; write sqlite:///absolute/path.db or just the path"
+            )
+        return Database(text, "sqlite", Path(rest).expanduser())
+    if scheme in _EXTRA_BACKENDS:
+        extra = _EXTRA_BACKENDS[scheme]
+        raise BackendUnavailableError(
+            f"the database {text!r} needs the PostgreSQL backend, which is not installed: "
+            f"pip install 'flowdesk[{extra}]' (or give a SQLite file path with --db)"
+        )
+    raise BackendUnavailableError(
+        f"unknown database URL scheme {scheme!r} in {text!r}; give a SQLite file path "
+        "(or sqlite:///path) with --db or db_path"
+    )
+
+
+def _sqlite_path(settings: Settings) -> Path:
+    return parse_database(settings.db_path).path
+
+
+@dataclass(frozen=True)
+class FlowProblem:
+    """A configured flow that could not be loaded: where it was named and why."""
+
+    source: str
+    error: ConfigError
+
+
+@dataclass
+class FlowLoad:
+    """:func:`load_flows_report`'s result: the flows that loaded and the problems."""
+
+    flows: list[CompiledFlow[Any]]
+    problems: list[FlowProblem] = field(default_factory=list)
+
+
+@dataclass
+class Services:
+    """What the CLI and the app get from the composition root.
+
+    Attributes:
+        settings: the effective settings.
+        database: the database string as given (path or URL).
+        checkpoints: the flow-run store (the store protocol).
+        agents: the agent-run store over the same database.
+        engine: the engine over ``checkpoints`` with the loaded flows.
+        flow_problems: configured flows that failed to load (the rest work).
+    """
+
+    settings: Settings
+    database: str
+    checkpoints: CheckpointStore
+    agents: SqliteAgentStore
+    engine: Engine
+    flow_problems: list[FlowProblem] = field(default_factory=list)
+
+    def resolve_run_id(self, prefix: str) -> RunRef:
+        """A full id or unique prefix of a flow or agent run → :class:`RunRef`.
+
+        Raises:
+            UnknownRunError, AmbiguousRunIdError (both ``InputError``).
+        """
+        return resolve_run_id(self.checkpoints, self.agents, prefix)
+
+    def close(self) -> None:
+        """Close the database connection (the engine must be idle)."""
+        self.checkpoints.close()
+
+
+def open_services(
+    settings: Settings,
+    *,
+    flows: list[CompiledFlow[Any]] | None = None,
+    events: EventBus | None = None,
+) -> Services:
+    """Open the database named by ``settings.db_path`` and wire the engine.
+
+    ``flows`` replaces the configured ones; otherwise built-in, entry-point and
+    ``settings.flows`` flows are loaded, and one that fails is reported in
+    ``Services.flow_problems`` while the rest work.
+
+    Raises:
+        BackendUnavailableError: the database URL's backend is not installed.
+        SchemaMissingError (names ``flowdesk db apply``), DatabaseOpenError,
+        SchemaChecksumError, SchemaTooNewError, StoreError.
+    """
+    load = FlowLoad(flows) if flows is not None else load_flows_report(settings)
+    checkpoints = open_sqlite_store(settings)
+    return Services(
+        settings=settings,
+        database=settings.db_path,
+        checkpoints=checkpoints,
+        agents=SqliteAgentStore(checkpoints),
+        engine=Engine(checkpoints, flows=load.flows, events=events),
+        flow_problems=load.problems,
+    )
 
 
 @dataclass
@@ -32,7 +187,7 @@ def apply_schema(settings: Settings) -> SchemaReport:
     Raises:
         DatabaseOpenError, SchemaChecksumError, SchemaTooNewError, StoreError.
     """
-    path = Path(settings.db_path)
+    path = _sqlite_path(settings)
     if path == default_db_path():
         # the default location is ours to create (mode 0700); a --db folder is the user's
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -52,7 +207,7 @@ def apply_schema(settings: Settings) -> SchemaReport:
 def schema_status(settings: Settings) -> list[migrations.SchemaStatus]:
     """Status of every schema file in the settings' database."""
     conn = open_connection(
-        settings.db_path,
+        _sqlite_path(settings),
         synchronous=settings.synchronous,
         busy_timeout_s=settings.busy_timeout_s,
         create=False,
@@ -66,7 +221,7 @@ def schema_status(settings: Settings) -> list[migrations.SchemaStatus]:
 def open_sqlite_store(settings: Settings) -> SqliteCheckpointStore:
     """Open the verified store (raises SchemaMissingError naming ``flowdesk db apply``)."""
     return open_store(
-        settings.db_path,
+        _sqlite_path(settings),
         scope=settings.scope,
         synchronous=settings.synchronous,
         busy_timeout_s=settings.busy_timeout_s,
@@ -92,26 +247,52 @@ def load_flows(settings: Settings) -> list[CompiledFlow[Any]]:
     """Built-in flows, then ``flowdesk.flows`` entry points, then ``settings.flows``.
 
     Raises:
-        ConfigError: a module path cannot be imported or gives no flow.
+        ConfigError: a module path cannot be imported or gives no flow (the first one).
     """
+    load = load_flows_report(settings)
+    if load.problems:
+        raise load.problems[0].error
+    return load.flows
+
+
+def load_flows_report(settings: Settings) -> FlowLoad:
+    """Like :func:`load_flows`, but a flow that fails to load (import error,
+    exception at import, not a compiled flow) is reported in
+    ``FlowLoad.problems`` and the others still load. Never raises for a
+    configured flow."""
     import importlib
     from importlib.metadata import entry_points
 
-    flows = builtin_flows()
-    for ep in entry_points(group="flowdesk.flows"):
-        flows += _flows_from(ep.load(), f"entry point {ep.name!r}")
+    load = FlowLoad(builtin_flows())
+    sources: list[tuple[str, Any]] = [
+        (f"entry point {ep.name!r}", ep.load) for ep in entry_points(group="flowdesk.flows")
+    ]
     for spec in settings.flows:
         module_name, _, attr = spec.partition(":")
-        try:
+
+        def get(module_name: str = module_name, attr: str = attr) -> Any:
             module = importlib.import_module(module_name)
-            obj = getattr(module, attr) if attr else module
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(
-                f"cannot load flow {spec!r} from settings: {exc}; use 'package.module:attr' "
-                "and make sure the package is importable"
-            ) from exc
-        flows += _flows_from(obj, f"flow {spec!r}")
-    return flows
+            return getattr(module, attr) if attr else module
+
+        sources.append((f"flow {spec!r}", get))
+    for where, get in sources:
+        try:
+            obj = get()
+            load.flows += _flows_from(obj, where)
+        except ConfigError as exc:
+            load.problems.append(FlowProblem(where, exc))
+        except Exception as exc:  # the user's module failed to import: report it, go on
+            load.problems.append(
+                FlowProblem(
+                    where,
+                    ConfigError(
+                        f"cannot load {where} from settings: {type(exc).__name__}: {exc}; use "
+                        "'package.module:attr' and make sure the package is importable "
+                        "(on sys.path or installed in this environment)"
+                    ),
+                )
+            )
+    return load
 
 
 def build_model(settings: Settings) -> OpenAICompatibleModel | None:
@@ -151,3 +332,23 @@ def build_engine(
     chosen = flows if flows is not None else load_flows(settings)
     store = open_sqlite_store(settings)
     return Engine(store, flows=chosen, events=events)
+
+
+def inspect_database(settings: Settings) -> dict[str, str]:
+    """What ``flowdesk doctor`` reports about the open database:
+    ``journal_mode`` (``wal``), ``synchronous`` (``OFF``/``NORMAL``/``FULL``/
+    ``EXTRA``, as the connection applies it) and ``quick_check`` (``ok`` or
+    SQLite's first problem).
+
+    Raises:
+        BackendUnavailableError, DatabaseOpenError, StoreError.
+    """
+    conn = open_connection(_sqlite_path(settings), create=False, synchronous=settings.synchronous)
+    try:
+        journal = str(conn.execute("PRAGMA journal_mode").fetchall()[0][0])
+        level = int(str(conn.execute("PRAGMA synchronous").fetchall()[0][0]))
+        check = str(conn.execute("PRAGMA quick_check").fetchall()[0][0])
+    finally:
+        conn.close()
+    sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[level]
+    return {"journal_mode": journal, "synchronous": sync, "quick_check": check}

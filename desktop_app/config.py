@@ -14,12 +14,14 @@ named by ``model.api_key_file`` (see :mod:`desktop_app.secrets`).
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -43,6 +45,32 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME)) / "flowdesk.db"
 
 
+_UNSET_VAR = re.compile(r"\$(\w+|\{\w+\})")
+
+
+def expand_path(value: Any) -> Any:
+    """``~`` and ``$VARS`` expanded in a file path; a database URL
+    (``scheme://...``) is returned unchanged.
+
+    Raises:
+        ValueError: the path names an environment variable that is not set
+            (pydantic reports it as an invalid setting naming the field).
+    """
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or "://" in value:
+        return value
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    unset = _UNSET_VAR.search(expanded)
+    if unset:
+        raise ValueError(f"environment variable {unset.group(1).strip('{}')} is not set")
+    return expanded
+
+
+#: A file path with ``~`` and ``$VARS`` expanded, or a database URL kept intact.
+PathOrURL = Annotated[str, BeforeValidator(expand_path)]
+
+
 class ModelSettings(BaseSettings):
     """The OpenAI-compatible model provider (the key itself lives in keyring,
     or without one in an environment variable or a 0600 file).
@@ -64,14 +92,19 @@ class ModelSettings(BaseSettings):
     timeout_s: float = 60.0
     api_key_name: str = "model_api_key"
     api_key: SecretStr | None = None
-    api_key_file: Path | None = None
+    api_key_file: PathOrURL | None = None
+
+    model_config = SettingsConfigDict(extra="forbid")
 
 
 class Settings(BaseSettings):
     """Flowdesk settings.
 
     Attributes:
-        db_path: the SQLite file; default :func:`default_db_path`.
+        db_path: the database: a SQLite file path (``~`` and ``$VARS``
+            expanded) or a database URL (``postgresql://...``, kept intact;
+            :mod:`desktop_app.bootstrap` picks the backend from it); default
+            :func:`default_db_path`.
         synchronous: SQLite ``synchronous``; ``FULL`` (default) survives power
             loss without re-running a finished step; ``NORMAL`` is faster but a
             commit may roll back after power loss.
@@ -91,10 +124,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="FLOWDESK_",
         env_nested_delimiter="__",
-        extra="ignore",
+        extra="forbid",  # a misspelt key is an error naming the nearest valid one
     )
 
-    db_path: Path = Field(default_factory=default_db_path)
+    db_path: PathOrURL = Field(default_factory=lambda: str(default_db_path()))
     synchronous: Literal["NORMAL", "FULL", "EXTRA"] = "FULL"
     fullfsync: bool = False
     busy_timeout_s: float = Field(default=10.0, gt=0)
@@ -146,12 +179,36 @@ def load_settings(**overrides: object) -> Settings:
             "FLOWDESK_CONFIG at another file"
         ) from exc
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(describe_error(e, Settings) for e in exc.errors())
         raise ConfigError(
             f"invalid settings ({problems}); fix {config_file()} or the FLOWDESK_* variables"
         ) from exc
+
+
+def nearest_key(key: str, model: type[BaseModel]) -> str | None:
+    """The field of ``model`` closest to a misspelt ``key`` (difflib), or ``None``."""
+    close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
+def describe_error(error: Any, model: type[BaseModel]) -> str:
+    """One pydantic error as ``path: message``; an unknown key names the
+    nearest valid one (``unknown key 'db_pth' (did you mean 'db_path'?)``)."""
+    loc = [str(p) for p in error["loc"]]
+    where = ".".join(loc)
+    if error["type"] != "extra_forbidden":
+        return f"{where}: {error['msg']}"
+    owner: type[BaseModel] = model
+    for part in loc[:-1]:  # walk into nested sections ([model] ...)
+        field = owner.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            break
+        owner = annotation
+    hint = nearest_key(loc[-1], owner)
+    valid = ", ".join(owner.model_fields)
+    suggestion = f" (did you mean {hint!r}?)" if hint else f" (valid keys: {valid})"
+    return f"unknown key {where!r}{suggestion}"
 
 
 def recovery_policy(settings: Settings, flow_name: str) -> str:

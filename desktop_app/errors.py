@@ -355,3 +355,27 @@ class SecretsError(FlowdeskError):
 class KeyFileError(SecretsError):
     """The API key file named in settings (``model.api_key_file``) is missing,
     empty, not a regular file, or readable by other users (``chmod 600`` it)."""
+
+
+# --- run ids and backends (command line, app) -------------------------------
+
+
+class UnknownRunError(CheckpointNotFoundError, InputError):
+    """No flow run or agent run has this id (or id prefix) in the scope."""
+
+
+class AmbiguousRunIdError(InputError):
+    """A run-id prefix matches more than one run; ``matches`` lists them."""
+
+    def __init__(self, prefix: str, matches: list[str]) -> None:
+        self.prefix = prefix
+        self.matches = list(matches)
+        shown = ", ".join(self.matches[:10]) + (" ..." if len(self.matches) > 10 else "")
+        super().__init__(
+            f"run id prefix {prefix!r} matches {len(self.matches)} runs ({shown}); "
+            "give more characters"
+        )
+
+
+class BackendUnavailableError(ConfigError):
+    """The database string names a backend that is not installed or not known."""

@@ -2,13 +2,18 @@
 
 Runs as its own process (``python -m desktop_app.export``) with sqlite-utils,
 which uses the standard library's ``sqlite3``; it never imports apsw or the
-engine, so two SQLite libraries never share a process (DESIGN.md). It only
+engine, so two SQLite libraries never share a process. It only
 reads: the database is opened read-only (``mode=ro`` URI).
 
+Times (every ``*_at`` column, stored as UTC epoch seconds) are written as
+ISO-8601 UTC strings (``2026-12-01T11:25:43.120Z``). Every file written is
+created mode 0600 (it holds user data); the output folder, when created
+here, is 0700.
+
 On PostgreSQL (DB is a ``postgresql://`` URL) each table is read with
-``COPY (SELECT …) TO STDOUT`` through psycopg, in one read-only snapshot;
-times are written as UTC epoch seconds, as from a SQLite file, so both
-backends export the same shape.
+``COPY (SELECT …) TO STDOUT`` through psycopg, in one read-only snapshot,
+with times formatted the same way by the server, so both backends export
+the same shape.
 
 Usage: python -m desktop_app.export DB OUT_DIR [--format json|csv] [--table NAME ...]
 """
@@ -18,9 +23,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sqlite3
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO, Any
 
 import sqlite_utils
 
@@ -41,8 +51,35 @@ DEFAULT_TABLES = (
 )
 
 
+def iso_time(value: Any) -> Any:
+    """UTC epoch seconds → ISO-8601 UTC (``...Z``, milliseconds); other values unchanged."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        moment = datetime.fromtimestamp(value, UTC)
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return value
+
+
+def _with_iso_times(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: iso_time(v) if k.endswith("_at") else v for k, v in row.items()}
+
+
+@contextmanager
+def _private(path: Path) -> Iterator[IO[str]]:
+    """Open ``path`` for writing, created (or reset to) mode 0600 before any byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+    with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
+        yield fh
+
+
 def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> dict[str, int]:
-    """Write one file per table; returns rows written per table."""
+    """Write one file per table (mode 0600, times as ISO-8601 UTC); returns
+    rows written per table.
+
+    Raises:
+        SystemExit: a requested table does not exist.
+        sqlite3.DatabaseError: the file cannot be read.
+    """
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     database = sqlite_utils.Database(conn)
     present = set(database.table_names())
@@ -50,18 +87,17 @@ def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> di
     missing = [t for t in wanted if t not in present]
     if missing:
         raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in {db}")
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(mode=0o700, parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     for name in wanted:
-        rows = list(database[name].rows)
+        rows = [_with_iso_times(r) for r in database[name].rows]
         counts[name] = len(rows)
         if fmt == "json":
-            (out / f"{name}.json").write_text(
-                json.dumps(rows, ensure_ascii=False, indent=1, default=str), encoding="utf-8"
-            )
+            with _private(out / f"{name}.json") as fh:
+                fh.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str))
         else:
             columns = [c.name for c in database[name].columns]
-            with (out / f"{name}.csv").open("w", newline="", encoding="utf-8") as fh:
+            with _private(out / f"{name}.csv") as fh:
                 writer = csv.DictWriter(fh, fieldnames=columns)
                 writer.writeheader()
                 writer.writerows(rows)
@@ -73,12 +109,18 @@ def is_postgres_url(db: str) -> bool:
     return db.startswith(("postgresql://", "postgres://"))
 
 
-def export_postgres(
-    url: str, out: Path, fmt: str, tables: list[str] | None = None
-) -> dict[str, int]:
-    """Write one file per table from the PostgreSQL database at ``url``;
-    returns rows written per table. Raises SystemExit for an unknown table,
-    psycopg.Error when the server fails."""
+#: A timestamptz column as the SQLite export writes times (ISO-8601 UTC, milliseconds).
+_PG_ISO = """to_char("{c}" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
+
+
+def export_postgres(url: str, out: Path, fmt: str, tables: list[str] | None = None) -> dict[str, int]:
+    """Write one file per table of the PostgreSQL database at ``url`` (mode
+    0600, times as ISO-8601 UTC); returns rows written per table.
+
+    Raises:
+        SystemExit: a requested table does not exist.
+        psycopg.Error: the server cannot be read.
+    """
     import io
 
     import psycopg
@@ -99,12 +141,11 @@ def export_postgres(
         missing = [t for t in wanted if t not in columns]
         if missing:
             raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in the database")
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
         for name in wanted:
             select = ", ".join(
-                f'extract(epoch from "{c}")::float8 AS "{c}"'
-                if t == "timestamp with time zone"
-                else f'"{c}"'
+                (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"')
+                + f' AS "{c}"'
                 for c, t in columns[name]
             )
             inner = f'SELECT {select} FROM {PG_SCHEMA}."{name}"'
@@ -119,13 +160,13 @@ def export_postgres(
             text = buf.getvalue().decode("utf-8")
             if fmt == "csv":
                 counts[name] = len(list(csv.reader(io.StringIO(text, newline="")))) - 1
-                (out / f"{name}.csv").write_text(text, encoding="utf-8", newline="")
+                with _private(out / f"{name}.csv") as fh:
+                    fh.write(text)
             else:
                 rows = [json.loads(ln.replace("\\\\", "\\")) for ln in text.splitlines()]
                 counts[name] = len(rows)
-                (out / f"{name}.json").write_text(
-                    json.dumps(rows, ensure_ascii=False, indent=1), encoding="utf-8"
-                )
+                with _private(out / f"{name}.json") as fh:
+                    fh.write(json.dumps(rows, ensure_ascii=False, indent=1))
     return counts
 
 

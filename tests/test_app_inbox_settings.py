@@ -443,7 +443,10 @@ async def test_settings_are_saved_to_the_toml_file_keeping_other_keys(tmp_path: 
     db = tmp_path / "t.db"
     settings = settings_for(db)
     path = config_file()
-    path.write_text('scope = "default"\n\n[model]\napi_key_name = "mykey"\n\n[other]\na = 1\n')
+    # keys the screen does not edit stay (an unknown key would be an error now)
+    path.write_text(
+        'scope = "default"\n\n[model]\napi_key_name = "mykey"\n\n[recovery]\ndigest = "ask"\n'
+    )
     app = FlowdeskApp(settings, flows=all_flows())
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -481,7 +484,7 @@ async def test_settings_are_saved_to_the_toml_file_keeping_other_keys(tmp_path: 
             "model": "llama3.2",
             "timeout_s": 30.0,
         },
-        "other": {"a": 1},
+        "recovery": {"digest": "ask"},
     }
     again = load_settings(db_path=db)
     assert again.synchronous == "NORMAL"

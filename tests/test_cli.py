@@ -49,7 +49,7 @@ def test_run_list_show(tmp_path):
     assert "scan" in show.stdout and "summarize" in show.stdout and "iteration 12" in show.stdout
     assert f"{row['run_id']}:0" in show.stdout
     unknown = flowdesk(db, "show", "nope")
-    assert unknown.returncode == 1 and "no run nope" in unknown.stderr
+    assert unknown.returncode == 2 and "no run nope" in unknown.stderr  # README: 2 = bad input
 
 
 def test_kill_cli_mid_run_then_resume_all(tmp_path):

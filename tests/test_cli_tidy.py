@@ -28,7 +28,8 @@ def test_tidy_approved_from_the_cli_moves_files_and_writes_undo(tmp_path):
     assert flowdesk(db, "db", "apply").returncode == 0
     started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
     assert started.returncode == 0 and started.stdout.strip().endswith("waiting")
-    run_id = started.stdout.split()[1]
+    run_id = started.stdout.splitlines()[0]  # the run id comes first
+    assert started.stdout.splitlines()[-1] == f"run {run_id} waiting"
     assert "move 2 files" in flowdesk(db, "waiting").stdout
     answered = flowdesk(db, "answer", run_id, "yes")
     assert answered.returncode == 0, answered.stderr

@@ -43,10 +43,13 @@ def test_user_flow_answer_signal_and_agent(tmp_path):
     listed = flowdesk(db, "flows")
     assert "approval" in listed.stdout and "digest" in listed.stdout
     bad = flowdesk(db, "start", "approval", "--input", '{"nope": 1}')
+    assert bad.returncode == 2 and "unknown key 'nope'" in bad.stderr
+    bad = flowdesk(db, "start", "approval", "--input", "{}")
     assert bad.returncode == 2 and "order: Field required" in bad.stderr
     started = flowdesk(db, "start", "approval", "--input", '{"order": "o-1"}')
     assert started.returncode == 0, started.stderr
-    run_id = started.stdout.split()[1]
+    run_id = started.stdout.splitlines()[0]  # the run id comes first
+    assert started.stdout.splitlines()[-1] == f"run {run_id} waiting"
     assert started.stdout.strip().endswith("waiting")
     waiting = flowdesk(db, "waiting")
     assert f"{run_id}:approve:0" in waiting.stdout and "Ship this order?" in waiting.stdout

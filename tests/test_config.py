@@ -12,11 +12,11 @@ from desktop_app.errors import ConfigError
 
 def test_defaults_use_platform_dirs(monkeypatch, tmp_path):
     settings = load_settings()
-    assert settings.db_path == default_db_path()
-    assert settings.db_path.name == "flowdesk.db"
+    assert settings.db_path == str(default_db_path())  # a string: a path or a database URL
+    assert Path(settings.db_path).name == "flowdesk.db"
     assert str(settings.db_path).startswith(str(Path.home()))
     assert settings.synchronous == "FULL"
-    assert not settings.db_path.exists()  # computing the default creates nothing
+    assert not Path(settings.db_path).exists()  # computing the default creates nothing
 
 
 def test_toml_file_then_env_then_arguments(monkeypatch, tmp_path):
@@ -29,7 +29,7 @@ def test_toml_file_then_env_then_arguments(monkeypatch, tmp_path):
     s = load_settings()
     assert s.synchronous == "EXTRA" and s.model.base_url == "http://127.0.0.1:11434/v1"
     s = load_settings(db_path=tmp_path / "x.db")
-    assert s.db_path == tmp_path / "x.db"
+    assert s.db_path == str(tmp_path / "x.db")
 
 
 def test_invalid_setting_names_the_field(monkeypatch):

@@ -75,7 +75,9 @@ def test_export_reads_postgres_with_copy_json_and_csv(pg_url, pg_store, tmp_path
     runs = json.loads((tmp_path / "j" / "runs.json").read_text())
     cps = json.loads((tmp_path / "j" / "checkpoints.json").read_text())
     assert [r["run_id"] for r in runs] == [res.run_id]
-    assert runs[0]["created_at"] == pytest.approx(pg_store.get_run(res.run_id).created_at)
+    from desktop_app.export import iso_time
+
+    assert runs[0]["created_at"] == iso_time(pg_store.get_run(res.run_id).created_at)
     assert len(cps) == 2
     # the codec text comes out exactly as stored (backslashes, quotes, newlines)
     assert cps[1]["state"] == stored

@@ -199,7 +199,7 @@ def test_unstorable_result_from_the_cli_exits_1_and_resumes_after_fix(tmp_path):
     assert started.returncode == 1, started.stderr
     assert "Traceback" not in started.stderr
     assert "step 'produce'" in started.stderr and "'payload'" in started.stderr
-    run_id = started.stdout.split()[1]
+    run_id = started.stdout.splitlines()[0].strip()  # `start` prints the run id first
     assert started.stdout.strip().endswith("failed")
     resumed = flowdesk("resume", run_id, UNSTORABLE_FIXED="1")
     assert resumed.returncode == 0, resumed.stderr

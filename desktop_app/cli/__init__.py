@@ -1,0 +1,84 @@
+# PYTHON_ARGCOMPLETE_OK
+"""The ``flowdesk`` command line.
+
+``flowdesk`` with no command launches the app. Every command takes
+``--db PATH_OR_URL`` (default: ``flowdesk.db`` in the user data dir) and
+``--scope NAME``. Exit codes (the README's): 0 success; 1 a run failed or a
+Flowdesk error; 2 bad input: an unknown or ambiguous run id, an unknown flow
+name, a missing folder, bad JSON, an invalid or unknown setting, a usage
+error; 130 interrupted (Ctrl-C).
+
+Modules: :mod:`.parser` (argparse + argcomplete), :mod:`.output` (times,
+JSON, hints, progress), :mod:`.runs` (runs, show, watch, waiting, resume,
+cancel), :mod:`.start` (run, start, answer, signal), :mod:`.ask` (agent
+runs), :mod:`.admin` (db, flows, doctor, export, secrets, agent, app,
+completion). The database is opened only through :mod:`desktop_app.bootstrap`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from desktop_app.cli import admin, ask, runs, start
+from desktop_app.cli.common import Ctx
+from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from desktop_app.cli.parser import build_parser
+from desktop_app.errors import ConfigError, FlowdeskError, InputError, UnknownFlowError
+
+__all__ = ["COMMANDS", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+
+COMMANDS: dict[str, Callable[[Ctx], int]] = {
+    "app": admin.cmd_app,
+    "db": admin.cmd_db,
+    "run": start.cmd_run,
+    "runs": runs.cmd_runs,
+    "start": start.cmd_start,
+    "flows": admin.cmd_flows,
+    "show": runs.cmd_show,
+    "watch": runs.cmd_watch,
+    "resume": runs.cmd_resume,
+    "cancel": runs.cmd_cancel,
+    "waiting": runs.cmd_waiting,
+    "answer": start.cmd_answer,
+    "signal": start.cmd_signal,
+    "agent": admin.cmd_agent,
+    "ask": ask.cmd_ask,
+    "export": admin.cmd_export,
+    "doctor": admin.cmd_doctor,
+    "secrets": admin.cmd_secrets,
+    "completion": admin.cmd_completion,
+}
+
+#: errors that mean the user's input was wrong: exit 2
+BAD_INPUT = (InputError, ConfigError, UnknownFlowError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flowdesk`` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)  # answers the shell's completion request, then exits
+    except ImportError:  # completion is a convenience; the command works without it
+        pass
+    args = parser.parse_args(argv)
+    ctx = Ctx(args)
+    handler = COMMANDS[args.command or "app"]
+    try:
+        return handler(ctx)
+    except BrokenPipeError:  # `flowdesk runs | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    except BAD_INPUT as exc:
+        print(f"flowdesk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except FlowdeskError as exc:
+        print(f"flowdesk: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        what = f"resume {ctx.current_run}" if ctx.current_run else "resume --all"
+        print(f"flowdesk: interrupted; run `{ctx.hints.cmd(what)}` to continue", file=sys.stderr)
+        return 130

@@ -1,0 +1,255 @@
+"""Housekeeping: ``db``, ``flows``, ``doctor``, ``export``, ``secrets``,
+``agent``, ``app`` and ``completion``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from desktop_app.cli.common import Ctx
+from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit, iso, when
+from desktop_app.errors import FlowdeskError, InputError
+
+
+def dispatcher(engine: Any) -> Any:
+    """The outbox dispatcher for the built-in flows' destinations."""
+    from desktop_app.flow.outbox import Dispatcher
+    from desktop_app.flows import builtin_destinations
+
+    return Dispatcher(engine.store, builtin_destinations(engine.store))
+
+
+def cmd_db(ctx: Ctx) -> int:
+    from desktop_app.bootstrap import apply_schema, schema_status
+
+    if ctx.args.db_command == "apply":
+        report = apply_schema(ctx.settings)
+        if report.applied:
+            for key in report.applied:
+                print(f"applied {key}")
+        else:
+            print("schema is up to date")
+        print(f"database: {report.path}")
+        return EXIT_OK
+    states = schema_status(ctx.settings)
+    if ctx.args.json:
+        for st in states:
+            emit({"key": st.key, "state": st.state, "applied_at": iso(st.applied_at)})
+        return EXIT_OK
+    print(f"{'STATE':8} {'SCHEMA FILE':40} APPLIED (UTC)")
+    for st in states:
+        print(f"{st.state:8} {st.key:40} {when(st.applied_at)}")
+    return EXIT_OK
+
+
+def cmd_flows(ctx: Ctx) -> int:
+    from desktop_app.bootstrap import load_flows_report
+
+    load = load_flows_report(ctx.settings)
+    if ctx.args.json:
+        for f in load.flows:
+            emit({"name": f.name, "version": f.version, "steps": len(f.steps), "ok": True})
+        for p in load.problems:
+            emit({"name": None, "source": p.source, "ok": False, "error": str(p.error)})
+    else:
+        print(f"{'FLOW':16} {'VERSION':24} STEPS")
+        for f in load.flows:
+            print(f"{f.name:16} {f.version:24} {len(f.steps)}")
+        for p in load.problems:
+            print(f"flowdesk: {p.error}", file=sys.stderr)
+    return EXIT_FAILED if load.problems else EXIT_OK
+
+
+def cmd_doctor(ctx: Ctx) -> int:
+    import shutil
+    import stat
+
+    from desktop_app.bootstrap import inspect_database, load_flows_report, parse_database
+
+    settings = ctx.settings
+    path = parse_database(settings.db_path).path
+    checks: list[dict[str, Any]] = []
+
+    def line(ok: bool | None, what: str, detail: str) -> None:
+        """ok True, a problem False, a warning None (reported, not a failure)."""
+        status = {True: "ok", False: "bad", None: "warn"}[ok]
+        checks.append({"check": what, "status": status, "detail": detail})
+        if not ctx.args.json:
+            mark = {True: "ok  ", False: "BAD ", None: "warn"}[ok]
+            print(f"{mark} {what:18} {detail}")
+
+    apply_hint = ctx.hints.cmd("db apply") if ctx.hints.db else f"flowdesk --db {path} db apply"
+    line(
+        path.exists(),
+        "database",
+        f"{path}" + ("" if path.exists() else f" (missing: run `{apply_hint}`)"),
+    )
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        line(
+            mode & 0o077 == 0,
+            "file mode",
+            f"{mode:04o}"
+            + ("" if mode & 0o077 == 0 else f" (others can read it: chmod 600 {path})"),
+        )
+        line(True, "size", f"{path.stat().st_size:,} bytes")
+        writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+        line(
+            writable,
+            "writable",
+            "yes (file and folder)"
+            if writable
+            else f"no: Flowdesk needs to write {path} and create its -wal/-shm files in "
+            f"{path.parent} (check permissions, or a read-only mount)",
+        )
+        try:
+            from desktop_app.bootstrap import schema_status
+
+            bad = [s for s in schema_status(settings) if s.state != "applied"]
+            line(
+                not bad,
+                "schema",
+                "all applied" if not bad else ", ".join(f"{s.key} {s.state}" for s in bad),
+            )
+            info = inspect_database(settings)
+            line(info["journal_mode"] == "wal", "journal mode", info["journal_mode"])
+            line(True, "synchronous", f"{info['synchronous']} (setting: {settings.synchronous})")
+            line(info["quick_check"] == "ok", "quick_check", info["quick_check"])
+        except FlowdeskError as exc:
+            line(False, "open", str(exc))
+    free = shutil.disk_usage(path.parent if path.parent.exists() else Path.home()).free
+    line(free > 100 * 2**20, "free disk", f"{free / 2**30:,.1f} GiB")
+    load = load_flows_report(settings)
+    line(
+        not load.problems,
+        "flows",
+        f"{len(load.flows)} loaded ({', '.join(f.name for f in load.flows)})"
+        + "".join(f"; {p.error}" for p in load.problems),
+    )
+    try:
+        import keyring
+
+        backend = keyring.get_keyring()
+        name = f"{type(backend).__module__}.{type(backend).__name__}"
+        usable = "fail" not in name
+        line(
+            True if usable else None,
+            "keyring",
+            name
+            if usable
+            else f"{name}: no keyring here, so API keys cannot be stored (local models need none)",
+        )
+    except Exception as exc:  # report, never crash the doctor
+        line(False, "keyring", f"{type(exc).__name__}: {exc}")
+    cfg = settings.model
+    if cfg.base_url and cfg.model:
+        import httpx
+
+        try:
+            resp = httpx.get(cfg.base_url.rstrip("/") + "/models", timeout=3)
+            line(
+                resp.status_code < 500, "model provider", f"{cfg.base_url} HTTP {resp.status_code}"
+            )
+        except httpx.HTTPError as exc:
+            line(False, "model provider", f"{cfg.base_url}: {type(exc).__name__}: {exc}")
+    else:
+        line(True, "model provider", "not configured (FLOWDESK_MODEL__BASE_URL, __MODEL)")
+    import time
+
+    ok = not any(c["status"] == "bad" for c in checks)
+    if ctx.args.json:
+        emit(
+            {
+                "ok": ok,
+                "database": settings.db_path,
+                "checked_at": iso(time.time()),
+                "checks": checks,
+            }
+        )
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_export(ctx: Ctx) -> int:
+    import subprocess
+
+    from desktop_app.bootstrap import parse_database
+
+    a = ctx.args
+    cmd = [
+        sys.executable,
+        "-m",
+        "desktop_app.export",
+        str(parse_database(ctx.settings.db_path).path),
+        str(a.out),
+        "--format",
+        a.format,
+    ]
+    for table in a.table or []:
+        cmd += ["--table", table]
+    # its own process: sqlite-utils (stdlib sqlite3) never shares one with the engine
+    return subprocess.run(cmd, check=False).returncode
+
+
+def cmd_secrets(ctx: Ctx) -> int:
+    import getpass
+
+    from desktop_app.secrets import delete_secret, set_secret
+
+    a = ctx.args
+    if a.secrets_command == "delete":
+        delete_secret(a.name)
+        print(f"deleted {a.name}")
+        return EXIT_OK
+    value = getpass.getpass(f"{a.name}: ") if sys.stdin.isatty() else sys.stdin.readline()
+    value = value.strip()
+    if not value:
+        raise InputError("empty secret; nothing stored")
+    set_secret(a.name, value)
+    print(f"stored {a.name} in the keyring")  # never echo the value
+    return EXIT_OK
+
+
+def cmd_agent(ctx: Ctx) -> int:
+    import signal as signals
+    import threading
+
+    from desktop_app.config import recovery_policy
+
+    sv = ctx.services()
+    engine = sv.engine
+    stop = threading.Event()
+
+    def on_term(signum: int, _frame: object) -> None:
+        print(f"flowdesk agent: signal {signum}, stopping after the current step", file=sys.stderr)
+        engine.stop()
+        stop.set()
+
+    signals.signal(signals.SIGTERM, on_term)
+    signals.signal(signals.SIGINT, on_term)
+    print(f"flowdesk agent: serving {sv.database} as {engine.owner}", file=sys.stderr)
+    settings = sv.settings
+    engine.serve(
+        stop,
+        poll_s=ctx.args.poll,
+        on_tick=dispatcher(engine).dispatch,
+        only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
+    )
+    sv.close()
+    return EXIT_OK
+
+
+def cmd_app(ctx: Ctx) -> int:
+    from desktop_app.app.main import FlowdeskApp
+
+    app = FlowdeskApp(ctx.settings)
+    app.run()
+    return app.return_code or EXIT_OK
+
+
+def cmd_completion(ctx: Ctx) -> int:
+    from argcomplete.shell_integration import shellcode
+
+    print(shellcode(["flowdesk"], shell=ctx.args.shell))
+    return EXIT_OK

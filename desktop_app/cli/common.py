@@ -1,0 +1,68 @@
+"""What every command handler shares: settings, services, hints, warnings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any
+
+from desktop_app.cli.output import Hints
+
+if TYPE_CHECKING:
+    from desktop_app.bootstrap import Services
+    from desktop_app.config import Settings
+    from desktop_app.flow import CompiledFlow, EventBus
+    from desktop_app.store.runids import RunRef
+
+
+class Ctx:
+    """One command's context: its arguments, settings (loaded once), hints."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.hints = Hints(getattr(args, "db", None), getattr(args, "scope", None))
+        self._settings: Settings | None = None
+        #: the run being executed, for the Ctrl-C hint
+        self.current_run: str | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The effective settings (``--db``/``--scope`` beat env and file).
+
+        Raises:
+            ConfigError: an invalid or unknown setting (exit 2).
+        """
+        if self._settings is None:
+            from desktop_app.config import load_settings
+
+            self._settings = load_settings(db_path=self.args.db, scope=self.args.scope)
+        return self._settings
+
+    def services(
+        self, *, events: EventBus | None = None, flows: list[CompiledFlow[Any]] | None = None
+    ) -> Services:
+        """Open the database through the composition root; report (on
+        stderr) each configured flow that failed to load; the rest work."""
+        from desktop_app.bootstrap import open_services
+
+        services = open_services(self.settings, events=events, flows=flows)
+        for problem in services.flow_problems:
+            print(f"flowdesk: warning: {problem.error} (other flows work)", file=sys.stderr)
+        return services
+
+    def resolve(self, sv: Services, prefix: str) -> RunRef:
+        """A run id or unique prefix → the run (flow or agent), with hints
+        that repeat this command's ``--db``/``--scope``.
+
+        Raises:
+            UnknownRunError, AmbiguousRunIdError (exit 2).
+        """
+        from desktop_app.errors import UnknownRunError
+
+        try:
+            return sv.resolve_run_id(prefix)
+        except UnknownRunError as exc:
+            raise UnknownRunError(
+                f"{exc} (a scope is a named set of runs inside one database: pick another "
+                f"with --scope or FLOWDESK_SCOPE); list the runs with `{self.hints.cmd('runs')}`"
+            ) from exc

@@ -1,0 +1,164 @@
+"""How the command line prints: times, durations, JSON, hints, progress.
+
+* Times: ISO-8601 UTC (``2026-12-01T11:25:43.120Z``) in ``--json`` output,
+  ``2026-12-01 11:25:43`` in tables (also UTC).
+* Durations: ``23 h 59 min``, ``4 min 10 s``, ``12 s`` (never ``86,399 s``).
+* ``--json``: commands that list things print JSON Lines (one object per
+  line); ``show`` and ``doctor`` print one JSON object.
+* Hints repeat the ``--db`` and ``--scope`` the user gave, so copying one
+  reads the same database.
+* Progress: one updating line with rate and ETA (rich) on a terminal, plain
+  ``done/total`` lines otherwise; ``NO_COLOR`` turns colour off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def iso(ts: float | None) -> str | None:
+    """UTC epoch seconds → ISO-8601 UTC with milliseconds and ``Z``; ``None`` stays."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def when(ts: float | None) -> str:
+    """UTC epoch seconds → ``YYYY-MM-DD HH:MM:SS`` (UTC) for tables; ``-`` for none."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float) -> str:
+    """A human duration: ``2 d 3 h``, ``23 h 59 min``, ``4 min 10 s``, ``12 s``."""
+    s = round(abs(seconds))
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        text = f"{days} d {hours} h" if hours else f"{days} d"
+    elif hours:
+        text = f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    elif minutes:
+        text = f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    else:
+        text = f"{secs} s"
+    return text if seconds >= 0 else f"-{text}"
+
+
+def due_in(deadline_at: float, now: float) -> str:
+    """``in 23 h 59 min`` or ``passed 5 s ago``."""
+    left = deadline_at - now
+    return f"in {duration(left)}" if left >= 0 else f"passed {duration(-left)} ago"
+
+
+def progress_text(p: tuple[int, int] | None) -> str:
+    return "-" if p is None else f"{p[0]}/{p[1]}"
+
+
+def emit(obj: Any) -> None:
+    """One JSON document (or JSON Lines row) on stdout."""
+    print(json.dumps(obj, ensure_ascii=False, default=str))
+
+
+class Hints:
+    """Builds commands to suggest, with the ``--db``/``--scope`` the user gave."""
+
+    def __init__(self, db: str | None, scope: str | None) -> None:
+        self.db = db
+        self.scope = scope
+
+    def cmd(self, rest: str) -> str:
+        """``flowdesk --db '/my db' resume --all``, quoted for a POSIX shell."""
+        parts = ["flowdesk"]
+        if self.db is not None:
+            parts += ["--db", shlex.quote(self.db)]
+        if self.scope is not None:
+            parts += ["--scope", shlex.quote(self.scope)]
+        return " ".join([*parts, rest])
+
+
+def no_color() -> bool:
+    """``NO_COLOR`` set to anything non-empty (https://no-color.org)."""
+    return bool(os.environ.get("NO_COLOR"))
+
+
+def step_listener(quiet: bool) -> Any:
+    """An event-bus listener printing run progress and finished steps on stderr.
+
+    On a terminal: one rich progress line (count, rate in files/s, ETA)
+    updated in place. Otherwise: a ``done/total`` line at most every 0.5 s
+    (and the last one), so logs stay short.
+    """
+    from desktop_app.flow.events import RunProgress, StepFinished
+
+    tty = sys.stderr.isatty() and not quiet
+    bar: Any = None
+    task: Any = None
+    last = [0.0]
+
+    def start_bar(done: int, total: int) -> None:
+        nonlocal bar, task
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        console = Console(stderr=True, no_color=no_color())
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        bar.start()
+        task = bar.add_task("progress", total=total, completed=done, rate="")
+
+    def listener(event: object) -> None:
+        nonlocal bar
+        if quiet:
+            return
+        if isinstance(event, RunProgress):
+            if tty:
+                if bar is None:
+                    if event.done >= event.total:  # nothing left to watch
+                        return
+                    start_bar(event.done, event.total)
+                speed = bar.tasks[0].speed if bar.tasks else None
+                rate = f"{speed:,.0f}/s" if speed else ""
+                bar.update(task, completed=event.done, total=event.total, rate=rate)
+                if event.done == event.total:
+                    bar.stop()
+                    bar = None
+                return
+            now = time.monotonic()
+            if now - last[0] >= 0.5 or event.done == event.total:
+                last[0] = now
+                print(f"  {event.done}/{event.total}", file=sys.stderr, flush=True)
+        elif isinstance(event, StepFinished):
+            r = event.result
+            extra = f": {r.error}" if r.error else ""
+            line = f"step {r.name} {r.status} ({r.duration_ms:.0f} ms){extra}"
+            if bar is not None:
+                bar.console.print(line, markup=False, highlight=False)
+            else:
+                print(line, file=sys.stderr, flush=True)
+
+    return listener

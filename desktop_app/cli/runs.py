@@ -1,0 +1,388 @@
+"""Reading and steering runs: ``runs``, ``show``, ``watch``, ``waiting``,
+``resume``, ``cancel``. Flow runs and agent runs alike; every run id may be
+a unique prefix (:func:`desktop_app.store.runids.resolve_run_id`)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from desktop_app.cli.common import Ctx
+from desktop_app.cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    due_in,
+    emit,
+    iso,
+    progress_text,
+    step_listener,
+    when,
+)
+from desktop_app.errors import RunLeasedError
+
+if TYPE_CHECKING:
+    from desktop_app.bootstrap import Services
+
+#: agent statuses in the flow vocabulary (``--status completed`` finds done agent runs)
+AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out"}
+#: end statuses that mean the run did not do its job (``watch`` exits 1)
+FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
+#: statuses after which a run never changes (both vocabularies)
+TERMINAL = {"completed", "canceled", "timed_out", "done", "timeout", "rate_limited", "expired"}
+
+
+def flow_row(r: Any) -> dict[str, Any]:
+    return {
+        "kind": "flow",
+        "run_id": r.run_id,
+        "flow": r.flow_name,
+        "status": r.status,
+        "progress": list(r.progress) if r.progress else None,
+        "created_at": iso(r.created_at),
+        "updated_at": iso(r.updated_at),
+        "error": r.error,
+        "flow_key": r.flow_key,
+        "parent_run_id": r.parent_run_id,
+        "deadline_at": iso(r.deadline_at),
+        "lease_owner": r.lease_owner,
+        "lease_expires_at": iso(r.lease_expires_at),
+    }
+
+
+def agent_row(r: Any) -> dict[str, Any]:
+    return {
+        "kind": "agent",
+        "run_id": r.run_id,
+        "flow": r.agent,
+        "status": r.status,
+        "progress": None,
+        "turns": r.turns,
+        "created_at": iso(r.created_at),
+        "updated_at": iso(r.updated_at),
+        "error": r.error,
+        "parent_run_id": r.parent_run_id,
+        "deadline_at": iso(r.deadline_at),
+        "retry_at": iso(r.retry_at),
+    }
+
+
+def cmd_runs(ctx: Ctx) -> int:
+    a = ctx.args
+    sv = ctx.services()
+    rows: list[tuple[float, dict[str, Any]]] = []
+    wanted = set(a.status or [])
+    if a.kind in (None, "flow"):
+        for r in sv.checkpoints.list_runs(
+            statuses=a.status,
+            flow_name=a.flow,
+            newest_first=True,
+            limit=a.limit,
+            tenant_id=a.tenant,
+            session_id=a.session,
+        ):
+            rows.append((r.created_at, flow_row(r)))
+    if a.kind in (None, "agent") and a.tenant is None and a.session is None:
+        for ar in sv.agents.list(agent=a.flow):
+            if ar.parent_run_id and not a.children:
+                continue
+            if wanted and not ({ar.status, AGENT_AS_FLOW_STATUS.get(ar.status)} & wanted):
+                continue
+            rows.append((ar.created_at, agent_row(ar)))
+    rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
+    shown = [row for _, row in rows[: a.limit]]
+    if a.json:
+        for row in shown:
+            emit(row)
+        return EXIT_OK
+    if not shown:
+        print("no runs")
+        return EXIT_OK
+    print(
+        f"{'RUN':32}  {'KIND':5}  {'FLOW':12} {'STATUS':14} {'PROGRESS':>11}  "
+        f"{'STARTED (UTC)':19}  UPDATED (UTC)"
+    )
+    for row in shown:
+        prog = progress_text(row["progress"]) if row["kind"] == "flow" else f"{row['turns']} turns"
+        print(
+            f"{row['run_id']:32}  {row['kind']:5}  {row['flow']:12} {row['status']:14} "
+            f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
+        )
+    return EXIT_OK
+
+
+def _table_time(text: str | None) -> str:
+    return "-" if text is None else text[:19].replace("T", " ")
+
+
+# -- show ------------------------------------------------------------------
+
+
+def cmd_show(ctx: Ctx) -> int:
+    sv = ctx.services()
+    ref = ctx.resolve(sv, ctx.args.run_id)
+    if ref.kind == "agent":
+        return _show_agent(sv, ref.run_id, ctx.args.json)
+    store = sv.checkpoints
+    run = store.get_run(ref.run_id)
+    cp = store.latest(ref.run_id)
+    history = store.history(ref.run_id)
+    if ctx.args.json:
+        emit(
+            {
+                **flow_row(run),
+                "flow_version": run.flow_version,
+                "revision": run.revision,
+                "context": dict(run.context),
+                "steps": [
+                    {
+                        "step_id": rec.step_id,
+                        "status": rec.status,
+                        "attempts": rec.attempts,
+                        "iteration": rec.iteration,
+                        "started_at": iso(rec.started_at),
+                        "finished_at": iso(rec.finished_at),
+                        "duration_ms": rec.duration_ms,
+                        "next_retry_at": iso(rec.next_retry_at),
+                        "error": rec.error,
+                    }
+                    for rec in cp.steps.values()
+                ],
+                "waits": [_wait_row(w) for w in cp.waits],
+                "checkpoints": [
+                    {
+                        "id": i.id,
+                        "revision": i.revision,
+                        "status": i.status,
+                        "step_id": i.step_id,
+                        "created_at": iso(i.created_at),
+                    }
+                    for i in history
+                ],
+            }
+        )
+        return EXIT_OK
+    print(f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {run.status}")
+    if run.error:
+        print(f"error: {run.error}")
+    print("steps:")
+    for rec in cp.steps.values():
+        extra = f" iteration {rec.iteration}" if rec.iteration else ""
+        err = f"  {rec.error}" if rec.error else ""
+        print(f"  {rec.step_id:16} {rec.status:12} attempts {rec.attempts}{extra}{err}")
+    print(f"checkpoints: {len(history)}")
+    shown = history if len(history) <= 12 else history[:5] + history[-5:]
+    for i, info in enumerate(shown):
+        if len(history) > 12 and i == 5:
+            print(f"  … {len(history) - 10} more")
+        print(f"  {info.id}  {info.status:10} {info.step_id:16} {when(info.created_at)}")
+    return EXIT_OK
+
+
+def _clip(text: str, n: int = 100) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= n else one[: n - 1] + "…"
+
+
+def _show_agent(sv: Services, run_id: str, as_json: bool) -> int:
+    run = sv.agents.get(run_id)
+    messages = sv.agents.messages(run_id)
+    tools = sv.agents.tool_results(run_id)
+    if as_json:
+        emit(
+            {
+                **agent_row(run),
+                "input": run.input,
+                "response": run.response,
+                "expires_at": iso(run.expires_at),
+                "pending_call": run.pending_call,
+                "context": run.context,
+                "messages": messages,
+                "tool_results": [
+                    {
+                        "tool_key": t.tool_key,
+                        "tool": t.tool,
+                        "status": t.status,
+                        "attempts": t.attempts,
+                        "reused": t.reused,
+                        "result": t.result,
+                    }
+                    for t in tools
+                ],
+            }
+        )
+        return EXIT_OK
+    print(f"agent run {run.run_id}  agent {run.agent}  status {run.status}  turns {run.turns}")
+    print(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
+    if run.error:
+        print(f"error: {run.error}")
+    print("turns:")
+    for m in messages:
+        if m["role"] == "system":
+            continue
+        if m["role"] == "tool":
+            reused = " (reused)" if m.get("reused") else ""
+            print(f"  tool {m.get('name')}{reused}: {_clip(m.get('content') or '')}")
+            continue
+        if m.get("content"):
+            print(f"  {m['role']}: {_clip(m['content'])}")
+        for call in m.get("tool_calls", []):
+            args = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
+            print(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
+    print(f"tool calls: {len(tools)}")
+    for t in tools:
+        print(f"  {t.tool:14} {t.status:12} attempts {t.attempts}  reused {t.reused}")
+    return EXIT_OK
+
+
+# -- watch -----------------------------------------------------------------
+
+
+def cmd_watch(ctx: Ctx) -> int:
+    """Print a line whenever a run's status or progress changes; with a run
+    id, stop when that run ends or fails (exit 1 if it failed or timed out,
+    0 if it completed or was canceled). Polls ``data_version`` every
+    ``--interval`` seconds."""
+    sv = ctx.services()
+    one = ctx.resolve(sv, ctx.args.run_id) if ctx.args.run_id else None
+    try:
+        return _watch(ctx, sv, one)
+    except KeyboardInterrupt:  # Ctrl-C is how watching ends; nothing to resume
+        return EXIT_OK
+
+
+def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
+    seen: dict[str, tuple[Any, ...]] = {}
+    version: int | None = None
+    while True:
+        now_version = sv.checkpoints.data_version()
+        if now_version != version:
+            version = now_version
+            rows = _watch_rows(sv, one)
+            for row in rows:
+                key = (row["status"], row["progress"], row.get("turns"), row["error"])
+                if seen.get(row["run_id"]) != key:
+                    seen[row["run_id"]] = key
+                    prog = progress_text(row["progress"])
+                    err = f"  {row['error']}" if row["error"] else ""
+                    print(
+                        f"{_table_time(row['updated_at'])}  {row['run_id']}  {row['kind']} "
+                        f"{row['flow']}  {row['status']}  {prog}{err}",
+                        flush=True,
+                    )
+            if one is not None and rows and rows[0]["status"] in TERMINAL | {"failed"}:
+                return EXIT_FAILED if rows[0]["status"] in FAILED else EXIT_OK
+        time.sleep(ctx.args.interval)
+
+
+def _watch_rows(sv: Services, one: Any) -> list[dict[str, Any]]:
+    if one is not None:
+        if one.kind == "agent":
+            return [agent_row(sv.agents.get(one.run_id))]
+        return [flow_row(sv.checkpoints.get_run(one.run_id))]
+    rows = [flow_row(r) for r in sv.checkpoints.list_runs(newest_first=True, limit=200)]
+    rows += [agent_row(r) for r in sv.agents.list() if not r.parent_run_id]
+    return sorted(rows, key=lambda r: r["updated_at"] or "")
+
+
+# -- waiting ---------------------------------------------------------------
+
+
+def _wait_row(w: Any) -> dict[str, Any]:
+    return {
+        "wait_id": w.wait_id,
+        "step_id": w.step_id,
+        "kind": w.kind,
+        "name": w.name,
+        "key": w.key,
+        "prompt": w.prompt,
+        "created_at": iso(w.created_at),
+        "deadline_at": iso(w.deadline_at),
+    }
+
+
+def cmd_waiting(ctx: Ctx) -> int:
+    sv = ctx.services()
+    engine = sv.engine
+    runs = engine.waiting()
+    asking = sv.agents.list(statuses=["input_required"])
+    now = time.time()
+    if ctx.args.json:
+        for run in runs:
+            emit({**flow_row(run), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]})
+        for ar in asking:
+            question = (ar.pending_call or {}).get("arguments", {}).get("question")
+            emit({**agent_row(ar), "question": question})
+        return EXIT_OK
+    if not runs and not asking:
+        print("no waiting runs")
+    for run in runs:
+        print(f"run {run.run_id}  flow {run.flow_name}")
+        waits = engine.waits(run.run_id)
+        if not waits and run.error:
+            hint = ctx.hints.cmd(f"resume {run.run_id}")
+            print(f"  paused for an operator: {run.error}  ({hint})")
+        for w in waits:
+            what = {
+                "input": f"input: {json.dumps(w.prompt)}",
+                "signal": f"signal {w.name} {w.key}",
+                "event": f"event {w.name}",
+                "timer": "timer",
+            }[w.kind]
+            due = "" if w.deadline_at is None else f"  deadline {due_in(w.deadline_at, now)}"
+            print(f"  {w.wait_id}  {what}{due}")
+    for ar in asking:
+        question = (ar.pending_call or {}).get("arguments", {}).get("question")
+        print(f"agent run {ar.run_id}  agent {ar.agent}")
+        hint = ctx.hints.cmd(f"ask --resume {ar.run_id} --answer TEXT")
+        print(f"  asks: {json.dumps(question)}  ({hint})")
+    return EXIT_OK
+
+
+# -- resume / cancel -------------------------------------------------------
+
+
+def cmd_resume(ctx: Ctx) -> int:
+    from desktop_app.flow import EventBus
+
+    events = EventBus()
+    events.subscribe(step_listener(False))
+    sv = ctx.services(events=events)
+    engine = sv.engine
+    if ctx.args.all:
+        report = engine.recover()
+        if not report:
+            print(f"no interrupted runs in {sv.database} (scope {sv.settings.scope!r})")
+        failed = 0
+        for run, outcome in report:
+            if isinstance(outcome, RunLeasedError):  # a live peer runs it: not a failure
+                print(f"run {run.run_id} not resumed here: {outcome}")
+            elif isinstance(outcome, BaseException):
+                failed += 1
+                print(f"run {run.run_id} not resumed: {outcome}")
+            else:
+                failed += outcome.status == "failed"
+                print(f"run {run.run_id} {outcome.status}")
+        return EXIT_FAILED if failed else EXIT_OK
+    ref = ctx.resolve(sv, ctx.args.run_id)
+    if ref.kind == "agent":
+        from desktop_app.cli.ask import resume_agent_run
+
+        return resume_agent_run(ctx, sv, ref.run_id, answer=None)
+    from desktop_app.cli.start import report_result
+
+    return report_result(ctx, engine.resume(ref.run_id))
+
+
+def cmd_cancel(ctx: Ctx) -> int:
+    sv = ctx.services()
+    ref = ctx.resolve(sv, ctx.args.run_id)
+    if ref.kind == "agent":
+        from desktop_app.cli.ask import agent_for
+
+        agent_for(sv, sv.agents.get(ref.run_id).agent).cancel(ref.run_id)
+        print(f"agent run {ref.run_id} {sv.agents.get(ref.run_id).status}")
+        return EXIT_OK
+    run = sv.engine.cancel(ref.run_id)
+    print(f"run {run.run_id} {run.status}")
+    return EXIT_OK

@@ -1,0 +1,222 @@
+"""Starting and feeding runs: ``run digest``, ``start``, ``answer``, ``signal``.
+
+``run`` and ``start`` print the run id alone on the first line of stdout
+(before any step runs), so a terminal or script holds it even after a
+``kill -9``. Built-in flows are single-flight per input: re-running one on
+the same input while an interrupted (or failed) run of it exists resumes
+that run instead of starting a duplicate (``--new`` starts one anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from desktop_app.cli.common import Ctx
+from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
+from desktop_app.config import nearest_key
+from desktop_app.errors import ConfigError, InputError
+
+#: flows shipped with Flowdesk: their runs are single-flight per input
+BUILTIN_SINGLE_FLIGHT = ("digest", "tidy")
+LIVE = ["pending", "running", "waiting", "failed"]
+
+
+def input_flow_key(flow: str, given: dict[str, Any]) -> str:
+    """``<flow>:<sha256 of the canonical JSON input, 16 hex>``: the same
+    input always gives the same key."""
+    canonical = json.dumps(given, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return f"{flow}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def _check_builtin_input(flow: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a bad folder before a run exists; paths become absolute.
+
+    Raises:
+        InputError: the folder is missing or not a folder (exit 2).
+    """
+    if flow == "digest" and "folder" in given and "out" in given:
+        from desktop_app.flows.digest import check_input
+
+        checked = check_input(given["folder"], given["out"])
+        return {**given, "folder": str(checked.folder), "out": str(checked.out)}
+    if flow == "tidy" and "folder" in given:
+        folder = Path(str(given["folder"])).expanduser()
+        if not folder.is_dir():
+            what = "does not exist" if not folder.exists() else "is not a folder"
+            raise InputError(f"folder {folder} {what}; choose an existing folder to tidy")
+        return {**given, "folder": str(folder.resolve())}
+    return given
+
+
+def _unknown_keys(flow: Any, given: dict[str, Any]) -> None:
+    """``--input`` keys the flow's state model does not have are errors
+    naming the nearest valid key."""
+    fields = flow.state_type.model_fields
+    for key in given:
+        if key not in fields:
+            hint = nearest_key(key, flow.state_type)
+            tail = f"did you mean {hint!r}?" if hint else f"valid keys: {', '.join(fields)}"
+            raise InputError(f"--input has unknown key {key!r} for flow {flow.name!r}; {tail}")
+
+
+def _twin(sv: Any, flow: str, key: str) -> Any:
+    """The newest live run (interrupted, failed or waiting) with this flow key."""
+    runs = sv.checkpoints.list_runs(statuses=LIVE, flow_name=flow, flow_key=key, newest_first=True)
+    return runs[0] if runs else None
+
+
+def _resume_twin(run: Any) -> bool:
+    """Resume the interrupted twin? On a terminal the user is asked (default
+    yes); otherwise it is resumed, and stderr says so."""
+    at = f"at {run.progress[0]}/{run.progress[1]}" if run.progress else "not finished"
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        print(
+            f"run {run.run_id} on this input is {run.status} ({at}). Resume it? [Y/n] ",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+        return sys.stdin.readline().strip().lower() not in ("n", "no")
+    print(f"resuming {run.status} run {run.run_id} on this input ({at})", file=sys.stderr)
+    return True
+
+
+def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | None) -> Any:
+    """Print the run id first, then execute it. A live run with the same
+    flow key is resumed (interrupted or failed) or reported (waiting)
+    instead of being duplicated; declining on a terminal starts a new run
+    without the key."""
+    twin = _twin(sv, flow, flow_key) if flow_key else None
+    if twin is not None and twin.status == "waiting":
+        print(twin.run_id, flush=True)
+        ctx.current_run = twin.run_id
+        print(f"run {twin.run_id} on this input is waiting already", file=sys.stderr)
+        return sv.engine.run(flow, given, flow_key=flow_key)  # the live run's result
+    if twin is not None:
+        if _resume_twin(twin):
+            print(twin.run_id, flush=True)
+            ctx.current_run = twin.run_id
+            return sv.engine.resume(twin.run_id)
+        flow_key = None
+    rid = uuid.uuid4().hex
+    print(rid, flush=True)
+    ctx.current_run = rid
+    return sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
+
+
+def report_result(ctx: Ctx, result: Any) -> int:
+    """Print a run's outcome (and hints); the exit code: 1 failed or timed out, else 0."""
+    print(f"run {result.run_id} {result.status}")
+    if result.status == "completed" and getattr(result.state, "report_path", None):
+        print(f"report: {result.state.report_path}")
+    if result.error:
+        print(f"error: {result.error}", file=sys.stderr)
+    if result.status in ("failed", "timed_out"):
+        print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
+        return EXIT_FAILED
+    if result.status == "waiting":
+        print(f"it waits: {ctx.hints.cmd('waiting')}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_run(ctx: Ctx) -> int:
+    from desktop_app.flow import EventBus
+
+    a = ctx.args
+    given = _check_builtin_input("digest", {"folder": str(a.folder), "out": str(a.out)})
+    events = EventBus()
+    events.subscribe(step_listener(a.quiet))
+    sv = ctx.services(events=events)
+    if a.model:
+        from desktop_app.agent import Agent
+        from desktop_app.bootstrap import build_model
+        from desktop_app.flows.digest import agent_summarizer, build_digest_flow
+
+        model = build_model(sv.settings)
+        if model is None:
+            raise ConfigError(
+                "--model needs a configured model: set FLOWDESK_MODEL__BASE_URL and "
+                "FLOWDESK_MODEL__MODEL"
+            )
+        agent = Agent("digest-summary", model, sv.agents)
+        sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
+    key = None if a.new else input_flow_key("digest", given)
+    return report_result(ctx, _run_or_resume(ctx, sv, "digest", given, key))
+
+
+def cmd_start(ctx: Ctx) -> int:
+    from pydantic import ValidationError
+
+    from desktop_app.errors import UnknownFlowError
+
+    a = ctx.args
+    text = a.input
+    if a.input_file is not None:
+        try:
+            text = a.input_file.expanduser().read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read --input-file {a.input_file}: {exc.strerror}") from exc
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--input is not JSON: {exc}") from exc
+    if not isinstance(given, dict):
+        raise InputError('--input must be a JSON object, e.g. \'{"order": "o-1"}\'')
+    sv = ctx.services()
+    try:
+        flow = sv.engine.flow(a.flow)
+    except UnknownFlowError as exc:
+        names = ", ".join(sorted(sv.engine.flows))
+        raise InputError(f"{exc}; registered flows: {names} (`{ctx.hints.cmd('flows')}`)") from exc
+    _unknown_keys(flow, given)
+    given = _check_builtin_input(a.flow, given)
+    key = a.flow_key
+    if key is None and a.flow in BUILTIN_SINGLE_FLIGHT and not a.new:
+        key = input_flow_key(a.flow, given)
+    try:
+        result = _run_or_resume(ctx, sv, a.flow, given, key)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        raise InputError(f"--input does not fit flow {a.flow!r}: {problems}") from exc
+    return report_result(ctx, result)
+
+
+def cmd_answer(ctx: Ctx) -> int:
+    from desktop_app.cli.admin import dispatcher
+
+    a = ctx.args
+    try:
+        value = json.loads(a.value) if a.json else a.value
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--json was given but VALUE is not JSON: {exc}") from exc
+    sv = ctx.services()
+    ref = ctx.resolve(sv, a.run_id)
+    if ref.kind == "agent":
+        from desktop_app.cli.ask import resume_agent_run
+
+        return resume_agent_run(ctx, sv, ref.run_id, answer=str(value))
+    result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
+    delivered = dispatcher(sv.engine).dispatch()  # side effects the answer released
+    print(f"run {result.run_id} {result.status}")
+    if delivered:
+        print(f"{delivered} outbox intent(s) delivered")
+    return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def cmd_signal(ctx: Ctx) -> int:
+    a = ctx.args
+    try:
+        payload = json.loads(a.payload)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--payload is not JSON: {exc}") from exc
+    sv = ctx.services()
+    signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
+    print(f"signal {signal_id} stored")
+    return EXIT_OK

@@ -1,0 +1,205 @@
+"""``flowdesk`` on a terminal (a real pseudo-terminal) and ``watch``:
+progress is one updating line with rate and ETA, ``NO_COLOR`` removes colour,
+piped output stays plain lines; ``watch`` follows runs live."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.digest_corpus import make_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+#: an SGR escape that sets a foreground/background colour
+COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|4[0-8]|9[0-7]|10[0-7])(?:;[0-9;]*)?m")
+
+
+def flowdesk(*args: str, env: dict[str, str] | None = None):
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def digest_on_a_terminal(tmp_path: Path, name: str, extra_env: dict[str, str]) -> tuple[str, str]:
+    """Run ``run digest`` with stderr on a pseudo-terminal; (stdout, terminal bytes)."""
+    db = tmp_path / f"{name}.db"
+    assert flowdesk("--db", str(db), "db", "apply").returncode == 0
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env.update({"TERM": "xterm-256color", "COLUMNS": "120", **extra_env})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "desktop_app.cli",
+            "--db",
+            str(db),
+            "run",
+            "digest",
+            "--folder",
+            str(tmp_path / "docs"),
+            "--out",
+            str(tmp_path / f"out-{name}"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    stdout = proc.stdout.read().decode() if proc.stdout else ""
+    assert proc.wait(timeout=120) == 0
+    return stdout, b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_is_one_line_with_rate_and_eta_and_no_color_is_honoured(tmp_path):
+    make_corpus(tmp_path / "docs", 300)
+    stdout, term = digest_on_a_terminal(tmp_path, "colour", {})
+    assert re.fullmatch(r"[0-9a-f]{32}", stdout.splitlines()[0])
+    assert "300/300" in term and "ETA" in term
+    assert re.search(r"[\d,]+/s", term), term[-2000:]  # a rate
+    plain_lines = [
+        ln for ln in term.replace("\r", "\n").split("\n") if re.fullmatch(r"\s+\d+/300", ln)
+    ]
+    assert plain_lines == []  # updated in place, not one line per update
+    assert COLOUR.search(term)  # a terminal gets colour by default
+    _, mono = digest_on_a_terminal(tmp_path, "mono", {"NO_COLOR": "1"})
+    assert "300/300" in mono and not COLOUR.search(mono)
+    piped = flowdesk(
+        "--db",
+        str(tmp_path / "colour.db"),
+        "run",
+        "digest",
+        "--new",
+        "--folder",
+        str(tmp_path / "docs"),
+        "--out",
+        str(tmp_path / "out-piped"),
+    )
+    assert piped.returncode == 0 and "\x1b[" not in piped.stderr
+    assert re.search(r"^\s+300/300$", piped.stderr, re.M)
+
+
+def test_watch_follows_a_run_until_it_ends(tmp_path):
+    db = tmp_path / "f.db"
+    d = ["--db", str(db)]
+    env = {"FLOWDESK_FLOWS": '["desktop_app.examples.approval:approval"]'}
+    assert flowdesk(*d, "db", "apply").returncode == 0
+    run_id = flowdesk(*d, "start", "approval", "--input", '{"order": "o-1"}', env=env).stdout
+    run_id = run_id.splitlines()[0]
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", *d, "watch", run_id[:8], "--interval", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
+    assert watch.stdout is not None
+    first = watch.stdout.readline()
+    assert f"{run_id}  flow approval  waiting" in first
+    assert flowdesk(*d, "answer", run_id[:8], "yes", env=env).returncode == 0
+    assert flowdesk(*d, "signal", "paid", "o-1", env=env).returncode == 0
+    rest = watch.stdout.read()
+    assert watch.wait(timeout=60) == 0
+    assert rest.strip().splitlines()[-1].endswith("approval  completed  -")
+    every = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", *d, "watch", "--interval", "0.05"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert every.stdout is not None
+    assert f"{run_id}  flow approval  completed" in every.stdout.readline()
+    every.send_signal(2)  # Ctrl-C ends watching, quietly
+    assert every.wait(timeout=60) == 0
+
+
+def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tuple[str, str]:
+    """``run digest`` with stdin/stderr on a pseudo-terminal, answering the
+    resume question with ``reply``; (stdout, terminal text)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "desktop_app.cli",
+            "--db",
+            str(db),
+            "run",
+            "digest",
+            "--folder",
+            str(folder),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=slave,
+        cwd=REPO,
+        env={**os.environ, "TERM": "xterm"},
+    )
+    os.close(slave)
+    seen = b""
+    while b"Resume it? [Y/n]" not in seen:
+        seen += os.read(master, 4096)
+    os.write(master, reply)
+    stdout = proc.stdout.read().decode() if proc.stdout else ""
+    assert proc.wait(timeout=120) == 0
+    os.close(master)
+    return stdout, seen.decode()
+
+
+def test_rerun_on_a_terminal_asks_before_resuming(tmp_path):
+    from desktop_app.bootstrap import open_services
+    from desktop_app.cli.start import input_flow_key
+    from desktop_app.config import load_settings
+    from desktop_app.flows.digest import check_input
+
+    db, folder, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "o"
+    make_corpus(folder, 5)
+    assert flowdesk("--db", str(db), "db", "apply").returncode == 0
+    given = check_input(folder, out).model_dump()
+    sv = open_services(load_settings(db_path=db))
+    pending = sv.engine.start("digest", given, flow_key=input_flow_key("digest", given))
+    sv.close()  # an interrupted run of this input, as a crash leaves it
+    stdout, term = rerun_on_a_terminal(db, folder, out, b"\n")  # default: yes
+    assert f"run {pending} on this input is pending" in term
+    assert stdout.splitlines()[0] == pending and f"run {pending} completed" in stdout
+    rows = [json.loads(x) for x in flowdesk("--db", str(db), "runs", "--json").stdout.splitlines()]
+    assert [r["run_id"] for r in rows] == [pending]
+    sv = open_services(load_settings(db_path=db))
+    second = sv.engine.start("digest", given, flow_key=input_flow_key("digest", given))
+    sv.close()
+    stdout, _ = rerun_on_a_terminal(db, folder, out, b"n\n")  # no: a new run beside it
+    fresh = stdout.splitlines()[0]
+    assert fresh not in (pending, second) and f"run {fresh} completed" in stdout
+    rows = [json.loads(x) for x in flowdesk("--db", str(db), "runs", "--json").stdout.splitlines()]
+    assert {r["run_id"]: r["status"] for r in rows} == {
+        pending: "completed",
+        second: "pending",
+        fresh: "completed",
+    }

@@ -1,0 +1,75 @@
+"""The README's headless examples, run as written by a user with a fresh HOME.
+
+Each line of the README's ``### Headless`` shell block runs through bash
+(so ``~`` and quoting behave as in a terminal) with ``flowdesk`` on PATH;
+``RUN`` is replaced by the run id the last ``run``/``start`` line printed
+first. Three lines are not run, and the test names them so a new line is
+never skipped silently: ``agent`` (a service that runs until SIGTERM; see
+tests/test_cli_waits.py), ``ask`` (needs a model server; tests/test_cli_ask.py)
+and ``secrets set`` (needs a system keyring).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_RUN = (
+    "flowdesk --db ~/notes.db agent",
+    "flowdesk --db ~/notes.db ask ",
+    "flowdesk secrets set ",
+)
+
+
+def headless_block() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = text.split("### Headless\n", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    lines = [re.sub(r"\s+#\s.*$", "", line).strip() for line in block.splitlines()]
+    return [line for line in lines if line]
+
+
+def test_readme_headless_examples_run_as_written(tmp_path):
+    home = Path(os.environ["HOME"])  # fresh per test (conftest)
+    notes = home / "notes"
+    notes.mkdir()
+    (notes / "todo.md").write_text("# Todo\n\nBuy milk. Call the plumber about the sink.\n")
+    (notes / "ideas.txt").write_text("A durable engine resumes after a crash.\n")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+    }
+    lines = headless_block()
+    skipped = [line for line in lines if line.startswith(NOT_RUN)]
+    assert len(skipped) == len(NOT_RUN), skipped
+    run_id = None
+    outputs: dict[str, str] = {}
+    for line in lines:
+        if line in skipped:
+            continue
+        if line.startswith("export "):
+            name, _, value = shlex.split(line[len("export ") :])[0].partition("=")
+            env[name] = value
+            continue
+        command = line.replace(" RUN", f" {run_id}") if run_id else line
+        out = subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert out.returncode == 0, (line, out.stdout, out.stderr)
+        outputs[line] = out.stdout
+        if " run " in f" {line} " or " start " in line:
+            run_id = out.stdout.splitlines()[0]
+            assert re.fullmatch(r"[0-9a-f]{32}", run_id), out.stdout
+    report = home / "notes-digest" / "digest.md"
+    assert report.is_file() and "todo.md" in report.read_text()
+    watched = next(v for k, v in outputs.items() if " watch " in k)
+    assert "approval  completed" in watched  # answered, paid, shipped
+    canceled = next(v for k, v in outputs.items() if " cancel " in k)
+    assert canceled.strip().endswith("canceled")
+    waiting = next(v for k, v in outputs.items() if "waiting" in k)
+    assert re.search(r"deadline in (23 h 5\d min|1 d)", waiting), waiting  # not "86,399 s"
