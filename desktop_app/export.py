@@ -113,7 +113,9 @@ def is_postgres_url(db: str) -> bool:
 _PG_ISO = """to_char("{c}" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
 
 
-def export_postgres(url: str, out: Path, fmt: str, tables: list[str] | None = None) -> dict[str, int]:
+def export_postgres(
+    url: str, out: Path, fmt: str, tables: list[str] | None = None
+) -> dict[str, int]:
     """Write one file per table of the PostgreSQL database at ``url`` (mode
     0600, times as ISO-8601 UTC); returns rows written per table.
 

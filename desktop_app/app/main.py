@@ -221,12 +221,12 @@ class FlowdeskApp(App[None]):
     def _startup(self) -> None:
         settings = self.settings
         try:
-            report = bootstrap.apply_schema(settings)
+            report = bootstrap.app_schema(settings)  # PostgreSQL: verify only, never apply
             events = EventBus()
             events.subscribe(self._on_engine_event)
             engine = bootstrap.build_engine(settings, flows=self._custom_flows, events=events)
             try:
-                reader = bootstrap.open_sqlite_store(settings)
+                reader = bootstrap.open_checkpoint_store(settings)
             except BaseException:
                 engine.store.close()
                 raise
@@ -279,7 +279,7 @@ class FlowdeskApp(App[None]):
             status = f"Database {report.path}: schema up to date."
         self.runs_screen.status_line.say(status, for_s=self.STATUS_S)
         self._poll()
-        if self.settings.recover_on_launch:
+        if self.settings.recover_on_launch and bootstrap.executes_runs(self.settings):
             self._start_recovery()
         else:
             self._recover_listed.set()

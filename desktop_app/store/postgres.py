@@ -1207,3 +1207,13 @@ def postgres_schema_status(url: str) -> list[migrations.SchemaStatus]:
     _check_connect(url)
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         return migrations.status(conn)
+
+
+def verify_postgres_schema(url: str) -> None:
+    """Refuse a database whose schema is missing, edited or newer (what the
+    app and workers do at start: they never apply). Raises DatabaseOpenError,
+    SchemaMissingError (names ``flowdesk --db URL db apply``),
+    SchemaChecksumError, SchemaTooNewError."""
+    _check_connect(url)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        migrations.verify(conn, db=redact(url))
