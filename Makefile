@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench mutate clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -24,6 +24,14 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_steps.py
+
+# Mutation testing of desktop_app/flow, desktop_app/store and the agent runtime,
+# one module at a time with its own test selection (slow: not part of `test`).
+# MODULES=desktop_app/flow/retry.py limits the run; MUTATE_JOBS sets parallelism.
+MUTATE_JOBS ?= 2
+mutate: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,mutation]'
+	$(BIN)/python tools/mutate.py --jobs $(MUTATE_JOBS) $(MODULES)
 
 clean:
 	rm -rf $(VENV)

@@ -199,6 +199,8 @@ def open_services(
         SchemaMissingError (names ``flowdesk db apply``), DatabaseOpenError,
         SchemaChecksumError, SchemaTooNewError, StoreError.
     """
+    from desktop_app.observability import instrument_engine
+
     load = FlowLoad(flows) if flows is not None else load_flows_report(settings)
     url = _postgres_url(settings)
     if url is not None:
@@ -214,12 +216,14 @@ def open_services(
             flow_problems=load.problems,
         )
     checkpoints = open_sqlite_store(settings)
+    engine = Engine(checkpoints, flows=load.flows, events=events)
+    instrument_engine(engine)  # runs and steps traced when OTLP export is set up
     return Services(
         settings=settings,
         database=settings.db_path,
         checkpoints=checkpoints,
         agents=SqliteAgentStore(checkpoints),
-        engine=Engine(checkpoints, flows=load.flows, events=events),
+        engine=engine,
         flow_problems=load.problems,
     )
 
@@ -429,12 +433,15 @@ def build_model(settings: Settings) -> OpenAICompatibleModel | None:
         KeyFileError: the key file is missing, empty or readable by others.
     """
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
+    from desktop_app.observability import mask_secret
     from desktop_app.secrets import model_api_key
 
     cfg = settings.model
     if not cfg.base_url or not cfg.model:
         return None
     key = model_api_key(cfg)
+    if key is not None:
+        mask_secret(key.get_secret_value())  # never in the log file
     return OpenAICompatibleModel(
         cfg.base_url,
         cfg.model,
@@ -449,12 +456,17 @@ def build_engine(
     flows: list[CompiledFlow[Any]] | None = None,
     events: EventBus | None = None,
 ) -> Engine:
-    """An engine over the settings' database with the built-in flows registered."""
+    """An engine over the settings' database with the built-in flows registered
+    (its runs and steps traced when OTLP export is set up)."""
+    from desktop_app.observability import instrument_engine
+
     chosen = flows if flows is not None else load_flows(settings)
     if _postgres_url(settings) is not None:
         return postgres_engine(open_postgres(settings), flows=chosen, events=events)
     store = open_sqlite_store(settings)
-    return Engine(store, flows=chosen, events=events)
+    engine = Engine(store, flows=chosen, events=events)
+    instrument_engine(engine)
+    return engine
 
 
 def inspect_database(settings: Settings) -> dict[str, str]:

@@ -97,6 +97,27 @@ class ModelSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid")
 
 
+class McpServerSettings(BaseSettings):
+    """One MCP server whose tools agents may use (``[mcp_servers.NAME]``).
+
+    Give exactly one of ``command`` (stdio: the server is started as a
+    subprocess) or ``url`` (streamable HTTP, e.g. ``http://127.0.0.1:8000/mcp``).
+
+    Attributes:
+        command: program and arguments, e.g. ``["uvx", "mcp-server-git"]``.
+        url: the server's streamable-HTTP endpoint.
+        env: extra environment variables for a ``command`` server.
+        cwd: working folder for a ``command`` server.
+        timeout_s: seconds to wait for the server to start or answer a request.
+    """
+
+    command: list[str] | None = None
+    url: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: Path | None = None
+    timeout_s: float = 60.0
+
+
 class Settings(BaseSettings):
     """Flowdesk settings.
 
@@ -119,6 +140,9 @@ class Settings(BaseSettings):
             flow, a list of them, or a function returning either); flows are
             also found through the ``flowdesk.flows`` entry-point group.
         model: the model provider section.
+        log_level: level of the rotating log file ``flowdesk.log`` in the
+            platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
+        mcp_servers: MCP servers by name (``flowdesk ask --mcp NAME``).
     """
 
     model_config = SettingsConfigDict(
@@ -136,6 +160,8 @@ class Settings(BaseSettings):
     recovery: dict[str, Literal["auto", "ask", "off"]] = Field(default_factory=dict)
     flows: list[str] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(

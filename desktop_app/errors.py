@@ -379,3 +379,13 @@ class AmbiguousRunIdError(InputError):
 
 class BackendUnavailableError(ConfigError):
     """The database string names a backend that is not installed or not known."""
+
+
+class McpError(AgentError):
+    """An MCP server cannot be started, reached or used (the message names the
+    server from the ``[mcp_servers.NAME]`` settings and what to check)."""
+
+
+class McpToolsChangedError(McpError):
+    """An MCP server's tool list differs from the one recorded when the agent
+    run started; the run is not continued with a mixed tool set."""

@@ -18,6 +18,7 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))  # the log folder
     monkeypatch.setenv("FLOWDESK_CONFIG", str(home / "flowdesk-config.toml"))
     for var in list(os.environ):
         if var.startswith("FLOWDESK_") and var != "FLOWDESK_CONFIG":

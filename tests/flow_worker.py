@@ -1,11 +1,14 @@
 """A real process running one of the test flows below; it can SIGKILL itself.
 
-Usage: python tests/flow_worker.py DB LOG FLOW [--kill POINT]
+Usage: python tests/flow_worker.py DB LOG FLOW [--kill POINT] [--answer TEXT]
 
 Starts a run of FLOW when the file has none, otherwise recovers the
-interrupted one. Every step body appends a line to LOG (fsync'd) before it
-returns, so the parent counts executions across processes. ``--kill POINT``
-makes the process SIGKILL itself when the flow reaches that point.
+interrupted one (``--answer`` answers a waiting run instead). Every step body
+appends a line to LOG (fsync'd) before it returns, so the parent counts
+executions across processes. ``--kill POINT`` makes the process SIGKILL
+itself when the flow reaches that point. Nothing here sleeps to order
+things: a step that must come after another waits for that one's
+checkpoint in the file.
 """
 
 from __future__ import annotations
@@ -48,10 +51,30 @@ class S(BaseModel):
     note: str = ""
 
 
+def wait_for_branches(names: set[str]) -> None:
+    """Block until the checkpoints of branches ``names`` of ``fan`` are in the
+    file (read through a connection of its own), so the finishing order is
+    fixed by the test, not by thread scheduling."""
+    peek = open_store(ARGS.db)
+    try:
+        while True:
+            (run,) = peek.list_runs()
+            saved = peek.latest(run.run_id).meta.get("branches", {}).get("fan", {})
+            if names <= set(saved):
+                return
+            threading.Event().wait(0.005)  # polls a condition; the order never depends on it
+    finally:
+        peek.close()
+
+
 def parallel3():
-    def branch(name: str, delay: float):
+    # finishing order b, a, c: a waits for b's checkpoint, c for a's and b's
+    after = {"a": {"b"}, "b": set(), "c": {"a", "b"}}
+
+    def branch(name: str):
         def run(state: S) -> dict:
-            time.sleep(delay)
+            if ARGS.kill and after[name]:
+                wait_for_branches(after[name])
             log(f"branch:{name}")
             point(f"branch-{name}")
             return {"items": [name], "n": 1}
@@ -63,7 +86,7 @@ def parallel3():
         .step("before", lambda s: log("before") or {"note": "x"})
         .parallel(
             "fan",
-            {"a": branch("a", 0.3), "b": branch("b", 0.0), "c": branch("c", 1.0)},
+            {"a": branch("a"), "b": branch("b"), "c": branch("c")},
             reducers={"items": operator.add, "n": operator.add},
         )
         .step("after", lambda s: log("after"))
@@ -108,15 +131,71 @@ def recover():
     )
 
 
+def cond3():
+    def nested(name: str):
+        def run(state: S) -> dict:
+            log(name)
+            point(name)
+            return {"items": [*state.items, name]}
+
+        return run
+
+    return (
+        FlowBuilder("cond3", S)
+        .step("before", lambda s: log("before") or {"note": "go"})
+        .condition("check", lambda s: s.note == "go", [(n, nested(n)) for n in ("n1", "n2", "n3")])
+        .step("after", lambda s: log("after"))
+        .chain()
+        .compile()
+    )
+
+
+def approve():
+    def approve_step(state: S, ctx) -> dict:
+        log("approve")
+        return {"note": ctx.interrupt("ship it?")}
+
+    def after(state: S) -> dict:
+        log("after")
+        point("after")
+        return {"n": 1}
+
+    return (
+        FlowBuilder("approve", S)
+        .step("prep", lambda s: log("prep") or {"items": ["prepped"]})
+        .step("approve", approve_step)
+        .step("after", after)
+        .chain()
+        .compile()
+    )
+
+
+def kill_when_backoff_saved(attempts: int) -> None:
+    """SIGKILL this process as soon as the file holds the backoff checkpoint
+    before attempt ``attempts`` (read through a connection of its own)."""
+
+    def watch() -> None:
+        peek = open_store(ARGS.db)
+        while True:
+            runs = peek.list_runs()
+            rec = peek.latest(runs[0].run_id).steps.get("call") if runs else None
+            if rec is not None and rec.attempts == attempts and rec.next_retry_at is not None:
+                os.kill(os.getpid(), signal.SIGKILL)
+            threading.Event().wait(0.005)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def backoff():
     def flaky(state: S, ctx) -> dict:
         log(f"attempt:{ctx.attempt}:{time.time():.3f}")
         if ctx.attempt < 3:
             if ctx.attempt == 2 and ARGS.kill == "backoff-2":
-                threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
+                kill_when_backoff_saved(3)
             raise ConnectionResetError("peer reset the connection")
         return {"n": ctx.attempt}
 
+    # 1.5 s then 3 s: the watcher (5 ms polls) sees the second backoff long before it ends
     policy = RetryPolicy(retries=3, backoff=Backoff(initial_s=1.5, max_s=10, jitter_s=0.0))
     return FlowBuilder("backoff", S, retry=policy).step("call", flaky).compile()
 
@@ -138,10 +217,15 @@ def linear10():
 
 
 def slow5():
+    """Five steps; s1 blocks until the file ``LOG.release`` exists, so a
+    parent can act while this process holds the run's lease."""
+    release = Path(ARGS.log + ".release")
+
     def make(i: int):
         def step(state: S) -> dict:
-            time.sleep(0.3)
             log(f"{os.getpid()} s{i}")
+            while i == 1 and not release.exists():
+                threading.Event().wait(0.01)  # polls a file the parent creates
             return {"n": state.n + 1}
 
         return step
@@ -152,7 +236,9 @@ def slow5():
     return b.chain().compile()
 
 
-FLOWS = {f.__name__: f for f in (parallel3, loop10, recover, backoff, linear10, slow5)}
+FLOWS = {
+    f.__name__: f for f in (parallel3, loop10, recover, backoff, linear10, slow5, cond3, approve)
+}
 
 
 def main() -> int:
@@ -161,10 +247,14 @@ def main() -> int:
     p.add_argument("log")
     p.add_argument("flow", choices=sorted(FLOWS))
     p.add_argument("--kill")
+    p.add_argument("--answer")
     p.parse_args(namespace=ARGS)
     store = open_store(ARGS.db)
     engine = Engine(store, flows=[FLOWS[ARGS.flow]()])
-    if store.list_runs():
+    if ARGS.answer is not None:
+        for run in engine.waiting():
+            print("answered", engine.resume_with(run.run_id, ARGS.answer).status)
+    elif store.list_runs():
         for _run, outcome in engine.recover():
             print("recovered", getattr(outcome, "status", outcome))
     else:

@@ -152,29 +152,44 @@ def test_context_after_a_crash_and_resume(db_path, tmp_path):
         "from tests.test_context import CTX, S, record\n"
         "from desktop_app.flow import Engine, FlowBuilder\n"
         "from desktop_app.store.sqlite import open_store\n"
+        "def logged(name):\n"
+        "    with open(sys.argv[3], 'a') as fh:\n"
+        "        fh.write(name + '\\n'); fh.flush(); os.fsync(fh.fileno())\n"
+        "def a(s, ctx):\n"
+        "    logged('a')\n"
+        "    return record(s, ctx)\n"
         "def die(s, ctx):\n"
+        "    logged('b')\n"
         "    if sys.argv[2] == 'kill':\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "    return record(s, ctx)\n"
-        "flow = FlowBuilder('crash', S).step('a', record).step('b', die).chain().compile()\n"
+        "flow = FlowBuilder('crash', S).step('a', a).step('b', die).chain().compile()\n"
         "engine = Engine(open_store(sys.argv[1]), flows=[flow])\n"
         "if sys.argv[2] == 'kill':\n"
         "    engine.run('crash', S(), context=CTX)\n"
         "else:\n"
         "    print(engine.recover()[0][1].status)\n"
     )
-    r = subprocess.run([sys.executable, str(script), str(db_path), "kill"], capture_output=True)
+    log = tmp_path / "executions.log"
+    r = subprocess.run(
+        [sys.executable, str(script), str(db_path), "kill", str(log)], capture_output=True
+    )
     assert r.returncode == -signal.SIGKILL
     r = subprocess.run(
-        [sys.executable, str(script), str(db_path), "resume"], capture_output=True, text=True
+        [sys.executable, str(script), str(db_path), "resume", str(log)],
+        capture_output=True,
+        text=True,
     )
     assert r.stdout.strip() == "completed", r.stderr
+    assert log.read_text().splitlines() == ["a", "b", "b"]  # a once; b in flight at the kill
     store = open_store(db_path)
     engine = Engine(
         store, flows=[FlowBuilder("crash", S).step("a", record).step("b", record).chain().compile()]
     )
     (run,) = store.list_runs()
+    assert run.status == "completed"
     assert_whole(engine, run.run_id)
+    assert len(engine.get(run.run_id).seen) == 2  # one context record per step
     store.close()
 
 

@@ -42,7 +42,8 @@ def test_crash_in_one_branch_reruns_only_that_branch(db_path, tmp_path):
     log = tmp_path / "log"
     r = worker(db_path, log, "parallel3", kill="branch-c")
     assert r.returncode == -signal.SIGKILL
-    # b finished first, then a; both were checkpointed before c died
+    # the worker orders the branches through the file: b, then a (after b's
+    # checkpoint), then c (after both checkpoints), so both were saved before c died
     assert lines(log) == ["before", "branch:b", "branch:a", "branch:c"]
     r = worker(db_path, log, "parallel3")
     assert r.returncode == 0, r.stderr
@@ -89,6 +90,11 @@ def test_sigkill_mid_step_reruns_only_that_step(db_path, tmp_path):
     assert worker(db_path, log, "linear10").returncode == 0
     counts = Counter(lines(log))
     assert counts == {**{f"s{i}": 1 for i in range(10)}, "s5": 2}
+    store, engine, run = final(db_path, "linear10")
+    assert run.status == "completed" and engine.get(run.run_id).n == 10
+    rec = store.latest(run.run_id).steps
+    assert rec["s5"].attempts == 2 and all(rec[f"s{i}"].attempts == 1 for i in range(10) if i != 5)
+    store.close()
 
 
 @pytest.mark.scenario("S15")

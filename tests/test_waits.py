@@ -170,25 +170,41 @@ def test_timer_fires_while_running_without_restart(db_path):
 
 
 @pytest.mark.scenario("S28")
-def test_serve_loop_fires_a_real_deadline(db_path):
+def test_serve_loop_fires_a_deadline_when_it_falls_due(db_path):
+    """The serve loop's timer, on the injected clock: nothing fires before the
+    stored deadline, the first pass after it times the run out."""
     import threading
-    import time
 
-    from desktop_app.flow.clock import SystemClock
-
-    flow = FlowBuilder("rt", S).wait_signal("w", "never", key="k", timeout_s=0.3).compile()
-    engine = Engine(open_store(db_path), flows=[flow], clock=SystemClock())
+    flow = FlowBuilder("rt", S).wait_signal("w", "never", key="k", timeout_s=30).compile()
+    clock = ManualClock()
+    engine = Engine(open_store(db_path), flows=[flow], clock=clock)
     res = engine.run("rt", S())
-    stop = threading.Event()
-    t = threading.Thread(target=engine.serve, args=(stop,), kwargs={"poll_s": 0.05})
-    t0 = time.monotonic()
+    passes: list[str] = []
+    first_pass, timed_out, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def on_tick() -> None:
+        status = engine.status(res.run_id).status
+        passes.append(status)
+        first_pass.set()
+        if status == "timed_out":
+            timed_out.set()
+
+    t = threading.Thread(
+        target=engine.serve, args=(stop,), kwargs={"poll_s": 0.01, "on_tick": on_tick}
+    )
     t.start()
-    while engine.status(res.run_id).status == "waiting" and time.monotonic() - t0 < 5:
-        time.sleep(0.02)
-    stop.set()
-    t.join(5)
+    try:
+        assert first_pass.wait(30)
+        clock.advance(29.9)
+        assert engine.status(res.run_id).status == "waiting"  # not before the deadline
+        clock.advance(0.2)
+        assert timed_out.wait(30), passes  # 30 s: only a hang guard
+    finally:
+        stop.set()
+        t.join(30)
+    assert not t.is_alive()
+    assert passes[0] == "waiting" and passes[-1] == "timed_out"
     assert engine.status(res.run_id).status == "timed_out"
-    assert time.monotonic() - t0 < 2
     engine.store.close()
 
 

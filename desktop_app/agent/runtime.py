@@ -9,6 +9,15 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   ``"<tool>:<canonical JSON input>"``; an identical call later in the same run
   (also after a restart, with a freshly built agent) reuses it instead of
   running the tool again. Another run never sees it.
+* A tool with ``at_most_once`` (an MCP tool, see :mod:`desktop_app.agent.mcp`)
+  whose call started but whose result was never saved is not called again
+  after a crash; the model gets an error text saying the outcome is unknown.
+* A tool source with a tool list (an MCP server) has that list recorded in
+  the run's tool journal on the first drive; a later drive with a different
+  list fails the run (``error_type`` ``McpToolsChangedError``).
+* Each drive is an OpenTelemetry span ``invoke_agent <name>`` in the trace id
+  of the run's context, with ``chat <model>`` and ``execute_tool <tool>``
+  children (see :mod:`desktop_app.flow.tracing`).
 * Resuming a ``done`` run returns the saved answer without calling the model.
 * The built-in ``ask_user`` tool pauses the run ``input_required``; plain
   ``resume`` refuses; ``resume_input(run_id, text)`` answers and continues.
@@ -45,17 +54,25 @@ from typing import Any, Literal
 
 from desktop_app.agent.messages import AssistantReply, Message, ToolCall
 from desktop_app.agent.models import ChatModel
-from desktop_app.agent.tools import ASK_USER, Tool, ask_user_schema
+from desktop_app.agent.tools import (
+    ASK_USER,
+    LISTING_PREFIX,
+    AgentTool,
+    ToolListing,
+    ask_user_schema,
+)
 from desktop_app.errors import (
     AgentError,
     CheckpointNotFoundError,
     FlowdeskError,
     InputRequiredError,
+    McpToolsChangedError,
     ProviderError,
     RateLimitedError,
     RunStateError,
     StoreError,
 )
+from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
@@ -107,7 +124,8 @@ class Agent:
         name: the agent's name (runs record it).
         model: a :class:`~desktop_app.agent.models.ChatModel`.
         store: the agent-run store (shares the file with flows).
-        tools: :class:`~desktop_app.agent.tools.Tool` objects; ``ask_user`` is built in.
+        tools: :class:`~desktop_app.agent.tools.Tool` or
+            :class:`~desktop_app.agent.mcp.McpTool` objects; ``ask_user`` is built in.
         system: an optional system prompt.
         max_turns: model turns per run before it fails.
         timeout_s: per-run deadline, seconds from creation (status ``timeout``).
@@ -124,7 +142,7 @@ class Agent:
         name: str,
         model: ChatModel,
         store: SqliteAgentStore,
-        tools: Sequence[Tool] = (),
+        tools: Sequence[AgentTool] = (),
         *,
         system: str | None = None,
         max_turns: int = 20,
@@ -161,7 +179,9 @@ class Agent:
     ) -> str:
         rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
-        ctx = (context or ExecutionContext()).model_copy(update={"run_id": rid})
+        ctx = context or ExecutionContext()
+        # every run has a trace id (W3C, 32 hex) so its spans and its context agree
+        ctx = ctx.model_copy(update={"run_id": rid, "trace_id": ctx.trace_id or uuid.uuid4().hex})
         first = ([Message("system", self.system)] if self.system else []) + [
             Message("user", message)
         ]
@@ -364,7 +384,7 @@ class Agent:
         )
         heartbeat.start()
         try:
-            yield from self._drive_leased(run_id, stream)
+            yield from self._drive_traced(run_id, stream)
         finally:
             stop.set()
             heartbeat.join()
@@ -378,7 +398,72 @@ class Agent:
             except FlowdeskError:
                 return  # lost or failing: the next write raises LeaseLostError or says why
 
-    def _drive_leased(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
+    def _drive_traced(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
+        """One pass over a run, inside its span (``invoke_agent <name>``, in
+        the trace id of the run's context)."""
+        run = self.store.get(run_id)
+        span = tracing.start_run_span(
+            f"invoke_agent {self.name}",
+            run.context.get("trace_id"),
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self.name,
+                "flowdesk.run_id": run_id,
+            },
+        )
+        status: str | None = None
+        try:
+            for event in self._drive_turns(run_id, stream, span):
+                if event.response is not None:
+                    status = event.response.status
+                yield event
+        finally:
+            bad = status not in ("done", "input_required", None)
+            tracing.end_span(
+                span,
+                error=status if bad else None,
+                attributes={"flowdesk.status": status or "interrupted"},
+            )
+
+    def _check_listings(self, run_id: str) -> str | None:
+        """Record each tool source's list in the run (first drive), or compare
+        it with the recorded one; the first difference, or ``None``."""
+        seen: set[str] = set()
+        for tool in self.tools.values():
+            source = getattr(tool, "server", None)
+            if not isinstance(source, ToolListing) or source.listing_key in seen:
+                continue
+            seen.add(source.listing_key)
+            stored = self.store.tool_result(run_id, source.listing_key)
+            if stored is None:
+                self.store.update(
+                    run_id,
+                    self.clock.now(),
+                    tool=(source.listing_key, source.listing_tool, "completed", source.listing()),
+                )
+                continue
+            problem = source.check_listing(stored.result or "[]")
+            if problem is not None:
+                return problem
+        for result in self.store.tool_results(run_id):
+            if result.tool_key.startswith(LISTING_PREFIX) and result.tool_key not in seen:
+                return (
+                    f"this run uses the tools of {result.tool} (recorded when it started) but "
+                    "the agent was given none of them; resume it with the same MCP servers "
+                    "(flowdesk ask --resume RUN_ID --mcp NAME)"
+                )
+        return None
+
+    def _drive_turns(
+        self, run_id: str, stream: bool, span: Any
+    ) -> Generator[AgentEvent, None, None]:
+        problem = self._check_listings(run_id)
+        if problem is not None:
+            run = self.store.get(run_id)
+            yield self._finish(
+                run, "failed", error=problem, error_type=McpToolsChangedError.__name__
+            )
+            return
         while True:
             run = self.store.get(run_id)
             now = self.clock.now()
@@ -407,7 +492,7 @@ class Agent:
                         )
                         return
                     yield AgentEvent("tool_start", tool=call.name)
-                    reused = self._run_tool(run_id, call)
+                    reused = self._run_tool(run_id, call, span)
                     yield AgentEvent("tool_end", tool=call.name, reused=reused)
                 continue
             last = messages[-1]
@@ -423,6 +508,18 @@ class Agent:
                 )
                 return
             reply: AssistantReply | None = None
+            model_name = str(getattr(self.model, "model", type(self.model).__name__))
+            model_span = tracing.start_child_span(
+                span,
+                f"chat {model_name}",
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": model_name,
+                    "flowdesk.run_id": run_id,
+                    "flowdesk.turn": run.turns + 1,
+                },
+            )
+            model_error: str | None = "interrupted"
             try:
                 if stream:
                     for delta in self._call_streaming(messages):
@@ -432,7 +529,9 @@ class Agent:
                             yield AgentEvent("delta", text=delta.text)
                 else:
                     reply = self._call(messages)
+                model_error = None
             except RateLimitedError as exc:
+                model_error = type(exc).__name__
                 yield self._finish(
                     run,
                     "rate_limited",
@@ -442,8 +541,11 @@ class Agent:
                 )
                 return
             except ProviderError as exc:
+                model_error = type(exc).__name__
                 yield self._finish(run, "failed", error=str(exc), error_type=type(exc).__name__)
                 return
+            finally:
+                tracing.end_span(model_span, error=model_error)
             assert reply is not None
             self.store.update(
                 run_id,
@@ -480,8 +582,27 @@ class Agent:
                 log.debug("agent %s: retryable provider error %s", self.name, type(exc).__name__)
                 self.clock.sleep(self.backoff.delay(attempt))
 
-    def _run_tool(self, run_id: str, call: ToolCall) -> bool:
-        """Run (or reuse) one tool call; store its result and tool message together."""
+    def _run_tool(self, run_id: str, call: ToolCall, parent: Any = None) -> bool:
+        """Run (or reuse) one tool call; store its result and tool message
+        together, inside an ``execute_tool <name>`` span under ``parent``."""
+        span = tracing.start_child_span(
+            parent,
+            f"execute_tool {call.name}",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+                "flowdesk.run_id": run_id,
+            },
+        )
+        reused = False
+        try:
+            reused = self._run_tool_once(run_id, call)
+        finally:
+            tracing.end_span(span, attributes={"flowdesk.tool.reused": reused})
+        return reused
+
+    def _run_tool_once(self, run_id: str, call: ToolCall) -> bool:
         now = self.clock.now()
         stored = self.store.tool_result(run_id, call.key)
         if stored is not None and stored.status == "completed":
@@ -494,6 +615,14 @@ class Agent:
         tool = self.tools.get(call.name)
         if tool is None:
             content = json.dumps({"error": f"unknown tool {call.name!r}"})
+        elif stored is not None and stored.status == "in_progress" and tool.at_most_once:
+            # started before a crash, result never saved: it may have taken effect
+            content = json.dumps(
+                {
+                    "error": f"the call to {call.name} was interrupted before its result was "
+                    "saved; it was not repeated, so whether it took effect is unknown"
+                }
+            )
         else:
             self.store.update(
                 run_id, now, owner=self.owner, tool=(call.key, call.name, "in_progress", None)

@@ -1,4 +1,8 @@
-"""Tools: Python functions with typed arguments; their JSON schema comes from pydantic."""
+"""Tools: Python functions with typed arguments; their JSON schema comes from pydantic.
+
+Anything with the :class:`AgentTool` shape is a tool: :class:`Tool` (a Python
+function) and :class:`~desktop_app.agent.mcp.McpTool` (a tool of an MCP server).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,64 @@ import inspect
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError, create_model
 
 ASK_USER = "ask_user"
+
+
+@runtime_checkable
+class AgentTool(Protocol):
+    """What an agent needs of a tool.
+
+    Attributes:
+        name: the function name the model uses (``^[a-zA-Z0-9_-]{1,64}$``).
+        description: one paragraph for the model.
+        at_most_once: when a call was started but its result never saved (the
+            process died mid-call), do not call it again on resume; the model
+            is told the outcome is unknown instead.
+    """
+
+    name: str
+    description: str
+    at_most_once: bool
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool schema."""
+        ...
+
+    def call(self, arguments: dict[str, Any]) -> str:
+        """Run the tool; its result as text for the model."""
+        ...
+
+
+#: how a recorded tool list's key in a run's tool journal starts (no tool
+#: name can contain "/", so it never collides with a tool call's key)
+LISTING_PREFIX = "mcp/tools_list:"
+
+
+@runtime_checkable
+class ToolListing(Protocol):
+    """A source of tools whose list is recorded in each agent run (an MCP server).
+
+    The runtime stores ``listing()`` under ``listing_key`` (which starts
+    with :data:`LISTING_PREFIX`) in the run's tool journal the first time the
+    run is driven, and on every later drive compares it with the current
+    listing: a difference fails the run with
+    ``check_listing``'s message instead of mixing two tool sets.
+    """
+
+    listing_key: str
+    listing_tool: str
+
+    def listing(self) -> str:
+        """The tool list as canonical JSON."""
+        ...
+
+    def check_listing(self, recorded: str) -> str | None:
+        """``None`` when ``recorded`` equals the current listing, else what changed."""
+        ...
 
 
 class Tool:
@@ -25,6 +82,8 @@ class Tool:
     signature, so ``schema()`` is pydantic's JSON schema and ``call()``
     validates the model's arguments before running the function.
     """
+
+    at_most_once = False
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
         self.fn = fn

@@ -44,13 +44,17 @@ def agent_for(sv: Services, name: str, tools: list[Any] | None = None) -> Agent:
 
 
 def _tools(ctx: Ctx) -> list[Any]:
+    """The agent's tools: ``--tools files`` (under ``--folder``) and the tools
+    of every ``--mcp NAME`` server from the settings."""
+    from desktop_app.agent.mcp import mcp_tools
     from desktop_app.agent.tools import file_tools
 
-    if getattr(ctx.args, "tools", "none") != "files":
-        return []
-    if not ctx.args.folder.is_dir():
-        raise InputError(f"--folder {ctx.args.folder} is not a folder")
-    return file_tools(ctx.args.folder)
+    tools: list[Any] = []
+    if getattr(ctx.args, "tools", "none") == "files":
+        if not ctx.args.folder.is_dir():
+            raise InputError(f"--folder {ctx.args.folder} is not a folder")
+        tools = list(file_tools(ctx.args.folder))
+    return tools + mcp_tools(ctx.settings, getattr(ctx.args, "mcp", None) or [])
 
 
 def _finish(ctx: Ctx, res: Any, printed: bool) -> int:

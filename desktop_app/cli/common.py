@@ -34,8 +34,10 @@ class Ctx:
         """
         if self._settings is None:
             from desktop_app.config import load_settings
+            from desktop_app.observability import setup
 
             self._settings = load_settings(db_path=self.args.db, scope=self.args.scope)
+            setup(self._settings)  # log file, OTLP export
         return self._settings
 
     def services(

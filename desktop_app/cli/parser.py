@@ -165,6 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     act = ask.add_argument("--resume", metavar="RUN", help="resume an interrupted agent run")
     act.completer = _run_ids  # type: ignore[attr-defined]
     ask.add_argument("--answer", help="with --resume: answer the agent's question")
+    ask.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let the agent use the tools of [mcp_servers.NAME] from the settings (repeatable)",
+    )
 
     exp = sub.add_parser("export", help="runs, checkpoints and domain tables to JSON or CSV")
     exp.add_argument("--out", type=Path, required=True, help="folder for the files (mode 0600)")

@@ -4,7 +4,8 @@ A step queues a side effect with ``ctx.send(destination, payload)``; the
 intent commits in the step's own transaction, so it exists exactly when the
 step's result does. :class:`Dispatcher` then delivers it:
 
-1. mark the intent ``sending`` (committed, attempts + 1),
+1. mark the intent ``sending`` (committed, attempts + 1) if its status is
+   still the one listed: of two dispatchers only one claims it,
 2. call ``destination.send(idempotency_key, payload)``,
 3. mark it ``delivered`` with the destination's receipt.
 
@@ -89,7 +90,8 @@ class Dispatcher:
                 if receipt is not None:  # it was delivered before the crash
                     self.store.mark_intent(intent.intent_id, "delivered", now(), receipt=receipt)
                     return 1
-            self.store.mark_intent(intent.intent_id, "sending", now())
+            if not self.store.mark_intent(intent.intent_id, "sending", now(), expect=intent.status):
+                return 0  # another dispatcher claimed it since we listed it
             receipt = dest.send(intent.intent_id, intent.payload)
         except Exception as exc:
             status = "failed" if getattr(exc, "retryable", True) is False else "pending"

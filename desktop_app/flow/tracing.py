@@ -1,10 +1,15 @@
-"""OpenTelemetry spans for runs and steps (optional: only when the
-``opentelemetry-api`` package is installed).
+"""OpenTelemetry spans for runs, steps, model calls and tool calls (optional:
+only when the ``opentelemetry-api`` package is installed; export needs
+``pip install 'flowdesk[otel]'``, see :mod:`desktop_app.observability`).
 
 Each run is a span whose trace id is the run's ``ExecutionContext.trace_id``
-(32 hex digits), so a run's spans join the trace of whatever started it; each
-step attempt is a child span. Attributes carry ids only (run, flow, step,
-status), never state, messages or secrets.
+(32 hex digits, W3C trace-context), so a run's spans join the trace of
+whatever started it; each step attempt is a child span. Agent runs, their
+model calls and their tool calls are spans too (:func:`start_run_span`,
+:func:`start_child_span`), named after the OpenTelemetry GenAI semantic
+conventions (``chat <model>``, ``execute_tool <tool>``). Attributes carry ids
+and names only (run, flow, step, status, model, tool), never state, messages,
+tool inputs or secrets.
 
     from desktop_app.flow.tracing import trace_engine
     trace_engine(engine)            # uses the global tracer provider
@@ -12,79 +17,162 @@ status), never state, messages or secrets.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from desktop_app.flow.engine import Engine
 from desktop_app.flow.events import Event, RunFinished, RunStarted, StepFinished, StepStarted
 
+#: attribute values OpenTelemetry accepts (we only ever send these)
+AttrValue = str | bool | int | float
 
-def trace_engine(engine: Engine, tracer_provider: Any = None) -> Any:
+
+def new_trace_id() -> str:
+    """A fresh W3C trace id: 32 lowercase hex digits, never all zeros."""
+    while True:
+        raw = secrets.token_hex(16)
+        if int(raw, 16):
+            return raw
+
+
+def _otel_trace() -> Any:
+    """``opentelemetry.trace``, or ``None`` when the API is not installed."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    return trace
+
+
+@functools.lru_cache(maxsize=8)
+def _tracer(tracer_provider: Any) -> Any:
+    """The ``flowdesk`` tracer of a provider (``None``: the global one, a proxy
+    until a provider is installed); cached, the SDK builds a new one per call."""
+    from opentelemetry import trace
+
+    return trace.get_tracer("flowdesk", tracer_provider=tracer_provider)
+
+
+def _parent(trace: Any, trace_id: str | None) -> Any:
+    """An OpenTelemetry context whose (remote) parent is in ``trace_id``;
+    ``None`` (a new trace) when the id is missing or not 32 hex digits."""
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    try:
+        tid = int(trace_id or "", 16)
+    except ValueError:
+        tid = 0
+    if not tid or len(trace_id or "") != 32:
+        return None
+    remote = SpanContext(
+        trace_id=tid,
+        span_id=int.from_bytes(secrets.token_bytes(8), "big") or 1,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(NonRecordingSpan(remote))
+
+
+def start_run_span(
+    name: str,
+    trace_id: str | None,
+    attributes: Mapping[str, AttrValue],
+    tracer_provider: Any = None,
+) -> Any:
+    """Start a run's span in ``trace_id`` (see :func:`_parent`); ``None`` when
+    OpenTelemetry is not installed. End it with :func:`end_span`."""
+    trace = _otel_trace()
+    if trace is None:
+        return None
+    return _tracer(tracer_provider).start_span(
+        name, context=_parent(trace, trace_id), attributes=dict(attributes)
+    )
+
+
+def start_child_span(
+    parent: Any, name: str, attributes: Mapping[str, AttrValue], tracer_provider: Any = None
+) -> Any:
+    """Start a span under ``parent`` (a span from :func:`start_run_span`);
+    ``None`` when ``parent`` is ``None``."""
+    trace = _otel_trace()
+    if trace is None or parent is None:
+        return None
+    return _tracer(tracer_provider).start_span(
+        name, context=trace.set_span_in_context(parent), attributes=dict(attributes)
+    )
+
+
+def end_span(
+    span: Any, *, error: str | None = None, attributes: Mapping[str, AttrValue] | None = None
+) -> None:
+    """Set ``attributes``, mark the span ERROR when ``error`` is given, end it.
+    A ``None`` span is ignored."""
+    if span is None:
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    for key, value in (attributes or {}).items():
+        span.set_attribute(key, value)
+    if error is not None:
+        span.set_status(Status(StatusCode.ERROR, error))
+    span.end()
+
+
+def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], None]:
     """Subscribe a span recorder to ``engine.events``; returns the unsubscribe function.
 
     Raises:
-        ImportError: OpenTelemetry is not installed (``pip install opentelemetry-sdk``).
+        ImportError: OpenTelemetry is not installed (``pip install 'flowdesk[otel]'``).
     """
-    from opentelemetry import trace
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
-
-    tracer = trace.get_tracer("flowdesk", tracer_provider=tracer_provider)
+    if _otel_trace() is None:
+        raise ImportError("OpenTelemetry is not installed: pip install 'flowdesk[otel]'")
     runs: dict[str, Any] = {}
     steps: dict[tuple[str, str], Any] = {}
     lock = threading.Lock()
 
-    def parent_context(run_id: str) -> Any:
-        context = dict(engine.store.get_run(run_id).context)
-        raw = context.get("trace_id") or ""
-        try:
-            trace_id = int(raw, 16)
-        except ValueError:
-            trace_id = 0
-        if not trace_id:
-            return None  # no trace id given: a new trace
-        remote = SpanContext(
-            trace_id=trace_id,
-            span_id=int.from_bytes(secrets.token_bytes(8), "big") or 1,
-            is_remote=True,
-            trace_flags=TraceFlags(TraceFlags.SAMPLED),
-        )
-        return trace.set_span_in_context(NonRecordingSpan(remote))
-
     def on_event(event: Event) -> None:
         with lock:
             if isinstance(event, RunStarted):
-                span = tracer.start_span(
+                context = dict(engine.store.get_run(event.run_id).context)
+                runs[event.run_id] = start_run_span(
                     f"run {event.flow_name}",
-                    context=parent_context(event.run_id),
-                    attributes={"flowdesk.run_id": event.run_id, "flowdesk.flow": event.flow_name},
+                    context.get("trace_id"),
+                    {"flowdesk.run_id": event.run_id, "flowdesk.flow": event.flow_name},
+                    tracer_provider,
                 )
-                runs[event.run_id] = span
             elif isinstance(event, StepStarted):
                 run_span = runs.get(event.run_id)
-                ctx = trace.set_span_in_context(run_span) if run_span is not None else None
-                steps[(event.run_id, event.step_id)] = tracer.start_span(
-                    f"step {event.step_id}",
-                    context=ctx,
-                    attributes={
-                        "flowdesk.run_id": event.run_id,
-                        "flowdesk.step": event.step_id,
-                        "flowdesk.attempt": event.attempt,
-                    },
-                )
+                if run_span is not None:
+                    steps[(event.run_id, event.step_id)] = start_child_span(
+                        run_span,
+                        f"step {event.step_id}",
+                        {
+                            "flowdesk.run_id": event.run_id,
+                            "flowdesk.step": event.step_id,
+                            "flowdesk.attempt": event.attempt,
+                        },
+                        tracer_provider,
+                    )
             elif isinstance(event, StepFinished):
                 span = steps.pop((event.run_id, event.result.name), None)
-                if span is not None:
-                    span.set_attribute("flowdesk.status", event.result.status)
-                    if event.result.status == "error":
-                        span.set_status(Status(StatusCode.ERROR, event.result.error or ""))
-                    span.end()
+                end_span(
+                    span,
+                    error=(event.result.error or "error")
+                    if event.result.status == "error"
+                    else None,
+                    attributes={"flowdesk.status": event.result.status},
+                )
             elif isinstance(event, RunFinished):
                 span = runs.pop(event.run_id, None)
-                if span is not None:
-                    span.set_attribute("flowdesk.status", event.status)
-                    if event.status in ("failed", "timed_out"):
-                        span.set_status(Status(StatusCode.ERROR, event.error or event.status))
-                    span.end()
+                failed = event.status in ("failed", "timed_out")
+                end_span(
+                    span,
+                    error=(event.error or event.status) if failed else None,
+                    attributes={"flowdesk.status": event.status},
+                )
 
-    return engine.events.subscribe(on_event)
+    unsubscribe: Callable[[], None] = engine.events.subscribe(on_event)
+    return unsubscribe

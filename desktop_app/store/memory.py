@@ -421,9 +421,12 @@ class InMemoryCheckpointStore:
         *,
         receipt: Any = None,
         error: str | None = None,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
         with self._lock:
             intent = self._space.outbox[intent_id]
+            if expect is not None and intent.status != expect:
+                return False
             if status == "sending":
                 intent = replace(intent, status="sending", attempts=intent.attempts + 1)
             elif status == "delivered":
@@ -432,6 +435,7 @@ class InMemoryCheckpointStore:
                 intent = replace(intent, status=status, last_error=error)  # type: ignore[arg-type]
             self._space.outbox[intent_id] = intent
             self._space.version += 1
+            return True
 
     def query(self, op: Callable[[Any], T]) -> T:
         raise StoreError("domain queries need the SQLite store")

@@ -422,8 +422,13 @@ class CheckpointStore(Protocol):
         *,
         receipt: JSON = None,
         error: str | None = None,
-    ) -> None:
-        """Record an intent's delivery progress (``sending`` bumps attempts)."""
+        expect: str | None = None,
+    ) -> bool:
+        """Record an intent's delivery progress (``sending`` bumps attempts).
+
+        With ``expect``, only an intent whose status is still ``expect`` moves
+        (a claim: of two dispatchers that read it, one wins). Returns whether
+        the intent moved."""
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         """Append ``change(latest)`` atomically: no other writer can append in

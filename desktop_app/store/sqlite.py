@@ -802,29 +802,33 @@ class SqliteCheckpointStore:
         *,
         receipt: Any = None,
         error: str | None = None,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
+        guard, guard_args = (" AND status=?", (expect,)) if expect is not None else ("", ())
         try:
             with self.conn:
                 if status == "sending":
                     self.conn.execute(
                         "UPDATE outbox SET status='sending', attempts=attempts+1, sent_at=? "
-                        "WHERE intent_id=?",
-                        (now, intent_id),
+                        "WHERE intent_id=?" + guard,
+                        (now, intent_id, *guard_args),
                     )
                 elif status == "delivered":
                     self.conn.execute(
                         "UPDATE outbox SET status='delivered', delivered_at=?, receipt=?, "
-                        "last_error=NULL WHERE intent_id=?",
-                        (now, codec.dumps(receipt), intent_id),
+                        "last_error=NULL WHERE intent_id=?" + guard,
+                        (now, codec.dumps(receipt), intent_id, *guard_args),
                     )
                 else:
                     self.conn.execute(
-                        "UPDATE outbox SET status=?, last_error=? WHERE intent_id=?",
-                        (status, error, intent_id),
+                        "UPDATE outbox SET status=?, last_error=? WHERE intent_id=?" + guard,
+                        (status, error, intent_id, *guard_args),
                     )
+                moved = self.conn.changes() == 1
         except apsw.Error as exc:
             raise self._err(exc) from exc
         self._own_commits += 1
+        return moved
 
     @_locked
     def vacuum(self, min_free_pages: int = 0) -> int:

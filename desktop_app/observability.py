@@ -1,0 +1,164 @@
+"""Logs and OpenTelemetry export, set up once per process from the settings.
+
+* Logs go to ``flowdesk.log`` in the platformdirs user log folder
+  (``~/.local/state/flowdesk/log/`` on Linux), rotated by
+  :class:`logging.handlers.RotatingFileHandler` (1 MiB, 5 old files kept),
+  created mode 0600, at ``settings.log_level``. Flowdesk logs ids and
+  statuses, never message contents, tool inputs or secrets; a filter also
+  masks the values of the process's known secrets should one reach a record.
+* Spans are exported over OTLP/HTTP when the standard
+  ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is
+  set (the SDK itself honours ``OTEL_SDK_DISABLED=true``). Everything else follows
+  the OpenTelemetry SDK's own environment handling (headers, timeout,
+  compression, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, batch
+  sizes): Flowdesk only builds ``OTLPSpanExporter()`` and a batch processor.
+  Needs ``pip install 'flowdesk[otel]'``; without it a warning says so.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from desktop_app.config import APP_NAME, Settings
+
+log = logging.getLogger(__name__)
+
+LOG_FILE = "flowdesk.log"
+_lock = threading.Lock()
+_done: dict[str, Any] = {}
+_secrets: set[str] = set()
+
+
+def log_dir() -> Path:
+    """The platformdirs user log folder for Flowdesk (not created here)."""
+    return Path(platformdirs.user_log_dir(APP_NAME))
+
+
+def mask_secret(value: str | None) -> None:
+    """Never write ``value`` to the log file (records are masked with ``***``)."""
+    if value and len(value) >= 4:
+        _secrets.add(value)
+
+
+class _SecretMask(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _secrets:
+            text = record.getMessage()
+            if any(s in text for s in _secrets):
+                for s in _secrets:
+                    text = text.replace(s, "***")
+                record.msg, record.args = text, None
+        return True
+
+
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating log whose files are created mode 0600."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        stream = open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115
+        assert isinstance(stream, io.TextIOWrapper)
+        return stream
+
+
+def setup_logging(settings: Settings) -> Path | None:
+    """Send Flowdesk's logs to the rotating file at ``settings.log_level``;
+    returns the file's path. Idempotent (a second call changes only the level).
+
+    A log folder that cannot be created or written is not fatal: a warning
+    on stderr names it and the reason, and ``None`` is returned (no log file
+    for this process)."""
+    with _lock:
+        root = logging.getLogger("desktop_app")
+        root.setLevel(settings.log_level)
+        handler = _done.get("log_handler")
+        if handler is None:
+            folder = log_dir()
+            try:
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                handler = _PrivateRotatingFileHandler(
+                    folder / LOG_FILE, maxBytes=1024 * 1024, backupCount=5, encoding="utf-8"
+                )
+            except OSError as exc:
+                if "log_warned" not in _done:
+                    _done["log_warned"] = True
+                    print(
+                        f"flowdesk: cannot write the log file in {folder} "
+                        f"({exc.strerror or exc}); this command keeps no log. Fix the "
+                        "folder's permissions (or XDG_STATE_HOME)",
+                        file=sys.stderr,
+                    )
+                return None
+            handler.setFormatter(
+                logging.Formatter("%(asctime)s %(levelname)s %(name)s %(process)d: %(message)s")
+            )
+            handler.addFilter(_SecretMask())
+            root.addHandler(handler)
+            _done["log_handler"] = handler
+        handler.setLevel(settings.log_level)
+        return Path(handler.baseFilename)
+
+
+def otlp_requested() -> bool:
+    """Whether the environment names an OTLP endpoint; the SDK reads the
+    values (and ``OTEL_SDK_DISABLED``) itself."""
+    names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    return any(os.environ.get(n) for n in names)
+
+
+def setup_tracing() -> bool:
+    """Install an SDK tracer provider exporting over OTLP/HTTP when
+    :func:`otlp_requested`; returns whether spans are exported. Idempotent.
+    Spans still queued are flushed when the process exits normally."""
+    with _lock:
+        if "tracing" in _done:
+            return bool(_done["tracing"])
+        _done["tracing"] = False
+        if not otlp_requested():
+            return False
+        try:
+            from opentelemetry import trace
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        except ImportError:
+            log.warning("OTLP endpoint set but OpenTelemetry is not installed")
+            print(
+                "flowdesk: OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry exporter "
+                "is not installed, so no spans are exported: pip install 'flowdesk[otel]'",
+                file=sys.stderr,
+            )
+            return False
+        resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({SERVICE_NAME: APP_NAME}))
+        provider = TracerProvider(resource=resource)  # shut down (flushed) at exit
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
+        log.info("exporting spans over OTLP/HTTP as service %s", resource.attributes[SERVICE_NAME])
+        _done["tracing"] = True
+        return True
+
+
+def setup(settings: Settings) -> None:
+    """Logs and tracing for this process (see the module docstring)."""
+    setup_logging(settings)
+    setup_tracing()
+
+
+def instrument_engine(engine: Any) -> None:
+    """Record the engine's runs and steps as spans when tracing is exported."""
+    if _done.get("tracing"):
+        from desktop_app.flow.tracing import trace_engine
+
+        trace_engine(engine)

@@ -1,0 +1,69 @@
+"""A small MCP server for tests (the official SDK's MCPServer, formerly FastMCP).
+
+    python -m tests.mcp_notes_server LOG stdio
+    python -m tests.mcp_notes_server LOG http     # prints "PORT <n>" once it listens
+
+Tools: ``append(text)`` appends one line to LOG (fsynced, then ``APPENDED <text>``
+on stderr) and returns the number of lines; ``append_and_hang(text)`` appends, then never answers (a
+call in flight when the client dies). ``NOTES_VARIANT=2`` adds a tool
+``count`` (a changed tool list).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+
+LOG = sys.argv[1]
+server = MCPServer("notes")
+
+
+def _append(text: str) -> int:
+    with open(LOG, "a", encoding="utf-8") as f:
+        f.write(text + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    print(f"APPENDED {text}", file=sys.stderr, flush=True)  # after the fsync
+    with open(LOG, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+@server.tool()
+def append(text: str) -> str:
+    """Append a line to the notes log."""
+    return f"appended; {_append(text)} lines"
+
+
+@server.tool()
+async def append_and_hang(text: str) -> str:
+    """Append a line, then never answer."""
+    _append(text)
+    await anyio.sleep_forever()
+    return "unreachable"
+
+
+if os.environ.get("NOTES_VARIANT") == "2":
+
+    @server.tool()
+    def count() -> str:
+        """How many lines the log has."""
+        with open(LOG, encoding="utf-8") as f:
+            return str(sum(1 for _ in f))
+
+
+if __name__ == "__main__":
+    if sys.argv[2] == "stdio":
+        server.run("stdio")
+    else:
+        import uvicorn
+
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        print(f"PORT {sock.getsockname()[1]}", flush=True)
+        app = server.streamable_http_app(host="127.0.0.1")
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])

@@ -1,0 +1,227 @@
+"""OpenTelemetry export and the log file, seen from outside: the real
+`flowdesk` CLI in a subprocess, a real OTLP/HTTP receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.chat_server import ChatServer, completion
+
+REPO = Path(__file__).resolve().parents[1]
+READ = {"path": "todo.md"}
+
+
+def require(module: str):
+    """Import ``module``; under CI=true a missing one fails the test instead of skipping."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
+def flowdesk(db: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
+
+
+def contexts(db: Path, table: str) -> dict[str, str]:
+    import json
+
+    conn = sqlite3.connect(db)
+    try:
+        rows = conn.execute(f"SELECT run_id, context FROM {table}").fetchall()
+    finally:
+        conn.close()
+    return {rid: json.loads(ctx)["trace_id"] for rid, ctx in rows}
+
+
+@pytest.fixture
+def receiver():
+    require("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+    require("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+    from tests.otlp_receiver import OtlpReceiver
+
+    with OtlpReceiver() as r:
+        yield r
+
+
+@pytest.mark.scenario("S75")
+def test_run_steps_and_model_calls_reach_an_otlp_receiver_in_the_run_trace(tmp_path, receiver):
+    db = tmp_path / "f.db"
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha private text.\n")
+    (folder / "b.txt").write_text("Beta private text.\n")
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    with ChatServer() as chat:
+        chat.script = [("json", completion("Summary A.")), ("json", completion("Summary B."))]
+        env |= {"FLOWDESK_MODEL__BASE_URL": chat.url, "FLOWDESK_MODEL__MODEL": "m"}
+        args = ("run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"))
+        out = flowdesk(db, *args, "--model", "--quiet", env=env)
+    assert out.returncode == 0, out.stderr
+    ((run_id, trace_id),) = contexts(db, "runs").items()
+    assert len(trace_id) == 32 and int(trace_id, 16)
+    assert set(receiver.paths) == {"/v1/traces"}
+    spans = receiver.spans
+    assert {s.trace_id for s in spans} == {trace_id}  # everything in the run's trace
+    by_name: dict[str, list] = {}
+    for s in spans:
+        by_name.setdefault(s.name, []).append(s)
+    (run_span,) = by_name["run digest"]
+    assert run_span.attributes["flowdesk.run_id"] == run_id
+    assert run_span.resource["service.name"] == "flowdesk"
+    assert {"step scan", "step report"} <= set(by_name)
+    step_names = {n for n in by_name if n.startswith("step ")}
+    assert len(step_names) >= 3  # scan, the per-file loop step, report
+    assert all(s.parent_span_id == run_span.span_id for n in step_names for s in by_name[n])
+    # one agent run per file, each with its model call, in the same trace
+    agents = by_name["invoke_agent digest-summary"]
+    assert sorted(s.attributes["flowdesk.run_id"] for s in agents) == [
+        f"{run_id}:a.md",
+        f"{run_id}:b.txt",
+    ]
+    chats = by_name["chat m"]
+    assert len(chats) == 2
+    assert {c.parent_span_id for c in chats} == {a.span_id for a in agents}
+    assert all(c.attributes["gen_ai.request.model"] == "m" for c in chats)
+    raw = b"".join(receiver.bodies)
+    assert b"private text" not in raw and b"Summary A" not in raw  # ids, never content
+
+
+@pytest.mark.scenario("S75")
+def test_agent_tool_calls_are_spans_in_the_agent_run_trace(tmp_path, receiver):
+    db = tmp_path / "f.db"
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.md").write_text("Buy milk.\n")
+    env = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{receiver.endpoint}/v1/traces",
+        "OTEL_SERVICE_NAME": "my-desk",
+    }
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    with ChatServer() as chat:
+        chat.script = [
+            (
+                "json",
+                completion("", [{"id": "t1", "name": "read_file", "args": {"path": "todo.md"}}]),
+            ),
+            ("json", completion("Milk.")),
+        ]
+        env |= {"FLOWDESK_MODEL__BASE_URL": chat.url, "FLOWDESK_MODEL__MODEL": "m"}
+        args = ("ask", "what?", "--tools", "files", "--folder", str(folder))
+        out = flowdesk(db, *args, env=env)
+    assert out.returncode == 0, out.stderr
+    ((run_id, trace_id),) = contexts(db, "agent_runs").items()
+    names = sorted(s.name for s in receiver.spans)
+    assert names == ["chat m", "chat m", "execute_tool read_file", "invoke_agent ask"]
+    assert {s.trace_id for s in receiver.spans} == {trace_id}
+    (agent,) = [s for s in receiver.spans if s.name == "invoke_agent ask"]
+    (tool,) = [s for s in receiver.spans if s.name.startswith("execute_tool")]
+    assert agent.attributes["flowdesk.run_id"] == run_id
+    assert agent.attributes["flowdesk.status"] == "done"
+    assert tool.parent_span_id == agent.span_id
+    assert tool.attributes["gen_ai.tool.name"] == "read_file"
+    assert tool.attributes["gen_ai.tool.call.id"] == "t1"
+    assert tool.attributes["flowdesk.tool.reused"] is False
+    assert agent.resource["service.name"] == "my-desk"  # the SDK's own env handling
+    assert b"todo.md" not in b"".join(receiver.bodies)  # tool inputs stay out of traces
+
+
+def test_without_an_endpoint_nothing_is_exported(tmp_path, receiver):
+    db = tmp_path / "f.db"
+    out = flowdesk(db, "db", "apply", env={})
+    assert out.returncode == 0
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x\n")
+    args = ("run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"), "--quiet")
+    assert flowdesk(db, *args, env={}).returncode == 0
+    disabled = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SDK_DISABLED": "true"}
+    assert flowdesk(db, *args, env=disabled).returncode == 0  # the SDK's own switch
+    assert receiver.spans == [] and receiver.paths == []
+    assert (
+        flowdesk(db, *args, env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}).returncode == 0
+    )
+    assert {s.name for s in receiver.spans} >= {"run digest", "step scan"}  # the control
+
+
+def test_log_file_is_private_rotating_at_the_settings_level_and_masks_secrets(tmp_path):
+    home = Path(os.environ["HOME"])
+    script = """
+import logging
+from desktop_app.config import load_settings
+from desktop_app.observability import mask_secret, setup_logging
+path = setup_logging(load_settings())
+print(path)
+mask_secret("sk-test-0123456789")
+log = logging.getLogger("desktop_app.demo")
+log.debug("hidden at INFO")
+log.info("using key %s for run %s", "sk-test-0123456789", "r1")
+for i in range(12000):
+    log.info("filler line %05d %s", i, "x" * 80)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, "FLOWDESK_LOG_LEVEL": "INFO"},
+    )
+    assert out.returncode == 0, out.stderr
+    path = Path(out.stdout.strip())
+    assert path == home / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
+    files = sorted(path.parent.iterdir())
+    assert path.with_name("flowdesk.log.1") in files  # rotated at 1 MiB
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    text = "".join(f.read_text() for f in files)
+    assert "using key *** for run r1" in text
+    assert "sk-test-0123456789" not in text
+    assert "hidden at INFO" not in text
+    bad = flowdesk(tmp_path / "f.db", "runs", env={"FLOWDESK_LOG_LEVEL": "LOUD"})
+    assert bad.returncode == 2 and "log_level" in bad.stderr
+
+
+def test_an_unwritable_log_folder_is_a_warning_not_a_failure(tmp_path):
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the log folder should be\n")
+    out = flowdesk(tmp_path / "f.db", "db", "apply", env={"XDG_STATE_HOME": str(blocker)})
+    assert out.returncode == 0, out.stderr
+    assert "cannot write the log file in" in out.stderr and str(blocker) in out.stderr
+
+
+def test_debug_log_of_an_agent_run_names_the_run_never_the_key_or_content(tmp_path):
+    db = tmp_path / "f.db"
+    key = "sk-live-abcdef0123456789"
+    assert flowdesk(db, "db", "apply", env={}).returncode == 0
+    with ChatServer() as chat:
+        chat.script = [("json", completion("The secret plan is ready."))]
+        env = {
+            "FLOWDESK_MODEL__BASE_URL": chat.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_MODEL__API_KEY": key,
+            "FLOWDESK_LOG_LEVEL": "DEBUG",
+        }
+        out = flowdesk(db, "ask", "what is my private question?", env=env)
+        assert out.returncode == 0, out.stderr
+        assert chat.requests[0]["headers"]["Authorization"] == f"Bearer {key}"  # it was used
+    (run_id,) = contexts(db, "agent_runs")
+    log = Path(os.environ["HOME"]) / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
+    text = log.read_text()
+    assert f"run {run_id} started" in text and f"run {run_id} done" in text
+    assert key not in text
+    assert "private question" not in text and "secret plan" not in text
