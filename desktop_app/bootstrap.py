@@ -207,12 +207,14 @@ def open_services(
         from desktop_app.store.postgres_agent_runs import PostgresAgentStore
 
         pg = open_postgres(settings)
+        pg_engine = postgres_engine(pg, flows=load.flows, events=events)
+        instrument_engine(pg_engine)
         return Services(
             settings=settings,
             database=settings.db_path,
             checkpoints=pg,
             agents=PostgresAgentStore(pg),
-            engine=postgres_engine(pg, flows=load.flows, events=events),
+            engine=pg_engine,
             flow_problems=load.problems,
         )
     checkpoints = open_sqlite_store(settings)

@@ -1094,7 +1094,9 @@ class PostgresCheckpointStore:
         *,
         receipt: Any = None,
         error: str | None = None,
-    ) -> None:
+        expect: str | None = None,
+    ) -> bool:
+        guard, guard_args = (" AND status=%s", (expect,)) if expect is not None else ("", ())
         if status == "sending":
             sql = (
                 f"UPDATE outbox SET status='sending', attempts=attempts+1, sent_at={ts()} "
@@ -1110,15 +1112,22 @@ class PostgresCheckpointStore:
         else:
             sql = "UPDATE outbox SET status=%s, last_error=%s WHERE intent_id=%s"
             args = (status, no_nul(error), intent_id)
-        self._tx(lambda conn: conn.execute(sql, args))
+        return bool(
+            self._tx(lambda conn: conn.execute(sql + guard, (*args, *guard_args)).rowcount == 1)
+        )
 
     # -- change detection, lifecycle ---------------------------------------------
 
     def data_version(self) -> int:
-        """Changes whenever any transaction commits on the server (a hash of
-        ``pg_current_snapshot()``) or this store commits; cheap to poll."""
-        row = self._read(lambda conn: conn.execute("SELECT pg_current_snapshot()::text").fetchone())
-        snap = "" if row is None else str(row[0])
+        """Changes whenever another transaction commits on the server (a hash
+        of ``pg_current_snapshot()``, leaving out this store's own NOTIFY
+        batches) or this store commits; cheap to poll. False positives (other
+        databases' writes, aborted transactions) only cause a reload."""
+        with self.notifier.xid_lock:
+            row = self._read(
+                lambda conn: conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            )
+            snap = self.notifier.normalized("" if row is None else str(row[0]))
         digest = int.from_bytes(hashlib.blake2b(snap.encode(), digest_size=4).digest(), "big")
         return (digest << 32) + self._own_commits
 

@@ -69,6 +69,11 @@ class Notifier:
         self._thread: threading.Thread | None = None
         #: batches sent (statements), for tests and benchmarks
         self.batches = 0
+        #: held while a batch's transaction id is assigned and recorded
+        self.xid_lock = threading.Lock()
+        #: transaction ids of this notifier's own batches (recent ones)
+        self.own_xids: set[int] = set()
+        self._xid_order: list[int] = []
 
     def send(self, channel: str, payload: str) -> None:
         if not self.enabled:
@@ -113,6 +118,9 @@ class Notifier:
                     # A NOTIFY commits a transaction of its own; nothing in it
                     # needs to survive a server crash, so it never waits for fsync.
                     conn.execute("SET LOCAL synchronous_commit = off")
+                    with self.xid_lock:  # see own_snapshot: never a half-recorded batch
+                        row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
+                        self._own(int(row[0]) if row else 0)
                     conn.execute(
                         "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS t(c, p)",
                         (channels, payloads),
@@ -121,6 +129,23 @@ class Notifier:
                 self.batches += 1
             except Exception as exc:  # a lost notification only delays a poll
                 log.warning("flowdesk: notification batch dropped: %s", exc)
+
+    def _own(self, xid: int) -> None:
+        self.own_xids.add(xid)
+        self._xid_order.append(xid)
+        if len(self._xid_order) > 10_000:
+            self.own_xids.discard(self._xid_order.pop(0))
+
+    def normalized(self, snapshot: str) -> str:
+        """``pg_current_snapshot()`` text with this notifier's own transactions
+        left out (call under :attr:`xid_lock`): a NOTIFY batch commits a
+        transaction of its own, which must not look like a data change."""
+        xmin_s, xmax_s, xip_s = (snapshot.split(":") + ["", "", ""])[:3]
+        xmax = int(xmax_s or 0)
+        while xmax - 1 in self.own_xids:
+            xmax -= 1
+        xip = [x for x in xip_s.split(",") if x and int(x) not in self.own_xids]
+        return f"{xmax}:{','.join(xip)}"
 
     def close(self) -> None:
         with self._cond:
