@@ -140,7 +140,7 @@ class Notifier:
         """``pg_current_snapshot()`` text with this notifier's own transactions
         left out (call under :attr:`xid_lock`): a NOTIFY batch commits a
         transaction of its own, which must not look like a data change."""
-        xmin_s, xmax_s, xip_s = (snapshot.split(":") + ["", "", ""])[:3]
+        _xmin, xmax_s, xip_s = [*snapshot.split(":"), "", "", ""][:3]
         xmax = int(xmax_s or 0)
         while xmax - 1 in self.own_xids:
             xmax -= 1
