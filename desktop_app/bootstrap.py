@@ -253,6 +253,7 @@ def postgres_engine(
     flows: list[CompiledFlow[Any]],
     events: EventBus | None = None,
     owner: str | None = None,
+    executes: bool = True,
 ) -> Engine:
     """An engine over a PostgreSQL store whose clock follows the database's
     (deadlines and wait times compared across machines; leases are decided
@@ -260,7 +261,7 @@ def postgres_engine(
     from desktop_app.flow.worker import ServerClock
 
     return Engine(store, flows=flows, events=events, clock=ServerClock(store.server_time),
-                  owner=owner)  # fmt: skip
+                  owner=owner, executes=executes)  # fmt: skip
 
 
 def open_checkpoint_store(settings: Settings) -> CheckpointStore:
@@ -463,8 +464,10 @@ def build_engine(
     from desktop_app.observability import instrument_engine
 
     chosen = flows if flows is not None else load_flows(settings)
-    if _postgres_url(settings) is not None:
-        return postgres_engine(open_postgres(settings), flows=chosen, events=events)
+    if _postgres_url(settings) is not None:  # the app: executes only when told to
+        return postgres_engine(
+            open_postgres(settings), flows=chosen, events=events, executes=executes_runs(settings)
+        )
     store = open_sqlite_store(settings)
     engine = Engine(store, flows=chosen, events=events)
     instrument_engine(engine)

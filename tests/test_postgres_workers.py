@@ -352,3 +352,26 @@ def test_two_outbox_dispatchers_one_sigkilled_mid_send(pg_url, pg_store, tmp_pat
     finally:
         server.kill()
         server.wait()
+
+
+def test_an_observing_engine_submits_and_signals_while_a_worker_executes(
+    pg_url, pg_store, procs
+):
+    from desktop_app.flow import Engine
+    from tests.pg_worker import quick_flow, waiter_flow
+
+    app = Engine(pg_store, flows=[quick_flow(), waiter_flow()], owner="laptop:1:dddddd",
+                 executes=False)  # fmt: skip
+    w = spawn(pg_url, "machine-a", "--poll", "60")  # only notifications wake it in time
+    procs.append(w)
+    submitted = app.run("quick", {})
+    assert submitted.status == "pending"  # created here, executed there
+    w.expect(lambda x: x[0] == "finished" and x[1] == submitted.run_id and x[2] == "completed")
+    waiting = app.run("waiter", {})
+    w.expect(lambda x: x[0] == "finished" and x[1] == waiting.run_id and x[2] == "waiting")
+    assert app.recover() == [] and app.tick() == 0  # never executes here
+    app.signal("go", "k", {"v": 2})  # stores; the worker delivers it
+    w.expect(lambda x: x[0] == "woken" and x[1] == waiting.run_id, timeout=30)
+    w.expect(lambda x: x[0] == "finished" and x[1] == waiting.run_id and x[2] == "completed")
+    assert pg_store.latest(waiting.run_id).state["got"] == {"v": 2}
+    assert [x for x in w.seen if x[0] == "start" and x[1] == submitted.run_id]
