@@ -165,10 +165,12 @@ class FlowdeskBench:
         self.steps = steps
 
     def one(self, runs: int) -> float:
-        """µs per durable step, 1 run in flight."""
+        """µs per durable step, 1 run in flight (also notes client CPU per step)."""
+        c0 = time.process_time()
         t0 = time.perf_counter()
         for _ in range(runs):
             assert self.engine.run("bench", {}).state.n == self.steps
+        self.cpu_us = (time.process_time() - c0) / (runs * self.steps) * 1e6
         return (time.perf_counter() - t0) / (runs * self.steps) * 1e6
 
     def many(self, runs: int, threads: int) -> float:
@@ -265,6 +267,7 @@ def main() -> int:
             note(f"raw {args.threads}", raw_parallel_commits_per_s(
                 raw_url, args.runs * args.steps // 2, args.threads))  # fmt: skip
             note("flowdesk 1", ours.one(args.runs))
+            note("flowdesk cpu", ours.cpu_us)
             if peer is not None:
                 note("dbos 1", peer.one(args.runs))
             note(f"flowdesk {args.threads}", ours.many(args.runs // 2 or 1, args.threads))
@@ -283,6 +286,9 @@ def main() -> int:
               f"  = {one / raw:.2f} x raw commit (target <= 1.5)")  # fmt: skip
         print(f"flowdesk, {args.threads} in flight         : {many:8.0f} steps/s"
               f"  = {many / (1e6 / one):.2f} x 1 in flight (target >= 4)")  # fmt: skip
+        cpu = med["flowdesk cpu"]
+        print(f"flowdesk client CPU per step  : {cpu:8.1f} us (one process, one GIL: at most "
+              f"{1e6 / cpu:6.0f} steps/s however many runs are in flight)")  # fmt: skip
         if peer is not None:
             d1, dn = med["dbos 1"], med[f"dbos {args.threads}"]
             print(f"dbos, 1 in flight             : {d1:8.1f} us/step ({1e6 / d1:7.0f} steps/s)"

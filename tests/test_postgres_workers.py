@@ -67,7 +67,7 @@ class Proc:
                 self.popen.wait()
 
 
-def spawn(url: str, host: str, *args: str) -> Proc:
+def spawn(url: str, host: str, *args: str, wait: bool = True) -> Proc:
     env = dict(os.environ, PYTHONPATH=ROOT)
     popen = subprocess.Popen(
         [sys.executable, WORKER, url, host, *args],
@@ -87,7 +87,8 @@ def spawn(url: str, host: str, *args: str) -> Proc:
         proc.lines.put(["EOF"])
 
     threading.Thread(target=read, daemon=True).start()
-    proc.expect(lambda w: w[0] == "ready")
+    if wait:
+        proc.expect(lambda w: w[0] == "ready")
     return proc
 
 
@@ -354,9 +355,7 @@ def test_two_outbox_dispatchers_one_sigkilled_mid_send(pg_url, pg_store, tmp_pat
         server.wait()
 
 
-def test_an_observing_engine_submits_and_signals_while_a_worker_executes(
-    pg_url, pg_store, procs
-):
+def test_an_observing_engine_submits_and_signals_while_a_worker_executes(pg_url, pg_store, procs):
     from desktop_app.flow import Engine
     from tests.pg_worker import quick_flow, waiter_flow
 

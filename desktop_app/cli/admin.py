@@ -276,7 +276,9 @@ def cmd_agent(ctx: Ctx) -> int:
     signals.signal(signals.SIGTERM, on_term)
     signals.signal(signals.SIGINT, on_term)
     settings = sv.settings
-    if ctx.args.worker or hasattr(sv.checkpoints, "listener"):
+    from desktop_app.bootstrap import parse_database
+
+    if ctx.args.worker or parse_database(sv.database).backend == "postgres":
         return _serve_worker(ctx, sv, stop)
     print(f"flowdesk agent: serving {sv.database} as {engine.owner}", file=sys.stderr)
     engine.serve(

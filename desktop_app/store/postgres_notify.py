@@ -235,6 +235,11 @@ class Listener:
                 )  # fmt: skip
                 # Blocks only while a peer holds it for an instant (a claim's xact lock).
                 conn.execute(f"SELECT pg_advisory_lock({lock_key_sql()})", (self.owner,))
+                # Rows of workers long gone (SIGKILLed: they never unregistered).
+                conn.execute(
+                    "DELETE FROM workers WHERE heartbeat_at < now() - interval '1 day' "
+                    "AND pg_try_advisory_xact_lock(lock_key)"
+                )
             for channel in self.channels:
                 conn.execute(f"LISTEN {channel}")
         except BaseException:
