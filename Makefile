@@ -22,8 +22,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check desktop_app tests benchmarks
 	$(BIN)/mypy desktop_app
 
+# The quick benchmarks (a few minutes); slow ones and their flags: benchmarks/README.md.
+# Peers: $(BIN)/pip install -r benchmarks/requirements-peers.txt
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_steps.py
+	$(BIN)/python benchmarks/bench_wal.py
+	$(BIN)/python benchmarks/bench_cpu.py
+	$(BIN)/python benchmarks/bench_scaling.py
+	$(BIN)/python benchmarks/bench_recovery.py --runs 1000
 
 # Mutation testing of desktop_app/flow, desktop_app/store and the agent runtime,
 # one module at a time with its own test selection (slow: not part of `test`).

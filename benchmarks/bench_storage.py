@@ -1,8 +1,8 @@
 """Bytes written per step grow with what the step changed, not with the size of
 the whole state or the length of the history.
 
-    python benchmarks/bench_storage.py [--steps 1000] [--item-bytes 1024] [--repeat 5]
-                                       [--naive-repeat 1] [--synchronous FULL]
+    python benchmarks/bench_storage.py [--steps 1000] [--item-bytes 1024] [--rounds 3]
+                                       [--synchronous FULL]
 
 One run of a flow with a single loop step (``checkpoint_each_iteration=True``)
 whose state is a list that grows by one unique 1 KiB string per iteration,
@@ -20,13 +20,17 @@ It prints:
 * per-step cost: the wall time between consecutive ``RunProgress`` events
   (each is published right after an iteration's checkpoint commits); the
   median of steps 1..20 (around step 10) and of steps N-10..N (around step
-  1,000), each the median over ``--repeat`` runs, and their ratio (target <= 1.5).
+  1,000), each the median over ``--rounds`` runs, and their ratio (target <= 1.5).
   Every run uses a fresh file, so steps 1..20 also pay for growing the WAL
   and database files; the ratio can come out below 1.
 * the same two figures for a naive baseline that stores the whole state each
   step: ``json.dumps`` of the full list, one raw apsw ``INSERT`` commit per
   step, into a separate file opened with the same pragmas (WAL, the same
   ``synchronous``).
+
+Flowdesk and the baseline alternate, one run each per round
+(``_harness.interleave``); every run uses a fresh file. A baseline run
+writes about 0.5 GB.
 """
 
 from __future__ import annotations
@@ -42,8 +46,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _harness import Row, header, interleave, stat, table
 from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
@@ -207,14 +212,6 @@ def naive_run(folder: Path, items: list[str], synchronous: str) -> Measure:
     return Measure(costs, int(stored), size, written)
 
 
-def repeat(n: int, fn, items: list[str], synchronous: str) -> list[Measure]:
-    out = []
-    for _ in range(n):
-        with tempfile.TemporaryDirectory(prefix="flowdesk-bench-") as d:
-            out.append(fn(Path(d), items, synchronous))
-    return out
-
-
 def summarise(name: str, ms: list[Measure], steps: int) -> tuple[float, float, float]:
     late = (steps - LATE_SPAN, steps)
     early_us = statistics.median(m.window(*EARLY) for m in ms) * 1e6
@@ -234,59 +231,78 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--steps", type=int, default=1000, help="loop iterations (items), >= 30")
     p.add_argument("--item-bytes", type=int, default=1024, help="size of each new item")
-    p.add_argument("--repeat", type=int, default=5, help="flowdesk runs (medians are taken)")
-    p.add_argument(
-        "--naive-repeat", type=int, default=1, help="naive full-state runs (~0.5 GB written each)"
-    )
+    p.add_argument("--rounds", type=int, default=3, help="rounds of one run each (medians)")
     p.add_argument("--synchronous", default="FULL", choices=["NORMAL", "FULL", "EXTRA"])
+    p.add_argument("--dir", default=None, help="folder for the temporary databases")
     args = p.parse_args()
     if args.steps < 30:
         p.error("--steps must be at least 30")
     items = make_items(args.steps, args.item_bytes)
     payload = sum(len(i) for i in items)
-    print(
-        f"{args.steps} steps, each appends one unique {args.item_bytes}-byte item "
-        f"(payload {payload / MIB:.2f} MiB), synchronous={args.synchronous}"
+    header(
+        f"bytes and step cost of a growing state: {args.steps} steps, each appends one unique "
+        f"{args.item_bytes}-byte item (payload {payload / MIB:.2f} MiB)",
+        synchronous=args.synchronous,
+        rounds=args.rounds,
+    )
+    ours: list[Measure] = []
+    naive: list[Measure] = []
+    late = (args.steps - LATE_SPAN, args.steps)
+
+    def contender(fn, out: list[Measure]):
+        def go() -> float:
+            with tempfile.TemporaryDirectory(prefix="flowdesk-bench-", dir=args.dir) as d:
+                m = fn(Path(d), items, args.synchronous)
+            out.append(m)
+            return m.window(*late) / m.window(*EARLY)
+
+        return go
+
+    res = interleave(
+        {"flowdesk": contender(flowdesk_run, ours), "naive": contender(naive_run, naive)},
+        args.rounds,
+        warmup=0,
     )
 
-    ours = repeat(args.repeat, flowdesk_run, items, args.synchronous)
-    naive = repeat(args.naive_repeat, naive_run, items, args.synchronous)
-
-    print(f"per-step wall time (medians; {args.repeat} flowdesk, {args.naive_repeat} naive runs):")
-    _, _, ratio = summarise("flowdesk", ours, args.steps)
-    _, _, naive_ratio = summarise("naive   ", naive, args.steps)
-
-    stored = statistics.median(m.stored for m in ours)
-    size = statistics.median(m.file_size for m in ours)
+    print(f"per-step wall time (medians over {args.rounds} runs each):")
+    summarise("flowdesk", ours, args.steps)
+    summarise("naive   ", naive, args.steps)
     print("bytes:")
     print(f"  flowdesk: {ours[-1].detail}")
-    for name, ms in (("flowdesk", ours), ("naive   ", naive)):
+    rows: list[Row] = []
+    for name, ms in (("flowdesk", ours), ("naive full-state", naive)):
         sys_w = [m.syscall_written for m in ms]
         sys_txt = (
             "n/a"
             if None in sys_w
             else f"{statistics.median(w for w in sys_w if w is not None) / MIB:.1f} MiB"
         )
-        print(
-            f"  {name}: stored {statistics.median(m.stored for m in ms) / MIB:8.2f} MiB, "
-            f"db file after wal_checkpoint(TRUNCATE) "
-            f"{statistics.median(m.file_size for m in ms) / MIB:8.2f} MiB, "
-            f"write(2) bytes during the run {sys_txt}"
+        stored = stat([m.stored for m in ms])
+        is_fd = name == "flowdesk"
+        rows.append(
+            Row(
+                f"{name}: bytes stored",
+                f"{stored.fmt(1 / MIB)} MiB",
+                "< 5 MiB" if is_fd else "",
+                stored.median < 5 * MIB if is_fd else None,
+            )
         )
-    verdict_bytes = "ok" if stored < 5 * MIB else "MISSED"
-    verdict_ratio = "ok" if ratio <= 1.5 else "MISSED"
-    print()
-    print(
-        f"flowdesk: total written {stored / MIB:.2f} MiB (target < 5 MiB, {verdict_bytes}; "
-        f"db file {size / MIB:.2f} MiB), step{args.steps}/step10 = {ratio:.2f} "
-        f"(target <= 1.5, {verdict_ratio})"
-    )
-    n_stored = statistics.median(m.stored for m in naive)
-    n_size = statistics.median(m.file_size for m in naive)
-    print(
-        f"naive full-state: total written {n_stored / MIB:.2f} MiB "
-        f"(db file {n_size / MIB:.2f} MiB), step{args.steps}/step10 = {naive_ratio:.2f}"
-    )
+        rows.append(
+            Row(
+                f"{name}: db file after checkpoint / write(2) bytes",
+                f"{stat([m.file_size for m in ms]).fmt(1 / MIB)} MiB / {sys_txt}",
+            )
+        )
+        ratio = stat(res["flowdesk" if is_fd else "naive"])
+        rows.append(
+            Row(
+                f"{name}: step {late[0]}-{late[1]} / step {EARLY[0]}-{EARLY[1]}",
+                f"{ratio.fmt()} x",
+                "<= 1.5x" if is_fd else "",
+                ratio.median <= 1.5 if is_fd else None,
+            )
+        )
+    table(rows)
     return 0
 
 

@@ -72,8 +72,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _harness import Row, machine, pct, table
 from pydantic import BaseModel
 
 from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
@@ -126,13 +127,6 @@ def proc_status(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
 def emit(tag: str, payload: dict[str, Any]) -> None:
@@ -430,7 +424,7 @@ def parent(args: argparse.Namespace) -> int:
     print(
         f"{args.runs} runs: {n_deadline} timers over {args.flows} flows (spread "
         f"{args.spread_s:g} s) + {args.signals} signal waits; poll_s={args.poll_s}, "
-        f"synchronous={args.synchronous}",
+        f"synchronous={args.synchronous}\n  {machine()}",
         flush=True,
     )
     # SIGTERM ends the parent through its finally clause, which kills the children
@@ -505,34 +499,39 @@ def parent(args: argparse.Namespace) -> int:
         f"{fig['delivered']} consumed; per signal sent->consumed p50 {fig['sig_p50']:.2f} s, "
         f"p99 {fig['sig_p99']:.2f} s, max {fig['sig_max']:.2f} s"
     )
-    print()
-    ok = True
-    verdict = "ok" if rss_max < 150 * MiB else "MISSED"
-    ok &= verdict == "ok"
-    print(
-        f"{args.runs} waiting runs: engine RSS max {rss_max / MiB:.1f} MiB "
-        f"(target < 150 MiB, {verdict})"
-    )
+    rows = [
+        Row(
+            f"{args.runs:,} waiting runs: engine RSS max",
+            f"{rss_max / MiB:.1f} MiB",
+            "< 150 MiB",
+            rss_max < 150 * MiB,
+        ),
+    ]
     complete = fig["fired"] == n_deadline
-    verdict = "ok" if complete and fig["late_max"] <= 1.0 else "MISSED"
-    ok &= verdict == "ok"
-    print(
-        f"deadlines: {fig['fired']} fired, lateness max {fig['late_max']:.3f} s, "
-        f"p99 {fig['late_p99']:.3f} s (p50 {fig['late_p50']:.3f} s, min {fig['late_min']:.3f} s, "
-        f"{fig['late_over_1s']} over 1 s) (target <= 1 s, {verdict})"
+    rows.append(
+        Row(
+            f"deadlines fired: {fig['fired']} of {n_deadline}, lateness max",
+            f"{fig['late_max']:.3f} s (p99 {fig['late_p99']:.3f}, p50 {fig['late_p50']:.3f}, "
+            f"{fig['late_over_1s']} over 1 s)",
+            "<= 1 s, all fired",
+            complete and fig["late_max"] <= 1.0,
+        )
     )
     if fig["sig_completed"] == args.signals and fig["first_sent"] is not None:
         deliver_s = fig["last_sig_done"] - fig["first_sent"]
-        verdict = "ok" if deliver_s < 5.0 else "MISSED"
-        took = f"{deliver_s:.2f} s"
+        took, met = f"{deliver_s:.2f} s", deliver_s < 5.0
     else:
-        verdict, took = "MISSED", f"(only {fig['sig_completed']} completed)"
-    ok &= verdict == "ok"
-    print(
-        f"{args.signals} signals from a second process delivered in {took} "
-        f"(first sent -> last signal run completed; target < 5 s, {verdict})"
+        took, met = f"only {fig['sig_completed']} completed", False
+    rows.append(
+        Row(
+            f"{args.signals:,} signals from a second process: first sent -> last run done",
+            took,
+            "< 5 s",
+            met,
+        )
     )
-    return 0 if ok else 1
+    table(rows)
+    return 0
 
 
 def main() -> int:

@@ -264,6 +264,18 @@ def postgres_engine(
                   owner=owner, executes=executes)  # fmt: skip
 
 
+def agent_store(checkpoints: CheckpointStore) -> Any:
+    """The agent-run store over ``checkpoints``' database (SQLite or PostgreSQL)."""
+    import sys
+
+    pg = sys.modules.get("desktop_app.store.postgres")  # loaded only for a postgresql:// URL
+    if pg is not None and isinstance(checkpoints, pg.PostgresCheckpointStore):
+        from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+
+        return PostgresAgentStore(checkpoints)
+    return SqliteAgentStore(checkpoints)  # type: ignore[arg-type]
+
+
 def open_checkpoint_store(settings: Settings) -> CheckpointStore:
     """The settings' checkpoint store, SQLite or PostgreSQL (verified, never applied)."""
     if _postgres_url(settings) is not None:

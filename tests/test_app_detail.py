@@ -138,6 +138,20 @@ async def select(pilot: Pilot[None], screen: RunDetailScreen, revision: int) -> 
     assert screen.selected_revision == revision
 
 
+def stored_intent(settings: Any, intent_id: str) -> tuple[str, str | None]:
+    """An outbox intent's status and last error, read on a connection of the test's."""
+    store = open_store(settings.db_path)
+    try:
+        [found] = [
+            i
+            for i in store.intents(["pending", "sending", "delivered", "failed"], 1000)
+            if i.intent_id == intent_id
+        ]
+        return found.status, found.last_error
+    finally:
+        store.close()
+
+
 def front(app: FlowdeskApp) -> object:
     """The screen in front (typed loosely: it changes under the test's feet)."""
     return app.screen
@@ -276,7 +290,13 @@ async def test_steps_outbox_and_context_panels(tmp_path: Path) -> None:
         outbox = screen.query_one(OutboxTable)
         [intent] = outbox.intents
         assert (intent.destination, intent.step_id) == ("mailer", "two")
-        assert outbox.status_of(intent.intent_id) == "pending"
+        # The app runs the outbox dispatcher (as `flowdesk agent` does); it has
+        # no "mailer" destination, so the intent is marked failed, saying why.
+        await wait_until(pilot, lambda: outbox.status_of(intent.intent_id) == "failed")
+        assert stored_intent(settings, intent.intent_id)[0] == "failed"
+        assert "unknown destination 'mailer'" in (
+            stored_intent(settings, intent.intent_id)[1] or ""
+        )
         await pilot.press("6")
         ctx = screen.query_one(ContextTable)
         assert ctx.value("Tenant") == "acme" and ctx.value("User") == "ann"

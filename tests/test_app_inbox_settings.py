@@ -226,6 +226,7 @@ async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Pat
             "approve",
             "Ship?",
             "-",
+            "",  # no deadline: no time-left bar
             "y approve · n reject · enter answer",
         ]
         assert cells(screen, keys[1])[1:4] == ["review", "Looks good?", "in 3h 12m"]
@@ -234,6 +235,7 @@ async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Pat
             "agent assistant",
             "Which city?",
             "-",
+            "",
             f"flowdesk ask --resume {agent_id} --answer TEXT",
         ]
         assert screen.status_text.startswith("2 flow question(s) and 1 agent question(s)")

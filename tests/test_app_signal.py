@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel
+from textual.widgets import Input
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
@@ -45,12 +46,15 @@ async def test_send_a_signal_from_the_app(tmp_path: Path) -> None:
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await pilot.press("x")
-        assert isinstance(app.screen, SignalScreen)
-        await pilot.click("#name")
-        await pilot.press(*"payment")
-        await pilot.click("#key")
-        await pilot.press(*"o-1")
-        await pilot.click("#payload")
+        form = app.screen
+        assert isinstance(form, SignalScreen)
+        # prefilled from the selected run's signal wait; the payload has focus
+        assert form.query_one("#name", Input).value == "payment"
+        assert form.query_one("#key", Input).value == "o-1"
+        assert f"Run {run_id[:8]} waits for signal payment o-1" in str(
+            form.query_one("#waiting").render()
+        )
+        assert form.query_one("#payload", Input).has_focus
         await pilot.press(*'{"amount": 3}')
         await pilot.press("enter")
         await settle(pilot)

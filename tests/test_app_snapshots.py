@@ -3,7 +3,8 @@
 Deterministic on purpose: runs are made by an Engine on a ManualClock with
 fixed run ids, the terminal is 120x40, the header shows a fixed subtitle
 instead of the temporary database path, the status line that names the
-path is cleared, and text cursors do not blink.
+path is cleared, text cursors do not blink, the app's clock is a fixed
+ManualClock and the time zone is UTC.
 
 Update the SVGs under ``tests/__snapshots__/`` with
 ``pytest tests/test_app_snapshots.py --snapshot-update`` after a deliberate
@@ -13,6 +14,8 @@ change, and look at them before committing.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +36,16 @@ SIZE = (120, 40)
 
 
 @pytest.fixture(autouse=True)
-def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith("FLOWDESK_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+    monkeypatch.setenv("TZ", "UTC")  # times are shown in the local time zone
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 class Greeting(BaseModel):
@@ -92,8 +100,12 @@ def make_db(tmp_path: Path) -> Settings:
     return settings
 
 
+#: The app's clock: ten minutes after the first run started ("10 min ago").
+SHOWN_AT = ManualClock().now() + 600
+
+
 def snapshot_app(tmp_path: Path) -> FlowdeskApp:
-    return FlowdeskApp(make_db(tmp_path), flows=snapshot_flows())
+    return FlowdeskApp(make_db(tmp_path), flows=snapshot_flows(), clock=ManualClock(SHOWN_AT))
 
 
 async def steady(pilot: Pilot[None]) -> None:

@@ -4,7 +4,9 @@ launch on a fresh HOME, start a digest from the form, see it complete, quit."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -72,3 +74,91 @@ def test_real_binary_in_tmux(tmp_path):
     assert (tmp_path / "docs-digest" / "digest.md").read_text().startswith("# Digest of docs")
     db = home / "data" / "flowdesk" / "flowdesk.db"
     assert db.exists() and oct(db.stat().st_mode & 0o777) == "0o600"
+
+
+def progress_of(shown: str) -> tuple[int, int] | None:
+    """``(done, total)`` of the digest row on screen (``None`` when not shown)."""
+    for line in shown.splitlines():
+        if "digest" in line:
+            match = re.search(r"(\d+)/(\d+)", line)
+            if match:
+                return int(match.group(1)), int(match.group(2))
+    return None
+
+
+def wait_progress(session: str, check, timeout: float = 60) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = progress_of(screen(session))
+        if got is not None and check(got):
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"progress never matched; screen:\n{screen(session)}")
+
+
+def launch(session: str, env: str, done: Path) -> None:
+    tmux(
+        "new-session",
+        "-d",
+        "-s",
+        session,
+        "-x",
+        "120",
+        "-y",
+        "40",
+        f"env {env} {BIN}; echo $? > {done}",
+    )
+
+
+def app_pid(session: str) -> int:
+    """The flowdesk process of the session (the pane's shell runs it)."""
+    shell = tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip()
+    children = subprocess.run(
+        ["pgrep", "-P", shell], capture_output=True, text=True, check=False
+    ).stdout.split()
+    assert children, f"no flowdesk process under {shell}"
+    return int(children[0])
+
+
+@pytest.mark.skipif(not BIN.exists(), reason="the flowdesk console script is not installed")
+def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    docs = tmp_path / "many"
+    docs.mkdir()
+    files = 3000
+    for i in range(files):
+        (docs / f"n{i:05d}.txt").write_text(f"Note {i}. Something to say.\n")
+    env = f"HOME={home} XDG_DATA_HOME={home}/data XDG_CONFIG_HOME={home}/config TERM=xterm-256color"
+    first, second = f"flowdesk-bar-{os.getpid()}", f"flowdesk-bar2-{os.getpid()}"
+    done = tmp_path / "exit-code"
+    launch(first, env, done)
+    try:
+        wait_for(first, "New digest")
+        tmux("send-keys", "-t", first, "n")
+        wait_for(first, "older")
+        tmux("send-keys", "-t", first, "-l", str(docs))
+        tmux("send-keys", "-t", first, "Enter")
+        a = wait_progress(first, lambda p: 0 < p[0] < p[1])
+        b = wait_progress(first, lambda p: a[0] < p[0] < p[1])  # the bar moves
+        assert "█" in screen(first)
+        os.kill(app_pid(first), signal.SIGKILL)  # mid-run, no goodbye
+        killed_at = b[0]
+    finally:
+        tmux("kill-session", "-t", first)
+    launch(second, env, done)
+    try:
+        # launch recovery resumes the run; its bar goes on from where it was
+        resumed = wait_progress(second, lambda p: p[0] >= killed_at and p[1] == b[1])
+        assert resumed[1] == b[1]
+        wait_for(second, "completed", timeout=120)
+        shown = screen(second)
+        assert progress_of(shown) == (b[1], b[1])
+        tmux("send-keys", "-t", second, "q")
+        deadline = time.monotonic() + 20
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        tmux("kill-session", "-t", second)
+    report = (tmp_path / "many-digest" / "digest.md").read_text()
+    assert report.count("n0") >= files  # every file once, none lost or doubled

@@ -79,3 +79,45 @@ def wait_target(wait: Wait) -> str:
     if wait.kind == "event":
         return f"event {wait.name}"
     return "its timer"
+
+
+#: Characters of a text bar: filled, empty.
+BAR_FULL, BAR_EMPTY = "█", "░"
+
+
+def bar(fraction: float, width: int = 10) -> str:
+    """A text bar ``width`` cells wide, ``fraction`` (clamped to 0..1) filled."""
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return BAR_FULL * filled + BAR_EMPTY * (width - filled)
+
+
+def time_left_bar(
+    asked_at: float | None, deadline: float | None, now: float, width: int = 10
+) -> str:
+    """How much of a wait's time is left, as a bar (``""`` without a deadline)."""
+    if deadline is None or asked_at is None or deadline <= asked_at:
+        return ""
+    return bar((deadline - now) / (deadline - asked_at), width)
+
+
+def local_when(ts: float | None) -> str:
+    """UTC epoch seconds in the local time zone: ``YYYY-MM-DD HH:MM:SS +0200``."""
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).astimezone().strftime(TIME_FORMAT + " %z")
+
+
+def ago(ts: float | None, now: float) -> str:
+    """How long ago ``ts`` was: ``just now``, ``42 s ago``, ``3 min ago``,
+    ``5 h ago``, ``2 d ago`` (``-`` when unknown; ``in …`` for the future)."""
+    if ts is None:
+        return "-"
+    delta = now - ts
+    if abs(delta) < 5:
+        return "just now"
+    if delta < 0:
+        return countdown(ts, now)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if delta >= size:
+            return f"{int(delta // size)} {unit} ago"
+    return f"{int(delta)} s ago"

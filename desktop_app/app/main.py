@@ -28,30 +28,39 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
-from textual.timer import Timer
 
-from desktop_app import bootstrap
+from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.format import plural, short_id
 from desktop_app.app.messages import (
     AnswerAccepted,
     AnswerRefused,
+    BranchFinished,
+    BranchRequested,
     EngineReady,
+    OutboxDelivered,
     ProgressTick,
     RecoveryFinished,
     RunChanged,
     StartupFailed,
 )
+from desktop_app.app.previews import undo_tidy
+from desktop_app.app.progress import ProgressMeter
+from desktop_app.app.runs import RunController
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.fork import validation_lines
+from desktop_app.app.screens.help import HelpScreen, keys_of
 from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.screens.launch_report import check_after_launch
 from desktop_app.app.screens.new_run import NewDigestScreen
@@ -59,12 +68,15 @@ from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.settings import SettingsScreen
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
-from desktop_app.config import Settings, recovery_policy
+from desktop_app.app.services import AppServices, SchemaReport, open_services
+from desktop_app.app.throttle import RefreshThrottle
+from desktop_app.config import Settings, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
+from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.flows.digest import DigestInput, DigestState
-from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus
+from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
 
 T = TypeVar("T")
 
@@ -104,39 +116,64 @@ class FlowdeskApp(App[None]):
     TITLE = "Flowdesk"
     CSS_PATH = "flowdesk.tcss"
     BINDINGS = [
-        Binding("q", "quit", "Quit"),
+        Binding("q", "quit", "Quit", show=False),
         Binding("i", "inbox", "Inbox"),
-        Binding("g", "agent_runs", "Agent runs"),
-        Binding("s", "start_flow", "Start flow"),
-        Binding("ctrl+s", "settings", "Settings"),
-        Binding("x", "send_signal", "Signal"),
+        # Shown in the ? help and the command palette; the footer keeps to
+        # what fits 80 columns.
+        Binding("g", "agent_runs", "Agent runs", show=False),
+        Binding("s", "start_flow", "Start flow", show=False),
+        Binding("ctrl+s", "settings", "Settings", show=False),
+        Binding("x", "send_signal", "Signal", show=False),
+        Binding("f1", "help", "Help", key_display="F1", priority=True),
+        Binding("question_mark", "help", "Help", key_display="?", show=False),
     ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
     #: Least seconds between two refreshes of live progress (10 a second).
     REFRESH_S = 0.1
+    #: Longest pause (seconds) between two outbox delivery passes; a run of
+    #: this app that saves a checkpoint wakes the dispatcher at once.
+    OUTBOX_S = 2.0
     #: Seconds an informational status line (schema applied, runs resumed) stays.
     STATUS_S = 8.0
 
-    def __init__(self, settings: Settings, *, flows: list[CompiledFlow[Any]] | None = None) -> None:
-        """``flows`` replaces the built-in flows (tests use instrumented ones)."""
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        flows: list[CompiledFlow[Any]] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """``settings`` default to :func:`~desktop_app.config.load_settings` (the
+        settings file and ``FLOWDESK_*`` environment), so ``textual run
+        desktop_app.app.main:FlowdeskApp`` works; ``flows`` replaces the
+        built-in flows (tests use instrumented ones); ``clock`` is the time
+        source of the engine and of every time shown (default: the system's)."""
         super().__init__()
+        if settings is None:
+            settings = load_settings()
         self.settings = settings
         self._custom_flows = flows
+        self._clock = clock
+        self.services: AppServices | None = None
         self.engine: Engine | None = None
         self.reader: CheckpointStore | None = None
-        self.schema: bootstrap.SchemaReport | None = None
+        self.schema: SchemaReport | None = None
+        #: claims, the launch-recovery gate and job execution (one place)
+        self.runs = RunController()
+        #: the outbox dispatcher's thread, once the database is open
+        self.outbox: OutboxPump | None = None
         self.startup_error: str | None = None
         self.recovery: str | None = None
         self.notices: list[Notice] = []
-        self._driving: set[str] = set()
-        self._driving_lock = threading.Lock()
-        self._recover_listed = threading.Event()
+        self._answer_lock = threading.Lock()
         self._progress: dict[str, tuple[int, int]] = {}
         self._changed: set[str] = set()
         self._progress_lock = threading.Lock()
-        self._flush_timer: Timer | None = None
-        self._last_flush = 0.0
+        #: spaces progress refreshes REFRESH_S apart (its clock can be replaced)
+        self.throttle = RefreshThrottle(self.REFRESH_S, time.monotonic)
+        #: rate and ETA of running runs, from the progress shown
+        self.meter = ProgressMeter()
         self._answering: dict[str, tuple[AnswerScreen, str]] = {}
         self._canceled_here: set[str] = set()
         self._data_version: int | None = None
@@ -187,6 +224,16 @@ class FlowdeskApp(App[None]):
             yield SystemCommand("Resume run", "Resume this run", screen.action_resume)
             yield SystemCommand("Answer run", "Answer this waiting run", screen.action_answer)
             yield SystemCommand("Cancel run", "Cancel this run", screen.action_cancel)
+            yield SystemCommand(
+                "Undo tidy run", "Move this tidy run's files back", screen.action_undo
+            )
+
+    def now(self) -> float:
+        """The engine's clock (UTC epoch seconds); the system's until it is open."""
+        engine = self.engine
+        if engine is not None:
+            return engine.clock.now()
+        return self._clock.now() if self._clock is not None else time.time()
 
     # -- notices and reads -----------------------------------------------
 
@@ -220,16 +267,12 @@ class FlowdeskApp(App[None]):
     @work(thread=True, group="startup", name="open database")
     def _startup(self) -> None:
         settings = self.settings
+        events = EventBus()
+        events.subscribe(self._on_engine_event)
         try:
-            report = bootstrap.app_schema(settings)  # PostgreSQL: verify only, never apply
-            events = EventBus()
-            events.subscribe(self._on_engine_event)
-            engine = bootstrap.build_engine(settings, flows=self._custom_flows, events=events)
-            try:
-                reader = bootstrap.open_checkpoint_store(settings)
-            except BaseException:
-                engine.store.close()
-                raise
+            services = open_services(
+                settings, flows=self._custom_flows, events=events, clock=self._clock
+            )
         except FlowdeskError as exc:
             self.post_message(StartupFailed(str(exc)))
             return
@@ -238,12 +281,12 @@ class FlowdeskApp(App[None]):
                 StartupFailed(f"could not open {settings.db_path}: {type(exc).__name__}: {exc}")
             )
             return
-        self.schema = report
-        self.engine = engine
-        self.reader = reader
+        self.services = services
+        self.schema = services.schema
+        self.engine = services.engine
+        self.reader = services.reader
         if self._quitting:  # the app quit while we were opening
-            engine.store.close()
-            reader.close()
+            services.close()
             return
         self.post_message(EngineReady())
 
@@ -260,7 +303,7 @@ class FlowdeskApp(App[None]):
 
     def on_startup_failed(self, message: StartupFailed) -> None:
         self.startup_error = message.error
-        self._recover_listed.set()
+        self.runs.open_gate()
         self.say(message.error, "error")
         screen = self.runs_screen
         screen.banner.show_error(f"Cannot open the database: {message.error}")
@@ -278,12 +321,32 @@ class FlowdeskApp(App[None]):
         else:
             status = f"Database {report.path}: schema up to date."
         self.runs_screen.status_line.say(status, for_s=self.STATUS_S)
+        self._start_delivery()
         self._poll()
-        if self.settings.recover_on_launch and bootstrap.executes_runs(self.settings):
+        # on a database that workers serve, the app resumes nothing (they do)
+        if self.settings.recover_on_launch and self.engine is not None and self.engine.executes:
             self._start_recovery()
         else:
-            self._recover_listed.set()
+            self.runs.open_gate()
             check_after_launch(self)  # S51: runs left by an older flow version
+
+    # -- outbox delivery (S72) --------------------------------------------
+
+    def _start_delivery(self) -> None:
+        """Deliver outbox intents while the app is open, as ``flowdesk agent``
+        does: anything approved here takes effect without another process."""
+        services = self.services
+        assert services is not None
+        self.outbox = OutboxPump(
+            services.dispatcher.dispatch,
+            every_s=self.OUTBOX_S,
+            on_delivered=lambda n: self.post_message(OutboxDelivered(n)),
+            on_error=lambda text: self.say(text, "warning"),
+        )
+        self.outbox.start()
+
+    def on_outbox_delivered(self, _message: OutboxDelivered) -> None:
+        self._reload_all()
 
     # -- launch recovery -------------------------------------------------
 
@@ -300,12 +363,11 @@ class FlowdeskApp(App[None]):
                 "select one and press r to resume it"
             )
         if not interrupted:
-            self._recover_listed.set()
+            self.runs.open_gate()
             check_after_launch(self)  # S51: runs left by an older flow version
             return
         ids = frozenset(r.run_id for r in interrupted)
-        with self._driving_lock:
-            self._driving.update(ids)
+        ids = frozenset(i for i in ids if self.runs.claim(i))
         text = f"Resuming {plural(len(ids), 'interrupted run')}…"
         self.say(text)
         self.runs_screen.status_line.say(text)
@@ -318,8 +380,8 @@ class FlowdeskApp(App[None]):
         outcomes: list[RunResult | BaseException] = []
 
         def on_result(run: RunRecord, outcome: RunResult | BaseException) -> None:
-            self._recover_listed.set()
-            self._release(run.run_id)
+            self.runs.open_gate()
+            self.runs.release(run.run_id)
             outcomes.append(outcome)
             total = max(len(claimed), len(outcomes))
             progress = f"Resuming interrupted runs: {len(outcomes)} of {total} done…"
@@ -341,8 +403,8 @@ class FlowdeskApp(App[None]):
         except Exception as exc:
             self.say(f"Resuming interrupted runs stopped: {type(exc).__name__}: {exc}", "error")
         finally:
-            self._recover_listed.set()
-            self._release(*claimed)
+            self.runs.open_gate()
+            self.runs.release(*claimed)
         summary, problem = recovery_summary(outcomes)
         self.recovery = summary
         self.say(summary, "warning" if problem else "information")
@@ -355,7 +417,7 @@ class FlowdeskApp(App[None]):
 
     # -- starting and resuming runs --------------------------------------
 
-    def _require_engine(self) -> Engine | None:
+    def require_engine(self) -> Engine | None:
         if self.engine is not None:
             return self.engine
         if self.startup_error:
@@ -364,24 +426,12 @@ class FlowdeskApp(App[None]):
             self.say("The database is still opening; try again in a moment.", "warning")
         return None
 
-    def _claim(self, run_id: str) -> bool:
-        with self._driving_lock:
-            if run_id in self._driving:
-                return False
-            self._driving.add(run_id)
-            return True
-
-    def _release(self, *run_ids: str) -> None:
-        with self._driving_lock:
-            self._driving.difference_update(run_ids)
-
     def is_driving(self, run_id: str) -> bool:
-        with self._driving_lock:
-            return run_id in self._driving
+        return self.runs.is_driving(run_id)
 
     def action_new_digest(self) -> None:
         """Ask for a folder, then run ``digest`` on it."""
-        if self._require_engine() is not None:
+        if self.require_engine() is not None:
             self.push_screen(NewDigestScreen(), self._digest_chosen)
 
     def _digest_chosen(self, given: DigestInput | None) -> None:
@@ -390,11 +440,11 @@ class FlowdeskApp(App[None]):
 
     def start_digest(self, given: DigestInput) -> str | None:
         """Start a ``digest`` run in a worker; returns its run id."""
-        engine = self._require_engine()
+        engine = self.require_engine()
         if engine is None:
             return None
         run_id = uuid.uuid4().hex
-        self._claim(run_id)
+        self.runs.claim(run_id)
         state = DigestState(folder=given.folder, out=given.out)
         self.say(f"Started digest run {short_id(run_id)} of {given.folder}")
         self.runs_screen.table.follow(run_id)  # selected as soon as its row shows
@@ -413,8 +463,34 @@ class FlowdeskApp(App[None]):
 
     def action_send_signal(self) -> None:
         """Send a signal (stored first, then delivered to a run waiting on it)."""
-        if self._require_engine() is not None and not isinstance(self.screen, ModalScreen):
+        if self.require_engine() is None or isinstance(self.screen, ModalScreen):
+            return
+        wait = self._signal_wait_in_view()
+        if wait is None:
             self.push_screen(SignalScreen(), self._signal_chosen)
+            return
+        run_id = wait.wait_id.partition(":")[0]
+        waiting = f"Run {short_id(run_id)} waits for signal {wait.name} {wait.key}."
+        self.push_screen(
+            SignalScreen(wait.name or "", wait.key or "", waiting=waiting), self._signal_chosen
+        )
+
+    def _signal_wait_in_view(self) -> Wait | None:
+        """The signal wait of the run on screen (the detail's run, or the
+        selected row of the runs table), to prefill the signal form."""
+        screen = self.screen
+        if isinstance(screen, RunDetailScreen):
+            run_id: str | None = screen.run_id
+        elif isinstance(screen, RunsScreen):
+            run_id = screen.table.selected_run_id()
+        else:
+            run_id = None
+        if run_id is None:
+            return None
+        rid = run_id
+        latest = self.read(lambda s: s.latest(rid), quiet=True)
+        waits = latest.waits if latest is not None else ()
+        return next((w for w in waits if w.kind == "signal"), None)
 
     def _signal_chosen(self, request: SignalRequest | None) -> None:
         if request is not None:
@@ -432,11 +508,19 @@ class FlowdeskApp(App[None]):
         self.say(f"Signal {request.name} {request.key} stored (#{signal_id})")
 
     def action_start_flow(self) -> None:
-        """Start any registered flow from a form built from its state model."""
-        engine = self._require_engine()
+        """Start any registered flow from a form of its declared inputs."""
+        engine = self.require_engine()
         if engine is not None and not isinstance(self.screen, ModalScreen):
-            flows = {name: f.state_type for name, f in engine.flows.items()}
-            self.push_screen(StartFlowScreen(flows))
+            self.push_screen(StartFlowScreen(dict(engine.flows)))
+
+    def action_help(self) -> None:
+        """Show (or close) every key of the current screen."""
+        screen = self.screen
+        if isinstance(screen, HelpScreen):
+            screen.dismiss(None)
+            return
+        title = screen.sub_title or self.sub_title or type(screen).__name__
+        self.push_screen(HelpScreen(title, keys_of(screen)))
 
     def action_settings(self) -> None:
         if not isinstance(self.screen, ModalScreen):
@@ -444,11 +528,11 @@ class FlowdeskApp(App[None]):
 
     def start_flow(self, flow_name: str, state: dict[str, Any]) -> str | None:
         """Start a run of any registered flow in a worker; returns its run id."""
-        engine = self._require_engine()
+        engine = self.require_engine()
         if engine is None:
             return None
         run_id = uuid.uuid4().hex
-        self._claim(run_id)
+        self.runs.claim(run_id)
         self.say(f"Started {flow_name} run {run_id}")
         self.runs_screen.table.follow(run_id)
         self._drive(run_id, lambda: engine.run(flow_name, state, run_id=run_id))
@@ -456,7 +540,7 @@ class FlowdeskApp(App[None]):
 
     def resume_run(self, run_id: str) -> None:
         """Resume one run in a worker (unless it is already being driven here)."""
-        engine = self._require_engine()
+        engine = self.require_engine()
         if engine is None:
             return
         run = self.read(lambda s: s.get_run(run_id))
@@ -470,7 +554,7 @@ class FlowdeskApp(App[None]):
             if any(w.kind == "input" for w in waits):
                 self.say(f"Run {short_id(run_id)} waits for an answer; press a to answer it.")
                 return
-        if not self._claim(run_id):
+        if not self.runs.claim(run_id):
             self.say(f"Run {short_id(run_id)} is already running.", "warning")
             return
         self.say(f"Resuming run {short_id(run_id)}…")
@@ -478,20 +562,58 @@ class FlowdeskApp(App[None]):
 
     @work(thread=True, group="runs", name="drive run")
     def _drive(self, run_id: str, job: Callable[[], RunResult]) -> None:
-        try:
-            # Launch recovery lists interrupted runs first, so it never picks
-            # up a run this worker is driving.
-            self._recover_listed.wait()
-            result = job()
-        except FlowdeskError as exc:
-            self.say(str(exc), "error")
-        except Exception as exc:
-            self.say(f"Run {short_id(run_id)} stopped: {type(exc).__name__}: {exc}", "error")
+        outcome = self.runs.execute(run_id, job)
+        if outcome.result is not None:
+            self._announce(outcome.result)
+        elif outcome.error is not None:
+            self.say(outcome.error, "error")
+        self.post_message(RunChanged(run_id))
+
+    def on_branch_requested(self, message: BranchRequested) -> None:
+        """Replay or fork a checkpoint as a new run (asked by a screen)."""
+        message.stop()
+        screen = message.reply_to
+        engine = self.require_engine()
+        if engine is None:
+            return
+        cid, new_id, changes = message.checkpoint_id, message.run_id, message.changes
+        self.runs.claim(new_id)
+        verb = "Forking" if changes is not None else "Replaying"
+        rev = f"{short_id(cid)}:{cid.rpartition(':')[2]}"
+        self.say(f"{verb} checkpoint {rev} as run {short_id(new_id)}…")
+
+        def job() -> RunResult:
+            if changes is not None:
+                return engine.fork(cid, changes, run_id=new_id)
+            return engine.replay(cid, run_id=new_id)
+
+        self._branch(screen, rev, new_id, job, changes is not None)
+
+    @work(thread=True, group="runs", name="fork or replay run")
+    def _branch(
+        self, screen: Any, rev: str, new_id: str, job: Callable[[], RunResult], fork: bool
+    ) -> None:
+        what = "Fork" if fork else "Replay"
+        outcome = self.runs.execute(new_id, job, what=what)
+        result = outcome.result
+        if isinstance(outcome.exception, ValidationError):
+            self.say(
+                f"{what} of {rev} refused: " + "; ".join(validation_lines(outcome.exception)),
+                "error",
+            )
+        elif result is None:
+            exc = outcome.exception
+            why = (
+                outcome.error if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
+            )
+            self.say(f"{what} of {rev} failed: {why}", "error")
         else:
-            self._announce(result)
-        finally:
-            self._release(run_id)
-            self.post_message(RunChanged(run_id))
+            done = "forked" if fork else "replayed"
+            status = result.status + (f": {result.error}" if result.error else "")
+            severity: SeverityLevel = "error" if result.status == "failed" else "information"
+            self.say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
+        self.post_message(RunChanged(new_id))
+        screen.post_message(BranchFinished(new_id, result is not None))
 
     def _announce(self, result: RunResult) -> None:
         rid = short_id(result.run_id)
@@ -509,15 +631,60 @@ class FlowdeskApp(App[None]):
 
     def open_run(self, run_id: str) -> None:
         if self.reader is None:
-            self._require_engine()
+            self.require_engine()
             return
         self.push_screen(RunDetailScreen(run_id))
+
+    # -- tidy undo --------------------------------------------------------
+
+    def undo_tidy(self, run_id: str) -> None:
+        """Ask, then move a tidy run's files back from its undo list (in a worker)."""
+        if self.require_engine() is None:
+            return
+        run = self.read(lambda s: s.get_run(run_id))
+        latest = self.read(lambda s: s.latest(run_id))
+        if run is None or latest is None:
+            return
+        rid = short_id(run_id)
+        undo_list = latest.state.get("undo_path") if run.flow_name == "tidy" else None
+        if not isinstance(undo_list, str):
+            what = "is not a tidy run" if run.flow_name != "tidy" else "moved nothing"
+            self.say(f"Run {rid} {what}; there is nothing to undo.", "warning")
+            return
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._undo(run_id, undo_list)
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Undo tidy run {rid}?",
+                f"Every file it moved goes back where it was (from {undo_list}). "
+                "Files moved or replaced since are left alone.",
+                yes="Move them back",
+                no="Keep",
+            ),
+            chosen,
+        )
+
+    @work(thread=True, group="control", name="undo tidy")
+    def _undo(self, run_id: str, undo_list: str) -> None:
+        rid = short_id(run_id)
+        try:
+            report = undo_tidy(Path(undo_list))
+        except FlowdeskError as exc:
+            self.say(f"Tidy run {rid} was not undone: {exc}", "error")
+            return
+        text = f"Undid tidy run {rid}: {plural(report.moved_back, 'file')} moved back"
+        if report.left:
+            text += f"; {len(report.left)} left: " + "; ".join(report.left[:3])
+        self.say(text, "warning" if report.left else "information")
 
     # -- canceling -------------------------------------------------------
 
     def cancel_run(self, run_id: str) -> None:
         """Ask, then cancel one run in a worker (``Engine.cancel``)."""
-        if self._require_engine() is None:
+        if self.require_engine() is None:
             return
         run = self.read(lambda s: s.get_run(run_id))
         if run is None:
@@ -563,7 +730,7 @@ class FlowdeskApp(App[None]):
 
     def answer_run(self, run_id: str) -> None:
         """Show what a waiting run waits for, and answer its questions."""
-        if self._require_engine() is None:
+        if self.require_engine() is None:
             return
         run = self.read(lambda s: s.get_run(run_id))
         if run is None:
@@ -585,16 +752,16 @@ class FlowdeskApp(App[None]):
         """
         if self.engine is None:
             return "The database is not open."
-        if not self._claim(run_id):
+        if not self.runs.claim(run_id):
             return f"Run {short_id(run_id)} is running here right now; try again when it stops."
-        with self._driving_lock:
+        with self._answer_lock:
             self._answering[run_id] = (screen, wait_id)
         self._answer(run_id, wait_id, value)
         return ""
 
     def _answer_settled(self, run_id: str) -> tuple[AnswerScreen, str] | None:
         """The screen waiting for the fate of an answer to ``run_id``, once."""
-        with self._driving_lock:
+        with self._answer_lock:
             return self._answering.pop(run_id, None)
 
     def _accepted(self, run_id: str) -> None:
@@ -611,14 +778,14 @@ class FlowdeskApp(App[None]):
         result: RunResult | None = None
         error: str | None = None
         try:
-            self._recover_listed.wait()
+            self.runs.wait_for_gate()
             result = engine.resume_with(run_id, value, wait_id=wait_id)
         except FlowdeskError as exc:
             error = str(exc)
         except Exception as exc:
             error = f"Run {short_id(run_id)} stopped: {type(exc).__name__}: {exc}"
         finally:
-            self._release(run_id)
+            self.runs.release(run_id)
             self.post_message(RunChanged(run_id))
         asking = self._answer_settled(run_id)
         if asking is None:  # accepted earlier: the run went on, then stopped
@@ -647,8 +814,10 @@ class FlowdeskApp(App[None]):
         buffered until the UI takes them (:meth:`_flush_progress`).
         """
         if isinstance(event, RunStarted):
-            self._recover_listed.set()
+            self.runs.open_gate()
             self._accepted(event.run_id)  # a run answered from the app goes on
+        if isinstance(event, StepFinished | RunFinished) and self.outbox is not None:
+            self.outbox.wake()  # the step may have queued outbox intents
         if isinstance(event, RunProgress | StepFinished):
             with self._progress_lock:
                 first = not self._progress and not self._changed
@@ -662,21 +831,24 @@ class FlowdeskApp(App[None]):
             self.post_message(RunChanged(event.run_id))
 
     def on_progress_tick(self, _message: ProgressTick) -> None:
-        """Show buffered progress now, or when ``REFRESH_S`` passed since the last time."""
-        if self._flush_timer is not None:
-            return
-        wait = self._last_flush + self.REFRESH_S - time.monotonic()
+        """Show buffered progress now, or once ``REFRESH_S`` passed since the last time."""
+        wait = self.throttle.request()
+        if wait is None:
+            return  # a refresh is scheduled; it shows the latest values
         if wait > 0:
-            self._flush_timer = self.set_timer(wait, self._flush_progress)
+            self.set_timer(wait, self._flush_progress)
         else:
             self._flush_progress()
 
     def _flush_progress(self) -> None:
-        self._flush_timer = None
-        self._last_flush = time.monotonic()
+        self.throttle.flushed()
         with self._progress_lock:
             progress, self._progress = self._progress, {}
             changed, self._changed = self._changed, set()
+
+        now = self.now()
+        for run_id, (done, total) in progress.items():
+            self.meter.record(run_id, done, total, now)
 
         def show(screen: RunsScreen | RunDetailScreen) -> None:
             for run_id, (done, total) in progress.items():
@@ -721,11 +893,12 @@ class FlowdeskApp(App[None]):
 
     def on_unmount(self) -> None:
         # A run still being driven stops at its next checkpoint (the closed
-        # store refuses to save it) and is resumed on the next launch.
+        # store refuses to save it) and is resumed on the next launch; the
+        # outbox pump finishes its pass first (an intent it was sending is
+        # reconciled by the next dispatcher).
         self._quitting = True
-        self._recover_listed.set()
-        if self.engine is not None:
-            self.engine.stop()
-            self.engine.store.close()
-        if self.reader is not None:
-            self.reader.close()
+        self.runs.open_gate()
+        if self.outbox is not None:
+            self.outbox.stop()
+        if self.services is not None:
+            self.services.close()

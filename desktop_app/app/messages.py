@@ -6,7 +6,10 @@ subscriber use these instead of touching widgets.
 
 from __future__ import annotations
 
+from typing import Any
+
 from textual.message import Message
+from textual.message_pump import MessagePump
 
 from desktop_app.store.protocol import Wait
 
@@ -67,3 +70,41 @@ class AnswerRefused(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
         self.error = error
+
+
+class OutboxDelivered(Message):
+    """The app's outbox dispatcher delivered ``count`` intents."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+
+class BranchRequested(Message):
+    """A screen asks the app to replay (``changes`` is ``None``) or fork the
+    checkpoint ``checkpoint_id`` as the new run ``run_id``.
+
+    The app answers the sending screen with :class:`BranchFinished`.
+    """
+
+    def __init__(
+        self,
+        reply_to: MessagePump,
+        checkpoint_id: str,
+        run_id: str,
+        changes: dict[str, Any] | None,
+    ) -> None:
+        super().__init__()
+        self.reply_to = reply_to
+        self.checkpoint_id = checkpoint_id
+        self.run_id = run_id
+        self.changes = changes
+
+
+class BranchFinished(Message):
+    """A replay or fork run has ended (``ok``: it ran; the app said how)."""
+
+    def __init__(self, run_id: str, ok: bool) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.ok = ok

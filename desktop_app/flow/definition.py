@@ -239,6 +239,9 @@ class CompiledFlow(Generic[S]):
         deadline_s: a run-level deadline, counted from the run's creation and
             stored then (never pushed later by recovery); past it the run ends
             ``timed_out``.
+        inputs: the state fields a person gives when starting a run (a form
+            shows only these), or ``None``: every field. Not part of ``version``.
+        description: what the flow does, for people (one or two sentences).
     """
 
     name: str
@@ -256,6 +259,8 @@ class CompiledFlow(Generic[S]):
     keep_last_n: int | None
     version: str
     deadline_s: float | None = None
+    inputs: tuple[str, ...] | None = None
+    description: str = ""
 
     def step(self, step_id: str) -> AnyStep:
         return self.steps[step_id]
@@ -293,6 +298,9 @@ class FlowBuilder(Generic[S]):
         delete_on_success: delete completed runs.
         keep_last_n: prune each run's checkpoints to the newest n.
         deadline_s: run-level deadline in seconds from creation.
+        inputs: the state fields a person gives to start a run (names, or a
+            pydantic model whose fields they are); ``None``: every field.
+        description: what the flow does, for people.
     """
 
     def __init__(
@@ -306,9 +314,15 @@ class FlowBuilder(Generic[S]):
         delete_on_success: bool = False,
         keep_last_n: int | None = None,
         deadline_s: float | None = None,
+        inputs: Sequence[str] | type[BaseModel] | None = None,
+        description: str = "",
     ) -> None:
         self.name = name
         self.deadline_s = deadline_s
+        if isinstance(inputs, type):
+            inputs = list(inputs.model_fields)
+        self.inputs = tuple(inputs) if inputs is not None else None
+        self.description = description
         self.state_type = state
         self.version = version
         self.retry = retry if isinstance(retry, RetryPolicy) else RetryPolicy(retries=retry)
@@ -506,6 +520,9 @@ class FlowBuilder(Generic[S]):
         """
         problems: list[str] = []
         fields = set(self.state_type.model_fields)
+        for f in self.inputs or ():
+            if f not in fields:
+                problems.append(f"input {f!r} is not a field of {self.state_type.__name__}")
         nested: dict[str, Step] = {}
         all_ids: list[str] = []
         for s in self._steps:
@@ -659,6 +676,8 @@ class FlowBuilder(Generic[S]):
             keep_last_n=self.keep_last_n,
             version=f"{self.version}+{digest}",
             deadline_s=self.deadline_s,
+            inputs=self.inputs,
+            description=self.description,
         )
 
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
@@ -50,8 +50,8 @@ SKIP_DIRS = {"__pycache__", "node_modules"}
 class DigestInput(BaseModel):
     """What a user gives: the folder to read and where the report goes."""
 
-    folder: str
-    out: str
+    folder: str = Field(description="The folder whose files are summarised (read, never changed)")
+    out: str = Field(description="The folder that receives digest.md")
 
 
 class DigestState(DigestInput):
@@ -246,7 +246,13 @@ def build_digest_flow(
         return {"report_path": str(out / REPORT_NAME)}
 
     return (
-        FlowBuilder("digest", DigestState, version="1" if summarizer is None else "1-model")
+        FlowBuilder(
+            "digest",
+            DigestState,
+            version="1" if summarizer is None else "1-model",
+            inputs=DigestInput,
+            description="Summarise every file of a folder into one digest.md report.",
+        )
         .step("scan", scan)
         .loop(
             "summarize",

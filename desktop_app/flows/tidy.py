@@ -54,7 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
@@ -115,7 +115,7 @@ PARTIAL_SUFFIXES = frozenset({".part", ".partial", ".crdownload", ".opdownload",
 class TidyInput(BaseModel):
     """What a user gives: the folder to tidy."""
 
-    folder: str
+    folder: str = Field(description="The folder whose top-level files are sorted into subfolders")
 
 
 class TidyState(TidyInput):
@@ -360,7 +360,14 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
         return {"undo_path": str(target)}
 
     return (
-        FlowBuilder("tidy", TidyState, version="1")
+        FlowBuilder(
+            "tidy",
+            TidyState,
+            version="1",
+            inputs=TidyInput,
+            description="Sort a folder's files into Kind/Month subfolders once you approve "
+            "the planned moves; an undo list is kept.",
+        )
         .step("plan", plan)
         .step("approve", approve)
         .loop(

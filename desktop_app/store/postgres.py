@@ -1100,21 +1100,19 @@ class PostgresCheckpointStore:
         if status == "sending":
             sql = (
                 f"UPDATE outbox SET status='sending', attempts=attempts+1, sent_at={ts()} "
-                "WHERE intent_id=%s"
+                "WHERE intent_id=%s" + guard
             )
-            args: tuple[Any, ...] = (now, intent_id)
+            args: tuple[Any, ...] = (now, intent_id, *guard_args)
         elif status == "delivered":
             sql = (
                 f"UPDATE outbox SET status='delivered', delivered_at={ts()}, receipt=%s, "
-                "last_error=NULL WHERE intent_id=%s"
+                "last_error=NULL WHERE intent_id=%s" + guard
             )
-            args = (now, codec.dumps(receipt), intent_id)
+            args = (now, codec.dumps(receipt), intent_id, *guard_args)
         else:
-            sql = "UPDATE outbox SET status=%s, last_error=%s WHERE intent_id=%s"
-            args = (status, no_nul(error), intent_id)
-        return bool(
-            self._tx(lambda conn: conn.execute(sql + guard, (*args, *guard_args)).rowcount == 1)
-        )
+            sql = "UPDATE outbox SET status=%s, last_error=%s WHERE intent_id=%s" + guard
+            args = (status, no_nul(error), intent_id, *guard_args)
+        return bool(self._tx(lambda conn: conn.execute(sql, args).rowcount == 1))
 
     # -- change detection, lifecycle ---------------------------------------------
 

@@ -32,12 +32,13 @@ from textual.widgets import DataTable, Footer, Header, Static
 from desktop_app.agent.messages import canonical_json
 from desktop_app.app.format import json_text, short_id, when
 from desktop_app.app.screens.inbox import agent_hint
+from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.errors import FlowdeskError
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore, ToolResult
-from desktop_app.store.sqlite import SqliteCheckpointStore
+from desktop_app.store.agent_runs import AgentRun, ToolResult
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.services import AgentStore
 
 #: Characters of a message's content shown before it is cut.
 CONTENT_CHARS = 300
@@ -158,14 +159,12 @@ class AgentRunLoaded(Message):
         self.error = error
 
 
-def _agent_store(app: FlowdeskApp) -> SqliteAgentStore:
-    """The agent store over the engine's store (raises ``LookupError`` why not)."""
-    engine = app.engine
-    if engine is None:
+def _agent_store(app: FlowdeskApp) -> AgentStore:
+    """The app's agent-run log (raises ``LookupError`` while the database is not open)."""
+    services = app.services
+    if services is None:
         raise LookupError(app.startup_error or "The database is still opening.")
-    if not isinstance(engine.store, SqliteCheckpointStore):
-        raise LookupError("Agent runs are kept in the SQLite store only.")
-    return SqliteAgentStore(engine.store)
+    return services.agents
 
 
 def _failure(exc: Exception) -> str:
@@ -197,28 +196,6 @@ class AgentRunsScreen(Screen[None]):
         ("attempts", "Attempts"),
         ("reused", "Reused"),
     )
-
-    DEFAULT_CSS = """
-    AgentRunsScreen #agent-runs-status {
-        height: auto;
-        padding: 0 1;
-    }
-    AgentRunsScreen #agent-runs {
-        height: 1fr;
-        margin-top: 1;
-    }
-    AgentRunsScreen #agent-run-detail {
-        height: 2fr;
-        border-top: solid $accent;
-    }
-    AgentRunsScreen #agent-conversation {
-        padding: 0 1;
-    }
-    AgentRunsScreen #agent-tools {
-        height: auto;
-        margin: 1 1 0 1;
-    }
-    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -262,8 +239,9 @@ class AgentRunsScreen(Screen[None]):
                 id="agent-conversation",
                 markup=False,
             )
+            yield ConversationView(id="agent-messages")
             yield DataTable[Text](id="agent-tools", cursor_type="none", show_cursor=False)
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "Agent runs"
@@ -349,7 +327,7 @@ class AgentRunsScreen(Screen[None]):
         """The plain text of run ``run_id``'s row."""
         return [c.plain for c in self.table.get_row(run_id)]
 
-    def on_agent_run_loaded(self, message: AgentRunLoaded) -> None:
+    async def on_agent_run_loaded(self, message: AgentRunLoaded) -> None:
         if message.run_id != self._shown_id:
             return  # another run was opened meanwhile
         try:
@@ -361,11 +339,13 @@ class AgentRunsScreen(Screen[None]):
             self.shown = None
             self._conversation = f"Could not read agent run {message.run_id}: {message.error}"
             view.update(Text(self._conversation))
+            await self.query_one(ConversationView).show([], 0)
             tools.display = False
             return
         detail = self.shown = message.detail
         self._conversation = conversation_text(detail.run, detail.messages)
-        view.update(Text(self._conversation))
+        view.update(Text("\n".join(run_lines(detail.run))))
+        await self.query_one(ConversationView).show(detail.messages, CONTENT_CHARS * 10)
         tools.clear()
         for result in detail.tools:
             tools.add_row(

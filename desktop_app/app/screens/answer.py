@@ -15,11 +15,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static
+from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, Static
 
 from desktop_app.app.format import countdown, json_text, short_id, wait_target
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
+from desktop_app.app.previews import PREVIEWS, Preview
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
 
@@ -28,6 +31,17 @@ if TYPE_CHECKING:
 
 #: Seconds between updates of the deadline countdowns.
 TICK_S = 1.0
+#: What the Yes and No buttons answer (the words the inbox's y and n send).
+YES = "yes"
+NO = "no"
+
+
+class PreviewLoaded(Message):
+    """The flow's preview of the question, read in a worker."""
+
+    def __init__(self, preview: Preview) -> None:
+        super().__init__()
+        self.preview = preview
 
 
 def short_wait_id(wait: Wait) -> str:
@@ -48,44 +62,7 @@ def how_to_deliver(wait: Wait) -> str:
 class AnswerScreen(ModalScreen[None]):
     """The pending waits of one waiting run; answers its input waits."""
 
-    DEFAULT_CSS = """
-    AnswerScreen {
-        align: center middle;
-    }
-    AnswerScreen #dialog {
-        width: 96;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    AnswerScreen #waits {
-        height: auto;
-        max-height: 8;
-        margin-top: 1;
-    }
-    AnswerScreen #prompt {
-        height: auto;
-        margin: 1 0;
-    }
-    AnswerScreen #answer-error {
-        color: $error;
-        height: auto;
-        margin-top: 1;
-    }
-    AnswerScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    AnswerScreen Button {
-        margin-left: 1;
-    }
-    """
-
-    BINDINGS = [Binding("escape", "close", "Close")]
+    BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
     COLUMNS = (
         ("wait", "Wait"),
@@ -100,6 +77,7 @@ class AnswerScreen(ModalScreen[None]):
         self.waits: list[Wait] = []
         self.sending = False
         self._error = ""
+        self.preview: Preview | None = None
 
     @property
     def flowdesk(self) -> FlowdeskApp:
@@ -119,19 +97,51 @@ class AnswerScreen(ModalScreen[None]):
             )
             yield DataTable[Text](id="waits", cursor_type="row", zebra_stripes=True)
             yield Static("Reading what it waits for…", id="prompt")
+            yield Static("", id="preview-title")
+            yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
+            with Horizontal(id="yes-no"):
+                yield Button("Yes", variant="success", id="answer-yes", disabled=True)
+                yield Button("No", variant="error", id="answer-no", disabled=True)
             yield Input(placeholder="Type the answer; enter sends it", id="answer", disabled=True)
-            yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json")
+            yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json", compact=True)
             yield Static("", id="answer-error")
             with Horizontal(id="buttons"):
                 yield Button("Send", variant="primary", id="send", disabled=True)
                 yield Button("Close", id="close")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#waits", DataTable)
         for key, label in self.COLUMNS:
             table.add_column(label, key=key)
+        self.query_one("#preview", DataTable).display = False
         self.set_interval(TICK_S, self._tick)
         self.load()
+        self.load_preview()
+
+    @work(thread=True, exclusive=True, group="preview", name="read preview")
+    def load_preview(self) -> None:
+        """The flow's preview of its question (what a yes will do), if it has one."""
+        engine = self.flowdesk.engine
+        build = PREVIEWS.get(self.run.flow_name)
+        if engine is None or build is None:
+            return
+        try:
+            preview = build(engine.store, self.run.run_id)
+        except Exception as exc:  # the preview is a help, never a blocker
+            preview = Preview(f"No preview: {type(exc).__name__}: {exc}", ())
+        self.post_message(PreviewLoaded(preview))
+
+    def on_preview_loaded(self, message: PreviewLoaded) -> None:
+        self.preview = message.preview
+        table = self.query_one("#preview", DataTable)
+        table.clear(columns=True)
+        for column in message.preview.columns:
+            table.add_column(column)
+        for row in message.preview.rows:
+            table.add_row(*(Text(c) for c in row))
+        table.display = bool(message.preview.rows)
+        self.query_one("#preview-title", Static).update(Text(message.preview.title, style="bold"))
 
     # -- reading the waits (in a worker: the engine's store may be busy) --
 
@@ -229,6 +239,8 @@ class AnswerScreen(ModalScreen[None]):
         answer.disabled = not answerable or self.sending
         self.query_one("#as-json", Checkbox).disabled = not answerable or self.sending
         self.query_one("#send", Button).disabled = not answerable or self.sending
+        self.query_one("#answer-yes", Button).disabled = not answerable or self.sending
+        self.query_one("#answer-no", Button).disabled = not answerable or self.sending
         if answerable and not self.sending:
             answer.focus()
 
@@ -255,6 +267,10 @@ class AnswerScreen(ModalScreen[None]):
         event.stop()
         if event.button.id == "send":
             self.submit()
+        elif event.button.id == "answer-yes":
+            self.send(YES)
+        elif event.button.id == "answer-no":
+            self.send(NO)
         else:
             self.dismiss(None)
 
@@ -276,6 +292,13 @@ class AnswerScreen(ModalScreen[None]):
                 return
         elif not text.strip():
             self._show_error("Type an answer first.")
+            return
+        self.send(value)
+
+    def send(self, value: Any) -> None:
+        """Send ``value`` to the selected input wait (in the app's worker)."""
+        wait = self.selected
+        if self.sending or wait is None or wait.kind != "input":
             return
         refused = self.flowdesk.send_answer(self, self.run.run_id, wait.wait_id, value)
         if refused:

@@ -7,43 +7,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Static
+from textual.widgets import Button, Footer, Label, Static
+
+from desktop_app.app.screens.help import HELP_BINDING
 
 
 class ConfirmScreen(ModalScreen[bool]):
     """Ask ``question``; dismiss with True (y, Yes) or False (n, escape, No)."""
 
-    DEFAULT_CSS = """
-    ConfirmScreen {
-        align: center middle;
-    }
-    ConfirmScreen #dialog {
-        width: 64;
-        max-width: 100%;
-        height: auto;
-        padding: 1 2;
-        border: thick $warning;
-        background: $surface;
-    }
-    ConfirmScreen #detail {
-        color: $text-muted;
-        height: auto;
-        margin-top: 1;
-    }
-    ConfirmScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    ConfirmScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n", "answer(False)", "No"),
         Binding("escape", "answer(False)", "No"),
+        HELP_BINDING,
     ]
 
     def __init__(self, question: str, detail: str = "", *, yes: str = "Yes", no: str = "No"):
@@ -60,6 +36,7 @@ class ConfirmScreen(ModalScreen[bool]):
             with Horizontal(id="buttons"):
                 yield Button(yes, variant="error", id="yes")
                 yield Button(no, variant="primary", id="no")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()  # enter does not destroy anything by accident

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from pydantic import ValidationError
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -25,7 +24,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import (
     DataTable,
@@ -38,10 +36,12 @@ from textual.widgets import (
 )
 from textual.worker import get_current_worker
 
-from desktop_app.app.format import STATUS_STYLES, progress, short_id, when
-from desktop_app.app.messages import RunChanged
+from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
+from desktop_app.app.graph import graph_text
+from desktop_app.app.messages import BranchFinished, BranchRequested
+from desktop_app.app.progress import Pace, duration
 from desktop_app.app.screens.confirm import ConfirmScreen
-from desktop_app.app.screens.fork import ForkScreen, validation_lines
+from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
 from desktop_app.app.widgets.run_tables import (
     INTENT_STATUSES,
@@ -53,8 +53,8 @@ from desktop_app.app.widgets.run_tables import (
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
-from desktop_app.flow import CompiledFlow, RunResult
-from desktop_app.store.protocol import Checkpoint, RunRecord, checkpoint_id
+from desktop_app.flow import CompiledFlow
+from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -69,10 +69,21 @@ OUTBOX_LIMIT = 10_000
 KEEP_CHECKPOINTS = 32
 
 #: Tab pane ids, in the order of the tabs (keys 1..6 switch to them).
-TABS = ("tab-state", "tab-diff", "tab-steps", "tab-waits", "tab-outbox", "tab-context")
+TABS = (
+    "tab-state",
+    "tab-diff",
+    "tab-steps",
+    "tab-waits",
+    "tab-outbox",
+    "tab-context",
+    "tab-graph",
+)
 
 
-def header_text(run: RunRecord) -> Text:
+def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
+    """The run's header: id, flow, status, progress (a bar with rate, time
+    left and elapsed time while it runs); times in the local time zone with
+    how long ago they were."""
     text = Text()
     text.append("Run ", style="bold")
     text.append(run.run_id)
@@ -81,11 +92,18 @@ def header_text(run: RunRecord) -> Text:
     text.append("\nStatus ", style="bold")
     text.append(run.status, style=STATUS_STYLES.get(run.status, ""))
     text.append("   Progress ", style="bold")
-    text.append(progress(run.progress))
-    text.append("   Started ", style="bold")
-    text.append(when(run.created_at))
+    done_total = (pace.done, pace.total) if pace is not None else run.progress
+    text.append(progress(done_total))
+    if pace is not None:
+        text.append(f"  {pace.bar(20)}", style="green" if run.status == "running" else "dim")
+        if run.status == "running":
+            if pace.rate_text():
+                text.append(f"  {pace.rate_text()}")
+            text.append(f"  elapsed {duration(now - run.created_at)}")
+    text.append("\nStarted ", style="bold")
+    text.append(f"{local_when(run.created_at)} ({ago(run.created_at, now)})")
     text.append("   Updated ", style="bold")
-    text.append(when(run.updated_at))
+    text.append(f"{local_when(run.updated_at)} ({ago(run.updated_at, now)})")
     if run.parent_run_id:
         text.append("   Parent ", style="bold")
         text.append(short_id(run.parent_run_id))
@@ -115,45 +133,33 @@ class CheckpointLoaded(Message):
         self.error = error
 
 
-class BranchFinished(Message):
-    """A replay or fork from this screen ended (``ok`` when the new run exists)."""
+class HistoryLoaded(Message):
+    """The run's checkpoint history, read in a worker."""
 
-    def __init__(self, run_id: str, ok: bool) -> None:
+    def __init__(self, history: list[CheckpointInfo], error: str | None) -> None:
         super().__init__()
-        self.run_id = run_id
-        self.ok = ok
+        self.history = history
+        self.error = error
+
+
+def tab_label(pane: str, name: str) -> str:
+    """A tab's label with the key that shows it: ``"5 Outbox"``."""
+    return f"{TABS.index(pane) + 1} {name}"
 
 
 class RunDetailScreen(Screen[None]):
     """One run: its timeline, states, steps, waits, outbox and context, updated live."""
-
-    DEFAULT_CSS = """
-    RunDetailScreen #detail-body {
-        height: 1fr;
-    }
-    RunDetailScreen #timeline {
-        width: 50%;
-        height: 1fr;
-    }
-    RunDetailScreen #panels {
-        width: 1fr;
-        height: 1fr;
-    }
-    RunDetailScreen .pane-title {
-        height: auto;
-        padding: 0 1;
-    }
-    """
 
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("r", "resume", "Resume"),
         Binding("a", "answer", "Answer"),
         Binding("c", "cancel", "Cancel run"),
-        Binding("d", "diff_base", "Diff base"),
+        Binding("d", "diff_base", "Diff base", show=False),
         Binding("p", "replay", "Replay"),
         Binding("k", "fork", "Fork"),
-        Binding("q", "app.quit", "Quit"),
+        Binding("u", "undo", "Undo tidy", show=False),
+        Binding("q", "app.quit", "Quit", show=False),
         *(Binding(str(i + 1), f"show_tab('{tab}')", show=False) for i, tab in enumerate(TABS)),
     ]
 
@@ -164,6 +170,7 @@ class RunDetailScreen(Screen[None]):
         self.latest: Checkpoint | None = None
         #: The revision selected in the timeline, and the diff base (``d``).
         self.selected_revision: int | None = None
+        self._live: tuple[int, int] | None = None
         self.base_revision: int | None = None
         self.checkpoints: dict[int, Checkpoint] = {}
         self._load_errors: dict[int, str] = {}
@@ -186,22 +193,24 @@ class RunDetailScreen(Screen[None]):
                 yield Label("Checkpoints (d diff base, p replay, k fork)", classes="section")
                 yield CheckpointsTable(id="checkpoints")
             with TabbedContent(id="panels", initial="tab-state"):
-                with TabPane("State", id="tab-state"):
+                with TabPane(tab_label("tab-state", "State"), id="tab-state"):
                     yield Static("Select a checkpoint.", id="state-title", classes="pane-title")
                     yield StateTree(id="state")
-                with TabPane("Diff", id="tab-diff"):
+                with TabPane(tab_label("tab-diff", "Diff"), id="tab-diff"):
                     yield Static("", id="diff-title", classes="pane-title")
                     yield DiffTable(id="diff")
-                with TabPane("Steps", id="tab-steps"):
+                with TabPane(tab_label("tab-steps", "Steps"), id="tab-steps"):
                     yield StepsTable(id="steps")
-                with TabPane("Waits", id="tab-waits"):
+                with TabPane(tab_label("tab-waits", "Waits"), id="tab-waits"):
                     yield WaitsTable(id="waits")
-                with TabPane("Outbox", id="tab-outbox"):
+                with TabPane(tab_label("tab-outbox", "Outbox"), id="tab-outbox"):
                     yield Static("", id="outbox-title", classes="pane-title")
                     yield OutboxTable(id="outbox")
-                with TabPane("Context", id="tab-context"):
+                with TabPane(tab_label("tab-context", "Context"), id="tab-context"):
                     yield ContextTable(id="context")
-        yield Footer()
+                with TabPane(tab_label("tab-graph", "Graph"), id="tab-graph"):
+                    yield Static("", id="graph")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self._show_diff()
@@ -222,7 +231,23 @@ class RunDetailScreen(Screen[None]):
         self._dirty = True
 
     def set_progress(self, run_id: str, done: int, total: int) -> None:
+        if run_id == self.run_id:
+            self._live = (done, total)
+            self._show_header()
         self.refresh_run(run_id)
+
+    def _show_header(self) -> None:
+        run = self.record
+        if run is None:
+            return
+        now = self.flowdesk.now()
+        done_total = self._live if run.status == "running" and self._live else run.progress
+        pace = None
+        if done_total is not None:
+            if run.status == "running" and self._live is None:
+                self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
+            pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
+        self.query_one("#run-header", Static).update(header_text(run, now, pace))
 
     def _flush(self) -> None:
         if self._dirty:
@@ -244,21 +269,26 @@ class RunDetailScreen(Screen[None]):
         waits.tick(self.now())
 
     def reload(self) -> None:
+        """The run and its latest checkpoint now (two indexed reads); its
+        history in a worker (a long run has tens of thousands of checkpoints:
+        the timeline shows a loading indicator until it arrives)."""
         run_id = self.run_id
-        got = self.flowdesk.read(
-            lambda store: (store.get_run(run_id), store.latest(run_id), store.history(run_id))
-        )
+        got = self.flowdesk.read(lambda store: (store.get_run(run_id), store.latest(run_id)))
         if got is None:
             return
-        run, checkpoint, history = got
+        run, checkpoint = got
         self.record = run
         self.latest = checkpoint
         self._remember(checkpoint)
-        self.query_one("#run-header", Static).update(header_text(run))
+        self._show_header()
         self.query_one(StepsTable).show(checkpoint)
         self.query_one(WaitsTable).show(checkpoint.waits, self.now())
         self.query_one(ContextTable).show(run)
-        self.query_one(CheckpointsTable).show(history)
+        self._show_graph(run, checkpoint)
+        timeline = self.query_one(CheckpointsTable)
+        if not timeline.revisions:
+            timeline.loading = True
+        self._load_history()
         self._set_tab_label("tab-waits", "Waits", len(checkpoint.waits))
         self._outbox_stale = True
         if self.query_one(TabbedContent).active == "tab-outbox":
@@ -267,7 +297,7 @@ class RunDetailScreen(Screen[None]):
 
     def _set_tab_label(self, pane: str, name: str, count: int) -> None:
         tab = self.query_one(TabbedContent).get_tab(pane)
-        label = f"{name} ({count})" if count else name
+        label = tab_label(pane, f"{name} ({count})" if count else name)
         if tab.label_text != label:
             tab.label = label
 
@@ -316,6 +346,43 @@ class RunDetailScreen(Screen[None]):
     @property
     def diff_table(self) -> DiffTable:
         return self.query_one(DiffTable)
+
+    def _show_graph(self, run: RunRecord, checkpoint: Checkpoint) -> None:
+        """The flow's graph with where this run is (its latest checkpoint)."""
+        engine = self.flowdesk.engine
+        graph = self.query_one("#graph", Static)
+        try:
+            flow = engine.flow(run.flow_name) if engine is not None else None
+        except FlowdeskError:
+            flow = None
+        if flow is None:
+            graph.update(Text(f"Flow {run.flow_name} is not registered here.", style="dim"))
+            return
+        done = [sid for sid, rec in checkpoint.steps.items() if rec.status == "completed"]
+        waiting = [w.step_id for w in checkpoint.waits]
+        graph.update(graph_text(flow, done=done, frontier=checkpoint.frontier, waiting=waiting))
+
+    @work(thread=True, exclusive=True, group="history", name="read run history")
+    def _load_history(self) -> None:
+        reader = self.flowdesk.reader
+        if reader is None:
+            return
+        run_id = self.run_id
+        try:
+            history = reader.history(run_id)
+        except FlowdeskError as exc:
+            self.post_message(HistoryLoaded([], str(exc)))
+            return
+        self.post_message(HistoryLoaded(history, None))
+
+    def on_history_loaded(self, message: HistoryLoaded) -> None:
+        timeline = self.query_one(CheckpointsTable)
+        timeline.loading = False
+        if message.error:
+            self.flowdesk.say(message.error, "error")
+            return
+        timeline.show(message.history)
+        self._sync_selection()
 
     def _cursor_revision(self) -> int | None:
         table = self.query_one(CheckpointsTable)
@@ -462,7 +529,7 @@ class RunDetailScreen(Screen[None]):
     def _branchable(self) -> tuple[str, CompiledFlow[Any]] | None:
         """The selected checkpoint's id and the run's flow, or ``None`` (said why)."""
         app = self.flowdesk
-        engine = app._require_engine()
+        engine = app.require_engine()
         run, revision = self.record, self.selected_revision
         if engine is None or run is None:
             return None
@@ -534,58 +601,20 @@ class RunDetailScreen(Screen[None]):
             chosen,
         )
 
+    def action_undo(self) -> None:
+        """Move a completed tidy run's files back (asks first)."""
+        self.flowdesk.undo_tidy(self.run_id)
+
     def branch(self, cid: str, changes: Mapping[str, Any] | None) -> str:
-        """Replay (``changes`` is ``None``) or fork ``cid`` as a new run, in an app
-        worker; returns the new run's id. It opens here once it exists."""
-        app = self.flowdesk
-        engine = app.engine
-        assert engine is not None
+        """Ask the app to replay (``changes`` is ``None``) or fork ``cid`` as a
+        new run (:class:`BranchRequested`); returns the new run's id. It opens
+        here once it exists (:class:`BranchFinished`)."""
         new_id = uuid.uuid4().hex
-        app._claim(new_id)
         self.branching = new_id
-        verb = "Forking" if changes is not None else "Replaying"
-        app.say(
-            f"{verb} checkpoint {short_id(cid)}:{cid.rpartition(':')[2]} as run {short_id(new_id)}…"
-        )
-
-        def job() -> RunResult:
-            if changes is not None:
-                return engine.fork(cid, dict(changes), run_id=new_id)
-            return engine.replay(cid, run_id=new_id)
-
-        self.app.run_worker(
-            lambda: self._branch(cid, new_id, job, changes is not None),
-            thread=True,
-            group="runs",
-            name="fork run" if changes is not None else "replay run",
+        self.post_message(
+            BranchRequested(self, cid, new_id, dict(changes) if changes is not None else None)
         )
         return new_id
-
-    def _branch(self, cid: str, new_id: str, job: Callable[[], RunResult], fork: bool) -> None:
-        """Thread worker: run the replay or fork to its end, then say how it went."""
-        app = self.flowdesk
-        rev = f"{short_id(cid)}:{cid.rpartition(':')[2]}"
-        what = "Fork" if fork else "Replay"
-        ok = False
-        try:
-            app._recover_listed.wait()  # launch recovery never picks this run up
-            result = job()
-        except ValidationError as exc:
-            app.say(f"{what} of {rev} refused: " + "; ".join(validation_lines(exc)), "error")
-        except FlowdeskError as exc:
-            app.say(f"{what} of {rev} failed: {exc}", "error")
-        except Exception as exc:
-            app.say(f"{what} of {rev} failed: {type(exc).__name__}: {exc}", "error")
-        else:
-            ok = True
-            done = "forked" if fork else "replayed"
-            status = result.status + (f": {result.error}" if result.error else "")
-            severity: SeverityLevel = "error" if result.status == "failed" else "information"
-            app.say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
-        finally:
-            app._release(new_id)
-            app.post_message(RunChanged(new_id))
-        self.post_message(BranchFinished(new_id, ok))
 
     def on_branch_finished(self, message: BranchFinished) -> None:
         if message.ok:

@@ -17,8 +17,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Static, TextArea
+from textual.widgets import Button, Footer, Label, Static, TextArea
 
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.state_diff import changed_fields
 
 #: Validation errors listed in the modal; the rest are counted.
@@ -98,45 +99,10 @@ def prepare_fork(text: str, original: Mapping[str, Any], model: type[BaseModel])
 class ForkScreen(ModalScreen[dict[str, Any] | None]):
     """Edit a checkpoint's state; dismiss with the changed fields, or ``None``."""
 
-    DEFAULT_CSS = """
-    ForkScreen {
-        align: center middle;
-    }
-    ForkScreen #dialog {
-        width: 100;
-        max-width: 100%;
-        height: 90%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    ForkScreen #hint {
-        color: $text-muted;
-        height: auto;
-    }
-    ForkScreen #editor {
-        height: 1fr;
-        margin-top: 1;
-    }
-    ForkScreen #fork-error {
-        color: $error;
-        height: auto;
-        max-height: 10;
-        margin-top: 1;
-    }
-    ForkScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    ForkScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [
         Binding("ctrl+s", "submit", "Fork"),
         Binding("escape", "cancel", "Cancel"),
+        HELP_BINDING,
     ]
 
     def __init__(
@@ -166,6 +132,7 @@ class ForkScreen(ModalScreen[dict[str, Any] | None]):
             with Horizontal(id="buttons"):
                 yield Button("Fork", variant="primary", id="fork")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#editor", TextArea).focus()

@@ -24,21 +24,22 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from desktop_app.app.format import countdown, json_text, short_id
+from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
-from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.answer import NO, YES, AnswerScreen
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.services import AgentStore
 
 #: Seconds between updates of the deadline countdowns.
 TICK_S = 1.0
 #: The value ``y`` answers with.
-APPROVE = "yes"
+APPROVE = YES
 #: The value ``n`` answers with.
-REJECT = "no"
+REJECT = NO
 
 
 def agent_hint(run_id: str) -> str:
@@ -69,6 +70,7 @@ class InboxItem:
     deadline_at: float | None
     run: RunRecord | None = None
     wait: Wait | None = None
+    asked_at: float | None = None
 
     @property
     def how(self) -> str:
@@ -113,6 +115,7 @@ def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
                         deadline_at=w.deadline_at,
                         run=run,
                         wait=w,
+                        asked_at=w.created_at,
                     )
                 )
     except FlowdeskError as exc:
@@ -120,7 +123,8 @@ def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
     except Exception as exc:  # never a traceback in the user's face
         errors.append(f"{type(exc).__name__}: {exc}")
     try:
-        items.extend(_agent_items(engine.store))
+        if app.services is not None:
+            items.extend(_agent_items(app.services.agents))
     except FlowdeskError as exc:
         errors.append(f"agent runs: {exc}")
     except Exception as exc:
@@ -128,14 +132,9 @@ def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
     return items, "; ".join(errors) or None
 
 
-def _agent_items(store: Any) -> list[InboxItem]:
-    from desktop_app.store.agent_runs import SqliteAgentStore
-    from desktop_app.store.sqlite import SqliteCheckpointStore
-
-    if not isinstance(store, SqliteCheckpointStore):
-        return []
+def _agent_items(agents: AgentStore) -> list[InboxItem]:
     out = []
-    for run in SqliteAgentStore(store).list(statuses=["input_required"]):
+    for run in agents.list(statuses=["input_required"]):
         arguments = (run.pending_call or {}).get("arguments", {})
         question = arguments.get("question") if isinstance(arguments, dict) else None
         out.append(
@@ -146,6 +145,7 @@ def _agent_items(store: Any) -> list[InboxItem]:
                 name=run.agent,
                 prompt=json_text(question) or "(no question)",
                 deadline_at=run.deadline_at,
+                asked_at=run.updated_at,
             )
         )
     return out
@@ -167,19 +167,9 @@ class InboxScreen(Screen[None]):
         ("from", "From"),
         ("question", "Question"),
         ("deadline", "Deadline"),
+        ("left", "Time left"),
         ("how", "How"),
     )
-
-    DEFAULT_CSS = """
-    InboxScreen #inbox-status {
-        height: auto;
-        padding: 0 1;
-    }
-    InboxScreen #inbox {
-        height: 1fr;
-        margin-top: 1;
-    }
-    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -205,7 +195,8 @@ class InboxScreen(Screen[None]):
         yield Header()
         yield Static("Reading the inbox…", id="inbox-status")
         yield DataTable[Text](id="inbox", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Static("", id="inbox-question")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.sub_title = "Inbox"
@@ -243,6 +234,7 @@ class InboxScreen(Screen[None]):
         keys = [i.key for i in self.items]
         if keep in keys:
             table.move_cursor(row=keys.index(keep))
+        self._show_question()
         asking = sum(i.kind == "flow" for i in self.items)
         agents = len(self.items) - asking
         if not self.items:
@@ -263,6 +255,7 @@ class InboxScreen(Screen[None]):
             source,
             item.prompt,
             countdown(item.deadline_at, now),
+            time_left_bar(item.asked_at, item.deadline_at, now),
             item.how,
         )
 
@@ -280,6 +273,17 @@ class InboxScreen(Screen[None]):
             text = countdown(item.deadline_at, now)
             if table.get_cell(item.key, "deadline").plain != text:
                 table.update_cell(item.key, "deadline", Text(text))
+            left = time_left_bar(item.asked_at, item.deadline_at, now)
+            if table.get_cell(item.key, "left").plain != left:
+                table.update_cell(item.key, "left", Text(left, style=self._bar_style(item, now)))
+
+    @staticmethod
+    def _bar_style(item: InboxItem, now: float) -> str:
+        if item.deadline_at is None or item.asked_at is None:
+            return ""
+        span = item.deadline_at - item.asked_at
+        left = (item.deadline_at - now) / span if span > 0 else 0
+        return "red" if left < 0.1 else "yellow" if left < 0.5 else "green"
 
     def deadline_text(self, key: str) -> str:
         """The countdown shown for row ``key``."""
@@ -338,6 +342,28 @@ class InboxScreen(Screen[None]):
 
     def _answered(self, _result: None) -> None:
         self.reload()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._show_question()
+
+    def _show_question(self) -> None:
+        """The selected question in full, with its deadline in local time."""
+        item = self.selected
+        shown = self.query_one("#inbox-question", Static)
+        if item is None:
+            shown.update("")
+            return
+        due = f"  Deadline: {local_when(item.deadline_at)}" if item.deadline_at else ""
+        source = item.name if item.kind == "flow" else f"agent {item.name}"
+        shown.update(
+            Text.assemble((f"{source} {short_id(item.run_id)} asks: ", "bold"), item.prompt, due)
+        )
+
+    @property
+    def question_text(self) -> str:
+        """The full question shown under the table."""
+        return str(self.query_one("#inbox-question", Static).render())
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # enter on the table (the table's own binding) or a click on a row

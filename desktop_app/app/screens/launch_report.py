@@ -20,10 +20,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, DataTable, Label, Static
+from textual.widgets import Button, DataTable, Footer, Label, Static
 
 from desktop_app.app.format import short_id
 from desktop_app.app.messages import RunChanged
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import IncompatibleRun
 
@@ -82,43 +83,12 @@ class Decided(Message):
 class LaunchReportScreen(ModalScreen[None]):
     """Runs of older flow versions: fail, fork onto the current version, or keep."""
 
-    DEFAULT_CSS = """
-    LaunchReportScreen {
-        align: center middle;
-    }
-    LaunchReportScreen #dialog {
-        width: 110;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $warning;
-        background: $surface;
-    }
-    LaunchReportScreen #recovery, LaunchReportScreen #explain {
-        height: auto;
-        margin-top: 1;
-    }
-    LaunchReportScreen #incompatible {
-        height: auto;
-        max-height: 14;
-        margin-top: 1;
-    }
-    LaunchReportScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    LaunchReportScreen Button {
-        margin-left: 1;
-    }
-    """
-
     BINDINGS = [
         Binding("f", "fail", "Fail run"),
         Binding("o", "fork", "Fork onto current"),
         Binding("k", "keep", "Keep"),
         Binding("escape", "close", "Close"),
+        HELP_BINDING,
     ]
 
     COLUMNS = (
@@ -163,6 +133,7 @@ class LaunchReportScreen(ModalScreen[None]):
                 yield Button("Fork onto current", variant="primary", id="fork")
                 yield Button("Keep", id="keep")
                 yield Button("Close", id="close")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#incompatible", DataTable)

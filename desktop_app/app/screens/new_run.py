@@ -10,8 +10,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
 
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.errors import InputError
 from desktop_app.flows.digest import DigestInput, check_input
 
@@ -35,34 +36,7 @@ def default_out(folder: str) -> str:
 class NewDigestScreen(ModalScreen[DigestInput | None]):
     """Ask for a folder and an output folder; dismiss with validated input or ``None``."""
 
-    DEFAULT_CSS = """
-    NewDigestScreen {
-        align: center middle;
-    }
-    NewDigestScreen #dialog {
-        width: 80;
-        max-width: 100%;
-        height: auto;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    NewDigestScreen #form-error {
-        color: $error;
-        height: auto;
-        margin-top: 1;
-    }
-    NewDigestScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    NewDigestScreen Button {
-        margin-left: 1;
-    }
-    """
-
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
@@ -75,6 +49,7 @@ class NewDigestScreen(ModalScreen[DigestInput | None]):
             with Horizontal(id="buttons"):
                 yield Button("Start", variant="primary", id="start")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
 
     @property
     def error_text(self) -> str:

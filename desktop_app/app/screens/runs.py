@@ -10,19 +10,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Select
+from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
+from desktop_app.app.widgets.run_summary import RunSummary
 from desktop_app.app.widgets.runs_table import RunsTable
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.store.protocol import CheckpointStore, RunRecord
 
 #: Rows per page of the runs table.
 PAGE = 200
+#: Terminal width (cells) from which the selected run's summary shows beside the table.
+SIDE_PANEL_AT = 160
+#: Cells the summary panel takes.
+SUMMARY_WIDTH = 44
+#: Seconds between updates of the relative times ("3 min ago").
+TIMES_S = 15.0
 #: Actions of keys that step aside while a filter field has focus.
 TABLE_ACTIONS = frozenset(
     {
@@ -41,6 +51,33 @@ if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
 
 
+def welcome_text() -> Text:
+    """What a new user reads on an empty database: the two built-in flows and
+    the keys that start them."""
+    text = Text()
+    text.append("Welcome to Flowdesk\n", style="bold")
+    text.append(
+        "Flowdesk runs flows that survive crashes: every step is saved, so a run "
+        "goes on where it stopped after a quit, a crash or a reboot.\n\n"
+    )
+    text.append("digest", style="bold")
+    text.append(
+        "  summarises every file of a folder into one digest.md (it only reads the folder). Press "
+    )
+    text.append("n", style="bold reverse")
+    text.append(" to start one.\n")
+    text.append("tidy", style="bold")
+    text.append(
+        "    sorts a folder's files into Kind/Month subfolders. It shows you the "
+        "planned moves and moves nothing until you approve (i, the inbox); an "
+        "undo list is kept. Press "
+    )
+    text.append("s", style="bold reverse")
+    text.append(" and choose tidy.\n\n")
+    text.append("F1 lists every key; ctrl+p searches every action.", style="dim")
+    return text
+
+
 class RunsScreen(Screen[None]):
     """The runs of the database, one page at a time, newest first, updated live."""
 
@@ -49,10 +86,10 @@ class RunsScreen(Screen[None]):
         Binding("enter", "open_run", "Open", priority=True),
         Binding("r", "resume_run", "Resume"),
         Binding("a", "answer_run", "Answer"),
-        Binding("c", "cancel_run", "Cancel run"),
+        Binding("c", "cancel_run", "Cancel run", show=False),
         Binding("slash", "filters", "Filter", key_display="/"),
         Binding("f", "filters", "Filter", show=False),
-        Binding("right_square_bracket", "next_page", "Next page", key_display="]"),
+        Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
         Binding(
             "left_square_bracket", "previous_page", "Previous page", key_display="[", show=False
         ),
@@ -106,12 +143,53 @@ class RunsScreen(Screen[None]):
         yield ErrorBanner(id="banner")
         yield StatusLine("Opening the database…", id="status")
         yield StatusLine("", id="hint", classes="-empty")
-        yield RunsTable(id="runs")
+        yield Static(welcome_text(), id="welcome")
+        with Horizontal(id="runs-body"):
+            yield RunsTable(id="runs", now=lambda: self.flowdesk.now(), meter=self.flowdesk.meter)
+            yield RunSummary(id="run-summary")
         yield StatusLine("", id="page", classes="-empty")
-        yield Footer()
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.table.focus()
+        self.set_interval(TIMES_S, self.table.refresh_times)
+        self._fit(self.app.size.width)
+
+    # -- layout: columns collapse when narrow, a side panel when wide -----
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        wide = width >= SIDE_PANEL_AT
+        self.set_class(wide, "-wide")
+        self.table.fit(width - (SUMMARY_WIDTH if wide else 0))
+        if wide:
+            self._show_summary()
+
+    @property
+    def summary(self) -> RunSummary:
+        return self.query_one("#run-summary", RunSummary)
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.has_class("-wide"):
+            self._show_summary()
+
+    def _show_summary(self) -> None:
+        run_id = self.table.selected_run_id()
+        if run_id is None:
+            self.summary.show(None, None, None, self.flowdesk.now())
+            return
+        run = self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True)
+        latest = self.flowdesk.read(lambda s: s.latest(run_id), quiet=True)
+        if run is None:
+            return
+        now = self.flowdesk.now()
+        pace = None
+        live = self.table.live_progress(run_id) or run.progress
+        if live is not None:
+            pace = self.flowdesk.meter.pace(run_id, live[0], live[1], now)
+        self.summary.show(run, latest, pace, now)
 
     # -- refreshing (called by the app) ---------------------------------
 
@@ -135,6 +213,9 @@ class RunsScreen(Screen[None]):
                 exact = None
             if exact is not None and wanted.matches(exact):
                 runs = [exact, *(r for r in runs if r.run_id != exact.run_id)][:PAGE]
+            elif exact is None:  # a short id, as the table shows it
+                found = wanted.by_prefix(store)
+                runs = [*found, *(r for r in runs if r not in found)][:PAGE]
         return runs, len(by_key) > PAGE
 
     def reload(self) -> None:
@@ -148,6 +229,10 @@ class RunsScreen(Screen[None]):
             return
         self.has_more = more
         self.table.show(runs)
+        # First launch (or every run deleted): say what Flowdesk does.
+        self.query_one("#welcome", Static).display = (
+            not runs and self.page == 0 and not self.filter.active
+        )
         self._statuses = {r.run_id: r.status for r in runs}
         self._flows_seen.update(r.flow_name for r in runs)
         self._show_page(len(runs))
@@ -159,6 +244,8 @@ class RunsScreen(Screen[None]):
             if self._statuses.get(run_id) != run.status:
                 self._statuses[run_id] = run.status
                 self._show_hint()
+            if self.has_class("-wide") and self.summary.run_id == run_id:
+                self._show_summary()
         elif self.page == 0 and not self.filter.active:
             self.reload()  # a new run: it belongs at the top of the first page
         # else: a run of another page or outside the filter; the next
@@ -198,6 +285,8 @@ class RunsScreen(Screen[None]):
 
     def set_progress(self, run_id: str, done: int, total: int) -> None:
         self.table.set_progress(run_id, done, total)
+        if self.has_class("-wide") and self.summary.run_id == run_id:
+            self._show_summary()
 
     # -- paging and filters ---------------------------------------------
 

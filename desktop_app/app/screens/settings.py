@@ -9,16 +9,14 @@ shown back in full.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
 import os
-import re
 import tempfile
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import tomlkit
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -26,8 +24,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets import Button, Footer, Input, Label, Select, Static
 
+from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.config import config_file
 from desktop_app.errors import FlowdeskError
 
@@ -36,63 +35,19 @@ if TYPE_CHECKING:
 
 SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
 
-# -- TOML, by hand (tomllib reads; these few lines write) ---------------------
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        # A JSON string is a valid TOML basic string (same escapes).
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _is_table_list(value: Any) -> bool:
-    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
-
-
-def _table(lines: list[str], path: list[str], table: dict[str, Any]) -> None:
-    scalars = {k: v for k, v in table.items() if not isinstance(v, dict) and not _is_table_list(v)}
-    for k, v in scalars.items():
-        lines.append(f"{_key(k)} = {_value(v)}")
-    for k, v in table.items():
-        if isinstance(v, dict):
-            lines.append("")
-            lines.append("[" + ".".join(_key(p) for p in [*path, k]) + "]")
-            _table(lines, [*path, k], v)
-        elif _is_table_list(v):
-            for item in v:
-                lines.append("")
-                lines.append("[[" + ".".join(_key(p) for p in [*path, k]) + "]]")
-                _table(lines, [*path, k], item)
+# -- TOML (tomllib reads; tomlkit writes, keeping comments and order) ---------
 
 
 def dump_toml(data: dict[str, Any]) -> str:
-    """``data`` as a TOML document (what :func:`tomllib.loads` reads back)."""
-    lines: list[str] = []
-    _table(lines, [], data)
-    return "\n".join(lines).lstrip("\n") + "\n"
+    """``data`` as a TOML document (what :func:`tomllib.loads` reads back).
+
+    Raises:
+        TypeError: a value TOML cannot hold.
+    """
+    try:
+        return tomlkit.dumps(data)
+    except (TypeError, ValueError) as exc:  # tomlkit's ConvertError is a ValueError
+        raise TypeError(f"cannot write to TOML: {exc}") from exc
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -114,23 +69,38 @@ def save_settings(path: Path, top: dict[str, Any], model: dict[str, Any]) -> Non
     keeping its other keys; a ``None`` value removes the key. Written to a
     temporary file then renamed, so a crash never leaves half a file.
 
-    Comments in the file are not kept (the file is rewritten from its keys).
+    The file is edited with tomlkit (style-preserving): its comments, key
+    order and formatting survive; only the keys given change.
+
+    Raises:
+        OSError: it cannot be read or written.
+        tomllib.TOMLDecodeError: it is not valid TOML (it is left alone).
+        TypeError: a value TOML cannot hold.
     """
-    data = read_toml(path)
-    section = data.get("model")
+    read_toml(path)  # the same checks (and error) as the loader
+    try:
+        doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        doc = tomlkit.document()
+    section = doc.get("model")
     if not isinstance(section, dict):
-        section = {}
-    for target, updates in ((data, top), (section, model)):
+        section = tomlkit.table()
+    for target, updates in ((doc, top), (section, model)):
         for k, v in updates.items():
             if v is None:
-                target.pop(k, None)
+                if k in target:
+                    del target[k]
             else:
-                target[k] = v
+                try:
+                    target[k] = v
+                except (TypeError, ValueError) as exc:
+                    raise TypeError(f"cannot write {k} to TOML: {exc}") from exc
     if section:
-        data["model"] = section
-    else:
-        data.pop("model", None)
-    text = dump_toml(data)
+        if "model" not in doc:
+            doc["model"] = section
+    elif "model" in doc:
+        del doc["model"]
+    text = tomlkit.dumps(doc)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
     try:
@@ -169,49 +139,7 @@ class KeyStatus(Message):
 class SettingsScreen(ModalScreen[None]):
     """Edit the settings file and store the API key in the keyring."""
 
-    DEFAULT_CSS = """
-    SettingsScreen {
-        align: center middle;
-    }
-    SettingsScreen #dialog {
-        width: 90;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    SettingsScreen #form {
-        height: auto;
-        max-height: 36;
-    }
-    SettingsScreen Label {
-        margin-top: 1;
-    }
-    SettingsScreen .section {
-        margin-top: 1;
-        text-style: bold;
-        color: $accent;
-    }
-    SettingsScreen .field-error {
-        color: $error;
-        height: auto;
-    }
-    SettingsScreen #saved, SettingsScreen #key-status {
-        height: auto;
-    }
-    SettingsScreen .buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    SettingsScreen Button {
-        margin-left: 1;
-    }
-    """
-
-    BINDINGS = [Binding("escape", "close", "Close")]
+    BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
     def __init__(self) -> None:
         super().__init__()
@@ -282,6 +210,7 @@ class SettingsScreen(ModalScreen[None]):
                 with Horizontal(classes="buttons"):
                     yield Button("Store key", id="save-key")
                     yield Button("Close", id="close")
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#base-url", Input).focus()

@@ -12,7 +12,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Footer, Input, Label, Static
+
+from desktop_app.app.screens.help import HELP_BINDING
 
 
 @dataclass(frozen=True)
@@ -39,47 +41,36 @@ def parse_signal(name: str, key: str, payload: str) -> SignalRequest | str:
 class SignalScreen(ModalScreen[SignalRequest | None]):
     """A form: signal name, key and JSON payload; dismisses with the request."""
 
-    DEFAULT_CSS = """
-    SignalScreen {
-        align: center middle;
-    }
-    SignalScreen #dialog {
-        width: 72;
-        max-width: 100%;
-        height: auto;
-        padding: 1 2;
-        border: thick $primary;
-        background: $surface;
-    }
-    SignalScreen #error {
-        color: $error;
-        height: auto;
-    }
-    SignalScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    SignalScreen Button {
-        margin-left: 1;
-    }
-    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    def __init__(self, name: str = "", key: str = "", *, waiting: str = "") -> None:
+        """``name``/``key`` prefill the form (from the selected run's signal
+        wait); ``waiting`` says which run waits for it."""
+        super().__init__()
+        self.prefill_name = name
+        self.prefill_key = key
+        self.waiting = waiting
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
             yield Label(Text("Send a signal", style="bold"))
+            if self.waiting:
+                yield Static(Text(self.waiting, style="italic"), id="waiting")
             yield Label("Name")
-            yield Input(placeholder="payment", id="name")
+            yield Input(self.prefill_name, placeholder="payment", id="name")
             yield Label("Key")
-            yield Input(placeholder="order-42", id="key")
+            yield Input(self.prefill_key, placeholder="order-42", id="key")
             yield Label("Payload (JSON, empty for null)")
             yield Input(placeholder='{"amount": 12}', id="payload")
             yield Static("", id="error")
             with Horizontal(id="buttons"):
                 yield Button("Send", variant="primary", id="send")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        if self.prefill_name and self.prefill_key:
+            self.query_one("#payload", Input).focus()
 
     def _submit(self) -> None:
         result = parse_signal(

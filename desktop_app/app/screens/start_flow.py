@@ -1,7 +1,10 @@
-"""Start any registered flow with a form generated from its state model.
+"""Start any registered flow with a form generated from its declared inputs.
 
-One input per top-level field of the flow's pydantic state model, labelled
-with the field's type; required fields are marked and defaults prefilled.
+One input per input field the flow declares (``FlowBuilder(inputs=...)``;
+every top-level field of its state model when it declares none), labelled
+with the field's type and its description (pydantic ``Field(description=)``);
+required fields are marked and defaults prefilled. The flow's description
+shows under the flow selector.
 Text-like fields (``str``, paths, string literals) take the text as typed;
 any other field takes JSON (``3``, ``true``, ``["a", "b"]``), or the text
 itself when it is not JSON, so pydantic can say what is wrong with it.
@@ -25,7 +28,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets import Button, Footer, Input, Label, Select, Static
+
+from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.flow import CompiledFlow
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -98,6 +104,14 @@ def parse_field(info: FieldInfo, text: str) -> Any:
         return text
 
 
+def form_fields(flow: CompiledFlow[Any]) -> list[tuple[str, FieldInfo]]:
+    """The fields a person fills in to start ``flow``: its declared inputs, in
+    the order declared, else every field of its state model."""
+    fields = flow.state_type.model_fields
+    names = flow.inputs if flow.inputs is not None else tuple(fields)
+    return [(n, fields[n]) for n in names]
+
+
 def build_state(
     model: type[BaseModel], texts: dict[str, str]
 ) -> tuple[dict[str, Any] | None, dict[str, str], str]:
@@ -136,45 +150,10 @@ def build_state(
 class StartFlowScreen(ModalScreen[None]):
     """Pick a registered flow, fill in its state, start a run."""
 
-    DEFAULT_CSS = """
-    StartFlowScreen {
-        align: center middle;
-    }
-    StartFlowScreen #dialog {
-        width: 90;
-        max-width: 100%;
-        height: auto;
-        max-height: 100%;
-        padding: 1 2;
-        border: thick $accent;
-        background: $surface;
-    }
-    StartFlowScreen #fields {
-        height: auto;
-        max-height: 24;
-        margin-top: 1;
-    }
-    StartFlowScreen .field-label {
-        margin-top: 1;
-    }
-    StartFlowScreen .field-error, StartFlowScreen #form-error {
-        color: $error;
-        height: auto;
-    }
-    StartFlowScreen #buttons {
-        height: auto;
-        margin-top: 1;
-        align-horizontal: right;
-    }
-    StartFlowScreen Button {
-        margin-left: 1;
-    }
-    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
-
-    def __init__(self, flows: dict[str, type[BaseModel]]) -> None:
-        """``flows``: flow name -> its state model."""
+    def __init__(self, flows: dict[str, CompiledFlow[Any]]) -> None:
+        """``flows``: flow name -> the compiled flow (its inputs and description)."""
         super().__init__()
         self.flows = dict(sorted(flows.items()))
         self.flow_name: str | None = None
@@ -187,7 +166,18 @@ class StartFlowScreen(ModalScreen[None]):
 
     @property
     def model(self) -> type[BaseModel] | None:
+        flow = self.flow
+        return flow.state_type if flow is not None else None
+
+    @property
+    def flow(self) -> CompiledFlow[Any] | None:
         return self.flows.get(self.flow_name) if self.flow_name else None
+
+    @property
+    def field_names(self) -> list[str]:
+        """The fields the form shows now, in order."""
+        flow = self.flow
+        return [n for n, _ in form_fields(flow)] if flow is not None else []
 
     def compose(self) -> ComposeResult:
         names = list(self.flows)
@@ -200,15 +190,20 @@ class StartFlowScreen(ModalScreen[None]):
                 value=names[0] if names else Select.NULL,
                 id="flow",
             )
+            yield Static("", id="flow-description")
             yield VerticalScroll(id="fields")
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start", variant="primary", id="start")
                 yield Button("Cancel", id="cancel")
+        yield Footer(show_command_palette=False)
 
     async def on_mount(self) -> None:
-        value = self.query_one("#flow", Select).value
+        select = self.query_one("#flow", Select)
+        value = select.value
         await self.show_flow(value if isinstance(value, str) else None)
+        if len(self.flows) > 1:
+            select.focus()  # choose the flow first; tab goes on to its fields
 
     async def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
@@ -223,25 +218,36 @@ class StartFlowScreen(ModalScreen[None]):
         fields = self.query_one("#fields", VerticalScroll)
         await fields.remove_children()
         self._clear_errors()
-        model = self.model
-        if model is None:
+        flow = self.flow
+        description = self.query_one("#flow-description", Static)
+        if flow is None:
+            description.update("")
             self._show_error("No flow is registered." if not self.flows else "Pick a flow.")
             return
+        description.update(Text(flow.description or f"Flow {flow.name}.", style="italic"))
         widgets: list[Widget] = []
-        for name_, info in model.model_fields.items():
+        for name_, info in form_fields(flow):
             label = Text.assemble(
                 (name_, "bold"),
                 f": {type_name(info.annotation)}",
                 (" (required)", "bold") if info.is_required() else "",
             )
             widgets.append(Label(label, classes="field-label", id=f"label-{name_}"))
+            if info.description:
+                widgets.append(
+                    Static(
+                        Text(info.description, style="dim"),
+                        classes="field-help",
+                        id=f"help-{name_}",
+                    )
+                )
             placeholder = "text" if is_text(info.annotation) else "JSON (or text)"
             widgets.append(
                 Input(prefill(info), placeholder=placeholder, compact=True, id=f"field-{name_}")
             )
             widgets.append(Static("", classes="field-error", id=f"error-{name_}"))
         await fields.mount_all(widgets)
-        if widgets:
+        if widgets and not self.query_one("#flow", Select).has_focus:
             fields.query(Input).first().focus()
 
     # -- errors ----------------------------------------------------------------
@@ -297,7 +303,12 @@ class StartFlowScreen(ModalScreen[None]):
             self._show_error("Pick a flow first.")
             return
         self._clear_errors()
-        data, errors, other = build_state(model, self.texts())
+        shown = set(self.field_names)
+        texts = {k: v for k, v in self.texts().items() if k in shown}
+        data, errors, other = build_state(model, texts)
+        hidden = [f"{k}: {v}" for k, v in errors.items() if k not in shown]
+        errors = {k: v for k, v in errors.items() if k in shown}
+        other = "; ".join([*hidden, other] if other else hidden)
         if data is None:
             self.field_errors = errors
             for field, message in errors.items():

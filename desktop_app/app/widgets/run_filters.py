@@ -2,8 +2,10 @@
 
 Every filter maps onto an argument of ``CheckpointStore.list_runs`` (or
 ``get_run`` for an exact run id), so a filtered page costs one bounded
-query, like an unfiltered one. A run-id *prefix* is not searchable: the
-store has no method for it and the app runs no SQL of its own.
+query, like an unfiltered one. A short run id (a prefix of at least
+:data:`MIN_PREFIX` characters, as the table shows 8) is looked up among
+the newest :data:`PREFIX_WINDOW` runs passing the other filters: the store has
+no prefix query and the app runs no SQL of its own, so the window is bounded.
 """
 
 from __future__ import annotations
@@ -18,6 +20,16 @@ from textual.message import Message
 from textual.widgets import Input, Select
 
 from desktop_app.store.protocol import RUN_STATUSES, CheckpointStore, RunRecord, RunStatus
+
+#: Fewest characters of a run id the search takes as a prefix.
+MIN_PREFIX = 4
+#: Newest runs (after the other filters) searched for a run-id prefix.
+PREFIX_WINDOW = 20_000
+
+
+def is_id_prefix(text: str) -> bool:
+    """Whether ``text`` may be the start of a run id (4 or more characters, no spaces)."""
+    return len(text) >= MIN_PREFIX and not any(c.isspace() for c in text)
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,14 @@ class RunFilter:
             session_id=self.session or None,
             flow_key=flow_key,
         )
+
+    def by_prefix(self, store: CheckpointStore) -> list[RunRecord]:
+        """Runs whose id starts with the search text, newest first (within
+        the newest :data:`PREFIX_WINDOW` runs that pass the other filters)."""
+        if not is_id_prefix(self.search):
+            return []
+        window = self.list_runs(store, limit=PREFIX_WINDOW, offset=0)
+        return [r for r in window if r.run_id.startswith(self.search)]
 
     def matches(self, run: RunRecord) -> bool:
         """Whether ``run`` passes every filter but the search text."""
@@ -118,7 +138,7 @@ class RunFilters(Horizontal):
         self._flows: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="run id or flow key (exact)", id="filter-search")
+        yield Input(placeholder="run id (its first 4+ characters) or flow key", id="filter-search")
         yield Select(
             [(s, s) for s in RUN_STATUSES],
             prompt="any status",

@@ -4,12 +4,20 @@ their countdowns, outbox intents and the execution context ids."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
-from desktop_app.app.format import countdown, json_text, short_id, wait_target, when
+from desktop_app.app.format import (
+    STATUS_STYLES,
+    countdown,
+    json_text,
+    short_id,
+    wait_target,
+    when,
+)
 from desktop_app.app.state_diff import shorten
 from desktop_app.store.protocol import (
     Checkpoint,
@@ -114,8 +122,74 @@ def checkpoint_cells(info: CheckpointInfo) -> tuple[str, ...]:
     )
 
 
+@dataclass
+class CheckpointGroup:
+    """Consecutive checkpoints of one step with one status (a loop's
+    iterations): one row of the timeline, however many revisions it holds."""
+
+    step_id: str
+    status: str
+    run_id: str
+    first: int
+    last: int
+    first_at: float
+    last_at: float
+    count: int = 1
+
+    def takes(self, info: CheckpointInfo) -> bool:
+        return info.step_id == self.step_id and info.status == self.status
+
+    def add(self, info: CheckpointInfo) -> None:
+        self.last, self.last_at = info.revision, info.created_at
+        self.count += 1
+
+
+def group_history(history: Sequence[CheckpointInfo]) -> list[CheckpointGroup]:
+    """``history`` (oldest first) as timeline rows: runs of one step and status merged."""
+    groups: list[CheckpointGroup] = []
+    for info in history:
+        if groups and groups[-1].takes(info):
+            groups[-1].add(info)
+        else:
+            groups.append(
+                CheckpointGroup(
+                    info.step_id,
+                    info.status,
+                    info.run_id,
+                    info.revision,
+                    info.revision,
+                    info.created_at,
+                    info.created_at,
+                )
+            )
+    return groups
+
+
+def group_cells(group: CheckpointGroup, width: int = 10) -> tuple[Text, ...]:
+    """Checkpoint id, revision(s), status, step (with its count), a bar of the
+    group's share of the run's time, and when it started."""
+    single = group.count == 1
+    revisions = str(group.first) if single else f"{group.first}-{group.last}"
+    step = group.step_id or "-"
+    if not single:
+        step = f"{step} x{group.count:,}"
+    span = group.last_at - group.first_at
+    took = "" if single else f"{span:.1f} s"
+    return (
+        Text(f"{short_id(group.run_id)}:{group.last}"),
+        Text(revisions),
+        Text(group.status, style=STATUS_STYLES.get(group.status, "")),
+        Text(step, style="bold" if not single else ""),
+        Text(took),
+        Text(when(group.first_at)),
+    )
+
+
 class CheckpointsTable(DataTable[Text]):
-    """The run's checkpoints, oldest first; new revisions are appended as they commit."""
+    """The run's timeline, oldest first: one row per checkpoint, except that
+    consecutive checkpoints of one step with one status (a loop's iterations)
+    share a row (``summarize x2,450``); new revisions extend the last row or
+    are appended as they commit. A row stands for its last revision."""
 
     DEFAULT_CSS = """
     CheckpointsTable {
@@ -128,34 +202,78 @@ class CheckpointsTable(DataTable[Text]):
         ("revision", "Revision"),
         ("status", "Status"),
         ("step", "Step"),
+        ("took", "Took"),
         ("time", "Time (UTC)"),
     )
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self._revisions: list[int] = []
+        self._groups: list[CheckpointGroup] = []
+        self._seen: list[int] = []  # first and last revision shown, for appending
 
     def on_mount(self) -> None:
         for key, label in self.COLUMNS:
             self.add_column(label, key=key)
 
     def show(self, history: Sequence[CheckpointInfo]) -> None:
-        """Show ``history`` (oldest first); append only what is new when possible."""
-        revisions = [info.revision for info in history]
-        shown = self._revisions
-        if revisions[: len(shown)] != shown:  # pruned or another run: start over
+        """Show ``history`` (oldest first); extend or append only what is new when possible."""
+        if not history:
             self.clear()
-            shown = self._revisions = []
-        at_end = not shown or self.cursor_row >= len(shown) - 1
-        for info in history[len(shown) :]:
-            self.add_row(*texts(checkpoint_cells(info)), key=str(info.revision))
-            self._revisions.append(info.revision)
-        if at_end and self._revisions:
-            self.move_cursor(row=len(self._revisions) - 1)
+            self._groups, self._seen = [], []
+            return
+        groups = self._groups
+        fresh = not groups or self._seen[0] != history[0].revision  # or pruned: start over
+        if fresh:
+            self.clear()
+            groups = self._groups = []
+            new: Sequence[CheckpointInfo] = history
+        else:
+            last = self._seen[1]
+            start = next((i for i, h in enumerate(history) if h.revision > last), len(history))
+            new = history[start:]
+        at_end = not groups or self.cursor_row >= len(groups) - 1
+        changed_last = False
+        for info in new:
+            if groups and groups[-1].takes(info):
+                groups[-1].add(info)
+                changed_last = True
+                continue
+            if changed_last:
+                self._update_row(len(groups) - 1)
+                changed_last = False
+            groups.append(
+                CheckpointGroup(
+                    info.step_id,
+                    info.status,
+                    info.run_id,
+                    info.revision,
+                    info.revision,
+                    info.created_at,
+                    info.created_at,
+                )
+            )
+            self.add_row(*group_cells(groups[-1]), key=str(len(groups) - 1))
+        if changed_last:
+            self._update_row(len(groups) - 1)
+        self._seen = [history[0].revision, history[-1].revision]
+        if at_end and groups:
+            self.move_cursor(row=len(groups) - 1)
+
+    def _update_row(self, index: int) -> None:
+        key = str(index)
+        for (column, _label), value in zip(
+            self.COLUMNS, group_cells(self._groups[index]), strict=True
+        ):
+            self.update_cell(key, column, value)
+
+    @property
+    def groups(self) -> list[CheckpointGroup]:
+        return list(self._groups)
 
     @property
     def revisions(self) -> list[int]:
-        return list(self._revisions)
+        """The revision each row stands for (a group's last), in row order."""
+        return [g.last for g in self._groups]
 
 
 def short_wait_id(wait_id: str) -> str:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -10,17 +11,26 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from desktop_app.app.format import STATUS_STYLES, progress, short_id, when
+from desktop_app.app.format import STATUS_STYLES, ago, bar, progress, short_id
+from desktop_app.app.progress import Pace, ProgressMeter
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
 
 COLUMNS = (
     ("run", "Run"),
     ("flow", "Flow"),
     ("status", "Status"),
+    ("bar", ""),
     ("progress", "Progress"),
-    ("started", "Started (UTC)"),
-    ("updated", "Updated (UTC)"),
+    ("pace", "Rate · left"),
+    ("started", "Started"),
+    ("updated", "Updated"),
 )
+#: The columns kept when the table is narrow (under :data:`WIDE_AT` cells).
+NARROW = ("run", "flow", "status", "bar", "progress", "updated")
+#: Widths at and above which every column shows.
+WIDE_AT = 110
+#: Cells of the progress bar.
+BAR_WIDTH = 10
 
 #: Columns start this wide, so a value that changes in place (``running`` ->
 #: ``completed``, ``9/33875`` -> ``27582/33875``) is never cut; wider values
@@ -28,20 +38,34 @@ COLUMNS = (
 MIN_WIDTHS = {
     "status": max(len(s) for s in RUN_STATUSES),
     "progress": len("123456/123456"),
+    "bar": BAR_WIDTH,
+    "pace": len("12.3/s · 12m 30s left"),
 }
 
 
-def run_cells(run: RunRecord) -> tuple[Text, ...]:
-    """The cells of a run's row, in column order (plain text, never markup);
-    statuses that need attention are highlighted."""
-    return (
-        Text(short_id(run.run_id)),
-        Text(run.flow_name),
-        Text(run.status, style=STATUS_STYLES.get(run.status, "")),
-        Text(progress(run.progress)),
-        Text(when(run.created_at)),
-        Text(when(run.updated_at)),
-    )
+def run_cells(run: RunRecord, now: float, pace: Pace | None = None) -> dict[str, Text]:
+    """The cells of a run's row by column key (plain text, never markup);
+    statuses that need attention are highlighted; times are relative to
+    ``now`` (``3 min ago``; the run's detail shows them in full); ``pace``
+    (a running run's rate and ETA) fills the bar and rate columns."""
+    done_total = run.progress
+    if pace is not None:
+        done_total = (pace.done, pace.total)
+    fraction = done_total[0] / done_total[1] if done_total and done_total[1] > 0 else None
+    running = run.status == "running"
+    return {
+        "run": Text(short_id(run.run_id)),
+        "flow": Text(run.flow_name),
+        "status": Text(run.status, style=STATUS_STYLES.get(run.status, "")),
+        "bar": Text(
+            bar(fraction, BAR_WIDTH) if fraction is not None else "",
+            style="green" if running else "dim",
+        ),
+        "progress": Text(progress(done_total)),
+        "pace": Text(pace.rate_text() if pace is not None and running else ""),
+        "started": Text(ago(run.created_at, now)),
+        "updated": Text(ago(run.updated_at, now)),
+    }
 
 
 def plain(cell: object) -> str:
@@ -57,19 +81,73 @@ class RunsTable(DataTable[Text]):
     }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        id: str | None = None,
+        now: Callable[[], float] | None = None,
+        meter: ProgressMeter | None = None,
+    ) -> None:
+        """``now``: the clock relative times are shown against (UTC epoch
+        seconds); ``meter``: the rates of running runs."""
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self._now = now if now is not None else time.time
+        self.meter = meter if meter is not None else ProgressMeter()
+        self._records: dict[str, RunRecord] = {}
+        self._live: dict[str, tuple[int, int]] = {}
+        #: the column keys shown, in order (all, or NARROW on a small terminal)
+        self.shown_columns: tuple[str, ...] = tuple(k for k, _ in COLUMNS)
         self._order: list[str] = []
         self._follow: str | None = None
 
     def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            column_key = self.add_column(label, key=key)
+        if not self.columns:  # fit() may have added them already
+            self._add_columns()
+
+    def _add_columns(self) -> None:
+        labels = dict(COLUMNS)
+        for key in self.shown_columns:
+            column_key = self.add_column(labels[key], key=key)
             column = self.columns[column_key]
             column.content_width = max(column.content_width, MIN_WIDTHS.get(key, 0))
 
+    def fit(self, width: int) -> None:
+        """Show every column from :data:`WIDE_AT` cells wide, else only :data:`NARROW`."""
+        wanted = tuple(k for k, _ in COLUMNS) if width >= WIDE_AT else NARROW
+        if wanted == self.shown_columns:
+            return
+        self.shown_columns = wanted
+        if not self.columns:
+            return  # not mounted yet: on_mount adds these
+        records = [self._records[r] for r in self._order if r in self._records]
+        selected = self.selected_run_id()
+        self.clear(columns=True)
+        self._add_columns()
+        self._order = []
+        self.show(records)
+        if selected in self._order:
+            self.move_cursor(row=self._order.index(selected))
+
+    def _row(self, run: RunRecord) -> list[Text]:
+        cells = run_cells(run, self._now(), self._pace(run))
+        return [cells[k] for k in self.shown_columns]
+
+    def _pace(self, run: RunRecord) -> Pace | None:
+        if run.status != "running":
+            self._live.pop(run.run_id, None)
+            return None
+        done_total = self._live.get(run.run_id) or run.progress
+        if done_total is None:
+            return None
+        now = self._now()
+        if run.progress is not None and run.run_id not in self._live:
+            self.meter.record(run.run_id, *run.progress, now)  # run by another process
+        return self.meter.pace(run.run_id, done_total[0], done_total[1], now)
+
     def show(self, runs: Iterable[RunRecord]) -> None:
         """Show ``runs`` (any order) newest first, keeping the selected run selected."""
+        if not self.columns:  # called before on_mount
+            self._add_columns()
         ordered = sorted(runs, key=lambda r: (r.created_at, r.run_id), reverse=True)
         order = [r.run_id for r in ordered]
         if order == self._order:
@@ -80,7 +158,8 @@ class RunsTable(DataTable[Text]):
         selected = self.selected_run_id()
         self.clear()
         for run in ordered:
-            self.add_row(*run_cells(run), key=run.run_id)
+            self.add_row(*self._row(run), key=run.run_id)
+        self._records = {r.run_id: r for r in ordered}
         self._order = order
         if selected in order:
             self.move_cursor(row=order.index(selected))
@@ -108,16 +187,39 @@ class RunsTable(DataTable[Text]):
         """Update the row of ``run`` in place; False when the run has no row."""
         if run.run_id not in self._order:
             return False
-        for (key, _label), value in zip(COLUMNS, run_cells(run), strict=True):
+        self._records[run.run_id] = run
+        for key, value in zip(self.shown_columns, self._row(run), strict=True):
             self._set(run.run_id, key, value)
         return True
+
+    def refresh_times(self) -> None:
+        """Recompute the relative times of the rows shown ("3 min ago" ages)."""
+        now = self._now()
+        for run_id in self._order:
+            run = self._records.get(run_id)
+            if run is not None:
+                for key, ts in (("started", run.created_at), ("updated", run.updated_at)):
+                    if key in self.shown_columns:
+                        self._set(run_id, key, Text(ago(ts, now)))
 
     def set_progress(self, run_id: str, done: int, total: int) -> bool:
         """Show live progress for a run; False when the run has no row."""
         if run_id not in self._order:
             return False
-        self._set(run_id, "progress", Text(progress((done, total))))
+        self._live[run_id] = (done, total)
+        run = self._records.get(run_id)
+        if run is None or run.status != "running":
+            self._set(run_id, "progress", Text(progress((done, total))))
+            return True
+        cells = run_cells(run, self._now(), self._pace(run))
+        for key in ("bar", "progress", "pace"):
+            if key in self.shown_columns:
+                self._set(run_id, key, cells[key])
         return True
+
+    def live_progress(self, run_id: str) -> tuple[int, int] | None:
+        """The latest live ``(done, total)`` shown for a running run, if any."""
+        return self._live.get(run_id)
 
     def selected_run_id(self) -> str | None:
         """The run id of the row under the cursor, if any."""

@@ -1,0 +1,179 @@
+"""Where the CPU of one durable step goes, at ``synchronous=OFF`` (no fsync):
+engine Python, store Python, SQLite, JSON, pydantic; statements, JSON
+encodings and Python calls per step.
+
+    python benchmarks/bench_cpu.py [--runs 200] [--rounds 5] [--steps 10] [--top 15]
+
+1. Unprofiled: ``--rounds`` rounds of ``--runs`` runs of the 10-step linear
+   flow (trivial steps) on one Engine, one run after another: wall time and
+   process CPU time (``time.process_time``) per step, median [IQR].
+2. Counted: one more round with an apsw ``exec_trace`` on the store's
+   connection (SQL statements per step, by kind), then one under cProfile; every
+   function's own time (``tottime``) goes to one bucket by where it lives:
+
+   * engine: ``desktop_app/flow/``
+   * store Python: ``desktop_app/store/``
+   * SQLite: apsw's C methods (statement execution, commit)
+   * JSON: the ``json`` package, ``_json``, orjson
+   * pydantic: pydantic and pydantic_core
+   * steps: the benchmark's own step functions
+   * other: everything else (stdlib threading, dataclasses, uuid, ...)
+
+   The shares are scaled to the unprofiled CPU per step (cProfile inflates
+   Python-heavy buckets: read the split, not the absolute profiled time).
+   JSON encodings per step count calls of ``json.dumps``, ``orjson.dumps`` and
+   pydantic's ``model_dump_json``/``to_json``; Python calls per step are
+   cProfile's call counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Row, header, interleave, stat, table
+from bench_steps import fresh_store, linear_flow
+
+from desktop_app.flow import Engine
+
+BUCKETS = ("engine", "store Python", "SQLite", "JSON", "pydantic", "steps", "other")
+
+
+def bucket(filename: str, name: str) -> str:
+    f = filename.replace("\\", "/")
+    if "desktop_app/flow/" in f:
+        return "engine"
+    if "desktop_app/store/" in f:
+        return "store Python"
+    if "benchmarks/bench_" in f:
+        return "steps"
+    if f == "~":  # a C function: cProfile names it "<method 'x' of 'T' objects>"
+        if "apsw" in name:
+            return "SQLite"
+        if "json" in name:
+            return "JSON"
+        if "pydantic" in name:
+            return "pydantic"
+        return "other"
+    if "/json/" in f:
+        return "JSON"
+    if "pydantic" in f:
+        return "pydantic"
+    return "other"
+
+
+def is_encoding(filename: str, name: str) -> bool:
+    f = filename.replace("\\", "/")
+    return (
+        (f.endswith("json/__init__.py") and name == "dumps")
+        or "orjson.dumps" in name
+        or (f == "~" and ("to_json" in name or "dump_json" in name))
+        or ("pydantic" in f and name == "model_dump_json")
+    )
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--runs", type=int, default=200, help="runs per round")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--top", type=int, default=15, help="functions listed by own time")
+    p.add_argument("--dir", default=None, help="folder for the temporary database")
+    args = p.parse_args()
+    header(
+        "CPU per durable step at synchronous=OFF",
+        steps=args.steps,
+        runs_per_round=args.runs,
+        rounds=args.rounds,
+    )
+    steps = args.runs * args.steps
+    with tempfile.TemporaryDirectory(prefix="flowdesk-bench-cpu-", dir=args.dir) as d:
+        store = fresh_store(Path(d) / "flowdesk.db", "OFF")
+        flow = linear_flow(args.steps)
+        engine = Engine(store, flows=[flow])
+        cpu: list[float] = []
+
+        def one_round() -> float:
+            c0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(args.runs):
+                res = engine.run("bench", flow.state_type())
+                assert res.status == "completed", res
+            cpu.append((time.process_time() - c0) / steps)
+            return (time.perf_counter() - t0) / steps
+
+        wall = interleave({"flowdesk": one_round}, args.rounds, progress=False)["flowdesk"]
+
+        statements: Counter[str] = Counter()
+
+        def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+            statements[sql.lstrip().split(None, 1)[0].upper()] += 1
+            return True
+
+        store.conn.exec_trace = trace
+        for _ in range(args.runs):
+            engine.run("bench", flow.state_type())
+        store.conn.exec_trace = None
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.runs):
+            engine.run("bench", flow.state_type())
+        prof.disable()
+        store.close()
+
+    st = pstats.Stats(prof)
+    own: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    encodings = 0
+    top: list[tuple[float, int, str]] = []
+    for (filename, line, name), (_cc, nc, tt, _ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        b = bucket(filename, name)
+        own[b] += tt
+        calls[b] += nc
+        if is_encoding(filename, name):
+            encodings += nc
+        short = filename.split("site-packages/")[-1].split("flowdesk/")[-1]
+        top.append((tt, nc, f"{short}:{line}({name})" if filename != "~" else name))
+    total_prof = sum(own.values())
+    cpu_us = stat(cpu).median * 1e6
+
+    print()
+    print(f"own time by bucket, scaled to the unprofiled CPU of {cpu_us:.0f} us per step:")
+    for b in BUCKETS:
+        share = own[b] / total_prof
+        print(
+            f"  {b:13} {share * cpu_us:7.1f} us  ({share:5.1%}, {calls[b] / steps:6.1f} calls/step)"
+        )
+    print(f"top {args.top} functions by own time (profiled us per step, calls per step):")
+    for tt, nc, where in sorted(top, reverse=True)[: args.top]:
+        print(f"  {tt / steps * 1e6:7.1f} us  {nc / steps:6.2f}  {where}")
+
+    n_stmt = sum(statements.values())
+    kinds = ", ".join(f"{k} {v / steps:.2f}" for k, v in statements.most_common())
+    rows = [
+        Row("wall per step (OFF)", f"{stat(wall).fmt(1e6, 0)} us"),
+        Row("CPU per step (OFF)", f"{stat(cpu).fmt(1e6, 0)} us"),
+    ]
+    for b in BUCKETS:
+        rows.append(Row(f"  {b}", f"{own[b] / total_prof * cpu_us:.0f} us"))
+    rows += [
+        Row("SQL statements per step", f"{n_stmt / steps:.2f} ({kinds})"),
+        Row("JSON encodings per step", f"{encodings / steps:.2f}"),
+        Row(
+            "Python calls per step (all / engine)",
+            f"{sum(calls.values()) / steps:.0f} / {calls['engine'] / steps:.0f}",
+        ),
+    ]
+    table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

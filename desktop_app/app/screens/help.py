@@ -1,0 +1,73 @@
+"""The ``?`` help overlay: every key of the screen it is opened over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Label, Static
+
+#: The help key of a modal screen (the app's own bindings do not reach the
+#: footer of a modal screen; F1 works even while a text field has focus).
+HELP_BINDING = Binding("f1", "app.help", "Help", key_display="F1")
+
+
+@dataclass(frozen=True)
+class KeyHelp:
+    """One key: how it is shown, what it does, and whether it works right now."""
+
+    key: str
+    description: str
+    enabled: bool
+
+
+def keys_of(screen: Screen[object]) -> list[KeyHelp]:
+    """Every key active on ``screen`` (its own, its focused widget's and the
+    app's), hidden footer keys included, in the order Textual resolves them."""
+    app = screen.app
+    out: list[KeyHelp] = []
+    seen: set[tuple[str, str]] = set()
+    for active in screen.active_bindings.values():
+        binding = active.binding
+        shown = binding.key_display or app.get_key_display(binding)
+        description = binding.description or binding.action.replace("_", " ")
+        if (shown, description) in seen:
+            continue
+        seen.add((shown, description))
+        out.append(KeyHelp(shown, description, active.enabled))
+    return out
+
+
+class HelpScreen(ModalScreen[None]):
+    """A table of the keys of the screen below; any of escape, ``?``, F1 closes it."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("question_mark", "dismiss", "Close", show=False),
+        Binding("f1", "dismiss", "Close", show=False),
+    ]
+
+    def __init__(self, title: str, keys: list[KeyHelp]) -> None:
+        super().__init__()
+        self.title_text = title
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-dialog"):
+            yield Label(Text(f"Keys: {self.title_text}", style="bold"))
+            yield DataTable[Text](id="help-keys", cursor_type="row", zebra_stripes=True)
+            yield Static(Text("Dim keys do nothing right now. Escape closes.", style="dim"))
+        yield Footer(show_command_palette=False)
+
+    def on_mount(self) -> None:
+        table = self.query_one("#help-keys", DataTable)
+        table.add_column("Key", key="key")
+        table.add_column("Does", key="does")
+        for k in self.keys:
+            style = "" if k.enabled else "dim"
+            table.add_row(Text(k.key, style="bold " + style), Text(k.description, style=style))
+        table.focus()

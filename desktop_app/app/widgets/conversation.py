@@ -1,0 +1,99 @@
+"""An agent run's conversation as distinct blocks: user and assistant text
+rendered as Markdown, tool calls, tool results and reused results (a result
+journaled earlier and not called again) each with their own look."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.containers import Vertical
+from textual.widget import Widget
+from textual.widgets import Markdown, Static
+
+from desktop_app.agent.messages import canonical_json
+from desktop_app.app.format import json_text
+
+
+def block_kind(message: dict[str, Any]) -> str:
+    """``user``, ``assistant``, ``system``, ``tool-result`` or ``reused-result``."""
+    role = str(message.get("role", "?"))
+    if role == "tool":
+        return "reused-result" if message.get("reused") else "tool-result"
+    return role if role in ("user", "assistant", "system") else "other"
+
+
+def message_blocks(index: int, message: dict[str, Any], limit: int) -> list[Widget]:
+    """The widgets of one message: a title, its content, one block per tool call."""
+    kind = block_kind(message)
+    role = str(message.get("role", "?"))
+    title = f"#{index} {role}"
+    if role == "tool":
+        title += f" result {message.get('name') or '?'}"
+        if message.get("reused"):
+            title += " (reused: not called again)"
+        if message.get("tool_call_id"):
+            title += f" [call {message['tool_call_id']}]"
+    content = json_text(message.get("content"))
+    if len(content) > limit:
+        content = content[:limit] + "…"
+    blocks: list[Widget] = [Static(title, classes="block-title", markup=False)]
+    if content:
+        if kind in ("user", "assistant", "system"):
+            blocks.append(Markdown(content, classes="block-text"))
+        else:
+            blocks.append(Static(content, classes="block-text", markup=False))
+    for call in message.get("tool_calls") or []:
+        if isinstance(call, dict):
+            arguments = canonical_json(call.get("arguments") or {})
+            text = f"→ tool call {call.get('name', '?')} {arguments} [id {call.get('id', '?')}]"
+            blocks.append(Static(text, classes="tool-call", markup=False))
+    return [Vertical(*blocks, classes=f"block {kind}")]
+
+
+class ConversationView(Vertical):
+    """The messages of one agent run, as blocks (see the module docstring)."""
+
+    DEFAULT_CSS = """
+    ConversationView {
+        height: auto;
+    }
+    ConversationView .block {
+        height: auto;
+        margin: 1 0 0 0;
+        padding: 0 1;
+        border-left: thick $primary;
+    }
+    ConversationView .block.user {
+        border-left: thick $accent;
+    }
+    ConversationView .block.tool-result {
+        border-left: thick $success;
+    }
+    ConversationView .block.reused-result {
+        border-left: thick $secondary;
+        color: $text-muted;
+    }
+    ConversationView .block-title {
+        text-style: bold;
+    }
+    ConversationView .tool-call {
+        color: $warning;
+    }
+    ConversationView Markdown {
+        margin: 0;
+        padding: 0;
+    }
+    """
+
+    async def show(self, messages: list[dict[str, Any]], limit: int) -> None:
+        """Replace the blocks with ``messages`` (content cut at ``limit`` characters)."""
+        await self.remove_children()
+        widgets: list[Widget] = []
+        for i, message in enumerate(messages, 1):
+            widgets.extend(message_blocks(i, message, limit))
+        await self.mount_all(widgets)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kind of each block shown, in order (for tests)."""
+        return [next(c for c in b.classes if c != "block") for b in self.query(".block").results()]

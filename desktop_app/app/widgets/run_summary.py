@@ -1,0 +1,64 @@
+"""The side panel of the runs screen on a wide terminal: the selected run's summary."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress
+from desktop_app.app.progress import Pace, duration
+from desktop_app.store.protocol import Checkpoint, RunRecord
+
+
+def summary_text(run: RunRecord, latest: Checkpoint | None, pace: Pace | None, now: float) -> Text:
+    """Id, flow, status, progress with rate and ETA, times (local, and how
+    long ago), the step it is at or waits in, and its error."""
+    text = Text()
+    text.append(f"{run.flow_name} run\n", style="bold")
+    text.append(f"{run.run_id}\n", style="dim")
+    text.append("\nStatus   ", style="bold")
+    text.append(f"{run.status}\n", style=STATUS_STYLES.get(run.status, ""))
+    done_total = (pace.done, pace.total) if pace is not None else run.progress
+    if done_total is not None:
+        text.append("Progress ", style="bold")
+        text.append(f"{progress(done_total)}\n")
+        if pace is not None:
+            text.append(f"         {pace.bar(20)}\n", style="green")
+            if run.status == "running" and pace.rate_text():
+                text.append(f"         {pace.rate_text()}\n")
+    text.append("Started  ", style="bold")
+    text.append(f"{local_when(run.created_at)}\n         {ago(run.created_at, now)}\n")
+    text.append("Updated  ", style="bold")
+    text.append(f"{ago(run.updated_at, now)}\n")
+    if run.status == "running":
+        text.append("Elapsed  ", style="bold")
+        text.append(f"{duration(now - run.created_at)}\n")
+    if latest is not None:
+        if latest.frontier:
+            text.append("Next     ", style="bold")
+            text.append(", ".join(latest.frontier) + "\n")
+        if latest.waits:
+            text.append("Waits    ", style="bold")
+            text.append(f"{len(latest.waits)} ({', '.join(w.kind for w in latest.waits)})\n")
+        text.append("Revision ", style="bold")
+        text.append(f"{latest.revision}\n")
+    if run.error:
+        text.append("\nError\n", style="bold red")
+        text.append(run.error)
+    text.append("\n\nenter opens the run", style="dim")
+    return text
+
+
+class RunSummary(Static):
+    """The selected run's summary (shown only on a wide terminal)."""
+
+    run_id: str | None = None
+
+    def show(
+        self, run: RunRecord | None, latest: Checkpoint | None, pace: Pace | None, now: float
+    ) -> None:
+        self.run_id = run.run_id if run is not None else None
+        if run is None:
+            self.update(Text("No run selected.", style="dim"))
+        else:
+            self.update(summary_text(run, latest, pace, now))

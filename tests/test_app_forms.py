@@ -1,0 +1,172 @@
+"""Forms for people: a flow's start form shows only the inputs it declares,
+with their descriptions and the flow's description (Pilot, real SQLite files)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+from textual.widgets import DataTable, Input, Select
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.previews import undo_tidy
+from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.confirm import ConfirmScreen
+from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.inbox import InboxScreen
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.app.screens.start_flow import StartFlowScreen, form_fields
+from desktop_app.config import Settings, load_settings
+from desktop_app.errors import FlowDefinitionError, InputError
+from desktop_app.flow import FlowBuilder
+from desktop_app.flows.digest import build_digest_flow
+from desktop_app.flows.tidy import TidyState, build_tidy_flow
+from tests.app_support import messages, settle, wait_until
+
+SIZE = (120, 40)
+
+
+def test_digest_and_tidy_declare_their_inputs_and_a_description() -> None:
+    digest, tidy = build_digest_flow(), build_tidy_flow()
+    assert digest.inputs == ("folder", "out") and tidy.inputs == ("folder",)
+    assert "digest.md" in digest.description and "approve" in tidy.description
+    assert [n for n, _ in form_fields(digest)] == ["folder", "out"]
+    assert all(info.description for _, info in form_fields(digest))
+
+
+def test_an_input_that_is_not_a_state_field_is_refused_at_compile() -> None:
+    class S(BaseModel):
+        a: int = 0
+
+    with pytest.raises(FlowDefinitionError, match="input 'b' is not a field of S"):
+        FlowBuilder("f", S, inputs=["a", "b"]).step("x", lambda s: {}).chain().compile()
+
+
+async def test_the_digest_start_form_shows_exactly_its_input_fields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Plans\n\nWe ship the digest flow this week.\n")
+    out = tmp_path / "out"
+    app = FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, StartFlowScreen)
+        assert form.query_one("#flow", Select).has_focus  # the flow is chosen first
+        form.query_one("#flow", Select).value = "digest"
+        await settle(pilot)
+        fields = [w.id.removeprefix("field-") for w in form.query(Input) if w.id]
+        assert fields == ["folder", "out"]  # not cursor, files, skipped, report_path
+        assert "digest.md" in str(form.query_one("#flow-description").render())
+        assert "summarised" in str(form.query_one("#help-folder").render())
+        form.query_one("#field-folder", Input).value = str(notes)
+        form.query_one("#field-out", Input).value = str(out)
+        await pilot.click("#start")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        await wait_until(pilot, lambda: (out / "digest.md").is_file())
+        assert not messages(app, "error")
+    assert "Plans" in (out / "digest.md").read_text()
+
+
+def waiting_tidy(settings: Settings, folder: Path) -> str:
+    """A tidy run left waiting for approval by another engine (like ``flowdesk start``)."""
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    try:
+        result = engine.run("tidy", TidyState(folder=str(folder)))
+    finally:
+        engine.store.close()
+    assert result.status == "waiting"
+    return result.run_id
+
+
+def downloads(tmp_path: Path) -> Path:
+    folder = tmp_path / "Downloads"
+    folder.mkdir()
+    (folder / "photo.jpg").write_bytes(b"jpg")
+    (folder / "paper.pdf").write_bytes(b"pdf")
+    return folder
+
+
+async def test_tidy_question_previews_its_moves_yes_moves_them_and_undo_moves_them_back(
+    tmp_path: Path,
+) -> None:
+    folder = downloads(tmp_path)
+    settings = load_settings(db_path=tmp_path / "t.db")
+    run_id = waiting_tidy(settings, folder)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        inbox = app.screen
+        assert isinstance(inbox, InboxScreen)
+        # the whole question shows under the table, not cut at the column
+        assert "Answer yes to move them" in inbox.question_text
+        assert "Deadline: " in inbox.question_text
+        await pilot.press("enter")
+        await settle(pilot)
+        modal = app.screen
+        assert isinstance(modal, AnswerScreen)
+        preview = modal.query_one("#preview", DataTable)
+        rows = [[c.plain for c in preview.get_row_at(i)] for i in range(preview.row_count)]
+        month = rows[0][2].split("/")[1]
+        assert rows == [
+            ["paper.pdf", "documents", f"Documents/{month}/paper.pdf", "planned"],
+            ["photo.jpg", "images", f"Images/{month}/photo.jpg", "planned"],
+        ]
+        assert "2 planned moves" in str(modal.query_one("#preview-title").render())
+        await pilot.click("#answer-yes")
+        await settle(pilot)
+        await wait_until(pilot, lambda: (folder / "Images" / month / "photo.jpg").exists())
+        await wait_until(pilot, lambda: (folder / "Documents" / month / "paper.pdf").exists())
+        await wait_until(pilot, lambda: app.read(lambda s: s.get_run(run_id).status) == "completed")
+
+        await pilot.press("escape")
+        app.open_run(run_id)
+        await settle(pilot)
+        assert isinstance(app.screen, RunDetailScreen)
+        await pilot.press("u")
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.click("#yes")
+        await settle(pilot)
+        assert (folder / "photo.jpg").read_bytes() == b"jpg"
+        assert (folder / "paper.pdf").read_bytes() == b"pdf"
+        assert not (folder / "Images" / month / "photo.jpg").exists()
+        assert any(
+            m.startswith(f"Undid tidy run {run_id[:8]}: 2 files moved back") for m in messages(app)
+        )
+        assert not messages(app, "error")
+
+
+def test_undo_twice_changes_nothing_the_second_time_and_a_bad_list_is_refused(
+    tmp_path: Path,
+) -> None:
+    moved = tmp_path / "Images" / "a.jpg"
+    moved.parent.mkdir()
+    moved.write_bytes(b"a")
+    undo_list = tmp_path / "undo.json"
+    undo_list.write_text(json.dumps([{"from": str(moved), "to": str(tmp_path / "a.jpg")}]))
+    first = undo_tidy(undo_list)
+    assert first.moved_back == 1 and first.left == []
+    second = undo_tidy(undo_list)
+    assert second.moved_back == 0 and second.left == [f"a.jpg: no longer at {moved.parent}"]
+    undo_list.write_text('{"not": "a list"}')
+    with pytest.raises(InputError, match="not a tidy undo list"):
+        undo_tidy(undo_list)
+    with pytest.raises(InputError, match="does not exist"):
+        undo_tidy(tmp_path / "missing.json")

@@ -1,0 +1,182 @@
+"""Keys are discoverable: F1 (or ``?``) lists every key of the current screen,
+on every screen, and at 80x24 the whole footer shows (Pilot, real SQLite)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from textual.pilot import Pilot
+from textual.screen import ModalScreen, Screen
+from textual.widgets import TabbedContent
+from textual.widgets._footer import FooterKey
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.help import HelpScreen
+from desktop_app.config import Settings, load_settings
+from desktop_app.flow import CompiledFlow, FlowBuilder
+from tests.app_support import settle
+
+
+class Ask(BaseModel):
+    answer: str | None = None
+
+
+def ask_flow() -> CompiledFlow[Ask]:
+    return (
+        FlowBuilder("ask", Ask)
+        .await_input("ok", "answer", prompt="Ship?", timeout_s=3600)
+        .step("after", lambda s: {})
+        .chain()
+        .compile()
+    )
+
+
+def waiting_run(settings: Settings) -> str:
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[ask_flow()])
+    try:
+        return engine.run("ask", Ask()).run_id
+    finally:
+        engine.store.close()
+
+
+Opener = Callable[[Pilot[None], str], Awaitable[None]]
+
+
+async def press(pilot: Pilot[None], *keys: str) -> None:
+    await pilot.press(*keys)
+    await settle(pilot)
+
+
+async def runs(pilot: Pilot[None], run_id: str) -> None:
+    pass
+
+
+async def inbox(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "i")
+
+
+async def agent_runs(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "g")
+
+
+async def detail(pilot: Pilot[None], run_id: str) -> None:
+    app = pilot.app
+    assert isinstance(app, FlowdeskApp)
+    app.open_run(run_id)
+    await settle(pilot)
+
+
+async def answer(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "a")
+
+
+async def cancel(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "c")
+
+
+async def start_flow(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "s")
+
+
+async def settings(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "ctrl+s")
+
+
+async def signal(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "x")
+
+
+async def new_digest(pilot: Pilot[None], run_id: str) -> None:
+    await press(pilot, "n")
+
+
+SCREENS: dict[str, Opener] = {
+    "RunsScreen": runs,
+    "InboxScreen": inbox,
+    "AgentRunsScreen": agent_runs,
+    "RunDetailScreen": detail,
+    "AnswerScreen": answer,
+    "ConfirmScreen": cancel,
+    "StartFlowScreen": start_flow,
+    "SettingsScreen": settings,
+    "SignalScreen": signal,
+    "NewDigestScreen": new_digest,
+}
+
+
+def own_keys(app: Any, screen: Screen[Any]) -> set[str]:
+    """How the help shows each key the screen's class binds."""
+    return {
+        b.key_display or app.get_key_display(b)
+        for b in type(screen)._merged_bindings.key_to_bindings.values()  # type: ignore[union-attr]
+        for b in b
+    }
+
+
+@pytest.mark.parametrize("name", list(SCREENS))
+async def test_help_lists_every_key_of_the_screen(tmp_path: Path, name: str) -> None:
+    s = load_settings(db_path=tmp_path / "t.db")
+    run_id = waiting_run(s)
+    app = FlowdeskApp(s, flows=[ask_flow()])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await SCREENS[name](pilot, run_id)
+        under = app.screen
+        assert type(under).__name__ == name
+        await press(pilot, "f1")  # works even while a text field has focus
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        shown = {k.key for k in help_screen.keys}
+        assert own_keys(app, under) <= shown
+        assert "F1" in shown
+        if not isinstance(under, ModalScreen):  # a modal screen stops the app's keys
+            assert {"i", "g", "s", "^s", "x", "?"} <= shown
+        await press(pilot, "escape")
+        assert app.screen is under
+
+
+async def test_question_mark_opens_help_where_no_text_field_has_focus(tmp_path: Path) -> None:
+    app = FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await press(pilot, "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await press(pilot, "question_mark")  # ? again closes it
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@pytest.mark.parametrize("name", list(SCREENS))
+async def test_the_whole_footer_shows_at_80x24(tmp_path: Path, name: str) -> None:
+    s = load_settings(db_path=tmp_path / "t.db")
+    run_id = waiting_run(s)
+    app = FlowdeskApp(s, flows=[ask_flow()])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await SCREENS[name](pilot, run_id)
+        screen = app.screen
+        assert type(screen).__name__ == name
+        keys = list(screen.query(FooterKey))
+        expected = {b.binding.action for b in screen.active_bindings.values() if b.binding.show}
+        assert {k.action for k in keys} == expected  # keys of one action show once
+        assert "F1" in {k.key_display for k in keys}
+        for key in keys:  # every key is on screen, none past the right edge
+            assert key.region.width > 0 and key.region.right <= 80, (name, key.key_display)
+
+
+async def test_tabs_show_their_keys(tmp_path: Path) -> None:
+    s = load_settings(db_path=tmp_path / "t.db")
+    run_id = waiting_run(s)
+    app = FlowdeskApp(s, flows=[ask_flow()])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await detail(pilot, run_id)
+        tabs = app.screen.query_one(TabbedContent)
+        labels = [str(tabs.get_tab(p).label) for p in ("tab-state", "tab-outbox", "tab-context")]
+        assert labels[0] == "1 State" and labels[1] == "5 Outbox" and labels[2] == "6 Context"
+        await press(pilot, "5")
+        assert tabs.active == "tab-outbox"

@@ -1,0 +1,53 @@
+"""Every scenario of docs/scenarios.md is proven by at least one marked test,
+and no test names a scenario the list does not have."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def listed_scenarios() -> set[str]:
+    text = (ROOT / "docs" / "scenarios.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^- \*\*(S\d+)\*\*", text, flags=re.MULTILINE))
+
+
+def marked_scenarios() -> dict[str, list[str]]:
+    """scenario id -> the tests (file::function) carrying its marker."""
+    marks: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for dec in node.decorator_list:
+                if (
+                    isinstance(dec, ast.Call)
+                    and isinstance(dec.func, ast.Attribute)
+                    and dec.func.attr == "scenario"
+                    and dec.args
+                    and isinstance(dec.args[0], ast.Constant)
+                ):
+                    name = f"{path.relative_to(ROOT)}::{node.name}"
+                    marks.setdefault(str(dec.args[0].value), []).append(name)
+    return marks
+
+
+def test_the_list_is_the_whole_numbered_range():
+    listed = listed_scenarios()
+    numbers = sorted(int(s[1:]) for s in listed)
+    assert numbers == list(range(1, numbers[-1] + 1))
+
+
+def test_every_listed_scenario_has_a_marked_test():
+    marks = marked_scenarios()
+    missing = sorted(listed_scenarios() - set(marks), key=lambda s: int(s[1:]))
+    assert missing == []
+
+
+def test_no_test_names_an_unlisted_scenario():
+    unknown = {s: t for s, t in marked_scenarios().items() if s not in listed_scenarios()}
+    assert unknown == {}
