@@ -61,7 +61,7 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.store import codec, migrations
-from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
+from desktop_app.store.postgres_notify import WAKE, Listener, Notifier
 from desktop_app.store.postgres_sql import (
     RETRY_SQLSTATES,
     SqlTx,
@@ -179,10 +179,10 @@ class PostgresCheckpointStore:
 
     def _changed(self, run_id: str, *, wake: bool = False) -> None:
         """Queue the after-commit notifications for a committed write."""
-        payload = f"{self.scope}:{run_id}"
-        self.notifier.send(CHANGES, payload)
+        # Only wake-ups are pushed: the app sees every commit through data_version
+        # (pg_current_snapshot), so a NOTIFY per step would only cost round trips.
         if wake:
-            self.notifier.send(WAKE, payload)
+            self.notifier.send(WAKE, f"{self.scope}:{run_id}")
 
     # -- transactions ------------------------------------------------------
 
