@@ -619,6 +619,7 @@ class FlowBuilder(Generic[S]):
         finish = set(self._finish) | {s for s in ids if s not in edges and s not in routes}
         if ids and not finish:
             problems.append("missing finish: every step has an outgoing edge, so no run can end")
+        by_id = {s.id: s for s in self._steps}
         if entry in known:
             reach = {entry}
             todo = [entry]
@@ -633,7 +634,7 @@ class FlowBuilder(Generic[S]):
                     if nxt_id in known and nxt_id not in reach:
                         reach.add(nxt_id)
                         todo.append(nxt_id)
-                step = next((s for s in self._steps if s.id == cur), None)
+                step = by_id.get(cur)
                 if isinstance(step, ConditionStep):
                     for nested_step in step.steps:
                         target = error_edges.get(nested_step.id)
@@ -648,7 +649,7 @@ class FlowBuilder(Generic[S]):
         if problems:
             raise FlowDefinitionError(self.name, problems)
         assert entry is not None
-        steps = {s.id: s for s in self._steps}
+        steps = by_id
         topology = {
             "name": self.name,
             "user_version": self.version,

@@ -73,7 +73,14 @@ from desktop_app.flow.events import (
 )
 from desktop_app.flow.host import DriverHost
 from desktop_app.flow.results import RunResult
-from desktop_app.flow.state import StateTracker, apply_output, encode_fields, load_state
+from desktop_app.flow.state import (
+    StateTracker,
+    StepRecords,
+    apply_output,
+    encode_fields,
+    load_state,
+)
+from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
     DomainWrite,
@@ -176,7 +183,7 @@ class RunDriver:
         self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
         #: saves come from the driver's thread and from steps journaling children
         self.save_lock = threading.RLock()
-        self.steps: dict[str, StepRecord] = dict(cp.steps)
+        self.steps = StepRecords(cp.steps)
         self.frontier: list[str] = list(cp.frontier)
         self.meta: dict[str, Any] = dict(cp.meta)
         self.waits: list[Wait] = list(cp.waits)
@@ -210,12 +217,13 @@ class RunDriver:
         intents: Iterable[Intent],
         consume: Iterable[tuple[int, str]],
     ) -> None:
+        steps, changed = self.steps.snapshot()
         cp = Checkpoint(
             run_id=self.run_id,
             revision=self.revision + 1,
             status=self.status,
             state=self.tracker.encode(self.state),
-            steps=dict(self.steps),
+            steps=steps,
             frontier=tuple(self.frontier),
             created_at=self.clock.now(),
             step_id=step_id,
@@ -225,12 +233,15 @@ class RunDriver:
             waits=tuple(self.waits),
         )
         try:
-            self.store.append(
-                cp,
-                list(writes),
-                self.host.lease(takeover=self.takeover),
-                intents=list(intents),
-                consume=list(consume),
+            self.host.commit(
+                AppendRequest(
+                    cp,
+                    list(writes),
+                    self.host.lease(takeover=self.takeover),
+                    list(intents),
+                    list(consume),
+                    changed_steps=changed,
+                )
             )
         except LeaseLostError:
             if self.saves == 0:  # nothing ran yet: another process holds the run
@@ -246,6 +257,7 @@ class RunDriver:
         self.revision = cp.revision
         self.stored_state = cp.state
         self.stored_steps = cp.steps
+        self.steps.stored(changed)
         self.saves += 1
         self.takeover = False
         keep = self.flow.keep_last_n

@@ -15,7 +15,8 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from pydantic import BaseModel
@@ -43,6 +44,7 @@ from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.state import apply_output, dump_state, load_state
+from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
     Checkpoint,
@@ -69,6 +71,11 @@ class Engine:
         lease_ttl_s: seconds a lease lasts without renewal; the engine renews
             it with every checkpoint and from a heartbeat thread every
             ``lease_ttl_s / 3`` while a run executes.
+        group_commit: commit checkpoints of runs in flight at the same
+            moment in one transaction (see :mod:`desktop_app.store.group_commit`);
+            used when the store has ``append_batch``. A step counts as done
+            (its ``StepFinished`` event, its return, its outbox dispatch)
+            only once its batch committed.
         executes: False for a process that only observes, submits, answers
             and signals (an app on a database that workers serve): ``run``
             only creates the run, ``resume``/``resume_with``/``wake`` save
@@ -91,10 +98,15 @@ class Engine:
         clock: Clock | None = None,
         owner: str | None = None,
         lease_ttl_s: float = 30.0,
+        group_commit: bool = True,
         executes: bool = True,
     ) -> None:
         self.store = store
         self.executes = executes
+        #: batches appends of runs in flight together (None: one commit each)
+        self.committer: GroupCommitter | None = (
+            GroupCommitter(store) if group_commit and isinstance(store, BatchAppender) else None
+        )
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lease_ttl_s = lease_ttl_s
         self.shutdown_event = threading.Event()
@@ -143,6 +155,19 @@ class Engine:
         also takes over a live lease (its owner is known to be dead)."""
         now = self.clock.now()
         return Lease(self.owner, now + self.lease_ttl_s, math.inf if takeover else now)
+
+    def commit(self, request: AppendRequest) -> None:
+        """Append one checkpoint durably: through the group committer when
+        there is one (returns once its batch committed), else ``store.append``.
+
+        Raises:
+            the errors of :meth:`CheckpointStore.append`.
+        """
+        if self.committer is not None:
+            self.committer.append(request)
+            return
+        r = request
+        self.store.append(r.checkpoint, r.writes, r.lease, intents=r.intents, consume=r.consume)
 
     def track(self, run_id: str, executing: bool) -> None:
         """Note that this engine starts or stops executing ``run_id``; while any
@@ -588,34 +613,141 @@ class Engine:
         self,
         on_result: Callable[[RunRecord, RunResult | BaseException], None] | None = None,
         only: Callable[[RunRecord], bool] | None = None,
+        *,
+        concurrency: int = 16,
     ) -> list[tuple[RunRecord, RunResult | BaseException]]:
         """Resume every interrupted run (``pending`` or ``running``), oldest
         first, continuing past failures, then wake waiting runs whose stored
         deadline passed (compared with the injected clock) or whose signal or
         event arrived while no process ran: what the app and ``flowdesk
         agent`` do at launch. Failed runs and runs still waiting for a person
-        are left alone. ``only(run)`` may exclude runs (per-flow launch policy)."""
-        report: list[tuple[RunRecord, RunResult | BaseException]] = []
+        are left alone. ``only(run)`` may exclude runs (per-flow launch policy).
+
+        Up to ``concurrency`` runs are driven at once (threads of this engine;
+        their checkpoints share group commits); runs are claimed in batches
+        of ``2 * concurrency`` as earlier ones finish. ``on_result`` is called
+        in the calling thread as each run finishes; the returned report is in
+        listing order. ``concurrency=1`` drives one run after another; the
+        default lets one commit carry up to 16 runs' checkpoints.
+        """
         if not self.executes:
-            return report
+            return []
         runs = self.store.list_runs(statuses=("pending", "running"))
         for run_id in self.store.wakeable_runs(self.clock.now()):
             with contextlib.suppress(FlowdeskError):
                 runs.append(self.store.get_run(run_id))
-        for run in runs:
-            if only is not None and not only(run):
-                continue
-            outcome: RunResult | BaseException
+        seen: set[str] = set()
+        chosen: list[RunRecord] = []
+        for r in runs:
+            if r.run_id not in seen and (only is None or only(r)):
+                seen.add(r.run_id)
+                chosen.append(r)
+
+        def one(run: RunRecord) -> RunResult | BaseException:
             try:
-                outcome = (
-                    self.wake(run.run_id) if run.status == "waiting" else self.resume(run.run_id)
-                )
+                if run.status == "waiting":
+                    return self.wake(run.run_id)
+                return self.resume(run.run_id)
             except FlowdeskError as exc:
-                outcome = exc
-            report.append((run, outcome))
-            if on_result is not None:
-                on_result(run, outcome)
-        return report
+                return exc
+
+        # a parent reattaches to its children when it resumes: drive parents
+        # first (one level at a time) so no run is driven twice at once here
+        by_id = {r.run_id: r for r in chosen}
+        depth: dict[str, int] = {}
+        for r in chosen:
+            d, parent, hops = 0, r.parent_run_id, 0
+            while parent in by_id and hops < len(by_id):
+                d, parent, hops = d + 1, by_id[parent].parent_run_id, hops + 1
+            depth[r.run_id] = d
+        outcome: dict[str, RunResult | BaseException] = {}
+        for level in sorted(set(depth.values())):
+            batch = [r for r in chosen if depth[r.run_id] == level]
+            for r, out in zip(batch, self._pooled(batch, one, concurrency, on_result), strict=True):
+                outcome[r.run_id] = out
+        return [(r, outcome[r.run_id]) for r in chosen]
+
+    def run_many(
+        self,
+        flow: CompiledFlow[Any] | str,
+        states: Iterable[BaseModel | Mapping[str, Any]],
+        *,
+        max_workers: int = 8,
+        on_result: Callable[[int, RunResult | BaseException], None] | None = None,
+    ) -> list[RunResult | BaseException]:
+        """Start and execute one run per state, up to ``max_workers`` at once
+        (a bounded pool of threads sharing this engine and its group commit).
+
+        Returns one entry per state, in order: the run's :class:`RunResult`
+        (completed, failed, waiting, ...), or the ``FlowdeskError`` that
+        stopped it (e.g. ``StoreError``); one run's error never stops the
+        others. ``on_result(index, outcome)`` is called in the calling thread
+        as each run finishes.
+        """
+        f = self._resolve(flow)
+        items = list(enumerate(states))
+
+        def one(item: tuple[int, BaseModel | Mapping[str, Any]]) -> RunResult | BaseException:
+            try:
+                return self.run(f, item[1])
+            except FlowdeskError as exc:
+                return exc
+
+        report = None
+        if on_result is not None:
+            cb = on_result
+
+            def report(item: tuple[int, Any], out: RunResult | BaseException) -> None:
+                cb(item[0], out)
+
+        return self._pooled(items, one, max_workers, report)
+
+    def resume_many(
+        self, run_ids: Sequence[str], *, max_workers: int = 8
+    ) -> list[RunResult | BaseException]:
+        """:meth:`resume` each run, up to ``max_workers`` at once; one entry
+        per id, in order: its result or the ``FlowdeskError`` it raised."""
+
+        def one(run_id: str) -> RunResult | BaseException:
+            try:
+                return self.resume(run_id)
+            except FlowdeskError as exc:
+                return exc
+
+        return self._pooled(list(run_ids), one, max_workers, None)
+
+    def _pooled(
+        self,
+        items: Sequence[Any],
+        fn: Callable[[Any], RunResult | BaseException],
+        workers: int,
+        on_done: Callable[[Any, RunResult | BaseException], None] | None,
+    ) -> list[RunResult | BaseException]:
+        """``fn`` over ``items`` on at most ``workers`` threads, at most
+        ``2 * workers`` submitted at a time; results in input order."""
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, not {workers}")
+        out: list[RunResult | BaseException | None] = [None] * len(items)
+        if workers == 1 or len(items) <= 1:
+            for i, item in enumerate(items):
+                out[i] = fn(item)
+                if on_done is not None:
+                    on_done(item, out[i])  # type: ignore[arg-type]
+            return out  # type: ignore[return-value]
+        pending: dict[Future[RunResult | BaseException], int] = {}
+        nxt = 0
+        with ThreadPoolExecutor(workers, thread_name_prefix="flowdesk-run") as pool:
+            while nxt < len(items) or pending:
+                while nxt < len(items) and len(pending) < 2 * workers:
+                    pending[pool.submit(fn, items[nxt])] = nxt
+                    nxt += 1
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    i = pending.pop(fut)
+                    out[i] = fut.result()
+                    if on_done is not None:
+                        on_done(items[i], out[i])  # type: ignore[arg-type]
+        return out  # type: ignore[return-value]
 
     # -- control ---------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import EventBus
+from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import CheckpointStore, Lease
 
 
@@ -47,6 +48,11 @@ class DriverHost(Protocol):
 
     def lease(self, takeover: bool = False) -> Lease:
         """A lease for this process from now; ``takeover`` also takes over a live one."""
+        ...
+
+    def commit(self, request: AppendRequest) -> None:
+        """Append one checkpoint; returns once it is durable (its batch
+        committed). Raises the errors of ``CheckpointStore.append``."""
         ...
 
     def track(self, run_id: str, executing: bool) -> None:

@@ -14,13 +14,14 @@ because the model's own annotations rebuild them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError
 
 from desktop_app.errors import CheckpointDecodeError, StateNotStorableError
+from desktop_app.store.protocol import StepRecord
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -168,3 +169,91 @@ class StateTracker:
                     f"step {step_id!r} changed state field {name!r} in place; return the "
                     f"new value instead (for example {{{name!r}: [*state.{name}, item]}})"
                 )
+
+
+class LayeredSteps(Mapping[str, StepRecord]):
+    """An immutable mapping of step records: a shared ``base`` dict with the
+    records changed since then laid over it (``top``). Iterates like the
+    dict it stands for: ``base`` order, then keys new in ``top``.
+
+    Both dicts are owned by this object and never mutated after it is made,
+    so a checkpoint may hold it while the driver moves on.
+    """
+
+    __slots__ = ("_base", "_len", "_top")
+
+    def __init__(self, base: dict[str, StepRecord], top: dict[str, StepRecord]) -> None:
+        self._base = base
+        self._top = top
+        self._len = len(base) + sum(1 for k in top if k not in base)
+
+    def __getitem__(self, key: str) -> StepRecord:
+        rec = self._top.get(key)
+        if rec is not None:
+            return rec
+        return self._base[key]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._base
+        for k in self._top:
+            if k not in self._base:
+                yield k
+
+    def __len__(self) -> int:
+        return self._len
+
+
+class StepRecords(MutableMapping[str, StepRecord]):
+    """The driver's working step records: reads and writes like a dict, and
+    knows which records changed since the last :meth:`snapshot` was stored.
+
+    :meth:`snapshot` costs the records changed since the last flatten, not
+    all of them: every ``flatten_every`` changed records the layers are
+    merged into one new base (amortised O(1) per step), so a run's step
+    cost does not grow with the number of steps it took.
+    """
+
+    flatten_every = 64
+
+    def __init__(self, records: Mapping[str, StepRecord]) -> None:
+        self._base: dict[str, StepRecord] = dict(records)
+        self._top: dict[str, StepRecord] = {}
+        #: ids written since the last stored snapshot
+        self.dirty: set[str] = set()
+
+    def __getitem__(self, key: str) -> StepRecord:
+        rec = self._top.get(key)
+        if rec is not None:
+            return rec
+        return self._base[key]
+
+    def __setitem__(self, key: str, value: StepRecord) -> None:
+        self._top[key] = value
+        self.dirty.add(key)
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError("step records are never deleted from a run")
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._base
+        for k in self._top:
+            if k not in self._base:
+                yield k
+
+    def __len__(self) -> int:
+        return len(self._base) + sum(1 for k in self._top if k not in self._base)
+
+    def snapshot(self) -> tuple[Mapping[str, StepRecord], frozenset[str]]:
+        """An immutable copy for a checkpoint, and the ids changed since the
+        last :meth:`stored` (what the store is told changed)."""
+        changed = frozenset(self.dirty)
+        if len(self._top) >= self.flatten_every:
+            self._base = {**self._base, **self._top}
+            self._top = {}
+        if not self._top:
+            return LayeredSteps(self._base, {}), changed
+        return LayeredSteps(self._base, dict(self._top)), changed
+
+    def stored(self, changed: frozenset[str]) -> None:
+        """The snapshot holding ``changed`` was stored: forget them as dirty."""
+        self.dirty -= changed

@@ -17,12 +17,14 @@ from typing import Any, TypeVar
 from desktop_app.errors import (
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
+    FlowdeskError,
     LeaseLostError,
     RevisionConflictError,
     RunLeasedError,
     StoreError,
 )
 from desktop_app.store import codec
+from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
@@ -172,6 +174,20 @@ class InMemoryCheckpointStore:
                 progress=cp.progress if cp.progress is not None else run.progress,
                 error=cp.error,
             )
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
+        """Append each request as :meth:`append` does; one request's error
+        (returned in its slot) leaves the others appended. See
+        :class:`~desktop_app.store.group_commit.BatchAppender`."""
+        results: list[BaseException | None] = []
+        for r in requests:
+            try:
+                self.append(r.checkpoint, r.writes, r.lease, intents=r.intents, consume=r.consume)
+            except FlowdeskError as exc:
+                results.append(exc)
+            else:
+                results.append(None)
+        return results
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._update_lock:

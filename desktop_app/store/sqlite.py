@@ -33,6 +33,7 @@ from desktop_app.errors import (
 )
 from desktop_app.store import codec, migrations
 from desktop_app.store.connection import Synchronous, open_connection, translate
+from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
@@ -115,6 +116,18 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
     )
 
 
+def _step_json(rec: StepRecord) -> dict[str, Any]:
+    """A step record as stored: its fields without the ones at their default
+    (``None``, iteration 0) and without ``step_id`` (the key it is stored
+    under), so a checkpoint row fills fewer pages. ``StepRecord.from_json``
+    with the key added back reads it (and rows written in full) exactly."""
+    return {
+        k: v
+        for k, v in rec.to_json().items()
+        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
+    }
+
+
 class SqliteCheckpointStore:
     """Runs and checkpoints in one WAL-mode SQLite file.
 
@@ -163,9 +176,14 @@ class SqliteCheckpointStore:
         if not busy:
             self._wal_needs_truncate = False
 
-    def _write_checkpoint(self, cp: Checkpoint, previous: Checkpoint | None) -> None:
+    def _write_checkpoint(
+        self,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        changed_steps: frozenset[str] | None = None,
+    ) -> None:
         try:
-            self._insert_checkpoint(cp, previous)
+            self._insert_checkpoint(cp, previous, changed_steps)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise StoreError(
                 f"run {cp.run_id}: a value in its state cannot be stored as JSON text "
@@ -173,15 +191,22 @@ class SqliteCheckpointStore:
                 "plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
             ) from exc
 
-    def _insert_checkpoint(self, cp: Checkpoint, previous: Checkpoint | None) -> None:
+    def _insert_checkpoint(
+        self, cp: Checkpoint, previous: Checkpoint | None, changed_steps: frozenset[str] | None
+    ) -> None:
         if previous is None:
             kind = "snapshot"
             state = codec.dumps(cp.state)
-            steps = codec.dumps({k: v.to_json() for k, v in cp.steps.items()})
+            steps = codec.dumps({k: _step_json(v) for k, v in cp.steps.items()})
         else:
             kind = "delta"
             state = codec.dumps(codec.diff_state(previous.state, cp.state))
-            changed = {k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v}
+            if changed_steps is not None:  # the writer says which records it touched
+                changed = {k: _step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}
+            else:
+                changed = {
+                    k: _step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v
+                }
             steps = codec.dumps(changed)
         row = (
             cp.run_id,
@@ -284,7 +309,68 @@ class SqliteCheckpointStore:
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
     ) -> None:
-        cp = checkpoint
+        self._append(AppendRequest(checkpoint, writes, lease, intents, consume))
+        if self._wal_needs_truncate and not self.conn.in_transaction:
+            self._truncate_wal()
+
+    @_locked
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
+        """Append every request in one ``BEGIN IMMEDIATE`` transaction (one
+        commit, one fsync at ``synchronous=FULL``), each in its own SAVEPOINT:
+        a conflict, lost lease or failing domain write rolls back that
+        request's part only and is returned in its slot. See
+        :class:`~desktop_app.store.group_commit.BatchAppender`.
+
+        Raises:
+            StoreError: the transaction itself failed; nothing committed.
+        """
+        results: list[BaseException | None] = []
+        if len(requests) == 1:  # no savepoint needed: the transaction is the request
+            try:
+                self._append(requests[0])
+            except Exception as exc:  # a domain write may raise anything
+                return [exc]
+            finally:
+                if self._wal_needs_truncate and not self.conn.in_transaction:
+                    self._truncate_wal()
+            return [None]
+        lost: BaseException | None = None
+        try:
+            with self.conn:
+                for request in requests:
+                    try:
+                        self._append(request)  # nested: a SAVEPOINT of the batch
+                    except Exception as exc:
+                        if not self.conn.in_transaction:
+                            # SQLite rolled the whole transaction back (I/O
+                            # error, full disk): nothing of the batch committed
+                            lost = exc
+                            raise
+                        results.append(exc)
+                    else:
+                        results.append(None)
+        except BaseException as exc:
+            for request in requests:  # cached as appended, but nothing committed
+                self._last.pop(request.checkpoint.run_id, None)
+            cause = lost if lost is not None else exc
+            if isinstance(cause, StoreError):
+                raise cause from None
+            if isinstance(cause, apsw.Error):
+                raise self._err(cause) from cause
+            if lost is not None:
+                raise StoreError(
+                    f"a batch of {len(requests)} checkpoints was rolled back by SQLite "
+                    f"({type(cause).__name__}: {cause}); none of them was saved"
+                ) from cause
+            raise
+        if self._wal_needs_truncate and not self.conn.in_transaction:
+            self._truncate_wal()
+        return results
+
+    def _append(self, request: AppendRequest) -> None:
+        """One append: a transaction of its own, or a savepoint inside a batch."""
+        cp, writes, lease = request.checkpoint, request.writes, request.lease
+        intents, consume = request.intents, request.consume
         previous = self._last.get(cp.run_id)
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
@@ -293,11 +379,17 @@ class SqliteCheckpointStore:
                 # compare-and-append: the run row moves from revision-1 to revision
                 done, total = cp.progress if cp.progress is not None else (None, None)
                 sql = (
-                    "UPDATE runs SET status=?, revision=?, updated_at=?, progress_done="
+                    "UPDATE runs SET revision=?, updated_at=?, progress_done="
                     "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
                     "error=?"
                 )
-                args: list[Any] = [cp.status, cp.revision, cp.created_at, done, total, cp.error]
+                args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
+                if previous is None or previous.status != cp.status:
+                    # status is indexed: setting it, even to the same value,
+                    # rewrites its index entries (WAL pages); the row at
+                    # revision-1 has previous.status (the WHERE checks revision)
+                    sql += ", status=?"
+                    args.append(cp.status)
                 if cp.status not in ("running", "pending"):
                     sql += ", lease_owner=NULL, lease_expires_at=NULL"
                 elif lease is not None:
@@ -328,7 +420,7 @@ class SqliteCheckpointStore:
                         f"latest revision {row[0]}; another writer got there first. Reload "
                         f"the run and try again."
                     )
-                self._write_checkpoint(cp, previous)
+                self._write_checkpoint(cp, previous, request.changed_steps)
                 for signal_id, wait_id in consume:
                     self.conn.execute(
                         "UPDATE signals SET consumed_by=?, consumed_at=? "
@@ -363,8 +455,6 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         self._remember(cp)
         self._own_commits += 1
-        if self._wal_needs_truncate and not self.conn.in_transaction:
-            self._truncate_wal()
 
     @_locked
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
@@ -585,7 +675,7 @@ class SqliteCheckpointStore:
                 if kind == "snapshot":
                     steps = {}
                 for key, rec in step_delta.items():
-                    steps[key] = StepRecord.from_json(rec)
+                    steps[key] = StepRecord.from_json({"step_id": key, **rec})
             except (ValueError, TypeError, KeyError) as exc:
                 raise CheckpointDecodeError(
                     run_id, int(rev), "", f"malformed record: {exc}"

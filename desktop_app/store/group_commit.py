@@ -1,0 +1,142 @@
+"""Group commit: checkpoints of several runs that are ready at the same moment
+commit in one transaction, with one fsync for the batch.
+
+Leader/follower, as PostgreSQL's and SQLite-WAL writers' group commit: a
+thread whose append arrives while no batch is committing becomes the leader
+and commits everything queued so far (its own request included); appends that
+arrive while a batch commits queue up and go in the next batch. There is no
+wait window, so a single run in flight pays no extra latency.
+
+Each request keeps its own compare-and-append, lease check, domain writes and
+outbox intents: the backend's ``append_batch`` runs them in one transaction
+with one savepoint per request, so a conflict or a failing domain write in
+one run rolls back that run's part only. :meth:`GroupCommitter.append`
+returns only once the batch holding the request is durable (committed), and
+raises that request's own error if its part was rolled back.
+
+This module never imports apsw: any backend with ``append_batch`` (SQLite,
+in-memory, PostgreSQL) fits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from desktop_app.errors import StoreError
+from desktop_app.store.protocol import Checkpoint, DomainWrite, Intent, Lease
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """The arguments of one :meth:`CheckpointStore.append`, as one value.
+
+    Attributes:
+        checkpoint: the checkpoint to append (revision ``latest + 1``).
+        writes: domain writes run in the same transaction (savepoint).
+        lease: claim the run with this lease (see ``CheckpointStore.append``).
+        intents: outbox intents enqueued with the checkpoint.
+        consume: ``(signal_id, wait_id)`` pairs marked consumed.
+        changed_steps: ids of the step records that differ from the ones
+            of revision ``checkpoint.revision - 1`` (the writer knows which it
+            touched), so a store need not compare every record; ``None``:
+            unknown, the store compares them itself.
+    """
+
+    checkpoint: Checkpoint
+    writes: Sequence[DomainWrite] = ()
+    lease: Lease | None = None
+    intents: Sequence[Intent] = ()
+    consume: Sequence[tuple[int, str]] = ()
+    changed_steps: frozenset[str] | None = None
+
+
+@runtime_checkable
+class BatchAppender(Protocol):
+    """A store that can append several runs' checkpoints in one transaction."""
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
+        """Append every request in ONE transaction (one durable commit), each
+        inside its own savepoint; returns one entry per request, in order:
+        ``None`` when it committed, else the exception that rolled back that
+        request's part only (``RevisionConflictError``, ``LeaseLostError``,
+        ``CheckpointNotFoundError``, a domain write's error, ...).
+
+        Raises:
+            StoreError: the transaction itself failed (nothing committed).
+        """
+        ...
+
+
+@dataclass(slots=True, eq=False)
+class _Slot:
+    request: AppendRequest
+    done: bool = False
+    error: BaseException | None = None
+    batch: int = field(default=0)
+
+
+class GroupCommitter:
+    """Commits appends from many threads in batches (leader/follower).
+
+    Args:
+        backend: the store doing one transaction per batch.
+
+    Attributes:
+        batches: batches committed so far (for measurements).
+        appends: requests handled so far.
+    """
+
+    def __init__(self, backend: BatchAppender) -> None:
+        self.backend = backend
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[_Slot] = []
+        self._committing = False
+        self.batches = 0
+        self.appends = 0
+
+    def append(self, request: AppendRequest) -> None:
+        """Append ``request`` and return once its batch is durable.
+
+        Raises:
+            whatever error rolled back this request's part of its batch
+            (``RevisionConflictError``, ``LeaseLostError``, ``StoreError``, a
+            domain write's error); the other requests of the batch are
+            unaffected, except when the whole transaction failed (then every
+            request of the batch gets that ``StoreError``).
+        """
+        slot = _Slot(request)
+        with self._cond:
+            self._queue.append(slot)
+            while self._committing and not slot.done:
+                self._cond.wait()
+            if not slot.done:
+                # leader: commit everything queued so far, own request included
+                self._committing = True
+                batch, self._queue = self._queue, []
+        if not slot.done:
+            self._commit(batch)
+        if slot.error is not None:
+            raise slot.error
+
+    def _commit(self, batch: list[_Slot]) -> None:
+        results: Sequence[BaseException | None]
+        try:
+            results = self.backend.append_batch([s.request for s in batch])
+            if len(results) != len(batch):
+                raise StoreError(
+                    f"append_batch returned {len(results)} results for {len(batch)} requests"
+                )
+        except BaseException as exc:  # the whole transaction failed: every request fails
+            results = [exc] * len(batch)
+        with self._cond:
+            self.batches += 1
+            self.appends += len(batch)
+            for s, err in zip(batch, results, strict=True):
+                s.error = err
+                s.batch = self.batches
+                s.done = True
+            self._committing = False
+            self._cond.notify_all()
