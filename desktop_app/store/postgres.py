@@ -125,6 +125,17 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
     )
 
 
+def _step_json(rec: StepRecord) -> dict[str, Any]:
+    """A step record as stored, in the same compact shape as the SQLite store
+    (no ``step_id``: it is the key; no fields at their default), so both
+    backends hold the same bytes and ``db copy`` stays verbatim."""
+    return {
+        k: v
+        for k, v in rec.to_json().items()
+        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
+    }
+
+
 def _ttl(lease: Lease, now: float | None = None) -> float:
     """The lease's length in seconds, from the caller's own clock difference."""
     base = lease.issued_at if now is None else now
@@ -313,11 +324,11 @@ class PostgresCheckpointStore:
         if previous is None:
             kind = "snapshot"
             state = codec.dumps(cp.state)
-            steps = codec.dumps({k: v.to_json() for k, v in cp.steps.items()})
+            steps = codec.dumps({k: _step_json(v) for k, v in cp.steps.items()})
         else:
             kind = "delta"
             state = codec.dumps(codec.diff_state(previous.state, cp.state))
-            changed = {k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v}
+            changed = {k: _step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v}
             steps = codec.dumps(changed)
         conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
@@ -898,7 +909,7 @@ class PostgresCheckpointStore:
                 if kind == "snapshot":
                     steps = {}
                 for key, rec in step_delta.items():
-                    steps[key] = StepRecord.from_json(rec)
+                    steps[key] = StepRecord.from_json({"step_id": key, **rec})
             except (ValueError, TypeError, KeyError) as exc:
                 raise CheckpointDecodeError(
                     run_id, int(rev), "", f"malformed record: {exc}"
