@@ -31,12 +31,13 @@ from desktop_app.flows import builtin_flows
 from desktop_app.store import migrations
 from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.connection import open_connection
-from desktop_app.store.protocol import CheckpointStore
+from desktop_app.store.protocol import AgentLog, CheckpointStore
 from desktop_app.store.runids import RunRef, resolve_run_id
 from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
 
 if TYPE_CHECKING:
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
+    from desktop_app.store.postgres import PostgresCheckpointStore
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,27 @@ class Database:
 
     Attributes:
         text: the string as given (a URL survives intact: ``postgresql://alice@db/x``).
-        backend: ``"sqlite"`` (the only backend built in today).
-        path: the SQLite file.
+        backend: ``"sqlite"`` or ``"postgres"`` (the optional extra).
+        path: the SQLite file (empty for PostgreSQL).
     """
 
     text: str
-    backend: Literal["sqlite"]
+    backend: Literal["sqlite", "postgres"]
     path: Path
+
+    @property
+    def url(self) -> str:
+        """The PostgreSQL URL (``backend == "postgres"``), as given."""
+        return self.text
+
+    @property
+    def shown(self) -> str:
+        """For messages: the file path, or the URL without its password."""
+        if self.backend == "postgres":
+            from desktop_app.store.postgres_sql import redact
+
+            return redact(self.text)
+        return str(self.path)
 
 
 #: URL schemes of backends that are planned as optional extras
@@ -62,7 +77,8 @@ def parse_database(text: str) -> Database:
     """Pick the backend from a database string.
 
     ``/path/to/file.db``, ``~/x.db`` (expanded by the settings) and
-    ``sqlite:///abs/path.db`` are SQLite files.
+    ``sqlite:///abs/path.db`` are SQLite files; ``postgresql://`` and
+    ``postgres://`` URLs are PostgreSQL (psycopg is imported only then).
 
     Raises:
         BackendUnavailableError: a URL of a backend that is not installed
@@ -80,6 +96,10 @@ def parse_database(text: str) -> Database:
             )
         return Database(text, "sqlite", Path(rest).expanduser())
     if scheme in _EXTRA_BACKENDS:
+        import importlib.util
+
+        if importlib.util.find_spec("psycopg") is not None:
+            return Database(text, "postgres", Path())
         extra = _EXTRA_BACKENDS[scheme]
         raise BackendUnavailableError(
             f"the database {text!r} needs the PostgreSQL backend, which is not installed: "
@@ -93,6 +113,23 @@ def parse_database(text: str) -> Database:
 
 def _sqlite_path(settings: Settings) -> Path:
     return parse_database(settings.db_path).path
+
+
+def _postgres_url(settings: Settings) -> str | None:
+    db = parse_database(settings.db_path)
+    return db.url if db.backend == "postgres" else None
+
+
+def executes_runs(settings: Settings) -> bool:
+    """Whether the app executes runs itself: always on a SQLite file; on a
+    shared PostgreSQL database only when told to (``FLOWDESK_WORKER=1``),
+    since workers execute them; otherwise it observes, submits, answers
+    and signals."""
+    import os
+
+    if _postgres_url(settings) is None:
+        return True
+    return os.environ.get("FLOWDESK_WORKER", "").lower() in ("1", "true", "yes")
 
 
 @dataclass(frozen=True)
@@ -127,7 +164,8 @@ class Services:
     settings: Settings
     database: str
     checkpoints: CheckpointStore
-    agents: SqliteAgentStore
+    #: the agent-run log of the same backend (SQLite or PostgreSQL)
+    agents: AgentLog
     engine: Engine
     flow_problems: list[FlowProblem] = field(default_factory=list)
 
@@ -164,6 +202,21 @@ def open_services(
     from desktop_app.observability import instrument_engine
 
     load = FlowLoad(flows) if flows is not None else load_flows_report(settings)
+    url = _postgres_url(settings)
+    if url is not None:
+        from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+
+        pg = open_postgres(settings)
+        pg_engine = postgres_engine(pg, flows=load.flows, events=events)
+        instrument_engine(pg_engine)
+        return Services(
+            settings=settings,
+            database=settings.db_path,
+            checkpoints=pg,
+            agents=PostgresAgentStore(pg),
+            engine=pg_engine,
+            flow_problems=load.problems,
+        )
     checkpoints = open_sqlite_store(settings)
     engine = Engine(checkpoints, flows=load.flows, events=events)
     instrument_engine(engine)  # runs and steps traced when OTLP export is set up
@@ -177,20 +230,80 @@ def open_services(
     )
 
 
+def open_postgres(settings: Settings, *, owner: str | None = None) -> PostgresCheckpointStore:
+    """The verified PostgreSQL store of the settings' URL (never applies the
+    schema: SchemaMissingError names ``flowdesk --db URL db apply``).
+
+    Raises:
+        DatabaseOpenError, SchemaMissingError, SchemaChecksumError,
+        SchemaTooNewError, StoreError.
+    """
+    from desktop_app.store.postgres import open_postgres_store
+
+    url = _postgres_url(settings)
+    assert url is not None
+    return open_postgres_store(
+        url, scope=settings.scope, application_name=(owner or "flowdesk")[:63]
+    )
+
+
+def postgres_engine(
+    store: PostgresCheckpointStore,
+    *,
+    flows: list[CompiledFlow[Any]],
+    events: EventBus | None = None,
+    owner: str | None = None,
+    executes: bool = True,
+) -> Engine:
+    """An engine over a PostgreSQL store whose clock follows the database's
+    (deadlines and wait times compared across machines; leases are decided
+    in SQL by the database's clock anyway)."""
+    from desktop_app.flow.worker import ServerClock
+
+    return Engine(store, flows=flows, events=events, clock=ServerClock(store.server_time),
+                  owner=owner, executes=executes)  # fmt: skip
+
+
+def agent_store(checkpoints: CheckpointStore) -> Any:
+    """The agent-run store over ``checkpoints``' database (SQLite or PostgreSQL)."""
+    import sys
+
+    pg = sys.modules.get("desktop_app.store.postgres")  # loaded only for a postgresql:// URL
+    if pg is not None and isinstance(checkpoints, pg.PostgresCheckpointStore):
+        from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+
+        return PostgresAgentStore(checkpoints)
+    return SqliteAgentStore(checkpoints)  # type: ignore[arg-type]
+
+
+def open_checkpoint_store(settings: Settings) -> CheckpointStore:
+    """The settings' checkpoint store, SQLite or PostgreSQL (verified, never applied)."""
+    if _postgres_url(settings) is not None:
+        return open_postgres(settings)
+    return open_sqlite_store(settings)
+
+
 @dataclass
 class SchemaReport:
     """What :func:`apply_schema` did: the files applied now (maybe none)."""
 
-    path: Path
+    path: Path | str
     applied: list[str]
 
 
 def apply_schema(settings: Settings) -> SchemaReport:
-    """Apply pending schema files to the settings' database (creating it, mode 0600).
+    """Apply pending schema files to the settings' database (creating it, mode 0600;
+    on PostgreSQL the tables go into schema ``flowdesk``, under an advisory lock).
 
     Raises:
         DatabaseOpenError, SchemaChecksumError, SchemaTooNewError, StoreError.
     """
+    url = _postgres_url(settings)
+    if url is not None:
+        from desktop_app.store.postgres import apply_postgres_schema
+
+        files = apply_postgres_schema(url)
+        return SchemaReport(parse_database(url).shown, [f.key for f in files])
     path = _sqlite_path(settings)
     if path == default_db_path():
         # the default location is ours to create (mode 0700); a --db folder is the user's
@@ -210,6 +323,11 @@ def apply_schema(settings: Settings) -> SchemaReport:
 
 def schema_status(settings: Settings) -> list[migrations.SchemaStatus]:
     """Status of every schema file in the settings' database."""
+    url = _postgres_url(settings)
+    if url is not None:
+        from desktop_app.store.postgres import postgres_schema_status
+
+        return postgres_schema_status(url)
     conn = open_connection(
         _sqlite_path(settings),
         synchronous=settings.synchronous,
@@ -220,6 +338,24 @@ def schema_status(settings: Settings) -> list[migrations.SchemaStatus]:
         return migrations.status(conn)
     finally:
         conn.close()
+
+
+def app_schema(settings: Settings) -> SchemaReport:
+    """What the app does with the schema at launch: apply it to a SQLite file
+    (its own); on PostgreSQL only verify it (DDL rights on a shared server
+    are an operator's decision: ``flowdesk --db URL db apply``).
+
+    Raises:
+        SchemaMissingError, SchemaChecksumError, SchemaTooNewError, plus
+        :func:`apply_schema`'s errors.
+    """
+    url = _postgres_url(settings)
+    if url is None:
+        return apply_schema(settings)
+    from desktop_app.store.postgres import verify_postgres_schema
+
+    verify_postgres_schema(url)
+    return SchemaReport(parse_database(url).shown, [])
 
 
 def open_sqlite_store(settings: Settings) -> SqliteCheckpointStore:
@@ -340,6 +476,10 @@ def build_engine(
     from desktop_app.observability import instrument_engine
 
     chosen = flows if flows is not None else load_flows(settings)
+    if _postgres_url(settings) is not None:  # the app: executes only when told to
+        return postgres_engine(
+            open_postgres(settings), flows=chosen, events=events, executes=executes_runs(settings)
+        )
     store = open_sqlite_store(settings)
     engine = Engine(store, flows=chosen, events=events)
     instrument_engine(engine)

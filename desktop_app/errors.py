@@ -94,6 +94,11 @@ class SchemaTooNewError(SchemaError):
     """The file holds schema files this version of Flowdesk does not know."""
 
 
+class CopyTargetNotEmptyError(StoreError):
+    """``flowdesk db copy``: the target database already holds runs; nothing
+    was copied (copy into a freshly applied database)."""
+
+
 class CheckpointNotFoundError(FlowdeskError):
     """No run or checkpoint with the given id exists in this scope."""
 

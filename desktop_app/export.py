@@ -10,6 +10,11 @@ ISO-8601 UTC strings (``2026-12-01T11:25:43.120Z``). Every file written is
 created mode 0600 (it holds user data); the output folder, when created
 here, is 0700.
 
+On PostgreSQL (DB is a ``postgresql://`` URL) each table is read with
+``COPY (SELECT …) TO STDOUT`` through psycopg, in one read-only snapshot,
+with times formatted the same way by the server, so both backends export
+the same shape.
+
 Usage: python -m desktop_app.export DB OUT_DIR [--format json|csv] [--table NAME ...]
 """
 
@@ -100,13 +105,93 @@ def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> di
     return counts
 
 
+def is_postgres_url(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+#: A timestamptz column as the SQLite export writes times (ISO-8601 UTC, milliseconds).
+_PG_ISO = """to_char("{c}" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"""
+
+
+def export_postgres(
+    url: str, out: Path, fmt: str, tables: list[str] | None = None
+) -> dict[str, int]:
+    """Write one file per table of the PostgreSQL database at ``url`` (mode
+    0600, times as ISO-8601 UTC); returns rows written per table.
+
+    Raises:
+        SystemExit: a requested table does not exist.
+        psycopg.Error: the server cannot be read.
+    """
+    import io
+
+    import psycopg
+
+    from desktop_app.store.migrations import PG_SCHEMA
+
+    counts: dict[str, int] = {}
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        columns: dict[str, list[tuple[str, str]]] = {}
+        for table, column, dtype in conn.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema=%s ORDER BY table_name, ordinal_position",
+            (PG_SCHEMA,),
+        ):
+            columns.setdefault(table, []).append((column, dtype))
+        wanted = tables or [t for t in DEFAULT_TABLES if t in columns]
+        missing = [t for t in wanted if t not in columns]
+        if missing:
+            raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in the database")
+        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for name in wanted:
+            select = ", ".join(
+                (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"')
+                + f' AS "{c}"'
+                for c, t in columns[name]
+            )
+            inner = f'SELECT {select} FROM {PG_SCHEMA}."{name}"'
+            if fmt == "csv":
+                query = f"COPY ({inner}) TO STDOUT (FORMAT csv, HEADER)"
+            else:  # one JSON object per line; text COPY doubles each backslash
+                query = f"COPY (SELECT row_to_json(t) FROM ({inner}) t) TO STDOUT"
+            buf = io.BytesIO()
+            with conn.cursor().copy(query) as copy:
+                for chunk in copy:
+                    buf.write(chunk)
+            text = buf.getvalue().decode("utf-8")
+            if fmt == "csv":
+                counts[name] = len(list(csv.reader(io.StringIO(text, newline="")))) - 1
+                with _private(out / f"{name}.csv") as fh:
+                    fh.write(text)
+            else:
+                rows = [json.loads(ln.replace("\\\\", "\\")) for ln in text.splitlines()]
+                counts[name] = len(rows)
+                with _private(out / f"{name}.json") as fh:
+                    fh.write(json.dumps(rows, ensure_ascii=False, indent=1))
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="flowdesk export")
-    p.add_argument("db", type=Path)
+    p.add_argument("db", help="a database file or a postgresql:// URL")
     p.add_argument("out", type=Path)
     p.add_argument("--format", choices=["json", "csv"], default="json")
     p.add_argument("--table", action="append", help="only this table (repeatable)")
     args = p.parse_args(argv)
+    if is_postgres_url(args.db):
+        import psycopg
+
+        try:
+            counts = export_postgres(args.db, args.out, args.format, args.table)
+        except psycopg.Error as exc:
+            print(f"flowdesk export: cannot read the PostgreSQL database: {exc}", file=sys.stderr)
+            return 1
+        for name, n in counts.items():
+            print(f"{name}: {n} rows")
+        print(f"written to {args.out}")
+        return 0
+    args.db = Path(args.db)
     if not args.db.is_file():
         print(f"flowdesk export: no database at {args.db}", file=sys.stderr)
         return 2

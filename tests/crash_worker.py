@@ -1,5 +1,7 @@
 """A real process that runs (or recovers) a `digest` run and can SIGKILL itself.
 
+DB is a SQLite file or a ``postgresql://`` URL.
+
 Usage: python tests/crash_worker.py DB FOLDER OUT LOG [--kill-inside N] [--kill-after N]
        [--delay-ms MS]
 
@@ -63,8 +65,12 @@ def main() -> int:
             os.kill(os.getpid(), signal.SIGKILL)
 
     events.subscribe(on_event)
-    settings = Settings(db_path=Path(args.db))
-    store = open_store(settings.db_path)
+    if args.db.startswith("postgresql://"):
+        from desktop_app.store.postgres import open_postgres_store
+
+        store = open_postgres_store(args.db)
+    else:
+        store = open_store(Settings(db_path=Path(args.db)).db_path)
     engine = Engine(store, flows=[build_digest_flow(on_file=on_file)], events=events)
     if store.list_runs():
         report = engine.recover()

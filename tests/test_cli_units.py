@@ -45,9 +45,18 @@ def test_hints_repeat_db_and_scope_quoted():
     )
 
 
-def test_database_strings_pick_a_backend():
+def test_database_strings_pick_a_backend(monkeypatch):
+    import importlib.util
+
     assert parse_database("/x/f.db").path == Path("/x/f.db")
     assert parse_database("sqlite:///x/f.db").path == Path("/x/f.db")
+    if importlib.util.find_spec("psycopg") is not None:
+        pg = parse_database("postgresql://alice@db/x")
+        assert (pg.backend, pg.url) == ("postgres", "postgresql://alice@db/x")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(  # a machine without the flowdesk[postgres] extra
+        importlib.util, "find_spec", lambda name, *a: None if name == "psycopg" else real(name, *a)
+    )
     with pytest.raises(BackendUnavailableError) as info:
         parse_database("postgresql://alice@db/x")
     assert isinstance(info.value, ConfigError)  # exit code 2

@@ -349,7 +349,8 @@ class FlowdeskApp(App[None]):
         if self._quitting:
             return
         self._start_delivery()
-        if self.settings.recover_on_launch:
+        # on a database that workers serve, the app resumes nothing (they do)
+        if self.settings.recover_on_launch and self.engine is not None and self.engine.executes:
             self._start_recovery()
         else:
             self.runs.open_gate()

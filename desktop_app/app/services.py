@@ -102,12 +102,13 @@ def open_services(
     events: EventBus,
     clock: Clock | None = None,
 ) -> AppServices:
-    """Apply the schema and open everything (call in a worker thread).
+    """Apply the schema (on PostgreSQL: verify it, never apply) and open
+    everything (call in a worker thread).
 
     Raises:
         FlowdeskError subclasses (database cannot be opened, schema too new...).
     """
-    report = bootstrap.apply_schema(settings)
+    report = bootstrap.app_schema(settings)
     services = bootstrap.open_services(settings, flows=flows, events=events)
     if clock is not None:
         services.engine.clock = clock

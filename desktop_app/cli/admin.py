@@ -24,6 +24,8 @@ def dispatcher(engine: Any) -> Any:
 def cmd_db(ctx: Ctx) -> int:
     from desktop_app.bootstrap import apply_schema, schema_status
 
+    if ctx.args.db_command == "copy":
+        return cmd_db_copy(ctx)
     if ctx.args.db_command == "apply":
         report = apply_schema(ctx.settings)
         if report.applied:
@@ -41,6 +43,26 @@ def cmd_db(ctx: Ctx) -> int:
     print(f"{'STATE':8} {'SCHEMA FILE':40} APPLIED (UTC)")
     for st in states:
         print(f"{st.state:8} {st.key:40} {when(st.applied_at)}")
+    return EXIT_OK
+
+
+def cmd_db_copy(ctx: Ctx) -> int:
+    """``flowdesk db copy --from FILE --to URL`` (see :mod:`desktop_app.store.postgres_copy`)."""
+    from desktop_app.bootstrap import parse_database
+
+    target = parse_database(ctx.args.target)
+    source = parse_database(str(ctx.args.source))
+    if target.backend != "postgres" or source.backend != "sqlite":
+        raise InputError(
+            "db copy moves a SQLite file to PostgreSQL: --from FILE --to postgresql://..."
+        )
+    from desktop_app.store.postgres_copy import copy_sqlite_to_postgres
+
+    report = copy_sqlite_to_postgres(source.path, target.url)
+    for table, n in report.rows.items():
+        print(f"{table}: {n} rows")
+    print(f"copied {report.runs} runs from {source.path} to {target.shown}")
+    print(f"next: flowdesk --db {target.shown} agent   (on each worker machine)")
     return EXIT_OK
 
 
@@ -63,13 +85,12 @@ def cmd_flows(ctx: Ctx) -> int:
 
 
 def cmd_doctor(ctx: Ctx) -> int:
-    import shutil
-    import stat
 
-    from desktop_app.bootstrap import inspect_database, load_flows_report, parse_database
+    from desktop_app.bootstrap import parse_database
 
     settings = ctx.settings
-    path = parse_database(settings.db_path).path
+    database = parse_database(settings.db_path)
+    path = database.path
     checks: list[dict[str, Any]] = []
 
     def line(ok: bool | None, what: str, detail: str) -> None:
@@ -81,6 +102,36 @@ def cmd_doctor(ctx: Ctx) -> int:
             print(f"{mark} {what:18} {detail}")
 
     apply_hint = ctx.hints.cmd("db apply") if ctx.hints.db else f"flowdesk --db {path} db apply"
+    if database.backend == "postgres":
+        from desktop_app.store.postgres_doctor import postgres_checks
+
+        for ok, what, detail in postgres_checks(database.url):
+            line(ok, what, detail)
+        path = Path.home()  # the free-disk check below is this machine's
+    else:
+        _sqlite_checks(ctx, line, path, apply_hint)
+    _machine_checks(ctx, line, path)
+    import time
+
+    ok = not any(c["status"] == "bad" for c in checks)
+    if ctx.args.json:
+        emit(
+            {
+                "ok": ok,
+                "database": database.shown,
+                "checked_at": iso(time.time()),
+                "checks": checks,
+            }
+        )
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _sqlite_checks(ctx: Ctx, line: Any, path: Path, apply_hint: str) -> None:
+    import stat
+
+    from desktop_app.bootstrap import inspect_database
+
+    settings = ctx.settings
     line(
         path.exists(),
         "database",
@@ -119,6 +170,14 @@ def cmd_doctor(ctx: Ctx) -> int:
             line(info["quick_check"] == "ok", "quick_check", info["quick_check"])
         except FlowdeskError as exc:
             line(False, "open", str(exc))
+
+
+def _machine_checks(ctx: Ctx, line: Any, path: Path) -> None:
+    import shutil
+
+    from desktop_app.bootstrap import load_flows_report
+
+    settings = ctx.settings
     free = shutil.disk_usage(path.parent if path.parent.exists() else Path.home()).free
     line(free > 100 * 2**20, "free disk", f"{free / 2**30:,.1f} GiB")
     load = load_flows_report(settings)
@@ -156,19 +215,6 @@ def cmd_doctor(ctx: Ctx) -> int:
             line(False, "model provider", f"{cfg.base_url}: {type(exc).__name__}: {exc}")
     else:
         line(True, "model provider", "not configured (FLOWDESK_MODEL__BASE_URL, __MODEL)")
-    import time
-
-    ok = not any(c["status"] == "bad" for c in checks)
-    if ctx.args.json:
-        emit(
-            {
-                "ok": ok,
-                "database": settings.db_path,
-                "checked_at": iso(time.time()),
-                "checks": checks,
-            }
-        )
-    return EXIT_OK if ok else EXIT_FAILED
 
 
 def cmd_export(ctx: Ctx) -> int:
@@ -177,11 +223,12 @@ def cmd_export(ctx: Ctx) -> int:
     from desktop_app.bootstrap import parse_database
 
     a = ctx.args
+    database = parse_database(ctx.settings.db_path)
     cmd = [
         sys.executable,
         "-m",
         "desktop_app.export",
-        str(parse_database(ctx.settings.db_path).path),
+        database.url if database.backend == "postgres" else str(database.path),
         str(a.out),
         "--format",
         a.format,
@@ -228,8 +275,12 @@ def cmd_agent(ctx: Ctx) -> int:
 
     signals.signal(signals.SIGTERM, on_term)
     signals.signal(signals.SIGINT, on_term)
-    print(f"flowdesk agent: serving {sv.database} as {engine.owner}", file=sys.stderr)
     settings = sv.settings
+    from desktop_app.bootstrap import parse_database
+
+    if ctx.args.worker or parse_database(sv.database).backend == "postgres":
+        return _serve_worker(ctx, sv, stop)
+    print(f"flowdesk agent: serving {sv.database} as {engine.owner}", file=sys.stderr)
     engine.serve(
         stop,
         poll_s=ctx.args.poll,
@@ -237,6 +288,47 @@ def cmd_agent(ctx: Ctx) -> int:
         only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
     )
     sv.close()
+    return EXIT_OK
+
+
+def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
+    """``flowdesk agent`` as one of several workers sharing the database:
+    claims runs (SKIP LOCKED), holds its liveness lock, wakes on
+    notifications (see :mod:`desktop_app.flow.worker`)."""
+    from desktop_app.bootstrap import parse_database
+    from desktop_app.flow.worker import Worker
+
+    engine, store = sv.engine, sv.checkpoints
+    if not hasattr(store, "claim_runnable"):
+        raise InputError(
+            f"{sv.database}: this store cannot share runs between workers (claim_runnable); "
+            "run `flowdesk agent` without --worker, or use a PostgreSQL database"
+        )
+    worker = Worker(
+        engine,
+        concurrency=ctx.args.concurrency,
+        poll_s=ctx.args.poll,
+        on_tick=dispatcher(engine).dispatch,
+    )
+    listener = None
+    if hasattr(store, "listener"):
+        listener = store.listener(owner=engine.owner, on_lost=worker.fence)
+        worker.session = listener
+    from desktop_app.flow.events import RunFinished
+
+    def finished(event: object) -> None:
+        if isinstance(event, RunFinished):
+            print(f"flowdesk agent: run {event.run_id} {event.status}", file=sys.stderr, flush=True)
+
+    engine.events.subscribe(finished)
+    where = parse_database(sv.database).shown
+    print(f"flowdesk agent: worker {engine.owner} on {where}", file=sys.stderr, flush=True)
+    try:
+        worker.serve(stop)
+    finally:
+        if listener is not None:
+            listener.close()
+        sv.close()
     return EXIT_OK
 
 

@@ -22,10 +22,10 @@ RUN_ID_HELP = "a run id or a unique prefix of it (the 8 characters the app shows
 def _run_ids(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
     """argcomplete: ids of the newest runs in the database the command names."""
     try:
-        from desktop_app.bootstrap import open_sqlite_store
+        from desktop_app.bootstrap import open_checkpoint_store
         from desktop_app.config import load_settings
 
-        store = open_sqlite_store(
+        store = open_checkpoint_store(
             load_settings(db_path=parsed_args.db, scope=getattr(parsed_args, "scope", None))
         )
         try:
@@ -73,6 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     dbsub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     dbsub.add_parser("apply", help="apply pending schema files and record them in the ledger")
     _json(dbsub.add_parser("status", help="show which schema files are applied"))
+    cp = dbsub.add_parser(
+        "copy",
+        help="copy a SQLite database into an applied, empty PostgreSQL database "
+        "(runs continue there)",
+    )
+    cp.add_argument("--from", dest="source", required=True, type=Path, help="the SQLite file")
+    cp.add_argument("--to", dest="target", required=True, help="the postgresql:// URL")
 
     run = sub.add_parser("run", help="run a built-in flow headless")
     runsub = run.add_subparsers(dest="flow", metavar="FLOW", required=True)
@@ -187,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
         "agent", help="the engine without UI: resume work, fire deadlines, deliver signals"
     )
     agent.add_argument("--poll", type=float, default=1.0, help="seconds between passes")
+    agent.add_argument(
+        "--worker",
+        action="store_true",
+        help="claim runs from a database shared by several workers (machines); "
+        "always so on PostgreSQL",
+    )
+    agent.add_argument(
+        "--concurrency", type=int, default=4, help="worker mode: runs executed at once"
+    )
 
     comp = sub.add_parser(
         "completion", help="print the shell completion script (eval it in your shell's rc)"

@@ -77,6 +77,12 @@ class Engine:
             used when the store has ``append_batch``. A step counts as done
             (its ``StepFinished`` event, its return, its outbox dispatch)
             only once its batch committed.
+        executes: False for a process that only observes, submits, answers
+            and signals (an app on a database that workers serve): ``run``
+            only creates the run, ``resume``/``resume_with``/``wake`` save
+            their change and hand the run back (lease released) instead of
+            executing it, ``signal``/``publish`` only store, and
+            ``recover``/``tick`` do nothing.
 
     One engine may drive different runs from different threads. Two
     processes never execute the same run at once: a run is claimed with a
@@ -94,8 +100,10 @@ class Engine:
         owner: str | None = None,
         lease_ttl_s: float = 30.0,
         group_commit: bool = True,
+        executes: bool = True,
     ) -> None:
         self.store = store
+        self.executes = executes
         #: batches appends of runs in flight together (None: one commit each)
         self.committer: GroupCommitter | None = (
             GroupCommitter(store) if group_commit and isinstance(store, BatchAppender) else None
@@ -345,6 +353,12 @@ class Engine:
             StoreError: a checkpoint could not be saved; no later step ran.
         """
         f = self._resolve(flow)
+        if not self.executes:  # created for a worker to execute
+            rid, _ = self._submit(f, state, run_id, context, flow_key, parent_run_id, False)
+            live = self.store.get_run(rid)
+            cp = self.store.latest(rid)
+            current = load_state(f.state_type, cp.state, rid, cp.revision)
+            return RunResult(rid, live.status, current, cp.revision, live.error)
         rid, created = self._submit(f, state, run_id, context, flow_key, parent_run_id, True)
         if not created:  # the live run with this key is the answer
             live = self.store.get_run(rid)
@@ -361,7 +375,15 @@ class Engine:
 
     def _drive(self, f: CompiledFlow[Any], run_id: str) -> RunResult:
         driver = RunDriver(self, f, self.store.get_run(run_id), self.store.latest(run_id))
-        return driver.drive()
+        return self._go(driver)
+
+    def _go(self, driver: RunDriver) -> RunResult:
+        """Execute the driver's run, or (``executes=False``) hand it back."""
+        if self.executes:
+            return driver.drive()
+        with contextlib.suppress(FlowdeskError):  # else its lease expires on its own
+            driver.release()
+        return driver.result()
 
     # -- resuming --------------------------------------------------------
 
@@ -408,7 +430,7 @@ class Engine:
         if driver.status == "waiting" and "pause" not in driver.meta:
             driver.wake()  # deliver, time out, or keep waiting
             if driver.is_running():
-                return driver.drive()
+                return self._go(driver)
             inputs = [w for w in driver.waits if w.kind == "input"]
             if driver.status == "waiting" and inputs:
                 raise RunStateError(
@@ -417,7 +439,7 @@ class Engine:
                 )
             return driver.result()
         driver.prepare_resume()
-        return driver.drive()
+        return self._go(driver)
 
     def resume_with(self, run_id: str, value: Any, *, wait_id: str | None = None) -> RunResult:
         """Answer a question of a waiting run and continue the same run.
@@ -486,7 +508,7 @@ class Engine:
         except (TypeError, ValueError) as exc:
             raise InputError(f"run {run_id}: the answer must be JSON data: {exc}") from exc
         if driver.is_running():
-            return driver.drive()
+            return self._go(driver)
         return driver.result()
 
     # -- waits: signals, events, deadlines ------------------------------
@@ -504,13 +526,15 @@ class Engine:
             return driver.result()
         driver.wake()
         if driver.is_running():
-            return driver.drive()
+            return self._go(driver)
         return driver.result()
 
     def tick(self) -> int:
         """Wake every waiting run with a due deadline or a deliverable signal or
         event; returns how many were acted on. The timer of :meth:`serve`."""
         count = 0
+        if not self.executes:
+            return 0
         for run_id in self.store.wakeable_runs(self.clock.now()):
             try:
                 self.wake(run_id)
@@ -528,6 +552,8 @@ class Engine:
         A second send with the same ``dedupe_key`` is a no-op (duplicate
         delivery). Returns the signal id."""
         signal_id = self.store.send_signal(name, key, payload, self.clock.now(), dedupe_key)
+        if not self.executes:  # a worker delivers it (the store's commit wakes workers)
+            return signal_id
         for run_id in self.store.runs_waiting_for("signal", name, key):
             with contextlib.suppress(FlowdeskError):
                 self.wake(run_id)
@@ -536,6 +562,8 @@ class Engine:
     def publish(self, event_type: str, payload: Any = None) -> int:
         """Publish an event to every run waiting on ``event_type``; returns its id."""
         event_id = self.store.publish_event(event_type, payload, self.clock.now())
+        if not self.executes:
+            return event_id
         for run_id in self.store.runs_waiting_for("event", event_type):
             with contextlib.suppress(FlowdeskError):
                 self.wake(run_id)
@@ -672,6 +700,8 @@ class Engine:
         ``concurrency=1`` drives one run after another; the default lets one
         commit carry up to 16 runs' checkpoints.
         """
+        if not self.executes:
+            return []
         chosen: list[RunRecord] = []
         for r in self._claim_all(RUNNABLE_STATUSES, wakeable=True):
             if only is None or only(r):

@@ -61,6 +61,7 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.store import codec, migrations
+from desktop_app.store.postgres_notify import WAKE, Listener, Notifier
 from desktop_app.store.postgres_sql import (
     RETRY_SQLSTATES,
     SqlTx,
@@ -128,6 +129,17 @@ def _run_from_row(row: Sequence[Any]) -> RunRecord:
     )
 
 
+def _step_json(rec: StepRecord) -> dict[str, Any]:
+    """A step record as stored, in the same compact shape as the SQLite store
+    (no ``step_id``: it is the key; no fields at their default), so both
+    backends hold the same bytes and ``db copy`` stays verbatim."""
+    return {
+        k: v
+        for k, v in rec.to_json().items()
+        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
+    }
+
+
 def _ttl(lease: Lease, now: float | None = None) -> float:
     """The lease's length in seconds, from the caller's own clock difference."""
     base = lease.issued_at if now is None else now
@@ -180,6 +192,15 @@ class PostgresCheckpointStore:
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._own_commits = 0
+        #: after-commit NOTIFY (coalesced); ``notifier.enabled = False`` leaves polling only
+        self.notifier = Notifier(pool)
+
+    def _changed(self, run_id: str, *, wake: bool = False) -> None:
+        """Queue the after-commit notifications for a committed write."""
+        # Only wake-ups are pushed: the app sees every commit through data_version
+        # (pg_current_snapshot), so a NOTIFY per step would only cost round trips.
+        if wake:
+            self.notifier.send(WAKE, f"{self.scope}:{run_id}")
 
     # -- transactions ------------------------------------------------------
 
@@ -310,11 +331,11 @@ class PostgresCheckpointStore:
         if previous is None:
             kind = "snapshot"
             state = codec.dumps(cp.state)
-            steps = codec.dumps({k: v.to_json() for k, v in cp.steps.items()})
+            steps = codec.dumps({k: _step_json(v) for k, v in cp.steps.items()})
         else:
             kind = "delta"
             state = codec.dumps(codec.diff_state(previous.state, cp.state))
-            changed = {k: v.to_json() for k, v in cp.steps.items() if previous.steps.get(k) != v}
+            changed = {k: _step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v}
             steps = codec.dumps(changed)
         conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
@@ -414,6 +435,7 @@ class PostgresCheckpointStore:
 
         self._tx(self._unique(body, run=run))
         self._remember(first)
+        self._changed(run.run_id, wake=True)
 
     def _unique(self, body: Callable[[Conn], T], *, run: RunRecord | None = None,
                 cp: Checkpoint | None = None) -> Callable[[Conn], T]:  # fmt: skip
@@ -457,6 +479,13 @@ class PostgresCheckpointStore:
         self._tx(self._unique(lambda conn: self._append(conn, cp, previous, writes, lease,
                                                         intents, consume), cp=cp))  # fmt: skip
         self._remember(cp)
+        # wake workers: new waits (a deadline to schedule), outbox work, a run handed back
+        wake = (
+            bool(intents)
+            or cp.status == "pending"
+            or (bool(cp.waits) and (previous is None or previous.waits != cp.waits))
+        )
+        self._changed(cp.run_id, wake=wake)
 
     def _append(
         self,
@@ -550,6 +579,7 @@ class PostgresCheckpointStore:
         self._forget(run_id)
         cp = self._tx(body)
         self._remember(cp)
+        self._changed(run_id, wake=True)
         return cp
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
@@ -651,6 +681,7 @@ class PostgresCheckpointStore:
                 (run_id, owner),
             )
         )
+        self._changed(run_id, wake=True)  # another worker may pick it up now
 
     def delete_run(self, run_id: str) -> None:
         def body(conn: Conn) -> int:
@@ -689,6 +720,146 @@ class PostgresCheckpointStore:
             return int(deleted) - 1
 
         return self._tx(body)
+
+    # -- workers on several machines -----------------------------------------
+
+    def claim_for_worker(
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        *,
+        flows: Mapping[str, str] | None = None,
+    ) -> list[RunRecord]:
+        """What a worker on one of several machines claims (its twin of
+        :meth:`claim_runnable`): lease up to ``limit`` runnable runs
+        (``pending``/``running``) to ``owner`` for ``ttl_s`` seconds of
+        database time, oldest first, in one statement.
+
+        A run is runnable when its lease is unset, expired by the database's
+        clock (``flowdesk_now()``), or held by a worker whose liveness lock is
+        free (its session ended: SIGKILL, machine loss; see
+        :class:`~desktop_app.store.postgres_notify.Listener`). Rows are taken
+        with ``FOR UPDATE SKIP LOCKED``, so concurrent claimers never receive
+        the same run. ``flows`` (name -> version) restricts claims to flows the
+        caller can execute. Returns the claimed runs (leased to ``owner``).
+        Raises StoreError."""
+        if limit <= 0:
+            return []
+        names = None if flows is None else list(flows)
+        versions = None if flows is None else [flows[n] for n in flows]
+        flow_cond = ""
+        params: dict[str, Any] = {
+            "scope": self.scope,
+            "owner": owner,
+            "ttl": max(0.0, float(ttl_s)),
+            "limit": int(limit),
+        }
+        if names is not None:
+            flow_cond = (
+                " AND (flow_name, flow_version) IN "
+                "(SELECT * FROM unnest(%(names)s::text[], %(versions)s::text[]))"
+            )
+            params.update(names=names, versions=versions)
+        sql = (
+            # Owners whose liveness lock nobody holds are dead (the xact lock is
+            # released at commit; a live worker's session lock makes it fail).
+            "WITH dead AS MATERIALIZED (SELECT w.owner FROM workers w WHERE w.owner IN ("
+            " SELECT lease_owner FROM runs WHERE scope=%(scope)s"
+            "  AND status IN ('pending','running') AND lease_owner IS NOT NULL"
+            "  AND lease_owner<>%(owner)s AND lease_expires_at>flowdesk_now())"
+            " AND pg_try_advisory_xact_lock(w.lock_key)),"
+            " picked AS (SELECT run_id FROM runs WHERE scope=%(scope)s"
+            "  AND status IN ('pending','running')"
+            "  AND (lease_owner IS NULL OR lease_expires_at<=flowdesk_now()"
+            "   OR lease_owner IN (SELECT owner FROM dead))"
+            f"{flow_cond}"
+            "  ORDER BY created_at, run_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+            " UPDATE runs SET lease_owner=%(owner)s,"
+            " lease_expires_at=flowdesk_now() + %(ttl)s * interval '1 second'"
+            f" WHERE run_id IN (SELECT run_id FROM picked) RETURNING {_RUN_COLUMNS}"
+        )
+        rows = self._tx(lambda conn: conn.execute(sql, params).fetchall())
+        runs = sorted((_run_from_row(r) for r in rows), key=lambda r: (r.created_at, r.run_id))
+        return runs
+
+    def claim_intents_for_worker(self, owner: str, ttl_s: float, limit: int) -> list[Intent]:
+        """Claim up to ``limit`` outbox intents for ``owner`` for ``ttl_s``
+        seconds of database time, oldest first, with ``FOR UPDATE SKIP LOCKED``.
+
+        Claimable: ``pending`` intents, and ``sending`` ones whose claim
+        expired by ``flowdesk_now()`` (their dispatcher died mid-send). A
+        claimed intent is stored as ``sending`` with ``attempts + 1``; the
+        returned :class:`Intent` carries the status it had *before* the
+        claim, so ``status == "sending"`` tells the caller to reconcile
+        (``lookup`` the idempotency key) before sending again. An intent a
+        live peer is sending is never returned. Raises StoreError."""
+        if limit <= 0:
+            return []
+        sql = (
+            "WITH picked AS (SELECT o.intent_id, o.status AS was FROM outbox o"
+            " JOIN runs r ON r.run_id=o.run_id WHERE r.scope=%(scope)s"
+            " AND (o.status='pending' OR (o.status='sending'"
+            "  AND (o.claim_expires_at IS NULL OR o.claim_expires_at<=flowdesk_now())))"
+            " ORDER BY o.created_at, o.intent_id LIMIT %(limit)s FOR UPDATE OF o SKIP LOCKED)"
+            " UPDATE outbox SET status='sending', attempts=outbox.attempts+1,"
+            " claimed_by=%(owner)s, sent_at=now(),"
+            " claim_expires_at=flowdesk_now() + %(ttl)s * interval '1 second'"
+            " FROM picked WHERE outbox.intent_id=picked.intent_id"
+            " RETURNING outbox.intent_id, outbox.run_id, outbox.step_id, outbox.destination,"
+            " outbox.payload, picked.was, outbox.attempts, outbox.receipt, outbox.last_error,"
+            " outbox.created_at"
+        )
+        params = {"scope": self.scope, "owner": owner, "ttl": max(0.0, float(ttl_s)),
+                  "limit": int(limit)}  # fmt: skip
+        rows: list[Any] = self._tx(lambda conn: conn.execute(sql, params).fetchall())
+        rows.sort(key=lambda r: (r[9], r[0]))
+        return [
+            Intent(
+                str(r[0]),
+                str(r[1]),
+                str(r[2]),
+                str(r[3]),
+                codec.loads(r[4]),
+                r[5],
+                int(r[6]),
+                None if r[7] is None else codec.loads(r[7]),
+                r[8],
+            )
+            for r in rows
+        ]
+
+    def listener(
+        self,
+        channels: Sequence[str] = (WAKE,),
+        *,
+        owner: str | None = None,
+        on_lost: Callable[[], None] | None = None,
+    ) -> Listener:
+        """A started :class:`~desktop_app.store.postgres_notify.Listener` on
+        this store's server (a dedicated connection outside the pool); with
+        ``owner`` it is that worker's liveness. Raises psycopg.Error."""
+        kwargs = _connection_kwargs("flowdesk listener")
+        kwargs.pop("autocommit", None)
+        conninfo = self.pool.conninfo
+        if callable(conninfo):
+            conninfo = conninfo()
+        return Listener(
+            conninfo, channels, owner=owner, on_lost=on_lost, connect_kwargs=kwargs
+        ).start()
+
+    def server_time(self) -> tuple[float, float]:
+        """``(database clock_timestamp(), round trip)`` in UTC epoch seconds /
+        seconds: the clock every lease decision uses. Raises StoreError."""
+
+        def body(conn: Conn) -> tuple[float, float]:
+            t0 = time.time()
+            row = conn.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()
+            t1 = time.time()
+            assert row is not None
+            return float(row[0]), t1 - t0
+
+        return self._read(body)
 
     # -- reads ---------------------------------------------------------------
 
@@ -837,7 +1008,7 @@ class PostgresCheckpointStore:
                 if kind == "snapshot":
                     steps = {}
                 for key, rec in step_delta.items():
-                    steps[key] = StepRecord.from_json(rec)
+                    steps[key] = StepRecord.from_json({"step_id": key, **rec})
             except (ValueError, TypeError, KeyError) as exc:
                 raise CheckpointDecodeError(
                     run_id, int(rev), "", f"malformed record: {exc}"
@@ -918,7 +1089,9 @@ class PostgresCheckpointStore:
                 raise psycopg.errors.SerializationFailure("dedupe winner vanished")
             return int(first[0])
 
-        return self._tx(body)
+        signal_id = self._tx(body)
+        self._changed("*", wake=True)
+        return signal_id
 
     def next_signal(self, name: str, key: str) -> Signal | None:
         row = self._read(
@@ -944,7 +1117,9 @@ class PostgresCheckpointStore:
             assert row is not None
             return int(row[0])
 
-        return self._tx(body)
+        event_id = self._tx(body)
+        self._changed("*", wake=True)
+        return event_id
 
     def first_event(self, type_: str, since: float) -> Event | None:
         row = self._read(
@@ -1132,14 +1307,20 @@ class PostgresCheckpointStore:
     # -- change detection, lifecycle ---------------------------------------------
 
     def data_version(self) -> int:
-        """Changes whenever any transaction commits on the server (a hash of
-        ``pg_current_snapshot()``) or this store commits; cheap to poll."""
-        row = self._read(lambda conn: conn.execute("SELECT pg_current_snapshot()::text").fetchone())
-        snap = "" if row is None else str(row[0])
+        """Changes whenever another transaction commits on the server (a hash
+        of ``pg_current_snapshot()``, leaving out this store's own NOTIFY
+        batches) or this store commits; cheap to poll. False positives (other
+        databases' writes, aborted transactions) only cause a reload."""
+        with self.notifier.xid_lock:
+            row = self._read(
+                lambda conn: conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            )
+            snap = self.notifier.normalized("" if row is None else str(row[0]))
         digest = int.from_bytes(hashlib.blake2b(snap.encode(), digest_size=4).digest(), "big")
         return (digest << 32) + self._own_commits
 
     def close(self) -> None:
+        self.notifier.close()
         self.pool.close()
 
 
@@ -1223,3 +1404,13 @@ def postgres_schema_status(url: str) -> list[migrations.SchemaStatus]:
     _check_connect(url)
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
         return migrations.status(conn)
+
+
+def verify_postgres_schema(url: str) -> None:
+    """Refuse a database whose schema is missing, edited or newer (what the
+    app and workers do at start: they never apply). Raises DatabaseOpenError,
+    SchemaMissingError (names ``flowdesk --db URL db apply``),
+    SchemaChecksumError, SchemaTooNewError."""
+    _check_connect(url)
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        migrations.verify(conn, db=redact(url))

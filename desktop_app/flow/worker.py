@@ -1,0 +1,225 @@
+"""A worker: one of several processes (on one or several machines) that
+execute runs from a shared store.
+
+Each pass of :meth:`Worker.serve`:
+
+1. claims runnable runs with ``store.claim_for_worker(owner, ttl_s, limit)``
+   (PostgreSQL; ``claim_runnable`` elsewhere)
+   (pending and interrupted runs; those of a dead worker too) and resumes
+   them on its threads, up to ``concurrency`` at once;
+2. wakes waiting runs whose deadline fell due or whose signal or event
+   arrived (``store.wakeable_runs``), on the same threads;
+3. then blocks until a wake-up: a notification from the store's listener
+   (PostgreSQL LISTEN/NOTIFY: a run was created or released, a signal was
+   sent, a deadline was stored), the next stored deadline, or ``poll_s``
+   seconds (the fallback when notifications are lost or unavailable).
+
+Liveness and self-fencing come from the listener (``session``): while it is
+down the worker claims nothing and every run it executes stops before its
+next step (``engine.lost``); a peer takes them over. Safety never depends on
+it: the compare-and-append with the lease check fences a stale owner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from desktop_app.errors import FlowdeskError
+from desktop_app.flow.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+class WakeSource(Protocol):
+    """What :class:`Worker` blocks on between passes (a store listener)."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    def wait(self, timeout: float) -> bool: ...
+
+    def poke(self) -> None: ...
+
+
+class ServerClock:
+    """A :class:`~desktop_app.flow.clock.Clock` that follows the database's
+    clock: local time plus an offset estimated NTP-style (midpoint of a
+    round trip to ``probe``), refreshed every ``refresh_s`` seconds.
+
+    Args:
+        probe: returns ``(server time, round trip)``, UTC epoch seconds /
+            seconds (``PostgresCheckpointStore.server_time``).
+
+    Deadlines and wait times that processes on different machines compare
+    are then measured on one clock, within about half a round trip.
+    """
+
+    def __init__(self, probe: Callable[[], tuple[float, float]], refresh_s: float = 60.0) -> None:
+        self.probe = probe
+        self.refresh_s = refresh_s
+        self.offset = 0.0
+        self._at = -float("inf")
+        self._lock = threading.Lock()
+
+    def _refresh(self) -> None:
+        before = time.time()
+        server, rtt = self.probe()
+        self.offset = server - (before + rtt / 2)
+        self._at = time.monotonic()
+
+    def now(self) -> float:
+        with self._lock:
+            if time.monotonic() - self._at > self.refresh_s:
+                with contextlib.suppress(FlowdeskError):  # keep the last offset
+                    self._refresh()
+        return time.time() + self.offset
+
+    def sleep(self, seconds: float, cancel: threading.Event | None = None) -> bool:
+        if cancel is None:
+            time.sleep(max(0.0, seconds))
+            return True
+        return not cancel.wait(max(0.0, seconds))
+
+
+class Worker:
+    """Executes runs of ``engine``'s registered flows from a shared store.
+
+    Args:
+        engine: its ``owner`` is this worker's lease owner id and its store
+            must implement ``claim_runnable``.
+        session: the store's listener holding this worker's liveness (None:
+            poll only, no liveness).
+        concurrency: runs executed at once (threads).
+        poll_s: the fallback interval between passes, seconds.
+        on_tick: called after each pass (the outbox dispatcher hooks in).
+        fence_cooldown_s: after its liveness dropped, the worker claims
+            nothing for this many seconds once it is back, so the peers that
+            noticed first take the runs it handed back.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        session: WakeSource | None = None,
+        concurrency: int = 4,
+        poll_s: float = 1.0,
+        on_tick: Callable[[], None] | None = None,
+        fence_cooldown_s: float = 1.0,
+    ) -> None:
+        self.engine = engine
+        self.fence_cooldown_s = fence_cooldown_s
+        self._fenced_at = -float("inf")
+        self.session = session
+        self.concurrency = max(1, concurrency)
+        self.poll_s = poll_s
+        self.on_tick = on_tick
+        self._inflight: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+        #: passes that a notification started (rather than the poll timer)
+        self.notified_passes = 0
+        self.passes = 0
+
+    def fence(self) -> None:
+        """Stop every run this worker executes before its next step (its
+        liveness dropped: a peer may be taking them over)."""
+        self._fenced_at = time.monotonic()
+        with self.engine._lock:
+            self.engine.lost.update(self.engine.active)
+
+    def _free(self) -> int:
+        with self._lock:
+            for run_id in [r for r, f in self._inflight.items() if f.done()]:
+                del self._inflight[run_id]
+            return self.concurrency - len(self._inflight)
+
+    def _submit(self, pool: ThreadPoolExecutor, run_id: str, fn: Callable[[str], Any]) -> None:
+        def body() -> None:
+            try:
+                fn(run_id)
+            except FlowdeskError as exc:
+                log.info("flowdesk worker %s: run %s: %s", self.engine.owner, run_id, exc)
+            except Exception:
+                log.exception("flowdesk worker %s: run %s failed", self.engine.owner, run_id)
+            finally:
+                if self.session is not None:
+                    self.session.poke()  # a slot is free: claim again now
+
+        with self._lock:
+            self._inflight[run_id] = pool.submit(body)
+
+    def _busy(self, run_id: str) -> bool:
+        with self._lock:
+            fut = self._inflight.get(run_id)
+            return fut is not None and not fut.done()
+
+    def run_pass(self, pool: ThreadPoolExecutor) -> None:
+        """Claim and start what can start now (see module doc)."""
+        engine, store = self.engine, self.engine.store
+        if self.session is not None and not self.session.alive:
+            return  # fenced: claim nothing until liveness is back
+        if time.monotonic() - self._fenced_at < self.fence_cooldown_s:
+            return
+        free = self._free()
+        if free > 0:
+            flows = {f.name: f.version for f in engine.flows.values()}
+            # PostgreSQL's claim also frees runs of workers whose liveness lock is gone
+            for_worker = getattr(store, "claim_for_worker", None)
+            claimed = (
+                for_worker(engine.owner, engine.lease_ttl_s, free, flows=flows)
+                if for_worker is not None
+                else store.claim_runnable(
+                    engine.owner, engine.lease_ttl_s, free, flows=list(flows), wakeable=False
+                )
+            )
+            for run in claimed:
+                if self._busy(run.run_id):
+                    continue
+                self._submit(pool, run.run_id, engine.resume)
+        for run_id in store.wakeable_runs(engine.clock.now(), limit=50):
+            if self._free() <= 0:
+                break
+            if not self._busy(run_id):
+                self._submit(pool, run_id, engine.wake)
+
+    def serve(self, stop: threading.Event) -> None:
+        """Run passes until ``stop`` is set; then stop the runs (they stay
+        resumable, their leases released) and wait for the threads."""
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flowdesk-run")
+        stopper = threading.Thread(target=self._stop_on, args=(stop,), daemon=True)
+        stopper.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.run_pass(pool)
+                except FlowdeskError as exc:  # the store is unreachable: retry next pass
+                    log.warning("flowdesk worker %s: pass failed: %s", self.engine.owner, exc)
+                if self.on_tick is not None:
+                    self.on_tick()
+                self.passes += 1
+                wait = self.poll_s
+                with contextlib.suppress(FlowdeskError):
+                    nxt = self.engine.store.next_deadline()
+                    if nxt is not None:
+                        wait = max(0.0, min(wait, nxt - self.engine.clock.now()))
+                if stop.is_set():
+                    break
+                if self.session is not None:
+                    if self.session.wait(wait):
+                        self.notified_passes += 1
+                else:
+                    stop.wait(wait)
+        finally:
+            self.engine.stop()
+            pool.shutdown(wait=True)
+
+    def _stop_on(self, stop: threading.Event) -> None:
+        stop.wait()
+        if self.session is not None:
+            self.session.poke()

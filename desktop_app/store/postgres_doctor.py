@@ -1,0 +1,142 @@
+"""``flowdesk --db postgresql://… doctor``: what a PostgreSQL server must
+offer Flowdesk, checked read-only.
+
+Each check is ``(ok, what, detail)`` where ``ok`` is True (fine), False (a
+problem: Flowdesk's guarantees do not hold or it cannot run) or None (a
+warning). Nothing is written to the server.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from desktop_app.store import migrations
+from desktop_app.store.postgres_sql import redact
+
+Check = tuple[bool | None, str, str]
+#: pg_current_snapshot (13), lz4 TOAST compression (14).
+MIN_SERVER = 140000
+#: A clock offset above this many seconds is reported (leases use the server's clock anyway).
+CLOCK_WARN_S = 1.0
+
+
+def _setting(conn: psycopg.Connection[Any], name: str) -> str:
+    row = conn.execute("SELECT current_setting(%s, true)", (name,)).fetchone()
+    return "" if row is None or row[0] is None else str(row[0])
+
+
+def postgres_checks(url: str, *, workers: int = 0) -> list[Check]:
+    """Connect to ``url`` and check the server (see module doc).
+
+    Args:
+        workers: worker processes you plan to run (each needs its pool plus
+            one liveness connection), compared with ``max_connections``.
+    Never raises: a failed connection is one failed check.
+    """
+    out: list[Check] = []
+    where = redact(url)
+    try:
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.Error as exc:
+        return [(False, "database", f"{where}: cannot connect: {exc}")]
+    with conn:
+        out.append((True, "database", where))
+        version = int(_setting(conn, "server_version_num") or 0)
+        out.append(
+            (
+                version >= MIN_SERVER,
+                "server",
+                f"PostgreSQL {_setting(conn, 'server_version')}"
+                + ("" if version >= MIN_SERVER else " (Flowdesk needs 14 or newer)"),
+            )
+        )
+        try:
+            states = migrations.status(conn)
+            bad = [s for s in states if s.state != "applied"]
+            out.append(
+                (
+                    not bad,
+                    "schema",
+                    "all applied"
+                    if not bad
+                    else ", ".join(f"{s.key} {s.state}" for s in bad)
+                    + f" (run `flowdesk --db {where} db apply` as the database owner)",
+                )
+            )
+        except Exception as exc:  # report, never crash the doctor
+            out.append((False, "schema", f"{type(exc).__name__}: {exc}"))
+        row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        standby = bool(row and row[0])
+        out.append(
+            (
+                not standby,
+                "primary",
+                "read-only standby: connect to the primary" if standby else "yes (not a standby)",
+            )
+        )
+        fsync = _setting(conn, "fsync")
+        out.append(
+            (
+                fsync == "on",
+                "fsync",
+                fsync + ("" if fsync == "on" else " (a server crash can lose committed steps)"),
+            )
+        )
+        sync = _setting(conn, "synchronous_commit")
+        out.append(
+            (
+                True if sync in ("on", "remote_apply", "remote_write") else None,
+                "synchronous_commit",
+                sync
+                + (
+                    ""
+                    if sync in ("on", "remote_apply", "remote_write")
+                    else " (a server crash can lose the last commits; a finished step may rerun)"
+                ),
+            )
+        )
+        max_conn = int(_setting(conn, "max_connections") or 0)
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity").fetchone()
+        used = int(row[0]) if row else 0
+        need = workers * 10
+        out.append(
+            (
+                True if need <= max_conn - used else None,
+                "connections",
+                f"{used} of max_connections {max_conn} in use"
+                + (f"; {workers} workers need about {need}" if workers else ""),
+            )
+        )
+        out.append(
+            (
+                True,
+                "timeouts",
+                "lock_timeout {} statement_timeout {} idle_in_transaction {} (server defaults; "
+                "Flowdesk sets its own per connection)".format(
+                    _setting(conn, "lock_timeout"),
+                    _setting(conn, "statement_timeout"),
+                    _setting(conn, "idle_in_transaction_session_timeout"),
+                ),
+            )
+        )
+        t0 = time.time()
+        row = conn.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()
+        t1 = time.time()
+        rtt = t1 - t0
+        offset = float(row[0]) - (t0 + rtt / 2) if row else 0.0
+        out.append(
+            (
+                True if abs(offset) <= CLOCK_WARN_S else None,
+                "clock offset",
+                f"{offset * 1000:+.1f} ms, round trip {rtt * 1000:.2f} ms"
+                + (
+                    ""
+                    if abs(offset) <= CLOCK_WARN_S
+                    else " (leases use the server's clock and stay safe; fix NTP on this machine)"
+                ),
+            )
+        )
+    return out

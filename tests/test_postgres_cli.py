@@ -1,0 +1,111 @@
+"""`flowdesk --db postgresql://… <command>`: the CLI on PostgreSQL, end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.postgres
+REPO = Path(__file__).resolve().parents[1]
+
+
+def flowdesk(*args: str, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        **kw,
+    )
+
+
+def test_db_apply_status_run_show_export_doctor_on_postgres(pg_server, tmp_path):
+    url = pg_server.empty_database()
+    try:
+        missing = flowdesk("--db", url, "runs")
+        assert missing.returncode != 0 and "db apply" in missing.stderr  # verify, never apply
+        applied = flowdesk("--db", url, "db", "apply")
+        assert applied.returncode == 0, applied.stderr
+        assert "applied core/0001_runs_checkpoints.sql" in applied.stdout
+        assert flowdesk("--db", url, "db", "apply").stdout.startswith("schema is up to date")
+        status = flowdesk("--db", url, "db", "status", "--json")
+        states = [json.loads(line)["state"] for line in status.stdout.splitlines()]
+        assert states and set(states) == {"applied"}
+
+        folder = tmp_path / "notes"
+        folder.mkdir()
+        (folder / "a.md").write_text("# Alpha\n\nfirst note\n")
+        (folder / "b.md").write_text("# Beta\n\nsecond note\n")
+        out = tmp_path / "out"
+        ran = flowdesk("--db", url, "run", "digest", "--folder", str(folder), "--out", str(out),
+                       "--quiet")  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        assert "Alpha" in (out / "digest.md").read_text()
+        runs = [json.loads(x) for x in flowdesk("--db", url, "runs", "--json").stdout.splitlines()]
+        assert [(r["flow"], r["status"]) for r in runs if r.get("kind") == "flow"] == [
+            ("digest", "completed")
+        ]
+        shown = flowdesk("--db", url, "show", runs[0]["run_id"][:8])
+        assert shown.returncode == 0, shown.stderr
+
+        exported = flowdesk("--db", url, "export", "--out", str(tmp_path / "exp"),
+                            "--table", "digest_files")  # fmt: skip
+        assert exported.returncode == 0, exported.stderr
+        rows = json.loads((tmp_path / "exp" / "digest_files.json").read_text())
+        assert sorted(r["path"] for r in rows) == ["a.md", "b.md"]
+
+        doctor = flowdesk("--db", url, "doctor", "--json")
+        report = json.loads(doctor.stdout)
+        checks = {c["check"]: c["status"] for c in report["checks"]}
+        assert checks["schema"] == "ok" and checks["server"] == "ok"
+        assert checks["fsync"] == "bad"  # the throwaway test cluster runs with fsync=off
+        assert doctor.returncode == 1
+        assert "secret" not in doctor.stdout
+    finally:
+        pg_server.drop_database(url)
+
+
+def test_db_copy_then_agent_worker_finishes_the_copied_runs(db_path, pg_url, tmp_path):
+    from desktop_app.flow import Engine
+    from desktop_app.flows import builtin_flows
+    from desktop_app.flows.digest import DigestState
+    from desktop_app.store.sqlite import open_store
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\nbody {i}\n")
+    laptop = open_store(db_path)
+    pending = Engine(laptop, flows=builtin_flows()).start(
+        "digest", DigestState(folder=str(folder), out=str(tmp_path / "out"))
+    )
+    laptop.close()
+
+    bad = flowdesk("db", "copy", "--from", str(db_path), "--to", str(tmp_path / "x.db"))
+    assert bad.returncode == 2 and "postgresql://" in bad.stderr
+    copied = flowdesk("db", "copy", "--from", str(db_path), "--to", pg_url)
+    assert copied.returncode == 0, copied.stderr
+    assert "copied 1 runs" in copied.stdout
+
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", pg_url, "agent", "--poll", "0.2"],
+        stderr=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        assert agent.stderr is not None
+        first = agent.stderr.readline()
+        assert "worker" in first, first
+        line = agent.stderr.readline()  # the run's final checkpoint committed
+        assert f"run {pending} completed" in line, line
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+    assert agent.returncode == 0
+    assert "Note 2" in (tmp_path / "out" / "digest.md").read_text()
