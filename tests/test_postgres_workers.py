@@ -247,9 +247,14 @@ def test_resume_with_a_skewed_clock_refuses_a_live_lease(pg_store):
 
 
 def test_four_workers_drain_800_runs_each_exactly_once(pg_url, pg_store, procs):
-    run_ids = submit(pg_store, "quick", 800)
-    workers = [spawn(pg_url, f"machine-{c}", "--concurrency", "2", "--poll", "0.2") for c in "abcd"]
+    workers = [
+        spawn(pg_url, f"machine-{c}", "--concurrency", "2", "--poll", "0.2", wait=False)
+        for c in "abcd"
+    ]
     procs.extend(workers)
+    for w in workers:  # all four serve before there is work, so each gets some
+        w.expect(lambda words: words[0] == "ready")
+    run_ids = submit(pg_store, "quick", 800)
     seen: Counter[str] = Counter()
     per_worker: Counter[str] = Counter()
     deadline = time.monotonic() + 180

@@ -54,7 +54,7 @@ class ServerClock:
 
     Args:
         probe: returns ``(server time, round trip)``, UTC epoch seconds /
-            seconds (``PostgresCheckpointStore.server_time``).
+            seconds (the PostgreSQL store's ``server_time``).
 
     Deadlines and wait times that processes on different machines compare
     are then measured on one clock, within about half a round trip.

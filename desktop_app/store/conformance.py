@@ -349,6 +349,23 @@ def history_is_ordered(h: Harness) -> None:
         s.history(_id())
 
 
+@_check("RunLog.history_page")
+def history_pages_cover_the_history(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0, {"x": 0}))
+    for i in range(1, 12):
+        s.append(_cp(rid, i, {"x": i}, step_id=f"s{i}"))
+    pages, after = [], -1
+    while page := s.history_page(rid, after=after, limit=5):
+        pages.append([c.revision for c in page])
+        after = page[-1].revision
+    _eq(pages, [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]], "pages of 5 in revision order")
+    _eq(s.history_page(rid, limit=3), s.history(rid)[:3], "a first page is the history's start")
+    with _raises(CheckpointNotFoundError, "a page of a missing run"):
+        s.history_page(_id(), limit=5)
+
+
 @_check("RunLog.create_run")
 def create_refuses_duplicates(h: Harness) -> None:
     s = h.store()
