@@ -1022,4 +1022,17 @@ def _owner_is_dead(owner: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    """True when ``pid`` has exited but is not yet reaped (state ``Z`` in
+    ``/proc/<pid>/stat``, Linux): it runs nothing, so its lease is dead.
+    Where ``/proc`` is missing (macOS) the process counts as alive."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": comm may hold spaces and parentheses; the state follows the last ")"
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
