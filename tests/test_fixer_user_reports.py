@@ -87,3 +87,49 @@ def test_runs_refuses_a_bad_limit_or_status_as_a_usage_error(tmp_path, args):
     assert got.returncode == 2, got
     assert args[0] in got.stderr and got.stdout == ""
     assert flowdesk(db, "runs", "--status", "completed", "--limit", "1").returncode == 0
+
+
+def test_no_run_id_is_printed_for_input_that_does_not_fit_the_flow(tmp_path):
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    got = flowdesk(db, "start", "tidy", "--input", "{}")
+    assert got.returncode == 2 and "folder: Field required" in got.stderr
+    assert got.stdout == ""  # no id of a run that does not exist
+    assert flowdesk(db, "runs").stdout.strip() == "no runs"
+
+
+def test_no_run_id_is_printed_when_the_database_is_read_only(tmp_path):
+    db, folder, out = tmp_path / "f.db", tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    (folder / "a.txt").write_text("hello\n")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs CAP_LINUX_IMMUTABLE")
+    try:
+        got = flowdesk(db, "run", "digest", "--folder", str(folder), "--out", str(out))
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+    assert got.returncode != 0 and "read-only" in got.stderr, got
+    assert got.stdout == ""
+    assert flowdesk(db, "runs").stdout.strip() == "no runs"
+
+
+def test_the_built_in_flow_key_is_shared_and_matches_the_cli(tmp_path):
+    """The app calls ``builtin_flow_key`` for its runs; the CLI stores the same key."""
+    from desktop_app.flows import builtin_flow_key
+
+    db, folder, out = tmp_path / "f.db", tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    (folder / "a.txt").write_text("hello\n")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    got = flowdesk(db, "run", "digest", "--folder", str(folder), "--out", str(out), "--quiet")
+    assert got.returncode == 0, got.stderr
+    row = json.loads(flowdesk(db, "runs", "--json").stdout.splitlines()[0])
+    given = {"folder": str(folder), "out": str(out)}
+    assert row["flow_key"] == builtin_flow_key("digest", given)
+    assert row["flow_key"].startswith("digest:")
+    # ~ and relative spellings of one folder are one key
+    assert builtin_flow_key("tidy", {"folder": str(folder)}) == builtin_flow_key(
+        "tidy", {"folder": os.path.relpath(folder)}
+    )
+    assert builtin_flow_key("my_flow", given) is None
