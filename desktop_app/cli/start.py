@@ -202,7 +202,7 @@ def cmd_start(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
-    from desktop_app.cli.admin import dispatcher
+    from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
     try:
@@ -216,7 +216,7 @@ def cmd_answer(ctx: Ctx) -> int:
 
         return resume_agent_run(ctx, sv, ref.run_id, answer=str(value))
     result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
-    delivered = dispatcher(sv.engine).dispatch()  # side effects the answer released
+    delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
     if delivered:
         print(f"{delivered} outbox intent(s) delivered")
