@@ -191,3 +191,23 @@ def test_resume_all_delivers_the_moves_of_a_tidy_killed_mid_way(tmp_path):
     outbox = dict(conn.execute("SELECT status, count(*) FROM outbox GROUP BY 1").fetchall())
     conn.close()
     assert moves == {"moved": 2000} and outbox == {"delivered": 2000}
+
+
+def test_an_unknown_flowdesk_environment_variable_is_a_usage_error(tmp_path):
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    base = {k: v for k, v in os.environ.items() if not k.upper().startswith("FLOWDESK_")}
+    got = flowdesk(db, "runs", env={**base, "FLOWDESK_DB_PTH": "x"})
+    assert got.returncode == 2 and got.stdout == ""
+    assert "FLOWDESK_DB_PTH" in got.stderr and "did you mean FLOWDESK_DB_PATH?" in got.stderr
+    nested = flowdesk(db, "runs", env={**base, "FLOWDESK_MODEL__BASEURL": "x"})
+    assert nested.returncode == 2 and "FLOWDESK_MODEL__BASE_URL" in nested.stderr
+    fine = {
+        **base,
+        "FLOWDESK_TEST_PG_DSN": "postgresql://nowhere/x",
+        "FLOWDESK_CONFIG": str(tmp_path / "none.toml"),
+        "FLOWDESK_RECOVERY__TIDY": "ask",
+        "FLOWDESK_LOG_LEVEL": "WARNING",
+    }
+    ok = flowdesk(db, "runs", env=fine)
+    assert ok.returncode == 0 and ok.stdout.strip() == "no runs", ok.stderr
