@@ -211,3 +211,48 @@ def test_an_unknown_flowdesk_environment_variable_is_a_usage_error(tmp_path):
     }
     ok = flowdesk(db, "runs", env=fine)
     assert ok.returncode == 0 and ok.stdout.strip() == "no runs", ok.stderr
+
+
+def test_ctrl_c_on_a_terminal_ends_with_the_message_on_its_own_line(tmp_path):
+    import pty
+    import re
+
+    from tests.digest_corpus import make_corpus
+
+    make_corpus(tmp_path / "docs", 6000)
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env.update({"TERM": "xterm-256color", "COLUMNS": "120"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "run", "digest"]
+        + ["--folder", str(tmp_path / "docs"), "--out", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+    )
+    os.close(slave)
+    seen = b""
+    interrupted = False
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not data:
+            break
+        seen += data
+        if not interrupted and b"ETA" in seen:  # the progress line is drawing
+            proc.send_signal(signal.SIGINT)
+            interrupted = True
+    os.close(master)
+    assert proc.wait(timeout=120) == 130
+    term = seen.decode(errors="replace")
+    message = "to continue"
+    assert "flowdesk: interrupted" in term
+    after = term[term.rindex(message) + len(message) :]
+    after = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", after).lstrip("`")
+    assert after in ("\r\n", "\n"), repr(after)  # nothing drawn after it; the prompt starts clean
