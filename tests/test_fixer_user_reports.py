@@ -256,3 +256,17 @@ def test_ctrl_c_on_a_terminal_ends_with_the_message_on_its_own_line(tmp_path):
     after = term[term.rindex(message) + len(message) :]
     after = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", after).lstrip("`")
     assert after in ("\r\n", "\n"), repr(after)  # nothing drawn after it; the prompt starts clean
+
+
+def test_waiting_shows_the_time_left_and_the_iso_deadline(tmp_path):
+    import re
+
+    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
+    dl.mkdir()
+    (dl / "photo.jpg").write_bytes(b"j")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    assert flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)})).returncode == 0
+    text = flowdesk(db, "waiting").stdout
+    assert re.search(
+        r"deadline in (23 h 5\d min|1 d) \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)", text
+    ), text

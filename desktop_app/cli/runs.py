@@ -329,7 +329,11 @@ def cmd_waiting(ctx: Ctx) -> int:
                 "event": f"event {w.name}",
                 "timer": "timer",
             }[w.kind]
-            due = "" if w.deadline_at is None else f"  deadline {due_in(w.deadline_at, now)}"
+            due = (
+                ""
+                if w.deadline_at is None
+                else f"  deadline {due_in(w.deadline_at, now)} ({iso(w.deadline_at)})"
+            )
             print(f"  {w.wait_id}  {what}{due}")
     for ar in asking:
         question = (ar.pending_call or {}).get("arguments", {}).get("question")
