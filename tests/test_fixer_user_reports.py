@@ -270,3 +270,28 @@ def test_waiting_shows_the_time_left_and_the_iso_deadline(tmp_path):
     assert re.search(
         r"deadline in (23 h 5\d min|1 d) \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)", text
     ), text
+
+
+def test_digest_lists_hidden_and_binary_files_as_skipped_and_escapes_odd_names(tmp_path):
+    db, folder, out = tmp_path / "f.db", tmp_path / "in", tmp_path / "out"
+    (folder / "__pycache__").mkdir(parents=True)
+    (folder / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\xa7\r\r\n\x00\x00\x00\x00")
+    (folder / ".secret.txt").write_text("hush\n")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "HEAD").write_text("ref: x\n")
+    (folder / "two\nlines.txt").write_text("hello\n")
+    (folder / "plain.txt").write_text("plain words here\n")
+    (folder / "link.txt").symlink_to(folder / "plain.txt")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    got = flowdesk(db, "run", "digest", "--folder", str(folder), "--out", str(out), "--quiet")
+    assert got.returncode == 0, got.stderr
+    report = (out / "digest.md").read_text()
+    assert "- __pycache__/mod.cpython-311.pyc (binary)" in report
+    assert "- .secret.txt (hidden)" in report
+    assert "- .git/ (hidden folder, not read)" in report
+    # escaped: one list item, not a line break inside it
+    assert "\n- two\\nlines.txt (the name 'two\\nlines.txt' contains a control" in report
+    assert "\nlines.txt" not in report
+    assert "- link.txt (a symbolic link, not followed)" in report
+    assert "((" not in report and "))" not in report
+    assert "6 files: 1 summarised, 5 skipped." in report
