@@ -226,8 +226,10 @@ def test_ctrl_c_on_a_terminal_ends_with_the_message_on_its_own_line(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     env.update({"TERM": "xterm-256color", "COLUMNS": "120"})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "run", "digest"]
-        + ["--folder", str(tmp_path / "docs"), "--out", str(tmp_path / "out")],
+        [
+            *(sys.executable, "-m", "desktop_app.cli", "--db", str(db), "run", "digest"),
+            *("--folder", str(tmp_path / "docs"), "--out", str(tmp_path / "out")),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=slave,
         stdin=subprocess.DEVNULL,
