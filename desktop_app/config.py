@@ -179,11 +179,63 @@ class Settings(BaseSettings):
         )
 
 
+#: ``FLOWDESK_*`` variables that are not settings: the settings file's path,
+#: and the test suite's seeds (``FLOWDESK_TEST_*`` is the test suite's too)
+NON_SETTING_VARS = ("FLOWDESK_CONFIG", "FLOWDESK_FAULT_SEED")
+ENV_PREFIX = "FLOWDESK_"
+
+
+def known_env_vars() -> list[str]:
+    """Every ``FLOWDESK_*`` variable Flowdesk reads: one per setting, one per
+    field of a nested section (``FLOWDESK_MODEL__BASE_URL``), and
+    :data:`NON_SETTING_VARS`. Names are upper case (env names are matched
+    case-insensitively)."""
+    names = list(NON_SETTING_VARS)
+    for name, field in Settings.model_fields.items():
+        var = f"{ENV_PREFIX}{name.upper()}"
+        names.append(var)
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            names += [f"{var}__{sub.upper()}" for sub in field.annotation.model_fields]
+    return names
+
+
+def check_environment(environ: dict[str, str] | None = None) -> None:
+    """Refuse a ``FLOWDESK_*`` variable Flowdesk does not read (a misspelt
+    one would be ignored silently), naming the nearest valid one (difflib),
+    as an unknown key in the settings file is refused.
+
+    Raises:
+        ConfigError: an unknown ``FLOWDESK_*`` variable (exit 2).
+    """
+    from desktop_app.errors import ConfigError
+
+    env = os.environ if environ is None else environ
+    known = known_env_vars()
+    dict_sections = {
+        f"{ENV_PREFIX}{n.upper()}__"
+        for n, f in Settings.model_fields.items()
+        if getattr(f.annotation, "__origin__", None) is dict
+    }
+    for var in sorted(env):
+        upper = var.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known:
+            continue
+        if upper.startswith(f"{ENV_PREFIX}TEST_") or any(
+            upper.startswith(d) for d in dict_sections
+        ):
+            continue
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else f"valid: {', '.join(known)}"
+        raise ConfigError(f"unknown environment variable {var} ({hint}); rename or unset it")
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build :class:`Settings`; ``overrides`` (non-None) beat every other source.
 
     Raises:
-        ConfigError: a setting is invalid (the message names it).
+        ConfigError: a setting is invalid (the message names it), or a
+            ``FLOWDESK_*`` environment variable is unknown
+            (:func:`check_environment`).
     """
     import tomllib
 
@@ -191,6 +243,7 @@ def load_settings(**overrides: object) -> Settings:
 
     from desktop_app.errors import ConfigError
 
+    check_environment()
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**clean)  # type: ignore[arg-type]

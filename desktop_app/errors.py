@@ -9,6 +9,14 @@ DBOS does for its cancel errors.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+
+def iso_utc(ts: float) -> str:
+    """UTC epoch seconds as ISO-8601 UTC to the second (``2026-12-01T11:25:43Z``),
+    the way a time appears in a message a person reads."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
 
 class FlowdeskError(Exception):
     """Root of every Flowdesk error."""
@@ -130,7 +138,7 @@ class RunLeasedError(FlowdeskError):
         self.expires_at = expires_at
         super().__init__(
             f"{self.noun} {run_id} is held by a live process: it is being executed by "
-            f"{owner}; its lease runs until {expires_at:.0f} (UTC epoch s). Nothing was "
+            f"{owner}; its lease runs until {iso_utc(expires_at)}. Nothing was "
             "run here. Wait for it, or for the lease to expire if that process died."
         )
 

@@ -175,8 +175,8 @@ def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tupl
 
 def test_rerun_on_a_terminal_asks_before_resuming(tmp_path):
     from desktop_app.bootstrap import open_services
-    from desktop_app.cli.start import input_flow_key
     from desktop_app.config import load_settings
+    from desktop_app.flows import builtin_flow_key as input_flow_key
     from desktop_app.flows.digest import check_input
 
     db, folder, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "o"

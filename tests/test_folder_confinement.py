@@ -387,13 +387,13 @@ def test_files_swapped_for_a_fifo_or_a_link_after_the_scan_are_skipped_not_read(
     )
     assert (rows["c.txt"].kind, rows["c.txt"].skip_reason) == (
         "skipped",
-        "a symbolic link (not followed)",
+        "a symbolic link, not followed",
     )
     assert rows["sub/secret.txt"].kind == "skipped"
     assert "sub is a symbolic link" in rows["sub/secret.txt"].skip_reason
     assert all(r.summary is None or "swordfish" not in r.summary for r in rows.values())
     assert "- b.txt (unreadable: a FIFO (named pipe), not a regular file)" in report
-    assert "- c.txt (a symbolic link (not followed))" in report
+    assert "- c.txt (a symbolic link, not followed)" in report
 
 
 @pytest.mark.scenario("S55")
@@ -410,7 +410,7 @@ def test_links_and_fifos_found_by_the_scan_are_listed_as_skipped(sqlite_store, t
     res = engine.run("digest", DigestState(folder=str(folder), out=str(out)))
     assert res.status == "completed"
     rows = {r.path: (r.kind, r.skip_reason) for r in sqlite_store.query(files_of_run(res.run_id))}
-    link = ("skipped", "a symbolic link (not followed)")
+    link = ("skipped", "a symbolic link, not followed")
     assert rows == {
         "real.md": ("markdown", None),
         "to-file.txt": link,

@@ -71,6 +71,7 @@ from desktop_app.errors import (
     RateLimitedError,
     RunStateError,
     StoreError,
+    iso_utc,
 )
 from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
@@ -285,7 +286,7 @@ class Agent:
             )
         if run.status == "rate_limited" and run.retry_at and self.clock.now() < run.retry_at:
             raise RunStateError(
-                f"agent run {run_id} is rate limited until {run.retry_at:.0f} (UTC epoch s); "
+                f"agent run {run_id} is rate limited until {iso_utc(run.retry_at)}; "
                 "resume it after that"
             )
         if run.status in ("canceled", "timeout", "expired"):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from desktop_app.cli import admin, ask, runs, start
 from desktop_app.cli.common import Ctx
-from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, stop_progress
 from desktop_app.cli.parser import build_parser
 from desktop_app.errors import ConfigError, FlowdeskError, InputError, UnknownFlowError
 
@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"flowdesk: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
+        stop_progress()  # else the progress line is drawn again after the message
         what = f"resume {ctx.current_run}" if ctx.current_run else "resume --all"
         print(f"flowdesk: interrupted; run `{ctx.hints.cmd(what)}` to continue", file=sys.stderr)
         return 130

@@ -21,6 +21,18 @@ def dispatcher(engine: Any) -> Any:
     return Dispatcher(engine.store, builtin_destinations(engine.store))
 
 
+def deliver_outbox(engine: Any) -> int:
+    """Deliver every outbox intent of this scope that can be delivered now
+    (``sending`` ones left by a killed process are reconciled first, so none
+    is delivered twice); returns how many were delivered. Passes repeat
+    until one delivers nothing (a pass takes at most 100 intents)."""
+    outbox = dispatcher(engine)
+    total = 0
+    while delivered := outbox.dispatch():
+        total += delivered
+    return total
+
+
 def cmd_db(ctx: Ctx) -> int:
     from desktop_app.bootstrap import apply_schema, schema_status
 

@@ -92,6 +92,17 @@ def no_color() -> bool:
     return bool(os.environ.get("NO_COLOR"))
 
 
+#: progress displays drawing now (rich ``Progress``); stopped before a last message
+_LIVE_BARS: list[Any] = []
+
+
+def stop_progress() -> None:
+    """Stop every progress display still drawing (its refresh thread would
+    redraw the line after a final message, e.g. on Ctrl-C), ending its line."""
+    while _LIVE_BARS:
+        _LIVE_BARS.pop().stop()
+
+
 def step_listener(quiet: bool) -> Any:
     """An event-bus listener printing run progress and finished steps on stderr.
 
@@ -129,6 +140,7 @@ def step_listener(quiet: bool) -> Any:
             transient=False,
         )
         bar.start()
+        _LIVE_BARS.append(bar)
         task = bar.add_task("progress", total=total, completed=done, rate="")
 
     def listener(event: object) -> None:
@@ -146,6 +158,8 @@ def step_listener(quiet: bool) -> Any:
                 bar.update(task, completed=event.done, total=event.total, rate=rate)
                 if event.done == event.total:
                     bar.stop()
+                    if bar in _LIVE_BARS:
+                        _LIVE_BARS.remove(bar)
                     bar = None
                 return
             now = time.monotonic()

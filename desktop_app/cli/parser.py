@@ -42,6 +42,28 @@ def _run_id(p: argparse.ArgumentParser, *, nargs: str | None = None) -> None:
     action.completer = _run_ids  # type: ignore[attr-defined]
 
 
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (else a usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number (1 or more)")
+    return value
+
+
+def run_statuses() -> list[str]:
+    """Every status ``runs --status`` accepts: flow run statuses, then the
+    agent run statuses that are not flow statuses too."""
+    from typing import get_args
+
+    from desktop_app.store.agent_runs import AgentStatus
+    from desktop_app.store.protocol import RUN_STATUSES
+
+    return [*RUN_STATUSES, *(s for s in get_args(AgentStatus) if s not in RUN_STATUSES)]
+
+
 def _json(p: argparse.ArgumentParser, what: str = "JSON Lines, one object per line") -> None:
     p.add_argument("--json", action="store_true", help=f"{what}; times are ISO-8601 UTC")
 
@@ -112,10 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
     _json(sub.add_parser("flows", help="list registered flows (built-in and your own)"))
 
     runs = sub.add_parser("runs", help="list flow runs and agent runs, newest first")
-    runs.add_argument("--status", action="append", help="only runs with this status (repeatable)")
+    runs.add_argument(
+        "--status",
+        action="append",
+        choices=run_statuses(),
+        metavar="STATUS",
+        help=f"only runs with this status (repeatable): {', '.join(run_statuses())}",
+    )
     runs.add_argument("--kind", choices=["flow", "agent"], help="only flow runs or agent runs")
     runs.add_argument("--flow", help="only runs of this flow (or agent) name")
-    runs.add_argument("--limit", type=int, default=50, help="newest N runs (default 50)")
+    runs.add_argument("--limit", type=positive_int, default=50, help="newest N runs (default 50)")
     runs.add_argument("--tenant", help="only runs of this tenant")
     runs.add_argument("--session", help="only runs of this session")
     runs.add_argument(

@@ -328,7 +328,11 @@ def cmd_waiting(ctx: Ctx) -> int:
                 "event": f"event {w.name}",
                 "timer": "timer",
             }[w.kind]
-            due = "" if w.deadline_at is None else f"  deadline {due_in(w.deadline_at, now)}"
+            due = (
+                ""
+                if w.deadline_at is None
+                else f"  deadline {due_in(w.deadline_at, now)} ({iso(w.deadline_at)})"
+            )
             print(f"  {w.wait_id}  {what}{due}")
     for ar in asking:
         question = (ar.pending_call or {}).get("arguments", {}).get("question")
@@ -362,6 +366,7 @@ def cmd_resume(ctx: Ctx) -> int:
             else:
                 failed += outcome.status == "failed"
                 print(f"run {run.run_id} {outcome.status}")
+        _deliver(engine)
         return EXIT_FAILED if failed else EXIT_OK
     ref = ctx.resolve(sv, ctx.args.run_id)
     if ref.kind == "agent":
@@ -370,7 +375,19 @@ def cmd_resume(ctx: Ctx) -> int:
         return resume_agent_run(ctx, sv, ref.run_id, answer=None)
     from desktop_app.cli.start import report_result
 
-    return report_result(ctx, engine.resume(ref.run_id))
+    result = engine.resume(ref.run_id)
+    _deliver(engine)
+    return report_result(ctx, result)
+
+
+def _deliver(engine: Any) -> None:
+    """Deliver the outbox intents the resumed runs queued (and any a killed
+    process left), as ``answer`` does, and say how many."""
+    from desktop_app.cli.admin import deliver_outbox
+
+    delivered = deliver_outbox(engine)
+    if delivered:
+        print(f"{delivered} outbox intent(s) delivered")
 
 
 def cmd_cancel(ctx: Ctx) -> int:

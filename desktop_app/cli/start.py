@@ -9,7 +9,6 @@ that run instead of starting a duplicate (``--new`` starts one anyway).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import uuid
@@ -21,16 +20,7 @@ from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError
 
-#: flows shipped with Flowdesk: their runs are single-flight per input
-BUILTIN_SINGLE_FLIGHT = ("digest", "tidy")
 LIVE = ["pending", "running", "waiting", "failed"]
-
-
-def input_flow_key(flow: str, given: dict[str, Any]) -> str:
-    """``<flow>:<sha256 of the canonical JSON input, 16 hex>``: the same
-    input always gives the same key."""
-    canonical = json.dumps(given, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return f"{flow}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
 
 
 def _check_builtin_input(flow: str, given: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +77,8 @@ def _resume_twin(run: Any) -> bool:
 
 
 def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | None) -> Any:
-    """Print the run id first, then execute it. A live run with the same
+    """Print the run id first (only once the run exists: bad input or a
+    read-only database print no id), then execute it. A live run with the same
     flow key is resumed (interrupted or failed) or reported (waiting)
     instead of being duplicated; declining on a terminal starts a new run
     without the key."""
@@ -103,10 +94,28 @@ def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | Non
             ctx.current_run = twin.run_id
             return sv.engine.resume(twin.run_id)
         flow_key = None
+    from desktop_app.flow.events import RunStarted
+
     rid = uuid.uuid4().hex
-    print(rid, flush=True)
-    ctx.current_run = rid
-    return sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
+    printed = False
+
+    def print_id(event: object) -> None:
+        """The id goes out once the run is stored, before its first step."""
+        nonlocal printed
+        if isinstance(event, RunStarted) and event.run_id == rid and not printed:
+            printed = True
+            print(rid, flush=True)
+            ctx.current_run = rid
+
+    unsubscribe = sv.engine.events.subscribe(print_id)
+    try:
+        result = sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
+    finally:
+        unsubscribe()
+    if not printed:  # a live run with this key appeared meanwhile: that run is the answer
+        print(result.run_id, flush=True)
+        ctx.current_run = result.run_id
+    return result
 
 
 def report_result(ctx: Ctx, result: Any) -> int:
@@ -145,7 +154,9 @@ def cmd_run(ctx: Ctx) -> int:
             )
         agent = Agent("digest-summary", model, sv.agents)
         sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
-    key = None if a.new else input_flow_key("digest", given)
+    from desktop_app.flows import builtin_flow_key
+
+    key = None if a.new else builtin_flow_key("digest", given)
     return report_result(ctx, _run_or_resume(ctx, sv, "digest", given, key))
 
 
@@ -176,8 +187,10 @@ def cmd_start(ctx: Ctx) -> int:
     _unknown_keys(flow, given)
     given = _check_builtin_input(a.flow, given)
     key = a.flow_key
-    if key is None and a.flow in BUILTIN_SINGLE_FLIGHT and not a.new:
-        key = input_flow_key(a.flow, given)
+    if key is None and not a.new:
+        from desktop_app.flows import builtin_flow_key
+
+        key = builtin_flow_key(a.flow, given)
     try:
         result = _run_or_resume(ctx, sv, a.flow, given, key)
     except ValidationError as exc:
@@ -189,7 +202,7 @@ def cmd_start(ctx: Ctx) -> int:
 
 
 def cmd_answer(ctx: Ctx) -> int:
-    from desktop_app.cli.admin import dispatcher
+    from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
     try:
@@ -203,7 +216,7 @@ def cmd_answer(ctx: Ctx) -> int:
 
         return resume_agent_run(ctx, sv, ref.run_id, answer=str(value))
     result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
-    delivered = dispatcher(sv.engine).dispatch()  # side effects the answer released
+    delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
     if delivered:
         print(f"{delivered} outbox intent(s) delivered")

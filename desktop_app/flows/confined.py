@@ -56,7 +56,7 @@ def name_problem(name: str) -> str | None:
     if "/" in name:
         return f"the name {name!r} contains a '/'"
     if any(unicodedata.category(ch) == "Cc" for ch in name):
-        return f"the name {name!r} contains a control character (such as a newline)"
+        return f"the name {name!r} contains a control character, such as a newline"
     return None
 
 
@@ -187,13 +187,13 @@ def open_regular(dir_fd: int, rel: str) -> tuple[int, os.stat_result]:
         what = kind_at(fd, parts[-1])
         if what not in (None, "a regular file"):  # never open a device or a FIFO at all
             if what == "a symbolic link":
-                raise Refused("a symbolic link (not followed)")
+                raise Refused("a symbolic link, not followed")
             raise Refused(f"{what}, not a regular file")
         try:
             ffd = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.EMLINK):
-                raise Refused("a symbolic link (not followed)") from exc
+                raise Refused("a symbolic link, not followed") from exc
             if exc.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # a socket, a device with no reader
                 what = kind_at(fd, parts[-1]) or "a special file"
                 raise Refused(f"{what}, not a regular file") from exc

@@ -3,9 +3,10 @@
 Steps:
 
 1. ``scan`` lists the folder's files (sorted, relative, ``/``-separated;
-   hidden entries and ``__pycache__`` are left out; symbolic links, FIFOs,
+   hidden files, ``.pyc`` and other binary files, symbolic links, FIFOs,
    sockets and devices are listed, and become ``skipped`` rows with the
-   reason: links are never followed).
+   reason (links are never followed); a hidden folder or ``node_modules`` is
+   not entered but listed once as ``name/``, skipped).
 2. ``summarize`` is a loop step, one iteration per file, checkpointed each
    iteration together with the file's domain row (``digest_files``) in one
    transaction. A crash after file 600 of 1,000 resumes at file 601; a file
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from desktop_app.agent.runtime import Agent
 
 REPORT_NAME = "digest.md"
-SKIP_DIRS = {"__pycache__", "node_modules"}
+SKIP_DIRS = {"node_modules"}
 
 
 class DigestInput(BaseModel):
@@ -106,22 +107,36 @@ def _shown(rel: str) -> str:
 def scan_folder(folder: Path) -> list[str]:
     """Relative paths of what the digest reads or reports under ``folder``, sorted.
 
-    Regular files, plus symbolic links (to files or folders; never followed)
-    and special files (FIFOs, sockets, devices), which :func:`process_file`
-    reports as skipped. Hidden entries and :data:`SKIP_DIRS` are left out.
+    Regular files, plus symbolic links (to files or folders; never followed),
+    special files (FIFOs, sockets, devices) and hidden files, which
+    :func:`read_file` reports as skipped with the reason. A hidden folder or
+    one of :data:`SKIP_DIRS` is not entered: it is listed once, as
+    ``name/``, and reported as skipped too, so nothing is left out silently.
     """
     found: list[str] = []
     for root, dirs, files in os.walk(folder, followlinks=False):
         base = Path(root)
         links = [d for d in dirs if (base / d).is_symlink()]  # os.walk lists them as folders
-        dirs[:] = sorted(
-            d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and d not in links
-        )
+        left_out = [d for d in dirs if d not in links and _folder_left_out(d)]
+        dirs[:] = sorted(d for d in dirs if d not in links and d not in left_out)
         for name in [*files, *links]:
-            if name.startswith("."):
-                continue
             found.append(_shown((base / name).relative_to(folder).as_posix()))
+        for name in left_out:
+            found.append(_shown((base / name).relative_to(folder).as_posix()) + "/")
     return sorted(found)
+
+
+def _folder_left_out(name: str) -> bool:
+    return name.startswith(".") or name in SKIP_DIRS
+
+
+def _left_out_reason(rel: str) -> str | None:
+    """Why an entry of :func:`scan_folder` is not read at all, or ``None``."""
+    name = rel.rstrip("/").rsplit("/", 1)[-1]
+    if rel.endswith("/"):
+        what = "hidden folder" if name.startswith(".") else f"{name} folder"
+        return f"{what}, not read"
+    return "hidden" if name.startswith(".") else None
 
 
 def _skipped(rel: str, reason: str, size: int = 0) -> tuple[DigestFile, None]:
@@ -136,12 +151,15 @@ def read_file(folder: Path, rel: str) -> tuple[DigestFile, str | None]:
     non-blocking, and must be a regular file on the open descriptor; a link,
     FIFO, socket, device or folder is skipped with the reason.
     """
+    left_out = _left_out_reason(rel)
+    if left_out is not None:
+        return _skipped(rel, left_out)
     if "\\x" in rel and not (folder / rel).exists():
         return _skipped(rel, "file name is not valid UTF-8")
     try:
         top = open_dir(folder)
     except (Refused, OSError) as exc:
-        return _skipped(rel, f"unreadable: the folder cannot be opened ({exc})")
+        return _skipped(rel, f"unreadable: the folder cannot be opened: {exc}")
     try:
         fd, st = open_regular(top, rel)
     except Refused as exc:
@@ -172,6 +190,14 @@ def process_file(folder: Path, rel: str) -> DigestFile:
     return read_file(folder, rel)[0]
 
 
+def _one_line(path: str) -> str:
+    """A path with its control characters escaped (a newline in a file name
+    would break the Markdown heading or list item): ``a\\nb.txt``."""
+    if path.isprintable():
+        return path
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in path)
+
+
 def render_report(folder_name: str, rows: list[DigestFile]) -> str:
     """The Markdown report; depends only on the rows (byte-identical re-runs)."""
     done = [r for r in rows if r.kind != "skipped"]
@@ -180,7 +206,7 @@ def render_report(folder_name: str, rows: list[DigestFile]) -> str:
     out.append(f"{len(rows)} files: {len(done)} summarised, {len(skipped)} skipped.")
     out.append("")
     for r in done:
-        out.append(f"## {r.path}")
+        out.append(f"## {_one_line(r.path)}")
         out.append("")
         out.append(f"**{r.title}** · {r.kind}, {r.size_bytes} bytes")
         out.append("")
@@ -189,7 +215,7 @@ def render_report(folder_name: str, rows: list[DigestFile]) -> str:
     if skipped:
         out.append("## Skipped files")
         out.append("")
-        out.extend(f"- {r.path} ({r.skip_reason})" for r in skipped)
+        out.extend(f"- {_one_line(r.path)} ({r.skip_reason})" for r in skipped)
         out.append("")
     return "\n".join(out)
 
