@@ -846,3 +846,49 @@ async def test_launch_recovery_shows_progress(tmp_path: Path, notes: Path, monke
         "Resuming interrupted runs: 2 of 2 done…",
     ]
     assert said.index(progress[-1]) < said.index("Resumed 2 runs: 2 completed, 0 failed")
+
+
+class _Crash(BaseException):
+    """Stands in for the process dying inside a step (not an Exception, so no
+    retry or failure is recorded: the step stays ``in_progress``)."""
+
+
+async def test_starting_a_digest_again_resumes_the_interrupted_run_of_that_input(
+    tmp_path: Path, notes: Path
+) -> None:
+    from desktop_app.flow import Engine
+    from desktop_app.flows import builtin_flow_key
+
+    db, out = tmp_path / "t.db", tmp_path / "out"
+    assert bootstrap.apply_schema(settings_for(db)).applied
+    seen: list[str] = []
+
+    def crash_at_third(_run_id: str, row: DigestFile) -> None:
+        seen.append(row.path)
+        if len(seen) == 3:
+            raise _Crash
+
+    store = open_store(db)
+    key = builtin_flow_key("digest", {"folder": str(notes), "out": str(out)})
+    with pytest.raises(_Crash):
+        Engine(store, flows=[build_digest_flow(on_file=crash_at_third)]).run(
+            "digest", DigestState(folder=str(notes), out=str(out)), flow_key=key
+        )
+    (interrupted,) = store.list_runs()
+    assert interrupted.status == "running"
+    store.close()
+
+    app = FlowdeskApp(settings_for(db).model_copy(update={"recover_on_launch": False}))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        run_id = app.start_digest(DigestInput(folder=str(notes), out=str(out)))
+        assert run_id == interrupted.run_id  # the same run, not a second one
+        await wait_until(pilot, lambda: not app.is_driving(run_id), timeout=20)
+        await app.workers.wait_for_complete()
+    store = open_store(db)
+    try:
+        assert [(r.run_id, r.status) for r in store.list_runs()] == [
+            (interrupted.run_id, "completed")
+        ]
+    finally:
+        store.close()

@@ -75,6 +75,7 @@ from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
+from desktop_app.flows import builtin_flow_key
 from desktop_app.flows.digest import DigestInput, DigestState
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
 
@@ -469,12 +470,25 @@ class FlowdeskApp(App[None]):
         engine = self.require_engine()
         if engine is None:
             return None
+        # single flight per input, as `flowdesk run digest`: an interrupted run
+        # of the same folder and output is resumed, never started again
+        key = builtin_flow_key("digest", {"folder": given.folder, "out": given.out})
+        live = self.read(lambda s: s.list_runs(statuses=INTERRUPTED, flow_key=key)) or []
+        if live:
+            run_id = live[0].run_id
+            self.runs_screen.table.follow(run_id)
+            if self.runs.is_driving(run_id):
+                self.say(f"Digest run {short_id(run_id)} of {given.folder} is already running")
+                return run_id
+            self.say(f"Resuming the interrupted digest run {short_id(run_id)} of {given.folder}")
+            self.resume_run(run_id)
+            return run_id
         run_id = uuid.uuid4().hex
         self.runs.claim(run_id)
         state = DigestState(folder=given.folder, out=given.out)
         self.say(f"Started digest run {short_id(run_id)} of {given.folder}")
         self.runs_screen.table.follow(run_id)  # selected as soon as its row shows
-        self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id))
+        self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id, flow_key=key))
         return run_id
 
     def action_inbox(self) -> None:
