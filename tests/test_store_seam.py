@@ -32,6 +32,7 @@ BACKEND_FREE = [
     "desktop_app.store.memory",
     "desktop_app.store.memory_agents",
     "desktop_app.store.conformance",
+    "desktop_app.app.main",  # the app reaches a backend only through bootstrap, when it opens
 ]
 
 
@@ -183,3 +184,39 @@ def test_the_portability_patterns_catch_the_old_forms():
         "last_insert_rowid()",
         "unqualified column in upsert",
     }
+
+
+def _runtime_imports(path: Path, package: str, known: set[str]) -> set[str]:
+    """Like :func:`_imports`, leaving out imports under ``if TYPE_CHECKING:``
+    (type names only: not a runtime edge)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = []
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = f"{package}.{base}" if base else package
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        found |= {n for n in names if n in known}
+    return found
+
+
+def test_the_app_and_its_screens_import_each_other_without_a_cycle():
+    folder = STORE.parent / "app"
+    paths = sorted(folder.rglob("*.py"))
+
+    def name(p: Path) -> str:
+        rel = p.relative_to(folder).with_suffix("")
+        parts = ["desktop_app.app", *rel.parts]
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    known = {name(p) for p in paths} - {"desktop_app.app"}
+    graph = {name(p): _runtime_imports(p, "desktop_app.app", known) - {name(p)} for p in paths}
+    assert "desktop_app.app.screens.runs" in graph["desktop_app.app.main"]  # edges are seen
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 from textual import work
@@ -68,7 +68,7 @@ from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.settings import SettingsScreen
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
-from desktop_app.app.services import AppServices, SchemaReport, open_services
+from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.config import Settings, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError
@@ -78,6 +78,9 @@ from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted,
 from desktop_app.flows import builtin_flow_key
 from desktop_app.flows.digest import DigestInput, DigestState
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
+
+if TYPE_CHECKING:
+    from desktop_app import bootstrap
 
 T = TypeVar("T")
 
@@ -163,7 +166,7 @@ class FlowdeskApp(App[None]):
         self.services: AppServices | None = None
         self.engine: Engine | None = None
         self.reader: CheckpointStore | None = None
-        self.schema: SchemaReport | None = None
+        self.schema: bootstrap.SchemaReport | None = None
         #: claims, the launch-recovery gate and job execution (one place)
         self.runs = RunController()
         #: the outbox dispatcher's thread, once the database is open

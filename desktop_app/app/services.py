@@ -12,19 +12,19 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from desktop_app import bootstrap
 from desktop_app.agent import Agent
 from desktop_app.config import Settings
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows import builtin_destinations
-from desktop_app.store.agent_runs import AgentRun, ToolResult
 from desktop_app.store.protocol import CheckpointStore
+from desktop_app.store.records import AgentRun, ToolResult
 
-SchemaReport = bootstrap.SchemaReport
+if TYPE_CHECKING:  # bootstrap (and with it the backends) is imported when the app opens
+    from desktop_app import bootstrap
 
 
 class AgentStore(Protocol):
@@ -86,6 +86,8 @@ class AppServices:
         Raises:
             SecretsError, KeyFileError (the API key cannot be read).
         """
+        from desktop_app import bootstrap
+
         return bootstrap.build_model(self.services.settings)
 
     def close(self) -> None:
@@ -108,6 +110,8 @@ def open_services(
     Raises:
         FlowdeskError subclasses (database cannot be opened, schema too new...).
     """
+    from desktop_app import bootstrap
+
     report = bootstrap.app_schema(settings)
     services = bootstrap.open_services(settings, flows=flows, events=events)
     if clock is not None:

@@ -42,7 +42,7 @@ from desktop_app.app.screens.ask import (
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.errors import FlowdeskError
-from desktop_app.store.agent_runs import AgentRun, ToolResult
+from desktop_app.store.records import AgentRun, ToolResult
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp

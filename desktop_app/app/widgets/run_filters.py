@@ -27,8 +27,8 @@ from textual.message import Message
 from textual.widgets import Input, Select
 
 from desktop_app.runs_view import agent_status_as_flow
-from desktop_app.store.agent_runs import AgentRun
 from desktop_app.store.protocol import RUN_STATUSES, CheckpointStore, RunRecord, RunStatus
+from desktop_app.store.records import AgentRun
 
 RunKindFilter = Literal["flow", "agent"]
 #: what the kind select offers

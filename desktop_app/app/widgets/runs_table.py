@@ -16,8 +16,8 @@ from textual.widgets.data_table import ColumnKey
 from desktop_app.app.format import STATUS_STYLES, ago, bar, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
 from desktop_app.runs_view import agent_status_as_flow
-from desktop_app.store.agent_runs import AgentRun
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
+from desktop_app.store.records import AgentRun
 
 #: a row of the table: a flow run or an agent run
 AnyRun = RunRecord | AgentRun
