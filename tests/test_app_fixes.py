@@ -7,9 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+from textual.widgets import Button, Input, Select
 
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.widgets.run_tables import CheckpointsTable, StepsTable, group_cells
 from desktop_app.config import load_settings
 from tests.app_support import messages, settle, wait_until
@@ -67,3 +69,34 @@ async def test_grouped_timeline_counts_loop_iterations_like_the_steps_tab(
         loop = [g for g in screen.query_one(CheckpointsTable).groups if g.step_id == "summarize"]
         assert len(loop) == 1
         assert group_cells(loop[0])[3].plain == f"summarize x{iteration}"
+
+
+async def test_start_form_fits_80x24_has_bordered_inputs_and_takes_typing_after_tab(
+    tmp_path: Path,
+) -> None:
+    app = FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, StartFlowScreen)
+        select = form.query_one("#flow", Select)
+        select.value = "digest"
+        await settle(pilot)
+        select.focus()
+        await pilot.pause()
+        # Tab goes from the flow selector straight to the first field.
+        await pilot.press("tab", *"abc")
+        await pilot.pause()
+        first = form.query_one("#field-folder", Input)
+        assert first.has_focus and first.value == "abc"
+        # Inputs have a visible border, and no placeholder that reads like a label.
+        for field in form.query(Input):
+            assert field.styles.border_top[0] not in ("", "none", "hidden")
+            assert field.placeholder.strip().lower() not in ("text", "json (or text)")
+        # Both buttons are wholly on screen at 80x24.
+        screen_region = form.region
+        for button in form.query(Button):
+            region = button.region
+            assert region.height > 0 and screen_region.contains_region(region), button.id
