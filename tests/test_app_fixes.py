@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
-from textual.widgets import Button, Input, Select
+from textual.widgets import Button, Input, Select, Tab, TabbedContent
 
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.detail import RunDetailScreen
@@ -100,3 +101,42 @@ async def test_start_form_fits_80x24_has_bordered_inputs_and_takes_typing_after_
         for button in form.query(Button):
             region = button.region
             assert region.height > 0 and screen_region.contains_region(region), button.id
+
+
+async def open_finished_digest(pilot: Any, tmp_path: Path, files: int) -> RunDetailScreen:
+    src = tmp_path / "notes"
+    src.mkdir()
+    for i in range(files):
+        (src / f"n{i:02}.md").write_text(f"# Note {i}\n\nSome words about item {i}.\n")
+    app = pilot.app
+    await settle(pilot)
+    await start_digest_via_form(pilot, "notes", "out")
+    table = app.runs_screen.table
+    await wait_until(pilot, lambda: bool(table.run_ids))
+    run_id = table.run_ids[0]
+    await wait_until(
+        pilot,
+        lambda: app.read(lambda s: s.get_run(run_id)).status == "completed",
+    )
+    await pilot.press("enter")
+    await settle(pilot)
+    screen = app.screen
+    assert isinstance(screen, RunDetailScreen)
+    steps = screen.query_one(StepsTable)
+    await wait_until(pilot, lambda: steps.status_of("summarize") == "completed")
+    return screen
+
+
+async def test_detail_tab_labels_are_whole_at_120_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_finished_digest(pilot, tmp_path, 2)
+        tabs = screen.query_one("#panels", TabbedContent).query(Tab)
+        bar = screen.query_one("#panels", TabbedContent).region
+        labels = [t.label.plain for t in tabs]
+        assert labels[-1] == "7 Graph"
+        for tab in tabs:
+            assert bar.contains_region(tab.region), tab.label.plain
