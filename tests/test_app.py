@@ -89,9 +89,10 @@ async def test_first_launch_applies_the_schema_and_says_so(tmp_path: Path) -> No
         await settle(pilot)
         assert app.startup_error is None
         assert app.schema is not None and app.schema.applied
-        applied = [m for m in messages(app) if m.startswith("Applied schema")]
+        applied = [m for m in messages(app) if m.startswith("Applied the schema")]
         assert len(applied) == 1
-        assert "core/" in applied[0] and str(db) in applied[0]
+        n = len(app.schema.applied)
+        assert applied[0] == f"Applied the schema ({n} files) to {db}"
         assert "schema applied now" in runs_screen(app).status_line.message
         assert runs_screen(app).table.run_ids == []
         assert not messages(app, "error")
@@ -106,7 +107,7 @@ async def test_first_launch_applies_the_schema_and_says_so(tmp_path: Path) -> No
     async with again.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert again.schema is not None and again.schema.applied == []
-        assert not [m for m in messages(again) if m.startswith("Applied schema")]
+        assert not [m for m in messages(again) if m.startswith("Applied the schema")]
 
 
 async def test_start_digest_from_the_form(
@@ -471,7 +472,7 @@ async def test_the_schema_status_line_goes_away(tmp_path: Path) -> None:
         await wait_until(pilot, lambda: line.message == "")
         assert not line.display
         # The notice stays in the log even though its toast and the line are gone.
-        assert any(m.startswith("Applied schema") for m in messages(app))
+        assert any(m.startswith("Applied the schema") for m in messages(app))
 
 
 # -- return code -------------------------------------------------------------

@@ -339,7 +339,8 @@ class FlowdeskApp(App[None]):
         for problem in self.services.flow_problems:  # the other flows work
             self.say(problem, "error")
         if report.applied:
-            self.say(f"Applied schema {', '.join(report.applied)} to {report.path}")
+            n = len(report.applied)
+            self.say(f"Applied the schema ({n} files) to {report.path}")
             status = f"Database {report.path}: schema applied now ({len(report.applied)} files)."
         else:
             status = f"Database {report.path}: schema up to date."

@@ -191,7 +191,8 @@ class StartFlowScreen(ModalScreen[None]):
                 id="flow",
             )
             yield Static("", id="flow-description")
-            yield VerticalScroll(id="fields")
+            # Not focusable itself: Tab goes from the flow selector to the first field.
+            yield VerticalScroll(id="fields", can_focus=False)
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start", variant="primary", id="start")
@@ -241,20 +242,38 @@ class StartFlowScreen(ModalScreen[None]):
                         id=f"help-{name_}",
                     )
                 )
-            placeholder = "text" if is_text(info.annotation) else "JSON (or text)"
-            widgets.append(
-                Input(prefill(info), placeholder=placeholder, compact=True, id=f"field-{name_}")
+            placeholder = (
+                f"type the {name_}"
+                if is_text(info.annotation)
+                else f'the {name_} as JSON, e.g. 3, true or ["a"]'
             )
+            widgets.append(Input(prefill(info), placeholder=placeholder, id=f"field-{name_}"))
             widgets.append(Static("", classes="field-error", id=f"error-{name_}"))
         await fields.mount_all(widgets)
+        self.call_after_refresh(self._fit)
         if widgets and not self.query_one("#flow", Select).has_focus:
             fields.query(Input).first().focus()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit)
+
+    def _fit(self) -> None:
+        """Cap the fields' scroll area so the whole dialog, buttons included,
+        fits the terminal (the fields scroll when there are more of them)."""
+        dialog = self.query_one("#dialog", Vertical)
+        fields = self.query_one("#fields", VerticalScroll)
+        others = sum(
+            c.outer_size.height + c.styles.margin.height for c in dialog.children if c is not fields
+        )
+        room = self.size.height - others - dialog.styles.gutter.height - fields.styles.margin.height
+        fields.styles.max_height = max(3, min(24, room))
 
     # -- errors ----------------------------------------------------------------
 
     def _show_error(self, message: str) -> None:
         self.error_text = message
         self.query_one("#form-error", Static).update(Text(message))
+        self.call_after_refresh(self._fit)
 
     def _clear_errors(self) -> None:
         for name in self.field_errors:

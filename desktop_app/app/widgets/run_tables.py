@@ -143,6 +143,12 @@ class CheckpointGroup:
         self.last, self.last_at = info.revision, info.created_at
         self.count += 1
 
+    @property
+    def iterations(self) -> int:
+        """The loop's iterations in this row: one checkpoint of the group is
+        the loop's entry, so ``count - 1`` (what the Steps tab's Iteration says)."""
+        return self.count - 1
+
 
 def group_history(history: Sequence[CheckpointInfo]) -> list[CheckpointGroup]:
     """``history`` (oldest first) as timeline rows: runs of one step and status merged."""
@@ -172,7 +178,7 @@ def group_cells(group: CheckpointGroup, width: int = 10) -> tuple[Text, ...]:
     revisions = str(group.first) if single else f"{group.first}-{group.last}"
     step = group.step_id or "-"
     if not single:
-        step = f"{step} x{group.count:,}"
+        step = f"{step} x{group.iterations:,}"
     span = group.last_at - group.first_at
     took = "" if single else f"{span:.1f} s"
     return (
@@ -188,8 +194,9 @@ def group_cells(group: CheckpointGroup, width: int = 10) -> tuple[Text, ...]:
 class CheckpointsTable(DataTable[Text]):
     """The run's timeline, oldest first: one row per checkpoint, except that
     consecutive checkpoints of one step with one status (a loop's iterations)
-    share a row (``summarize x2,450``); new revisions extend the last row or
-    are appended as they commit. A row stands for its last revision."""
+    share a row (``summarize x2,450``: iterations, not checkpoints); new
+    revisions extend the last row or are appended as they commit.
+    A row stands for its last revision."""
 
     DEFAULT_CSS = """
     CheckpointsTable {
