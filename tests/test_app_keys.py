@@ -16,10 +16,11 @@ from textual.widgets._footer import FooterKey
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.help import HelpScreen
 from desktop_app.config import Settings, load_settings
 from desktop_app.flow import CompiledFlow, FlowBuilder
-from tests.app_support import settle
+from tests.app_support import settle, wait_until
 
 
 class Ask(BaseModel):
@@ -68,7 +69,9 @@ async def agent_runs(pilot: Pilot[None], run_id: str) -> None:
 async def detail(pilot: Pilot[None], run_id: str) -> None:
     app = pilot.app
     assert isinstance(app, FlowdeskApp)
+    await wait_until(pilot, lambda: app.reader is not None)  # the app has opened its database
     app.open_run(run_id)
+    await wait_until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
     await settle(pilot)
 
 

@@ -349,7 +349,9 @@ def test_a_deadlock_aborts_one_append_which_is_retried_whole(pg_url, pg_store):
         for t in threads:
             t.join()
         assert errors == []
-        assert sorted(calls.values()) == [1, 2]  # exactly one transaction ran twice
+        # PostgreSQL aborted one of the two (a deadlock), and the store re-ran it
+        # whole; under load the re-run may meet the other again and be re-run once more
+        assert min(calls.values()) == 1 and 2 <= max(calls.values()) <= 3
         for rid in ("r1", "r2"):
             assert pg_store.latest(rid).revision == 2
             (row,) = pg_store.query(digest.files_of_run(rid))

@@ -32,9 +32,21 @@ def test_doctor_reports_the_servers_durability_and_schema(pg_url, pg_server):
     assert checks["server"][0] is True and checks["server"][1].startswith("PostgreSQL ")
     assert checks["schema"] == (True, "all applied")
     assert checks["primary"][0] is True
-    # the test cluster is started with fsync=off and synchronous_commit=off
+    # test clusters run with fsync=off; synchronous_commit depends on who
+    # started the server (the tests' own cluster: off; .ci/postgres.sh: on)
     assert checks["fsync"][0] is False and "crash" in checks["fsync"][1]
-    assert checks["synchronous_commit"][0] is None
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SHOW synchronous_commit").fetchone()
+    sync = row[0] if row else ""
+    expected = True if sync in ("on", "remote_apply", "remote_write") else None
+    assert checks["synchronous_commit"] == (
+        expected,
+        sync
+        if expected
+        else f"{sync} (a server crash can lose the last commits; a finished step may rerun)",
+    )
     assert checks["clock offset"][0] is True
     assert "max_connections" in checks["connections"][1]
 

@@ -301,15 +301,17 @@ def test_loser_of_a_takeover_race_is_told_a_live_process_holds_the_run(db_path):
     # saves: each store's first append waits until both got there
     barrier = threading.Barrier(2, timeout=30)
     for store in stores:
-        real = store.append
         first = [True]
+        # the engine saves through append, or append_batch under group commit
+        for method in ("append", "append_batch"):
+            real = getattr(store, method)
 
-        def append(*args, _real=real, _first=first, **kwargs):
-            if _first.pop() if _first else False:
-                barrier.wait()
-            return _real(*args, **kwargs)
+            def saving(*args, _real=real, _first=first, **kwargs):
+                if _first.pop() if _first else False:
+                    barrier.wait()
+                return _real(*args, **kwargs)
 
-        store.append = append
+            setattr(store, method, saving)
 
     def resume(store) -> None:
         try:
