@@ -49,8 +49,12 @@ def test_importing_loads_no_backend(module):
     assert out.stdout.strip() == "", f"importing {module} loaded {out.stdout.strip()}"
 
 
-def _imports(path: Path, package: str, known: set[str]) -> set[str]:
+def _imports(path: Path, package: str, known: set[str], *, runtime_only: bool = False) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+                node.body = []
     found: set[str] = set()
     for node in ast.walk(tree):
         names: list[str] = []
@@ -189,22 +193,7 @@ def test_the_portability_patterns_catch_the_old_forms():
 def _runtime_imports(path: Path, package: str, known: set[str]) -> set[str]:
     """Like :func:`_imports`, leaving out imports under ``if TYPE_CHECKING:``
     (type names only: not a runtime edge)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            node.body = []
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = f"{package}.{base}" if base else package
-            names = [base, *(f"{base}.{a.name}" for a in node.names)]
-        found |= {n for n in names if n in known}
-    return found
+    return _imports(path, package, known, runtime_only=True)
 
 
 def test_the_app_and_its_screens_import_each_other_without_a_cycle():
