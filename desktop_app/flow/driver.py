@@ -251,8 +251,15 @@ class RunDriver:
                 ) from None
             raise Stopped() from None
         except RevisionConflictError:
-            if self.store.get_run(self.run_id).status == "canceled":
+            run = self.store.get_run(self.run_id)
+            if run.status == "canceled":
                 raise Canceled() from None
+            if self.saves == 0 and self.takeover:
+                # two processes took a dead owner's run over at once and the
+                # other one saved first (and may have finished and released it)
+                raise RunLeasedError(
+                    self.run_id, run.lease_owner or "another process", run.lease_expires_at or 0.0
+                ) from None
             raise
         self.revision = cp.revision
         self.stored_state = cp.state

@@ -497,13 +497,6 @@ class SqliteCheckpointStore:
                         f"run {cp.run_id} is held by a live process ({row[1]}) that took "
                         "it over; this process stops executing it."
                     )
-                if lease is not None and row[1] is None and row[0] >= cp.revision:
-                    # a leased writer found revisions it did not save and no lease:
-                    # another process won the takeover, ran and released the run
-                    raise LeaseLostError(
-                        f"run {cp.run_id} was taken over by a live process, which saved "
-                        f"revision {row[0]} and released it; this process stops executing it."
-                    )
                 raise RevisionConflictError(
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
                     f"latest revision {row[0]}; another writer got there first. Reload "
