@@ -168,10 +168,10 @@ def test_without_liveness_a_dead_workers_run_is_taken_over_when_its_lease_expire
     a = spawn(pg_url, "machine-a", "--step-s", "0.6", "--ttl", "2", "--no-liveness")
     procs.append(a)
     (run_id,) = submit(pg_store, "slow")
+    a.expect(lambda w: w[0] == "start" and w[2] == "s1")  # a holds the run before b exists
     b = spawn(pg_url, "machine-b", "--step-s", "0.05", "--ttl", "2", "--no-liveness",
               "--poll", "0.1")  # fmt: skip
     procs.append(b)
-    a.expect(lambda w: w[0] == "start" and w[2] == "s1")
     a.kill()
     expiry = pg_store.get_run(run_id).lease_expires_at
     assert expiry is not None
