@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-# A failing keyring unless a test opts into an in-memory one (STYLE.md).
+# A failing keyring unless a test opts into an in-memory one.
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 
 
