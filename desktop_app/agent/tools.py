@@ -35,11 +35,9 @@ class AgentTool(Protocol):
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema."""
-        ...
 
     def call(self, arguments: dict[str, Any]) -> str:
         """Run the tool; its result as text for the model."""
-        ...
 
 
 #: how a recorded tool list's key in a run's tool journal starts (no tool
@@ -63,11 +61,9 @@ class ToolListing(Protocol):
 
     def listing(self) -> str:
         """The tool list as canonical JSON."""
-        ...
 
     def check_listing(self, recorded: str) -> str | None:
         """``None`` when ``recorded`` equals the current listing, else what changed."""
-        ...
 
 
 class Tool:

@@ -48,21 +48,16 @@ class DriverHost(Protocol):
 
     def lease(self, takeover: bool = False) -> Lease:
         """A lease for this process from now; ``takeover`` also takes over a live one."""
-        ...
 
     def commit(self, request: AppendRequest) -> None:
         """Append one checkpoint; returns once it is durable (its batch
         committed). Raises the errors of ``CheckpointStore.append``."""
-        ...
 
     def track(self, run_id: str, executing: bool) -> None:
         """Note that the host starts (``True``) or stops executing ``run_id``."""
-        ...
 
     def cancel_event(self, run_id: str) -> threading.Event:
         """The in-memory flag set when ``run_id`` is canceled in this process."""
-        ...
 
     def forget_cancel(self, run_id: str) -> None:
         """Drop the run's cancel flag once nothing drives it."""
-        ...

@@ -67,7 +67,6 @@ class BatchAppender(Protocol):
         Raises:
             StoreError: the transaction itself failed (nothing committed).
         """
-        ...
 
 
 @dataclass(slots=True, eq=False)
