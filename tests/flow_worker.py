@@ -258,7 +258,11 @@ def main() -> int:
         for _run, outcome in engine.recover():
             print("recovered", getattr(outcome, "status", outcome))
     else:
-        print("ran", engine.run(ARGS.flow, S()).status)
+        result = engine.run(ARGS.flow, S())
+        # the error goes to stderr, so a test that fails on the status shows why
+        print("ran", result.status)
+        if result.error:
+            print("run error:", result.error, file=sys.stderr)
     store.close()
     return 0
 
