@@ -13,7 +13,6 @@ from textual.widgets import DataTable, Input, Select
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
-from desktop_app.app.previews import undo_tidy
 from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
@@ -25,6 +24,7 @@ from desktop_app.errors import FlowDefinitionError, InputError
 from desktop_app.flow import FlowBuilder
 from desktop_app.flows.digest import build_digest_flow
 from desktop_app.flows.tidy import TidyState, build_tidy_flow
+from desktop_app.flows.tidy_undo import undo_tidy
 from tests.app_support import messages, settle, wait_until
 
 SIZE = (120, 40)
@@ -156,13 +156,14 @@ async def test_tidy_question_previews_its_moves_yes_moves_them_and_undo_moves_th
 def test_undo_twice_changes_nothing_the_second_time_and_a_bad_list_is_refused(
     tmp_path: Path,
 ) -> None:
-    moved = tmp_path / "Images" / "a.jpg"
-    moved.parent.mkdir()
+    moved = tmp_path / "Images" / "2026-11" / "a.jpg"
+    moved.parent.mkdir(parents=True)
     moved.write_bytes(b"a")
-    undo_list = tmp_path / "undo.json"
+    undo_list = tmp_path / ".flowdesk-tidy-undo-r1.json"
     undo_list.write_text(json.dumps([{"from": str(moved), "to": str(tmp_path / "a.jpg")}]))
     first = undo_tidy(undo_list)
     assert first.moved_back == 1 and first.left == []
+    assert first.folders_removed == [str(moved.parent), str(moved.parent.parent)]
     second = undo_tidy(undo_list)
     assert second.moved_back == 0 and second.left == [f"a.jpg: no longer at {moved.parent}"]
     undo_list.write_text('{"not": "a list"}')

@@ -52,7 +52,6 @@ from desktop_app.app.messages import (
     RunChanged,
     StartupFailed,
 )
-from desktop_app.app.previews import undo_tidy
 from desktop_app.app.progress import ProgressMeter
 from desktop_app.app.runs import RunController
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
@@ -71,12 +70,13 @@ from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.config import Settings, load_settings, recovery_policy
-from desktop_app.errors import FlowdeskError
+from desktop_app.errors import FlowdeskError, InputError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.flows import builtin_flow_key
 from desktop_app.flows.digest import DigestInput, DigestState
+from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
 
 if TYPE_CHECKING:
@@ -692,15 +692,14 @@ class FlowdeskApp(App[None]):
         """Ask, then move a tidy run's files back from its undo list (in a worker)."""
         if self.require_engine() is None:
             return
-        run = self.read(lambda s: s.get_run(run_id))
-        latest = self.read(lambda s: s.latest(run_id))
-        if run is None or latest is None:
-            return
         rid = short_id(run_id)
-        undo_list = latest.state.get("undo_path") if run.flow_name == "tidy" else None
-        if not isinstance(undo_list, str):
-            what = "is not a tidy run" if run.flow_name != "tidy" else "moved nothing"
-            self.say(f"Run {rid} {what}; there is nothing to undo.", "warning")
+        store = self.reader
+        if store is None:
+            return
+        try:
+            undo_list = str(undo_list_of(store, run_id))
+        except FlowdeskError as exc:
+            self.say(str(exc), "warning" if isinstance(exc, InputError) else "error")
             return
 
         def chosen(yes: bool | None) -> None:

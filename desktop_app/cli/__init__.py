@@ -40,6 +40,7 @@ COMMANDS: dict[str, Callable[[Ctx], int]] = {
     "watch": runs.cmd_watch,
     "resume": runs.cmd_resume,
     "cancel": runs.cmd_cancel,
+    "undo": runs.cmd_undo,
     "waiting": runs.cmd_waiting,
     "answer": start.cmd_answer,
     "signal": start.cmd_signal,

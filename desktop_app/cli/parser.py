@@ -167,6 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _run_id(sub.add_parser("cancel", help="cancel a flow run or an agent run"))
 
+    undo = sub.add_parser("undo", help="move a tidy run's files back where they were")
+    _run_id(undo)
+    _json(undo, "one JSON object")
+
     _json(sub.add_parser("waiting", help="runs waiting, and what each waits for"))
 
     answer = sub.add_parser("answer", help="answer a run waiting for input")

@@ -1,5 +1,5 @@
 """Reading and steering runs: ``runs``, ``show``, ``watch``, ``waiting``,
-``resume``, ``cancel``. Flow runs and agent runs alike; every run id may be
+``resume``, ``cancel``, ``undo``. Flow runs and agent runs alike; every run id may be
 a unique prefix (:func:`desktop_app.store.runids.resolve_run_id`)."""
 
 from __future__ import annotations
@@ -402,3 +402,29 @@ def cmd_cancel(ctx: Ctx) -> int:
     run = sv.engine.cancel(ref.run_id)
     print(f"run {run.run_id} {run.status}")
     return EXIT_OK
+
+
+def cmd_undo(ctx: Ctx) -> int:
+    """``flowdesk undo RUN``: move a tidy run's files back (exit 1 when a file
+    could not go back; each is listed with why)."""
+    from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+
+    sv = ctx.services()
+    ref = ctx.resolve(sv, ctx.args.run_id)
+    report = undo_tidy(undo_list_of(sv.checkpoints, ref.run_id))
+    if ctx.args.json:
+        emit(
+            {
+                "run_id": ref.run_id,
+                "moved_back": report.moved_back,
+                "left": report.left,
+                "folders_removed": report.folders_removed,
+            }
+        )
+    else:
+        print(f"tidy run {ref.run_id}: {report.moved_back} moved back")
+        for line in report.left:
+            print(f"  left {line}")
+        for folder in report.folders_removed:
+            print(f"  removed empty folder {folder}")
+    return EXIT_FAILED if report.left else EXIT_OK

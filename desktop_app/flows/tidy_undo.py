@@ -1,0 +1,205 @@
+"""Undo a tidy run: move its files back from its undo list.
+
+The undo list (``<folder>/.flowdesk-tidy-undo-<run_id>.json``, written by the
+tidy flow's ``undo`` step) is a JSON list of ``{"from": <folder>/<Kind>/<YYYY-MM>/<name>,
+"to": <folder>/<name>}`` pairs. Each file goes back with the same guarantees
+the forward moves have (:mod:`desktop_app.flows.confined`): every folder is
+opened from a descriptor without following a symbolic link, and the rename
+never replaces a file (``renameat2(RENAME_NOREPLACE)``), so a file put at the
+old place since is never overwritten, whatever happens between a check and
+the rename.
+
+Afterwards the ``<Kind>/<YYYY-MM>`` folders the moves leave empty are removed
+(``rmdir`` removes only an empty folder, atomically); a folder that still
+holds anything, such as a file saved there since, stays.
+
+Running it twice changes nothing the second time: a file no longer where
+tidy put it is reported and left.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from desktop_app.errors import InputError
+from desktop_app.flows.confined import (
+    Refused,
+    fsync_dir,
+    kind_at,
+    open_dir,
+    open_subdir,
+    rename_noreplace,
+)
+from desktop_app.flows.tidy import planned_layout
+
+if TYPE_CHECKING:
+    from desktop_app.store.protocol import CheckpointStore
+
+
+@dataclass(frozen=True)
+class UndoReport:
+    """What :func:`undo_tidy` did.
+
+    Attributes:
+        moved_back: files moved back to their old place.
+        left: one line per file left where it is, with why.
+        folders_removed: the emptied ``<Kind>/<YYYY-MM>`` and ``<Kind>``
+            folders removed, as paths.
+    """
+
+    moved_back: int
+    left: list[str]
+    folders_removed: list[str] = field(default_factory=list)
+
+
+def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
+    """The ``(from, to)`` pairs of an undo list.
+
+    Raises:
+        InputError: the file is missing, unreadable, or not a list of
+            ``{"from": str, "to": str}`` objects.
+    """
+    try:
+        entries = json.loads(undo_list.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"the undo list {undo_list} does not exist; nothing to undo") from exc
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the undo list {undo_list}: {exc}") from exc
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("from"), str) and isinstance(e.get("to"), str)
+        for e in entries
+    ):
+        raise InputError(f"{undo_list} is not a tidy undo list (a list of from/to pairs)")
+    return [(e["from"], e["to"]) for e in entries]
+
+
+def undo_tidy(undo_list: Path) -> UndoReport:
+    """Move a tidy run's files back from ``undo_list``, then remove the
+    folders that left empty.
+
+    A pair whose paths are not the tidy layout inside the undo list's own
+    folder (an edited list) is refused and reported, never followed.
+
+    Raises:
+        InputError: the undo list is missing or is not a tidy undo list.
+    """
+    pairs = read_undo_list(undo_list)
+    folder = undo_list.parent
+    moved, left = 0, []
+    emptied: set[tuple[str, str]] = set()
+    for moved_to, came_from in pairs:
+        name = Path(moved_to).name
+        try:
+            if _move_back(folder, Path(moved_to), Path(came_from)):
+                moved += 1
+            else:
+                left.append(f"{name}: no longer at {Path(moved_to).parent}")
+        except Refused as exc:
+            left.append(f"{name}: {exc}")
+        except OSError as exc:
+            left.append(f"{name}: {exc.strerror or exc}")
+        else:
+            emptied.add((Path(moved_to).parent.parent.name, Path(moved_to).parent.name))
+    removed = _remove_empty(folder, emptied, left)
+    return UndoReport(moved, left, removed)
+
+
+def _move_back(folder: Path, moved_to: Path, came_from: Path) -> bool:
+    """Rename ``moved_to`` back to ``came_from``; ``False`` when it is gone.
+
+    Raises:
+        Refused: the pair is not inside ``folder``'s tidy layout, the file is
+            no longer a regular file, or its old place is taken.
+        OSError: the rename failed for another reason.
+    """
+    top_folder, kind_dir, month, name = planned_layout(came_from, moved_to)
+    if top_folder != folder:
+        raise Refused(f"{came_from} is not in {folder}, the folder of the undo list")
+    top = open_dir(folder)
+    fds = [top]
+    try:
+        try:
+            fds.append(open_subdir(top, kind_dir))
+            fds.append(open_subdir(fds[-1], month))
+        except FileNotFoundError:
+            return False
+        kind = kind_at(fds[-1], name)
+        if kind is None:
+            return False
+        if kind != "a regular file":
+            raise Refused(f"{moved_to} is now {kind}; left where it is")
+        if kind_at(top, came_from.name) is not None:
+            raise Refused(f"{came_from} is taken; left at {moved_to}")
+        # the check above only words the common case; the rename itself refuses
+        # a file that appears at the old place after it
+        rename_noreplace(fds[-1], name, top, came_from.name)
+        fsync_dir(top)
+        fsync_dir(fds[-1])
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _remove_empty(folder: Path, touched: set[tuple[str, str]], left: list[str]) -> list[str]:
+    """``rmdir`` each touched ``<Kind>/<YYYY-MM>``, then each ``<Kind>``, when
+    empty; the paths removed. A folder that is not empty, or gone, stays as it
+    is; one that cannot be removed for another reason stays and is added to
+    ``left`` with why."""
+    removed: list[str] = []
+    try:
+        top = open_dir(folder)
+    except (Refused, OSError):
+        return removed
+    try:
+        for kind_dir in sorted({k for k, _ in touched}):
+            try:
+                kind_fd = open_subdir(top, kind_dir)
+            except (Refused, OSError):
+                continue
+            try:
+                for month in sorted(m for k, m in touched if k == kind_dir):
+                    if _rmdir_if_empty(kind_fd, month, folder / kind_dir / month, left):
+                        removed.append(str(folder / kind_dir / month))
+            finally:
+                os.close(kind_fd)
+            if _rmdir_if_empty(top, kind_dir, folder / kind_dir, left):
+                removed.append(str(folder / kind_dir))
+        if removed:
+            fsync_dir(top)
+    finally:
+        os.close(top)
+    return removed
+
+
+def _rmdir_if_empty(dir_fd: int, name: str, shown: Path, left: list[str]) -> bool:
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
+            left.append(f"{shown}: the emptied folder was not removed: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def undo_list_of(store: CheckpointStore, run_id: str) -> Path:
+    """The undo list of tidy run ``run_id`` (from its latest checkpoint).
+
+    Raises:
+        CheckpointNotFoundError: no such run.
+        InputError: it is not a tidy run, or it has no undo list yet (it
+            moved nothing, or has not reached its ``undo`` step).
+    """
+    run = store.get_run(run_id)
+    if run.flow_name != "tidy":
+        raise InputError(f"run {run_id} is a {run.flow_name} run, not a tidy run; nothing to undo")
+    latest = store.latest(run_id)
+    path = None if latest is None else latest.state.get("undo_path")
+    if not isinstance(path, str):
+        raise InputError(f"tidy run {run_id} ({run.status}) has no undo list: it moved nothing yet")
+    return Path(path)
