@@ -123,8 +123,16 @@ async def test_enter_on_an_agent_run_opens_its_conversation(tmp_path: Path) -> N
         await pilot.press("escape")
         await settle(pilot)
         assert isinstance(app.screen, RunsScreen)
-        # an agent run is not resumed or canceled from the runs table: it says why
+        # r on an agent run resumes it in its own screen; one waiting for a
+        # person is not resumed there: it says to answer it in the inbox
         table.move_cursor(row=table.run_ids.index(ids["agent_asking"]))
         await pilot.press("r")
+        await settle(pilot)
+        assert isinstance(app.screen, AgentRunsScreen)
+        assert any("waits for an answer: press i" in n.message for n in app.notices)
+        await pilot.press("escape")
+        await settle(pilot)
+        # it is not canceled from the runs table: that says why
+        await pilot.press("c")
         await settle(pilot)
         assert any("is an agent run" in n.message for n in app.notices)

@@ -679,12 +679,13 @@ class FlowdeskApp(App[None]):
             return
         self.push_screen(RunDetailScreen(run_id))
 
-    def open_agent_run(self, run_id: str) -> None:
-        """The agent runs screen with ``run_id``'s conversation open."""
+    def open_agent_run(self, run_id: str, *, resume: bool = False) -> None:
+        """The agent runs screen with ``run_id``'s conversation open (and,
+        with ``resume``, the run resumed there, its answer streamed)."""
         if self.reader is None:
             self.require_engine()
             return
-        self.push_screen(AgentRunsScreen(open_run_id=run_id))
+        self.push_screen(AgentRunsScreen(open_run_id=run_id, resume=resume))
 
     # -- tidy undo --------------------------------------------------------
 

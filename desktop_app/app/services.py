@@ -30,15 +30,19 @@ if TYPE_CHECKING:  # bootstrap (and with it the backends) is imported when the a
 class AgentStore(Protocol):
     """What the app reads of the agent-run log (any backend's agent store)."""
 
-    def get(self, run_id: str) -> AgentRun: ...
+    def get(self, run_id: str) -> AgentRun:
+        """The run's row (``AgentLog.get``); raises CheckpointNotFoundError."""
 
     def list(
         self, statuses: Sequence[str] | None = None, agent: str | None = None
-    ) -> builtins.list[AgentRun]: ...
+    ) -> builtins.list[AgentRun]:
+        """Runs, optionally only those in ``statuses`` or of ``agent`` (``AgentLog.list``)."""
 
-    def messages(self, run_id: str) -> builtins.list[dict[str, Any]]: ...
+    def messages(self, run_id: str) -> builtins.list[dict[str, Any]]:
+        """The run's conversation, oldest first (``AgentLog.messages``)."""
 
-    def tool_results(self, run_id: str) -> builtins.list[ToolResult]: ...
+    def tool_results(self, run_id: str) -> builtins.list[ToolResult]:
+        """The run's durable tool calls (``AgentLog.tool_results``)."""
 
 
 @dataclass

@@ -42,7 +42,7 @@ from desktop_app.app.screens.ask import (
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.errors import FlowdeskError
-from desktop_app.store.records import AgentRun, ToolResult
+from desktop_app.store.records import AGENT_TERMINAL, AgentRun, ToolResult
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -188,9 +188,11 @@ class AgentRunsScreen(Screen[None]):
         Binding("escape", "app.pop_screen", "Back"),
         Binding("enter", "open_run", "Open", priority=True),
         Binding("a", "ask", "Ask"),
+        Binding("r", "resume", "Resume"),
         Binding("q", "app.quit", "Quit"),
     ]
-    #: the agent name of runs started with ``a``
+    #: the agent name of runs started with ``a`` (and the only one ``r`` resumes:
+    #: other agents' tools are configured for the command line)
     ASK_AGENT = "ask"
 
     COLUMNS = (
@@ -208,10 +210,12 @@ class AgentRunsScreen(Screen[None]):
         ("reused", "Reused"),
     )
 
-    def __init__(self, *, open_run_id: str | None = None) -> None:
-        """``open_run_id``: a run whose conversation shows as soon as the list is read."""
+    def __init__(self, *, open_run_id: str | None = None, resume: bool = False) -> None:
+        """``open_run_id``: a run whose conversation shows as soon as the list
+        is read; with ``resume``, that run is resumed once the screen is up."""
         super().__init__()
         self._open_first = open_run_id
+        self._resume_first = open_run_id if resume else None
         #: the last answer streamed here (``None`` until one ended)
         self.answered: AgentResponse | None = None
         self.runs: list[AgentRun] = []
@@ -271,6 +275,8 @@ class AgentRunsScreen(Screen[None]):
         self.table.focus()
         self.set_interval(self.flowdesk.POLL_S, self._poll)
         self.reload()
+        if self._resume_first is not None:
+            self.resume_run(self._resume_first)
 
     # -- reading -----------------------------------------------------------
 
@@ -410,16 +416,63 @@ class AgentRunsScreen(Screen[None]):
     def _asked(self, question: str | None) -> None:
         if not question:
             return
+        self._begin_stream(question)
+        self._stream(None, question)
+
+    def action_resume(self) -> None:
+        """Resume the selected agent run here, its answer streamed like ``a``'s."""
+        run_id = self.selected_id
+        if run_id is None:
+            self.flowdesk.say("No agent run selected.", "warning")
+        else:
+            self.resume_run(run_id)
+
+    def resume_run(self, run_id: str) -> None:
+        """Resume agent run ``run_id`` (``Agent.resume_stream``) when this app
+        can: a run of :attr:`ASK_AGENT` that is not finished, not waiting for
+        a person and not being driven by another process. Otherwise say why
+        and what to do instead."""
+        if self.flowdesk.services is None:
+            self.flowdesk.require_engine()
+            return
+        try:
+            run = _agent_store(self.flowdesk).get(run_id)
+            used_tools = bool(_agent_store(self.flowdesk).tool_results(run_id))
+        except Exception as exc:  # never a traceback in the user's face
+            self.flowdesk.say(_failure(exc), "error")
+            return
+        rid = short_id(run_id)
+        problem = None
+        if run.status == "done":
+            problem = f"Agent run {rid} is done; its answer is shown with enter."
+        elif run.status == "input_required":
+            problem = f"Agent run {rid} waits for an answer: press i (the inbox) to answer it."
+        elif run.status in AGENT_TERMINAL:
+            problem = f"Agent run {rid} is {run.status}; it cannot be resumed."
+        elif run.agent != self.ASK_AGENT or used_tools:
+            problem = (
+                f"Agent run {rid} uses tools set up on the command line; resume it "
+                f"with `flowdesk resume {run_id}`."
+            )
+        if problem is not None:
+            self.flowdesk.say(problem, "warning")
+            return
+        self.flowdesk.say(f"Resuming agent run {rid}…")
+        self._begin_stream(question_of(run) or run.input)
+        self._stream(run_id, None)
+
+    def _begin_stream(self, question: str) -> None:
         self._shown_id = None
+        self.answered = None
         self.query_one("#agent-conversation", Static).update(Text("Asking…"))
         self.query_one(StreamingAnswer).start(question)
         self.run_worker(self.query_one(ConversationView).show([], 0))
         self.tools_table.display = False
-        self._stream(question)
 
     @work(thread=True, exclusive=True, group="agent-ask", name="ask the agent")
-    def _stream(self, question: str) -> None:
-        """``Agent.stream`` on this thread; every event becomes a message."""
+    def _stream(self, run_id: str | None, question: str | None) -> None:
+        """``Agent.stream(question)``, or ``Agent.resume_stream(run_id)``, on
+        this thread; every event becomes a message."""
         try:
             model = self.flowdesk.chat_model()
             if model is None:
@@ -434,7 +487,8 @@ class AgentRunsScreen(Screen[None]):
             services = self.flowdesk.services
             assert services is not None
             agent = services.agent(self.ASK_AGENT, model)
-            for event in agent.stream(question):
+            events = agent.resume_stream(run_id) if run_id else agent.stream(question or "")
+            for event in events:
                 if event.kind == "delta":
                     self.post_message(AnswerDelta(event.text))
                 elif event.kind == "tool_start":

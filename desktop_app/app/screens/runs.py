@@ -388,14 +388,17 @@ class RunsScreen(Screen[None]):
         elif self.table.kind_of(run_id) == "agent":
             self.flowdesk.say(
                 f"{short_id(run_id)} is an agent run: enter shows its conversation, "
-                "i (the inbox) answers it.",
+                "r resumes it, i (the inbox) answers it.",
                 "warning",
             )
             return None
         return run_id
 
     def action_resume_run(self) -> None:
-        if (run_id := self._selected()) is not None:
+        run_id = self.table.selected_run_id()
+        if run_id is not None and self.table.kind_of(run_id) == "agent":
+            self.flowdesk.open_agent_run(run_id, resume=True)
+        elif (run_id := self._selected()) is not None:
             self.flowdesk.resume_run(run_id)
 
     def action_answer_run(self) -> None:
