@@ -4,7 +4,6 @@ domain SQL is portable."""
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 import desktop_app
 import desktop_app.store
 from desktop_app.store import protocol, records
+from tests import import_graph
 
 ROOT = Path(desktop_app.__file__).parent
 STORE = Path(desktop_app.store.__file__).parent
@@ -49,68 +49,14 @@ def test_importing_loads_no_backend(module):
     assert out.stdout.strip() == "", f"importing {module} loaded {out.stdout.strip()}"
 
 
-def _imports(path: Path, package: str, known: set[str], *, runtime_only: bool = False) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    if runtime_only:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-                node.body = []
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = f"{package}.{base}" if base else package
-            names = [base, *(f"{base}.{a.name}" for a in node.names)]
-        found |= {n for n in names if n in known}
-    return found
-
-
-def _graph(folder: Path, package: str) -> dict[str, set[str]]:
-    paths = sorted(p for p in folder.rglob("*.py"))
-
-    def name(p: Path) -> str:
-        rel = p.relative_to(folder).with_suffix("")
-        parts = [package, *rel.parts]
-        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-    known = {name(p) for p in paths} - {package}
-    return {name(p): _imports(p, package, known) - {name(p)} for p in paths}
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    color: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        color[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if color.get(nxt) == 1:
-                return [*stack[stack.index(nxt) :], nxt]
-            if nxt not in color and (found := visit(nxt)) is not None:
-                return found
-        stack.pop()
-        color[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in color and (found := visit(node)) is not None:
-            return found
-    return None
-
-
 def test_store_modules_import_each_other_without_a_cycle():
-    graph = _graph(STORE, "desktop_app.store")
+    graph = import_graph.graph(STORE, "desktop_app.store")
     assert "desktop_app.store.protocol" in graph["desktop_app.store.sqlite"]  # the walk sees edges
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+    assert import_graph.cycle(graph) is None, " -> ".join(import_graph.cycle(graph) or [])
 
 
 def test_the_cycle_finder_finds_one():
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert import_graph.cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
 def test_engine_agents_and_flows_never_name_a_backend():
@@ -190,22 +136,7 @@ def test_the_portability_patterns_catch_the_old_forms():
     }
 
 
-def _runtime_imports(path: Path, package: str, known: set[str]) -> set[str]:
-    """Like :func:`_imports`, leaving out imports under ``if TYPE_CHECKING:``
-    (type names only: not a runtime edge)."""
-    return _imports(path, package, known, runtime_only=True)
-
-
 def test_the_app_and_its_screens_import_each_other_without_a_cycle():
-    folder = STORE.parent / "app"
-    paths = sorted(folder.rglob("*.py"))
-
-    def name(p: Path) -> str:
-        rel = p.relative_to(folder).with_suffix("")
-        parts = ["desktop_app.app", *rel.parts]
-        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-    known = {name(p) for p in paths} - {"desktop_app.app"}
-    graph = {name(p): _runtime_imports(p, "desktop_app.app", known) - {name(p)} for p in paths}
+    graph = import_graph.graph(STORE.parent / "app", "desktop_app.app", runtime_only=True)
     assert "desktop_app.app.screens.runs" in graph["desktop_app.app.main"]  # edges are seen
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+    assert import_graph.cycle(graph) is None, " -> ".join(import_graph.cycle(graph) or [])

@@ -22,6 +22,7 @@ from desktop_app.errors import (
     RevisionConflictError,
 )
 from desktop_app.store.records import AGENT_TERMINAL, AgentRun, AgentStatus, ToolResult
+from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
 from desktop_app.store.sqlite import SqliteCheckpointStore, row_checksum
 
 __all__ = ["AGENT_TERMINAL", "AgentRun", "AgentStatus", "SqliteAgentStore", "ToolResult"]
@@ -31,33 +32,6 @@ _COLUMNS = (
     "pending_call, created_at, updated_at, deadline_at, expires_at, retry_at, context, "
     "lease_owner, lease_expires_at"
 )
-
-
-def _run(row: Sequence[Any]) -> AgentRun:
-    return AgentRun(
-        run_id=row[0],
-        agent=row[1],
-        status=row[2],
-        parent_run_id=row[3],
-        input=row[4],
-        response=row[5],
-        error=row[6],
-        error_type=row[7],
-        turns=int(row[8]),
-        pending_call=None if row[9] is None else json.loads(row[9]),
-        created_at=float(row[10]),
-        updated_at=float(row[11]),
-        deadline_at=row[12],
-        expires_at=row[13],
-        retry_at=row[14],
-        context=json.loads(row[15]),
-        lease_owner=row[16],
-        lease_expires_at=row[17],
-    )
-
-
-def _tool(row: Any) -> ToolResult:
-    return ToolResult(str(row[0]), str(row[1]), row[2], row[3], int(row[4]), int(row[5]))
 
 
 class SqliteAgentStore:
@@ -75,7 +49,7 @@ class SqliteAgentStore:
         self.path = checkpoints.path
 
     def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
-        """Insert a run and its first messages (system, user)."""
+        """`AgentLog.create` on SQLite (the first messages: system, user)."""
 
         def exists(exc: Exception) -> Exception:
             return RevisionConflictError(f"agent run {run.run_id} already exists")
@@ -133,16 +107,8 @@ class SqliteAgentStore:
         owner: str | None = None,
         **fields: Any,
     ) -> None:
-        """In one transaction: append ``messages``, upsert a tool result
-        ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
-        run ``fields`` (status, response, error, turns, pending_call, retry_at...).
-
-        With ``owner``, nothing is written unless ``owner`` holds the run's lease.
-
-        Raises:
-            CheckpointNotFoundError: no such run.
-            LeaseLostError: ``owner`` no longer holds the lease (nothing written).
-        """
+        """`AgentLog.update` on SQLite: one ``BEGIN IMMEDIATE`` transaction
+        (tool results upserted with ``ON CONFLICT``)."""
         sets = ["updated_at=?"]
         args: list[Any] = [now]
         for name, value in fields.items():
@@ -188,16 +154,8 @@ class SqliteAgentStore:
     def claim(
         self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
     ) -> AgentRun:
-        """Take or renew the run's lease for ``owner`` until ``expires_at``.
-
-        Succeeds when the run has no lease, ``owner`` holds it, it expired
-        (``lease_expires_at <= now``), or ``takeover`` (its owner is known dead).
-        Times are UTC epoch seconds.
-
-        Raises:
-            AgentRunLeasedError: another live process holds the lease.
-            CheckpointNotFoundError: no such run.
-        """
+        """`AgentLog.claim` on SQLite: one ``BEGIN IMMEDIATE`` transaction;
+        expired means ``lease_expires_at <= now``."""
         with self._lock, self._cp._write():
             self.conn.execute(
                 "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? AND scope=?"
@@ -215,7 +173,7 @@ class SqliteAgentStore:
         return run
 
     def release(self, run_id: str, owner: str) -> None:
-        """Give up ``owner``'s lease on the run (no-op when it holds none)."""
+        """`AgentLog.release` on SQLite."""
         with self._lock, self._cp._write():
             self.conn.execute(
                 "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
@@ -238,15 +196,12 @@ class SqliteAgentStore:
             ).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
-        return _run(row)
+        return agent_run_from_row(row)
 
     def messages(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's messages in order.
-
-        Raises:
-            CheckpointCorruptError: a message row no longer matches its checksum
-                (``revision`` is the message's sequence number).
-        """
+        """`AgentLog.messages` on SQLite: each row is checked against its
+        checksum; CheckpointCorruptError's ``revision`` is the message's
+        sequence number."""
         with self._lock, self._cp._read():
             rows: list[Any] = self.conn.execute(
                 "SELECT run_id, seq, role, body, created_at, checksum FROM agent_messages "
@@ -265,7 +220,7 @@ class SqliteAgentStore:
                 "agent_tool_results WHERE run_id=? AND tool_key=?",
                 (run_id, key),
             ).fetchone()
-        return None if row is None else _tool(row)
+        return None if row is None else tool_result_from_row(row)
 
     def tool_results(self, run_id: str) -> list[ToolResult]:
         with self._lock, self._cp._read():
@@ -274,7 +229,7 @@ class SqliteAgentStore:
                 "agent_tool_results WHERE run_id=? ORDER BY updated_at",
                 (run_id,),
             ).fetchall()
-        return [_tool(r) for r in rows]
+        return [tool_result_from_row(r) for r in rows]
 
     def list(
         self, statuses: Sequence[str] | None = None, agent: str | None = None
@@ -289,4 +244,4 @@ class SqliteAgentStore:
             args.append(agent)
         sql += " ORDER BY created_at, run_id"
         with self._lock, self._cp._read():
-            return [_run(r) for r in self.conn.execute(sql, args)]
+            return [agent_run_from_row(r) for r in self.conn.execute(sql, args)]

@@ -51,7 +51,6 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from desktop_app.errors import (
-    CheckpointDecodeError,
     CheckpointNotFoundError,
     DatabaseOpenError,
     DuplicateFlowKeyError,
@@ -83,11 +82,20 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     Signal,
-    StepRecord,
-    Wait,
 )
 from desktop_app.store.protocol import (
     SqlTx as SqlTxProtocol,
+)
+from desktop_app.store.rows import (
+    checkpoint_from_rows,
+    checkpoint_infos,
+    checkpoint_values,
+    event_from_row,
+    intent_from_row,
+    run_from_row,
+    signal_from_row,
+    unstorable,
+    wait_values,
 )
 
 T = TypeVar("T")
@@ -105,39 +113,6 @@ _RUN_COLUMNS = (
 )
 #: A lease is free for ``%s`` (owner) when unset, ours, or expired by the database clock.
 _LEASE_FREE = "(lease_owner IS NULL OR lease_owner=%s OR lease_expires_at<=flowdesk_now())"
-
-
-def _run_from_row(row: Sequence[Any]) -> RunRecord:
-    progress = None if row[11] is None else (int(row[11]), int(row[12]))
-    return RunRecord(
-        run_id=row[0],
-        flow_name=row[1],
-        flow_version=row[2],
-        status=row[3],
-        revision=int(row[4]),
-        created_at=float(row[5]),
-        updated_at=float(row[6]),
-        scope=row[7],
-        flow_key=row[8],
-        parent_run_id=row[9],
-        context=codec.loads(row[10]),
-        progress=progress,
-        error=row[13],
-        lease_owner=row[14],
-        lease_expires_at=row[15],
-        deadline_at=row[18],
-    )
-
-
-def _step_json(rec: StepRecord) -> dict[str, Any]:
-    """A step record as stored, in the same compact shape as the SQLite store
-    (no ``step_id``: it is the key; no fields at their default), so both
-    backends hold the same bytes and ``db copy`` stays verbatim."""
-    return {
-        k: v
-        for k, v in rec.to_json().items()
-        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
-    }
 
 
 def _ttl(lease: Lease, now: float | None = None) -> float:
@@ -321,41 +296,14 @@ class PostgresCheckpointStore:
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             if isinstance(exc, psycopg.Error):
                 raise
-            raise StoreError(
-                f"run {cp.run_id}: a value in its state cannot be stored as JSON text "
-                f"({type(exc).__name__}: {exc}); the step's result was not saved. Return "
-                "plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
-            ) from exc
+            raise unstorable(cp, exc) from exc
 
     def _insert_checkpoint(self, conn: Conn, cp: Checkpoint, previous: Checkpoint | None) -> None:
-        if previous is None:
-            kind = "snapshot"
-            state = codec.dumps(cp.state)
-            steps = codec.dumps({k: _step_json(v) for k, v in cp.steps.items()})
-        else:
-            kind = "delta"
-            state = codec.dumps(codec.diff_state(previous.state, cp.state))
-            changed = {k: _step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v}
-            steps = codec.dumps(changed)
         conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
             f"state, steps, frontier, progress, error, meta, waits) "
             f"VALUES (%s,%s,%s,%s,%s,{ts()},%s,%s,%s,%s,%s,%s,%s)",
-            (
-                cp.run_id,
-                cp.revision,
-                kind,
-                cp.status,
-                cp.step_id,
-                cp.created_at,
-                state,
-                steps,
-                codec.dumps(list(cp.frontier)),
-                None if cp.progress is None else codec.dumps(list(cp.progress)),
-                no_nul(cp.error),
-                codec.dumps(dict(cp.meta)) if cp.meta else None,
-                codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
-            ),
+            checkpoint_values(cp, previous, error=no_nul(cp.error)),
         )
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
@@ -365,19 +313,7 @@ class PostgresCheckpointStore:
                     cur.executemany(
                         "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, "
                         f"deadline_at, created_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()},{ts()})",
-                        [
-                            (
-                                w.wait_id,
-                                cp.run_id,
-                                w.step_id,
-                                w.kind,
-                                w.name,
-                                w.key,
-                                w.deadline_at,
-                                w.created_at,
-                            )
-                            for w in cp.waits
-                        ],
+                        wait_values(cp),
                     )
 
     @staticmethod
@@ -780,7 +716,7 @@ class PostgresCheckpointStore:
             f" WHERE run_id IN (SELECT run_id FROM picked) RETURNING {_RUN_COLUMNS}"
         )
         rows = self._tx(lambda conn: conn.execute(sql, params).fetchall())
-        runs = sorted((_run_from_row(r) for r in rows), key=lambda r: (r.created_at, r.run_id))
+        runs = sorted((run_from_row(r) for r in rows), key=lambda r: (r.created_at, r.run_id))
         return runs
 
     def claim_intents_for_worker(self, owner: str, ttl_s: float, limit: int) -> list[Intent]:
@@ -814,20 +750,7 @@ class PostgresCheckpointStore:
                   "limit": int(limit)}  # fmt: skip
         rows: list[Any] = self._tx(lambda conn: conn.execute(sql, params).fetchall())
         rows.sort(key=lambda r: (r[9], r[0]))
-        return [
-            Intent(
-                str(r[0]),
-                str(r[1]),
-                str(r[2]),
-                str(r[3]),
-                codec.loads(r[4]),
-                r[5],
-                int(r[6]),
-                None if r[7] is None else codec.loads(r[7]),
-                r[8],
-            )
-            for r in rows
-        ]
+        return [intent_from_row(r) for r in rows]
 
     def listener(
         self,
@@ -870,7 +793,7 @@ class PostgresCheckpointStore:
         row = conn.execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id=%s AND scope=%s", (run_id, self.scope)
         ).fetchone()
-        return None if row is None else _run_from_row(row)
+        return None if row is None else run_from_row(row)
 
     def get_run(self, run_id: str) -> RunRecord:
         run = self._read(lambda conn: self._get_run(conn, run_id))
@@ -909,12 +832,12 @@ class PostgresCheckpointStore:
         order = "DESC" if newest_first else "ASC"
         sql += f" ORDER BY created_at {order}, run_id {order} LIMIT %s OFFSET %s"
         args.extend([limit, offset])  # LIMIT NULL = no limit
-        return self._read(lambda conn: [_run_from_row(r) for r in conn.execute(sql, args)])
+        return self._read(lambda conn: [run_from_row(r) for r in conn.execute(sql, args)])
 
     def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
         return self._read(
             lambda conn: [
-                _run_from_row(r)
+                run_from_row(r)
                 for r in conn.execute(
                     f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=%s AND flow_name=%s "
                     "AND flow_version<>%s AND status IN ('pending','running','waiting','failed') "
@@ -937,7 +860,7 @@ class PostgresCheckpointStore:
         rows = self._read(body)
         if rows is None:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
-        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+        return checkpoint_infos(run_id, rows)
 
     def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
         def body(conn: Conn) -> list[Any] | None:
@@ -952,7 +875,7 @@ class PostgresCheckpointStore:
         rows = self._read(body)
         if rows is None:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
-        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+        return checkpoint_infos(run_id, rows)
 
     def latest(self, run_id: str) -> Checkpoint:
         def body(conn: Conn) -> Checkpoint:
@@ -992,52 +915,7 @@ class PostgresCheckpointStore:
             "AND kind='snapshot') ORDER BY revision",
             (run_id, revision, run_id, revision),
         ).fetchall()
-        if not rows or int(rows[-1][0]) != revision:
-            raise CheckpointNotFoundError(
-                f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
-            )
-        state: Mapping[str, Any] = {}
-        steps: dict[str, StepRecord] = {}
-        for rev, kind, _status, _sid, _at, state_json, steps_json, *_ in rows:
-            try:
-                delta = codec.loads(state_json)
-                step_delta = codec.loads(steps_json)
-                if not isinstance(delta, dict) or not isinstance(step_delta, dict):
-                    raise TypeError("state and steps must be JSON objects")
-                state = delta if kind == "snapshot" else codec.apply_state_delta(state, delta)
-                if kind == "snapshot":
-                    steps = {}
-                for key, rec in step_delta.items():
-                    steps[key] = StepRecord.from_json({"step_id": key, **rec})
-            except (ValueError, TypeError, KeyError) as exc:
-                raise CheckpointDecodeError(
-                    run_id, int(rev), "", f"malformed record: {exc}"
-                ) from exc
-        last = rows[-1]
-        try:
-            frontier = tuple(codec.loads(last[7]))
-            progress_raw = None if last[8] is None else codec.loads(last[8])
-            meta = {} if last[10] is None else codec.loads(last[10])
-            waits = (
-                () if last[11] is None else tuple(Wait.from_json(w) for w in codec.loads(last[11]))
-            )
-        except (ValueError, TypeError, KeyError) as exc:
-            raise CheckpointDecodeError(run_id, revision, "", f"malformed record: {exc}") from exc
-        progress = None if progress_raw is None else (int(progress_raw[0]), int(progress_raw[1]))
-        return Checkpoint(
-            run_id=run_id,
-            revision=revision,
-            status=last[2],
-            state=state,
-            steps=steps,
-            frontier=frontier,
-            created_at=float(last[4]),
-            step_id=last[3],
-            progress=progress,
-            error=last[9],
-            meta=meta,
-            waits=waits,
-        )
+        return checkpoint_from_rows(run_id, revision, rows)
 
     def query(self, op: Callable[[SqlTxProtocol], T]) -> T:
         """Run ``op(SqlTx)`` in a ``READ ONLY`` transaction (domain SQL with
@@ -1101,9 +979,7 @@ class PostgresCheckpointStore:
                 (self.scope, name, key),
             ).fetchone()
         )
-        if row is None:
-            return None
-        return Signal(int(row[0]), name, key, codec.loads(row[1]), float(row[2]))
+        return None if row is None else signal_from_row(name, key, row)
 
     def publish_event(self, type_: str, payload: Any, now: float) -> int:
         body_json = codec.dumps(payload)
@@ -1129,9 +1005,7 @@ class PostgresCheckpointStore:
                 (self.scope, type_, since),
             ).fetchone()
         )
-        if row is None:
-            return None
-        return Event(int(row[0]), type_, codec.loads(row[1]), float(row[2]))
+        return None if row is None else event_from_row(type_, row)
 
     def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
         rows = self._read(
@@ -1201,20 +1075,7 @@ class PostgresCheckpointStore:
                 (self.scope, list(statuses), limit),
             ).fetchall()
         )
-        return [
-            Intent(
-                str(r[0]),
-                str(r[1]),
-                str(r[2]),
-                str(r[3]),
-                codec.loads(r[4]),
-                r[5],
-                int(r[6]),
-                None if r[7] is None else codec.loads(r[7]),
-                r[8],
-            )
-            for r in rows
-        ]
+        return [intent_from_row(r) for r in rows]
 
     def claim_intents(
         self,
@@ -1257,21 +1118,7 @@ class PostgresCheckpointStore:
                 )
             return rows
 
-        return [
-            Intent(
-                str(r[0]),
-                str(r[1]),
-                str(r[2]),
-                str(r[3]),
-                codec.loads(r[4]),
-                r[5],
-                int(r[6]),
-                None if r[7] is None else codec.loads(r[7]),
-                r[8],
-                interrupted=r[5] == "sending",
-            )
-            for r in self._tx(body)
-        ]
+        return [intent_from_row(r, interrupted=r[5] == "sending") for r in self._tx(body)]
 
     def mark_intent(
         self,

@@ -28,6 +28,7 @@ from desktop_app.errors import (
 from desktop_app.store.postgres import Conn, PostgresCheckpointStore
 from desktop_app.store.postgres_sql import epoch, no_nul, ts
 from desktop_app.store.records import AgentRun, ToolResult
+from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
 
 _TIME_FIELDS = frozenset(
     {"created_at", "updated_at", "deadline_at", "expires_at", "retry_at", "lease_expires_at"}
@@ -41,33 +42,6 @@ _COLUMNS = (
 _TOOL_COLUMNS = "tool_key, tool, status, result, attempts, reused"
 
 
-def _run(row: Sequence[Any]) -> AgentRun:
-    return AgentRun(
-        run_id=row[0],
-        agent=row[1],
-        status=row[2],
-        parent_run_id=row[3],
-        input=row[4],
-        response=row[5],
-        error=row[6],
-        error_type=row[7],
-        turns=int(row[8]),
-        pending_call=None if row[9] is None else json.loads(row[9]),
-        created_at=float(row[10]),
-        updated_at=float(row[11]),
-        deadline_at=row[12],
-        expires_at=row[13],
-        retry_at=row[14],
-        context=json.loads(row[15]),
-        lease_owner=row[16],
-        lease_expires_at=row[17],
-    )
-
-
-def _tool(row: Sequence[Any]) -> ToolResult:
-    return ToolResult(str(row[0]), str(row[1]), row[2], row[3], int(row[4]), int(row[5]))
-
-
 class PostgresAgentStore:
     """Agent runs over the checkpoint store's pool (see module docstring)."""
 
@@ -76,7 +50,7 @@ class PostgresAgentStore:
         self.scope = checkpoints.scope
 
     def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
-        """Insert a run and its first messages (system, user)."""
+        """`AgentLog.create` on PostgreSQL (the first messages: system, user)."""
 
         def body(conn: Conn) -> None:
             conn.execute(
@@ -143,11 +117,10 @@ class PostgresAgentStore:
         owner: str | None = None,
         **fields: Any,
     ) -> None:
-        """In one transaction: append ``messages``, upsert a tool result
-        ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
-        run ``fields``. With ``owner``, nothing is written unless ``owner``
-        holds the lease. Raises CheckpointNotFoundError for an unknown run,
-        LeaseLostError when ``owner`` lost the lease."""
+        """`AgentLog.update` on PostgreSQL: one transaction that locks the run
+        row ``FOR UPDATE`` first (message sequence numbers are taken under
+        it); time fields are stored as ``timestamptz``, NULs in ``error``
+        become U+FFFD."""
         sets = [f"updated_at={ts()}"]
         args: list[Any] = [now]
         for name, value in fields.items():
@@ -196,8 +169,8 @@ class PostgresAgentStore:
     def claim(
         self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
     ) -> AgentRun:
-        """Take or renew the lease (see ``AgentLog.claim``). Times are the
-        caller's (the agent runtime's clock), as in the SQLite store."""
+        """`AgentLog.claim` on PostgreSQL. Times are the caller's (the agent
+        runtime's clock), as in the SQLite store."""
         free = (
             ""
             if takeover
@@ -222,13 +195,13 @@ class PostgresAgentStore:
         changed, row = self.checkpoints._tx(body)
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
-        run = _run(row)
+        run = agent_run_from_row(row)
         if changed != 1:
             raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
         return run
 
     def release(self, run_id: str, owner: str) -> None:
-        """Give up ``owner``'s lease (no-op when it holds none)."""
+        """`AgentLog.release` on PostgreSQL."""
         self.checkpoints._tx(
             lambda conn: conn.execute(
                 "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
@@ -254,7 +227,7 @@ class PostgresAgentStore:
         )
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
-        return _run(row)
+        return agent_run_from_row(row)
 
     def messages(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.checkpoints._read(
@@ -271,7 +244,7 @@ class PostgresAgentStore:
                 (run_id, key),
             ).fetchone()
         )
-        return None if row is None else _tool(row)
+        return None if row is None else tool_result_from_row(row)
 
     def tool_results(self, run_id: str) -> list[ToolResult]:
         rows = self.checkpoints._read(
@@ -281,7 +254,7 @@ class PostgresAgentStore:
                 (run_id,),
             ).fetchall()
         )
-        return [_tool(r) for r in rows]
+        return [tool_result_from_row(r) for r in rows]
 
     def list(
         self, statuses: Sequence[str] | None = None, agent: str | None = None
@@ -295,4 +268,6 @@ class PostgresAgentStore:
             sql += " AND agent=%s"
             args.append(agent)
         sql += " ORDER BY created_at, run_id"
-        return self.checkpoints._read(lambda conn: [_run(r) for r in conn.execute(sql, args)])
+        return self.checkpoints._read(
+            lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
+        )

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -26,7 +26,6 @@ import apsw
 
 from desktop_app.errors import (
     CheckpointCorruptError,
-    CheckpointDecodeError,
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
     LeaseLostError,
@@ -50,8 +49,17 @@ from desktop_app.store.protocol import (
     Signal,
     SqlResult,
     SqlTx,
-    StepRecord,
-    Wait,
+)
+from desktop_app.store.rows import (
+    checkpoint_from_rows,
+    checkpoint_infos,
+    checkpoint_values,
+    event_from_row,
+    intent_from_row,
+    run_from_row,
+    signal_from_row,
+    unstorable,
+    wait_values,
 )
 
 T = TypeVar("T")
@@ -128,40 +136,6 @@ def _constraint(exc: apsw.ConstraintError) -> int:
 def _scalar(cursor: Any) -> Any:
     row = cursor.fetchone()
     return None if row is None else row[0]
-
-
-def _run_from_row(row: Sequence[Any]) -> RunRecord:
-    progress = None if row[11] is None else (int(row[11]), int(row[12]))
-    return RunRecord(
-        run_id=row[0],
-        flow_name=row[1],
-        flow_version=row[2],
-        status=row[3],
-        revision=int(row[4]),
-        created_at=float(row[5]),
-        updated_at=float(row[6]),
-        scope=row[7],
-        flow_key=row[8],
-        parent_run_id=row[9],
-        context=codec.loads(row[10]),
-        progress=progress,
-        error=row[13],
-        lease_owner=row[14],
-        lease_expires_at=row[15],
-        deadline_at=row[18],
-    )
-
-
-def _step_json(rec: StepRecord) -> dict[str, Any]:
-    """A step record as stored: its fields without the ones at their default
-    (``None``, iteration 0) and without ``step_id`` (the key it is stored
-    under), so a checkpoint row fills fewer pages. ``StepRecord.from_json``
-    with the key added back reads it (and rows written in full) exactly."""
-    return {
-        k: v
-        for k, v in rec.to_json().items()
-        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
-    }
 
 
 class SqliteCheckpointStore:
@@ -267,44 +241,12 @@ class SqliteCheckpointStore:
         try:
             self._insert_checkpoint(cp, previous, changed_steps)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-            raise StoreError(
-                f"run {cp.run_id}: a value in its state cannot be stored as JSON text "
-                f"({type(exc).__name__}: {exc}); the step's result was not saved. Return "
-                "plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
-            ) from exc
+            raise unstorable(cp, exc) from exc
 
     def _insert_checkpoint(
         self, cp: Checkpoint, previous: Checkpoint | None, changed_steps: frozenset[str] | None
     ) -> None:
-        if previous is None:
-            kind = "snapshot"
-            state = codec.dumps(cp.state)
-            steps = codec.dumps({k: _step_json(v) for k, v in cp.steps.items()})
-        else:
-            kind = "delta"
-            state = codec.dumps(codec.diff_state(previous.state, cp.state))
-            if changed_steps is not None:  # the writer says which records it touched
-                changed = {k: _step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}
-            else:
-                changed = {
-                    k: _step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v
-                }
-            steps = codec.dumps(changed)
-        row = (
-            cp.run_id,
-            cp.revision,
-            kind,
-            cp.status,
-            cp.step_id,
-            cp.created_at,
-            state,
-            steps,
-            codec.dumps(list(cp.frontier)),
-            None if cp.progress is None else codec.dumps(list(cp.progress)),
-            cp.error,
-            codec.dumps(dict(cp.meta)) if cp.meta else None,
-            codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
-        )
+        row = checkpoint_values(cp, previous, changed_steps, error=cp.error)
         self.conn.execute(
             f"INSERT INTO checkpoints({_CP_COLUMNS}, checksum) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -313,20 +255,11 @@ class SqliteCheckpointStore:
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
                 self.conn.execute("DELETE FROM waits WHERE run_id=?", (cp.run_id,))
-            for w in cp.waits:
+            for values in wait_values(cp):
                 self.conn.execute(
                     "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, deadline_at, "
                     "created_at) VALUES (?,?,?,?,?,?,?,?)",
-                    (
-                        w.wait_id,
-                        cp.run_id,
-                        w.step_id,
-                        w.kind,
-                        w.name,
-                        w.key,
-                        w.deadline_at,
-                        w.created_at,
-                    ),
+                    values,
                 )
 
     # -- writes ----------------------------------------------------------
@@ -597,7 +530,7 @@ class SqliteCheckpointStore:
                 if presumed_dead is None:
                     sql += " LIMIT ?"
                     args.append(limit)
-                candidates = [_run_from_row(r) for r in self.conn.execute(sql, args)]
+                candidates = [run_from_row(r) for r in self.conn.execute(sql, args)]
             if wakeable and len(candidates) < limit:
                 seen = {r.run_id for r in candidates}
                 for run_id in self.wakeable_runs(at, limit=max(limit * 4, 100)):
@@ -671,7 +604,7 @@ class SqliteCheckpointStore:
             ).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
-        return _run_from_row(row)
+        return run_from_row(row)
 
     @_locked
     def list_runs(
@@ -711,13 +644,13 @@ class SqliteCheckpointStore:
             sql += " LIMIT ? OFFSET ?"  # no portable "no limit": the largest int64
             args.extend([2**63 - 1, offset])
         with self._read():
-            return [_run_from_row(r) for r in self.conn.execute(sql, args)]
+            return [run_from_row(r) for r in self.conn.execute(sql, args)]
 
     @_locked
     def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
         with self._read():
             return [
-                _run_from_row(r)
+                run_from_row(r)
                 for r in self.conn.execute(
                     f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=? AND flow_name=? "
                     "AND flow_version<>? AND status IN ('pending','running','waiting','failed') "
@@ -735,7 +668,7 @@ class SqliteCheckpointStore:
                 "WHERE run_id=? ORDER BY revision",
                 (run_id,),
             ).fetchall()
-        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+        return checkpoint_infos(run_id, rows)
 
     @_locked
     def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
@@ -748,7 +681,7 @@ class SqliteCheckpointStore:
             ).fetchall()
         except apsw.Error as exc:
             raise self._err(exc) from exc
-        return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+        return checkpoint_infos(run_id, rows)
 
     @_locked
     def latest(self, run_id: str) -> Checkpoint:
@@ -786,52 +719,7 @@ class SqliteCheckpointStore:
             if r[-1] is not None and row_checksum(r[:-1]) != r[-1]:
                 raise CheckpointCorruptError(run_id, int(r[1]))
             rows.append(r[1:-1])
-        if not rows or int(rows[-1][0]) != revision:
-            raise CheckpointNotFoundError(
-                f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
-            )
-        state: Mapping[str, Any] = {}
-        steps: dict[str, StepRecord] = {}
-        for rev, kind, _status, _sid, _at, state_json, steps_json, *_ in rows:
-            try:
-                delta = codec.loads(state_json)
-                step_delta = codec.loads(steps_json)
-                if not isinstance(delta, dict) or not isinstance(step_delta, dict):
-                    raise TypeError("state and steps must be JSON objects")
-                state = delta if kind == "snapshot" else codec.apply_state_delta(state, delta)
-                if kind == "snapshot":
-                    steps = {}
-                for key, rec in step_delta.items():
-                    steps[key] = StepRecord.from_json({"step_id": key, **rec})
-            except (ValueError, TypeError, KeyError) as exc:
-                raise CheckpointDecodeError(
-                    run_id, int(rev), "", f"malformed record: {exc}"
-                ) from exc
-        last = rows[-1]
-        try:
-            frontier = tuple(codec.loads(last[7]))
-            progress_raw = None if last[8] is None else codec.loads(last[8])
-            meta = {} if last[10] is None else codec.loads(last[10])
-            waits = (
-                () if last[11] is None else tuple(Wait.from_json(w) for w in codec.loads(last[11]))
-            )
-        except (ValueError, TypeError, KeyError) as exc:
-            raise CheckpointDecodeError(run_id, revision, "", f"malformed record: {exc}") from exc
-        progress = None if progress_raw is None else (int(progress_raw[0]), int(progress_raw[1]))
-        return Checkpoint(
-            run_id=run_id,
-            revision=revision,
-            status=last[2],
-            state=state,
-            steps=steps,
-            frontier=frontier,
-            created_at=float(last[4]),
-            step_id=last[3],
-            progress=progress,
-            error=last[9],
-            meta=meta,
-            waits=waits,
-        )
+        return checkpoint_from_rows(run_id, revision, rows)
 
     def _run_domain(self, writes: Sequence[DomainWrite]) -> None:
         if writes:
@@ -897,9 +785,7 @@ class SqliteCheckpointStore:
                 "AND key=? AND consumed_by IS NULL ORDER BY signal_id LIMIT 1",
                 (self.scope, name, key),
             ).fetchone()
-        if row is None:
-            return None
-        return Signal(int(row[0]), name, key, codec.loads(row[1]), float(row[2]))
+        return None if row is None else signal_from_row(name, key, row)
 
     @_locked
     def publish_event(self, type_: str, payload: Any, now: float) -> int:
@@ -923,9 +809,7 @@ class SqliteCheckpointStore:
                 "AND published_at>=? ORDER BY published_at, event_id LIMIT 1",
                 (self.scope, type_, since),
             ).fetchone()
-        if row is None:
-            return None
-        return Event(int(row[0]), type_, codec.loads(row[1]), float(row[2]))
+        return None if row is None else event_from_row(type_, row)
 
     @_locked
     def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
@@ -1007,20 +891,7 @@ class SqliteCheckpointStore:
                 f"({','.join('?' * len(statuses))}) ORDER BY o.created_at, o.intent_id LIMIT ?",
                 (self.scope, *statuses, limit),
             ).fetchall()
-        return [
-            Intent(
-                str(r[0]),
-                str(r[1]),
-                str(r[2]),
-                str(r[3]),
-                codec.loads(r[4]),
-                r[5],
-                int(r[6]),
-                None if r[7] is None else codec.loads(r[7]),
-                r[8],
-            )
-            for r in rows
-        ]
+        return [intent_from_row(r) for r in rows]
 
     @_locked
     def claim_intents(
@@ -1061,20 +932,7 @@ class SqliteCheckpointStore:
                     "UPDATE outbox SET claimed_by=?, claim_expires_at=? WHERE intent_id=?",
                     (owner, at + ttl_s, r[0]),
                 )
-                out.append(
-                    Intent(
-                        str(r[0]),
-                        str(r[1]),
-                        str(r[2]),
-                        str(r[3]),
-                        codec.loads(r[4]),
-                        r[5],
-                        int(r[6]),
-                        None if r[7] is None else codec.loads(r[7]),
-                        r[8],
-                        interrupted=r[5] == "sending",
-                    )
-                )
+                out.append(intent_from_row(r, interrupted=r[5] == "sending"))
         return out
 
     @_locked

@@ -1,0 +1,253 @@
+"""Database rows <-> records, the part both SQL backends share (pure: no SQL
+library, no connection).
+
+Each reader takes one row tuple in the column order its backend selects
+(the SQLite and PostgreSQL stores select the same columns in the same
+order; PostgreSQL turns its ``timestamptz`` columns into UTC epoch seconds
+in the SELECT) and returns a record of :mod:`desktop_app.store.records`.
+The writers (:func:`step_json`, :func:`checkpoint_values`,
+:func:`wait_values`) give the values both backends store, so a database
+copied from one to the other holds the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from desktop_app.errors import CheckpointDecodeError, CheckpointNotFoundError, StoreError
+from desktop_app.store import codec
+from desktop_app.store.records import (
+    AgentRun,
+    Checkpoint,
+    CheckpointInfo,
+    Event,
+    Intent,
+    RunRecord,
+    Signal,
+    StepRecord,
+    ToolResult,
+    Wait,
+)
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    """A ``runs`` row (run_id, flow_name, flow_version, status, revision,
+    created_at, updated_at, scope, flow_key, parent_run_id, context,
+    progress_done, progress_total, error, lease_owner, lease_expires_at,
+    tenant_id, session_id, deadline_at) as a :class:`RunRecord`."""
+    progress = None if row[11] is None else (int(row[11]), int(row[12]))
+    return RunRecord(
+        run_id=row[0],
+        flow_name=row[1],
+        flow_version=row[2],
+        status=row[3],
+        revision=int(row[4]),
+        created_at=float(row[5]),
+        updated_at=float(row[6]),
+        scope=row[7],
+        flow_key=row[8],
+        parent_run_id=row[9],
+        context=codec.loads(row[10]),
+        progress=progress,
+        error=row[13],
+        lease_owner=row[14],
+        lease_expires_at=row[15],
+        deadline_at=row[18],
+    )
+
+
+def intent_from_row(row: Sequence[Any], *, interrupted: bool = False) -> Intent:
+    """An ``outbox`` row (intent_id, run_id, step_id, destination, payload,
+    status, attempts, receipt, last_error, ...) as an :class:`Intent`."""
+    return Intent(
+        str(row[0]),
+        str(row[1]),
+        str(row[2]),
+        str(row[3]),
+        codec.loads(row[4]),
+        row[5],
+        int(row[6]),
+        None if row[7] is None else codec.loads(row[7]),
+        row[8],
+        interrupted=interrupted,
+    )
+
+
+def signal_from_row(name: str, key: str, row: Sequence[Any]) -> Signal:
+    """A ``signals`` row (signal_id, payload, sent_at) as a :class:`Signal`."""
+    return Signal(int(row[0]), name, key, codec.loads(row[1]), float(row[2]))
+
+
+def event_from_row(type_: str, row: Sequence[Any]) -> Event:
+    """An ``events`` row (event_id, payload, published_at) as an :class:`Event`."""
+    return Event(int(row[0]), type_, codec.loads(row[1]), float(row[2]))
+
+
+def checkpoint_infos(run_id: str, rows: Sequence[Sequence[Any]]) -> list[CheckpointInfo]:
+    """``checkpoints`` rows (revision, status, step_id, created_at) as
+    :class:`CheckpointInfo` records, in the given order."""
+    return [CheckpointInfo(run_id, int(r), s, sid, float(at)) for r, s, sid, at in rows]
+
+
+def agent_run_from_row(row: Sequence[Any]) -> AgentRun:
+    """An ``agent_runs`` row (run_id, agent, status, parent_run_id, input,
+    response, error, error_type, turns, pending_call, created_at, updated_at,
+    deadline_at, expires_at, retry_at, context, lease_owner,
+    lease_expires_at) as an :class:`AgentRun`."""
+    return AgentRun(
+        run_id=row[0],
+        agent=row[1],
+        status=row[2],
+        parent_run_id=row[3],
+        input=row[4],
+        response=row[5],
+        error=row[6],
+        error_type=row[7],
+        turns=int(row[8]),
+        pending_call=None if row[9] is None else json.loads(row[9]),
+        created_at=float(row[10]),
+        updated_at=float(row[11]),
+        deadline_at=row[12],
+        expires_at=row[13],
+        retry_at=row[14],
+        context=json.loads(row[15]),
+        lease_owner=row[16],
+        lease_expires_at=row[17],
+    )
+
+
+def tool_result_from_row(row: Sequence[Any]) -> ToolResult:
+    """An ``agent_tool_results`` row (tool_key, tool, status, result,
+    attempts, reused) as a :class:`ToolResult`."""
+    return ToolResult(str(row[0]), str(row[1]), row[2], row[3], int(row[4]), int(row[5]))
+
+
+def step_json(rec: StepRecord) -> dict[str, Any]:
+    """A step record as stored: its fields without the ones at their default
+    (``None``, iteration 0) and without ``step_id`` (the key it is stored
+    under), so a checkpoint row fills fewer pages. ``StepRecord.from_json``
+    with the key added back reads it (and rows written in full) exactly."""
+    return {
+        k: v
+        for k, v in rec.to_json().items()
+        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
+    }
+
+
+def checkpoint_values(
+    cp: Checkpoint,
+    previous: Checkpoint | None,
+    changed_steps: frozenset[str] | None = None,
+    *,
+    error: str | None,
+) -> tuple[Any, ...]:
+    """The ``checkpoints`` row of ``cp``: (run_id, revision, kind, status,
+    step_id, created_at, state, steps, frontier, progress, error, meta,
+    waits). A ``snapshot`` without ``previous``, else a ``delta`` against it
+    (state diff; the step records in ``changed_steps`` when the writer names
+    them, else those that differ). ``error`` is the text to store (a backend
+    may clean it). Raises TypeError / ValueError for state that is not JSON
+    (see :func:`unstorable`)."""
+    if previous is None:
+        kind = "snapshot"
+        state = codec.dumps(cp.state)
+        steps = codec.dumps({k: step_json(v) for k, v in cp.steps.items()})
+    else:
+        kind = "delta"
+        state = codec.dumps(codec.diff_state(previous.state, cp.state))
+        if changed_steps is not None:  # the writer says which records it touched
+            changed = {k: step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}
+        else:
+            changed = {k: step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v}
+        steps = codec.dumps(changed)
+    return (
+        cp.run_id,
+        cp.revision,
+        kind,
+        cp.status,
+        cp.step_id,
+        cp.created_at,
+        state,
+        steps,
+        codec.dumps(list(cp.frontier)),
+        None if cp.progress is None else codec.dumps(list(cp.progress)),
+        error,
+        codec.dumps(dict(cp.meta)) if cp.meta else None,
+        codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
+    )
+
+
+def wait_values(cp: Checkpoint) -> list[tuple[Any, ...]]:
+    """The ``waits`` rows of ``cp``: (wait_id, run_id, step_id, kind, name,
+    key, deadline_at, created_at) per wait."""
+    return [
+        (w.wait_id, cp.run_id, w.step_id, w.kind, w.name, w.key, w.deadline_at, w.created_at)
+        for w in cp.waits
+    ]
+
+
+def unstorable(cp: Checkpoint, exc: Exception) -> StoreError:
+    """The StoreError for a checkpoint whose state cannot be stored as JSON
+    text (``exc``: the TypeError / ValueError the codec raised)."""
+    return StoreError(
+        f"run {cp.run_id}: a value in its state cannot be stored as JSON text "
+        f"({type(exc).__name__}: {exc}); the step's result was not saved. Return "
+        "plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
+    )
+
+
+def checkpoint_from_rows(run_id: str, revision: int, rows: Sequence[Sequence[Any]]) -> Checkpoint:
+    """Fold ``checkpoints`` rows (revision, kind, status, step_id, created_at,
+    state, steps, frontier, progress, error, meta, waits), oldest first from
+    the nearest snapshot at or below ``revision``, into the checkpoint at
+    ``revision``.
+
+    Raises:
+        CheckpointNotFoundError: the last row is not at ``revision`` (pruned
+            or never saved).
+        CheckpointDecodeError: a row's JSON is malformed.
+    """
+    if not rows or int(rows[-1][0]) != revision:
+        raise CheckpointNotFoundError(
+            f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
+        )
+    state: Mapping[str, Any] = {}
+    steps: dict[str, StepRecord] = {}
+    for rev, kind, _status, _sid, _at, state_json, steps_json, *_ in rows:
+        try:
+            delta = codec.loads(state_json)
+            step_delta = codec.loads(steps_json)
+            if not isinstance(delta, dict) or not isinstance(step_delta, dict):
+                raise TypeError("state and steps must be JSON objects")
+            state = delta if kind == "snapshot" else codec.apply_state_delta(state, delta)
+            if kind == "snapshot":
+                steps = {}
+            for key, rec in step_delta.items():
+                steps[key] = StepRecord.from_json({"step_id": key, **rec})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CheckpointDecodeError(run_id, int(rev), "", f"malformed record: {exc}") from exc
+    last = rows[-1]
+    try:
+        frontier = tuple(codec.loads(last[7]))
+        progress_raw = None if last[8] is None else codec.loads(last[8])
+        meta = {} if last[10] is None else codec.loads(last[10])
+        waits = () if last[11] is None else tuple(Wait.from_json(w) for w in codec.loads(last[11]))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise CheckpointDecodeError(run_id, revision, "", f"malformed record: {exc}") from exc
+    progress = None if progress_raw is None else (int(progress_raw[0]), int(progress_raw[1]))
+    return Checkpoint(
+        run_id=run_id,
+        revision=revision,
+        status=last[2],
+        state=state,
+        steps=steps,
+        frontier=frontier,
+        created_at=float(last[4]),
+        step_id=last[3],
+        progress=progress,
+        error=last[9],
+        meta=meta,
+        waits=waits,
+    )
