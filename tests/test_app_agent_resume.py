@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.pilot import Pilot
+
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.screens.ask import AskScreen, StreamingAnswer
@@ -16,7 +18,7 @@ from tests.app_support import settle, wait_until
 from tests.test_app_ask_stream import GatedModel
 
 
-async def ask_and_fail(app: FlowdeskApp, pilot) -> AgentRunsScreen:  # noqa: ANN001
+async def ask_and_fail(app: FlowdeskApp, pilot: Pilot[None]) -> AgentRunsScreen:
     """Ask from the agent runs screen; the model's first call fails for good."""
     await pilot.press("g")
     await settle(pilot)
