@@ -308,7 +308,17 @@ class FlowdeskApp(App[None]):
         if self._quitting:  # the app quit while we were opening
             services.close()
             return
+        try:
+            # PostgreSQL pushes what other machines change; the poll stays the fallback
+            services.watch_changes(self._pushed)
+        except FlowdeskError as exc:
+            self.say(f"Changes made elsewhere show within {self.POLL_S:g} s: {exc}", "warning")
         self.post_message(EngineReady())
+
+    def _pushed(self) -> None:
+        """The store pushed a change (its watcher thread): check now, not at the next poll."""
+        with contextlib.suppress(RuntimeError):  # the app is closing
+            self.call_from_thread(self._poll)
 
     def exit(
         self,

@@ -10,9 +10,9 @@ class and runs no SQL of its own.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from desktop_app.agent import Agent
 from desktop_app.config import Settings
@@ -20,7 +20,7 @@ from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows import builtin_destinations
-from desktop_app.store.protocol import CheckpointStore
+from desktop_app.store.protocol import ChangePush, CheckpointStore
 from desktop_app.store.records import AgentRun, ToolResult
 
 if TYPE_CHECKING:  # bootstrap (and with it the backends) is imported when the app opens
@@ -67,6 +67,21 @@ class AppServices:
     reader_agents: AgentStore
     dispatcher: Dispatcher
     flow_problems: list[str] = field(default_factory=list)
+    _unwatch: Callable[[], None] | None = None
+
+    def watch_changes(self, on_change: Callable[[], None]) -> bool:
+        """Have ``on_change()`` called (from another thread) soon after any
+        process commits a change the runs table shows, when the store pushes
+        changes (the ``push`` capability: PostgreSQL). ``False`` when it does
+        not (SQLite: polling ``data_version`` is all there is, and is cheap).
+
+        Raises:
+            StoreError: the store could not open its listening session.
+        """
+        if "push" not in self.reader.capabilities:
+            return False
+        self._unwatch = cast(ChangePush, self.reader).watch_changes(on_change)
+        return True
 
     @property
     def engine(self) -> Engine:
@@ -97,6 +112,8 @@ class AppServices:
     def close(self) -> None:
         """Close both connections (a run still being driven stops at its next save)."""
         self.engine.stop()
+        if self._unwatch is not None:
+            self._unwatch()
         self.services.close()
         self.reader.close()
 

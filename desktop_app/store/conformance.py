@@ -27,7 +27,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from desktop_app.errors import (
     AgentRunLeasedError,
@@ -44,6 +44,7 @@ from desktop_app.store.protocol import (
     AgentLog,
     AgentRun,
     ChangeFeed,
+    ChangePush,
     Checkpoint,
     CheckpointStore,
     DomainStore,
@@ -65,6 +66,7 @@ ROLES: dict[str, type] = {
     "Mailbox": Mailbox,
     "Outbox": Outbox,
     "ChangeFeed": ChangeFeed,
+    "ChangePush": ChangePush,
     "DomainStore": DomainStore,
     "CheckpointStore": CheckpointStore,
     "AgentLog": AgentLog,
@@ -774,6 +776,23 @@ def data_version_sees_every_commit(h: Harness) -> None:
     _ok(v1 != v0, "another connection's commit changes it")
     reader.append(_cp(rid, 1))
     _ok(reader.data_version() != v1, "the store's own commit changes it")
+
+
+@_check("ChangePush.watch_changes", needs=["push"])
+def another_connections_changes_are_pushed(h: Harness) -> None:
+    watched, writer = h.store(), h.store()
+    heard = threading.Event()
+    stop = cast(ChangePush, watched).watch_changes(heard.set)
+    try:
+        rid = _id()
+        writer.create_run(_run(rid), _cp(rid, 0))
+        _ok(heard.wait(30), "a run created by another connection is pushed")
+        heard.clear()
+        writer.append(_cp(rid, 1, status="completed"))
+        _ok(heard.wait(30), "another connection's status change is pushed")
+    finally:
+        stop()
+    stop()  # a second stop does nothing
 
 
 # -- DomainStore -----------------------------------------------------------------

@@ -39,6 +39,7 @@ transaction, with these PostgreSQL-specific rules:
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import threading
 import time
@@ -60,7 +61,7 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.store import codec, migrations
-from desktop_app.store.postgres_notify import WAKE, Listener, Notifier
+from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
 from desktop_app.store.postgres_sql import (
     RETRY_SQLSTATES,
     SqlTx,
@@ -98,6 +99,7 @@ from desktop_app.store.rows import (
     wait_values,
 )
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 MAX_ATTEMPTS = 4
@@ -150,7 +152,7 @@ class PostgresCheckpointStore:
     """
 
     #: see :data:`desktop_app.store.protocol.CAPABILITIES`
-    capabilities = frozenset({"sql", "processes", "database_clock"})
+    capabilities = frozenset({"sql", "processes", "database_clock", "push"})
 
     def __init__(
         self, pool: ConnectionPool[Any], *, scope: str = "default", where: str = ""
@@ -170,12 +172,19 @@ class PostgresCheckpointStore:
         #: after-commit NOTIFY (coalesced); ``notifier.enabled = False`` leaves polling only
         self.notifier = Notifier(pool)
 
-    def _changed(self, run_id: str, *, wake: bool = False) -> None:
-        """Queue the after-commit notifications for a committed write."""
-        # Only wake-ups are pushed: the app sees every commit through data_version
-        # (pg_current_snapshot), so a NOTIFY per step would only cost round trips.
+    def _changed(self, run_id: str, *, wake: bool = False, shown: bool = False) -> None:
+        """Queue the after-commit notifications for a committed write.
+
+        ``wake``: something a worker may act on (:data:`WAKE`, which an app
+        watching changes hears too). ``shown``: a change a list of runs shows,
+        such as a new status (:data:`CHANGES`). A step that changes neither
+        sends nothing: per-step progress is polled through
+        :meth:`data_version`, since a NOTIFY per step would only cost round trips.
+        """
         if wake:
             self.notifier.send(WAKE, f"{self.scope}:{run_id}")
+        elif shown:
+            self.notifier.send(CHANGES, f"{self.scope}:{run_id}")
 
     # -- transactions ------------------------------------------------------
 
@@ -421,7 +430,8 @@ class PostgresCheckpointStore:
             or cp.status == "pending"
             or (bool(cp.waits) and (previous is None or previous.waits != cp.waits))
         )
-        self._changed(cp.run_id, wake=wake)
+        shown = previous is None or previous.status != cp.status
+        self._changed(cp.run_id, wake=wake, shown=shown)
 
     def _append(
         self,
@@ -770,6 +780,41 @@ class PostgresCheckpointStore:
         return Listener(
             conninfo, channels, owner=owner, on_lost=on_lost, connect_kwargs=kwargs
         ).start()
+
+    def watch_changes(self, on_change: Callable[[], None]) -> Callable[[], None]:
+        """``ChangePush.watch_changes``: a :class:`Listener` on :data:`WAKE`
+        and :data:`CHANGES` (a session of its own) and a thread that calls
+        ``on_change()`` after each notification, coalesced: notices that
+        arrive while ``on_change`` runs make one more call. Notices of every
+        scope on the server count (a spare refresh, never a missed one)."""
+        try:
+            listener = self.listener((WAKE, CHANGES))
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot listen for changes on {self.where or 'the server'}: {exc}"
+            ) from exc
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                if listener.wait(1.0) and not stop.is_set():
+                    try:
+                        on_change()
+                    except Exception:  # the watcher outlives a failing callback
+                        log.exception("flowdesk: change callback failed")
+
+        thread = threading.Thread(target=watch, name="flowdesk-watch", daemon=True)
+        thread.start()
+
+        def close() -> None:
+            if stop.is_set():
+                return
+            stop.set()
+            listener.poke()
+            thread.join(timeout=2)
+            listener.close()
+
+        return close
 
     def server_time(self) -> tuple[float, float]:
         """``(database clock_timestamp(), round trip)`` in UTC epoch seconds /

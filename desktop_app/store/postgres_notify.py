@@ -3,9 +3,11 @@ listening connection that also carries a worker's liveness lock.
 
 Channels (payloads are ``scope:run_id``, or ``scope:*`` for a large batch):
 
-* :data:`CHANGES`: reserved for per-run change pushes to the app (not sent:
-  the app's ``data_version`` reads ``pg_current_snapshot()``, which sees
-  every commit, so a NOTIFY per step would only cost round trips).
+* :data:`CHANGES`: a change a list of runs shows that is not a wake-up (a
+  run's status changed), for apps watching (``watch_changes``). Per-step
+  progress is not sent: the app's ``data_version`` reads
+  ``pg_current_snapshot()``, which sees every commit, so a NOTIFY per step
+  would only cost round trips.
 * :data:`WAKE`: something a worker may act on: a run was created or
   released, a signal or event was stored, a wait with a deadline was saved.
 

@@ -74,6 +74,7 @@ __all__ = [
     "AgentRun",
     "AgentStatus",
     "ChangeFeed",
+    "ChangePush",
     "Checkpoint",
     "CheckpointInfo",
     "CheckpointStore",
@@ -112,7 +113,9 @@ T = TypeVar("T")
 #:   other's writes (a file or a server; the in-memory store lacks it).
 #: * ``"database_clock"`` — :meth:`Leases.now` is the database server's clock.
 #: * ``"vacuum"`` — ``vacuum(min_free_pages)`` gives free pages back.
-CAPABILITIES = frozenset({"sql", "processes", "database_clock", "vacuum"})
+#: * ``"push"`` — :class:`ChangePush` works: changes made by other processes
+#:   are pushed (PostgreSQL LISTEN/NOTIFY), so a UI need not wait for its poll.
+CAPABILITIES = frozenset({"sql", "processes", "database_clock", "vacuum", "push"})
 
 #: Statuses :meth:`Leases.claim_runnable` hands out by default: interrupted runs.
 RUNNABLE_STATUSES: tuple[RunStatus, ...] = ("pending", "running")
@@ -396,6 +399,27 @@ class ChangeFeed(Protocol):
     def data_version(self) -> int:
         """A number that changes whenever anyone (any connection, any process)
         committed to the store since the last call; cheap to poll."""
+
+
+@runtime_checkable
+class ChangePush(Protocol):
+    """Pushed change notices (the ``push`` capability). Not part of
+    :class:`CheckpointStore`: only a store that declares ``push`` has it."""
+
+    def watch_changes(self, on_change: Callable[[], None]) -> Callable[[], None]:
+        """Call ``on_change()`` (from a thread of the store's, so it must only
+        hand the work on) soon after any process committed a change a list of
+        runs shows: a run created, its status changed, a run released, a
+        signal, event or timed wait stored. Notices of many commits may come
+        as one call, and one may be lost when a writer dies right after its
+        commit: keep polling :meth:`ChangeFeed.data_version` as the fallback,
+        and for per-step progress, which is not pushed.
+
+        Returns a function that stops watching (idempotent).
+
+        Raises:
+            StoreError: the store cannot open a listening session.
+        """
 
 
 @runtime_checkable

@@ -120,6 +120,7 @@ def test_every_role_method_is_covered():
         "Mailbox",
         "Outbox",
         "ChangeFeed",
+        "ChangePush",
         "DomainStore",
         "CheckpointStore",
         "AgentLog",
