@@ -227,6 +227,8 @@ class Figures:
     survivors: list[str] = field(default_factory=list)
     #: survivors of the full run that a later ``--survivors`` run killed -> the test file
     rekilled: dict[str, str] = field(default_factory=dict)
+    #: the test selection of the full run (``TESTS_FOR[module]`` then)
+    tests: list[str] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -337,16 +339,20 @@ def run_module(module: str, jobs: int) -> Figures:
     _run_mutmut(dest, module, jobs, [])
     figures = count(module, dest)
     figures.seconds = round(time.monotonic() - started, 1)
+    figures.tests = list(TESTS_FOR[module])
     return _finish(figures)
 
 
-def kill_tests(module: str) -> list[str]:
-    """The test files written to kill ``module``'s survivors: its selection's
-    ``tests/test_mutation_kills_*.py`` files."""
+def kill_tests(module: str, ran: list[str] | None = None) -> list[str]:
+    """The tests that decide a ``--survivors`` run of ``module``: its
+    selection's ``tests/test_mutation_kills_*.py`` files, plus every test
+    added to its selection since the full run (``ran``: that run's selection;
+    the full run already saw the others pass on each survivor)."""
     return [
         t
         for t in TESTS_FOR[module]
-        if t.startswith("tests/test_mutation_kills_") and (ROOT / t).exists()
+        if (t.startswith("tests/test_mutation_kills_") or (ran and t not in ran))
+        and (ROOT / t).exists()
     ]
 
 
@@ -355,7 +361,7 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
 
     The full run already showed that every other selected test passes on each
     survivor, so only the tests added since decide: each survivor is run
-    through the module's ``tests/test_mutation_kills_*.py`` (pytest ``-x``, the mutant
+    through :func:`kill_tests` (pytest ``-x``, the mutant
     switched on with ``MUTANT_UNDER_TEST`` as mutmut does, in the module's
     ``.mutation/<module>/mutants/`` tree with the checkout's current tests).
     Mutmut's own cache cannot do this: a changed test selection resets every
@@ -375,7 +381,7 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     known = equivalent()
     names = [e.partition(":")[0] for e in before.survivors]
     names = [n for n in names if n not in known and n not in before.rekilled]
-    files = kill_tests(module)
+    files = kill_tests(module, before.tests)
     if not files:
         raise SystemExit(f"no tests/test_mutation_kills_*.py in {module}'s selection")
     rekilled = dict(before.rekilled)
@@ -405,6 +411,7 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
             rekilled[name] = ", ".join(files)
     figures = count(module, dest, rekilled)
     figures.seconds = before.seconds
+    figures.tests = before.tests
     figures.how = f"full run, then survivors re-run ({round(time.monotonic() - started)} s)"
     return _finish(figures)
 
