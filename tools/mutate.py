@@ -146,6 +146,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_races_processes.py",
         "tests/test_tidy.py",
     ],
+    "desktop_app/store/rows.py": [*_STORE, "tests/test_agent.py"],
     "desktop_app/store/domain/digest.py": ["tests/test_digest.py"],
     "desktop_app/store/domain/tidy.py": ["tests/test_tidy.py", "tests/test_cli_tidy.py"],
     "desktop_app/store/agent_runs.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
