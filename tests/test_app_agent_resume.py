@@ -18,8 +18,8 @@ from tests.app_support import settle, wait_until
 from tests.test_app_ask_stream import GatedModel
 
 
-async def ask_and_fail(app: FlowdeskApp, pilot: Pilot[None]) -> AgentRunsScreen:
-    """Ask from the agent runs screen; the model's first call fails for good."""
+async def ask(app: FlowdeskApp, pilot: Pilot[None], question: str) -> AgentRunsScreen:
+    """Open the agent runs screen (g) and ask ``question`` there (a)."""
     await pilot.press("g")
     await settle(pilot)
     screen = app.screen
@@ -27,7 +27,13 @@ async def ask_and_fail(app: FlowdeskApp, pilot: Pilot[None]) -> AgentRunsScreen:
     await pilot.press("a")
     await settle(pilot)
     assert isinstance(app.screen, AskScreen)
-    await pilot.press(*"capital of France?", "enter")
+    await pilot.press(*question, "enter")
+    return screen
+
+
+async def ask_and_fail(app: FlowdeskApp, pilot: Pilot[None]) -> AgentRunsScreen:
+    """Ask; the model's first call fails for good, so the run ends ``failed``."""
+    screen = await ask(app, pilot, "capital of France?")
     await wait_until(pilot, lambda: screen.answered is not None)
     assert screen.answered is not None and screen.answered.status == "failed"
     await wait_until(pilot, lambda: [r.status for r in screen.runs] == ["failed"])
@@ -87,14 +93,8 @@ async def test_a_done_run_is_not_resumed_and_says_so(tmp_path: Path) -> None:
     app = FlowdeskApp(load_settings(db_path=tmp_path / "t.db"), model=model)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        await pilot.press("g")
-        await settle(pilot)
-        screen = app.screen
-        assert isinstance(screen, AgentRunsScreen)
-        await pilot.press("a")
-        await settle(pilot)
         model.gate.release()
-        await pilot.press(*"capital?", "enter")
+        screen = await ask(app, pilot, "capital?")
         await wait_until(pilot, lambda: screen.answered is not None)
         await wait_until(pilot, lambda: [r.status for r in screen.runs] == ["done"])
         await pilot.press("r")

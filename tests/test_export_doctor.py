@@ -4,24 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
+from tests.cli_support import flowdesk
 from tests.digest_corpus import make_corpus
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def flowdesk(db: Path, *args: str, env: dict | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def test_export_json_and_csv_in_a_process_without_apsw(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.chat_server import ChatServer, completion
+from tests.cli_support import flowdesk
 
 REPO = Path(__file__).resolve().parents[1]
 READ = {"path": "todo.md"}
@@ -24,17 +25,6 @@ def require(module: str):
     if os.environ.get("CI") == "true":
         return importlib.import_module(module)
     return pytest.importorskip(module)
-
-
-def flowdesk(db: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, **env},
-    )
 
 
 def contexts(db: Path, table: str) -> dict[str, str]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,18 +13,7 @@ import pytest
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
 from desktop_app.store.sqlite import open_store
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def flowdesk(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+from tests.cli_support import flowdesk
 
 
 def files(folder: Path) -> list[str]:

@@ -1,0 +1,30 @@
+"""Running the real `flowdesk` command in a subprocess, for CLI tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def flowdesk(
+    db: Path | str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``flowdesk --db DB ARGS...`` run from this checkout (``python -m
+    desktop_app.cli``), stdout and stderr captured as text.
+
+    Args:
+        env: variables set over this process's environment.
+        timeout: seconds before the subprocess is killed (the test then fails).
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
