@@ -150,7 +150,14 @@ TESTS_FOR: dict[str, list[str]] = {
     "desktop_app/store/domain/digest.py": ["tests/test_digest.py"],
     "desktop_app/store/domain/tidy.py": ["tests/test_tidy.py", "tests/test_cli_tidy.py"],
     "desktop_app/store/agent_runs.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
-    "desktop_app/agent/runtime.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
+    "desktop_app/agent/runtime.py": [
+        "tests/test_agent.py",
+        "tests/test_agent_crash.py",
+        "tests/test_provider.py",
+        "tests/test_mcp_tools.py",
+        "tests/test_reliability_children.py",
+        "tests/test_reliability_store.py",
+    ],
 }
 
 _RESULT = re.compile(r"^\s+(\S+): (.+)$")
