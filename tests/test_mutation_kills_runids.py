@@ -128,3 +128,12 @@ def test_without_an_agent_store_only_flow_runs_are_looked_at(stores):
     assert resolve_run_id(store, None, "abcd") == RunRef("abcd0001", "flow")
     with pytest.raises(UnknownRunError):
         resolve_run_id(store, None, "abcd0002")
+
+
+def test_an_exact_agent_run_id_wins_over_longer_agent_ids_it_prefixes(stores):
+    store, agents = stores
+    _agent_run(agents, "abcd1234")
+    _agent_run(agents, "abcd12345")
+    assert resolve_run_id(store, agents, "abcd1234") == RunRef("abcd1234", "agent")
+    with pytest.raises(AmbiguousRunIdError):
+        resolve_run_id(store, agents, "abcd123")

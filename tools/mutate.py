@@ -112,7 +112,14 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_engine_scenarios.py",
         "tests/test_mutation_kills_children.py",
     ],
-    "desktop_app/flow/outbox.py": ["tests/test_outbox.py", "tests/test_races_processes.py"],
+    "desktop_app/flow/outbox.py": [
+        "tests/test_outbox.py",
+        "tests/test_races_processes.py",
+        "tests/test_claiming.py",
+        "tests/test_tidy.py",
+        "tests/test_folder_confinement.py",
+        "tests/test_mutation_kills_outbox.py",
+    ],
     "desktop_app/flow/state.py": [
         *_ENGINE,
         "tests/test_state_codec.py",

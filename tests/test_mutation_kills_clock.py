@@ -1,0 +1,87 @@
+"""The clocks' own contracts: how long ``SystemClock.sleep`` waits and what
+it returns (on a fake ``time`` module and a recording event, no wall clock),
+and ``ManualClock``'s start, advance and cancel rules."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+
+from desktop_app.flow import clock as clock_module
+from desktop_app.flow.clock import ManualClock, SystemClock
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+    def time(self) -> float:
+        return 1_800_000_000.0
+
+
+class RecordingEvent(threading.Event):
+    """A real event that records each wait's timeout and returns at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return super().wait(0)
+
+
+@pytest.fixture
+def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
+    fake = FakeTime()
+    monkeypatch.setattr(clock_module, "time", fake)
+    return fake
+
+
+def test_system_clock_without_cancel_sleeps_the_seconds_and_never_a_negative(fake_time):
+    clock = SystemClock()
+    assert clock.now() == 1_800_000_000.0
+    assert clock.sleep(0.25) is True
+    assert clock.sleep(-3) is True
+    assert fake_time.slept == [0.25, 0.0]
+
+
+def test_system_clock_with_cancel_waits_on_the_event_and_says_if_it_was_canceled(fake_time):
+    clock = SystemClock()
+    cancel = RecordingEvent()
+    assert clock.sleep(0.25, cancel) is True  # the full wait passed
+    assert clock.sleep(-3, cancel) is True
+    cancel.set()
+    assert clock.sleep(5, cancel) is False  # canceled
+    assert cancel.timeouts == [0.25, 0.0, 5]
+    assert fake_time.slept == []  # never the uncancellable sleep
+
+
+def test_manual_clock_starts_at_2026_01_01_utc_and_moves_only_when_told():
+    clock = ManualClock()
+    assert clock.now() == datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+    assert ManualClock(10.0).now() == 10.0
+
+
+def test_manual_clock_sleep_advances_by_the_seconds_and_never_back():
+    clock = ManualClock(100.0)
+    assert clock.sleep(0.25) is True
+    assert clock.now() == 100.25
+    assert clock.sleep(-3) is True
+    assert clock.now() == 100.25
+    cancel = threading.Event()
+    assert clock.sleep(0.5, cancel) is True
+    assert clock.now() == 100.75
+
+
+def test_manual_clock_sleep_on_a_set_cancel_returns_false_without_moving():
+    clock = ManualClock(100.0)
+    cancel = threading.Event()
+    cancel.set()
+    assert clock.sleep(30, cancel) is False
+    assert clock.now() == 100.0

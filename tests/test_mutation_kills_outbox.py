@@ -1,0 +1,282 @@
+"""The dispatcher's rules checked in one process, on a real SQLite file and a
+test clock: how long a claim holds (300 s by default, on the dispatcher's
+clock), whose claim is presumed gone, the pass limit, reconciling an
+interrupted send, error classification, the ``expect`` guard against a
+dispatcher whose claim expired, and the times recorded for an export."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import socket
+import subprocess
+import sys
+import weakref
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.export import export, iso_time
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.flow.outbox import Dispatcher, claimant_is_gone
+from desktop_app.flow.owners import new_owner
+from desktop_app.store.sqlite import open_store
+
+
+class Q(BaseModel):
+    dest: str = "sink"
+    count: int = 1
+
+
+def _queue(s: Q, ctx) -> dict:
+    for i in range(s.count):
+        ctx.send(s.dest, {"n": i})
+    return {}
+
+
+FLOW = FlowBuilder("queue", Q).step("queue", _queue).compile()
+
+
+class Crash(BaseException):
+    """The dispatcher's process dying mid-send (escapes ``except Exception``)."""
+
+
+class Sink:
+    """A destination that de-duplicates by key and remembers every call."""
+
+    def __init__(self, clock: ManualClock | None = None) -> None:
+        self.sent: list[tuple[str, object]] = []
+        self.have: dict[str, dict] = {}
+        self.clock = clock
+        self.fail_next: list[BaseException] = []
+        self.crash_after_accept = False
+
+    def send(self, key, payload):
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        self.sent.append((key, payload))
+        receipt = {"accepted": key, "payload": payload}
+        self.have[key] = receipt
+        if self.clock is not None:
+            self.clock.advance(5)
+        if self.crash_after_accept:
+            self.crash_after_accept = False
+            raise Crash()
+        return receipt
+
+    def lookup(self, key):
+        return self.have.get(key)
+
+
+def _queued(db_path, count: int = 1, dest: str = "sink"):
+    store = open_store(db_path)  # the store keeps the process clock: claims follow the dispatcher's
+    res = Engine(store, flows=[FLOW]).run("queue", Q(dest=dest, count=count))
+    assert res.status == "completed"
+    return store, [f"{res.run_id}:queue:0:{i}" for i in range(count)]
+
+
+def _outbox_rows(db_path, tmp_path) -> dict[str, dict]:
+    out = tmp_path / "export"
+    export(db_path, out, "json", ["outbox"])
+    return {r["intent_id"]: r for r in json.loads((out / "outbox.json").read_text())}
+
+
+def test_a_live_dispatchers_claim_holds_300_s_on_the_dispatchers_clock(db_path):
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink()
+    crashing.fail_next = [Crash()]
+    first = Dispatcher(store, {"sink": crashing}, clock)
+    with pytest.raises(Crash):
+        first.dispatch()
+    (held,) = store.intents(["sending"])
+    assert held.attempts == 1
+    sink = Sink()
+    second = Dispatcher(store, {"sink": sink}, clock)
+    assert second.dispatch() == 0  # the first one is alive and its claim holds
+    clock.advance(299.5)
+    assert second.dispatch() == 0 and sink.sent == []
+    clock.advance(0.5)
+    assert second.dispatch() == 1  # expired at exactly 300 s: reconciled, then sent
+    assert sink.sent == [(key, {"n": 0})]
+    (done,) = store.intents(["delivered"])
+    assert done.attempts == 2
+    assert first.owner != second.owner
+    store.close()
+
+
+def test_a_dropped_dispatchers_claim_is_taken_at_once(db_path):
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink()
+    crashing.fail_next = [Crash()]
+    first = Dispatcher(store, {"sink": crashing}, clock)
+    with contextlib.suppress(Crash):
+        first.dispatch()
+    gone = weakref.ref(first)
+    del first
+    gc.collect()
+    assert gone() is None
+    sink = Sink()
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1  # no wait for the claim
+    assert sink.sent == [(key, {"n": 0})]
+    store.close()
+
+
+def test_which_claimants_are_presumed_gone(sqlite_store):
+    live = Dispatcher(sqlite_store, {})
+    assert claimant_is_gone(live.owner) is False
+    assert claimant_is_gone(new_owner()) is True  # this process, but no dispatcher has it
+    assert claimant_is_gone("elsewhere.invalid:1:abcdef") is False  # its claim expires instead
+    exited = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert claimant_is_gone(f"{socket.gethostname()}:{exited.stdout.strip()}:abcdef") is True
+
+
+def test_one_pass_delivers_at_most_limit_intents_100_by_default(db_path):
+    store, keys = _queued(db_path, count=103)
+    sink = Sink()
+    dispatcher = Dispatcher(store, {"sink": sink}, ManualClock())
+    assert dispatcher.dispatch(limit=2) == 2
+    assert dispatcher.dispatch() == 100
+    assert dispatcher.dispatch() == 1
+    assert sorted(k for k, _ in sink.sent) == sorted(keys)  # each once
+    store.close()
+
+
+def test_an_unknown_destination_fails_the_intent_and_says_which(db_path):
+    store, (key,) = _queued(db_path, dest="nowhere")
+    dispatcher = Dispatcher(store, {"sink": Sink()}, ManualClock())
+    assert dispatcher.dispatch() == 0
+    (failed,) = store.intents(["failed"])
+    assert failed.intent_id == key
+    assert failed.last_error == "unknown destination 'nowhere'"
+    assert dispatcher.dispatch() == 0
+    assert store.intents(["pending", "sending", "delivered"]) == []
+    store.close()
+
+
+def test_an_interrupted_send_the_destination_has_is_marked_delivered_not_resent(db_path, tmp_path):
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    sink = Sink(clock)
+    sink.crash_after_accept = True  # accepted, then the process died before marking it
+    with pytest.raises(Crash):
+        Dispatcher(store, {"sink": sink}, clock).dispatch()
+    gc.collect()
+    clock.advance(300)
+    reconciled_at = clock.now()
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1
+    assert sink.sent == [(key, {"n": 0})]  # not sent again
+    (done,) = store.intents(["delivered"])
+    assert done.receipt == {"accepted": key, "payload": {"n": 0}}
+    assert done.attempts == 1
+    store.close()
+    assert _outbox_rows(db_path, tmp_path)[key]["delivered_at"] == iso_time(reconciled_at)
+
+
+def test_an_interrupted_send_the_destination_lacks_is_sent_again_with_its_key(db_path):
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink()
+    crashing.fail_next = [Crash()]  # died before the destination got it
+    with pytest.raises(Crash):
+        Dispatcher(store, {"sink": crashing}, clock).dispatch()
+    clock.advance(300)
+    sink = Sink()
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1
+    assert sink.sent == [(key, {"n": 0})]
+    (done,) = store.intents(["delivered"])
+    assert done.receipt == {"accepted": key, "payload": {"n": 0}} and done.attempts == 2
+    store.close()
+
+
+def test_delivery_records_the_receipt_and_the_dispatchers_times(db_path, tmp_path):
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    sink = Sink(clock)  # each send takes 5 s on the test clock
+    started = clock.now()
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1
+    (done,) = store.intents(["delivered"])
+    assert done.receipt == {"accepted": key, "payload": {"n": 0}}
+    assert done.attempts == 1 and done.last_error is None
+    store.close()
+    row = _outbox_rows(db_path, tmp_path)[key]
+    assert row["sent_at"] == iso_time(started)
+    assert row["delivered_at"] == iso_time(started + 5)
+
+
+class Refused(Exception):
+    retryable = False
+
+
+class Flaky(Exception):
+    retryable = True
+
+
+def test_an_error_marked_not_retryable_fails_the_intent_for_good(db_path):
+    store, (key,) = _queued(db_path)
+    sink = Sink()
+    sink.fail_next = [Refused("no such account")]
+    dispatcher = Dispatcher(store, {"sink": sink}, ManualClock())
+    assert dispatcher.dispatch() == 0
+    (failed,) = store.intents(["failed"])
+    assert failed.intent_id == key
+    assert failed.last_error == "Refused: no such account" and failed.attempts == 1
+    assert dispatcher.dispatch() == 0 and sink.sent == []
+    store.close()
+
+
+@pytest.mark.parametrize(
+    "error, text",
+    [(ConnectionError("reset"), "ConnectionError: reset"), (Flaky("busy"), "Flaky: busy")],
+)
+def test_any_other_error_leaves_the_intent_pending_for_the_next_pass(db_path, error, text):
+    store, (key,) = _queued(db_path)
+    sink = Sink()
+    sink.fail_next = [error]
+    dispatcher = Dispatcher(store, {"sink": sink}, ManualClock())
+    assert dispatcher.dispatch() == 0
+    (pending,) = store.intents(["pending"])
+    assert pending.intent_id == key
+    assert pending.last_error == text and pending.attempts == 1
+    assert dispatcher.dispatch() == 1  # the next pass sends it again, same key
+    (done,) = store.intents(["delivered"])
+    assert done.attempts == 2 and done.last_error is None
+    assert sink.sent == [(key, {"n": 0})]
+    store.close()
+
+
+def test_an_intent_another_dispatcher_took_over_is_not_sent_again(db_path):
+    """A dispatcher whose claim expired while it was sending (a slow send) finds
+    its next intent taken over and delivered by another one: it skips it."""
+    clock = ManualClock()
+    store, (k0, k1) = _queued(db_path, count=2)
+    other_store = open_store(db_path)
+    sent: list[str] = []
+    other = Dispatcher(other_store, {"sink": Sink()}, clock)
+    other_delivered: list[int] = []
+
+    class Slow(Sink):
+        def send(self, key, payload):
+            if not other_delivered:
+                clock.advance(301)  # this send outlives the claim on both intents
+                other_delivered.append(other.dispatch())
+            sent.append(key)
+            return {"slow": key}
+
+    slow = Dispatcher(store, {"sink": Slow()}, clock)
+    assert slow.dispatch() == 1  # k0 delivered; k1 was no longer pending
+    assert other_delivered == [2]
+    assert sent == [k0]
+    delivered = {i.intent_id: i for i in store.intents(["delivered"])}
+    assert set(delivered) == {k0, k1}
+    assert delivered[k1].attempts == 1 and delivered[k1].receipt["accepted"] == k1
+    store.close()
+    other_store.close()
