@@ -323,6 +323,12 @@ class InputRequiredError(AgentError):
     """The agent run waits for a person; answer with ``resume_input(run_id, text)``."""
 
 
+class AgentToolsChangedError(AgentError):
+    """An agent run is resumed with other tools than it was started with
+    (for example without ``--tools files``); nothing was changed: resume it
+    with the same tools."""
+
+
 class ProviderError(AgentError):
     """The model provider failed. ``retryable`` says whether trying again may help
     (classified by type and HTTP status, never by words in a message)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -98,8 +99,11 @@ def test_identical_tool_calls_share_one_result_within_a_run_only(astore):
     agent = Agent("helper", ScriptedModel(script * 2), astore, counting_tools(calls))
     first = agent.ask("go")
     assert first.status == "done" and calls == {"x": 1}
-    results = astore.tool_results(first.run_id)
-    assert [(r.tool_key, r.reused) for r in results] == [('lookup:{"q":"x"}', 2)]
+    results = {r.tool_key: r for r in astore.tool_results(first.run_id)}
+    # one journal row for the call, reused twice, and the run's tool names
+    assert sorted(results) == ["agent/toolset", 'lookup:{"q":"x"}']
+    assert results['lookup:{"q":"x"}'].reused == 2
+    assert json.loads(results["agent/toolset"].result or "") == ["lookup"]
     tool_msgs = [m for m in astore.messages(first.run_id) if m["role"] == "tool"]
     assert [m.get("reused", False) for m in tool_msgs] == [False, True, True]
     agent.model = ScriptedModel(script)

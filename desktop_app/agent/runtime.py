@@ -57,12 +57,14 @@ from desktop_app.agent.models import ChatModel
 from desktop_app.agent.tools import (
     ASK_USER,
     LISTING_PREFIX,
+    TOOLSET_KEY,
     AgentTool,
     ToolListing,
     ask_user_schema,
 )
 from desktop_app.errors import (
     AgentError,
+    AgentToolsChangedError,
     CheckpointNotFoundError,
     FlowdeskError,
     InputRequiredError,
@@ -291,6 +293,7 @@ class Agent:
             )
         if run.status in ("canceled", "timeout", "expired"):
             raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
+        self._refuse_other_tools(run_id)
         self._claim(run)
         self.store.update(run_id, self.clock.now(), owner=self.owner, status="running", error=None)
         yield from self._drive(run_id, stream)
@@ -304,6 +307,7 @@ class Agent:
             )
         call = ToolCall.from_json(run.pending_call)
         answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
+        self._refuse_other_tools(run_id)
         self._claim(run)
         self.store.update(
             run_id,
@@ -431,9 +435,48 @@ class Agent:
                 attributes={"flowdesk.status": status or "interrupted"},
             )
 
+    def _refuse_other_tools(self, run_id: str) -> None:
+        """Refuse to continue a run with other tools than it recorded on its
+        first drive (:data:`TOOLSET_KEY`); nothing is changed.
+
+        Raises:
+            AgentToolsChangedError: the names differ (the message says which
+                tools the run needs and how to give them).
+        """
+        stored = self.store.tool_result(run_id, TOOLSET_KEY)
+        if stored is None:
+            return
+        recorded = sorted(json.loads(stored.result or "[]"))
+        names = self._own_tool_names()
+        if recorded == names:
+            return
+        raise AgentToolsChangedError(
+            f"agent run {run_id} was started with the tools {', '.join(recorded) or 'none'} "
+            f"but is resumed with {', '.join(names) or 'none'}; resume it with the same tools "
+            f"(flowdesk ask --resume {run_id} with the --tools/--folder and --mcp options "
+            "it was started with)"
+        )
+
+    def _own_tool_names(self) -> list[str]:
+        """The names of this agent's tools that no :class:`ToolListing` (an MCP
+        server, whose list is recorded and compared on its own) provides, sorted."""
+        return sorted(
+            name
+            for name, tool in self.tools.items()
+            if not isinstance(getattr(tool, "server", None), ToolListing)
+        )
+
     def _check_listings(self, run_id: str) -> str | None:
         """Record each tool source's list in the run (first drive), or compare
-        it with the recorded one; the first difference, or ``None``."""
+        it with the recorded one; the first difference, or ``None``. The first
+        drive of an agent with tools also records their names (see
+        :meth:`_refuse_other_tools`)."""
+        own = self._own_tool_names()
+        if own and self.store.tool_result(run_id, TOOLSET_KEY) is None:
+            names = json.dumps(own)
+            self.store.update(
+                run_id, self.clock.now(), tool=(TOOLSET_KEY, "toolset", "completed", names)
+            )
         seen: set[str] = set()
         for tool in self.tools.values():
             source = getattr(tool, "server", None)

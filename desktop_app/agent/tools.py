@@ -43,6 +43,9 @@ class AgentTool(Protocol):
 #: how a recorded tool list's key in a run's tool journal starts (no tool
 #: name can contain "/", so it never collides with a tool call's key)
 LISTING_PREFIX = "mcp/tools_list:"
+#: the key under which a run's tool names are recorded on its first drive
+#: (a JSON list, sorted; only for an agent with tools)
+TOOLSET_KEY = "agent/toolset"
 
 
 @runtime_checkable

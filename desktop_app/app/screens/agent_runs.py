@@ -31,6 +31,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from desktop_app.agent.messages import canonical_json
 from desktop_app.agent.runtime import AgentResponse
+from desktop_app.agent.tools import TOOLSET_KEY
 from desktop_app.app.format import json_text, short_id, when
 from desktop_app.app.screens.ask import (
     AnswerDelta,
@@ -374,7 +375,8 @@ class AgentRunsScreen(Screen[None]):
         view.update(Text("\n".join(run_lines(detail.run))))
         await self.query_one(ConversationView).show(detail.messages, CONTENT_CHARS * 10)
         tools.clear()
-        for result in detail.tools:
+        calls = [r for r in detail.tools if r.tool_key != TOOLSET_KEY]  # not a call
+        for result in calls:
             tools.add_row(
                 Text(result.tool),
                 Text(result.status),
@@ -382,7 +384,7 @@ class AgentRunsScreen(Screen[None]):
                 Text(str(result.reused), justify="right"),
                 key=result.tool_key,
             )
-        tools.display = bool(detail.tools)
+        tools.display = bool(calls)
 
     # -- the selected run ------------------------------------------------------
 

@@ -1,0 +1,101 @@
+"""An agent run remembers the tools it was started with: resuming it with
+other tools (say, without `--tools files`) is refused before anything
+changes, with what to pass instead; with the same tools it continues. Real
+SQLite files, a real `flowdesk` subprocess and a chat server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from desktop_app.agent import Agent, ScriptedModel
+from desktop_app.agent.tools import TOOLSET_KEY, tool
+from desktop_app.errors import AgentToolsChangedError, ProviderError
+from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite import open_store
+from tests.chat_server import ChatServer, completion
+from tests.cli_support import flowdesk
+
+
+def lookup_tools(calls: Counter[str]) -> list:
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        calls[q] += 1
+        return f"result for {q}"
+
+    return [lookup]
+
+
+def test_a_run_resumed_without_its_tools_is_refused_and_left_as_it_was(db_path: Path) -> None:
+    store = open_store(db_path)
+    astore = SqliteAgentStore(store)
+    calls: Counter[str] = Counter()
+    failing = ScriptedModel([ProviderError("the provider refused")])
+    started = Agent("helper", failing, astore, lookup_tools(calls)).ask("find x")
+    assert started.status == "failed"
+    recorded = astore.tool_result(started.run_id, TOOLSET_KEY)
+    assert recorded is not None and json.loads(recorded.result or "") == ["lookup"]
+    before = astore.get(started.run_id)
+
+    bare = ScriptedModel(["an answer without the tools"])
+    with pytest.raises(AgentToolsChangedError, match="started with the tools lookup") as err:
+        Agent("helper", bare, astore).resume(started.run_id)
+    assert "resumed with none" in str(err.value) and "--tools" in str(err.value)
+    assert bare.calls == 0  # refused before the model was asked
+    after = astore.get(started.run_id)
+    assert (after.status, after.updated_at, after.lease_owner) == (
+        before.status,
+        before.updated_at,
+        before.lease_owner,
+    )
+
+    same = ScriptedModel([{"tool": "lookup", "args": {"q": "x"}}, "found x"])
+    done = Agent("helper", same, astore, lookup_tools(calls)).resume(started.run_id)
+    assert (done.status, done.text) == ("done", "found x")
+    assert calls == {"x": 1}
+    store.close()
+
+
+def test_a_run_started_without_tools_records_none_and_resumes_with_any(db_path: Path) -> None:
+    store = open_store(db_path)
+    astore = SqliteAgentStore(store)
+    started = Agent("helper", ScriptedModel([ProviderError("down")]), astore).ask("hi")
+    assert astore.tool_results(started.run_id) == []  # nothing to remember
+    calls: Counter[str] = Counter()
+    done = Agent("helper", ScriptedModel(["hello"]), astore, lookup_tools(calls)).resume(
+        started.run_id
+    )
+    assert done.status == "done"
+    store.close()
+
+
+def test_the_cli_says_how_to_resume_a_run_started_with_file_tools(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.md").write_text("Buy milk.\n")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [("status", 400, {}, '{"error": {"message": "bad request"}}')]
+        asked = flowdesk(db, "ask", "notes?", "--tools", "files", "--folder", str(folder), env=env)
+        assert asked.returncode != 0
+        ((run_id, status),) = [
+            (r["run_id"], r["status"])
+            for r in map(json.loads, flowdesk(db, "runs", "--json").stdout.splitlines())
+        ]
+        assert status == "failed"
+        refused = flowdesk(db, "resume", run_id, env=env)
+        assert refused.returncode == 1, refused.stderr
+        assert "read_file" in refused.stderr and "--tools" in refused.stderr
+        assert len(server.requests) == 1  # the refusal asked the model nothing
+        server.script = [("json", completion("Buy milk."))]
+        again = flowdesk(
+            db, "ask", "--resume", run_id, "--tools", "files", "--folder", str(folder), env=env
+        )
+        assert again.returncode == 0, again.stderr
+        assert "Buy milk." in again.stdout
