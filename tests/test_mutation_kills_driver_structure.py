@@ -145,6 +145,7 @@ def test_loop_commits_each_iterations_writes_intents_and_reported_progress(env):
         rec = cp.steps.get("count")
         if rec is not None and rec.status == "in_progress" and cp.state.get("n"):
             by_iteration[rec.iteration] = (cp.state["n"], cp.progress)
+            assert (rec.step_id, rec.attempts, rec.started_at) == ("count", 1, T0)
     assert by_iteration == {1: (1, (1, 3)), 2: (2, (2, 3)), 3: (3, (3, 3))}
 
 
@@ -155,9 +156,13 @@ def test_paused_loop_resumes_at_the_iteration_it_stopped_at(env):
 
     def body(s: S, ctx) -> dict:
         seen.append(ctx.iteration)
+        ctx.send("sink", {"i": ctx.iteration})
         if ctx.iteration == 3 and fail["on"]:
             raise Fatal("iteration 3 broke")
         return {"n": s.n + 1}
+
+    def sent(run_id: str) -> list[int]:
+        return sorted(i.payload["i"] for i in store.intents(["pending"]) if i.run_id == run_id)
 
     engine.register(
         FlowBuilder("p", S)
@@ -167,10 +172,13 @@ def test_paused_loop_resumes_at_the_iteration_it_stopped_at(env):
     r = engine.run("p", S())
     assert r.status == "waiting" and r.state.n == 2
     rec = _steps(store, r.run_id)["count"]
-    assert (rec.status, rec.iteration, rec.started_at) == ("failed", 2, T0)
+    assert (rec.step_id, rec.status, rec.attempts) == ("count", "failed", 1)
+    assert (rec.iteration, rec.started_at) == (2, T0)
+    assert sent(r.run_id) == [1, 2]  # committed with their iterations, before the failure
     fail["on"] = False
     r = engine.resume(r.run_id)
     assert r.status == "completed" and r.state.n == 4
+    assert sent(r.run_id) == [1, 2, 3, 4]
     assert seen == [1, 2, 3, 3, 4]  # iterations 1 and 2 never ran again
 
 
@@ -178,7 +186,9 @@ def test_loop_attempt_runs_under_the_steps_timeout(env):
     _store, engine, _clock, _events = env
 
     async def body(s: S) -> dict:
-        await asyncio.Event().wait()  # never set: only the timeout ends it
+        # never set: only the step's 0.05 s timeout ends it (the 5 s bound
+        # only stops a broken engine from hanging the suite)
+        await asyncio.wait_for(asyncio.Event().wait(), 5)
         return {}
 
     engine.register(
@@ -534,7 +544,7 @@ def test_branch_attempt_runs_under_the_steps_timeout(env):
     _store, engine, _clock, _events = env
 
     async def hangs(s: S) -> dict:
-        await asyncio.Event().wait()
+        await asyncio.wait_for(asyncio.Event().wait(), 5)  # as in the loop case
         return {}
 
     _fan(engine, "t", {"slow": hangs}, timeout_s=0.05)
@@ -630,6 +640,8 @@ def test_branch_writes_and_intents_commit_with_its_checkpoint(env):
         ("fan/a", {"from": "a"}),
         ("fan/b", {"from": "b"}),
     ]
+    # the idempotency keys a destination de-duplicates on: branch, iteration 0, n
+    assert [i.intent_id for i in sent] == [f"{r.run_id}:fan/a:0:0", f"{r.run_id}:fan/b:0:0"]
 
 
 def test_max_concurrency_one_runs_branches_one_at_a_time_on_named_threads(env):
@@ -765,3 +777,61 @@ def test_re_executed_step_reattaches_to_every_child_it_started(env):
         f"{rid}:spawn:1",
     ]
     assert store.latest(rid).meta["children"] == journal
+
+
+def test_a_completed_branchs_answer_is_not_reused_when_its_step_runs_again(env):
+    """The parallel step is routed away on a branch failure and later runs
+    again: the branch that had completed asks its question again instead of
+    taking the earlier answer."""
+    _store, engine, _clock, _events = env
+
+    def a(s: S, ctx) -> dict:
+        return {"a": ctx.interrupt("a?")}
+
+    def b(s: S, ctx) -> dict:
+        if s.note == "second":
+            return {"b": "fine"}
+        raise Fatal(f"b broke after {ctx.interrupt('b?')}")
+
+    engine.register(
+        FlowBuilder("again", S)
+        .parallel("fan", {"a": a, "b": b}, on_error="route", error_route="retry_fan")
+        .step("retry_fan", lambda s: {"note": "second"})
+        .step("end", lambda s: {"n": 1})
+        .edge("fan", "end")
+        .edge("retry_fan", "fan")
+        .finish("end")
+        .compile()
+    )
+    r = engine.run("again", S())
+    waits = {w.step_id: w.wait_id for w in engine.waits(r.run_id)}
+    r = engine.resume_with(r.run_id, "yes-a", wait_id=waits["fan/a"])
+    assert r.status == "waiting"
+    r = engine.resume_with(r.run_id, "go", wait_id=waits["fan/b"])
+    assert r.status == "waiting" and r.state.note == "second"
+    assert [w.step_id for w in engine.waits(r.run_id)] == ["fan/a"]
+
+
+def test_loop_position_record_names_its_step_in_the_memory_store():
+    """The in-memory store keeps the step records as given: each iteration's
+    record names its loop step and keeps its first attempt's start."""
+    from desktop_app.store.memory import InMemoryCheckpointStore
+
+    store = InMemoryCheckpointStore()
+    engine = Engine(store, clock=ManualClock(T0))
+    engine.register(
+        FlowBuilder("m", S)
+        .loop("count", lambda s: {"n": s.n + 1}, until=lambda s: s.n >= 2)
+        .compile()
+    )
+    r = engine.run("m", S())
+    assert r.status == "completed"
+    recs = [
+        engine.checkpoint(f"{r.run_id}:{i.revision}").steps.get("count")
+        for i in engine.history(r.run_id)
+    ]
+    looping = [x for x in recs if x is not None and x.status == "in_progress" and x.iteration]
+    assert [(x.step_id, x.iteration, x.attempts, x.started_at) for x in looping] == [
+        ("count", 1, 1, T0),
+        ("count", 2, 1, T0),
+    ]
