@@ -538,6 +538,8 @@ class RunDriver:
                 branches = dict(self.meta.get("branches", {}))
                 new = self.merge_branches(step, new, branches.pop(record_id, {}))
                 self.meta["branches"] = branches
+                # the other branches' unanswered questions leave with the step
+                self.waits = [w for w in self.waits if not w.step_id.startswith(f"{record_id}/")]
             self.flow.state_type.__pydantic_validator__.validate_assignment(
                 new, step.policy.error_field, message
             )
