@@ -56,10 +56,16 @@ def test_undo_moves_every_file_back_and_removes_the_emptied_folders(tmp_path):
     assert removed == sorted(["Documents", "Images", *month_folders])
 
     again = flowdesk(db, "undo", run_id)
-    assert again.returncode == 1  # nothing could go back: each file says why
-    assert "0 moved back" in again.stdout
-    assert again.stdout.count("no longer at") == 2
+    assert again.returncode == 0, again.stdout  # running it again changes nothing
+    assert f"tidy run {run_id}: 0 moved back, 2 already back" in again.stdout
+    assert "left" not in again.stdout
     assert files(dl) == ["paper.pdf", "photo.jpg"]
+
+    (dl / "paper.pdf").unlink()  # gone from both places: that one is reported
+    lost = flowdesk(db, "undo", run_id)
+    assert lost.returncode == 1
+    assert "1 already back" in lost.stdout
+    assert "left paper.pdf: no longer at" in lost.stdout and "nothing to move back" in lost.stdout
 
 
 def test_a_file_at_the_old_place_is_never_replaced_and_its_folder_stays(tmp_path):
@@ -70,11 +76,13 @@ def test_a_file_at_the_old_place_is_never_replaced_and_its_folder_stays(tmp_path
     undone = flowdesk(db, "undo", run_id)
     assert undone.returncode == 1
     assert "photo.jpg: " in undone.stdout and "is taken" in undone.stdout
+    assert "run the undo again" in undone.stdout  # what to do about it
     assert (dl / "photo.jpg").read_bytes() == b"a newer photo"
     assert (images / "photo.jpg").read_bytes() == b"jpg"  # left where tidy put it
     assert (dl / "paper.pdf").read_bytes() == b"pdf"  # the other file went back
     assert not (dl / "Documents").exists()  # emptied, so removed
-    assert images.is_dir()  # still holds files: kept
+    assert images.is_dir()  # still holds files: kept, and said so
+    assert f"kept folder {images} (it holds other files)" in undone.stdout
 
 
 def test_a_folder_swapped_for_a_link_is_not_followed(tmp_path):
@@ -141,3 +149,29 @@ def test_the_undo_list_and_the_report_it_leaves_are_private(tmp_path):
     _db, dl, _run_id = tidied(tmp_path)
     (undo_list,) = dl.glob(".flowdesk-tidy-undo-*.json")
     assert os.stat(undo_list).st_mode & 0o777 == 0o600
+
+
+def test_undo_of_a_waiting_or_rejected_run_says_what_happened(tmp_path):
+    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
+    dl.mkdir()
+    (dl / "photo.jpg").write_bytes(b"jpg")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
+    run_id = started.stdout.splitlines()[0]
+    waiting = flowdesk(db, "undo", run_id)
+    assert waiting.returncode == 2
+    assert "waits for approval" in waiting.stderr and f"flowdesk answer {run_id}" in waiting.stderr
+    assert flowdesk(db, "answer", run_id, "no").returncode == 0
+    rejected = flowdesk(db, "undo", run_id)
+    assert rejected.returncode == 2 and "moved nothing; nothing to undo" in rejected.stderr
+    assert files(dl) == ["photo.jpg"]
+
+
+def test_a_lost_undo_list_says_the_files_stay_tidied(tmp_path):
+    db, dl, run_id = tidied(tmp_path)
+    (undo_list,) = dl.glob(".flowdesk-tidy-undo-*.json")
+    undo_list.unlink()
+    lost = flowdesk(db, "undo", run_id)
+    assert lost.returncode == 2
+    assert "does not exist" in lost.stderr and "stay where tidy put them" in lost.stderr
+    assert [f.split("/")[0] for f in files(dl)] == ["Documents", "Images"]

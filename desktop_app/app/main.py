@@ -737,6 +737,8 @@ class FlowdeskApp(App[None]):
             self.say(f"Tidy run {rid} was not undone: {exc}", "error")
             return
         text = f"Undid tidy run {rid}: {plural(report.moved_back, 'file')} moved back"
+        if report.already_back:
+            text += f", {report.already_back} already back"
         if report.left:
             text += f"; {len(report.left)} left: " + "; ".join(report.left[:3])
         self.say(text, "warning" if report.left else "information")

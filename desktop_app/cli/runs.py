@@ -406,7 +406,8 @@ def cmd_cancel(ctx: Ctx) -> int:
 
 def cmd_undo(ctx: Ctx) -> int:
     """``flowdesk undo RUN``: move a tidy run's files back (exit 1 when a file
-    could not go back; each is listed with why)."""
+    could not go back, each listed with why; files already back are counted,
+    not failures)."""
     from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
 
     sv = ctx.services()
@@ -417,14 +418,19 @@ def cmd_undo(ctx: Ctx) -> int:
             {
                 "run_id": ref.run_id,
                 "moved_back": report.moved_back,
+                "already_back": report.already_back,
                 "left": report.left,
                 "folders_removed": report.folders_removed,
+                "folders_kept": report.folders_kept,
             }
         )
     else:
-        print(f"tidy run {ref.run_id}: {report.moved_back} moved back")
+        already = f", {report.already_back} already back" if report.already_back else ""
+        print(f"tidy run {ref.run_id}: {report.moved_back} moved back{already}")
         for line in report.left:
             print(f"  left {line}")
         for folder in report.folders_removed:
             print(f"  removed empty folder {folder}")
+        for folder in report.folders_kept:
+            print(f"  kept folder {folder} (it holds other files)")
     return EXIT_FAILED if report.left else EXIT_OK

@@ -19,6 +19,7 @@ tidy put it is reported and left.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -55,6 +56,10 @@ class UndoReport:
     moved_back: int
     left: list[str]
     folders_removed: list[str] = field(default_factory=list)
+    #: files already back at their old place (an earlier undo, or by hand)
+    already_back: int = 0
+    #: tidied folders kept because they still hold something, as paths
+    folders_kept: list[str] = field(default_factory=list)
 
 
 def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
@@ -67,14 +72,23 @@ def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
     try:
         entries = json.loads(undo_list.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
-        raise InputError(f"the undo list {undo_list} does not exist; nothing to undo") from exc
+        raise InputError(
+            f"the undo list {undo_list} does not exist (deleted, or the folder was moved); "
+            "nothing was moved back: the files stay where tidy put them"
+        ) from exc
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read the undo list {undo_list}: {exc}") from exc
+        raise InputError(
+            f"cannot read the undo list {undo_list}: {exc}; nothing was moved back "
+            "(restore the file from a backup, or move the files back by hand)"
+        ) from exc
     if not isinstance(entries, list) or not all(
         isinstance(e, dict) and isinstance(e.get("from"), str) and isinstance(e.get("to"), str)
         for e in entries
     ):
-        raise InputError(f"{undo_list} is not a tidy undo list (a list of from/to pairs)")
+        raise InputError(
+            f"{undo_list} is not a tidy undo list (a list of from/to pairs); nothing was "
+            "moved back (restore the file from a backup, or move the files back by hand)"
+        )
     return [(e["from"], e["to"]) for e in entries]
 
 
@@ -90,27 +104,40 @@ def undo_tidy(undo_list: Path) -> UndoReport:
     """
     pairs = read_undo_list(undo_list)
     folder = undo_list.parent
-    moved, left = 0, []
+    moved, already, left = 0, 0, []
     emptied: set[tuple[str, str]] = set()
     for moved_to, came_from in pairs:
         name = Path(moved_to).name
         try:
-            if _move_back(folder, Path(moved_to), Path(came_from)):
+            outcome = _move_back(folder, Path(moved_to), Path(came_from))
+            if outcome == "moved":
                 moved += 1
+            elif outcome == "already":
+                already += 1
             else:
-                left.append(f"{name}: no longer at {Path(moved_to).parent}")
+                left.append(
+                    f"{name}: no longer at {Path(moved_to).parent} nor at {folder}; "
+                    "nothing to move back"
+                )
         except Refused as exc:
             left.append(f"{name}: {exc}")
         except OSError as exc:
             left.append(f"{name}: {exc.strerror or exc}")
-        else:
-            emptied.add((Path(moved_to).parent.parent.name, Path(moved_to).parent.name))
-    removed = _remove_empty(folder, emptied, left)
-    return UndoReport(moved, left, removed)
+        # its folders are looked at either way (removed when empty, else reported
+        # kept), but only when the pair is tidy's own layout in this folder
+        with contextlib.suppress(Refused):
+            top_folder, kind_dir, month, _name = planned_layout(Path(came_from), Path(moved_to))
+            if top_folder == folder:
+                emptied.add((kind_dir, month))
+    kept: list[str] = []
+    removed = _remove_empty(folder, emptied, left, kept)
+    return UndoReport(moved, left, removed, already, kept)
 
 
-def _move_back(folder: Path, moved_to: Path, came_from: Path) -> bool:
-    """Rename ``moved_to`` back to ``came_from``; ``False`` when it is gone.
+def _move_back(folder: Path, moved_to: Path, came_from: Path) -> str:
+    """Rename ``moved_to`` back to ``came_from``: ``"moved"``; ``"already"``
+    when it is gone from there and a regular file is at ``came_from`` (moved
+    back before); ``"gone"`` when it is in neither place.
 
     Raises:
         Refused: the pair is not inside ``folder``'s tidy layout, the file is
@@ -123,34 +150,41 @@ def _move_back(folder: Path, moved_to: Path, came_from: Path) -> bool:
     top = open_dir(folder)
     fds = [top]
     try:
+        back = "already" if kind_at(top, came_from.name) == "a regular file" else "gone"
         try:
             fds.append(open_subdir(top, kind_dir))
             fds.append(open_subdir(fds[-1], month))
         except FileNotFoundError:
-            return False
+            return back
         kind = kind_at(fds[-1], name)
         if kind is None:
-            return False
+            return back
         if kind != "a regular file":
             raise Refused(f"{moved_to} is now {kind}; left where it is")
         if kind_at(top, came_from.name) is not None:
-            raise Refused(f"{came_from} is taken; left at {moved_to}")
+            raise Refused(
+                f"{came_from} is taken; left at {moved_to} (move the file at {came_from} "
+                "away and run the undo again)"
+            )
         # the check above only words the common case; the rename itself refuses
         # a file that appears at the old place after it
         rename_noreplace(fds[-1], name, top, came_from.name)
         fsync_dir(top)
         fsync_dir(fds[-1])
-        return True
+        return "moved"
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def _remove_empty(folder: Path, touched: set[tuple[str, str]], left: list[str]) -> list[str]:
+def _remove_empty(
+    folder: Path, touched: set[tuple[str, str]], left: list[str], kept: list[str]
+) -> list[str]:
     """``rmdir`` each touched ``<Kind>/<YYYY-MM>``, then each ``<Kind>``, when
-    empty; the paths removed. A folder that is not empty, or gone, stays as it
-    is; one that cannot be removed for another reason stays and is added to
-    ``left`` with why."""
+    empty; the paths removed. A folder that still holds something is added
+    to ``kept`` (a ``<Kind>`` only when its touched months went); one that is
+    gone stays gone; one that cannot be removed for another reason is added
+    to ``left`` with why."""
     removed: list[str] = []
     try:
         top = open_dir(folder)
@@ -162,14 +196,23 @@ def _remove_empty(folder: Path, touched: set[tuple[str, str]], left: list[str]) 
                 kind_fd = open_subdir(top, kind_dir)
             except (Refused, OSError):
                 continue
+            months_kept = False
             try:
                 for month in sorted(m for k, m in touched if k == kind_dir):
-                    if _rmdir_if_empty(kind_fd, month, folder / kind_dir / month, left):
-                        removed.append(str(folder / kind_dir / month))
+                    shown = folder / kind_dir / month
+                    outcome = _rmdir_if_empty(kind_fd, month, shown, left)
+                    if outcome == "removed":
+                        removed.append(str(shown))
+                    elif outcome == "kept":
+                        months_kept = True
+                        kept.append(str(shown))
             finally:
                 os.close(kind_fd)
-            if _rmdir_if_empty(top, kind_dir, folder / kind_dir, left):
+            outcome = _rmdir_if_empty(top, kind_dir, folder / kind_dir, left)
+            if outcome == "removed":
                 removed.append(str(folder / kind_dir))
+            elif outcome == "kept" and not months_kept:
+                kept.append(str(folder / kind_dir))
         if removed:
             fsync_dir(top)
     finally:
@@ -177,14 +220,18 @@ def _remove_empty(folder: Path, touched: set[tuple[str, str]], left: list[str]) 
     return removed
 
 
-def _rmdir_if_empty(dir_fd: int, name: str, shown: Path, left: list[str]) -> bool:
+def _rmdir_if_empty(dir_fd: int, name: str, shown: Path, left: list[str]) -> str:
+    """``"removed"``, ``"kept"`` (not empty), ``"gone"``, or ``"failed"`` (added to ``left``)."""
     try:
         os.rmdir(name, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
-            left.append(f"{shown}: the emptied folder was not removed: {exc.strerror or exc}")
-        return False
-    return True
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return "kept"
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return "gone"
+        left.append(f"{shown}: the emptied folder was not removed: {exc.strerror or exc}")
+        return "failed"
+    return "removed"
 
 
 def undo_list_of(store: CheckpointStore, run_id: str) -> Path:
@@ -200,6 +247,16 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path:
         raise InputError(f"run {run_id} is a {run.flow_name} run, not a tidy run; nothing to undo")
     latest = store.latest(run_id)
     path = None if latest is None else latest.state.get("undo_path")
-    if not isinstance(path, str):
-        raise InputError(f"tidy run {run_id} ({run.status}) has no undo list: it moved nothing yet")
-    return Path(path)
+    if isinstance(path, str):
+        return Path(path)
+    if run.status == "waiting":
+        raise InputError(
+            f"tidy run {run_id} waits for approval and has moved nothing; nothing to undo "
+            f"(answer it with `flowdesk answer {run_id} no` to move nothing at all)"
+        )
+    if run.status in ("pending", "running"):
+        raise InputError(
+            f"tidy run {run_id} is {run.status} and has written no undo list yet; "
+            "undo it once it has finished"
+        )
+    raise InputError(f"tidy run {run_id} ({run.status}) moved nothing; nothing to undo")

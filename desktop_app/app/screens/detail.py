@@ -179,7 +179,15 @@ class RunDetailScreen(Screen[None]):
         Binding("k", "fork", "Fork"),
         Binding("u", "undo", "Undo tidy", show=False),
         Binding("q", "app.quit", "Quit", show=False),
-        *(Binding(str(i + 1), f"show_tab('{tab}')", show=False) for i, tab in enumerate(TABS)),
+        *(
+            Binding(
+                str(i + 1),
+                f"show_tab('{tab}')",
+                f"{tab.removeprefix('tab-').capitalize()} tab",
+                show=False,
+            )
+            for i, tab in enumerate(TABS)
+        ),
     ]
 
     def __init__(self, run_id: str) -> None:
