@@ -850,3 +850,77 @@ def test_resume_after_a_crash_runs_on_recover_for_a_resume_only_step(db_path, tm
     assert done.status == "completed" and done.state.n == 2
     assert log.read_text().splitlines() == ["charge 1", "recover 2"]
     engine.store.close()
+
+
+# -- every stored step record names its step (the memory store keeps the object) --
+
+
+def _records_name_their_steps(engine: Engine, run_id: str) -> int:
+    seen = 0
+    for info in engine.history(run_id):
+        for key, rec in engine.checkpoint(info.id).steps.items():
+            assert rec.step_id == key, (info.revision, info.step_id, key, rec)
+            seen += 1
+    return seen
+
+
+def test_every_step_record_in_every_checkpoint_names_its_step():
+    """The SQLite and PostgreSQL rows key a record by its step; the in-memory
+    store keeps the record itself, so a record must name its own step."""
+    from desktop_app.store.memory import InMemoryCheckpointStore
+
+    clock = ManualClock()
+    broken = [True]
+
+    def work(s: S) -> dict:
+        if broken[0]:
+            raise ValueError("down")
+        return {"count": 1}
+
+    def ask(s: S, ctx) -> dict:
+        return {"answer": ctx.interrupt("ok?", timeout_s=5.0)}
+
+    flows = [
+        approve_flow(True),
+        FlowBuilder("fails", S).step("work", work).step("ask", ask).chain().compile(),
+        ask_flow(30.0),
+    ]
+    engine = Engine(InMemoryCheckpointStore(clock=clock.now), flows=flows, clock=clock)
+    timed = engine.run("approve", S())
+    clock.advance(60.0)
+    engine.wake(timed.run_id)  # the timeout route; then waits on "again"
+    failing = engine.run("fails", S())
+    assert failing.status == "failed"
+    broken[0] = False
+    assert engine.resume(failing.run_id).status == "waiting"  # a fresh attempt, then a question
+    answered = engine.run("ask", S())
+    assert engine.resume_with(answered.run_id, "yes").status == "completed"
+    expired = engine.run("ask", S())
+    clock.advance(31.0)
+    assert engine.wake(expired.run_id).status == "timed_out"
+    counted = sum(
+        _records_name_their_steps(engine, r.run_id) for r in (timed, failing, answered, expired)
+    )
+    # a wait that times out with no route; a step interrupted (Ctrl-C) mid-attempt
+    interrupted = [True]
+
+    def halts(s: S) -> dict:
+        if interrupted[0]:
+            interrupted[0] = False
+            raise KeyboardInterrupt  # not a step failure: nothing is saved
+        return {"n": 1}
+
+    more = [approve_flow(False), FlowBuilder("halt", S).step("halts", halts).compile()]
+    other = Engine(InMemoryCheckpointStore(clock=clock.now), flows=more, clock=clock)
+    no_route = other.run("approve", S())
+    clock.advance(60.0)
+    assert other.wake(no_route.run_id).status == "timed_out"
+    with pytest.raises(KeyboardInterrupt):
+        other.run("halt", S())
+    (halted,) = other.pending()
+    resumed = other.resume(halted.run_id)
+    assert resumed.status == "completed"
+    assert other.store.latest(halted.run_id).steps["halts"].attempts == 2
+    counted += _records_name_their_steps(other, no_route.run_id)
+    counted += _records_name_their_steps(other, halted.run_id)
+    assert counted > 20
