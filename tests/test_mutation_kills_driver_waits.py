@@ -600,10 +600,14 @@ def test_a_failed_attempt_of_an_unsaved_loop_starts_again_from_the_stored_iterat
         .loop("lp", body, until=lambda s: s.count >= 4, checkpoint_each_iteration=False)
         .compile()
     )
-    engine = engine_for(db_path, flow)
+    clock = ManualClock()
+    engine = engine_for(db_path, flow, clock=clock)
+    started = clock.now()
     res = engine.run("lp", S())
     assert res.status == "completed" and res.state.count == 4
     assert ran == [(1, 1), (2, 1), (3, 1), (1, 2), (2, 2), (3, 2), (4, 2)]
+    rec = engine.store.latest(res.run_id).steps["lp"]
+    assert (rec.attempts, rec.started_at, rec.iteration) == (2, started, 4)
     engine.store.close()
 
 
