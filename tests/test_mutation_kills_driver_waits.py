@@ -632,6 +632,30 @@ def test_a_nested_condition_step_that_fails_once_is_retried(db_path):
     engine.store.close()
 
 
+def test_event_published_as_the_wait_begins_keeps_the_on_enter_effects(db_path):
+    """An event stored at the instant the wait begins is delivered at once;
+    what on_enter staged commits with that step."""
+    clock = ManualClock()
+
+    def enter(s: S, ctx) -> dict:
+        ctx.send("pager", {"msg": "deploying"})
+        return {"notes": ["entered"]}
+
+    flow = (
+        FlowBuilder("ev", S)
+        .wait_event("deploy", "deployed", into="payload", on_enter=enter)
+        .compile()
+    )
+    engine = engine_for(db_path, flow, clock=clock)
+    engine.publish("deployed", {"version": "2.1"})  # same instant as the wait's start
+    res = engine.run("ev", S())
+    assert res.status == "completed" and res.state.payload == {"version": "2.1"}
+    assert res.state.notes == ["entered"]
+    intents = engine.store.intents(("pending", "sent", "delivered", "failed"))
+    assert [(i.destination, i.payload) for i in intents] == [("pager", {"msg": "deploying"})]
+    engine.store.close()
+
+
 # -- resume ------------------------------------------------------------------------
 
 
