@@ -629,6 +629,10 @@ def test_a_nested_condition_step_that_fails_once_is_retried(db_path):
     res = engine.run("cond", S())
     assert res.status == "completed" and res.state.n == 7
     assert tries == [1, 2]
+    steps = engine.store.latest(res.run_id).steps
+    # the nested step was retried; the condition step itself never failed
+    assert (steps["inner"].status, steps["inner"].attempts) == ("completed", 2)
+    assert (steps["if"].status, steps["if"].attempts, steps["if"].error) == ("completed", 1, None)
     engine.store.close()
 
 
