@@ -699,6 +699,27 @@ def test_resume_of_a_failed_loop_starts_a_fresh_attempt_at_its_iteration(db_path
     engine.store.close()
 
 
+def test_a_started_run_picked_up_later_begins_its_entry_loop_at_iteration_one(db_path):
+    clock = ManualClock()
+    ran: list[int] = []
+
+    def body(s: S, ctx) -> dict:
+        ran.append(ctx.iteration)
+        return {"count": s.count + 1}
+
+    flow = FlowBuilder("later", S).loop("lp", body, until=lambda s: False, max_iterations=3)
+    engine = engine_for(db_path, flow.compile(), clock=clock)
+    rid = engine.start("later", S())  # pending: nothing ran, the entry has no record yet
+    assert engine.status(rid).status == "pending"
+    clock.advance(2.0)
+    done = engine.resume(rid)
+    assert done.status == "completed" and done.state.count == 3
+    assert ran == [1, 2, 3]
+    rec = engine.store.latest(rid).steps["lp"]
+    assert (rec.attempts, rec.started_at, rec.iteration) == (1, clock.now(), 3)
+    engine.store.close()
+
+
 def test_resume_after_a_pause_lets_later_waits_fire(db_path):
     clock = ManualClock()
     broken = [True]
