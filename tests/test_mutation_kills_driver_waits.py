@@ -611,6 +611,29 @@ def test_a_failed_attempt_of_an_unsaved_loop_starts_again_from_the_stored_iterat
     engine.store.close()
 
 
+def test_an_unsaved_loop_failing_every_attempt_stops_after_its_retries(db_path):
+    failures: list[int] = []
+
+    def body(s: S, ctx) -> dict:
+        if ctx.iteration == 3 and len(failures) < 5:  # a guard: never loops forever
+            failures.append(ctx.attempt)
+            raise ValueError("always")
+        return {"count": s.count + 1}
+
+    flow = (
+        FlowBuilder("lp", S, retry=1)
+        .loop("lp", body, until=lambda s: s.count >= 4, checkpoint_each_iteration=False)
+        .compile()
+    )
+    engine = engine_for(db_path, flow)
+    res = engine.run("lp", S())
+    assert res.status == "failed" and failures == [1, 2]
+    rec = engine.store.latest(res.run_id).steps["lp"]
+    assert (rec.status, rec.attempts, rec.iteration) == ("failed", 2, 0)
+    assert "2 attempt" in res.error and "ValueError: always" in res.error
+    engine.store.close()
+
+
 def test_a_nested_condition_step_that_fails_once_is_retried(db_path):
     tries: list[int] = []
 
