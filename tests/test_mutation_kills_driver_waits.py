@@ -683,6 +683,44 @@ def test_event_published_as_the_wait_begins_keeps_the_on_enter_effects(db_path):
     engine.store.close()
 
 
+def test_a_route_failing_after_a_wait_resolved_hands_the_run_back(db_path):
+    """The route after a signal wait raises: the run is released at once, so
+    another process resumes it (the signal is still there) instead of waiting
+    for the lease to expire."""
+    clock = ManualClock()
+    picks: list[int] = []
+
+    def pick(s: S) -> str:
+        picks.append(1)
+        if len(picks) == 1:
+            raise RuntimeError("route service down")
+        return "a"
+
+    def flow():
+        return (
+            FlowBuilder("rt", S)
+            .wait_signal("w", "go", key="k", into="payload")
+            .route("w", pick, ["a", "b"])
+            .step("a", note("a"))
+            .step("b", note("b"))
+            .finish("a", "b")
+            .compile()
+        )
+
+    engine = engine_for(db_path, flow(), clock=clock)
+    engine.signal("go", "k", {"v": 1})
+    with pytest.raises(RuntimeError, match="route service down"):
+        engine.run("rt", S())
+    (run,) = engine.store.list_runs()
+    assert run.lease_owner is None
+    other = engine_for(db_path, flow(), clock=clock)
+    done = other.resume(run.run_id)
+    assert done.status == "completed" and done.state.notes == ["a"]
+    assert done.state.payload == {"v": 1}
+    other.store.close()
+    engine.store.close()
+
+
 # -- resume ------------------------------------------------------------------------
 
 
