@@ -1038,3 +1038,29 @@ def test_every_step_record_in_every_checkpoint_names_its_step():
     counted += _records_name_their_steps(other, no_route.run_id)
     counted += _records_name_their_steps(other, halted.run_id)
     assert counted > 20
+
+
+def test_the_last_200_answered_questions_are_remembered():
+    """A run remembers the ids of its last 200 answered questions (its
+    checkpoint does not grow with every answer): a late answer to one of
+    them is refused as already answered, an older one as unknown."""
+    from desktop_app.errors import WaitError
+    from desktop_app.store.memory import InMemoryCheckpointStore
+
+    def ask(s: S, ctx) -> dict:
+        for _ in range(202):
+            ctx.interrupt("next?")
+        return {"n": 1}
+
+    clock = ManualClock()
+    flow = FlowBuilder("many", S).step("ask", ask).compile()
+    engine = Engine(InMemoryCheckpointStore(clock=clock.now), flows=[flow], clock=clock)
+    rid = engine.run("many", S()).run_id
+    for n in range(201):
+        engine.resume_with(rid, n, wait_id=f"{rid}:ask:{n}")
+    resolved = engine.store.latest(rid).meta["resolved"]
+    assert resolved == [f"{rid}:ask:{n}" for n in range(1, 201)]
+    with pytest.raises(WaitAlreadyResolvedError):
+        engine.resume_with(rid, "late", wait_id=f"{rid}:ask:1")
+    with pytest.raises(WaitError, match="no pending wait"):
+        engine.resume_with(rid, "late", wait_id=f"{rid}:ask:0")
