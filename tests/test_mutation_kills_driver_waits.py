@@ -523,6 +523,30 @@ def test_signal_wait_without_a_field_completes_and_rechecks_save_nothing(db_path
     engine.store.close()
 
 
+def test_a_signal_sent_before_the_run_reaches_its_wait_is_delivered_at_once(db_path):
+    clock = ManualClock()
+
+    def prep(s: S) -> dict:
+        clock.advance(5.0)  # the step takes five seconds
+        return {"n": 1}
+
+    flow = (
+        FlowBuilder("late", S)
+        .step("prep", prep)
+        .wait_signal("w", "go", key="k", into="payload")
+        .chain()
+        .compile()
+    )
+    engine = engine_for(db_path, flow, clock=clock)
+    engine.signal("go", "k", {"v": 3})
+    res = engine.run("late", S())
+    assert res.status == "completed" and res.state.payload == {"v": 3}
+    rec = engine.store.latest(res.run_id).steps["w"]
+    assert (rec.status, rec.attempts, rec.started_at) == ("completed", 1, clock.now())
+    assert engine.store.next_signal("go", "k") is None  # consumed by this wait
+    engine.store.close()
+
+
 def test_signal_already_there_when_the_wait_begins_keeps_the_on_enter_effects(db_path):
     clock = ManualClock()
     entered: list[tuple] = []
