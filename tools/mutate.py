@@ -95,6 +95,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_leases.py",
         "tests/contract/test_races.py",
         "tests/test_mutation_kills_driver_structure.py",
+        "tests/test_mutation_kills_driver_waits.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
