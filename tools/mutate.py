@@ -383,7 +383,9 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     switched on with ``MUTANT_UNDER_TEST`` as mutmut does, in the module's
     ``.mutation/<module>/mutants/`` tree with the checkout's current tests).
     Mutmut's own cache cannot do this: a changed test selection resets every
-    verdict. ``jobs`` survivors run at once.
+    verdict. ``jobs`` survivors run at once. Each kill is also written to
+    ``.mutation/<module>/rekilled.json`` as it is found, so an interrupted
+    run keeps its kills and the next one starts after them.
 
     Raises:
         SystemExit: the module has no earlier full run to start from.
@@ -403,6 +405,11 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     if not files:
         raise SystemExit(f"no tests/test_mutation_kills_*.py in {module}'s selection")
     rekilled = dict(before.rekilled)
+    # kills confirmed by an interrupted earlier --survivors run (kept as they come)
+    progress = dest / "rekilled.json"
+    if progress.exists():
+        rekilled.update(json.loads(progress.read_text(encoding="utf-8")))
+    names = [n for n in names if n not in rekilled]
     started = time.monotonic()
     base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
     base += ["-p", "no:randomly", "-m", "not slow", *files]
@@ -427,6 +434,7 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
         print(f"  {verdict}: {name}")
         if code == 1:
             rekilled[name] = ", ".join(files)
+            progress.write_text(json.dumps(rekilled, indent=1) + "\n", encoding="utf-8")
     figures = count(module, dest, rekilled)
     figures.seconds = before.seconds
     figures.tests = before.tests
