@@ -96,7 +96,6 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/contract/test_races.py",
         "tests/test_mutation_kills_driver_structure.py",
         "tests/test_mutation_kills_driver_waits.py",
-        "tests/test_parallel_route_waits.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
