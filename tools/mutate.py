@@ -154,6 +154,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_outbox.py",
         "tests/test_races_processes.py",
         "tests/test_tidy.py",
+        "tests/test_mutation_kills_sqlite.py",
     ],
     "desktop_app/store/rows.py": [*_STORE, "tests/test_agent.py"],
     "desktop_app/store/domain/digest.py": ["tests/test_digest.py"],
