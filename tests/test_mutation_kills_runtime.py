@@ -1,0 +1,451 @@
+"""What the agent runtime's replay logic promises, checked where the suite
+did not: reuse of a completed tool result, an at-most-once call whose result
+was never saved, resume of each status, the recorded tool list, leases, the
+deadline and time-to-live, and the run's stored context."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from desktop_app.agent import Agent, ScriptedModel, tool
+from desktop_app.errors import (
+    AgentRunLeasedError,
+    AgentToolsChangedError,
+    InputRequiredError,
+    LeaseLostError,
+    RateLimitedError,
+    RunStateError,
+)
+from desktop_app.flow.clock import ManualClock
+from desktop_app.flow.context import ExecutionContext
+from desktop_app.store.agent_runs import SqliteAgentStore
+
+THIEF = "otherhost:1:thief"
+
+
+class Crash(BaseException):
+    """The process dies (not an Exception: nothing may catch it)."""
+
+
+class StealingStore(SqliteAgentStore):
+    """A store whose lease is taken over by another host right after the
+    named method ran once (the other process's takeover, at that moment)."""
+
+    def __init__(self, checkpoints: Any, steal_after: str) -> None:
+        super().__init__(checkpoints)
+        self.steal_after = steal_after
+        self.stolen = False
+
+    def _maybe_steal(self, name: str, run_id: str) -> None:
+        if name == self.steal_after and not self.stolen:
+            self.stolen = True
+            SqliteAgentStore.claim(self, run_id, THIEF, 1e12, 0.0, takeover=True)
+
+    def claim(self, run_id: str, owner: str, expires_at: float, now: float, **kw: Any) -> None:
+        super().claim(run_id, owner, expires_at, now, **kw)
+        self._maybe_steal("claim", run_id)
+
+    def mark_reused(self, run_id: str, key: str) -> None:
+        super().mark_reused(run_id, key)
+        self._maybe_steal("mark_reused", run_id)
+
+    def tool_result(self, run_id: str, key: str) -> Any:
+        out = super().tool_result(run_id, key)
+        if key.startswith("lookup:"):
+            self._maybe_steal("tool_result", run_id)
+        return out
+
+
+@pytest.fixture
+def astore(sqlite_store):
+    return SqliteAgentStore(sqlite_store)
+
+
+def lookup_tool(calls: Counter[str], crash_on: set[str] | None = None, at_most_once=False):
+    crash_on = set() if crash_on is None else crash_on
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        calls[q] += 1
+        if q in crash_on:
+            crash_on.discard(q)
+            raise Crash(q)
+        if q == "bad":
+            raise ValueError("no such thing")
+        return f"result for {q}"
+
+    if at_most_once:
+        lookup.at_most_once = True
+    return lookup
+
+
+@tool
+def other(x: str) -> str:
+    """Another tool."""
+    return x
+
+
+def tool_messages(model: ScriptedModel, call: int):
+    return [m for m in model.seen[call] if m.role == "tool"]
+
+
+# -- reuse of a completed tool result ---------------------------------------
+
+
+def test_identical_call_reuses_the_stored_result_and_says_so(astore):
+    calls: Counter[str] = Counter()
+    model = ScriptedModel(
+        [{"tool": "lookup", "args": {"q": "a"}}, {"tool": "lookup", "args": {"q": "a"}}, "ok"]
+    )
+    agent = Agent("helper", model, astore, [lookup_tool(calls)])
+    events = list(agent.stream("go"))
+    ends = [e for e in events if e.kind == "tool_end"]
+    assert [e.reused for e in ends] == [False, True]
+    assert calls["a"] == 1
+    first, second = tool_messages(model, 2)
+    assert first.content == second.content == "result for a"
+    assert first.name == second.name == "lookup"
+    assert events[-1].response.status == "done"
+
+
+def test_reuse_after_a_lost_lease_writes_nothing(sqlite_store):
+    calls: Counter[str] = Counter()
+    store = StealingStore(sqlite_store, "mark_reused")
+    model = ScriptedModel(
+        [{"tool": "lookup", "args": {"q": "a"}}, {"tool": "lookup", "args": {"q": "a"}}, "ok"]
+    )
+    agent = Agent("helper", model, store, [lookup_tool(calls)])
+    with pytest.raises(LeaseLostError):
+        agent.ask("go")
+    (run,) = store.list(agent="helper")
+    assert sum(1 for m in store.messages(run.run_id) if m["role"] == "tool") == 1
+    assert model.calls == 2
+
+
+def test_lost_lease_before_the_tool_runs_means_the_tool_does_not_run(sqlite_store):
+    calls: Counter[str] = Counter()
+    store = StealingStore(sqlite_store, "tool_result")
+    agent = Agent(
+        "helper", ScriptedModel([{"tool": "lookup", "args": {"q": "a"}}, "ok"]), store,
+        [lookup_tool(calls)],
+    )  # fmt: skip
+    with pytest.raises(LeaseLostError):
+        agent.ask("go")
+    assert calls["a"] == 0
+
+
+def test_lost_lease_while_the_tool_runs_saves_no_result(sqlite_store):
+    calls: Counter[str] = Counter()
+    store = SqliteAgentStore(sqlite_store)
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up; another host takes the lease meanwhile."""
+        calls[q] += 1
+        (run,) = store.list(agent="helper")
+        store.claim(run.run_id, THIEF, 1e12, 0.0, takeover=True)
+        return "x"
+
+    agent = Agent(
+        "helper", ScriptedModel([{"tool": "lookup", "args": {"q": "a"}}, "ok"]), store, [lookup]
+    )
+    with pytest.raises(LeaseLostError):
+        agent.ask("go")
+    (run,) = store.list(agent="helper")
+    assert store.tool_result(run.run_id, 'lookup:{"q":"a"}') is None or (
+        store.tool_result(run.run_id, 'lookup:{"q":"a"}').status == "in_progress"
+    )
+    assert not [m for m in store.messages(run.run_id) if m["role"] == "tool"]
+
+
+def test_unknown_tool_and_tool_error_are_answers_the_model_reads(astore):
+    calls: Counter[str] = Counter()
+    model = ScriptedModel(
+        [{"tool": "nosuch", "args": {}}, {"tool": "lookup", "args": {"q": "bad"}}, "ok"]
+    )
+    res = Agent("helper", model, astore, [lookup_tool(calls)]).ask("go")
+    assert res.status == "done"
+    unknown, failed = tool_messages(model, 2)
+    assert json.loads(unknown.content) == {"error": "unknown tool 'nosuch'"}
+    assert unknown.name == "nosuch"
+    assert json.loads(failed.content) == {"error": "ValueError: no such thing"}
+    assert failed.name == "lookup"
+
+
+# -- at-most-once -------------------------------------------------------------
+
+
+def test_at_most_once_call_started_before_a_crash_is_not_repeated(db_path, sqlite_store):
+    calls: Counter[str] = Counter()
+    script = [{"tool": "lookup", "args": {"q": "a"}}, "ok"]
+    store = SqliteAgentStore(sqlite_store)
+    first = Agent("helper", ScriptedModel(script), store, [lookup_tool(calls, {"a"}, True)])
+    with pytest.raises(Crash):
+        first.ask("go")
+    (run,) = store.list(agent="helper")
+    assert store.tool_result(run.run_id, 'lookup:{"q":"a"}').status == "in_progress"
+    model = ScriptedModel(script[1:])
+    again = Agent("helper", model, store, [lookup_tool(calls, None, True)])
+    res = again.resume(run.run_id)
+    assert res.status == "done" and calls["a"] == 1
+    (msg,) = tool_messages(model, 0)
+    error = json.loads(msg.content)["error"]
+    assert "lookup" in error and "not repeated" in error and "unknown" in error
+
+
+def test_ordinary_tool_started_before_a_crash_runs_again(sqlite_store):
+    calls: Counter[str] = Counter()
+    script = [{"tool": "lookup", "args": {"q": "a"}}, "ok"]
+    store = SqliteAgentStore(sqlite_store)
+    with pytest.raises(Crash):
+        Agent("helper", ScriptedModel(script), store, [lookup_tool(calls, {"a"})]).ask("go")
+    (run,) = store.list(agent="helper")
+    model = ScriptedModel(script[1:])
+    assert Agent("helper", model, store, [lookup_tool(calls)]).resume(run.run_id).status == "done"
+    assert calls["a"] == 2
+    assert tool_messages(model, 0)[0].content == "result for a"
+
+
+# -- resume by status -----------------------------------------------------------
+
+
+def test_done_run_resumes_to_its_answer_even_with_other_tools_or_a_foreign_lease(astore):
+    calls: Counter[str] = Counter()
+    res = Agent("helper", ScriptedModel(["42"]), astore, [lookup_tool(calls)]).ask("q")
+    astore.claim(res.run_id, THIEF, 1e12, 0.0, takeover=True)
+    model = ScriptedModel([])
+    again = Agent("helper", model, astore, [other])
+    assert again.resume(res.run_id) == res
+    assert [e.kind for e in again.resume_stream(res.run_id)] == ["done"]
+    assert model.calls == 0
+
+
+def test_input_required_resume_names_the_question_and_what_to_do(astore):
+    agent = Agent(
+        "helper",
+        ScriptedModel([{"tool": "ask_user", "args": {"question": "Which colour?"}}]),
+        astore,
+    )
+    res = agent.ask("paint")
+    assert res.status == "input_required" and res.question == "Which colour?"
+    with pytest.raises(InputRequiredError, match=r"'Which colour\?'.*resume_input\(run_id, text\)"):
+        agent.resume(res.run_id)
+
+
+def test_resume_input_answers_clears_the_question_and_runs(astore):
+    seen: list[tuple[str, Any]] = []
+
+    @tool
+    def look(x: str) -> str:
+        """Look."""
+        run = astore.get(rid)
+        seen.append((run.status, run.pending_call))
+        return "seen"
+
+    model = ScriptedModel(
+        [
+            {"tool": "ask_user", "args": {"question": "Which?"}},
+            {"tool": "look", "args": {"x": "1"}},
+            "red",
+        ]
+    )
+    agent = Agent("helper", model, astore, [look])
+    rid = agent.ask("paint").run_id
+    res = agent.resume_input(rid, "red")
+    assert res.status == "done" and res.text == "red"
+    assert seen == [("running", None)]
+    answer = tool_messages(model, 1)[0]
+    assert answer.content == "Human input: red" and answer.name == "ask_user"
+    final = astore.get(rid)
+    assert final.pending_call is None and final.status == "done"
+
+
+def test_resume_input_refuses_a_run_that_does_not_wait(astore):
+    res = Agent("helper", ScriptedModel(["hi"]), astore).ask("q")
+    with pytest.raises(RunStateError, match="not waiting for input.*'done'"):
+        Agent("helper", ScriptedModel([]), astore).resume_input(res.run_id, "x")
+
+
+def test_resume_input_with_other_tools_is_refused(astore):
+    calls: Counter[str] = Counter()
+    agent = Agent(
+        "helper", ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}]), astore,
+        [lookup_tool(calls)],
+    )  # fmt: skip
+    rid = agent.ask("q").run_id
+    model = ScriptedModel(["x"])
+    with pytest.raises(AgentToolsChangedError):
+        Agent("helper", model, astore, [other]).resume_input(rid, "a")
+    assert model.calls == 0 and astore.get(rid).status == "input_required"
+
+
+def test_rate_limited_run_resumes_at_its_retry_time_not_before(astore):
+    clock = ManualClock()
+    model = ScriptedModel([RateLimitedError("slow down", retry_after_s=30.0), "ok"])
+    agent = Agent("helper", model, astore, clock=clock)
+    res = agent.ask("q")
+    assert res.status == "rate_limited" and res.retry_at == clock.now() + 30.0
+    clock.advance(29.0)
+    with pytest.raises(RunStateError, match="rate limited until .*resume it after that"):
+        agent.resume(res.run_id)
+    clock.advance(1.0)
+    assert agent.resume(res.run_id).text == "ok"
+
+
+@pytest.mark.parametrize("status", ["canceled", "timeout", "expired"])
+def test_terminal_runs_are_not_resumed(astore, status):
+    clock = ManualClock()
+    model = ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}, "never"])
+    agent = Agent("helper", model, astore, clock=clock, timeout_s=10.0, ttl_s=20.0)
+    rid = agent.ask("q").run_id
+    if status == "canceled":
+        agent.cancel(rid)
+    else:
+        astore.update(rid, clock.now(), status=status, pending_call=None)
+    with pytest.raises(RunStateError, match=f"is {status}; it cannot be resumed"):
+        agent.resume(rid)
+    assert model.calls == 1 and astore.get(rid).status == status
+
+
+def test_failed_run_resumed_runs_as_running_and_ends_without_the_old_error(astore):
+    statuses: list[str] = []
+
+    @tool
+    def look(x: str) -> str:
+        """Look."""
+        statuses.append(astore.get(rid).status)
+        return "ok"
+
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0)])
+    agent = Agent("helper", model, astore, [look])
+    rid = agent.ask("q").run_id
+    astore.update(rid, 0.0, status="failed", error="boom")
+    model.turns += [{"tool": "look", "args": {"x": "1"}}, "fine"]
+    res = agent.resume(rid)
+    assert res.status == "done" and statuses == ["running"]
+    assert astore.get(rid).error is None
+
+
+def test_failed_run_with_other_tools_is_refused_with_both_lists(astore):
+    calls: Counter[str] = Counter()
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0)])
+    rid = Agent("helper", model, astore, [lookup_tool(calls)]).ask("q").run_id
+    with pytest.raises(AgentToolsChangedError) as err:
+        Agent("helper", ScriptedModel(["x"]), astore, [other]).resume(rid)
+    text = str(err.value)
+    assert "started with the tools lookup but is resumed with other" in text
+    assert f"flowdesk ask --resume {rid}" in text and "it was started with)" in text
+    with pytest.raises(AgentToolsChangedError, match="resumed with none;"):
+        Agent("helper", ScriptedModel(["x"]), astore).resume(rid)
+
+
+# -- leases -----------------------------------------------------------------------
+
+
+def test_resume_takes_over_a_dead_local_owner_and_an_expired_remote_one(astore):
+    clock = ManualClock()
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0), "a", "b"])
+    agent = Agent("helper", model, astore, clock=clock, lease_ttl_s=30.0)
+    rid = agent.ask("q").run_id
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    astore.claim(
+        rid, f"{socket.gethostname()}:{dead.pid}:x", clock.now() + 1000, 0.0, takeover=True
+    )
+    astore.update(rid, clock.now(), status="failed")
+    assert agent.resume(rid).text == "a"
+    astore.update(rid, clock.now(), status="failed", messages=[{"role": "user", "content": "more"}])
+    astore.claim(rid, THIEF, clock.now() + 5, 0.0, takeover=True)
+    with pytest.raises(AgentRunLeasedError):
+        agent.resume(rid)  # a live remote owner's lease, not expired
+    clock.advance(5.0)
+    assert agent.resume(rid).text == "b"
+
+
+def test_the_lease_lasts_lease_ttl_from_start_and_from_resume(astore):
+    clock = ManualClock()
+    observed: list[Any] = []
+
+    @tool
+    def look(x: str) -> str:
+        """Try to take the lease as another host."""
+        run = astore.get(rid)
+        observed.append(run.lease_expires_at - clock.now())
+        with pytest.raises(AgentRunLeasedError):
+            astore.claim(rid, THIEF, clock.now() + 100, clock.now() + 29.0)
+        return "ok"
+
+    model = ScriptedModel(
+        [{"tool": "look", "args": {"x": "1"}}, RateLimitedError("429", retry_after_s=0.0),
+         {"tool": "look", "args": {"x": "2"}}, "done"]
+    )  # fmt: skip
+    agent = Agent("helper", model, astore, [look], clock=clock, lease_ttl_s=30.0)
+    rid = "run-lease"
+    agent.ask("q", run_id=rid)
+    assert agent.resume(rid).text == "done"
+    assert observed == [30.0, 30.0]
+
+
+def test_resume_that_loses_the_lease_at_once_calls_no_model(sqlite_store):
+    store = StealingStore(sqlite_store, "none")
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0), "x"])
+    rid = Agent("helper", model, store).ask("q").run_id
+    store.steal_after = "claim"
+    with pytest.raises(LeaseLostError):
+        Agent("helper", model, store).resume(rid)
+    assert model.calls == 1
+
+
+def test_resume_input_that_loses_the_lease_at_once_calls_no_model(sqlite_store):
+    store = StealingStore(sqlite_store, "none")
+    model = ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}, "x"])
+    rid = Agent("helper", model, store).ask("q").run_id
+    store.steal_after = "claim"
+    with pytest.raises(LeaseLostError):
+        Agent("helper", model, store).resume_input(rid, "a")
+    assert model.calls == 1 and store.get(rid).status == "input_required"
+
+
+# -- deadline, time-to-live, context, system prompt -----------------------------------
+
+
+@pytest.mark.parametrize("field", ["timeout_s", "ttl_s"])
+def test_deadline_and_ttl_count_from_creation(astore, field):
+    clock = ManualClock()
+
+    @tool
+    def wait(s: float) -> str:
+        """Let time pass."""
+        clock.advance(s)
+        return "waited"
+
+    model = ScriptedModel(
+        [{"tool": "wait", "args": {"s": 9.0}}, "in time", {"tool": "wait", "args": {"s": 10.0}}, "late"]
+    )  # fmt: skip
+    agent = Agent("helper", model, astore, [wait], clock=clock, **{field: 10.0})
+    assert agent.ask("one").text == "in time"
+    late = agent.ask("two")
+    assert late.status == ("timeout" if field == "timeout_s" else "expired")
+
+
+def test_run_context_keeps_its_run_id_and_trace_id(astore):
+    model = ScriptedModel(["a", "b"])
+    agent = Agent("helper", model, astore, system="Be brief.")
+    given = ExecutionContext(trace_id="ab" * 16)
+    r1 = agent.ask("q", context=given)
+    r2 = agent.ask("q")
+    c1, c2 = astore.get(r1.run_id).context, astore.get(r2.run_id).context
+    assert c1["run_id"] == r1.run_id and c1["trace_id"] == "ab" * 16
+    assert (
+        c2["run_id"] == r2.run_id and len(c2["trace_id"]) == 32 and c2["trace_id"] != c1["trace_id"]
+    )
+    first = model.seen[0][0]
+    assert (first.role, first.content) == ("system", "Be brief.")
