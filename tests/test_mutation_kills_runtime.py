@@ -6,9 +6,11 @@ deadline and time-to-live, and the run's stored context."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import threading
 from collections import Counter
 from typing import Any
 
@@ -16,10 +18,13 @@ import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.errors import (
+    AgentError,
     AgentRunLeasedError,
     AgentToolsChangedError,
     InputRequiredError,
     LeaseLostError,
+    ProviderError,
+    ProviderUnavailableError,
     RateLimitedError,
     RunStateError,
 )
@@ -270,7 +275,7 @@ def test_resume_input_answers_clears_the_question_and_runs(astore):
 
 def test_resume_input_refuses_a_run_that_does_not_wait(astore):
     res = Agent("helper", ScriptedModel(["hi"]), astore).ask("q")
-    with pytest.raises(RunStateError, match="not waiting for input.*'done'"):
+    with pytest.raises(RunStateError, match=r"not waiting for input.*'done'"):
         Agent("helper", ScriptedModel([]), astore).resume_input(res.run_id, "x")
 
 
@@ -294,7 +299,7 @@ def test_rate_limited_run_resumes_at_its_retry_time_not_before(astore):
     res = agent.ask("q")
     assert res.status == "rate_limited" and res.retry_at == clock.now() + 30.0
     clock.advance(29.0)
-    with pytest.raises(RunStateError, match="rate limited until .*resume it after that"):
+    with pytest.raises(RunStateError, match=r"rate limited until .*resume it after that"):
         agent.resume(res.run_id)
     clock.advance(1.0)
     assert agent.resume(res.run_id).text == "ok"
@@ -428,7 +433,8 @@ def test_deadline_and_ttl_count_from_creation(astore, field):
         return "waited"
 
     model = ScriptedModel(
-        [{"tool": "wait", "args": {"s": 9.0}}, "in time", {"tool": "wait", "args": {"s": 10.0}}, "late"]
+        [{"tool": "wait", "args": {"s": 9.0}}, "in time",
+         {"tool": "wait", "args": {"s": 10.0}}, "late"]
     )  # fmt: skip
     agent = Agent("helper", model, astore, [wait], clock=clock, **{field: 10.0})
     assert agent.ask("one").text == "in time"
@@ -449,3 +455,236 @@ def test_run_context_keeps_its_run_id_and_trace_id(astore):
     )
     first = model.seen[0][0]
     assert (first.role, first.content) == ("system", "Be brief.")
+
+
+# -- pending, due, cancel ---------------------------------------------------------
+
+
+def test_resume_pending_skips_waiting_runs_and_stops_at_the_first_failure(astore):
+    clock = ManualClock()
+
+    def started(turns: list[Any]) -> str:
+        clock.advance(1.0)
+        rid = Agent("helper", ScriptedModel(turns), astore, clock=clock).ask("q").run_id
+        if astore.get(rid).status == "rate_limited":
+            astore.update(rid, clock.now(), status="failed", error="earlier")
+        return rid
+
+    paused = started([RateLimitedError("429", retry_after_s=0.0)])
+    Agent("helper", ScriptedModel([]), astore, clock=clock).pause(paused)
+    waiting = started([{"tool": "ask_user", "args": {"question": "?"}}])
+    ok = started([RateLimitedError("429", retry_after_s=0.0)])
+    bad = started([RateLimitedError("429", retry_after_s=0.0)])
+    later = started([RateLimitedError("429", retry_after_s=0.0)])
+    model = ScriptedModel(["fine", ProviderError("bad request", status=400)])
+    agent = Agent("helper", model, astore, clock=clock)
+    rid, err = agent.resume_pending()
+    assert rid == bad and isinstance(err, AgentError) and str(err) == "bad request"
+    assert [astore.get(r).status for r in (paused, waiting, ok, bad, later)] == [
+        "paused", "input_required", "done", "failed", "failed"
+    ]  # fmt: skip
+    assert model.calls == 2
+
+
+def test_resume_due_resumes_own_rate_limited_runs_whose_time_came(astore):
+    clock = ManualClock()
+
+    def limited(name: str, after: float) -> str:
+        agent = Agent(
+            name, ScriptedModel([RateLimitedError("429", retry_after_s=after)]), astore, clock=clock
+        )
+        return agent.ask("q").run_id
+
+    due = limited("helper", 0.0)
+    future = limited("helper", 60.0)
+    foreign = limited("other", 0.0)
+    failed = limited("helper", 0.0)
+    astore.update(failed, clock.now(), status="failed")
+    model = ScriptedModel(["resumed"])
+    out = Agent("helper", model, astore, clock=clock).resume_due()
+    assert [(r.run_id, r.text) for r in out] == [(due, "resumed")]
+    assert [astore.get(r).status for r in (future, foreign, failed)] == [
+        "rate_limited", "rate_limited", "failed"
+    ]  # fmt: skip
+
+
+def test_cancel_says_so_and_cannot_repeat_pause_keeps_no_error(astore):
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0)] * 2)
+    agent = Agent("helper", model, astore)
+    a, b = agent.ask("q").run_id, agent.ask("q").run_id
+    for rid in (a, b):
+        astore.update(rid, 0.0, status="failed")
+    agent.cancel(a)
+    assert (astore.get(a).status, astore.get(a).error) == ("canceled", "canceled by user")
+    with pytest.raises(RunStateError, match=f"agent run {a} is already canceled"):
+        agent.cancel(a)
+    agent.pause(b)
+    assert (astore.get(b).status, astore.get(b).error) == ("paused", None)
+
+
+def test_pending_lists_only_this_agents_unfinished_runs(astore):
+    mine = Agent("helper", ScriptedModel([RateLimitedError("429", retry_after_s=0.0), "x"]), astore)
+    theirs = Agent("other", ScriptedModel([RateLimitedError("429", retry_after_s=0.0)]), astore)
+    r1 = mine.ask("q").run_id
+    r2 = theirs.ask("q").run_id
+    for rid in (r1, r2):
+        astore.update(rid, 0.0, status="failed")
+    mine.ask("q")  # done
+    assert [r.run_id for r in mine.pending()] == [r1]
+
+
+# -- finishing under a lost lease, the heartbeat ----------------------------------
+
+
+class CountingStealer(StealingStore):
+    """Takes the lease over right after the n-th read of the messages."""
+
+    def __init__(self, checkpoints: Any, nth: int) -> None:
+        super().__init__(checkpoints, "none")
+        self.nth = nth
+        self.reads = 0
+
+    def messages(self, run_id: str) -> list[dict[str, Any]]:
+        out = super().messages(run_id)
+        self.reads += 1
+        if self.reads == self.nth:
+            SqliteAgentStore.claim(self, run_id, THIEF, 1e12, 0.0, takeover=True)
+        return out
+
+
+def test_answer_is_not_saved_as_done_after_the_lease_was_lost(sqlite_store):
+    store = CountingStealer(sqlite_store, nth=2)
+    with pytest.raises(LeaseLostError):
+        Agent("helper", ScriptedModel(["42"]), store).ask("q")
+    (run,) = store.list(agent="helper")
+    assert run.status == "running" and run.response is None
+
+
+class HeartbeatStore(SqliteAgentStore):
+    """Signals each lease renewal made off the calling thread (the heartbeat)."""
+
+    def __init__(self, checkpoints: Any) -> None:
+        super().__init__(checkpoints)
+        self.renewed = threading.Event()
+        self.caller = threading.current_thread()
+
+    def claim(self, run_id: str, owner: str, expires_at: float, now: float, **kw: Any) -> None:
+        super().claim(run_id, owner, expires_at, now, **kw)
+        if threading.current_thread() is not self.caller:
+            self.renewed.set()
+
+
+def test_heartbeat_renews_the_lease_on_the_injected_clock(sqlite_store):
+    clock = ManualClock()
+    store = HeartbeatStore(sqlite_store)
+    seen: list[Any] = []
+
+    @tool
+    def work(x: str) -> str:
+        """Work while the clock moves on; wait for the heartbeat's renewal."""
+        clock.advance(1000.0)
+        store.renewed.clear()
+        assert store.renewed.wait(30.0), "the heartbeat never renewed the lease"
+        run = store.get(rid)
+        seen.append((run.lease_owner, run.lease_expires_at - clock.now()))
+        return "ok"
+
+    agent = Agent(
+        "helper", ScriptedModel([{"tool": "work", "args": {"x": "1"}}, "done"]), store, [work],
+        clock=clock, owner="me:1:a", lease_ttl_s=0.15,
+    )  # fmt: skip
+    rid = "hb"
+    assert agent.ask("q", run_id=rid).text == "done"
+    assert seen == [("me:1:a", pytest.approx(0.15))]
+    assert store.get(rid).lease_owner is None
+
+
+# -- the tool list, what the model is offered, streaming --------------------------------
+
+
+class OfferedModel(ScriptedModel):
+    """Records the tool names offered on each call."""
+
+    def __init__(self, turns: Any) -> None:
+        super().__init__(turns)
+        self.offered: list[list[str]] = []
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        self.offered.append([t["function"]["name"] for t in tools])
+        return super().complete(messages, tools)
+
+
+def test_model_is_offered_the_agents_tools_and_ask_user_streamed_or_not(astore):
+    model = OfferedModel(["a", "b"])
+    agent = Agent("helper", model, astore, [other])
+    agent.ask("q")
+    list(agent.stream("q"))
+    assert model.offered == [["other", "ask_user"], ["other", "ask_user"]]
+
+
+def test_a_run_started_without_tools_may_be_resumed_with_tools(astore):
+    rid = (
+        Agent("helper", ScriptedModel([RateLimitedError("429", retry_after_s=0.0)]), astore)
+        .ask("q")
+        .run_id
+    )
+    assert Agent("helper", ScriptedModel(["ok"]), astore, [other]).resume(rid).text == "ok"
+
+
+def test_stream_and_resume_stream_yield_text_deltas_and_keep_the_context(astore):
+    model = ScriptedModel(["hello there", RateLimitedError("429", retry_after_s=0.0), "one two"])
+    agent = Agent("helper", model, astore)
+    events = list(agent.stream("q", context=ExecutionContext(trace_id="cd" * 16)))
+    assert [e.text for e in events if e.kind == "delta"] == ["hello", " there"]
+    rid = events[-1].response.run_id
+    assert astore.get(rid).context["trace_id"] == "cd" * 16
+    limited = agent.ask("q").run_id
+    again = list(agent.stream("ignored", run_id=limited))
+    assert [e.text for e in again if e.kind == "delta"] == ["one", " two"]
+
+
+# -- defaults ---------------------------------------------------------------------------
+
+
+class SleepLog(ManualClock):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float, cancel: Any = None) -> bool:
+        self.sleeps.append(seconds)
+        return super().sleep(seconds, cancel)
+
+
+def test_default_retries_backoff_lease_owner_and_turns(astore):
+    clock = SleepLog()
+    model = ScriptedModel([ProviderUnavailableError("503")] * 3)
+    res = Agent("helper", model, astore, clock=clock).ask("q")
+    assert res.status == "failed" and model.calls == 3
+    assert 1.0 <= clock.sleeps[0] <= 1.5 and 2.0 <= clock.sleeps[1] <= 2.5
+    clock = SleepLog()
+    model = ScriptedModel([ProviderUnavailableError("503")] * 7)
+    Agent("helper", model, astore, clock=clock, retries=6).ask("q")
+    assert clock.sleeps[-1] == 20.0  # the cap
+
+    leases: list[Any] = []
+
+    @tool
+    def look(x: str) -> str:
+        """Look at the lease."""
+        run = astore.get(current[0])
+        leases.append((run.lease_owner, run.lease_expires_at - clock.now()))
+        return "ok"
+
+    current = ["defaults"]
+    turns = [{"tool": "look", "args": {"x": str(i)}} for i in range(25)]
+    model = ScriptedModel(turns)
+    res = Agent("helper", model, astore, [look], clock=clock).ask("q", run_id=current[0])
+    assert res.status == "failed" and res.error == "no answer after 20 turns" and model.calls == 20
+    owner, ttl = leases[0]
+    assert owner.startswith(f"{socket.gethostname()}:{os.getpid()}:") and ttl == 30.0
+    current[0] = "own"
+    Agent(
+        "helper", ScriptedModel([*turns[:1], "x"]), astore, [look], clock=clock, owner="me:2:b"
+    ).ask("q", run_id="own")
+    assert leases[-1][0] == "me:2:b"
