@@ -15,8 +15,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from desktop_app.agent import Agent, ScriptedModel, tool
+from desktop_app.agent.runtime import agent_step
 from desktop_app.errors import (
     AgentError,
     AgentRunLeasedError,
@@ -28,6 +30,7 @@ from desktop_app.errors import (
     RateLimitedError,
     RunStateError,
 )
+from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.store.agent_runs import SqliteAgentStore
@@ -688,3 +691,110 @@ def test_default_retries_backoff_lease_owner_and_turns(astore):
         "helper", ScriptedModel([*turns[:1], "x"]), astore, [look], clock=clock, owner="me:2:b"
     ).ask("q", run_id="own")
     assert leases[-1][0] == "me:2:b"
+
+
+# -- agent steps in a flow ---------------------------------------------------------------
+
+
+class Q(BaseModel):
+    question: str
+    answer: str | None = None
+
+
+def test_agent_step_child_shares_the_trace_says_why_it_failed_and_is_canceled_with_reason(
+    sqlite_store,
+):
+    astore = SqliteAgentStore(sqlite_store)
+    model = ScriptedModel([{"tool": "ask_user", "args": {"question": "Which city?"}}])
+    agent = Agent("geo", model, astore)
+    flow = FlowBuilder("quiz", Q).step("ask", agent_step(agent, lambda s: s.question, "answer"))
+    engine = Engine(sqlite_store, flows=[flow.chain().compile()])
+    res = engine.run("quiz", Q(question="Capital?"), context=ExecutionContext(trace_id="ef" * 16))
+    (child,) = astore.list(agent="geo")
+    assert child.context["trace_id"] == "ef" * 16 and child.status == "input_required"
+    assert res.status == "failed"
+    assert f"agent geo run {child.run_id} ended input_required: Which city?" in (res.error or "")
+    engine.cancel(res.run_id, reason="user gave up")
+    assert (astore.get(child.run_id).status, astore.get(child.run_id).error) == (
+        "canceled",
+        f"parent run {res.run_id} was canceled",
+    )
+
+
+# -- spans --------------------------------------------------------------------------------
+
+SPANS_SCRIPT = r"""
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from desktop_app.agent import Agent, ScriptedModel, tool
+from desktop_app.errors import ProviderError
+from desktop_app.flow.context import ExecutionContext
+from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite import open_store
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+@tool
+def look(q: str) -> str:
+    "Look."
+    return "seen " + q
+
+store = SqliteAgentStore(open_store(sys.argv[1]))
+call = {"tool": "look", "args": {"q": "a"}}
+ctx = ExecutionContext(trace_id="ab" * 16)
+Agent("helper", ScriptedModel([call, call, "ok"]), store, [look]).ask("q", context=ctx)
+Agent("helper", ScriptedModel([ProviderError("bad", status=400)]), store).ask("q", context=ctx)
+Agent("helper", ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}]), store).ask(
+    "q", context=ctx
+)
+out = []
+for s in exporter.get_finished_spans():
+    out.append({
+        "name": s.name,
+        "trace_id": format(s.context.trace_id, "032x"),
+        "parent": s.parent.span_id if s.parent else None,
+        "span_id": s.context.span_id,
+        "error": s.status.description if s.status.status_code.name == "ERROR" else None,
+        "attributes": dict(s.attributes),
+    })
+print(json.dumps(out))
+"""
+
+
+def test_agent_spans_name_the_run_its_tools_and_how_it_ended(db_path):
+    pytest.importorskip("opentelemetry.sdk")
+    proc = subprocess.run(
+        [sys.executable, "-c", SPANS_SCRIPT, str(db_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    spans = json.loads(proc.stdout)
+    assert {s["trace_id"] for s in spans} == {"ab" * 16}
+    runs = [s for s in spans if s["name"] == "invoke_agent helper"]
+    assert len(runs) == 3
+    assert [r["attributes"]["flowdesk.status"] for r in runs] == [
+        "done",
+        "failed",
+        "input_required",
+    ]
+    assert [r["error"] for r in runs] == [None, "failed", None]
+    for r in runs:
+        assert r["attributes"]["gen_ai.operation.name"] == "invoke_agent"
+        assert r["attributes"]["gen_ai.agent.name"] == "helper"
+        assert len(r["attributes"]["flowdesk.run_id"]) == 32
+    tools = [s for s in spans if s["name"] == "execute_tool look"]
+    assert [t["attributes"]["flowdesk.tool.reused"] for t in tools] == [False, True]
+    for t in tools:
+        assert t["parent"] == runs[0]["span_id"]
+        assert t["attributes"]["gen_ai.operation.name"] == "execute_tool"
+        assert t["attributes"]["gen_ai.tool.name"] == "look"
+        assert t["attributes"]["gen_ai.tool.call.id"].startswith("call_")
+        assert t["attributes"]["flowdesk.run_id"] == runs[0]["attributes"]["flowdesk.run_id"]
