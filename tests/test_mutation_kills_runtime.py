@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.agent import Agent, ScriptedModel, tool
+from desktop_app.agent import Agent, ScriptedModel, Tool, tool
 from desktop_app.agent.runtime import agent_step
 from desktop_app.errors import (
     AgentError,
@@ -441,8 +441,11 @@ def test_deadline_and_ttl_count_from_creation(astore, field):
     )  # fmt: skip
     agent = Agent("helper", model, astore, [wait], clock=clock, **{field: 10.0})
     assert agent.ask("one").text == "in time"
-    late = agent.ask("two")
-    assert late.status == ("timeout" if field == "timeout_s" else "expired")
+    late = agent.ask("two")  # reaches its limit exactly: 10 s after it started
+    if field == "timeout_s":
+        assert (late.status, late.error) == ("timeout", "the run's deadline passed")
+    else:
+        assert (late.status, late.error) == ("expired", "the run's time-to-live passed")
 
 
 def test_run_context_keeps_its_run_id_and_trace_id(astore):
@@ -684,6 +687,7 @@ def test_default_retries_backoff_lease_owner_and_turns(astore):
     model = ScriptedModel(turns)
     res = Agent("helper", model, astore, [look], clock=clock).ask("q", run_id=current[0])
     assert res.status == "failed" and res.error == "no answer after 20 turns" and model.calls == 20
+    assert astore.get("defaults").error_type == "MaxTurns"
     owner, ttl = leases[0]
     assert owner.startswith(f"{socket.gethostname()}:{os.getpid()}:") and ttl == 30.0
     current[0] = "own"
@@ -798,3 +802,68 @@ def test_agent_spans_name_the_run_its_tools_and_how_it_ended(db_path):
         assert t["attributes"]["gen_ai.tool.name"] == "look"
         assert t["attributes"]["gen_ai.tool.call.id"].startswith("call_")
         assert t["attributes"]["flowdesk.run_id"] == runs[0]["attributes"]["flowdesk.run_id"]
+
+
+# -- tool sources with a recorded list (MCP servers) -------------------------------------
+
+
+class ListedServer:
+    """A tool source with a tool list (what an MCP server is to the runtime)."""
+
+    def __init__(self, name: str, tools: list[str]) -> None:
+        self.name = name
+        self.tools = tools
+        self.listing_key = f"mcp/tools_list:{name}"
+        self.listing_tool = f"mcp {name}"
+
+    def listing(self) -> str:
+        return json.dumps(self.tools)
+
+    def check_listing(self, recorded: str) -> str | None:
+        return None if json.loads(recorded) == self.tools else f"{self.name} changed its tools"
+
+    def tool(self, name: str) -> Tool:
+        def call(x: str = "") -> str:
+            """A server tool."""
+            return name
+
+        t = Tool(call, name=name)
+        t.server = self  # type: ignore[attr-defined]
+        return t
+
+
+def test_every_servers_list_is_recorded_and_checked_and_a_missing_server_is_named(astore):
+    a, b = ListedServer("a", ["a1", "a2"]), ListedServer("b", ["b1"])
+    tools = [other, a.tool("a1"), a.tool("a2"), b.tool("b1")]
+    limited = [RateLimitedError("429", retry_after_s=0.0)]
+    rid1 = Agent("helper", ScriptedModel(limited), astore, tools).ask("q").run_id
+    rid2 = Agent("helper", ScriptedModel(limited), astore, tools).ask("q").run_id
+    b.tools = ["b1", "b2"]
+    model = ScriptedModel(["never"])
+    res = Agent("helper", model, astore, tools).resume(rid1)
+    assert (res.status, res.error) == ("failed", "b changed its tools")
+    assert astore.get(rid1).error_type == "McpToolsChangedError" and model.calls == 0
+    res = Agent("helper", model, astore, [other]).resume(rid2)
+    assert res.status == "failed" and model.calls == 0
+    assert res.error == (
+        "this run uses the tools of mcp a (recorded when it started) but the agent was given "
+        "none of them; resume it with the same MCP servers "
+        "(flowdesk ask --resume RUN_ID --mcp NAME)"
+    )
+
+
+# -- ask_user, the deadline's words, max turns' type ----------------------------------------
+
+
+def test_ask_user_without_a_question_asks_an_empty_one(astore):
+    res = Agent("helper", ScriptedModel([{"tool": "ask_user", "args": {}}]), astore).ask("q")
+    assert (res.status, res.question) == ("input_required", "")
+
+
+def test_pausing_for_input_after_a_lost_lease_writes_nothing(sqlite_store):
+    store = CountingStealer(sqlite_store, nth=2)
+    model = ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}])
+    with pytest.raises(LeaseLostError):
+        Agent("helper", model, store).ask("q")
+    (run,) = store.list(agent="helper")
+    assert run.status == "running" and run.pending_call is None
