@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from desktop_app.agent import Agent, ScriptedModel, Tool, tool
 from desktop_app.agent.runtime import agent_step
+from desktop_app.agent.tools import TOOLSET_KEY
 from desktop_app.errors import (
     AgentError,
     AgentRunLeasedError,
@@ -867,3 +868,45 @@ def test_pausing_for_input_after_a_lost_lease_writes_nothing(sqlite_store):
         Agent("helper", model, store).ask("q")
     (run,) = store.list(agent="helper")
     assert run.status == "running" and run.pending_call is None
+
+
+def test_the_recorded_tool_list_is_a_toolset_row_in_the_runs_tool_journal(astore):
+    calls: Counter[str] = Counter()
+    rid = Agent("helper", ScriptedModel(["x"]), astore, [other, lookup_tool(calls)]).ask("q").run_id
+    (row,) = [r for r in astore.tool_results(rid) if r.tool_key == TOOLSET_KEY]
+    assert (row.tool, row.status, json.loads(row.result)) == (
+        "toolset",
+        "completed",
+        ["lookup", "other"],
+    )
+
+
+def test_resume_pending_reports_a_failure_without_words_as_failed(astore):
+    rid = Agent("helper", ScriptedModel([RateLimitedError("429", retry_after_s=0.0)]), astore)
+    rid = rid.ask("q").run_id
+    astore.update(rid, 0.0, status="failed")
+    agent = Agent("helper", ScriptedModel([ProviderError("", status=400)]), astore)
+    got, err = agent.resume_pending()
+    assert got == rid and str(err) == "failed"
+
+
+ABANDON_SCRIPT = r"""
+import sys
+from desktop_app.agent import Agent, ScriptedModel
+from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite import open_store
+
+store = SqliteAgentStore(open_store(sys.argv[1]))
+EVENTS = Agent("helper", ScriptedModel(["one two three"]), store).stream("q")
+print(next(EVENTS).text, flush=True)  # the caller stops reading and the process ends
+"""
+
+
+def test_a_process_that_stops_reading_a_stream_still_exits(db_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", ABANDON_SCRIPT, str(db_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout) == (0, "one\n")
