@@ -206,8 +206,10 @@ def test_at_most_once_call_started_before_a_crash_is_not_repeated(db_path, sqlit
     res = again.resume(run.run_id)
     assert res.status == "done" and calls["a"] == 1
     (msg,) = tool_messages(model, 0)
-    error = json.loads(msg.content)["error"]
-    assert "lookup" in error and "not repeated" in error and "unknown" in error
+    assert json.loads(msg.content) == {
+        "error": "the call to lookup was interrupted before its result was saved; it was not "
+        "repeated, so whether it took effect is unknown"
+    }
 
 
 def test_ordinary_tool_started_before_a_crash_runs_again(sqlite_store):
@@ -245,8 +247,12 @@ def test_input_required_resume_names_the_question_and_what_to_do(astore):
     )
     res = agent.ask("paint")
     assert res.status == "input_required" and res.question == "Which colour?"
-    with pytest.raises(InputRequiredError, match=r"'Which colour\?'.*resume_input\(run_id, text\)"):
+    with pytest.raises(InputRequiredError) as err:
         agent.resume(res.run_id)
+    assert str(err.value) == (
+        f"agent run {res.run_id} waits for an answer to 'Which colour?'; use "
+        "resume_input(run_id, text)"
+    )
 
 
 def test_resume_input_answers_clears_the_question_and_runs(astore):
@@ -283,6 +289,16 @@ def test_resume_input_refuses_a_run_that_does_not_wait(astore):
         Agent("helper", ScriptedModel([]), astore).resume_input(res.run_id, "x")
 
 
+def test_resume_input_refuses_a_canceled_run_that_had_a_question(astore):
+    model = ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}, "never"])
+    agent = Agent("helper", model, astore)
+    rid = agent.ask("q").run_id
+    agent.cancel(rid)
+    with pytest.raises(RunStateError, match="status 'canceled'"):
+        agent.resume_input(rid, "a")
+    assert model.calls == 1 and astore.get(rid).status == "canceled"
+
+
 def test_resume_input_with_other_tools_is_refused(astore):
     calls: Counter[str] = Counter()
     agent = Agent(
@@ -303,8 +319,11 @@ def test_rate_limited_run_resumes_at_its_retry_time_not_before(astore):
     res = agent.ask("q")
     assert res.status == "rate_limited" and res.retry_at == clock.now() + 30.0
     clock.advance(29.0)
-    with pytest.raises(RunStateError, match=r"rate limited until .*resume it after that"):
+    with pytest.raises(RunStateError) as err:
         agent.resume(res.run_id)
+    assert str(err.value) == (
+        f"agent run {res.run_id} is rate limited until 2026-01-01T00:00:30Z; resume it after that"
+    )
     clock.advance(1.0)
     assert agent.resume(res.run_id).text == "ok"
 
@@ -349,9 +368,11 @@ def test_failed_run_with_other_tools_is_refused_with_both_lists(astore):
     rid = Agent("helper", model, astore, [lookup_tool(calls)]).ask("q").run_id
     with pytest.raises(AgentToolsChangedError) as err:
         Agent("helper", ScriptedModel(["x"]), astore, [other]).resume(rid)
-    text = str(err.value)
-    assert "started with the tools lookup but is resumed with other" in text
-    assert f"flowdesk ask --resume {rid}" in text and "it was started with)" in text
+    assert str(err.value) == (
+        f"agent run {rid} was started with the tools lookup but is resumed with other; "
+        f"resume it with the same tools (flowdesk ask --resume {rid} with the --tools/--folder "
+        "and --mcp options it was started with)"
+    )
     with pytest.raises(AgentToolsChangedError, match="resumed with none;"):
         Agent("helper", ScriptedModel(["x"]), astore).resume(rid)
 
