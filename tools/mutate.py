@@ -167,6 +167,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mcp_tools.py",
         "tests/test_reliability_children.py",
         "tests/test_reliability_store.py",
+        "tests/test_mutation_kills_runtime.py",
     ],
 }
 
