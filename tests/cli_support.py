@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,10 @@ def flowdesk(
         cwd=REPO,
         env={**os.environ, **(env or {})},
     )
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test sends Ctrl-C (SIGINT): a shell that
+    starts the suite in the background hands its children SIGINT ignored,
+    and Python then never raises KeyboardInterrupt; restore the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.cli_support import default_sigint
 from tests.digest_corpus import make_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,6 +131,7 @@ def test_watch_follows_a_run_until_it_ends(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        preexec_fn=default_sigint,
     )
     assert every.stdout is not None
     assert f"{run_id}  flow approval  completed" in every.stdout.readline()

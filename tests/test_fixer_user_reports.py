@@ -18,6 +18,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite import open_store
 from tests import flow_worker
+from tests.cli_support import default_sigint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -235,6 +236,7 @@ def test_ctrl_c_on_a_terminal_ends_with_the_message_on_its_own_line(tmp_path):
         stdin=subprocess.DEVNULL,
         cwd=REPO,
         env=env,
+        preexec_fn=default_sigint,
     )
     os.close(slave)
     seen = b""
