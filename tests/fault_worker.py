@@ -104,13 +104,13 @@ def main() -> int:
     store = open_store(db)
     engine = Engine(store, flows=[build(workdir)], lease_ttl_s=2.0)
     dispatcher = Dispatcher(store, {"sink": Sink(workdir / "sink.log")})
-    engine.recover()
+    engine.recover(concurrency=1)  # one run at a time: a kill interrupts one step
     existing = {r.flow_key for r in store.list_runs()}
     for i in range(n):
         if f"job-{i}" not in existing:
             engine.run("mix", Job(index=i), flow_key=f"job-{i}")
     while True:
-        engine.recover()
+        engine.recover(concurrency=1)
         for run in store.list_runs(statuses=("waiting",)):
             engine.signal("go", run.flow_key or "", None, dedupe_key=f"go-{run.flow_key}")
         engine.tick()

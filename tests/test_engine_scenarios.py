@@ -285,12 +285,17 @@ def test_backoff_grows_exponentially_and_is_capped(db_path):
 @pytest.mark.scenario("S16")
 def test_step_timeout_fails_the_attempt_then_retry_applies(store):
     calls: Counter[str] = Counter()
-    release = threading.Event()  # the first attempt hangs until the test ends
+    release = threading.Event()  # a guard: the test ends the first attempt's wait
 
-    def sometimes_slow(s: S) -> dict:
+    def sometimes_slow(s: S, ctx) -> dict:
         calls["x"] += 1
         if calls["x"] == 1:
-            release.wait(30)
+            # a cooperative sync step: it works until its attempt times out,
+            # as the engine asks (a sync step cannot be stopped from outside)
+            for _ in range(3000):  # at most 30 s, should the timeout never come
+                if ctx.cancelled or release.wait(0.01):
+                    break
+            assert ctx.cancelled, "the attempt never timed out"
         return {"n": calls["x"]}
 
     async def always_slow(s: S) -> dict:

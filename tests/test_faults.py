@@ -63,7 +63,8 @@ def test_random_sigkills_across_a_mixed_workload(db_path, tmp_path):
 
     # the execution log: every step of every run ran; beyond the planned
     # retry (attempt 1 of "flaky" fails for even indexes) a step ran again
-    # only when a kill interrupted it, at most one step per kill
+    # only when a kill interrupted it, at most one step per kill (the worker
+    # recovers one run at a time; concurrent recovery is S71, test_group_commit)
     ran = Counter((line.split()[0], line.split()[1]) for line in executions())
     run_ids = {rid for rid, _ in ran}
     assert len(run_ids) == runs, f"seed {seed}"
