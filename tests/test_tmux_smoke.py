@@ -61,7 +61,18 @@ def test_real_binary_in_tmux(tmp_path):
         wait_for(session, "New digest")
         tmux("send-keys", "-t", session, "n")
         wait_for(session, "older")  # the form asks for a folder
-        tmux("send-keys", "-t", session, "-l", str(docs))  # the output folder defaults
+        # type the folder (the output folder defaults) once the field shows it:
+        # on one busy core the form can draw before its field has the focus
+        for _ in range(5):
+            tmux("send-keys", "-t", session, "C-u")  # the field's clear-left key
+            tmux("send-keys", "-t", session, "-l", str(docs))
+            try:
+                wait_for(session, str(docs)[-30:], timeout=5)
+                break
+            except AssertionError:
+                continue
+        else:
+            raise AssertionError(f"the folder field never took the path:\n{screen(session)}")
         tmux("send-keys", "-t", session, "Enter")
         wait_for(session, "completed", timeout=60)
         tmux("send-keys", "-t", session, "q")
