@@ -8,7 +8,8 @@ Usage: python tests/group_commit_worker.py DB LOG start RUNS STEPS [WORKERS]
 step execution appends ``"<run_id> <step_id>\\n"`` to LOG (O_APPEND, no
 buffering: it survives SIGKILL) before the step returns, and inserts a row
 into the ``gc_effects`` domain table in the step's checkpoint transaction.
-``ACK <run_id> <step_id>`` is printed after each ``StepFinished`` event, i.e.
+``RUN <run_id>`` is printed as each run starts to be driven (its row is
+committed by then), ``ACK <run_id> <step_id>`` is printed after each ``StepFinished`` event, i.e.
 once the step's batch is durable; ``DONE <batches> <appends>`` at the end.
 """
 
@@ -25,7 +26,7 @@ from pydantic import BaseModel
 from desktop_app.flow import Engine, EventBus
 from desktop_app.flow.context import StepContext
 from desktop_app.flow.definition import CompiledFlow, FlowBuilder
-from desktop_app.flow.events import StepFinished
+from desktop_app.flow.events import RunStarted, StepFinished
 from desktop_app.store.sqlite import open_store
 
 
@@ -62,7 +63,9 @@ def main() -> int:
     events = EventBus()
 
     def on_event(ev: object) -> None:
-        if isinstance(ev, StepFinished) and ev.result.status == "done":
+        if isinstance(ev, RunStarted):  # published once the run's row is committed
+            os.write(1, f"RUN {ev.run_id}\n".encode())
+        elif isinstance(ev, StepFinished) and ev.result.status == "done":
             os.write(1, f"ACK {ev.run_id} {ev.result.name}\n".encode())
 
     events.subscribe(on_event)
