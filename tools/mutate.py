@@ -88,7 +88,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_clock.py",
     ],
     "desktop_app/flow/context.py": [*_ENGINE, "tests/test_context.py"],
-    "desktop_app/flow/definition.py": _ENGINE,
+    "desktop_app/flow/definition.py": [*_ENGINE, "tests/test_step_durations.py"],
     "desktop_app/flow/driver.py": [
         *_ENGINE,
         "tests/test_waits.py",
@@ -96,6 +96,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/contract/test_races.py",
         "tests/test_mutation_kills_driver_structure.py",
         "tests/test_mutation_kills_driver_waits.py",
+        "tests/test_parallel_route_waits.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,

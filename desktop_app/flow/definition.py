@@ -604,10 +604,15 @@ class FlowBuilder(Generic[S]):
                         f"wait {s.id!r} stores its payload in field {s.into!r}, which "
                         f"{self.state_type.__name__} does not have"
                     )
-                if s.wait_kind == "timer" and not s.timeout_s:
+                if s.wait_kind == "timer" and s.timeout_s is None:
                     problems.append(f"timer {s.id!r} needs a positive duration")
                 if s.wait_kind == "signal" and (not s.name or s.key is None):
                     problems.append(f"wait {s.id!r} needs a signal name and key")
+            for limit in (getattr(s, "timeout_s", None), s.policy.timeout_s):
+                if limit is not None and not limit > 0:  # also refuses NaN
+                    problems.append(
+                        f"step {s.id!r} has timeout_s={limit!r}: give a positive number of seconds"
+                    )
             if isinstance(s, (AwaitStep, WaitStep)) and s.on_timeout is not None:
                 if s.on_timeout not in known:
                     problems.append(f"wait {s.id!r} times out to unknown step {s.on_timeout!r}")
