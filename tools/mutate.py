@@ -157,7 +157,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_tidy.py",
         "tests/test_mutation_kills_sqlite.py",
     ],
-    "desktop_app/store/rows.py": [*_STORE, "tests/test_agent.py"],
+    "desktop_app/store/rows.py": [
+        *_STORE,
+        "tests/test_agent.py",
+        "tests/test_mutation_kills_rows.py",
+    ],
     "desktop_app/store/group_commit.py": [
         "tests/test_group_commit.py",
         "tests/contract/test_append_batch.py",
@@ -169,7 +173,11 @@ TESTS_FOR: dict[str, list[str]] = {
     ],
     "desktop_app/store/domain/digest.py": ["tests/test_digest.py"],
     "desktop_app/store/domain/tidy.py": ["tests/test_tidy.py", "tests/test_cli_tidy.py"],
-    "desktop_app/store/agent_runs.py": ["tests/test_agent.py", "tests/test_agent_crash.py"],
+    "desktop_app/store/agent_runs.py": [
+        "tests/test_agent.py",
+        "tests/test_agent_crash.py",
+        "tests/test_mutation_kills_agent_runs.py",
+    ],
     "desktop_app/agent/runtime.py": [
         "tests/test_agent.py",
         "tests/test_agent_crash.py",
