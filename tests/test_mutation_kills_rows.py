@@ -6,6 +6,7 @@ snapshot, then deltas holding only what changed, defaults left out)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
+from desktop_app.store.sqlite import open_store
 
 PARENT = RunRecord("p0", "parent", "v1", "running", 0, 900.0, 900.0)
 
@@ -106,6 +108,15 @@ def test_every_field_of_a_run_reads_back_as_written(sqlite_store):
     sqlite_store.create_run(FULL_RUN, _first(FULL_RUN))
     assert sqlite_store.get_run("r1") == FULL_RUN
     assert sqlite_store.list_runs(flow_name="flow") == [FULL_RUN]
+
+
+def test_a_run_reads_back_with_the_scope_of_the_store_that_wrote_it(db_path):
+    store = open_store(db_path, scope="team-a")
+    try:
+        store.create_run(PARENT, _first(PARENT))
+        assert store.get_run("p0") == replace(PARENT, scope="team-a")
+    finally:
+        store.close()
 
 
 def test_a_run_without_progress_reads_back_without_progress(sqlite_store):
@@ -365,20 +376,6 @@ def test_a_malformed_last_row_is_a_decode_error_at_the_revision_asked_for():
         rows.checkpoint_from_rows("r1", 1, [_row(1, "snapshot", waits='[{"kind": "x"}]')])
     assert (err.value.run_id, err.value.revision, err.value.field_path) == ("r1", 1, "")
     assert err.value.reason.startswith("malformed record: ")
-
-
-def test_a_snapshot_in_the_middle_of_a_fold_starts_it_again():
-    cp = rows.checkpoint_from_rows(
-        "r1",
-        3,
-        [
-            _row(1, "snapshot", '{"a":1,"b":2}', '{"x":{"status":"completed"}}'),
-            _row(2, "delta", '{"set":{"a":5}}', '{"y":{"status":"pending"}}'),
-            _row(3, "snapshot", '{"c":3}', '{"z":{"status":"running","iteration":2}}'),
-        ],
-    )
-    assert cp.state == {"c": 3}
-    assert cp.steps == {"z": StepRecord("z", "running", iteration=2)}
 
 
 def test_unstorable_state_names_the_run_and_the_codec_error():
