@@ -169,6 +169,15 @@ def test_claim_takes_a_free_own_or_expired_lease_and_refuses_a_live_one(agents):
     assert (got.lease_owner, got.lease_expires_at) == ("w3", 4000.0)
 
 
+def test_a_lease_without_an_expiry_is_held_until_taken_over(agents):
+    agents.create(_run(lease_owner="w1"), [SYS])
+    with pytest.raises(AgentRunLeasedError) as err:
+        agents.claim("ag1", "w2", 3000.0, 10_000.0)
+    assert (err.value.owner, err.value.expires_at) == ("w1", 0.0)
+    got = agents.claim("ag1", "w2", 3000.0, 10_000.0, takeover=True)
+    assert (got.lease_owner, got.lease_expires_at) == ("w2", 3000.0)
+
+
 def test_claim_of_a_missing_run_is_not_found(agents):
     with pytest.raises(CheckpointNotFoundError):
         agents.claim("nope", "w1", 2000.0, 1000.0)
@@ -215,7 +224,8 @@ def test_scopes_are_kept_apart(db_path: Path, agents):
     other_store = open_store(db_path, scope="other")
     try:
         other = SqliteAgentStore(other_store)
-        assert (other.scope, other.path) == ("other", agents.path)
+        assert (other.scope, other.path) == ("other", other_store.path)
+        assert str(agents.path) == str(db_path)
         with pytest.raises(CheckpointNotFoundError) as err:
             other.get("ag1")
         assert str(err.value) == "no agent run ag1 in scope 'other'"

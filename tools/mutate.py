@@ -171,8 +171,15 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_reliability_store.py",
         "tests/test_mutation_kills_group_commit.py",
     ],
-    "desktop_app/store/domain/digest.py": ["tests/test_digest.py"],
-    "desktop_app/store/domain/tidy.py": ["tests/test_tidy.py", "tests/test_cli_tidy.py"],
+    "desktop_app/store/domain/digest.py": [
+        "tests/test_digest.py",
+        "tests/test_mutation_kills_digest.py",
+    ],
+    "desktop_app/store/domain/tidy.py": [
+        "tests/test_tidy.py",
+        "tests/test_cli_tidy.py",
+        "tests/test_mutation_kills_tidy.py",
+    ],
     "desktop_app/store/agent_runs.py": [
         "tests/test_agent.py",
         "tests/test_agent_crash.py",
