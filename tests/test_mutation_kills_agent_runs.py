@@ -6,6 +6,7 @@ lease guard; scopes kept apart."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ def agents(sqlite_store):
     return SqliteAgentStore(sqlite_store)
 
 
-def _raw_messages(agents: SqliteAgentStore, run_id: str) -> list[tuple]:
+def _raw_messages(agents: SqliteAgentStore, run_id: str) -> list[tuple[Any, ...]]:
     return list(
         agents.conn.execute(
             "SELECT seq, role, body, created_at, checksum FROM agent_messages "

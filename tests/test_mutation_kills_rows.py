@@ -66,7 +66,7 @@ CP0 = Checkpoint(
     0,
     "waiting",
     {"items": [1], "keep": "k", "drop": 1},
-    {"a": STEP_A, "b": StepRecord("b", "pending")},
+    {"a": STEP_A, "b": StepRecord("b", "waiting")},
     ("b",),
     1000.25,
     step_id="a",
@@ -172,7 +172,7 @@ def test_checkpoint_rows_hold_a_snapshot_then_deltas_of_what_changed(sqlite_stor
         "waiting",
         "a",
         {"items": [1], "keep": "k", "drop": 1},
-        {"a": a, "b": {"status": "pending", "attempts": 0}},  # no None, no iteration 0
+        {"a": a, "b": {"status": "waiting", "attempts": 0}},  # no None, no iteration 0
         ["b"],
         [1, 2],
     )
@@ -214,8 +214,8 @@ def test_a_step_record_is_stored_without_its_key_and_its_defaults():
         "error": "x",
         "error_type": "ValueError",
     }
-    assert rows.step_json(StepRecord("s", "pending", iteration=1)) == {
-        "status": "pending",
+    assert rows.step_json(StepRecord("s", "skipped", iteration=1)) == {
+        "status": "skipped",
         "attempts": 0,
         "iteration": 1,
     }
