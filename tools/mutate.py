@@ -378,13 +378,14 @@ def run_module(module: str, jobs: int) -> Figures:
     """A full mutation run of ``module`` in a fresh copy of the checkout."""
     dest = WORK / dotted(module)
     started = time.monotonic()
+    commit = _commit()  # what is copied, not what HEAD is when the run ends
     copy_checkout(dest)
     configure(dest, module)
     _run_mutmut(dest, module, jobs, [])
     figures = count(module, dest)
     figures.seconds = round(time.monotonic() - started, 1)
     figures.tests = list(TESTS_FOR[module])
-    return _finish(figures)
+    return _finish(figures, commit)
 
 
 def kill_tests(module: str, ran: list[str] | None = None) -> list[str]:
@@ -464,13 +465,16 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     figures = count(module, dest, rekilled)
     figures.seconds = before.seconds
     figures.tests = before.tests
-    figures.how = f"full run, then survivors re-run ({round(time.monotonic() - started)} s)"
-    return _finish(figures)
+    figures.how = (
+        f"full run, then survivors re-run at {_commit()} ({round(time.monotonic() - started)} s)"
+    )
+    return _finish(figures, before.commit)
 
 
-def _finish(figures: Figures) -> Figures:
+def _finish(figures: Figures, commit: str) -> Figures:
+    """Stamp ``figures`` (``commit``: the code the full run mutated) and save them."""
     figures.finished = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    figures.commit = _commit()
+    figures.commit = commit
     path = _figures_path(figures.module)
     path.write_text(json.dumps(asdict(figures), indent=1) + "\n", encoding="utf-8")
     return figures
