@@ -6,14 +6,24 @@ reused empty tool result."""
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import threading
+import types
 from typing import Any
 
 import pytest
 
-from desktop_app.agent import Agent, ScriptedModel, tool
-from desktop_app.errors import LeaseLostError, MalformedReplyError, RateLimitedError
+from desktop_app.agent import Agent, ScriptedModel, runtime, tool
+from desktop_app.errors import (
+    AgentToolsChangedError,
+    LeaseLostError,
+    MalformedReplyError,
+    ProviderUnavailableError,
+    RateLimitedError,
+)
+from desktop_app.flow.clock import ManualClock
 from desktop_app.store.agent_runs import SqliteAgentStore
 
 THIEF = "otherhost:1:thief"
@@ -37,7 +47,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from desktop_app.agent import Agent, ScriptedModel, tool
-from desktop_app.errors import MalformedReplyError, RateLimitedError
+from desktop_app.errors import LeaseLostError, MalformedReplyError, RateLimitedError
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite import open_store
@@ -73,6 +83,20 @@ try:
     Agent("helper", ScriptedModel([]), store).ask("q", context=ctx, run_id="broken")
 except RuntimeError:
     runs["interrupted"] = "broken"
+
+
+@tool
+def steal(q: str) -> str:
+    "Another host takes the run's lease while this tool runs."
+    store.claim("lost", "otherhost:1:thief", 1e12, 0.0, takeover=True)
+    return "too late"
+
+try:
+    Agent("helper", ScriptedModel([{"tool": "steal", "args": {"q": "a"}}]), store, [steal]).ask(
+        "q", context=ctx, run_id="lost"
+    )
+except LeaseLostError:
+    runs["lost"] = "lost"
 out = []
 for s in exporter.get_finished_spans():
     out.append({
@@ -99,7 +123,7 @@ def test_each_model_call_is_a_chat_span_under_its_run_with_its_turn_and_outcome(
     )
     got = json.loads(proc.stdout)
     runs, spans = got["runs"], got["spans"]
-    assert set(runs) == {"named", "limited", "failed", "interrupted"}
+    assert set(runs) == {"named", "limited", "failed", "interrupted", "lost"}
     assert {s["trace_id"] for s in spans} == {"cd" * 16}
 
     def of(rid: str, prefix: str) -> list[dict[str, Any]]:
@@ -148,6 +172,13 @@ def test_each_model_call_is_a_chat_span_under_its_run_with_its_turn_and_outcome(
     (chat,) = of(runs["interrupted"], "chat")
     assert outcome(chat) == ("ERROR", "interrupted")
     assert outcome(run) == ("UNSET", None)
+    assert run["attributes"]["flowdesk.status"] == "interrupted"
+
+    # a tool whose result could not be saved (the lease was lost) was not reused
+    (run,) = of(runs["lost"], "invoke_agent")
+    (call,) = of(runs["lost"], "execute_tool")
+    assert call["parent"] == run["span_id"]
+    assert call["attributes"]["flowdesk.tool.reused"] is False
     assert run["attributes"]["flowdesk.status"] == "interrupted"
 
 
@@ -213,3 +244,240 @@ def test_a_reused_empty_tool_result_is_answered_empty(astore):
     assert [e.reused for e in events if e.kind == "tool_end"] == [False, True]
     assert runs == ["1"]
     assert [m.content for m in tool_messages(model, 2)] == ["", ""]
+
+
+# -- the heartbeat: its interval and its renewal, on the injected clock -----------------
+
+
+class Ticks:
+    """Stands in for ``threading`` inside the runtime: the heartbeat's stop
+    event records each interval it waits for; its first wait ends (as if the
+    interval had passed) only when the test calls :meth:`tick`, every later
+    wait only when the drive stops. No wall clock decides anything."""
+
+    def __init__(self) -> None:
+        self.intervals: list[float | None] = []
+        self._tick = threading.Semaphore(0)
+        ticks = self
+
+        class Event(threading.Event):
+            def wait(self, timeout: float | None = None) -> bool:
+                ticks.intervals.append(timeout)
+                if len(ticks.intervals) == 1:
+                    ticks._tick.acquire()
+                    return self.is_set()
+                return super().wait()
+
+            def set(self) -> None:
+                super().set()
+                ticks._tick.release()
+
+        self.module = types.SimpleNamespace(Event=Event, Thread=threading.Thread)
+
+    def tick(self) -> None:
+        self._tick.release()
+
+
+class RenewalStore(SqliteAgentStore):
+    """Signals each lease claim made off the calling thread (the heartbeat's)."""
+
+    def __init__(self, checkpoints: Any) -> None:
+        super().__init__(checkpoints)
+        self.renewed = threading.Event()
+        self.caller = threading.current_thread()
+
+    def claim(self, run_id: str, owner: str, expires_at: float, now: float, **kw: Any) -> Any:
+        try:
+            return super().claim(run_id, owner, expires_at, now, **kw)
+        finally:
+            if threading.current_thread() is not self.caller:
+                self.renewed.set()
+
+
+@pytest.mark.parametrize(("ttl", "interval"), [(30.0, 10.0), (0.09, 0.05)])
+def test_the_heartbeat_waits_a_third_of_the_lease_at_least_50_ms(
+    sqlite_store, monkeypatch, ttl, interval
+):
+    ticks = Ticks()
+    monkeypatch.setattr(runtime, "threading", ticks.module)
+    res = Agent("helper", ScriptedModel(["ok"]), SqliteAgentStore(sqlite_store), lease_ttl_s=ttl)
+    assert res.ask("q").text == "ok"
+    assert ticks.intervals[0] == pytest.approx(interval)
+
+
+def test_the_heartbeat_renews_on_the_injected_clock_and_takes_back_an_expired_lease(
+    sqlite_store, monkeypatch
+):
+    ticks = Ticks()
+    monkeypatch.setattr(runtime, "threading", ticks.module)
+    clock = ManualClock()
+    store = RenewalStore(sqlite_store)
+    seen: list[Any] = []
+
+    @tool
+    def work(x: str) -> str:
+        """Another host takes the lease and lets it expire; then the interval passes."""
+        store.claim(rid, THIEF, clock.now() + 5.0, clock.now(), takeover=True)
+        clock.advance(100.0)
+        ticks.tick()
+        assert store.renewed.wait(60.0), "the heartbeat never tried to renew"
+        run = store.get(rid)
+        seen.append((run.lease_owner, run.lease_expires_at - clock.now()))
+        return "ok"
+
+    agent = Agent(
+        "helper", ScriptedModel([{"tool": "work", "args": {"x": "1"}}, "done"]), store, [work],
+        clock=clock, owner="me:1:a", lease_ttl_s=30.0,
+    )  # fmt: skip
+    rid = "hb"
+    assert agent.ask("q", run_id=rid).text == "done"
+    assert seen == [("me:1:a", 30.0)]
+    assert ticks.intervals == [10.0, 10.0]
+
+
+# -- what the runtime logs ----------------------------------------------------------------
+
+
+def test_debug_log_names_the_agent_the_run_its_end_and_each_retried_error(astore, caplog):
+    caplog.set_level(logging.DEBUG, logger=runtime.__name__)
+    model = ScriptedModel([ProviderUnavailableError("503"), "ok"])
+    res = Agent("helper", model, astore, clock=ManualClock()).ask("q")
+    assert res.text == "ok"
+    assert [r.getMessage() for r in caplog.records if r.name == runtime.__name__] == [
+        f"agent helper: run {res.run_id} started",
+        "agent helper: retryable provider error ProviderUnavailableError",
+        f"agent helper: run {res.run_id} done",
+    ]
+
+
+# -- which calls of a turn are still unanswered ---------------------------------------------
+
+
+class Crash(BaseException):
+    """The process dies (not an Exception: nothing may catch it)."""
+
+
+def test_a_crash_between_two_calls_of_one_turn_runs_only_the_second_on_resume(astore):
+    calls: list[str] = []
+    crash = {"b"}
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up; dies on the first call of a crashing query."""
+        calls.append(q)
+        if q in crash:
+            crash.discard(q)
+            raise Crash(q)
+        return f"result for {q}"
+
+    turn = [{"tool": "lookup", "args": {"q": "a"}}, {"tool": "lookup", "args": {"q": "b"}}]
+    with pytest.raises(Crash):
+        Agent("helper", ScriptedModel([turn]), astore, [lookup]).ask("q")
+    (run,) = astore.list(agent="helper")
+    model = ScriptedModel(["ok"])
+    assert Agent("helper", model, astore, [lookup]).resume(run.run_id).text == "ok"
+    assert calls == ["a", "b", "b"]
+    assert [(m.tool_call_id, m.content) for m in tool_messages(model, 0)] == [
+        ("call_0_0", "result for a"),
+        ("call_0_1", "result for b"),
+    ]
+
+
+def test_a_model_that_reuses_a_call_id_in_the_next_turn_still_gets_its_answer(astore):
+    seen: list[str] = []
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        seen.append(q)
+        return f"result for {q}"
+
+    model = ScriptedModel(
+        [
+            {"id": "call_0", "tool": "lookup", "args": {"q": "a"}},
+            {"id": "call_0", "tool": "lookup", "args": {"q": "b"}},
+            "ok",
+        ]
+    )
+    assert Agent("helper", model, astore, [lookup]).ask("q").text == "ok"
+    assert seen == ["a", "b"]
+    assert [m.content for m in tool_messages(model, 2)] == ["result for a", "result for b"]
+
+
+# -- which provider call each entry point makes -----------------------------------------------
+
+
+class CallKinds(ScriptedModel):
+    """Records whether each model call was a plain or a streaming request."""
+
+    def __init__(self, turns: Any) -> None:
+        super().__init__(turns)
+        self.kinds: list[str] = []
+        self._streaming = False
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        if not self._streaming:
+            self.kinds.append("complete")
+        return super().complete(messages, tools)
+
+    def stream(self, messages: Any, tools: Any) -> Any:
+        self.kinds.append("stream")
+        self._streaming = True
+        try:
+            deltas = list(super().stream(messages, tools))
+        finally:
+            self._streaming = False
+        return iter(deltas)
+
+
+def test_ask_resume_and_resume_input_make_plain_calls_stream_calls_stream(astore):
+    limited = RateLimitedError("429", retry_after_s=0.0)
+    question = {"tool": "ask_user", "args": {"question": "?"}}
+    model = CallKinds([limited, "a", limited, "b", question, "c", limited, "d"])
+    agent = Agent("helper", model, astore)
+    first = agent.ask("q").run_id
+    assert agent.resume(first).text == "a"
+    second = list(agent.stream("q"))[-1].response.run_id
+    assert list(agent.resume_stream(second))[-1].response.text == "b"
+    third = agent.ask("q").run_id
+    assert agent.resume_input(third, "yes").text == "c"
+    fourth = agent.ask("q").run_id
+    assert list(agent.stream("ignored", run_id=fourth))[-1].response.text == "d"
+    assert model.kinds == [
+        "complete", "complete",  # ask, resume
+        "stream", "stream",  # stream, resume_stream
+        "complete", "complete",  # ask, resume_input
+        "complete", "stream",  # ask, stream with the run's id
+    ]  # fmt: skip
+
+
+# -- the refusal names every tool ---------------------------------------------------------------
+
+
+@tool
+def alpha(x: str) -> str:
+    """A tool."""
+    return x
+
+
+@tool
+def beta(x: str) -> str:
+    """A tool."""
+    return x
+
+
+@tool
+def gamma(x: str) -> str:
+    """A tool."""
+    return x
+
+
+def test_resuming_with_other_tools_names_each_list_comma_separated(astore):
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0)])
+    rid = Agent("helper", model, astore, [beta, alpha]).ask("q").run_id
+    with pytest.raises(AgentToolsChangedError) as err:
+        Agent("helper", ScriptedModel(["x"]), astore, [gamma, alpha]).resume(rid)
+    assert str(err.value).startswith(
+        f"agent run {rid} was started with the tools alpha, beta "
+        "but is resumed with alpha, gamma; resume it with the same tools"
+    )
