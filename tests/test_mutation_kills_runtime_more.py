@@ -11,9 +11,11 @@ import subprocess
 import sys
 import threading
 import types
+import weakref
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from desktop_app.agent import Agent, ScriptedModel, runtime, tool
 from desktop_app.errors import (
@@ -22,7 +24,9 @@ from desktop_app.errors import (
     MalformedReplyError,
     ProviderUnavailableError,
     RateLimitedError,
+    RunStateError,
 )
+from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.agent_runs import SqliteAgentStore
 
@@ -253,10 +257,13 @@ class Ticks:
     """Stands in for ``threading`` inside the runtime: the heartbeat's stop
     event records each interval it waits for; its first wait ends (as if the
     interval had passed) only when the test calls :meth:`tick`, every later
-    wait only when the drive stops. No wall clock decides anything."""
+    wait only when the drive stops. ``progress`` is set once the heartbeat is
+    done with that interval (waits again, or ended). No wall clock decides
+    anything."""
 
     def __init__(self) -> None:
         self.intervals: list[float | None] = []
+        self.progress = threading.Event()
         self._tick = threading.Semaphore(0)
         ticks = self
 
@@ -266,32 +273,24 @@ class Ticks:
                 if len(ticks.intervals) == 1:
                     ticks._tick.acquire()
                     return self.is_set()
+                ticks.progress.set()
                 return super().wait()
 
             def set(self) -> None:
                 super().set()
                 ticks._tick.release()
 
-        self.module = types.SimpleNamespace(Event=Event, Thread=threading.Thread)
+        class Thread(threading.Thread):
+            def run(self) -> None:
+                try:
+                    super().run()
+                finally:
+                    ticks.progress.set()
+
+        self.module = types.SimpleNamespace(Event=Event, Thread=Thread)
 
     def tick(self) -> None:
         self._tick.release()
-
-
-class RenewalStore(SqliteAgentStore):
-    """Signals each lease claim made off the calling thread (the heartbeat's)."""
-
-    def __init__(self, checkpoints: Any) -> None:
-        super().__init__(checkpoints)
-        self.renewed = threading.Event()
-        self.caller = threading.current_thread()
-
-    def claim(self, run_id: str, owner: str, expires_at: float, now: float, **kw: Any) -> Any:
-        try:
-            return super().claim(run_id, owner, expires_at, now, **kw)
-        finally:
-            if threading.current_thread() is not self.caller:
-                self.renewed.set()
 
 
 @pytest.mark.parametrize(("ttl", "interval"), [(30.0, 10.0), (0.09, 0.05)])
@@ -311,7 +310,7 @@ def test_the_heartbeat_renews_on_the_injected_clock_and_takes_back_an_expired_le
     ticks = Ticks()
     monkeypatch.setattr(runtime, "threading", ticks.module)
     clock = ManualClock()
-    store = RenewalStore(sqlite_store)
+    store = SqliteAgentStore(sqlite_store)
     seen: list[Any] = []
 
     @tool
@@ -320,7 +319,7 @@ def test_the_heartbeat_renews_on_the_injected_clock_and_takes_back_an_expired_le
         store.claim(rid, THIEF, clock.now() + 5.0, clock.now(), takeover=True)
         clock.advance(100.0)
         ticks.tick()
-        assert store.renewed.wait(60.0), "the heartbeat never tried to renew"
+        assert ticks.progress.wait(60.0), "the heartbeat never got past its interval"
         run = store.get(rid)
         seen.append((run.lease_owner, run.lease_expires_at - clock.now()))
         return "ok"
@@ -481,3 +480,34 @@ def test_resuming_with_other_tools_names_each_list_comma_separated(astore):
         f"agent run {rid} was started with the tools alpha, beta "
         "but is resumed with alpha, gamma; resume it with the same tools"
     )
+
+
+# -- canceling a flow whose agent child no agent step here can reach -------------------------
+
+
+class Q(BaseModel):
+    question: str
+    answer: str | None = None
+
+
+def test_canceling_a_parent_where_no_agent_step_was_built_says_where_to_cancel_the_child(
+    sqlite_store, monkeypatch
+):
+    astore = SqliteAgentStore(sqlite_store)
+    agent = Agent("geo", ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}]), astore)
+    flow = FlowBuilder("quiz", Q).step(
+        "ask", runtime.agent_step(agent, lambda s: s.question, "answer")
+    )
+    engine = Engine(sqlite_store, flows=[flow.chain().compile()])
+    res = engine.run("quiz", Q(question="Capital?"))
+    (child,) = astore.list(agent="geo")
+    # another process (the command line, say) that built no agent step
+    monkeypatch.setattr(runtime, "_CHILD_STORES", weakref.WeakSet())
+    with pytest.raises(RunStateError) as err:
+        engine.cancel(res.run_id)
+    assert str(err.value) == (
+        f"run {res.run_id} was canceled, but not all its children: agent child "
+        f"{child.run_id}: agent run {child.run_id} was not canceled: no agent step is built "
+        "in this process; cancel it with Agent.cancel where its agent runs"
+    )
+    assert astore.get(child.run_id).status == "input_required"
