@@ -1,7 +1,10 @@
 """More of what the agent runtime promises, where the first kill file did not
 look: each model call's ``chat`` span (name, attributes, status), what a rate
-limited or failed call records, a lease lost during the model call, and a
-reused empty tool result."""
+limited or failed call records, a lease lost during the model call, a reused
+empty tool result, the heartbeat's interval and renewal (on the injected
+clock), the debug log's words, which calls of a turn are still unanswered,
+plain versus streaming provider calls, the tool-list refusal's words, and a
+parent canceled where no agent step can reach its agent child."""
 
 from __future__ import annotations
 
