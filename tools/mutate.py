@@ -193,6 +193,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_reliability_children.py",
         "tests/test_reliability_store.py",
         "tests/test_mutation_kills_runtime.py",
+        "tests/test_mutation_kills_runtime_more.py",
     ],
 }
 

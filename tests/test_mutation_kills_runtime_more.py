@@ -1,0 +1,516 @@
+"""More of what the agent runtime promises, where the first kill file did not
+look: each model call's ``chat`` span (name, attributes, status), what a rate
+limited or failed call records, a lease lost during the model call, a reused
+empty tool result, the heartbeat's interval and renewal (on the injected
+clock), the debug log's words, which calls of a turn are still unanswered,
+plain versus streaming provider calls, the tool-list refusal's words, and a
+parent canceled where no agent step can reach its agent child."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import threading
+import types
+import weakref
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.agent import Agent, ScriptedModel, runtime, tool
+from desktop_app.errors import (
+    AgentToolsChangedError,
+    LeaseLostError,
+    MalformedReplyError,
+    ProviderUnavailableError,
+    RateLimitedError,
+    RunStateError,
+)
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.store.agent_runs import SqliteAgentStore
+
+THIEF = "otherhost:1:thief"
+
+
+@pytest.fixture
+def astore(sqlite_store):
+    return SqliteAgentStore(sqlite_store)
+
+
+def tool_messages(model: ScriptedModel, call: int):
+    return [m for m in model.seen[call] if m.role == "tool"]
+
+
+# -- spans of model calls -------------------------------------------------------------
+
+CHAT_SPANS_SCRIPT = r"""
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from desktop_app.agent import Agent, ScriptedModel, tool
+from desktop_app.errors import LeaseLostError, MalformedReplyError, RateLimitedError
+from desktop_app.flow.context import ExecutionContext
+from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite import open_store
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+
+
+class Named(ScriptedModel):
+    model = "gpt-test"
+
+
+@tool
+def look(q: str) -> str:
+    "Look."
+    return "seen " + q
+
+store = SqliteAgentStore(open_store(sys.argv[1]))
+ctx = ExecutionContext(trace_id="cd" * 16)
+runs = {}
+runs["named"] = Agent(
+    "helper", Named([{"tool": "look", "args": {"q": "a"}}, "ok"]), store, [look]
+).ask("q", context=ctx).run_id
+runs["limited"] = Agent(
+    "helper", ScriptedModel([RateLimitedError("slow down", retry_after_s=5.0)]), store
+).ask("q", context=ctx).run_id
+runs["failed"] = Agent(
+    "helper", ScriptedModel([MalformedReplyError("garbled")]), store
+).ask("q", context=ctx).run_id
+try:
+    Agent("helper", ScriptedModel([]), store).ask("q", context=ctx, run_id="broken")
+except RuntimeError:
+    runs["interrupted"] = "broken"
+
+
+@tool
+def steal(q: str) -> str:
+    "Another host takes the run's lease while this tool runs."
+    store.claim("lost", "otherhost:1:thief", 1e12, 0.0, takeover=True)
+    return "too late"
+
+try:
+    Agent("helper", ScriptedModel([{"tool": "steal", "args": {"q": "a"}}]), store, [steal]).ask(
+        "q", context=ctx, run_id="lost"
+    )
+except LeaseLostError:
+    runs["lost"] = "lost"
+out = []
+for s in exporter.get_finished_spans():
+    out.append({
+        "name": s.name,
+        "trace_id": format(s.context.trace_id, "032x"),
+        "parent": s.parent.span_id if s.parent else None,
+        "span_id": s.context.span_id,
+        "status": s.status.status_code.name,
+        "error": s.status.description,
+        "attributes": dict(s.attributes),
+    })
+print(json.dumps({"runs": runs, "spans": out}))
+"""
+
+
+def test_each_model_call_is_a_chat_span_under_its_run_with_its_turn_and_outcome(db_path):
+    pytest.importorskip("opentelemetry.sdk")
+    proc = subprocess.run(
+        [sys.executable, "-c", CHAT_SPANS_SCRIPT, str(db_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    got = json.loads(proc.stdout)
+    runs, spans = got["runs"], got["spans"]
+    assert set(runs) == {"named", "limited", "failed", "interrupted", "lost"}
+    assert {s["trace_id"] for s in spans} == {"cd" * 16}
+
+    def of(rid: str, prefix: str) -> list[dict[str, Any]]:
+        return [
+            s
+            for s in spans
+            if s["attributes"].get("flowdesk.run_id") == rid and s["name"].startswith(prefix)
+        ]
+
+    def outcome(span: dict[str, Any]) -> tuple[str, str | None]:
+        return span["status"], span["error"]
+
+    (run,) = of(runs["named"], "invoke_agent")
+    chats = of(runs["named"], "chat")
+    assert [c["name"] for c in chats] == ["chat gpt-test", "chat gpt-test"]
+    assert [c["attributes"] for c in chats] == [
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": "gpt-test",
+            "flowdesk.run_id": runs["named"],
+            "flowdesk.turn": turn,
+        }
+        for turn in (1, 2)
+    ]
+    assert [c["parent"] for c in chats] == [run["span_id"]] * 2
+    assert [outcome(c) for c in chats] == [("UNSET", None)] * 2
+    assert outcome(run) == ("UNSET", None)
+
+    # a model without a model name is named by its class; the error is its type
+    (run,) = of(runs["limited"], "invoke_agent")
+    (chat,) = of(runs["limited"], "chat")
+    assert chat["name"] == "chat ScriptedModel"
+    assert chat["attributes"]["gen_ai.request.model"] == "ScriptedModel"
+    assert outcome(chat) == ("ERROR", "RateLimitedError")
+    assert outcome(run) == ("ERROR", "rate_limited")
+    assert run["attributes"]["flowdesk.status"] == "rate_limited"
+
+    (run,) = of(runs["failed"], "invoke_agent")
+    (chat,) = of(runs["failed"], "chat")
+    assert outcome(chat) == ("ERROR", "MalformedReplyError")
+    assert outcome(run) == ("ERROR", "failed")
+
+    # a model call that raised something else: the call was interrupted, the
+    # run did not end (no status), so its span is no error either
+    (run,) = of(runs["interrupted"], "invoke_agent")
+    (chat,) = of(runs["interrupted"], "chat")
+    assert outcome(chat) == ("ERROR", "interrupted")
+    assert outcome(run) == ("UNSET", None)
+    assert run["attributes"]["flowdesk.status"] == "interrupted"
+
+    # a tool whose result could not be saved (the lease was lost) was not reused
+    (run,) = of(runs["lost"], "invoke_agent")
+    (call,) = of(runs["lost"], "execute_tool")
+    assert call["parent"] == run["span_id"]
+    assert call["attributes"]["flowdesk.tool.reused"] is False
+    assert run["attributes"]["flowdesk.status"] == "interrupted"
+
+
+# -- what a rate limited or failed model call records ---------------------------------
+
+
+def test_rate_limited_call_records_the_providers_words_and_the_type(astore):
+    res = Agent(
+        "helper", ScriptedModel([RateLimitedError("slow down", retry_after_s=5.0)]), astore
+    ).ask("q")
+    assert (res.status, res.error) == ("rate_limited", "slow down")
+    run = astore.get(res.run_id)
+    assert (run.status, run.error, run.error_type) == ("rate_limited", "slow down", "RateLimited")
+
+
+def test_failed_call_records_the_providers_words_and_the_errors_type(astore):
+    res = Agent("helper", ScriptedModel([MalformedReplyError("garbled")]), astore).ask("q")
+    assert (res.status, res.error) == ("failed", "garbled")
+    run = astore.get(res.run_id)
+    assert (run.status, run.error, run.error_type) == ("failed", "garbled", "MalformedReplyError")
+
+
+# -- a lease lost while the model answers -----------------------------------------------
+
+
+class StealingModel(ScriptedModel):
+    """Another host takes the run's lease while this model call runs."""
+
+    def __init__(self, turns: Any, store: SqliteAgentStore) -> None:
+        super().__init__(turns)
+        self.store = store
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        (run,) = self.store.list(agent="helper")
+        self.store.claim(run.run_id, THIEF, 1e12, 0.0, takeover=True)
+        return super().complete(messages, tools)
+
+
+def test_a_reply_that_arrives_after_the_lease_was_lost_is_not_saved(astore):
+    model = StealingModel(["42"], astore)
+    with pytest.raises(LeaseLostError):
+        Agent("helper", model, astore).ask("q")
+    (run,) = astore.list(agent="helper")
+    assert [m["role"] for m in astore.messages(run.run_id)] == ["user"]
+    assert (run.turns, run.status, run.lease_owner) == (0, "running", THIEF)
+
+
+# -- reuse of an empty result --------------------------------------------------------------
+
+
+def test_a_reused_empty_tool_result_is_answered_empty(astore):
+    runs = []
+
+    @tool
+    def blank(x: str) -> str:
+        """Answer nothing."""
+        runs.append(x)
+        return ""
+
+    call = {"tool": "blank", "args": {"x": "1"}}
+    model = ScriptedModel([call, call, "ok"])
+    events = list(Agent("helper", model, astore, [blank]).stream("q"))
+    assert [e.reused for e in events if e.kind == "tool_end"] == [False, True]
+    assert runs == ["1"]
+    assert [m.content for m in tool_messages(model, 2)] == ["", ""]
+
+
+# -- the heartbeat: its interval and its renewal, on the injected clock -----------------
+
+
+class Ticks:
+    """Stands in for ``threading`` inside the runtime: the heartbeat's stop
+    event records each interval it waits for; its first wait ends (as if the
+    interval had passed) only when the test calls :meth:`tick`, every later
+    wait only when the drive stops. ``progress`` is set once the heartbeat is
+    done with that interval (waits again, or ended). No wall clock decides
+    anything."""
+
+    def __init__(self) -> None:
+        self.intervals: list[float | None] = []
+        self.progress = threading.Event()
+        self._tick = threading.Semaphore(0)
+        ticks = self
+
+        class Event(threading.Event):
+            def wait(self, timeout: float | None = None) -> bool:
+                ticks.intervals.append(timeout)
+                if len(ticks.intervals) == 1:
+                    ticks._tick.acquire()
+                    return self.is_set()
+                ticks.progress.set()
+                return super().wait()
+
+            def set(self) -> None:
+                super().set()
+                ticks._tick.release()
+
+        class Thread(threading.Thread):
+            def run(self) -> None:
+                try:
+                    super().run()
+                finally:
+                    ticks.progress.set()
+
+        self.module = types.SimpleNamespace(Event=Event, Thread=Thread)
+
+    def tick(self) -> None:
+        self._tick.release()
+
+
+@pytest.mark.parametrize(("ttl", "interval"), [(30.0, 10.0), (0.09, 0.05)])
+def test_the_heartbeat_waits_a_third_of_the_lease_at_least_50_ms(
+    sqlite_store, monkeypatch, ttl, interval
+):
+    ticks = Ticks()
+    monkeypatch.setattr(runtime, "threading", ticks.module)
+    res = Agent("helper", ScriptedModel(["ok"]), SqliteAgentStore(sqlite_store), lease_ttl_s=ttl)
+    assert res.ask("q").text == "ok"
+    assert ticks.intervals[0] == pytest.approx(interval)
+
+
+def test_the_heartbeat_renews_on_the_injected_clock_and_takes_back_an_expired_lease(
+    sqlite_store, monkeypatch
+):
+    ticks = Ticks()
+    monkeypatch.setattr(runtime, "threading", ticks.module)
+    clock = ManualClock()
+    store = SqliteAgentStore(sqlite_store)
+    seen: list[Any] = []
+
+    @tool
+    def work(x: str) -> str:
+        """Another host takes the lease and lets it expire; then the interval passes."""
+        store.claim(rid, THIEF, clock.now() + 5.0, clock.now(), takeover=True)
+        clock.advance(100.0)
+        ticks.tick()
+        assert ticks.progress.wait(60.0), "the heartbeat never got past its interval"
+        run = store.get(rid)
+        seen.append((run.lease_owner, run.lease_expires_at - clock.now()))
+        return "ok"
+
+    agent = Agent(
+        "helper", ScriptedModel([{"tool": "work", "args": {"x": "1"}}, "done"]), store, [work],
+        clock=clock, owner="me:1:a", lease_ttl_s=30.0,
+    )  # fmt: skip
+    rid = "hb"
+    assert agent.ask("q", run_id=rid).text == "done"
+    assert seen == [("me:1:a", 30.0)]
+    assert ticks.intervals == [10.0, 10.0]
+
+
+# -- what the runtime logs ----------------------------------------------------------------
+
+
+def test_debug_log_names_the_agent_the_run_its_end_and_each_retried_error(astore, caplog):
+    caplog.set_level(logging.DEBUG, logger=runtime.__name__)
+    model = ScriptedModel([ProviderUnavailableError("503"), "ok"])
+    res = Agent("helper", model, astore, clock=ManualClock()).ask("q")
+    assert res.text == "ok"
+    assert [r.getMessage() for r in caplog.records if r.name == runtime.__name__] == [
+        f"agent helper: run {res.run_id} started",
+        "agent helper: retryable provider error ProviderUnavailableError",
+        f"agent helper: run {res.run_id} done",
+    ]
+
+
+# -- which calls of a turn are still unanswered ---------------------------------------------
+
+
+class Crash(BaseException):
+    """The process dies (not an Exception: nothing may catch it)."""
+
+
+def test_a_crash_between_two_calls_of_one_turn_runs_only_the_second_on_resume(astore):
+    calls: list[str] = []
+    crash = {"b"}
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up; dies on the first call of a crashing query."""
+        calls.append(q)
+        if q in crash:
+            crash.discard(q)
+            raise Crash(q)
+        return f"result for {q}"
+
+    turn = [{"tool": "lookup", "args": {"q": "a"}}, {"tool": "lookup", "args": {"q": "b"}}]
+    with pytest.raises(Crash):
+        Agent("helper", ScriptedModel([turn]), astore, [lookup]).ask("q")
+    (run,) = astore.list(agent="helper")
+    model = ScriptedModel(["ok"])
+    assert Agent("helper", model, astore, [lookup]).resume(run.run_id).text == "ok"
+    assert calls == ["a", "b", "b"]
+    assert [(m.tool_call_id, m.content) for m in tool_messages(model, 0)] == [
+        ("call_0_0", "result for a"),
+        ("call_0_1", "result for b"),
+    ]
+
+
+def test_a_model_that_reuses_a_call_id_in_the_next_turn_still_gets_its_answer(astore):
+    seen: list[str] = []
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        seen.append(q)
+        return f"result for {q}"
+
+    model = ScriptedModel(
+        [
+            {"id": "call_0", "tool": "lookup", "args": {"q": "a"}},
+            {"id": "call_0", "tool": "lookup", "args": {"q": "b"}},
+            "ok",
+        ]
+    )
+    assert Agent("helper", model, astore, [lookup]).ask("q").text == "ok"
+    assert seen == ["a", "b"]
+    assert [m.content for m in tool_messages(model, 2)] == ["result for a", "result for b"]
+
+
+# -- which provider call each entry point makes -----------------------------------------------
+
+
+class CallKinds(ScriptedModel):
+    """Records whether each model call was a plain or a streaming request."""
+
+    def __init__(self, turns: Any) -> None:
+        super().__init__(turns)
+        self.kinds: list[str] = []
+        self._streaming = False
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        if not self._streaming:
+            self.kinds.append("complete")
+        return super().complete(messages, tools)
+
+    def stream(self, messages: Any, tools: Any) -> Any:
+        self.kinds.append("stream")
+        self._streaming = True
+        try:
+            deltas = list(super().stream(messages, tools))
+        finally:
+            self._streaming = False
+        return iter(deltas)
+
+
+def test_ask_resume_and_resume_input_make_plain_calls_stream_calls_stream(astore):
+    limited = RateLimitedError("429", retry_after_s=0.0)
+    question = {"tool": "ask_user", "args": {"question": "?"}}
+    model = CallKinds([limited, "a", limited, "b", question, "c", limited, "d"])
+    agent = Agent("helper", model, astore)
+    first = agent.ask("q").run_id
+    assert agent.resume(first).text == "a"
+    second = list(agent.stream("q"))[-1].response.run_id
+    assert list(agent.resume_stream(second))[-1].response.text == "b"
+    third = agent.ask("q").run_id
+    assert agent.resume_input(third, "yes").text == "c"
+    fourth = agent.ask("q").run_id
+    assert list(agent.stream("ignored", run_id=fourth))[-1].response.text == "d"
+    assert model.kinds == [
+        "complete", "complete",  # ask, resume
+        "stream", "stream",  # stream, resume_stream
+        "complete", "complete",  # ask, resume_input
+        "complete", "stream",  # ask, stream with the run's id
+    ]  # fmt: skip
+
+
+# -- the refusal names every tool ---------------------------------------------------------------
+
+
+@tool
+def alpha(x: str) -> str:
+    """A tool."""
+    return x
+
+
+@tool
+def beta(x: str) -> str:
+    """A tool."""
+    return x
+
+
+@tool
+def gamma(x: str) -> str:
+    """A tool."""
+    return x
+
+
+def test_resuming_with_other_tools_names_each_list_comma_separated(astore):
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0)])
+    rid = Agent("helper", model, astore, [beta, alpha]).ask("q").run_id
+    with pytest.raises(AgentToolsChangedError) as err:
+        Agent("helper", ScriptedModel(["x"]), astore, [gamma, alpha]).resume(rid)
+    assert str(err.value).startswith(
+        f"agent run {rid} was started with the tools alpha, beta "
+        "but is resumed with alpha, gamma; resume it with the same tools"
+    )
+
+
+# -- canceling a flow whose agent child no agent step here can reach -------------------------
+
+
+class Q(BaseModel):
+    question: str
+    answer: str | None = None
+
+
+def test_canceling_a_parent_where_no_agent_step_was_built_says_where_to_cancel_the_child(
+    sqlite_store, monkeypatch
+):
+    astore = SqliteAgentStore(sqlite_store)
+    agent = Agent("geo", ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}]), astore)
+    flow = FlowBuilder("quiz", Q).step(
+        "ask", runtime.agent_step(agent, lambda s: s.question, "answer")
+    )
+    engine = Engine(sqlite_store, flows=[flow.chain().compile()])
+    res = engine.run("quiz", Q(question="Capital?"))
+    (child,) = astore.list(agent="geo")
+    # another process (the command line, say) that built no agent step
+    monkeypatch.setattr(runtime, "_CHILD_STORES", weakref.WeakSet())
+    with pytest.raises(RunStateError) as err:
+        engine.cancel(res.run_id)
+    assert str(err.value) == (
+        f"run {res.run_id} was canceled, but not all its children: agent child "
+        f"{child.run_id}: agent run {child.run_id} was not canceled: no agent step is built "
+        "in this process; cancel it with Agent.cancel where its agent runs"
+    )
+    assert astore.get(child.run_id).status == "input_required"
