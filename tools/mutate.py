@@ -49,6 +49,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -402,12 +403,39 @@ def kill_tests(module: str, ran: list[str] | None = None) -> list[str]:
     ]
 
 
+def tests_reaching(tree: Path, base: list[str]) -> Callable[[str], list[str]]:
+    """Run the kill tests once in ``tree`` with mutmut's ``stats`` trampolines
+    and ``tools/mutation_hits.py`` recording which mutated functions each test
+    reaches; return ``mutant name -> the test ids to run against it``, in file
+    order: the tests that reach the mutant's function, plus every test that
+    starts a subprocess (what a child reaches is not recorded). This is
+    mutmut's own narrowing, redone for tests its full run did not have.
+
+    Raises:
+        SystemExit: the recording run failed.
+    """
+    out = tree / "mutation-hits.json"
+    env = {**_env(), "MUTANT_UNDER_TEST": "stats", "FLOWDESK_MUTATION_HITS": str(out)}
+    cmd = [x for x in base if x != "-x"] + ["-p", "tools.mutation_hits"]
+    if subprocess.run(cmd, cwd=tree, env=env).returncode != 0:
+        raise SystemExit(f"recording which kill tests reach which function failed in {tree}")
+    hits = json.loads(out.read_text(encoding="utf-8"))
+    spawned = set(hits["subprocess"])
+    reached = {t: set(fns) for t, fns in hits["tests"].items()}
+
+    def select(name: str) -> list[str]:
+        function = name.rsplit("__mutmut_", 1)[0]
+        return [t for t in hits["order"] if t in spawned or function in reached[t]]
+
+    return select
+
+
 def rerun_survivors(module: str, jobs: int) -> Figures:
     """Run the kill tests against the last full run's survivors of ``module``.
 
     The full run already showed that every other selected test passes on each
     survivor, so only the tests added since decide: each survivor is run
-    through :func:`kill_tests` (pytest ``-x``, the mutant
+    through the :func:`kill_tests` that reach its function (pytest ``-x``, the mutant
     switched on with ``MUTANT_UNDER_TEST`` as mutmut does, in the module's
     ``.mutation/<module>/mutants/`` tree with the checkout's current tests).
     Mutmut's own cache cannot do this: a changed test selection resets every
@@ -444,16 +472,27 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     clean = subprocess.run(base, cwd=tree, env={**_env(), "MUTANT_UNDER_TEST": ""})
     if clean.returncode != 0:
         raise SystemExit(f"the kill tests fail without a mutant in {tree}; fix them first")
+    reach = tests_reaching(tree, base)
     pending = list(names)
     running: list[tuple[str, subprocess.Popen[bytes]]] = []
     while pending or running:
         while pending and len(running) < max(1, jobs):
             name = pending.pop(0)
+            selected = reach(name)
+            if not selected:
+                print(f"  survived (no kill test reaches it): {name}")
+                continue
             env = {**_env(), "MUTANT_UNDER_TEST": name}
             proc = subprocess.Popen(
-                base, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                [*base[: -len(files)], *selected],
+                cwd=tree,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             running.append((name, proc))
+        if not running:
+            continue
         name, proc = running.pop(0)
         code = proc.wait()
         verdict = "survived" if code == 0 else "killed"
