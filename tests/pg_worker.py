@@ -16,7 +16,8 @@ on the clock that decides them:
     woken RUN DBTIME RECEIVED          (the step after a signal wait begins)
     finished RUN STATUS                (the run's final checkpoint committed)
 
-Flows: ``slow`` (steps s0..s{N-1}, each sleeping --step-s), ``quick`` (one
+Flows: ``slow`` (steps s0..s{N-1}, each sleeping --step-s; --hang-at STEP never
+returns from that step, so a kill always lands with it in flight), ``quick`` (one
 step), ``waiter`` (waits for signal ``go``/run key, then step ``after``).
 """
 
@@ -62,10 +63,12 @@ class S(BaseModel):
     got: Any = None
 
 
-def slow_flow(steps: int, step_s: float):
+def slow_flow(steps: int, step_s: float, hang_at: str | None = None):
     def make(i: int):
         def body(state: S, ctx) -> dict:
             say("start", ctx.run_id, ctx.step_id, ctx.attempt, f"{db_now():.6f}")
+            if ctx.step_id == hang_at:  # in flight until this process is killed
+                threading.Event().wait()
             time.sleep(step_s)
             say("done", ctx.run_id, ctx.step_id, f"{db_now():.6f}")
             return {"n": state.n + 1}
@@ -119,6 +122,7 @@ def main() -> None:
     ap.add_argument("host")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--step-s", type=float, default=0.3)
+    ap.add_argument("--hang-at", help="a step of 'slow' that never ends in this worker")
     ap.add_argument("--ttl", type=float, default=30.0)
     ap.add_argument("--poll", type=float, default=0.25)
     ap.add_argument("--concurrency", type=int, default=1)
@@ -132,7 +136,7 @@ def main() -> None:
     clock = SkewedClock(STORE.server_time, args.skew)
     engine = Engine(
         STORE,
-        flows=[slow_flow(args.steps, args.step_s), quick_flow(), waiter_flow()],
+        flows=[slow_flow(args.steps, args.step_s, args.hang_at), quick_flow(), waiter_flow()],
         clock=clock,
         owner=owner,
         lease_ttl_s=args.ttl,

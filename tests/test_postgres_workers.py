@@ -140,7 +140,8 @@ def assert_each_step_committed_once(pg_store, run_id: str, steps: int) -> None:
 
 @pytest.mark.scenario("S66")
 def test_sigkilled_worker_is_taken_over_within_2s_by_its_liveness_lock(pg_url, pg_store, procs):
-    a = spawn(pg_url, "machine-a", "--step-s", "0.5")
+    # s2 never ends in a: however slow this machine, a dies with s2 in flight
+    a = spawn(pg_url, "machine-a", "--step-s", "0.2", "--hang-at", "s2")
     procs.append(a)
     (run_id,) = submit(pg_store, "slow")
     a.expect(lambda w: w[0] == "start" and w[2] == "s0")
