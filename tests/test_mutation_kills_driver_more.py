@@ -9,18 +9,22 @@ Every run uses a real SQLite file and the injected clock.
 
 from __future__ import annotations
 
+import socket
 import sqlite3
+import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.errors import CheckpointDecodeError
+from desktop_app.errors import CheckpointDecodeError, RunLeasedError
 from desktop_app.flow import Engine, EventBus, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.events import RunFinished, RunStarted
+from desktop_app.store.protocol import Lease
 from desktop_app.store.sqlite import open_store
 
 T0 = 1_767_225_600.0
@@ -111,6 +115,7 @@ def test_a_run_canceled_by_its_step_reports_the_stored_cancel(env):
     assert r.status == "canceled" and latest.status == "canceled"
     assert r.revision == latest.revision and r.error == latest.error
     assert "stop it" in (r.error or "")
+    assert env.store.get_run(r.run_id).lease_owner is None  # the cancel let it go
     (end,) = [e for e in env.events if isinstance(e, RunFinished)]
     assert end == RunFinished(r.run_id, "canceled", latest.error)
 
@@ -282,3 +287,145 @@ def test_resuming_a_checkpoint_that_does_not_decode_names_run_and_revision(db_pa
         assert (info.value.run_id, info.value.revision) == (r.run_id, r.revision)
     finally:
         store.close()
+
+
+# -- two drivers loading the same run at once ----------------------------------
+
+
+class MeetingClock(ManualClock):
+    """The injected clock, at which two resuming threads meet: each thread
+    named ``resumer-*`` waits at its ``meet_at``-th reading of the time for
+    the other one, so both have loaded the run before either saves; a thread
+    named in ``hold`` then waits at its next reading (its save) for that event."""
+
+    def __init__(self, meet_at: int) -> None:
+        super().__init__(T0)
+        self.meet_at = meet_at
+        self.barrier = threading.Barrier(2, timeout=30)
+        self.hold: dict[str, threading.Event] = {}
+        self.calls = threading.local()
+        self.armed = False
+
+    def now(self) -> float:
+        name = threading.current_thread().name
+        if self.armed and name.startswith("resumer-"):
+            n = getattr(self.calls, "n", 0) + 1
+            self.calls.n = n
+            if n == self.meet_at:
+                self.barrier.wait()
+            elif n == self.meet_at + 1 and name in self.hold:
+                assert self.hold[name].wait(30)
+        return super().now()
+
+
+def _failed_run(engine: Engine, fixed: dict[str, bool], ran: list[str]) -> str:
+    def work(s: S) -> dict:
+        ran.append(threading.current_thread().name)
+        if not fixed["on"]:
+            raise Fatal("not yet")
+        return {"n": 1}
+
+    engine.register(FlowBuilder("race", S).step("work", work).compile())
+    r = engine.run("race", S())
+    assert r.status == "failed"
+    fixed["on"] = True
+    ran.clear()
+    return r.run_id
+
+
+def _resume_both(engines: dict[str, Engine], run_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def go(name: str) -> None:
+        try:
+            out[name] = engines[name].resume(run_id)
+        except Exception as exc:  # the loser's error is the point
+            out[name] = exc
+
+    threads = [threading.Thread(target=go, args=(n,), name=f"resumer-{n}") for n in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def test_one_engine_resuming_a_run_twice_at_once_runs_it_once(env):
+    """Two threads of one engine (one owner) resume the same failed run: the
+    first save wins, the other one's is a revision conflict, not a lease
+    error (nobody else holds the run)."""
+    clock = MeetingClock(meet_at=1)  # prepare_resume's reading: both loaded
+    engine = Engine(env.store, clock=clock, group_commit=False)
+    fixed = {"on": False}
+    ran: list[str] = []
+    rid = _failed_run(engine, fixed, ran)
+    clock.armed = True
+    out = _resume_both({"a": engine, "b": engine}, rid)
+    results = sorted(out.values(), key=lambda x: isinstance(x, Exception))
+    assert [type(x).__name__ for x in results] == ["RunResult", "RevisionConflictError"]
+    assert results[0].status == "completed" and len(ran) == 1
+    assert env.store.get_run(rid).status == "completed"
+
+
+def test_two_engines_taking_over_a_dead_owners_run_at_once(db_path: Path):
+    """Both see the lease of a dead process on this host and take the run
+    over; the one that saves second finds the run already finished and
+    released by the other: it is told another process had it, and nothing
+    runs twice."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # reaped: its pid names no process
+    clock = MeetingClock(meet_at=2)  # after the lease check and the load
+    stores = {n: open_store(db_path) for n in ("a", "b")}
+    engines = {
+        n: Engine(stores[n], clock=clock, owner=f"host{n}:{i}:x", lease_ttl_s=60)
+        for i, n in enumerate(("a", "b"), start=1)
+    }
+    a_done = threading.Event()
+    clock.hold = {"resumer-b": a_done}  # b saves only once a has finished the run
+    ran: list[str] = []
+    fixed = {"on": False}
+
+    def work(s: S) -> dict:
+        ran.append(threading.current_thread().name)
+        if not fixed["on"]:
+            raise Fatal("not yet")
+        return {"n": 1}
+
+    try:
+        for e in engines.values():
+            e.register(FlowBuilder("race", S).step("work", work).compile())
+        first = engines["a"].run("race", S())
+        assert first.status == "failed"
+        rid = first.run_id
+        fixed["on"] = True
+        ran.clear()
+        now = clock.now()
+        stores["a"].claim(
+            rid, Lease(f"{socket.gethostname()}:{dead.pid}:gone", now + 600, now), now
+        )
+        clock.armed = True
+
+        out: dict[str, Any] = {}
+
+        def go(name: str) -> None:
+            try:
+                out[name] = engines[name].resume(rid)
+            except Exception as exc:  # the loser's error is the point
+                out[name] = exc
+            finally:
+                if name == "a":
+                    a_done.set()
+
+        threads = [threading.Thread(target=go, args=(n,), name=f"resumer-{n}") for n in engines]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert out["a"].status == "completed" and ran == ["resumer-a"]
+        err = out["b"]
+        assert isinstance(err, RunLeasedError), repr(err)
+        assert (err.run_id, err.owner, err.expires_at) == (rid, "another process", 0.0)
+        assert stores["b"].get_run(rid).status == "completed"
+    finally:
+        for s in stores.values():
+            s.close()
