@@ -98,6 +98,9 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_driver_structure.py",
         "tests/test_mutation_kills_driver_waits.py",
         "tests/test_parallel_route_waits.py",
+        "tests/test_mutation_kills_driver_failures.py",
+        "tests/test_mutation_kills_driver_more.py",
+        "tests/test_parallel_sibling_answers.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,

@@ -862,22 +862,24 @@ class RunDriver:
         self.meta["resolved"] = [*resolved, wait_id]
 
     def forget_answers(self, step_id: str) -> None:
-        """Drop answers and continuations of a step that completed."""
-        prefix = f"{self.run_id}:{step_id}"
+        """Drop the answers and the continuation of a step, or of one parallel
+        branch (``"<step>/<branch>"``), that completed: exactly its own wait ids
+        ``"<run_id>:<step_id>:<n>"``, never those of a sibling branch whose name
+        starts with this one's (``"a"`` and ``"a/x"``), which may still be
+        waiting for its next question."""
+        prefix = f"{self.run_id}:{step_id}:"
         answers = self.meta.get("answers")
         if answers:
             kept = {
                 k: v
                 for k, v in answers.items()
-                if not (k.startswith(prefix + ":") or k.startswith(prefix + "/"))
+                if not (k.startswith(prefix) and k[len(prefix) :].isdigit())
             }
             if kept != answers:
                 self.meta["answers"] = kept
         conts = self.meta.get("continuations")
-        if conts and any(k == step_id or k.startswith(step_id + "/") for k in conts):
-            self.meta["continuations"] = {
-                k: v for k, v in conts.items() if not (k == step_id or k.startswith(step_id + "/"))
-            }
+        if conts and step_id in conts:
+            self.meta["continuations"] = {k: v for k, v in conts.items() if k != step_id}
 
     def run_loop(self, step: LoopStep, ctx: StepContext) -> None:
         sid = step.id
