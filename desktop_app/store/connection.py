@@ -177,10 +177,15 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 def _live(conn: apsw.Connection) -> bool:
+    """Whether ``conn`` is still open. Safe to call from any thread: a
+    connection another thread is using right now is open (apsw refuses even
+    an attribute read then, with ``ThreadingViolationError``)."""
     try:
         conn.filename  # noqa: B018 - raises once closed
     except apsw.ConnectionClosedError:
         return False
+    except apsw.ThreadingViolationError:
+        return True
     return True
 
 
