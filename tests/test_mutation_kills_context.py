@@ -208,3 +208,11 @@ def test_a_step_sees_its_run_and_step_ids_through_the_engine(sqlite_store):
         (res.run_id, "a", 1, 0, expected),
         (res.run_id, "b", 1, 0, expected),
     ]
+
+
+def test_the_third_question_of_a_step_gets_the_third_wait_id():
+    ctx = make(answers={"r1:st:0": "a", "r1:st:1": "b"})
+    assert [ctx.interrupt(), ctx.interrupt()] == ["a", "b"]
+    with pytest.raises(Interrupt) as err:
+        ctx.interrupt("third?")
+    assert [r.wait_id for r in err.value.requests] == ["r1:st:2"]
