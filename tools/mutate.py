@@ -88,8 +88,16 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_waits.py",
         "tests/test_mutation_kills_clock.py",
     ],
-    "desktop_app/flow/context.py": [*_ENGINE, "tests/test_context.py"],
-    "desktop_app/flow/definition.py": [*_ENGINE, "tests/test_step_durations.py"],
+    "desktop_app/flow/context.py": [
+        *_ENGINE,
+        "tests/test_context.py",
+        "tests/test_mutation_kills_context.py",
+    ],
+    "desktop_app/flow/definition.py": [
+        *_ENGINE,
+        "tests/test_step_durations.py",
+        "tests/test_mutation_kills_definition.py",
+    ],
     "desktop_app/flow/driver.py": [
         *_ENGINE,
         "tests/test_waits.py",
@@ -143,7 +151,12 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_reliability_engine.py",
         "tests/test_mutation_kills_state.py",
     ],
-    "desktop_app/flow/tracing.py": ["tests/test_tracing.py"],
+    "desktop_app/flow/tracing.py": [
+        "tests/test_tracing.py",
+        "tests/test_mutation_kills_tracing.py",
+    ],
+    # the Worker runs only inside pg_worker.py subprocesses there (mutmut: "no tests")
+    "desktop_app/flow/worker.py": ["tests/test_postgres_workers.py"],
     "desktop_app/store/codec.py": [*_STORE, "tests/test_mutation_kills_codec.py"],
     "desktop_app/store/connection.py": [
         *_STORE,
