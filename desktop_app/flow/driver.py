@@ -861,25 +861,30 @@ class RunDriver:
         resolved = [w for w in self.meta.get("resolved", []) if w != wait_id][-199:]
         self.meta["resolved"] = [*resolved, wait_id]
 
-    def forget_answers(self, step_id: str) -> None:
-        """Drop the answers and the continuation of a step, or of one parallel
-        branch (``"<step>/<branch>"``), that completed: exactly its own wait ids
-        ``"<run_id>:<step_id>:<n>"``, never those of a sibling branch whose name
-        starts with this one's (``"a"`` and ``"a/x"``), which may still be
-        waiting for its next question."""
-        prefix = f"{self.run_id}:{step_id}:"
+    def forget_answers(self, step_id: str, *, nested: bool = True) -> None:
+        """Drop the answers and continuations of a step that completed: its
+        own wait ids ``"<run_id>:<step_id>:<n>"`` and, with ``nested``, those
+        of the steps inside it (``"<step_id>/..."``: its branches, its nested
+        steps), which completed with it. A parallel branch completes alone
+        (``nested=False``): a sibling branch whose name starts with this
+        one's (``"a"`` and ``"a/x"``) may still wait for its next question."""
+
+        def own(key: str) -> bool:
+            return key == step_id or (nested and key.startswith(step_id + "/"))
+
         answers = self.meta.get("answers")
         if answers:
+            prefix = f"{self.run_id}:"
             kept = {
                 k: v
                 for k, v in answers.items()
-                if not (k.startswith(prefix) and k[len(prefix) :].isdigit())
+                if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
             }
             if kept != answers:
                 self.meta["answers"] = kept
         conts = self.meta.get("continuations")
-        if conts and step_id in conts:
-            self.meta["continuations"] = {k: v for k, v in conts.items() if k != step_id}
+        if conts and any(own(k) for k in conts):
+            self.meta["continuations"] = {k: v for k, v in conts.items() if not own(k)}
 
     def run_loop(self, step: LoopStep, ctx: StepContext) -> None:
         sid = step.id
@@ -1009,7 +1014,7 @@ class RunDriver:
                     done[name] = encoded
                     all_done[step.id] = dict(done)
                     self.meta["branches"] = dict(all_done)
-                    self.forget_answers(f"{step.id}/{name}")
+                    self.forget_answers(f"{step.id}/{name}", nested=False)
                     writes = [e for e in effects if not isinstance(e, Intent)]
                     intents = [e for e in effects if isinstance(e, Intent)]
                     self.save(step.id, writes, intents)
