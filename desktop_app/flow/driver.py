@@ -615,6 +615,9 @@ class RunDriver:
             writes = ctx.take_writes()
             intents = ctx.take_intents()
         self.forget_answers(sid)
+        if isinstance(step, ConditionStep):  # its nested steps completed with it
+            for inner in step.steps:
+                self.forget_answers(inner.id)
         consume, self.pending_consume = self.pending_consume, []
         self.save(sid, writes, intents, consume)
         self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
