@@ -348,3 +348,33 @@ def test_a_visit_killed_mid_step_runs_again_under_the_same_key(db_path, tmp_path
         assert store.get_run(rid).status == "completed"
     finally:
         store.close()
+
+
+def test_a_revisited_await_step_asks_again_and_a_timeout_route_back_is_a_new_visit(engine):
+    """Await steps number their waits per step across visits; a timeout route
+    back to the step that timed out asks again under the next number."""
+    flow = (
+        FlowBuilder("ask", S)
+        .await_input("ask", "verdict", "approve?", timeout_s=60, on_timeout="ask")
+        .step("count", lambda s: {"rounds": s.rounds + 1, "log": [*s.log, s.verdict]})
+        .step("done", lambda s: {})
+        .edge("ask", "count")
+        .route("count", _again_until(2, "ask"), ["done", "ask"])
+        .finish("done")
+        .compile()
+    )
+    engine.register(flow)
+    rid = engine.run("ask", S()).run_id
+    (wait,) = engine.waits(rid)
+    assert wait.wait_id == f"{rid}:ask:0"
+    engine.resume_with(rid, "first", wait_id=wait.wait_id)
+    (wait,) = engine.waits(rid)
+    assert wait.wait_id == f"{rid}:ask:1"
+    engine.clock.advance(61)
+    assert engine.wake(rid).status == "waiting"
+    (wait,) = engine.waits(rid)
+    assert wait.wait_id == f"{rid}:ask:2"
+    r = engine.resume_with(rid, "second", wait_id=wait.wait_id)
+    assert r.status == "completed", r.error
+    assert r.state.log == ["first", "second"]
+    assert engine.store.latest(rid).meta["visits"] == {"ask": 2, "count": 1}
