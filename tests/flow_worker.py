@@ -170,6 +170,27 @@ def approve():
     )
 
 
+def redraft():
+    """``draft`` is entered three times by a route back to itself; each visit
+    queues a mail under its own idempotency key (``draft``, ``draft@2``, …)."""
+
+    def draft(state: S, ctx) -> dict:
+        visit = f"draft{state.n + 1}"
+        ctx.send("mail", {"visit": visit})
+        log(f"{visit} {ctx.idempotency_key}")
+        point(visit)
+        return {"n": state.n + 1}
+
+    return (
+        FlowBuilder("redraft", S)
+        .step("draft", draft)
+        .step("done", lambda s: log("done") or {})
+        .route("draft", lambda s: "done" if s.n >= 3 else "draft", ["done", "draft"])
+        .finish("done")
+        .compile()
+    )
+
+
 def kill_when_backoff_saved(attempts: int) -> None:
     """SIGKILL this process as soon as the file holds the backoff checkpoint
     before attempt ``attempts`` (read through a connection of its own)."""
@@ -242,7 +263,8 @@ def slow5():
 
 
 FLOWS = {
-    f.__name__: f for f in (parallel3, loop10, recover, backoff, linear10, slow5, cond3, approve)
+    f.__name__: f
+    for f in (parallel3, loop10, recover, backoff, linear10, slow5, cond3, approve, redraft)
 }
 
 

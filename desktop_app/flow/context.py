@@ -71,6 +71,10 @@ class StepContext:
         step_id: the step.
         attempt: 1-based attempt number of this execution (survives restarts).
         iteration: for loop steps, the 1-based iteration being run; else 0.
+        visit: how many times the run entered this step before (0 on the
+            first visit). A route, an error route or a timeout route back to
+            a step that already ran starts a new visit, and from the second
+            visit on the step's keys (:attr:`visit_key`) carry it.
         context: the run's :class:`ExecutionContext` (read-only).
     """
 
@@ -91,6 +95,7 @@ class StepContext:
         "iteration",
         "run_id",
         "step_id",
+        "visit",
     )
 
     def __init__(
@@ -104,9 +109,11 @@ class StepContext:
         answers: Mapping[str, Any] | None = None,
         continuations: Mapping[str, Any] | None = None,
         journal: ChildJournal | None = None,
+        visit: int = 0,
     ) -> None:
         self.run_id = run_id
         self.step_id = step_id
+        self.visit = visit
         self.attempt = attempt
         self.iteration = iteration
         self.context = context
@@ -121,6 +128,15 @@ class StepContext:
         self._timeout_s = 0.0
         self._journal = journal
         self._children = 0
+
+    @property
+    def visit_key(self) -> str:
+        """This visit of the step, as its wait ids, idempotency key and child
+        runs name it: the step id on the first visit, ``"<step_id>@<k>"`` on
+        the k-th (k = 2, 3, …), so a step the run enters again never meets
+        the answers, intents or children of its earlier visits. ``@`` is
+        reserved in step ids and branch names for this."""
+        return self.step_id if not self.visit else f"{self.step_id}@{self.visit + 1}"
 
     @property
     def cancelled(self) -> bool:
@@ -148,7 +164,8 @@ class StepContext:
         and n; every re-execution of the step, in this run, a replay, a fork
         or a fork onto a new flow version, gets the recorded id back, so it
         reattaches to the child it started instead of starting a second one.
-        The first id is ``"<run_id>:<step_id>"``, later ones add ``":<n>"``.
+        The first id is ``"<run_id>:<visit_key>"`` (:attr:`visit_key`: the step id, with
+        ``@<k>`` on the step's k-th visit), later ones add ``":<n>"``.
 
         Raises:
             StepTimeoutError: the attempt timed out.
@@ -157,7 +174,7 @@ class StepContext:
         self._refuse_if_abandoned()
         seq = self._children
         self._children += 1
-        key = f"{self.step_id}#{self.iteration}" if self.iteration else self.step_id
+        key = f"{self.visit_key}#{self.iteration}" if self.iteration else self.visit_key
         proposed = f"{self.run_id}:{key}" + (f":{seq}" if seq else "")
         if self._journal is None:
             return proposed
@@ -170,14 +187,15 @@ class StepContext:
         ``Engine.resume_with(run_id, value, wait_id=...)`` answers, then the step
         runs again and this call returns the answer (LangGraph ``interrupt``).
 
-        Each call in a step has a stable wait id ``"<run_id>:<step_id>:<n>"``
-        (n counts the calls in this step), so several questions, also from
-        parallel branches, are answered one by one. ``continuation`` (JSON) is
+        Each call in a step has a stable wait id ``"<run_id>:<visit_key>:<n>"``
+        (:attr:`visit_key`: the step id, with ``@<k>`` on its k-th visit; n counts
+        the calls in this visit), so several questions, also from parallel
+        branches, are answered one by one. ``continuation`` (JSON) is
         kept with the wait and readable as :attr:`continuation` once answered
         (looprig's StatefulInterrupt). ``timeout_s``: past it the run ends
         ``timed_out``.
         """
-        wait_id = f"{self.run_id}:{self.step_id}:{self._asked}"
+        wait_id = f"{self.run_id}:{self.visit_key}:{self._asked}"
         self._asked += 1
         if wait_id in self._answers:
             return self._answers[wait_id]
@@ -193,7 +211,7 @@ class StepContext:
 
         The intent commits with this step's checkpoint and is delivered after
         commit by the dispatcher, always with the same key (default
-        ``"<run_id>:<step_id>:<iteration>:<n>"``), so the destination can
+        ``"<run_id>:<visit_key>:<iteration>:<n>"``), so the destination can
         de-duplicate and a restart reconciles instead of sending again.
         """
         self._refuse_if_abandoned()
@@ -214,9 +232,10 @@ class StepContext:
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across re-executions of this step (and iteration):
-        ``"<run_id>:<step_id>:<iteration>"``. Pass it to external systems."""
-        return f"{self.run_id}:{self.step_id}:{self.iteration}"
+        """Stable across re-executions of this step visit (and iteration):
+        ``"<run_id>:<visit_key>:<iteration>"`` (:attr:`visit_key`: the step id, with
+        ``@<k>`` on its k-th visit). Pass it to external systems."""
+        return f"{self.run_id}:{self.visit_key}:{self.iteration}"
 
     def write(self, op: DomainWrite) -> None:
         """Stage a domain write; it runs in the transaction that saves this

@@ -537,6 +537,11 @@ class FlowBuilder(Generic[S]):
                 problems.append("a step has an empty id")
             elif "/" in sid:
                 problems.append(f"step id {sid!r} contains '/', which is reserved")
+            elif "@" in sid:
+                problems.append(
+                    f"step id {sid!r} contains '@', which is reserved (a step's later "
+                    "visits are keyed '<step>@<k>')"
+                )
             elif sid in seen:
                 problems.append(f"duplicate step id {sid!r}")
             seen.add(sid)
@@ -593,6 +598,12 @@ class FlowBuilder(Generic[S]):
                     problems.append(f"parallel {s.id!r} has no branches")
                 if len(set(names)) != len(names):
                     problems.append(f"parallel {s.id!r} has duplicate branch names")
+                for b in names:
+                    if "@" in b:
+                        problems.append(
+                            f"parallel {s.id!r} branch {b!r} contains '@', which is reserved "
+                            "(a step's later visits are keyed '<step>@<k>')"
+                        )
             if isinstance(s, AwaitStep) and s.into not in fields:
                 problems.append(
                     f"await {s.id!r} stores its input in field {s.into!r}, which "

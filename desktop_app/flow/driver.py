@@ -282,7 +282,33 @@ class RunDriver:
             answers=self.meta.get("answers", {}),
             continuations=self.meta.get("continuations", {}),
             journal=self.journal_child,
+            visit=int(self.meta.get("visits", {}).get(self.frontier[0], 0)) if self.frontier else 0,
         )
+
+    def enter(self, step_id: str, now: float) -> None:
+        """Put ``step_id`` in progress: the run moves on to it.
+
+        A step that already ran in this run (a route, an error route or a
+        timeout route back to it) starts a new visit. ``meta["visits"]``
+        counts the earlier visits of each step, and saves the count with this
+        checkpoint, so the visit's keys (``StepContext.visit_key``: wait ids,
+        idempotency key, child runs) are new and stay the same across its
+        retries and restarts. A condition entered again decides again: its
+        decision is dropped and its nested steps are marked skipped until it
+        runs them.
+        """
+        if step_id in self.steps:
+            visits = dict(self.meta.get("visits", {}))
+            visits[step_id] = int(visits.get(step_id, 0)) + 1
+            self.meta["visits"] = visits
+            step = self.flow.steps.get(step_id)
+            if isinstance(step, ConditionStep):
+                decided = self.meta.get("conditions", {})
+                self.meta["conditions"] = {k: v for k, v in decided.items() if k != step_id}
+                for inner in step.steps:
+                    if inner.id in self.steps:
+                        self.steps[inner.id] = StepRecord(inner.id, "skipped")
+        self.steps[step_id] = StepRecord(step_id, "in_progress", attempts=1, started_at=now)
 
     def journal_child(self, key: str, seq: int, kind: str, proposed: str) -> str:
         """The child recorded for ``(key, seq)``, else record ``proposed`` now
@@ -555,7 +581,7 @@ class RunDriver:
                     error_type=type(exc).__name__,
                 )
             self.frontier = [target, *[f for f in self.frontier[1:] if f != target]]
-            self.steps[target] = StepRecord(target, "in_progress", attempts=1, started_at=now)
+            self.enter(target, now)
             self.meta["steps_taken"] = int(self.meta.get("steps_taken", 0)) + 1
             self.save(record_id)
             return "routed"
@@ -601,8 +627,7 @@ class RunDriver:
         rest = self.frontier[1:]
         self.frontier = rest + [n for n in nxt if n not in rest]
         if self.frontier:
-            head = self.frontier[0]
-            self.steps[head] = StepRecord(head, "in_progress", attempts=1, started_at=now)
+            self.enter(self.frontier[0], now)
             self.status = "running"
         else:
             self.status = "completed"
@@ -745,7 +770,7 @@ class RunDriver:
             )
             target = step.on_timeout
             self.frontier = [target, *[f for f in self.frontier[1:] if f != target]]
-            self.steps[target] = StepRecord(target, "in_progress", attempts=1, started_at=now)
+            self.enter(target, now)
             self.status = "running"
             self.save(step.id)
             return
@@ -866,13 +891,15 @@ class RunDriver:
 
     def forget_answers(self, step_id: str, *, nested: bool = True) -> None:
         """Drop the answers and continuations of a step that completed: its
-        own wait ids ``"<run_id>:<step_id>:<n>"`` and, with ``nested``, those
+        own wait ids ``"<run_id>:<step_id>:<n>"`` (``<step_id>@<k>`` on a
+        later visit) and, with ``nested``, those
         of the steps inside it (``"<step_id>/..."``: its branches, its nested
         steps), which completed with it. A parallel branch completes alone
         (``nested=False``): a sibling branch whose name starts with this
         one's (``"a"`` and ``"a/x"``) may still wait for its next question."""
 
         def own(key: str) -> bool:
+            key = key.rpartition("@")[0] or key  # any visit's: "<step_id>@<k>"
             return key == step_id or (nested and key.startswith(step_id + "/"))
 
         answers = self.meta.get("answers")

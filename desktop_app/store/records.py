@@ -115,7 +115,8 @@ class Wait:
     """A durable pause of a run, part of its checkpoint.
 
     Attributes:
-        wait_id: stable id ``"<run_id>:<step_id>:<n>"``; survives restarts.
+        wait_id: stable id ``"<run_id>:<step_id>:<n>"`` (``<step_id>@<k>`` on
+            the step's k-th visit, k >= 2); survives restarts.
         step_id: the step (or ``"<parallel>/<branch>"``) that waits.
         kind: ``input`` (a person), ``signal`` (name + key), ``event`` (type),
             ``timer`` (only a deadline).
@@ -191,7 +192,8 @@ class Intent:
     """An outbox intent: a side effect to deliver after its checkpoint commits.
 
     ``intent_id`` is the stable idempotency key the destination sees on every
-    attempt (``"<run_id>:<step_id>:<iteration>:<n>"`` unless the step gives one).
+    attempt (``"<run_id>:<step_id>:<iteration>:<n>"``, with ``<step_id>@<k>``
+    on the step's k-th visit, k >= 2, unless the step gives one).
     ``interrupted`` is set on an intent ``claim_intents`` handed out because
     the dispatcher that was sending it died: reconcile before sending again.
     """
