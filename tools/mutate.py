@@ -92,11 +92,13 @@ TESTS_FOR: dict[str, list[str]] = {
         *_ENGINE,
         "tests/test_context.py",
         "tests/test_mutation_kills_context.py",
+        "tests/test_step_revisits.py",
     ],
     "desktop_app/flow/definition.py": [
         *_ENGINE,
         "tests/test_step_durations.py",
         "tests/test_mutation_kills_definition.py",
+        "tests/test_step_revisits.py",
     ],
     "desktop_app/flow/driver.py": [
         *_ENGINE,
@@ -109,6 +111,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_driver_failures.py",
         "tests/test_mutation_kills_driver_more.py",
         "tests/test_parallel_sibling_answers.py",
+        "tests/test_nested_answers_forgotten.py",
+        "tests/test_step_revisits.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
