@@ -251,3 +251,80 @@ def test_stop_still_stops_when_the_store_has_gone_away(db_path):
     with pytest.raises(StoreError):
         engine.run("st", S())
     assert stopped == [True]
+
+
+class Cond(BaseModel):
+    n: int = 0
+    b_ran: bool = False
+
+
+def test_fork_onto_current_keeps_a_condition_it_entered_decided(db_path):
+    """The nested step ``a`` changes what the predicate reads: re-deciding the
+    condition on the new version would skip ``b`` though ``a`` already ran."""
+    ran: list[str] = []
+    broken = [True]
+
+    def a(s: Cond) -> dict:
+        ran.append("a")
+        return {"n": 1}
+
+    def b(s: Cond) -> dict:
+        ran.append("b")
+        if broken[0]:
+            raise ValueError("b fails once")
+        return {"b_ran": True}
+
+    def flow(version: str):
+        return (
+            FlowBuilder("cond", Cond, version=version)
+            .condition("pick", lambda s: s.n == 0, [("a", a), ("b", b)])
+            .step("end", lambda s: {})
+            .chain()
+            .compile()
+        )
+
+    clock = ManualClock()
+    old = engine_for(db_path, flow("1"), clock=clock)
+    first = old.run("cond", Cond())
+    assert first.status == "failed" and first.state.n == 1
+    assert old.store.latest(first.run_id).meta["conditions"] == {"pick": True}
+    old.store.close()
+    broken[0] = False
+    engine = engine_for(db_path, flow("2"), clock=clock)
+    moved = engine.fork_onto_current(first.run_id)
+    assert moved.status == "completed"
+    assert moved.state == Cond(n=1, b_ran=True)
+    assert ran == ["a", "b", "b"]  # a is not run again, b is
+    assert engine.store.latest(moved.run_id).steps["b"].status == "completed"
+    engine.store.close()
+
+
+def test_fork_onto_current_counts_on_from_the_steps_already_taken(db_path):
+    def flow(version: str):
+        return (
+            FlowBuilder("cap", S, version=version, max_steps=3)
+            .step("one", lambda s: {"n": 1})
+            .step("two", lambda s: {"n": 2})
+            .await_input("ok", "answer")
+            .step("three", lambda s: {"n": 3})
+            .step("four", lambda s: {"n": 4})
+            .chain()
+            .compile()
+        )
+
+    clock = ManualClock()
+    old = engine_for(db_path, flow("1"), clock=clock)
+    first, kept = old.run("cap", S()), old.run("cap", S())
+    assert first.status == kept.status == "waiting"
+    taken = old.store.latest(first.run_id).meta["steps_taken"]
+    # on its own version the run halts at the cap, counting the steps it took
+    stays = old.resume_with(kept.run_id, "yes")
+    assert stays.status == "failed" and stays.error is not None
+    assert stays.error.startswith("halted: max_steps 3 reached")
+    old.store.close()
+    engine = engine_for(db_path, flow("2"), clock=clock)
+    moved = engine.fork_onto_current(first.run_id)
+    assert engine.store.get_checkpoint(moved.run_id, 0).meta["steps_taken"] == taken
+    out = engine.resume_with(moved.run_id, "yes")
+    assert (out.status, out.error, out.state.n) == (stays.status, stays.error, stays.state.n)
+    engine.store.close()
