@@ -979,8 +979,10 @@ class Engine:
         """Continue a run of an older flow version as a new run of the current
         one, from its latest state and step; the old run is canceled as
         superseded. Its state must decode under the current state model and its
-        next step must still exist. The child runs it journaled pass to the
-        new run (its re-executed steps reattach to them) and stay live.
+        next step must still exist. Its completed steps (those the current flow
+        still has, nested ones too), its step count and the decisions of the
+        conditions it entered carry over. The child runs it journaled pass to
+        the new run (its re-executed steps reattach to them) and stay live.
 
         Raises:
             CheckpointDecodeError: the state does not fit the current model.
@@ -996,8 +998,17 @@ class Engine:
                 f"run {run_id} stopped at {missing[0]!r}, which flow {f.name!r} "
                 f"{f.version} no longer has; fail the run or keep it for the old version"
             )
-        kept = {k: v for k, v in cp.steps.items() if v.status == "completed" and k in f.steps}
-        meta: dict[str, Any] = {"forked_from_version": src.flow_version, "forked_from": cp.id}
+        kept = {
+            k: v
+            for k, v in cp.steps.items()
+            if v.status == "completed" and (k in f.steps or k in f.nested)
+        }
+        # as in replay: a condition it entered stays decided (its nested steps
+        # may have changed the state its predicate reads), its step count goes on
+        meta: dict[str, Any] = {
+            k: v for k, v in cp.meta.items() if k in ("steps_taken", "conditions")
+        }
+        meta.update({"forked_from_version": src.flow_version, "forked_from": cp.id})
         children = merge_journals(cp.meta)
         if children:  # the new run's steps reattach to the children already started
             meta["children"] = children
