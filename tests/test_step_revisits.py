@@ -378,3 +378,46 @@ def test_a_revisited_await_step_asks_again_and_a_timeout_route_back_is_a_new_vis
     assert r.status == "completed", r.error
     assert r.state.log == ["first", "second"]
     assert engine.store.latest(rid).meta["visits"] == {"ask": 2, "count": 1}
+
+
+def test_a_replay_of_a_later_visit_reattaches_to_that_visit_s_child(engine):
+    """A replay from the checkpoint that entered ``spawn`` the second time
+    keeps the visit count, so the re-executed visit reattaches to the child
+    that visit started (``<run>:spawn@2``), not the first visit's."""
+    ran: list[int] = []
+
+    class C(BaseModel):
+        n: int = 0
+
+    def child_step(c: C) -> dict:
+        ran.append(c.n)
+        return {"n": c.n * 10}
+
+    child = FlowBuilder("child", C).step("work", child_step).compile()
+
+    def spawn(s: S, ctx) -> dict:
+        out = engine.run_child(ctx, child, C(n=s.rounds + 1))
+        return {"rounds": s.rounds + 1, "log": [*s.log, f"{out.run_id}={out.state.n}"]}
+
+    flow = (
+        FlowBuilder("parent", S)
+        .step("spawn", spawn)
+        .step("done", lambda s: {})
+        .route("spawn", _again_until(2, "spawn"), ["done", "spawn"])
+        .finish("done")
+        .compile()
+    )
+    engine.register(child)
+    engine.register(flow)
+    src = engine.run("parent", S()).run_id
+    assert ran == [1, 2]
+    entered = next(
+        info.revision
+        for info in engine.history(src)
+        if engine.store.get_checkpoint(src, info.revision).meta.get("visits") == {"spawn": 1}
+    )
+    r = engine.replay(f"{src}:{entered}")
+    assert r.status == "completed", r.error
+    assert ran == [1, 2]  # reattached: no child ran again
+    assert r.state.log == [f"{src}:spawn=10", f"{src}:spawn@2=20"]
+    assert engine.store.latest(r.run_id).meta["visits"] == {"spawn": 1}

@@ -59,6 +59,12 @@ from desktop_app.store.protocol import (
     parse_checkpoint_id,
 )
 
+#: checkpoint meta a replay, a fork or a move onto a new flow version carries
+#: into the new run: the step count ``max_steps`` caps, the decisions of the
+#: conditions entered, and each step's visit count (its keys, see
+#: ``StepContext.visit_key``)
+_CARRIED_META = ("steps_taken", "conditions", "visits")
+
 
 class Engine:
     """Runs flows durably over a :class:`CheckpointStore`.
@@ -980,9 +986,10 @@ class Engine:
         one, from its latest state and step; the old run is canceled as
         superseded. Its state must decode under the current state model and its
         next step must still exist. Its completed steps (those the current flow
-        still has, nested ones too), its step count and the decisions of the
-        conditions it entered carry over. The child runs it journaled pass to
-        the new run (its re-executed steps reattach to them) and stay live.
+        still has, nested ones too), its step count, the decisions of the
+        conditions it entered and the visit count of each step carry over. The
+        child runs it journaled pass to the new run (its re-executed steps
+        reattach to them) and stay live.
 
         Raises:
             CheckpointDecodeError: the state does not fit the current model.
@@ -1005,9 +1012,7 @@ class Engine:
         }
         # as in replay: a condition it entered stays decided (its nested steps
         # may have changed the state its predicate reads), its step count goes on
-        meta: dict[str, Any] = {
-            k: v for k, v in cp.meta.items() if k in ("steps_taken", "conditions")
-        }
+        meta: dict[str, Any] = {k: v for k, v in cp.meta.items() if k in _CARRIED_META}
         meta.update({"forked_from_version": src.flow_version, "forked_from": cp.id})
         children = merge_journals(cp.meta)
         if children:  # the new run's steps reattach to the children already started
@@ -1041,8 +1046,10 @@ class Engine:
         """Continue from a checkpoint under a new run id (Agentium ``replay``).
 
         The new run starts with the checkpoint's state and frontier, keeps the
-        completed step records before it, inherits the context ids (not the
-        run id) and records ``replayed_from`` in its checkpoint meta. The
+        completed step records before it, the step count, the condition
+        decisions and each step's visit count (so a re-executed visit keeps its
+        keys and reattaches to that visit's child runs), inherits the context
+        ids (not the run id) and records ``replayed_from`` in its checkpoint meta. The
         original run and its history are untouched.
 
         Args:
@@ -1068,7 +1075,7 @@ class Engine:
             state = apply_output(f.state_type, state, out)
             state = f.state_type.model_validate(state.model_dump())
         kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
-        meta = {k: v for k, v in cp.meta.items() if k in ("steps_taken", "conditions")}
+        meta = {k: v for k, v in cp.meta.items() if k in _CARRIED_META}
         meta["replayed_from"] = checkpoint_id
         # children started at or after this checkpoint too: a re-executed step reattaches
         children = merge_journals(cp.meta, self.store.latest(src_id).meta)
