@@ -8,8 +8,13 @@ this plugin replaces to collect the names per test. A test that starts a
 subprocess (a crash worker, the CLI) is marked ``subprocess``: what the child
 reaches cannot be seen from here, so it is run against every mutant.
 
+It also records the tests that fail (or cannot be collected) on this tree's
+unmutated code: on a tree copied before a fix, a test of the fixed behaviour
+fails there, and could "kill" every mutant without telling them apart.
+
 Writes ``{"tests": {nodeid: [function, ...]}, "subprocess": [nodeid, ...],
-"order": [nodeid, ...]}`` as JSON to the path in ``FLOWDESK_MUTATION_HITS``.
+"order": [nodeid, ...], "failed": [nodeid or file, ...]}`` as JSON to the
+path in ``FLOWDESK_MUTATION_HITS``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ _spawned = [False]
 _by_test: dict[str, list[str]] = {}
 _subprocess: list[str] = []
 _order: list[str] = []
+_failed: list[str] = []
 
 
 def _record(name: str, caller: str | None = None) -> None:
@@ -57,9 +63,24 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _subprocess.append(item.nodeid)
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and report.nodeid not in _failed:
+        _failed.append(report.nodeid)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.failed:
+        _failed.append(report.nodeid)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     out = os.environ.get("FLOWDESK_MUTATION_HITS")
     if out:
-        data = {"tests": _by_test, "subprocess": _subprocess, "order": _order}
+        data = {
+            "tests": _by_test,
+            "subprocess": _subprocess,
+            "order": _order,
+            "failed": _failed,
+        }
         with open(out, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=1)
