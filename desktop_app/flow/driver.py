@@ -657,11 +657,10 @@ class RunDriver:
         return next((w for w in self.waits if w.step_id == step_id), None)
 
     def new_wait(self, step: AwaitStep | WaitStep) -> Wait:
+        """The step's next wait, numbered ``"<run_id>:<step_id>:<n>"`` by
+        ``meta["wait_seq"]``, which the caller advances once the wait begins."""
         now = self.clock.now()
-        seq = dict(self.meta.get("wait_seq", {}))
-        n = int(seq.get(step.id, 0))
-        seq[step.id] = n + 1
-        self.meta["wait_seq"] = seq
+        n = int(self.meta.get("wait_seq", {}).get(step.id, 0))
         deadline = now + step.timeout_s if step.timeout_s else None
         if isinstance(step, AwaitStep):
             return Wait(
@@ -690,13 +689,29 @@ class RunDriver:
         ctx = self.new_context(step.id, 1, 0)
         began = wait is None
         if wait is None:
-            wait = self.new_wait(step)
-            if isinstance(step, WaitStep) and step.on_enter is not None:
-                # a one-shot effect: it commits with the wait and never runs again
-                self.invoke(step.on_enter, ctx)
+            begun: list[Wait] = []
+
+            def begin(c: StepContext) -> None:
+                """The step's own code (its key function, its on_enter) runs
+                as an attempt: a failure retries or fails the step."""
+                begun[:] = [self.new_wait(step)]
+                if isinstance(step, WaitStep) and step.on_enter is not None:
+                    # a one-shot effect: it commits with the wait and never runs again
+                    self.invoke(step.on_enter, c)
+
+            outcome, ctx, t0 = self.attempt(step, step.id, begin)
+            if outcome != "ok":
+                return  # failed, paused or routed, and saved
+            wait = begun[0]
+            seq = dict(self.meta.get("wait_seq", {}))
+            seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number new_wait gave it, + 1
+            self.meta["wait_seq"] = seq
             self.waits.append(wait)
             self.steps[step.id] = StepRecord(
-                step.id, "waiting", attempts=1, started_at=wait.created_at
+                step.id,
+                "waiting",
+                attempts=self.steps[step.id].attempts,
+                started_at=wait.created_at,
             )
         now = self.clock.now()
         if isinstance(step, WaitStep) and step.wait_kind == "signal":

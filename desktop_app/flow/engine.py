@@ -217,9 +217,12 @@ class Engine:
     def stop(self) -> None:
         """Stop executing: every run this engine drives stops before its next
         step (or backoff) and stays resumable. Their leases are released now,
-        so a step still in flight cannot commit any more and the next process
-        takes the run over at once (that step runs again there). For SIGTERM
-        handlers and app shutdown."""
+        so the next process takes the run over at once. A step still in
+        flight may still save its checkpoint while no one holds the run (then
+        the taker resumes after it); once another process holds the lease,
+        that save is refused (``LeaseLostError``) and the step runs again
+        there. The compare-and-append on the revision keeps the two from both
+        saving. For SIGTERM handlers and app shutdown."""
         self.shutdown_event.set()
         with self._lock:
             active = list(self.active)
