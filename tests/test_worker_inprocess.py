@@ -51,11 +51,13 @@ class Gate:
     def __init__(self) -> None:
         self.open = threading.Event()
         self.starts: list[tuple[str, str]] = []
+        self.threads: list[str] = []
         self._cond = threading.Condition()
 
     def body(self, state: S, ctx: Any) -> dict[str, Any]:
         with self._cond:
             self.starts.append((ctx.run_id, ctx.step_id))
+            self.threads.append(threading.current_thread().name)
             self._cond.notify_all()
         assert self.open.wait(BOUND_S), "the test never opened the gate"
         return {"n": state.n + 1}
@@ -184,6 +186,32 @@ def test_concurrency_below_one_means_one_run_at_a_time(sq, manual):
         pool.shutdown(wait=True)
     assert pool.submitted == 1
     assert [sq.get_run(r).status for r in (r1, r2)] == ["completed", "pending"]
+
+
+def test_a_worker_runs_four_at_once_by_default(sq, manual):
+    gate = Gate()
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    runs = start_in_order(engine, manual, "two", 5)
+    pool = CountingPool(8)
+    try:
+        Worker(engine).run_pass(pool)
+        assert [lease_owner(sq, r) for r in runs] == [OWNER] * 4 + [None]
+    finally:
+        gate.open.set()
+        pool.shutdown(wait=True)
+    assert pool.submitted == 4
+
+
+def test_a_pass_wakes_at_most_fifty_waiting_runs(sq, manual):
+    gate = Gate()
+    gate.open.set()
+    engine = Engine(sq, flows=[sleeper(gate, seconds=1.0)], clock=manual, owner=OWNER)
+    runs = [engine.run("sleeper", {}).run_id for _ in range(51)]
+    manual.advance(1.0)
+    pool = one_pass(Worker(engine, concurrency=100), threads=8)
+    assert pool.submitted == 50
+    statuses = [sq.get_run(r).status for r in runs]
+    assert (statuses.count("completed"), statuses.count("waiting")) == (50, 1)
 
 
 def test_a_finished_run_frees_its_slot_for_the_next_pass(sq, manual):
@@ -472,6 +500,13 @@ def test_serve_without_a_listener_waits_poll_s_between_passes(sq, manual):
     assert engine.shutdown_event.is_set()  # serve stopped the engine on its way out
 
 
+def test_serve_polls_every_second_by_default(sq, manual):
+    engine = Engine(sq, flows=[two_steps(Gate())], clock=manual, owner=OWNER)
+    stop = RecordingStop()
+    Serving(Worker(engine), stop).join()
+    assert stop.timeouts == [1.0]
+
+
 @pytest.mark.parametrize(("poll_s", "ahead", "expected"), [(60.0, 6.0, 6.0), (2.0, 6.0, 2.0)])
 def test_serve_waits_until_the_next_stored_deadline_or_poll_s(sq, manual, poll_s, ahead, expected):
     gate = Gate()
@@ -536,6 +571,7 @@ def test_stopping_serve_stops_its_runs_resumable_and_waits_for_their_threads(sq,
     finally:
         gate.open.set()
     serving.join()
+    assert gate.threads[0].startswith("flowdesk-run")  # serve's own pool
     assert gate.started(run_id, "b") == 0
     run = sq.get_run(run_id)
     assert run.status != "completed" and run.lease_owner is None  # released at stop
@@ -631,3 +667,222 @@ def test_server_clock_sleep_waits_the_seconds_or_until_canceled(fake_time):
     assert clock.sleep(-1.0, cancel) is False
     assert waits == [1.5, 0.0]
     assert fake_time.slept == [0.25, 0.0]  # a cancelable sleep waits on the event
+
+
+# -- PostgreSQL: claim_for_worker, the real listener as wake source and liveness ---
+
+
+class Observed:
+    """The store's real listener, with the worker's calls on it recorded: the
+    tests must know when ``serve`` is blocked in ``wait`` (to act exactly
+    then), what timeout it chose and how often finished runs poked it.
+    Every call goes to the real listener."""
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+        self.timeouts: list[float] = []
+        self.results: list[bool] = []
+        self.pokes = 0
+        self._cond = threading.Condition()
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.listener.alive)
+
+    def wait(self, timeout: float) -> bool:
+        with self._cond:
+            self.timeouts.append(timeout)
+            self._cond.notify_all()
+        woke = bool(self.listener.wait(timeout))
+        with self._cond:
+            self.results.append(woke)
+        return woke
+
+    def poke(self) -> None:
+        with self._cond:
+            self.pokes += 1
+        self.listener.poke()
+
+    def in_wait(self, n: int) -> None:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: len(self.timeouts) >= n, BOUND_S)
+        assert ok, f"serve never reached wait #{n}"
+
+
+class PgWorld:
+    """A worker's engine on the PostgreSQL store, its listener (liveness, with
+    ``on_lost`` fencing the worker) and an app engine that only submits."""
+
+    def __init__(self, store: Any, gate: Gate) -> None:
+        self.store = store
+        self.gate = gate
+        self.owner = f"pg-host-a:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        flows = [two_steps(gate), waiter(gate)]
+        self.engine = Engine(
+            store, flows=flows, clock=ServerClock(store.server_time), owner=self.owner
+        )
+        self.app = Engine(store, flows=flows, executes=False)
+        self.fenced = threading.Event()
+        self.listeners: list[Any] = []
+        self.finished: dict[str, str] = {}
+        self.finished_cond = threading.Condition()
+        self.engine.events.subscribe(self._on_event)
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, RunFinished):
+            with self.finished_cond:
+                self.finished[event.run_id] = event.status
+                self.finished_cond.notify_all()
+
+    def wait_finished(self, run_id: str, status: str = "completed") -> None:
+        with self.finished_cond:
+            ok = self.finished_cond.wait_for(
+                lambda: self.finished.get(run_id) == status, BOUND_S
+            )
+        assert ok, f"run {run_id} never finished {status}: {self.finished.get(run_id)}"
+
+    def worker(self, **kwargs: Any) -> Worker:
+        worker = Worker(self.engine, **kwargs)
+
+        def lost() -> None:
+            worker.fence()
+            self.fenced.set()
+
+        listener = self.store.listener(owner=self.owner, on_lost=lost)
+        self.listeners.append(listener)
+        worker.session = listener
+        return worker
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            listener.close()
+
+
+@pytest.fixture
+def pg(pg_store: Any) -> Iterator[PgWorld]:
+    world = PgWorld(pg_store, Gate())
+    yield world
+    world.gate.open.set()
+    world.close()
+
+
+@pytest.mark.postgres
+def test_pg_a_pass_claims_runs_of_flows_it_can_execute_up_to_concurrency(pg):
+    old = Engine(pg.store, flows=[FlowBuilder("two", S).step("a", pg.gate.body).compile()])
+    stale = old.start("two", {})  # the oldest, but of another version of "two"
+    r1, r2, r3 = (pg.app.start("two", {}) for _ in range(3))
+    worker = pg.worker(concurrency=2)
+    pool = CountingPool(4)
+    try:
+        worker.run_pass(pool)
+        owners = [lease_owner(pg.store, r) for r in (stale, r1, r2, r3)]
+        assert owners.count(pg.owner) == 2 and owners[0] is None
+        pg.gate.wait_starts(2)
+        worker.run_pass(pool)
+        assert pool.submitted == 2
+    finally:
+        pg.gate.open.set()
+        pool.shutdown(wait=True)
+    one_pass(worker)
+    assert [pg.store.get_run(r).status for r in (r1, r2, r3)] == ["completed"] * 3
+    assert pg.store.get_run(stale).status == "pending"
+
+
+@pytest.mark.postgres
+def test_pg_a_worker_whose_listener_is_down_claims_and_wakes_nothing(pg):
+    pending = pg.app.start("two", {})
+    pg.gate.open.set()
+    waiting = pg.engine.run("waiter", {"key": "k1"}).run_id
+    pg.app.signal("go", "k1", "hello")
+    worker = pg.worker(concurrency=2)
+    worker.session.close()  # type: ignore[union-attr]  # the real listener, now down
+    assert worker.session is not None and not worker.session.alive
+    pool = one_pass(worker)
+    assert pool.submitted == 0
+    assert lease_owner(pg.store, pending) is None
+    assert pg.store.get_run(waiting).status == "waiting"
+
+
+@pytest.mark.postgres
+def test_pg_losing_the_liveness_session_fences_the_runs_before_their_next_step(pg):
+    r1 = pg.app.start("two", {})
+    worker = pg.worker(concurrency=2, fence_cooldown_s=3600.0)
+    listener = worker.session
+    pool = CountingPool(4)
+    try:
+        worker.run_pass(pool)
+        pg.gate.wait_starts(1)
+        with pg.store.pool.connection() as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (listener.backend_pid,))  # type: ignore[union-attr]
+        assert pg.fenced.wait(BOUND_S), "on_lost never ran"
+        assert r1 in pg.engine.lost
+        r2 = pg.app.start("two", {})
+        worker.run_pass(pool)  # down or cooling down: claims nothing
+        assert lease_owner(pg.store, r2) is None
+    finally:
+        pg.gate.open.set()
+        pool.shutdown(wait=True)
+    assert pg.gate.started(r1, "b") == 0
+    assert pg.store.get_run(r1).status != "completed"
+    assert pool.submitted == 1
+
+
+@pytest.mark.postgres
+def test_pg_serve_wakes_on_a_notification_and_runs_what_arrived(pg):
+    pg.gate.open.set()
+    waiting = pg.engine.run("waiter", {"key": "k9"}).run_id
+    worker = pg.worker(concurrency=2, poll_s=3600.0)  # only a notification wakes it
+    observed = Observed(worker.session)
+    worker.session = observed
+    stop = threading.Event()
+    serving = Serving(worker, stop)
+    try:
+        observed.in_wait(1)
+        assert observed.timeouts[0] == 3600.0  # no deadline stored: the poll interval
+        run_id = pg.app.start("two", {})  # its NOTIFY ends the wait
+        pg.wait_finished(run_id)
+        pg.app.signal("go", "k9", "there")  # so does this one's
+        pg.wait_finished(waiting)
+    finally:
+        stop.set()
+    serving.join()
+    assert pg.store.latest(waiting).state["got"] == "there"
+    assert worker.notified_passes == observed.results.count(True) >= 2
+    # a wait follows every pass but the one stop interrupted, if it did
+    assert 3 <= len(observed.timeouts) <= worker.passes <= len(observed.timeouts) + 1
+
+
+@pytest.mark.postgres
+def test_pg_stop_wakes_serve_out_of_its_wait(pg):
+    worker = pg.worker(poll_s=3600.0)
+    observed = Observed(worker.session)
+    worker.session = observed
+    stop = threading.Event()
+    serving = Serving(worker, stop)
+    observed.in_wait(1)
+    stop.set()
+    serving.join()  # within BOUND_S, not poll_s
+    assert worker.passes == 1
+
+
+@pytest.mark.postgres
+def test_pg_stop_during_a_pass_ends_serve_without_waiting(pg):
+    stop = threading.Event()
+    worker = pg.worker(poll_s=3600.0, on_tick=stop.set)
+    observed = Observed(worker.session)
+    worker.session = observed
+    Serving(worker, stop).join()
+    assert observed.timeouts == []
+    assert (worker.passes, worker.notified_passes) == (1, 0)
+
+
+@pytest.mark.postgres
+def test_pg_each_finished_run_pokes_the_listener_for_the_next_claim(pg):
+    pg.gate.open.set()
+    runs = [pg.app.start("two", {}) for _ in range(2)]
+    worker = pg.worker(concurrency=2)
+    observed = Observed(worker.session)
+    worker.session = observed
+    one_pass(worker)
+    assert [pg.store.get_run(r).status for r in runs] == ["completed", "completed"]
+    assert observed.pokes == 2
