@@ -89,7 +89,9 @@ def waiter(gate: Gate) -> Any:
 
 
 def sleeper(gate: Gate, seconds: float = 10.0) -> Any:
-    return FlowBuilder("sleeper", S).sleep("nap", seconds).step("after", gate.body).chain().compile()
+    return (
+        FlowBuilder("sleeper", S).sleep("nap", seconds).step("after", gate.body).chain().compile()
+    )
 
 
 class CountingPool(ThreadPoolExecutor):
@@ -238,6 +240,7 @@ def test_a_run_the_worker_is_executing_is_never_submitted_again(sq, manual):
     try:
         worker.run_pass(pool)
         gate.wait_starts(1)
+        manual.advance(1.0)
         r2 = engine.start("two", {})
         worker.run_pass(pool)  # claims [r1 (ours, executing), r2]
         gate.wait_starts(2)
@@ -249,6 +252,58 @@ def test_a_run_the_worker_is_executing_is_never_submitted_again(sq, manual):
         pool.shutdown(wait=True)
     assert [sq.get_run(r).status for r in (r1, r2)] == ["completed", "completed"]
     assert gate.started(r1) == 2  # a, b: each step of r1 ran once
+
+
+def test_a_pass_fills_every_free_slot_while_older_runs_of_its_own_execute(sq, manual):
+    """SQLite's claim returns the runs this worker executes first (the oldest,
+    leased to it): they must not use up the free slots."""
+    gate = Gate()
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    [r1] = start_in_order(engine, manual, "two", 1)
+    worker = Worker(engine, concurrency=2)
+    pool = CountingPool(4)
+    try:
+        worker.run_pass(pool)
+        gate.wait_starts(1)
+        r2, r3 = start_in_order(engine, manual, "two", 2)
+        worker.run_pass(pool)
+        assert [lease_owner(sq, r) for r in (r2, r3)] == [OWNER, None]
+        gate.wait_starts(2)
+        assert gate.started(r2, "a") == 1
+        assert pool.submitted == 2
+    finally:
+        gate.open.set()
+        pool.shutdown(wait=True)
+    assert [sq.get_run(r).status for r in (r1, r2, r3)] == ["completed", "completed", "pending"]
+
+
+def test_runs_of_another_version_or_an_unknown_flow_are_left_to_other_workers(sq, manual, caplog):
+    """SQLite's claim matches flows by name only: a run of another version
+    of a flow this worker has is handed back (lease released) instead of
+    failing to resume on every pass, and never takes a slot from the runs
+    this worker can execute; a flow it lacks is never claimed."""
+    gate = Gate()
+    gate.open.set()
+    other_version = FlowBuilder("two", S).step("a", gate.body).compile()
+    old = Engine(sq, flows=[other_version, sleeper(gate)], clock=manual)
+    stale = start_in_order(old, manual, "two", 3)  # more than the free slots
+    unknown = old.start("sleeper", {})
+    manual.advance(1.0)
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    [fresh] = start_in_order(engine, manual, "two", 1)
+    worker = Worker(engine, concurrency=1)
+    with caplog.at_level(logging.INFO, logger="desktop_app.flow.worker"):
+        pool = one_pass(worker)
+        assert pool.submitted == 1
+        assert sq.get_run(fresh).status == "completed"
+        assert one_pass(worker).submitted == 0  # again: nothing this worker can run
+    for run_id in (*stale, unknown):
+        assert sq.get_run(run_id).status == "pending"
+        assert lease_owner(sq, run_id) is None
+    assert [r for r in caplog.records if r.name == "desktop_app.flow.worker"] == []
+    one_pass(Worker(old))  # a worker with that version runs them
+    statuses = [sq.get_run(r).status for r in (*stale, unknown)]
+    assert statuses == ["completed"] * 3 + ["waiting"]
 
 
 # -- waking waiting runs --------------------------------------------------------
@@ -381,7 +436,8 @@ def test_after_a_fence_the_worker_claims_again_once_the_default_cooldown_passed(
     assert worker.fence_cooldown_s == 1.0
     worker.fence()
     fake_time.mono = 1000.999
-    one_pass(worker)
+    assert one_pass(worker).submitted == 0
+    assert sq.get_run(run_id).status == "pending"
     assert lease_owner(sq, run_id) is None
     fake_time.mono = 1001.0
     one_pass(worker)
@@ -401,25 +457,6 @@ def test_a_worker_never_fenced_claims_at_once(sq, manual, fake_time):
 # -- errors in a run's body ----------------------------------------------------------
 
 
-def test_a_run_that_cannot_resume_is_logged_and_the_worker_goes_on(sq, manual, caplog):
-    """A run of a flow whose version changed fails to resume
-    (FlowVersionMismatchError); the worker logs it and still runs the rest."""
-    gate = Gate()
-    gate.open.set()
-    old = Engine(sq, flows=[FlowBuilder("two", S).step("a", gate.body).compile()], clock=manual)
-    stale = old.start("two", {})
-    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
-    fresh = engine.start("two", {})
-    with caplog.at_level(logging.INFO, logger="desktop_app.flow.worker"):
-        one_pass(Worker(engine, concurrency=2))
-    assert sq.get_run(fresh).status == "completed"
-    assert sq.get_run(stale).status == "pending"
-    [rec] = [r for r in caplog.records if r.name == "desktop_app.flow.worker"]
-    assert rec.levelno == logging.INFO
-    assert rec.getMessage().startswith(f"flowdesk worker {OWNER}: run {stale}: ")
-    assert "version" in rec.getMessage()
-
-
 def test_an_unexpected_error_in_a_run_is_logged_with_its_traceback(sq, manual, caplog):
     """A wait whose key function raises (a bug in the flow) escapes the engine
     as a plain exception; the worker logs it with the traceback and goes on."""
@@ -430,8 +467,10 @@ def test_an_unexpected_error_in_a_run_is_logged_with_its_traceback(sq, manual, c
         raise RuntimeError("no key for you")
 
     broken = (
-        FlowBuilder("broken", S).wait_signal("wait", "go", bad_key).step("x", gate.body)
-    ).chain().compile()
+        (FlowBuilder("broken", S).wait_signal("wait", "go", bad_key).step("x", gate.body))
+        .chain()
+        .compile()
+    )
     engine = Engine(sq, flows=[broken, two_steps(gate)], clock=manual, owner=OWNER)
     bad = engine.start("broken", {})
     good = engine.start("two", {})
@@ -518,9 +557,7 @@ def test_serve_waits_until_the_next_stored_deadline_or_poll_s(sq, manual, poll_s
     assert stop.timeouts == [pytest.approx(expected, abs=1e-3)]
 
 
-def test_a_due_deadline_this_worker_cannot_wake_is_logged_and_the_wait_is_zero(
-    sq, manual, caplog
-):
+def test_a_due_deadline_this_worker_cannot_wake_is_logged_and_the_wait_is_zero(sq, manual, caplog):
     """The run's flow is not registered here: waking it fails (logged) and
     its deadline stays due, so the next pass starts at once (never a
     negative wait)."""
@@ -736,9 +773,7 @@ class PgWorld:
 
     def wait_finished(self, run_id: str, status: str = "completed") -> None:
         with self.finished_cond:
-            ok = self.finished_cond.wait_for(
-                lambda: self.finished.get(run_id) == status, BOUND_S
-            )
+            ok = self.finished_cond.wait_for(lambda: self.finished.get(run_id) == status, BOUND_S)
         assert ok, f"run {run_id} never finished {status}: {self.finished.get(run_id)}"
 
     def worker(self, **kwargs: Any) -> Worker:
