@@ -922,3 +922,31 @@ def test_pg_each_finished_run_pokes_the_listener_for_the_next_claim(pg):
     one_pass(worker)
     assert [pg.store.get_run(r).status for r in runs] == ["completed", "completed"]
     assert observed.pokes == 2
+
+
+@pytest.mark.postgres
+def test_pg_a_run_whose_lease_expired_while_it_executes_here_is_not_started_again(pg):
+    """claim_for_worker hands a run of this worker back once its lease
+    expired (a stalled heartbeat, made here by moving the expiry into the
+    past); the worker keeps executing it once, never twice."""
+    pg.engine.lease_ttl_s = 3600.0  # no heartbeat renews the lease meanwhile
+    r1 = pg.app.start("two", {})
+    worker = pg.worker(concurrency=2)
+    pool = CountingPool(4)
+    try:
+        worker.run_pass(pool)
+        pg.gate.wait_starts(1)
+        with pg.store.pool.connection() as conn:
+            conn.execute(
+                "UPDATE runs SET lease_expires_at = clock_timestamp() - interval '1 second' "
+                "WHERE run_id=%s",
+                (r1,),
+            )
+        worker.run_pass(pool)
+        assert lease_owner(pg.store, r1) == pg.owner  # claimed again: ours
+        assert pool.submitted == 1
+    finally:
+        pg.gate.open.set()
+        pool.shutdown(wait=True)
+    assert pg.store.get_run(r1).status == "completed"
+    assert (pg.gate.started(r1, "a"), pg.gate.started(r1, "b")) == (1, 1)
