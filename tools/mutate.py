@@ -161,8 +161,12 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_tracing.py",
         "tests/test_mutation_kills_tracing.py",
     ],
-    # the Worker runs only inside pg_worker.py subprocesses there (mutmut: "no tests")
-    "desktop_app/flow/worker.py": ["tests/test_postgres_workers.py"],
+    # in-process Worker tests first (mutmut maps them to every function); the
+    # multi-process ones drive it only inside pg_worker.py subprocesses
+    "desktop_app/flow/worker.py": [
+        "tests/test_worker_inprocess.py",
+        "tests/test_postgres_workers.py",
+    ],
     "desktop_app/store/codec.py": [*_STORE, "tests/test_mutation_kills_codec.py"],
     "desktop_app/store/connection.py": [
         *_STORE,

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import Engine
+from desktop_app.store.records import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -168,25 +169,54 @@ class Worker:
             return
         free = self._free()
         if free > 0:
-            flows = {f.name: f.version for f in engine.flows.values()}
-            # PostgreSQL's claim also frees runs of workers whose liveness lock is gone
-            for_worker = getattr(store, "claim_for_worker", None)
-            claimed = (
-                for_worker(engine.owner, engine.lease_ttl_s, free, flows=flows)
-                if for_worker is not None
-                else store.claim_runnable(
-                    engine.owner, engine.lease_ttl_s, free, flows=list(flows), wakeable=False
-                )
-            )
-            for run in claimed:
-                if self._busy(run.run_id):
-                    continue
+            for run in self._claim(free):
                 self._submit(pool, run.run_id, engine.resume)
         for run_id in store.wakeable_runs(engine.clock.now(), limit=50):
             if self._free() <= 0:
                 break
             if not self._busy(run_id):
                 self._submit(pool, run_id, engine.wake)
+
+    def _claim(self, free: int) -> list[RunRecord]:
+        """Up to ``free`` runs just leased to this worker that it can start
+        now: of a registered flow at its registered version, none it
+        executes already."""
+        engine, store = self.engine, self.engine.store
+        flows = {f.name: f.version for f in engine.flows.values()}
+        # PostgreSQL's claim also frees runs of workers whose liveness lock is gone
+        for_worker = getattr(store, "claim_for_worker", None)
+        if for_worker is not None:
+            claimed: list[RunRecord] = for_worker(
+                engine.owner, engine.lease_ttl_s, free, flows=flows
+            )  # ours come back only once their lease expired
+            return [r for r in claimed if not self._busy(r.run_id)]
+        # claim_runnable also returns the runs this worker executes (leased to
+        # it, the oldest) and matches flows by name only, so those would use up
+        # the free slots: claim more in their place (twice as many each round)
+        # until no new one turns up, start up to ``free`` of the rest and hand
+        # back the runs it does not start.
+        skip: set[str] = set()
+        while True:
+            limit = free + 2 * len(skip)
+            claimed = store.claim_runnable(
+                engine.owner, engine.lease_ttl_s, limit, flows=list(flows), wakeable=False
+            )
+            fresh = {
+                r.run_id
+                for r in claimed
+                if r.run_id not in skip
+                and (self._busy(r.run_id) or flows.get(r.flow_name) != r.flow_version)
+            }
+            skip |= fresh
+            if not fresh or len(claimed) < limit:
+                break
+        start = [r for r in claimed if r.run_id not in skip][:free]
+        started = {r.run_id for r in start}
+        for run in claimed:
+            if run.run_id not in started and not self._busy(run.run_id):
+                with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
+                    store.release(run.run_id, engine.owner)
+        return start
 
     def serve(self, stop: threading.Event) -> None:
         """Run passes until ``stop`` is set; then stop the runs (they stay
