@@ -458,17 +458,20 @@ def test_a_worker_never_fenced_claims_at_once(sq, manual, fake_time):
 
 
 def test_an_unexpected_error_in_a_run_is_logged_with_its_traceback(sq, manual, caplog):
-    """A wait whose key function raises (a bug in the flow) escapes the engine
-    as a plain exception; the worker logs it with the traceback and goes on."""
+    """A route function that raises (a bug in the flow) escapes the engine as
+    a plain exception; the worker logs it with the traceback and goes on with
+    its other runs. (A failing wait key or on_enter fails its step instead.)"""
     gate = Gate()
     gate.open.set()
 
-    def bad_key(state: S) -> str:
-        raise RuntimeError("no key for you")
+    def bad_pick(state: S) -> str:
+        raise RuntimeError("no route for you")
 
     broken = (
-        (FlowBuilder("broken", S).wait_signal("wait", "go", bad_key).step("x", gate.body))
-        .chain()
+        FlowBuilder("broken", S)
+        .step("a", lambda s: {})
+        .step("x", gate.body)
+        .route("a", bad_pick, ["x"])
         .compile()
     )
     engine = Engine(sq, flows=[broken, two_steps(gate)], clock=manual, owner=OWNER)
@@ -480,7 +483,7 @@ def test_an_unexpected_error_in_a_run_is_logged_with_its_traceback(sq, manual, c
     recs = [r for r in caplog.records if r.name == "desktop_app.flow.worker"]
     assert [r.levelno for r in recs] == [logging.ERROR], sq.get_run(bad)
     assert recs[0].getMessage() == f"flowdesk worker {OWNER}: run {bad} failed"
-    assert recs[0].exc_info is not None and "no key for you" in str(recs[0].exc_info[1])
+    assert recs[0].exc_info is not None and "no route for you" in str(recs[0].exc_info[1])
 
 
 # -- serve: the loop, its blocking and stopping ------------------------------------
