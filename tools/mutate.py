@@ -131,6 +131,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_driver_waits.py",
         "tests/test_mutation_kills_engine_children.py",
         "tests/test_mutation_kills_engine_fork.py",
+        "tests/test_mutation_kills_engine_recover.py",
+        "tests/test_mutation_kills_engine_replay.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
