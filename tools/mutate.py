@@ -113,6 +113,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_parallel_sibling_answers.py",
         "tests/test_nested_answers_forgotten.py",
         "tests/test_step_revisits.py",
+        "tests/test_wait_begin_failures.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
@@ -133,6 +134,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_engine_fork.py",
         "tests/test_mutation_kills_engine_recover.py",
         "tests/test_mutation_kills_engine_replay.py",
+        "tests/test_step_revisits.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
