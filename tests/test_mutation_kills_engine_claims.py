@@ -163,14 +163,17 @@ def test_a_sweep_stopped_by_an_error_releases_every_claim_it_holds(db_path):
     engine.store.close()
 
 
-def test_a_sweep_stopped_by_a_failed_run_says_which_run_failed(db_path):
+def test_a_sweep_stopped_by_a_failed_run_names_its_step_and_attempts(db_path):
     def boom(s: S) -> dict:
         raise ValueError("bad input")
 
     executed: Counter[str] = Counter()
     engine = Engine(
         open_store(db_path),
-        flows=[FlowBuilder("bad", S).step("explode", boom).compile(), _counting("c", executed)],
+        flows=[
+            FlowBuilder("bad", S).step("explode", boom, retry=1).compile(),
+            _counting("c", executed),
+        ],
         clock=ManualClock(),
     )
     (failing,) = _start(engine, "bad", 1)
@@ -179,11 +182,36 @@ def test_a_sweep_stopped_by_a_failed_run_says_which_run_failed(db_path):
     assert [r.run_id for r in out.resumed] == [failing]
     assert out.failed_run_id == failing
     assert isinstance(out.error, StepFailedError)
-    run = engine.store.get_run(failing)
-    assert (out.error.run_id, out.error.step_id, out.error.attempts) == (failing, "", 0)
-    assert str(out.error) == f"run {failing}: step '' failed after 0 attempt(s): {run.error}"
+    assert (out.error.run_id, out.error.step_id, out.error.attempts) == (failing, "explode", 2)
+    message = f"run {failing}: step 'explode' failed after 2 attempt(s): ValueError: bad input"
+    assert str(out.error) == message
+    assert engine.store.get_run(failing).error == message  # the same words as the run's own
     assert _leases(engine, [failing, *later]) == [None] * 3
     assert executed == Counter()
+    engine.store.close()
+
+
+def test_a_sweep_stopped_by_a_halted_run_names_the_step_it_stopped_at(db_path):
+    executed: Counter[str] = Counter()
+    flow = (
+        FlowBuilder("loop", S, max_steps=1)
+        .step("one", lambda s: {"n": 1})
+        .step("two", lambda s: {"n": 2})
+        .chain()
+        .compile()
+    )
+    engine = Engine(open_store(db_path), flows=[flow, _counting("c", executed)], clock=ManualClock())
+    (halted,) = _start(engine, "loop", 1)
+    later = _start(engine, "c", 1)
+    out = engine.resume_pending()
+    assert [(r.run_id, r.status) for r in out.resumed] == [(halted, "failed")]
+    assert out.failed_run_id == halted
+    assert isinstance(out.error, StepFailedError)
+    assert (out.error.step_id, out.error.attempts) == ("two", 0)
+    reason = "halted: max_steps 1 reached at step 'two'"
+    assert engine.store.get_run(halted).error == reason
+    assert str(out.error) == f"run {halted}: step 'two' failed after 0 attempt(s): {reason}"
+    assert _leases(engine, [halted, *later]) == [None] * 2 and executed == Counter()
     engine.store.close()
 
 
