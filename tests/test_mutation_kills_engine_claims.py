@@ -200,7 +200,9 @@ def test_a_sweep_stopped_by_a_halted_run_names_the_step_it_stopped_at(db_path):
         .chain()
         .compile()
     )
-    engine = Engine(open_store(db_path), flows=[flow, _counting("c", executed)], clock=ManualClock())
+    engine = Engine(
+        open_store(db_path), flows=[flow, _counting("c", executed)], clock=ManualClock()
+    )
     (halted,) = _start(engine, "loop", 1)
     later = _start(engine, "c", 1)
     out = engine.resume_pending()

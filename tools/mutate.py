@@ -125,6 +125,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_children.py",
         "tests/test_mutation_kills_driver_structure.py",
         "tests/test_mutation_kills_driver_waits.py",
+        "tests/test_mutation_kills_engine_pool.py",
+        "tests/test_mutation_kills_engine_claims.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
