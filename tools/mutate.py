@@ -135,6 +135,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_engine_recover.py",
         "tests/test_mutation_kills_engine_replay.py",
         "tests/test_step_revisits.py",
+        "tests/test_mutation_kills_engine_pool.py",
+        "tests/test_mutation_kills_engine_claims.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,

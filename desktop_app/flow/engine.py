@@ -678,11 +678,22 @@ class Engine:
                 out.resumed.append(res)
                 if res.status == "failed":
                     out.failed_run_id = run.run_id
-                    out.error = StepFailedError(run.run_id, "", 0, res.error or "failed")
+                    out.error = self._failed_step(run.run_id, res.error or "failed")
                     return out
         finally:
             runs.close()
         return out
+
+    def _failed_step(self, run_id: str, error: str) -> StepFailedError:
+        """The step a failed run stopped at, as an error: the step its latest
+        checkpoint was saved for, with that step's attempts and error. A run
+        no step failed (halted at ``max_steps``) names the step it stopped
+        at, with no failed attempt and the run's ``error``."""
+        cp = self.store.latest(run_id)
+        rec = cp.steps.get(cp.step_id)
+        if rec is None or rec.status != "failed":
+            return StepFailedError(run_id, cp.step_id, 0, error)
+        return StepFailedError(run_id, rec.step_id, rec.attempts, rec.error or error)
 
     def recover(
         self,
