@@ -50,6 +50,37 @@ def _again_until(n: int, step: str, done: str = "done"):
     return lambda s: done if s.rounds >= n else step
 
 
+class C(BaseModel):
+    n: int = 0
+
+
+def _register_spawning_flow(engine: Engine) -> list[int]:
+    """Register ``parent``: its step ``spawn`` runs a ``child`` flow and is
+    visited twice; returns the list each child execution appends its input to."""
+    ran: list[int] = []
+
+    def child_step(c: C) -> dict:
+        ran.append(c.n)
+        return {"n": c.n * 10}
+
+    child = FlowBuilder("child", C).step("work", child_step).compile()
+
+    def spawn(s: S, ctx) -> dict:
+        out = engine.run_child(ctx, child, C(n=s.rounds + 1))
+        return {"rounds": s.rounds + 1, "log": [*s.log, f"{out.run_id}={out.state.n}"]}
+
+    engine.register(child)
+    engine.register(
+        FlowBuilder("parent", S)
+        .step("spawn", spawn)
+        .step("done", lambda s: {})
+        .route("spawn", _again_until(2, "spawn"), ["done", "spawn"])
+        .finish("done")
+        .compile()
+    )
+    return ran
+
+
 @pytest.fixture
 def engine(db_path):
     store = open_store(db_path)
@@ -145,31 +176,7 @@ def test_a_retry_within_a_visit_keeps_that_visit_s_key(engine):
 
 
 def test_a_revisited_step_starts_a_new_child_run_each_visit(engine):
-    ran: list[int] = []
-
-    class C(BaseModel):
-        n: int = 0
-
-    def child_step(c: C) -> dict:
-        ran.append(c.n)
-        return {"n": c.n * 10}
-
-    child = FlowBuilder("child", C).step("work", child_step).compile()
-
-    def parent_step(s: S, ctx) -> dict:
-        out = engine.run_child(ctx, child, C(n=s.rounds + 1))
-        return {"rounds": s.rounds + 1, "log": [*s.log, f"{out.run_id}={out.state.n}"]}
-
-    flow = (
-        FlowBuilder("parent", S)
-        .step("spawn", parent_step)
-        .step("done", lambda s: {})
-        .route("spawn", _again_until(2, "spawn"), ["done", "spawn"])
-        .finish("done")
-        .compile()
-    )
-    engine.register(child)
-    engine.register(flow)
+    ran = _register_spawning_flow(engine)
     r = engine.run("parent", S())
     rid = r.run_id
     assert r.status == "completed", r.error
@@ -384,31 +391,7 @@ def test_a_replay_of_a_later_visit_reattaches_to_that_visit_s_child(engine):
     """A replay from the checkpoint that entered ``spawn`` the second time
     keeps the visit count, so the re-executed visit reattaches to the child
     that visit started (``<run>:spawn@2``), not the first visit's."""
-    ran: list[int] = []
-
-    class C(BaseModel):
-        n: int = 0
-
-    def child_step(c: C) -> dict:
-        ran.append(c.n)
-        return {"n": c.n * 10}
-
-    child = FlowBuilder("child", C).step("work", child_step).compile()
-
-    def spawn(s: S, ctx) -> dict:
-        out = engine.run_child(ctx, child, C(n=s.rounds + 1))
-        return {"rounds": s.rounds + 1, "log": [*s.log, f"{out.run_id}={out.state.n}"]}
-
-    flow = (
-        FlowBuilder("parent", S)
-        .step("spawn", spawn)
-        .step("done", lambda s: {})
-        .route("spawn", _again_until(2, "spawn"), ["done", "spawn"])
-        .finish("done")
-        .compile()
-    )
-    engine.register(child)
-    engine.register(flow)
+    ran = _register_spawning_flow(engine)
     src = engine.run("parent", S()).run_id
     assert ran == [1, 2]
     entered = next(
