@@ -1,6 +1,6 @@
 """Mutation testing of the durable core with mutmut, one module at a time.
 
-Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--survivors] [--summary]
+Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--survivors [--functions F,G]] [--summary]
 
 For each module (default: every module in ``TESTS_FOR``) this copies the
 checkout's files (``git ls-files``: what a fresh clone has, plus local edits)
@@ -487,7 +487,17 @@ def tests_reaching(tree: Path, base: list[str]) -> tuple[Callable[[str], list[st
     return select, failing
 
 
-def rerun_survivors(module: str, jobs: int) -> Figures:
+def _function(mutant: str) -> str:
+    """The mutated function's name: ``run_child`` for
+    ``desktop_app.flow.engine.xǁEngineǁrun_child__mutmut_3`` (a method),
+    ``call_step`` for ``desktop_app.flow.driver.x_call_step__mutmut_4``."""
+    base = mutant.rsplit("__mutmut_", 1)[0]
+    if "ǁ" in base:
+        return base.rpartition("ǁ")[2]
+    return base.rpartition(".")[2].removeprefix("x_")
+
+
+def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) -> Figures:
     """Run the kill tests against the last full run's survivors of ``module``.
 
     The full run already showed that every other selected test passes on each
@@ -498,7 +508,9 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     Mutmut's own cache cannot do this: a changed test selection resets every
     verdict. ``jobs`` survivors run at once. Each kill is also written to
     ``.mutation/<module>/rekilled.json`` as it is found, so an interrupted
-    run keeps its kills and the next one starts after them.
+    run keeps its kills and the next one starts after them. ``functions``
+    (names such as ``run_child``): re-run only the survivors in those, to
+    confirm one batch of new kill tests first; the others keep their verdict.
 
     Raises:
         SystemExit: the module has no earlier full run to start from.
@@ -523,6 +535,8 @@ def rerun_survivors(module: str, jobs: int) -> Figures:
     if progress.exists():
         rekilled.update(json.loads(progress.read_text(encoding="utf-8")))
     names = [n for n in names if n not in rekilled]
+    if functions:
+        names = [n for n in names if _function(n) in functions]
     started = time.monotonic()
     base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
     base += ["-p", "no:randomly", "-m", "not slow", *files]
@@ -641,6 +655,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=2, help="mutants run in parallel (default 2)")
     p.add_argument("--survivors", action="store_true", help="re-run only the last run's survivors")
     p.add_argument(
+        "--functions",
+        default="",
+        help="with --survivors: only the survivors in these functions (comma-separated)",
+    )
+    p.add_argument(
         "--summary", action="store_true", help="print the table of earlier runs; run nothing"
     )
     args = p.parse_args(argv)
@@ -653,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.summary:
         for module in modules:
             if args.survivors:
-                ran.append(rerun_survivors(module, args.jobs))
+                only = [f for f in args.functions.split(",") if f]
+                ran.append(rerun_survivors(module, args.jobs, only))
             else:
                 ran.append(run_module(module, args.jobs))
     print("\nmutation kill rate per module (equivalent mutants excluded):")
