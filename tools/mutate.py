@@ -581,8 +581,9 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
     figures = count(module, dest, rekilled)
     figures.seconds = before.seconds
     figures.tests = before.tests
+    which = f"the survivors in {len(functions)} functions" if functions else "survivors"
     figures.how = (
-        f"full run, then survivors re-run at {_commit()} ({round(time.monotonic() - started)} s)"
+        f"full run, then {which} re-run at {_commit()} ({round(time.monotonic() - started)} s)"
     )
     return _finish(figures, before.commit)
 
