@@ -135,7 +135,7 @@ class Driving:
             except BaseException as exc:  # pragma: no cover - reported by finish()
                 self.error = exc
 
-        self.thread = threading.Thread(target=go, daemon=True)
+        self.thread = threading.Thread(target=go)  # not a daemon: nor is its heartbeat
         self.thread.start()
         assert blocker.entered.wait(LIMIT), "the step never began"
 
@@ -421,3 +421,29 @@ def test_without_group_commit_a_delivered_signal_is_consumed(db_path):
     engine.signal("go", "a", 5)
     assert engine.get(first.run_id).n == 105
     assert engine.store.next_signal("go", "a") is None  # taken by the wait that used it
+
+
+def test_one_runs_failing_renewal_does_not_skip_the_others(db_path):
+    clock = ManualClock()
+    t0 = clock.now()
+    a, b = Blocker(), Blocker()
+    engine = engine_for(db_path, blocking_flow("a", a), blocking_flow("b", b), clock=clock)
+    other = open_store(db_path)
+    ticks = ticking(engine)
+    da = Driving(engine, "a", a, "ra")
+    db_ = Driving(engine, "b", b, "rb")
+    try:
+        ticks.waiting()
+        first, second = list(engine.active)  # the order the heartbeat renews them in
+        # the first run's row leaves this engine's scope: its renewal raises
+        # CheckpointNotFoundError (a FlowdeskError), the second must still be renewed
+        other.conn.execute("UPDATE runs SET scope='elsewhere' WHERE run_id=?", (first,))
+        clock.advance(7.0)
+        ticks.tick()
+        assert engine.store.get_run(second).lease_expires_at == t0 + 37.0
+        other.conn.execute("UPDATE runs SET scope='default' WHERE run_id=?", (first,))
+        assert engine.store.get_run(first).lease_expires_at == t0 + 30.0  # not renewed
+    finally:
+        da.finish()
+        db_.finish()
+        ticks.set()
