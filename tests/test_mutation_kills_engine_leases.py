@@ -448,3 +448,55 @@ def test_one_runs_failing_renewal_does_not_skip_the_others(db_path):
         da.finish()
         db_.finish()
         ticks.set()
+
+
+class GateLock:
+    """``engine._lock`` that can hold the heartbeat just before its second lock
+    of a round (after it saw no active run), so a run can start in that gap."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.armed = False
+        self.paused = threading.Event()
+        self.resume = threading.Event()
+        self._seen = 0
+
+    def __enter__(self) -> None:
+        if self.armed and threading.current_thread().name == HEARTBEAT:
+            self._seen += 1
+            if self._seen == 2:
+                self.paused.set()
+                assert self.resume.wait(LIMIT)
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_a_run_tracked_while_the_idle_heartbeat_checks_again_keeps_its_heartbeat(db_path):
+    clock = ManualClock()
+    a, b = Blocker(), Blocker()
+    engine = engine_for(db_path, blocking_flow("a", a), blocking_flow("b", b), clock=clock)
+    ticks = ticking(engine)
+    gate = GateLock()
+    engine._lock = gate  # type: ignore[assignment]
+    first = Driving(engine, "a", a, "ra")
+    ticks.waiting()
+    assert first.finish().status == "completed"
+    gate.armed = True
+    ticks._go.release()  # the heartbeat finds no active run and checks once more...
+    assert gate.paused.wait(LIMIT)
+    second = Driving(engine, "b", b, "rb")  # ...while a run starts: the heartbeat is alive
+    try:
+        assert len(set(ticks.threads)) == 1
+        gate.armed = False
+        gate.resume.set()
+        ticks.waiting()  # it keeps beating for the new run
+        t = clock.now()
+        clock.advance(3.0)
+        ticks.tick()
+        assert engine.store.get_run("rb").lease_expires_at == t + 3.0 + 30.0
+    finally:
+        gate.resume.set()
+        second.finish()
+        ticks.set()
