@@ -137,6 +137,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_step_revisits.py",
         "tests/test_mutation_kills_engine_pool.py",
         "tests/test_mutation_kills_engine_claims.py",
+        "tests/test_mutation_kills_engine_leases.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
