@@ -46,6 +46,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -541,7 +542,12 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
     started = time.monotonic()
     base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
     base += ["-p", "no:randomly", "-m", "not slow", *files]
+    recording = time.monotonic()
     reach, failing = tests_reaching(tree, base)
+    # a mutant runs a subset of what the recording run ran: one that takes
+    # far longer hangs (a deadlock, an endless loop), and is caught by its
+    # timeout, as mutmut counts a timeout
+    limit_s = 60 + 3 * (time.monotonic() - recording)
     if failing:
         print(
             f"  {len(failing)} kill tests fail on the code the full run copied "
@@ -551,7 +557,7 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
         for t in failing:
             print(f"    {t}")
     pending = list(names)
-    running: list[tuple[str, subprocess.Popen[bytes]]] = []
+    running: list[tuple[str, subprocess.Popen[bytes], float]] = []
     while pending or running:
         while pending and len(running) < max(1, jobs):
             name = pending.pop(0)
@@ -566,13 +572,19 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a timeout kills its workers too
             )
-            running.append((name, proc))
+            running.append((name, proc, time.monotonic()))
         if not running:
             continue
-        name, proc = running.pop(0)
-        code = proc.wait()
-        verdict = "survived" if code == 0 else "killed"
+        name, proc, began = running.pop(0)
+        try:
+            code = proc.wait(timeout=max(1.0, began + limit_s - time.monotonic()))
+            verdict = "survived" if code == 0 else "killed"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code, verdict = 1, f"timeout (over {limit_s:.0f} s)"
         if code not in (0, 1):
             verdict = f"error (pytest exit {code})"
         print(f"  {verdict}: {name}")
