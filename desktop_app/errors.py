@@ -250,8 +250,37 @@ class StepFailedError(FlowError):
         )
 
 
+class RouteError(FlowError):
+    """A route function raised, or picked a target it did not declare.
+
+    A route is the flow's own code, run on the state a step left, so it is
+    not retried (``retryable = False``): the step it routes from fails under
+    its ``on_error`` policy, or an answer that would have led there is
+    refused with nothing changed. Fix the flow, then resume the run.
+    """
+
+    retryable = False
+
+    def __init__(self, flow_name: str, step_id: str, cause: BaseException) -> None:
+        self.flow_name = flow_name
+        self.step_id = step_id
+        super().__init__(
+            f"flow {flow_name!r}: the route from step {step_id!r} failed: "
+            f"{type(cause).__name__}: {cause}"
+        )
+
+
 class WaitError(FlowError):
     """An answer or signal does not fit the run's pending waits."""
+
+
+class WaitPayloadError(WaitError):
+    """A signal's or event's payload does not fit the wait step's ``into``
+    field. Not retried (``retryable = False``): the step fails under its
+    ``on_error`` policy and the signal is left unconsumed, so nothing sent is
+    lost; send a payload that fits, or fix the field, and resume the run."""
+
+    retryable = False
 
 
 class WaitAlreadyResolvedError(WaitError):

@@ -707,10 +707,10 @@ def test_event_published_as_the_wait_begins_keeps_the_on_enter_effects(db_path):
     engine.store.close()
 
 
-def test_a_route_failing_after_a_wait_resolved_hands_the_run_back(db_path):
-    """The route after a signal wait raises: the run is released at once, so
-    another process resumes it (the signal is still there) instead of waiting
-    for the lease to expire."""
+def test_a_route_failing_after_a_wait_resolved_fails_the_step_and_keeps_the_signal(db_path):
+    """The route after a signal wait raises: the step fails (RouteError), the
+    run is released, and the signal stays unconsumed, so another process
+    resumes the run and its new wait receives the same signal."""
     clock = ManualClock()
     picks: list[int] = []
 
@@ -733,14 +733,16 @@ def test_a_route_failing_after_a_wait_resolved_hands_the_run_back(db_path):
 
     engine = engine_for(db_path, flow(), clock=clock)
     engine.signal("go", "k", {"v": 1})
-    with pytest.raises(RuntimeError, match="route service down"):
-        engine.run("rt", S())
+    failed = engine.run("rt", S())
+    assert failed.status == "failed"
+    assert "RouteError" in failed.error and "route service down" in failed.error
     (run,) = engine.store.list_runs()
     assert run.lease_owner is None
     other = engine_for(db_path, flow(), clock=clock)
     done = other.resume(run.run_id)
     assert done.status == "completed" and done.state.notes == ["a"]
     assert done.state.payload == {"v": 1}
+    assert picks == [1, 1]
     other.store.close()
     engine.store.close()
 
@@ -1088,3 +1090,37 @@ def test_the_last_200_answered_questions_are_remembered():
         engine.resume_with(rid, "late", wait_id=f"{rid}:ask:1")
     with pytest.raises(WaitError, match="no pending wait"):
         engine.resume_with(rid, "late", wait_id=f"{rid}:ask:0")
+
+
+def test_an_error_escaping_the_engine_hands_the_run_back(db_path):
+    """An error the engine itself trips over (here: a step's exception whose
+    ``retryable`` flag raises when the retry policy reads it) escapes
+    ``Engine.run``; the run is released at once, so another process resumes
+    it instead of waiting for the lease to expire."""
+    clock = ManualClock()
+    tries: list[int] = []
+
+    class Broken(Exception):
+        @property
+        def retryable(self) -> bool:
+            raise RuntimeError("flag broken")
+
+    def flaky(s: S) -> dict:
+        tries.append(1)
+        if len(tries) == 1:
+            raise Broken("first try")
+        return {}
+
+    def flow():
+        return FlowBuilder("esc", S).step("x", flaky).step("a", note("a")).chain().compile()
+
+    engine = engine_for(db_path, flow(), clock=clock)
+    with pytest.raises(RuntimeError, match="flag broken"):
+        engine.run("esc", S())
+    (run,) = engine.store.list_runs()
+    assert (run.status, run.lease_owner) == ("running", None)
+    other = engine_for(db_path, flow(), clock=clock)
+    done = other.resume(run.run_id)
+    assert done.status == "completed" and done.state.notes == ["a"]
+    other.store.close()
+    engine.store.close()

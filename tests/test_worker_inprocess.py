@@ -458,22 +458,23 @@ def test_a_worker_never_fenced_claims_at_once(sq, manual, fake_time):
 
 
 def test_an_unexpected_error_in_a_run_is_logged_with_its_traceback(sq, manual, caplog):
-    """A route function that raises (a bug in the flow) escapes the engine as
-    a plain exception; the worker logs it with the traceback and goes on with
-    its other runs. (A failing wait key or on_enter fails its step instead.)"""
+    """An error the engine itself trips over escapes it as a plain exception:
+    here a step raises an exception whose ``retryable`` flag (which the retry
+    policy reads) itself raises, a bug in the flow's code. The worker logs it
+    with the traceback and goes on with its other runs. (A failing step,
+    route, wait key or on_enter fails its step instead.)"""
     gate = Gate()
     gate.open.set()
 
-    def bad_pick(state: S) -> str:
-        raise RuntimeError("no route for you")
+    class Broken(Exception):
+        @property
+        def retryable(self) -> bool:
+            raise RuntimeError("no route for you")
 
-    broken = (
-        FlowBuilder("broken", S)
-        .step("a", lambda s: {})
-        .step("x", gate.body)
-        .route("a", bad_pick, ["x"])
-        .compile()
-    )
+    def bad(state: S) -> dict:
+        raise Broken("step a")
+
+    broken = FlowBuilder("broken", S).step("a", bad).step("x", gate.body).chain().compile()
     engine = Engine(sq, flows=[broken, two_steps(gate)], clock=manual, owner=OWNER)
     bad = engine.start("broken", {})
     good = engine.start("two", {})

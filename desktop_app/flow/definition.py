@@ -497,7 +497,15 @@ class FlowBuilder(Generic[S]):
     def route(
         self, source: str, pick: Callable[[Any], str], targets: Sequence[str]
     ) -> FlowBuilder[S]:
-        """After ``source``, go to ``pick(state)``, which must be one of ``targets``."""
+        """After ``source``, go to ``pick(state)``, which must be one of ``targets``.
+
+        ``pick`` runs on the state ``source`` left, as part of that step: if
+        it raises or picks another target, the step fails with
+        :class:`~desktop_app.errors.RouteError` under its ``on_error`` policy,
+        not retried (the route is the flow's code; LangGraph likewise runs a
+        conditional edge inside its node's task). After a wait step, a
+        person's answer that makes it fail is refused with nothing changed.
+        """
         self._routes.append(Route(source, pick, tuple(targets)))
         return self
 

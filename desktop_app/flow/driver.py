@@ -41,10 +41,12 @@ from desktop_app.errors import (
     LeaseLostError,
     ParallelBranchesError,
     RevisionConflictError,
+    RouteError,
     RunLeasedError,
     StepFailedError,
     StepTimeoutError,
     StoreError,
+    WaitPayloadError,
 )
 from desktop_app.flow.context import (
     ExecutionContext,
@@ -399,12 +401,16 @@ class RunDriver:
 
         Raises:
             pydantic.ValidationError: ``value`` does not fit the field; nothing changed.
+            RouteError: the step's route failed on the state ``value`` makes;
+                nothing changed (the run still waits for its answer).
         """
         wait = self.wait_for(step.id)
         assert wait is not None
         check = self.state.model_copy()
         self.flow.state_type.__pydantic_validator__.validate_assignment(check, step.into, value)
-        self.resolve_wait(step, wait, value, self.new_context(step.id, 1, 0), time.perf_counter())
+        self.resolve_wait(
+            step, wait, value, self.new_context(step.id, 1, 0), time.perf_counter(), given=True
+        )
 
     def drive(self) -> RunResult:
         self.events.publish(RunStarted(self.run_id, self.flow.name))
@@ -462,12 +468,32 @@ class RunDriver:
             return
         body = self.body_of(step)
         self.recovering = None
+        routed: list[tuple[str, ...]] = []
+
+        def body_then_route(ctx: StepContext) -> None:
+            """The step, then its route on the state it left: a route that
+            raises fails this attempt (RouteError, not retried)."""
+            body(ctx)
+            routed[:] = [self.route_from(step.id, self.state)]
+
         try:
-            outcome, ctx, t0 = self.attempt(step, step.id, body)
+            outcome, ctx, t0 = self.attempt(step, step.id, body_then_route)
         except _NestedStopped:
             return  # the nested step's failure was recorded and saved
         if outcome == "ok":
-            self.complete(step, ctx, t0)
+            self.complete(step, ctx, t0, routed[0])
+
+    def route_from(self, step_id: str, state: Any) -> tuple[str, ...]:
+        """The steps after ``step_id`` on ``state`` (its route, edges or finish).
+
+        Raises:
+            RouteError: the route function raised, or picked a target it did
+                not declare.
+        """
+        try:
+            return self.flow.next_steps(step_id, state)
+        except Exception as exc:
+            raise RouteError(self.flow.name, step_id, exc) from exc
 
     def body_of(self, step: AnyStep) -> Callable[[StepContext], None]:
         """What one attempt of ``step`` does."""
@@ -605,7 +631,10 @@ class RunDriver:
         self.tracker.encode(new, ctx.step_id)  # unstorable: fail this attempt (S58)
         self.state = new
 
-    def complete(self, step: AnyStep, ctx: StepContext | None, t0: float) -> None:
+    def complete(
+        self, step: AnyStep, ctx: StepContext | None, t0: float, nxt: tuple[str, ...]
+    ) -> None:
+        """Record ``step`` completed and move the frontier on to ``nxt``."""
         sid = step.id
         rec = self.steps[sid]
         ms = (time.perf_counter() - t0) * 1000
@@ -623,7 +652,6 @@ class RunDriver:
         branches = self.meta.get("branches")
         if isinstance(branches, dict) and sid in branches:
             self.meta["branches"] = {k: v for k, v in branches.items() if k != sid}
-        nxt = self.flow.next_steps(sid, self.state)
         rest = self.frontier[1:]
         self.frontier = rest + [n for n in nxt if n not in rest]
         if self.frontier:
@@ -750,12 +778,39 @@ class RunDriver:
         ctx: StepContext,
         t0: float,
         consume: list[tuple[int, str]] | None = None,
+        *,
+        given: bool = False,
     ) -> None:
+        """Complete the wait step with ``payload`` (``None`` for a timer).
+
+        ``given``: a person's answer (:meth:`give_input`, validated already),
+        for which a failing route raises :class:`RouteError` with nothing
+        changed. Otherwise (a signal, an event, a timer, found while driving)
+        a payload that does not fit ``into`` or a failing route fails the
+        step under its ``on_error`` policy, not retried, and the signal is
+        not consumed: nothing sent is lost.
+        """
         into = step.into
-        if into is not None and (payload is not None or isinstance(step, AwaitStep)):
-            new = self.state.model_copy()
-            self.flow.state_type.__pydantic_validator__.validate_assignment(new, into, payload)
-            self.state = new
+        new = self.state
+        try:
+            if into is not None and (payload is not None or isinstance(step, AwaitStep)):
+                new = self.state.model_copy()
+                try:
+                    self.flow.state_type.__pydantic_validator__.validate_assignment(
+                        new, into, payload
+                    )
+                except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                    raise WaitPayloadError(
+                        f"run {self.run_id}: the {wait.kind} payload for step {step.id!r} "
+                        f"does not fit field {into!r}: {exc}"
+                    ) from exc
+            nxt = self.route_from(step.id, new)
+        except (RouteError, WaitPayloadError) as exc:
+            if given:
+                raise
+            self.fail_resolution(step, wait, exc, t0)
+            return
+        self.state = new
         self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
         self.remember_resolved(wait.wait_id)
         self.meta.pop("await", None)
@@ -764,7 +819,22 @@ class RunDriver:
             step.id, "in_progress", attempts=1, started_at=wait.created_at
         )
         self.pending_consume = consume or []
-        self.complete(step, ctx, t0)
+        self.complete(step, ctx, t0, nxt)
+
+    def fail_resolution(
+        self, step: AwaitStep | WaitStep, wait: Wait, exc: Exception, t0: float
+    ) -> None:
+        """What arrived for ``wait`` cannot complete ``step``: the wait ends
+        unconsumed and the step fails under its ``on_error`` policy (``exc``
+        is not retryable). Resuming the run begins a new wait."""
+        self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
+        self.remember_resolved(wait.wait_id)
+        self.meta.pop("await", None)
+        self.status = "running"  # after_failure decides: failed, paused or routed
+        self.steps[step.id] = StepRecord(
+            step.id, "in_progress", attempts=1, started_at=wait.created_at
+        )
+        self.after_failure(step, step.id, exc, t0)
 
     def time_out(self, step: AwaitStep | WaitStep, wait: Wait) -> None:
         """The wait's stored deadline passed: take its timeout outcome."""

@@ -1,0 +1,195 @@
+"""A route function is the flow's code and runs as part of the step it
+routes from: when it raises, or picks a target it did not declare, that
+step fails with ``RouteError`` under its ``on_error`` policy, not retried,
+and nothing escapes ``Engine.run``/``resume``/``wake``. Before, the
+exception escaped as it was and left the run ``running`` under its lease,
+so every recovery ran the step's body again and failed the same way.
+
+After a wait step: a person's answer that makes the route fail is refused
+(``RouteError``, the run still waiting, nothing changed); a signal whose
+route fails, or whose payload does not fit the field, fails the step and
+stays unconsumed, so nothing sent is lost."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.errors import RouteError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.store.sqlite import open_store
+
+
+class S(BaseModel):
+    n: int = 0
+    pick: str = ""
+    answer: str = ""
+    count: int = 0
+    error: str = ""
+
+
+@pytest.fixture
+def engine(db_path):
+    store = open_store(db_path)
+    yield Engine(store, clock=ManualClock())
+    store.close()
+
+
+def _broken(s: S) -> str:
+    raise KeyError(f"no route for n={s.n}")
+
+
+def _counting_flow(calls: list[int], pick, **policy) -> object:
+    def work(s: S) -> dict:
+        calls.append(s.n)
+        return {"n": s.n + 1}
+
+    b = (
+        FlowBuilder("r", S, retry=3)
+        .step("work", work, **policy)
+        .step("left", lambda s: {"pick": "left"})
+        .step("right", lambda s: {"pick": "right"})
+        .route("work", pick, ["left", "right"])
+        .finish("left", "right")
+    )
+    if "error_route" in policy:
+        b = b.step("handle", lambda s: {"pick": "handled"}).finish("handle")
+    return b.compile()
+
+
+def test_a_route_that_raises_fails_its_step_once_and_names_the_route(engine):
+    calls: list[int] = []
+    engine.register(_counting_flow(calls, _broken))
+    r = engine.run("r", S())
+    assert r.status == "failed"
+    assert calls == [0]  # not retried: retry=3 would have run work four times
+    assert "step 'work' failed after 1 attempt(s)" in r.error
+    assert "RouteError: flow 'r': the route from step 'work' failed: KeyError" in r.error
+    assert "no route for n=1" in r.error  # the state the step left
+    run = engine.store.get_run(r.run_id)
+    assert (run.status, run.lease_owner) == ("failed", None)
+    cp = engine.store.latest(r.run_id)
+    assert (cp.steps["work"].status, cp.steps["work"].error_type) == ("failed", "RouteError")
+    assert cp.state["n"] == 0  # the step's output did not land
+    assert "left" not in cp.steps and "right" not in cp.steps
+
+
+def test_a_route_that_picks_an_undeclared_target_fails_its_step(engine):
+    calls: list[int] = []
+    engine.register(_counting_flow(calls, lambda s: "middle"))
+    r = engine.run("r", S())
+    assert r.status == "failed"
+    assert calls == [0]
+    assert "FlowDefinitionError" in r.error
+    assert "route from 'work' picked 'middle', not one of ['left', 'right']" in r.error
+
+
+def test_a_failing_route_takes_the_steps_error_route(engine):
+    calls: list[int] = []
+    flow = _counting_flow(calls, _broken, on_error="route", error_route="handle")
+    engine.register(flow)
+    r = engine.run("r", S())
+    assert r.status == "completed", r.error
+    assert (r.state.pick, r.state.n) == ("handled", 0)
+    assert r.state.error.startswith("RouteError: flow 'r': the route from step 'work' failed")
+    assert calls == [0]
+
+
+def test_a_paused_route_failure_resumes_once_the_route_works(engine):
+    calls: list[int] = []
+    fixed = {"yes": False}
+
+    def pick(s: S) -> str:
+        if not fixed["yes"]:
+            raise KeyError("not yet")
+        return "right"
+
+    engine.register(_counting_flow(calls, pick, on_error="pause"))
+    r = engine.run("r", S())
+    assert r.status == "waiting"
+    assert "paused after step 'work' failed: RouteError" in r.error
+    fixed["yes"] = True
+    r = engine.resume(r.run_id)
+    assert (r.status, r.state.pick, r.state.n) == ("completed", "right", 1)
+    assert calls == [0, 0]  # the step ran again from the state before it
+
+
+def _review_flow(route) -> object:
+    return (
+        FlowBuilder("rev", S)
+        .await_input("ask", "answer", "approve?")
+        .step("yes", lambda s: {"pick": "yes"})
+        .step("no", lambda s: {"pick": "no"})
+        .route("ask", route, ["yes", "no"])
+        .finish("yes", "no")
+        .compile()
+    )
+
+
+def test_an_answer_whose_route_fails_is_refused_and_the_run_still_waits(engine):
+    def route(s: S) -> str:
+        return {"approve": "yes", "reject": "no"}[s.answer]
+
+    engine.register(_review_flow(route))
+    r = engine.run("rev", S())
+    assert r.status == "waiting"
+    before = engine.store.latest(r.run_id)
+    with pytest.raises(RouteError, match="the route from step 'ask' failed: KeyError: 'maybe'"):
+        engine.resume_with(r.run_id, "maybe")
+    after = engine.store.latest(r.run_id)
+    assert after.revision == before.revision  # nothing was saved
+    assert engine.store.get_run(r.run_id).status == "waiting"
+    (wait,) = engine.waits(r.run_id)
+    assert wait.wait_id == f"{r.run_id}:ask:0"
+    r = engine.resume_with(r.run_id, "reject")
+    assert (r.status, r.state.pick, r.state.answer) == ("completed", "no", "reject")
+
+
+def _signal_flow(route, into: str = "answer") -> object:
+    return (
+        FlowBuilder("sig", S)
+        .wait_signal("paid", "payment", "o-1", into=into)
+        .step("yes", lambda s: {"pick": "yes"})
+        .step("no", lambda s: {"pick": "no"})
+        .route("paid", route, ["yes", "no"])
+        .finish("yes", "no")
+        .compile()
+    )
+
+
+def test_a_signal_whose_route_fails_fails_the_step_and_stays_unconsumed(engine):
+    fixed = {"yes": False}
+
+    def route(s: S) -> str:
+        if not fixed["yes"]:
+            raise KeyError(s.answer)
+        return "yes"
+
+    engine.register(_signal_flow(route))
+    r = engine.run("sig", S())
+    assert r.status == "waiting"
+    engine.signal("payment", "o-1", "ok")
+    run = engine.store.get_run(r.run_id)
+    assert run.status == "failed"
+    assert "step 'paid' failed after 1 attempt(s): RouteError" in (run.error or "")
+    assert engine.waits(r.run_id) == []
+    pending = engine.store.next_signal("payment", "o-1")
+    assert pending is not None and pending.payload == "ok"  # nothing sent was lost
+    fixed["yes"] = True
+    r = engine.resume(r.run_id)  # a new wait, which receives the same signal
+    assert (r.status, r.state.answer, r.state.pick) == ("completed", "ok", "yes"), r.error
+    assert engine.store.next_signal("payment", "o-1") is None
+
+
+def test_a_signal_payload_that_does_not_fit_fails_the_step_unconsumed(engine):
+    engine.register(_signal_flow(lambda s: "yes", into="count"))
+    r = engine.run("sig", S())
+    engine.signal("payment", "o-1", {"not": "a number"})
+    run = engine.store.get_run(r.run_id)
+    assert run.status == "failed"
+    assert "WaitPayloadError" in (run.error or "")
+    assert "the signal payload for step 'paid' does not fit field 'count'" in (run.error or "")
+    assert engine.store.latest(r.run_id).steps["paid"].error_type == "WaitPayloadError"
+    pending = engine.store.next_signal("payment", "o-1")
+    assert pending is not None and pending.payload == {"not": "a number"}
