@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.flow import Engine, ExecutionContext, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite import open_store
@@ -206,4 +207,16 @@ def test_child_runs_inherit_all_but_run_id_and_record_parent(db_path):
     listed = engine.store.list_runs(tenant_id="acme", session_id="sess-9")
     assert {r.run_id for r in listed} == {parent.run_id, child.run_id}
     assert other.run_id in {r.run_id for r in engine.store.list_runs(session_id="sess-2")}
+    engine.store.close()
+
+
+@pytest.mark.parametrize("given", [None, CTX], ids=["inherited", "context-given"])
+def test_a_parent_that_does_not_exist_is_refused_and_nothing_is_created(db_path, given):
+    flow = FlowBuilder("ok", S).step("a", record).compile()
+    engine = Engine(open_store(db_path), flows=[flow])
+    with pytest.raises(CheckpointNotFoundError, match="no run ghost"):
+        engine.run("ok", S(), run_id="kid", parent_run_id="ghost", context=given)
+    with pytest.raises(CheckpointNotFoundError, match="no run ghost"):
+        engine.start("ok", S(), run_id="kid", parent_run_id="ghost", context=given)
+    assert engine.store.list_runs() == []
     engine.store.close()

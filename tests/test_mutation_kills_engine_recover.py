@@ -13,6 +13,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import apsw
 import pytest
 from pydantic import BaseModel, Field
 
@@ -576,12 +577,16 @@ def test_recover_drives_up_to_sixteen_runs_at_once_by_default(db_path):
 
 
 def test_recover_ends_on_runs_whose_parents_form_a_cycle(db_path):
-    # parent ids are not checked when a context is given: p names q, q names p
+    # the engine refuses a parent that does not exist, so the cycle (p names q,
+    # q names p) is made in the file by hand, as a damaged or edited file has it
     calls: Counter = Counter()
     engine = engine_for(db_path, counting("c", calls))
-    ctx = ExecutionContext()
-    engine.start("c", S(), run_id="p", parent_run_id="q", context=ctx)
-    engine.start("c", S(), run_id="q", parent_run_id="p", context=ctx)
+    engine.start("c", S(), run_id="p")
+    engine.start("c", S(), run_id="q", parent_run_id="p")
+    other = apsw.Connection(str(db_path))
+    other.execute("UPDATE runs SET parent_run_id='q' WHERE run_id='p'")
+    other.close()
+    assert engine.store.get_run("p").parent_run_id == "q"
     done: list[list] = []
     worker = threading.Thread(target=lambda: done.append(engine.recover()), daemon=True)
     worker.start()

@@ -257,10 +257,10 @@ class Engine:
         meta: Mapping[str, Any] | None = None,
     ) -> str:
         rid = run_id or uuid.uuid4().hex
-        if context is None and parent_run_id is not None:
-            # a child run inherits every id of its parent but the run id
-            parent = self.store.get_run(parent_run_id)
-            context = ExecutionContext.model_validate(dict(parent.context))
+        if parent_run_id is not None:
+            parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
+            if context is None:  # a child run inherits every id of its parent but the run id
+                context = ExecutionContext.model_validate(dict(parent.context))
         ctx = context or ExecutionContext()
         # every run has a trace id (W3C, 32 hex) so its spans and its context agree
         ctx = ctx.model_copy(update={"run_id": rid, "trace_id": ctx.trace_id or uuid.uuid4().hex})
@@ -310,6 +310,8 @@ class Engine:
         Raises:
             pydantic.ValidationError: ``state`` does not fit the flow's model.
             RevisionConflictError: ``run_id`` is taken.
+            CheckpointNotFoundError: ``parent_run_id`` names no run in this
+                scope (also when a ``context`` is given); nothing was created.
             StoreError: the run could not be saved.
         """
         f = self._resolve(flow)
@@ -359,6 +361,8 @@ class Engine:
         ``failed`` (not an exception); an await step gives ``waiting``.
 
         Raises:
+            CheckpointNotFoundError: ``parent_run_id`` names no run in this
+                scope; nothing was created.
             StoreError: a checkpoint could not be saved; no later step ran.
         """
         f = self._resolve(flow)
