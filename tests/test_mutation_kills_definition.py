@@ -747,3 +747,35 @@ def test_what_does_not_change_the_version():
         FlowBuilder("fp", S, version="3").step("a", noop).step("b", noop).edge("a", "b"),
     ]
     assert [b.compile().version for b in same] == [base, base]
+
+
+def test_the_steps_after_a_nested_error_route_target_are_reachable_through_it():
+    # handler is reached only by the nested step's error route, after only by handler
+    flow = (
+        FlowBuilder("nested", S)
+        .condition(
+            "c",
+            lambda s: True,
+            [Step("inner", noop, Policy(on_error="route", error_route="handler"))],
+        )
+        .step("handler", noop)
+        .step("after", noop)
+        .edge("handler", "after")
+        .compile()
+    )
+    assert flow.edges == {"handler": ("after",)}
+    assert flow.finish == frozenset({"c", "after"})
+
+
+@pytest.mark.parametrize("bad", ["a@2", "@"])
+def test_an_at_sign_in_a_step_id_or_branch_name_is_refused_with_the_reason(bad):
+    step = FlowBuilder("f", S).step(bad, noop)
+    assert problems_of(step) == [
+        f"step id {bad!r} contains '@', which is reserved (a step's later "
+        "visits are keyed '<step>@<k>')"
+    ]
+    branch = FlowBuilder("f", S).parallel("p", {bad: noop})
+    assert problems_of(branch) == [
+        f"parallel 'p' branch {bad!r} contains '@', which is reserved "
+        "(a step's later visits are keyed '<step>@<k>')"
+    ]
