@@ -198,6 +198,15 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_runids.py",
     ],
     "desktop_app/store/protocol.py": _STORE,
+    # the contract suite runs every test on PostgreSQL too (a real server:
+    # tests/pg_support.py starts one); mutmut runs a PostgreSQL mutant only
+    # through the tests that reach its function, which are those cases
+    "desktop_app/store/postgres.py": [
+        "tests/contract/",
+        "tests/test_postgres_store.py",
+        "tests/test_postgres_surface.py",
+        "tests/test_postgres_agent_runs.py",
+    ],
     "desktop_app/store/sqlite.py": [
         *_STORE,
         "tests/test_outbox.py",
