@@ -824,12 +824,13 @@ class RunDriver:
     def fail_resolution(
         self, step: AwaitStep | WaitStep, wait: Wait, exc: Exception, t0: float
     ) -> None:
-        """What arrived for ``wait`` cannot complete ``step``: the wait ends
-        unconsumed and the step fails under its ``on_error`` policy (``exc``
-        is not retryable). Resuming the run begins a new wait."""
+        """What arrived for ``wait`` cannot complete ``step`` (a signal, an
+        event or a timer: an await step's answer is refused instead): the wait
+        ends, what arrived stays unconsumed, and the step fails under its
+        ``on_error`` policy (``exc`` is not retryable). Resuming the run
+        begins a new wait."""
         self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
         self.remember_resolved(wait.wait_id)
-        self.meta.pop("await", None)
         self.status = "running"  # after_failure decides: failed, paused or routed
         self.steps[step.id] = StepRecord(
             step.id, "in_progress", attempts=1, started_at=wait.created_at
