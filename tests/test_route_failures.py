@@ -193,3 +193,67 @@ def test_a_signal_payload_that_does_not_fit_fails_the_step_unconsumed(engine):
     assert engine.store.latest(r.run_id).steps["paid"].error_type == "WaitPayloadError"
     pending = engine.store.next_signal("payment", "o-1")
     assert pending is not None and pending.payload == {"not": "a number"}
+
+
+def test_an_event_whose_route_fails_is_received_again_after_the_resume(engine):
+    """An event is a broadcast and is never consumed: the step fails, and the
+    wait the resumed run begins looks from the failed wait's start, so it
+    receives that same event instead of waiting for a later one."""
+    fixed = {"yes": False}
+
+    def route(s: S) -> str:
+        if not fixed["yes"]:
+            raise KeyError(s.answer)
+        return "yes"
+
+    flow = (
+        FlowBuilder("ev", S)
+        .wait_event("shipped", "parcel.shipped", into="answer")
+        .step("yes", lambda s: {"pick": "yes"})
+        .step("no", lambda s: {"pick": "no"})
+        .route("shipped", route, ["yes", "no"])
+        .finish("yes", "no")
+        .compile()
+    )
+    engine.register(flow)
+    r = engine.run("ev", S())
+    (first,) = engine.waits(r.run_id)
+    engine.clock.advance(5.0)
+    engine.publish("parcel.shipped", "box-1")
+    failed = engine.store.latest(r.run_id)
+    assert failed.status == "failed"
+    rec = failed.steps["shipped"]
+    assert (rec.status, rec.error_type, rec.attempts) == ("failed", "RouteError", 1)
+    assert rec.started_at == first.created_at
+    assert failed.meta["event_since"] == {"shipped": first.created_at}
+    assert first.wait_id in failed.meta["resolved"]
+    assert engine.waits(r.run_id) == []
+    engine.clock.advance(5.0)
+    fixed["yes"] = True
+    r = engine.resume(r.run_id)
+    assert (r.status, r.state.answer, r.state.pick) == ("completed", "box-1", "yes"), r.error
+    assert "event_since" not in engine.store.latest(r.run_id).meta
+
+
+def test_a_timer_whose_route_fails_fails_its_step_and_releases_the_run(engine):
+    flow = (
+        FlowBuilder("t", S)
+        .sleep("nap", 10.0)
+        .step("yes", lambda s: {"pick": "yes"})
+        .route("nap", _broken, ["yes"])
+        .finish("yes")
+        .compile()
+    )
+    engine.register(flow)
+    r = engine.run("t", S())
+    (wait,) = engine.waits(r.run_id)
+    engine.clock.advance(10.0)
+    r = engine.wake(r.run_id)
+    assert r.status == "failed"
+    assert "step 'nap' failed after 1 attempt(s): RouteError" in r.error
+    run = engine.store.get_run(r.run_id)
+    assert (run.status, run.lease_owner) == ("failed", None)
+    cp = engine.store.latest(r.run_id)
+    assert cp.steps["nap"].started_at == wait.created_at
+    assert "event_since" not in cp.meta
+    assert engine.waits(r.run_id) == []

@@ -700,11 +700,13 @@ class RunDriver:
                 deadline_at=deadline,
             )
         key = step.key(self.state) if callable(step.key) else step.key
+        # an event wait that failed on what it received looks again from the same moment
+        since = float(self.meta.get("event_since", {}).get(step.id, now))
         return Wait(
             f"{self.run_id}:{step.id}:{n}",
             step.id,
             step.wait_kind,
-            now,
+            since if step.wait_kind == "event" else now,
             name=step.name,
             key=key,
             deadline_at=deadline,
@@ -734,6 +736,10 @@ class RunDriver:
             seq = dict(self.meta.get("wait_seq", {}))
             seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number new_wait gave it, + 1
             self.meta["wait_seq"] = seq
+            if step.id in self.meta.get("event_since", {}):
+                since = {k: v for k, v in self.meta.pop("event_since").items() if k != step.id}
+                if since:
+                    self.meta["event_since"] = since
             self.waits.append(wait)
             self.steps[step.id] = StepRecord(
                 step.id,
@@ -828,9 +834,14 @@ class RunDriver:
         event or a timer: an await step's answer is refused instead): the wait
         ends, what arrived stays unconsumed, and the step fails under its
         ``on_error`` policy (``exc`` is not retryable). Resuming the run
-        begins a new wait."""
+        begins a new wait, which receives the same signal (still queued) or
+        event (``meta["event_since"]``: it looks from the failed wait's
+        start); a timer starts over."""
         self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
         self.remember_resolved(wait.wait_id)
+        if wait.kind == "event":  # a broadcast stays published: the next wait sees it again
+            since = {**self.meta.get("event_since", {}), step.id: wait.created_at}
+            self.meta["event_since"] = since
         self.status = "running"  # after_failure decides: failed, paused or routed
         self.steps[step.id] = StepRecord(
             step.id, "in_progress", attempts=1, started_at=wait.created_at
