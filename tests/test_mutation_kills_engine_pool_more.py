@@ -15,6 +15,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+import apsw
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from desktop_app.errors import CheckpointNotFoundError
@@ -220,4 +221,27 @@ def test_a_state_instance_of_the_flows_model_is_stored_as_given(db_path):
     assert engine.store.latest(rid).state["tags"] == ["x", "checked"]
     from_dict = engine.start("stamped", {"tags": ["x"]})  # a mapping is validated once
     assert engine.store.latest(from_dict).state["tags"] == ["x", "checked"]
+    engine.store.close()
+
+
+# -- an engine that does not execute ------------------------------------------------
+
+
+def test_a_run_whose_release_fails_is_left_to_its_lease_by_a_non_executing_engine(db_path):
+    """``executes=False`` (a process that only submits and answers) hands each
+    run back at once after saving it. When the release itself fails (here a
+    trigger refuses it, as a failing disk would) the call still returns the
+    run as saved, and the lease it holds expires on its own."""
+    engine = engine_for(db_path, counting("c", Counter()), executes=False)
+    rid = engine.start("c", S(n=3))
+    other = apsw.Connection(str(db_path))
+    other.execute(
+        "CREATE TRIGGER refuse_release BEFORE UPDATE OF lease_owner ON runs "
+        "WHEN NEW.lease_owner IS NULL BEGIN SELECT RAISE(ABORT, 'release refused'); END"
+    )
+    other.close()
+    out = engine.resume(rid)
+    assert (out.run_id, out.status, out.state.n) == (rid, "running", 3)
+    run = engine.store.get_run(rid)
+    assert run.lease_owner == engine.owner and run.lease_expires_at is not None
     engine.store.close()
