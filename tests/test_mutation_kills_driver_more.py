@@ -10,12 +10,12 @@ Every run uses a real SQLite file and the injected clock.
 from __future__ import annotations
 
 import socket
-import sqlite3
 import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 from pydantic import BaseModel
 
@@ -272,12 +272,12 @@ def test_resuming_a_checkpoint_that_does_not_decode_names_run_and_revision(db_pa
     r = engine.run("d", S())
     assert r.status == "failed"
     store.close()
-    with sqlite3.connect(db_path) as conn:  # the file is closed: edit its latest row
-        conn.execute(
-            'UPDATE checkpoints SET state=\'{"set": {"n": "not a number"}}\', checksum=NULL '
-            "WHERE run_id=? AND revision=?",
-            (r.run_id, r.revision),
-        )
+    conn = apsw.Connection(str(db_path))  # the file is closed: edit its latest row
+    conn.execute(
+        'UPDATE checkpoints SET state=\'{"set": {"n": "not a number"}}\', checksum=NULL '
+        "WHERE run_id=? AND revision=?",
+        (r.run_id, r.revision),
+    )
     conn.close()
     store = open_store(db_path)
     try:
@@ -429,3 +429,27 @@ def test_two_engines_taking_over_a_dead_owners_run_at_once(db_path: Path):
     finally:
         for s in stores.values():
             s.close()
+
+
+def test_a_stopped_run_whose_release_fails_still_returns_as_saved(env, db_path):
+    """A run stopped before its next step (the engine shuts down) is handed
+    back on the way out; when that release fails (a trigger refuses it, as a
+    failing disk would) the drive still returns the run as saved, and its
+    lease expires on its own."""
+
+    def first(s: S) -> dict:
+        env.engine.shutdown_event.set()  # stop before the next step
+        return {"n": 1}
+
+    env.engine.register(FlowBuilder("stop", S).step("a", first).step("b", add(1)).chain().compile())
+    other = apsw.Connection(str(db_path))
+    other.execute(
+        "CREATE TRIGGER refuse_release BEFORE UPDATE OF lease_owner ON runs "
+        "WHEN NEW.lease_owner IS NULL BEGIN SELECT RAISE(ABORT, 'release refused'); END"
+    )
+    other.close()
+    r = env.engine.run("stop", S())
+    assert (r.status, r.state.n) == ("running", 1)
+    run = env.store.get_run(r.run_id)
+    assert run.lease_owner == env.engine.owner and run.lease_expires_at is not None
+    assert env.store.latest(r.run_id).frontier == ("b",)
