@@ -274,6 +274,14 @@ class WaitError(FlowError):
     """An answer or signal does not fit the run's pending waits."""
 
 
+class WaitKeyError(WaitError):
+    """A signal wait's key function returned something that is not a
+    non-empty string, so no signal could ever reach the wait. Not retried
+    (``retryable = False``): the step fails under its ``on_error`` policy."""
+
+    retryable = False
+
+
 class WaitPayloadError(WaitError):
     """A signal's or event's payload does not fit the wait step's ``into``
     field. Not retried (``retryable = False``): the step fails under its

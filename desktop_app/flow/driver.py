@@ -46,6 +46,7 @@ from desktop_app.errors import (
     StepFailedError,
     StepTimeoutError,
     StoreError,
+    WaitKeyError,
     WaitPayloadError,
 )
 from desktop_app.flow.context import (
@@ -700,6 +701,11 @@ class RunDriver:
                 deadline_at=deadline,
             )
         key = step.key(self.state) if callable(step.key) else step.key
+        if step.wait_kind == "signal" and not (isinstance(key, str) and key):
+            raise WaitKeyError(
+                f"run {self.run_id}: the signal key of wait step {step.id!r} is {key!r}; "
+                "it must be a non-empty string (fix the flow's key function)"
+            )
         # an event wait that failed on what it received looks again from the same moment
         since = float(self.meta.get("event_since", {}).get(step.id, now))
         return Wait(
