@@ -116,6 +116,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_step_revisits.py",
         "tests/test_wait_begin_failures.py",
         "tests/test_route_failures.py",
+        "tests/test_mutation_kills_driver_resolution.py",
+        "tests/test_mutation_kills_driver_visits.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
@@ -176,6 +178,7 @@ TESTS_FOR: dict[str, list[str]] = {
     # multi-process ones drive it only inside pg_worker.py subprocesses
     "desktop_app/flow/worker.py": [
         "tests/test_worker_inprocess.py",
+        "tests/test_mutation_kills_worker.py",
         "tests/test_postgres_workers.py",
     ],
     "desktop_app/store/codec.py": [*_STORE, "tests/test_mutation_kills_codec.py"],
