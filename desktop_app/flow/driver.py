@@ -823,8 +823,7 @@ class RunDriver:
             self.fail_resolution(step, wait, exc, t0)
             return
         self.state = new
-        self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
-        self.remember_resolved(wait.wait_id)
+        self.end_wait(wait.wait_id)
         self.meta.pop("await", None)
         self.status = "running"
         self.steps[step.id] = StepRecord(
@@ -843,8 +842,7 @@ class RunDriver:
         begins a new wait, which receives the same signal (still queued) or
         event (``meta["event_since"]``: it looks from the failed wait's
         start); a timer starts over."""
-        self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
-        self.remember_resolved(wait.wait_id)
+        self.end_wait(wait.wait_id)
         if wait.kind == "event":  # a broadcast stays published: the next wait sees it again
             since = {**self.meta.get("event_since", {}), step.id: wait.created_at}
             self.meta["event_since"] = since
@@ -858,8 +856,7 @@ class RunDriver:
         """The wait's stored deadline passed: take its timeout outcome."""
         now = self.clock.now()
         message = f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
-        self.waits = [w for w in self.waits if w.wait_id != wait.wait_id]
-        self.remember_resolved(wait.wait_id)
+        self.end_wait(wait.wait_id)
         self.meta.pop("await", None)
         if step.on_timeout is not None:
             self.steps[step.id] = StepRecord(
@@ -974,8 +971,7 @@ class RunDriver:
             conts = dict(self.meta.get("continuations", {}))
             conts[wait.step_id] = wait.continuation
             self.meta["continuations"] = conts
-        self.waits = [w for w in self.waits if w.wait_id != wait_id]
-        self.remember_resolved(wait_id)
+        self.end_wait(wait_id)
         head = self.frontier[0]
         rec = self.steps[head]
         self.steps[head] = StepRecord(
@@ -987,6 +983,12 @@ class RunDriver:
         )
         self.status = "running"
         self.save(head)
+
+    def end_wait(self, wait_id: str) -> None:
+        """The wait is over (answered, delivered, timed out or failed): drop it
+        and remember its id, so a second answer to it is refused."""
+        self.waits = [w for w in self.waits if w.wait_id != wait_id]
+        self.remember_resolved(wait_id)
 
     def remember_resolved(self, wait_id: str) -> None:
         resolved = [w for w in self.meta.get("resolved", []) if w != wait_id][-199:]
