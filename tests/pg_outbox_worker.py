@@ -1,16 +1,18 @@
-"""An outbox dispatcher process on a simulated machine, claiming intents
-from PostgreSQL with ``claim_intents_for_worker`` (SKIP LOCKED, database-clock expiry).
+"""An outbox dispatcher process on a simulated machine: the product's
+:class:`~desktop_app.flow.outbox.Dispatcher` over the PostgreSQL store (claims
+with ``FOR UPDATE SKIP LOCKED``, claim expiry by the database clock).
 
 Usage: python tests/pg_outbox_worker.py URL HOST DEST_URL --expect N [--kill-after-sends K]
 
-Delivers until the database holds N delivered intents. An intent returned
-with status ``sending`` (its claim expired: a dispatcher died mid-send) is
-reconciled first: ``lookup`` its idempotency key at the destination, and
-only send it when the destination does not have it. Prints flushed lines:
+Its owner is ``HOST:pid:nonce``, so a peer with another HOST never presumes
+it dead: its claims must expire first. Delivers until the database holds N
+delivered intents. Prints flushed lines, each with the database time:
 
-    claimed KEY WAS DBTIME
-    sent KEY
+    sent KEY DBTIME
     reconciled KEY found|missing DBTIME
+
+``--kill-after-sends K`` SIGKILLs the process right after the destination
+accepted the K-th send, before the acknowledgement is saved.
 """
 
 from __future__ import annotations
@@ -25,13 +27,42 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from desktop_app.store.postgres import open_postgres_store
+from desktop_app.flow.outbox import Dispatcher
+from desktop_app.store.postgres import PostgresCheckpointStore, open_postgres_store
 from tests.outbox_worker import HttpDestination
 
 
 def say(*parts: object) -> None:
     sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
     sys.stdout.flush()
+
+
+class Reporting:
+    """The HTTP destination, printing each send and lookup with the database time."""
+
+    def __init__(self, store: PostgresCheckpointStore, dest: str, kill_after: int) -> None:
+        self.store = store
+        self.http = HttpDestination(dest, kill_after_send=False)
+        self.kill_after = kill_after
+        self.sends = 0
+
+    def _db_now(self) -> str:
+        return f"{self.store.server_time()[0]:.6f}"
+
+    def send(self, key: str, payload: object) -> object:
+        at = self._db_now()
+        receipt = self.http.send(key, payload)
+        self.sends += 1
+        say("sent", key, at)
+        if self.sends == self.kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)  # accepted, ack not saved
+        return receipt
+
+    def lookup(self, key: str) -> object | None:
+        at = self._db_now()
+        receipt = self.http.lookup(key)
+        say("reconciled", key, "found" if receipt else "missing", at)
+        return receipt
 
 
 def main() -> int:
@@ -43,38 +74,21 @@ def main() -> int:
     ap.add_argument("--kill-after-sends", type=int, default=0)
     ap.add_argument("--ttl", type=float, default=3.0)
     args = ap.parse_args()
-    owner = f"{args.host}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     store = open_postgres_store(args.url)
-    dest = HttpDestination(args.dest, kill_after_send=False)
-    sends = 0
+    dest = Reporting(store, args.dest, args.kill_after_sends)
+    dispatcher = Dispatcher(
+        store,
+        {"payments": dest},
+        owner=f"{args.host}:{os.getpid()}:{uuid.uuid4().hex[:6]}",
+        claim_ttl_s=args.ttl,
+    )
     deadline = time.monotonic() + 120
     while len(store.intents(["delivered"], limit=10_000)) < args.expect:
         if time.monotonic() > deadline:
             say("gave-up")
             return 1
-        batch = store.claim_intents_for_worker(owner, args.ttl, 5)
-        if not batch:
+        if dispatcher.dispatch(5) == 0:
             time.sleep(0.1)  # poll: nothing claimable right now
-            continue
-        now = store.server_time()[0]
-        for intent in batch:
-            say("claimed", intent.intent_id, intent.status, f"{now:.6f}")
-        for intent in batch:
-            now = store.server_time()[0]
-            if intent.status == "sending":
-                receipt = dest.lookup(intent.intent_id)
-                say("reconciled", intent.intent_id, "found" if receipt else "missing",
-                    f"{now:.6f}")  # fmt: skip
-                if receipt is not None:
-                    store.mark_intent(intent.intent_id, "delivered", now, receipt=receipt)
-                    continue
-            receipt = dest.send(intent.intent_id, intent.payload)
-            sends += 1
-            say("sent", intent.intent_id)
-            if sends == args.kill_after_sends:
-                os.kill(os.getpid(), signal.SIGKILL)  # accepted, ack not saved
-            store.mark_intent(intent.intent_id, "delivered", store.server_time()[0],
-                              receipt=receipt)  # fmt: skip
     say("all-delivered")
     store.close()
     return 0

@@ -212,6 +212,8 @@ TESTS_FOR: dict[str, list[str]] = {
         # claim_for_worker is reached in-process only here
         "tests/test_worker_inprocess.py",
         "tests/test_mutation_kills_worker.py",
+        # apply/status/verify of the schema
+        "tests/test_postgres_schema.py",
     ],
     "desktop_app/store/sqlite.py": [
         *_STORE,

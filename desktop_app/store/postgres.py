@@ -729,39 +729,6 @@ class PostgresCheckpointStore:
         runs = sorted((run_from_row(r) for r in rows), key=lambda r: (r.created_at, r.run_id))
         return runs
 
-    def claim_intents_for_worker(self, owner: str, ttl_s: float, limit: int) -> list[Intent]:
-        """Claim up to ``limit`` outbox intents for ``owner`` for ``ttl_s``
-        seconds of database time, oldest first, with ``FOR UPDATE SKIP LOCKED``.
-
-        Claimable: ``pending`` intents, and ``sending`` ones whose claim
-        expired by ``flowdesk_now()`` (their dispatcher died mid-send). A
-        claimed intent is stored as ``sending`` with ``attempts + 1``; the
-        returned :class:`Intent` carries the status it had *before* the
-        claim, so ``status == "sending"`` tells the caller to reconcile
-        (``lookup`` the idempotency key) before sending again. An intent a
-        live peer is sending is never returned. Raises StoreError."""
-        if limit <= 0:
-            return []
-        sql = (
-            "WITH picked AS (SELECT o.intent_id, o.status AS was FROM outbox o"
-            " JOIN runs r ON r.run_id=o.run_id WHERE r.scope=%(scope)s"
-            " AND (o.status='pending' OR (o.status='sending'"
-            "  AND (o.claim_expires_at IS NULL OR o.claim_expires_at<=flowdesk_now())))"
-            " ORDER BY o.created_at, o.intent_id LIMIT %(limit)s FOR UPDATE OF o SKIP LOCKED)"
-            " UPDATE outbox SET status='sending', attempts=outbox.attempts+1,"
-            " claimed_by=%(owner)s, sent_at=now(),"
-            " claim_expires_at=flowdesk_now() + %(ttl)s * interval '1 second'"
-            " FROM picked WHERE outbox.intent_id=picked.intent_id"
-            " RETURNING outbox.intent_id, outbox.run_id, outbox.step_id, outbox.destination,"
-            " outbox.payload, picked.was, outbox.attempts, outbox.receipt, outbox.last_error,"
-            " outbox.created_at"
-        )
-        params = {"scope": self.scope, "owner": owner, "ttl": max(0.0, float(ttl_s)),
-                  "limit": int(limit)}  # fmt: skip
-        rows: list[Any] = self._tx(lambda conn: conn.execute(sql, params).fetchall())
-        rows.sort(key=lambda r: (r[9], r[0]))
-        return [intent_from_row(r) for r in rows]
-
     def listener(
         self,
         channels: Sequence[str] = (WAKE,),
