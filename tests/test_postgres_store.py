@@ -40,16 +40,24 @@ def _open(url: str, **kw: Any):
     return open_postgres_store(url, **kw)
 
 
-@pytest.fixture
-def proxied(pg_url: str) -> Iterator[tuple[Any, CommitDropProxy]]:
+def proxy_url(pg_url: str, proxy: CommitDropProxy) -> str:
     parts = urlsplit(pg_url)
-    proxy = CommitDropProxy(int(parts.port or 5432))
     netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
-    url = urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-    store = _open(url, max_connections=2)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[CommitDropProxy]:
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def proxied(pg_url: str, proxy: CommitDropProxy) -> Iterator[tuple[Any, CommitDropProxy]]:
+    store = _open(proxy_url(pg_url, proxy), max_connections=2)
     yield store, proxy
     store.close()
-    proxy.close()
 
 
 @pytest.mark.scenario("S70")
@@ -77,6 +85,63 @@ def test_commit_never_reached_the_server_is_retried_once(proxied, pg_store):
     assert proxy.fired == ["before_commit"]
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
     assert pg_store.latest("r1").state == {"x": 1}
+
+
+@pytest.mark.scenario("S70")
+def test_commit_the_server_still_holds_open_is_ended_then_retried(proxied, pg_store):
+    """The client's connection is gone but its backend has not noticed: the
+    transaction is ``in progress``. The store ends that backend, sees the
+    transaction aborted, and runs the append again: exactly one revision 1."""
+    store, proxy = proxied
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    proxy.arm("hold")
+    store.append(cp("r1", 1, {"x": 1}))
+    assert proxy.fired == ["hold"]
+    assert proxy.held_ended.wait(10), "the held backend was never ended"
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    assert pg_store.latest("r1").state == {"x": 1}
+    store.append(cp("r1", 2, {"x": 2}))
+    assert pg_store.latest("r1").revision == 2
+
+
+@pytest.mark.scenario("S70")
+def test_commit_whose_outcome_cannot_be_asked_is_an_error_naming_the_xid(proxy, pg_url, pg_store):
+    """COMMIT landed, then the server became unreachable: the store does not
+    guess. StoreError names the transaction to look up; the run holds what
+    the server committed, once."""
+    from psycopg_pool import ConnectionPool
+
+    from desktop_app.store.postgres import PostgresCheckpointStore
+
+    # a pool that gives up on a refused connection after 1 s, not the default 30 s
+    pool: ConnectionPool[Any] = ConnectionPool(
+        proxy_url(pg_url, proxy),
+        min_size=1,
+        max_size=2,
+        timeout=1.0,
+        kwargs={"autocommit": False, "options": "-c search_path=flowdesk"},
+        open=False,
+    )
+    pool.open(wait=True)
+    store = PostgresCheckpointStore(pool)
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    proxy.arm("after_commit_unreachable")
+    try:
+        with pytest.raises(StoreError) as caught:
+            store.append(cp("r1", 1, {"x": 1}))
+    finally:
+        store.close()
+    message = str(caught.value)
+    assert proxy.fired == ["after_commit_unreachable"]
+    assert "dropped during COMMIT and the server cannot be asked whether transaction" in message
+    xid = message.split("whether transaction ")[1].split(" landed")[0]
+    assert f"`SELECT pg_xact_status('{xid}')`" in message
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        (state,) = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+    assert state == "committed"
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
 
 
 @pytest.mark.scenario("S7")
