@@ -100,6 +100,9 @@ def test_commit_the_server_still_holds_open_is_ended_then_retried(proxied, pg_st
     assert proxy.held_ended.wait(10), "the held backend was never ended"
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
     assert pg_store.latest("r1").state == {"x": 1}
+    # the connection that asked went back to the pool transactional, as it came
+    with store.pool.connection() as a, store.pool.connection() as b:
+        assert (a.autocommit, b.autocommit) == (False, False)
     store.append(cp("r1", 2, {"x": 2}))
     assert pg_store.latest("r1").revision == 2
 
