@@ -98,3 +98,46 @@ def test_status_lists_every_file_pending_then_applied(empty_url):
     assert [s.key for s in after] == keys
     assert {s.state for s in after} == {"applied"}
     assert all(isinstance(s.applied_at, float) for s in after)
+
+
+def test_each_write_notifies_its_channel_with_scope_and_run(pg_url):
+    """The payloads ``postgres_notify`` documents: ``scope:run_id`` for a
+    run's change, ``scope:*`` for a signal or event (any run may want it)."""
+    import psycopg
+
+    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres_notify import CHANGES, WAKE
+    from desktop_app.store.protocol import Checkpoint, RunRecord
+
+    heard = psycopg.connect(pg_url, autocommit=True)
+    heard.execute(f"LISTEN {WAKE}")
+    heard.execute(f"LISTEN {CHANGES}")
+    store = open_postgres_store(pg_url, scope="team")
+
+    def expect(channel: str, payload: str) -> None:
+        got = []
+        for n in heard.notifies(timeout=10):
+            got.append((n.channel, n.payload))
+            if (n.channel, n.payload) == (channel, payload):
+                return
+        raise AssertionError(f"no {channel} {payload!r}; heard {got}")
+
+    def cp(rev: int, status: Any) -> Checkpoint:
+        return Checkpoint("r1", rev, status, {}, {}, ("a",), 1000.0 + rev)
+
+    try:
+        store.create_run(RunRecord("r1", "f", "v1", "running", 0, 1000.0, 1000.0), cp(0, "running"))
+        expect(WAKE, "team:r1")
+        store.append(cp(1, "waiting"))  # a status the runs list shows
+        expect(CHANGES, "team:r1")
+        store.update_latest("r1", lambda c: c.evolve(revision=2, status="canceled"))
+        expect(WAKE, "team:r1")
+        store.release("r1", "nobody")
+        expect(WAKE, "team:r1")
+        store.send_signal("go", "k", {}, 1000.0)
+        expect(WAKE, "team:*")
+        store.publish_event("done", {}, 1000.0)
+        expect(WAKE, "team:*")
+    finally:
+        store.close()
+        heard.close()

@@ -214,6 +214,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_worker.py",
         # apply/status/verify of the schema
         "tests/test_postgres_schema.py",
+        "tests/test_postgres_app_push.py",
+        "tests/test_mutation_kills_postgres.py",
     ],
     "desktop_app/store/sqlite.py": [
         *_STORE,

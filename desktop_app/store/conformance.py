@@ -470,8 +470,49 @@ def prune_keeps_the_newest(h: Harness) -> None:
     s.append(_cp(rid, 8, {"v": 8}))
     _eq(dict(s.latest(rid).state), {"v": 8}, "appending after a prune")
     _eq(s.prune(rid, 10), 0, "nothing to prune")
+    _eq(s.prune(rid, 1), 3, "keep_last_n=1 deletes all but the latest")
+    _eq([c.revision for c in s.history(rid)], [8], "kept with keep_last_n=1")
+    _eq(dict(s.latest(rid).state), {"v": 8}, "latest intact after keep_last_n=1")
+    _eq(s.prune(rid, 1), 0, "a run of one checkpoint has nothing to prune")
     with _raises(ValueError, "keep_last_n=0"):
         s.prune(rid, 0)
+
+
+@_check(
+    "RunLog.get_run",
+    "RunLog.latest",
+    "RunLog.get_checkpoint",
+    "RunLog.history",
+    "RunLog.history_page",
+    "RunLog.append",
+    "RunLog.update_latest",
+    "RunLog.delete_run",
+    "RunLog.prune",
+    "Leases.claim",
+)
+def an_unknown_run_is_named(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    want = f"no run {rid} in scope {s.scope!r}"
+    calls: dict[str, Callable[[], object]] = {
+        "get_run": lambda: s.get_run(rid),
+        "latest": lambda: s.latest(rid),
+        "get_checkpoint": lambda: s.get_checkpoint(rid, 0),
+        "history": lambda: s.history(rid),
+        "history_page": lambda: s.history_page(rid, limit=10),
+        "append": lambda: s.append(_cp(rid, 1)),
+        "update_latest": lambda: s.update_latest(rid, lambda cp: cp.evolve(revision=1)),
+        "delete_run": lambda: s.delete_run(rid),
+        "prune": lambda: s.prune(rid, 1),
+        "claim": lambda: s.claim(rid, Lease("a", 1030.0, 1000.0, ttl_s=30.0), 1000.0),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+        except CheckpointNotFoundError as exc:
+            _eq(str(exc), want, f"{name} of an unknown run")
+        else:
+            raise ConformanceError(f"{name} of an unknown run: nothing was raised")
 
 
 # -- Leases ----------------------------------------------------------------------
@@ -633,6 +674,7 @@ def events_are_broadcast(h: Harness) -> None:
     _ok(e2 != e1, "distinct ids")
     got = s.first_event(kind, 50.0)
     _ok(got is not None and got.event_id == e1 and got.payload == {"n": 1}, "first since 50")
+    _ok(got is not None and got.type == kind and got.published_at == 100.0, "its type and time")
     got = s.first_event(kind, 150.0)
     _ok(got is not None and got.event_id == e2, "first since 150")
     _eq(s.first_event(kind, 250.0), None, "none since 250")

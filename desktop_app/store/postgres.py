@@ -284,6 +284,9 @@ class PostgresCheckpointStore:
 
     # -- helpers -------------------------------------------------------------
 
+    def _no_run(self, run_id: str) -> CheckpointNotFoundError:
+        return CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+
     def _remember(self, cp: Checkpoint) -> None:
         with self._cache_lock:
             self._last[cp.run_id] = cp
@@ -467,7 +470,7 @@ class PostgresCheckpointStore:
                 (cp.run_id, self.scope),
             ).fetchone()
             if row is None:
-                raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+                raise self._no_run(cp.run_id)
             if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
                 raise LeaseLostError(
                     f"run {cp.run_id} was taken over by {row[1]} after this process's "
@@ -516,7 +519,7 @@ class PostgresCheckpointStore:
                 (run_id, self.scope),
             ).fetchone()
             if row is None:
-                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+                raise self._no_run(run_id)
             latest = self._load(conn, run_id, int(row[0]))
             cp = change(latest)
             self._append(conn, cp, latest, (), None, (), ())
@@ -539,7 +542,7 @@ class PostgresCheckpointStore:
 
         claimed, run = self._tx(body)
         if run is None:
-            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            raise self._no_run(run_id)
         if not claimed:
             raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
         return run
@@ -636,7 +639,7 @@ class PostgresCheckpointStore:
             ).rowcount
 
         if self._tx(body) != 1:
-            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            raise self._no_run(run_id)
         self._forget(run_id)
 
     def prune(self, run_id: str, keep_last_n: int) -> int:
@@ -651,7 +654,7 @@ class PostgresCheckpointStore:
                 (run_id, self.scope),
             ).fetchone()
             if row is None:
-                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+                raise self._no_run(run_id)
             oldest_kept = int(row[0]) - keep_last_n + 1
             first = conn.execute(
                 "SELECT min(revision) FROM checkpoints WHERE run_id=%s", (run_id,)
@@ -810,7 +813,7 @@ class PostgresCheckpointStore:
     def get_run(self, run_id: str) -> RunRecord:
         run = self._read(lambda conn: self._get_run(conn, run_id))
         if run is None:
-            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            raise self._no_run(run_id)
         return run
 
     def list_runs(
@@ -871,7 +874,7 @@ class PostgresCheckpointStore:
 
         rows = self._read(body)
         if rows is None:
-            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            raise self._no_run(run_id)
         return checkpoint_infos(run_id, rows)
 
     def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
@@ -886,14 +889,14 @@ class PostgresCheckpointStore:
 
         rows = self._read(body)
         if rows is None:
-            raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+            raise self._no_run(run_id)
         return checkpoint_infos(run_id, rows)
 
     def latest(self, run_id: str) -> Checkpoint:
         def body(conn: Conn) -> Checkpoint:
             run = self._get_run(conn, run_id)
             if run is None:
-                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+                raise self._no_run(run_id)
             cached = self._cached(run_id)
             if cached is not None and cached.revision == run.revision:
                 return cached
@@ -906,7 +909,7 @@ class PostgresCheckpointStore:
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         def body(conn: Conn) -> Checkpoint:
             if self._get_run(conn, run_id) is None:
-                raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
+                raise self._no_run(run_id)
             return self._load(conn, run_id, revision)
 
         return self._read(body)
