@@ -46,6 +46,10 @@ class CommitDropProxy:
         with self._lock:
             self._armed = mode
 
+    def refuse(self) -> None:
+        """Refuse every new connection from now on (open ones carry on)."""
+        self._refusing = True
+
     def _take(self) -> Mode | None:
         with self._lock:
             mode, self._armed = self._armed, None

@@ -141,3 +141,59 @@ def test_each_write_notifies_its_channel_with_scope_and_run(pg_url):
     finally:
         store.close()
         heard.close()
+
+
+def test_watching_changes_without_a_listening_session_is_a_store_error(pg_url):
+    from desktop_app.errors import StoreError
+    from desktop_app.store.postgres import open_postgres_store
+    from tests.pg_proxy import CommitDropProxy
+
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    parts = urlsplit(pg_url)
+    url = urlunsplit((parts.scheme, f"{parts.username}:hunter2@127.0.0.1:{proxy.port}",
+                      parts.path, "", ""))  # fmt: skip
+    store = open_postgres_store(url)
+    try:
+        proxy.refuse()  # the pool's connections carry on; a new session cannot start
+        with pytest.raises(StoreError) as caught:
+            store.watch_changes(lambda: None)
+        message = str(caught.value)
+        assert message.startswith(
+            f"cannot listen for changes on postgresql://{parts.username}:***@"
+        )
+        assert "hunter2" not in message
+    finally:
+        store.close()
+        proxy.close()
+
+
+def test_a_failing_change_callback_is_logged_and_the_watcher_carries_on(pg_url, caplog):
+    import threading
+
+    from desktop_app.store.postgres import open_postgres_store
+
+    watching = open_postgres_store(pg_url)
+    writer = open_postgres_store(pg_url)
+    first, second = threading.Event(), threading.Event()
+
+    def on_change() -> None:
+        if not first.is_set():
+            first.set()
+            raise RuntimeError("the app's refresh failed")
+        second.set()
+
+    before = set(threading.enumerate())
+    stop = watching.watch_changes(on_change)
+    (watcher,) = [t for t in set(threading.enumerate()) - before if t.name == "flowdesk-watch"]
+    try:
+        writer.publish_event("one", {}, 1000.0)
+        assert first.wait(30), "no change pushed"
+        writer.publish_event("two", {}, 1000.0)
+        assert second.wait(30), "the watcher stopped after the callback failed"
+        assert "flowdesk: change callback failed" in caplog.text
+        assert "the app's refresh failed" in caplog.text
+    finally:
+        stop()
+        watching.close()
+        writer.close()
+    assert not watcher.is_alive()
