@@ -217,6 +217,26 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_postgres_app_push.py",
         "tests/test_mutation_kills_postgres.py",
     ],
+    "desktop_app/store/postgres_sql.py": [
+        "tests/test_mutation_kills_postgres_sql.py",
+        "tests/contract/",
+        "tests/test_postgres_store.py",
+        "tests/test_mutation_kills_postgres.py",
+        "tests/test_postgres_schema.py",
+    ],
+    "desktop_app/store/postgres_notify.py": [
+        "tests/test_postgres_app_push.py",
+        "tests/test_mutation_kills_postgres.py",
+        "tests/test_worker_inprocess.py",
+        "tests/test_mutation_kills_worker.py",
+        "tests/contract/",
+    ],
+    "desktop_app/store/postgres_agent_runs.py": [
+        "tests/contract/",
+        "tests/test_postgres_agent_runs.py",
+    ],
+    "desktop_app/store/postgres_copy.py": ["tests/test_postgres_copy.py"],
+    "desktop_app/store/postgres_doctor.py": ["tests/test_postgres_surface.py"],
     "desktop_app/store/sqlite.py": [
         *_STORE,
         "tests/test_outbox.py",
