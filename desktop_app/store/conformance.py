@@ -749,6 +749,23 @@ def intents_commit_with_their_checkpoint(h: Harness) -> None:
     _eq(s.intents(["pending", "sending"], limit=1), [], "nothing left to send")
 
 
+@_check("Outbox.mark_intent")
+def mark_intent_with_expect_moves_only_from_that_status(h: Harness) -> None:
+    s = h.store()
+    rid, keys = _with_intents(s, 1)
+    (key,) = keys
+    _eq(s.mark_intent(key, "sending", 5.0, expect="sending"), False, "expecting the wrong status")
+    (still,) = [i for i in s.intents(["pending"]) if i.run_id == rid]
+    _eq((still.status, still.attempts), ("pending", 0), "the refused move changed nothing")
+    _eq(s.mark_intent(key, "sending", 5.0, expect="pending"), True, "the first dispatcher")
+    _eq(s.mark_intent(key, "sending", 5.0, expect="pending"), False, "the second, too late")
+    (sent,) = [i for i in s.intents(["sending"]) if i.run_id == rid]
+    _eq(sent.attempts, 1, "one send counted")
+    _eq(s.mark_intent(key, "delivered", 6.0, receipt={"ok": 1}, expect="sending"), True, "acked")
+    _eq(s.mark_intent(key, "pending", 7.0, expect="sending"), False, "no move after delivery")
+    _eq(s.mark_intent(_id(), "delivered", 7.0), False, "an unknown intent does not move")
+
+
 @_check("Outbox.claim_intents", "Outbox.mark_intent")
 def claimed_intents_are_not_handed_to_a_peer(h: Harness) -> None:
     s, clock, db = _clocked(h)

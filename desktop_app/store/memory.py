@@ -560,8 +560,8 @@ class InMemoryCheckpointStore:
         expect: str | None = None,
     ) -> bool:
         with self._lock:
-            intent = self._space.outbox[intent_id]
-            if expect is not None and intent.status != expect:
+            intent = self._space.outbox.get(intent_id)
+            if intent is None or (expect is not None and intent.status != expect):
                 return False
             if status == "sending":
                 intent = replace(intent, status="sending", attempts=intent.attempts + 1)
