@@ -474,8 +474,29 @@ def prune_keeps_the_newest(h: Harness) -> None:
     _eq([c.revision for c in s.history(rid)], [8], "kept with keep_last_n=1")
     _eq(dict(s.latest(rid).state), {"v": 8}, "latest intact after keep_last_n=1")
     _eq(s.prune(rid, 1), 0, "a run of one checkpoint has nothing to prune")
-    with _raises(ValueError, "keep_last_n=0"):
+    try:
         s.prune(rid, 0)
+    except ValueError as exc:
+        _eq(
+            str(exc),
+            "keep_last_n must be at least 1: the latest checkpoint is never pruned",
+            "keep_last_n=0",
+        )
+    else:
+        raise ConformanceError("keep_last_n=0: expected ValueError, nothing was raised")
+
+
+@_check("RunLog.delete_run", "RunLog.create_run", "RunLog.latest", "RunLog.append")
+def a_run_deleted_and_created_again_elsewhere_is_read_fresh(h: Harness) -> None:
+    here, there = h.store(), h.store()
+    rid = _id()
+    here.create_run(_run(rid), _cp(rid, 0, {"v": "old"}))
+    _eq(dict(here.latest(rid).state), {"v": "old"}, "the first run")
+    here.delete_run(rid)
+    there.create_run(_run(rid), _cp(rid, 0, {"v": "new"}))
+    _eq(dict(here.latest(rid).state), {"v": "new"}, "the run created again, read here")
+    here.append(_cp(rid, 1, {"v": "next"}))
+    _eq(dict(there.latest(rid).state), {"v": "next"}, "appending here after that")
 
 
 @_check(
@@ -726,6 +747,18 @@ def _with_intents(s: CheckpointStore, n: int) -> tuple[str, list[str]]:
     intents = [Intent(k, rid, "send", "dest", {"i": i}) for i, k in enumerate(keys)]
     s.append(_cp(rid, 1), intents=intents)
     return rid, keys
+
+
+@_check("Outbox.intents", "Mailbox.due_waits")
+def listing_intents_and_due_waits_is_paged_by_default(h: Harness) -> None:
+    s = h.store()
+    rid, _ = _with_intents(s, 101)
+    _eq(len(s.intents(["pending"])), 100, "intents by default")
+    _eq(len(s.intents(["pending"], limit=101)), 101, "intents with limit=101")
+    waits = tuple(Wait(f"{rid}:t:{i}", "t", "timer", 10.0, deadline_at=50.0) for i in range(1001))
+    s.append(_cp(rid, 2, status="waiting", waits=waits))
+    _eq(len(s.due_waits(60.0)), 1000, "due waits by default")
+    _eq(len(s.due_waits(60.0, limit=1001)), 1001, "due waits with limit=1001")
 
 
 @_check("Outbox.intents", "Outbox.mark_intent", "RunLog.append")
