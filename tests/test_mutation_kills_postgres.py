@@ -197,3 +197,65 @@ def test_a_failing_change_callback_is_logged_and_the_watcher_carries_on(pg_url, 
         watching.close()
         writer.close()
     assert not watcher.is_alive()
+
+
+def _rec(run_id: str, t: float = 1000.0) -> Any:
+    from desktop_app.store.protocol import RunRecord
+
+    return RunRecord(run_id, "f", "v1", "running", 0, t, t)
+
+
+def _cp(run_id: str, rev: int, status: Any = "running", **kw: Any) -> Any:
+    from desktop_app.store.protocol import Checkpoint
+
+    return Checkpoint(run_id, rev, status, {}, {}, ("a",), 1000.0 + rev, **kw)
+
+
+def test_claim_measures_the_lease_from_the_callers_now(pg_store):
+    """``claim(run, lease, now)``: the lease lasts ``expires_at - now`` seconds
+    of database time (the caller's clock only measures the length)."""
+    from desktop_app.store.protocol import Lease
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    before = pg_store.now()
+    got = pg_store.claim("r1", Lease("a", 1030.0, 1000.0), 1010.0)
+    after = pg_store.now()
+    assert got.lease_expires_at is not None
+    assert before + 20.0 <= got.lease_expires_at <= after + 20.0
+
+
+def test_claim_runnable_on_the_database_clock(pg_store):
+    """Without ``now`` every lease decision uses ``flowdesk_now()``: the new
+    lease's expiry, an expired lease taken over, a passed deadline woken."""
+    from desktop_app.store.protocol import Lease, Wait
+
+    now = pg_store.now()
+    pg_store.create_run(_rec("fresh"), _cp("fresh", 0))
+    pg_store.create_run(_rec("stale"), _cp("stale", 0))
+    pg_store.claim("stale", Lease("dead", 1000.0, 1000.0), 1000.0)  # a lease of 0 s
+    pg_store.create_run(_rec("held"), _cp("held", 0))
+    pg_store.claim("held", Lease("live", 1600.0, 1000.0), 1000.0)  # ten minutes from now
+    pg_store.create_run(_rec("timer"), _cp("timer", 0))
+    due = Wait("timer:t:0", "t", "timer", 1000.0, deadline_at=now - 1.0)
+    pg_store.append(_cp("timer", 1, status="waiting", waits=(due,)))
+    pg_store.create_run(_rec("later"), _cp("later", 0))
+    not_yet = Wait("later:t:0", "t", "timer", 1000.0, deadline_at=now + 600.0)
+    pg_store.append(_cp("later", 1, status="waiting", waits=(not_yet,)))
+    got = pg_store.claim_runnable("me", 30.0)
+    after = pg_store.now()
+    assert sorted(r.run_id for r in got) == ["fresh", "stale", "timer"]
+    for run in got:
+        assert run.lease_owner == "me"
+        assert now + 30.0 <= run.lease_expires_at <= after + 30.0
+
+
+def test_claim_runnable_with_a_given_now_ignores_the_database_clock(pg_store):
+    """With ``now`` (an injected clock), a deadline passed only by the
+    database's clock is not due yet."""
+    from desktop_app.store.protocol import Wait
+
+    pg_store.create_run(_rec("timer"), _cp("timer", 0))
+    w = Wait("timer:t:0", "t", "timer", 1000.0, deadline_at=2000.0)
+    pg_store.append(_cp("timer", 1, status="waiting", waits=(w,)))
+    assert pg_store.claim_runnable("me", 30.0, now=1500.0) == []
+    assert [r.run_id for r in pg_store.claim_runnable("me", 30.0, now=2000.0)] == ["timer"]

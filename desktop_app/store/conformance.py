@@ -546,8 +546,13 @@ def lease_claim_fence_release(h: Harness) -> None:
     s.create_run(_run(rid), _cp(rid, 0))
     got = s.claim(rid, Lease("a", 1030.0, 1000.0, ttl_s=30.0), 1000.0)
     _eq(got.lease_owner, "a", "claimed")
-    with _raises(RunLeasedError, "claiming a live lease"):
+    try:
         s.claim(rid, Lease("b", 1040.0, 1010.0, ttl_s=30.0), 1010.0)
+    except RunLeasedError as exc:
+        _eq((exc.run_id, exc.owner), (rid, "a"), "the refusal names the run and its holder")
+        _eq(exc.expires_at, s.get_run(rid).lease_expires_at, "and when its lease runs out")
+    else:
+        raise ConformanceError("claiming a live lease: expected RunLeasedError, nothing raised")
     with _raises(LeaseLostError, "appending under someone else's live lease"):
         s.append(_cp(rid, 1), lease=Lease("b", 1040.0, 1010.0))
     s.release(rid, "b")
