@@ -631,6 +631,8 @@ def claim_runnable_hands_out_what_may_run(h: Harness) -> None:
     failed = s.claim_runnable("x", 60.0, 1, statuses=["failed"], wakeable=False)
     _eq([r.run_id for r in failed], [ids["failed"]], "statuses and limit")
     _eq(s.claim_runnable("x", 60.0, 0), [], "limit 0")
+    one = s.claim_runnable("me", 60.0, 1, presumed_dead=lambda o: o == "ghost", wakeable=False)
+    _eq([r.run_id for r in one], [ids["pending"]], "limit with presumed_dead: the oldest only")
 
 
 @_check("Leases.claim_runnable")
