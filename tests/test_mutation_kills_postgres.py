@@ -259,3 +259,38 @@ def test_claim_runnable_with_a_given_now_ignores_the_database_clock(pg_store):
     pg_store.append(_cp("timer", 1, status="waiting", waits=(w,)))
     assert pg_store.claim_runnable("me", 30.0, now=1500.0) == []
     assert [r.run_id for r in pg_store.claim_runnable("me", 30.0, now=2000.0)] == ["timer"]
+
+
+def test_claim_intents_on_the_database_clock(pg_url, pg_store):
+    """Without ``now``, an intent's claim runs ``ttl_s`` seconds of database
+    time: a 0 s claim is free again at once, a 60 s one is not."""
+    import psycopg
+
+    from desktop_app.store.protocol import Intent
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    keys = ["r1:send:0:0", "r1:send:0:1"]
+    pg_store.append(_cp("r1", 1), intents=[Intent(k, "r1", "send", "dest", {}) for k in keys])
+    before = pg_store.now()
+    assert [i.intent_id for i in pg_store.claim_intents("a", 60.0, 1)] == keys[:1]
+    assert [i.intent_id for i in pg_store.claim_intents("b", 0.0, 1)] == keys[1:]
+    after = pg_store.now()
+    with psycopg.connect(pg_url) as conn:
+        rows = dict(
+            conn.execute(
+                "SELECT claimed_by, extract(epoch from claim_expires_at)::float8 "
+                "FROM flowdesk.outbox ORDER BY intent_id"
+            ).fetchall()
+        )
+    assert before + 60.0 <= rows["a"] <= after + 60.0
+    assert before <= rows["b"] <= after
+    # b's claim of 0 s has expired by the database clock; a's has not
+    assert [i.intent_id for i in pg_store.claim_intents("c", 60.0, 10)] == keys[1:]
+
+
+def test_claim_for_worker_with_a_zero_ttl_leases_for_no_time(pg_store):
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    before = pg_store.now()
+    (got,) = pg_store.claim_for_worker("w", 0.0, 1)
+    assert before <= got.lease_expires_at <= pg_store.now()
+    assert [r.run_id for r in pg_store.claim_for_worker("v", 30.0, 1)] == ["r1"]

@@ -823,6 +823,11 @@ def claimed_intents_are_not_handed_to_a_peer(h: Harness) -> None:
         "the peer gets the rest",
     )
     _eq(s.claim_intents("d3", 60.0, 10, now=at()), [], "nothing while both claims live")
+    _eq(
+        [i.intent_id for i in s.claim_intents("d1", 60.0, 10, now=at())],
+        keys[:2],
+        "the holder may claim its own again",
+    )
     s.mark_intent(keys[0], "sending", clock.now())  # d1 sends keys[0] ... and dies
     s.mark_intent(keys[1], "pending", clock.now(), error="retry later")  # ends the claim
     got = s.claim_intents("d3", 60.0, 10, now=at())
