@@ -6,6 +6,7 @@ Every test runs on a real server (``tests/pg_support.py``)."""
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -162,6 +163,15 @@ def test_watching_changes_without_a_listening_session_is_a_store_error(pg_url):
             f"cannot listen for changes on postgresql://{parts.username}:***@"
         )
         assert "hunter2" not in message
+        # a store built on a pool directly has no URL to show
+        from desktop_app.store.postgres import PostgresCheckpointStore
+
+        bare = PostgresCheckpointStore(store.pool)
+        try:
+            with pytest.raises(StoreError, match=r"^cannot listen for changes on the server: "):
+                bare.watch_changes(lambda: None)
+        finally:
+            bare.notifier.close()  # the pool is store's, closed below
     finally:
         store.close()
         proxy.close()
@@ -175,8 +185,11 @@ def test_a_failing_change_callback_is_logged_and_the_watcher_carries_on(pg_url, 
     watching = open_postgres_store(pg_url)
     writer = open_postgres_store(pg_url)
     first, second = threading.Event(), threading.Event()
+    calls = 0
 
     def on_change() -> None:
+        nonlocal calls
+        calls += 1
         if not first.is_set():
             first.set()
             raise RuntimeError("the app's refresh failed")
@@ -192,6 +205,13 @@ def test_a_failing_change_callback_is_logged_and_the_watcher_carries_on(pg_url, 
         assert second.wait(30), "the watcher stopped after the callback failed"
         assert "flowdesk: change callback failed" in caplog.text
         assert "the app's refresh failed" in caplog.text
+        assert watcher.daemon  # an app that forgets to stop it can still exit
+        # Nothing written, nothing called: the watcher wakes every second to
+        # check for stop, which is not a change (a negative window; passing
+        # never depends on the machine's speed).
+        calls_before = calls
+        time.sleep(1.5)
+        assert calls == calls_before
     finally:
         stop()
         watching.close()
@@ -294,3 +314,21 @@ def test_claim_for_worker_with_a_zero_ttl_leases_for_no_time(pg_store):
     (got,) = pg_store.claim_for_worker("w", 0.0, 1)
     assert before <= got.lease_expires_at <= pg_store.now()
     assert [r.run_id for r in pg_store.claim_for_worker("v", 30.0, 1)] == ["r1"]
+
+
+def test_an_append_under_a_takeover_lease_runs_its_ttl_from_the_wall_clock(pg_store):
+    """A lease issued at ``math.inf`` (the engine taking over from an owner it
+    knows is dead) measures its length from ``time.time()``; one already
+    past is 0 s long."""
+    import math
+
+    from desktop_app.store.protocol import Lease
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    before = pg_store.now()
+    pg_store.append(_cp("r1", 1), lease=Lease("me", time.time() + 30.0, math.inf))
+    leased = pg_store.get_run("r1").lease_expires_at
+    assert before + 29.0 <= leased <= pg_store.now() + 30.0
+    before = pg_store.now()
+    pg_store.append(_cp("r1", 2), lease=Lease("me", time.time() - 5.0, math.inf))
+    assert before <= pg_store.get_run("r1").lease_expires_at <= pg_store.now()
