@@ -332,3 +332,28 @@ def test_an_append_under_a_takeover_lease_runs_its_ttl_from_the_wall_clock(pg_st
     before = pg_store.now()
     pg_store.append(_cp("r1", 2), lease=Lease("me", time.time() - 5.0, math.inf))
     assert before <= pg_store.get_run("r1").lease_expires_at <= pg_store.now()
+
+
+def test_server_time_is_the_database_clock_and_a_round_trip(pg_store):
+    t0 = time.time()
+    server, rtt = pg_store.server_time()
+    t1 = time.time()
+    assert 0.0 <= rtt <= t1 - t0
+    assert t0 - 1.0 <= server <= t1 + 1.0  # one machine: the two clocks agree
+
+
+def test_a_listener_session_is_named_in_pg_stat_activity(pg_url, pg_store):
+    import psycopg
+
+    from desktop_app.store.postgres_notify import WAKE
+
+    listener = pg_store.listener((WAKE,))
+    try:
+        with psycopg.connect(pg_url) as conn:
+            (name,) = conn.execute(
+                "SELECT application_name FROM pg_stat_activity WHERE pid=%s",
+                (listener.backend_pid,),
+            ).fetchone()
+        assert name == "flowdesk listener"
+    finally:
+        listener.close()

@@ -947,9 +947,22 @@ def query_is_read_only_and_write_is_atomic(h: Harness) -> None:
     rid = _id()
     s.create_run(_run(rid, flow="digest"), _cp(rid, 0))
     f = digest.DigestFile("x", "text", None, None, 1)
-    with _raises(StoreError, "a write inside query()"):
+    try:
         s.query(lambda tx: digest.record_file(rid, f)(tx))
+    except StoreError as exc:
+        _eq(
+            str(exc),
+            "a domain query tried to write; query() is read-only. Run writes through "
+            "store.write(op) (their own transaction) or as a step's ctx.write (with its "
+            "checkpoint).",
+            "a write inside query()",
+        )
+    else:
+        raise ConformanceError("a write inside query(): expected StoreError, nothing raised")
     _eq(s.query(digest.files_of_run(rid)), [], "the refused write left nothing")
+    seen = s.data_version()
+    s.query(digest.files_of_run(rid))
+    _eq(s.data_version(), seen, "a read-only query is not a change")
 
     class Boom(Exception):
         pass
