@@ -225,10 +225,10 @@ def _rec(run_id: str, t: float = 1000.0) -> Any:
     return RunRecord(run_id, "f", "v1", "running", 0, t, t)
 
 
-def _cp(run_id: str, rev: int, status: Any = "running", **kw: Any) -> Any:
+def _cp(run_id: str, rev: int, status: Any = "running", state: Any = None, **kw: Any) -> Any:
     from desktop_app.store.protocol import Checkpoint
 
-    return Checkpoint(run_id, rev, status, {}, {}, ("a",), 1000.0 + rev, **kw)
+    return Checkpoint(run_id, rev, status, state or {}, {}, ("a",), 1000.0 + rev, **kw)
 
 
 def test_claim_measures_the_lease_from_the_callers_now(pg_store):
@@ -357,3 +357,137 @@ def test_a_listener_session_is_named_in_pg_stat_activity(pg_url, pg_store):
         assert name == "flowdesk listener"
     finally:
         listener.close()
+
+
+def test_a_run_created_under_a_lease_keeps_it_for_its_length(pg_store):
+    from desktop_app.store.protocol import RunRecord
+
+    before = pg_store.now()
+    run = RunRecord("r1", "f", "v1", "running", 0, 1000.0, 1000.0,
+                    lease_owner="me", lease_expires_at=1030.0)  # fmt: skip
+    pg_store.create_run(run, _cp("r1", 0))
+    got = pg_store.get_run("r1")
+    assert got.lease_owner == "me"
+    assert before + 30.0 <= got.lease_expires_at <= pg_store.now() + 30.0
+    owner_only = RunRecord("r2", "f", "v1", "running", 0, 1000.0, 1000.0, lease_owner="me")
+    pg_store.create_run(owner_only, _cp("r2", 0))  # no expiry: no lease
+    assert (pg_store.get_run("r2").lease_owner, pg_store.get_run("r2").lease_expires_at) == (
+        None,
+        None,
+    )
+
+
+def test_a_pending_append_under_a_lease_keeps_the_lease(pg_store):
+    from desktop_app.store.protocol import Lease
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    pg_store.claim("r1", Lease("me", 1030.0, 1000.0), 1000.0)
+    pg_store.append(_cp("r1", 1, status="pending"), lease=Lease("me", 1060.0, 1000.0))
+    assert pg_store.get_run("r1").lease_owner == "me"
+
+
+def test_conflict_and_takeover_messages(pg_url, pg_store):
+    from desktop_app.errors import LeaseLostError, RevisionConflictError
+    from desktop_app.store.protocol import Lease, Wait
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    with pytest.raises(RevisionConflictError) as caught:
+        pg_store.append(_cp("r1", 5))
+    assert str(caught.value) == (
+        "run r1: revision 5 conflicts with the stored latest revision 0; another writer got "
+        "there first. Reload the run and try again."
+    )
+    pg_store.claim("r1", Lease("a", 1000.0, 1000.0), 1000.0)  # 0 s: expired at once
+    pg_store.claim("r1", Lease("b", 1030.0, 1000.0), 1000.0)
+    with pytest.raises(LeaseLostError) as lost:
+        pg_store.append(_cp("r1", 1), lease=Lease("a", 1060.0, 1000.0))
+    assert str(lost.value) == (
+        "run r1 was taken over by b after this process's lease expired; this process stops "
+        "executing it."
+    )
+    signal_id = pg_store.send_signal("go", "k", {}, 1000.0)
+    for rid in ("w1", "w2"):
+        pg_store.create_run(_rec(rid), _cp(rid, 0))
+        wait = Wait(f"{rid}:s:0", "s", "signal", 1000.0, name="go", key="k")
+        pg_store.append(_cp(rid, 1, status="waiting", waits=(wait,)))
+    pg_store.append(_cp("w1", 2), consume=[(signal_id, "w1:s:0")])
+    with pytest.raises(RevisionConflictError) as twice:
+        pg_store.append(_cp("w2", 2), consume=[(signal_id, "w2:s:0")])
+    assert str(twice.value) == f"signal {signal_id} was consumed by another wait first"
+
+
+def test_now_is_the_database_clock_even_when_it_is_off(pg_url):
+    from psycopg_pool import ConnectionPool
+
+    from desktop_app.store import postgres
+
+    kwargs = postgres._connection_kwargs("skewed")
+    kwargs["options"] += " -c flowdesk.time_offset_s=3600"
+    pool: ConnectionPool[Any] = ConnectionPool(
+        pg_url, min_size=1, max_size=2, kwargs=kwargs, open=True
+    )
+    skewed = postgres.PostgresCheckpointStore(pool)
+    try:
+        t0 = time.time()
+        now = skewed.now()
+        assert t0 + 3600.0 - 1.0 <= now <= time.time() + 3600.0 + 1.0
+    finally:
+        skewed.close()
+
+
+def test_each_kind_of_append_wakes_workers(pg_url):
+    """``flowdesk_wake`` after an append that hands work out: outbox intents,
+    a run set back to pending, new waits (a deadline to schedule)."""
+    import psycopg
+
+    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres_notify import WAKE
+    from desktop_app.store.protocol import Intent, Wait
+
+    heard = psycopg.connect(pg_url, autocommit=True)
+    heard.execute(f"LISTEN {WAKE}")
+    store = open_postgres_store(pg_url)
+
+    def expect(payload: str) -> None:
+        for n in heard.notifies(timeout=10):
+            if n.payload == payload:
+                return
+        raise AssertionError(f"no {WAKE} {payload!r}")
+
+    try:
+        for rid in ("i", "p", "w"):
+            store.create_run(_rec(rid), _cp(rid, 0))
+            expect(f"default:{rid}")
+        store.append(_cp("i", 1), intents=[Intent("i:send:0:0", "i", "send", "dest", {})])
+        expect("default:i")
+        store.append(_cp("p", 1, status="pending"))
+        expect("default:p")
+        wait = Wait("w:t:0", "t", "timer", 1000.0, deadline_at=2000.0)
+        store.append(_cp("w", 1, status="waiting", waits=(wait,)))
+        expect("default:w")
+    finally:
+        store.close()
+        heard.close()
+
+
+def test_a_checkpoint_error_with_nul_is_kept_readable(pg_url, pg_store):
+    from desktop_app.store.postgres import open_postgres_store
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    pg_store.append(_cp("r1", 1, status="failed", error="bad\x00byte"))
+    fresh = open_postgres_store(pg_url)  # no cache: read back from the row
+    try:
+        assert fresh.latest("r1").error == "bad\ufffdbyte"
+    finally:
+        fresh.close()
+
+
+def test_an_unstorable_state_names_the_codec_error(pg_store):
+    from desktop_app.errors import StoreError
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    with pytest.raises(StoreError) as caught:
+        pg_store.append(_cp("r1", 1, state={"s": "\ud800"}))
+    assert "(UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'" in str(
+        caught.value
+    )

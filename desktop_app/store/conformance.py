@@ -499,6 +499,22 @@ def a_run_deleted_and_created_again_elsewhere_is_read_fresh(h: Harness) -> None:
     _eq(dict(there.latest(rid).state), {"v": "next"}, "appending here after that")
 
 
+@_check("RunLog.create_run")
+def create_run_takes_the_runs_revision_0_checkpoint(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    for first in (_cp(rid, 1), _cp(_id(), 0)):
+        try:
+            s.create_run(_run(rid), first)
+        except ValueError as exc:
+            _eq(str(exc), "create_run needs the run's revision-0 checkpoint", "a wrong first")
+        else:
+            raise ConformanceError("a wrong first checkpoint: expected ValueError")
+    s.create_run(_run(rid, progress=(2, 5), error="an earlier try failed"), _cp(rid, 0))
+    got = s.get_run(rid)
+    _eq((got.progress, got.error), ((2, 5), "an earlier try failed"), "progress and error kept")
+
+
 @_check(
     "RunLog.get_run",
     "RunLog.latest",
@@ -671,6 +687,7 @@ def signals_are_consumed_once(h: Harness) -> None:
     second = s.send_signal(name, key, {"n": 2}, 11.0)
     got = s.next_signal(name, key)
     _ok(got is not None and got.signal_id == first and got.payload == {"n": 1}, "oldest first")
+    _ok(got is not None and (got.name, got.key) == (name, key), "its name and key")
     _eq(s.next_signal(name, "other"), None, "another key")
     rid = _id()
     s.create_run(_run(rid), _cp(rid, 0))
