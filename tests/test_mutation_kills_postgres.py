@@ -491,3 +491,25 @@ def test_an_unstorable_state_names_the_codec_error(pg_store):
     assert "(UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'" in str(
         caught.value
     )
+
+
+def test_unique_violations_become_conflicts_with_their_messages(pg_store):
+    from desktop_app.errors import DuplicateFlowKeyError, RevisionConflictError
+    from desktop_app.store.protocol import Intent, RunRecord
+
+    keyed = RunRecord("r1", "f", "v1", "running", 0, 1000.0, 1000.0, flow_key="order-7")
+    pg_store.create_run(keyed, _cp("r1", 0))
+    again = RunRecord("r2", "f", "v1", "running", 0, 1000.0, 1000.0, flow_key="order-7")
+    with pytest.raises(DuplicateFlowKeyError) as dup:
+        pg_store.create_run(again, _cp("r2", 0))
+    assert str(dup.value) == "a live run of 'f' with flow key 'order-7' exists"
+    with pytest.raises(RevisionConflictError) as exists:
+        pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    assert str(exists.value) == "run r1 already exists; pick another run id"
+    intent = Intent("r1:send:0:0", "r1", "send", "dest", {})
+    pg_store.append(_cp("r1", 1), intents=[intent])
+    with pytest.raises(RevisionConflictError) as clash:
+        pg_store.append(_cp("r1", 2), intents=[intent])
+    assert str(clash.value) == (
+        "run r1: revision 2 (or one of its outbox intents) was already saved by another writer"
+    )
