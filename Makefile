@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/flowdesk
 
+# One pytest worker per CPU this process may use (taskset -c 0: one);
+# TEST_JOBS=0 runs everything in this process.
+TEST_JOBS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check desktop_app tests benchmarks

@@ -14,7 +14,8 @@ Where the server comes from, in order:
    fail: CI must never silently run only the SQLite half.
 
 Each test gets ``CREATE DATABASE t_<hex> TEMPLATE flowdesk_template``; the
-template is built once per session with the real ``db apply`` code path
+template (one per pytest-xdist worker) is built once per session with the
+real ``db apply`` code path
 (:func:`desktop_app.store.postgres.apply_postgres_schema`).
 """
 
@@ -37,7 +38,10 @@ import pytest
 #: Read at import: the autouse fixture in conftest clears FLOWDESK_* per test.
 ENV_DSN = os.environ.get("FLOWDESK_TEST_PG_DSN")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TEMPLATE = "flowdesk_template"
+#: One template per pytest-xdist worker: workers share a server under ``.ci/run``.
+TEMPLATE = "flowdesk_template" + (
+    f"_{os.environ['PYTEST_XDIST_WORKER']}" if "PYTEST_XDIST_WORKER" in os.environ else ""
+)
 
 
 def with_database(dsn: str, dbname: str) -> str:

@@ -483,15 +483,34 @@ def run_module(module: str, jobs: int) -> Figures:
     return _finish(figures, commit)
 
 
-def kill_tests(module: str, ran: list[str] | None = None) -> list[str]:
+#: Selection entries whose tests live (also) in another file: the contract
+#: suite runs the checks of ``desktop_app/store/conformance.py``.
+_TESTS_ALSO_IN = {"tests/contract/": ["desktop_app/store/conformance.py"]}
+
+
+def _changed_since(commit: str, paths: list[str]) -> bool:
+    """Whether any of ``paths`` differs between ``commit`` and the working tree."""
+    diff = subprocess.run(
+        ["git", "diff", "--quiet", commit.removesuffix("+edits"), "--", *paths], cwd=ROOT
+    )
+    return diff.returncode != 0
+
+
+def kill_tests(module: str, ran: list[str] | None = None, since: str = "") -> list[str]:
     """The tests that decide a ``--survivors`` run of ``module``: its
-    selection's ``tests/test_mutation_kills_*.py`` files, plus every test
-    added to its selection since the full run (``ran``: that run's selection;
-    the full run already saw the others pass on each survivor)."""
+    selection's ``tests/test_mutation_kills_*.py`` files, every test added to
+    its selection since the full run (``ran``: that run's selection; the full
+    run already saw the others pass on each survivor), and, with ``since``
+    (the commit the full run copied), every selected test file or folder
+    edited since (for ``tests/contract/``: also the conformance checks)."""
     return [
         t
         for t in TESTS_FOR[module]
-        if (t.startswith("tests/test_mutation_kills_") or (ran and t not in ran))
+        if (
+            t.startswith("tests/test_mutation_kills_")
+            or (ran and t not in ran)
+            or (since and _changed_since(since, [t, *_TESTS_ALSO_IN.get(t, [])]))
+        )
         and (ROOT / t).exists()
     ]
 
@@ -574,15 +593,21 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
     for folder in ("tests", "tools"):
         shutil.copytree(ROOT / folder, dest / folder, dirs_exist_ok=True)
         shutil.copytree(ROOT / folder, tree / folder, dirs_exist_ok=True)
+    # test code that lives in the package (the conformance checks), unless mutated here
+    for source in {f for files in _TESTS_ALSO_IN.values() for f in files} - {module}:
+        for where in (dest, tree):
+            shutil.copy2(ROOT / source, where / source)
     known = equivalent()
     # today's survivors: a name taken off the equivalent list since the last
     # count (it named another mutant) is a survivor again and is re-run too
     current = count(module, dest, before.rekilled)
     names = [e.partition(":")[0] for e in current.survivors]
     names = [n for n in names if n not in known and n not in before.rekilled]
-    files = kill_tests(module, before.tests)
+    files = kill_tests(module, before.tests, before.commit)
     if not files:
-        raise SystemExit(f"no tests/test_mutation_kills_*.py in {module}'s selection")
+        raise SystemExit(
+            f"no kill tests and no test edited since {before.commit} in {module}'s selection"
+        )
     rekilled = dict(before.rekilled)
     # kills confirmed by an interrupted earlier --survivors run (kept as they come)
     progress = dest / "rekilled.json"
