@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/flowdesk
 
-# One pytest worker per CPU this process may use (taskset -c 0: one);
+# One pytest worker per CPU this process may use (on one CPU, as under
+# taskset -c 0, none: the run stays in this process);
 # TEST_JOBS=0 runs everything in this process.
 TEST_JOBS ?= auto
 test: $(STAMP)

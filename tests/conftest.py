@@ -8,6 +8,15 @@ from pathlib import Path
 
 import pytest
 
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per CPU this process may run on (``taskset``
+    counts), and none at all on one CPU, where a worker would only add its
+    start-up and messaging to the same serial run."""
+    usable = len(os.sched_getaffinity(0))
+    return usable if usable > 1 else 0
+
+
 # A failing keyring unless a test opts into an in-memory one.
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 
