@@ -513,3 +513,23 @@ def test_unique_violations_become_conflicts_with_their_messages(pg_store):
     assert str(clash.value) == (
         "run r1: revision 2 (or one of its outbox intents) was already saved by another writer"
     )
+
+
+def test_a_domain_write_breaking_a_unique_key_in_create_run_is_not_a_run_conflict(pg_store):
+    """Only the run's own keys become conflicts; a domain table's unique
+    violation is the domain write's error, and nothing is created."""
+    from desktop_app.errors import RevisionConflictError, StoreError
+
+    def twice(tx: Any) -> None:
+        for _ in range(2):
+            tx.execute(
+                "INSERT INTO digest_files(run_id, path, kind, size_bytes) "
+                "VALUES (?, 'a.md', 'markdown', 1)",
+                ["r1"],
+            )
+
+    with pytest.raises(StoreError) as caught:
+        pg_store.create_run(_rec("r1"), _cp("r1", 0), writes=[twice])
+    assert not isinstance(caught.value, RevisionConflictError)
+    assert "SQLSTATE 23505" in str(caught.value)
+    assert pg_store.list_runs() == []
