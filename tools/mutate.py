@@ -546,13 +546,15 @@ def tests_reaching(tree: Path, base: list[str]) -> tuple[Callable[[str], list[st
 
     def select(name: str) -> list[str]:
         function = name.rsplit("__mutmut_", 1)[0]
-        return [
+        chosen = [
             t
             for t in hits["order"]
             if t not in bad
             and t.split("::", 1)[0] not in bad
             and (t in spawned or function in reached[t])
         ]
+        # the kill files first: pytest -x stops at the first failure
+        return sorted(chosen, key=lambda t: not t.startswith("tests/test_mutation_kills_"))
 
     return select, failing
 
