@@ -213,10 +213,13 @@ def _eq(got: object, want: object, what: str) -> None:
 
 
 @contextlib.contextmanager
-def _raises(kind: type[BaseException], what: str) -> Iterator[None]:
+def _raises(kind: type[BaseException], what: str, message: str | None = None) -> Iterator[None]:
+    """Expect ``kind`` from the block; with ``message``, exactly that text."""
     try:
         yield
-    except kind:
+    except kind as exc:
+        if message is not None:
+            _eq(str(exc), message, what)
         return
     raise ConformanceError(f"{what}: expected {kind.__name__}, nothing was raised")
 
@@ -474,16 +477,9 @@ def prune_keeps_the_newest(h: Harness) -> None:
     _eq([c.revision for c in s.history(rid)], [8], "kept with keep_last_n=1")
     _eq(dict(s.latest(rid).state), {"v": 8}, "latest intact after keep_last_n=1")
     _eq(s.prune(rid, 1), 0, "a run of one checkpoint has nothing to prune")
-    try:
+    never = "keep_last_n must be at least 1: the latest checkpoint is never pruned"
+    with _raises(ValueError, "keep_last_n=0", never):
         s.prune(rid, 0)
-    except ValueError as exc:
-        _eq(
-            str(exc),
-            "keep_last_n must be at least 1: the latest checkpoint is never pruned",
-            "keep_last_n=0",
-        )
-    else:
-        raise ConformanceError("keep_last_n=0: expected ValueError, nothing was raised")
 
 
 @_check("RunLog.delete_run", "RunLog.create_run", "RunLog.latest", "RunLog.append")
@@ -504,12 +500,10 @@ def create_run_takes_the_runs_revision_0_checkpoint(h: Harness) -> None:
     s = h.store()
     rid = _id()
     for first in (_cp(rid, 1), _cp(_id(), 0)):
-        try:
+        with _raises(
+            ValueError, "a wrong first", "create_run needs the run's revision-0 checkpoint"
+        ):
             s.create_run(_run(rid), first)
-        except ValueError as exc:
-            _eq(str(exc), "create_run needs the run's revision-0 checkpoint", "a wrong first")
-        else:
-            raise ConformanceError("a wrong first checkpoint: expected ValueError")
     s.create_run(_run(rid, progress=(2, 5), error="an earlier try failed"), _cp(rid, 0))
     got = s.get_run(rid)
     _eq((got.progress, got.error), ((2, 5), "an earlier try failed"), "progress and error kept")
@@ -544,12 +538,8 @@ def an_unknown_run_is_named(h: Harness) -> None:
         "claim": lambda: s.claim(rid, Lease("a", 1030.0, 1000.0, ttl_s=30.0), 1000.0),
     }
     for name, call in calls.items():
-        try:
+        with _raises(CheckpointNotFoundError, f"{name} of an unknown run", want):
             call()
-        except CheckpointNotFoundError as exc:
-            _eq(str(exc), want, f"{name} of an unknown run")
-        else:
-            raise ConformanceError(f"{name} of an unknown run: nothing was raised")
 
 
 # -- Leases ----------------------------------------------------------------------
@@ -964,18 +954,13 @@ def query_is_read_only_and_write_is_atomic(h: Harness) -> None:
     rid = _id()
     s.create_run(_run(rid, flow="digest"), _cp(rid, 0))
     f = digest.DigestFile("x", "text", None, None, 1)
-    try:
+    refused = (
+        "a domain query tried to write; query() is read-only. Run writes through "
+        "store.write(op) (their own transaction) or as a step's ctx.write (with its "
+        "checkpoint)."
+    )
+    with _raises(StoreError, "a write inside query()", refused):
         s.query(lambda tx: digest.record_file(rid, f)(tx))
-    except StoreError as exc:
-        _eq(
-            str(exc),
-            "a domain query tried to write; query() is read-only. Run writes through "
-            "store.write(op) (their own transaction) or as a step's ctx.write (with its "
-            "checkpoint).",
-            "a write inside query()",
-        )
-    else:
-        raise ConformanceError("a write inside query(): expected StoreError, nothing raised")
     _eq(s.query(digest.files_of_run(rid)), [], "the refused write left nothing")
     seen = s.data_version()
     s.query(digest.files_of_run(rid))
