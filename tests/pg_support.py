@@ -50,6 +50,18 @@ def with_database(dsn: str, dbname: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
 
 
+def with_address(
+    dsn: str, *, host: str | None = None, port: int | None = None, password: str | None = None
+) -> str:
+    """``dsn`` (a postgresql:// URL) with another host, port or password: a
+    proxy in front of the server, a port nothing listens on, a password the
+    trusted test roles ignore."""
+    parts = urlsplit(dsn)
+    secret = f":{password}" if password is not None else ""
+    netloc = f"{parts.username}{secret}@{host or parts.hostname}:{port or parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
 def unavailable(reason: str) -> None:
     """Skip the test, or fail it under CI (never a silent SQLite-only CI)."""
     if IN_CI:

@@ -9,21 +9,15 @@ import socket
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
 from desktop_app.errors import DatabaseOpenError, SchemaMissingError
 from desktop_app.store import migrations
+from tests.pg_support import with_address
 
 pytestmark = pytest.mark.postgres
-
-
-def with_password(url: str, password: str) -> str:
-    """``url`` with a password the server ignores (its roles are trusted)."""
-    parts = urlsplit(url)
-    netloc = f"{parts.username}:{password}@{parts.hostname}:{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
 
 
 @pytest.fixture
@@ -41,15 +35,13 @@ def closed_port_url(url: str) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    parts = urlsplit(url)
-    netloc = f"{parts.username}:hunter2@127.0.0.1:{port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return with_address(url, host="127.0.0.1", port=port, password="hunter2")
 
 
 def test_verify_refuses_an_empty_database_naming_the_url_without_its_password(empty_url):
     from desktop_app.store.postgres import verify_postgres_schema
 
-    url = with_password(empty_url, "hunter2")
+    url = with_address(empty_url, password="hunter2")
     with pytest.raises(SchemaMissingError) as caught:
         verify_postgres_schema(url)
     message = str(caught.value)
@@ -151,8 +143,7 @@ def test_watching_changes_without_a_listening_session_is_a_store_error(pg_url):
 
     proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
     parts = urlsplit(pg_url)
-    url = urlunsplit((parts.scheme, f"{parts.username}:hunter2@127.0.0.1:{proxy.port}",
-                      parts.path, "", ""))  # fmt: skip
+    url = with_address(pg_url, host="127.0.0.1", port=proxy.port, password="hunter2")
     store = open_postgres_store(url)
     try:
         proxy.refuse()  # the pool's connections carry on; a new session cannot start

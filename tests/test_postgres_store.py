@@ -9,7 +9,7 @@ import math
 import threading
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -22,6 +22,7 @@ from desktop_app.errors import (
 from desktop_app.store.domain import digest, tidy
 from desktop_app.store.protocol import Checkpoint, Lease, RunRecord
 from tests.pg_proxy import CommitDropProxy
+from tests.pg_support import with_address
 
 pytestmark = pytest.mark.postgres
 
@@ -41,9 +42,7 @@ def _open(url: str, **kw: Any):
 
 
 def proxy_url(pg_url: str, proxy: CommitDropProxy) -> str:
-    parts = urlsplit(pg_url)
-    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return with_address(pg_url, host="127.0.0.1", port=proxy.port)
 
 
 @pytest.fixture
