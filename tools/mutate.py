@@ -1,6 +1,6 @@
 """Mutation testing of the durable core with mutmut, one module at a time.
 
-Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--survivors [--functions F,G]] [--summary]
+Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--survivors] [--functions F,G] [--summary]
 
 For each module (default: every module in ``TESTS_FOR``) this copies the
 checkout's files (``git ls-files``: what a fresh clone has, plus local edits)
@@ -181,14 +181,32 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_worker.py",
         "tests/test_postgres_workers.py",
     ],
+    # who owns a claim, and whether that process is gone (recovery's test)
+    "desktop_app/flow/owners.py": [
+        "tests/test_leases.py",
+        "tests/test_claiming.py",
+        "tests/test_crash_real.py",
+        "tests/test_outbox.py",
+        "tests/test_mutation_kills_outbox.py",
+        "tests/test_mutation_kills_engine_leases.py",
+    ],
     "desktop_app/store/codec.py": [*_STORE, "tests/test_mutation_kills_codec.py"],
+    # the records every store returns: their JSON forms, ids and lease TTLs
+    "desktop_app/store/records.py": [
+        *_STORE,
+        "tests/test_store_seam.py",
+        "tests/test_engine_basics.py",
+        "tests/test_mutation_kills_engine_replay.py",
+        "tests/test_agent.py",
+    ],
     "desktop_app/store/connection.py": [
         *_STORE,
         "tests/test_faults.py",
         "tests/test_reliability_store.py",
         "tests/test_mutation_kills_connection.py",
     ],
-    "desktop_app/store/memory.py": ["tests/contract/"],
+    "desktop_app/store/memory.py": ["tests/contract/", "tests/test_store_seam.py"],
+    "desktop_app/store/memory_agents.py": ["tests/contract/", "tests/test_store_seam.py"],
     "desktop_app/store/migrations.py": [
         "tests/test_schema.py",
         "tests/test_postgres_schema.py",
@@ -469,17 +487,36 @@ def load_figures(module: str) -> Figures | None:
     return Figures(**json.loads(path.read_text(encoding="utf-8")))
 
 
-def run_module(module: str, jobs: int) -> Figures:
-    """A full mutation run of ``module`` in a fresh copy of the checkout."""
+def function_patterns(module: str, functions: list[str]) -> list[str]:
+    """mutmut name patterns (fnmatch) for every mutant of ``functions`` in
+    ``module``: ``desktop_app.store.postgres.xǁ*ǁcreate_run__mutmut_*`` for a
+    method of any class, ``desktop_app.store.postgres.x_create_run__mutmut_*``
+    for a module-level function (the inverse of :func:`_function`)."""
+    prefix = dotted(module)
+    out: list[str] = []
+    for f in functions:
+        out += [f"{prefix}.xǁ*ǁ{f}__mutmut_*", f"{prefix}.x_{f}__mutmut_*"]
+    return out
+
+
+def run_module(module: str, jobs: int, functions: list[str] | None = None) -> Figures:
+    """A full mutation run of ``module`` in a fresh copy of the checkout.
+
+    ``functions`` (names such as ``create_run``): generate every mutant but
+    run only those in these functions; the others are counted "skipped"
+    (mutmut's "not checked"), never killed. This finishes a module whose full
+    run was stopped for time, function by function."""
     dest = WORK / dotted(module)
     started = time.monotonic()
     commit = _commit()  # what is copied, not what HEAD is when the run ends
     copy_checkout(dest)
     configure(dest, module)
-    _run_mutmut(dest, module, jobs, [])
+    _run_mutmut(dest, module, jobs, function_patterns(module, functions or []))
     figures = count(module, dest)
     figures.seconds = round(time.monotonic() - started, 1)
     figures.tests = list(TESTS_FOR[module])
+    if functions:
+        figures.how = f"full run of the mutants in {', '.join(functions)}"
     return _finish(figures, commit)
 
 
@@ -750,7 +787,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--functions",
         default="",
-        help="with --survivors: only the survivors in these functions (comma-separated)",
+        help="only the mutants (with --survivors: the survivors) in these functions "
+        "(comma-separated names such as create_run,_tx)",
     )
     p.add_argument(
         "--summary", action="store_true", help="print the table of earlier runs; run nothing"
@@ -764,11 +802,11 @@ def main(argv: list[str] | None = None) -> int:
     ran: list[Figures] = []
     if not args.summary:
         for module in modules:
+            only = [f for f in args.functions.split(",") if f]
             if args.survivors:
-                only = [f for f in args.functions.split(",") if f]
                 ran.append(rerun_survivors(module, args.jobs, only))
             else:
-                ran.append(run_module(module, args.jobs))
+                ran.append(run_module(module, args.jobs, only))
     print("\nmutation kill rate per module (equivalent mutants excluded):")
     for f in ran:
         print(
