@@ -61,18 +61,21 @@ def test_real_binary_in_tmux(tmp_path):
         wait_for(session, "New digest")
         tmux("send-keys", "-t", session, "n")
         wait_for(session, "older")  # the form asks for a folder
-        # type the folder (the output folder defaults) once the field shows it:
-        # on one busy core the form can draw before its field has the focus
-        for _ in range(5):
-            tmux("send-keys", "-t", session, "C-u")  # the field's clear-left key
-            tmux("send-keys", "-t", session, "-l", str(docs))
-            try:
-                wait_for(session, str(docs)[-30:], timeout=5)
-                break
-            except AssertionError:
-                continue
-        else:
-            raise AssertionError(f"the folder field never took the path:\n{screen(session)}")
+        # On one busy core the form draws before its folder field has the
+        # focus, and keys typed then reach the screen's bindings ("n" opens
+        # another form). "z" is bound to nothing: repeat it until the output
+        # field's placeholder follows it ("…/z-digest"), which only a change
+        # of the folder field does; then the field has the focus.
+        deadline = time.monotonic() + 60
+        while "z-digest" not in screen(session):
+            assert time.monotonic() < deadline, (
+                f"the folder field never took a key:\n{screen(session)}"
+            )
+            tmux("send-keys", "-t", session, "-l", "z")
+            time.sleep(0.5)
+        tmux("send-keys", "-t", session, "C-u")  # the field's clear-left key
+        tmux("send-keys", "-t", session, "-l", str(docs))
+        wait_for(session, "docs-digest")  # the placeholder follows the typed folder
         tmux("send-keys", "-t", session, "Enter")
         wait_for(session, "completed", timeout=60)
         tmux("send-keys", "-t", session, "q")

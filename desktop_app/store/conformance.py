@@ -641,6 +641,42 @@ def claim_runnable_hands_out_what_may_run(h: Harness) -> None:
     _eq([r.run_id for r in one], [ids["pending"]], "limit with presumed_dead: the oldest only")
 
 
+@_check("RunLog.create_run", "RunLog.get_run")
+def a_lease_given_at_creation_keeps_its_length(h: Harness) -> None:
+    """A run created already leased (a worker starting what it runs) holds
+    the lease for exactly the length it was given: ``lease_expires_at -
+    created_at``, on the store's clock, never rounded up to a second."""
+    s, clock, db = _clocked(h)
+    t = clock.now()
+    rid = _id()
+    s.create_run(_run(rid, t=t, lease_owner="a", lease_expires_at=t + 0.25), _cp(rid, 0, t=t))
+    got = s.get_run(rid)
+    _eq(got.lease_owner, "a", "leased at creation")
+    held = (got.lease_expires_at or 0.0) - t
+    if db is None:
+        _eq(held, 0.25, "the lease's length on the injected clock")
+    else:  # the database clock ran on a little between t and the INSERT
+        _ok(0.25 <= held < 0.75, f"the lease's length on the database clock (got {held:.3f} s)")
+    gone = _id()
+    s.create_run(_run(gone, t=t, lease_owner="a", lease_expires_at=t - 5.0), _cp(gone, 0, t=t))
+    taken = s.claim(gone, Lease("b", t + 60.0, t + 1.0, ttl_s=59.0), t + 1.0)
+    _eq(taken.lease_owner, "b", "a lease already out at creation holds nothing")
+
+
+@_check("Leases.claim_runnable", "Mailbox.wakeable_runs")
+def claiming_and_waking_runs_is_paged_by_default(h: Harness) -> None:
+    s = h.store()
+    t = s.now()
+    for i in range(1001):  # waiting runs whose run deadline has passed
+        rid = _id()
+        s.create_run(
+            _run(rid, t=t - 100 + i * 0.001, deadline_at=t - 10), _cp(rid, 0, status="waiting")
+        )
+    _eq(len(s.wakeable_runs(t)), 1000, "wakeable runs by default")
+    _eq(len(s.wakeable_runs(t, limit=1001)), 1001, "wakeable runs with limit=1001")
+    _eq(len(s.claim_runnable("me", 60.0)), 100, "claimed runs by default")
+
+
 @_check("Leases.claim_runnable")
 def four_threads_claim_each_run_once(h: Harness) -> None:
     stores = [h.store() for _ in range(4)]
@@ -763,12 +799,13 @@ def _with_intents(s: CheckpointStore, n: int) -> tuple[str, list[str]]:
     return rid, keys
 
 
-@_check("Outbox.intents", "Mailbox.due_waits")
+@_check("Outbox.intents", "Outbox.claim_intents", "Mailbox.due_waits")
 def listing_intents_and_due_waits_is_paged_by_default(h: Harness) -> None:
     s = h.store()
     rid, _ = _with_intents(s, 101)
     _eq(len(s.intents(["pending"])), 100, "intents by default")
     _eq(len(s.intents(["pending"], limit=101)), 101, "intents with limit=101")
+    _eq(len(s.claim_intents("d", 30.0)), 100, "claimed intents by default")
     waits = tuple(Wait(f"{rid}:t:{i}", "t", "timer", 10.0, deadline_at=50.0) for i in range(1001))
     s.append(_cp(rid, 2, status="waiting", waits=waits))
     _eq(len(s.due_waits(60.0)), 1000, "due waits by default")
