@@ -189,6 +189,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_outbox.py",
         "tests/test_mutation_kills_outbox.py",
         "tests/test_mutation_kills_engine_leases.py",
+        "tests/test_mutation_kills_owners.py",
     ],
     "desktop_app/store/codec.py": [*_STORE, "tests/test_mutation_kills_codec.py"],
     # the records every store returns: their JSON forms, ids and lease TTLs
