@@ -199,6 +199,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_engine_basics.py",
         "tests/test_mutation_kills_engine_replay.py",
         "tests/test_agent.py",
+        "tests/test_mutation_kills_records.py",
     ],
     "desktop_app/store/connection.py": [
         *_STORE,

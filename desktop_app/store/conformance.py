@@ -299,6 +299,49 @@ def create_and_read_back(h: Harness) -> None:
     _eq(dict(other.latest(rid).state), state, "a second connection reads it")
 
 
+@_check("RunLog.create_run", "RunLog.append", "RunLog.latest", "RunLog.get_checkpoint")
+def every_field_of_a_step_and_a_wait_reads_back(h: Harness) -> None:
+    """Each field of a step record (error, error type, iteration, backoff,
+    duration) and of a wait (prompt, continuation, deadline, signal name and
+    key) reads back exactly, from the connection that wrote it and from a
+    new one, after a full write and after a write of one changed step."""
+    s = h.store()
+    rid = _id()
+    failed = StepRecord(
+        "a",
+        "failed",
+        attempts=3,
+        started_at=10.0,
+        finished_at=11.5,
+        error="boom: 'quoted' ✓",
+        error_type="ValueError",
+        iteration=4,
+        duration_ms=1500.25,
+        next_retry_at=40.0,
+    )
+    done = StepRecord("b", "completed", attempts=1, started_at=1.0, finished_at=2.0)
+    ask = Wait(
+        f"{rid}:ask:0",
+        "ask",
+        "input",
+        12.0,
+        prompt={"question": "Approve?", "choices": ["yes", "no"]},
+        deadline_at=99.5,
+        continuation={"page": 2},
+    )
+    signal = Wait(f"{rid}:go:0", "go", "signal", 12.0, name="approved", key="k-1")
+    s.create_run(_run(rid), _cp(rid, 0, steps={"a": failed, "b": done}))
+    s.append(_cp(rid, 1, status="waiting", steps={"a": failed, "b": done}, waits=(ask, signal)))
+    for where, store in (("the writer", s), ("a new connection", h.store())):
+        for rev in (0, 1):
+            got = store.get_checkpoint(rid, rev)
+            _eq(dict(got.steps), {"a": failed, "b": done}, f"steps of revision {rev} ({where})")
+        _eq(store.latest(rid).waits, (ask, signal), f"waits ({where})")
+    retried = StepRecord("a", "completed", attempts=4, started_at=40.0, finished_at=41.0)
+    s.append(_cp(rid, 2, steps={"a": retried, "b": done}))
+    _eq(dict(h.store().latest(rid).steps), {"a": retried, "b": done}, "one changed step")
+
+
 @_check("RunLog.append", "RunLog.latest")
 def compare_and_append_one_winner(h: Harness) -> None:
     s = h.store()
