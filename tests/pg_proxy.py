@@ -32,6 +32,7 @@ class CommitDropProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._armed: Mode | None = None
+        self._shots = 0
         self._lock = threading.Lock()
         self.fired: list[Mode] = []
         self._closed = False
@@ -41,10 +42,10 @@ class CommitDropProxy:
         self.held_ended = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, mode: Mode) -> None:
-        """Drop the next connection that sends COMMIT (one shot)."""
+    def arm(self, mode: Mode, times: int = 1) -> None:
+        """Drop the next ``times`` connections that send COMMIT (one shot each)."""
         with self._lock:
-            self._armed = mode
+            self._armed, self._shots = mode, times
 
     def refuse(self) -> None:
         """Refuse every new connection from now on (open ones carry on)."""
@@ -52,7 +53,10 @@ class CommitDropProxy:
 
     def _take(self) -> Mode | None:
         with self._lock:
-            mode, self._armed = self._armed, None
+            mode = self._armed
+            self._shots -= 1
+            if self._shots <= 0:
+                self._armed = None
             return mode
 
     def _accept(self) -> None:

@@ -525,3 +525,47 @@ def test_a_domain_write_breaking_a_unique_key_in_create_run_is_not_a_run_conflic
     assert not isinstance(caught.value, RevisionConflictError)
     assert "SQLSTATE 23505" in str(caught.value)
     assert pg_store.list_runs() == []
+
+
+def _raising(sqlstate: str, calls: list[int]) -> Any:
+    """A domain write that fails on the server with ``sqlstate`` each time."""
+
+    def op(tx: Any) -> None:
+        calls.append(1)
+        assert len(calls) <= 10, "retried without end"
+        tx.execute(f"DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '{sqlstate}'; END $$")
+
+    return op
+
+
+def test_a_serialization_failure_is_retried_four_times_then_named(pg_store):
+    from desktop_app.errors import StoreError
+    from desktop_app.store.postgres import MAX_ATTEMPTS
+
+    calls: list[int] = []
+    with pytest.raises(StoreError) as caught:
+        pg_store.write(_raising("40001", calls))
+    assert len(calls) == MAX_ATTEMPTS
+    assert f"({pg_store.where})" in str(caught.value)
+    assert "40001" in str(caught.value) or "serializ" in str(caught.value).lower()
+
+
+def test_an_error_that_is_not_transient_is_not_retried(pg_store):
+    from desktop_app.errors import StoreError
+
+    calls: list[int] = []
+    with pytest.raises(StoreError) as caught:
+        pg_store.write(_raising("22012", calls))  # division_by_zero
+    assert len(calls) == 1
+    assert f"({pg_store.where})" in str(caught.value)
+
+
+def test_each_own_commit_changes_data_version_even_one_that_changed_nothing(pg_store):
+    """A write transaction that touched no row takes no transaction id, so
+    the server's snapshot does not move; the store's own count of commits
+    still changes ``data_version`` each time."""
+    seen = [pg_store.data_version()]
+    for _ in range(3):
+        assert pg_store.mark_intent("no-such-intent", "sent", 1000.0) is False
+        seen.append(pg_store.data_version())
+    assert len(set(seen)) == 4, seen

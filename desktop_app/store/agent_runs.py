@@ -21,7 +21,13 @@ from desktop_app.errors import (
     LeaseLostError,
     RevisionConflictError,
 )
-from desktop_app.store.records import AGENT_TERMINAL, AgentRun, AgentStatus, ToolResult
+from desktop_app.store.records import (
+    AGENT_TERMINAL,
+    AgentRun,
+    AgentStatus,
+    ToolResult,
+    check_agent_run_fields,
+)
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
 from desktop_app.store.sqlite import SqliteCheckpointStore, row_checksum
 
@@ -109,6 +115,7 @@ class SqliteAgentStore:
     ) -> None:
         """`AgentLog.update` on SQLite: one ``BEGIN IMMEDIATE`` transaction
         (tool results upserted with ``ON CONFLICT``)."""
+        check_agent_run_fields(fields)
         sets = ["updated_at=?"]
         args: list[Any] = [now]
         for name, value in fields.items():

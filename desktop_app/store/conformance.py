@@ -1210,6 +1210,90 @@ def agent_leases_fence_a_stale_owner(h: Harness) -> None:
         log.claim(_id(), "a", 1.0, 0.0)
 
 
+@_check(
+    "AgentLog.get",
+    "AgentLog.update",
+    "AgentLog.claim",
+    "AgentLog.messages",
+    "AgentLog.tool_result",
+    "AgentLog.tool_results",
+    "AgentLog.mark_reused",
+)
+def an_unknown_agent_run_is_named_or_empty(h: Harness) -> None:
+    log, _ = _agent(h)
+    rid = _id()
+    want = f"no agent run {rid} in scope {log.scope!r}"
+    calls: dict[str, Callable[[], object]] = {
+        "get": lambda: log.get(rid),
+        "update": lambda: log.update(rid, 1.0, status="done"),
+        "update by an owner": lambda: log.update(rid, 1.0, owner="a", turns=1),
+        "claim": lambda: log.claim(rid, "a", 2.0, 1.0),
+    }
+    for name, call in calls.items():
+        with _raises(CheckpointNotFoundError, f"{name} of an unknown agent run", want):
+            call()
+    _eq(log.messages(rid), [], "messages of an unknown agent run")
+    _eq(log.tool_result(rid, "k"), None, "a tool result of an unknown agent run")
+    _eq(log.tool_results(rid), [], "tool results of an unknown agent run")
+    log.mark_reused(rid, "k")  # nothing to count: no error
+
+
+@_check("AgentLog.create", "AgentLog.update", "AgentLog.get", "AgentLog.tool_result")
+def agent_updates_store_what_they_were_given(h: Harness) -> None:
+    """Unknown fields are refused before anything is written; a pending call
+    is stored as a copy (a caller changing its dict later changes nothing);
+    a tool result first written finished keeps its status and result, and a
+    later update without a result keeps the stored one. A run is created
+    without a pending call, whatever the record says."""
+    log, _ = _agent(h)
+    rid = _id()
+    log.create(_agent_run(rid, pending_call={"tool": "stale"}), [])
+    _eq(log.get(rid).pending_call, None, "created without a pending call")
+    with _raises(ValueError, "unknown fields", "not agent-run fields: agent, bogus"):
+        log.update(rid, 2.0, messages=[{"role": "user", "content": "x"}], bogus=1, agent="x")
+    _eq((log.messages(rid), log.get(rid).updated_at), ([], 1.0), "the refused update wrote nothing")
+    call: dict[str, Any] = {"tool": "search", "input": {"q": "a"}}
+    log.update(rid, 3.0, pending_call=call)
+    call["input"]["q"] = "changed afterwards"
+    _eq(log.get(rid).pending_call, {"tool": "search", "input": {"q": "a"}}, "a copy is stored")
+    log.update(rid, 4.0, tool=("k", "search", "completed", "found it"))
+    first = log.tool_result(rid, "k")
+    _eq(
+        None if first is None else (first.status, first.result, first.attempts),
+        ("completed", "found it", 0),
+        "a tool result first written finished",
+    )
+    log.update(rid, 5.0, tool=("k", "search", "in_progress", None))
+    again = log.tool_result(rid, "k")
+    _eq(
+        None if again is None else (again.status, again.result, again.attempts),
+        ("in_progress", "found it", 1),
+        "an update without a result keeps the stored one",
+    )
+
+
+@_check("AgentLog.claim", "AgentLog.update")
+def agent_lease_refusals_name_the_holder(h: Harness) -> None:
+    log, _ = _agent(h)
+    rid = _id()
+    log.create(_agent_run(rid), [])
+    log.claim(rid, "a", 130.0, 100.0)
+    try:
+        log.claim(rid, "b", 140.0, 129.0)
+    except AgentRunLeasedError as exc:
+        _eq((exc.run_id, exc.owner, exc.expires_at), (rid, "a", 130.0), "the refusal's fields")
+    else:
+        raise ConformanceError("claiming a live agent lease: expected AgentRunLeasedError")
+    _eq(log.claim(rid, "b", 190.0, 130.0).lease_owner, "b", "a lease is out at its expiry")
+    with _raises(
+        LeaseLostError,
+        "an update by the owner that lost the lease",
+        f"agent run {rid} was taken over by b after the lease of a expired; "
+        "this process stops executing it.",
+    ):
+        log.update(rid, 131.0, owner="a", turns=2)
+
+
 @_check("AgentLog.claim")
 def two_connections_claim_an_agent_run_once(h: Harness) -> None:
     if h.agent_log is None:

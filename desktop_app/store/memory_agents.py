@@ -18,10 +18,7 @@ from desktop_app.errors import (
     LeaseLostError,
     RevisionConflictError,
 )
-from desktop_app.store.records import AgentRun, ToolResult
-
-#: run fields ``update(**fields)`` may set
-_FIELDS = frozenset(AgentRun.__dataclass_fields__) - {"run_id", "agent", "created_at", "input"}
+from desktop_app.store.records import AgentRun, ToolResult, check_agent_run_fields
 
 
 class InMemoryAgentLog:
@@ -62,9 +59,7 @@ class InMemoryAgentLog:
         owner: str | None = None,
         **fields: Any,
     ) -> None:
-        unknown = set(fields) - _FIELDS
-        if unknown:
-            raise ValueError(f"not agent-run fields: {', '.join(sorted(unknown))}")
+        check_agent_run_fields(fields)
         with self._lock:
             run = self._get(run_id)
             if owner is not None and run.lease_owner != owner:

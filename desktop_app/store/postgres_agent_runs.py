@@ -27,7 +27,7 @@ from desktop_app.errors import (
 )
 from desktop_app.store.postgres import Conn, PostgresCheckpointStore
 from desktop_app.store.postgres_sql import epoch, no_nul, ts
-from desktop_app.store.records import AgentRun, ToolResult
+from desktop_app.store.records import AgentRun, ToolResult, check_agent_run_fields
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
 
 _TIME_FIELDS = frozenset(
@@ -121,6 +121,7 @@ class PostgresAgentStore:
         row ``FOR UPDATE`` first (message sequence numbers are taken under
         it); time fields are stored as ``timestamptz``, NULs in ``error``
         become U+FFFD."""
+        check_agent_run_fields(fields)
         sets = [f"updated_at={ts()}"]
         args: list[Any] = [now]
         for name, value in fields.items():
@@ -141,7 +142,7 @@ class PostgresAgentStore:
                 (run_id, self.scope),
             ).fetchone()
             if locked is None:
-                raise CheckpointNotFoundError(f"no agent run {run_id}")
+                raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
             if owner is not None and locked[0] != owner:
                 raise LeaseLostError(
                     f"agent run {run_id} was taken over by {locked[0]} after the lease of "

@@ -386,6 +386,29 @@ class AgentRun:
     lease_expires_at: float | None = None
 
 
+#: The agent-run fields ``AgentLog.update(**fields)`` may set (the others are
+#: fixed at creation).
+AGENT_RUN_FIELDS = frozenset(AgentRun.__dataclass_fields__) - {
+    "run_id",
+    "agent",
+    "created_at",
+    "input",
+}
+
+
+def check_agent_run_fields(fields: Mapping[str, Any]) -> None:
+    """Refuse ``AgentLog.update`` fields that are not in :data:`AGENT_RUN_FIELDS`
+    (SQL stores put these names into the statement, so this is also what keeps
+    a caller's key out of the SQL).
+
+    Raises:
+        ValueError: ``not agent-run fields: a, b`` (sorted), before anything is written.
+    """
+    unknown = set(fields) - AGENT_RUN_FIELDS
+    if unknown:
+        raise ValueError(f"not agent-run fields: {', '.join(sorted(unknown))}")
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """A tool call's durable record, keyed by tool name + canonical JSON input."""
