@@ -569,3 +569,14 @@ def test_each_own_commit_changes_data_version_even_one_that_changed_nothing(pg_s
         assert pg_store.mark_intent("no-such-intent", "sent", 1000.0) is False
         seen.append(pg_store.data_version())
     assert len(set(seen)) == 4, seen
+
+
+def test_domain_sql_reports_the_rows_a_statement_changed_even_none(pg_store):
+    def changes(tx: Any) -> tuple[int, int, int]:
+        tx.execute("CREATE TEMP TABLE t(x int)")
+        none = tx.execute("UPDATE t SET x = 1 WHERE false").rowcount
+        two = tx.execute("INSERT INTO t VALUES (1), (2)").rowcount
+        every = tx.execute("UPDATE t SET x = x + 1").rowcount
+        return none, two, every
+
+    assert pg_store.write(changes) == (0, 2, 2)

@@ -161,6 +161,10 @@ def test_a_value_psycopg_cannot_send_and_an_error_without_a_code():
         ),
         ("postgresql://me@db.example:5433/flow", "postgresql://me@db.example:5433/flow"),
         ("postgresql:///flow", "postgresql:///flow"),
+        (  # a Unix socket: no host in the authority
+            "postgresql://me:s3cret@/flow?host=/var/run/postgresql",
+            "postgresql://me:***@/flow?host=/var/run/postgresql",
+        ),
     ],
 )
 def test_redact_keeps_everything_but_the_password(url, shown):
