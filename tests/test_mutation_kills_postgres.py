@@ -462,6 +462,52 @@ def test_each_kind_of_append_wakes_workers(pg_url):
         heard.close()
 
 
+def test_an_append_that_hands_out_nothing_wakes_no_worker(pg_url):
+    """A step that changes neither the waits nor the status sends nothing; a
+    new wait wakes workers; a status change without one is only shown. Each
+    append is followed by a marker write that always notifies, and what
+    arrived for the run before the marker is what its append sent (one
+    notifier thread sends in commit order), so no time window is needed."""
+    import psycopg
+
+    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres_notify import CHANGES, WAKE
+    from desktop_app.store.protocol import Wait
+
+    heard = psycopg.connect(pg_url, autocommit=True)
+    heard.execute(f"LISTEN {WAKE}")
+    heard.execute(f"LISTEN {CHANGES}")
+    store = open_postgres_store(pg_url)
+    markers = iter(range(100))
+
+    def sent_for_n() -> set[str]:
+        marker = f"z{next(markers)}"  # sorts after "n" within one batch
+        store.create_run(_rec(marker), _cp(marker, 0))
+        got: set[str] = set()
+        for note in heard.notifies(timeout=10):
+            if note.payload == f"default:{marker}":
+                return got
+            if note.payload == "default:n":
+                got.add(note.channel)
+        raise AssertionError(f"the marker {marker} never arrived")
+
+    try:
+        store.create_run(_rec("n"), _cp("n", 0))
+        assert sent_for_n() == {WAKE}
+        store.append(_cp("n", 1, state={"i": 1}))
+        assert sent_for_n() == set(), "a plain step"
+        wait = Wait("n:t:0", "t", "timer", 1000.0, deadline_at=2000.0)
+        store.append(_cp("n", 2, status="waiting", waits=(wait,)))
+        assert sent_for_n() == {WAKE}, "a new wait"
+        store.append(_cp("n", 3, status="waiting", state={"i": 2}, waits=(wait,)))
+        assert sent_for_n() == set(), "the same wait again"
+        store.append(_cp("n", 4, state={"i": 3}))
+        assert sent_for_n() == {CHANGES}, "waits gone, status back to running"
+    finally:
+        store.close()
+        heard.close()
+
+
 def test_a_checkpoint_error_with_nul_is_kept_readable(pg_url, pg_store):
     from desktop_app.store.postgres import open_postgres_store
 
