@@ -1125,7 +1125,7 @@ def _agent_run(rid: str, **kw: Any) -> AgentRun:
 
 @_check("AgentLog.create", "AgentLog.get", "AgentLog.messages", "AgentLog.list")
 def agent_runs_create_and_read(h: Harness) -> None:
-    log, _ = _agent(h)
+    log, store = _agent(h)
     a, b = _id(), _id()
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi ✓"}]
     log.create(_agent_run(a, context={"tenant_id": "t"}), msgs)
@@ -1139,8 +1139,13 @@ def agent_runs_create_and_read(h: Harness) -> None:
     _eq(log.messages(a), msgs, "messages in order")
     with _raises(CheckpointNotFoundError, "a missing agent run"):
         log.get(_id())
-    with _raises(RevisionConflictError, "a second agent run with the same id"):
+    with _raises(
+        RevisionConflictError,
+        "a second agent run with the same id",
+        f"agent run {a} already exists",
+    ):
         log.create(_agent_run(a), [])
+    _eq(log.scope, store.scope, "the agent log is in its store's scope")
     ids = [r.run_id for r in log.list()]
     _ok(ids.index(a) < ids.index(b), "oldest first")
     _eq(
