@@ -51,6 +51,10 @@ class CommitDropProxy:
         """Refuse every new connection from now on (open ones carry on)."""
         self._refusing = True
 
+    def admit(self) -> None:
+        """Accept new connections again (after :meth:`refuse`)."""
+        self._refusing = False
+
     def _take(self) -> Mode | None:
         with self._lock:
             mode = self._armed

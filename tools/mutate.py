@@ -245,6 +245,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_postgres_schema.py",
     ],
     "desktop_app/store/postgres_notify.py": [
+        "tests/test_mutation_kills_postgres_notify.py",
         "tests/test_postgres_app_push.py",
         "tests/test_mutation_kills_postgres.py",
         "tests/test_worker_inprocess.py",
