@@ -90,3 +90,16 @@ def test_concurrent_appends_from_two_connections_get_distinct_seqs(pg_url, pg_st
         assert len(a.messages("a1")) == 20
     finally:
         other.close()
+
+
+@pytest.mark.postgres
+def test_an_agent_error_holding_nul_is_kept_readable_on_postgres(pg_store):
+    """PostgreSQL text cannot hold NUL: an error with one (from a tool's
+    output) is stored with U+FFFD in its place, at creation and on update."""
+    from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+
+    agents = PostgresAgentStore(pg_store)
+    agents.create(AgentRun("nul", "helper", "running", "hi", 1.0, 1.0, error="a\x00b"), [])
+    assert agents.get("nul").error == "a\ufffdb"
+    agents.update("nul", 2.0, error="c\x00d")
+    assert agents.get("nul").error == "c\ufffdd"

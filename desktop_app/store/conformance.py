@@ -1129,7 +1129,8 @@ def agent_runs_create_and_read(h: Harness) -> None:
     a, b = _id(), _id()
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi ✓"}]
     log.create(_agent_run(a, context={"tenant_id": "t"}), msgs)
-    log.create(AgentRun(b, "other", "input_required", "q", 2.0, 2.0), [])
+    log.create(AgentRun(b, "other", "input_required", "q", 2.0, 2.0, error="an earlier try"), [])
+    _eq(log.get(b).error, "an earlier try", "an error given at creation")
     got = log.get(a)
     _eq(
         (got.agent, got.status, got.input, got.context),
@@ -1258,7 +1259,8 @@ def agent_updates_store_what_they_were_given(h: Harness) -> None:
         log.update(rid, 2.0, messages=[{"role": "user", "content": "x"}], bogus=1, agent="x")
     _eq((log.messages(rid), log.get(rid).updated_at), ([], 1.0), "the refused update wrote nothing")
     call: dict[str, Any] = {"tool": "search", "input": {"q": "a"}}
-    log.update(rid, 3.0, pending_call=call)
+    log.update(rid, 3.0, pending_call=call, error="boom: 'quoted' ✓")
+    _eq(log.get(rid).error, "boom: 'quoted' ✓", "an error set by an update")
     call["input"]["q"] = "changed afterwards"
     _eq(log.get(rid).pending_call, {"tool": "search", "input": {"q": "a"}}, "a copy is stored")
     log.update(rid, 4.0, tool=("k", "search", "completed", "found it"))
