@@ -626,3 +626,86 @@ def test_domain_sql_reports_the_rows_a_statement_changed_even_none(pg_store):
         return none, two, every
 
     assert pg_store.write(changes) == (0, 2, 2)
+
+
+def test_store_connections_carry_their_settings(pg_url, pg_store, caplog):
+    """Keepalives find a dead server in about 25 s (10 idle + 3 probes 5 s
+    apart), a connect gives up after 10 s, every session is named in
+    pg_stat_activity, and the pool holds ``max_connections`` (at least 2)."""
+    import logging
+    import warnings
+
+    from desktop_app.store.postgres import open_postgres_store
+
+    caplog.set_level(logging.WARNING, logger="psycopg.pool")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # e.g. a pool opened implicitly
+        store = open_postgres_store(pg_url)
+    small = open_postgres_store(pg_url, max_connections=1)
+    try:
+        with store.pool.connection() as conn:
+            params = conn.info.get_parameters()
+            name = conn.execute("SELECT current_setting('application_name')").fetchone()
+        assert {k: params.get(k) for k in ("keepalives", "keepalives_idle")} == {
+            "keepalives": "1",
+            "keepalives_idle": "10",
+        }
+        assert (params.get("keepalives_interval"), params.get("keepalives_count")) == ("5", "3")
+        assert params.get("connect_timeout") == "10"
+        assert name == ("flowdesk",)
+        assert (store.pool.name, store.pool.max_size, small.pool.max_size) == ("flowdesk", 8, 2)
+        # the schema check at open hands its connection back outside a transaction
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    finally:
+        store.close()
+        small.close()
+
+
+def test_opening_a_store_on_an_empty_database_names_it_and_the_command(empty_url):
+    from desktop_app.store.postgres import open_postgres_store
+
+    url = with_address(empty_url, password="hunter2")
+    with pytest.raises(SchemaMissingError) as caught:
+        open_postgres_store(url)
+    parts = urlsplit(url)
+    shown = f"{parts.scheme}://{parts.username}:***@{parts.hostname}:{parts.port}{parts.path}"
+    assert f"run `flowdesk --db {shown} db apply`" in str(caught.value)
+
+
+def test_a_failing_domain_write_hands_its_connection_back_clean(pg_store, caplog):
+    """The store rolls back itself; the pool never has to (psycopg_pool warns
+    when it must roll back a connection returned inside a transaction)."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="psycopg.pool")
+
+    def broken(tx: Any) -> None:
+        tx.execute("SELECT 1")
+        raise ValueError("the write's own check failed")
+
+    for _ in range(3):
+        with pytest.raises(ValueError, match="own check failed"):
+            pg_store.write(broken)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+
+
+def test_a_constraint_checked_at_commit_is_its_own_error_and_not_retried(pg_store):
+    """A deferred foreign key fails at COMMIT, on a healthy connection: that
+    is the statement's error (SQLSTATE 23503), never a lost COMMIT."""
+    from desktop_app.errors import StoreError
+
+    calls: list[int] = []
+
+    def orphan(tx: Any) -> None:
+        calls.append(1)
+        tx.execute("CREATE TEMP TABLE p(id int PRIMARY KEY) ON COMMIT DROP")
+        tx.execute(
+            "CREATE TEMP TABLE c(pid int REFERENCES p DEFERRABLE INITIALLY DEFERRED) ON COMMIT DROP"
+        )
+        tx.execute("INSERT INTO c VALUES (1)")
+
+    with pytest.raises(StoreError) as caught:
+        pg_store.write(orphan)
+    assert calls == [1]
+    assert "23503" in str(caught.value)
+    assert "COMMIT" not in str(caught.value)
