@@ -73,13 +73,15 @@ def test_real_binary_in_tmux(tmp_path):
             )
             tmux("send-keys", "-t", session, "-l", "z")
             time.sleep(0.5)
-        # the placeholder follows the typed folder; on a loaded core a burst of
-        # keys can still be dropped, so clear the field and type it again
+        # the field shows the end of a long path (and the output placeholder
+        # is cut off), so wait for the path's last two parts; on a loaded core
+        # a burst of keys can be dropped, so clear the field and type it again
+        shown = f"{docs.parent.name}/{docs.name}"
         for _ in range(5):
             tmux("send-keys", "-t", session, "C-u")  # the field's clear-left key
             tmux("send-keys", "-t", session, "-l", str(docs))
             try:
-                wait_for(session, "docs-digest", timeout=15)
+                wait_for(session, shown, timeout=15)
                 break
             except AssertionError:
                 continue
