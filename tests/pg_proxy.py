@@ -58,9 +58,10 @@ class CommitDropProxy:
     def _take(self) -> Mode | None:
         with self._lock:
             mode = self._armed
-            self._shots -= 1
-            if self._shots <= 0:
-                self._armed = None
+            if mode is not None:
+                self._shots -= 1
+                if self._shots <= 0:
+                    self._armed = None
             return mode
 
     def _accept(self) -> None:
