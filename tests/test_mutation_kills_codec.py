@@ -45,3 +45,30 @@ def test_stored_json_is_compact_sorted_and_keeps_utf8():
     # what a checkpoint costs on disk, and the same bytes for the same state
     assert codec.dumps({"b": [1, 2], "a": "é"}) == '{"a":"é","b":[1,2]}'
     assert codec.dumps({"a": 1, "b": 2}) == codec.dumps({"b": 2, "a": 1})
+
+
+def test_copy_shares_no_dict_or_list_with_the_original():
+    inner = [1, {"deep": [2]}]
+    value = {"a": inner, "t": (3, [4]), "s": "text", "n": None, "f": 1.5, "b": True}
+    got = codec.copy(value)
+    assert got == {
+        "a": [1, {"deep": [2]}],
+        "t": [3, [4]],
+        "s": "text",
+        "n": None,
+        "f": 1.5,
+        "b": True,
+    }
+    assert type(got["t"]) is list and type(got["t"][1]) is list
+    inner.append(9)
+    inner[1]["deep"].append(9)
+    value["t"][1].append(9)
+    assert got == {
+        "a": [1, {"deep": [2]}],
+        "t": [3, [4]],
+        "s": "text",
+        "n": None,
+        "f": 1.5,
+        "b": True,
+    }
+    assert codec.copy([]) == [] and codec.copy({}) == {} and codec.copy(7) == 7

@@ -43,6 +43,19 @@ def dumps(value: JSON) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
+def copy(value: JSON) -> JSON:
+    """A deep copy of a JSON value: new dicts and lists all the way down
+    (tuples become lists, as a stored row reads back); strings, numbers,
+    booleans and ``None`` are immutable and shared. Does not check that the
+    value is JSON (:func:`dumps` does, when it is written)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: copy(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
+        return [copy(v) for v in value]
+    return value
+
+
 def loads(text: str | bytes) -> JSON:
     """Parse JSON written by :func:`dumps` (the standard library: orjson
     would read integers beyond 64 bits as floats and refuse ``NaN``)."""

@@ -430,6 +430,113 @@ def create_refuses_duplicates(h: Harness) -> None:
     s.create_run(_run(r2, flow_key=key), _cp(r2, 0))  # the first one finished
 
 
+@_check("RunLog.create_run", "RunLog.append", "RunLog.latest")
+def a_caller_that_reuses_its_dicts_loses_nothing(h: Harness) -> None:
+    """A store keeps its own copy of what it is given and hands out copies:
+    a caller that changes the state or step map it passed in, or got back
+    from ``latest``, and appends it again has that change stored, read back
+    by a new connection (a store that shared the dicts would diff them
+    against themselves and store an empty delta)."""
+    s = h.store()
+    rid = _id()
+    state: dict[str, Any] = {"items": [1], "n": 0}
+    steps = {"a": StepRecord("a", "completed", attempts=1)}
+    s.create_run(_run(rid), _cp(rid, 0, state, steps=steps))
+    state["items"].append(2)
+    state["n"] = 1
+    steps["b"] = StepRecord("b", "in_progress", attempts=1)
+    _eq(
+        (dict(s.latest(rid).state), list(s.latest(rid).steps)),
+        ({"items": [1], "n": 0}, ["a"]),
+        "rev 0",
+    )
+    s.append(_cp(rid, 1, state, steps=steps))
+    got = s.latest(rid)
+    again, more = cast(dict[str, Any], got.state), dict(got.steps)
+    again["items"].append(3)
+    more["c"] = StepRecord("c", "completed", attempts=1)
+    s.append(_cp(rid, 2, again, steps=more))
+    fresh = h.store()
+    for rev, want, names in (
+        (0, [1], ["a"]),
+        (1, [1, 2], ["a", "b"]),
+        (2, [1, 2, 3], ["a", "b", "c"]),
+    ):
+        cp = fresh.get_checkpoint(rid, rev)
+        _eq((cp.state["items"], sorted(cp.steps)), (want, names), f"revision {rev}, read back")
+    _eq(dict(fresh.latest(rid).state), {"items": [1, 2, 3], "n": 1}, "the latest, read back")
+
+
+@_check("RunLog.create_run", "RunLog.get_run")
+def a_new_run_takes_its_scope_revision_and_status_from_the_store(h: Harness) -> None:
+    """``create_run`` files the run under the store's scope at revision 0,
+    with its first checkpoint's status, whatever the record passed says."""
+    s = h.store()
+    rid = _id()
+    given = RunRecord(rid, "f", "v1", "pending", 7, 1000.0, 1000.0, scope=f"not-{s.scope}")
+    s.create_run(given, _cp(rid, 0, status="running"))
+    run = s.get_run(rid)
+    _eq((run.scope, run.revision, run.status), (s.scope, 0, "running"), "the stored run")
+
+
+@_check("RunLog.append", "RunLog.get_run", "Leases.claim")
+def append_keeps_the_run_record_current(h: Harness) -> None:
+    """After each append the run record carries the checkpoint's time, the
+    last progress given, and the lease the append was made under: renewed
+    while the run is running or pending, gone once it waits or ends. An
+    append that loses a race under the writer's own lease is a conflict,
+    not a lost lease."""
+    s, clock, db = _clocked(h)
+    t = clock.now()
+    rid = _id()
+    s.create_run(_run(rid, t=t), _cp(rid, 0, t=t))
+    s.claim(rid, Lease("a", t + 30.0, t, ttl_s=30.0), t)
+    s.append(_cp(rid, 1, progress=(1, 3), t=t), lease=Lease("a", t + 60.0, t, ttl_s=60.0))
+    run = s.get_run(rid)
+    _eq(run.updated_at, t + 1, "updated_at is the checkpoint's created_at")
+    _eq(run.lease_owner, "a", "the lease's owner")
+    held = (run.lease_expires_at or 0.0) - t
+    _ok(59.0 <= held < 62.0 if db is not None else held == 60.0, f"renewed for 60 s (got {held})")
+    s.append(_cp(rid, 2, status="pending", t=t), lease=Lease("a", t + 90.0, t, ttl_s=90.0))
+    run = s.get_run(rid)
+    _eq((run.status, run.lease_owner, run.progress), ("pending", "a", (1, 3)), "pending, leased")
+    _ok((run.lease_expires_at or 0.0) - t >= 89.0, "a pending run's lease is renewed too")
+    try:
+        s.append(_cp(rid, 2, t=t), lease=Lease("a", t + 90.0, t, ttl_s=90.0))
+    except LeaseLostError as exc:
+        raise ConformanceError(f"a stale append under its own lease: {exc!r}") from exc
+    except RevisionConflictError:
+        pass
+    else:
+        raise ConformanceError("a stale append: expected RevisionConflictError")
+    s.append(_cp(rid, 3, status="completed", t=t), lease=Lease("a", t + 90.0, t, ttl_s=90.0))
+    run = s.get_run(rid)
+    _eq((run.lease_owner, run.lease_expires_at), (None, None), "an ended run holds no lease")
+    _eq(run.progress, (1, 3), "a checkpoint without progress keeps the last one")
+
+
+@_check("RunLog.runs_of_other_versions")
+def runs_of_other_versions_lists_every_live_status(h: Harness) -> None:
+    s = h.store()
+    t = s.now()
+    by_status: dict[str, str] = {}
+    for i, status in enumerate(("pending", "running", "waiting", "failed", "completed")):
+        rid = _id()
+        by_status[status] = rid
+        s.create_run(_run(rid, t=t + i), _cp(rid, 0, status=status))
+    cancelled = _id()
+    s.create_run(_run(cancelled, t=t + 9), _cp(cancelled, 0))
+    s.append(_cp(cancelled, 1, status="canceled"))
+    current, other_flow = _id(), _id()
+    s.create_run(_run(current, t=t + 10, version="v2"), _cp(current, 0))
+    s.create_run(_run(other_flow, t=t + 11, flow="g"), _cp(other_flow, 0))
+    _eq(
+        [r.run_id for r in s.runs_of_other_versions("f", "v2")],
+        [by_status[k] for k in ("pending", "running", "waiting", "failed")],
+        "the live runs of the old version, oldest first",
+    )
+
+
 @_check("RunLog.update_latest")
 def update_latest_appends_atomically(h: Harness) -> None:
     a, b = h.store(), h.store()
@@ -640,6 +747,28 @@ def lease_expiry_on_an_injected_clock(h: Harness) -> None:
     _eq(s.get_run(rid).lease_owner, "b", "stored")
 
 
+@_check("Leases.claim", "Leases.claim_runnable", "Outbox.claim_intents")
+def claims_use_the_time_they_are_given(h: Harness) -> None:
+    """A lease or an intent claim that runs out at exactly ``now`` is free;
+    ``claim_runnable`` and ``claim_intents`` judge expiry at the ``now``
+    passed, not the store's clock; an owner may claim its own live lease."""
+    s, clock, _ = _clocked(h)
+    t = clock.now()
+    rid, other = _id(), _id()
+    s.create_run(_run(rid, t=t), _cp(rid, 0, t=t))
+    s.create_run(_run(other, t=t + 1), _cp(other, 0, t=t))
+    s.claim(rid, Lease("a", t + 30.0, t, ttl_s=30.0), t)
+    _eq(s.claim(rid, Lease("a", t + 40.0, t + 10, ttl_s=30.0), t + 10).lease_owner, "a", "again")
+    s.claim(other, Lease("a", t + 500.0, t, ttl_s=500.0), t)
+    got = s.claim_runnable("b", 60.0, 10, wakeable=False, now=t + 40.0)
+    _eq([r.run_id for r in got], [rid], "a lease out at exactly now is free; a live one is not")
+    intents = [Intent(f"{other}:send:0:0", other, "send", "dest", {})]
+    s.append(_cp(other, 1, t=t), intents=intents)
+    _eq(len(s.claim_intents("d1", 60.0, 10, now=t + 100.0)), 1, "claimed until now + 60")
+    _eq(s.claim_intents("d2", 60.0, 10, now=t + 159.0), [], "live one second before")
+    _eq(len(s.claim_intents("d2", 60.0, 10, now=t + 160.0)), 1, "free at exactly its expiry")
+
+
 @_check("Leases.claim_runnable")
 def claim_runnable_hands_out_what_may_run(h: Harness) -> None:
     s = h.store()
@@ -757,6 +886,7 @@ def signals_are_consumed_once(h: Harness) -> None:
     got = s.next_signal(name, key)
     _ok(got is not None and got.signal_id == first and got.payload == {"n": 1}, "oldest first")
     _ok(got is not None and (got.name, got.key) == (name, key), "its name and key")
+    _ok(got is not None and got.sent_at == 10.0, "when it was sent")
     _eq(s.next_signal(name, "other"), None, "another key")
     rid = _id()
     s.create_run(_run(rid), _cp(rid, 0))
@@ -789,6 +919,8 @@ def events_are_broadcast(h: Harness) -> None:
     got = s.first_event(kind, 50.0)
     _ok(got is not None and got.event_id == e1 and got.payload == {"n": 1}, "first since 50")
     _ok(got is not None and got.type == kind and got.published_at == 100.0, "its type and time")
+    at = s.first_event(kind, 100.0)
+    _ok(at is not None and at.event_id == e1, "an event at exactly `since` counts")
     got = s.first_event(kind, 150.0)
     _ok(got is not None and got.event_id == e2, "first since 150")
     _eq(s.first_event(kind, 250.0), None, "none since 250")
@@ -828,6 +960,40 @@ def waits_deadlines_and_wakeups(h: Harness) -> None:
     _eq(s.runs_waiting_for("event", etype), [ev], "waiting for the event")
     s.append(_cp(timer, 2))
     _eq(s.next_deadline(), 90.0, "a resolved wait's deadline is gone")
+
+
+@_check("Mailbox.wakeable_runs", "Mailbox.send_signal", "Mailbox.publish_event")
+def wakeable_runs_orders_deadlines_and_matches_deliveries(h: Harness) -> None:
+    """Due deadlines come first, earliest first, whether a wait's or the
+    run's, and a deadline at exactly ``now`` is due; a run with both a due
+    deadline and a delivery ranks by its deadline. Only a signal of the
+    wait's own name and key wakes it; an event published at the instant the
+    wait began wakes it."""
+    s = h.store()
+    p = _id()[:8]
+    # run ids in the reverse of deadline order, so an order by id shows
+    run_dl, sig_dl, timer20, timer30 = (f"{p}-{c}" for c in "dcba")
+    other_sig, ev = f"{p}-e", f"{p}-f"
+    sname = _id()
+    s.create_run(_run(run_dl, deadline_at=5.0), _cp(run_dl, 0, status="waiting"))
+    waits = {
+        sig_dl: Wait(f"{sig_dl}:s:0", "s", "signal", 1.0, name=sname, key="k", deadline_at=10.0),
+        timer20: Wait(f"{timer20}:t:0", "t", "timer", 1.0, deadline_at=20.0),
+        timer30: Wait(f"{timer30}:t:0", "t", "timer", 1.0, deadline_at=30.0),
+        other_sig: Wait(f"{other_sig}:s:0", "s", "signal", 1.0, name=sname, key="other"),
+        ev: Wait(f"{ev}:e:0", "e", "event", 40.0, name=sname),
+    }
+    for rid, w in waits.items():
+        s.create_run(_run(rid), _cp(rid, 0))
+        s.append(_cp(rid, 1, status="waiting", waits=(w,)))
+    s.send_signal(sname, "k", None, 2.0)
+    s.send_signal(_id(), "other", None, 2.0)
+    _eq(s.wakeable_runs(5.0)[:1], [run_dl], "a run deadline at exactly now")
+    _eq(s.wakeable_runs(30.0)[:4], [run_dl, sig_dl, timer20, timer30], "deadlines, by deadline")
+    _eq(s.wakeable_runs(20.0)[:3], [run_dl, sig_dl, timer20], "a wait deadline at exactly now")
+    _ok(other_sig not in s.wakeable_runs(30.0), "a signal of another key or name wakes nothing")
+    s.publish_event(sname, None, 40.0)
+    _eq(set(s.wakeable_runs(0.0)), {sig_dl, ev}, "deliveries: the signal and the event")
 
 
 # -- Outbox ----------------------------------------------------------------------
@@ -931,6 +1097,23 @@ def claimed_intents_are_not_handed_to_a_peer(h: Harness) -> None:
     _eq(sorted(i.intent_id for i in late), sorted(keys), "every claim expired")
 
 
+@_check("Outbox.claim_intents", "Outbox.mark_intent")
+def claim_intents_skips_what_is_done(h: Harness) -> None:
+    """Delivered and failed intents are passed over, not the end of the
+    scan; a delivery clears the error an earlier attempt left."""
+    s = h.store()
+    _, keys = _with_intents(s, 3)
+    s.mark_intent(keys[0], "delivered", 5.0, receipt=1)
+    s.mark_intent(keys[1], "failed", 5.0, error="no")
+    _eq([i.intent_id for i in s.claim_intents("d", 30.0, 10)], keys[2:], "the pending one")
+    s.mark_intent(keys[2], "sending", 6.0)
+    s.mark_intent(keys[2], "pending", 6.0, error="timed out")
+    s.mark_intent(keys[2], "sending", 7.0)
+    s.mark_intent(keys[2], "delivered", 8.0, receipt=2)
+    (done,) = [i for i in s.intents(["delivered"]) if i.intent_id == keys[2]]
+    _eq((done.last_error, done.attempts, done.receipt), (None, 2, 2), "delivered after a retry")
+
+
 @_check("Outbox.claim_intents")
 def two_connections_claim_each_intent_once(h: Harness) -> None:
     a, b = h.store(), h.store()
@@ -967,6 +1150,59 @@ def data_version_sees_every_commit(h: Harness) -> None:
     _ok(v1 != v0, "another connection's commit changes it")
     reader.append(_cp(rid, 1))
     _ok(reader.data_version() != v1, "the store's own commit changes it")
+
+
+@_check(
+    "ChangeFeed.data_version",
+    "RunLog.delete_run",
+    "RunLog.prune",
+    "Leases.release",
+    "Mailbox.send_signal",
+    "Mailbox.publish_event",
+    "Outbox.mark_intent",
+)
+def every_kind_of_write_changes_data_version(h: Harness) -> None:
+    """After any committed write the number differs from every value it had
+    before: one that went back to an earlier value would hide a commit from
+    a reader that polled before and after it."""
+    s = h.store()
+    rid, other = _id(), _id()
+    seen = [s.data_version()]
+
+    def changed(what: str) -> None:
+        v = s.data_version()
+        _ok(v not in seen, f"{what}: data_version went back to {v} (seen: {seen})")
+        seen.append(v)
+
+    s.create_run(_run(rid), _cp(rid, 0))
+    changed("create_run")
+    s.create_run(_run(other), _cp(other, 0))
+    changed("a second create_run")
+    s.append(_cp(rid, 1))
+    changed("append")
+    s.claim(rid, Lease("a", s.now() + 60, s.now(), ttl_s=60.0), s.now())
+    changed("claim")
+    s.release(rid, "a")
+    changed("release")
+    _eq(len(s.claim_runnable("b", 60.0, 10, wakeable=False)), 2, "both runs claimed")
+    changed("claim_runnable")
+    s.send_signal(_id(), "k", None, 1.0)
+    changed("send_signal")
+    s.publish_event(_id(), None, 1.0)
+    changed("publish_event")
+    key = f"{other}:send:0:0"
+    s.append(_cp(other, 1), intents=[Intent(key, other, "send", "dest", {})])
+    changed("append with an intent")
+    _eq(len(s.claim_intents("d", 30.0, 10)), 1, "the intent claimed")
+    changed("claim_intents")
+    s.mark_intent(key, "sending", 2.0)
+    changed("mark_intent")
+    s.append(_cp(rid, 2))
+    changed("a second append")
+    _eq(s.prune(rid, 1), 2, "two checkpoints pruned")
+    changed("prune")
+    s.delete_run(other)
+    changed("delete_run")
 
 
 @_check("ChangePush.watch_changes", needs=["push"])

@@ -39,6 +39,7 @@ from desktop_app.store.protocol import (
     Signal,
     SqlTx,
 )
+from desktop_app.store.rows import detached
 
 LIVE = ("pending", "running", "waiting", "failed")
 
@@ -100,7 +101,7 @@ class InMemoryCheckpointStore:
     @staticmethod
     def _frozen(cp: Checkpoint) -> Checkpoint:
         try:
-            state = codec.loads(codec.dumps(dict(cp.state)))
+            state = codec.loads(codec.dumps(dict(cp.state)))  # as a stored row reads back
         except (TypeError, ValueError) as exc:
             raise StoreError(f"run {cp.run_id}: state is not JSON-serialisable: {exc}") from exc
         return replace(cp, state=state, steps=dict(cp.steps))
@@ -167,7 +168,8 @@ class InMemoryCheckpointStore:
             if moved:
                 raise RevisionConflictError(
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored latest "
-                    f"revision {run.revision}; another writer got there first."
+                    f"revision {run.revision}; another writer got there first. Reload the run "
+                    "and try again."
                 )
             if (
                 lease is not None
@@ -295,7 +297,7 @@ class InMemoryCheckpointStore:
     def latest(self, run_id: str) -> Checkpoint:
         with self._lock:
             run = self._run(run_id)
-            return self._cps[run_id][run.revision]
+            return detached(self._cps[run_id][run.revision])
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         with self._lock:
@@ -305,7 +307,7 @@ class InMemoryCheckpointStore:
             raise CheckpointNotFoundError(
                 f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
             )
-        return cp
+        return detached(cp)
 
     def history(self, run_id: str) -> list[CheckpointInfo]:
         with self._lock:

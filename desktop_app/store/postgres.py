@@ -91,6 +91,7 @@ from desktop_app.store.rows import (
     checkpoint_from_rows,
     checkpoint_infos,
     checkpoint_values,
+    detached,
     event_from_row,
     intent_from_row,
     run_from_row,
@@ -288,8 +289,10 @@ class PostgresCheckpointStore:
         return CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
 
     def _remember(self, cp: Checkpoint) -> None:
+        """Cache a private copy of ``cp`` (see :func:`rows.detached`)."""
+        own = detached(cp)
         with self._cache_lock:
-            self._last[cp.run_id] = cp
+            self._last[cp.run_id] = own
             self._last.move_to_end(cp.run_id)
             while len(self._last) > _CACHE_RUNS:
                 self._last.popitem(last=False)
@@ -899,7 +902,7 @@ class PostgresCheckpointStore:
                 raise self._no_run(run_id)
             cached = self._cached(run_id)
             if cached is not None and cached.revision == run.revision:
-                return cached
+                return detached(cached)
             return self._load(conn, run_id, run.revision)
 
         cp = self._read(body)

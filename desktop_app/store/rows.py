@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from desktop_app.errors import CheckpointDecodeError, CheckpointNotFoundError, StoreError
@@ -30,6 +31,15 @@ from desktop_app.store.records import (
     ToolResult,
     Wait,
 )
+
+
+def detached(cp: Checkpoint) -> Checkpoint:
+    """``cp`` with its own copy of the state and of the step map: a store
+    keeps this in its cache of latest checkpoints and hands out copies, so
+    a caller that changes a dict it passed in or got back cannot change the
+    cached checkpoint the next delta is computed against (which would store
+    an empty delta, and lose the change on disk)."""
+    return replace(cp, state=codec.copy(dict(cp.state)), steps=dict(cp.steps))
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:

@@ -54,6 +54,7 @@ from desktop_app.store.rows import (
     checkpoint_from_rows,
     checkpoint_infos,
     checkpoint_values,
+    detached,
     event_from_row,
     intent_from_row,
     run_from_row,
@@ -167,7 +168,7 @@ class SqliteCheckpointStore:
         self._clock = clock if clock is not None else time.time
         migrations.verify(conn, db=path)
         # Last checkpoint written or read per run, to compute the next delta
-        # without reading it back. Checkpoints are immutable, so sharing is safe.
+        # without reading it back: a private copy (rows.detached), never handed out.
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
         self._lock = threading.RLock()
         self._own_commits = 0  # PRAGMA data_version ignores this connection's commits
@@ -176,7 +177,7 @@ class SqliteCheckpointStore:
     # -- helpers ---------------------------------------------------------
 
     def _remember(self, cp: Checkpoint) -> None:
-        self._last[cp.run_id] = cp
+        self._last[cp.run_id] = detached(cp)
         self._last.move_to_end(cp.run_id)
         while len(self._last) > _CACHE_RUNS:
             self._last.popitem(last=False)
@@ -688,7 +689,7 @@ class SqliteCheckpointStore:
         run = self.get_run(run_id)
         cached = self._last.get(run_id)
         if cached is not None and cached.revision == run.revision:
-            return cached
+            return detached(cached)
         cp = self._load(run_id, run.revision)
         self._remember(cp)
         return cp
