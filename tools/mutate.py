@@ -207,7 +207,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_reliability_store.py",
         "tests/test_mutation_kills_connection.py",
     ],
-    "desktop_app/store/memory.py": ["tests/contract/", "tests/test_store_seam.py"],
+    "desktop_app/store/memory.py": [
+        "tests/contract/",
+        "tests/test_store_seam.py",
+        "tests/test_mutation_kills_memory.py",
+    ],
     "desktop_app/store/memory_agents.py": ["tests/contract/", "tests/test_store_seam.py"],
     "desktop_app/store/migrations.py": [
         "tests/test_schema.py",
