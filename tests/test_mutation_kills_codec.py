@@ -50,8 +50,7 @@ def test_stored_json_is_compact_sorted_and_keeps_utf8():
 def test_copy_shares_no_dict_or_list_with_the_original():
     inner = [1, {"deep": [2]}]
     value = {"a": inner, "t": (3, [4]), "s": "text", "n": None, "f": 1.5, "b": True}
-    got = codec.copy(value)
-    assert got == {
+    want = {
         "a": [1, {"deep": [2]}],
         "t": [3, [4]],
         "s": "text",
@@ -59,16 +58,11 @@ def test_copy_shares_no_dict_or_list_with_the_original():
         "f": 1.5,
         "b": True,
     }
+    got = codec.copy(value)
+    assert got == want
     assert type(got["t"]) is list and type(got["t"][1]) is list
     inner.append(9)
     inner[1]["deep"].append(9)
     value["t"][1].append(9)
-    assert got == {
-        "a": [1, {"deep": [2]}],
-        "t": [3, [4]],
-        "s": "text",
-        "n": None,
-        "f": 1.5,
-        "b": True,
-    }
+    assert got == want
     assert codec.copy([]) == [] and codec.copy({}) == {} and codec.copy(7) == 7
