@@ -54,6 +54,15 @@ COALESCE_S = 0.002
 MAX_PAYLOADS = 64
 #: pg_notify refuses payloads of 8000 bytes or more.
 MAX_PAYLOAD_BYTES = 7000
+#: A worker's liveness session refreshes ``workers.heartbeat_at`` this often (seconds).
+HEARTBEAT_S = 10.0
+#: One listening pass waits at most this long (seconds) for a notification,
+#: so a heartbeat or :meth:`Listener.close` is never held up longer.
+POLL_S = 0.2
+#: The first reconnect try waits this long (seconds); each failure doubles it.
+RECONNECT_FIRST_S = 0.1
+#: Reconnect tries are never further apart than this (seconds).
+RECONNECT_MAX_S = 5.0
 
 
 class Notifier:
@@ -176,6 +185,9 @@ class Listener:
             the worker fences its runs there.
         connect_kwargs: extra ``psycopg.connect`` keyword arguments
             (``options`` with the search_path, keepalives).
+        heartbeat_s: seconds between a worker's ``workers.heartbeat_at`` updates.
+        reconnect_max_s: the longest wait (seconds) between reconnect tries;
+            the first waits :data:`RECONNECT_FIRST_S` and each failure doubles it.
 
     :meth:`wait` blocks until a notification arrives or ``timeout`` seconds
     pass; ``received`` counts notifications; ``alive`` is true while the
@@ -190,7 +202,8 @@ class Listener:
         owner: str | None = None,
         on_lost: Callable[[], None] | None = None,
         connect_kwargs: dict[str, Any] | None = None,
-        heartbeat_s: float = 10.0,
+        heartbeat_s: float = HEARTBEAT_S,
+        reconnect_max_s: float = RECONNECT_MAX_S,
     ) -> None:
         self.conninfo = conninfo
         self.channels = tuple(channels)
@@ -198,6 +211,7 @@ class Listener:
         self.on_lost = on_lost
         self.connect_kwargs = dict(connect_kwargs or {})
         self.heartbeat_s = heartbeat_s
+        self.reconnect_max_s = reconnect_max_s
         self.received = 0
         self.losses = 0
         self.backend_pid = 0
@@ -211,7 +225,7 @@ class Listener:
     def alive(self) -> bool:
         return self._alive.is_set()
 
-    def start(self, timeout: float = 30.0) -> Listener:
+    def start(self) -> Listener:
         """Connect (and take the lock); returns once the session is up.
 
         Raises psycopg.Error when the first connection fails."""
@@ -254,22 +268,24 @@ class Listener:
         self._alive.set()
 
     def _run(self) -> None:
-        backoff = 0.1
+        backoff = RECONNECT_FIRST_S
         last_beat = time.monotonic()
         while not self._closed.is_set():
             conn = self._conn
             if conn is None:
                 try:
                     self._connect()
-                    backoff = 0.1
+                    backoff = RECONNECT_FIRST_S
                     self._wake.set()  # re-check for work after a reconnect
                 except psycopg.Error as exc:
-                    log.warning("flowdesk: listener reconnect failed: %s", exc)
+                    log.warning(
+                        "flowdesk: listener reconnect failed: %s; next try in %g s", exc, backoff
+                    )
                     self._closed.wait(backoff)
-                    backoff = min(5.0, backoff * 2)
+                    backoff = min(self.reconnect_max_s, backoff * 2)
                 continue
             try:
-                for _ in conn.notifies(timeout=0.2, stop_after=1):
+                for _ in conn.notifies(timeout=POLL_S, stop_after=1):
                     self.received += 1
                     self._wake.set()
                 if self.owner is not None and time.monotonic() - last_beat > self.heartbeat_s:
