@@ -424,3 +424,44 @@ def test_a_failed_heartbeat_ends_the_session_and_reconnects_once_it_can(pg_url, 
         assert listener.backend_pid not in (0, old)
     finally:
         listener.close()
+
+
+def test_the_notifier_records_its_batchs_own_transaction_id(pool, hearer, admin):
+    """``data_version`` leaves out exactly these ids: each must be the id of a
+    batch's own committed transaction."""
+    notifier = Notifier(pool)
+    try:
+        notifier.send(CHANNEL, "a:1")
+        assert _heard(hearer, 1) == ["a:1"]
+        _until(lambda: notifier.batches == 1, "the batch counted")
+        (xid,) = notifier.own_xids
+        row = admin.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()
+        assert row == ("committed",)
+    finally:
+        notifier.close()
+
+
+def test_close_ends_the_session_even_when_unregistering_fails(pg_url, admin):
+    """Shutting down never raises: a refused unregister leaves the worker row
+    (it ages out like a killed worker's) and the session still ends."""
+    admin.execute(
+        "CREATE FUNCTION refuse_unregister() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "RAISE EXCEPTION 'unregister refused'; END $$"
+    )
+    admin.execute(
+        "CREATE TRIGGER refuse_unregister BEFORE DELETE ON workers "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_unregister()"
+    )
+    listener = _listener(pg_url, owner=OWNER).start()
+    pid = listener.backend_pid
+    listener.close()
+    assert listener.alive is False
+    assert admin.execute("SELECT count(*) FROM workers WHERE owner=%s", (OWNER,)).fetchone() == (1,)
+    _until(
+        lambda: (
+            admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid=%s", (pid,)).fetchone()
+            == (0,)
+        ),
+        "the session ended",
+        timeout=5,
+    )
