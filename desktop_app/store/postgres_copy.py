@@ -116,7 +116,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
             migrations.verify(dst, db=redact(url))
             dst.autocommit = False
             try:
-                return _copy(src, dst, path, redact(url))
+                return _copy(src, dst, redact(url))
             except psycopg.Error as exc:
                 dst.rollback()
                 raise StoreError(
@@ -126,7 +126,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
         src.close()
 
 
-def _copy(src: apsw.Connection, dst: psycopg.Connection[Any], path: str, where: str) -> CopyReport:
+def _copy(src: apsw.Connection, dst: psycopg.Connection[Any], where: str) -> CopyReport:
     schema = migrations.PG_SCHEMA
     dst.execute(f"SET LOCAL search_path = {schema}")
     for table in ("runs", "agent_runs"):
