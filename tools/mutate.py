@@ -260,8 +260,14 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/contract/",
         "tests/test_postgres_agent_runs.py",
     ],
-    "desktop_app/store/postgres_copy.py": ["tests/test_postgres_copy.py"],
-    "desktop_app/store/postgres_doctor.py": ["tests/test_postgres_surface.py"],
+    "desktop_app/store/postgres_copy.py": [
+        "tests/test_postgres_copy.py",
+        "tests/test_mutation_kills_postgres_copy.py",
+    ],
+    "desktop_app/store/postgres_doctor.py": [
+        "tests/test_postgres_surface.py",
+        "tests/test_mutation_kills_postgres_doctor.py",
+    ],
     "desktop_app/store/sqlite.py": [
         *_STORE,
         "tests/test_outbox.py",
