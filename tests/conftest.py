@@ -81,6 +81,19 @@ def pg_url(pg_server) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_empty_url(pg_server) -> Iterator[str]:
+    """A fresh database without the Flowdesk schema, dropped after the test.
+    Skips without a server, fails under CI=true."""
+    from tests import pg_support
+
+    if pg_server.error:
+        pg_support.unavailable(pg_server.error)
+    url = pg_server.empty_database()
+    yield url
+    pg_server.drop_database(url)
+
+
+@pytest.fixture
 def pg_store(pg_url: str):
     from desktop_app.store.postgres import open_postgres_store
 

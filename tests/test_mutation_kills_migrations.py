@@ -219,17 +219,6 @@ def test_a_ledger_that_cannot_be_read_is_a_store_error_naming_the_database(tmp_p
 # -- PostgreSQL: what `db apply` says when the server refuses ---------------------
 
 
-@pytest.fixture
-def empty_pg(pg_server):
-    from tests import pg_support
-
-    if pg_server.error:
-        pg_support.unavailable(pg_server.error)
-    url = pg_server.empty_database()
-    yield url
-    pg_server.drop_database(url)
-
-
 def _ledger_rows(url: str) -> int:
     import psycopg
 
@@ -241,7 +230,7 @@ def _ledger_rows(url: str) -> int:
         return int(got[0]) if got else 0
 
 
-def test_a_role_without_create_privilege_is_told_to_apply_as_the_owner(empty_pg):
+def test_a_role_without_create_privilege_is_told_to_apply_as_the_owner(pg_empty_url):
     import uuid
     from urllib.parse import urlsplit, urlunsplit
 
@@ -250,9 +239,9 @@ def test_a_role_without_create_privilege_is_told_to_apply_as_the_owner(empty_pg)
     from desktop_app.errors import StoreError
 
     role = f"r_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(empty_pg, autocommit=True) as admin:
+    with psycopg.connect(pg_empty_url, autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN")
-    parts = urlsplit(empty_pg)
+    parts = urlsplit(pg_empty_url)
     as_role = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
     try:
         with psycopg.connect(as_role, autocommit=True) as conn, pytest.raises(StoreError) as err:
@@ -260,15 +249,15 @@ def test_a_role_without_create_privilege_is_told_to_apply_as_the_owner(empty_pg)
         assert type(err.value) is StoreError
         assert "lacks the privilege to create Flowdesk's schema (flowdesk)" in str(err.value)
         assert "Run `flowdesk db apply` as the database owner" in str(err.value)
-        assert _ledger_rows(empty_pg) == 0  # nothing was applied
+        assert _ledger_rows(pg_empty_url) == 0  # nothing was applied
     finally:
-        with psycopg.connect(empty_pg, autocommit=True) as admin:
+        with psycopg.connect(pg_empty_url, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
 
 
 def test_an_applier_held_up_by_another_one_past_the_lock_timeout_applies_nothing(
-    empty_pg, monkeypatch
+    pg_empty_url, monkeypatch
 ):
     import psycopg
 
@@ -277,28 +266,31 @@ def test_an_applier_held_up_by_another_one_past_the_lock_timeout_applies_nothing
     # the other applier holds the schema lock; waiting 60 s for it is the
     # production setting, a tenth of a second gives the same refusal
     monkeypatch.setattr(migrations, "PG_LOCK_TIMEOUT", "100ms")
-    with psycopg.connect(empty_pg) as other:
+    with psycopg.connect(pg_empty_url) as other:
         other.execute("SELECT pg_advisory_xact_lock(%s)", (migrations.PG_APPLY_LOCK,))
-        with psycopg.connect(empty_pg, autocommit=True) as conn, pytest.raises(StoreError) as err:
+        with (
+            psycopg.connect(pg_empty_url, autocommit=True) as conn,
+            pytest.raises(StoreError) as err,
+        ):
             migrations.apply(conn)
         other.rollback()
     assert str(err.value) == (
         "another `flowdesk db apply` held the schema lock for more than 100ms; "
         "nothing was applied by this one. Wait for it to finish and run it again."
     )
-    assert _ledger_rows(empty_pg) == 0
-    with psycopg.connect(empty_pg, autocommit=True) as conn:
+    assert _ledger_rows(pg_empty_url) == 0
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
         assert len(migrations.apply(conn)) == len(migrations.schema_files(dialect="postgres"))
 
 
-def test_a_failing_file_names_its_sqlstate_and_keeps_the_files_before_it(empty_pg):
+def test_a_failing_file_names_its_sqlstate_and_keeps_the_files_before_it(pg_empty_url):
     import psycopg
 
     from desktop_app.errors import StoreError
 
     good = migrations.schema_files(dialect="postgres")[:1]
     bad = migrations.SchemaFile("core", "9999_broken.sql", "CREATE TABLE (;")
-    with psycopg.connect(empty_pg, autocommit=True) as conn:
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
         with pytest.raises(StoreError) as err:
             migrations.apply(conn, [*good, bad])
         assert "PostgreSQL error applying the schema (SQLSTATE 42601)" in str(err.value)
@@ -306,18 +298,18 @@ def test_a_failing_file_names_its_sqlstate_and_keeps_the_files_before_it(empty_p
     assert states == {good[0].key: "applied", bad.key: "pending"}
 
 
-def test_dialect_of_a_psycopg_connection_is_postgres(empty_pg):
+def test_dialect_of_a_psycopg_connection_is_postgres(pg_empty_url):
     import psycopg
 
-    with psycopg.connect(empty_pg) as conn:
+    with psycopg.connect(pg_empty_url) as conn:
         assert migrations.dialect_of(conn) == "postgres"
 
 
-def test_an_edited_file_is_refused_before_anything_is_applied(empty_pg):
+def test_an_edited_file_is_refused_before_anything_is_applied(pg_empty_url):
     import psycopg
 
     files = migrations.schema_files(dialect="postgres")
-    with psycopg.connect(empty_pg, autocommit=True) as conn:
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
         migrations.apply(conn, files[:1])
         edited = migrations.SchemaFile(files[0].component, files[0].name, files[0].sql + "\n-- x")
         with pytest.raises(SchemaChecksumError):
@@ -386,49 +378,49 @@ def _apply_while_another_applier_does_the_first_file(url: str, first_sql: str):
     return files, outcome[0]
 
 
-def test_a_file_another_applier_did_meanwhile_is_skipped_and_the_rest_applied(empty_pg):
+def test_a_file_another_applier_did_meanwhile_is_skipped_and_the_rest_applied(pg_empty_url):
     import psycopg
 
     first_sql = migrations.schema_files(dialect="postgres")[0].sql
-    files, applied = _apply_while_another_applier_does_the_first_file(empty_pg, first_sql)
+    files, applied = _apply_while_another_applier_does_the_first_file(pg_empty_url, first_sql)
     assert isinstance(applied, list)
     assert [f.key for f in applied] == [f.key for f in files[1:]]
-    with psycopg.connect(empty_pg, autocommit=True) as conn:
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
         assert {s.state for s in migrations.status(conn)} == {"applied"}
 
 
-def test_a_file_another_applier_did_meanwhile_from_an_edited_copy_is_refused(empty_pg):
+def test_a_file_another_applier_did_meanwhile_from_an_edited_copy_is_refused(pg_empty_url):
     import psycopg
 
     first_sql = migrations.schema_files(dialect="postgres")[0].sql
     files, outcome = _apply_while_another_applier_does_the_first_file(
-        empty_pg, first_sql + "\n-- edited elsewhere"
+        pg_empty_url, first_sql + "\n-- edited elsewhere"
     )
     assert isinstance(outcome, SchemaChecksumError)
     assert f"schema file(s) {files[0].key} changed since they were applied" in str(outcome)
-    with psycopg.connect(empty_pg, autocommit=True) as conn:
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
         states = {s.key: s.state for s in migrations.status(conn)}
     assert states[files[0].key] == "edited"
     assert {states[f.key] for f in files[1:]} == {"pending"}  # nothing applied after the refusal
 
 
-def test_a_role_that_cannot_read_the_ledger_is_told_it_lacks_a_privilege(empty_pg):
+def test_a_role_that_cannot_read_the_ledger_is_told_it_lacks_a_privilege(pg_empty_url):
     import uuid
     from urllib.parse import urlsplit, urlunsplit
 
     import psycopg
 
-    with psycopg.connect(empty_pg, autocommit=True) as admin:
+    with psycopg.connect(pg_empty_url, autocommit=True) as admin:
         migrations.apply(admin)
         role = f"r_{uuid.uuid4().hex[:10]}"
         admin.execute(f"CREATE ROLE {role} LOGIN")
-    parts = urlsplit(empty_pg)
+    parts = urlsplit(pg_empty_url)
     as_role = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
     try:
         with psycopg.connect(as_role, autocommit=True) as conn, pytest.raises(StoreError) as err:
             migrations.status(conn)
         assert "lacks the privilege" in str(err.value)
     finally:
-        with psycopg.connect(empty_pg, autocommit=True) as admin:
+        with psycopg.connect(pg_empty_url, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")

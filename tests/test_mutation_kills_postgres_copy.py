@@ -89,18 +89,6 @@ def closed_port() -> int:
 
 
 @pytest.fixture
-def empty_pg_url(pg_server):
-    """A PostgreSQL database without Flowdesk's schema."""
-    from tests import pg_support
-
-    if pg_server.error:
-        pg_support.unavailable(pg_server.error)
-    url = pg_server.empty_database()
-    yield url
-    pg_server.drop_database(url)
-
-
-@pytest.fixture
 def tokyo_time():
     """The laptop's local zone is UTC+9 for the test."""
     old = os.environ.get("TZ")
@@ -240,8 +228,8 @@ def test_copy_to_an_unreachable_server_names_it_without_the_password(db_path):
     assert "me:***@" in message and "secret" not in message
 
 
-def test_copy_to_a_database_without_schema_names_it_in_the_advice(db_path, empty_pg_url):
-    url = with_address(empty_pg_url, password="secret")
+def test_copy_to_a_database_without_schema_names_it_in_the_advice(db_path, pg_empty_url):
+    url = with_address(pg_empty_url, password="secret")
     with pytest.raises(SchemaMissingError) as exc:
         copy_sqlite_to_postgres(db_path, url)
     assert f"run `flowdesk --db {redact(url)} db apply`" in str(exc.value)
