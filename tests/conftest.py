@@ -67,30 +67,28 @@ def pg_server():
     yield from pg_support.session_server()
 
 
-@pytest.fixture
-def pg_url(pg_server) -> Iterator[str]:
-    """A fresh database with the Flowdesk schema applied, dropped after the test.
-    Skips without a server, fails under CI=true."""
+def _throwaway_database(pg_server, *, schema: bool) -> Iterator[str]:
+    """A fresh database (with the Flowdesk schema when ``schema``), dropped
+    afterwards. Skips without a server, fails under CI=true."""
     from tests import pg_support
 
     if pg_server.error:
         pg_support.unavailable(pg_server.error)
-    url = pg_server.new_database()
+    url = pg_server.new_database() if schema else pg_server.empty_database()
     yield url
     pg_server.drop_database(url)
+
+
+@pytest.fixture
+def pg_url(pg_server) -> Iterator[str]:
+    """A fresh database with the Flowdesk schema applied, dropped after the test."""
+    yield from _throwaway_database(pg_server, schema=True)
 
 
 @pytest.fixture
 def pg_empty_url(pg_server) -> Iterator[str]:
-    """A fresh database without the Flowdesk schema, dropped after the test.
-    Skips without a server, fails under CI=true."""
-    from tests import pg_support
-
-    if pg_server.error:
-        pg_support.unavailable(pg_server.error)
-    url = pg_server.empty_database()
-    yield url
-    pg_server.drop_database(url)
+    """A fresh database without the Flowdesk schema, dropped after the test."""
+    yield from _throwaway_database(pg_server, schema=False)
 
 
 @pytest.fixture

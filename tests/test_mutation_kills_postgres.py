@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,17 +19,6 @@ from tests.pg_support import with_address
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def empty_url(pg_server: Any) -> Iterator[str]:
-    from tests import pg_support
-
-    if pg_server.error:
-        pg_support.unavailable(pg_server.error)
-    url = pg_server.empty_database()
-    yield url
-    pg_server.drop_database(url)
-
-
 def closed_port_url(url: str) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -38,10 +26,10 @@ def closed_port_url(url: str) -> str:
     return with_address(url, host="127.0.0.1", port=port, password="hunter2")
 
 
-def test_verify_refuses_an_empty_database_naming_the_url_without_its_password(empty_url):
+def test_verify_refuses_an_empty_database_naming_the_url_without_its_password(pg_empty_url):
     from desktop_app.store.postgres import verify_postgres_schema
 
-    url = with_address(empty_url, password="hunter2")
+    url = with_address(pg_empty_url, password="hunter2")
     with pytest.raises(SchemaMissingError) as caught:
         verify_postgres_schema(url)
     message = str(caught.value)
@@ -76,18 +64,18 @@ def test_schema_helpers_on_an_unreachable_server_say_so_without_the_password(pg_
     assert "~/.pgpass or PGPASSWORD" in message
 
 
-def test_status_lists_every_file_pending_then_applied(empty_url):
+def test_status_lists_every_file_pending_then_applied(pg_empty_url):
     from desktop_app.store.postgres import apply_postgres_schema, postgres_schema_status
 
     files = migrations.schema_files(dialect="postgres")
     keys = [f.key for f in files]
-    before = postgres_schema_status(empty_url)
+    before = postgres_schema_status(pg_empty_url)
     assert [s.key for s in before] == keys
     assert {s.state for s in before} == {"pending"}
     assert all(s.applied_at is None for s in before)
-    applied = apply_postgres_schema(empty_url)
+    applied = apply_postgres_schema(pg_empty_url)
     assert [f.key for f in applied] == keys
-    after = postgres_schema_status(empty_url)
+    after = postgres_schema_status(pg_empty_url)
     assert [s.key for s in after] == keys
     assert {s.state for s in after} == {"applied"}
     assert all(isinstance(s.applied_at, float) for s in after)
@@ -661,10 +649,10 @@ def test_store_connections_carry_their_settings(pg_url, pg_store, caplog):
         small.close()
 
 
-def test_opening_a_store_on_an_empty_database_names_it_and_the_command(empty_url):
+def test_opening_a_store_on_an_empty_database_names_it_and_the_command(pg_empty_url):
     from desktop_app.store.postgres import open_postgres_store
 
-    url = with_address(empty_url, password="hunter2")
+    url = with_address(pg_empty_url, password="hunter2")
     with pytest.raises(SchemaMissingError) as caught:
         open_postgres_store(url)
     parts = urlsplit(url)

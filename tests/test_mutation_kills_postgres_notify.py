@@ -71,6 +71,13 @@ def _reconnect_failures(caplog: pytest.LogCaptureFixture) -> list[tuple[str, flo
     return found
 
 
+def _session_gone(admin: psycopg.Connection[Any], pid: int) -> bool:
+    """Whether the server has no backend ``pid`` any more."""
+    return admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid=%s", (pid,)
+    ).fetchone() == (0,)
+
+
 def _listener(url: str, **kw: Any) -> Listener:
     return Listener(
         url, ("flowdesk_test",), connect_kwargs={"options": "-c search_path=flowdesk"}, **kw
@@ -114,10 +121,7 @@ def test_a_worker_session_registers_hears_and_unregisters(pg_url, admin):
         listener.close()
     assert admin.execute("SELECT count(*) FROM workers WHERE owner=%s", (OWNER,)).fetchone() == (0,)
     _until(
-        lambda: (
-            admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid=%s", (pid,)).fetchone()
-            == (0,)
-        ),
+        lambda: _session_gone(admin, pid),
         "the session ended",
     )
 
@@ -407,12 +411,7 @@ def test_a_failed_heartbeat_ends_the_session_and_reconnects_once_it_can(pg_url, 
         old = listener.backend_pid
         _until(lambda: listener.losses == 1, "the refused heartbeat counted as a loss")
         _until(
-            lambda: (
-                admin.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE pid=%s", (old,)
-                ).fetchone()
-                == (0,)
-            ),
+            lambda: _session_gone(admin, old),
             "the old session closed",
             timeout=5,
         )
@@ -458,10 +457,7 @@ def test_close_ends_the_session_even_when_unregistering_fails(pg_url, admin):
     assert listener.alive is False
     assert admin.execute("SELECT count(*) FROM workers WHERE owner=%s", (OWNER,)).fetchone() == (1,)
     _until(
-        lambda: (
-            admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid=%s", (pid,)).fetchone()
-            == (0,)
-        ),
+        lambda: _session_gone(admin, pid),
         "the session ended",
         timeout=5,
     )
