@@ -17,6 +17,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return usable if usable > 1 else 0
 
 
+# pg_support reads FLOWDESK_TEST_PG_DSN at import: import it before any test's
+# isolation (below) removes FLOWDESK_* variables, or a server fixture first
+# reached from inside a test would find none and start a private cluster.
+from tests import pg_support  # noqa: E402
+
 # A failing keyring unless a test opts into an in-memory one.
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 
@@ -62,7 +67,6 @@ def sqlite_store(db_path: Path):
 @pytest.fixture(scope="session")
 def pg_server():
     """The session's PostgreSQL server (private cluster or FLOWDESK_TEST_PG_DSN)."""
-    from tests import pg_support
 
     yield from pg_support.session_server()
 
@@ -70,7 +74,6 @@ def pg_server():
 def _throwaway_database(pg_server, *, schema: bool) -> Iterator[str]:
     """A fresh database (with the Flowdesk schema when ``schema``), dropped
     afterwards. Skips without a server, fails under CI=true."""
-    from tests import pg_support
 
     if pg_server.error:
         pg_support.unavailable(pg_server.error)
