@@ -125,7 +125,10 @@ class DuplicateFlowKeyError(RevisionConflictError):
 
 
 class LeaseLostError(RevisionConflictError):
-    """This process's lease on the run expired and another process took the run over."""
+    """This process no longer holds the run's lease: another process took the
+    run over, or the lease could not be renewed within its TTL (this process
+    can no longer prove it holds it). Nothing more of the run is committed
+    here; the run stays resumable wherever it is resumed."""
 
 
 class RunLeasedError(FlowdeskError):

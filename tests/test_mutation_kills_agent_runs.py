@@ -5,6 +5,7 @@ lease guard; scopes kept apart."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,7 @@ def test_update_by_the_lease_owner_only(agents):
     with pytest.raises(LeaseLostError) as err:
         agents.update("ag1", 1002.0, owner="w2", messages=[USER], turns=5)
     assert str(err.value) == (
-        "agent run ag1 was taken over by w1 after the lease of w2 expired; "
+        "agent run ag1 is held by w1, not by w2: another process took it over; "
         "this process stops executing it."
     )
     got = agents.get("ag1")
@@ -164,9 +165,11 @@ def test_claim_takes_a_free_own_or_expired_lease_and_refuses_a_live_one(agents):
         agents.claim("ag1", "w2", 3000.0, 2499.0)
     assert (err.value.run_id, err.value.owner, err.value.expires_at) == ("ag1", "w1", 2500.0)
     assert agents.get("ag1").lease_owner == "w1"
-    got = agents.claim("ag1", "w2", 3000.0, 2500.0)  # expired at exactly its time
+    with pytest.raises(AgentRunLeasedError):  # expired, but naming no holder takes nothing
+        agents.claim("ag1", "w2", 3000.0, 2500.0)
+    got = agents.claim("ag1", "w2", 3000.0, 2500.0, takes_over="w1")  # expired at exactly then
     assert (got.lease_owner, got.lease_expires_at) == ("w2", 3000.0)
-    got = agents.claim("ag1", "w3", 4000.0, 2600.0, takeover=True)
+    got = agents.claim("ag1", "w3", 4000.0, math.inf, takes_over=agents.get("ag1").lease_owner)
     assert (got.lease_owner, got.lease_expires_at) == ("w3", 4000.0)
 
 
@@ -175,7 +178,7 @@ def test_a_lease_without_an_expiry_is_held_until_taken_over(agents):
     with pytest.raises(AgentRunLeasedError) as err:
         agents.claim("ag1", "w2", 3000.0, 10_000.0)
     assert (err.value.owner, err.value.expires_at) == ("w1", 0.0)
-    got = agents.claim("ag1", "w2", 3000.0, 10_000.0, takeover=True)
+    got = agents.claim("ag1", "w2", 3000.0, math.inf, takes_over=agents.get("ag1").lease_owner)
     assert (got.lease_owner, got.lease_expires_at) == ("w2", 3000.0)
 
 

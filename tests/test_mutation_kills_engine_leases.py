@@ -20,7 +20,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.errors import CheckpointDecodeError, RunLeasedError, UnknownFlowError
+from desktop_app.errors import (
+    CheckpointDecodeError,
+    LeaseLostError,
+    UnknownFlowError,
+)
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
@@ -235,12 +239,13 @@ def test_a_run_whose_lease_another_live_owner_took_is_lost_then_resumable_later(
     try:
         ticks.waiting()
         now = clock.now()
-        other.claim("r1", Lease(OTHER, now + 100.0), math.inf)  # taken over, still live
+        taken = Lease(OTHER, now + 100.0, math.inf, takes_over=engine.owner)
+        other.claim("r1", taken, math.inf)  # taken over, still live
         ticks.tick()
         assert "r1" in engine.lost  # its driver stops before the next step
         assert engine.store.get_run("r1").lease_owner == OTHER
     finally:
-        with pytest.raises(RunLeasedError):  # its step's save is refused: nothing saved
+        with pytest.raises(LeaseLostError):  # its step's save is refused: nothing saved
             driving.finish()
     assert engine.store.latest("r1").state["n"] == 0
     assert engine.store.get_run("r1").lease_owner == OTHER
@@ -253,7 +258,7 @@ def test_a_run_whose_lease_another_live_owner_took_is_lost_then_resumable_later(
     ticks.set()
 
 
-def test_heartbeat_takes_back_a_lease_whose_other_owner_let_it_expire(db_path):
+def test_heartbeat_never_takes_back_a_lease_another_owner_took_even_once_it_expired(db_path):
     clock = ManualClock()
     blocker = Blocker()
     engine = engine_for(db_path, blocking_flow("hold", blocker), clock=clock)
@@ -263,16 +268,17 @@ def test_heartbeat_takes_back_a_lease_whose_other_owner_let_it_expire(db_path):
     try:
         ticks.waiting()
         now = clock.now()
-        other.claim("r1", Lease(OTHER, now + 1.0), math.inf)
+        other.claim("r1", Lease(OTHER, now + 1.0, math.inf, takes_over=engine.owner), math.inf)
         clock.advance(2.0)  # OTHER's lease expired at the heartbeat's "now"
         ticks.tick()
         row = engine.store.get_run("r1")
-        assert (row.lease_owner, row.lease_expires_at) == (engine.owner, now + 2.0 + 30.0)
-        assert "r1" not in engine.lost
+        assert (row.lease_owner, row.lease_expires_at) == (OTHER, now + 1.0)  # not taken back
+        assert "r1" in engine.lost
     finally:
-        result = driving.finish()
+        with pytest.raises(LeaseLostError):  # the owner learns it lost the run
+            driving.finish()
         ticks.set()
-    assert (result.status, result.state.n) == ("completed", 11)
+    assert engine.store.latest("r1").state["n"] == 0  # nothing of its step was saved
 
 
 # -- the run record _create stores ------------------------------------------
@@ -403,7 +409,10 @@ def test_a_lease_takes_over_only_when_asked(db_path):
         clock.now() + 12.0,
         clock.now(),
     )
-    assert engine.lease(takeover=True).issued_at == math.inf
+    assert engine.lease(takes_over="h:1:x").issued_at == clock.now()  # once it expired
+    assert engine.lease(takes_over="h:1:x").takes_over == "h:1:x"
+    assert engine.lease(takes_over="h:1:x", dead=True).issued_at == math.inf  # any expiry
+    assert engine.lease().takes_over is None
 
 
 def test_without_group_commit_a_delivered_signal_is_consumed(db_path):

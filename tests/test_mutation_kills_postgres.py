@@ -5,6 +5,7 @@ Every test runs on a real server (``tests/pg_support.py``)."""
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from typing import Any
@@ -378,12 +379,18 @@ def test_conflict_and_takeover_messages(pg_url, pg_store):
         "there first. Reload the run and try again."
     )
     pg_store.claim("r1", Lease("a", 1000.0, 1000.0), 1000.0)  # 0 s: expired at once
-    pg_store.claim("r1", Lease("b", 1030.0, 1000.0), 1000.0)
+    pg_store.claim("r1", Lease("b", 1030.0, 1000.0, takes_over="a"), 1000.0)
     with pytest.raises(LeaseLostError) as lost:
         pg_store.append(_cp("r1", 1), lease=Lease("a", 1060.0, 1000.0))
     assert str(lost.value) == (
-        "run r1 was taken over by b after this process's lease expired; this process stops "
-        "executing it."
+        "run r1 is held by b, not by this process (a): it took the run over; this process "
+        "stops executing it."
+    )
+    with pytest.raises(LeaseLostError) as late:  # a second taker of the replaced owner
+        pg_store.append(_cp("r1", 1), lease=Lease("c", 1060.0, math.inf, takes_over="a"))
+    assert str(late.value) == (
+        "run r1 is held by b: another process took it over from a first; this process runs "
+        "nothing of it."
     )
     signal_id = pg_store.send_signal("go", "k", {}, 1000.0)
     for rid in ("w1", "w2"):

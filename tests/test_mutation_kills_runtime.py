@@ -6,6 +6,7 @@ deadline and time-to-live, and the run's stored context."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -55,7 +56,9 @@ class StealingStore(SqliteAgentStore):
     def _maybe_steal(self, name: str, run_id: str) -> None:
         if name == self.steal_after and not self.stolen:
             self.stolen = True
-            SqliteAgentStore.claim(self, run_id, THIEF, 1e12, 0.0, takeover=True)
+            SqliteAgentStore.claim(
+                self, run_id, THIEF, 1e12, math.inf, takes_over=self.get(run_id).lease_owner
+            )
 
     def claim(self, run_id: str, owner: str, expires_at: float, now: float, **kw: Any) -> None:
         super().claim(run_id, owner, expires_at, now, **kw)
@@ -160,7 +163,7 @@ def test_lost_lease_while_the_tool_runs_saves_no_result(sqlite_store):
         """Look something up; another host takes the lease meanwhile."""
         calls[q] += 1
         (run,) = store.list(agent="helper")
-        store.claim(run.run_id, THIEF, 1e12, 0.0, takeover=True)
+        store.claim(run.run_id, THIEF, 1e12, math.inf, takes_over=store.get(run.run_id).lease_owner)
         return "x"
 
     agent = Agent(
@@ -231,7 +234,7 @@ def test_ordinary_tool_started_before_a_crash_runs_again(sqlite_store):
 def test_done_run_resumes_to_its_answer_even_with_other_tools_or_a_foreign_lease(astore):
     calls: Counter[str] = Counter()
     res = Agent("helper", ScriptedModel(["42"]), astore, [lookup_tool(calls)]).ask("q")
-    astore.claim(res.run_id, THIEF, 1e12, 0.0, takeover=True)
+    astore.claim(res.run_id, THIEF, 1e12, math.inf, takes_over=astore.get(res.run_id).lease_owner)
     model = ScriptedModel([])
     again = Agent("helper", model, astore, [other])
     assert again.resume(res.run_id) == res
@@ -387,13 +390,11 @@ def test_resume_takes_over_a_dead_local_owner_and_an_expired_remote_one(astore):
     rid = agent.ask("q").run_id
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    astore.claim(
-        rid, f"{socket.gethostname()}:{dead.pid}:x", clock.now() + 1000, 0.0, takeover=True
-    )
+    astore.claim(rid, f"{socket.gethostname()}:{dead.pid}:x", clock.now() + 1000, 0.0)
     astore.update(rid, clock.now(), status="failed")
     assert agent.resume(rid).text == "a"
     astore.update(rid, clock.now(), status="failed", messages=[{"role": "user", "content": "more"}])
-    astore.claim(rid, THIEF, clock.now() + 5, 0.0, takeover=True)
+    astore.claim(rid, THIEF, clock.now() + 5, math.inf, takes_over=astore.get(rid).lease_owner)
     with pytest.raises(AgentRunLeasedError):
         agent.resume(rid)  # a live remote owner's lease, not expired
     clock.advance(5.0)
@@ -576,7 +577,9 @@ class CountingStealer(StealingStore):
         out = super().messages(run_id)
         self.reads += 1
         if self.reads == self.nth:
-            SqliteAgentStore.claim(self, run_id, THIEF, 1e12, 0.0, takeover=True)
+            SqliteAgentStore.claim(
+                self, run_id, THIEF, 1e12, math.inf, takes_over=self.get(run_id).lease_owner
+            )
         return out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import subprocess
 import sys
 import threading
@@ -48,7 +49,7 @@ def tool_messages(model: ScriptedModel, call: int):
 # -- spans of model calls -------------------------------------------------------------
 
 CHAT_SPANS_SCRIPT = r"""
-import json, sys
+import json, math, sys
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -95,7 +96,8 @@ except RuntimeError:
 @tool
 def steal(q: str) -> str:
     "Another host takes the run's lease while this tool runs."
-    store.claim("lost", "otherhost:1:thief", 1e12, 0.0, takeover=True)
+    holder = store.get("lost").lease_owner
+    store.claim("lost", "otherhost:1:thief", 1e12, math.inf, takes_over=holder)
     return "too late"
 
 try:
@@ -220,7 +222,9 @@ class StealingModel(ScriptedModel):
 
     def complete(self, messages: Any, tools: Any) -> Any:
         (run,) = self.store.list(agent="helper")
-        self.store.claim(run.run_id, THIEF, 1e12, 0.0, takeover=True)
+        self.store.claim(
+            run.run_id, THIEF, 1e12, math.inf, takes_over=self.store.get(run.run_id).lease_owner
+        )
         return super().complete(messages, tools)
 
 
@@ -307,9 +311,7 @@ def test_the_heartbeat_waits_a_third_of_the_lease_at_least_50_ms(
     assert ticks.intervals[0] == pytest.approx(interval)
 
 
-def test_the_heartbeat_renews_on_the_injected_clock_and_takes_back_an_expired_lease(
-    sqlite_store, monkeypatch
-):
+def test_the_heartbeat_renews_on_the_injected_clock(sqlite_store, monkeypatch):
     ticks = Ticks()
     monkeypatch.setattr(runtime, "threading", ticks.module)
     clock = ManualClock()
@@ -318,8 +320,7 @@ def test_the_heartbeat_renews_on_the_injected_clock_and_takes_back_an_expired_le
 
     @tool
     def work(x: str) -> str:
-        """Another host takes the lease and lets it expire; then the interval passes."""
-        store.claim(rid, THIEF, clock.now() + 5.0, clock.now(), takeover=True)
+        """The interval passes while the tool runs."""
         clock.advance(100.0)
         ticks.tick()
         assert ticks.progress.wait(60.0), "the heartbeat never got past its interval"
@@ -335,6 +336,36 @@ def test_the_heartbeat_renews_on_the_injected_clock_and_takes_back_an_expired_le
     assert agent.ask("q", run_id=rid).text == "done"
     assert seen == [("me:1:a", 30.0)]
     assert ticks.intervals == [10.0, 10.0]
+
+
+def test_the_heartbeat_never_takes_back_a_lease_another_host_took_even_once_expired(
+    sqlite_store, monkeypatch
+):
+    ticks = Ticks()
+    monkeypatch.setattr(runtime, "threading", ticks.module)
+    clock = ManualClock()
+    store = SqliteAgentStore(sqlite_store)
+    seen: list[Any] = []
+
+    @tool
+    def work(x: str) -> str:
+        """Another host takes the lease and lets it expire; then the interval passes."""
+        store.claim(rid, THIEF, clock.now() + 5.0, math.inf, takes_over="me:1:a")
+        clock.advance(100.0)
+        ticks.tick()
+        assert ticks.progress.wait(60.0), "the heartbeat never got past its interval"
+        seen.append(store.get(rid).lease_owner)
+        return "ok"
+
+    agent = Agent(
+        "helper", ScriptedModel([{"tool": "work", "args": {"x": "1"}}, "done"]), store, [work],
+        clock=clock, owner="me:1:a", lease_ttl_s=30.0,
+    )  # fmt: skip
+    rid = "hb"
+    with pytest.raises(LeaseLostError):  # the owner learns it lost the run
+        agent.ask("q", run_id=rid)
+    assert seen == [THIEF]  # not taken back by the heartbeat
+    assert store.get(rid).lease_owner == THIEF
 
 
 # -- what the runtime logs ----------------------------------------------------------------

@@ -269,15 +269,22 @@ def test_leases_are_decided_by_the_database_clock(pg_url, pg_store):
     )
     later = postgres.PostgresCheckpointStore(pool)
     try:
-        claimed = later.claim("r1", Lease("machine-b:2", skewed_now + 30, skewed_now), skewed_now)
+        with pytest.raises(RunLeasedError):  # expired, but a clock alone takes no lease
+            later.claim("r1", Lease("machine-b:2", skewed_now + 30, skewed_now), skewed_now)
+        claimed = later.claim(
+            "r1",
+            Lease("machine-b:2", skewed_now + 30, skewed_now, takes_over="machine-a:1"),
+            skewed_now,
+        )
         assert claimed.lease_owner == "machine-b:2"
         later.append(cp("r1", 1, {"by": "b"}), lease=Lease("machine-b:2", 10.0, 0.0))
     finally:
         later.close()
     with pytest.raises(LeaseLostError):
         pg_store.append(cp("r1", 2, {}), lease=Lease("machine-a:1", 1060.0, 1030.0))
-    # an owner known dead (issued_at = inf) takes over any lease
-    pg_store.append(cp("r1", 2, {"by": "a"}), lease=Lease("machine-a:1", 1060.0, math.inf))
+    # an owner known dead (issued_at = inf), named, is taken over whatever its expiry
+    dead_b = Lease("machine-a:1", 1060.0, math.inf, takes_over="machine-b:2")
+    pg_store.append(cp("r1", 2, {"by": "a"}), lease=dead_b)
     assert pg_store.get_run("r1").lease_owner == "machine-a:1"
 
 

@@ -31,8 +31,11 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   the run's lease (renewed every ``lease_ttl_s / 3`` by a heartbeat thread,
   released when the call returns); another process that resumes it meanwhile
   gets :class:`~desktop_app.errors.AgentRunLeasedError` and runs nothing. A
-  lease whose owner died on this host is taken over at once, else after it
-  expires; every write of the executing process checks it still holds it.
+  lease whose owner died on this host is taken over at once, one whose owner
+  is alive on this host never, one of another host's owner after it expires;
+  a takeover is a compare-and-set on that owner, so of two processes taking
+  one run over at once one wins and the other runs nothing. Every write of
+  the executing process checks it still holds the lease.
 
 Message contents and tool results may hold personal data: they stay in the
 SQLite file (mode 0600) and are never logged above DEBUG, and never with
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -64,6 +68,7 @@ from desktop_app.agent.tools import (
 )
 from desktop_app.errors import (
     AgentError,
+    AgentRunLeasedError,
     AgentToolsChangedError,
     CheckpointNotFoundError,
     FlowdeskError,
@@ -79,7 +84,7 @@ from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.owners import owner_is_dead as _owner_is_dead
+from desktop_app.flow.owners import liveness
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import (
     AGENT_TERMINAL,
@@ -379,11 +384,23 @@ class Agent:
         return AgentEvent("done", response=response)
 
     def _claim(self, run: AgentRun) -> None:
-        """Take the run's lease (or raise AgentRunLeasedError, nothing run)."""
+        """Take the run's lease before anything of it runs, or raise
+        ``AgentRunLeasedError`` (nothing run). A run another owner holds is
+        taken as a compare-and-set on that very owner, as the flow engine
+        does: at once when its process on this host exited, never while it
+        is alive on this host (whatever the clocks say), and, for an owner on
+        another host, only once its lease has expired. Of two processes
+        taking over one dead owner's run at once, exactly one wins."""
         now = self.clock.now()
-        held = run.lease_owner not in (None, self.owner)
-        takeover = held and _owner_is_dead(run.lease_owner or "")
-        self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, now, takeover=takeover)
+        holder = run.lease_owner
+        takes_over, at = None, now
+        if holder not in (None, self.owner):
+            seen = liveness(holder or "")
+            expires = run.lease_expires_at or 0.0
+            if seen == "alive" or (seen == "unknown" and expires > now):
+                raise AgentRunLeasedError(run.run_id, holder or "?", expires)
+            takes_over, at = holder, (math.inf if seen == "dead" else now)
+        self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, at, takes_over=takes_over)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
         """Execute the run while holding its lease; the lease is renewed by a

@@ -86,6 +86,7 @@ class StepContext:
         "_continuations",
         "_intents",
         "_journal",
+        "_lease_lost",
         "_progress",
         "_query",
         "_timeout_s",
@@ -110,6 +111,7 @@ class StepContext:
         continuations: Mapping[str, Any] | None = None,
         journal: ChildJournal | None = None,
         visit: int = 0,
+        lease_lost: Callable[[], bool] | None = None,
     ) -> None:
         self.run_id = run_id
         self.step_id = step_id
@@ -128,6 +130,7 @@ class StepContext:
         self._timeout_s = 0.0
         self._journal = journal
         self._children = 0
+        self._lease_lost = lease_lost
 
     @property
     def visit_key(self) -> str:
@@ -141,9 +144,13 @@ class StepContext:
     @property
     def cancelled(self) -> bool:
         """True once this attempt timed out (``timeout_s``): nothing it does is
-        committed any more, and ``write``/``send`` raise. A long synchronous
-        step should check it between units of work and return early."""
-        return self._abandoned.is_set()
+        committed any more, and ``write``/``send`` raise; or once this process
+        can no longer prove it holds the run's lease (another process took the
+        run, or the heartbeat could not renew it for the lease's TTL): nothing
+        more is committed, and the step runs again wherever the run resumes.
+        A long synchronous step should check it between units of work and
+        return early."""
+        return self._abandoned.is_set() or (self._lease_lost is not None and self._lease_lost())
 
     def abandon(self, timeout_s: float) -> None:
         """Engine-internal: the attempt timed out; drop and refuse its effects."""

@@ -197,8 +197,9 @@ class RunDriver:
         self.cancel_event = host.cancel_event(run.run_id)
         self.deleted = False
         self.saves = 0
-        #: take over a lease whose owner is known dead (first save only)
-        self.takeover = False
+        #: ``(holder, dead)``: the first save takes the run from that holder,
+        #: as a compare-and-set on it (see ``Engine._takeover_of``)
+        self.takeover: tuple[str, bool] | None = None
         self.recovering: str | None = None
 
     # -- persistence -----------------------------------------------------
@@ -220,6 +221,8 @@ class RunDriver:
         intents: Iterable[Intent],
         consume: Iterable[tuple[int, str]],
     ) -> None:
+        if self.run_id in self.host.lost:
+            raise self.lease_lost()
         steps, changed = self.steps.snapshot()
         cp = Checkpoint(
             run_id=self.run_id,
@@ -240,7 +243,7 @@ class RunDriver:
                 AppendRequest(
                     cp,
                     list(writes),
-                    self.host.lease(takeover=self.takeover),
+                    self.host.lease(*self.takeover) if self.takeover else self.host.lease(),
                     list(intents),
                     list(consume),
                     changed_steps=changed,
@@ -252,7 +255,7 @@ class RunDriver:
                 raise RunLeasedError(
                     self.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
                 ) from None
-            raise Stopped() from None
+            raise  # another process holds the run now: this one stops, and says so
         except RevisionConflictError:
             run = self.store.get_run(self.run_id)
             if run.status == "canceled":
@@ -269,7 +272,7 @@ class RunDriver:
         self.stored_steps = cp.steps
         self.steps.stored(changed)
         self.saves += 1
-        self.takeover = False
+        self.takeover = None
         keep = self.flow.keep_last_n
         if keep is not None and cp.revision >= 2 * keep and cp.revision % keep == 0:
             self.store.prune(self.run_id, keep)
@@ -286,7 +289,12 @@ class RunDriver:
             continuations=self.meta.get("continuations", {}),
             journal=self.journal_child,
             visit=int(self.meta.get("visits", {}).get(self.frontier[0], 0)) if self.frontier else 0,
+            lease_lost=self.lease_in_doubt,
         )
+
+    def lease_in_doubt(self) -> bool:
+        """True once this process can no longer prove it holds the run's lease."""
+        return self.run_id in self.host.lost
 
     def enter(self, step_id: str, now: float) -> None:
         """Put ``step_id`` in progress: the run moves on to it.
@@ -354,8 +362,20 @@ class RunDriver:
     def check_cancel(self) -> None:
         if self.cancel_event.is_set():
             raise Canceled()
-        if self.host.shutdown_event.is_set() or self.run_id in self.host.lost:
+        if self.run_id in self.host.lost:
+            raise self.lease_lost()
+        if self.host.shutdown_event.is_set():
             raise Stopped()
+
+    def lease_lost(self) -> LeaseLostError:
+        """The error of a driver whose lease another process took, or could
+        not be renewed for its TTL: it commits nothing more."""
+        return LeaseLostError(
+            f"run {self.run_id}: this process ({self.host.owner}) can no longer prove it "
+            "holds the run's lease (another process took it over, or the lease could not "
+            "be renewed in time); it stops before committing anything more. The run stays "
+            "resumable: its current step runs again wherever it is resumed."
+        )
 
     def release(self) -> None:
         """Give up this process's lease on the run."""

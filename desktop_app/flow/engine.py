@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import threading
+import time
 import uuid
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -38,8 +40,7 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
-from desktop_app.flow.owners import new_owner
-from desktop_app.flow.owners import owner_is_dead as _owner_is_dead
+from desktop_app.flow.owners import liveness, new_owner, owner_is_alive, owner_is_dead
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
@@ -58,6 +59,8 @@ from desktop_app.store.protocol import (
     Wait,
     parse_checkpoint_id,
 )
+
+log = logging.getLogger(__name__)
 
 #: checkpoint meta a replay, a fork or a move onto a new flow version carries
 #: into the new run: the step count ``max_steps`` caps, the decisions of the
@@ -129,6 +132,8 @@ class Engine:
         #: runs whose lease another process took over while we executed them
         self.lost: set[str] = set()
         self._heartbeat: threading.Thread | None = None
+        #: monotonic time of the last renewal sent that proved each active run's lease
+        self._proven: dict[str, float] = {}
         for f in flows:
             self.register(f)
 
@@ -159,11 +164,21 @@ class Engine:
             self.register(flow)
         return flow
 
-    def lease(self, takeover: bool = False) -> Lease:
-        """A lease for this process from now for ``lease_ttl_s``; ``takeover``
-        also takes over a live lease (its owner is known to be dead)."""
+    def lease(self, takes_over: str | None = None, dead: bool = False) -> Lease:
+        """A lease for this process from now for ``lease_ttl_s``. It takes a
+        free run or renews ours; with ``takes_over`` it also takes the run
+        from that owner, as a compare-and-set: only while the run is still
+        leased to it, and (unless ``dead``: the owner is a process of this
+        host that exited) only once that lease has expired. See
+        :class:`~desktop_app.store.records.Lease`."""
         now = self.clock.now()
-        return Lease(self.owner, now + self.lease_ttl_s, math.inf if takeover else now)
+        return Lease(
+            self.owner,
+            now + self.lease_ttl_s,
+            math.inf if dead else now,
+            ttl_s=self.lease_ttl_s,
+            takes_over=takes_over,
+        )
 
     def commit(self, request: AppendRequest) -> None:
         """Append one checkpoint durably: through the group committer when
@@ -186,6 +201,7 @@ class Engine:
             if executing:
                 self.active.add(run_id)
                 self.lost.discard(run_id)
+                self._proven[run_id] = time.monotonic()
                 if self._heartbeat is None or not self._heartbeat.is_alive():
                     self._heartbeat = threading.Thread(
                         target=self._renew_leases, name="flowdesk-leases", daemon=True
@@ -193,8 +209,18 @@ class Engine:
                     self._heartbeat.start()
             else:
                 self.active.discard(run_id)
+                self.lost.discard(run_id)
+                self._proven.pop(run_id, None)
 
     def _renew_leases(self) -> None:
+        """The heartbeat: renew the leases of the runs this engine executes,
+        and only those (a run whose checkpoint went waiting or finished, or
+        whose lease was released, is not leased again). A run another owner
+        took, or whose lease could not be renewed for ``lease_ttl_s``
+        (measured on the monotonic clock from the last renewal sent: the
+        file locked, the server unreachable), goes into :attr:`lost`: its
+        driver commits nothing more and raises ``LeaseLostError``, and its
+        step sees ``ctx.cancelled``."""
         interval = max(0.05, self.lease_ttl_s / 3)
         while not self.shutdown_event.wait(interval):
             with self._lock:
@@ -205,14 +231,37 @@ class Engine:
                         self._heartbeat = None
                         return
                 continue
+            sent = time.monotonic()
+            try:
+                renewed = self.store.renew(active, self.lease())
+            except FlowdeskError:
+                with self._lock:  # a busy or failing store: in doubt once the TTL passed
+                    doubt = [
+                        r for r in active if sent - self._proven.get(r, sent) > self.lease_ttl_s
+                    ]
+                    self.lost.update(doubt)
+                if doubt:
+                    log.warning(
+                        "leases of %d run(s) could not be renewed for %.1f s; they stop "
+                        "before committing more: %s",
+                        len(doubt),
+                        self.lease_ttl_s,
+                        ", ".join(doubt),
+                    )
+                continue
+            taken = []
             for run_id in active:
-                try:
-                    self.store.claim(run_id, self.lease(), self.clock.now())
-                except RunLeasedError:
-                    with self._lock:
-                        self.lost.add(run_id)  # its driver stops before the next step
-                except FlowdeskError:
-                    continue  # a busy or failing store: the next checkpoint will tell
+                if run_id in renewed:
+                    self._proven[run_id] = sent
+                    continue
+                with contextlib.suppress(FlowdeskError):
+                    holder = self.store.get_run(run_id).lease_owner
+                    if holder not in (None, self.owner):
+                        taken.append(run_id)
+            if taken:
+                with self._lock:
+                    self.lost.update(r for r in taken if r in self.active)
+                log.warning("runs taken over by another process: %s", ", ".join(taken))
 
     def stop(self) -> None:
         """Stop executing: every run this engine drives stops before its next
@@ -410,16 +459,35 @@ class Engine:
         f = self.flow(run.flow_name)
         if run.flow_version != f.version:
             raise FlowVersionMismatchError(run_id, run.flow_version, f.version)
-        takeover = False
-        held = run.lease_owner not in (None, self.owner)
-        if held and (run.lease_expires_at or 0.0) > self.clock.now():
-            if not _owner_is_dead(run.lease_owner or ""):
-                raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
-            takeover = True
         driver = RunDriver(self, f, run, self.store.latest(run_id))
         # the driver's first checkpoint claims the lease atomically
-        driver.takeover = takeover
+        driver.takeover = self._takeover_of(run)
         return driver
+
+    def _takeover_of(self, run: RunRecord) -> tuple[str, bool] | None:
+        """How this engine may take ``run``: ``None`` when no one else holds
+        it, else ``(holder, dead)`` for a compare-and-set on that holder
+        (``dead``: its process on this host exited, any expiry). Liveness beats
+        clocks: a holder alive on this host is never taken over, however long
+        ago its lease expired by any clock; a holder on another host is taken
+        over only once its lease expired (by the store's clock, the
+        database's on PostgreSQL).
+
+        Raises:
+            RunLeasedError: a live process holds the run.
+        """
+        holder = run.lease_owner
+        if holder is None or holder == self.owner:
+            return None
+        seen = liveness(holder)
+        expires = run.lease_expires_at or 0.0
+        if seen == "alive" or (seen == "unknown" and expires > self._lease_now()):
+            raise RunLeasedError(run.run_id, holder or "?", expires)
+        return holder, seen == "dead"
+
+    def _lease_now(self) -> float:
+        """ "Now" for lease expiry: the injected clock, else the store's."""
+        return self._lease_clock.now() if self._lease_clock is not None else self.store.now()
 
     def resume(self, run_id: str) -> RunResult:
         """Continue a run from its latest checkpoint.
@@ -628,7 +696,8 @@ class Engine:
             statuses=statuses,
             wakeable=wakeable,
             flows=flows,
-            presumed_dead=_owner_is_dead,
+            presumed_dead=owner_is_dead,
+            presumed_alive=owner_is_alive,
             now=None if self._lease_clock is None else self._lease_clock.now(),
         )
 

@@ -46,8 +46,10 @@ class DriverHost(Protocol):
     @property
     def lost(self) -> Container[str]: ...
 
-    def lease(self, takeover: bool = False) -> Lease:
-        """A lease for this process from now; ``takeover`` also takes over a live one."""
+    def lease(self, takes_over: str | None = None, dead: bool = False) -> Lease:
+        """A lease for this process from now; ``takes_over`` names the holder
+        it takes the run from (a compare-and-set), ``dead`` when that holder's
+        process is known to have exited."""
 
     def commit(self, request: AppendRequest) -> None:
         """Append one checkpoint; returns once it is durable (its batch

@@ -2,8 +2,10 @@
 
 An owner id is ``"<host>:<pid>:<nonce>"``. On one host a lease held by a
 process that no longer exists can be taken over at once instead of waiting
-for it to expire (:func:`owner_is_dead`); owners on other hosts are never
-presumed dead (their leases expire).
+for it to expire (:func:`owner_is_dead`), and one held by a process that
+still runs is never taken over, whatever the clocks say
+(:func:`owner_is_alive`); owners on other hosts are never presumed dead or
+alive (their leases expire).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from typing import Literal
 
 
 def new_owner() -> str:
@@ -18,23 +21,45 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:nonce``) names a process on this host
-    that no longer exists. Owners on other hosts are never presumed dead."""
+Liveness = Literal["dead", "alive", "unknown"]
+
+
+def liveness(owner: str) -> Liveness:
+    """What this host knows of ``owner`` (``host:pid:nonce``): ``"dead"``, a
+    process of this host that no longer exists (or a zombie); ``"alive"``, a
+    process of this host that exists (this one included); ``"unknown"``, an
+    owner on another host or an id that is not ``host:pid:…``: only its
+    lease's expiry can tell.
+
+    Liveness beats clocks: a lease of an ``"alive"`` owner is never taken
+    over, whatever the clocks say; a ``"dead"`` owner's lease is taken over at
+    once, before it expires."""
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
-        return False
+        return "unknown"
     pid = int(pid_text)
     if pid == os.getpid():
-        return False
+        return "alive"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return True
+        return "dead"
     except PermissionError:
-        return False
-    return _is_zombie(pid)
+        return "alive"
+    return "dead" if _is_zombie(pid) else "alive"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` (``host:pid:nonce``) names a process on this host
+    that no longer exists. Owners on other hosts are never presumed dead."""
+    return liveness(owner) == "dead"
+
+
+def owner_is_alive(owner: str) -> bool:
+    """True when ``owner`` names a process of this host that still exists:
+    its lease is never taken over, even when it has expired by some clock."""
+    return liveness(owner) == "alive"
 
 
 def _is_zombie(pid: int) -> bool:

@@ -25,11 +25,13 @@ from desktop_app.store.records import (
     AGENT_TERMINAL,
     AgentRun,
     AgentStatus,
+    Lease,
     ToolResult,
+    agent_lease_lost_message,
     check_agent_run_fields,
 )
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
-from desktop_app.store.sqlite import SqliteCheckpointStore, row_checksum
+from desktop_app.store.sqlite import SqliteCheckpointStore, lease_cond, row_checksum
 
 __all__ = ["AGENT_TERMINAL", "AgentRun", "AgentStatus", "SqliteAgentStore", "ToolResult"]
 
@@ -153,25 +155,25 @@ class SqliteAgentStore:
         ).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
-        raise LeaseLostError(
-            f"agent run {run_id} was taken over by {row[0]} after the lease of {owner} "
-            "expired; this process stops executing it."
-        )
+        raise LeaseLostError(agent_lease_lost_message(run_id, row[0], owner))
 
     def claim(
-        self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        expires_at: float,
+        now: float,
+        *,
+        takes_over: str | None = None,
     ) -> AgentRun:
-        """`AgentLog.claim` on SQLite: one ``BEGIN IMMEDIATE`` transaction;
-        expired means ``lease_expires_at <= now``."""
+        """`AgentLog.claim` on SQLite: one ``BEGIN IMMEDIATE`` transaction,
+        the rule of :meth:`Lease.may_take`."""
+        cond, cargs = lease_cond(Lease(owner, expires_at, now, takes_over=takes_over), now)
         with self._lock, self._cp._write():
             self.conn.execute(
-                "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? AND scope=?"
-                + (
-                    ""
-                    if takeover
-                    else " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
-                ),
-                (owner, expires_at, run_id, self.scope, *(() if takeover else (owner, now))),
+                "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? "
+                f"AND scope=? AND {cond}",
+                (owner, expires_at, run_id, self.scope, *cargs),
             )
             claimed = self.conn.changes() == 1
             run = self.get(run_id)

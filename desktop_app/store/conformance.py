@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -722,6 +723,58 @@ def lease_claim_fence_release(h: Harness) -> None:
         s.claim(_id(), Lease("a", 1.0, 0.0), 0.0)
 
 
+@_check("Leases.claim", "RunLog.append")
+def a_takeover_is_a_compare_and_set_on_the_holder(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    t = s.now()
+    s.claim(rid, Lease("gone", t + 3600.0, t, ttl_s=3600.0), t)
+    with _raises(RunLeasedError, "a lease that names no holder taking a held run"):
+        s.claim(rid, Lease("a", t + 60.0, math.inf, ttl_s=60.0), math.inf)
+    with _raises(RunLeasedError, "taking over a live lease of another host's owner"):
+        s.claim(rid, Lease("a", t + 60.0, t, ttl_s=60.0, takes_over="gone"), t)
+    dead = Lease("a", t + 60.0, math.inf, ttl_s=60.0, takes_over="gone")
+    _eq(s.claim(rid, dead, t).lease_owner, "a", "the first taker of a dead owner wins")
+    late = Lease("b", t + 60.0, math.inf, ttl_s=60.0, takes_over="gone")
+    with _raises(RunLeasedError, "a second taker of the owner the first one replaced"):
+        s.claim(rid, late, t)
+    with _raises(LeaseLostError, "appending as a second taker of the replaced owner"):
+        s.append(_cp(rid, 1), lease=late)
+    _eq(s.get_run(rid).lease_owner, "a", "the first taker keeps the run")
+    s.append(_cp(rid, 1), lease=Lease("a", t + 60.0, t, ttl_s=60.0))
+    _eq(s.get_run(rid).revision, 1, "the winner saves")
+    other = _id()
+    s.create_run(_run(other), _cp(other, 0))
+    s.claim(other, Lease("expired", t, t, ttl_s=0.0), t)
+    with _raises(LeaseLostError, "an append whose lease names no holder, on an expired lease"):
+        s.append(_cp(other, 1), lease=Lease("c", t + 60.0, t + 1.0, ttl_s=60.0))
+    taker = Lease("c", t + 61.0, t + 1.0, ttl_s=60.0, takes_over="expired")
+    s.append(_cp(other, 1), lease=taker)
+    _eq(s.get_run(other).lease_owner, "c", "an expired lease taken over by naming its owner")
+
+
+@_check("Leases.renew")
+def renew_extends_only_our_runs_that_still_run(h: Harness) -> None:
+    s = h.store()
+    ours, theirs, waiting, free = (_id() for _ in range(4))
+    for rid in (ours, theirs, waiting, free):
+        s.create_run(_run(rid), _cp(rid, 0))
+    t = s.now()
+    mine = Lease("me", t + 30.0, t, ttl_s=30.0)
+    s.claim(ours, mine, t)
+    s.claim(theirs, Lease("other", t + 30.0, t, ttl_s=30.0), t)
+    s.claim(waiting, mine, t)
+    s.append(_cp(waiting, 1, status="waiting"), lease=mine)
+    _eq(s.renew([], mine), set(), "nothing to renew")
+    got = s.renew([ours, theirs, waiting, free, _id()], Lease("me", t + 600.0, t, ttl_s=600.0))
+    _eq(got, {ours}, "only the running run this owner holds is renewed")
+    _eq((s.get_run(ours).lease_expires_at or 0.0) > t + 300.0, True, "its lease runs on")
+    _eq(s.get_run(theirs).lease_owner, "other", "another owner's lease is left as it is")
+    _eq(s.get_run(waiting).lease_owner, None, "a waiting run is not leased again")
+    _eq(s.get_run(free).lease_owner, None, "a free run is not leased by a heartbeat")
+
+
 @_check("Leases.now", "Leases.claim_runnable", "Leases.claim")
 def lease_expiry_on_an_injected_clock(h: Harness) -> None:
     s, clock, db = _clocked(h)
@@ -831,7 +884,7 @@ def a_lease_given_at_creation_keeps_its_length(h: Harness) -> None:
         _ok(0.25 <= held < 0.75, f"the lease's length on the database clock (got {held:.3f} s)")
     gone = _id()
     s.create_run(_run(gone, t=t, lease_owner="a", lease_expires_at=t - 5.0), _cp(gone, 0, t=t))
-    taken = s.claim(gone, Lease("b", t + 60.0, t + 1.0, ttl_s=59.0), t + 1.0)
+    taken = s.claim(gone, Lease("b", t + 60.0, t + 1.0, ttl_s=59.0, takes_over="a"), t + 1.0)
     _eq(taken.lease_owner, "b", "a lease already out at creation holds nothing")
 
 
@@ -1438,11 +1491,18 @@ def agent_leases_fence_a_stale_owner(h: Harness) -> None:
     with _raises(AgentRunLeasedError, "claiming a live lease"):
         log.claim(rid, "b", 140.0, 110.0)
     log.update(rid, 111.0, owner="a", turns=1)
-    log.claim(rid, "b", 200.0, 131.0)  # a's lease expired at 130
+    with _raises(AgentRunLeasedError, "a clock alone taking an expired lease"):
+        log.claim(rid, "b", 200.0, 131.0)  # a's lease expired at 130, but b named no one
+    with _raises(AgentRunLeasedError, "taking over a named owner before its lease expired"):
+        log.claim(rid, "b", 200.0, 129.0, takes_over="a")
+    log.claim(rid, "b", 200.0, 131.0, takes_over="a")  # a's lease expired at 130
     with _raises(LeaseLostError, "an update by the owner whose lease was taken over"):
         log.update(rid, 132.0, owner="a", messages=[{"role": "assistant", "content": "x"}])
     _eq(log.messages(rid), [], "the fenced update wrote nothing")
-    log.claim(rid, "c", 300.0, 140.0, takeover=True)
+    with _raises(AgentRunLeasedError, "a second taker of the owner the first one replaced"):
+        log.claim(rid, "d", 300.0, math.inf, takes_over="a")
+    _eq(log.get(rid).lease_owner, "b", "the first taker keeps the run")
+    log.claim(rid, "c", 300.0, math.inf, takes_over="b")
     _eq(log.get(rid).lease_owner, "c", "takeover of a dead owner")
     log.release(rid, "b")
     _eq(log.get(rid).lease_owner, "c", "release by a non-holder is a no-op")
@@ -1527,11 +1587,15 @@ def agent_lease_refusals_name_the_holder(h: Harness) -> None:
         _eq((exc.run_id, exc.owner, exc.expires_at), (rid, "a", 130.0), "the refusal's fields")
     else:
         raise ConformanceError("claiming a live agent lease: expected AgentRunLeasedError")
-    _eq(log.claim(rid, "b", 190.0, 130.0).lease_owner, "b", "a lease is out at its expiry")
+    _eq(
+        log.claim(rid, "b", 190.0, 130.0, takes_over="a").lease_owner,
+        "b",
+        "a lease is out at its expiry",
+    )
     with _raises(
         LeaseLostError,
         "an update by the owner that lost the lease",
-        f"agent run {rid} was taken over by b after the lease of a expired; "
+        f"agent run {rid} is held by b, not by a: another process took it over; "
         "this process stops executing it.",
     ):
         log.update(rid, 131.0, owner="a", turns=2)

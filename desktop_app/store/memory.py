@@ -39,6 +39,7 @@ from desktop_app.store.protocol import (
     Signal,
     SqlTx,
 )
+from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
 from desktop_app.store.rows import detached
 
 LIVE = ("pending", "running", "waiting", "failed")
@@ -171,15 +172,10 @@ class InMemoryCheckpointStore:
                     f"revision {run.revision}; another writer got there first. Reload the run "
                     "and try again."
                 )
-            if (
-                lease is not None
-                and run.lease_owner not in (None, lease.owner)
-                and (run.lease_expires_at or 0.0) > lease.issued_at
+            if lease is not None and not lease.may_take(
+                run.lease_owner, run.lease_expires_at, lease.issued_at
             ):
-                raise LeaseLostError(
-                    f"run {cp.run_id} was taken over by {run.lease_owner} after this process's "
-                    "lease expired; this process stops executing it."
-                )
+                raise LeaseLostError(lease_lost_message(cp.run_id, run.lease_owner, lease))
             if cp.status not in ("running", "pending"):
                 run = replace(run, lease_owner=None, lease_expires_at=None)
             elif lease is not None:
@@ -229,12 +225,7 @@ class InMemoryCheckpointStore:
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._lock:
             run = self._run(run_id)
-            free = (
-                run.lease_owner is None
-                or run.lease_owner == lease.owner
-                or (run.lease_expires_at or 0.0) <= now
-            )
-            if not free:
+            if not lease.may_take(run.lease_owner, run.lease_expires_at, claim_time(lease, now)):
                 raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
             run = replace(run, lease_owner=lease.owner, lease_expires_at=lease.expires_at)
             self._runs[run_id] = run
@@ -255,6 +246,7 @@ class InMemoryCheckpointStore:
         wakeable: bool = True,
         flows: Collection[str] | None = None,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[RunRecord]:
         at = self.now() if now is None else now
@@ -274,18 +266,30 @@ class InMemoryCheckpointStore:
             for run in candidates:
                 if len(claimed) >= limit:
                     break
-                free = (
-                    run.lease_owner in (None, owner)
-                    or (run.lease_expires_at is not None and run.lease_expires_at <= at)
-                    or (presumed_dead is not None and presumed_dead(run.lease_owner or ""))
-                )
-                if free:
+                if lease_is_free(run, owner, at, presumed_dead, presumed_alive):
                     run = replace(run, lease_owner=owner, lease_expires_at=at + ttl_s)
                     self._runs[run.run_id] = run
                     claimed.append(run)
             if claimed:
                 self._space.version += 1
             return claimed
+
+    def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
+        with self._lock:
+            renewed: set[str] = set()
+            for run_id in run_ids:
+                run = self._runs.get(run_id)
+                if (
+                    run is not None
+                    and run.scope == self.scope
+                    and run.lease_owner == lease.owner
+                    and run.status in ("pending", "running")
+                ):
+                    self._runs[run_id] = replace(run, lease_expires_at=lease.expires_at)
+                    renewed.add(run_id)
+            if renewed:
+                self._space.version += 1
+            return renewed
 
     def release(self, run_id: str, owner: str) -> None:
         with self._lock:
@@ -523,6 +527,7 @@ class InMemoryCheckpointStore:
         limit: int = 100,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[Intent]:
         at = self.now() if now is None else now

@@ -18,7 +18,13 @@ from desktop_app.errors import (
     LeaseLostError,
     RevisionConflictError,
 )
-from desktop_app.store.records import AgentRun, ToolResult, check_agent_run_fields
+from desktop_app.store.records import (
+    AgentRun,
+    Lease,
+    ToolResult,
+    agent_lease_lost_message,
+    check_agent_run_fields,
+)
 
 
 class InMemoryAgentLog:
@@ -63,10 +69,7 @@ class InMemoryAgentLog:
         with self._lock:
             run = self._get(run_id)
             if owner is not None and run.lease_owner != owner:
-                raise LeaseLostError(
-                    f"agent run {run_id} was taken over by {run.lease_owner} after the lease "
-                    f"of {owner} expired; this process stops executing it."
-                )
+                raise LeaseLostError(agent_lease_lost_message(run_id, run.lease_owner, owner))
             if "pending_call" in fields and fields["pending_call"] is not None:
                 fields["pending_call"] = json.loads(json.dumps(fields["pending_call"]))
             self._messages[run_id].extend(json.dumps(m, ensure_ascii=False) for m in messages)
@@ -87,17 +90,18 @@ class InMemoryAgentLog:
             self._runs[run_id] = replace(run, updated_at=now, **fields)
 
     def claim(
-        self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        expires_at: float,
+        now: float,
+        *,
+        takes_over: str | None = None,
     ) -> AgentRun:
+        lease = Lease(owner, expires_at, now, takes_over=takes_over)
         with self._lock:
             run = self._get(run_id)
-            free = (
-                run.lease_owner is None
-                or run.lease_owner == owner
-                or (run.lease_expires_at is not None and run.lease_expires_at <= now)
-                or takeover
-            )
-            if not free:
+            if not lease.may_take(run.lease_owner, run.lease_expires_at, now):
                 raise AgentRunLeasedError(
                     run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
                 )

@@ -15,7 +15,9 @@ transaction, with these PostgreSQL-specific rules:
   ``expires_at - issued_at`` (or ``expires_at - now`` in :meth:`claim`), and
   another owner's lease counts as expired when ``lease_expires_at <=
   flowdesk_now()``. A worker's own clock never decides who may execute a run.
-  ``Lease.issued_at = inf`` still takes over any lease (owner known dead).
+  Another owner's lease is taken only by a lease naming it
+  (``Lease.takes_over``), as a compare-and-set on that owner; with
+  ``Lease.issued_at = inf`` (owner known dead) whatever its expiry.
 * Whole-transaction retry (at most :data:`MAX_ATTEMPTS`) on
   serialization_failure / deadlock_detected and on a connection lost before
   COMMIT (nothing was written). Domain writes and ``update_latest``'s change
@@ -87,6 +89,7 @@ from desktop_app.store.protocol import (
 from desktop_app.store.protocol import (
     SqlTx as SqlTxProtocol,
 )
+from desktop_app.store.records import lease_lost_message
 from desktop_app.store.rows import (
     checkpoint_from_rows,
     checkpoint_infos,
@@ -114,10 +117,9 @@ _RUN_COLUMNS = (
     f"progress_done, progress_total, error, lease_owner, {epoch('lease_expires_at')}, "
     f"tenant_id, session_id, {epoch('deadline_at')}"
 )
+
+
 #: A lease is free for ``%s`` (owner) when unset, ours, or expired by the database clock.
-_LEASE_FREE = "(lease_owner IS NULL OR lease_owner=%s OR lease_expires_at<=flowdesk_now())"
-
-
 def _ttl(lease: Lease, now: float | None = None) -> float:
     """The lease's length in seconds, from the caller's own clock difference."""
     base = lease.issued_at if now is None else now
@@ -127,10 +129,16 @@ def _ttl(lease: Lease, now: float | None = None) -> float:
 
 
 def _lease_cond(lease: Lease) -> tuple[str, list[Any]]:
-    """WHERE fragment: ``lease`` may take the run (``issued_at=inf`` takes any lease)."""
-    if lease.issued_at == math.inf:
-        return "TRUE", []
-    return _LEASE_FREE, [lease.owner]
+    """WHERE fragment: ``lease`` may take the run, the rule of
+    :meth:`Lease.may_take` with expiry judged by the database clock
+    (``issued_at=inf``: the named owner is known dead, any expiry)."""
+    if lease.takes_over is None:
+        return "(lease_owner IS NULL OR lease_owner=%s)", [lease.owner]
+    expired = "" if math.isinf(lease.issued_at) else " AND lease_expires_at<=flowdesk_now()"
+    return (
+        f"(lease_owner IS NULL OR lease_owner=%s OR (lease_owner=%s{expired}))",
+        [lease.owner, lease.takes_over],
+    )
 
 
 class _CommitLost(Exception):
@@ -475,10 +483,7 @@ class PostgresCheckpointStore:
             if row is None:
                 raise self._no_run(cp.run_id)
             if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
-                raise LeaseLostError(
-                    f"run {cp.run_id} was taken over by {row[1]} after this process's "
-                    "lease expired; this process stops executing it."
-                )
+                raise LeaseLostError(lease_lost_message(cp.run_id, row[1], lease))
             raise RevisionConflictError(
                 f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
                 f"latest revision {row[0]}; another writer got there first. Reload "
@@ -535,11 +540,13 @@ class PostgresCheckpointStore:
         return cp
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
+        cond, cargs = _lease_cond(lease)
+
         def body(conn: Conn) -> tuple[bool, RunRecord | None]:
             cur = conn.execute(
                 "UPDATE runs SET lease_owner=%s, lease_expires_at=flowdesk_now() + "
-                f"%s * interval '1 second' WHERE run_id=%s AND scope=%s AND {_LEASE_FREE}",
-                (lease.owner, _ttl(lease, now), run_id, self.scope, lease.owner),
+                f"%s * interval '1 second' WHERE run_id=%s AND scope=%s AND {cond}",
+                (lease.owner, _ttl(lease, now), run_id, self.scope, *cargs),
             )
             return cur.rowcount == 1, self._get_run(conn, run_id)
 
@@ -569,6 +576,7 @@ class PostgresCheckpointStore:
         wakeable: bool = True,
         flows: Collection[str] | None = None,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[RunRecord]:
         """See :meth:`desktop_app.store.protocol.Leases.claim_runnable`: one
@@ -595,10 +603,11 @@ class PostgresCheckpointStore:
         )
         if flows is not None:
             sql += " AND flow_name = ANY(%(flows)s)"
-        if presumed_dead is None:
+        judged = presumed_dead is not None or presumed_alive is not None
+        if not judged:
             sql += f" AND (lease_owner IS NULL OR lease_owner=%(owner)s OR lease_expires_at<={at})"
         sql += " ORDER BY status <> ALL(%(statuses)s), created_at, run_id"
-        if presumed_dead is None:
+        if not judged:
             sql += " LIMIT %(limit)s"
         sql += " FOR UPDATE SKIP LOCKED"
 
@@ -610,8 +619,8 @@ class PostgresCheckpointStore:
                 if (
                     holder is None
                     or holder == owner
-                    or expired
                     or (presumed_dead is not None and presumed_dead(holder))
+                    or (expired and not (presumed_alive is not None and presumed_alive(holder)))
                 ):
                     ids.append(run_id)
             if not ids:
@@ -622,6 +631,21 @@ class PostgresCheckpointStore:
                 {**params, "ids": ids},
             )
             return [run for i in ids if (run := self._get_run(conn, i)) is not None]
+
+        return self._tx(body)
+
+    def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
+        if not run_ids:
+            return set()
+
+        def body(conn: Conn) -> set[str]:
+            rows = conn.execute(
+                "UPDATE runs SET lease_expires_at=flowdesk_now() + %s * interval '1 second' "
+                "WHERE run_id = ANY(%s) AND scope=%s AND lease_owner=%s "
+                "AND status IN ('pending','running') RETURNING run_id",
+                (_ttl(lease), list(run_ids), self.scope, lease.owner),
+            ).fetchall()
+            return {r[0] for r in rows}
 
         return self._tx(body)
 
@@ -1102,6 +1126,7 @@ class PostgresCheckpointStore:
         limit: int = 100,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[Intent]:
         """See :meth:`desktop_app.store.protocol.Outbox.claim_intents`

@@ -27,7 +27,12 @@ from desktop_app.errors import (
 )
 from desktop_app.store.postgres import Conn, PostgresCheckpointStore
 from desktop_app.store.postgres_sql import epoch, no_nul, ts
-from desktop_app.store.records import AgentRun, ToolResult, check_agent_run_fields
+from desktop_app.store.records import (
+    AgentRun,
+    ToolResult,
+    agent_lease_lost_message,
+    check_agent_run_fields,
+)
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
 
 _TIME_FIELDS = frozenset(
@@ -144,10 +149,7 @@ class PostgresAgentStore:
             if locked is None:
                 raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
             if owner is not None and locked[0] != owner:
-                raise LeaseLostError(
-                    f"agent run {run_id} was taken over by {locked[0]} after the lease of "
-                    f"{owner} expired; this process stops executing it."
-                )
+                raise LeaseLostError(agent_lease_lost_message(run_id, locked[0], owner))
             self._append(conn, run_id, messages, now)
             if tool is not None:
                 key, name, status, result = tool
@@ -168,18 +170,24 @@ class PostgresAgentStore:
         self.checkpoints._tx(body)
 
     def claim(
-        self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        expires_at: float,
+        now: float,
+        *,
+        takes_over: str | None = None,
     ) -> AgentRun:
-        """`AgentLog.claim` on PostgreSQL. Times are the caller's (the agent
-        runtime's clock), as in the SQLite store."""
-        free = (
-            ""
-            if takeover
-            else (f" AND (lease_owner IS NULL OR lease_owner=%s OR lease_expires_at<={ts()})")
-        )
-        args: tuple[Any, ...] = (owner, expires_at, run_id, self.scope)
-        if not takeover:
-            args += (owner, now)
+        """`AgentLog.claim` on PostgreSQL, the rule of :meth:`Lease.may_take`.
+        Times are the caller's (the agent runtime's clock), as in the SQLite
+        store."""
+        free = " AND (lease_owner IS NULL OR lease_owner=%s"
+        args: tuple[Any, ...] = (owner, expires_at, run_id, self.scope, owner)
+        if takes_over is not None:
+            # now = inf (the holder is known dead): to_timestamp('Infinity') is infinity
+            free += f" OR (lease_owner=%s AND coalesce(lease_expires_at <= {ts()}, true))"
+            args += (takes_over, now)
+        free += ")"
 
         def body(conn: Conn) -> tuple[int, Any]:
             cur = conn.execute(

@@ -282,12 +282,24 @@ class Leases(Protocol):
         """The store's current time, UTC epoch seconds."""
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
-        """Take or renew the run's lease when it is free, ours, or expired at ``now``.
+        """Take or renew the run's lease when it is free or ours, or take it
+        from ``lease.takes_over`` when that owner still holds it with an expiry
+        at or before ``now`` (any expiry when ``lease.issued_at`` is
+        ``math.inf``: the owner is known dead); see :class:`Lease`.
 
         Raises:
             RunLeasedError: another owner holds a live lease.
             CheckpointNotFoundError: no such run.
         """
+
+    def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
+        """The heartbeat: extend ``lease.owner``'s lease to ``lease.expires_at``
+        (PostgreSQL: the database clock plus ``lease.ttl``) on each run of
+        ``run_ids`` that it still holds and that is still ``pending`` or
+        ``running``, in one transaction; returns the ids renewed. A run whose
+        lease was released, taken over, or cleared by its checkpoint (it went
+        waiting or finished) is left as it is: a heartbeat never leases a run
+        again."""
 
     def release(self, run_id: str, owner: str) -> None:
         """Drop ``owner``'s lease on the run (no-op when someone else holds it)."""
@@ -302,6 +314,7 @@ class Leases(Protocol):
         wakeable: bool = True,
         flows: Collection[str] | None = None,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[RunRecord]:
         """Hand ``owner`` the next runs it may execute, leased to it for
@@ -312,8 +325,12 @@ class Leases(Protocol):
         by default) and, with ``wakeable``, waiting runs with something to act
         on (see :meth:`Mailbox.wakeable_runs`), whose lease is free, already
         ``owner``'s, expired at ``now`` (default :meth:`now`), or held by an
-        owner ``presumed_dead(owner)`` says is gone. ``flows`` restricts the
-        claim to these flow names. Returns the claimed runs (lease set)."""
+        owner ``presumed_dead(owner)`` says is gone; an expired lease whose
+        owner ``presumed_alive(owner)`` says still runs is not taken (liveness
+        beats clocks: a process whose clock runs ahead, or an owner whose
+        heartbeat could not renew, never loses a run to a claimant on its
+        host). ``flows`` restricts the claim to these flow names. Selecting
+        and leasing are one atomic step. Returns the claimed runs (lease set)."""
 
 
 @runtime_checkable
@@ -365,6 +382,7 @@ class Outbox(Protocol):
         limit: int = 100,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[Intent]:
         """Claim up to ``limit`` intents for delivery by ``owner`` for ``ttl_s``
@@ -483,10 +501,19 @@ class AgentLog(Protocol):
         """
 
     def claim(
-        self, run_id: str, owner: str, expires_at: float, now: float, *, takeover: bool = False
+        self,
+        run_id: str,
+        owner: str,
+        expires_at: float,
+        now: float,
+        *,
+        takes_over: str | None = None,
     ) -> AgentRun:
-        """Take or renew the lease for ``owner`` until ``expires_at`` when it
-        is free, ours, expired at ``now`` or ``takeover`` (owner known dead).
+        """Take or renew the lease for ``owner`` until ``expires_at`` (UTC epoch
+        s) when it is free or ours, or take it from ``takes_over`` as a
+        compare-and-set: only while that owner still holds it with an expiry
+        at or before ``now`` (``math.inf``: the owner is known dead). The rule
+        of :meth:`Lease.may_take`; a clock alone never takes a lease.
 
         Raises:
             AgentRunLeasedError: another live process holds the lease.

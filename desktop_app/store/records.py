@@ -25,7 +25,7 @@ Both sides treat a record handed to or returned by a store as immutable.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -312,15 +312,38 @@ class RunRecord:
 class Lease:
     """A claim on a run: ``owner`` executes it until ``expires_at`` (UTC epoch s).
 
-    ``issued_at`` is the claimant's "now": a lease held by another owner that
-    expired at or before it may be taken over (``math.inf`` takes over any
-    lease: the engine uses it for owners it knows are dead).
+    A lease takes a run that no one holds, or renews ``owner``'s own. It takes
+    a run held by another owner only as a compare-and-set on the holder the
+    claimant judged gone: ``takes_over`` names that very owner, and the row
+    must still hold it with an expiry at or before ``issued_at`` (the
+    claimant's "now", UTC epoch s; ``math.inf`` when the holder is known dead:
+    a process of this host that exited). Two claimants that judged the same
+    holder gone cannot both win: the first replaces the holder, so the
+    second's compare fails. A clock alone never takes a lease from an owner
+    the claimant did not name.
     """
 
     owner: str
     expires_at: float
     issued_at: float = 0.0
     ttl_s: float | None = None
+    #: the owner this lease takes the run from (``None``: free or our own only)
+    takes_over: str | None = None
+
+    def may_take(self, holder: str | None, holder_expires_at: float | None, at: float) -> bool:
+        """Whether this lease may take a run whose lease is ``holder`` until
+        ``holder_expires_at``, judged at ``at`` (UTC epoch s): free, ours, or
+        the named holder expired at or before ``at``. The SQL stores write
+        the same rule as a ``WHERE`` clause."""
+        return (
+            holder is None
+            or holder == self.owner
+            or (
+                self.takes_over is not None
+                and holder == self.takes_over
+                and (holder_expires_at or 0.0) <= at
+            )
+        )
 
     @property
     def ttl(self) -> float:
@@ -332,6 +355,56 @@ class Lease:
         if math.isinf(self.issued_at):
             return math.inf
         return self.expires_at - self.issued_at
+
+
+def lease_is_free(
+    run: RunRecord,
+    owner: str,
+    at: float,
+    presumed_dead: Callable[[str], bool] | None,
+    presumed_alive: Callable[[str], bool] | None,
+) -> bool:
+    """Whether ``claim_runnable`` may hand ``run`` to ``owner`` at ``at`` (UTC
+    epoch s): no lease, ``owner``'s own, an owner ``presumed_dead`` says is
+    gone, or a lease expired at ``at`` whose owner ``presumed_alive`` does not
+    say still runs."""
+    holder = run.lease_owner
+    if holder is None or holder == owner:
+        return True
+    if presumed_dead is not None and presumed_dead(holder):
+        return True
+    expired = run.lease_expires_at is not None and run.lease_expires_at <= at
+    return expired and not (presumed_alive is not None and presumed_alive(holder))
+
+
+def claim_time(lease: Lease, now: float) -> float:
+    """The time a claim of ``lease`` is judged at: ``now`` (UTC epoch s), or
+    ``math.inf`` for a lease that takes over an owner known dead."""
+    return math.inf if math.isinf(lease.issued_at) else now
+
+
+def lease_lost_message(run_id: str, holder: str | None, lease: Lease) -> str:
+    """What an owner whose append was refused is told: who holds the run now
+    (a claimant that took it over, or that won a takeover race)."""
+    if lease.takes_over is not None:
+        return (
+            f"run {run_id} is held by {holder or 'another process'}: another process took it "
+            f"over from {lease.takes_over} first; this process runs nothing of it."
+        )
+    return (
+        f"run {run_id} is held by {holder or 'another process'}, not by this process "
+        f"({lease.owner}): it took the run over; this process stops executing it."
+    )
+
+
+def agent_lease_lost_message(run_id: str, holder: str | None, owner: str | None) -> str:
+    """What an agent-run owner whose write was refused is told: who holds the
+    run now. (Not that its lease "expired": a takeover of an owner known dead
+    needs no expiry.)"""
+    return (
+        f"agent run {run_id} is held by {holder or 'no process'}, not by {owner}: another "
+        "process took it over; this process stops executing it."
+    )
 
 
 def checkpoint_id(run_id: str, revision: int) -> str:

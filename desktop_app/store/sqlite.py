@@ -50,6 +50,7 @@ from desktop_app.store.protocol import (
     SqlResult,
     SqlTx,
 )
+from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
 from desktop_app.store.rows import (
     checkpoint_from_rows,
     checkpoint_infos,
@@ -127,6 +128,18 @@ class SqliteTx:
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in self._conn.execute(sql, tuple(params)).fetchall()]
+
+
+def lease_cond(lease: Lease, at: float) -> tuple[str, list[Any]]:
+    """WHERE fragment: ``lease`` may take the run at ``at`` (UTC epoch s), the
+    rule of :meth:`Lease.may_take` in SQL."""
+    if lease.takes_over is None:
+        return "(lease_owner IS NULL OR lease_owner=?)", [lease.owner]
+    return (
+        "(lease_owner IS NULL OR lease_owner=? OR "
+        "(lease_owner=? AND coalesce(lease_expires_at, 0)<=?))",
+        [lease.owner, lease.takes_over, at],
+    )
 
 
 def _constraint(exc: apsw.ConstraintError) -> int:
@@ -414,8 +427,9 @@ class SqliteCheckpointStore:
             sql += " WHERE run_id=? AND scope=? AND revision=?"
             args += [cp.run_id, self.scope, cp.revision - 1]
             if lease is not None:
-                sql += " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
-                args += [lease.owner, lease.issued_at]
+                cond, cargs = lease_cond(lease, lease.issued_at)
+                sql += f" AND {cond}"
+                args += cargs
             self.conn.execute(sql, args)
             if self.conn.changes() != 1 or previous is None:
                 row = self.conn.execute(
@@ -427,10 +441,7 @@ class SqliteCheckpointStore:
                 if lease is not None and row[1] not in (None, lease.owner):
                     # another process holds the lease: it took the run over (or won
                     # a takeover race) and may have saved revisions since
-                    raise LeaseLostError(
-                        f"run {cp.run_id} is held by a live process ({row[1]}) that took "
-                        "it over; this process stops executing it."
-                    )
+                    raise LeaseLostError(lease_lost_message(cp.run_id, row[1], lease))
                 raise RevisionConflictError(
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
                     f"latest revision {row[0]}; another writer got there first. Reload "
@@ -474,16 +485,30 @@ class SqliteCheckpointStore:
     @_locked
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._write():
+            cond, cargs = lease_cond(lease, claim_time(lease, now))
             self.conn.execute(
                 "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=? AND scope=? "
-                "AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)",
-                (lease.owner, lease.expires_at, run_id, self.scope, lease.owner, now),
+                f"AND {cond}",
+                (lease.owner, lease.expires_at, run_id, self.scope, *cargs),
             )
             claimed = self.conn.changes() == 1
             run = self.get_run(run_id)
         if not claimed:
             raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
         return run
+
+    @_locked
+    def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
+        if not run_ids:
+            return set()
+        with self._write():
+            marks = ",".join("?" * len(run_ids))
+            rows = self.conn.execute(
+                f"UPDATE runs SET lease_expires_at=? WHERE run_id IN ({marks}) AND scope=? "
+                "AND lease_owner=? AND status IN ('pending','running') RETURNING run_id",
+                (lease.expires_at, *run_ids, self.scope, lease.owner),
+            ).fetchall()
+        return {str(r[0]) for r in rows}
 
     @_locked
     def release(self, run_id: str, owner: str) -> None:
@@ -505,6 +530,7 @@ class SqliteCheckpointStore:
         wakeable: bool = True,
         flows: Collection[str] | None = None,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[RunRecord]:
         """See :meth:`desktop_app.store.protocol.Leases.claim_runnable`: one
@@ -524,11 +550,12 @@ class SqliteCheckpointStore:
                 if flows is not None:
                     sql += f" AND flow_name IN ({','.join('?' * len(flows))})"
                     args.extend(flows)
-                if presumed_dead is None:
+                judged = presumed_dead is not None or presumed_alive is not None
+                if not judged:
                     sql += " AND (lease_owner IS NULL OR lease_owner=? OR lease_expires_at<=?)"
                     args += [owner, at]
                 sql += " ORDER BY created_at, run_id"
-                if presumed_dead is None:
+                if not judged:
                     sql += " LIMIT ?"
                     args.append(limit)
                 candidates = [run_from_row(r) for r in self.conn.execute(sql, args)]
@@ -544,12 +571,7 @@ class SqliteCheckpointStore:
             for run in candidates:
                 if len(claimed) >= limit:
                     break
-                free = (
-                    run.lease_owner in (None, owner)
-                    or (run.lease_expires_at is not None and run.lease_expires_at <= at)
-                    or (presumed_dead is not None and presumed_dead(run.lease_owner or ""))
-                )
-                if not free:
+                if not lease_is_free(run, owner, at, presumed_dead, presumed_alive):
                     continue
                 expires = at + ttl_s
                 self.conn.execute(
@@ -902,6 +924,7 @@ class SqliteCheckpointStore:
         limit: int = 100,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> list[Intent]:
         """See :meth:`desktop_app.store.protocol.Outbox.claim_intents` (one

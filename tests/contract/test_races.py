@@ -137,7 +137,7 @@ def test_lease_taken_over_right_after_a_pre_check_loses_the_append(store_factory
     )
     now = 1200.0  # A's lease expired at 1100
     assert a.get_run("r1").lease_expires_at == 1100.0  # the pre-check
-    b.claim("r1", Lease("host:2:b", now + 30, now), now)  # B takes over in between
+    b.claim("r1", Lease("host:2:b", now + 30, now, takes_over="host:1:a"), now)  # in between
     with pytest.raises(LeaseLostError):
         a.append(cp("r1", 1, {"x": 1}), lease=Lease("host:1:a", now + 30, now))
     run = b.get_run("r1")
@@ -156,7 +156,9 @@ def test_second_claim_of_a_live_lease_from_another_store_is_refused(store_factor
     with pytest.raises(RunLeasedError):
         b.claim("r1", Lease("host:2:b", 1040.0, 1010.0), 1010.0)
     assert b.get_run("r1").lease_owner == "host:1:a"
-    b.claim("r1", Lease("host:2:b", 1060.0, 1030.0), 1030.0)  # expired at 1030: taken over
+    with pytest.raises(RunLeasedError):  # expired, but a clock alone takes no lease
+        b.claim("r1", Lease("host:2:b", 1060.0, 1030.0), 1030.0)
+    b.claim("r1", Lease("host:2:b", 1060.0, 1030.0, takes_over="host:1:a"), 1030.0)
     assert a.get_run("r1").lease_owner == "host:2:b"
 
 
@@ -173,7 +175,7 @@ def test_lease_lost_mid_run_stops_the_run_before_its_next_step(store_factory):
             # A stalls past its lease; B takes the run over meanwhile
             clock.advance(31)
             (run,) = store_b.list_runs()
-            store_b.claim(run.run_id, engine_b.lease(), clock.now())
+            store_b.claim(run.run_id, engine_b.lease(takes_over="hosta:1:a"), clock.now())
         return {"n": 1}
 
     def step(name: str):
@@ -197,9 +199,10 @@ def test_lease_lost_mid_run_stops_the_run_before_its_next_step(store_factory):
     engine_a = Engine(store_a, flows=[flow()], clock=clock, owner="hosta:1:a", lease_ttl_s=30)
     engine_b = Engine(store_b, flows=[flow()], clock=clock, owner="hostb:2:b", lease_ttl_s=30)
     holder["current"] = engine_a
-    res = engine_a.run("three", S())
+    with pytest.raises(LeaseLostError):  # A learns it lost the run: no "running" result
+        engine_a.run("three", S())
     assert executed == ["first by hosta:1:a", "a by hosta:1:a"]  # A stopped before b
-    assert res.status == "running"  # A handed the run back, unfinished
+    (res,) = store_b.list_runs()
     run = store_b.get_run(res.run_id)
     assert run.lease_owner == "hostb:2:b"
     assert store_b.latest(res.run_id).steps["a"].status == "in_progress"  # A's result not saved

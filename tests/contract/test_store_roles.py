@@ -40,8 +40,10 @@ def test_lease_claim_refuse_takeover_release(store):
     store.append(cp("r1", 1, {"by": "a"}), lease=Lease("a", 1031.0, 1001.0))  # renewal
     store.release("r1", "b")  # not b's: no-op
     assert store.get_run("r1").lease_owner == "a"
-    # an owner known dead: issued_at = inf takes over any lease
-    store.append(cp("r1", 2, {"by": "b"}), lease=Lease("b", 1050.0, math.inf))
+    # an owner known dead: a lease naming it, issued_at = inf, takes over any expiry
+    with pytest.raises(LeaseLostError):  # naming no holder takes nothing
+        store.append(cp("r1", 2, {"by": "b"}), lease=Lease("b", 1050.0, math.inf))
+    store.append(cp("r1", 2, {"by": "b"}), lease=Lease("b", 1050.0, math.inf, takes_over="a"))
     assert store.get_run("r1").lease_owner == "b"
     store.release("r1", "b")
     rec = store.get_run("r1")
