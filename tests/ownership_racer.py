@@ -31,9 +31,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pydantic import BaseModel  # noqa: E402
+from pydantic import BaseModel
 
-from desktop_app.errors import RunLeasedError  # noqa: E402
+from desktop_app.errors import RunLeasedError
 
 RACE_AGENT = "racer"
 
