@@ -176,7 +176,7 @@ def test_an_owner_that_cannot_renew_for_its_ttl_stops_before_committing(db_path,
     events = _events(sink)
     starts = [(p, t) for w, p, t in events if w == "start"]
     ends = [(p, t) for w, p, t in events if w == "end"]
-    assert [p for p, _ in starts][0] == holder.pid and len(starts) == 2
+    assert len(starts) == 2 and starts[0][0] == holder.pid
     assert starts[1][0] != holder.pid
     assert ends[0][1] <= starts[1][1], "the step ran in two processes at once"
     store = open_store(db_path)
