@@ -1,0 +1,108 @@
+"""A run whose process died says so (S81): ``interrupted``, not ``running``,
+in ``flowdesk runs``/``show`` and their ``--json``, and in the app's table,
+detail and side panel within one refresh of the death, with no rate and no
+time left; the app resumes it with ``r``.
+
+Real processes: a ``flowdesk start`` of the ``gated`` flow
+(:mod:`tests.interrupted_flows`) holds its run in a step until the test
+opens the gate, and is killed there with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import REPO, flowdesk
+from tests.interrupted_flows import FLOWS_ENV
+
+ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user config file and no FLOWDESK_* variables leak into these tests."""
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_") and not name.startswith("FLOWDESK_TEST_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+
+
+def start_gated(db: Path | str, folder: Path) -> tuple[subprocess.Popen[str], str]:
+    """``flowdesk start gated`` in a process of its own, returned once its run
+    is inside the ``hold`` step (holding its lease), with the run id."""
+    started = folder / "started"
+    state = {"started": str(started), "gate": str(folder / "gate")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "desktop_app.cli",
+            "--db",
+            str(db),
+            "start",
+            "gated",
+            "--input",
+            json.dumps(state),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **ENV},
+    )
+    assert proc.stdout is not None
+    run_id = proc.stdout.readline().strip()
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert proc.poll() is None, "the gated run's process ended early"
+        assert time.monotonic() < deadline, "the gated run never reached its hold step"
+        time.sleep(0.02)
+    return proc, run_id
+
+
+def kill9(proc: subprocess.Popen[str]) -> None:
+    proc.kill()  # SIGKILL: no handler runs, the lease stays in the file
+    proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def runs_json(db: Path | str) -> list[dict[str, object]]:
+    out = flowdesk(db, "runs", "--json", env=ENV)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+@pytest.mark.scenario("S81")
+def test_a_killed_run_is_interrupted_in_runs_show_and_their_json(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    proc, rid = start_gated(db, tmp_path)
+    try:
+        (row,) = runs_json(db)
+        assert (row["status"], row["stored_status"]) == ("running", "running")  # alive
+    finally:
+        kill9(proc)
+    (row,) = runs_json(db)
+    assert (row["run_id"], row["status"], row["stored_status"]) == (rid, "interrupted", "running")
+    table = flowdesk(db, "runs", env=ENV).stdout.splitlines()
+    assert table[1].split()[:4] == [rid, "flow", "gated", "interrupted"]
+    shown = flowdesk(db, "show", rid[:8], env=ENV).stdout.splitlines()
+    assert shown[0].endswith("status interrupted")
+    assert shown[1].startswith("interrupted: the process that ran it")
+    assert shown[1].endswith(f"flowdesk --db {db} resume {rid} continues it")
+    detail = json.loads(flowdesk(db, "show", rid, "--json", env=ENV).stdout)
+    assert (detail["status"], detail["stored_status"]) == ("interrupted", "running")
+    # the printed command continues it
+    (tmp_path / "gate").touch()
+    resumed = flowdesk(db, "resume", rid, env=ENV)
+    assert resumed.returncode == 0, resumed.stderr
+    (row,) = runs_json(db)
+    assert (row["status"], row["stored_status"]) == ("completed", "completed")
