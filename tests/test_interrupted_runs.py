@@ -19,8 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.config import load_settings
+from desktop_app.store.sqlite import open_store
+from tests.app_support import settle, wait_until
 from tests.cli_support import REPO, flowdesk
-from tests.interrupted_flows import FLOWS_ENV
+from tests.interrupted_flows import FLOWS_ENV, gated
 
 ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
 
@@ -106,3 +112,49 @@ def test_a_killed_run_is_interrupted_in_runs_show_and_their_json(tmp_path: Path)
     assert resumed.returncode == 0, resumed.stderr
     (row,) = runs_json(db)
     assert (row["status"], row["stored_status"]) == ("completed", "completed")
+
+
+WIDE = (170, 45)
+
+
+@pytest.mark.scenario("S81")
+async def test_the_app_shows_a_killed_run_interrupted_and_r_resumes_it(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    proc, rid = start_gated(db, tmp_path)
+    app = FlowdeskApp(load_settings(db_path=db), flows=[gated])
+    try:
+        async with app.run_test(size=WIDE) as pilot:
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, RunsScreen)
+            table = screen.table
+            await wait_until(pilot, lambda: table.cell(rid, "status") == "running")
+            assert "running" in str(screen.summary.render())
+            kill9(proc)  # no row changes: the app must notice on its own
+            await wait_until(pilot, lambda: table.cell(rid, "status") == "interrupted", 3.0)
+            assert table.cell(rid, "pace") == ""  # no rate, no time left
+            side = str(screen.summary.render())
+            assert "interrupted — press r to resume" in side
+            assert "measuring" not in side and "left" not in side and "Elapsed" not in side
+            await pilot.press("enter")
+            await settle(pilot)
+            detail = app.screen
+            assert isinstance(detail, RunDetailScreen)
+            header = str(detail.query_one("#run-header").render())
+            assert "Status interrupted — press r to resume" in header
+            assert "measuring" not in header and "elapsed" not in header
+            assert not detail.query_one("#throughput-row").display
+            (tmp_path / "gate").touch()
+            await pilot.press("r")
+            await wait_until(pilot, lambda: table.cell(rid, "status") == "completed", 30.0)
+            await settle(pilot)
+    finally:
+        if proc.poll() is None:
+            kill9(proc)
+    store = open_store(db)
+    try:
+        run = store.get_run(rid)
+        assert (run.status, store.latest(rid).state["done"]) == ("completed", True)
+    finally:
+        store.close()
