@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,9 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.config import load_settings
+from desktop_app.flow.owners import new_owner
+from desktop_app.runs_view import display_status
+from desktop_app.store.records import AgentRun, RunRecord, RunStatus
 from desktop_app.store.sqlite import open_store
 from tests.app_support import settle, wait_until
 from tests.cli_support import REPO, flowdesk
@@ -87,6 +93,31 @@ def runs_json(db: Path | str) -> list[dict[str, object]]:
 
 
 @pytest.mark.scenario("S81")
+def test_display_status_judges_the_owner_then_the_lease() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here, dead = new_owner(), f"{socket.gethostname()}:{gone.pid}:x"
+    now = 1000.0
+
+    def shown(status: RunStatus, owner: str | None, expires: float | None) -> str:
+        run = RunRecord("r" * 32, "f", "v", status, 0, 0.0, 0.0)
+        return display_status(replace(run, lease_owner=owner, lease_expires_at=expires), now)
+
+    assert shown("running", None, None) == "interrupted"  # its process let go (Ctrl-C)
+    assert shown("pending", None, None) == "pending"  # queued, nobody took it yet
+    assert shown("running", dead, now + 30) == "interrupted"  # gone, lease still live
+    assert shown("pending", dead, now + 30) == "interrupted"
+    assert shown("running", here, now - 60) == "running"  # alive here: late, not gone
+    assert shown("running", "elsewhere:1:x", now) == "interrupted"  # expired at now
+    assert shown("running", "elsewhere:1:x", now + 0.5) == "running"
+    assert shown("waiting", dead, now - 60) == "waiting"
+    assert shown("completed", None, None) == "completed"
+    agent = AgentRun("a" * 32, "helper", "running", "go", 0.0, 0.0, lease_owner=dead)
+    assert display_status(agent, now) == "interrupted"
+    assert display_status(replace(agent, status="done"), now) == "done"
+
+
+@pytest.mark.scenario("S81")
 def test_a_killed_run_is_interrupted_in_runs_show_and_their_json(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
     assert flowdesk(db, "db", "apply").returncode == 0
@@ -112,6 +143,19 @@ def test_a_killed_run_is_interrupted_in_runs_show_and_their_json(tmp_path: Path)
     assert resumed.returncode == 0, resumed.stderr
     (row,) = runs_json(db)
     assert (row["status"], row["stored_status"]) == ("completed", "completed")
+
+
+@pytest.mark.scenario("S81")
+def test_a_killed_agent_run_is_interrupted_in_runs_and_show(db_path: Path, tmp_path: Path) -> None:
+    worker = Path(__file__).resolve().parent / "agent_worker.py"
+    cmd = [sys.executable, str(worker), str(db_path), str(tmp_path / "log"), "ask"]
+    killed = subprocess.run([*cmd, "--kill-in-tool", "b"], capture_output=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL  # inside a tool call, its lease held
+    (row,) = runs_json(db_path)
+    assert (row["kind"], row["status"], row["stored_status"]) == ("agent", "interrupted", "running")
+    shown = flowdesk(db_path, "show", str(row["run_id"])).stdout.splitlines()
+    assert " status interrupted " in shown[0]
+    assert shown[1].endswith(f"flowdesk --db {db_path} resume {row['run_id']} continues it")
 
 
 WIDE = (170, 45)
