@@ -122,14 +122,10 @@ def _postgres_url(settings: Settings) -> str | None:
 
 def executes_runs(settings: Settings) -> bool:
     """Whether the app executes runs itself: always on a SQLite file; on a
-    shared PostgreSQL database only when told to (``FLOWDESK_WORKER=1``),
-    since workers execute them; otherwise it observes, submits, answers
-    and signals."""
-    import os
-
-    if _postgres_url(settings) is None:
-        return True
-    return os.environ.get("FLOWDESK_WORKER", "").lower() in ("1", "true", "yes")
+    shared PostgreSQL database only when told to (``settings.worker``:
+    ``FLOWDESK_WORKER=1``), since workers execute them; otherwise it
+    observes, submits, answers and signals."""
+    return _postgres_url(settings) is None or settings.worker
 
 
 @dataclass(frozen=True)
@@ -187,12 +183,15 @@ def open_services(
     *,
     flows: list[CompiledFlow[Any]] | None = None,
     events: EventBus | None = None,
+    executes: bool = True,
 ) -> Services:
     """Open the database named by ``settings.db_path`` and wire the engine.
 
     ``flows`` replaces the configured ones; otherwise built-in, entry-point and
     ``settings.flows`` flows are loaded, and one that fails is reported in
-    ``Services.flow_problems`` while the rest work.
+    ``Services.flow_problems`` while the rest work. ``executes``: whether the
+    engine executes runs (a headless command does; the app asks
+    :func:`executes_runs`); see ``Engine(executes=...)``.
 
     Raises:
         BackendUnavailableError: the database URL's backend is not installed.
@@ -207,7 +206,7 @@ def open_services(
         from desktop_app.store.postgres_agent_runs import PostgresAgentStore
 
         pg = open_postgres(settings)
-        pg_engine = postgres_engine(pg, flows=load.flows, events=events)
+        pg_engine = postgres_engine(pg, flows=load.flows, events=events, executes=executes)
         instrument_engine(pg_engine)
         return Services(
             settings=settings,
@@ -218,7 +217,7 @@ def open_services(
             flow_problems=load.problems,
         )
     checkpoints = open_sqlite_store(settings)
-    engine = Engine(checkpoints, flows=load.flows, events=events)
+    engine = Engine(checkpoints, flows=load.flows, events=events, executes=executes)
     instrument_engine(engine)  # runs and steps traced when OTLP export is set up
     return Services(
         settings=settings,

@@ -133,6 +133,12 @@ class Settings(BaseSettings):
         busy_timeout_s: seconds to wait for another process's write lock.
         scope: the store scope runs are saved under.
         recover_on_launch: resume interrupted runs when the app starts.
+        worker: the app executes runs on a PostgreSQL database as on a SQLite
+            file (launch recovery, and the runs it starts, resumes or
+            answers): ``FLOWDESK_WORKER=1``. Off (the default), the app on
+            PostgreSQL only saves them and the workers (``flowdesk agent``)
+            execute them. Ignored on a SQLite file (the app always executes
+            there) and by headless commands (they execute what they start).
         recovery: per flow name, what launch recovery does with its interrupted
             runs: ``auto`` (resume them; the default), ``ask`` (list them and
             let the user resume each), ``off`` (leave them alone).
@@ -157,6 +163,7 @@ class Settings(BaseSettings):
     busy_timeout_s: float = Field(default=10.0, gt=0)
     scope: str = "default"
     recover_on_launch: bool = True
+    worker: bool = False
     recovery: dict[str, Literal["auto", "ask", "off"]] = Field(default_factory=dict)
     flows: list[str] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)

@@ -1,6 +1,6 @@
 """Flow runs and agent runs as one list, for the CLI (``flowdesk runs``) and the app.
 
-The one place two things are decided:
+The one place three things are decided:
 
 * :data:`AGENT_AS_FLOW_STATUS`: an agent run's status in the flow-run
   vocabulary (``done`` → ``completed``, ``timeout`` → ``timed_out``,
@@ -10,12 +10,17 @@ The one place two things are decided:
   (``created_at``, then run id, descending), read with bounded flow-run
   reads whatever the page number: the flow-run offset is moved back by at
   most the number of agent runs, which are few and read in full.
+* :func:`display_status`: the status a run is shown with, which is its
+  stored status unless nothing executes it any more (``interrupted``).
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
+
+from desktop_app.flow.owners import owner_is_dead
 
 #: agent statuses in the flow vocabulary (a status not listed is shown as it is)
 AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out", "input_required": "waiting"}
@@ -24,6 +29,65 @@ AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out", "input_requ
 def agent_status_as_flow(status: str) -> str:
     """An agent run's status as a flow run's (``done`` → ``completed``...)."""
     return AGENT_AS_FLOW_STATUS.get(status, status)
+
+
+#: the status shown for a run that should be executing but that no process executes
+INTERRUPTED = "interrupted"
+
+
+class Leased(Protocol):
+    """A run of either kind: what judging its liveness needs."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def lease_owner(self) -> str | None: ...
+
+    @property
+    def lease_expires_at(self) -> float | None: ...
+
+
+def display_status(run: Leased, now: float) -> str:
+    """The status to show for ``run`` (a flow run or an agent run; an agent
+    run's own vocabulary is kept): its stored status, or ``"interrupted"``
+    when the run should be executing and no process executes it, which is:
+
+    * ``running`` with no lease owner: its process stopped and let go of it
+      (Ctrl-C, a full disk);
+    * ``running``, or ``pending`` with a lease owner, whose owner is a
+      process of this host that is gone or a zombie
+      (:func:`~desktop_app.flow.owners.owner_is_dead`: ``kill -9``);
+    * the same whose lease expired (``lease_expires_at <= now``), unless
+      the owner is a live process of this host: its lease may run late,
+      it still executes the run.
+
+    Args:
+        run: a ``RunRecord`` or an ``AgentRun`` (anything with ``status``,
+            ``lease_owner`` and ``lease_expires_at``).
+        now: UTC epoch seconds by the store's clock (what leases are
+            decided by: the database's on PostgreSQL).
+
+    Returns:
+        ``run.status``, or :data:`INTERRUPTED`. Never raises; it reads no
+        database (it asks the operating system whether a local owner lives).
+    """
+    owner = run.lease_owner
+    if run.status == "running" and owner is None:
+        return INTERRUPTED
+    if run.status not in ("running", "pending") or owner is None:
+        return run.status
+    if owner_is_dead(owner):
+        return INTERRUPTED
+    expired = run.lease_expires_at is not None and run.lease_expires_at <= now
+    return INTERRUPTED if expired and not _on_this_host(owner) else run.status
+
+
+def _on_this_host(owner: str) -> bool:
+    """True when ``owner`` (``host:pid:nonce``) names a process of this host
+    (alive, once :func:`owner_is_dead` said it is not dead)."""
+    host, _, rest = owner.partition(":")
+    return host == socket.gethostname() and rest.partition(":")[0].isdigit()
 
 
 class Dated(Protocol):

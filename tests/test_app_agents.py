@@ -219,6 +219,6 @@ def test_message_lines(message: dict[str, object], expected: list[str]) -> None:
 
 def test_conversation_without_messages() -> None:
     run = AgentRun("r" * 32, "a", "running", "go", 0.0, 0.0)
-    text = conversation_text(run, [])
+    text = conversation_text(run, [], 0.0)
     assert text.splitlines()[-1] == "(no messages)"
     assert "Created 1970-01-01 00:00:00 UTC · updated 1970-01-01 00:00:00 UTC" in text

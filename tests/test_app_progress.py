@@ -17,6 +17,7 @@ from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.config import load_settings
 from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
+from desktop_app.flow.owners import new_owner
 from desktop_app.store.sqlite import open_store
 from tests.app_support import settle
 
@@ -121,7 +122,10 @@ async def test_a_running_run_shows_a_bar_rate_and_eta_against_the_app_clock(
         screen = app.screen
         assert isinstance(screen, RunsScreen)
         table = screen.table
-        running = dataclasses.replace(run, status="running")
+        # running in a live process (this one holds the lease)
+        running = dataclasses.replace(
+            run, status="running", lease_owner=new_owner(), lease_expires_at=app_clock.now() + 30
+        )
         app.meter.record(run.run_id, 200, 1000, app_clock.now() - 100)
         table.update_run(running)
         assert table.cell(run.run_id, "bar") == "████░░░░░░"

@@ -15,6 +15,7 @@ from desktop_app.app.progress import ProgressMeter
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.config import load_settings
 from desktop_app.flow.clock import ManualClock
+from desktop_app.flow.owners import new_owner
 from tests.app_support import settle
 from tests.flows_for_tests import Crash, Numbers, counting_flow
 
@@ -41,8 +42,16 @@ async def test_a_running_runs_detail_shows_its_throughput_sparkline(tmp_path: Pa
     try:
         with pytest.raises(Crash):
             sv.engine.run(flow.name, Numbers(), run_id="d" * 32)
+        # left "running" at s3, by a live process (this one): a run whose
+        # process is gone shows interrupted, with no sparkline
+        sv.checkpoints.write(
+            lambda c: c.execute(
+                "UPDATE runs SET lease_owner=?, lease_expires_at=1e12 WHERE run_id=?",
+                (new_owner(), "d" * 32),
+            )
+        )
     finally:
-        sv.close()  # left "running", as after a kill -9
+        sv.close()
     clock = ManualClock()
     app = FlowdeskApp(settings, flows=[counting_flow(Counter())], clock=clock)
     async with app.run_test(size=(120, 30)) as pilot:

@@ -272,7 +272,7 @@ def test_killed_digest_rerun_resumes_instead_of_duplicating(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     (row,) = jsonl(flowdesk("--db", str(db), "runs", "--json"))
-    assert row["run_id"] == rid and row["status"] == "running"
+    assert (row["run_id"], row["status"], row["stored_status"]) == (rid, "interrupted", "running")
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0] == rid  # the same run, its id first

@@ -34,6 +34,7 @@ STATUS_STYLES: dict[str, str] = {
     "failed": "bold red",
     "timed_out": "red",
     "canceled": "dim",
+    "interrupted": "bold magenta",
 }
 
 

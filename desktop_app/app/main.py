@@ -680,6 +680,9 @@ class FlowdeskApp(App[None]):
             return  # said when it was canceled
         elif result.status == "waiting":
             self.say(f"Run {rid} is waiting; select it and press a to see what for.", "warning")
+        elif result.status in INTERRUPTED and self.engine is not None and not self.engine.executes:
+            # PostgreSQL without FLOWDESK_WORKER=1: saved, the workers execute it
+            self.say(f"Run {rid} is saved; a worker (flowdesk agent) executes it.")
         else:
             self.say(f"Run {rid} is {result.status}", "warning")
 

@@ -134,7 +134,9 @@ def open_services(
     from desktop_app import bootstrap
 
     report = bootstrap.app_schema(settings)
-    services = bootstrap.open_services(settings, flows=flows, events=events)
+    # on PostgreSQL the workers execute runs, unless FLOWDESK_WORKER=1
+    executes = bootstrap.executes_runs(settings)
+    services = bootstrap.open_services(settings, flows=flows, events=events, executes=executes)
     if clock is not None:
         services.engine.clock = clock
     try:

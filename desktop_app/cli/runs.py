@@ -20,7 +20,7 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.errors import RunLeasedError
-from desktop_app.runs_view import AGENT_AS_FLOW_STATUS
+from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -31,12 +31,16 @@ FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
 TERMINAL = {"completed", "canceled", "timed_out", "done", "timeout", "rate_limited", "expired"}
 
 
-def flow_row(r: Any) -> dict[str, Any]:
+def flow_row(r: Any, now: float) -> dict[str, Any]:
+    """A flow run as JSON; ``status`` is what is shown (``interrupted`` when
+    no process executes it any more, judged at ``now``, the store's clock),
+    ``stored_status`` the status saved in the database."""
     return {
         "kind": "flow",
         "run_id": r.run_id,
         "flow": r.flow_name,
-        "status": r.status,
+        "status": display_status(r, now),
+        "stored_status": r.status,
         "progress": list(r.progress) if r.progress else None,
         "created_at": iso(r.created_at),
         "updated_at": iso(r.updated_at),
@@ -49,12 +53,14 @@ def flow_row(r: Any) -> dict[str, Any]:
     }
 
 
-def agent_row(r: Any) -> dict[str, Any]:
+def agent_row(r: Any, now: float) -> dict[str, Any]:
+    """An agent run as JSON, ``status`` and ``stored_status`` as in :func:`flow_row`."""
     return {
         "kind": "agent",
         "run_id": r.run_id,
         "flow": r.agent,
-        "status": r.status,
+        "status": display_status(r, now),
+        "stored_status": r.status,
         "progress": None,
         "turns": r.turns,
         "created_at": iso(r.created_at),
@@ -63,6 +69,8 @@ def agent_row(r: Any) -> dict[str, Any]:
         "parent_run_id": r.parent_run_id,
         "deadline_at": iso(r.deadline_at),
         "retry_at": iso(r.retry_at),
+        "lease_owner": r.lease_owner,
+        "lease_expires_at": iso(r.lease_expires_at),
     }
 
 
@@ -71,6 +79,7 @@ def cmd_runs(ctx: Ctx) -> int:
     sv = ctx.services()
     rows: list[tuple[float, dict[str, Any]]] = []
     wanted = set(a.status or [])
+    now = sv.checkpoints.now()
     if a.kind in (None, "flow"):
         for r in sv.checkpoints.list_runs(
             statuses=a.status,
@@ -80,14 +89,14 @@ def cmd_runs(ctx: Ctx) -> int:
             tenant_id=a.tenant,
             session_id=a.session,
         ):
-            rows.append((r.created_at, flow_row(r)))
+            rows.append((r.created_at, flow_row(r, now)))
     if a.kind in (None, "agent") and a.tenant is None and a.session is None:
         for ar in sv.agents.list(agent=a.flow):
             if ar.parent_run_id and not a.children:
                 continue
             if wanted and not ({ar.status, AGENT_AS_FLOW_STATUS.get(ar.status)} & wanted):
                 continue
-            rows.append((ar.created_at, agent_row(ar)))
+            rows.append((ar.created_at, agent_row(ar, now)))
     rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
     shown = [row for _, row in rows[: a.limit]]
     if a.json:
@@ -121,15 +130,16 @@ def cmd_show(ctx: Ctx) -> int:
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
     if ref.kind == "agent":
-        return _show_agent(sv, ref.run_id, ctx.args.json)
+        return _show_agent(ctx, sv, ref.run_id)
     store = sv.checkpoints
     run = store.get_run(ref.run_id)
     cp = store.latest(ref.run_id)
     history = store.history(ref.run_id)
+    status = display_status(run, store.now())
     if ctx.args.json:
         emit(
             {
-                **flow_row(run),
+                **flow_row(run, store.now()),
                 "flow_version": run.flow_version,
                 "revision": run.revision,
                 "context": dict(run.context),
@@ -161,7 +171,9 @@ def cmd_show(ctx: Ctx) -> int:
             }
         )
         return EXIT_OK
-    print(f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {run.status}")
+    print(f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}")
+    if status == INTERRUPTED:
+        print(_interrupted_line(ctx, run))
     if run.error:
         print(f"error: {run.error}")
     print("steps:")
@@ -183,14 +195,22 @@ def _clip(text: str, n: int = 100) -> str:
     return one if len(one) <= n else one[: n - 1] + "…"
 
 
-def _show_agent(sv: Services, run_id: str, as_json: bool) -> int:
+def _interrupted_line(ctx: Ctx, run: Any) -> str:
+    """Why a run shows ``interrupted`` and the command that continues it."""
+    owner = f" ({run.lease_owner})" if run.lease_owner else ""
+    hint = ctx.hints.cmd(f"resume {run.run_id}")
+    return f"interrupted: the process that ran it{owner} stopped; {hint} continues it"
+
+
+def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     run = sv.agents.get(run_id)
     messages = sv.agents.messages(run_id)
     tools = sv.agents.tool_results(run_id)
-    if as_json:
+    now = sv.checkpoints.now()
+    if ctx.args.json:
         emit(
             {
-                **agent_row(run),
+                **agent_row(run, now),
                 "input": run.input,
                 "response": run.response,
                 "expires_at": iso(run.expires_at),
@@ -211,7 +231,10 @@ def _show_agent(sv: Services, run_id: str, as_json: bool) -> int:
             }
         )
         return EXIT_OK
-    print(f"agent run {run.run_id}  agent {run.agent}  status {run.status}  turns {run.turns}")
+    status = display_status(run, now)
+    print(f"agent run {run.run_id}  agent {run.agent}  status {status}  turns {run.turns}")
+    if status == INTERRUPTED:
+        print(_interrupted_line(ctx, run))
     print(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         print(f"error: {run.error}")
@@ -275,12 +298,13 @@ def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
 
 
 def _watch_rows(sv: Services, one: Any) -> list[dict[str, Any]]:
+    now = sv.checkpoints.now()
     if one is not None:
         if one.kind == "agent":
-            return [agent_row(sv.agents.get(one.run_id))]
-        return [flow_row(sv.checkpoints.get_run(one.run_id))]
-    rows = [flow_row(r) for r in sv.checkpoints.list_runs(newest_first=True, limit=200)]
-    rows += [agent_row(r) for r in sv.agents.list() if not r.parent_run_id]
+            return [agent_row(sv.agents.get(one.run_id), now)]
+        return [flow_row(sv.checkpoints.get_run(one.run_id), now)]
+    rows = [flow_row(r, now) for r in sv.checkpoints.list_runs(newest_first=True, limit=200)]
+    rows += [agent_row(r, now) for r in sv.agents.list() if not r.parent_run_id]
     return sorted(rows, key=lambda r: r["updated_at"] or "")
 
 
@@ -305,13 +329,13 @@ def cmd_waiting(ctx: Ctx) -> int:
     engine = sv.engine
     runs = engine.waiting()
     asking = sv.agents.list(statuses=["input_required"])
-    now = time.time()
+    now = sv.checkpoints.now()
     if ctx.args.json:
         for run in runs:
-            emit({**flow_row(run), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]})
+            emit({**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]})
         for ar in asking:
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
-            emit({**agent_row(ar), "question": question})
+            emit({**agent_row(ar, now), "question": question})
         return EXIT_OK
     if not runs and not asking:
         print("no waiting runs")

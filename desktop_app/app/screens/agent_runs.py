@@ -43,6 +43,7 @@ from desktop_app.app.screens.ask import (
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.errors import FlowdeskError
+from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.records import AGENT_TERMINAL, AgentRun, ToolResult
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ AGENT_STATUS_STYLES: dict[str, str] = {
     "rate_limited": "yellow",
     "expired": "dim",
     "canceled": "dim",
+    INTERRUPTED: "bold magenta",
 }
 
 
@@ -103,10 +105,13 @@ def message_lines(index: int, message: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_lines(run: AgentRun) -> list[str]:
-    """The run's header: ids, status, times, input, answer or error, question."""
+def run_lines(run: AgentRun, now: float) -> list[str]:
+    """The run's header: ids, status (judged at ``now``, UTC epoch seconds:
+    ``interrupted`` when its process is gone, with how to resume it), times,
+    input, answer or error, question."""
+    status = display_status(run, now)
     lines = [
-        f"Agent run {run.run_id} · agent {run.agent} · {run.status} · {run.turns} turn(s)",
+        f"Agent run {run.run_id} · agent {run.agent} · {status} · {run.turns} turn(s)",
         f"Created {when(run.created_at)} UTC · updated {when(run.updated_at)} UTC",
     ]
     if run.parent_run_id:
@@ -123,15 +128,17 @@ def run_lines(run: AgentRun) -> list[str]:
     if run.error is not None:
         kind = f" ({run.error_type})" if run.error_type else ""
         lines.append(f"Error{kind}: {truncate(run.error)}")
+    if status == INTERRUPTED:
+        lines.append("Interrupted: its process stopped; press r to resume it.")
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
         lines.append(f"Answer it with: {agent_hint(run.run_id)}")
     return lines
 
 
-def conversation_text(run: AgentRun, messages: list[dict[str, Any]]) -> str:
-    """The run's header then its messages, as plain text."""
-    lines = run_lines(run)
+def conversation_text(run: AgentRun, messages: list[dict[str, Any]], now: float) -> str:
+    """The run's header (status judged at ``now``) then its messages, as plain text."""
+    lines = run_lines(run, now)
     lines.append("")
     if not messages:
         lines.append("(no messages)")
@@ -322,7 +329,7 @@ class AgentRunsScreen(Screen[None]):
         keep = self.selected_id
         table.clear()
         for run in self.runs:
-            table.add_row(*self._cells(run), key=run.run_id)
+            table.add_row(*self._cells(run, self.flowdesk.now()), key=run.run_id)
         ids = [r.run_id for r in self.runs]
         if keep in ids:
             table.move_cursor(row=ids.index(keep))
@@ -341,11 +348,12 @@ class AgentRunsScreen(Screen[None]):
         self.query_one("#agent-runs-status", Static).update(Text(status))
 
     @staticmethod
-    def _cells(run: AgentRun) -> tuple[Text, ...]:
+    def _cells(run: AgentRun, now: float) -> tuple[Text, ...]:
+        status = display_status(run, now)
         return (
             Text(short_id(run.run_id)),
             Text(run.agent),
-            Text(run.status, style=AGENT_STATUS_STYLES.get(run.status, "")),
+            Text(status, style=AGENT_STATUS_STYLES.get(status, "")),
             Text(str(run.turns), justify="right"),
             Text(short_id(run.parent_run_id) if run.parent_run_id else "-"),
             Text(when(run.updated_at)),
@@ -371,8 +379,9 @@ class AgentRunsScreen(Screen[None]):
             tools.display = False
             return
         detail = self.shown = message.detail
-        self._conversation = conversation_text(detail.run, detail.messages)
-        view.update(Text("\n".join(run_lines(detail.run))))
+        now = self.flowdesk.now()
+        self._conversation = conversation_text(detail.run, detail.messages, now)
+        view.update(Text("\n".join(run_lines(detail.run, now))))
         await self.query_one(ConversationView).show(detail.messages, CONTENT_CHARS * 10)
         tools.clear()
         calls = [r for r in detail.tools if r.tool_key != TOOLSET_KEY]  # not a call

@@ -44,6 +44,7 @@ from desktop_app.app.progress import SPARK_S, Pace, duration
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
+from desktop_app.app.widgets.run_summary import RESUME_HINT
 from desktop_app.app.widgets.run_tables import (
     INTENT_STATUSES,
     CheckpointsTable,
@@ -55,6 +56,7 @@ from desktop_app.app.widgets.run_tables import (
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
+from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
 
 if TYPE_CHECKING:
@@ -82,22 +84,26 @@ TABS = (
 
 
 def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
-    """The run's header: id, flow, status, progress (a bar with rate, time
-    left and elapsed time while it runs); times in the local time zone with
-    how long ago they were."""
+    """The run's header: id, flow, status (judged at ``now``:
+    :func:`display_status`; an interrupted run says how to resume it),
+    progress (a bar with rate, time left and elapsed time while it runs);
+    times in the local time zone with how long ago they were."""
+    status = display_status(run, now)
     text = Text()
     text.append("Run ", style="bold")
     text.append(run.run_id)
     text.append("   Flow ", style="bold")
     text.append(f"{run.flow_name} ({run.flow_version})")
     text.append("\nStatus ", style="bold")
-    text.append(run.status, style=STATUS_STYLES.get(run.status, ""))
+    text.append(status, style=STATUS_STYLES.get(status, ""))
+    if status == INTERRUPTED:
+        text.append(f" — {RESUME_HINT}")
     text.append("   Progress ", style="bold")
     done_total = (pace.done, pace.total) if pace is not None else run.progress
     text.append(progress(done_total))
     if pace is not None:
-        text.append(f"  {pace.bar(20)}", style="green" if run.status == "running" else "dim")
-        if run.status == "running":
+        text.append(f"  {pace.bar(20)}", style="green" if status == "running" else "dim")
+        if status == "running":
             if pace.rate_text():
                 text.append(f"  {pace.rate_text()}")
             text.append(f"  elapsed {duration(now - run.created_at)}")
@@ -275,14 +281,15 @@ class RunDetailScreen(Screen[None]):
         if run is None:
             return
         now = self.flowdesk.now()
-        done_total = self._live if run.status == "running" and self._live else run.progress
+        running = display_status(run, now) == "running"
+        done_total = self._live if running and self._live else run.progress
         pace = None
         if done_total is not None:
-            if run.status == "running" and self._live is None:
+            if running and self._live is None:
                 self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
             pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
         self.query_one("#run-header", Static).update(header_text(run, now, pace))
-        self._show_throughput(run.run_id, run.status == "running", now)
+        self._show_throughput(run.run_id, running, now)
 
     def _show_throughput(self, run_id: str, running: bool, now: float) -> None:
         """Steps per second over the last minute, as a sparkline (running runs only)."""
@@ -314,8 +321,10 @@ class RunDetailScreen(Screen[None]):
         except NoMatches:  # the screen is closing
             return
         waits.tick(self.now())
-        if self.record is not None and self.record.status == "running":
-            self._show_header()  # the sparkline moves on with the clock
+        if self.record is not None and self.record.status in ("running", "pending"):
+            # the sparkline moves on with the clock, and a process that died
+            # (which changes no row) shows as interrupted
+            self._show_header()
 
     def reload(self) -> None:
         """The run and its latest checkpoint now (two indexed reads); its

@@ -35,6 +35,9 @@ SIDE_PANEL_AT = 160
 SUMMARY_WIDTH = 44
 #: Seconds between updates of the relative times ("3 min ago").
 TIMES_S = 15.0
+#: Seconds between two judgements of whether the runs shown as running still
+#: have a live process (a death changes no row, so no reload shows it).
+LIVENESS_S = 1.0
 #: Actions of keys that step aside while a filter field has focus.
 TABLE_ACTIONS = frozenset(
     {
@@ -155,6 +158,7 @@ class RunsScreen(Screen[None]):
     def on_mount(self) -> None:
         self.table.focus()
         self.set_interval(TIMES_S, self.table.refresh_times)
+        self.set_interval(LIVENESS_S, self._recheck)
         self._fit(self.app.size.width)
 
     # -- layout: columns collapse when narrow, a side panel when wide -----
@@ -194,6 +198,13 @@ class RunsScreen(Screen[None]):
         self.summary.show(run, latest, pace, now)
 
     # -- refreshing (called by the app) ---------------------------------
+
+    def _recheck(self) -> None:
+        """Show ``interrupted`` for a shown run whose process died since the
+        last look (and its side panel without rate or time left)."""
+        changed = self.table.recheck()
+        if self.has_class("-wide") and self.summary.run_id in changed:
+            self._show_summary()
 
     def data_changed(self) -> None:
         self.reload()

@@ -7,30 +7,40 @@ from textual.widgets import Static
 
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress
 from desktop_app.app.progress import Pace, duration
+from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.protocol import Checkpoint, RunRecord
+
+#: what an interrupted run's status says (in the side panel and the run's detail)
+RESUME_HINT = "press r to resume"
 
 
 def summary_text(run: RunRecord, latest: Checkpoint | None, pace: Pace | None, now: float) -> Text:
-    """Id, flow, status, progress with rate and ETA, times (local, and how
-    long ago), the step it is at or waits in, and its error."""
+    """Id, flow, status (judged at ``now``: :func:`display_status`; an
+    interrupted run says how to resume it), progress with rate and ETA while
+    it runs, times (local, and how long ago), the step it is at or waits
+    in, and its error."""
+    status = display_status(run, now)
+    running = status == "running"
     text = Text()
     text.append(f"{run.flow_name} run\n", style="bold")
     text.append(f"{run.run_id}\n", style="dim")
     text.append("\nStatus   ", style="bold")
-    text.append(f"{run.status}\n", style=STATUS_STYLES.get(run.status, ""))
+    text.append(status, style=STATUS_STYLES.get(status, ""))
+    text.append(f" — {RESUME_HINT}\n" if status == INTERRUPTED else "\n")
     done_total = (pace.done, pace.total) if pace is not None else run.progress
     if done_total is not None:
         text.append("Progress ", style="bold")
         text.append(f"{progress(done_total)}\n")
         if pace is not None:
-            text.append(f"         {pace.bar(20)}\n", style="green")
-            if run.status == "running" and pace.rate_text():
+            style = "dim" if status == INTERRUPTED else "green"
+            text.append(f"         {pace.bar(20)}\n", style=style)
+            if running and pace.rate_text():
                 text.append(f"         {pace.rate_text()}\n")
     text.append("Started  ", style="bold")
     text.append(f"{local_when(run.created_at)}\n         {ago(run.created_at, now)}\n")
     text.append("Updated  ", style="bold")
     text.append(f"{ago(run.updated_at, now)}\n")
-    if run.status == "running":
+    if running:
         text.append("Elapsed  ", style="bold")
         text.append(f"{duration(now - run.created_at)}\n")
     if latest is not None:

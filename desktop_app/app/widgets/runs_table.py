@@ -1,6 +1,9 @@
 """The runs table: one row per run (flow runs and agent runs), newest first,
-updated in place. An agent run's status is shown in the flow-run vocabulary
-(:func:`desktop_app.runs_view.agent_status_as_flow`) and its progress as turns."""
+updated in place. A run's status is the one
+:func:`desktop_app.runs_view.display_status` gives (``interrupted`` when no
+process executes it any more); an agent run's is shown in the flow-run
+vocabulary (:func:`desktop_app.runs_view.agent_status_as_flow`) and its
+progress as turns."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from textual.widgets.data_table import ColumnKey
 
 from desktop_app.app.format import STATUS_STYLES, ago, bar, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
-from desktop_app.runs_view import agent_status_as_flow
+from desktop_app.runs_view import agent_status_as_flow, display_status
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
 from desktop_app.store.records import AgentRun
 
@@ -58,8 +61,8 @@ def run_kind(run: AnyRun) -> str:
 
 def agent_cells(run: AgentRun, now: float) -> dict[str, Text]:
     """An agent run's cells: its agent in the flow column, its status in the
-    flow vocabulary, its turns as progress."""
-    status = agent_status_as_flow(run.status)
+    flow vocabulary (or ``interrupted``), its turns as progress."""
+    status = agent_status_as_flow(display_status(run, now))
     return {
         "run": Text(short_id(run.run_id)),
         "kind": Text("agent", style="cyan"),
@@ -76,20 +79,23 @@ def agent_cells(run: AgentRun, now: float) -> dict[str, Text]:
 def run_cells(run: AnyRun, now: float, pace: Pace | None = None) -> dict[str, Text]:
     """The cells of a run's row by column key (plain text, never markup);
     statuses that need attention are highlighted; times are relative to
-    ``now`` (``3 min ago``; the run's detail shows them in full); ``pace``
-    (a running run's rate and ETA) fills the bar and rate columns."""
+    ``now`` (``3 min ago``; the run's detail shows them in full), which is
+    also when the status is judged (:func:`display_status`); ``pace`` (a
+    running run's rate and ETA) fills the bar and rate columns, never for an
+    interrupted run."""
     if isinstance(run, AgentRun):
         return agent_cells(run, now)
     done_total = run.progress
     if pace is not None:
         done_total = (pace.done, pace.total)
     fraction = done_total[0] / done_total[1] if done_total and done_total[1] > 0 else None
-    running = run.status == "running"
+    status = display_status(run, now)
+    running = status == "running"
     return {
         "run": Text(short_id(run.run_id)),
         "kind": Text("flow"),
         "flow": Text(run.flow_name),
-        "status": Text(run.status, style=STATUS_STYLES.get(run.status, "")),
+        "status": Text(status, style=STATUS_STYLES.get(status, "")),
         "bar": Text(
             bar(fraction, BAR_WIDTH) if fraction is not None else "",
             style="green" if running else "dim",
@@ -166,13 +172,13 @@ class RunsTable(DataTable[Text]):
         return [cells[k] for k in self.shown_columns]
 
     def _pace(self, run: AnyRun) -> Pace | None:
-        if isinstance(run, AgentRun) or run.status != "running":
+        now = self._now()
+        if isinstance(run, AgentRun) or display_status(run, now) != "running":
             self._live.pop(run.run_id, None)
             return None
         done_total = self._live.get(run.run_id) or run.progress
         if done_total is None:
             return None
-        now = self._now()
         if run.progress is not None and run.run_id not in self._live:
             self.meter.record(run.run_id, *run.progress, now)  # run by another process
         return self.meter.pace(run.run_id, done_total[0], done_total[1], now)
@@ -225,6 +231,22 @@ class RunsTable(DataTable[Text]):
             self._set(run.run_id, key, value)
         return True
 
+    def recheck(self) -> list[str]:
+        """Judge again whether the runs shown as executing still are (a
+        process that died changes no row, so no reload shows it); returns
+        the run ids whose row changed to ``interrupted`` or back."""
+        now = self._now()
+        changed = []
+        for run_id in self._order:
+            run = self._records.get(run_id)
+            if run is None or run.status not in ("running", "pending"):
+                continue
+            shown = self.cell(run_id, "status")
+            if shown != agent_status_as_flow(display_status(run, now)):
+                self.update_run(run)
+                changed.append(run_id)
+        return changed
+
     def refresh_times(self) -> None:
         """Recompute the relative times of the rows shown ("3 min ago" ages)."""
         now = self._now()
@@ -243,7 +265,7 @@ class RunsTable(DataTable[Text]):
         run = self._records.get(run_id)
         if isinstance(run, AgentRun):
             return False
-        if run is None or run.status != "running":
+        if run is None or display_status(run, self._now()) != "running":
             self._set(run_id, "progress", Text(progress((done, total))))
             return True
         cells = run_cells(run, self._now(), self._pace(run))

@@ -1,0 +1,140 @@
+"""On PostgreSQL the app executes runs only when told to (``worker``,
+``FLOWDESK_WORKER=1``): without it, launch recovery resumes nothing and a
+digest started with ``n`` is saved for the workers, which execute it; with
+it, the app executes both as on a SQLite file. Real server, real stores."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.new_run import NewDigestScreen
+from desktop_app.config import check_environment, load_settings
+from desktop_app.flow import CompiledFlow, Engine
+from desktop_app.flows.digest import build_digest_flow
+from desktop_app.store.postgres import open_postgres_store
+from tests.app_support import messages, settle, wait_until
+from tests.digest_corpus import make_corpus
+from tests.flows_for_tests import Crash, Numbers, counting_flow
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user config file and no FLOWDESK_* variables leak into these tests."""
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_") and not name.startswith("FLOWDESK_TEST_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+
+
+def test_flowdesk_worker_is_a_setting_not_an_unknown_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("FLOWDESK_WORKER", "1")
+    check_environment()  # refused as unknown before
+    assert load_settings().worker is True
+    monkeypatch.setenv("FLOWDESK_WORKER", "0")
+    assert load_settings().worker is False
+
+
+def interrupted_run(url: str, calls: Counter[str]) -> tuple[CompiledFlow[Any], str]:
+    """A run left ``running`` at ``s2`` by a process that stopped (its step
+    raised past the engine, as at Ctrl-C); the flow returned no longer crashes."""
+    flow = counting_flow(calls, crash_in={"s2"})
+    store = open_postgres_store(url)
+    try:
+        with pytest.raises(Crash):
+            Engine(store, flows=[flow]).run(flow, Numbers(), run_id="i" * 32)
+    finally:
+        store.close()
+    return flow, "i" * 32
+
+
+async def start_digest_with_n(app: FlowdeskApp, pilot: Any, folder: Path, out: Path) -> str:
+    """Press ``n``, fill in the form, start; returns the new run's id."""
+    await pilot.press("n")
+    form = app.screen
+    assert isinstance(form, NewDigestScreen)
+    await pilot.click("#folder")
+    await pilot.press(*str(folder))
+    await pilot.click("#out")
+    await pilot.press(*str(out))
+    await pilot.press("enter")
+    await settle(pilot)
+    table = app.runs_screen.table
+    await wait_until(pilot, lambda: len(table.run_ids) == 2, timeout=30)
+    (rid,) = [r for r in table.run_ids if r != "i" * 32]
+    return rid
+
+
+def stored_status(url: str, run_id: str) -> str:
+    store = open_postgres_store(url)
+    try:
+        return store.get_run(run_id).status
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+async def test_the_app_on_postgres_leaves_execution_to_the_workers(
+    pg_url: str, tmp_path: Path
+) -> None:
+    calls: Counter[str] = Counter()
+    flow, stuck = interrupted_run(pg_url, calls)
+    make_corpus(tmp_path / "docs", 3)
+    out = tmp_path / "out"
+    digest = build_digest_flow()
+    app = FlowdeskApp(load_settings(db_path=pg_url), flows=[flow, digest])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.engine is not None, timeout=30)
+        await settle(pilot)
+        rid = await start_digest_with_n(app, pilot, tmp_path / "docs", out)
+        await settle(pilot)
+        # nothing executed here: the interrupted run was not resumed, the digest only saved
+        assert calls["s2"] == 1 and calls["s3"] == 0
+        assert stored_status(pg_url, stuck) == "running"
+        assert stored_status(pg_url, rid) == "pending"
+        assert not (out / "digest.md").exists()
+        table = app.runs_screen.table
+        assert table.cell(rid, "status") == "pending"
+        saved = f"Run {rid[:8]} is saved; a worker (flowdesk agent) executes it."
+        assert messages(app)[-1] == saved
+        # a worker executes both, and the app shows it
+        worker = open_postgres_store(pg_url)
+        try:
+            report = Engine(worker, flows=[flow, digest]).recover()
+        finally:
+            worker.close()
+        assert sorted((run.run_id, outcome.status) for run, outcome in report) == sorted(
+            [(stuck, "completed"), (rid, "completed")]
+        )
+        await wait_until(pilot, lambda: table.cell(rid, "status") == "completed", timeout=30)
+    assert (out / "digest.md").exists()
+    assert (calls["s2"], calls["s3"]) == (2, 1)
+
+
+@pytest.mark.postgres
+async def test_the_app_on_postgres_executes_when_it_is_a_worker(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWDESK_WORKER", "1")
+    calls: Counter[str] = Counter()
+    flow, stuck = interrupted_run(pg_url, calls)
+    make_corpus(tmp_path / "docs", 3)
+    out = tmp_path / "out"
+    app = FlowdeskApp(load_settings(db_path=pg_url), flows=[flow, build_digest_flow()])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.recovery is not None, timeout=30)
+        assert stored_status(pg_url, stuck) == "completed"  # launch recovery ran it here
+        rid = await start_digest_with_n(app, pilot, tmp_path / "docs", out)
+        await wait_until(pilot, lambda: (out / "digest.md").exists(), timeout=30)
+        await settle(pilot)
+        assert stored_status(pg_url, rid) == "completed"
+    assert (calls["s2"], calls["s3"]) == (2, 1)
