@@ -292,15 +292,32 @@ def cmd_agent(ctx: Ctx) -> int:
 
     if ctx.args.worker or parse_database(sv.database).backend == "postgres":
         return _serve_worker(ctx, sv, stop)
-    print(f"flowdesk agent: serving {sv.database} as {engine.owner}", file=sys.stderr)
+    where = parse_database(sv.database).shown
+    print(f"flowdesk agent: serving {where} as {engine.owner}", file=sys.stderr)
     engine.serve(
         stop,
         poll_s=ctx.args.poll,
-        on_tick=dispatcher(engine).dispatch,
+        on_tick=_on_tick(sv),
         only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
     )
     sv.close()
     return EXIT_OK
+
+
+def _on_tick(sv: Any) -> Any:
+    """What ``flowdesk agent`` does after each pass: deliver outbox intents,
+    then resume interrupted agent runs with their recorded tools (a run that
+    fails or cannot be resumed is reported once, not retried every pass)."""
+    from desktop_app.cli.ask import recover_agents
+
+    deliver = dispatcher(sv.engine).dispatch
+    reported: set[str] = set()
+
+    def tick() -> None:
+        deliver()
+        recover_agents(sv, reported)
+
+    return tick
 
 
 def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
@@ -320,7 +337,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         engine,
         concurrency=ctx.args.concurrency,
         poll_s=ctx.args.poll,
-        on_tick=dispatcher(engine).dispatch,
+        on_tick=_on_tick(sv),
     )
     listener = None
     if hasattr(store, "listener"):

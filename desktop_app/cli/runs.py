@@ -346,6 +346,7 @@ def cmd_waiting(ctx: Ctx) -> int:
 
 
 def cmd_resume(ctx: Ctx) -> int:
+    from desktop_app.bootstrap import parse_database
     from desktop_app.flow import EventBus
 
     events = EventBus()
@@ -353,9 +354,9 @@ def cmd_resume(ctx: Ctx) -> int:
     sv = ctx.services(events=events)
     engine = sv.engine
     if ctx.args.all:
+        from desktop_app.cli.ask import recover_agents
+
         report = engine.recover()
-        if not report:
-            print(f"no interrupted runs in {sv.database} (scope {sv.settings.scope!r})")
         failed = 0
         for run, outcome in report:
             if isinstance(outcome, RunLeasedError):  # a live peer runs it: not a failure
@@ -366,9 +367,14 @@ def cmd_resume(ctx: Ctx) -> int:
             else:
                 failed += outcome.status == "failed"
                 print(f"run {run.run_id} {outcome.status}")
+        agent_runs, agents_failed = recover_agents(sv)
+        if not report and not agent_runs:
+            where = parse_database(sv.database).shown
+            print(f"no interrupted runs in {where} (scope {sv.settings.scope!r})")
         _deliver(engine)
-        return EXIT_FAILED if failed else EXIT_OK
+        return EXIT_FAILED if failed or agents_failed else EXIT_OK
     ref = ctx.resolve(sv, ctx.args.run_id)
+    ctx.current_run = ref.run_id  # Ctrl-C from here on names this run
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 
