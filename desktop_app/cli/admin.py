@@ -74,7 +74,7 @@ def cmd_db_copy(ctx: Ctx) -> int:
     for table, n in report.rows.items():
         print(f"{table}: {n} rows")
     print(f"copied {report.runs} runs from {source.path} to {target.shown}")
-    print(f"next: flowdesk --db {target.shown} agent   (on each worker machine)")
+    print(f"next: {ctx.hints.cmd('agent', db=target.text)}   (on each worker machine)")
     return EXIT_OK
 
 
@@ -113,7 +113,7 @@ def cmd_doctor(ctx: Ctx) -> int:
             mark = {True: "ok  ", False: "BAD ", None: "warn"}[ok]
             print(f"{mark} {what:18} {detail}")
 
-    apply_hint = ctx.hints.cmd("db apply") if ctx.hints.db else f"flowdesk --db {path} db apply"
+    apply_hint = ctx.hints.cmd("db apply", db=ctx.hints.db or str(path))
     if database.backend == "postgres":
         from desktop_app.store.postgres_doctor import postgres_checks
 

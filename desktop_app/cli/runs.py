@@ -240,14 +240,13 @@ def _show_agent(sv: Services, run_id: str, as_json: bool) -> int:
 def cmd_watch(ctx: Ctx) -> int:
     """Print a line whenever a run's status or progress changes; with a run
     id, stop when that run ends or fails (exit 1 if it failed or timed out,
-    0 if it completed or was canceled). Polls ``data_version`` every
-    ``--interval`` seconds."""
+    0 if it completed or was canceled; 130 after Ctrl-C, with the command
+    that watches again). Polls ``data_version`` every ``--interval`` seconds."""
     sv = ctx.services()
     one = ctx.resolve(sv, ctx.args.run_id) if ctx.args.run_id else None
-    try:
-        return _watch(ctx, sv, one)
-    except KeyboardInterrupt:  # Ctrl-C is how watching ends; nothing to resume
-        return EXIT_OK
+    # Ctrl-C stops watching (exit 130), never the run; the hint watches again
+    ctx.continue_with = "watch" if one is None else f"watch {one.run_id}"
+    return _watch(ctx, sv, one)
 
 
 def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
