@@ -278,3 +278,56 @@ def test_a_hint_never_prints_a_database_password() -> None:
     assert by_env.cmd("runs") == "flowdesk --db /x/f.db --scope s runs"
     assert not by_env.password_left_out
     assert Hints.of(None, None, {}).cmd("runs") == "flowdesk runs"
+
+
+def test_sigint_to_the_app_exits_130_with_a_hint_that_runs_as_printed(tmp_path: Path) -> None:
+    import pty
+    import select
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "FLOWDESK_DB_PATH": str(db)}
+    app = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        cwd=REPO,
+        env=env,
+        preexec_fn=default_sigint,
+    )
+    os.close(slave)
+    seen = b""
+
+    def read(until: float) -> None:
+        nonlocal seen
+        while time.monotonic() < until:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:  # the app closed the terminal
+                    return
+            if b"No runs yet" in seen and app.poll() is None:
+                return
+            if app.poll() is not None and not ready:
+                return
+
+    try:
+        read(time.monotonic() + 60)
+        assert b"No runs yet" in seen
+        app.send_signal(signal.SIGINT)
+        assert app.wait(timeout=30) == 130
+        read(time.monotonic() + 2)
+    finally:
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+        os.close(master)
+    text = re.sub(r"\x1b\[[0-9;?<>=]*[A-Za-z]", "", seen.decode(errors="replace"))
+    printed = hint(text)
+    assert printed == f"flowdesk --db {db} resume --all"
+    env.pop("FLOWDESK_DB_PATH")
+    done = as_printed(printed, env)
+    assert done.returncode == 0 and f"no interrupted runs in {db}" in done.stdout

@@ -362,10 +362,28 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
 
 
 def cmd_app(ctx: Ctx) -> int:
+    """The app; SIGINT (the terminal's Ctrl-C is a key there, so a signal
+    from elsewhere) closes it and exits 130 naming the run to resume (the
+    one it was executing, else every interrupted one), as other commands do."""
+    import asyncio
+    import signal as signals
+
     from desktop_app.app.main import FlowdeskApp
 
     app = FlowdeskApp(ctx.settings)
+    stopped: list[list[str]] = []
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        if not stopped:
+            stopped.append(app.runs.driving())
+            loop = asyncio.get_running_loop()  # the app's, in this (the main) thread
+            loop.call_soon_threadsafe(lambda: app.exit(return_code=130))
+
+    signals.signal(signals.SIGINT, on_sigint)
     app.run()
+    if stopped:
+        ctx.current_run = stopped[0][0] if len(stopped[0]) == 1 else None
+        raise KeyboardInterrupt
     return app.return_code or EXIT_OK
 
 
