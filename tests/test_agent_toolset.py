@@ -73,7 +73,10 @@ def test_a_run_started_without_tools_records_none_and_resumes_with_any(db_path: 
     store.close()
 
 
-def test_the_cli_says_how_to_resume_a_run_started_with_file_tools(tmp_path: Path) -> None:
+@pytest.mark.scenario("S82")
+def test_the_cli_resumes_a_run_started_with_file_tools_with_them(tmp_path: Path) -> None:
+    """The run recorded its folder: `flowdesk resume RUN`, as the failure
+    prints it, reconnects the file tools by itself."""
     db = tmp_path / "f.db"
     folder = tmp_path / "notes"
     folder.mkdir()
@@ -89,13 +92,10 @@ def test_the_cli_says_how_to_resume_a_run_started_with_file_tools(tmp_path: Path
             for r in map(json.loads, flowdesk(db, "runs", "--json").stdout.splitlines())
         ]
         assert status == "failed"
-        refused = flowdesk(db, "resume", run_id, env=env)
-        assert refused.returncode == 1, refused.stderr
-        assert "read_file" in refused.stderr and "--tools" in refused.stderr
-        assert len(server.requests) == 1  # the refusal asked the model nothing
+        assert f"(flowdesk --db {db} resume {run_id})" in asked.stderr
         server.script = [("json", completion("Buy milk."))]
-        again = flowdesk(
-            db, "ask", "--resume", run_id, "--tools", "files", "--folder", str(folder), env=env
-        )
+        again = flowdesk(db, "resume", run_id, env=env)
         assert again.returncode == 0, again.stderr
         assert "Buy milk." in again.stdout
+        tools = sorted(t["function"]["name"] for t in server.requests[-1]["body"]["tools"])
+        assert tools == ["ask_user", "list_folder", "read_file"]

@@ -135,8 +135,10 @@ def test_watch_follows_a_run_until_it_ends(tmp_path):
     )
     assert every.stdout is not None
     assert f"{run_id}  flow approval  completed" in every.stdout.readline()
-    every.send_signal(2)  # Ctrl-C ends watching, quietly
-    assert every.wait(timeout=60) == 0
+    every.send_signal(2)  # Ctrl-C ends watching as the README says: 130, and how to go on
+    _, err = every.communicate(timeout=60)
+    assert every.returncode == 130
+    assert f"interrupted; run `flowdesk --db {db} watch` to continue" in err
 
 
 def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tuple[str, str]:

@@ -61,6 +61,7 @@ from desktop_app.agent.models import ChatModel
 from desktop_app.agent.tools import (
     ASK_USER,
     LISTING_PREFIX,
+    TOOL_SOURCES_KEY,
     TOOLSET_KEY,
     AgentTool,
     ToolListing,
@@ -120,10 +121,12 @@ class AgentResponse:
 
 @dataclass(frozen=True)
 class AgentEvent:
-    """A streamed event: ``delta`` (text), ``tool_start``/``tool_end`` (with
-    ``reused`` when a stored result answered), or ``done`` (with ``response``)."""
+    """A streamed event: ``started`` (the new run is stored: from now on it
+    can be resumed by its id), ``delta`` (text), ``tool_start``/``tool_end``
+    (with ``reused`` when a stored result answered), or ``done`` (with
+    ``response``)."""
 
-    kind: Literal["delta", "tool_start", "tool_end", "done"]
+    kind: Literal["started", "delta", "tool_start", "tool_end", "done"]
     text: str = ""
     tool: str | None = None
     reused: bool = False
@@ -148,6 +151,11 @@ class Agent:
         clock: time source (UTC epoch seconds).
         owner: this process's lease owner id (default ``host:pid:random``).
         lease_ttl_s: seconds an agent run's lease lasts without renewal.
+        tool_sources: where ``tools`` came from, as JSON text (see
+            :class:`~desktop_app.agent.recovery.ToolSources`: a folder and MCP
+            server names, never a secret); recorded with each run this agent
+            creates, in the same transaction, so any process can resume the
+            run with the same tools.
     """
 
     def __init__(
@@ -166,6 +174,7 @@ class Agent:
         clock: Clock | None = None,
         owner: str | None = None,
         lease_ttl_s: float = 30.0,
+        tool_sources: str | None = None,
     ) -> None:
         self.name = name
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -180,6 +189,7 @@ class Agent:
         self.retries = retries
         self.backoff = backoff or Backoff(initial_s=1.0, max_s=20.0)
         self.clock = clock or SystemClock()
+        self.tool_sources = tool_sources
 
     # -- starting ----------------------------------------------------------
 
@@ -214,6 +224,9 @@ class Agent:
                 lease_expires_at=now + self.lease_ttl_s,
             ),
             [m.to_json() for m in first],
+            None
+            if self.tool_sources is None
+            else (TOOL_SOURCES_KEY, "tool_sources", "completed", self.tool_sources),
         )
         log.debug("agent %s: run %s started", self.name, rid)
         return rid
@@ -251,6 +264,7 @@ class Agent:
             yield from self._resume(run_id, _stream)
             return
         rid = self._create(message, run_id, parent_run_id, context)
+        yield AgentEvent("started")
         yield from self._drive(rid, _stream)
 
     def _exists(self, run_id: str) -> bool:

@@ -46,6 +46,10 @@ LISTING_PREFIX = "mcp/tools_list:"
 #: the key under which a run's tool names are recorded on its first drive
 #: (a JSON list, sorted; only for an agent with tools)
 TOOLSET_KEY = "agent/toolset"
+#: the key under which a run records where its tools come from, at creation
+#: (a JSON object, see :class:`desktop_app.agent.recovery.ToolSources`), so
+#: resuming it reconnects them by itself
+TOOL_SOURCES_KEY = "agent/tool_sources"
 
 
 @runtime_checkable

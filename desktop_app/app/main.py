@@ -38,6 +38,8 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 
+from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_runs
+from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.format import plural, short_id
 from desktop_app.app.messages import (
@@ -98,12 +100,15 @@ class Notice:
     severity: SeverityLevel = "information"
 
 
-def recovery_summary(outcomes: Iterable[RunResult | BaseException]) -> tuple[str, bool]:
-    """``("Resumed N runs: X completed, Y failed", problem?)``."""
+def recovery_summary(
+    outcomes: Iterable[RunResult | AgentResponse | BaseException],
+) -> tuple[str, bool]:
+    """``("Resumed N runs: X completed, Y failed", problem?)``; an agent run
+    that answered (``done``) counts as completed."""
     done = list(outcomes)
-    results = [o for o in done if isinstance(o, RunResult)]
-    errors = [o for o in done if not isinstance(o, RunResult)]
-    completed = sum(r.status == "completed" for r in results)
+    results = [o for o in done if not isinstance(o, BaseException)]
+    errors = [o for o in done if isinstance(o, BaseException)]
+    completed = sum(r.status in ("completed", "done") for r in results)
     failed = sum(r.status == "failed" for r in results)
     parts = [f"{completed} completed", f"{failed} failed"]
     other = len(results) - completed - failed
@@ -403,13 +408,19 @@ class FlowdeskApp(App[None]):
                 f"{plural(len(asking), 'interrupted run')} of {flows} wait for you: "
                 "select one and press r to resume it"
             )
-        if not interrupted:
+        services = self.services
+        agent_runs = (
+            []
+            if services is None
+            else interrupted_agent_runs(services.services.agents, time.time())
+        )
+        if not interrupted and not agent_runs:
             self.runs.open_gate()
             check_after_launch(self)  # S51: runs left by an older flow version
             return
         ids = frozenset(r.run_id for r in interrupted)
         ids = frozenset(i for i in ids if self.runs.claim(i))
-        text = f"Resuming {plural(len(ids), 'interrupted run')}…"
+        text = f"Resuming {plural(len(ids) + len(agent_runs), 'interrupted run')}…"
         self.say(text)
         self.runs_screen.status_line.say(text)
         self._recover(ids)
@@ -418,7 +429,7 @@ class FlowdeskApp(App[None]):
     def _recover(self, claimed: frozenset[str]) -> None:
         engine = self.engine
         assert engine is not None
-        outcomes: list[RunResult | BaseException] = []
+        outcomes: list[RunResult | AgentResponse | BaseException] = []
 
         def on_result(run: RunRecord, outcome: RunResult | BaseException) -> None:
             self.runs.open_gate()
@@ -446,10 +457,41 @@ class FlowdeskApp(App[None]):
         finally:
             self.runs.open_gate()
             self.runs.release(*claimed)
+        self._recover_agent_runs(outcomes)
         summary, problem = recovery_summary(outcomes)
         self.recovery = summary
         self.say(summary, "warning" if problem else "information")
         self.post_message(RecoveryFinished(summary))
+
+    def _recover_agent_runs(
+        self, outcomes: list[RunResult | AgentResponse | BaseException]
+    ) -> None:
+        """Resume interrupted agent runs with the tools they recorded (on the
+        recovery worker, after the flow runs), adding their outcomes."""
+        services = self.services
+        if services is None:
+            return
+
+        def on_result(run: Any, outcome: AgentResponse | BaseException) -> None:
+            outcomes.append(outcome)
+            if isinstance(outcome, BaseException):
+                self.say(f"Agent run {short_id(run.run_id)} was not resumed: {outcome}", "error")
+            elif outcome.status == "failed":
+                self.say(f"Agent run {short_id(run.run_id)} failed: {outcome.error}", "error")
+
+        try:
+            model = self.chat_model()
+        except FlowdeskError as exc:
+            model, problem = None, str(exc)
+        else:
+            problem = "no model is set up (Settings, ctrl+s)"
+        if model is None:
+            for run in interrupted_agent_runs(services.services.agents, time.time()):
+                on_result(run, FlowdeskError(f"agent run {run.run_id} needs a model: {problem}"))
+            return
+        recover_agent_runs(
+            services.services.agents, self.settings, model, time.time(), on_result=on_result
+        )
 
     def on_recovery_finished(self, message: RecoveryFinished) -> None:
         self.runs_screen.status_line.say(message.summary, for_s=self.STATUS_S)

@@ -57,6 +57,11 @@ class RunController:
         with self._lock:
             self._driving.difference_update(run_ids)
 
+    def driving(self) -> list[str]:
+        """The runs driven now, sorted (for the message after Ctrl-C)."""
+        with self._lock:
+            return sorted(self._driving)
+
     def is_driving(self, run_id: str) -> bool:
         with self._lock:
             return run_id in self._driving

@@ -23,7 +23,13 @@ from collections.abc import Callable, Sequence
 
 from desktop_app.cli import admin, ask, runs, start
 from desktop_app.cli.common import Ctx
-from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, stop_progress
+from desktop_app.cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    PASSWORD_NOTE,
+    stop_progress,
+)
 from desktop_app.cli.parser import build_parser
 from desktop_app.errors import ConfigError, FlowdeskError, InputError, UnknownFlowError
 
@@ -67,7 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     args = parser.parse_args(argv)
     ctx = Ctx(args)
-    handler = COMMANDS[args.command or "app"]
+    try:
+        return _handle(ctx, COMMANDS[args.command or "app"])
+    finally:
+        if ctx.hints.password_left_out:
+            print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)
+
+
+def _handle(ctx: Ctx, handler: Callable[[Ctx], int]) -> int:
+    """Run ``handler``; a Flowdesk error or Ctrl-C becomes its message and exit code."""
     try:
         return handler(ctx)
     except BrokenPipeError:  # `flowdesk runs | head`: the reader left; not an error
@@ -81,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         stop_progress()  # else the progress line is drawn again after the message
-        what = f"resume {ctx.current_run}" if ctx.current_run else "resume --all"
-        print(f"flowdesk: interrupted; run `{ctx.hints.cmd(what)}` to continue", file=sys.stderr)
+        print(
+            f"flowdesk: interrupted; run `{ctx.hints.cmd(ctx.on_interrupt())}` to continue",
+            file=sys.stderr,
+        )
         return 130

@@ -74,7 +74,7 @@ def cmd_db_copy(ctx: Ctx) -> int:
     for table, n in report.rows.items():
         print(f"{table}: {n} rows")
     print(f"copied {report.runs} runs from {source.path} to {target.shown}")
-    print(f"next: flowdesk --db {target.shown} agent   (on each worker machine)")
+    print(f"next: {ctx.hints.cmd('agent', db=target.text)}   (on each worker machine)")
     return EXIT_OK
 
 
@@ -113,7 +113,7 @@ def cmd_doctor(ctx: Ctx) -> int:
             mark = {True: "ok  ", False: "BAD ", None: "warn"}[ok]
             print(f"{mark} {what:18} {detail}")
 
-    apply_hint = ctx.hints.cmd("db apply") if ctx.hints.db else f"flowdesk --db {path} db apply"
+    apply_hint = ctx.hints.cmd("db apply", db=ctx.hints.db or str(path))
     if database.backend == "postgres":
         from desktop_app.store.postgres_doctor import postgres_checks
 
@@ -292,15 +292,32 @@ def cmd_agent(ctx: Ctx) -> int:
 
     if ctx.args.worker or parse_database(sv.database).backend == "postgres":
         return _serve_worker(ctx, sv, stop)
-    print(f"flowdesk agent: serving {sv.database} as {engine.owner}", file=sys.stderr)
+    where = parse_database(sv.database).shown
+    print(f"flowdesk agent: serving {where} as {engine.owner}", file=sys.stderr)
     engine.serve(
         stop,
         poll_s=ctx.args.poll,
-        on_tick=dispatcher(engine).dispatch,
+        on_tick=_on_tick(sv),
         only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
     )
     sv.close()
     return EXIT_OK
+
+
+def _on_tick(sv: Any) -> Any:
+    """What ``flowdesk agent`` does after each pass: deliver outbox intents,
+    then resume interrupted agent runs with their recorded tools (a run that
+    fails or cannot be resumed is reported once, not retried every pass)."""
+    from desktop_app.cli.ask import recover_agents
+
+    deliver = dispatcher(sv.engine).dispatch
+    reported: set[str] = set()
+
+    def tick() -> None:
+        deliver()
+        recover_agents(sv, reported)
+
+    return tick
 
 
 def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
@@ -320,7 +337,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         engine,
         concurrency=ctx.args.concurrency,
         poll_s=ctx.args.poll,
-        on_tick=dispatcher(engine).dispatch,
+        on_tick=_on_tick(sv),
     )
     listener = None
     if hasattr(store, "listener"):
@@ -345,10 +362,28 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
 
 
 def cmd_app(ctx: Ctx) -> int:
+    """The app; SIGINT (the terminal's Ctrl-C is a key there, so a signal
+    from elsewhere) closes it and exits 130 naming the run to resume (the
+    one it was executing, else every interrupted one), as other commands do."""
+    import asyncio
+    import signal as signals
+
     from desktop_app.app.main import FlowdeskApp
 
     app = FlowdeskApp(ctx.settings)
+    stopped: list[list[str]] = []
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        if not stopped:
+            stopped.append(app.runs.driving())
+            loop = asyncio.get_running_loop()  # the app's, in this (the main) thread
+            loop.call_soon_threadsafe(lambda: app.exit(return_code=130))
+
+    signals.signal(signals.SIGINT, on_sigint)
     app.run()
+    if stopped:
+        ctx.current_run = stopped[0][0] if len(stopped[0]) == 1 else None
+        raise KeyboardInterrupt
     return app.return_code or EXIT_OK
 
 

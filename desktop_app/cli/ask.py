@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from desktop_app.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
     from desktop_app.agent import Agent
+    from desktop_app.agent.recovery import ToolSources
     from desktop_app.bootstrap import Services
 
 SYSTEM = "You answer questions about the user's files. Be brief."
@@ -33,28 +35,35 @@ class _NoModel:
         raise ConfigError(NO_MODEL)
 
 
-def agent_for(sv: Services, name: str, tools: list[Any] | None = None) -> Agent:
+def agent_for(
+    sv: Services, name: str, tools: list[Any] | None = None, sources: ToolSources | None = None
+) -> Agent:
     """An :class:`Agent` named ``name`` over the services' agent store, with
-    the configured model (or one that refuses calls when none is configured)."""
+    the configured model (or one that refuses calls when none is configured);
+    a run it starts records ``sources`` (where ``tools`` came from)."""
     from desktop_app.agent import Agent
     from desktop_app.bootstrap import build_model
 
     model: Any = build_model(sv.settings) or _NoModel()
-    return Agent(name, model, sv.agents, tools or [], system=SYSTEM)
+    recorded = None if sources is None or sources.empty else sources.to_json()
+    return Agent(name, model, sv.agents, tools or [], system=SYSTEM, tool_sources=recorded)
 
 
-def _tools(ctx: Ctx) -> list[Any]:
-    """The agent's tools: ``--tools files`` (under ``--folder``) and the tools
-    of every ``--mcp NAME`` server from the settings."""
-    from desktop_app.agent.mcp import mcp_tools
-    from desktop_app.agent.tools import file_tools
+def _sources(ctx: Ctx) -> ToolSources:
+    """The tool sources the command line gives: ``--tools files`` (under
+    ``--folder``) and every ``--mcp NAME`` server from the settings.
 
-    tools: list[Any] = []
+    Raises:
+        InputError: ``--folder`` is not a folder.
+    """
+    from desktop_app.agent.recovery import ToolSources
+
+    folder = None
     if getattr(ctx.args, "tools", "none") == "files":
         if not ctx.args.folder.is_dir():
             raise InputError(f"--folder {ctx.args.folder} is not a folder")
-        tools = list(file_tools(ctx.args.folder))
-    return tools + mcp_tools(ctx.settings, getattr(ctx.args, "mcp", None) or [])
+        folder = ctx.args.folder.resolve()
+    return ToolSources(folder, tuple(getattr(ctx.args, "mcp", None) or ()))
 
 
 def _finish(ctx: Ctx, res: Any, printed: bool) -> int:
@@ -74,17 +83,24 @@ def _finish(ctx: Ctx, res: Any, printed: bool) -> int:
 
 
 def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> int:
-    """Continue an agent run (answering its question with ``answer``)."""
+    """Continue an agent run (answering its question with ``answer``) with
+    the tools it recorded when it started, or with those this command line
+    gives (``ask --resume RUN --tools/--mcp``)."""
+    from desktop_app.agent.recovery import ToolSources, connected_tools
     from desktop_app.bootstrap import build_model
 
     if build_model(sv.settings) is None:
         raise ConfigError(NO_MODEL)
-    agent = agent_for(sv, sv.agents.get(run_id).agent, _tools(ctx))
-    res: Any
-    if answer is not None:
-        res = agent.resume_input(run_id, answer)
-    else:
-        res = list(agent.resume_stream(run_id))[-1].response
+    given = _sources(ctx)
+    sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
+    ctx.current_run = run_id
+    with connected_tools(sv.settings, sources) as tools:
+        agent = agent_for(sv, sv.agents.get(run_id).agent, tools)
+        res: Any
+        if answer is not None:
+            res = agent.resume_input(run_id, answer)
+        else:
+            res = list(agent.resume_stream(run_id))[-1].response
     return _finish(ctx, res, printed=False)
 
 
@@ -105,15 +121,67 @@ def cmd_ask(ctx: Ctx) -> int:
         raise InputError("give a question, or --resume RUN")
     if build_model(sv.settings) is None:
         raise ConfigError(NO_MODEL)
-    agent = agent_for(sv, "ask", _tools(ctx))
-    events = []
-    for ev in agent.stream(a.question):
-        if ev.kind == "delta":
-            print(ev.text, end="", flush=True)
-        elif ev.kind == "tool_start":
-            print(f"\n[{ev.tool}…]", file=sys.stderr, flush=True)
-        events.append(ev)
+    from desktop_app.agent.recovery import connected_tools
+
+    sources = _sources(ctx)
+    run_id = uuid.uuid4().hex
+    with connected_tools(sv.settings, sources) as tools:
+        agent = agent_for(sv, "ask", tools, sources)
+        events = []
+        for ev in agent.stream(a.question, run_id=run_id):
+            if ev.kind == "started":  # stored: from now on it can be resumed by its id
+                ctx.current_run = run_id
+                again = ctx.hints.cmd(f"resume {run_id}")
+                print(f"run {run_id} (if interrupted: {again})", file=sys.stderr, flush=True)
+            elif ev.kind == "delta":
+                print(ev.text, end="", flush=True)
+            elif ev.kind == "tool_start":
+                print(f"\n[{ev.tool}…]", file=sys.stderr, flush=True)
+            events.append(ev)
     print()
     res = events[-1].response
     assert res is not None
     return _finish(ctx, res, printed=True)
+
+
+def recover_agents(sv: Services, skip: set[str] | None = None) -> tuple[int, int]:
+    """Resume every interrupted agent run with the tools it recorded
+    (``resume --all``, ``flowdesk agent``), printing one line per run.
+
+    Args:
+        skip: ids of runs not to try (``flowdesk agent`` passes the ones that
+            could not be resumed before, so each is reported once); runs
+            that fail or cannot be resumed are added to it.
+
+    Returns:
+        ``(runs tried, runs that failed or could not be resumed)``; a run a
+        live process took meanwhile is not a failure.
+    """
+    import time
+
+    from desktop_app.agent.recovery import recover_agent_runs
+    from desktop_app.bootstrap import build_model
+    from desktop_app.errors import AgentRunLeasedError
+
+    failed = 0
+
+    def report(run: Any, outcome: Any) -> None:
+        nonlocal failed
+        bad = True
+        if isinstance(outcome, AgentRunLeasedError):  # a live peer runs it: not a failure
+            bad = False
+            print(f"agent run {run.run_id} not resumed here: {outcome}", flush=True)
+        elif isinstance(outcome, BaseException):
+            print(f"agent run {run.run_id} not resumed: {outcome}", flush=True)
+        else:
+            bad = outcome.status not in ("done", "input_required")
+            print(f"agent run {run.run_id} {outcome.status}", flush=True)
+        failed += bad
+        if bad and skip is not None:
+            skip.add(run.run_id)
+
+    model: Any = build_model(sv.settings) or _NoModel()
+    report_ = recover_agent_runs(
+        sv.agents, sv.settings, model, time.time(), on_result=report, skip=skip
+    )
+    return len(report_), failed

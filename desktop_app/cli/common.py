@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -20,10 +21,21 @@ class Ctx:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.hints = Hints(getattr(args, "db", None), getattr(args, "scope", None))
+        self.hints = Hints.of(getattr(args, "db", None), getattr(args, "scope", None), os.environ)
         self._settings: Settings | None = None
         #: the run being executed, for the Ctrl-C hint
         self.current_run: str | None = None
+        #: the command that continues after Ctrl-C when it is not resuming a
+        #: run (``watch`` watches again)
+        self.continue_with: str | None = None
+
+    def on_interrupt(self) -> str:
+        """The command (after ``flowdesk`` and its ``--db``/``--scope``) that
+        continues what Ctrl-C stopped: ``resume RUN`` for the run being
+        executed, else :attr:`continue_with`, else ``resume --all``."""
+        if self.current_run is not None:
+            return f"resume {self.current_run}"
+        return self.continue_with or "resume --all"
 
     @property
     def settings(self) -> Settings:

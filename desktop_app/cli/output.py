@@ -5,8 +5,9 @@
 * Durations: ``23 h 59 min``, ``4 min 10 s``, ``12 s`` (never ``86,399 s``).
 * ``--json``: commands that list things print JSON Lines (one object per
   line); ``show`` and ``doctor`` print one JSON object.
-* Hints repeat the ``--db`` and ``--scope`` the user gave, so copying one
-  reads the same database.
+* Hints (:class:`Hints`) repeat the ``--db`` and ``--scope`` the user gave
+  (also as ``FLOWDESK_DB_PATH``/``FLOWDESK_SCOPE``), so copying one reads
+  the same database; never a password.
 * Progress: one updating line with rate and ETA (rich) on a terminal, plain
   ``done/total`` lines otherwise; ``NO_COLOR`` turns colour off.
 """
@@ -18,8 +19,10 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -71,20 +74,58 @@ def emit(obj: Any) -> None:
 
 
 class Hints:
-    """Builds commands to suggest, with the ``--db``/``--scope`` the user gave."""
+    """Builds every command the CLI suggests, so that it runs as printed.
+
+    The one rule: a hint carries the database and scope the user picked for
+    this command, as ``--db``/``--scope``, whether they came as options or
+    as ``FLOWDESK_DB_PATH``/``FLOWDESK_SCOPE`` (often given for one command
+    only: ``FLOWDESK_DB_PATH=x.db flowdesk ...``); a database or scope from
+    the settings file is left out (the next command reads the same file).
+    A PostgreSQL URL's password is never printed: the hint gives the URL
+    without it (libpq then reads ``PGPASSWORD`` or ``~/.pgpass``), and
+    :attr:`password_left_out` says so, for the note :data:`PASSWORD_NOTE`.
+    """
 
     def __init__(self, db: str | None, scope: str | None) -> None:
         self.db = db
         self.scope = scope
+        #: a hint printed the database URL without its password
+        self.password_left_out = False
 
-    def cmd(self, rest: str) -> str:
-        """``flowdesk --db '/my db' resume --all``, quoted for a POSIX shell."""
+    @classmethod
+    def of(cls, db: str | None, scope: str | None, environ: Mapping[str, str]) -> Hints:
+        """Hints for a command given ``--db db --scope scope`` (``None``:
+        not given) in the environment ``environ``."""
+        return cls(
+            db if db is not None else environ.get("FLOWDESK_DB_PATH") or None,
+            scope if scope is not None else environ.get("FLOWDESK_SCOPE") or None,
+        )
+
+    def cmd(self, rest: str, *, db: str | None = None) -> str:
+        """``flowdesk --db '/my db' resume --all``, quoted for a POSIX shell;
+        ``db`` names another database than the user's (``db copy``'s target)."""
         parts = ["flowdesk"]
-        if self.db is not None:
-            parts += ["--db", shlex.quote(self.db)]
+        db = db if db is not None else self.db
+        if db is not None:
+            parts += ["--db", shlex.quote(self._runnable_db(db))]
         if self.scope is not None:
             parts += ["--scope", shlex.quote(self.scope)]
         return " ".join([*parts, rest])
+
+    def _runnable_db(self, db: str) -> str:
+        if "://" not in db or urlsplit(db).password is None:
+            return db
+        from desktop_app.store.postgres_sql import redact
+
+        self.password_left_out = True
+        return redact(db, mask=None)
+
+
+#: printed (on stderr) after a command whose hints left a database password out
+PASSWORD_NOTE = (
+    "the commands suggested above leave out the database password: give it "
+    "with PGPASSWORD or ~/.pgpass (libpq's own places), never on a command line"
+)
 
 
 def no_color() -> bool:

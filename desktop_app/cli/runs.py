@@ -263,14 +263,13 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
 def cmd_watch(ctx: Ctx) -> int:
     """Print a line whenever a run's status or progress changes; with a run
     id, stop when that run ends or fails (exit 1 if it failed or timed out,
-    0 if it completed or was canceled). Polls ``data_version`` every
-    ``--interval`` seconds."""
+    0 if it completed or was canceled; 130 after Ctrl-C, with the command
+    that watches again). Polls ``data_version`` every ``--interval`` seconds."""
     sv = ctx.services()
     one = ctx.resolve(sv, ctx.args.run_id) if ctx.args.run_id else None
-    try:
-        return _watch(ctx, sv, one)
-    except KeyboardInterrupt:  # Ctrl-C is how watching ends; nothing to resume
-        return EXIT_OK
+    # Ctrl-C stops watching (exit 130), never the run; the hint watches again
+    ctx.continue_with = "watch" if one is None else f"watch {one.run_id}"
+    return _watch(ctx, sv, one)
 
 
 def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
@@ -370,6 +369,7 @@ def cmd_waiting(ctx: Ctx) -> int:
 
 
 def cmd_resume(ctx: Ctx) -> int:
+    from desktop_app.bootstrap import parse_database
     from desktop_app.flow import EventBus
 
     events = EventBus()
@@ -377,9 +377,9 @@ def cmd_resume(ctx: Ctx) -> int:
     sv = ctx.services(events=events)
     engine = sv.engine
     if ctx.args.all:
+        from desktop_app.cli.ask import recover_agents
+
         report = engine.recover()
-        if not report:
-            print(f"no interrupted runs in {sv.database} (scope {sv.settings.scope!r})")
         failed = 0
         for run, outcome in report:
             if isinstance(outcome, RunLeasedError):  # a live peer runs it: not a failure
@@ -390,9 +390,14 @@ def cmd_resume(ctx: Ctx) -> int:
             else:
                 failed += outcome.status == "failed"
                 print(f"run {run.run_id} {outcome.status}")
+        agent_runs, agents_failed = recover_agents(sv)
+        if not report and not agent_runs:
+            where = parse_database(sv.database).shown
+            print(f"no interrupted runs in {where} (scope {sv.settings.scope!r})")
         _deliver(engine)
-        return EXIT_FAILED if failed else EXIT_OK
+        return EXIT_FAILED if failed or agents_failed else EXIT_OK
     ref = ctx.resolve(sv, ctx.args.run_id)
+    ctx.current_run = ref.run_id  # Ctrl-C from here on names this run
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 

@@ -56,7 +56,12 @@ class SqliteAgentStore:
         self._lock = checkpoints._lock
         self.path = checkpoints.path
 
-    def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
+    def create(
+        self,
+        run: AgentRun,
+        messages: Sequence[dict[str, Any]],
+        tool: tuple[str, str, str, str | None] | None = None,
+    ) -> None:
         """`AgentLog.create` on SQLite (the first messages: system, user)."""
 
         def exists(exc: Exception) -> Exception:
@@ -89,6 +94,8 @@ class SqliteAgentStore:
                 ),
             )
             self._append(run.run_id, messages, run.created_at)
+            if tool is not None:
+                self._put_tool(run.run_id, tool, run.created_at)
 
     def _append(self, run_id: str, messages: Sequence[dict[str, Any]], now: float) -> None:
         # max(seq) + 1 is safe here: it runs inside BEGIN IMMEDIATE, which holds
@@ -129,15 +136,7 @@ class SqliteAgentStore:
             if messages:
                 self._append(run_id, messages, now)
             if tool is not None:
-                key, name, status, result = tool
-                self.conn.execute(
-                    "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, "
-                    "result, attempts, updated_at) VALUES (?,?,?,?,?,?,?) "
-                    "ON CONFLICT(run_id, tool_key) DO UPDATE SET status=excluded.status,"
-                    " result=coalesce(excluded.result, result), attempts=attempts+"
-                    "(excluded.status='in_progress'), updated_at=excluded.updated_at",
-                    (run_id, key, name, status, result, int(status == "in_progress"), now),
-                )
+                self._put_tool(run_id, tool, now)
             where = "run_id=? AND scope=?"
             wargs: list[Any] = [run_id, self.scope]
             if owner is not None:
@@ -148,6 +147,18 @@ class SqliteAgentStore:
             )
             if self.conn.changes() != 1:
                 self._missing_or_lost(run_id, owner)
+
+    def _put_tool(self, run_id: str, tool: tuple[str, str, str, str | None], now: float) -> None:
+        """Upsert one tool-journal row (inside the caller's transaction)."""
+        key, name, status, result = tool
+        self.conn.execute(
+            "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, "
+            "result, attempts, updated_at) VALUES (?,?,?,?,?,?,?) "
+            "ON CONFLICT(run_id, tool_key) DO UPDATE SET status=excluded.status,"
+            " result=coalesce(excluded.result, result), attempts=attempts+"
+            "(excluded.status='in_progress'), updated_at=excluded.updated_at",
+            (run_id, key, name, status, result, int(status == "in_progress"), now),
+        )
 
     def _missing_or_lost(self, run_id: str, owner: str | None) -> None:
         row = self.conn.execute(

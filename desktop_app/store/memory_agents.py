@@ -47,13 +47,36 @@ class InMemoryAgentLog:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
         return run
 
-    def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
+    def create(
+        self,
+        run: AgentRun,
+        messages: Sequence[dict[str, Any]],
+        tool: tuple[str, str, str, str | None] | None = None,
+    ) -> None:
         with self._lock:
             if run.run_id in self._runs:
                 raise RevisionConflictError(f"agent run {run.run_id} already exists")
             self._runs[run.run_id] = replace(run, pending_call=None)
             self._messages[run.run_id] = [json.dumps(m, ensure_ascii=False) for m in messages]
             self._tools[run.run_id] = {}
+            if tool is not None:
+                self._put_tool(run.run_id, tool, run.created_at)
+
+    def _put_tool(self, run_id: str, tool: tuple[str, str, str, str | None], now: float) -> None:
+        """Upsert one tool-journal row (the caller holds the lock)."""
+        key, name, status, result = tool
+        old = self._tools[run_id].get(key)
+        starts = int(status == "in_progress")
+        if old is None:
+            rec = ToolResult(key, name, status, result, starts, 0)  # type: ignore[arg-type]
+        else:
+            rec = replace(
+                old[0],
+                status=status,  # type: ignore[arg-type]
+                result=result if result is not None else old[0].result,
+                attempts=old[0].attempts + starts,
+            )
+        self._tools[run_id][key] = (rec, now)
 
     def update(
         self,
@@ -74,19 +97,7 @@ class InMemoryAgentLog:
                 fields["pending_call"] = json.loads(json.dumps(fields["pending_call"]))
             self._messages[run_id].extend(json.dumps(m, ensure_ascii=False) for m in messages)
             if tool is not None:
-                key, name, status, result = tool
-                old = self._tools[run_id].get(key)
-                starts = int(status == "in_progress")
-                if old is None:
-                    rec = ToolResult(key, name, status, result, starts, 0)  # type: ignore[arg-type]
-                else:
-                    rec = replace(
-                        old[0],
-                        status=status,  # type: ignore[arg-type]
-                        result=result if result is not None else old[0].result,
-                        attempts=old[0].attempts + starts,
-                    )
-                self._tools[run_id][key] = (rec, now)
+                self._put_tool(run_id, tool, now)
             self._runs[run_id] = replace(run, updated_at=now, **fields)
 
     def claim(

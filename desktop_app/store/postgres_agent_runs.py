@@ -54,7 +54,12 @@ class PostgresAgentStore:
         self.checkpoints = checkpoints
         self.scope = checkpoints.scope
 
-    def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
+    def create(
+        self,
+        run: AgentRun,
+        messages: Sequence[dict[str, Any]],
+        tool: tuple[str, str, str, str | None] | None = None,
+    ) -> None:
         """`AgentLog.create` on PostgreSQL (the first messages: system, user)."""
 
         def body(conn: Conn) -> None:
@@ -86,6 +91,8 @@ class PostgresAgentStore:
                 ),
             )
             self._append(conn, run.run_id, messages, run.created_at)
+            if tool is not None:
+                self._put_tool(conn, run.run_id, tool, run.created_at)
 
         try:
             self.checkpoints._tx(body)
@@ -111,6 +118,22 @@ class PostgresAgentStore:
                     for i, m in enumerate(messages)
                 ],
             )
+
+    @staticmethod
+    def _put_tool(
+        conn: Conn, run_id: str, tool: tuple[str, str, str, str | None], now: float
+    ) -> None:
+        """Upsert one tool-journal row (inside the caller's transaction)."""
+        key, name, status, result = tool
+        conn.execute(
+            "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, result, "
+            f"attempts, updated_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()}) "
+            "ON CONFLICT (run_id, tool_key) DO UPDATE SET status=excluded.status, "
+            "result=coalesce(excluded.result, agent_tool_results.result), "
+            "attempts=agent_tool_results.attempts+excluded.attempts, "
+            "updated_at=excluded.updated_at",
+            (run_id, key, name, status, result, int(status == "in_progress"), now),
+        )
 
     def update(
         self,
@@ -152,16 +175,7 @@ class PostgresAgentStore:
                 raise LeaseLostError(agent_lease_lost_message(run_id, locked[0], owner))
             self._append(conn, run_id, messages, now)
             if tool is not None:
-                key, name, status, result = tool
-                conn.execute(
-                    "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, result, "
-                    f"attempts, updated_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()}) "
-                    "ON CONFLICT (run_id, tool_key) DO UPDATE SET status=excluded.status, "
-                    "result=coalesce(excluded.result, agent_tool_results.result), "
-                    "attempts=agent_tool_results.attempts+excluded.attempts, "
-                    "updated_at=excluded.updated_at",
-                    (run_id, key, name, status, result, int(status == "in_progress"), now),
-                )
+                self._put_tool(conn, run_id, tool, now)
             conn.execute(
                 f"UPDATE agent_runs SET {', '.join(sets)} WHERE run_id=%s AND scope=%s",
                 (*args, run_id, self.scope),

@@ -39,15 +39,20 @@ def no_nul(text: str | None) -> str | None:
     return None if text is None else text.replace("\x00", "\ufffd")
 
 
-def redact(url: str) -> str:
-    """``url`` without its password, for messages."""
+def redact(url: str, mask: str | None = "***") -> str:
+    """``url`` without its password: masked (``alice:***@``) for messages,
+    or with ``mask=None`` left out (``alice@``), a URL that still connects
+    (libpq then reads the password from ``PGPASSWORD`` or ``~/.pgpass``)."""
     parts = urlsplit(url)
     if parts.password is None:
         return url
     host = parts.hostname or ""
     if parts.port:
         host += f":{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ""
+    user = parts.username or ""
+    if user and mask is not None:
+        user += f":{mask}"
+    user += "@" if user else ""
     return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 

@@ -476,9 +476,16 @@ class AgentLog(Protocol):
 
     scope: str
 
-    def create(self, run: AgentRun, messages: Sequence[dict[str, Any]]) -> None:
-        """Insert a run and its first messages. Raises RevisionConflictError
-        when the run id exists."""
+    def create(
+        self,
+        run: AgentRun,
+        messages: Sequence[dict[str, Any]],
+        tool: tuple[str, str, str, str | None] | None = None,
+    ) -> None:
+        """Insert a run and its first messages and, in the same transaction,
+        the tool-journal row ``tool`` ``(key, tool, status, result)`` (as
+        :meth:`update` writes one). Raises RevisionConflictError when the run
+        id exists."""
 
     def update(
         self,

@@ -1,0 +1,160 @@
+"""Resuming interrupted agent runs with the tools they were started with.
+
+An agent run started with tools (``flowdesk ask --tools files --folder DIR``,
+``--mcp NAME``) records where they came from (:class:`ToolSources`, under
+:data:`~desktop_app.agent.tools.TOOL_SOURCES_KEY` in its tool journal, in
+the transaction that creates it): the folder and the names of the MCP
+servers, never a server's command, URL or environment (which may hold
+secrets); those are read from the settings again when the run resumes.
+
+An agent run is *interrupted* when it is ``running`` and no live process
+executes it: its lease is free (Ctrl-C released it), its owner was a process
+on this host that no longer exists (``kill -9``), or its lease expired (a
+process elsewhere). :func:`recover_agent_runs` resumes those, one at a time;
+``flowdesk resume --all``, ``flowdesk agent`` and the app's launch recovery
+call it. Agent runs of a flow step (``parent_run_id`` set) are left to their
+parent: its step reattaches to them when the flow run resumes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from desktop_app.agent.tools import TOOL_SOURCES_KEY, AgentTool, file_tools
+from desktop_app.errors import InputError
+from desktop_app.flow.owners import owner_is_dead
+from desktop_app.store.protocol import AgentLog, AgentRun
+
+if TYPE_CHECKING:
+    from desktop_app.agent.runtime import AgentResponse
+    from desktop_app.config import Settings
+
+
+@dataclass(frozen=True)
+class ToolSources:
+    """Where an agent run's tools come from.
+
+    Attributes:
+        folder: the folder of the file tools (``--tools files --folder DIR``),
+            absolute, or ``None``.
+        mcp: names of MCP servers in the settings' ``[mcp_servers]`` (``--mcp NAME``).
+    """
+
+    folder: Path | None = None
+    mcp: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """No tools besides the built-in ``ask_user``."""
+        return self.folder is None and not self.mcp
+
+    def to_json(self) -> str:
+        """The JSON text stored with the run: ``{"folder": ..., "mcp": [...]}``."""
+        folder = None if self.folder is None else str(self.folder)
+        return json.dumps({"folder": folder, "mcp": list(self.mcp)})
+
+    @classmethod
+    def of_run(cls, store: AgentLog, run_id: str) -> ToolSources:
+        """The sources agent run ``run_id`` recorded (none when it recorded none)."""
+        stored = store.tool_result(run_id, TOOL_SOURCES_KEY)
+        if stored is None:
+            return cls()
+        data = json.loads(stored.result or "{}")
+        folder = data.get("folder")
+        return cls(None if folder is None else Path(folder), tuple(data.get("mcp") or ()))
+
+
+@contextmanager
+def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[AgentTool]]:
+    """The tools of ``sources``: the file tools over its folder and the tools
+    of each named MCP server (read from ``settings``, opened here and closed
+    when the block ends).
+
+    Raises:
+        InputError: the folder does not exist (any more).
+        ConfigError: an MCP server name is not in the settings.
+        McpError: a server cannot be started or reached.
+    """
+    from desktop_app.agent.mcp import open_servers
+
+    tools: list[AgentTool] = []
+    if sources.folder is not None:
+        if not sources.folder.is_dir():
+            raise InputError(
+                f"{sources.folder} is not a folder: the file tools (--tools files --folder) "
+                "need it; restore it, or cancel the run with `flowdesk cancel RUN`"
+            )
+        tools += file_tools(sources.folder)
+    servers = open_servers(settings, sources.mcp) if sources.mcp else []
+    try:
+        yield tools + [t for s in servers for t in s.tools()]
+    finally:
+        for server in servers:
+            server.close()
+
+
+def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:
+    """Top-level agent runs left ``running`` with no live process executing
+    them (lease free, owner dead on this host, or lease expired at ``now``,
+    UTC epoch seconds), oldest first."""
+    return [
+        run
+        for run in store.list(statuses=("running",))
+        if run.parent_run_id is None
+        and (
+            run.lease_owner is None
+            or owner_is_dead(run.lease_owner)
+            or (run.lease_expires_at is not None and run.lease_expires_at <= now)
+        )
+    ]
+
+
+def recover_agent_runs(
+    store: AgentLog,
+    settings: Settings,
+    model: Any,
+    now: float,
+    *,
+    on_result: Callable[[AgentRun, AgentResponse | BaseException], None] | None = None,
+    skip: Collection[str] | None = None,
+) -> list[tuple[AgentRun, AgentResponse | BaseException]]:
+    """Resume every interrupted agent run (:func:`interrupted_agent_runs`)
+    with the tools it recorded, one after another.
+
+    Args:
+        store: the agent-run store.
+        settings: the settings (MCP servers are looked up by name here).
+        model: the chat model to continue with.
+        now: the store's "now" (UTC epoch seconds) that decides expiry.
+        on_result: called with each run and its outcome as it finishes.
+        skip: ids of runs to leave alone.
+
+    Returns:
+        ``(run, outcome)`` per interrupted run, oldest first: the
+        :class:`~desktop_app.agent.runtime.AgentResponse`, or the error that
+        kept it from resuming (``AgentRunLeasedError`` when a live process
+        took it meanwhile, ``ConfigError``/``McpError``/``InputError`` when its
+        tools cannot be connected). One run's error never stops the others.
+    """
+    from desktop_app.agent.runtime import Agent
+
+    report: list[tuple[AgentRun, AgentResponse | BaseException]] = []
+    for run in interrupted_agent_runs(store, now):
+        if skip is not None and run.run_id in skip:
+            continue
+        outcome: AgentResponse | BaseException
+        try:
+            sources = ToolSources.of_run(store, run.run_id)
+            with connected_tools(settings, sources) as tools:
+                outcome = Agent(run.agent, model, store, tools).resume(run.run_id)
+        except Exception as exc:  # reported with the run; the others still resume
+            outcome = exc
+        report.append((run, outcome))
+        if on_result is not None:
+            on_result(run, outcome)
+    return report
