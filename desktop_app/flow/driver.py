@@ -83,6 +83,7 @@ from desktop_app.flow.state import (
     encode_fields,
     load_state,
 )
+from desktop_app.store import codec
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
@@ -181,8 +182,10 @@ class RunDriver:
         self.status: RunStatus = cp.status
         self.state = load_state(flow.state_type, cp.state, run.run_id, cp.revision)
         self.tracker = StateTracker(self.state)
-        #: the state as last stored; every retry starts from it (S62)
-        self.stored_state: Mapping[str, Any] = dict(cp.state)
+        #: the state as last stored; every retry starts from a copy of it
+        #: (S62, S83): never shared with ``self.state``, whose nested values
+        #: (``Any`` fields keep the decoded objects) a step may change in place
+        self.stored_state: Mapping[str, Any] = codec.copy(dict(cp.state))
         self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
         #: saves come from the driver's thread and from steps journaling children
         self.save_lock = threading.RLock()
@@ -329,8 +332,10 @@ class RunDriver:
 
     def restore_stored_state(self, record_id: str) -> None:
         """Forget what a failed attempt did in memory: the state (also when
-        mutated in place) and the loop position go back to the last checkpoint."""
-        self.state = load_state(self.flow.state_type, self.stored_state, self.run_id, self.revision)
+        mutated in place, nested values too) and the loop position go back to
+        the last checkpoint."""
+        data = codec.copy(dict(self.stored_state))  # the next attempt may mutate it too
+        self.state = load_state(self.flow.state_type, data, self.run_id, self.revision)
         self.tracker = StateTracker(self.state)
         stored = self.stored_steps.get(record_id)
         rec = self.steps.get(record_id)
