@@ -328,6 +328,44 @@ class StateNotStorableError(FlowError):
         )
 
 
+class DomainWriteError(FlowError):
+    """A step's domain write (``ctx.write``) failed when its checkpoint
+    committed: a constraint of a domain table refused it (UNIQUE, CHECK,
+    NOT NULL, FOREIGN KEY), its table is missing, or the write itself
+    raised. Nothing of the step was saved; the step fails under its
+    ``on_error`` policy. Not retryable (``retryable = False``): the same
+    write fails the same way. A lost compare-and-append on the run's own
+    tables is a :class:`RevisionConflictError`, never this.
+
+    Attributes:
+        table: the domain table written, or None when unknown.
+        constraint: the constraint refused, as the database names it (the
+            constraint's name on PostgreSQL; on SQLite a CHECK's name or
+            expression, or ``table.column`` for UNIQUE and NOT NULL), or
+            None for a failure that is not a constraint violation.
+        kind: ``"unique"``, ``"check"``, ``"not null"``, ``"foreign key"``,
+            ``"primary key"``, another constraint kind, or None.
+    """
+
+    retryable = False
+
+    def __init__(
+        self, table: str | None, constraint: str | None, kind: str | None, detail: str
+    ) -> None:
+        self.table = table
+        self.constraint = constraint
+        self.kind = kind
+        where = f"table {table!r}" if table else "a domain table"
+        if constraint is not None:
+            what = f"violates {(kind or 'a').upper()} constraint {constraint!r} of {where}"
+        else:
+            what = f"into {where} failed"
+        super().__init__(
+            f"the step's domain write {what} ({detail}); nothing of the step was saved. "
+            "Fix the step's write or the data it meets, then resume the run"
+        )
+
+
 class ParallelBranchesError(FlowError):
     """Branches of a parallel step failed after their own retries; names each.
 

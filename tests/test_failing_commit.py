@@ -1,0 +1,141 @@
+"""What the store cannot take ends the run with a record: a step whose
+domain write breaks a constraint, meets a dropped table or carries a value
+the store cannot encode fails its run (`failed`, the error saved in a
+checkpoint, the lease released at once, earlier steps intact) instead of
+leaving it `running` to fail the same way at every resume."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.errors import DomainWriteError, RevisionConflictError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
+
+
+class Note(BaseModel):
+    name: str = ""
+    n: int = 1
+    prepared: bool = False
+    saved: bool = False
+
+
+NOTES_TABLE = (
+    "CREATE TABLE notes(name TEXT CONSTRAINT notes_name_key UNIQUE, "
+    "n INTEGER CONSTRAINT n_positive CHECK (n > 0))"
+)
+
+
+def _insert(s: Note, ctx) -> dict:
+    ctx.write(lambda tx: tx.execute("INSERT INTO notes(name, n) VALUES (?, ?)", (s.name, s.n)))
+    return {"saved": True}
+
+
+NOTES_FLOW = (
+    FlowBuilder("notes", Note)
+    .step("prepare", lambda s: {"prepared": True})
+    .step("insert", _insert, retry=2)  # a constraint violation is never retried
+    .chain()
+    .compile()
+)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, pg_server):
+    """A real store with the Flowdesk schema and the `notes` domain table: a
+    SQLite file in tmp_path, or a throwaway PostgreSQL database."""
+    if request.param == "sqlite":
+        from desktop_app.store.sqlite import open_store
+
+        s = open_store(request.getfixturevalue("db_path"))
+    else:
+        from desktop_app.store.postgres import open_postgres_store
+
+        s = open_postgres_store(request.getfixturevalue("pg_url"))
+    s.write(lambda tx: tx.execute(NOTES_TABLE))
+    yield s
+    s.close()
+
+
+def _names(store) -> list[str]:
+    return [
+        r[0] for r in store.query(lambda tx: tx.fetchall("SELECT name FROM notes ORDER BY name"))
+    ]
+
+
+def _unique_name(store) -> str:
+    """How the database names the UNIQUE constraint on notes.name (SQLite
+    names a column constraint by its column)."""
+    sqlite = store.query(lambda tx: tx.dialect) == "sqlite"
+    return "notes.name" if sqlite else "notes_name_key"
+
+
+@pytest.mark.scenario("S84")
+@pytest.mark.parametrize("violation", ["unique", "check"])
+def test_a_domain_write_that_breaks_a_constraint_fails_its_run_with_a_record(store, violation):
+    engine = Engine(store, flows=[NOTES_FLOW], lease_ttl_s=30)
+    assert engine.run("notes", Note(name="taken")).status == "completed"
+    bad = Note(name="taken") if violation == "unique" else Note(name="fresh", n=0)
+    constraint = _unique_name(store) if violation == "unique" else "n_positive"
+
+    res = engine.run("notes", bad)
+
+    assert res.status == "failed"
+    run = store.get_run(res.run_id)
+    assert run.status == "failed"
+    assert (run.lease_owner, run.lease_expires_at) == (None, None)  # released at once
+    assert "DomainWriteError" in run.error and "'notes'" in run.error
+    assert f"{violation.upper()} constraint {constraint!r}" in run.error
+    assert "already saved by another writer" not in run.error
+    latest = store.latest(res.run_id)
+    assert (latest.status, latest.error) == ("failed", run.error)  # `show` reads this
+    rec = latest.steps["insert"]
+    assert (rec.status, rec.error_type, rec.attempts) == ("failed", "DomainWriteError", 1)
+    assert latest.steps["prepare"].status == "completed"  # earlier steps intact
+    assert latest.state["prepared"] is True and latest.state["saved"] is False
+    assert [c.revision for c in engine.history(res.run_id)] == [0, 1, 2]
+    assert _names(store) == ["taken"]  # nothing of the failed step was written
+
+
+@pytest.mark.scenario("S84")
+def test_the_store_tells_a_domain_constraint_from_a_revision_conflict(store):
+    run = RunRecord("r1", "notes", "v1", "running", 0, 1000.0, 1000.0)
+    store.create_run(run, Checkpoint("r1", 0, "running", {"n": 0}, {}, ("a",), 1000.0))
+    store.write(lambda tx: tx.execute("INSERT INTO notes(name, n) VALUES ('taken', 1)"))
+    cp1 = Checkpoint(
+        "r1", 1, "running", {"n": 1}, {"a": StepRecord("a", "completed")}, ("b",), 1001.0
+    )
+
+    def dup(tx) -> None:
+        tx.execute("INSERT INTO notes(name, n) VALUES ('taken', 1)")
+
+    with pytest.raises(DomainWriteError) as err:
+        store.append(cp1, [dup])
+    assert (err.value.table, err.value.constraint, err.value.kind) == (
+        "notes",
+        _unique_name(store),
+        "unique",
+    )
+    assert err.value.retryable is False
+    assert store.get_run("r1").revision == 0  # nothing of the append landed
+    store.append(cp1)
+    with pytest.raises(RevisionConflictError):  # the run's own tables: a conflict
+        store.append(cp1)
+
+
+@pytest.mark.scenario("S84")
+def test_run_many_returns_every_outcome_when_one_write_breaks_a_unique(store):
+    engine = Engine(store, flows=[NOTES_FLOW])
+    states = [Note(name=f"note-{i:02d}") for i in range(15)]
+    states.insert(7, Note(name="note-03"))  # the same name as run 3: one of them loses
+
+    out = engine.run_many("notes", states, max_workers=8)
+
+    assert len(out) == 16
+    statuses = sorted(getattr(o, "status", type(o).__name__) for o in out)
+    assert statuses == ["completed"] * 15 + ["failed"]
+    failed = next(o for o in out if o.status == "failed")
+    assert "DomainWriteError" in (failed.error or "")
+    assert store.get_run(failed.run_id).lease_owner is None
+    assert _names(store) == [f"note-{i:02d}" for i in range(15)]
