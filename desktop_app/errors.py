@@ -358,11 +358,13 @@ class DomainWriteError(FlowError):
         where = f"table {table!r}" if table else "a domain table"
         if constraint is not None:
             what = f"violates {(kind or 'a').upper()} constraint {constraint!r} of {where}"
+            fix = "the step's write or the rows it conflicts with"
         else:
             what = f"into {where} failed"
+            fix = "the step's write or its table (was it dropped or altered?)"
         super().__init__(
             f"the step's domain write {what} ({detail}); nothing of the step was saved. "
-            "Fix the step's write or the data it meets, then resume the run"
+            f"Fix {fix}, then resume the run"
         )
 
 

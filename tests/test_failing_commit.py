@@ -139,3 +139,71 @@ def test_run_many_returns_every_outcome_when_one_write_breaks_a_unique(store):
     assert "DomainWriteError" in (failed.error or "")
     assert store.get_run(failed.run_id).lease_owner is None
     assert _names(store) == [f"note-{i:02d}" for i in range(15)]
+
+
+# -- what the store cannot take: a dropped table, an unencodable value ---------
+
+
+@pytest.mark.scenario("S84")
+def test_start_tidy_after_its_table_was_dropped_fails_the_run_and_show_says_why(tmp_path):
+    import json
+    import sqlite3
+
+    from tests.cli_support import flowdesk
+
+    db, folder = tmp_path / "f.db", tmp_path / "Downloads"
+    folder.mkdir()
+    (folder / "photo.jpg").write_bytes(b"jpg")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    with sqlite3.connect(db) as conn:  # behind Flowdesk's back, while no engine has it open
+        conn.execute("DROP TABLE tidy_moves")
+    conn.close()
+
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(folder)}))
+
+    assert started.returncode == 1, started.stderr
+    assert "Traceback" not in started.stderr
+    run_id = started.stdout.splitlines()[0]
+    assert started.stdout.splitlines()[-1] == f"run {run_id} failed"
+    assert "DomainWriteError" in started.stderr and "'tidy_moves'" in started.stderr
+    shown = flowdesk(db, "show", "--json", run_id)
+    assert shown.returncode == 0, shown.stderr
+    run = json.loads(shown.stdout)
+    assert (run["status"], run["lease_owner"]) == ("failed", None)
+    assert "no such table: tidy_moves" in run["error"]
+    assert [(s["step_id"], s["status"]) for s in run["steps"]] == [("plan", "failed")]
+    assert [c["status"] for c in run["checkpoints"]] == ["running", "failed"]
+
+
+@pytest.mark.scenario("S58")
+@pytest.mark.parametrize("where", ["state", "domain write"])
+def test_a_lone_surrogate_fails_the_run_naming_the_field(store, where):
+    """A name from ``os.listdir`` of a file whose name is not UTF-8 holds a
+    lone surrogate ('\\udcff'): no store can encode it."""
+    bad = "report-\udcff.txt"
+
+    def found(s: Note, ctx) -> dict:
+        if where == "domain write":
+            ctx.write(lambda tx: tx.execute("INSERT INTO notes(name, n) VALUES (?, 1)", (bad,)))
+            return {"saved": True}
+        return {"name": bad}
+
+    flow = FlowBuilder("listing", Note).step("prepare", lambda s: {"prepared": True})
+    flow = flow.step("found", found, retry=2).chain().compile()
+    engine = Engine(store, flows=[flow])
+
+    res = engine.run("listing", Note(name="ok"))
+
+    assert res.status == "failed"
+    run = store.get_run(res.run_id)
+    assert (run.revision, run.lease_owner) == (2, None)
+    expected = "StateNotStorableError" if where == "state" else "DomainWriteError"
+    latest = store.latest(res.run_id)
+    assert latest.steps["found"].error_type == expected
+    assert latest.steps["found"].attempts == 1  # not retried: the same value fails the same way
+    if where == "state":
+        assert "state field 'name'" in run.error
+    else:
+        assert "'notes'" in run.error
+    assert latest.state["name"] == "ok" and latest.steps["prepare"].status == "completed"
+    assert _names(store) == []
