@@ -321,6 +321,7 @@ class StateNotStorableError(FlowError):
     def __init__(self, step_id: str, field: str, reason: str) -> None:
         self.step_id = step_id
         self.field = field
+        self.reason = reason
         super().__init__(
             f"step {step_id!r} returned a value for state field {field!r} that cannot be "
             f"stored: {reason}. Return JSON data (str, int, float, bool, None, lists and "
@@ -390,6 +391,24 @@ class InputError(FlowdeskError):
 
 
 # --- agents and model providers -------------------------------------------
+
+
+class PayloadNotStorableError(InputError):
+    """A signal's or event's payload, or an answer, that no checkpoint could
+    hold (nested too deeply, not JSON data, a string that is not valid
+    UTF-8): refused before anything is stored, so no waiting run fails on it
+    later. Send a flatter payload of plain JSON data.
+
+    Attributes:
+        what: what was refused (``"signal 'go' payload"``).
+    """
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        super().__init__(
+            f"the {what} cannot be stored: {reason}; nothing was sent. Send plain JSON data "
+            "(valid UTF-8 strings, numbers, lists, objects) nested at most 200 levels deep"
+        )
 
 
 class AgentError(FlowdeskError):

@@ -6,10 +6,12 @@ leaving it `running` to fail the same way at every resume."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.errors import DomainWriteError, RevisionConflictError
+from desktop_app.errors import DomainWriteError, PayloadNotStorableError, RevisionConflictError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
 
@@ -207,3 +209,97 @@ def test_a_lone_surrogate_fails_the_run_naming_the_field(store, where):
         assert "'notes'" in run.error
     assert latest.state["name"] == "ok" and latest.steps["prepare"].status == "completed"
     assert _names(store) == []
+
+
+# -- payloads no checkpoint could hold are refused at the door ---------------
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class Waiter(BaseModel):
+    got: Any = None
+    done: bool = False
+
+
+WAIT_FLOW = (
+    FlowBuilder("waiter", Waiter)
+    .wait_signal("wait", "go", "k", into="got")
+    .step("after", lambda s: {"done": True})
+    .chain()
+    .compile()
+)
+
+
+@pytest.mark.scenario("S84")
+def test_signal_publish_and_answer_refuse_a_payload_no_checkpoint_could_hold(db_path):
+    from desktop_app.store.sqlite import open_store
+
+    store = open_store(db_path)
+    engine = Engine(store, flows=[WAIT_FLOW])
+    run_id = engine.run("waiter", Waiter()).run_id
+    deep = _nested(900)
+    with pytest.raises(PayloadNotStorableError, match="signal 'go' payload"):
+        engine.signal("go", "k", deep)
+    with pytest.raises(PayloadNotStorableError, match="event 'ev' payload"):
+        engine.publish("ev", deep)
+    with pytest.raises(PayloadNotStorableError, match="cannot be stored"):
+        engine.signal("go", "k", {"name": "bad\udcff"})
+    assert store.next_signal("go", "k") is None  # nothing was stored
+    run = store.get_run(run_id)
+    assert (run.status, run.revision) == ("waiting", 1)
+    engine.signal("go", "k", _nested(100))  # deep, but storable: delivered
+    assert store.get_run(run_id).status == "completed"
+    store.close()
+
+
+@pytest.mark.scenario("S84")
+def test_a_stored_payload_a_wait_cannot_take_fails_the_run_with_the_reason(db_path):
+    from desktop_app.store.sqlite import open_store
+
+    store = open_store(db_path)
+    engine = Engine(store, flows=[WAIT_FLOW])
+    run_id = engine.run("waiter", Waiter()).run_id
+    # stored before signals were checked (or by another writer): the wait meets it
+    store.send_signal("go", "k", _nested(900), engine.clock.now())
+
+    res = engine.resume(run_id)
+
+    assert res.status == "failed"
+    run = store.get_run(run_id)
+    assert (run.status, run.lease_owner) == ("failed", None)
+    assert "WaitPayloadError" in run.error and "cannot be stored in field 'got'" in run.error
+    assert store.latest(run_id).steps["wait"].status == "failed"
+    store.close()
+
+
+@pytest.mark.scenario("S84")
+def test_cli_signal_and_answer_refuse_an_unstorable_payload_with_exit_2(tmp_path):
+    import json
+
+    from tests.cli_support import flowdesk
+
+    db, folder = tmp_path / "f.db", tmp_path / "Downloads"
+    folder.mkdir()
+    (folder / "photo.jpg").write_bytes(b"jpg")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    deep = json.dumps(_nested(900))
+
+    sent = flowdesk(db, "signal", "go", "k", "--payload", deep)
+
+    assert sent.returncode == 2, sent.stderr
+    assert sent.stdout == ""
+    assert len(sent.stderr.strip().splitlines()) == 1
+    assert "signal 'go' payload cannot be stored" in sent.stderr
+    assert "nothing was sent" in sent.stderr
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(folder)}))
+    run_id = started.stdout.splitlines()[0]
+    answered = flowdesk(db, "answer", run_id, "--json", deep)
+    assert answered.returncode == 2, answered.stderr
+    assert len(answered.stderr.strip().splitlines()) == 1
+    assert "answer for run" in answered.stderr and "cannot be stored" in answered.stderr
+    assert json.loads(flowdesk(db, "show", "--json", run_id).stdout)["status"] == "waiting"

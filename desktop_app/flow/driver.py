@@ -848,6 +848,13 @@ class RunDriver:
                         f"run {self.run_id}: the {wait.kind} payload for step {step.id!r} "
                         f"does not fit field {into!r}: {exc}"
                     ) from exc
+                try:  # stored before this check existed, or sent by another writer
+                    encode_fields(new, {into}, step.id)
+                except StateNotStorableError as exc:
+                    raise WaitPayloadError(
+                        f"run {self.run_id}: the {wait.kind} payload for step {step.id!r} "
+                        f"cannot be stored in field {into!r}: {exc.reason}"
+                    ) from exc
             nxt = self.route_from(step.id, new)
         except (RouteError, WaitPayloadError) as exc:
             if given:
