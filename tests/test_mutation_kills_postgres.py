@@ -515,9 +515,7 @@ def test_an_unstorable_state_names_the_codec_error(pg_store):
     with pytest.raises(StateNotStorableError) as caught:
         pg_store.append(_cp("r1", 1, state={"s": "\ud800"}))
     assert caught.value.field == "s"
-    assert "UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'" in str(
-        caught.value
-    )
+    assert "UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'" in str(caught.value)
 
 
 def test_unique_violations_become_conflicts_with_their_messages(pg_store):
