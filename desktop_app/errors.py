@@ -324,10 +324,51 @@ class StateNotStorableError(FlowError):
     def __init__(self, step_id: str, field: str, reason: str) -> None:
         self.step_id = step_id
         self.field = field
+        self.reason = reason
         super().__init__(
             f"step {step_id!r} returned a value for state field {field!r} that cannot be "
             f"stored: {reason}. Return JSON data (str, int, float, bool, None, lists and "
             f"dicts of them, or pydantic models of them), then resume the run"
+        )
+
+
+class DomainWriteError(FlowError):
+    """A step's domain write (``ctx.write``) failed when its checkpoint
+    committed: a constraint of a domain table refused it (UNIQUE, CHECK,
+    NOT NULL, FOREIGN KEY), its table is missing, or the write itself
+    raised. Nothing of the step was saved; the step fails under its
+    ``on_error`` policy. Not retryable (``retryable = False``): the same
+    write fails the same way. A lost compare-and-append on the run's own
+    tables is a :class:`RevisionConflictError`, never this.
+
+    Attributes:
+        table: the domain table written, or None when unknown.
+        constraint: the constraint refused, as the database names it (the
+            constraint's name on PostgreSQL; on SQLite a CHECK's name or
+            expression, or ``table.column`` for UNIQUE and NOT NULL), or
+            None for a failure that is not a constraint violation.
+        kind: ``"unique"``, ``"check"``, ``"not null"``, ``"foreign key"``,
+            ``"primary key"``, another constraint kind, or None.
+    """
+
+    retryable = False
+
+    def __init__(
+        self, table: str | None, constraint: str | None, kind: str | None, detail: str
+    ) -> None:
+        self.table = table
+        self.constraint = constraint
+        self.kind = kind
+        where = f"table {table!r}" if table else "a domain table"
+        if constraint is not None:
+            what = f"violates {(kind or 'a').upper()} constraint {constraint!r} of {where}"
+            fix = "the step's write or the rows it conflicts with"
+        else:
+            what = f"into {where} failed"
+            fix = "the step's write or its table (was it dropped or altered?)"
+        super().__init__(
+            f"the step's domain write {what} ({detail}); nothing of the step was saved. "
+            f"Fix {fix}, then resume the run"
         )
 
 
@@ -353,6 +394,24 @@ class InputError(FlowdeskError):
 
 
 # --- agents and model providers -------------------------------------------
+
+
+class PayloadNotStorableError(InputError):
+    """A signal's or event's payload, or an answer, that no checkpoint could
+    hold (nested too deeply, not JSON data, a string that is not valid
+    UTF-8): refused before anything is stored, so no waiting run fails on it
+    later. Send a flatter payload of plain JSON data.
+
+    Attributes:
+        what: what was refused (``"signal 'go' payload"``).
+    """
+
+    def __init__(self, what: str, reason: str) -> None:
+        self.what = what
+        super().__init__(
+            f"the {what} cannot be stored: {reason}; nothing was sent. Send plain JSON data "
+            "(valid UTF-8 strings, numbers, lists, objects) nested at most 200 levels deep"
+        )
 
 
 class AgentError(FlowdeskError):

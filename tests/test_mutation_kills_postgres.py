@@ -516,14 +516,13 @@ def test_a_checkpoint_error_with_nul_is_kept_readable(pg_url, pg_store):
 
 
 def test_an_unstorable_state_names_the_codec_error(pg_store):
-    from desktop_app.errors import StoreError
+    from desktop_app.errors import StateNotStorableError
 
     pg_store.create_run(_rec("r1"), _cp("r1", 0))
-    with pytest.raises(StoreError) as caught:
+    with pytest.raises(StateNotStorableError) as caught:
         pg_store.append(_cp("r1", 1, state={"s": "\ud800"}))
-    assert "(UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'" in str(
-        caught.value
-    )
+    assert caught.value.field == "s"
+    assert "UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800'" in str(caught.value)
 
 
 def test_unique_violations_become_conflicts_with_their_messages(pg_store):
@@ -551,7 +550,7 @@ def test_unique_violations_become_conflicts_with_their_messages(pg_store):
 def test_a_domain_write_breaking_a_unique_key_in_create_run_is_not_a_run_conflict(pg_store):
     """Only the run's own keys become conflicts; a domain table's unique
     violation is the domain write's error, and nothing is created."""
-    from desktop_app.errors import RevisionConflictError, StoreError
+    from desktop_app.errors import DomainWriteError
 
     def twice(tx: Any) -> None:
         for _ in range(2):
@@ -561,9 +560,9 @@ def test_a_domain_write_breaking_a_unique_key_in_create_run_is_not_a_run_conflic
                 ["r1"],
             )
 
-    with pytest.raises(StoreError) as caught:
+    with pytest.raises(DomainWriteError) as caught:
         pg_store.create_run(_rec("r1"), _cp("r1", 0), writes=[twice])
-    assert not isinstance(caught.value, RevisionConflictError)
+    assert (caught.value.table, caught.value.constraint) == ("digest_files", "digest_files_pkey")
     assert "SQLSTATE 23505" in str(caught.value)
     assert pg_store.list_runs() == []
 

@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from desktop_app.errors import CheckpointDecodeError, CheckpointNotFoundError, StoreError
+from desktop_app.errors import (
+    CheckpointDecodeError,
+    CheckpointNotFoundError,
+    StateNotStorableError,
+    StoreError,
+)
 from desktop_app.store import rows
 from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.group_commit import AppendRequest
@@ -378,28 +383,41 @@ def test_a_malformed_last_row_is_a_decode_error_at_the_revision_asked_for():
     assert err.value.reason.startswith("malformed record: ")
 
 
-def test_unstorable_state_names_the_run_and_the_codec_error():
-    cp = Checkpoint("r9", 1, "running", {}, {}, (), 1.0)
+def test_unstorable_state_names_the_step_and_the_field():
+    cp = Checkpoint("r9", 1, "running", {"a": 1, "b": {1, 2}, "c": {3}}, {}, (), 1.0, step_id="x")
     err = rows.unstorable(cp, TypeError("Type is not JSON serializable: set"))
-    assert isinstance(err, StoreError)
+    assert isinstance(err, StateNotStorableError)
+    assert (err.step_id, err.field) == ("x", "b")  # the first field that cannot be stored
+    assert str(err).startswith(
+        "step 'x' returned a value for state field 'b' that cannot be stored: "
+        "TypeError: Type is not JSON serializable: set. "
+    )
+
+
+def test_unstorable_error_text_or_meta_is_named_when_the_state_is_fine():
+    cp = Checkpoint("r9", 2, "failed", {"a": 1}, {}, (), 1.0, step_id="x", error="bad \udcff")
+    assert rows.unstorable(cp, ValueError("surrogates not allowed")).field == "error"
+    cp = Checkpoint("r9", 2, "running", {"a": 1}, {}, (), 1.0, step_id="x")
+    assert rows.unstorable(cp, ValueError("surrogates not allowed")).field == "meta"
+
+
+def test_unstorable_input_state_is_a_store_error_naming_the_run():
+    cp = Checkpoint("r9", 0, "running", {"b": {1}}, {}, (), 1.0)
+    err = rows.unstorable(cp, TypeError("Type is not JSON serializable: set"))
+    assert type(err) is StoreError
     assert str(err) == (
-        "run r9: a value in its state cannot be stored as JSON text "
-        "(TypeError: Type is not JSON serializable: set); the step's result was not saved. "
-        "Return plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
+        "run r9: a value in its input state cannot be stored as JSON text "
+        "(TypeError: Type is not JSON serializable: set); the run was not created. "
+        "Pass plain JSON data (valid UTF-8 strings, numbers, lists, objects)."
     )
 
 
 def test_a_checkpoint_whose_state_is_not_json_is_refused_with_nothing_written(sqlite_store):
     sqlite_store.create_run(RunRecord("r1", "flow", "v1", "waiting", 0, 1000.25, 1000.25), CP0)
     bad = Checkpoint("r1", 1, "running", {"items": {1, 2}}, {}, (), 1001.0)
-    with pytest.raises(StoreError) as err:
+    with pytest.raises(StateNotStorableError) as err:
         sqlite_store.append(bad)
-    assert str(err.value).startswith(
-        "run r1: a value in its state cannot be stored as JSON text (TypeError: "
-    )
-    assert str(err.value).endswith(
-        "the step's result was not saved. Return plain JSON data (valid UTF-8 strings, "
-        "numbers, lists, objects) from steps."
-    )
+    assert err.value.field == "items"
+    assert "cannot be stored: TypeError: " in str(err.value)
     assert sqlite_store.get_run("r1").revision == 0
     assert [c.revision for c in sqlite_store.history("r1")] == [0]

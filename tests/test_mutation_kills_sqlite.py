@@ -28,7 +28,7 @@ from desktop_app.errors import (
     RevisionConflictError,
     RunLeasedError,
     SchemaMissingError,
-    StoreError,
+    StateNotStorableError,
 )
 from desktop_app.store.connection import busy_timeout_s, open_connection
 from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord
@@ -159,14 +159,13 @@ def test_appending_to_an_unknown_run_names_it_and_its_scope(sqlite_store):
     assert str(err.value) == "no run nope in scope 'default'"
 
 
-def test_state_that_is_not_json_is_refused_naming_the_run_and_the_value_error(sqlite_store):
+def test_state_that_is_not_json_is_refused_naming_the_field_and_the_value_error(sqlite_store):
     s = sqlite_store
     s.create_run(_run(), _cp("r1", 0, {"n": 0}))
-    with pytest.raises(StoreError) as err:
+    with pytest.raises(StateNotStorableError) as err:
         s.append(_cp("r1", 1, {"n": {1, 2}}))
-    msg = str(err.value)
-    assert msg.startswith("run r1: a value in its state cannot be stored as JSON text (TypeError: ")
-    assert "set" in msg and "the step's result was not saved" in msg
+    assert err.value.field == "n"
+    assert "cannot be stored: TypeError: " in str(err.value) and "set" in str(err.value)
     assert s.get_run("r1").revision == 0
 
 

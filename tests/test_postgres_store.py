@@ -14,9 +14,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from desktop_app.errors import (
+    DomainWriteError,
     LeaseLostError,
     RevisionConflictError,
     RunLeasedError,
+    StateNotStorableError,
     StoreError,
 )
 from desktop_app.store.domain import digest, tidy
@@ -318,7 +320,7 @@ def test_values_postgres_text_refuses_round_trip_or_fail_loudly(pg_url, pg_store
     assert pg_store.get_run("r1").error == "bad\ufffdbyte"
     with pytest.raises(StoreError, match="NUL"):
         pg_store.create_run(run("r\x00x"), cp("r\x00x", 0, {}))
-    with pytest.raises(StoreError, match="JSON text"):
+    with pytest.raises(StateNotStorableError, match="state field 's'"):
         pg_store.append(cp("r1", 2, {"s": "\ud800"}))
     assert pg_store.latest("r1").revision == 1
 
@@ -342,8 +344,9 @@ def test_a_failing_domain_write_rolls_the_whole_append_back(pg_store):
         )
         raise RuntimeError("domain failure")
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(DomainWriteError, match="RuntimeError: domain failure") as err:
         pg_store.append(cp("r1", 1, {}), writes=[boom], intents=())
+    assert isinstance(err.value.__cause__, RuntimeError)  # the write's own error, kept
     assert pg_store.latest("r1").revision == 0
     assert pg_store.query(digest.files_of_run("r1")) == []
     pg_store.append(cp("r1", 1, {"after": True}))

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from desktop_app.errors import StepTimeoutError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
+from desktop_app.store import codec
 from desktop_app.store.sqlite import open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -248,6 +249,50 @@ def test_failed_run_memory_matches_the_database(db_path):
     res = Engine(store, flows=[flow]).run("m", S(items=["a"]))
     assert res.status == "failed"
     assert res.state.items == ["a"] == store.latest(res.run_id).state["items"]
+    store.close()
+
+
+# -- S83: a replayed or forked run's retry starts from the stored state too ----
+
+
+class Nested(BaseModel):
+    d: dict[str, Any] = {}
+    payload: Any = None
+
+
+@pytest.mark.scenario("S83")
+@pytest.mark.parametrize("how", ["replay", "fork"])
+def test_replayed_or_forked_retry_starts_from_stored_nested_state(db_path, how):
+    store = open_store(db_path)
+    seen: list[tuple[Any, Any]] = []
+    fail = {"first attempt": False}
+
+    def mutate_then_fail(s: Nested, ctx) -> dict:
+        seen.append((codec.copy(s.d), codec.copy(s.payload)))
+        if ctx.attempt == 1 and fail["first attempt"]:
+            s.d["k"]["j"] = 1  # the mistake: nested state changed in place, then failed
+            s.payload["items"].append("attempt 1")
+            raise Transient("flaky")
+        return {"payload": {"items": [*s.payload["items"], "done"]}}
+
+    flow = FlowBuilder("m", Nested).step("x", mutate_then_fail, retry=1).compile()
+    engine = Engine(store, flows=[flow])
+    source = engine.run("m", Nested(d={"k": {}}, payload={"items": ["a"]}))
+    assert source.status == "completed"
+    fail["first attempt"], seen[:] = True, []
+    if how == "replay":
+        res = engine.replay(f"{source.run_id}:0")
+    else:
+        res = engine.fork(f"{source.run_id}:0", {"d": {"k": {}, "forked": True}})
+    stored_d = {"k": {}} if how == "replay" else {"k": {}, "forked": True}
+    assert res.status == "completed"
+    assert seen == [(stored_d, {"items": ["a"]})] * 2  # the retry saw the stored state
+    assert res.state.d == stored_d
+    assert res.state.payload == {"items": ["a", "done"]}
+    for info in engine.history(res.run_id):
+        state = store.get_checkpoint(res.run_id, info.revision).state
+        assert state["d"] == stored_d, info.revision
+        assert "attempt 1" not in state["payload"]["items"], info.revision
     store.close()
 
 

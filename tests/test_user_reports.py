@@ -53,19 +53,19 @@ def test_non_utf8_file_name_is_listed_as_skipped_not_a_stuck_run(tmp_path):
     assert "bad\\xffname.txt (file name is not valid UTF-8)" in report
 
 
-def test_unstorable_state_is_a_store_error_not_a_traceback(sqlite_store):
-    import pytest
+def test_unstorable_state_fails_the_run_naming_the_field_not_a_traceback(sqlite_store):
     from pydantic import BaseModel
 
-    from desktop_app.errors import StoreError
     from desktop_app.flow import Engine, FlowBuilder
 
     class T(BaseModel):
         name: str = ""
 
     flow = FlowBuilder("t", T).step("a", lambda s: {"name": "bad\udcffname"}).compile()
-    with pytest.raises(StoreError, match="cannot be stored as JSON text"):
-        Engine(sqlite_store, flows=[flow]).run("t", T())
+    res = Engine(sqlite_store, flows=[flow]).run("t", T())
+    assert res.status == "failed"
+    assert "StateNotStorableError" in res.error and "state field 'name'" in res.error
+    assert sqlite_store.get_run(res.run_id).lease_owner is None
 
 
 def test_cancel_a_busy_run_from_another_process(tmp_path):

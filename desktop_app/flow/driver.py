@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from desktop_app.errors import (
     DiskFullError,
+    DomainWriteError,
     FanInConflictError,
     FlowdeskError,
     LeaseLostError,
@@ -43,6 +44,7 @@ from desktop_app.errors import (
     RevisionConflictError,
     RouteError,
     RunLeasedError,
+    StateNotStorableError,
     StepFailedError,
     StepTimeoutError,
     StoreError,
@@ -83,6 +85,7 @@ from desktop_app.flow.state import (
     encode_fields,
     load_state,
 )
+from desktop_app.store import codec
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
@@ -164,6 +167,12 @@ def call_step(
     return box.get("out")
 
 
+#: what a step's checkpoint commit raises when the store refuses what the
+#: step did (its domain writes, a value it cannot encode): the attempt
+#: failed, not the store; never a reason to leave the run ``running``
+STEP_COMMIT_ERRORS = (DomainWriteError, StateNotStorableError)
+
+
 class RunDriver:
     """Drives one run from a checkpoint until it finishes, fails, waits or is canceled."""
 
@@ -177,22 +186,9 @@ class RunDriver:
         self.flow = flow
         self.run = run
         self.run_id = run.run_id
-        self.revision = cp.revision
-        self.status: RunStatus = cp.status
-        self.state = load_state(flow.state_type, cp.state, run.run_id, cp.revision)
-        self.tracker = StateTracker(self.state)
-        #: the state as last stored; every retry starts from it (S62)
-        self.stored_state: Mapping[str, Any] = dict(cp.state)
-        self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
         #: saves come from the driver's thread and from steps journaling children
         self.save_lock = threading.RLock()
-        self.steps = StepRecords(cp.steps)
-        self.frontier: list[str] = list(cp.frontier)
-        self.meta: dict[str, Any] = dict(cp.meta)
-        self.waits: list[Wait] = list(cp.waits)
-        self.pending_consume: list[tuple[int, str]] = []
-        self.progress = cp.progress
-        self.error = cp.error
+        self.load(cp)
         self.context = ExecutionContext.model_validate(dict(run.context))
         self.cancel_event = host.cancel_event(run.run_id)
         self.deleted = False
@@ -201,6 +197,30 @@ class RunDriver:
         #: as a compare-and-set on it (see ``Engine._takeover_of``)
         self.takeover: tuple[str, bool] | None = None
         self.recovering: str | None = None
+
+    def load(self, cp: Checkpoint) -> None:
+        """Take the run as ``cp`` stored it: state, step records, frontier,
+        meta, waits, progress, status and error.
+
+        Raises:
+            CheckpointDecodeError: ``cp``'s state does not fit the flow's model.
+        """
+        self.revision = cp.revision
+        self.status: RunStatus = cp.status
+        self.state = load_state(self.flow.state_type, cp.state, self.run_id, cp.revision)
+        self.tracker = StateTracker(self.state)
+        #: the state as last stored; every retry starts from a copy of it
+        #: (S62, S83): never shared with ``self.state``, whose nested values
+        #: (``Any`` fields keep the decoded objects) a step may change in place
+        self.stored_state: Mapping[str, Any] = codec.copy(dict(cp.state))
+        self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
+        self.steps = StepRecords(cp.steps)
+        self.frontier: list[str] = list(cp.frontier)
+        self.meta: dict[str, Any] = dict(cp.meta)
+        self.waits: list[Wait] = list(cp.waits)
+        self.pending_consume: list[tuple[int, str]] = []
+        self.progress = cp.progress
+        self.error = cp.error
 
     # -- persistence -----------------------------------------------------
 
@@ -337,8 +357,10 @@ class RunDriver:
 
     def restore_stored_state(self, record_id: str) -> None:
         """Forget what a failed attempt did in memory: the state (also when
-        mutated in place) and the loop position go back to the last checkpoint."""
-        self.state = load_state(self.flow.state_type, self.stored_state, self.run_id, self.revision)
+        mutated in place, nested values too) and the loop position go back to
+        the last checkpoint."""
+        data = codec.copy(dict(self.stored_state))  # the next attempt may mutate it too
+        self.state = load_state(self.flow.state_type, data, self.run_id, self.revision)
         self.tracker = StateTracker(self.state)
         stored = self.stored_steps.get(record_id)
         rec = self.steps.get(record_id)
@@ -497,12 +519,22 @@ class RunDriver:
             body(ctx)
             routed[:] = [self.route_from(step.id, self.state)]
 
-        try:
-            outcome, ctx, t0 = self.attempt(step, step.id, body_then_route)
-        except _NestedStopped:
-            return  # the nested step's failure was recorded and saved
-        if outcome == "ok":
-            self.complete(step, ctx, t0, routed[0])
+        while True:
+            try:
+                outcome, ctx, t0 = self.attempt(step, step.id, body_then_route)
+            except _NestedStopped:
+                return  # the nested step's failure was recorded and saved
+            if outcome != "ok":
+                return
+            try:
+                self.complete(step, ctx, t0, routed[0])
+                return
+            except STEP_COMMIT_ERRORS as exc:
+                # the store refused what the step did (S84): nothing of it was
+                # saved, so go back to the run as stored and fail the attempt
+                self.load(self.store.latest(self.run_id))
+                if self.after_failure(step, step.id, exc, t0) != "retry":
+                    return
 
     def route_from(self, step_id: str, state: Any) -> tuple[str, ...]:
         """The steps after ``step_id`` on ``state`` (its route, edges or finish).
@@ -835,6 +867,13 @@ class RunDriver:
                     raise WaitPayloadError(
                         f"run {self.run_id}: the {wait.kind} payload for step {step.id!r} "
                         f"does not fit field {into!r}: {exc}"
+                    ) from exc
+                try:  # stored before this check existed, or sent by another writer
+                    encode_fields(new, {into}, step.id)
+                except StateNotStorableError as exc:
+                    raise WaitPayloadError(
+                        f"run {self.run_id}: the {wait.kind} payload for step {step.id!r} "
+                        f"cannot be stored in field {into!r}: {exc.reason}"
                     ) from exc
             nxt = self.route_from(step.id, new)
         except (RouteError, WaitPayloadError) as exc:

@@ -44,7 +44,7 @@ from desktop_app.flow.owners import liveness, new_owner, owner_is_alive, owner_i
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
-from desktop_app.flow.state import apply_output, dump_state, load_state
+from desktop_app.flow.state import apply_output, check_storable, dump_state, load_state
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
@@ -542,8 +542,12 @@ class Engine:
             WaitAlreadyResolvedError: that question was answered already; the
                 first answer stands.
             InputError: ``value`` does not fit; nothing changed.
+            PayloadNotStorableError: no checkpoint could hold ``value`` (an
+                ``InputError``); nothing changed.
         """
         from pydantic import ValidationError
+
+        check_storable(value, f"answer for run {run_id}")
 
         driver = self._load_driver(run_id)
         inputs = [w for w in driver.waits if w.kind == "input"]
@@ -631,7 +635,13 @@ class Engine:
         run waiting on ``(name, key)`` now if this process may run it, else by
         whichever process wakes that run later (``tick``/``serve``/``recover``).
         A second send with the same ``dedupe_key`` is a no-op (duplicate
-        delivery). Returns the signal id."""
+        delivery). Returns the signal id.
+
+        Raises:
+            PayloadNotStorableError: no checkpoint could hold ``payload`` (too
+                deeply nested, not JSON data); nothing was stored.
+        """
+        check_storable(payload, f"signal {name!r} payload")
         signal_id = self.store.send_signal(name, key, payload, self.clock.now(), dedupe_key)
         if not self.executes:  # a worker delivers it (the store's commit wakes workers)
             return signal_id
@@ -641,7 +651,13 @@ class Engine:
         return signal_id
 
     def publish(self, event_type: str, payload: Any = None) -> int:
-        """Publish an event to every run waiting on ``event_type``; returns its id."""
+        """Publish an event to every run waiting on ``event_type``; returns its id.
+
+        Raises:
+            PayloadNotStorableError: no checkpoint could hold ``payload``;
+                nothing was published.
+        """
+        check_storable(payload, f"event {event_type!r} payload")
         event_id = self.store.publish_event(event_type, payload, self.clock.now())
         if not self.executes:
             return event_id

@@ -18,9 +18,10 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from desktop_app.errors import CheckpointDecodeError, StateNotStorableError
+from desktop_app.errors import CheckpointDecodeError, PayloadNotStorableError, StateNotStorableError
+from desktop_app.store import codec
 from desktop_app.store.protocol import StepRecord
 
 S = TypeVar("S", bound=BaseModel)
@@ -86,6 +87,24 @@ def encode_fields(state: BaseModel, fields: set[str], step_id: str) -> dict[str,
                 reason = "it is nested too deeply"
             raise StateNotStorableError(step_id, name, reason) from None
     raise StateNotStorableError(step_id, ",".join(sorted(fields)), "it is not JSON data")
+
+
+def check_storable(value: Any, what: str) -> None:
+    """Refuse ``value`` (a signal's or event's payload, an answer) unless a
+    checkpoint can hold it: serialized as a state field is (pydantic's JSON
+    mode, which refuses more than about 250 levels of nesting), written as
+    UTF-8 JSON text and read back.
+
+    Raises:
+        PayloadNotStorableError: it cannot be stored; names ``what`` and why.
+    """
+    try:
+        codec.loads(codec.dumps(to_jsonable_python(value)).encode("utf-8"))
+    except _UNSTORABLE as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, RecursionError):
+            reason = "it is nested too deeply"
+        raise PayloadNotStorableError(what, reason) from None
 
 
 def apply_output(model: type[S], state: S, out: Any) -> S:

@@ -33,8 +33,8 @@ from typing import Any, cast
 from desktop_app.errors import (
     AgentRunLeasedError,
     CheckpointNotFoundError,
+    DomainWriteError,
     DuplicateFlowKeyError,
-    FlowdeskError,
     LeaseLostError,
     RevisionConflictError,
     RunLeasedError,
@@ -1364,10 +1364,29 @@ def a_failing_domain_write_aborts_the_append(h: Harness) -> None:
     def broken(tx: Any) -> None:
         tx.execute("INSERT INTO no_such_table VALUES (1)")
 
-    with _raises(FlowdeskError, "an append whose domain write fails"):
+    try:
         s.append(_cp(rid, 1), writes=[digest.record_file(rid, f), broken])
+    except DomainWriteError as exc:  # the step's write, never a conflict of the run
+        _eq((exc.table, exc.constraint), ("no_such_table", None), "a missing table")
+    else:
+        raise ConformanceError("an append whose domain write fails: nothing was raised")
     _eq(s.get_run(rid).revision, 0, "nothing appended")
     _eq(s.query(digest.files_of_run(rid)), [], "the first domain write rolled back too")
+
+    def no_kind(tx: Any) -> None:
+        tx.execute(
+            "INSERT INTO digest_files(run_id, path, kind, size_bytes) VALUES (?, 'p', NULL, 1)",
+            (rid,),
+        )
+
+    try:
+        s.append(_cp(rid, 1), writes=[digest.record_file(rid, f), no_kind])
+    except DomainWriteError as exc:
+        _eq(exc.table, "digest_files", "the table of a broken constraint")
+        _eq(exc.constraint is not None and not exc.retryable, True, "a constraint, final")
+    else:
+        raise ConformanceError("a domain write breaking NOT NULL: nothing was raised")
+    _eq(s.get_run(rid).revision, 0, "nothing appended after a broken constraint")
 
 
 @_check("DomainStore.query", "DomainStore.write", unless=["sql"])

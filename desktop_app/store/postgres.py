@@ -67,6 +67,7 @@ from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
 from desktop_app.store.postgres_sql import (
     RETRY_SQLSTATES,
     SqlTx,
+    domain_write_error,
     epoch,
     is_connection_lost,
     no_nul,
@@ -341,10 +342,24 @@ class PostgresCheckpointStore:
 
     @staticmethod
     def _run_domain(conn: Conn, writes: Sequence[DomainWrite]) -> None:
+        """Run a step's domain writes in the open transaction.
+
+        Raises:
+            DomainWriteError: a write broke a constraint, met a missing table
+                or column, or raised (see ``postgres_sql.domain_write_error``);
+                the transaction rolls back. A failure of the server or the
+                connection stays a psycopg error (retried or translated).
+        """
         if writes:
             tx = SqlTx(conn)
             for write in writes:
-                write(tx)
+                try:
+                    write(tx)
+                except Exception as exc:
+                    mapped = domain_write_error(exc, tx.last_sql)
+                    if mapped is None:
+                        raise
+                    raise mapped from exc
 
     # -- writes ----------------------------------------------------------------
 

@@ -16,8 +16,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from desktop_app.errors import DatabaseOpenError, SchemaMissingError, StoreError
+from desktop_app.errors import (
+    DatabaseOpenError,
+    DomainWriteError,
+    FlowdeskError,
+    SchemaMissingError,
+    StoreError,
+)
 from desktop_app.store.protocol import SqlResult
+from desktop_app.store.rows import written_table
 
 #: Whole-transaction retry on these: serialization_failure, deadlock_detected.
 RETRY_SQLSTATES = frozenset({"40001", "40P01"})
@@ -64,6 +71,41 @@ def is_connection_lost(exc: BaseException) -> bool:
     if code.startswith("08") or code in ("57P01", "57P02", "57P03"):
         return True
     return isinstance(exc, psycopg.OperationalError) and not code
+
+
+#: constraint kinds by SQLSTATE (class 23, integrity constraint violation)
+_CONSTRAINT_KINDS = {
+    "23505": "unique",
+    "23514": "check",
+    "23502": "not null",
+    "23503": "foreign key",
+    "23P01": "exclusion",
+}
+
+
+def domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError | None:
+    """A step's domain write that failed, as :class:`DomainWriteError`, or
+    None when the failure is the server's or the connection's (not the
+    write's: a lost connection, a serialization failure, a full disk), which
+    stays a StoreError. A psycopg error is the write's when its SQLSTATE
+    class is 22 (data exception), 23 (integrity constraint violation) or 42
+    (a missing table or column, a syntax error); the table and constraint
+    come from the error's ``diag``, else the table from the statement."""
+    if isinstance(exc, FlowdeskError):
+        return None
+    if not isinstance(exc, psycopg.Error):  # the write's own code, or a value psycopg refuses
+        return DomainWriteError(written_table(sql), None, None, f"{type(exc).__name__}: {exc}")
+    code = exc.sqlstate or ""
+    if code[:2] not in ("22", "23", "42") or is_connection_lost(exc):
+        return None
+    diag = exc.diag
+    table = diag.table_name or written_table(sql)
+    detail = (diag.message_primary or str(exc)).strip()
+    if code[:2] != "23":
+        return DomainWriteError(table, None, None, f"SQLSTATE {code}: {detail}")
+    kind = _CONSTRAINT_KINDS.get(code, "other")
+    constraint = diag.constraint_name or f"{table}.{diag.column_name or '?'}"
+    return DomainWriteError(table, constraint, kind, f"SQLSTATE {code}: {detail}")
 
 
 def translate(exc: psycopg.Error, where: str = "") -> StoreError:
@@ -154,13 +196,17 @@ class SqlTx:
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
+        #: the statement last run (names the table of a failed domain write)
+        self.last_sql: str | None = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> SqlResult:
+        self.last_sql = sql
         cur = self._conn.execute(qmark_to_format(sql), tuple(params))
         rows = cur.fetchall() if cur.description is not None else []
         return SqlResult(rows, max(0, cur.rowcount))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.last_sql = sql
         cur = self._conn.cursor()
         cur.executemany(qmark_to_format(sql), [tuple(r) for r in rows])
 

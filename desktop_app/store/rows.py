@@ -13,11 +13,17 @@ copied from one to the other holds the same bytes.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from desktop_app.errors import CheckpointDecodeError, CheckpointNotFoundError, StoreError
+from desktop_app.errors import (
+    CheckpointDecodeError,
+    CheckpointNotFoundError,
+    StateNotStorableError,
+    StoreError,
+)
 from desktop_app.store import codec
 from desktop_app.store.records import (
     AgentRun,
@@ -198,14 +204,49 @@ def wait_values(cp: Checkpoint) -> list[tuple[Any, ...]]:
     ]
 
 
-def unstorable(cp: Checkpoint, exc: Exception) -> StoreError:
-    """The StoreError for a checkpoint whose state cannot be stored as JSON
-    text (``exc``: the TypeError / ValueError the codec raised)."""
-    return StoreError(
-        f"run {cp.run_id}: a value in its state cannot be stored as JSON text "
-        f"({type(exc).__name__}: {exc}); the step's result was not saved. Return "
-        "plain JSON data (valid UTF-8 strings, numbers, lists, objects) from steps."
-    )
+def unstorable(cp: Checkpoint, exc: Exception) -> StoreError | StateNotStorableError:
+    """The error for a checkpoint that cannot be stored as JSON text
+    (``exc``: the TypeError / ValueError the codec or the driver raised, e.g.
+    ``UnicodeEncodeError`` for a lone surrogate such as ``'\\udcff'`` from
+    ``os.listdir`` on a file name that is not UTF-8).
+
+    A step's checkpoint (revision 1 on) gives :class:`StateNotStorableError`
+    naming the step and the first state field that cannot be stored (else
+    ``"error"`` or ``"meta"``), so the driver fails that step; a new run's
+    revision 0 gives a :class:`StoreError` (its input is unstorable)."""
+    if cp.revision == 0:
+        return StoreError(
+            f"run {cp.run_id}: a value in its input state cannot be stored as JSON text "
+            f"({type(exc).__name__}: {exc}); the run was not created. Pass plain JSON "
+            "data (valid UTF-8 strings, numbers, lists, objects)."
+        )
+    parts: list[tuple[str, Any]] = [*sorted(cp.state.items()), ("error", cp.error)]
+    field = next((name for name, value in parts if not _storable(value)), "meta")
+    return StateNotStorableError(cp.step_id, field, f"{type(exc).__name__}: {exc}")
+
+
+def _storable(value: Any) -> bool:
+    """Whether ``value`` is written as JSON text that is valid UTF-8."""
+    try:
+        codec.dumps(value).encode("utf-8")
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+_WRITTEN_TABLE = re.compile(
+    r"^\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+\w+)?|"
+    r"DELETE\s+FROM)\s+([\w.\"]+)",
+    re.IGNORECASE,
+)
+
+
+def written_table(sql: str | None) -> str | None:
+    """The table an ``INSERT``/``REPLACE``/``UPDATE``/``DELETE`` statement
+    writes (without quotes), else None: names the table of a domain write
+    that failed when the database does not (a SQLite CHECK, a missing table)."""
+    found = _WRITTEN_TABLE.match(sql or "")
+    return None if found is None else found.group(1).replace('"', "")
 
 
 def checkpoint_from_rows(run_id: str, revision: int, rows: Sequence[Sequence[Any]]) -> Checkpoint:

@@ -27,7 +27,9 @@ import apsw
 from desktop_app.errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
+    DomainWriteError,
     DuplicateFlowKeyError,
+    FlowdeskError,
     LeaseLostError,
     RevisionConflictError,
     RunLeasedError,
@@ -62,6 +64,7 @@ from desktop_app.store.rows import (
     signal_from_row,
     unstorable,
     wait_values,
+    written_table,
 )
 
 T = TypeVar("T")
@@ -114,12 +117,16 @@ class SqliteTx:
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
+        #: the statement last run (names the table of a failed domain write)
+        self.last_sql: str | None = None
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> SqlResult:
+        self.last_sql = sql
         rows = self._conn.execute(sql, tuple(params)).fetchall()
         return SqlResult(rows, int(self._conn.changes()))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.last_sql = sql
         self._conn.executemany(sql, [tuple(r) for r in rows])
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
@@ -145,6 +152,33 @@ def lease_cond(lease: Lease, at: float) -> tuple[str, list[Any]]:
 def _constraint(exc: apsw.ConstraintError) -> int:
     """SQLite's extended result code of a constraint error (never its text)."""
     return int(getattr(exc, "extendedresult", 0) or 0)
+
+
+#: constraint kinds by SQLite's extended result code
+_CONSTRAINT_KINDS = {
+    apsw.SQLITE_CONSTRAINT_UNIQUE: "unique",
+    apsw.SQLITE_CONSTRAINT_PRIMARYKEY: "primary key",
+    apsw.SQLITE_CONSTRAINT_CHECK: "check",
+    apsw.SQLITE_CONSTRAINT_NOTNULL: "not null",
+    apsw.SQLITE_CONSTRAINT_FOREIGNKEY: "foreign key",
+}
+
+
+def _domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError:
+    """A step's domain write that failed, as :class:`DomainWriteError`: the
+    kind by extended result code; the constraint and table from SQLite's
+    message (``UNIQUE constraint failed: notes.name``, ``CHECK constraint
+    failed: n_positive``), else the table from the statement."""
+    detail = str(exc) if isinstance(exc, apsw.Error) else f"{type(exc).__name__}: {exc}"
+    table = written_table(sql)
+    if not isinstance(exc, apsw.ConstraintError):
+        return DomainWriteError(table, None, None, detail)
+    kind = _CONSTRAINT_KINDS.get(_constraint(exc), "other")
+    _, _, named = detail.partition(" failed: ")
+    constraint = named or kind.upper()
+    if kind in ("unique", "primary key", "not null") and "." in named:
+        table = named.split(".", 1)[0]
+    return DomainWriteError(table, constraint, kind, detail)
 
 
 def _scalar(cursor: Any) -> Any:
@@ -745,10 +779,24 @@ class SqliteCheckpointStore:
         return checkpoint_from_rows(run_id, revision, rows)
 
     def _run_domain(self, writes: Sequence[DomainWrite]) -> None:
+        """Run a step's domain writes in the open transaction.
+
+        Raises:
+            DomainWriteError: a write broke a constraint, met a missing table
+                or column, or raised; the caller rolls back. A failure of the
+                database itself (full disk, I/O error) stays a StoreError.
+        """
         if writes:
             tx = SqliteTx(self.conn)
             for write in writes:
-                write(tx)
+                try:
+                    write(tx)
+                except (apsw.ConstraintError, apsw.SQLError, apsw.MismatchError) as exc:
+                    raise _domain_write_error(exc, tx.last_sql) from exc
+                except (apsw.Error, FlowdeskError):
+                    raise
+                except Exception as exc:  # the write's own code, or a value SQLite refuses
+                    raise _domain_write_error(exc, tx.last_sql) from exc
 
     @_locked
     def query(self, op: Callable[[SqlTx], T]) -> T:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.errors import LeaseLostError, RevisionConflictError, StoreError
+from desktop_app.errors import DomainWriteError, LeaseLostError, RevisionConflictError, StoreError
 from desktop_app.flow.state import StepRecords
 from desktop_app.store.group_commit import AppendRequest, BatchAppender
 from desktop_app.store.memory import InMemoryCheckpointStore
@@ -205,7 +205,8 @@ def test_domain_write_failure_rolls_back_only_its_run(store_factory):
         ]
     )
     assert out[0] is None and out[2] is None
-    assert isinstance(out[1], ValueError)
+    assert isinstance(out[1], DomainWriteError) and isinstance(out[1].__cause__, ValueError)
+    assert out[1].table == "effects"
     rows = store.query(lambda c: c.execute("SELECT run_id, what FROM effects").fetchall())
     assert sorted(map(tuple, rows)) == [("r1", "ok"), ("r3", "ok")]
     assert [store.get_run(r).revision for r in ("r1", "r2", "r3")] == [1, 0, 1]
