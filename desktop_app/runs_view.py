@@ -16,11 +16,10 @@ The one place three things are decided:
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from desktop_app.flow.owners import owner_is_dead
+from desktop_app.flow.owners import lease_abandoned
 
 #: agent statuses in the flow vocabulary (a status not listed is shown as it is)
 AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out", "input_required": "waiting"}
@@ -77,17 +76,7 @@ def display_status(run: Leased, now: float) -> str:
         return INTERRUPTED
     if run.status not in ("running", "pending") or owner is None:
         return run.status
-    if owner_is_dead(owner):
-        return INTERRUPTED
-    expired = run.lease_expires_at is not None and run.lease_expires_at <= now
-    return INTERRUPTED if expired and not _on_this_host(owner) else run.status
-
-
-def _on_this_host(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:nonce``) names a process of this host
-    (alive, once :func:`owner_is_dead` said it is not dead)."""
-    host, _, rest = owner.partition(":")
-    return host == socket.gethostname() and rest.partition(":")[0].isdigit()
+    return INTERRUPTED if lease_abandoned(owner, run.lease_expires_at, now) else run.status
 
 
 class Dated(Protocol):

@@ -82,9 +82,11 @@ def hint(stderr: str) -> str:
     return found.group(1)
 
 
-def agent_status(db: Path, run_id: str) -> str:
+def agent_status(db: Path, run_id: str, key: str = "status") -> str:
+    """The agent run's status as ``runs --json`` shows it (``key="stored_status"``:
+    as stored)."""
     rows = [json.loads(r) for r in flowdesk(db, "runs", "--json").stdout.splitlines()]
-    (status,) = [r["status"] for r in rows if r["run_id"] == run_id]
+    (status,) = [r[key] for r in rows if r["run_id"] == run_id]
     return str(status)
 
 
@@ -128,7 +130,8 @@ def test_ctrl_c_during_ask_then_resume_all_finishes_it_with_its_file_tools(
         assert asked.returncode == 130, err
         run_id = re.search(r"^run (\w+) \(if interrupted", err, re.M).group(1)  # type: ignore[union-attr]
         assert hint(err) == f"flowdesk --db {db} resume {run_id}"
-        assert agent_status(db, run_id) == "running"
+        assert agent_status(db, run_id) == "interrupted"  # no process executes it (S81)
+        assert agent_status(db, run_id, "stored_status") == "running"
         resumed = flowdesk(db, "resume", "--all", env=env)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert f"agent run {run_id} done" in resumed.stdout

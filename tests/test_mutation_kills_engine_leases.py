@@ -460,8 +460,9 @@ def test_one_runs_failing_renewal_does_not_skip_the_others(db_path):
 
 
 class GateLock:
-    """``engine._lock`` that can hold the heartbeat just before its second lock
-    of a round (after it saw no active run), so a run can start in that gap."""
+    """``engine._lock`` that can hold the heartbeat just before it takes the
+    lock to look for active runs (the last run has just finished), so a run
+    can start in that gap."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -473,7 +474,7 @@ class GateLock:
     def __enter__(self) -> None:
         if self.armed and threading.current_thread().name == HEARTBEAT:
             self._seen += 1
-            if self._seen == 2:
+            if self._seen == 1:
                 self.paused.set()
                 assert self.resume.wait(LIMIT)
         self._lock.acquire()
@@ -493,7 +494,7 @@ def test_a_run_tracked_while_the_idle_heartbeat_checks_again_keeps_its_heartbeat
     ticks.waiting()
     assert first.finish().status == "completed"
     gate.armed = True
-    ticks._go.release()  # the heartbeat finds no active run and checks once more...
+    ticks._go.release()  # the heartbeat wakes up to look for active runs...
     assert gate.paused.wait(LIMIT)
     second = Driving(engine, "b", b, "rb")  # ...while a run starts: the heartbeat is alive
     try:

@@ -182,3 +182,36 @@ def test_an_owner_that_cannot_renew_for_its_ttl_stops_before_committing(db_path,
     store = open_store(db_path)
     assert store.get_run(run_id).status == "completed"
     store.close()
+
+
+@pytest.mark.scenario("S80")
+def test_a_run_that_went_waiting_is_leased_by_no_one_so_a_signal_wakes_it_after_its_worker_died(
+    pg_url, pg_store
+):
+    from desktop_app.flow import Engine
+    from tests.pg_worker import waiter_flow
+    from tests.test_postgres_workers import db_now, spawn
+
+    engine = Engine(pg_store, flows=[waiter_flow()], owner="machine-a:1:a00001", lease_ttl_s=30.0)
+    append = pg_store.append
+
+    def append_then_heartbeat(cp, *args, **kwargs):
+        append(cp, *args, **kwargs)
+        if cp.status == "waiting":  # the heartbeat fires while the run is still driven here
+            engine.renew_leases()
+
+    pg_store.append = append_then_heartbeat
+    res = engine.run("waiter", {})
+    assert res.status == "waiting"
+    run = pg_store.get_run(res.run_id)
+    assert (run.lease_owner, run.lease_expires_at) == (None, None)  # leased by no one
+    # machine-a never comes back; a worker of another machine polls every 0.25 s
+    worker = spawn(pg_url, "machine-b", "--poll", "0.25")
+    try:
+        sent_at = db_now(pg_store)
+        pg_store.send_signal("go", "k", {"v": 1}, sent_at)
+        woken = worker.expect(lambda w: w[0] == "woken" and w[1] == res.run_id, timeout=20)
+    finally:
+        worker.stop()
+    latency = float(woken[2]) - sent_at
+    assert latency < 5.0, f"woken {latency:.1f} s after the signal: it waited for a lease"

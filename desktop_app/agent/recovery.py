@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.tools import TOOL_SOURCES_KEY, AgentTool, file_tools
 from desktop_app.errors import InputError
-from desktop_app.flow.owners import owner_is_dead
+from desktop_app.flow.owners import lease_abandoned
 from desktop_app.store.protocol import AgentLog, AgentRun
 
 if TYPE_CHECKING:
@@ -100,17 +100,13 @@ def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[A
 
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:
     """Top-level agent runs left ``running`` with no live process executing
-    them (lease free, owner dead on this host, or lease expired at ``now``,
-    UTC epoch seconds), oldest first."""
+    them (``owners.lease_abandoned`` at ``now``, UTC epoch seconds: lease
+    free, owner dead on this host, or another host's lease expired), oldest
+    first."""
     return [
         run
         for run in store.list(statuses=("running",))
-        if run.parent_run_id is None
-        and (
-            run.lease_owner is None
-            or owner_is_dead(run.lease_owner)
-            or (run.lease_expires_at is not None and run.lease_expires_at <= now)
-        )
+        if run.parent_run_id is None and lease_abandoned(run.lease_owner, run.lease_expires_at, now)
     ]
 
 

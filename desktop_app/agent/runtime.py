@@ -85,7 +85,7 @@ from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.owners import liveness
+from desktop_app.flow.owners import lease_abandoned, liveness
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import (
     AGENT_TERMINAL,
@@ -408,12 +408,10 @@ class Agent:
         now = self.clock.now()
         holder = run.lease_owner
         takes_over, at = None, now
-        if holder not in (None, self.owner):
-            seen = liveness(holder or "")
-            expires = run.lease_expires_at or 0.0
-            if seen == "alive" or (seen == "unknown" and expires > now):
-                raise AgentRunLeasedError(run.run_id, holder or "?", expires)
-            takes_over, at = holder, (math.inf if seen == "dead" else now)
+        if holder is not None and holder != self.owner:
+            if not lease_abandoned(holder, run.lease_expires_at, now):
+                raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
+            takes_over, at = holder, (math.inf if liveness(holder) == "dead" else now)
         self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, at, takes_over=takes_over)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:

@@ -40,7 +40,13 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
-from desktop_app.flow.owners import liveness, new_owner, owner_is_alive, owner_is_dead
+from desktop_app.flow.owners import (
+    lease_abandoned,
+    liveness,
+    new_owner,
+    owner_is_alive,
+    owner_is_dead,
+)
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
@@ -213,55 +219,58 @@ class Engine:
                 self._proven.pop(run_id, None)
 
     def _renew_leases(self) -> None:
-        """The heartbeat: renew the leases of the runs this engine executes,
-        and only those (a run whose checkpoint went waiting or finished, or
-        whose lease was released, is not leased again). A run another owner
-        took, or whose lease could not be renewed for ``lease_ttl_s``
-        (measured on the monotonic clock from the last renewal sent: the
-        file locked, the server unreachable), goes into :attr:`lost`: its
-        driver commits nothing more and raises ``LeaseLostError``, and its
-        step sees ``ctx.cancelled``."""
+        """The heartbeat thread: :meth:`renew_leases` every ``lease_ttl_s / 3``
+        seconds while any run executes here."""
         interval = max(0.05, self.lease_ttl_s / 3)
         while not self.shutdown_event.wait(interval):
             with self._lock:
-                active = list(self.active)
-            if not active:
-                with self._lock:
-                    if not self.active:
-                        self._heartbeat = None
-                        return
+                if not self.active:
+                    self._heartbeat = None
+                    return
+            self.renew_leases()
+
+    def renew_leases(self) -> None:
+        """One heartbeat: renew the leases of the runs this engine executes,
+        and only those (a run whose checkpoint went waiting or finished, or
+        whose lease was released, is not leased again: ``Leases.renew``). A
+        run another owner took, or whose lease could not be renewed for
+        ``lease_ttl_s`` (measured on the monotonic clock from the last
+        renewal sent: the file locked, the server unreachable), goes into
+        :attr:`lost`: its driver commits nothing more and raises
+        ``LeaseLostError``, and its step sees ``ctx.cancelled``."""
+        with self._lock:
+            active = list(self.active)
+        if not active:
+            return
+        sent = time.monotonic()
+        try:
+            renewed = self.store.renew(active, self.lease())
+        except FlowdeskError:
+            with self._lock:  # a busy or failing store: in doubt once the TTL passed
+                doubt = [r for r in active if sent - self._proven.get(r, sent) > self.lease_ttl_s]
+                self.lost.update(doubt)
+            if doubt:
+                log.warning(
+                    "leases of %d run(s) could not be renewed for %.1f s; they stop "
+                    "before committing more: %s",
+                    len(doubt),
+                    self.lease_ttl_s,
+                    ", ".join(doubt),
+                )
+            return
+        taken = []
+        for run_id in active:
+            if run_id in renewed:
+                self._proven[run_id] = sent
                 continue
-            sent = time.monotonic()
-            try:
-                renewed = self.store.renew(active, self.lease())
-            except FlowdeskError:
-                with self._lock:  # a busy or failing store: in doubt once the TTL passed
-                    doubt = [
-                        r for r in active if sent - self._proven.get(r, sent) > self.lease_ttl_s
-                    ]
-                    self.lost.update(doubt)
-                if doubt:
-                    log.warning(
-                        "leases of %d run(s) could not be renewed for %.1f s; they stop "
-                        "before committing more: %s",
-                        len(doubt),
-                        self.lease_ttl_s,
-                        ", ".join(doubt),
-                    )
-                continue
-            taken = []
-            for run_id in active:
-                if run_id in renewed:
-                    self._proven[run_id] = sent
-                    continue
-                with contextlib.suppress(FlowdeskError):
-                    holder = self.store.get_run(run_id).lease_owner
-                    if holder not in (None, self.owner):
-                        taken.append(run_id)
-            if taken:
-                with self._lock:
-                    self.lost.update(r for r in taken if r in self.active)
-                log.warning("runs taken over by another process: %s", ", ".join(taken))
+            with contextlib.suppress(FlowdeskError):
+                holder = self.store.get_run(run_id).lease_owner
+                if holder not in (None, self.owner):
+                    taken.append(run_id)
+        if taken:
+            with self._lock:
+                self.lost.update(r for r in taken if r in self.active)
+            log.warning("runs taken over by another process: %s", ", ".join(taken))
 
     def stop(self) -> None:
         """Stop executing: every run this engine drives stops before its next
@@ -479,11 +488,9 @@ class Engine:
         holder = run.lease_owner
         if holder is None or holder == self.owner:
             return None
-        seen = liveness(holder)
-        expires = run.lease_expires_at or 0.0
-        if seen == "alive" or (seen == "unknown" and expires > self._lease_now()):
-            raise RunLeasedError(run.run_id, holder or "?", expires)
-        return holder, seen == "dead"
+        if not lease_abandoned(holder, run.lease_expires_at, self._lease_now()):
+            raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at or 0.0)
+        return holder, liveness(holder) == "dead"
 
     def _lease_now(self) -> float:
         """ "Now" for lease expiry: the injected clock, else the store's."""

@@ -74,3 +74,18 @@ def _is_zombie(pid: int) -> bool:
         return False
     # "pid (comm) S ...": comm may hold spaces or parentheses; the state follows the last ")"
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
+
+
+def lease_abandoned(owner: str | None, expires_at: float | None, now: float) -> bool:
+    """True when no live process holds a lease of ``owner`` running until
+    ``expires_at`` (UTC epoch s; ``None`` counts as expired), judged at
+    ``now``: there is no owner, the owner is a process of this host that
+    exited, or the owner is on another host and its lease expired. An owner
+    alive on this host holds its lease whatever the clocks say. The one rule
+    the engine, the agent runtime, recovery and every status display use."""
+    if owner is None:
+        return True
+    seen = liveness(owner)
+    if seen == "unknown":
+        return (expires_at or 0.0) <= now
+    return seen == "dead"
