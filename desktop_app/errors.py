@@ -34,6 +34,10 @@ class ConfigError(FlowdeskError):
     """A setting is invalid or a required setting is missing."""
 
 
+class InputError(FlowdeskError):
+    """Input given by the user (a folder, a path, a value) is unusable."""
+
+
 # --- storage -------------------------------------------------------------
 
 
@@ -49,6 +53,12 @@ class StoreError(FlowdeskError):
 class DatabaseOpenError(StoreError):
     """The database file cannot be opened (missing directory, no permission,
     not a SQLite file)."""
+
+
+class DatabaseNotAFileError(DatabaseOpenError, InputError):
+    """``--db`` names something that is not a regular file: a folder, a
+    FIFO, a socket or a device (opening a FIFO would block forever). Nothing
+    was opened; bad input (exit 2)."""
 
 
 class WalMissingError(StoreError):
@@ -343,10 +353,6 @@ class ParallelBranchesError(FlowError):
         self.errors = errors
         listed = "; ".join(f"{name}: {msg}" for name, msg in errors.items())
         super().__init__(f"parallel step {step_id!r}: {len(errors)} branch(es) failed: {listed}")
-
-
-class InputError(FlowdeskError):
-    """Input given by the user (a folder, a path, a value) is unusable."""
 
 
 # --- agents and model providers -------------------------------------------

@@ -35,6 +35,7 @@ Choices (see README, "The SQLite file"):
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 import weakref
@@ -43,7 +44,13 @@ from typing import Literal
 
 import apsw
 
-from desktop_app.errors import DatabaseOpenError, DiskFullError, StoreError, WalMissingError
+from desktop_app.errors import (
+    DatabaseNotAFileError,
+    DatabaseOpenError,
+    DiskFullError,
+    StoreError,
+    WalMissingError,
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -108,6 +115,37 @@ def _wal_deleted(path: Path, exc: apsw.IOError) -> bool:
     except OSError:
         return False
     return wal_size == 0 and Path(f"{path}-shm").exists()
+
+
+#: what a file that is not a regular file is, for :func:`_refuse_non_file`
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _refuse_non_file(path: Path) -> None:
+    """Refuse ``path`` unless it is a regular file (a symlink to one counts)
+    or absent, with ``os.stat`` only: opening a FIFO blocks until a writer
+    comes, so it is never opened.
+
+    Raises:
+        DatabaseNotAFileError: a folder, FIFO, socket or device (exit 2).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # absent, or unreadable: SQLite's own open says which
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    raise DatabaseNotAFileError(
+        f"{path} is {kind}, not a database file; nothing was opened. "
+        "Pass --db with the path of a database file (or of a new one)."
+    )
 
 
 def _create_private(path: Path) -> None:
@@ -231,10 +269,6 @@ def _check_header(path: Path) -> None:
             f"cannot read the database {path}: permission denied. Fix its permissions "
             "or pass --db PATH."
         ) from exc
-    except IsADirectoryError as exc:
-        raise DatabaseOpenError(
-            f"{path} is a folder, not a database file; pass --db with a file path."
-        ) from exc
     if head and head != SQLITE_MAGIC:
         raise DatabaseOpenError(
             f"{path} is not a SQLite database; it was left untouched. Pass --db with another path."
@@ -262,10 +296,12 @@ def open_connection(
             test suite simulates power loss and full disks with one.
 
     Raises:
+        DatabaseNotAFileError: ``path`` is a folder, FIFO, socket or device.
         DatabaseOpenError: missing/unwritable folder, not a SQLite file.
         StoreError: any other failure.
     """
     p = Path(path)
+    _refuse_non_file(p)
     if create:
         _create_private(p)
     elif not p.exists():
