@@ -23,6 +23,21 @@ def iso_utc(ts: float) -> str:
         return f"{ts:.0f} (UTC epoch seconds)"
 
 
+def redact(url: str) -> str:
+    """A database URL without its password (``postgresql://alice:***@host/db``),
+    for messages and printed hints; anything else (a file path) unchanged."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else ""
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
 class FlowdeskError(Exception):
     """Root of every Flowdesk error."""
 

@@ -78,10 +78,15 @@ class Hints:
         self.scope = scope
 
     def cmd(self, rest: str) -> str:
-        """``flowdesk --db '/my db' resume --all``, quoted for a POSIX shell."""
+        """``flowdesk --db '/my db' resume --all``, quoted for a POSIX shell.
+        A PostgreSQL password in ``--db`` is shown as ``***`` (as in error
+        messages): the printed command then reads it from ``~/.pgpass`` or
+        ``PGPASSWORD``, never from a terminal's scrollback."""
+        from desktop_app.errors import redact
+
         parts = ["flowdesk"]
         if self.db is not None:
-            parts += ["--db", shlex.quote(self.db)]
+            parts += ["--db", shlex.quote(redact(self.db))]
         if self.scope is not None:
             parts += ["--scope", shlex.quote(self.scope)]
         return " ".join([*parts, rest])

@@ -12,11 +12,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 from desktop_app.errors import DatabaseOpenError, SchemaMissingError, StoreError
+from desktop_app.errors import redact as redact  # its home moved; importers here keep working
 from desktop_app.store.protocol import SqlResult
 
 #: Whole-transaction retry on these: serialization_failure, deadlock_detected.
@@ -37,18 +37,6 @@ def no_nul(text: str | None) -> str | None:
     """Free text (error messages) with NUL replaced by U+FFFD: PostgreSQL text
     refuses NUL, and an error message must never make its append fail."""
     return None if text is None else text.replace("\x00", "\ufffd")
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else ""
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
 def is_connection_lost(exc: BaseException) -> bool:
