@@ -88,21 +88,46 @@ RESUME_SPACE_BYTES = 1000 * 4096 + 2**20
 
 
 class DiskFullError(StoreError):
-    """A disk is full (ENOSPC): the run is paused at its last checkpoint,
-    nothing committed is lost, and ``flowdesk resume --all`` continues it
-    once space is free (the run stays ``running``, never ``failed``).
+    """A disk is full (ENOSPC): nothing more was written and nothing committed
+    is lost. By default the message is the one for a run: it is paused at its
+    last checkpoint and ``flowdesk resume --all`` continues it once space is
+    free (the run stays ``running``, never ``failed``). The command line
+    names the exact command to run instead (:meth:`for_command`), and a
+    command that executes no run says nothing of a paused run.
 
     Attributes:
+        where: what could not be written (the database, its ``-shm`` index...).
         needed_bytes: free space resuming needs (bytes).
     """
 
-    def __init__(self, where: str, needed_bytes: int = RESUME_SPACE_BYTES) -> None:
+    def __init__(
+        self,
+        where: str,
+        needed_bytes: int = RESUME_SPACE_BYTES,
+        *,
+        then: str = "flowdesk resume --all",
+        paused: bool = True,
+    ) -> None:
+        self.where = where
         self.needed_bytes = needed_bytes
-        super().__init__(
-            f"the disk holding {where} is full; nothing more was written and the run is "
-            "paused at its last saved step (nothing lost). Free at least "
-            f"{needed_bytes / 2**20:.0f} MiB on that disk, then run `flowdesk resume --all`."
-        )
+        free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then run `{then}`."
+        if paused:
+            text = (
+                f"the disk holding {where} is full; nothing more was written and the run is "
+                f"paused at its last saved step (nothing lost). {free}"
+            )
+        else:
+            text = (
+                f"the disk holding {where} is full (no space left on the device); nothing "
+                f"more was written and nothing saved before is lost. {free}"
+            )
+        super().__init__(text)
+
+    def for_command(self, then: str, *, paused: bool) -> DiskFullError:
+        """The same error ending with ``then``, the command to run once space
+        is free; ``paused``: a run was executing and is paused (else the
+        command executes no run, e.g. ``db apply``, and is itself ``then``)."""
+        return DiskFullError(self.where, self.needed_bytes, then=then, paused=paused)
 
     @staticmethod
     def of_step(exc: BaseException, run_id: str, step_id: str) -> DiskFullError | None:
