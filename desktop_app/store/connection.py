@@ -14,6 +14,9 @@ Choices (see README, "The SQLite file"):
 * ``journal_size_limit`` 4 MiB, and after a full disk (ENOSPC) the store
   truncates the WAL (``wal_checkpoint(TRUNCATE)``) at its first commit once
   space allows, so freed space is not kept by a WAL left at its full size.
+  A new process does the same when it opens its first connection to a file
+  whose ``-wal`` is larger than 4 MiB (left by a process that died) and no
+  other connection holds the log.
 * ``transaction_mode = "IMMEDIATE"``: every ``with conn:`` write transaction
   starts with ``BEGIN IMMEDIATE``, so a read-then-write transaction never
   fails half-way on a lock upgrade.
@@ -67,6 +70,9 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
         )
     if isinstance(exc, apsw.FullError):
         return DiskFullError(f"the database {path}" if path else "the database")
+    if getattr(exc, "extendedresult", None) == apsw.SQLITE_IOERR_SHMSIZE:
+        # the -shm index could not grow: ENOSPC (SQLite says only "disk I/O error")
+        return DiskFullError(f"the database's index {path}-shm" if path else "the database")
     if isinstance(exc, apsw.IOError) and path is not None and _wal_deleted(Path(path), exc):
         return WalMissingError(
             f"the database's write-ahead log {path}-wal is missing or empty although its "
@@ -275,6 +281,29 @@ def _check_header(path: Path) -> None:
         )
 
 
+def _reclaim_wal(conn: apsw.Connection, path: Path) -> None:
+    """Give back the space of a ``-wal`` left larger than :data:`WAL_LIMIT_BYTES`
+    (by a process that died after a full disk stopped its checkpoints):
+    ``wal_checkpoint(TRUNCATE)``, once, as the process's first connection.
+
+    It never waits: without a busy handler, a checkpoint another connection
+    blocks (a reader, a writer in another process) is left to that process,
+    whose own commits reset the log. On a disk still full it writes nothing
+    and the first write reports the full disk (:class:`DiskFullError`)."""
+    try:
+        if os.stat(f"{path}-wal").st_size <= WAL_LIMIT_BYTES:
+            return
+    except OSError:  # no -wal file: nothing to give back
+        return
+    conn.set_busy_handler(None)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except (apsw.BusyError, apsw.LockedError, apsw.FullError):
+        pass  # see the docstring: another process holds it, or no space yet
+    finally:
+        conn.set_busy_handler(_BUSY[conn])
+
+
 def open_connection(
     path: str | os.PathLike[str],
     *,
@@ -306,6 +335,7 @@ def open_connection(
         _create_private(p)
     elif not p.exists():
         raise DatabaseOpenError(f"no database at {p}; run `flowdesk --db {p} db apply` first.")
+    first = connections_open(p) == 0
     try:
         conn = _open_registered(p, vfs)
     except apsw.Error as exc:
@@ -326,6 +356,8 @@ def open_connection(
         if fullfsync:
             conn.execute("PRAGMA fullfsync=ON")
         conn.transaction_mode = "IMMEDIATE"
+        if first:
+            _reclaim_wal(conn, p)
     except (apsw.Error, StoreError) as exc:
         conn.close()
         if isinstance(exc, StoreError):
