@@ -140,6 +140,32 @@ class DiskFullError(StoreError):
         return DiskFullError(f"{name} (run {run_id}, step {step_id})")
 
 
+class CommitUnknownError(StoreError):
+    """The connection to PostgreSQL dropped during COMMIT and whether the
+    transaction landed could not be found out: the server stayed unreachable
+    while the store asked (on new connections) for
+    ``RESOLVE_TIMEOUT_S``, still held the transaction open, or no longer
+    knows it. Nothing is assumed either way: resuming the run once the
+    server is back goes on from what the server kept (a step whose commit
+    landed does not run again).
+
+    Attributes:
+        where: the database URL without its password.
+        xid: the transaction id (``pg_current_xact_id()``), as text.
+        reason: why the outcome is unknown.
+    """
+
+    def __init__(self, where: str, xid: str, reason: str) -> None:
+        self.where = where
+        self.xid = xid
+        self.reason = reason
+        super().__init__(
+            f"the connection to PostgreSQL ({where}) dropped during COMMIT and whether "
+            f"transaction {xid} landed is unknown: {reason}. Nothing is assumed; once the "
+            "server is back, resume the run: it goes on from what the server kept."
+        )
+
+
 class SchemaError(StoreError):
     """The database schema is missing, edited since it was applied, or newer
     than this version of Flowdesk."""
