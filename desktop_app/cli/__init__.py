@@ -27,6 +27,7 @@ from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, stop_progress
 from desktop_app.cli.parser import build_parser
 from desktop_app.errors import (
+    CommitUnknownError,
     ConfigError,
     DiskFullError,
     FlowdeskError,
@@ -108,6 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             then, paused = command_again(argv), command == "resume"
         exc = exc.for_command(ctx.hints.cmd(then), paused=paused)
         print(f"flowdesk: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except CommitUnknownError as exc:
+        stop_progress()
+        print(f"flowdesk: {exc}", file=sys.stderr)
+        if ctx.current_run is not None:
+            print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
+        else:
+            print(f"see what landed with: {ctx.hints.cmd('runs')}", file=sys.stderr)
         return EXIT_FAILED
     except FlowdeskError as exc:
         print(f"flowdesk: {exc}", file=sys.stderr)

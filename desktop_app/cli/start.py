@@ -208,6 +208,7 @@ def cmd_answer(ctx: Ctx) -> int:
         from desktop_app.cli.ask import resume_agent_run
 
         return resume_agent_run(ctx, sv, ref.run_id, answer=str(value))
+    ctx.current_run = ref.run_id
     result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
     delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
