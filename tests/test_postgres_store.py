@@ -199,15 +199,17 @@ def test_commit_whose_outcome_cannot_be_asked_is_unknown_naming_the_xid(
 
 @pytest.mark.scenario("S70")
 def test_a_server_back_before_the_deadline_is_asked_and_the_commit_counts(proxy, pg_url, pg_store):
-    """COMMIT landed and the server was out of reach for a moment: the store
-    reconnects, learns it committed, and the append returns once, no retry."""
+    """COMMIT landed and the server was out of reach for a moment (every
+    connection cut, the pool's idle one too): the store asks on a new
+    connection until the server answers, learns it committed, and the
+    append returns once, no retry."""
     from psycopg_pool import ConnectionPool
 
     from desktop_app.store.postgres import PostgresCheckpointStore
 
     pool: ConnectionPool[Any] = ConnectionPool(
         proxy_url(pg_url, proxy),
-        min_size=1,
+        min_size=2,  # an idle connection the cut kills too: the pool would hand it out
         max_size=2,
         timeout=1.0,
         kwargs={"autocommit": False, "options": "-c search_path=flowdesk"},
