@@ -28,6 +28,7 @@ from desktop_app.config import Settings, default_db_path
 from desktop_app.errors import BackendUnavailableError, ConfigError
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
+from desktop_app.private import make_private_dirs
 from desktop_app.store import migrations
 from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.connection import open_connection
@@ -306,7 +307,7 @@ def apply_schema(settings: Settings) -> SchemaReport:
     path = _sqlite_path(settings)
     if path == default_db_path():
         # the default location is ours to create (mode 0700); a --db folder is the user's
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
     conn = open_connection(
         path,
         synchronous=settings.synchronous,

@@ -240,8 +240,9 @@ def load_settings(**overrides: object) -> Settings:
     """Build :class:`Settings`; ``overrides`` (non-None) beat every other source.
 
     Raises:
-        ConfigError: a setting is invalid (the message names it), or a
-            ``FLOWDESK_*`` environment variable is unknown
+        ConfigError: a setting is invalid (the message names it), the
+            settings file is unreadable, not UTF-8 text or not TOML (a NUL
+            byte included), or a ``FLOWDESK_*`` environment variable is unknown
             (:func:`check_environment`).
     """
     import tomllib
@@ -258,6 +259,11 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError(
             f"cannot read the settings file {config_file()}: {exc.strerror or exc}; fix its "
             "permissions or point FLOWDESK_CONFIG at another file"
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"the settings file {config_file()} is not text (byte {exc.start} is not UTF-8: "
+            "is it a binary file?); fix it or point FLOWDESK_CONFIG at another file"
         ) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(

@@ -23,6 +23,26 @@ def iso_utc(ts: float) -> str:
         return f"{ts:.0f} (UTC epoch seconds)"
 
 
+def redact(url: str, mask: str | None = "***") -> str:
+    """A database URL without its password: masked (``alice:***@``) for
+    messages, or with ``mask=None`` left out (``alice@``), a URL that still
+    connects (libpq then reads the password from ``PGPASSWORD`` or
+    ``~/.pgpass``), for printed hints. Anything else (a file path) unchanged."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    user = parts.username or ""
+    if user and mask is not None:
+        user += f":{mask}"
+    user += "@" if user else ""
+    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+
+
 class FlowdeskError(Exception):
     """Root of every Flowdesk error."""
 
@@ -32,6 +52,10 @@ class FlowdeskError(Exception):
 
 class ConfigError(FlowdeskError):
     """A setting is invalid or a required setting is missing."""
+
+
+class InputError(FlowdeskError):
+    """Input given by the user (a folder, a path, a value) is unusable."""
 
 
 # --- storage -------------------------------------------------------------
@@ -51,6 +75,12 @@ class DatabaseOpenError(StoreError):
     not a SQLite file)."""
 
 
+class DatabaseNotAFileError(DatabaseOpenError, InputError):
+    """``--db`` names something that is not a regular file: a folder, a
+    FIFO, a socket or a device (opening a FIFO would block forever). Nothing
+    was opened; bad input (exit 2)."""
+
+
 class WalMissingError(StoreError):
     """The database's ``-wal`` file was deleted while the database was in use,
     so SQLite reports a bare "disk I/O error"; nothing was written."""
@@ -63,21 +93,46 @@ RESUME_SPACE_BYTES = 1000 * 4096 + 2**20
 
 
 class DiskFullError(StoreError):
-    """A disk is full (ENOSPC): the run is paused at its last checkpoint,
-    nothing committed is lost, and ``flowdesk resume --all`` continues it
-    once space is free (the run stays ``running``, never ``failed``).
+    """A disk is full (ENOSPC): nothing more was written and nothing committed
+    is lost. By default the message is the one for a run: it is paused at its
+    last checkpoint and ``flowdesk resume --all`` continues it once space is
+    free (the run stays ``running``, never ``failed``). The command line
+    names the exact command to run instead (:meth:`for_command`), and a
+    command that executes no run says nothing of a paused run.
 
     Attributes:
+        where: what could not be written (the database, its ``-shm`` index...).
         needed_bytes: free space resuming needs (bytes).
     """
 
-    def __init__(self, where: str, needed_bytes: int = RESUME_SPACE_BYTES) -> None:
+    def __init__(
+        self,
+        where: str,
+        needed_bytes: int = RESUME_SPACE_BYTES,
+        *,
+        then: str = "flowdesk resume --all",
+        paused: bool = True,
+    ) -> None:
+        self.where = where
         self.needed_bytes = needed_bytes
-        super().__init__(
-            f"the disk holding {where} is full; nothing more was written and the run is "
-            "paused at its last saved step (nothing lost). Free at least "
-            f"{needed_bytes / 2**20:.0f} MiB on that disk, then run `flowdesk resume --all`."
-        )
+        free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then run `{then}`."
+        if paused:
+            text = (
+                f"the disk holding {where} is full; nothing more was written and the run is "
+                f"paused at its last saved step (nothing lost). {free}"
+            )
+        else:
+            text = (
+                f"the disk holding {where} is full (no space left on the device); nothing "
+                f"more was written and nothing saved before is lost. {free}"
+            )
+        super().__init__(text)
+
+    def for_command(self, then: str, *, paused: bool) -> DiskFullError:
+        """The same error ending with ``then``, the command to run once space
+        is free; ``paused``: a run was executing and is paused (else the
+        command executes no run, e.g. ``db apply``, and is itself ``then``)."""
+        return DiskFullError(self.where, self.needed_bytes, then=then, paused=paused)
 
     @staticmethod
     def of_step(exc: BaseException, run_id: str, step_id: str) -> DiskFullError | None:
@@ -88,6 +143,32 @@ class DiskFullError(StoreError):
             return None
         name = exc.filename or "its output"
         return DiskFullError(f"{name} (run {run_id}, step {step_id})")
+
+
+class CommitUnknownError(StoreError):
+    """The connection to PostgreSQL dropped during COMMIT and whether the
+    transaction landed could not be found out: the server stayed unreachable
+    while the store asked (on new connections) for
+    ``RESOLVE_TIMEOUT_S``, still held the transaction open, or no longer
+    knows it. Nothing is assumed either way: resuming the run once the
+    server is back goes on from what the server kept (a step whose commit
+    landed does not run again).
+
+    Attributes:
+        where: the database URL without its password.
+        xid: the transaction id (``pg_current_xact_id()``), as text.
+        reason: why the outcome is unknown.
+    """
+
+    def __init__(self, where: str, xid: str, reason: str) -> None:
+        self.where = where
+        self.xid = xid
+        self.reason = reason
+        super().__init__(
+            f"the connection to PostgreSQL ({where}) dropped during COMMIT and whether "
+            f"transaction {xid} landed is unknown: {reason}. Nothing is assumed; once the "
+            "server is back, resume the run: it goes on from what the server kept."
+        )
 
 
 class SchemaError(StoreError):
@@ -387,10 +468,6 @@ class ParallelBranchesError(FlowError):
         self.errors = errors
         listed = "; ".join(f"{name}: {msg}" for name, msg in errors.items())
         super().__init__(f"parallel step {step_id!r}: {len(errors)} branch(es) failed: {listed}")
-
-
-class InputError(FlowdeskError):
-    """Input given by the user (a folder, a path, a value) is unusable."""
 
 
 # --- agents and model providers -------------------------------------------

@@ -34,6 +34,8 @@ from typing import IO, Any
 
 import sqlite_utils
 
+from desktop_app.private import make_private_dirs
+
 #: Exported by default: run metadata, checkpoints, waits/signals/outbox,
 #: agent runs, and every domain table of the built-in flows that exists.
 DEFAULT_TABLES = (
@@ -87,7 +89,7 @@ def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> di
     missing = [t for t in wanted if t not in present]
     if missing:
         raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in {db}")
-    out.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_private_dirs(out)
     counts: dict[str, int] = {}
     for name in wanted:
         rows = [_with_iso_times(r) for r in database[name].rows]
@@ -143,7 +145,7 @@ def export_postgres(
         missing = [t for t in wanted if t not in columns]
         if missing:
             raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in the database")
-        out.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dirs(out)
         for name in wanted:
             select = ", ".join(
                 (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"')

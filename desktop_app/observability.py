@@ -29,6 +29,7 @@ from typing import Any
 import platformdirs
 
 from desktop_app.config import APP_NAME, Settings
+from desktop_app.private import make_private_dirs
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def setup_logging(settings: Settings) -> Path | None:
         if handler is None:
             folder = log_dir()
             try:
-                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                make_private_dirs(folder)
                 handler = _PrivateRotatingFileHandler(
                     folder / LOG_FILE, maxBytes=1024 * 1024, backupCount=5, encoding="utf-8"
                 )

@@ -12,7 +12,9 @@ drop the connection at COMMIT, in one of these modes:
   asked what happened).
 
 The PostgreSQL wire protocol sends ``COMMIT`` as a simple Query message:
-``b"Q" + int32(11) + b"COMMIT\\0"``.
+``b"Q" + int32(11) + b"COMMIT\\0"``. ``arm(..., after=b"INSERT INTO waits")``
+drops only a COMMIT of a transaction that sent those bytes (a statement's
+text), so a test can aim at one write of a whole command.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class CommitDropProxy:
         self.port = int(self._listener.getsockname()[1])
         self._armed: Mode | None = None
         self._shots = 0
+        self._after: bytes = b""
         self._lock = threading.Lock()
         self.fired: list[Mode] = []
         self._closed = False
@@ -42,10 +45,11 @@ class CommitDropProxy:
         self.held_ended = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
-    def arm(self, mode: Mode, times: int = 1) -> None:
-        """Drop the next ``times`` connections that send COMMIT (one shot each)."""
+    def arm(self, mode: Mode, times: int = 1, *, after: bytes = b"") -> None:
+        """Drop the next ``times`` connections that send COMMIT (one shot each);
+        with ``after``, only a COMMIT of a transaction that sent those bytes."""
         with self._lock:
-            self._armed, self._shots = mode, times
+            self._armed, self._shots, self._after = mode, times, after
 
     def refuse(self) -> None:
         """Refuse every new connection from now on (open ones carry on)."""
@@ -55,8 +59,10 @@ class CommitDropProxy:
         """Accept new connections again (after :meth:`refuse`)."""
         self._refusing = False
 
-    def _take(self) -> Mode | None:
+    def _take(self, sent: bytes = b"") -> Mode | None:
         with self._lock:
+            if self._after and self._after not in sent:
+                return None
             mode = self._armed
             if mode is not None:
                 self._shots -= 1
@@ -98,10 +104,14 @@ class CommitDropProxy:
         mute: threading.Event,
         held: threading.Event,
     ) -> None:
+        sent = b""  # what the transaction sent so far (only kept while armed with `after`)
         try:
             while chunk := client.recv(65536):
+                if self._after:
+                    sent = (sent + chunk)[-65536:]
                 if COMMIT_MSG in chunk:
-                    mode = self._take()
+                    mode = self._take(sent)
+                    sent = b""
                     if mode == "before_commit":
                         self.fired.append(mode)
                         self._close(client, server)

@@ -14,7 +14,13 @@ from pathlib import Path
 import apsw
 import pytest
 
-from desktop_app.errors import DatabaseOpenError, DiskFullError, StoreError, WalMissingError
+from desktop_app.errors import (
+    DatabaseNotAFileError,
+    DatabaseOpenError,
+    DiskFullError,
+    StoreError,
+    WalMissingError,
+)
 from desktop_app.store import connection
 from desktop_app.store.connection import (
     BusyWait,
@@ -316,9 +322,12 @@ def test_a_missing_folder_says_create_it(tmp_path):
 def test_a_folder_in_place_of_the_file_is_refused(tmp_path):
     path = tmp_path / "dir.db"
     path.mkdir()
-    with pytest.raises(DatabaseOpenError) as err:
+    with pytest.raises(DatabaseNotAFileError) as err:
         open_connection(path)
-    assert str(err.value) == f"{path} is a folder, not a database file; pass --db with a file path."
+    assert str(err.value) == (
+        f"{path} is a folder, not a database file; nothing was opened. "
+        "Pass --db with the path of a database file (or of a new one)."
+    )
 
 
 def test_a_file_with_the_magic_but_no_database_is_refused_naming_it(tmp_path):

@@ -148,14 +148,20 @@ def test_commit_the_server_still_holds_open_is_ended_then_retried(proxied, pg_st
 
 
 @pytest.mark.scenario("S70")
-def test_commit_whose_outcome_cannot_be_asked_is_an_error_naming_the_xid(proxy, pg_url, pg_store):
-    """COMMIT landed, then the server became unreachable: the store does not
-    guess. StoreError names the transaction to look up; the run holds what
-    the server committed, once."""
+def test_commit_whose_outcome_cannot_be_asked_is_unknown_naming_the_xid(
+    proxy, pg_url, pg_store, monkeypatch
+):
+    """COMMIT landed, then the server stayed unreachable while the store
+    asked (on new connections, for RESOLVE_TIMEOUT_S): it does not guess.
+    CommitUnknownError names the transaction and why; the run holds what the
+    server committed, once."""
     from psycopg_pool import ConnectionPool
 
+    from desktop_app.errors import CommitUnknownError
+    from desktop_app.store import postgres
     from desktop_app.store.postgres import PostgresCheckpointStore
 
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
     # a pool that gives up on a refused connection after 1 s, not the default 30 s
     pool: ConnectionPool[Any] = ConnectionPool(
         proxy_url(pg_url, proxy),
@@ -166,25 +172,62 @@ def test_commit_whose_outcome_cannot_be_asked_is_an_error_naming_the_xid(proxy, 
         open=False,
     )
     pool.open(wait=True)
-    store = PostgresCheckpointStore(pool)
+    store = PostgresCheckpointStore(pool, where="the-db")
     store.notifier.enabled = False  # as in `proxied`: only the append's COMMIT is cut
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
     proxy.arm("after_commit_unreachable")
     try:
-        with pytest.raises(StoreError) as caught:
+        with pytest.raises(CommitUnknownError) as caught:
             store.append(cp("r1", 1, {"x": 1}))
     finally:
         store.close()
-    message = str(caught.value)
     assert proxy.fired == ["after_commit_unreachable"]
-    assert "dropped during COMMIT and the server cannot be asked whether transaction" in message
-    xid = message.split("whether transaction ")[1].split(" landed")[0]
-    assert f"`SELECT pg_xact_status('{xid}')`" in message
+    xid = caught.value.xid
+    assert str(caught.value).startswith(
+        f"the connection to PostgreSQL (the-db) dropped during COMMIT and whether transaction "
+        f"{xid} landed is unknown: the server could not be reached to ask for 1 s ("
+    )
+    assert str(caught.value).endswith(
+        "). Nothing is assumed; once the server is back, resume the run: it goes on from "
+        "what the server kept."
+    )
     import psycopg
 
     with psycopg.connect(pg_url) as conn:
         (state,) = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
     assert state == "committed"
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+
+
+@pytest.mark.scenario("S70")
+def test_a_server_back_before_the_deadline_is_asked_and_the_commit_counts(proxy, pg_url, pg_store):
+    """COMMIT landed and the server was out of reach for a moment (every
+    connection cut, the pool's idle one too): the store asks on a new
+    connection until the server answers, learns it committed, and the
+    append returns once, no retry."""
+    from psycopg_pool import ConnectionPool
+
+    from desktop_app.store.postgres import PostgresCheckpointStore
+
+    pool: ConnectionPool[Any] = ConnectionPool(
+        proxy_url(pg_url, proxy),
+        min_size=2,  # an idle connection the cut kills too: the pool would hand it out
+        max_size=2,
+        timeout=1.0,
+        kwargs={"autocommit": False, "options": "-c search_path=flowdesk"},
+        open=False,
+    )
+    pool.open(wait=True)
+    store = PostgresCheckpointStore(pool)
+    store.notifier.enabled = False
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    proxy.arm("after_commit_unreachable")
+    threading.Timer(0.8, proxy.admit).start()
+    try:
+        store.append(cp("r1", 1, {"x": 1}))
+    finally:
+        store.close()
+    assert proxy.fired == ["after_commit_unreachable"]
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
 
 

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from desktop_app.agent.messages import canonical_json
 from desktop_app.agent.tools import LISTING_PREFIX
 from desktop_app.errors import ConfigError, McpError
+from desktop_app.private import make_private_dirs
 
 if TYPE_CHECKING:
     from desktop_app.config import McpServerSettings, Settings
@@ -270,7 +271,7 @@ class McpServer:
 
         errlog = None
         if self.errlog is not None and self.command:
-            self.errlog.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_dirs(self.errlog.parent)
             fd = os.open(self.errlog, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             errlog = open(fd, "a", encoding="utf-8")  # noqa: SIM115 (closed below)
         try:

@@ -18,6 +18,7 @@ completion). The database is opened only through :mod:`desktop_app.bootstrap`.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 
@@ -31,7 +32,15 @@ from desktop_app.cli.output import (
     stop_progress,
 )
 from desktop_app.cli.parser import build_parser
-from desktop_app.errors import ConfigError, FlowdeskError, InputError, UnknownFlowError
+from desktop_app.errors import (
+    CommitUnknownError,
+    ConfigError,
+    DiskFullError,
+    FlowdeskError,
+    InputError,
+    UnknownFlowError,
+    redact,
+)
 
 __all__ = ["COMMANDS", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
@@ -60,6 +69,18 @@ COMMANDS: dict[str, Callable[[Ctx], int]] = {
 
 #: errors that mean the user's input was wrong: exit 2
 BAD_INPUT = (InputError, ConfigError, UnknownFlowError)
+#: commands that execute runs they print no id of: a full disk pauses those runs
+RESUMING = ("answer", "agent", "ask", "app")
+
+
+def command_again(argv: Sequence[str]) -> str:
+    """The command line after the global ``--db``/``--scope`` options (which
+    :class:`~desktop_app.cli.output.Hints` adds back), quoted for a shell:
+    what to run again (``db apply``), a URL's password masked."""
+    rest = list(argv)
+    while rest and rest[0].split("=", 1)[0] in ("--db", "--scope"):
+        rest = rest[1:] if "=" in rest[0] else rest[2:]
+    return shlex.join(redact(arg) for arg in rest)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,17 +92,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         argcomplete.autocomplete(parser)  # answers the shell's completion request, then exits
     except ImportError:  # completion is a convenience; the command works without it
         pass
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     ctx = Ctx(args)
     try:
-        return _handle(ctx, COMMANDS[args.command or "app"])
+        return _handle(ctx, COMMANDS[args.command or "app"], argv)
     finally:
         if ctx.hints.password_left_out:
             print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)
 
 
-def _handle(ctx: Ctx, handler: Callable[[Ctx], int]) -> int:
-    """Run ``handler``; a Flowdesk error or Ctrl-C becomes its message and exit code."""
+def _handle(ctx: Ctx, handler: Callable[[Ctx], int], argv: Sequence[str]) -> int:
+    """Run ``handler`` (for the command line ``argv``); a Flowdesk error or
+    Ctrl-C becomes its message and exit code."""
     try:
         return handler(ctx)
     except BrokenPipeError:  # `flowdesk runs | head`: the reader left; not an error
@@ -90,6 +113,26 @@ def _handle(ctx: Ctx, handler: Callable[[Ctx], int]) -> int:
     except BAD_INPUT as exc:
         print(f"flowdesk: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except DiskFullError as exc:
+        stop_progress()
+        command = ctx.args.command or "app"
+        if ctx.current_run is not None:
+            then, paused = f"resume {ctx.current_run}", True
+        elif command in RESUMING:
+            then, paused = "resume --all", True
+        else:  # `resume RUN` again, or a command that executes no run (`db apply`)
+            then, paused = command_again(argv), command == "resume"
+        exc = exc.for_command(ctx.hints.cmd(then), paused=paused)
+        print(f"flowdesk: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except CommitUnknownError as exc:
+        stop_progress()
+        print(f"flowdesk: {exc}", file=sys.stderr)
+        if ctx.current_run is not None:
+            print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
+        else:
+            print(f"see what landed with: {ctx.hints.cmd('runs')}", file=sys.stderr)
+        return EXIT_FAILED
     except FlowdeskError as exc:
         print(f"flowdesk: {exc}", file=sys.stderr)
         return EXIT_FAILED

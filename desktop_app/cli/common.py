@@ -8,12 +8,33 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.output import Hints
+from desktop_app.errors import InputError
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
     from desktop_app.config import Settings
     from desktop_app.flow import CompiledFlow, EventBus
     from desktop_app.store.runids import RunRef
+
+
+def parse_json(text: str, what: str) -> Any:
+    """``text`` given as ``what`` (``--input``, ``--payload``...) parsed as JSON.
+
+    Raises:
+        InputError: not JSON, or nested deeper than Python's recursion limit
+            (about 1,000 levels) allows (exit 2).
+    """
+    import json
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not JSON: {exc}") from exc
+    except RecursionError:
+        raise InputError(
+            f"{what} is nested too deeply (more than about {sys.getrecursionlimit()} levels "
+            "of arrays or objects); give a flatter JSON value"
+        ) from None
 
 
 class Ctx:

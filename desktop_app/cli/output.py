@@ -115,7 +115,7 @@ class Hints:
     def _runnable_db(self, db: str) -> str:
         if "://" not in db or urlsplit(db).password is None:
             return db
-        from desktop_app.store.postgres_sql import redact
+        from desktop_app.errors import redact
 
         self.password_left_out = True
         return redact(db, mask=None)

@@ -19,7 +19,7 @@ from desktop_app.cli.output import (
     step_listener,
     when,
 )
-from desktop_app.errors import RunLeasedError
+from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 
 if TYPE_CHECKING:
@@ -404,7 +404,14 @@ def cmd_resume(ctx: Ctx) -> int:
         return resume_agent_run(ctx, sv, ref.run_id, answer=None)
     from desktop_app.cli.start import report_result
 
-    result = engine.resume(ref.run_id)
+    ctx.current_run = ref.run_id
+    try:
+        result = engine.resume(ref.run_id)
+    except RunStateError:
+        if engine.status(ref.run_id).status != "waiting":
+            raise  # canceled or timed out
+        # it waits for a person's answer (`answer` continues it): report it waiting
+        result = engine.wake(ref.run_id)
     _deliver(engine)
     return report_result(ctx, result)
 

@@ -9,13 +9,12 @@ that run instead of starting a duplicate (``--new`` starts one anyway).
 
 from __future__ import annotations
 
-import json
 import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-from desktop_app.cli.common import Ctx
+from desktop_app.cli.common import Ctx, parse_json
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError
@@ -172,10 +171,7 @@ def cmd_start(ctx: Ctx) -> int:
             text = a.input_file.expanduser().read_text(encoding="utf-8")
         except OSError as exc:
             raise InputError(f"cannot read --input-file {a.input_file}: {exc.strerror}") from exc
-    try:
-        given = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--input is not JSON: {exc}") from exc
+    given = parse_json(text, "--input-file" if a.input_file is not None else "--input")
     if not isinstance(given, dict):
         raise InputError('--input must be a JSON object, e.g. \'{"order": "o-1"}\'')
     sv = ctx.services()
@@ -205,16 +201,14 @@ def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
-    try:
-        value = json.loads(a.value) if a.json else a.value
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--json was given but VALUE is not JSON: {exc}") from exc
+    value = parse_json(a.value, "--json was given but VALUE") if a.json else a.value
     sv = ctx.services()
     ref = ctx.resolve(sv, a.run_id)
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 
         return resume_agent_run(ctx, sv, ref.run_id, answer=str(value))
+    ctx.current_run = ref.run_id
     result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
     delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
@@ -225,10 +219,7 @@ def cmd_answer(ctx: Ctx) -> int:
 
 def cmd_signal(ctx: Ctx) -> int:
     a = ctx.args
-    try:
-        payload = json.loads(a.payload)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--payload is not JSON: {exc}") from exc
+    payload = parse_json(a.payload, "--payload")
     sv = ctx.services()
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")

@@ -39,7 +39,9 @@ from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
 from desktop_app.flows.confined import Refused, open_dir, open_regular, write_private
 from desktop_app.flows.extract import READ_LIMIT_BYTES, extract, looks_binary
+from desktop_app.private import make_private_dirs
 from desktop_app.store.domain.digest import DigestFile, files_of_run, record_file
+from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
     from desktop_app.agent.runtime import Agent
@@ -86,7 +88,7 @@ def _check_input(src: Path, dst: Path) -> DigestInput:
     if dst.exists() and not dst.is_dir():
         raise InputError(f"output {dst} exists and is not a folder; choose a folder for the report")
     try:
-        dst.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(dst)
     except OSError as exc:
         raise InputError(f"cannot create the output folder {dst}: {exc.strerror or exc}") from exc
     if not os.access(dst, os.W_OK):
@@ -199,23 +201,30 @@ def _one_line(path: str) -> str:
 
 
 def render_report(folder_name: str, rows: list[DigestFile]) -> str:
-    """The Markdown report; depends only on the rows (byte-identical re-runs)."""
+    """The Markdown report; depends only on the rows (byte-identical re-runs).
+
+    Everything taken from the folder (names, titles, summaries, which may be
+    a model's text, skip reasons) has its control characters shown as escapes
+    (:func:`desktop_app.textsafe.visible_controls`): ``cat digest.md`` never
+    runs an escape sequence a file held."""
     done = [r for r in rows if r.kind != "skipped"]
     skipped = [r for r in rows if r.kind == "skipped"]
-    out = [f"# Digest of {folder_name}", ""]
+    out = [f"# Digest of {_one_line(folder_name)}", ""]
     out.append(f"{len(rows)} files: {len(done)} summarised, {len(skipped)} skipped.")
     out.append("")
     for r in done:
         out.append(f"## {_one_line(r.path)}")
         out.append("")
-        out.append(f"**{r.title}** · {r.kind}, {r.size_bytes} bytes")
+        out.append(f"**{visible_controls(str(r.title))}** · {r.kind}, {r.size_bytes} bytes")
         out.append("")
-        out.append(r.summary or "")
+        out.append(visible_controls(r.summary or ""))
         out.append("")
     if skipped:
         out.append("## Skipped files")
         out.append("")
-        out.extend(f"- {_one_line(r.path)} ({r.skip_reason})" for r in skipped)
+        out.extend(
+            f"- {_one_line(r.path)} ({visible_controls(str(r.skip_reason))})" for r in skipped
+        )
         out.append("")
     return "\n".join(out)
 
@@ -263,7 +272,7 @@ def build_digest_flow(
         rows = ctx.query(files_of_run(ctx.run_id))
         text = render_report(Path(state.folder).name, rows)
         out = Path(state.out)
-        out.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(out)
         fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             write_private(fd, REPORT_NAME, text, tag=ctx.run_id)

@@ -14,6 +14,9 @@ Choices (see README, "The SQLite file"):
 * ``journal_size_limit`` 4 MiB, and after a full disk (ENOSPC) the store
   truncates the WAL (``wal_checkpoint(TRUNCATE)``) at its first commit once
   space allows, so freed space is not kept by a WAL left at its full size.
+  A new process does the same when it opens its first connection to a file
+  whose ``-wal`` is larger than 4 MiB (left by a process that died) and no
+  other connection holds the log.
 * ``transaction_mode = "IMMEDIATE"``: every ``with conn:`` write transaction
   starts with ``BEGIN IMMEDIATE``, so a read-then-write transaction never
   fails half-way on a lock upgrade.
@@ -35,6 +38,7 @@ Choices (see README, "The SQLite file"):
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 import weakref
@@ -43,7 +47,13 @@ from typing import Literal
 
 import apsw
 
-from desktop_app.errors import DatabaseOpenError, DiskFullError, StoreError, WalMissingError
+from desktop_app.errors import (
+    DatabaseNotAFileError,
+    DatabaseOpenError,
+    DiskFullError,
+    StoreError,
+    WalMissingError,
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -60,6 +70,9 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
         )
     if isinstance(exc, apsw.FullError):
         return DiskFullError(f"the database {path}" if path else "the database")
+    if getattr(exc, "extendedresult", None) == apsw.SQLITE_IOERR_SHMSIZE:
+        # the -shm index could not grow: ENOSPC (SQLite says only "disk I/O error")
+        return DiskFullError(f"the database's index {path}-shm" if path else "the database")
     if isinstance(exc, apsw.IOError) and path is not None and _wal_deleted(Path(path), exc):
         return WalMissingError(
             f"the database's write-ahead log {path}-wal is missing or empty although its "
@@ -108,6 +121,37 @@ def _wal_deleted(path: Path, exc: apsw.IOError) -> bool:
     except OSError:
         return False
     return wal_size == 0 and Path(f"{path}-shm").exists()
+
+
+#: what a file that is not a regular file is, for :func:`_refuse_non_file`
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _refuse_non_file(path: Path) -> None:
+    """Refuse ``path`` unless it is a regular file (a symlink to one counts)
+    or absent, with ``os.stat`` only: opening a FIFO blocks until a writer
+    comes, so it is never opened.
+
+    Raises:
+        DatabaseNotAFileError: a folder, FIFO, socket or device (exit 2).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # absent, or unreadable: SQLite's own open says which
+        return
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    raise DatabaseNotAFileError(
+        f"{path} is {kind}, not a database file; nothing was opened. "
+        "Pass --db with the path of a database file (or of a new one)."
+    )
 
 
 def _create_private(path: Path) -> None:
@@ -231,14 +275,33 @@ def _check_header(path: Path) -> None:
             f"cannot read the database {path}: permission denied. Fix its permissions "
             "or pass --db PATH."
         ) from exc
-    except IsADirectoryError as exc:
-        raise DatabaseOpenError(
-            f"{path} is a folder, not a database file; pass --db with a file path."
-        ) from exc
     if head and head != SQLITE_MAGIC:
         raise DatabaseOpenError(
             f"{path} is not a SQLite database; it was left untouched. Pass --db with another path."
         )
+
+
+def _reclaim_wal(conn: apsw.Connection, path: Path) -> None:
+    """Give back the space of a ``-wal`` left larger than :data:`WAL_LIMIT_BYTES`
+    (by a process that died after a full disk stopped its checkpoints):
+    ``wal_checkpoint(TRUNCATE)``, once, as the process's first connection.
+
+    It never waits: without a busy handler, a checkpoint another connection
+    blocks (a reader, a writer in another process) is left to that process,
+    whose own commits reset the log. On a disk still full it writes nothing
+    and the first write reports the full disk (:class:`DiskFullError`)."""
+    try:
+        if os.stat(f"{path}-wal").st_size <= WAL_LIMIT_BYTES:
+            return
+    except OSError:  # no -wal file: nothing to give back
+        return
+    conn.set_busy_handler(None)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    except (apsw.BusyError, apsw.LockedError, apsw.FullError):
+        pass  # see the docstring: another process holds it, or no space yet
+    finally:
+        conn.set_busy_handler(_BUSY[conn])
 
 
 def open_connection(
@@ -262,14 +325,17 @@ def open_connection(
             test suite simulates power loss and full disks with one.
 
     Raises:
+        DatabaseNotAFileError: ``path`` is a folder, FIFO, socket or device.
         DatabaseOpenError: missing/unwritable folder, not a SQLite file.
         StoreError: any other failure.
     """
     p = Path(path)
+    _refuse_non_file(p)
     if create:
         _create_private(p)
     elif not p.exists():
         raise DatabaseOpenError(f"no database at {p}; run `flowdesk --db {p} db apply` first.")
+    first = connections_open(p) == 0
     try:
         conn = _open_registered(p, vfs)
     except apsw.Error as exc:
@@ -290,6 +356,8 @@ def open_connection(
         if fullfsync:
             conn.execute("PRAGMA fullfsync=ON")
         conn.transaction_mode = "IMMEDIATE"
+        if first:
+            _reclaim_wal(conn, p)
     except (apsw.Error, StoreError) as exc:
         conn.close()
         if isinstance(exc, StoreError):

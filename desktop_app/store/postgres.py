@@ -25,9 +25,11 @@ transaction, with these PostgreSQL-specific rules:
 * A connection lost *during* COMMIT leaves the outcome unknown. Before
   committing, the store notes the transaction id (``pg_current_xact_id()``,
   the commit token the server itself keeps) and the backend pid; after a
-  lost COMMIT it asks a fresh connection ``pg_xact_status(xid)``:
+  lost COMMIT it asks a new connection ``pg_xact_status(xid)``, reconnecting
+  while the server cannot be reached (up to ``RESOLVE_TIMEOUT_S``):
   ``committed`` is success, ``aborted`` is retried, ``in progress`` (the old
-  backend has not noticed yet) terminates that backend and asks again.
+  backend has not noticed yet) terminates that backend and asks again; an
+  outcome it cannot learn is a ``CommitUnknownError`` (nothing assumed).
 * Times are ``timestamptz`` in the database, UTC epoch seconds (µs
   precision) in the records. State and step JSON is stored as ``text``, the
   codec's exact bytes (``jsonb`` refuses ``\\u0000`` and NaN).
@@ -55,6 +57,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from desktop_app.errors import (
     CheckpointNotFoundError,
+    CommitUnknownError,
     DatabaseOpenError,
     DuplicateFlowKeyError,
     LeaseLostError,
@@ -255,42 +258,59 @@ class PostgresCheckpointStore:
         conn.commit()
 
     def _resolve(self, xid: str, pid: int) -> bool:
-        """Whether transaction ``xid`` committed, asked on a fresh connection."""
+        """Whether transaction ``xid`` committed (True) or aborted (False: the
+        caller runs it again), asked with ``pg_xact_status``: the server keeps
+        a transaction's outcome after its session is gone, so a new
+        connection can ask. A server that cannot be reached is asked again on
+        a new connection (back-off 50 ms to 1 s) until :data:`RESOLVE_TIMEOUT_S`.
+
+        Raises:
+            CommitUnknownError: the server stayed unreachable, still holds the
+                transaction open, or no longer knows it; nothing is assumed.
+        """
         deadline = time.monotonic() + RESOLVE_TIMEOUT_S
-        try:
-            with self.pool.connection() as conn:
-                conn.autocommit = True
-                try:
-                    while True:
-                        row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
-                        state = None if row is None else row[0]
-                        if state == "committed":
-                            return True
-                        if state == "aborted":
-                            return False
-                        if state != "in progress" or time.monotonic() > deadline:
-                            break
-                        # The old backend still holds the transaction open (it has
-                        # not seen the client go): end it, then ask again.
-                        conn.execute(
-                            "SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity "
-                            "WHERE pid=%s AND backend_xid::text=%s",
-                            (pid, str(int(xid) & 0xFFFFFFFF)),
-                        )
-                        time.sleep(0.02)
-                finally:
-                    conn.autocommit = False
-        except psycopg.Error as exc:
-            raise StoreError(
-                f"the connection to PostgreSQL ({self.where}) dropped during COMMIT and the "
-                f"server cannot be asked whether transaction {xid} landed: {exc}. Run "
-                f"`SELECT pg_xact_status('{xid}')` once it is back before retrying."
-            ) from exc
-        raise StoreError(
-            f"the connection to PostgreSQL ({self.where}) dropped during COMMIT and the "
-            f"outcome of transaction {xid} is unknown ({state!r}); nothing is assumed. "
-            "Reload the run before retrying."
-        )
+        pause = 0.05
+        while True:
+            try:
+                state = self._xact_status(xid, pid)
+            except psycopg.Error as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                reason = (
+                    f"the server could not be reached to ask for {RESOLVE_TIMEOUT_S:g} s ({first})"
+                )
+            else:
+                if state == "committed":
+                    return True
+                if state == "aborted":
+                    return False
+                if state is None:  # too old for the server's commit log
+                    reason = "the server no longer knows that transaction"
+                    break
+                reason = f"the server still holds it open after {RESOLVE_TIMEOUT_S:g} s"
+            if time.monotonic() + pause > deadline:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+        raise CommitUnknownError(self.where, xid, reason)
+
+    def _xact_status(self, xid: str, pid: int) -> str | None:
+        """``pg_xact_status(xid)`` on a new connection (not the pool's: its
+        connections may all have dropped with the one that sent COMMIT). While
+        the old backend still holds the transaction open (it has not seen the
+        client go) it is ended and the server asked again."""
+        conninfo = self.pool.conninfo
+        if callable(conninfo):  # psycopg_pool also takes a function returning it
+            conninfo = conninfo()
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+            row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+            if row is not None and row[0] == "in progress":
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity "
+                    "WHERE pid=%s AND backend_xid::text=%s",
+                    (pid, str(int(xid) & 0xFFFFFFFF)),
+                )
+                row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+            return None if row is None else row[0]
 
     # -- helpers -------------------------------------------------------------
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -23,6 +22,7 @@ from desktop_app.errors import (
     SchemaMissingError,
     StoreError,
 )
+from desktop_app.errors import redact as redact  # its home moved; importers here keep working
 from desktop_app.store.protocol import SqlResult
 from desktop_app.store.rows import written_table
 
@@ -44,23 +44,6 @@ def no_nul(text: str | None) -> str | None:
     """Free text (error messages) with NUL replaced by U+FFFD: PostgreSQL text
     refuses NUL, and an error message must never make its append fail."""
     return None if text is None else text.replace("\x00", "\ufffd")
-
-
-def redact(url: str, mask: str | None = "***") -> str:
-    """``url`` without its password: masked (``alice:***@``) for messages,
-    or with ``mask=None`` left out (``alice@``), a URL that still connects
-    (libpq then reads the password from ``PGPASSWORD`` or ``~/.pgpass``)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = parts.username or ""
-    if user and mask is not None:
-        user += f":{mask}"
-    user += "@" if user else ""
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
 
 
 def is_connection_lost(exc: BaseException) -> bool:

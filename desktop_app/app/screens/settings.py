@@ -29,6 +29,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.config import config_file
 from desktop_app.errors import FlowdeskError
+from desktop_app.private import make_private_dirs
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -101,7 +102,7 @@ def save_settings(path: Path, top: dict[str, Any], model: dict[str, Any]) -> Non
     elif "model" in doc:
         del doc["model"]
     text = tomlkit.dumps(doc)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

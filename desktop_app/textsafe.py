@@ -1,0 +1,35 @@
+"""Text from outside Flowdesk made safe to print or write where a terminal
+may show it.
+
+File contents (a digest's titles and summaries), model replies and tool
+output can hold control characters. Written raw into a report, ``cat
+digest.md`` would run them: an ESC sequence can recolour or clear the
+screen, move the cursor to hide lines, set the window title, or (in some
+terminals) write to the clipboard. :func:`visible_controls` shows every such
+character as its escape instead, so the text is still all there, readable
+and inert. Use it on anything from outside that ends up in a file a person
+may ``cat`` or in terminal output.
+"""
+
+from __future__ import annotations
+
+#: characters shown as ``\\xNN``: C0 controls (ESC included) but newline and
+#: tab, DEL, and the C1 controls U+0080-U+009F (U+009B is a one-byte CSI)
+_CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
+_KEPT = {ord("\n"), ord("\t")}
+_TABLE = {c: f"\\x{c:02x}" for c in _CONTROLS if c not in _KEPT}
+
+
+def visible_controls(text: str) -> str:
+    """``text`` with each control character written as its escape: ESC
+    becomes the four characters ``\\x1b``, a carriage return ``\\x0d``, U+009B
+    ``\\x9b``; newline and tab stay as they are, every other character too.
+
+    Args:
+        text: any text (str); a string without control characters comes back
+            unchanged (the same bytes: reports stay byte-identical).
+
+    Returns:
+        str: the text, safe to write where a terminal will show it.
+    """
+    return text.translate(_TABLE)

@@ -1,0 +1,95 @@
+"""Bad input on the command line is one line on stderr and exit 2, never a
+traceback or a hang: JSON nested 100,000 deep, a settings file that is not
+text, and a ``--db`` that is a folder, a FIFO, a socket or a device.
+Real ``flowdesk`` processes, real files."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import flowdesk
+
+DEEP = "[" * 100_000  # one argument must stay under Linux's 128 KiB limit
+
+
+def one_line_exit_2(out) -> str:
+    """The refusal: exit 2, one ``flowdesk:`` line on stderr, no traceback."""
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flowdesk: "), out.stderr[-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        (["start", "approval", "--input", DEEP], "--input"),
+        (["signal", "paid", "o-1", "--payload", DEEP], "--payload"),
+        (["answer", "ffffffff", DEEP, "--json"], "VALUE"),
+    ],
+)
+def test_json_nested_100000_deep_is_refused_in_one_line(db_path, args, what):
+    line = one_line_exit_2(flowdesk(db_path, *args, timeout=60))
+    assert f"{what} is nested too deeply" in line and "flatter JSON" in line
+
+
+def test_an_input_file_nested_100000_deep_is_refused_in_one_line(db_path, tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    line = one_line_exit_2(flowdesk(db_path, "start", "approval", "--input-file", str(deep)))
+    assert "--input-file is nested too deeply" in line
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'db_path = "x"\n\xff\xfe\x00\x01',
+        b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)),
+        b"scope = 'a'\x00\n",
+    ],
+    ids=["not-utf8", "elf-binary", "nul-byte"],
+)
+def test_a_binary_settings_file_is_refused_in_one_line(db_path, tmp_path, content):
+    config = tmp_path / "config.toml"
+    config.write_bytes(content)
+    line = one_line_exit_2(flowdesk(db_path, "runs", env={"FLOWDESK_CONFIG": str(config)}))
+    assert f"the settings file {config} is not" in line
+    assert "FLOWDESK_CONFIG" in line  # what to do
+
+
+def _fifo(path: Path) -> str:
+    os.mkfifo(path)
+    return "a FIFO (named pipe)"
+
+
+def _folder(path: Path) -> str:
+    path.mkdir()
+    return "a folder"
+
+
+@pytest.mark.parametrize("make", [_fifo, _folder], ids=["fifo", "folder"])
+def test_a_db_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path, make):
+    path = tmp_path / "flowdesk.db"
+    kind = make(path)
+    for args in (["runs"], ["db", "apply"], ["signal", "paid", "o-1"]):
+        line = one_line_exit_2(flowdesk(path, *args, timeout=20))  # a FIFO used to hang here
+        assert line == (
+            f"flowdesk: {path} is {kind}, not a database file; nothing was opened. "
+            "Pass --db with the path of a database file (or of a new one)."
+        )
+    assert not Path(f"{path}-wal").exists() and not Path(f"{path}-journal").exists()
+
+
+def test_a_db_that_is_a_socket_or_a_device_is_refused(tmp_path):
+    sock_path = tmp_path / "s.db"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(sock_path))
+        line = one_line_exit_2(flowdesk(sock_path, "runs", timeout=20))
+    assert f"{sock_path} is a socket, not a database file" in line
+    line = one_line_exit_2(flowdesk("/dev/null", "runs", timeout=20))
+    assert "/dev/null is a character device, not a database file" in line

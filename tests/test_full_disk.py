@@ -1,0 +1,159 @@
+"""A full disk for real: a 2 MiB tmpfs, filled to the last byte. Every
+command says the disk is full, what to free and the command to run (as
+printed, with the user's ``--db``), and a command that executes no run says
+nothing of a paused run. The ``-shm`` index hitting ENOSPC is named as a full
+disk, not "disk I/O error". A ``-wal`` left large by a process that died is
+given back by the next process that opens the file.
+
+The tmpfs needs mount privileges (root, or a user namespace): without them
+these tests skip, except under ``CI=true`` where they fail.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from desktop_app.store.connection import WAL_LIMIT_BYTES, open_connection
+from tests.cli_support import flowdesk
+from tests.pg_support import IN_CI
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted in ``tmp_path``."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        reason = f"cannot mount a small tmpfs: {done.stderr.strip()}"
+        if IN_CI:
+            pytest.fail(f"CI=true: {reason}", pytrace=False)
+        pytest.skip(reason)
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until ENOSPC: the disk has no byte left."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    finally:
+        os.close(fd)
+    return filler
+
+
+def one_line_exit_1(out) -> str:
+    assert out.returncode == 1, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("flowdesk: "), out.stderr[-2000:]
+    return lines[0]
+
+
+def test_db_apply_on_a_full_disk_names_itself_and_no_run(small_disk):
+    db = small_disk / "flowdesk.db"
+    filler = fill(small_disk)
+    line = one_line_exit_1(flowdesk(db, "db", "apply"))
+    assert line == (
+        f"flowdesk: the disk holding the database {db} is full (no space left on the device); "
+        "nothing more was written and nothing saved before is lost. Free at least 5 MiB on "
+        f"that disk, then run `flowdesk --db {db} db apply`."
+    )
+    filler.unlink()  # the user frees space and runs the command as printed
+    assert flowdesk(db, "db", "apply").returncode == 0
+    assert flowdesk(db, "runs").returncode == 0
+
+
+def test_enospc_on_the_shm_index_is_a_full_disk_with_the_command_to_run(small_disk):
+    db = small_disk / "flowdesk.db"
+    assert flowdesk(db, "db", "apply").returncode == 0  # the -shm goes with the last connection
+    filler = fill(small_disk)
+    where = f"the disk holding the database's index {db}-shm is full"
+    line = one_line_exit_1(flowdesk(db, "runs"))
+    assert where in line and "disk I/O error" not in line
+    assert line.endswith(f"Free at least 5 MiB on that disk, then run `flowdesk --db {db} runs`.")
+    assert "paused" not in line
+    line = one_line_exit_1(flowdesk(db, "resume", "--all"))  # executes runs: they are paused
+    assert where in line and "the run is paused at its last saved step" in line
+    assert line.endswith(f"then run `flowdesk --db {db} resume --all`.")
+    filler.unlink()
+    assert flowdesk(db, "resume", "--all").returncode == 0
+
+
+def _leave_a_large_wal(db: Path, mib: int) -> None:
+    """A process writes ``mib`` MiB without a checkpoint (as when a full disk
+    stopped them) and is killed with SIGKILL: its ``-wal`` stays behind."""
+    code = (
+        "import apsw, os, signal, sys\n"
+        "c = apsw.Connection(sys.argv[1])\n"
+        "c.execute('PRAGMA journal_mode=WAL'); c.execute('PRAGMA wal_autocheckpoint=0')\n"
+        "c.execute('CREATE TABLE big(b)')\n"
+        f"for _ in range({mib}):\n"
+        "    with c: c.execute('INSERT INTO big VALUES (zeroblob(1048576))')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    died = subprocess.run([sys.executable, "-c", code, str(db)], timeout=60)
+    assert died.returncode == -9
+    assert os.stat(f"{db}-wal").st_size > 2 * WAL_LIMIT_BYTES
+
+
+def test_a_new_process_gives_back_the_wal_a_dead_one_left(tmp_path):
+    db = tmp_path / "flowdesk.db"
+    _leave_a_large_wal(db, 9)
+    conn = open_connection(db)
+    try:
+        assert os.stat(f"{db}-wal").st_size == 0  # given back at once, not at exit
+        assert conn.execute("SELECT count(*) FROM big").fetchall() == [(9,)]
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    finally:
+        conn.close()
+
+
+def test_a_wal_another_process_is_reading_is_left_to_it_without_waiting(tmp_path):
+    db = tmp_path / "flowdesk.db"
+    _leave_a_large_wal(db, 9)
+    size = os.stat(f"{db}-wal").st_size
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import apsw, sys\n"
+            "c = apsw.Connection(sys.argv[1])\n"
+            "c.execute('BEGIN'); c.execute('SELECT count(*) FROM big').fetchall()\n"
+            "print('reading', flush=True); sys.stdin.readline()\n",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == "reading\n"
+        started = time.monotonic()
+        conn = open_connection(db, busy_timeout_s=10.0)
+        took = time.monotonic() - started
+        try:
+            assert took < 2.0  # no wait for the reader (the busy timeout is 10 s)
+            assert os.stat(f"{db}-wal").st_size == size  # its log, still in use
+            assert conn.execute("SELECT count(*) FROM big").fetchall() == [(9,)]
+        finally:
+            conn.close()
+    finally:
+        reader.communicate("\n", timeout=30)

@@ -1,0 +1,135 @@
+"""``flowdesk`` on PostgreSQL when the connection drops during a step's
+COMMIT (S70), through a proxy that cuts it there and then refuses new
+connections: the CLI reconnects and asks the server itself whether the
+transaction landed (the outcome outlives the session), and goes on; if the
+server stays unreachable it says the outcome is unknown and prints the
+``resume`` command with the user's ``--db`` (password masked), which works
+as printed once the server is back. Real processes, a real server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from tests.cli_support import REPO
+from tests.pg_proxy import CommitDropProxy
+from tests.pg_support import with_address
+
+pytestmark = pytest.mark.postgres
+
+ENV = {"FLOWDESK_FLOWS": '["desktop_app.examples.approval:approval"]'}
+#: the COMMIT of the step that stores the approval question
+WAIT_COMMIT = b"INSERT INTO waits"
+START = ["start", "approval", "--input", '{"order": "o-1"}']
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[CommitDropProxy]:
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    yield proxy
+    proxy.close()
+
+
+def spawn(*args: str, resolve_timeout_s: float | None = None) -> subprocess.Popen[str]:
+    """``flowdesk ARGS`` in a new process; ``resolve_timeout_s`` shortens how
+    long the store keeps asking an unreachable server (30 s by default)."""
+    code = "import sys\n"
+    if resolve_timeout_s is not None:
+        code += (
+            f"import desktop_app.store.postgres as p; p.RESOLVE_TIMEOUT_S = {resolve_timeout_s}\n"
+        )
+    code += "from desktop_app.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **ENV},
+    )
+
+
+def until_fired(proxy: CommitDropProxy, child: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not proxy.fired:
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "the step's COMMIT never came"
+        time.sleep(0.02)
+
+
+def history(pg_url: str, run_id: str) -> tuple[list[int], int]:
+    """The run's checkpoint revisions and how many waits it has, read directly."""
+    with psycopg.connect(pg_url, options="-c search_path=flowdesk") as conn:
+        revs = [
+            r[0]
+            for r in conn.execute(
+                "SELECT revision FROM checkpoints WHERE run_id=%s ORDER BY revision", (run_id,)
+            )
+        ]
+        (waits,) = conn.execute("SELECT count(*) FROM waits WHERE run_id=%s", (run_id,)).fetchone()
+    return revs, waits
+
+
+@pytest.mark.scenario("S70")
+def test_a_dropped_commit_is_asked_about_on_reconnect_and_the_cli_goes_on(pg_url, proxy):
+    url = with_address(pg_url, host="127.0.0.1", port=proxy.port)
+    proxy.arm("after_commit_unreachable", after=WAIT_COMMIT)
+    child = spawn("--db", url, *START)
+    until_fired(proxy, child)
+    time.sleep(1.0)  # the server is out of reach for a second
+    proxy.admit()
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert "pg_xact_status" not in err
+    run_id = out.splitlines()[0]
+    assert f"run {run_id} waiting" in out
+    revs, waits = history(pg_url, run_id)
+    assert waits == 1 and revs == sorted(set(revs))  # the question stored once
+
+
+@pytest.mark.scenario("S70")
+def test_an_outcome_the_server_cannot_be_asked_is_unknown_with_a_resume_that_works(pg_url, proxy):
+    url = with_address(pg_url, host="127.0.0.1", port=proxy.port, password="s3cret-pw")
+    proxy.arm("after_commit_unreachable", after=WAIT_COMMIT)
+    child = spawn("--db", url, *START, resolve_timeout_s=1.5)
+    until_fired(proxy, child)
+    out, err = child.communicate(timeout=60)  # never admitted while it asks
+    assert child.returncode == 1, err
+    assert "Traceback" not in err and "pg_xact_status" not in err and "s3cret-pw" not in err
+    run_id = out.splitlines()[0]
+    found = re.search(
+        r"whether transaction (\d+) landed is unknown: the server could not be "
+        r"reached to ask for 1\.5 s",
+        err,
+    )
+    assert found, err
+    hint = err.splitlines()[-1]
+    masked = with_address(pg_url, host="127.0.0.1", port=proxy.port, password="***")
+    assert hint == f"resume with: flowdesk --db '{masked}' resume {run_id}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the truth, for the test
+        (state,) = conn.execute("SELECT pg_xact_status(%s::xid8)", (found[1],)).fetchone()
+    assert state == "committed"
+    proxy.admit()  # the server is back: the printed command works as printed
+    resumed = subprocess.run(
+        hint.removeprefix("resume with: ").replace(
+            "flowdesk", f"{sys.executable} -m desktop_app.cli", 1
+        ),
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, **ENV},
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run {run_id} waiting" in resumed.stdout
+    revs, waits = history(pg_url, run_id)
+    assert waits == 1 and revs == sorted(set(revs))
