@@ -691,7 +691,7 @@ def test_a_run_taken_over_before_its_first_save_names_the_new_holder(db_path: Pa
     def stalls(s: S) -> dict:
         clock.advance(31)  # past A's lease; B takes the run over meanwhile
         (run,) = store_b.list_runs()
-        store_b.claim(run.run_id, holder["b"].lease(), clock.now())
+        store_b.claim(run.run_id, holder["b"].lease(takes_over="hosta:1:a"), clock.now())
         return {"n": 1}
 
     def flow():

@@ -150,7 +150,7 @@ def test_a_lost_lease_with_an_unnamed_holder_ending_at_the_epoch(db_path: Path):
     def stalls(s: S) -> dict:
         clock.advance(31)  # past A's lease (it ended at -10.0)
         (run,) = store_b.list_runs()
-        store_b.claim(run.run_id, Lease("", 0.0, clock.now()), clock.now())
+        store_b.claim(run.run_id, Lease("", 0.0, clock.now(), takes_over="hosta:1:a"), clock.now())
         return {"rounds": 1}
 
     flow = FlowBuilder("one", S).step("a", stalls).compile()

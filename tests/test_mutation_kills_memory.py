@@ -66,8 +66,14 @@ def test_lost_leases_say_who_holds_the_run():
     with pytest.raises(LeaseLostError) as taken:
         s.append(_cp("r", 1), lease=Lease("a", 1060.0, 1010.0))
     assert str(taken.value) == (
-        "run r was taken over by b after this process's lease expired; "
+        "run r is held by b, not by this process (a): it took the run over; "
         "this process stops executing it."
+    )
+    with pytest.raises(LeaseLostError) as late:
+        s.append(_cp("r", 1), lease=Lease("c", 1060.0, 1010.0, takes_over="a"))
+    assert str(late.value) == (
+        "run r is held by b: another process took it over from a first; "
+        "this process runs nothing of it."
     )
     s.append(_cp("r", 1), lease=Lease("b", 1060.0, 1010.0))
     with pytest.raises(LeaseLostError) as held:
@@ -81,7 +87,11 @@ def test_a_lease_issued_at_the_instant_another_expires_may_write():
     s = _store()
     s.create_run(_run("r"), _cp("r", 0))
     s.claim("r", Lease("b", 1030.0, 1000.0), 1000.0)
-    s.append(_cp("r", 1), lease=Lease("a", 1060.0, 1030.0))
+    with pytest.raises(LeaseLostError):  # a lease naming no holder takes none
+        s.append(_cp("r", 1), lease=Lease("a", 1060.0, 1030.0))
+    with pytest.raises(LeaseLostError):  # b's lease still runs a moment before
+        s.append(_cp("r", 1), lease=Lease("a", 1060.0, 1029.999, takes_over="b"))
+    s.append(_cp("r", 1), lease=Lease("a", 1060.0, 1030.0, takes_over="b"))
     assert s.get_run("r").lease_owner == "a"
 
 

@@ -56,9 +56,10 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def test_an_owner_id_is_host_pid_and_six_hex_digits():
+def test_an_owner_id_is_host_pid_six_hex_digits_and_the_process_start_time():
     owner = new_owner()
-    assert re.fullmatch(rf"{re.escape(HOST)}:{os.getpid()}:[0-9a-f]{{6}}", owner), owner
+    start = Path(f"/proc/{os.getpid()}/stat").read_bytes().rsplit(b")", 1)[1].split()[19]
+    assert re.fullmatch(rf"{re.escape(HOST)}:{os.getpid()}:[0-9a-f]{{6}}@{int(start)}", owner)
     assert new_owner() != owner  # the nonce tells two owners of one process apart
 
 
@@ -136,3 +137,20 @@ def test_a_process_this_user_may_not_signal_is_alive():
     assert out.returncode == 0, out.stderr
     uid, answer = out.stdout.split()
     assert uid != "0" and answer == "False"
+
+
+def test_a_pid_another_process_has_now_is_not_the_owner():
+    """After a reboot (or a wrap-around) the pid of a dead owner may name a
+    live process again: the start time the owner id records tells them apart."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        start = int(Path(f"/proc/{child.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+        assert owners.liveness(f"{HOST}:{child.pid}:abcdef@{start}") == "alive"
+        assert owners.liveness(f"{HOST}:{child.pid}:abcdef@{start + 1}") == "dead"
+        assert owners.liveness(f"{HOST}:{child.pid}:abcdef") == "alive"  # no start recorded
+        me = new_owner()
+        assert owners.liveness(me) == "alive"
+        assert owners.liveness(me.rsplit("@", 1)[0] + "@1") == "dead"  # an earlier holder of my pid
+    finally:
+        child.kill()
+        child.wait()

@@ -922,6 +922,7 @@ from desktop_app.store.sqlite import open_store
 
 store = SqliteAgentStore(open_store(sys.argv[1]))
 EVENTS = Agent("helper", ScriptedModel(["one two three"]), store).stream("q")
+assert next(EVENTS).kind == "started"  # the run is stored: its id, for a Ctrl-C hint
 print(next(EVENTS).text, flush=True)  # the caller stops reading and the process ends
 """
 

@@ -103,11 +103,11 @@ def test_a_lost_lease_raises_lease_lost_and_nothing_is_written(db_path):
     a.create_run(_run(), _cp("r1", 0, {"n": 0}))
     a.claim("r1", Lease("host:1:a", T0 + 30, issued_at=T0), now=T0)
     # a stalls past its lease; b takes the run over
-    b.claim("r1", Lease("host:2:b", T0 + 61, issued_at=T0 + 31), now=T0 + 31)
+    b.claim("r1", Lease("host:2:b", T0 + 61, T0 + 31, takes_over="host:1:a"), now=T0 + 31)
     with pytest.raises(LeaseLostError) as err:
         a.append(_cp("r1", 1, {"n": 1}), lease=Lease("host:1:a", T0 + 60, issued_at=T0 + 30))
     assert str(err.value) == (
-        "run r1 is held by a live process (host:2:b) that took it over; "
+        "run r1 is held by host:2:b, not by this process (host:1:a): it took the run over; "
         "this process stops executing it."
     )
     run = b.get_run("r1")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,7 +68,14 @@ def run_until_power_loss(db: Path, vfs: PowerLossVFS, corpus: Path, out: Path, s
             raise Crash("power off")
 
     store = open_store(db, vfs=vfs.name, synchronous=sync)  # type: ignore[arg-type]
-    engine = Engine(store, flows=[build_digest_flow(on_file=on_file)], clock=ManualClock())
+    # the process that loses power is gone after the reboot: its owner id
+    # names a pid of this host that no longer exists
+    engine = Engine(
+        store,
+        flows=[build_digest_flow(on_file=on_file)],
+        clock=ManualClock(),
+        owner=_gone_owner(),
+    )
     with contextlib.suppress(Crash, FlowdeskError):
         engine.run("digest", DigestState(folder=str(corpus), out=str(out)))
     assert vfs.dead, "the run finished before the chosen power-loss point"
@@ -74,6 +84,13 @@ def run_until_power_loss(db: Path, vfs: PowerLossVFS, corpus: Path, out: Path, s
     vfs.restore()
     vfs.unregister()
     return began[:-1]
+
+
+def _gone_owner() -> str:
+    """An owner id of this host whose process exited (and was reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return f"{socket.gethostname()}:{child.pid}:gone00"
 
 
 def resume_after_reboot(db: Path, corpus: Path, out: Path):

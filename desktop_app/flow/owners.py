@@ -17,8 +17,14 @@ from typing import Literal
 
 
 def new_owner() -> str:
-    """A fresh owner id for this process: ``"<host>:<pid>:<6 hex>"``."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """A fresh owner id for this process: ``"<host>:<pid>:<6 hex>@<start>"``,
+    ``<start>`` the process's start time (clock ticks after boot, field 22 of
+    ``/proc/<pid>/stat``; left out, with its ``@``, where there is no
+    ``/proc``), so a pid the system gave to another process since (after a
+    reboot, or a wrap-around) is not taken for the owner."""
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    start = _start_ticks(os.getpid())
+    return owner if start is None else f"{owner}@{start}"
 
 
 Liveness = Literal["dead", "alive", "unknown"]
@@ -26,7 +32,8 @@ Liveness = Literal["dead", "alive", "unknown"]
 
 def liveness(owner: str) -> Liveness:
     """What this host knows of ``owner`` (``host:pid:nonce``): ``"dead"``, a
-    process of this host that no longer exists (or a zombie); ``"alive"``, a
+    process of this host that no longer exists (or a zombie, or whose pid
+    another process has now: its recorded start time differs); ``"alive"``, a
     process of this host that exists (this one included); ``"unknown"``, an
     owner on another host or an id that is not ``host:pid:…``: only its
     lease's expiry can tell.
@@ -39,15 +46,38 @@ def liveness(owner: str) -> Liveness:
     if host != socket.gethostname() or not pid_text.isdigit():
         return "unknown"
     pid = int(pid_text)
-    if pid == os.getpid():
+    if pid == os.getpid() and _recorded_start(owner) in (None, _start_ticks(pid)):
         return "alive"
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return "dead"
     except PermissionError:
-        return "alive"
-    return "dead" if _is_zombie(pid) else "alive"
+        pass  # another user's process: it exists
+    if _is_zombie(pid):
+        return "dead"
+    recorded = _recorded_start(owner)
+    if recorded is not None and recorded != _start_ticks(pid):
+        return "dead"  # the pid names another process now: the owner exited
+    return "alive"
+
+
+def _recorded_start(owner: str) -> int | None:
+    """The start time an owner id records after its ``@``, if any."""
+    _, at, start = owner.rpartition("@")
+    return int(start) if at and start.isdigit() else None
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks after boot (``/proc/<pid>/stat``
+    field 22), or ``None`` where it cannot be read (no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # field 3 (state) onwards
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
 def owner_is_dead(owner: str) -> bool:
