@@ -14,6 +14,8 @@ Modes (DB: a SQLite path or a ``postgresql://`` URL):
 ``flow``    ``Engine.resume(arg)`` of the ``race`` flow: its step appends to
             SINK. Outcome ``ok`` or ``leased``.
 ``recover`` ``Engine.recover()`` (``resume --all``): outcome ``ran N``.
+``worker``  PostgreSQL only: one worker pass, ``claim_for_worker`` then each
+            claimed run resumed: outcome ``ran N``.
 ``dispatch`` one outbox ``Dispatcher.dispatch()`` pass to a destination that
             appends each idempotency key to SINK: outcome ``sent N``.
 
@@ -126,6 +128,18 @@ def main() -> int:
             except RunLeasedError:
                 return "leased"
             return "ok"
+
+    elif mode == "worker":  # PostgreSQL: what a `flowdesk agent` worker claims in one pass
+        from desktop_app.flow import Engine
+
+        engine = Engine(store, flows=[race_flow(work)])
+        versions = {f.name: f.version for f in engine.flows.values()}
+
+        def act(arg: str) -> str:
+            claimed = store.claim_for_worker(engine.owner, engine.lease_ttl_s, 10, flows=versions)
+            for run in claimed:
+                engine.resume(run.run_id)
+            return f"ran {len(claimed)}"
 
     elif mode in ("flow", "recover"):
         from desktop_app.flow import Engine

@@ -205,6 +205,26 @@ def test_two_processes_recovering_at_once_run_each_interrupted_run_once(race_db,
 
 
 @pytest.mark.scenario("S77")
+def test_two_postgres_workers_claiming_at_once_run_each_pending_run_once(pg_url, tmp_path):
+    sink = tmp_path / "sink"
+    store = open_db(pg_url)
+    engine = Engine(store, flows=[race_flow(lambda s: {"n": s.n + 1})])
+    racers = Racers("worker", pg_url, sink)
+    split: Counter[str] = Counter()
+    try:
+        for rnd in range(ROUNDS):
+            ids = [engine.start("race", N()) for _ in range(3)]
+            got = racers.race(rnd)
+            split[" / ".join(got)] += 1
+            assert effects(sink, rnd) == dict.fromkeys(ids, 1), f"round {rnd}"
+            assert {store.get_run(r).status for r in ids} == {"completed"}
+    finally:
+        racers.close()
+        store.close()
+    print(f"S77 workers, {ROUNDS} rounds of 3 runs, runs per worker: {dict(split)}")
+
+
+@pytest.mark.scenario("S77")
 def test_two_dispatchers_take_over_a_dead_claimants_intents_and_send_each_once(race_db, tmp_path):
     sink = tmp_path / "sink"
     store = open_db(race_db)
