@@ -51,6 +51,12 @@ class DatabaseOpenError(StoreError):
     not a SQLite file)."""
 
 
+class NoSessionError(StoreError):
+    """A PostgreSQL feature that needs a session of its own (LISTEN, a
+    worker's liveness lock) was asked for while the database goes through a
+    transaction-mode pooler and no direct URL (``postgres.listen_url``) is set."""
+
+
 class WalMissingError(StoreError):
     """The database's ``-wal`` file was deleted while the database was in use,
     so SQLite reports a bare "disk I/O error"; nothing was written."""

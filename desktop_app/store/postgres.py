@@ -31,6 +31,10 @@ transaction, with these PostgreSQL-specific rules:
   codec's exact bytes (``jsonb`` refuses ``\\u0000`` and NaN).
 * NUL characters in free text (error messages) become U+FFFD; in any other
   text value they are refused with a StoreError.
+* Every transaction begins with ``SET LOCAL search_path`` and no statement
+  is prepared, so the pool may go through a transaction-mode pooler
+  (PgBouncer); LISTEN and a worker's liveness lock then need a direct
+  ``session_url`` (see :func:`open_postgres_store`).
 * ``data_version`` is a hash of ``pg_current_snapshot()`` (changes whenever
   any transaction of the server commits; false positives only cause a
   reload) combined with this store's own commit count.
@@ -45,7 +49,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -56,6 +60,7 @@ from desktop_app.errors import (
     DatabaseOpenError,
     DuplicateFlowKeyError,
     LeaseLostError,
+    NoSessionError,
     RevisionConflictError,
     RunLeasedError,
     StoreError,
@@ -63,8 +68,11 @@ from desktop_app.errors import (
 from desktop_app.store import codec, migrations
 from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
 from desktop_app.store.postgres_sql import (
+    BEGIN_SQL,
     RETRY_SQLSTATES,
     SqlTx,
+    connect,
+    connection_kwargs,
     epoch,
     is_connection_lost,
     no_nul,
@@ -142,10 +150,15 @@ class PostgresCheckpointStore:
 
     Args:
         pool: an open :class:`psycopg_pool.ConnectionPool` whose connections
-            have ``search_path=flowdesk`` and ``autocommit=False``
-            (:func:`open_postgres_store` builds one).
+            have ``autocommit=False`` (:func:`open_postgres_store` builds one;
+            each transaction sets its own ``search_path``).
         scope: runs saved under one scope are invisible from another.
         where: shown in error messages (the URL without its password).
+        session_url: the URL a :meth:`listener` connects to (LISTEN and a
+            worker's liveness lock need a session of their own); default the
+            pool's own URL. ``None`` when there is no session to be had (the
+            pool goes through a transaction-mode pooler and no direct URL was
+            given): :meth:`listener` then raises NoSessionError.
 
     The schema must have been applied (``flowdesk db apply``); the
     constructor verifies it (SchemaMissingError / SchemaChecksumError /
@@ -156,11 +169,20 @@ class PostgresCheckpointStore:
     capabilities = frozenset({"sql", "processes", "database_clock", "push"})
 
     def __init__(
-        self, pool: ConnectionPool[Any], *, scope: str = "default", where: str = ""
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        scope: str = "default",
+        where: str = "",
+        session_url: str | Literal["pool"] | None = "pool",
     ) -> None:
         self.pool = pool
         self.scope = scope
         self.where = where
+        if session_url == "pool":
+            conninfo = pool.conninfo
+            session_url = conninfo() if callable(conninfo) else conninfo
+        self.session_url: str | None = session_url
         with pool.connection() as conn:
             conn.autocommit = True
             try:
@@ -222,6 +244,7 @@ class PostgresCheckpointStore:
     def _attempt(self, body: Callable[[Conn], T], write: bool) -> T:
         with self.pool.connection() as conn:
             try:
+                conn.execute(BEGIN_SQL)
                 result = body(conn)
                 xid = None
                 if write:
@@ -743,15 +766,28 @@ class PostgresCheckpointStore:
         on_lost: Callable[[], None] | None = None,
     ) -> Listener:
         """A started :class:`~desktop_app.store.postgres_notify.Listener` on
-        this store's server (a dedicated connection outside the pool); with
-        ``owner`` it is that worker's liveness. Raises psycopg.Error."""
-        kwargs = _connection_kwargs("flowdesk listener")
-        kwargs.pop("autocommit", None)
-        conninfo = self.pool.conninfo
-        if callable(conninfo):
-            conninfo = conninfo()
+        this store's server (a dedicated session on :attr:`session_url`,
+        outside the pool); with ``owner`` it is that worker's liveness.
+
+        Raises:
+            NoSessionError: :attr:`session_url` is ``None`` (the pool goes
+                through a transaction-mode pooler and no direct URL is set).
+            psycopg.Error: the first connection failed.
+        """
+        if self.session_url is None:
+            raise NoSessionError(
+                f"{self.where or 'the database'} goes through a transaction-mode pooler "
+                '(postgres.pooler = "transaction") and no postgres.listen_url is set: '
+                "LISTEN and a worker's liveness lock need a session of their own. Set "
+                "postgres.listen_url (FLOWDESK_POSTGRES__LISTEN_URL) to a direct "
+                "connection to the same server."
+            )
         return Listener(
-            conninfo, channels, owner=owner, on_lost=on_lost, connect_kwargs=kwargs
+            self.session_url,
+            channels,
+            owner=owner,
+            on_lost=on_lost,
+            connect_kwargs=connection_kwargs("flowdesk listener"),
         ).start()
 
     def watch_changes(self, on_change: Callable[[], None]) -> Callable[[], None]:
@@ -1189,23 +1225,15 @@ class PostgresCheckpointStore:
         self.pool.close()
 
 
-#: Settings every pooled connection gets (search_path: the schema all tables live in).
 def _connection_kwargs(application_name: str) -> dict[str, Any]:
-    return {
-        "autocommit": False,
-        "application_name": application_name,
-        "options": f"-c search_path={migrations.PG_SCHEMA}",
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 5,
-        "keepalives_count": 3,
-        "connect_timeout": 10,
-    }
+    """Settings every pooled connection gets (:func:`connection_kwargs`, in a
+    transaction until COMMIT)."""
+    return {**connection_kwargs(application_name), "autocommit": False}
 
 
 def _check_connect(url: str) -> None:
     try:
-        psycopg.connect(url, connect_timeout=10).close()
+        connect(url).close()
     except psycopg.Error as exc:
         raise DatabaseOpenError(
             f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Check the URL, that the "
@@ -1219,6 +1247,8 @@ def open_postgres_store(
     scope: str = "default",
     max_connections: int = 8,
     application_name: str = "flowdesk",
+    pooler: Literal["none", "transaction"] = "none",
+    listen_url: str | None = None,
 ) -> PostgresCheckpointStore:
     """Connect to ``url`` (``postgresql://…``) and return a verified store.
 
@@ -1228,6 +1258,12 @@ def open_postgres_store(
         scope: the store scope.
         max_connections: the pool's size (threads that write at once, + 2).
         application_name: shown in ``pg_stat_activity`` (a worker passes its owner id).
+        pooler: ``"transaction"`` when ``url`` goes through a transaction-mode
+            pooler (PgBouncer ``pool_mode = transaction``): the pool works
+            as directly, but LISTEN and liveness locks are never sent through it.
+        listen_url: a direct URL to the same server for LISTEN and a worker's
+            liveness lock (default: ``url``, or none behind a transaction
+            pooler; the store's ``listener()`` then raises NoSessionError).
 
     Raises:
         DatabaseOpenError: the server cannot be reached or refuses the role.
@@ -1245,7 +1281,10 @@ def open_postgres_store(
     )
     try:
         pool.open(wait=True, timeout=30)
-        return PostgresCheckpointStore(pool, scope=scope, where=redact(url))
+        session_url = listen_url or (url if pooler == "none" else None)
+        return PostgresCheckpointStore(
+            pool, scope=scope, where=redact(url), session_url=session_url
+        )
     except PoolTimeout as exc:
         pool.close()
         raise DatabaseOpenError(f"cannot open connections to PostgreSQL at {redact(url)}") from exc
@@ -1260,14 +1299,14 @@ def apply_postgres_schema(url: str) -> list[migrations.SchemaFile]:
     Returns the files applied. Raises DatabaseOpenError, SchemaChecksumError,
     SchemaTooNewError, StoreError."""
     _check_connect(url)
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with connect(url, autocommit=True) as conn:
         return migrations.apply(conn)
 
 
 def postgres_schema_status(url: str) -> list[migrations.SchemaStatus]:
     """``flowdesk --db postgresql://… db status``: the state of every schema file."""
     _check_connect(url)
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with connect(url, autocommit=True) as conn:
         return migrations.status(conn)
 
 
@@ -1277,5 +1316,5 @@ def verify_postgres_schema(url: str) -> None:
     SchemaMissingError (names ``flowdesk --db URL db apply``),
     SchemaChecksumError, SchemaTooNewError."""
     _check_connect(url)
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with connect(url, autocommit=True) as conn:
         migrations.verify(conn, db=redact(url))

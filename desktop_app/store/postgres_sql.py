@@ -1,6 +1,18 @@
 """PostgreSQL plumbing shared by the PostgreSQL stores: SQLSTATE error
-classification, the :class:`SqlTx` domain writes run through (``?`` -> ``%s``), and
-time conversion at the boundary.
+classification, the :class:`SqlTx` domain writes run through (``?`` -> ``%s``),
+time conversion at the boundary, and the one way Flowdesk opens a connection
+(:func:`connect`, :func:`connection_kwargs`).
+
+Transaction poolers (PgBouncer ``pool_mode = transaction``) hand each
+*transaction* a server connection of their choosing, so nothing may rely on
+session state surviving from one transaction to the next: connections send
+no ``options`` startup parameter (PgBouncer refuses it), never prepare
+statements (``prepare_threshold=None``: a statement prepared on one server
+connection does not exist on the next, SQLSTATE 26000/42P05), and every
+transaction of the store's pool begins with :data:`BEGIN_SQL` (``SET LOCAL``,
+which ends with the transaction). Only :class:`~desktop_app.store.postgres_notify.Listener`
+needs a session (LISTEN, a worker's liveness lock); it connects to a direct
+URL (see :func:`desktop_app.store.postgres.open_postgres_store`).
 
 Errors are classified by SQLSTATE (``exc.sqlstate``) and by psycopg's
 exception classes, never by message text (the PostgreSQL error-code table,
@@ -17,10 +29,39 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from desktop_app.errors import DatabaseOpenError, SchemaMissingError, StoreError
+from desktop_app.store.migrations import PG_SCHEMA
 from desktop_app.store.protocol import SqlResult
 
 #: Whole-transaction retry on these: serialization_failure, deadlock_detected.
 RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+#: The session state every transaction of the store's pool sets first; ``SET
+#: LOCAL`` lasts until COMMIT/ROLLBACK, so it holds through a transaction pooler.
+BEGIN_SQL = f"SET LOCAL search_path = {PG_SCHEMA}"
+
+
+def connection_kwargs(application_name: str = "flowdesk") -> dict[str, Any]:
+    """``psycopg.connect`` keyword arguments every Flowdesk connection gets:
+    ``application_name`` (a startup parameter PgBouncer passes on), no
+    prepared statements, TCP keepalives (a partition is noticed in about 25 s)
+    and a 10 s connect timeout. No ``options``: set session state per
+    transaction with :data:`BEGIN_SQL`."""
+    return {
+        "application_name": application_name,
+        "prepare_threshold": None,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "connect_timeout": 10,
+    }
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """``psycopg.connect(url)`` with :func:`connection_kwargs` (``kwargs``
+    override them, e.g. ``autocommit=True``). Raises psycopg.Error."""
+    return psycopg.connect(url, **{**connection_kwargs(), **kwargs})
 
 
 def ts(placeholder: str = "%s") -> str:
