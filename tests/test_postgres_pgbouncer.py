@@ -9,6 +9,7 @@ prepared-statement error, and no advisory lock is left on the server.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -198,3 +199,41 @@ def test_a_worker_behind_pgbouncer_without_listen_url_says_it_polls(pg_url, boun
         ((code, text),) = stop([worker])
     assert_clean([(code, text)])
     assert "postgres.listen_url is not set" in text and "no liveness lock" in text, text
+
+
+@pytest.mark.scenario("S85")
+def test_copy_listings_export_and_doctor_through_pgbouncer(pg_url, bouncer, db_path, tmp_path):
+    """The other commands a team runs against the shared database, through
+    the bouncer: `db copy` of a laptop file, `runs`, `show`, `export`,
+    `doctor`; and a store told about the pooler without a direct URL
+    refuses to LISTEN with an error naming the setting."""
+    from desktop_app.errors import NoSessionError
+    from desktop_app.flow import Engine
+    from desktop_app.flows import builtin_flows
+    from desktop_app.flows.digest import DigestState
+    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.sqlite import open_store
+
+    via = bouncer.url(pg_url)
+    laptop = open_store(db_path)
+    state = DigestState(folder=str(notes(tmp_path / "in")), out=str(tmp_path / "out"))
+    run_id = Engine(laptop, flows=builtin_flows()).start("digest", state)
+    laptop.close()
+    assert_clean(finish([cli("db", "copy", "--from", str(db_path), "--to", via)]))
+    listings = [cli("--db", via, "runs", "--json"), cli("--db", via, "show", run_id[:8])]
+    results = finish([*listings, cli("--db", via, "export", "--out", str(tmp_path / "exp"))])
+    assert_clean(results)
+    assert run_id in results[0][1]
+    assert [r["run_id"] for r in json.loads((tmp_path / "exp" / "runs.json").read_text())] == [
+        run_id
+    ]
+    doctor = finish([cli("--db", via, "doctor", "--json")])
+    assert '"schema"' in doctor[0][1] and not any(e in doctor[0][1] for e in POOLER_ERRORS)
+    store = open_postgres_store(via, pooler="transaction")
+    try:
+        assert store.get_run(run_id).status == "pending"
+        with pytest.raises(NoSessionError, match=r"Set postgres\.listen_url"):
+            store.listener()
+    finally:
+        store.close()
+    assert advisory_locks(pg_url) == 0
