@@ -59,13 +59,17 @@ CASES = [
         "42P01",
         SchemaMissingError,
         "the PostgreSQL database ({w}) has no Flowdesk schema; run "
-        "`flowdesk --db postgresql://... db apply` to apply it.",
+        "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+        "and --db goes through a transaction-mode pooler (PgBouncer), set "
+        'postgres.pooler = "transaction".',
     ),
     (
         "3F000",
         SchemaMissingError,
         "the PostgreSQL database ({w}) has no Flowdesk schema; run "
-        "`flowdesk --db postgresql://... db apply` to apply it.",
+        "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+        "and --db goes through a transaction-mode pooler (PgBouncer), set "
+        'postgres.pooler = "transaction".',
     ),
     (
         "3D000",

@@ -112,9 +112,11 @@ def start_digests(direct_url: str, tmp_path: Path, n: int) -> list[str]:
 def test_db_apply_run_and_resume_all_through_a_transaction_mode_pgbouncer(
     pg_server, bouncer, tmp_path
 ):
-    """No setting needed: the commands' pool never relies on a session."""
+    """`db apply` needs no setting; the commands that open the store are
+    told `postgres.pooler = "transaction"`."""
     direct = pg_server.empty_database()
     via = bouncer.url(direct)
+    env = {"FLOWDESK_POSTGRES__POOLER": "transaction"}
     try:
         # three appliers at once: one applies each file, the others wait and find it done
         assert_clean(finish([cli("--db", via, "db", "apply") for _ in range(3)]))
@@ -126,7 +128,7 @@ def test_db_apply_run_and_resume_all_through_a_transaction_mode_pgbouncer(
         # four runs to completion at once, each process with its own pool
         runs = [
             cli("--db", via, "run", "digest", "--folder", str(notes(tmp_path / f"f{i}", 3)),
-                "--out", str(tmp_path / f"o{i}"), "--quiet")
+                "--out", str(tmp_path / f"o{i}"), "--quiet", env=env)
             for i in range(4)
         ]  # fmt: skip
         assert_clean(finish(runs))
@@ -134,7 +136,7 @@ def test_db_apply_run_and_resume_all_through_a_transaction_mode_pgbouncer(
             assert "Note 2" in (tmp_path / f"o{i}" / "digest.md").read_text()
 
         pending = start_digests(direct, tmp_path, 6)
-        resumed = finish([cli("--db", via, "resume", "--all")])
+        resumed = finish([cli("--db", via, "resume", "--all", env=env)])
         assert_clean(resumed)
         wait_all_completed(direct, pending, timeout=5)
         assert advisory_locks(direct) == 0
@@ -220,7 +222,11 @@ def test_copy_listings_export_and_doctor_through_pgbouncer(pg_url, bouncer, db_p
     run_id = Engine(laptop, flows=builtin_flows()).start("digest", state)
     laptop.close()
     assert_clean(finish([cli("db", "copy", "--from", str(db_path), "--to", via)]))
-    listings = [cli("--db", via, "runs", "--json"), cli("--db", via, "show", run_id[:8])]
+    env = {"FLOWDESK_POSTGRES__POOLER": "transaction"}
+    listings = [
+        cli("--db", via, "runs", "--json", env=env),
+        cli("--db", via, "show", run_id[:8], env=env),
+    ]
     results = finish([*listings, cli("--db", via, "export", "--out", str(tmp_path / "exp"))])
     assert_clean(results)
     assert run_id in results[0][1]

@@ -31,10 +31,13 @@ transaction, with these PostgreSQL-specific rules:
   codec's exact bytes (``jsonb`` refuses ``\\u0000`` and NaN).
 * NUL characters in free text (error messages) become U+FFFD; in any other
   text value they are refused with a StoreError.
-* Every transaction begins with ``SET LOCAL search_path`` and no statement
-  is prepared, so the pool may go through a transaction-mode pooler
-  (PgBouncer); LISTEN and a worker's liveness lock then need a direct
-  ``session_url`` (see :func:`open_postgres_store`).
+* ``search_path`` is never a startup parameter. On a direct connection
+  (``pooler="none"``) it is set once per connection; behind a
+  transaction-mode pooler (``pooler="transaction"``, PgBouncer) every
+  transaction begins with ``SET LOCAL search_path`` and no statement is
+  prepared, so nothing relies on a session surviving the transaction; LISTEN
+  and a worker's liveness lock then need a direct ``listen_url`` (see
+  :func:`open_postgres_store`).
 * ``data_version`` is a hash of ``pg_current_snapshot()`` (changes whenever
   any transaction of the server commits; false positives only cause a
   reload) combined with this store's own commit count.
@@ -150,15 +153,18 @@ class PostgresCheckpointStore:
 
     Args:
         pool: an open :class:`psycopg_pool.ConnectionPool` whose connections
-            have ``autocommit=False`` (:func:`open_postgres_store` builds one;
-            each transaction sets its own ``search_path``).
+            have ``autocommit=False`` and, unless ``pooler="transaction"``,
+            ``search_path=flowdesk`` (:func:`open_postgres_store` builds one).
         scope: runs saved under one scope are invisible from another.
         where: shown in error messages (the URL without its password).
-        session_url: the URL a :meth:`listener` connects to (LISTEN and a
+        pooler: ``"transaction"``: the pool goes through a transaction-mode
+            pooler, so each transaction sets its own ``search_path`` first
+            (:data:`~desktop_app.store.postgres_sql.BEGIN_SQL`, one more round
+            trip per transaction) and :meth:`listener` never uses the pool's URL.
+        listen_url: the URL :meth:`listener` connects to (LISTEN and a
             worker's liveness lock need a session of their own); default the
-            pool's own URL. ``None`` when there is no session to be had (the
-            pool goes through a transaction-mode pooler and no direct URL was
-            given): :meth:`listener` then raises NoSessionError.
+            pool's own URL, or none behind a transaction pooler (then
+            :meth:`listener` raises NoSessionError).
 
     The schema must have been applied (``flowdesk db apply``); the
     constructor verifies it (SchemaMissingError / SchemaChecksumError /
@@ -174,15 +180,18 @@ class PostgresCheckpointStore:
         *,
         scope: str = "default",
         where: str = "",
-        session_url: str | Literal["pool"] | None = "pool",
+        pooler: Literal["none", "transaction"] = "none",
+        listen_url: str | None = None,
     ) -> None:
         self.pool = pool
         self.scope = scope
         self.where = where
-        if session_url == "pool":
+        self._begin = BEGIN_SQL if pooler == "transaction" else None
+        if listen_url is None and pooler == "none":
             conninfo = pool.conninfo
-            session_url = conninfo() if callable(conninfo) else conninfo
-        self.session_url: str | None = session_url
+            listen_url = conninfo() if callable(conninfo) else conninfo
+        #: where :meth:`listener` connects; ``None``: nowhere (see NoSessionError)
+        self.session_url: str | None = listen_url
         with pool.connection() as conn:
             conn.autocommit = True
             try:
@@ -244,13 +253,18 @@ class PostgresCheckpointStore:
     def _attempt(self, body: Callable[[Conn], T], write: bool) -> T:
         with self.pool.connection() as conn:
             try:
-                conn.execute(BEGIN_SQL)
+                if self._begin is not None:  # behind a transaction pooler
+                    conn.execute(self._begin)
                 result = body(conn)
                 xid = None
-                if write:
-                    row = conn.execute("SELECT pg_current_xact_id_if_assigned()::text").fetchone()
-                    xid = None if row is None else row[0]
                 pid = conn.info.backend_pid
+                if write:
+                    # the server's own pid: a pooler's client connection reports another
+                    row = conn.execute(
+                        "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()"
+                    ).fetchone()
+                    if row is not None:
+                        xid, pid = row[0], int(row[1])
             except BaseException:
                 if not conn.broken:
                     conn.rollback()
@@ -1225,10 +1239,27 @@ class PostgresCheckpointStore:
         self.pool.close()
 
 
-def _connection_kwargs(application_name: str) -> dict[str, Any]:
+def _connection_kwargs(
+    application_name: str, pooler: Literal["none", "transaction"] = "none"
+) -> dict[str, Any]:
     """Settings every pooled connection gets (:func:`connection_kwargs`, in a
-    transaction until COMMIT)."""
-    return {**connection_kwargs(application_name), "autocommit": False}
+    transaction until COMMIT). On a direct connection psycopg may prepare the
+    statements it runs often (saves parsing and planning); never behind a
+    transaction pooler."""
+    kwargs = {**connection_kwargs(application_name), "autocommit": False}
+    if pooler == "none":
+        del kwargs["prepare_threshold"]  # psycopg's default
+    return kwargs
+
+
+def _set_search_path(conn: Conn) -> None:
+    """The pool's ``configure``: a direct connection's session ``search_path``
+    (set once; a transaction pooler would lose it, see ``pooler``)."""
+    conn.autocommit = True  # a statement of its own: no transaction, no COMMIT
+    try:
+        conn.execute(f"SET search_path = {migrations.PG_SCHEMA}")
+    finally:
+        conn.autocommit = False
 
 
 def _check_connect(url: str) -> None:
@@ -1259,8 +1290,9 @@ def open_postgres_store(
         max_connections: the pool's size (threads that write at once, + 2).
         application_name: shown in ``pg_stat_activity`` (a worker passes its owner id).
         pooler: ``"transaction"`` when ``url`` goes through a transaction-mode
-            pooler (PgBouncer ``pool_mode = transaction``): the pool works
-            as directly, but LISTEN and liveness locks are never sent through it.
+            pooler (PgBouncer ``pool_mode = transaction``): every transaction
+            sets its own ``search_path`` and no statement is prepared; LISTEN
+            and liveness locks are never sent through it.
         listen_url: a direct URL to the same server for LISTEN and a worker's
             liveness lock (default: ``url``, or none behind a transaction
             pooler; the store's ``listener()`` then raises NoSessionError).
@@ -1275,15 +1307,15 @@ def open_postgres_store(
         url,
         min_size=1,
         max_size=max(2, max_connections),
-        kwargs=_connection_kwargs(application_name),
+        kwargs=_connection_kwargs(application_name, pooler),
+        configure=_set_search_path if pooler == "none" else None,
         open=False,
         name="flowdesk",
     )
     try:
         pool.open(wait=True, timeout=30)
-        session_url = listen_url or (url if pooler == "none" else None)
         return PostgresCheckpointStore(
-            pool, scope=scope, where=redact(url), session_url=session_url
+            pool, scope=scope, where=redact(url), pooler=pooler, listen_url=listen_url
         )
     except PoolTimeout as exc:
         pool.close()

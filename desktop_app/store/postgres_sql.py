@@ -8,11 +8,14 @@ Transaction poolers (PgBouncer ``pool_mode = transaction``) hand each
 session state surviving from one transaction to the next: connections send
 no ``options`` startup parameter (PgBouncer refuses it), never prepare
 statements (``prepare_threshold=None``: a statement prepared on one server
-connection does not exist on the next, SQLSTATE 26000/42P05), and every
-transaction of the store's pool begins with :data:`BEGIN_SQL` (``SET LOCAL``,
-which ends with the transaction). Only :class:`~desktop_app.store.postgres_notify.Listener`
-needs a session (LISTEN, a worker's liveness lock); it connects to a direct
-URL (see :func:`desktop_app.store.postgres.open_postgres_store`).
+connection does not exist on the next, SQLSTATE 26000/42P05), and, told
+``pooler="transaction"``, every transaction of the store's pool begins with
+:data:`BEGIN_SQL` (``SET LOCAL``, which ends with the transaction). Only
+:class:`~desktop_app.store.postgres_notify.Listener` needs a session (LISTEN,
+a worker's liveness lock); it connects to a direct URL (see
+:func:`desktop_app.store.postgres.open_postgres_store`). On a direct
+connection the store's pool sets ``search_path`` once per connection instead
+and lets psycopg prepare what it runs often (no extra round trip).
 
 Errors are classified by SQLSTATE (``exc.sqlstate``) and by psycopg's
 exception classes, never by message text (the PostgreSQL error-code table,
@@ -36,8 +39,8 @@ from desktop_app.store.protocol import SqlResult
 RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 
 
-#: The session state every transaction of the store's pool sets first; ``SET
-#: LOCAL`` lasts until COMMIT/ROLLBACK, so it holds through a transaction pooler.
+#: The session state each transaction of the store's pool sets first behind a
+#: transaction pooler; ``SET LOCAL`` lasts until COMMIT/ROLLBACK, so it holds there.
 BEGIN_SQL = f"SET LOCAL search_path = {PG_SCHEMA}"
 
 
@@ -114,7 +117,9 @@ def translate(exc: psycopg.Error, where: str = "") -> StoreError:
     if code == "42P01" or code == "3F000":
         return SchemaMissingError(
             f"the PostgreSQL database{at} has no Flowdesk schema; run "
-            "`flowdesk --db postgresql://... db apply` to apply it."
+            "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+            "and --db goes through a transaction-mode pooler (PgBouncer), set "
+            'postgres.pooler = "transaction".'
         )
     if code == "3D000" or code.startswith("28"):
         return DatabaseOpenError(
