@@ -82,3 +82,47 @@ def test_digest_report_is_byte_identical_on_sqlite_and_an_icu_en_us_database(pg_
         assert (pg_out / REPORT_NAME).read_bytes() == expected
     finally:
         pg_server.drop_database(url)
+
+
+@pytest.mark.scenario("S86")
+def test_run_listings_and_tidy_moves_follow_code_points_on_an_icu_en_us_database(
+    pg_server, sqlite_store
+):
+    """Runs created at the same instant are listed in run id order, and a
+    tidy run's moves in source path order, by code point on both backends."""
+    from desktop_app.store.domain import tidy
+    from desktop_app.store.postgres import apply_postgres_schema, open_postgres_store
+    from desktop_app.store.protocol import Checkpoint, RunRecord
+
+    url = english_database(pg_server)
+    try:
+        apply_postgres_schema(url)
+        pg_store = open_postgres_store(url)
+        try:
+            listed = {}
+            for name, store in (("sqlite", sqlite_store), ("postgres", pg_store)):
+                for rid in NAMES:
+                    store.create_run(
+                        RunRecord(rid, "f", "v1", "running", 0, 1000.0, 1000.0),
+                        Checkpoint(rid, 0, "running", {}, {}, ("a",), 1000.0),
+                    )
+                moves = [tidy.TidyMove(f"/d/{n}", None, "documents", "2024-01") for n in NAMES]
+                store.append(
+                    Checkpoint(NAMES[0], 1, "running", {}, {}, ("a",), 1001.0),
+                    writes=[tidy.record_plan(NAMES[0], moves)],
+                )
+                first = store.query(tidy.next_planned(NAMES[0]))
+                listed[name] = (
+                    [r.run_id for r in store.list_runs()],
+                    [r.run_id for r in store.list_runs(newest_first=True, limit=3)],
+                    [m.src for m in store.query(tidy.moves_of_run(NAMES[0]))],
+                    None if first is None else first.src,
+                )
+        finally:
+            pg_store.close()
+    finally:
+        pg_server.drop_database(url)
+    assert listed["postgres"] == listed["sqlite"]
+    assert listed["sqlite"][0] == sorted(NAMES)
+    assert listed["sqlite"][1] == sorted(NAMES, reverse=True)[:3]
+    assert listed["sqlite"][3] == "/d/LICENSE.txt"

@@ -898,7 +898,8 @@ class PostgresCheckpointStore:
             sql += " AND flow_name=%s"
             args.append(flow_name)
         order = "DESC" if newest_first else "ASC"
-        sql += f" ORDER BY created_at {order}, run_id {order} LIMIT %s OFFSET %s"
+        # run ids in code point order, as on SQLite, whatever the database's collation
+        sql += f' ORDER BY created_at {order}, run_id COLLATE "C" {order} LIMIT %s OFFSET %s'
         args.extend([limit, offset])  # LIMIT NULL = no limit
         return self._read(lambda conn: [run_from_row(r) for r in conn.execute(sql, args)])
 
@@ -909,7 +910,7 @@ class PostgresCheckpointStore:
                 for r in conn.execute(
                     f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=%s AND flow_name=%s "
                     "AND flow_version<>%s AND status IN ('pending','running','waiting','failed') "
-                    "ORDER BY created_at, run_id",
+                    'ORDER BY created_at, run_id COLLATE "C"',
                     (self.scope, flow_name, version),
                 )
             ]
