@@ -116,5 +116,5 @@ def bouncer(pg_bouncer):
     from tests import pg_support
 
     if isinstance(pg_bouncer, str):
-        pg_support.unavailable(pg_bouncer)
+        pg_support.unavailable(pg_bouncer, what="PgBouncer")
     return pg_bouncer

@@ -62,11 +62,11 @@ def with_address(
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str, what: str = "PostgreSQL") -> None:
     """Skip the test, or fail it under CI (never a silent SQLite-only CI)."""
     if IN_CI:
-        pytest.fail(f"CI=true but no PostgreSQL for the tests: {reason}", pytrace=False)
-    pytest.skip(f"no PostgreSQL: {reason}")
+        pytest.fail(f"CI=true but no {what} for the tests: {reason}", pytrace=False)
+    pytest.skip(f"no {what}: {reason}")
 
 
 def _free_port() -> int:
@@ -309,8 +309,8 @@ class Bouncer:
                     if s.connect_ex(("127.0.0.1", self.port)) == 0:
                         return self
                 time.sleep(0.05)
-            last = self.proc.stderr.read().decode() if self.proc.poll() is not None and \
-                self.proc.stderr else "did not listen within 10 s"  # fmt: skip
+            stderr = self.proc.stderr if self.proc.poll() is not None else None
+            last = stderr.read().decode() if stderr is not None else "did not listen within 10 s"
             self.stop()
         raise RuntimeError(f"pgbouncer did not start: {last}")
 
@@ -334,14 +334,14 @@ def session_bouncer(server: PgServer) -> Iterator[Bouncer | str]:
     """Body of the session fixture: a started :class:`Bouncer`, or the reason
     there is none (the test then skips, or fails under CI=true)."""
     if server.error:
-        yield f"no PostgreSQL: {server.error}"
+        yield f"no PostgreSQL ({server.error})"
         return
     bouncer = Bouncer(server.admin_dsn)
     try:
         bouncer.start()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         bouncer.remove()
-        yield f"no PgBouncer: {exc}"
+        yield str(exc)
         return
     try:
         yield bouncer
