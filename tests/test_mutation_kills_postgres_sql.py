@@ -72,6 +72,20 @@ CASES = [
         'postgres.pooler = "transaction".',
     ),
     (
+        "26000",
+        StoreError,
+        "PostgreSQL lost track of a prepared statement ({w}) (SQLSTATE 26000): --db goes "
+        "through a transaction-mode pooler (PgBouncer); set postgres.pooler = "
+        '"transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.',
+    ),
+    (
+        "42P05",
+        StoreError,
+        "PostgreSQL lost track of a prepared statement ({w}) (SQLSTATE 42P05): --db goes "
+        "through a transaction-mode pooler (PgBouncer); set postgres.pooler = "
+        '"transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.',
+    ),
+    (
         "3D000",
         DatabaseOpenError,
         "cannot open the PostgreSQL database ({w}) (SQLSTATE 3D000): check the URL, "

@@ -121,6 +121,12 @@ def translate(exc: psycopg.Error, where: str = "") -> StoreError:
             "and --db goes through a transaction-mode pooler (PgBouncer), set "
             'postgres.pooler = "transaction".'
         )
+    if code in ("26000", "42P05"):  # a prepared statement missing, or there already
+        return StoreError(
+            f"PostgreSQL lost track of a prepared statement{at} (SQLSTATE {code}): --db "
+            "goes through a transaction-mode pooler (PgBouncer); set "
+            'postgres.pooler = "transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.'
+        )
     if code == "3D000" or code.startswith("28"):
         return DatabaseOpenError(
             f"cannot open the PostgreSQL database{at} (SQLSTATE {code}): check the URL, "
