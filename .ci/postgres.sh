@@ -1,5 +1,6 @@
 # Sourced by .ci/run: a throwaway PostgreSQL for the tests' PostgreSQL half.
-# Finds the Debian `postgresql` package (apt-installs it where missing), runs
+# Finds the Debian `postgresql` package (apt-installs it where missing, and
+# `pgbouncer` for the tests that go through a transaction-mode pooler), runs
 # initdb into a fresh temp dir as the `postgres` user (initdb refuses root),
 # starts it on 127.0.0.1 and a free port with fsync=off (throwaway data),
 # exports FLOWDESK_TEST_PG_DSN, and stops + removes it when the shell exits.
@@ -10,6 +11,11 @@ if [ -z "$PGBIN" ] || [ ! -x "$PGBIN/initdb" ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
   PGBIN=$(pg_bindir)
+fi
+if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+  echo "postgres.sh: installing the Debian pgbouncer package" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
 fi
 FLOWDESK_PGDATA=$(mktemp -d /tmp/flowdesk-ci-pg.XXXXXX)
 if [ "$(id -u)" = 0 ]; then

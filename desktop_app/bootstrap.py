@@ -243,7 +243,11 @@ def open_postgres(settings: Settings, *, owner: str | None = None) -> PostgresCh
     url = _postgres_url(settings)
     assert url is not None
     return open_postgres_store(
-        url, scope=settings.scope, application_name=(owner or "flowdesk")[:63]
+        url,
+        scope=settings.scope,
+        application_name=(owner or "flowdesk")[:63],
+        pooler=settings.postgres.pooler,
+        listen_url=settings.postgres.listen_url,
     )
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, BeforeValidator, Field, SecretStr
+from pydantic import BaseModel, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -118,6 +118,35 @@ class McpServerSettings(BaseSettings):
     timeout_s: float = 60.0
 
 
+class PostgresSettings(BaseSettings):
+    """How Flowdesk reaches a PostgreSQL ``db_path`` (``[postgres]``).
+
+    Attributes:
+        pooler: ``"none"`` (``db_path`` reaches the server directly or through
+            a session-mode pooler) or ``"transaction"`` (through a
+            transaction-mode pooler such as PgBouncer ``pool_mode =
+            transaction``: every transaction may land on another server
+            connection, so Flowdesk never sends LISTEN or a liveness lock
+            through it).
+        listen_url: a direct ``postgresql://`` URL to the same server, for
+            LISTEN (push) and a worker's liveness lock. Without it behind a
+            transaction pooler, workers and the app poll, and a dead worker's
+            runs are taken over when their lease expires (30 s).
+    """
+
+    pooler: Literal["none", "transaction"] = "none"
+    listen_url: str | None = None
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+    @field_validator("listen_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("listen_url must be a postgresql:// URL")
+        return value
+
+
 class Settings(BaseSettings):
     """Flowdesk settings.
 
@@ -149,6 +178,7 @@ class Settings(BaseSettings):
         log_level: level of the rotating log file ``flowdesk.log`` in the
             platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
         mcp_servers: MCP servers by name (``flowdesk ask --mcp NAME``).
+        postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
     """
 
     model_config = SettingsConfigDict(
@@ -169,6 +199,7 @@ class Settings(BaseSettings):
     model: ModelSettings = Field(default_factory=ModelSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
     @classmethod
     def settings_customise_sources(

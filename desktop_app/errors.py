@@ -81,6 +81,12 @@ class DatabaseNotAFileError(DatabaseOpenError, InputError):
     was opened; bad input (exit 2)."""
 
 
+class NoSessionError(StoreError):
+    """A PostgreSQL feature that needs a session of its own (LISTEN, a
+    worker's liveness lock) was asked for while the database goes through a
+    transaction-mode pooler and no direct URL (``postgres.listen_url``) is set."""
+
+
 class WalMissingError(StoreError):
     """The database's ``-wal`` file was deleted while the database was in use,
     so SQLite reports a bare "disk I/O error"; nothing was written."""

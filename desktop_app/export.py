@@ -127,12 +127,11 @@ def export_postgres(
     """
     import io
 
-    import psycopg
-
     from desktop_app.store.migrations import PG_SCHEMA
+    from desktop_app.store.postgres_sql import connect
 
     counts: dict[str, int] = {}
-    with psycopg.connect(url, connect_timeout=10) as conn:
+    with connect(url) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         columns: dict[str, list[tuple[str, str]]] = {}
         for table, column, dtype in conn.execute(

@@ -101,3 +101,23 @@ def pg_store(pg_url: str):
     store = open_postgres_store(pg_url)
     yield store
     store.close()
+
+
+@pytest.fixture(scope="session")
+def pg_bouncer(pg_server):
+    """A PgBouncer in transaction mode (pool size 2) in front of the session's
+    server; ``pg_bouncer.url(pg_url)`` reaches a database through it. Skips
+    without pgbouncer (``apt-get install pgbouncer``), fails under CI=true."""
+    from tests import pg_support
+
+    yield from pg_support.session_bouncer(pg_server)
+
+
+@pytest.fixture
+def bouncer(pg_bouncer):
+    """:func:`pg_bouncer`, or the skip (a failure under CI=true) when there is none."""
+    from tests import pg_support
+
+    if isinstance(pg_bouncer, str):
+        pg_support.unavailable(pg_bouncer, what="PgBouncer")
+    return pg_bouncer

@@ -62,11 +62,11 @@ def with_address(
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
 
 
-def unavailable(reason: str) -> None:
+def unavailable(reason: str, what: str = "PostgreSQL") -> None:
     """Skip the test, or fail it under CI (never a silent SQLite-only CI)."""
     if IN_CI:
-        pytest.fail(f"CI=true but no PostgreSQL for the tests: {reason}", pytrace=False)
-    pytest.skip(f"no PostgreSQL: {reason}")
+        pytest.fail(f"CI=true but no {what} for the tests: {reason}", pytrace=False)
+    pytest.skip(f"no {what}: {reason}")
 
 
 def _free_port() -> int:
@@ -243,3 +243,107 @@ def session_server() -> Iterator[PgServer]:
     finally:
         if server.cluster is not None:
             server.cluster.stop()
+
+
+# -- PgBouncer in transaction mode --------------------------------------------
+
+
+@dataclass
+class Bouncer:
+    """A private PgBouncer (``pool_mode = transaction``) in front of the
+    session's server: every database of the server under the same name, two
+    server connections per database and user, so concurrent clients really
+    change server connection between transactions. Runs as ``postgres`` when
+    we are root (PgBouncer refuses root), its files in a temp dir."""
+
+    server_dsn: str
+    pool_size: int = 2
+    port: int = 0
+    workdir: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, db_url: str) -> str:
+        """``db_url`` (a database of the server) reached through the bouncer."""
+        return with_address(db_url, port=self.port)
+
+    def start(self) -> Bouncer:
+        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not os.path.exists(binary):
+            raise FileNotFoundError("no pgbouncer (apt-get install pgbouncer)")
+        server = urlsplit(self.server_dsn)
+        self.workdir = tempfile.mkdtemp(prefix="flowdesk-pgbouncer-")
+        as_postgres: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(self.workdir, "postgres")
+            as_postgres = ["runuser", "-u", "postgres", "--"]
+        with open(os.path.join(self.workdir, "users.txt"), "w") as f:
+            f.write(f'"{server.username}" ""\n')
+        last = ""
+        for _ in range(3):  # a free port can be taken between the probe and the start
+            self.port = _free_port()
+            conf = os.path.join(self.workdir, "pgbouncer.ini")
+            with open(conf, "w") as f:
+                f.write(
+                    "[databases]\n"
+                    f"* = host={server.hostname} port={server.port}\n"
+                    "[pgbouncer]\n"
+                    f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\n"
+                    "unix_socket_dir =\n"
+                    f"auth_type = trust\nauth_file = {self.workdir}/users.txt\n"
+                    "pool_mode = transaction\n"
+                    f"default_pool_size = {self.pool_size}\nmin_pool_size = 0\n"
+                    "max_client_conn = 500\nmax_db_connections = 0\n"
+                    f"logfile = {self.workdir}/pgbouncer.log\n"
+                )
+            for name in os.listdir(self.workdir):
+                if os.geteuid() == 0:
+                    shutil.chown(os.path.join(self.workdir, name), "postgres")
+            self.proc = subprocess.Popen(
+                [*as_postgres, binary, conf],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                        return self
+                time.sleep(0.05)
+            stderr = self.proc.stderr if self.proc.poll() is not None else None
+            last = stderr.read().decode() if stderr is not None else "did not listen within 10 s"
+            self.stop()
+        raise RuntimeError(f"pgbouncer did not start: {last}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # runuser passes SIGTERM on to pgbouncer
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def remove(self) -> None:
+        self.stop()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def session_bouncer(server: PgServer) -> Iterator[Bouncer | str]:
+    """Body of the session fixture: a started :class:`Bouncer`, or the reason
+    there is none (the test then skips, or fails under CI=true)."""
+    if server.error:
+        yield f"no PostgreSQL ({server.error})"
+        return
+    bouncer = Bouncer(server.admin_dsn)
+    try:
+        bouncer.start()
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        bouncer.remove()
+        yield str(exc)
+        return
+    try:
+        yield bouncer
+    finally:
+        bouncer.remove()

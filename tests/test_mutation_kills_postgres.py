@@ -409,7 +409,8 @@ def test_now_is_the_database_clock_even_when_it_is_off(pg_url):
     from desktop_app.store import postgres
 
     kwargs = postgres._connection_kwargs("skewed")
-    kwargs["options"] += " -c flowdesk.time_offset_s=3600"
+    # search_path as a startup option: this pool has no configure (test-only offset)
+    kwargs["options"] = "-c search_path=flowdesk -c flowdesk.time_offset_s=3600"
     pool: ConnectionPool[Any] = ConnectionPool(
         pg_url, min_size=1, max_size=2, kwargs=kwargs, open=True
     )

@@ -59,13 +59,31 @@ CASES = [
         "42P01",
         SchemaMissingError,
         "the PostgreSQL database ({w}) has no Flowdesk schema; run "
-        "`flowdesk --db postgresql://... db apply` to apply it.",
+        "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+        "and --db goes through a transaction-mode pooler (PgBouncer), set "
+        'postgres.pooler = "transaction".',
     ),
     (
         "3F000",
         SchemaMissingError,
         "the PostgreSQL database ({w}) has no Flowdesk schema; run "
-        "`flowdesk --db postgresql://... db apply` to apply it.",
+        "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+        "and --db goes through a transaction-mode pooler (PgBouncer), set "
+        'postgres.pooler = "transaction".',
+    ),
+    (
+        "26000",
+        StoreError,
+        "PostgreSQL lost track of a prepared statement ({w}) (SQLSTATE 26000): --db goes "
+        "through a transaction-mode pooler (PgBouncer); set postgres.pooler = "
+        '"transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.',
+    ),
+    (
+        "42P05",
+        StoreError,
+        "PostgreSQL lost track of a prepared statement ({w}) (SQLSTATE 42P05): --db goes "
+        "through a transaction-mode pooler (PgBouncer); set postgres.pooler = "
+        '"transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.',
     ),
     (
         "3D000",

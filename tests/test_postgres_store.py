@@ -308,7 +308,8 @@ def test_leases_are_decided_by_the_database_clock(pg_url, pg_store):
         pg_store.append(cp("r1", 1, {}), lease=Lease("machine-b:2", skewed_now + 30, skewed_now))
     # the same claimant on a server whose clock is 31 s later
     kwargs = postgres._connection_kwargs("later")
-    kwargs["options"] += " -c flowdesk.time_offset_s=31"
+    # search_path as a startup option: this pool has no configure (test-only offset)
+    kwargs["options"] = "-c search_path=flowdesk -c flowdesk.time_offset_s=31"
     pool: ConnectionPool[Any] = ConnectionPool(
         pg_url, min_size=1, max_size=2, kwargs=kwargs, open=True
     )

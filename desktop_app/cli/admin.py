@@ -340,7 +340,17 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         on_tick=_on_tick(sv),
     )
     listener = None
-    if hasattr(store, "listener"):
+    if getattr(store, "session_url", None) is None and hasattr(store, "listener"):
+        # Behind a transaction-mode pooler without postgres.listen_url: said, not silent.
+        print(
+            f"flowdesk agent: {parse_database(sv.database).shown} goes through a "
+            "transaction-mode pooler and postgres.listen_url is not set: this worker "
+            "holds no liveness lock (a peer takes its runs over only when their lease "
+            f"expires) and is not woken by notifications (it polls every {ctx.args.poll:g} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif hasattr(store, "listener"):
         listener = store.listener(owner=engine.owner, on_lost=worker.fence)
         worker.session = listener
     from desktop_app.flow.events import RunFinished

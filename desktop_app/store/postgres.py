@@ -35,6 +35,13 @@ transaction, with these PostgreSQL-specific rules:
   codec's exact bytes (``jsonb`` refuses ``\\u0000`` and NaN).
 * NUL characters in free text (error messages) become U+FFFD; in any other
   text value they are refused with a StoreError.
+* ``search_path`` is never a startup parameter. On a direct connection
+  (``pooler="none"``) it is set once per connection; behind a
+  transaction-mode pooler (``pooler="transaction"``, PgBouncer) every
+  transaction begins with ``SET LOCAL search_path`` and no statement is
+  prepared, so nothing relies on a session surviving the transaction; LISTEN
+  and a worker's liveness lock then need a direct ``listen_url`` (see
+  :func:`open_postgres_store`).
 * ``data_version`` is a hash of ``pg_current_snapshot()`` (changes whenever
   any transaction of the server commits; false positives only cause a
   reload) combined with this store's own commit count.
@@ -49,7 +56,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -61,6 +68,7 @@ from desktop_app.errors import (
     DatabaseOpenError,
     DuplicateFlowKeyError,
     LeaseLostError,
+    NoSessionError,
     RevisionConflictError,
     RunLeasedError,
     StoreError,
@@ -68,8 +76,11 @@ from desktop_app.errors import (
 from desktop_app.store import codec, migrations
 from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
 from desktop_app.store.postgres_sql import (
+    BEGIN_SQL,
     RETRY_SQLSTATES,
     SqlTx,
+    connect,
+    connection_kwargs,
     domain_write_error,
     epoch,
     is_connection_lost,
@@ -154,10 +165,18 @@ class PostgresCheckpointStore:
 
     Args:
         pool: an open :class:`psycopg_pool.ConnectionPool` whose connections
-            have ``search_path=flowdesk`` and ``autocommit=False``
-            (:func:`open_postgres_store` builds one).
+            have ``autocommit=False`` and, unless ``pooler="transaction"``,
+            ``search_path=flowdesk`` (:func:`open_postgres_store` builds one).
         scope: runs saved under one scope are invisible from another.
         where: shown in error messages (the URL without its password).
+        pooler: ``"transaction"``: the pool goes through a transaction-mode
+            pooler, so each transaction sets its own ``search_path`` first
+            (:data:`~desktop_app.store.postgres_sql.BEGIN_SQL`, one more round
+            trip per transaction) and :meth:`listener` never uses the pool's URL.
+        listen_url: the URL :meth:`listener` connects to (LISTEN and a
+            worker's liveness lock need a session of their own); default the
+            pool's own URL, or none behind a transaction pooler (then
+            :meth:`listener` raises NoSessionError).
 
     The schema must have been applied (``flowdesk db apply``); the
     constructor verifies it (SchemaMissingError / SchemaChecksumError /
@@ -168,11 +187,23 @@ class PostgresCheckpointStore:
     capabilities = frozenset({"sql", "processes", "database_clock", "push"})
 
     def __init__(
-        self, pool: ConnectionPool[Any], *, scope: str = "default", where: str = ""
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        scope: str = "default",
+        where: str = "",
+        pooler: Literal["none", "transaction"] = "none",
+        listen_url: str | None = None,
     ) -> None:
         self.pool = pool
         self.scope = scope
         self.where = where
+        self._begin = BEGIN_SQL if pooler == "transaction" else None
+        if listen_url is None and pooler == "none":
+            conninfo = pool.conninfo
+            listen_url = conninfo() if callable(conninfo) else conninfo
+        #: where :meth:`listener` connects; ``None``: nowhere (see NoSessionError)
+        self.session_url: str | None = listen_url
         with pool.connection() as conn:
             conn.autocommit = True
             try:
@@ -234,12 +265,18 @@ class PostgresCheckpointStore:
     def _attempt(self, body: Callable[[Conn], T], write: bool) -> T:
         with self.pool.connection() as conn:
             try:
+                if self._begin is not None:  # behind a transaction pooler
+                    conn.execute(self._begin)
                 result = body(conn)
                 xid = None
-                if write:
-                    row = conn.execute("SELECT pg_current_xact_id_if_assigned()::text").fetchone()
-                    xid = None if row is None else row[0]
                 pid = conn.info.backend_pid
+                if write:
+                    # the server's own pid: a pooler's client connection reports another
+                    row = conn.execute(
+                        "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()"
+                    ).fetchone()
+                    if row is not None:
+                        xid, pid = row[0], int(row[1])
             except BaseException:
                 if not conn.broken:
                     conn.rollback()
@@ -802,15 +839,28 @@ class PostgresCheckpointStore:
         on_lost: Callable[[], None] | None = None,
     ) -> Listener:
         """A started :class:`~desktop_app.store.postgres_notify.Listener` on
-        this store's server (a dedicated connection outside the pool); with
-        ``owner`` it is that worker's liveness. Raises psycopg.Error."""
-        kwargs = _connection_kwargs("flowdesk listener")
-        kwargs.pop("autocommit", None)
-        conninfo = self.pool.conninfo
-        if callable(conninfo):
-            conninfo = conninfo()
+        this store's server (a dedicated session on :attr:`session_url`,
+        outside the pool); with ``owner`` it is that worker's liveness.
+
+        Raises:
+            NoSessionError: :attr:`session_url` is ``None`` (the pool goes
+                through a transaction-mode pooler and no direct URL is set).
+            psycopg.Error: the first connection failed.
+        """
+        if self.session_url is None:
+            raise NoSessionError(
+                f"{self.where or 'the database'} goes through a transaction-mode pooler "
+                '(postgres.pooler = "transaction") and no postgres.listen_url is set: '
+                "LISTEN and a worker's liveness lock need a session of their own. Set "
+                "postgres.listen_url (FLOWDESK_POSTGRES__LISTEN_URL) to a direct "
+                "connection to the same server."
+            )
         return Listener(
-            conninfo, channels, owner=owner, on_lost=on_lost, connect_kwargs=kwargs
+            self.session_url,
+            channels,
+            owner=owner,
+            on_lost=on_lost,
+            connect_kwargs=connection_kwargs("flowdesk listener"),
         ).start()
 
     def watch_changes(self, on_change: Callable[[], None]) -> Callable[[], None]:
@@ -907,7 +957,8 @@ class PostgresCheckpointStore:
             sql += " AND flow_name=%s"
             args.append(flow_name)
         order = "DESC" if newest_first else "ASC"
-        sql += f" ORDER BY created_at {order}, run_id {order} LIMIT %s OFFSET %s"
+        # run ids in code point order, as on SQLite, whatever the database's collation
+        sql += f' ORDER BY created_at {order}, run_id COLLATE "C" {order} LIMIT %s OFFSET %s'
         args.extend([limit, offset])  # LIMIT NULL = no limit
         return self._read(lambda conn: [run_from_row(r) for r in conn.execute(sql, args)])
 
@@ -918,7 +969,7 @@ class PostgresCheckpointStore:
                 for r in conn.execute(
                     f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=%s AND flow_name=%s "
                     "AND flow_version<>%s AND status IN ('pending','running','waiting','failed') "
-                    "ORDER BY created_at, run_id",
+                    'ORDER BY created_at, run_id COLLATE "C"',
                     (self.scope, flow_name, version),
                 )
             ]
@@ -1249,23 +1300,32 @@ class PostgresCheckpointStore:
         self.pool.close()
 
 
-#: Settings every pooled connection gets (search_path: the schema all tables live in).
-def _connection_kwargs(application_name: str) -> dict[str, Any]:
-    return {
-        "autocommit": False,
-        "application_name": application_name,
-        "options": f"-c search_path={migrations.PG_SCHEMA}",
-        "keepalives": 1,
-        "keepalives_idle": 10,
-        "keepalives_interval": 5,
-        "keepalives_count": 3,
-        "connect_timeout": 10,
-    }
+def _connection_kwargs(
+    application_name: str, pooler: Literal["none", "transaction"] = "none"
+) -> dict[str, Any]:
+    """Settings every pooled connection gets (:func:`connection_kwargs`, in a
+    transaction until COMMIT). On a direct connection psycopg may prepare the
+    statements it runs often (saves parsing and planning); never behind a
+    transaction pooler."""
+    kwargs = {**connection_kwargs(application_name), "autocommit": False}
+    if pooler == "none":
+        del kwargs["prepare_threshold"]  # psycopg's default
+    return kwargs
+
+
+def _set_search_path(conn: Conn) -> None:
+    """The pool's ``configure``: a direct connection's session ``search_path``
+    (set once; a transaction pooler would lose it, see ``pooler``)."""
+    conn.autocommit = True  # a statement of its own: no transaction, no COMMIT
+    try:
+        conn.execute(f"SET search_path = {migrations.PG_SCHEMA}")
+    finally:
+        conn.autocommit = False
 
 
 def _check_connect(url: str) -> None:
     try:
-        psycopg.connect(url, connect_timeout=10).close()
+        connect(url).close()
     except psycopg.Error as exc:
         raise DatabaseOpenError(
             f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Check the URL, that the "
@@ -1279,6 +1339,8 @@ def open_postgres_store(
     scope: str = "default",
     max_connections: int = 8,
     application_name: str = "flowdesk",
+    pooler: Literal["none", "transaction"] = "none",
+    listen_url: str | None = None,
 ) -> PostgresCheckpointStore:
     """Connect to ``url`` (``postgresql://…``) and return a verified store.
 
@@ -1288,6 +1350,13 @@ def open_postgres_store(
         scope: the store scope.
         max_connections: the pool's size (threads that write at once, + 2).
         application_name: shown in ``pg_stat_activity`` (a worker passes its owner id).
+        pooler: ``"transaction"`` when ``url`` goes through a transaction-mode
+            pooler (PgBouncer ``pool_mode = transaction``): every transaction
+            sets its own ``search_path`` and no statement is prepared; LISTEN
+            and liveness locks are never sent through it.
+        listen_url: a direct URL to the same server for LISTEN and a worker's
+            liveness lock (default: ``url``, or none behind a transaction
+            pooler; the store's ``listener()`` then raises NoSessionError).
 
     Raises:
         DatabaseOpenError: the server cannot be reached or refuses the role.
@@ -1299,13 +1368,16 @@ def open_postgres_store(
         url,
         min_size=1,
         max_size=max(2, max_connections),
-        kwargs=_connection_kwargs(application_name),
+        kwargs=_connection_kwargs(application_name, pooler),
+        configure=_set_search_path if pooler == "none" else None,
         open=False,
         name="flowdesk",
     )
     try:
         pool.open(wait=True, timeout=30)
-        return PostgresCheckpointStore(pool, scope=scope, where=redact(url))
+        return PostgresCheckpointStore(
+            pool, scope=scope, where=redact(url), pooler=pooler, listen_url=listen_url
+        )
     except PoolTimeout as exc:
         pool.close()
         raise DatabaseOpenError(f"cannot open connections to PostgreSQL at {redact(url)}") from exc
@@ -1320,14 +1392,14 @@ def apply_postgres_schema(url: str) -> list[migrations.SchemaFile]:
     Returns the files applied. Raises DatabaseOpenError, SchemaChecksumError,
     SchemaTooNewError, StoreError."""
     _check_connect(url)
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with connect(url, autocommit=True) as conn:
         return migrations.apply(conn)
 
 
 def postgres_schema_status(url: str) -> list[migrations.SchemaStatus]:
     """``flowdesk --db postgresql://… db status``: the state of every schema file."""
     _check_connect(url)
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with connect(url, autocommit=True) as conn:
         return migrations.status(conn)
 
 
@@ -1337,5 +1409,5 @@ def verify_postgres_schema(url: str) -> None:
     SchemaMissingError (names ``flowdesk --db URL db apply``),
     SchemaChecksumError, SchemaTooNewError."""
     _check_connect(url)
-    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+    with connect(url, autocommit=True) as conn:
         migrations.verify(conn, db=redact(url))

@@ -30,7 +30,7 @@ import psycopg
 
 from desktop_app.errors import CopyTargetNotEmptyError, DatabaseOpenError, StoreError
 from desktop_app.store import migrations
-from desktop_app.store.postgres_sql import no_nul, redact
+from desktop_app.store.postgres_sql import connect, no_nul, redact
 
 #: Columns not copied: the laptop's leases and claims mean nothing on the server.
 _DROPPED = frozenset({"lease_owner", "lease_expires_at", "claimed_by", "claim_expires_at"})
@@ -106,7 +106,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
     try:
         migrations.verify(src, db=path)
         try:
-            dst = psycopg.connect(url, autocommit=False, connect_timeout=10)
+            dst = connect(url, autocommit=False)
         except psycopg.Error as exc:
             raise DatabaseOpenError(
                 f"cannot connect to PostgreSQL at {redact(url)}: {exc}"

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from desktop_app.store import migrations
-from desktop_app.store.postgres_sql import redact
+from desktop_app.store.postgres_sql import connect, redact
 
 Check = tuple[bool | None, str, str]
 #: pg_current_snapshot (13), lz4 TOAST compression (14).
@@ -39,7 +39,7 @@ def postgres_checks(url: str, *, workers: int = 0) -> list[Check]:
     out: list[Check] = []
     where = redact(url)
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        conn = connect(url, autocommit=True)
     except psycopg.Error as exc:
         return [(False, "database", f"{where}: cannot connect: {exc}")]
     with conn:

@@ -22,7 +22,9 @@ fallback) on a longer interval.
 
 :class:`Listener` owns one connection outside the pool (LISTEN and session
 advisory locks need a session: a direct connection or a session-mode
-pooler, never a transaction-mode PgBouncer). With ``owner`` given it is a
+pooler, never a transaction-mode PgBouncer: behind one, a session lock would
+stay on whichever server connection the pooler picked, long after this
+process died; give such a deployment a direct ``listen_url``). With ``owner`` given it is a
 worker's liveness: it registers the owner in ``workers`` and holds
 ``pg_advisory_lock(lock_key)`` for as long as the session lives. When that
 connection fails (server restart, ``pg_terminate_backend``, TCP keepalive
@@ -44,8 +46,12 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from desktop_app.store.migrations import PG_SCHEMA
+
 log = logging.getLogger(__name__)
 
+#: The workers table, named with its schema (a listener sets no search_path).
+WORKERS = f"{PG_SCHEMA}.workers"
 CHANGES = "flowdesk_changes"
 WAKE = "flowdesk_wake"
 #: Notifications queued within this many seconds go out in one statement.
@@ -184,7 +190,8 @@ class Listener:
         on_lost: called (from the listener thread) when the session dropped;
             the worker fences its runs there.
         connect_kwargs: extra ``psycopg.connect`` keyword arguments
-            (``options`` with the search_path, keepalives).
+            (keepalives, ``prepare_threshold``). Tables are named with their
+            schema, so no ``search_path`` is needed.
         heartbeat_s: seconds between a worker's ``workers.heartbeat_at`` updates.
         reconnect_max_s: the longest wait (seconds) between reconnect tries;
             the first waits :data:`RECONNECT_FIRST_S` and each failure doubles it.
@@ -245,7 +252,7 @@ class Listener:
                 host, _, rest = self.owner.partition(":")
                 pid = rest.partition(":")[0]
                 conn.execute(
-                    "INSERT INTO workers(owner, lock_key, host, pid, started_at, heartbeat_at) "
+                    f"INSERT INTO {WORKERS}(owner, lock_key, host, pid, started_at, heartbeat_at) "
                     f"VALUES (%s, {lock_key_sql()}, %s, %s, now(), now()) "
                     "ON CONFLICT (owner) DO UPDATE SET heartbeat_at=now()",
                     (self.owner, self.owner, host or socket.gethostname(),
@@ -255,7 +262,7 @@ class Listener:
                 conn.execute(f"SELECT pg_advisory_lock({lock_key_sql()})", (self.owner,))
                 # Rows of workers long gone (SIGKILLed: they never unregistered).
                 conn.execute(
-                    "DELETE FROM workers WHERE heartbeat_at < now() - interval '1 day' "
+                    f"DELETE FROM {WORKERS} WHERE heartbeat_at < now() - interval '1 day' "
                     "AND pg_try_advisory_xact_lock(lock_key)"
                 )
             for channel in self.channels:
@@ -290,7 +297,7 @@ class Listener:
                     self._wake.set()
                 if self.owner is not None and time.monotonic() - last_beat > self.heartbeat_s:
                     conn.execute(
-                        "UPDATE workers SET heartbeat_at=now() WHERE owner=%s", (self.owner,)
+                        f"UPDATE {WORKERS} SET heartbeat_at=now() WHERE owner=%s", (self.owner,)
                     )
                     last_beat = time.monotonic()
             except psycopg.Error as exc:
@@ -333,6 +340,6 @@ class Listener:
         if conn is not None:
             with contextlib.suppress(Exception):
                 if unregister and self.owner is not None:
-                    conn.execute("DELETE FROM workers WHERE owner=%s", (self.owner,))
+                    conn.execute(f"DELETE FROM {WORKERS} WHERE owner=%s", (self.owner,))
             with contextlib.suppress(Exception):
                 conn.close()

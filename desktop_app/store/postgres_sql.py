@@ -1,6 +1,21 @@
 """PostgreSQL plumbing shared by the PostgreSQL stores: SQLSTATE error
-classification, the :class:`SqlTx` domain writes run through (``?`` -> ``%s``), and
-time conversion at the boundary.
+classification, the :class:`SqlTx` domain writes run through (``?`` -> ``%s``),
+time conversion at the boundary, and the one way Flowdesk opens a connection
+(:func:`connect`, :func:`connection_kwargs`).
+
+Transaction poolers (PgBouncer ``pool_mode = transaction``) hand each
+*transaction* a server connection of their choosing, so nothing may rely on
+session state surviving from one transaction to the next: connections send
+no ``options`` startup parameter (PgBouncer refuses it), never prepare
+statements (``prepare_threshold=None``: a statement prepared on one server
+connection does not exist on the next, SQLSTATE 26000/42P05), and, told
+``pooler="transaction"``, every transaction of the store's pool begins with
+:data:`BEGIN_SQL` (``SET LOCAL``, which ends with the transaction). Only
+:class:`~desktop_app.store.postgres_notify.Listener` needs a session (LISTEN,
+a worker's liveness lock); it connects to a direct URL (see
+:func:`desktop_app.store.postgres.open_postgres_store`). On a direct
+connection the store's pool sets ``search_path`` once per connection instead
+and lets psycopg prepare what it runs often (no extra round trip).
 
 Errors are classified by SQLSTATE (``exc.sqlstate``) and by psycopg's
 exception classes, never by message text (the PostgreSQL error-code table,
@@ -23,11 +38,40 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.errors import redact as redact  # its home moved; importers here keep working
+from desktop_app.store.migrations import PG_SCHEMA
 from desktop_app.store.protocol import SqlResult
 from desktop_app.store.rows import written_table
 
 #: Whole-transaction retry on these: serialization_failure, deadlock_detected.
 RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+
+
+#: The session state each transaction of the store's pool sets first behind a
+#: transaction pooler; ``SET LOCAL`` lasts until COMMIT/ROLLBACK, so it holds there.
+BEGIN_SQL = f"SET LOCAL search_path = {PG_SCHEMA}"
+
+
+def connection_kwargs(application_name: str = "flowdesk") -> dict[str, Any]:
+    """``psycopg.connect`` keyword arguments every Flowdesk connection gets:
+    ``application_name`` (a startup parameter PgBouncer passes on), no
+    prepared statements, TCP keepalives (a partition is noticed in about 25 s)
+    and a 10 s connect timeout. No ``options``: set session state per
+    transaction with :data:`BEGIN_SQL`."""
+    return {
+        "application_name": application_name,
+        "prepare_threshold": None,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+        "connect_timeout": 10,
+    }
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
+    """``psycopg.connect(url)`` with :func:`connection_kwargs` (``kwargs``
+    override them, e.g. ``autocommit=True``). Raises psycopg.Error."""
+    return psycopg.connect(url, **{**connection_kwargs(), **kwargs})
 
 
 def ts(placeholder: str = "%s") -> str:
@@ -103,7 +147,15 @@ def translate(exc: psycopg.Error, where: str = "") -> StoreError:
     if code == "42P01" or code == "3F000":
         return SchemaMissingError(
             f"the PostgreSQL database{at} has no Flowdesk schema; run "
-            "`flowdesk --db postgresql://... db apply` to apply it."
+            "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+            "and --db goes through a transaction-mode pooler (PgBouncer), set "
+            'postgres.pooler = "transaction".'
+        )
+    if code in ("26000", "42P05"):  # a prepared statement missing, or there already
+        return StoreError(
+            f"PostgreSQL lost track of a prepared statement{at} (SQLSTATE {code}): --db "
+            "goes through a transaction-mode pooler (PgBouncer); set "
+            'postgres.pooler = "transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.'
         )
     if code == "3D000" or code.startswith("28"):
         return DatabaseOpenError(

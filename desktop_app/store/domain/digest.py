@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from desktop_app.store.domain import code_point_order
 from desktop_app.store.protocol import DomainWrite, SqlTx
 
 
@@ -51,12 +52,13 @@ def record_file(run_id: str, f: DigestFile) -> DomainWrite:
 
 
 def files_of_run(run_id: str) -> Callable[[SqlTx], list[DigestFile]]:
-    """Query op: every row of the run, ordered by path."""
+    """Query op: every row of the run, ordered by path (code point order on
+    every backend, see :func:`~desktop_app.store.domain.code_point_order`)."""
 
     def query(tx: SqlTx) -> list[DigestFile]:
         rows = tx.fetchall(
             "SELECT path, kind, title, summary, size_bytes, skip_reason, times_processed "
-            "FROM digest_files WHERE run_id=? ORDER BY path",
+            f"FROM digest_files WHERE run_id=? ORDER BY {code_point_order(tx, 'path')}",
             (run_id,),
         )
         return [DigestFile(*r) for r in rows]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from desktop_app.store.domain import code_point_order
 from desktop_app.store.protocol import DomainWrite, SqlTx
 
 _COLUMNS = "src, dst, kind, month, status, reason, intent_key"
@@ -61,12 +62,13 @@ def record_plan(run_id: str, moves: Sequence[TidyMove]) -> DomainWrite:
 
 
 def next_planned(run_id: str) -> Callable[[SqlTx], TidyMove | None]:
-    """Query op: the first row still ``planned`` (by source path), or ``None``."""
+    """Query op: the first row still ``planned`` (by source path, code point
+    order), or ``None``."""
 
     def query(tx: SqlTx) -> TidyMove | None:
         row = tx.fetchone(
             f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? AND status='planned' "
-            "ORDER BY src LIMIT 1",
+            f"ORDER BY {code_point_order(tx, 'src')} LIMIT 1",
             (run_id,),
         )
         return None if row is None else _row(row)
@@ -100,11 +102,13 @@ def skip_planned(run_id: str, reason: str) -> DomainWrite:
 
 
 def moves_of_run(run_id: str) -> Callable[[SqlTx], list[TidyMove]]:
-    """Query op: every row of the run, ordered by source path."""
+    """Query op: every row of the run, ordered by source path (code point order)."""
 
     def query(tx: SqlTx) -> list[TidyMove]:
         rows = tx.fetchall(
-            f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? ORDER BY src", (run_id,)
+            f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? "
+            f"ORDER BY {code_point_order(tx, 'src')}",
+            (run_id,),
         )
         return [_row(r) for r in rows]
 
