@@ -140,108 +140,98 @@ def race_db(request) -> str:
     return str(request.getfixturevalue(fixture))
 
 
-@pytest.mark.scenario("S76")
-def test_two_processes_resuming_a_dead_owners_agent_run_run_its_tool_once(race_db, tmp_path):
+def race_rounds(mode: str, db: str, tmp_path: Path, prepare, check) -> Counter[str]:
+    """``ROUNDS`` rounds of two ``mode`` racers on ``db``. Each round,
+    ``prepare(store, rnd)`` leaves the work behind and returns the racers'
+    argument and the keys whose side effect must happen exactly once; the
+    racers are released together; ``check(store, keys, outcomes)`` asserts
+    how the round ended. Returns how often each pair of outcomes came."""
     sink = tmp_path / "sink"
-    store = open_db(race_db)
-    racers = Racers("agent", race_db, sink)
-    outcomes: Counter[str] = Counter()
+    store = open_db(db)
+    racers = Racers(mode, db, sink)
+    seen: Counter[str] = Counter()
     try:
         for rnd in range(ROUNDS):
-            rid = f"ag-{rnd}"
-            interrupted_agent_run(store, rid, dead_owner())
-            got = racers.race(rnd, rid)
-            outcomes[" / ".join(got)] += 1
-            assert effects(sink, rnd) == {rid: 1}, f"round {rnd}: the tool ran {effects(sink, rnd)}"
-            assert set(got) <= {"ok", "leased"}
-            run = agent_store(store).get(rid)
-            assert (run.status, run.response, run.lease_owner) == ("done", f"done: {rid}", None)
+            arg, keys = prepare(store, rnd)
+            got = racers.race(rnd, arg)
+            seen[" / ".join(got)] += 1
+            ran = effects(sink, rnd)
+            assert ran == dict.fromkeys(keys, 1), f"round {rnd}: it ran {dict(ran)}, outcomes {got}"
+            check(store, keys, got)
     finally:
         racers.close()
         store.close()
+    return seen
+
+
+@pytest.mark.scenario("S76")
+def test_two_processes_resuming_a_dead_owners_agent_run_run_its_tool_once(race_db, tmp_path):
+    def prepare(store, rnd):
+        rid = f"ag-{rnd}"
+        interrupted_agent_run(store, rid, dead_owner())
+        return rid, [rid]
+
+    def check(store, keys, got):
+        assert set(got) <= {"ok", "leased"}
+        run = agent_store(store).get(keys[0])
+        assert (run.status, run.response, run.lease_owner) == ("done", f"done: {keys[0]}", None)
+
+    outcomes = race_rounds("agent", race_db, tmp_path, prepare, check)
     print(f"S76 agent takeover, {ROUNDS} rounds: {dict(outcomes)}")
     assert outcomes["leased / ok"] >= 1, "the racers never met: the race was not exercised"
 
 
 @pytest.mark.scenario("S77")
 def test_two_processes_resuming_a_dead_owners_flow_run_run_its_step_once(race_db, tmp_path):
-    sink = tmp_path / "sink"
-    store = open_db(race_db)
-    racers = Racers("flow", race_db, sink)
-    outcomes: Counter[str] = Counter()
-    try:
-        for rnd in range(ROUNDS):
-            (rid,) = interrupted_flow_runs(store, 1, dead_owner())
-            got = racers.race(rnd, rid)
-            outcomes[" / ".join(got)] += 1
-            assert effects(sink, rnd) == {rid: 1}, f"round {rnd}: the step ran {effects(sink, rnd)}"
-            assert set(got) <= {"ok", "leased"}
-            assert store.get_run(rid).status == "completed"
-    finally:
-        racers.close()
-        store.close()
+    def prepare(store, rnd):
+        (rid,) = interrupted_flow_runs(store, 1, dead_owner())
+        return rid, [rid]
+
+    def check(store, keys, got):
+        assert set(got) <= {"ok", "leased"}
+        assert store.get_run(keys[0]).status == "completed"
+
+    outcomes = race_rounds("flow", race_db, tmp_path, prepare, check)
     print(f"S77 flow takeover, {ROUNDS} rounds: {dict(outcomes)}")
     assert outcomes["leased / ok"] >= 1, "the racers never met: the race was not exercised"
 
 
+def all_completed(store, keys, got) -> None:
+    assert sum(int(o.split()[1]) for o in got) == len(keys)
+    assert {store.get_run(r).status for r in keys} == {"completed"}
+
+
 @pytest.mark.scenario("S77")
 def test_two_processes_recovering_at_once_run_each_interrupted_run_once(race_db, tmp_path):
-    sink = tmp_path / "sink"
-    store = open_db(race_db)
-    racers = Racers("recover", race_db, sink)
-    split: Counter[str] = Counter()
-    try:
-        for rnd in range(ROUNDS):
-            ids = interrupted_flow_runs(store, 3, dead_owner())
-            got = racers.race(rnd)
-            split[" / ".join(got)] += 1
-            assert effects(sink, rnd) == dict.fromkeys(ids, 1), f"round {rnd}"
-            assert sum(int(o.split()[1]) for o in got) == 3
-            assert {store.get_run(r).status for r in ids} == {"completed"}
-    finally:
-        racers.close()
-        store.close()
+    def prepare(store, rnd):
+        return "-", interrupted_flow_runs(store, 3, dead_owner())
+
+    split = race_rounds("recover", race_db, tmp_path, prepare, all_completed)
     print(f"S77 resume --all, {ROUNDS} rounds of 3 runs, runs per racer: {dict(split)}")
 
 
 @pytest.mark.scenario("S77")
 def test_two_postgres_workers_claiming_at_once_run_each_pending_run_once(pg_url, tmp_path):
-    sink = tmp_path / "sink"
-    store = open_db(pg_url)
-    engine = Engine(store, flows=[race_flow(lambda s: {"n": s.n + 1})])
-    racers = Racers("worker", pg_url, sink)
-    split: Counter[str] = Counter()
-    try:
-        for rnd in range(ROUNDS):
-            ids = [engine.start("race", N()) for _ in range(3)]
-            got = racers.race(rnd)
-            split[" / ".join(got)] += 1
-            assert effects(sink, rnd) == dict.fromkeys(ids, 1), f"round {rnd}"
-            assert {store.get_run(r).status for r in ids} == {"completed"}
-    finally:
-        racers.close()
-        store.close()
+    def prepare(store, rnd):
+        engine = Engine(store, flows=[race_flow(lambda s: {"n": s.n + 1})])
+        return "-", [engine.start("race", N()) for _ in range(3)]
+
+    split = race_rounds("worker", pg_url, tmp_path, prepare, all_completed)
     print(f"S77 workers, {ROUNDS} rounds of 3 runs, runs per worker: {dict(split)}")
 
 
 @pytest.mark.scenario("S77")
 def test_two_dispatchers_take_over_a_dead_claimants_intents_and_send_each_once(race_db, tmp_path):
-    sink = tmp_path / "sink"
-    store = open_db(race_db)
-    engine = Engine(store, flows=[race_flow(lambda s: {"n": s.n + 1})], group_commit=False)
-    racers = Racers("dispatch", race_db, sink)
-    split: Counter[str] = Counter()
-    try:
-        for rnd in range(ROUNDS):
-            for _ in range(3):
-                assert engine.run("race", N()).status == "completed"
-            claimed = store.claim_intents(dead_owner(), 3600.0, 100)  # then its process died
-            assert len(claimed) == 3
-            got = racers.race(rnd)
-            split[" / ".join(got)] += 1
-            sent = effects(sink, rnd)
-            assert set(sent.values()) == {1} and len(sent) == 3, f"round {rnd}: {sent}"
-    finally:
-        racers.close()
-        store.close()
+    def prepare(store, rnd):
+        engine = Engine(store, flows=[race_flow(lambda s: {"n": s.n + 1})], group_commit=False)
+        for _ in range(3):
+            assert engine.run("race", N()).status == "completed"
+        claimed = store.claim_intents(dead_owner(), 3600.0, 100)  # then its process died
+        assert len(claimed) == 3
+        return "-", [i.intent_id for i in claimed]
+
+    def check(store, keys, got):
+        assert sum(int(o.split()[1]) for o in got) == len(keys)
+
+    split = race_rounds("dispatch", race_db, tmp_path, prepare, check)
     print(f"S77 outbox takeover, {ROUNDS} rounds of 3 intents, sent per racer: {dict(split)}")
