@@ -7,6 +7,7 @@ password given in ``--db``. Real ``flowdesk`` processes under a umask of 022."""
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -140,4 +141,6 @@ def test_hints_never_print_the_postgres_password_given_in_db(pg_url):
     assert out.returncode == 2, out.stderr
     assert "list the runs with `flowdesk --db" in out.stderr  # the hint is there
     assert "s3cret-pw" not in out.stdout + out.stderr
-    assert ":***@" in out.stderr
+    # the printed command leaves the password out and says where it comes from
+    assert f"--db {shlex.quote(with_address(pg_url))} " in out.stderr
+    assert "leave out the database password" in out.stderr
