@@ -1,0 +1,114 @@
+"""Model and tool output is untrusted, and so is the folder the ``files``
+tool reads: no escape sequence from a model or an MCP server reaches the
+terminal raw, a provider's error never carries the API key into the
+database, the terminal or an export, and the ``files`` tool never follows a
+link out of its folder, never waits on a FIFO and never reads a huge file
+whole. Real subprocesses, real HTTP and MCP servers on 127.0.0.1, real
+FIFOs, links and sparse files in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+
+from desktop_app.agent.tools import file_tools
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tools_over(folder: Path) -> dict[str, Callable[[dict], str]]:
+    return {t.name: t.call for t in file_tools(folder)}
+
+
+def within(seconds: float, fn: Callable[[], str]) -> str:
+    """``fn()`` run in a thread; fails the test when it has not returned in ``seconds``."""
+    out: list[str] = []
+    worker = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"the tool call still blocks after {seconds} s"
+    return out[0]
+
+
+def test_files_tool_answers_a_fifo_with_an_error_at_once(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe.md")  # no writer ever opens it
+    tools = tools_over(folder)
+    answer = json.loads(within(10, lambda: tools["read_file"]({"path": "pipe.md"})))
+    assert "FIFO" in answer["error"] and "not a regular file" in answer["error"]
+    assert "pipe.md" in answer["error"]
+
+
+def test_files_tool_refuses_links_to_outside_the_folder(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("OUTSIDE")
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "sub").symlink_to(outside, target_is_directory=True)
+    (folder / "key.txt").symlink_to(outside / "secret.txt")
+    tools = tools_over(folder)
+    for call in (
+        ("read_file", {"path": "sub/secret.txt"}),
+        ("read_file", {"path": "key.txt"}),
+        ("read_file", {"path": "../outside/secret.txt"}),
+        ("read_file", {"path": str(outside / "secret.txt")}),
+        ("list_folder", {"path": "sub"}),
+    ):
+        answer = tools[call[0]](call[1])
+        assert "OUTSIDE" not in answer and "secret.txt" not in answer.replace(call[1]["path"], "")
+        assert "error" in json.loads(answer), (call, answer)
+    assert tools["list_folder"]({}) == "key.txt\nsub"  # links listed, never entered
+
+
+SWAPPER = """
+import os, sys
+folder = sys.argv[1]
+os.chdir(folder)
+while True:  # 'sub' is a real folder, then gone, then a link to outside, then gone
+    os.rename("sub_dir", "sub"); os.rename("sub", "sub_dir")
+    os.rename("sub_link", "sub"); os.rename("sub", "sub_link")
+"""
+
+
+def test_files_tool_never_follows_a_subfolder_swapped_for_a_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.txt").write_text("OUTSIDE")
+    folder = tmp_path / "notes"
+    (folder / "sub_dir").mkdir(parents=True)
+    (folder / "sub_dir" / "a.txt").write_text("inside")
+    (folder / "sub_link").symlink_to(outside, target_is_directory=True)
+    tools = tools_over(folder)
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(folder)])
+    try:
+        answers = [tools["read_file"]({"path": "sub/a.txt"}) for _ in range(6000)]
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert "inside" in answers  # the race ran: the real folder was read
+    assert "OUTSIDE" not in answers
+
+
+def test_files_tool_reads_at_most_its_bound_of_a_2_gb_file(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    with open(folder / "huge.log", "wb") as fh:
+        fh.write(b"start of the log\n")
+        fh.truncate(2 * 1024**3)  # sparse: no disk used
+    tools = tools_over(folder)
+    tracemalloc.start()
+    try:
+        answer = tools["read_file"]({"path": "huge.log"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert answer.startswith("start of the log\n") and len(answer.encode()) == 64 * 1024
+    assert peak < 4 * 1024 * 1024, f"{peak} bytes allocated to answer with 64 KiB"
