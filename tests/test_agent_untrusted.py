@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from desktop_app.agent.tools import file_tools
+from tests.chat_server import ChatServer
+from tests.cli_support import flowdesk
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,3 +114,47 @@ def test_files_tool_reads_at_most_its_bound_of_a_2_gb_file(tmp_path: Path) -> No
         tracemalloc.stop()
     assert answer.startswith("start of the log\n") and len(answer.encode()) == 64 * 1024
     assert peak < 4 * 1024 * 1024, f"{peak} bytes allocated to answer with 64 KiB"
+
+
+KEY = "fd-live-7Q2x9Lm4Zp0W"  # not sk- shaped: only the configured key's value can mask it
+OTHER = "sk-proj-Vb81kq0LxT3mZ"
+
+
+def every_byte(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file())
+
+
+def test_a_401_that_echoes_the_key_stores_prints_and_exports_it_masked(tmp_path: Path) -> None:
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    echo = json.dumps(
+        {
+            "error": {
+                "message": f"Incorrect API key provided: {KEY}. Authorization: Bearer {KEY} "
+                f"(did you mean {OTHER}?)",
+                "type": "invalid_request_error",
+            }
+        }
+    )
+    with ChatServer() as server:
+        server.script = [("status", 401, {"Content-Type": "application/json"}, echo)]
+        env = {
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_MODEL__API_KEY": KEY,
+        }
+        out = flowdesk(db, "ask", "hello", env=env)
+    assert server.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"  # it was sent
+    assert out.returncode == 1 and "HTTP 401" in out.stderr and "***" in out.stderr
+    run_id = out.stderr.splitlines()[0].split()[1]
+    shown = flowdesk(db, "show", run_id)
+    exported = flowdesk(db, "export", "--out", str(tmp_path / "export"), "--format", "csv")
+    assert shown.returncode == 0 and exported.returncode == 0, shown.stderr + exported.stderr
+    assert "Incorrect API key provided: ***" in shown.stdout
+    for secret in (KEY, OTHER):
+        for where in (out.stdout, out.stderr, shown.stdout, shown.stderr, exported.stdout):
+            assert secret not in where
+        for path in tmp_path.glob("f.db*"):  # the database, its WAL and shared memory
+            assert secret.encode() not in path.read_bytes(), path
+        assert secret.encode() not in every_byte(tmp_path / "export")
+    assert b"Incorrect API key provided: ***" in every_byte(tmp_path / "export")
