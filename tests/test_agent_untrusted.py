@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from desktop_app.agent.tools import file_tools
-from tests.chat_server import ChatServer
+from tests.chat_server import ChatServer, completion
 from tests.cli_support import flowdesk
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,3 +158,63 @@ def test_a_401_that_echoes_the_key_stores_prints_and_exports_it_masked(tmp_path:
             assert secret.encode() not in path.read_bytes(), path
         assert secret.encode() not in every_byte(tmp_path / "export")
     assert b"Incorrect API key provided: ***" in every_byte(tmp_path / "export")
+
+
+def no_raw_controls(text: str) -> bool:
+    return not any(c in text for c in ("\x1b", "\x07", "\x9b"))
+
+
+def test_escape_sequences_from_the_model_and_an_mcp_tool_are_printed_visibly(
+    tmp_path: Path,
+) -> None:
+    db, config = tmp_path / "f.db", tmp_path / "config.toml"
+    command = [sys.executable, "-m", "tests.mcp_notes_server", str(tmp_path / "log"), "stdio"]
+    config.write_text(
+        f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(ROOT))}\n"
+        '[mcp_servers.notes.env]\nNOTES_VARIANT = "escapes"\n'
+    )
+    bad_tool = "x\x1b]0;tool-title\x07"
+    calls = [
+        {"id": "a", "name": "notes__banner", "args": {}},
+        {"id": "b", "name": bad_tool, "args": {}},
+    ]
+    # the answer's sequences split across deltas: ESC in one, the rest in the next
+    parts = [
+        "Title \x1b",
+        "]0;model-title\x07 clear \x1b[",
+        "2J clip \x1b]52;c;",
+        "cHduZWQ=\x07 end",
+    ]
+    with ChatServer() as server:
+        server.script = [
+            ("json", completion("", calls)),
+            ("sse", [{"choices": [{"delta": {"content": p}}]} for p in parts]),
+        ]
+        env = {
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_CONFIG": str(config),
+        }
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        out = flowdesk(db, "ask", "hello", "--mcp", "notes", env=env)
+    assert out.returncode == 0, out.stderr
+    tool_answers = [
+        m["content"] for m in server.requests[1]["body"]["messages"] if m["role"] == "tool"
+    ]
+    assert tool_answers[0].startswith("\x1b]0;mcp-title")  # the model gets the tool's text as is
+    assert no_raw_controls(out.stdout) and no_raw_controls(out.stderr)
+    assert (
+        "Title \\x1b]0;model-title\\x07 clear \\x1b[2J clip \\x1b]52;c;cHduZWQ=\\x07 end"
+        in out.stdout
+    )
+    assert "[x\\x1b]0;tool-title\\x07…]" in out.stderr and "[notes__banner…]" in out.stderr
+    run_id = out.stderr.splitlines()[0].split()[1]
+    shown = flowdesk(db, "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert no_raw_controls(shown.stdout) and no_raw_controls(shown.stderr)
+    assert (
+        "tool notes__banner: \\x1b]0;mcp-title\\x07\\x1b[2J\\x1b]52;c;bWNw\\x07banner"
+        in shown.stdout
+    )
+    assert "assistant: Title \\x1b]0;model-title\\x07 clear \\x1b[2J" in shown.stdout
+    assert "calls x\\x1b]0;tool-title\\x07 {}" in shown.stdout
