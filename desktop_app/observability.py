@@ -21,6 +21,7 @@ import io
 import logging
 import logging.handlers
 import os
+import re
 import sys
 import threading
 from pathlib import Path
@@ -45,19 +46,43 @@ def log_dir() -> Path:
 
 
 def mask_secret(value: str | None) -> None:
-    """Never write ``value`` to the log file (records are masked with ``***``)."""
+    """Never write ``value`` to the log file, nor in a provider's error
+    (:func:`redact` replaces it with ``***``). Values under 4 characters are
+    ignored (masking them would garble ordinary text)."""
     if value and len(value) >= 4:
         _secrets.add(value)
 
 
+#: a bearer token (``Authorization: Bearer xxx``) and an ``sk-``-style API key
+_TOKENS = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+|\bsk-[A-Za-z0-9_-]{6,}")
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret masked: each value given to
+    :func:`mask_secret` (the configured API key) becomes ``***``, a bearer
+    token ``Bearer ***`` and an ``sk-...`` key ``sk-***``.
+
+    The one masking function: log records go through it, and so does a
+    provider's error text before it is stored, printed or exported (a 401
+    that echoes the key).
+
+    Args:
+        text: any text (str).
+
+    Returns:
+        str: the text with the secrets masked; unchanged when it has none.
+    """
+    for secret in sorted(_secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _TOKENS.sub(lambda m: f"{m[1]} ***" if m[1] else "sk-***", text)
+
+
 class _SecretMask(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        if _secrets:
-            text = record.getMessage()
-            if any(s in text for s in _secrets):
-                for s in _secrets:
-                    text = text.replace(s, "***")
-                record.msg, record.args = text, None
+        text = record.getMessage()
+        masked = redact(text)
+        if masked != text:
+            record.msg, record.args = masked, None
         return True
 
 

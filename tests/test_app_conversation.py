@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.geometry import Region
 from textual.pilot import Pilot
 from textual.widgets import Markdown
 
@@ -55,15 +56,15 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     time.tzset()
 
 
-def make_app(tmp_path: Path) -> FlowdeskApp:
+def make_app(tmp_path: Path, messages: list[dict[str, Any]] = MESSAGES) -> FlowdeskApp:
     settings = load_settings(db_path=tmp_path / "t.db")
     bootstrap.apply_schema(settings)
     store = open_store(settings.db_path)
     try:
         agents = SqliteAgentStore(store)
         at = 1_767_225_600.0
-        agents.create(AgentRun(RUN_ID, "helper", "running", "Find x", at, at), MESSAGES[:1])
-        agents.update(RUN_ID, at + 5, messages=MESSAGES[1:], status="done", response="Found")
+        agents.create(AgentRun(RUN_ID, "helper", "running", "Find x", at, at), messages[:1])
+        agents.update(RUN_ID, at + 5, messages=messages[1:], status="done", response="Found")
     finally:
         store.close()
     return FlowdeskApp(settings)
@@ -100,3 +101,43 @@ async def test_messages_are_distinct_blocks_with_markdown(tmp_path: Path) -> Non
 @pytest.mark.parametrize("size", [(80, 24), (160, 50)], ids=["80x24", "160x50"])
 def test_conversation_snapshot(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     assert snap_compare(make_app(tmp_path), terminal_size=size, run_before=open_conversation)
+
+
+ESCAPES = "\x1b]0;title\x07\x1b[2J\x1b]52;c;cHduZWQ=\x07"
+
+
+async def test_escape_sequences_in_model_and_tool_text_are_shown_not_sent(
+    tmp_path: Path,
+) -> None:
+    hostile: list[dict[str, Any]] = [
+        {"role": "user", "content": "Find x"},
+        {
+            "role": "assistant",
+            "content": f"**bold** {ESCAPES}",
+            "tool_calls": [{"id": "c1", "name": f"look{ESCAPES}", "arguments": {"q": ESCAPES}}],
+        },
+        {
+            "role": "tool",
+            "content": f"found {ESCAPES}",
+            "name": f"look{ESCAPES}",
+            "tool_call_id": "c1",
+        },
+        {"role": "assistant", "content": f"# Done {ESCAPES}\n\n- item {ESCAPES}"},
+    ]
+    app = make_app(tmp_path, hostile)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await open_conversation(pilot)
+        view = app.screen.query_one(ConversationView)
+        assert view.kinds == ["user", "assistant", "tool-result", "assistant"]
+        shown = "\n".join(
+            strip.text
+            for w in view.query("*")
+            if w.size.area and not w.children
+            for strip in w.render_lines(Region(0, 0, w.size.width, w.size.height))
+        )
+    assert "\x1b" not in shown and "\x07" not in shown
+    visible = "\\x1b]0;title\\x07\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07"
+    assert f"found {visible}" in shown  # the tool result
+    assert f"result look{visible}" in shown  # its title, with the tool's name
+    assert f"Done {visible}" in shown and f"item {visible}" in shown  # through Markdown
+    assert "→ tool call look\\x1b" in shown

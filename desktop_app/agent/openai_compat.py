@@ -9,6 +9,9 @@ Errors are classified by type and HTTP status, never by message text:
 :class:`ProviderError` (not retryable); 5xx and reset connections →
 :class:`ProviderUnavailableError`; timeouts → :class:`ProviderTimeoutError`;
 a reply that is not the chat-completions shape → :class:`MalformedReplyError`.
+The provider's text quoted in an error is masked first
+(:func:`desktop_app.observability.redact`): a 401 that echoes the API key
+stores, prints and exports ``***`` instead.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from desktop_app.errors import (
     ProviderUnavailableError,
     RateLimitedError,
 )
+from desktop_app.observability import mask_secret, redact
 
 
 def to_wire(m: Message) -> dict[str, Any]:
@@ -58,7 +62,7 @@ def _raise_for(resp: httpx.Response) -> None:
     code = resp.status_code
     if code < 400:
         return
-    body = resp.text[:200]
+    body = redact(resp.text)[:200]  # a 401 may echo the key: masked before it is cut
     if code == 429:
         raise RateLimitedError(
             f"rate limited by the provider (HTTP 429): {body}", retry_after_s=_retry_after(resp)
@@ -105,6 +109,7 @@ class OpenAICompatibleModel:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.model = model
+        mask_secret(api_key)  # never in a log record nor in a provider's error text
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
@@ -153,7 +158,7 @@ class OpenAICompatibleModel:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise MalformedReplyError(
                 f"the provider's reply is not a chat completion ({type(exc).__name__}: {exc}): "
-                f"{resp.text[:200]}"
+                f"{redact(resp.text)[:200]}"
             ) from exc
 
     def stream(
@@ -179,7 +184,9 @@ class OpenAICompatibleModel:
                     try:
                         delta = json.loads(payload)["choices"][0].get("delta", {})
                     except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        raise MalformedReplyError(f"bad stream chunk: {payload[:200]}") from exc
+                        raise MalformedReplyError(
+                            f"bad stream chunk: {redact(payload)[:200]}"
+                        ) from exc
                     if delta.get("content"):
                         text.append(delta["content"])
                         yield StreamDelta(delta["content"])

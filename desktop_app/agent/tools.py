@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError, create_model
+
+from desktop_app.flows.confined import Refused, open_folder, open_regular, opened_dir
 
 ASK_USER = "ask_user"
 
@@ -144,29 +147,68 @@ def ask_user_schema() -> dict[str, Any]:
 
 
 def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
-    """``read_file`` and ``list_folder`` confined to ``root`` (no path escapes)."""
+    """``read_file`` and ``list_folder`` confined to the folder ``root``.
+
+    Paths are walked with :mod:`desktop_app.flows.confined`, as the digest
+    reads files: one component at a time from the folder's descriptor, no
+    symbolic link followed anywhere (a subfolder swapped for a link to
+    elsewhere mid-run is refused, not followed), files opened non-blocking and
+    read only when they are regular files (a FIFO, socket or device is
+    refused at once, never waited on), and at most ``max_bytes`` bytes read
+    (a 2 GB file costs 64 KiB, not 2 GB).
+
+    Args:
+        root: the folder (str or Path; resolved once, here).
+        max_bytes: the most ``read_file`` reads of one file, in bytes.
+
+    Returns:
+        The two tools. A refused or failing path is a tool answer, never an
+        exception: ``{"error": "..."}`` naming the path and why.
+    """
     base = Path(root).resolve()
 
-    def inside(rel: str) -> Path:
-        p = (base / rel).resolve()
-        if p != base and base not in p.parents:
-            raise ValueError(f"{rel!r} is outside {base}")
-        return p
+    def relative(path: str) -> str:
+        p = PurePosixPath(path)
+        if p.is_absolute():
+            if not p.is_relative_to(base):
+                raise Refused(f"{path!r} is outside {base}")
+            p = p.relative_to(base)
+        return str(p)  # "./a" is "a", "" and "." are the folder
+
+    def problem(path: str, exc: Refused | OSError) -> str:
+        why = exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+        return json.dumps(
+            {
+                "error": f"{path!r} cannot be read: {why}; only files and folders inside {base} "
+                "are readable, and no symbolic link is followed"
+            }
+        )
 
     def read_file(path: str) -> str:
         """Read a text file under the folder (first 64 KiB)."""
         try:
-            data = inside(path).read_bytes()[:max_bytes]
-        except (OSError, ValueError) as exc:
-            return json.dumps({"error": str(exc)})
+            with opened_dir(base) as top:
+                fd, _ = open_regular(top, relative(path))
+            with os.fdopen(fd, "rb") as fh:
+                data = fh.read(max_bytes)
+        except (Refused, OSError) as exc:
+            return problem(path, exc)
         return data.decode("utf-8", errors="replace")
 
     def list_folder(path: str = ".") -> str:
         """List the entries of a folder under the root."""
         try:
-            entries = sorted((e.name + ("/" if e.is_dir() else "")) for e in inside(path).iterdir())
-        except (OSError, ValueError) as exc:
-            return json.dumps({"error": str(exc)})
+            with opened_dir(base) as top:
+                fd = open_folder(top, relative(path))
+            try:
+                with os.scandir(fd) as it:
+                    entries = sorted(
+                        e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in it
+                    )
+            finally:
+                os.close(fd)
+        except (Refused, OSError) as exc:
+            return problem(path, exc)
         return "\n".join(entries)
 
     return [Tool(read_file), Tool(list_folder)]

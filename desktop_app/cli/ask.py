@@ -1,4 +1,9 @@
-"""Agent runs from the command line: ``ask``, and resuming/canceling an agent run."""
+"""Agent runs from the command line: ``ask``, and resuming/canceling an agent run.
+
+What a model or a tool wrote (answer text, tool names, questions, errors) is
+printed through :func:`desktop_app.textsafe.visible_controls`: an escape
+sequence in it shows as ``\\x1b]0;...`` instead of retitling the window,
+clearing the screen or writing the clipboard."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK
 from desktop_app.errors import ConfigError, InputError
+from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
     from desktop_app.agent import Agent
@@ -69,16 +75,17 @@ def _sources(ctx: Ctx) -> ToolSources:
 def _finish(ctx: Ctx, res: Any, printed: bool) -> int:
     if res.status == "done":
         if not printed:
-            print(res.text)
+            print(visible_controls(res.text))
         print(f"run {res.run_id} done", file=sys.stderr)
         return EXIT_OK
     if res.status == "input_required":
-        print(f"the agent asks: {res.question}")
+        print(f"the agent asks: {visible_controls(str(res.question))}")
         hint = ctx.hints.cmd(f"ask --resume {res.run_id} --answer TEXT")
         print(f"answer with: {hint}", file=sys.stderr)
         return EXIT_OK
     hint = ctx.hints.cmd(f"resume {res.run_id}")
-    print(f"run {res.run_id} {res.status}: {res.error}  ({hint})", file=sys.stderr)
+    error = visible_controls(str(res.error))
+    print(f"run {res.run_id} {res.status}: {error}  ({hint})", file=sys.stderr)
     return EXIT_FAILED
 
 
@@ -133,10 +140,11 @@ def cmd_ask(ctx: Ctx) -> int:
                 ctx.current_run = run_id
                 again = ctx.hints.cmd(f"resume {run_id}")
                 print(f"run {run_id} (if interrupted: {again})", file=sys.stderr, flush=True)
-            elif ev.kind == "delta":
-                print(ev.text, end="", flush=True)
+            elif ev.kind == "delta":  # ESC is shown as \x1b: a sequence split over
+                # deltas stays visible, each part on its own
+                print(visible_controls(ev.text), end="", flush=True)
             elif ev.kind == "tool_start":
-                print(f"\n[{ev.tool}…]", file=sys.stderr, flush=True)
+                print(f"\n[{visible_controls(str(ev.tool))}…]", file=sys.stderr, flush=True)
             events.append(ev)
     print()
     res = events[-1].response
@@ -170,9 +178,14 @@ def recover_agents(sv: Services, skip: set[str] | None = None) -> tuple[int, int
         bad = True
         if isinstance(outcome, AgentRunLeasedError):  # a live peer runs it: not a failure
             bad = False
-            print(f"agent run {run.run_id} not resumed here: {outcome}", flush=True)
+            print(
+                f"agent run {run.run_id} not resumed here: {visible_controls(str(outcome))}",
+                flush=True,
+            )
         elif isinstance(outcome, BaseException):
-            print(f"agent run {run.run_id} not resumed: {outcome}", flush=True)
+            print(
+                f"agent run {run.run_id} not resumed: {visible_controls(str(outcome))}", flush=True
+            )
         else:
             bad = outcome.status not in ("done", "input_required")
             print(f"agent run {run.run_id} {outcome.status}", flush=True)

@@ -21,6 +21,7 @@ from desktop_app.cli.output import (
 )
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
+from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -126,6 +127,12 @@ def _table_time(text: str | None) -> str:
 # -- show ------------------------------------------------------------------
 
 
+def _say(line: str) -> None:
+    """Print a line that holds what a model or a tool wrote, its control
+    characters shown as escapes (:func:`desktop_app.textsafe.visible_controls`)."""
+    print(visible_controls(line))
+
+
 def cmd_show(ctx: Ctx) -> int:
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
@@ -175,12 +182,12 @@ def cmd_show(ctx: Ctx) -> int:
     if status == INTERRUPTED:
         print(_interrupted_line(ctx, run))
     if run.error:
-        print(f"error: {run.error}")
+        _say(f"error: {run.error}")
     print("steps:")
     for rec in cp.steps.values():
         extra = f" iteration {rec.iteration}" if rec.iteration else ""
         err = f"  {rec.error}" if rec.error else ""
-        print(f"  {rec.step_id:16} {rec.status:12} attempts {rec.attempts}{extra}{err}")
+        _say(f"  {rec.step_id:16} {rec.status:12} attempts {rec.attempts}{extra}{err}")
     print(f"checkpoints: {len(history)}")
     shown = history if len(history) <= 12 else history[:5] + history[-5:]
     for i, info in enumerate(shown):
@@ -232,28 +239,28 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         )
         return EXIT_OK
     status = display_status(run, now)
-    print(f"agent run {run.run_id}  agent {run.agent}  status {status}  turns {run.turns}")
+    _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  turns {run.turns}")
     if status == INTERRUPTED:
-        print(_interrupted_line(ctx, run))
-    print(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
+        _say(_interrupted_line(ctx, run))
+    _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
-        print(f"error: {run.error}")
-    print("turns:")
+        _say(f"error: {run.error}")
+    _say("turns:")
     for m in messages:
         if m["role"] == "system":
             continue
         if m["role"] == "tool":
             reused = " (reused)" if m.get("reused") else ""
-            print(f"  tool {m.get('name')}{reused}: {_clip(m.get('content') or '')}")
+            _say(f"  tool {m.get('name')}{reused}: {_clip(m.get('content') or '')}")
             continue
         if m.get("content"):
-            print(f"  {m['role']}: {_clip(m['content'])}")
+            _say(f"  {m['role']}: {_clip(m['content'])}")
         for call in m.get("tool_calls", []):
             args = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
-            print(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
-    print(f"tool calls: {len(tools)}")
+            _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
+    _say(f"tool calls: {len(tools)}")
     for t in tools:
-        print(f"  {t.tool:14} {t.status:12} attempts {t.attempts}  reused {t.reused}")
+        _say(f"  {t.tool:14} {t.status:12} attempts {t.attempts}  reused {t.reused}")
     return EXIT_OK
 
 

@@ -165,6 +165,34 @@ def opened_dir(path: str | os.PathLike[str]) -> Iterator[int]:
         os.close(fd)
 
 
+def _walk(dir_fd: int, parts: list[str]) -> int:
+    """A new descriptor of the folder ``parts`` under ``dir_fd``, each part
+    opened with no link followed (``dir_fd`` itself, duplicated, for none)."""
+    fd = os.dup(dir_fd)
+    try:
+        for i, part in enumerate(parts):
+            nxt = _open_component(fd, part, "/".join(parts[: i + 1]))
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_folder(dir_fd: int, rel: str) -> int:
+    """A descriptor of the folder ``rel`` (relative, ``/``-separated; ``"."``
+    is ``dir_fd`` itself) under ``dir_fd``, every component opened with no
+    link followed. The caller closes it.
+
+    Raises:
+        Refused: an unsafe part (``..``, an absolute path), or a component
+            is a link or not a folder.
+        OSError: a component is missing or unreadable.
+    """
+    return _walk(dir_fd, [] if rel in (".", "") else components(rel))
+
+
 def open_regular(dir_fd: int, rel: str) -> tuple[int, os.stat_result]:
     """Open the regular file ``rel`` (relative, ``/``-separated) under ``dir_fd``
     for reading: folders walked with no link followed, the file opened
@@ -178,12 +206,8 @@ def open_regular(dir_fd: int, rel: str) -> tuple[int, os.stat_result]:
         OSError: missing or unreadable.
     """
     parts = components(rel)
-    fd = os.dup(dir_fd)
+    fd = _walk(dir_fd, parts[:-1])
     try:
-        for i, part in enumerate(parts[:-1]):
-            nxt = _open_component(fd, part, "/".join(parts[: i + 1]))
-            os.close(fd)
-            fd = nxt
         what = kind_at(fd, parts[-1])
         if what not in (None, "a regular file"):  # never open a device or a FIFO at all
             if what == "a symbolic link":

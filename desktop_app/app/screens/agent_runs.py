@@ -45,6 +45,7 @@ from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.errors import FlowdeskError
 from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.records import AGENT_TERMINAL, AgentRun, ToolResult
+from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -133,7 +134,7 @@ def run_lines(run: AgentRun, now: float) -> list[str]:
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
         lines.append(f"Answer it with: {agent_hint(run.run_id)}")
-    return lines
+    return [visible_controls(line) for line in lines]  # error, answer: model text
 
 
 def conversation_text(run: AgentRun, messages: list[dict[str, Any]], now: float) -> str:

@@ -18,6 +18,7 @@ from textual.widgets import Footer, Input, Label, Static
 
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.textsafe import visible_controls
 
 
 class AskScreen(ModalScreen[str | None]):
@@ -67,7 +68,8 @@ class AnswerFinished(Message):
 
 
 class StreamingAnswer(Static):
-    """The question and the answer so far, growing with every delta (plain text)."""
+    """The question and the answer so far, growing with every delta (plain text,
+    control characters shown as escapes)."""
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("", id=id, markup=False)
@@ -91,9 +93,10 @@ class StreamingAnswer(Static):
     def _render_now(self) -> None:
         text = Text()
         text.append("you\n", style="bold")
-        text.append(self.question + "\n\n")
+        # model and tool text: control characters shown as escapes, never sent raw
+        text.append(visible_controls(self.question) + "\n\n")
         for line in self.tools:
-            text.append(line + "\n", style="dim")
+            text.append(visible_controls(line) + "\n", style="dim")
         text.append("assistant (answering…)\n", style="bold")
-        text.append(self.answer)
+        text.append(visible_controls(self.answer))
         self.update(text)

@@ -1,6 +1,10 @@
 """An agent run's conversation as distinct blocks: user and assistant text
 rendered as Markdown, tool calls, tool results and reused results (a result
-journaled earlier and not called again) each with their own look."""
+journaled earlier and not called again) each with their own look.
+
+Every text shown comes from a model or a tool: its control characters are
+shown as escapes (:func:`desktop_app.textsafe.visible_controls`) before Rich
+or the Markdown parser sees them, so none reaches the terminal raw."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from textual.widgets import Markdown, Static
 
 from desktop_app.agent.messages import canonical_json
 from desktop_app.app.format import json_text
+from desktop_app.textsafe import visible_controls
 
 
 def block_kind(message: dict[str, Any]) -> str:
@@ -26,14 +31,14 @@ def message_blocks(index: int, message: dict[str, Any], limit: int) -> list[Widg
     """The widgets of one message: a title, its content, one block per tool call."""
     kind = block_kind(message)
     role = str(message.get("role", "?"))
-    title = f"#{index} {role}"
+    title = f"#{index} {visible_controls(role)}"
     if role == "tool":
-        title += f" result {message.get('name') or '?'}"
+        title += f" result {visible_controls(str(message.get('name') or '?'))}"
         if message.get("reused"):
             title += " (reused: not called again)"
         if message.get("tool_call_id"):
-            title += f" [call {message['tool_call_id']}]"
-    content = json_text(message.get("content"))
+            title += f" [call {visible_controls(str(message['tool_call_id']))}]"
+    content = visible_controls(json_text(message.get("content")))
     if len(content) > limit:
         content = content[:limit] + "…"
     blocks: list[Widget] = [Static(title, classes="block-title", markup=False)]
@@ -46,7 +51,7 @@ def message_blocks(index: int, message: dict[str, Any], limit: int) -> list[Widg
         if isinstance(call, dict):
             arguments = canonical_json(call.get("arguments") or {})
             text = f"→ tool call {call.get('name', '?')} {arguments} [id {call.get('id', '?')}]"
-            blocks.append(Static(text, classes="tool-call", markup=False))
+            blocks.append(Static(visible_controls(text), classes="tool-call", markup=False))
     return [Vertical(*blocks, classes=f"block {kind}")]
 
 
