@@ -91,5 +91,7 @@ def test_a_db_that_is_a_socket_or_a_device_is_refused(tmp_path):
         sock.bind(str(sock_path))
         line = one_line_exit_2(flowdesk(sock_path, "runs", timeout=20))
     assert f"{sock_path} is a socket, not a database file" in line
+    before = os.stat("/dev/null").st_mode
     line = one_line_exit_2(flowdesk("/dev/null", "runs", timeout=20))
     assert "/dev/null is a character device, not a database file" in line
+    assert os.stat("/dev/null").st_mode == before  # never made private: it is the system's

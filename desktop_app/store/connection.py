@@ -251,7 +251,8 @@ def _open_registered(path: Path, vfs: str | None = None) -> apsw.Connection:
         if conns is None or not any(_live(c) for c in list(conns)):
             _check_header(path)
             try:
-                if path.stat().st_size == 0:
+                st = path.stat()
+                if stat.S_ISREG(st.st_mode) and st.st_size == 0:
                     os.chmod(path, 0o600)  # an empty file we are about to make a database
             except OSError:
                 pass
