@@ -201,7 +201,14 @@ class Engine:
             self.committer.append(request)
             return
         r = request
-        self.store.append(r.checkpoint, r.writes, r.lease, intents=r.intents, consume=r.consume)
+        self.store.append(
+            r.checkpoint,
+            r.writes,
+            r.lease,
+            intents=r.intents,
+            consume=r.consume,
+            changed_steps=r.changed_steps,
+        )
 
     def track(self, run_id: str, executing: bool) -> None:
         """Note that this engine starts or stops executing ``run_id``; while any

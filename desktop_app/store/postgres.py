@@ -348,20 +348,28 @@ class PostgresCheckpointStore:
             self._last.pop(run_id, None)
 
     def _write_checkpoint(
-        self, conn: Conn, cp: Checkpoint, previous: Checkpoint | None
+        self,
+        conn: Conn,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        changed_steps: frozenset[str] | None = None,
     ) -> tuple[Any, ...]:
         """Insert ``cp``'s row (a delta against ``previous``) and return it."""
         try:
-            return self._insert_checkpoint(conn, cp, previous)
+            return self._insert_checkpoint(conn, cp, previous, changed_steps)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             if isinstance(exc, psycopg.Error):
                 raise
             raise unstorable(cp, exc) from exc
 
     def _insert_checkpoint(
-        self, conn: Conn, cp: Checkpoint, previous: Checkpoint | None
+        self,
+        conn: Conn,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        changed_steps: frozenset[str] | None,
     ) -> tuple[Any, ...]:
-        row = checkpoint_values(cp, previous, error=no_nul(cp.error))
+        row = checkpoint_values(cp, previous, changed_steps, error=no_nul(cp.error))
         conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
             f"state, steps, frontier, progress, error, meta, waits) "
@@ -485,13 +493,17 @@ class PostgresCheckpointStore:
         *,
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
+        changed_steps: frozenset[str] | None = None,
     ) -> None:
         cp = checkpoint
         previous = self._cached(cp.run_id)
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
-        row = self._tx(self._unique(lambda conn: self._append(
-            conn, cp, previous, writes, lease, intents, consume), cp=cp))  # fmt: skip
+
+        def body(conn: Conn) -> tuple[Any, ...]:
+            return self._append(conn, cp, previous, writes, lease, intents, consume, changed_steps)
+
+        row = self._tx(self._unique(body, cp=cp))
         self._remember(cp, previous, row)
         # wake workers: new waits (a deadline to schedule), outbox work, a run handed back
         wake = (
@@ -511,6 +523,7 @@ class PostgresCheckpointStore:
         lease: Lease | None,
         intents: Sequence[Intent],
         consume: Sequence[tuple[int, str]],
+        changed_steps: frozenset[str] | None = None,
     ) -> tuple[Any, ...]:
         """One append in ``conn``'s transaction; returns the checkpoint row written."""
         done, total = cp.progress if cp.progress is not None else (None, None)
@@ -545,7 +558,7 @@ class PostgresCheckpointStore:
                 f"latest revision {row[0]}; another writer got there first. Reload "
                 "the run and try again."
             )
-        row = self._write_checkpoint(conn, cp, previous)
+        row = self._write_checkpoint(conn, cp, previous, changed_steps)
         for signal_id, wait_id in consume:
             cur = conn.execute(
                 f"UPDATE signals SET consumed_by=%s, consumed_at={ts()} "

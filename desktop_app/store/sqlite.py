@@ -370,8 +370,9 @@ class SqliteCheckpointStore:
         *,
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
+        changed_steps: frozenset[str] | None = None,
     ) -> None:
-        self._append(AppendRequest(checkpoint, writes, lease, intents, consume))
+        self._append(AppendRequest(checkpoint, writes, lease, intents, consume, changed_steps))
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
 
