@@ -23,6 +23,8 @@ linearly with the flow?
    Reported per level as in 1 (iterations 10..110 vs the last 100), plus the
    mean per iteration: a state's unchanged fields must cost nothing per
    iteration, whatever their size.
+   With ``--dsn`` (or ``FLOWDESK_BENCH_PG_DSN``), the long run of 1 also runs
+   on that PostgreSQL database (the schema is applied to it), judged alike.
 3. Compile time: building (``FlowBuilder.step`` x N, ``chain()``) and
    ``compile()`` of linear flows of each ``--compile-sizes`` (default 1,000
    and 10,000 steps), interleaved ``--compile-rounds`` times; the per-round
@@ -34,11 +36,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -77,21 +81,33 @@ def build_and_compile(steps: int) -> tuple[float, float]:
 
 def step_costs(steps: int, synchronous: str, folder: str | None) -> tuple[list[float], float]:
     """Per-step seconds (index 0 = step 1) of one run, and the run's wall time."""
-    flow = build(steps).compile()
     with tempfile.TemporaryDirectory(prefix="flowdesk-bench-scale-", dir=folder) as d:
-        store = fresh_store(Path(d) / "flowdesk.db", synchronous)
-        engine = Engine(store, flows=[flow])
-        marks: list[float] = []
+        return timed_run(steps, fresh_store(Path(d) / "flowdesk.db", synchronous))
 
-        def on_event(ev: object) -> None:
-            if isinstance(ev, RunStarted | StepFinished):
-                marks.append(time.perf_counter())
 
-        engine.events.subscribe(on_event)
-        t0 = time.perf_counter()
-        res = engine.run("long", Counter())
-        wall = time.perf_counter() - t0
-        store.close()
+def pg_step_costs(steps: int, dsn: str) -> tuple[list[float], float]:
+    """:func:`step_costs` on the PostgreSQL database ``dsn`` (schema applied here)."""
+    from desktop_app.store.postgres import apply_postgres_schema, open_postgres_store
+
+    apply_postgres_schema(dsn)
+    return timed_run(steps, open_postgres_store(dsn))
+
+
+def timed_run(steps: int, store: Any) -> tuple[list[float], float]:
+    """Per-step seconds of one ``steps``-step run on ``store`` (closed after)."""
+    flow = build(steps).compile()
+    engine = Engine(store, flows=[flow])
+    marks: list[float] = []
+
+    def on_event(ev: object) -> None:
+        if isinstance(ev, RunStarted | StepFinished):
+            marks.append(time.perf_counter())
+
+    engine.events.subscribe(on_event)
+    t0 = time.perf_counter()
+    res = engine.run("long", Counter())
+    wall = time.perf_counter() - t0
+    store.close()
     assert res.status == "completed" and res.state.n == steps, res
     assert len(marks) == steps + 1, len(marks)
     return [b - a for a, b in itertools.pairwise(marks)], wall
@@ -156,6 +172,11 @@ def main() -> int:
     p.add_argument("--list-items", type=int, default=30_000, help="strings in the loop's state")
     p.add_argument("--loops", type=int, default=2_000, help="loop iterations (>= 300; 0: skip)")
     p.add_argument("--compile-rounds", type=int, default=5, help="0: skip compiling")
+    p.add_argument(
+        "--dsn",
+        default=os.environ.get("FLOWDESK_BENCH_PG_DSN"),
+        help="a PostgreSQL database: also time the long run there (schema applied to it)",
+    )
     p.add_argument("--dir", default=None, help="folder for the temporary databases")
     args = p.parse_args()
     if args.steps < 300:
@@ -186,6 +207,13 @@ def main() -> int:
         )
         rows += window_rows(level, "step", costs)
         rows.append(Row(f"{level}: whole run, mean per step", f"{wall / args.steps * 1e6:.0f} us"))
+    if args.dsn:
+        costs, wall = pg_step_costs(args.steps, args.dsn)
+        print(f"  PostgreSQL: run of {args.steps} steps took {wall:.1f} s", flush=True)
+        rows += window_rows("PostgreSQL", "step", costs)
+        rows.append(
+            Row("PostgreSQL: whole run, mean per step", f"{wall / args.steps * 1e6:.0f} us")
+        )
     if args.loops:
         for level in levels:
             costs, wall = loop_costs(args.list_items, args.loops, level, args.dir)
