@@ -74,6 +74,10 @@ log = logging.getLogger(__name__)
 #: ``StepContext.visit_key``)
 _CARRIED_META = ("steps_taken", "conditions", "visits")
 
+#: the ``limit`` of a claim meant to take every claimable run (recovery): far
+#: above any number of runs, and 4x it still fits a signed 64-bit SQL integer
+_EVERY_RUN = 2**31 - 1
+
 
 class Engine:
     """Runs flows durably over a :class:`CheckpointStore`.
@@ -197,7 +201,14 @@ class Engine:
             self.committer.append(request)
             return
         r = request
-        self.store.append(r.checkpoint, r.writes, r.lease, intents=r.intents, consume=r.consume)
+        self.store.append(
+            r.checkpoint,
+            r.writes,
+            r.lease,
+            intents=r.intents,
+            consume=r.consume,
+            changed_steps=r.changed_steps,
+        )
 
     def track(self, run_id: str, executing: bool) -> None:
         """Note that this engine starts or stops executing ``run_id``; while any
@@ -865,18 +876,14 @@ class Engine:
                     on_result(run, leased)
         return report
 
-    def _claim_all(
-        self, statuses: Sequence[RunStatus], wakeable: bool, batch: int = 64
-    ) -> list[RunRecord]:
-        """Every run :meth:`claim_runnable` hands out now, claimed in batches."""
-        got: dict[str, RunRecord] = {}
-        while not self.shutdown_event.is_set():
-            runs = self.claim_runnable(len(got) + batch, statuses=statuses, wakeable=wakeable)
-            fresh = [r for r in runs if r.run_id not in got]
-            if not fresh:
-                break
-            got.update((r.run_id, r) for r in fresh)
-        return list(got.values())
+    def _claim_all(self, statuses: Sequence[RunStatus], wakeable: bool) -> list[RunRecord]:
+        """Every run :meth:`claim_runnable` hands out now, in one claim (one
+        transaction, each candidate read and judged once): claiming in growing
+        batches re-read and re-claimed every run already claimed, a cost in
+        proportion to the number of runs squared."""
+        if self.shutdown_event.is_set():
+            return []
+        return self.claim_runnable(_EVERY_RUN, statuses=statuses, wakeable=wakeable)
 
     def run_many(
         self,

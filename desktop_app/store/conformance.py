@@ -468,6 +468,36 @@ def a_caller_that_reuses_its_dicts_loses_nothing(h: Harness) -> None:
     _eq(dict(fresh.latest(rid).state), {"items": [1, 2, 3], "n": 1}, "the latest, read back")
 
 
+@_check("RunLog.create_run", "RunLog.append", "RunLog.latest")
+def nested_values_a_caller_changes_never_reach_the_store(h: Harness) -> None:
+    """A caller that changes, in place, a nested value of a state it passed
+    to ``append`` (a field the append changed, and one it left as it was) or
+    of a state ``latest`` returned changes neither what ``latest`` returns
+    nor what the next append is diffed against: appending the changed state
+    stores the change, read back by a new connection."""
+    s = h.store()
+    rid = _id()
+    kept: dict[str, Any] = {"tags": ["x"]}
+    s.create_run(_run(rid), _cp(rid, 0, {"cfg": {"a": [1]}, "kept": kept, "n": 0}))
+    state: dict[str, Any] = {"cfg": {"a": [1], "b": {"c": 1}}, "kept": kept, "n": 1}
+    s.append(_cp(rid, 1, state))
+    state["cfg"]["a"].append(2)  # a field this append changed
+    state["cfg"]["b"]["c"] = 2
+    kept["tags"].append("y")  # a field it left as it was
+    want1 = {"cfg": {"a": [1], "b": {"c": 1}}, "kept": {"tags": ["x"]}, "n": 1}
+    _eq(dict(s.latest(rid).state), want1, "latest after the caller changed what it appended")
+    got = cast(dict[str, Any], s.latest(rid).state)
+    got["cfg"]["a"].append(9)
+    got["kept"]["tags"].clear()
+    _eq(dict(s.latest(rid).state), want1, "latest after the caller changed what latest returned")
+    s.append(_cp(rid, 2, state))  # the caller's changed state: every change is a delta
+    want2 = {"cfg": {"a": [1, 2], "b": {"c": 2}}, "kept": {"tags": ["x", "y"]}, "n": 1}
+    _eq(dict(s.latest(rid).state), want2, "latest after appending the changed state")
+    fresh = h.store()
+    _eq(dict(fresh.get_checkpoint(rid, 1).state), want1, "revision 1, read back")
+    _eq(dict(fresh.latest(rid).state), want2, "revision 2, read back")
+
+
 @_check("RunLog.create_run", "RunLog.get_run")
 def a_new_run_takes_its_scope_revision_and_status_from_the_store(h: Harness) -> None:
     """``create_run`` files the run under the store's scope at revision 0,

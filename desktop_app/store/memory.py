@@ -146,6 +146,7 @@ class InMemoryCheckpointStore:
         *,
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
+        changed_steps: frozenset[str] | None = None,
     ) -> None:
         if writes:
             raise StoreError(_NO_SQL)

@@ -112,6 +112,7 @@ from desktop_app.store.rows import (
     detached,
     event_from_row,
     intent_from_row,
+    remembered,
     run_from_row,
     signal_from_row,
     unstorable,
@@ -354,37 +355,63 @@ class PostgresCheckpointStore:
     def _no_run(self, run_id: str) -> CheckpointNotFoundError:
         return CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
 
-    def _remember(self, cp: Checkpoint) -> None:
-        """Cache a private copy of ``cp`` (see :func:`rows.detached`)."""
-        own = detached(cp)
+    def _remember(
+        self, cp: Checkpoint, previous: Checkpoint | None = None, row: tuple[Any, ...] = ()
+    ) -> None:
+        """Cache the store's own copy of ``cp``: :func:`rows.remembered` from
+        ``previous`` when ``row`` is the delta row just written against it,
+        else a whole :func:`rows.detached` copy. Under the cache lock, as
+        ``remembered`` updates ``previous``'s step map in place."""
         with self._cache_lock:
+            own = remembered(cp, previous, row) if row else detached(cp)
             self._last[cp.run_id] = own
             self._last.move_to_end(cp.run_id)
             while len(self._last) > _CACHE_RUNS:
                 self._last.popitem(last=False)
 
     def _cached(self, run_id: str) -> Checkpoint | None:
+        """The cached checkpoint of ``run_id``: read it, never change or hand it out."""
         with self._cache_lock:
             return self._last.get(run_id)
+
+    def _cached_copy(self, run_id: str, revision: int) -> Checkpoint | None:
+        """A copy of the cached checkpoint of ``run_id`` if it is at ``revision``."""
+        with self._cache_lock:
+            cached = self._last.get(run_id)
+            return detached(cached) if cached is not None and cached.revision == revision else None
 
     def _forget(self, run_id: str) -> None:
         with self._cache_lock:
             self._last.pop(run_id, None)
 
-    def _write_checkpoint(self, conn: Conn, cp: Checkpoint, previous: Checkpoint | None) -> None:
+    def _write_checkpoint(
+        self,
+        conn: Conn,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        changed_steps: frozenset[str] | None = None,
+    ) -> tuple[Any, ...]:
+        """Insert ``cp``'s row (a delta against ``previous``) and return it."""
         try:
-            self._insert_checkpoint(conn, cp, previous)
+            return self._insert_checkpoint(conn, cp, previous, changed_steps)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             if isinstance(exc, psycopg.Error):
                 raise
             raise unstorable(cp, exc) from exc
 
-    def _insert_checkpoint(self, conn: Conn, cp: Checkpoint, previous: Checkpoint | None) -> None:
+    def _insert_checkpoint(
+        self,
+        conn: Conn,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        changed_steps: frozenset[str] | None,
+    ) -> tuple[Any, ...]:
+        row = checkpoint_values(cp, previous, changed_steps, error=no_nul(cp.error))
         conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
             f"state, steps, frontier, progress, error, meta, waits) "
             f"VALUES (%s,%s,%s,%s,%s,{ts()},%s,%s,%s,%s,%s,%s,%s)",
-            checkpoint_values(cp, previous, error=no_nul(cp.error)),
+            row,
         )
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
@@ -396,6 +423,7 @@ class PostgresCheckpointStore:
                         f"deadline_at, created_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()},{ts()})",
                         wait_values(cp),
                     )
+        return row
 
     @staticmethod
     def _run_domain(conn: Conn, writes: Sequence[DomainWrite]) -> None:
@@ -502,14 +530,18 @@ class PostgresCheckpointStore:
         *,
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
+        changed_steps: frozenset[str] | None = None,
     ) -> None:
         cp = checkpoint
         previous = self._cached(cp.run_id)
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
-        self._tx(self._unique(lambda conn: self._append(conn, cp, previous, writes, lease,
-                                                        intents, consume), cp=cp))  # fmt: skip
-        self._remember(cp)
+
+        def body(conn: Conn) -> tuple[Any, ...]:
+            return self._append(conn, cp, previous, writes, lease, intents, consume, changed_steps)
+
+        row = self._tx(self._unique(body, cp=cp))
+        self._remember(cp, previous, row)
         # wake workers: new waits (a deadline to schedule), outbox work, a run handed back
         wake = (
             bool(intents)
@@ -528,7 +560,9 @@ class PostgresCheckpointStore:
         lease: Lease | None,
         intents: Sequence[Intent],
         consume: Sequence[tuple[int, str]],
-    ) -> None:
+        changed_steps: frozenset[str] | None = None,
+    ) -> tuple[Any, ...]:
+        """One append in ``conn``'s transaction; returns the checkpoint row written."""
         done, total = cp.progress if cp.progress is not None else (None, None)
         sql = (
             f"UPDATE runs SET status=%s, revision=%s, updated_at={ts()}, progress_done="
@@ -561,7 +595,7 @@ class PostgresCheckpointStore:
                 f"latest revision {row[0]}; another writer got there first. Reload "
                 "the run and try again."
             )
-        self._write_checkpoint(conn, cp, previous)
+        row = self._write_checkpoint(conn, cp, previous, changed_steps)
         for signal_id, wait_id in consume:
             cur = conn.execute(
                 f"UPDATE signals SET consumed_by=%s, consumed_at={ts()} "
@@ -590,6 +624,7 @@ class PostgresCheckpointStore:
                     ],
                 )
         self._run_domain(conn, writes)
+        return row
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         def body(conn: Conn) -> Checkpoint:
@@ -1006,17 +1041,19 @@ class PostgresCheckpointStore:
         return checkpoint_infos(run_id, rows)
 
     def latest(self, run_id: str) -> Checkpoint:
-        def body(conn: Conn) -> Checkpoint:
+        def body(conn: Conn) -> tuple[Checkpoint, bool]:
+            """The latest checkpoint, and whether it was loaded (not cached)."""
             run = self._get_run(conn, run_id)
             if run is None:
                 raise self._no_run(run_id)
-            cached = self._cached(run_id)
-            if cached is not None and cached.revision == run.revision:
-                return detached(cached)
-            return self._load(conn, run_id, run.revision)
+            copy = self._cached_copy(run_id, run.revision)
+            if copy is not None:
+                return copy, False
+            return self._load(conn, run_id, run.revision), True
 
-        cp = self._read(body)
-        self._remember(cp)
+        cp, loaded = self._read(body)
+        if loaded:
+            self._remember(cp)
         return cp
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:

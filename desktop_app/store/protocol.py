@@ -200,6 +200,7 @@ class RunLog(Protocol):
         *,
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
+        changed_steps: frozenset[str] | None = None,
     ) -> None:
         """Append ``checkpoint`` (revision ``latest + 1``) and, in the same
         transaction, run ``writes``, enqueue ``intents`` in the outbox, mark
@@ -209,7 +210,11 @@ class RunLog(Protocol):
         run's lease is free, held by ``lease.owner`` or expired at
         ``lease.issued_at``, and sets it to ``lease``. An append whose status
         is not ``running``/``pending`` clears the lease (nobody executes a
-        finished or waiting run).
+        finished or waiting run). ``changed_steps``: the ids of the step
+        records that differ from the previous revision's, when the writer
+        knows them (the store then stores those without comparing every
+        record, so an append costs what the step changed); ``None``: the store
+        compares them.
 
         Raises:
             CheckpointNotFoundError: the run does not exist in this scope.

@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from desktop_app.errors import (
     CheckpointDecodeError,
@@ -46,6 +46,29 @@ def detached(cp: Checkpoint) -> Checkpoint:
     cached checkpoint the next delta is computed against (which would store
     an empty delta, and lose the change on disk)."""
     return replace(cp, state=codec.copy(dict(cp.state)), steps=dict(cp.steps))
+
+
+def remembered(cp: Checkpoint, previous: Checkpoint | None, row: Sequence[Any]) -> Checkpoint:
+    """``cp`` as a store caches it once ``row`` (its :func:`checkpoint_values`
+    against ``previous``) is written: a private state and step map, like
+    :func:`detached`, but costing what the step changed rather than the whole
+    state and every step record.
+
+    A ``delta`` row's state is ``previous.state`` with the delta decoded from
+    the row applied (new objects for the changed fields only: what a read from
+    disk would fold); step records are immutable, so the changed ones are put
+    into ``previous``'s step map in place. ``previous`` must therefore be the
+    store's own copy of the revision before (cached or loaded, never handed
+    out), and the store gives it up: it replaces it with the result. A
+    ``snapshot`` row (or no ``previous``) costs a whole :func:`detached` copy.
+    """
+    if previous is None or row[2] == "snapshot":
+        return detached(cp)
+    state = codec.apply_state_delta(previous.state, codec.loads(row[6]))
+    steps = cast(dict[str, StepRecord], previous.steps)  # ours: detached or folded from rows
+    for step_id in codec.loads(row[7]):
+        steps[step_id] = cp.steps[step_id]
+    return replace(cp, state=state, steps=steps)
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:

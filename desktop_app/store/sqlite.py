@@ -60,6 +60,7 @@ from desktop_app.store.rows import (
     detached,
     event_from_row,
     intent_from_row,
+    remembered,
     run_from_row,
     signal_from_row,
     unstorable,
@@ -215,7 +216,8 @@ class SqliteCheckpointStore:
         self._clock = clock if clock is not None else time.time
         migrations.verify(conn, db=path)
         # Last checkpoint written or read per run, to compute the next delta
-        # without reading it back: a private copy (rows.detached), never handed out.
+        # without reading it back: the store's own copy (rows.detached, or
+        # rows.remembered after an append), never handed out.
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
         self._lock = threading.RLock()
         self._own_commits = 0  # PRAGMA data_version ignores this connection's commits
@@ -223,9 +225,10 @@ class SqliteCheckpointStore:
 
     # -- helpers ---------------------------------------------------------
 
-    def _remember(self, cp: Checkpoint) -> None:
-        self._last[cp.run_id] = detached(cp)
-        self._last.move_to_end(cp.run_id)
+    def _remember(self, own: Checkpoint) -> None:
+        """Cache ``own``: a checkpoint no caller holds (see ``rows.detached``)."""
+        self._last[own.run_id] = own
+        self._last.move_to_end(own.run_id)
         while len(self._last) > _CACHE_RUNS:
             self._last.popitem(last=False)
 
@@ -285,15 +288,16 @@ class SqliteCheckpointStore:
         cp: Checkpoint,
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None = None,
-    ) -> None:
+    ) -> tuple[Any, ...]:
+        """Insert ``cp``'s row (a delta against ``previous``) and return it."""
         try:
-            self._insert_checkpoint(cp, previous, changed_steps)
+            return self._insert_checkpoint(cp, previous, changed_steps)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise unstorable(cp, exc) from exc
 
     def _insert_checkpoint(
         self, cp: Checkpoint, previous: Checkpoint | None, changed_steps: frozenset[str] | None
-    ) -> None:
+    ) -> tuple[Any, ...]:
         row = checkpoint_values(cp, previous, changed_steps, error=cp.error)
         self.conn.execute(
             f"INSERT INTO checkpoints({_CP_COLUMNS}, checksum) "
@@ -309,6 +313,7 @@ class SqliteCheckpointStore:
                     "created_at) VALUES (?,?,?,?,?,?,?,?)",
                     values,
                 )
+        return row
 
     # -- writes ----------------------------------------------------------
 
@@ -354,7 +359,7 @@ class SqliteCheckpointStore:
             )
             self._write_checkpoint(first, None)
             self._run_domain(writes)
-        self._remember(first)
+        self._remember(detached(first))
 
     @_locked
     def append(
@@ -365,8 +370,9 @@ class SqliteCheckpointStore:
         *,
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
+        changed_steps: frozenset[str] | None = None,
     ) -> None:
-        self._append(AppendRequest(checkpoint, writes, lease, intents, consume))
+        self._append(AppendRequest(checkpoint, writes, lease, intents, consume, changed_steps))
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
 
@@ -481,7 +487,7 @@ class SqliteCheckpointStore:
                     f"latest revision {row[0]}; another writer got there first. Reload "
                     f"the run and try again."
                 )
-            self._write_checkpoint(cp, previous, request.changed_steps)
+            row = self._write_checkpoint(cp, previous, request.changed_steps)
             for signal_id, wait_id in consume:
                 self.conn.execute(
                     "UPDATE signals SET consumed_by=?, consumed_at=? "
@@ -506,7 +512,7 @@ class SqliteCheckpointStore:
                     ),
                 )
             self._run_domain(writes)
-        self._remember(cp)
+        self._remember(remembered(cp, previous, row))
 
     @_locked
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
@@ -747,7 +753,7 @@ class SqliteCheckpointStore:
         if cached is not None and cached.revision == run.revision:
             return detached(cached)
         cp = self._load(run_id, run.revision)
-        self._remember(cp)
+        self._remember(detached(cp))
         return cp
 
     @_locked
