@@ -115,18 +115,25 @@ def notes(tmp_path: Path) -> Path:
     return folder
 
 
+def ctrl_c_ask(db: Path, notes: Path, server: ChatServer):
+    """``flowdesk --db DB ask`` over ``notes`` with file tools, stopped by
+    Ctrl-C while the model's second reply hangs (after one tool call ran);
+    returns the process, its stderr and the environment it ran with."""
+    assert flowdesk(db, "db", "apply").returncode == 0
+    server.script = [read_todo(), HANG, ("json", completion("Buy milk."))]
+    env = model_env(server)
+    asked = cli(
+        "--db", str(db), "ask", "todo?", "--tools", "files", "--folder", str(notes), env=env
+    )
+    return asked, interrupt(asked, server, 2, signal.SIGINT), env
+
+
 def test_ctrl_c_during_ask_then_resume_all_finishes_it_with_its_file_tools(
     tmp_path: Path, notes: Path
 ) -> None:
     db = tmp_path / "f.db"
-    assert flowdesk(db, "db", "apply").returncode == 0
     with ChatServer() as server:
-        server.script = [read_todo(), HANG, ("json", completion("Buy milk."))]
-        env = model_env(server)
-        asked = cli(
-            "--db", str(db), "ask", "todo?", "--tools", "files", "--folder", str(notes), env=env
-        )
-        err = interrupt(asked, server, 2, signal.SIGINT)
+        asked, err, env = ctrl_c_ask(db, notes, server)
         assert asked.returncode == 130, err
         run_id = re.search(r"^run (\w+) \(if interrupted", err, re.M).group(1)  # type: ignore[union-attr]
         assert hint(err) == f"flowdesk --db {db} resume {run_id}"
@@ -177,14 +184,8 @@ def test_kill_9_during_ask_then_resume_as_printed_reconnects_its_mcp_server(
 
 def test_flowdesk_agent_resumes_an_interrupted_ask(tmp_path: Path, notes: Path) -> None:
     db = tmp_path / "f.db"
-    assert flowdesk(db, "db", "apply").returncode == 0
     with ChatServer() as server:
-        server.script = [read_todo(), HANG, ("json", completion("Buy milk."))]
-        env = model_env(server)
-        asked = cli(
-            "--db", str(db), "ask", "todo?", "--tools", "files", "--folder", str(notes), env=env
-        )
-        err = interrupt(asked, server, 2, signal.SIGINT)
+        _, err, env = ctrl_c_ask(db, notes, server)
         run_id = hint(err).split()[-1]
         worker = cli("--db", str(db), "agent", "--poll", "0.2", env=env)
         try:

@@ -311,7 +311,11 @@ def test_the_heartbeat_waits_a_third_of_the_lease_at_least_50_ms(
     assert ticks.intervals[0] == pytest.approx(interval)
 
 
-def test_the_heartbeat_renews_on_the_injected_clock(sqlite_store, monkeypatch):
+def heartbeat_round(sqlite_store, monkeypatch, before_interval):
+    """An agent (owner ``me:1:a``, 30 s lease, injected clock) whose one tool
+    call calls ``before_interval(store, clock)``, then lets 100 s and one
+    heartbeat interval pass, and records who holds the lease then. Returns
+    the agent, the store, the records and the heartbeat's intervals."""
     ticks = Ticks()
     monkeypatch.setattr(runtime, "threading", ticks.module)
     clock = ManualClock()
@@ -320,11 +324,12 @@ def test_the_heartbeat_renews_on_the_injected_clock(sqlite_store, monkeypatch):
 
     @tool
     def work(x: str) -> str:
-        """The interval passes while the tool runs."""
+        """Something happens to the lease, then the interval passes."""
+        before_interval(store, clock)
         clock.advance(100.0)
         ticks.tick()
         assert ticks.progress.wait(60.0), "the heartbeat never got past its interval"
-        run = store.get(rid)
+        run = store.get("hb")
         seen.append((run.lease_owner, run.lease_expires_at - clock.now()))
         return "ok"
 
@@ -332,40 +337,27 @@ def test_the_heartbeat_renews_on_the_injected_clock(sqlite_store, monkeypatch):
         "helper", ScriptedModel([{"tool": "work", "args": {"x": "1"}}, "done"]), store, [work],
         clock=clock, owner="me:1:a", lease_ttl_s=30.0,
     )  # fmt: skip
-    rid = "hb"
-    assert agent.ask("q", run_id=rid).text == "done"
+    return agent, store, seen, ticks.intervals
+
+
+def test_the_heartbeat_renews_on_the_injected_clock(sqlite_store, monkeypatch):
+    agent, _, seen, intervals = heartbeat_round(sqlite_store, monkeypatch, lambda s, c: None)
+    assert agent.ask("q", run_id="hb").text == "done"
     assert seen == [("me:1:a", 30.0)]
-    assert ticks.intervals == [10.0, 10.0]
+    assert intervals == [10.0, 10.0]
 
 
 def test_the_heartbeat_never_takes_back_a_lease_another_host_took_even_once_expired(
     sqlite_store, monkeypatch
 ):
-    ticks = Ticks()
-    monkeypatch.setattr(runtime, "threading", ticks.module)
-    clock = ManualClock()
-    store = SqliteAgentStore(sqlite_store)
-    seen: list[Any] = []
+    def taken(store, clock) -> None:  # another host takes the lease; it expires
+        store.claim("hb", THIEF, clock.now() + 5.0, math.inf, takes_over="me:1:a")
 
-    @tool
-    def work(x: str) -> str:
-        """Another host takes the lease and lets it expire; then the interval passes."""
-        store.claim(rid, THIEF, clock.now() + 5.0, math.inf, takes_over="me:1:a")
-        clock.advance(100.0)
-        ticks.tick()
-        assert ticks.progress.wait(60.0), "the heartbeat never got past its interval"
-        seen.append(store.get(rid).lease_owner)
-        return "ok"
-
-    agent = Agent(
-        "helper", ScriptedModel([{"tool": "work", "args": {"x": "1"}}, "done"]), store, [work],
-        clock=clock, owner="me:1:a", lease_ttl_s=30.0,
-    )  # fmt: skip
-    rid = "hb"
+    agent, store, seen, _ = heartbeat_round(sqlite_store, monkeypatch, taken)
     with pytest.raises(LeaseLostError):  # the owner learns it lost the run
-        agent.ask("q", run_id=rid)
-    assert seen == [THIEF]  # not taken back by the heartbeat
-    assert store.get(rid).lease_owner == THIEF
+        agent.ask("q", run_id="hb")
+    assert seen == [(THIEF, -95.0)]  # not taken back by the heartbeat
+    assert store.get("hb").lease_owner == THIEF
 
 
 # -- what the runtime logs ----------------------------------------------------------------
