@@ -466,6 +466,7 @@ def build_model(settings: Settings) -> OpenAICompatibleModel | None:
         cfg.model,
         api_key=None if key is None else key.get_secret_value(),
         timeout_s=cfg.timeout_s,
+        stream=cfg.stream,
     )
 
 

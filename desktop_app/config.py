@@ -85,6 +85,11 @@ class ModelSettings(BaseSettings):
             refused); a :class:`~pydantic.SecretStr`, masked in ``repr``.
         api_key_file: a file holding the key (one line), mode 0600 (checked);
             ``~`` is expanded.
+        stream: ask for streamed replies (the answer shows as it is
+            written); ``false`` (``FLOWDESK_MODEL__STREAM=false``) asks each
+            turn as one reply, for servers that cannot stream tool calls
+            (llama.cpp's llama-cpp-python server); ``flowdesk ask --no-stream``
+            turns it off for one command.
     """
 
     base_url: str | None = None
@@ -93,6 +98,7 @@ class ModelSettings(BaseSettings):
     api_key_name: str = "model_api_key"
     api_key: SecretStr | None = None
     api_key_file: PathOrURL | None = None
+    stream: bool = True
 
     model_config = SettingsConfigDict(extra="forbid")
 

@@ -549,6 +549,14 @@ class MalformedReplyError(ProviderError):
     automatically (a paid call that keeps failing the same way)."""
 
 
+class ToolCallStreamingError(MalformedReplyError):
+    """A streamed reply to a request with tools came back in a way that means
+    the server cannot stream tool calls (llama-cpp-python's OpenAI-compatible
+    server: no server-sent events, an error event, a tool call cut short, or
+    no tool call where the stream said it would call one). Not retried; turn
+    streaming off (``flowdesk ask --no-stream`` or ``model.stream = false``)."""
+
+
 class SecretsError(FlowdeskError):
     """The keyring cannot store or read a secret (locked, missing backend)."""
 

@@ -4,6 +4,13 @@ Each request takes the next scripted behaviour from ``ChatServer.script``:
 ``("json", body)``, ``("sse", [chunk, ...])``, ``("status", code, headers, body)``,
 ``("sleep", seconds)``, ``("raw", text)``. Requests (headers and JSON bodies)
 are recorded in ``ChatServer.requests``.
+
+``ChatServer(llama_cpp=...)`` answers as llama.cpp's server (llama-cpp-python's
+OpenAI-compatible server) does: a request's ``tools`` are ignored unless it
+sends ``tool_choice`` (a scripted tool call becomes a text reply), and a
+streamed request with tools whose reply is a tool call is answered, with
+``"json"``, by a plain chat completion instead of server-sent events, or, with
+``"no_call"``, by a stream that ends for a tool call without sending it.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from typing import Any
 
 
 class ChatServer:
-    def __init__(self) -> None:
+    def __init__(self, llama_cpp: str | None = None) -> None:
+        assert llama_cpp in (None, "json", "no_call")
+        self.llama_cpp = llama_cpp
         self.script: list[tuple[Any, ...]] = []
         self.requests: list[dict[str, Any]] = []
         server = self
@@ -32,6 +41,9 @@ class ChatServer:
                 )
                 step = server.script.pop(0) if server.script else ("status", 500, {}, "empty")
                 kind = step[0]
+                if kind == "json" and server.llama_cpp:
+                    step = server._as_llama_cpp(body, step)
+                    kind = step[0]
                 if kind == "sleep":
                     time.sleep(step[1])
                     return self._send(200, {"late": True})
@@ -98,6 +110,20 @@ class ChatServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def _as_llama_cpp(self, request: dict, step: tuple[Any, ...]) -> tuple[Any, ...]:
+        msg = step[1]["choices"][0]["message"]
+        if not msg.get("tool_calls"):
+            return step
+        if not request.get("tools") or "tool_choice" not in request:  # tools ignored
+            text = {"role": "assistant", "content": msg.get("content") or "I have no tools."}
+            return ("json", {**step[1], "choices": [{"index": 0, "message": text}]})
+        if not request.get("stream"):
+            return step
+        if self.llama_cpp == "json":  # the handler returned a completion, not chunks
+            return ("raw", json.dumps(step[1]))
+        role = {"choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}
+        return ("sse", [role, {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}])
 
     def __enter__(self) -> ChatServer:
         self.thread.start()

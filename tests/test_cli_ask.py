@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.chat_server import ChatServer, completion
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,3 +108,53 @@ def test_digest_model_mode_summaries_come_from_the_agent(tmp_path):
         f"{flow_run['run_id']}:b.txt",
     ]
     database.close()
+
+
+def _notes(tmp_path: Path) -> tuple[Path, Path]:
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.md").write_text("# Todo\n\nBuy milk.\n")
+    return db, folder
+
+
+LIST_THEN_ANSWER = [
+    ("json", completion("", [{"id": "a", "name": "list_folder", "args": {"path": "."}}])),
+    ("json", completion("There is todo.md.")),
+]
+
+
+@pytest.mark.parametrize("off", ["--no-stream", "FLOWDESK_MODEL__STREAM=false"])
+def test_ask_calls_tools_on_a_llama_cpp_server_with_streaming_off(tmp_path, off):
+    db, folder = _notes(tmp_path)
+    with ChatServer(llama_cpp="no_call") as server:
+        server.script = list(LIST_THEN_ANSWER)
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        flag = [off] if off.startswith("--") else []
+        if not flag:
+            env[off.split("=")[0]] = off.split("=")[1]
+        out = run(
+            db, "ask", "what is here?", "--tools", "files", "--folder", str(folder), *flag, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        assert "There is todo.md." in out.stdout and "[list_folder…]" in out.stderr
+        bodies = [r["body"] for r in server.requests]
+    assert len(bodies) == 2
+    assert all(b["tool_choice"] == "auto" and not b.get("stream") for b in bodies)
+    assert [m["content"] for m in bodies[1]["messages"] if m["role"] == "tool"] == ["todo.md"]
+
+
+@pytest.mark.parametrize("answer", ["json", "no_call"])
+def test_ask_streaming_tools_from_a_llama_cpp_server_names_the_cause(tmp_path, answer):
+    db, folder = _notes(tmp_path)
+    with ChatServer(llama_cpp=answer) as server:
+        server.script = list(LIST_THEN_ANSWER)
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = run(db, "ask", "what is here?", "--tools", "files", "--folder", str(folder), env=env)
+        assert out.returncode == 1
+        assert len(server.requests) == 1  # not retried: it would fail the same way
+        assert server.requests[0]["body"]["stream"] is True
+    assert "cannot stream tool calls" in out.stderr
+    assert "--no-stream" in out.stderr and "FLOWDESK_MODEL__STREAM=false" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -8,7 +8,9 @@ Errors are classified by type and HTTP status, never by message text:
 429 → :class:`RateLimitedError` with ``Retry-After`` seconds; other 4xx →
 :class:`ProviderError` (not retryable); 5xx and reset connections →
 :class:`ProviderUnavailableError`; timeouts → :class:`ProviderTimeoutError`;
-a reply that is not the chat-completions shape → :class:`MalformedReplyError`.
+a reply that is not the chat-completions shape → :class:`MalformedReplyError`;
+a streamed reply to a request with tools that shows the server cannot stream
+tool calls → :class:`ToolCallStreamingError` (turn streaming off).
 The provider's text quoted in an error is masked first
 (:func:`desktop_app.observability.redact`): a 401 that echoes the API key
 stores, prints and exports ``***`` instead.
@@ -29,6 +31,7 @@ from desktop_app.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
     RateLimitedError,
+    ToolCallStreamingError,
 )
 from desktop_app.observability import mask_secret, redact
 
@@ -97,6 +100,10 @@ class OpenAICompatibleModel:
         api_key: sent as a bearer token (read it from keyring; may be ``None``).
         timeout_s: seconds for connect and read.
         transport: an httpx transport (tests).
+        stream: ``False`` asks every turn as one non-streamed request, also
+            through :meth:`stream` (which then yields the whole reply at
+            once): for servers that cannot stream tool calls (llama.cpp's
+            llama-cpp-python server).
     """
 
     def __init__(
@@ -107,8 +114,10 @@ class OpenAICompatibleModel:
         api_key: str | None = None,
         timeout_s: float = 60.0,
         transport: httpx.BaseTransport | None = None,
+        stream: bool = True,
     ) -> None:
         self.model = model
+        self.streaming = stream
         mask_secret(api_key)  # never in a log record nor in a provider's error text
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
@@ -117,7 +126,8 @@ class OpenAICompatibleModel:
 
     def __repr__(self) -> str:  # never show the key
         return (
-            f"OpenAICompatibleModel(base_url={str(self._client.base_url)!r}, model={self.model!r})"
+            f"OpenAICompatibleModel(base_url={str(self._client.base_url)!r}, model={self.model!r}, "
+            f"stream={self.streaming})"
         )
 
     def close(self) -> None:
@@ -127,8 +137,9 @@ class OpenAICompatibleModel:
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], stream: bool
     ) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": [to_wire(m) for m in messages]}
-        if tools:
+        if tools:  # without tool_choice llama.cpp's server ignores the tools
             body["tools"] = list(tools)
+            body["tool_choice"] = "auto"
         if stream:
             body["stream"] = True
         return body
@@ -164,7 +175,23 @@ class OpenAICompatibleModel:
     def stream(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
     ) -> Iterator[StreamDelta]:
+        """The reply as it arrives: text deltas, then one delta carrying the
+        whole :class:`AssistantReply`. With ``stream=False`` (the setting
+        ``model.stream``) one non-streamed request, yielded at once.
+
+        Raises:
+            ToolCallStreamingError: ``tools`` were given and the streamed reply
+                shows the server cannot stream tool calls.
+            ProviderError: as :meth:`complete` (and a malformed stream).
+        """
+        if not self.streaming:
+            reply = self.complete(messages, tools)
+            if reply.content:
+                yield StreamDelta(reply.content)
+            yield StreamDelta("", reply)
+            return
         text: list[str] = []
+        finish: str | None = None
         calls: dict[int, dict[str, Any]] = {}
         try:
             with self._client.stream(
@@ -182,8 +209,15 @@ class OpenAICompatibleModel:
                     if payload == "[DONE]":
                         break
                     try:
-                        delta = json.loads(payload)["choices"][0].get("delta", {})
+                        choice = json.loads(payload)["choices"][0]
+                        delta = choice.get("delta", {})
+                        finish = choice.get("finish_reason") or finish
                     except (ValueError, KeyError, IndexError, TypeError) as exc:
+                        if tools:
+                            raise _cannot_stream_tools(
+                                f"a stream chunk is not a chat completion chunk: "
+                                f"{redact(payload)[:200]}"
+                            ) from exc
                         raise MalformedReplyError(
                             f"bad stream chunk: {redact(payload)[:200]}"
                         ) from exc
@@ -198,6 +232,11 @@ class OpenAICompatibleModel:
                         if fn.get("name"):
                             slot["name"] = fn["name"]
                         slot["args"] += fn.get("arguments") or ""
+                if not seen_event and tools:
+                    raise _cannot_stream_tools(
+                        "it answered with no server-sent events (content type "
+                        f"{resp.headers.get('content-type')!r})"
+                    )
                 if not seen_event:
                     raise MalformedReplyError(
                         "asked for a stream but the provider sent no server-sent events "
@@ -213,5 +252,18 @@ class OpenAICompatibleModel:
                 for _, s in sorted(calls.items())
             )
         except KeyError as exc:
+            if tools:
+                raise _cannot_stream_tools(f"a streamed tool call lacks {exc}") from exc
             raise MalformedReplyError(f"a streamed tool call lacks {exc}") from exc
+        if tools and not tool_calls and finish == "tool_calls":
+            raise _cannot_stream_tools("the stream ended for a tool call that it never sent")
         yield StreamDelta("", AssistantReply("".join(text), tool_calls))
+
+
+def _cannot_stream_tools(what: str) -> ToolCallStreamingError:
+    return ToolCallStreamingError(
+        f"the provider cannot stream tool calls: asked for a streamed reply with tools, {what} "
+        "(llama.cpp's llama-cpp-python server does this); turn streaming off: "
+        "`flowdesk ask --no-stream`, or `stream = false` under [model] in the settings "
+        "(FLOWDESK_MODEL__STREAM=false)"
+    )

@@ -116,6 +116,8 @@ def cmd_ask(ctx: Ctx) -> int:
 
     a = ctx.args
     sv = ctx.services(flows=[])
+    if a.no_stream:  # for this command only; the setting stays as it is
+        sv.settings.model.stream = False
     if a.resume:
         ref = ctx.resolve(sv, a.resume)
         if ref.kind != "agent":

@@ -198,6 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
     act.completer = _run_ids  # type: ignore[attr-defined]
     ask.add_argument("--answer", help="with --resume: answer the agent's question")
     ask.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="ask each turn as one reply instead of a stream (a server that cannot stream "
+        "tool calls, e.g. llama.cpp's); the setting model.stream = false does it always",
+    )
+    ask.add_argument(
         "--mcp",
         action="append",
         default=[],
