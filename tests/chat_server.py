@@ -2,7 +2,9 @@
 
 Each request takes the next scripted behaviour from ``ChatServer.script``:
 ``("json", body)``, ``("sse", [chunk, ...])``, ``("status", code, headers, body)``,
-``("sleep", seconds)``, ``("raw", text)``. Requests (headers and JSON bodies)
+``("sleep", seconds)``, ``("raw", text)``, ``("ask_user_if_offered", question,
+answer)`` (a model that calls ``ask_user`` when the request offers it, and
+otherwise answers). Requests (headers and JSON bodies)
 are recorded in ``ChatServer.requests``.
 
 ``ChatServer(llama_cpp=...)`` answers as llama.cpp's server (llama-cpp-python's
@@ -41,6 +43,11 @@ class ChatServer:
                 )
                 step = server.script.pop(0) if server.script else ("status", 500, {}, "empty")
                 kind = step[0]
+                if kind == "ask_user_if_offered":
+                    offered = {t["function"]["name"] for t in body.get("tools") or []}
+                    call = [{"id": "q", "name": "ask_user", "args": {"question": step[1]}}]
+                    reply = completion("", call) if "ask_user" in offered else completion(step[2])
+                    step, kind = ("json", reply), "json"
                 if kind == "json" and server.llama_cpp:
                     step = server._as_llama_cpp(body, step)
                     kind = step[0]

@@ -158,3 +158,76 @@ def test_ask_streaming_tools_from_a_llama_cpp_server_names_the_cause(tmp_path, a
     assert "cannot stream tool calls" in out.stderr
     assert "--no-stream" in out.stderr and "FLOWDESK_MODEL__STREAM=false" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_digest_model_mode_offers_no_ask_user_and_completes(tmp_path):
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text here.\n")
+    (folder / "b.txt").write_text("Beta text here.\n")
+    asks_anyway = [{"id": "q", "name": "ask_user", "args": {"question": "Which one?"}}]
+    with ChatServer() as server:
+        server.script = [
+            ("ask_user_if_offered", "Summarise in French?", "Model summary of A."),
+            ("json", completion("", asks_anyway)),  # calls it although it is not offered
+            ("json", completion("Model summary of B.")),
+        ]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = run(
+            db, "run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"),
+            "--model", "--quiet", env=env,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        bodies = [r["body"] for r in server.requests]
+    assert [b.get("tools") for b in bodies] == [None, None, None]  # nothing offered
+    unknown = [m["content"] for m in bodies[2]["messages"] if m["role"] == "tool"]
+    assert "unknown tool 'ask_user'" in unknown[0]
+    report = (tmp_path / "o" / "digest.md").read_text()
+    assert "Model summary of A." in report and "Model summary of B." in report
+    assert "2 files: 2 summarised, 0 skipped." in report
+
+
+def test_digest_reports_the_question_of_a_summary_run_that_ended_asking(tmp_path):
+    from desktop_app import bootstrap
+    from desktop_app.agent import Agent
+    from desktop_app.agent.openai_compat import OpenAICompatibleModel
+    from desktop_app.config import load_settings
+    from desktop_app.flows.digest import agent_summarizer, build_digest_flow
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text here.\n")
+    (folder / "b.txt").write_text("Beta text here.\n")
+    settings = load_settings(db_path=tmp_path / "f.db")
+    bootstrap.apply_schema(settings)
+    with ChatServer() as server:
+        server.script = [
+            ("ask_user_if_offered", "Summarise in French?", "unused"),
+            ("json", completion("Model summary of B.")),
+            ("ask_user_if_offered", "Which audience?", "unused"),
+            ("json", completion("Model summary of B again.")),
+        ]
+        model = OpenAICompatibleModel(server.url, "m")
+        sv = bootstrap.open_services(settings, flows=[])
+        try:
+            asking = Agent("digest-summary", model, sv.agents)  # offers ask_user
+            flow = build_digest_flow(summarizer=agent_summarizer(asking))
+            sv.engine.register(flow)
+            out = tmp_path / "o1"
+            first = sv.engine.run(flow, {"folder": str(folder), "out": str(out)}, run_id="d1")
+            # a child that asked before its step committed: the step reattaches to it
+            assert asking.ask("x", run_id="d2:a.md").status == "input_required"
+            out2 = tmp_path / "o2"
+            second = sv.engine.run(flow, {"folder": str(folder), "out": str(out2)}, run_id="d2")
+        finally:
+            sv.close()
+        assert len(server.requests) == 4
+    assert (first.status, second.status) == ("completed", "completed")
+    report = (out / "digest.md").read_text()
+    assert "1 summarised, 1 skipped" in report and "Model summary of B." in report
+    assert "- a.md (not summarised: the model asked 'Summarise in French?' instead" in report
+    assert "(agent run d1:a.md)" in report
+    again = (out2 / "digest.md").read_text()
+    assert "- a.md (not summarised: the model asked 'Which audience?' instead" in again

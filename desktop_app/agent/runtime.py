@@ -156,6 +156,10 @@ class Agent:
             server names, never a secret); recorded with each run this agent
             creates, in the same transaction, so any process can resume the
             run with the same tools.
+        ask_user: offer the model the built-in ``ask_user`` tool; ``False``
+            for an agent no person is there to answer (a flow step's child:
+            the digest's per-file summaries), where a call to it is answered
+            as an unknown tool and the run goes on.
     """
 
     def __init__(
@@ -175,6 +179,7 @@ class Agent:
         owner: str | None = None,
         lease_ttl_s: float = 30.0,
         tool_sources: str | None = None,
+        ask_user: bool = True,
     ) -> None:
         self.name = name
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -190,6 +195,7 @@ class Agent:
         self.backoff = backoff or Backoff(initial_s=1.0, max_s=20.0)
         self.clock = clock or SystemClock()
         self.tool_sources = tool_sources
+        self.ask_user = ask_user
 
     # -- starting ----------------------------------------------------------
 
@@ -300,7 +306,7 @@ class Agent:
             yield AgentEvent("done", response=AgentResponse(run_id, "done", run.response))
             return
         if run.status == "input_required":
-            question = (run.pending_call or {}).get("arguments", {}).get("question")
+            question = pending_question(run)
             raise InputRequiredError(
                 f"agent run {run_id} waits for an answer to {question!r}; use "
                 "resume_input(run_id, text)"
@@ -383,7 +389,8 @@ class Agent:
     # -- the loop ------------------------------------------------------------
 
     def _schemas(self) -> list[dict[str, Any]]:
-        return [t.schema() for t in self.tools.values()] + [ask_user_schema()]
+        schemas = [t.schema() for t in self.tools.values()]
+        return [*schemas, ask_user_schema()] if self.ask_user else schemas
 
     def _finish(self, run: AgentRun, status: AgentStatus, **fields: Any) -> AgentEvent:
         self.store.update(run.run_id, self.clock.now(), owner=self.owner, status=status, **fields)
@@ -555,7 +562,7 @@ class Agent:
             pending = _unanswered_calls(messages)
             if pending:
                 for call in pending:
-                    if call.name == ASK_USER:
+                    if call.name == ASK_USER and self.ask_user:
                         question = str(call.arguments.get("question", ""))
                         self.store.update(
                             run_id,
@@ -718,6 +725,13 @@ class Agent:
             tool=(call.key, call.name, "completed", content),
         )
         return False
+
+
+def pending_question(run: AgentRun) -> str | None:
+    """The question an ``input_required`` agent run asks (its pending
+    ``ask_user`` call), or ``None``."""
+    question = (run.pending_call or {}).get("arguments", {}).get("question")
+    return None if question is None else str(question)
 
 
 def _first_and_rest(it: Iterator[Any]) -> Iterator[Any]:

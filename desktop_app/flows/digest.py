@@ -235,6 +235,15 @@ FileHook = Callable[[str, DigestFile], None]
 Summarizer = Callable[[StepContext, str, str], str]
 
 
+class NotSummarised(Exception):
+    """A summarizer has no summary for a file and says why (``reason``): the
+    file is reported skipped with that reason and the digest goes on."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
 def build_digest_flow(
     on_file: FileHook | None = None, summarizer: Summarizer | None = None
 ) -> CompiledFlow[DigestState]:
@@ -244,8 +253,9 @@ def build_digest_flow(
         on_file: called after each file is processed, before its row commits
             (progress displays; the crash tests kill the process here).
         summarizer: model mode: ``summarizer(ctx, path, text)`` returns the
-            file's summary (an agent run per file, see :func:`agent_summarizer`);
-            without one the extractive algorithm summarises. The two modes are
+            file's summary (an agent run per file, see :func:`agent_summarizer`),
+            or raises :class:`NotSummarised` (the file is reported skipped with
+            the reason); without one the extractive algorithm summarises. The two modes are
             different flow versions, so a run never switches mode on resume.
     """
 
@@ -262,7 +272,10 @@ def build_digest_flow(
         rel = state.files[state.cursor]
         row, text = read_file(Path(state.folder), rel)
         if summarizer is not None and text is not None:
-            row = replace(row, summary=summarizer(ctx, rel, text))
+            try:
+                row = replace(row, summary=summarizer(ctx, rel, text))
+            except NotSummarised as exc:
+                row = _skipped(rel, exc.reason, row.size_bytes)[0]
         if on_file is not None:
             on_file(ctx.run_id, row)
         ctx.write(record_file(ctx.run_id, row))
@@ -304,20 +317,32 @@ def build_digest_flow(
 def agent_summarizer(agent: Agent) -> Summarizer:
     """Model mode: one agent run per file, a child of the flow run with the id
     ``"<run_id>:<path>"``, so a crash after the model answered reuses the paid
-    answer when the file is processed again.
+    answer when the file is processed again. Build ``agent`` with
+    ``ask_user=False``: no person answers a summary's question.
 
-    Raises (inside the step): AgentError when the agent does not finish.
+    Raises (inside the step): NotSummarised when the child run ended asking a
+    question (``input_required``; the reason quotes it); AgentError when it
+    ended otherwise without an answer.
     """
-    from desktop_app.errors import AgentError
+    from desktop_app.agent.runtime import pending_question
+    from desktop_app.errors import AgentError, InputRequiredError
 
     def summarize(ctx: StepContext, rel: str, text: str) -> str:
         prompt = (
             f"Summarise the file {rel!r} in at most two sentences. Reply with the summary "
             f"only.\n\n{text[:8000]}"
         )
-        res = agent.ask(
-            prompt, run_id=f"{ctx.run_id}:{rel}", parent_run_id=ctx.run_id, context=ctx.context
-        )
+        child = f"{ctx.run_id}:{rel}"
+        try:
+            res = agent.ask(prompt, run_id=child, parent_run_id=ctx.run_id, context=ctx.context)
+            question = res.question
+        except InputRequiredError:  # a re-executed step reattaches to a child that asked
+            question = pending_question(agent.store.get(child))
+            res = None
+        if res is None or res.status == "input_required":
+            raise NotSummarised(
+                f"not summarised: the model asked {question!r} instead (agent run {child})"
+            )
         if res.status != "done" or res.text is None:
             raise AgentError(f"summary of {rel} ended {res.status}: {res.error}")
         return " ".join(res.text.split())
