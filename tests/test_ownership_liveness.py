@@ -215,3 +215,25 @@ def test_a_run_that_went_waiting_is_leased_by_no_one_so_a_signal_wakes_it_after_
         worker.stop()
     latency = float(woken[2]) - sent_at
     assert latency < 5.0, f"woken {latency:.1f} s after the signal: it waited for a lease"
+
+
+def test_a_takeover_on_postgres_leases_for_the_engines_ttl_whatever_its_clock(pg_store):
+    """An engine with an injected clock (here months behind the server)
+    takes over a dead owner's run: the lease it sets runs for its TTL by the
+    database's clock, not for the difference between its clock and the wall
+    clock (which made it expire at once)."""
+    from desktop_app.flow import Engine
+    from desktop_app.flow.clock import ManualClock
+    from tests.ownership_racer import N, race_flow
+    from tests.test_ownership_races import dead_owner, interrupted_flow_runs
+
+    left: list[float] = []
+
+    def step(s: N, ctx) -> dict:
+        left.append((pg_store.get_run(ctx.run_id).lease_expires_at or 0.0) - pg_store.now())
+        return {"n": s.n + 1}
+
+    (rid,) = interrupted_flow_runs(pg_store, 1, dead_owner())
+    engine = Engine(pg_store, flows=[race_flow(step)], clock=ManualClock(), lease_ttl_s=60.0)
+    assert engine.resume(rid).status == "completed"
+    assert len(left) == 1 and 50.0 < left[0] <= 60.0, left

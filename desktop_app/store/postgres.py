@@ -137,7 +137,11 @@ _RUN_COLUMNS = (
 
 #: A lease is free for ``%s`` (owner) when unset, ours, or expired by the database clock.
 def _ttl(lease: Lease, now: float | None = None) -> float:
-    """The lease's length in seconds, from the caller's own clock difference."""
+    """The lease's length in seconds: ``lease.ttl_s`` when given, else from
+    the caller's own clock difference (``time.time()`` for a lease issued at
+    ``math.inf``)."""
+    if lease.ttl_s is not None:
+        return max(0.0, lease.ttl_s)
     base = lease.issued_at if now is None else now
     if math.isfinite(base):
         return max(0.0, lease.expires_at - base)
