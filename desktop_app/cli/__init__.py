@@ -15,7 +15,8 @@ runs), :mod:`.admin` (db, flows, doctor, export, secrets, agent, app,
 completion). The database is opened only through :mod:`desktop_app.bootstrap`.
 
 Start-up: this module and the parser import no more than the standard
-library, :mod:`desktop_app.errors` and the output helpers, so ``--version``,
+library, :mod:`desktop_app.errors`, the output helpers and the run statuses
+(:mod:`desktop_app.store.records`, standard library only), so ``--version``,
 ``--help`` and shell completion answer before pydantic, asyncio, textual,
 the stores or the engine load; a command's handler module is imported only
 when that command runs (:func:`handler`).
