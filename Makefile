@@ -1,34 +1,44 @@
 # One environment for everything: .venv, created on first use.
+# `make run` installs only what the app needs (PostgreSQL, OpenTelemetry and
+# MCP are extras the app imports only when a setting asks for them);
+# `make test` and the rest add the test extras. One stamp each, so `make run`
+# after `make test` installs nothing and `make test` after `make run` adds
+# only the test extras; editing pyproject.toml reinstalls both.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test lint bench mutate clean
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUN_STAMP)
 
-run: $(STAMP)
+$(TEST_STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TEST_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/flowdesk
 
 # One pytest worker per CPU this process may use (on one CPU, as under
 # taskset -c 0, none: the run stays in this process);
 # TEST_JOBS=0 runs everything in this process.
 TEST_JOBS ?= auto
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check desktop_app tests benchmarks
 	$(BIN)/mypy desktop_app
 
 # The quick benchmarks (a few minutes); slow ones and their flags: benchmarks/README.md.
 # Peers: $(BIN)/pip install -r benchmarks/requirements-peers.txt
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/bench_steps.py
 	$(BIN)/python benchmarks/bench_wal.py
 	$(BIN)/python benchmarks/bench_cpu.py
@@ -46,7 +56,7 @@ MUTATE_ARGS ?=
 # The PostgreSQL modules' tests share one throwaway server for the whole run
 # (.ci/postgres.sh, unless FLOWDESK_TEST_PG_DSN names one): a fresh cluster per
 # mutant made those runs about three times slower.
-mutate: $(STAMP)
+mutate: $(TEST_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,mutation]'
 	if [ -n "$$FLOWDESK_TEST_PG_DSN" ]; then \
 	  $(BIN)/python tools/mutate.py --jobs $(MUTATE_JOBS) $(MUTATE_ARGS) $(MODULES); \

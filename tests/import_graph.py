@@ -1,5 +1,6 @@
 """The import graph of a package's modules, and a cycle finder over it (shared
-by the import-cycle tests).
+by the import-cycle tests); and the modules a real process loads
+(:func:`loaded_modules`, for the start-up tests).
 
 Every ``import``/``from ... import`` among the modules counts, also those
 inside functions (a cycle hidden in a function body is still a cycle in the
@@ -9,7 +10,13 @@ design) and, unless ``runtime_only``, those under ``if TYPE_CHECKING:``.
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def imports(path: Path, package: str, known: set[str], *, runtime_only: bool = False) -> set[str]:
@@ -73,3 +80,43 @@ def cycle(edges: dict[str, set[str]]) -> list[str] | None:
         if node not in color and (found := visit(node)) is not None:
             return found
     return None
+
+
+#: runs ``python -m MODULE ARGS...`` (argv[1], argv[2:]) and, as it leaves
+#: (also by ``os._exit``, as argcomplete does), writes the names in
+#: ``sys.modules`` to stderr after a marker line
+_RECORDER = """
+import atexit, os, runpy, sys
+def dump():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(2, ("\\n--- modules ---\\n" + "\\n".join(sorted(sys.modules))).encode())
+real_exit = os._exit
+def _exit(code):
+    dump()
+    real_exit(code)
+os._exit = _exit
+atexit.register(dump)
+module, sys.argv = sys.argv[1], ["flowdesk", *sys.argv[2:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def loaded_modules(
+    module: str, args: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """Every module in ``sys.modules`` when ``python -m MODULE ARGS...`` (run
+    from this checkout, ``env`` over this process's environment) leaves, also
+    by ``os._exit`` as argcomplete does, and also those imported with
+    ``importlib.import_module`` (which ``-X importtime`` does not log).
+    Returns the names and the finished process (its stderr without the list)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RECORDER, module, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+    done.stderr, _, names = done.stderr.rpartition("\n--- modules ---\n")
+    return set(names.splitlines()), done

@@ -56,7 +56,6 @@ from desktop_app.app.messages import (
 )
 from desktop_app.app.progress import ProgressMeter
 from desktop_app.app.runs import RunController
-from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
@@ -66,7 +65,6 @@ from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.screens.launch_report import check_after_launch
 from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
-from desktop_app.app.screens.settings import SettingsScreen
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.services import AppServices, open_services
@@ -554,6 +552,8 @@ class FlowdeskApp(App[None]):
 
     def action_agent_runs(self) -> None:
         """Agent runs: conversations, tool calls and tool results."""
+        from desktop_app.app.screens.agent_runs import AgentRunsScreen  # not on the first paint
+
         if not isinstance(self.screen, ModalScreen | AgentRunsScreen):
             self.push_screen(AgentRunsScreen())
 
@@ -619,6 +619,8 @@ class FlowdeskApp(App[None]):
         self.push_screen(HelpScreen(title, keys_of(screen)))
 
     def action_settings(self) -> None:
+        from desktop_app.app.screens.settings import SettingsScreen  # not on the first paint
+
         if not isinstance(self.screen, ModalScreen):
             self.push_screen(SettingsScreen())
 
@@ -740,6 +742,8 @@ class FlowdeskApp(App[None]):
         if self.reader is None:
             self.require_engine()
             return
+        from desktop_app.app.screens.agent_runs import AgentRunsScreen
+
         self.push_screen(AgentRunsScreen(open_run_id=run_id, resume=resume))
 
     # -- tidy undo --------------------------------------------------------

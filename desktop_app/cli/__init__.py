@@ -13,16 +13,23 @@ JSON, hints, progress), :mod:`.runs` (runs, show, watch, waiting, resume,
 cancel), :mod:`.start` (run, start, answer, signal), :mod:`.ask` (agent
 runs), :mod:`.admin` (db, flows, doctor, export, secrets, agent, app,
 completion). The database is opened only through :mod:`desktop_app.bootstrap`.
+
+Start-up: this module and the parser import no more than the standard
+library, :mod:`desktop_app.errors`, the output helpers and the run statuses
+(:mod:`desktop_app.store.records`, standard library only), so ``--version``,
+``--help`` and shell completion answer before pydantic, asyncio, textual,
+the stores or the engine load; a command's handler module is imported only
+when that command runs (:func:`handler`).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
 
-from desktop_app.cli import admin, ask, runs, start
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
@@ -42,30 +49,51 @@ from desktop_app.errors import (
     redact,
 )
 
-__all__ = ["COMMANDS", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "handler",
+    "main",
+]
 
-COMMANDS: dict[str, Callable[[Ctx], int]] = {
-    "app": admin.cmd_app,
-    "db": admin.cmd_db,
-    "run": start.cmd_run,
-    "runs": runs.cmd_runs,
-    "start": start.cmd_start,
-    "flows": admin.cmd_flows,
-    "show": runs.cmd_show,
-    "watch": runs.cmd_watch,
-    "resume": runs.cmd_resume,
-    "cancel": runs.cmd_cancel,
-    "undo": runs.cmd_undo,
-    "waiting": runs.cmd_waiting,
-    "answer": start.cmd_answer,
-    "signal": start.cmd_signal,
-    "agent": admin.cmd_agent,
-    "ask": ask.cmd_ask,
-    "export": admin.cmd_export,
-    "doctor": admin.cmd_doctor,
-    "secrets": admin.cmd_secrets,
-    "completion": admin.cmd_completion,
+#: command -> its handler, ``module.function`` in this package: imported only
+#: when the command runs (see :func:`handler`)
+COMMANDS: dict[str, str] = {
+    "app": "admin.cmd_app",
+    "db": "admin.cmd_db",
+    "run": "start.cmd_run",
+    "runs": "runs.cmd_runs",
+    "start": "start.cmd_start",
+    "flows": "admin.cmd_flows",
+    "show": "runs.cmd_show",
+    "watch": "runs.cmd_watch",
+    "resume": "runs.cmd_resume",
+    "cancel": "runs.cmd_cancel",
+    "undo": "runs.cmd_undo",
+    "waiting": "runs.cmd_waiting",
+    "answer": "start.cmd_answer",
+    "signal": "start.cmd_signal",
+    "agent": "admin.cmd_agent",
+    "ask": "ask.cmd_ask",
+    "export": "admin.cmd_export",
+    "doctor": "admin.cmd_doctor",
+    "secrets": "admin.cmd_secrets",
+    "completion": "admin.cmd_completion",
 }
+
+
+def handler(command: str) -> Callable[[Ctx], int]:
+    """The handler of ``command`` (a key of :data:`COMMANDS`), importing its
+    module now. Raises KeyError for a command that is not in :data:`COMMANDS`."""
+    module, function = COMMANDS[command].split(".")
+    handle: Callable[[Ctx], int] = getattr(
+        importlib.import_module(f"{__name__}.{module}"), function
+    )
+    return handle
+
 
 #: errors that mean the user's input was wrong: exit 2
 BAD_INPUT = (InputError, ConfigError, UnknownFlowError)
@@ -86,17 +114,18 @@ def command_again(argv: Sequence[str]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowdesk`` console script; returns the exit code."""
     parser = build_parser()
-    try:
-        import argcomplete
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (else argcomplete is idle)
+        try:
+            import argcomplete
 
-        argcomplete.autocomplete(parser)  # answers the shell's completion request, then exits
-    except ImportError:  # completion is a convenience; the command works without it
-        pass
+            argcomplete.autocomplete(parser)  # answers the shell's request, then exits
+        except ImportError:  # completion is a convenience; the command works without it
+            pass
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     ctx = Ctx(args)
     try:
-        return _handle(ctx, COMMANDS[args.command or "app"], argv)
+        return _handle(ctx, handler(args.command or "app"), argv)
     finally:
         if ctx.hints.password_left_out:
             print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)

@@ -58,8 +58,7 @@ def run_statuses() -> list[str]:
     agent run statuses that are not flow statuses too."""
     from typing import get_args
 
-    from desktop_app.store.agent_runs import AgentStatus
-    from desktop_app.store.protocol import RUN_STATUSES
+    from desktop_app.store.records import RUN_STATUSES, AgentStatus  # stdlib only: no store
 
     return [*RUN_STATUSES, *(s for s in get_args(AgentStatus) if s not in RUN_STATUSES)]
 
