@@ -131,11 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)
 
 
-def _handle(ctx: Ctx, handler: Callable[[Ctx], int], argv: Sequence[str]) -> int:
-    """Run ``handler`` (for the command line ``argv``); a Flowdesk error or
+def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
+    """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
     try:
-        return handler(ctx)
+        return command_fn(ctx)
     except BrokenPipeError:  # `flowdesk runs | head`: the reader left; not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
