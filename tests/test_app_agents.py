@@ -18,6 +18,7 @@ from desktop_app import bootstrap
 from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.agent_runs import AgentRunsScreen, conversation_text, message_lines
+from desktop_app.cli.output import Hints
 from desktop_app.config import Settings, load_settings
 from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
 
@@ -219,6 +220,6 @@ def test_message_lines(message: dict[str, object], expected: list[str]) -> None:
 
 def test_conversation_without_messages() -> None:
     run = AgentRun("r" * 32, "a", "running", "go", 0.0, 0.0)
-    text = conversation_text(run, [], 0.0)
+    text = conversation_text(run, [], 0.0, Hints(None, None))
     assert text.splitlines()[-1] == "(no messages)"
     assert "Created 1970-01-01 00:00:00 UTC · updated 1970-01-01 00:00:00 UTC" in text

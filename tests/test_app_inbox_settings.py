@@ -321,7 +321,7 @@ async def test_agent_questions_point_to_the_command_line(tmp_path: Path) -> None
             await settle(pilot)
             assert messages(app, "warning")[-1] == (
                 f"Agent run {agent_id[:8]} is answered from the command line: "
-                f"{agent_hint(agent_id)}"
+                f"{agent_hint(app.hints, agent_id)}"
             )
         assert app.screen is screen
     store = open_store(db)

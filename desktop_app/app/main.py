@@ -23,6 +23,7 @@ time repainting the screen; the subscriber never reads the store.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -69,6 +70,7 @@ from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
+from desktop_app.cli.output import Hints
 from desktop_app.config import Settings, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError, InputError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
@@ -151,8 +153,12 @@ class FlowdeskApp(App[None]):
         flows: list[CompiledFlow[Any]] | None = None,
         clock: Clock | None = None,
         model: Any = None,
+        hints: Hints | None = None,
     ) -> None:
-        """``model``: the chat model agents asked from the app use (default:
+        """``hints``: how the commands the app suggests name the database and
+        scope (default: as ``FLOWDESK_DB_PATH``/``FLOWDESK_SCOPE`` give them;
+        ``flowdesk --db X`` passes its own, so a suggested command runs as
+        printed); ``model``: the chat model agents asked from the app use (default:
         the configured one, read when first asked); ``settings`` default to
         :func:`~desktop_app.config.load_settings` (the
         settings file and ``FLOWDESK_*`` environment), so ``textual run
@@ -163,6 +169,8 @@ class FlowdeskApp(App[None]):
         if settings is None:
             settings = load_settings()
         self.settings = settings
+        #: builds every command the app suggests (the CLI's one rule)
+        self.hints = hints if hints is not None else Hints.of(None, None, os.environ)
         self._custom_flows = flows
         self._clock = clock
         self._model = model

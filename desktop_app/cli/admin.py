@@ -380,7 +380,7 @@ def cmd_app(ctx: Ctx) -> int:
 
     from desktop_app.app.main import FlowdeskApp
 
-    app = FlowdeskApp(ctx.settings)
+    app = FlowdeskApp(ctx.settings, hints=ctx.hints)
     stopped: list[list[str]] = []
 
     def on_sigint(_signum: int, _frame: object) -> None:

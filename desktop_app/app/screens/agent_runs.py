@@ -42,6 +42,7 @@ from desktop_app.app.screens.ask import (
 )
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.app.widgets.conversation import ConversationView
+from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.records import AGENT_TERMINAL, AgentRun, ToolResult
@@ -106,7 +107,7 @@ def message_lines(index: int, message: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_lines(run: AgentRun, now: float) -> list[str]:
+def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     """The run's header: ids, status (judged at ``now``, UTC epoch seconds:
     ``interrupted`` when its process is gone, with how to resume it), times,
     input, answer or error, question."""
@@ -133,13 +134,15 @@ def run_lines(run: AgentRun, now: float) -> list[str]:
         lines.append("Interrupted: its process stopped; press r to resume it.")
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
-        lines.append(f"Answer it with: {agent_hint(run.run_id)}")
+        lines.append(f"Answer it with: {agent_hint(hints, run.run_id)}")
     return [visible_controls(line) for line in lines]  # error, answer: model text
 
 
-def conversation_text(run: AgentRun, messages: list[dict[str, Any]], now: float) -> str:
+def conversation_text(
+    run: AgentRun, messages: list[dict[str, Any]], now: float, hints: Hints
+) -> str:
     """The run's header (status judged at ``now``) then its messages, as plain text."""
-    lines = run_lines(run, now)
+    lines = run_lines(run, now, hints)
     lines.append("")
     if not messages:
         lines.append("(no messages)")
@@ -381,8 +384,10 @@ class AgentRunsScreen(Screen[None]):
             return
         detail = self.shown = message.detail
         now = self.flowdesk.now()
-        self._conversation = conversation_text(detail.run, detail.messages, now)
-        view.update(Text("\n".join(run_lines(detail.run, now))))
+        self._conversation = conversation_text(
+            detail.run, detail.messages, now, self.flowdesk.hints
+        )
+        view.update(Text("\n".join(run_lines(detail.run, now, self.flowdesk.hints))))
         await self.query_one(ConversationView).show(detail.messages, CONTENT_CHARS * 10)
         tools.clear()
         calls = [r for r in detail.tools if r.tool_key != TOOLSET_KEY]  # not a call
@@ -464,7 +469,7 @@ class AgentRunsScreen(Screen[None]):
         elif run.agent != self.ASK_AGENT or used_tools:
             problem = (
                 f"Agent run {rid} uses tools set up on the command line; resume it "
-                f"with `flowdesk resume {run_id}`."
+                f"with `{self.flowdesk.hints.cmd(f'resume {run_id}')}`."
             )
         if problem is not None:
             self.flowdesk.say(problem, "warning")

@@ -7,6 +7,7 @@ event and timer waits the screen says what the run waits for.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import TYPE_CHECKING, Any, cast
 
 from rich.text import Text
@@ -23,6 +24,7 @@ from desktop_app.app.format import countdown, json_text, short_id, wait_target
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
 from desktop_app.app.previews import PREVIEWS, Preview
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
 
@@ -50,10 +52,12 @@ def short_wait_id(wait: Wait) -> str:
     return f"{short_id(run_id)}{sep}{rest}"
 
 
-def how_to_deliver(wait: Wait) -> str:
-    """What unblocks a wait that is not a question."""
+def how_to_deliver(hints: Hints, wait: Wait) -> str:
+    """What unblocks a wait that is not a question (a signal's command with
+    the app's database and scope, quoted for a shell)."""
     if wait.kind == "signal":
-        return f"Send it with: flowdesk signal {wait.name} {wait.key}"
+        name, key = shlex.quote(wait.name or ""), shlex.quote(wait.key or "")
+        return f"Send it with: {hints.cmd(f'signal {name} {key}')}"
     if wait.kind == "event":
         return f"It goes on when an event {wait.name} is published."
     return "It goes on by itself when the timer is due."
@@ -232,7 +236,7 @@ class AnswerScreen(ModalScreen[None]):
                     ("Waits for ", "bold"),
                     wait_target(wait),
                     ". Only questions (input waits) are answered here. ",
-                    how_to_deliver(wait),
+                    how_to_deliver(self.flowdesk.hints, wait),
                 )
             )
         answer = self.query_one("#answer", Input)

@@ -27,6 +27,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
+from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
 
@@ -42,9 +43,10 @@ APPROVE = YES
 REJECT = NO
 
 
-def agent_hint(run_id: str) -> str:
-    """The command that answers an agent run waiting for the user."""
-    return f"flowdesk ask --resume {run_id} --answer TEXT"
+def agent_hint(hints: Hints, run_id: str) -> str:
+    """The command that answers an agent run waiting for the user, with the
+    app's database and scope (see :class:`~desktop_app.cli.output.Hints`)."""
+    return str(hints.cmd(f"ask --resume {run_id} --answer TEXT"))
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,10 @@ class InboxItem:
     wait: Wait | None = None
     asked_at: float | None = None
 
-    @property
-    def how(self) -> str:
+    def how(self, hints: Hints) -> str:
         if self.kind == "flow":
             return "y approve · n reject · enter answer"
-        return agent_hint(self.run_id)
+        return agent_hint(hints, self.run_id)
 
 
 class InboxLoaded(Message):
@@ -247,8 +248,7 @@ class InboxScreen(Screen[None]):
         self._status = status
         self.query_one("#inbox-status", Static).update(Text(status))
 
-    @staticmethod
-    def _cells(item: InboxItem, now: float) -> tuple[str, ...]:
+    def _cells(self, item: InboxItem, now: float) -> tuple[str, ...]:
         source = item.name if item.kind == "flow" else f"agent {item.name}"
         return (
             short_id(item.run_id),
@@ -256,7 +256,7 @@ class InboxScreen(Screen[None]):
             item.prompt,
             countdown(item.deadline_at, now),
             time_left_bar(item.asked_at, item.deadline_at, now),
-            item.how,
+            item.how(self.flowdesk.hints),
         )
 
     def _now(self) -> float:
@@ -307,7 +307,7 @@ class InboxScreen(Screen[None]):
         if item.kind != "flow":
             self.flowdesk.say(
                 f"Agent run {short_id(item.run_id)} is answered from the command line: "
-                f"{agent_hint(item.run_id)}",
+                f"{agent_hint(self.flowdesk.hints, item.run_id)}",
                 "warning",
             )
             return None

@@ -1,0 +1,44 @@
+"""The commands the app suggests carry the database and scope the app was
+started with (``flowdesk --db X``), and run as printed."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+from desktop_app.app.screens.answer import how_to_deliver
+from desktop_app.app.screens.inbox import agent_hint
+from desktop_app.cli.output import Hints
+from desktop_app.store.protocol import Wait
+from desktop_app.store.sqlite import open_store
+from tests.cli_support import REPO
+
+
+def run_as_printed(command: str) -> subprocess.CompletedProcess[str]:
+    argv = shlex.split(command)
+    assert argv[0] == "flowdesk"
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+
+
+def test_the_apps_signal_and_answer_hints_name_its_database_and_scope(db_path, tmp_path):
+    hints = Hints(str(db_path), "team a")
+    wait = Wait("r1:s:0", "s", "signal", 1000.0, name="paid order", key="o 1")
+    said = how_to_deliver(hints, wait)
+    assert said.startswith("Send it with: flowdesk --db ")
+    command = said.removeprefix("Send it with: ")
+    done = run_as_printed(command)
+    assert done.returncode == 0, done.stderr
+    store = open_store(db_path, scope="team a")
+    try:
+        got = store.next_signal("paid order", "o 1")
+        assert got is not None  # stored in the app's database and scope, under its name and key
+    finally:
+        store.close()
+    assert agent_hint(hints, "ab12") == (
+        f"flowdesk --db {shlex.quote(str(db_path))} --scope 'team a' "
+        "ask --resume ab12 --answer TEXT"
+    )
