@@ -124,18 +124,11 @@ def open_dir(path: str | os.PathLike[str]) -> int:
     p = Path(path)
     if not p.is_absolute():
         raise Refused(f"{p} is not an absolute path")
-    fd = os.open("/", _DIR_FLAGS)
-    walked = Path("/")
+    root = os.open("/", _DIR_FLAGS)
     try:
-        for part in p.parts[1:]:
-            walked = walked / part
-            nxt = _open_component(fd, part, str(walked))
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return _walk(root, list(p.parts[1:]), shown_from="/")
+    finally:
+        os.close(root)
 
 
 def open_subdir(dir_fd: int, name: str, *, create: bool = False, shown: str = "") -> int:
@@ -165,13 +158,14 @@ def opened_dir(path: str | os.PathLike[str]) -> Iterator[int]:
         os.close(fd)
 
 
-def _walk(dir_fd: int, parts: list[str]) -> int:
+def _walk(dir_fd: int, parts: list[str], shown_from: str = "") -> int:
     """A new descriptor of the folder ``parts`` under ``dir_fd``, each part
-    opened with no link followed (``dir_fd`` itself, duplicated, for none)."""
+    opened with no link followed (``dir_fd`` itself, duplicated, for none);
+    a refusal shows the path as ``shown_from`` followed by the parts walked."""
     fd = os.dup(dir_fd)
     try:
         for i, part in enumerate(parts):
-            nxt = _open_component(fd, part, "/".join(parts[: i + 1]))
+            nxt = _open_component(fd, part, shown_from + "/".join(parts[: i + 1]))
             os.close(fd)
             fd = nxt
     except BaseException:
