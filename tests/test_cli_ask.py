@@ -66,15 +66,21 @@ def test_secrets_go_to_the_keyring_or_fail_clearly(tmp_path):
     assert "sk-xyz" not in out.stdout + out.stderr
 
 
+def two_docs(tmp_path):
+    """A folder ``docs`` holding a Markdown file and a text file to digest."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text here.\n")
+    (folder / "b.txt").write_text("Beta text here.\n")
+    return folder
+
+
 def test_digest_model_mode_summaries_come_from_the_agent(tmp_path):
     import sqlite_utils
 
     db = tmp_path / "f.db"
     assert run(db, "db", "apply").returncode == 0
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "a.md").write_text("# A\n\nAlpha text here.\n")
-    (folder / "b.txt").write_text("Beta text here.\n")
+    folder = two_docs(tmp_path)
     (folder / "c.bin").write_bytes(b"\x00\x01")
     with ChatServer() as server:
         server.script = [
@@ -163,10 +169,7 @@ def test_ask_streaming_tools_from_a_llama_cpp_server_names_the_cause(tmp_path, a
 def test_digest_model_mode_offers_no_ask_user_and_completes(tmp_path):
     db = tmp_path / "f.db"
     assert run(db, "db", "apply").returncode == 0
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "a.md").write_text("# A\n\nAlpha text here.\n")
-    (folder / "b.txt").write_text("Beta text here.\n")
+    folder = two_docs(tmp_path)
     asks_anyway = [{"id": "q", "name": "ask_user", "args": {"question": "Which one?"}}]
     with ChatServer() as server:
         server.script = [
@@ -196,10 +199,7 @@ def test_digest_reports_the_question_of_a_summary_run_that_ended_asking(tmp_path
     from desktop_app.config import load_settings
     from desktop_app.flows.digest import agent_summarizer, build_digest_flow
 
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    (folder / "a.md").write_text("# A\n\nAlpha text here.\n")
-    (folder / "b.txt").write_text("Beta text here.\n")
+    folder = two_docs(tmp_path)
     settings = load_settings(db_path=tmp_path / "f.db")
     bootstrap.apply_schema(settings)
     with ChatServer() as server:
