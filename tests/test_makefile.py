@@ -17,10 +17,14 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 
 def would_run(folder: Path, target: str) -> list[str]:
-    """The commands ``make TARGET`` would run in ``folder`` (``make -n``)."""
+    """The commands ``make TARGET`` would run in ``folder`` (``make -n``), as
+    a make of its own: under ``make test`` the outer make's ``MAKEFLAGS`` and
+    ``MAKELEVEL`` would add "Entering/Leaving directory" lines."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     done = subprocess.run(
-        ["make", "-n", target], cwd=folder, capture_output=True, text=True, check=True
-    )
+        ["make", "--no-print-directory", "-n", target],
+        cwd=folder, capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
     return done.stdout.splitlines()
 
 
