@@ -89,6 +89,8 @@ class McpTool:
         input_schema: the server's JSON schema for the arguments.
         at_most_once: ``False`` only when the server annotates the tool
             read-only or idempotent.
+        read_only: the server annotates the tool ``readOnlyHint: true``: each
+            call in a run is sent again (see :attr:`AgentTool.read_only`).
     """
 
     def __init__(self, server: McpServer, spec: Mapping[str, Any]) -> None:
@@ -104,7 +106,8 @@ class McpTool:
         self.description = str(spec.get("description") or "")
         self.input_schema: dict[str, Any] = dict(spec.get("input_schema") or {"type": "object"})
         hints = spec.get("annotations") or {}
-        self.at_most_once = not (hints.get("read_only_hint") or hints.get("idempotent_hint"))
+        self.read_only = bool(hints.get("read_only_hint"))
+        self.at_most_once = not (self.read_only or hints.get("idempotent_hint"))
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema (the server's input schema as is)."""

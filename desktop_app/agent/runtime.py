@@ -9,6 +9,12 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   ``"<tool>:<canonical JSON input>"``; an identical call later in the same run
   (also after a restart, with a freshly built agent) reuses it instead of
   running the tool again. Another run never sees it.
+* A read-only tool (``read_only``: ``@tool(read_only=True)``, the file tools,
+  an MCP tool annotated ``readOnlyHint``) is keyed by its place in the run
+  instead, ``"<tool>:<canonical JSON input>#<n>"`` with ``n`` the call's
+  1-based number among the run's tool calls: a later identical call is sent
+  again (a read after a write sees the write), while a resume finds the
+  completed call at the same place and does not send it again.
 * A tool with ``at_most_once`` (an MCP tool, see :mod:`desktop_app.agent.mcp`)
   whose call started but whose result was never saved is not called again
   after a crash; the model gets an error text saying the outcome is unknown.
@@ -561,7 +567,7 @@ class Agent:
             messages = [Message.from_json(m) for m in self.store.messages(run_id)]
             pending = _unanswered_calls(messages)
             if pending:
-                for call in pending:
+                for position, call in pending:
                     if call.name == ASK_USER and self.ask_user:
                         question = str(call.arguments.get("question", ""))
                         self.store.update(
@@ -577,7 +583,7 @@ class Agent:
                         )
                         return
                     yield AgentEvent("tool_start", tool=call.name)
-                    reused = self._run_tool(run_id, call, span)
+                    reused = self._run_tool(run_id, call, position, span)
                     yield AgentEvent("tool_end", tool=call.name, reused=reused)
                 continue
             last = messages[-1]
@@ -667,9 +673,10 @@ class Agent:
                 log.debug("agent %s: retryable provider error %s", self.name, type(exc).__name__)
                 self.clock.sleep(self.backoff.delay(attempt))
 
-    def _run_tool(self, run_id: str, call: ToolCall, parent: Any = None) -> bool:
-        """Run (or reuse) one tool call; store its result and tool message
-        together, inside an ``execute_tool <name>`` span under ``parent``."""
+    def _run_tool(self, run_id: str, call: ToolCall, position: int, parent: Any = None) -> bool:
+        """Run (or reuse) one tool call, the run's ``position``-th (1-based);
+        store its result and tool message together, inside an
+        ``execute_tool <name>`` span under ``parent``."""
         span = tracing.start_child_span(
             parent,
             f"execute_tool {call.name}",
@@ -682,22 +689,24 @@ class Agent:
         )
         reused = False
         try:
-            reused = self._run_tool_once(run_id, call)
+            reused = self._run_tool_once(run_id, call, position)
         finally:
             tracing.end_span(span, attributes={"flowdesk.tool.reused": reused})
         return reused
 
-    def _run_tool_once(self, run_id: str, call: ToolCall) -> bool:
+    def _run_tool_once(self, run_id: str, call: ToolCall, position: int) -> bool:
         now = self.clock.now()
-        stored = self.store.tool_result(run_id, call.key)
+        tool = self.tools.get(call.name)
+        # a read-only call is reused only at its own place (a resume), never by a later call
+        key = f"{call.key}#{position}" if tool is not None and tool.read_only else call.key
+        stored = self.store.tool_result(run_id, key)
         if stored is not None and stored.status == "completed":
-            self.store.mark_reused(run_id, call.key)
+            self.store.mark_reused(run_id, key)
             msg = Message(
                 "tool", stored.result or "", tool_call_id=call.id, name=call.name, reused=True
             )
             self.store.update(run_id, now, owner=self.owner, messages=[msg.to_json()])
             return True
-        tool = self.tools.get(call.name)
         if tool is None:
             content = json.dumps({"error": f"unknown tool {call.name!r}"})
         elif stored is not None and stored.status == "in_progress" and tool.at_most_once:
@@ -710,7 +719,7 @@ class Agent:
             )
         else:
             self.store.update(
-                run_id, now, owner=self.owner, tool=(call.key, call.name, "in_progress", None)
+                run_id, now, owner=self.owner, tool=(key, call.name, "in_progress", None)
             )
             try:
                 content = tool.call(call.arguments)
@@ -722,7 +731,7 @@ class Agent:
             self.clock.now(),
             owner=self.owner,
             messages=[msg.to_json()],
-            tool=(call.key, call.name, "completed", content),
+            tool=(key, call.name, "completed", content),
         )
         return False
 
@@ -745,13 +754,18 @@ def _first_and_rest(it: Iterator[Any]) -> Iterator[Any]:
     return rest()
 
 
-def _unanswered_calls(messages: list[Message]) -> list[ToolCall]:
-    """Tool calls of the last assistant message that have no tool answer yet."""
+def _unanswered_calls(messages: list[Message]) -> list[tuple[int, ToolCall]]:
+    """Tool calls of the last assistant message that have no tool answer yet,
+    each with its 1-based number among all tool calls of the conversation
+    (the same on every replay of the same messages)."""
     for i in range(len(messages) - 1, -1, -1):
         m = messages[i]
         if m.role == "assistant":
             answered = {x.tool_call_id for x in messages[i + 1 :] if x.role == "tool"}
-            return [c for c in m.tool_calls if c.id not in answered]
+            before = sum(len(x.tool_calls) for x in messages[:i])
+            return [
+                (before + n, c) for n, c in enumerate(m.tool_calls, start=1) if c.id not in answered
+            ]
     return []
 
 

@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, overload, runtime_checkable
 
 from pydantic import BaseModel, ValidationError, create_model
 
@@ -30,11 +30,17 @@ class AgentTool(Protocol):
         at_most_once: when a call was started but its result never saved (the
             process died mid-call), do not call it again on resume; the model
             is told the outcome is unknown instead.
+        read_only: the tool only reads (no side effect): a later identical
+            call in the same run is sent again rather than answered from the
+            journal, so a read after a write sees the write. Its result is
+            still journaled, keyed by its place in the run, so a resume does
+            not send a completed call again.
     """
 
     name: str
     description: str
     at_most_once: bool
+    read_only: bool
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema."""
@@ -83,6 +89,9 @@ class Tool:
         fn: a function with annotated parameters; its docstring's first
             paragraph becomes the description.
         name: defaults to the function name.
+        read_only: ``True`` for a tool without side effects (see
+            :attr:`AgentTool.read_only`): each call in a run is sent, none
+            reuses an earlier identical call's result.
 
     The argument model is built with ``pydantic.create_model`` from the
     signature, so ``schema()`` is pydantic's JSON schema and ``call()``
@@ -91,9 +100,12 @@ class Tool:
 
     at_most_once = False
 
-    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], name: str | None = None, *, read_only: bool = False
+    ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
+        self.read_only = read_only
         doc = inspect.getdoc(fn) or ""
         self.description = doc.split("\n\n", 1)[0].replace("\n", " ")
         fields: dict[str, Any] = {}
@@ -125,9 +137,20 @@ class Tool:
         return out if isinstance(out, str) else json.dumps(out, default=str)
 
 
-def tool(fn: Callable[..., Any]) -> Tool:
-    """Decorator: ``@tool def search(query: str) -> str: ...``."""
-    return Tool(fn)
+@overload
+def tool(fn: Callable[..., Any], *, read_only: bool = False) -> Tool: ...
+@overload
+def tool(*, read_only: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None, *, read_only: bool = False
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Decorator: ``@tool def create(name: str) -> str: ...`` for a tool with
+    side effects (an identical later call in a run reuses the first result),
+    ``@tool(read_only=True) def search(query: str) -> str: ...`` for one
+    without (every call is sent; see :attr:`AgentTool.read_only`)."""
+    if fn is None:
+        return lambda f: Tool(f, read_only=read_only)
+    return Tool(fn, read_only=read_only)
 
 
 def ask_user_schema() -> dict[str, Any]:
@@ -211,4 +234,4 @@ def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
             return problem(path, exc)
         return "\n".join(entries)
 
-    return [Tool(read_file), Tool(list_folder)]
+    return [Tool(read_file, read_only=True), Tool(list_folder, read_only=True)]
