@@ -7,7 +7,8 @@ Tools: ``append(text)`` appends one line to LOG (fsynced, then ``APPENDED <text>
 on stderr) and returns the number of lines; ``append_and_hang(text)`` appends, then never answers (a
 call in flight when the client dies). ``NOTES_VARIANT=2`` adds a tool
 ``count`` (a changed tool list); ``NOTES_VARIANT=escapes`` a tool ``banner``
-whose result holds terminal escape sequences (:data:`ESCAPES`).
+whose result holds terminal escape sequences (:data:`ESCAPES`);
+``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 LOG = sys.argv[1]
 server = MCPServer("notes")
@@ -66,6 +68,17 @@ if os.environ.get("NOTES_VARIANT") == "escapes":
     def banner() -> str:
         """The notes' banner."""
         return f"{ESCAPES}banner"
+
+
+if os.environ.get("NOTES_VARIANT") == "read":
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def line_count() -> str:
+        """How many lines the log has (reads only)."""
+        if not os.path.exists(LOG):
+            return "0"
+        with open(LOG, encoding="utf-8") as f:
+            return str(sum(1 for _ in f))
 
 
 if __name__ == "__main__":

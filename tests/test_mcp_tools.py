@@ -301,3 +301,26 @@ def test_a_server_that_went_away_is_an_error_text_for_the_model(sqlite_store, tm
     (tool_message,) = [m for m in model.seen[1] if m.role == "tool"]
     assert "MCP server 'notes'" in tool_message.content and "error" in tool_message.content
     assert lines(notes) == []
+
+
+def test_a_read_only_mcp_tool_is_sent_again_after_a_write(sqlite_store, tmp_path):
+    from desktop_app.agent import Agent, ScriptedModel
+    from desktop_app.agent.mcp import McpServer
+    from desktop_app.store.agent_runs import SqliteAgentStore
+
+    notes = tmp_path / "notes.log"
+    store = SqliteAgentStore(sqlite_store)
+    count = {"tool": "notes__line_count", "args": {}}
+    script = [count, {"tool": "notes__append", "args": {"text": "x"}}, count, "ok"]
+    model = ScriptedModel(script)
+    command = [sys.executable, "-m", "tests.mcp_notes_server", str(notes), "stdio"]
+    with McpServer(
+        "notes", command=command, cwd=REPO, env={"NOTES_VARIANT": "read"}, timeout_s=20
+    ) as server:
+        tools = {t.name: t for t in server.tools()}
+        assert tools["notes__line_count"].read_only and not tools["notes__append"].read_only
+        res = Agent("notes", model, store, server.tools()).ask("count, note x, count")
+    assert res.status == "done"
+    answers = [m for m in store.messages(res.run_id) if m["role"] == "tool"]
+    assert [m["content"] for m in answers] == ["0", "appended; 1 lines", "1"]
+    assert not any(m.get("reused") for m in answers)
