@@ -37,6 +37,18 @@ def wait_for(session: str, text: str, timeout: float = 30) -> str:
 
 
 @pytest.mark.skipif(not BIN.exists(), reason="the flowdesk console script is not installed")
+def press_until(session: str, key: str, text: str, tries: int = 4, each: float = 10) -> str:
+    """Send ``key`` until ``text`` shows (each try waits ``each`` seconds)."""
+    for _ in range(tries - 1):
+        tmux("send-keys", "-t", session, key)
+        try:
+            return wait_for(session, text, timeout=each)
+        except AssertionError:
+            continue
+    tmux("send-keys", "-t", session, key)
+    return wait_for(session, text)
+
+
 def test_real_binary_in_tmux(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -163,8 +175,12 @@ def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_pat
     launch(first, env, done)
     try:
         wait_for(first, "New digest")
-        tmux("send-keys", "-t", first, "n")
-        wait_for(first, "Folder to read")  # the form itself: the welcome says "folder" too
+        # the form itself ("Folder to read": the welcome says "folder" too);
+        # the app paints before its database is open, and "n" pressed before
+        # then says "still opening; try again in a moment": try again, as a
+        # person would, until the form shows
+        press_until(first, "n", "Folder to read")
+        tmux("send-keys", "-t", first, "C-u")  # a repeated "n" may have reached the field
         tmux("send-keys", "-t", first, "-l", str(docs))
         wait_for(first, docs.name)  # typed into the field before it is submitted
         tmux("send-keys", "-t", first, "Enter")
