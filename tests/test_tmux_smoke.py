@@ -71,8 +71,7 @@ def test_real_binary_in_tmux(tmp_path):
     )
     try:
         wait_for(session, "New digest")
-        tmux("send-keys", "-t", session, "n")
-        wait_for(session, "older")  # the form asks for a folder
+        press_until(session, "n", "older")  # the form asks for a folder (once the database is open)
         # On one busy core the form draws before its folder field has the
         # focus, and keys typed then reach the screen's bindings ("n" opens
         # another form). "z" is bound to nothing: repeat it until the output
