@@ -91,7 +91,7 @@ from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.owners import lease_abandoned, liveness
+from desktop_app.flow.owners import holding
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import (
     AGENT_TERMINAL,
@@ -422,9 +422,10 @@ class Agent:
         holder = run.lease_owner
         takes_over, at = None, now
         if holder is not None and holder != self.owner:
-            if not lease_abandoned(holder, run.lease_expires_at, now):
+            held = holding(holder, run.lease_expires_at, now)
+            if held == "held":
                 raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
-            takes_over, at = holder, (math.inf if liveness(holder) == "dead" else now)
+            takes_over, at = holder, (math.inf if held == "dead" else now)
         self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, at, takes_over=takes_over)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:

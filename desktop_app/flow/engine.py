@@ -41,8 +41,7 @@ from desktop_app.flow.definition import AwaitStep, CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
 from desktop_app.flow.owners import (
-    lease_abandoned,
-    liveness,
+    holding,
     new_owner,
     owner_is_alive,
     owner_is_dead,
@@ -499,9 +498,10 @@ class Engine:
         holder = run.lease_owner
         if holder is None or holder == self.owner:
             return None
-        if not lease_abandoned(holder, run.lease_expires_at, self._lease_now()):
+        held = holding(holder, run.lease_expires_at, self._lease_now())
+        if held == "held":
             raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at or 0.0)
-        return holder, liveness(holder) == "dead"
+        return holder, held == "dead"
 
     def _lease_now(self) -> float:
         """ "Now" for lease expiry: the injected clock, else the store's."""

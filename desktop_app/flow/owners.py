@@ -106,16 +106,26 @@ def _is_zombie(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"Z"
 
 
-def lease_abandoned(owner: str | None, expires_at: float | None, now: float) -> bool:
-    """True when no live process holds a lease of ``owner`` running until
-    ``expires_at`` (UTC epoch s; ``None`` counts as expired), judged at
-    ``now``: there is no owner, the owner is a process of this host that
-    exited, or the owner is on another host and its lease expired. An owner
-    alive on this host holds its lease whatever the clocks say. The one rule
-    the engine, the agent runtime, recovery and every status display use."""
+Holding = Literal["free", "dead", "expired", "held"]
+
+
+def holding(owner: str | None, expires_at: float | None, now: float) -> Holding:
+    """Who holds a lease of ``owner`` running until ``expires_at`` (UTC epoch
+    s; ``None`` counts as expired), judged at ``now``: ``"free"`` (no owner),
+    ``"dead"`` (a process of this host that exited: taken over at once,
+    whatever its expiry), ``"expired"`` (an owner on another host whose lease
+    ran out) or ``"held"`` (an owner alive on this host, whatever the clocks
+    say, or another host's owner whose lease still runs). The one rule the
+    engine, the agent runtime, recovery and every status display use."""
     if owner is None:
-        return True
+        return "free"
     seen = liveness(owner)
     if seen == "unknown":
-        return (expires_at or 0.0) <= now
-    return seen == "dead"
+        return "expired" if (expires_at or 0.0) <= now else "held"
+    return "dead" if seen == "dead" else "held"
+
+
+def lease_abandoned(owner: str | None, expires_at: float | None, now: float) -> bool:
+    """True when no live process holds the lease (:func:`holding` is not
+    ``"held"``)."""
+    return holding(owner, expires_at, now) != "held"
