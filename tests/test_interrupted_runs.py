@@ -37,15 +37,6 @@ from tests.interrupted_flows import FLOWS_ENV, gated
 ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
 
 
-@pytest.fixture(autouse=True)
-def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user config file and no FLOWDESK_* variables leak into these tests."""
-    for name in list(os.environ):
-        if name.startswith("FLOWDESK_") and not name.startswith("FLOWDESK_TEST_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
-
-
 def start_gated(db: Path | str, folder: Path) -> tuple[subprocess.Popen[str], str]:
     """``flowdesk start gated`` in a process of its own, returned once its run
     is inside the ``hold`` step (holding its lease), with the run id."""

@@ -5,7 +5,6 @@ it, the app executes both as on a SQLite file. Real server, real stores."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -21,15 +20,6 @@ from desktop_app.store.postgres import open_postgres_store
 from tests.app_support import messages, settle, wait_until
 from tests.digest_corpus import make_corpus
 from tests.flows_for_tests import Crash, Numbers, counting_flow
-
-
-@pytest.fixture(autouse=True)
-def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user config file and no FLOWDESK_* variables leak into these tests."""
-    for name in list(os.environ):
-        if name.startswith("FLOWDESK_") and not name.startswith("FLOWDESK_TEST_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
 
 
 def test_flowdesk_worker_is_a_setting_not_an_unknown_variable(
