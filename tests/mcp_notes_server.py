@@ -8,7 +8,9 @@ on stderr) and returns the number of lines; ``append_and_hang(text)`` appends, t
 call in flight when the client dies). ``NOTES_VARIANT=2`` adds a tool
 ``count`` (a changed tool list); ``NOTES_VARIANT=escapes`` a tool ``banner``
 whose result holds terminal escape sequences (:data:`ESCAPES`);
-``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``.
+``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``;
+``NOTES_VARIANT=tagged`` gives ``append`` a second, required argument ``tag``
+(a changed input schema).
 """
 
 from __future__ import annotations
@@ -35,10 +37,19 @@ def _append(text: str) -> int:
         return sum(1 for _ in f)
 
 
-@server.tool()
-def append(text: str) -> str:
-    """Append a line to the notes log."""
-    return f"appended; {_append(text)} lines"
+if os.environ.get("NOTES_VARIANT") == "tagged":
+
+    @server.tool()
+    def append(text: str, tag: str) -> str:
+        """Append a tagged line to the notes log."""
+        return f"appended; {_append(f'{tag}: {text}')} lines"
+
+else:
+
+    @server.tool()
+    def append(text: str) -> str:
+        """Append a line to the notes log."""
+        return f"appended; {_append(text)} lines"
 
 
 @server.tool()

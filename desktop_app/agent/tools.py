@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -67,9 +67,9 @@ class ToolListing(Protocol):
 
     The runtime stores ``listing()`` under ``listing_key`` (which starts
     with :data:`LISTING_PREFIX`) in the run's tool journal the first time the
-    run is driven, and on every later drive compares it with the current
-    listing: a difference fails the run with
-    ``check_listing``'s message instead of mixing two tool sets.
+    run is driven, and on every later drive asks ``check_listing`` whether
+    the tools the run used are still what they were: a change that matters
+    fails the run with its message instead of mixing two tools.
     """
 
     listing_key: str
@@ -78,8 +78,9 @@ class ToolListing(Protocol):
     def listing(self) -> str:
         """The tool list as canonical JSON."""
 
-    def check_listing(self, recorded: str) -> str | None:
-        """``None`` when ``recorded`` equals the current listing, else what changed."""
+    def check_listing(self, recorded: str, used: Collection[str]) -> str | None:
+        """``None`` when the tools named in ``used`` (the run's tool calls)
+        are unchanged in what matters since ``recorded``, else what changed."""
 
 
 class Tool:
