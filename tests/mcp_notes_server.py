@@ -10,7 +10,8 @@ call in flight when the client dies). ``NOTES_VARIANT=2`` adds a tool
 whose result holds terminal escape sequences (:data:`ESCAPES`);
 ``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``;
 ``NOTES_VARIANT=tagged`` gives ``append`` a second, required argument ``tag``
-(a changed input schema).
+(a changed input schema). With ``NOTES_PIDFILE`` set the server writes its
+process id there when it starts.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from mcp.types import ToolAnnotations
 
 LOG = sys.argv[1]
 server = MCPServer("notes")
+if os.environ.get("NOTES_PIDFILE"):  # for a test that kills this server mid-call
+    with open(os.environ["NOTES_PIDFILE"], "w", encoding="utf-8") as pidfile:
+        pidfile.write(str(os.getpid()))
 
 
 def _append(text: str) -> int:

@@ -283,12 +283,6 @@ class McpServer:
             asyncio.run(self._main())
         except BaseException as exc:  # reported to open() (or to the calls in flight)
             self._error = exc
-            if self._ready.is_set():  # it was connected: the server died or hung up
-                leaf = _leaf(exc)
-                log.warning(
-                    "MCP server %s (%s) stopped: %s: %s",
-                    self.name, self._where(), type(leaf).__name__, leaf,
-                )  # fmt: skip
         finally:
             self._ready.set()
 
@@ -390,7 +384,7 @@ class McpServer:
                 why = f": the connection ended with {type(leaf).__name__}: {leaf}"
             raise McpError(f"MCP server {self.name!r} is not connected{why}")
         future: Future[Any] = asyncio.run_coroutine_threadsafe(
-            client.call_tool(tool, arguments), loop
+            client.call_tool(tool, arguments, read_timeout_seconds=self.timeout_s), loop
         )
         try:
             result = future.result(self.timeout_s + 5)
@@ -402,8 +396,16 @@ class McpServer:
         except Exception as exc:
             leaf = _leaf(exc)
             code = getattr(getattr(leaf, "error", None), "code", None)
-            if code in (_CONNECTION_CLOSED, _REQUEST_TIMEOUT) or code is None:
-                # sent, and then the connection ended or no answer came
+            if code == _REQUEST_TIMEOUT:
+                raise McpOutcomeUnknownError(
+                    f"MCP server {self.name!r} did not answer {tool!r} within {self.timeout_s:g} s"
+                ) from leaf
+            if code == _CONNECTION_CLOSED:
+                raise McpOutcomeUnknownError(
+                    f"MCP server {self.name!r} closed the connection before answering {tool!r} "
+                    "(the server died or hung up)"
+                ) from leaf
+            if code is None:  # a transport error: sent, then no answer came
                 raise McpOutcomeUnknownError(
                     f"MCP server {self.name!r} gave no answer to {tool!r}: "
                     f"{type(leaf).__name__}: {leaf}"

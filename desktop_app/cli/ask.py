@@ -134,7 +134,7 @@ def cmd_ask(ctx: Ctx) -> int:
 
     sources = _sources(ctx)
     run_id = uuid.uuid4().hex
-    with connected_tools(sv.settings, sources, run_id) as tools:
+    with connected_tools(sv.settings, sources) as tools:
         agent = agent_for(sv, "ask", tools, sources)
         events = []
         for ev in agent.stream(a.question, run_id=run_id):
