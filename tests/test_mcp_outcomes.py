@@ -375,6 +375,7 @@ def _crash_worker(db: Path, run_id: str, folder: Path, mode: str) -> subprocess.
     )  # fmt: skip
 
 
+@pytest.mark.scenario("S89")
 @pytest.mark.slow
 def test_a_destructive_idempotent_tool_in_flight_at_sigkill_is_not_sent_again(db_path, tmp_path):
     """server-filesystem marks write_file idempotent and destructive: the file

@@ -174,6 +174,7 @@ class HttpNotesServer:
         self.proc.wait()
 
 
+@pytest.mark.scenario("S91")
 def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_store, tmp_path):
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer, describe_tools, recorded_tools
