@@ -423,3 +423,19 @@ def test_the_at_most_once_rule_follows_the_hints_and_the_mcp_defaults():
     assert at_most_once(idempotent_hint=True)  # destructive unless it says otherwise
     assert at_most_once(destructive_hint=False)  # not idempotent
     assert at_most_once()
+
+
+@pytest.mark.scenario("S89")
+def test_mcp_server_gits_own_hints_decide_what_a_crash_may_send_again(tmp_path):
+    """git_reset is idempotent but destructive: at most once, like git_commit;
+    git_add (idempotent, not destructive) and git_status (read-only) may be
+    sent again after a crash."""
+    from desktop_app.agent.mcp import McpServer
+
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    command = python_server("mcp_server_git", "--repository", str(repo))
+    with McpServer("git", command=command, timeout_s=60) as server:
+        once = {t.tool_name: t.at_most_once for t in server.tools()}
+    assert (once["git_reset"], once["git_commit"]) == (True, True)
+    assert (once["git_add"], once["git_status"]) == (False, False)

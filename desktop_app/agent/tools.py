@@ -27,9 +27,11 @@ class AgentTool(Protocol):
     Attributes:
         name: the function name the model uses (``^[a-zA-Z0-9_-]{1,64}$``).
         description: one paragraph for the model.
-        at_most_once: when a call was started but its result never saved (the
-            process died mid-call), do not call it again on resume; the model
-            is told the outcome is unknown instead.
+        at_most_once: when a call was sent but got no answer (the process
+            died mid-call; for an MCP tool also its server died or timed out),
+            do not send it again; its outcome is recorded as unknown
+            (:func:`~desktop_app.agent.messages.outcome_unknown`) and the
+            model is told so.
         read_only: the tool only reads (no side effect): a later identical
             call in the same run is sent again rather than answered from the
             journal, so a read after a write sees the write. Its result is
