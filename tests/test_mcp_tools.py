@@ -215,9 +215,8 @@ def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_
         res = agent.resume_input("h1", "yes")
     assert res.status == "failed"
     assert "tools of MCP server 'notes' that this run used changed" in res.error
-    assert "notes__append takes other input (input_schema: properties.tag, required)" in (
-        res.error
-    )
+    changed = "notes__append takes other input (input_schema: properties.tag, required)"
+    assert changed in res.error
     assert store.get("h1").error_type == "McpToolsChangedError"
     assert model.calls == 0 and lines(notes) == ["over http"]
 
