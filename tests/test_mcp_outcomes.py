@@ -439,3 +439,46 @@ def test_mcp_server_gits_own_hints_decide_what_a_crash_may_send_again(tmp_path):
         once = {t.tool_name: t.at_most_once for t in server.tools()}
     assert (once["git_reset"], once["git_commit"]) == (True, True)
     assert (once["git_add"], once["git_status"]) == (False, False)
+
+
+@pytest.mark.scenario("S89")
+async def test_the_app_shows_an_unknown_outcome_as_such(tmp_path):
+    """A call in flight at a crash, resumed: the app's conversation marks the
+    answer "outcome unknown: not repeated" and its tool row says ``unknown``."""
+    from desktop_app import bootstrap
+    from desktop_app.agent import Agent, ScriptedModel
+    from desktop_app.agent.tools import Tool
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.config import load_settings
+    from desktop_app.store.agent_runs import SqliteAgentStore
+    from tests.test_app_agents import SIZE, open_run, open_screen
+
+    class Crash(BaseException):
+        pass
+
+    def send(text: str) -> str:
+        """Send a message."""
+        raise Crash  # the process dies with the call in flight
+
+    sender = Tool(send)
+    sender.at_most_once = True  # type: ignore[misc]
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    store = bootstrap.open_sqlite_store(settings)
+    agents = SqliteAgentStore(store)
+    script = [{"tool": "send", "args": {"text": "hi"}, "id": "c1"}, "not sure it went"]
+    with pytest.raises(Crash):
+        Agent("mailer", ScriptedModel(script), agents, [sender]).ask("send hi", run_id="u" * 32)
+    agents.release("u" * 32, agents.get("u" * 32).lease_owner)
+    res = Agent("mailer", ScriptedModel(script[1:]), agents, [sender]).resume("u" * 32)
+    assert res.status == "done"
+    store.close()
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_screen(pilot)
+        lines = (await open_run(pilot, screen, "u" * 32)).splitlines()
+        assert "#3 tool result send (outcome unknown: not repeated) [call c1]" in lines
+        tools = screen.tools_table
+        assert [[c.plain for c in tools.get_row_at(i)] for i in range(tools.row_count)] == [
+            ["send", "unknown", "1", "0"]
+        ]
