@@ -486,3 +486,28 @@ async def test_the_app_shows_an_unknown_outcome_as_such(tmp_path):
         assert [[c.plain for c in tools.get_row_at(i)] for i in range(tools.row_count)] == [
             ["send", "unknown", "1", "0"]
         ]
+
+
+@pytest.mark.parametrize("at_most_once", [True, False])
+def test_no_answer_is_unknown_only_for_a_tool_that_is_not_sent_twice(sqlite_store, at_most_once):
+    """A tool the server calls harmless to repeat (read-only, or idempotent
+    and not destructive) that got no answer is an ordinary error: nothing
+    was at stake; an at-most-once one is "outcome unknown"."""
+    from desktop_app.agent import Agent, ScriptedModel
+    from desktop_app.agent.messages import is_outcome_unknown
+    from desktop_app.agent.tools import Tool
+    from desktop_app.errors import McpOutcomeUnknownError
+    from desktop_app.store.agent_runs import SqliteAgentStore
+
+    def lookup(q: str) -> str:
+        """Look up."""
+        raise McpOutcomeUnknownError("MCP server 's' did not answer 'lookup' within 1 s")
+
+    t = Tool(lookup)
+    t.at_most_once = at_most_once  # type: ignore[misc]
+    store = SqliteAgentStore(sqlite_store)
+    model = ScriptedModel([{"tool": "lookup", "args": {"q": "a"}}, "ok"])
+    res = Agent("a", model, store, [t]).ask("go")
+    (answer,) = [m for m in store.messages(res.run_id) if m["role"] == "tool"]
+    assert is_outcome_unknown(answer["content"]) is at_most_once
+    assert "did not answer 'lookup' within 1 s" in answer["content"]
