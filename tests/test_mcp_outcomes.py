@@ -143,7 +143,7 @@ def test_a_call_that_times_out_is_outcome_unknown_and_not_repeated(sqlite_store,
     hang = {"tool": "notes__append_and_hang", "args": {"text": "t"}}
     model = ScriptedModel([hang, hang, "gave up"])
     with HttpNotesServer(notes) as http, McpServer("notes", url=http.url, timeout_s=30) as server:
-        server.timeout_s = 1  # started in time; now each request waits 1 s for its answer
+        server.timeout_s = 3  # started in time; now each request waits 3 s for its answer
         res = Agent("notes", model, store, server.tools()).ask("note t", run_id="t1")
     assert (res.status, res.text) == ("done", "gave up")
     assert lines(notes) == ["t"]
