@@ -10,7 +10,14 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test lint bench mutate clean
+# The published Node MCP servers the tests start (pinned in
+# tests/mcp_servers/package-lock.json; the Python ones are in the test extra).
+# Without npm or a registry the tests that need them skip, except under
+# CI=true, where this target fails.
+NODE_SERVERS := tests/mcp_servers
+NODE_STAMP := $(NODE_SERVERS)/node_modules/.installed
+
+.PHONY: run test test-servers lint bench mutate clean
 
 $(RUN_STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -22,6 +29,14 @@ $(TEST_STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(TEST_STAMP)
 
+$(NODE_STAMP): $(NODE_SERVERS)/package-lock.json
+	if command -v npm >/dev/null && npm ci --prefix $(NODE_SERVERS) --prefer-offline \
+	    --no-audit --no-fund --loglevel=error; then touch $(NODE_STAMP); \
+	elif [ "$$CI" = true ]; then echo "cannot install $(NODE_SERVERS) (npm ci)" >&2; exit 1; \
+	else echo "warning: npm ci failed in $(NODE_SERVERS): its tests will skip" >&2; fi
+
+test-servers: $(NODE_STAMP)
+
 run: $(RUN_STAMP)
 	$(BIN)/flowdesk
 
@@ -29,7 +44,7 @@ run: $(RUN_STAMP)
 # taskset -c 0, none: the run stays in this process);
 # TEST_JOBS=0 runs everything in this process.
 TEST_JOBS ?= auto
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
@@ -66,4 +81,4 @@ mutate: $(TEST_STAMP)
 	fi
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(NODE_SERVERS)/node_modules

@@ -112,7 +112,13 @@ class McpServerSettings(BaseSettings):
     Attributes:
         command: program and arguments, e.g. ``["uvx", "mcp-server-git"]``.
         url: the server's streamable-HTTP endpoint.
-        env: extra environment variables for a ``command`` server.
+        env: extra environment variables for a ``command`` server. Such a
+            server gets only the MCP SDK's default environment (``HOME``,
+            ``PATH``, ``USER``, ``SHELL``, ``TERM``, ``LOGNAME``), these, and
+            those named in ``env_passthrough``.
+        env_passthrough: names of variables of Flowdesk's own environment to
+            pass to a ``command`` server when set (e.g. ``["MEMORY_FILE_PATH"]``);
+            ``env`` wins over them.
         cwd: working folder for a ``command`` server.
         timeout_s: seconds to wait for the server to start or answer a request.
     """
@@ -120,8 +126,15 @@ class McpServerSettings(BaseSettings):
     command: list[str] | None = None
     url: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    env_passthrough: list[str] = Field(default_factory=list)
     cwd: Path | None = None
     timeout_s: float = 60.0
+
+    def server_env(self) -> dict[str, str]:
+        """What a ``command`` server gets besides the SDK's defaults: the
+        ``env_passthrough`` variables this process has, then ``env``."""
+        passed = {k: os.environ[k] for k in self.env_passthrough if k in os.environ}
+        return passed | self.env
 
 
 class PostgresSettings(BaseSettings):

@@ -596,5 +596,12 @@ class McpError(AgentError):
 
 
 class McpToolsChangedError(McpError):
-    """An MCP server's tool list differs from the one recorded when the agent
-    run started; the run is not continued with a mixed tool set."""
+    """A tool an agent run used is gone from its MCP server, or its input
+    schema changed, since the run started; the run is not continued with a
+    different tool (the message names each tool and what changed)."""
+
+
+class McpOutcomeUnknownError(McpError):
+    """A tool call was sent to an MCP server and no answer came (the server
+    died or did not answer in time): it may have taken effect. The agent
+    records the call's outcome as unknown and does not send it again."""

@@ -8,7 +8,10 @@ on stderr) and returns the number of lines; ``append_and_hang(text)`` appends, t
 call in flight when the client dies). ``NOTES_VARIANT=2`` adds a tool
 ``count`` (a changed tool list); ``NOTES_VARIANT=escapes`` a tool ``banner``
 whose result holds terminal escape sequences (:data:`ESCAPES`);
-``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``.
+``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``;
+``NOTES_VARIANT=tagged`` gives ``append`` a second, required argument ``tag``
+(a changed input schema). With ``NOTES_PIDFILE`` set the server writes its
+process id there when it starts.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from mcp.types import ToolAnnotations
 
 LOG = sys.argv[1]
 server = MCPServer("notes")
+if os.environ.get("NOTES_PIDFILE"):  # for a test that kills this server mid-call
+    with open(os.environ["NOTES_PIDFILE"], "w", encoding="utf-8") as pidfile:
+        pidfile.write(str(os.getpid()))
 
 
 def _append(text: str) -> int:
@@ -35,10 +41,19 @@ def _append(text: str) -> int:
         return sum(1 for _ in f)
 
 
-@server.tool()
-def append(text: str) -> str:
-    """Append a line to the notes log."""
-    return f"appended; {_append(text)} lines"
+if os.environ.get("NOTES_VARIANT") == "tagged":
+
+    @server.tool()
+    def append(text: str, tag: str) -> str:
+        """Append a tagged line to the notes log."""
+        return f"appended; {_append(f'{tag}: {text}')} lines"
+
+else:
+
+    @server.tool()
+    def append(text: str) -> str:
+        """Append a line to the notes log."""
+        return f"appended; {_append(text)} lines"
 
 
 @server.tool()

@@ -42,7 +42,8 @@ def installs(commands: list[str]) -> list[str]:
 
 
 def test_run_installs_the_app_only_and_test_adds_the_extras(tmp_path: Path):
-    for name in ("Makefile", "pyproject.toml"):
+    for name in ("Makefile", "pyproject.toml", "tests/mcp_servers/package-lock.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / name, tmp_path / name)
     assert installs(would_run(tmp_path, "run")) == ["--upgrade pip", "-e ."]
     assert installs(would_run(tmp_path, "test")) == ["--upgrade pip", "-e .", "-e '.[test]'"]
@@ -55,6 +56,10 @@ def test_run_installs_the_app_only_and_test_adds_the_extras(tmp_path: Path):
     assert installs(would_run(tmp_path, "run")) == []
     assert installs(would_run(tmp_path, "test")) == []
     assert would_run(tmp_path, "run")[-1] == ".venv/bin/flowdesk"
+    # the tests' Node MCP servers: `npm ci` from the lockfile until it succeeded once
+    assert any("npm ci --prefix tests/mcp_servers" in c for c in would_run(tmp_path, "test"))
+    touch_later(tmp_path / "tests/mcp_servers/node_modules/.installed")
+    assert not any("npm ci" in c for c in would_run(tmp_path, "test"))
 
     touch_later(tmp_path / "pyproject.toml")  # a dependency changed: both again
     assert installs(would_run(tmp_path, "test")) == ["--upgrade pip", "-e .", "-e '.[test]'"]

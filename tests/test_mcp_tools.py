@@ -174,6 +174,7 @@ class HttpNotesServer:
         self.proc.wait()
 
 
+@pytest.mark.scenario("S91")
 def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_store, tmp_path):
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer, describe_tools, recorded_tools
@@ -203,16 +204,19 @@ def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_
         ("notes", "notes__append_and_hang"),
     ]
 
-    # the same server name now offers another tool: the run is not continued with it
+    # the same server's append now takes another argument: the run, which called
+    # append, is not continued with it; the message names the tool and the field
     with (
-        HttpNotesServer(notes, variant="2") as http,
+        HttpNotesServer(notes, variant="tagged") as http,
         McpServer("notes", url=http.url, timeout_s=30) as server,
     ):
         model = ScriptedModel(["unreached"])
         agent = Agent("notes", model, store, server.tools())
         res = agent.resume_input("h1", "yes")
     assert res.status == "failed"
-    assert "tools of MCP server 'notes' changed" in res.error and "added: count" in res.error
+    assert "tools of MCP server 'notes' that this run used changed" in res.error
+    changed = "notes__append takes other input (input_schema: properties.tag, required)"
+    assert changed in res.error
     assert store.get("h1").error_type == "McpToolsChangedError"
     assert model.calls == 0 and lines(notes) == ["over http"]
 
@@ -220,8 +224,11 @@ def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_
     res = Agent("notes", ScriptedModel(["unreached"]), store).resume("h1")
     assert res.status == "failed" and "resume it with the same MCP servers" in res.error
 
-    # the original tool list again: the run continues where it stopped
-    with HttpNotesServer(notes) as http, McpServer("notes", url=http.url, timeout_s=30) as server:
+    # a tool the run never used was added: the run goes on where it stopped
+    with (
+        HttpNotesServer(notes, variant="2") as http,
+        McpServer("notes", url=http.url, timeout_s=30) as server,
+    ):
         res = Agent("notes", ScriptedModel(["all noted"]), store, server.tools()).resume("h1")
     assert (res.status, res.text) == ("done", "all noted")
     assert lines(notes) == ["over http"]

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -211,7 +212,8 @@ def test_at_most_once_call_started_before_a_crash_is_not_repeated(db_path, sqlit
     (msg,) = tool_messages(model, 0)
     assert json.loads(msg.content) == {
         "error": "the call to lookup was interrupted before its result was saved; it was not "
-        "repeated, so whether it took effect is unknown"
+        "repeated, so whether it took effect is unknown",
+        "outcome": "unknown",
     }
 
 
@@ -844,7 +846,8 @@ class ListedServer:
     def listing(self) -> str:
         return json.dumps(self.tools)
 
-    def check_listing(self, recorded: str) -> str | None:
+    def check_listing(self, recorded: str, used: Collection[str]) -> str | None:
+        self.used = set(used)
         return None if json.loads(recorded) == self.tools else f"{self.name} changed its tools"
 
     def tool(self, name: str) -> Tool:
@@ -867,6 +870,7 @@ def test_every_servers_list_is_recorded_and_checked_and_a_missing_server_is_name
     model = ScriptedModel(["never"])
     res = Agent("helper", model, astore, tools).resume(rid1)
     assert (res.status, res.error) == ("failed", "b changed its tools")
+    assert b.used == set()  # the run called none of the tools yet
     assert astore.get(rid1).error_type == "McpToolsChangedError" and model.calls == 0
     res = Agent("helper", model, astore, [other]).resume(rid2)
     assert res.status == "failed" and model.calls == 0

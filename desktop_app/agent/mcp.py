@@ -17,11 +17,16 @@ and used with ``flowdesk ask --mcp notes`` or in code::
 Each server tool becomes an :class:`McpTool` named ``<server>__<tool>``.
 Calls are journaled like every other tool (name + canonical JSON input): a
 completed result is reused after a crash, and a call that was started but
-never saved is not sent again (``at_most_once``) unless the server marks the
-tool read-only or idempotent. The server's tool list is fetched once when the
-connection opens and recorded in each agent run; a run resumed against a
-server whose list changed fails with :class:`~desktop_app.errors.McpToolsChangedError`
-naming the added, removed and changed tools.
+never answered (the process died, the server died, no answer in time) is not
+sent again (``at_most_once``): its outcome is recorded as unknown. Only a tool
+the server marks read-only, or idempotent *and* not destructive
+(``destructiveHint: false``; the MCP default is destructive), is sent again
+after a crash. The server's tool list is fetched once when the connection
+opens and recorded in each agent run; a run resumed against a server on which
+a tool the run used is gone or takes other input fails with
+:class:`~desktop_app.errors.McpToolsChangedError` naming each such tool and
+what changed (annotations, descriptions and tools the run never used may
+change).
 
 The SDK is asynchronous; :class:`McpServer` holds one client session open on
 an asyncio loop in a background thread and offers blocking calls, so the
@@ -36,7 +41,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -44,8 +49,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.messages import canonical_json
+from desktop_app.agent.tool_schemas import schema_changes
 from desktop_app.agent.tools import LISTING_PREFIX
-from desktop_app.errors import ConfigError, McpError
+from desktop_app.errors import ConfigError, McpError, McpOutcomeUnknownError
 from desktop_app.private import make_private_dirs
 
 if TYPE_CHECKING:
@@ -53,6 +59,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+# JSON-RPC error codes the SDK raises for a request that got no answer
+_CONNECTION_CLOSED = -32000
+_REQUEST_TIMEOUT = -32001
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -88,7 +97,11 @@ class McpTool:
         tool_name: the tool's name on its server.
         input_schema: the server's JSON schema for the arguments.
         at_most_once: ``False`` only when the server annotates the tool
-            read-only or idempotent.
+            ``readOnlyHint: true``, or ``idempotentHint: true`` together with
+            ``destructiveHint: false`` (a destructive tool is at most once even
+            when idempotent: re-sending ``write_file`` after a crash would
+            write back a file deleted meanwhile; absent hints take the MCP
+            defaults, not idempotent and destructive).
         read_only: the server annotates the tool ``readOnlyHint: true``: each
             call in a run is sent again (see :attr:`AgentTool.read_only`).
     """
@@ -107,7 +120,8 @@ class McpTool:
         self.input_schema: dict[str, Any] = dict(spec.get("input_schema") or {"type": "object"})
         hints = spec.get("annotations") or {}
         self.read_only = bool(hints.get("read_only_hint"))
-        self.at_most_once = not (self.read_only or hints.get("idempotent_hint"))
+        harmless_again = hints.get("idempotent_hint") and not hints.get("destructive_hint", True)
+        self.at_most_once = not (self.read_only or harmless_again)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema (the server's input schema as is)."""
@@ -124,8 +138,9 @@ class McpTool:
         """Call the tool on its server and return its result as text.
 
         Raises:
-            McpError: the server is gone or did not answer in time (the agent
-                turns it into an error text for the model).
+            McpOutcomeUnknownError: the call was sent and no answer came.
+            McpError: the server is not connected, or answered with an error
+                (the agent turns either into an error text for the model).
         """
         return self.server.call_tool(self.tool_name, arguments)
 
@@ -137,7 +152,9 @@ class McpServer:
         name: the settings name (``[mcp_servers.NAME]``); prefixes tool names.
         command: program and arguments of a stdio server.
         url: endpoint of a streamable-HTTP server.
-        env: extra environment variables for a stdio server.
+        env: extra environment variables for a stdio server (it gets the
+            SDK's default environment, ``HOME``, ``PATH``, ``USER`` and a few
+            more, plus these; nothing else of this process's environment).
         cwd: working folder for a stdio server.
         timeout_s: seconds to wait for start-up and for each request.
         errlog: file for a stdio server's stderr (appended, created 0600);
@@ -193,7 +210,7 @@ class McpServer:
             name,
             command=cfg.command,
             url=cfg.url,
-            env=cfg.env,
+            env=cfg.server_env(),
             cwd=cfg.cwd,
             timeout_s=cfg.timeout_s,
             errlog=errlog,
@@ -316,26 +333,41 @@ class McpServer:
         )
         return canonical_json(items)
 
-    def check_listing(self, recorded: str) -> str | None:
-        """``None`` when ``recorded`` matches the list fetched at open, else a
-        sentence naming the added, removed and changed tools."""
-        current = self.listing()
-        if recorded == current:
-            return None
+    def check_listing(self, recorded: str, used: Collection[str]) -> str | None:
+        """Whether a run that recorded ``recorded`` (a :meth:`listing`) may go
+        on with the list fetched at open.
+
+        Args:
+            recorded: the listing stored in the run when it started.
+            used: the tools the run called, as the model names them
+                (``<server>__<tool>``); other servers' names are ignored.
+
+        Returns:
+            ``None`` when each tool of this server the run used is still
+            offered with an input schema that accepts the same arguments
+            (descriptions, titles, annotations and tools the run never used
+            may change), else a sentence naming each such tool and what
+            changed (``removed``, or the changed schema paths).
+        """
         before = {t["name"]: t for t in json.loads(recorded)}
-        now = {t["name"]: t for t in json.loads(current)}
-        added = sorted(set(now) - set(before))
-        removed = sorted(set(before) - set(now))
-        changed = sorted(n for n in set(now) & set(before) if now[n] != before[n])
-        parts = [
-            f"{label}: {', '.join(names)}"
-            for label, names in (("added", added), ("removed", removed), ("changed", changed))
-            if names
-        ]
+        now = {s["name"]: s for s in self._specs}
+        problems: list[str] = []
+        for name in sorted(before):
+            full = f"{self.name}__{name}"
+            if full not in used:
+                continue
+            if name not in now:
+                problems.append(f"{full} was removed")
+                continue
+            paths = schema_changes(before[name].get("input_schema"), now[name].get("input_schema"))
+            if paths:
+                problems.append(f"{full} takes other input (input_schema: {', '.join(paths)})")
+        if not problems:
+            return None
         return (
-            f"the tools of MCP server {self.name!r} changed since this run started "
-            f"({'; '.join(parts)}); the run is not continued with a different tool set: "
-            "start a new run, or restore the server's previous version and resume"
+            f"tools of MCP server {self.name!r} that this run used changed since it started: "
+            f"{'; '.join(problems)}; the run is not continued with different tools: start a "
+            "new run, or restore the server's previous version and resume"
         )
 
     def call_tool(self, tool: str, arguments: dict[str, Any]) -> str:
@@ -352,26 +384,45 @@ class McpServer:
                 why = f": the connection ended with {type(leaf).__name__}: {leaf}"
             raise McpError(f"MCP server {self.name!r} is not connected{why}")
         future: Future[Any] = asyncio.run_coroutine_threadsafe(
-            client.call_tool(tool, arguments), loop
+            client.call_tool(tool, arguments, read_timeout_seconds=self.timeout_s), loop
         )
         try:
             result = future.result(self.timeout_s + 5)
         except FutureTimeout as exc:
             future.cancel()
-            raise McpError(
+            raise McpOutcomeUnknownError(
                 f"MCP server {self.name!r} did not answer {tool!r} within {self.timeout_s:g} s"
             ) from exc
         except Exception as exc:
             leaf = _leaf(exc)
-            raise McpError(
+            code = getattr(getattr(leaf, "error", None), "code", None)
+            if code == _REQUEST_TIMEOUT:
+                raise McpOutcomeUnknownError(
+                    f"MCP server {self.name!r} did not answer {tool!r} within {self.timeout_s:g} s"
+                ) from leaf
+            if code == _CONNECTION_CLOSED:
+                raise McpOutcomeUnknownError(
+                    f"MCP server {self.name!r} closed the connection before answering {tool!r} "
+                    "(the server died or hung up)"
+                ) from leaf
+            if code is None:  # a transport error: sent, then no answer came
+                raise McpOutcomeUnknownError(
+                    f"MCP server {self.name!r} gave no answer to {tool!r}: "
+                    f"{type(leaf).__name__}: {leaf}"
+                ) from leaf
+            raise McpError(  # the server answered with a JSON-RPC error
                 f"MCP server {self.name!r} failed on {tool!r}: {type(leaf).__name__}: {leaf}"
             ) from leaf
         return result_text(result)
 
 
-def open_servers(settings: Settings, names: Sequence[str]) -> list[McpServer]:
+def open_servers(
+    settings: Settings, names: Sequence[str], run_id: str | None = None
+) -> list[McpServer]:
     """Open the named ``[mcp_servers]`` (for ``flowdesk ask --mcp NAME`` and the app);
-    a stdio server's stderr goes to ``mcp-NAME.log`` in the log folder.
+    a stdio server's stderr goes to ``mcp-NAME.log`` in the log folder. A
+    server that cannot be started or reached is logged (``flowdesk.log``)
+    with ``run_id``, the agent run the servers are opened for.
 
     The caller closes them (``for s in servers: s.close()``).
 
@@ -394,9 +445,11 @@ def open_servers(settings: Settings, names: Sequence[str]) -> list[McpServer]:
             cfg = settings.mcp_servers[name]
             errlog = log_dir() / f"mcp-{name}.log"
             opened.append(McpServer.from_settings(name, cfg, errlog).open())
-    except BaseException:
+    except BaseException as exc:
         for server in opened:
             server.close()
+        if isinstance(exc, McpError):
+            log.warning("agent run %s: %s", run_id or "(not started)", exc)
         raise
     return opened
 

@@ -14,6 +14,30 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def outcome_unknown(why: str) -> str:
+    """The tool answer for a call that may or may not have taken effect (sent,
+    then the process or the server died, or no answer came in time): JSON
+    ``{"error": why, "outcome": "unknown"}``. The call is not sent again; the
+    model reads ``why``, people see "outcome unknown" (:func:`is_outcome_unknown`)."""
+    return json.dumps({"error": why, "outcome": "unknown"}, ensure_ascii=False)
+
+
+def is_outcome_unknown(content: str | None) -> bool:
+    """Whether a tool answer (a tool message's content, a journaled result)
+    is one of :func:`outcome_unknown`'s."""
+    if not content or not content.startswith("{"):
+        return False
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return False
+    return (
+        isinstance(data, dict)
+        and set(data) == {"error", "outcome"}
+        and (data["outcome"] == "unknown")
+    )
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """A tool call the model asked for: ``id`` (from the model), ``name``, ``arguments``."""

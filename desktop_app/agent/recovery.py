@@ -70,10 +70,13 @@ class ToolSources:
 
 
 @contextmanager
-def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[AgentTool]]:
+def connected_tools(
+    settings: Settings, sources: ToolSources, run_id: str | None = None
+) -> Iterator[list[AgentTool]]:
     """The tools of ``sources``: the file tools over its folder and the tools
     of each named MCP server (read from ``settings``, opened here and closed
-    when the block ends).
+    when the block ends; one that cannot be opened is logged with ``run_id``,
+    the agent run they are for).
 
     Raises:
         InputError: the folder does not exist (any more).
@@ -90,7 +93,7 @@ def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[A
                 "need it; restore it, or cancel the run with `flowdesk cancel RUN`"
             )
         tools += file_tools(sources.folder)
-    servers = open_servers(settings, sources.mcp) if sources.mcp else []
+    servers = open_servers(settings, sources.mcp, run_id) if sources.mcp else []
     try:
         yield tools + [t for s in servers for t in s.tools()]
     finally:
@@ -146,7 +149,7 @@ def recover_agent_runs(
         outcome: AgentResponse | BaseException
         try:
             sources = ToolSources.of_run(store, run.run_id)
-            with connected_tools(settings, sources) as tools:
+            with connected_tools(settings, sources, run.run_id) as tools:
                 outcome = Agent(run.agent, model, store, tools).resume(run.run_id)
         except Exception as exc:  # reported with the run; the others still resume
             outcome = exc

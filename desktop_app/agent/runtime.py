@@ -16,11 +16,17 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   again (a read after a write sees the write), while a resume finds the
   completed call at the same place and does not send it again.
 * A tool with ``at_most_once`` (an MCP tool, see :mod:`desktop_app.agent.mcp`)
-  whose call started but whose result was never saved is not called again
-  after a crash; the model gets an error text saying the outcome is unknown.
+  whose call started but got no answer is never sent again: neither after a
+  crash (its result was never saved) nor when its server died or did not
+  answer in time (:class:`~desktop_app.errors.McpOutcomeUnknownError`). Its
+  outcome is recorded as unknown (:func:`~desktop_app.agent.messages.outcome_unknown`),
+  not as a failure: the model and ``show`` say so, and an identical later
+  call in the run is answered from that record.
 * A tool source with a tool list (an MCP server) has that list recorded in
-  the run's tool journal on the first drive; a later drive with a different
-  list fails the run (``error_type`` ``McpToolsChangedError``).
+  the run's tool journal on the first drive; a later drive on which a tool
+  the run called is gone or takes other input fails the run (``error_type``
+  ``McpToolsChangedError``, logged with the run id); changed descriptions,
+  annotations or unused tools do not.
 * Each drive is an OpenTelemetry span ``invoke_agent <name>`` in the trace id
   of the run's context, with ``chat <model>`` and ``execute_tool <tool>``
   children (see :mod:`desktop_app.flow.tracing`).
@@ -62,7 +68,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from desktop_app.agent.messages import AssistantReply, Message, ToolCall
+from desktop_app.agent.messages import AssistantReply, Message, ToolCall, outcome_unknown
 from desktop_app.agent.models import ChatModel
 from desktop_app.agent.tools import (
     ASK_USER,
@@ -80,6 +86,8 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     FlowdeskError,
     InputRequiredError,
+    McpError,
+    McpOutcomeUnknownError,
     McpToolsChangedError,
     ProviderError,
     RateLimitedError,
@@ -240,7 +248,7 @@ class Agent:
             if self.tool_sources is None
             else (TOOL_SOURCES_KEY, "tool_sources", "completed", self.tool_sources),
         )
-        log.debug("agent %s: run %s started", self.name, rid)
+        log.info("agent %s: run %s started", self.name, rid)
         return rid
 
     def ask(
@@ -400,7 +408,7 @@ class Agent:
 
     def _finish(self, run: AgentRun, status: AgentStatus, **fields: Any) -> AgentEvent:
         self.store.update(run.run_id, self.clock.now(), owner=self.owner, status=status, **fields)
-        log.debug("agent %s: run %s %s", self.name, run.run_id, status)
+        log.info("agent %s: run %s %s", self.name, run.run_id, status)
         response = AgentResponse(
             run.run_id,
             status,
@@ -427,6 +435,9 @@ class Agent:
                 raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
             takes_over, at = holder, (math.inf if held == "dead" else now)
         self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, at, takes_over=takes_over)
+        if takes_over is not None:
+            log.info("agent %s: run %s taken over from %s", self.name, run.run_id, holder)
+        log.info("agent %s: run %s resumed (was %s)", self.name, run.run_id, run.status)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
         """Execute the run while holding its lease; the lease is renewed by a
@@ -521,6 +532,12 @@ class Agent:
                 run_id, self.clock.now(), tool=(TOOLSET_KEY, "toolset", "completed", names)
             )
         seen: set[str] = set()
+        used = {
+            str(call["name"])
+            for m in self.store.messages(run_id)
+            if m["role"] == "assistant"
+            for call in m.get("tool_calls") or ()
+        }
         for tool in self.tools.values():
             source = getattr(tool, "server", None)
             if not isinstance(source, ToolListing) or source.listing_key in seen:
@@ -534,7 +551,7 @@ class Agent:
                     tool=(source.listing_key, source.listing_tool, "completed", source.listing()),
                 )
                 continue
-            problem = source.check_listing(stored.result or "[]")
+            problem = source.check_listing(stored.result or "[]", used)
             if problem is not None:
                 return problem
         for result in self.store.tool_results(run_id):
@@ -551,6 +568,7 @@ class Agent:
     ) -> Generator[AgentEvent, None, None]:
         problem = self._check_listings(run_id)
         if problem is not None:
+            log.warning("agent run %s failed: %s", run_id, problem)
             run = self.store.get(run_id)
             yield self._finish(
                 run, "failed", error=problem, error_type=McpToolsChangedError.__name__
@@ -712,11 +730,9 @@ class Agent:
             content = json.dumps({"error": f"unknown tool {call.name!r}"})
         elif stored is not None and stored.status == "in_progress" and tool.at_most_once:
             # started before a crash, result never saved: it may have taken effect
-            content = json.dumps(
-                {
-                    "error": f"the call to {call.name} was interrupted before its result was "
-                    "saved; it was not repeated, so whether it took effect is unknown"
-                }
+            content = outcome_unknown(
+                f"the call to {call.name} was interrupted before its result was "
+                "saved; it was not repeated, so whether it took effect is unknown"
             )
         else:
             self.store.update(
@@ -724,7 +740,19 @@ class Agent:
             )
             try:
                 content = tool.call(call.arguments)
+            except McpOutcomeUnknownError as exc:
+                log.warning("agent run %s: %s", run_id, exc)
+                content = (
+                    outcome_unknown(
+                        f"{exc}; the call was sent and may have taken effect; it is not "
+                        "repeated, so whether it took effect is unknown"
+                    )
+                    if tool.at_most_once
+                    else json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+                )
             except Exception as exc:  # a tool error is an answer the model can read
+                if isinstance(exc, McpError):  # our own words: no arguments, no results
+                    log.warning("agent run %s: %s", run_id, exc)
                 content = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
         msg = Message("tool", content, tool_call_id=call.id, name=call.name)
         self.store.update(

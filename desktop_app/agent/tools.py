@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -27,9 +27,11 @@ class AgentTool(Protocol):
     Attributes:
         name: the function name the model uses (``^[a-zA-Z0-9_-]{1,64}$``).
         description: one paragraph for the model.
-        at_most_once: when a call was started but its result never saved (the
-            process died mid-call), do not call it again on resume; the model
-            is told the outcome is unknown instead.
+        at_most_once: when a call was sent but got no answer (the process
+            died mid-call; for an MCP tool also its server died or timed out),
+            do not send it again; its outcome is recorded as unknown
+            (:func:`~desktop_app.agent.messages.outcome_unknown`) and the
+            model is told so.
         read_only: the tool only reads (no side effect): a later identical
             call in the same run is sent again rather than answered from the
             journal, so a read after a write sees the write. Its result is
@@ -67,9 +69,9 @@ class ToolListing(Protocol):
 
     The runtime stores ``listing()`` under ``listing_key`` (which starts
     with :data:`LISTING_PREFIX`) in the run's tool journal the first time the
-    run is driven, and on every later drive compares it with the current
-    listing: a difference fails the run with
-    ``check_listing``'s message instead of mixing two tool sets.
+    run is driven, and on every later drive asks ``check_listing`` whether
+    the tools the run used are still what they were: a change that matters
+    fails the run with its message instead of mixing two tools.
     """
 
     listing_key: str
@@ -78,8 +80,9 @@ class ToolListing(Protocol):
     def listing(self) -> str:
         """The tool list as canonical JSON."""
 
-    def check_listing(self, recorded: str) -> str | None:
-        """``None`` when ``recorded`` equals the current listing, else what changed."""
+    def check_listing(self, recorded: str, used: Collection[str]) -> str | None:
+        """``None`` when the tools named in ``used`` (the run's tool calls)
+        are unchanged in what matters since ``recorded``, else what changed."""
 
 
 class Tool:

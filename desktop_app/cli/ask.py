@@ -101,7 +101,7 @@ def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) ->
     given = _sources(ctx)
     sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
     ctx.current_run = run_id
-    with connected_tools(sv.settings, sources) as tools:
+    with connected_tools(sv.settings, sources, run_id) as tools:
         agent = agent_for(sv, sv.agents.get(run_id).agent, tools)
         res: Any
         if answer is not None:

@@ -210,6 +210,8 @@ def _interrupted_line(ctx: Ctx, run: Any) -> str:
 
 
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
+    from desktop_app.agent.messages import is_outcome_unknown
+
     run = sv.agents.get(run_id)
     messages = sv.agents.messages(run_id)
     tools = sv.agents.tool_results(run_id)
@@ -231,6 +233,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                         "status": t.status,
                         "attempts": t.attempts,
                         "reused": t.reused,
+                        "outcome_unknown": is_outcome_unknown(t.result),
                         "result": t.result,
                     }
                     for t in tools
@@ -251,6 +254,8 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
             continue
         if m["role"] == "tool":
             reused = " (reused)" if m.get("reused") else ""
+            if is_outcome_unknown(m.get("content")):
+                reused += " (outcome unknown: not repeated)"
             _say(f"  tool {m.get('name')}{reused}: {_clip(m.get('content') or '')}")
             continue
         if m.get("content"):
@@ -260,7 +265,8 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
     _say(f"tool calls: {len(tools)}")
     for t in tools:
-        _say(f"  {t.tool:14} {t.status:12} attempts {t.attempts}  reused {t.reused}")
+        status = "unknown" if is_outcome_unknown(t.result) else t.status
+        _say(f"  {t.tool:14} {status:12} attempts {t.attempts}  reused {t.reused}")
     return EXIT_OK
 
 

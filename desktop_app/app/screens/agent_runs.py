@@ -29,7 +29,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
-from desktop_app.agent.messages import canonical_json
+from desktop_app.agent.messages import canonical_json, is_outcome_unknown
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.agent.tools import TOOLSET_KEY
 from desktop_app.app.format import json_text, short_id, when
@@ -92,6 +92,8 @@ def message_lines(index: int, message: dict[str, Any]) -> list[str]:
         head += f" result {message.get('name') or '?'}"
         if message.get("reused"):
             head += " (reused)"
+        if is_outcome_unknown(message.get("content")):
+            head += " (outcome unknown: not repeated)"
         if message.get("tool_call_id"):
             head += f" [call {message['tool_call_id']}]"
     lines = [head]
@@ -394,7 +396,7 @@ class AgentRunsScreen(Screen[None]):
         for result in calls:
             tools.add_row(
                 Text(result.tool),
-                Text(result.status),
+                Text("unknown" if is_outcome_unknown(result.result) else result.status),
                 Text(str(result.attempts), justify="right"),
                 Text(str(result.reused), justify="right"),
                 key=result.tool_key,

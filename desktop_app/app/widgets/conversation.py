@@ -1,6 +1,7 @@
 """An agent run's conversation as distinct blocks: user and assistant text
 rendered as Markdown, tool calls, tool results and reused results (a result
-journaled earlier and not called again) each with their own look.
+journaled earlier and not called again) each with their own look; a call
+whose outcome is unknown (sent, then no answer) says so in its title.
 
 Every text shown comes from a model or a tool: its control characters are
 shown as escapes (:func:`desktop_app.textsafe.visible_controls`) before Rich
@@ -14,7 +15,7 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
 
-from desktop_app.agent.messages import canonical_json
+from desktop_app.agent.messages import canonical_json, is_outcome_unknown
 from desktop_app.app.format import json_text
 from desktop_app.textsafe import visible_controls
 
@@ -36,6 +37,8 @@ def message_blocks(index: int, message: dict[str, Any], limit: int) -> list[Widg
         title += f" result {visible_controls(str(message.get('name') or '?'))}"
         if message.get("reused"):
             title += " (reused: not called again)"
+        if is_outcome_unknown(message.get("content")):
+            title += " (outcome unknown: not repeated)"
         if message.get("tool_call_id"):
             title += f" [call {visible_controls(str(message['tool_call_id']))}]"
     content = visible_controls(json_text(message.get("content")))
