@@ -36,8 +36,6 @@ from desktop_app.store.sqlite import open_store
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
 
-pytestmark = pytest.mark.scenario("S88")
-
 WORKER = Path(__file__).resolve().parent / "approval_agent_worker.py"
 DONE = ("json", completion("Recorded."))
 
@@ -74,6 +72,7 @@ def stored_run(db: Path) -> AgentRun:
 # -- a Python tool, in processes of its own --------------------------------------
 
 
+@pytest.mark.scenario("S88")
 def test_yes_runs_exactly_the_call_shown_once(db_path: Path, tmp_path: Path) -> None:
     log = tmp_path / "ledger"
     with ChatServer() as server:
@@ -92,6 +91,7 @@ def test_yes_runs_exactly_the_call_shown_once(db_path: Path, tmp_path: Path) -> 
         assert len(server.requests) == 2
 
 
+@pytest.mark.scenario("S88")
 def test_no_tells_the_model_the_person_declined_and_runs_nothing(
     db_path: Path, tmp_path: Path
 ) -> None:
@@ -107,6 +107,7 @@ def test_no_tells_the_model_the_person_declined_and_runs_nothing(
     assert lines(log) == []
 
 
+@pytest.mark.scenario("S88")
 def test_an_answer_other_than_yes_or_no_is_refused_and_changes_nothing(
     db_path: Path, tmp_path: Path
 ) -> None:
@@ -126,6 +127,7 @@ def test_an_answer_other_than_yes_or_no_is_refused_and_changes_nothing(
     assert lines(log) == ["record reviewed"]
 
 
+@pytest.mark.scenario("S88")
 def test_kill_9_between_the_approval_and_the_call_runs_the_approved_call_once(
     db_path: Path, tmp_path: Path
 ) -> None:
@@ -148,6 +150,7 @@ def test_kill_9_between_the_approval_and_the_call_runs_the_approved_call_once(
     assert lines(log) == ["record reviewed"]
 
 
+@pytest.mark.scenario("S88")
 def test_a_call_with_other_arguments_is_asked_about_again(db_path: Path, tmp_path: Path) -> None:
     log = tmp_path / "ledger"
     with ChatServer() as server:
@@ -162,6 +165,7 @@ def test_a_call_with_other_arguments_is_asked_about_again(db_path: Path, tmp_pat
     assert lines(log) == ["record reviewed"]
 
 
+@pytest.mark.scenario("S88")
 def test_a_decision_binds_to_the_place_the_name_and_the_exact_arguments(
     db_path: Path,
 ) -> None:
@@ -241,6 +245,7 @@ def append(text: str, call_id: str = "a") -> tuple[str, dict]:  # type: ignore[t
     )
 
 
+@pytest.mark.scenario("S88")
 def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
     tmp_path: Path,
 ) -> None:
@@ -304,6 +309,7 @@ def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
     assert lines(log) == [shown_text]  # the declined call never reached the server
 
 
+@pytest.mark.scenario("S88")
 def test_approve_destructive_follows_the_servers_annotations(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -332,6 +338,7 @@ def test_approve_destructive_follows_the_servers_annotations(
         open_servers(settings, ["notes"])
 
 
+@pytest.mark.scenario("S88")
 async def test_the_inbox_shows_the_exact_call_and_its_commands_run_as_printed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
