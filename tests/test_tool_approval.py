@@ -290,6 +290,13 @@ def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
         ]
         assert row["approval"] == {"tool": "notes__append", "arguments": {"text": shown_text}}
 
+        unclear = flowdesk(db, "answer", run_id, "sure", env=env)
+        assert unclear.returncode == 2  # refused; nothing recorded, the run still waits
+        assert "answer yes (run the call) or no (refuse it)" in unclear.stderr
+        assert "Traceback" not in unclear.stderr
+        assert f"agent run {run_id}" in flowdesk(db, "waiting", env=env).stdout
+        assert lines(log) == []
+
         done = as_printed(yes.group(1), env)  # `flowdesk answer RUN yes`, as printed
         assert done.returncode == 0, done.stderr
         assert "Noted." in done.stdout

@@ -42,6 +42,14 @@ pydantic-ai integration can do the same around its tool calls)::
     # or, ending the wait in the same transaction:
     store.update(run_id, now, tool=journal.row(request, approved), status="running", ...)
 
+A run paused for approval is stored ``input_required`` with
+``pending_call = {**call, "approval": request.to_json()}``: that is what
+:func:`pending_approval` reads, so ``flowdesk waiting`` (and ``--json``), the
+app's inbox and ``flowdesk show`` display the request, and
+:func:`answer_commands` gives the ``flowdesk answer RUN yes|no`` commands
+they print (``flowdesk answer`` continues the run through
+``Agent.resume_input``; another runtime answers through its own resume).
+
 ``parse_decision`` accepts ``yes``/``y``/``no``/``n`` (any case, spaces
 around); anything else raises :class:`~desktop_app.errors.ApprovalAnswerError`
 and nothing is recorded. Arguments and names are rendered for a terminal by
