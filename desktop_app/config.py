@@ -134,6 +134,21 @@ class McpServerSettings(BaseSettings):
     approve_destructive: bool = False
 
 
+class FileToolsSettings(BaseSettings):
+    """The built-in file tools of ``flowdesk ask --tools files`` (``[file_tools]``).
+
+    Attributes:
+        require_approval: which of them (``read_file``, ``list_folder``) wait
+            for a person's yes to each call's exact arguments (see
+            :mod:`desktop_app.agent.approvals`); another name is an error
+            when the settings load.
+    """
+
+    require_approval: list[Literal["read_file", "list_folder"]] = Field(default_factory=list)
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+
 class PostgresSettings(BaseSettings):
     """How Flowdesk reaches a PostgreSQL ``db_path`` (``[postgres]``).
 
@@ -194,6 +209,7 @@ class Settings(BaseSettings):
         log_level: level of the rotating log file ``flowdesk.log`` in the
             platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
         mcp_servers: MCP servers by name (``flowdesk ask --mcp NAME``).
+        file_tools: the built-in file tools (``flowdesk ask --tools files``).
         postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
     """
 
@@ -215,6 +231,7 @@ class Settings(BaseSettings):
     model: ModelSettings = Field(default_factory=ModelSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    file_tools: FileToolsSettings = Field(default_factory=FileToolsSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
     @classmethod

@@ -393,3 +393,38 @@ async def test_the_inbox_shows_the_exact_call_and_its_commands_run_as_printed(
         assert done.returncode == 0, done.stderr
         assert "Noted." in done.stdout
     assert lines(log) == ["a\x9bb"]
+
+
+@pytest.mark.scenario("S88")
+def test_a_built_in_file_tool_named_in_the_settings_waits_for_approval(tmp_path: Path) -> None:
+    db, config, notes = tmp_path / "f.db", tmp_path / "config.toml", tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.md").write_text("Buy milk.\n")
+    config.write_text('[file_tools]\nrequire_approval = ["read_file"]\n')
+    read = completion("", [{"id": "r", "name": "read_file", "args": {"path": "todo.md"}}])
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_CONFIG": str(config),
+        }
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [("json", read), ("json", completion("Milk."))]
+        asked = flowdesk(db, "ask", "todo?", "--tools", "files", "--folder", str(notes), env=env)
+        assert asked.returncode == 0, asked.stderr
+        assert (
+            'the agent asks: approve the call read_file {"path":"todo.md"}? (yes/no)'
+            in asked.stdout
+        )
+        approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
+        assert approve, asked.stderr
+        done = as_printed(approve.group(1), env)
+        assert done.returncode == 0, done.stderr
+        assert "Milk." in done.stdout
+        assert tool_messages(server.requests[-1]) == ["Buy milk.\n"]
+        # a name that is not a built-in file tool is refused when the settings load
+        config.write_text('[file_tools]\nrequire_approval = ["write_file"]\n')
+        bad = flowdesk(db, "ask", "todo?", "--tools", "files", "--folder", str(notes), env=env)
+        assert bad.returncode == 2
+        assert "require_approval" in bad.stderr and "Traceback" not in bad.stderr

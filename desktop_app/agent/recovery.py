@@ -71,9 +71,10 @@ class ToolSources:
 
 @contextmanager
 def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[AgentTool]]:
-    """The tools of ``sources``: the file tools over its folder and the tools
-    of each named MCP server (read from ``settings``, opened here and closed
-    when the block ends).
+    """The tools of ``sources``: the file tools over its folder (those named in
+    ``[file_tools] require_approval`` wait for approval) and the tools of each
+    named MCP server (read from ``settings``, opened here and closed when the
+    block ends).
 
     Raises:
         InputError: the folder does not exist (any more).
@@ -89,7 +90,7 @@ def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[A
                 f"{sources.folder} is not a folder: the file tools (--tools files --folder) "
                 "need it; restore it, or cancel the run with `flowdesk cancel RUN`"
             )
-        tools += file_tools(sources.folder)
+        tools += file_tools(sources.folder, require_approval=settings.file_tools.require_approval)
     servers = open_servers(settings, sources.mcp) if sources.mcp else []
     try:
         yield tools + [t for s in servers for t in s.tools()]

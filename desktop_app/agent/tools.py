@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -191,7 +191,9 @@ def ask_user_schema() -> dict[str, Any]:
     }
 
 
-def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
+def file_tools(
+    root: str | Path, max_bytes: int = 64 * 1024, *, require_approval: Collection[str] = ()
+) -> list[Tool]:
     """``read_file`` and ``list_folder`` confined to the folder ``root``.
 
     Paths are walked with :mod:`desktop_app.flows.confined`, as the digest
@@ -205,6 +207,9 @@ def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
     Args:
         root: the folder (str or Path; resolved once, here).
         max_bytes: the most ``read_file`` reads of one file, in bytes.
+        require_approval: names of these tools (``read_file``,
+            ``list_folder``) whose every call a person approves first
+            (settings: ``[file_tools] require_approval``).
 
     Returns:
         The two tools. A refused or failing path is a tool answer, never an
@@ -256,4 +261,7 @@ def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
             return problem(path, exc)
         return "\n".join(entries)
 
-    return [Tool(read_file, read_only=True), Tool(list_folder, read_only=True)]
+    return [
+        Tool(fn, read_only=True, requires_approval=fn.__name__ in require_approval)
+        for fn in (read_file, list_folder)
+    ]
