@@ -121,6 +121,14 @@ class McpServerSettings(BaseSettings):
             ``env`` wins over them.
         cwd: working folder for a ``command`` server.
         timeout_s: seconds to wait for the server to start or answer a request.
+        require_approval: names of this server's tools (as the server names
+            them, e.g. ``["write_file"]``) whose every call a person approves
+            first (see :mod:`desktop_app.agent.approvals`); a name the server
+            does not have is an error when it connects.
+        approve_destructive: every destructive tool of this server needs
+            approval too: one not annotated ``readOnlyHint: true`` whose
+            ``destructiveHint`` is not ``false`` (the MCP specification's
+            default for an unannotated tool is destructive).
     """
 
     command: list[str] | None = None
@@ -129,12 +137,29 @@ class McpServerSettings(BaseSettings):
     env_passthrough: list[str] = Field(default_factory=list)
     cwd: Path | None = None
     timeout_s: float = 60.0
+    require_approval: list[str] = Field(default_factory=list)
+    approve_destructive: bool = False
 
     def server_env(self) -> dict[str, str]:
         """What a ``command`` server gets besides the SDK's defaults: the
         ``env_passthrough`` variables this process has, then ``env``."""
         passed = {k: os.environ[k] for k in self.env_passthrough if k in os.environ}
         return passed | self.env
+
+
+class FileToolsSettings(BaseSettings):
+    """The built-in file tools of ``flowdesk ask --tools files`` (``[file_tools]``).
+
+    Attributes:
+        require_approval: which of them (``read_file``, ``list_folder``) wait
+            for a person's yes to each call's exact arguments (see
+            :mod:`desktop_app.agent.approvals`); another name is an error
+            when the settings load.
+    """
+
+    require_approval: list[Literal["read_file", "list_folder"]] = Field(default_factory=list)
+
+    model_config = SettingsConfigDict(extra="forbid")
 
 
 class PostgresSettings(BaseSettings):
@@ -197,6 +222,7 @@ class Settings(BaseSettings):
         log_level: level of the rotating log file ``flowdesk.log`` in the
             platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
         mcp_servers: MCP servers by name (``flowdesk ask --mcp NAME``).
+        file_tools: the built-in file tools (``flowdesk ask --tools files``).
         postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
     """
 
@@ -218,6 +244,7 @@ class Settings(BaseSettings):
     model: ModelSettings = Field(default_factory=ModelSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    file_tools: FileToolsSettings = Field(default_factory=FileToolsSettings)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
     @classmethod

@@ -10,7 +10,10 @@ call in flight when the client dies). ``NOTES_VARIANT=2`` adds a tool
 whose result holds terminal escape sequences (:data:`ESCAPES`);
 ``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``;
 ``NOTES_VARIANT=tagged`` gives ``append`` a second, required argument ``tag``
-(a changed input schema). With ``NOTES_PIDFILE`` set the server writes its
+(a changed input schema); ``NOTES_VARIANT=approve`` the tools ``erase(text)``
+annotated ``destructiveHint: true`` (appends ``erase <text>``) and
+``tag(text)`` annotated ``destructiveHint: false`` (appends ``tag <text>``),
+for approval by annotation. With ``NOTES_PIDFILE`` set the server writes its
 process id there when it starts.
 """
 
@@ -94,6 +97,19 @@ if os.environ.get("NOTES_VARIANT") == "read":
             return "0"
         with open(LOG, encoding="utf-8") as f:
             return str(sum(1 for _ in f))
+
+
+if os.environ.get("NOTES_VARIANT") == "approve":
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True))
+    def erase(text: str) -> str:
+        """Erase a note (destructive)."""
+        return f"erased; {_append(f'erase {text}')} lines"
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+    def tag(text: str) -> str:
+        """Tag a note (only adds)."""
+        return f"tagged; {_append(f'tag {text}')} lines"
 
 
 if __name__ == "__main__":

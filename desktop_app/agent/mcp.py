@@ -21,9 +21,12 @@ never answered (the process died, the server died, no answer in time) is not
 sent again (``at_most_once``): its outcome is recorded as unknown. Only a tool
 the server marks read-only, or idempotent *and* not destructive
 (``destructiveHint: false``; the MCP default is destructive), is sent again
-after a crash. The server's tool list is fetched once when the connection
-opens and recorded in each agent run; a run resumed against a server on which
-a tool the run used is gone or takes other input fails with
+after a crash. A tool named in the server's ``require_approval`` (or a
+destructive one, with ``approve_destructive = true``) waits for a person's
+"yes" to each call's exact arguments (see :mod:`desktop_app.agent.approvals`).
+The server's tool list is fetched once when the connection opens and recorded
+in each agent run; a run resumed against a server on which a tool the run used
+is gone or takes other input fails with
 :class:`~desktop_app.errors.McpToolsChangedError` naming each such tool and
 what changed (annotations, descriptions and tools the run never used may
 change).
@@ -104,6 +107,11 @@ class McpTool:
             defaults, not idempotent and destructive).
         read_only: the server annotates the tool ``readOnlyHint: true``: each
             call in a run is sent again (see :attr:`AgentTool.read_only`).
+        destructive: as the MCP specification reads the annotations: not
+            read-only and ``destructiveHint`` not ``false`` (default ``true``).
+        requires_approval: the server's settings name the tool in
+            ``require_approval``, or set ``approve_destructive`` and the tool
+            is destructive.
     """
 
     def __init__(self, server: McpServer, spec: Mapping[str, Any]) -> None:
@@ -122,6 +130,10 @@ class McpTool:
         self.read_only = bool(hints.get("read_only_hint"))
         harmless_again = hints.get("idempotent_hint") and not hints.get("destructive_hint", True)
         self.at_most_once = not (self.read_only or harmless_again)
+        self.destructive = not self.read_only and hints.get("destructive_hint") is not False
+        self.requires_approval = self.tool_name in server.require_approval or (
+            server.approve_destructive and self.destructive
+        )
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema (the server's input schema as is)."""
@@ -159,6 +171,9 @@ class McpServer:
         timeout_s: seconds to wait for start-up and for each request.
         errlog: file for a stdio server's stderr (appended, created 0600);
             ``None``: this process's stderr.
+        require_approval: the server's tools (its own names) whose calls a
+            person approves first.
+        approve_destructive: every destructive tool's calls too.
 
     Use as a context manager (or :meth:`open` / :meth:`close`).
 
@@ -178,6 +193,8 @@ class McpServer:
         cwd: str | Path | None = None,
         timeout_s: float = 60.0,
         errlog: Path | None = None,
+        require_approval: Sequence[str] = (),
+        approve_destructive: bool = False,
     ) -> None:
         if bool(command) == bool(url):
             raise ConfigError(
@@ -191,6 +208,8 @@ class McpServer:
         self.cwd = cwd
         self.timeout_s = timeout_s
         self.errlog = errlog
+        self.require_approval = frozenset(require_approval)
+        self.approve_destructive = approve_destructive
         self.listing_key = f"{LISTING_PREFIX}{name}"
         self.listing_tool = f"mcp:{name}"
         self._specs: list[dict[str, Any]] = []
@@ -214,6 +233,8 @@ class McpServer:
             cwd=cfg.cwd,
             timeout_s=cfg.timeout_s,
             errlog=errlog,
+            require_approval=cfg.require_approval,
+            approve_destructive=cfg.approve_destructive,
         )
 
     def _where(self) -> str:
@@ -222,7 +243,14 @@ class McpServer:
     # -- lifecycle -----------------------------------------------------------
 
     def open(self) -> McpServer:
-        """Start (stdio) or connect (HTTP), then fetch the tool list once."""
+        """Start (stdio) or connect (HTTP), then fetch the tool list once.
+
+        Raises:
+            McpError: as the class says.
+            ConfigError: ``require_approval`` names a tool the server does
+                not have (a misspelt name would otherwise let calls run
+                unapproved); the connection is closed.
+        """
         try:
             import mcp  # noqa: F401
         except ImportError as exc:
@@ -244,6 +272,14 @@ class McpServer:
                 f"{type(leaf).__name__}: {leaf}; check [mcp_servers.{self.name}] in the "
                 f"settings{where}"
             ) from leaf
+        missing = sorted(self.require_approval - {str(s["name"]) for s in self._specs})
+        if missing:
+            self.close()
+            have = ", ".join(sorted(str(s["name"]) for s in self._specs)) or "none"
+            raise ConfigError(
+                f"[mcp_servers.{self.name}] require_approval names {', '.join(missing)}, "
+                f"which the server does not have (its tools: {have}); correct the names"
+            )
         return self
 
     def close(self) -> None:

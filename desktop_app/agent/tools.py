@@ -37,6 +37,10 @@ class AgentTool(Protocol):
             journal, so a read after a write sees the write. Its result is
             still journaled, keyed by its place in the run, so a resume does
             not send a completed call again.
+
+    A tool may also have ``requires_approval`` (bool, read with ``getattr``,
+    default ``False``): each call waits for a person's "yes" to the exact
+    arguments before it runs (see :mod:`desktop_app.agent.approvals`).
     """
 
     name: str
@@ -95,6 +99,8 @@ class Tool:
         read_only: ``True`` for a tool without side effects (see
             :attr:`AgentTool.read_only`): each call in a run is sent, none
             reuses an earlier identical call's result.
+        requires_approval: ``True``: each call waits for a person to approve
+            its exact arguments (see :mod:`desktop_app.agent.approvals`).
 
     The argument model is built with ``pydantic.create_model`` from the
     signature, so ``schema()`` is pydantic's JSON schema and ``call()``
@@ -104,11 +110,17 @@ class Tool:
     at_most_once = False
 
     def __init__(
-        self, fn: Callable[..., Any], name: str | None = None, *, read_only: bool = False
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        *,
+        read_only: bool = False,
+        requires_approval: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.read_only = read_only
+        self.requires_approval = requires_approval
         doc = inspect.getdoc(fn) or ""
         self.description = doc.split("\n\n", 1)[0].replace("\n", " ")
         fields: dict[str, Any] = {}
@@ -141,19 +153,29 @@ class Tool:
 
 
 @overload
-def tool(fn: Callable[..., Any], *, read_only: bool = False) -> Tool: ...
-@overload
-def tool(*, read_only: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
-    fn: Callable[..., Any] | None = None, *, read_only: bool = False
+    fn: Callable[..., Any], *, read_only: bool = False, requires_approval: bool = False
+) -> Tool: ...
+@overload
+def tool(
+    *, read_only: bool = False, requires_approval: bool = False
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    read_only: bool = False,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: ``@tool def create(name: str) -> str: ...`` for a tool with
     side effects (an identical later call in a run reuses the first result),
     ``@tool(read_only=True) def search(query: str) -> str: ...`` for one
-    without (every call is sent; see :attr:`AgentTool.read_only`)."""
+    without (every call is sent; see :attr:`AgentTool.read_only`),
+    ``@tool(requires_approval=True) def delete(path: str) -> str: ...`` for one
+    whose every call a person approves first (see
+    :mod:`desktop_app.agent.approvals`)."""
     if fn is None:
-        return lambda f: Tool(f, read_only=read_only)
-    return Tool(fn, read_only=read_only)
+        return lambda f: Tool(f, read_only=read_only, requires_approval=requires_approval)
+    return Tool(fn, read_only=read_only, requires_approval=requires_approval)
 
 
 def ask_user_schema() -> dict[str, Any]:
@@ -172,7 +194,9 @@ def ask_user_schema() -> dict[str, Any]:
     }
 
 
-def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
+def file_tools(
+    root: str | Path, max_bytes: int = 64 * 1024, *, require_approval: Collection[str] = ()
+) -> list[Tool]:
     """``read_file`` and ``list_folder`` confined to the folder ``root``.
 
     Paths are walked with :mod:`desktop_app.flows.confined`, as the digest
@@ -186,6 +210,9 @@ def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
     Args:
         root: the folder (str or Path; resolved once, here).
         max_bytes: the most ``read_file`` reads of one file, in bytes.
+        require_approval: names of these tools (``read_file``,
+            ``list_folder``) whose every call a person approves first
+            (settings: ``[file_tools] require_approval``).
 
     Returns:
         The two tools. A refused or failing path is a tool answer, never an
@@ -237,4 +264,7 @@ def file_tools(root: str | Path, max_bytes: int = 64 * 1024) -> list[Tool]:
             return problem(path, exc)
         return "\n".join(entries)
 
-    return [Tool(read_file, read_only=True), Tool(list_folder, read_only=True)]
+    return [
+        Tool(fn, read_only=True, requires_approval=fn.__name__ in require_approval)
+        for fn in (read_file, list_folder)
+    ]
