@@ -201,7 +201,7 @@ def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
-    value = parse_json(a.value, "--json was given but VALUE") if a.json else a.value
+    value = parse_json(a.value, "--value-json was given but VALUE") if a.value_json else a.value
     sv = ctx.services()
     ref = ctx.resolve(sv, a.run_id)
     if ref.kind == "agent":
