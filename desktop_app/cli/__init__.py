@@ -76,6 +76,7 @@ COMMANDS: dict[str, str] = {
     "waiting": "runs.cmd_waiting",
     "answer": "start.cmd_answer",
     "signal": "start.cmd_signal",
+    "publish": "start.cmd_publish",
     "agent": "admin.cmd_agent",
     "ask": "ask.cmd_ask",
     "export": "admin.cmd_export",

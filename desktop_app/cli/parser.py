@@ -120,6 +120,20 @@ def _run_ids(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str
     return [i for i in ids if i.startswith(prefix)]
 
 
+def _flow_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """argcomplete: the names of the flows ``start`` can run (built-in and
+    configured ones, loaded as ``flowdesk flows`` does: only on this Tab)."""
+    try:
+        from desktop_app.bootstrap import load_flows_report
+        from desktop_app.config import load_settings
+
+        settings = load_settings(db_path=parsed_args.db, scope=getattr(parsed_args, "scope", None))
+        names = sorted({f.name for f in load_flows_report(settings).flows})
+    except Exception:  # completion never prints a traceback into the shell
+        return []
+    return [n for n in names if n.startswith(prefix)]
+
+
 def _run_id(p: argparse.ArgumentParser, *, nargs: str | None = None) -> None:
     action = p.add_argument("run_id", nargs=nargs, metavar="RUN", help=RUN_ID_HELP)
     action.completer = _run_ids  # type: ignore[attr-defined]
@@ -238,8 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a new run even if an interrupted run of this folder and output exists",
     )
 
+    td = runsub.add_parser(
+        "tidy",
+        help="move a folder's top-level files into <Kind>/<YYYY-MM>/ once you approve",
+    )
+    td.add_argument("--folder", required=True, type=Path, help="folder to tidy")
+    td.add_argument("--quiet", action="store_true", help="no progress output")
+    td.add_argument(
+        "--new",
+        action="store_true",
+        help="start a new run even if an interrupted run of this folder exists",
+    )
+
     start = sub.add_parser("start", help="run any registered flow headless")
-    start.add_argument("flow", help="flow name (see `flowdesk flows`)")
+    act = start.add_argument("flow", help="flow name (see `flowdesk flows`)")
+    act.completer = _flow_names  # type: ignore[attr-defined]
     start.add_argument("--input", default="{}", help="the flow's input state as JSON")
     start.add_argument("--input-file", type=Path, help="read the input JSON from this file")
     start.add_argument("--flow-key", help="single flight: return the live run with this key")
@@ -310,6 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
     sig.add_argument("key")
     sig.add_argument("--payload", default="null", help="JSON payload (default null)")
     sig.add_argument("--dedupe-key", help="a second send with this key is a no-op")
+
+    pub = sub.add_parser("publish", help="publish an event (every run waiting on its type gets it)")
+    pub.add_argument("type", help="the event type")
+    pub.add_argument("--payload", default="null", help="JSON payload (default null)")
 
     ask = sub.add_parser("ask", help="ask an agent (the configured model) a question")
     ask.add_argument("question", nargs="?", help="the question (omit with --resume)")

@@ -20,6 +20,7 @@ from desktop_app.cli.output import (
     step_listener,
     when,
 )
+from desktop_app.cli.waits import wait_lines
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -210,8 +211,12 @@ def cmd_show(ctx: Ctx) -> int:
     print(f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}")
     if status == INTERRUPTED:
         print(_interrupted_line(ctx, run))
-    if run.error:
+    if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
+    if cp.waits or run.status == "waiting":
+        print("waits for:")
+        for line in wait_lines(ctx.hints, run, cp.waits, store.now()):
+            print(line)
     print("steps:")
     for rec in cp.steps.values():
         extra = f" iteration {rec.iteration}" if rec.iteration else ""

@@ -1,4 +1,5 @@
-"""Starting and feeding runs: ``run digest``, ``start``, ``answer``, ``signal``.
+"""Starting and feeding runs: ``run digest|tidy``, ``start``, ``answer``,
+``signal``, ``publish``.
 
 ``run`` and ``start`` print the run id alone on the first line of stdout
 (before any step runs), so a terminal or script holds it even after a
@@ -136,11 +137,14 @@ def cmd_run(ctx: Ctx) -> int:
     from desktop_app.flow import EventBus
 
     a = ctx.args
-    given = _check_builtin_input("digest", {"folder": str(a.folder), "out": str(a.out)})
+    if a.flow == "tidy":
+        given = _check_builtin_input("tidy", {"folder": str(a.folder)})
+    else:
+        given = _check_builtin_input("digest", {"folder": str(a.folder), "out": str(a.out)})
     events = EventBus()
     events.subscribe(step_listener(a.quiet))
     sv = ctx.services(events=events)
-    if a.model:
+    if a.flow == "digest" and a.model:
         from desktop_app.agent import Agent
         from desktop_app.bootstrap import build_model
         from desktop_app.flows.digest import agent_summarizer, build_digest_flow
@@ -155,8 +159,8 @@ def cmd_run(ctx: Ctx) -> int:
         sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
     from desktop_app.flows import builtin_flow_key
 
-    key = None if a.new else builtin_flow_key("digest", given)
-    return report_result(ctx, _run_or_resume(ctx, sv, "digest", given, key))
+    key = None if a.new else builtin_flow_key(a.flow, given)
+    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, key))
 
 
 def cmd_start(ctx: Ctx) -> int:
@@ -178,8 +182,15 @@ def cmd_start(ctx: Ctx) -> int:
     try:
         flow = sv.engine.flow(a.flow)
     except UnknownFlowError as exc:
-        names = ", ".join(sorted(sv.engine.flows))
-        raise InputError(f"{exc}; registered flows: {names} (`{ctx.hints.cmd('flows')}`)") from exc
+        import difflib
+
+        names = sorted(sv.engine.flows)
+        near = difflib.get_close_matches(a.flow, names, n=1)
+        meant = f"; did you mean {near[0]!r}?" if near else ""
+        raise InputError(
+            f"no flow named {a.flow!r} is registered{meant} (registered: {', '.join(names)}; "
+            f"`{ctx.hints.cmd('flows')}` lists them)"
+        ) from exc
     _unknown_keys(flow, given)
     given = _check_builtin_input(a.flow, given)
     key = a.flow_key
@@ -223,4 +234,16 @@ def cmd_signal(ctx: Ctx) -> int:
     sv = ctx.services()
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
+    return EXIT_OK
+
+
+def cmd_publish(ctx: Ctx) -> int:
+    """``flowdesk publish TYPE [--payload JSON]``: an event for every run
+    waiting on ``TYPE`` (:meth:`desktop_app.flow.Engine.publish`; a broadcast,
+    never consumed); runs this process may run are woken now, others when
+    their process looks."""
+    payload = parse_json(ctx.args.payload, "--payload")
+    sv = ctx.services()
+    event_id = sv.engine.publish(ctx.args.type, payload)
+    print(f"event {event_id} published")
     return EXIT_OK
