@@ -314,6 +314,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     _run_id(sub.add_parser("cancel", help="cancel a flow run or an agent run"))
 
+    checkpoint_help = (
+        "RUN (from its start: its first kept checkpoint) or RUN:REVISION, a checkpoint "
+        "as `show RUN` lists them; RUN may be a unique prefix"
+    )
+    replay = sub.add_parser(
+        "replay",
+        help="run a flow run again as a new run, from its start or one of its checkpoints",
+    )
+    act = replay.add_argument("checkpoint", metavar="CHECKPOINT", help=checkpoint_help)
+    act.completer = _run_ids  # type: ignore[attr-defined]
+    replay.add_argument("--quiet", action="store_true", help="no progress output")
+    fork = sub.add_parser(
+        "fork", help="like replay, with some of the run's state fields changed first"
+    )
+    act = fork.add_argument("checkpoint", metavar="CHECKPOINT", help=checkpoint_help)
+    act.completer = _run_ids  # type: ignore[attr-defined]
+    fork.add_argument(
+        "--changes",
+        required=True,
+        metavar="JSON",
+        help='the state fields to change, a JSON object: \'{"order": "o-2"}\' '
+        "(validated before the new run exists)",
+    )
+    fork.add_argument("--quiet", action="store_true", help="no progress output")
+
     undo = sub.add_parser("undo", help="move a tidy run's files back where they were")
     _run_id(undo)
     _output(undo)
