@@ -352,3 +352,28 @@ def test_runs_status_filters_on_the_status_shown_interrupted_included(tmp_path: 
         alive.wait(timeout=60)
         assert alive.stdout is not None
         alive.stdout.close()
+
+
+def test_show_of_an_agent_run_asking_prints_its_answer_command(tmp_path: Path) -> None:
+    from tests.chat_server import ChatServer, completion
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        server.script = [
+            ("ask_user_if_offered", "Which folder?", "unused"),
+            ("json", completion("The notes folder, then.")),
+        ]
+        env = user_env(FLOWDESK_MODEL__BASE_URL=server.url, FLOWDESK_MODEL__MODEL="m")
+        asked = flowdesk(db, "ask", "what should I read?", env=env)
+        assert asked.returncode == 0 and "the agent asks: Which folder?" in asked.stdout
+        rid = asked.stderr.split()[1]
+        shown = flowdesk(db, "show", rid, env=env).stdout
+        assert 'an answer: "Which folder?"' in shown
+        command = printed(shown, "answer")
+        assert command == f"flowdesk --db {db} answer {rid} yes"
+        answered = as_printed(command, env)
+        assert answered.returncode == 0, answered.stderr
+        assert "The notes folder, then." in answered.stdout
+    shown = flowdesk(db, "show", rid, env=env).stdout
+    assert shown.splitlines()[0].endswith("turns 2") and "waits for:" not in shown

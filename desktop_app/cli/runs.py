@@ -20,7 +20,7 @@ from desktop_app.cli.output import (
     step_listener,
     when,
 )
-from desktop_app.cli.waits import wait_lines
+from desktop_app.cli.waits import agent_wait_lines, wait_lines
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -280,6 +280,11 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         _say(f"error: {run.error}")
+    asking = agent_wait_lines(ctx.hints, run, now)
+    if asking:
+        print("waits for:")
+        for line in asking:
+            print(line)
     _say("turns:")
     for m in messages:
         if m["role"] == "system":

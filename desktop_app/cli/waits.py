@@ -14,7 +14,9 @@ with the time left, and the exact command to run, carrying the user's
   or the app, on their own).
 
 A run ``waiting`` with no wait was paused for an operator (a full disk, an
-unknown commit outcome): ``resume RUN`` continues it.
+unknown commit outcome): ``resume RUN`` continues it. An agent run asking
+its user (``input_required``) gets the same answer line
+(:func:`agent_wait_lines`).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list
         step = f"step {w.step_id}, wait {w.wait_id}"
         if w.kind == "input":
             lines.append(f"  an answer ({step}): {_question(w.prompt)}")
-            note = "the last word is the answer: yes, no or any text (JSON with --value-json)"
+            note = ANSWER_NOTE
             which = f" --wait-id {shlex.quote(w.wait_id)}" if inputs > 1 else ""
             verb, command = "answer", f"answer {rid} yes{which}"
         elif w.kind == "signal":
@@ -81,4 +83,22 @@ def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list
             lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
         lines.append(f"    {note}")
         lines.append(f"    {verb} with: {hints.cmd(command)}")
+    return lines
+
+
+ANSWER_NOTE = "the last word is the answer: yes, no or any text (JSON with --value-json)"
+
+
+def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
+    """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``):
+    its question and ``answer RUN yes`` while it asks its user
+    (``input_required``), the run's expiry if it has one; nothing otherwise."""
+    if run.status != "input_required":
+        return []
+    question = ((run.pending_call or {}).get("arguments") or {}).get("question")
+    lines = [f"  an answer: {_question(question)}"]
+    if run.expires_at is not None:
+        lines.append(f"    expires {local_and_utc(run.expires_at, now)}")
+    lines.append(f"    {ANSWER_NOTE.replace(' (JSON with --value-json)', '')}")
+    lines.append(f"    answer with: {hints.cmd(f'answer {run.run_id} yes')}")
     return lines
