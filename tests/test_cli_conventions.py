@@ -254,6 +254,10 @@ def test_run_tidy_works_like_run_digest(tmp_path: Path) -> None:
     started = flowdesk(db, "run", "tidy", "--folder", str(folder))
     rid = started.stdout.splitlines()[0]
     assert started.returncode == 0 and started.stdout.splitlines()[-1] == f"run {rid} waiting"
+    hint = started.stderr.rpartition("the command that answers it: ")[2].strip()
+    shown = as_printed(hint, user_env())
+    assert shown.returncode == 0 and "move 1 file into subfolders" in shown.stdout
+    assert printed(shown.stdout, "answer") == f"flowdesk --db {db} answer {rid} yes"
     again = flowdesk(db, "run", "tidy", "--folder", str(folder))  # single flight per folder
     assert again.stdout.splitlines()[0] == rid and "waiting already" in again.stderr
     assert flowdesk(db, "answer", rid, "yes").returncode == 0

@@ -148,7 +148,8 @@ def report_result(ctx: Ctx, result: Any) -> int:
         print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
         return EXIT_FAILED
     if result.status == "waiting":
-        print(f"it waits: {ctx.hints.cmd('waiting')}", file=sys.stderr)
+        hint = ctx.hints.cmd(f"show {result.run_id}")
+        print(f"it waits; what for, and the command that answers it: {hint}", file=sys.stderr)
     return EXIT_OK
 
 
