@@ -273,6 +273,8 @@ def test_run_tidy_works_like_run_digest(tmp_path: Path) -> None:
         (["wach"], "unknown command 'wach'; did you mean 'watch'?"),
         (["run", "tidyy", "--folder", "x"], "unknown command 'tidyy'; did you mean 'tidy'?"),
         (["runs", "--db", "x.db"], "--db is an option of flowdesk itself: give it before"),
+        (["runs", "--status", "interupted"], "did you mean 'interrupted'?"),
+        (["runs", "-o", "jsnl"], "-o 'jsnl' is not one of its choices; did you mean 'jsonl'?"),
         (["runs", "--zzz"], "unrecognized arguments: --zzz"),  # nothing near: argparse's words
     ],
 )

@@ -63,9 +63,9 @@ def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPar
 
 def near_miss(parser: argparse.ArgumentParser, given: Sequence[str]) -> str | None:
     """The first argument of ``given`` (the arguments ``parser`` was given)
-    that is neither an option nor a command at its place, with the nearest
-    valid spelling; ``None`` when every option and command is valid or no
-    spelling is near (argparse's own message then stands)."""
+    that is neither an option, a command nor one of an option's choices at
+    its place, with the nearest valid spelling; ``None`` when each is valid
+    or no spelling is near (argparse's own message then stands)."""
     import difflib
 
     here, above = parser, set[str]()
@@ -90,8 +90,14 @@ def near_miss(parser: argparse.ArgumentParser, given: Sequence[str]) -> str | No
             (a for o, a in options.items() if name.startswith("--") and o.startswith(name)), None
         )
         if action is not None:
-            if action.nargs != 0 and "=" not in token and known == name:
-                next(tokens, None)  # its value, whatever it looks like
+            value = token.partition("=")[2] if "=" in token else None
+            if action.nargs != 0 and value is None and known == name:
+                value = next(tokens, None)  # its value, whatever it looks like
+            choices = [str(c) for c in action.choices or ()]
+            if value is not None and choices and value not in choices:
+                near = difflib.get_close_matches(value, choices, n=1)
+                if near:
+                    return f"{name} {value!r} is not one of its choices; did you mean {near[0]!r}?"
             continue
         if name in above:
             return f"{name} is an option of flowdesk itself: give it before the command"
