@@ -303,7 +303,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _output(runs)
 
-    show = sub.add_parser("show", help="a run's steps and checkpoints, or an agent run's turns")
+    show = sub.add_parser(
+        "show",
+        help="a run's steps, checkpoints and what it waits for (with the command that "
+        "answers it), or an agent run's turns",
+    )
     _run_id(show)
     _output(show)
 
