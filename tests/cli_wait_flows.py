@@ -1,16 +1,19 @@
-"""A flow that waits in every way a run can, one after the other: a
-person's answer, a signal, an event, a timer (for ``flowdesk show``'s wait
-lines). Register it with ``FLOWDESK_FLOWS='["tests.cli_wait_flows:every_wait"]'``."""
+"""Flows for ``flowdesk show``'s wait lines: ``every_wait`` waits in every
+way a run can, one after the other (a person's answer, a signal, an event,
+a timer); ``paused`` pauses for an operator when its step fails
+(``on_error="pause"``) until the file it needs exists. Registered with
+``FLOWDESK_FLOWS=FLOWS_ENV``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from desktop_app.flow import FlowBuilder
 
-FLOWS_ENV = '["tests.cli_wait_flows:every_wait"]'
+FLOWS_ENV = '["tests.cli_wait_flows:every_wait", "tests.cli_wait_flows:paused"]'
 
 
 class Order(BaseModel):
@@ -31,3 +34,17 @@ every_wait = (
     .chain()
     .compile()
 )
+
+
+class Needs(BaseModel):
+    needs: str
+    done: bool = False
+
+
+def read_it(state: Needs) -> dict[str, Any]:
+    if not Path(state.needs).exists():
+        raise RuntimeError(f"{state.needs} is not there yet")
+    return {"done": True}
+
+
+paused = FlowBuilder("paused", Needs).step("read_it", read_it, on_error="pause").compile()

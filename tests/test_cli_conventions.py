@@ -167,7 +167,7 @@ def test_show_names_each_wait_and_its_command_runs_as_printed(tmp_path: Path) ->
         shown,
     ), shown
     command = printed(shown, "answer")
-    assert command == f"flowdesk --db {db_arg} answer {rid} yes"
+    assert command == f"flowdesk --db {db_arg} answer {rid} yes" == wait["command"]
     assert as_printed(command, env).returncode == 0
 
     shown = flowdesk(db, "show", rid, env=env).stdout
@@ -193,6 +193,27 @@ def test_show_names_each_wait_and_its_command_runs_as_printed(tmp_path: Path) ->
             break
         time.sleep(0.05)
     assert shown.splitlines()[0].endswith("status completed") and "waits for:" not in shown
+
+
+def test_show_of_a_run_paused_for_an_operator_says_why_and_resume_runs_as_printed(
+    tmp_path: Path,
+) -> None:
+    db, needed = tmp_path / "f.db", tmp_path / "needed.txt"
+    env = user_env(FLOWDESK_FLOWS=FLOWS_ENV)
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    given = json.dumps({"needs": str(needed)})
+    rid = flowdesk(db, "start", "paused", "--input", given, env=env).stdout.splitlines()[0]
+    shown = flowdesk(db, "show", rid, env=env).stdout
+    assert shown.splitlines()[0].endswith("status waiting")
+    assert (
+        f"an operator: paused after step 'read_it' failed: RuntimeError: {needed} is not there yet"
+        in shown
+    )
+    command = printed(shown, "continue")
+    assert command == f"flowdesk --db {db} resume {rid}"
+    needed.write_text("here")
+    resumed = as_printed(command, env)
+    assert resumed.returncode == 0 and resumed.stdout.splitlines()[-1] == f"run {rid} completed"
 
 
 # -- replay and fork ---------------------------------------------------------------

@@ -20,7 +20,7 @@ from desktop_app.cli.output import (
     step_listener,
     when,
 )
-from desktop_app.cli.waits import agent_wait_lines, wait_lines
+from desktop_app.cli.waits import agent_wait_lines, wait_command, wait_lines
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -194,7 +194,18 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for rec in cp.steps.values()
                 ],
-                "waits": [_wait_row(w) for w in cp.waits],
+                "waits": [
+                    {
+                        **_wait_row(w),
+                        "command": wait_command(
+                            ctx.hints,
+                            run.run_id,
+                            w,
+                            several=sum(x.kind == "input" for x in cp.waits) > 1,
+                        ),
+                    }
+                    for w in cp.waits
+                ],
                 "checkpoints": [
                     {
                         "id": i.id,

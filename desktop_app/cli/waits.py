@@ -57,36 +57,51 @@ def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list
             lines.append(f"  an operator{why}")
             lines.append(f"    continue with: {hints.cmd(f'resume {rid}')}")
         return lines
-    inputs = sum(w.kind == "input" for w in waits)
+    several = sum(w.kind == "input" for w in waits) > 1
     for w in waits:
         step = f"step {w.step_id}, wait {w.wait_id}"
         if w.kind == "input":
             lines.append(f"  an answer ({step}): {_question(w.prompt)}")
-            note = ANSWER_NOTE
-            which = f" --wait-id {shlex.quote(w.wait_id)}" if inputs > 1 else ""
-            verb, command = "answer", f"answer {rid} yes{which}"
         elif w.kind == "signal":
-            name, key = str(w.name), str(w.key)
-            lines.append(f"  signal {name!r} with key {key!r} ({step})")
-            note = "a payload goes with --payload JSON"
-            verb, command = "send it", f"signal {shlex.quote(name)} {shlex.quote(key)}"
+            lines.append(f"  signal {str(w.name)!r} with key {str(w.key)!r} ({step})")
         elif w.kind == "event":
             lines.append(f"  an event of type {str(w.name)!r} ({step})")
-            note = "a payload goes with --payload JSON"
-            verb, command = "publish it", f"publish {shlex.quote(str(w.name))}"
         else:
             lines.append(f"  a timer ({step})")
-            note = "a running `flowdesk agent` or the app fires it on its own"
-            verb, command = "fire it once due", f"resume {rid}"
         if w.deadline_at is not None:
             label = "fires" if w.kind == "timer" else "deadline"
             lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
+        note, verb = _SAY[w.kind]
         lines.append(f"    {note}")
-        lines.append(f"    {verb} with: {hints.cmd(command)}")
+        lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
     return lines
 
 
-ANSWER_NOTE = "the last word is the answer: yes, no or any text (JSON with --value-json)"
+#: wait kind -> (what to know, what the command does)
+_SAY = {
+    "input": (
+        "the last word is the answer: yes, no or any text (JSON with --value-json)",
+        "answer",
+    ),
+    "signal": ("a payload goes with --payload JSON", "send it"),
+    "event": ("a payload goes with --payload JSON", "publish it"),
+    "timer": ("a running `flowdesk agent` or the app fires it on its own", "fire it once due"),
+}
+
+
+def wait_command(hints: Hints, run_id: str, wait: Any, *, several: bool = False) -> str:
+    """The command that moves the run ``run_id`` past ``wait`` (a ``Wait``),
+    as ``show`` prints it and its JSON gives it (``command``): ``answer RUN
+    yes`` (with ``--wait-id`` when ``several`` questions are pending),
+    ``signal NAME KEY``, ``publish TYPE`` or ``resume RUN`` (a timer)."""
+    if wait.kind == "input":
+        which = f" --wait-id {shlex.quote(wait.wait_id)}" if several else ""
+        return hints.cmd(f"answer {run_id} yes{which}")
+    if wait.kind == "signal":
+        return hints.cmd(f"signal {shlex.quote(str(wait.name))} {shlex.quote(str(wait.key))}")
+    if wait.kind == "event":
+        return hints.cmd(f"publish {shlex.quote(str(wait.name))}")
+    return hints.cmd(f"resume {run_id}")
 
 
 def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
@@ -99,6 +114,6 @@ def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
     lines = [f"  an answer: {_question(question)}"]
     if run.expires_at is not None:
         lines.append(f"    expires {local_and_utc(run.expires_at, now)}")
-    lines.append(f"    {ANSWER_NOTE.replace(' (JSON with --value-json)', '')}")
+    lines.append("    the last word is the answer: any text")
     lines.append(f"    answer with: {hints.cmd(f'answer {run.run_id} yes')}")
     return lines
