@@ -30,7 +30,7 @@ def one_line_exit_2(out) -> str:
     [
         (["start", "approval", "--input", DEEP], "--input"),
         (["signal", "paid", "o-1", "--payload", DEEP], "--payload"),
-        (["answer", "ffffffff", DEEP, "--json"], "VALUE"),
+        (["answer", "ffffffff", DEEP, "--value-json"], "VALUE"),
     ],
 )
 def test_json_nested_100000_deep_is_refused_in_one_line(db_path, args, what):

@@ -340,7 +340,7 @@ def test_every_documented_exit_code(tmp_path):
         (["start", "approval", "--input", "{not json"], 2, "--input is not JSON"),
         (["start", "approval", "--input", '{"oder": "o-1"}'], 2, "did you mean 'order'?"),
         (["signal", "paid", "o-1", "--payload", "{x"], 2, "--payload is not JSON"),
-        (["answer", rid[:8], "{x", "--json"], 2, "VALUE is not JSON"),
+        (["answer", rid[:8], "{x", "--value-json"], 2, "VALUE is not JSON"),
         (["show"], 2, "the following arguments are required"),
     ]
     for args, code, text in cases:

@@ -298,7 +298,7 @@ def test_cli_signal_and_answer_refuse_an_unstorable_payload_with_exit_2(tmp_path
     assert "nothing was sent" in sent.stderr
     started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(folder)}))
     run_id = started.stdout.splitlines()[0]
-    answered = flowdesk(db, "answer", run_id, "--json", deep)
+    answered = flowdesk(db, "answer", run_id, "--value-json", deep)
     assert answered.returncode == 2, answered.stderr
     assert len(answered.stderr.strip().splitlines()) == 1
     assert "answer for run" in answered.stderr and "cannot be stored" in answered.stderr

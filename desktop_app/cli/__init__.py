@@ -10,8 +10,9 @@ error; 130 interrupted (Ctrl-C).
 
 Modules: :mod:`.parser` (argparse + argcomplete), :mod:`.output` (times,
 JSON, hints, progress), :mod:`.runs` (runs, show, watch, waiting, resume,
-cancel), :mod:`.start` (run, start, answer, signal), :mod:`.ask` (agent
-runs), :mod:`.admin` (db, flows, doctor, export, secrets, agent, app,
+cancel), :mod:`.start` (run, start, answer, signal, publish), :mod:`.branch`
+(replay, fork), :mod:`.waits` (what ``show`` says a run waits for),
+:mod:`.ask` (agent runs), :mod:`.admin` (db, flows, doctor, export, secrets, agent, app,
 completion). The database is opened only through :mod:`desktop_app.bootstrap`.
 
 Start-up: this module and the parser import no more than the standard
@@ -72,10 +73,13 @@ COMMANDS: dict[str, str] = {
     "watch": "runs.cmd_watch",
     "resume": "runs.cmd_resume",
     "cancel": "runs.cmd_cancel",
+    "replay": "branch.cmd_replay",
+    "fork": "branch.cmd_fork",
     "undo": "runs.cmd_undo",
     "waiting": "runs.cmd_waiting",
     "answer": "start.cmd_answer",
     "signal": "start.cmd_signal",
+    "publish": "start.cmd_publish",
     "agent": "admin.cmd_agent",
     "ask": "ask.cmd_ask",
     "export": "admin.cmd_export",

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.cli.common import Ctx
-from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit, iso, when
+from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit_all, emit_one, iso, when
 from desktop_app.errors import FlowdeskError, InputError
 
 
@@ -48,9 +48,11 @@ def cmd_db(ctx: Ctx) -> int:
         print(f"database: {report.path}")
         return EXIT_OK
     states = schema_status(ctx.settings)
-    if ctx.args.json:
-        for st in states:
-            emit({"key": st.key, "state": st.state, "applied_at": iso(st.applied_at)})
+    if ctx.args.output != "text":
+        emit_all(
+            ctx.args.output,
+            [{"key": st.key, "state": st.state, "applied_at": iso(st.applied_at)} for st in states],
+        )
         return EXIT_OK
     print(f"{'STATE':8} {'SCHEMA FILE':40} APPLIED (UTC)")
     for st in states:
@@ -82,11 +84,18 @@ def cmd_flows(ctx: Ctx) -> int:
     from desktop_app.bootstrap import load_flows_report
 
     load = load_flows_report(ctx.settings)
-    if ctx.args.json:
-        for f in load.flows:
-            emit({"name": f.name, "version": f.version, "steps": len(f.steps), "ok": True})
-        for p in load.problems:
-            emit({"name": None, "source": p.source, "ok": False, "error": str(p.error)})
+    if ctx.args.output != "text":
+        emit_all(
+            ctx.args.output,
+            [
+                {"name": f.name, "version": f.version, "steps": len(f.steps), "ok": True}
+                for f in load.flows
+            ]
+            + [
+                {"name": None, "source": p.source, "ok": False, "error": str(p.error)}
+                for p in load.problems
+            ],
+        )
     else:
         print(f"{'FLOW':16} {'VERSION':24} STEPS")
         for f in load.flows:
@@ -109,7 +118,7 @@ def cmd_doctor(ctx: Ctx) -> int:
         """ok True, a problem False, a warning None (reported, not a failure)."""
         status = {True: "ok", False: "bad", None: "warn"}[ok]
         checks.append({"check": what, "status": status, "detail": detail})
-        if not ctx.args.json:
+        if ctx.args.output == "text":
             mark = {True: "ok  ", False: "BAD ", None: "warn"}[ok]
             print(f"{mark} {what:18} {detail}")
 
@@ -126,14 +135,15 @@ def cmd_doctor(ctx: Ctx) -> int:
     import time
 
     ok = not any(c["status"] == "bad" for c in checks)
-    if ctx.args.json:
-        emit(
+    if ctx.args.output != "text":
+        emit_one(
+            ctx.args.output,
             {
                 "ok": ok,
                 "database": database.shown,
                 "checked_at": iso(time.time()),
                 "checks": checks,
-            }
+            },
         )
     return EXIT_OK if ok else EXIT_FAILED
 

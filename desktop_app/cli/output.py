@@ -3,8 +3,10 @@
 * Times: ISO-8601 UTC (``2026-12-01T11:25:43.120Z``) in ``--json`` output,
   ``2026-12-01 11:25:43`` in tables (also UTC).
 * Durations: ``23 h 59 min``, ``4 min 10 s``, ``12 s`` (never ``86,399 s``).
-* ``--json``: commands that list things print JSON Lines (one object per
-  line); ``show`` and ``doctor`` print one JSON object.
+* ``-o text|json|jsonl`` (:data:`OUTPUTS`, as the Temporal CLI's
+  ``--output``): ``json`` is one indented JSON document (a list is an
+  array), ``jsonl`` one compact object per line; ``watch`` streams one
+  document per change in either. ``--json`` is kept as ``-o jsonl``.
 * Hints (:class:`Hints`) repeat the ``--db`` and ``--scope`` the user gave
   (also as ``FLOWDESK_DB_PATH``/``FLOWDESK_SCOPE``), so copying one reads
   the same database; never a password.
@@ -71,6 +73,27 @@ def progress_text(p: tuple[int, int] | None) -> str:
 def emit(obj: Any) -> None:
     """One JSON document (or JSON Lines row) on stdout."""
     print(json.dumps(obj, ensure_ascii=False, default=str))
+
+
+#: what ``-o``/``--output`` accepts; ``text`` (tables, sentences) is the default
+OUTPUTS = ("text", "json", "jsonl")
+
+
+def emit_one(output: str, obj: Any) -> None:
+    """One object as ``output`` asks (``json``: indented; ``jsonl``: one
+    line), flushed at once (``watch`` streams)."""
+    indent = 2 if output == "json" else None
+    print(json.dumps(obj, ensure_ascii=False, default=str, indent=indent), flush=True)
+
+
+def emit_all(output: str, rows: list[Any]) -> None:
+    """A list as ``output`` asks: ``json`` one indented array, ``jsonl``
+    one compact object per line (nothing for no rows)."""
+    if output == "json":
+        print(json.dumps(rows, ensure_ascii=False, default=str, indent=2))
+        return
+    for row in rows:
+        emit(row)
 
 
 class Hints:

@@ -6,17 +6,106 @@ code 2 for usage errors, and argcomplete completes argparse parsers as they
 are (``flowdesk completion bash``), including run ids from the database.
 The size of the old module was its handlers, not its parser; those now live
 in small modules next to this one.
+
+Conventions every command follows:
+
+* ``-o text|json|jsonl`` on every read command (:func:`_output`, as the
+  Temporal CLI's ``--output``); the older ``--json`` stays as ``-o jsonl``.
+* A mistyped option or command is named with the nearest valid one
+  (:class:`Parser`, :mod:`difflib` over the parser's own option strings
+  and commands): ``--foldr`` → ``did you mean '--folder'?``.
+* An option that was renamed fails with the new spelling (:class:`Renamed`):
+  ``answer --json`` is ``answer --value-json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from desktop_app import __version__
+from desktop_app.cli.output import OUTPUTS
 
 RUN_ID_HELP = "a run id or a unique prefix of it (the 8 characters the app shows are enough)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors name the option or command the
+    user meant when one argument is a near miss of a valid one (``--foldr``
+    → ``--folder``, ``--bd`` → ``--db``, ``wach`` → ``watch``), by
+    :func:`difflib.get_close_matches` over this parser's own option strings
+    and subcommands; a global option given after the command (``runs --db
+    x``) is told to go before it. Other errors keep argparse's message. Exit
+    code 2 as always. Subparsers are of this class too (``add_subparsers``
+    uses the parent's class)."""
+
+    _given: list[str]
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        super().error(near_miss(self, getattr(self, "_given", [])) or message)
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse has no public accessor for subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def near_miss(parser: argparse.ArgumentParser, given: Sequence[str]) -> str | None:
+    """The first argument of ``given`` (the arguments ``parser`` was given)
+    that is neither an option, a command nor one of an option's choices at
+    its place, with the nearest valid spelling; ``None`` when each is valid
+    or no spelling is near (argparse's own message then stands)."""
+    import difflib
+
+    here, above = parser, set[str]()
+    tokens = iter(given)
+    for token in tokens:
+        if token == "--":
+            return None
+        options = here._option_string_actions
+        if not token.startswith("-") or token[1:2].isdigit():
+            commands = _commands(here)
+            if token in commands:
+                above |= set(options)
+                here = commands[token]
+            elif commands:
+                near = difflib.get_close_matches(token, list(commands), n=1)
+                if near:
+                    return f"unknown command {token!r}; did you mean {near[0]!r}?"
+            continue
+        name = token.split("=", 1)[0]
+        known = name[:2] if not name.startswith("--") else name
+        action = options.get(known) or next(
+            (a for o, a in options.items() if name.startswith("--") and o.startswith(name)), None
+        )
+        if action is not None:
+            value = token.partition("=")[2] if "=" in token else None
+            if action.nargs != 0 and value is None and known == name:
+                value = next(tokens, None)  # its value, whatever it looks like
+            choices = [str(c) for c in action.choices or ()]
+            if value is not None and choices and value not in choices:
+                near = difflib.get_close_matches(value, choices, n=1)
+                if near:
+                    return f"{name} {value!r} is not one of its choices; did you mean {near[0]!r}?"
+            continue
+        if name in above:
+            return f"{name} is an option of flowdesk itself: give it before the command"
+        near = difflib.get_close_matches(name, [o for o in options if o.startswith("--")], n=1)
+        if near:
+            return f"unrecognized option {name!r}; did you mean {near[0]!r}?"
+        return None
+    return None
 
 
 def _run_ids(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
@@ -37,6 +126,20 @@ def _run_ids(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str
     return [i for i in ids if i.startswith(prefix)]
 
 
+def _flow_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """argcomplete: the names of the flows ``start`` can run (built-in and
+    configured ones, loaded as ``flowdesk flows`` does: only on this Tab)."""
+    try:
+        from desktop_app.bootstrap import load_flows_report
+        from desktop_app.config import load_settings
+
+        settings = load_settings(db_path=parsed_args.db, scope=getattr(parsed_args, "scope", None))
+        names = sorted({f.name for f in load_flows_report(settings).flows})
+    except Exception:  # completion never prints a traceback into the shell
+        return []
+    return [n for n in names if n.startswith(prefix)]
+
+
 def _run_id(p: argparse.ArgumentParser, *, nargs: str | None = None) -> None:
     action = p.add_argument("run_id", nargs=nargs, metavar="RUN", help=RUN_ID_HELP)
     action.completer = _run_ids  # type: ignore[attr-defined]
@@ -55,20 +158,56 @@ def positive_int(text: str) -> int:
 
 def run_statuses() -> list[str]:
     """Every status ``runs --status`` accepts: flow run statuses, then the
-    agent run statuses that are not flow statuses too."""
+    agent run statuses that are not flow statuses too, then ``interrupted``
+    (:data:`desktop_app.runs_view.INTERRUPTED`, shown, never stored; spelt
+    here because runs_view loads the engine's owners module)."""
     from typing import get_args
 
     from desktop_app.store.records import RUN_STATUSES, AgentStatus  # stdlib only: no store
 
-    return [*RUN_STATUSES, *(s for s in get_args(AgentStatus) if s not in RUN_STATUSES)]
+    agent_only = (s for s in get_args(AgentStatus) if s not in RUN_STATUSES)
+    return [*RUN_STATUSES, *agent_only, "interrupted"]
 
 
-def _json(p: argparse.ArgumentParser, what: str = "JSON Lines, one object per line") -> None:
-    p.add_argument("--json", action="store_true", help=f"{what}; times are ISO-8601 UTC")
+def _output(p: argparse.ArgumentParser) -> None:
+    """``-o text|json|jsonl`` (Temporal's convention) and the older ``--json``."""
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default="text",
+        help="text (the default), json (one indented document; a list is an array) or "
+        "jsonl (one compact object per line); times in JSON are ISO-8601 UTC",
+    )
+    p.add_argument(
+        "--json",
+        dest="output",
+        action="store_const",
+        const="jsonl",
+        help="the same as -o jsonl (kept for scripts written before -o)",
+    )
+
+
+class Renamed(argparse.Action):
+    """An option that was renamed: giving it is a usage error (exit 2) that
+    says what to give instead; it takes no value and is hidden from help."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, instead: str, **_: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help=argparse.SUPPRESS)
+        self.instead = instead
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(f"{option_string} is no longer an option here: {self.instead}")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="flowdesk",
         description="Durable runs of local AI agents and multi-step jobs. "
         "With no command, launches the app.",
@@ -93,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="the database schema")
     dbsub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     dbsub.add_parser("apply", help="apply pending schema files and record them in the ledger")
-    _json(dbsub.add_parser("status", help="show which schema files are applied"))
+    _output(dbsub.add_parser("status", help="show which schema files are applied"))
     cp = dbsub.add_parser(
         "copy",
         help="copy a SQLite database into an applied, empty PostgreSQL database "
@@ -119,8 +258,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="start a new run even if an interrupted run of this folder and output exists",
     )
 
+    td = runsub.add_parser(
+        "tidy",
+        help="move a folder's top-level files into <Kind>/<YYYY-MM>/ once you approve",
+    )
+    td.add_argument("--folder", required=True, type=Path, help="folder to tidy")
+    td.add_argument("--quiet", action="store_true", help="no progress output")
+    td.add_argument(
+        "--new",
+        action="store_true",
+        help="start a new run even if an interrupted run of this folder exists",
+    )
+
     start = sub.add_parser("start", help="run any registered flow headless")
-    start.add_argument("flow", help="flow name (see `flowdesk flows`)")
+    act = start.add_argument("flow", help="flow name (see `flowdesk flows`)")
+    act.completer = _flow_names  # type: ignore[attr-defined]
     start.add_argument("--input", default="{}", help="the flow's input state as JSON")
     start.add_argument("--input-file", type=Path, help="read the input JSON from this file")
     start.add_argument("--flow-key", help="single flight: return the live run with this key")
@@ -130,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="built-in flows: start a new run even if an interrupted one has this input",
     )
 
-    _json(sub.add_parser("flows", help="list registered flows (built-in and your own)"))
+    _output(sub.add_parser("flows", help="list registered flows (built-in and your own)"))
 
     runs = sub.add_parser("runs", help="list flow runs and agent runs, newest first")
     runs.add_argument(
@@ -138,7 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=run_statuses(),
         metavar="STATUS",
-        help=f"only runs with this status (repeatable): {', '.join(run_statuses())}",
+        help="only runs shown with this status (repeatable; 'interrupted': no process "
+        f"executes them any more): {', '.join(run_statuses())}",
     )
     runs.add_argument("--kind", choices=["flow", "agent"], help="only flow runs or agent runs")
     runs.add_argument("--flow", help="only runs of this flow (or agent) name")
@@ -148,15 +301,20 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument(
         "--children", action="store_true", help="also child agent runs (one per digest file)"
     )
-    _json(runs)
+    _output(runs)
 
-    show = sub.add_parser("show", help="a run's steps and checkpoints, or an agent run's turns")
+    show = sub.add_parser(
+        "show",
+        help="a run's steps, checkpoints and what it waits for (with the command that "
+        "answers it), or an agent run's turns",
+    )
     _run_id(show)
-    _json(show, "one JSON object")
+    _output(show)
 
     watch = sub.add_parser("watch", help="follow one run (or all runs) live until Ctrl-C")
     _run_id(watch, nargs="?")
     watch.add_argument("--interval", type=float, default=0.5, help="seconds between looks")
+    _output(watch)
 
     res = sub.add_parser("resume", help="resume a run, or every interrupted run with --all")
     group = res.add_mutually_exclusive_group(required=True)
@@ -166,23 +324,58 @@ def build_parser() -> argparse.ArgumentParser:
 
     _run_id(sub.add_parser("cancel", help="cancel a flow run or an agent run"))
 
+    checkpoint_help = (
+        "RUN (from its start: its first kept checkpoint) or RUN:REVISION, a checkpoint "
+        "as `show RUN` lists them; RUN may be a unique prefix"
+    )
+    replay = sub.add_parser(
+        "replay",
+        help="run a flow run again as a new run, from its start or one of its checkpoints",
+    )
+    act = replay.add_argument("checkpoint", metavar="CHECKPOINT", help=checkpoint_help)
+    act.completer = _run_ids  # type: ignore[attr-defined]
+    replay.add_argument("--quiet", action="store_true", help="no progress output")
+    fork = sub.add_parser(
+        "fork", help="like replay, with some of the run's state fields changed first"
+    )
+    act = fork.add_argument("checkpoint", metavar="CHECKPOINT", help=checkpoint_help)
+    act.completer = _run_ids  # type: ignore[attr-defined]
+    fork.add_argument(
+        "--changes",
+        required=True,
+        metavar="JSON",
+        help='the state fields to change, a JSON object: \'{"order": "o-2"}\' '
+        "(validated before the new run exists)",
+    )
+    fork.add_argument("--quiet", action="store_true", help="no progress output")
+
     undo = sub.add_parser("undo", help="move a tidy run's files back where they were")
     _run_id(undo)
-    _json(undo, "one JSON object")
+    _output(undo)
 
-    _json(sub.add_parser("waiting", help="runs waiting, and what each waits for"))
+    _output(sub.add_parser("waiting", help="runs waiting, and what each waits for"))
 
     answer = sub.add_parser("answer", help="answer a run waiting for input")
     _run_id(answer)
-    answer.add_argument("value", help="the answer (text, or JSON with --json)")
+    answer.add_argument("value", help="the answer (text, or JSON with --value-json)")
     answer.add_argument("--wait-id", help="which question, when several are pending")
-    answer.add_argument("--json", action="store_true", help="parse VALUE as JSON")
+    answer.add_argument("--value-json", action="store_true", help="parse VALUE as JSON")
+    answer.add_argument(
+        "--json",
+        action=Renamed,
+        instead="to parse VALUE as JSON give --value-json (--json and -o choose the "
+        "output format of read commands)",
+    )
 
     sig = sub.add_parser("signal", help="send a signal (stored, delivered to a waiting run)")
     sig.add_argument("name")
     sig.add_argument("key")
     sig.add_argument("--payload", default="null", help="JSON payload (default null)")
     sig.add_argument("--dedupe-key", help="a second send with this key is a no-op")
+
+    pub = sub.add_parser("publish", help="publish an event (every run waiting on its type gets it)")
+    pub.add_argument("type", help="the event type")
+    pub.add_argument("--payload", default="null", help="JSON payload (default null)")
 
     ask = sub.add_parser("ask", help="ask an agent (the configured model) a question")
     ask.add_argument("question", nargs="?", help="the question (omit with --resume)")
@@ -218,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser(
         "doctor", help="check the database, disk, flows, keyring and model provider"
     )
-    _json(doctor, "one JSON object")
+    _output(doctor)
 
     secrets = sub.add_parser("secrets", help="API keys in the system keyring")
     secsub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)

@@ -13,14 +13,17 @@ from desktop_app.cli.output import (
     EXIT_FAILED,
     EXIT_OK,
     due_in,
-    emit,
+    emit_all,
+    emit_one,
     iso,
     progress_text,
     step_listener,
     when,
 )
+from desktop_app.cli.waits import agent_wait_lines, wait_command, wait_lines
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
+from desktop_app.store.records import RUN_STATUSES, RunStatus
 from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
@@ -82,27 +85,20 @@ def cmd_runs(ctx: Ctx) -> int:
     wanted = set(a.status or [])
     now = sv.checkpoints.now()
     if a.kind in (None, "flow"):
-        for r in sv.checkpoints.list_runs(
-            statuses=a.status,
-            flow_name=a.flow,
-            newest_first=True,
-            limit=a.limit,
-            tenant_id=a.tenant,
-            session_id=a.session,
-        ):
+        for r in _flow_runs_shown(sv, a, wanted, now):
             rows.append((r.created_at, flow_row(r, now)))
     if a.kind in (None, "agent") and a.tenant is None and a.session is None:
         for ar in sv.agents.list(agent=a.flow):
             if ar.parent_run_id and not a.children:
                 continue
-            if wanted and not ({ar.status, AGENT_AS_FLOW_STATUS.get(ar.status)} & wanted):
+            as_shown = display_status(ar, now)
+            if wanted and not ({as_shown, AGENT_AS_FLOW_STATUS.get(as_shown)} & wanted):
                 continue
             rows.append((ar.created_at, agent_row(ar, now)))
     rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
     shown = [row for _, row in rows[: a.limit]]
-    if a.json:
-        for row in shown:
-            emit(row)
+    if a.output != "text":
+        emit_all(a.output, shown)
         return EXIT_OK
     if not shown:
         print("no runs")
@@ -118,6 +114,39 @@ def cmd_runs(ctx: Ctx) -> int:
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
         )
     return EXIT_OK
+
+
+def _flow_runs_shown(sv: Services, a: Any, wanted: set[str], now: float) -> list[Any]:
+    """The newest ``--limit`` flow runs that pass ``runs``' filters, where
+    ``--status`` is the status *shown*: ``interrupted`` finds running (and
+    leased pending) runs no process executes, and ``running`` leaves those
+    out. Read in pages of ``--limit`` rows from the stored statuses that can
+    show as the wanted ones."""
+    stored: list[RunStatus] | None = None
+    if wanted:
+        stored = sorted(
+            {s for s in RUN_STATUSES if s in wanted}
+            | ({"running", "pending"} if INTERRUPTED in wanted else set())
+        )
+        if not stored:
+            return []
+    out: list[Any] = []
+    offset = 0
+    while len(out) < a.limit:
+        page = sv.checkpoints.list_runs(
+            statuses=stored,
+            flow_name=a.flow,
+            newest_first=True,
+            limit=a.limit,
+            offset=offset,
+            tenant_id=a.tenant,
+            session_id=a.session,
+        )
+        out += [r for r in page if not wanted or display_status(r, now) in wanted]
+        if len(page) < a.limit:
+            break
+        offset += len(page)
+    return out[: a.limit]
 
 
 def _table_time(text: str | None) -> str:
@@ -143,8 +172,9 @@ def cmd_show(ctx: Ctx) -> int:
     cp = store.latest(ref.run_id)
     history = store.history(ref.run_id)
     status = display_status(run, store.now())
-    if ctx.args.json:
-        emit(
+    if ctx.args.output != "text":
+        emit_one(
+            ctx.args.output,
             {
                 **flow_row(run, store.now()),
                 "flow_version": run.flow_version,
@@ -164,7 +194,18 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for rec in cp.steps.values()
                 ],
-                "waits": [_wait_row(w) for w in cp.waits],
+                "waits": [
+                    {
+                        **_wait_row(w),
+                        "command": wait_command(
+                            ctx.hints,
+                            run.run_id,
+                            w,
+                            several=sum(x.kind == "input" for x in cp.waits) > 1,
+                        ),
+                    }
+                    for w in cp.waits
+                ],
                 "checkpoints": [
                     {
                         "id": i.id,
@@ -175,14 +216,18 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for i in history
                 ],
-            }
+            },
         )
         return EXIT_OK
     print(f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}")
     if status == INTERRUPTED:
         print(_interrupted_line(ctx, run))
-    if run.error:
+    if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
+    if cp.waits or run.status == "waiting":
+        print("waits for:")
+        for line in wait_lines(ctx.hints, run, cp.waits, store.now()):
+            print(line)
     print("steps:")
     for rec in cp.steps.values():
         extra = f" iteration {rec.iteration}" if rec.iteration else ""
@@ -216,8 +261,9 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     messages = sv.agents.messages(run_id)
     tools = sv.agents.tool_results(run_id)
     now = sv.checkpoints.now()
-    if ctx.args.json:
-        emit(
+    if ctx.args.output != "text":
+        emit_one(
+            ctx.args.output,
             {
                 **agent_row(run, now),
                 "input": run.input,
@@ -238,7 +284,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                     }
                     for t in tools
                 ],
-            }
+            },
         )
         return EXIT_OK
     status = display_status(run, now)
@@ -248,6 +294,11 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         _say(f"error: {run.error}")
+    asking = agent_wait_lines(ctx.hints, run, now)
+    if asking:
+        print("waits for:")
+        for line in asking:
+            print(line)
     _say("turns:")
     for m in messages:
         if m["role"] == "system":
@@ -297,6 +348,9 @@ def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
                 key = (row["status"], row["progress"], row.get("turns"), row["error"])
                 if seen.get(row["run_id"]) != key:
                     seen[row["run_id"]] = key
+                    if ctx.args.output != "text":
+                        emit_one(ctx.args.output, row)
+                        continue
                     prog = progress_text(row["progress"])
                     err = f"  {row['error']}" if row["error"] else ""
                     print(
@@ -344,9 +398,11 @@ def cmd_waiting(ctx: Ctx) -> int:
     runs = engine.waiting()
     asking = sv.agents.list(statuses=["input_required"])
     now = sv.checkpoints.now()
-    if ctx.args.json:
-        for run in runs:
-            emit({**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]})
+    if ctx.args.output != "text":
+        rows = [
+            {**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]}
+            for run in runs
+        ]
         for ar in asking:
             request = pending_approval(ar.pending_call)
             if request is not None:
@@ -354,7 +410,8 @@ def cmd_waiting(ctx: Ctx) -> int:
                 emit({**agent_row(ar, now), "question": None, "approval": approval})
                 continue
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
-            emit({**agent_row(ar, now), "question": question})
+            rows.append({**agent_row(ar, now), "question": question})
+        emit_all(ctx.args.output, rows)
         return EXIT_OK
     if not runs and not asking:
         print("no waiting runs")
@@ -476,8 +533,9 @@ def cmd_undo(ctx: Ctx) -> int:
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
     report = undo_tidy(undo_list_of(sv.checkpoints, ref.run_id))
-    if ctx.args.json:
-        emit(
+    if ctx.args.output != "text":
+        emit_one(
+            ctx.args.output,
             {
                 "run_id": ref.run_id,
                 "moved_back": report.moved_back,
@@ -485,7 +543,7 @@ def cmd_undo(ctx: Ctx) -> int:
                 "left": report.left,
                 "folders_removed": report.folders_removed,
                 "folders_kept": report.folders_kept,
-            }
+            },
         )
     else:
         already = f", {report.already_back} already back" if report.already_back else ""

@@ -1,4 +1,5 @@
-"""Starting and feeding runs: ``run digest``, ``start``, ``answer``, ``signal``.
+"""Starting and feeding runs: ``run digest|tidy``, ``start``, ``answer``,
+``signal``, ``publish``.
 
 ``run`` and ``start`` print the run id alone on the first line of stdout
 (before any step runs), so a terminal or script holds it even after a
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from desktop_app.errors import ConfigError, InputError
 LIVE = ["pending", "running", "waiting", "failed"]
 
 
-def _check_builtin_input(flow: str, given: dict[str, Any]) -> dict[str, Any]:
+def check_builtin_input(flow: str, given: dict[str, Any]) -> dict[str, Any]:
     """Refuse a bad folder before a run exists; paths become absolute.
 
     Raises:
@@ -42,15 +44,18 @@ def _check_builtin_input(flow: str, given: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def _unknown_keys(flow: Any, given: dict[str, Any]) -> None:
-    """``--input`` keys the flow's state model does not have are errors
-    naming the nearest valid key."""
+def unknown_keys(flow: Any, given: dict[str, Any], what: str = "--input") -> None:
+    """Keys of ``given`` (``--input``, ``fork --changes``) the flow's state
+    model does not have are errors naming the nearest valid key.
+
+    Raises:
+        InputError: the first unknown key (exit 2)."""
     fields = flow.state_type.model_fields
     for key in given:
         if key not in fields:
             hint = nearest_key(key, flow.state_type)
             tail = f"did you mean {hint!r}?" if hint else f"valid keys: {', '.join(fields)}"
-            raise InputError(f"--input has unknown key {key!r} for flow {flow.name!r}; {tail}")
+            raise InputError(f"{what} has unknown key {key!r} for flow {flow.name!r}; {tail}")
 
 
 def _twin(sv: Any, flow: str, key: str) -> Any:
@@ -93,13 +98,23 @@ def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | Non
             ctx.current_run = twin.run_id
             return sv.engine.resume(twin.run_id)
         flow_key = None
+    return execute_new_run(
+        ctx, sv, lambda rid: sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
+    )
+
+
+def execute_new_run(ctx: Ctx, sv: Any, job: Callable[[str], Any]) -> Any:
+    """Run ``job(run_id)`` for a new run id, printing that id alone on
+    stdout once the run is stored, before its first step (the engine's
+    ``RunStarted``); a job whose run never starts a step (a live run with
+    the same flow key was the answer, a replay of a finished checkpoint)
+    has its result's id printed after it. Returns the job's ``RunResult``."""
     from desktop_app.flow.events import RunStarted
 
     rid = uuid.uuid4().hex
     printed = False
 
     def print_id(event: object) -> None:
-        """The id goes out once the run is stored, before its first step."""
         nonlocal printed
         if isinstance(event, RunStarted) and event.run_id == rid and not printed:
             printed = True
@@ -108,13 +123,18 @@ def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | Non
 
     unsubscribe = sv.engine.events.subscribe(print_id)
     try:
-        result = sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
+        result = job(rid)
     finally:
         unsubscribe()
-    if not printed:  # a live run with this key appeared meanwhile: that run is the answer
+    if not printed:
         print(result.run_id, flush=True)
         ctx.current_run = result.run_id
     return result
+
+
+def fit_problems(exc: Any) -> str:
+    """A pydantic ``ValidationError`` as ``field.path: message; ...``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
 def report_result(ctx: Ctx, result: Any) -> int:
@@ -128,7 +148,8 @@ def report_result(ctx: Ctx, result: Any) -> int:
         print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
         return EXIT_FAILED
     if result.status == "waiting":
-        print(f"it waits: {ctx.hints.cmd('waiting')}", file=sys.stderr)
+        hint = ctx.hints.cmd(f"show {result.run_id}")
+        print(f"it waits; what for, and the command that answers it: {hint}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -136,11 +157,14 @@ def cmd_run(ctx: Ctx) -> int:
     from desktop_app.flow import EventBus
 
     a = ctx.args
-    given = _check_builtin_input("digest", {"folder": str(a.folder), "out": str(a.out)})
+    if a.flow == "tidy":
+        given = check_builtin_input("tidy", {"folder": str(a.folder)})
+    else:
+        given = check_builtin_input("digest", {"folder": str(a.folder), "out": str(a.out)})
     events = EventBus()
     events.subscribe(step_listener(a.quiet))
     sv = ctx.services(events=events)
-    if a.model:
+    if a.flow == "digest" and a.model:
         from desktop_app.agent import Agent
         from desktop_app.bootstrap import build_model
         from desktop_app.flows.digest import agent_summarizer, build_digest_flow
@@ -155,8 +179,8 @@ def cmd_run(ctx: Ctx) -> int:
         sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
     from desktop_app.flows import builtin_flow_key
 
-    key = None if a.new else builtin_flow_key("digest", given)
-    return report_result(ctx, _run_or_resume(ctx, sv, "digest", given, key))
+    key = None if a.new else builtin_flow_key(a.flow, given)
+    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, key))
 
 
 def cmd_start(ctx: Ctx) -> int:
@@ -178,10 +202,17 @@ def cmd_start(ctx: Ctx) -> int:
     try:
         flow = sv.engine.flow(a.flow)
     except UnknownFlowError as exc:
-        names = ", ".join(sorted(sv.engine.flows))
-        raise InputError(f"{exc}; registered flows: {names} (`{ctx.hints.cmd('flows')}`)") from exc
-    _unknown_keys(flow, given)
-    given = _check_builtin_input(a.flow, given)
+        import difflib
+
+        names = sorted(sv.engine.flows)
+        near = difflib.get_close_matches(a.flow, names, n=1)
+        meant = f"; did you mean {near[0]!r}?" if near else ";"
+        raise InputError(
+            f"no flow named {a.flow!r} is registered{meant} registered flows: "
+            f"{', '.join(names)} (`{ctx.hints.cmd('flows')}`)"
+        ) from exc
+    unknown_keys(flow, given)
+    given = check_builtin_input(a.flow, given)
     key = a.flow_key
     if key is None and not a.new:
         from desktop_app.flows import builtin_flow_key
@@ -190,10 +221,7 @@ def cmd_start(ctx: Ctx) -> int:
     try:
         result = _run_or_resume(ctx, sv, a.flow, given, key)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        raise InputError(f"--input does not fit flow {a.flow!r}: {problems}") from exc
+        raise InputError(f"--input does not fit flow {a.flow!r}: {fit_problems(exc)}") from exc
     return report_result(ctx, result)
 
 
@@ -201,7 +229,7 @@ def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
-    value = parse_json(a.value, "--json was given but VALUE") if a.json else a.value
+    value = parse_json(a.value, "--value-json was given but VALUE") if a.value_json else a.value
     sv = ctx.services()
     ref = ctx.resolve(sv, a.run_id)
     if ref.kind == "agent":
@@ -223,4 +251,16 @@ def cmd_signal(ctx: Ctx) -> int:
     sv = ctx.services()
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
+    return EXIT_OK
+
+
+def cmd_publish(ctx: Ctx) -> int:
+    """``flowdesk publish TYPE [--payload JSON]``: an event for every run
+    waiting on ``TYPE`` (:meth:`desktop_app.flow.Engine.publish`; a broadcast,
+    never consumed); runs this process may run are woken now, others when
+    their process looks."""
+    payload = parse_json(ctx.args.payload, "--payload")
+    sv = ctx.services()
+    event_id = sv.engine.publish(ctx.args.type, payload)
+    print(f"event {event_id} published")
     return EXIT_OK

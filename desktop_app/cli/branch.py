@@ -1,0 +1,125 @@
+"""New runs from an old run's checkpoint: ``replay`` and ``fork``.
+
+Both go through :meth:`desktop_app.flow.Engine.replay` (``fork`` is a replay
+with changed state fields, :meth:`~desktop_app.flow.Engine.fork`; the names
+follow Agentium's ``replay``/``fork``, as the app's Replay and Fork keys
+do). The new run starts from the checkpoint's state and next step under a
+new id, with the source as its ``parent_run_id``; the steps completed
+before the checkpoint are kept (not run again), a step after it runs again,
+and a child run (an agent's model call) a re-executed step had started is
+reattached, never started twice. The source run and its history are not
+touched. The flow must still be the version the source ran
+(``FlowVersionMismatchError`` otherwise: exit 1).
+
+``CHECKPOINT`` is ``RUN`` (its first kept checkpoint, revision 0 unless
+``keep_last_n`` pruned it: the run's start, so the whole flow runs again on
+the same input) or ``RUN:REVISION`` as ``flowdesk show RUN`` lists them.
+Like ``run``/``start``, the new run's id is the first line of stdout.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from desktop_app.cli.common import Ctx, parse_json
+from desktop_app.cli.output import step_listener
+from desktop_app.errors import InputError
+
+if TYPE_CHECKING:
+    from desktop_app.bootstrap import Services
+
+
+def checkpoint_of(ctx: Ctx, sv: Services, text: str) -> str:
+    """``RUN`` or ``RUN:REVISION`` (``RUN`` a unique prefix) → the stable
+    checkpoint id ``"<run_id>:<revision>"`` of a kept checkpoint.
+
+    Raises:
+        UnknownRunError, AmbiguousRunIdError: no such run (exit 2).
+        InputError: an agent run, a revision that is not a number, or one the
+            run does not have (kept), naming the ones it has (exit 2).
+    """
+    run_text, _, rev_text = text.partition(":")
+    ref = ctx.resolve(sv, run_text)
+    if ref.kind == "agent":
+        raise InputError(
+            f"run {ref.run_id} is an agent run; replay and fork take flow runs "
+            f"(resume an agent run with `{ctx.hints.cmd('resume ' + ref.run_id)}`)"
+        )
+    kept = [info.revision for info in sv.checkpoints.history(ref.run_id)]
+    if not rev_text:
+        return f"{ref.run_id}:{kept[0]}"
+    try:
+        revision = int(rev_text)
+    except ValueError:
+        raise InputError(f"{text!r}: the revision after ':' must be a number") from None
+    if revision not in kept:
+        raise InputError(
+            f"run {ref.run_id} has no checkpoint {revision}; it keeps {_ranges(kept)} "
+            f"(`{ctx.hints.cmd('show ' + ref.run_id)}` lists them)"
+        )
+    return f"{ref.run_id}:{revision}"
+
+
+def _ranges(revisions: list[int]) -> str:
+    if revisions == list(range(revisions[0], revisions[-1] + 1)):
+        return f"revisions {revisions[0]} to {revisions[-1]}"
+    return "revisions " + ", ".join(map(str, revisions))
+
+
+def _changes(ctx: Ctx, sv: Services, checkpoint: str) -> dict[str, Any]:
+    """``fork --changes``: a JSON object of the flow's state fields.
+
+    Raises:
+        InputError: not JSON, not an object, empty, or a key the flow's state
+            does not have (naming the nearest); a missing folder for the
+            built-in flows (exit 2).
+    """
+    from desktop_app.cli.start import check_builtin_input, unknown_keys
+
+    changes = parse_json(ctx.args.changes, "--changes")
+    if not isinstance(changes, dict) or not changes:
+        raise InputError(
+            "--changes must be a JSON object of the state fields to change, e.g. "
+            f'\'{{"order": "o-2"}}\' (to run again unchanged: '
+            f"`{ctx.hints.cmd('replay ' + checkpoint)}`)"
+        )
+    flow = sv.engine.flow(sv.checkpoints.get_run(checkpoint.partition(":")[0]).flow_name)
+    unknown_keys(flow, changes, "--changes")
+    return check_builtin_input(flow.name, changes)
+
+
+def _branch(ctx: Ctx, fork: bool) -> int:
+    from pydantic import ValidationError
+
+    from desktop_app.cli.start import execute_new_run, fit_problems, report_result
+    from desktop_app.flow import EventBus
+
+    events = EventBus()
+    events.subscribe(step_listener(ctx.args.quiet))
+    sv = ctx.services(events=events)
+    checkpoint = checkpoint_of(ctx, sv, ctx.args.checkpoint)
+    changes = _changes(ctx, sv, checkpoint) if fork else None
+    engine = sv.engine
+    try:
+        result = execute_new_run(
+            ctx,
+            sv,
+            lambda rid: (
+                engine.fork(checkpoint, changes, run_id=rid)
+                if changes is not None
+                else engine.replay(checkpoint, run_id=rid)
+            ),
+        )
+    except ValidationError as exc:  # validated before the new run exists
+        raise InputError(f"--changes do not fit the run's state: {fit_problems(exc)}") from exc
+    return report_result(ctx, result)
+
+
+def cmd_replay(ctx: Ctx) -> int:
+    """``flowdesk replay CHECKPOINT``: the flow again from that checkpoint, as a new run."""
+    return _branch(ctx, fork=False)
+
+
+def cmd_fork(ctx: Ctx) -> int:
+    """``flowdesk fork CHECKPOINT --changes JSON``: a replay with those state fields changed."""
+    return _branch(ctx, fork=True)

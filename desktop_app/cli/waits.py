@@ -1,0 +1,119 @@
+"""What a waiting run waits for, in words, with the command that moves it on.
+
+``flowdesk show RUN`` prints these lines (:func:`wait_lines`): for each
+pending wait its kind and what it needs (the question, the signal's name
+and key, the event type, the timer), its deadline in local time and in UTC
+with the time left, and the exact command to run, carrying the user's
+``--db``/``--scope`` (:class:`~desktop_app.cli.output.Hints`):
+
+* input: ``answer RUN yes`` (``--wait-id`` when the run asks several
+  questions at once); the last word is the answer;
+* signal: ``signal NAME KEY`` (a payload with ``--payload JSON``);
+* event: ``publish TYPE`` (a payload with ``--payload JSON``);
+* timer: ``resume RUN`` fires it once it is due (so does ``flowdesk agent``
+  or the app, on their own).
+
+A run ``waiting`` with no wait was paused for an operator (a full disk, an
+unknown commit outcome): ``resume RUN`` continues it. An agent run asking
+its user (``input_required``) gets the same answer line
+(:func:`agent_wait_lines`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from desktop_app.cli.output import Hints, due_in, iso
+from desktop_app.textsafe import visible_controls
+
+
+def local_and_utc(ts: float, now: float) -> str:
+    """``2026-12-04 17:25:43 IST (local), 2026-12-04T11:55:43.120Z (UTC), in 23 h 59 min``:
+    UTC epoch seconds in the machine's time zone (``TZ``), in UTC, and
+    relative to ``now``."""
+    local = datetime.fromtimestamp(ts, UTC).astimezone()
+    return f"{local:%Y-%m-%d %H:%M:%S %Z} (local), {iso(ts)} (UTC), {due_in(ts, now)}"
+
+
+def _question(prompt: Any) -> str:
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
+    return visible_controls(json.dumps(text, ensure_ascii=False))
+
+
+def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list[str]:
+    """The lines ``show`` prints under ``waits for:`` for the flow run
+    ``run`` (a ``RunRecord``) and its pending ``waits`` (``Wait`` records),
+    judged at ``now`` (UTC epoch seconds). Each command line is
+    ``<what> with: <command>``, the command runnable exactly as printed."""
+    rid = run.run_id
+    lines: list[str] = []
+    if not waits:
+        if run.status == "waiting":
+            why = f": {visible_controls(run.error)}" if run.error else ""
+            lines.append(f"  an operator{why}")
+            lines.append(f"    continue with: {hints.cmd(f'resume {rid}')}")
+        return lines
+    several = sum(w.kind == "input" for w in waits) > 1
+    for w in waits:
+        step = f"step {w.step_id}, wait {w.wait_id}"
+        if w.kind == "input":
+            lines.append(f"  an answer ({step}): {_question(w.prompt)}")
+        elif w.kind == "signal":
+            lines.append(f"  signal {str(w.name)!r} with key {str(w.key)!r} ({step})")
+        elif w.kind == "event":
+            lines.append(f"  an event of type {str(w.name)!r} ({step})")
+        else:
+            lines.append(f"  a timer ({step})")
+        if w.deadline_at is not None:
+            label = "fires" if w.kind == "timer" else "deadline"
+            lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
+        note, verb = _SAY[w.kind]
+        lines.append(f"    {note}")
+        lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
+    return lines
+
+
+#: wait kind -> (what to know, what the command does)
+_SAY = {
+    "input": (
+        "the last word is the answer: yes, no or any text (JSON with --value-json)",
+        "answer",
+    ),
+    "signal": ("a payload goes with --payload JSON", "send it"),
+    "event": ("a payload goes with --payload JSON", "publish it"),
+    "timer": ("a running `flowdesk agent` or the app fires it on its own", "fire it once due"),
+}
+
+
+def wait_command(hints: Hints, run_id: str, wait: Any, *, several: bool = False) -> str:
+    """The command that moves the run ``run_id`` past ``wait`` (a ``Wait``),
+    as ``show`` prints it and its JSON gives it (``command``): ``answer RUN
+    yes`` (with ``--wait-id`` when ``several`` questions are pending),
+    ``signal NAME KEY``, ``publish TYPE`` or ``resume RUN`` (a timer)."""
+    if wait.kind == "input":
+        which = f" --wait-id {shlex.quote(wait.wait_id)}" if several else ""
+        return hints.cmd(f"answer {run_id} yes{which}")
+    if wait.kind == "signal":
+        return hints.cmd(f"signal {shlex.quote(str(wait.name))} {shlex.quote(str(wait.key))}")
+    if wait.kind == "event":
+        return hints.cmd(f"publish {shlex.quote(str(wait.name))}")
+    return hints.cmd(f"resume {run_id}")
+
+
+def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
+    """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``):
+    its question and ``answer RUN yes`` while it asks its user
+    (``input_required``), the run's expiry if it has one; nothing otherwise."""
+    if run.status != "input_required":
+        return []
+    question = ((run.pending_call or {}).get("arguments") or {}).get("question")
+    lines = [f"  an answer: {_question(question)}"]
+    if run.expires_at is not None:
+        lines.append(f"    expires {local_and_utc(run.expires_at, now)}")
+    lines.append("    the last word is the answer: any text")
+    lines.append(f"    answer with: {hints.cmd(f'answer {run.run_id} yes')}")
+    return lines
