@@ -407,7 +407,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             request = pending_approval(ar.pending_call)
             if request is not None:
                 approval = {"tool": request.tool, "arguments": dict(request.arguments)}
-                emit({**agent_row(ar, now), "question": None, "approval": approval})
+                rows.append({**agent_row(ar, now), "question": None, "approval": approval})
                 continue
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
             rows.append({**agent_row(ar, now), "question": question})
