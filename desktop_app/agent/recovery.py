@@ -43,20 +43,29 @@ class ToolSources:
         folder: the folder of the file tools (``--tools files --folder DIR``),
             absolute, or ``None``.
         mcp: names of MCP servers in the settings' ``[mcp_servers]`` (``--mcp NAME``).
+        pydantic_ai: the name of the registered Pydantic AI agent that runs
+            this run, tools and model included
+            (:mod:`desktop_app.integrations.pydantic_ai`), or ``None`` for a
+            run of Flowdesk's own :class:`~desktop_app.agent.runtime.Agent`.
     """
 
     folder: Path | None = None
     mcp: tuple[str, ...] = ()
+    pydantic_ai: str | None = None
 
     @property
     def empty(self) -> bool:
         """No tools besides the built-in ``ask_user``."""
-        return self.folder is None and not self.mcp
+        return self.folder is None and not self.mcp and self.pydantic_ai is None
 
     def to_json(self) -> str:
-        """The JSON text stored with the run: ``{"folder": ..., "mcp": [...]}``."""
+        """The JSON text stored with the run: ``{"folder": ..., "mcp": [...]}``,
+        plus ``"pydantic_ai": NAME`` for a Pydantic AI agent's run."""
         folder = None if self.folder is None else str(self.folder)
-        return json.dumps({"folder": folder, "mcp": list(self.mcp)})
+        data: dict[str, Any] = {"folder": folder, "mcp": list(self.mcp)}
+        if self.pydantic_ai is not None:
+            data["pydantic_ai"] = self.pydantic_ai
+        return json.dumps(data)
 
     @classmethod
     def of_run(cls, store: AgentLog, run_id: str) -> ToolSources:
@@ -66,7 +75,11 @@ class ToolSources:
             return cls()
         data = json.loads(stored.result or "{}")
         folder = data.get("folder")
-        return cls(None if folder is None else Path(folder), tuple(data.get("mcp") or ()))
+        return cls(
+            None if folder is None else Path(folder),
+            tuple(data.get("mcp") or ()),
+            data.get("pydantic_ai"),
+        )
 
 
 @contextmanager

@@ -1,0 +1,148 @@
+"""Durable Pydantic AI agents on Flowdesk (S96): a real SIGKILL inside a tool
+call, then a new process resumes the run; model requests are counted on a
+scripted OpenAI-compatible server on 127.0.0.1 and tool calls in the file
+the tool appends to."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite import open_store
+from tests.chat_server import ChatServer
+from tests.chat_server import completion as _completion
+
+WORKER = Path(__file__).resolve().parent / "pydantic_ai_worker.py"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def completion(content: str = "", calls: list[dict] | None = None) -> dict:
+    """A chat completion as the OpenAI SDK validates it (model and created set)."""
+    return {**_completion(content, calls), "model": "scripted", "created": 0}
+
+
+def call(name: str, **args: str) -> dict:
+    return {"id": f"call-{name}-{'-'.join(args.values())}", "name": name, "args": args}
+
+
+SCRIPT = [
+    ("json", completion("", [call("lookup", q="a")])),
+    ("json", completion("", [call("lookup", q="b")])),
+    ("json", completion("a and b are found")),
+]
+
+
+def worker(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(WORKER), str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def agent_runs(db: Path):
+    store = open_store(db)
+    try:
+        agents = SqliteAgentStore(store)
+        return [
+            (r, agents.messages(r.run_id), agents.tool_results(r.run_id)) for r in agents.list()
+        ]
+    finally:
+        store.close()
+
+
+def requests_made(server: ChatServer) -> list[list[str]]:
+    """For each model request the server answered: the tool results it was shown."""
+    return [
+        [m["content"] for m in r["body"]["messages"] if m["role"] == "tool"]
+        for r in server.requests
+    ]
+
+
+@pytest.mark.scenario("S96")
+@pytest.mark.parametrize("stream", [False, True], ids=["request", "stream"])
+def test_sigkill_in_a_tool_then_resume_repeats_no_completed_request_or_tool_call(
+    db_path: Path, tmp_path: Path, stream: bool
+) -> None:
+    log = tmp_path / "tool.log"
+    flags = ["--stream"] if stream else []
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), "PAI_TEST_KILL": "tool:b"}
+        server.script = list(SCRIPT)
+        first = worker(db_path, env, "run", "find a then b", *flags)
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        run_id = first.stdout.split()[1]
+        assert len(server.requests) == 2  # the kill came inside the second call's tool
+        assert lines(log) == ["tool a", "tool b"]
+        ((run, _, _),) = agent_runs(db_path)
+        assert run.status == "running"
+
+        second = worker(db_path, {**env, "PAI_TEST_KILL": ""}, "resume", run_id, *flags)
+        assert second.returncode == 0, second.stderr
+        assert "done executed=2 replayed=3 output=a and b are found" in second.stdout
+        if stream:  # the new request's text arrived as deltas, live
+            assert "text a and b are found" in second.stdout
+        # three model requests in all: the two before the kill were not sent again
+        assert len(server.requests) == 3
+        assert requests_made(server)[-1] == ["result for a", "result for b"]
+        assert all(r["body"].get("stream", False) is stream for r in server.requests)
+    # lookup(a) completed before the kill: not run again; lookup(b) was in flight: run again
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+    ((run, messages, tools),) = agent_runs(db_path)
+    assert (run.status, run.response, run.turns, run.agent) == (
+        "done",
+        "a and b are found",
+        3,
+        "helper",
+    )
+    # the conversation Flowdesk shows: prompt, each reply, each tool result, once
+    assert [(m["role"], m.get("name"), m["content"]) for m in messages] == [
+        ("user", None, "find a then b"),
+        ("assistant", None, ""),
+        ("tool", "lookup", "result for a"),
+        ("assistant", None, ""),
+        ("tool", "lookup", "result for b"),
+        ("assistant", None, "a and b are found"),
+    ]
+    assert [c["arguments"] for m in messages for c in m.get("tool_calls", [])] == [
+        {"q": "a"},
+        {"q": "b"},
+    ]
+    by_tool = Counter(t.tool for t in tools if t.status == "completed")
+    model_step = "model.request_stream" if stream else "model.request"
+    assert by_tool == {"tool_sources": 1, model_step: 3, "lookup": 2}
+    calls = {json.loads(t.result or "")["input"]: t for t in tools if t.tool == "lookup"}
+    assert calls['{"q":"a"}'].attempts == 1
+    assert calls['{"q":"b"}'].attempts == 2  # started before the kill, and once after
+    assert json.loads(calls['{"q":"b"}'].result or "")["output"]["result"] == "result for b"
+
+
+@pytest.mark.scenario("S96")
+def test_a_done_run_resumed_replays_its_output_without_a_request(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(SCRIPT)
+        first = worker(db_path, env, "run", "find a then b")
+        assert first.returncode == 0, first.stderr
+        assert "done executed=5 replayed=0 output=a and b are found" in first.stdout
+        again = worker(db_path, env, "resume", first.stdout.split()[1])
+        assert again.returncode == 0, again.stderr
+        assert "done executed=0 replayed=5 output=a and b are found" in again.stdout
+        assert len(server.requests) == 3
+    assert lines(log) == ["tool a", "tool b"]
