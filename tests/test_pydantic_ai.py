@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import pytest
 from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite import open_store
 from tests.chat_server import ChatServer
+from tests.cli_support import flowdesk
+from tests.test_cli_agent_resume import agent_status, as_printed, wait_for
 from tests.chat_server import completion as _completion
 
 WORKER = Path(__file__).resolve().parent / "pydantic_ai_worker.py"
@@ -146,3 +149,78 @@ def test_a_done_run_resumed_replays_its_output_without_a_request(db_path, tmp_pa
         assert "done executed=0 replayed=5 output=a and b are found" in again.stdout
         assert len(server.requests) == 3
     assert lines(log) == ["tool a", "tool b"]
+
+
+# -- resumed by Flowdesk: registered agents (settings or entry point) ------------
+
+REGISTERED = {"FLOWDESK_PYDANTIC_AI_AGENTS": '["tests.pydantic_ai_agents:make_helper"]'}
+
+
+def killed_run(db: Path, log: Path, server: ChatServer) -> tuple[str, dict[str, str]]:
+    """A run of ``helper`` SIGKILLed inside ``lookup(b)``; its id and the
+    environment (model server, tool log) the resuming process needs."""
+    env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+    server.script = list(SCRIPT)
+    first = worker(db, {**env, "PAI_TEST_KILL": "tool:b"}, "run", "find a then b")
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    return first.stdout.split()[1], {**os.environ, **env}
+
+
+@pytest.mark.scenario("S96")
+def test_show_prints_the_conversation_and_its_resume_hint_resumes_the_registered_agent(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        run_id, env = killed_run(db_path, log, server)
+        shown = flowdesk(db_path, "show", run_id, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert f"agent run {run_id}  agent helper  status interrupted  turns 2" in shown.stdout
+        assert '  assistant calls lookup {"q": "a"}' in shown.stdout
+        assert "  tool lookup: result for a" in shown.stdout
+        hint = re.search(r"; (flowdesk .*) continues it$", shown.stdout, re.M)
+        assert hint, shown.stdout
+        # without the registration the run is left alone, with what to do
+        refused = as_printed(hint.group(1), env)
+        assert refused.returncode != 0
+        assert "not registered: add" in refused.stderr and "pydantic_ai_agents" in refused.stderr
+        assert agent_status(db_path, run_id) == "interrupted"
+        resumed = as_printed(hint.group(1), {**env, **REGISTERED})
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.stdout.strip() == "a and b are found"
+        assert len(server.requests) == 3
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+    assert agent_status(db_path, run_id) == "done"
+
+
+@pytest.mark.scenario("S96")
+def test_flowdesk_agent_resumes_an_interrupted_pydantic_ai_run(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        run_id, env = killed_run(db_path, log, server)
+        served = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "desktop_app.cli",
+                "--db",
+                str(db_path),
+                "agent",
+                "--poll",
+                "0.2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**env, **REGISTERED},  # no Flowdesk model: the agent brings its own
+        )
+        try:
+            wait_for(lambda: agent_status(db_path, run_id) == "done", "the run to finish")
+        finally:
+            served.send_signal(signal.SIGTERM)
+            out, err = served.communicate(timeout=60)
+        assert served.returncode == 0, err
+        assert f"agent run {run_id} done" in out
+        assert len(server.requests) == 3
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}

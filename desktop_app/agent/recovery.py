@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.tools import TOOL_SOURCES_KEY, AgentTool, file_tools
-from desktop_app.errors import InputError
+from desktop_app.errors import ConfigError, InputError
 from desktop_app.flow.owners import lease_abandoned
 from desktop_app.store.protocol import AgentLog, AgentRun
 
@@ -111,6 +111,25 @@ def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[A
             server.close()
 
 
+def resume_pydantic_ai(store: AgentLog, settings: Settings, run_id: str) -> AgentResponse:
+    """Resume a run of a Pydantic AI agent (its :class:`ToolSources` names
+    one) with the registered agent of that name
+    (:func:`desktop_app.integrations.pydantic_ai.registry.resume_registered`).
+
+    Raises:
+        ConfigError: the ``pydantic-ai`` extra is not installed, or the agent
+            is not registered.
+    """
+    try:
+        from desktop_app.integrations.pydantic_ai.registry import resume_registered
+    except ImportError as exc:
+        raise ConfigError(
+            f"agent run {run_id} was started by a Pydantic AI agent; install Flowdesk with "
+            "its extra (pip install 'flowdesk[pydantic-ai]') to resume it"
+        ) from exc
+    return resume_registered(store, settings, run_id)
+
+
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:
     """Top-level agent runs left ``running`` with no live process executing
     them (``owners.lease_abandoned`` at ``now``, UTC epoch seconds: lease
@@ -131,6 +150,7 @@ def recover_agent_runs(
     *,
     on_result: Callable[[AgentRun, AgentResponse | BaseException], None] | None = None,
     skip: Collection[str] | None = None,
+    no_model: str = "no model is set up",
 ) -> list[tuple[AgentRun, AgentResponse | BaseException]]:
     """Resume every interrupted agent run (:func:`interrupted_agent_runs`)
     with the tools it recorded, one after another.
@@ -138,7 +158,10 @@ def recover_agent_runs(
     Args:
         store: the agent-run store.
         settings: the settings (MCP servers are looked up by name here).
-        model: the chat model to continue with.
+        model: the chat model to continue Flowdesk's own agent runs with, or
+            ``None`` when none is set up (those runs are then reported with
+            ``no_model``, why there is none; a Pydantic AI agent's run brings
+            its own model and is resumed all the same).
         now: the store's "now" (UTC epoch seconds) that decides expiry.
         on_result: called with each run and its outcome as it finishes.
         skip: ids of runs to leave alone.
@@ -148,7 +171,8 @@ def recover_agent_runs(
         :class:`~desktop_app.agent.runtime.AgentResponse`, or the error that
         kept it from resuming (``AgentRunLeasedError`` when a live process
         took it meanwhile, ``ConfigError``/``McpError``/``InputError`` when its
-        tools cannot be connected). One run's error never stops the others.
+        tools cannot be connected or its Pydantic AI agent is not
+        registered). One run's error never stops the others.
     """
     from desktop_app.agent.runtime import Agent
 
@@ -159,8 +183,13 @@ def recover_agent_runs(
         outcome: AgentResponse | BaseException
         try:
             sources = ToolSources.of_run(store, run.run_id)
-            with connected_tools(settings, sources) as tools:
-                outcome = Agent(run.agent, model, store, tools).resume(run.run_id)
+            if sources.pydantic_ai is not None:
+                outcome = resume_pydantic_ai(store, settings, run.run_id)
+            elif model is None:
+                raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
+            else:
+                with connected_tools(settings, sources) as tools:
+                    outcome = Agent(run.agent, model, store, tools).resume(run.run_id)
         except Exception as exc:  # reported with the run; the others still resume
             outcome = exc
         report.append((run, outcome))
