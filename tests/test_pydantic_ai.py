@@ -19,9 +19,9 @@ import pytest
 from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite import open_store
 from tests.chat_server import ChatServer
+from tests.chat_server import completion as _completion
 from tests.cli_support import flowdesk
 from tests.test_cli_agent_resume import agent_status, as_printed, wait_for
-from tests.chat_server import completion as _completion
 
 WORKER = Path(__file__).resolve().parent / "pydantic_ai_worker.py"
 REPO = Path(__file__).resolve().parents[1]

@@ -42,11 +42,7 @@ def registered_agents(settings: Settings) -> dict[str, PydanticAgent[Any, Any]]:
     for spec in settings.pydantic_ai_agents:
         module_name, _, attr = spec.partition(":")
 
-        def get(module_name: str = module_name, attr: str = attr) -> Any:
-            module = importlib.import_module(module_name)
-            return getattr(module, attr) if attr else module
-
-        sources.append((f"pydantic_ai_agents entry {spec!r}", get))
+        sources.append((f"pydantic_ai_agents entry {spec!r}", _importer(module_name, attr)))
     found: dict[str, PydanticAgent[Any, Any]] = {}
     for where, get in sources:
         try:
@@ -68,6 +64,14 @@ def registered_agents(settings: Settings) -> dict[str, PydanticAgent[Any, Any]]:
                 raise ConfigError(f"two registered Pydantic AI agents are named {agent.name!r}")
             found[agent.name] = agent
     return found
+
+
+def _importer(module_name: str, attr: str) -> Callable[[], Any]:
+    def get() -> Any:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr) if attr else module
+
+    return get
 
 
 def resume_registered(store: AgentLog, settings: Settings, run_id: str) -> AgentResponse:
