@@ -224,3 +224,32 @@ def test_flowdesk_agent_resumes_an_interrupted_pydantic_ai_run(db_path, tmp_path
         assert f"agent run {run_id} done" in out
         assert len(server.requests) == 3
     assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+
+
+@pytest.mark.scenario("S96")
+def test_an_mcp_tool_call_that_completed_is_not_made_again_after_a_sigkill(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tool.log"  # the notes server's append() and lookup() both write here
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), "PAI_TEST_MCP": "1"}
+        server.script = [
+            ("json", completion("", [call("append", text="x")])),
+            ("json", completion("", [call("lookup", q="b")])),
+            ("json", completion("noted x, found b")),
+        ]
+        first = worker(db_path, {**env, "PAI_TEST_KILL": "tool:b"}, "run", "note x, find b")
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        offered = {t["function"]["name"] for t in server.requests[0]["body"]["tools"]}
+        assert offered == {"append", "append_and_hang", "lookup"}
+        second = worker(db_path, env, "resume", first.stdout.split()[1])
+        assert second.returncode == 0, second.stderr
+        assert "output=noted x, found b" in second.stdout
+        assert len(server.requests) == 3
+        assert requests_made(server)[-1] == ["appended; 1 lines", "result for b"]
+    assert Counter(lines(log)) == {"x": 1, "tool b": 2}
+    ((run, messages, tools),) = agent_runs(db_path)
+    assert run.status == "done"
+    assert [m.get("name") for m in messages if m["role"] == "tool"] == ["append", "lookup"]
+    # the server's tool list is journaled too (discovery is a step)
+    assert any(t.tool == "notes.get_tools" and t.status == "completed" for t in tools)
