@@ -2,8 +2,10 @@
 
 Usage: python tests/pydantic_ai_worker.py DB (run PROMPT | resume RUN_ID) [--stream]
 
+DB is a SQLite file or a ``postgresql://`` URL (opened as ``flowdesk --db DB`` does).
+
 Builds ``tests.pydantic_ai_agents.make_helper()`` (see there for the
-environment it reads) wrapped in ``FlowdeskAgent`` over the SQLite file DB
+environment it reads) wrapped in ``FlowdeskAgent`` over DB
 and runs PROMPT, or resumes RUN_ID. Prints ``run <id>`` as soon as the run
 is stored, each streamed piece of text as ``text <text>`` with ``--stream``,
 and ``<status> executed=<n> replayed=<n> output=<text>`` at the end.
@@ -22,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
+from desktop_app.bootstrap import open_services
+from desktop_app.config import load_settings
 from desktop_app.integrations.pydantic_ai import FlowdeskAgent
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
 from tests.pydantic_ai_agents import make_helper
 
 
@@ -35,8 +37,8 @@ async def main() -> int:
     p.add_argument("arg")
     p.add_argument("--stream", action="store_true")
     a = p.parse_args()
-    store = open_store(a.db)
-    durable = FlowdeskAgent(make_helper(), SqliteAgentStore(store))
+    services = open_services(load_settings(db_path=a.db), flows=[])
+    durable = FlowdeskAgent(make_helper(), services.agents)
 
     async def handler(_ctx: Any, events: Any) -> None:
         async for event in events:
@@ -53,7 +55,7 @@ async def main() -> int:
     else:
         res = await durable.resume(a.arg, event_stream_handler=stream)
     print(f"{res.status} executed={res.executed} replayed={res.replayed} output={res.text}")
-    store.close()
+    services.close()
     return 0
 
 

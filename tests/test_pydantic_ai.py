@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.bootstrap import open_services
+from desktop_app.config import load_settings
 from tests.chat_server import ChatServer
 from tests.chat_server import completion as _completion
 from tests.cli_support import flowdesk
@@ -43,7 +43,7 @@ SCRIPT = [
 ]
 
 
-def worker(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def worker(db: Path | str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(WORKER), str(db), *args],
         capture_output=True,
@@ -58,15 +58,15 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def agent_runs(db: Path):
-    store = open_store(db)
+def agent_runs(db: Path | str):
+    services = open_services(load_settings(db_path=str(db)), flows=[])
     try:
-        agents = SqliteAgentStore(store)
+        agents = services.agents
         return [
             (r, agents.messages(r.run_id), agents.tool_results(r.run_id)) for r in agents.list()
         ]
     finally:
-        store.close()
+        services.close()
 
 
 def requests_made(server: ChatServer) -> list[list[str]]:
@@ -77,11 +77,21 @@ def requests_made(server: ChatServer) -> list[list[str]]:
     ]
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest) -> str:
+    """The database string of a fresh Flowdesk database with the schema
+    applied: a SQLite file, or a PostgreSQL database (``pg_url``)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("db_path"))
+
+
 @pytest.mark.scenario("S96")
 @pytest.mark.parametrize("stream", [False, True], ids=["request", "stream"])
 def test_sigkill_in_a_tool_then_resume_repeats_no_completed_request_or_tool_call(
-    db_path: Path, tmp_path: Path, stream: bool
+    database: str, tmp_path: Path, stream: bool
 ) -> None:
+    db_path = database
     log = tmp_path / "tool.log"
     flags = ["--stream"] if stream else []
     with ChatServer() as server:
