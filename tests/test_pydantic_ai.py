@@ -263,3 +263,39 @@ def test_an_mcp_tool_call_that_completed_is_not_made_again_after_a_sigkill(
     assert [m.get("name") for m in messages if m["role"] == "tool"] == ["append", "lookup"]
     # the server's tool list is journaled too (discovery is a step)
     assert any(t.tool == "notes.get_tools" and t.status == "completed" for t in tools)
+
+
+def readme_snippet() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Pydantic AI agents\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.scenario("S96")
+def test_the_readme_snippet_runs_as_pasted(db_path: Path, tmp_path: Path) -> None:
+    snippet = readme_snippet()
+    assert len(snippet.strip().splitlines()) <= 10
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet)
+    with ChatServer() as server:
+        server.script = list(SCRIPT)
+        env = {
+            "OPENAI_BASE_URL": server.url,
+            "OPENAI_API_KEY": "test",
+            "FLOWDESK_DB_PATH": str(db_path),
+            "PYTHONPATH": str(REPO),
+        }
+        ran = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, **env},
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == "a and b are found\n"
+        assert len(server.requests) == 3
+    ((run, _, tools),) = agent_runs(db_path)
+    assert (run.agent, run.status, run.turns) == ("helper", "done", 3)
+    assert sum(t.tool == "lookup" for t in tools) == 2
