@@ -115,6 +115,14 @@ class McpServerSettings(BaseSettings):
         env: extra environment variables for a ``command`` server.
         cwd: working folder for a ``command`` server.
         timeout_s: seconds to wait for the server to start or answer a request.
+        require_approval: names of this server's tools (as the server names
+            them, e.g. ``["write_file"]``) whose every call a person approves
+            first (see :mod:`desktop_app.agent.approvals`); a name the server
+            does not have is an error when it connects.
+        approve_destructive: every destructive tool of this server needs
+            approval too: one not annotated ``readOnlyHint: true`` whose
+            ``destructiveHint`` is not ``false`` (the MCP specification's
+            default for an unannotated tool is destructive).
     """
 
     command: list[str] | None = None
@@ -122,6 +130,8 @@ class McpServerSettings(BaseSettings):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: Path | None = None
     timeout_s: float = 60.0
+    require_approval: list[str] = Field(default_factory=list)
+    approve_destructive: bool = False
 
 
 class PostgresSettings(BaseSettings):

@@ -505,6 +505,11 @@ class InputRequiredError(AgentError):
     """The agent run waits for a person; answer with ``resume_input(run_id, text)``."""
 
 
+class ApprovalAnswerError(InputError):
+    """The answer to a tool-call approval is neither yes nor no; nothing was
+    recorded and the run still waits: answer yes or no."""
+
+
 class AgentToolsChangedError(AgentError):
     """An agent run is resumed with other tools than it was started with
     (for example without ``--tools files``); nothing was changed: resume it

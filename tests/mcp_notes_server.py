@@ -8,7 +8,10 @@ on stderr) and returns the number of lines; ``append_and_hang(text)`` appends, t
 call in flight when the client dies). ``NOTES_VARIANT=2`` adds a tool
 ``count`` (a changed tool list); ``NOTES_VARIANT=escapes`` a tool ``banner``
 whose result holds terminal escape sequences (:data:`ESCAPES`);
-``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``.
+``NOTES_VARIANT=read`` a tool ``line_count`` annotated ``readOnlyHint: true``;
+``NOTES_VARIANT=approve`` the tools ``erase(text)`` annotated ``destructiveHint:
+true`` (appends ``erase <text>``) and ``tag(text)`` annotated ``destructiveHint:
+false`` (appends ``tag <text>``), for approval by annotation.
 """
 
 from __future__ import annotations
@@ -79,6 +82,19 @@ if os.environ.get("NOTES_VARIANT") == "read":
             return "0"
         with open(LOG, encoding="utf-8") as f:
             return str(sum(1 for _ in f))
+
+
+if os.environ.get("NOTES_VARIANT") == "approve":
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True))
+    def erase(text: str) -> str:
+        """Erase a note (destructive)."""
+        return f"erased; {_append(f'erase {text}')} lines"
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+    def tag(text: str) -> str:
+        """Tag a note (only adds)."""
+        return f"tagged; {_append(f'tag {text}')} lines"
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from desktop_app.flow.context import (
     Interrupt,
     InterruptRequest,
     StepContext,
+    asked_digest,
 )
 from desktop_app.store.protocol import Intent
 
@@ -133,7 +134,7 @@ def test_query_runs_the_op_through_the_store_or_says_there_is_none():
 
 
 def test_interrupt_wait_ids_count_the_calls_and_answers_return():
-    ctx = make(answers={"r1:st:0": "yes"})
+    ctx = make(answers={"r1:st:0": "yes"}, answered={"r1:st:0": asked_digest("first?")})
     assert ctx.interrupt("first?") == "yes"
     with pytest.raises(Interrupt) as err:
         ctx.interrupt("second?", continuation={"at": 2}, timeout_s=9.0)
@@ -211,7 +212,8 @@ def test_a_step_sees_its_run_and_step_ids_through_the_engine(sqlite_store):
 
 
 def test_the_third_question_of_a_step_gets_the_third_wait_id():
-    ctx = make(answers={"r1:st:0": "a", "r1:st:1": "b"})
+    bound = {"r1:st:0": asked_digest(None), "r1:st:1": asked_digest(None)}
+    ctx = make(answers={"r1:st:0": "a", "r1:st:1": "b"}, answered=bound)
     assert [ctx.interrupt(), ctx.interrupt()] == ["a", "b"]
     with pytest.raises(Interrupt) as err:
         ctx.interrupt("third?")

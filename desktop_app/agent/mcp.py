@@ -18,7 +18,10 @@ Each server tool becomes an :class:`McpTool` named ``<server>__<tool>``.
 Calls are journaled like every other tool (name + canonical JSON input): a
 completed result is reused after a crash, and a call that was started but
 never saved is not sent again (``at_most_once``) unless the server marks the
-tool read-only or idempotent. The server's tool list is fetched once when the
+tool read-only or idempotent. A tool named in the server's
+``require_approval`` (or a destructive one, with ``approve_destructive =
+true``) waits for a person's "yes" to each call's exact arguments (see
+:mod:`desktop_app.agent.approvals`). The server's tool list is fetched once when the
 connection opens and recorded in each agent run; a run resumed against a
 server whose list changed fails with :class:`~desktop_app.errors.McpToolsChangedError`
 naming the added, removed and changed tools.
@@ -91,6 +94,11 @@ class McpTool:
             read-only or idempotent.
         read_only: the server annotates the tool ``readOnlyHint: true``: each
             call in a run is sent again (see :attr:`AgentTool.read_only`).
+        destructive: as the MCP specification reads the annotations: not
+            read-only and ``destructiveHint`` not ``false`` (default ``true``).
+        requires_approval: the server's settings name the tool in
+            ``require_approval``, or set ``approve_destructive`` and the tool
+            is destructive.
     """
 
     def __init__(self, server: McpServer, spec: Mapping[str, Any]) -> None:
@@ -108,6 +116,10 @@ class McpTool:
         hints = spec.get("annotations") or {}
         self.read_only = bool(hints.get("read_only_hint"))
         self.at_most_once = not (self.read_only or hints.get("idempotent_hint"))
+        self.destructive = not self.read_only and hints.get("destructive_hint") is not False
+        self.requires_approval = self.tool_name in server.require_approval or (
+            server.approve_destructive and self.destructive
+        )
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema (the server's input schema as is)."""
@@ -142,6 +154,9 @@ class McpServer:
         timeout_s: seconds to wait for start-up and for each request.
         errlog: file for a stdio server's stderr (appended, created 0600);
             ``None``: this process's stderr.
+        require_approval: the server's tools (its own names) whose calls a
+            person approves first.
+        approve_destructive: every destructive tool's calls too.
 
     Use as a context manager (or :meth:`open` / :meth:`close`).
 
@@ -161,6 +176,8 @@ class McpServer:
         cwd: str | Path | None = None,
         timeout_s: float = 60.0,
         errlog: Path | None = None,
+        require_approval: Sequence[str] = (),
+        approve_destructive: bool = False,
     ) -> None:
         if bool(command) == bool(url):
             raise ConfigError(
@@ -174,6 +191,8 @@ class McpServer:
         self.cwd = cwd
         self.timeout_s = timeout_s
         self.errlog = errlog
+        self.require_approval = frozenset(require_approval)
+        self.approve_destructive = approve_destructive
         self.listing_key = f"{LISTING_PREFIX}{name}"
         self.listing_tool = f"mcp:{name}"
         self._specs: list[dict[str, Any]] = []
@@ -197,6 +216,8 @@ class McpServer:
             cwd=cfg.cwd,
             timeout_s=cfg.timeout_s,
             errlog=errlog,
+            require_approval=cfg.require_approval,
+            approve_destructive=cfg.approve_destructive,
         )
 
     def _where(self) -> str:
@@ -205,7 +226,14 @@ class McpServer:
     # -- lifecycle -----------------------------------------------------------
 
     def open(self) -> McpServer:
-        """Start (stdio) or connect (HTTP), then fetch the tool list once."""
+        """Start (stdio) or connect (HTTP), then fetch the tool list once.
+
+        Raises:
+            McpError: as the class says.
+            ConfigError: ``require_approval`` names a tool the server does
+                not have (a misspelt name would otherwise let calls run
+                unapproved); the connection is closed.
+        """
         try:
             import mcp  # noqa: F401
         except ImportError as exc:
@@ -227,6 +255,14 @@ class McpServer:
                 f"{type(leaf).__name__}: {leaf}; check [mcp_servers.{self.name}] in the "
                 f"settings{where}"
             ) from leaf
+        missing = sorted(self.require_approval - {str(s["name"]) for s in self._specs})
+        if missing:
+            self.close()
+            have = ", ".join(sorted(str(s["name"]) for s in self._specs)) or "none"
+            raise ConfigError(
+                f"[mcp_servers.{self.name}] require_approval names {', '.join(missing)}, "
+                f"which the server does not have (its tools: {have}); correct the names"
+            )
         return self
 
     def close(self) -> None:

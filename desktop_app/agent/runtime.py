@@ -27,6 +27,13 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
 * Resuming a ``done`` run returns the saved answer without calling the model.
 * The built-in ``ask_user`` tool pauses the run ``input_required``; plain
   ``resume`` refuses; ``resume_input(run_id, text)`` answers and continues.
+* A call of a tool that requires approval (see
+  :mod:`desktop_app.agent.approvals`) pauses the run ``input_required`` with
+  the exact tool and arguments as its question; ``resume_input(run_id,
+  "yes")`` journals the approval (bound to the call's place, name and
+  arguments) and makes that call once, ``"no"`` tells the model the person
+  declined. Such a call is at most once, and a call with other arguments is
+  asked about again.
 * Provider errors are classified by type: retryable ones (5xx, reset,
   timeout) are retried with backoff; a 429 stores the provider's Retry-After
   as ``retry_at`` and ends the call ``rate_limited`` (``resume_due`` continues
@@ -60,6 +67,14 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from desktop_app.agent.approvals import (
+    ApprovalJournal,
+    ApprovalRequest,
+    declined_result,
+    parse_decision,
+    pending_approval,
+    requires_approval,
+)
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import AssistantReply, Message, ToolCall
 from desktop_app.agent.models import ChatModel
@@ -108,9 +123,12 @@ class AgentResponse:
         run_id: the agent run (resume it with this id).
         status: ``done``, ``input_required``, ``failed``, ``rate_limited``, ...
         text: the final answer when ``done``.
-        question: what the agent asks when ``input_required``.
+        question: what the agent asks when ``input_required`` (for a tool
+            call waiting for approval, :meth:`ApprovalRequest.question`).
         error: why it failed, timed out or was rate limited.
         retry_at: for ``rate_limited``: UTC epoch seconds after which to resume.
+        approval: the tool call waiting for a person's yes or no, when the
+            run is ``input_required`` for that.
     """
 
     run_id: str
@@ -119,6 +137,7 @@ class AgentResponse:
     question: str | None = None
     error: str | None = None
     retry_at: float | None = None
+    approval: ApprovalRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -326,12 +345,36 @@ class Agent:
         yield from self._drive(run_id, stream)
 
     def resume_input(self, run_id: str, text: str) -> AgentResponse:
-        """Answer the question of an ``input_required`` run and continue it."""
+        """Answer the question of an ``input_required`` run and continue it.
+
+        For a tool call waiting for approval, ``text`` is yes or no: the
+        decision is journaled with the end of the wait, in one transaction,
+        before the call is made (see :mod:`desktop_app.agent.approvals`).
+
+        Raises:
+            RunStateError: the run does not wait for input.
+            ApprovalAnswerError: an approval answered with neither yes nor no
+                (nothing changed; the run still waits).
+        """
         run = self.store.get(run_id)
         if run.status != "input_required" or run.pending_call is None:
             raise RunStateError(
                 f"agent run {run_id} is not waiting for input (status {run.status!r})"
             )
+        request = pending_approval(run.pending_call)
+        if request is not None:
+            approved = parse_decision(text)
+            self._refuse_other_tools(run_id)
+            self._claim(run)
+            self.store.update(
+                run_id,
+                self.clock.now(),
+                owner=self.owner,
+                tool=ApprovalJournal.row(request, approved),
+                status="running",
+                pending_call=None,
+            )
+            return _drain(self._drive(run_id, False))
         call = ToolCall.from_json(run.pending_call)
         answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
         self._refuse_other_tools(run_id)
@@ -554,6 +597,25 @@ class Agent:
                             response=AgentResponse(run_id, "input_required", question=question),
                         )
                         return
+                    request = self._undecided(run_id, call, position)
+                    if request is not None:
+                        self.store.update(
+                            run_id,
+                            self.clock.now(),
+                            owner=self.owner,
+                            status="input_required",
+                            pending_call={**call.to_json(), "approval": request.to_json()},
+                        )
+                        yield AgentEvent(
+                            "done",
+                            response=AgentResponse(
+                                run_id,
+                                "input_required",
+                                question=request.question(),
+                                approval=request,
+                            ),
+                        )
+                        return
                     yield AgentEvent("tool_start", tool=call.name)
                     reused = self._run_tool(run_id, call, position, span)
                     yield AgentEvent("tool_end", tool=call.name, reused=reused)
@@ -666,11 +728,29 @@ class Agent:
             tracing.end_span(span, attributes={"flowdesk.tool.reused": reused})
         return reused
 
+    def _journal_key(self, call: ToolCall, position: int) -> str:
+        tool = self.tools.get(call.name)
+        # a read-only call is reused only at its own place (a resume), never by a later call
+        return f"{call.key}#{position}" if tool is not None and tool.read_only else call.key
+
+    def _undecided(self, run_id: str, call: ToolCall, position: int) -> ApprovalRequest | None:
+        """The approval ``call`` (the run's ``position``-th) waits for: its tool
+        requires approval, the call would run (no saved result answers it, it
+        was not started before a crash) and nobody decided on this very call
+        yet; else ``None``."""
+        tool = self.tools.get(call.name)
+        if tool is None or not requires_approval(tool):
+            return None
+        if self.store.tool_result(run_id, self._journal_key(call, position)) is not None:
+            return None  # answered from the journal, or started once: never run again
+        request = ApprovalRequest.of(call.name, call.arguments, position)
+        journal = ApprovalJournal(self.store, run_id, self.clock, self.owner)
+        return request if journal.decision(request) is None else None
+
     def _run_tool_once(self, run_id: str, call: ToolCall, position: int) -> bool:
         now = self.clock.now()
         tool = self.tools.get(call.name)
-        # a read-only call is reused only at its own place (a resume), never by a later call
-        key = f"{call.key}#{position}" if tool is not None and tool.read_only else call.key
+        key = self._journal_key(call, position)
         stored = self.store.tool_result(run_id, key)
         if stored is not None and stored.status == "completed":
             self.store.mark_reused(run_id, key)
@@ -679,9 +759,23 @@ class Agent:
             )
             self.store.update(run_id, now, owner=self.owner, messages=[msg.to_json()])
             return True
+        approval = tool is not None and requires_approval(tool)
+        if approval and stored is None:
+            request = ApprovalRequest.of(call.name, call.arguments, position)
+            decided = ApprovalJournal(self.store, run_id, self.clock, self.owner).decision(request)
+            if decided is not True:  # declined (None never reaches here: the run pauses)
+                msg = Message(
+                    "tool", declined_result(call.name), tool_call_id=call.id, name=call.name
+                )
+                self.store.update(run_id, now, owner=self.owner, messages=[msg.to_json()])
+                return False
         if tool is None:
             content = json.dumps({"error": f"unknown tool {call.name!r}"})
-        elif stored is not None and stored.status == "in_progress" and tool.at_most_once:
+        elif (
+            stored is not None
+            and stored.status == "in_progress"
+            and (tool.at_most_once or approval)
+        ):
             # started before a crash, result never saved: it may have taken effect
             content = json.dumps(
                 {
@@ -710,7 +804,11 @@ class Agent:
 
 def pending_question(run: AgentRun) -> str | None:
     """The question an ``input_required`` agent run asks (its pending
-    ``ask_user`` call), or ``None``."""
+    ``ask_user`` call, or :meth:`ApprovalRequest.question` of a call waiting
+    for approval), or ``None``."""
+    request = pending_approval(run.pending_call)
+    if request is not None:
+        return request.question()
     question = (run.pending_call or {}).get("arguments", {}).get("question")
     return None if question is None else str(question)
 

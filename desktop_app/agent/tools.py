@@ -35,6 +35,10 @@ class AgentTool(Protocol):
             journal, so a read after a write sees the write. Its result is
             still journaled, keyed by its place in the run, so a resume does
             not send a completed call again.
+
+    A tool may also have ``requires_approval`` (bool, read with ``getattr``,
+    default ``False``): each call waits for a person's "yes" to the exact
+    arguments before it runs (see :mod:`desktop_app.agent.approvals`).
     """
 
     name: str
@@ -92,6 +96,8 @@ class Tool:
         read_only: ``True`` for a tool without side effects (see
             :attr:`AgentTool.read_only`): each call in a run is sent, none
             reuses an earlier identical call's result.
+        requires_approval: ``True``: each call waits for a person to approve
+            its exact arguments (see :mod:`desktop_app.agent.approvals`).
 
     The argument model is built with ``pydantic.create_model`` from the
     signature, so ``schema()`` is pydantic's JSON schema and ``call()``
@@ -101,11 +107,17 @@ class Tool:
     at_most_once = False
 
     def __init__(
-        self, fn: Callable[..., Any], name: str | None = None, *, read_only: bool = False
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        *,
+        read_only: bool = False,
+        requires_approval: bool = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
         self.read_only = read_only
+        self.requires_approval = requires_approval
         doc = inspect.getdoc(fn) or ""
         self.description = doc.split("\n\n", 1)[0].replace("\n", " ")
         fields: dict[str, Any] = {}
@@ -138,19 +150,29 @@ class Tool:
 
 
 @overload
-def tool(fn: Callable[..., Any], *, read_only: bool = False) -> Tool: ...
-@overload
-def tool(*, read_only: bool = False) -> Callable[[Callable[..., Any]], Tool]: ...
 def tool(
-    fn: Callable[..., Any] | None = None, *, read_only: bool = False
+    fn: Callable[..., Any], *, read_only: bool = False, requires_approval: bool = False
+) -> Tool: ...
+@overload
+def tool(
+    *, read_only: bool = False, requires_approval: bool = False
+) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    read_only: bool = False,
+    requires_approval: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: ``@tool def create(name: str) -> str: ...`` for a tool with
     side effects (an identical later call in a run reuses the first result),
     ``@tool(read_only=True) def search(query: str) -> str: ...`` for one
-    without (every call is sent; see :attr:`AgentTool.read_only`)."""
+    without (every call is sent; see :attr:`AgentTool.read_only`),
+    ``@tool(requires_approval=True) def delete(path: str) -> str: ...`` for one
+    whose every call a person approves first (see
+    :mod:`desktop_app.agent.approvals`)."""
     if fn is None:
-        return lambda f: Tool(f, read_only=read_only)
-    return Tool(fn, read_only=read_only)
+        return lambda f: Tool(f, read_only=read_only, requires_approval=requires_approval)
+    return Tool(fn, read_only=read_only, requires_approval=requires_approval)
 
 
 def ask_user_schema() -> dict[str, Any]:

@@ -80,6 +80,13 @@ def _finish(ctx: Ctx, res: Any, printed: bool) -> int:
         return EXIT_OK
     if res.status == "input_required":
         print(f"the agent asks: {visible_controls(str(res.question))}")
+        if res.approval is not None:
+            from desktop_app.agent.approvals import answer_commands
+
+            yes, no = answer_commands(res.run_id)
+            print(f"approve with: {ctx.hints.cmd(yes)}", file=sys.stderr)
+            print(f"decline with: {ctx.hints.cmd(no)}", file=sys.stderr)
+            return EXIT_OK
         hint = ctx.hints.cmd(f"ask --resume {res.run_id} --answer TEXT")
         print(f"answer with: {hint}", file=sys.stderr)
         return EXIT_OK

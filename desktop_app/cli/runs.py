@@ -331,6 +331,8 @@ def _wait_row(w: Any) -> dict[str, Any]:
 
 
 def cmd_waiting(ctx: Ctx) -> int:
+    from desktop_app.agent.approvals import answer_commands, pending_approval, render_call
+
     sv = ctx.services()
     engine = sv.engine
     runs = engine.waiting()
@@ -340,6 +342,11 @@ def cmd_waiting(ctx: Ctx) -> int:
         for run in runs:
             emit({**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]})
         for ar in asking:
+            request = pending_approval(ar.pending_call)
+            if request is not None:
+                approval = {"tool": request.tool, "arguments": dict(request.arguments)}
+                emit({**agent_row(ar, now), "question": None, "approval": approval})
+                continue
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
             emit({**agent_row(ar, now), "question": question})
         return EXIT_OK
@@ -365,8 +372,15 @@ def cmd_waiting(ctx: Ctx) -> int:
             )
             print(f"  {w.wait_id}  {what}{due}")
     for ar in asking:
-        question = (ar.pending_call or {}).get("arguments", {}).get("question")
         print(f"agent run {ar.run_id}  agent {ar.agent}")
+        request = pending_approval(ar.pending_call)
+        if request is not None:
+            yes, no = answer_commands(ar.run_id)
+            print(f"  approve: {render_call(request.tool, request.arguments)}")
+            print(f"    yes: {ctx.hints.cmd(yes)}")
+            print(f"    no:  {ctx.hints.cmd(no)}")
+            continue
+        question = (ar.pending_call or {}).get("arguments", {}).get("question")
         hint = ctx.hints.cmd(f"ask --resume {ar.run_id} --answer TEXT")
         print(f"  asks: {json.dumps(question)}  ({hint})")
     return EXIT_OK

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -9,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from desktop_app.errors import StepTimeoutError
+from desktop_app.store import codec
 from desktop_app.store.protocol import DomainWrite, Intent
 
 #: ``journal(step_key, seq, kind, proposed_id) -> child_id``: the child id
@@ -16,6 +18,22 @@ from desktop_app.store.protocol import DomainWrite, Intent
 ChildJournal = Callable[[str, int, str, str], str]
 
 T = TypeVar("T")
+
+
+def asked_digest(prompt: Any) -> str:
+    """The identity of a question: SHA-256 (hex, 64 characters) of the
+    canonical JSON of ``{"prompt": prompt}`` (:func:`desktop_app.store.codec.dumps`:
+    sorted keys, compact, the encoding checkpoints use, so a prompt read back
+    from a checkpoint has the digest it had when it was asked).
+
+    Args:
+        prompt: what the person is shown, any JSON value (text, or an object
+            with the payload to approve).
+
+    Raises:
+        TypeError: ``prompt`` is not JSON (it could not be saved either).
+    """
+    return hashlib.sha256(codec.dumps({"prompt": prompt}).encode()).hexdigest()
 
 
 class Interrupt(BaseException):
@@ -80,6 +98,7 @@ class StepContext:
 
     __slots__ = (
         "_abandoned",
+        "_answered",
         "_answers",
         "_asked",
         "_children",
@@ -108,6 +127,7 @@ class StepContext:
         iteration: int = 0,
         query: Callable[[Callable[[Any], Any]], Any] | None = None,
         answers: Mapping[str, Any] | None = None,
+        answered: Mapping[str, str] | None = None,
         continuations: Mapping[str, Any] | None = None,
         journal: ChildJournal | None = None,
         visit: int = 0,
@@ -123,6 +143,7 @@ class StepContext:
         self._progress: tuple[int, int] | None = None
         self._query = query
         self._answers = answers or {}
+        self._answered = answered or {}
         self._continuations = continuations or {}
         self._asked = 0
         self._intents: list[Intent] = []
@@ -201,11 +222,30 @@ class StepContext:
         kept with the wait and readable as :attr:`continuation` once answered
         (looprig's StatefulInterrupt). ``timeout_s``: past it the run ends
         ``timed_out``.
+
+        An answer is bound to what was shown: it is stored with
+        :func:`asked_digest` of ``prompt``, and returned only to a call at the
+        same place whose prompt has that digest. A step re-executed after a
+        crash that asks something else (another text, another payload)
+        pauses again on a new wait id ``"<wait id>.<first 16 hex of the
+        digest>"``; the old answer is never applied to another question. An
+        answer stored before answers were bound (no digest) is not applied
+        either: its question is asked again, once.
+
+        Raises:
+            Interrupt: the question is not answered yet (the engine pauses the run).
+            TypeError: ``prompt`` is not JSON.
         """
-        wait_id = f"{self.run_id}:{self.visit_key}:{self._asked}"
+        base = f"{self.run_id}:{self.visit_key}:{self._asked}"
         self._asked += 1
-        if wait_id in self._answers:
-            return self._answers[wait_id]
+        digest = asked_digest(prompt)
+        again = f"{base}.{digest[:16]}"
+        for wait_id in (base, again):
+            if wait_id in self._answers and self._answered.get(wait_id) == digest:
+                return self._answers[wait_id]
+        # unanswered, or answered when something else was shown (or before
+        # answers were bound, no digest): this question is asked on its own
+        wait_id = base if base not in self._answers else again
         raise Interrupt([InterruptRequest(wait_id, self.step_id, prompt, continuation, timeout_s)])
 
     @property

@@ -56,6 +56,7 @@ from desktop_app.flow.context import (
     Interrupt,
     InterruptRequest,
     StepContext,
+    asked_digest,
 )
 from desktop_app.flow.definition import (
     AnyStep,
@@ -306,6 +307,7 @@ class RunDriver:
             iteration,
             self.store.query,
             answers=self.meta.get("answers", {}),
+            answered=self.meta.get("asked", {}),
             continuations=self.meta.get("continuations", {}),
             journal=self.journal_child,
             visit=int(self.meta.get("visits", {}).get(self.frontier[0], 0)) if self.frontier else 0,
@@ -1026,6 +1028,10 @@ class RunDriver:
         answers = dict(self.meta.get("answers", {}))
         answers[wait_id] = value
         self.meta["answers"] = answers
+        # bound to what the person saw: the step gets it back only for this question
+        asked = dict(self.meta.get("asked", {}))
+        asked[wait_id] = asked_digest(wait.prompt)
+        self.meta["asked"] = asked
         if wait.continuation is not None:
             conts = dict(self.meta.get("continuations", {}))
             conts[wait.step_id] = wait.continuation
@@ -1066,16 +1072,17 @@ class RunDriver:
             key = key.rpartition("@")[0] or key  # any visit's: "<step_id>@<k>"
             return key == step_id or (nested and key.startswith(step_id + "/"))
 
-        answers = self.meta.get("answers")
-        if answers:
-            prefix = f"{self.run_id}:"
-            kept = {
-                k: v
-                for k, v in answers.items()
-                if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
-            }
-            if kept != answers:
-                self.meta["answers"] = kept
+        prefix = f"{self.run_id}:"
+        for field in ("answers", "asked"):
+            values = self.meta.get(field)
+            if values:
+                kept = {
+                    k: v
+                    for k, v in values.items()
+                    if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
+                }
+                if kept != values:
+                    self.meta[field] = kept
         conts = self.meta.get("continuations")
         if conts and any(own(k) for k in conts):
             self.meta["continuations"] = {k: v for k, v in conts.items() if not own(k)}

@@ -72,7 +72,13 @@ def truncate(text: str, limit: int = CONTENT_CHARS) -> str:
 
 
 def question_of(run: AgentRun) -> str | None:
-    """What an ``input_required`` run asks (``None`` when it asks nothing)."""
+    """What an ``input_required`` run asks (``None`` when it asks nothing); a
+    tool call waiting for approval as the exact tool and arguments."""
+    from desktop_app.agent.approvals import pending_approval
+
+    request = pending_approval(run.pending_call)
+    if request is not None:
+        return request.question()
     arguments = (run.pending_call or {}).get("arguments")
     if not isinstance(arguments, dict):
         return None
@@ -134,7 +140,8 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
         lines.append("Interrupted: its process stopped; press r to resume it.")
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
-        lines.append(f"Answer it with: {agent_hint(hints, run.run_id)}")
+        approval = (run.pending_call or {}).get("approval") is not None
+        lines.append(f"Answer it with: {agent_hint(hints, run.run_id, approval)}")
     return [visible_controls(line) for line in lines]  # error, answer: model text
 
 

@@ -4,6 +4,8 @@ Flow runs waiting on a question (``input`` waits) are approved (``y``),
 rejected (``n``) or answered (``enter``, the answer dialog) in place. Agent
 runs waiting for the user (``input_required``) are listed read-only: answering
 them needs the agent and its model, so the row says which command does it.
+An agent run waiting for a tool call to be approved shows the exact tool and
+arguments (control characters visible) and the two commands, yes and no.
 
 Reads and answers run in thread workers (the engine's store may be waiting
 for another process's lock); results come back as messages.
@@ -43,9 +45,16 @@ APPROVE = YES
 REJECT = NO
 
 
-def agent_hint(hints: Hints, run_id: str) -> str:
+def agent_hint(hints: Hints, run_id: str, approval: bool = False) -> str:
     """The command that answers an agent run waiting for the user, with the
-    app's database and scope (see :class:`~desktop_app.cli.output.Hints`)."""
+    app's database and scope (see :class:`~desktop_app.cli.output.Hints`);
+    with ``approval`` (the run waits for a tool call's approval) the command
+    that approves it, then ``" · "`` and the one that declines it."""
+    if approval:
+        from desktop_app.agent.approvals import answer_commands
+
+        yes, no = answer_commands(run_id)
+        return f"{hints.cmd(yes)} · {hints.cmd(no)}"
     return str(hints.cmd(f"ask --resume {run_id} --answer TEXT"))
 
 
@@ -62,6 +71,7 @@ class InboxItem:
         deadline_at: when the question times out (UTC epoch seconds), or ``None``.
         run: the flow run (``None`` for agent runs).
         wait: the flow run's wait (``None`` for agent runs).
+        approval: an agent run waiting for a tool call's approval.
     """
 
     key: str
@@ -73,11 +83,12 @@ class InboxItem:
     run: RunRecord | None = None
     wait: Wait | None = None
     asked_at: float | None = None
+    approval: bool = False
 
     def how(self, hints: Hints) -> str:
         if self.kind == "flow":
             return "y approve · n reject · enter answer"
-        return agent_hint(hints, self.run_id)
+        return agent_hint(hints, self.run_id, self.approval)
 
 
 class InboxLoaded(Message):
@@ -135,18 +146,23 @@ def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
 
 def _agent_items(agents: AgentStore) -> list[InboxItem]:
     out = []
+    from desktop_app.agent.approvals import pending_approval
+
     for run in agents.list(statuses=["input_required"]):
+        request = pending_approval(run.pending_call)
         arguments = (run.pending_call or {}).get("arguments", {})
         question = arguments.get("question") if isinstance(arguments, dict) else None
+        prompt = request.question() if request else json_text(question) or "(no question)"
         out.append(
             InboxItem(
                 key=f"agent:{run.run_id}",
                 run_id=run.run_id,
                 kind="agent",
                 name=run.agent,
-                prompt=json_text(question) or "(no question)",
+                prompt=prompt,
                 deadline_at=run.deadline_at,
                 asked_at=run.updated_at,
+                approval=request is not None,
             )
         )
     return out
@@ -307,7 +323,7 @@ class InboxScreen(Screen[None]):
         if item.kind != "flow":
             self.flowdesk.say(
                 f"Agent run {short_id(item.run_id)} is answered from the command line: "
-                f"{agent_hint(self.flowdesk.hints, item.run_id)}",
+                f"{agent_hint(self.flowdesk.hints, item.run_id, item.approval)}",
                 "warning",
             )
             return None

@@ -1,0 +1,388 @@
+"""S88: a tool call that requires approval runs only after a person's "yes"
+to the exact tool and arguments they were shown, once.
+
+Real things throughout: agent runs in their own processes (killed with
+SIGKILL between the journaled approval and the call), a scripted
+OpenAI-compatible model server on 127.0.0.1, the project's test MCP server as
+a subprocess, the real ``flowdesk`` command (every command it suggests is run
+exactly as printed), and the app's inbox driven headless.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from desktop_app.agent.approvals import (
+    ApprovalJournal,
+    ApprovalRequest,
+    call_digest,
+    parse_decision,
+    render_call,
+)
+from desktop_app.errors import ApprovalAnswerError, ConfigError
+from desktop_app.flow.clock import SystemClock
+from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite import open_store
+from tests.chat_server import ChatServer, completion
+from tests.cli_support import REPO, flowdesk
+
+WORKER = Path(__file__).resolve().parent / "approval_agent_worker.py"
+DONE = ("json", completion("Recorded."))
+
+
+def record(value: str, call_id: str = "c1") -> tuple[str, dict]:  # type: ignore[type-arg]
+    return (
+        "json",
+        completion("", [{"id": call_id, "name": "record_value", "args": {"value": value}}]),
+    )
+
+
+def worker(db: Path, log: Path, server: ChatServer, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(WORKER), str(db), str(log), server.url, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def tool_messages(request: dict) -> list[str]:  # type: ignore[type-arg]
+    return [m["content"] for m in request["body"]["messages"] if m["role"] == "tool"]
+
+
+def stored_run(db: Path) -> AgentRun:
+    store = open_store(db)
+    try:
+        (run,) = SqliteAgentStore(store).list()
+        return run
+    finally:
+        store.close()
+
+
+# -- a Python tool, in processes of its own --------------------------------------
+
+
+@pytest.mark.scenario("S88")
+def test_yes_runs_exactly_the_call_shown_once(db_path: Path, tmp_path: Path) -> None:
+    log = tmp_path / "ledger"
+    with ChatServer() as server:
+        server.script = [record("reviewed"), DONE]
+        r = worker(db_path, log, server, "ask")
+        assert r.returncode == 0, r.stderr
+        assert "status input_required" in r.stdout
+        assert 'question approve the call record_value {"value":"reviewed"}? (yes/no)' in r.stdout
+        assert lines(log) == []  # nothing runs before the answer
+        assert stored_run(db_path).status == "input_required"
+        r = worker(db_path, log, server, "answer", "yes")
+        assert r.returncode == 0, r.stderr
+        assert "status done" in r.stdout
+        assert lines(log) == ["record reviewed"]
+        assert tool_messages(server.requests[-1]) == ["recorded reviewed"]
+        assert len(server.requests) == 2
+
+
+@pytest.mark.scenario("S88")
+def test_no_tells_the_model_the_person_declined_and_runs_nothing(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "ledger"
+    with ChatServer() as server:
+        server.script = [record("reviewed"), ("json", completion("Not recorded."))]
+        assert worker(db_path, log, server, "ask").returncode == 0
+        r = worker(db_path, log, server, "answer", " No ")
+        assert r.returncode == 0, r.stderr
+        assert "status done" in r.stdout
+        (told,) = tool_messages(server.requests[-1])
+        assert "declined" in json.loads(told)["error"]
+    assert lines(log) == []
+
+
+@pytest.mark.scenario("S88")
+def test_an_answer_other_than_yes_or_no_is_refused_and_changes_nothing(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "ledger"
+    with ChatServer() as server:
+        server.script = [record("reviewed"), DONE]
+        assert worker(db_path, log, server, "ask").returncode == 0
+        before = stored_run(db_path)
+        r = worker(db_path, log, server, "answer", "sure, why not")
+        assert r.returncode != 0
+        assert "ApprovalAnswerError" in r.stderr and "answer yes" in r.stderr
+        after = stored_run(db_path)
+        assert (after.status, after.pending_call) == ("input_required", before.pending_call)
+        assert lines(log) == []
+        r = worker(db_path, log, server, "answer", "y")
+        assert "status done" in r.stdout
+    assert lines(log) == ["record reviewed"]
+
+
+@pytest.mark.scenario("S88")
+def test_kill_9_between_the_approval_and_the_call_runs_the_approved_call_once(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "ledger"
+    with ChatServer() as server:
+        server.script = [record("reviewed"), DONE]
+        assert worker(db_path, log, server, "ask").returncode == 0
+        r = worker(db_path, log, server, "answer", "yes", "--kill-after-approval")
+        assert r.returncode == -signal.SIGKILL
+        assert lines(log) == []  # the approval committed; the call never started
+        assert stored_run(db_path).status == "running"
+        r = worker(db_path, log, server, "resume")
+        assert r.returncode == 0, r.stderr
+        assert "status done" in r.stdout
+        assert lines(log) == ["record reviewed"]
+        assert len(server.requests) == 2  # the model was not asked about the call again
+        assert tool_messages(server.requests[-1]) == ["recorded reviewed"]
+        r = worker(db_path, log, server, "resume")  # done: answered from the run, nothing runs
+        assert "status done" in r.stdout
+    assert lines(log) == ["record reviewed"]
+
+
+@pytest.mark.scenario("S88")
+def test_a_call_with_other_arguments_is_asked_about_again(db_path: Path, tmp_path: Path) -> None:
+    log = tmp_path / "ledger"
+    with ChatServer() as server:
+        server.script = [record("reviewed"), record("changed", "c2"), DONE]
+        assert worker(db_path, log, server, "ask").returncode == 0
+        r = worker(db_path, log, server, "answer", "yes")
+        assert "status input_required" in r.stdout
+        assert 'record_value {"value":"changed"}' in r.stdout  # asked again, about 'changed'
+        assert lines(log) == ["record reviewed"]  # the "yes" covered 'reviewed' only
+        r = worker(db_path, log, server, "answer", "no")
+        assert "status done" in r.stdout
+    assert lines(log) == ["record reviewed"]
+
+
+@pytest.mark.scenario("S88")
+def test_a_decision_binds_to_the_place_the_name_and_the_exact_arguments(
+    db_path: Path,
+) -> None:
+    """What a runtime whose model is asked again after a crash relies on (the
+    pydantic-ai integration): a decision journaled for one call is not found
+    for a call with other arguments, another tool or another place."""
+    store = open_store(db_path)
+    try:
+        agents = SqliteAgentStore(store)
+        agents.create(AgentRun("r", "a", "running", "x", 1.0, 1.0), [])
+        journal = ApprovalJournal(agents, "r", SystemClock())
+        seen = ApprovalRequest.of("record_value", {"value": "reviewed"}, 1)
+        journal.record(seen, True)
+        assert journal.decision(ApprovalRequest.of("record_value", {"value": "reviewed"}, 1))
+        for other in (
+            ApprovalRequest.of("record_value", {"value": "changed"}, 1),
+            ApprovalRequest.of("record_value", {"value": "reviewed", "x": 1}, 1),
+            ApprovalRequest.of("erase_value", {"value": "reviewed"}, 1),
+            ApprovalRequest.of("record_value", {"value": "reviewed"}, 2),
+        ):
+            assert journal.decision(other) is None
+        journal.record(ApprovalRequest.of("record_value", {"value": "changed"}, 3), False)
+        assert (
+            journal.decision(ApprovalRequest.of("record_value", {"value": "changed"}, 3)) is False
+        )
+    finally:
+        store.close()
+    assert call_digest("t", {"a": 1, "b": 2}) == call_digest("t", {"b": 2, "a": 1})
+    assert [parse_decision(t) for t in ("yes", "Y", " no\n", "N")] == [True, True, False, False]
+    with pytest.raises(ApprovalAnswerError):
+        parse_decision("ok")
+    # what is shown cannot drive a terminal: every control character is visible
+    shown = render_call("t", {"text": "a\x1b]0;x\x07b\x9bc\rd"})
+    assert "\x1b" not in shown and "\x9b" not in shown and "\r" not in shown
+    assert shown == 't {"text":"a\\u001b]0;x\\u0007b\\x9bc\\rd"}'
+
+
+# -- MCP servers, the command line and the inbox -----------------------------
+
+
+def require(module: str):  # type: ignore[no-untyped-def]
+    """Import ``module``; under CI=true a missing one fails the test instead of skipping."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
+def notes_config(tmp_path: Path, log: Path, extra: str, variant: str = "", top: str = "") -> Path:
+    config = tmp_path / "config.toml"
+    command = [sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio"]
+    env = f'[mcp_servers.notes.env]\nNOTES_VARIANT = "{variant}"\n' if variant else ""
+    config.write_text(
+        f"{top}\n[mcp_servers.notes]\n"
+        f"command = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n{extra}\n{env}"
+    )
+    return config
+
+
+def as_printed(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a command Flowdesk suggested exactly as printed (``flowdesk`` is this checkout)."""
+    argv = shlex.split(command)
+    assert argv[0] == "flowdesk", command
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+    )
+
+
+def append(text: str, call_id: str = "a") -> tuple[str, dict]:  # type: ignore[type-arg]
+    return (
+        "json",
+        completion("", [{"id": call_id, "name": "notes__append", "args": {"text": text}}]),
+    )
+
+
+@pytest.mark.scenario("S88")
+def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
+    tmp_path: Path,
+) -> None:
+    require("mcp")
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(tmp_path, log, 'require_approval = ["append"]')
+    shown_text = "x\x1b[2Jy"  # a model's arguments may hold escape sequences
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_CONFIG": str(config),
+        }
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [append(shown_text), ("json", completion("Noted."))]
+        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
+        assert asked.returncode == 0, asked.stderr
+        assert "\x1b" not in asked.stdout + asked.stderr
+        expected = 'approve the call notes__append {"text":"x\\u001b[2Jy"}? (yes/no)'
+        assert f"the agent asks: {expected}" in asked.stdout
+        assert lines(log) == []
+        approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
+        decline = re.search(r"^decline with: (.*)$", asked.stderr, re.M)
+        assert approve and decline, asked.stderr
+        run_id = approve.group(1).split()[-2]
+        assert approve.group(1) == f"flowdesk --db {db} answer {run_id} yes"
+        assert decline.group(1) == f"flowdesk --db {db} answer {run_id} no"
+
+        waiting = flowdesk(db, "waiting", env=env)
+        assert f"agent run {run_id}  agent ask" in waiting.stdout
+        assert '  approve: notes__append {"text":"x\\u001b[2Jy"}' in waiting.stdout
+        assert "\x1b" not in waiting.stdout
+        yes = re.search(r"^    yes: (.*)$", waiting.stdout, re.M)
+        no = re.search(r"^    no:  (.*)$", waiting.stdout, re.M)
+        assert yes and no, waiting.stdout
+        assert (yes.group(1), no.group(1)) == (approve.group(1), decline.group(1))
+        (row,) = [
+            json.loads(x)
+            for x in flowdesk(db, "waiting", "--json", env=env).stdout.split("\n")
+            if x
+        ]
+        assert row["approval"] == {"tool": "notes__append", "arguments": {"text": shown_text}}
+
+        done = as_printed(yes.group(1), env)  # `flowdesk answer RUN yes`, as printed
+        assert done.returncode == 0, done.stderr
+        assert "Noted." in done.stdout
+        assert lines(log) == [shown_text]
+        assert tool_messages(server.requests[-1]) == ["appended; 1 lines"]
+
+        # a second run, declined with the other printed command
+        server.script = [append("second", "b"), ("json", completion("Left alone."))]
+        asked = flowdesk(db, "ask", "note more", "--mcp", "notes", env=env)
+        decline = re.search(r"^decline with: (.*)$", asked.stderr, re.M)
+        assert decline, asked.stderr
+        declined = as_printed(decline.group(1), env)
+        assert declined.returncode == 0, declined.stderr
+        assert "Left alone." in declined.stdout
+        assert "declined" in tool_messages(server.requests[-1])[0]
+        assert flowdesk(db, "waiting", env=env).stdout.strip() == "no waiting runs"
+    assert lines(log) == [shown_text]  # the declined call never reached the server
+
+
+@pytest.mark.scenario("S88")
+def test_approve_destructive_follows_the_servers_annotations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``approve_destructive``: ``destructiveHint: true`` and an unannotated
+    tool (destructive by the MCP specification's default) wait; a tool
+    annotated ``destructiveHint: false`` or read-only does not."""
+    require("mcp")
+    from desktop_app.agent.mcp import open_servers
+    from desktop_app.config import load_settings
+
+    log = tmp_path / "notes.log"
+    config = notes_config(tmp_path, log, "approve_destructive = true", variant="approve")
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(config))
+    settings = load_settings(db_path=tmp_path / "f.db")
+    (server,) = open_servers(settings, ["notes"])
+    try:
+        needs = {t.tool_name: t.requires_approval for t in server.tools()}
+    finally:
+        server.close()
+    assert needs == {"append": True, "append_and_hang": True, "erase": True, "tag": False}
+
+    config = notes_config(tmp_path, log, 'require_approval = ["apend"]')
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(config))
+    settings = load_settings(db_path=tmp_path / "f.db")
+    with pytest.raises(ConfigError, match=r"require_approval names apend.*its tools: append"):
+        open_servers(settings, ["notes"])
+
+
+@pytest.mark.scenario("S88")
+async def test_the_inbox_shows_the_exact_call_and_its_commands_run_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's database is the settings file's: its hints leave it out, and
+    run as printed they reach that database through the same file."""
+    require("mcp")
+    from desktop_app import bootstrap
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.screens.inbox import InboxScreen
+    from desktop_app.config import load_settings
+    from tests.app_support import settle
+
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    top = f"db_path = {json.dumps(str(db))}"
+    config = notes_config(tmp_path, log, 'require_approval = ["append"]', top=top)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(config))
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+        }
+        server.script = [append("a\x9bb"), ("json", completion("Noted."))]
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
+        assert asked.returncode == 0, asked.stderr
+        settings = load_settings()
+        bootstrap.apply_schema(settings)
+
+        app = FlowdeskApp(settings, flows=[])
+        async with app.run_test(size=(200, 45)) as pilot:
+            await settle(pilot)
+            await pilot.press("i")
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, InboxScreen)
+            (item,) = screen.items
+            cells = [c.plain for c in screen.table.get_row(item.key)]
+        prompt, how = cells[2], cells[5]
+        assert prompt == 'approve the call notes__append {"text":"a\\x9bb"}? (yes/no)'
+        yes, no = how.split(" · ")
+        run_id = stored_run(db).run_id
+        assert (yes, no) == (f"flowdesk answer {run_id} yes", f"flowdesk answer {run_id} no")
+        done = as_printed(yes, env)
+        assert done.returncode == 0, done.stderr
+        assert "Noted." in done.stdout
+    assert lines(log) == ["a\x9bb"]
