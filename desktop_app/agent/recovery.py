@@ -111,9 +111,12 @@ def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[A
             server.close()
 
 
-def resume_pydantic_ai(store: AgentLog, settings: Settings, run_id: str) -> AgentResponse:
+def resume_pydantic_ai(
+    store: AgentLog, settings: Settings, run_id: str, answer: str | None = None
+) -> AgentResponse:
     """Resume a run of a Pydantic AI agent (its :class:`ToolSources` names
-    one) with the registered agent of that name
+    one) with the registered agent of that name, ``answer`` being yes or no
+    to the tool call it waits to have approved
     (:func:`desktop_app.integrations.pydantic_ai.registry.resume_registered`).
 
     Raises:
@@ -127,7 +130,7 @@ def resume_pydantic_ai(store: AgentLog, settings: Settings, run_id: str) -> Agen
             f"agent run {run_id} was started by a Pydantic AI agent; install Flowdesk with "
             "its extra (pip install 'flowdesk[pydantic-ai]') to resume it"
         ) from exc
-    return resume_registered(store, settings, run_id)
+    return resume_registered(store, settings, run_id, answer)
 
 
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:

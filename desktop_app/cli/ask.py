@@ -104,12 +104,9 @@ def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) ->
     from desktop_app.bootstrap import build_model
 
     if ToolSources.of_run(sv.agents, run_id).pydantic_ai is not None:
-        if answer is not None:
-            raise InputError(
-                f"agent run {run_id} is a Pydantic AI agent's run; it asks nothing to answer"
-            )
         ctx.current_run = run_id
-        return _finish(ctx, resume_pydantic_ai(sv.agents, sv.settings, run_id), printed=False)
+        resumed = resume_pydantic_ai(sv.agents, sv.settings, run_id, answer)
+        return _finish(ctx, resumed, printed=False)
     if build_model(sv.settings) is None:
         raise ConfigError(NO_MODEL)
     given = _sources(ctx)

@@ -25,15 +25,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 from pydantic_ai.run import AgentRunResult
 from pydantic_core import to_json
 
+from desktop_app.agent.approvals import (
+    ApprovalJournal,
+    ApprovalRequest,
+    declined_result,
+    parse_decision,
+    pending_approval,
+)
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import Message
 from desktop_app.agent.recovery import ToolSources
 from desktop_app.agent.tools import TOOL_SOURCES_KEY
-from desktop_app.errors import CheckpointNotFoundError, ConfigError, RunStateError
+from desktop_app.errors import (
+    AgentError,
+    CheckpointNotFoundError,
+    ConfigError,
+    InputRequiredError,
+    RunStateError,
+)
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.integrations.pydantic_ai.durability import CURRENT, FlowdeskDurability, RunJournal
@@ -46,12 +61,15 @@ class FlowdeskRunResult:
 
     Attributes:
         run_id: the Flowdesk agent run (resume it with this id).
-        status: ``done`` or ``failed`` (a run that raised keeps ``failed``
-            with the error; an interrupted one stays ``running``).
+        status: ``done``, or ``input_required`` when a tool call waits for a
+            person's approval (a run that raised keeps ``failed`` with the
+            error; an interrupted one stays ``running``).
         output: the agent's output when ``done`` (``None`` otherwise).
         text: the output as stored in the run (a string as is, anything
             else as JSON).
         result: Pydantic AI's ``AgentRunResult`` when ``done``.
+        question: when ``input_required``: what the person is asked.
+        approval: when ``input_required``: the tool call waiting for a yes or no.
         executed: model requests and tool calls this call ran.
         replayed: those it answered from the journal (done before a crash).
     """
@@ -61,6 +79,8 @@ class FlowdeskRunResult:
     output: Any = None
     text: str | None = None
     result: AgentRunResult[Any] | None = None
+    question: str | None = None
+    approval: ApprovalRequest | None = None
     executed: int = 0
     replayed: int = 0
 
@@ -180,15 +200,22 @@ class FlowdeskAgent:
         self,
         run_id: str,
         *,
+        answer: str | None = None,
         deps: Any = None,
         event_stream_handler: EventStreamHandler[Any] | None = None,
     ) -> FlowdeskRunResult:
         """Drive run ``run_id`` again from its journal: the agent runs its
         code again from the start and every model request and tool call
         that completed before returns its stored result; the rest run. A
-        ``done`` run replays to its output without running anything.
+        ``done`` run replays to its output without running anything. A run
+        waiting for approval (``input_required``) needs ``answer``: yes or no
+        (:func:`~desktop_app.agent.approvals.parse_decision`), journaled with
+        the end of the wait before the call is made, as Flowdesk's own agent
+        runs do (:mod:`desktop_app.agent.approvals`).
 
         Raises:
+            InputRequiredError: the run waits for approval and no ``answer`` was given.
+            ApprovalAnswerError: ``answer`` is neither yes nor no (nothing changed).
             RunStateError: the run is canceled, timed out or expired, or not
                 a run of this agent.
             AgentRunLeasedError: a live process drives it.
@@ -203,10 +230,30 @@ class FlowdeskAgent:
             )
         if run.status in ("canceled", "timeout", "expired"):
             raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
+        request = pending_approval(run.pending_call) if run.status == "input_required" else None
+        if answer is not None and request is None:
+            raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
+        if request is not None and answer is None:
+            raise InputRequiredError(
+                f"agent run {run_id} waits for an answer: {request.question()}; answer it "
+                f"with `flowdesk answer {run_id} yes` or `no`"
+            )
         if run.status != "done":
+            approved = None if answer is None else parse_decision(answer)
+            decision = (
+                None
+                if request is None or approved is None
+                else ApprovalJournal.row(request, approved)
+            )
             claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
-            self.store.update(
-                run_id, self.clock.now(), owner=self.owner, status="running", error=None
+            self.store.update(  # the decision is journaled with the end of the wait
+                run_id,
+                self.clock.now(),
+                owner=self.owner,
+                tool=decision,
+                status="running",
+                error=None,
+                pending_call=None,
             )
         return await self._drive(self.store.get(run_id), deps, event_stream_handler)
 
@@ -252,12 +299,7 @@ class FlowdeskAgent:
             )
             with held:
                 try:
-                    result = await self.agent.run(
-                        run.input,
-                        deps=deps,
-                        capabilities=[self.durability],
-                        event_stream_handler=handler,
-                    )
+                    outcome = await self._segments(run, deps, handler)
                 except Exception as exc:
                     if not finished:
                         self.store.update(
@@ -269,7 +311,27 @@ class FlowdeskAgent:
                             error_type=type(exc).__name__,
                         )
                     raise
-                text = _as_text(result.output)
+                if isinstance(outcome, ApprovalRequest):
+                    self.store.update(
+                        run.run_id,
+                        self.clock.now(),
+                        owner=self.owner,
+                        status="input_required",
+                        pending_call={
+                            "name": outcome.tool,
+                            "arguments": dict(outcome.arguments),
+                            "approval": outcome.to_json(),
+                        },
+                    )
+                    return FlowdeskRunResult(
+                        run.run_id,
+                        "input_required",
+                        question=outcome.question(),
+                        approval=outcome,
+                        executed=journal.executed,
+                        replayed=journal.replayed,
+                    )
+                text = _as_text(outcome.output)
                 if not finished:
                     self.store.update(
                         run.run_id, self.clock.now(), owner=self.owner, status="done", response=text
@@ -279,12 +341,89 @@ class FlowdeskAgent:
         return FlowdeskRunResult(
             run.run_id,
             "done",
-            result.output,
+            outcome.output,
             text,
-            result,
+            outcome,
             executed=journal.executed,
             replayed=journal.replayed,
         )
+
+    async def _segments(
+        self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
+    ) -> AgentRunResult[Any] | ApprovalRequest:
+        """Run the agent until it answers, or until a tool call needs a
+        decision nobody has journaled yet (returned).
+
+        A tool that requires approval (Pydantic AI's ``requires_approval``)
+        ends a Pydantic AI run with ``DeferredToolRequests``; each of its
+        calls becomes an :class:`~desktop_app.agent.approvals.ApprovalRequest`
+        (its place: its number among the conversation's tool calls) whose
+        decision is looked up in the run's journal, and the agent goes on
+        with those decisions (``DeferredToolResults``: approved, or denied
+        with :func:`~desktop_app.agent.approvals.declined_result`), all in
+        this drive, so a replay takes the same path.
+
+        Raises:
+            AgentError: the agent deferred a call for external execution
+                (``CallDeferred``), which a Flowdesk run cannot answer.
+        """
+        decisions = ApprovalJournal(self.store, run.run_id, self.clock, self.owner)
+        history: list[ModelMessage] | None = None
+        answers: DeferredToolResults | None = None
+        while True:
+            result = await self.agent.run(
+                None if history is not None else run.input,
+                message_history=history,
+                deferred_tool_results=answers,
+                output_type=self._output_type,
+                deps=deps,
+                capabilities=[self.durability],
+                event_stream_handler=handler,
+            )
+            requests = result.output
+            if not isinstance(requests, DeferredToolRequests):
+                return result
+            if requests.calls:
+                names = ", ".join(sorted({c.tool_name for c in requests.calls}))
+                raise AgentError(
+                    f"agent run {run.run_id}: the agent deferred {names} for external execution, "
+                    "which a Flowdesk run cannot answer; make it a tool that runs, or one that "
+                    "requires approval"
+                )
+            history = result.all_messages()
+            places = _tool_call_places(history)
+            approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
+            for part in requests.approvals:
+                request = ApprovalRequest.of(
+                    part.tool_name, part.args_as_dict(), places[part.tool_call_id]
+                )
+                decided = decisions.decision(request)
+                if decided is None:
+                    return request
+                approvals[part.tool_call_id] = decided or ToolDenied(
+                    declined_result(part.tool_name)
+                )
+            answers = DeferredToolResults(approvals=approvals)
+
+    @property
+    def _output_type(self) -> Any:
+        """The agent's output type, with ``DeferredToolRequests`` added (how
+        Pydantic AI ends a run at a tool call that needs approval)."""
+        spec = self.agent.output_type
+        specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+        return specs if DeferredToolRequests in specs else [*specs, DeferredToolRequests]
+
+
+def _tool_call_places(messages: list[ModelMessage]) -> dict[str, int]:
+    """Each tool call's 1-based number among the conversation's tool calls, by call id."""
+    ids = [
+        part.tool_call_id
+        for message in messages
+        if isinstance(message, ModelResponse)
+        for part in message.parts
+        if isinstance(part, ToolCallPart)
+    ]
+    return {call_id: n for n, call_id in enumerate(ids, start=1)}
 
 
 def _as_text(output: Any) -> str:

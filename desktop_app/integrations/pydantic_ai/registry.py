@@ -74,11 +74,15 @@ def _importer(module_name: str, attr: str) -> Callable[[], Any]:
     return get
 
 
-def resume_registered(store: AgentLog, settings: Settings, run_id: str) -> AgentResponse:
-    """Resume a Pydantic AI agent run with the registered agent it names.
+def resume_registered(
+    store: AgentLog, settings: Settings, run_id: str, answer: str | None = None
+) -> AgentResponse:
+    """Resume a Pydantic AI agent run with the registered agent it names
+    (``answer``: yes or no to the tool call it waits to have approved).
 
     Returns:
-        The run's outcome as Flowdesk reports agent runs (``done`` with its text).
+        The run's outcome as Flowdesk reports agent runs (``done`` with its
+        text, or ``input_required`` with the approval it waits for).
 
     Raises:
         ConfigError: its agent is not registered (the message says how).
@@ -93,5 +97,7 @@ def resume_registered(store: AgentLog, settings: Settings, run_id: str) -> Agent
             'registered: add "package.module:attribute" of it to pydantic_ai_agents in the '
             f"settings, or publish a {ENTRY_POINT_GROUP!r} entry point"
         )
-    result = FlowdeskAgent(agent, store).resume_sync(run_id)
-    return AgentResponse(run_id, result.status, text=result.text)
+    result = FlowdeskAgent(agent, store).resume_sync(run_id, answer=answer)
+    return AgentResponse(
+        run_id, result.status, text=result.text, question=result.question, approval=result.approval
+    )
