@@ -32,8 +32,9 @@ def _log(line: str) -> None:
 
 
 def make_helper() -> Agent[None, str]:
-    """The agent ``helper``: tool ``lookup(q)``, and the notes MCP server
-    when ``PAI_TEST_MCP`` is set."""
+    """The agent ``helper``: tools ``lookup(q)`` and ``delete(name)`` (which
+    requires approval; ``PAI_TEST_KILL=delete:NAME`` kills inside it), and
+    the notes MCP server when ``PAI_TEST_MCP`` is set."""
     model = OpenAIChatModel(
         "scripted", provider=OpenAIProvider(base_url=os.environ["PAI_TEST_URL"], api_key="test")
     )
@@ -57,5 +58,13 @@ def make_helper() -> Agent[None, str]:
         if os.environ.get("PAI_TEST_KILL") == f"tool:{q}":
             os.kill(os.getpid(), signal.SIGKILL)
         return f"result for {q}"
+
+    @agent.tool_plain(requires_approval=True)
+    def delete(name: str) -> str:
+        """Delete something (a person approves each call first)."""
+        _log(f"delete {name}")
+        if os.environ.get("PAI_TEST_KILL") == f"delete:{name}":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"deleted {name}"
 
     return agent

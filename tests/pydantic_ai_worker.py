@@ -55,6 +55,8 @@ async def main() -> int:
     else:
         res = await durable.resume(a.arg, event_stream_handler=stream)
     print(f"{res.status} executed={res.executed} replayed={res.replayed} output={res.text}")
+    if res.question:
+        print("question", res.question)
     services.close()
     return 0
 

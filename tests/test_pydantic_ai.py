@@ -32,8 +32,8 @@ def completion(content: str = "", calls: list[dict] | None = None) -> dict:
     return {**_completion(content, calls), "model": "scripted", "created": 0}
 
 
-def call(name: str, **args: str) -> dict:
-    return {"id": f"call-{name}-{'-'.join(args.values())}", "name": name, "args": args}
+def call(tool: str, **args: str) -> dict:
+    return {"id": f"call-{tool}-{'-'.join(args.values())}", "name": tool, "args": args}
 
 
 SCRIPT = [
@@ -299,3 +299,68 @@ def test_the_readme_snippet_runs_as_pasted(db_path: Path, tmp_path: Path) -> Non
     ((run, _, tools),) = agent_runs(db_path)
     assert (run.agent, run.status, run.turns) == ("helper", "done", 3)
     assert sum(t.tool == "lookup" for t in tools) == 2
+
+
+# -- tools that need a person's approval -------------------------------------------
+
+DELETE_X = [
+    ("json", completion("", [call("delete", name="x")])),
+    ("json", completion("x is deleted")),
+]
+
+
+def waiting_hint(db: Path, env: dict[str, str], answer: str) -> str:
+    """The command ``flowdesk waiting`` prints to answer ``answer``."""
+    shown = flowdesk(db, "waiting", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert 'approve: delete {"name":"x"}' in shown.stdout
+    hint = re.search(rf"^\s+{answer}:\s+(flowdesk .*)$", shown.stdout, re.M)
+    assert hint, shown.stdout
+    return hint.group(1)
+
+
+@pytest.mark.scenario("S96")
+def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(DELETE_X)
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        assert 'question approve the call delete {"name":"x"}? (yes/no)' in first.stdout
+        assert "input_required" in first.stdout
+        assert lines(log) == []  # nothing deleted before a person said yes
+        run_id = first.stdout.split()[1]
+        assert agent_status(db_path, run_id) == "input_required"
+        # a person says yes with the command Flowdesk prints
+        yes = waiting_hint(db_path, {**os.environ, **env}, "yes")
+        assert yes == f"flowdesk --db {db_path} answer {run_id} yes"
+        answered = as_printed(yes, {**os.environ, **env, **REGISTERED})
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout.strip() == "x is deleted"
+        assert len(server.requests) == 2  # the first request was not sent again
+    assert lines(log) == ["delete x"]
+    assert agent_status(db_path, run_id) == "done"
+    ((run, messages, tools),) = agent_runs(db_path)
+    tool_messages = [(m["name"], m["content"]) for m in messages if m["role"] == "tool"]
+    assert tool_messages == [("delete", "deleted x")]
+    assert [t.result for t in tools if t.tool == "approval"] == ["yes"]
+
+
+@pytest.mark.scenario("S96")
+def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = [DELETE_X[0], ("json", completion("I left x alone"))]
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        no = waiting_hint(db_path, env, "no")
+        answered = as_printed(no, {**env, **REGISTERED})
+        assert answered.returncode == 0, answered.stderr
+        assert "I left x alone" in answered.stdout
+        shown = requests_made(server)[-1]
+        assert len(shown) == 1 and "declined" in shown[0]
+    assert lines(log) == []

@@ -370,7 +370,10 @@ class FlowdeskAgent:
         decisions = ApprovalJournal(self.store, run.run_id, self.clock, self.owner)
         history: list[ModelMessage] | None = None
         answers: DeferredToolResults | None = None
+        journal = CURRENT.get()
+        assert journal is not None
         while True:
+            journal.segment += 1
             result = await self.agent.run(
                 None if history is not None else run.input,
                 message_history=history,

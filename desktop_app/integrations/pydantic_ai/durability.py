@@ -78,6 +78,8 @@ class RunJournal:
         created_at: when the run was created (UTC epoch s): the start of its ``timeout=``.
         turns: model requests the run made so far (counted across processes).
         executed: units this drive ran; ``replayed``: units it answered from the journal.
+        segment: which Pydantic AI run of this drive is going on (1-based; a
+            run continued after tool approvals is a new Pydantic AI run).
     """
 
     store: AgentLog
@@ -88,6 +90,7 @@ class RunJournal:
     turns: int = 0
     executed: int = 0
     replayed: int = 0
+    segment: int = 0
     _numbers: dict[str, int] = field(default_factory=dict)
 
     async def unit(
@@ -217,8 +220,12 @@ class FlowdeskDurability(BaseDurabilityCapability[Any]):
         )
 
     def get_default_run_id(self) -> str | None:
+        """The Flowdesk run id (``<id>:<n>`` for the n-th Pydantic AI run of a
+        drive that went on after approvals: Pydantic AI wants one id per run)."""
         journal = CURRENT.get()
-        return None if journal is None else journal.run_id
+        if journal is None:
+            return None
+        return journal.run_id if journal.segment <= 1 else f"{journal.run_id}:{journal.segment}"
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         return conversation_id_from_run_id(run_id) if self.in_durable_context else None
