@@ -364,3 +364,25 @@ def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) ->
         shown = requests_made(server)[-1]
         assert len(shown) == 1 and "declined" in shown[0]
     assert lines(log) == []
+
+
+@pytest.mark.scenario("S96")
+def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = [DELETE_X[0], ("json", completion("could not tell"))]
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        run_id = first.stdout.split()[1]
+        yes = waiting_hint(db_path, env, "yes")
+        killed = as_printed(yes, {**env, **REGISTERED, "PAI_TEST_KILL": "delete:x"})
+        assert killed.returncode == -signal.SIGKILL
+        assert agent_status(db_path, run_id) == "interrupted"
+        resumed = flowdesk(db_path, "resume", run_id, env={**env, **REGISTERED})
+        assert resumed.returncode == 0, resumed.stderr
+        assert "could not tell" in resumed.stdout
+        (shown,) = requests_made(server)[-1]
+        assert "whether it took effect is unknown" in shown
+        assert len(server.requests) == 2
+    assert lines(log) == ["delete x"]  # approved once, made once

@@ -22,7 +22,10 @@ agent's code again from the start and every unit already journaled returns
 its stored result instead of running: no completed model request is sent
 again and no completed tool call runs again. A unit that started but whose
 result was never saved runs again (at least once, as a Temporal activity or
-a DBOS step). Tool calls run one at a time inside a run
+a DBOS step), except a call of a tool that requires approval: the person
+approved one call, so it is made at most once and the model is told its
+outcome is unknown (as :mod:`desktop_app.agent.approvals` does for
+Flowdesk's own tools). Tool calls run one at a time inside a run
 (``sequential_tools_in_durable_context``), so the numbering is the same on
 every replay.
 """
@@ -126,6 +129,10 @@ class RunJournal:
             self.store.mark_reused(self.run_id, key)
             self.replayed += 1
             return record.get("output")
+        if call is not None and stored is not None and _needs_approval(cache_key):
+            # an approved call that started but never saved its result may have
+            # taken effect: the person approved one call, so it is not made again
+            return {"result": unknown_outcome(call.name), "kind": "tool_return"}
         if call is not None:  # counts the attempt; a crash leaves it in_progress
             self.store.update(
                 self.run_id,
@@ -245,6 +252,24 @@ def _tool_call(operation_id: DurableOperationId, cache_key: tuple[object, ...]) 
     name, args, ctx = cache_key[0], cache_key[1], cache_key[2]
     call_id = getattr(ctx, "tool_call_id", None) or ""
     return ToolCall(str(call_id), str(name), dict(args) if isinstance(args, dict) else {})
+
+
+def _needs_approval(cache_key: tuple[object, ...]) -> bool:
+    """Whether a ``call_tool`` unit calls a tool that requires approval (its
+    definition's kind is ``unapproved``)."""
+    tool = cache_key[3] if len(cache_key) > 3 else None
+    return getattr(getattr(tool, "tool_def", None), "kind", None) == "unapproved"
+
+
+def unknown_outcome(tool: str) -> str:
+    """What the model is told of an approved call that was interrupted before
+    its result was saved (JSON text), as Flowdesk's own runtime tells it."""
+    return json.dumps(
+        {
+            "error": f"the call to {tool} was interrupted before its result was saved; it was "
+            "not repeated, so whether it took effect is unknown"
+        }
+    )
 
 
 def _label(operation_id: DurableOperationId, name: str) -> str:
