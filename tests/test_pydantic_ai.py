@@ -343,7 +343,7 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
         assert len(server.requests) == 2  # the first request was not sent again
     assert lines(log) == ["delete x"]
     assert agent_status(db_path, run_id) == "done"
-    ((run, messages, tools),) = agent_runs(db_path)
+    ((_, messages, tools),) = agent_runs(db_path)
     tool_messages = [(m["name"], m["content"]) for m in messages if m["role"] == "tool"]
     assert tool_messages == [("delete", "deleted x")]
     assert [t.result for t in tools if t.tool == "approval"] == ["yes"]
