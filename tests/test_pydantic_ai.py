@@ -5,6 +5,7 @@ the tool appends to."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -386,3 +387,21 @@ def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) ->
         assert "whether it took effect is unknown" in shown
         assert len(server.requests) == 2
     assert lines(log) == ["delete x"]  # approved once, made once
+
+
+def test_only_the_integration_imports_pydantic_ai() -> None:
+    """``pydantic_ai`` is an optional extra: no other module of Flowdesk imports it."""
+    importers = []
+    for path in sorted((REPO / "desktop_app").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "pydantic_ai" or n.startswith("pydantic_ai.") for n in names):
+                importers.append(path.relative_to(REPO).parent.as_posix())
+    assert set(importers) == {"desktop_app/integrations/pydantic_ai"}
