@@ -252,7 +252,7 @@ def test_an_mcp_tool_call_that_completed_is_not_made_again_after_a_sigkill(
         first = worker(db_path, {**env, "PAI_TEST_KILL": "tool:b"}, "run", "note x, find b")
         assert first.returncode == -signal.SIGKILL, first.stderr
         offered = {t["function"]["name"] for t in server.requests[0]["body"]["tools"]}
-        assert offered == {"append", "append_and_hang", "lookup"}
+        assert offered == {"append", "append_and_hang", "lookup", "delete"}
         second = worker(db_path, env, "resume", first.stdout.split()[1])
         assert second.returncode == 0, second.stderr
         assert "output=noted x, found b" in second.stdout
