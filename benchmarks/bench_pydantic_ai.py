@@ -8,7 +8,7 @@ on a fresh SQLite file (``synchronous=FULL``). Reported: seconds per turn
 (one model request + one tool call = two journaled steps), the durable
 run's extra time per journaled step, and the database bytes per turn.
 
-    python benchmarks/bench_pydantic_ai.py [--turns 50] [--rounds 5] [--dir DIR]
+    python benchmarks/bench_pydantic_ai.py [--turns 40] [--rounds 5] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def make_agent(turns: int) -> Agent[None, str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--turns", type=int, default=50)
+    p.add_argument("--turns", type=int, default=40)  # Pydantic AI allows 50 requests a run
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--dir", type=Path, default=None)
     a = p.parse_args()
