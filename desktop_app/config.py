@@ -218,6 +218,12 @@ class Settings(BaseSettings):
         flows: your own flows, as ``"package.module:attribute"`` (a compiled
             flow, a list of them, or a function returning either); flows are
             also found through the ``flowdesk.flows`` entry-point group.
+        pydantic_ai_agents: your Pydantic AI agents whose durable runs
+            ``flowdesk resume``, ``flowdesk agent`` and launch recovery may
+            resume, as ``"package.module:attribute"`` (a named
+            ``pydantic_ai.Agent``, a list of them, or a function returning
+            either); also found through the ``flowdesk.pydantic_ai``
+            entry-point group (see :mod:`desktop_app.integrations.pydantic_ai`).
         model: the model provider section.
         log_level: level of the rotating log file ``flowdesk.log`` in the
             platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
@@ -241,6 +247,7 @@ class Settings(BaseSettings):
     worker: bool = False
     recovery: dict[str, Literal["auto", "ask", "off"]] = Field(default_factory=dict)
     flows: list[str] = Field(default_factory=list)
+    pydantic_ai_agents: list[str] = Field(default_factory=list)
     model: ModelSettings = Field(default_factory=ModelSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)

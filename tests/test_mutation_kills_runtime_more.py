@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.agent import Agent, ScriptedModel, runtime, tool
+from desktop_app.agent import Agent, ScriptedModel, leases, runtime, tool
 from desktop_app.errors import (
     AgentToolsChangedError,
     LeaseLostError,
@@ -261,7 +261,7 @@ def test_a_reused_empty_tool_result_is_answered_empty(astore):
 
 
 class Ticks:
-    """Stands in for ``threading`` inside the runtime: the heartbeat's stop
+    """Stands in for ``threading`` inside the agent lease holder: the heartbeat's stop
     event records each interval it waits for; its first wait ends (as if the
     interval had passed) only when the test calls :meth:`tick`, every later
     wait only when the drive stops. ``progress`` is set once the heartbeat is
@@ -305,7 +305,7 @@ def test_the_heartbeat_waits_a_third_of_the_lease_at_least_50_ms(
     sqlite_store, monkeypatch, ttl, interval
 ):
     ticks = Ticks()
-    monkeypatch.setattr(runtime, "threading", ticks.module)
+    monkeypatch.setattr(leases, "threading", ticks.module)
     res = Agent("helper", ScriptedModel(["ok"]), SqliteAgentStore(sqlite_store), lease_ttl_s=ttl)
     assert res.ask("q").text == "ok"
     assert ticks.intervals[0] == pytest.approx(interval)
@@ -317,7 +317,7 @@ def heartbeat_round(sqlite_store, monkeypatch, before_interval):
     heartbeat interval pass, and records who holds the lease then. Returns
     the agent, the store, the records and the heartbeat's intervals."""
     ticks = Ticks()
-    monkeypatch.setattr(runtime, "threading", ticks.module)
+    monkeypatch.setattr(leases, "threading", ticks.module)
     clock = ManualClock()
     store = SqliteAgentStore(sqlite_store)
     seen: list[Any] = []

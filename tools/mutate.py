@@ -303,6 +303,12 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_agent_crash.py",
         "tests/test_mutation_kills_agent_runs.py",
     ],
+    "desktop_app/agent/leases.py": [
+        "tests/test_agent.py",
+        "tests/test_agent_crash.py",
+        "tests/test_mutation_kills_runtime.py",
+        "tests/test_mutation_kills_runtime_more.py",
+    ],
     "desktop_app/agent/runtime.py": [
         "tests/test_agent.py",
         "tests/test_agent_crash.py",

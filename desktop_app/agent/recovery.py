@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.tools import TOOL_SOURCES_KEY, AgentTool, file_tools
-from desktop_app.errors import InputError
+from desktop_app.errors import ConfigError, InputError
 from desktop_app.flow.owners import lease_abandoned
 from desktop_app.store.protocol import AgentLog, AgentRun
 
@@ -43,20 +43,29 @@ class ToolSources:
         folder: the folder of the file tools (``--tools files --folder DIR``),
             absolute, or ``None``.
         mcp: names of MCP servers in the settings' ``[mcp_servers]`` (``--mcp NAME``).
+        pydantic_ai: the name of the registered Pydantic AI agent that runs
+            this run, tools and model included
+            (:mod:`desktop_app.integrations.pydantic_ai`), or ``None`` for a
+            run of Flowdesk's own :class:`~desktop_app.agent.runtime.Agent`.
     """
 
     folder: Path | None = None
     mcp: tuple[str, ...] = ()
+    pydantic_ai: str | None = None
 
     @property
     def empty(self) -> bool:
         """No tools besides the built-in ``ask_user``."""
-        return self.folder is None and not self.mcp
+        return self.folder is None and not self.mcp and self.pydantic_ai is None
 
     def to_json(self) -> str:
-        """The JSON text stored with the run: ``{"folder": ..., "mcp": [...]}``."""
+        """The JSON text stored with the run: ``{"folder": ..., "mcp": [...]}``,
+        plus ``"pydantic_ai": NAME`` for a Pydantic AI agent's run."""
         folder = None if self.folder is None else str(self.folder)
-        return json.dumps({"folder": folder, "mcp": list(self.mcp)})
+        data: dict[str, Any] = {"folder": folder, "mcp": list(self.mcp)}
+        if self.pydantic_ai is not None:
+            data["pydantic_ai"] = self.pydantic_ai
+        return json.dumps(data)
 
     @classmethod
     def of_run(cls, store: AgentLog, run_id: str) -> ToolSources:
@@ -66,7 +75,11 @@ class ToolSources:
             return cls()
         data = json.loads(stored.result or "{}")
         folder = data.get("folder")
-        return cls(None if folder is None else Path(folder), tuple(data.get("mcp") or ()))
+        return cls(
+            None if folder is None else Path(folder),
+            tuple(data.get("mcp") or ()),
+            data.get("pydantic_ai"),
+        )
 
 
 @contextmanager
@@ -102,6 +115,28 @@ def connected_tools(
             server.close()
 
 
+def resume_pydantic_ai(
+    store: AgentLog, settings: Settings, run_id: str, answer: str | None = None
+) -> AgentResponse:
+    """Resume a run of a Pydantic AI agent (its :class:`ToolSources` names
+    one) with the registered agent of that name, ``answer`` being yes or no
+    to the tool call it waits to have approved
+    (:func:`desktop_app.integrations.pydantic_ai.registry.resume_registered`).
+
+    Raises:
+        ConfigError: the ``pydantic-ai`` extra is not installed, or the agent
+            is not registered.
+    """
+    try:
+        from desktop_app.integrations.pydantic_ai.registry import resume_registered
+    except ImportError as exc:
+        raise ConfigError(
+            f"agent run {run_id} was started by a Pydantic AI agent; install Flowdesk with "
+            "its extra (pip install 'flowdesk[pydantic-ai]') to resume it"
+        ) from exc
+    return resume_registered(store, settings, run_id, answer)
+
+
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:
     """Top-level agent runs left ``running`` with no live process executing
     them (``owners.lease_abandoned`` at ``now``, UTC epoch seconds: lease
@@ -122,6 +157,7 @@ def recover_agent_runs(
     *,
     on_result: Callable[[AgentRun, AgentResponse | BaseException], None] | None = None,
     skip: Collection[str] | None = None,
+    no_model: str = "no model is set up",
 ) -> list[tuple[AgentRun, AgentResponse | BaseException]]:
     """Resume every interrupted agent run (:func:`interrupted_agent_runs`)
     with the tools it recorded, one after another.
@@ -129,7 +165,10 @@ def recover_agent_runs(
     Args:
         store: the agent-run store.
         settings: the settings (MCP servers are looked up by name here).
-        model: the chat model to continue with.
+        model: the chat model to continue Flowdesk's own agent runs with, or
+            ``None`` when none is set up (those runs are then reported with
+            ``no_model``, why there is none; a Pydantic AI agent's run brings
+            its own model and is resumed all the same).
         now: the store's "now" (UTC epoch seconds) that decides expiry.
         on_result: called with each run and its outcome as it finishes.
         skip: ids of runs to leave alone.
@@ -139,7 +178,8 @@ def recover_agent_runs(
         :class:`~desktop_app.agent.runtime.AgentResponse`, or the error that
         kept it from resuming (``AgentRunLeasedError`` when a live process
         took it meanwhile, ``ConfigError``/``McpError``/``InputError`` when its
-        tools cannot be connected). One run's error never stops the others.
+        tools cannot be connected or its Pydantic AI agent is not
+        registered). One run's error never stops the others.
     """
     from desktop_app.agent.runtime import Agent
 
@@ -150,8 +190,13 @@ def recover_agent_runs(
         outcome: AgentResponse | BaseException
         try:
             sources = ToolSources.of_run(store, run.run_id)
-            with connected_tools(settings, sources, run.run_id) as tools:
-                outcome = Agent(run.agent, model, store, tools).resume(run.run_id)
+            if sources.pydantic_ai is not None:
+                outcome = resume_pydantic_ai(store, settings, run.run_id)
+            elif model is None:
+                raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
+            else:
+                with connected_tools(settings, sources, run.run_id) as tools:
+                    outcome = Agent(run.agent, model, store, tools).resume(run.run_id)
         except Exception as exc:  # reported with the run; the others still resume
             outcome = exc
         report.append((run, outcome))

@@ -65,10 +65,8 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import socket
-import threading
 import uuid
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -83,6 +81,7 @@ from desktop_app.agent.approvals import (
     pending_approval,
     requires_approval,
 )
+from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import AssistantReply, Message, ToolCall, outcome_unknown
 from desktop_app.agent.models import ChatModel
 from desktop_app.agent.tools import (
@@ -96,10 +95,8 @@ from desktop_app.agent.tools import (
 )
 from desktop_app.errors import (
     AgentError,
-    AgentRunLeasedError,
     AgentToolsChangedError,
     CheckpointNotFoundError,
-    FlowdeskError,
     InputRequiredError,
     McpError,
     McpOutcomeUnknownError,
@@ -114,7 +111,6 @@ from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.owners import holding
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import (
     AGENT_TERMINAL,
@@ -469,41 +465,17 @@ class Agent:
         is alive on this host (whatever the clocks say), and, for an owner on
         another host, only once its lease has expired. Of two processes
         taking over one dead owner's run at once, exactly one wins."""
-        now = self.clock.now()
         holder = run.lease_owner
-        takes_over, at = None, now
-        if holder is not None and holder != self.owner:
-            held = holding(holder, run.lease_expires_at, now)
-            if held == "held":
-                raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
-            takes_over, at = holder, (math.inf if held == "dead" else now)
-        self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, at, takes_over=takes_over)
-        if takes_over is not None:
+        took = claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
+        if took is not None:
             log.info("agent %s: run %s taken over from %s", self.name, run.run_id, holder)
         log.info("agent %s: run %s resumed (was %s)", self.name, run.run_id, run.status)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
         """Execute the run while holding its lease; the lease is renewed by a
         heartbeat thread and released when the run stops here."""
-        stop = threading.Event()
-        heartbeat = threading.Thread(
-            target=self._renew, args=(run_id, stop), name="flowdesk-agent-lease", daemon=True
-        )
-        heartbeat.start()
-        try:
+        with holding_agent_run(self.store, run_id, self.owner, self.lease_ttl_s, self.clock):
             yield from self._drive_traced(run_id, stream)
-        finally:
-            stop.set()
-            heartbeat.join()
-            self.store.release(run_id, self.owner)
-
-    def _renew(self, run_id: str, stop: threading.Event) -> None:
-        while not stop.wait(max(0.05, self.lease_ttl_s / 3)):
-            now = self.clock.now()
-            try:
-                self.store.claim(run_id, self.owner, now + self.lease_ttl_s, now)
-            except FlowdeskError:
-                return  # lost or failing: the next write raises LeaseLostError or says why
 
     def _drive_traced(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
         """One pass over a run, inside its span (``invoke_agent <name>``, in

@@ -491,12 +491,13 @@ class FlowdeskApp(App[None]):
             model, problem = None, str(exc)
         else:
             problem = "no model is set up (Settings, ctrl+s)"
-        if model is None:
-            for run in interrupted_agent_runs(services.services.agents, time.time()):
-                on_result(run, FlowdeskError(f"agent run {run.run_id} needs a model: {problem}"))
-            return
         recover_agent_runs(
-            services.services.agents, self.settings, model, time.time(), on_result=on_result
+            services.services.agents,
+            self.settings,
+            model,
+            time.time(),
+            on_result=on_result,
+            no_model=problem,
         )
 
     def on_recovery_finished(self, message: RecoveryFinished) -> None:

@@ -100,9 +100,13 @@ def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) ->
     """Continue an agent run (answering its question with ``answer``) with
     the tools it recorded when it started, or with those this command line
     gives (``ask --resume RUN --tools/--mcp``)."""
-    from desktop_app.agent.recovery import ToolSources, connected_tools
+    from desktop_app.agent.recovery import ToolSources, connected_tools, resume_pydantic_ai
     from desktop_app.bootstrap import build_model
 
+    if ToolSources.of_run(sv.agents, run_id).pydantic_ai is not None:
+        ctx.current_run = run_id
+        resumed = resume_pydantic_ai(sv.agents, sv.settings, run_id, answer)
+        return _finish(ctx, resumed, printed=False)
     if build_model(sv.settings) is None:
         raise ConfigError(NO_MODEL)
     given = _sources(ctx)

@@ -1,0 +1,76 @@
+"""Holding an agent run's lease: claim it, renew it while the run executes,
+release it when the run stops here.
+
+One place for the rule Flowdesk's own :class:`~desktop_app.agent.runtime.Agent`
+and the Pydantic AI integration (:mod:`desktop_app.integrations.pydantic_ai`)
+follow; it is the flow engine's lease rule (:func:`desktop_app.flow.owners.holding`)
+applied to an agent run's row.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from desktop_app.errors import AgentRunLeasedError, FlowdeskError
+from desktop_app.flow.clock import Clock
+from desktop_app.flow.owners import holding
+from desktop_app.store.protocol import AgentLog, AgentRun
+
+
+def claim_agent_run(
+    store: AgentLog, run: AgentRun, owner: str, ttl_s: float, now: float
+) -> str | None:
+    """Take ``run``'s lease for ``owner`` until ``now + ttl_s`` (UTC epoch s)
+    before anything of it runs. A run another owner holds is taken as a
+    compare-and-set on that very owner: at once when its process on this
+    host exited, never while it is alive on this host (whatever the clocks
+    say), and, for an owner on another host, only once its lease expired. Of
+    two processes taking over one dead owner's run at once, exactly one wins.
+
+    Returns:
+        The owner the run was taken over from, or ``None`` (it was free or ours).
+
+    Raises:
+        AgentRunLeasedError: a live process holds the run (nothing was run).
+        CheckpointNotFoundError: no such run.
+    """
+    holder = run.lease_owner
+    takes_over, at = None, now
+    if holder is not None and holder != owner:
+        held = holding(holder, run.lease_expires_at, now)
+        if held == "held":
+            raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
+        takes_over, at = holder, (math.inf if held == "dead" else now)
+    store.claim(run.run_id, owner, now + ttl_s, at, takes_over=takes_over)
+    return takes_over
+
+
+@contextmanager
+def holding_agent_run(
+    store: AgentLog, run_id: str, owner: str, ttl_s: float, clock: Clock
+) -> Iterator[None]:
+    """Renew ``owner``'s lease on ``run_id`` every ``ttl_s / 3`` seconds (at
+    least 0.05) from a daemon thread while the block runs; release it when
+    the block ends, however it ends. A renewal that fails stops the thread:
+    the run's next write then raises ``LeaseLostError`` or says why."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(max(0.05, ttl_s / 3)):
+            now = clock.now()
+            try:
+                store.claim(run_id, owner, now + ttl_s, now)
+            except FlowdeskError:
+                return
+
+    heartbeat = threading.Thread(target=renew, name="flowdesk-agent-lease", daemon=True)
+    heartbeat.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        heartbeat.join()
+        store.release(run_id, owner)

@@ -1,0 +1,18 @@
+"""Durable Pydantic AI agents on Flowdesk (the ``flowdesk[pydantic-ai]`` extra).
+
+Wrap an existing :class:`pydantic_ai.Agent` in :class:`FlowdeskAgent`: each
+model request and each tool call (function tools and MCP toolsets) of its
+runs is a journaled step of a Flowdesk agent run, in the same store (SQLite
+or PostgreSQL) and the same journal as Flowdesk's own agent runs. The
+integration is built, as Pydantic AI's Temporal, DBOS and Prefect
+integrations are, on its public durable-execution interface
+(``pydantic_ai.durable_exec``): :class:`FlowdeskDurability` is a
+``BaseDurabilityCapability`` whose operation backend is the run's journal.
+
+Only this package imports ``pydantic_ai``.
+"""
+
+from desktop_app.integrations.pydantic_ai.agent import FlowdeskAgent, FlowdeskRunResult
+from desktop_app.integrations.pydantic_ai.durability import FlowdeskDurability, JournalMismatchError
+
+__all__ = ["FlowdeskAgent", "FlowdeskDurability", "FlowdeskRunResult", "JournalMismatchError"]

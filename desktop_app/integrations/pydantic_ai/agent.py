@@ -1,0 +1,433 @@
+"""``FlowdeskAgent``: an existing Pydantic AI agent whose runs are Flowdesk agent runs.
+
+A run is a row of Flowdesk's agent-run journal (:class:`~desktop_app.store.protocol.AgentLog`),
+the one Flowdesk's own :class:`~desktop_app.agent.runtime.Agent` writes: the
+prompt as its input and first message, one assistant message per model
+request and one tool message per tool call (so ``flowdesk show``, the app's
+conversation view and its tool results show it like any agent run), the
+unit results under ``pydantic_ai/...`` keys (see
+:mod:`desktop_app.integrations.pydantic_ai.durability`), a lease like every
+agent run, and, in the transaction that creates it, the registered agent's
+name (:class:`~desktop_app.agent.recovery.ToolSources`), so ``flowdesk
+resume``, ``flowdesk agent`` and the app's launch recovery resume it with
+that agent (:mod:`desktop_app.integrations.pydantic_ai.registry`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
+from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai.run import AgentRunResult
+from pydantic_core import to_json
+
+from desktop_app.agent.approvals import (
+    ApprovalJournal,
+    ApprovalRequest,
+    declined_result,
+    parse_decision,
+    pending_approval,
+)
+from desktop_app.agent.leases import claim_agent_run, holding_agent_run
+from desktop_app.agent.messages import Message
+from desktop_app.agent.recovery import ToolSources
+from desktop_app.agent.tools import TOOL_SOURCES_KEY
+from desktop_app.errors import (
+    AgentError,
+    CheckpointNotFoundError,
+    ConfigError,
+    InputRequiredError,
+    RunStateError,
+)
+from desktop_app.flow.clock import Clock, SystemClock
+from desktop_app.flow.context import ExecutionContext
+from desktop_app.integrations.pydantic_ai.durability import CURRENT, FlowdeskDurability, RunJournal
+from desktop_app.store.protocol import AgentLog, AgentRun, AgentStatus
+
+
+@dataclass(frozen=True)
+class FlowdeskRunResult:
+    """How a durable run ended.
+
+    Attributes:
+        run_id: the Flowdesk agent run (resume it with this id).
+        status: ``done``, or ``input_required`` when a tool call waits for a
+            person's approval (a run that raised keeps ``failed`` with the
+            error; an interrupted one stays ``running``).
+        output: the agent's output when ``done`` (``None`` otherwise).
+        text: the output as stored in the run (a string as is, anything
+            else as JSON).
+        result: Pydantic AI's ``AgentRunResult`` when ``done``.
+        question: when ``input_required``: what the person is asked.
+        approval: when ``input_required``: the tool call waiting for a yes or no.
+        executed: model requests and tool calls this call ran.
+        replayed: those it answered from the journal (done before a crash).
+    """
+
+    run_id: str
+    status: AgentStatus
+    output: Any = None
+    text: str | None = None
+    result: AgentRunResult[Any] | None = None
+    question: str | None = None
+    approval: ApprovalRequest | None = None
+    executed: int = 0
+    replayed: int = 0
+
+
+class FlowdeskAgent:
+    """A Pydantic AI agent whose runs are durable Flowdesk agent runs.
+
+    Args:
+        agent: the ``pydantic_ai.Agent`` (it needs a ``name``: it names the
+            runs' durable steps and the registration ``flowdesk agent`` and
+            launch recovery resume them with). Not modified: the durability
+            capability is added to each run.
+        store: the agent-run store (``Services.agents`` of
+            :func:`desktop_app.bootstrap.open_services`; SQLite or PostgreSQL).
+        owner: this process's lease owner id (default ``host:pid:random``).
+        lease_ttl_s: seconds a run's lease lasts without renewal.
+        clock: time source (UTC epoch seconds).
+
+    Raises:
+        ConfigError: the agent has no name.
+    """
+
+    def __init__(
+        self,
+        agent: PydanticAgent[Any, Any],
+        store: AgentLog,
+        *,
+        owner: str | None = None,
+        lease_ttl_s: float = 30.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not agent.name:
+            raise ConfigError(
+                "a Pydantic AI agent made durable with Flowdesk needs a name: "
+                "Agent(..., name='my_agent'); it identifies the run's steps and how a "
+                "resumed run finds its agent"
+            )
+        self.agent = agent
+        self.name: str = agent.name
+        self.store = store
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lease_ttl_s = lease_ttl_s
+        self.clock = clock or SystemClock()
+        self.durability = FlowdeskDurability(name=self.name)
+
+    @classmethod
+    def open(cls, agent: PydanticAgent[Any, Any], db: str | None = None) -> FlowdeskAgent:
+        """Over the database of the Flowdesk settings (``db`` overrides
+        ``db_path``: a SQLite file or a ``postgresql://`` URL), schema checked.
+
+        Raises:
+            SchemaMissingError: the schema is not applied (``flowdesk db apply``).
+        """
+        from desktop_app.bootstrap import open_services
+        from desktop_app.config import load_settings
+
+        settings = load_settings(**({"db_path": db} if db is not None else {}))
+        return cls(agent, open_services(settings, flows=[]).agents)
+
+    # -- running -------------------------------------------------------------
+
+    def run_sync(self, prompt: str, **kwargs: Any) -> FlowdeskRunResult:
+        """:meth:`run` in a new event loop."""
+        return asyncio.run(self.run(prompt, **kwargs))
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        run_id: str | None = None,
+        deps: Any = None,
+        event_stream_handler: EventStreamHandler[Any] | None = None,
+        context: ExecutionContext | None = None,
+    ) -> FlowdeskRunResult:
+        """Start a durable run of ``prompt`` and drive it to its end.
+
+        With ``run_id`` of an existing run, that run is resumed instead. The
+        run is stored (and resumable by its id) before the first model
+        request. ``event_stream_handler`` receives Pydantic AI's stream
+        events as they arrive (text deltas from a streamed model request,
+        tool calls and results), as with Temporal and DBOS.
+
+        Raises:
+            Whatever the agent raises (the run is then ``failed`` with it);
+            AgentRunLeasedError when a live process drives ``run_id``.
+        """
+        if run_id is not None and self._exists(run_id):
+            return await self.resume(run_id, deps=deps, event_stream_handler=event_stream_handler)
+        rid = run_id or uuid.uuid4().hex
+        now = self.clock.now()
+        ctx = (context or ExecutionContext()).model_copy(
+            update={"run_id": rid, "trace_id": (context and context.trace_id) or uuid.uuid4().hex}
+        )
+        self.store.create(
+            AgentRun(
+                run_id=rid,
+                agent=self.name,
+                status="running",
+                input=prompt,
+                created_at=now,
+                updated_at=now,
+                context=ctx.model_dump(),
+                lease_owner=self.owner,
+                lease_expires_at=now + self.lease_ttl_s,
+            ),
+            [Message("user", prompt).to_json()],
+            (
+                TOOL_SOURCES_KEY,
+                "tool_sources",
+                "completed",
+                ToolSources(pydantic_ai=self.name).to_json(),
+            ),
+        )
+        return await self._drive(self.store.get(rid), deps, event_stream_handler)
+
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        answer: str | None = None,
+        deps: Any = None,
+        event_stream_handler: EventStreamHandler[Any] | None = None,
+    ) -> FlowdeskRunResult:
+        """Drive run ``run_id`` again from its journal: the agent runs its
+        code again from the start and every model request and tool call
+        that completed before returns its stored result; the rest run. A
+        ``done`` run replays to its output without running anything. A run
+        waiting for approval (``input_required``) needs ``answer``: yes or no
+        (:func:`~desktop_app.agent.approvals.parse_decision`), journaled with
+        the end of the wait before the call is made, as Flowdesk's own agent
+        runs do (:mod:`desktop_app.agent.approvals`).
+
+        Raises:
+            InputRequiredError: the run waits for approval and no ``answer`` was given.
+            ApprovalAnswerError: ``answer`` is neither yes nor no (nothing changed).
+            RunStateError: the run is canceled, timed out or expired, or not
+                a run of this agent.
+            AgentRunLeasedError: a live process drives it.
+            JournalMismatchError: the agent now asks for other tool calls
+                than the run recorded.
+        """
+        run = self.store.get(run_id)
+        if run.agent != self.name or ToolSources.of_run(self.store, run_id).pydantic_ai is None:
+            raise RunStateError(
+                f"agent run {run_id} is a run of {run.agent!r}, not of the Pydantic AI agent "
+                f"{self.name!r}; resume it with its own agent"
+            )
+        if run.status in ("canceled", "timeout", "expired"):
+            raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
+        request = pending_approval(run.pending_call) if run.status == "input_required" else None
+        if answer is not None and request is None:
+            raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
+        if request is not None and answer is None:
+            raise InputRequiredError(
+                f"agent run {run_id} waits for an answer: {request.question()}; answer it "
+                f"with `flowdesk answer {run_id} yes` or `no`"
+            )
+        if run.status != "done":
+            approved = None if answer is None else parse_decision(answer)
+            decision = (
+                None
+                if request is None or approved is None
+                else ApprovalJournal.row(request, approved)
+            )
+            claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
+            self.store.update(  # the decision is journaled with the end of the wait
+                run_id,
+                self.clock.now(),
+                owner=self.owner,
+                tool=decision,
+                status="running",
+                error=None,
+                pending_call=None,
+            )
+        return await self._drive(self.store.get(run_id), deps, event_stream_handler)
+
+    def resume_sync(self, run_id: str, **kwargs: Any) -> FlowdeskRunResult:
+        """:meth:`resume` in a new event loop."""
+        return asyncio.run(self.resume(run_id, **kwargs))
+
+    def cancel(self, run_id: str) -> None:
+        """Mark a run ``canceled`` (terminal; it is never resumed)."""
+        run = self.store.get(run_id)
+        if run.status in ("done", "failed", "canceled", "timeout", "expired"):
+            raise RunStateError(f"agent run {run_id} is already {run.status}")
+        self.store.update(run_id, self.clock.now(), status="canceled", error="canceled by user")
+
+    def runs(self, statuses: Sequence[str] | None = None) -> list[AgentRun]:
+        """This agent's runs (optionally of these statuses), oldest first."""
+        return self.store.list(statuses=statuses, agent=self.name)
+
+    # -- the drive -------------------------------------------------------------
+
+    def _exists(self, run_id: str) -> bool:
+        try:
+            self.store.get(run_id)
+        except CheckpointNotFoundError:
+            return False
+        return True
+
+    async def _drive(
+        self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
+    ) -> FlowdeskRunResult:
+        journal = RunJournal(
+            self.store, run.run_id, self.owner, self.clock, run.created_at, turns=run.turns
+        )
+        finished = run.status == "done"
+        token = CURRENT.set(journal)
+        try:
+            held = (
+                contextlib.nullcontext()  # a done run only replays: no lease, no write
+                if finished
+                else holding_agent_run(
+                    self.store, run.run_id, self.owner, self.lease_ttl_s, self.clock
+                )
+            )
+            with held:
+                try:
+                    outcome = await self._segments(run, deps, handler)
+                except Exception as exc:
+                    if not finished:
+                        self.store.update(
+                            run.run_id,
+                            self.clock.now(),
+                            owner=self.owner,
+                            status="failed",
+                            error=f"{type(exc).__name__}: {exc}",
+                            error_type=type(exc).__name__,
+                        )
+                    raise
+                if isinstance(outcome, ApprovalRequest):
+                    self.store.update(
+                        run.run_id,
+                        self.clock.now(),
+                        owner=self.owner,
+                        status="input_required",
+                        pending_call={
+                            "name": outcome.tool,
+                            "arguments": dict(outcome.arguments),
+                            "approval": outcome.to_json(),
+                        },
+                    )
+                    return FlowdeskRunResult(
+                        run.run_id,
+                        "input_required",
+                        question=outcome.question(),
+                        approval=outcome,
+                        executed=journal.executed,
+                        replayed=journal.replayed,
+                    )
+                text = _as_text(outcome.output)
+                if not finished:
+                    self.store.update(
+                        run.run_id, self.clock.now(), owner=self.owner, status="done", response=text
+                    )
+        finally:
+            CURRENT.reset(token)
+        return FlowdeskRunResult(
+            run.run_id,
+            "done",
+            outcome.output,
+            text,
+            outcome,
+            executed=journal.executed,
+            replayed=journal.replayed,
+        )
+
+    async def _segments(
+        self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
+    ) -> AgentRunResult[Any] | ApprovalRequest:
+        """Run the agent until it answers, or until a tool call needs a
+        decision nobody has journaled yet (returned).
+
+        A tool that requires approval (Pydantic AI's ``requires_approval``)
+        ends a Pydantic AI run with ``DeferredToolRequests``; each of its
+        calls becomes an :class:`~desktop_app.agent.approvals.ApprovalRequest`
+        (its place: its number among the conversation's tool calls) whose
+        decision is looked up in the run's journal, and the agent goes on
+        with those decisions (``DeferredToolResults``: approved, or denied
+        with :func:`~desktop_app.agent.approvals.declined_result`), all in
+        this drive, so a replay takes the same path.
+
+        Raises:
+            AgentError: the agent deferred a call for external execution
+                (``CallDeferred``), which a Flowdesk run cannot answer.
+        """
+        decisions = ApprovalJournal(self.store, run.run_id, self.clock, self.owner)
+        history: list[ModelMessage] | None = None
+        answers: DeferredToolResults | None = None
+        journal = CURRENT.get()
+        assert journal is not None
+        while True:
+            journal.segment += 1
+            result = await self.agent.run(
+                None if history is not None else run.input,
+                message_history=history,
+                deferred_tool_results=answers,
+                output_type=self._output_type,
+                deps=deps,
+                capabilities=[self.durability],
+                event_stream_handler=handler,
+            )
+            requests = result.output
+            if not isinstance(requests, DeferredToolRequests):
+                return result
+            if requests.calls:
+                names = ", ".join(sorted({c.tool_name for c in requests.calls}))
+                raise AgentError(
+                    f"agent run {run.run_id}: the agent deferred {names} for external execution, "
+                    "which a Flowdesk run cannot answer; make it a tool that runs, or one that "
+                    "requires approval"
+                )
+            history = result.all_messages()
+            places = _tool_call_places(history)
+            approvals: dict[str, bool | ToolApproved | ToolDenied] = {}
+            for part in requests.approvals:
+                request = ApprovalRequest.of(
+                    part.tool_name, part.args_as_dict(), places[part.tool_call_id]
+                )
+                decided = decisions.decision(request)
+                if decided is None:
+                    return request
+                approvals[part.tool_call_id] = decided or ToolDenied(
+                    declined_result(part.tool_name)
+                )
+            answers = DeferredToolResults(approvals=approvals)
+
+    @property
+    def _output_type(self) -> Any:
+        """The agent's output type, with ``DeferredToolRequests`` added (how
+        Pydantic AI ends a run at a tool call that needs approval)."""
+        spec = self.agent.output_type
+        specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+        return specs if DeferredToolRequests in specs else [*specs, DeferredToolRequests]
+
+
+def _tool_call_places(messages: list[ModelMessage]) -> dict[str, int]:
+    """Each tool call's 1-based number among the conversation's tool calls, by call id."""
+    ids = [
+        part.tool_call_id
+        for message in messages
+        if isinstance(message, ModelResponse)
+        for part in message.parts
+        if isinstance(part, ToolCallPart)
+    ]
+    return {call_id: n for n, call_id in enumerate(ids, start=1)}
+
+
+def _as_text(output: Any) -> str:
+    return output if isinstance(output, str) else to_json(output).decode()

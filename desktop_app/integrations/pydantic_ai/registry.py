@@ -1,0 +1,103 @@
+"""Registered Pydantic AI agents: how a process that did not start a run
+(``flowdesk resume RUN``, ``flowdesk agent``, the app's launch recovery)
+finds the agent that resumes it.
+
+As flows are registered (``flows`` in the settings, the ``flowdesk.flows``
+entry points), a Pydantic AI agent is registered by the settings'
+``pydantic_ai_agents`` (``"package.module:attribute"``) or a
+``flowdesk.pydantic_ai`` entry point, naming a ``pydantic_ai.Agent`` with a
+``name``, a list of them, or a function returning either. A run records the
+agent's name when it is created; it is resumed by the registered agent of
+that name, with its own model and tools (no Flowdesk model is needed).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from pydantic_ai import Agent as PydanticAgent
+
+from desktop_app.agent.runtime import AgentResponse
+from desktop_app.config import Settings
+from desktop_app.errors import ConfigError
+from desktop_app.integrations.pydantic_ai.agent import FlowdeskAgent
+from desktop_app.store.protocol import AgentLog
+
+ENTRY_POINT_GROUP = "flowdesk.pydantic_ai"
+
+
+def registered_agents(settings: Settings) -> dict[str, PydanticAgent[Any, Any]]:
+    """The registered agents by name: entry points first, then the settings.
+
+    Raises:
+        ConfigError: a registration cannot be imported, gives no named
+            ``pydantic_ai.Agent``, or two agents share a name.
+    """
+    sources: list[tuple[str, Callable[[], Any]]] = [
+        (f"entry point {ep.name!r}", ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)
+    ]
+    for spec in settings.pydantic_ai_agents:
+        module_name, _, attr = spec.partition(":")
+
+        sources.append((f"pydantic_ai_agents entry {spec!r}", _importer(module_name, attr)))
+    found: dict[str, PydanticAgent[Any, Any]] = {}
+    for where, get in sources:
+        try:
+            obj = get()
+            if callable(obj) and not isinstance(obj, PydanticAgent):
+                obj = obj()
+        except Exception as exc:
+            raise ConfigError(
+                f"cannot load the Pydantic AI agent of {where}: {type(exc).__name__}: {exc}; "
+                "use 'package.module:attribute' and make sure the package is importable"
+            ) from exc
+        for agent in obj if isinstance(obj, (list, tuple)) else [obj]:
+            if not isinstance(agent, PydanticAgent) or not agent.name:
+                raise ConfigError(
+                    f"{where} gave {type(agent).__name__}, not a pydantic_ai.Agent with a "
+                    "name; point it at Agent(..., name='...') (or a function or list of them)"
+                )
+            if agent.name in found and found[agent.name] is not agent:
+                raise ConfigError(f"two registered Pydantic AI agents are named {agent.name!r}")
+            found[agent.name] = agent
+    return found
+
+
+def _importer(module_name: str, attr: str) -> Callable[[], Any]:
+    def get() -> Any:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr) if attr else module
+
+    return get
+
+
+def resume_registered(
+    store: AgentLog, settings: Settings, run_id: str, answer: str | None = None
+) -> AgentResponse:
+    """Resume a Pydantic AI agent run with the registered agent it names
+    (``answer``: yes or no to the tool call it waits to have approved).
+
+    Returns:
+        The run's outcome as Flowdesk reports agent runs (``done`` with its
+        text, or ``input_required`` with the approval it waits for).
+
+    Raises:
+        ConfigError: its agent is not registered (the message says how).
+        Whatever resuming raises (``FlowdeskAgent.resume``): the run is then ``failed``.
+    """
+    run = store.get(run_id)
+    agents = registered_agents(settings)
+    agent = agents.get(run.agent)
+    if agent is None:
+        raise ConfigError(
+            f"agent run {run_id} is a run of the Pydantic AI agent {run.agent!r}, which is not "
+            'registered: add "package.module:attribute" of it to pydantic_ai_agents in the '
+            f"settings, or publish a {ENTRY_POINT_GROUP!r} entry point"
+        )
+    result = FlowdeskAgent(agent, store).resume_sync(run_id, answer=answer)
+    return AgentResponse(
+        run_id, result.status, text=result.text, question=result.question, approval=result.approval
+    )

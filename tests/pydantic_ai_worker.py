@@ -1,0 +1,65 @@
+"""A real process running (or resuming) a durable Pydantic AI run (S96).
+
+Usage: python tests/pydantic_ai_worker.py DB (run PROMPT | resume RUN_ID) [--stream]
+
+DB is a SQLite file or a ``postgresql://`` URL (opened as ``flowdesk --db DB`` does).
+
+Builds ``tests.pydantic_ai_agents.make_helper()`` (see there for the
+environment it reads) wrapped in ``FlowdeskAgent`` over DB
+and runs PROMPT, or resumes RUN_ID. Prints ``run <id>`` as soon as the run
+is stored, each streamed piece of text as ``text <text>`` with ``--stream``,
+and ``<status> executed=<n> replayed=<n> output=<text>`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
+
+from desktop_app.bootstrap import open_services
+from desktop_app.config import load_settings
+from desktop_app.integrations.pydantic_ai import FlowdeskAgent
+from tests.pydantic_ai_agents import make_helper
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("db")
+    p.add_argument("action", choices=["run", "resume"])
+    p.add_argument("arg")
+    p.add_argument("--stream", action="store_true")
+    a = p.parse_args()
+    services = open_services(load_settings(db_path=a.db), flows=[])
+    durable = FlowdeskAgent(make_helper(), services.agents)
+
+    async def handler(_ctx: Any, events: Any) -> None:
+        async for event in events:
+            if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+                print("text", event.part.content, flush=True)
+            elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+                print("text", event.delta.content_delta, flush=True)
+
+    stream = handler if a.stream else None
+    if a.action == "run":
+        run_id = uuid.uuid4().hex
+        print("run", run_id, flush=True)
+        res = await durable.run(a.arg, run_id=run_id, event_stream_handler=stream)
+    else:
+        res = await durable.resume(a.arg, event_stream_handler=stream)
+    print(f"{res.status} executed={res.executed} replayed={res.replayed} output={res.text}")
+    if res.question:
+        print("question", res.question)
+    services.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))

@@ -1,0 +1,60 @@
+"""A Pydantic AI agent's run in the app (S96): launch recovery resumes the
+run a SIGKILL interrupted with the registered agent (no Flowdesk model set
+up), and the conversation view shows it as any agent run."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.agent_runs import AgentRunsScreen
+from desktop_app.app.widgets.conversation import ConversationView
+from desktop_app.config import load_settings
+from tests.app_support import messages, settle, wait_until
+from tests.chat_server import ChatServer
+from tests.test_app_conversation import open_conversation
+from tests.test_pydantic_ai import SCRIPT, lines, worker
+
+
+@pytest.mark.scenario("S96")
+async def test_launch_recovery_resumes_a_killed_pydantic_ai_run_shown_as_a_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, log = tmp_path / "t.db", tmp_path / "tool.log"
+    settings = load_settings(
+        db_path=db, pydantic_ai_agents=["tests.pydantic_ai_agents:make_helper"]
+    )
+    bootstrap.apply_schema(settings)
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(SCRIPT)
+        first = worker(db, {**env, "PAI_TEST_KILL": "tool:b"}, "run", "find a then b")
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        for name, value in env.items():  # the registered agent is built in this process
+            monkeypatch.setenv(name, value)
+        app = FlowdeskApp(settings)
+        async with app.run_test(size=(120, 50)) as pilot:
+            await wait_until(pilot, lambda: any("Resumed" in m for m in messages(app)), timeout=60)
+            await settle(pilot)
+            assert "Resumed 1 run: 1 completed, 0 failed" in messages(app)
+            await open_conversation(pilot)
+            screen = app.screen
+            assert isinstance(screen, AgentRunsScreen)
+            view = screen.query_one(ConversationView)
+            assert view.kinds == [
+                "user",
+                "assistant",  # its tool call lookup(a)
+                "tool-result",
+                "assistant",  # lookup(b)
+                "tool-result",
+                "assistant",
+            ]
+            calls = [str(w.render()) for w in view.query(".tool-call")]
+            assert calls[0].startswith('→ tool call lookup {"q":"a"}')
+        assert len(server.requests) == 3
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}

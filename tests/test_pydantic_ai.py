@@ -1,0 +1,407 @@
+"""Durable Pydantic AI agents on Flowdesk (S96): a real SIGKILL inside a tool
+call, then a new process resumes the run; model requests are counted on a
+scripted OpenAI-compatible server on 127.0.0.1 and tool calls in the file
+the tool appends to."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from desktop_app.bootstrap import open_services
+from desktop_app.config import load_settings
+from tests.chat_server import ChatServer
+from tests.chat_server import completion as _completion
+from tests.cli_support import flowdesk
+from tests.test_cli_agent_resume import agent_status, as_printed, wait_for
+
+WORKER = Path(__file__).resolve().parent / "pydantic_ai_worker.py"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def completion(content: str = "", calls: list[dict] | None = None) -> dict:
+    """A chat completion as the OpenAI SDK validates it (model and created set)."""
+    return {**_completion(content, calls), "model": "scripted", "created": 0}
+
+
+def call(tool: str, **args: str) -> dict:
+    return {"id": f"call-{tool}-{'-'.join(args.values())}", "name": tool, "args": args}
+
+
+SCRIPT = [
+    ("json", completion("", [call("lookup", q="a")])),
+    ("json", completion("", [call("lookup", q="b")])),
+    ("json", completion("a and b are found")),
+]
+
+
+def worker(db: Path | str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(WORKER), str(db), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def agent_runs(db: Path | str):
+    services = open_services(load_settings(db_path=str(db)), flows=[])
+    try:
+        agents = services.agents
+        return [
+            (r, agents.messages(r.run_id), agents.tool_results(r.run_id)) for r in agents.list()
+        ]
+    finally:
+        services.close()
+
+
+def requests_made(server: ChatServer) -> list[list[str]]:
+    """For each model request the server answered: the tool results it was shown."""
+    return [
+        [m["content"] for m in r["body"]["messages"] if m["role"] == "tool"]
+        for r in server.requests
+    ]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest) -> str:
+    """The database string of a fresh Flowdesk database with the schema
+    applied: a SQLite file, or a PostgreSQL database (``pg_url``)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("db_path"))
+
+
+@pytest.mark.scenario("S96")
+@pytest.mark.parametrize("stream", [False, True], ids=["request", "stream"])
+def test_sigkill_in_a_tool_then_resume_repeats_no_completed_request_or_tool_call(
+    database: str, tmp_path: Path, stream: bool
+) -> None:
+    db_path = database
+    log = tmp_path / "tool.log"
+    flags = ["--stream"] if stream else []
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), "PAI_TEST_KILL": "tool:b"}
+        server.script = list(SCRIPT)
+        first = worker(db_path, env, "run", "find a then b", *flags)
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        run_id = first.stdout.split()[1]
+        assert len(server.requests) == 2  # the kill came inside the second call's tool
+        assert lines(log) == ["tool a", "tool b"]
+        ((run, _, _),) = agent_runs(db_path)
+        assert run.status == "running"
+
+        second = worker(db_path, {**env, "PAI_TEST_KILL": ""}, "resume", run_id, *flags)
+        assert second.returncode == 0, second.stderr
+        assert "done executed=2 replayed=3 output=a and b are found" in second.stdout
+        if stream:  # the new request's text arrived as deltas, live
+            assert "text a and b are found" in second.stdout
+        # three model requests in all: the two before the kill were not sent again
+        assert len(server.requests) == 3
+        assert requests_made(server)[-1] == ["result for a", "result for b"]
+        assert all(r["body"].get("stream", False) is stream for r in server.requests)
+    # lookup(a) completed before the kill: not run again; lookup(b) was in flight: run again
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+    ((run, messages, tools),) = agent_runs(db_path)
+    assert (run.status, run.response, run.turns, run.agent) == (
+        "done",
+        "a and b are found",
+        3,
+        "helper",
+    )
+    # the conversation Flowdesk shows: prompt, each reply, each tool result, once
+    assert [(m["role"], m.get("name"), m["content"]) for m in messages] == [
+        ("user", None, "find a then b"),
+        ("assistant", None, ""),
+        ("tool", "lookup", "result for a"),
+        ("assistant", None, ""),
+        ("tool", "lookup", "result for b"),
+        ("assistant", None, "a and b are found"),
+    ]
+    assert [c["arguments"] for m in messages for c in m.get("tool_calls", [])] == [
+        {"q": "a"},
+        {"q": "b"},
+    ]
+    by_tool = Counter(t.tool for t in tools if t.status == "completed")
+    model_step = "model.request_stream" if stream else "model.request"
+    assert by_tool == {"tool_sources": 1, model_step: 3, "lookup": 2}
+    calls = {json.loads(t.result or "")["input"]: t for t in tools if t.tool == "lookup"}
+    assert calls['{"q":"a"}'].attempts == 1
+    assert calls['{"q":"b"}'].attempts == 2  # started before the kill, and once after
+    assert json.loads(calls['{"q":"b"}'].result or "")["output"]["result"] == "result for b"
+
+
+@pytest.mark.scenario("S96")
+def test_a_done_run_resumed_replays_its_output_without_a_request(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(SCRIPT)
+        first = worker(db_path, env, "run", "find a then b")
+        assert first.returncode == 0, first.stderr
+        assert "done executed=5 replayed=0 output=a and b are found" in first.stdout
+        again = worker(db_path, env, "resume", first.stdout.split()[1])
+        assert again.returncode == 0, again.stderr
+        assert "done executed=0 replayed=5 output=a and b are found" in again.stdout
+        assert len(server.requests) == 3
+    assert lines(log) == ["tool a", "tool b"]
+
+
+# -- resumed by Flowdesk: registered agents (settings or entry point) ------------
+
+REGISTERED = {"FLOWDESK_PYDANTIC_AI_AGENTS": '["tests.pydantic_ai_agents:make_helper"]'}
+
+
+def killed_run(db: Path, log: Path, server: ChatServer) -> tuple[str, dict[str, str]]:
+    """A run of ``helper`` SIGKILLed inside ``lookup(b)``; its id and the
+    environment (model server, tool log) the resuming process needs."""
+    env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+    server.script = list(SCRIPT)
+    first = worker(db, {**env, "PAI_TEST_KILL": "tool:b"}, "run", "find a then b")
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    return first.stdout.split()[1], {**os.environ, **env}
+
+
+@pytest.mark.scenario("S96")
+def test_show_prints_the_conversation_and_its_resume_hint_resumes_the_registered_agent(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        run_id, env = killed_run(db_path, log, server)
+        shown = flowdesk(db_path, "show", run_id, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert f"agent run {run_id}  agent helper  status interrupted  turns 2" in shown.stdout
+        assert '  assistant calls lookup {"q": "a"}' in shown.stdout
+        assert "  tool lookup: result for a" in shown.stdout
+        hint = re.search(r"; (flowdesk .*) continues it$", shown.stdout, re.M)
+        assert hint, shown.stdout
+        # without the registration the run is left alone, with what to do
+        refused = as_printed(hint.group(1), env)
+        assert refused.returncode != 0
+        assert "not registered: add" in refused.stderr and "pydantic_ai_agents" in refused.stderr
+        assert agent_status(db_path, run_id) == "interrupted"
+        resumed = as_printed(hint.group(1), {**env, **REGISTERED})
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.stdout.strip() == "a and b are found"
+        assert len(server.requests) == 3
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+    assert agent_status(db_path, run_id) == "done"
+
+
+@pytest.mark.scenario("S96")
+def test_flowdesk_agent_resumes_an_interrupted_pydantic_ai_run(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        run_id, env = killed_run(db_path, log, server)
+        served = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "desktop_app.cli",
+                "--db",
+                str(db_path),
+                "agent",
+                "--poll",
+                "0.2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**env, **REGISTERED},  # no Flowdesk model: the agent brings its own
+        )
+        try:
+            wait_for(lambda: agent_status(db_path, run_id) == "done", "the run to finish")
+        finally:
+            served.send_signal(signal.SIGTERM)
+            out, err = served.communicate(timeout=60)
+        assert served.returncode == 0, err
+        assert f"agent run {run_id} done" in out
+        assert len(server.requests) == 3
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+
+
+@pytest.mark.scenario("S96")
+def test_an_mcp_tool_call_that_completed_is_not_made_again_after_a_sigkill(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tool.log"  # the notes server's append() and lookup() both write here
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), "PAI_TEST_MCP": "1"}
+        server.script = [
+            ("json", completion("", [call("append", text="x")])),
+            ("json", completion("", [call("lookup", q="b")])),
+            ("json", completion("noted x, found b")),
+        ]
+        first = worker(db_path, {**env, "PAI_TEST_KILL": "tool:b"}, "run", "note x, find b")
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        offered = {t["function"]["name"] for t in server.requests[0]["body"]["tools"]}
+        assert offered == {"append", "append_and_hang", "lookup", "delete"}
+        second = worker(db_path, env, "resume", first.stdout.split()[1])
+        assert second.returncode == 0, second.stderr
+        assert "output=noted x, found b" in second.stdout
+        assert len(server.requests) == 3
+        assert requests_made(server)[-1] == ["appended; 1 lines", "result for b"]
+    assert Counter(lines(log)) == {"x": 1, "tool b": 2}
+    ((run, messages, tools),) = agent_runs(db_path)
+    assert run.status == "done"
+    assert [m.get("name") for m in messages if m["role"] == "tool"] == ["append", "lookup"]
+    # the server's tool list is journaled too (discovery is a step)
+    assert any(t.tool == "notes.get_tools" and t.status == "completed" for t in tools)
+
+
+def readme_snippet() -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Pydantic AI agents\n", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.scenario("S96")
+def test_the_readme_snippet_runs_as_pasted(db_path: Path, tmp_path: Path) -> None:
+    snippet = readme_snippet()
+    assert len(snippet.strip().splitlines()) <= 10
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet)
+    with ChatServer() as server:
+        server.script = list(SCRIPT)
+        env = {
+            "OPENAI_BASE_URL": server.url,
+            "OPENAI_API_KEY": "test",
+            "FLOWDESK_DB_PATH": str(db_path),
+            "PYTHONPATH": str(REPO),
+        }
+        ran = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, **env},
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout == "a and b are found\n"
+        assert len(server.requests) == 3
+    ((run, _, tools),) = agent_runs(db_path)
+    assert (run.agent, run.status, run.turns) == ("helper", "done", 3)
+    assert sum(t.tool == "lookup" for t in tools) == 2
+
+
+# -- tools that need a person's approval -------------------------------------------
+
+DELETE_X = [
+    ("json", completion("", [call("delete", name="x")])),
+    ("json", completion("x is deleted")),
+]
+
+
+def waiting_hint(db: Path, env: dict[str, str], answer: str) -> str:
+    """The command ``flowdesk waiting`` prints to answer ``answer``."""
+    shown = flowdesk(db, "waiting", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert 'approve: delete {"name":"x"}' in shown.stdout
+    hint = re.search(rf"^\s+{answer}:\s+(flowdesk .*)$", shown.stdout, re.M)
+    assert hint, shown.stdout
+    return hint.group(1)
+
+
+@pytest.mark.scenario("S96")
+def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(DELETE_X)
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        assert 'question approve the call delete {"name":"x"}? (yes/no)' in first.stdout
+        assert "input_required" in first.stdout
+        assert lines(log) == []  # nothing deleted before a person said yes
+        run_id = first.stdout.split()[1]
+        assert agent_status(db_path, run_id) == "input_required"
+        # a person says yes with the command Flowdesk prints
+        yes = waiting_hint(db_path, {**os.environ, **env}, "yes")
+        assert yes == f"flowdesk --db {db_path} answer {run_id} yes"
+        answered = as_printed(yes, {**os.environ, **env, **REGISTERED})
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout.strip() == "x is deleted"
+        assert len(server.requests) == 2  # the first request was not sent again
+    assert lines(log) == ["delete x"]
+    assert agent_status(db_path, run_id) == "done"
+    ((_, messages, tools),) = agent_runs(db_path)
+    tool_messages = [(m["name"], m["content"]) for m in messages if m["role"] == "tool"]
+    assert tool_messages == [("delete", "deleted x")]
+    assert [t.result for t in tools if t.tool == "approval"] == ["yes"]
+
+
+@pytest.mark.scenario("S96")
+def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = [DELETE_X[0], ("json", completion("I left x alone"))]
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        no = waiting_hint(db_path, env, "no")
+        answered = as_printed(no, {**env, **REGISTERED})
+        assert answered.returncode == 0, answered.stderr
+        assert "I left x alone" in answered.stdout
+        shown = requests_made(server)[-1]
+        assert len(shown) == 1 and "declined" in shown[0]
+    assert lines(log) == []
+
+
+@pytest.mark.scenario("S96")
+def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) -> None:
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = [DELETE_X[0], ("json", completion("could not tell"))]
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        run_id = first.stdout.split()[1]
+        yes = waiting_hint(db_path, env, "yes")
+        killed = as_printed(yes, {**env, **REGISTERED, "PAI_TEST_KILL": "delete:x"})
+        assert killed.returncode == -signal.SIGKILL
+        assert agent_status(db_path, run_id) == "interrupted"
+        resumed = flowdesk(db_path, "resume", run_id, env={**env, **REGISTERED})
+        assert resumed.returncode == 0, resumed.stderr
+        assert "could not tell" in resumed.stdout
+        (shown,) = requests_made(server)[-1]
+        assert "whether it took effect is unknown" in shown
+        assert len(server.requests) == 2
+    assert lines(log) == ["delete x"]  # approved once, made once
+
+
+def test_only_the_integration_imports_pydantic_ai() -> None:
+    """``pydantic_ai`` is an optional extra: no other module of Flowdesk imports it."""
+    importers = []
+    for path in sorted((REPO / "desktop_app").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "pydantic_ai" or n.startswith("pydantic_ai.") for n in names):
+                importers.append(path.relative_to(REPO).parent.as_posix())
+    assert set(importers) == {"desktop_app/integrations/pydantic_ai"}
