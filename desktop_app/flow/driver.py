@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import threading
 import time
@@ -109,6 +110,13 @@ class Stopped(Exception):
     stays resumable where it is."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool]:
+    """How to call ``fn``: its arity (see ``definition._arity``) and whether
+    it is a coroutine function; read once per function, not at every step."""
+    return _arity(fn), inspect.iscoroutinefunction(fn)
+
+
 def call_step(
     fn: Callable[..., Any], state: Any, ctx: StepContext, timeout_s: float | None = None
 ) -> Any:
@@ -124,9 +132,9 @@ def call_step(
     Raises:
         StepTimeoutError: the attempt ran past ``timeout_s``.
     """
-    arity = _arity(fn)
+    arity, is_async = _call_shape(fn)
     args = (state, ctx)[:arity]
-    if inspect.iscoroutinefunction(fn):
+    if is_async:
 
         async def _run() -> Any:
             if timeout_s is None:
@@ -140,7 +148,7 @@ def call_step(
         return asyncio.run(_run())
     if timeout_s is None:
         out = fn(*args)
-        if inspect.isawaitable(out):
+        if out is not None and type(out) is not dict and inspect.isawaitable(out):
 
             async def _await() -> Any:
                 return await out

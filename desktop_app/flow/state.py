@@ -27,6 +27,22 @@ from desktop_app.store.protocol import StepRecord
 S = TypeVar("S", bound=BaseModel)
 
 
+#: per state model class seen (a flow's few): its field names in declaration
+#: order and as a set, read once
+_FIELDS: dict[type[BaseModel], tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def _fields(model: type[BaseModel]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """``model``'s field names, read once per model class: pydantic's
+    ``model_fields`` builds them at every access, a cost the step path paid
+    several times per step."""
+    known = _FIELDS.get(model)
+    if known is None:
+        order = tuple(model.model_fields)
+        known = _FIELDS[model] = (order, frozenset(order))
+    return known
+
+
 def dump_state(state: BaseModel) -> dict[str, Any]:
     """The state as a JSON-compatible dict, one key per field."""
     return state.model_dump(mode="json")
@@ -119,7 +135,8 @@ def apply_output(model: type[S], state: S, out: Any) -> S:
     if isinstance(out, model):
         return out
     if isinstance(out, Mapping):
-        unknown = [k for k in out if k not in model.model_fields]
+        fields = _fields(model)[1]
+        unknown = [k for k in out if k not in fields]
         if unknown:
             raise TypeError(f"step returned unknown state field(s) {unknown} for {model.__name__}")
         # Validate only the fields that changed; the others keep their objects,
@@ -162,10 +179,11 @@ class StateTracker:
             StateNotStorableError: a changed field cannot be stored (naming
                 ``step_id`` and the field); nothing is remembered then.
         """
+        values = self._values
         changed = {
             name
-            for name in type(state).model_fields
-            if name not in self._values or getattr(state, name) is not self._values[name]
+            for name in _fields(type(state))[0]
+            if name not in values or getattr(state, name) is not values[name]
         }
         if changed:
             part = encode_fields(state, changed, step_id)
@@ -212,6 +230,9 @@ class LayeredSteps(Mapping[str, StepRecord]):
             return rec
         return self._base[key]
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._top or key in self._base
+
     def __iter__(self) -> Iterator[str]:
         yield from self._base
         for k in self._top:
@@ -252,6 +273,9 @@ class StepRecords(MutableMapping[str, StepRecord]):
 
     def __delitem__(self, key: str) -> None:
         raise TypeError("step records are never deleted from a run")
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._top or key in self._base
 
     def __iter__(self) -> Iterator[str]:
         yield from self._base
