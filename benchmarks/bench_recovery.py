@@ -197,7 +197,7 @@ def child_recover(args: argparse.Namespace) -> int:
         thread_profiles.append(tp)
         tp.enable()
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     if prof is not None:
         threading.setprofile(profile_thread)
         prof.enable()
@@ -205,7 +205,7 @@ def child_recover(args: argparse.Namespace) -> int:
     if prof is not None:
         prof.disable()
         threading.setprofile(None)  # type: ignore[arg-type]
-    t1, done_at = time.perf_counter(), time.time()
+    t1, done_at, cpu1 = time.perf_counter(), time.time(), time.process_time()
     after = store.conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
     statuses = Counter(r.status for r in store.list_runs())
     outcomes = Counter(getattr(o, "status", type(o).__name__) for _, o in report)
@@ -222,6 +222,7 @@ def child_recover(args: argparse.Namespace) -> int:
         json.dumps(
             {
                 "recover_s": t1 - t0,
+                "recover_cpu_s": cpu1 - cpu0,
                 "ready_at": ready_at,
                 "done_at": done_at,
                 "open_s": t0 - t_open,
@@ -432,6 +433,10 @@ def parent(args: argparse.Namespace) -> int:
             (complete.median <= goal and done == args.runs) if goal else None,
         ),
         Row("  recover() alone", f"{stat([f['recover_s'] for f in figs]).fmt(digits=2)} s"),
+        Row(
+            "  recover() CPU (all threads; load-independent-ish)",
+            f"{stat([f['recover_cpu_s'] for f in figs]).fmt(digits=2)} s",
+        ),
         Row("  interpreter start-up + imports", f"{stat([f['import_s'] for f in figs]).fmt()} s"),
         Row(
             "  per checkpoint committed",
