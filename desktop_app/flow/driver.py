@@ -252,11 +252,14 @@ class RunDriver:
         if self.run_id in self.host.lost:
             raise self.lease_lost()
         steps, changed = self.steps.snapshot()
+        tracker = self.tracker
+        state = tracker.encode(self.state)
+        fields = frozenset(tracker.dirty)
         cp = Checkpoint(
             run_id=self.run_id,
             revision=self.revision + 1,
             status=self.status,
-            state=self.tracker.encode(self.state),
+            state=state,
             steps=steps,
             frontier=tuple(self.frontier),
             created_at=self.clock.now(),
@@ -275,6 +278,7 @@ class RunDriver:
                     list(intents),
                     list(consume),
                     changed_steps=changed,
+                    changed_fields=fields,
                 )
             )
         except LeaseLostError:
@@ -299,6 +303,7 @@ class RunDriver:
         self.stored_state = cp.state
         self.stored_steps = cp.steps
         self.steps.stored(changed)
+        tracker.stored(fields)
         self.saves += 1
         self.takeover = None
         keep = self.flow.keep_last_n

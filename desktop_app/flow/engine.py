@@ -207,6 +207,7 @@ class Engine:
             intents=r.intents,
             consume=r.consume,
             changed_steps=r.changed_steps,
+            changed_fields=r.changed_fields,
         )
 
     def track(self, run_id: str, executing: bool) -> None:

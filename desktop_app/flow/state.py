@@ -170,6 +170,9 @@ class StateTracker:
         self._values: dict[str, Any] = {}
         self._lens: dict[str, int] = {}
         self._dumped: dict[str, Any] = {}
+        #: fields encoded again since :meth:`stored` (all of them at first):
+        #: the only ones that can differ from the last stored checkpoint
+        self.dirty: set[str] = set()
         self.encode(state)
 
     def encode(self, state: BaseModel, step_id: str = "") -> dict[str, Any]:
@@ -188,6 +191,7 @@ class StateTracker:
         if changed:
             part = encode_fields(state, changed, step_id)
             self._dumped = {**self._dumped, **part}
+            self.dirty |= changed
             for name in changed:
                 value = getattr(state, name)
                 self._values[name] = value
@@ -196,6 +200,10 @@ class StateTracker:
                 else:
                     self._lens.pop(name, None)
         return self._dumped
+
+    def stored(self, fields: frozenset[str]) -> None:
+        """A checkpoint holding the encoding of ``fields`` was stored."""
+        self.dirty -= fields
 
     def check_unmutated(self, state: BaseModel, step_id: str) -> None:
         """Raise StateMutatedError if a tracked container changed size in place."""

@@ -43,6 +43,9 @@ class AppendRequest:
             of revision ``checkpoint.revision - 1`` (the writer knows which it
             touched), so a store need not compare every record; ``None``:
             unknown, the store compares them itself.
+        changed_fields: names of the state fields that may differ from
+            revision ``checkpoint.revision - 1``'s (the others are equal);
+            ``None``: unknown, the store compares every field.
     """
 
     checkpoint: Checkpoint
@@ -51,6 +54,7 @@ class AppendRequest:
     intents: Sequence[Intent] = ()
     consume: Sequence[tuple[int, str]] = ()
     changed_steps: frozenset[str] | None = None
+    changed_fields: frozenset[str] | None = None
 
 
 @runtime_checkable

@@ -395,10 +395,11 @@ class PostgresCheckpointStore:
         cp: Checkpoint,
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         """Insert ``cp``'s row (a delta against ``previous``) and return it."""
         try:
-            return self._insert_checkpoint(conn, cp, previous, changed_steps)
+            return self._insert_checkpoint(conn, cp, previous, changed_steps, changed_fields)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             if isinstance(exc, psycopg.Error):
                 raise
@@ -410,8 +411,9 @@ class PostgresCheckpointStore:
         cp: Checkpoint,
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None,
+        changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
-        row = checkpoint_values(cp, previous, changed_steps, error=no_nul(cp.error))
+        row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=no_nul(cp.error))
         conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
             f"state, steps, frontier, progress, error, meta, waits) "
@@ -536,6 +538,7 @@ class PostgresCheckpointStore:
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> None:
         cp = checkpoint
         previous = self._cached(cp.run_id)
@@ -543,7 +546,9 @@ class PostgresCheckpointStore:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
 
         def body(conn: Conn) -> CheckpointRow:
-            return self._append(conn, cp, previous, writes, lease, intents, consume, changed_steps)
+            return self._append(
+                conn, cp, previous, writes, lease, intents, consume, changed_steps, changed_fields
+            )
 
         row = self._tx(self._unique(body, cp=cp))
         self._remember(cp, previous, row)
@@ -566,6 +571,7 @@ class PostgresCheckpointStore:
         intents: Sequence[Intent],
         consume: Sequence[tuple[int, str]],
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         """One append in ``conn``'s transaction; returns the checkpoint row written."""
         done, total = cp.progress if cp.progress is not None else (None, None)
@@ -600,7 +606,7 @@ class PostgresCheckpointStore:
                 f"latest revision {row[0]}; another writer got there first. Reload "
                 "the run and try again."
             )
-        row = self._write_checkpoint(conn, cp, previous, changed_steps)
+        row = self._write_checkpoint(conn, cp, previous, changed_steps, changed_fields)
         for signal_id, wait_id in consume:
             cur = conn.execute(
                 f"UPDATE signals SET consumed_by=%s, consumed_at={ts()} "

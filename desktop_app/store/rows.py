@@ -215,14 +215,16 @@ def checkpoint_values(
     cp: Checkpoint,
     previous: Checkpoint | None,
     changed_steps: frozenset[str] | None = None,
+    changed_fields: frozenset[str] | None = None,
     *,
     error: str | None,
 ) -> CheckpointRow:
     """The ``checkpoints`` row of ``cp``: (run_id, revision, kind, status,
     step_id, created_at, state, steps, frontier, progress, error, meta,
     waits). A ``snapshot`` without ``previous``, else a ``delta`` against it
-    (state diff; the step records in ``changed_steps`` when the writer names
-    them, else those that differ). ``error`` is the text to store (a backend
+    (state diff over the fields in ``changed_fields`` when the writer names
+    them, else over every field; the step records in ``changed_steps`` when
+    the writer names them, else those that differ). ``error`` is the text to store (a backend
     may clean it). Raises TypeError / ValueError for state that is not JSON
     (see :func:`unstorable`)."""
     delta: dict[str, Any] | None
@@ -233,7 +235,7 @@ def checkpoint_values(
         changed = {k: step_json(v) for k, v in cp.steps.items()}
     else:
         kind = "delta"
-        delta = codec.diff_state(previous.state, cp.state)
+        delta = codec.diff_state(previous.state, cp.state, changed_fields)
         state = codec.dumps(delta)
         if changed_steps is not None:  # the writer says which records it touched
             changed = {k: step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}

@@ -307,17 +307,22 @@ class SqliteCheckpointStore:
         cp: Checkpoint,
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         """Insert ``cp``'s row (a delta against ``previous``) and return it."""
         try:
-            return self._insert_checkpoint(cp, previous, changed_steps)
+            return self._insert_checkpoint(cp, previous, changed_steps, changed_fields)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise unstorable(cp, exc) from exc
 
     def _insert_checkpoint(
-        self, cp: Checkpoint, previous: Checkpoint | None, changed_steps: frozenset[str] | None
+        self,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        changed_steps: frozenset[str] | None,
+        changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
-        row = checkpoint_values(cp, previous, changed_steps, error=cp.error)
+        row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=cp.error)
         self.conn.execute(
             f"INSERT INTO checkpoints({_CP_COLUMNS}, checksum) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -390,8 +395,13 @@ class SqliteCheckpointStore:
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> None:
-        self._append(AppendRequest(checkpoint, writes, lease, intents, consume, changed_steps))
+        self._append(
+            AppendRequest(
+                checkpoint, writes, lease, intents, consume, changed_steps, changed_fields
+            )
+        )
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
 
@@ -506,7 +516,9 @@ class SqliteCheckpointStore:
                     f"latest revision {row[0]}; another writer got there first. Reload "
                     f"the run and try again."
                 )
-            row = self._write_checkpoint(cp, previous, request.changed_steps)
+            row = self._write_checkpoint(
+                cp, previous, request.changed_steps, request.changed_fields
+            )
             for signal_id, wait_id in consume:
                 self.conn.execute(
                     "UPDATE signals SET consumed_by=?, consumed_at=? "
