@@ -554,7 +554,8 @@ def test_recover_drives_parents_before_children_whatever_the_claim_order(db_path
     assert seen == ["z", "y", "x", "w"]
 
 
-def test_recover_drives_up_to_sixteen_runs_at_once_by_default(db_path):
+def test_recover_drives_up_to_sixty_four_runs_at_once_by_default(db_path):
+    """64 at once: one commit (one fsync) carries up to 64 runs' checkpoints."""
     calls: Counter = Counter()
     entered: list[str] = []
     gate = threading.Condition()
@@ -563,17 +564,17 @@ def test_recover_drives_up_to_sixteen_runs_at_once_by_default(db_path):
         with gate:
             entered.append(threading.current_thread().name)
             gate.notify_all()
-            assert gate.wait_for(lambda: len(entered) >= 16, timeout=60.0)  # a guard, not a sync
+            assert gate.wait_for(lambda: len(entered) >= 64, timeout=60.0)  # a guard, not a sync
         return {"n": 1}
 
     flow = FlowBuilder("wide", S).step("one", fn).compile()
     engine = engine_for(db_path, flow, counting("c", calls))
-    ids = [engine.start("wide", S()) for _ in range(17)]
+    ids = [engine.start("wide", S()) for _ in range(65)]
     report = engine.recover()
     assert sorted(r.run_id for r, _ in report) == sorted(ids)
     assert all(getattr(out, "status", None) == "completed" for _, out in report)
-    assert len(entered) == 17
-    assert len(set(entered)) == 16  # 16 threads: the 17th run waited for a free one
+    assert len(entered) == 65
+    assert len(set(entered)) == 64  # 64 threads: the 65th run waited for a free one
 
 
 def test_recover_ends_on_runs_whose_parents_form_a_cycle(db_path):

@@ -6,6 +6,7 @@ takes the next batch as usual."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -64,25 +65,11 @@ class _GatedShort(_ShortAnswer):
         return super().append_batch(requests)
 
 
-class _CountingCondition(threading.Condition):
-    """The committer's condition, counting the callers that wait on it (a
-    follower waits only while another thread's batch is committing)."""
-
-    def __init__(self) -> None:
-        super().__init__(threading.Lock())
-        self.waiting = threading.Semaphore(0)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waiting.release()
-        return super().wait(timeout)
-
-
 def test_every_request_of_a_short_answered_batch_gets_the_same_store_error():
     store = _GatedShort()
     for i in range(4):
         store.create_run(RunRecord(f"r{i}", "f", "v", "running", 0, 1.0, 1.0), _cp(f"r{i}", 0))
     gc = GroupCommitter(store)
-    gc._cond = _CountingCondition()
     errors: dict[str, BaseException | None] = {}
 
     def append(run_id: str) -> None:
@@ -98,10 +85,13 @@ def test_every_request_of_a_short_answered_batch_gets_the_same_store_error():
     followers = [threading.Thread(target=append, args=(f"r{i}",)) for i in range(1, 4)]
     for t in followers:
         t.start()
-    for _ in followers:  # every follower queued behind the commit in progress
-        assert gc._cond.waiting.acquire(timeout=30)
-    with gc._cond:
-        assert len(gc._queue) == 3
+    deadline = time.monotonic() + 30
+    while True:  # every follower queued (and asleep) behind the commit in progress
+        with gc._cond:
+            if len(gc._queue) == 3 and all(s.wakeup is not None for s in gc._queue):
+                break
+        assert time.monotonic() < deadline
+        threading.Event().wait(0.001)
     store.gate.set()
     for t in [leader, *followers]:
         t.join(30)

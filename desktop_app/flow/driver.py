@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import threading
 import time
@@ -110,6 +111,13 @@ class Stopped(Exception):
     stays resumable where it is."""
 
 
+@functools.lru_cache(maxsize=4096)
+def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool]:
+    """How to call ``fn``: its arity (see ``definition._arity``) and whether
+    it is a coroutine function; read once per function, not at every step."""
+    return _arity(fn), inspect.iscoroutinefunction(fn)
+
+
 def call_step(
     fn: Callable[..., Any], state: Any, ctx: StepContext, timeout_s: float | None = None
 ) -> Any:
@@ -125,9 +133,9 @@ def call_step(
     Raises:
         StepTimeoutError: the attempt ran past ``timeout_s``.
     """
-    arity = _arity(fn)
+    arity, is_async = _call_shape(fn)
     args = (state, ctx)[:arity]
-    if inspect.iscoroutinefunction(fn):
+    if is_async:
 
         async def _run() -> Any:
             if timeout_s is None:
@@ -141,7 +149,7 @@ def call_step(
         return asyncio.run(_run())
     if timeout_s is None:
         out = fn(*args)
-        if inspect.isawaitable(out):
+        if out is not None and type(out) is not dict and inspect.isawaitable(out):
 
             async def _await() -> Any:
                 return await out
@@ -245,11 +253,14 @@ class RunDriver:
         if self.run_id in self.host.lost:
             raise self.lease_lost()
         steps, changed = self.steps.snapshot()
+        tracker = self.tracker
+        state = tracker.encode(self.state)
+        fields = frozenset(tracker.dirty)
         cp = Checkpoint(
             run_id=self.run_id,
             revision=self.revision + 1,
             status=self.status,
-            state=self.tracker.encode(self.state),
+            state=state,
             steps=steps,
             frontier=tuple(self.frontier),
             created_at=self.clock.now(),
@@ -268,6 +279,7 @@ class RunDriver:
                     list(intents),
                     list(consume),
                     changed_steps=changed,
+                    changed_fields=fields,
                 )
             )
         except LeaseLostError:
@@ -292,6 +304,7 @@ class RunDriver:
         self.stored_state = cp.state
         self.stored_steps = cp.steps
         self.steps.stored(changed)
+        tracker.stored(fields)
         self.saves += 1
         self.takeover = None
         keep = self.flow.keep_last_n

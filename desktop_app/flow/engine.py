@@ -207,6 +207,7 @@ class Engine:
             intents=r.intents,
             consume=r.consume,
             changed_steps=r.changed_steps,
+            changed_fields=r.changed_fields,
         )
 
     def track(self, run_id: str, executing: bool) -> None:
@@ -807,7 +808,7 @@ class Engine:
         on_result: Callable[[RunRecord, RunResult | BaseException], None] | None = None,
         only: Callable[[RunRecord], bool] | None = None,
         *,
-        concurrency: int = 16,
+        concurrency: int = 64,
     ) -> list[tuple[RunRecord, RunResult | BaseException]]:
         """Resume every interrupted run (``pending`` or ``running``), oldest
         first, continuing past failures, then wake waiting runs whose stored
@@ -825,7 +826,8 @@ class Engine:
         in the calling thread as each run finishes; the returned report is in
         claim order (oldest first), then the runs live processes hold.
         ``concurrency=1`` drives one run after another; the default lets one
-        commit carry up to 16 runs' checkpoints.
+        commit carry up to 64 runs' checkpoints (recovering 1,000 runs took
+        ~870 commits, each an fsync, at 16 and ~230 at 64).
         """
         if not self.executes:
             return []

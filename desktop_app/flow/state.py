@@ -27,6 +27,22 @@ from desktop_app.store.protocol import StepRecord
 S = TypeVar("S", bound=BaseModel)
 
 
+#: per state model class seen (a flow's few): its field names in declaration
+#: order and as a set, read once
+_FIELDS: dict[type[BaseModel], tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def _fields(model: type[BaseModel]) -> tuple[tuple[str, ...], frozenset[str]]:
+    """``model``'s field names, read once per model class: pydantic's
+    ``model_fields`` builds them at every access, a cost the step path paid
+    several times per step."""
+    known = _FIELDS.get(model)
+    if known is None:
+        order = tuple(model.model_fields)
+        known = _FIELDS[model] = (order, frozenset(order))
+    return known
+
+
 def dump_state(state: BaseModel) -> dict[str, Any]:
     """The state as a JSON-compatible dict, one key per field."""
     return state.model_dump(mode="json")
@@ -119,7 +135,8 @@ def apply_output(model: type[S], state: S, out: Any) -> S:
     if isinstance(out, model):
         return out
     if isinstance(out, Mapping):
-        unknown = [k for k in out if k not in model.model_fields]
+        fields = _fields(model)[1]
+        unknown = [k for k in out if k not in fields]
         if unknown:
             raise TypeError(f"step returned unknown state field(s) {unknown} for {model.__name__}")
         # Validate only the fields that changed; the others keep their objects,
@@ -153,6 +170,9 @@ class StateTracker:
         self._values: dict[str, Any] = {}
         self._lens: dict[str, int] = {}
         self._dumped: dict[str, Any] = {}
+        #: fields encoded again since :meth:`stored` (all of them at first):
+        #: the only ones that can differ from the last stored checkpoint
+        self.dirty: set[str] = set()
         self.encode(state)
 
     def encode(self, state: BaseModel, step_id: str = "") -> dict[str, Any]:
@@ -162,14 +182,16 @@ class StateTracker:
             StateNotStorableError: a changed field cannot be stored (naming
                 ``step_id`` and the field); nothing is remembered then.
         """
+        values = self._values
         changed = {
             name
-            for name in type(state).model_fields
-            if name not in self._values or getattr(state, name) is not self._values[name]
+            for name in _fields(type(state))[0]
+            if name not in values or getattr(state, name) is not values[name]
         }
         if changed:
             part = encode_fields(state, changed, step_id)
             self._dumped = {**self._dumped, **part}
+            self.dirty |= changed
             for name in changed:
                 value = getattr(state, name)
                 self._values[name] = value
@@ -178,6 +200,10 @@ class StateTracker:
                 else:
                     self._lens.pop(name, None)
         return self._dumped
+
+    def stored(self, fields: frozenset[str]) -> None:
+        """A checkpoint holding the encoding of ``fields`` was stored."""
+        self.dirty -= fields
 
     def check_unmutated(self, state: BaseModel, step_id: str) -> None:
         """Raise StateMutatedError if a tracked container changed size in place."""
@@ -211,6 +237,9 @@ class LayeredSteps(Mapping[str, StepRecord]):
         if rec is not None:
             return rec
         return self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._top or key in self._base
 
     def __iter__(self) -> Iterator[str]:
         yield from self._base
@@ -252,6 +281,9 @@ class StepRecords(MutableMapping[str, StepRecord]):
 
     def __delitem__(self, key: str) -> None:
         raise TypeError("step records are never deleted from a run")
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._top or key in self._base
 
     def __iter__(self) -> Iterator[str]:
         yield from self._base

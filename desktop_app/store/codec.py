@@ -15,7 +15,7 @@ changed. Reading folds the deltas onto the nearest snapshot.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
@@ -62,11 +62,20 @@ def loads(text: str | bytes) -> JSON:
     return json.loads(text)
 
 
-def diff_state(old: Mapping[str, JSON], new: Mapping[str, JSON]) -> dict[str, JSON]:
-    """The delta that turns ``old`` into ``new`` (see module docstring)."""
+def diff_state(
+    old: Mapping[str, JSON], new: Mapping[str, JSON], changed: Collection[str] | None = None
+) -> dict[str, JSON]:
+    """The delta that turns ``old`` into ``new`` (see module docstring).
+
+    ``changed``: the keys whose values may differ (the writer knows them);
+    every other key present in both is taken as equal, not compared, so the
+    diff costs what changed, not the size of the values kept. ``None``:
+    compare every key."""
     sets: dict[str, JSON] = {}
     appends: dict[str, JSON] = {}
-    for key, value in new.items():
+    keys = new if changed is None else [k for k in changed if k in new]
+    for key in keys:
+        value = new[key]
         if key not in old:
             sets[key] = value
             continue

@@ -43,6 +43,9 @@ class AppendRequest:
             of revision ``checkpoint.revision - 1`` (the writer knows which it
             touched), so a store need not compare every record; ``None``:
             unknown, the store compares them itself.
+        changed_fields: names of the state fields that may differ from
+            revision ``checkpoint.revision - 1``'s (the others are equal);
+            ``None``: unknown, the store compares every field.
     """
 
     checkpoint: Checkpoint
@@ -51,6 +54,7 @@ class AppendRequest:
     intents: Sequence[Intent] = ()
     consume: Sequence[tuple[int, str]] = ()
     changed_steps: frozenset[str] | None = None
+    changed_fields: frozenset[str] | None = None
 
 
 @runtime_checkable
@@ -75,6 +79,10 @@ class _Slot:
     done: bool = False
     error: BaseException | None = None
     batch: int = field(default=0)
+    #: this caller's own condition (on the committer's lock), made only when
+    #: it has to wait: a batch wakes its own callers and the next leader,
+    #: never every waiting thread
+    wakeup: threading.Condition | None = None
 
 
 class GroupCommitter:
@@ -86,15 +94,19 @@ class GroupCommitter:
     Attributes:
         batches: batches committed so far (for measurements).
         appends: requests handled so far.
+        wakeups: times a waiting caller was woken (one per caller whose batch
+            is done, plus one per leader chosen from the queue).
     """
 
     def __init__(self, backend: BatchAppender) -> None:
         self.backend = backend
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # held to read the queue (tests)
         self._queue: list[_Slot] = []
         self._committing = False
         self.batches = 0
         self.appends = 0
+        self.wakeups = 0
 
     def append(self, request: AppendRequest) -> None:
         """Append ``request`` and return once its batch is durable.
@@ -107,10 +119,13 @@ class GroupCommitter:
             request of the batch gets that ``StoreError``).
         """
         slot = _Slot(request)
-        with self._cond:
+        with self._lock:
             self._queue.append(slot)
             while self._committing and not slot.done:
-                self._cond.wait()
+                if slot.wakeup is None:
+                    slot.wakeup = threading.Condition(self._lock)
+                slot.wakeup.wait()
+                self.wakeups += 1
             if not slot.done:
                 # leader: commit everything queued so far, own request included
                 self._committing = True
@@ -130,12 +145,17 @@ class GroupCommitter:
                 )
         except BaseException as exc:  # the whole transaction failed: every request fails
             results = [exc] * len(batch)
-        with self._cond:
+        with self._lock:
             self.batches += 1
             self.appends += len(batch)
             for s, err in zip(batch, results, strict=True):
                 s.error = err
                 s.batch = self.batches
                 s.done = True
+                if s.wakeup is not None:
+                    s.wakeup.notify()
             self._committing = False
-            self._cond.notify_all()
+            # the next leader: the oldest caller queued meanwhile (it takes
+            # the whole queue); the others sleep until their batch is done
+            if self._queue and self._queue[0].wakeup is not None:
+                self._queue[0].wakeup.notify()

@@ -147,6 +147,7 @@ class InMemoryCheckpointStore:
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> None:
         if writes:
             raise StoreError(_NO_SQL)

@@ -106,6 +106,7 @@ from desktop_app.store.protocol import (
 )
 from desktop_app.store.records import lease_lost_message
 from desktop_app.store.rows import (
+    CheckpointRow,
     checkpoint_from_rows,
     checkpoint_infos,
     checkpoint_values,
@@ -360,14 +361,14 @@ class PostgresCheckpointStore:
         return CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
 
     def _remember(
-        self, cp: Checkpoint, previous: Checkpoint | None = None, row: tuple[Any, ...] = ()
+        self, cp: Checkpoint, previous: Checkpoint | None = None, row: CheckpointRow | None = None
     ) -> None:
         """Cache the store's own copy of ``cp``: :func:`rows.remembered` from
         ``previous`` when ``row`` is the delta row just written against it,
         else a whole :func:`rows.detached` copy. Under the cache lock, as
         ``remembered`` updates ``previous``'s step map in place."""
         with self._cache_lock:
-            own = remembered(cp, previous, row) if row else detached(cp)
+            own = remembered(cp, previous, row) if row is not None else detached(cp)
             self._last[cp.run_id] = own
             self._last.move_to_end(cp.run_id)
             while len(self._last) > _CACHE_RUNS:
@@ -394,10 +395,11 @@ class PostgresCheckpointStore:
         cp: Checkpoint,
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None = None,
-    ) -> tuple[Any, ...]:
+        changed_fields: frozenset[str] | None = None,
+    ) -> CheckpointRow:
         """Insert ``cp``'s row (a delta against ``previous``) and return it."""
         try:
-            return self._insert_checkpoint(conn, cp, previous, changed_steps)
+            return self._insert_checkpoint(conn, cp, previous, changed_steps, changed_fields)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             if isinstance(exc, psycopg.Error):
                 raise
@@ -409,8 +411,9 @@ class PostgresCheckpointStore:
         cp: Checkpoint,
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None,
-    ) -> tuple[Any, ...]:
-        row = checkpoint_values(cp, previous, changed_steps, error=no_nul(cp.error))
+        changed_fields: frozenset[str] | None = None,
+    ) -> CheckpointRow:
+        row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=no_nul(cp.error))
         conn.execute(
             "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
             f"state, steps, frontier, progress, error, meta, waits) "
@@ -535,14 +538,17 @@ class PostgresCheckpointStore:
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> None:
         cp = checkpoint
         previous = self._cached(cp.run_id)
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
 
-        def body(conn: Conn) -> tuple[Any, ...]:
-            return self._append(conn, cp, previous, writes, lease, intents, consume, changed_steps)
+        def body(conn: Conn) -> CheckpointRow:
+            return self._append(
+                conn, cp, previous, writes, lease, intents, consume, changed_steps, changed_fields
+            )
 
         row = self._tx(self._unique(body, cp=cp))
         self._remember(cp, previous, row)
@@ -565,7 +571,8 @@ class PostgresCheckpointStore:
         intents: Sequence[Intent],
         consume: Sequence[tuple[int, str]],
         changed_steps: frozenset[str] | None = None,
-    ) -> tuple[Any, ...]:
+        changed_fields: frozenset[str] | None = None,
+    ) -> CheckpointRow:
         """One append in ``conn``'s transaction; returns the checkpoint row written."""
         done, total = cp.progress if cp.progress is not None else (None, None)
         sql = (
@@ -599,7 +606,7 @@ class PostgresCheckpointStore:
                 f"latest revision {row[0]}; another writer got there first. Reload "
                 "the run and try again."
             )
-        row = self._write_checkpoint(conn, cp, previous, changed_steps)
+        row = self._write_checkpoint(conn, cp, previous, changed_steps, changed_fields)
         for signal_id, wait_id in consume:
             cur = conn.execute(
                 f"UPDATE signals SET consumed_by=%s, consumed_at={ts()} "

@@ -201,6 +201,7 @@ class RunLog(Protocol):
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> None:
         """Append ``checkpoint`` (revision ``latest + 1``) and, in the same
         transaction, run ``writes``, enqueue ``intents`` in the outbox, mark
@@ -214,7 +215,10 @@ class RunLog(Protocol):
         records that differ from the previous revision's, when the writer
         knows them (the store then stores those without comparing every
         record, so an append costs what the step changed); ``None``: the store
-        compares them.
+        compares them. ``changed_fields``: likewise, the state fields that
+        may differ from the previous revision's (every other field is the
+        same value: the store does not compare it, however large);
+        ``None``: the store compares every field.
 
         Raises:
             CheckpointNotFoundError: the run does not exist in this scope.

@@ -48,27 +48,63 @@ def detached(cp: Checkpoint) -> Checkpoint:
     return replace(cp, state=codec.copy(dict(cp.state)), steps=dict(cp.steps))
 
 
-def remembered(cp: Checkpoint, previous: Checkpoint | None, row: Sequence[Any]) -> Checkpoint:
+class CheckpointRow(tuple[Any, ...]):
+    """The values of one ``checkpoints`` row (see :func:`checkpoint_values`),
+    carrying what they were encoded from, so a store that wrote the row can
+    cache the checkpoint without decoding its own JSON again.
+
+    Attributes:
+        state_delta: the state delta a ``delta`` row encodes (the writer's
+            objects: copy before keeping them), ``None`` for a snapshot.
+        step_ids: ids of the step records the row holds.
+    """
+
+    state_delta: dict[str, Any] | None
+    step_ids: tuple[str, ...]
+
+    def __new__(
+        cls, values: Sequence[Any], state_delta: dict[str, Any] | None, step_ids: Sequence[str]
+    ) -> CheckpointRow:
+        row = super().__new__(cls, values)
+        row.state_delta = state_delta
+        row.step_ids = tuple(step_ids)
+        return row
+
+
+def remembered(cp: Checkpoint, previous: Checkpoint | None, row: CheckpointRow) -> Checkpoint:
     """``cp`` as a store caches it once ``row`` (its :func:`checkpoint_values`
     against ``previous``) is written: a private state and step map, like
     :func:`detached`, but costing what the step changed rather than the whole
     state and every step record.
 
-    A ``delta`` row's state is ``previous.state`` with the delta decoded from
-    the row applied (new objects for the changed fields only: what a read from
+    A ``delta`` row's state is ``previous.state`` with a copy of the row's
+    delta applied (new objects for the changed fields only: what a read from
     disk would fold); step records are immutable, so the changed ones are put
     into ``previous``'s step map in place. ``previous`` must therefore be the
     store's own copy of the revision before (cached or loaded, never handed
     out), and the store gives it up: it replaces it with the result. A
     ``snapshot`` row (or no ``previous``) costs a whole :func:`detached` copy.
     """
-    if previous is None or row[2] == "snapshot":
+    if previous is None or row.state_delta is None:
         return detached(cp)
-    state = codec.apply_state_delta(previous.state, codec.loads(row[6]))
+    state = codec.apply_state_delta(previous.state, codec.copy(row.state_delta))
     steps = cast(dict[str, StepRecord], previous.steps)  # ours: detached or folded from rows
-    for step_id in codec.loads(row[7]):
+    for step_id in row.step_ids:
         steps[step_id] = cp.steps[step_id]
-    return replace(cp, state=state, steps=steps)
+    return Checkpoint(
+        cp.run_id,
+        cp.revision,
+        cp.status,
+        state,
+        steps,
+        cp.frontier,
+        cp.created_at,
+        cp.step_id,
+        cp.progress,
+        cp.error,
+        cp.meta,
+        cp.waits,
+    )
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
@@ -179,29 +215,33 @@ def checkpoint_values(
     cp: Checkpoint,
     previous: Checkpoint | None,
     changed_steps: frozenset[str] | None = None,
+    changed_fields: frozenset[str] | None = None,
     *,
     error: str | None,
-) -> tuple[Any, ...]:
+) -> CheckpointRow:
     """The ``checkpoints`` row of ``cp``: (run_id, revision, kind, status,
     step_id, created_at, state, steps, frontier, progress, error, meta,
     waits). A ``snapshot`` without ``previous``, else a ``delta`` against it
-    (state diff; the step records in ``changed_steps`` when the writer names
-    them, else those that differ). ``error`` is the text to store (a backend
+    (state diff over the fields in ``changed_fields`` when the writer names
+    them, else over every field; the step records in ``changed_steps`` when
+    the writer names them, else those that differ). ``error`` is the text to store (a backend
     may clean it). Raises TypeError / ValueError for state that is not JSON
     (see :func:`unstorable`)."""
+    delta: dict[str, Any] | None
     if previous is None:
         kind = "snapshot"
+        delta = None
         state = codec.dumps(cp.state)
-        steps = codec.dumps({k: step_json(v) for k, v in cp.steps.items()})
+        changed = {k: step_json(v) for k, v in cp.steps.items()}
     else:
         kind = "delta"
-        state = codec.dumps(codec.diff_state(previous.state, cp.state))
+        delta = codec.diff_state(previous.state, cp.state, changed_fields)
+        state = codec.dumps(delta)
         if changed_steps is not None:  # the writer says which records it touched
             changed = {k: step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}
         else:
             changed = {k: step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v}
-        steps = codec.dumps(changed)
-    return (
+    values = (
         cp.run_id,
         cp.revision,
         kind,
@@ -209,13 +249,14 @@ def checkpoint_values(
         cp.step_id,
         cp.created_at,
         state,
-        steps,
+        codec.dumps(changed),
         codec.dumps(list(cp.frontier)),
         None if cp.progress is None else codec.dumps(list(cp.progress)),
         error,
         codec.dumps(dict(cp.meta)) if cp.meta else None,
         codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
     )
+    return CheckpointRow(values, delta, list(changed))
 
 
 def wait_values(cp: Checkpoint) -> list[tuple[Any, ...]]:

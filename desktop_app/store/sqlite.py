@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
 
 import apsw
+import orjson
 
 from desktop_app.errors import (
     CheckpointCorruptError,
@@ -54,6 +55,7 @@ from desktop_app.store.protocol import (
 )
 from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
 from desktop_app.store.rows import (
+    CheckpointRow,
     checkpoint_from_rows,
     checkpoint_infos,
     checkpoint_values,
@@ -98,7 +100,24 @@ _RUN_COLUMNS = (
 
 def row_checksum(values: Sequence[Any]) -> str:
     """BLAKE2b-128 (hex) of a row's stored column values (str, int, float, None),
-    written with the row and compared when it is read."""
+    written with the row and compared when it is read.
+
+    The bytes hashed are the standard library's compact JSON of the values
+    (``ensure_ascii=False``). orjson writes the same bytes ~3x faster for
+    strings, 64-bit integers and floats Python prints without an exponent
+    (``1e-4 <= |x| < 1e16``, or zero); any other value takes the standard
+    library, so a checksum never depends on which encoder ran."""
+    for v in values:
+        if type(v) is float and not (v == 0.0 or 1e-4 <= abs(v) < 1e16):
+            return _json_checksum(values)
+    try:
+        data = orjson.dumps(list(values))
+    except TypeError:  # an integer beyond 64 bits, a lone surrogate
+        return _json_checksum(values)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def _json_checksum(values: Sequence[Any]) -> str:
     text = json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
@@ -288,17 +307,22 @@ class SqliteCheckpointStore:
         cp: Checkpoint,
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None = None,
-    ) -> tuple[Any, ...]:
+        changed_fields: frozenset[str] | None = None,
+    ) -> CheckpointRow:
         """Insert ``cp``'s row (a delta against ``previous``) and return it."""
         try:
-            return self._insert_checkpoint(cp, previous, changed_steps)
+            return self._insert_checkpoint(cp, previous, changed_steps, changed_fields)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise unstorable(cp, exc) from exc
 
     def _insert_checkpoint(
-        self, cp: Checkpoint, previous: Checkpoint | None, changed_steps: frozenset[str] | None
-    ) -> tuple[Any, ...]:
-        row = checkpoint_values(cp, previous, changed_steps, error=cp.error)
+        self,
+        cp: Checkpoint,
+        previous: Checkpoint | None,
+        changed_steps: frozenset[str] | None,
+        changed_fields: frozenset[str] | None = None,
+    ) -> CheckpointRow:
+        row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=cp.error)
         self.conn.execute(
             f"INSERT INTO checkpoints({_CP_COLUMNS}, checksum) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -371,8 +395,13 @@ class SqliteCheckpointStore:
         intents: Sequence[Intent] = (),
         consume: Sequence[tuple[int, str]] = (),
         changed_steps: frozenset[str] | None = None,
+        changed_fields: frozenset[str] | None = None,
     ) -> None:
-        self._append(AppendRequest(checkpoint, writes, lease, intents, consume, changed_steps))
+        self._append(
+            AppendRequest(
+                checkpoint, writes, lease, intents, consume, changed_steps, changed_fields
+            )
+        )
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
 
@@ -487,7 +516,9 @@ class SqliteCheckpointStore:
                     f"latest revision {row[0]}; another writer got there first. Reload "
                     f"the run and try again."
                 )
-            row = self._write_checkpoint(cp, previous, request.changed_steps)
+            row = self._write_checkpoint(
+                cp, previous, request.changed_steps, request.changed_fields
+            )
             for signal_id, wait_id in consume:
                 self.conn.execute(
                     "UPDATE signals SET consumed_by=?, consumed_at=? "
