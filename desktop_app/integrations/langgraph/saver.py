@@ -1,0 +1,614 @@
+"""``FlowdeskSaver``: LangGraph's checkpointer over Flowdesk's store.
+
+A :class:`langgraph.checkpoint.base.BaseCheckpointSaver` that keeps a
+graph's checkpoints, pending writes and channel values in the tables of
+``schema/core/0009_langgraph.sql``, reached only through the store's
+:class:`~desktop_app.store.protocol.DomainStore` seam (``query`` /
+``write`` with a :class:`~desktop_app.store.protocol.SqlTx`), so the same
+code runs on a SQLite file (apsw, Flowdesk's checksummed, group-committed
+file) and on PostgreSQL. Each method is one transaction.
+
+The layout follows LangGraph's own ``PostgresSaver``
+(``langgraph.checkpoint.postgres``): a checkpoint row holds the checkpoint
+without its channel values except the primitive ones (``None``, ``str``,
+``int``, ``float``, ``bool``); every other channel value is a blob keyed by
+``(channel, version)`` and written only when ``put`` receives that version
+in ``new_versions``, so a step stores the channels it changed, never the
+others again. Versions are ``PostgresSaver``'s (``"<32-digit n>.<random>"``),
+so two forks of one checkpoint never share a version of a channel.
+Everything is encoded by the saver's ``serde`` (LangGraph's
+``JsonPlusSerializer`` unless given).
+
+Besides LangGraph's contract the saver keeps one row per thread
+(``langgraph_threads``: status, last writer, ExecutionContext ids, the
+unanswered interrupts) that ``flowdesk runs``/``show``/``answer`` and the
+app read (:mod:`.threads`).
+
+The async methods run the sync ones in a worker thread
+(``asyncio.to_thread``): the store's connection is shared and locked, as
+LangGraph's ``SqliteSaver`` shares one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from desktop_app.flow.context import ExecutionContext
+from desktop_app.flow.owners import new_owner
+from desktop_app.integrations.langgraph.threads import INTERRUPT, RESUME
+from desktop_app.store.protocol import CheckpointStore, SqlTx
+
+#: channels whose update means a node is scheduled (LangGraph 1.x: START's
+#: input, an edge's ``branch:to:<node>``, a ``Send``'s task list)
+_TRIGGERS = ("__start__", "__pregel_tasks")
+_ENTRY_FIELDS = ("tenant_id", "user_id", "session_id", "trace_id", "correlation_id")
+
+_CP_COLS = "checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata"
+
+
+def _inline(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _bytes(value: Any) -> bytes:
+    return bytes(value) if value is not None else b""
+
+
+class FlowdeskSaver(BaseCheckpointSaver[str]):
+    """LangGraph checkpointer storing threads in Flowdesk's database.
+
+    Args:
+        store: an open Flowdesk store with the ``sql`` capability
+            (``bootstrap.open_checkpoint_store``; SQLite or PostgreSQL) whose
+            schema is applied (``flowdesk db apply``). Its ``scope`` scopes
+            the threads.
+        serde: LangGraph serializer (default ``JsonPlusSerializer``).
+        context: ExecutionContext ids stored with each new thread; a
+            ``tenant_id``/``user_id``/``session_id``/``trace_id``/
+            ``correlation_id`` in a call's ``configurable`` overrides its
+            field. ``run_id`` is the thread id.
+
+    Use :meth:`open` to open the store from a database string.
+
+    Raises (every method): ``StoreError`` when the storage fails (nothing
+    half-written); ``SchemaMissingError`` at :meth:`open` before
+    ``flowdesk db apply``.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        *,
+        serde: SerializerProtocol | None = None,
+        context: ExecutionContext | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self.scope = store.scope
+        self.context = context or ExecutionContext()
+        self.owner = new_owner()
+        self._owns_store = False
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    @contextmanager
+    def open(
+        cls,
+        database: str | Path | None = None,
+        *,
+        scope: str | None = None,
+        context: ExecutionContext | None = None,
+    ) -> Iterator[FlowdeskSaver]:
+        """Open Flowdesk's database and yield a saver over it, closing it after.
+
+        Args:
+            database: a SQLite file path or a ``postgresql://`` URL; default
+                the settings' ``db_path`` (``flowdesk --db`` / ``FLOWDESK_DB_PATH``).
+            scope: the store scope (default the settings').
+            context: see the class.
+
+        Raises:
+            SchemaMissingError: the schema is not applied (run ``flowdesk db apply``).
+            BackendUnavailableError, DatabaseOpenError, ConfigError.
+        """
+        from desktop_app.bootstrap import open_checkpoint_store
+        from desktop_app.config import load_settings
+
+        overrides: dict[str, object] = {}
+        if database is not None:
+            overrides["db_path"] = str(database)
+        if scope is not None:
+            overrides["scope"] = scope
+        store = open_checkpoint_store(load_settings(**overrides))
+        saver = cls(store, context=context)
+        saver._owns_store = True
+        try:
+            yield saver
+        finally:
+            store.close()
+
+    # -- LangGraph's contract (sync) ----------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """``PostgresSaver``'s versions: a 32-digit counter and a random
+        fraction, so versions of two forks of one checkpoint differ."""
+        if current is None:
+            n = 0
+        elif isinstance(current, int):
+            n = current
+        else:
+            n = int(str(current).split(".")[0])
+        return f"{n + 1:032}.{random.random():016}"
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (``checkpoint_id``), or the thread's
+        latest in ``checkpoint_ns``; ``None`` when there is none."""
+        c = config["configurable"]
+        thread_id = str(c["thread_id"])
+        ns = c.get("checkpoint_ns", "") or ""
+        checkpoint_id = get_checkpoint_id(config)
+
+        def op(tx: SqlTx) -> CheckpointTuple | None:
+            sql = f"SELECT {_CP_COLS} FROM langgraph_checkpoints WHERE scope=? AND thread_id=? AND checkpoint_ns=?"
+            params: list[Any] = [self.scope, thread_id, ns]
+            if checkpoint_id:
+                sql += " AND checkpoint_id=?"
+                params.append(checkpoint_id)
+            else:
+                sql += " ORDER BY checkpoint_id DESC LIMIT 1"
+            row = tx.fetchone(sql, params)
+            return None if row is None else self._tuple(tx, thread_id, row)
+
+        return self.store.query(op)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id): of ``config``'s thread
+        (and namespace, and checkpoint id, when given) or of every thread;
+        ``filter``: metadata keys that must be equal; ``before``: only ids
+        below its ``checkpoint_id``; at most ``limit``."""
+        wheres = ["scope=?"]
+        params: list[Any] = [self.scope]
+        if config is not None:
+            c = config["configurable"]
+            wheres.append("thread_id=?")
+            params.append(str(c["thread_id"]))
+            if c.get("checkpoint_ns") is not None:
+                wheres.append("checkpoint_ns=?")
+                params.append(c["checkpoint_ns"])
+            if checkpoint_id := get_checkpoint_id(config):
+                wheres.append("checkpoint_id=?")
+                params.append(checkpoint_id)
+        if before is not None and (before_id := get_checkpoint_id(before)):
+            wheres.append("checkpoint_id<?")
+            params.append(before_id)
+        sql = (
+            f"SELECT thread_id, {_CP_COLS} FROM langgraph_checkpoints "
+            f"WHERE {' AND '.join(wheres)} ORDER BY checkpoint_id DESC"
+        )
+        if limit is not None and not filter:
+            sql += f" LIMIT {int(limit)}"
+
+        def op(tx: SqlTx) -> list[CheckpointTuple]:
+            out: list[CheckpointTuple] = []
+            for row in tx.fetchall(sql, params):
+                if filter:
+                    metadata = self.serde.loads_typed((row[6], _bytes(row[7])))
+                    if any(metadata.get(k) != v for k, v in filter.items()):
+                        continue
+                out.append(self._tuple(tx, str(row[0]), row[1:]))
+                if limit is not None and len(out) >= limit:
+                    break
+            return out
+
+        yield from self.store.query(op)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` (a child of ``config``'s ``checkpoint_id``),
+        its primitive channel values inline and, of the others, only the
+        versions in ``new_versions``. Returns the config naming it."""
+        c = config["configurable"]
+        thread_id = str(c["thread_id"])
+        ns = c.get("checkpoint_ns", "") or ""
+        parent_id = c.get("checkpoint_id")
+        body = dict(checkpoint)
+        values = dict(checkpoint["channel_values"])
+        body["channel_values"] = {k: v for k, v in values.items() if _inline(v)}
+        blobs = [
+            (self.scope, thread_id, ns, k, str(ver), *self.serde.dumps_typed(values[k]))
+            for k, ver in new_versions.items()
+            if k in values and not _inline(values[k])
+        ]
+        cp_type, cp_bytes = self.serde.dumps_typed(body)
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        md_type, md_bytes = self.serde.dumps_typed(meta)
+        now = time.time()
+        scheduled = any(
+            ch in _TRIGGERS or ch.startswith("branch:to:")
+            for ch in (checkpoint.get("updated_channels") or ())
+        )
+        context = self._context(c, thread_id)
+
+        def op(tx: SqlTx) -> None:
+            if blobs:
+                tx.executemany(
+                    "INSERT INTO langgraph_blobs (scope, thread_id, checkpoint_ns, channel, "
+                    "version, type, blob) VALUES (?,?,?,?,?,?,?) ON CONFLICT "
+                    "(scope, thread_id, checkpoint_ns, channel, version) DO NOTHING",
+                    blobs,
+                )
+            tx.execute(
+                "INSERT INTO langgraph_checkpoints (scope, thread_id, checkpoint_ns, "
+                "checkpoint_id, parent_id, run_id, created_at, type, checkpoint, "
+                "metadata_type, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT "
+                "(scope, thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+                "type=excluded.type, checkpoint=excluded.checkpoint, "
+                "metadata_type=excluded.metadata_type, metadata=excluded.metadata, "
+                "run_id=excluded.run_id",
+                (self.scope, thread_id, ns, checkpoint["id"], parent_id, meta.get("run_id"),
+                 now, cp_type, cp_bytes, md_type, md_bytes),
+            )  # fmt: skip
+            if ns == "":
+                self._thread_moved(
+                    tx, thread_id, checkpoint["id"], now, context,
+                    "running" if scheduled else "completed",
+                )  # fmt: skip
+
+        self.store.write(op)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes on ``config``'s checkpoint. Special channels
+        (error, interrupt, resume, scheduled) replace an earlier write of the
+        task; other writes are kept as first stored (LangGraph's rule:
+        ``WRITES_IDX_MAP``). An interrupt on the thread's latest root
+        checkpoint marks the thread ``waiting``."""
+        c = config["configurable"]
+        thread_id = str(c["thread_id"])
+        ns = c.get("checkpoint_ns", "") or ""
+        checkpoint_id = c["checkpoint_id"]
+        rows = [
+            (self.scope, thread_id, ns, checkpoint_id, task_id, WRITES_IDX_MAP.get(ch, idx),
+             task_path, ch, *self.serde.dumps_typed(value))
+            for idx, (ch, value) in enumerate(writes)
+        ]  # fmt: skip
+        replace = all(ch in WRITES_IDX_MAP for ch, _ in writes)
+        conflict = (
+            "DO UPDATE SET channel=excluded.channel, type=excluded.type, blob=excluded.blob"
+            if replace
+            else "DO NOTHING"
+        )
+        asked = [v for ch, v in writes if ch == INTERRUPT]
+        answered = any(ch == RESUME for ch, _ in writes)
+
+        def op(tx: SqlTx) -> None:
+            tx.executemany(
+                "INSERT INTO langgraph_writes (scope, thread_id, checkpoint_ns, checkpoint_id, "
+                "task_id, idx, task_path, channel, type, blob) VALUES (?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (scope, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+                + conflict,
+                rows,
+            )
+            if ns == "" and (asked or answered):
+                self._thread_asked(tx, thread_id, checkpoint_id, asked)
+
+        self.store.write(op)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete the thread: its checkpoints, writes, blobs and thread row."""
+
+        def op(tx: SqlTx) -> None:
+            for table in ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes",
+                          "langgraph_threads"):  # fmt: skip
+                tx.execute(
+                    f"DELETE FROM {table} WHERE scope=? AND thread_id=?",
+                    (self.scope, str(thread_id)),
+                )
+
+        self.store.write(op)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints whose metadata ``run_id`` is one of
+        ``run_ids``, their writes, and the blobs no checkpoint still uses."""
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return
+        marks = ",".join("?" * len(ids))
+
+        def op(tx: SqlTx) -> None:
+            threads = {
+                str(r[0])
+                for r in tx.fetchall(
+                    "SELECT DISTINCT thread_id FROM langgraph_checkpoints "
+                    f"WHERE scope=? AND run_id IN ({marks})",
+                    (self.scope, *ids),
+                )
+            }
+            tx.execute(
+                "DELETE FROM langgraph_writes WHERE scope=? AND EXISTS (SELECT 1 FROM "
+                "langgraph_checkpoints c WHERE c.scope=langgraph_writes.scope AND "
+                "c.thread_id=langgraph_writes.thread_id AND "
+                "c.checkpoint_ns=langgraph_writes.checkpoint_ns AND "
+                f"c.checkpoint_id=langgraph_writes.checkpoint_id AND c.run_id IN ({marks}))",
+                (self.scope, *ids),
+            )
+            tx.execute(
+                f"DELETE FROM langgraph_checkpoints WHERE scope=? AND run_id IN ({marks})",
+                (self.scope, *ids),
+            )
+            for thread_id in threads:
+                self._collect_blobs(tx, thread_id)
+
+        self.store.write(op)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, write and blob of one thread (all
+        namespaces) to another thread id, with the source's thread row."""
+        src, dst = str(source_thread_id), str(target_thread_id)
+        tables = {
+            "langgraph_checkpoints": "checkpoint_ns, checkpoint_id, parent_id, run_id, "
+            "created_at, type, checkpoint, metadata_type, metadata",
+            "langgraph_blobs": "checkpoint_ns, channel, version, type, blob",
+            "langgraph_writes": "checkpoint_ns, checkpoint_id, task_id, idx, task_path, "
+            "channel, type, blob",
+            "langgraph_threads": "status, created_at, updated_at, owner, context, "
+            "interrupts, checkpoint_id",
+        }
+
+        def op(tx: SqlTx) -> None:
+            for table, cols in tables.items():
+                tx.execute(
+                    f"INSERT INTO {table} (scope, thread_id, {cols}) "
+                    f"SELECT scope, ?, {cols} FROM {table} WHERE scope=? AND thread_id=? "
+                    "ON CONFLICT DO NOTHING",
+                    (dst, self.scope, src),
+                )
+
+        self.store.write(op)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``"keep_latest"``: keep each namespace's latest checkpoint (with
+        its writes) and the blobs it uses; ``"delete"``: delete the threads.
+
+        Raises:
+            ValueError: another strategy.
+        """
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        if strategy == "delete":
+            for thread_id in thread_ids:
+                self.delete_thread(thread_id)
+            return
+
+        def op(tx: SqlTx) -> None:
+            for thread_id in map(str, thread_ids):
+                latest = tx.fetchall(
+                    "SELECT checkpoint_ns, max(checkpoint_id) FROM langgraph_checkpoints "
+                    "WHERE scope=? AND thread_id=? GROUP BY checkpoint_ns",
+                    (self.scope, thread_id),
+                )
+                for ns, keep in latest:
+                    for table in ("langgraph_writes", "langgraph_checkpoints"):
+                        tx.execute(
+                            f"DELETE FROM {table} WHERE scope=? AND thread_id=? "
+                            "AND checkpoint_ns=? AND checkpoint_id<>?",
+                            (self.scope, thread_id, ns, keep),
+                        )
+                self._collect_blobs(tx, thread_id)
+
+        self.store.write(op)
+
+    # -- LangGraph's contract (async): the sync methods in a worker thread ----
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _tuple(self, tx: SqlTx, thread_id: str, row: Sequence[Any]) -> CheckpointTuple:
+        ns, checkpoint_id, parent_id, cp_type, cp_bytes, md_type, md_bytes = row
+        checkpoint = cast(Checkpoint, self.serde.loads_typed((cp_type, _bytes(cp_bytes))))
+        values = dict(checkpoint.get("channel_values") or {})
+        wanted = [
+            (ch, str(v)) for ch, v in checkpoint["channel_versions"].items() if ch not in values
+        ]
+        if wanted:
+            conds = " OR ".join(["(channel=? AND version=?)"] * len(wanted))
+            for ch, typ, blob in tx.fetchall(
+                "SELECT channel, type, blob FROM langgraph_blobs WHERE scope=? AND thread_id=? "
+                f"AND checkpoint_ns=? AND ({conds})",
+                (self.scope, thread_id, ns, *[x for pair in wanted for x in pair]),
+            ):
+                if typ != "empty":
+                    values[ch] = self.serde.loads_typed((typ, _bytes(blob)))
+        checkpoint["channel_values"] = values
+        writes = tx.fetchall(
+            "SELECT task_id, channel, type, blob FROM langgraph_writes WHERE scope=? AND "
+            "thread_id=? AND checkpoint_ns=? AND checkpoint_id=? ORDER BY task_path, task_id, idx",
+            (self.scope, thread_id, ns, checkpoint_id),
+        )
+        return CheckpointTuple(
+            config={
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": checkpoint_id,
+                }
+            },
+            checkpoint=checkpoint,
+            metadata=self.serde.loads_typed((md_type, _bytes(md_bytes))),
+            parent_config=(
+                {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": ns,
+                        "checkpoint_id": parent_id,
+                    }
+                }
+                if parent_id
+                else None
+            ),
+            pending_writes=[
+                (str(t), str(ch), self.serde.loads_typed((typ, _bytes(b))))
+                for t, ch, typ, b in writes
+            ],
+        )
+
+    def _context(self, configurable: dict[str, Any], thread_id: str) -> str:
+        ids = self.context.model_dump()
+        for name in _ENTRY_FIELDS:
+            if isinstance(configurable.get(name), str):
+                ids[name] = configurable[name]
+        ids["run_id"] = thread_id
+        return json.dumps({k: v for k, v in ids.items() if v is not None}, sort_keys=True)
+
+    def _thread_moved(
+        self, tx: SqlTx, thread_id: str, checkpoint_id: str, now: float, context: str, status: str
+    ) -> None:
+        owner = self.owner if status == "running" else None
+        tx.execute(
+            "INSERT INTO langgraph_threads (scope, thread_id, status, created_at, updated_at, "
+            "owner, context, interrupts, checkpoint_id) VALUES (?,?,?,?,?,?,?,NULL,?) "
+            "ON CONFLICT (scope, thread_id) DO UPDATE SET status=excluded.status, "
+            "updated_at=excluded.updated_at, owner=excluded.owner, interrupts=NULL, "
+            "checkpoint_id=excluded.checkpoint_id",
+            (self.scope, thread_id, status, now, now, owner, context, checkpoint_id),
+        )
+
+    def _thread_asked(
+        self, tx: SqlTx, thread_id: str, checkpoint_id: str, asked: list[Any]
+    ) -> None:
+        """An interrupt (or its answer) on the latest root checkpoint."""
+        if asked:
+            values = [getattr(i, "value", i) for batch in asked for i in _as_list(batch)]
+            tx.execute(
+                "UPDATE langgraph_threads SET status='waiting', owner=NULL, interrupts=?, "
+                "updated_at=? WHERE scope=? AND thread_id=? AND checkpoint_id=?",
+                (json.dumps(values, default=str, ensure_ascii=False), time.time(), self.scope,
+                 thread_id, checkpoint_id),
+            )  # fmt: skip
+        else:
+            tx.execute(
+                "UPDATE langgraph_threads SET status='running', owner=?, interrupts=NULL, "
+                "updated_at=? WHERE scope=? AND thread_id=? AND checkpoint_id=?",
+                (self.owner, time.time(), self.scope, thread_id, checkpoint_id),
+            )
+
+    def _collect_blobs(self, tx: SqlTx, thread_id: str) -> None:
+        """Delete the thread's blobs that no remaining checkpoint uses."""
+        used: set[tuple[str, str, str]] = set()
+        for ns, cp_type, cp_bytes in tx.fetchall(
+            "SELECT checkpoint_ns, type, checkpoint FROM langgraph_checkpoints "
+            "WHERE scope=? AND thread_id=?",
+            (self.scope, thread_id),
+        ):
+            body = self.serde.loads_typed((cp_type, _bytes(cp_bytes)))
+            used.update((str(ns), ch, str(v)) for ch, v in body["channel_versions"].items())
+        stale = [
+            (self.scope, thread_id, ns, ch, v)
+            for ns, ch, v in tx.fetchall(
+                "SELECT checkpoint_ns, channel, version FROM langgraph_blobs "
+                "WHERE scope=? AND thread_id=?",
+                (self.scope, thread_id),
+            )
+            if (str(ns), str(ch), str(v)) not in used
+        ]
+        if stale:
+            tx.executemany(
+                "DELETE FROM langgraph_blobs WHERE scope=? AND thread_id=? AND checkpoint_ns=? "
+                "AND channel=? AND version=?",
+                stale,
+            )
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
