@@ -55,7 +55,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
-from desktop_app.integrations.langgraph.threads import INTERRUPT, RESUME
+from desktop_app.integrations.langgraph.threads import INTERRUPT, RESUME, ts
 from desktop_app.store.protocol import CheckpointStore, SqlTx
 
 #: channels whose update means a node is scheduled (LangGraph 1.x: START's
@@ -273,7 +273,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             tx.execute(
                 "INSERT INTO langgraph_checkpoints (scope, thread_id, checkpoint_ns, "
                 "checkpoint_id, parent_id, run_id, created_at, type, checkpoint, "
-                "metadata_type, metadata) VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT "
+                f"metadata_type, metadata) VALUES (?,?,?,?,?,?,{ts(tx)},?,?,?,?) ON CONFLICT "
                 "(scope, thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
                 "type=excluded.type, checkpoint=excluded.checkpoint, "
                 "metadata_type=excluded.metadata_type, metadata=excluded.metadata, "
@@ -557,7 +557,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         owner = self.owner if status == "running" else None
         tx.execute(
             "INSERT INTO langgraph_threads (scope, thread_id, status, created_at, updated_at, "
-            "owner, context, interrupts, checkpoint_id) VALUES (?,?,?,?,?,?,?,NULL,?) "
+            f"owner, context, interrupts, checkpoint_id) VALUES (?,?,?,{ts(tx)},{ts(tx)},?,?,NULL,?) "
             "ON CONFLICT (scope, thread_id) DO UPDATE SET status=excluded.status, "
             "updated_at=excluded.updated_at, owner=excluded.owner, interrupts=NULL, "
             "checkpoint_id=excluded.checkpoint_id",
@@ -572,14 +572,14 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             values = [getattr(i, "value", i) for batch in asked for i in _as_list(batch)]
             tx.execute(
                 "UPDATE langgraph_threads SET status='waiting', owner=NULL, interrupts=?, "
-                "updated_at=? WHERE scope=? AND thread_id=? AND checkpoint_id=?",
+                f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND checkpoint_id=?",
                 (json.dumps(values, default=str, ensure_ascii=False), time.time(), self.scope,
                  thread_id, checkpoint_id),
             )  # fmt: skip
         else:
             tx.execute(
                 "UPDATE langgraph_threads SET status='running', owner=?, interrupts=NULL, "
-                "updated_at=? WHERE scope=? AND thread_id=? AND checkpoint_id=?",
+                f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND checkpoint_id=?",
                 (self.owner, time.time(), self.scope, thread_id, checkpoint_id),
             )
 

@@ -74,7 +74,22 @@ class Thread:
         return math.inf
 
 
-_COLUMNS = "thread_id, status, created_at, updated_at, owner, context, interrupts, checkpoint_id"
+def ts(tx: SqlTx) -> str:
+    """The placeholder of a time parameter (UTC epoch seconds): PostgreSQL
+    stores ``timestamptz``, SQLite ``REAL`` (as Flowdesk's own tables)."""
+    return "to_timestamp(?)" if tx.dialect == "postgres" else "?"
+
+
+def epoch(tx: SqlTx, column: str) -> str:
+    """A time column read back as UTC epoch seconds."""
+    return f"extract(epoch from {column})" if tx.dialect == "postgres" else column
+
+
+def _columns(tx: SqlTx) -> str:
+    return (
+        f"thread_id, status, {epoch(tx, 'created_at')}, {epoch(tx, 'updated_at')}, owner, "
+        "context, interrupts, checkpoint_id"
+    )
 
 
 def _thread(row: Sequence[Any]) -> Thread:
@@ -99,7 +114,7 @@ def list_threads(store: DomainStore, scope: str, statuses: Sequence[str] | None 
 
     def op(tx: SqlTx) -> list[Thread]:
         rows = tx.fetchall(
-            f"SELECT {_COLUMNS} FROM langgraph_threads WHERE scope=? "
+            f"SELECT {_columns(tx)} FROM langgraph_threads WHERE scope=? "
             "ORDER BY created_at DESC, thread_id DESC",
             (scope,),
         )
@@ -114,7 +129,7 @@ def get_thread(store: DomainStore, scope: str, thread_id: str) -> Thread | None:
 
     def op(tx: SqlTx) -> Thread | None:
         row = tx.fetchone(
-            f"SELECT {_COLUMNS} FROM langgraph_threads WHERE scope=? AND thread_id=?",
+            f"SELECT {_columns(tx)} FROM langgraph_threads WHERE scope=? AND thread_id=?",
             (scope, thread_id),
         )
         return None if row is None else _thread(row)
@@ -137,7 +152,7 @@ def checkpoint_rows(store: DomainStore, scope: str, thread_id: str) -> list[Chec
 
     def op(tx: SqlTx) -> list[CheckpointRow]:
         rows = tx.fetchall(
-            "SELECT c.checkpoint_id, c.parent_id, c.created_at, "
+            f"SELECT c.checkpoint_id, c.parent_id, {epoch(tx, 'c.created_at')}, "
             "(SELECT count(*) FROM langgraph_writes w WHERE w.scope=c.scope AND "
             "w.thread_id=c.thread_id AND w.checkpoint_ns=c.checkpoint_ns AND "
             "w.checkpoint_id=c.checkpoint_id) "
@@ -175,7 +190,7 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
 
     def op(tx: SqlTx) -> Thread:
         row = tx.fetchone(
-            f"SELECT {_COLUMNS} FROM langgraph_threads WHERE scope=? AND thread_id=?",
+            f"SELECT {_columns(tx)} FROM langgraph_threads WHERE scope=? AND thread_id=?",
             (scope, thread_id),
         )
         if row is None:
@@ -197,7 +212,7 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
         now = time.time()
         tx.execute(
             "UPDATE langgraph_threads SET status='running', owner=NULL, interrupts=NULL, "
-            "updated_at=? WHERE scope=? AND thread_id=?",
+            f"updated_at={ts(tx)} WHERE scope=? AND thread_id=?",
             (now, scope, thread_id),
         )
         return Thread(

@@ -1,8 +1,7 @@
 -- LangGraph threads checkpointed by Flowdesk (PostgreSQL tree; the SQLite
 -- tree in schema/core has the same file, tables, columns and indexes).
--- Times here are epoch seconds (double precision) written by the saver's
--- process, as LangGraph's own checkpoint timestamps are; encoded values are
--- LangGraph's serializer's (type, bytes) pairs.
+-- Times are timestamptz (the saver converts to and from UTC epoch seconds);
+-- encoded values are LangGraph's serializer's (type, bytes) pairs.
 
 -- One row per thread: what `flowdesk runs` and the app list without decoding
 -- anything. status: running (a step is pending), waiting (an interrupt is
@@ -12,8 +11,8 @@ CREATE TABLE langgraph_threads (
     scope        text NOT NULL,
     thread_id    text NOT NULL,
     status       text NOT NULL CHECK (status IN ('running', 'waiting', 'completed')),
-    created_at   double precision NOT NULL,
-    updated_at   double precision NOT NULL,
+    created_at   timestamptz NOT NULL,
+    updated_at   timestamptz NOT NULL,
     owner        text,
     context      text NOT NULL DEFAULT '{}',  -- ExecutionContext ids (JSON)
     interrupts   text,                         -- the unanswered interrupts' values (JSON list)
@@ -29,7 +28,7 @@ CREATE TABLE langgraph_checkpoints (
     checkpoint_id  text NOT NULL,
     parent_id      text,
     run_id         text,            -- metadata["run_id"] (delete_for_runs)
-    created_at     double precision NOT NULL,
+    created_at     timestamptz NOT NULL,
     type           text NOT NULL,   -- the checkpoint without its blob channel values
     checkpoint     bytea NOT NULL,
     metadata_type  text NOT NULL,
