@@ -9,17 +9,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("langgraph.checkpoint.conformance", reason="the langgraph test extra")
-
-from langgraph.checkpoint.conformance import checkpointer_test, validate  # noqa: E402
-from langgraph.checkpoint.conformance.capabilities import (  # noqa: E402
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import (
     BASE_CAPABILITIES,
     EXTENDED_CAPABILITIES,
 )
 
-from desktop_app.integrations.langgraph import FlowdeskSaver  # noqa: E402
-from desktop_app.store.protocol import CheckpointStore  # noqa: E402
+from desktop_app.integrations.langgraph import FlowdeskSaver
+from desktop_app.store.protocol import CheckpointStore
 
 pytestmark = pytest.mark.scenario("S94")
 

@@ -132,7 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _json(sub.add_parser("flows", help="list registered flows (built-in and your own)"))
 
-    runs = sub.add_parser("runs", help="list flow runs and agent runs, newest first")
+    runs = sub.add_parser(
+        "runs", help="list flow runs, agent runs and LangGraph threads, newest first"
+    )
     runs.add_argument(
         "--status",
         action="append",
@@ -140,7 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STATUS",
         help=f"only runs with this status (repeatable): {', '.join(run_statuses())}",
     )
-    runs.add_argument("--kind", choices=["flow", "agent"], help="only flow runs or agent runs")
+    runs.add_argument(
+        "--kind",
+        choices=["flow", "agent", "langgraph"],
+        help="only flow runs, agent runs or LangGraph threads",
+    )
     runs.add_argument("--flow", help="only runs of this flow (or agent) name")
     runs.add_argument("--limit", type=positive_int, default=50, help="newest N runs (default 50)")
     runs.add_argument("--tenant", help="only runs of this tenant")
@@ -174,7 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     answer = sub.add_parser("answer", help="answer a run waiting for input")
     _run_id(answer)
-    answer.add_argument("value", help="the answer (text, or JSON with --json)")
+    answer.add_argument(
+        "value",
+        nargs="?",
+        help="the answer (text, or JSON with --json); left out, it is read from standard input",
+    )
     answer.add_argument("--wait-id", help="which question, when several are pending")
     answer.add_argument("--json", action="store_true", help="parse VALUE as JSON")
 

@@ -98,6 +98,10 @@ def cmd_runs(ctx: Ctx) -> int:
             if wanted and not ({ar.status, AGENT_AS_FLOW_STATUS.get(ar.status)} & wanted):
                 continue
             rows.append((ar.created_at, agent_row(ar, now)))
+    if a.kind in (None, "langgraph") and a.flow in (None, "graph"):
+        from desktop_app.cli import langgraph
+
+        rows += langgraph.thread_rows(sv, a, now)
     rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
     shown = [row for _, row in rows[: a.limit]]
     if a.json:
@@ -108,13 +112,15 @@ def cmd_runs(ctx: Ctx) -> int:
         print("no runs")
         return EXIT_OK
     print(
-        f"{'RUN':32}  {'KIND':5}  {'FLOW':12} {'STATUS':14} {'PROGRESS':>11}  "
+        f"{'RUN':32}  {'KIND':9}  {'FLOW':12} {'STATUS':14} {'PROGRESS':>11}  "
         f"{'STARTED (UTC)':19}  UPDATED (UTC)"
     )
     for row in shown:
-        prog = progress_text(row["progress"]) if row["kind"] == "flow" else f"{row['turns']} turns"
+        prog = {"flow": progress_text(row["progress"]), "agent": f"{row.get('turns')} turns"}.get(
+            row["kind"], "-"
+        )
         print(
-            f"{row['run_id']:32}  {row['kind']:5}  {row['flow']:12} {row['status']:14} "
+            f"{row['run_id']:32}  {row['kind']:9}  {row['flow']:12} {row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
         )
     return EXIT_OK
@@ -138,6 +144,10 @@ def cmd_show(ctx: Ctx) -> int:
     ref = ctx.resolve(sv, ctx.args.run_id)
     if ref.kind == "agent":
         return _show_agent(ctx, sv, ref.run_id)
+    if ref.kind == "langgraph":
+        from desktop_app.cli import langgraph
+
+        return langgraph.show(ctx, sv, ref.run_id)
     store = sv.checkpoints
     run = store.get_run(ref.run_id)
     cp = store.latest(ref.run_id)
@@ -308,6 +318,12 @@ def _watch_rows(sv: Services, one: Any) -> list[dict[str, Any]]:
     if one is not None:
         if one.kind == "agent":
             return [agent_row(sv.agents.get(one.run_id), now)]
+        if one.kind == "langgraph":
+            from desktop_app.cli import langgraph
+            from desktop_app.integrations.langgraph.threads import get_thread
+
+            thread = get_thread(sv.checkpoints, sv.settings.scope, one.run_id)
+            return [] if thread is None else [langgraph.thread_row(thread, now)]
         return [flow_row(sv.checkpoints.get_run(one.run_id), now)]
     rows = [flow_row(r, now) for r in sv.checkpoints.list_runs(newest_first=True, limit=200)]
     rows += [agent_row(r, now) for r in sv.agents.list() if not r.parent_run_id]
@@ -336,6 +352,9 @@ def cmd_waiting(ctx: Ctx) -> int:
     runs = engine.waiting()
     asking = sv.agents.list(statuses=["input_required"])
     now = sv.checkpoints.now()
+    from desktop_app.cli import langgraph
+
+    threads = langgraph.waiting(ctx, sv)
     if ctx.args.json:
         for run in runs:
             emit({**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]})
@@ -343,7 +362,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
             emit({**agent_row(ar, now), "question": question})
         return EXIT_OK
-    if not runs and not asking:
+    if not runs and not asking and not threads:
         print("no waiting runs")
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
@@ -404,6 +423,10 @@ def cmd_resume(ctx: Ctx) -> int:
         _deliver(engine)
         return EXIT_FAILED if failed or agents_failed else EXIT_OK
     ref = ctx.resolve(sv, ctx.args.run_id)
+    if ref.kind == "langgraph":
+        from desktop_app.cli.langgraph import not_for_threads
+
+        raise not_for_threads(ref.run_id, "resume")
     ctx.current_run = ref.run_id  # Ctrl-C from here on names this run
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
@@ -436,6 +459,10 @@ def _deliver(engine: Any) -> None:
 def cmd_cancel(ctx: Ctx) -> int:
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
+    if ref.kind == "langgraph":
+        from desktop_app.cli.langgraph import not_for_threads
+
+        raise not_for_threads(ref.run_id, "cancel")
     if ref.kind == "agent":
         from desktop_app.cli.ask import agent_for
 

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from desktop_app.cli.common import Ctx, parse_json
+from desktop_app.cli.common import Ctx, parse_json, read_answer
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError
@@ -201,9 +201,15 @@ def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
-    value = parse_json(a.value, "--json was given but VALUE") if a.json else a.value
     sv = ctx.services()
     ref = ctx.resolve(sv, a.run_id)
+    if ref.kind == "langgraph":
+        from desktop_app.cli import langgraph
+
+        return langgraph.answer(ctx, sv, ref.run_id)
+    if a.value is None:
+        a.value = read_answer()
+    value = parse_json(a.value, "--json was given but VALUE") if a.json else a.value
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 

@@ -170,7 +170,10 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         checkpoint_id = get_checkpoint_id(config)
 
         def op(tx: SqlTx) -> CheckpointTuple | None:
-            sql = f"SELECT {_CP_COLS} FROM langgraph_checkpoints WHERE scope=? AND thread_id=? AND checkpoint_ns=?"
+            sql = (
+                f"SELECT {_CP_COLS} FROM langgraph_checkpoints "
+                "WHERE scope=? AND thread_id=? AND checkpoint_ns=?"
+            )
             params: list[Any] = [self.scope, thread_id, ns]
             if checkpoint_id:
                 sql += " AND checkpoint_id=?"
@@ -557,7 +560,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         owner = self.owner if status == "running" else None
         tx.execute(
             "INSERT INTO langgraph_threads (scope, thread_id, status, created_at, updated_at, "
-            f"owner, context, interrupts, checkpoint_id) VALUES (?,?,?,{ts(tx)},{ts(tx)},?,?,NULL,?) "
+            "owner, context, interrupts, checkpoint_id) "
+            f"VALUES (?,?,?,{ts(tx)},{ts(tx)},?,?,NULL,?) "
             "ON CONFLICT (scope, thread_id) DO UPDATE SET status=excluded.status, "
             "updated_at=excluded.updated_at, owner=excluded.owner, interrupts=NULL, "
             "checkpoint_id=excluded.checkpoint_id",
@@ -565,7 +569,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         )
 
     def _thread_asked(
-        self, tx: SqlTx, thread_id: str, checkpoint_id: str, asked: list[Any]
+        self, tx: SqlTx, thread_id: str, checkpoint_id: str, asked: Sequence[Any]
     ) -> None:
         """An interrupt (or its answer) on the latest root checkpoint."""
         if asked:
@@ -610,5 +614,5 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             )
 
 
-def _as_list(value: Any) -> list[Any]:
+def _as_list(value: Any) -> Sequence[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from desktop_app.errors import InputError, UnknownRunError
+from desktop_app.errors import AmbiguousRunIdError, InputError, UnknownRunError
 from desktop_app.store.protocol import DomainStore, SqlTx
+from desktop_app.store.runids import MIN_PREFIX, RunRef
 
 #: the run kind threads have in ``flowdesk runs`` and the app
 KIND = "langgraph"
@@ -105,7 +106,9 @@ def _thread(row: Sequence[Any]) -> Thread:
     )
 
 
-def list_threads(store: DomainStore, scope: str, statuses: Sequence[str] | None = None) -> list[Thread]:
+def list_threads(
+    store: DomainStore, scope: str, statuses: Sequence[str] | None = None
+) -> list[Thread]:
     """Every thread of ``scope`` (optionally of these statuses), newest first.
 
     Raises:
@@ -227,3 +230,23 @@ def resume_hint(thread_id: str) -> str:
     """What a program runs to continue an answered thread (LangGraph's API)."""
     config = json.dumps({"configurable": {"thread_id": thread_id}})
     return f"graph.invoke(None, {config})"
+
+
+def resolve_thread(store: DomainStore, scope: str, prefix: str) -> RunRef | None:
+    """The thread whose id is ``prefix`` or the one thread whose id starts
+    with it (at least ``MIN_PREFIX`` characters), or ``None``.
+
+    Raises:
+        AmbiguousRunIdError: several threads start with ``prefix``.
+    """
+    wanted = prefix.strip()
+    if get_thread(store, scope, wanted) is not None:
+        return RunRef(wanted, "langgraph")
+    if len(wanted) < MIN_PREFIX:
+        return None
+    found = sorted(
+        t.thread_id for t in list_threads(store, scope) if t.thread_id.startswith(wanted)
+    )
+    if len(found) > 1:
+        raise AmbiguousRunIdError(wanted, [f"{t} (langgraph)" for t in found])
+    return RunRef(found[0], "langgraph") if found else None
