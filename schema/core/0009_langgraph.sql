@@ -3,6 +3,8 @@
 -- keeps its channel versions and its small (primitive) channel values; every
 -- other channel value is a blob keyed by (channel, version), written once
 -- when that version is new, so a step stores what changed, not the thread.
+-- A list channel that only grew (a conversation's messages) stores only its
+-- new items, on top of the version it extends (`base`).
 -- Encoded values are LangGraph's serializer's (type, bytes) pairs.
 
 -- One row per thread: what `flowdesk runs` and the app list without decoding
@@ -47,6 +49,7 @@ CREATE TABLE langgraph_blobs (
     version        TEXT NOT NULL,
     type           TEXT NOT NULL,
     blob           BLOB,
+    base           TEXT,            -- a list that grew: blob holds the new items after this version's
     PRIMARY KEY (scope, thread_id, checkpoint_ns, channel, version)
 ) WITHOUT ROWID;
 

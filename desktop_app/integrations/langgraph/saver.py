@@ -19,6 +19,16 @@ so two forks of one checkpoint never share a version of a channel.
 Everything is encoded by the saver's ``serde`` (LangGraph's
 ``JsonPlusSerializer`` unless given).
 
+Where Flowdesk departs from ``PostgresSaver``: a list channel whose new
+version only appended to the version this saver stored last (a
+conversation's ``messages``) is stored as the new items plus a reference to
+that version (``base``), at most :data:`MAX_CHAIN` times in a row, so bytes
+per step follow what the step added, not the conversation's length. Items
+are compared by their encoded bytes, so an item changed in place makes the
+whole list stored again. The saver remembers the last list of the last
+:data:`REMEMBERED_THREADS` threads it wrote; a new process stores each list
+whole once first.
+
 Besides LangGraph's contract the saver keeps one row per thread
 (``langgraph_threads``: status, last writer, ExecutionContext ids, the
 unanswered interrupts) that ``flowdesk runs``/``show``/``answer`` and the
@@ -34,11 +44,13 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -53,6 +65,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from desktop_app.errors import StoreError
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
 from desktop_app.integrations.langgraph.threads import INTERRUPT, RESUME, ts
@@ -64,6 +77,21 @@ _TRIGGERS = ("__start__", "__pregel_tasks")
 _ENTRY_FIELDS = ("tenant_id", "user_id", "session_id", "trace_id", "correlation_id")
 
 _CP_COLS = "checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata"
+#: a grown list is stored as its new items on top of the version it extends,
+#: at most this many times in a row (then whole again: reads stay bounded)
+MAX_CHAIN = 64
+#: threads whose last list values the saver remembers (to store only new items)
+REMEMBERED_THREADS = 256
+#: the type prefix of a blob holding only a list's new items
+APPEND = "append:"
+
+
+class _Seen(NamedTuple):
+    """The last version of a list channel this saver stored, item by item."""
+
+    version: str
+    items: list[tuple[str, bytes]]
+    depth: int
 
 
 def _inline(value: Any) -> bool:
@@ -108,6 +136,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         self.context = context or ExecutionContext()
         self.owner = new_owner()
         self._owns_store = False
+        self._seen: OrderedDict[tuple[str, str], dict[str, _Seen]] = OrderedDict()
+        self._seen_lock = threading.Lock()
 
     # -- opening -------------------------------------------------------------
 
@@ -250,11 +280,13 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         body = dict(checkpoint)
         values = dict(checkpoint["channel_values"])
         body["channel_values"] = {k: v for k, v in values.items() if _inline(v)}
-        blobs = [
-            (self.scope, thread_id, ns, k, str(ver), *self.serde.dumps_typed(values[k]))
-            for k, ver in new_versions.items()
-            if k in values and not _inline(values[k])
-        ]
+        blobs: list[tuple[Any, ...]] = []
+        seen = self._remembered(thread_id, ns)
+        now_seen: dict[str, _Seen] = {}
+        for k, ver in new_versions.items():
+            if k in values and not _inline(values[k]):
+                typ, blob, base = self._encode(values[k], str(ver), seen.get(k), k, now_seen)
+                blobs.append((self.scope, thread_id, ns, k, str(ver), typ, blob, base))
         cp_type, cp_bytes = self.serde.dumps_typed(body)
         meta = get_serializable_checkpoint_metadata(config, metadata)
         md_type, md_bytes = self.serde.dumps_typed(meta)
@@ -269,7 +301,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             if blobs:
                 tx.executemany(
                     "INSERT INTO langgraph_blobs (scope, thread_id, checkpoint_ns, channel, "
-                    "version, type, blob) VALUES (?,?,?,?,?,?,?) ON CONFLICT "
+                    "version, type, blob, base) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT "
                     "(scope, thread_id, checkpoint_ns, channel, version) DO NOTHING",
                     blobs,
                 )
@@ -291,6 +323,9 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 )  # fmt: skip
 
         self.store.write(op)
+        if now_seen:  # only once stored: a later version may build on these
+            with self._seen_lock:
+                seen.update(now_seen)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -396,7 +431,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         tables = {
             "langgraph_checkpoints": "checkpoint_ns, checkpoint_id, parent_id, run_id, "
             "created_at, type, checkpoint, metadata_type, metadata",
-            "langgraph_blobs": "checkpoint_ns, channel, version, type, blob",
+            "langgraph_blobs": "checkpoint_ns, channel, version, type, blob, base",
             "langgraph_writes": "checkpoint_ns, checkpoint_id, task_id, idx, task_path, "
             "channel, type, blob",
             "langgraph_threads": "status, created_at, updated_at, owner, context, "
@@ -506,13 +541,13 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         ]
         if wanted:
             conds = " OR ".join(["(channel=? AND version=?)"] * len(wanted))
-            for ch, typ, blob in tx.fetchall(
-                "SELECT channel, type, blob FROM langgraph_blobs WHERE scope=? AND thread_id=? "
-                f"AND checkpoint_ns=? AND ({conds})",
+            for ch, typ, blob, base in tx.fetchall(
+                "SELECT channel, type, blob, base FROM langgraph_blobs WHERE scope=? AND "
+                f"thread_id=? AND checkpoint_ns=? AND ({conds})",
                 (self.scope, thread_id, ns, *[x for pair in wanted for x in pair]),
             ):
                 if typ != "empty":
-                    values[ch] = self.serde.loads_typed((typ, _bytes(blob)))
+                    values[ch] = self._decode(tx, thread_id, ns, ch, typ, blob, base)
         checkpoint["channel_values"] = values
         writes = tx.fetchall(
             "SELECT task_id, channel, type, blob FROM langgraph_writes WHERE scope=? AND "
@@ -597,21 +632,79 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         ):
             body = self.serde.loads_typed((cp_type, _bytes(cp_bytes)))
             used.update((str(ns), ch, str(v)) for ch, v in body["channel_versions"].items())
-        stale = [
-            (self.scope, thread_id, ns, ch, v)
-            for ns, ch, v in tx.fetchall(
-                "SELECT checkpoint_ns, channel, version FROM langgraph_blobs "
+        bases = {
+            (str(ns), str(ch), str(v)): base
+            for ns, ch, v, base in tx.fetchall(
+                "SELECT checkpoint_ns, channel, version, base FROM langgraph_blobs "
                 "WHERE scope=? AND thread_id=?",
                 (self.scope, thread_id),
             )
-            if (str(ns), str(ch), str(v)) not in used
-        ]
+        }
+        for ns, ch, v in list(used):  # a kept list keeps the versions it extends
+            base = bases.get((ns, ch, v))
+            while base is not None and (ns, ch, base) not in used:
+                used.add((ns, ch, base))
+                base = bases.get((ns, ch, base))
+        stale = [(self.scope, thread_id, *key) for key in bases if key not in used]
         if stale:
             tx.executemany(
                 "DELETE FROM langgraph_blobs WHERE scope=? AND thread_id=? AND checkpoint_ns=? "
                 "AND channel=? AND version=?",
                 stale,
             )
+
+    def _remembered(self, thread_id: str, ns: str) -> dict[str, _Seen]:
+        """The last list values stored for this thread's namespace (LRU)."""
+        with self._seen_lock:
+            key = (thread_id, ns)
+            seen = self._seen.setdefault(key, {})
+            self._seen.move_to_end(key)
+            while len(self._seen) > REMEMBERED_THREADS:
+                self._seen.popitem(last=False)
+            return seen
+
+    def _encode(
+        self, value: Any, version: str, last: _Seen | None, channel: str, now: dict[str, _Seen]
+    ) -> tuple[str, bytes, str | None]:
+        """``(type, blob, base)`` of one channel version: a list that only
+        grew since ``last`` as its new items on top of ``last.version``."""
+        if not isinstance(value, list):
+            typ, blob = self.serde.dumps_typed(value)
+            return typ, blob, None
+        items = [self.serde.dumps_typed(item) for item in value]
+        n = len(last.items) if last is not None else 0
+        if (
+            last is not None
+            and last.version != version
+            and last.depth < MAX_CHAIN
+            and len(items) >= n
+            and items[:n] == last.items
+        ):
+            typ, blob = self.serde.dumps_typed(value[n:])
+            now[channel] = _Seen(version, items, last.depth + 1)
+            return APPEND + typ, blob, last.version
+        typ, blob = self.serde.dumps_typed(value)
+        now[channel] = _Seen(version, items, 0)
+        return typ, blob, None
+
+    def _decode(
+        self, tx: SqlTx, thread_id: str, ns: str, channel: str, typ: str, blob: Any, base: Any
+    ) -> Any:
+        """A stored channel value; a list's new items joined to the version they extend."""
+        if not typ.startswith(APPEND):
+            return self.serde.loads_typed((typ, _bytes(blob)))
+        tail = self.serde.loads_typed((typ[len(APPEND) :], _bytes(blob)))
+        row = tx.fetchone(
+            "SELECT type, blob, base FROM langgraph_blobs WHERE scope=? AND thread_id=? "
+            "AND checkpoint_ns=? AND channel=? AND version=?",
+            (self.scope, thread_id, ns, channel, base),
+        )
+        if row is None:
+            raise StoreError(
+                f"LangGraph thread {thread_id}: channel {channel!r} extends version {base}, "
+                "which is missing from langgraph_blobs"
+            )
+        return [*self._decode(tx, thread_id, ns, channel, row[0], row[1], row[2]), *tail]
 
 
 def _as_list(value: Any) -> Sequence[Any]:

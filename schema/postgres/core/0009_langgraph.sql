@@ -45,6 +45,7 @@ CREATE TABLE langgraph_blobs (
     version        text NOT NULL,
     type           text NOT NULL,
     blob           bytea,
+    base           text,            -- a list that grew: blob holds the new items after this version's
     PRIMARY KEY (scope, thread_id, checkpoint_ns, channel, version)
 );
 

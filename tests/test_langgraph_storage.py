@@ -1,0 +1,82 @@
+"""FlowdeskSaver stores what a step changed: a conversation's messages list
+is stored as the new messages on top of the version before (bytes counted in
+the database, never timed), reads back exactly at every checkpoint, and
+stays readable after pruning and in a new saver (a new process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+
+from desktop_app.integrations.langgraph import FlowdeskSaver
+from desktop_app.store.sqlite import open_store
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+
+
+def chat_graph(saver: FlowdeskSaver):  # type: ignore[no-untyped-def]
+    def reply(state: Chat) -> dict[str, object]:
+        last = state["messages"][-1].content
+        return {"messages": [AIMessage(f"you said: {last} " + "x" * 200)], "turns": 1}
+
+    g = StateGraph(Chat)
+    g.add_node("reply", reply)
+    g.add_edge(START, "reply")
+    return g.compile(checkpointer=saver)
+
+
+def blob_bytes(store, channel: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    row = store.query(
+        lambda tx: tx.fetchone(
+            "SELECT count(*), coalesce(sum(length(blob)), 0) FROM langgraph_blobs WHERE channel=?",
+            (channel,),
+        )
+    )
+    return int(row[0]), int(row[1])
+
+
+def test_messages_store_only_new_items_and_read_back_everywhere(db_path: Path) -> None:
+    store = open_store(db_path)
+    config = {"configurable": {"thread_id": "chat"}}
+    try:
+        saver = FlowdeskSaver(store)
+        graph = chat_graph(saver)
+        for turn in range(50):
+            graph.invoke({"messages": [HumanMessage(f"message {turn}")]}, config)
+        final = graph.get_state(config).values["messages"]
+        assert len(final) == 100
+        whole = len(saver.serde.dumps_typed(final)[1])
+
+        rows, stored = blob_bytes(store, "messages")
+        # one row per version; all of them together hold little more than the
+        # final list once (whole lists every MAX_CHAIN versions and the first)
+        assert rows == 100
+        assert stored < 2.5 * whole, (stored, whole)
+
+        # every checkpoint reads back exactly the messages it had
+        for tup in saver.list(config):
+            got = tup.checkpoint["channel_values"].get("messages", [])
+            assert got == final[: len(got)]
+
+        # a new saver (as in a new process) continues the thread
+        again = chat_graph(FlowdeskSaver(store))
+        again.invoke({"messages": [HumanMessage("after restart")]}, config)
+        messages = again.get_state(config).values["messages"]
+        assert messages[:100] == final and len(messages) == 102
+
+        # pruning keeps the versions the latest list is built on
+        saver.prune(["chat"])
+        assert [t.checkpoint["id"] for t in saver.list(config)] == [
+            graph.get_state(config).config["configurable"]["checkpoint_id"]
+        ]
+        assert graph.get_state(config).values["messages"] == messages
+        assert blob_bytes(store, "messages")[0] < rows
+    finally:
+        store.close()
