@@ -690,21 +690,42 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
     def _decode(
         self, tx: SqlTx, thread_id: str, ns: str, channel: str, typ: str, blob: Any, base: Any
     ) -> Any:
-        """A stored channel value; a list's new items joined to the version they extend."""
+        """A stored channel value; a list's new items joined to the versions
+        they extend (read in one query: the chain's versions are the
+        channel's highest below this one, unless a fork interleaves)."""
         if not typ.startswith(APPEND):
             return self.serde.loads_typed((typ, _bytes(blob)))
-        tail = self.serde.loads_typed((typ[len(APPEND) :], _bytes(blob)))
-        row = tx.fetchone(
-            "SELECT type, blob, base FROM langgraph_blobs WHERE scope=? AND thread_id=? "
-            "AND checkpoint_ns=? AND channel=? AND version=?",
-            (self.scope, thread_id, ns, channel, base),
-        )
-        if row is None:
-            raise StoreError(
-                f"LangGraph thread {thread_id}: channel {channel!r} extends version {base}, "
-                "which is missing from langgraph_blobs"
+        parts = [(typ, blob)]
+        rows = {
+            str(v): (str(t), b, bs)
+            for v, t, b, bs in tx.fetchall(
+                "SELECT version, type, blob, base FROM langgraph_blobs WHERE scope=? AND "
+                "thread_id=? AND checkpoint_ns=? AND channel=? AND version<=? "
+                f"ORDER BY version DESC LIMIT {MAX_CHAIN + 1}",
+                (self.scope, thread_id, ns, channel, base),
             )
-        return [*self._decode(tx, thread_id, ns, channel, row[0], row[1], row[2]), *tail]
+        }
+        while base is not None:
+            row = rows.get(str(base))
+            if row is None:  # a fork's chain: one version at a time
+                found = tx.fetchone(
+                    "SELECT type, blob, base FROM langgraph_blobs WHERE scope=? AND thread_id=? "
+                    "AND checkpoint_ns=? AND channel=? AND version=?",
+                    (self.scope, thread_id, ns, channel, base),
+                )
+                if found is None:
+                    raise StoreError(
+                        f"LangGraph thread {thread_id}: channel {channel!r} extends version "
+                        f"{base}, which is missing from langgraph_blobs"
+                    )
+                row = (str(found[0]), found[1], found[2])
+            parts.append((row[0], row[1]))
+            base = row[2] if row[0].startswith(APPEND) else None
+        whole_type, whole = parts.pop()
+        value = list(self.serde.loads_typed((whole_type, _bytes(whole))))
+        for part_type, part in reversed(parts):
+            value.extend(self.serde.loads_typed((part_type[len(APPEND) :], _bytes(part))))
+        return value
 
 
 def _as_list(value: Any) -> Sequence[Any]:
