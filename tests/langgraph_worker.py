@@ -41,16 +41,12 @@ class Item(TypedDict):
     item: str
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("db")
-    p.add_argument("counts")
-    p.add_argument("thread")
-    p.add_argument("--hang")
-    a = p.parse_args()
+def build_graph(counts: str, hang: str | None = None):  # type: ignore[no-untyped-def]
+    """The graph, uncompiled: nodes append their names to ``counts``; the
+    worker of item ``hang`` hangs."""
 
     def count(name: str) -> None:
-        fd = os.open(a.counts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(counts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, f"{name}\n".encode())
             os.fsync(fd)
@@ -66,7 +62,7 @@ def main() -> None:
 
     def work(arg: Item) -> State:
         count(f"work:{arg['item']}")
-        if arg["item"] == a.hang:
+        if arg["item"] == hang:
             time.sleep(3600)  # killed here
         return {"results": [arg["item"].upper()]}
 
@@ -89,7 +85,17 @@ def main() -> None:
     g.add_edge("work", "review")
     g.add_edge("review", "finish")
     g.add_edge("finish", END)
+    return g
 
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("db")
+    p.add_argument("counts")
+    p.add_argument("thread")
+    p.add_argument("--hang")
+    a = p.parse_args()
+    g = build_graph(a.counts, a.hang)
     config = {"configurable": {"thread_id": a.thread, "tenant_id": "acme", "session_id": "s-1"}}
     with FlowdeskSaver.open(a.db) as saver:
         graph = g.compile(checkpointer=saver)
