@@ -19,11 +19,10 @@ from desktop_app.integrations.langgraph.threads import get_thread
 from tests.app_support import settle
 from tests.langgraph_worker import build_graph
 
-pytestmark = pytest.mark.scenario("S95")
-
 SIZE = (140, 50)
 
 
+@pytest.mark.scenario("S95")
 async def test_a_thread_shows_its_checkpoints_state_diff_and_is_answered(tmp_path: Path) -> None:
     settings = load_settings(db_path=tmp_path / "t.db")
     bootstrap.apply_schema(settings)

@@ -18,8 +18,6 @@ from langgraph.checkpoint.conformance.capabilities import (
 from desktop_app.integrations.langgraph import FlowdeskSaver
 from desktop_app.store.protocol import CheckpointStore
 
-pytestmark = pytest.mark.scenario("S94")
-
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def open_store(request, db_path: Path) -> Iterator[object]:
@@ -35,6 +33,7 @@ def open_store(request, db_path: Path) -> Iterator[object]:
     yield lambda: open_sqlite(db_path)
 
 
+@pytest.mark.scenario("S94")
 async def test_every_capability_passes(open_store) -> None:
     @checkpointer_test(name="FlowdeskSaver")
     async def flowdesk_saver() -> AsyncIterator[FlowdeskSaver]:

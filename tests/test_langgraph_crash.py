@@ -22,8 +22,6 @@ import pytest
 
 from tests.cli_support import REPO, flowdesk
 
-pytestmark = [pytest.mark.scenario("S95"), pytest.mark.slow]
-
 WORKER = str(REPO / "tests" / "langgraph_worker.py")
 
 
@@ -81,6 +79,8 @@ def as_printed(command: str, db: Path, stdin: str) -> subprocess.CompletedProces
     )
 
 
+@pytest.mark.scenario("S95")
+@pytest.mark.slow
 def test_sigkill_mid_fan_out_then_resume_and_answer(db_path: Path, tmp_path: Path) -> None:
     counts = tmp_path / "counts.txt"
     thread = "lg-thread-1"

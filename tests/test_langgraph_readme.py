@@ -13,8 +13,6 @@ import pytest
 
 from tests.cli_support import REPO, flowdesk
 
-pytestmark = pytest.mark.scenario("S95")
-
 
 def snippet() -> str:
     text = (REPO / "README.md").read_text(encoding="utf-8")
@@ -22,6 +20,7 @@ def snippet() -> str:
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
+@pytest.mark.scenario("S95")
 def test_the_readme_snippet_asks_is_answered_and_goes_on(tmp_path: Path) -> None:
     code = snippet()
     assert len([line for line in code.splitlines() if line.strip()]) <= 12
