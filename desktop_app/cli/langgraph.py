@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from desktop_app.cli.common import Ctx, parse_json, read_answer
+from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_OK, emit, iso, when
 from desktop_app.errors import InputError
 from desktop_app.integrations.langgraph import threads
@@ -143,12 +143,9 @@ def waiting(ctx: Ctx, sv: Services) -> list[threads.Thread]:
     return asking
 
 
-def answer(ctx: Ctx, sv: Services, thread_id: str) -> int:
+def answer(sv: Services, thread_id: str, value: Any) -> int:
     """``flowdesk answer THREAD [VALUE]``: store the answer the thread's
     ``interrupt()`` receives when its program runs the graph again."""
-    a = ctx.args
-    text = a.value if a.value is not None else read_answer()
-    value = parse_json(text, "--json was given but the answer") if a.json else text
     t = threads.store_answer(sv.checkpoints, sv.settings.scope, thread_id, value)
     print(f"langgraph thread {t.thread_id} answered")
     print(f"it goes on when its program runs {threads.resume_hint(t.thread_id)}")

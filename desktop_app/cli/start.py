@@ -201,15 +201,17 @@ def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
+    # a VALUE given is checked before the database is opened (bad input costs nothing)
+    if a.value is not None:
+        value = _answer_value(a.value, a.json, "VALUE")
     sv = ctx.services()
     ref = ctx.resolve(sv, a.run_id)
+    if a.value is None:
+        value = _answer_value(read_answer(), a.json, "the answer on standard input")
     if ref.kind == "langgraph":
         from desktop_app.cli import langgraph
 
-        return langgraph.answer(ctx, sv, ref.run_id)
-    if a.value is None:
-        a.value = read_answer()
-    value = parse_json(a.value, "--json was given but VALUE") if a.json else a.value
+        return langgraph.answer(sv, ref.run_id, value)
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 
@@ -221,6 +223,11 @@ def cmd_answer(ctx: Ctx) -> int:
     if delivered:
         print(f"{delivered} outbox intent(s) delivered")
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def _answer_value(text: str, as_json: bool, what: str) -> Any:
+    """The answer: ``text``, or ``text`` parsed as JSON with ``--json``."""
+    return parse_json(text, f"--json was given but {what}") if as_json else text
 
 
 def cmd_signal(ctx: Ctx) -> int:

@@ -215,8 +215,7 @@ class ThreadScreen(Screen[None]):
         if marked is not None and marked is not point:
             changes = diff_states(marked.state, point.state)
             diff.append(
-                f"Changes from {marked.checkpoint_id} to {point.checkpoint_id}: "
-                f"{len(changes)}\n",
+                f"Changes from {marked.checkpoint_id} to {point.checkpoint_id}: {len(changes)}\n",
                 style="bold",
             )
             for change in changes:
