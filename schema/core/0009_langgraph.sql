@@ -25,6 +25,10 @@ CREATE TABLE langgraph_threads (
 ) WITHOUT ROWID;
 CREATE INDEX langgraph_threads_created ON langgraph_threads(scope, created_at, thread_id);
 
+-- The next three are rowid tables: their rows hold encoded values of
+-- kilobytes, which SQLite keeps off the primary-key b-tree there (a WITHOUT
+-- ROWID table stores them in it; measured about a third slower per step in
+-- benchmarks/bench_langgraph.py).
 CREATE TABLE langgraph_checkpoints (
     scope          TEXT NOT NULL,
     thread_id      TEXT NOT NULL,
@@ -38,7 +42,7 @@ CREATE TABLE langgraph_checkpoints (
     metadata_type  TEXT NOT NULL,
     metadata       BLOB NOT NULL,
     PRIMARY KEY (scope, thread_id, checkpoint_ns, checkpoint_id)
-) WITHOUT ROWID;
+);
 CREATE INDEX langgraph_checkpoints_run ON langgraph_checkpoints(scope, run_id);
 
 CREATE TABLE langgraph_blobs (
@@ -51,7 +55,7 @@ CREATE TABLE langgraph_blobs (
     blob           BLOB,
     base           TEXT,            -- a list that grew: blob holds the new items after this version's
     PRIMARY KEY (scope, thread_id, checkpoint_ns, channel, version)
-) WITHOUT ROWID;
+);
 
 CREATE TABLE langgraph_writes (
     scope          TEXT NOT NULL,
@@ -65,4 +69,4 @@ CREATE TABLE langgraph_writes (
     type           TEXT NOT NULL,
     blob           BLOB NOT NULL,
     PRIMARY KEY (scope, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-) WITHOUT ROWID;
+);
