@@ -25,7 +25,7 @@ from tests.cli_support import REPO, flowdesk
 WORKER = str(REPO / "tests" / "langgraph_worker.py")
 
 
-def worker(db: Path, counts: Path, thread: str, *extra: str) -> subprocess.Popen[str]:
+def worker(db: Path | str, counts: Path, thread: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, WORKER, str(db), str(counts), thread, *extra],
         stdout=subprocess.PIPE,
@@ -40,22 +40,25 @@ def counted(counts: Path) -> Counter[str]:
     return Counter(counts.read_text().split()) if counts.exists() else Counter()
 
 
-def stored_results(db: Path, thread: str) -> int:
+def stored_results(db: Path | str, thread: str) -> int:
     """How many ``results`` writes of finished fan-out tasks the database holds."""
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.integrations.langgraph import FlowdeskSaver
 
-    store = open_store(db)
-    try:
-        row = store.query(
+    with FlowdeskSaver.open(db) as saver:
+        row = saver.store.query(
             lambda tx: tx.fetchone(
                 "SELECT count(*) FROM langgraph_writes WHERE thread_id=? AND channel='results'",
                 (thread,),
             )
         )
-    finally:
-        store.close()
     assert row is not None
     return int(row[0])
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request, db_path: Path) -> Path | str:
+    """The database the graph checkpoints into: a SQLite file or a PostgreSQL URL."""
+    return request.getfixturevalue("pg_url") if request.param == "postgres" else db_path
 
 
 def wait_for(predicate, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
@@ -65,7 +68,7 @@ def wait_for(predicate, what: str, timeout: float = 60) -> None:  # type: ignore
         time.sleep(0.05)
 
 
-def as_printed(command: str, db: Path, stdin: str) -> subprocess.CompletedProcess[str]:
+def as_printed(command: str, stdin: str) -> subprocess.CompletedProcess[str]:
     """Run a command Flowdesk suggested exactly as printed (``flowdesk`` is this checkout)."""
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
@@ -81,7 +84,8 @@ def as_printed(command: str, db: Path, stdin: str) -> subprocess.CompletedProces
 
 @pytest.mark.scenario("S95")
 @pytest.mark.slow
-def test_sigkill_mid_fan_out_then_resume_and_answer(db_path: Path, tmp_path: Path) -> None:
+def test_sigkill_mid_fan_out_then_resume_and_answer(database: Path | str, tmp_path: Path) -> None:
+    db_path = database
     counts = tmp_path / "counts.txt"
     thread = "lg-thread-1"
 
@@ -121,7 +125,7 @@ def test_sigkill_mid_fan_out_then_resume_and_answer(db_path: Path, tmp_path: Pat
     assert "approve these results?" in shown.stdout
     hint = re.search(r"answer it \(the answer on standard input\): (.+)", shown.stdout)
     assert hint is not None, shown.stdout
-    answered = as_printed(hint.group(1), db_path, stdin="ship it\n")
+    answered = as_printed(hint.group(1), stdin="ship it\n")
     assert answered.returncode == 0, answered.stderr
     assert f"langgraph thread {thread} answered" in answered.stdout
 

@@ -327,6 +327,10 @@ def _watch_rows(sv: Services, one: Any) -> list[dict[str, Any]]:
         return [flow_row(sv.checkpoints.get_run(one.run_id), now)]
     rows = [flow_row(r, now) for r in sv.checkpoints.list_runs(newest_first=True, limit=200)]
     rows += [agent_row(r, now) for r in sv.agents.list() if not r.parent_run_id]
+    from desktop_app.cli import langgraph
+    from desktop_app.integrations.langgraph.threads import list_threads
+
+    rows += [langgraph.thread_row(t, now) for t in list_threads(sv.checkpoints, sv.settings.scope)]
     return sorted(rows, key=lambda r: r["updated_at"] or "")
 
 

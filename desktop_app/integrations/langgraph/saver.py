@@ -592,15 +592,33 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
     def _thread_moved(
         self, tx: SqlTx, thread_id: str, checkpoint_id: str, now: float, context: str, status: str
     ) -> None:
+        """The thread's row after a root checkpoint: ``status`` unless the
+        checkpoint already holds an unanswered interrupt. LangGraph stores a
+        step's checkpoint and its tasks' writes from concurrent background
+        threads, so an interrupt may commit before its checkpoint does; the
+        row never moves back to an older checkpoint."""
+        interrupts = None
+        writes = tx.fetchall(
+            "SELECT channel, type, blob FROM langgraph_writes WHERE scope=? AND thread_id=? "
+            "AND checkpoint_ns='' AND checkpoint_id=? AND channel IN (?, ?)",
+            (self.scope, thread_id, checkpoint_id, INTERRUPT, RESUME),
+        )
+        asked = [
+            self.serde.loads_typed((str(t), _bytes(b))) for ch, t, b in writes if ch == INTERRUPT
+        ]
+        if asked and not any(ch == RESUME for ch, _, _ in writes):
+            status, interrupts = "waiting", _interrupt_values(asked)
         owner = self.owner if status == "running" else None
         tx.execute(
             "INSERT INTO langgraph_threads (scope, thread_id, status, created_at, updated_at, "
             "owner, context, interrupts, checkpoint_id) "
-            f"VALUES (?,?,?,{ts(tx)},{ts(tx)},?,?,NULL,?) "
+            f"VALUES (?,?,?,{ts(tx)},{ts(tx)},?,?,?,?) "
             "ON CONFLICT (scope, thread_id) DO UPDATE SET status=excluded.status, "
-            "updated_at=excluded.updated_at, owner=excluded.owner, interrupts=NULL, "
-            "checkpoint_id=excluded.checkpoint_id",
-            (self.scope, thread_id, status, now, now, owner, context, checkpoint_id),
+            "updated_at=excluded.updated_at, owner=excluded.owner, "
+            "interrupts=excluded.interrupts, checkpoint_id=excluded.checkpoint_id "
+            "WHERE langgraph_threads.checkpoint_id IS NULL "
+            "OR langgraph_threads.checkpoint_id <= excluded.checkpoint_id",
+            (self.scope, thread_id, status, now, now, owner, context, interrupts, checkpoint_id),
         )
 
     def _thread_asked(
@@ -608,13 +626,11 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
     ) -> None:
         """An interrupt (or its answer) on the latest root checkpoint."""
         if asked:
-            values = [getattr(i, "value", i) for batch in asked for i in _as_list(batch)]
             tx.execute(
                 "UPDATE langgraph_threads SET status='waiting', owner=NULL, interrupts=?, "
                 f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND checkpoint_id=?",
-                (json.dumps(values, default=str, ensure_ascii=False), time.time(), self.scope,
-                 thread_id, checkpoint_id),
-            )  # fmt: skip
+                (_interrupt_values(asked), time.time(), self.scope, thread_id, checkpoint_id),
+            )
         else:
             tx.execute(
                 "UPDATE langgraph_threads SET status='running', owner=?, interrupts=NULL, "
@@ -726,6 +742,12 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         for part_type, part in reversed(parts):
             value.extend(self.serde.loads_typed((part_type[len(APPEND) :], _bytes(part))))
         return value
+
+
+def _interrupt_values(asked: Sequence[Any]) -> str:
+    """The values of interrupt writes (each a list of ``Interrupt``) as JSON."""
+    values = [getattr(i, "value", i) for batch in asked for i in _as_list(batch)]
+    return json.dumps(values, default=str, ensure_ascii=False)
 
 
 def _as_list(value: Any) -> Sequence[Any]:
