@@ -59,6 +59,18 @@ async def test_a_thread_shows_its_checkpoints_state_diff_and_is_answered(tmp_pat
         diff = str(screen.query_one("#diff").render())
         assert f"Changes from {screen.points[0].checkpoint_id}" in diff
         assert "added   results" in diff
+        # the inbox lists its question; enter there opens the thread
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        inbox = app.screen
+        assert "LangGraph thread lg-app asks" in inbox.question_text
+        assert "approve these results?" in inbox.question_text
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
         # answer it here
         await pilot.press("a")
         await pilot.press(*"ok")
