@@ -80,3 +80,27 @@ def test_messages_store_only_new_items_and_read_back_everywhere(db_path: Path) -
         assert blob_bytes(store, "messages")[0] < rows
     finally:
         store.close()
+
+
+def test_a_list_whose_earlier_version_was_deleted_is_stored_whole(db_path: Path) -> None:
+    """Another process (here another saver) deletes the thread while this
+    saver still remembers its last list: the next version is stored whole,
+    never on top of the deleted one."""
+    store = open_store(db_path)
+    config = {"configurable": {"thread_id": "chat"}}
+    try:
+        writer = FlowdeskSaver(store)
+        graph = chat_graph(writer)
+        graph.invoke({"messages": [HumanMessage("hello", id="h1")]}, config)
+        first = graph.get_state(config).values["messages"]
+        FlowdeskSaver(store).delete_thread("chat")
+        assert graph.get_state(config).values == {}
+        # the same first message again: a list the writer saw before, grown
+        graph.invoke({"messages": [*first, HumanMessage("again", id="h2")]}, config)
+        assert [m.content for m in graph.get_state(config).values["messages"]][:1] == ["hello"]
+        assert (
+            len(FlowdeskSaver(store).get_tuple(config).checkpoint["channel_values"]["messages"])
+            == 4
+        )
+    finally:
+        store.close()

@@ -298,6 +298,13 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         context = self._context(c, thread_id)
 
         def op(tx: SqlTx) -> None:
+            for i, row in enumerate(blobs):
+                if row[7] is not None and not self._has_blob(tx, thread_id, ns, row[3], row[7]):
+                    # the version it extends is gone (the thread was deleted or
+                    # pruned meanwhile, maybe by another process): store it whole
+                    value = values[row[3]]
+                    blobs[i] = (*row[:5], *self.serde.dumps_typed(value), None)
+                    now_seen[row[3]] = now_seen[row[3]]._replace(depth=0)
             if blobs:
                 tx.executemany(
                     "INSERT INTO langgraph_blobs (scope, thread_id, checkpoint_ns, channel, "
@@ -702,6 +709,16 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         typ, blob = self.serde.dumps_typed(value)
         now[channel] = _Seen(version, items, 0)
         return typ, blob, None
+
+    def _has_blob(self, tx: SqlTx, thread_id: str, ns: str, channel: str, version: str) -> bool:
+        return (
+            tx.fetchone(
+                "SELECT 1 FROM langgraph_blobs WHERE scope=? AND thread_id=? AND "
+                "checkpoint_ns=? AND channel=? AND version=?",
+                (self.scope, thread_id, ns, channel, version),
+            )
+            is not None
+        )
 
     def _decode(
         self, tx: SqlTx, thread_id: str, ns: str, channel: str, typ: str, blob: Any, base: Any
