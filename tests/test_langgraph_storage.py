@@ -1,17 +1,21 @@
 """FlowdeskSaver stores what a step changed: a conversation's messages list
 is stored as the new messages on top of the version before (bytes counted in
 the database, never timed), reads back exactly at every checkpoint, and
-stays readable after pruning and in a new saver (a new process)."""
+stays readable after pruning and in a new saver (a new process); a row
+changed behind SQLite's back is refused by its checksum."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Annotated, TypedDict
 
+import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 
+from desktop_app.errors import ThreadCorruptError
 from desktop_app.integrations.langgraph import FlowdeskSaver
 from desktop_app.store.sqlite import open_store
 
@@ -102,5 +106,49 @@ def test_a_list_whose_earlier_version_was_deleted_is_stored_whole(db_path: Path)
             len(FlowdeskSaver(store).get_tuple(config).checkpoint["channel_values"]["messages"])
             == 4
         )
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "where"),
+    [
+        ("langgraph_blobs", "blob", "channel='messages'"),
+        ("langgraph_checkpoints", "checkpoint", "1=1"),
+        ("langgraph_writes", "blob", "1=1"),
+    ],
+)
+def test_a_row_changed_outside_flowdesk_is_refused(
+    db_path: Path, table: str, column: str, where: str
+) -> None:
+    """A checkpoint, channel value or pending write whose bytes changed behind
+    SQLite's back (to another valid encoding) raises ThreadCorruptError instead
+    of reaching LangGraph; other threads still read."""
+    store = open_store(db_path)
+    saver = FlowdeskSaver(store)
+    graph = chat_graph(saver)
+    for thread in ("bad", "good"):
+        cfg = {"configurable": {"thread_id": thread}}
+        graph.invoke({"messages": [HumanMessage("hello")]}, cfg)
+        saver.put_writes(graph.get_state(cfg).config, [("messages", [])], "t1")
+    other = saver.serde.dumps_typed([AIMessage("forged")])[1]
+    store.close()
+
+    conn = sqlite3.connect(db_path)  # the engine's connection is closed
+    with conn:
+        changed = conn.execute(
+            f"UPDATE {table} SET {column}=? WHERE thread_id='bad' AND {where}", (other,)
+        ).rowcount
+    conn.close()
+    assert changed >= 1
+
+    store = open_store(db_path)
+    try:
+        saver = FlowdeskSaver(store)
+        with pytest.raises(ThreadCorruptError) as err:
+            list(saver.list({"configurable": {"thread_id": "bad"}}))
+        assert "LangGraph thread bad" in str(err.value) and "outside Flowdesk" in str(err.value)
+        good = saver.get_tuple({"configurable": {"thread_id": "good"}})
+        assert good is not None and len(good.checkpoint["channel_values"]["messages"]) == 2
     finally:
         store.close()

@@ -41,6 +41,7 @@ CREATE TABLE langgraph_checkpoints (
     checkpoint     BLOB NOT NULL,
     metadata_type  TEXT NOT NULL,
     metadata       BLOB NOT NULL,
+    checksum       TEXT NOT NULL,     -- BLAKE2b-128 of the row's encoded values, verified on read
     PRIMARY KEY (scope, thread_id, checkpoint_ns, checkpoint_id)
 );
 CREATE INDEX langgraph_checkpoints_run ON langgraph_checkpoints(scope, run_id);
@@ -54,6 +55,7 @@ CREATE TABLE langgraph_blobs (
     type           TEXT NOT NULL,
     blob           BLOB,
     base           TEXT,            -- a list that grew: blob holds the new items after this version's
+    checksum       TEXT NOT NULL,
     PRIMARY KEY (scope, thread_id, checkpoint_ns, channel, version)
 );
 
@@ -68,5 +70,6 @@ CREATE TABLE langgraph_writes (
     channel        TEXT NOT NULL,
     type           TEXT NOT NULL,
     blob           BLOB NOT NULL,
+    checksum       TEXT NOT NULL,
     PRIMARY KEY (scope, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 );

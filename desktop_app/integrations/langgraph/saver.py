@@ -65,10 +65,10 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from desktop_app.errors import StoreError
+from desktop_app.errors import StoreError, ThreadCorruptError
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
-from desktop_app.integrations.langgraph.threads import INTERRUPT, RESUME, ts
+from desktop_app.integrations.langgraph.threads import INTERRUPT, RESUME, checksum, ts
 from desktop_app.store.protocol import CheckpointStore, SqlTx
 
 #: channels whose update means a node is scheduled (LangGraph 1.x: START's
@@ -76,7 +76,9 @@ from desktop_app.store.protocol import CheckpointStore, SqlTx
 _TRIGGERS = ("__start__", "__pregel_tasks")
 _ENTRY_FIELDS = ("tenant_id", "user_id", "session_id", "trace_id", "correlation_id")
 
-_CP_COLS = "checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata"
+_CP_COLS = (
+    "checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata, checksum"
+)
 #: a grown list is stored as its new items on top of the version it extends,
 #: at most this many times in a row (then whole again: reads stay bounded)
 MAX_CHAIN = 64
@@ -253,6 +255,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             out: list[CheckpointTuple] = []
             for row in tx.fetchall(sql, params):
                 if filter:
+                    _verify(str(row[0]), row[1:])
                     metadata = self.serde.loads_typed((row[6], _bytes(row[7])))
                     if any(metadata.get(k) != v for k, v in filter.items()):
                         continue
@@ -286,7 +289,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         for k, ver in new_versions.items():
             if k in values and not _inline(values[k]):
                 typ, blob, base = self._encode(values[k], str(ver), seen.get(k), k, now_seen)
-                blobs.append((self.scope, thread_id, ns, k, str(ver), typ, blob, base))
+                blobs.append(_blob_row(self.scope, thread_id, ns, k, str(ver), typ, blob, base))
         cp_type, cp_bytes = self.serde.dumps_typed(body)
         meta = get_serializable_checkpoint_metadata(config, metadata)
         md_type, md_bytes = self.serde.dumps_typed(meta)
@@ -303,25 +306,28 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                     # the version it extends is gone (the thread was deleted or
                     # pruned meanwhile, maybe by another process): store it whole
                     value = values[row[3]]
-                    blobs[i] = (*row[:5], *self.serde.dumps_typed(value), None)
+                    typ, blob = self.serde.dumps_typed(value)
+                    blobs[i] = _blob_row(self.scope, thread_id, ns, row[3], row[4], typ, blob, None)
                     now_seen[row[3]] = now_seen[row[3]]._replace(depth=0)
             if blobs:
                 tx.executemany(
                     "INSERT INTO langgraph_blobs (scope, thread_id, checkpoint_ns, channel, "
-                    "version, type, blob, base) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT "
+                    "version, type, blob, base, checksum) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT "
                     "(scope, thread_id, checkpoint_ns, channel, version) DO NOTHING",
                     blobs,
                 )
             tx.execute(
                 "INSERT INTO langgraph_checkpoints (scope, thread_id, checkpoint_ns, "
                 "checkpoint_id, parent_id, run_id, created_at, type, checkpoint, "
-                f"metadata_type, metadata) VALUES (?,?,?,?,?,?,{ts(tx)},?,?,?,?) ON CONFLICT "
+                "metadata_type, metadata, checksum) "
+                f"VALUES (?,?,?,?,?,?,{ts(tx)},?,?,?,?,?) ON CONFLICT "
                 "(scope, thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
                 "type=excluded.type, checkpoint=excluded.checkpoint, "
                 "metadata_type=excluded.metadata_type, metadata=excluded.metadata, "
-                "run_id=excluded.run_id",
+                "run_id=excluded.run_id, checksum=excluded.checksum",
                 (self.scope, thread_id, ns, checkpoint["id"], parent_id, meta.get("run_id"),
-                 now, cp_type, cp_bytes, md_type, md_bytes),
+                 now, cp_type, cp_bytes, md_type, md_bytes,
+                 checksum(checkpoint["id"], parent_id, cp_type, cp_bytes, md_type, md_bytes)),
             )  # fmt: skip
             if ns == "":
                 self._thread_moved(
@@ -358,13 +364,14 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         ns = c.get("checkpoint_ns", "") or ""
         checkpoint_id = c["checkpoint_id"]
         rows = [
-            (self.scope, thread_id, ns, checkpoint_id, task_id, WRITES_IDX_MAP.get(ch, idx),
-             task_path, ch, *self.serde.dumps_typed(value))
+            _write_row(self.scope, thread_id, ns, checkpoint_id, task_id,
+                       WRITES_IDX_MAP.get(ch, idx), task_path, ch, *self.serde.dumps_typed(value))
             for idx, (ch, value) in enumerate(writes)
         ]  # fmt: skip
         replace = all(ch in WRITES_IDX_MAP for ch, _ in writes)
         conflict = (
-            "DO UPDATE SET channel=excluded.channel, type=excluded.type, blob=excluded.blob"
+            "DO UPDATE SET channel=excluded.channel, type=excluded.type, blob=excluded.blob, "
+            "checksum=excluded.checksum"
             if replace
             else "DO NOTHING"
         )
@@ -374,7 +381,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         def op(tx: SqlTx) -> None:
             tx.executemany(
                 "INSERT INTO langgraph_writes (scope, thread_id, checkpoint_ns, checkpoint_id, "
-                "task_id, idx, task_path, channel, type, blob) VALUES (?,?,?,?,?,?,?,?,?,?) "
+                "task_id, idx, task_path, channel, type, blob, checksum) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT (scope, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
                 + conflict,
                 rows,
@@ -437,10 +445,10 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         src, dst = str(source_thread_id), str(target_thread_id)
         tables = {
             "langgraph_checkpoints": "checkpoint_ns, checkpoint_id, parent_id, run_id, "
-            "created_at, type, checkpoint, metadata_type, metadata",
-            "langgraph_blobs": "checkpoint_ns, channel, version, type, blob, base",
+            "created_at, type, checkpoint, metadata_type, metadata, checksum",
+            "langgraph_blobs": "checkpoint_ns, channel, version, type, blob, base, checksum",
             "langgraph_writes": "checkpoint_ns, checkpoint_id, task_id, idx, task_path, "
-            "channel, type, blob",
+            "channel, type, blob, checksum",
             "langgraph_threads": "status, created_at, updated_at, owner, context, "
             "interrupts, checkpoint_id",
         }
@@ -540,7 +548,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
     # -- helpers ---------------------------------------------------------------
 
     def _tuple(self, tx: SqlTx, thread_id: str, row: Sequence[Any]) -> CheckpointTuple:
-        ns, checkpoint_id, parent_id, cp_type, cp_bytes, md_type, md_bytes = row
+        _verify(thread_id, row)
+        ns, checkpoint_id, parent_id, cp_type, cp_bytes, md_type, md_bytes, _ = row
         checkpoint = cast(Checkpoint, self.serde.loads_typed((cp_type, _bytes(cp_bytes))))
         values = dict(checkpoint.get("channel_values") or {})
         wanted = [
@@ -548,19 +557,24 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         ]
         if wanted:
             conds = " OR ".join(["(channel=? AND version=?)"] * len(wanted))
-            for ch, typ, blob, base in tx.fetchall(
-                "SELECT channel, type, blob, base FROM langgraph_blobs WHERE scope=? AND "
-                f"thread_id=? AND checkpoint_ns=? AND ({conds})",
+            for ch, version, typ, blob, base, sum_ in tx.fetchall(
+                "SELECT channel, version, type, blob, base, checksum FROM langgraph_blobs "
+                f"WHERE scope=? AND thread_id=? AND checkpoint_ns=? AND ({conds})",
                 (self.scope, thread_id, ns, *[x for pair in wanted for x in pair]),
             ):
+                _verify_blob(thread_id, ch, version, typ, blob, base, sum_)
                 if typ != "empty":
                     values[ch] = self._decode(tx, thread_id, ns, ch, typ, blob, base)
         checkpoint["channel_values"] = values
         writes = tx.fetchall(
-            "SELECT task_id, channel, type, blob FROM langgraph_writes WHERE scope=? AND "
-            "thread_id=? AND checkpoint_ns=? AND checkpoint_id=? ORDER BY task_path, task_id, idx",
+            "SELECT task_id, idx, channel, type, blob, checksum FROM langgraph_writes "
+            "WHERE scope=? AND thread_id=? AND checkpoint_ns=? AND checkpoint_id=? "
+            "ORDER BY task_path, task_id, idx",
             (self.scope, thread_id, ns, checkpoint_id),
         )
+        for task_id, idx, ch, typ, blob, sum_ in writes:
+            if checksum(checkpoint_id, task_id, idx, ch, typ, _bytes(blob)) != sum_:
+                raise ThreadCorruptError(thread_id, f"pending write {task_id}/{idx}")
         return CheckpointTuple(
             config={
                 "configurable": {
@@ -584,7 +598,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             ),
             pending_writes=[
                 (str(t), str(ch), self.serde.loads_typed((typ, _bytes(b))))
-                for t, ch, typ, b in writes
+                for t, _, ch, typ, b, _ in writes
             ],
         )
 
@@ -648,12 +662,13 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
     def _collect_blobs(self, tx: SqlTx, thread_id: str) -> None:
         """Delete the thread's blobs that no remaining checkpoint uses."""
         used: set[tuple[str, str, str]] = set()
-        for ns, cp_type, cp_bytes in tx.fetchall(
-            "SELECT checkpoint_ns, type, checkpoint FROM langgraph_checkpoints "
-            "WHERE scope=? AND thread_id=?",
+        for row in tx.fetchall(
+            f"SELECT {_CP_COLS} FROM langgraph_checkpoints WHERE scope=? AND thread_id=?",
             (self.scope, thread_id),
         ):
-            body = self.serde.loads_typed((cp_type, _bytes(cp_bytes)))
+            _verify(thread_id, row)
+            ns = row[0]
+            body = self.serde.loads_typed((row[3], _bytes(row[4])))
             used.update((str(ns), ch, str(v)) for ch, v in body["channel_versions"].items())
         bases = {
             (str(ns), str(ch), str(v)): base
@@ -731,18 +746,20 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         parts = [(typ, blob)]
         rows = {
             str(v): (str(t), b, bs)
-            for v, t, b, bs in tx.fetchall(
-                "SELECT version, type, blob, base FROM langgraph_blobs WHERE scope=? AND "
+            for v, t, b, bs, sum_ in tx.fetchall(
+                "SELECT version, type, blob, base, checksum FROM langgraph_blobs WHERE scope=? AND "
                 "thread_id=? AND checkpoint_ns=? AND channel=? AND version<=? "
                 f"ORDER BY version DESC LIMIT {MAX_CHAIN + 1}",
                 (self.scope, thread_id, ns, channel, base),
             )
+            if _verify_blob(thread_id, channel, str(v), str(t), b, bs, sum_)
         }
         while base is not None:
             row = rows.get(str(base))
             if row is None:  # a fork's chain: one version at a time
                 found = tx.fetchone(
-                    "SELECT type, blob, base FROM langgraph_blobs WHERE scope=? AND thread_id=? "
+                    "SELECT type, blob, base, checksum FROM langgraph_blobs WHERE scope=? AND "
+                    "thread_id=? "
                     "AND checkpoint_ns=? AND channel=? AND version=?",
                     (self.scope, thread_id, ns, channel, base),
                 )
@@ -751,6 +768,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                         f"LangGraph thread {thread_id}: channel {channel!r} extends version "
                         f"{base}, which is missing from langgraph_blobs"
                     )
+                _verify_blob(thread_id, channel, str(base), *found)
                 row = (str(found[0]), found[1], found[2])
             parts.append((row[0], row[1]))
             base = row[2] if row[0].startswith(APPEND) else None
@@ -759,6 +777,55 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         for part_type, part in reversed(parts):
             value.extend(self.serde.loads_typed((part_type[len(APPEND) :], _bytes(part))))
         return value
+
+
+def _verify(thread_id: str, row: Sequence[Any]) -> None:
+    """Raise ThreadCorruptError unless a ``_CP_COLS`` row matches its checksum."""
+    _, checkpoint_id, parent_id, cp_type, cp_bytes, md_type, md_bytes, sum_ = row
+    if (
+        checksum(checkpoint_id, parent_id, cp_type, _bytes(cp_bytes), md_type, _bytes(md_bytes))
+        != sum_
+    ):
+        raise ThreadCorruptError(thread_id, f"checkpoint {checkpoint_id}")
+
+
+def _verify_blob(
+    thread_id: str, channel: str, version: str, typ: str, blob: Any, base: Any, sum_: Any
+) -> bool:
+    """True when a blob row matches its checksum; raises ThreadCorruptError otherwise."""
+    if checksum(channel, version, typ, None if blob is None else _bytes(blob), base) != sum_:
+        raise ThreadCorruptError(thread_id, f"channel {channel!r} version {version}")
+    return True
+
+
+def _blob_row(
+    scope: str,
+    thread_id: str,
+    ns: str,
+    channel: str,
+    version: str,
+    typ: str,
+    blob: bytes,
+    base: str | None,
+) -> tuple[Any, ...]:
+    return (scope, thread_id, ns, channel, version, typ, blob, base,
+            checksum(channel, version, typ, blob, base))  # fmt: skip
+
+
+def _write_row(
+    scope: str,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    idx: int,
+    task_path: str,
+    channel: str,
+    typ: str,
+    blob: bytes,
+) -> tuple[Any, ...]:
+    return (scope, thread_id, ns, checkpoint_id, task_id, idx, task_path, channel, typ, blob,
+            checksum(checkpoint_id, task_id, idx, channel, typ, blob))  # fmt: skip
 
 
 def _interrupt_values(asked: Sequence[Any]) -> str:

@@ -12,6 +12,7 @@ one thing itself: a person's answer to an interrupt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -32,6 +33,20 @@ RESUME = "__resume__"
 INTERRUPT = "__interrupt__"
 #: ``WRITES_IDX_MAP[RESUME]`` of langgraph.checkpoint.base
 RESUME_IDX = -4
+
+
+def checksum(*parts: str | bytes | int | None) -> str:
+    """BLAKE2b-128 (hex) of a row's encoded values, written with the row and
+    compared when it is read (as Flowdesk's own checkpoint rows). Keys that a
+    copy to another thread changes (scope, thread id) are left out."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        data = (
+            b"\x00null" if part is None else part if isinstance(part, bytes) else str(part).encode()
+        )
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -204,13 +219,15 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
                 f"LangGraph thread {thread_id} is {thread.status}, not waiting for an answer; "
                 "nothing was stored"
             )
+        sum_ = checksum(thread.checkpoint_id, NULL_TASK_ID, RESUME_IDX, RESUME, "json", blob)
         tx.execute(
             "INSERT INTO langgraph_writes (scope, thread_id, checkpoint_ns, checkpoint_id, "
-            "task_id, idx, task_path, channel, type, blob) VALUES (?,?,?,?,?,?,?,?,?,?) "
+            "task_id, idx, task_path, channel, type, blob, checksum) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (scope, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
-            "DO UPDATE SET type=excluded.type, blob=excluded.blob",
+            "DO UPDATE SET type=excluded.type, blob=excluded.blob, checksum=excluded.checksum",
             (scope, thread_id, "", thread.checkpoint_id, NULL_TASK_ID, RESUME_IDX, "",
-             RESUME, "json", blob),
+             RESUME, "json", blob, sum_),
         )  # fmt: skip
         now = time.time()
         tx.execute(

@@ -33,6 +33,7 @@ CREATE TABLE langgraph_checkpoints (
     checkpoint     bytea NOT NULL,
     metadata_type  text NOT NULL,
     metadata       bytea NOT NULL,
+    checksum       text NOT NULL,     -- BLAKE2b-128 of the row's encoded values, verified on read
     PRIMARY KEY (scope, thread_id, checkpoint_ns, checkpoint_id)
 );
 CREATE INDEX langgraph_checkpoints_run ON langgraph_checkpoints(scope, run_id);
@@ -46,6 +47,7 @@ CREATE TABLE langgraph_blobs (
     type           text NOT NULL,
     blob           bytea,
     base           text,            -- a list that grew: blob holds the new items after this version's
+    checksum       text NOT NULL,
     PRIMARY KEY (scope, thread_id, checkpoint_ns, channel, version)
 );
 
@@ -60,5 +62,6 @@ CREATE TABLE langgraph_writes (
     channel        text NOT NULL,
     type           text NOT NULL,
     blob           bytea NOT NULL,
+    checksum       text NOT NULL,
     PRIMARY KEY (scope, thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 );
