@@ -301,6 +301,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         context = self._context(c, thread_id)
 
         def op(tx: SqlTx) -> None:
+            if ns == "":
+                self._lock_thread(tx, thread_id)
             for i, row in enumerate(blobs):
                 if row[7] is not None and not self._has_blob(tx, thread_id, ns, row[3], row[7]):
                     # the version it extends is gone (the thread was deleted or
@@ -379,6 +381,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         answered = any(ch == RESUME for ch, _ in writes)
 
         def op(tx: SqlTx) -> None:
+            if ns == "" and (asked or answered):
+                self._lock_thread(tx, thread_id)
             tx.executemany(
                 "INSERT INTO langgraph_writes (scope, thread_id, checkpoint_ns, checkpoint_id, "
                 "task_id, idx, task_path, channel, type, blob, checksum) "
@@ -609,6 +613,18 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 ids[name] = configurable[name]
         ids["run_id"] = thread_id
         return json.dumps({k: v for k, v in ids.items() if v is not None}, sort_keys=True)
+
+    def _lock_thread(self, tx: SqlTx, thread_id: str) -> None:
+        """Serialise the transactions that judge a thread's status. LangGraph
+        stores a step's checkpoint and its interrupt from two threads at once;
+        on PostgreSQL (READ COMMITTED) neither would see the other's rows and
+        the thread could stay ``running`` while it waits. SQLite has one
+        writer at a time already."""
+        if tx.dialect == "postgres":
+            tx.execute(
+                "SELECT 1 FROM langgraph_threads WHERE scope=? AND thread_id=? FOR UPDATE",
+                (self.scope, thread_id),
+            )
 
     def _thread_moved(
         self, tx: SqlTx, thread_id: str, checkpoint_id: str, now: float, context: str, status: str
