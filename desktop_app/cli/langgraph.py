@@ -19,6 +19,13 @@ if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
 
 
+def wants_json(ctx: Ctx) -> bool:
+    """Whether the command prints JSON lines: ``--json`` (this branch's
+    option) or ``-o json``/``-o jsonl`` (main's, once merged)."""
+    output = getattr(ctx.args, "output", None)
+    return bool(getattr(ctx.args, "json", False)) or output not in (None, "text")
+
+
 def thread_row(t: threads.Thread, now: float) -> dict[str, Any]:
     """A LangGraph thread as a ``runs`` row (``status`` as shown: ``interrupted``
     when the process of this host that ran it is gone)."""
@@ -84,7 +91,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     now = sv.checkpoints.now()
     cps = threads.checkpoint_rows(sv.checkpoints, sv.settings.scope, thread_id)
     state = _state(sv, thread_id)
-    if ctx.args.json:
+    if wants_json(ctx):
         emit(
             {
                 **thread_row(t, now),
@@ -133,7 +140,7 @@ def waiting(ctx: Ctx, sv: Services) -> list[threads.Thread]:
     asking = threads.list_threads(sv.checkpoints, sv.settings.scope, statuses=["waiting"])
     now = sv.checkpoints.now()
     for t in asking:
-        if ctx.args.json:
+        if wants_json(ctx):
             emit(thread_row(t, now))
             continue
         print(f"langgraph thread {t.thread_id}")
