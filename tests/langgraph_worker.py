@@ -100,7 +100,10 @@ def main() -> None:
     with FlowdeskSaver.open(a.db) as saver:
         graph = g.compile(checkpointer=saver)
         started = graph.get_state(config).created_at is not None
-        result = graph.invoke(None if started else {"topic": "t"}, config)
+        # "sync": each step's checkpoint is stored before the next step starts
+        # (LangGraph's default, "async", may lose it in a crash: then the
+        # step's finished tasks run again)
+        result = graph.invoke(None if started else {"topic": "t"}, config, durability="sync")
     interrupts = [i.value for i in result.get("__interrupt__", [])]
     print(json.dumps({"interrupts": interrupts, "summary": result.get("summary")}), flush=True)
 
