@@ -44,6 +44,7 @@ async def test_every_capability_passes(open_store) -> None:
             store.close()
 
     report = await validate(flowdesk_saver)
+    report.print_report()  # the suite's own table, in the test's output
     failures = {name: r.failures for name, r in report.results.items() if r.failures}
     assert report.passed_all_base(), failures
     for cap in BASE_CAPABILITIES | EXTENDED_CAPABILITIES:
