@@ -288,6 +288,25 @@ class CheckpointCorruptError(CheckpointDecodeError):
         self.reason = "checksum mismatch"
 
 
+class ThreadCorruptError(CheckpointCorruptError):
+    """A stored row of a LangGraph thread (a checkpoint, a channel value or a
+    pending write) no longer matches the checksum written with it.
+    ``run_id`` is the thread id, ``revision`` -1, ``where`` names the row."""
+
+    def __init__(self, thread_id: str, where: str) -> None:
+        FlowdeskError.__init__(
+            self,
+            f"{where} of LangGraph thread {thread_id} was changed outside Flowdesk: its bytes "
+            "no longer match the checksum stored with it. Nothing was handed to LangGraph "
+            "(other threads are not affected). Restore the file from a backup, or continue "
+            "the thread from an earlier checkpoint (its checkpoint_id in the config).",
+        )
+        self.run_id = thread_id
+        self.revision = -1
+        self.field_path = where
+        self.reason = "checksum mismatch"
+
+
 # --- flows and runs ------------------------------------------------------
 
 

@@ -17,12 +17,13 @@ from tests import pg_support
 pytestmark = pytest.mark.postgres
 
 # Column types, normalised: both trees must agree on these families.
-_SQLITE_TYPES = {"TEXT": "text", "INTEGER": "integer", "REAL": "time"}
+_SQLITE_TYPES = {"TEXT": "text", "INTEGER": "integer", "REAL": "time", "BLOB": "bytes"}
 _PG_TYPES = {
     "text": "text",
     "integer": "integer",
     "bigint": "integer",
     "timestamp with time zone": "time",
+    "bytea": "bytes",
 }
 
 

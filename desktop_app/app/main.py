@@ -745,6 +745,15 @@ class FlowdeskApp(App[None]):
             return
         self.push_screen(RunDetailScreen(run_id))
 
+    def open_thread(self, thread_id: str) -> None:
+        """A LangGraph thread's checkpoints, state, diffs and question."""
+        if self.reader is None:
+            self.require_engine()
+            return
+        from desktop_app.app.screens.langgraph_thread import ThreadScreen
+
+        self.push_screen(ThreadScreen(thread_id))
+
     def open_agent_run(self, run_id: str, *, resume: bool = False) -> None:
         """The agent runs screen with ``run_id``'s conversation open (and,
         with ``resume``, the run resumed there, its answer streamed)."""

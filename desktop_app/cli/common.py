@@ -37,6 +37,20 @@ def parse_json(text: str, what: str) -> Any:
         ) from None
 
 
+def read_answer() -> str:
+    """The answer typed on (or piped into) standard input, without its final
+    newline. Raises InputError when there is none."""
+    if sys.stdin.isatty():
+        print("answer: ", end="", flush=True)
+        text = sys.stdin.readline()
+    else:
+        text = sys.stdin.read()
+    text = text.removesuffix("\n")
+    if not text:
+        raise InputError("no answer given: put it after the run id, or type it on standard input")
+    return text
+
+
 class Ctx:
     """One command's context: its arguments, settings (loaded once), hints."""
 
@@ -86,8 +100,10 @@ class Ctx:
         return services
 
     def resolve(self, sv: Services, prefix: str) -> RunRef:
-        """A run id or unique prefix → the run (flow or agent), with hints
-        that repeat this command's ``--db``/``--scope``.
+        """A run id or unique prefix → the run (flow or agent, else a
+        LangGraph thread: ``kind == "langgraph"``), with hints that repeat
+        this command's ``--db``/``--scope``. Flow and agent runs win over
+        threads (a prefix matching both picks the run).
 
         Raises:
             UnknownRunError, AmbiguousRunIdError (exit 2).
@@ -97,6 +113,11 @@ class Ctx:
         try:
             return sv.resolve_run_id(prefix)
         except UnknownRunError as exc:
+            from desktop_app.integrations.langgraph.threads import resolve_thread
+
+            thread = resolve_thread(sv.checkpoints, sv.settings.scope, prefix)
+            if thread is not None:
+                return thread
             raise UnknownRunError(
                 f"{exc} (a scope is a named set of runs inside one database: pick another "
                 f"with --scope or FLOWDESK_SCOPE); list the runs with `{self.hints.cmd('runs')}`"

@@ -284,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _output(sub.add_parser("flows", help="list registered flows (built-in and your own)"))
 
-    runs = sub.add_parser("runs", help="list flow runs and agent runs, newest first")
+    runs = sub.add_parser(
+        "runs", help="list flow runs, agent runs and LangGraph threads, newest first"
+    )
     runs.add_argument(
         "--status",
         action="append",
@@ -293,7 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="only runs shown with this status (repeatable; 'interrupted': no process "
         f"executes them any more): {', '.join(run_statuses())}",
     )
-    runs.add_argument("--kind", choices=["flow", "agent"], help="only flow runs or agent runs")
+    runs.add_argument(
+        "--kind",
+        choices=["flow", "agent", "langgraph"],
+        help="only flow runs, agent runs or LangGraph threads",
+    )
     runs.add_argument("--flow", help="only runs of this flow (or agent) name")
     runs.add_argument("--limit", type=positive_int, default=50, help="newest N runs (default 50)")
     runs.add_argument("--tenant", help="only runs of this tenant")
@@ -357,7 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     answer = sub.add_parser("answer", help="answer a run waiting for input")
     _run_id(answer)
-    answer.add_argument("value", help="the answer (text, or JSON with --value-json)")
+    answer.add_argument(
+        "value",
+        nargs="?",
+        help="the answer (text, or JSON with --value-json); left out, it is read from "
+        "standard input",
+    )
     answer.add_argument("--wait-id", help="which question, when several are pending")
     answer.add_argument("--value-json", action="store_true", help="parse VALUE as JSON")
     answer.add_argument(

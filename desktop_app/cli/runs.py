@@ -95,6 +95,10 @@ def cmd_runs(ctx: Ctx) -> int:
             if wanted and not ({as_shown, AGENT_AS_FLOW_STATUS.get(as_shown)} & wanted):
                 continue
             rows.append((ar.created_at, agent_row(ar, now)))
+    if a.kind in (None, "langgraph") and a.flow in (None, "graph"):
+        from desktop_app.cli import langgraph
+
+        rows += langgraph.thread_rows(sv, a, now)
     rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
     shown = [row for _, row in rows[: a.limit]]
     if a.output != "text":
@@ -104,13 +108,15 @@ def cmd_runs(ctx: Ctx) -> int:
         print("no runs")
         return EXIT_OK
     print(
-        f"{'RUN':32}  {'KIND':5}  {'FLOW':12} {'STATUS':14} {'PROGRESS':>11}  "
+        f"{'RUN':32}  {'KIND':9}  {'FLOW':12} {'STATUS':14} {'PROGRESS':>11}  "
         f"{'STARTED (UTC)':19}  UPDATED (UTC)"
     )
     for row in shown:
-        prog = progress_text(row["progress"]) if row["kind"] == "flow" else f"{row['turns']} turns"
+        prog = {"flow": progress_text(row["progress"]), "agent": f"{row.get('turns')} turns"}.get(
+            row["kind"], "-"
+        )
         print(
-            f"{row['run_id']:32}  {row['kind']:5}  {row['flow']:12} {row['status']:14} "
+            f"{row['run_id']:32}  {row['kind']:9}  {row['flow']:12} {row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
         )
     return EXIT_OK
@@ -167,6 +173,10 @@ def cmd_show(ctx: Ctx) -> int:
     ref = ctx.resolve(sv, ctx.args.run_id)
     if ref.kind == "agent":
         return _show_agent(ctx, sv, ref.run_id)
+    if ref.kind == "langgraph":
+        from desktop_app.cli import langgraph
+
+        return langgraph.show(ctx, sv, ref.run_id)
     store = sv.checkpoints
     run = store.get_run(ref.run_id)
     cp = store.latest(ref.run_id)
@@ -368,9 +378,19 @@ def _watch_rows(sv: Services, one: Any) -> list[dict[str, Any]]:
     if one is not None:
         if one.kind == "agent":
             return [agent_row(sv.agents.get(one.run_id), now)]
+        if one.kind == "langgraph":
+            from desktop_app.cli import langgraph
+            from desktop_app.integrations.langgraph.threads import get_thread
+
+            thread = get_thread(sv.checkpoints, sv.settings.scope, one.run_id)
+            return [] if thread is None else [langgraph.thread_row(thread, now)]
         return [flow_row(sv.checkpoints.get_run(one.run_id), now)]
     rows = [flow_row(r, now) for r in sv.checkpoints.list_runs(newest_first=True, limit=200)]
     rows += [agent_row(r, now) for r in sv.agents.list() if not r.parent_run_id]
+    from desktop_app.cli import langgraph
+    from desktop_app.integrations.langgraph.threads import list_threads
+
+    rows += [langgraph.thread_row(t, now) for t in list_threads(sv.checkpoints, sv.settings.scope)]
     return sorted(rows, key=lambda r: r["updated_at"] or "")
 
 
@@ -398,11 +418,15 @@ def cmd_waiting(ctx: Ctx) -> int:
     runs = engine.waiting()
     asking = sv.agents.list(statuses=["input_required"])
     now = sv.checkpoints.now()
+    from desktop_app.cli import langgraph
+
+    threads = langgraph.waiting_threads(sv)
     if ctx.args.output != "text":
         rows = [
             {**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]}
             for run in runs
         ]
+        rows += [langgraph.thread_row(t, now) for t in threads]
         for ar in asking:
             request = pending_approval(ar.pending_call)
             if request is not None:
@@ -413,7 +437,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             rows.append({**agent_row(ar, now), "question": question})
         emit_all(ctx.args.output, rows)
         return EXIT_OK
-    if not runs and not asking:
+    if not runs and not asking and not threads:
         print("no waiting runs")
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
@@ -446,6 +470,7 @@ def cmd_waiting(ctx: Ctx) -> int:
         question = (ar.pending_call or {}).get("arguments", {}).get("question")
         hint = ctx.hints.cmd(f"ask --resume {ar.run_id} --answer TEXT")
         print(f"  asks: {json.dumps(question)}  ({hint})")
+    langgraph.print_waiting(ctx, threads)
     return EXIT_OK
 
 
@@ -481,6 +506,10 @@ def cmd_resume(ctx: Ctx) -> int:
         _deliver(engine)
         return EXIT_FAILED if failed or agents_failed else EXIT_OK
     ref = ctx.resolve(sv, ctx.args.run_id)
+    if ref.kind == "langgraph":
+        from desktop_app.cli.langgraph import not_for_threads
+
+        raise not_for_threads(ref.run_id, "resume")
     ctx.current_run = ref.run_id  # Ctrl-C from here on names this run
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
@@ -513,6 +542,10 @@ def _deliver(engine: Any) -> None:
 def cmd_cancel(ctx: Ctx) -> int:
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
+    if ref.kind == "langgraph":
+        from desktop_app.cli.langgraph import not_for_threads
+
+        raise not_for_threads(ref.run_id, "cancel")
     if ref.kind == "agent":
         from desktop_app.cli.ask import agent_for
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from desktop_app.cli.common import Ctx, parse_json
+from desktop_app.cli.common import Ctx, parse_json, read_answer
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError
@@ -229,9 +229,17 @@ def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.admin import deliver_outbox
 
     a = ctx.args
-    value = parse_json(a.value, "--value-json was given but VALUE") if a.value_json else a.value
+    # a VALUE given is checked before the database is opened (bad input costs nothing)
+    if a.value is not None:
+        value = _answer_value(a.value, a.value_json, "VALUE")
     sv = ctx.services()
     ref = ctx.resolve(sv, a.run_id)
+    if a.value is None:
+        value = _answer_value(read_answer(), a.value_json, "the answer on standard input")
+    if ref.kind == "langgraph":
+        from desktop_app.cli import langgraph
+
+        return langgraph.answer(sv, ref.run_id, value)
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 
@@ -243,6 +251,11 @@ def cmd_answer(ctx: Ctx) -> int:
     if delivered:
         print(f"{delivered} outbox intent(s) delivered")
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def _answer_value(text: str, as_json: bool, what: str) -> Any:
+    """The answer: ``text``, or ``text`` parsed as JSON with ``--value-json``."""
+    return parse_json(text, f"--value-json was given but {what}") if as_json else text
 
 
 def cmd_signal(ctx: Ctx) -> int:

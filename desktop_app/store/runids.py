@@ -32,7 +32,8 @@ from desktop_app.store.protocol import CheckpointStore
 #: the shortest prefix accepted (the app shows 8 characters)
 MIN_PREFIX = 4
 
-RunKind = Literal["flow", "agent"]
+#: ``"langgraph"``: a LangGraph thread (resolved by the CLI, see ``cli.common.Ctx.resolve``)
+RunKind = Literal["flow", "agent", "langgraph"]
 
 
 class AgentRunReader(Protocol):

@@ -6,6 +6,8 @@ runs waiting for the user (``input_required``) are listed read-only: answering
 them needs the agent and its model, so the row says which command does it.
 An agent run waiting for a tool call to be approved shows the exact tool and
 arguments (control characters visible) and the two commands, yes and no.
+LangGraph threads waiting on an ``interrupt()`` open their thread view on
+``enter``, where the answer is typed.
 
 Reads and answers run in thread workers (the engine's store may be waiting
 for another process's lock); results come back as messages.
@@ -31,7 +33,8 @@ from desktop_app.app.messages import AnswerAccepted, AnswerRefused
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
-from desktop_app.store.protocol import RunRecord, Wait
+from desktop_app.integrations.langgraph.threads import list_threads
+from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -85,9 +88,18 @@ class InboxItem:
     asked_at: float | None = None
     approval: bool = False
 
+    @property
+    def source(self) -> str:
+        """Who asks: the flow's name, ``agent <name>`` or ``LangGraph thread``."""
+        if self.kind == "flow":
+            return self.name
+        return "LangGraph thread" if self.kind == "langgraph" else f"agent {self.name}"
+
     def how(self, hints: Hints) -> str:
         if self.kind == "flow":
             return "y approve · n reject · enter answer"
+        if self.kind == "langgraph":
+            return "enter answer (in the thread)"
         return agent_hint(hints, self.run_id, self.approval)
 
 
@@ -141,7 +153,28 @@ def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
         errors.append(f"agent runs: {exc}")
     except Exception as exc:
         errors.append(f"agent runs: {type(exc).__name__}: {exc}")
+    try:
+        if app.services is not None:
+            items.extend(_thread_items(app.services.services.checkpoints))
+    except FlowdeskError as exc:
+        errors.append(f"LangGraph threads: {exc}")
     return items, "; ".join(errors) or None
+
+
+def _thread_items(store: CheckpointStore) -> list[InboxItem]:
+    """LangGraph threads waiting on an ``interrupt()``."""
+    return [
+        InboxItem(
+            key=f"langgraph:{t.thread_id}",
+            run_id=t.thread_id,
+            kind="langgraph",
+            name="graph",
+            prompt="; ".join(json_text(v) for v in t.interrupts) or "(no question)",
+            deadline_at=None,
+            asked_at=t.updated_at,
+        )
+        for t in list_threads(store, store.scope, statuses=["waiting"])
+    ]
 
 
 def _agent_items(agents: AgentStore) -> list[InboxItem]:
@@ -253,11 +286,14 @@ class InboxScreen(Screen[None]):
             table.move_cursor(row=keys.index(keep))
         self._show_question()
         asking = sum(i.kind == "flow" for i in self.items)
-        agents = len(self.items) - asking
+        graphs = sum(i.kind == "langgraph" for i in self.items)
+        agents = len(self.items) - asking - graphs
         if not self.items:
             status = "Nothing is waiting for you."
         else:
             status = f"{asking} flow question(s) and {agents} agent question(s) wait for you."
+            if graphs:
+                status = status.replace(" wait", f" and {graphs} LangGraph question(s) wait")
         if message.error:
             status += f" Could not read everything: {message.error}"
             self.flowdesk.say(message.error, "error")
@@ -265,7 +301,7 @@ class InboxScreen(Screen[None]):
         self.query_one("#inbox-status", Static).update(Text(status))
 
     def _cells(self, item: InboxItem, now: float) -> tuple[str, ...]:
-        source = item.name if item.kind == "flow" else f"agent {item.name}"
+        source = item.source
         return (
             short_id(item.run_id),
             source,
@@ -320,6 +356,12 @@ class InboxScreen(Screen[None]):
         if item is None:
             self.flowdesk.say("Nothing selected: nothing is waiting for you.", "warning")
             return None
+        if item.kind == "langgraph":
+            self.flowdesk.say(
+                f"LangGraph thread {short_id(item.run_id)}: enter opens it; answer it there.",
+                "warning",
+            )
+            return None
         if item.kind != "flow":
             self.flowdesk.say(
                 f"Agent run {short_id(item.run_id)} is answered from the command line: "
@@ -351,6 +393,10 @@ class InboxScreen(Screen[None]):
             self.flowdesk.say(refused, "error")
 
     def action_answer(self) -> None:
+        item = self.selected
+        if item is not None and item.kind == "langgraph":
+            self.flowdesk.open_thread(item.run_id)
+            return
         item = self._selected_flow_item()
         if item is None or item.run is None:
             return
@@ -371,7 +417,7 @@ class InboxScreen(Screen[None]):
             shown.update("")
             return
         due = f"  Deadline: {local_when(item.deadline_at)}" if item.deadline_at else ""
-        source = item.name if item.kind == "flow" else f"agent {item.name}"
+        source = item.source
         shown.update(
             Text.assemble((f"{source} {short_id(item.run_id)} asks: ", "bold"), item.prompt, due)
         )

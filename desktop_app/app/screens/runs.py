@@ -183,7 +183,7 @@ class RunsScreen(Screen[None]):
 
     def _show_summary(self) -> None:
         run_id = self.table.selected_run_id()
-        if run_id is None or self.table.kind_of(run_id) == "agent":
+        if run_id is None or self.table.kind_of(run_id) != "flow":
             self.summary.show(None, None, None, self.flowdesk.now())
             return
         run = self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True)
@@ -216,7 +216,10 @@ class RunsScreen(Screen[None]):
         wanted = self.filter
         offset = self.page * PAGE
         services = self.flowdesk.services
-        agents = wanted.agent_runs(services.reader_agents) if services is not None else []
+        agents: list[AnyRun] = []
+        if services is not None:
+            agents += wanted.agent_runs(services.reader_agents)
+        agents += wanted.threads(store)  # LangGraph threads: few, read in full like agent runs
         if not wanted.search:
 
             def read_flows(at: int, limit: int) -> list[RunRecord]:
@@ -387,6 +390,8 @@ class RunsScreen(Screen[None]):
         """A flow run's detail, or an agent run's conversation."""
         if self.table.kind_of(run_id) == "agent":
             self.flowdesk.open_agent_run(run_id)
+        elif self.table.kind_of(run_id) == "langgraph":
+            self.flowdesk.open_thread(run_id)
         else:
             self.flowdesk.open_run(run_id)
 
@@ -403,6 +408,13 @@ class RunsScreen(Screen[None]):
                 "warning",
             )
             return None
+        elif self.table.kind_of(run_id) == "langgraph":
+            self.flowdesk.say(
+                f"{short_id(run_id)} is a LangGraph thread: enter shows its checkpoints and "
+                "answers its question; its program resumes it.",
+                "warning",
+            )
+            return None
         return run_id
 
     def action_resume_run(self) -> None:
@@ -413,7 +425,10 @@ class RunsScreen(Screen[None]):
             self.flowdesk.resume_run(run_id)
 
     def action_answer_run(self) -> None:
-        if (run_id := self._selected()) is not None:
+        run_id = self.table.selected_run_id()
+        if run_id is not None and self.table.kind_of(run_id) == "langgraph":
+            self.flowdesk.open_thread(run_id)
+        elif (run_id := self._selected()) is not None:
             self.flowdesk.answer_run(run_id)
 
     def action_cancel_run(self) -> None:

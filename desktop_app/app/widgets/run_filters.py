@@ -26,13 +26,20 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Input, Select
 
+from desktop_app.integrations.langgraph.threads import Thread, list_threads
 from desktop_app.runs_view import agent_status_as_flow
-from desktop_app.store.protocol import RUN_STATUSES, CheckpointStore, RunRecord, RunStatus
+from desktop_app.store.protocol import (
+    RUN_STATUSES,
+    CheckpointStore,
+    DomainStore,
+    RunRecord,
+    RunStatus,
+)
 from desktop_app.store.records import AgentRun
 
-RunKindFilter = Literal["flow", "agent"]
+RunKindFilter = Literal["flow", "agent", "langgraph"]
 #: what the kind select offers
-KINDS: tuple[RunKindFilter, ...] = ("flow", "agent")
+KINDS: tuple[RunKindFilter, ...] = ("flow", "agent", "langgraph")
 
 
 class AgentLister(Protocol):
@@ -109,12 +116,29 @@ class RunFilter:
 
     @property
     def wants_agents(self) -> bool:
-        """Whether agent runs can pass (not with a flow kind, tenant or session)."""
-        return self.kind != "flow" and not self.tenant and not self.session
+        """Whether agent runs can pass (not with another kind, tenant or session)."""
+        return self.kind in (None, "agent") and not self.tenant and not self.session
 
     @property
     def wants_flows(self) -> bool:
-        return self.kind != "agent"
+        return self.kind in (None, "flow")
+
+    def threads(self, store: DomainStore) -> list[Thread]:
+        """LangGraph threads passing the filters (their ExecutionContext ids
+        for tenant and session; ``graph`` as their flow), any order."""
+        if self.kind not in (None, "langgraph") or self.flow not in (None, "graph"):
+            return []
+        return [
+            t
+            for t in list_threads(store, getattr(store, "scope", "default"))
+            if (self.status is None or t.status == self.status)
+            and (not self.tenant or t.context.get("tenant_id") == self.tenant)
+            and (not self.session or t.context.get("session_id") == self.session)
+            and (
+                not self.search
+                or (is_id_prefix(self.search) and t.thread_id.startswith(self.search))
+            )
+        ]
 
     def agent_runs(self, agents: AgentLister) -> list[AgentRun]:
         """Top-level agent runs passing the filters (status in the flow

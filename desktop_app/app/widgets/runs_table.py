@@ -18,12 +18,13 @@ from textual.widgets.data_table import ColumnKey
 
 from desktop_app.app.format import STATUS_STYLES, ago, bar, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
+from desktop_app.integrations.langgraph.threads import Thread
 from desktop_app.runs_view import agent_status_as_flow, display_status
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
 from desktop_app.store.records import AgentRun
 
-#: a row of the table: a flow run or an agent run
-AnyRun = RunRecord | AgentRun
+#: a row of the table: a flow run, an agent run or a LangGraph thread
+AnyRun = RunRecord | AgentRun | Thread
 
 COLUMNS = (
     ("run", "Run"),
@@ -55,8 +56,27 @@ MIN_WIDTHS = {
 
 
 def run_kind(run: AnyRun) -> str:
-    """``"flow"`` or ``"agent"``."""
+    """``"flow"``, ``"agent"`` or ``"langgraph"``."""
+    if isinstance(run, Thread):
+        return "langgraph"
     return "agent" if isinstance(run, AgentRun) else "flow"
+
+
+def thread_cells(run: Thread, now: float) -> dict[str, Text]:
+    """A LangGraph thread's cells: ``graph`` in the flow column, its status
+    (or ``interrupted``), no progress."""
+    status = display_status(run, now)
+    return {
+        "run": Text(short_id(run.thread_id)),
+        "kind": Text("langgraph", style="magenta"),
+        "flow": Text("graph"),
+        "status": Text(status, style=STATUS_STYLES.get(status, "")),
+        "bar": Text(""),
+        "progress": Text(""),
+        "pace": Text(""),
+        "started": Text(ago(run.created_at, now)),
+        "updated": Text(ago(run.updated_at, now)),
+    }
 
 
 def agent_cells(run: AgentRun, now: float) -> dict[str, Text]:
@@ -85,6 +105,8 @@ def run_cells(run: AnyRun, now: float, pace: Pace | None = None) -> dict[str, Te
     interrupted run."""
     if isinstance(run, AgentRun):
         return agent_cells(run, now)
+    if isinstance(run, Thread):
+        return thread_cells(run, now)
     done_total = run.progress
     if pace is not None:
         done_total = (pace.done, pace.total)
@@ -173,7 +195,7 @@ class RunsTable(DataTable[Text]):
 
     def _pace(self, run: AnyRun) -> Pace | None:
         now = self._now()
-        if isinstance(run, AgentRun) or display_status(run, now) != "running":
+        if not isinstance(run, RunRecord) or display_status(run, now) != "running":
             self._live.pop(run.run_id, None)
             return None
         done_total = self._live.get(run.run_id) or run.progress
@@ -263,7 +285,7 @@ class RunsTable(DataTable[Text]):
             return False
         self._live[run_id] = (done, total)
         run = self._records.get(run_id)
-        if isinstance(run, AgentRun):
+        if isinstance(run, AgentRun | Thread):
             return False
         if run is None or display_status(run, self._now()) != "running":
             self._set(run_id, "progress", Text(progress((done, total))))
@@ -275,7 +297,7 @@ class RunsTable(DataTable[Text]):
         return True
 
     def kind_of(self, run_id: str) -> str | None:
-        """``"flow"``, ``"agent"``, or ``None`` when the run has no row."""
+        """``"flow"``, ``"agent"``, ``"langgraph"``, or ``None`` when the run has no row."""
         run = self._records.get(run_id)
         return None if run is None else run_kind(run)
 

@@ -1,0 +1,161 @@
+"""LangGraph threads in the CLI: their ``runs`` rows, ``show``, ``waiting``
+and ``answer``. Reads the saver's tables through
+:mod:`desktop_app.integrations.langgraph.threads` (no LangGraph import);
+only the state of a checkpoint (``show``) needs the ``langgraph`` extra."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from desktop_app.cli.common import Ctx
+from desktop_app.cli.output import EXIT_OK, emit_one, iso, when
+from desktop_app.errors import InputError
+from desktop_app.integrations.langgraph import threads
+from desktop_app.runs_view import INTERRUPTED, display_status
+from desktop_app.textsafe import visible_controls
+
+if TYPE_CHECKING:
+    from desktop_app.bootstrap import Services
+
+
+def thread_row(t: threads.Thread, now: float) -> dict[str, Any]:
+    """A LangGraph thread as a ``runs`` row (``status`` as shown: ``interrupted``
+    when the process of this host that ran it is gone)."""
+    return {
+        "kind": threads.KIND,
+        "run_id": t.thread_id,
+        "flow": "graph",
+        "status": display_status(t, now),
+        "stored_status": t.status,
+        "progress": None,
+        "created_at": iso(t.created_at),
+        "updated_at": iso(t.updated_at),
+        "error": None,
+        "lease_owner": t.owner,
+        "context": t.context,
+        "interrupts": t.interrupts,
+    }
+
+
+def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[str, Any]]]:
+    """``(created_at, row)`` of the threads ``flowdesk runs`` lists under its filters."""
+    wanted = set(args.status or [])
+    out = []
+    for t in threads.list_threads(sv.checkpoints, sv.settings.scope):
+        row = thread_row(t, now)
+        if wanted and not ({row["status"], t.status} & wanted):
+            continue
+        if args.tenant is not None and t.context.get("tenant_id") != args.tenant:
+            continue
+        if args.session is not None and t.context.get("session_id") != args.session:
+            continue
+        out.append((t.created_at, row))
+    return out
+
+
+def answer_hint(ctx: Ctx, thread_id: str) -> str:
+    """The command that answers a waiting thread (the answer on standard input)."""
+    return ctx.hints.cmd(f"answer {thread_id}")
+
+
+def _state(sv: Services, thread_id: str) -> dict[str, Any] | None:
+    """The channel values of the thread's latest root checkpoint, or ``None``
+    without the ``langgraph`` extra."""
+    try:
+        from desktop_app.integrations.langgraph.saver import FlowdeskSaver
+    except ImportError:
+        return None
+    tup = FlowdeskSaver(sv.checkpoints).get_tuple({"configurable": {"thread_id": thread_id}})
+    if tup is None:
+        return {}
+    return {
+        k: v
+        for k, v in tup.checkpoint["channel_values"].items()
+        if not k.startswith(("branch:", "__"))
+    }
+
+
+def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
+    """``flowdesk show THREAD``: status, ExecutionContext ids, unanswered
+    interrupts (with the command answering them), checkpoints, latest state."""
+    t = threads.get_thread(sv.checkpoints, sv.settings.scope, thread_id)
+    assert t is not None  # resolved
+    now = sv.checkpoints.now()
+    cps = threads.checkpoint_rows(sv.checkpoints, sv.settings.scope, thread_id)
+    state = _state(sv, thread_id)
+    if ctx.args.output != "text":
+        emit_one(
+            ctx.args.output,
+            {
+                **thread_row(t, now),
+                "checkpoints": [
+                    {
+                        "id": c.checkpoint_id,
+                        "parent_id": c.parent_id,
+                        "created_at": iso(c.created_at),
+                        "pending_writes": c.writes,
+                    }
+                    for c in cps
+                ],
+                "state": state,
+            }
+        )
+        return EXIT_OK
+    status = display_status(t, now)
+    print(f"langgraph thread {t.thread_id}  status {status}")
+    if status == INTERRUPTED:
+        print(
+            "interrupted: the process that ran it stopped; its program continues it with "
+            + threads.resume_hint(t.thread_id)
+        )
+    print(f"started {when(t.created_at)}  updated {when(t.updated_at)} (UTC)")
+    ids = "  ".join(f"{k} {v}" for k, v in sorted(t.context.items()))
+    print(f"context: {ids}")
+    for value in t.interrupts:
+        print(visible_controls(f"asks: {json.dumps(value, ensure_ascii=False)}"))
+    if t.status == "waiting":
+        print(f"answer it (the answer on standard input): {answer_hint(ctx, t.thread_id)}")
+    print(f"checkpoints: {len(cps)}")
+    for c in cps:
+        print(f"  {c.checkpoint_id}  {when(c.created_at)}  pending writes {c.writes}")
+    if state is None:
+        print("state: install flowdesk[langgraph] to see it")
+    else:
+        print("state:")
+        for k, v in state.items():
+            text = " ".join(json.dumps(v, ensure_ascii=False, default=str).split())
+            print(visible_controls(f"  {k}: {text if len(text) <= 100 else text[:99] + '…'}"))
+    return EXIT_OK
+
+
+def waiting_threads(sv: Services) -> list[threads.Thread]:
+    """The threads of this scope waiting for an answer."""
+    return threads.list_threads(sv.checkpoints, sv.settings.scope, statuses=["waiting"])
+
+
+def print_waiting(ctx: Ctx, asking: list[threads.Thread]) -> None:
+    """``waiting``'s text lines for ``asking``: each question and the command
+    that answers it."""
+    for t in asking:
+        print(f"langgraph thread {t.thread_id}")
+        for value in t.interrupts:
+            print(visible_controls(f"  asks: {json.dumps(value, ensure_ascii=False)}"))
+        print(f"  answer it (the answer on standard input): {answer_hint(ctx, t.thread_id)}")
+
+
+def answer(sv: Services, thread_id: str, value: Any) -> int:
+    """``flowdesk answer THREAD [VALUE]``: store the answer the thread's
+    ``interrupt()`` receives when its program runs the graph again."""
+    t = threads.store_answer(sv.checkpoints, sv.settings.scope, thread_id, value)
+    print(f"langgraph thread {t.thread_id} answered")
+    print(f"it goes on when its program runs {threads.resume_hint(t.thread_id)}")
+    return EXIT_OK
+
+
+def not_for_threads(thread_id: str, command: str) -> InputError:
+    """The error of a command that does not apply to a LangGraph thread."""
+    return InputError(
+        f"{thread_id} is a LangGraph thread; `{command}` works on Flowdesk runs. Its program "
+        f"continues it with {threads.resume_hint(thread_id)}"
+    )

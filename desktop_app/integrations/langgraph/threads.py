@@ -1,0 +1,269 @@
+"""LangGraph threads as Flowdesk shows them: the thread rows the saver keeps,
+read through the store's :class:`~desktop_app.store.protocol.DomainStore`
+seam, without importing LangGraph (``flowdesk runs`` lists threads on a
+machine where the extra is not installed).
+
+The saver (:mod:`.saver`) writes the rows; this module reads them and writes
+one thing itself: a person's answer to an interrupt
+(:func:`store_answer`), stored as the pending write LangGraph's
+``Command(resume=value)`` stores, so the graph's next
+``invoke(None, config)`` hands it to the waiting ``interrupt()``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from desktop_app.errors import AmbiguousRunIdError, InputError, UnknownRunError
+from desktop_app.store.protocol import DomainStore, SqlTx
+from desktop_app.store.runids import MIN_PREFIX, RunRef
+
+#: the run kind threads have in ``flowdesk runs`` and the app
+KIND = "langgraph"
+#: LangGraph's ids and channel names (langgraph.constants / checkpoint.serde.types),
+#: copied so that answering needs no LangGraph import
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+RESUME = "__resume__"
+INTERRUPT = "__interrupt__"
+#: ``WRITES_IDX_MAP[RESUME]`` of langgraph.checkpoint.base
+RESUME_IDX = -4
+
+
+def checksum(*parts: str | bytes | int | None) -> str:
+    """BLAKE2b-128 (hex) of a row's encoded values, written with the row and
+    compared when it is read (as Flowdesk's own checkpoint rows). Keys that a
+    copy to another thread changes (scope, thread id) are left out."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        data = (
+            b"\x00null" if part is None else part if isinstance(part, bytes) else str(part).encode()
+        )
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Thread:
+    """One LangGraph thread (a row of ``langgraph_threads``).
+
+    Attributes:
+        thread_id: LangGraph's ``thread_id``; the run id Flowdesk shows.
+        status: ``running`` (a step is scheduled), ``waiting`` (an interrupt
+            is unanswered) or ``completed``.
+        created_at / updated_at: UTC epoch seconds.
+        owner: the process that last wrote it while running
+            (``host:pid:nonce@start``), else ``None``.
+        context: the ExecutionContext ids (tenant, user, session, run,
+            trace, correlation) stored when the thread began.
+        interrupts: the unanswered interrupts' values (JSON), oldest first.
+        checkpoint_id: its latest root checkpoint.
+    """
+
+    thread_id: str
+    status: str
+    created_at: float
+    updated_at: float
+    owner: str | None
+    context: dict[str, Any] = field(default_factory=dict)
+    interrupts: list[Any] = field(default_factory=list)
+    checkpoint_id: str | None = None
+
+    # what runs_view.display_status reads (a thread has no lease: a writer on
+    # another host is never judged gone, one of this host is when its process is)
+    @property
+    def run_id(self) -> str:
+        return self.thread_id
+
+    @property
+    def lease_owner(self) -> str | None:
+        return self.owner
+
+    @property
+    def lease_expires_at(self) -> float:
+        return math.inf
+
+
+def ts(tx: SqlTx) -> str:
+    """The placeholder of a time parameter (UTC epoch seconds): PostgreSQL
+    stores ``timestamptz``, SQLite ``REAL`` (as Flowdesk's own tables)."""
+    return "to_timestamp(?)" if tx.dialect == "postgres" else "?"
+
+
+def epoch(tx: SqlTx, column: str) -> str:
+    """A time column read back as UTC epoch seconds."""
+    return f"extract(epoch from {column})" if tx.dialect == "postgres" else column
+
+
+def _columns(tx: SqlTx) -> str:
+    return (
+        f"thread_id, status, {epoch(tx, 'created_at')}, {epoch(tx, 'updated_at')}, owner, "
+        "context, interrupts, checkpoint_id"
+    )
+
+
+def _thread(row: Sequence[Any]) -> Thread:
+    return Thread(
+        thread_id=str(row[0]),
+        status=str(row[1]),
+        created_at=float(row[2]),
+        updated_at=float(row[3]),
+        owner=row[4],
+        context=json.loads(row[5] or "{}"),
+        interrupts=json.loads(row[6]) if row[6] else [],
+        checkpoint_id=row[7],
+    )
+
+
+def list_threads(
+    store: DomainStore, scope: str, statuses: Sequence[str] | None = None
+) -> list[Thread]:
+    """Every thread of ``scope`` (optionally of these statuses), newest first.
+
+    Raises:
+        StoreError: the store cannot be read (or has no ``sql`` capability).
+    """
+
+    def op(tx: SqlTx) -> list[Thread]:
+        rows = tx.fetchall(
+            f"SELECT {_columns(tx)} FROM langgraph_threads WHERE scope=? "
+            "ORDER BY created_at DESC, thread_id DESC",
+            (scope,),
+        )
+        return [_thread(r) for r in rows]
+
+    threads = store.query(op)
+    return [t for t in threads if not statuses or t.status in statuses]
+
+
+def get_thread(store: DomainStore, scope: str, thread_id: str) -> Thread | None:
+    """The thread ``thread_id`` of ``scope``, or ``None``."""
+
+    def op(tx: SqlTx) -> Thread | None:
+        row = tx.fetchone(
+            f"SELECT {_columns(tx)} FROM langgraph_threads WHERE scope=? AND thread_id=?",
+            (scope, thread_id),
+        )
+        return None if row is None else _thread(row)
+
+    return store.query(op)
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One root checkpoint of a thread as the CLI lists it (nothing decoded)."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    created_at: float
+    writes: int
+
+
+def checkpoint_rows(store: DomainStore, scope: str, thread_id: str) -> list[CheckpointRow]:
+    """The thread's root checkpoints, oldest first, with their pending-write counts."""
+
+    def op(tx: SqlTx) -> list[CheckpointRow]:
+        rows = tx.fetchall(
+            f"SELECT c.checkpoint_id, c.parent_id, {epoch(tx, 'c.created_at')}, "
+            "(SELECT count(*) FROM langgraph_writes w WHERE w.scope=c.scope AND "
+            "w.thread_id=c.thread_id AND w.checkpoint_ns=c.checkpoint_ns AND "
+            "w.checkpoint_id=c.checkpoint_id) "
+            "FROM langgraph_checkpoints c WHERE c.scope=? AND c.thread_id=? "
+            "AND c.checkpoint_ns='' ORDER BY c.checkpoint_id",
+            (scope, thread_id),
+        )
+        return [CheckpointRow(str(r[0]), r[1], float(r[2]), int(r[3])) for r in rows]
+
+    return store.query(op)
+
+
+def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> Thread:
+    """Answer the thread's unanswered interrupt with ``value`` (JSON).
+
+    Stores ``(NULL_TASK_ID, "__resume__", value)`` on the thread's latest root
+    checkpoint, which is what LangGraph's ``Command(resume=value)`` stores
+    (``langgraph.pregel._loop``: a resume without interrupt ids); the graph's
+    next ``invoke(None, config)`` gives it to the ``interrupt()`` call and
+    goes on. The value is stored in LangGraph's ``"json"`` encoding.
+
+    Returns:
+        The thread as it is now (``running``, with no owner: the answer waits
+        for the program that runs the graph).
+
+    Raises:
+        UnknownRunError: no such thread.
+        InputError: the thread is not waiting for an answer (nothing stored),
+            or ``value`` is not JSON.
+    """
+    try:
+        blob = json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"the answer must be JSON: {exc}") from exc
+
+    def op(tx: SqlTx) -> Thread:
+        row = tx.fetchone(
+            f"SELECT {_columns(tx)} FROM langgraph_threads WHERE scope=? AND thread_id=?",
+            (scope, thread_id),
+        )
+        if row is None:
+            raise UnknownRunError(f"no LangGraph thread {thread_id} in scope {scope!r}")
+        thread = _thread(row)
+        if thread.status != "waiting" or thread.checkpoint_id is None:
+            raise InputError(
+                f"LangGraph thread {thread_id} is {thread.status}, not waiting for an answer; "
+                "nothing was stored"
+            )
+        sum_ = checksum(thread.checkpoint_id, NULL_TASK_ID, RESUME_IDX, RESUME, "json", blob)
+        tx.execute(
+            "INSERT INTO langgraph_writes (scope, thread_id, checkpoint_ns, checkpoint_id, "
+            "task_id, idx, task_path, channel, type, blob, checksum) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (scope, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) "
+            "DO UPDATE SET type=excluded.type, blob=excluded.blob, checksum=excluded.checksum",
+            (scope, thread_id, "", thread.checkpoint_id, NULL_TASK_ID, RESUME_IDX, "",
+             RESUME, "json", blob, sum_),
+        )  # fmt: skip
+        now = time.time()
+        tx.execute(
+            "UPDATE langgraph_threads SET status='running', owner=NULL, interrupts=NULL, "
+            f"updated_at={ts(tx)} WHERE scope=? AND thread_id=?",
+            (now, scope, thread_id),
+        )
+        return Thread(
+            thread.thread_id, "running", thread.created_at, now, None, thread.context, [],
+            thread.checkpoint_id,
+        )  # fmt: skip
+
+    return store.write(op)
+
+
+def resume_hint(thread_id: str) -> str:
+    """What a program runs to continue an answered thread (LangGraph's API)."""
+    config = json.dumps({"configurable": {"thread_id": thread_id}})
+    return f"graph.invoke(None, {config})"
+
+
+def resolve_thread(store: DomainStore, scope: str, prefix: str) -> RunRef | None:
+    """The thread whose id is ``prefix`` or the one thread whose id starts
+    with it (at least ``MIN_PREFIX`` characters), or ``None``.
+
+    Raises:
+        AmbiguousRunIdError: several threads start with ``prefix``.
+    """
+    wanted = prefix.strip()
+    if get_thread(store, scope, wanted) is not None:
+        return RunRef(wanted, "langgraph")
+    if len(wanted) < MIN_PREFIX:
+        return None
+    found = sorted(
+        t.thread_id for t in list_threads(store, scope) if t.thread_id.startswith(wanted)
+    )
+    if len(found) > 1:
+        raise AmbiguousRunIdError(wanted, [f"{t} (langgraph)" for t in found])
+    return RunRef(found[0], "langgraph") if found else None

@@ -1,0 +1,86 @@
+"""LangGraph threads in the app: a row of kind ``langgraph`` in the runs
+table; enter opens the thread: its checkpoints as a timeline, the state at
+the highlighted one, the diff between a marked one and the highlighted one,
+and an answer field that answers its ``interrupt()``; the graph then goes on.
+Driven headless with Pilot over a real SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.langgraph_thread import ThreadScreen
+from desktop_app.config import load_settings
+from desktop_app.integrations.langgraph import FlowdeskSaver
+from desktop_app.integrations.langgraph.threads import get_thread
+from tests.app_support import settle
+from tests.langgraph_worker import build_graph
+
+SIZE = (140, 50)
+
+
+@pytest.mark.scenario("S95")
+async def test_a_thread_shows_its_checkpoints_state_diff_and_is_answered(tmp_path: Path) -> None:
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    counts = str(tmp_path / "counts.txt")
+    config = {"configurable": {"thread_id": "lg-app", "tenant_id": "acme"}}
+    with FlowdeskSaver.open(tmp_path / "t.db") as saver:
+        graph = build_graph(counts).compile(checkpointer=saver)
+        first = graph.invoke({"topic": "t"}, config)
+        assert [i.value["question"] for i in first["__interrupt__"]] == ["approve these results?"]
+
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.runs_screen.table
+        assert table.run_ids == ["lg-app"]
+        assert table.cell("lg-app", "kind") == "langgraph"
+        assert table.cell("lg-app", "status") == "waiting"
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
+        head = str(screen.query_one("#thread-head").render())
+        assert "approve these results?" in head and "tenant_id acme" in head
+        # the timeline: every root checkpoint, the latest highlighted
+        assert len(screen.points) >= 4
+        assert screen.selected() is screen.points[-1]
+        assert "results" in str(screen.query_one("#state").render())
+        # mark the first checkpoint, go to the latest: the diff between them
+        timeline = screen.query_one("#timeline")
+        timeline.move_cursor(row=0)
+        await pilot.press("m")
+        timeline.move_cursor(row=len(screen.points) - 1)
+        await settle(pilot)
+        diff = str(screen.query_one("#diff").render())
+        assert f"Changes from {screen.points[0].checkpoint_id}" in diff
+        assert "added   results" in diff
+        # the inbox lists its question; enter there opens the thread
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        inbox = app.screen
+        assert "LangGraph thread lg-app asks" in inbox.question_text
+        assert "approve these results?" in inbox.question_text
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
+        # answer it here
+        await pilot.press("a")
+        await pilot.press(*"ok")
+        await pilot.press("enter")
+        await settle(pilot)
+
+    with FlowdeskSaver.open(tmp_path / "t.db") as saver:
+        thread = get_thread(saver.store, saver.scope, "lg-app")
+        assert thread is not None and thread.status == "running"
+        graph = build_graph(counts).compile(checkpointer=saver)
+        done = graph.invoke(None, config)
+        assert done["summary"] == "['A', 'B', 'C'] approved=ok"
+        assert get_thread(saver.store, saver.scope, "lg-app").status == "completed"
