@@ -124,6 +124,21 @@ class McpServerSettings(BaseSettings):
     timeout_s: float = 60.0
 
 
+class AgentSettings(BaseSettings):
+    """One agent's own settings (``[agents.NAME]``; ``ask`` is the agent of
+    ``flowdesk ask``, ``digest-summary`` the one of ``digest --model``).
+
+    Attributes:
+        system: the system prompt its new runs start with (a run keeps the
+            one it started with). Unset: ``ask`` says which tools it has
+            (or that it has none); ``digest-summary`` sends none.
+    """
+
+    system: str | None = None
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+
 class PostgresSettings(BaseSettings):
     """How Flowdesk reaches a PostgreSQL ``db_path`` (``[postgres]``).
 
@@ -184,6 +199,7 @@ class Settings(BaseSettings):
         log_level: level of the rotating log file ``flowdesk.log`` in the
             platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
         mcp_servers: MCP servers by name (``flowdesk ask --mcp NAME``).
+        agents: per agent name, its own settings (its system prompt).
         postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
     """
 
@@ -205,6 +221,7 @@ class Settings(BaseSettings):
     model: ModelSettings = Field(default_factory=ModelSettings)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
     @classmethod

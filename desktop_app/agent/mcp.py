@@ -36,7 +36,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -369,9 +369,12 @@ class McpServer:
         return result_text(result)
 
 
-def open_servers(settings: Settings, names: Sequence[str]) -> list[McpServer]:
+def open_servers(
+    settings: Settings, names: Sequence[str], on_connect: Callable[[str], None] | None = None
+) -> list[McpServer]:
     """Open the named ``[mcp_servers]`` (for ``flowdesk ask --mcp NAME`` and the app);
-    a stdio server's stderr goes to ``mcp-NAME.log`` in the log folder.
+    a stdio server's stderr goes to ``mcp-NAME.log`` in the log folder;
+    ``on_connect(name)`` is called before each is started or reached.
 
     The caller closes them (``for s in servers: s.close()``).
 
@@ -392,6 +395,8 @@ def open_servers(settings: Settings, names: Sequence[str]) -> list[McpServer]:
     try:
         for name in names:
             cfg = settings.mcp_servers[name]
+            if on_connect is not None:
+                on_connect(name)
             errlog = log_dir() / f"mcp-{name}.log"
             opened.append(McpServer.from_settings(name, cfg, errlog).open())
     except BaseException:

@@ -193,6 +193,7 @@ class OpenAICompatibleModel:
         text: list[str] = []
         finish: str | None = None
         calls: dict[int, dict[str, Any]] = {}
+        answered = seen_event = False  # a 200 came / a server-sent event came
         try:
             with self._client.stream(
                 "POST", "/chat/completions", json=self._body(messages, tools, True)
@@ -200,7 +201,7 @@ class OpenAICompatibleModel:
                 if resp.status_code >= 400:
                     resp.read()
                     _raise_for(resp)
-                seen_event = False
+                answered = True
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -245,6 +246,11 @@ class OpenAICompatibleModel:
         except httpx.TimeoutException as exc:
             raise ProviderTimeoutError(f"the provider stopped answering: {exc}") from exc
         except httpx.TransportError as exc:
+            if tools and answered and not seen_event:  # llama-cpp-python's server raises "Automatic
+                # streaming tool choice is not supported" after its 200 went out
+                raise _cannot_stream_tools(
+                    f"the stream broke before its first event ({type(exc).__name__})"
+                ) from exc
             raise ProviderUnavailableError(f"the connection to the provider broke: {exc}") from exc
         try:
             tool_calls = tuple(
@@ -264,6 +270,6 @@ def _cannot_stream_tools(what: str) -> ToolCallStreamingError:
     return ToolCallStreamingError(
         f"the provider cannot stream tool calls: asked for a streamed reply with tools, {what} "
         "(llama.cpp's llama-cpp-python server does this); turn streaming off: "
-        "`flowdesk ask --no-stream`, or `stream = false` under [model] in the settings "
+        "ask with --no-stream, or set stream = false under [model] in the settings "
         "(FLOWDESK_MODEL__STREAM=false)"
     )

@@ -70,10 +70,12 @@ class ToolSources:
 
 
 @contextmanager
-def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[AgentTool]]:
+def connected_tools(
+    settings: Settings, sources: ToolSources, on_connect: Callable[[str], None] | None = None
+) -> Iterator[list[AgentTool]]:
     """The tools of ``sources``: the file tools over its folder and the tools
     of each named MCP server (read from ``settings``, opened here and closed
-    when the block ends).
+    when the block ends; ``on_connect(name)`` is called as each is opened).
 
     Raises:
         InputError: the folder does not exist (any more).
@@ -90,7 +92,7 @@ def connected_tools(settings: Settings, sources: ToolSources) -> Iterator[list[A
                 "need it; restore it, or cancel the run with `flowdesk cancel RUN`"
             )
         tools += file_tools(sources.folder)
-    servers = open_servers(settings, sources.mcp) if sources.mcp else []
+    servers = open_servers(settings, sources.mcp, on_connect) if sources.mcp else []
     try:
         yield tools + [t for s in servers for t in s.tools()]
     finally:

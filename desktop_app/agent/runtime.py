@@ -331,6 +331,13 @@ class Agent:
 
     def resume_input(self, run_id: str, text: str) -> AgentResponse:
         """Answer the question of an ``input_required`` run and continue it."""
+        return _drain(self._resume_input(run_id, text, False))
+
+    def resume_input_stream(self, run_id: str, text: str) -> Iterator[AgentEvent]:
+        """:meth:`resume_input`, streamed (text deltas and tool events)."""
+        return self._resume_input(run_id, text, True)
+
+    def _resume_input(self, run_id: str, text: str, stream: bool) -> Iterator[AgentEvent]:
         run = self.store.get(run_id)
         if run.status != "input_required" or run.pending_call is None:
             raise RunStateError(
@@ -348,7 +355,7 @@ class Agent:
             status="running",
             pending_call=None,
         )
-        return _drain(self._drive(run_id, False))
+        yield from self._drive(run_id, stream)
 
     def pending(self) -> list[AgentRun]:
         """Runs of this agent that are not terminal (running, paused,
