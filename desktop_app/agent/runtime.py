@@ -240,7 +240,7 @@ class Agent:
             if self.tool_sources is None
             else (TOOL_SOURCES_KEY, "tool_sources", "completed", self.tool_sources),
         )
-        log.debug("agent %s: run %s started", self.name, rid)
+        log.info("agent %s: run %s started (owner %s)", self.name, rid, self.owner)
         return rid
 
     def ask(
@@ -407,7 +407,7 @@ class Agent:
 
     def _finish(self, run: AgentRun, status: AgentStatus, **fields: Any) -> AgentEvent:
         self.store.update(run.run_id, self.clock.now(), owner=self.owner, status=status, **fields)
-        log.debug("agent %s: run %s %s", self.name, run.run_id, status)
+        log.info("agent %s: run %s ended %s", self.name, run.run_id, status)
         response = AgentResponse(
             run.run_id,
             status,
@@ -434,6 +434,12 @@ class Agent:
                 raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
             takes_over, at = holder, (math.inf if held == "dead" else now)
         self.store.claim(run.run_id, self.owner, now + self.lease_ttl_s, at, takes_over=takes_over)
+        if takes_over is not None:
+            log.info(
+                "agent %s: run %s taken over from %s (%s) by %s",
+                self.name, run.run_id, takes_over, held, self.owner,
+            )  # fmt: skip
+        log.info("agent %s: run %s resumed (status was %s)", self.name, run.run_id, run.status)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
         """Execute the run while holding its lease; the lease is renewed by a

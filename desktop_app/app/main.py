@@ -23,6 +23,7 @@ time repainting the screen; the subscriber never reads the store.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -117,6 +118,8 @@ def recovery_summary(
     if errors:
         parts.append(f"{len(errors)} not resumed")
     return f"Resumed {plural(len(done), 'run')}: {', '.join(parts)}", bool(failed or errors)
+
+log = logging.getLogger(__name__)
 
 
 class FlowdeskApp(App[None]):
@@ -313,6 +316,7 @@ class FlowdeskApp(App[None]):
             )
             return
         self.services = services
+        log.info("app: database opened, engine %s", services.engine.owner)
         self.schema = services.schema
         self.engine = services.engine
         self.reader = services.reader

@@ -210,6 +210,8 @@ def _interrupted_line(ctx: Ctx, run: Any) -> str:
 
 
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
+    from desktop_app.agent.tools import is_tool_call
+
     run = sv.agents.get(run_id)
     messages = sv.agents.messages(run_id)
     tools = sv.agents.tool_results(run_id)
@@ -232,6 +234,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                         "attempts": t.attempts,
                         "reused": t.reused,
                         "result": t.result,
+                        "kind": "call" if is_tool_call(t.tool_key) else "record",
                     }
                     for t in tools
                 ],
@@ -258,9 +261,13 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         for call in m.get("tool_calls", []):
             args = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
-    _say(f"tool calls: {len(tools)}")
-    for t in tools:
+    calls = [t for t in tools if is_tool_call(t.tool_key)]
+    _say(f"tool calls: {len(calls)}")
+    for t in calls:
         _say(f"  {t.tool:14} {t.status:12} attempts {t.attempts}  reused {t.reused}")
+    records = [t.tool for t in tools if not is_tool_call(t.tool_key)]
+    if records:  # the tool lists and sources the run recorded to be resumed with
+        _say(f"recorded: {', '.join(records)}")
     return EXIT_OK
 
 
