@@ -54,7 +54,7 @@ def system_prompt(settings: Settings, name: str, tools: list[Any]) -> str:
         f"You can call these tools: {', '.join(names)}; call one when the question needs it."
         if names
         else "You have no tools: answer from what you know, and do not claim to have "
-        "read files or looked anything up."
+        "looked anything up."
     )
     ask = "To ask the user something, call ask_user."
     return f"You answer the user's questions. {has} {ask} Be brief."
