@@ -127,3 +127,20 @@ def test_ask_says_it_is_connecting_to_each_mcp_server_on_stderr_only(tmp_path: P
     assert "connecting to MCP server notes…" in out.stderr
     assert out.stdout.strip() == "Nothing to note."  # piped output is the answer alone
     assert "MCP server notes connected" in log_text()
+
+
+def test_ask_resume_with_an_answer_streams_and_shows_tools(tmp_path: Path) -> None:
+    db, folder = tmp_path / "f.db", notes_folder(tmp_path)
+    ask_user = completion("", [{"id": "q", "name": "ask_user", "args": {"question": "Which?"}}])
+    with ChatServer() as server:
+        env = model_env(server)
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [("json", ask_user), ("json", READ), ("json", completion("Milk."))]
+        files = ["--tools", "files", "--folder", str(folder)]
+        asked = flowdesk(db, "ask", "todo?", *files, env=env)
+        assert asked.returncode == 0 and "the agent asks: Which?" in asked.stdout
+        (run_id,) = re.findall(r"^run (\w+) \(if interrupted", asked.stderr, re.M)
+        answered = flowdesk(db, "ask", "--resume", run_id, "--answer", "todo.md", env=env)
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout.strip() == "Milk." and "[read_file…]" in answered.stderr
+        assert all(r["body"].get("stream") for r in server.requests)
