@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from desktop_app import bootstrap
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: Run statuses ``Engine.recover`` resumes at launch.
 INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
