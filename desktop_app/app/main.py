@@ -120,7 +120,6 @@ def recovery_summary(
         parts.append(f"{len(errors)} not resumed")
     return f"Resumed {plural(len(done), 'run')}: {', '.join(parts)}", bool(failed or errors)
 
-log = logging.getLogger(__name__)
 
 
 class FlowdeskApp(App[None]):
