@@ -121,7 +121,6 @@ def recovery_summary(
     return f"Resumed {plural(len(done), 'run')}: {', '.join(parts)}", bool(failed or errors)
 
 
-
 class FlowdeskApp(App[None]):
     """Runs dashboard, run detail, new digest runs and launch recovery."""
 
