@@ -49,7 +49,7 @@ test-model:
 	fi
 	$(MAKE) --no-print-directory $(TEST_STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet -e '.[test,model]'
-	FLOWDESK_TEST_MODEL="$(abspath $(MODEL))" $(BIN)/python -m pytest -p no:xdist \
+	FLOWDESK_TEST_MODEL="$(abspath $(MODEL))" $(BIN)/python -m pytest -n 0 \
 	  tests/test_real_model.py -v $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
