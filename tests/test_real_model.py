@@ -198,6 +198,54 @@ def test_forced_tool_call_parses_streamed_and_not(proxy: RecordingProxy) -> None
         assert call.name == "record_value" and isinstance(call.arguments, dict)
 
 
+def test_a_forced_tool_call_runs_once_and_its_result_goes_back(
+    tmp_path: Path, proxy: RecordingProxy
+) -> None:
+    """An agent run whose first turn forces ``record_value``: the tool runs
+    once with the model's arguments, its result goes back to the server
+    under the call's id, and the server answers that request."""
+    from desktop_app import bootstrap
+    from desktop_app.agent import Agent
+    from desktop_app.agent.openai_compat import OpenAICompatibleModel
+    from desktop_app.agent.tools import tool
+    from desktop_app.config import load_settings
+
+    class ForcedFirst(OpenAICompatibleModel):
+        def _body(self, messages: Any, tools: Any, stream: bool) -> dict[str, Any]:
+            body = super()._body(messages, tools, stream)
+            if tools and not any(m["role"] == "tool" for m in body["messages"]):
+                body["tool_choice"] = {"type": "function", "function": {"name": "record_value"}}
+            return body
+
+    recorded: list[str] = []
+
+    @tool
+    def record_value(value: str) -> str:
+        """Record a value."""
+        recorded.append(value)
+        return "recorded"
+
+    settings = load_settings(db_path=tmp_path / "f.db")
+    bootstrap.apply_schema(settings)
+    sv = bootstrap.open_services(settings, flows=[])
+    model = ForcedFirst(proxy.url, "local", timeout_s=600, stream=False)
+    try:
+        res = Agent("forced", model, sv.agents, [record_value], ask_user=False).ask(
+            "Record the value 'reviewed'."
+        )
+    finally:
+        model.close()
+        sv.close()
+    assert len(recorded) == 1
+    (call,) = reply_calls(proxy.replies[0])
+    assert call["function"]["name"] == "record_value"
+    assert assert_results_sent_back(proxy) >= 1
+    answer = [m for m in proxy.requests[1]["messages"] if m["role"] == "tool"]
+    assert answer[0]["tool_call_id"] == call["id"] and answer[0]["content"] == "recorded"
+    assert res.status in ("done", "failed")  # a later turn may call it again: reused, or not
+    print(f"forced: run {res.status} after {len(proxy.requests)} requests: {res.error}")
+
+
 QUESTION = "Which files are in my folder? Use the list_folder tool, then name them."
 
 
