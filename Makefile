@@ -17,7 +17,7 @@ TEST_STAMP := $(VENV)/.installed-test
 NODE_SERVERS := tests/mcp_servers
 NODE_STAMP := $(NODE_SERVERS)/node_modules/.installed
 
-.PHONY: run test test-servers lint bench mutate clean
+.PHONY: run test test-servers test-model lint bench mutate clean
 
 $(RUN_STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -46,6 +46,26 @@ run: $(RUN_STAMP)
 TEST_JOBS ?= auto
 test: $(TEST_STAMP) $(NODE_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
+
+# The agent protocol against a real local model (not part of `test`): builds
+# llama-cpp-python[server] for any x86-64 CPU with AVX2 (not just this one),
+# starts its OpenAI-compatible server on 127.0.0.1 with the GGUF in MODEL
+# (a small instruct model, e.g. a 0.5B one) and runs tests/test_real_model.py.
+MODEL ?=
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+test-model:
+	@if [ -z "$(MODEL)" ]; then \
+	  echo "make test-model needs a small instruct GGUF model: make test-model MODEL=/path/to/model.gguf" >&2; \
+	  exit 2; \
+	fi
+	@if [ ! -f "$(MODEL)" ]; then \
+	  echo "make test-model: MODEL=$(MODEL) is not a file; give the path of a .gguf model" >&2; \
+	  exit 2; \
+	fi
+	$(MAKE) --no-print-directory $(TEST_STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet -e '.[test,model]'
+	FLOWDESK_TEST_MODEL="$(abspath $(MODEL))" $(BIN)/python -m pytest -n 0 \
+	  tests/test_real_model.py -v $(PYTEST_ARGS)
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check desktop_app tests benchmarks

@@ -162,6 +162,21 @@ class FileToolsSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid")
 
 
+class AgentSettings(BaseSettings):
+    """One agent's own settings (``[agents.NAME]``; ``ask`` is the agent of
+    ``flowdesk ask``, ``digest-summary`` the one of ``digest --model``).
+
+    Attributes:
+        system: the system prompt its new runs start with (a run keeps the
+            one it started with). Unset: ``ask`` says which tools it has
+            (or that it has none); ``digest-summary`` sends none.
+    """
+
+    system: str | None = None
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+
 class PostgresSettings(BaseSettings):
     """How Flowdesk reaches a PostgreSQL ``db_path`` (``[postgres]``).
 
@@ -229,6 +244,7 @@ class Settings(BaseSettings):
             platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
         mcp_servers: MCP servers by name (``flowdesk ask --mcp NAME``).
         file_tools: the built-in file tools (``flowdesk ask --tools files``).
+        agents: per agent name, its own settings (its system prompt).
         postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
     """
 
@@ -252,6 +268,7 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     file_tools: FileToolsSettings = Field(default_factory=FileToolsSettings)
+    agents: dict[str, AgentSettings] = Field(default_factory=dict)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
     @classmethod

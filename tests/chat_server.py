@@ -11,8 +11,12 @@ are recorded in ``ChatServer.requests``.
 OpenAI-compatible server) does: a request's ``tools`` are ignored unless it
 sends ``tool_choice`` (a scripted tool call becomes a text reply), and a
 streamed request with tools whose reply is a tool call is answered, with
-``"json"``, by a plain chat completion instead of server-sent events, or, with
-``"no_call"``, by a stream that ends for a tool call without sending it.
+``"json"``, by a plain chat completion instead of server-sent events, with
+``"no_call"``, by a stream that ends for a tool call without sending it, or,
+with ``"abort"``, as its ``chatml-function-calling`` handler does (it raises
+"Automatic streaming tool choice is not supported" once the event stream's 200
+has gone out): headers of an event stream, then the connection closes with no
+event.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 class ChatServer:
     def __init__(self, llama_cpp: str | None = None) -> None:
-        assert llama_cpp in (None, "json", "no_call")
+        assert llama_cpp in (None, "json", "no_call", "abort")
         self.llama_cpp = llama_cpp
         self.script: list[tuple[Any, ...]] = []
         self.requests: list[dict[str, Any]] = []
@@ -54,6 +58,14 @@ class ChatServer:
                 if kind == "sleep":
                     time.sleep(step[1])
                     return self._send(200, {"late": True})
+                if kind == "abort":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return None
                 if kind == "json" and body.get("stream"):
                     msg = step[1]["choices"][0]["message"]
                     chunks = []
@@ -129,6 +141,8 @@ class ChatServer:
             return step
         if self.llama_cpp == "json":  # the handler returned a completion, not chunks
             return ("raw", json.dumps(step[1]))
+        if self.llama_cpp == "abort":
+            return ("abort",)
         role = {"choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}
         return ("sse", [role, {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -36,3 +37,19 @@ def default_sigint() -> None:
     starts the suite in the background hands its children SIGINT ignored,
     and Python then never raises KeyboardInterrupt; restore the default."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def as_printed(
+    command: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run a suggested command exactly as printed (``flowdesk`` is this checkout)."""
+    argv = shlex.split(command)
+    assert argv[0] == "flowdesk", command
+    return subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+    )

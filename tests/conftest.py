@@ -17,6 +17,19 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return usable if usable > 1 else 0
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``real_model`` need a GGUF model and llama-cpp-python's
+    server (``make test-model MODEL=...``): deselected unless
+    ``FLOWDESK_TEST_MODEL`` names the model, so ``make test`` neither runs
+    nor skips them."""
+    if os.environ.get("FLOWDESK_TEST_MODEL"):
+        return
+    kept = [item for item in items if item.get_closest_marker("real_model") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
 # pg_support reads FLOWDESK_TEST_PG_DSN at import: import it before any test's
 # isolation (below) removes FLOWDESK_* variables, or a server fixture first
 # reached from inside a test would find none and start a private cluster.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -146,7 +147,7 @@ def test_a_401_that_echoes_the_key_stores_prints_and_exports_it_masked(tmp_path:
         out = flowdesk(db, "ask", "hello", env=env)
     assert server.requests[0]["headers"]["Authorization"] == f"Bearer {KEY}"  # it was sent
     assert out.returncode == 1 and "HTTP 401" in out.stderr and "***" in out.stderr
-    run_id = out.stderr.splitlines()[0].split()[1]
+    (run_id,) = re.findall(r"^run (\w+) \(if interrupted", out.stderr, re.M)
     shown = flowdesk(db, "show", run_id)
     exported = flowdesk(db, "export", "--out", str(tmp_path / "export"), "--format", "csv")
     assert shown.returncode == 0 and exported.returncode == 0, shown.stderr + exported.stderr
@@ -208,7 +209,7 @@ def test_escape_sequences_from_the_model_and_an_mcp_tool_are_printed_visibly(
         in out.stdout
     )
     assert "[x\\x1b]0;tool-title\\x07…]" in out.stderr and "[notes__banner…]" in out.stderr
-    run_id = out.stderr.splitlines()[0].split()[1]
+    (run_id,) = re.findall(r"^run (\w+) \(if interrupted", out.stderr, re.M)
     shown = flowdesk(db, "show", run_id, env=env)
     assert shown.returncode == 0, shown.stderr
     assert no_raw_controls(shown.stdout) and no_raw_controls(shown.stderr)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.chat_server import ChatServer, completion
-from tests.cli_support import REPO, default_sigint, flowdesk
+from tests.cli_support import REPO, as_printed, default_sigint, flowdesk
 
 pytestmark = pytest.mark.scenario("S82")
 
@@ -39,22 +39,6 @@ def cli(*args: str, env: dict[str, str], **kw: object) -> subprocess.Popen[str]:
         env=env,
         preexec_fn=default_sigint,
         **kw,
-    )
-
-
-def as_printed(
-    command: str, env: dict[str, str], timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """Run a suggested command exactly as printed (``flowdesk`` is this checkout)."""
-    argv = shlex.split(command)
-    assert argv[0] == "flowdesk", command
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=env,
     )
 
 

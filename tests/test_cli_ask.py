@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.chat_server import ChatServer, completion
+from tests.cli_support import as_printed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -131,6 +133,7 @@ LIST_THEN_ANSWER = [
 ]
 
 
+@pytest.mark.scenario("S92")
 @pytest.mark.parametrize("off", ["--no-stream", "FLOWDESK_MODEL__STREAM=false"])
 def test_ask_calls_tools_on_a_llama_cpp_server_with_streaming_off(tmp_path, off):
     db, folder = _notes(tmp_path)
@@ -151,21 +154,54 @@ def test_ask_calls_tools_on_a_llama_cpp_server_with_streaming_off(tmp_path, off)
     assert [m["content"] for m in bodies[1]["messages"] if m["role"] == "tool"] == ["todo.md"]
 
 
-@pytest.mark.parametrize("answer", ["json", "no_call"])
+@pytest.mark.scenario("S92")
+def test_a_llama_cpp_server_ignores_tools_sent_without_tool_choice():
+    """The scripted server's premise, as llama-cpp-python's handlers behave:
+    without ``tool_choice`` the tools are not used (the call becomes text)."""
+    import httpx
+
+    call = completion("", [{"id": "a", "name": "list_folder", "args": {"path": "."}}])
+    tools = [{"type": "function", "function": {"name": "list_folder", "parameters": {}}}]
+    with ChatServer(llama_cpp="json") as server:
+        server.script = [("json", call), ("json", call)]
+        ask = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        ignored = httpx.post(server.url + "/chat/completions", json=ask).json()
+        used = httpx.post(
+            server.url + "/chat/completions", json={**ask, "tool_choice": "auto"}
+        ).json()
+    assert "tool_calls" not in ignored["choices"][0]["message"]
+    assert used["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "list_folder"
+
+
+@pytest.mark.scenario("S92")
+@pytest.mark.parametrize("answer", ["json", "no_call", "abort"])
 def test_ask_streaming_tools_from_a_llama_cpp_server_names_the_cause(tmp_path, answer):
+    """Streaming on, the run fails naming the cause and how to turn streaming
+    off; the command it prints, run as printed, finishes the run without a
+    stream and with its tools (their lines printed as a new ask prints them)."""
     db, folder = _notes(tmp_path)
     with ChatServer(llama_cpp=answer) as server:
-        server.script = list(LIST_THEN_ANSWER)
+        server.script = [LIST_THEN_ANSWER[0], *LIST_THEN_ANSWER]
         env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
         out = run(db, "ask", "what is here?", "--tools", "files", "--folder", str(folder), env=env)
         assert out.returncode == 1
         assert len(server.requests) == 1  # not retried: it would fail the same way
         assert server.requests[0]["body"]["stream"] is True
-    assert "cannot stream tool calls" in out.stderr
-    assert "--no-stream" in out.stderr and "FLOWDESK_MODEL__STREAM=false" in out.stderr
-    assert "Traceback" not in out.stderr
+        assert server.requests[0]["body"]["tool_choice"] == "auto"
+        assert "cannot stream tool calls" in out.stderr
+        assert "--no-stream" in out.stderr and "FLOWDESK_MODEL__STREAM=false" in out.stderr
+        assert "Traceback" not in out.stderr
+        (hint,) = re.findall(r"\((flowdesk [^()]*)\)\s*$", out.stderr)
+        assert hint.endswith("--no-stream") and "--resume" in hint
+        again = as_printed(hint, {**os.environ, **env})
+        assert again.returncode == 0, again.stderr
+        assert "There is todo.md." in again.stdout and "[list_folder…]" in again.stderr
+        resumed = [r["body"] for r in server.requests[1:]]
+    assert len(resumed) == 2 and not any(b.get("stream") for b in resumed)
+    assert [m["content"] for m in resumed[1]["messages"] if m["role"] == "tool"] == ["todo.md"]
 
 
+@pytest.mark.scenario("S93")
 def test_digest_model_mode_offers_no_ask_user_and_completes(tmp_path):
     db = tmp_path / "f.db"
     assert run(db, "db", "apply").returncode == 0
@@ -192,6 +228,7 @@ def test_digest_model_mode_offers_no_ask_user_and_completes(tmp_path):
     assert "2 files: 2 summarised, 0 skipped." in report
 
 
+@pytest.mark.scenario("S93")
 def test_digest_reports_the_question_of_a_summary_run_that_ended_asking(tmp_path):
     from desktop_app import bootstrap
     from desktop_app.agent import Agent

@@ -128,7 +128,7 @@ def test_a_call_whose_server_dies_mid_call_is_outcome_unknown_and_not_repeated(t
         f"agent run {run_id}: MCP server 'notes' closed the connection before answering "
         "'append_and_hang' (the server died or hung up)" in log
     )
-    assert f"agent ask: run {run_id} started" in log and f"agent ask: run {run_id} done" in log
+    assert f"agent ask: run {run_id} started" in log and f"agent ask: run {run_id} ended done" in log
 
 
 @pytest.mark.scenario("S89")
@@ -364,7 +364,7 @@ def test_a_resume_stops_naming_each_used_tool_and_field_that_changed(sqlite_stor
     assert "time__get_epoch was removed" in res.error and "convert_time" not in res.error
     log = flowdesk_log()
     assert f"agent run s1 failed: {res.error}" in log
-    assert "agent t: run s1 resumed (was input_required)" in log
+    assert "agent t: run s1 resumed (status was input_required)" in log
     assert "agent t: run s1 failed" in log
 
 

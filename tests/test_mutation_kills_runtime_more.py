@@ -366,12 +366,13 @@ def test_the_heartbeat_never_takes_back_a_lease_another_host_took_even_once_expi
 def test_debug_log_names_the_agent_the_run_its_end_and_each_retried_error(astore, caplog):
     caplog.set_level(logging.DEBUG, logger=runtime.__name__)
     model = ScriptedModel([ProviderUnavailableError("503"), "ok"])
-    res = Agent("helper", model, astore, clock=ManualClock()).ask("q")
+    agent = Agent("helper", model, astore, clock=ManualClock())
+    res = agent.ask("q")
     assert res.text == "ok"
     assert [r.getMessage() for r in caplog.records if r.name == runtime.__name__] == [
-        f"agent helper: run {res.run_id} started",
+        f"agent helper: run {res.run_id} started (owner {agent.owner})",
         "agent helper: retryable provider error ProviderUnavailableError",
-        f"agent helper: run {res.run_id} done",
+        f"agent helper: run {res.run_id} ended done",
     ]
 
 

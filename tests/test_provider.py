@@ -199,3 +199,11 @@ def test_a_non_stream_reply_to_a_stream_request_is_malformed(server):
     server.script = [("raw", '{"choices": []}')]
     with pytest.raises(MalformedReplyError, match="no server-sent events"):
         list(model_for(server).stream(USER, []))
+
+
+def test_tool_call_arguments_with_a_raw_tab_in_a_string_are_read_as_llama_cpp_writes_them():
+    """llama.cpp's grammar-constrained JSON (seen from llama-cpp-python's
+    server in make test-model) may hold a raw tab inside a string."""
+    from desktop_app.agent.openai_compat import _parse_args
+
+    assert _parse_args('{ "value":"a\tb\nc" }') == {"value": "a\tb\nc"}

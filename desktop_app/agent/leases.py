@@ -16,13 +16,13 @@ from contextlib import contextmanager
 
 from desktop_app.errors import AgentRunLeasedError, FlowdeskError
 from desktop_app.flow.clock import Clock
-from desktop_app.flow.owners import holding
+from desktop_app.flow.owners import Holding, holding
 from desktop_app.store.protocol import AgentLog, AgentRun
 
 
 def claim_agent_run(
     store: AgentLog, run: AgentRun, owner: str, ttl_s: float, now: float
-) -> str | None:
+) -> tuple[str, Holding] | None:
     """Take ``run``'s lease for ``owner`` until ``now + ttl_s`` (UTC epoch s)
     before anything of it runs. A run another owner holds is taken as a
     compare-and-set on that very owner: at once when its process on this
@@ -31,7 +31,8 @@ def claim_agent_run(
     two processes taking over one dead owner's run at once, exactly one wins.
 
     Returns:
-        The owner the run was taken over from, or ``None`` (it was free or ours).
+        The owner the run was taken over from and how it was judged
+        (``"dead"`` or ``"expired"``), or ``None`` (it was free or ours).
 
     Raises:
         AgentRunLeasedError: a live process holds the run (nothing was run).
@@ -45,7 +46,7 @@ def claim_agent_run(
             raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
         takes_over, at = holder, (math.inf if held == "dead" else now)
     store.claim(run.run_id, owner, now + ttl_s, at, takes_over=takes_over)
-    return takes_over
+    return None if takes_over is None else (takes_over, held)
 
 
 @contextmanager

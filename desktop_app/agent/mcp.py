@@ -44,7 +44,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -453,10 +453,15 @@ class McpServer:
 
 
 def open_servers(
-    settings: Settings, names: Sequence[str], run_id: str | None = None
+    settings: Settings,
+    names: Sequence[str],
+    run_id: str | None = None,
+    *,
+    on_connect: Callable[[str], None] | None = None,
 ) -> list[McpServer]:
     """Open the named ``[mcp_servers]`` (for ``flowdesk ask --mcp NAME`` and the app);
-    a stdio server's stderr goes to ``mcp-NAME.log`` in the log folder. A
+    a stdio server's stderr goes to ``mcp-NAME.log`` in the log folder;
+    ``on_connect(name)`` is called before each is started or reached. A
     server that cannot be started or reached is logged (``flowdesk.log``)
     with ``run_id``, the agent run the servers are opened for.
 
@@ -479,6 +484,8 @@ def open_servers(
     try:
         for name in names:
             cfg = settings.mcp_servers[name]
+            if on_connect is not None:
+                on_connect(name)
             errlog = log_dir() / f"mcp-{name}.log"
             opened.append(McpServer.from_settings(name, cfg, errlog).open())
     except BaseException as exc:

@@ -80,10 +80,14 @@ def _raise_for(resp: httpx.Response) -> None:
 
 
 def _parse_args(raw: Any) -> dict[str, Any]:
+    """A tool call's arguments (a JSON object, or the object itself). A raw
+    tab or newline inside a string is accepted (``strict=False``): llama.cpp's
+    grammar-constrained JSON lets a model write them, and they mean what
+    their escapes would."""
     if isinstance(raw, dict):
         return raw
     try:
-        value = json.loads(raw or "{}")
+        value = json.loads(raw or "{}", strict=False)
     except (TypeError, json.JSONDecodeError) as exc:
         raise MalformedReplyError(f"tool call arguments are not JSON: {raw!r}") from exc
     if not isinstance(value, dict):
@@ -193,6 +197,7 @@ class OpenAICompatibleModel:
         text: list[str] = []
         finish: str | None = None
         calls: dict[int, dict[str, Any]] = {}
+        answered = seen_event = False  # a 200 came / a server-sent event came
         try:
             with self._client.stream(
                 "POST", "/chat/completions", json=self._body(messages, tools, True)
@@ -200,7 +205,7 @@ class OpenAICompatibleModel:
                 if resp.status_code >= 400:
                     resp.read()
                     _raise_for(resp)
-                seen_event = False
+                answered = True
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -245,6 +250,11 @@ class OpenAICompatibleModel:
         except httpx.TimeoutException as exc:
             raise ProviderTimeoutError(f"the provider stopped answering: {exc}") from exc
         except httpx.TransportError as exc:
+            if tools and answered and not seen_event:  # llama-cpp-python's server raises "Automatic
+                # streaming tool choice is not supported" after its 200 went out
+                raise _cannot_stream_tools(
+                    f"the stream broke before its first event ({type(exc).__name__})"
+                ) from exc
             raise ProviderUnavailableError(f"the connection to the provider broke: {exc}") from exc
         try:
             tool_calls = tuple(
@@ -264,6 +274,6 @@ def _cannot_stream_tools(what: str) -> ToolCallStreamingError:
     return ToolCallStreamingError(
         f"the provider cannot stream tool calls: asked for a streamed reply with tools, {what} "
         "(llama.cpp's llama-cpp-python server does this); turn streaming off: "
-        "`flowdesk ask --no-stream`, or `stream = false` under [model] in the settings "
+        "ask with --no-stream, or set stream = false under [model] in the settings "
         "(FLOWDESK_MODEL__STREAM=false)"
     )

@@ -84,13 +84,17 @@ class ToolSources:
 
 @contextmanager
 def connected_tools(
-    settings: Settings, sources: ToolSources, run_id: str | None = None
+    settings: Settings,
+    sources: ToolSources,
+    run_id: str | None = None,
+    *,
+    on_connect: Callable[[str], None] | None = None,
 ) -> Iterator[list[AgentTool]]:
     """The tools of ``sources``: the file tools over its folder (those named in
     ``[file_tools] require_approval`` wait for approval) and the tools of each
     named MCP server (read from ``settings``, opened here and closed when the
-    block ends; one that cannot be opened is logged with ``run_id``, the agent
-    run they are for).
+    block ends; ``on_connect(name)`` is called as each is opened; one that
+    cannot be opened is logged with ``run_id``, the agent run they are for).
 
     Raises:
         InputError: the folder does not exist (any more).
@@ -107,7 +111,9 @@ def connected_tools(
                 "need it; restore it, or cancel the run with `flowdesk cancel RUN`"
             )
         tools += file_tools(sources.folder, require_approval=settings.file_tools.require_approval)
-    servers = open_servers(settings, sources.mcp, run_id) if sources.mcp else []
+    servers = (
+        open_servers(settings, sources.mcp, run_id, on_connect=on_connect) if sources.mcp else []
+    )
     try:
         yield tools + [t for s in servers for t in s.tools()]
     finally:

@@ -263,7 +263,7 @@ class Agent:
             if self.tool_sources is None
             else (TOOL_SOURCES_KEY, "tool_sources", "completed", self.tool_sources),
         )
-        log.info("agent %s: run %s started", self.name, rid)
+        log.info("agent %s: run %s started (owner %s)", self.name, rid, self.owner)
         return rid
 
     def ask(
@@ -364,6 +364,13 @@ class Agent:
             ApprovalAnswerError: an approval answered with neither yes nor no
                 (nothing changed; the run still waits).
         """
+        return _drain(self._resume_input(run_id, text, False))
+
+    def resume_input_stream(self, run_id: str, text: str) -> Iterator[AgentEvent]:
+        """:meth:`resume_input`, streamed (text deltas and tool events)."""
+        return self._resume_input(run_id, text, True)
+
+    def _resume_input(self, run_id: str, text: str, stream: bool) -> Iterator[AgentEvent]:
         run = self.store.get(run_id)
         if run.status != "input_required" or run.pending_call is None:
             raise RunStateError(
@@ -382,7 +389,8 @@ class Agent:
                 status="running",
                 pending_call=None,
             )
-            return _drain(self._drive(run_id, False))
+            yield from self._drive(run_id, stream)
+            return
         call = ToolCall.from_json(run.pending_call)
         answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
         self._refuse_other_tools(run_id)
@@ -395,7 +403,7 @@ class Agent:
             status="running",
             pending_call=None,
         )
-        return _drain(self._drive(run_id, False))
+        yield from self._drive(run_id, stream)
 
     def pending(self) -> list[AgentRun]:
         """Runs of this agent that are not terminal (running, paused,
@@ -447,7 +455,7 @@ class Agent:
 
     def _finish(self, run: AgentRun, status: AgentStatus, **fields: Any) -> AgentEvent:
         self.store.update(run.run_id, self.clock.now(), owner=self.owner, status=status, **fields)
-        log.info("agent %s: run %s %s", self.name, run.run_id, status)
+        log.info("agent %s: run %s ended %s", self.name, run.run_id, status)
         response = AgentResponse(
             run.run_id,
             status,
@@ -465,11 +473,13 @@ class Agent:
         is alive on this host (whatever the clocks say), and, for an owner on
         another host, only once its lease has expired. Of two processes
         taking over one dead owner's run at once, exactly one wins."""
-        holder = run.lease_owner
         took = claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
         if took is not None:
-            log.info("agent %s: run %s taken over from %s", self.name, run.run_id, holder)
-        log.info("agent %s: run %s resumed (was %s)", self.name, run.run_id, run.status)
+            log.info(
+                "agent %s: run %s taken over from %s (%s) by %s",
+                self.name, run.run_id, took[0], took[1], self.owner,
+            )  # fmt: skip
+        log.info("agent %s: run %s resumed (status was %s)", self.name, run.run_id, run.status)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:
         """Execute the run while holding its lease; the lease is renewed by a

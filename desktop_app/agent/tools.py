@@ -67,6 +67,13 @@ TOOLSET_KEY = "agent/toolset"
 TOOL_SOURCES_KEY = "agent/tool_sources"
 
 
+def is_tool_call(tool_key: str) -> bool:
+    """Whether a key of a run's tool journal is a tool call's, not one of the
+    records kept beside them (:data:`LISTING_PREFIX`, :data:`TOOLSET_KEY`,
+    :data:`TOOL_SOURCES_KEY`: each holds a "/", which no tool name can)."""
+    return "/" not in tool_key
+
+
 @runtime_checkable
 class ToolListing(Protocol):
     """A source of tools whose list is recorded in each agent run (an MCP server).

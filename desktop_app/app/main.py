@@ -23,6 +23,7 @@ time repainting the screen; the subscriber never reads the store.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from desktop_app import bootstrap
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: Run statuses ``Engine.recover`` resumes at launch.
 INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
@@ -313,6 +315,7 @@ class FlowdeskApp(App[None]):
             )
             return
         self.services = services
+        log.info("app: database opened, engine %s", services.engine.owner)
         self.schema = services.schema
         self.engine = services.engine
         self.reader = services.reader

@@ -26,6 +26,7 @@ when that command runs (:func:`handler`).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shlex
 import sys
@@ -128,9 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     ctx = Ctx(args)
+    code = EXIT_FAILED
     try:
-        return _handle(ctx, handler(args.command or "app"), argv)
+        code = _handle(ctx, handler(args.command or "app"), argv)
+        return code
     finally:
+        logging.getLogger(__name__).info("command %s exited %d", args.command or "app", code)
         if ctx.hints.password_left_out:
             print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)
 

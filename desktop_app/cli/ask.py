@@ -20,9 +20,10 @@ from desktop_app.textsafe import visible_controls
 if TYPE_CHECKING:
     from desktop_app.agent import Agent
     from desktop_app.agent.recovery import ToolSources
+    from desktop_app.agent.runtime import AgentEvent
     from desktop_app.bootstrap import Services
+    from desktop_app.config import Settings
 
-SYSTEM = "You answer questions about the user's files. Be brief."
 NO_MODEL = (
     "no model is configured: set FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL "
     "(or [model] base_url/model in the settings file), and store a key with "
@@ -41,18 +42,70 @@ class _NoModel:
         raise ConfigError(NO_MODEL)
 
 
+def system_prompt(settings: Settings, name: str, tools: list[Any]) -> str:
+    """The system prompt a new run of agent ``name`` starts with:
+    ``[agents.NAME] system`` from the settings, or else one that names the
+    tools it has (``tools``: objects with a ``name``) and no others."""
+    own = settings.agents.get(name)
+    if own is not None and own.system is not None:
+        return own.system
+    names = sorted({str(t.name) for t in tools})
+    has = (
+        f"You can call these tools: {', '.join(names)}; call one when the question needs it."
+        if names
+        else "You have no tools: answer from what you know, and do not claim to have "
+        "looked anything up."
+    )
+    ask = "To ask the user something, call ask_user."
+    return f"You answer the user's questions. {has} {ask} Be brief."
+
+
 def agent_for(
     sv: Services, name: str, tools: list[Any] | None = None, sources: ToolSources | None = None
 ) -> Agent:
     """An :class:`Agent` named ``name`` over the services' agent store, with
-    the configured model (or one that refuses calls when none is configured);
-    a run it starts records ``sources`` (where ``tools`` came from)."""
+    the configured model (or one that refuses calls when none is configured)
+    and :func:`system_prompt`; a run it starts records ``sources`` (where
+    ``tools`` came from)."""
     from desktop_app.agent import Agent
     from desktop_app.bootstrap import build_model
 
     model: Any = build_model(sv.settings) or _NoModel()
     recorded = None if sources is None or sources.empty else sources.to_json()
-    return Agent(name, model, sv.agents, tools or [], system=SYSTEM, tool_sources=recorded)
+    system = system_prompt(sv.settings, name, tools or [])
+    return Agent(name, model, sv.agents, tools or [], system=system, tool_sources=recorded)
+
+
+def _connecting(name: str) -> None:
+    """Says on stderr that an MCP server is being started or reached (a
+    stdio server can take many seconds); stdout stays the answer alone."""
+    print(f"connecting to MCP server {visible_controls(name)}…", file=sys.stderr, flush=True)
+
+
+def _print_events(
+    ctx: Ctx, events: Iterator[AgentEvent], run_id: str | None = None
+) -> tuple[Any, bool]:
+    """Prints an agent run's events as they come (text on stdout, tool
+    lines on stderr); returns its final response and whether text was printed.
+    ``run_id``: of a new run, hinted once it is stored."""
+    last = None
+    streamed = False
+    for ev in events:
+        if ev.kind == "started" and run_id:  # stored: from now on it can be resumed
+            ctx.current_run = run_id
+            again = ctx.hints.cmd(f"resume {run_id}")
+            print(f"run {run_id} (if interrupted: {again})", file=sys.stderr, flush=True)
+        elif ev.kind == "delta":  # ESC is shown as \x1b: a sequence split over
+            # deltas stays visible, each part on its own
+            print(visible_controls(ev.text), end="", flush=True)
+            streamed = streamed or bool(ev.text)
+        elif ev.kind == "tool_start":
+            print(f"\n[{visible_controls(str(ev.tool))}…]", file=sys.stderr, flush=True)
+        last = ev
+    if streamed:
+        print()
+    assert last is not None and last.response is not None
+    return last.response, streamed
 
 
 def _sources(ctx: Ctx) -> ToolSources:
@@ -72,7 +125,7 @@ def _sources(ctx: Ctx) -> ToolSources:
     return ToolSources(folder, tuple(getattr(ctx.args, "mcp", None) or ()))
 
 
-def _finish(ctx: Ctx, res: Any, printed: bool) -> int:
+def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
     if res.status == "done":
         if not printed:
             print(visible_controls(res.text))
@@ -91,6 +144,8 @@ def _finish(ctx: Ctx, res: Any, printed: bool) -> int:
         print(f"answer with: {hint}", file=sys.stderr)
         return EXIT_OK
     hint = ctx.hints.cmd(f"resume {res.run_id}")
+    if sv.agents.get(res.run_id).error_type == "ToolCallStreamingError":
+        hint = ctx.hints.cmd(f"ask --resume {res.run_id} --no-stream")
     error = visible_controls(str(res.error))
     print(f"run {res.run_id} {res.status}: {error}  ({hint})", file=sys.stderr)
     return EXIT_FAILED
@@ -106,20 +161,20 @@ def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) ->
     if ToolSources.of_run(sv.agents, run_id).pydantic_ai is not None:
         ctx.current_run = run_id
         resumed = resume_pydantic_ai(sv.agents, sv.settings, run_id, answer)
-        return _finish(ctx, resumed, printed=False)
+        return _finish(ctx, sv, resumed, printed=False)
     if build_model(sv.settings) is None:
         raise ConfigError(NO_MODEL)
     given = _sources(ctx)
     sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
     ctx.current_run = run_id
-    with connected_tools(sv.settings, sources, run_id) as tools:
+    with connected_tools(sv.settings, sources, run_id, on_connect=_connecting) as tools:
         agent = agent_for(sv, sv.agents.get(run_id).agent, tools)
-        res: Any
         if answer is not None:
-            res = agent.resume_input(run_id, answer)
+            events = agent.resume_input_stream(run_id, answer)
         else:
-            res = list(agent.resume_stream(run_id))[-1].response
-    return _finish(ctx, res, printed=False)
+            events = agent.resume_stream(run_id)
+        res, printed = _print_events(ctx, events)
+    return _finish(ctx, sv, res, printed=printed)
 
 
 def cmd_ask(ctx: Ctx) -> int:
@@ -145,24 +200,10 @@ def cmd_ask(ctx: Ctx) -> int:
 
     sources = _sources(ctx)
     run_id = uuid.uuid4().hex
-    with connected_tools(sv.settings, sources) as tools:
+    with connected_tools(sv.settings, sources, on_connect=_connecting) as tools:
         agent = agent_for(sv, "ask", tools, sources)
-        events = []
-        for ev in agent.stream(a.question, run_id=run_id):
-            if ev.kind == "started":  # stored: from now on it can be resumed by its id
-                ctx.current_run = run_id
-                again = ctx.hints.cmd(f"resume {run_id}")
-                print(f"run {run_id} (if interrupted: {again})", file=sys.stderr, flush=True)
-            elif ev.kind == "delta":  # ESC is shown as \x1b: a sequence split over
-                # deltas stays visible, each part on its own
-                print(visible_controls(ev.text), end="", flush=True)
-            elif ev.kind == "tool_start":
-                print(f"\n[{visible_controls(str(ev.tool))}…]", file=sys.stderr, flush=True)
-            events.append(ev)
-    print()
-    res = events[-1].response
-    assert res is not None
-    return _finish(ctx, res, printed=True)
+        res, printed = _print_events(ctx, agent.stream(a.question, run_id=run_id), run_id)
+    return _finish(ctx, sv, res, printed=printed)
 
 
 def recover_agents(sv: Services, skip: set[str] | None = None) -> tuple[int, int]:

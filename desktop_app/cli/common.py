@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,9 @@ def parse_json(text: str, what: str) -> Any:
             f"{what} is nested too deeply (more than about {sys.getrecursionlimit()} levels "
             "of arrays or objects); give a flatter JSON value"
         ) from None
+
+
+log = logging.getLogger(__name__)
 
 
 def read_answer() -> str:
@@ -85,6 +89,7 @@ class Ctx:
 
             self._settings = load_settings(db_path=self.args.db, scope=self.args.scope)
             setup(self._settings)  # log file, OTLP export
+            log.info("command %s started (pid %d)", self.args.command or "app", os.getpid())
         return self._settings
 
     def services(

@@ -266,6 +266,7 @@ def _interrupted_line(ctx: Ctx, run: Any) -> str:
 
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     from desktop_app.agent.messages import is_outcome_unknown
+    from desktop_app.agent.tools import is_tool_call
 
     run = sv.agents.get(run_id)
     messages = sv.agents.messages(run_id)
@@ -291,6 +292,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                         "reused": t.reused,
                         "outcome_unknown": is_outcome_unknown(t.result),
                         "result": t.result,
+                        "kind": "call" if is_tool_call(t.tool_key) else "record",
                     }
                     for t in tools
                 ],
@@ -324,10 +326,14 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         for call in m.get("tool_calls", []):
             args = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
-    _say(f"tool calls: {len(tools)}")
-    for t in tools:
+    calls = [t for t in tools if is_tool_call(t.tool_key)]
+    _say(f"tool calls: {len(calls)}")
+    for t in calls:
         status = "unknown" if is_outcome_unknown(t.result) else t.status
         _say(f"  {t.tool:14} {status:12} attempts {t.attempts}  reused {t.reused}")
+    records = [t.tool for t in tools if not is_tool_call(t.tool_key)]
+    if records:  # the tool lists and sources the run recorded to be resumed with
+        _say(f"recorded: {', '.join(records)}")
     return EXIT_OK
 
 

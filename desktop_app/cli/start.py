@@ -175,7 +175,9 @@ def cmd_run(ctx: Ctx) -> int:
                 "--model needs a configured model: set FLOWDESK_MODEL__BASE_URL and "
                 "FLOWDESK_MODEL__MODEL"
             )
-        agent = Agent("digest-summary", model, sv.agents, ask_user=False)
+        own = sv.settings.agents.get("digest-summary")
+        system = own.system if own is not None else None
+        agent = Agent("digest-summary", model, sv.agents, system=system, ask_user=False)
         sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
     from desktop_app.flows import builtin_flow_key
 

@@ -362,6 +362,7 @@ class Engine:
             deadline_at=now + f.deadline_s if f.deadline_s else None,
         )
         self.store.create_run(run, cp)
+        log.info("run %s of flow %s created (%s, owner %s)", rid, f.name, status, self.owner)
         return rid
 
     def start(
@@ -462,7 +463,9 @@ class Engine:
     def _go(self, driver: RunDriver) -> RunResult:
         """Execute the driver's run, or (``executes=False``) hand it back."""
         if self.executes:
-            return driver.drive()
+            result = driver.drive()
+            log.info("run %s stopped here: %s", result.run_id, result.status)
+            return result
         with contextlib.suppress(FlowdeskError):  # else its lease expires on its own
             driver.release()
         return driver.result()
@@ -482,6 +485,11 @@ class Engine:
         driver = RunDriver(self, f, run, self.store.latest(run_id))
         # the driver's first checkpoint claims the lease atomically
         driver.takeover = self._takeover_of(run)
+        if driver.takeover is not None:
+            holder, dead = driver.takeover
+            state = "dead" if dead else "lease expired"
+            log.info("run %s: %s takes it over from %s (%s)", run_id, self.owner, holder, state)
+        log.info("run %s of flow %s resumed (status was %s)", run_id, f.name, run.status)
         return driver
 
     def _takeover_of(self, run: RunRecord) -> tuple[str, bool] | None:

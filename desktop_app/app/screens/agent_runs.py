@@ -31,7 +31,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from desktop_app.agent.messages import canonical_json, is_outcome_unknown
 from desktop_app.agent.runtime import AgentResponse
-from desktop_app.agent.tools import TOOLSET_KEY
+from desktop_app.agent.tools import is_tool_call
 from desktop_app.app.format import json_text, short_id, when
 from desktop_app.app.screens.ask import (
     AnswerDelta,
@@ -399,7 +399,7 @@ class AgentRunsScreen(Screen[None]):
         view.update(Text("\n".join(run_lines(detail.run, now, self.flowdesk.hints))))
         await self.query_one(ConversationView).show(detail.messages, CONTENT_CHARS * 10)
         tools.clear()
-        calls = [r for r in detail.tools if r.tool_key != TOOLSET_KEY]  # not a call
+        calls = [r for r in detail.tools if is_tool_call(r.tool_key)]  # not the records
         for result in calls:
             tools.add_row(
                 Text(result.tool),
