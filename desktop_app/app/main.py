@@ -404,6 +404,7 @@ class FlowdeskApp(App[None]):
 
     def _start_recovery(self) -> None:
         everything = self.read(lambda s: s.list_runs(statuses=INTERRUPTED)) or []
+        everything = [r for r in everything if not self._other_mode(r)]
         interrupted = [
             r for r in everything if recovery_policy(self.settings, r.flow_name) == "auto"
         ]
@@ -431,6 +432,13 @@ class FlowdeskApp(App[None]):
         self.runs_screen.status_line.say(text)
         self._recover(ids)
 
+    def _other_mode(self, run: RunRecord) -> bool:
+        """A run of another mode of a registered flow (the CLI's ``digest
+        --model``): the process with that mode resumes it, not this app."""
+        engine = self.engine
+        flow = None if engine is None else engine.flows.get(run.flow_name)
+        return flow is not None and run.flow_version in flow.variants
+
     @work(thread=True, group="recover", name="resume interrupted runs")
     def _recover(self, claimed: frozenset[str]) -> None:
         engine = self.engine
@@ -454,7 +462,9 @@ class FlowdeskApp(App[None]):
         try:
             engine.recover(
                 on_result=on_result,
-                only=lambda r: recovery_policy(self.settings, r.flow_name) == "auto",
+                only=lambda r: (
+                    recovery_policy(self.settings, r.flow_name) == "auto" and not self._other_mode(r)
+                ),
             )
         except FlowdeskError as exc:
             self.say(f"Resuming interrupted runs stopped: {exc}", "error")

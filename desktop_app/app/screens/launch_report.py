@@ -1,5 +1,9 @@
 """The launch report (S51): runs left by an older version of their flow.
 
+Only runs no process executes are listed (``Engine.incompatible_runs``
+leaves out another mode of the same version, such as the CLI's ``digest
+--model``, and runs a live process holds).
+
 After launch recovery, :func:`check_after_launch` asks the engine for live
 runs whose flow changed since they started (``Engine.incompatible_runs``).
 When there are any, :class:`LaunchReportScreen` lists them with what launch
@@ -97,9 +101,9 @@ class LaunchReportScreen(ModalScreen[None]):
     """Runs of older flow versions: fail, fork onto the current version, or keep."""
 
     BINDINGS = [
-        Binding("f", "fail", "Fail run"),
-        Binding("o", "fork", "Fork onto current"),
         Binding("k", "keep", "Keep"),
+        Binding("o", "fork", "Fork onto current"),
+        Binding("f", "fail", "Fail run"),
         Binding("escape", "close", "Close"),
         HELP_BINDING,
     ]
@@ -141,18 +145,19 @@ class LaunchReportScreen(ModalScreen[None]):
             yield Static(
                 Text(
                     f"{n} run{'s were' if n != 1 else ' was'} started under an older version of "
-                    "its flow and cannot go on as it is. For each: f fails it ('flow changed'), "
-                    "o forks it onto the current version (from its latest state and step; the "
-                    "old run is canceled as superseded), k keeps it for a process that still "
-                    "has the old flow."
+                    "its flow, and no process runs it now. For each: k keeps it for a process "
+                    "that still has the old flow, o forks it onto the current version (from its "
+                    "latest state and step; the old run is canceled as superseded), f fails it "
+                    "('flow changed')."
                 ),
                 id="explain",
             )
             yield DataTable[Text](id="incompatible", cursor_type="row", zebra_stripes=True)
             with Horizontal(id="buttons"):
+                # keeping first, failing last: the default never destroys work
+                yield Button("Keep", variant="primary", id="keep")
+                yield Button("Fork onto current", id="fork")
                 yield Button("Fail run", variant="error", id="fail")
-                yield Button("Fork onto current", variant="primary", id="fork")
-                yield Button("Keep", id="keep")
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
