@@ -463,7 +463,8 @@ class FlowdeskApp(App[None]):
             engine.recover(
                 on_result=on_result,
                 only=lambda r: (
-                    recovery_policy(self.settings, r.flow_name) == "auto" and not self._other_mode(r)
+                    recovery_policy(self.settings, r.flow_name) == "auto"
+                    and not self._other_mode(r)
                 ),
             )
         except FlowdeskError as exc:

@@ -24,6 +24,7 @@ from desktop_app.app.format import countdown, json_text, short_id, wait_target
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
 from desktop_app.app.previews import PREVIEWS, Preview
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
@@ -194,7 +195,7 @@ class AnswerScreen(ModalScreen[None]):
         for w in self.waits:
             text = countdown(w.deadline_at, now)
             if table.get_cell(w.wait_id, "deadline").plain != text:
-                table.update_cell(w.wait_id, "deadline", Text(text))
+                update_fitting(table, w.wait_id, "deadline", Text(text))
 
     # -- the selected wait ---------------------------------------------
 

@@ -27,6 +27,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
+from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
@@ -272,10 +273,11 @@ class InboxScreen(Screen[None]):
         for item in self.items:
             text = countdown(item.deadline_at, now)
             if table.get_cell(item.key, "deadline").plain != text:
-                table.update_cell(item.key, "deadline", Text(text))
+                update_fitting(table, item.key, "deadline", Text(text))
             left = time_left_bar(item.asked_at, item.deadline_at, now)
             if table.get_cell(item.key, "left").plain != left:
-                table.update_cell(item.key, "left", Text(left, style=self._bar_style(item, now)))
+                bar = Text(left, style=self._bar_style(item, now))
+                update_fitting(table, item.key, "left", bar)
 
     @staticmethod
     def _bar_style(item: InboxItem, now: float) -> str:

@@ -19,6 +19,7 @@ from desktop_app.app.format import (
     when,
 )
 from desktop_app.app.state_diff import shorten
+from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
@@ -271,7 +272,7 @@ class CheckpointsTable(DataTable[Text]):
         for (column, _label), value in zip(
             self.COLUMNS, group_cells(self._groups[index]), strict=True
         ):
-            self.update_cell(key, column, value)
+            update_fitting(self, key, column, value)
 
     @property
     def groups(self) -> list[CheckpointGroup]:
@@ -345,7 +346,7 @@ class WaitsTable(DataTable[Text]):
         for wait in self.waits:
             text = countdown(wait.deadline_at, now)
             if self.get_cell(wait.wait_id, "left").plain != text:
-                self.update_cell(wait.wait_id, "left", Text(text))
+                update_fitting(self, wait.wait_id, "left", Text(text))
 
     def left(self, wait_id: str) -> str:
         """The time left shown for a wait (``""`` when it has no row)."""
