@@ -93,3 +93,43 @@ async def test_a_run_a_live_process_holds_is_not_asked_about(tmp_path: Path) -> 
         await pilot.press("enter")  # the table has focus: Enter decides nothing
         await settle(pilot)
         assert report.decision(run_id) == "undecided"
+
+
+async def test_runs_left_for_a_person_keep_a_banner_until_each_is_acted_on(
+    tmp_path: Path,
+) -> None:
+    """recovery = {approve = "ask"}: the notice stays across the session (not
+    a toast that goes) and at every launch, until each run is resumed."""
+    from desktop_app.app.screens.runs import RunsScreen
+    from desktop_app.config import load_settings
+
+    db = tmp_path / "t.db"
+    settings = load_settings(db_path=db, recovery={"approve": "ask"})
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[approve_flow("1")])
+    try:  # two runs started, never run: interrupted before they ran
+        first = engine.start("approve", Approval())
+        engine.start("approve", Approval())
+    finally:
+        engine.store.close()
+    for _launch in range(2):
+        app = FlowdeskApp(settings, flows=[approve_flow("1")])
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, RunsScreen)
+            line = screen.asking_line
+            assert line.display and line.message.startswith(
+                "2 interrupted runs of approve wait for you"
+            )
+            await pilot.pause(0.2)
+            assert line.message.startswith("2 interrupted runs")  # it stays
+    app = FlowdeskApp(settings, flows=[approve_flow("1")])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        screen.table.follow(first)
+        await pilot.press("r")  # resumed: it waits for its answer now
+        await settle(pilot)
+        assert screen.asking_line.message.startswith("1 interrupted run of approve")

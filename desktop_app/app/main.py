@@ -79,6 +79,7 @@ from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted,
 from desktop_app.flows import builtin_flow_key
 from desktop_app.flows.digest import DigestInput, DigestState
 from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+from desktop_app.runs_view import left_over
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
 
 if TYPE_CHECKING:
@@ -408,13 +409,21 @@ class FlowdeskApp(App[None]):
         interrupted = [
             r for r in everything if recovery_policy(self.settings, r.flow_name) == "auto"
         ]
-        asking = [r for r in everything if recovery_policy(self.settings, r.flow_name) == "ask"]
+        now = self.now()
+        asking = [
+            r
+            for r in everything
+            if recovery_policy(self.settings, r.flow_name) == "ask"
+            and left_over(r, now)  # not one a live process runs
+        ]
         if asking:
             flows = ", ".join(sorted({r.flow_name for r in asking}))
             self.say(
                 f"{plural(len(asking), 'interrupted run')} of {flows} wait for you: "
                 "select one and press r to resume it"
             )
+            # the toast goes; the banner stays until each is resumed or canceled
+            self.runs_screen.ask_about({r.run_id: r.flow_name for r in asking})
         services = self.services
         agent_runs = (
             []
