@@ -338,7 +338,7 @@ class RunsScreen(Screen[None]):
             return
         now = self.flowdesk.now()
         for run_id in run_ids:
-            run = self.flowdesk.read(lambda store: store.get_run(run_id), quiet=True)
+            run = self.flowdesk.read(lambda store, i=run_id: store.get_run(i), quiet=True)
             if run is None or not left_over(run, now):
                 self.asking.pop(run_id, None)
         self._show_asking()
