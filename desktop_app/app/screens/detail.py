@@ -52,6 +52,7 @@ from desktop_app.app.widgets.run_tables import (
     OutboxTable,
     StepsTable,
     WaitsTable,
+    resumed_at,
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
@@ -455,7 +456,8 @@ class RunDetailScreen(Screen[None]):
         else:
             last = self.history[-1].revision if self.history else -1
             self.history.extend(h for h in message.history if h.revision > last)
-        timeline.show(self.history)
+        resumed = resumed_at(self.latest.meta) if self.latest is not None else {}
+        timeline.show(self.history, resumed)
         self._sync_selection()
         if message.more:  # the next page once this one is on screen
             self.call_after_refresh(self._load_history)
