@@ -161,3 +161,7 @@ class InMemoryAgentLog:
                 and (agent is None or r.agent == agent)
             ]
         return sorted(runs, key=lambda r: (r.created_at, r.run_id))
+
+    def list_page(self, *, offset: int, limit: int) -> list[AgentRun]:
+        newest = sorted(self.list(), key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return newest[offset : offset + limit]

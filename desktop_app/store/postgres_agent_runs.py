@@ -294,3 +294,13 @@ class PostgresAgentStore:
         return self.checkpoints._read(
             lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
         )
+
+    def list_page(self, *, offset: int, limit: int) -> list[AgentRun]:
+        sql = (
+            f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=%s "
+            "ORDER BY created_at DESC, run_id DESC LIMIT %s OFFSET %s"
+        )
+        args = (self.scope, limit, offset)
+        return self.checkpoints._read(
+            lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
+        )

@@ -555,3 +555,8 @@ class AgentLog(Protocol):
     ) -> list[AgentRun]:
         """Agent runs of this scope (optionally of these statuses / this
         agent), oldest first."""
+
+    def list_page(self, *, offset: int, limit: int) -> list[AgentRun]:
+        """Rows ``offset`` to ``offset + limit`` of this scope's agent runs,
+        newest first (``created_at``, then run id, descending): one bounded
+        read, so a list of thousands is read in pages."""

@@ -1,5 +1,6 @@
-"""An agent run's conversation as distinct blocks: user and assistant text
-rendered as Markdown, tool calls, tool results and reused results (a result
+"""An agent run's conversation as distinct blocks: assistant text rendered
+as Markdown, what a person typed (user and system text) shown literally as
+typed (``__init__.py`` stays ``__init__.py``), tool calls, tool results and reused results (a result
 journaled earlier and not called again) each with their own look.
 
 Every text shown comes from a model or a tool: its control characters are
@@ -43,7 +44,7 @@ def message_blocks(index: int, message: dict[str, Any], limit: int) -> list[Widg
         content = content[:limit] + "…"
     blocks: list[Widget] = [Static(title, classes="block-title", markup=False)]
     if content:
-        if kind in ("user", "assistant", "system"):
+        if kind == "assistant":
             blocks.append(Markdown(content, classes="block-text"))
         else:
             blocks.append(Static(content, classes="block-text", markup=False))
