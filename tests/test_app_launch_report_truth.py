@@ -11,11 +11,12 @@ import socket
 import subprocess
 from pathlib import Path
 
-from textual.widgets import Button
+from textual.widgets import Button, DataTable
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.launch_report import LaunchReportScreen
+from desktop_app.config import load_settings
 from desktop_app.flow.owners import _start_ticks
 from desktop_app.flows import builtin_flows
 from desktop_app.flows.digest import DigestState, build_digest_flow
@@ -80,13 +81,16 @@ async def test_a_run_a_live_process_holds_is_not_asked_about(tmp_path: Path) -> 
     finally:
         holder.kill()
         holder.wait()
-    # its holder is gone: now a person decides, and keeping comes first
-    app = FlowdeskApp(settings, flows=[approve_flow("2")])
+    # its holder is gone: now a person decides, and keeping comes first (no
+    # launch recovery here: its failed attempt would let go of the dead lease)
+    app = FlowdeskApp(load_settings(db_path=db, recover_on_launch=False), flows=[approve_flow("2")])
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         report = app.screen
         assert isinstance(report, LaunchReportScreen)
         assert [r.run_id for r in report.runs] == [run_id]
+        status = report.query_one("#incompatible", DataTable).get_cell(run_id, "status").plain
+        assert status == "interrupted"
         buttons = [b.id for b in report.query(Button)]
         assert buttons[0] == "keep" and buttons[-2:] == ["fail", "close"]
         assert report.query_one("#fail", Button).variant == "error"

@@ -32,6 +32,7 @@ from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import Engine, IncompatibleRun
+from desktop_app.runs_view import display_status
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
@@ -64,8 +65,11 @@ def check_after_launch(app: FlowdeskApp) -> None:
             return
         if runs:
             changes = {r.run_id: describe_change(engine, r) for r in runs}
+            now = engine.store.now()
+            # a running run whose process is gone shows as interrupted
+            statuses = {r.run_id: display_status(engine.status(r.run_id), now) for r in runs}
             # call_later posts a message: safe from this thread.
-            app.call_later(show_report, app, runs, changes)
+            app.call_later(show_report, app, runs, changes, statuses)
 
     app.run_worker(find, thread=True, group="launch-report", name="find runs of older flows")
 
@@ -80,11 +84,14 @@ def describe_change(engine: Engine, run: IncompatibleRun) -> str:
 
 
 def show_report(
-    app: FlowdeskApp, runs: list[IncompatibleRun], changes: dict[str, str] | None = None
+    app: FlowdeskApp,
+    runs: list[IncompatibleRun],
+    changes: dict[str, str] | None = None,
+    statuses: dict[str, str] | None = None,
 ) -> None:
     if not app.is_running:
         return
-    app.push_screen(LaunchReportScreen(runs, app.recovery, changes))
+    app.push_screen(LaunchReportScreen(runs, app.recovery, changes, statuses))
 
 
 class Decided(Message):
@@ -122,12 +129,16 @@ class LaunchReportScreen(ModalScreen[None]):
         runs: list[IncompatibleRun],
         recovery: str | None = None,
         changes: dict[str, str] | None = None,
+        statuses: dict[str, str] | None = None,
     ) -> None:
         """``changes``: what changed in each run's flow, by run id (default:
-        the two version strings)."""
+        the two version strings); ``statuses``: the status shown, by run id
+        (``display_status``: ``interrupted`` for a run whose process is gone;
+        default: the stored one)."""
         super().__init__()
         self.runs = runs
         self.changes = changes or {}
+        self.statuses = statuses or {}
         self.recovery = recovery
         self.decisions: dict[str, str] = {r.run_id: "undecided" for r in runs}
         self._busy: set[str] = set()
@@ -169,7 +180,7 @@ class LaunchReportScreen(ModalScreen[None]):
             cells = (
                 short_id(r.run_id),
                 r.flow_name,
-                r.status,
+                self.statuses.get(r.run_id, r.status),
                 r.step or "-",
                 self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}"),
                 self.decisions[r.run_id],
