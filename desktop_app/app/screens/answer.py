@@ -11,10 +11,10 @@ import shlex
 from typing import TYPE_CHECKING, Any, cast
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen
@@ -64,6 +64,11 @@ def how_to_deliver(hints: Hints, wait: Wait) -> str:
     return "It goes on by itself when the timer is due."
 
 
+#: rows of the answer dialog that are not its scrolling body: border and
+#: padding (4), the buttons' margin and height (4), the footer (1)
+FRAME_ROWS = 9
+
+
 class AnswerScreen(ModalScreen[None]):
     """The pending waits of one waiting run; answers its input waits."""
 
@@ -90,32 +95,46 @@ class AnswerScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         run = self.run
+        # what the run asks scrolls on a short terminal; Send and Close stay below it
         with Vertical(id="dialog"):
-            yield Label(
-                Text.assemble(
-                    ("Run ", "bold"),
-                    short_id(run.run_id),
-                    (" (", ""),
-                    run.flow_name,
-                    (") is waiting", "bold"),
+            with VerticalScroll(id="body"):
+                yield Label(
+                    Text.assemble(
+                        ("Run ", "bold"),
+                        short_id(run.run_id),
+                        (" (", ""),
+                        run.flow_name,
+                        (") is waiting", "bold"),
+                    )
                 )
-            )
-            yield DataTable[Text](id="waits", cursor_type="row", zebra_stripes=True)
-            yield Static("Reading what it waits for…", id="prompt")
-            yield Static("", id="preview-title")
-            yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
-            with Horizontal(id="yes-no"):
-                yield Button("Yes", variant="success", id="answer-yes", disabled=True)
-                yield Button("No", variant="error", id="answer-no", disabled=True)
-            yield Input(placeholder="Type the answer; enter sends it", id="answer", disabled=True)
-            yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json", compact=True)
-            yield Static("", id="answer-error")
+                yield DataTable[Text](id="waits", cursor_type="row", zebra_stripes=True)
+                yield Static("Reading what it waits for…", id="prompt")
+                yield Static("", id="preview-title")
+                yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
+                with Horizontal(id="yes-no"):
+                    yield Button("Yes", variant="success", id="answer-yes", disabled=True)
+                    yield Button("No", variant="error", id="answer-no", disabled=True)
+                yield Input(
+                    placeholder="Type the answer; enter sends it", id="answer", disabled=True
+                )
+                yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json", compact=True)
+                yield Static("", id="answer-error")
             with Horizontal(id="buttons"):
                 yield Button("Send", variant="primary", id="send", disabled=True)
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        """What the run asks takes what the terminal's height leaves beside
+        the dialog's frame, its buttons and the footer (it scrolls when that
+        is less than it needs): Send and Close are always on screen."""
+        self.query_one("#body").styles.max_height = max(3, height - FRAME_ROWS)
+
     def on_mount(self) -> None:
+        self._fit(self.app.size.height)
         table = self.query_one("#waits", DataTable)
         for key, label in self.COLUMNS:
             table.add_column(label, key=key)
