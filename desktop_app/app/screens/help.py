@@ -20,6 +20,7 @@ HELP_BINDING = Binding("f1", "app.help", "Help", key_display="F1")
 #: (4), title (1), the table's margins (2), the last line (1), the footer (1)
 FRAME_ROWS = 9
 
+
 @dataclass(frozen=True)
 class KeyHelp:
     """One key: how it is shown, what it does, and whether it works right now."""
