@@ -51,7 +51,7 @@ async def test_a_killed_and_resumed_digest_shows_the_stop_as_a_row(tmp_path: Pat
     assert before.iterations + after.iterations == 30 - 12 + 12  # the loop's iterations, all
 
     app = FlowdeskApp(load_settings(db_path=db))
-    async with app.run_test(size=(120, 35)) as pilot:
+    async with app.run_test(size=(200, 50)) as pilot:
         await settle(pilot)
         app.push_screen(RunDetailScreen(run_id))
         await settle(pilot)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -30,6 +31,7 @@ from desktop_app.app.flow_changes import flow_change
 from desktop_app.app.format import short_id
 from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import Engine, IncompatibleRun
 from desktop_app.runs_view import display_status
@@ -37,6 +39,8 @@ from desktop_app.runs_view import display_status
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
 
+#: The dialog's widest (cells; flowdesk.tcss says the same).
+DIALOG_WIDTH = 140
 #: The reason a run failed from this report is given.
 FAIL_REASON = "flow changed"
 
@@ -149,6 +153,7 @@ class LaunchReportScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         n = len(self.runs)
+        whose, them = ("their", "them") if n != 1 else ("its", "it")
         with Vertical(id="dialog"):
             yield Label("[b]Launch report[/b]")
             if self.recovery:
@@ -156,10 +161,10 @@ class LaunchReportScreen(ModalScreen[None]):
             yield Static(
                 Text(
                     f"{n} run{'s were' if n != 1 else ' was'} started under an older version of "
-                    "its flow, and no process runs it now. For each: k keeps it for a process "
-                    "that still has the old flow, o forks it onto the current version (from its "
-                    "latest state and step; the old run is canceled as superseded), f fails it "
-                    "('flow changed')."
+                    f"{whose} flow, and no process runs {them} now. For each: k keeps it for "
+                    "a process that still has the old flow, o forks it onto the current "
+                    "version (from its latest state and step; the old run is canceled as "
+                    "superseded), f fails it ('flow changed')."
                 ),
                 id="explain",
             )
@@ -174,18 +179,31 @@ class LaunchReportScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#incompatible", DataTable)
-        for key, label in self.COLUMNS:
-            table.add_column(label, key=key)
-        for r in self.runs:
-            cells = (
-                short_id(r.run_id),
-                r.flow_name,
-                self.statuses.get(r.run_id, r.status),
-                r.step or "-",
-                self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}"),
-                self.decisions[r.run_id],
-            )
-            table.add_row(*(Text(c) for c in cells), key=r.run_id)
+        rows = {
+            r.run_id: {
+                "run": short_id(r.run_id),
+                "flow": r.flow_name,
+                "status": self.statuses.get(r.run_id, r.status),
+                "step": r.step or "-",
+                "changed": self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}"),
+                "decision": self.decisions[r.run_id],
+            }
+            for r in self.runs
+        }
+        labels = dict(self.COLUMNS)
+        widths = {
+            key: max([cell_len(label), *(cell_len(cells[key]) for cells in rows.values())])
+            for key, label in self.COLUMNS
+        }
+        # the table's width: the dialog's (at most DIALOG_WIDTH cells) less its border and padding
+        room = min(DIALOG_WIDTH, self.app.size.width) - 6
+        kept, changed = keep_columns(widths, room, ("step", "flow"), elastic="changed", floor=20)
+        self.shown_columns = kept
+        for key in kept:
+            table.add_column(labels[key], key=key)  # a decision widens its column
+        for run_id, cells in rows.items():
+            cells["changed"] = cut_words(cells["changed"], changed)
+            table.add_row(*(Text(cells[k]) for k in kept), key=run_id)
         table.focus()
 
     @property
@@ -201,7 +219,7 @@ class LaunchReportScreen(ModalScreen[None]):
 
     def _decide(self, run_id: str, text: str) -> None:
         self.decisions[run_id] = text
-        self.query_one("#incompatible", DataTable).update_cell(run_id, "decision", Text(text))
+        update_fitting(self.query_one("#incompatible", DataTable), run_id, "decision", Text(text))
 
     def _pick(self) -> IncompatibleRun | None:
         run = self.selected

@@ -265,7 +265,14 @@ class StartFlowScreen(ModalScreen[None]):
         others = sum(
             c.outer_size.height + c.styles.margin.height for c in dialog.children if c is not fields
         )
-        room = self.size.height - others - dialog.styles.gutter.height - fields.styles.margin.height
+        footer = self.query_one(Footer).outer_size.height  # docked: the dialog is above it
+        room = (
+            self.size.height
+            - footer
+            - others
+            - dialog.styles.gutter.height
+            - fields.styles.margin.height
+        )
         fields.styles.max_height = max(3, min(24, room))
 
     # -- errors ----------------------------------------------------------------

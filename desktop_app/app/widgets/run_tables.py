@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual import events
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
@@ -21,7 +23,7 @@ from desktop_app.app.format import (
 )
 from desktop_app.app.progress import duration
 from desktop_app.app.state_diff import shorten
-from desktop_app.app.widgets.cells import update_fitting
+from desktop_app.app.widgets.cells import keep_columns, update_fitting
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
@@ -271,15 +273,53 @@ class CheckpointsTable(DataTable[Text]):
         ("time", "Time (UTC)"),
     )
 
+    #: columns dropped whole when the table is too narrow, least valuable first
+    DROP_ORDER = ("id", "time", "revision", "took")
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self._groups: list[CheckpointGroup] = []
         self._seen: list[int] = []  # first and last revision shown, for appending
         self._resumed: dict[int, str] = {}
+        #: the column keys shown, in order
+        self.shown_columns: list[str] = [key for key, _ in self.COLUMNS]
+        self._width: int | None = None
 
     def on_mount(self) -> None:
         for key, label in self.COLUMNS:
             self.add_column(label, key=key)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._width = event.size.width
+        self._refit()
+
+    def _cells(self, group: CheckpointGroup) -> list[Text]:
+        cells = dict(zip((k for k, _ in self.COLUMNS), group_cells(group), strict=True))
+        return [cells[k] for k in self.shown_columns]
+
+    def _refit(self) -> None:
+        """Show the columns whose widest values fit the table's width,
+        dropping whole ones in :attr:`DROP_ORDER` (never one cut at the edge)."""
+        if self._width is None:
+            return
+        keys = [k for k, _ in self.COLUMNS]
+        widths = {k: cell_len(label) for k, label in self.COLUMNS}
+        for group in self._groups:
+            for key, cell in zip(keys, group_cells(group), strict=True):
+                widths[key] = max(widths[key], cell_len(cell.plain))
+        kept, _ = keep_columns(widths, self._width, self.DROP_ORDER)
+        if kept == self.shown_columns:
+            return
+        cursor = self.cursor_row
+        self.shown_columns = kept
+        self.clear(columns=True)
+        labels = dict(self.COLUMNS)
+        for key in kept:
+            self.add_column(labels[key], key=key)
+        for index, group in enumerate(self._groups):
+            self.add_row(*self._cells(group), key=str(index))
+        if self._groups:
+            self.move_cursor(row=min(cursor, len(self._groups) - 1))
 
     def show(
         self, history: Sequence[CheckpointInfo], resumed: Mapping[int, str] | None = None
@@ -320,20 +360,19 @@ class CheckpointsTable(DataTable[Text]):
                 changed_last = False
             if stop is not None and groups:
                 groups.append(_stop_of(groups[-1], info, stop))
-                self.add_row(*group_cells(groups[-1]), key=str(len(groups) - 1))
+                self.add_row(*self._cells(groups[-1]), key=str(len(groups) - 1))
             groups.append(_group_of(info))
-            self.add_row(*group_cells(groups[-1]), key=str(len(groups) - 1))
+            self.add_row(*self._cells(groups[-1]), key=str(len(groups) - 1))
         if changed_last:
             self._update_row(len(groups) - 1)
         self._seen = [history[0].revision, history[-1].revision]
         if at_end and groups:
             self.move_cursor(row=len(groups) - 1)
+        self._refit()
 
     def _update_row(self, index: int) -> None:
         key = str(index)
-        for (column, _label), value in zip(
-            self.COLUMNS, group_cells(self._groups[index]), strict=True
-        ):
+        for column, value in zip(self.shown_columns, self._cells(self._groups[index]), strict=True):
             update_fitting(self, key, column, value)
 
     @property
