@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import platformdirs
 from pydantic import ValidationError
 from textual import work
 from textual.app import App, SystemCommand
@@ -71,7 +72,7 @@ from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
-from desktop_app.config import Settings, load_settings, recovery_policy
+from desktop_app.config import APP_NAME, Settings, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError, InputError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
@@ -79,6 +80,7 @@ from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted,
 from desktop_app.flows import builtin_flow_key
 from desktop_app.flows.digest import DigestInput, DigestState
 from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+from desktop_app.private import make_private_dirs
 from desktop_app.runs_view import left_over
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
 
@@ -99,6 +101,15 @@ class Notice:
 
     message: str
     severity: SeverityLevel = "information"
+
+
+def screenshot_dir() -> Path:
+    """Where screenshots go: the user's Downloads folder when it exists, else
+    ``screenshots`` in Flowdesk's user data folder (created 0700)."""
+    downloads = platformdirs.user_downloads_path()
+    if downloads.is_dir():
+        return downloads
+    return make_private_dirs(Path(platformdirs.user_data_dir(APP_NAME)) / "screenshots")
 
 
 def recovery_summary(
@@ -134,6 +145,8 @@ class FlowdeskApp(App[None]):
         Binding("s", "start_flow", "Start flow", show=False),
         Binding("ctrl+s", "settings", "Settings", show=False),
         Binding("x", "send_signal", "Signal", show=False),
+        Binding("j", "cursor('down')", "Down", show=False),  # as in vi and less
+        Binding("k", "cursor('up')", "Up", show=False),
         Binding("f1", "help", "Help", key_display="F1", priority=True),
         Binding("question_mark", "help", "Help", key_display="?", show=False),
     ]
@@ -268,6 +281,26 @@ class FlowdeskApp(App[None]):
         return self._clock.now() if self._clock is not None else time.time()
 
     # -- notices and reads -----------------------------------------------
+
+    def deliver_screenshot(
+        self,
+        filename: str | None = None,
+        path: str | None = None,
+        time_format: str | None = None,
+    ) -> str | None:
+        """Textual's Screenshot command, saved where it can be: the user's
+        Downloads folder when it exists (Textual's default), else
+        :func:`screenshot_dir` (created 0700), never failing for want of
+        ``~/Downloads``."""
+        if path is None:
+            path = str(screenshot_dir())
+        return super().deliver_screenshot(filename, path, time_format)
+
+    def action_cursor(self, direction: str) -> None:
+        """``j``/``k``: move the focused table's (or list's) cursor down/up."""
+        move = getattr(self.focused, f"action_cursor_{direction}", None)
+        if callable(move):
+            move()
 
     def say(self, message: str, severity: SeverityLevel = "information") -> None:
         """Notify the user and keep the notice in :attr:`notices` (thread-safe)."""
@@ -763,6 +796,31 @@ class FlowdeskApp(App[None]):
             self.require_engine()
             return
         self.push_screen(RunDetailScreen(run_id))
+
+    def copy_run_id(self, run_id: str) -> None:
+        """Put ``run_id`` on the clipboard (the terminal's, through OSC 52)."""
+        self.copy_to_clipboard(run_id)
+        self.say(f"Copied run id {run_id}.")
+
+    def open_output(self, run_id: str) -> None:
+        """Open what run ``run_id`` made (digest: its ``digest.md``) with the
+        system opener; say why not when it made nothing yet or no opener is
+        installed."""
+        from desktop_app.app.opener import open_path, output_of
+
+        latest = self.read(lambda s: s.latest(run_id))
+        if latest is None:
+            return
+        path = output_of(latest.state)
+        if path is None:
+            self.say(f"Run {short_id(run_id)} has no output to open yet.", "warning")
+            return
+        try:
+            open_path(path)
+        except OSError as exc:
+            self.say(f"Could not open {path}: {exc}", "error")
+            return
+        self.say(f"Opened {path}.")
 
     def open_agent_run(self, run_id: str, *, resume: bool = False) -> None:
         """The agent runs screen with ``run_id``'s conversation open (and,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from rich.text import Text
 from textual import events, work
@@ -266,7 +266,29 @@ class AnswerScreen(ModalScreen[None]):
         self.query_one("#answer-yes", Button).disabled = not answerable or self.sending
         self.query_one("#answer-no", Button).disabled = not answerable or self.sending
         if answerable and not self.sending:
-            answer.focus()
+            # a yes/no question: Yes has focus (enter approves); else the text field
+            if wait is not None and self.asks_yes_no(wait):
+                self.query_one("#answer-yes", Button).focus()
+            else:
+                answer.focus()
+
+    def asks_yes_no(self, wait: Wait) -> bool:
+        """Whether ``wait`` is answered with a bool: its await step fills a
+        state field whose type is ``bool`` (or ``bool | None``)."""
+        engine = self.flowdesk.engine
+        if engine is None:
+            return False
+        try:
+            flow = engine.flow(self.run.flow_name)
+        except FlowdeskError:
+            return False
+        step = flow.steps.get(wait.step_id.split("/")[-1])
+        into = getattr(step, "into", None)
+        field = flow.state_type.model_fields.get(into) if isinstance(into, str) else None
+        if field is None:
+            return False
+        annotation = field.annotation
+        return annotation is bool or set(get_args(annotation)) in ({bool}, {bool, type(None)})
 
     # -- sending ---------------------------------------------------------
 

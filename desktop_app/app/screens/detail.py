@@ -183,8 +183,10 @@ class RunDetailScreen(Screen[None]):
         Binding("c", "cancel", "Cancel run"),
         Binding("d", "diff_base", "Diff base", show=False),
         Binding("p", "replay", "Replay"),
-        Binding("k", "fork", "Fork"),
+        Binding("f", "fork", "Fork"),  # not k: k moves up, as j moves down
         Binding("u", "undo", "Undo tidy", show=False),
+        Binding("o", "open_output", "Open output", show=False),
+        Binding("y", "copy_id", "Copy run id", show=False),
         Binding("q", "app.quit", "Quit", show=False),
         *(
             Binding(
@@ -231,7 +233,7 @@ class RunDetailScreen(Screen[None]):
             yield Sparkline([], id="throughput", summary_function=max)
         with Horizontal(id="detail-body"):
             with Vertical(id="timeline"):
-                yield Label("Checkpoints (d diff base, p replay, k fork)", classes="section")
+                yield Label("Checkpoints (d diff base, p replay, f fork)", classes="section")
                 yield CheckpointsTable(id="checkpoints")
             with TabbedContent(id="panels", initial="tab-state"):
                 with TabPane(tab_label("tab-state", "State"), id="tab-state"):
@@ -710,6 +712,12 @@ class RunDetailScreen(Screen[None]):
         self.flowdesk.open_run(run_id)
 
     # -- run control -----------------------------------------------------
+
+    def action_open_output(self) -> None:
+        self.flowdesk.open_output(self.run_id)
+
+    def action_copy_id(self) -> None:
+        self.flowdesk.copy_run_id(self.run_id)
 
     def action_resume(self) -> None:
         self.flowdesk.resume_run(self.run_id)

@@ -47,6 +47,8 @@ TABLE_ACTIONS = frozenset(
         "resume_run",
         "answer_run",
         "cancel_run",
+        "open_output",
+        "copy_id",
         "next_page",
         "previous_page",
     }
@@ -92,6 +94,8 @@ class RunsScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("a", "answer_run", "Answer"),
         Binding("c", "cancel_run", "Cancel run", show=False),
+        Binding("o", "open_output", "Open output", show=False),
+        Binding("y", "copy_id", "Copy run id", show=False),
         Binding("slash", "filters", "Filter", key_display="/"),
         Binding("f", "filters", "Filter", show=False),
         Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
@@ -445,6 +449,17 @@ class RunsScreen(Screen[None]):
             )
             return None
         return run_id
+
+    def action_open_output(self) -> None:
+        if (run_id := self._selected()) is not None:
+            self.flowdesk.open_output(run_id)
+
+    def action_copy_id(self) -> None:
+        run_id = self.table.selected_run_id()
+        if run_id is None:
+            self.flowdesk.say("No run selected.", "warning")
+        else:
+            self.flowdesk.copy_run_id(run_id)
 
     def action_resume_run(self) -> None:
         run_id = self.table.selected_run_id()

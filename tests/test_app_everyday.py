@@ -1,0 +1,125 @@
+"""Everyday use (issue 28): open a run's output with the system opener,
+copy a run id, j/k move the cursor (Fork is f in the detail), Yes has focus
+for a yes/no question, and Screenshot works without ~/Downloads."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from textual.widgets import Button
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp, screenshot_dir
+from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.fork import ForkScreen
+from desktop_app.flows.digest import DigestState
+from tests.app_support import messages, settle, wait_until
+from tests.test_app_inbox_settings import Approval, approve_flow, settings_for, waiting_runs
+
+SIZE = (120, 35)
+
+
+def fake_opener(bin_dir: Path, log: Path) -> None:
+    """An ``xdg-open`` (and ``open``) that writes its arguments to ``log``."""
+    bin_dir.mkdir()
+    for name in ("xdg-open", "open"):
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{log}"\n')
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+async def test_o_opens_a_digest_report_with_the_system_opener_and_y_copies_the_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\nSome text about a.\n")
+    settings = settings_for(tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    try:
+        result = engine.run("digest", DigestState(folder=str(notes), out=str(tmp_path / "out")))
+    finally:
+        engine.store.close()
+    assert result.status == "completed"
+    log = tmp_path / "opened.log"
+    fake_opener(tmp_path / "bin", log)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        await settle(pilot)
+        await wait_until(pilot, log.exists)
+        await wait_until(pilot, lambda: log.read_text().strip() != "")
+        assert log.read_text().splitlines() == [str(tmp_path / "out" / "digest.md")]
+        await pilot.press("y")
+        await settle(pilot)
+        assert app.clipboard == result.run_id
+        assert messages(app)[-1] == f"Copied run id {result.run_id}."
+
+
+async def test_j_and_k_move_the_cursor_and_f_forks_in_the_detail(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path / "t.db")
+    waiting_runs(settings, [approve_flow("1")], *[("approve", Approval())] * 3)
+    app = FlowdeskApp(settings, flows=[approve_flow("1")])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.runs_screen.table
+        assert table.cursor_row == 0
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+        await pilot.press("enter")
+        await settle(pilot)
+        detail = app.screen
+        assert isinstance(detail, RunDetailScreen)
+        await pilot.press("k")  # moves up the timeline: no fork dialog
+        await settle(pilot)
+        assert app.screen is detail
+        await pilot.press("f")
+        await settle(pilot)
+        assert isinstance(app.screen, ForkScreen)
+
+
+async def test_yes_has_focus_for_a_yes_no_question(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path / "t.db")
+    (run_id,) = waiting_runs(settings, [approve_flow("1")], ("approve", Approval()))
+    app = FlowdeskApp(settings, flows=[approve_flow("1")])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        assert isinstance(app.screen, AnswerScreen)
+        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        await pilot.press("enter")  # Yes
+        await settle(pilot)
+    store = bootstrap.open_sqlite_store(settings)
+    try:
+        assert store.get_run(run_id).status == "completed"
+    finally:
+        store.close()
+
+
+async def test_a_screenshot_is_saved_without_a_downloads_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_DOWNLOAD_DIR", str(home / "Downloads"))
+    where = screenshot_dir()
+    assert where == home / ".local" / "share" / "flowdesk" / "screenshots"
+    assert stat.S_IMODE(where.stat().st_mode) == 0o700
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.action_screenshot()
+        await wait_until(pilot, lambda: any(where.glob("*.svg")))
+        assert not messages(app, "error")
