@@ -123,3 +123,79 @@ async def test_a_screenshot_is_saved_without_a_downloads_folder(
         app.action_screenshot()
         await wait_until(pilot, lambda: any(where.glob("*.svg")))
         assert not messages(app, "error")
+
+
+def two_tidies(tmp_path: Path) -> tuple[object, list[str]]:
+    from desktop_app.flows.tidy import TidyState
+
+    settings = settings_for(tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    ids = []
+    try:
+        for name in ("one", "two"):
+            folder = tmp_path / name
+            folder.mkdir()
+            (folder / "paper.pdf").write_bytes(b"pdf")
+            result = engine.run("tidy", TidyState(folder=str(folder)))
+            assert result.status == "waiting"
+            ids.append(result.run_id)
+    finally:
+        engine.store.close()
+    return settings, ids
+
+
+async def test_y_shows_a_tidys_plan_before_its_first_approval(tmp_path: Path) -> None:
+    from desktop_app.app.screens.inbox import InboxScreen
+
+    settings, ids = two_tidies(tmp_path)
+    app = FlowdeskApp(settings)  # type: ignore[arg-type]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        inbox = app.screen
+        assert isinstance(inbox, InboxScreen)
+        first = inbox.selected
+        assert first is not None
+        await pilot.press("y")  # the plan first, nothing approved
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen) and dialog.run.run_id == first.run_id
+        assert dialog.query_one("#preview").display  # the planned moves
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is inbox
+        assert {i.run_id for i in inbox.items} == set(ids)  # still waiting
+        await pilot.press("y")  # seen: approved now
+        await settle(pilot)
+        await wait_until(pilot, lambda: first.run_id not in {i.run_id for i in inbox.items})
+        assert app.screen is inbox
+
+
+async def test_space_selects_several_questions_and_y_approves_them_all(tmp_path: Path) -> None:
+    from desktop_app.app.screens.inbox import InboxScreen
+
+    settings = settings_for(tmp_path / "t.db")
+    ids = waiting_runs(settings, [approve_flow("1")], *[("approve", Approval())] * 3)
+    app = FlowdeskApp(settings, flows=[approve_flow("1")])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("i")
+        await settle(pilot)
+        inbox = app.screen
+        assert isinstance(inbox, InboxScreen)
+        order = [i.run_id for i in inbox.items]
+        await pilot.press("space", "down", "space")
+        await settle(pilot)
+        assert inbox.table.get_cell(inbox.items[0].key, "run").plain.startswith("● ")
+        await pilot.press("y")
+        await settle(pilot)
+        await wait_until(pilot, lambda: [i.run_id for i in inbox.items] == order[2:])
+    store = bootstrap.open_sqlite_store(settings)
+    try:
+        statuses = {r: store.get_run(r).status for r in ids}
+    finally:
+        store.close()
+    assert sorted(statuses.values()) == ["completed", "completed", "waiting"]
+    assert statuses[order[2]] == "waiting"

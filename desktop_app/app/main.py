@@ -208,6 +208,10 @@ class FlowdeskApp(App[None]):
         #: rate and ETA of running runs, from the progress shown
         self.meter = ProgressMeter()
         self._answering: dict[str, tuple[AnswerScreen, str]] = {}
+        #: runs whose question (with its plan, when the flow has a preview)
+        #: was shown in the answer dialog this session: the inbox's y
+        #: approves those directly, and shows the others' plan first
+        self.plans_shown: set[str] = set()
         self._canceled_here: set[str] = set()
         self._data_version: int | None = None
         self._last_read_error: str | None = None

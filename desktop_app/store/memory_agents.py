@@ -6,6 +6,7 @@ and out, as a database would."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 from collections.abc import Sequence
@@ -162,6 +163,6 @@ class InMemoryAgentLog:
             ]
         return sorted(runs, key=lambda r: (r.created_at, r.run_id))
 
-    def list_page(self, *, offset: int, limit: int) -> list[AgentRun]:
+    def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
         newest = sorted(self.list(), key=lambda r: (r.created_at, r.run_id), reverse=True)
         return newest[offset : offset + limit]

@@ -12,6 +12,7 @@ integer, not a boolean.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -295,7 +296,7 @@ class PostgresAgentStore:
             lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
         )
 
-    def list_page(self, *, offset: int, limit: int) -> list[AgentRun]:
+    def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
         sql = (
             f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=%s "
             "ORDER BY created_at DESC, run_id DESC LIMIT %s OFFSET %s"

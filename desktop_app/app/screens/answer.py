@@ -135,6 +135,7 @@ class AnswerScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         self._fit(self.app.size.height)
+        self.flowdesk.plans_shown.add(self.run.run_id)  # its plan is on screen here
         table = self.query_one("#waits", DataTable)
         for key, label in self.COLUMNS:
             table.add_column(label, key=key)

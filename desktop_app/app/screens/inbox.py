@@ -27,6 +27,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
+from desktop_app.app.previews import PREVIEWS
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.cli.output import Hints
@@ -163,6 +164,7 @@ class InboxScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("y", "approve", "Approve"),
+        Binding("space", "mark", "Select", show=False),
         Binding("n", "reject", "Reject"),
         Binding("enter", "answer", "Answer", show=True),
         Binding("q", "app.quit", "Quit"),
@@ -186,6 +188,8 @@ class InboxScreen(Screen[None]):
         super().__init__()
         #: the column keys shown, in order
         self.shown_columns: list[str] = []
+        #: rows selected with space (their keys): y and n answer them all
+        self.marked: set[str] = set()
         self.items: list[InboxItem] = []
         self.loaded = False
         self._data_version: int | None = None
@@ -291,8 +295,9 @@ class InboxScreen(Screen[None]):
 
     def _cells(self, item: InboxItem, now: float) -> tuple[str, ...]:
         source = item.name if item.kind == "flow" else f"agent {item.name}"
+        mark = "● " if item.key in self.marked else ""
         return (
-            short_id(item.run_id),
+            mark + short_id(item.run_id),
             source,
             item.prompt,
             countdown(item.deadline_at, now),
@@ -365,18 +370,48 @@ class InboxScreen(Screen[None]):
     def action_reject(self) -> None:
         self._send(REJECT)
 
-    def _send(self, value: Any) -> None:
+    def action_mark(self) -> None:
+        """Select or unselect the row (space): y and n then answer every selected one."""
         item = self._selected_flow_item()
         if item is None:
             return
-        assert item.wait is not None
-        # The app drives the answer in its worker and tells this screen how it
-        # went (AnswerAccepted / AnswerRefused), as it does for the answer dialog.
-        refused = self.flowdesk.send_answer(
-            cast(AnswerScreen, self), item.run_id, item.wait.wait_id, value
-        )
-        if refused:
-            self.flowdesk.say(refused, "error")
+        self.marked ^= {item.key}
+        self._fill()
+        self.flowdesk.say(f"{len(self.marked)} selected: y approves them all, n rejects them.")
+
+    def _targets(self) -> list[InboxItem]:
+        """The selected rows (space), else the row under the cursor."""
+        marked = [i for i in self.items if i.key in self.marked and i.kind == "flow"]
+        if marked:
+            return marked
+        item = self._selected_flow_item()
+        return [] if item is None else [item]
+
+    def _send(self, value: Any) -> None:
+        targets = self._targets()
+        if value == APPROVE:
+            # a run's plan shows before its first approval (the answer dialog shows it)
+            unseen = [
+                i
+                for i in targets
+                if i.name in PREVIEWS and i.run_id not in self.flowdesk.plans_shown
+            ]
+            if unseen and unseen[0].run is not None:
+                self.flowdesk.say(
+                    f"Run {short_id(unseen[0].run_id)}'s plan shows first: Yes approves it."
+                )
+                self.app.push_screen(AnswerScreen(unseen[0].run), self._answered)
+                return
+        for item in targets:
+            assert item.wait is not None
+            # The app drives the answer in its worker and tells this screen how it
+            # went (AnswerAccepted / AnswerRefused), as it does for the answer dialog.
+            refused = self.flowdesk.send_answer(
+                cast(AnswerScreen, self), item.run_id, item.wait.wait_id, value
+            )
+            if refused:
+                self.flowdesk.say(refused, "error")
+        self.marked.clear()
 
     def action_answer(self) -> None:
         item = self._selected_flow_item()

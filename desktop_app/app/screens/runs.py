@@ -8,6 +8,7 @@ file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
@@ -56,6 +57,10 @@ TABLE_ACTIONS = frozenset(
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+
+
+def _get_run(store: CheckpointStore, run_id: str) -> RunRecord:
+    return store.get_run(run_id)
 
 
 def welcome_text() -> Text:
@@ -342,7 +347,7 @@ class RunsScreen(Screen[None]):
             return
         now = self.flowdesk.now()
         for run_id in run_ids:
-            run = self.flowdesk.read(lambda store, i=run_id: store.get_run(i), quiet=True)
+            run = self.flowdesk.read(partial(_get_run, run_id=run_id), quiet=True)
             if run is None or not left_over(run, now):
                 self.asking.pop(run_id, None)
         self._show_asking()
