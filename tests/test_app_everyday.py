@@ -199,3 +199,46 @@ async def test_space_selects_several_questions_and_y_approves_them_all(tmp_path:
         store.close()
     assert sorted(statuses.values()) == ["completed", "completed", "waiting"]
     assert statuses[order[2]] == "waiting"
+
+
+async def test_the_runs_filter_applies_as_you_type(tmp_path: Path) -> None:
+    from desktop_app.app.screens.runs import RunsScreen
+    from desktop_app.config import load_settings
+    from desktop_app.flow.clock import ManualClock
+    from tests.test_app_runs_view import START, note_flow, three_runs
+
+    settings = load_settings(db_path=tmp_path / "t.db")
+    ids = three_runs(settings)
+    app = FlowdeskApp(settings, flows=[note_flow()], clock=ManualClock(START + 600))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        await pilot.press("slash", *ids[1][:8])  # no enter
+        await wait_until(pilot, lambda: screen.table.run_ids == [ids[1]])
+        await pilot.press(*["backspace"] * 8)
+        await wait_until(pilot, lambda: len(screen.table.run_ids) == 3)
+
+
+def test_the_approval_example_asks_only_for_the_order() -> None:
+    from desktop_app.app.screens.start_flow import form_fields
+    from desktop_app.examples.approval import approval
+
+    assert [name for name, _ in form_fields(approval)] == ["order"]
+
+
+async def test_the_detail_header_shows_the_authors_version_not_its_hash(tmp_path: Path) -> None:
+    from textual.widgets import Static
+
+    settings = settings_for(tmp_path / "t.db")
+    flow = approve_flow("1.2")
+    (run_id,) = waiting_runs(settings, [flow], ("approve", Approval()))
+    app = FlowdeskApp(settings, flows=[flow])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.open_run(run_id)
+        await settle(pilot)
+        header = str(app.screen.query_one("#run-header", Static).render())
+        assert "Flow approve 1.2\n" in header
+        assert flow.version.split("+")[1] not in header
+        assert app.screen.query_one("ContextTable").value("Flow version") == flow.version  # type: ignore[attr-defined]

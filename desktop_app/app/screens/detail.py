@@ -94,7 +94,8 @@ def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
     text.append("Run ", style="bold")
     text.append(run.run_id)
     text.append("   Flow ", style="bold")
-    text.append(f"{run.flow_name} ({run.flow_version})")
+    # the author's version; its fingerprint (the part after "+") is in the Context tab
+    text.append(f"{run.flow_name} {run.flow_version.split('+')[0]}")
     text.append("\nStatus ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
     if status == INTERRUPTED:

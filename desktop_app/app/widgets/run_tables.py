@@ -529,11 +529,13 @@ CONTEXT_IDS = (
 
 
 def context_rows(run: RunRecord) -> list[tuple[str, str]]:
-    """``(name, value)`` of the six context ids, then the run's lineage."""
+    """``(name, value)`` of the six context ids, then the run's lineage and
+    its flow's full version (the header shows only the author's part)."""
     ctx: Mapping[str, object] = run.context or {}
     rows = [(label, str(ctx.get(key) or "-")) for key, label in CONTEXT_IDS]
     rows.append(("Parent run", run.parent_run_id or "-"))
     rows.append(("Flow key", run.flow_key or "-"))
+    rows.append(("Flow version", run.flow_version))  # with its fingerprint, in full
     rows.append(("Scope", run.scope))
     return rows
 
