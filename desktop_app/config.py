@@ -185,6 +185,9 @@ class Settings(BaseSettings):
             platformdirs user log folder (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``).
         mcp_servers: MCP servers by name (``flowdesk ask --mcp NAME``).
         postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
+        theme: the app's Textual theme (``textual-dark``, ``nord``...; the
+            command palette's "Change theme"); the app saves it here when
+            it is changed. ``None``: Textual's default.
     """
 
     model_config = SettingsConfigDict(
@@ -206,6 +209,7 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     mcp_servers: dict[str, McpServerSettings] = Field(default_factory=dict)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    theme: str | None = None
 
     @classmethod
     def settings_customise_sources(

@@ -242,3 +242,22 @@ async def test_the_detail_header_shows_the_authors_version_not_its_hash(tmp_path
         assert "Flow approve 1.2\n" in header
         assert flow.version.split("+")[1] not in header
         assert app.screen.query_one("ContextTable").value("Flow version") == flow.version  # type: ignore[attr-defined]
+
+
+async def test_a_theme_chosen_in_the_app_is_saved_and_opens_next_time(tmp_path: Path) -> None:
+    import tomllib
+
+    from desktop_app.config import config_file, load_settings
+
+    db = tmp_path / "t.db"
+    app = FlowdeskApp(load_settings(db_path=db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.theme = "nord"  # what the command palette's "Change theme" does
+        await settle(pilot)
+    assert tomllib.loads(config_file().read_text())["theme"] == "nord"
+    again = FlowdeskApp(load_settings(db_path=db))
+    async with again.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert again.theme == "nord"
+        assert not messages(again, "warning")

@@ -72,7 +72,7 @@ from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
-from desktop_app.config import APP_NAME, Settings, load_settings, recovery_policy
+from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError, InputError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
@@ -330,8 +330,30 @@ class FlowdeskApp(App[None]):
     # -- startup ---------------------------------------------------------
 
     def on_mount(self) -> None:
+        theme = self.settings.theme
+        if theme is not None:
+            if theme in self.available_themes:
+                self.theme = theme
+            else:
+                self.say(f"Unknown theme {theme!r} in the settings; using the default.", "warning")
+        self._theme_ready = True
         self.set_interval(self.POLL_S, self._poll)
         self._startup()
+
+    def watch_theme(self, theme: str) -> None:
+        """Save a theme chosen in the app (the command palette's "Change
+        theme") to the settings file, so the next launch opens with it."""
+        if not getattr(self, "_theme_ready", False) or theme == self.settings.theme:
+            return
+        from desktop_app.app.screens.settings import save_settings
+
+        path = config_file()
+        try:
+            save_settings(path, {"theme": theme}, {})
+        except Exception as exc:  # the theme still changes; only saving failed
+            self.say(f"Theme not saved to {path}: {exc}", "warning")
+            return
+        self.settings = self.settings.model_copy(update={"theme": theme})
 
     @work(thread=True, group="startup", name="open database")
     def _startup(self) -> None:
