@@ -261,3 +261,22 @@ async def test_a_theme_chosen_in_the_app_is_saved_and_opens_next_time(tmp_path: 
         await settle(pilot)
         assert again.theme == "nord"
         assert not messages(again, "warning")
+
+
+def test_times_are_local_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One time format: local time (the offset said in the run's header)."""
+    import time
+
+    from desktop_app.app.format import local_when, when
+    from desktop_app.app.widgets.run_tables import CheckpointsTable, StepsTable
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert when(0.0) == "1970-01-01 09:00:00"
+        assert local_when(0.0) == "1970-01-01 09:00:00 +0900"
+        labels = [label for _, label in (*CheckpointsTable.COLUMNS, *StepsTable.COLUMNS)]
+        assert not [label for label in labels if "UTC" in label]
+    finally:
+        monkeypatch.undo()
+        time.tzset()

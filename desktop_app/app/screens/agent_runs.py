@@ -36,7 +36,7 @@ from textual.worker import get_current_worker
 from desktop_app.agent.messages import canonical_json
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.agent.tools import TOOLSET_KEY
-from desktop_app.app.format import json_text, short_id, when
+from desktop_app.app.format import json_text, local_when, short_id, when
 from desktop_app.app.screens.ask import (
     AnswerDelta,
     AnswerFinished,
@@ -118,16 +118,16 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     status = display_status(run, now)
     lines = [
         f"Agent run {run.run_id} · agent {run.agent} · {status} · {run.turns} turn(s)",
-        f"Created {when(run.created_at)} UTC · updated {when(run.updated_at)} UTC",
+        f"Created {local_when(run.created_at)} · updated {when(run.updated_at)}",
     ]
     if run.parent_run_id:
         lines.append(f"Parent run {run.parent_run_id}")
     if run.deadline_at is not None:
-        lines.append(f"Deadline {when(run.deadline_at)} UTC")
+        lines.append(f"Deadline {when(run.deadline_at)}")
     if run.expires_at is not None:
-        lines.append(f"Expires {when(run.expires_at)} UTC")
+        lines.append(f"Expires {when(run.expires_at)}")
     if run.retry_at is not None:
-        lines.append(f"Retry after {when(run.retry_at)} UTC")
+        lines.append(f"Retry after {when(run.retry_at)}")
     lines.append(f"Input: {truncate(run.input)}")
     if run.response is not None:
         lines.append(f"Answer: {truncate(run.response)}")
@@ -270,7 +270,7 @@ class AgentRunsScreen(Screen[None]):
         ("status", "Status"),
         ("turns", "Turns"),
         ("parent", "Parent"),
-        ("updated", "Updated (UTC)"),
+        ("updated", "Updated"),
     )
     TOOL_COLUMNS = (
         ("tool", "Tool"),

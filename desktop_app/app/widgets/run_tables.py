@@ -86,7 +86,7 @@ class StepsTable(DataTable[Text]):
         ("attempts", "Attempts"),
         ("iteration", "Iteration"),
         ("duration", "Duration (ms)"),
-        ("retry", "Next retry (UTC)"),
+        ("retry", "Next retry"),
         ("error", "Error"),
     )
 
@@ -270,7 +270,7 @@ class CheckpointsTable(DataTable[Text]):
         ("status", "Status"),
         ("step", "Step"),
         ("took", "Took"),
-        ("time", "Time (UTC)"),
+        ("time", "Time"),
     )
 
     #: columns dropped whole when the table is too narrow, least valuable first
@@ -417,7 +417,7 @@ class WaitsTable(DataTable[Text]):
         ("wait", "Wait"),
         ("kind", "Kind"),
         ("left", "Time left"),
-        ("deadline", "Deadline (UTC)"),
+        ("deadline", "Deadline"),
         ("target", "Waits for"),
         ("prompt", "Prompt"),
     )
