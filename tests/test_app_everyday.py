@@ -280,3 +280,41 @@ def test_times_are_local_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_folder_completion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from desktop_app.app.widgets.paths import complete_folder
+
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notes.txt").write_text("a file")
+    (tmp_path / ".nothing").mkdir()
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert complete_folder(f"{tmp_path}/note") == f"{tmp_path}/notebooks/"
+    assert complete_folder(f"{tmp_path}/notes") == f"{tmp_path}/notes/"
+    assert complete_folder("~/notes") == "~/notes/"
+    assert complete_folder("~/.no") == "~/.nothing/"
+    assert complete_folder("~/zz") is None
+    monkeypatch.chdir(tmp_path)
+    assert complete_folder("notes") == "notes/"
+
+
+async def test_the_folder_field_completes_a_folder_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from textual.widgets import Input
+
+    (tmp_path / "notes").mkdir()
+    monkeypatch.chdir(tmp_path)
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("n")
+        await settle(pilot)
+        field = app.screen.query_one("#folder", Input)
+        await pilot.click("#folder")
+        await pilot.press(*"no")
+        await pilot.pause(0.2)
+        await pilot.press("right")  # takes the suggestion
+        await pilot.pause()
+        assert field.value == "notes/"
