@@ -246,6 +246,9 @@ class Settings(BaseSettings):
         file_tools: the built-in file tools (``flowdesk ask --tools files``).
         agents: per agent name, its own settings (its system prompt).
         postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
+        theme: the app's Textual theme (``textual-dark``, ``nord``...; the
+            command palette's "Change theme"); the app saves it here when
+            it is changed. ``None``: Textual's default.
     """
 
     model_config = SettingsConfigDict(
@@ -270,6 +273,7 @@ class Settings(BaseSettings):
     file_tools: FileToolsSettings = Field(default_factory=FileToolsSettings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    theme: str | None = None
 
     @classmethod
     def settings_customise_sources(

@@ -79,6 +79,15 @@ def display_status(run: Leased, now: float) -> str:
     return INTERRUPTED if lease_abandoned(owner, run.lease_expires_at, now) else run.status
 
 
+def left_over(run: Leased, now: float) -> bool:
+    """Whether launch recovery would take ``run``: ``pending`` or ``running``
+    and no live process holds its lease (a run started and never claimed
+    counts, unlike for :func:`display_status`). Never raises."""
+    if run.status not in ("pending", "running"):
+        return False
+    return lease_abandoned(run.lease_owner, run.lease_expires_at, now)
+
+
 class Dated(Protocol):
     """A run of either kind: what ordering needs."""
 

@@ -579,6 +579,9 @@ async def test_a_waiting_run_is_answered_from_the_app(tmp_path: Path) -> None:
         assert row == [f"{run_id[:8]}:ok:0", "input", "an answer", "-"]
         assert "Ship?" in str(modal.query_one("#prompt").render())
 
+        # A yes/no question: Yes has focus; typed text goes to the answer field.
+        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        modal.query_one("#answer", Input).focus()
         # A value that does not fit the field: the engine's InputError, in the modal.
         await pilot.press(*"maybe", "enter")
         await settle(pilot)

@@ -218,8 +218,12 @@ def test_message_lines(message: dict[str, object], expected: list[str]) -> None:
     assert message_lines(1, message) == expected
 
 
-def test_conversation_without_messages() -> None:
+def test_conversation_without_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "UTC")  # times are shown in the local time zone
+    time.tzset()
     run = AgentRun("r" * 32, "a", "running", "go", 0.0, 0.0)
     text = conversation_text(run, [], 0.0, Hints(None, None))
     assert text.splitlines()[-1] == "(no messages)"
-    assert "Created 1970-01-01 00:00:00 UTC · updated 1970-01-01 00:00:00 UTC" in text
+    assert "Created 1970-01-01 00:00:00 +0000 · updated 1970-01-01 00:00:00" in text
+    monkeypatch.undo()
+    time.tzset()

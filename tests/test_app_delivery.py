@@ -15,6 +15,7 @@ import pytest
 from desktop_app import bootstrap
 from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.widgets.run_tables import OutboxTable
@@ -61,7 +62,10 @@ async def test_a_tidy_approved_in_the_inbox_moves_its_files_while_the_app_is_ope
         inbox = app.screen
         assert isinstance(inbox, InboxScreen)
         assert [i.run_id for i in inbox.items] == [run_id]
-        await pilot.press("y")
+        await pilot.press("y")  # the plan shows before the first approval
+        await settle(pilot)
+        assert isinstance(app.screen, AnswerScreen)
+        await pilot.press("escape", "y")
         await settle(pilot)
         # The files move with the app still open: no `flowdesk agent` runs.
         await wait_until(pilot, lambda: not (folder / "photo.jpg").exists(), timeout=20)

@@ -313,7 +313,7 @@ async def test_fork_with_edited_state_makes_a_new_run(tmp_path: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_detail(pilot, run_id)
         await select(pilot, screen, 1)
-        await pilot.press("k")
+        await pilot.press("f")
         await settle(pilot)
         modal = app.screen
         assert isinstance(modal, ForkScreen)
@@ -346,7 +346,7 @@ async def test_invalid_json_or_state_is_refused_in_the_modal(tmp_path: Path) -> 
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_detail(pilot, run_id)
         await select(pilot, screen, 2)
-        await pilot.press("k")
+        await pilot.press("f")
         await settle(pilot)
         modal = app.screen
         assert isinstance(modal, ForkScreen)
@@ -409,7 +409,7 @@ async def test_fork_of_another_flow_version_is_refused(tmp_path: Path) -> None:
     app = FlowdeskApp(settings, flows=[changed, ask_flow()])
     async with app.run_test(size=SIZE) as pilot:
         screen = await open_detail(pilot, run_id)
-        await pilot.press("k")
+        await pilot.press("f")
         await pilot.press("p")
         await settle(pilot)
         assert front(app) is screen

@@ -103,3 +103,25 @@ def test_an_agent_error_holding_nul_is_kept_readable_on_postgres(pg_store):
     assert agents.get("nul").error == "a\ufffdb"
     agents.update("nul", 2.0, error="c\x00d")
     assert agents.get("nul").error == "c\ufffdd"
+
+
+def test_list_page_reads_newest_first_a_page_at_a_time(agents):
+    for i in range(5):
+        agents.create(AgentRun(f"p{i}", "helper", "done", "hi", 100.0 + i, 100.0 + i), [])
+    agents.create(AgentRun("p5", "helper", "done", "hi", 104.0, 104.0), [])  # same time: by id
+    pages = [agents.list_page(offset=o, limit=2) for o in (0, 2, 4, 6)]
+    assert [[r.run_id for r in page] for page in pages] == [
+        ["p5", "p4"],
+        ["p3", "p2"],
+        ["p1", "p0"],
+        [],
+    ]
+
+
+def test_list_page_of_the_memory_log() -> None:
+    from desktop_app.store.memory_agents import InMemoryAgentLog
+
+    log = InMemoryAgentLog()
+    for i in range(3):
+        log.create(AgentRun(f"m{i}", "helper", "done", "hi", 100.0 + i, 100.0 + i), [])
+    assert [r.run_id for r in log.list_page(offset=1, limit=5)] == ["m1", "m0"]

@@ -17,10 +17,12 @@ def short_id(run_id: str) -> str:
 
 
 def when(ts: float | None) -> str:
-    """UTC epoch seconds as ``YYYY-MM-DD HH:MM:SS`` (``-`` when unknown)."""
+    """UTC epoch seconds as ``YYYY-MM-DD HH:MM:SS`` in the local time zone
+    (``-`` when unknown): every time the app shows is local, the zone's
+    offset said once where a run's times are (:func:`local_when`)."""
     if ts is None:
         return "-"
-    return datetime.fromtimestamp(ts, UTC).strftime(TIME_FORMAT)
+    return datetime.fromtimestamp(ts, UTC).astimezone().strftime(TIME_FORMAT)
 
 
 def progress(p: tuple[int, int] | None) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import platformdirs
 from pydantic import ValidationError
 from textual import work
 from textual.app import App, SystemCommand
@@ -72,7 +73,7 @@ from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
-from desktop_app.config import Settings, load_settings, recovery_policy
+from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError, InputError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
@@ -80,6 +81,8 @@ from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted,
 from desktop_app.flows import builtin_flow_key
 from desktop_app.flows.digest import DigestInput, DigestState
 from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+from desktop_app.private import make_private_dirs
+from desktop_app.runs_view import left_over
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
 
 if TYPE_CHECKING:
@@ -100,6 +103,15 @@ class Notice:
 
     message: str
     severity: SeverityLevel = "information"
+
+
+def screenshot_dir() -> Path:
+    """Where screenshots go: the user's Downloads folder when it exists, else
+    ``screenshots`` in Flowdesk's user data folder (created 0700)."""
+    downloads = platformdirs.user_downloads_path()
+    if downloads.is_dir():
+        return downloads
+    return make_private_dirs(Path(platformdirs.user_data_dir(APP_NAME)) / "screenshots")
 
 
 def recovery_summary(
@@ -135,6 +147,8 @@ class FlowdeskApp(App[None]):
         Binding("s", "start_flow", "Start flow", show=False),
         Binding("ctrl+s", "settings", "Settings", show=False),
         Binding("x", "send_signal", "Signal", show=False),
+        Binding("j", "cursor('down')", "Down", show=False),  # as in vi and less
+        Binding("k", "cursor('up')", "Up", show=False),
         Binding("f1", "help", "Help", key_display="F1", priority=True),
         Binding("question_mark", "help", "Help", key_display="?", show=False),
     ]
@@ -196,6 +210,10 @@ class FlowdeskApp(App[None]):
         #: rate and ETA of running runs, from the progress shown
         self.meter = ProgressMeter()
         self._answering: dict[str, tuple[AnswerScreen, str]] = {}
+        #: runs whose question (with its plan, when the flow has a preview)
+        #: was shown in the answer dialog this session: the inbox's y
+        #: approves those directly, and shows the others' plan first
+        self.plans_shown: set[str] = set()
         self._canceled_here: set[str] = set()
         self._data_version: int | None = None
         self._last_read_error: str | None = None
@@ -270,6 +288,26 @@ class FlowdeskApp(App[None]):
 
     # -- notices and reads -----------------------------------------------
 
+    def deliver_screenshot(
+        self,
+        filename: str | None = None,
+        path: str | None = None,
+        time_format: str | None = None,
+    ) -> str | None:
+        """Textual's Screenshot command, saved where it can be: the user's
+        Downloads folder when it exists (Textual's default), else
+        :func:`screenshot_dir` (created 0700), never failing for want of
+        ``~/Downloads``."""
+        if path is None:
+            path = str(screenshot_dir())
+        return super().deliver_screenshot(filename, path, time_format)
+
+    def action_cursor(self, direction: str) -> None:
+        """``j``/``k``: move the focused table's (or list's) cursor down/up."""
+        move = getattr(self.focused, f"action_cursor_{direction}", None)
+        if callable(move):
+            move()
+
     def say(self, message: str, severity: SeverityLevel = "information") -> None:
         """Notify the user and keep the notice in :attr:`notices` (thread-safe)."""
         self.notices.append(Notice(message, severity))
@@ -294,8 +332,30 @@ class FlowdeskApp(App[None]):
     # -- startup ---------------------------------------------------------
 
     def on_mount(self) -> None:
+        theme = self.settings.theme
+        if theme is not None:
+            if theme in self.available_themes:
+                self.theme = theme
+            else:
+                self.say(f"Unknown theme {theme!r} in the settings; using the default.", "warning")
+        self._theme_ready = True
         self.set_interval(self.POLL_S, self._poll)
         self._startup()
+
+    def watch_theme(self, theme: str) -> None:
+        """Save a theme chosen in the app (the command palette's "Change
+        theme") to the settings file, so the next launch opens with it."""
+        if not getattr(self, "_theme_ready", False) or theme == self.settings.theme:
+            return
+        from desktop_app.app.screens.settings import save_settings
+
+        path = config_file()
+        try:
+            save_settings(path, {"theme": theme}, {})
+        except Exception as exc:  # the theme still changes; only saving failed
+            self.say(f"Theme not saved to {path}: {exc}", "warning")
+            return
+        self.settings = self.settings.model_copy(update={"theme": theme})
 
     @work(thread=True, group="startup", name="open database")
     def _startup(self) -> None:
@@ -407,16 +467,25 @@ class FlowdeskApp(App[None]):
 
     def _start_recovery(self) -> None:
         everything = self.read(lambda s: s.list_runs(statuses=INTERRUPTED)) or []
+        everything = [r for r in everything if not self._other_mode(r)]
         interrupted = [
             r for r in everything if recovery_policy(self.settings, r.flow_name) == "auto"
         ]
-        asking = [r for r in everything if recovery_policy(self.settings, r.flow_name) == "ask"]
+        now = self.now()
+        asking = [
+            r
+            for r in everything
+            if recovery_policy(self.settings, r.flow_name) == "ask"
+            and left_over(r, now)  # not one a live process runs
+        ]
         if asking:
             flows = ", ".join(sorted({r.flow_name for r in asking}))
             self.say(
                 f"{plural(len(asking), 'interrupted run')} of {flows} wait for you: "
                 "select one and press r to resume it"
             )
+            # the toast goes; the banner stays until each is resumed or canceled
+            self.runs_screen.ask_about({r.run_id: r.flow_name for r in asking})
         services = self.services
         agent_runs = (
             []
@@ -433,6 +502,13 @@ class FlowdeskApp(App[None]):
         self.say(text)
         self.runs_screen.status_line.say(text)
         self._recover(ids)
+
+    def _other_mode(self, run: RunRecord) -> bool:
+        """A run of another mode of a registered flow (the CLI's ``digest
+        --model``): the process with that mode resumes it, not this app."""
+        engine = self.engine
+        flow = None if engine is None else engine.flows.get(run.flow_name)
+        return flow is not None and run.flow_version in flow.variants
 
     @work(thread=True, group="recover", name="resume interrupted runs")
     def _recover(self, claimed: frozenset[str]) -> None:
@@ -457,7 +533,10 @@ class FlowdeskApp(App[None]):
         try:
             engine.recover(
                 on_result=on_result,
-                only=lambda r: recovery_policy(self.settings, r.flow_name) == "auto",
+                only=lambda r: (
+                    recovery_policy(self.settings, r.flow_name) == "auto"
+                    and not self._other_mode(r)
+                ),
             )
         except FlowdeskError as exc:
             self.say(f"Resuming interrupted runs stopped: {exc}", "error")
@@ -756,6 +835,31 @@ class FlowdeskApp(App[None]):
         from desktop_app.app.screens.langgraph_thread import ThreadScreen
 
         self.push_screen(ThreadScreen(thread_id))
+
+    def copy_run_id(self, run_id: str) -> None:
+        """Put ``run_id`` on the clipboard (the terminal's, through OSC 52)."""
+        self.copy_to_clipboard(run_id)
+        self.say(f"Copied run id {run_id}.")
+
+    def open_output(self, run_id: str) -> None:
+        """Open what run ``run_id`` made (digest: its ``digest.md``) with the
+        system opener; say why not when it made nothing yet or no opener is
+        installed."""
+        from desktop_app.app.opener import open_path, output_of
+
+        latest = self.read(lambda s: s.latest(run_id))
+        if latest is None:
+            return
+        path = output_of(latest.state)
+        if path is None:
+            self.say(f"Run {short_id(run_id)} has no output to open yet.", "warning")
+            return
+        try:
+            open_path(path)
+        except OSError as exc:
+            self.say(f"Could not open {path}: {exc}", "error")
+            return
+        self.say(f"Opened {path}.")
 
     def open_agent_run(self, run_id: str, *, resume: bool = False) -> None:
         """The agent runs screen with ``run_id``'s conversation open (and,

@@ -38,6 +38,9 @@ class AgentStore(Protocol):
     ) -> builtins.list[AgentRun]:
         """Runs, optionally only those in ``statuses`` or of ``agent`` (``AgentLog.list``)."""
 
+    def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
+        """Runs newest first, ``limit`` from ``offset`` (``AgentLog.list_page``)."""
+
     def messages(self, run_id: str) -> builtins.list[dict[str, Any]]:
         """The run's conversation, oldest first (``AgentLog.messages``)."""
 

@@ -29,7 +29,8 @@ class Approval(BaseModel):
 
 
 approval = (
-    FlowBuilder("approval", Approval)
+    # a person gives only the order: the rest is filled as the run goes on
+    FlowBuilder("approval", Approval, inputs=("order",))
     .await_input("approve", "approved", prompt="Ship this order?", timeout_s=86400)
     .wait_signal("payment", "paid", key=lambda s: s.order, into="paid")
     .step("ship", lambda s: {"shipped": True})

@@ -242,6 +242,10 @@ class CompiledFlow(Generic[S]):
         inputs: the state fields a person gives when starting a run (a form
             shows only these), or ``None``: every field. Not part of ``version``.
         description: what the flow does, for people (one or two sentences).
+        variants: versions of the same flow in another mode (built by the
+            same code with other options, e.g. ``digest`` with a model): a
+            run of one is no older version of this one, a process built with
+            that mode goes on with it. Not part of ``version``.
     """
 
     name: str
@@ -261,6 +265,7 @@ class CompiledFlow(Generic[S]):
     deadline_s: float | None = None
     inputs: tuple[str, ...] | None = None
     description: str = ""
+    variants: frozenset[str] = frozenset()
 
     def step(self, step_id: str) -> AnyStep:
         return self.steps[step_id]

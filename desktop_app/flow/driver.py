@@ -427,10 +427,18 @@ class RunDriver:
           this is a new attempt (count + 1); ``resume_only`` steps recover.
         * in progress with ``next_retry_at``: that attempt never started.
         * failed or paused by an operator: a fresh attempt budget.
+
+        A run stopped while ``running`` (its process died or let go) or
+        ``failed`` adds ``[revision, status]`` to ``meta["resumed"]``: the
+        revision this resume saves and what the run was before it, so a
+        timeline shows the stop and counts only time spent running.
         """
         now = self.clock.now()
         head = self.frontier[0]
         rec = self.steps.get(head)
+        if "pause" in self.meta or self.status in ("running", "failed"):
+            was = "paused" if "pause" in self.meta else self.status
+            self.meta["resumed"] = [*self.meta.get("resumed", []), [self.revision + 1, was]]
         self.meta.pop("pause", None)
         if rec is not None and rec.status == "in_progress" and rec.next_retry_at is not None:
             pass

@@ -1087,10 +1087,21 @@ class Engine:
         """Live runs (pending, running, waiting, failed) whose flow changed since
         they started: never silent zombies. For each, a person may
         :meth:`fail_run` it, :meth:`fork_onto_current` it, or keep it for a
-        process that still has the old flow."""
+        process that still has the old flow.
+
+        Not listed: runs of one of the flow's :attr:`CompiledFlow.variants`
+        (another mode of the same version, e.g. the CLI's ``digest --model``:
+        a process with that mode goes on with them), and runs a live process
+        holds at this moment (:func:`~desktop_app.flow.owners.holding` says
+        ``held``): that process has their flow and executes them."""
         out: list[IncompatibleRun] = []
+        now = self._lease_now()
         for f in self._flows.values():
             for run in self.store.runs_of_other_versions(f.name, f.version):
+                if run.flow_version in f.variants:
+                    continue
+                if holding(run.lease_owner, run.lease_expires_at, now) == "held":
+                    continue
                 cp = self.store.latest(run.run_id)
                 step = cp.frontier[0] if cp.frontier else ""
                 out.append(

@@ -293,25 +293,32 @@ def build_digest_flow(
             os.close(fd)
         return {"report_path": str(out / REPORT_NAME)}
 
-    return (
-        FlowBuilder(
-            "digest",
-            DigestState,
-            version="1" if summarizer is None else "1-model",
-            inputs=DigestInput,
-            description="Summarise every file of a folder into one digest.md report.",
+    def compiled(version: str) -> CompiledFlow[DigestState]:
+        return (
+            FlowBuilder(
+                "digest",
+                DigestState,
+                version=version,
+                inputs=DigestInput,
+                description="Summarise every file of a folder into one digest.md report.",
+            )
+            .step("scan", scan)
+            .loop(
+                "summarize",
+                summarize_one,
+                until=lambda s: s.cursor >= len(s.files),
+                progress=lambda s: (s.cursor, len(s.files)),
+            )
+            .step("report", report)
+            .chain()
+            .compile()
         )
-        .step("scan", scan)
-        .loop(
-            "summarize",
-            summarize_one,
-            until=lambda s: s.cursor >= len(s.files),
-            progress=lambda s: (s.cursor, len(s.files)),
-        )
-        .step("report", report)
-        .chain()
-        .compile()
-    )
+
+    # each mode knows the other's version: a run of the other mode is no
+    # older version of this one (the app's launch report does not offer to
+    # fail a `digest --model` run the CLI is executing)
+    mine, other = ("1", "1-model") if summarizer is None else ("1-model", "1")
+    return replace(compiled(mine), variants=frozenset({compiled(other).version}))
 
 
 def agent_summarizer(agent: Agent) -> Summarizer:

@@ -10,6 +10,7 @@ its record (or the reverse).
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -265,3 +266,13 @@ class SqliteAgentStore:
         sql += " ORDER BY created_at, run_id"
         with self._lock, self._cp._read():
             return [agent_run_from_row(r) for r in self.conn.execute(sql, args)]
+
+    def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
+        sql = (
+            f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=? "
+            "ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
+        )
+        with self._lock, self._cp._read():
+            return [
+                agent_run_from_row(r) for r in self.conn.execute(sql, (self.scope, limit, offset))
+            ]

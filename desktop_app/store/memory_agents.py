@@ -6,6 +6,7 @@ and out, as a database would."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 from collections.abc import Sequence
@@ -161,3 +162,7 @@ class InMemoryAgentLog:
                 and (agent is None or r.agent == agent)
             ]
         return sorted(runs, key=lambda r: (r.created_at, r.run_id))
+
+    def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
+        newest = sorted(self.list(), key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return newest[offset : offset + limit]

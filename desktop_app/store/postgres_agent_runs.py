@@ -12,6 +12,7 @@ integer, not a boolean.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -291,6 +292,16 @@ class PostgresAgentStore:
             sql += " AND agent=%s"
             args.append(agent)
         sql += " ORDER BY created_at, run_id"
+        return self.checkpoints._read(
+            lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
+        )
+
+    def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
+        sql = (
+            f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=%s "
+            "ORDER BY created_at DESC, run_id DESC LIMIT %s OFFSET %s"
+        )
+        args = (self.scope, limit, offset)
         return self.checkpoints._read(
             lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
         )

@@ -31,6 +31,7 @@ imports apsw.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -559,3 +560,8 @@ class AgentLog(Protocol):
     ) -> list[AgentRun]:
         """Agent runs of this scope (optionally of these statuses / this
         agent), oldest first."""
+
+    def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
+        """Rows ``offset`` to ``offset + limit`` of this scope's agent runs,
+        newest first (``created_at``, then run id, descending): one bounded
+        read, so a list of thousands is read in pages."""

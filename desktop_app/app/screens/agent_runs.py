@@ -9,8 +9,11 @@ identical call answered), then a table of the run's tool results. A run
 waiting for the user (``input_required``) shows its question and the command
 that answers it.
 
-Reads run in thread workers over the engine's store (it may be waiting for
-another process's lock); results come back as messages. Everything shown is
+Reads run in thread workers over the app's read-only store (never behind
+the engine's writes), the list :data:`AGENT_PAGE` runs at a time, newest
+first, each page shown as it arrives; results come back as messages. A
+parent's children (a ``digest --model`` run's agent run per file) share
+one group row, opened with enter. Everything shown is
 plain text: message contents are never read as markup.
 """
 
@@ -28,11 +31,12 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
+from textual.worker import get_current_worker
 
 from desktop_app.agent.messages import canonical_json, is_outcome_unknown
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.agent.tools import is_tool_call
-from desktop_app.app.format import json_text, short_id, when
+from desktop_app.app.format import json_text, local_when, short_id, when
 from desktop_app.app.screens.ask import (
     AnswerDelta,
     AnswerFinished,
@@ -122,16 +126,16 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     status = display_status(run, now)
     lines = [
         f"Agent run {run.run_id} · agent {run.agent} · {status} · {run.turns} turn(s)",
-        f"Created {when(run.created_at)} UTC · updated {when(run.updated_at)} UTC",
+        f"Created {local_when(run.created_at)} · updated {when(run.updated_at)}",
     ]
     if run.parent_run_id:
         lines.append(f"Parent run {run.parent_run_id}")
     if run.deadline_at is not None:
-        lines.append(f"Deadline {when(run.deadline_at)} UTC")
+        lines.append(f"Deadline {when(run.deadline_at)}")
     if run.expires_at is not None:
-        lines.append(f"Expires {when(run.expires_at)} UTC")
+        lines.append(f"Expires {when(run.expires_at)}")
     if run.retry_at is not None:
-        lines.append(f"Retry after {when(run.retry_at)} UTC")
+        lines.append(f"Retry after {when(run.retry_at)}")
     lines.append(f"Input: {truncate(run.input)}")
     if run.response is not None:
         lines.append(f"Answer: {truncate(run.response)}")
@@ -161,12 +165,56 @@ def conversation_text(
 
 
 class AgentRunsLoaded(Message):
-    """The agent runs, read in a worker (``error`` when the read failed)."""
+    """The agent runs read so far, newest first, read in a worker (``error``
+    when the read failed; ``done``: no page follows)."""
 
-    def __init__(self, runs: list[AgentRun], error: str | None = None) -> None:
+    def __init__(self, runs: list[AgentRun], error: str | None = None, done: bool = True) -> None:
         super().__init__()
         self.runs = runs
         self.error = error
+        self.done = done
+
+
+#: Agent runs read per page (the first page shows while the next ones are read).
+AGENT_PAGE = 250
+#: Children of one parent from which they share one row, opened with enter.
+GROUP_FROM = 2
+#: Characters of a child's own part of its id shown (its tail when longer).
+CHILD_CHARS = 32
+
+
+def group_key(parent_run_id: str) -> str:
+    """The row key of the group row of ``parent_run_id``'s children."""
+    return f"group:{parent_run_id}"
+
+
+def child_label(run: AgentRun) -> str:
+    """What tells a child apart from its siblings: its id after the parent's
+    (``<flow run id>:notes/a.md`` → ``notes/a.md``), its tail when long."""
+    parent = run.parent_run_id or ""
+    own = run.run_id[len(parent) + 1 :] if run.run_id.startswith(parent + ":") else run.run_id
+    own = own if len(own) <= CHILD_CHARS else "…" + own[-(CHILD_CHARS - 1) :]
+    return f"└ {own}"
+
+
+def group_cells(
+    parent_run_id: str, children: list[AgentRun], open_: bool, now: float
+) -> list[Text]:
+    """A group row: the parent, how many children, how many are done, their turns."""
+    done = sum(r.status == "done" for r in children)
+    statuses = [display_status(r, now) for r in children]
+    attention = next((s for s in ("input_required", INTERRUPTED, "failed") if s in statuses), None)
+    status = f"{done:,}/{len(children):,} done"
+    if attention is not None:
+        status = f"{statuses.count(attention):,} {attention}"
+    return [
+        Text(f"{'▾' if open_ else '▸'} {short_id(parent_run_id)}", style="bold"),
+        Text(f"{len(children):,} child runs", style="bold"),
+        Text(status, style=AGENT_STATUS_STYLES.get(attention or "", "")),
+        Text(f"{sum(r.turns for r in children):,}", justify="right"),
+        Text("-"),
+        Text(when(max(r.updated_at for r in children))),
+    ]
 
 
 @dataclass
@@ -196,6 +244,15 @@ def _agent_store(app: FlowdeskApp) -> AgentStore:
     return services.agents
 
 
+def _reader_agents(app: FlowdeskApp) -> AgentStore:
+    """The agent-run log over the app's read-only store (raises
+    ``LookupError`` while the database is not open)."""
+    services = app.services
+    if services is None:
+        raise LookupError(app.startup_error or "The database is still opening.")
+    return services.reader_agents
+
+
 def _failure(exc: Exception) -> str:
     if isinstance(exc, FlowdeskError | LookupError):
         return str(exc)
@@ -222,7 +279,7 @@ class AgentRunsScreen(Screen[None]):
         ("status", "Status"),
         ("turns", "Turns"),
         ("parent", "Parent"),
-        ("updated", "Updated (UTC)"),
+        ("updated", "Updated"),
     )
     TOOL_COLUMNS = (
         ("tool", "Tool"),
@@ -241,6 +298,10 @@ class AgentRunsScreen(Screen[None]):
         self.answered: AgentResponse | None = None
         self.runs: list[AgentRun] = []
         self.loaded = False
+        #: parents whose group of children is open
+        self.expanded: set[str] = set()
+        #: the key of each row, in order (a run id, or a group's :func:`group_key`)
+        self.row_keys: list[str] = []
         self.shown: AgentRunDetail | None = None
         self._shown_id: str | None = None
         self._data_version: int | None = None
@@ -312,18 +373,29 @@ class AgentRunsScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="agent-runs", name="read agent runs")
     def reload(self) -> None:
+        """Read the runs newest first, :data:`AGENT_PAGE` at a time, on the
+        app's read-only store (never waiting behind the engine's writes);
+        each page shows as it arrives."""
+        worker = get_current_worker()
+        runs: list[AgentRun] = []
         try:
-            runs = _agent_store(self.flowdesk).list()
+            store = _reader_agents(self.flowdesk)
+            while True:
+                page = store.list_page(offset=len(runs), limit=AGENT_PAGE)
+                runs.extend(page)
+                done = len(page) < AGENT_PAGE
+                if worker.is_cancelled:
+                    return
+                self.post_message(AgentRunsLoaded(list(runs), done=done))
+                if done:
+                    return
         except Exception as exc:  # never a traceback in the user's face
-            self.post_message(AgentRunsLoaded([], _failure(exc)))
-            return
-        runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
-        self.post_message(AgentRunsLoaded(runs))
+            self.post_message(AgentRunsLoaded(runs, _failure(exc)))
 
     @work(thread=True, exclusive=True, group="agent-run", name="read agent run")
     def load_run(self, run_id: str) -> None:
         try:
-            store = _agent_store(self.flowdesk)
+            store = _reader_agents(self.flowdesk)
             detail = AgentRunDetail(
                 store.get(run_id), store.messages(run_id), store.tool_results(run_id)
             )
@@ -339,38 +411,79 @@ class AgentRunsScreen(Screen[None]):
             return
         self.runs = message.runs
         self.loaded = True
-        keep = self.selected_id
-        table.clear()
-        for run in self.runs:
-            table.add_row(*self._cells(run, self.flowdesk.now()), key=run.run_id)
-        ids = [r.run_id for r in self.runs]
-        if keep in ids:
-            table.move_cursor(row=ids.index(keep))
-        opening, self._open_first = self._open_first, None
-        if opening in ids:
-            table.move_cursor(row=ids.index(opening))
+        self._show_rows()
+        opening = self._open_first
+        if opening is not None and opening in self.row_keys:
+            self._open_first = None
+            table.move_cursor(row=self.row_keys.index(opening))
             self.action_open_run()
+        elif opening is not None and message.done:
+            self._open_first = None
         if message.error:
             status = f"Could not read agent runs: {message.error}"
         elif not self.runs:
-            status = "No agent runs yet."
+            status = "No agent runs yet." if message.done else "Reading agent runs…"
         else:
             waiting = sum(r.status == "input_required" for r in self.runs)
             status = f"{len(self.runs)} agent run(s), {waiting} waiting for you."
+            if not message.done:
+                status = f"{status[:-1]}; reading more…"
         self._status = status
         self.query_one("#agent-runs-status", Static).update(Text(status))
 
+    def _show_rows(self) -> None:
+        """Fill the table from :attr:`runs`: a parent's children (when it has
+        :data:`GROUP_FROM` or more) share a group row after the parent's own
+        row, or where the newest of them is when the parent is a flow run;
+        enter on a group row shows them beneath it. The selection is kept."""
+        table = self.table
+        keep = self.selected_key
+        now = self.flowdesk.now()
+        children: dict[str, list[AgentRun]] = {}
+        for run in self.runs:
+            if run.parent_run_id:
+                children.setdefault(run.parent_run_id, []).append(run)
+        grouped = {p: kids for p, kids in children.items() if len(kids) >= GROUP_FROM}
+        rows: list[tuple[str, list[Text]]] = []
+        placed: set[str] = set()
+
+        def group(parent: str) -> None:
+            placed.add(parent)
+            kids = grouped[parent]
+            is_open = parent in self.expanded
+            rows.append((group_key(parent), group_cells(parent, kids, is_open, now)))
+            if is_open:
+                rows.extend((k.run_id, self._cells(k, now, child=True)) for k in kids)
+
+        for run in self.runs:
+            parent = run.parent_run_id
+            if parent in grouped:
+                if parent not in placed and parent not in {r.run_id for r in self.runs}:
+                    group(parent)
+                continue
+            rows.append((run.run_id, self._cells(run, now)))
+            if run.run_id in grouped:
+                group(run.run_id)
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+        self.row_keys = [key for key, _ in rows]
+        if keep in self.row_keys:
+            table.move_cursor(row=self.row_keys.index(keep))
+
     @staticmethod
-    def _cells(run: AgentRun, now: float) -> tuple[Text, ...]:
+    def _cells(run: AgentRun, now: float, *, child: bool = False) -> list[Text]:
+        """A run's row; a child in an open group shows its own part of its id
+        (the group row names the parent)."""
         status = display_status(run, now)
-        return (
-            Text(short_id(run.run_id)),
+        return [
+            Text(child_label(run)) if child else Text(short_id(run.run_id)),
             Text(run.agent),
             Text(status, style=AGENT_STATUS_STYLES.get(status, "")),
             Text(str(run.turns), justify="right"),
-            Text(short_id(run.parent_run_id) if run.parent_run_id else "-"),
+            Text("" if child else short_id(run.parent_run_id) if run.parent_run_id else "-"),
             Text(when(run.updated_at)),
-        )
+        ]
 
     def cells(self, run_id: str) -> list[str]:
         """The plain text of run ``run_id``'s row."""
@@ -413,14 +526,26 @@ class AgentRunsScreen(Screen[None]):
     # -- the selected run ------------------------------------------------------
 
     @property
-    def selected_id(self) -> str | None:
+    def selected_key(self) -> str | None:
+        """The selected row's key: a run id or a group's :func:`group_key`."""
         table = self.table
-        if not self.runs or not table.is_valid_row_index(table.cursor_row):
+        if not self.row_keys or not table.is_valid_row_index(table.cursor_row):
             return None
-        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
-        return row_key.value
+        return self.row_keys[table.cursor_row]
+
+    @property
+    def selected_id(self) -> str | None:
+        """The selected run (``None`` on a group row)."""
+        key = self.selected_key
+        return None if key is None or key.startswith("group:") else key
 
     def action_open_run(self) -> None:
+        key = self.selected_key
+        if key is not None and key.startswith("group:"):
+            parent = key.removeprefix("group:")
+            self.expanded ^= {parent}
+            self._show_rows()
+            return
         run_id = self.selected_id
         if run_id is None:
             self.flowdesk.say("Nothing selected: there are no agent runs.", "warning")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen
@@ -24,6 +24,7 @@ from desktop_app.app.format import countdown, json_text, short_id, wait_target
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
 from desktop_app.app.previews import PREVIEWS, Preview
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
@@ -63,6 +64,11 @@ def how_to_deliver(hints: Hints, wait: Wait) -> str:
     return "It goes on by itself when the timer is due."
 
 
+#: rows of the answer dialog that are not its scrolling body: border and
+#: padding (4), the buttons' margin and height (4), the footer (1)
+FRAME_ROWS = 9
+
+
 class AnswerScreen(ModalScreen[None]):
     """The pending waits of one waiting run; answers its input waits."""
 
@@ -89,32 +95,47 @@ class AnswerScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         run = self.run
+        # what the run asks scrolls on a short terminal; Send and Close stay below it
         with Vertical(id="dialog"):
-            yield Label(
-                Text.assemble(
-                    ("Run ", "bold"),
-                    short_id(run.run_id),
-                    (" (", ""),
-                    run.flow_name,
-                    (") is waiting", "bold"),
+            with VerticalScroll(id="body"):
+                yield Label(
+                    Text.assemble(
+                        ("Run ", "bold"),
+                        short_id(run.run_id),
+                        (" (", ""),
+                        run.flow_name,
+                        (") is waiting", "bold"),
+                    )
                 )
-            )
-            yield DataTable[Text](id="waits", cursor_type="row", zebra_stripes=True)
-            yield Static("Reading what it waits for…", id="prompt")
-            yield Static("", id="preview-title")
-            yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
-            with Horizontal(id="yes-no"):
-                yield Button("Yes", variant="success", id="answer-yes", disabled=True)
-                yield Button("No", variant="error", id="answer-no", disabled=True)
-            yield Input(placeholder="Type the answer; enter sends it", id="answer", disabled=True)
-            yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json", compact=True)
-            yield Static("", id="answer-error")
+                yield DataTable[Text](id="waits", cursor_type="row", zebra_stripes=True)
+                yield Static("Reading what it waits for…", id="prompt")
+                yield Static("", id="preview-title")
+                yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
+                with Horizontal(id="yes-no"):
+                    yield Button("Yes", variant="success", id="answer-yes", disabled=True)
+                    yield Button("No", variant="error", id="answer-no", disabled=True)
+                yield Input(
+                    placeholder="Type the answer; enter sends it", id="answer", disabled=True
+                )
+                yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json", compact=True)
+                yield Static("", id="answer-error")
             with Horizontal(id="buttons"):
                 yield Button("Send", variant="primary", id="send", disabled=True)
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        """What the run asks takes what the terminal's height leaves beside
+        the dialog's frame, its buttons and the footer (it scrolls when that
+        is less than it needs): Send and Close are always on screen."""
+        self.query_one("#body").styles.max_height = max(3, height - FRAME_ROWS)
+
     def on_mount(self) -> None:
+        self._fit(self.app.size.height)
+        self.flowdesk.plans_shown.add(self.run.run_id)  # its plan is on screen here
         table = self.query_one("#waits", DataTable)
         for key, label in self.COLUMNS:
             table.add_column(label, key=key)
@@ -194,7 +215,7 @@ class AnswerScreen(ModalScreen[None]):
         for w in self.waits:
             text = countdown(w.deadline_at, now)
             if table.get_cell(w.wait_id, "deadline").plain != text:
-                table.update_cell(w.wait_id, "deadline", Text(text))
+                update_fitting(table, w.wait_id, "deadline", Text(text))
 
     # -- the selected wait ---------------------------------------------
 
@@ -246,7 +267,29 @@ class AnswerScreen(ModalScreen[None]):
         self.query_one("#answer-yes", Button).disabled = not answerable or self.sending
         self.query_one("#answer-no", Button).disabled = not answerable or self.sending
         if answerable and not self.sending:
-            answer.focus()
+            # a yes/no question: Yes has focus (enter approves); else the text field
+            if wait is not None and self.asks_yes_no(wait):
+                self.query_one("#answer-yes", Button).focus()
+            else:
+                answer.focus()
+
+    def asks_yes_no(self, wait: Wait) -> bool:
+        """Whether ``wait`` is answered with a bool: its await step fills a
+        state field whose type is ``bool`` (or ``bool | None``)."""
+        engine = self.flowdesk.engine
+        if engine is None:
+            return False
+        try:
+            flow = engine.flow(self.run.flow_name)
+        except FlowdeskError:
+            return False
+        step = flow.steps.get(wait.step_id.split("/")[-1])
+        into = getattr(step, "into", None)
+        field = flow.state_type.model_fields.get(into) if isinstance(into, str) else None
+        if field is None:
+            return False
+        annotation = field.annotation
+        return annotation is bool or set(get_args(annotation)) in ({bool}, {bool, type(None)})
 
     # -- sending ---------------------------------------------------------
 

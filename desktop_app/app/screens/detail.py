@@ -52,6 +52,7 @@ from desktop_app.app.widgets.run_tables import (
     OutboxTable,
     StepsTable,
     WaitsTable,
+    resumed_at,
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
@@ -93,7 +94,8 @@ def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
     text.append("Run ", style="bold")
     text.append(run.run_id)
     text.append("   Flow ", style="bold")
-    text.append(f"{run.flow_name} ({run.flow_version})")
+    # the author's version; its fingerprint (the part after "+") is in the Context tab
+    text.append(f"{run.flow_name} {run.flow_version.split('+')[0]}")
     text.append("\nStatus ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
     if status == INTERRUPTED:
@@ -182,8 +184,10 @@ class RunDetailScreen(Screen[None]):
         Binding("c", "cancel", "Cancel run"),
         Binding("d", "diff_base", "Diff base", show=False),
         Binding("p", "replay", "Replay"),
-        Binding("k", "fork", "Fork"),
+        Binding("f", "fork", "Fork"),  # not k: k moves up, as j moves down
         Binding("u", "undo", "Undo tidy", show=False),
+        Binding("o", "open_output", "Open output", show=False),
+        Binding("y", "copy_id", "Copy run id", show=False),
         Binding("q", "app.quit", "Quit", show=False),
         *(
             Binding(
@@ -230,7 +234,7 @@ class RunDetailScreen(Screen[None]):
             yield Sparkline([], id="throughput", summary_function=max)
         with Horizontal(id="detail-body"):
             with Vertical(id="timeline"):
-                yield Label("Checkpoints (d diff base, p replay, k fork)", classes="section")
+                yield Label("Checkpoints (d diff base, p replay, f fork)", classes="section")
                 yield CheckpointsTable(id="checkpoints")
             with TabbedContent(id="panels", initial="tab-state"):
                 with TabPane(tab_label("tab-state", "State"), id="tab-state"):
@@ -455,7 +459,8 @@ class RunDetailScreen(Screen[None]):
         else:
             last = self.history[-1].revision if self.history else -1
             self.history.extend(h for h in message.history if h.revision > last)
-        timeline.show(self.history)
+        resumed = resumed_at(self.latest.meta) if self.latest is not None else {}
+        timeline.show(self.history, resumed)
         self._sync_selection()
         if message.more:  # the next page once this one is on screen
             self.call_after_refresh(self._load_history)
@@ -708,6 +713,12 @@ class RunDetailScreen(Screen[None]):
         self.flowdesk.open_run(run_id)
 
     # -- run control -----------------------------------------------------
+
+    def action_open_output(self) -> None:
+        self.flowdesk.open_output(self.run_id)
+
+    def action_copy_id(self) -> None:
+        self.flowdesk.copy_run_id(self.run_id)
 
     def action_resume(self) -> None:
         self.flowdesk.resume_run(self.run_id)

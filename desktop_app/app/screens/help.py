@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -14,6 +15,10 @@ from textual.widgets import DataTable, Footer, Label, Static
 #: The help key of a modal screen (the app's own bindings do not reach the
 #: footer of a modal screen; F1 works even while a text field has focus).
 HELP_BINDING = Binding("f1", "app.help", "Help", key_display="F1")
+
+#: rows of the help dialog that are not its keys table: border and padding
+#: (4), title (1), the table's margins (2), the last line (1), the footer (1)
+FRAME_ROWS = 9
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,17 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Text("Dim keys do nothing right now. Escape closes.", style="dim"))
         yield Footer(show_command_palette=False)
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        """The keys table takes what the terminal's height leaves beside the
+        dialog's frame, title, last line and the footer, so it scrolls to
+        its last key on any terminal."""
+        self.query_one("#help-keys").styles.max_height = max(3, height - FRAME_ROWS)
+
     def on_mount(self) -> None:
+        self._fit(self.app.size.height)
         table = self.query_one("#help-keys", DataTable)
         table.add_column("Key", key="key")
         table.add_column("Does", key="does")

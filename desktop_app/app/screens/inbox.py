@@ -19,8 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from rich.cells import cell_len
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -30,7 +31,9 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
+from desktop_app.app.previews import PREVIEWS
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
+from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.integrations.langgraph.threads import list_threads
@@ -42,6 +45,9 @@ if TYPE_CHECKING:
 
 #: Seconds between updates of the deadline countdowns.
 TICK_S = 1.0
+#: Cells the question column keeps however narrow the terminal (its text
+#: shows in full under the table).
+QUESTION_MIN = 20
 #: The value ``y`` answers with.
 APPROVE = YES
 #: The value ``n`` answers with.
@@ -207,6 +213,7 @@ class InboxScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("y", "approve", "Approve"),
+        Binding("space", "mark", "Select", show=False),
         Binding("n", "reject", "Reject"),
         Binding("enter", "answer", "Answer", show=True),
         Binding("q", "app.quit", "Quit"),
@@ -221,8 +228,17 @@ class InboxScreen(Screen[None]):
         ("how", "How"),
     )
 
+    #: every column's key, in order
+    ALL_KEYS = tuple(key for key, _ in COLUMNS)
+    #: columns dropped whole on a narrow terminal, least valuable first
+    DROP_ORDER = ("how", "left", "from")
+
     def __init__(self) -> None:
         super().__init__()
+        #: the column keys shown, in order
+        self.shown_columns: list[str] = []
+        #: rows selected with space (their keys): y and n answer them all
+        self.marked: set[str] = set()
         self.items: list[InboxItem] = []
         self.loaded = False
         self._data_version: int | None = None
@@ -253,6 +269,7 @@ class InboxScreen(Screen[None]):
         table = self.table
         for key, label in self.COLUMNS:
             table.add_column(label, key=key)
+        self.shown_columns = [key for key, _ in self.COLUMNS]
         table.focus()
         self.set_interval(TICK_S, self._tick)
         self.set_interval(self.flowdesk.POLL_S, self._poll)
@@ -275,15 +292,7 @@ class InboxScreen(Screen[None]):
     def on_inbox_loaded(self, message: InboxLoaded) -> None:
         self.items = message.items
         self.loaded = True
-        table = self.table
-        keep = self.selected.key if self.selected is not None else None
-        table.clear()
-        now = self._now()
-        for item in self.items:
-            table.add_row(*(Text(c) for c in self._cells(item, now)), key=item.key)
-        keys = [i.key for i in self.items]
-        if keep in keys:
-            table.move_cursor(row=keys.index(keep))
+        self._fill()
         self._show_question()
         asking = sum(i.kind == "flow" for i in self.items)
         graphs = sum(i.kind == "langgraph" for i in self.items)
@@ -300,10 +309,47 @@ class InboxScreen(Screen[None]):
         self._status = status
         self.query_one("#inbox-status", Static).update(Text(status))
 
+    def on_resize(self, event: events.Resize) -> None:
+        if self.loaded:
+            self._fill()
+
+    def _fill(self) -> None:
+        """The rows, in the columns that fit the terminal's width: the
+        question takes what the others leave (cut at a word, in full below
+        the table); on a narrow terminal How, then Time left, then From are
+        dropped whole, so Deadline is never pushed off screen."""
+        table = self.table
+        keep = self.selected.key if self.selected is not None else None
+        now = self._now()
+        rows = [
+            (item, dict(zip(self.ALL_KEYS, self._cells(item, now), strict=True)))
+            for item in self.items
+        ]
+        labels = dict(self.COLUMNS)
+        widths = {
+            key: max([cell_len(labels[key]), *(cell_len(cells[key]) for _, cells in rows)])
+            for key in self.ALL_KEYS
+        }
+        kept, question = keep_columns(
+            widths, self.app.size.width, self.DROP_ORDER, elastic="question", floor=QUESTION_MIN
+        )
+        table.clear(columns=kept != self.shown_columns)
+        if kept != self.shown_columns:
+            for key in kept:
+                table.add_column(labels[key], key=key)
+            self.shown_columns = kept
+        for item, cells in rows:
+            cells["question"] = cut_words(cells["question"], question)
+            table.add_row(*(Text(cells[k]) for k in kept), key=item.key)
+        keys = [i.key for i in self.items]
+        if keep in keys:
+            table.move_cursor(row=keys.index(keep))
+
     def _cells(self, item: InboxItem, now: float) -> tuple[str, ...]:
         source = item.source
+        mark = "● " if item.key in self.marked else ""
         return (
-            short_id(item.run_id),
+            mark + short_id(item.run_id),
             source,
             item.prompt,
             countdown(item.deadline_at, now),
@@ -323,11 +369,14 @@ class InboxScreen(Screen[None]):
         now = self._now()
         for item in self.items:
             text = countdown(item.deadline_at, now)
+            if "deadline" not in self.shown_columns:
+                break
             if table.get_cell(item.key, "deadline").plain != text:
-                table.update_cell(item.key, "deadline", Text(text))
+                update_fitting(table, item.key, "deadline", Text(text))
             left = time_left_bar(item.asked_at, item.deadline_at, now)
-            if table.get_cell(item.key, "left").plain != left:
-                table.update_cell(item.key, "left", Text(left, style=self._bar_style(item, now)))
+            if "left" in self.shown_columns and table.get_cell(item.key, "left").plain != left:
+                bar = Text(left, style=self._bar_style(item, now))
+                update_fitting(table, item.key, "left", bar)
 
     @staticmethod
     def _bar_style(item: InboxItem, now: float) -> str:
@@ -379,18 +428,48 @@ class InboxScreen(Screen[None]):
     def action_reject(self) -> None:
         self._send(REJECT)
 
-    def _send(self, value: Any) -> None:
+    def action_mark(self) -> None:
+        """Select or unselect the row (space): y and n then answer every selected one."""
         item = self._selected_flow_item()
         if item is None:
             return
-        assert item.wait is not None
-        # The app drives the answer in its worker and tells this screen how it
-        # went (AnswerAccepted / AnswerRefused), as it does for the answer dialog.
-        refused = self.flowdesk.send_answer(
-            cast(AnswerScreen, self), item.run_id, item.wait.wait_id, value
-        )
-        if refused:
-            self.flowdesk.say(refused, "error")
+        self.marked ^= {item.key}
+        self._fill()
+        self.flowdesk.say(f"{len(self.marked)} selected: y approves them all, n rejects them.")
+
+    def _targets(self) -> list[InboxItem]:
+        """The selected rows (space), else the row under the cursor."""
+        marked = [i for i in self.items if i.key in self.marked and i.kind == "flow"]
+        if marked:
+            return marked
+        item = self._selected_flow_item()
+        return [] if item is None else [item]
+
+    def _send(self, value: Any) -> None:
+        targets = self._targets()
+        if value == APPROVE:
+            # a run's plan shows before its first approval (the answer dialog shows it)
+            unseen = [
+                i
+                for i in targets
+                if i.name in PREVIEWS and i.run_id not in self.flowdesk.plans_shown
+            ]
+            if unseen and unseen[0].run is not None:
+                self.flowdesk.say(
+                    f"Run {short_id(unseen[0].run_id)}'s plan shows first: Yes approves it."
+                )
+                self.app.push_screen(AnswerScreen(unseen[0].run), self._answered)
+                return
+        for item in targets:
+            assert item.wait is not None
+            # The app drives the answer in its worker and tells this screen how it
+            # went (AnswerAccepted / AnswerRefused), as it does for the answer dialog.
+            refused = self.flowdesk.send_answer(
+                cast(AnswerScreen, self), item.run_id, item.wait.wait_id, value
+            )
+            if refused:
+                self.flowdesk.say(refused, "error")
+        self.marked.clear()
 
     def action_answer(self) -> None:
         item = self.selected
@@ -418,9 +497,10 @@ class InboxScreen(Screen[None]):
             return
         due = f"  Deadline: {local_when(item.deadline_at)}" if item.deadline_at else ""
         source = item.source
-        shown.update(
-            Text.assemble((f"{source} {short_id(item.run_id)} asks: ", "bold"), item.prompt, due)
-        )
+        text = Text.assemble((f"{source} {short_id(item.run_id)} asks: ", "bold"), item.prompt, due)
+        if "how" not in self.shown_columns:  # dropped on a narrow terminal: said here
+            text.append(f"\n{item.how(self.flowdesk.hints)}", style="dim")
+        shown.update(text)
 
     @property
     def question_text(self) -> str:

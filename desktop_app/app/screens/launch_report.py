@@ -1,5 +1,9 @@
 """The launch report (S51): runs left by an older version of their flow.
 
+Only runs no process executes are listed (``Engine.incompatible_runs``
+leaves out another mode of the same version, such as the CLI's ``digest
+--model``, and runs a live process holds).
+
 After launch recovery, :func:`check_after_launch` asks the engine for live
 runs whose flow changed since they started (``Engine.incompatible_runs``).
 When there are any, :class:`LaunchReportScreen` lists them with what launch
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
@@ -26,12 +31,16 @@ from desktop_app.app.flow_changes import flow_change
 from desktop_app.app.format import short_id
 from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import Engine, IncompatibleRun
+from desktop_app.runs_view import display_status
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
 
+#: The dialog's widest (cells; flowdesk.tcss says the same).
+DIALOG_WIDTH = 140
 #: The reason a run failed from this report is given.
 FAIL_REASON = "flow changed"
 
@@ -60,8 +69,11 @@ def check_after_launch(app: FlowdeskApp) -> None:
             return
         if runs:
             changes = {r.run_id: describe_change(engine, r) for r in runs}
+            now = engine.store.now()
+            # a running run whose process is gone shows as interrupted
+            statuses = {r.run_id: display_status(engine.status(r.run_id), now) for r in runs}
             # call_later posts a message: safe from this thread.
-            app.call_later(show_report, app, runs, changes)
+            app.call_later(show_report, app, runs, changes, statuses)
 
     app.run_worker(find, thread=True, group="launch-report", name="find runs of older flows")
 
@@ -76,11 +88,14 @@ def describe_change(engine: Engine, run: IncompatibleRun) -> str:
 
 
 def show_report(
-    app: FlowdeskApp, runs: list[IncompatibleRun], changes: dict[str, str] | None = None
+    app: FlowdeskApp,
+    runs: list[IncompatibleRun],
+    changes: dict[str, str] | None = None,
+    statuses: dict[str, str] | None = None,
 ) -> None:
     if not app.is_running:
         return
-    app.push_screen(LaunchReportScreen(runs, app.recovery, changes))
+    app.push_screen(LaunchReportScreen(runs, app.recovery, changes, statuses))
 
 
 class Decided(Message):
@@ -97,9 +112,9 @@ class LaunchReportScreen(ModalScreen[None]):
     """Runs of older flow versions: fail, fork onto the current version, or keep."""
 
     BINDINGS = [
-        Binding("f", "fail", "Fail run"),
-        Binding("o", "fork", "Fork onto current"),
         Binding("k", "keep", "Keep"),
+        Binding("o", "fork", "Fork onto current"),
+        Binding("f", "fail", "Fail run"),
         Binding("escape", "close", "Close"),
         HELP_BINDING,
     ]
@@ -118,12 +133,16 @@ class LaunchReportScreen(ModalScreen[None]):
         runs: list[IncompatibleRun],
         recovery: str | None = None,
         changes: dict[str, str] | None = None,
+        statuses: dict[str, str] | None = None,
     ) -> None:
         """``changes``: what changed in each run's flow, by run id (default:
-        the two version strings)."""
+        the two version strings); ``statuses``: the status shown, by run id
+        (``display_status``: ``interrupted`` for a run whose process is gone;
+        default: the stored one)."""
         super().__init__()
         self.runs = runs
         self.changes = changes or {}
+        self.statuses = statuses or {}
         self.recovery = recovery
         self.decisions: dict[str, str] = {r.run_id: "undecided" for r in runs}
         self._busy: set[str] = set()
@@ -134,6 +153,7 @@ class LaunchReportScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         n = len(self.runs)
+        whose, them = ("their", "them") if n != 1 else ("its", "it")
         with Vertical(id="dialog"):
             yield Label("[b]Launch report[/b]")
             if self.recovery:
@@ -141,35 +161,49 @@ class LaunchReportScreen(ModalScreen[None]):
             yield Static(
                 Text(
                     f"{n} run{'s were' if n != 1 else ' was'} started under an older version of "
-                    "its flow and cannot go on as it is. For each: f fails it ('flow changed'), "
-                    "o forks it onto the current version (from its latest state and step; the "
-                    "old run is canceled as superseded), k keeps it for a process that still "
-                    "has the old flow."
+                    f"{whose} flow, and no process runs {them} now. For each: k keeps it for "
+                    "a process that still has the old flow, o forks it onto the current "
+                    "version (from its latest state and step; the old run is canceled as "
+                    "superseded), f fails it ('flow changed')."
                 ),
                 id="explain",
             )
             yield DataTable[Text](id="incompatible", cursor_type="row", zebra_stripes=True)
             with Horizontal(id="buttons"):
+                # keeping first, failing last: the default never destroys work
+                yield Button("Keep", variant="primary", id="keep")
+                yield Button("Fork onto current", id="fork")
                 yield Button("Fail run", variant="error", id="fail")
-                yield Button("Fork onto current", variant="primary", id="fork")
-                yield Button("Keep", id="keep")
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         table = self.query_one("#incompatible", DataTable)
-        for key, label in self.COLUMNS:
-            table.add_column(label, key=key)
-        for r in self.runs:
-            cells = (
-                short_id(r.run_id),
-                r.flow_name,
-                r.status,
-                r.step or "-",
-                self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}"),
-                self.decisions[r.run_id],
-            )
-            table.add_row(*(Text(c) for c in cells), key=r.run_id)
+        rows = {
+            r.run_id: {
+                "run": short_id(r.run_id),
+                "flow": r.flow_name,
+                "status": self.statuses.get(r.run_id, r.status),
+                "step": r.step or "-",
+                "changed": self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}"),
+                "decision": self.decisions[r.run_id],
+            }
+            for r in self.runs
+        }
+        labels = dict(self.COLUMNS)
+        widths = {
+            key: max([cell_len(label), *(cell_len(cells[key]) for cells in rows.values())])
+            for key, label in self.COLUMNS
+        }
+        # the table's width: the dialog's (at most DIALOG_WIDTH cells) less its border and padding
+        room = min(DIALOG_WIDTH, self.app.size.width) - 6
+        kept, changed = keep_columns(widths, room, ("step", "flow"), elastic="changed", floor=20)
+        self.shown_columns = kept
+        for key in kept:
+            table.add_column(labels[key], key=key)  # a decision widens its column
+        for run_id, cells in rows.items():
+            cells["changed"] = cut_words(cells["changed"], changed)
+            table.add_row(*(Text(cells[k]) for k in kept), key=run_id)
         table.focus()
 
     @property
@@ -185,7 +219,7 @@ class LaunchReportScreen(ModalScreen[None]):
 
     def _decide(self, run_id: str, text: str) -> None:
         self.decisions[run_id] = text
-        self.query_one("#incompatible", DataTable).update_cell(run_id, "decision", Text(text))
+        update_fitting(self.query_one("#incompatible", DataTable), run_id, "decision", Text(text))
 
     def _pick(self) -> IncompatibleRun | None:
         run = self.selected

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.paths import FolderSuggester
 from desktop_app.errors import InputError
 from desktop_app.flows.digest import DigestInput, check_input
 
@@ -42,9 +43,9 @@ class NewDigestScreen(ModalScreen[DigestInput | None]):
         with Vertical(id="dialog"):
             yield Label("[b]New digest run[/b]")
             yield Label("Folder to read")
-            yield Input(placeholder="~/notes", id="folder")
+            yield Input(placeholder="~/notes", id="folder", suggester=FolderSuggester())
             yield Label("Output folder (digest.md is written there)")
-            yield Input(placeholder="<folder>-digest", id="out")
+            yield Input(placeholder="<folder>-digest", id="out", suggester=FolderSuggester())
             yield Static("", id="form-error")
             with Horizontal(id="buttons"):
                 yield Button("Start", variant="primary", id="start")

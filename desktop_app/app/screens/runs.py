@@ -8,6 +8,7 @@ file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
@@ -24,7 +25,7 @@ from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
 from desktop_app.app.widgets.runs_table import AnyRun, RunsTable
 from desktop_app.errors import CheckpointNotFoundError
-from desktop_app.runs_view import merged_page
+from desktop_app.runs_view import left_over, merged_page
 from desktop_app.store.protocol import CheckpointStore, RunRecord
 
 #: Rows per page of the runs table.
@@ -47,6 +48,8 @@ TABLE_ACTIONS = frozenset(
         "resume_run",
         "answer_run",
         "cancel_run",
+        "open_output",
+        "copy_id",
         "next_page",
         "previous_page",
     }
@@ -54,6 +57,10 @@ TABLE_ACTIONS = frozenset(
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+
+
+def _get_run(store: CheckpointStore, run_id: str) -> RunRecord:
+    return store.get_run(run_id)
 
 
 def welcome_text() -> Text:
@@ -92,6 +99,8 @@ class RunsScreen(Screen[None]):
         Binding("r", "resume_run", "Resume"),
         Binding("a", "answer_run", "Answer"),
         Binding("c", "cancel_run", "Cancel run", show=False),
+        Binding("o", "open_output", "Open output", show=False),
+        Binding("y", "copy_id", "Copy run id", show=False),
         Binding("slash", "filters", "Filter", key_display="/"),
         Binding("f", "filters", "Filter", show=False),
         Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
@@ -110,6 +119,8 @@ class RunsScreen(Screen[None]):
         self.has_more = False
         self.filter = RunFilter()
         self._flows_seen: set[str] = set()
+        #: interrupted runs of flows with ``recovery = "ask"``, by run id (their flow)
+        self.asking: dict[str, str] = {}
 
     @property
     def flowdesk(self) -> FlowdeskApp:
@@ -148,6 +159,7 @@ class RunsScreen(Screen[None]):
         yield ErrorBanner(id="banner")
         yield StatusLine("Opening the database…", id="status")
         yield StatusLine("", id="hint", classes="-empty")
+        yield StatusLine("", id="asking", classes="-empty")
         yield Static(welcome_text(), id="welcome")
         with Horizontal(id="runs-body"):
             yield RunsTable(id="runs", now=lambda: self.flowdesk.now(), meter=self.flowdesk.meter)
@@ -271,9 +283,12 @@ class RunsScreen(Screen[None]):
         self._flows_seen.update(r.flow_name for r in runs if isinstance(r, RunRecord))
         self._show_page(len(runs))
         self._show_hint()
+        self._recheck_asking(list(self.asking))
 
     def refresh_run(self, run_id: str) -> None:
         run = self.flowdesk.read(lambda store: store.get_run(run_id), quiet=True)
+        if run_id in self.asking:
+            self._recheck_asking([run_id])
         if run is not None and self.table.update_run(run):
             if self._statuses.get(run_id) != run.status:
                 self._statuses[run_id] = run.status
@@ -316,6 +331,41 @@ class RunsScreen(Screen[None]):
         else:
             runs = "1 run is" if waiting == 1 else f"{waiting} runs are"
         self.hint.say(f"{runs} waiting: select one and press a to see what for.")
+
+    # -- interrupted runs that wait for a person (recovery = "ask") ---------
+
+    @property
+    def asking_line(self) -> StatusLine:
+        """Stays while interrupted runs of ``recovery = "ask"`` flows wait."""
+        return self.query_one("#asking", StatusLine)
+
+    def ask_about(self, runs: dict[str, str]) -> None:
+        """Show ``runs`` (run id → flow) until each is resumed, canceled or
+        otherwise no longer interrupted."""
+        self.asking = dict(runs)
+        self._show_asking()
+
+    def _recheck_asking(self, run_ids: list[str]) -> None:
+        if not run_ids:
+            return
+        now = self.flowdesk.now()
+        for run_id in run_ids:
+            run = self.flowdesk.read(partial(_get_run, run_id=run_id), quiet=True)
+            if run is None or not left_over(run, now):
+                self.asking.pop(run_id, None)
+        self._show_asking()
+
+    def _show_asking(self) -> None:
+        if not self.asking:
+            self.asking_line.say("")
+            return
+        n = len(self.asking)
+        flows = ", ".join(sorted(set(self.asking.values())))
+        runs = "1 interrupted run" if n == 1 else f"{n} interrupted runs"
+        self.asking_line.say(
+            f"{runs} of {flows} wait for you (recovery = ask): select one and press r to "
+            "resume it, or c to cancel it."
+        )
 
     def set_progress(self, run_id: str, done: int, total: int) -> None:
         self.table.set_progress(run_id, done, total)
@@ -416,6 +466,17 @@ class RunsScreen(Screen[None]):
             )
             return None
         return run_id
+
+    def action_open_output(self) -> None:
+        if (run_id := self._selected()) is not None:
+            self.flowdesk.open_output(run_id)
+
+    def action_copy_id(self) -> None:
+        run_id = self.table.selected_run_id()
+        if run_id is None:
+            self.flowdesk.say("No run selected.", "warning")
+        else:
+            self.flowdesk.copy_run_id(run_id)
 
     def action_resume_run(self) -> None:
         run_id = self.table.selected_run_id()

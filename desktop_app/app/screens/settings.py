@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import tomlkit
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -137,6 +137,11 @@ class KeyStatus(Message):
         self.saved = saved
 
 
+#: rows of the settings dialog that are not its form: border and padding
+#: (4), title and its margin (2), the buttons' margin and height (4), the footer (1)
+FRAME_ROWS = 11
+
+
 class SettingsScreen(ModalScreen[None]):
     """Edit the settings file and store the API key in the keyring."""
 
@@ -160,6 +165,7 @@ class SettingsScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         settings = self.flowdesk.settings
         model = settings.model
+        # the form scrolls on a short terminal; Save and Close stay below it
         with Vertical(id="dialog"):
             yield Label("[b]Settings[/b]")
             with VerticalScroll(id="form"):
@@ -197,9 +203,6 @@ class SettingsScreen(ModalScreen[None]):
                 yield Label("Timeout (seconds per request)")
                 yield Input(str(model.timeout_s), compact=True, id="timeout")
                 yield Static("", classes="field-error", id="error-timeout")
-                with Horizontal(classes="buttons"):
-                    yield Button("Save settings", variant="primary", id="save")
-                yield Static("", id="saved")
                 yield Label(f"API key (keyring entry {self.key_name!r})", classes="section")
                 yield Static("Reading the keyring…", id="key-status")
                 yield Input(
@@ -210,11 +213,24 @@ class SettingsScreen(ModalScreen[None]):
                 )
                 with Horizontal(classes="buttons"):
                     yield Button("Store key", id="save-key")
-                    yield Button("Close", id="close")
+            with Horizontal(id="dialog-buttons"):
+                yield Static("", id="saved")  # what Save did, beside it
+                yield Button("Save settings", variant="primary", id="save")
+                yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.query_one("#base-url", Input).focus()
+        self._fit(self.app.size.height)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        """The form takes what the terminal's height leaves beside the
+        dialog's frame, title, buttons and the footer (it scrolls when that
+        is less than it needs): Save and Close are always on screen."""
+        self.query_one("#form").styles.max_height = max(3, height - FRAME_ROWS)
         self.read_key()
 
     # -- settings file ------------------------------------------------------------

@@ -31,10 +31,14 @@ from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.paths import FolderSuggester
 from desktop_app.flow import CompiledFlow
 
 if TYPE_CHECKING:
     from desktop_app.app.main import FlowdeskApp
+
+#: state fields that name a folder: their input completes folder names
+PATH_FIELDS = ("folder", "out")
 
 
 def type_name(annotation: Any) -> str:
@@ -247,7 +251,13 @@ class StartFlowScreen(ModalScreen[None]):
                 if is_text(info.annotation)
                 else f'the {name_} as JSON, e.g. 3, true or ["a"]'
             )
-            widgets.append(Input(prefill(info), placeholder=placeholder, id=f"field-{name_}"))
+            # a folder field completes folder names (right arrow takes the suggestion)
+            suggester = FolderSuggester() if name_ in PATH_FIELDS else None
+            widgets.append(
+                Input(
+                    prefill(info), placeholder=placeholder, id=f"field-{name_}", suggester=suggester
+                )
+            )
             widgets.append(Static("", classes="field-error", id=f"error-{name_}"))
         await fields.mount_all(widgets)
         self.call_after_refresh(self._fit)
@@ -265,7 +275,14 @@ class StartFlowScreen(ModalScreen[None]):
         others = sum(
             c.outer_size.height + c.styles.margin.height for c in dialog.children if c is not fields
         )
-        room = self.size.height - others - dialog.styles.gutter.height - fields.styles.margin.height
+        footer = self.query_one(Footer).outer_size.height  # docked: the dialog is above it
+        room = (
+            self.size.height
+            - footer
+            - others
+            - dialog.styles.gutter.height
+            - fields.styles.margin.height
+        )
         fields.styles.max_height = max(3, min(24, room))
 
     # -- errors ----------------------------------------------------------------

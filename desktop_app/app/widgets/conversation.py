@@ -1,7 +1,9 @@
-"""An agent run's conversation as distinct blocks: user and assistant text
-rendered as Markdown, tool calls, tool results and reused results (a result
-journaled earlier and not called again) each with their own look; a call
-whose outcome is unknown (sent, then no answer) says so in its title.
+"""An agent run's conversation as distinct blocks: assistant text rendered
+as Markdown, what a person typed (user and system text) shown literally as
+typed (``__init__.py`` stays ``__init__.py``), tool calls, tool results and
+reused results (a result journaled earlier and not called again) each with
+their own look; a call whose outcome is unknown (sent, then no answer) says
+so in its title.
 
 Every text shown comes from a model or a tool: its control characters are
 shown as escapes (:func:`desktop_app.textsafe.visible_controls`) before Rich
@@ -46,7 +48,7 @@ def message_blocks(index: int, message: dict[str, Any], limit: int) -> list[Widg
         content = content[:limit] + "…"
     blocks: list[Widget] = [Static(title, classes="block-title", markup=False)]
     if content:
-        if kind in ("user", "assistant", "system"):
+        if kind == "assistant":
             blocks.append(Markdown(content, classes="block-text"))
         else:
             blocks.append(Static(content, classes="block-text", markup=False))

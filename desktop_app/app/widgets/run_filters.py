@@ -24,6 +24,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Input, Select
 
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
@@ -48,6 +49,8 @@ class AgentLister(Protocol):
     ) -> list[AgentRun]: ...
 
 
+#: Seconds of no typing after which a filter field's text applies.
+TYPING_S = 0.3
 #: Fewest characters of a run id the search takes as a prefix.
 MIN_PREFIX = 4
 #: Newest runs (after the other filters) searched for a run-id prefix.
@@ -207,6 +210,9 @@ class RunFilters(Horizontal):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self._flows: tuple[str, ...] = ()
+        self._typing: Timer | None = None
+        #: the filter last applied (typing that changes nothing reads nothing)
+        self._applied = RunFilter()
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="run id (its first 4+ characters) or flow key", id="filter-search")
@@ -261,8 +267,24 @@ class RunFilters(Horizontal):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        self.post_message(self.Changed(self.value))
+        self._apply()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        """Filter as you type: a pause of :data:`TYPING_S` applies what was typed."""
+        event.stop()
+        if self._typing is not None:
+            self._typing.stop()
+        self._typing = self.set_timer(TYPING_S, self._apply)
+
+    def _apply(self) -> None:
+        if self._typing is not None:
+            self._typing.stop()
+            self._typing = None
+        value = self.value
+        if value != self._applied:
+            self._applied = value
+            self.post_message(self.Changed(value))
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
-        self.post_message(self.Changed(self.value))
+        self._apply()

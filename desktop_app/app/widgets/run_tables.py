@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual import events
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
@@ -18,7 +21,9 @@ from desktop_app.app.format import (
     wait_target,
     when,
 )
+from desktop_app.app.progress import duration
 from desktop_app.app.state_diff import shorten
+from desktop_app.app.widgets.cells import keep_columns, update_fitting
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
@@ -81,7 +86,7 @@ class StepsTable(DataTable[Text]):
         ("attempts", "Attempts"),
         ("iteration", "Iteration"),
         ("duration", "Duration (ms)"),
-        ("retry", "Next retry (UTC)"),
+        ("retry", "Next retry"),
         ("error", "Error"),
     )
 
@@ -125,7 +130,12 @@ def checkpoint_cells(info: CheckpointInfo) -> tuple[str, ...]:
 @dataclass
 class CheckpointGroup:
     """Consecutive checkpoints of one step with one status (a loop's
-    iterations): one row of the timeline, however many revisions it holds."""
+    iterations): one row of the timeline, however many revisions it holds.
+
+    A group with ``stopped`` set is the row of a stop: the run was
+    ``stopped`` (``interrupted``, ``failed``, ``paused``) after revision
+    ``first - 1`` and resumed at revision ``first``, ``first_at`` to
+    ``last_at`` the time it lay stopped."""
 
     step_id: str
     status: str
@@ -135,9 +145,10 @@ class CheckpointGroup:
     first_at: float
     last_at: float
     count: int = 1
+    stopped: str = ""
 
     def takes(self, info: CheckpointInfo) -> bool:
-        return info.step_id == self.step_id and info.status == self.status
+        return not self.stopped and info.step_id == self.step_id and info.status == self.status
 
     def add(self, info: CheckpointInfo) -> None:
         self.last, self.last_at = info.revision, info.created_at
@@ -146,34 +157,82 @@ class CheckpointGroup:
     @property
     def iterations(self) -> int:
         """The loop's iterations in this row: one checkpoint of the group is
-        the loop's entry, so ``count - 1`` (what the Steps tab's Iteration says)."""
+        the loop's entry (or the resume), so ``count - 1``."""
         return self.count - 1
 
 
-def group_history(history: Sequence[CheckpointInfo]) -> list[CheckpointGroup]:
-    """``history`` (oldest first) as timeline rows: runs of one step and status merged."""
+#: what a run was before a resume (``meta["resumed"]``) as the stop row says it
+STOP_WORDS = {"running": "interrupted", "failed": "failed", "paused": "paused"}
+
+
+def resumed_at(meta: Mapping[str, Any]) -> dict[int, str]:
+    """The revisions that resumed a stopped run, with what it was before
+    (``interrupted``, ``failed``, ``paused``), from a checkpoint's
+    ``meta["resumed"]`` (the engine records ``[revision, status]`` there)."""
+    out: dict[int, str] = {}
+    for entry in meta.get("resumed") or ():
+        if isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[0], int):
+            out[entry[0]] = STOP_WORDS.get(str(entry[1]), str(entry[1]))
+    return out
+
+
+def _group_of(info: CheckpointInfo) -> CheckpointGroup:
+    return CheckpointGroup(
+        info.step_id,
+        info.status,
+        info.run_id,
+        info.revision,
+        info.revision,
+        info.created_at,
+        info.created_at,
+    )
+
+
+def _stop_of(before: CheckpointGroup, info: CheckpointInfo, stopped: str) -> CheckpointGroup:
+    return CheckpointGroup(
+        before.step_id,
+        stopped,
+        info.run_id,
+        info.revision,
+        info.revision,
+        before.last_at,
+        info.created_at,
+        stopped=stopped,
+    )
+
+
+def group_history(
+    history: Sequence[CheckpointInfo], resumed: Mapping[int, str] | None = None
+) -> list[CheckpointGroup]:
+    """``history`` (oldest first) as timeline rows: runs of one step and
+    status merged; before each revision of ``resumed`` (see
+    :func:`resumed_at`) a row of the stop, and no group spans it."""
+    resumed = resumed or {}
     groups: list[CheckpointGroup] = []
     for info in history:
+        stop = resumed.get(info.revision)
+        if stop is not None and groups:
+            groups.append(_stop_of(groups[-1], info, stop))
         if groups and groups[-1].takes(info):
             groups[-1].add(info)
         else:
-            groups.append(
-                CheckpointGroup(
-                    info.step_id,
-                    info.status,
-                    info.run_id,
-                    info.revision,
-                    info.revision,
-                    info.created_at,
-                    info.created_at,
-                )
-            )
+            groups.append(_group_of(info))
     return groups
 
 
 def group_cells(group: CheckpointGroup, width: int = 10) -> tuple[Text, ...]:
-    """Checkpoint id, revision(s), status, step (with its count), a bar of the
-    group's share of the run's time, and when it started."""
+    """Checkpoint id, revision(s), status, step (with its count), how long
+    the group ran (a stop row: how long the run lay stopped), and when it
+    started."""
+    if group.stopped:
+        return (
+            Text(f"{short_id(group.run_id)}:{group.last}"),
+            Text(f"{group.first - 1} → {group.first}"),
+            Text(group.stopped, style=STATUS_STYLES.get(group.stopped, "bold red")),
+            Text(f"{group.stopped} → resumed", style="italic"),
+            Text(f"({duration(group.last_at - group.first_at)} stopped)", style="dim"),
+            Text(when(group.last_at)),
+        )
     single = group.count == 1
     revisions = str(group.first) if single else f"{group.first}-{group.last}"
     step = group.step_id or "-"
@@ -195,8 +254,9 @@ class CheckpointsTable(DataTable[Text]):
     """The run's timeline, oldest first: one row per checkpoint, except that
     consecutive checkpoints of one step with one status (a loop's iterations)
     share a row (``summarize x2,450``: iterations, not checkpoints); new
-    revisions extend the last row or are appended as they commit.
-    A row stands for its last revision."""
+    revisions extend the last row or are appended as they commit. A stop
+    (the run interrupted, then resumed) is a row of its own, so no row's
+    Took counts time the run lay stopped. A row stands for its last revision."""
 
     DEFAULT_CSS = """
     CheckpointsTable {
@@ -210,26 +270,75 @@ class CheckpointsTable(DataTable[Text]):
         ("status", "Status"),
         ("step", "Step"),
         ("took", "Took"),
-        ("time", "Time (UTC)"),
+        ("time", "Time"),
     )
+
+    #: columns dropped whole when the table is too narrow, least valuable first
+    DROP_ORDER = ("id", "time", "revision", "took")
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self._groups: list[CheckpointGroup] = []
         self._seen: list[int] = []  # first and last revision shown, for appending
+        self._resumed: dict[int, str] = {}
+        #: the column keys shown, in order
+        self.shown_columns: list[str] = [key for key, _ in self.COLUMNS]
+        self._width: int | None = None
 
     def on_mount(self) -> None:
         for key, label in self.COLUMNS:
             self.add_column(label, key=key)
 
-    def show(self, history: Sequence[CheckpointInfo]) -> None:
-        """Show ``history`` (oldest first); extend or append only what is new when possible."""
+    def on_resize(self, event: events.Resize) -> None:
+        self._width = event.size.width
+        self._refit()
+
+    def _cells(self, group: CheckpointGroup) -> list[Text]:
+        cells = dict(zip((k for k, _ in self.COLUMNS), group_cells(group), strict=True))
+        return [cells[k] for k in self.shown_columns]
+
+    def _refit(self) -> None:
+        """Show the columns whose widest values fit the table's width,
+        dropping whole ones in :attr:`DROP_ORDER` (never one cut at the edge)."""
+        if self._width is None:
+            return
+        keys = [k for k, _ in self.COLUMNS]
+        widths = {k: cell_len(label) for k, label in self.COLUMNS}
+        for group in self._groups:
+            for key, cell in zip(keys, group_cells(group), strict=True):
+                widths[key] = max(widths[key], cell_len(cell.plain))
+        kept, _ = keep_columns(widths, self._width, self.DROP_ORDER)
+        if kept == self.shown_columns:
+            return
+        cursor = self.cursor_row
+        self.shown_columns = kept
+        self.clear(columns=True)
+        labels = dict(self.COLUMNS)
+        for key in kept:
+            self.add_column(labels[key], key=key)
+        for index, group in enumerate(self._groups):
+            self.add_row(*self._cells(group), key=str(index))
+        if self._groups:
+            self.move_cursor(row=min(cursor, len(self._groups) - 1))
+
+    def show(
+        self, history: Sequence[CheckpointInfo], resumed: Mapping[int, str] | None = None
+    ) -> None:
+        """Show ``history`` (oldest first) with the stops of ``resumed`` (see
+        :func:`resumed_at`); extend or append only what is new when possible."""
+        resumed = dict(resumed or {})
         if not history:
             self.clear()
             self._groups, self._seen = [], []
             return
         groups = self._groups
-        fresh = not groups or self._seen[0] != history[0].revision  # or pruned: start over
+        # pruned, or a resume learnt late among revisions shown: start over
+        fresh = (
+            not groups
+            or self._seen[0] != history[0].revision
+            or any(r <= self._seen[1] and r not in self._resumed for r in resumed)
+        )
+        self._resumed = resumed
         if fresh:
             self.clear()
             groups = self._groups = []
@@ -241,37 +350,30 @@ class CheckpointsTable(DataTable[Text]):
         at_end = not groups or self.cursor_row >= len(groups) - 1
         changed_last = False
         for info in new:
-            if groups and groups[-1].takes(info):
+            stop = resumed.get(info.revision)
+            if groups and stop is None and groups[-1].takes(info):
                 groups[-1].add(info)
                 changed_last = True
                 continue
             if changed_last:
                 self._update_row(len(groups) - 1)
                 changed_last = False
-            groups.append(
-                CheckpointGroup(
-                    info.step_id,
-                    info.status,
-                    info.run_id,
-                    info.revision,
-                    info.revision,
-                    info.created_at,
-                    info.created_at,
-                )
-            )
-            self.add_row(*group_cells(groups[-1]), key=str(len(groups) - 1))
+            if stop is not None and groups:
+                groups.append(_stop_of(groups[-1], info, stop))
+                self.add_row(*self._cells(groups[-1]), key=str(len(groups) - 1))
+            groups.append(_group_of(info))
+            self.add_row(*self._cells(groups[-1]), key=str(len(groups) - 1))
         if changed_last:
             self._update_row(len(groups) - 1)
         self._seen = [history[0].revision, history[-1].revision]
         if at_end and groups:
             self.move_cursor(row=len(groups) - 1)
+        self._refit()
 
     def _update_row(self, index: int) -> None:
         key = str(index)
-        for (column, _label), value in zip(
-            self.COLUMNS, group_cells(self._groups[index]), strict=True
-        ):
-            self.update_cell(key, column, value)
+        for column, value in zip(self.shown_columns, self._cells(self._groups[index]), strict=True):
+            update_fitting(self, key, column, value)
 
     @property
     def groups(self) -> list[CheckpointGroup]:
@@ -279,7 +381,8 @@ class CheckpointsTable(DataTable[Text]):
 
     @property
     def revisions(self) -> list[int]:
-        """The revision each row stands for (a group's last), in row order."""
+        """The revision each row stands for (a group's last; a stop's: the
+        revision that resumed the run), in row order."""
         return [g.last for g in self._groups]
 
 
@@ -314,7 +417,7 @@ class WaitsTable(DataTable[Text]):
         ("wait", "Wait"),
         ("kind", "Kind"),
         ("left", "Time left"),
-        ("deadline", "Deadline (UTC)"),
+        ("deadline", "Deadline"),
         ("target", "Waits for"),
         ("prompt", "Prompt"),
     )
@@ -345,7 +448,7 @@ class WaitsTable(DataTable[Text]):
         for wait in self.waits:
             text = countdown(wait.deadline_at, now)
             if self.get_cell(wait.wait_id, "left").plain != text:
-                self.update_cell(wait.wait_id, "left", Text(text))
+                update_fitting(self, wait.wait_id, "left", Text(text))
 
     def left(self, wait_id: str) -> str:
         """The time left shown for a wait (``""`` when it has no row)."""
@@ -426,11 +529,13 @@ CONTEXT_IDS = (
 
 
 def context_rows(run: RunRecord) -> list[tuple[str, str]]:
-    """``(name, value)`` of the six context ids, then the run's lineage."""
+    """``(name, value)`` of the six context ids, then the run's lineage and
+    its flow's full version (the header shows only the author's part)."""
     ctx: Mapping[str, object] = run.context or {}
     rows = [(label, str(ctx.get(key) or "-")) for key, label in CONTEXT_IDS]
     rows.append(("Parent run", run.parent_run_id or "-"))
     rows.append(("Flow key", run.flow_key or "-"))
+    rows.append(("Flow version", run.flow_version))  # with its fingerprint, in full
     rows.append(("Scope", run.scope))
     return rows
 

@@ -18,6 +18,7 @@ from textual.widgets.data_table import ColumnKey
 
 from desktop_app.app.format import STATUS_STYLES, ago, bar, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
+from desktop_app.app.widgets.cells import keep_columns
 from desktop_app.integrations.langgraph.threads import Thread
 from desktop_app.runs_view import agent_status_as_flow, display_status
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
@@ -37,10 +38,9 @@ COLUMNS = (
     ("started", "Started"),
     ("updated", "Updated"),
 )
-#: The columns kept when the table is narrow (under :data:`WIDE_AT` cells).
-NARROW = ("run", "kind", "flow", "status", "bar", "progress", "updated")
-#: Widths at and above which every column shows.
-WIDE_AT = 110
+#: Columns dropped whole when the table is too narrow for all, least
+#: valuable first (the run id and its status always show).
+DROP_ORDER = ("pace", "started", "kind", "bar", "updated", "progress", "flow")
 #: Cells of the progress bar.
 BAR_WIDTH = 10
 
@@ -160,6 +160,8 @@ class RunsTable(DataTable[Text]):
         self.shown_columns: tuple[str, ...] = tuple(k for k, _ in COLUMNS)
         self._order: list[str] = []
         self._follow: str | None = None
+        #: the width the table was fitted to (``None``: every column)
+        self._width: int | None = None
 
     def on_mount(self) -> None:
         if not self.columns:  # fit() may have added them already
@@ -173,8 +175,25 @@ class RunsTable(DataTable[Text]):
             column.content_width = max(column.content_width, MIN_WIDTHS.get(key, 0))
 
     def fit(self, width: int) -> None:
-        """Show every column from :data:`WIDE_AT` cells wide, else only :data:`NARROW`."""
-        wanted = tuple(k for k, _ in COLUMNS) if width >= WIDE_AT else NARROW
+        """Show the columns whose widest values fit in ``width`` cells,
+        dropping whole columns in :data:`DROP_ORDER` (never one cut at the edge)."""
+        self._width = width
+        self._refit()
+
+    def _widths(self) -> dict[str, int]:
+        """Each column's widest label or value over the runs shown (cells)."""
+        widths = {k: max(cell_len(label), MIN_WIDTHS.get(k, 0)) for k, label in COLUMNS}
+        now = self._now()
+        for run in self._records.values():
+            for key, value in run_cells(run, now).items():
+                widths[key] = max(widths[key], cell_len(value.plain))
+        return widths
+
+    def _refit(self) -> None:
+        if self._width is None:
+            return
+        kept, _ = keep_columns(self._widths(), self._width, DROP_ORDER)
+        wanted = tuple(kept)
         if wanted == self.shown_columns:
             return
         self.shown_columns = wanted
@@ -225,6 +244,7 @@ class RunsTable(DataTable[Text]):
         if selected in order:
             self.move_cursor(row=order.index(selected))
         self._follow_now()
+        self._refit()  # wider values may not fit any more (or fit again)
 
     def follow(self, run_id: str) -> None:
         """Select ``run_id`` now, or as soon as its row appears."""
@@ -243,6 +263,8 @@ class RunsTable(DataTable[Text]):
             return
         wider = cell_len(plain(value)) > self.columns[ColumnKey(column)].content_width
         self.update_cell(run_id, column, value, update_width=wider)
+        if wider:
+            self.call_after_refresh(self._refit)  # the table may not fit any more
 
     def update_run(self, run: AnyRun) -> bool:
         """Update the row of ``run`` in place; False when the run has no row."""

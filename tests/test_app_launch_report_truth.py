@@ -1,0 +1,139 @@
+"""The launch report asks only about runs a person must decide on (issue 28).
+
+A run of another mode of the same flow version (the CLI's ``digest
+--model``) and a run a live process holds are no upgrade case; the buttons
+put keeping first and failing last, so the default never destroys work.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+from textual.widgets import Button, DataTable
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.launch_report import LaunchReportScreen
+from desktop_app.config import load_settings
+from desktop_app.flow.owners import _start_ticks
+from desktop_app.flows import builtin_flows
+from desktop_app.flows.digest import DigestState, build_digest_flow
+from desktop_app.store.records import Lease
+from tests.app_support import messages, settle
+from tests.test_app_inbox_settings import Approval, approve_flow, settings_for
+
+SIZE = (120, 35)
+
+
+def no_summary(_ctx: object, _path: str, _text: str) -> str:
+    return "unused"
+
+
+async def test_a_digest_model_run_is_not_an_older_version(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    model = build_digest_flow(summarizer=no_summary)
+    cli = bootstrap.build_engine(settings, flows=[model])
+    try:  # started and left pending, as a killed `flowdesk run digest --model` leaves it
+        run_id = cli.start("digest", DigestState(folder=str(tmp_path), out=str(tmp_path)))
+    finally:
+        cli.store.close()
+    app = FlowdeskApp(settings, flows=builtin_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert not isinstance(app.screen, LaunchReportScreen)
+        assert not messages(app, "error")  # nor "was not resumed": the CLI's mode resumes it
+        assert app.engine is not None
+        assert run_id not in [r.run_id for r in app.engine.incompatible_runs()]
+
+
+def hold(settings_db: Path, run_id: str, pid: int) -> None:
+    """Give the run's lease to process ``pid`` (a live process of this host)."""
+    from desktop_app.store.sqlite import open_store
+
+    store = open_store(settings_db)
+    try:
+        owner = f"{socket.gethostname()}:{pid}:abcdef@{_start_ticks(pid)}"
+        now = store.now()
+        store.claim(run_id, Lease(owner, now + 3600, issued_at=now), now)
+    finally:
+        store.close()
+
+
+async def test_a_run_a_live_process_holds_is_not_asked_about(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    bootstrap.apply_schema(settings)
+    old = bootstrap.build_engine(settings, flows=[approve_flow("1")])
+    try:
+        run_id = old.start("approve", Approval())
+    finally:
+        old.store.close()
+    holder = subprocess.Popen(["sleep", "300"])
+    try:
+        hold(db, run_id, holder.pid)
+        app = FlowdeskApp(settings, flows=[approve_flow("2")])
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            assert not isinstance(app.screen, LaunchReportScreen)
+    finally:
+        holder.kill()
+        holder.wait()
+    # its holder is gone: now a person decides, and keeping comes first (no
+    # launch recovery here: its failed attempt would let go of the dead lease)
+    app = FlowdeskApp(load_settings(db_path=db, recover_on_launch=False), flows=[approve_flow("2")])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        report = app.screen
+        assert isinstance(report, LaunchReportScreen)
+        assert [r.run_id for r in report.runs] == [run_id]
+        status = report.query_one("#incompatible", DataTable).get_cell(run_id, "status").plain
+        assert status == "interrupted"
+        buttons = [b.id for b in report.query(Button)]
+        assert buttons[0] == "keep" and buttons[-2:] == ["fail", "close"]
+        assert report.query_one("#fail", Button).variant == "error"
+        await pilot.press("enter")  # the table has focus: Enter decides nothing
+        await settle(pilot)
+        assert report.decision(run_id) == "undecided"
+
+
+async def test_runs_left_for_a_person_keep_a_banner_until_each_is_acted_on(
+    tmp_path: Path,
+) -> None:
+    """recovery = {approve = "ask"}: the notice stays across the session (not
+    a toast that goes) and at every launch, until each run is resumed."""
+    from desktop_app.app.screens.runs import RunsScreen
+    from desktop_app.config import load_settings
+
+    db = tmp_path / "t.db"
+    settings = load_settings(db_path=db, recovery={"approve": "ask"})
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[approve_flow("1")])
+    try:  # two runs started, never run: interrupted before they ran
+        first = engine.start("approve", Approval())
+        engine.start("approve", Approval())
+    finally:
+        engine.store.close()
+    for _launch in range(2):
+        app = FlowdeskApp(settings, flows=[approve_flow("1")])
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, RunsScreen)
+            line = screen.asking_line
+            assert line.display and line.message.startswith(
+                "2 interrupted runs of approve wait for you"
+            )
+            await pilot.pause(0.2)
+            assert line.message.startswith("2 interrupted runs")  # it stays
+    app = FlowdeskApp(settings, flows=[approve_flow("1")])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        screen.table.follow(first)
+        await pilot.press("r")  # resumed: it waits for its answer now
+        await settle(pilot)
+        assert screen.asking_line.message.startswith("1 interrupted run of approve")
