@@ -1,5 +1,5 @@
 """The README's LangGraph snippet, pasted into a file and run as a user
-would: it asks, `flowdesk answer release-42` (the answer on standard input)
+would: it asks, `flowdesk answer release-42 -` (the answer on standard input)
 answers, and running it again finishes the graph with the answer."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_the_readme_snippet_asks_is_answered_and_goes_on(tmp_path: Path) -> None
     listed = flowdesk(db, "runs")
     assert "release-42" in listed.stdout and "waiting" in listed.stdout
     answered = subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", "release-42"],
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", "release-42", "-"],
         input="yes\n", capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip
     assert answered.returncode == 0, answered.stderr

@@ -212,6 +212,6 @@ def test_debug_log_of_an_agent_run_names_the_run_never_the_key_or_content(tmp_pa
     (run_id,) = contexts(db, "agent_runs")
     log = Path(os.environ["HOME"]) / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
     text = log.read_text()
-    assert f"run {run_id} started" in text and f"run {run_id} done" in text
+    assert f"run {run_id} started" in text and f"run {run_id} ended done" in text
     assert key not in text
     assert "private question" not in text and "secret plan" not in text

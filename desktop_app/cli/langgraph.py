@@ -56,7 +56,7 @@ def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[s
 
 def answer_hint(ctx: Ctx, thread_id: str) -> str:
     """The command that answers a waiting thread (the answer on standard input)."""
-    return ctx.hints.cmd(f"answer {thread_id}")
+    return ctx.hints.cmd(f"answer {thread_id} -")
 
 
 def _state(sv: Services, thread_id: str) -> dict[str, Any] | None:

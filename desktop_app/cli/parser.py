@@ -365,9 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     _run_id(answer)
     answer.add_argument(
         "value",
-        nargs="?",
-        help="the answer (text, or JSON with --value-json); left out, it is read from "
-        "standard input",
+        help="the answer (text, or JSON with --value-json); - reads it from standard input",
     )
     answer.add_argument("--wait-id", help="which question, when several are pending")
     answer.add_argument("--value-json", action="store_true", help="parse VALUE as JSON")

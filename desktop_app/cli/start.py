@@ -232,11 +232,11 @@ def cmd_answer(ctx: Ctx) -> int:
 
     a = ctx.args
     # a VALUE given is checked before the database is opened (bad input costs nothing)
-    if a.value is not None:
+    if a.value != "-":
         value = _answer_value(a.value, a.value_json, "VALUE")
     sv = ctx.services()
     ref = ctx.resolve(sv, a.run_id)
-    if a.value is None:
+    if a.value == "-":
         value = _answer_value(read_answer(), a.value_json, "the answer on standard input")
     if ref.kind == "langgraph":
         from desktop_app.cli import langgraph
