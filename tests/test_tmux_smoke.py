@@ -70,7 +70,7 @@ def test_real_binary_in_tmux(tmp_path):
         f"env {env} {BIN}; echo $? > {done}",
     )
     try:
-        wait_for(session, "New digest")
+        wait_for(session, "New digest", timeout=90)  # a loaded machine paints late
         press_until(session, "n", "older")  # the form asks for a folder (once the database is open)
         # On one busy core the form draws before its folder field has the
         # focus, and keys typed then reach the screen's bindings ("n" opens
