@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -124,7 +124,9 @@ class Engine:
         self.executes = executes
         #: batches appends of runs in flight together (None: one commit each)
         self.committer: GroupCommitter | None = (
-            GroupCommitter(store) if group_commit and isinstance(store, BatchAppender) else None
+            GroupCommitter(cast("BatchAppender", store))
+            if group_commit and "append_batch" in store.capabilities
+            else None
         )
         self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s

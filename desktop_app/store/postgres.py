@@ -190,7 +190,9 @@ class PostgresCheckpointStore:
     """
 
     #: see :data:`desktop_app.store.protocol.CAPABILITIES`
-    capabilities = frozenset({"sql", "processes", "database_clock", "push"})
+    capabilities = frozenset(
+        {"sql", "processes", "database_clock", "push", "worker_claims", "worker_sessions"}
+    )
 
     def __init__(
         self,
