@@ -1,6 +1,8 @@
 """Group commit on PostgreSQL: ``append_batch`` puts several runs' appends in
-one transaction (one savepoint each), the engine turns it on for the store
-that declares it, and a transient failure retries the whole batch once.
+one transaction (one savepoint each), a transient failure retries the whole
+batch once, and an engine asked for group commit batches runs in flight and
+acknowledges only durable steps. By default the engine leaves it off there
+(the store declares ``append_batch`` but not ``group_commit``).
 
 Real PostgreSQL (a fresh database per test); skips without a server and
 fails under CI=true (the ``postgres`` marker, tests/pg_support.py)."""
@@ -104,8 +106,9 @@ def test_the_engine_group_commits_on_postgres_and_acks_only_durable_steps(pg_sto
     events = EventBus()
     events.subscribe(on_event)
     try:
-        engine = Engine(pg_store, flows=[_flow(12)], events=events)
-        assert engine.committer is not None  # declared append_batch: group commit is on
+        assert Engine(pg_store, flows=[_flow(12)]).committer is None  # off by default here
+        engine = Engine(pg_store, flows=[_flow(12)], events=events, group_commit=True)
+        assert engine.committer is not None  # declared append_batch: it can be asked for
         out = engine.run_many("count", [{"n": i * 100} for i in range(8)], max_workers=8)
         assert [(r.status, r.state.n) for r in out] == [
             ("completed", i * 100 + 12) for i in range(8)

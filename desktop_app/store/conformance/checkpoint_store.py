@@ -42,6 +42,10 @@ def declared_capabilities_are_implemented(h: Harness) -> None:
     _ok(isinstance(declared, frozenset), "capabilities are declared as a frozenset")
     unknown = sorted(declared - CAPABILITIES)
     _ok(not unknown, f"capabilities {unknown} are not ones the protocol defines")
+    _ok(
+        "group_commit" not in declared or "append_batch" in declared,
+        "declares 'group_commit' without 'append_batch'",
+    )
     for name, methods in CAPABILITY_METHODS.items():
         for method in methods:
             has = callable(getattr(s, method, None))
