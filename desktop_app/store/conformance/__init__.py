@@ -29,16 +29,19 @@ the store did wrong. Times are UTC epoch seconds.
 from __future__ import annotations
 
 # each role module registers its checks in CHECKS on import, in this order
+# isort: off
 from desktop_app.store.conformance import (  # noqa: F401
-    agent_log,
-    change_feed,
-    checkpoint_store,
-    domain_store,
+    run_log,
     leases,
     mailbox,
     outbox,
-    run_log,
+    change_feed,
+    domain_store,
+    checkpoint_store,
+    agent_log,
 )
+
+# isort: on
 from desktop_app.store.conformance.helpers import _cp, _run
 from desktop_app.store.conformance.suite import (
     CHECKS,
