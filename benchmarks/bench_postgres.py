@@ -3,17 +3,23 @@
     python benchmarks/bench_postgres.py [--dsn URL] [--runs 40] [--steps 10] [--rounds 5]
 
 Same server, same run, interleaved round by round (raw, Flowdesk 1, DBOS 1,
-Flowdesk 8, DBOS 8, …), ``synchronous_commit=on`` and ``fsync=on``:
+Flowdesk 8, Flowdesk 8 without group commit, DBOS 8, …), with the server's
+``synchronous_commit`` and ``fsync`` printed (a private cluster has both on):
 
 * raw floor: one psycopg connection, single-row ``INSERT`` + ``COMMIT``;
 * the same 10-step linear flow of trivial steps, every step durable: with 1
-  run in flight (µs per step) and 8 in flight (8 threads, aggregate steps/s).
+  run in flight (µs per step) and 8 in flight (8 threads, aggregate steps/s),
+  with group commit forced on (``Engine(group_commit=True)``, with the mean
+  batch size it reached) and off (``group_commit=False``: one transaction
+  per step, the default on PostgreSQL, which does not declare
+  ``group_commit``).
 
 Without ``--dsn`` (or ``FLOWDESK_BENCH_PG_DSN``) a private durable cluster is
 started in a temp dir from the Debian PostgreSQL package (``initdb`` as the
 ``postgres`` user when run as root) and removed afterwards. DBOS runs when
 installed (``pip install -r benchmarks/requirements-peers.txt``). Prints
-medians over the rounds and the ratios the targets are stated in.
+median, mean and max over the rounds, the ratios the targets are stated in
+(by medians), and the load average before and after.
 """
 
 from __future__ import annotations
@@ -158,10 +164,10 @@ def in_parallel(threads: int, body: Callable[[int], None]) -> float:
 
 
 class FlowdeskBench:
-    def __init__(self, url: str, steps: int) -> None:
+    def __init__(self, url: str, steps: int, *, group_commit: bool | None = None) -> None:
         apply_postgres_schema(url)
         self.store = open_postgres_store(url, max_connections=12)
-        self.engine = Engine(self.store, flows=[linear_flow(steps)])
+        self.engine = Engine(self.store, flows=[linear_flow(steps)], group_commit=group_commit)
         self.steps = steps
 
     def one(self, runs: int) -> float:
@@ -247,7 +253,12 @@ def main() -> int:
               f"(x {args.threads} threads for 'in flight {args.threads}'), {args.rounds} "
               "rounds interleaved, medians")  # fmt: skip
         raw_url = create_db(admin, f"bench_raw_{tag}")
-        ours = FlowdeskBench(create_db(admin, f"bench_flowdesk_{tag}"), args.steps)
+        ours = FlowdeskBench(
+            create_db(admin, f"bench_flowdesk_{tag}"), args.steps, group_commit=True
+        )
+        solo = FlowdeskBench(
+            create_db(admin, f"bench_flowdesk_nogc_{tag}"), args.steps, group_commit=False
+        )
         try:
             peer: DbosBench | None = DbosBench(create_db(admin, f"bench_dbos_{tag}"), args.steps)
         except ImportError:
@@ -258,8 +269,10 @@ def main() -> int:
         def note(key: str, value: float) -> None:
             res.setdefault(key, []).append(value)
 
+        load_before = os.getloadavg()
         # warm-up (connections, prepared plans), not measured
         ours.one(3)
+        solo.one(3)
         if peer is not None:
             peer.one(3)
         for _ in range(args.rounds):
@@ -270,10 +283,23 @@ def main() -> int:
             note("flowdesk cpu", ours.cpu_us)
             if peer is not None:
                 note("dbos 1", peer.one(args.runs))
+            committer = ours.engine.committer
+            assert committer is not None
+            b0, a0 = committer.batches, committer.appends
             note(f"flowdesk {args.threads}", ours.many(args.runs // 2 or 1, args.threads))
+            note("batch size", (committer.appends - a0) / max(1, committer.batches - b0))
+            note(f"flowdesk {args.threads} no group commit",
+                 solo.many(args.runs // 2 or 1, args.threads))  # fmt: skip
             if peer is not None:
                 note(f"dbos {args.threads}", peer.many(args.runs // 2 or 1, args.threads))
+        load_after = os.getloadavg()
         med = {k: statistics.median(v) for k, v in res.items()}
+        print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
+        print(f"{'measure':38} {'median':>10} {'mean':>10} {'max':>10} {'min':>10}")
+        for k, v in res.items():
+            unit = "/s" if f" {args.threads}" in k else ("" if k == "batch size" else "us")
+            print(f"{k + ' ' + unit:38} {statistics.median(v):10.1f} "
+                  f"{statistics.fmean(v):10.1f} {max(v):10.1f} {min(v):10.1f}")  # fmt: skip
         raw, one = med["raw"], med["flowdesk 1"]
         many = med[f"flowdesk {args.threads}"]
         print(f"raw psycopg single-row commit : {raw:8.1f} us  ({1e6 / raw:7.0f} commits/s)")
@@ -284,8 +310,12 @@ def main() -> int:
         )
         print(f"flowdesk, 1 in flight         : {one:8.1f} us/step ({1e6 / one:7.0f} steps/s)"
               f"  = {one / raw:.2f} x raw commit (target <= 1.5)")  # fmt: skip
-        print(f"flowdesk, {args.threads} in flight         : {many:8.0f} steps/s"
+        print(f"flowdesk, {args.threads} in flight, gc on  : {many:8.0f} steps/s"
               f"  = {many / (1e6 / one):.2f} x 1 in flight (target >= 4)")  # fmt: skip
+        nogc = med[f"flowdesk {args.threads} no group commit"]
+        print(f"  gc off (PostgreSQL default): {nogc:8.0f} steps/s  = {nogc / (1e6 / one):.2f} x"
+              f" 1 in flight; group commit gives {many / nogc:.2f} x (mean batch "
+              f"{med['batch size']:.2f} appends)")  # fmt: skip
         cpu = med["flowdesk cpu"]
         print(f"flowdesk client CPU per step  : {cpu:8.1f} us (one process, one GIL: at most "
               f"{1e6 / cpu:6.0f} steps/s however many runs are in flight)")  # fmt: skip
@@ -300,6 +330,7 @@ def main() -> int:
             peer.close()
         print("per round:", {k: [round(x, 1) for x in v] for k, v in res.items()})
         ours.store.close()
+        solo.store.close()
     finally:
         if cluster is not None:
             cluster.stop()

@@ -173,7 +173,7 @@ def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_pat
     done = tmp_path / "exit-code"
     launch(first, env, done)
     try:
-        wait_for(first, "New digest")
+        wait_for(first, "New digest", timeout=90)
         # the form itself ("Folder to read": the welcome says "folder" too);
         # the app paints before its database is open, and "n" pressed before
         # then says "still opening; try again in a moment": try again, as a

@@ -338,9 +338,9 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     from desktop_app.flow.worker import Worker
 
     engine, store = sv.engine, sv.checkpoints
-    if not hasattr(store, "claim_runnable"):
+    if "processes" not in store.capabilities:
         raise InputError(
-            f"{sv.database}: this store cannot share runs between workers (claim_runnable); "
+            f"{sv.database}: this store cannot share runs between workers (processes); "
             "run `flowdesk agent` without --worker, or use a PostgreSQL database"
         )
     worker = Worker(
@@ -350,7 +350,8 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         on_tick=_on_tick(sv),
     )
     listener = None
-    if getattr(store, "session_url", None) is None and hasattr(store, "listener"):
+    sessions = "worker_sessions" in store.capabilities
+    if sessions and store.session_url is None:
         # Behind a transaction-mode pooler without postgres.listen_url: said, not silent.
         print(
             f"flowdesk agent: {parse_database(sv.database).shown} goes through a "
@@ -360,7 +361,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
             file=sys.stderr,
             flush=True,
         )
-    elif hasattr(store, "listener"):
+    elif sessions:
         listener = store.listener(owner=engine.owner, on_lost=worker.fence)
         worker.session = listener
     from desktop_app.flow.events import RunFinished

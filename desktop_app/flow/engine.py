@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -92,7 +92,11 @@ class Engine:
             ``lease_ttl_s / 3`` while a run executes.
         group_commit: commit checkpoints of runs in flight at the same
             moment in one transaction (see :mod:`desktop_app.store.group_commit`);
-            used when the store has ``append_batch``. A step counts as done
+            possible when the store declares ``append_batch``. ``None`` (the
+            default): on when the store also declares ``group_commit`` (it
+            pays there: SQLite, in memory), off on PostgreSQL, where it was
+            measured slower than each run committing on its own connection;
+            ``True``/``False``: on (if possible) / off. A step counts as done
             (its ``StepFinished`` event, its return, its outbox dispatch)
             only once its batch committed.
         executes: False for a process that only observes, submits, answers
@@ -117,14 +121,18 @@ class Engine:
         clock: Clock | None = None,
         owner: str | None = None,
         lease_ttl_s: float = 30.0,
-        group_commit: bool = True,
+        group_commit: bool | None = None,
         executes: bool = True,
     ) -> None:
         self.store = store
         self.executes = executes
         #: batches appends of runs in flight together (None: one commit each)
+        caps = store.capabilities
+        batching = group_commit if group_commit is not None else "group_commit" in caps
         self.committer: GroupCommitter | None = (
-            GroupCommitter(store) if group_commit and isinstance(store, BatchAppender) else None
+            GroupCommitter(cast("BatchAppender", store))
+            if batching and "append_batch" in caps
+            else None
         )
         self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s

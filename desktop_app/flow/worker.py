@@ -28,10 +28,11 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import Engine
+from desktop_app.store.protocol import WorkerClaims
 from desktop_app.store.records import RunRecord
 
 log = logging.getLogger(__name__)
@@ -184,9 +185,8 @@ class Worker:
         engine, store = self.engine, self.engine.store
         flows = {f.name: f.version for f in engine.flows.values()}
         # PostgreSQL's claim also frees runs of workers whose liveness lock is gone
-        for_worker = getattr(store, "claim_for_worker", None)
-        if for_worker is not None:
-            claimed: list[RunRecord] = for_worker(
+        if "worker_claims" in store.capabilities:
+            claimed: list[RunRecord] = cast("WorkerClaims", store).claim_for_worker(
                 engine.owner, engine.lease_ttl_s, free, flows=flows
             )  # ours come back only once their lease expired
             return [r for r in claimed if not self._busy(r.run_id)]

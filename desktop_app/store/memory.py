@@ -82,7 +82,7 @@ class InMemoryCheckpointStore:
     """
 
     #: no ``sql``: domain writes and queries are refused
-    capabilities: frozenset[str] = frozenset()
+    capabilities: frozenset[str] = frozenset({"append_batch", "group_commit"})
 
     def __init__(
         self,

@@ -74,6 +74,7 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.store import codec, migrations
+from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
 from desktop_app.store.postgres_sql import (
     BEGIN_SQL,
@@ -190,7 +191,17 @@ class PostgresCheckpointStore:
     """
 
     #: see :data:`desktop_app.store.protocol.CAPABILITIES`
-    capabilities = frozenset({"sql", "processes", "database_clock", "push"})
+    capabilities = frozenset(
+        {
+            "sql",
+            "processes",
+            "database_clock",
+            "push",
+            "append_batch",
+            "worker_claims",
+            "worker_sessions",
+        }
+    )
 
     def __init__(
         self,
@@ -560,6 +571,114 @@ class PostgresCheckpointStore:
         )
         shown = previous is None or previous.status != cp.status
         self._changed(cp.run_id, wake=wake, shown=shown)
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
+        """Append every request in ONE transaction (one commit: one WAL flush
+        on the server), each inside its own SAVEPOINT: a conflict, lost lease
+        or failing domain write rolls back that request's part only and is
+        returned in its slot (as :meth:`SqliteCheckpointStore.append_batch
+        <desktop_app.store.sqlite.SqliteCheckpointStore.append_batch>`; see
+        :class:`~desktop_app.store.group_commit.BatchAppender`). A single
+        request takes no savepoint. Between requests one round trip both
+        releases the last savepoint and opens the next.
+
+        Returns:
+            one entry per request, in order: ``None`` when it committed, else
+            the exception that rolled back its part
+            (``RevisionConflictError``, ``LeaseLostError``,
+            ``CheckpointNotFoundError``, ``DomainWriteError``, ``StoreError``).
+
+        Raises:
+            StoreError: the transaction itself failed (the connection dropped,
+                or a serialization failure or deadlock outlived the retries):
+                nothing of the batch committed. A transient failure retries
+                the whole batch, as :meth:`append` retries its transaction.
+        """
+        if not requests:
+            return []
+        if len(requests) == 1:  # no savepoint needed: the transaction is the request
+            r = requests[0]
+            try:
+                self.append(
+                    r.checkpoint, r.writes, r.lease, intents=r.intents, consume=r.consume,
+                    changed_steps=r.changed_steps, changed_fields=r.changed_fields,
+                )  # fmt: skip
+            except Exception as exc:  # a domain write may raise anything
+                return [exc]
+            return [None]
+        # the stored revision each request builds on: the cache, else a read (as append)
+        stored: list[Checkpoint | None] = []
+        earlier: set[tuple[str, int]] = set()
+        for r in requests:
+            cp = r.checkpoint
+            prev: Checkpoint | None = None
+            if (cp.run_id, cp.revision - 1) not in earlier:  # else: an earlier request's
+                prev = self._cached(cp.run_id)
+                if prev is None or prev.revision != cp.revision - 1:
+                    prev = self._load_or_none(cp.run_id, cp.revision - 1)
+            stored.append(prev)
+            earlier.add((cp.run_id, cp.revision))
+
+        def body(conn: Conn) -> list[tuple[BaseException | None, CheckpointRow | None]]:
+            out: list[tuple[BaseException | None, CheckpointRow | None]] = []
+            written: dict[str, Checkpoint] = {}  # run -> checkpoint appended in this batch
+            savepoint = False  # one named savepoint, released and taken again
+            for r, prev in zip(requests, stored, strict=True):
+                cp = r.checkpoint
+                before = written.get(cp.run_id)
+                if before is not None and before.revision == cp.revision - 1:
+                    prev = before
+                conn.execute(
+                    "RELEASE SAVEPOINT flowdesk_batch; SAVEPOINT flowdesk_batch"
+                    if savepoint
+                    else "SAVEPOINT flowdesk_batch"
+                )
+                savepoint = True
+                try:
+                    row = self._append_request(conn, r, prev)
+                except Exception as exc:
+                    if _fails_the_batch(exc):
+                        raise  # _tx retries the whole batch, or reports it failed
+                    conn.execute("ROLLBACK TO SAVEPOINT flowdesk_batch")
+                    out.append((_slot_error(exc, self.where), None))
+                else:
+                    written[cp.run_id] = cp
+                    out.append((None, row))
+            return out
+
+        results = self._tx(body)
+        remembered_runs: set[str] = set()
+        for r, prev, (err, row) in zip(requests, stored, results, strict=True):
+            if err is not None or row is None:
+                continue
+            cp = r.checkpoint
+            if cp.run_id in remembered_runs or prev is None:
+                self._remember(cp)  # built on an earlier request: a whole copy
+            else:
+                self._remember(cp, prev, row)
+            remembered_runs.add(cp.run_id)
+            wake = (
+                bool(r.intents)
+                or cp.status == "pending"
+                or (bool(cp.waits) and (prev is None or prev.waits != cp.waits))
+            )
+            shown = prev is None or prev.status != cp.status
+            self._changed(cp.run_id, wake=wake, shown=shown)
+        return [err for err, _ in results]
+
+    def _append_request(
+        self, conn: Conn, r: AppendRequest, previous: Checkpoint | None
+    ) -> CheckpointRow:
+        """One request of :meth:`append_batch` in ``conn``'s transaction."""
+        cp = r.checkpoint
+
+        def body(c: Conn) -> CheckpointRow:
+            return self._append(
+                c, cp, previous, r.writes, r.lease, r.intents, r.consume,
+                r.changed_steps, r.changed_fields,
+            )  # fmt: skip
+
+        return self._unique(body, cp=cp)(conn)
 
     def _append(
         self,
@@ -1346,6 +1465,21 @@ class PostgresCheckpointStore:
     def close(self) -> None:
         self.notifier.close()
         self.pool.close()
+
+
+def _fails_the_batch(exc: BaseException) -> bool:
+    """Whether ``exc`` (raised by one request of :meth:`append_batch`) must
+    fail the whole transaction: the connection dropped, or a serialization
+    failure or deadlock the transaction retries as a whole."""
+    return isinstance(exc, psycopg.Error) and (
+        is_connection_lost(exc) or exc.sqlstate in RETRY_SQLSTATES
+    )
+
+
+def _slot_error(exc: Exception, where: str) -> BaseException:
+    """What one request's slot of :meth:`append_batch` reports: the store's
+    own errors as raised, a psycopg error as ``append`` would raise it."""
+    return translate(exc, where) if isinstance(exc, psycopg.Error) else exc
 
 
 def _connection_kwargs(

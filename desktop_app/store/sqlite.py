@@ -219,7 +219,7 @@ class SqliteCheckpointStore:
     """
 
     #: see :data:`desktop_app.store.protocol.CAPABILITIES`
-    capabilities = frozenset({"sql", "processes", "vacuum"})
+    capabilities = frozenset({"sql", "processes", "vacuum", "append_batch", "group_commit"})
 
     def __init__(
         self,

@@ -2,8 +2,8 @@
 has it: one transaction for the batch, each run's part exact, one run's
 conflict, lost lease or failing domain write rolls back that run only.
 
-``store_factory`` makes a fresh store; add the PostgreSQL store to its
-params when it exists.
+``store_factory`` makes a fresh store: in memory, SQLite, PostgreSQL (a
+fresh database per test; skips without a server, fails under CI=true).
 """
 
 from __future__ import annotations
@@ -22,13 +22,17 @@ from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord, Ste
 StoreFactory = Callable[[], object]
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreFactory]:
     made: list[object] = []
 
     def make() -> object:
         if request.param == "memory":
             s: object = InMemoryCheckpointStore()
+        elif request.param == "postgres":
+            from desktop_app.store.postgres import open_postgres_store
+
+            s = open_postgres_store(request.getfixturevalue("pg_url"))
         else:
             from desktop_app.store import migrations
             from desktop_app.store.connection import open_connection
@@ -178,7 +182,7 @@ def test_changed_steps_hint_reads_back_every_record(store_factory):
 
 def test_domain_write_failure_rolls_back_only_its_run(store_factory):
     store = store_factory()
-    if not hasattr(store, "conn"):
+    if "sql" not in store.capabilities:
         # the in-memory store refuses domain writes: that run's slot says so
         _seed(store, "r1", "r2")
         out = store.append_batch(

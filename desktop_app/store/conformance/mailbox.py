@@ -1,0 +1,139 @@
+"""Conformance checks of Mailbox: signals, events, waits and deadlines."""
+
+from __future__ import annotations
+
+from desktop_app.errors import (
+    RevisionConflictError,
+)
+from desktop_app.store.conformance.helpers import (
+    _cp,
+    _eq,
+    _id,
+    _ok,
+    _raises,
+    _run,
+    _threads,
+)
+from desktop_app.store.conformance.suite import Harness, check
+from desktop_app.store.protocol import (
+    Wait,
+)
+
+
+@check("Mailbox.send_signal", "Mailbox.next_signal", "RunLog.append")
+def signals_are_consumed_once(h: Harness) -> None:
+    s = h.store()
+    name, key = _id(), "k"
+    first = s.send_signal(name, key, {"n": 1}, 10.0, dedupe_key=_id())
+    second = s.send_signal(name, key, {"n": 2}, 11.0)
+    got = s.next_signal(name, key)
+    _ok(got is not None and got.signal_id == first and got.payload == {"n": 1}, "oldest first")
+    _ok(got is not None and (got.name, got.key) == (name, key), "its name and key")
+    _ok(got is not None and got.sent_at == 10.0, "when it was sent")
+    _eq(s.next_signal(name, "other"), None, "another key")
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    s.append(_cp(rid, 1), consume=[(first, f"{rid}:w:0")])
+    nxt = s.next_signal(name, key)
+    _ok(nxt is not None and nxt.signal_id == second, "a consumed signal is not handed out again")
+    with _raises(RevisionConflictError, "consuming a signal twice"):
+        s.append(_cp(rid, 2), consume=[(first, f"{rid}:w:1")])
+    _eq(s.get_run(rid).revision, 1, "the refused append saved nothing")
+
+
+@check("Mailbox.send_signal")
+def signal_dedupe_from_two_connections(h: Harness) -> None:
+    a, b = h.store(), h.store()
+    name, dedupe = _id(), _id()
+    ids: list[int] = []
+    _threads(4, lambda i: ids.append((a, b)[i % 2].send_signal(name, "k", {"i": i}, 5.0, dedupe)))
+    _eq(len(set(ids)), 1, "four sends with one dedupe key from two connections store one signal")
+    got = b.next_signal(name, "k")
+    _ok(got is not None and got.signal_id == ids[0], "that signal")
+
+
+@check("Mailbox.publish_event", "Mailbox.first_event")
+def events_are_broadcast(h: Harness) -> None:
+    s = h.store()
+    kind = _id()
+    e1 = s.publish_event(kind, {"n": 1}, 100.0)
+    e2 = s.publish_event(kind, {"n": 2}, 200.0)
+    _ok(e2 != e1, "distinct ids")
+    got = s.first_event(kind, 50.0)
+    _ok(got is not None and got.event_id == e1 and got.payload == {"n": 1}, "first since 50")
+    _ok(got is not None and got.type == kind and got.published_at == 100.0, "its type and time")
+    at = s.first_event(kind, 100.0)
+    _ok(at is not None and at.event_id == e1, "an event at exactly `since` counts")
+    got = s.first_event(kind, 150.0)
+    _ok(got is not None and got.event_id == e2, "first since 150")
+    _eq(s.first_event(kind, 250.0), None, "none since 250")
+    _eq(s.first_event(_id(), 0.0), None, "another type")
+
+
+@check(
+    "Mailbox.due_waits",
+    "Mailbox.next_deadline",
+    "Mailbox.wakeable_runs",
+    "Mailbox.runs_waiting_for",
+)
+def waits_deadlines_and_wakeups(h: Harness) -> None:
+    s = h.store()
+    timer, sig, ev, late = _id(), _id(), _id(), _id()
+    sname, etype = _id(), _id()
+    waits = {
+        timer: Wait(f"{timer}:t:0", "t", "timer", 10.0, deadline_at=50.0),
+        sig: Wait(f"{sig}:s:0", "s", "signal", 10.0, name=sname, key="k", deadline_at=90.0),
+        ev: Wait(f"{ev}:e:0", "e", "event", 10.0, name=etype),
+    }
+    for rid, w in waits.items():
+        s.create_run(_run(rid), _cp(rid, 0))
+        s.append(_cp(rid, 1, status="waiting", waits=(w,)))
+    s.create_run(_run(late, deadline_at=70.0), _cp(late, 0, status="waiting"))
+    _eq(s.next_deadline(), 50.0, "earliest deadline")
+    _eq(s.due_waits(60.0), [(timer, f"{timer}:t:0")], "due at 60")
+    _eq(s.due_waits(40.0), [], "none due at 40")
+    _eq(s.wakeable_runs(40.0), [], "nothing to act on at 40")
+    _eq(s.wakeable_runs(75.0), [timer, late], "due deadlines, by deadline")
+    s.send_signal(sname, "k", None, 20.0)
+    s.publish_event(etype, None, 30.0)
+    _eq(set(s.wakeable_runs(40.0)), {sig, ev}, "a deliverable signal and event")
+    _eq(s.wakeable_runs(75.0)[:2], [timer, late], "deadlines before signals")
+    _eq(s.runs_waiting_for("signal", sname, "k"), [sig], "waiting for the signal")
+    _eq(s.runs_waiting_for("signal", sname), [sig], "any key")
+    _eq(s.runs_waiting_for("event", etype), [ev], "waiting for the event")
+    s.append(_cp(timer, 2))
+    _eq(s.next_deadline(), 90.0, "a resolved wait's deadline is gone")
+
+
+@check("Mailbox.wakeable_runs", "Mailbox.send_signal", "Mailbox.publish_event")
+def wakeable_runs_orders_deadlines_and_matches_deliveries(h: Harness) -> None:
+    """Due deadlines come first, earliest first, whether a wait's or the
+    run's, and a deadline at exactly ``now`` is due; a run with both a due
+    deadline and a delivery ranks by its deadline. Only a signal of the
+    wait's own name and key wakes it; an event published at the instant the
+    wait began wakes it."""
+    s = h.store()
+    p = _id()[:8]
+    # run ids in the reverse of deadline order, so an order by id shows
+    run_dl, sig_dl, timer20, timer30 = (f"{p}-{c}" for c in "dcba")
+    other_sig, ev = f"{p}-e", f"{p}-f"
+    sname = _id()
+    s.create_run(_run(run_dl, deadline_at=5.0), _cp(run_dl, 0, status="waiting"))
+    waits = {
+        sig_dl: Wait(f"{sig_dl}:s:0", "s", "signal", 1.0, name=sname, key="k", deadline_at=10.0),
+        timer20: Wait(f"{timer20}:t:0", "t", "timer", 1.0, deadline_at=20.0),
+        timer30: Wait(f"{timer30}:t:0", "t", "timer", 1.0, deadline_at=30.0),
+        other_sig: Wait(f"{other_sig}:s:0", "s", "signal", 1.0, name=sname, key="other"),
+        ev: Wait(f"{ev}:e:0", "e", "event", 40.0, name=sname),
+    }
+    for rid, w in waits.items():
+        s.create_run(_run(rid), _cp(rid, 0))
+        s.append(_cp(rid, 1, status="waiting", waits=(w,)))
+    s.send_signal(sname, "k", None, 2.0)
+    s.send_signal(_id(), "other", None, 2.0)
+    _eq(s.wakeable_runs(5.0)[:1], [run_dl], "a run deadline at exactly now")
+    _eq(s.wakeable_runs(30.0)[:4], [run_dl, sig_dl, timer20, timer30], "deadlines, by deadline")
+    _eq(s.wakeable_runs(20.0)[:3], [run_dl, sig_dl, timer20], "a wait deadline at exactly now")
+    _ok(other_sig not in s.wakeable_runs(30.0), "a signal of another key or name wakes nothing")
+    s.publish_event(sname, None, 40.0)
+    _eq(set(s.wakeable_runs(0.0)), {sig_dl, ev}, "deliveries: the signal and the event")

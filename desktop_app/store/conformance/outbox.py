@@ -1,0 +1,160 @@
+"""Conformance checks of Outbox: intents queued by steps, claimed and marked by dispatchers."""
+
+from __future__ import annotations
+
+from desktop_app.errors import (
+    RevisionConflictError,
+)
+from desktop_app.store.conformance.helpers import (
+    _clocked,
+    _cp,
+    _eq,
+    _id,
+    _ok,
+    _raises,
+    _run,
+    _threads,
+)
+from desktop_app.store.conformance.suite import Harness, check
+from desktop_app.store.protocol import (
+    CheckpointStore,
+    Intent,
+    Wait,
+)
+
+
+def _with_intents(s: CheckpointStore, n: int) -> tuple[str, list[str]]:
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    keys = [f"{rid}:send:0:{i}" for i in range(n)]
+    intents = [Intent(k, rid, "send", "dest", {"i": i}) for i, k in enumerate(keys)]
+    s.append(_cp(rid, 1), intents=intents)
+    return rid, keys
+
+
+@check("Outbox.intents", "Outbox.claim_intents", "Mailbox.due_waits")
+def listing_intents_and_due_waits_is_paged_by_default(h: Harness) -> None:
+    s = h.store()
+    rid, _ = _with_intents(s, 101)
+    _eq(len(s.intents(["pending"])), 100, "intents by default")
+    _eq(len(s.intents(["pending"], limit=101)), 101, "intents with limit=101")
+    _eq(len(s.claim_intents("d", 30.0)), 100, "claimed intents by default")
+    waits = tuple(Wait(f"{rid}:t:{i}", "t", "timer", 10.0, deadline_at=50.0) for i in range(1001))
+    s.append(_cp(rid, 2, status="waiting", waits=waits))
+    _eq(len(s.due_waits(60.0)), 1000, "due waits by default")
+    _eq(len(s.due_waits(60.0, limit=1001)), 1001, "due waits with limit=1001")
+
+
+@check("Outbox.intents", "Outbox.mark_intent", "RunLog.append")
+def intents_commit_with_their_checkpoint(h: Harness) -> None:
+    s = h.store()
+    rid, keys = _with_intents(s, 2)
+    got = s.intents(["pending"])
+    _eq([i.intent_id for i in got if i.run_id == rid], keys, "pending, oldest first")
+    _eq(got[0].payload, {"i": 0}, "payload")
+    with _raises(RevisionConflictError, "an intent id already in the outbox"):
+        s.append(_cp(rid, 2), intents=[Intent(keys[0], rid, "send", "dest", {})])
+    _eq(s.get_run(rid).revision, 1, "the refused append saved nothing")
+    s.mark_intent(keys[0], "sending", 5.0)
+    s.mark_intent(keys[0], "delivered", 6.0, receipt={"ok": 1})
+    s.mark_intent(keys[1], "sending", 5.0)
+    s.mark_intent(keys[1], "failed", 6.0, error="no")
+    (done,) = [i for i in s.intents(["delivered"]) if i.run_id == rid]
+    _eq((done.attempts, done.receipt, done.last_error), (1, {"ok": 1}, None), "delivered")
+    (bad,) = [i for i in s.intents(["failed"]) if i.run_id == rid]
+    _eq((bad.intent_id, bad.last_error), (keys[1], "no"), "failed")
+    _eq(s.intents(["pending", "sending"], limit=1), [], "nothing left to send")
+
+
+@check("Outbox.mark_intent")
+def mark_intent_with_expect_moves_only_from_that_status(h: Harness) -> None:
+    s = h.store()
+    rid, keys = _with_intents(s, 1)
+    (key,) = keys
+    _eq(s.mark_intent(key, "sending", 5.0, expect="sending"), False, "expecting the wrong status")
+    (still,) = [i for i in s.intents(["pending"]) if i.run_id == rid]
+    _eq((still.status, still.attempts), ("pending", 0), "the refused move changed nothing")
+    _eq(s.mark_intent(key, "sending", 5.0, expect="pending"), True, "the first dispatcher")
+    _eq(s.mark_intent(key, "sending", 5.0, expect="pending"), False, "the second, too late")
+    (sent,) = [i for i in s.intents(["sending"]) if i.run_id == rid]
+    _eq(sent.attempts, 1, "one send counted")
+    _eq(s.mark_intent(key, "delivered", 6.0, receipt={"ok": 1}, expect="sending"), True, "acked")
+    _eq(s.mark_intent(key, "pending", 7.0, expect="sending"), False, "no move after delivery")
+    _eq(s.mark_intent(_id(), "delivered", 7.0), False, "an unknown intent does not move")
+
+
+@check("Outbox.claim_intents", "Outbox.mark_intent")
+def claimed_intents_are_not_handed_to_a_peer(h: Harness) -> None:
+    s, clock, db = _clocked(h)
+
+    def at() -> float | None:
+        return None if db is None else clock.now()
+
+    _, keys = _with_intents(s, 3)
+    first = s.claim_intents("d1", 60.0, 2, now=at())
+    _eq([i.intent_id for i in first], keys[:2], "oldest first, limit")
+    _ok(not any(i.interrupted for i in first), "pending intents are not interrupted")
+    _eq(
+        [i.intent_id for i in s.claim_intents("d2", 60.0, 10, now=at())],
+        keys[2:],
+        "the peer gets the rest",
+    )
+    _eq(s.claim_intents("d3", 60.0, 10, now=at()), [], "nothing while both claims live")
+    _eq(
+        [i.intent_id for i in s.claim_intents("d1", 60.0, 10, now=at())],
+        keys[:2],
+        "the holder may claim its own again",
+    )
+    s.mark_intent(keys[0], "sending", clock.now())  # d1 sends keys[0] ... and dies
+    s.mark_intent(keys[1], "pending", clock.now(), error="retry later")  # ends the claim
+    got = s.claim_intents("d3", 60.0, 10, now=at())
+    _eq([i.intent_id for i in got], [keys[1]], "an intent set back to pending is free again")
+    gone = s.claim_intents("d4", 60.0, 10, presumed_dead=lambda o: o == "d1", now=at())
+    _eq(
+        [(i.intent_id, i.interrupted) for i in gone],
+        [(keys[0], True)],
+        "a dead claimant's send is reconciled",
+    )
+    _eq(gone[0].attempts, 1, "claiming does not count an attempt")
+    clock.advance(61)
+    late = s.claim_intents("d5", 60.0, 10, now=at())
+    _eq(sorted(i.intent_id for i in late), sorted(keys), "every claim expired")
+
+
+@check("Outbox.claim_intents", "Outbox.mark_intent")
+def claim_intents_skips_what_is_done(h: Harness) -> None:
+    """Delivered and failed intents are passed over, not the end of the
+    scan; a delivery clears the error an earlier attempt left."""
+    s = h.store()
+    _, keys = _with_intents(s, 3)
+    s.mark_intent(keys[0], "delivered", 5.0, receipt=1)
+    s.mark_intent(keys[1], "failed", 5.0, error="no")
+    _eq([i.intent_id for i in s.claim_intents("d", 30.0, 10)], keys[2:], "the pending one")
+    s.mark_intent(keys[2], "sending", 6.0)
+    s.mark_intent(keys[2], "pending", 6.0, error="timed out")
+    s.mark_intent(keys[2], "sending", 7.0)
+    s.mark_intent(keys[2], "delivered", 8.0, receipt=2)
+    (done,) = [i for i in s.intents(["delivered"]) if i.intent_id == keys[2]]
+    _eq((done.last_error, done.attempts, done.receipt), (None, 2, 2), "delivered after a retry")
+
+
+@check("Outbox.claim_intents")
+def two_connections_claim_each_intent_once(h: Harness) -> None:
+    a, b = h.store(), h.store()
+    _, keys = _with_intents(a, 12)
+    got: list[list[str]]
+
+    got = [[] for _ in range(4)]
+
+    def claimer(i: int) -> None:
+        store = (a, b)[i % 2]
+        while True:  # a claimant may claim its own again: stop when nothing is new
+            batch = store.claim_intents(f"d{i}", 60.0, len(got[i]) + 2)
+            new = [x.intent_id for x in batch if x.intent_id not in got[i]]
+            if not new:
+                return
+            got[i].extend(new)
+
+    _threads(4, claimer)
+    every = [k for g in got for k in g]
+    _eq(sorted(every), sorted(keys), "each intent claimed exactly once")
