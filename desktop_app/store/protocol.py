@@ -48,6 +48,7 @@ from desktop_app.store.records import (
     Event,
     Intent,
     Lease,
+    RunHead,
     RunRecord,
     RunStatus,
     Signal,
@@ -88,6 +89,7 @@ __all__ = [
     "Mailbox",
     "Outbox",
     "RunLog",
+    "RunHead",
     "RunRecord",
     "RunStatus",
     "Signal",
@@ -235,6 +237,12 @@ class RunLog(Protocol):
 
     def latest(self, run_id: str) -> Checkpoint:
         """The highest revision. Raises CheckpointNotFoundError, CheckpointDecodeError."""
+
+    def head(self, run_id: str) -> RunHead:
+        """The run row and its latest checkpoint in one read (the checkpoint
+        is the row's revision: never an older or newer one); what the engine
+        reads before it drives a run. Raises CheckpointNotFoundError,
+        CheckpointDecodeError."""
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         """One revision. Raises CheckpointNotFoundError, CheckpointDecodeError."""
