@@ -80,6 +80,7 @@ from desktop_app.flow.events import (
 )
 from desktop_app.flow.host import DriverHost
 from desktop_app.flow.results import RunResult
+from desktop_app.flow.run import RunMeta, run_meta
 from desktop_app.flow.state import (
     StateTracker,
     StepRecords,
@@ -225,7 +226,7 @@ class RunDriver:
         self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
         self.steps = StepRecords(cp.steps)
         self.frontier: list[str] = list(cp.frontier)
-        self.meta: dict[str, Any] = dict(cp.meta)
+        self.meta: RunMeta = run_meta(cp.meta)
         self.waits: list[Wait] = list(cp.waits)
         self.pending_consume: list[tuple[int, str]] = []
         self.progress = cp.progress
@@ -1086,16 +1087,20 @@ class RunDriver:
             return key == step_id or (nested and key.startswith(step_id + "/"))
 
         prefix = f"{self.run_id}:"
-        for field in ("answers", "asked"):
-            values = self.meta.get(field)
-            if values:
-                kept = {
-                    k: v
-                    for k, v in values.items()
-                    if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
-                }
-                if kept != values:
-                    self.meta[field] = kept
+
+        def kept(values: Mapping[str, object]) -> dict[str, Any]:
+            return {
+                k: v
+                for k, v in values.items()
+                if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
+            }
+
+        answers = self.meta.get("answers")
+        if answers and (left := kept(answers)) != answers:
+            self.meta["answers"] = left
+        asked = self.meta.get("asked")
+        if asked and (still := kept(asked)) != asked:
+            self.meta["asked"] = still
         conts = self.meta.get("continuations")
         if conts and any(own(k) for k in conts):
             self.meta["continuations"] = {k: v for k, v in conts.items() if not own(k)}
