@@ -49,7 +49,6 @@ from desktop_app.errors import (
     StepFailedError,
     StepTimeoutError,
     StoreError,
-    WaitKeyError,
     WaitPayloadError,
 )
 from desktop_app.flow.context import (
@@ -88,6 +87,7 @@ from desktop_app.flow.state import (
     encode_fields,
     load_state,
 )
+from desktop_app.flow.wait_kinds import WAIT_KINDS, wait_kind_of
 from desktop_app.store import codec
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
@@ -753,41 +753,9 @@ class RunDriver:
     def wait_for(self, step_id: str) -> Wait | None:
         return next((w for w in self.waits if w.step_id == step_id), None)
 
-    def new_wait(self, step: AwaitStep | WaitStep) -> Wait:
-        """The step's next wait, numbered ``"<run_id>:<step_id>:<n>"`` by
-        ``meta["wait_seq"]``, which the caller advances once the wait begins."""
-        now = self.clock.now()
-        n = int(self.meta.get("wait_seq", {}).get(step.id, 0))
-        deadline = now + step.timeout_s if step.timeout_s else None
-        if isinstance(step, AwaitStep):
-            return Wait(
-                f"{self.run_id}:{step.id}:{n}",
-                step.id,
-                "input",
-                now,
-                prompt=step.prompt,
-                deadline_at=deadline,
-            )
-        key = step.key(self.state) if callable(step.key) else step.key
-        if step.wait_kind == "signal" and not (isinstance(key, str) and key):
-            raise WaitKeyError(
-                f"run {self.run_id}: the signal key of wait step {step.id!r} is {key!r}; "
-                "it must be a non-empty string (fix the flow's key function)"
-            )
-        # an event wait that failed on what it received looks again from the same moment
-        since = float(self.meta.get("event_since", {}).get(step.id, now))
-        return Wait(
-            f"{self.run_id}:{step.id}:{n}",
-            step.id,
-            step.wait_kind,
-            since if step.wait_kind == "event" else now,
-            name=step.name,
-            key=key,
-            deadline_at=deadline,
-        )
-
     def run_wait(self, step: AwaitStep | WaitStep) -> None:
         """Begin the step's wait (once) or check it: deliver, time out or keep waiting."""
+        kind = wait_kind_of(step)
         wait = self.wait_for(step.id)
         t0 = time.perf_counter()
         ctx = self.new_context(step.id, 1, 0)
@@ -798,7 +766,7 @@ class RunDriver:
             def begin(c: StepContext) -> None:
                 """The step's own code (its key function, its on_enter) runs
                 as an attempt: a failure retries or fails the step."""
-                begun[:] = [self.new_wait(step)]
+                begun[:] = [kind.begin(step, self.run_id, self.state, self.meta, self.clock.now())]
                 if isinstance(step, WaitStep) and step.on_enter is not None:
                     # a one-shot effect: it commits with the wait and never runs again
                     self.invoke(step.on_enter, c)
@@ -808,7 +776,7 @@ class RunDriver:
                 return  # failed, paused or routed, and saved
             wait = begun[0]
             seq = dict(self.meta.get("wait_seq", {}))
-            seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number new_wait gave it, + 1
+            seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number begin gave it, + 1
             self.meta["wait_seq"] = seq
             if step.id in self.meta.get("event_since", {}):
                 since = {k: v for k, v in self.meta.pop("event_since").items() if k != step.id}
@@ -822,22 +790,12 @@ class RunDriver:
                 started_at=wait.created_at,
             )
         now = self.clock.now()
-        if isinstance(step, WaitStep) and step.wait_kind == "signal":
-            assert wait.name is not None and wait.key is not None
-            signal = self.store.next_signal(wait.name, wait.key)
-            if signal is not None:
-                self.resolve_wait(
-                    step, wait, signal.payload, ctx, t0, consume=[(signal.signal_id, wait.wait_id)]
-                )
-                return
-        elif isinstance(step, WaitStep) and step.wait_kind == "event":
-            assert wait.name is not None
-            event = self.store.first_event(wait.name, wait.created_at)
-            if event is not None:
-                self.resolve_wait(step, wait, event.payload, ctx, t0)
-                return
+        arrived = kind.poll(self.store, wait)
+        if arrived is not None:
+            self.resolve_wait(step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
+            return
         if wait.deadline_at is not None and now >= wait.deadline_at:
-            if isinstance(step, WaitStep) and step.wait_kind == "timer":
+            if kind.completes_at_deadline:
                 self.resolve_wait(step, wait, None, ctx, t0)
             else:
                 self.time_out(step, wait)
@@ -918,7 +876,7 @@ class RunDriver:
         event (``meta["event_since"]``: it looks from the failed wait's
         start); a timer starts over."""
         self.end_wait(wait.wait_id)
-        if wait.kind == "event":  # a broadcast stays published: the next wait sees it again
+        if WAIT_KINDS[wait.kind].looks_again_from_start:  # an event stays published
             since = {**self.meta.get("event_since", {}), step.id: wait.created_at}
             self.meta["event_since"] = since
         self.status = "running"  # after_failure decides: failed, paused or routed
