@@ -43,3 +43,28 @@ def test_public_exports_still_import() -> None:
 
     assert IncompatibleRun is Same
     assert Engine and ResumePendingResult and RunResult
+
+
+#: the run core's parts split out of the driver and the engine: each is used
+#: by them and never reaches back into them
+RUN_CORE_PARTS = ("run", "wait_kinds", "composite", "step_call")
+
+
+def test_the_run_cores_parts_import_neither_the_driver_nor_the_engine() -> None:
+    graph = _graph()
+    for part in RUN_CORE_PARTS:
+        reached = reachable(graph, f"{PACKAGE}.{part}")
+        assert not reached & {f"{PACKAGE}.driver", f"{PACKAGE}.engine"}, (part, sorted(reached))
+    assert {f"{PACKAGE}.wait_kinds", f"{PACKAGE}.composite"} <= graph[f"{PACKAGE}.driver"]
+    assert f"{PACKAGE}.run" in graph[f"{PACKAGE}.engine"]
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), set()) - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen

@@ -25,33 +25,26 @@ Durability protocol (one commit per step):
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
-import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Literal
 
 from desktop_app.errors import (
     DiskFullError,
     DomainWriteError,
-    FanInConflictError,
     FlowdeskError,
     LeaseLostError,
-    ParallelBranchesError,
     RevisionConflictError,
     RouteError,
     RunLeasedError,
     StateNotStorableError,
     StepFailedError,
-    StepTimeoutError,
     StoreError,
-    WaitKeyError,
     WaitPayloadError,
 )
+from desktop_app.flow.composite import COMPOSITES, NestedStopped, merge_branches
 from desktop_app.flow.context import (
     ExecutionContext,
     Interrupt,
@@ -64,11 +57,9 @@ from desktop_app.flow.definition import (
     AwaitStep,
     CompiledFlow,
     ConditionStep,
-    LoopStep,
     ParallelStep,
     Step,
     WaitStep,
-    _arity,
 )
 from desktop_app.flow.events import (
     RunFinished,
@@ -80,6 +71,7 @@ from desktop_app.flow.events import (
 )
 from desktop_app.flow.host import DriverHost
 from desktop_app.flow.results import RunResult
+from desktop_app.flow.run import RunMeta, run_meta
 from desktop_app.flow.state import (
     StateTracker,
     StepRecords,
@@ -87,6 +79,8 @@ from desktop_app.flow.state import (
     encode_fields,
     load_state,
 )
+from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step
+from desktop_app.flow.wait_kinds import WAIT_KINDS, wait_kind_of
 from desktop_app.store import codec
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
@@ -98,83 +92,6 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
-
-Outcome = Literal["ok", "stop", "routed"]
-
-
-class Canceled(Exception):
-    """Internal: the run was canceled (by this process or another writer)."""
-
-
-class Stopped(Exception):
-    """Internal: the engine is shutting down or lost the run's lease; the run
-    stays resumable where it is."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool]:
-    """How to call ``fn``: its arity (see ``definition._arity``) and whether
-    it is a coroutine function; read once per function, not at every step."""
-    return _arity(fn), inspect.iscoroutinefunction(fn)
-
-
-def call_step(
-    fn: Callable[..., Any], state: Any, ctx: StepContext, timeout_s: float | None = None
-) -> Any:
-    """Call ``fn(state, ctx)`` (or fewer args), awaiting coroutines, within ``timeout_s``.
-
-    A timed-out attempt commits nothing: ``ctx`` is abandoned (its staged
-    writes and intents are dropped, later ``ctx.write``/``ctx.send`` raise,
-    ``ctx.cancelled`` turns true) and whatever it returns is discarded. An
-    async step is cancelled at the deadline. A synchronous step cannot be
-    stopped from outside, so this returns only once it has returned: a retry
-    never runs beside it.
-
-    Raises:
-        StepTimeoutError: the attempt ran past ``timeout_s``.
-    """
-    arity, is_async = _call_shape(fn)
-    args = (state, ctx)[:arity]
-    if is_async:
-
-        async def _run() -> Any:
-            if timeout_s is None:
-                return await fn(*args)
-            try:
-                return await asyncio.wait_for(fn(*args), timeout_s)
-            except TimeoutError:
-                ctx.abandon(timeout_s)
-                raise StepTimeoutError(ctx.step_id, timeout_s) from None
-
-        return asyncio.run(_run())
-    if timeout_s is None:
-        out = fn(*args)
-        if out is not None and type(out) is not dict and inspect.isawaitable(out):
-
-            async def _await() -> Any:
-                return await out
-
-            out = asyncio.run(_await())
-        return out
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["out"] = call_step(fn, state, ctx)
-        except BaseException as exc:  # handed to the caller's thread
-            box["exc"] = exc
-
-    worker = threading.Thread(target=target, name=f"step-{ctx.step_id}", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        ctx.abandon(timeout_s)
-        worker.join()  # cannot be stopped: wait, so no retry overlaps it
-        raise StepTimeoutError(ctx.step_id, timeout_s)
-    if "exc" in box:
-        raise box["exc"]
-    return box.get("out")
-
 
 #: what a step's checkpoint commit raises when the store refuses what the
 #: step did (its domain writes, a value it cannot encode): the attempt
@@ -225,7 +142,7 @@ class RunDriver:
         self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
         self.steps = StepRecords(cp.steps)
         self.frontier: list[str] = list(cp.frontier)
-        self.meta: dict[str, Any] = dict(cp.meta)
+        self.meta: RunMeta = run_meta(cp.meta)
         self.waits: list[Wait] = list(cp.waits)
         self.pending_consume: list[tuple[int, str]] = []
         self.progress = cp.progress
@@ -545,7 +462,7 @@ class RunDriver:
         while True:
             try:
                 outcome, ctx, t0 = self.attempt(step, step.id, body_then_route)
-            except _NestedStopped:
+            except NestedStopped:
                 return  # the nested step's failure was recorded and saved
             if outcome != "ok":
                 return
@@ -575,12 +492,8 @@ class RunDriver:
         """What one attempt of ``step`` does."""
 
         def body(ctx: StepContext) -> None:
-            if isinstance(step, ConditionStep):
-                self.run_condition(step, ctx)
-            elif isinstance(step, ParallelStep):
-                self.run_parallel(step, ctx)
-            elif isinstance(step, LoopStep):
-                self.run_loop(step, ctx)
+            if composite is not None:
+                composite(self, step, ctx)
             elif isinstance(step, Step):
                 if recovering and step.policy.recovery == "resume_only":
                     if step.policy.on_recover is not None:
@@ -588,6 +501,7 @@ class RunDriver:
                 else:
                     self.invoke(step.fn, ctx, step.policy.timeout_s)
 
+        composite = COMPOSITES.get(step.kind)
         recovering = self.recovering == step.id
         return body
 
@@ -610,7 +524,7 @@ class RunDriver:
             except Interrupt as intr:
                 self.suspend_for_answers(intr.requests)
                 return "stop", ctx, t0
-            except (Canceled, Stopped, StoreError, RevisionConflictError, _NestedStopped):
+            except (Canceled, Stopped, StoreError, RevisionConflictError, NestedStopped):
                 raise  # storage failed, the run was canceled, or a nested step decided
             except Exception as exc:
                 if (full := DiskFullError.of_step(exc, self.run_id, record_id)) is not None:
@@ -664,7 +578,7 @@ class RunDriver:
             new = self.state.model_copy()
             if isinstance(step, ParallelStep):  # completed branches keep their output
                 branches = dict(self.meta.get("branches", {}))
-                new = self.merge_branches(step, new, branches.pop(record_id, {}))
+                new = merge_branches(self, step, new, branches.pop(record_id, {}))
                 self.meta["branches"] = branches
                 # the other branches' unanswered questions leave with the step
                 self.waits = [w for w in self.waits if not w.step_id.startswith(f"{record_id}/")]
@@ -760,41 +674,9 @@ class RunDriver:
     def wait_for(self, step_id: str) -> Wait | None:
         return next((w for w in self.waits if w.step_id == step_id), None)
 
-    def new_wait(self, step: AwaitStep | WaitStep) -> Wait:
-        """The step's next wait, numbered ``"<run_id>:<step_id>:<n>"`` by
-        ``meta["wait_seq"]``, which the caller advances once the wait begins."""
-        now = self.clock.now()
-        n = int(self.meta.get("wait_seq", {}).get(step.id, 0))
-        deadline = now + step.timeout_s if step.timeout_s else None
-        if isinstance(step, AwaitStep):
-            return Wait(
-                f"{self.run_id}:{step.id}:{n}",
-                step.id,
-                "input",
-                now,
-                prompt=step.prompt,
-                deadline_at=deadline,
-            )
-        key = step.key(self.state) if callable(step.key) else step.key
-        if step.wait_kind == "signal" and not (isinstance(key, str) and key):
-            raise WaitKeyError(
-                f"run {self.run_id}: the signal key of wait step {step.id!r} is {key!r}; "
-                "it must be a non-empty string (fix the flow's key function)"
-            )
-        # an event wait that failed on what it received looks again from the same moment
-        since = float(self.meta.get("event_since", {}).get(step.id, now))
-        return Wait(
-            f"{self.run_id}:{step.id}:{n}",
-            step.id,
-            step.wait_kind,
-            since if step.wait_kind == "event" else now,
-            name=step.name,
-            key=key,
-            deadline_at=deadline,
-        )
-
     def run_wait(self, step: AwaitStep | WaitStep) -> None:
         """Begin the step's wait (once) or check it: deliver, time out or keep waiting."""
+        kind = wait_kind_of(step)
         wait = self.wait_for(step.id)
         t0 = time.perf_counter()
         ctx = self.new_context(step.id, 1, 0)
@@ -805,7 +687,7 @@ class RunDriver:
             def begin(c: StepContext) -> None:
                 """The step's own code (its key function, its on_enter) runs
                 as an attempt: a failure retries or fails the step."""
-                begun[:] = [self.new_wait(step)]
+                begun[:] = [kind.begin(step, self.run_id, self.state, self.meta, self.clock.now())]
                 if isinstance(step, WaitStep) and step.on_enter is not None:
                     # a one-shot effect: it commits with the wait and never runs again
                     self.invoke(step.on_enter, c)
@@ -815,7 +697,7 @@ class RunDriver:
                 return  # failed, paused or routed, and saved
             wait = begun[0]
             seq = dict(self.meta.get("wait_seq", {}))
-            seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number new_wait gave it, + 1
+            seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number begin gave it, + 1
             self.meta["wait_seq"] = seq
             if step.id in self.meta.get("event_since", {}):
                 since = {k: v for k, v in self.meta.pop("event_since").items() if k != step.id}
@@ -829,22 +711,12 @@ class RunDriver:
                 started_at=wait.created_at,
             )
         now = self.clock.now()
-        if isinstance(step, WaitStep) and step.wait_kind == "signal":
-            assert wait.name is not None and wait.key is not None
-            signal = self.store.next_signal(wait.name, wait.key)
-            if signal is not None:
-                self.resolve_wait(
-                    step, wait, signal.payload, ctx, t0, consume=[(signal.signal_id, wait.wait_id)]
-                )
-                return
-        elif isinstance(step, WaitStep) and step.wait_kind == "event":
-            assert wait.name is not None
-            event = self.store.first_event(wait.name, wait.created_at)
-            if event is not None:
-                self.resolve_wait(step, wait, event.payload, ctx, t0)
-                return
+        arrived = kind.poll(self.store, wait)
+        if arrived is not None:
+            self.resolve_wait(step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
+            return
         if wait.deadline_at is not None and now >= wait.deadline_at:
-            if isinstance(step, WaitStep) and step.wait_kind == "timer":
+            if kind.completes_at_deadline:
                 self.resolve_wait(step, wait, None, ctx, t0)
             else:
                 self.time_out(step, wait)
@@ -925,7 +797,7 @@ class RunDriver:
         event (``meta["event_since"]``: it looks from the failed wait's
         start); a timer starts over."""
         self.end_wait(wait.wait_id)
-        if wait.kind == "event":  # a broadcast stays published: the next wait sees it again
+        if WAIT_KINDS[wait.kind].looks_again_from_start:  # an event stays published
             since = {**self.meta.get("event_since", {}), step.id: wait.created_at}
             self.meta["event_since"] = since
         self.status = "running"  # after_failure decides: failed, paused or routed
@@ -1094,220 +966,20 @@ class RunDriver:
             return key == step_id or (nested and key.startswith(step_id + "/"))
 
         prefix = f"{self.run_id}:"
-        for field in ("answers", "asked"):
-            values = self.meta.get(field)
-            if values:
-                kept = {
-                    k: v
-                    for k, v in values.items()
-                    if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
-                }
-                if kept != values:
-                    self.meta[field] = kept
+
+        def kept(values: Mapping[str, object]) -> dict[str, Any]:
+            return {
+                k: v
+                for k, v in values.items()
+                if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
+            }
+
+        answers = self.meta.get("answers")
+        if answers and (left := kept(answers)) != answers:
+            self.meta["answers"] = left
+        asked = self.meta.get("asked")
+        if asked and (still := kept(asked)) != asked:
+            self.meta["asked"] = still
         conts = self.meta.get("continuations")
         if conts and any(own(k) for k in conts):
             self.meta["continuations"] = {k: v for k, v in conts.items() if not own(k)}
-
-    def run_loop(self, step: LoopStep, ctx: StepContext) -> None:
-        sid = step.id
-        iteration = self.steps[sid].iteration
-        while iteration < step.max_iterations and not step.until(self.state):
-            ctx.iteration = iteration + 1
-            self.invoke(step.body, ctx, step.policy.timeout_s)
-            iteration += 1
-            if step.on_iteration is not None:
-                step.on_iteration(iteration, self.state)
-            if step.progress is not None:
-                self.progress = step.progress(self.state)
-            elif (p := ctx.take_progress()) is not None:
-                self.progress = p
-            rec = self.steps[sid]
-            self.steps[sid] = StepRecord(
-                sid,
-                "in_progress",
-                attempts=rec.attempts,
-                started_at=rec.started_at,
-                iteration=iteration,
-            )
-            if step.checkpoint_each_iteration:
-                self.save(sid, ctx.take_writes(), ctx.take_intents())
-                if self.progress is not None:
-                    self.events.publish(RunProgress(self.run_id, *self.progress))
-            self.check_cancel()
-
-    def run_condition(self, step: ConditionStep, ctx: StepContext) -> None:
-        decided = dict(self.meta.get("conditions", {}))
-        if step.id not in decided:
-            decided[step.id] = bool(step.predicate(self.state))
-            self.meta["conditions"] = decided
-        if not decided[step.id]:
-            for n in step.steps:
-                self.steps[n.id] = StepRecord(n.id, "skipped")
-                self.events.publish(
-                    StepFinished(self.run_id, StepResult(n.id, "skipped", None, 0.0))
-                )
-            return
-        for n in step.steps:
-            rec = self.steps.get(n.id)
-            if rec is not None and rec.status == "completed":
-                continue
-            attempts = rec.attempts + 1 if rec is not None and rec.status == "in_progress" else 1
-            self.steps[n.id] = StepRecord(
-                n.id, "in_progress", attempts=attempts, started_at=self.clock.now()
-            )
-            outcome, nctx, t0 = self.attempt(n, n.id, self.body_of(n))
-            if outcome != "ok":
-                raise _NestedStopped(outcome)
-            ms = (time.perf_counter() - t0) * 1000
-            done = self.steps[n.id]
-            self.steps[n.id] = StepRecord(
-                n.id,
-                "completed",
-                attempts=done.attempts,
-                started_at=done.started_at,
-                finished_at=self.clock.now(),
-                duration_ms=ms,
-            )
-            self.save(n.id, nctx.take_writes(), nctx.take_intents())
-            self.events.publish(StepFinished(self.run_id, StepResult(n.id, "done", None, ms)))
-
-    def run_parallel(self, step: ParallelStep, ctx: StepContext) -> None:
-        all_done = dict(self.meta.get("branches", {}))
-        done: dict[str, Any] = dict(all_done.get(step.id, {}))
-        base = self.state
-        answers = self.meta.get("answers", {})
-        # a branch whose question is still unanswered keeps waiting, untouched
-        still_waiting = [
-            w
-            for w in self.waits
-            if w.kind == "input"
-            and w.step_id.startswith(f"{step.id}/")
-            and w.wait_id not in answers
-        ]
-        asking = {w.step_id.split("/", 1)[1] for w in still_waiting}
-        pending = [
-            (name, fn) for name, fn in step.branches if name not in done and name not in asking
-        ]
-        requests: list[InterruptRequest] = [
-            InterruptRequest(w.wait_id, w.step_id, w.prompt, w.continuation, None)
-            for w in still_waiting
-        ]
-
-        policy = self.flow.retry
-        retries = step.policy.retry if step.policy.retry > 0 else policy.retries
-
-        def run_branch(name: str, fn: Callable[..., Any]) -> tuple[dict[str, Any], list[Any]]:
-            """One branch under its own retry policy (S60); every attempt gets
-            its own copy of the stored state."""
-            attempt = 0
-            while True:
-                attempt += 1
-                # the step's attempt, plus this branch's own retries
-                bctx = self.new_context(f"{step.id}/{name}", ctx.attempt + attempt - 1, 0)
-                try:
-                    return self.branch_attempt(step, name, fn, base.model_copy(deep=True), bctx)
-                except Interrupt:
-                    raise
-                except Exception as exc:
-                    if not (policy.is_retryable(exc) and attempt <= retries):
-                        raise
-                    delay = policy.backoff.delay(attempt)
-                    if delay > 0 and not self.clock.sleep(delay, self.cancel_event):
-                        raise Canceled() from None
-                    self.check_cancel()
-
-        errors: dict[str, BaseException] = {}
-        if pending:
-            workers = max(1, min(step.max_concurrency, len(pending)))
-            with ThreadPoolExecutor(workers, thread_name_prefix=f"branch-{step.id}") as pool:
-                futures = {pool.submit(run_branch, name, fn): name for name, fn in pending}
-                for fut in as_completed(futures):
-                    name = futures[fut]
-                    try:
-                        encoded, effects = fut.result()
-                    except Interrupt as intr:
-                        requests.extend(intr.requests)
-                        continue
-                    except (Canceled, Stopped):
-                        raise
-                    except Exception as exc:
-                        errors[name] = exc
-                        continue
-                    done[name] = encoded
-                    all_done[step.id] = dict(done)
-                    self.meta["branches"] = dict(all_done)
-                    self.forget_answers(f"{step.id}/{name}", nested=False)
-                    writes = [e for e in effects if not isinstance(e, Intent)]
-                    intents = [e for e in effects if isinstance(e, Intent)]
-                    self.save(step.id, writes, intents)
-        if errors:
-            # every failed branch named, in declared order; completed ones stay saved
-            raise ParallelBranchesError(
-                step.id,
-                {
-                    name: f"{type(errors[name]).__name__}: {errors[name]}"
-                    for name, _ in step.branches
-                    if name in errors
-                },
-            )
-        if requests:
-            # several questions pending at once: each keeps its own stable wait id
-            raise Interrupt(requests)
-        self.state = self.merge_branches(step, base, done)
-
-    def branch_attempt(
-        self,
-        step: ParallelStep,
-        name: str,
-        fn: Callable[..., Any],
-        base: Any,
-        bctx: StepContext,
-    ) -> tuple[dict[str, Any], list[Any]]:
-        """One attempt of one branch: its encoded updates and its effects."""
-        out = call_step(fn, base, bctx, step.policy.timeout_s)
-        if out is None:
-            out = {}
-        if not isinstance(out, dict):
-            raise TypeError(f"parallel branch {name!r} must return a dict of field updates or None")
-        tmp = base.model_copy()
-        validator = self.flow.state_type.__pydantic_validator__
-        for field_name, value in out.items():
-            validator.validate_assignment(tmp, field_name, value)
-        encoded = encode_fields(tmp, set(out), f"{step.id}/{name}")
-        return encoded, [*bctx.take_writes(), *bctx.take_intents()]
-
-    def merge_branches(self, step: ParallelStep, base: Any, done: dict[str, Any]) -> Any:
-        """``base`` with the completed branches' updates applied in declared
-        order (never completion order), through the step's reducers.
-
-        Raises:
-            FanInConflictError: two branches wrote a field that has no reducer.
-        """
-        validator = self.flow.state_type.__pydantic_validator__
-        state = base.model_copy()
-        written: set[str] = set()
-        for name, _ in step.branches:
-            if name not in done:
-                continue
-            decoded = base.model_copy()
-            for field_name, value in done[name].items():
-                validator.validate_assignment(decoded, field_name, value)
-                update = getattr(decoded, field_name)
-                reducer = step.reducers.get(field_name)
-                if reducer is not None:
-                    update = reducer(getattr(state, field_name), update)
-                elif field_name in written:
-                    raise FanInConflictError(
-                        f"parallel {step.id!r}: branches both write {field_name!r}; declare a "
-                        f"reducer for it"
-                    )
-                written.add(field_name)
-                validator.validate_assignment(state, field_name, update)
-        return state
-
-
-class _NestedStopped(Exception):
-    """Internal: a nested step stopped the run (failed, paused or routed)."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome

@@ -31,8 +31,6 @@ from desktop_app.errors import (
     RunStateError,
     StepFailedError,
     UnknownFlowError,
-    WaitAlreadyResolvedError,
-    WaitError,
 )
 from desktop_app.flow.children import canceler, journaled, merge_journals
 from desktop_app.flow.clock import Clock, SystemClock
@@ -49,6 +47,7 @@ from desktop_app.flow.owners import (
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
+from desktop_app.flow.run import RunState, input_waits
 from desktop_app.flow.state import apply_output, check_storable, dump_state, load_state
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
@@ -446,14 +445,12 @@ class Engine:
         f = self._resolve(flow)
         if not self.executes:  # created for a worker to execute
             rid, _ = self._submit(f, state, run_id, context, flow_key, parent_run_id, False)
-            live = self.store.get_run(rid)
-            cp = self.store.latest(rid)
+            live, cp = self.store.head(rid)
             current = load_state(f.state_type, cp.state, rid, cp.revision)
             return RunResult(rid, live.status, current, cp.revision, live.error)
         rid, created = self._submit(f, state, run_id, context, flow_key, parent_run_id, True)
         if not created:  # the live run with this key is the answer
-            live = self.store.get_run(rid)
-            cp = self.store.latest(rid)
+            live, cp = self.store.head(rid)
             current = load_state(f.state_type, cp.state, rid, cp.revision)
             return RunResult(rid, live.status, current, cp.revision, live.error)
         return self._drive(f, rid)
@@ -465,8 +462,8 @@ class Engine:
         raise RunStateError(f"no live run of {f.name!r} with flow key {flow_key!r}; try again")
 
     def _drive(self, f: CompiledFlow[Any], run_id: str) -> RunResult:
-        driver = RunDriver(self, f, self.store.get_run(run_id), self.store.latest(run_id))
-        return self._go(driver)
+        run, cp = self.store.head(run_id)
+        return self._go(RunDriver(self, f, run, cp))
 
     def _go(self, driver: RunDriver) -> RunResult:
         """Execute the driver's run, or (``executes=False``) hand it back."""
@@ -480,24 +477,21 @@ class Engine:
 
     # -- resuming --------------------------------------------------------
 
-    def _load_driver(self, run_id: str) -> RunDriver:
-        run = self.store.get_run(run_id)
-        if run.status in ("canceled", "timed_out"):
-            raise RunStateError(
-                f"run {run_id} is {run.status}; it cannot be resumed. Replay or fork it "
-                "from a checkpoint to run it again."
-            )
-        f = self.flow(run.flow_name)
-        if run.flow_version != f.version:
-            raise FlowVersionMismatchError(run_id, run.flow_version, f.version)
-        driver = RunDriver(self, f, run, self.store.latest(run_id))
+    def _load_driver(self, run: RunState) -> RunDriver:
+        """A driver for ``run`` (read with :meth:`RunState.read`), refused
+        when the run may not continue here."""
+        run.refuse_resume()
+        f = self.flow(run.run.flow_name)
+        run.check_version(f.version)
+        driver = RunDriver(self, f, run.run, run.checkpoint)
         # the driver's first checkpoint claims the lease atomically
-        driver.takeover = self._takeover_of(run)
+        driver.takeover = self._takeover_of(run.run)
+        run_id = run.run.run_id
         if driver.takeover is not None:
             holder, dead = driver.takeover
             state = "dead" if dead else "lease expired"
             log.info("run %s: %s takes it over from %s (%s)", run_id, self.owner, holder, state)
-        log.info("run %s of flow %s resumed (status was %s)", run_id, f.name, run.status)
+        log.info("run %s of flow %s resumed (status was %s)", run_id, f.name, run.run.status)
         return driver
 
     def _takeover_of(self, run: RunRecord) -> tuple[str, bool] | None:
@@ -539,15 +533,16 @@ class Engine:
             CheckpointDecodeError: its checkpoint cannot be decoded.
             UnknownFlowError: its flow is not registered.
         """
-        driver = self._load_driver(run_id)
-        if driver.status == "completed" or not driver.frontier:
+        run = RunState.read(self.store, run_id)
+        driver = self._load_driver(run)
+        if run.done:
             return driver.result()
         self.cancel_event(run_id).clear()
-        if driver.status == "waiting" and "pause" not in driver.meta:
+        if run.sleeping:
             driver.wake()  # deliver, time out, or keep waiting
             if driver.is_running():
                 return self._go(driver)
-            inputs = [w for w in driver.waits if w.kind == "input"]
+            inputs = input_waits(driver.waits)
             if driver.status == "waiting" and inputs:
                 raise RunStateError(
                     f"run {run_id} waits for input ({', '.join(w.wait_id for w in inputs)}); "
@@ -584,29 +579,9 @@ class Engine:
 
         check_storable(value, f"answer for run {run_id}")
 
-        driver = self._load_driver(run_id)
-        inputs = [w for w in driver.waits if w.kind == "input"]
-        if wait_id is not None and wait_id in driver.meta.get("resolved", []):
-            raise WaitAlreadyResolvedError(
-                f"run {run_id}: wait {wait_id} was already answered; the first answer stands"
-            )
-        if driver.status != "waiting" or not inputs:
-            raise RunStateError(f"run {run_id} is not waiting for input (status {driver.status!r})")
-        if wait_id is None:
-            if len(inputs) > 1:
-                raise WaitError(
-                    f"run {run_id} has {len(inputs)} questions pending "
-                    f"({', '.join(w.wait_id for w in inputs)}); answer one with wait_id=..."
-                )
-            wait = inputs[0]
-        else:
-            found = next((w for w in inputs if w.wait_id == wait_id), None)
-            if found is None:
-                raise WaitError(
-                    f"run {run_id} has no pending wait {wait_id}; pending: "
-                    f"{', '.join(w.wait_id for w in inputs)}"
-                )
-            wait = found
+        run = RunState.read(self.store, run_id)
+        driver = self._load_driver(run)
+        wait = run.input_wait(wait_id)
         if wait.deadline_at is not None and self.clock.now() >= wait.deadline_at:
             driver.wake()
             raise RunStateError(
@@ -641,8 +616,9 @@ class Engine:
         Raises:
             RunLeasedError: another process is executing the run.
         """
-        driver = self._load_driver(run_id)
-        if driver.status != "waiting" or "pause" in driver.meta:
+        run = RunState.read(self.store, run_id)
+        driver = self._load_driver(run)
+        if not run.sleeping:
             return driver.result()
         driver.wake()
         if driver.is_running():
@@ -1266,8 +1242,7 @@ class Engine:
 
     def get(self, run_id: str) -> Any:
         """The latest state, decoded into the flow's model. Runs nothing."""
-        run = self.store.get_run(run_id)
-        cp = self.store.latest(run_id)
+        run, cp = self.store.head(run_id)
         return load_state(self.flow(run.flow_name).state_type, cp.state, run_id, cp.revision)
 
     def status(self, run_id: str) -> RunRecord:

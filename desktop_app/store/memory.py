@@ -34,6 +34,7 @@ from desktop_app.store.protocol import (
     Event,
     Intent,
     Lease,
+    RunHead,
     RunRecord,
     RunStatus,
     Signal,
@@ -304,6 +305,11 @@ class InMemoryCheckpointStore:
         with self._lock:
             run = self._run(run_id)
             return detached(self._cps[run_id][run.revision])
+
+    def head(self, run_id: str) -> RunHead:
+        with self._lock:
+            run = self._run(run_id)
+            return RunHead(run, detached(self._cps[run_id][run.revision]))
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         with self._lock:

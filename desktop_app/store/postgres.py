@@ -98,6 +98,7 @@ from desktop_app.store.protocol import (
     Event,
     Intent,
     Lease,
+    RunHead,
     RunRecord,
     RunStatus,
     Signal,
@@ -1171,20 +1172,23 @@ class PostgresCheckpointStore:
         return checkpoint_infos(run_id, rows)
 
     def latest(self, run_id: str) -> Checkpoint:
-        def body(conn: Conn) -> tuple[Checkpoint, bool]:
-            """The latest checkpoint, and whether it was loaded (not cached)."""
+        return self.head(run_id).checkpoint
+
+    def head(self, run_id: str) -> RunHead:
+        def body(conn: Conn) -> tuple[RunRecord, Checkpoint, bool]:
+            """The run, its latest checkpoint, and whether that was loaded (not cached)."""
             run = self._get_run(conn, run_id)
             if run is None:
                 raise self._no_run(run_id)
             copy = self._cached_copy(run_id, run.revision)
             if copy is not None:
-                return copy, False
-            return self._load(conn, run_id, run.revision), True
+                return run, copy, False
+            return run, self._load(conn, run_id, run.revision), True
 
-        cp, loaded = self._read(body)
+        run, cp, loaded = self._read(body)
         if loaded:
             self._remember(cp)
-        return cp
+        return RunHead(run, cp)
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         def body(conn: Conn) -> Checkpoint:

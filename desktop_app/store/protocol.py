@@ -49,6 +49,7 @@ from desktop_app.store.records import (
     Event,
     Intent,
     Lease,
+    RunHead,
     RunRecord,
     RunStatus,
     Signal,
@@ -89,6 +90,7 @@ __all__ = [
     "Leases",
     "Mailbox",
     "Outbox",
+    "RunHead",
     "RunLog",
     "RunRecord",
     "RunStatus",
@@ -279,6 +281,12 @@ class RunLog(Protocol):
 
     def latest(self, run_id: str) -> Checkpoint:
         """The highest revision. Raises CheckpointNotFoundError, CheckpointDecodeError."""
+
+    def head(self, run_id: str) -> RunHead:
+        """The run row and its latest checkpoint in one read (the checkpoint
+        is the row's revision: never an older or newer one); what the engine
+        reads before it drives a run. Raises CheckpointNotFoundError,
+        CheckpointDecodeError."""
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         """One revision. Raises CheckpointNotFoundError, CheckpointDecodeError."""

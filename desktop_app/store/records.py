@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 RunStatus = Literal["pending", "running", "waiting", "completed", "failed", "canceled", "timed_out"]
 StepStatus = Literal["in_progress", "completed", "failed", "skipped", "waiting"]
@@ -306,6 +306,14 @@ class RunRecord:
     lease_owner: str | None = None
     lease_expires_at: float | None = None
     deadline_at: float | None = None
+
+
+class RunHead(NamedTuple):
+    """A run row and its latest checkpoint, read together (what
+    ``RunLog.head`` returns): ``checkpoint.revision == run.revision``."""
+
+    run: RunRecord
+    checkpoint: Checkpoint
 
 
 @dataclass(frozen=True, slots=True)

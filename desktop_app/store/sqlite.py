@@ -47,6 +47,7 @@ from desktop_app.store.protocol import (
     Event,
     Intent,
     Lease,
+    RunHead,
     RunRecord,
     RunStatus,
     Signal,
@@ -779,13 +780,17 @@ class SqliteCheckpointStore:
 
     @_locked
     def latest(self, run_id: str) -> Checkpoint:
+        return self.head(run_id).checkpoint
+
+    @_locked
+    def head(self, run_id: str) -> RunHead:
         run = self.get_run(run_id)
         cached = self._last.get(run_id)
         if cached is not None and cached.revision == run.revision:
-            return detached(cached)
-        cp = self._load(run_id, run.revision)
+            return RunHead(run, detached(cached))
+        cp = self._load(run_id, run.revision)  # the row's revision: never rewritten
         self._remember(detached(cp))
-        return cp
+        return RunHead(run, cp)
 
     @_locked
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:

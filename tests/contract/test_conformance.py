@@ -113,7 +113,7 @@ def test_every_role_method_is_covered():
     uncovered = [m for m, n in counts.items() if n == 0]
     assert not uncovered, f"role methods without a conformance check: {uncovered}"
     roles = conformance.role_methods()
-    assert len(roles["RunLog"]) == 12 and len(roles["AgentLog"]) == 10
+    assert len(roles["RunLog"]) == 13 and len(roles["AgentLog"]) == 11
     assert set(roles) == {
         "RunLog",
         "Leases",

@@ -74,6 +74,20 @@ def agent_runs_create_and_read(h: Harness) -> None:
     _eq([r.run_id for r in log.list(agent="helper") if r.run_id in (a, b)], [a], "by agent")
 
 
+@check("AgentLog.list_page")
+def agent_runs_are_read_newest_first_a_page_at_a_time(h: Harness) -> None:
+    log, _ = _agent(h)
+    # later than anything another check creates, so these are the newest
+    ids = sorted(_id() for _ in range(5))
+    for i, rid in enumerate(ids[:4]):
+        log.create(AgentRun(rid, "helper", "done", "hi", 9e9 + i, 9e9 + i), [])
+    log.create(AgentRun(ids[4], "helper", "done", "hi", 9e9 + 3, 9e9 + 3), [])  # a tie: by id
+    pages = [[r.run_id for r in log.list_page(offset=o, limit=2)] for o in (0, 2)]
+    want = [[ids[4], ids[3]], [ids[2], ids[1]]]
+    _eq(pages, want, "newest first (created_at, then run id, descending), two at a time")
+    _eq(log.list_page(offset=4, limit=2)[0].run_id, ids[0], "the page after them starts")
+
+
 @check("AgentLog.update", "AgentLog.tool_result", "AgentLog.tool_results", "AgentLog.mark_reused")
 def agent_updates_messages_and_tool_results(h: Harness) -> None:
     log, _ = _agent(h)

@@ -471,3 +471,22 @@ def an_unknown_run_is_named(h: Harness) -> None:
     for name, call in calls.items():
         with _raises(CheckpointNotFoundError, f"{name} of an unknown run", want):
             call()
+
+
+@check("RunLog.head")
+def head_reads_the_run_and_its_latest_checkpoint_together(h: Harness) -> None:
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0, {"v": 0}))
+    s.append(_cp(rid, 1, {"v": 1}, status="waiting", meta={"pause": {"step": "a"}}))
+    for where, store in (("this connection", s), ("a second connection", h.store())):
+        run, cp = store.head(rid)
+        _eq((run.run_id, run.status, run.revision), (rid, "waiting", 1), f"head's run ({where})")
+        _eq((cp.revision, dict(cp.state)), (1, {"v": 1}), f"head's checkpoint ({where})")
+        _eq(dict(cp.meta), {"pause": {"step": "a"}}, f"head's checkpoint meta ({where})")
+        _eq(cp, store.latest(rid), f"head's checkpoint is latest ({where})")
+        _eq(run, store.get_run(rid), f"head's run is get_run ({where})")
+    missing = _id()
+    want = f"no run {missing} in scope {s.scope!r}"
+    with _raises(CheckpointNotFoundError, "head of an unknown run", want):
+        s.head(missing)

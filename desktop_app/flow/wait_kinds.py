@@ -1,0 +1,150 @@
+"""The four wait kinds, as a registry: how a wait of each kind begins, what
+it polls for while the run waits, and what its deadline does.
+
+* ``input``: an await step's question to a person; nothing to poll (the
+  answer comes through ``Engine.resume_with``); its deadline times it out.
+* ``signal``: the first unconsumed signal sent to ``(name, key)`` (a durable
+  mailbox, as Temporal's signals); consumed in the checkpoint that completes
+  the step; its deadline times it out.
+* ``event``: the first event of type ``name`` published after the wait began
+  (a broadcast: never consumed; a wait that failed on what it received looks
+  again from its own start); its deadline times it out.
+* ``timer``: nothing arrives; its deadline is the point (a durable sleep)
+  and completes the step.
+
+The driver looks a step's kind up with :func:`wait_kind_of` instead of
+testing kind strings. This module imports neither the driver nor the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from desktop_app.errors import WaitKeyError
+from desktop_app.flow.definition import AwaitStep, WaitStep
+from desktop_app.flow.run import RunMeta
+from desktop_app.store.protocol import Mailbox, Wait
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """What a poll found: the payload that completes the step, and the
+    ``(signal_id, wait_id)`` pairs to consume with that checkpoint."""
+
+    payload: Any
+    consume: list[tuple[int, str]] | None = None
+
+
+class WaitKind:
+    """One kind of wait. Subclasses set :attr:`name` and override what differs."""
+
+    #: the ``Wait.kind`` stored for this kind
+    name: str = ""
+    #: at the deadline the step completes (a timer) instead of timing out
+    completes_at_deadline: bool = False
+    #: a wait that failed on what it received looks again from its own start
+    #: (``meta["event_since"]``), so the next wait receives the same thing
+    looks_again_from_start: bool = False
+
+    def begin(
+        self, step: AwaitStep | WaitStep, run_id: str, state: Any, meta: RunMeta, now: float
+    ) -> Wait:
+        """The step's next wait, numbered ``"<run_id>:<step_id>:<n>"`` by
+        ``meta["wait_seq"]`` (the caller advances it once the wait began).
+
+        Raises:
+            WaitKeyError: a signal wait's key is not a non-empty string.
+            Exception: whatever the step's key function raises.
+        """
+        assert isinstance(step, WaitStep)
+        n = int(meta.get("wait_seq", {}).get(step.id, 0))
+        deadline = now + step.timeout_s if step.timeout_s else None
+        key = step.key(state) if callable(step.key) else step.key
+        self.check_key(step, run_id, key)
+        return Wait(
+            f"{run_id}:{step.id}:{n}",
+            step.id,
+            step.wait_kind,
+            self.created_at(step, meta, now),
+            name=step.name,
+            key=key,
+            deadline_at=deadline,
+        )
+
+    def check_key(self, step: WaitStep, run_id: str, key: Any) -> None:
+        """Refuse a key this kind cannot wait on (only signals need one)."""
+
+    def created_at(self, step: WaitStep, meta: RunMeta, now: float) -> float:
+        """When the wait counts as begun (``now``, unless the kind looks back)."""
+        return now
+
+    def poll(self, store: Mailbox, wait: Wait) -> Arrival | None:
+        """What arrived for ``wait``, or ``None`` (keep waiting)."""
+        return None
+
+
+class InputKind(WaitKind):
+    name = "input"
+
+    def begin(
+        self, step: AwaitStep | WaitStep, run_id: str, state: Any, meta: RunMeta, now: float
+    ) -> Wait:
+        assert isinstance(step, AwaitStep)
+        n = int(meta.get("wait_seq", {}).get(step.id, 0))
+        deadline = now + step.timeout_s if step.timeout_s else None
+        return Wait(
+            f"{run_id}:{step.id}:{n}",
+            step.id,
+            "input",
+            now,
+            prompt=step.prompt,
+            deadline_at=deadline,
+        )
+
+
+class SignalKind(WaitKind):
+    name = "signal"
+
+    def check_key(self, step: WaitStep, run_id: str, key: Any) -> None:
+        if not (isinstance(key, str) and key):
+            raise WaitKeyError(
+                f"run {run_id}: the signal key of wait step {step.id!r} is {key!r}; "
+                "it must be a non-empty string (fix the flow's key function)"
+            )
+
+    def poll(self, store: Mailbox, wait: Wait) -> Arrival | None:
+        assert wait.name is not None and wait.key is not None
+        signal = store.next_signal(wait.name, wait.key)
+        if signal is None:
+            return None
+        return Arrival(signal.payload, [(signal.signal_id, wait.wait_id)])
+
+
+class EventKind(WaitKind):
+    name = "event"
+    looks_again_from_start = True
+
+    def created_at(self, step: WaitStep, meta: RunMeta, now: float) -> float:
+        return float(meta.get("event_since", {}).get(step.id, now))
+
+    def poll(self, store: Mailbox, wait: Wait) -> Arrival | None:
+        assert wait.name is not None
+        event = store.first_event(wait.name, wait.created_at)
+        return None if event is None else Arrival(event.payload)
+
+
+class TimerKind(WaitKind):
+    name = "timer"
+    completes_at_deadline = True
+
+
+#: every wait kind by ``Wait.kind``
+WAIT_KINDS: dict[str, WaitKind] = {
+    k.name: k for k in (InputKind(), SignalKind(), EventKind(), TimerKind())
+}
+
+
+def wait_kind_of(step: AwaitStep | WaitStep) -> WaitKind:
+    """The kind of ``step``'s waits: ``input`` for an await step, else its ``wait_kind``."""
+    return WAIT_KINDS["input" if isinstance(step, AwaitStep) else step.wait_kind]
