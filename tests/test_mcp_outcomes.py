@@ -366,7 +366,7 @@ def test_a_resume_stops_naming_each_used_tool_and_field_that_changed(sqlite_stor
     log = flowdesk_log()
     assert f"agent run s1 failed: {res.error}" in log
     assert "agent t: run s1 resumed (status was input_required)" in log
-    assert "agent t: run s1 failed" in log
+    assert "agent t: run s1 ended failed" in log
 
 
 # -- destructive and idempotent: never re-sent after a crash -------------------
