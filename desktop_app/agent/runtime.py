@@ -377,31 +377,22 @@ class Agent:
                 f"agent run {run_id} is not waiting for input (status {run.status!r})"
             )
         request = pending_approval(run.pending_call)
-        if request is not None:
-            approved = parse_decision(text)
-            self._refuse_other_tools(run_id)
-            self._claim(run)
-            self.store.update(
-                run_id,
-                self.clock.now(),
-                owner=self.owner,
-                tool=ApprovalJournal.row(request, approved),
-                status="running",
-                pending_call=None,
-            )
-            yield from self._drive(run_id, stream)
-            return
-        call = ToolCall.from_json(run.pending_call)
-        answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
+        written: dict[str, Any]
+        if request is not None:  # yes or no to a tool call, journaled before the call
+            written = {"tool": ApprovalJournal.row(request, parse_decision(text))}
+        else:
+            call = ToolCall.from_json(run.pending_call)
+            answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
+            written = {"messages": [answer.to_json()]}
         self._refuse_other_tools(run_id)
         self._claim(run)
         self.store.update(
             run_id,
             self.clock.now(),
             owner=self.owner,
-            messages=[answer.to_json()],
             status="running",
             pending_call=None,
+            **written,
         )
         yield from self._drive(run_id, stream)
 
