@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import flowdesk
-from tests.test_tool_approval import append, lines, notes_config, require, stored_run
+from tests.test_tool_approval import (
+    append,
+    as_printed,
+    lines,
+    notes_config,
+    require,
+    stored_run,
+)
 
 
 async def _answer_in_inbox(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str, with_model: bool = True
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    key: str,
+    with_model: bool = True,
+    then: Callable[[list[str], dict[str, str]], None] | None = None,
 ) -> tuple[list[str], list[str], str, int]:
     """Start an agent run that waits for approval of ``notes__append``, then
     press ``key`` on it in the inbox: (log lines, notices, run status, model requests)."""
@@ -57,6 +69,8 @@ async def _answer_in_inbox(
             await wait_until(pilot, lambda: not screen.answering, timeout=60)
             await settle(pilot)
             shown = messages(app)
+        if then is not None:  # with the model server still up
+            then(shown, env)
         requests = len(server.requests)
     return lines(log), shown, stored_run(db).status, requests
 
@@ -86,7 +100,20 @@ async def test_y_without_a_model_says_so_and_shows_the_command(
 ) -> None:
     monkeypatch.delenv("FLOWDESK_MODEL__BASE_URL", raising=False)
     monkeypatch.delenv("FLOWDESK_MODEL__MODEL", raising=False)
-    log, shown, status, _ = await _answer_in_inbox(tmp_path, monkeypatch, "y", with_model=False)
-    assert log == [] and status == "input_required"
-    said = [m for m in shown if "No model" in m]
-    assert said and all("`flowdesk answer " in m and m.endswith(" yes`") for m in said), shown
+    ran: list[str] = []
+
+    def run_the_command(shown: list[str], env: dict[str, str]) -> None:
+        assert lines(tmp_path / "notes.log") == []  # nothing ran in the app
+        said = [m for m in shown if "No model" in m]
+        assert said and all(m.endswith(" yes`") for m in said), shown
+        command = said[-1].rsplit("`", 2)[-2]
+        assert command.startswith("flowdesk answer ")
+        done = as_printed(command, env)  # run exactly as printed
+        assert done.returncode == 0, done.stderr
+        ran.append(done.stdout)
+
+    log, _, status, _ = await _answer_in_inbox(
+        tmp_path, monkeypatch, "y", with_model=False, then=run_the_command
+    )
+    assert ran and "Noted." in ran[0]
+    assert log == ["milk"] and status == "done"
