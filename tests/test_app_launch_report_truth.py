@@ -137,3 +137,48 @@ async def test_runs_left_for_a_person_keep_a_banner_until_each_is_acted_on(
         await pilot.press("r")  # resumed: it waits for its answer now
         await settle(pilot)
         assert screen.asking_line.message.startswith("1 interrupted run of approve")
+
+
+async def test_a_run_a_live_process_holds_is_not_said_to_be_resumed(tmp_path: Path) -> None:
+    """Launch recovery finds a pending run whose lease a live process holds: the
+    notice says it runs elsewhere, never "Resumed 1 run ... 1 not resumed"."""
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    bootstrap.apply_schema(settings)
+    old = bootstrap.build_engine(settings, flows=[approve_flow("1")])
+    try:
+        run_id = old.start("approve", Approval())
+    finally:
+        old.store.close()
+    holder = subprocess.Popen(["sleep", "300"])
+    try:
+        hold(db, run_id, holder.pid)
+        app = FlowdeskApp(settings, flows=[approve_flow("1")])
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            shown = messages(app)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not any(m.startswith("Resumed") for m in shown), shown
+    assert "1 run is running in another process; nothing to resume" in shown, shown
+    assert not messages_with(shown, "not resumed"), shown
+
+
+def messages_with(shown: list[str], text: str) -> list[str]:
+    return [m for m in shown if text in m]
+
+
+def test_the_summary_counts_held_runs_apart_from_resumed_ones() -> None:
+    from desktop_app.app.main import recovery_summary
+    from desktop_app.errors import AgentRunLeasedError, RunLeasedError
+
+    held = RunLeasedError("r1", "host:1:x", 0.0)
+    assert recovery_summary([held, AgentRunLeasedError("r2", "host:2:y", 0.0)]) == (
+        "2 runs are running in another process; nothing to resume",
+        False,
+    )
+    assert recovery_summary([held, ValueError("boom")]) == (
+        "Resumed 1 run: 0 completed, 0 failed, 1 not resumed; 1 run is running in another process",
+        True,
+    )

@@ -143,6 +143,45 @@ def resume_pydantic_ai(
     return resume_registered(store, settings, run_id, answer)
 
 
+def resume_with_recorded_tools(
+    store: AgentLog,
+    settings: Settings,
+    model: Any,
+    run: AgentRun,
+    answer: str | None = None,
+    *,
+    no_model: str = "no model is set up",
+) -> AgentResponse:
+    """Continue agent run ``run`` with the tools it recorded
+    (:meth:`ToolSources.of_run`, connected by :func:`connected_tools`):
+    ``Agent.resume``, or ``Agent.resume_input(run_id, answer)`` when
+    ``answer`` is given (its question's answer, or ``yes``/``no`` to the tool
+    call it waits to have approved). A Pydantic AI agent's run is resumed by
+    its registered agent (:func:`resume_pydantic_ai`), model included.
+
+    Raises:
+        ConfigError: ``model`` is ``None`` (``no_model`` says why) for a run
+            of Flowdesk's own agent, an MCP server is not in the settings, or
+            the Pydantic AI agent is not registered.
+        InputError: the recorded folder is gone.
+        McpError: an MCP server cannot be started or reached.
+        ApprovalAnswerError: ``answer`` is not yes or no for an approval.
+        AgentRunLeasedError: a live process executes the run.
+    """
+    from desktop_app.agent.runtime import Agent
+
+    sources = ToolSources.of_run(store, run.run_id)
+    if sources.pydantic_ai is not None:
+        return resume_pydantic_ai(store, settings, run.run_id, answer)
+    if model is None:
+        raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
+    with connected_tools(settings, sources, run.run_id) as tools:
+        agent = Agent(run.agent, model, store, tools)
+        if answer is None:
+            return agent.resume(run.run_id)
+        return agent.resume_input(run.run_id, answer)
+
+
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:
     """Top-level agent runs left ``running`` with no live process executing
     them (``owners.lease_abandoned`` at ``now``, UTC epoch seconds: lease
@@ -187,22 +226,13 @@ def recover_agent_runs(
         tools cannot be connected or its Pydantic AI agent is not
         registered). One run's error never stops the others.
     """
-    from desktop_app.agent.runtime import Agent
-
     report: list[tuple[AgentRun, AgentResponse | BaseException]] = []
     for run in interrupted_agent_runs(store, now):
         if skip is not None and run.run_id in skip:
             continue
         outcome: AgentResponse | BaseException
         try:
-            sources = ToolSources.of_run(store, run.run_id)
-            if sources.pydantic_ai is not None:
-                outcome = resume_pydantic_ai(store, settings, run.run_id)
-            elif model is None:
-                raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
-            else:
-                with connected_tools(settings, sources, run.run_id) as tools:
-                    outcome = Agent(run.agent, model, store, tools).resume(run.run_id)
+            outcome = resume_with_recorded_tools(store, settings, model, run, no_model=no_model)
         except Exception as exc:  # reported with the run; the others still resume
             outcome = exc
         report.append((run, outcome))

@@ -74,7 +74,7 @@ from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
-from desktop_app.errors import FlowdeskError, InputError
+from desktop_app.errors import FlowdeskError, InputError, RunLeasedError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
@@ -118,8 +118,16 @@ def recovery_summary(
     outcomes: Iterable[RunResult | AgentResponse | BaseException],
 ) -> tuple[str, bool]:
     """``("Resumed N runs: X completed, Y failed", problem?)``; an agent run
-    that answered (``done``) counts as completed."""
+    that answered (``done``) counts as completed. A run a live process holds
+    (``RunLeasedError``, an agent run's too) was not resumed and is no
+    problem: it is counted apart ("1 run is running in another process"),
+    and when it is all there was the text says nothing was resumed."""
     done = list(outcomes)
+    held = sum(isinstance(o, RunLeasedError) for o in done)
+    done = [o for o in done if not isinstance(o, RunLeasedError)]
+    elsewhere = f"{plural(held, 'run')} {'is' if held == 1 else 'are'} running in another process"
+    if held and not done:
+        return f"{elsewhere}; nothing to resume", False
     results = [o for o in done if not isinstance(o, BaseException)]
     errors = [o for o in done if isinstance(o, BaseException)]
     completed = sum(r.status in ("completed", "done") for r in results)
@@ -130,7 +138,10 @@ def recovery_summary(
         parts.append(f"{other} waiting or stopped")
     if errors:
         parts.append(f"{len(errors)} not resumed")
-    return f"Resumed {plural(len(done), 'run')}: {', '.join(parts)}", bool(failed or errors)
+    text = f"Resumed {plural(len(done), 'run')}: {', '.join(parts)}"
+    if held:
+        text += f"; {elsewhere}"
+    return text, bool(failed or errors)
 
 
 class FlowdeskApp(App[None]):
@@ -498,9 +509,13 @@ class FlowdeskApp(App[None]):
             return
         ids = frozenset(r.run_id for r in interrupted)
         ids = frozenset(i for i in ids if self.runs.claim(i))
-        text = f"Resuming {plural(len(ids) + len(agent_runs), 'interrupted run')}…"
-        self.say(text)
-        self.runs_screen.status_line.say(text)
+        # a run a live process holds is tried all the same (its holder may
+        # end meanwhile) but not announced as being resumed
+        fresh = sum(left_over(r, now) for r in interrupted if r.run_id in ids)
+        if fresh + len(agent_runs):
+            text = f"Resuming {plural(fresh + len(agent_runs), 'interrupted run')}…"
+            self.say(text)
+            self.runs_screen.status_line.say(text)
         self._recover(ids)
 
     def _other_mode(self, run: RunRecord) -> bool:
@@ -524,7 +539,9 @@ class FlowdeskApp(App[None]):
             progress = f"Resuming interrupted runs: {len(outcomes)} of {total} done…"
             with contextlib.suppress(Exception):  # the app may be closing
                 self.call_from_thread(self.runs_screen.status_line.say, progress)
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, RunLeasedError):
+                pass  # a live process runs it: the summary counts it, no error
+            elif isinstance(outcome, BaseException):
                 self.say(f"Run {short_id(run.run_id)} was not resumed: {outcome}", "error")
             elif outcome.status == "failed":
                 self.say(f"Run {short_id(run.run_id)} failed: {outcome.error}", "error")
@@ -562,7 +579,9 @@ class FlowdeskApp(App[None]):
 
         def on_result(run: Any, outcome: AgentResponse | BaseException) -> None:
             outcomes.append(outcome)
-            if isinstance(outcome, BaseException):
+            if isinstance(outcome, RunLeasedError):
+                pass  # a live process runs it: the summary counts it, no error
+            elif isinstance(outcome, BaseException):
                 self.say(f"Agent run {short_id(run.run_id)} was not resumed: {outcome}", "error")
             elif outcome.status == "failed":
                 self.say(f"Agent run {short_id(run.run_id)} failed: {outcome.error}", "error")

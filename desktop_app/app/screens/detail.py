@@ -17,8 +17,9 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from rich.cells import cell_len
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -82,6 +83,9 @@ TABS = (
     "tab-context",
     "tab-graph",
 )
+
+#: the names of tabs cut short when the full ones do not fit
+SHORT_TAB_NAMES = {"tab-outbox": "Out", "tab-context": "Ctx"}
 
 
 def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
@@ -174,6 +178,34 @@ def tab_label(pane: str, name: str) -> str:
     return f"{TABS.index(pane) + 1} {name}"
 
 
+def tab_labels(active: str, counts: dict[str, int], width: int) -> dict[str, str]:
+    """Every tab's label for a tab row ``width`` cells wide: ``"5 Outbox"``
+    when all fit (one cell between labels), else with the long names cut
+    (``"5 Out"``, ``"6 Ctx"``), else the active tab's full label and the
+    others' keys only (``"4 (1)"``): the row never runs past the edge (the
+    tabs get 40 cells at 80 columns, 60 at 120). ``counts``: the number shown
+    after a tab's name (the Waits tab's open waits)."""
+
+    def labels(names: dict[str, str]) -> dict[str, str]:
+        out = {}
+        for pane in TABS:
+            name = names.get(pane, pane.removeprefix("tab-").capitalize())
+            count = counts.get(pane, 0)
+            out[pane] = tab_label(pane, f"{name} ({count})" if count else name)
+        return out
+
+    for tier in (labels({}), labels(SHORT_TAB_NAMES)):
+        if sum(cell_len(label) + 1 for label in tier.values()) <= width:
+            return tier
+    full = labels({})
+    keys = {}
+    for pane in TABS:
+        count = counts.get(pane, 0)
+        key = str(TABS.index(pane) + 1)
+        keys[pane] = full[pane] if pane == active else f"{key} ({count})" if count else key
+    return keys
+
+
 class RunDetailScreen(Screen[None]):
     """One run: its timeline, states, steps, waits, outbox and context, updated live."""
 
@@ -221,6 +253,8 @@ class RunDetailScreen(Screen[None]):
         #: The run a replay or fork from here is creating, until it is opened.
         self.branching: str | None = None
         self._fields: list[str] | None = None
+        #: the count shown in a tab's label (the Waits tab's open waits)
+        self._tab_counts: dict[str, int] = {}
 
     @property
     def flowdesk(self) -> FlowdeskApp:
@@ -257,6 +291,7 @@ class RunDetailScreen(Screen[None]):
         yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
+        self.call_after_refresh(self._fit_tabs)
         self._show_diff()
         self.reload()
         self.set_interval(REFRESH_S, self._flush)
@@ -358,10 +393,21 @@ class RunDetailScreen(Screen[None]):
         self._sync_selection()
 
     def _set_tab_label(self, pane: str, name: str, count: int) -> None:
-        tab = self.query_one(TabbedContent).get_tab(pane)
-        label = tab_label(pane, f"{name} ({count})" if count else name)
-        if tab.label_text != label:
-            tab.label = label
+        self._tab_counts[pane] = count
+        self._fit_tabs()
+
+    def _fit_tabs(self) -> None:
+        """Labels that fit the tab row's width (:func:`tab_labels`)."""
+        panels = self.query_one(TabbedContent)
+        width = panels.size.width or self.app.size.width // 2
+        labels = tab_labels(panels.active, self._tab_counts, width)
+        for pane, label in labels.items():
+            tab = panels.get_tab(pane)
+            if tab.label_text != label:
+                tab.label = label
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self.call_after_refresh(self._fit_tabs)
 
     # -- outbox ------------------------------------------------------------
 
@@ -382,6 +428,7 @@ class RunDetailScreen(Screen[None]):
             title.update(Text(f"{delivered} of {len(mine)} delivered"))
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._fit_tabs()
         if event.pane.id == "tab-outbox" and self._outbox_stale:
             self.load_outbox()
 

@@ -2,10 +2,13 @@
 
 Flow runs waiting on a question (``input`` waits) are approved (``y``),
 rejected (``n``) or answered (``enter``, the answer dialog) in place. Agent
-runs waiting for the user (``input_required``) are listed read-only: answering
-them needs the agent and its model, so the row says which command does it.
-An agent run waiting for a tool call to be approved shows the exact tool and
-arguments (control characters visible) and the two commands, yes and no.
+runs waiting for the user's text (``input_required``) are listed read-only:
+the row says which command answers them. An agent run waiting for a tool
+call to be approved shows the exact tool and arguments (control characters
+visible) and the two commands, yes and no; ``y``/``n`` approve or decline it
+in place (``Agent.resume_input`` with the tools the run recorded, as launch
+recovery resumes agent runs), or, with no model set up, say so and show the
+command.
 LangGraph threads waiting on an ``interrupt()`` open their thread view on
 ``enter``, where the answer is typed.
 
@@ -38,8 +41,11 @@ from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.integrations.langgraph.threads import list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
+from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+
     from desktop_app.app.main import FlowdeskApp
     from desktop_app.app.services import AgentStore
 
@@ -52,6 +58,23 @@ QUESTION_MIN = 20
 APPROVE = YES
 #: The value ``n`` answers with.
 REJECT = NO
+
+
+class _NoModel(Exception):
+    """No chat model is set up (the inbox says so and shows the command)."""
+
+
+def _outcome(hints: Hints, res: Any) -> tuple[str, str]:
+    """``(text, severity)`` saying how an answered agent run went on, as
+    ``flowdesk answer`` prints it (``cli.ask._finish``)."""
+    rid = short_id(res.run_id)
+    if res.status == "done":
+        return f"Agent run {rid} done: {visible_controls(res.text)}", "information"
+    if res.status == "input_required":
+        return f"Agent run {rid} asks: {visible_controls(str(res.question))}", "information"
+    hint = hints.cmd(f"resume {res.run_id}")
+    error = visible_controls(str(res.error))
+    return f"Agent run {rid} {res.status}: {error}  ({hint})", "error"
 
 
 def agent_hint(hints: Hints, run_id: str, approval: bool = False) -> str:
@@ -207,6 +230,17 @@ def _agent_items(agents: AgentStore) -> list[InboxItem]:
     return out
 
 
+class AgentAnswered(Message):
+    """An agent run answered from the inbox went on: ``text`` says how
+    (``severity`` as for a notice)."""
+
+    def __init__(self, run_id: str, text: str, severity: str = "information") -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.text = text
+        self.severity = severity
+
+
 class InboxScreen(Screen[None]):
     """Every run waiting for a person; approve, reject or answer in place."""
 
@@ -243,6 +277,8 @@ class InboxScreen(Screen[None]):
         self.loaded = False
         self._data_version: int | None = None
         self._status = ""
+        #: agent runs whose approval is being answered (a second y waits)
+        self.answering: set[str] = set()
 
     @property
     def flowdesk(self) -> FlowdeskApp:
@@ -446,6 +482,11 @@ class InboxScreen(Screen[None]):
         return [] if item is None else [item]
 
     def _send(self, value: Any) -> None:
+        item = self.selected
+        flow_marked = any(i.key in self.marked and i.kind == "flow" for i in self.items)
+        if item is not None and item.approval and not flow_marked:
+            self._answer_approval(item, "yes" if value == APPROVE else "no")
+            return
         targets = self._targets()
         if value == APPROVE:
             # a run's plan shows before its first approval (the answer dialog shows it)
@@ -470,6 +511,60 @@ class InboxScreen(Screen[None]):
             if refused:
                 self.flowdesk.say(refused, "error")
         self.marked.clear()
+
+    # -- an agent run's tool-call approval -----------------------------------
+
+    def _answer_approval(self, item: InboxItem, answer: str) -> None:
+        rid = short_id(item.run_id)
+        if self.flowdesk.services is None:
+            self.flowdesk.require_engine()
+            return
+        if item.run_id in self.answering:
+            self.flowdesk.say(f"Agent run {rid} is already being answered.", "warning")
+            return
+        self.answering.add(item.run_id)
+        verb = "Approving" if answer == "yes" else "Declining"
+        self.flowdesk.say(f"{verb} agent run {rid}'s tool call…")
+        self._drive_approval(item.run_id, answer)
+
+    @work(thread=True, group="inbox-agent", name="answer an agent's tool call")
+    def _drive_approval(self, run_id: str, answer: str) -> None:
+        """``Agent.resume_input(run_id, answer)`` on this thread, with the tools
+        the run recorded and the configured model; the outcome comes back as
+        :class:`AgentAnswered`."""
+        from desktop_app.agent.recovery import resume_with_recorded_tools
+
+        rid = short_id(run_id)
+        command = agent_hint(self.flowdesk.hints, run_id, approval=True).split(" · ")
+        by_hand = command[0 if answer == "yes" else 1]
+        services = self.flowdesk.services
+        assert services is not None
+        store = services.services.agents
+        try:
+            model = self.flowdesk.chat_model()
+            if model is None:
+                raise _NoModel
+            res = resume_with_recorded_tools(
+                store, self.flowdesk.settings, model, store.get(run_id), answer
+            )
+        except _NoModel:
+            text = (
+                f"No model is set up (Settings, ctrl+s) to continue agent run {rid}; "
+                f"answer it with `{by_hand}`"
+            )
+            self.post_message(AgentAnswered(run_id, text, "warning"))
+            return
+        except Exception as exc:  # never a traceback in the user's face
+            why = str(exc) if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
+            text = f"Agent run {rid} was not answered: {visible_controls(why)}"
+            self.post_message(AgentAnswered(run_id, text, "error"))
+            return
+        self.post_message(AgentAnswered(run_id, *_outcome(self.flowdesk.hints, res)))
+
+    def on_agent_answered(self, message: AgentAnswered) -> None:
+        self.answering.discard(message.run_id)
+        self.flowdesk.say(message.text, cast("SeverityLevel", message.severity))
+        self.reload()
 
     def action_answer(self) -> None:
         item = self.selected

@@ -3,7 +3,8 @@
 The table shows one page of runs (:data:`PAGE` rows, newest first) read with
 one bounded ``list_runs(limit=PAGE + 1, offset=...)``: the extra row only says
 whether a next page exists, so a refresh costs the same with 100 runs in the
-file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar.
+file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar;
+``S`` (or a click on a column's header) sorts the page shown by a column.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from desktop_app.app.format import short_id
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
-from desktop_app.app.widgets.runs_table import AnyRun, RunsTable
+from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.runs_view import left_over, merged_page
 from desktop_app.store.protocol import CheckpointStore, RunRecord
 
+#: Columns ``S`` sorts by, in the order it steps through them.
+SORTABLE = ("run", "kind", "flow", "status", "progress", "started", "updated")
 #: Rows per page of the runs table.
 PAGE = 200
 #: Terminal width (cells) from which the selected run's summary shows beside the table.
@@ -52,6 +55,7 @@ TABLE_ACTIONS = frozenset(
         "copy_id",
         "next_page",
         "previous_page",
+        "sort",
     }
 )
 
@@ -102,6 +106,7 @@ class RunsScreen(Screen[None]):
         Binding("o", "open_output", "Open output", show=False),
         Binding("y", "copy_id", "Copy run id", show=False),
         Binding("slash", "filters", "Filter", key_display="/"),
+        Binding("S", "sort", "Sort", show=False),  # the footer is full at 80 columns; F1 lists it
         Binding("f", "filters", "Filter", show=False),
         Binding("right_square_bracket", "next_page", "Next page", key_display="]", show=False),
         Binding(
@@ -300,9 +305,26 @@ class RunsScreen(Screen[None]):
         # else: a run of another page or outside the filter; the next
         # data_version poll reloads this page if anything on it changed.
 
+    def action_sort(self) -> None:
+        """Sort this page's runs by the next column (``S``; a header click
+        sorts by that column), back to newest first after the last."""
+        table = self.table
+        keys = [k for k in SORTABLE if k in table.shown_columns]
+        at = keys.index(table.sort_key) + 1 if table.sort_key in keys else 0
+        table.sort_by(keys[at] if at < len(keys) else None, reverse=False)
+        self._show_page(len(table.rows))
+
+    def on_data_table_header_selected(self, _event: DataTable.HeaderSelected) -> None:
+        self._show_page(len(self.table.rows))  # the table sorted itself: say how
+
     def _show_page(self, shown: int) -> None:
         first = self.page * PAGE + 1
         where = f" matching {self.filter.describe()}" if self.filter.active else ""
+        table = self.table
+        if table.sort_key is not None:
+            label = dict(COLUMNS)[table.sort_key] or table.sort_key
+            way = "descending" if table.sort_reverse else "ascending"
+            where += f", this page sorted by {label.lower()} ({way}; S: next column)"
         if not shown:
             if self.filter.active:
                 text = f"No runs{where}."

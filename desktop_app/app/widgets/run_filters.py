@@ -12,13 +12,19 @@ query, like an unfiltered one. A short run id (a prefix of at least
 :data:`MIN_PREFIX` characters, as the table shows 8) is looked up among
 the newest :data:`PREFIX_WINDOW` runs passing the other filters: the store has
 no prefix query and the app runs no SQL of its own, so the window is bounded.
+
+Status ``interrupted`` is no stored status but the one the table shows
+(:func:`desktop_app.runs_view.display_status`): it reads the ``pending`` and
+``running`` runs (within the newest :data:`PREFIX_WINDOW`) and keeps those no
+live process executes.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol, cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -28,7 +34,7 @@ from textual.timer import Timer
 from textual.widgets import Input, Select
 
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
-from desktop_app.runs_view import agent_status_as_flow
+from desktop_app.runs_view import INTERRUPTED, agent_status_as_flow, display_status
 from desktop_app.store.protocol import (
     RUN_STATUSES,
     CheckpointStore,
@@ -39,6 +45,10 @@ from desktop_app.store.protocol import (
 from desktop_app.store.records import AgentRun
 
 RunKindFilter = Literal["flow", "agent", "langgraph"]
+#: a status the filter offers: a stored one, or ``interrupted`` (as shown)
+StatusFilter = RunStatus | Literal["interrupted"]
+#: what the status select offers
+STATUSES: tuple[str, ...] = (*RUN_STATUSES, INTERRUPTED)
 #: what the kind select offers
 KINDS: tuple[RunKindFilter, ...] = ("flow", "agent", "langgraph")
 
@@ -67,7 +77,7 @@ class RunFilter:
     """What the runs table shows; empty fields do not filter."""
 
     search: str = ""
-    status: RunStatus | None = None
+    status: StatusFilter | None = None
     flow: str | None = None
     tenant: str = ""
     session: str = ""
@@ -97,9 +107,28 @@ class RunFilter:
     def list_runs(
         self, store: CheckpointStore, *, limit: int, offset: int, flow_key: str | None = None
     ) -> list[RunRecord]:
-        """One bounded ``list_runs`` (newest first) with every filter but the search text."""
+        """One bounded ``list_runs`` (newest first) with every filter but the
+        search text (``interrupted``: see the module's docstring)."""
+        if self.status == INTERRUPTED:
+            now = store.now()
+            window = replace(self, status=None)._list(
+                store, ("pending", "running"), PREFIX_WINDOW, 0, flow_key
+            )
+            held = [r for r in window if display_status(r, now) == INTERRUPTED]
+            return held[offset : offset + limit]
+        statuses = None if self.status is None else (cast(RunStatus, self.status),)
+        return self._list(store, statuses, limit, offset, flow_key)
+
+    def _list(
+        self,
+        store: CheckpointStore,
+        statuses: tuple[RunStatus, ...] | None,
+        limit: int,
+        offset: int,
+        flow_key: str | None,
+    ) -> list[RunRecord]:
         return store.list_runs(
-            statuses=None if self.status is None else (self.status,),
+            statuses=statuses,
             flow_name=self.flow,
             limit=limit,
             offset=offset,
@@ -148,21 +177,28 @@ class RunFilter:
         vocabulary; the search text as a run-id prefix), any order."""
         if not self.wants_agents:
             return []
+        now = time.time()
         return [
             r
             for r in agents.list(agent=self.flow)
             if r.parent_run_id is None
-            and (self.status is None or agent_status_as_flow(r.status) == self.status)
+            and (self.status is None or self._status_is(agent_status_as_flow(r.status), r, now))
             and (
                 not self.search or (is_id_prefix(self.search) and r.run_id.startswith(self.search))
             )
         ]
 
+    def _status_is(self, status: str, run: RunRecord | AgentRun, now: float) -> bool:
+        """Whether ``run`` (``status`` in the flow vocabulary) has the status wanted."""
+        if self.status == INTERRUPTED:
+            return display_status(run, now) == INTERRUPTED
+        return status == self.status
+
     def matches(self, run: RunRecord) -> bool:
         """Whether ``run`` passes every filter but the search text."""
         context = run.context or {}
         return (
-            (self.status is None or run.status == self.status)
+            (self.status is None or self._status_is(run.status, run, time.time()))
             and (self.flow is None or run.flow_name == self.flow)
             and (not self.tenant or context.get("tenant_id") == self.tenant)
             and (not self.session or context.get("session_id") == self.session)
@@ -217,7 +253,7 @@ class RunFilters(Horizontal):
     def compose(self) -> ComposeResult:
         yield Input(placeholder="run id (its first 4+ characters) or flow key", id="filter-search")
         yield Select(
-            [(s, s) for s in RUN_STATUSES],
+            [(s, s) for s in STATUSES],
             prompt="any status",
             allow_blank=True,
             id="filter-status",

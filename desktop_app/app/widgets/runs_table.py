@@ -133,8 +133,24 @@ def plain(cell: object) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
+def sort_value(run: AnyRun, key: str, now: float) -> tuple[int, float, str]:
+    """What column ``key`` sorts ``run`` by: times and progress as numbers
+    (a run with no progress last), every other column by its text."""
+    if key == "started":
+        return (0, run.created_at, "")
+    if key == "updated":
+        return (0, run.updated_at, "")
+    if key in ("progress", "bar") and isinstance(run, RunRecord):
+        done_total = run.progress
+        if done_total and done_total[1] > 0:
+            return (0, done_total[0] / done_total[1], "")
+        return (1, 0.0, "")
+    return (0, 0.0, run_cells(run, now)[key].plain.casefold())
+
+
 class RunsTable(DataTable[Text]):
-    """Runs, newest first; the row key is the run id."""
+    """Runs, newest first, or sorted by a column (:meth:`sort_by`: a click on
+    its header, or ``S`` on the runs screen); the row key is the run id."""
 
     DEFAULT_CSS = """
     RunsTable {
@@ -162,15 +178,23 @@ class RunsTable(DataTable[Text]):
         self._follow: str | None = None
         #: the width the table was fitted to (``None``: every column)
         self._width: int | None = None
+        #: the column the rows are sorted by (``None``: newest first) and whether descending
+        self.sort_key: str | None = None
+        self.sort_reverse = False
 
     def on_mount(self) -> None:
         if not self.columns:  # fit() may have added them already
             self._add_columns()
 
+    def _label(self, key: str) -> str:
+        label = dict(COLUMNS)[key]
+        if key != self.sort_key:
+            return label
+        return f"{label} {'▼' if self.sort_reverse else '▲'}"
+
     def _add_columns(self) -> None:
-        labels = dict(COLUMNS)
         for key in self.shown_columns:
-            column_key = self.add_column(labels[key], key=key)
+            column_key = self.add_column(self._label(key), key=key)
             column = self.columns[column_key]
             column.content_width = max(column.content_width, MIN_WIDTHS.get(key, 0))
 
@@ -229,6 +253,9 @@ class RunsTable(DataTable[Text]):
         if not self.columns:  # called before on_mount
             self._add_columns()
         ordered = sorted(runs, key=lambda r: (r.created_at, r.run_id), reverse=True)
+        if self.sort_key is not None:  # stable: newest first among equals
+            key, now = self.sort_key, self._now()
+            ordered.sort(key=lambda r: sort_value(r, key, now), reverse=self.sort_reverse)
         order = [r.run_id for r in ordered]
         if order == self._order:
             for run in ordered:
@@ -245,6 +272,27 @@ class RunsTable(DataTable[Text]):
             self.move_cursor(row=order.index(selected))
         self._follow_now()
         self._refit()  # wider values may not fit any more (or fit again)
+
+    def sort_by(self, key: str | None, reverse: bool | None = None) -> None:
+        """Sort the rows shown by column ``key`` (``None``: newest first, the
+        default); ``reverse`` says descending (``None``: ascending for a new
+        column, the other way for the column already sorted by). The header
+        of the sorted column shows ▲ or ▼."""
+        if reverse is None:
+            reverse = key == self.sort_key and not self.sort_reverse
+        self.sort_key, self.sort_reverse = key, reverse
+        for column_key in self.shown_columns:
+            self.columns[ColumnKey(column_key)].label = Text(self._label(column_key))
+        records = [self._records[r] for r in self._order if r in self._records]
+        self._order = []
+        self.show(records)
+        self.refresh()
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        """A click on a column's header sorts by it (again: the other way)."""
+        event.stop()
+        if event.column_key.value is not None:
+            self.sort_by(event.column_key.value)
 
     def follow(self, run_id: str) -> None:
         """Select ``run_id`` now, or as soon as its row appears."""
