@@ -20,7 +20,7 @@ from desktop_app.cli.output import (
     step_listener,
     when,
 )
-from desktop_app.cli.waits import agent_wait_lines, wait_command, wait_lines
+from desktop_app.cli.waits import agent_wait_lines, agent_waits, wait_command, wait_lines
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -281,6 +281,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                 "response": run.response,
                 "expires_at": iso(run.expires_at),
                 "pending_call": run.pending_call,
+                "waits": agent_waits(ctx.hints, run),
                 "context": run.context,
                 "messages": messages,
                 "tool_results": [

@@ -15,7 +15,8 @@ with the time left, and the exact command to run, carrying the user's
 
 A run ``waiting`` with no wait was paused for an operator (a full disk, an
 unknown commit outcome): ``resume RUN`` continues it. An agent run asking
-its user (``input_required``) gets the same answer line
+its user (``input_required``) gets the same answer line; one waiting for
+approval of a tool call shows the exact call with its yes and no commands
 (:func:`agent_wait_lines`).
 """
 
@@ -104,16 +105,65 @@ def wait_command(hints: Hints, run_id: str, wait: Any, *, several: bool = False)
     return hints.cmd(f"resume {run_id}")
 
 
-def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
-    """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``):
-    its question and ``answer RUN yes`` while it asks its user
-    (``input_required``), the run's expiry if it has one; nothing otherwise."""
+def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
+    """The pending wait of an agent run (an ``AgentRun``) as ``show -o json``
+    gives it under ``waits``, like a flow run's waits: ``[]`` unless it asks
+    its user (``input_required``). A tool call waiting for approval is
+    ``{"kind": "approval", "tool", "arguments", "call", "commands": {"yes",
+    "no"}}`` (``call`` is :func:`~desktop_app.agent.approvals.render_call`);
+    an ``ask_user`` question is ``{"kind": "input", "question", "command"}``.
+    Every command carries the user's ``--db``/``--scope``."""
+    from desktop_app.agent.approvals import answer_commands, pending_approval, render_call
+
     if run.status != "input_required":
         return []
+    expires = iso(run.expires_at)
+    request = pending_approval(run.pending_call)
+    if request is not None:
+        yes, no = answer_commands(run.run_id)
+        return [
+            {
+                "kind": "approval",
+                "tool": request.tool,
+                "arguments": dict(request.arguments),
+                "call": render_call(request.tool, request.arguments),
+                "deadline_at": expires,
+                "commands": {"yes": hints.cmd(yes), "no": hints.cmd(no)},
+            }
+        ]
     question = ((run.pending_call or {}).get("arguments") or {}).get("question")
-    lines = [f"  an answer: {_question(question)}"]
+    return [
+        {
+            "kind": "input",
+            "question": question,
+            "deadline_at": expires,
+            "command": hints.cmd(f"answer {run.run_id} yes"),
+        }
+    ]
+
+
+def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
+    """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``)
+    while it asks its user (``input_required``), nothing otherwise: a tool
+    call waiting for approval is shown exactly (tool and arguments, control
+    characters visible) with the yes and the no command, as ``waiting``
+    prints them; an ``ask_user`` question with ``answer RUN yes`` (the last
+    word is the answer, any text). The run's expiry when it has one."""
+    waits = agent_waits(hints, run)
+    if not waits:
+        return []
+    wait = waits[0]
+    if wait["kind"] == "approval":
+        lines = [f"  approval of the call: {wait['call']}"]
+    else:
+        lines = [f"  an answer: {_question(wait['question'])}"]
     if run.expires_at is not None:
         lines.append(f"    expires {local_and_utc(run.expires_at, now)}")
-    lines.append("    the last word is the answer: any text")
-    lines.append(f"    answer with: {hints.cmd(f'answer {run.run_id} yes')}")
+    if wait["kind"] == "approval":
+        lines.append("    the answer is yes (run the call) or no (refuse it)")
+        lines.append(f"    yes: {wait['commands']['yes']}")
+        lines.append(f"    no:  {wait['commands']['no']}")
+    else:
+        lines.append("    the last word is the answer: any text")
+        lines.append(f"    answer with: {wait['command']}")
     return lines

@@ -1,0 +1,122 @@
+"""Defects a new user met from a clean clone, each as a whole behaviour: a
+tool call waiting for approval shown exactly by ``show`` (text and JSON) with
+both commands, run as printed. Real ``flowdesk`` subprocesses, real SQLite
+files in ``tmp_path``, a scripted OpenAI-compatible server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.chat_server import ChatServer, completion
+from tests.cli_support import REPO, flowdesk
+
+
+def user_env(**extra: str) -> dict[str, str]:
+    """A user's shell: ``flowdesk`` (this environment's console script) first
+    on PATH, this checkout importable."""
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+        **extra,
+    }
+
+
+def as_printed(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a command line Flowdesk printed, through bash, exactly as printed."""
+    assert command.startswith("flowdesk "), command
+    return subprocess.run(
+        ["bash", "-c", command], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def tool_messages(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["body"]["messages"] if m["role"] == "tool"]
+
+
+def one_json(out: subprocess.CompletedProcess[str]) -> Any:
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_show_of_an_agent_run_waiting_for_approval_shows_the_call_and_both_commands(
+    tmp_path: Path,
+) -> None:
+    db, notes = tmp_path / "x.db", tmp_path / "notes"
+    notes.mkdir()
+    (notes / "n1").write_text("Call Ann.\n")
+    path = "n1\x1b[2J"  # a control character the model put in the arguments
+    read = completion("", [{"id": "r", "name": "read_file", "args": {"path": path}}])
+    with ChatServer() as server:
+        env = user_env(
+            FLOWDESK_MODEL__BASE_URL=server.url,
+            FLOWDESK_MODEL__MODEL="m",
+            FLOWDESK_FILE_TOOLS__REQUIRE_APPROVAL='["read_file"]',
+        )
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [("json", read), ("json", completion("No such note."))]
+        asked = flowdesk(
+            db, "ask", "what is in n1?", "--tools", "files", "--folder", str(notes), env=env
+        )
+        assert asked.returncode == 0, asked.stderr
+        run_id = one_json(flowdesk(db, "runs", "-o", "json", env=env))[0]["run_id"]
+
+        shown = flowdesk(db, "show", run_id, env=env)
+        assert shown.returncode == 0, shown.stderr
+        out = shown.stdout
+        assert "\x1b" not in out
+        assert '  approval of the call: read_file {"path":"n1\\u001b[2J"}' in out, out
+        assert "null" not in out and "any text" not in out, out
+        assert "yes (run the call) or no (refuse it)" in out
+        yes = re.search(r"^    yes: (flowdesk .+)$", out, re.M)
+        no = re.search(r"^    no:  (flowdesk .+)$", out, re.M)
+        assert yes and no, out
+        # the same commands `waiting` prints
+        waiting = flowdesk(db, "waiting", env=env).stdout
+        assert f"    yes: {yes.group(1)}" in waiting and f"    no:  {no.group(1)}" in waiting
+
+        data = one_json(flowdesk(db, "show", run_id, "-o", "json", env=env))
+        [wait] = data["waits"]
+        assert wait["kind"] == "approval" and wait["tool"] == "read_file"
+        assert wait["arguments"] == {"path": path}
+        assert wait["commands"] == {"yes": yes.group(1), "no": no.group(1)}
+
+        # `no` as printed: the model is told, nothing is read
+        declined = as_printed(no.group(1), env)
+        assert declined.returncode == 0, declined.stderr
+        assert "No such note." in declined.stdout
+        assert "declined" in tool_messages(server.requests[-1])[0]
+        assert one_json(flowdesk(db, "show", run_id, "-o", "json", env=env))["waits"] == []
+
+
+def test_the_yes_command_show_prints_runs_the_call(tmp_path: Path) -> None:
+    db, notes = tmp_path / "x.db", tmp_path / "notes"
+    notes.mkdir()
+    (notes / "n1").write_text("Call Ann.\n")
+    read = completion("", [{"id": "r", "name": "read_file", "args": {"path": "n1"}}])
+    with ChatServer() as server:
+        env = user_env(
+            FLOWDESK_MODEL__BASE_URL=server.url,
+            FLOWDESK_MODEL__MODEL="m",
+            FLOWDESK_FILE_TOOLS__REQUIRE_APPROVAL='["read_file"]',
+        )
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [("json", read), ("json", completion("Call Ann."))]
+        asked = flowdesk(
+            db, "ask", "what is in n1?", "--tools", "files", "--folder", str(notes), env=env
+        )
+        assert asked.returncode == 0, asked.stderr
+        run_id = one_json(flowdesk(db, "runs", "-o", "json", env=env))[0]["run_id"]
+        data = one_json(flowdesk(db, "show", run_id, "-o", "json", env=env))
+        approved = as_printed(data["waits"][0]["commands"]["yes"], env)
+        assert approved.returncode == 0, approved.stderr
+        assert "Call Ann." in approved.stdout
+        assert tool_messages(server.requests[-1]) == ["Call Ann.\n"]
+        assert shlex.split(data["waits"][0]["commands"]["yes"])[-1] == "yes"
