@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from desktop_app.store.sqlite import open_store
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
 
@@ -120,3 +121,65 @@ def test_the_yes_command_show_prints_runs_the_call(tmp_path: Path) -> None:
         assert "Call Ann." in approved.stdout
         assert tool_messages(server.requests[-1]) == ["Call Ann.\n"]
         assert shlex.split(data["waits"][0]["commands"]["yes"])[-1] == "yes"
+
+
+APPROVAL = '["desktop_app.examples.approval:approval"]'
+
+
+def test_the_approval_example_refuses_a_typo_and_a_declined_order_never_ships(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "a.db"
+    env = user_env(FLOWDESK_FLOWS=APPROVAL)
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "approval", "--input", '{"order": "o-1"}', env=env)
+    assert started.returncode == 0, started.stderr
+    rid = started.stdout.split()[0]
+    typo = flowdesk(db, "answer", rid, "maybe", env=env)
+    assert typo.returncode == 2, typo.stdout + typo.stderr
+    assert "'yes' or 'no'" in typo.stderr and "Traceback" not in typo.stderr
+    row = one_json(flowdesk(db, "show", rid, "-o", "json", env=env))
+    assert row["status"] == "waiting" and [w["kind"] for w in row["waits"]] == ["input"]
+    shown = flowdesk(db, "show", rid, env=env).stdout
+    assert "the last word is the answer: yes or no (nothing else is taken)" in shown, shown
+    declined = flowdesk(db, "answer", rid, " No ", env=env)
+    assert declined.returncode == 0, declined.stderr
+    # the payment comes anyway: the declined order is not shipped
+    assert flowdesk(db, "signal", "paid", "o-1", "--payload", "{}", env=env).returncode == 0
+    assert flowdesk(db, "resume", "--all", env=env).returncode == 0
+    row = one_json(flowdesk(db, "show", rid, "-o", "json", env=env))
+    assert row["status"] == "completed", row
+    store = open_store(db)
+    try:
+        state = dict(store.latest(rid).state)
+    finally:
+        store.close()
+    assert state["approved"] == "no" and state["shipped"] is False
+    assert [s["step_id"] for s in row["steps"]] == ["approve", "declined"]
+
+
+def test_a_typo_answering_tidy_is_refused_and_the_run_keeps_waiting(tmp_path: Path) -> None:
+    db, folder = tmp_path / "t.db", tmp_path / "Downloads"
+    folder.mkdir()
+    (folder / "paper.pdf").write_bytes(b"pdf")
+    env = user_env()
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "run", "tidy", "--folder", str(folder), env=env)
+    assert started.returncode == 0, started.stderr
+    rid = started.stdout.splitlines()[0]
+    shown = flowdesk(db, "show", rid, env=env).stdout
+    assert "any text" not in shown, shown
+    assert "the last word is the answer: yes or no (nothing else is taken)" in shown
+    typo = flowdesk(db, "answer", rid, "maybe", env=env)
+    assert typo.returncode == 2, typo.stdout + typo.stderr
+    assert "'maybe' is not an answer to this question; answer yes or no" in typo.stderr
+    row = one_json(flowdesk(db, "show", rid, "-o", "json", env=env))
+    assert row["status"] == "waiting" and [w["kind"] for w in row["waits"]] == ["input"]
+    assert (folder / "paper.pdf").exists()
+    # the command show prints still answers it
+    command = re.search(r"^\s+answer with: (flowdesk .+)$", shown, re.M)
+    assert command, shown
+    answered = as_printed(command.group(1), env)
+    assert answered.returncode == 0, answered.stderr
+    assert not (folder / "paper.pdf").exists()
+    assert [p.name for p in (folder / "Documents").rglob("*.pdf")] == ["paper.pdf"]

@@ -20,7 +20,13 @@ from desktop_app.cli.output import (
     step_listener,
     when,
 )
-from desktop_app.cli.waits import agent_wait_lines, agent_waits, wait_command, wait_lines
+from desktop_app.cli.waits import (
+    agent_wait_lines,
+    agent_waits,
+    answer_choices,
+    wait_command,
+    wait_lines,
+)
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -236,7 +242,12 @@ def cmd_show(ctx: Ctx) -> int:
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
         print("waits for:")
-        for line in wait_lines(ctx.hints, run, cp.waits, store.now()):
+        flow = sv.engine.flows.get(run.flow_name)
+        choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
+        for w in cp.waits:
+            if flow is not None and (only := answer_choices(flow, w.step_id)):
+                choices[w.wait_id] = only
+        for line in wait_lines(ctx.hints, run, cp.waits, store.now(), choices):
             print(line)
     print("steps:")
     for rec in cp.steps.values():

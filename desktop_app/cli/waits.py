@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,11 +45,53 @@ def _question(prompt: Any) -> str:
     return visible_controls(json.dumps(text, ensure_ascii=False))
 
 
-def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list[str]:
+def answer_choices(flow: Any, step_id: str) -> list[str] | None:
+    """The answers an await step of ``flow`` (a ``CompiledFlow``) takes when
+    its state field is a ``Literal`` (``Literal["yes", "no"]``, also inside
+    ``Optional``/``Annotated``): the engine refuses any other. ``None`` when
+    the step is not an await step or its field takes other values."""
+    import types
+    from typing import Annotated, Literal, Union, get_args, get_origin
+
+    from desktop_app.flow.definition import AwaitStep
+
+    step = flow.steps.get(step_id)
+    if not isinstance(step, AwaitStep):
+        return None
+    field = flow.state_type.model_fields.get(step.into)
+    if field is None:
+        return None
+    found: list[str] = []
+
+    def walk(tp: Any) -> bool:
+        origin = get_origin(tp)
+        if tp is type(None):
+            return True
+        if origin is Literal:
+            found.extend(str(a) for a in get_args(tp))
+            return True
+        if origin is Annotated:
+            return walk(get_args(tp)[0])
+        if origin in (Union, types.UnionType):
+            return all(walk(a) for a in get_args(tp))
+        return False
+
+    return found if walk(field.annotation) and found else None
+
+
+def wait_lines(
+    hints: Hints,
+    run: Any,
+    waits: Sequence[Any],
+    now: float,
+    choices: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
     """The lines ``show`` prints under ``waits for:`` for the flow run
     ``run`` (a ``RunRecord``) and its pending ``waits`` (``Wait`` records),
-    judged at ``now`` (UTC epoch seconds). Each command line is
-    ``<what> with: <command>``, the command runnable exactly as printed."""
+    judged at ``now`` (UTC epoch seconds). ``choices`` maps a wait id to the
+    only answers its step takes (:func:`answer_choices`); other questions
+    take any text. Each command line is ``<what> with: <command>``, the
+    command runnable exactly as printed."""
     rid = run.run_id
     lines: list[str] = []
     if not waits:
@@ -73,6 +115,9 @@ def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list
             label = "fires" if w.kind == "timer" else "deadline"
             lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
         note, verb = _SAY[w.kind]
+        only = (choices or {}).get(w.wait_id)
+        if w.kind == "input" and only:
+            note = f"the last word is the answer: {' or '.join(only)} (nothing else is taken)"
         lines.append(f"    {note}")
         lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
     return lines
