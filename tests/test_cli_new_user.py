@@ -183,3 +183,35 @@ def test_a_typo_answering_tidy_is_refused_and_the_run_keeps_waiting(tmp_path: Pa
     assert answered.returncode == 0, answered.stderr
     assert not (folder / "paper.pdf").exists()
     assert [p.name for p in (folder / "Documents").rglob("*.pdf")] == ["paper.pdf"]
+
+
+BROKEN = """\
+from pydantic import BaseModel
+
+class S(BaseModel):
+    n: int = 0
+
+flow = S(n=1) + 2
+"""
+
+
+def test_a_flow_module_that_raises_at_import_is_reported_with_its_real_exception(
+    tmp_path: Path,
+) -> None:
+    db, mine = tmp_path / "f.db", tmp_path / "userflows"
+    mine.mkdir()
+    (mine / "broken_flows.py").write_text(BROKEN)
+    env = user_env(
+        FLOWDESK_FLOWS='["broken_flows:flow", "not_there_xyz:flow"]',
+        PYTHONPATH=f"{mine}{os.pathsep}{REPO}",
+    )
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    flows = flowdesk(db, "flows", env=env)
+    assert flows.returncode == 1
+    [broken] = [line for line in flows.stderr.splitlines() if "broken_flows" in line]
+    assert "TypeError: unsupported operand type(s) for +" in broken, broken
+    assert f"at {mine / 'broken_flows.py'}:6" in broken, broken
+    assert "make sure the package is importable" not in broken, broken
+    # a module that is not there still gets the import hint
+    [absent] = [line for line in flows.stderr.splitlines() if "not_there_xyz" in line]
+    assert "make sure the package is importable" in absent, absent
