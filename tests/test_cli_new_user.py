@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from desktop_app.store.sqlite import open_store
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
@@ -215,3 +217,41 @@ def test_a_flow_module_that_raises_at_import_is_reported_with_its_real_exception
     # a module that is not there still gets the import hint
     [absent] = [line for line in flows.stderr.splitlines() if "not_there_xyz" in line]
     assert "make sure the package is importable" in absent, absent
+
+
+def test_shows_tool_calls_table_fits_the_longest_tool_name(tmp_path: Path) -> None:
+    if os.environ.get("CI") != "true":  # under CI a missing MCP SDK fails the test
+        pytest.importorskip("mcp")
+    db, notes, log = tmp_path / "t.db", tmp_path / "notes", tmp_path / "notes.log"
+    notes.mkdir()
+    (notes / "n1").write_text("Call Ann.\n")
+    config = tmp_path / "config.toml"
+    command = [sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio"]
+    config.write_text(
+        f"[mcp_servers.notebook_archive]\ncommand = {json.dumps(command)}\n"
+        f"cwd = {json.dumps(str(REPO))}\n"
+    )
+    calls = [
+        {"id": "a", "name": "read_file", "args": {"path": "n1"}},
+        {"id": "b", "name": "notebook_archive__append", "args": {"text": "x"}},
+    ]
+    with ChatServer() as server:
+        env = user_env(
+            FLOWDESK_MODEL__BASE_URL=server.url,
+            FLOWDESK_MODEL__MODEL="m",
+            FLOWDESK_CONFIG=str(config),
+        )
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [("json", completion("", calls)), ("json", completion("Done."))]
+        asked = flowdesk(
+            db, "ask", "note n1", "--tools", "files", "--folder", str(notes),
+            "--mcp", "notebook_archive", env=env,
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
+        run_id = one_json(flowdesk(db, "runs", "-o", "json", env=env))[0]["run_id"]
+        out = flowdesk(db, "show", run_id, env=env).stdout
+    table = out.split("tool calls: 2\n", 1)[1].splitlines()[:2]
+    assert sorted(line.split()[0] for line in table) == ["notebook_archive__append", "read_file"]
+    # every column starts at the same place in both rows
+    assert len({line.index(" completed") for line in table}) == 1, table
+    assert len({line.index("attempts") for line in table}) == 1, table

@@ -340,9 +340,11 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
     calls = [t for t in tools if is_tool_call(t.tool_key)]
     _say(f"tool calls: {len(calls)}")
+    width = max([14, *(len(visible_controls(t.tool)) for t in calls)])  # the longest name
     for t in calls:
         status = "unknown" if is_outcome_unknown(t.result) else t.status
-        _say(f"  {t.tool:14} {status:12} attempts {t.attempts}  reused {t.reused}")
+        name = visible_controls(t.tool)
+        _say(f"  {name:{width}} {status:12} attempts {t.attempts}  reused {t.reused}")
     records = [t.tool for t in tools if not is_tool_call(t.tool_key)]
     if records:  # the tool lists and sources the run recorded to be resumed with
         _say(f"recorded: {', '.join(records)}")
