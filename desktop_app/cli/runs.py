@@ -580,12 +580,20 @@ def cmd_cancel(ctx: Ctx) -> int:
 def cmd_undo(ctx: Ctx) -> int:
     """``flowdesk undo RUN``: move a tidy run's files back (exit 1 when a file
     could not go back, each listed with why; files already back are counted,
-    not failures)."""
-    from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+    not failures; exit 0 with "nothing to undo" when the run moved nothing)."""
+    from desktop_app.flows.tidy_undo import NothingToUndo, undo_list_of, undo_tidy
 
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
-    report = undo_tidy(undo_list_of(sv.checkpoints, ref.run_id))
+    try:
+        undo_list = undo_list_of(sv.checkpoints, ref.run_id)
+    except NothingToUndo as exc:  # not bad input: the folder is as it was already
+        if ctx.args.output != "text":
+            emit_one(ctx.args.output, {"run_id": ref.run_id, "moved_back": 0, "nothing": str(exc)})
+        else:
+            print(exc)
+        return EXIT_OK
+    report = undo_tidy(undo_list)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
