@@ -85,7 +85,13 @@ def parse_database(text: str) -> Database:
         BackendUnavailableError: a URL of a backend that is not installed
             (``postgresql://``: ``pip install 'flowdesk[postgres]'``) or not
             known; a ``ConfigError``, so the CLI exits 2.
+        ConfigError: ``text`` is empty (or only spaces).
     """
+    if not text.strip():
+        raise ConfigError(
+            "the database path is empty; give a file path with --db (e.g. --db ~/flowdesk.db) "
+            "or set db_path in the settings"
+        )
     if "://" not in text:
         return Database(text, "sqlite", Path(text))
     scheme = urlsplit(text).scheme.lower().split("+")[0]

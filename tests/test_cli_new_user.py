@@ -255,3 +255,10 @@ def test_shows_tool_calls_table_fits_the_longest_tool_name(tmp_path: Path) -> No
     # every column starts at the same place in both rows
     assert len({line.index(" completed") for line in table}) == 1, table
     assert len({line.index("attempts") for line in table}) == 1, table
+
+
+def test_an_empty_db_path_says_it_is_empty(tmp_path: Path) -> None:
+    out = flowdesk("", "runs", env=user_env())
+    assert out.returncode == 2, out.stderr
+    assert "the database path is empty" in out.stderr and "is a folder" not in out.stderr
+    assert list(tmp_path.iterdir()) == []

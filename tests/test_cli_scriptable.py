@@ -276,7 +276,7 @@ def test_killed_digest_rerun_resumes_instead_of_duplicating(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0] == rid  # the same run, its id first
-    assert f"resuming running run {rid}" in again.stderr
+    assert f"resuming interrupted run {rid}" in again.stderr  # as `runs` shows it
     rows = jsonl(flowdesk("--db", str(db), "runs", "--json"))
     assert [(r["run_id"], r["status"]) for r in rows] == [(rid, "completed")]  # no duplicate
     fresh = subprocess.run([*cmd, "--new"], capture_output=True, text=True, timeout=300, cwd=REPO)
