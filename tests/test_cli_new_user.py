@@ -1,7 +1,11 @@
 """Defects a new user met from a clean clone, each as a whole behaviour: a
 tool call waiting for approval shown exactly by ``show`` (text and JSON) with
-both commands, run as printed. Real ``flowdesk`` subprocesses, real SQLite
-files in ``tmp_path``, a scripted OpenAI-compatible server on 127.0.0.1."""
+both commands, run as printed; a yes/no question (tidy, the approval
+example) refusing any other answer, and a declined order never shipping; a
+flow module that raises at import reported with its real exception; the
+tool-calls table fitting long names; ``--db ''``. Real ``flowdesk``
+subprocesses, real SQLite files in ``tmp_path``, a scripted
+OpenAI-compatible server on 127.0.0.1 and a real MCP server."""
 
 from __future__ import annotations
 
@@ -177,6 +181,7 @@ def test_a_typo_answering_tidy_is_refused_and_the_run_keeps_waiting(tmp_path: Pa
     assert "'maybe' is not an answer to this question; answer yes or no" in typo.stderr
     row = one_json(flowdesk(db, "show", rid, "-o", "json", env=env))
     assert row["status"] == "waiting" and [w["kind"] for w in row["waits"]] == ["input"]
+    assert row["waits"][0]["choices"] == ["yes", "no"]
     assert (folder / "paper.pdf").exists()
     # the command show prints still answers it
     command = re.search(r"^\s+answer with: (flowdesk .+)$", shown, re.M)

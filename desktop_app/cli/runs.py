@@ -188,6 +188,11 @@ def cmd_show(ctx: Ctx) -> int:
     cp = store.latest(ref.run_id)
     history = store.history(ref.run_id)
     status = display_status(run, store.now())
+    flow = sv.engine.flows.get(run.flow_name)
+    choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
+    for w in cp.waits:
+        if flow is not None and (only := answer_choices(flow, w.step_id)):
+            choices[w.wait_id] = only
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
@@ -213,6 +218,7 @@ def cmd_show(ctx: Ctx) -> int:
                 "waits": [
                     {
                         **_wait_row(w),
+                        "choices": choices.get(w.wait_id),  # None: any answer
                         "command": wait_command(
                             ctx.hints,
                             run.run_id,
@@ -242,11 +248,6 @@ def cmd_show(ctx: Ctx) -> int:
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
         print("waits for:")
-        flow = sv.engine.flows.get(run.flow_name)
-        choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
-        for w in cp.waits:
-            if flow is not None and (only := answer_choices(flow, w.step_id)):
-                choices[w.wait_id] = only
         for line in wait_lines(ctx.hints, run, cp.waits, store.now(), choices):
             print(line)
     print("steps:")
