@@ -85,7 +85,13 @@ def parse_database(text: str) -> Database:
         BackendUnavailableError: a URL of a backend that is not installed
             (``postgresql://``: ``pip install 'flowdesk[postgres]'``) or not
             known; a ``ConfigError``, so the CLI exits 2.
+        ConfigError: ``text`` is empty (or only spaces).
     """
+    if not text.strip():
+        raise ConfigError(
+            "the database path is empty; give a file path with --db (e.g. --db ~/flowdesk.db) "
+            "or set db_path in the settings"
+        )
     if "://" not in text:
         return Database(text, "sqlite", Path(text))
     scheme = urlsplit(text).scheme.lower().split("+")[0]
@@ -419,6 +425,7 @@ def load_flows_report(settings: Settings) -> FlowLoad:
             return getattr(module, attr) if attr else module
 
         sources.append((f"flow {spec!r}", get))
+    modules = {f"flow {spec!r}": spec.partition(":")[0] for spec in settings.flows}
     for where, get in sources:
         try:
             obj = get()
@@ -427,16 +434,29 @@ def load_flows_report(settings: Settings) -> FlowLoad:
             load.problems.append(FlowProblem(where, exc))
         except Exception as exc:  # the user's module failed to import: report it, go on
             load.problems.append(
-                FlowProblem(
-                    where,
-                    ConfigError(
-                        f"cannot load {where} from settings: {type(exc).__name__}: {exc}; use "
-                        "'package.module:attr' and make sure the package is importable "
-                        "(on sys.path or installed in this environment)"
-                    ),
-                )
+                FlowProblem(where, ConfigError(_load_failure(where, exc, modules.get(where))))
             )
     return load
+
+
+def _load_failure(where: str, exc: Exception, module: str | None) -> str:
+    """What went wrong loading ``where``: a module that is not there gets
+    the import hint; a module that was found but raised while importing (or
+    an attribute it lacks) gets the real exception, type, message and the
+    ``file:line`` it came from, since no import path would fix that.
+    ``module``: the module the settings name (``None`` for an entry point)."""
+    import traceback
+
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing and (module is None or module == missing or module.startswith(missing + ".")):
+        return (
+            f"cannot load {where} from settings: {type(exc).__name__}: {exc}; use "
+            "'package.module:attr' and make sure the package is importable "
+            "(on sys.path or installed in this environment)"
+        )
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"cannot load {where} from settings: {type(exc).__name__}: {exc}{at}"
 
 
 def build_model(settings: Settings) -> OpenAICompatibleModel | None:

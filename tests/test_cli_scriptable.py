@@ -276,7 +276,7 @@ def test_killed_digest_rerun_resumes_instead_of_duplicating(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert again.returncode == 0, again.stderr
     assert again.stdout.splitlines()[0] == rid  # the same run, its id first
-    assert f"resuming running run {rid}" in again.stderr
+    assert f"resuming interrupted run {rid}" in again.stderr  # as `runs` shows it
     rows = jsonl(flowdesk("--db", str(db), "runs", "--json"))
     assert [(r["run_id"], r["status"]) for r in rows] == [(rid, "completed")]  # no duplicate
     fresh = subprocess.run([*cmd, "--new"], capture_output=True, text=True, timeout=300, cwd=REPO)
@@ -300,6 +300,28 @@ flow = FlowBuilder("boom", S).step("explode", boom).chain().compile()
 """
 
 
+def asking_agent_run(db: Path, tmp_path: Path) -> str:
+    """An agent run in ``db`` waiting for approval of a ``read_file`` call
+    (made with a scripted model server that is gone afterwards)."""
+    from tests.chat_server import ChatServer, completion
+
+    notes = tmp_path / "agent-notes"
+    notes.mkdir()
+    read = completion("", [{"id": "r", "name": "read_file", "args": {"path": "n1"}}])
+    with ChatServer() as server:
+        server.script = [("json", read)]
+        env = {
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_FILE_TOOLS__REQUIRE_APPROVAL": '["read_file"]',
+        }
+        asked = flowdesk("--db", str(db), "ask", "n1?", "--tools", "files", "--folder",
+                         str(notes), env=env)  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
+    rows = jsonl(flowdesk("--db", str(db), "runs", "--json"))
+    return next(str(r["run_id"]) for r in rows if r["kind"] == "agent")
+
+
 def test_every_documented_exit_code(tmp_path):
     db, rid = seeded(tmp_path)
     (tmp_path / "userflows").mkdir()
@@ -310,6 +332,11 @@ def test_every_documented_exit_code(tmp_path):
     }
     d = ["--db", str(db)]
     missing = str(tmp_path / "missing")
+    agent_rid = asking_agent_run(db, tmp_path)  # then resumed with no model configured
+    tidy_dir = tmp_path / "tidy"
+    tidy_dir.mkdir()
+    (tidy_dir / "a.pdf").write_bytes(b"pdf")
+    tidy_rid = flowdesk(*d, "run", "tidy", "--folder", str(tidy_dir), env=env).stdout.split()[0]
     cases: list[tuple[list[str], int, str]] = [
         (["runs"], 0, ""),
         (["show", rid[:8]], 0, ""),
@@ -342,6 +369,10 @@ def test_every_documented_exit_code(tmp_path):
         (["signal", "paid", "o-1", "--payload", "{x"], 2, "--payload is not JSON"),
         (["answer", rid[:8], "{x", "--value-json"], 2, "VALUE is not JSON"),
         (["show"], 2, "the following arguments are required"),
+        (["resume", agent_rid[:8]], 2, "no model is configured"),  # a missing setting
+        (["answer", tidy_rid[:8], "maybe"], 2, "answer yes or no"),  # not an answer it takes
+        (["answer", tidy_rid[:8], "no"], 0, "completed"),
+        (["undo", tidy_rid[:8]], 0, "nothing to undo"),  # not bad input: nothing moved
     ]
     for args, code, text in cases:
         out = flowdesk(*d, *args, env=env)
@@ -349,7 +380,8 @@ def test_every_documented_exit_code(tmp_path):
         assert text in out.stdout + out.stderr, (args, out.stderr)
     failed = jsonl(flowdesk(*d, "runs", "--json", "--flow", "boom", env=env))
     assert [r["status"] for r in failed] == ["failed"]
-    assert len(jsonl(flowdesk(*d, "runs", "--json", "--flow", "tidy", env=env))) == 0
+    tidies = jsonl(flowdesk(*d, "runs", "--json", "--flow", "tidy", env=env))
+    assert [r["run_id"] for r in tidies] == [tidy_rid]  # the missing folder started none
     resumed = flowdesk(*d, "resume", failed[0]["run_id"][:8], env=env)
     assert resumed.returncode == 1 and f"--db {db} resume" in resumed.stderr
 

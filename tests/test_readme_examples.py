@@ -16,6 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,3 +74,42 @@ def test_readme_headless_examples_run_as_written(tmp_path):
     assert canceled.strip().endswith("canceled")
     waiting = next(v for k, v in outputs.items() if "waiting" in k)
     assert re.search(r"deadline in (23 h 5\d min|1 d)", waiting), waiting  # not "86,399 s"
+
+
+def test_flow_builder_signatures_in_the_readme_are_the_real_ones():
+    """Each ``.method(a, b)`` the README cites for a ``FlowBuilder`` method
+    names the method's real leading parameters, in order (the step id first)."""
+    import inspect
+
+    from desktop_app.flow import FlowBuilder
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    cited = re.findall(r"`\.(\w+)\(([^)`]*)\)`", text)
+    checked = 0
+    for method, args in cited:
+        real = getattr(FlowBuilder, method, None)
+        if real is None:
+            continue
+        names = [a.strip() for a in args.split(",") if a.strip()]
+        params = [p for p in inspect.signature(real).parameters if p != "self"]
+        assert names == params[: len(names)], (method, names, params)
+        checked += 1
+    assert checked >= 4, cited
+
+
+def test_the_readme_own_flow_snippet_is_the_shipped_example():
+    """The ``mypkg/flows.py`` snippet compiles to the same flow (same version
+    fingerprint) as ``desktop_app.examples.approval``."""
+    from desktop_app.examples.approval import approval
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    snippet = text.split("# mypkg/flows.py\n", 1)[1].split("```", 1)[0]
+    module = types.ModuleType("readme_flows")
+    sys.modules[module.__name__] = module  # pydantic resolves annotations through it
+    try:
+        exec(compile(snippet, "README.md", "exec"), module.__dict__)  # the README.s own code
+        scope = module.__dict__
+    finally:
+        del sys.modules[module.__name__]
+    assert scope["approval"].version == approval.version
+    assert scope["Approval"](order="o", approved=" No ").approved == "no"

@@ -170,14 +170,33 @@ def test_approved_moves_are_delivered_by_the_outbox_with_an_undo_list(db_path, t
     engine.store.close()
 
 
-@pytest.mark.parametrize("answer", ["no", "later", "yes please"])
-def test_an_answer_other_than_yes_moves_nothing(db_path, tmp_path, answer):
+@pytest.mark.parametrize("answer", ["later", "yes please", "y", "ok", ""])
+def test_an_answer_other_than_yes_or_no_is_refused_and_the_run_keeps_waiting(
+    db_path, tmp_path, answer
+):
+    from desktop_app.errors import InputError
+
+    folder = downloads(tmp_path)
+    before = tree(folder)
+    engine = engine_for(db_path)
+    res = engine.run("tidy", {"folder": str(folder)})
+    with pytest.raises(InputError, match="answer yes or no"):
+        engine.resume_with(res.run_id, answer)
+    assert engine.store.get_run(res.run_id).status == "waiting"
+    assert [w.kind for w in engine.waits(res.run_id)] == ["input"]
+    assert tree(folder) == before
+    engine.store.close()
+
+
+@pytest.mark.parametrize("answer", ["no", " NO "])
+def test_no_moves_nothing(db_path, tmp_path, answer):
     folder = downloads(tmp_path)
     before = tree(folder)
     engine = engine_for(db_path)
     res = engine.run("tidy", {"folder": str(folder)})
     done = engine.resume_with(res.run_id, answer)
     assert done.status == "completed"
+    answer = "no"  # trimmed and lower-cased: the interrupt's choices
     assert done.state.approval == answer and done.state.queued == 0
     assert done.state.undo_path is None
     assert engine.store.intents(["pending", "sending", "delivered", "failed"]) == []
@@ -365,7 +384,7 @@ def test_name_clashes_get_a_suffix_and_hidden_files_folders_and_links_stay(db_pa
         "backup.tar.gz": ("Archives/2025-01/backup (1).tar.gz", "planned", None),
         "big.iso.crdownload": (None, "skipped", "download in progress"),
     }
-    engine.resume_with(res.run_id, "ok")
+    engine.resume_with(res.run_id, "yes")
     assert mover_dispatcher(engine.store).dispatch() == 2
     files = {k: v for k, v in tree(folder).items() if not k.startswith(".flowdesk-tidy-undo-")}
     assert files == {

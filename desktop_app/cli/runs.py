@@ -20,7 +20,13 @@ from desktop_app.cli.output import (
     step_listener,
     when,
 )
-from desktop_app.cli.waits import agent_wait_lines, wait_command, wait_lines
+from desktop_app.cli.waits import (
+    agent_wait_lines,
+    agent_waits,
+    answer_choices,
+    wait_command,
+    wait_lines,
+)
 from desktop_app.errors import RunLeasedError, RunStateError
 from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -182,6 +188,11 @@ def cmd_show(ctx: Ctx) -> int:
     cp = store.latest(ref.run_id)
     history = store.history(ref.run_id)
     status = display_status(run, store.now())
+    flow = sv.engine.flows.get(run.flow_name)
+    choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
+    for w in cp.waits:
+        if flow is not None and (only := answer_choices(flow, w.step_id)):
+            choices[w.wait_id] = only
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
@@ -207,6 +218,7 @@ def cmd_show(ctx: Ctx) -> int:
                 "waits": [
                     {
                         **_wait_row(w),
+                        "choices": choices.get(w.wait_id),  # None: any answer
                         "command": wait_command(
                             ctx.hints,
                             run.run_id,
@@ -236,7 +248,7 @@ def cmd_show(ctx: Ctx) -> int:
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
         print("waits for:")
-        for line in wait_lines(ctx.hints, run, cp.waits, store.now()):
+        for line in wait_lines(ctx.hints, run, cp.waits, store.now(), choices):
             print(line)
     print("steps:")
     for rec in cp.steps.values():
@@ -281,6 +293,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                 "response": run.response,
                 "expires_at": iso(run.expires_at),
                 "pending_call": run.pending_call,
+                "waits": agent_waits(ctx.hints, run),
                 "context": run.context,
                 "messages": messages,
                 "tool_results": [
@@ -328,9 +341,11 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
     calls = [t for t in tools if is_tool_call(t.tool_key)]
     _say(f"tool calls: {len(calls)}")
+    width = max([14, *(len(visible_controls(t.tool)) for t in calls)])  # the longest name
     for t in calls:
         status = "unknown" if is_outcome_unknown(t.result) else t.status
-        _say(f"  {t.tool:14} {status:12} attempts {t.attempts}  reused {t.reused}")
+        name = visible_controls(t.tool)
+        _say(f"  {name:{width}} {status:12} attempts {t.attempts}  reused {t.reused}")
     records = [t.tool for t in tools if not is_tool_call(t.tool_key)]
     if records:  # the tool lists and sources the run recorded to be resumed with
         _say(f"recorded: {', '.join(records)}")
@@ -566,12 +581,20 @@ def cmd_cancel(ctx: Ctx) -> int:
 def cmd_undo(ctx: Ctx) -> int:
     """``flowdesk undo RUN``: move a tidy run's files back (exit 1 when a file
     could not go back, each listed with why; files already back are counted,
-    not failures)."""
-    from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+    not failures; exit 0 with "nothing to undo" when the run moved nothing)."""
+    from desktop_app.flows.tidy_undo import NothingToUndo, undo_list_of, undo_tidy
 
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
-    report = undo_tidy(undo_list_of(sv.checkpoints, ref.run_id))
+    try:
+        undo_list = undo_list_of(sv.checkpoints, ref.run_id)
+    except NothingToUndo as exc:  # not bad input: the folder is as it was already
+        if ctx.args.output != "text":
+            emit_one(ctx.args.output, {"run_id": ref.run_id, "moved_back": 0, "nothing": str(exc)})
+        else:
+            print(exc)
+        return EXIT_OK
+    report = undo_tidy(undo_list)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,

@@ -64,19 +64,24 @@ def _twin(sv: Any, flow: str, key: str) -> Any:
     return runs[0] if runs else None
 
 
-def _resume_twin(run: Any) -> bool:
+def _resume_twin(run: Any, now: float) -> bool:
     """Resume the interrupted twin? On a terminal the user is asked (default
-    yes); otherwise it is resumed, and stderr says so."""
+    yes); otherwise it is resumed, and stderr says so. Its status is the one
+    ``runs`` shows at ``now`` (UTC epoch seconds): ``interrupted``, not the
+    stored ``running``, for a run whose process stopped."""
+    from desktop_app.runs_view import display_status
+
+    status = display_status(run, now)
     at = f"at {run.progress[0]}/{run.progress[1]}" if run.progress else "not finished"
     if sys.stdin.isatty() and sys.stderr.isatty():
         print(
-            f"run {run.run_id} on this input is {run.status} ({at}). Resume it? [Y/n] ",
+            f"run {run.run_id} on this input is {status} ({at}). Resume it? [Y/n] ",
             end="",
             file=sys.stderr,
             flush=True,
         )
         return sys.stdin.readline().strip().lower() not in ("n", "no")
-    print(f"resuming {run.status} run {run.run_id} on this input ({at})", file=sys.stderr)
+    print(f"resuming {status} run {run.run_id} on this input ({at})", file=sys.stderr)
     return True
 
 
@@ -93,7 +98,7 @@ def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | Non
         print(f"run {twin.run_id} on this input is waiting already", file=sys.stderr)
         return sv.engine.run(flow, given, flow_key=flow_key)  # the live run's result
     if twin is not None:
-        if _resume_twin(twin):
+        if _resume_twin(twin, sv.checkpoints.now()):
             print(twin.run_id, flush=True)
             ctx.current_run = twin.run_id
             return sv.engine.resume(twin.run_id)

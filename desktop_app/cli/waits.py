@@ -15,7 +15,8 @@ with the time left, and the exact command to run, carrying the user's
 
 A run ``waiting`` with no wait was paused for an operator (a full disk, an
 unknown commit outcome): ``resume RUN`` continues it. An agent run asking
-its user (``input_required``) gets the same answer line
+its user (``input_required``) gets the same answer line; one waiting for
+approval of a tool call shows the exact call with its yes and no commands
 (:func:`agent_wait_lines`).
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,11 +45,53 @@ def _question(prompt: Any) -> str:
     return visible_controls(json.dumps(text, ensure_ascii=False))
 
 
-def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list[str]:
+def answer_choices(flow: Any, step_id: str) -> list[str] | None:
+    """The answers an await step of ``flow`` (a ``CompiledFlow``) takes when
+    its state field is a ``Literal`` (``Literal["yes", "no"]``, also inside
+    ``Optional``/``Annotated``): the engine refuses any other. ``None`` when
+    the step is not an await step or its field takes other values."""
+    import types
+    from typing import Annotated, Literal, Union, get_args, get_origin
+
+    from desktop_app.flow.definition import AwaitStep
+
+    step = flow.steps.get(step_id)
+    if not isinstance(step, AwaitStep):
+        return None
+    field = flow.state_type.model_fields.get(step.into)
+    if field is None:
+        return None
+    found: list[str] = []
+
+    def walk(tp: Any) -> bool:
+        origin = get_origin(tp)
+        if tp is type(None):
+            return True
+        if origin is Literal:
+            found.extend(str(a) for a in get_args(tp))
+            return True
+        if origin is Annotated:
+            return walk(get_args(tp)[0])
+        if origin in (Union, types.UnionType):
+            return all(walk(a) for a in get_args(tp))
+        return False
+
+    return found if walk(field.annotation) and found else None
+
+
+def wait_lines(
+    hints: Hints,
+    run: Any,
+    waits: Sequence[Any],
+    now: float,
+    choices: Mapping[str, Sequence[str]] | None = None,
+) -> list[str]:
     """The lines ``show`` prints under ``waits for:`` for the flow run
     ``run`` (a ``RunRecord``) and its pending ``waits`` (``Wait`` records),
-    judged at ``now`` (UTC epoch seconds). Each command line is
-    ``<what> with: <command>``, the command runnable exactly as printed."""
+    judged at ``now`` (UTC epoch seconds). ``choices`` maps a wait id to the
+    only answers its step takes (:func:`answer_choices`); other questions
+    take any text. Each command line is ``<what> with: <command>``, the
+    command runnable exactly as printed."""
     rid = run.run_id
     lines: list[str] = []
     if not waits:
@@ -72,6 +115,9 @@ def wait_lines(hints: Hints, run: Any, waits: Sequence[Any], now: float) -> list
             label = "fires" if w.kind == "timer" else "deadline"
             lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
         note, verb = _SAY[w.kind]
+        only = (choices or {}).get(w.wait_id)
+        if w.kind == "input" and only:
+            note = f"the last word is the answer: {' or '.join(only)} (nothing else is taken)"
         lines.append(f"    {note}")
         lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
     return lines
@@ -104,16 +150,65 @@ def wait_command(hints: Hints, run_id: str, wait: Any, *, several: bool = False)
     return hints.cmd(f"resume {run_id}")
 
 
-def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
-    """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``):
-    its question and ``answer RUN yes`` while it asks its user
-    (``input_required``), the run's expiry if it has one; nothing otherwise."""
+def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
+    """The pending wait of an agent run (an ``AgentRun``) as ``show -o json``
+    gives it under ``waits``, like a flow run's waits: ``[]`` unless it asks
+    its user (``input_required``). A tool call waiting for approval is
+    ``{"kind": "approval", "tool", "arguments", "call", "commands": {"yes",
+    "no"}}`` (``call`` is :func:`~desktop_app.agent.approvals.render_call`);
+    an ``ask_user`` question is ``{"kind": "input", "question", "command"}``.
+    Every command carries the user's ``--db``/``--scope``."""
+    from desktop_app.agent.approvals import answer_commands, pending_approval, render_call
+
     if run.status != "input_required":
         return []
+    expires = iso(run.expires_at)
+    request = pending_approval(run.pending_call)
+    if request is not None:
+        yes, no = answer_commands(run.run_id)
+        return [
+            {
+                "kind": "approval",
+                "tool": request.tool,
+                "arguments": dict(request.arguments),
+                "call": render_call(request.tool, request.arguments),
+                "deadline_at": expires,
+                "commands": {"yes": hints.cmd(yes), "no": hints.cmd(no)},
+            }
+        ]
     question = ((run.pending_call or {}).get("arguments") or {}).get("question")
-    lines = [f"  an answer: {_question(question)}"]
+    return [
+        {
+            "kind": "input",
+            "question": question,
+            "deadline_at": expires,
+            "command": hints.cmd(f"answer {run.run_id} yes"),
+        }
+    ]
+
+
+def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
+    """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``)
+    while it asks its user (``input_required``), nothing otherwise: a tool
+    call waiting for approval is shown exactly (tool and arguments, control
+    characters visible) with the yes and the no command, as ``waiting``
+    prints them; an ``ask_user`` question with ``answer RUN yes`` (the last
+    word is the answer, any text). The run's expiry when it has one."""
+    waits = agent_waits(hints, run)
+    if not waits:
+        return []
+    wait = waits[0]
+    if wait["kind"] == "approval":
+        lines = [f"  approval of the call: {wait['call']}"]
+    else:
+        lines = [f"  an answer: {_question(wait['question'])}"]
     if run.expires_at is not None:
         lines.append(f"    expires {local_and_utc(run.expires_at, now)}")
-    lines.append("    the last word is the answer: any text")
-    lines.append(f"    answer with: {hints.cmd(f'answer {run.run_id} yes')}")
+    if wait["kind"] == "approval":
+        lines.append("    the answer is yes (run the call) or no (refuse it)")
+        lines.append(f"    yes: {wait['commands']['yes']}")
+        lines.append(f"    no:  {wait['commands']['no']}")
+    else:
+        lines.append("    the last word is the answer: any text")
+        lines.append(f"    answer with: {wait['command']}")
     return lines

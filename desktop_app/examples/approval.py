@@ -8,22 +8,36 @@ Then::
     flowdesk start approval --input '{"order": "o-1"}'   # waits: "Ship this order?"
     flowdesk answer RUN yes                              # waits for signal paid o-1
     flowdesk signal paid o-1 --payload '{"amount": 3}'   # delivered by `resume --all` or `agent`
+
+The answer is ``yes`` or ``no`` (any case, spaces trimmed): anything else is
+refused by the field's type (exit 2, the run still waiting). ``no`` ends the
+run ``completed`` with ``approved == "no"`` and nothing shipped: the route
+after ``approve`` goes to ``declined``, never to the payment wait.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator
 
 from desktop_app.flow import FlowBuilder
 
 
+def _word(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+#: ``yes`` or ``no``, any case, surrounding spaces trimmed; anything else fails validation
+YesNo = Annotated[Literal["yes", "no"], BeforeValidator(_word)]
+
+
 class Approval(BaseModel):
-    """The run's state: the order id, the answer, the payment, and whether it shipped."""
+    """The run's state: the order id, the answer (``"yes"``/``"no"``), the
+    payment, and whether it shipped."""
 
     order: str
-    approved: str | None = None
+    approved: YesNo | None = None
     paid: dict[str, Any] | None = None
     shipped: bool = False
 
@@ -34,6 +48,13 @@ approval = (
     .await_input("approve", "approved", prompt="Ship this order?", timeout_s=86400)
     .wait_signal("payment", "paid", key=lambda s: s.order, into="paid")
     .step("ship", lambda s: {"shipped": True})
-    .chain()
+    .step("declined", lambda s: {})
+    .chain("payment", "ship")
+    .route(
+        "approve",
+        lambda s: "payment" if s.approved == "yes" else "declined",
+        ["payment", "declined"],
+    )
+    .finish("ship", "declined")
     .compile()
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -51,16 +51,23 @@ class Interrupt(BaseException):
 class InterruptRequest:
     """One pending question: its stable wait id, prompt, continuation, timeout."""
 
-    __slots__ = ("continuation", "prompt", "step_id", "timeout_s", "wait_id")
+    __slots__ = ("choices", "continuation", "prompt", "step_id", "timeout_s", "wait_id")
 
     def __init__(
-        self, wait_id: str, step_id: str, prompt: Any, continuation: Any, timeout_s: float | None
+        self,
+        wait_id: str,
+        step_id: str,
+        prompt: Any,
+        continuation: Any,
+        timeout_s: float | None,
+        choices: tuple[str, ...] | None = None,
     ) -> None:
         self.wait_id = wait_id
         self.step_id = step_id
         self.prompt = prompt
         self.continuation = continuation
         self.timeout_s = timeout_s
+        self.choices = choices
 
 
 class ExecutionContext(BaseModel):
@@ -209,7 +216,12 @@ class StepContext:
         return self._journal(key, seq, kind, proposed)
 
     def interrupt(
-        self, prompt: Any = None, *, continuation: Any = None, timeout_s: float | None = None
+        self,
+        prompt: Any = None,
+        *,
+        continuation: Any = None,
+        timeout_s: float | None = None,
+        choices: Sequence[str] | None = None,
     ) -> Any:
         """Ask a person; the run pauses (status ``waiting``) until
         ``Engine.resume_with(run_id, value, wait_id=...)`` answers, then the step
@@ -221,7 +233,10 @@ class StepContext:
         branches, are answered one by one. ``continuation`` (JSON) is
         kept with the wait and readable as :attr:`continuation` once answered
         (looprig's StatefulInterrupt). ``timeout_s``: past it the run ends
-        ``timed_out``.
+        ``timed_out``. ``choices`` (lower-case words, e.g. ``("yes", "no")``):
+        the only answers taken; ``resume_with`` refuses any other text with
+        ``InputError`` and nothing changes (the run keeps waiting), and gives
+        the step the chosen word trimmed and lower-cased.
 
         An answer is bound to what was shown: it is stored with
         :func:`asked_digest` of ``prompt``, and returned only to a call at the
@@ -246,7 +261,10 @@ class StepContext:
         # unanswered, or answered when something else was shown (or before
         # answers were bound, no digest): this question is asked on its own
         wait_id = base if base not in self._answers else again
-        raise Interrupt([InterruptRequest(wait_id, self.step_id, prompt, continuation, timeout_s)])
+        only = tuple(choices) if choices else None
+        raise Interrupt(
+            [InterruptRequest(wait_id, self.step_id, prompt, continuation, timeout_s, only)]
+        )
 
     @property
     def continuation(self) -> Any:

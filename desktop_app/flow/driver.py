@@ -902,6 +902,8 @@ class RunDriver:
             )
             self.waits.append(wait)
             known[r.wait_id] = wait
+            if r.choices:  # the only answers resume_with takes (StepContext.interrupt)
+                self.meta["choices"] = {**self.meta.get("choices", {}), r.wait_id: list(r.choices)}
         head = self.frontier[0]
         rec = self.steps[head]
         self.steps[head] = StepRecord(
@@ -977,6 +979,9 @@ class RunDriver:
         answers = self.meta.get("answers")
         if answers and (left := kept(answers)) != answers:
             self.meta["answers"] = left
+        choices = self.meta.get("choices")
+        if choices and (rest := kept(choices)) != choices:
+            self.meta["choices"] = rest
         asked = self.meta.get("asked")
         if asked and (still := kept(asked)) != asked:
             self.meta["asked"] = still

@@ -594,7 +594,7 @@ class Engine:
                 driver.give_input(step, value)
             else:
                 json.dumps(value)
-                driver.answer(wait.wait_id, value)
+                driver.answer(wait.wait_id, _chosen(run_id, value, driver.meta, wait.wait_id))
         except ValidationError as exc:
             raise InputError(
                 f"run {run_id}: the answer does not fit field "
@@ -1268,3 +1268,23 @@ class Engine:
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
         return self.store.get_checkpoint(*self._parse(checkpoint_id))
+
+
+def _chosen(run_id: str, value: Any, meta: Mapping[str, Any], wait_id: str) -> Any:
+    """``value`` as the answer to interrupt ``wait_id``: when the question
+    named its ``choices`` (``StepContext.interrupt``), the chosen word
+    trimmed and lower-cased.
+
+    Raises:
+        InputError: ``value`` is none of the choices; nothing changed.
+    """
+    choices = (meta.get("choices") or {}).get(wait_id)
+    if not choices:
+        return value
+    word = value.strip().casefold() if isinstance(value, str) else None
+    if word not in choices:
+        raise InputError(
+            f"run {run_id}: {value!r} is not an answer to this question; "
+            f"answer {' or '.join(choices)} (the run is still waiting)"
+        )
+    return word

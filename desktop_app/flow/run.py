@@ -74,6 +74,8 @@ RunMeta = TypedDict(
         # prompt each answered (``context.asked_digest``)
         "answers": dict[str, Any],
         "asked": dict[str, str],
+        # the only answers an interrupt takes, by wait id (its ``choices``)
+        "choices": dict[str, list[str]],
         # an interrupted step's continuation, by step id
         "continuations": dict[str, Any],
         # a wait step's wait number, by step id (a new wait id each time)

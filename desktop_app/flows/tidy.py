@@ -17,7 +17,9 @@ Steps:
 2. ``approve`` asks a person (an input wait whose prompt counts the moves) and
    waits up to ``timeout_s`` (24 h by default; the deadline is stored when the
    wait begins). Without an answer by then the run ends ``timed_out`` and
-   nothing moves.
+   nothing moves. The answer is ``yes`` or ``no`` (any case, trimmed: the
+   interrupt's ``choices``); anything else is refused and the run keeps
+   waiting (an answer stored before choices existed is judged as before).
 3. ``apply`` is a loop step, checkpointed per move: unless the answer is
    affirmative (``yes``, ``y``, ``approve``, ``ok``) every planned row becomes
    ``skipped``; otherwise each move is queued as an outbox intent
@@ -321,7 +323,9 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
     def approve(state: TidyState, ctx: StepContext) -> dict[str, Any]:
         if state.planned == 0:
             return {"approval": None}  # nothing to ask about
-        reply = ctx.interrupt(approval_prompt(state, timeout_s), timeout_s=timeout_s)
+        reply = ctx.interrupt(
+            approval_prompt(state, timeout_s), timeout_s=timeout_s, choices=("yes", "no")
+        )
         return {"approval": reply if isinstance(reply, str) else json.dumps(reply)}
 
     def apply_one(state: TidyState, ctx: StepContext) -> dict[str, Any]:

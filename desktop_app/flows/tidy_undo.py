@@ -234,13 +234,19 @@ def _rmdir_if_empty(dir_fd: int, name: str, shown: Path, left: list[str]) -> str
     return "removed"
 
 
+class NothingToUndo(InputError):
+    """A tidy run ended having moved nothing: its undo is done already
+    (``flowdesk undo`` says so and exits 0)."""
+
+
 def undo_list_of(store: CheckpointStore, run_id: str) -> Path:
     """The undo list of tidy run ``run_id`` (from its latest checkpoint).
 
     Raises:
         CheckpointNotFoundError: no such run.
         InputError: it is not a tidy run, or it has no undo list yet (it
-            moved nothing, or has not reached its ``undo`` step).
+            waits for approval, or has not reached its ``undo`` step).
+        NothingToUndo: it ended having moved nothing (an ``InputError``).
     """
     run = store.get_run(run_id)
     if run.flow_name != "tidy":
@@ -259,4 +265,4 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path:
             f"tidy run {run_id} is {run.status} and has written no undo list yet; "
             "undo it once it has finished"
         )
-    raise InputError(f"tidy run {run_id} ({run.status}) moved nothing; nothing to undo")
+    raise NothingToUndo(f"tidy run {run_id} ({run.status}) moved nothing; nothing to undo")
