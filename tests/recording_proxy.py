@@ -47,9 +47,12 @@ class RecordingProxy:
                             return
                     return
                 headers = {"Content-Type": "application/json"}
-                with httpx.Client(timeout=600) as client, client.stream(
-                    "POST", proxy.upstream + self.path, content=raw, headers=headers
-                ) as resp:
+                with (
+                    httpx.Client(timeout=600) as client,
+                    client.stream(
+                        "POST", proxy.upstream + self.path, content=raw, headers=headers
+                    ) as resp,
+                ):
                     self.send_response(resp.status_code)
                     self.send_header("Content-Type", resp.headers.get("content-type", ""))
                     self.end_headers()

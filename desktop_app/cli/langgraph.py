@@ -99,7 +99,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
                     for c in cps
                 ],
                 "state": state,
-            }
+            },
         )
         return EXIT_OK
     status = display_status(t, now)
