@@ -37,6 +37,7 @@ OLD_META = {
     "forked_from": "old@3",
     "replayed_from": "old@2",
     "resumed": [[3, "running"]],
+    "choices": {"w1": ["yes", "no"]},
 }
 
 
