@@ -40,7 +40,7 @@ test-servers: $(NODE_STAMP)
 run: $(RUN_STAMP)
 	$(BIN)/flowdesk
 
-# One pytest worker per CPU this process may use (on one CPU, as under
+# Two pytest workers per CPU this process may use (on one CPU, as under
 # taskset -c 0, none: the run stays in this process);
 # TEST_JOBS=0 runs everything in this process.
 TEST_JOBS ?= auto
