@@ -237,9 +237,7 @@ class Agent:
     ) -> str:
         rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
-        ctx = context or ExecutionContext()
-        # every run has a trace id (W3C, 32 hex) so its spans and its context agree
-        ctx = ctx.model_copy(update={"run_id": rid, "trace_id": ctx.trace_id or uuid.uuid4().hex})
+        ctx = (context or ExecutionContext()).for_run(rid)
         first = ([Message("system", self.system)] if self.system else []) + [
             Message("user", message)
         ]

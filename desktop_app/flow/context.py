@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -70,6 +71,10 @@ class InterruptRequest:
         self.choices = choices
 
 
+def _new_trace() -> str:
+    return uuid.uuid4().hex
+
+
 class ExecutionContext(BaseModel):
     """Identity of a run, exactly these six ids (Flower's ExecutionContext).
 
@@ -86,6 +91,12 @@ class ExecutionContext(BaseModel):
     run_id: str | None = None
     trace_id: str | None = None
     correlation_id: str | None = None
+
+    def for_run(self, run_id: str) -> ExecutionContext:
+        """This context as run ``run_id``'s: its ``run_id`` set, and a trace id
+        (W3C, 32 hex), its own or a new one, so a run's spans and its stored
+        context agree."""
+        return self.model_copy(update={"run_id": run_id, "trace_id": self.trace_id or _new_trace()})
 
 
 class StepContext:

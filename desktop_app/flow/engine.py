@@ -337,9 +337,7 @@ class Engine:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
             if context is None:  # a child run inherits every id of its parent but the run id
                 context = ExecutionContext.model_validate(dict(parent.context))
-        ctx = context or ExecutionContext()
-        # every run has a trace id (W3C, 32 hex) so its spans and its context agree
-        ctx = ctx.model_copy(update={"run_id": rid, "trace_id": ctx.trace_id or uuid.uuid4().hex})
+        ctx = (context or ExecutionContext()).for_run(rid)
         now = self.clock.now()
         front = frontier if frontier is not None else (f.entry,)
         records = dict(steps or {})

@@ -171,9 +171,7 @@ class FlowdeskAgent:
             return await self.resume(run_id, deps=deps, event_stream_handler=event_stream_handler)
         rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
-        ctx = (context or ExecutionContext()).model_copy(
-            update={"run_id": rid, "trace_id": (context and context.trace_id) or uuid.uuid4().hex}
-        )
+        ctx = (context or ExecutionContext()).for_run(rid)
         self.store.create(
             AgentRun(
                 run_id=rid,

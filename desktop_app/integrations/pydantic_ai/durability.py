@@ -1,8 +1,8 @@
 """The Flowdesk durability capability for Pydantic AI, over an agent run's journal.
 
-Built, as Pydantic AI asks of a durable-execution engine
-(``pydantic_ai/durable_exec/AGENTS.md``: "Building a new durable execution
-engine"), on the public ``pydantic_ai.durable_exec`` surface: a
+Built, as Pydantic AI's guide for building a new durable-execution engine
+asks (shipped in its source beside ``pydantic_ai.durable_exec``), on the
+public ``pydantic_ai.durable_exec`` surface: a
 ``BaseDurabilityCapability`` subclass with a declared
 ``DurabilityEngineSpec`` and a ``CallableOperationBackend`` (here the journal
 tier, ``JournalCallableOperationBackend``) whose ``execute`` runs one durable
