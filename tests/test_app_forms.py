@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+from textual import events
 from textual.widgets import DataTable, Input, Select
 
 from desktop_app import bootstrap
@@ -17,6 +18,7 @@ from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.inbox import InboxScreen
+from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen, form_fields
 from desktop_app.config import Settings, load_settings
@@ -171,3 +173,61 @@ def test_undo_twice_changes_nothing_the_second_time_and_a_bad_list_is_refused(
         undo_tidy(undo_list)
     with pytest.raises(InputError, match="does not exist"):
         undo_tidy(tmp_path / "missing.json")
+
+
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowdeskApp:
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+    return FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
+
+
+async def test_keys_typed_before_the_digest_form_focuses_its_field_are_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a busy machine a person's first keys can reach the form before its
+    folder field has the focus (Textual then hands them to the screen): a
+    tmux run of the real app lost a whole typed path that way. They go into
+    the field, in order, with the keys typed after the field took the focus."""
+    app = _isolated(tmp_path, monkeypatch)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("n")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, NewDigestScreen)
+        folder = form.query_one("#folder", Input)
+        assert folder.has_focus  # the field to type into first
+        form.set_focus(None)  # the form as drawn before its field took the focus
+        for key in "/tm":
+            form.post_message(events.Key(key, key))  # queued for the screen itself
+        await settle(pilot)
+        assert folder.has_focus and folder.value == "/tm"
+        for key in "p/":
+            form.post_message(events.Key(key, key))  # queued while the field has it
+        await pilot.press("x")  # and typed after, into the field
+        await settle(pilot)
+        assert folder.value == "/tmp/x"
+        assert form.query_one("#out", Input).value == ""
+
+
+async def test_text_typed_right_after_picking_a_flow_goes_into_its_first_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = _isolated(tmp_path, monkeypatch)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("s")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, StartFlowScreen)
+        select = form.query_one("#flow", Select)
+        assert select.has_focus
+        select.value = "tidy"  # picked; the form rebuilds its fields
+        await pilot.press(*"/srv")  # typed at once, the selector still focused
+        await settle(pilot)
+        assert form.flow_name == "tidy"
+        assert form.query_one("#field-folder", Input).value == "/srv"
+        assert select.value == "tidy"  # the keys did not pick another flow
+        assert form.query_one("#field-folder", Input).has_focus  # typing goes on there

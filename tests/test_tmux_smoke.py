@@ -37,18 +37,6 @@ def wait_for(session: str, text: str, timeout: float = 30) -> str:
 
 
 @pytest.mark.skipif(not BIN.exists(), reason="the flowdesk console script is not installed")
-def press_until(session: str, key: str, text: str, tries: int = 4, each: float = 10) -> str:
-    """Send ``key`` until ``text`` shows (each try waits ``each`` seconds)."""
-    for _ in range(tries - 1):
-        tmux("send-keys", "-t", session, key)
-        try:
-            return wait_for(session, text, timeout=each)
-        except AssertionError:
-            continue
-    tmux("send-keys", "-t", session, key)
-    return wait_for(session, text)
-
-
 def test_real_binary_in_tmux(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -70,34 +58,15 @@ def test_real_binary_in_tmux(tmp_path):
         f"env {env} {BIN}; echo $? > {done}",
     )
     try:
-        wait_for(session, "New digest", timeout=90)  # a loaded machine paints late
-        press_until(session, "n", "older")  # the form asks for a folder (once the database is open)
-        # On one busy core the form draws before its folder field has the
-        # focus, and keys typed then reach the screen's bindings ("n" opens
-        # another form). "z" is bound to nothing: repeat it until the output
-        # field's placeholder follows it ("…/z-digest"), which only a change
-        # of the folder field does; then the field has the focus.
-        deadline = time.monotonic() + 60
-        while "z-digest" not in screen(session):
-            assert time.monotonic() < deadline, (
-                f"the folder field never took a key:\n{screen(session)}"
-            )
-            tmux("send-keys", "-t", session, "-l", "z")
-            time.sleep(0.5)
-        # the field shows the end of a long path (and the output placeholder
-        # is cut off), so wait for the path's last two parts; on a loaded core
-        # a burst of keys can be dropped, so clear the field and type it again
-        shown = f"{docs.parent.name}/{docs.name}"
-        for _ in range(5):
-            tmux("send-keys", "-t", session, "C-u")  # the field's clear-left key
-            tmux("send-keys", "-t", session, "-l", str(docs))
-            try:
-                wait_for(session, shown, timeout=15)
-                break
-            except AssertionError:
-                continue
-        else:
-            raise AssertionError(f"the folder field never took the path:\n{screen(session)}")
+        # the app says so once its database is open (a loaded machine paints late)
+        wait_for(session, "press n to start one", timeout=90)
+        tmux("send-keys", "-t", session, "n")
+        wait_for(session, "Folder to read")
+        # typed at once, as a person does when the form shows: keys that reach
+        # the form before its field has the focus go into the field all the same
+        tmux("send-keys", "-t", session, "-l", str(docs))
+        # the field shows the end of a long path: wait for its last two parts
+        wait_for(session, f"{docs.parent.name}/{docs.name}")
         tmux("send-keys", "-t", session, "Enter")
         wait_for(session, "completed", timeout=60)
         tmux("send-keys", "-t", session, "q")
@@ -173,14 +142,10 @@ def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_pat
     done = tmp_path / "exit-code"
     launch(first, env, done)
     try:
-        wait_for(first, "New digest", timeout=90)
-        # the form itself ("Folder to read": the welcome says "folder" too);
-        # the app paints before its database is open, and "n" pressed before
-        # then says "still opening; try again in a moment": try again, as a
-        # person would, until the form shows
-        press_until(first, "n", "Folder to read")
-        tmux("send-keys", "-t", first, "C-u")  # a repeated "n" may have reached the field
-        tmux("send-keys", "-t", first, "-l", str(docs))
+        wait_for(first, "press n to start one", timeout=90)  # the database is open
+        tmux("send-keys", "-t", first, "n")
+        wait_for(first, "Folder to read")
+        tmux("send-keys", "-t", first, "-l", str(docs))  # typed as soon as the form shows
         wait_for(first, docs.name)  # typed into the field before it is submitted
         tmux("send-keys", "-t", first, "Enter")
         a = wait_progress(first, lambda p: 0 < p[0] < p[1])

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Static
 
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.screens.type_ahead import TypeAhead
 from desktop_app.app.widgets.paths import FolderSuggester
 from desktop_app.errors import InputError
 from desktop_app.flows.digest import DigestInput, check_input
@@ -34,10 +35,11 @@ def default_out(folder: str) -> str:
     return str(Path.home() / "flowdesk-digests" / name)
 
 
-class NewDigestScreen(ModalScreen[DigestInput | None]):
+class NewDigestScreen(TypeAhead, ModalScreen[DigestInput | None]):
     """Ask for a folder and an output folder; dismiss with validated input or ``None``."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
+    AUTO_FOCUS = "#folder"
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):

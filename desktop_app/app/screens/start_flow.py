@@ -31,6 +31,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.screens.type_ahead import TypeAhead
 from desktop_app.app.widgets.paths import FolderSuggester
 from desktop_app.flow import CompiledFlow
 
@@ -151,7 +152,7 @@ def build_state(
     return data, {}, ""
 
 
-class StartFlowScreen(ModalScreen[None]):
+class StartFlowScreen(TypeAhead, ModalScreen[None]):
     """Pick a registered flow, fill in its state, start a run."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
@@ -210,6 +211,10 @@ class StartFlowScreen(ModalScreen[None]):
         if len(self.flows) > 1:
             select.focus()  # choose the flow first; tab goes on to its fields
 
+    def fields_ready(self) -> bool:
+        """``False`` from a pick until the picked flow's fields are built."""
+        return self.query_one("#flow", Select).value == (self.flow_name or Select.NULL)
+
     async def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
         value = event.value
@@ -263,6 +268,7 @@ class StartFlowScreen(ModalScreen[None]):
         self.call_after_refresh(self._fit)
         if widgets and not self.query_one("#flow", Select).has_focus:
             fields.query(Input).first().focus()
+        self.flush_typed_ahead()  # keys typed while the fields were rebuilt
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._fit)

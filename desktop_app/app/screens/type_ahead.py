@@ -1,0 +1,71 @@
+"""Keys typed before a form's field has the focus reach that field.
+
+Textual delivers a key to the focused widget, or to the screen when none
+is focused yet. A form pushed on a busy machine can receive a person's
+first keys while it is still being composed (or while its fields are
+rebuilt): they are queued for the screen and would be lost, although the
+person saw the form and typed into it. :class:`TypeAhead` hands such keys
+to the field they were meant for, so nothing typed is dropped.
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.screen import Screen
+from textual.widgets import Input, Select
+
+
+class TypeAhead:
+    """Mixin for a form screen: printable keys that reach the screen itself
+    go into the focused field, or into the first field when none is
+    focused or a closed selector is (a flow just picked: the person types
+    its first input next).
+
+    A key typed into a focused :class:`~textual.widgets.Input` never gets
+    here (the field stops it); one that does was queued for the screen
+    before a field took the focus. An open selector searches its options
+    with the keys (they never get here); a focused button is left alone.
+    """
+
+    #: characters typed while the form had no field (its fields rebuilding)
+    _typed_ahead: str = ""
+
+    def on_key(self, event: events.Key) -> None:
+        """Insert ``event.character`` into the field the person typed into."""
+        if not event.is_printable or event.character is None:
+            return
+        screen = self._form()
+        focused = screen.focused
+        if focused is not None and not isinstance(focused, Input | Select):
+            return  # a button, say: not typing
+        event.stop()
+        event.prevent_default()
+        self._typed_ahead += event.character
+        self.flush_typed_ahead()
+
+    def flush_typed_ahead(self) -> None:
+        """Put the characters held so far into the field meant (call it
+        once a rebuilt form's fields are mounted)."""
+        screen = self._form()
+        target = screen.focused
+        if not isinstance(target, Input):
+            target = next(iter(screen.query(Input)), None)
+        if target is None or not self._typed_ahead or not self.fields_ready():
+            return  # no field yet: held until the form has one
+        text, self._typed_ahead = self._typed_ahead, ""
+        target.insert_text_at_cursor(text)
+        if not target.has_focus:
+            # Textual's Input selects its text when it takes the focus, and
+            # the next key would replace what was just typed ahead
+            selects, target.select_on_focus = target.select_on_focus, False
+            screen.set_focus(target)  # now, not after the keys queued behind
+            target.call_later(setattr, target, "select_on_focus", selects)
+
+    def fields_ready(self) -> bool:
+        """Whether the fields shown are the ones typing is meant for
+        (``False`` while a form is about to rebuild them)."""
+        return True
+
+    def _form(self) -> Screen[object]:
+        assert isinstance(self, Screen)
+        return self
