@@ -79,7 +79,7 @@ async def test_a_thread_shows_its_checkpoints_state_diff_and_is_answered(tmp_pat
 
     with FlowdeskSaver.open(tmp_path / "t.db") as saver:
         thread = get_thread(saver.store, saver.scope, "lg-app")
-        assert thread is not None and thread.status == "running"
+        assert thread is not None and thread.status == "answered"
         graph = build_graph(counts).compile(checkpointer=saver)
         done = graph.invoke(None, config)
         assert done["summary"] == "['A', 'B', 'C'] approved=ok"

@@ -128,6 +128,16 @@ def test_sigkill_mid_fan_out_then_resume_and_answer(database: Path | str, tmp_pa
     answered = as_printed(hint.group(1), stdin="ship it\n")
     assert answered.returncode == 0, answered.stderr
     assert f"langgraph thread {thread} answered" in answered.stdout
+    # until its program runs the graph again, the thread says so: answered,
+    # not running (no process runs it) nor interrupted (nothing stopped)
+    shown = flowdesk(db_path, "show", thread)
+    assert f"langgraph thread {thread}  status answered" in shown.stdout, shown.stdout
+    assert (
+        f'its program runs graph.invoke(None, {{"configurable": {{"thread_id": "{thread}"}}}})'
+        in (shown.stdout)
+    )
+    listed = json.loads(flowdesk(db_path, "runs", "--status", "answered", "-o", "json").stdout)
+    assert [r["run_id"] for r in listed] == [thread]
 
     third = worker(db_path, counts, thread)
     out, err = third.communicate(timeout=120)

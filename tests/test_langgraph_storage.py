@@ -152,3 +152,34 @@ def test_a_row_changed_outside_flowdesk_is_refused(
         assert good is not None and len(good.checkpoint["channel_values"]["messages"]) == 2
     finally:
         store.close()
+
+
+def test_threads_stored_before_answered_existed_keep_their_rows(tmp_path: Path) -> None:
+    """Migration 0010 rebuilds ``langgraph_threads`` (SQLite cannot change a
+    CHECK in place): a database holding threads before it keeps every row,
+    and a thread can then be ``answered``."""
+    import apsw
+
+    from desktop_app.store import migrations
+
+    files = migrations.schema_files()
+    before = [f for f in files if not (f.component == "core" and f.name >= "0010")]
+    conn = apsw.Connection(str(tmp_path / "old.db"))
+    migrations.apply(conn, before)
+    conn.execute(
+        "INSERT INTO langgraph_threads VALUES ('default', 't-1', 'waiting', 1.5, 2.5, NULL, "
+        "'{\"run_id\": \"t-1\"}', '[\"ok?\"]', 'cp-1')"
+    )
+    with pytest.raises(apsw.ConstraintError):
+        conn.execute("UPDATE langgraph_threads SET status='answered'")
+    migrations.apply(conn, files)
+    conn.execute("UPDATE langgraph_threads SET status='answered' WHERE thread_id='t-1'")
+    assert conn.execute("SELECT * FROM langgraph_threads").fetchall() == [
+        ("default", "t-1", "answered", 1.5, 2.5, None, '{"run_id": "t-1"}', '["ok?"]', "cp-1")
+    ]
+    indexes = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='langgraph_threads' "
+        "AND sql IS NOT NULL"
+    ).fetchall()
+    assert indexes == [("langgraph_threads_created",)]
+    conn.close()

@@ -109,6 +109,8 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
             "interrupted: the process that ran it stopped; its program continues it with "
             + threads.resume_hint(t.thread_id)
         )
+    elif status == threads.ANSWERED:
+        print("answered: it goes on when its program runs " + threads.resume_hint(t.thread_id))
     print(f"started {when(t.created_at)}  updated {when(t.updated_at)} (UTC)")
     ids = "  ".join(f"{k} {v}" for k, v in sorted(t.context.items()))
     print(f"context: {ids}")

@@ -158,7 +158,8 @@ def positive_int(text: str) -> int:
 
 def run_statuses() -> list[str]:
     """Every status ``runs --status`` accepts: flow run statuses, then the
-    agent run statuses that are not flow statuses too, then ``interrupted``
+    agent run statuses that are not flow statuses too, a LangGraph thread's
+    ``answered``, then ``interrupted``
     (:data:`desktop_app.runs_view.INTERRUPTED`, shown, never stored; spelt
     here because runs_view loads the engine's owners module)."""
     from typing import get_args
@@ -166,7 +167,8 @@ def run_statuses() -> list[str]:
     from desktop_app.store.records import RUN_STATUSES, AgentStatus  # stdlib only: no store
 
     agent_only = (s for s in get_args(AgentStatus) if s not in RUN_STATUSES)
-    return [*RUN_STATUSES, *agent_only, "interrupted"]
+    # "answered": a LangGraph thread's (integrations.langgraph.threads.ANSWERED)
+    return [*RUN_STATUSES, *agent_only, "answered", "interrupted"]
 
 
 def _output(p: argparse.ArgumentParser) -> None:

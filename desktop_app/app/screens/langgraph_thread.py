@@ -189,6 +189,9 @@ class ThreadScreen(Screen[None]):
         if t.status == "waiting":
             head.append("\na: answer it here; its program goes on with ")
             head.append(threads.resume_hint(t.thread_id))
+        elif t.status == threads.ANSWERED:
+            head.append("\nanswered: it goes on when its program runs ")
+            head.append(threads.resume_hint(t.thread_id))
         self.query_one("#thread-head", Static).update(head)
         self.set_class(t.status == "waiting", "-waiting")
 

@@ -49,6 +49,11 @@ def checksum(*parts: str | bytes | int | None) -> str:
     return digest.hexdigest()
 
 
+#: the status of a thread whose interrupt a person answered through Flowdesk
+#: and whose program has not run the graph since (never a Flowdesk run's)
+ANSWERED = "answered"
+
+
 @dataclass(frozen=True)
 class Thread:
     """One LangGraph thread (a row of ``langgraph_threads``).
@@ -56,7 +61,9 @@ class Thread:
     Attributes:
         thread_id: LangGraph's ``thread_id``; the run id Flowdesk shows.
         status: ``running`` (a step is scheduled), ``waiting`` (an interrupt
-            is unanswered) or ``completed``.
+            is unanswered), ``answered`` (a person's answer is stored and the
+            thread's program has not run the graph since: it goes on when
+            it does, see :func:`resume_hint`) or ``completed``.
         created_at / updated_at: UTC epoch seconds.
         owner: the process that last wrote it while running
             (``host:pid:nonce@start``), else ``None``.
@@ -193,8 +200,9 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
     goes on. The value is stored in LangGraph's ``"json"`` encoding.
 
     Returns:
-        The thread as it is now (``running``, with no owner: the answer waits
-        for the program that runs the graph).
+        The thread as it is now (``answered``, with no owner: the answer
+        waits for the program that runs the graph; its next checkpoint moves
+        the thread on to ``running``, ``waiting`` or ``completed``).
 
     Raises:
         UnknownRunError: no such thread.
@@ -231,12 +239,12 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
         )  # fmt: skip
         now = time.time()
         tx.execute(
-            "UPDATE langgraph_threads SET status='running', owner=NULL, interrupts=NULL, "
+            "UPDATE langgraph_threads SET status='answered', owner=NULL, interrupts=NULL, "
             f"updated_at={ts(tx)} WHERE scope=? AND thread_id=?",
             (now, scope, thread_id),
         )
         return Thread(
-            thread.thread_id, "running", thread.created_at, now, None, thread.context, [],
+            thread.thread_id, "answered", thread.created_at, now, None, thread.context, [],
             thread.checkpoint_id,
         )  # fmt: skip
 
