@@ -1,7 +1,7 @@
 """Everything that speaks SQL.
 
 ``desktop_app.store.protocol`` (records and the :class:`CheckpointStore`
-protocol) and ``desktop_app.store.memory`` never import apsw, so the engine
+protocol) and ``desktop_app.store.memory.store`` never import apsw, so the engine
 can depend on them. Only ``connection``, ``migrations`` and ``sqlite`` load
 apsw; import them explicitly.
 """

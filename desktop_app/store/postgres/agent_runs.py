@@ -1,6 +1,6 @@
 """Durable agent runs in PostgreSQL: the same methods and records as
-:class:`desktop_app.store.agent_runs.SqliteAgentStore`, over the pool of a
-:class:`~desktop_app.store.postgres.PostgresCheckpointStore` (same database,
+:class:`desktop_app.store.sqlite.agent_runs.SqliteAgentStore`, over the pool of a
+:class:`~desktop_app.store.postgres.store.PostgresCheckpointStore` (same database,
 same transaction discipline: one short transaction per method, retried and
 commit-resolved by the checkpoint store).
 
@@ -26,8 +26,8 @@ from desktop_app.errors import (
     RevisionConflictError,
     StoreError,
 )
-from desktop_app.store.postgres import Conn, PostgresCheckpointStore
-from desktop_app.store.postgres_sql import epoch, no_nul, ts
+from desktop_app.store.postgres.sql import epoch, no_nul, ts
+from desktop_app.store.postgres.store import Conn, PostgresCheckpointStore
 from desktop_app.store.records import (
     AgentRun,
     ToolResult,

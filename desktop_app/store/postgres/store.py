@@ -1,7 +1,7 @@
 """The PostgreSQL :class:`~desktop_app.store.protocol.CheckpointStore`
 (psycopg 3 + psycopg_pool), for ``postgresql://`` URLs.
 
-Same semantics as :mod:`desktop_app.store.sqlite`, transaction by
+Same semantics as :mod:`desktop_app.store.sqlite.store`, transaction by
 transaction, with these PostgreSQL-specific rules:
 
 * Isolation is READ COMMITTED; every multi-writer decision is carried by a
@@ -75,8 +75,8 @@ from desktop_app.errors import (
 )
 from desktop_app.store import codec, migrations
 from desktop_app.store.group_commit import AppendRequest
-from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
-from desktop_app.store.postgres_sql import (
+from desktop_app.store.postgres.notify import CHANGES, WAKE, Listener, Notifier
+from desktop_app.store.postgres.sql import (
     BEGIN_SQL,
     RETRY_SQLSTATES,
     SqlTx,
@@ -179,7 +179,7 @@ class PostgresCheckpointStore:
         where: shown in error messages (the URL without its password).
         pooler: ``"transaction"``: the pool goes through a transaction-mode
             pooler, so each transaction sets its own ``search_path`` first
-            (:data:`~desktop_app.store.postgres_sql.BEGIN_SQL`, one more round
+            (:data:`~desktop_app.store.postgres.sql.BEGIN_SQL`, one more round
             trip per transaction) and :meth:`listener` never uses the pool's URL.
         listen_url: the URL :meth:`listener` connects to (LISTEN and a
             worker's liveness lock need a session of their own); default the
@@ -578,7 +578,7 @@ class PostgresCheckpointStore:
         on the server), each inside its own SAVEPOINT: a conflict, lost lease
         or failing domain write rolls back that request's part only and is
         returned in its slot (as :meth:`SqliteCheckpointStore.append_batch
-        <desktop_app.store.sqlite.SqliteCheckpointStore.append_batch>`; see
+        <desktop_app.store.sqlite.store.SqliteCheckpointStore.append_batch>`; see
         :class:`~desktop_app.store.group_commit.BatchAppender`). A single
         request takes no savepoint. Between requests one round trip both
         releases the last savepoint and opens the next.
@@ -953,7 +953,7 @@ class PostgresCheckpointStore:
         A run is runnable when its lease is unset, expired by the database's
         clock (``flowdesk_now()``), or held by a worker whose liveness lock is
         free (its session ended: SIGKILL, machine loss; see
-        :class:`~desktop_app.store.postgres_notify.Listener`). Rows are taken
+        :class:`~desktop_app.store.postgres.notify.Listener`). Rows are taken
         with ``FOR UPDATE SKIP LOCKED``, so concurrent claimers never receive
         the same run. ``flows`` (name -> version) restricts claims to flows the
         caller can execute. Returns the claimed runs (leased to ``owner``).
@@ -1004,7 +1004,7 @@ class PostgresCheckpointStore:
         owner: str | None = None,
         on_lost: Callable[[], None] | None = None,
     ) -> Listener:
-        """A started :class:`~desktop_app.store.postgres_notify.Listener` on
+        """A started :class:`~desktop_app.store.postgres.notify.Listener` on
         this store's server (a dedicated session on :attr:`session_url`,
         outside the pool); with ``owner`` it is that worker's liveness.
 

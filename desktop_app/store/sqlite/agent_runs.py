@@ -1,7 +1,7 @@
 """Durable agent runs in SQLite: the run row, append-only messages, tool results.
 
 Shares the connection (and its lock) of a
-:class:`~desktop_app.store.sqlite.SqliteCheckpointStore`, so agent runs and
+:class:`~desktop_app.store.sqlite.store.SqliteCheckpointStore`, so agent runs and
 flow runs live in one file and one ``BEGIN IMMEDIATE`` discipline. Every
 method is one short transaction: a message append with its run update, a tool
 result with its tool message, so a crash never leaves a tool result without
@@ -32,7 +32,7 @@ from desktop_app.store.records import (
     check_agent_run_fields,
 )
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
-from desktop_app.store.sqlite import SqliteCheckpointStore, lease_cond, row_checksum
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, lease_cond, row_checksum
 
 __all__ = ["AGENT_TERMINAL", "AgentRun", "AgentStatus", "SqliteAgentStore", "ToolResult"]
 
