@@ -32,6 +32,8 @@ BACKEND_FREE = [
     "desktop_app.store.memory.store",
     "desktop_app.store.memory.agent_runs",
     "desktop_app.store.conformance",
+    "desktop_app.store.statements",
+    "desktop_app.store.backend",
     "desktop_app.app.main",  # the app reaches a backend only through bootstrap, when it opens
 ]
 

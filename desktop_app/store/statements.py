@@ -17,9 +17,12 @@ Imports no SQL library.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from desktop_app.store.records import AgentRun
 
 
 @dataclass(frozen=True)
@@ -281,6 +284,32 @@ class Statements:
         """``Outbox.intents``' statement and its parameters."""
         cond, cargs = self.dialect.in_list("o.status", statuses)
         return f"{self.intents_of_scope} AND {cond}{self.intents_order}", [scope, *cargs, limit]
+
+
+def agent_run_values(scope: str, run: AgentRun, error: str | None) -> tuple[Any, ...]:
+    """:attr:`Statements.insert_agent_run`'s parameters for ``run`` (``error``:
+    ``run.error`` as the backend stores it; no pending call yet)."""
+    return (
+        scope,
+        run.run_id,
+        run.agent,
+        run.status,
+        run.parent_run_id,
+        run.input,
+        run.response,
+        error,
+        run.error_type,
+        run.turns,
+        None,
+        run.created_at,
+        run.updated_at,
+        run.deadline_at,
+        run.expires_at,
+        run.retry_at,
+        json.dumps(run.context),
+        run.lease_owner,
+        run.lease_expires_at,
+    )
 
 
 SQLITE_SQL = Statements(SQLITE)

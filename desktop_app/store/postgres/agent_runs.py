@@ -36,6 +36,7 @@ from desktop_app.store.records import (
 )
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
 from desktop_app.store.statements import POSTGRES_SQL as SQL
+from desktop_app.store.statements import agent_run_values
 
 _TIME_FIELDS = frozenset(
     {"created_at", "updated_at", "deadline_at", "expires_at", "retry_at", "lease_expires_at"}
@@ -58,30 +59,7 @@ class PostgresAgentStore:
         """`AgentLog.create` on PostgreSQL (the first messages: system, user)."""
 
         def body(conn: Conn) -> None:
-            conn.execute(
-                SQL.insert_agent_run,
-                (
-                    self.scope,
-                    run.run_id,
-                    run.agent,
-                    run.status,
-                    run.parent_run_id,
-                    run.input,
-                    run.response,
-                    no_nul(run.error),
-                    run.error_type,
-                    run.turns,
-                    None,
-                    run.created_at,
-                    run.updated_at,
-                    run.deadline_at,
-                    run.expires_at,
-                    run.retry_at,
-                    json.dumps(run.context),
-                    run.lease_owner,
-                    run.lease_expires_at,
-                ),
-            )
+            conn.execute(SQL.insert_agent_run, agent_run_values(self.scope, run, no_nul(run.error)))
             self._append(conn, run.run_id, messages, run.created_at)
             if tool is not None:
                 self._put_tool(conn, run.run_id, tool, run.created_at)

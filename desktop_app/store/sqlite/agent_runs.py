@@ -34,6 +34,7 @@ from desktop_app.store.records import (
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, lease_cond, row_checksum
 from desktop_app.store.statements import SQLITE_SQL as SQL
+from desktop_app.store.statements import agent_run_values
 
 __all__ = ["AGENT_TERMINAL", "AgentRun", "AgentStatus", "SqliteAgentStore", "ToolResult"]
 
@@ -64,30 +65,7 @@ class SqliteAgentStore:
             return RevisionConflictError(f"agent run {run.run_id} already exists")
 
         with self._lock, self._cp._write(exists):
-            self.conn.execute(
-                SQL.insert_agent_run,
-                (
-                    self.scope,
-                    run.run_id,
-                    run.agent,
-                    run.status,
-                    run.parent_run_id,
-                    run.input,
-                    run.response,
-                    run.error,
-                    run.error_type,
-                    run.turns,
-                    None,
-                    run.created_at,
-                    run.updated_at,
-                    run.deadline_at,
-                    run.expires_at,
-                    run.retry_at,
-                    json.dumps(run.context),
-                    run.lease_owner,
-                    run.lease_expires_at,
-                ),
-            )
+            self.conn.execute(SQL.insert_agent_run, agent_run_values(self.scope, run, run.error))
             self._append(run.run_id, messages, run.created_at)
             if tool is not None:
                 self._put_tool(run.run_id, tool, run.created_at)
