@@ -47,7 +47,7 @@ from desktop_app.flow.definition import CompiledFlow, FlowBuilder
 from desktop_app.flow.events import StepFinished
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class Counter(BaseModel):
@@ -177,7 +177,7 @@ from pydantic import BaseModel
 from desktop_app.flow import Engine, EventBus
 from desktop_app.flow.definition import FlowBuilder
 from desktop_app.flow.events import StepFinished
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 class Counter(BaseModel):
     n: int = 0

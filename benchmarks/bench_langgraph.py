@@ -97,7 +97,7 @@ class FlowdeskChat(_Chat):
         from desktop_app.integrations.langgraph import FlowdeskSaver
         from desktop_app.store import migrations
         from desktop_app.store.connection import open_connection
-        from desktop_app.store.sqlite import open_store
+        from desktop_app.store.sqlite.store import open_store
 
         conn = open_connection(self.path)
         migrations.apply(conn)

@@ -47,7 +47,7 @@ import psycopg
 from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.store.postgres import apply_postgres_schema, open_postgres_store
+from desktop_app.store.postgres.store import apply_postgres_schema, open_postgres_store
 
 
 class Counter(BaseModel):

@@ -26,9 +26,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from desktop_app.integrations.pydantic_ai import FlowdeskAgent
 from desktop_app.store import migrations
-from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 
 def make_agent(turns: int) -> Agent[None, str]:

@@ -68,7 +68,7 @@ from pydantic import BaseModel
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class Counter10(BaseModel):

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from desktop_app.errors import UnknownRunError
 from desktop_app.store.runids import resolve_run_id
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.runs_corpus import make_runs_db, run_id_of
 
 

@@ -87,7 +87,7 @@ def step_costs(steps: int, synchronous: str, folder: str | None) -> tuple[list[f
 
 def pg_step_costs(steps: int, dsn: str) -> tuple[list[float], float]:
     """:func:`step_costs` on the PostgreSQL database ``dsn`` (schema applied here)."""
-    from desktop_app.store.postgres import apply_postgres_schema, open_postgres_store
+    from desktop_app.store.postgres.store import apply_postgres_schema, open_postgres_store
 
     apply_postgres_schema(dsn)
     return timed_run(steps, open_postgres_store(dsn))

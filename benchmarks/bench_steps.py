@@ -101,7 +101,7 @@ def fresh_store(path: Path, synchronous: str):
     """A store on a new file with the schema applied."""
     from desktop_app.store import migrations
     from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     conn = open_connection(path)
     migrations.apply(conn)

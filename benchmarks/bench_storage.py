@@ -55,7 +55,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.events import RunProgress, RunStarted
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 MIB = 1024 * 1024
 EARLY = (1, 20)  # steps 1..20: "around step 10"

@@ -35,9 +35,9 @@ from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.tracing import trace_engine
 from desktop_app.store import migrations
-from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 RECEIVER = """
 import sys

@@ -81,7 +81,7 @@ from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
 from desktop_app.flow.events import Event, RunFinished
 from desktop_app.store import codec, migrations
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 MiB = 1024 * 1024
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
 from desktop_app.config import Settings, default_db_path
@@ -30,15 +30,14 @@ from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
 from desktop_app.private import make_private_dirs
 from desktop_app.store import migrations
-from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.backend import Backend, StoreOptions
 from desktop_app.store.connection import open_connection
 from desktop_app.store.protocol import AgentLog, CheckpointStore
 from desktop_app.store.runids import RunRef, resolve_run_id
-from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
 
 if TYPE_CHECKING:
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
-    from desktop_app.store.postgres import PostgresCheckpointStore
+    from desktop_app.store.sqlite.store import SqliteCheckpointStore
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ class Database:
     def shown(self) -> str:
         """For messages: the file path, or the URL without its password."""
         if self.backend == "postgres":
-            from desktop_app.store.postgres_sql import redact
+            from desktop_app.store.postgres.sql import redact
 
             return redact(self.text)
         return str(self.path)
@@ -120,6 +119,39 @@ def parse_database(text: str) -> Database:
 
 def _sqlite_path(settings: Settings) -> Path:
     return parse_database(settings.db_path).path
+
+
+#: backend name (``Database.backend``) -> the package whose ``BACKEND`` serves it
+_BACKEND_PACKAGES = {"sqlite": "desktop_app.store.sqlite", "postgres": "desktop_app.store.postgres"}
+
+
+def backend_of(db: Database) -> Backend:
+    """The :class:`~desktop_app.store.backend.Backend` of ``db``'s backend
+    package, imported now (psycopg loads only for a PostgreSQL URL)."""
+    import importlib
+
+    backend: Backend = importlib.import_module(_BACKEND_PACKAGES[db.backend]).BACKEND
+    return backend
+
+
+def _target(db: Database) -> str:
+    """What the backend opens: the SQLite file's path, or the URL."""
+    return db.url if db.backend == "postgres" else str(db.path)
+
+
+def store_options(settings: Settings, *, owner: str | None = None) -> StoreOptions:
+    """The settings a backend opens its stores with (``owner``: the
+    PostgreSQL ``application_name``, default ``flowdesk``)."""
+    return StoreOptions(
+        scope=settings.scope,
+        synchronous=settings.synchronous,
+        busy_timeout_s=settings.busy_timeout_s,
+        fullfsync=settings.fullfsync,
+        create=False,
+        application_name=owner or "flowdesk",
+        pooler=settings.postgres.pooler,
+        listen_url=settings.postgres.listen_url,
+    )
 
 
 def _postgres_url(settings: Settings) -> str | None:
@@ -208,89 +240,44 @@ def open_services(
     from desktop_app.observability import instrument_engine
 
     load = FlowLoad(flows) if flows is not None else load_flows_report(settings)
-    url = _postgres_url(settings)
-    if url is not None:
-        from desktop_app.store.postgres_agent_runs import PostgresAgentStore
-
-        pg = open_postgres(settings)
-        pg_engine = postgres_engine(pg, flows=load.flows, events=events, executes=executes)
-        instrument_engine(pg_engine)
-        return Services(
-            settings=settings,
-            database=settings.db_path,
-            checkpoints=pg,
-            agents=PostgresAgentStore(pg),
-            engine=pg_engine,
-            flow_problems=load.problems,
-        )
-    checkpoints = open_sqlite_store(settings)
-    engine = Engine(checkpoints, flows=load.flows, events=events, executes=executes)
+    db = parse_database(settings.db_path)
+    backend = backend_of(db)
+    checkpoints = backend.open(_target(db), store_options(settings))
+    engine = _engine(checkpoints, flows=load.flows, events=events, executes=executes)
     instrument_engine(engine)  # runs and steps traced when OTLP export is set up
     return Services(
         settings=settings,
         database=settings.db_path,
         checkpoints=checkpoints,
-        agents=SqliteAgentStore(checkpoints),
+        agents=backend.agent_log(checkpoints),
         engine=engine,
         flow_problems=load.problems,
     )
 
 
-def open_postgres(settings: Settings, *, owner: str | None = None) -> PostgresCheckpointStore:
-    """The verified PostgreSQL store of the settings' URL (never applies the
-    schema: SchemaMissingError names ``flowdesk --db URL db apply``).
-
-    Raises:
-        DatabaseOpenError, SchemaMissingError, SchemaChecksumError,
-        SchemaTooNewError, StoreError.
-    """
-    from desktop_app.store.postgres import open_postgres_store
-
-    url = _postgres_url(settings)
-    assert url is not None
-    return open_postgres_store(
-        url,
-        scope=settings.scope,
-        application_name=(owner or "flowdesk")[:63],
-        pooler=settings.postgres.pooler,
-        listen_url=settings.postgres.listen_url,
-    )
-
-
-def postgres_engine(
-    store: PostgresCheckpointStore,
+def _engine(
+    store: CheckpointStore,
     *,
     flows: list[CompiledFlow[Any]],
     events: EventBus | None = None,
-    owner: str | None = None,
     executes: bool = True,
 ) -> Engine:
-    """An engine over a PostgreSQL store whose clock follows the database's
-    (deadlines and wait times compared across machines; leases are decided
-    in SQL by the database's clock anyway)."""
+    """An engine over ``store``; on a store declaring ``database_clock`` its
+    clock follows the database's (deadlines and wait times compared across
+    machines; leases are decided in SQL by the database's clock anyway)."""
+    if "database_clock" not in store.capabilities:
+        return Engine(store, flows=flows, events=events, executes=executes)
     from desktop_app.flow.worker import ServerClock
+    from desktop_app.store.protocol import ServerTime
 
-    return Engine(store, flows=flows, events=events, clock=ServerClock(store.server_time),
-                  owner=owner, executes=executes)  # fmt: skip
-
-
-def agent_store(checkpoints: CheckpointStore) -> Any:
-    """The agent-run store over ``checkpoints``' database (SQLite or PostgreSQL)."""
-    import sys
-
-    pg = sys.modules.get("desktop_app.store.postgres")  # loaded only for a postgresql:// URL
-    if pg is not None and isinstance(checkpoints, pg.PostgresCheckpointStore):
-        from desktop_app.store.postgres_agent_runs import PostgresAgentStore
-
-        return PostgresAgentStore(checkpoints)
-    return SqliteAgentStore(checkpoints)  # type: ignore[arg-type]
+    clock = ServerClock(cast(ServerTime, store).server_time)
+    return Engine(store, flows=flows, events=events, clock=clock, executes=executes)
 
 
 def open_checkpoint_store(settings: Settings) -> CheckpointStore:
     """The settings' checkpoint store, SQLite or PostgreSQL (verified, never applied)."""
-    if _postgres_url(settings) is not None:
-        return open_postgres(settings)
-    return open_sqlite_store(settings)
+    db = parse_database(settings.db_path)
+    return backend_of(db).open(_target(db), store_options(settings))
 
 
 @dataclass
@@ -308,46 +295,18 @@ def apply_schema(settings: Settings) -> SchemaReport:
     Raises:
         DatabaseOpenError, SchemaChecksumError, SchemaTooNewError, StoreError.
     """
-    url = _postgres_url(settings)
-    if url is not None:
-        from desktop_app.store.postgres import apply_postgres_schema
-
-        files = apply_postgres_schema(url)
-        return SchemaReport(parse_database(url).shown, [f.key for f in files])
-    path = _sqlite_path(settings)
-    if path == default_db_path():
+    db = parse_database(settings.db_path)
+    if db.backend == "sqlite" and db.path == default_db_path():
         # the default location is ours to create (mode 0700); a --db folder is the user's
-        make_private_dirs(path.parent)
-    conn = open_connection(
-        path,
-        synchronous=settings.synchronous,
-        busy_timeout_s=settings.busy_timeout_s,
-        fullfsync=settings.fullfsync,
-    )
-    try:
-        applied = migrations.apply(conn)
-    finally:
-        conn.close()
-    return SchemaReport(path, [f.key for f in applied])
+        make_private_dirs(db.path.parent)
+    applied = backend_of(db).apply_schema(_target(db), store_options(settings))
+    return SchemaReport(db.shown if db.backend == "postgres" else db.path, [f.key for f in applied])
 
 
 def schema_status(settings: Settings) -> list[migrations.SchemaStatus]:
     """Status of every schema file in the settings' database."""
-    url = _postgres_url(settings)
-    if url is not None:
-        from desktop_app.store.postgres import postgres_schema_status
-
-        return postgres_schema_status(url)
-    conn = open_connection(
-        _sqlite_path(settings),
-        synchronous=settings.synchronous,
-        busy_timeout_s=settings.busy_timeout_s,
-        create=False,
-    )
-    try:
-        return migrations.status(conn)
-    finally:
-        conn.close()
+    db = parse_database(settings.db_path)
+    return backend_of(db).schema_status(_target(db), store_options(settings))
 
 
 def app_schema(settings: Settings) -> SchemaReport:
@@ -359,25 +318,18 @@ def app_schema(settings: Settings) -> SchemaReport:
         SchemaMissingError, SchemaChecksumError, SchemaTooNewError, plus
         :func:`apply_schema`'s errors.
     """
-    url = _postgres_url(settings)
-    if url is None:
+    db = parse_database(settings.db_path)
+    if db.backend == "sqlite":
         return apply_schema(settings)
-    from desktop_app.store.postgres import verify_postgres_schema
-
-    verify_postgres_schema(url)
-    return SchemaReport(parse_database(url).shown, [])
+    backend_of(db).verify_schema(_target(db), store_options(settings))
+    return SchemaReport(db.shown, [])
 
 
 def open_sqlite_store(settings: Settings) -> SqliteCheckpointStore:
     """Open the verified store (raises SchemaMissingError naming ``flowdesk db apply``)."""
-    return open_store(
-        _sqlite_path(settings),
-        scope=settings.scope,
-        synchronous=settings.synchronous,
-        busy_timeout_s=settings.busy_timeout_s,
-        fullfsync=settings.fullfsync,
-        create=False,
-    )
+    from desktop_app.store.sqlite import BACKEND
+
+    return BACKEND.open(str(_sqlite_path(settings)), store_options(settings))
 
 
 def _flows_from(obj: Any, where: str) -> list[CompiledFlow[Any]]:
@@ -502,11 +454,13 @@ def build_engine(
 
     chosen = flows if flows is not None else load_flows(settings)
     if _postgres_url(settings) is not None:  # the app: executes only when told to
-        return postgres_engine(
-            open_postgres(settings), flows=chosen, events=events, executes=executes_runs(settings)
+        return _engine(
+            open_checkpoint_store(settings),
+            flows=chosen,
+            events=events,
+            executes=executes_runs(settings),
         )
-    store = open_sqlite_store(settings)
-    engine = Engine(store, flows=chosen, events=events)
+    engine = _engine(open_sqlite_store(settings), flows=chosen, events=events)
     instrument_engine(engine)
     return engine
 

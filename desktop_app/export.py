@@ -128,7 +128,7 @@ def export_postgres(
     import io
 
     from desktop_app.store.migrations import PG_SCHEMA
-    from desktop_app.store.postgres_sql import connect
+    from desktop_app.store.postgres.sql import connect
 
     counts: dict[str, int] = {}
     with connect(url) as conn:

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from desktop_app.agent import Agent, tool
 from desktop_app.agent.approvals import APPROVAL_PREFIX
 from desktop_app.agent.openai_compat import OpenAICompatibleModel
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 ARGS = argparse.Namespace()
 

@@ -27,8 +27,8 @@ from pydantic import BaseModel
 from desktop_app.agent.models import ScriptedModel
 from desktop_app.agent.runtime import Agent, agent_step
 from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 
 class Trip(BaseModel):

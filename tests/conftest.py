@@ -69,7 +69,7 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def sqlite_store(db_path: Path):
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     store = open_store(db_path)
     yield store
@@ -111,7 +111,7 @@ def pg_empty_url(pg_server) -> Iterator[str]:
 
 @pytest.fixture
 def pg_store(pg_url: str):
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     store = open_postgres_store(pg_url)
     yield store

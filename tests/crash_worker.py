@@ -30,7 +30,7 @@ from desktop_app.config import Settings
 from desktop_app.flow import Engine, EventBus
 from desktop_app.flow.events import RunProgress
 from desktop_app.flows.digest import DigestState, build_digest_flow
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 def main() -> int:
@@ -66,7 +66,7 @@ def main() -> int:
 
     events.subscribe(on_event)
     if args.db.startswith("postgresql://"):
-        from desktop_app.store.postgres import open_postgres_store
+        from desktop_app.store.postgres.store import open_postgres_store
 
         store = open_postgres_store(args.db)
     else:

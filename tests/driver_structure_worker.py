@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder, Step
 from desktop_app.flow.definition import Policy
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class S(BaseModel):

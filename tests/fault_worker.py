@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flow.retry import Backoff, RetryPolicy
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class Job(BaseModel):

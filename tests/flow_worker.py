@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.retry import Backoff, RetryPolicy
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 ARGS = argparse.Namespace()
 

@@ -27,7 +27,7 @@ from desktop_app.flow import Engine, EventBus
 from desktop_app.flow.context import StepContext
 from desktop_app.flow.definition import CompiledFlow, FlowBuilder
 from desktop_app.flow.events import RunStarted, StepFinished
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class Counter(BaseModel):

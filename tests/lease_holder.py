@@ -61,7 +61,7 @@ hold = FlowBuilder("hold", Held).step("long", long).step("after", lambda s: {}).
 
 def main() -> int:
     from desktop_app.flow import Engine
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     db, sink, ttl = sys.argv[1], sys.argv[2], float(sys.argv[3])
     os.environ["LEASE_SINK"] = sink

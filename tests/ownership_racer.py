@@ -68,20 +68,20 @@ def _send(s: N, ctx: Any) -> dict[str, Any]:
 
 def open_db(db: str) -> Any:
     if db.startswith("postgresql://"):
-        from desktop_app.store.postgres import open_postgres_store
+        from desktop_app.store.postgres.store import open_postgres_store
 
         return open_postgres_store(db)
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     return open_store(db)
 
 
 def agent_store(store: Any) -> Any:
     if type(store).__name__.startswith("Postgres"):
-        from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+        from desktop_app.store.postgres.agent_runs import PostgresAgentStore
 
         return PostgresAgentStore(store)
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     return SqliteAgentStore(store)
 

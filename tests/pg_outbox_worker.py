@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from desktop_app.flow.outbox import Dispatcher
-from desktop_app.store.postgres import PostgresCheckpointStore, open_postgres_store
+from desktop_app.store.postgres.store import PostgresCheckpointStore, open_postgres_store
 from tests.outbox_worker import HttpDestination
 
 

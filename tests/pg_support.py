@@ -16,7 +16,7 @@ Where the server comes from, in order:
 Each test gets ``CREATE DATABASE t_<hex> TEMPLATE flowdesk_template``; the
 template (one per pytest-xdist worker) is built once per session with the
 real ``db apply`` code path
-(:func:`desktop_app.store.postgres.apply_postgres_schema`).
+(:func:`desktop_app.store.postgres.store.apply_postgres_schema`).
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ class PgServer:
 def _build_template(admin_dsn: str) -> None:
     import psycopg
 
-    from desktop_app.store.postgres import apply_postgres_schema
+    from desktop_app.store.postgres.store import apply_postgres_schema
 
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")

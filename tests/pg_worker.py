@@ -39,7 +39,7 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.worker import ServerClock, Worker
-from desktop_app.store.postgres import PostgresCheckpointStore, open_postgres_store
+from desktop_app.store.postgres.store import PostgresCheckpointStore, open_postgres_store
 
 OUT_LOCK = threading.Lock()
 STORE: PostgresCheckpointStore | None = None

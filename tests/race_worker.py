@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from desktop_app.errors import RevisionConflictError
 from desktop_app.flow.outbox import Dispatcher
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 def wait_for(go: Path) -> None:

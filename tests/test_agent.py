@@ -13,8 +13,8 @@ from desktop_app.agent.runtime import agent_step
 from desktop_app.errors import InputRequiredError, RateLimitedError, RunStateError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 
 class Crash(BaseException):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 WORKER = Path(__file__).resolve().parent / "agent_worker.py"
 

@@ -13,8 +13,8 @@ import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.agent.tools import Tool, file_tools
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 
 class Crash(BaseException):

@@ -14,8 +14,8 @@ import pytest
 from desktop_app.agent import Agent, ScriptedModel
 from desktop_app.agent.tools import TOOLSET_KEY, tool
 from desktop_app.errors import AgentToolsChangedError, ProviderError
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import flowdesk
 

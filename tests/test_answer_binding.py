@@ -16,7 +16,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from desktop_app.store.sqlite import _CP_COLUMNS, row_checksum
+from desktop_app.store.sqlite.store import _CP_COLUMNS, row_checksum
 
 WORKER = Path(__file__).resolve().parent / "approval_flow_worker.py"
 

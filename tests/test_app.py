@@ -31,7 +31,7 @@ from desktop_app.flow import CompiledFlow, FlowBuilder
 from desktop_app.flows.digest import DigestInput, DigestState, build_digest_flow
 from desktop_app.store.domain.digest import DigestFile, files_of_run
 from desktop_app.store.protocol import RUN_STATUSES
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle, wait_until
 from tests.digest_corpus import make_corpus
 

@@ -13,8 +13,8 @@ from desktop_app.agent.recovery import ToolSources
 from desktop_app.agent.tools import file_tools
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.config import load_settings
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle, wait_until
 
 

@@ -14,7 +14,7 @@ from desktop_app.app.screens import agent_runs
 from desktop_app.app.screens.agent_runs import AgentRunsScreen, group_key
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.config import load_settings
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
 from tests.app_support import settle
 
 PARENT = "d1" * 16

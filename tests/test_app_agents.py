@@ -20,7 +20,7 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.agent_runs import AgentRunsScreen, conversation_text, message_lines
 from desktop_app.cli.output import Hints
 from desktop_app.config import Settings, load_settings
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
 
 SIZE = (140, 50)
 PARENT = "f" * 32

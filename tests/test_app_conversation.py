@@ -19,8 +19,8 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.config import load_settings
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle
 
 RUN_ID = "a1" * 16

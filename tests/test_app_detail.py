@@ -34,7 +34,7 @@ from desktop_app.app.widgets.state_view import STRING_CHARS, DiffTable, StateTre
 from desktop_app.config import Settings, load_settings
 from desktop_app.flow import CompiledFlow, FlowBuilder
 from desktop_app.flow.context import ExecutionContext
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle, wait_until
 
 SIZE = (140, 44)

@@ -11,7 +11,7 @@ from desktop_app.app.screens.answer import how_to_deliver
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.cli.output import Hints
 from desktop_app.store.protocol import Wait
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO
 
 

@@ -29,8 +29,8 @@ from desktop_app.app.screens.start_flow import StartFlowScreen, build_state, is_
 from desktop_app.config import Settings, config_file, load_settings
 from desktop_app.flow import CompiledFlow, FlowBuilder
 from desktop_app.secrets import SERVICE
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle
 
 SIZE = (140, 45)

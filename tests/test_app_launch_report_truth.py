@@ -51,7 +51,7 @@ async def test_a_digest_model_run_is_not_an_older_version(tmp_path: Path) -> Non
 
 def hold(settings_db: Path, run_id: str, pid: int) -> None:
     """Give the run's lease to process ``pid`` (a live process of this host)."""
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     store = open_store(settings_db)
     try:

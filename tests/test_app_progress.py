@@ -18,7 +18,7 @@ from desktop_app.config import load_settings
 from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.owners import new_owner
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle
 
 

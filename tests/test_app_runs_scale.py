@@ -21,7 +21,7 @@ from desktop_app.app.screens.runs import PAGE, RunsScreen
 from desktop_app.app.widgets.run_filters import RunFilter
 from desktop_app.config import load_settings
 from desktop_app.store.protocol import Checkpoint, RunRecord
-from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 from tests.runs_corpus import START, make_runs_db, run_id_of
 from tests.test_app import settle, wait_until
 

@@ -17,7 +17,7 @@ from desktop_app.config import load_settings
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.owners import _start_ticks
 from desktop_app.store.records import Lease
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle
 from tests.test_app_runs_view import START, Note, note_flow, three_runs
 

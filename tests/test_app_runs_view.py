@@ -20,7 +20,7 @@ from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.config import Settings, load_settings
 from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle
 
 START = ManualClock().now()

@@ -12,7 +12,7 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen, parse_signal
 from desktop_app.config import load_settings
 from desktop_app.flow import FlowBuilder
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle, wait_until
 
 

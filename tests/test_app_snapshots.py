@@ -29,7 +29,7 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.config import Settings, load_settings
 from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.test_app import approve_flow, settle
 
 SIZE = (120, 40)

@@ -22,8 +22,8 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.config import load_settings
 from desktop_app.flow import Engine
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle
 from tests.test_app_snapshots_views import (
     RUN_IDS,

@@ -23,7 +23,7 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.config import Settings, load_settings
 from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle
 
 SIZES = {"80x24": (80, 24), "160x50": (160, 50)}

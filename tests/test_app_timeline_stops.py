@@ -12,7 +12,7 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.widgets.run_tables import CheckpointsTable, group_history, resumed_at
 from desktop_app.config import load_settings
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle, wait_until
 from tests.digest_corpus import make_corpus
 from tests.test_digest import apply_schema, worker

@@ -29,7 +29,7 @@ HEAVY = (
     "desktop_app.config",
     "desktop_app.bootstrap",
     "desktop_app.flow",
-    "desktop_app.store.sqlite",
+    "desktop_app.store.sqlite.store",
     "desktop_app.app",
 )
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
 

@@ -90,7 +90,7 @@ def make_runs(db: Path) -> None:
     from desktop_app.bootstrap import open_services
     from desktop_app.config import load_settings
     from desktop_app.examples.approval import approval
-    from desktop_app.store.agent_runs import AgentRun
+    from desktop_app.store.sqlite.agent_runs import AgentRun
 
     sv = open_services(load_settings(db_path=db), flows=[approval])
     for rid in ("abcd1111" + "0" * 24, "abcd2222" + "0" * 24):

@@ -54,7 +54,7 @@ def test_importing_flowdesk_has_no_side_effects(tmp_path):
     home.mkdir()
     code = (
         "import desktop_app, desktop_app.config, desktop_app.cli, desktop_app.flow, "
-        "desktop_app.flows.digest, desktop_app.store.sqlite; "
+        "desktop_app.flows.digest, desktop_app.store.sqlite.store; "
         "desktop_app.config.load_settings()"
     )
     env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
@@ -69,7 +69,7 @@ def test_engine_modules_never_load_apsw_or_textual():
     import sys
 
     code = (
-        "import sys, desktop_app.flow, desktop_app.store.memory, desktop_app.flows.digest; "
+        "import sys, desktop_app.flow, desktop_app.store.memory.store, desktop_app.flows.digest; "
         "print(sorted(m for m in ('apsw', 'textual', 'sqlite3') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

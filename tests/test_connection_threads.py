@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 from desktop_app.store.connection import connections_open
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 def test_a_store_opens_while_another_thread_is_inside_a_call_on_the_first(

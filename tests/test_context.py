@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.flow import Engine, ExecutionContext, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 CTX = ExecutionContext(
     tenant_id="acme",
@@ -152,7 +152,7 @@ def test_context_after_a_crash_and_resume(db_path, tmp_path):
         f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
         "from tests.test_context import CTX, S, record\n"
         "from desktop_app.flow import Engine, FlowBuilder\n"
-        "from desktop_app.store.sqlite import open_store\n"
+        "from desktop_app.store.sqlite.store import open_store\n"
         "def logged(name):\n"
         "    with open(sys.argv[3], 'a') as fh:\n"
         "        fh.write(name + '\\n'); fh.flush(); os.fsync(fh.fileno())\n"

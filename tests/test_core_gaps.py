@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.retry import Backoff, RetryPolicy
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 
 
 class S(BaseModel):
@@ -48,7 +48,7 @@ def test_a_positive_step_retry_wins_over_the_flow_default_either_way(
 @pytest.mark.scenario("S15")
 def test_cancel_during_a_backoff_wait_stops_the_retries(db_path):
     """The backoff sleeps on the injected clock; cancel wakes it. No wall time."""
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     class BackoffHoldingClock(ManualClock):
         """Time stands still during a backoff until the run is canceled."""

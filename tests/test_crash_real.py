@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from desktop_app.flow import Engine
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests import flow_worker
 
 WORKER = Path(__file__).resolve().parent / "flow_worker.py"

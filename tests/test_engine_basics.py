@@ -13,7 +13,7 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.flow import Engine
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from tests.flows_for_tests import Crash, Numbers, counting_flow
 
 

@@ -25,8 +25,8 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.events import StepFinished, StepStarted
 from desktop_app.flow.retry import Backoff, RetryPolicy
-from desktop_app.store.memory import InMemoryCheckpointStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.memory.store import InMemoryCheckpointStore
+from desktop_app.store.sqlite.store import open_store
 from tests.flows_for_tests import Numbers, counting_flow
 
 

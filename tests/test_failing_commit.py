@@ -48,11 +48,11 @@ def store(request, pg_server):
     """A real store with the Flowdesk schema and the `notes` domain table: a
     SQLite file in tmp_path, or a throwaway PostgreSQL database."""
     if request.param == "sqlite":
-        from desktop_app.store.sqlite import open_store
+        from desktop_app.store.sqlite.store import open_store
 
         s = open_store(request.getfixturevalue("db_path"))
     else:
-        from desktop_app.store.postgres import open_postgres_store
+        from desktop_app.store.postgres.store import open_postgres_store
 
         s = open_postgres_store(request.getfixturevalue("pg_url"))
     s.write(lambda tx: tx.execute(NOTES_TABLE))
@@ -237,7 +237,7 @@ WAIT_FLOW = (
 
 @pytest.mark.scenario("S84")
 def test_signal_publish_and_answer_refuse_a_payload_no_checkpoint_could_hold(db_path):
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     store = open_store(db_path)
     engine = Engine(store, flows=[WAIT_FLOW])
@@ -259,7 +259,7 @@ def test_signal_publish_and_answer_refuse_a_payload_no_checkpoint_could_hold(db_
 
 @pytest.mark.scenario("S84")
 def test_a_stored_payload_a_wait_cannot_take_fails_the_run_with_the_reason(db_path):
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     store = open_store(db_path)
     engine = Engine(store, flows=[WAIT_FLOW])

@@ -25,7 +25,7 @@ from desktop_app.flows.digest import REPORT_NAME, DigestState, build_digest_flow
 from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow, planned_layout
 from desktop_app.store.domain.digest import files_of_run
 from desktop_app.store.domain.tidy import moves_of_run
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 MARCH = datetime(2025, 3, 15, 12, 0, tzinfo=UTC).timestamp()
@@ -335,7 +335,7 @@ SWAPPER = textwrap.dedent(
     from pathlib import Path
     from desktop_app.flow import Engine
     from desktop_app.flows.digest import DigestState, build_digest_flow
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     db, folder, out, secret = (Path(a) for a in sys.argv[1:5])
 

@@ -21,7 +21,7 @@ from desktop_app.flow import Engine, EventBus
 from desktop_app.flow.definition import FlowBuilder
 from desktop_app.flow.events import StepFinished
 from desktop_app.store.group_commit import AppendRequest, GroupCommitter
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,7 +248,7 @@ def test_sigkill_with_many_runs_in_flight_loses_no_acknowledged_step(db_path: Pa
     #: runs a worker announced it was driving (their rows were committed by then)
     started: set[str] = set()
     start_killed = False
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     for round_ in range(4):
         args = ["start", str(runs), str(steps), "8"] if round_ == 0 else ["recover", "8"]

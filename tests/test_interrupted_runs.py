@@ -29,7 +29,7 @@ from desktop_app.config import load_settings
 from desktop_app.flow.owners import new_owner
 from desktop_app.runs_view import display_status
 from desktop_app.store.records import AgentRun, RunRecord, RunStatus
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.app_support import settle, wait_until
 from tests.cli_support import REPO, flowdesk
 from tests.interrupted_flows import FLOWS_ENV, gated

@@ -19,7 +19,7 @@ from desktop_app.bootstrap import build_model, open_sqlite_store
 from desktop_app.config import load_settings
 from desktop_app.errors import KeyFileError, SecretsError
 from desktop_app.secrets import get_secret, model_api_key, read_key_file, set_secret
-from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.chat_server import ChatServer, completion
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,12 +23,12 @@ from desktop_app.store.protocol import CheckpointStore
 def open_store(request, db_path: Path) -> Iterator[object]:
     """A function opening a new store over one database (SQLite or PostgreSQL)."""
     if request.param == "postgres":
-        from desktop_app.store.postgres import open_postgres_store
+        from desktop_app.store.postgres.store import open_postgres_store
 
         url = request.getfixturevalue("pg_url")
         yield lambda: open_postgres_store(url)
         return
-    from desktop_app.store.sqlite import open_store as open_sqlite
+    from desktop_app.store.sqlite.store import open_store as open_sqlite
 
     yield lambda: open_sqlite(db_path)
 

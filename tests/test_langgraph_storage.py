@@ -17,7 +17,7 @@ from langgraph.graph.message import add_messages
 
 from desktop_app.errors import ThreadCorruptError
 from desktop_app.integrations.langgraph import FlowdeskSaver
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class Chat(TypedDict):

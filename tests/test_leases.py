@@ -16,7 +16,7 @@ import pytest
 from desktop_app.errors import RunLeasedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests import flow_worker
 
 WORKER = Path(__file__).resolve().parent / "flow_worker.py"

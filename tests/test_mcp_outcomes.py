@@ -137,7 +137,7 @@ def test_a_call_that_times_out_is_outcome_unknown_and_not_repeated(sqlite_store,
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer
     from desktop_app.agent.messages import is_outcome_unknown
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     notes = tmp_path / "notes.log"
     store = SqliteAgentStore(sqlite_store)
@@ -160,8 +160,8 @@ def test_a_call_that_times_out_is_outcome_unknown_and_not_repeated(sqlite_store,
 def test_a_server_that_cannot_start_for_a_resume_is_logged_with_the_run_id(db_path, tmp_path):
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.recovery import ToolSources
-    from desktop_app.store.agent_runs import SqliteAgentStore
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.store import open_store
 
     sqlite = open_store(db_path)
     sources = ToolSources(mcp=("notes",)).to_json()
@@ -206,7 +206,7 @@ def test_the_memory_servers_read_graph_sees_create_entities_and_writes_are_reuse
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer
     from desktop_app.config import McpServerSettings
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     memory_file = tmp_path / "memory.jsonl"
     monkeypatch.setenv("MEMORY_FILE_PATH", str(memory_file))
@@ -286,7 +286,7 @@ def test_a_resume_goes_on_when_only_descriptions_annotations_or_unused_tools_cha
     ``openWorldHint`` and one tool fewer: the run goes on."""
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     store = SqliteAgentStore(sqlite_store)
     now = {"tool": "time__get_current_time", "args": {"timezone": "UTC"}}
@@ -335,7 +335,7 @@ def test_a_resume_stops_naming_each_used_tool_and_field_that_changed(sqlite_stor
     from desktop_app.agent.mcp import McpServer
     from desktop_app.config import load_settings
     from desktop_app.observability import setup_logging
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     setup_logging(load_settings())
     store = SqliteAgentStore(sqlite_store)
@@ -455,7 +455,7 @@ async def test_the_app_shows_an_unknown_outcome_as_such(tmp_path):
     from desktop_app.agent.tools import Tool
     from desktop_app.app.main import FlowdeskApp
     from desktop_app.config import load_settings
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
     from tests.test_app_agents import SIZE, open_run, open_screen
 
     class Crash(BaseException):
@@ -498,7 +498,7 @@ def test_no_answer_is_unknown_only_for_a_tool_that_is_not_sent_twice(sqlite_stor
     from desktop_app.agent.messages import is_outcome_unknown
     from desktop_app.agent.tools import Tool
     from desktop_app.errors import McpOutcomeUnknownError
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     def lookup(q: str) -> str:
         """Look up."""

@@ -178,7 +178,7 @@ class HttpNotesServer:
 def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_store, tmp_path):
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer, describe_tools, recorded_tools
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     notes = tmp_path / "notes.log"
     store = SqliteAgentStore(sqlite_store)
@@ -295,7 +295,7 @@ def test_flowdesk_ask_with_mcp_uses_the_configured_server(tmp_path):
 def test_a_server_that_went_away_is_an_error_text_for_the_model(sqlite_store, tmp_path):
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     notes = tmp_path / "notes.log"
     store = SqliteAgentStore(sqlite_store)
@@ -313,7 +313,7 @@ def test_a_server_that_went_away_is_an_error_text_for_the_model(sqlite_store, tm
 def test_a_read_only_mcp_tool_is_sent_again_after_a_write(sqlite_store, tmp_path):
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.agent.mcp import McpServer
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     notes = tmp_path / "notes.log"
     store = SqliteAgentStore(sqlite_store)

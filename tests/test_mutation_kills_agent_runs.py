@@ -1,4 +1,4 @@
-"""The SQLite agent log (``desktop_app.store.agent_runs``), exactly: what each
+"""The SQLite agent log (``desktop_app.store.sqlite.agent_runs``), exactly: what each
 call commits, returns and raises; messages numbered in order and checked
 against their checksum; tool results upserted with their attempts; the
 lease guard; scopes kept apart."""
@@ -18,9 +18,9 @@ from desktop_app.errors import (
     LeaseLostError,
     RevisionConflictError,
 )
-from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.protocol import AgentRun, ToolResult
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 
 def _run(run_id: str = "ag1", **kw) -> AgentRun:

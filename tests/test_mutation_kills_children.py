@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.children import canceler, journaled, register_child_kind
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 def test_a_slot_without_a_kind_is_a_flow_child_in_step_order():

@@ -30,8 +30,8 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.definition import Policy, WaitStep
 from desktop_app.flow.events import RunProgress, StepFinished, StepResult, StepStarted
 from desktop_app.flow.retry import Backoff, RetryPolicy
-from desktop_app.store.memory import InMemoryCheckpointStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.memory.store import InMemoryCheckpointStore
+from desktop_app.store.sqlite.store import open_store
 
 T0 = 1_767_225_600.0
 NO_WAIT = Backoff(initial_s=0.0, max_s=0.0, jitter_s=0.0)

@@ -25,7 +25,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.events import RunFinished, RunStarted
 from desktop_app.store.protocol import Lease
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 T0 = 1_767_225_600.0
 

@@ -27,7 +27,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.definition import Policy
 from desktop_app.flow.events import RunProgress, StepFinished, StepResult
 from desktop_app.flow.retry import Backoff, RetryPolicy
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 WORKER = Path(__file__).resolve().parent / "driver_structure_worker.py"
 T0 = 1_767_225_600.0
@@ -815,7 +815,7 @@ def test_a_completed_branchs_answer_is_not_reused_when_its_step_runs_again(env):
 def test_loop_position_record_names_its_step_in_the_memory_store():
     """The in-memory store keeps the step records as given: each iteration's
     record names its loop step and keeps its first attempt's start."""
-    from desktop_app.store.memory import InMemoryCheckpointStore
+    from desktop_app.store.memory.store import InMemoryCheckpointStore
 
     store = InMemoryCheckpointStore()
     engine = Engine(store, clock=ManualClock(T0))

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 from desktop_app.errors import RunLeasedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.records import Lease, StepRecord
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 T0 = 1_767_225_600.0
 

@@ -20,7 +20,7 @@ from desktop_app.errors import InputError, WaitAlreadyResolvedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.protocol import StepRecord
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -887,7 +887,7 @@ _WORKER = textwrap.dedent(
     from tests.test_mutation_kills_driver_waits import crash_flows, S
     from desktop_app.flow import Engine
     from desktop_app.flow.clock import ManualClock
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     db, log, which = sys.argv[1], sys.argv[2], sys.argv[3]
     engine = Engine(open_store(db), flows=crash_flows(log, kill=True), clock=ManualClock())
@@ -1007,7 +1007,7 @@ def _records_name_their_steps(engine: Engine, run_id: str) -> int:
 def test_every_step_record_in_every_checkpoint_names_its_step():
     """The SQLite and PostgreSQL rows key a record by its step; the in-memory
     store keeps the record itself, so a record must name its own step."""
-    from desktop_app.store.memory import InMemoryCheckpointStore
+    from desktop_app.store.memory.store import InMemoryCheckpointStore
 
     clock = ManualClock()
     broken = [True]
@@ -1071,7 +1071,7 @@ def test_the_last_200_answered_questions_are_remembered():
     checkpoint does not grow with every answer): a late answer to one of
     them is refused as already answered, an older one as unknown."""
     from desktop_app.errors import WaitError
-    from desktop_app.store.memory import InMemoryCheckpointStore
+    from desktop_app.store.memory.store import InMemoryCheckpointStore
 
     def ask(s: S, ctx) -> dict:
         for _ in range(202):

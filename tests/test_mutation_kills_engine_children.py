@@ -14,7 +14,7 @@ from desktop_app.errors import CheckpointDecodeError, RunStateError, StoreError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 HOUR = 3600.0
 

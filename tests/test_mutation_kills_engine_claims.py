@@ -16,7 +16,7 @@ from desktop_app.errors import FlowVersionMismatchError, StepFailedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 GUARD_S = 30.0  # only a hang guard: no passing test waits for it
 

@@ -16,7 +16,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.events import RunStarted
 from desktop_app.flow.retry import Backoff, RetryPolicy
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class S(BaseModel):

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.flows_for_tests import Crash
 
 GUARD_S = 30.0  # only a hang guard: no passing test waits for it

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 GUARD_S = 10.0  # only a hang guard: no passing test waits for it
 HEARTBEAT = "flowdesk-leases"

@@ -28,7 +28,7 @@ from desktop_app.errors import (
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 OTHER = "elsewhere.example:4242:abc123"  # a live owner on another host: never presumed dead
 

@@ -13,7 +13,7 @@ import pytest
 
 from desktop_app.errors import StoreError
 from desktop_app.store.group_commit import AppendRequest, GroupCommitter
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
 
 

@@ -18,7 +18,7 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.store.conformance import _cp, _run
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, Intent, Lease, Wait
 
 _spaces = itertools.count()

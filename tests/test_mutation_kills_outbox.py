@@ -22,7 +22,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import Dispatcher, claimant_is_gone
 from desktop_app.flow.owners import new_owner
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class Q(BaseModel):

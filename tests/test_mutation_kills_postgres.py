@@ -28,7 +28,7 @@ def closed_port_url(url: str) -> str:
 
 
 def test_verify_refuses_an_empty_database_naming_the_url_without_its_password(pg_empty_url):
-    from desktop_app.store.postgres import verify_postgres_schema
+    from desktop_app.store.postgres.store import verify_postgres_schema
 
     url = with_address(pg_empty_url, password="hunter2")
     with pytest.raises(SchemaMissingError) as caught:
@@ -43,14 +43,14 @@ def test_verify_refuses_an_empty_database_naming_the_url_without_its_password(pg
 
 
 def test_verify_accepts_an_applied_database(pg_url):
-    from desktop_app.store.postgres import verify_postgres_schema
+    from desktop_app.store.postgres.store import verify_postgres_schema
 
     assert verify_postgres_schema(pg_url) is None
 
 
 @pytest.mark.parametrize("helper", ["verify", "status", "apply"])
 def test_schema_helpers_on_an_unreachable_server_say_so_without_the_password(pg_url, helper):
-    from desktop_app.store import postgres
+    from desktop_app.store.postgres import store as postgres
 
     call = {
         "verify": postgres.verify_postgres_schema,
@@ -66,7 +66,7 @@ def test_schema_helpers_on_an_unreachable_server_say_so_without_the_password(pg_
 
 
 def test_status_lists_every_file_pending_then_applied(pg_empty_url):
-    from desktop_app.store.postgres import apply_postgres_schema, postgres_schema_status
+    from desktop_app.store.postgres.store import apply_postgres_schema, postgres_schema_status
 
     files = migrations.schema_files(dialect="postgres")
     keys = [f.key for f in files]
@@ -87,8 +87,8 @@ def test_each_write_notifies_its_channel_with_scope_and_run(pg_url):
     run's change, ``scope:*`` for a signal or event (any run may want it)."""
     import psycopg
 
-    from desktop_app.store.postgres import open_postgres_store
-    from desktop_app.store.postgres_notify import CHANGES, WAKE
+    from desktop_app.store.postgres.notify import CHANGES, WAKE
+    from desktop_app.store.postgres.store import open_postgres_store
     from desktop_app.store.protocol import Checkpoint, RunRecord
 
     heard = psycopg.connect(pg_url, autocommit=True)
@@ -127,7 +127,7 @@ def test_each_write_notifies_its_channel_with_scope_and_run(pg_url):
 
 def test_watching_changes_without_a_listening_session_is_a_store_error(pg_url):
     from desktop_app.errors import StoreError
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
     from tests.pg_proxy import CommitDropProxy
 
     proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
@@ -144,7 +144,7 @@ def test_watching_changes_without_a_listening_session_is_a_store_error(pg_url):
         )
         assert "hunter2" not in message
         # a store built on a pool directly has no URL to show
-        from desktop_app.store.postgres import PostgresCheckpointStore
+        from desktop_app.store.postgres.store import PostgresCheckpointStore
 
         bare = PostgresCheckpointStore(store.pool)
         try:
@@ -160,7 +160,7 @@ def test_watching_changes_without_a_listening_session_is_a_store_error(pg_url):
 def test_a_failing_change_callback_is_logged_and_the_watcher_carries_on(pg_url, caplog):
     import threading
 
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     watching = open_postgres_store(pg_url)
     writer = open_postgres_store(pg_url)
@@ -326,7 +326,7 @@ def test_server_time_is_the_database_clock_and_a_round_trip(pg_store):
 def test_a_listener_session_is_named_in_pg_stat_activity(pg_url, pg_store):
     import psycopg
 
-    from desktop_app.store.postgres_notify import WAKE
+    from desktop_app.store.postgres.notify import WAKE
 
     listener = pg_store.listener((WAKE,))
     try:
@@ -406,7 +406,7 @@ def test_conflict_and_takeover_messages(pg_url, pg_store):
 def test_now_is_the_database_clock_even_when_it_is_off(pg_url):
     from psycopg_pool import ConnectionPool
 
-    from desktop_app.store import postgres
+    from desktop_app.store.postgres import store as postgres
 
     kwargs = postgres._connection_kwargs("skewed")
     # search_path as a startup option: this pool has no configure (test-only offset)
@@ -428,8 +428,8 @@ def test_each_kind_of_append_wakes_workers(pg_url):
     a run set back to pending, new waits (a deadline to schedule)."""
     import psycopg
 
-    from desktop_app.store.postgres import open_postgres_store
-    from desktop_app.store.postgres_notify import WAKE
+    from desktop_app.store.postgres.notify import WAKE
+    from desktop_app.store.postgres.store import open_postgres_store
     from desktop_app.store.protocol import Intent, Wait
 
     heard = psycopg.connect(pg_url, autocommit=True)
@@ -466,8 +466,8 @@ def test_an_append_that_hands_out_nothing_wakes_no_worker(pg_url):
     notifier thread sends in commit order), so no time window is needed."""
     import psycopg
 
-    from desktop_app.store.postgres import open_postgres_store
-    from desktop_app.store.postgres_notify import CHANGES, WAKE
+    from desktop_app.store.postgres.notify import CHANGES, WAKE
+    from desktop_app.store.postgres.store import open_postgres_store
     from desktop_app.store.protocol import Wait
 
     heard = psycopg.connect(pg_url, autocommit=True)
@@ -505,7 +505,7 @@ def test_an_append_that_hands_out_nothing_wakes_no_worker(pg_url):
 
 
 def test_a_checkpoint_error_with_nul_is_kept_readable(pg_url, pg_store):
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     pg_store.create_run(_rec("r1"), _cp("r1", 0))
     pg_store.append(_cp("r1", 1, status="failed", error="bad\x00byte"))
@@ -581,7 +581,7 @@ def _raising(sqlstate: str, calls: list[int]) -> Any:
 
 def test_a_serialization_failure_is_retried_four_times_then_named(pg_store):
     from desktop_app.errors import StoreError
-    from desktop_app.store.postgres import MAX_ATTEMPTS
+    from desktop_app.store.postgres.store import MAX_ATTEMPTS
 
     calls: list[int] = []
     with pytest.raises(StoreError) as caught:
@@ -630,7 +630,7 @@ def test_store_connections_carry_their_settings(pg_url, pg_store, caplog):
     import logging
     import warnings
 
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     caplog.set_level(logging.WARNING, logger="psycopg.pool")
     with warnings.catch_warnings():
@@ -657,7 +657,7 @@ def test_store_connections_carry_their_settings(pg_url, pg_store, caplog):
 
 
 def test_opening_a_store_on_an_empty_database_names_it_and_the_command(pg_empty_url):
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     url = with_address(pg_empty_url, password="hunter2")
     with pytest.raises(SchemaMissingError) as caught:

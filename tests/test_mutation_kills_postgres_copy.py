@@ -1,4 +1,4 @@
-"""``flowdesk db copy`` (``desktop_app/store/postgres_copy.py``), pinned where
+"""``flowdesk db copy`` (``desktop_app/store/postgres/copy.py``), pinned where
 its mutants got past ``tests/test_postgres_copy.py``: times copied as UTC
 (fractions to the µs, ``±inf`` as PostgreSQL's infinities, NaN refused naming
 its column), NUL in text, the copy order by foreign keys (circular keys
@@ -28,8 +28,8 @@ from desktop_app.errors import (
     SchemaMissingError,
     StoreError,
 )
-from desktop_app.store.postgres_copy import _order, _timestamp, copy_sqlite_to_postgres
-from desktop_app.store.postgres_sql import redact
+from desktop_app.store.postgres.copy import _order, _timestamp, copy_sqlite_to_postgres
+from desktop_app.store.postgres.sql import redact
 from tests.pg_support import with_address
 
 pytestmark = pytest.mark.postgres

@@ -26,7 +26,7 @@ import pytest
 from psycopg import sql
 
 from desktop_app.store import migrations
-from desktop_app.store.postgres_doctor import postgres_checks
+from desktop_app.store.postgres.doctor import postgres_checks
 from tests.pg_support import with_address
 
 pytestmark = pytest.mark.postgres

@@ -1,5 +1,5 @@
 """The PostgreSQL listener session and the notifier's snapshot filter
-(``store/postgres_notify.py``), on a real server: a worker's liveness
+(``store/postgres/notify.py``), on a real server: a worker's liveness
 session registers, hears, heartbeats, notices its loss, reconnects after a
 failed try, and unregisters; ``data_version`` leaves the notifier's own
 transactions out of the snapshot it hashes."""
@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from desktop_app.store.postgres_notify import (
+from desktop_app.store.postgres.notify import (
     MAX_PAYLOADS,
     RECONNECT_FIRST_S,
     Listener,
@@ -149,7 +149,7 @@ def test_a_lost_session_is_fenced_then_reconnected_after_failed_tries(pg_url, ad
             raise RuntimeError("fencing failed")
 
     listener = _listener(url, owner=OWNER, on_lost=on_lost, reconnect_max_s=0.4).start()
-    caplog.set_level(logging.WARNING, logger="desktop_app.store.postgres_notify")
+    caplog.set_level(logging.WARNING, logger="desktop_app.store.postgres.notify")
     try:
         for round_ in (1, 2):
             lost.clear()
@@ -242,7 +242,7 @@ def test_the_notifier_counts_its_batches_on_one_daemon_thread_that_close_ends(po
 def test_a_batch_that_cannot_be_sent_is_dropped_and_logged(pg_url, caplog):
     closed: ConnectionPool[Any] = ConnectionPool(pg_url, min_size=0, max_size=1, open=True)
     closed.close()
-    caplog.set_level(logging.WARNING, logger="desktop_app.store.postgres_notify")
+    caplog.set_level(logging.WARNING, logger="desktop_app.store.postgres.notify")
     notifier = Notifier(closed)
     try:
         notifier.send(CHANNEL, "a:1")  # never raises: listeners poll as a fallback
@@ -405,7 +405,7 @@ def test_a_failed_heartbeat_ends_the_session_and_reconnects_once_it_can(pg_url, 
         "CREATE TRIGGER refuse_beat BEFORE UPDATE ON workers "
         "FOR EACH ROW EXECUTE FUNCTION refuse_beat()"
     )
-    caplog.set_level(logging.WARNING, logger="desktop_app.store.postgres_notify")
+    caplog.set_level(logging.WARNING, logger="desktop_app.store.postgres.notify")
     listener = _listener(pg_url, owner=OWNER, heartbeat_s=0.0, reconnect_max_s=0.2).start()
     try:
         old = listener.backend_pid

@@ -1,4 +1,4 @@
-"""The PostgreSQL plumbing in ``desktop_app/store/postgres_sql.py``: which
+"""The PostgreSQL plumbing in ``desktop_app/store/postgres/sql.py``: which
 psycopg errors mean the connection is gone, the typed error and advice each
 SQLSTATE becomes, passwords kept out of messages, and ``?`` placeholders of
 domain SQL turned into psycopg's. Pure functions: the errors are psycopg's
@@ -11,7 +11,7 @@ import pytest
 from psycopg import errors as pg_errors
 
 from desktop_app.errors import DatabaseOpenError, SchemaMissingError, StoreError
-from desktop_app.store.postgres_sql import (
+from desktop_app.store.postgres.sql import (
     epoch,
     is_connection_lost,
     no_nul,

@@ -18,7 +18,6 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.store import rows
-from desktop_app.store.agent_runs import SqliteAgentStore
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     AgentRun,
@@ -29,7 +28,8 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 PARENT = RunRecord("p0", "parent", "v1", "running", 0, 900.0, 900.0)
 

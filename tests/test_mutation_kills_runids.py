@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from desktop_app.errors import AmbiguousRunIdError, UnknownRunError
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
 from desktop_app.store.protocol import Checkpoint, RunRecord
 from desktop_app.store.runids import MIN_PREFIX, RunRef, resolve_run_id
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 
 def _flow_run(store, run_id: str) -> None:

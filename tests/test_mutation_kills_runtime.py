@@ -36,7 +36,7 @@ from desktop_app.errors import (
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
-from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
 THIEF = "otherhost:1:thief"
 
@@ -763,8 +763,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.errors import ProviderError
 from desktop_app.flow.context import ExecutionContext
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
@@ -921,8 +921,8 @@ def test_resume_pending_reports_a_failure_without_words_as_failed(astore):
 ABANDON_SCRIPT = r"""
 import sys
 from desktop_app.agent import Agent, ScriptedModel
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 store = SqliteAgentStore(open_store(sys.argv[1]))
 EVENTS = Agent("helper", ScriptedModel(["one two three"]), store).stream("q")

@@ -32,7 +32,7 @@ from desktop_app.errors import (
 )
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
 THIEF = "otherhost:1:thief"
 
@@ -57,8 +57,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.errors import LeaseLostError, MalformedReplyError, RateLimitedError
 from desktop_app.flow.context import ExecutionContext
-from desktop_app.store.agent_runs import SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 
 exporter = InMemorySpanExporter()
 provider = TracerProvider()

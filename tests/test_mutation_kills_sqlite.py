@@ -1,4 +1,4 @@
-"""The SQLite checkpoint store's guarantees, each on a real file (store/sqlite.py).
+"""The SQLite checkpoint store's guarantees, each on a real file (store/sqlite/store.py).
 
 What the rest of the suite never checked: a writer whose cached checkpoint
 is stale (another connection appended since) still stores the exact state;
@@ -32,7 +32,7 @@ from desktop_app.errors import (
 )
 from desktop_app.store.connection import busy_timeout_s, open_connection
 from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord
-from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 from tests.power_loss_vfs import PowerLossVFS, wal_size
 
 T0 = 1_000.0

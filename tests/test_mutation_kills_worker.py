@@ -21,7 +21,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.events import RunFinished
 from desktop_app.flow.worker import Worker
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.test_worker_inprocess import (
     BOUND_S,
     OWNER,

@@ -15,7 +15,7 @@ import pytest
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.outbox import Dispatcher
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.outbox_worker import Order
 
 HERE = Path(__file__).resolve().parent

@@ -20,7 +20,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO
 
 HOLDER = Path(__file__).resolve().parent / "lease_holder.py"
@@ -64,7 +64,7 @@ import sys
 from desktop_app.errors import RunLeasedError
 from desktop_app.flow import Engine
 from desktop_app.flow.clock import SystemClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.lease_holder import hold
 
 class Ahead(SystemClock):

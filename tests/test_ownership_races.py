@@ -122,7 +122,7 @@ def interrupted_flow_runs(store, count: int, holder: str) -> list[str]:
 
 def interrupted_agent_run(store, rid: str, holder: str) -> None:
     from desktop_app.agent.messages import Message
-    from desktop_app.store.agent_runs import AgentRun
+    from desktop_app.store.sqlite.agent_runs import AgentRun
 
     now = time.time()
     agent_store(store).create(

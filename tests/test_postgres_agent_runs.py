@@ -8,16 +8,16 @@ from typing import Any
 import pytest
 
 from desktop_app.errors import CheckpointNotFoundError
-from desktop_app.store.agent_runs import AgentRun
+from desktop_app.store.sqlite.agent_runs import AgentRun
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def agents(request) -> Any:
     if request.param == "sqlite":
-        from desktop_app.store.agent_runs import SqliteAgentStore
+        from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
         return SqliteAgentStore(request.getfixturevalue("sqlite_store"))
-    from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+    from desktop_app.store.postgres.agent_runs import PostgresAgentStore
 
     return PostgresAgentStore(request.getfixturevalue("pg_store"))
 
@@ -68,8 +68,8 @@ def test_create_append_tool_results_and_fields(agents):
 
 @pytest.mark.postgres
 def test_concurrent_appends_from_two_connections_get_distinct_seqs(pg_url, pg_store):
-    from desktop_app.store.postgres import open_postgres_store
-    from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+    from desktop_app.store.postgres.agent_runs import PostgresAgentStore
+    from desktop_app.store.postgres.store import open_postgres_store
 
     other = open_postgres_store(pg_url)
     try:
@@ -96,7 +96,7 @@ def test_concurrent_appends_from_two_connections_get_distinct_seqs(pg_url, pg_st
 def test_an_agent_error_holding_nul_is_kept_readable_on_postgres(pg_store):
     """PostgreSQL text cannot hold NUL: an error with one (from a tool's
     output) is stored with U+FFFD in its place, at creation and on update."""
-    from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+    from desktop_app.store.postgres.agent_runs import PostgresAgentStore
 
     agents = PostgresAgentStore(pg_store)
     agents.create(AgentRun("nul", "helper", "running", "hi", 1.0, 1.0, error="a\x00b"), [])
@@ -119,7 +119,7 @@ def test_list_page_reads_newest_first_a_page_at_a_time(agents):
 
 
 def test_list_page_of_the_memory_log() -> None:
-    from desktop_app.store.memory_agents import InMemoryAgentLog
+    from desktop_app.store.memory.agent_runs import InMemoryAgentLog
 
     log = InMemoryAgentLog()
     for i in range(3):

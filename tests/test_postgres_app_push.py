@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.config import load_settings
 from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.store.postgres import open_postgres_store
+from desktop_app.store.postgres.store import open_postgres_store
 from tests.app_support import settle, wait_until
 
 pytestmark = pytest.mark.postgres

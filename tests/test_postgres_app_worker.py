@@ -16,7 +16,7 @@ from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.config import check_environment, load_settings
 from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flows.digest import build_digest_flow
-from desktop_app.store.postgres import open_postgres_store
+from desktop_app.store.postgres.store import open_postgres_store
 from tests.app_support import messages, settle, wait_until
 from tests.digest_corpus import make_corpus
 from tests.flows_for_tests import Crash, Numbers, counting_flow

@@ -76,7 +76,7 @@ def test_db_copy_then_agent_worker_finishes_the_copied_runs(db_path, pg_url, tmp
     from desktop_app.flow import Engine
     from desktop_app.flows import builtin_flows
     from desktop_app.flows.digest import DigestState
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     folder = tmp_path / "notes"
     folder.mkdir()

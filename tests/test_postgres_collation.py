@@ -91,7 +91,7 @@ def test_run_listings_and_tidy_moves_follow_code_points_on_an_icu_en_us_database
     """Runs created at the same instant are listed in run id order, and a
     tidy run's moves in source path order, by code point on both backends."""
     from desktop_app.store.domain import tidy
-    from desktop_app.store.postgres import apply_postgres_schema, open_postgres_store
+    from desktop_app.store.postgres.store import apply_postgres_schema, open_postgres_store
     from desktop_app.store.protocol import Checkpoint, RunRecord
 
     url = english_database(pg_server)

@@ -45,7 +45,8 @@ def spawn(*args: str, resolve_timeout_s: float | None = None) -> subprocess.Pope
     code = "import sys\n"
     if resolve_timeout_s is not None:
         code += (
-            f"import desktop_app.store.postgres as p; p.RESOLVE_TIMEOUT_S = {resolve_timeout_s}\n"
+            "import desktop_app.store.postgres.store as p; "
+            f"p.RESOLVE_TIMEOUT_S = {resolve_timeout_s}\n"
         )
     code += "from desktop_app.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     return subprocess.Popen(

@@ -56,7 +56,7 @@ def copy_flows():
 def crash_main(path: str) -> None:
     """In a subprocess: run ``counter`` on the SQLite file until step c kills it."""
     from desktop_app.flow import Engine
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     engine = Engine(open_store(path), flows=copy_flows())
     engine.run("counter", {})
@@ -68,9 +68,9 @@ def test_db_copy_moves_interrupted_and_waiting_runs_which_resume_on_postgres(
 ):
     from desktop_app.errors import CopyTargetNotEmptyError
     from desktop_app.flow import Engine
-    from desktop_app.store.postgres import open_postgres_store
-    from desktop_app.store.postgres_copy import copy_sqlite_to_postgres
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
+    from desktop_app.store.postgres.store import open_postgres_store
+    from desktop_app.store.sqlite.store import open_store
 
     log = tmp_path / "steps.log"
     env = dict(os.environ, PYTHONPATH=ROOT, COPY_LOG=str(log), COPY_KILL_AT="c")

@@ -38,7 +38,7 @@ def _cp(rid: str, rev: int) -> Checkpoint:
 
 
 def test_a_batch_of_three_runs_is_one_commit(pg_store, pg_url):
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     _seed(pg_store, "r1", "r2", "r3")
     before = pg_store._own_commits
@@ -54,7 +54,7 @@ def test_a_batch_of_three_runs_is_one_commit(pg_store, pg_url):
 
 
 def test_a_serialization_failure_retries_the_whole_batch_once(pg_url):
-    from desktop_app.store.postgres import PostgresCheckpointStore, open_postgres_store
+    from desktop_app.store.postgres.store import PostgresCheckpointStore, open_postgres_store
 
     failed: list[str] = []
 
@@ -90,7 +90,7 @@ def _flow(steps: int):
 
 
 def test_the_engine_group_commits_on_postgres_and_acks_only_durable_steps(pg_store, pg_url):
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     reader = open_postgres_store(pg_url)  # its own connections: sees only what committed
     acked: list[bool] = []

@@ -72,7 +72,7 @@ def notes(folder: Path, n: int = 2) -> Path:
 
 
 def wait_all_completed(direct_url: str, run_ids: list[str], timeout: float = 60.0) -> None:
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     store = open_postgres_store(direct_url)
     try:
@@ -92,7 +92,7 @@ def start_digests(direct_url: str, tmp_path: Path, n: int) -> list[str]:
     from desktop_app.flow import Engine
     from desktop_app.flows import builtin_flows
     from desktop_app.flows.digest import DigestState
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     store = open_postgres_store(direct_url)
     try:
@@ -213,8 +213,8 @@ def test_copy_listings_export_and_doctor_through_pgbouncer(pg_url, bouncer, db_p
     from desktop_app.flow import Engine
     from desktop_app.flows import builtin_flows
     from desktop_app.flows.digest import DigestState
-    from desktop_app.store.postgres import open_postgres_store
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.postgres.store import open_postgres_store
+    from desktop_app.store.sqlite.store import open_store
 
     via = bouncer.url(pg_url)
     laptop = open_store(db_path)

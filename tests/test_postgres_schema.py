@@ -201,7 +201,7 @@ def test_tables_live_in_their_own_schema(pg_url):
 
 
 def test_store_refuses_an_empty_database_and_names_db_apply(pg_server):
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     if pg_server.error:
         pg_support.unavailable(pg_server.error)
@@ -216,7 +216,7 @@ def test_store_refuses_an_empty_database_and_names_db_apply(pg_server):
 def test_two_appliers_at_once_apply_each_file_exactly_once(pg_server):
     import psycopg
 
-    from desktop_app.store.postgres import apply_postgres_schema, postgres_schema_status
+    from desktop_app.store.postgres.store import apply_postgres_schema, postgres_schema_status
 
     if pg_server.error:
         pg_support.unavailable(pg_server.error)
@@ -254,7 +254,7 @@ def test_two_appliers_at_once_apply_each_file_exactly_once(pg_server):
 def test_edited_file_and_newer_schema_are_refused(pg_url):
     import psycopg
 
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         files = migrations.schema_files(dialect="postgres")

@@ -38,7 +38,7 @@ def cp(run_id: str, rev: int, state: dict[str, Any], status: Any = "running", **
 
 
 def _open(url: str, **kw: Any):
-    from desktop_app.store.postgres import open_postgres_store
+    from desktop_app.store.postgres.store import open_postgres_store
 
     return open_postgres_store(url, **kw)
 
@@ -96,7 +96,7 @@ def test_a_commit_lost_on_every_attempt_is_an_error_and_writes_nothing(proxied, 
     """Four attempts (MAX_ATTEMPTS), each COMMIT dropped before the server
     saw it: the fourth loss is a StoreError that says nothing was written.
     Three losses are retried through and the fourth attempt lands once."""
-    from desktop_app.store.postgres import MAX_ATTEMPTS
+    from desktop_app.store.postgres.store import MAX_ATTEMPTS
 
     store, proxy = proxied
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
@@ -158,8 +158,8 @@ def test_commit_whose_outcome_cannot_be_asked_is_unknown_naming_the_xid(
     from psycopg_pool import ConnectionPool
 
     from desktop_app.errors import CommitUnknownError
-    from desktop_app.store import postgres
-    from desktop_app.store.postgres import PostgresCheckpointStore
+    from desktop_app.store.postgres import store as postgres
+    from desktop_app.store.postgres.store import PostgresCheckpointStore
 
     monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
     # a pool that gives up on a refused connection after 1 s, not the default 30 s
@@ -207,7 +207,7 @@ def test_a_server_back_before_the_deadline_is_asked_and_the_commit_counts(proxy,
     append returns once, no retry."""
     from psycopg_pool import ConnectionPool
 
-    from desktop_app.store.postgres import PostgresCheckpointStore
+    from desktop_app.store.postgres.store import PostgresCheckpointStore
 
     pool: ConnectionPool[Any] = ConnectionPool(
         proxy_url(pg_url, proxy),
@@ -297,7 +297,7 @@ def test_leases_are_decided_by_the_database_clock(pg_url, pg_store):
     once the database's clock passes the expiry, it can."""
     from psycopg_pool import ConnectionPool
 
-    from desktop_app.store import postgres
+    from desktop_app.store.postgres import store as postgres
 
     pg_store.create_run(run("r1"), cp("r1", 0, {}))
     pg_store.claim("r1", Lease("machine-a:1", 1030.0, 1000.0), 1000.0)  # 30 s by the DB clock

@@ -26,7 +26,7 @@ def _flow():
 
 
 def test_doctor_reports_the_servers_durability_and_schema(pg_url, pg_server):
-    from desktop_app.store.postgres_doctor import postgres_checks
+    from desktop_app.store.postgres.doctor import postgres_checks
 
     checks = {what: (ok, detail) for ok, what, detail in postgres_checks(pg_url, workers=2)}
     assert checks["server"][0] is True and checks["server"][1].startswith("PostgreSQL ")
@@ -59,7 +59,7 @@ def test_doctor_reports_the_servers_durability_and_schema(pg_url, pg_server):
 
 
 def test_doctor_reports_an_unreachable_server_without_raising():
-    from desktop_app.store.postgres_doctor import postgres_checks
+    from desktop_app.store.postgres.doctor import postgres_checks
 
     ((ok, what, detail),) = postgres_checks("postgresql://nobody:secret@127.0.0.1:1/x")
     assert (ok, what) == (False, "database")

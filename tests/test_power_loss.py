@@ -16,7 +16,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flows.digest import REPORT_NAME, DigestState, build_digest_flow
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.digest_corpus import make_corpus
 from tests.flows_for_tests import Crash
 from tests.power_loss_vfs import PowerLossVFS

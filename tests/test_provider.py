@@ -21,7 +21,7 @@ from desktop_app.errors import (
 )
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.retry import Backoff
-from desktop_app.store.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.chat_server import ChatServer, completion
 
 USER = [Message("user", "hi")]
@@ -159,7 +159,7 @@ def test_api_key_from_keyring_never_reaches_sqlite_or_logs(server, db_path, capl
     from desktop_app.bootstrap import build_model
     from desktop_app.config import load_settings
     from desktop_app.secrets import set_secret
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     secret = "sk-test-DO-NOT-LEAK-1234567890"
     with pytest.raises(SecretsError, match="keyring"):  # the default test keyring fails

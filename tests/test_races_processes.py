@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.contract.test_races import cp, run_record
 
 WORKER = Path(__file__).resolve().parent / "race_worker.py"

@@ -20,7 +20,7 @@ from desktop_app.errors import StepTimeoutError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store import codec
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,7 @@ import pytest
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import Engine
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.flows_for_tests import Numbers, counting_flow
 
 STDLIB_READER = """
@@ -141,7 +141,7 @@ AGENT_WORKER = Path(__file__).resolve().parent / "agent_lease_worker.py"
 @pytest.mark.scenario("S64")
 def test_two_processes_resuming_one_agent_run_execute_it_once(db_path, tmp_path):
     from desktop_app.agent.messages import Message
-    from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
 
     store = open_store(db_path)
     agents = SqliteAgentStore(store)
@@ -233,7 +233,7 @@ def test_checkpoint_edited_to_another_valid_value_is_detected_other_runs_keep_wo
 def test_agent_message_edited_to_another_valid_value_is_detected(db_path):
     from desktop_app.agent import Agent, ScriptedModel
     from desktop_app.errors import CheckpointCorruptError
-    from desktop_app.store.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
     store = open_store(db_path)
     agents = SqliteAgentStore(store)
@@ -372,7 +372,7 @@ def test_resume_all_exits_0_when_a_live_peer_holds_a_run(db_path, tmp_path):
 OPEN_AND_COUNT = """
 import sys
 from desktop_app.errors import WalMissingError
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 try:
     print(len(open_store(sys.argv[1]).list_runs()))
 except WalMissingError as exc:

@@ -12,9 +12,9 @@ from pydantic import BaseModel
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.run import RunMeta, RunState, run_meta
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, RunHead, RunRecord, StepRecord
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 #: meta as checkpoints stored it before RunMeta existed: every key the engine
 #: writes, in no particular order, with nested values, floats and non-ASCII

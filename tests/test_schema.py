@@ -18,7 +18,7 @@ from desktop_app.errors import (
 )
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 def flowdesk(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -168,7 +168,7 @@ def test_read_only_database_file_write_is_a_store_error(db_path):
 
     from desktop_app.errors import StoreError
     from desktop_app.flow import Engine
-    from desktop_app.store.sqlite import SqliteCheckpointStore
+    from desktop_app.store.sqlite.store import SqliteCheckpointStore
     from tests.flows_for_tests import Numbers, counting_flow
 
     conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)

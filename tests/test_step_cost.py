@@ -144,7 +144,7 @@ def test_a_row_checksum_is_the_standard_librarys_json_checksum(values):
     import hashlib
     import json
 
-    from desktop_app.store.sqlite import row_checksum
+    from desktop_app.store.sqlite.store import row_checksum
 
     text = json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
     want = hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
@@ -200,7 +200,7 @@ def test_the_driver_names_the_state_fields_a_step_changed():
     from collections.abc import Sequence
 
     from desktop_app.store.group_commit import AppendRequest
-    from desktop_app.store.memory import InMemoryCheckpointStore
+    from desktop_app.store.memory.store import InMemoryCheckpointStore
 
     class Listing(BaseModel):
         items: list[str] = []

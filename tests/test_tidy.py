@@ -28,7 +28,7 @@ from desktop_app.flows.tidy import (
     kind_of,
 )
 from desktop_app.store.domain.tidy import moves_of_run
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 HOUR = 3600.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -319,7 +319,7 @@ KILLER = textwrap.dedent(
     import os, signal, sys
     from desktop_app.flow.outbox import Dispatcher
     from desktop_app.flows.tidy import DESTINATION, FileMover
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     class Killer(FileMover):
         def rename(self, src, dst):

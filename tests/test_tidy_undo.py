@@ -12,7 +12,7 @@ import pytest
 
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import flowdesk
 
 

@@ -31,8 +31,8 @@ from desktop_app.agent.approvals import (
 )
 from desktop_app.errors import ApprovalAnswerError, ConfigError
 from desktop_app.flow.clock import SystemClock
-from desktop_app.store.agent_runs import AgentRun, SqliteAgentStore
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 
 class S(BaseModel):

@@ -18,7 +18,7 @@ from desktop_app.errors import (
 )
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 HOUR = 3600.0
 

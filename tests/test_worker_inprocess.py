@@ -33,7 +33,7 @@ from desktop_app.flow import worker as worker_module
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.events import RunFinished
 from desktop_app.flow.worker import ServerClock, Worker
-from desktop_app.store.sqlite import open_store
+from desktop_app.store.sqlite.store import open_store
 
 BOUND_S = 30.0  # upper bound on any blocking wait (shared, loaded CPUs)
 OWNER = f"worker-a:{os.getpid()}:inproc"

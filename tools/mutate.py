@@ -207,12 +207,12 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_reliability_store.py",
         "tests/test_mutation_kills_connection.py",
     ],
-    "desktop_app/store/memory.py": [
+    "desktop_app/store/memory/store.py": [
         "tests/contract/",
         "tests/test_store_seam.py",
         "tests/test_mutation_kills_memory.py",
     ],
-    "desktop_app/store/memory_agents.py": ["tests/contract/", "tests/test_store_seam.py"],
+    "desktop_app/store/memory/agent_runs.py": ["tests/contract/", "tests/test_store_seam.py"],
     "desktop_app/store/migrations.py": [
         "tests/test_schema.py",
         "tests/test_postgres_schema.py",
@@ -228,7 +228,7 @@ TESTS_FOR: dict[str, list[str]] = {
     # the contract suite runs every test on PostgreSQL too (a real server:
     # tests/pg_support.py starts one); mutmut runs a PostgreSQL mutant only
     # through the tests that reach its function, which are those cases
-    "desktop_app/store/postgres.py": [
+    "desktop_app/store/postgres/store.py": [
         "tests/contract/",
         "tests/test_postgres_store.py",
         "tests/test_postgres_surface.py",
@@ -241,14 +241,14 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_postgres_app_push.py",
         "tests/test_mutation_kills_postgres.py",
     ],
-    "desktop_app/store/postgres_sql.py": [
+    "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
         "tests/contract/",
         "tests/test_postgres_store.py",
         "tests/test_mutation_kills_postgres.py",
         "tests/test_postgres_schema.py",
     ],
-    "desktop_app/store/postgres_notify.py": [
+    "desktop_app/store/postgres/notify.py": [
         "tests/test_mutation_kills_postgres_notify.py",
         "tests/test_postgres_app_push.py",
         "tests/test_mutation_kills_postgres.py",
@@ -256,19 +256,19 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_worker.py",
         "tests/contract/",
     ],
-    "desktop_app/store/postgres_agent_runs.py": [
+    "desktop_app/store/postgres/agent_runs.py": [
         "tests/contract/",
         "tests/test_postgres_agent_runs.py",
     ],
-    "desktop_app/store/postgres_copy.py": [
+    "desktop_app/store/postgres/copy.py": [
         "tests/test_postgres_copy.py",
         "tests/test_mutation_kills_postgres_copy.py",
     ],
-    "desktop_app/store/postgres_doctor.py": [
+    "desktop_app/store/postgres/doctor.py": [
         "tests/test_postgres_surface.py",
         "tests/test_mutation_kills_postgres_doctor.py",
     ],
-    "desktop_app/store/sqlite.py": [
+    "desktop_app/store/sqlite/store.py": [
         *_STORE,
         "tests/test_outbox.py",
         "tests/test_races_processes.py",
@@ -298,7 +298,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_cli_tidy.py",
         "tests/test_mutation_kills_tidy.py",
     ],
-    "desktop_app/store/agent_runs.py": [
+    "desktop_app/store/sqlite/agent_runs.py": [
         "tests/test_agent.py",
         "tests/test_agent_crash.py",
         "tests/test_mutation_kills_agent_runs.py",
@@ -508,8 +508,8 @@ def load_figures(module: str) -> Figures | None:
 
 def function_patterns(module: str, functions: list[str]) -> list[str]:
     """mutmut name patterns (fnmatch) for every mutant of ``functions`` in
-    ``module``: ``desktop_app.store.postgres.xǁ*ǁcreate_run__mutmut_*`` for a
-    method of any class, ``desktop_app.store.postgres.x_create_run__mutmut_*``
+    ``module``: ``desktop_app.store.postgres.store.xǁ*ǁcreate_run__mutmut_*`` for a
+    method of any class, ``desktop_app.store.postgres.store.x_create_run__mutmut_*``
     for a module-level function (the inverse of :func:`_function`)."""
     prefix = dotted(module)
     out: list[str] = []

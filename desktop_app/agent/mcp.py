@@ -534,7 +534,7 @@ def recorded_tools(results: Sequence[Any]) -> list[dict[str, Any]]:
 
     Args:
         results: the run's tool journal, ``AgentLog.tool_results(run_id)``
-            (:class:`~desktop_app.store.agent_runs.ToolResult` rows).
+            (:class:`~desktop_app.store.sqlite.agent_runs.ToolResult` rows).
 
     Returns:
         ``{"server", "tool", "name", "description"}`` per tool of each MCP

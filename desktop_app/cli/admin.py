@@ -61,7 +61,7 @@ def cmd_db(ctx: Ctx) -> int:
 
 
 def cmd_db_copy(ctx: Ctx) -> int:
-    """``flowdesk db copy --from FILE --to URL`` (see :mod:`desktop_app.store.postgres_copy`)."""
+    """``flowdesk db copy --from FILE --to URL`` (see :mod:`desktop_app.store.postgres.copy`)."""
     from desktop_app.bootstrap import parse_database
 
     target = parse_database(ctx.args.target)
@@ -70,7 +70,7 @@ def cmd_db_copy(ctx: Ctx) -> int:
         raise InputError(
             "db copy moves a SQLite file to PostgreSQL: --from FILE --to postgresql://..."
         )
-    from desktop_app.store.postgres_copy import copy_sqlite_to_postgres
+    from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
 
     report = copy_sqlite_to_postgres(source.path, target.url)
     for table, n in report.rows.items():
@@ -124,7 +124,7 @@ def cmd_doctor(ctx: Ctx) -> int:
 
     apply_hint = ctx.hints.cmd("db apply", db=ctx.hints.db or str(path))
     if database.backend == "postgres":
-        from desktop_app.store.postgres_doctor import postgres_checks
+        from desktop_app.store.postgres.doctor import postgres_checks
 
         for ok, what, detail in postgres_checks(database.url):
             line(ok, what, detail)

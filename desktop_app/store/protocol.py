@@ -94,6 +94,7 @@ __all__ = [
     "RunLog",
     "RunRecord",
     "RunStatus",
+    "ServerTime",
     "Signal",
     "SqlResult",
     "SqlTx",
@@ -161,6 +162,7 @@ CAPABILITY_METHODS: dict[str, tuple[str, ...]] = {
     "worker_sessions": ("listener",),
     "push": ("watch_changes",),
     "vacuum": ("vacuum",),
+    "database_clock": ("server_time",),
 }
 
 #: Statuses :meth:`Leases.claim_runnable` hands out by default: interrupted runs.
@@ -542,6 +544,16 @@ class WorkerClaims(Protocol):
         expired one, or one held by a worker whose session ended. ``flows``
         (name -> version) limits them to what the caller runs. Concurrent
         callers never get the same run. Raises StoreError."""
+        ...
+
+
+class ServerTime(Protocol):
+    """The database's clock (the ``database_clock`` capability; not part of
+    :class:`CheckpointStore`: read the capability, then cast)."""
+
+    def server_time(self) -> tuple[float, float]:
+        """``(database clock, round trip)``: UTC epoch seconds / seconds.
+        Raises StoreError."""
         ...
 
 

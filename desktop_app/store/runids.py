@@ -68,7 +68,7 @@ def resolve_run_id(
         StoreError: the store cannot be read.
     """
     wanted = prefix.strip()
-    scope = getattr(checkpoints, "scope", "default")
+    scope = checkpoints.scope
     try:
         return RunRef(checkpoints.get_run(wanted).run_id, "flow")
     except CheckpointNotFoundError:

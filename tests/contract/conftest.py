@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import CheckpointStore
 
 STORE_KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -28,7 +28,7 @@ def store(request, tmp_path: Path) -> Iterator[CheckpointStore]:
         return
     from desktop_app.store import migrations
     from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     path = tmp_path / "c.db"
     conn = open_connection(path)

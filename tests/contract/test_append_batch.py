@@ -16,7 +16,7 @@ import pytest
 from desktop_app.errors import DomainWriteError, LeaseLostError, RevisionConflictError, StoreError
 from desktop_app.flow.state import StepRecords
 from desktop_app.store.group_commit import AppendRequest, BatchAppender
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord, StepRecord
 
 StoreFactory = Callable[[], object]
@@ -30,13 +30,13 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[St
         if request.param == "memory":
             s: object = InMemoryCheckpointStore()
         elif request.param == "postgres":
-            from desktop_app.store.postgres import open_postgres_store
+            from desktop_app.store.postgres.store import open_postgres_store
 
             s = open_postgres_store(request.getfixturevalue("pg_url"))
         else:
             from desktop_app.store import migrations
             from desktop_app.store.connection import open_connection
-            from desktop_app.store.sqlite import open_store
+            from desktop_app.store.sqlite.store import open_store
 
             path = tmp_path / f"batch{len(made)}.db"
             conn = open_connection(path)

@@ -56,9 +56,9 @@ def test_the_suite_runs_on_a_store_without_the_builtin_flows_tables(tmp_path: Pa
     """A SQLite database with the store's schema only (the built-in flows'
     tables dropped) passes every check: the suite brings its own table."""
     from desktop_app.store import migrations
-    from desktop_app.store.agent_runs import SqliteAgentStore
     from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 
     made = iter(range(1000))
 

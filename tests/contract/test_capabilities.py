@@ -10,7 +10,7 @@ import pytest
 
 from desktop_app.flow import Engine
 from desktop_app.store import conformance
-from desktop_app.store.memory import InMemoryCheckpointStore
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 
 _spaces = itertools.count()
 CHECK = next(c for c in conformance.CHECKS if c.name == "declared_capabilities_are_implemented")

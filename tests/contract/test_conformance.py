@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from desktop_app.store import conformance
-from desktop_app.store.memory import InMemoryCheckpointStore
-from desktop_app.store.memory_agents import InMemoryAgentLog
+from desktop_app.store.memory.agent_runs import InMemoryAgentLog
+from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import CheckpointStore
 
 pytestmark = pytest.mark.scenario("S65")
@@ -34,9 +34,9 @@ def _memory(tmp_path: Path, request: pytest.FixtureRequest) -> conformance.Harne
 
 def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> conformance.Harness:
     from desktop_app.store import migrations
-    from desktop_app.store.agent_runs import SqliteAgentStore
     from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite import SqliteCheckpointStore, open_store
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 
     path = tmp_path / f"conformance-{next(_spaces)}.db"
     conn = open_connection(path)
@@ -54,8 +54,8 @@ def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> conformance.Harne
 
 
 def _postgres(tmp_path: Path, request: pytest.FixtureRequest) -> conformance.Harness:
-    from desktop_app.store.postgres import PostgresCheckpointStore, open_postgres_store
-    from desktop_app.store.postgres_agent_runs import PostgresAgentStore
+    from desktop_app.store.postgres.agent_runs import PostgresAgentStore
+    from desktop_app.store.postgres.store import PostgresCheckpointStore, open_postgres_store
 
     url = request.getfixturevalue("pg_url")
 

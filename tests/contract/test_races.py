@@ -26,7 +26,7 @@ StoreFactory = Callable[[], CheckpointStore]
 
 
 def _memory(tmp_path: Path) -> Callable[[], CheckpointStore]:
-    from desktop_app.store.memory import InMemoryCheckpointStore
+    from desktop_app.store.memory.store import InMemoryCheckpointStore
 
     space = uuid.uuid4().hex
     return lambda: InMemoryCheckpointStore(space=space)
@@ -35,7 +35,7 @@ def _memory(tmp_path: Path) -> Callable[[], CheckpointStore]:
 def _sqlite(tmp_path: Path) -> Callable[[], CheckpointStore]:
     from desktop_app.store import migrations
     from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite import open_store
+    from desktop_app.store.sqlite.store import open_store
 
     path = tmp_path / "races.db"
     conn = open_connection(path)

@@ -38,7 +38,6 @@ from desktop_app.runs_view import INTERRUPTED, agent_status_as_flow, display_sta
 from desktop_app.store.protocol import (
     RUN_STATUSES,
     CheckpointStore,
-    DomainStore,
     RunRecord,
     RunStatus,
 )
@@ -155,14 +154,14 @@ class RunFilter:
     def wants_flows(self) -> bool:
         return self.kind in (None, "flow")
 
-    def threads(self, store: DomainStore) -> list[Thread]:
+    def threads(self, store: CheckpointStore) -> list[Thread]:
         """LangGraph threads passing the filters (their ExecutionContext ids
         for tenant and session; ``graph`` as their flow), any order."""
         if self.kind not in (None, "langgraph") or self.flow not in (None, "graph"):
             return []
         return [
             t
-            for t in list_threads(store, getattr(store, "scope", "default"))
+            for t in list_threads(store, store.scope)
             if (self.status is None or t.status == self.status)
             and (not self.tenant or t.context.get("tenant_id") == self.tenant)
             and (not self.session or t.context.get("session_id") == self.session)

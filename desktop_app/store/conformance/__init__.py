@@ -1,7 +1,17 @@
 """The store conformance suite, shipped with the package: any backend runs it
 on itself (as LangGraph ships ``checkpoint-conformance`` for its savers).
 
-A backend provides a :class:`Harness`: ``open()`` returns a NEW store object
+A backend of any package runs it with :func:`run_conformance`::
+
+    from desktop_app.store.conformance import run_conformance
+
+    def new_database():            # a new empty database, its schema applied
+        url = make_empty_database()
+        return lambda clock=None: MyStore(url, clock=clock)
+
+    assert run_conformance(new_database, agent_log=MyAgentLog) == []
+
+Underneath, a backend provides a :class:`Harness`: ``open()`` returns a NEW store object
 (a new connection) on the same database each time it is called, so checks can
 race two connections; ``agent_log(store)`` returns the agent log over a store
 (or the harness has none); ``capabilities`` is what the store declares.
@@ -55,6 +65,7 @@ from desktop_app.store.conformance.suite import (
     coverage,
     role_methods,
     run_check,
+    run_conformance,
     validate,
 )
 
@@ -72,5 +83,6 @@ __all__ = [
     "coverage",
     "role_methods",
     "run_check",
+    "run_conformance",
     "validate",
 ]

@@ -166,3 +166,44 @@ def validate(make_harness: Callable[[], Harness]) -> list[tuple[str, str]]:
         except Exception as exc:
             failures.append((c.name, f"{type(exc).__name__}: {exc}"))
     return failures
+
+
+def run_conformance(
+    new_database: Callable[[], Callable[..., CheckpointStore]],
+    *,
+    agent_log: Callable[[CheckpointStore], AgentLog] | None = None,
+) -> list[tuple[str, str]]:
+    """The suite's entry point for a backend of any package: every check that
+    applies to what its stores declare, each on a new empty database.
+
+    Args:
+        new_database: called once per check, makes a new empty database (a
+            temporary file, a schema of its own, a memory space) with the
+            backend's own schema applied, and returns its opener:
+            ``open(clock=None) -> store``, a NEW store (connection) on that
+            database each call; ``clock`` (``() -> float``, UTC epoch
+            seconds) is passed only to stores that do not declare
+            ``database_clock``.
+        agent_log: ``agent_log(store)`` -> the backend's
+            :class:`~desktop_app.store.protocol.AgentLog` over ``store``'s
+            database; ``None`` skips the AgentLog checks.
+
+    Returns:
+        ``(check name, "ErrorType: message")`` for every failed check; empty
+        when the backend conforms. The capabilities are read from the first
+        store opened (``store.capabilities``), never probed.
+
+    The suite needs no table of Flowdesk's built-in flows and imports none
+    of them (its domain checks create their own table through ``store.write``).
+    """
+
+    def harness() -> Harness:
+        opener = new_database()
+        first = opener()
+        try:
+            capabilities = first.capabilities
+        finally:
+            first.close()
+        return Harness(opener, capabilities, agent_log=agent_log)
+
+    return validate(harness)

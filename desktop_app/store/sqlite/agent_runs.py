@@ -1,7 +1,7 @@
 """Durable agent runs in SQLite: the run row, append-only messages, tool results.
 
 Shares the connection (and its lock) of a
-:class:`~desktop_app.store.sqlite.SqliteCheckpointStore`, so agent runs and
+:class:`~desktop_app.store.sqlite.store.SqliteCheckpointStore`, so agent runs and
 flow runs live in one file and one ``BEGIN IMMEDIATE`` discipline. Every
 method is one short transaction: a message append with its run update, a tool
 result with its tool message, so a crash never leaves a tool result without
@@ -32,15 +32,11 @@ from desktop_app.store.records import (
     check_agent_run_fields,
 )
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
-from desktop_app.store.sqlite import SqliteCheckpointStore, lease_cond, row_checksum
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, lease_cond, row_checksum
+from desktop_app.store.statements import SQLITE_SQL as SQL
+from desktop_app.store.statements import agent_run_values
 
 __all__ = ["AGENT_TERMINAL", "AgentRun", "AgentStatus", "SqliteAgentStore", "ToolResult"]
-
-_COLUMNS = (
-    "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
-    "pending_call, created_at, updated_at, deadline_at, expires_at, retry_at, context, "
-    "lease_owner, lease_expires_at"
-)
 
 
 class SqliteAgentStore:
@@ -69,31 +65,7 @@ class SqliteAgentStore:
             return RevisionConflictError(f"agent run {run.run_id} already exists")
 
         with self._lock, self._cp._write(exists):
-            self.conn.execute(
-                f"INSERT INTO agent_runs(scope, {_COLUMNS}) VALUES "
-                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    self.scope,
-                    run.run_id,
-                    run.agent,
-                    run.status,
-                    run.parent_run_id,
-                    run.input,
-                    run.response,
-                    run.error,
-                    run.error_type,
-                    run.turns,
-                    None,
-                    run.created_at,
-                    run.updated_at,
-                    run.deadline_at,
-                    run.expires_at,
-                    run.retry_at,
-                    json.dumps(run.context),
-                    run.lease_owner,
-                    run.lease_expires_at,
-                ),
-            )
+            self.conn.execute(SQL.insert_agent_run, agent_run_values(self.scope, run, run.error))
             self._append(run.run_id, messages, run.created_at)
             if tool is not None:
                 self._put_tool(run.run_id, tool, run.created_at)
@@ -101,9 +73,7 @@ class SqliteAgentStore:
     def _append(self, run_id: str, messages: Sequence[dict[str, Any]], now: float) -> None:
         # max(seq) + 1 is safe here: it runs inside BEGIN IMMEDIATE, which holds
         # SQLite's one write lock (the PostgreSQL store locks the run row first)
-        row: Any = self.conn.execute(
-            "SELECT coalesce(max(seq), -1) FROM agent_messages WHERE run_id=?", (run_id,)
-        ).fetchone()
+        row: Any = self.conn.execute(SQL.last_message_seq, (run_id,)).fetchone()
         seq = int(row[0]) + 1
         for i, m in enumerate(messages):
             row = (run_id, seq + i, m["role"], json.dumps(m, ensure_ascii=False), now)
@@ -153,11 +123,7 @@ class SqliteAgentStore:
         """Upsert one tool-journal row (inside the caller's transaction)."""
         key, name, status, result = tool
         self.conn.execute(
-            "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, "
-            "result, attempts, updated_at) VALUES (?,?,?,?,?,?,?) "
-            "ON CONFLICT(run_id, tool_key) DO UPDATE SET status=excluded.status,"
-            " result=coalesce(excluded.result, result), attempts=attempts+"
-            "(excluded.status='in_progress'), updated_at=excluded.updated_at",
+            SQL.put_tool,
             (run_id, key, name, status, result, int(status == "in_progress"), now),
         )
 
@@ -196,25 +162,15 @@ class SqliteAgentStore:
     def release(self, run_id: str, owner: str) -> None:
         """`AgentLog.release` on SQLite."""
         with self._lock, self._cp._write():
-            self.conn.execute(
-                "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
-                "WHERE run_id=? AND scope=? AND lease_owner=?",
-                (run_id, self.scope, owner),
-            )
+            self.conn.execute(SQL.release_agent_run, (run_id, self.scope, owner))
 
     def mark_reused(self, run_id: str, key: str) -> None:
         with self._lock, self._cp._write():
-            self.conn.execute(
-                "UPDATE agent_tool_results SET reused=reused+1 WHERE run_id=? AND tool_key=?",
-                (run_id, key),
-            )
+            self.conn.execute(SQL.mark_reused, (run_id, key))
 
     def get(self, run_id: str) -> AgentRun:
         with self._lock, self._cp._read():
-            row = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=? AND scope=?",
-                (run_id, self.scope),
-            ).fetchone()
+            row = self.conn.execute(SQL.get_agent_run, (run_id, self.scope)).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
         return agent_run_from_row(row)
@@ -236,43 +192,24 @@ class SqliteAgentStore:
 
     def tool_result(self, run_id: str, key: str) -> ToolResult | None:
         with self._lock, self._cp._read():
-            row = self.conn.execute(
-                "SELECT tool_key, tool, status, result, attempts, reused FROM "
-                "agent_tool_results WHERE run_id=? AND tool_key=?",
-                (run_id, key),
-            ).fetchone()
+            row = self.conn.execute(SQL.tool_result, (run_id, key)).fetchone()
         return None if row is None else tool_result_from_row(row)
 
     def tool_results(self, run_id: str) -> list[ToolResult]:
         with self._lock, self._cp._read():
-            rows = self.conn.execute(
-                "SELECT tool_key, tool, status, result, attempts, reused FROM "
-                "agent_tool_results WHERE run_id=? ORDER BY updated_at",
-                (run_id,),
-            ).fetchall()
+            rows = self.conn.execute(SQL.tool_results, (run_id,)).fetchall()
         return [tool_result_from_row(r) for r in rows]
 
     def list(
         self, statuses: Sequence[str] | None = None, agent: str | None = None
     ) -> list[AgentRun]:
-        sql = f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=?"
-        args: list[Any] = [self.scope]
-        if statuses is not None:
-            sql += f" AND status IN ({','.join('?' * len(statuses))})"
-            args.extend(statuses)
-        if agent is not None:
-            sql += " AND agent=?"
-            args.append(agent)
-        sql += " ORDER BY created_at, run_id"
+        sql, args = SQL.list_agent_runs(self.scope, statuses, agent)
         with self._lock, self._cp._read():
             return [agent_run_from_row(r) for r in self.conn.execute(sql, args)]
 
     def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
-        sql = (
-            f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=? "
-            "ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?"
-        )
         with self._lock, self._cp._read():
             return [
-                agent_run_from_row(r) for r in self.conn.execute(sql, (self.scope, limit, offset))
+                agent_run_from_row(r)
+                for r in self.conn.execute(SQL.agent_runs_page, (self.scope, limit, offset))
             ]

@@ -70,6 +70,7 @@ from desktop_app.store.rows import (
     wait_values,
     written_table,
 )
+from desktop_app.store.statements import SQLITE_SQL as SQL
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -92,11 +93,9 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-_RUN_COLUMNS = (
-    "run_id, flow_name, flow_version, status, revision, created_at, updated_at, scope, "
-    "flow_key, parent_run_id, context, progress_done, progress_total, error, lease_owner, "
-    "lease_expires_at, tenant_id, session_id, deadline_at"
-)
+_RUN_COLUMNS = SQL.run_columns
+#: a checkpoint row's columns, run_id first (the checksum covers them in this order)
+_CP_COLUMNS = f"run_id, {SQL.checkpoint_columns}"
 
 
 def row_checksum(values: Sequence[Any]) -> str:
@@ -121,12 +120,6 @@ def row_checksum(values: Sequence[Any]) -> str:
 def _json_checksum(values: Sequence[Any]) -> str:
     text = json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
-
-
-_CP_COLUMNS = (
-    "run_id, revision, kind, status, step_id, created_at, state, steps, frontier, progress, "
-    "error, meta, waits"
-)
 
 
 class SqliteTx:
@@ -200,6 +193,12 @@ def _domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError:
     if kind in ("unique", "primary key", "not null") and "." in named:
         table = named.split(".", 1)[0]
     return DomainWriteError(table, constraint, kind, detail)
+
+
+#: the checkpoint rows to fold for one revision, with run_id first and the checksum last
+_FOLD_ROWS = f"SELECT {_CP_COLUMNS}, checksum {SQL.fold_rows}"
+#: a checkpoint row and its checksum
+_INSERT_CHECKPOINT = f"{SQL.insert_checkpoint}, checksum) VALUES ({SQL.checkpoint_values},?)"
 
 
 def _scalar(cursor: Any) -> Any:
@@ -324,20 +323,12 @@ class SqliteCheckpointStore:
         changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=cp.error)
-        self.conn.execute(
-            f"INSERT INTO checkpoints({_CP_COLUMNS}, checksum) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (*row, row_checksum(row)),
-        )
+        self.conn.execute(_INSERT_CHECKPOINT, (*row, row_checksum(row)))
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
-                self.conn.execute("DELETE FROM waits WHERE run_id=?", (cp.run_id,))
+                self.conn.execute(SQL.delete_waits, (cp.run_id,))
             for values in wait_values(cp):
-                self.conn.execute(
-                    "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, deadline_at, "
-                    "created_at) VALUES (?,?,?,?,?,?,?,?)",
-                    values,
-                )
+                self.conn.execute(SQL.insert_wait, values)
         return row
 
     # -- writes ----------------------------------------------------------
@@ -477,11 +468,7 @@ class SqliteCheckpointStore:
         with self._write(conflict):
             # compare-and-append: the run row moves from revision-1 to revision
             done, total = cp.progress if cp.progress is not None else (None, None)
-            sql = (
-                "UPDATE runs SET revision=?, updated_at=?, progress_done="
-                "coalesce(?, progress_done), progress_total=coalesce(?, progress_total), "
-                "error=?"
-            )
+            sql = SQL.append_run
             args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
             if previous is None or previous.status != cp.status:
                 # status is indexed: setting it, even to the same value,
@@ -494,7 +481,7 @@ class SqliteCheckpointStore:
             elif lease is not None:
                 sql += ", lease_owner=?, lease_expires_at=?"
                 args += [lease.owner, lease.expires_at]
-            sql += " WHERE run_id=? AND scope=? AND revision=?"
+            sql += SQL.append_run_where
             args += [cp.run_id, self.scope, cp.revision - 1]
             if lease is not None:
                 cond, cargs = lease_cond(lease, lease.issued_at)
@@ -502,10 +489,7 @@ class SqliteCheckpointStore:
                 args += cargs
             self.conn.execute(sql, args)
             if self.conn.changes() != 1 or previous is None:
-                row = self.conn.execute(
-                    "SELECT revision, lease_owner FROM runs WHERE run_id=? AND scope=?",
-                    (cp.run_id, self.scope),
-                ).fetchone()
+                row = self.conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
                 if row is None:
                     raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
                 if lease is not None and row[1] not in (None, lease.owner):
@@ -521,19 +505,14 @@ class SqliteCheckpointStore:
                 cp, previous, request.changed_steps, request.changed_fields
             )
             for signal_id, wait_id in consume:
-                self.conn.execute(
-                    "UPDATE signals SET consumed_by=?, consumed_at=? "
-                    "WHERE signal_id=? AND consumed_by IS NULL",
-                    (wait_id, cp.created_at, signal_id),
-                )
+                self.conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
                 if self.conn.changes() != 1:
                     raise RevisionConflictError(
                         f"signal {signal_id} was consumed by another wait first"
                     )
             for intent in intents:
                 self.conn.execute(
-                    "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "
-                    "status, created_at) VALUES (?,?,?,?,?,'pending',?)",
+                    SQL.insert_intent,
                     (
                         intent.intent_id,
                         intent.run_id,
@@ -585,11 +564,7 @@ class SqliteCheckpointStore:
     @_locked
     def release(self, run_id: str, owner: str) -> None:
         with self._write():
-            self.conn.execute(
-                "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
-                "WHERE run_id=? AND lease_owner=?",
-                (run_id, owner),
-            )
+            self.conn.execute(SQL.release_run, (run_id, owner))
 
     @_locked
     def claim_runnable(
@@ -670,9 +645,7 @@ class SqliteCheckpointStore:
         with self._write():
             latest = self.get_run(run_id).revision
             oldest_kept = latest - keep_last_n + 1
-            first = self.conn.execute(
-                "SELECT min(revision) FROM checkpoints WHERE run_id=?", (run_id,)
-            ).fetchone()
+            first = self.conn.execute(SQL.oldest_revision, (run_id,)).fetchone()
             if first is None or first[0] is None or first[0] >= oldest_kept:
                 return 0
             base = self._load(run_id, oldest_kept)
@@ -682,9 +655,7 @@ class SqliteCheckpointStore:
                     (run_id, oldest_kept),
                 )
             )
-            self.conn.execute(
-                "DELETE FROM checkpoints WHERE run_id=? AND revision<=?", (run_id, oldest_kept)
-            )
+            self.conn.execute(SQL.delete_checkpoints_to, (run_id, oldest_kept))
             self._write_checkpoint(base, None)
         self.vacuum(min_free_pages=256)
         return int(deleted)
@@ -694,9 +665,7 @@ class SqliteCheckpointStore:
     @_locked
     def get_run(self, run_id: str) -> RunRecord:
         with self._read():
-            row = self.conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id=? AND scope=?", (run_id, self.scope)
-            ).fetchone()
+            row = self.conn.execute(SQL.get_run, (run_id, self.scope)).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
         return run_from_row(row)
@@ -714,24 +683,10 @@ class SqliteCheckpointStore:
         session_id: str | None = None,
         flow_key: str | None = None,
     ) -> list[RunRecord]:
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=?"
-        args: list[Any] = [self.scope]
-        for column, value in (
-            ("tenant_id", tenant_id),
-            ("session_id", session_id),
-            ("flow_key", flow_key),
-        ):
-            if value is not None:
-                sql += f" AND {column}=?"
-                args.append(value)
-        if statuses is not None:
-            sql += f" AND status IN ({','.join('?' * len(statuses))})"
-            args.extend(statuses)
-        if flow_name is not None:
-            sql += " AND flow_name=?"
-            args.append(flow_name)
-        order = "DESC" if newest_first else "ASC"
-        sql += f" ORDER BY created_at {order}, run_id {order}"
+        sql, args = SQL.list_runs(
+            self.scope, statuses, flow_name, newest_first,
+            tenant_id=tenant_id, session_id=session_id, flow_key=flow_key,
+        )  # fmt: skip
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             args.extend([limit, offset])
@@ -747,10 +702,7 @@ class SqliteCheckpointStore:
             return [
                 run_from_row(r)
                 for r in self.conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=? AND flow_name=? "
-                    "AND flow_version<>? AND status IN ('pending','running','waiting','failed') "
-                    "ORDER BY created_at, run_id",
-                    (self.scope, flow_name, version),
+                    SQL.runs_of_other_versions, (self.scope, flow_name, version)
                 )
             ]
 
@@ -758,22 +710,14 @@ class SqliteCheckpointStore:
     def history(self, run_id: str) -> list[CheckpointInfo]:
         self.get_run(run_id)
         with self._read():
-            rows: list[Any] = self.conn.execute(
-                "SELECT revision, status, step_id, created_at FROM checkpoints "
-                "WHERE run_id=? ORDER BY revision",
-                (run_id,),
-            ).fetchall()
+            rows: list[Any] = self.conn.execute(SQL.history, (run_id,)).fetchall()
         return checkpoint_infos(run_id, rows)
 
     @_locked
     def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
         self.get_run(run_id)
         try:
-            rows: list[Any] = self.conn.execute(
-                "SELECT revision, status, step_id, created_at FROM checkpoints "
-                "WHERE run_id=? AND revision>? ORDER BY revision LIMIT ?",
-                (run_id, after, limit),
-            ).fetchall()
+            rows: list[Any] = self.conn.execute(SQL.history_page, (run_id, after, limit)).fetchall()
         except apsw.Error as exc:
             raise self._err(exc) from exc
         return checkpoint_infos(run_id, rows)
@@ -807,11 +751,7 @@ class SqliteCheckpointStore:
         """Fold deltas onto the nearest snapshot at or below ``revision``."""
         with self._read():
             raw: list[Any] = self.conn.execute(
-                f"SELECT {_CP_COLUMNS}, checksum FROM checkpoints "
-                "WHERE run_id=? AND revision<=? AND revision>="
-                "(SELECT max(revision) FROM checkpoints WHERE run_id=? AND revision<=? "
-                "AND kind='snapshot') ORDER BY revision",
-                (run_id, revision, run_id, revision),
+                _FOLD_ROWS, (run_id, revision, run_id, revision)
             ).fetchall()
         rows: list[Any] = []
         for r in raw:
@@ -874,16 +814,14 @@ class SqliteCheckpointStore:
         with self._write():
             if dedupe_key is not None:
                 row = self.conn.execute(
-                    "SELECT signal_id FROM signals WHERE scope=? AND dedupe_key=?",
-                    (self.scope, dedupe_key),
+                    SQL.signal_by_dedupe_key, (self.scope, dedupe_key)
                 ).fetchone()
                 if row is not None:
                     return int(row[0])
             signal_id = int(
                 _scalar(
                     self.conn.execute(
-                        "INSERT INTO signals(scope, name, key, payload, dedupe_key, sent_at) "
-                        "VALUES (?,?,?,?,?,?) RETURNING signal_id",
+                        SQL.insert_signal + " RETURNING signal_id",
                         (self.scope, name, key, codec.dumps(payload), dedupe_key, now),
                     )
                 )
@@ -893,11 +831,7 @@ class SqliteCheckpointStore:
     @_locked
     def next_signal(self, name: str, key: str) -> Signal | None:
         with self._read():
-            row = self.conn.execute(
-                "SELECT signal_id, payload, sent_at FROM signals WHERE scope=? AND name=? "
-                "AND key=? AND consumed_by IS NULL ORDER BY signal_id LIMIT 1",
-                (self.scope, name, key),
-            ).fetchone()
+            row = self.conn.execute(SQL.next_signal, (self.scope, name, key)).fetchone()
         return None if row is None else signal_from_row(name, key, row)
 
     @_locked
@@ -906,8 +840,7 @@ class SqliteCheckpointStore:
             event_id = int(
                 _scalar(
                     self.conn.execute(
-                        "INSERT INTO events(scope, type, payload, published_at) "
-                        "VALUES (?,?,?,?) RETURNING event_id",
+                        SQL.publish_event,
                         (self.scope, type_, codec.dumps(payload), now),
                     )
                 )
@@ -917,11 +850,7 @@ class SqliteCheckpointStore:
     @_locked
     def first_event(self, type_: str, since: float) -> Event | None:
         with self._read():
-            row = self.conn.execute(
-                "SELECT event_id, payload, published_at FROM events WHERE scope=? AND type=? "
-                "AND published_at>=? ORDER BY published_at, event_id LIMIT 1",
-                (self.scope, type_, since),
-            ).fetchone()
+            row = self.conn.execute(SQL.first_event, (self.scope, type_, since)).fetchone()
         return None if row is None else event_from_row(type_, row)
 
     @_locked
@@ -981,13 +910,10 @@ class SqliteCheckpointStore:
 
     @_locked
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
-        sql = (
-            "SELECT DISTINCT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
-            "WHERE r.scope=? AND w.kind=? AND w.name=?"
-        )
+        sql = SQL.runs_waiting_for
         args: list[Any] = [self.scope, kind, name]
         if key is not None:
-            sql += " AND w.key=?"
+            sql += SQL.and_wait_key
             args.append(key)
         with self._read():
             return [str(r[0]) for r in self.conn.execute(sql, args)]
@@ -998,11 +924,7 @@ class SqliteCheckpointStore:
     def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
         with self._read():
             rows: list[Any] = self.conn.execute(
-                "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
-                "o.attempts, o.receipt, o.last_error FROM outbox o JOIN runs r "
-                f"ON r.run_id=o.run_id WHERE r.scope=? AND o.status IN "
-                f"({','.join('?' * len(statuses))}) ORDER BY o.created_at, o.intent_id LIMIT ?",
-                (self.scope, *statuses, limit),
+                *SQL.intents(self.scope, statuses, limit)
             ).fetchall()
         return [intent_from_row(r) for r in rows]
 
@@ -1060,27 +982,17 @@ class SqliteCheckpointStore:
         error: str | None = None,
         expect: str | None = None,
     ) -> bool:
-        guard, guard_args = (" AND status=?", (expect,)) if expect is not None else ("", ())
+        guard, guard_args = (SQL.intent_status_is, (expect,)) if expect is not None else ("", ())
         with self._write():
             if status == "sending":
-                self.conn.execute(
-                    "UPDATE outbox SET status='sending', attempts=attempts+1, sent_at=? "
-                    "WHERE intent_id=?" + guard,
-                    (now, intent_id, *guard_args),
-                )
+                self.conn.execute(SQL.mark_sending + guard, (now, intent_id, *guard_args))
             elif status == "delivered":
                 self.conn.execute(
-                    "UPDATE outbox SET status='delivered', delivered_at=?, receipt=?, "
-                    "last_error=NULL, claimed_by=NULL, claim_expires_at=NULL WHERE intent_id=?"
-                    + guard,
+                    SQL.mark_delivered + guard,
                     (now, codec.dumps(receipt), intent_id, *guard_args),
                 )
             else:
-                self.conn.execute(
-                    "UPDATE outbox SET status=?, last_error=?, claimed_by=NULL, "
-                    "claim_expires_at=NULL WHERE intent_id=?" + guard,
-                    (status, error, intent_id, *guard_args),
-                )
+                self.conn.execute(SQL.mark_other + guard, (status, error, intent_id, *guard_args))
             moved = self.conn.changes() == 1
         return moved
 

@@ -11,9 +11,9 @@ statements (``prepare_threshold=None``: a statement prepared on one server
 connection does not exist on the next, SQLSTATE 26000/42P05), and, told
 ``pooler="transaction"``, every transaction of the store's pool begins with
 :data:`BEGIN_SQL` (``SET LOCAL``, which ends with the transaction). Only
-:class:`~desktop_app.store.postgres_notify.Listener` needs a session (LISTEN,
+:class:`~desktop_app.store.postgres.notify.Listener` needs a session (LISTEN,
 a worker's liveness lock); it connects to a direct URL (see
-:func:`desktop_app.store.postgres.open_postgres_store`). On a direct
+:func:`desktop_app.store.postgres.store.open_postgres_store`). On a direct
 connection the store's pool sets ``search_path`` once per connection instead
 and lets psycopg prepare what it runs often (no extra round trip).
 

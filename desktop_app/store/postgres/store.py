@@ -1,7 +1,7 @@
 """The PostgreSQL :class:`~desktop_app.store.protocol.CheckpointStore`
 (psycopg 3 + psycopg_pool), for ``postgresql://`` URLs.
 
-Same semantics as :mod:`desktop_app.store.sqlite`, transaction by
+Same semantics as :mod:`desktop_app.store.sqlite.store`, transaction by
 transaction, with these PostgreSQL-specific rules:
 
 * Isolation is READ COMMITTED; every multi-writer decision is carried by a
@@ -75,8 +75,8 @@ from desktop_app.errors import (
 )
 from desktop_app.store import codec, migrations
 from desktop_app.store.group_commit import AppendRequest
-from desktop_app.store.postgres_notify import CHANGES, WAKE, Listener, Notifier
-from desktop_app.store.postgres_sql import (
+from desktop_app.store.postgres.notify import CHANGES, WAKE, Listener, Notifier
+from desktop_app.store.postgres.sql import (
     BEGIN_SQL,
     RETRY_SQLSTATES,
     SqlTx,
@@ -121,6 +121,7 @@ from desktop_app.store.rows import (
     unstorable,
     wait_values,
 )
+from desktop_app.store.statements import POSTGRES_SQL as SQL
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -130,12 +131,9 @@ _CACHE_RUNS = 256
 #: How long to wait for the server to settle a transaction whose COMMIT reply was lost.
 RESOLVE_TIMEOUT_S = 30.0
 
-_RUN_COLUMNS = (
-    "run_id, flow_name, flow_version, status, revision, "
-    f"{epoch('created_at')}, {epoch('updated_at')}, scope, flow_key, parent_run_id, context, "
-    f"progress_done, progress_total, error, lease_owner, {epoch('lease_expires_at')}, "
-    f"tenant_id, session_id, {epoch('deadline_at')}"
-)
+_RUN_COLUMNS = SQL.run_columns
+_INSERT_CHECKPOINT = f"{SQL.insert_checkpoint}) VALUES ({SQL.checkpoint_values})"
+_FOLD_ROWS = f"SELECT {SQL.checkpoint_columns} {SQL.fold_rows}"
 
 
 #: A lease is free for ``%s`` (owner) when unset, ours, or expired by the database clock.
@@ -179,7 +177,7 @@ class PostgresCheckpointStore:
         where: shown in error messages (the URL without its password).
         pooler: ``"transaction"``: the pool goes through a transaction-mode
             pooler, so each transaction sets its own ``search_path`` first
-            (:data:`~desktop_app.store.postgres_sql.BEGIN_SQL`, one more round
+            (:data:`~desktop_app.store.postgres.sql.BEGIN_SQL`, one more round
             trip per transaction) and :meth:`listener` never uses the pool's URL.
         listen_url: the URL :meth:`listener` connects to (LISTEN and a
             worker's liveness lock need a session of their own); default the
@@ -426,22 +424,13 @@ class PostgresCheckpointStore:
         changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=no_nul(cp.error))
-        conn.execute(
-            "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
-            f"state, steps, frontier, progress, error, meta, waits) "
-            f"VALUES (%s,%s,%s,%s,%s,{ts()},%s,%s,%s,%s,%s,%s,%s)",
-            row,
-        )
+        conn.execute(_INSERT_CHECKPOINT, row)
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
-                conn.execute("DELETE FROM waits WHERE run_id=%s", (cp.run_id,))
+                conn.execute(SQL.delete_waits, (cp.run_id,))
             if cp.waits:
                 with conn.cursor() as cur:
-                    cur.executemany(
-                        "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, "
-                        f"deadline_at, created_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()},{ts()})",
-                        wait_values(cp),
-                    )
+                    cur.executemany(SQL.insert_wait, wait_values(cp))
         return row
 
     @staticmethod
@@ -578,7 +567,7 @@ class PostgresCheckpointStore:
         on the server), each inside its own SAVEPOINT: a conflict, lost lease
         or failing domain write rolls back that request's part only and is
         returned in its slot (as :meth:`SqliteCheckpointStore.append_batch
-        <desktop_app.store.sqlite.SqliteCheckpointStore.append_batch>`; see
+        <desktop_app.store.sqlite.store.SqliteCheckpointStore.append_batch>`; see
         :class:`~desktop_app.store.group_commit.BatchAppender`). A single
         request takes no savepoint. Between requests one round trip both
         releases the last savepoint and opens the next.
@@ -695,17 +684,14 @@ class PostgresCheckpointStore:
     ) -> CheckpointRow:
         """One append in ``conn``'s transaction; returns the checkpoint row written."""
         done, total = cp.progress if cp.progress is not None else (None, None)
-        sql = (
-            f"UPDATE runs SET status=%s, revision=%s, updated_at={ts()}, progress_done="
-            "coalesce(%s, progress_done), progress_total=coalesce(%s, progress_total), error=%s"
-        )
-        args: list[Any] = [cp.status, cp.revision, cp.created_at, done, total, no_nul(cp.error)]
+        sql = SQL.append_run + ", status=%s"
+        args: list[Any] = [cp.revision, cp.created_at, done, total, no_nul(cp.error), cp.status]
         if cp.status not in ("running", "pending"):
             sql += ", lease_owner=NULL, lease_expires_at=NULL"
         elif lease is not None:
             sql += ", lease_owner=%s, lease_expires_at=flowdesk_now() + %s * interval '1 second'"
             args += [lease.owner, _ttl(lease)]
-        sql += " WHERE run_id=%s AND scope=%s AND revision=%s"
+        sql += SQL.append_run_where
         args += [cp.run_id, self.scope, cp.revision - 1]
         if lease is not None:
             cond, cargs = _lease_cond(lease)
@@ -713,10 +699,7 @@ class PostgresCheckpointStore:
             args += cargs
         cur = conn.execute(sql, args)
         if cur.rowcount != 1 or previous is None:
-            row = conn.execute(
-                "SELECT revision, lease_owner FROM runs WHERE run_id=%s AND scope=%s",
-                (cp.run_id, self.scope),
-            ).fetchone()
+            row = conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
             if row is None:
                 raise self._no_run(cp.run_id)
             if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
@@ -728,11 +711,7 @@ class PostgresCheckpointStore:
             )
         row = self._write_checkpoint(conn, cp, previous, changed_steps, changed_fields)
         for signal_id, wait_id in consume:
-            cur = conn.execute(
-                f"UPDATE signals SET consumed_by=%s, consumed_at={ts()} "
-                "WHERE signal_id=%s AND consumed_by IS NULL",
-                (wait_id, cp.created_at, signal_id),
-            )
+            cur = conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
             if cur.rowcount != 1:
                 raise RevisionConflictError(
                     f"signal {signal_id} was consumed by another wait first"
@@ -740,8 +719,7 @@ class PostgresCheckpointStore:
         if intents:
             with conn.cursor() as c:
                 c.executemany(
-                    "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "
-                    f"status, created_at) VALUES (%s,%s,%s,%s,%s,'pending',{ts()})",
+                    SQL.insert_intent,
                     [
                         (
                             i.intent_id,
@@ -888,13 +866,7 @@ class PostgresCheckpointStore:
         return self._tx(body)
 
     def release(self, run_id: str, owner: str) -> None:
-        self._tx(
-            lambda conn: conn.execute(
-                "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
-                "WHERE run_id=%s AND lease_owner=%s",
-                (run_id, owner),
-            )
-        )
+        self._tx(lambda conn: conn.execute(SQL.release_run, (run_id, owner)))
         self._changed(run_id, wake=True)  # another worker may pick it up now
 
     def delete_run(self, run_id: str) -> None:
@@ -921,15 +893,11 @@ class PostgresCheckpointStore:
             if row is None:
                 raise self._no_run(run_id)
             oldest_kept = int(row[0]) - keep_last_n + 1
-            first = conn.execute(
-                "SELECT min(revision) FROM checkpoints WHERE run_id=%s", (run_id,)
-            ).fetchone()
+            first = conn.execute(SQL.oldest_revision, (run_id,)).fetchone()
             if first is None or first[0] is None or first[0] >= oldest_kept:
                 return 0
             base = self._load(conn, run_id, oldest_kept)
-            deleted = conn.execute(
-                "DELETE FROM checkpoints WHERE run_id=%s AND revision<=%s", (run_id, oldest_kept)
-            ).rowcount
+            deleted = conn.execute(SQL.delete_checkpoints_to, (run_id, oldest_kept)).rowcount
             self._write_checkpoint(conn, base, None)
             return int(deleted) - 1
 
@@ -953,7 +921,7 @@ class PostgresCheckpointStore:
         A run is runnable when its lease is unset, expired by the database's
         clock (``flowdesk_now()``), or held by a worker whose liveness lock is
         free (its session ended: SIGKILL, machine loss; see
-        :class:`~desktop_app.store.postgres_notify.Listener`). Rows are taken
+        :class:`~desktop_app.store.postgres.notify.Listener`). Rows are taken
         with ``FOR UPDATE SKIP LOCKED``, so concurrent claimers never receive
         the same run. ``flows`` (name -> version) restricts claims to flows the
         caller can execute. Returns the claimed runs (leased to ``owner``).
@@ -1004,7 +972,7 @@ class PostgresCheckpointStore:
         owner: str | None = None,
         on_lost: Callable[[], None] | None = None,
     ) -> Listener:
-        """A started :class:`~desktop_app.store.postgres_notify.Listener` on
+        """A started :class:`~desktop_app.store.postgres.notify.Listener` on
         this store's server (a dedicated session on :attr:`session_url`,
         outside the pool); with ``owner`` it is that worker's liveness.
 
@@ -1083,9 +1051,7 @@ class PostgresCheckpointStore:
         return self._tx(body, write=False)
 
     def _get_run(self, conn: Conn, run_id: str) -> RunRecord | None:
-        row = conn.execute(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id=%s AND scope=%s", (run_id, self.scope)
-        ).fetchone()
+        row = conn.execute(SQL.get_run, (run_id, self.scope)).fetchone()
         return None if row is None else run_from_row(row)
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -1106,25 +1072,12 @@ class PostgresCheckpointStore:
         session_id: str | None = None,
         flow_key: str | None = None,
     ) -> list[RunRecord]:
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=%s"
-        args: list[Any] = [self.scope]
-        for column, value in (
-            ("tenant_id", tenant_id),
-            ("session_id", session_id),
-            ("flow_key", flow_key),
-        ):
-            if value is not None:
-                sql += f" AND {column}=%s"
-                args.append(value)
-        if statuses is not None:
-            sql += " AND status = ANY(%s)"
-            args.append(list(statuses))
-        if flow_name is not None:
-            sql += " AND flow_name=%s"
-            args.append(flow_name)
-        order = "DESC" if newest_first else "ASC"
         # run ids in code point order, as on SQLite, whatever the database's collation
-        sql += f' ORDER BY created_at {order}, run_id COLLATE "C" {order} LIMIT %s OFFSET %s'
+        sql, args = SQL.list_runs(
+            self.scope, statuses, flow_name, newest_first,
+            tenant_id=tenant_id, session_id=session_id, flow_key=flow_key,
+        )  # fmt: skip
+        sql += " LIMIT %s OFFSET %s"
         args.extend([limit, offset])  # LIMIT NULL = no limit
         return self._read(lambda conn: [run_from_row(r) for r in conn.execute(sql, args)])
 
@@ -1132,12 +1085,7 @@ class PostgresCheckpointStore:
         return self._read(
             lambda conn: [
                 run_from_row(r)
-                for r in conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE scope=%s AND flow_name=%s "
-                    "AND flow_version<>%s AND status IN ('pending','running','waiting','failed') "
-                    'ORDER BY created_at, run_id COLLATE "C"',
-                    (self.scope, flow_name, version),
-                )
+                for r in conn.execute(SQL.runs_of_other_versions, (self.scope, flow_name, version))
             ]
         )
 
@@ -1145,11 +1093,7 @@ class PostgresCheckpointStore:
         def body(conn: Conn) -> list[Any] | None:
             if self._get_run(conn, run_id) is None:
                 return None
-            return conn.execute(
-                f"SELECT revision, status, step_id, {epoch('created_at')} FROM checkpoints "
-                "WHERE run_id=%s ORDER BY revision",
-                (run_id,),
-            ).fetchall()
+            return conn.execute(SQL.history, (run_id,)).fetchall()
 
         rows = self._read(body)
         if rows is None:
@@ -1160,11 +1104,7 @@ class PostgresCheckpointStore:
         def body(conn: Conn) -> list[Any] | None:
             if self._get_run(conn, run_id) is None:
                 return None
-            return conn.execute(
-                f"SELECT revision, status, step_id, {epoch('created_at')} FROM checkpoints "
-                "WHERE run_id=%s AND revision>%s ORDER BY revision LIMIT %s",
-                (run_id, after, limit),
-            ).fetchall()
+            return conn.execute(SQL.history_page, (run_id, after, limit)).fetchall()
 
         rows = self._read(body)
         if rows is None:
@@ -1206,14 +1146,7 @@ class PostgresCheckpointStore:
 
     def _load(self, conn: Conn, run_id: str, revision: int) -> Checkpoint:
         """Fold deltas onto the nearest snapshot at or below ``revision``."""
-        rows: list[Any] = conn.execute(
-            f"SELECT revision, kind, status, step_id, {epoch('created_at')}, state, steps, "
-            "frontier, progress, error, meta, waits FROM checkpoints "
-            "WHERE run_id=%s AND revision<=%s AND revision>="
-            "(SELECT max(revision) FROM checkpoints WHERE run_id=%s AND revision<=%s "
-            "AND kind='snapshot') ORDER BY revision",
-            (run_id, revision, run_id, revision),
-        ).fetchall()
+        rows: list[Any] = conn.execute(_FOLD_ROWS, (run_id, revision, run_id, revision)).fetchall()
         return checkpoint_from_rows(run_id, revision, rows)
 
     def query(self, op: Callable[[SqlTxProtocol], T]) -> T:
@@ -1250,18 +1183,13 @@ class PostgresCheckpointStore:
 
         def body(conn: Conn) -> int:
             row = conn.execute(
-                "INSERT INTO signals(scope, name, key, payload, dedupe_key, sent_at) "
-                f"VALUES (%s,%s,%s,%s,%s,{ts()}) "
-                "ON CONFLICT (scope, dedupe_key) WHERE dedupe_key IS NOT NULL DO NOTHING "
-                "RETURNING signal_id",
+                SQL.insert_signal + " ON CONFLICT (scope, dedupe_key) WHERE dedupe_key IS NOT "
+                "NULL DO NOTHING RETURNING signal_id",
                 (self.scope, name, key, body_json, dedupe_key, now),
             ).fetchone()
             if row is not None:
                 return int(row[0])
-            first = conn.execute(
-                "SELECT signal_id FROM signals WHERE scope=%s AND dedupe_key=%s",
-                (self.scope, dedupe_key),
-            ).fetchone()
+            first = conn.execute(SQL.signal_by_dedupe_key, (self.scope, dedupe_key)).fetchone()
             if first is None:  # the conflicting sender rolled back; try again
                 raise psycopg.errors.SerializationFailure("dedupe winner vanished")
             return int(first[0])
@@ -1272,11 +1200,7 @@ class PostgresCheckpointStore:
 
     def next_signal(self, name: str, key: str) -> Signal | None:
         row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT signal_id, payload, {epoch('sent_at')} FROM signals WHERE scope=%s "
-                "AND name=%s AND key=%s AND consumed_by IS NULL ORDER BY signal_id LIMIT 1",
-                (self.scope, name, key),
-            ).fetchone()
+            lambda conn: conn.execute(SQL.next_signal, (self.scope, name, key)).fetchone()
         )
         return None if row is None else signal_from_row(name, key, row)
 
@@ -1284,11 +1208,7 @@ class PostgresCheckpointStore:
         body_json = codec.dumps(payload)
 
         def body(conn: Conn) -> int:
-            row = conn.execute(
-                "INSERT INTO events(scope, type, payload, published_at) "
-                f"VALUES (%s,%s,%s,{ts()}) RETURNING event_id",
-                (self.scope, type_, body_json, now),
-            ).fetchone()
+            row = conn.execute(SQL.publish_event, (self.scope, type_, body_json, now)).fetchone()
             assert row is not None
             return int(row[0])
 
@@ -1298,11 +1218,7 @@ class PostgresCheckpointStore:
 
     def first_event(self, type_: str, since: float) -> Event | None:
         row = self._read(
-            lambda conn: conn.execute(
-                f"SELECT event_id, payload, {epoch('published_at')} FROM events WHERE scope=%s "
-                f"AND type=%s AND published_at>={ts()} ORDER BY published_at, event_id LIMIT 1",
-                (self.scope, type_, since),
-            ).fetchone()
+            lambda conn: conn.execute(SQL.first_event, (self.scope, type_, since)).fetchone()
         )
         return None if row is None else event_from_row(type_, row)
 
@@ -1352,28 +1268,18 @@ class PostgresCheckpointStore:
         return [str(r[0]) for r in rows]
 
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
-        sql = (
-            "SELECT DISTINCT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
-            "WHERE r.scope=%s AND w.kind=%s AND w.name=%s"
-        )
+        sql = SQL.runs_waiting_for
         args: list[Any] = [self.scope, kind, name]
         if key is not None:
-            sql += " AND w.key=%s"
+            sql += SQL.and_wait_key
             args.append(key)
         return self._read(lambda conn: [str(r[0]) for r in conn.execute(sql, args)])
 
     # -- outbox ----------------------------------------------------------------
 
     def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
-        rows: list[Any] = self._read(
-            lambda conn: conn.execute(
-                "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
-                "o.attempts, o.receipt, o.last_error FROM outbox o JOIN runs r "
-                "ON r.run_id=o.run_id WHERE r.scope=%s AND o.status = ANY(%s) "
-                "ORDER BY o.created_at, o.intent_id LIMIT %s",
-                (self.scope, list(statuses), limit),
-            ).fetchall()
-        )
+        sql, args = SQL.intents(self.scope, statuses, limit)
+        rows: list[Any] = self._read(lambda conn: conn.execute(sql, args).fetchall())
         return [intent_from_row(r) for r in rows]
 
     def claim_intents(
@@ -1430,24 +1336,15 @@ class PostgresCheckpointStore:
         error: str | None = None,
         expect: str | None = None,
     ) -> bool:
-        guard, guard_args = (" AND status=%s", (expect,)) if expect is not None else ("", ())
+        guard, guard_args = (SQL.intent_status_is, (expect,)) if expect is not None else ("", ())
         if status == "sending":
-            sql = (
-                f"UPDATE outbox SET status='sending', attempts=attempts+1, sent_at={ts()} "
-                "WHERE intent_id=%s" + guard
-            )
+            sql = SQL.mark_sending + guard
             args: tuple[Any, ...] = (now, intent_id, *guard_args)
         elif status == "delivered":
-            sql = (
-                f"UPDATE outbox SET status='delivered', delivered_at={ts()}, receipt=%s, "
-                "last_error=NULL, claimed_by=NULL, claim_expires_at=NULL WHERE intent_id=%s" + guard
-            )
+            sql = SQL.mark_delivered + guard
             args = (now, codec.dumps(receipt), intent_id, *guard_args)
         else:
-            sql = (
-                "UPDATE outbox SET status=%s, last_error=%s, claimed_by=NULL, "
-                "claim_expires_at=NULL WHERE intent_id=%s" + guard
-            )
+            sql = SQL.mark_other + guard
             args = (status, no_nul(error), intent_id, *guard_args)
         return bool(self._tx(lambda conn: conn.execute(sql, args).rowcount == 1))
 

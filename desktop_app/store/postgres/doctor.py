@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from desktop_app.store import migrations
-from desktop_app.store.postgres_sql import connect, redact
+from desktop_app.store.postgres.sql import connect, redact
 
 Check = tuple[bool | None, str, str]
 #: pg_current_snapshot (13), lz4 TOAST compression (14).

@@ -1,6 +1,6 @@
 """Durable agent runs in PostgreSQL: the same methods and records as
-:class:`desktop_app.store.agent_runs.SqliteAgentStore`, over the pool of a
-:class:`~desktop_app.store.postgres.PostgresCheckpointStore` (same database,
+:class:`desktop_app.store.sqlite.agent_runs.SqliteAgentStore`, over the pool of a
+:class:`~desktop_app.store.postgres.store.PostgresCheckpointStore` (same database,
 same transaction discipline: one short transaction per method, retried and
 commit-resolved by the checkpoint store).
 
@@ -26,8 +26,8 @@ from desktop_app.errors import (
     RevisionConflictError,
     StoreError,
 )
-from desktop_app.store.postgres import Conn, PostgresCheckpointStore
-from desktop_app.store.postgres_sql import epoch, no_nul, ts
+from desktop_app.store.postgres.sql import no_nul, ts
+from desktop_app.store.postgres.store import Conn, PostgresCheckpointStore
 from desktop_app.store.records import (
     AgentRun,
     ToolResult,
@@ -35,17 +35,12 @@ from desktop_app.store.records import (
     check_agent_run_fields,
 )
 from desktop_app.store.rows import agent_run_from_row, tool_result_from_row
+from desktop_app.store.statements import POSTGRES_SQL as SQL
+from desktop_app.store.statements import agent_run_values
 
 _TIME_FIELDS = frozenset(
     {"created_at", "updated_at", "deadline_at", "expires_at", "retry_at", "lease_expires_at"}
 )
-_COLUMNS = (
-    "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
-    f"pending_call, {epoch('created_at')}, {epoch('updated_at')}, {epoch('deadline_at')}, "
-    f"{epoch('expires_at')}, {epoch('retry_at')}, context, lease_owner, "
-    f"{epoch('lease_expires_at')}"
-)
-_TOOL_COLUMNS = "tool_key, tool, status, result, attempts, reused"
 
 
 class PostgresAgentStore:
@@ -64,33 +59,7 @@ class PostgresAgentStore:
         """`AgentLog.create` on PostgreSQL (the first messages: system, user)."""
 
         def body(conn: Conn) -> None:
-            conn.execute(
-                "INSERT INTO agent_runs(scope, run_id, agent, status, parent_run_id, input, "
-                "response, error, error_type, turns, pending_call, created_at, updated_at, "
-                "deadline_at, expires_at, retry_at, context, lease_owner, lease_expires_at) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,NULL,"
-                f"{ts()},{ts()},{ts()},{ts()},{ts()},%s,%s,{ts()})",
-                (
-                    self.scope,
-                    run.run_id,
-                    run.agent,
-                    run.status,
-                    run.parent_run_id,
-                    run.input,
-                    run.response,
-                    no_nul(run.error),
-                    run.error_type,
-                    run.turns,
-                    run.created_at,
-                    run.updated_at,
-                    run.deadline_at,
-                    run.expires_at,
-                    run.retry_at,
-                    json.dumps(run.context),
-                    run.lease_owner,
-                    run.lease_expires_at,
-                ),
-            )
+            conn.execute(SQL.insert_agent_run, agent_run_values(self.scope, run, no_nul(run.error)))
             self._append(conn, run.run_id, messages, run.created_at)
             if tool is not None:
                 self._put_tool(conn, run.run_id, tool, run.created_at)
@@ -106,9 +75,7 @@ class PostgresAgentStore:
     def _append(conn: Conn, run_id: str, messages: Sequence[dict[str, Any]], now: float) -> None:
         if not messages:
             return
-        row = conn.execute(
-            "SELECT coalesce(max(seq), -1) FROM agent_messages WHERE run_id=%s", (run_id,)
-        ).fetchone()
+        row = conn.execute(SQL.last_message_seq, (run_id,)).fetchone()
         seq = int(row[0]) + 1 if row is not None else 0
         with conn.cursor() as cur:
             cur.executemany(
@@ -127,12 +94,7 @@ class PostgresAgentStore:
         """Upsert one tool-journal row (inside the caller's transaction)."""
         key, name, status, result = tool
         conn.execute(
-            "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, result, "
-            f"attempts, updated_at) VALUES (%s,%s,%s,%s,%s,%s,{ts()}) "
-            "ON CONFLICT (run_id, tool_key) DO UPDATE SET status=excluded.status, "
-            "result=coalesce(excluded.result, agent_tool_results.result), "
-            "attempts=agent_tool_results.attempts+excluded.attempts, "
-            "updated_at=excluded.updated_at",
+            SQL.put_tool,
             (run_id, key, name, status, result, int(status == "in_progress"), now),
         )
 
@@ -210,10 +172,7 @@ class PostgresAgentStore:
                 f"WHERE run_id=%s AND scope=%s{free}",
                 args,
             )
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=%s AND scope=%s",
-                (run_id, self.scope),
-            ).fetchone()
+            row = conn.execute(SQL.get_agent_run, (run_id, self.scope)).fetchone()
             return cur.rowcount, row
 
         changed, row = self.checkpoints._tx(body)
@@ -227,27 +186,15 @@ class PostgresAgentStore:
     def release(self, run_id: str, owner: str) -> None:
         """`AgentLog.release` on PostgreSQL."""
         self.checkpoints._tx(
-            lambda conn: conn.execute(
-                "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
-                "WHERE run_id=%s AND scope=%s AND lease_owner=%s",
-                (run_id, self.scope, owner),
-            )
+            lambda conn: conn.execute(SQL.release_agent_run, (run_id, self.scope, owner))
         )
 
     def mark_reused(self, run_id: str, key: str) -> None:
-        self.checkpoints._tx(
-            lambda conn: conn.execute(
-                "UPDATE agent_tool_results SET reused=reused+1 WHERE run_id=%s AND tool_key=%s",
-                (run_id, key),
-            )
-        )
+        self.checkpoints._tx(lambda conn: conn.execute(SQL.mark_reused, (run_id, key)))
 
     def get(self, run_id: str) -> AgentRun:
         row = self.checkpoints._read(
-            lambda conn: conn.execute(
-                f"SELECT {_COLUMNS} FROM agent_runs WHERE run_id=%s AND scope=%s",
-                (run_id, self.scope),
-            ).fetchone()
+            lambda conn: conn.execute(SQL.get_agent_run, (run_id, self.scope)).fetchone()
         )
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
@@ -263,45 +210,26 @@ class PostgresAgentStore:
 
     def tool_result(self, run_id: str, key: str) -> ToolResult | None:
         row = self.checkpoints._read(
-            lambda conn: conn.execute(
-                f"SELECT {_TOOL_COLUMNS} FROM agent_tool_results WHERE run_id=%s AND tool_key=%s",
-                (run_id, key),
-            ).fetchone()
+            lambda conn: conn.execute(SQL.tool_result, (run_id, key)).fetchone()
         )
         return None if row is None else tool_result_from_row(row)
 
     def tool_results(self, run_id: str) -> list[ToolResult]:
         rows = self.checkpoints._read(
-            lambda conn: conn.execute(
-                f"SELECT {_TOOL_COLUMNS} FROM agent_tool_results WHERE run_id=%s "
-                "ORDER BY updated_at",
-                (run_id,),
-            ).fetchall()
+            lambda conn: conn.execute(SQL.tool_results, (run_id,)).fetchall()
         )
         return [tool_result_from_row(r) for r in rows]
 
     def list(
         self, statuses: Sequence[str] | None = None, agent: str | None = None
     ) -> list[AgentRun]:
-        sql = f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=%s"
-        args: list[Any] = [self.scope]
-        if statuses is not None:
-            sql += " AND status = ANY(%s)"
-            args.append(list(statuses))
-        if agent is not None:
-            sql += " AND agent=%s"
-            args.append(agent)
-        sql += " ORDER BY created_at, run_id"
+        sql, args = SQL.list_agent_runs(self.scope, statuses, agent)
         return self.checkpoints._read(
             lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
         )
 
     def list_page(self, *, offset: int, limit: int) -> builtins.list[AgentRun]:
-        sql = (
-            f"SELECT {_COLUMNS} FROM agent_runs WHERE scope=%s "
-            "ORDER BY created_at DESC, run_id DESC LIMIT %s OFFSET %s"
-        )
         args = (self.scope, limit, offset)
         return self.checkpoints._read(
-            lambda conn: [agent_run_from_row(r) for r in conn.execute(sql, args)]
+            lambda conn: [agent_run_from_row(r) for r in conn.execute(SQL.agent_runs_page, args)]
         )

@@ -30,7 +30,7 @@ import psycopg
 
 from desktop_app.errors import CopyTargetNotEmptyError, DatabaseOpenError, StoreError
 from desktop_app.store import migrations
-from desktop_app.store.postgres_sql import connect, no_nul, redact
+from desktop_app.store.postgres.sql import connect, no_nul, redact
 
 #: Columns not copied: the laptop's leases and claims mean nothing on the server.
 _DROPPED = frozenset({"lease_owner", "lease_expires_at", "claimed_by", "claim_expires_at"})

@@ -1,0 +1,316 @@
+"""The SQL both built-in backends run, written once and rendered per dialect.
+
+The SQLite and PostgreSQL stores share their tables, so most statements
+differ only in three places: the placeholder (``?`` or ``%s``), how a time
+parameter is written (SQLite stores UTC epoch seconds as ``REAL``;
+PostgreSQL a ``timestamptz``, written ``to_timestamp(%s)`` and read
+``extract(epoch from col)::float8``), and how a list parameter is matched
+(``IN (?,?,?)`` with one parameter a value, or ``= ANY(%s)`` with one list).
+:class:`Dialect` says which; :class:`Statements` holds every shared
+statement rendered once for one dialect (at import, so a step builds no SQL
+strings it did not build before). What only one backend does (PostgreSQL's
+database clock, ``FOR UPDATE SKIP LOCKED``, SQLite's row checksums and
+``CROSS JOIN`` planner hints) stays in its own module.
+
+Imports no SQL library.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from desktop_app.store.records import AgentRun
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one backend writes what differs between the two.
+
+    Attributes:
+        name: ``"sqlite"`` or ``"postgres"``.
+        p: the positional placeholder (``?`` / ``%s``).
+        ts: a time parameter (UTC epoch seconds) as the column stores it.
+        text_order: appended to ``ORDER BY run_id`` so ids sort by code
+            point whatever the database's collation (PostgreSQL: ``COLLATE "C"``).
+    """
+
+    name: Literal["sqlite", "postgres"]
+    p: str
+    ts: str
+    text_order: str = ""
+
+    def epoch(self, column: str) -> str:
+        """A time column read as UTC epoch seconds (a float)."""
+        return f"extract(epoch from {column})::float8" if self.name == "postgres" else column
+
+    def values(self, n: int) -> str:
+        """``n`` placeholders, comma-separated."""
+        return ",".join([self.p] * n)
+
+    def in_list(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``values``: the SQL and its parameters."""
+        if self.name == "postgres":
+            return f"{column} = ANY({self.p})", [list(values)]
+        return f"{column} IN ({self.values(len(values))})", list(values)
+
+
+SQLITE = Dialect("sqlite", "?", "?")
+POSTGRES = Dialect("postgres", "%s", "to_timestamp(%s)", ' COLLATE "C"')
+
+
+class Statements:
+    """Every statement the two stores share, rendered for ``d``."""
+
+    def __init__(self, d: Dialect) -> None:
+        p, t, e = d.p, d.ts, d.epoch
+        self.dialect = d
+        # -- runs ----------------------------------------------------------
+        self.run_columns = (
+            "run_id, flow_name, flow_version, status, revision, "
+            f"{e('created_at')}, {e('updated_at')}, scope, flow_key, parent_run_id, context, "
+            f"progress_done, progress_total, error, lease_owner, {e('lease_expires_at')}, "
+            f"tenant_id, session_id, {e('deadline_at')}"
+        )
+        self.get_run = f"SELECT {self.run_columns} FROM runs WHERE run_id={p} AND scope={p}"
+        self.runs_of_scope = f"SELECT {self.run_columns} FROM runs WHERE scope={p}"
+        self.run_revision_owner = (
+            f"SELECT revision, lease_owner FROM runs WHERE run_id={p} AND scope={p}"
+        )
+        #: the compare-and-append's first columns (the backend adds status and lease)
+        self.append_run = (
+            f"UPDATE runs SET revision={p}, updated_at={t}, progress_done="
+            f"coalesce({p}, progress_done), progress_total=coalesce({p}, progress_total), "
+            f"error={p}"
+        )
+        self.append_run_where = f" WHERE run_id={p} AND scope={p} AND revision={p}"
+        self.release_run = (
+            "UPDATE runs SET lease_owner=NULL, lease_expires_at=NULL "
+            f"WHERE run_id={p} AND lease_owner={p}"
+        )
+        self.runs_of_other_versions = (
+            f"SELECT {self.run_columns} FROM runs WHERE scope={p} AND flow_name={p} "
+            "AND flow_version<>" + p + " AND status IN ('pending','running','waiting','failed') "
+            f"ORDER BY created_at, run_id{d.text_order}"
+        )
+        # -- checkpoints -----------------------------------------------------
+        #: a checkpoint row's columns after run_id, as :func:`rows.checkpoint_from_rows` reads them
+        self.checkpoint_columns = (
+            f"revision, kind, status, step_id, {e('created_at')}, state, steps, frontier, "
+            "progress, error, meta, waits"
+        )
+        self.insert_checkpoint = (
+            "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
+            "state, steps, frontier, progress, error, meta, waits"
+        )
+        self.checkpoint_values = f"{p},{p},{p},{p},{p},{t},{p},{p},{p},{p},{p},{p},{p}"
+        #: the rows to fold for one revision: the nearest snapshot at or below it, then deltas
+        self.fold_rows = (
+            f"FROM checkpoints WHERE run_id={p} AND revision<={p} AND revision>="
+            f"(SELECT max(revision) FROM checkpoints WHERE run_id={p} AND revision<={p} "
+            "AND kind='snapshot') ORDER BY revision"
+        )
+        self.history = (
+            f"SELECT revision, status, step_id, {e('created_at')} FROM checkpoints "
+            f"WHERE run_id={p} ORDER BY revision"
+        )
+        self.history_page = (
+            f"SELECT revision, status, step_id, {e('created_at')} FROM checkpoints "
+            f"WHERE run_id={p} AND revision>{p} ORDER BY revision LIMIT {p}"
+        )
+        self.oldest_revision = f"SELECT min(revision) FROM checkpoints WHERE run_id={p}"
+        self.delete_checkpoints_to = f"DELETE FROM checkpoints WHERE run_id={p} AND revision<={p}"
+        # -- waits, signals, events --------------------------------------------
+        self.delete_waits = f"DELETE FROM waits WHERE run_id={p}"
+        self.insert_wait = (
+            "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, deadline_at, "
+            f"created_at) VALUES ({p},{p},{p},{p},{p},{p},{t},{t})"
+        )
+        self.consume_signal = (
+            f"UPDATE signals SET consumed_by={p}, consumed_at={t} "
+            f"WHERE signal_id={p} AND consumed_by IS NULL"
+        )
+        self.insert_signal = (
+            "INSERT INTO signals(scope, name, key, payload, dedupe_key, sent_at) "
+            f"VALUES ({p},{p},{p},{p},{p},{t})"
+        )
+        self.signal_by_dedupe_key = (
+            f"SELECT signal_id FROM signals WHERE scope={p} AND dedupe_key={p}"
+        )
+        self.next_signal = (
+            f"SELECT signal_id, payload, {e('sent_at')} FROM signals WHERE scope={p} "
+            f"AND name={p} AND key={p} AND consumed_by IS NULL ORDER BY signal_id LIMIT 1"
+        )
+        self.publish_event = (
+            "INSERT INTO events(scope, type, payload, published_at) "
+            f"VALUES ({p},{p},{p},{t}) RETURNING event_id"
+        )
+        self.first_event = (
+            f"SELECT event_id, payload, {e('published_at')} FROM events WHERE scope={p} "
+            f"AND type={p} AND published_at>={t} ORDER BY published_at, event_id LIMIT 1"
+        )
+        self.runs_waiting_for = (
+            "SELECT DISTINCT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
+            f"WHERE r.scope={p} AND w.kind={p} AND w.name={p}"
+        )
+        self.and_wait_key = f" AND w.key={p}"
+        # -- outbox ------------------------------------------------------------
+        self.insert_intent = (
+            "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "
+            f"status, created_at) VALUES ({p},{p},{p},{p},{p},'pending',{t})"
+        )
+        self.intent_columns = (
+            "o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
+            "o.attempts, o.receipt, o.last_error"
+        )
+        self.intents_of_scope = (
+            f"SELECT {self.intent_columns} FROM outbox o JOIN runs r "
+            f"ON r.run_id=o.run_id WHERE r.scope={p}"
+        )
+        self.intents_order = f" ORDER BY o.created_at, o.intent_id LIMIT {p}"
+        self.mark_sending = (
+            f"UPDATE outbox SET status='sending', attempts=attempts+1, sent_at={t} "
+            f"WHERE intent_id={p}"
+        )
+        self.mark_delivered = (
+            f"UPDATE outbox SET status='delivered', delivered_at={t}, receipt={p}, "
+            f"last_error=NULL, claimed_by=NULL, claim_expires_at=NULL WHERE intent_id={p}"
+        )
+        self.mark_other = (
+            f"UPDATE outbox SET status={p}, last_error={p}, claimed_by=NULL, "
+            f"claim_expires_at=NULL WHERE intent_id={p}"
+        )
+        self.intent_status_is = f" AND status={p}"
+        # -- agent runs ----------------------------------------------------------
+        self.agent_columns = (
+            "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "
+            f"pending_call, {e('created_at')}, {e('updated_at')}, {e('deadline_at')}, "
+            f"{e('expires_at')}, {e('retry_at')}, context, lease_owner, {e('lease_expires_at')}"
+        )
+        self.insert_agent_run = (
+            "INSERT INTO agent_runs(scope, run_id, agent, status, parent_run_id, input, "
+            "response, error, error_type, turns, pending_call, created_at, updated_at, "
+            "deadline_at, expires_at, retry_at, context, lease_owner, lease_expires_at) "
+            f"VALUES ({p},{p},{p},{p},{p},{p},{p},{p},{p},{p},{p},"
+            f"{t},{t},{t},{t},{t},{p},{p},{t})"
+        )
+        self.get_agent_run = (
+            f"SELECT {self.agent_columns} FROM agent_runs WHERE run_id={p} AND scope={p}"
+        )
+        self.agent_runs_of_scope = f"SELECT {self.agent_columns} FROM agent_runs WHERE scope={p}"
+        self.agent_runs_page = (
+            f"{self.agent_runs_of_scope} ORDER BY created_at DESC, run_id DESC LIMIT {p} OFFSET {p}"
+        )
+        self.last_message_seq = (
+            f"SELECT coalesce(max(seq), -1) FROM agent_messages WHERE run_id={p}"
+        )
+        self.release_agent_run = (
+            "UPDATE agent_runs SET lease_owner=NULL, lease_expires_at=NULL "
+            f"WHERE run_id={p} AND scope={p} AND lease_owner={p}"
+        )
+        self.mark_reused = (
+            f"UPDATE agent_tool_results SET reused=reused+1 WHERE run_id={p} AND tool_key={p}"
+        )
+        tool_columns = "tool_key, tool, status, result, attempts, reused"
+        self.tool_result = (
+            f"SELECT {tool_columns} FROM agent_tool_results WHERE run_id={p} AND tool_key={p}"
+        )
+        self.tool_results = (
+            f"SELECT {tool_columns} FROM agent_tool_results WHERE run_id={p} ORDER BY updated_at"
+        )
+        #: the tool journal's upsert (qualified columns: PostgreSQL needs them)
+        self.put_tool = (
+            "INSERT INTO agent_tool_results(run_id, tool_key, tool, status, result, "
+            f"attempts, updated_at) VALUES ({p},{p},{p},{p},{p},{p},{t}) "
+            "ON CONFLICT (run_id, tool_key) DO UPDATE SET status=excluded.status, "
+            "result=coalesce(excluded.result, agent_tool_results.result), "
+            "attempts=agent_tool_results.attempts+excluded.attempts, "
+            "updated_at=excluded.updated_at"
+        )
+
+    def list_runs(
+        self,
+        scope: str,
+        statuses: Sequence[str] | None,
+        flow_name: str | None,
+        newest_first: bool,
+        *,
+        tenant_id: str | None,
+        session_id: str | None,
+        flow_key: str | None,
+    ) -> tuple[str, list[Any]]:
+        """``RunLog.list_runs``'s statement up to its ORDER BY (inclusive),
+        and its parameters; the backend adds LIMIT/OFFSET."""
+        d = self.dialect
+        sql = self.runs_of_scope
+        args: list[Any] = [scope]
+        for column, value in (
+            ("tenant_id", tenant_id),
+            ("session_id", session_id),
+            ("flow_key", flow_key),
+        ):
+            if value is not None:
+                sql += f" AND {column}={d.p}"
+                args.append(value)
+        if statuses is not None:
+            cond, cargs = d.in_list("status", statuses)
+            sql += f" AND {cond}"
+            args += cargs
+        if flow_name is not None:
+            sql += f" AND flow_name={d.p}"
+            args.append(flow_name)
+        order = "DESC" if newest_first else "ASC"
+        return f"{sql} ORDER BY created_at {order}, run_id{d.text_order} {order}", args
+
+    def list_agent_runs(
+        self, scope: str, statuses: Sequence[str] | None, agent: str | None
+    ) -> tuple[str, list[Any]]:
+        """``AgentLog.list``'s statement and its parameters."""
+        d = self.dialect
+        sql = self.agent_runs_of_scope
+        args: list[Any] = [scope]
+        if statuses is not None:
+            cond, cargs = d.in_list("status", statuses)
+            sql += f" AND {cond}"
+            args += cargs
+        if agent is not None:
+            sql += f" AND agent={d.p}"
+            args.append(agent)
+        return sql + " ORDER BY created_at, run_id", args
+
+    def intents(self, scope: str, statuses: Sequence[str], limit: int) -> tuple[str, list[Any]]:
+        """``Outbox.intents``' statement and its parameters."""
+        cond, cargs = self.dialect.in_list("o.status", statuses)
+        return f"{self.intents_of_scope} AND {cond}{self.intents_order}", [scope, *cargs, limit]
+
+
+def agent_run_values(scope: str, run: AgentRun, error: str | None) -> tuple[Any, ...]:
+    """:attr:`Statements.insert_agent_run`'s parameters for ``run`` (``error``:
+    ``run.error`` as the backend stores it; no pending call yet)."""
+    return (
+        scope,
+        run.run_id,
+        run.agent,
+        run.status,
+        run.parent_run_id,
+        run.input,
+        run.response,
+        error,
+        run.error_type,
+        run.turns,
+        None,
+        run.created_at,
+        run.updated_at,
+        run.deadline_at,
+        run.expires_at,
+        run.retry_at,
+        json.dumps(run.context),
+        run.lease_owner,
+        run.lease_expires_at,
+    )
+
+
+SQLITE_SQL = Statements(SQLITE)
+POSTGRES_SQL = Statements(POSTGRES)
