@@ -9,10 +9,9 @@ bindings name the run, from the key press until the run's first step starts.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +25,6 @@ from desktop_app.flow import CompiledFlow, FlowBuilder
 from tests.app_support import messages, settle, wait_until
 
 SIZE = (120, 40)
-
-
-@pytest.fixture(autouse=True)
-def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in list(os.environ):
-        if name.startswith("FLOWDESK_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
-    yield
 
 
 class Reads:
