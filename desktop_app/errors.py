@@ -347,6 +347,23 @@ class RunStateError(FlowError):
     (for example resuming a canceled run)."""
 
 
+class InputPendingError(RunStateError):
+    """A resume found the run waiting for a person's answer: it goes on with
+    ``Engine.resume_with`` (``flowdesk answer``), not ``resume``.
+
+    Attributes:
+        run_id; wait_ids: the pending input waits' ids.
+    """
+
+    def __init__(self, run_id: str, wait_ids: list[str]) -> None:
+        self.run_id = run_id
+        self.wait_ids = wait_ids
+        super().__init__(
+            f"run {run_id} waits for input ({', '.join(wait_ids)}); "
+            "answer it with resume_with(run_id, value, wait_id=...)"
+        )
+
+
 class StepFailedError(FlowError):
     """A step failed after its last attempt and the run is now ``failed``."""
 

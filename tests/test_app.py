@@ -195,7 +195,9 @@ async def test_progress_is_live_while_a_run_works(tmp_path: Path, notes: Path) -
     try:
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
-            run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+            run_id = app.controller.start_digest(
+                DigestInput(folder=str(notes), out=str(tmp_path / "out"))
+            )
             assert run_id is not None
             table = runs_screen(app).table
             await wait_until(pilot, lambda: run_id in table.run_ids and reached.is_set())
@@ -234,7 +236,7 @@ async def test_quit_mid_run_then_the_next_launch_finishes_it(tmp_path: Path, not
     try:
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
-            run_id = app.start_digest(DigestInput(folder=str(notes), out=str(out)))
+            run_id = app.controller.start_digest(DigestInput(folder=str(notes), out=str(out)))
             assert run_id is not None
             await wait_until(pilot, reached.is_set)
         # The app is gone; the step in flight cannot commit any more.
@@ -431,7 +433,9 @@ async def test_status_and_progress_columns_fit_long_values(tmp_path: Path, notes
         assert table.column_width("status") >= max(len(s) for s in RUN_STATUSES)
         assert table.column_width("progress") >= len("123456/123456")
         assert MIN_WIDTHS["status"] == len("completed")
-        run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+        run_id = app.controller.start_digest(
+            DigestInput(folder=str(notes), out=str(tmp_path / "out"))
+        )
         assert run_id is not None
         await settle(pilot)
         table.set_progress(run_id, 27582, 33875)
@@ -659,7 +663,9 @@ async def test_answer_on_a_run_that_is_not_waiting_says_so(tmp_path: Path, notes
     app = FlowdeskApp(settings_for(tmp_path / "t.db"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+        run_id = app.controller.start_digest(
+            DigestInput(folder=str(notes), out=str(tmp_path / "out"))
+        )
         await settle(pilot)
         await pilot.press("a")
         assert isinstance(app.screen, RunsScreen)
@@ -735,7 +741,9 @@ async def test_cancel_stops_a_run_the_app_is_driving(tmp_path: Path, notes: Path
     try:
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
-            run_id = app.start_digest(DigestInput(folder=str(notes), out=str(tmp_path / "out")))
+            run_id = app.controller.start_digest(
+                DigestInput(folder=str(notes), out=str(tmp_path / "out"))
+            )
             assert run_id is not None
             await wait_until(pilot, reached.is_set)
             await wait_until(pilot, lambda: run_id in runs_screen(app).table.run_ids)
@@ -779,7 +787,9 @@ async def test_progress_refreshes_are_throttled_and_the_last_value_lands(tmp_pat
     app = FlowdeskApp(settings_for(tmp_path / "t.db"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        run_id = app.start_digest(DigestInput(folder=str(src), out=str(tmp_path / "out")))
+        run_id = app.controller.start_digest(
+            DigestInput(folder=str(src), out=str(tmp_path / "out"))
+        )
         assert run_id is not None
         await settle(pilot)
         table = runs_screen(app).table
@@ -885,9 +895,9 @@ async def test_starting_a_digest_again_resumes_the_interrupted_run_of_that_input
     app = FlowdeskApp(settings_for(db).model_copy(update={"recover_on_launch": False}))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        run_id = app.start_digest(DigestInput(folder=str(notes), out=str(out)))
+        run_id = app.controller.start_digest(DigestInput(folder=str(notes), out=str(out)))
         assert run_id == interrupted.run_id  # the same run, not a second one
-        await wait_until(pilot, lambda: not app.is_driving(run_id), timeout=20)
+        await wait_until(pilot, lambda: not app.controller.is_driving(run_id), timeout=20)
         await app.workers.wait_for_complete()
     store = open_store(db)
     try:

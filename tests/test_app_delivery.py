@@ -81,7 +81,7 @@ async def test_a_tidy_approved_in_the_inbox_moves_its_files_while_the_app_is_ope
         ]
         assert app.is_running
         await pilot.press("escape")
-        app.open_run(run_id)
+        app.controller.open_run(run_id)
         await settle(pilot)
         detail = app.screen
         assert isinstance(detail, RunDetailScreen)

@@ -124,7 +124,7 @@ async def open_detail(pilot: Pilot[None], run_id: str) -> RunDetailScreen:
     app = pilot.app
     assert isinstance(app, FlowdeskApp)
     await settle(pilot)
-    app.open_run(run_id)
+    app.controller.open_run(run_id)
     await settle(pilot)
     screen = app.screen
     assert isinstance(screen, RunDetailScreen) and screen.run_id == run_id

@@ -236,7 +236,7 @@ async def test_the_detail_header_shows_the_authors_version_not_its_hash(tmp_path
     app = FlowdeskApp(settings, flows=[flow])
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        app.open_run(run_id)
+        app.controller.open_run(run_id)
         await settle(pilot)
         header = str(app.screen.query_one("#run-header", Static).render())
         assert "Flow approve 1.2\n" in header

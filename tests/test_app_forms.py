@@ -138,7 +138,7 @@ async def test_tidy_question_previews_its_moves_yes_moves_them_and_undo_moves_th
         await wait_until(pilot, lambda: app.read(lambda s: s.get_run(run_id).status) == "completed")
 
         await pilot.press("escape")
-        app.open_run(run_id)
+        app.controller.open_run(run_id)
         await settle(pilot)
         assert isinstance(app.screen, RunDetailScreen)
         await pilot.press("u")

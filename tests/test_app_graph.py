@@ -69,7 +69,7 @@ async def test_the_graph_tab_shows_where_a_waiting_run_is(tmp_path: Path) -> Non
     app = FlowdeskApp(settings, flows=[shaped_flow()])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
-        app.open_run(run_id)
+        app.controller.open_run(run_id)
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, RunDetailScreen)

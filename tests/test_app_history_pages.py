@@ -46,7 +46,7 @@ async def test_the_history_is_read_in_pages_and_the_timeline_gets_all_of_it(
 
         monkeypatch.setattr(reader, "history_page", counted)
         monkeypatch.setattr(reader, "history", whole)
-        app.open_run(run_id)
+        app.controller.open_run(run_id)
         for _ in range(40):
             await settle(pilot)
             screen = app.screen

@@ -70,7 +70,7 @@ async def detail(pilot: Pilot[None], run_id: str) -> None:
     app = pilot.app
     assert isinstance(app, FlowdeskApp)
     await wait_until(pilot, lambda: app.reader is not None)  # the app has opened its database
-    app.open_run(run_id)
+    app.controller.open_run(run_id)
     await wait_until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
     await settle(pilot)
 

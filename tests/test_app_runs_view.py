@@ -97,7 +97,7 @@ async def test_times_are_relative_in_the_table_and_local_in_the_detail(tmp_path:
         clock.advance(3600)
         table.refresh_times()  # the screen does this on a timer
         assert table.cell(ids[0], "started") == "1 h ago"
-        app.open_run(ids[0])
+        app.controller.open_run(ids[0])
         await settle(pilot)
         assert isinstance(app.screen, RunDetailScreen)
         header = str(app.screen.query_one("#run-header", Static).render())
@@ -145,7 +145,7 @@ async def test_first_launch_welcomes_with_digest_and_tidy_and_goes_away(tmp_path
         assert welcome.display
         text = str(welcome.render())
         assert "digest" in text and "tidy" in text and "Press n" in text
-        assert app.start_flow("note", {}) is not None
+        assert app.controller.start_flow("note", {}) is not None
         await settle(pilot)
         await pilot.pause()
         assert not welcome.display

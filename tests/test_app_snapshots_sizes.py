@@ -101,7 +101,7 @@ def keys(*pressed: str, then: Any = None) -> Any:
 async def open_detail(pilot: Pilot[None]) -> None:
     app = pilot.app
     assert isinstance(app, FlowdeskApp)
-    app.open_run(RUN_IDS[0])
+    app.controller.open_run(RUN_IDS[0])
     await settle(pilot)
 
 

@@ -110,7 +110,7 @@ def test_grouped_timeline(snap_compare: Any, tmp_path: Path, size: str) -> None:
         await steady(pilot)
         app = pilot.app
         assert isinstance(app, FlowdeskApp)
-        app.open_run(RUN_IDS[0])
+        app.controller.open_run(RUN_IDS[0])
         await settle(pilot)
         await pilot.pause()
 
@@ -144,7 +144,7 @@ def test_flow_graph(snap_compare: Any, tmp_path: Path, size: str) -> None:
         await steady(pilot)
         app = pilot.app
         assert isinstance(app, FlowdeskApp)
-        app.open_run(RUN_IDS[0])
+        app.controller.open_run(RUN_IDS[0])
         await settle(pilot)
         await pilot.press("7")
         await settle(pilot)

@@ -57,7 +57,7 @@ async def test_a_running_runs_detail_shows_its_throughput_sparkline(tmp_path: Pa
     async with app.run_test(size=(120, 30)) as pilot:
         await settle(pilot)
         run_id = "d" * 32
-        app.open_run(run_id)
+        app.controller.open_run(run_id)
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, RunDetailScreen)

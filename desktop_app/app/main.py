@@ -27,14 +27,12 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import platformdirs
-from pydantic import ValidationError
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -43,12 +41,10 @@ from textual.screen import ModalScreen, Screen
 
 from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_runs
 from desktop_app.agent.runtime import AgentResponse
+from desktop_app.app.controller import FINISHED, INTERRUPTED, Controller
 from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.format import plural, short_id
 from desktop_app.app.messages import (
-    AnswerAccepted,
-    AnswerRefused,
-    BranchFinished,
     BranchRequested,
     EngineReady,
     OutboxDelivered,
@@ -59,14 +55,10 @@ from desktop_app.app.messages import (
 )
 from desktop_app.app.progress import ProgressMeter
 from desktop_app.app.runs import RunController
-from desktop_app.app.screens.answer import AnswerScreen
-from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
-from desktop_app.app.screens.fork import validation_lines
 from desktop_app.app.screens.help import HelpScreen, keys_of
 from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.screens.launch_report import check_after_launch
-from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
@@ -74,16 +66,13 @@ from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
-from desktop_app.errors import FlowdeskError, InputError, RunLeasedError
+from desktop_app.errors import FlowdeskError, RunLeasedError
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
-from desktop_app.flows import builtin_flow_key
-from desktop_app.flows.digest import DigestInput, DigestState
-from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
 from desktop_app.private import make_private_dirs
 from desktop_app.runs_view import left_over
-from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, Wait
+from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 
 if TYPE_CHECKING:
     from desktop_app import bootstrap
@@ -91,10 +80,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-#: Run statuses ``Engine.recover`` resumes at launch.
-INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
-#: Run statuses ``Engine.cancel`` refuses.
-FINISHED: tuple[RunStatus, ...] = ("completed", "canceled", "timed_out")
+__all__ = ["FINISHED", "INTERRUPTED", "FlowdeskApp", "Notice", "recovery_summary"]
 
 
 @dataclass(frozen=True)
@@ -207,12 +193,13 @@ class FlowdeskApp(App[None]):
         self.schema: bootstrap.SchemaReport | None = None
         #: claims, the launch-recovery gate and job execution (one place)
         self.runs = RunController()
+        #: the domain actions screens call: start, resume, cancel, answer, fork...
+        self.controller = Controller(self, self.runs)
         #: the outbox dispatcher's thread, once the database is open
         self.outbox: OutboxPump | None = None
         self.startup_error: str | None = None
         self.recovery: str | None = None
         self.notices: list[Notice] = []
-        self._answer_lock = threading.Lock()
         self._progress: dict[str, tuple[int, int]] = {}
         self._changed: set[str] = set()
         self._progress_lock = threading.Lock()
@@ -220,12 +207,10 @@ class FlowdeskApp(App[None]):
         self.throttle = RefreshThrottle(self.REFRESH_S, time.monotonic)
         #: rate and ETA of running runs, from the progress shown
         self.meter = ProgressMeter()
-        self._answering: dict[str, tuple[AnswerScreen, str]] = {}
         #: runs whose question (with its plan, when the flow has a preview)
         #: was shown in the answer dialog this session: the inbox's y
         #: approves those directly, and shows the others' plan first
         self.plans_shown: set[str] = set()
-        self._canceled_here: set[str] = set()
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
@@ -250,7 +235,7 @@ class FlowdeskApp(App[None]):
         yield SystemCommand(
             "New digest run",
             "Summarise every file of a folder into digest.md",
-            self.action_new_digest,
+            self.controller.new_digest,
         )
         yield SystemCommand("Inbox", "Every run waiting for a person", self.action_inbox)
         yield SystemCommand(
@@ -608,53 +593,6 @@ class FlowdeskApp(App[None]):
 
     # -- starting and resuming runs --------------------------------------
 
-    def require_engine(self) -> Engine | None:
-        if self.engine is not None:
-            return self.engine
-        if self.startup_error:
-            self.say(f"The database is not open: {self.startup_error}", "error")
-        else:
-            self.say("The database is still opening; try again in a moment.", "warning")
-        return None
-
-    def is_driving(self, run_id: str) -> bool:
-        return self.runs.is_driving(run_id)
-
-    def action_new_digest(self) -> None:
-        """Ask for a folder, then run ``digest`` on it."""
-        if self.require_engine() is not None:
-            self.push_screen(NewDigestScreen(), self._digest_chosen)
-
-    def _digest_chosen(self, given: DigestInput | None) -> None:
-        if given is not None:
-            self.start_digest(given)
-
-    def start_digest(self, given: DigestInput) -> str | None:
-        """Start a ``digest`` run in a worker; returns its run id."""
-        engine = self.require_engine()
-        if engine is None:
-            return None
-        # single flight per input, as `flowdesk run digest`: an interrupted run
-        # of the same folder and output is resumed, never started again
-        key = builtin_flow_key("digest", {"folder": given.folder, "out": given.out})
-        live = self.read(lambda s: s.list_runs(statuses=INTERRUPTED, flow_key=key)) or []
-        if live:
-            run_id = live[0].run_id
-            self.runs_screen.table.follow(run_id)
-            if self.runs.is_driving(run_id):
-                self.say(f"Digest run {short_id(run_id)} of {given.folder} is already running")
-                return run_id
-            self.say(f"Resuming the interrupted digest run {short_id(run_id)} of {given.folder}")
-            self.resume_run(run_id)
-            return run_id
-        run_id = uuid.uuid4().hex
-        self.runs.claim(run_id)
-        state = DigestState(folder=given.folder, out=given.out)
-        self.say(f"Started digest run {short_id(run_id)} of {given.folder}")
-        self.runs_screen.table.follow(run_id)  # selected as soon as its row shows
-        self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id, flow_key=key))
-        return run_id
-
     def action_inbox(self) -> None:
         """Every run waiting for a person (approve, reject, answer)."""
         if not isinstance(self.screen, ModalScreen | InboxScreen):
@@ -669,7 +607,7 @@ class FlowdeskApp(App[None]):
 
     def action_send_signal(self) -> None:
         """Send a signal (stored first, then delivered to a run waiting on it)."""
-        if self.require_engine() is None or isinstance(self.screen, ModalScreen):
+        if self.controller.require_engine() is None or isinstance(self.screen, ModalScreen):
             return
         wait = self._signal_wait_in_view()
         if wait is None:
@@ -688,7 +626,7 @@ class FlowdeskApp(App[None]):
         if isinstance(screen, RunDetailScreen):
             run_id: str | None = screen.run_id
         elif isinstance(screen, RunsScreen):
-            run_id = screen.table.selected_run_id()
+            run_id = screen.selected_run_id()
         else:
             run_id = None
         if run_id is None:
@@ -715,7 +653,7 @@ class FlowdeskApp(App[None]):
 
     def action_start_flow(self) -> None:
         """Start any registered flow from a form of its declared inputs."""
-        engine = self.require_engine()
+        engine = self.controller.require_engine()
         if engine is not None and not isinstance(self.screen, ModalScreen):
             self.push_screen(StartFlowScreen(dict(engine.flows)))
 
@@ -734,331 +672,12 @@ class FlowdeskApp(App[None]):
         if not isinstance(self.screen, ModalScreen):
             self.push_screen(SettingsScreen())
 
-    def start_flow(self, flow_name: str, state: dict[str, Any]) -> str | None:
-        """Start a run of any registered flow in a worker; returns its run id."""
-        engine = self.require_engine()
-        if engine is None:
-            return None
-        run_id = uuid.uuid4().hex
-        self.runs.claim(run_id)
-        self.say(f"Started {flow_name} run {run_id}")
-        self.runs_screen.table.follow(run_id)
-        self._drive(run_id, lambda: engine.run(flow_name, state, run_id=run_id))
-        return run_id
-
-    def resume_run(self, run_id: str) -> None:
-        """Resume one run in a worker (unless it is already being driven here)."""
-        engine = self.require_engine()
-        if engine is None:
-            return
-        run = self.read(lambda s: s.get_run(run_id))
-        if run is None:
-            return
-        if run.status == "completed":
-            self.say(f"Run {short_id(run_id)} is already completed; nothing to resume.")
-            return
-        if run.status == "waiting":
-            waits = self.read(lambda s: s.latest(run_id).waits) or ()
-            if any(w.kind == "input" for w in waits):
-                self.say(f"Run {short_id(run_id)} waits for an answer; press a to answer it.")
-                return
-        if not self.runs.claim(run_id):
-            self.say(f"Run {short_id(run_id)} is already running.", "warning")
-            return
-        self.say(f"Resuming run {short_id(run_id)}…")
-        self._drive(run_id, lambda: engine.resume(run_id))
-
-    @work(thread=True, group="runs", name="drive run")
-    def _drive(self, run_id: str, job: Callable[[], RunResult]) -> None:
-        outcome = self.runs.execute(run_id, job)
-        if outcome.result is not None:
-            self._announce(outcome.result)
-        elif outcome.error is not None:
-            self.say(outcome.error, "error")
-        self.post_message(RunChanged(run_id))
-
     def on_branch_requested(self, message: BranchRequested) -> None:
         """Replay or fork a checkpoint as a new run (asked by a screen)."""
         message.stop()
-        screen = message.reply_to
-        engine = self.require_engine()
-        if engine is None:
-            return
-        cid, new_id, changes = message.checkpoint_id, message.run_id, message.changes
-        self.runs.claim(new_id)
-        verb = "Forking" if changes is not None else "Replaying"
-        rev = f"{short_id(cid)}:{cid.rpartition(':')[2]}"
-        self.say(f"{verb} checkpoint {rev} as run {short_id(new_id)}…")
-
-        def job() -> RunResult:
-            if changes is not None:
-                return engine.fork(cid, changes, run_id=new_id)
-            return engine.replay(cid, run_id=new_id)
-
-        self._branch(screen, rev, new_id, job, changes is not None)
-
-    @work(thread=True, group="runs", name="fork or replay run")
-    def _branch(
-        self, screen: Any, rev: str, new_id: str, job: Callable[[], RunResult], fork: bool
-    ) -> None:
-        what = "Fork" if fork else "Replay"
-        outcome = self.runs.execute(new_id, job, what=what)
-        result = outcome.result
-        if isinstance(outcome.exception, ValidationError):
-            self.say(
-                f"{what} of {rev} refused: " + "; ".join(validation_lines(outcome.exception)),
-                "error",
-            )
-        elif result is None:
-            exc = outcome.exception
-            why = (
-                outcome.error if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
-            )
-            self.say(f"{what} of {rev} failed: {why}", "error")
-        else:
-            done = "forked" if fork else "replayed"
-            status = result.status + (f": {result.error}" if result.error else "")
-            severity: SeverityLevel = "error" if result.status == "failed" else "information"
-            self.say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
-        self.post_message(RunChanged(new_id))
-        screen.post_message(BranchFinished(new_id, result is not None))
-
-    def _announce(self, result: RunResult) -> None:
-        rid = short_id(result.run_id)
-        if result.status == "completed":
-            report = getattr(result.state, "report_path", None)
-            self.say(f"Run {rid} completed" + (f": {report}" if report else ""))
-        elif result.status == "failed":
-            self.say(f"Run {rid} failed: {result.error}", "error")
-        elif result.status == "canceled" and result.run_id in self._canceled_here:
-            return  # said when it was canceled
-        elif result.status == "waiting":
-            self.say(f"Run {rid} is waiting; select it and press a to see what for.", "warning")
-        elif result.status in INTERRUPTED and self.engine is not None and not self.engine.executes:
-            # PostgreSQL without FLOWDESK_WORKER=1: saved, the workers execute it
-            self.say(f"Run {rid} is saved; a worker (flowdesk agent) executes it.")
-        else:
-            self.say(f"Run {rid} is {result.status}", "warning")
-
-    def open_run(self, run_id: str) -> None:
-        if self.reader is None:
-            self.require_engine()
-            return
-        self.push_screen(RunDetailScreen(run_id))
-
-    def open_thread(self, thread_id: str) -> None:
-        """A LangGraph thread's checkpoints, state, diffs and question."""
-        if self.reader is None:
-            self.require_engine()
-            return
-        from desktop_app.app.screens.langgraph_thread import ThreadScreen
-
-        self.push_screen(ThreadScreen(thread_id))
-
-    def copy_run_id(self, run_id: str) -> None:
-        """Put ``run_id`` on the clipboard (the terminal's, through OSC 52)."""
-        self.copy_to_clipboard(run_id)
-        self.say(f"Copied run id {run_id}.")
-
-    def open_output(self, run_id: str) -> None:
-        """Open what run ``run_id`` made (digest: its ``digest.md``) with the
-        system opener; say why not when it made nothing yet or no opener is
-        installed."""
-        from desktop_app.app.opener import open_path, output_of
-
-        latest = self.read(lambda s: s.latest(run_id))
-        if latest is None:
-            return
-        path = output_of(latest.state)
-        if path is None:
-            self.say(f"Run {short_id(run_id)} has no output to open yet.", "warning")
-            return
-        try:
-            open_path(path)
-        except OSError as exc:
-            self.say(f"Could not open {path}: {exc}", "error")
-            return
-        self.say(f"Opened {path}.")
-
-    def open_agent_run(self, run_id: str, *, resume: bool = False) -> None:
-        """The agent runs screen with ``run_id``'s conversation open (and,
-        with ``resume``, the run resumed there, its answer streamed)."""
-        if self.reader is None:
-            self.require_engine()
-            return
-        from desktop_app.app.screens.agent_runs import AgentRunsScreen
-
-        self.push_screen(AgentRunsScreen(open_run_id=run_id, resume=resume))
-
-    # -- tidy undo --------------------------------------------------------
-
-    def undo_tidy(self, run_id: str) -> None:
-        """Ask, then move a tidy run's files back from its undo list (in a worker)."""
-        if self.require_engine() is None:
-            return
-        rid = short_id(run_id)
-        store = self.reader
-        if store is None:
-            return
-        try:
-            undo_list = str(undo_list_of(store, run_id))
-        except FlowdeskError as exc:
-            self.say(str(exc), "warning" if isinstance(exc, InputError) else "error")
-            return
-
-        def chosen(yes: bool | None) -> None:
-            if yes:
-                self._undo(run_id, undo_list)
-
-        self.push_screen(
-            ConfirmScreen(
-                f"Undo tidy run {rid}?",
-                f"Every file it moved goes back where it was (from {undo_list}). "
-                "Files moved or replaced since are left alone.",
-                yes="Move them back",
-                no="Keep",
-            ),
-            chosen,
+        self.controller.branch(
+            message.reply_to, message.checkpoint_id, message.run_id, message.changes
         )
-
-    @work(thread=True, group="control", name="undo tidy")
-    def _undo(self, run_id: str, undo_list: str) -> None:
-        rid = short_id(run_id)
-        try:
-            report = undo_tidy(Path(undo_list))
-        except FlowdeskError as exc:
-            self.say(f"Tidy run {rid} was not undone: {exc}", "error")
-            return
-        text = f"Undid tidy run {rid}: {plural(report.moved_back, 'file')} moved back"
-        if report.already_back:
-            text += f", {report.already_back} already back"
-        if report.left:
-            text += f"; {len(report.left)} left: " + "; ".join(report.left[:3])
-        self.say(text, "warning" if report.left else "information")
-
-    # -- canceling -------------------------------------------------------
-
-    def cancel_run(self, run_id: str) -> None:
-        """Ask, then cancel one run in a worker (``Engine.cancel``)."""
-        if self.require_engine() is None:
-            return
-        run = self.read(lambda s: s.get_run(run_id))
-        if run is None:
-            return
-        rid = short_id(run_id)
-        if run.status in FINISHED:
-            self.say(f"Run {rid} is already {run.status}; nothing to cancel.", "error")
-            return
-
-        def chosen(yes: bool | None) -> None:
-            if yes:
-                self._cancel(run_id)
-
-        self.push_screen(
-            ConfirmScreen(
-                f"Cancel run {rid}?",
-                f"{run.flow_name} run, {run.status}. A canceled run cannot be resumed; "
-                "replay it from a checkpoint to run it again.",
-                yes="Cancel run",
-                no="Keep it",
-            ),
-            chosen,
-        )
-
-    @work(thread=True, group="control", name="cancel run")
-    def _cancel(self, run_id: str) -> None:
-        engine = self.engine
-        assert engine is not None
-        rid = short_id(run_id)
-        try:
-            run = engine.cancel(run_id)
-        except FlowdeskError as exc:
-            self.say(f"Run {rid} was not canceled: {exc}", "error")
-        except Exception as exc:
-            self.say(f"Run {rid} was not canceled: {type(exc).__name__}: {exc}", "error")
-        else:
-            self._canceled_here.add(run_id)
-            self.say(f"Run {rid} is {run.status}.")
-        finally:
-            self.post_message(RunChanged(run_id))
-
-    # -- answering waiting runs ------------------------------------------
-
-    def answer_run(self, run_id: str) -> None:
-        """Show what a waiting run waits for, and answer its questions."""
-        if self.require_engine() is None:
-            return
-        run = self.read(lambda s: s.get_run(run_id))
-        if run is None:
-            return
-        if run.status != "waiting":
-            self.say(
-                f"Run {short_id(run_id)} is {run.status}, not waiting; nothing to answer.",
-                "warning",
-            )
-            return
-        self.push_screen(AnswerScreen(run))
-
-    def send_answer(self, screen: AnswerScreen, run_id: str, wait_id: str, value: Any) -> str:
-        """Answer ``wait_id`` in a worker (``Engine.resume_with``).
-
-        Returns why it could not be sent (``""`` when it is on its way). The
-        screen gets :class:`AnswerAccepted` once the answer is saved (the run
-        then goes on in the worker) or :class:`AnswerRefused`.
-        """
-        if self.engine is None:
-            return "The database is not open."
-        if not self.runs.claim(run_id):
-            return f"Run {short_id(run_id)} is running here right now; try again when it stops."
-        with self._answer_lock:
-            self._answering[run_id] = (screen, wait_id)
-        self._answer(run_id, wait_id, value)
-        return ""
-
-    def _answer_settled(self, run_id: str) -> tuple[AnswerScreen, str] | None:
-        """The screen waiting for the fate of an answer to ``run_id``, once."""
-        with self._answer_lock:
-            return self._answering.pop(run_id, None)
-
-    def _accepted(self, run_id: str) -> None:
-        asking = self._answer_settled(run_id)
-        if asking is not None:
-            screen, wait_id = asking
-            self.say(f"Answered {wait_id}; run {short_id(run_id)} goes on.")
-            screen.post_message(AnswerAccepted(run_id, wait_id))
-
-    @work(thread=True, group="runs", name="answer run")
-    def _answer(self, run_id: str, wait_id: str, value: Any) -> None:
-        engine = self.engine
-        assert engine is not None
-        result: RunResult | None = None
-        error: str | None = None
-        try:
-            self.runs.wait_for_gate()
-            result = engine.resume_with(run_id, value, wait_id=wait_id)
-        except FlowdeskError as exc:
-            error = str(exc)
-        except Exception as exc:
-            error = f"Run {short_id(run_id)} stopped: {type(exc).__name__}: {exc}"
-        finally:
-            self.runs.release(run_id)
-            self.post_message(RunChanged(run_id))
-        asking = self._answer_settled(run_id)
-        if asking is None:  # accepted earlier: the run went on, then stopped
-            if error:
-                self.say(error, "error")
-        elif error:
-            screen = asking[0]
-            if screen in self.screen_stack:
-                screen.post_message(AnswerRefused(error))
-            else:
-                self.say(error, "error")
-            return
-        else:
-            self.say(f"Answered {wait_id}.")
-            asking[0].post_message(AnswerAccepted(run_id, wait_id))
-        if result is not None:
-            self._announce(result)
 
     # -- live updates ----------------------------------------------------
 
@@ -1071,7 +690,7 @@ class FlowdeskApp(App[None]):
         """
         if isinstance(event, RunStarted):
             self.runs.open_gate()
-            self._accepted(event.run_id)  # a run answered from the app goes on
+            self.controller.accepted(event.run_id)  # a run answered from the app goes on
         if isinstance(event, StepFinished | RunFinished) and self.outbox is not None:
             self.outbox.wake()  # the step may have queued outbox intents
         if isinstance(event, RunProgress | StepFinished):

@@ -27,6 +27,7 @@ from desktop_app.errors import (
     FlowdeskError,
     FlowVersionMismatchError,
     InputError,
+    InputPendingError,
     RunLeasedError,
     RunStateError,
     StepFailedError,
@@ -525,8 +526,9 @@ class Engine:
 
         Raises:
             CheckpointNotFoundError: no such run in this scope.
-            RunStateError: the run was canceled or timed out, or waits for
-                input (use :meth:`resume_with`).
+            RunStateError: the run was canceled or timed out.
+            InputPendingError: it waits for input (a ``RunStateError``; use
+                :meth:`resume_with`).
             FlowVersionMismatchError: the run's flow changed since it started.
             CheckpointDecodeError: its checkpoint cannot be decoded.
             UnknownFlowError: its flow is not registered.
@@ -542,10 +544,7 @@ class Engine:
                 return self._go(driver)
             inputs = input_waits(driver.waits)
             if driver.status == "waiting" and inputs:
-                raise RunStateError(
-                    f"run {run_id} waits for input ({', '.join(w.wait_id for w in inputs)}); "
-                    "answer it with resume_with(run_id, value, wait_id=...)"
-                )
+                raise InputPendingError(run_id, [w.wait_id for w in inputs])
             return driver.result()
         driver.prepare_resume()
         return self._go(driver)

@@ -20,7 +20,7 @@ plain text: message contents are never read as markup.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import work
@@ -37,6 +37,7 @@ from desktop_app.agent.messages import canonical_json, is_outcome_unknown
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.agent.tools import is_tool_call
 from desktop_app.app.format import json_text, local_when, short_id, when
+from desktop_app.app.host import Host, host
 from desktop_app.app.screens.ask import (
     AnswerDelta,
     AnswerFinished,
@@ -53,7 +54,6 @@ from desktop_app.store.records import AGENT_TERMINAL, AgentRun, ToolResult
 from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
     from desktop_app.app.services import AgentStore
 
 #: Characters of a message's content shown before it is cut.
@@ -236,7 +236,7 @@ class AgentRunLoaded(Message):
         self.error = error
 
 
-def _agent_store(app: FlowdeskApp) -> AgentStore:
+def _agent_store(app: Host) -> AgentStore:
     """The app's agent-run log (raises ``LookupError`` while the database is not open)."""
     services = app.services
     if services is None:
@@ -244,7 +244,7 @@ def _agent_store(app: FlowdeskApp) -> AgentStore:
     return services.agents
 
 
-def _reader_agents(app: FlowdeskApp) -> AgentStore:
+def _reader_agents(app: Host) -> AgentStore:
     """The agent-run log over the app's read-only store (raises
     ``LookupError`` while the database is not open)."""
     services = app.services
@@ -309,8 +309,8 @@ class AgentRunsScreen(Screen[None]):
         self._conversation = ""
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     @property
     def table(self) -> DataTable[Text]:
@@ -560,7 +560,7 @@ class AgentRunsScreen(Screen[None]):
 
     def action_ask(self) -> None:
         if self.flowdesk.services is None:
-            self.flowdesk.require_engine()
+            self.flowdesk.controller.require_engine()
             return
         self.app.push_screen(AskScreen(), self._asked)
 
@@ -584,7 +584,7 @@ class AgentRunsScreen(Screen[None]):
         a person and not being driven by another process. Otherwise say why
         and what to do instead."""
         if self.flowdesk.services is None:
-            self.flowdesk.require_engine()
+            self.flowdesk.controller.require_engine()
             return
         try:
             run = _agent_store(self.flowdesk).get(run_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING, Any, cast, get_args
+from typing import Any, get_args
 
 from rich.text import Text
 from textual import events, work
@@ -21,6 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, Static
 
 from desktop_app.app.format import countdown, json_text, short_id, wait_target
+from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
 from desktop_app.app.previews import PREVIEWS, Preview
 from desktop_app.app.screens.help import HELP_BINDING
@@ -28,9 +29,6 @@ from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
-
-if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
 
 #: Seconds between updates of the deadline countdowns.
 TICK_S = 1.0
@@ -90,8 +88,8 @@ class AnswerScreen(ModalScreen[None]):
         self.preview: Preview | None = None
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     def compose(self) -> ComposeResult:
         run = self.run
@@ -347,7 +345,7 @@ class AnswerScreen(ModalScreen[None]):
         wait = self.selected
         if self.sending or wait is None or wait.kind != "input":
             return
-        refused = self.flowdesk.send_answer(self, self.run.run_id, wait.wait_id, value)
+        refused = self.flowdesk.controller.send_answer(self, self.run.run_id, wait.wait_id, value)
         if refused:
             self._show_error(refused)
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
@@ -40,6 +40,7 @@ from textual.worker import get_current_worker
 
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
 from desktop_app.app.graph import graph_text
+from desktop_app.app.host import Host, host
 from desktop_app.app.messages import BranchFinished, BranchRequested
 from desktop_app.app.progress import SPARK_S, Pace, duration
 from desktop_app.app.screens.confirm import ConfirmScreen
@@ -60,9 +61,6 @@ from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
 from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
-
-if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
 
 #: Seconds between refreshes while events keep arriving for this run.
 REFRESH_S = 0.5
@@ -257,8 +255,8 @@ class RunDetailScreen(Screen[None]):
         self._tab_counts: dict[str, int] = {}
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -657,7 +655,7 @@ class RunDetailScreen(Screen[None]):
     def _branchable(self) -> tuple[str, CompiledFlow[Any]] | None:
         """The selected checkpoint's id and the run's flow, or ``None`` (said why)."""
         app = self.flowdesk
-        engine = app.require_engine()
+        engine = app.controller.require_engine()
         run, revision = self.record, self.selected_revision
         if engine is None or run is None:
             return None
@@ -731,7 +729,7 @@ class RunDetailScreen(Screen[None]):
 
     def action_undo(self) -> None:
         """Move a completed tidy run's files back (asks first)."""
-        self.flowdesk.undo_tidy(self.run_id)
+        self.flowdesk.controller.undo_tidy(self.run_id)
 
     def branch(self, cid: str, changes: Mapping[str, Any] | None) -> str:
         """Ask the app to replay (``changes`` is ``None``) or fork ``cid`` as a
@@ -757,21 +755,28 @@ class RunDetailScreen(Screen[None]):
         if self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True) is None:
             return  # not created (yet)
         self.branching = None
-        self.flowdesk.open_run(run_id)
+        self.flowdesk.controller.open_run(run_id)
 
     # -- run control -----------------------------------------------------
 
     def action_open_output(self) -> None:
-        self.flowdesk.open_output(self.run_id)
+        self.flowdesk.controller.open_output(self.run_id)
 
     def action_copy_id(self) -> None:
-        self.flowdesk.copy_run_id(self.run_id)
+        self.flowdesk.controller.copy_run_id(self.run_id)
+
+    def _shown(self) -> RunRecord | None:
+        """The run as this screen shows it (read now if it could not be yet)."""
+        run_id = self.run_id
+        return self.record or self.flowdesk.read(lambda s: s.get_run(run_id))
 
     def action_resume(self) -> None:
-        self.flowdesk.resume_run(self.run_id)
+        self.flowdesk.controller.resume(self.run_id, self.record)
 
     def action_answer(self) -> None:
-        self.flowdesk.answer_run(self.run_id)
+        if (run := self._shown()) is not None:
+            self.flowdesk.controller.answer(run)
 
     def action_cancel(self) -> None:
-        self.flowdesk.cancel_run(self.run_id)
+        if (run := self._shown()) is not None:
+            self.flowdesk.controller.cancel(run)

@@ -33,6 +33,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
 from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
+from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
 from desktop_app.app.previews import PREVIEWS
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
@@ -46,7 +47,6 @@ from desktop_app.textsafe import visible_controls
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
-    from desktop_app.app.main import FlowdeskApp
     from desktop_app.app.services import AgentStore
 
 #: Seconds between updates of the deadline countdowns.
@@ -141,7 +141,7 @@ class InboxLoaded(Message):
         self.error = error
 
 
-def read_inbox(app: FlowdeskApp) -> tuple[list[InboxItem], str | None]:
+def read_inbox(app: Host) -> tuple[list[InboxItem], str | None]:
     """Flow input waits then agent questions, oldest first (call in a worker)."""
     engine = app.engine
     if engine is None:
@@ -281,8 +281,8 @@ class InboxScreen(Screen[None]):
         self.answering: set[str] = set()
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     @property
     def table(self) -> DataTable[Text]:
@@ -505,7 +505,7 @@ class InboxScreen(Screen[None]):
             assert item.wait is not None
             # The app drives the answer in its worker and tells this screen how it
             # went (AnswerAccepted / AnswerRefused), as it does for the answer dialog.
-            refused = self.flowdesk.send_answer(
+            refused = self.flowdesk.controller.send_answer(
                 cast(AnswerScreen, self), item.run_id, item.wait.wait_id, value
             )
             if refused:
@@ -517,7 +517,7 @@ class InboxScreen(Screen[None]):
     def _answer_approval(self, item: InboxItem, answer: str) -> None:
         rid = short_id(item.run_id)
         if self.flowdesk.services is None:
-            self.flowdesk.require_engine()
+            self.flowdesk.controller.require_engine()
             return
         if item.run_id in self.answering:
             self.flowdesk.say(f"Agent run {rid} is already being answered.", "warning")
@@ -569,7 +569,7 @@ class InboxScreen(Screen[None]):
     def action_answer(self) -> None:
         item = self.selected
         if item is not None and item.kind == "langgraph":
-            self.flowdesk.open_thread(item.run_id)
+            self.flowdesk.controller.open_thread(item.run_id)
             return
         item = self._selected_flow_item()
         if item is None or item.run is None:

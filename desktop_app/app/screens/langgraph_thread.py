@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -30,14 +30,12 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from desktop_app.app.format import when
+from desktop_app.app.host import Host, host
 from desktop_app.app.state_diff import change_text, diff_states, value_text
 from desktop_app.errors import FlowdeskError
 from desktop_app.integrations.langgraph import threads
 from desktop_app.runs_view import display_status
 from desktop_app.store.protocol import CheckpointStore
-
-if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
 
 #: checkpoints shown, newest (a longer thread shows its latest ones)
 MAX_CHECKPOINTS = 500
@@ -123,8 +121,8 @@ class ThreadScreen(Screen[None]):
         self.thread: threads.Thread | None = None
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -244,7 +242,7 @@ class ThreadScreen(Screen[None]):
 
     def action_answer(self) -> None:
         if self.thread is None or self.thread.status != "waiting":
-            self.flowdesk.notify("This thread is not waiting for an answer.", timeout=3)
+            self.app.notify("This thread is not waiting for an answer.", timeout=3)
             return
         self.query_one("#answer", Input).focus()
 

@@ -15,12 +15,12 @@ old flow). Nothing is decided silently. A run failed from the report
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual import work
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
@@ -29,6 +29,7 @@ from textual.widgets import Button, DataTable, Footer, Label, Static
 
 from desktop_app.app.flow_changes import flow_change
 from desktop_app.app.format import short_id
+from desktop_app.app.host import Host, host
 from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
@@ -36,18 +37,15 @@ from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import Engine, IncompatibleRun
 from desktop_app.runs_view import display_status
 
-if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
-
 #: The dialog's widest (cells; flowdesk.tcss says the same).
 DIALOG_WIDTH = 140
 #: The reason a run failed from this report is given.
 FAIL_REASON = "flow changed"
 
 
-def check_after_launch(app: FlowdeskApp) -> None:
+def check_after_launch(app: App[Any]) -> None:
     """Look for runs of older flow versions in a worker; show the report if any."""
-    engine = app.engine
+    engine = host(app).engine
     if engine is None:
         return
 
@@ -59,10 +57,10 @@ def check_after_launch(app: FlowdeskApp) -> None:
         try:
             runs = [r for r in engine.incompatible_runs() if not decided(r)]
         except FlowdeskError as exc:
-            app.say(f"Could not look for runs of older flow versions: {exc}", "error")
+            host(app).say(f"Could not look for runs of older flow versions: {exc}", "error")
             return
         except Exception as exc:
-            app.say(
+            host(app).say(
                 f"Could not look for runs of older flow versions: {type(exc).__name__}: {exc}",
                 "error",
             )
@@ -88,14 +86,14 @@ def describe_change(engine: Engine, run: IncompatibleRun) -> str:
 
 
 def show_report(
-    app: FlowdeskApp,
+    app: App[Any],
     runs: list[IncompatibleRun],
     changes: dict[str, str] | None = None,
     statuses: dict[str, str] | None = None,
 ) -> None:
     if not app.is_running:
         return
-    app.push_screen(LaunchReportScreen(runs, app.recovery, changes, statuses))
+    app.push_screen(LaunchReportScreen(runs, host(app).recovery, changes, statuses))
 
 
 class Decided(Message):
@@ -148,8 +146,8 @@ class LaunchReportScreen(ModalScreen[None]):
         self._busy: set[str] = set()
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     def compose(self) -> ComposeResult:
         n = len(self.runs)
@@ -283,7 +281,7 @@ class LaunchReportScreen(ModalScreen[None]):
             self.flowdesk.say(f"Run {short_id(run.run_id)} is {record.status}: {FAIL_REASON}.")
             self.post_message(Decided(run.run_id, record.status))
         finally:
-            self.flowdesk.post_message(RunChanged(run.run_id))
+            self.app.post_message(RunChanged(run.run_id))
 
     @work(thread=True, group="launch-report", name="fork run onto the current flow")
     def _fork(self, run: IncompatibleRun) -> None:
@@ -304,9 +302,9 @@ class LaunchReportScreen(ModalScreen[None]):
                 f"as run {new}, now {result.status}."
             )
             self.post_message(Decided(run.run_id, f"forked → {new} ({result.status})"))
-            self.flowdesk.post_message(RunChanged(result.run_id))
+            self.app.post_message(RunChanged(result.run_id))
         finally:
-            self.flowdesk.post_message(RunChanged(run.run_id))
+            self.app.post_message(RunChanged(run.run_id))
 
     def on_decided(self, message: Decided) -> None:
         self._busy.discard(message.run_id)

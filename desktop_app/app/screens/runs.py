@@ -10,7 +10,6 @@ file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar;
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 from textual import events
@@ -21,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
 from desktop_app.app.format import short_id
+from desktop_app.app.host import Host, host
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
@@ -58,9 +58,6 @@ TABLE_ACTIONS = frozenset(
         "sort",
     }
 )
-
-if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
 
 
 def _get_run(store: CheckpointStore, run_id: str) -> RunRecord:
@@ -128,8 +125,8 @@ class RunsScreen(Screen[None]):
         self.asking: dict[str, str] = {}
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     @property
     def table(self) -> RunsTable:
@@ -398,7 +395,7 @@ class RunsScreen(Screen[None]):
 
     def action_next_page(self) -> None:
         if not self.has_more:
-            self.flowdesk.notify("This is the last page.", timeout=2)
+            self.app.notify("This is the last page.", timeout=2)
             return
         self.page += 1
         self.reload()
@@ -406,7 +403,7 @@ class RunsScreen(Screen[None]):
 
     def action_previous_page(self) -> None:
         if self.page == 0:
-            self.flowdesk.notify("This is the first page.", timeout=2)
+            self.app.notify("This is the first page.", timeout=2)
             return
         self.page -= 1
         self.reload()
@@ -448,8 +445,21 @@ class RunsScreen(Screen[None]):
 
     # -- actions ---------------------------------------------------------
 
+    def follow(self, run_id: str) -> None:
+        """Select ``run_id`` now, or as soon as its row appears."""
+        self.table.follow(run_id)
+
+    def selected_run_id(self) -> str | None:
+        """The run under the cursor, if any."""
+        return self.table.selected_run_id()
+
+    def _shown(self, run_id: str) -> RunRecord | None:
+        """The flow run as its row shows it."""
+        run = self.table.record_of(run_id)
+        return run if isinstance(run, RunRecord) else None
+
     def action_new_run(self) -> None:
-        self.flowdesk.action_new_digest()
+        self.flowdesk.controller.new_digest()
 
     def action_open_run(self) -> None:
         run_id = self.table.selected_run_id()
@@ -461,11 +471,11 @@ class RunsScreen(Screen[None]):
     def _open(self, run_id: str) -> None:
         """A flow run's detail, or an agent run's conversation."""
         if self.table.kind_of(run_id) == "agent":
-            self.flowdesk.open_agent_run(run_id)
+            self.flowdesk.controller.open_agent_run(run_id)
         elif self.table.kind_of(run_id) == "langgraph":
-            self.flowdesk.open_thread(run_id)
+            self.flowdesk.controller.open_thread(run_id)
         else:
-            self.flowdesk.open_run(run_id)
+            self.flowdesk.controller.open_run(run_id)
 
     def _selected(self) -> str | None:
         """The selected flow run (an agent run is answered in the inbox and
@@ -491,32 +501,32 @@ class RunsScreen(Screen[None]):
 
     def action_open_output(self) -> None:
         if (run_id := self._selected()) is not None:
-            self.flowdesk.open_output(run_id)
+            self.flowdesk.controller.open_output(run_id)
 
     def action_copy_id(self) -> None:
         run_id = self.table.selected_run_id()
         if run_id is None:
             self.flowdesk.say("No run selected.", "warning")
         else:
-            self.flowdesk.copy_run_id(run_id)
+            self.flowdesk.controller.copy_run_id(run_id)
 
     def action_resume_run(self) -> None:
         run_id = self.table.selected_run_id()
         if run_id is not None and self.table.kind_of(run_id) == "agent":
-            self.flowdesk.open_agent_run(run_id, resume=True)
+            self.flowdesk.controller.open_agent_run(run_id, resume=True)
         elif (run_id := self._selected()) is not None:
-            self.flowdesk.resume_run(run_id)
+            self.flowdesk.controller.resume(run_id, self._shown(run_id))
 
     def action_answer_run(self) -> None:
         run_id = self.table.selected_run_id()
         if run_id is not None and self.table.kind_of(run_id) == "langgraph":
-            self.flowdesk.open_thread(run_id)
-        elif (run_id := self._selected()) is not None:
-            self.flowdesk.answer_run(run_id)
+            self.flowdesk.controller.open_thread(run_id)
+        elif (run_id := self._selected()) is not None and (run := self._shown(run_id)):
+            self.flowdesk.controller.answer(run)
 
     def action_cancel_run(self) -> None:
-        if (run_id := self._selected()) is not None:
-            self.flowdesk.cancel_run(run_id)
+        if (run_id := self._selected()) is not None and (run := self._shown(run_id)):
+            self.flowdesk.controller.cancel(run)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # A click on a row (enter is bound above, at screen priority).

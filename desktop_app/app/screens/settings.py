@@ -14,7 +14,7 @@ import os
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import tomlkit
 from rich.text import Text
@@ -26,13 +26,11 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
+from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.config import config_file
 from desktop_app.errors import FlowdeskError
 from desktop_app.private import make_private_dirs
-
-if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
 
 SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
 
@@ -155,8 +153,8 @@ class SettingsScreen(ModalScreen[None]):
         self.saving_key = False
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     @property
     def key_name(self) -> str:

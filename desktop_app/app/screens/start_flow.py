@@ -18,7 +18,7 @@ import json
 import types
 import typing
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
@@ -30,13 +30,11 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 
+from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.screens.type_ahead import TypeAhead
 from desktop_app.app.widgets.paths import FolderSuggester
 from desktop_app.flow import CompiledFlow
-
-if TYPE_CHECKING:
-    from desktop_app.app.main import FlowdeskApp
 
 #: state fields that name a folder: their input completes folder names
 PATH_FIELDS = ("folder", "out")
@@ -166,8 +164,8 @@ class StartFlowScreen(TypeAhead, ModalScreen[None]):
         self.error_text = ""
 
     @property
-    def flowdesk(self) -> FlowdeskApp:
-        return cast("FlowdeskApp", self.app)
+    def flowdesk(self) -> Host:
+        return host(self.app)
 
     @property
     def model(self) -> type[BaseModel] | None:
@@ -360,5 +358,5 @@ class StartFlowScreen(TypeAhead, ModalScreen[None]):
                 first = next(iter(errors))
                 self.query_one(f"#field-{first}", Input).focus()
             return
-        if self.flowdesk.start_flow(name, data) is not None:
+        if self.flowdesk.controller.start_flow(name, data) is not None:
             self.dismiss(None)

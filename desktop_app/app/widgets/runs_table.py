@@ -366,6 +366,10 @@ class RunsTable(DataTable[Text]):
                 self._set(run_id, key, cells[key])
         return True
 
+    def record_of(self, run_id: str) -> AnyRun | None:
+        """The run as its row shows it, or ``None`` when it has no row."""
+        return self._records.get(run_id)
+
     def kind_of(self, run_id: str) -> str | None:
         """``"flow"``, ``"agent"``, ``"langgraph"``, or ``None`` when the run has no row."""
         run = self._records.get(run_id)

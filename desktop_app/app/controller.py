@@ -1,0 +1,478 @@
+"""The app's domain actions on runs, in one small object screens call.
+
+:class:`Controller` starts, resumes, cancels, answers, forks and opens runs
+for every screen. It trusts the engine: resume, cancel and answer call
+``Engine.resume``/``cancel``/``resume_with`` in a thread worker (the UI
+never blocks) and show the engine's typed error, as the CLI does, instead
+of reading the run first to repeat the engine's guards. The one thing
+decided before the engine is called is what the screen already shows: a
+run shown ``completed``, ``canceled`` or ``timed_out`` stays so (those are
+final), so resuming or canceling it is refused at once, without a read
+and without a question.
+
+Outcomes come back as notices (:meth:`Host.say`) and messages:
+:class:`~desktop_app.app.messages.RunChanged` to the app,
+:class:`~desktop_app.app.messages.AnswerAccepted`/``AnswerRefused`` to the
+answer dialog, :class:`~desktop_app.app.messages.BranchFinished` to the
+screen that asked for a replay or fork.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from textual.app import App
+from textual.message_pump import MessagePump
+from textual.notifications import SeverityLevel
+
+from desktop_app.app.format import plural, short_id
+from desktop_app.app.host import Host, host
+from desktop_app.app.messages import AnswerAccepted, AnswerRefused, BranchFinished, RunChanged
+from desktop_app.app.runs import RunController
+from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.confirm import ConfirmScreen
+from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.screens.fork import validation_lines
+from desktop_app.app.screens.new_run import NewDigestScreen
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.errors import FlowdeskError, InputError, InputPendingError
+from desktop_app.flow import Engine, RunResult
+from desktop_app.flows import builtin_flow_key
+from desktop_app.flows.digest import DigestInput, DigestState
+from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+from desktop_app.store.protocol import RunRecord, RunStatus
+
+#: Run statuses ``Engine.recover`` resumes at launch.
+INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
+#: Final run statuses: a run never leaves them (``Engine.cancel`` refuses them).
+FINISHED: tuple[RunStatus, ...] = ("completed", "canceled", "timed_out")
+
+
+class Controller:
+    """Start, resume, cancel, answer, fork and open runs (call on the UI
+    thread); the :class:`~desktop_app.app.host.Actions` screens use.
+
+    Args:
+        app: the running app (``FlowdeskApp``): screens are pushed and
+            workers run on it.
+        runs: the app's claims and launch-recovery gate (at most one driver
+            per run id here).
+    """
+
+    def __init__(self, app: App[Any], runs: RunController) -> None:
+        self._app = app
+        self._host: Host = host(app)
+        self.runs = runs
+        self._answer_lock = threading.Lock()
+        self._answering: dict[str, tuple[MessagePump, str]] = {}
+        self._canceled_here: set[str] = set()
+
+    def _say(self, message: str, severity: SeverityLevel = "information") -> None:
+        self._host.say(message, severity)
+
+    def _worker(self, job: Callable[[], None], *, group: str, name: str) -> None:
+        self._app.run_worker(job, thread=True, group=group, name=name)
+
+    def require_engine(self) -> Engine | None:
+        """The engine, or ``None`` after saying why there is none yet."""
+        engine = self._host.engine
+        if engine is not None:
+            return engine
+        if self._host.startup_error:
+            self._say(f"The database is not open: {self._host.startup_error}", "error")
+        else:
+            self._say("The database is still opening; try again in a moment.", "warning")
+        return None
+
+    def is_driving(self, run_id: str) -> bool:
+        """Whether this app drives ``run_id`` right now."""
+        return self.runs.is_driving(run_id)
+
+    def _follow(self, run_id: str) -> None:
+        """Have the runs screen select ``run_id`` as soon as its row shows."""
+        runs_screen = self._app.screen_stack[0] if self._app.screen_stack else None
+        if isinstance(runs_screen, RunsScreen):
+            runs_screen.follow(run_id)
+
+    # -- starting runs -----------------------------------------------------
+
+    def new_digest(self) -> None:
+        """Ask for a folder, then run ``digest`` on it."""
+        if self.require_engine() is not None:
+            self._app.push_screen(NewDigestScreen(), self._digest_chosen)
+
+    def _digest_chosen(self, given: DigestInput | None) -> None:
+        if given is not None:
+            self.start_digest(given)
+
+    def start_digest(self, given: DigestInput) -> str | None:
+        """Start a ``digest`` run in a worker; returns its run id."""
+        engine = self.require_engine()
+        if engine is None:
+            return None
+        # single flight per input, as `flowdesk run digest`: an interrupted run
+        # of the same folder and output is resumed, never started again
+        key = builtin_flow_key("digest", {"folder": given.folder, "out": given.out})
+        live = self._host.read(lambda s: s.list_runs(statuses=INTERRUPTED, flow_key=key)) or []
+        if live:
+            run_id = live[0].run_id
+            self._follow(run_id)
+            if self.runs.is_driving(run_id):
+                self._say(f"Digest run {short_id(run_id)} of {given.folder} is already running")
+                return run_id
+            self._say(f"Resuming the interrupted digest run {short_id(run_id)} of {given.folder}")
+            self.resume(run_id)
+            return run_id
+        run_id = uuid.uuid4().hex
+        self.runs.claim(run_id)
+        state = DigestState(folder=given.folder, out=given.out)
+        self._say(f"Started digest run {short_id(run_id)} of {given.folder}")
+        self._follow(run_id)  # selected as soon as its row shows
+        self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id, flow_key=key))
+        return run_id
+
+    def start_flow(self, flow_name: str, state: dict[str, Any]) -> str | None:
+        """Start a run of any registered flow in a worker; returns its run id."""
+        engine = self.require_engine()
+        if engine is None:
+            return None
+        run_id = uuid.uuid4().hex
+        self.runs.claim(run_id)
+        self._say(f"Started {flow_name} run {run_id}")
+        self._follow(run_id)
+        self._drive(run_id, lambda: engine.run(flow_name, state, run_id=run_id))
+        return run_id
+
+    # -- resuming ------------------------------------------------------------
+
+    def resume(self, run_id: str, shown: RunRecord | None = None) -> None:
+        """Resume one run in a worker (``Engine.resume``), unless it is
+        driven here already; the engine's refusal is shown as a notice.
+
+        ``shown``: the run as the screen shows it; one shown ``completed``
+        is not resumed (nothing would run)."""
+        engine = self.require_engine()
+        if engine is None:
+            return
+        if shown is not None and shown.status == "completed":
+            self._say(f"Run {short_id(run_id)} is already completed; nothing to resume.")
+            return
+        if not self.runs.claim(run_id):
+            self._say(f"Run {short_id(run_id)} is already running.", "warning")
+            return
+        self._say(f"Resuming run {short_id(run_id)}…")
+        self._drive(run_id, lambda: engine.resume(run_id))
+
+    def _drive(self, run_id: str, job: Callable[[], RunResult]) -> None:
+        self._worker(partial(self._drive_now, run_id, job), group="runs", name="drive run")
+
+    def _drive_now(self, run_id: str, job: Callable[[], RunResult]) -> None:
+        outcome = self.runs.execute(run_id, job)
+        if outcome.result is not None:
+            self.announce(outcome.result)
+        elif isinstance(outcome.exception, InputPendingError):
+            self._say(f"Run {short_id(run_id)} waits for an answer; press a to answer it.")
+        elif outcome.error is not None:
+            self._say(outcome.error, "error")
+        self._app.post_message(RunChanged(run_id))
+
+    def announce(self, result: RunResult) -> None:
+        """Say how a run driven here ended (thread-safe)."""
+        rid = short_id(result.run_id)
+        engine = self._host.engine
+        if result.status == "completed":
+            report = getattr(result.state, "report_path", None)
+            self._say(f"Run {rid} completed" + (f": {report}" if report else ""))
+        elif result.status == "failed":
+            self._say(f"Run {rid} failed: {result.error}", "error")
+        elif result.status == "canceled" and result.run_id in self._canceled_here:
+            return  # said when it was canceled
+        elif result.status == "waiting":
+            self._say(f"Run {rid} is waiting; select it and press a to see what for.", "warning")
+        elif result.status in INTERRUPTED and engine is not None and not engine.executes:
+            # PostgreSQL without FLOWDESK_WORKER=1: saved, the workers execute it
+            self._say(f"Run {rid} is saved; a worker (flowdesk agent) executes it.")
+        else:
+            self._say(f"Run {rid} is {result.status}", "warning")
+
+    # -- replay and fork -----------------------------------------------------
+
+    def branch(
+        self, reply_to: MessagePump, cid: str, new_id: str, changes: dict[str, Any] | None
+    ) -> None:
+        """Replay (``changes`` is ``None``) or fork checkpoint ``cid`` as run
+        ``new_id`` in a worker; ``reply_to`` gets :class:`BranchFinished`."""
+        engine = self.require_engine()
+        if engine is None:
+            return
+        self.runs.claim(new_id)
+        verb = "Forking" if changes is not None else "Replaying"
+        rev = f"{short_id(cid)}:{cid.rpartition(':')[2]}"
+        self._say(f"{verb} checkpoint {rev} as run {short_id(new_id)}…")
+
+        def job() -> RunResult:
+            if changes is not None:
+                return engine.fork(cid, changes, run_id=new_id)
+            return engine.replay(cid, run_id=new_id)
+
+        run = partial(self._branch, reply_to, rev, new_id, job, changes is not None)
+        self._worker(run, group="runs", name="fork or replay run")
+
+    def _branch(
+        self,
+        reply_to: MessagePump,
+        rev: str,
+        new_id: str,
+        job: Callable[[], RunResult],
+        fork: bool,
+    ) -> None:
+        what = "Fork" if fork else "Replay"
+        outcome = self.runs.execute(new_id, job, what=what)
+        result = outcome.result
+        if isinstance(outcome.exception, ValidationError):
+            self._say(
+                f"{what} of {rev} refused: " + "; ".join(validation_lines(outcome.exception)),
+                "error",
+            )
+        elif result is None:
+            exc = outcome.exception
+            why = (
+                outcome.error if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
+            )
+            self._say(f"{what} of {rev} failed: {why}", "error")
+        else:
+            done = "forked" if fork else "replayed"
+            status = result.status + (f": {result.error}" if result.error else "")
+            severity: SeverityLevel = "error" if result.status == "failed" else "information"
+            self._say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
+        self._app.post_message(RunChanged(new_id))
+        reply_to.post_message(BranchFinished(new_id, result is not None))
+
+    # -- opening -------------------------------------------------------------
+
+    def open_run(self, run_id: str) -> None:
+        """A flow run's detail screen."""
+        if self._host.reader is None:
+            self.require_engine()
+            return
+        self._app.push_screen(RunDetailScreen(run_id))
+
+    def open_thread(self, thread_id: str) -> None:
+        """A LangGraph thread's checkpoints, state, diffs and question."""
+        if self._host.reader is None:
+            self.require_engine()
+            return
+        from desktop_app.app.screens.langgraph_thread import ThreadScreen
+
+        self._app.push_screen(ThreadScreen(thread_id))
+
+    def open_agent_run(self, run_id: str, *, resume: bool = False) -> None:
+        """The agent runs screen with ``run_id``'s conversation open (and,
+        with ``resume``, the run resumed there, its answer streamed)."""
+        if self._host.reader is None:
+            self.require_engine()
+            return
+        from desktop_app.app.screens.agent_runs import AgentRunsScreen
+
+        self._app.push_screen(AgentRunsScreen(open_run_id=run_id, resume=resume))
+
+    def copy_run_id(self, run_id: str) -> None:
+        """Put ``run_id`` on the clipboard (the terminal's, through OSC 52)."""
+        self._app.copy_to_clipboard(run_id)
+        self._say(f"Copied run id {run_id}.")
+
+    def open_output(self, run_id: str) -> None:
+        """Open what run ``run_id`` made (digest: its ``digest.md``) with the
+        system opener; say why not when it made nothing yet or no opener is
+        installed."""
+        from desktop_app.app.opener import open_path, output_of
+
+        latest = self._host.read(lambda s: s.latest(run_id))
+        if latest is None:
+            return
+        path = output_of(latest.state)
+        if path is None:
+            self._say(f"Run {short_id(run_id)} has no output to open yet.", "warning")
+            return
+        try:
+            open_path(path)
+        except OSError as exc:
+            self._say(f"Could not open {path}: {exc}", "error")
+            return
+        self._say(f"Opened {path}.")
+
+    # -- tidy undo -------------------------------------------------------------
+
+    def undo_tidy(self, run_id: str) -> None:
+        """Ask, then move a tidy run's files back from its undo list (in a worker)."""
+        if self.require_engine() is None:
+            return
+        rid = short_id(run_id)
+        store = self._host.reader
+        if store is None:
+            return
+        try:
+            undo_list = str(undo_list_of(store, run_id))
+        except FlowdeskError as exc:
+            self._say(str(exc), "warning" if isinstance(exc, InputError) else "error")
+            return
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._worker(
+                    partial(self._undo, run_id, undo_list), group="control", name="undo tidy"
+                )
+
+        self._app.push_screen(
+            ConfirmScreen(
+                f"Undo tidy run {rid}?",
+                f"Every file it moved goes back where it was (from {undo_list}). "
+                "Files moved or replaced since are left alone.",
+                yes="Move them back",
+                no="Keep",
+            ),
+            chosen,
+        )
+
+    def _undo(self, run_id: str, undo_list: str) -> None:
+        rid = short_id(run_id)
+        try:
+            report = undo_tidy(Path(undo_list))
+        except FlowdeskError as exc:
+            self._say(f"Tidy run {rid} was not undone: {exc}", "error")
+            return
+        text = f"Undid tidy run {rid}: {plural(report.moved_back, 'file')} moved back"
+        if report.already_back:
+            text += f", {report.already_back} already back"
+        if report.left:
+            text += f"; {len(report.left)} left: " + "; ".join(report.left[:3])
+        self._say(text, "warning" if report.left else "information")
+
+    # -- canceling -------------------------------------------------------------
+
+    def cancel(self, run: RunRecord) -> None:
+        """Ask, then cancel the run ``run`` shows in a worker (``Engine.cancel``).
+
+        ``run``: the run as the screen shows it; one shown finished is
+        refused at once, without a question."""
+        if self.require_engine() is None:
+            return
+        run_id, rid = run.run_id, short_id(run.run_id)
+        if run.status in FINISHED:
+            self._say(f"Run {rid} is already {run.status}; nothing to cancel.", "error")
+            return
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._worker(partial(self._cancel, run_id), group="control", name="cancel run")
+
+        self._app.push_screen(
+            ConfirmScreen(
+                f"Cancel run {rid}?",
+                f"{run.flow_name} run, {run.status}. A canceled run cannot be resumed; "
+                "replay it from a checkpoint to run it again.",
+                yes="Cancel run",
+                no="Keep it",
+            ),
+            chosen,
+        )
+
+    def _cancel(self, run_id: str) -> None:
+        engine = self._host.engine
+        assert engine is not None
+        rid = short_id(run_id)
+        try:
+            run = engine.cancel(run_id)
+        except FlowdeskError as exc:
+            self._say(f"Run {rid} was not canceled: {exc}", "error")
+        except Exception as exc:
+            self._say(f"Run {rid} was not canceled: {type(exc).__name__}: {exc}", "error")
+        else:
+            self._canceled_here.add(run_id)
+            self._say(f"Run {rid} is {run.status}.")
+        finally:
+            self._app.post_message(RunChanged(run_id))
+
+    # -- answering waiting runs ------------------------------------------------
+
+    def answer(self, run: RunRecord) -> None:
+        """Show what the run ``run`` shows waits for, and answer its questions
+        (the dialog reads its waits from the engine)."""
+        if self.require_engine() is None:
+            return
+        if run.status != "waiting":
+            self._say(
+                f"Run {short_id(run.run_id)} is {run.status}, not waiting; nothing to answer.",
+                "warning",
+            )
+            return
+        self._app.push_screen(AnswerScreen(run))
+
+    def send_answer(self, screen: MessagePump, run_id: str, wait_id: str, value: Any) -> str:
+        """Answer ``wait_id`` in a worker (``Engine.resume_with``).
+
+        Returns why it could not be sent (``""`` when it is on its way). The
+        screen gets :class:`AnswerAccepted` once the answer is saved (the run
+        then goes on in the worker) or :class:`AnswerRefused`.
+        """
+        if self._host.engine is None:
+            return "The database is not open."
+        if not self.runs.claim(run_id):
+            return f"Run {short_id(run_id)} is running here right now; try again when it stops."
+        with self._answer_lock:
+            self._answering[run_id] = (screen, wait_id)
+        answer = partial(self._answer, run_id, wait_id, value)
+        self._worker(answer, group="runs", name="answer run")
+        return ""
+
+    def _answer_settled(self, run_id: str) -> tuple[MessagePump, str] | None:
+        """The screen waiting for the fate of an answer to ``run_id``, once."""
+        with self._answer_lock:
+            return self._answering.pop(run_id, None)
+
+    def accepted(self, run_id: str) -> None:
+        """The engine started ``run_id`` again: an answer sent to it was saved
+        (called by the app's event subscriber, on the engine's thread)."""
+        asking = self._answer_settled(run_id)
+        if asking is not None:
+            screen, wait_id = asking
+            self._say(f"Answered {wait_id}; run {short_id(run_id)} goes on.")
+            screen.post_message(AnswerAccepted(run_id, wait_id))
+
+    def _answer(self, run_id: str, wait_id: str, value: Any) -> None:
+        engine = self._host.engine
+        assert engine is not None
+        result: RunResult | None = None
+        error: str | None = None
+        try:
+            self.runs.wait_for_gate()
+            result = engine.resume_with(run_id, value, wait_id=wait_id)
+        except FlowdeskError as exc:
+            error = str(exc)
+        except Exception as exc:
+            error = f"Run {short_id(run_id)} stopped: {type(exc).__name__}: {exc}"
+        finally:
+            self.runs.release(run_id)
+            self._app.post_message(RunChanged(run_id))
+        asking = self._answer_settled(run_id)
+        if asking is None:  # accepted earlier: the run went on, then stopped
+            if error:
+                self._say(error, "error")
+        elif error:
+            screen = asking[0]
+            if screen in self._app.screen_stack:
+                screen.post_message(AnswerRefused(error))
+            else:
+                self._say(error, "error")
+            return
+        else:
+            self._say(f"Answered {wait_id}.")
+            asking[0].post_message(AnswerAccepted(run_id, wait_id))
+        if result is not None:
+            self.announce(result)
