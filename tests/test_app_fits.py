@@ -35,6 +35,10 @@ async def test_the_answer_dialog_buttons_are_reachable_at_80x24(tmp_path: Path) 
         await settle(pilot)
         assert isinstance(app.screen, AnswerScreen)
         for button in ("#answer-yes", "#answer-no", "#send", "#close"):
+            # on screen at once, below what scrolls (a tidy's plan pushed Yes
+            # and No below the fold)
+            region = app.screen.query_one(button, Button).region
+            assert region.height and region.bottom <= 24 and region.right <= 80, button
             assert await reachable(pilot, app.screen.query_one(button, Button)), button
 
 

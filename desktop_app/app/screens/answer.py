@@ -93,7 +93,8 @@ class AnswerScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         run = self.run
-        # what the run asks scrolls on a short terminal; Send and Close stay below it
+        # what the run asks scrolls on a short terminal; Yes, No, Send and
+        # Close stay below it, on screen at any size
         with Vertical(id="dialog"):
             with VerticalScroll(id="body"):
                 yield Label(
@@ -109,15 +110,14 @@ class AnswerScreen(ModalScreen[None]):
                 yield Static("Reading what it waits for…", id="prompt")
                 yield Static("", id="preview-title")
                 yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
-                with Horizontal(id="yes-no"):
-                    yield Button("Yes", variant="success", id="answer-yes", disabled=True)
-                    yield Button("No", variant="error", id="answer-no", disabled=True)
                 yield Input(
                     placeholder="Type the answer; enter sends it", id="answer", disabled=True
                 )
                 yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json", compact=True)
                 yield Static("", id="answer-error")
             with Horizontal(id="buttons"):
+                yield Button("Yes", variant="success", id="answer-yes", disabled=True)
+                yield Button("No", variant="error", id="answer-no", disabled=True)
                 yield Button("Send", variant="primary", id="send", disabled=True)
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
