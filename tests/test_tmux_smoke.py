@@ -5,38 +5,22 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-BIN = Path(sys.executable).with_name("flowdesk")
+from tests.tmux_support import exit_code, home_env, launch, need_tmux, screen, tmux, wait_for
+
+pytestmark = pytest.mark.usefixtures("tmux_available")
 
 
-def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
+@pytest.fixture
+def tmux_available() -> None:
+    need_tmux()
 
 
-def screen(session: str) -> str:
-    return tmux("capture-pane", "-p", "-t", session)
-
-
-def wait_for(session: str, text: str, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        shown = screen(session)
-        if text in shown:
-            return shown
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared; screen:\n{screen(session)}")
-
-
-@pytest.mark.skipif(not BIN.exists(), reason="the flowdesk console script is not installed")
 def test_real_binary_in_tmux(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -44,19 +28,8 @@ def test_real_binary_in_tmux(tmp_path):
     docs.mkdir()
     (docs / "note.md").write_text("# Note\n\nA first sentence. A second one.\n")
     session = f"flowdesk-smoke-{os.getpid()}"
-    env = f"HOME={home} XDG_DATA_HOME={home}/data XDG_CONFIG_HOME={home}/config TERM=xterm-256color"
     done = tmp_path / "exit-code"
-    tmux(
-        "new-session",
-        "-d",
-        "-s",
-        session,
-        "-x",
-        "120",
-        "-y",
-        "40",
-        f"env {env} {BIN}; echo $? > {done}",
-    )
+    launch(session, home_env(home), done)
     try:
         # the app says so once its database is open (a loaded machine paints late)
         wait_for(session, "press n to start one", timeout=90)
@@ -70,10 +43,7 @@ def test_real_binary_in_tmux(tmp_path):
         tmux("send-keys", "-t", session, "Enter")
         wait_for(session, "completed", timeout=60)
         tmux("send-keys", "-t", session, "q")
-        deadline = time.monotonic() + 20
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert done.exists() and done.read_text().strip() == "0"
+        assert exit_code(done) == "0"
     finally:
         tmux("kill-session", "-t", session)
     assert (tmp_path / "docs-digest" / "digest.md").read_text().startswith("# Digest of docs")
@@ -104,20 +74,6 @@ def wait_progress(session: str, check, timeout: float = 60, bar: bool = False) -
     raise AssertionError(f"progress never matched; screen:\n{screen(session)}")
 
 
-def launch(session: str, env: str, done: Path) -> None:
-    tmux(
-        "new-session",
-        "-d",
-        "-s",
-        session,
-        "-x",
-        "120",
-        "-y",
-        "40",
-        f"env {env} {BIN}; echo $? > {done}",
-    )
-
-
 def app_pid(session: str) -> int:
     """The flowdesk process of the session (the pane's shell runs it)."""
     shell = tmux("display-message", "-p", "-t", session, "#{pane_pid}").strip()
@@ -128,7 +84,6 @@ def app_pid(session: str) -> int:
     return int(children[0])
 
 
-@pytest.mark.skipif(not BIN.exists(), reason="the flowdesk console script is not installed")
 def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -137,7 +92,7 @@ def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_pat
     files = 3000
     for i in range(files):
         (docs / f"n{i:05d}.txt").write_text(f"Note {i}. Something to say.\n")
-    env = f"HOME={home} XDG_DATA_HOME={home}/data XDG_CONFIG_HOME={home}/config TERM=xterm-256color"
+    env = home_env(home)
     first, second = f"flowdesk-bar-{os.getpid()}", f"flowdesk-bar2-{os.getpid()}"
     done = tmp_path / "exit-code"
     launch(first, env, done)
@@ -154,7 +109,7 @@ def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_pat
         killed_at = b[0]
     finally:
         tmux("kill-session", "-t", first)
-    launch(second, env, done)
+    launch(second, env, tmp_path / "exit-code-2")
     try:
         # launch recovery resumes the run; its bar goes on from where it was
         resumed = wait_progress(second, lambda p: p[0] >= killed_at and p[1] == b[1])
@@ -163,9 +118,7 @@ def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_pat
         assert wait_progress(second, lambda p: p == (b[1], b[1]), timeout=120) == (b[1], b[1])
         wait_for(second, "completed", timeout=120)
         tmux("send-keys", "-t", second, "q")
-        deadline = time.monotonic() + 20
-        while not done.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        assert exit_code(tmp_path / "exit-code-2") == "0"
     finally:
         tmux("kill-session", "-t", second)
     report = (tmp_path / "many-digest" / "digest.md").read_text()

@@ -1,0 +1,80 @@
+"""The real ``flowdesk`` command in a real terminal: tmux sessions, what
+they show, keys sent as a person types them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).with_name("flowdesk")
+
+
+def need_tmux() -> None:
+    """Skip without tmux or the console script; under ``CI=true`` fail
+    instead (``.ci/run`` installs tmux)."""
+    missing = [
+        what
+        for what, ok in (("tmux", shutil.which("tmux")), ("flowdesk script", BIN.exists()))
+        if not ok
+    ]
+    if missing:
+        message = f"{' and '.join(missing)} not installed"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=False).stdout
+
+
+def screen(session: str) -> str:
+    return tmux("capture-pane", "-p", "-t", session)
+
+
+def wait_for(session: str, *texts: str, timeout: float = 30) -> str:
+    """The screen once every one of ``texts`` shows on it at once
+    (``AssertionError`` with the screen after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shown = screen(session)
+        if all(text in shown for text in texts):
+            return shown
+        time.sleep(0.2)
+    raise AssertionError(f"{texts!r} never all appeared; screen:\n{screen(session)}")
+
+
+def keys(session: str, *names: str) -> None:
+    """Send tmux key names (``Enter``, ``C-s``, ``F1``) or single characters."""
+    tmux("send-keys", "-t", session, *names)
+
+
+def home_env(home: Path) -> str:
+    """The environment of a person whose home is ``home`` (``env`` syntax)."""
+    return (
+        f"HOME={home} XDG_DATA_HOME={home}/data XDG_CONFIG_HOME={home}/config TERM=xterm-256color"
+    )
+
+
+def launch(session: str, env: str, done: Path, size: tuple[int, int] = (120, 40)) -> None:
+    """Start the app in a detached tmux session of ``size`` (columns, rows);
+    its exit code lands in ``done``."""
+    tmux(
+        "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
+        f"env {env} {BIN}; echo $? > {done}",
+    )  # fmt: skip
+
+
+def exit_code(done: Path, timeout: float = 20) -> str:
+    """The app's exit code once it has quit."""
+    deadline = time.monotonic() + timeout
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert done.exists(), "the app did not quit"
+    return done.read_text().strip()
