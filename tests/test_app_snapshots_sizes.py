@@ -105,6 +105,12 @@ async def open_detail(pilot: Pilot[None]) -> None:
     await settle(pilot)
 
 
+async def open_fork(pilot: Pilot[None]) -> None:
+    await open_detail(pilot)
+    await pilot.press("f")
+    await settle(pilot)
+
+
 SCREENS = {
     "runs": keys(),
     "detail": keys(then=open_detail),
@@ -114,6 +120,10 @@ SCREENS = {
     "help": keys("f1"),
     "agent_runs": keys("g", "enter"),
     "start_flow": keys("s"),
+    "new_digest": keys("n"),
+    "signal": keys("x"),
+    "cancel_confirm": keys("c"),
+    "fork": keys(then=open_fork),
 }
 
 
