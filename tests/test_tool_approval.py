@@ -151,6 +151,56 @@ def test_kill_9_between_the_approval_and_the_call_runs_the_approved_call_once(
 
 
 @pytest.mark.scenario("S88")
+def test_two_processes_answering_yes_at_one_instant_run_the_call_once(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """The CLI and the app (or two terminals) approve the same call at the
+    same moment: two real processes released at one instant, 20 rounds (a
+    run each); every approved call runs once, one process carries it, the
+    other is refused with a typed error, and the model is asked once more
+    per run, never twice."""
+    import time
+
+    rounds = 20
+    log = tmp_path / "ledger"
+    with ChatServer() as server:
+        server.script = [record(f"v{i:02d}") for i in range(rounds)]
+        worker_module = importlib.import_module("tests.approval_agent_worker")
+        worker_module.ARGS.log = str(log)
+        store = open_store(db_path)
+        try:
+            agent = worker_module.ledger_agent(SqliteAgentStore(store), server.url)
+            for i in range(rounds):
+                assert agent.ask(f"Record v{i:02d}.").status == "input_required"
+                time.sleep(0.002)  # distinct creation times: both workers take runs in order
+        finally:
+            store.close()
+        asked = len(server.requests)
+        server.script = [DONE] * rounds  # one per run: a second call would find none left
+        start = time.time() + 4.0  # both interpreters are up by then
+        cmd = [sys.executable, str(WORKER), str(db_path), str(log), server.url, "race", "yes",
+               "--start-at", str(start), "--every", "0.4"]  # fmt: skip
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]  # fmt: skip
+        outs = [p.communicate(timeout=180) for p in procs]
+        for p, (_, err) in zip(procs, outs, strict=True):
+            assert p.returncode == 0, err
+        assert len(server.requests) == asked + rounds
+    assert sorted(lines(log)) == [f"record v{i:02d}" for i in range(rounds)]  # each once
+    # per run: one process carried it; the other was refused (the run was
+    # held) or, arriving after it ended, got its result and ran nothing
+    said = [dict(line.split(" ", 2)[1::-1] for line in out.splitlines()) for out, _ in outs]
+    for i in range(rounds):
+        a, b = said[0][str(i)], said[1][str(i)]
+        assert "done" in (a, b), (i, a, b)
+        assert {a, b} <= {"done", "refused"}, (i, a, b)
+    refusals = [line for out, _ in outs for line in out.splitlines() if line.startswith("refused")]
+    odd = [r for r in refusals if "AgentRunLeasedError" not in r]
+    assert refusals and not odd, odd
+    assert all(r.status == "done" for r in SqliteAgentStore(open_store(db_path)).list())
+
+
+@pytest.mark.scenario("S88")
 def test_a_call_with_other_arguments_is_asked_about_again(db_path: Path, tmp_path: Path) -> None:
     log = tmp_path / "ledger"
     with ChatServer() as server:

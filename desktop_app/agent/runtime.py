@@ -95,6 +95,7 @@ from desktop_app.agent.tools import (
 )
 from desktop_app.errors import (
     AgentError,
+    AgentRunLeasedError,
     AgentToolsChangedError,
     CheckpointNotFoundError,
     InputRequiredError,
@@ -111,6 +112,7 @@ from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
+from desktop_app.flow.owners import holding
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import (
     AGENT_TERMINAL,
@@ -358,6 +360,8 @@ class Agent:
         before the call is made (see :mod:`desktop_app.agent.approvals`).
 
         Raises:
+            AgentRunLeasedError: another live process took the answer a
+                moment ago and executes the run (nothing was run here).
             RunStateError: the run does not wait for input.
             ApprovalAnswerError: an approval answered with neither yes nor no
                 (nothing changed; the run still waits).
@@ -371,6 +375,14 @@ class Agent:
     def _resume_input(self, run_id: str, text: str, stream: bool) -> Iterator[AgentEvent]:
         run = self.store.get(run_id)
         if run.status != "input_required" or run.pending_call is None:
+            holder = run.lease_owner
+            if (
+                run.status == "running"
+                and holder is not None
+                and holder != self.owner
+                and holding(holder, run.lease_expires_at, self.clock.now()) == "held"
+            ):  # answered a moment ago, and another process is carrying it on
+                raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
             raise RunStateError(
                 f"agent run {run_id} is not waiting for input (status {run.status!r})"
             )
