@@ -206,8 +206,8 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
 
     Raises:
         UnknownRunError: no such thread.
-        InputError: the thread is not waiting for an answer (nothing stored),
-            or ``value`` is not JSON.
+        InputError: the thread is not waiting for an answer, or another
+            answer took it first (nothing stored), or ``value`` is not JSON.
     """
     try:
         blob = json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -227,6 +227,22 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
                 f"LangGraph thread {thread_id} is {thread.status}, not waiting for an answer; "
                 "nothing was stored"
             )
+        now = time.time()
+        # the answer is taken by a compare-and-set on the row: of two answers
+        # at one instant (the CLI and the app), one is stored and the other
+        # refused; a plain read would let both pass on PostgreSQL (READ
+        # COMMITTED) and the second overwrite the first
+        taken = tx.execute(
+            f"UPDATE langgraph_threads SET status='{ANSWERED}', owner=NULL, interrupts=NULL, "
+            f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND status='waiting' "
+            "AND checkpoint_id=?",
+            (now, scope, thread_id, thread.checkpoint_id),
+        )
+        if taken.rowcount != 1:
+            raise InputError(
+                f"LangGraph thread {thread_id} was answered or moved on a moment ago, "
+                "not by this answer; nothing was stored"
+            )
         sum_ = checksum(thread.checkpoint_id, NULL_TASK_ID, RESUME_IDX, RESUME, "json", blob)
         tx.execute(
             "INSERT INTO langgraph_writes (scope, thread_id, checkpoint_ns, checkpoint_id, "
@@ -237,14 +253,8 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
             (scope, thread_id, "", thread.checkpoint_id, NULL_TASK_ID, RESUME_IDX, "",
              RESUME, "json", blob, sum_),
         )  # fmt: skip
-        now = time.time()
-        tx.execute(
-            "UPDATE langgraph_threads SET status='answered', owner=NULL, interrupts=NULL, "
-            f"updated_at={ts(tx)} WHERE scope=? AND thread_id=?",
-            (now, scope, thread_id),
-        )
         return Thread(
-            thread.thread_id, "answered", thread.created_at, now, None, thread.context, [],
+            thread.thread_id, ANSWERED, thread.created_at, now, None, thread.context, [],
             thread.checkpoint_id,
         )  # fmt: skip
 
