@@ -18,6 +18,11 @@ Modes (DB: a SQLite path or a ``postgresql://`` URL):
             claimed run resumed: outcome ``ran N``.
 ``dispatch`` one outbox ``Dispatcher.dispatch()`` pass to a destination that
             appends each idempotency key to SINK: outcome ``sent N``.
+``answer``  ``Engine.resume_with(arg, True)``: a person's "yes" to the
+            ``approve`` flow's question, whose next step appends to SINK.
+            Outcome ``ok``, ``answered`` (the other answer stood first),
+            ``leased`` (the other process carries the run on) or
+            ``not waiting`` (it had finished).
 
 Every side effect is one line ``<mode> <round> <key> <pid>`` appended with
 O_APPEND and fsynced, so the parent counts exactly what ran.
@@ -59,6 +64,24 @@ def race_flow(step: Any) -> Any:
     from desktop_app.flow import FlowBuilder
 
     return FlowBuilder("race", N).step("work", step).step("send", _send).chain().compile()
+
+
+class Approval(BaseModel):
+    ok: bool | None = None
+    n: int = 0
+
+
+def approve_flow(step: Any) -> Any:
+    """A question a person answers yes to, then the step ``work``."""
+    from desktop_app.flow import FlowBuilder
+
+    return (
+        FlowBuilder("approve", Approval)
+        .await_input("ask", "ok", prompt="Ship it?")
+        .step("work", step)
+        .chain()
+        .compile()
+    )
 
 
 def _send(s: N, ctx: Any) -> dict[str, Any]:
@@ -154,6 +177,23 @@ def main() -> int:
                 engine.resume(arg)
             except RunLeasedError:
                 return "leased"
+            return "ok"
+
+    elif mode == "answer":
+        from desktop_app.errors import RunStateError, WaitAlreadyResolvedError
+        from desktop_app.flow import Engine
+
+        engine = Engine(store, flows=[approve_flow(work)])
+
+        def act(arg: str) -> str:
+            try:
+                engine.resume_with(arg, True)
+            except WaitAlreadyResolvedError:
+                return "answered"
+            except RunLeasedError:
+                return "leased"
+            except RunStateError:
+                return "not waiting"
             return "ok"
 
     elif mode == "dispatch":

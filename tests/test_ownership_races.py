@@ -23,7 +23,15 @@ import pytest
 
 from desktop_app.flow import Engine
 from desktop_app.store.protocol import Lease
-from tests.ownership_racer import RACE_AGENT, N, agent_store, open_db, race_flow
+from tests.ownership_racer import (
+    RACE_AGENT,
+    Approval,
+    N,
+    agent_store,
+    approve_flow,
+    open_db,
+    race_flow,
+)
 
 RACER = Path(__file__).resolve().parent / "ownership_racer.py"
 ROUNDS = 20
@@ -194,6 +202,31 @@ def test_two_processes_resuming_a_dead_owners_flow_run_run_its_step_once(race_db
     outcomes = race_rounds("flow", race_db, tmp_path, prepare, check)
     print(f"S77 flow takeover, {ROUNDS} rounds: {dict(outcomes)}")
     assert outcomes["leased / ok"] >= 1, "the racers never met: the race was not exercised"
+
+
+@pytest.mark.scenario("S77")
+def test_two_processes_answering_yes_at_once_run_the_approved_step_once(race_db, tmp_path):
+    """The app and the CLI approve one waiting run at the same instant: the
+    step after the question runs once, and the other answer is refused
+    (the first answer stands) or finds the run carried on or done."""
+
+    def prepare(store, rnd):
+        from desktop_app.flow import Engine
+
+        engine = Engine(store, flows=[approve_flow(lambda s, ctx: {})])
+        rid = engine.run("approve", Approval()).run_id
+        assert store.get_run(rid).status == "waiting"
+        return rid, [rid]
+
+    def check(store, keys, got):
+        assert got.count("ok") == 1, got
+        assert set(got) <= {"ok", "answered", "leased", "not waiting"}, got
+        assert store.get_run(keys[0]).status == "completed"
+
+    outcomes = race_rounds("answer", race_db, tmp_path, prepare, check)
+    print(f"approval race, {ROUNDS} rounds: {dict(outcomes)}")
+    assert sum(n for pair, n in outcomes.items() if pair != "ok / not waiting"
+               and pair != "not waiting / ok") >= 1, "the racers never met"  # fmt: skip
 
 
 def all_completed(store, keys, got) -> None:

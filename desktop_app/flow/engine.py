@@ -28,10 +28,12 @@ from desktop_app.errors import (
     FlowVersionMismatchError,
     InputError,
     InputPendingError,
+    RevisionConflictError,
     RunLeasedError,
     RunStateError,
     StepFailedError,
     UnknownFlowError,
+    WaitAlreadyResolvedError,
 )
 from desktop_app.flow.children import canceler, journaled, merge_journals
 from desktop_app.flow.clock import Clock, SystemClock
@@ -566,8 +568,9 @@ class Engine:
             RunStateError: the run is not waiting for input, or the wait timed out.
             WaitError: several questions are pending and ``wait_id`` is missing,
                 or ``wait_id`` is unknown.
-            WaitAlreadyResolvedError: that question was answered already; the
-                first answer stands.
+            WaitAlreadyResolvedError: that question was answered already (also
+                by another process a moment ago: its save won); the first
+                answer stands.
             InputError: ``value`` does not fit; nothing changed.
             PayloadNotStorableError: no checkpoint could hold ``value`` (an
                 ``InputError``); nothing changed.
@@ -599,6 +602,18 @@ class Engine:
             ) from exc
         except (TypeError, ValueError) as exc:
             raise InputError(f"run {run_id}: the answer must be JSON data: {exc}") from exc
+        except RevisionConflictError as exc:
+            # another process (the app, the CLI) saved first: say what it
+            # did to this question rather than "reload and try again"
+            now = RunState.read(self.store, run_id)
+            if wait.wait_id in now.meta.get("resolved", []) or all(
+                w.wait_id != wait.wait_id for w in now.checkpoint.waits
+            ):
+                raise WaitAlreadyResolvedError(
+                    f"run {run_id}: wait {wait.wait_id} was answered a moment ago by another "
+                    "process; the first answer stands and nothing ran here"
+                ) from exc
+            raise
         if driver.is_running():
             return self._go(driver)
         return driver.result()
