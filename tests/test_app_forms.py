@@ -32,6 +32,15 @@ from tests.app_support import messages, settle, wait_until
 SIZE = (120, 40)
 
 
+def isolated_app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowdeskApp:
+    """The app on its own database, no FLOWDESK_ variable or config file of yours."""
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+    return FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
+
+
 def test_digest_and_tidy_declare_their_inputs_and_a_description() -> None:
     digest, tidy = build_digest_flow(), build_tidy_flow()
     assert digest.inputs == ("folder", "out") and tidy.inputs == ("folder",)
@@ -51,15 +60,11 @@ def test_an_input_that_is_not_a_state_field_is_refused_at_compile() -> None:
 async def test_the_digest_start_form_shows_exactly_its_input_fields(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in list(os.environ):
-        if name.startswith("FLOWDESK_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "a.md").write_text("# Plans\n\nWe ship the digest flow this week.\n")
     out = tmp_path / "out"
-    app = FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
+    app = isolated_app(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("s")
@@ -175,14 +180,6 @@ def test_undo_twice_changes_nothing_the_second_time_and_a_bad_list_is_refused(
         undo_tidy(tmp_path / "missing.json")
 
 
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowdeskApp:
-    for name in list(os.environ):
-        if name.startswith("FLOWDESK_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
-    return FlowdeskApp(load_settings(db_path=tmp_path / "t.db"))
-
-
 async def test_keys_typed_before_the_digest_form_focuses_its_field_are_not_lost(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,7 +187,7 @@ async def test_keys_typed_before_the_digest_form_focuses_its_field_are_not_lost(
     folder field has the focus (Textual then hands them to the screen): a
     tmux run of the real app lost a whole typed path that way. They go into
     the field, in order, with the keys typed after the field took the focus."""
-    app = _isolated(tmp_path, monkeypatch)
+    app = isolated_app(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("n")
@@ -215,7 +212,7 @@ async def test_keys_typed_before_the_digest_form_focuses_its_field_are_not_lost(
 async def test_text_typed_right_after_picking_a_flow_goes_into_its_first_field(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app = _isolated(tmp_path, monkeypatch)
+    app = isolated_app(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("s")
