@@ -111,6 +111,47 @@ def test_recovery_claims_each_interrupted_run_once(db_path):
     store.close()
 
 
+def test_resume_pending_claims_in_batches_that_do_not_grow(db_path):
+    """``resume_pending`` claims 32 runs at a time, and each claim reads the
+    rows it takes, not every interrupted run: 200 runs read 200 candidate
+    rows in 7 claims of 32 (asking for "handed out so far + 32" read every
+    remaining run at each claim, N**2/64 rows: 746 here, 1.6 million for
+    10,000 runs), and each run is resumed once."""
+    ids = _interrupted_runs(db_path, 200)
+    store = open_store(db_path)
+    executed: Counter[str] = Counter()
+    engine = Engine(store, flows=[_flow(executed, threading.Lock())])
+    limits: list[int] = []
+    claim = store.claim_runnable
+
+    def counted(*args, **kwargs):
+        limits.append(args[2])
+        return claim(*args, **kwargs)
+
+    store.claim_runnable = counted  # type: ignore[method-assign]
+    candidate_sql: dict[int, bool] = {}
+    rows_read = Counter[str]()
+
+    def on_exec(cursor, sql: str, _bindings) -> bool:
+        candidate_sql[id(cursor)] = sql.startswith("SELECT") and "status IN" in sql
+        return True
+
+    def on_row(cursor, row):
+        if candidate_sql.get(id(cursor)):
+            rows_read[row[0]] += 1
+        return row
+
+    store.conn.exec_trace, store.conn.row_trace = on_exec, on_row
+    out = engine.resume_pending()
+    store.conn.exec_trace = store.conn.row_trace = None
+    assert out.failed_run_id is None
+    assert sorted(r.run_id for r in out.resumed) == sorted(ids)
+    assert executed == Counter(dict.fromkeys(ids, 1))
+    assert limits == [32] * 8  # 7 claims hand out 200 runs, the 8th finds none
+    assert rows_read == Counter(dict.fromkeys(ids, 1)), f"{rows_read.total()} rows read"
+    store.close()
+
+
 def test_claim_runnable_on_the_engine_leases_to_the_engine(db_path):
     ids = _interrupted_runs(db_path, 3)
     store = open_store(db_path)
