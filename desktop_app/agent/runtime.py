@@ -119,6 +119,7 @@ from desktop_app.store.protocol import (
     AgentStatus,
     CheckpointStore,
 )
+from desktop_app.store.runids import new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,7 @@ class Agent:
         parent_run_id: str | None,
         context: ExecutionContext | None,
     ) -> str:
-        rid = run_id or uuid.uuid4().hex
+        rid = run_id or new_run_id()
         now = self.clock.now()
         ctx = (context or ExecutionContext()).for_run(rid)
         first = ([Message("system", self.system)] if self.system else []) + [
