@@ -119,7 +119,6 @@ from desktop_app.store.protocol import (
     AgentStatus,
     CheckpointStore,
 )
-from desktop_app.store.runids import new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +235,7 @@ class Agent:
         parent_run_id: str | None,
         context: ExecutionContext | None,
     ) -> str:
-        rid = run_id or new_run_id()
+        rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
         ctx = (context or ExecutionContext()).for_run(rid)
         first = ([Message("system", self.system)] if self.system else []) + [

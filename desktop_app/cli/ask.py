@@ -8,13 +8,13 @@ clearing the screen or writing the clipboard."""
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK
 from desktop_app.errors import ConfigError, InputError
-from desktop_app.store.runids import new_run_id
 from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
@@ -199,7 +199,7 @@ def cmd_ask(ctx: Ctx) -> int:
     from desktop_app.agent.recovery import connected_tools
 
     sources = _sources(ctx)
-    run_id = new_run_id()
+    run_id = uuid.uuid4().hex
     with connected_tools(sv.settings, sources, on_connect=_connecting) as tools:
         agent = agent_for(sv, "ask", tools, sources)
         res, printed = _print_events(ctx, agent.stream(a.question, run_id=run_id), run_id)

@@ -11,6 +11,7 @@ that run instead of starting a duplicate (``--new`` starts one anyway).
 from __future__ import annotations
 
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,6 @@ from desktop_app.cli.common import Ctx, parse_json, read_answer
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError
-from desktop_app.store.runids import new_run_id
 
 LIVE = ["pending", "running", "waiting", "failed"]
 
@@ -116,7 +116,7 @@ def execute_new_run(ctx: Ctx, sv: Any, job: Callable[[str], Any]) -> Any:
     has its result's id printed after it. Returns the job's ``RunResult``."""
     from desktop_app.flow.events import RunStarted
 
-    rid = new_run_id()
+    rid = uuid.uuid4().hex
     printed = False
 
     def print_id(event: object) -> None:

@@ -14,6 +14,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, cast
@@ -62,7 +63,6 @@ from desktop_app.store.protocol import (
     Wait,
     parse_checkpoint_id,
 )
-from desktop_app.store.runids import new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class Engine:
         steps: Mapping[str, StepRecord] | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> str:
-        rid = run_id or new_run_id()
+        rid = run_id or uuid.uuid4().hex
         if parent_run_id is not None:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
             if context is None:  # a child run inherits every id of its parent but the run id
@@ -1193,7 +1193,7 @@ class Engine:
             mutate: for a fork: a dict of field updates, or a function given
                 a copy of the state that returns updates or a new state. The
                 result is validated against the state model before anything runs.
-            run_id: the new run's id (default: :func:`~desktop_app.store.runids.new_run_id`).
+            run_id: the new run's id (default: a new uuid).
 
         Raises:
             CheckpointNotFoundError, FlowVersionMismatchError,

@@ -53,7 +53,6 @@ from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.integrations.pydantic_ai.durability import CURRENT, FlowdeskDurability, RunJournal
 from desktop_app.store.protocol import AgentLog, AgentRun, AgentStatus
-from desktop_app.store.runids import new_run_id
 
 
 @dataclass(frozen=True)
@@ -170,7 +169,7 @@ class FlowdeskAgent:
         """
         if run_id is not None and self._exists(run_id):
             return await self.resume(run_id, deps=deps, event_stream_handler=event_stream_handler)
-        rid = run_id or new_run_id()
+        rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
         ctx = (context or ExecutionContext()).for_run(rid)
         self.store.create(
