@@ -19,9 +19,9 @@ Rules:
 A prefix lookup reads the ids of every run in the scope: O(runs), about a
 second per 100,000 runs on SQLite; an exact id is one indexed read.
 
-New run ids come from :func:`new_run_id`: time-ordered UUIDs (version 7),
-so a new run's rows land next to the newest rows in every b-tree keyed by
-run id instead of at a random place.
+New runs are named with ``uuid.uuid4().hex``; :func:`new_run_id` (time-ordered
+UUIDs, version 7) is ready for when short ids stop being prefixes (see its
+docstring).
 """
 
 from __future__ import annotations
@@ -63,10 +63,12 @@ def new_run_id() -> str:
     random leaf that has to split; 10-step runs wrote 4.9 WAL pages per step
     with ``uuid4`` ids and 4.1 with these (``benchmarks/bench_wal.py``).
 
-    The price: ids made within the same ~65 s share their first 8 hex
-    digits (the top of the timestamp), so the 8 characters the app shows
-    and a short prefix typed at the command line tell fewer runs apart;
-    type more of the id (:func:`resolve_run_id` names every match).
+    Not used for new runs yet: ids made within the same ~65 s share their
+    first 8 hex digits (the top of the timestamp), the 8 characters the app
+    shows and people type as a prefix (:func:`resolve_run_id` then names
+    several matches). Any time-ordered id has this: its leading digits are
+    the slowest-changing ones. Naming runs with it needs the app's short id
+    and the prefix lookup to use the random tail first.
     """
     global _last_stamp
     now_ms = time.time_ns() // 1_000_000
