@@ -744,16 +744,32 @@ class Engine:
         self, statuses: Sequence[RunStatus], wakeable: bool, batch: int = 32
     ) -> Generator[RunRecord, None, None]:
         """Claimed runs one at a time, in batches, each at most once; the
-        claims of runs not yet handed out are released when the caller stops."""
+        claims of runs not yet handed out are released when the caller stops.
+
+        Each claim asks for ``batch`` runs plus the runs already handed out
+        that the last claim returned again (still claimable: ours, and still
+        in ``statuses``), so the cost of a claim does not grow with the
+        number of runs handed out so far (asking for ``handed out + batch``
+        every time made a sweep of N runs cost N**2 / batch rows). A claim
+        that comes back full of runs already handed out is retried with room
+        for them; the sweep ends at the first claim with nothing new that
+        was not full."""
         seen: set[str] = set()
+        again = 0  # runs already handed out that the last claim returned
         while not self.shutdown_event.is_set():
-            got = self.claim_runnable(len(seen) + batch, statuses=statuses, wakeable=wakeable)
+            limit = batch + again
+            got = self.claim_runnable(limit, statuses=statuses, wakeable=wakeable)
             fresh = [r for r in got if r.run_id not in seen]
+            back = len(got) - len(fresh)
             for run in got:
                 if run.run_id in seen:
                     self._release_claim(run.run_id)
             if not fresh:
-                return
+                if len(got) < limit or back <= again:
+                    return
+                again = back  # full of runs handed out before: make room for them
+                continue
+            again = back
             for i, run in enumerate(fresh):
                 seen.add(run.run_id)
                 try:
