@@ -197,12 +197,12 @@ async def test_keys_typed_before_the_digest_form_focuses_its_field_are_not_lost(
         folder = form.query_one("#folder", Input)
         assert folder.has_focus  # the field to type into first
         form.set_focus(None)  # the form as drawn before its field took the focus
-        for key in "/tm":
-            form.post_message(events.Key(key, key))  # queued for the screen itself
+        for key, char in (("slash", "/"), ("t", "t"), ("m", "m")):
+            form.post_message(events.Key(key, char))  # queued for the screen itself
         await settle(pilot)
         assert folder.has_focus and folder.value == "/tm"
-        for key in "p/":
-            form.post_message(events.Key(key, key))  # queued while the field has it
+        for key, char in (("p", "p"), ("slash", "/")):
+            form.post_message(events.Key(key, char))  # queued while the field has it
         await pilot.press("x")  # and typed after, into the field
         await settle(pilot)
         assert folder.value == "/tmp/x"
@@ -228,3 +228,36 @@ async def test_text_typed_right_after_picking_a_flow_goes_into_its_first_field(
         assert form.query_one("#field-folder", Input).value == "/srv"
         assert select.value == "tidy"  # the keys did not pick another flow
         assert form.query_one("#field-folder", Input).has_focus  # typing goes on there
+
+
+def read_at_once(app: FlowdeskApp, text: str) -> None:
+    """Keys as the app gets them from one read of the terminal: all posted
+    before any is handled."""
+    names = {"/": "slash", "~": "tilde"}
+    for char in text:
+        app.post_message(events.Key(names.get(char, char), char))
+
+
+async def test_keys_typed_with_the_key_that_opens_a_form_go_into_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``n`` and a folder typed at once (one read from the terminal): the
+    letters were dispatched to the runs table before ``n`` opened the form,
+    and came back to an app with no binding for them. They go into the form,
+    and letters the runs screen binds (``a`` answer, ``c`` cancel) do nothing
+    there."""
+    app = isolated_app(tmp_path, monkeypatch)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        read_at_once(app, "n/acr")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, NewDigestScreen)
+        assert form.query_one("#folder", Input).value == "/acr"
+        await pilot.press("escape")
+        await settle(pilot)
+        read_at_once(app, "s~/x")
+        await settle(pilot)
+        start = app.screen
+        assert isinstance(start, StartFlowScreen)
+        assert start.query_one(f"#field-{start.field_names[0]}", Input).value == "~/x"

@@ -98,10 +98,11 @@ def test_every_screen_is_reached_and_used_at_80x24(tmp_path: Path) -> None:
         wait_for(session, "No agent runs yet")
         close(session)
 
-        # the two start forms, their Start and Cancel on screen
+        # the two start forms, their Start and Cancel on screen; what is typed
+        # with the key that opens one (one read of the terminal) goes into it
         for key, title in (("s", "Start a flow"), ("n", "Folder to read")):
-            keys(session, key)
-            shown = wait_for(session, title, "Cancel", "F1 Help")
+            tmux("send-keys", "-t", session, "-l", f"{key}~/typed")
+            shown = wait_for(session, title, "Cancel", "F1 Help", "~/typed")
             assert any("Start" in line and "Cancel" in line for line in shown.splitlines()), shown
             close(session)
 

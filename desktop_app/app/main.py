@@ -62,6 +62,7 @@ from desktop_app.app.screens.launch_report import check_after_launch
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen
 from desktop_app.app.screens.start_flow import StartFlowScreen
+from desktop_app.app.screens.type_ahead import TypeAheadApp
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
@@ -130,7 +131,7 @@ def recovery_summary(
     return text, bool(failed or errors)
 
 
-class FlowdeskApp(App[None]):
+class FlowdeskApp(TypeAheadApp, App[None]):
     """Runs dashboard, run detail, new digest runs and launch recovery."""
 
     TITLE = "Flowdesk"

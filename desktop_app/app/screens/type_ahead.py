@@ -1,16 +1,25 @@
 """Keys typed before a form's field has the focus reach that field.
 
 Textual delivers a key to the focused widget, or to the screen when none
-is focused yet. A form pushed on a busy machine can receive a person's
-first keys while it is still being composed (or while its fields are
-rebuilt): they are queued for the screen and would be lost, although the
-person saw the form and typed into it. :class:`TypeAhead` hands such keys
-to the field they were meant for, so nothing typed is dropped.
+is focused yet. A person who presses ``n`` and types a folder at once (or
+a form pushed on a busy machine) loses keys two ways:
+
+* keys read before the form existed went to the widget focused then (the
+  runs table); they bubble back to the app after ``n`` has opened the form,
+  which has no binding for them, and were dropped;
+* keys that reach the form while it is still being composed (or while its
+  fields are rebuilt) are queued for the screen, not a field.
+
+:class:`TypeAheadApp` hands the first kind to the form, :class:`TypeAhead`
+the second kind to the field they were meant for: nothing typed is dropped.
 """
 
 from __future__ import annotations
 
+import weakref
+
 from textual import events
+from textual.app import App
 from textual.screen import Screen
 from textual.widgets import Input, Select
 
@@ -68,4 +77,42 @@ class TypeAhead:
 
     def _form(self) -> Screen[object]:
         assert isinstance(self, Screen)
+        return self
+
+
+#: the screen on top when the app read each key from the terminal
+_read_on: weakref.WeakKeyDictionary[events.Key, Screen[object]] = weakref.WeakKeyDictionary()
+
+
+class TypeAheadApp:
+    """Mixin for the app: a printable key read while another screen was on
+    top (``n`` and the first letters of a folder, typed at once) goes to the
+    :class:`TypeAhead` form that the earlier key opened, instead of to no
+    one. A form has no printable bindings, so nothing meant for it is lost."""
+
+    async def on_event(self, event: events.Event) -> None:
+        """Note the screen on top when a key is read (then dispatch it)."""
+        app = self._app()
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            _read_on[event] = app.screen
+        await super().on_event(event)  # type: ignore[misc]
+
+    def on_key(self, event: events.Key) -> None:
+        """Runs before the app's bindings (Textual dispatches a subclass's
+        handler first): hand the key to the form pushed since it was read."""
+        app = self._app()
+        read_on = _read_on.get(event)
+        screen = app.screen
+        if (
+            read_on is not None
+            and read_on is not screen
+            and isinstance(screen, TypeAhead)
+            and event.is_printable
+        ):
+            event.prevent_default()
+            event.stop()
+            screen.post_message(events.Key(event.key, event.character))
+
+    def _app(self) -> App[object]:
+        assert isinstance(self, App)
         return self
