@@ -309,6 +309,15 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_runtime.py",
         "tests/test_mutation_kills_runtime_more.py",
     ],
+    # the client side of MCP runs in the test process (the servers are
+    # subprocesses: tests/mcp_servers/, tests/mcp_notes_server.py)
+    "desktop_app/agent/mcp.py": [
+        "tests/test_mcp_tools.py",
+        "tests/test_mcp_outcomes.py",
+        "tests/test_tool_approval.py",
+        "tests/test_agent_untrusted.py",
+        "tests/test_mutation_kills_mcp.py",
+    ],
     "desktop_app/agent/runtime.py": [
         "tests/test_agent.py",
         "tests/test_agent_crash.py",
@@ -363,6 +372,13 @@ def configure(dest: Path, module: str) -> None:
         # tests marked slow (the minute-long S43/S44 loads) would run for every
         # mutant they reach; the per-module selection covers those paths faster
         'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-m", "not slow"]',
+        # mutmut stops a mutant after 15x (wall) and 30x (CPU) its tests'
+        # recorded time by default: a definition mutant that loops forever
+        # in compile()'s reachability walk held the only job slot for 18
+        # minutes (its tests take 70 s). 5x still leaves a slow survivor
+        # five times its tests' whole time, on a machine as busy as the one
+        # the times were recorded on
+        "timeout_multiplier = 5.0",
         "",
     ]
     with open(dest / "pyproject.toml", "a", encoding="utf-8") as fh:
