@@ -107,6 +107,13 @@ def test_sigkill_mid_fan_out_then_resume_and_answer(database: Path | str, tmp_pa
     assert [(r["kind"], r["run_id"], r["status"]) for r in rows] == [
         ("langgraph", thread, "interrupted")
     ]
+    # resume --all cannot run a graph: it names the thread and what continues it
+    resumed = flowdesk(db_path, "resume", "--all")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"langgraph thread {thread} is interrupted" in resumed.stdout
+    hint = f'graph.invoke(None, {{"configurable": {{"thread_id": "{thread}"}}}})'
+    assert f"its program continues it with {hint}" in resumed.stdout
+    assert counted(counts) == Counter({"plan": 1, "work:a": 1, "work:b": 1, "work:c": 1})
 
     second = worker(db_path, counts, thread)
     out, err = second.communicate(timeout=120)

@@ -131,6 +131,17 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     return EXIT_OK
 
 
+def interrupted_threads(sv: Services) -> list[threads.Thread]:
+    """The threads of this scope shown ``interrupted`` (their last writer
+    stopped mid-step); ``resume --all`` names them, it cannot run them."""
+    now = sv.checkpoints.now()
+    return [
+        t
+        for t in threads.list_threads(sv.checkpoints, sv.settings.scope, statuses=["running"])
+        if display_status(t, now) == INTERRUPTED
+    ]
+
+
 def waiting_threads(sv: Services) -> list[threads.Thread]:
     """The threads of this scope waiting for an answer."""
     return threads.list_threads(sv.checkpoints, sv.settings.scope, statuses=["waiting"])

@@ -520,10 +520,19 @@ def cmd_resume(ctx: Ctx) -> int:
             else:
                 failed += outcome.status == "failed"
                 print(f"run {run.run_id} {outcome.status}")
+        from desktop_app.cli import langgraph
+        from desktop_app.integrations.langgraph.threads import resume_hint
+
         agent_runs, agents_failed = recover_agents(sv)
+        threads = langgraph.interrupted_threads(sv)
         if not report and not agent_runs:
             where = parse_database(sv.database).shown
             print(f"no interrupted runs in {where} (scope {sv.settings.scope!r})")
+        for t in threads:  # shown interrupted too, but only their program runs them
+            print(
+                f"langgraph thread {t.thread_id} is interrupted; Flowdesk does not run "
+                f"LangGraph graphs: its program continues it with {resume_hint(t.thread_id)}"
+            )
         _deliver(engine)
         return EXIT_FAILED if failed or agents_failed else EXIT_OK
     ref = ctx.resolve(sv, ctx.args.run_id)
