@@ -397,6 +397,7 @@ def _load_failure(where: str, exc: Exception, module: str | None) -> str:
     an attribute it lacks) gets the real exception, type, message and the
     ``file:line`` it came from, since no import path would fix that.
     ``module``: the module the settings name (``None`` for an entry point)."""
+    import sys
     import traceback
 
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
@@ -406,8 +407,16 @@ def _load_failure(where: str, exc: Exception, module: str | None) -> str:
             "'package.module:attr' and make sure the package is importable "
             "(on sys.path or installed in this environment)"
         )
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
-    at = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if not f.filename.startswith("<") and f.filename != __file__  # the user's code, not ours
+    ]
+    if frames:
+        at = f" at {frames[-1].filename}:{frames[-1].lineno}"
+    else:  # raised here: the module imported, but lacks the attribute named
+        found = getattr(sys.modules.get(module or ""), "__file__", None)
+        at = f" (in {found})" if found else ""
     return f"cannot load {where} from settings: {type(exc).__name__}: {exc}{at}"
 
 

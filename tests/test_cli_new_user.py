@@ -208,8 +208,9 @@ def test_a_flow_module_that_raises_at_import_is_reported_with_its_real_exception
     db, mine = tmp_path / "f.db", tmp_path / "userflows"
     mine.mkdir()
     (mine / "broken_flows.py").write_text(BROKEN)
+    (mine / "fine_flows.py").write_text("flow = None\n")
     env = user_env(
-        FLOWDESK_FLOWS='["broken_flows:flow", "not_there_xyz:flow"]',
+        FLOWDESK_FLOWS='["broken_flows:flow", "not_there_xyz:flow", "fine_flows:flwo"]',
         PYTHONPATH=f"{mine}{os.pathsep}{REPO}",
     )
     assert flowdesk(db, "db", "apply", env=env).returncode == 0
@@ -222,6 +223,10 @@ def test_a_flow_module_that_raises_at_import_is_reported_with_its_real_exception
     # a module that is not there still gets the import hint
     [absent] = [line for line in flows.stderr.splitlines() if "not_there_xyz" in line]
     assert "make sure the package is importable" in absent, absent
+    # a misspelt attribute names the user's module, not Flowdesk's own code
+    [typo] = [line for line in flows.stderr.splitlines() if "fine_flows" in line]
+    assert "AttributeError" in typo and "'flwo'" in typo, typo
+    assert f"(in {mine / 'fine_flows.py'})" in typo and "bootstrap" not in typo, typo
 
 
 def test_shows_tool_calls_table_fits_the_longest_tool_name(tmp_path: Path) -> None:
