@@ -15,8 +15,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -31,10 +30,10 @@ from desktop_app.errors import (
     RevisionConflictError,
     RunLeasedError,
     RunStateError,
-    StepFailedError,
     UnknownFlowError,
     WaitAlreadyResolvedError,
 )
+from desktop_app.flow import recovery
 from desktop_app.flow.children import canceler, journaled, merge_journals
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
@@ -47,6 +46,7 @@ from desktop_app.flow.owners import (
     owner_is_alive,
     owner_is_dead,
 )
+from desktop_app.flow.pool import pooled
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
@@ -74,10 +74,6 @@ log = logging.getLogger(__name__)
 #: conditions entered, and each step's visit count (its keys, see
 #: ``StepContext.visit_key``)
 _CARRIED_META = ("steps_taken", "conditions", "visits")
-
-#: the ``limit`` of a claim meant to take every claimable run (recovery): far
-#: above any number of runs, and 4x it still fits a signed 64-bit SQL integer
-_EVERY_RUN = 2**31 - 1
 
 
 class Engine:
@@ -740,52 +736,6 @@ class Engine:
             now=None if self._lease_clock is None else self._lease_clock.now(),
         )
 
-    def _claimed(
-        self, statuses: Sequence[RunStatus], wakeable: bool, batch: int = 32
-    ) -> Generator[RunRecord, None, None]:
-        """Claimed runs one at a time, in batches, each at most once; the
-        claims of runs not yet handed out are released when the caller stops.
-
-        Each claim asks for ``batch`` runs plus the runs already handed out
-        that the last claim returned again (still claimable: ours, and still
-        in ``statuses``), so the cost of a claim does not grow with the
-        number of runs handed out so far (asking for ``handed out + batch``
-        every time made a sweep of N runs cost N**2 / batch rows). A claim
-        that comes back full of runs already handed out is retried with room
-        for them; the sweep ends at the first claim with nothing new that
-        was not full."""
-        seen: set[str] = set()
-        again = 0  # runs already handed out that the last claim returned
-        while not self.shutdown_event.is_set():
-            limit = batch + again
-            got = self.claim_runnable(limit, statuses=statuses, wakeable=wakeable)
-            fresh = [r for r in got if r.run_id not in seen]
-            back = len(got) - len(fresh)
-            for run in got:
-                if run.run_id in seen:
-                    self._release_claim(run.run_id)
-            if not fresh:
-                if len(got) < limit or back <= again:
-                    return
-                again = back  # full of runs handed out before: make room for them
-                continue
-            again = back
-            for i, run in enumerate(fresh):
-                seen.add(run.run_id)
-                try:
-                    yield run
-                except GeneratorExit:
-                    for rest in fresh[i + 1 :]:
-                        self._release_claim(rest.run_id)
-                    raise
-                finally:
-                    if run.run_id not in self.active:
-                        self._release_claim(run.run_id)
-
-    def _release_claim(self, run_id: str) -> None:
-        with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
-            self.store.release(run_id, self.owner)
-
     def resume_pending(self) -> ResumePendingResult:
         """Resume :meth:`pending` runs oldest first; stop at the first error.
 
@@ -794,34 +744,7 @@ class Engine:
         stops the sweep; its id is in ``failed_run_id``; later runs are
         untouched (go-micro ResumePending).
         """
-        out = ResumePendingResult()
-        runs = self._claimed(PENDING_STATUSES, wakeable=False)
-        try:
-            for run in runs:
-                try:
-                    res = self.resume(run.run_id)
-                except FlowdeskError as exc:
-                    out.failed_run_id, out.error = run.run_id, exc
-                    return out
-                out.resumed.append(res)
-                if res.status == "failed":
-                    out.failed_run_id = run.run_id
-                    out.error = self._failed_step(run.run_id, res.error or "failed")
-                    return out
-        finally:
-            runs.close()
-        return out
-
-    def _failed_step(self, run_id: str, error: str) -> StepFailedError:
-        """The step a failed run stopped at, as an error: the step its latest
-        checkpoint was saved for, with that step's attempts and error. A run
-        no step failed (halted at ``max_steps``) names the step it stopped
-        at, with no failed attempt and the run's ``error``."""
-        cp = self.store.latest(run_id)
-        rec = cp.steps.get(cp.step_id)
-        if rec is None or rec.status != "failed":
-            return StepFailedError(run_id, cp.step_id, 0, error)
-        return StepFailedError(run_id, rec.step_id, rec.attempts, rec.error or error)
+        return recovery.resume_pending(self)
 
     def recover(
         self,
@@ -849,63 +772,7 @@ class Engine:
         commit carry up to 64 runs' checkpoints (recovering 1,000 runs took
         ~870 commits, each an fsync, at 16 and ~230 at 64).
         """
-        if not self.executes:
-            return []
-        chosen: list[RunRecord] = []
-        for r in self._claim_all(RUNNABLE_STATUSES, wakeable=True):
-            if only is None or only(r):
-                chosen.append(r)
-            else:
-                self._release_claim(r.run_id)
-        handled = {r.run_id for r in chosen}
-
-        def one(run: RunRecord) -> RunResult | BaseException:
-            try:
-                if run.status == "waiting":
-                    return self.wake(run.run_id)
-                return self.resume(run.run_id)
-            except FlowdeskError as exc:
-                return exc
-            finally:
-                if run.run_id not in self.active:
-                    self._release_claim(run.run_id)
-
-        # a parent reattaches to its children when it resumes: drive parents
-        # first (one level at a time) so no run is driven twice at once here
-        by_id = {r.run_id: r for r in chosen}
-        depth: dict[str, int] = {}
-        for r in chosen:
-            d, parent, hops = 0, r.parent_run_id, 0
-            while parent in by_id and hops < len(by_id):
-                d, parent, hops = d + 1, by_id[parent].parent_run_id, hops + 1
-            depth[r.run_id] = d
-        outcome: dict[str, RunResult | BaseException] = {}
-        for level in sorted(set(depth.values())):
-            batch = [r for r in chosen if depth[r.run_id] == level]
-            for r, out in zip(batch, self._pooled(batch, one, concurrency, on_result), strict=True):
-                outcome[r.run_id] = out
-        report: list[tuple[RunRecord, RunResult | BaseException]] = [
-            (r, outcome[r.run_id]) for r in chosen
-        ]
-        for run in self.store.list_runs(statuses=RUNNABLE_STATUSES):
-            held = run.lease_owner not in (None, self.owner) and run.run_id not in handled
-            if held and (only is None or only(run)):
-                leased = RunLeasedError(
-                    run.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
-                )
-                report.append((run, leased))
-                if on_result is not None:
-                    on_result(run, leased)
-        return report
-
-    def _claim_all(self, statuses: Sequence[RunStatus], wakeable: bool) -> list[RunRecord]:
-        """Every run :meth:`claim_runnable` hands out now, in one claim (one
-        transaction, each candidate read and judged once): claiming in growing
-        batches re-read and re-claimed every run already claimed, a cost in
-        proportion to the number of runs squared."""
-        if self.shutdown_event.is_set():
-            return []
-        return self.claim_runnable(_EVERY_RUN, statuses=statuses, wakeable=wakeable)
+        return recovery.recover(self, on_result, only, concurrency)
 
     def run_many(
         self,
@@ -940,7 +807,7 @@ class Engine:
             def report(item: tuple[int, Any], out: RunResult | BaseException) -> None:
                 cb(item[0], out)
 
-        return self._pooled(items, one, max_workers, report)
+        return pooled(items, one, max_workers, report)
 
     def resume_many(
         self, run_ids: Sequence[str], *, max_workers: int = 8
@@ -954,40 +821,7 @@ class Engine:
             except FlowdeskError as exc:
                 return exc
 
-        return self._pooled(list(run_ids), one, max_workers, None)
-
-    def _pooled(
-        self,
-        items: Sequence[Any],
-        fn: Callable[[Any], RunResult | BaseException],
-        workers: int,
-        on_done: Callable[[Any, RunResult | BaseException], None] | None,
-    ) -> list[RunResult | BaseException]:
-        """``fn`` over ``items`` on at most ``workers`` threads, at most
-        ``2 * workers`` submitted at a time; results in input order."""
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, not {workers}")
-        out: list[RunResult | BaseException | None] = [None] * len(items)
-        if workers == 1 or len(items) <= 1:
-            for i, item in enumerate(items):
-                out[i] = fn(item)
-                if on_done is not None:
-                    on_done(item, out[i])  # type: ignore[arg-type]
-            return out  # type: ignore[return-value]
-        pending: dict[Future[RunResult | BaseException], int] = {}
-        nxt = 0
-        with ThreadPoolExecutor(workers, thread_name_prefix="flowdesk-run") as pool:
-            while nxt < len(items) or pending:
-                while nxt < len(items) and len(pending) < 2 * workers:
-                    pending[pool.submit(fn, items[nxt])] = nxt
-                    nxt += 1
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    i = pending.pop(fut)
-                    out[i] = fut.result()
-                    if on_done is not None:
-                        on_done(items[i], out[i])  # type: ignore[arg-type]
-        return out  # type: ignore[return-value]
+        return pooled(list(run_ids), one, max_workers, None)
 
     # -- control ---------------------------------------------------------
 
