@@ -24,7 +24,6 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
     FlowdeskError,
-    FlowVersionMismatchError,
     InputError,
     InputPendingError,
     RevisionConflictError,
@@ -34,7 +33,7 @@ from desktop_app.errors import (
     WaitAlreadyResolvedError,
 )
 from desktop_app.flow import recovery
-from desktop_app.flow.children import canceler, journaled, merge_journals
+from desktop_app.flow.children import canceler, journaled
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow
@@ -47,11 +46,13 @@ from desktop_app.flow.owners import (
     owner_is_dead,
 )
 from desktop_app.flow.pool import pooled
+from desktop_app.flow.replay import Seed, parse_id, replay_seed, upgrade_seed
+from desktop_app.flow.replay import incompatible_runs as runs_of_changed_flows
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.run import RunState, input_waits
-from desktop_app.flow.state import apply_output, check_storable, dump_state, load_state
+from desktop_app.flow.state import check_storable, dump_state, load_state
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
@@ -64,16 +65,9 @@ from desktop_app.store.protocol import (
     RunStatus,
     StepRecord,
     Wait,
-    parse_checkpoint_id,
 )
 
 log = logging.getLogger(__name__)
-
-#: checkpoint meta a replay, a fork or a move onto a new flow version carries
-#: into the new run: the step count ``max_steps`` caps, the decisions of the
-#: conditions entered, and each step's visit count (its keys, see
-#: ``StepContext.visit_key``)
-_CARRIED_META = ("steps_taken", "conditions", "visits")
 
 
 class Engine:
@@ -940,22 +934,7 @@ class Engine:
         a process with that mode goes on with them), and runs a live process
         holds at this moment (:func:`~desktop_app.flow.owners.holding` says
         ``held``): that process has their flow and executes them."""
-        out: list[IncompatibleRun] = []
-        now = self._lease_now()
-        for f in self._flows.values():
-            for run in self.store.runs_of_other_versions(f.name, f.version):
-                if run.flow_version in f.variants:
-                    continue
-                if holding(run.lease_owner, run.lease_expires_at, now) == "held":
-                    continue
-                cp = self.store.latest(run.run_id)
-                step = cp.frontier[0] if cp.frontier else ""
-                out.append(
-                    IncompatibleRun(
-                        run.run_id, run.flow_name, run.status, step, run.flow_version, f.version
-                    )
-                )
-        return out
+        return runs_of_changed_flows(self.store, self._flows.values(), self._lease_now())
 
     def fail_run(self, run_id: str, reason: str) -> RunRecord:
         """Mark a live run ``failed`` with ``reason`` (any flow version); its waits end.
@@ -979,44 +958,28 @@ class Engine:
             CheckpointDecodeError: the state does not fit the current model.
             RunStateError: the step it stopped at no longer exists.
         """
-        src = self.store.get_run(run_id)
-        f = self.flow(src.flow_name)
-        cp = self.store.latest(run_id)
-        state = load_state(f.state_type, cp.state, run_id, cp.revision)
-        missing = [s for s in cp.frontier if s not in f.steps]
-        if missing:
-            raise RunStateError(
-                f"run {run_id} stopped at {missing[0]!r}, which flow {f.name!r} "
-                f"{f.version} no longer has; fail the run or keep it for the old version"
-            )
-        kept = {
-            k: v
-            for k, v in cp.steps.items()
-            if v.status == "completed" and (k in f.steps or k in f.nested)
-        }
-        # as in replay: a condition it entered stays decided (its nested steps
-        # may have changed the state its predicate reads), its step count goes on
-        meta: dict[str, Any] = {k: v for k, v in cp.meta.items() if k in _CARRIED_META}
-        meta.update({"forked_from_version": src.flow_version, "forked_from": cp.id})
-        children = merge_journals(cp.meta)
-        if children:  # the new run's steps reattach to the children already started
-            meta["children"] = children
-        rid = self._create(
-            f,
-            state,
-            run_id=None,
-            context=ExecutionContext.model_validate(dict(src.context)),
-            flow_key=None,
-            parent_run_id=run_id,
-            running=True,
-            frontier=tuple(cp.frontier),
-            steps=kept,
-            meta=meta,
-        )
+        seed = upgrade_seed(self.store, self.flow, run_id)
+        rid = self._create_from(seed, None)
         # its children now belong to the new run: cancel the old run alone
         self.cancel_event(run_id).set()
-        self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {f.version}")
-        return self._drive(f, rid)
+        version = seed.flow.version
+        self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {version}")
+        return self._drive(seed.flow, rid)
+
+    def _create_from(self, seed: Seed, run_id: str | None) -> str:
+        """Create the run ``seed`` describes, leased to this engine and running."""
+        return self._create(
+            seed.flow,
+            seed.state,
+            run_id=run_id,
+            context=seed.context,
+            flow_key=None,
+            parent_run_id=seed.parent_run_id,
+            running=True,
+            frontier=seed.frontier,
+            steps=seed.steps,
+            meta=seed.meta,
+        )
 
     # -- time travel -----------------------------------------------------
 
@@ -1047,41 +1010,12 @@ class Engine:
             CheckpointNotFoundError, FlowVersionMismatchError,
             pydantic.ValidationError (the mutation does not fit the model).
         """
-        src_id, revision = self._parse(checkpoint_id)
-        src = self.store.get_run(src_id)
-        f = self.flow(src.flow_name)
-        if src.flow_version != f.version:
-            raise FlowVersionMismatchError(src_id, src.flow_version, f.version)
-        cp = self.store.get_checkpoint(src_id, revision)
-        state = load_state(f.state_type, cp.state, src_id, revision)
-        if mutate is not None:
-            out = mutate(state.model_copy(deep=True)) if callable(mutate) else dict(mutate)
-            state = apply_output(f.state_type, state, out)
-            state = f.state_type.model_validate(state.model_dump())
-        kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
-        meta = {k: v for k, v in cp.meta.items() if k in _CARRIED_META}
-        meta["replayed_from"] = checkpoint_id
-        # children started at or after this checkpoint too: a re-executed step reattaches
-        children = merge_journals(cp.meta, self.store.latest(src_id).meta)
-        if children:
-            meta["children"] = children
-        context = ExecutionContext.model_validate(dict(src.context))
-        rid = self._create(
-            f,
-            state,
-            run_id=run_id,
-            context=context,
-            flow_key=None,
-            parent_run_id=src_id,
-            running=True,
-            frontier=tuple(cp.frontier),
-            steps=kept,
-            meta=meta,
-        )
-        if not cp.frontier:
+        seed = replay_seed(self.store, self.flow, checkpoint_id, mutate)
+        rid = self._create_from(seed, run_id)
+        if not seed.frontier:
             run = self.store.get_run(rid)
-            return RunResult(rid, run.status, state, 0, None)
-        return self._drive(f, rid)
+            return RunResult(rid, run.status, seed.state, 0, None)
+        return self._drive(seed.flow, rid)
 
     def fork(
         self,
@@ -1094,13 +1028,6 @@ class Engine:
         return self.replay(checkpoint_id, mutate=mutate, run_id=run_id)
 
     # -- reading (never runs anything) -----------------------------------
-
-    @staticmethod
-    def _parse(checkpoint_id: str) -> tuple[str, int]:
-        try:
-            return parse_checkpoint_id(checkpoint_id)
-        except ValueError as exc:
-            raise CheckpointNotFoundError(str(exc)) from exc
 
     def get(self, run_id: str) -> Any:
         """The latest state, decoded into the flow's model. Runs nothing."""
@@ -1129,7 +1056,7 @@ class Engine:
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
-        return self.store.get_checkpoint(*self._parse(checkpoint_id))
+        return self.store.get_checkpoint(*parse_id(checkpoint_id))
 
 
 def _chosen(run_id: str, value: Any, meta: Mapping[str, Any], wait_id: str) -> Any:
