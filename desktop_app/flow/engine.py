@@ -9,7 +9,6 @@ Run statuses: ``pending`` (created, not started), ``running``, ``waiting``,
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import threading
@@ -24,19 +23,16 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
     FlowdeskError,
-    InputError,
-    InputPendingError,
-    RevisionConflictError,
     RunLeasedError,
     RunStateError,
     UnknownFlowError,
-    WaitAlreadyResolvedError,
 )
 from desktop_app.flow import recovery
+from desktop_app.flow.answers import give_answer, refuse_while_asking
 from desktop_app.flow.children import canceler, journaled
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.definition import AwaitStep, CompiledFlow
+from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
 from desktop_app.flow.owners import (
@@ -51,7 +47,7 @@ from desktop_app.flow.replay import incompatible_runs as runs_of_changed_flows
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
-from desktop_app.flow.run import RunState, input_waits
+from desktop_app.flow.run import RunState
 from desktop_app.flow.state import check_storable, dump_state, load_state
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
@@ -466,6 +462,13 @@ class Engine:
             driver.release()
         return driver.result()
 
+    def _go_on(self, driver: RunDriver) -> RunResult:
+        """Execute the driver's run if it may go on (it is running), else
+        its result as it stands."""
+        if driver.is_running():
+            return self._go(driver)
+        return driver.result()
+
     # -- resuming --------------------------------------------------------
 
     def _load_driver(self, run: RunState) -> RunDriver:
@@ -476,10 +479,10 @@ class Engine:
         run.check_version(f.version)
         driver = RunDriver(self, f, run.run, run.checkpoint)
         # the driver's first checkpoint claims the lease atomically
-        driver.takeover = self._takeover_of(run.run)
+        driver.takeover = takeover = self._takeover_of(run.run)
         run_id = run.run.run_id
-        if driver.takeover is not None:
-            holder, dead = driver.takeover
+        if takeover is not None:
+            holder, dead = takeover
             state = "dead" if dead else "lease expired"
             log.info("run %s: %s takes it over from %s (%s)", run_id, self.owner, holder, state)
         log.info("run %s of flow %s resumed (status was %s)", run_id, f.name, run.run.status)
@@ -532,12 +535,8 @@ class Engine:
         self.cancel_event(run_id).clear()
         if run.sleeping:
             driver.wake()  # deliver, time out, or keep waiting
-            if driver.is_running():
-                return self._go(driver)
-            inputs = input_waits(driver.waits)
-            if driver.status == "waiting" and inputs:
-                raise InputPendingError(run_id, [w.wait_id for w in inputs])
-            return driver.result()
+            refuse_while_asking(driver)
+            return self._go_on(driver)
         driver.prepare_resume()
         return self._go(driver)
 
@@ -565,48 +564,11 @@ class Engine:
             PayloadNotStorableError: no checkpoint could hold ``value`` (an
                 ``InputError``); nothing changed.
         """
-        from pydantic import ValidationError
-
         check_storable(value, f"answer for run {run_id}")
-
         run = RunState.read(self.store, run_id)
         driver = self._load_driver(run)
-        wait = run.input_wait(wait_id)
-        if wait.deadline_at is not None and self.clock.now() >= wait.deadline_at:
-            driver.wake()
-            raise RunStateError(
-                f"run {run_id}: wait {wait.wait_id} timed out before the answer came; the run "
-                f"is now {driver.status}"
-            )
-        step = driver.flow.steps.get(wait.step_id)
-        try:
-            if isinstance(step, AwaitStep):
-                driver.give_input(step, value)
-            else:
-                json.dumps(value)
-                driver.answer(wait.wait_id, _chosen(run_id, value, driver.meta, wait.wait_id))
-        except ValidationError as exc:
-            raise InputError(
-                f"run {run_id}: the answer does not fit field "
-                f"{getattr(step, 'into', '?')!r}: {exc.errors()[0]['msg']}"
-            ) from exc
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"run {run_id}: the answer must be JSON data: {exc}") from exc
-        except RevisionConflictError as exc:
-            # another process (the app, the CLI) saved first: say what it
-            # did to this question rather than "reload and try again"
-            now = RunState.read(self.store, run_id)
-            if wait.wait_id in now.meta.get("resolved", []) or all(
-                w.wait_id != wait.wait_id for w in now.checkpoint.waits
-            ):
-                raise WaitAlreadyResolvedError(
-                    f"run {run_id}: wait {wait.wait_id} was answered a moment ago by another "
-                    "process; the first answer stands and nothing ran here"
-                ) from exc
-            raise
-        if driver.is_running():
-            return self._go(driver)
-        return driver.result()
+        give_answer(driver, self.store, run.input_wait(wait_id), value, self.clock.now())
+        return self._go_on(driver)
 
     # -- waits: signals, events, deadlines ------------------------------
 
@@ -623,9 +585,7 @@ class Engine:
         if not run.sleeping:
             return driver.result()
         driver.wake()
-        if driver.is_running():
-            return self._go(driver)
-        return driver.result()
+        return self._go_on(driver)
 
     def tick(self) -> int:
         """Wake every waiting run with a due deadline or a deliverable signal or
@@ -1057,23 +1017,3 @@ class Engine:
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
         return self.store.get_checkpoint(*parse_id(checkpoint_id))
-
-
-def _chosen(run_id: str, value: Any, meta: Mapping[str, Any], wait_id: str) -> Any:
-    """``value`` as the answer to interrupt ``wait_id``: when the question
-    named its ``choices`` (``StepContext.interrupt``), the chosen word
-    trimmed and lower-cased.
-
-    Raises:
-        InputError: ``value`` is none of the choices; nothing changed.
-    """
-    choices = (meta.get("choices") or {}).get(wait_id)
-    if not choices:
-        return value
-    word = value.strip().casefold() if isinstance(value, str) else None
-    if word not in choices:
-        raise InputError(
-            f"run {run_id}: {value!r} is not an answer to this question; "
-            f"answer {' or '.join(choices)} (the run is still waiting)"
-        )
-    return word

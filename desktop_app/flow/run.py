@@ -152,6 +152,12 @@ class RunState:
         """Waiting for something a wake-up may deliver or time out (not paused)."""
         return self.checkpoint.status == "waiting" and "pause" not in self.meta
 
+    def answered(self, wait_id: str) -> bool:
+        """Question ``wait_id`` is no longer open: answered (or delivered,
+        timed out) already, or not among the run's pending waits."""
+        resolved = wait_id in self.meta.get("resolved", [])
+        return resolved or all(w.wait_id != wait_id for w in self.checkpoint.waits)
+
     def refuse_resume(self) -> None:
         """Refuse to continue a run that ended by cancel or timeout.
 
