@@ -4,7 +4,7 @@ returns), the choices an interrupt takes, and what a second answer to an
 answered question hears.
 
 ``Engine.resume_with`` and ``Engine.resume`` call these on the run's driver,
-seen through :class:`Answerable`; this module imports neither the driver nor
+seen through :class:`WaitRunner`; this module imports neither the driver nor
 the engine.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,28 +23,14 @@ from desktop_app.errors import (
     RunStateError,
     WaitAlreadyResolvedError,
 )
-from desktop_app.flow.definition import AwaitStep, CompiledFlow
-from desktop_app.flow.run import RunMeta, RunState, input_waits
-from desktop_app.store.protocol import RunLog, RunStatus, Wait
+from desktop_app.flow.context import InterruptRequest, asked_digest
+from desktop_app.flow.definition import AwaitStep
+from desktop_app.flow.run import RunState, input_waits
+from desktop_app.flow.waiting import WaitRunner, end_wait, give_input, wake
+from desktop_app.store.protocol import RunLog, StepRecord, Wait
 
 
-class Answerable(Protocol):
-    """The driver of a waiting run, as an answer sees it."""
-
-    run_id: str
-    flow: CompiledFlow[Any]
-    meta: RunMeta
-    status: RunStatus
-    waits: list[Wait]
-
-    def wake(self) -> None: ...
-
-    def give_input(self, step: AwaitStep, value: Any) -> None: ...
-
-    def answer(self, wait_id: str, value: Any) -> None: ...
-
-
-def give_answer(driver: Answerable, store: RunLog, wait: Wait, value: Any, now: float) -> None:
+def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: float) -> None:
     """Give ``value`` to ``wait`` (a question of the driver's run, see
     ``RunState.input_wait``) and save it; the driver's run is then
     ``running`` unless the answer completed an await step whose route ends
@@ -60,7 +46,7 @@ def give_answer(driver: Answerable, store: RunLog, wait: Wait, value: Any, now: 
     """
     run_id = driver.run_id
     if wait.deadline_at is not None and now >= wait.deadline_at:
-        driver.wake()
+        wake(driver)
         raise RunStateError(
             f"run {run_id}: wait {wait.wait_id} timed out before the answer came; the run "
             f"is now {driver.status}"
@@ -68,10 +54,10 @@ def give_answer(driver: Answerable, store: RunLog, wait: Wait, value: Any, now: 
     step = driver.flow.steps.get(wait.step_id)
     try:
         if isinstance(step, AwaitStep):
-            driver.give_input(step, value)
+            give_input(driver, step, value)
         else:
             json.dumps(value)
-            driver.answer(wait.wait_id, chosen(run_id, value, driver.meta, wait.wait_id))
+            record_answer(driver, wait.wait_id, chosen(run_id, value, driver.meta, wait.wait_id))
     except ValidationError as exc:
         raise InputError(
             f"run {run_id}: the answer does not fit field "
@@ -90,7 +76,7 @@ def give_answer(driver: Answerable, store: RunLog, wait: Wait, value: Any, now: 
         raise
 
 
-def refuse_while_asking(driver: Answerable) -> None:
+def refuse_while_asking(driver: WaitRunner) -> None:
     """After a wake-up: refuse to resume a run still waiting for a person.
 
     Raises:
@@ -120,3 +106,66 @@ def chosen(run_id: str, value: Any, meta: Mapping[str, Any], wait_id: str) -> An
             f"answer {' or '.join(choices)} (the run is still waiting)"
         )
     return word
+
+
+def suspend_for_answers(run: WaitRunner, requests: list[InterruptRequest]) -> None:
+    """Save the run ``waiting`` on one input wait per request (stable ids)."""
+    now = run.clock.now()
+    known = {w.wait_id: w for w in run.waits}
+    for r in requests:
+        if r.wait_id in known:
+            continue  # recreated from the checkpoint: keep its deadline
+        deadline = now + r.timeout_s if r.timeout_s else None
+        wait = Wait(
+            r.wait_id,
+            r.step_id,
+            "input",
+            now,
+            prompt=r.prompt,
+            deadline_at=deadline,
+            continuation=r.continuation,
+        )
+        run.waits.append(wait)
+        known[r.wait_id] = wait
+        if r.choices:  # the only answers resume_with takes (StepContext.interrupt)
+            run.meta["choices"] = {**run.meta.get("choices", {}), r.wait_id: list(r.choices)}
+    head = run.frontier[0]
+    rec = run.steps[head]
+    run.steps[head] = StepRecord(
+        head,
+        "waiting",
+        attempts=rec.attempts,
+        started_at=rec.started_at,
+        iteration=rec.iteration,
+    )
+    run.status = "waiting"
+    run.error = None
+    run.save(head)
+
+
+def record_answer(run: WaitRunner, wait_id: str, value: Any) -> None:
+    """Record a person's answer to an interrupt (durably, before anything runs)."""
+    wait = next(w for w in run.waits if w.wait_id == wait_id)
+    answers = dict(run.meta.get("answers", {}))
+    answers[wait_id] = value
+    run.meta["answers"] = answers
+    # bound to what the person saw: the step gets it back only for this question
+    asked = dict(run.meta.get("asked", {}))
+    asked[wait_id] = asked_digest(wait.prompt)
+    run.meta["asked"] = asked
+    if wait.continuation is not None:
+        conts = dict(run.meta.get("continuations", {}))
+        conts[wait.step_id] = wait.continuation
+        run.meta["continuations"] = conts
+    end_wait(run, wait_id)
+    head = run.frontier[0]
+    rec = run.steps[head]
+    run.steps[head] = StepRecord(
+        head,
+        "in_progress",
+        attempts=rec.attempts,
+        started_at=run.clock.now(),
+        iteration=rec.iteration,
+    )
+    run.status = "running"
+    run.save(head)

@@ -107,6 +107,50 @@ def input_waits(waits: Sequence[Wait]) -> list[Wait]:
     return [w for w in waits if w.kind == "input"]
 
 
+def remember_resolved(meta: RunMeta, wait_id: str) -> None:
+    """Note that wait ``wait_id`` ended (answered, delivered, timed out): the
+    last 200 such ids are kept in ``meta["resolved"]``, so a second answer to
+    one is refused."""
+    resolved = [w for w in meta.get("resolved", []) if w != wait_id][-199:]
+    meta["resolved"] = [*resolved, wait_id]
+
+
+def forget_answers(meta: RunMeta, run_id: str, step_id: str, *, nested: bool = True) -> None:
+    """Drop the answers and continuations of a step that completed: its
+    own wait ids ``"<run_id>:<step_id>:<n>"`` (``<step_id>@<k>`` on a
+    later visit) and, with ``nested``, those
+    of the steps inside it (``"<step_id>/..."``: its branches, its nested
+    steps), which completed with it. A parallel branch completes alone
+    (``nested=False``): a sibling branch whose name starts with this
+    one's (``"a"`` and ``"a/x"``) may still wait for its next question."""
+
+    def own(key: str) -> bool:
+        key = key.rpartition("@")[0] or key  # any visit's: "<step_id>@<k>"
+        return key == step_id or (nested and key.startswith(step_id + "/"))
+
+    prefix = f"{run_id}:"
+
+    def kept(values: Mapping[str, object]) -> dict[str, Any]:
+        return {
+            k: v
+            for k, v in values.items()
+            if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
+        }
+
+    answers = meta.get("answers")
+    if answers and (left := kept(answers)) != answers:
+        meta["answers"] = left
+    choices = meta.get("choices")
+    if choices and (rest := kept(choices)) != choices:
+        meta["choices"] = rest
+    asked = meta.get("asked")
+    if asked and (still := kept(asked)) != asked:
+        meta["asked"] = still
+    conts = meta.get("continuations")
+    if conts and any(own(k) for k in conts):
+        meta["continuations"] = {k: v for k, v in conts.items() if not own(k)}
+
+
 @dataclass(frozen=True, slots=True)
 class RunState:
     """A run's row and latest checkpoint, read together, and the decisions
