@@ -29,7 +29,7 @@ from desktop_app.errors import (
 )
 from desktop_app.flow import recovery
 from desktop_app.flow.answers import give_answer, refuse_while_asking
-from desktop_app.flow.children import canceler, journaled
+from desktop_app.flow.children import cancel_children
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow
@@ -795,41 +795,8 @@ class Engine:
         """
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
-        self._cancel_children(run_id)
+        cancel_children(self.store, run_id, self.clock, self.cancel)
         return self.store.get_run(run_id)
-
-    def _cancel_children(self, run_id: str) -> None:
-        """Cancel every live child the run's journal names (flow runs with their
-        own children, and kinds registered in :mod:`desktop_app.flow.children`)."""
-        reason = f"parent run {run_id} was canceled"
-        problems: list[str] = []
-        for child_id, kind in journaled(self.store.latest(run_id).meta):
-            if kind == "flow":
-                if self._live(child_id):
-                    self.cancel(child_id, reason)
-                continue
-            cancel = canceler(kind)
-            if cancel is None:
-                problems.append(
-                    f"{kind} child {child_id}: no imported module cancels {kind!r} children"
-                )
-                continue
-            try:
-                cancel(self.store, child_id, reason, self.clock.now())
-            except FlowdeskError as exc:
-                problems.append(f"{kind} child {child_id}: {exc}")
-        if problems:
-            raise RunStateError(
-                f"run {run_id} was canceled, but not all its children: " + "; ".join(problems)
-            )
-
-    def _live(self, run_id: str) -> bool:
-        """Whether ``run_id`` exists and is not finished (completed, canceled, timed out)."""
-        try:
-            run = self.store.get_run(run_id)
-        except CheckpointNotFoundError:
-            return False  # journaled, but the process died before creating it
-        return run.status not in ("completed", "canceled", "timed_out")
 
     def run_child(
         self,
