@@ -21,6 +21,13 @@ Durability protocol (one commit per step):
   its retry starts only once it returned (see :func:`call_step`).
 * A child run a step starts is journaled in ``meta["children"]`` in its own
   checkpoint before it starts (:meth:`RunDriver.journal_child`).
+
+This module keeps the loop: a step's attempts under its retry policy, its
+completion and the frontier. The rest runs on the driver through narrow
+protocols: how one checkpoint is assembled and committed
+(:mod:`~desktop_app.flow.saving`), waits (:mod:`~desktop_app.flow.waiting`),
+questions and answers (:mod:`~desktop_app.flow.answers`) and composite steps
+(:mod:`~desktop_app.flow.composite`).
 """
 
 from __future__ import annotations
@@ -38,7 +45,6 @@ from desktop_app.errors import (
     LeaseLostError,
     RevisionConflictError,
     RouteError,
-    RunLeasedError,
     StateNotStorableError,
     StepFailedError,
     StoreError,
@@ -70,6 +76,7 @@ from desktop_app.flow.events import (
 from desktop_app.flow.host import DriverHost
 from desktop_app.flow.results import RunResult
 from desktop_app.flow.run import RunMeta, forget_answers, run_meta
+from desktop_app.flow.saving import commit_checkpoint
 from desktop_app.flow.state import (
     StateTracker,
     StepRecords,
@@ -79,7 +86,6 @@ from desktop_app.flow.state import (
 from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step
 from desktop_app.flow.waiting import run_wait
 from desktop_app.store import codec
-from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
     DomainWrite,
@@ -155,75 +161,7 @@ class RunDriver:
         consume: Iterable[tuple[int, str]] = (),
     ) -> None:
         with self.save_lock:
-            self._save(step_id, writes, intents, consume)
-
-    def _save(
-        self,
-        step_id: str,
-        writes: Iterable[DomainWrite],
-        intents: Iterable[Intent],
-        consume: Iterable[tuple[int, str]],
-    ) -> None:
-        if self.run_id in self.host.lost:
-            raise self.lease_lost()
-        steps, changed = self.steps.snapshot()
-        tracker = self.tracker
-        state = tracker.encode(self.state)
-        fields = frozenset(tracker.dirty)
-        cp = Checkpoint(
-            run_id=self.run_id,
-            revision=self.revision + 1,
-            status=self.status,
-            state=state,
-            steps=steps,
-            frontier=tuple(self.frontier),
-            created_at=self.clock.now(),
-            step_id=step_id,
-            progress=self.progress,
-            error=self.error,
-            meta=dict(self.meta),
-            waits=tuple(self.waits),
-        )
-        try:
-            self.host.commit(
-                AppendRequest(
-                    cp,
-                    list(writes),
-                    self.host.lease(*self.takeover) if self.takeover else self.host.lease(),
-                    list(intents),
-                    list(consume),
-                    changed_steps=changed,
-                    changed_fields=fields,
-                )
-            )
-        except LeaseLostError:
-            if self.saves == 0:  # nothing ran yet: another process holds the run
-                run = self.store.get_run(self.run_id)
-                raise RunLeasedError(
-                    self.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
-                ) from None
-            raise  # another process holds the run now: this one stops, and says so
-        except RevisionConflictError:
-            run = self.store.get_run(self.run_id)
-            if run.status == "canceled":
-                raise Canceled() from None
-            if self.saves == 0 and self.takeover:
-                # two processes took a dead owner's run over at once and the
-                # other one saved first (and may have finished and released it)
-                raise RunLeasedError(
-                    self.run_id, run.lease_owner or "another process", run.lease_expires_at or 0.0
-                ) from None
-            raise
-        self.revision = cp.revision
-        self.stored_state = cp.state
-        self.stored_steps = cp.steps
-        self.steps.stored(changed)
-        tracker.stored(fields)
-        self.saves += 1
-        self.takeover = None
-        keep = self.flow.keep_last_n
-        if keep is not None and cp.revision >= 2 * keep and cp.revision % keep == 0:
-            self.store.prune(self.run_id, keep)
+            commit_checkpoint(self, step_id, writes, intents, consume)
 
     def new_context(self, step_id: str, attempt: int, iteration: int) -> StepContext:
         return StepContext(
