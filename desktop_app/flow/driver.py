@@ -123,7 +123,7 @@ class RunDriver:
         self.deleted = False
         self.saves = 0
         #: ``(holder, dead)``: the first save takes the run from that holder,
-        #: as a compare-and-set on it (see ``Engine._takeover_of``)
+        #: as a compare-and-set on it (see ``RunState.takeover``)
         self.takeover: tuple[str, bool] | None = None
         self.recovering: str | None = None
 

@@ -23,7 +23,6 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
     FlowdeskError,
-    RunLeasedError,
     RunStateError,
     UnknownFlowError,
 )
@@ -36,7 +35,6 @@ from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
 from desktop_app.flow.owners import (
-    holding,
     new_owner,
     owner_is_alive,
     owner_is_dead,
@@ -480,7 +478,7 @@ class Engine:
         run.check_version(f.version)
         driver = RunDriver(self, f, run.run, run.checkpoint)
         # the driver's first checkpoint claims the lease atomically
-        driver.takeover = takeover = self._takeover_of(run.run)
+        driver.takeover = takeover = run.takeover(self.owner, self._lease_now)
         run_id = run.run.run_id
         if takeover is not None:
             holder, dead = takeover
@@ -488,26 +486,6 @@ class Engine:
             log.info("run %s: %s takes it over from %s (%s)", run_id, self.owner, holder, state)
         log.info("run %s of flow %s resumed (status was %s)", run_id, f.name, run.run.status)
         return driver
-
-    def _takeover_of(self, run: RunRecord) -> tuple[str, bool] | None:
-        """How this engine may take ``run``: ``None`` when no one else holds
-        it, else ``(holder, dead)`` for a compare-and-set on that holder
-        (``dead``: its process on this host exited, any expiry). Liveness beats
-        clocks: a holder alive on this host is never taken over, however long
-        ago its lease expired by any clock; a holder on another host is taken
-        over only once its lease expired (by the store's clock, the
-        database's on PostgreSQL).
-
-        Raises:
-            RunLeasedError: a live process holds the run.
-        """
-        holder = run.lease_owner
-        if holder is None or holder == self.owner:
-            return None
-        held = holding(holder, run.lease_expires_at, self._lease_now())
-        if held == "held":
-            raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at or 0.0)
-        return holder, held == "dead"
 
     def _lease_now(self) -> float:
         """ "Now" for lease expiry: the injected clock, else the store's."""

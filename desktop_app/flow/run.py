@@ -1,7 +1,9 @@
 """A run as the engine sees it before it drives it: the typed checkpoint
 meta (:class:`RunMeta`) and the decisions a resume, an answer or a wake-up
-takes on it (:class:`RunState`), made in one place from one store read
-(``RunLog.head``).
+takes on it (:class:`RunState`: refuse, which question, paused, done, may
+this process take it over), made in one place from one store read
+(``RunLog.head``); and the answer bookkeeping kept in the meta
+(:func:`forget_answers`, :func:`remember_resolved`).
 
 :class:`RunMeta` is the engine's bookkeeping that every checkpoint stores
 whole in ``Checkpoint.meta``. Its JSON keys are the ones checkpoints have
@@ -15,16 +17,18 @@ This module imports neither the driver nor the engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from desktop_app.errors import (
     FlowVersionMismatchError,
+    RunLeasedError,
     RunStateError,
     WaitAlreadyResolvedError,
     WaitError,
 )
+from desktop_app.flow.owners import holding
 from desktop_app.store.protocol import Checkpoint, RunLog, RunRecord, Wait
 
 
@@ -201,6 +205,27 @@ class RunState:
         timed out) already, or not among the run's pending waits."""
         resolved = wait_id in self.meta.get("resolved", [])
         return resolved or all(w.wait_id != wait_id for w in self.checkpoint.waits)
+
+    def takeover(self, owner: str, now: Callable[[], float]) -> tuple[str, bool] | None:
+        """How ``owner`` may take the run: ``None`` when no one else holds
+        it, else ``(holder, dead)`` for a compare-and-set on that holder
+        (``dead``: its process on this host exited, any expiry). Liveness beats
+        clocks: a holder alive on this host is never taken over, however long
+        ago its lease expired by any clock; a holder on another host is taken
+        over only once its lease expired at ``now()`` (the store's clock, the
+        database's on PostgreSQL: asked only when someone else holds the run).
+
+        Raises:
+            RunLeasedError: a live process holds the run.
+        """
+        run = self.run
+        holder = run.lease_owner
+        if holder is None or holder == owner:
+            return None
+        held = holding(holder, run.lease_expires_at, now())
+        if held == "held":
+            raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at or 0.0)
+        return holder, held == "dead"
 
     def refuse_resume(self) -> None:
         """Refuse to continue a run that ended by cancel or timeout.
