@@ -47,7 +47,7 @@ from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.run import RunState
 from desktop_app.flow.state import check_storable, dump_state, load_state
-from desktop_app.flow.waiting import wake
+from desktop_app.flow.waiting import wake as wake_waiting
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
@@ -513,7 +513,7 @@ class Engine:
             return driver.result()
         self.cancel_event(run_id).clear()
         if run.sleeping:
-            wake(driver)  # deliver, time out, or keep waiting
+            wake_waiting(driver)  # deliver, time out, or keep waiting
             refuse_while_asking(driver)
             return self._go_on(driver)
         driver.prepare_resume()
@@ -563,7 +563,7 @@ class Engine:
         driver = self._load_driver(run)
         if not run.sleeping:
             return driver.result()
-        wake(driver)
+        wake_waiting(driver)
         return self._go_on(driver)
 
     def tick(self) -> int:
