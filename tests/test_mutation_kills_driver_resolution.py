@@ -1,5 +1,5 @@
 """A wait whose delivery cannot complete its step (kill tests for mutants of
-``RunDriver.fail_resolution`` and ``RunDriver.run_wait`` in ``flow/driver.py``).
+``fail_resolution`` and ``run_wait`` in ``flow/waiting.py``).
 
 A signal whose route fails fails the step under its ``on_error`` policy: an
 error route continues the run, the failed wait counts as answered, and the

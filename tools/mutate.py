@@ -329,6 +329,19 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_runtime_more.py",
     ],
 }
+# the parts split out of the driver and the engine: exercised by the tests
+# of the code they were part of
+for _part, _were in (
+    ("saving", ("driver",)),
+    ("waiting", ("driver",)),
+    ("answers", ("driver", "engine")),
+    ("recovery", ("engine",)),
+    ("replay", ("engine",)),
+    ("pool", ("engine",)),
+):
+    TESTS_FOR[f"desktop_app/flow/{_part}.py"] = list(
+        dict.fromkeys(t for w in _were for t in TESTS_FOR[f"desktop_app/flow/{w}.py"])
+    )
 
 _RESULT = re.compile(r"^\s+(\S+): (.+)$")
 _KILLED = {"killed", "timeout", "caught by type check"}

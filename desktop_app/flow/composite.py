@@ -26,7 +26,7 @@ from desktop_app.flow.definition import (
     Step,
 )
 from desktop_app.flow.events import EventBus, RunProgress, StepFinished, StepResult
-from desktop_app.flow.run import RunMeta
+from desktop_app.flow.run import RunMeta, forget_answers
 from desktop_app.flow.state import StepRecords, encode_fields
 from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step
 from desktop_app.store.protocol import DomainWrite, Intent, StepRecord, Wait
@@ -69,8 +69,6 @@ class StepRunner(Protocol):
     ) -> None: ...
 
     def check_cancel(self) -> None: ...
-
-    def forget_answers(self, step_id: str, *, nested: bool = True) -> None: ...
 
 
 class NestedStopped(Exception):
@@ -205,7 +203,7 @@ def run_parallel(run: StepRunner, step: ParallelStep, ctx: StepContext) -> None:
                 done[name] = encoded
                 all_done[step.id] = dict(done)
                 run.meta["branches"] = dict(all_done)
-                run.forget_answers(f"{step.id}/{name}", nested=False)
+                forget_answers(run.meta, run.run_id, f"{step.id}/{name}", nested=False)
                 writes = [e for e in effects if not isinstance(e, Intent)]
                 intents = [e for e in effects if isinstance(e, Intent)]
                 run.save(step.id, writes, intents)

@@ -21,6 +21,13 @@ Durability protocol (one commit per step):
   its retry starts only once it returned (see :func:`call_step`).
 * A child run a step starts is journaled in ``meta["children"]`` in its own
   checkpoint before it starts (:meth:`RunDriver.journal_child`).
+
+This module keeps the loop: a step's attempts under its retry policy, its
+completion and the frontier. The rest runs on the driver through narrow
+protocols: how one checkpoint is assembled and committed
+(:mod:`~desktop_app.flow.saving`), waits (:mod:`~desktop_app.flow.waiting`),
+questions and answers (:mod:`~desktop_app.flow.answers`) and composite steps
+(:mod:`~desktop_app.flow.composite`).
 """
 
 from __future__ import annotations
@@ -38,19 +45,16 @@ from desktop_app.errors import (
     LeaseLostError,
     RevisionConflictError,
     RouteError,
-    RunLeasedError,
     StateNotStorableError,
     StepFailedError,
     StoreError,
-    WaitPayloadError,
 )
+from desktop_app.flow.answers import suspend_for_answers
 from desktop_app.flow.composite import COMPOSITES, NestedStopped, merge_branches
 from desktop_app.flow.context import (
     ExecutionContext,
     Interrupt,
-    InterruptRequest,
     StepContext,
-    asked_digest,
 )
 from desktop_app.flow.definition import (
     AnyStep,
@@ -71,18 +75,17 @@ from desktop_app.flow.events import (
 )
 from desktop_app.flow.host import DriverHost
 from desktop_app.flow.results import RunResult
-from desktop_app.flow.run import RunMeta, run_meta
+from desktop_app.flow.run import RunMeta, forget_answers, run_meta
+from desktop_app.flow.saving import commit_checkpoint
 from desktop_app.flow.state import (
     StateTracker,
     StepRecords,
     apply_output,
-    encode_fields,
     load_state,
 )
 from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step
-from desktop_app.flow.wait_kinds import WAIT_KINDS, wait_kind_of
+from desktop_app.flow.waiting import run_wait
 from desktop_app.store import codec
-from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import (
     Checkpoint,
     DomainWrite,
@@ -120,7 +123,7 @@ class RunDriver:
         self.deleted = False
         self.saves = 0
         #: ``(holder, dead)``: the first save takes the run from that holder,
-        #: as a compare-and-set on it (see ``Engine._takeover_of``)
+        #: as a compare-and-set on it (see ``RunState.takeover``)
         self.takeover: tuple[str, bool] | None = None
         self.recovering: str | None = None
 
@@ -158,75 +161,7 @@ class RunDriver:
         consume: Iterable[tuple[int, str]] = (),
     ) -> None:
         with self.save_lock:
-            self._save(step_id, writes, intents, consume)
-
-    def _save(
-        self,
-        step_id: str,
-        writes: Iterable[DomainWrite],
-        intents: Iterable[Intent],
-        consume: Iterable[tuple[int, str]],
-    ) -> None:
-        if self.run_id in self.host.lost:
-            raise self.lease_lost()
-        steps, changed = self.steps.snapshot()
-        tracker = self.tracker
-        state = tracker.encode(self.state)
-        fields = frozenset(tracker.dirty)
-        cp = Checkpoint(
-            run_id=self.run_id,
-            revision=self.revision + 1,
-            status=self.status,
-            state=state,
-            steps=steps,
-            frontier=tuple(self.frontier),
-            created_at=self.clock.now(),
-            step_id=step_id,
-            progress=self.progress,
-            error=self.error,
-            meta=dict(self.meta),
-            waits=tuple(self.waits),
-        )
-        try:
-            self.host.commit(
-                AppendRequest(
-                    cp,
-                    list(writes),
-                    self.host.lease(*self.takeover) if self.takeover else self.host.lease(),
-                    list(intents),
-                    list(consume),
-                    changed_steps=changed,
-                    changed_fields=fields,
-                )
-            )
-        except LeaseLostError:
-            if self.saves == 0:  # nothing ran yet: another process holds the run
-                run = self.store.get_run(self.run_id)
-                raise RunLeasedError(
-                    self.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
-                ) from None
-            raise  # another process holds the run now: this one stops, and says so
-        except RevisionConflictError:
-            run = self.store.get_run(self.run_id)
-            if run.status == "canceled":
-                raise Canceled() from None
-            if self.saves == 0 and self.takeover:
-                # two processes took a dead owner's run over at once and the
-                # other one saved first (and may have finished and released it)
-                raise RunLeasedError(
-                    self.run_id, run.lease_owner or "another process", run.lease_expires_at or 0.0
-                ) from None
-            raise
-        self.revision = cp.revision
-        self.stored_state = cp.state
-        self.stored_steps = cp.steps
-        self.steps.stored(changed)
-        tracker.stored(fields)
-        self.saves += 1
-        self.takeover = None
-        keep = self.flow.keep_last_n
-        if keep is not None and cp.revision >= 2 * keep and cp.revision % keep == 0:
-            self.store.prune(self.run_id, keep)
+            commit_checkpoint(self, step_id, writes, intents, consume)
 
     def new_context(self, step_id: str, attempt: int, iteration: int) -> StepContext:
         return StepContext(
@@ -379,22 +314,6 @@ class RunDriver:
         self.error = None
         self.save(head)
 
-    def give_input(self, step: AwaitStep, value: Any) -> None:
-        """Complete a waiting await step with ``value`` (validated, as given).
-
-        Raises:
-            pydantic.ValidationError: ``value`` does not fit the field; nothing changed.
-            RouteError: the step's route failed on the state ``value`` makes;
-                nothing changed (the run still waits for its answer).
-        """
-        wait = self.wait_for(step.id)
-        assert wait is not None
-        check = self.state.model_copy()
-        self.flow.state_type.__pydantic_validator__.validate_assignment(check, step.into, value)
-        self.resolve_wait(
-            step, wait, value, self.new_context(step.id, 1, 0), time.perf_counter(), given=True
-        )
-
     def drive(self) -> RunResult:
         self.events.publish(RunStarted(self.run_id, self.flow.name))
         self.host.track(self.run_id, True)
@@ -447,7 +366,7 @@ class RunDriver:
 
     def run_head(self, step: AnyStep) -> None:
         if isinstance(step, (AwaitStep, WaitStep)):
-            self.run_wait(step)
+            run_wait(self, step)
             return
         body = self.body_of(step)
         self.recovering = None
@@ -522,7 +441,7 @@ class RunDriver:
             try:
                 body(ctx)
             except Interrupt as intr:
-                self.suspend_for_answers(intr.requests)
+                suspend_for_answers(self, intr.requests)
                 return "stop", ctx, t0
             except (Canceled, Stopped, StoreError, RevisionConflictError, NestedStopped):
                 raise  # storage failed, the run was canceled, or a nested step decided
@@ -657,10 +576,10 @@ class RunDriver:
                 self.progress = progress
             writes = ctx.take_writes()
             intents = ctx.take_intents()
-        self.forget_answers(sid)
+        forget_answers(self.meta, self.run_id, sid)
         if isinstance(step, ConditionStep):  # its nested steps completed with it
             for inner in step.steps:
-                self.forget_answers(inner.id)
+                forget_answers(self.meta, self.run_id, inner.id)
         consume, self.pending_consume = self.pending_consume, []
         self.save(sid, writes, intents, consume)
         self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
@@ -670,177 +589,6 @@ class RunDriver:
     # -- step kinds ------------------------------------------------------
 
     # -- waits -------------------------------------------------------------
-
-    def wait_for(self, step_id: str) -> Wait | None:
-        return next((w for w in self.waits if w.step_id == step_id), None)
-
-    def run_wait(self, step: AwaitStep | WaitStep) -> None:
-        """Begin the step's wait (once) or check it: deliver, time out or keep waiting."""
-        kind = wait_kind_of(step)
-        wait = self.wait_for(step.id)
-        t0 = time.perf_counter()
-        ctx = self.new_context(step.id, 1, 0)
-        began = wait is None
-        if wait is None:
-            begun: list[Wait] = []
-
-            def begin(c: StepContext) -> None:
-                """The step's own code (its key function, its on_enter) runs
-                as an attempt: a failure retries or fails the step."""
-                begun[:] = [kind.begin(step, self.run_id, self.state, self.meta, self.clock.now())]
-                if isinstance(step, WaitStep) and step.on_enter is not None:
-                    # a one-shot effect: it commits with the wait and never runs again
-                    self.invoke(step.on_enter, c)
-
-            outcome, ctx, t0 = self.attempt(step, step.id, begin)
-            if outcome != "ok":
-                return  # failed, paused or routed, and saved
-            wait = begun[0]
-            seq = dict(self.meta.get("wait_seq", {}))
-            seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number begin gave it, + 1
-            self.meta["wait_seq"] = seq
-            if step.id in self.meta.get("event_since", {}):
-                since = {k: v for k, v in self.meta.pop("event_since").items() if k != step.id}
-                if since:
-                    self.meta["event_since"] = since
-            self.waits.append(wait)
-            self.steps[step.id] = StepRecord(
-                step.id,
-                "waiting",
-                attempts=self.steps[step.id].attempts,
-                started_at=wait.created_at,
-            )
-        now = self.clock.now()
-        arrived = kind.poll(self.store, wait)
-        if arrived is not None:
-            self.resolve_wait(step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
-            return
-        if wait.deadline_at is not None and now >= wait.deadline_at:
-            if kind.completes_at_deadline:
-                self.resolve_wait(step, wait, None, ctx, t0)
-            else:
-                self.time_out(step, wait)
-            return
-        if not began and self.status == "waiting":
-            return  # still waiting, nothing new: no checkpoint
-        self.status = "waiting"
-        self.error = None
-        if isinstance(step, AwaitStep):
-            self.meta["await"] = {"step": step.id, "into": step.into, "prompt": step.prompt}
-        self.save(step.id, ctx.take_writes(), ctx.take_intents())
-
-    def resolve_wait(
-        self,
-        step: AwaitStep | WaitStep,
-        wait: Wait,
-        payload: Any,
-        ctx: StepContext,
-        t0: float,
-        consume: list[tuple[int, str]] | None = None,
-        *,
-        given: bool = False,
-    ) -> None:
-        """Complete the wait step with ``payload`` (``None`` for a timer).
-
-        ``given``: a person's answer (:meth:`give_input`, validated already),
-        for which a failing route raises :class:`RouteError` with nothing
-        changed. Otherwise (a signal, an event, a timer, found while driving)
-        a payload that does not fit ``into`` or a failing route fails the
-        step under its ``on_error`` policy, not retried, and the signal is
-        not consumed: nothing sent is lost.
-        """
-        into = step.into
-        new = self.state
-        try:
-            if into is not None and (payload is not None or isinstance(step, AwaitStep)):
-                new = self.state.model_copy()
-                try:
-                    self.flow.state_type.__pydantic_validator__.validate_assignment(
-                        new, into, payload
-                    )
-                except ValueError as exc:  # pydantic's ValidationError is a ValueError
-                    raise WaitPayloadError(
-                        f"run {self.run_id}: the {wait.kind} payload for step {step.id!r} "
-                        f"does not fit field {into!r}: {exc}"
-                    ) from exc
-                try:  # stored before this check existed, or sent by another writer
-                    encode_fields(new, {into}, step.id)
-                except StateNotStorableError as exc:
-                    raise WaitPayloadError(
-                        f"run {self.run_id}: the {wait.kind} payload for step {step.id!r} "
-                        f"cannot be stored in field {into!r}: {exc.reason}"
-                    ) from exc
-            nxt = self.route_from(step.id, new)
-        except (RouteError, WaitPayloadError) as exc:
-            if given:
-                raise
-            self.fail_resolution(step, wait, exc, t0)
-            return
-        self.state = new
-        self.end_wait(wait.wait_id)
-        self.meta.pop("await", None)
-        self.status = "running"
-        self.steps[step.id] = StepRecord(
-            step.id, "in_progress", attempts=1, started_at=wait.created_at
-        )
-        self.pending_consume = consume or []
-        self.complete(step, ctx, t0, nxt)
-
-    def fail_resolution(
-        self, step: AwaitStep | WaitStep, wait: Wait, exc: Exception, t0: float
-    ) -> None:
-        """What arrived for ``wait`` cannot complete ``step`` (a signal, an
-        event or a timer: an await step's answer is refused instead): the wait
-        ends, what arrived stays unconsumed, and the step fails under its
-        ``on_error`` policy (``exc`` is not retryable). Resuming the run
-        begins a new wait, which receives the same signal (still queued) or
-        event (``meta["event_since"]``: it looks from the failed wait's
-        start); a timer starts over."""
-        self.end_wait(wait.wait_id)
-        if WAIT_KINDS[wait.kind].looks_again_from_start:  # an event stays published
-            since = {**self.meta.get("event_since", {}), step.id: wait.created_at}
-            self.meta["event_since"] = since
-        self.status = "running"  # after_failure decides: failed, paused or routed
-        self.steps[step.id] = StepRecord(
-            step.id, "in_progress", attempts=1, started_at=wait.created_at
-        )
-        self.after_failure(step, step.id, exc, t0)
-
-    def time_out(self, step: AwaitStep | WaitStep, wait: Wait) -> None:
-        """The wait's stored deadline passed: take its timeout outcome."""
-        now = self.clock.now()
-        message = f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
-        self.end_wait(wait.wait_id)
-        self.meta.pop("await", None)
-        if step.on_timeout is not None:
-            self.steps[step.id] = StepRecord(
-                step.id,
-                "completed",
-                attempts=1,
-                started_at=wait.created_at,
-                finished_at=now,
-                error=message,
-                error_type="WaitTimeout",
-            )
-            target = step.on_timeout
-            self.frontier = [target, *[f for f in self.frontier[1:] if f != target]]
-            self.enter(target, now)
-            self.status = "running"
-            self.save(step.id)
-            return
-        self.steps[step.id] = StepRecord(
-            step.id,
-            "failed",
-            attempts=1,
-            started_at=wait.created_at,
-            finished_at=now,
-            error=message,
-            error_type="WaitTimeout",
-        )
-        self.status = "timed_out"
-        self.error = message
-        self.waits = []
-        self.save(step.id)
 
     def run_deadline_passed(self) -> bool:
         deadline = self.run.deadline_at
@@ -853,138 +601,3 @@ class RunDriver:
         self.waits = []
         self.meta.pop("await", None)
         self.save(self.frontier[0] if self.frontier else "")
-
-    def wake(self) -> None:
-        """A waiting run: deliver what arrived, time out what expired, else nothing."""
-        if self.run_deadline_passed():
-            self.time_out_run()
-            return
-        head = self.flow.step(self.frontier[0])
-        if isinstance(head, (AwaitStep, WaitStep)):
-            self.run_wait(head)
-            return
-        now = self.clock.now()
-        expired = [w for w in self.waits if w.deadline_at is not None and now >= w.deadline_at]
-        if expired:
-            first = expired[0]
-            self.steps[first.step_id.split("/", 1)[0]] = StepRecord(
-                first.step_id.split("/", 1)[0],
-                "failed",
-                attempts=1,
-                started_at=first.created_at,
-                finished_at=now,
-                error=f"wait {first.wait_id} timed out",
-                error_type="WaitTimeout",
-            )
-            for w in expired:
-                self.remember_resolved(w.wait_id)
-            self.status = "timed_out"
-            self.error = f"wait {first.wait_id} timed out (deadline {first.deadline_at:.3f})"
-            self.waits = []
-            self.save(first.step_id)
-
-    def suspend_for_answers(self, requests: list[InterruptRequest]) -> None:
-        """Save the run ``waiting`` on one input wait per request (stable ids)."""
-        now = self.clock.now()
-        known = {w.wait_id: w for w in self.waits}
-        for r in requests:
-            if r.wait_id in known:
-                continue  # recreated from the checkpoint: keep its deadline
-            deadline = now + r.timeout_s if r.timeout_s else None
-            wait = Wait(
-                r.wait_id,
-                r.step_id,
-                "input",
-                now,
-                prompt=r.prompt,
-                deadline_at=deadline,
-                continuation=r.continuation,
-            )
-            self.waits.append(wait)
-            known[r.wait_id] = wait
-            if r.choices:  # the only answers resume_with takes (StepContext.interrupt)
-                self.meta["choices"] = {**self.meta.get("choices", {}), r.wait_id: list(r.choices)}
-        head = self.frontier[0]
-        rec = self.steps[head]
-        self.steps[head] = StepRecord(
-            head,
-            "waiting",
-            attempts=rec.attempts,
-            started_at=rec.started_at,
-            iteration=rec.iteration,
-        )
-        self.status = "waiting"
-        self.error = None
-        self.save(head)
-
-    def answer(self, wait_id: str, value: Any) -> None:
-        """Record a person's answer to an interrupt (durably, before anything runs)."""
-        wait = next(w for w in self.waits if w.wait_id == wait_id)
-        answers = dict(self.meta.get("answers", {}))
-        answers[wait_id] = value
-        self.meta["answers"] = answers
-        # bound to what the person saw: the step gets it back only for this question
-        asked = dict(self.meta.get("asked", {}))
-        asked[wait_id] = asked_digest(wait.prompt)
-        self.meta["asked"] = asked
-        if wait.continuation is not None:
-            conts = dict(self.meta.get("continuations", {}))
-            conts[wait.step_id] = wait.continuation
-            self.meta["continuations"] = conts
-        self.end_wait(wait_id)
-        head = self.frontier[0]
-        rec = self.steps[head]
-        self.steps[head] = StepRecord(
-            head,
-            "in_progress",
-            attempts=rec.attempts,
-            started_at=self.clock.now(),
-            iteration=rec.iteration,
-        )
-        self.status = "running"
-        self.save(head)
-
-    def end_wait(self, wait_id: str) -> None:
-        """The wait is over (answered, delivered, timed out or failed): drop it
-        and remember its id, so a second answer to it is refused."""
-        self.waits = [w for w in self.waits if w.wait_id != wait_id]
-        self.remember_resolved(wait_id)
-
-    def remember_resolved(self, wait_id: str) -> None:
-        resolved = [w for w in self.meta.get("resolved", []) if w != wait_id][-199:]
-        self.meta["resolved"] = [*resolved, wait_id]
-
-    def forget_answers(self, step_id: str, *, nested: bool = True) -> None:
-        """Drop the answers and continuations of a step that completed: its
-        own wait ids ``"<run_id>:<step_id>:<n>"`` (``<step_id>@<k>`` on a
-        later visit) and, with ``nested``, those
-        of the steps inside it (``"<step_id>/..."``: its branches, its nested
-        steps), which completed with it. A parallel branch completes alone
-        (``nested=False``): a sibling branch whose name starts with this
-        one's (``"a"`` and ``"a/x"``) may still wait for its next question."""
-
-        def own(key: str) -> bool:
-            key = key.rpartition("@")[0] or key  # any visit's: "<step_id>@<k>"
-            return key == step_id or (nested and key.startswith(step_id + "/"))
-
-        prefix = f"{self.run_id}:"
-
-        def kept(values: Mapping[str, object]) -> dict[str, Any]:
-            return {
-                k: v
-                for k, v in values.items()
-                if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
-            }
-
-        answers = self.meta.get("answers")
-        if answers and (left := kept(answers)) != answers:
-            self.meta["answers"] = left
-        choices = self.meta.get("choices")
-        if choices and (rest := kept(choices)) != choices:
-            self.meta["choices"] = rest
-        asked = self.meta.get("asked")
-        if asked and (still := kept(asked)) != asked:
-            self.meta["asked"] = still
-        conts = self.meta.get("continuations")
-        if conts and any(own(k) for k in conts):
-            self.meta["continuations"] = {k: v for k, v in conts.items() if not own(k)}

@@ -9,14 +9,12 @@ Run statuses: ``pending`` (created, not started), ``running``, ``waiting``,
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -25,33 +23,31 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
     FlowdeskError,
-    FlowVersionMismatchError,
-    InputError,
-    InputPendingError,
-    RevisionConflictError,
-    RunLeasedError,
     RunStateError,
-    StepFailedError,
     UnknownFlowError,
-    WaitAlreadyResolvedError,
 )
-from desktop_app.flow.children import canceler, journaled, merge_journals
+from desktop_app.flow import recovery
+from desktop_app.flow.answers import give_answer, refuse_while_asking
+from desktop_app.flow.children import cancel_children
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.definition import AwaitStep, CompiledFlow
+from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
 from desktop_app.flow.owners import (
-    holding,
     new_owner,
     owner_is_alive,
     owner_is_dead,
 )
+from desktop_app.flow.pool import pooled
+from desktop_app.flow.replay import Seed, parse_id, replay_seed, upgrade_seed
+from desktop_app.flow.replay import incompatible_runs as runs_of_changed_flows
 from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
-from desktop_app.flow.run import RunState, input_waits
-from desktop_app.flow.state import apply_output, check_storable, dump_state, load_state
+from desktop_app.flow.run import RunState
+from desktop_app.flow.state import check_storable, dump_state, load_state
+from desktop_app.flow.waiting import wake as wake_waiting
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
@@ -64,20 +60,9 @@ from desktop_app.store.protocol import (
     RunStatus,
     StepRecord,
     Wait,
-    parse_checkpoint_id,
 )
 
 log = logging.getLogger(__name__)
-
-#: checkpoint meta a replay, a fork or a move onto a new flow version carries
-#: into the new run: the step count ``max_steps`` caps, the decisions of the
-#: conditions entered, and each step's visit count (its keys, see
-#: ``StepContext.visit_key``)
-_CARRIED_META = ("steps_taken", "conditions", "visits")
-
-#: the ``limit`` of a claim meant to take every claimable run (recovery): far
-#: above any number of runs, and 4x it still fits a signed 64-bit SQL integer
-_EVERY_RUN = 2**31 - 1
 
 
 class Engine:
@@ -476,6 +461,13 @@ class Engine:
             driver.release()
         return driver.result()
 
+    def _go_on(self, driver: RunDriver) -> RunResult:
+        """Execute the driver's run if it may go on (it is running), else
+        its result as it stands."""
+        if driver.is_running():
+            return self._go(driver)
+        return driver.result()
+
     # -- resuming --------------------------------------------------------
 
     def _load_driver(self, run: RunState) -> RunDriver:
@@ -486,34 +478,14 @@ class Engine:
         run.check_version(f.version)
         driver = RunDriver(self, f, run.run, run.checkpoint)
         # the driver's first checkpoint claims the lease atomically
-        driver.takeover = self._takeover_of(run.run)
+        driver.takeover = takeover = run.takeover(self.owner, self._lease_now)
         run_id = run.run.run_id
-        if driver.takeover is not None:
-            holder, dead = driver.takeover
+        if takeover is not None:
+            holder, dead = takeover
             state = "dead" if dead else "lease expired"
             log.info("run %s: %s takes it over from %s (%s)", run_id, self.owner, holder, state)
         log.info("run %s of flow %s resumed (status was %s)", run_id, f.name, run.run.status)
         return driver
-
-    def _takeover_of(self, run: RunRecord) -> tuple[str, bool] | None:
-        """How this engine may take ``run``: ``None`` when no one else holds
-        it, else ``(holder, dead)`` for a compare-and-set on that holder
-        (``dead``: its process on this host exited, any expiry). Liveness beats
-        clocks: a holder alive on this host is never taken over, however long
-        ago its lease expired by any clock; a holder on another host is taken
-        over only once its lease expired (by the store's clock, the
-        database's on PostgreSQL).
-
-        Raises:
-            RunLeasedError: a live process holds the run.
-        """
-        holder = run.lease_owner
-        if holder is None or holder == self.owner:
-            return None
-        held = holding(holder, run.lease_expires_at, self._lease_now())
-        if held == "held":
-            raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at or 0.0)
-        return holder, held == "dead"
 
     def _lease_now(self) -> float:
         """ "Now" for lease expiry: the injected clock, else the store's."""
@@ -541,13 +513,9 @@ class Engine:
             return driver.result()
         self.cancel_event(run_id).clear()
         if run.sleeping:
-            driver.wake()  # deliver, time out, or keep waiting
-            if driver.is_running():
-                return self._go(driver)
-            inputs = input_waits(driver.waits)
-            if driver.status == "waiting" and inputs:
-                raise InputPendingError(run_id, [w.wait_id for w in inputs])
-            return driver.result()
+            wake_waiting(driver)  # deliver, time out, or keep waiting
+            refuse_while_asking(driver)
+            return self._go_on(driver)
         driver.prepare_resume()
         return self._go(driver)
 
@@ -575,48 +543,11 @@ class Engine:
             PayloadNotStorableError: no checkpoint could hold ``value`` (an
                 ``InputError``); nothing changed.
         """
-        from pydantic import ValidationError
-
         check_storable(value, f"answer for run {run_id}")
-
         run = RunState.read(self.store, run_id)
         driver = self._load_driver(run)
-        wait = run.input_wait(wait_id)
-        if wait.deadline_at is not None and self.clock.now() >= wait.deadline_at:
-            driver.wake()
-            raise RunStateError(
-                f"run {run_id}: wait {wait.wait_id} timed out before the answer came; the run "
-                f"is now {driver.status}"
-            )
-        step = driver.flow.steps.get(wait.step_id)
-        try:
-            if isinstance(step, AwaitStep):
-                driver.give_input(step, value)
-            else:
-                json.dumps(value)
-                driver.answer(wait.wait_id, _chosen(run_id, value, driver.meta, wait.wait_id))
-        except ValidationError as exc:
-            raise InputError(
-                f"run {run_id}: the answer does not fit field "
-                f"{getattr(step, 'into', '?')!r}: {exc.errors()[0]['msg']}"
-            ) from exc
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"run {run_id}: the answer must be JSON data: {exc}") from exc
-        except RevisionConflictError as exc:
-            # another process (the app, the CLI) saved first: say what it
-            # did to this question rather than "reload and try again"
-            now = RunState.read(self.store, run_id)
-            if wait.wait_id in now.meta.get("resolved", []) or all(
-                w.wait_id != wait.wait_id for w in now.checkpoint.waits
-            ):
-                raise WaitAlreadyResolvedError(
-                    f"run {run_id}: wait {wait.wait_id} was answered a moment ago by another "
-                    "process; the first answer stands and nothing ran here"
-                ) from exc
-            raise
-        if driver.is_running():
-            return self._go(driver)
-        return driver.result()
+        give_answer(driver, self.store, run.input_wait(wait_id), value, self.clock.now())
+        return self._go_on(driver)
 
     # -- waits: signals, events, deadlines ------------------------------
 
@@ -632,10 +563,8 @@ class Engine:
         driver = self._load_driver(run)
         if not run.sleeping:
             return driver.result()
-        driver.wake()
-        if driver.is_running():
-            return self._go(driver)
-        return driver.result()
+        wake_waiting(driver)
+        return self._go_on(driver)
 
     def tick(self) -> int:
         """Wake every waiting run with a due deadline or a deliverable signal or
@@ -740,52 +669,6 @@ class Engine:
             now=None if self._lease_clock is None else self._lease_clock.now(),
         )
 
-    def _claimed(
-        self, statuses: Sequence[RunStatus], wakeable: bool, batch: int = 32
-    ) -> Generator[RunRecord, None, None]:
-        """Claimed runs one at a time, in batches, each at most once; the
-        claims of runs not yet handed out are released when the caller stops.
-
-        Each claim asks for ``batch`` runs plus the runs already handed out
-        that the last claim returned again (still claimable: ours, and still
-        in ``statuses``), so the cost of a claim does not grow with the
-        number of runs handed out so far (asking for ``handed out + batch``
-        every time made a sweep of N runs cost N**2 / batch rows). A claim
-        that comes back full of runs already handed out is retried with room
-        for them; the sweep ends at the first claim with nothing new that
-        was not full."""
-        seen: set[str] = set()
-        again = 0  # runs already handed out that the last claim returned
-        while not self.shutdown_event.is_set():
-            limit = batch + again
-            got = self.claim_runnable(limit, statuses=statuses, wakeable=wakeable)
-            fresh = [r for r in got if r.run_id not in seen]
-            back = len(got) - len(fresh)
-            for run in got:
-                if run.run_id in seen:
-                    self._release_claim(run.run_id)
-            if not fresh:
-                if len(got) < limit or back <= again:
-                    return
-                again = back  # full of runs handed out before: make room for them
-                continue
-            again = back
-            for i, run in enumerate(fresh):
-                seen.add(run.run_id)
-                try:
-                    yield run
-                except GeneratorExit:
-                    for rest in fresh[i + 1 :]:
-                        self._release_claim(rest.run_id)
-                    raise
-                finally:
-                    if run.run_id not in self.active:
-                        self._release_claim(run.run_id)
-
-    def _release_claim(self, run_id: str) -> None:
-        with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
-            self.store.release(run_id, self.owner)
-
     def resume_pending(self) -> ResumePendingResult:
         """Resume :meth:`pending` runs oldest first; stop at the first error.
 
@@ -794,34 +677,7 @@ class Engine:
         stops the sweep; its id is in ``failed_run_id``; later runs are
         untouched (go-micro ResumePending).
         """
-        out = ResumePendingResult()
-        runs = self._claimed(PENDING_STATUSES, wakeable=False)
-        try:
-            for run in runs:
-                try:
-                    res = self.resume(run.run_id)
-                except FlowdeskError as exc:
-                    out.failed_run_id, out.error = run.run_id, exc
-                    return out
-                out.resumed.append(res)
-                if res.status == "failed":
-                    out.failed_run_id = run.run_id
-                    out.error = self._failed_step(run.run_id, res.error or "failed")
-                    return out
-        finally:
-            runs.close()
-        return out
-
-    def _failed_step(self, run_id: str, error: str) -> StepFailedError:
-        """The step a failed run stopped at, as an error: the step its latest
-        checkpoint was saved for, with that step's attempts and error. A run
-        no step failed (halted at ``max_steps``) names the step it stopped
-        at, with no failed attempt and the run's ``error``."""
-        cp = self.store.latest(run_id)
-        rec = cp.steps.get(cp.step_id)
-        if rec is None or rec.status != "failed":
-            return StepFailedError(run_id, cp.step_id, 0, error)
-        return StepFailedError(run_id, rec.step_id, rec.attempts, rec.error or error)
+        return recovery.resume_pending(self)
 
     def recover(
         self,
@@ -849,63 +705,7 @@ class Engine:
         commit carry up to 64 runs' checkpoints (recovering 1,000 runs took
         ~870 commits, each an fsync, at 16 and ~230 at 64).
         """
-        if not self.executes:
-            return []
-        chosen: list[RunRecord] = []
-        for r in self._claim_all(RUNNABLE_STATUSES, wakeable=True):
-            if only is None or only(r):
-                chosen.append(r)
-            else:
-                self._release_claim(r.run_id)
-        handled = {r.run_id for r in chosen}
-
-        def one(run: RunRecord) -> RunResult | BaseException:
-            try:
-                if run.status == "waiting":
-                    return self.wake(run.run_id)
-                return self.resume(run.run_id)
-            except FlowdeskError as exc:
-                return exc
-            finally:
-                if run.run_id not in self.active:
-                    self._release_claim(run.run_id)
-
-        # a parent reattaches to its children when it resumes: drive parents
-        # first (one level at a time) so no run is driven twice at once here
-        by_id = {r.run_id: r for r in chosen}
-        depth: dict[str, int] = {}
-        for r in chosen:
-            d, parent, hops = 0, r.parent_run_id, 0
-            while parent in by_id and hops < len(by_id):
-                d, parent, hops = d + 1, by_id[parent].parent_run_id, hops + 1
-            depth[r.run_id] = d
-        outcome: dict[str, RunResult | BaseException] = {}
-        for level in sorted(set(depth.values())):
-            batch = [r for r in chosen if depth[r.run_id] == level]
-            for r, out in zip(batch, self._pooled(batch, one, concurrency, on_result), strict=True):
-                outcome[r.run_id] = out
-        report: list[tuple[RunRecord, RunResult | BaseException]] = [
-            (r, outcome[r.run_id]) for r in chosen
-        ]
-        for run in self.store.list_runs(statuses=RUNNABLE_STATUSES):
-            held = run.lease_owner not in (None, self.owner) and run.run_id not in handled
-            if held and (only is None or only(run)):
-                leased = RunLeasedError(
-                    run.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
-                )
-                report.append((run, leased))
-                if on_result is not None:
-                    on_result(run, leased)
-        return report
-
-    def _claim_all(self, statuses: Sequence[RunStatus], wakeable: bool) -> list[RunRecord]:
-        """Every run :meth:`claim_runnable` hands out now, in one claim (one
-        transaction, each candidate read and judged once): claiming in growing
-        batches re-read and re-claimed every run already claimed, a cost in
-        proportion to the number of runs squared."""
-        if self.shutdown_event.is_set():
-            return []
-        return self.claim_runnable(_EVERY_RUN, statuses=statuses, wakeable=wakeable)
+        return recovery.recover(self, on_result, only, concurrency)
 
     def run_many(
         self,
@@ -940,7 +740,7 @@ class Engine:
             def report(item: tuple[int, Any], out: RunResult | BaseException) -> None:
                 cb(item[0], out)
 
-        return self._pooled(items, one, max_workers, report)
+        return pooled(items, one, max_workers, report)
 
     def resume_many(
         self, run_ids: Sequence[str], *, max_workers: int = 8
@@ -954,40 +754,7 @@ class Engine:
             except FlowdeskError as exc:
                 return exc
 
-        return self._pooled(list(run_ids), one, max_workers, None)
-
-    def _pooled(
-        self,
-        items: Sequence[Any],
-        fn: Callable[[Any], RunResult | BaseException],
-        workers: int,
-        on_done: Callable[[Any, RunResult | BaseException], None] | None,
-    ) -> list[RunResult | BaseException]:
-        """``fn`` over ``items`` on at most ``workers`` threads, at most
-        ``2 * workers`` submitted at a time; results in input order."""
-        if workers < 1:
-            raise ValueError(f"workers must be at least 1, not {workers}")
-        out: list[RunResult | BaseException | None] = [None] * len(items)
-        if workers == 1 or len(items) <= 1:
-            for i, item in enumerate(items):
-                out[i] = fn(item)
-                if on_done is not None:
-                    on_done(item, out[i])  # type: ignore[arg-type]
-            return out  # type: ignore[return-value]
-        pending: dict[Future[RunResult | BaseException], int] = {}
-        nxt = 0
-        with ThreadPoolExecutor(workers, thread_name_prefix="flowdesk-run") as pool:
-            while nxt < len(items) or pending:
-                while nxt < len(items) and len(pending) < 2 * workers:
-                    pending[pool.submit(fn, items[nxt])] = nxt
-                    nxt += 1
-                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    i = pending.pop(fut)
-                    out[i] = fut.result()
-                    if on_done is not None:
-                        on_done(items[i], out[i])  # type: ignore[arg-type]
-        return out  # type: ignore[return-value]
+        return pooled(list(run_ids), one, max_workers, None)
 
     # -- control ---------------------------------------------------------
 
@@ -1006,41 +773,8 @@ class Engine:
         """
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
-        self._cancel_children(run_id)
+        cancel_children(self.store, run_id, self.clock, self.cancel)
         return self.store.get_run(run_id)
-
-    def _cancel_children(self, run_id: str) -> None:
-        """Cancel every live child the run's journal names (flow runs with their
-        own children, and kinds registered in :mod:`desktop_app.flow.children`)."""
-        reason = f"parent run {run_id} was canceled"
-        problems: list[str] = []
-        for child_id, kind in journaled(self.store.latest(run_id).meta):
-            if kind == "flow":
-                if self._live(child_id):
-                    self.cancel(child_id, reason)
-                continue
-            cancel = canceler(kind)
-            if cancel is None:
-                problems.append(
-                    f"{kind} child {child_id}: no imported module cancels {kind!r} children"
-                )
-                continue
-            try:
-                cancel(self.store, child_id, reason, self.clock.now())
-            except FlowdeskError as exc:
-                problems.append(f"{kind} child {child_id}: {exc}")
-        if problems:
-            raise RunStateError(
-                f"run {run_id} was canceled, but not all its children: " + "; ".join(problems)
-            )
-
-    def _live(self, run_id: str) -> bool:
-        """Whether ``run_id`` exists and is not finished (completed, canceled, timed out)."""
-        try:
-            run = self.store.get_run(run_id)
-        except CheckpointNotFoundError:
-            return False  # journaled, but the process died before creating it
-        return run.status not in ("completed", "canceled", "timed_out")
 
     def run_child(
         self,
@@ -1106,22 +840,7 @@ class Engine:
         a process with that mode goes on with them), and runs a live process
         holds at this moment (:func:`~desktop_app.flow.owners.holding` says
         ``held``): that process has their flow and executes them."""
-        out: list[IncompatibleRun] = []
-        now = self._lease_now()
-        for f in self._flows.values():
-            for run in self.store.runs_of_other_versions(f.name, f.version):
-                if run.flow_version in f.variants:
-                    continue
-                if holding(run.lease_owner, run.lease_expires_at, now) == "held":
-                    continue
-                cp = self.store.latest(run.run_id)
-                step = cp.frontier[0] if cp.frontier else ""
-                out.append(
-                    IncompatibleRun(
-                        run.run_id, run.flow_name, run.status, step, run.flow_version, f.version
-                    )
-                )
-        return out
+        return runs_of_changed_flows(self.store, self._flows.values(), self._lease_now())
 
     def fail_run(self, run_id: str, reason: str) -> RunRecord:
         """Mark a live run ``failed`` with ``reason`` (any flow version); its waits end.
@@ -1145,44 +864,28 @@ class Engine:
             CheckpointDecodeError: the state does not fit the current model.
             RunStateError: the step it stopped at no longer exists.
         """
-        src = self.store.get_run(run_id)
-        f = self.flow(src.flow_name)
-        cp = self.store.latest(run_id)
-        state = load_state(f.state_type, cp.state, run_id, cp.revision)
-        missing = [s for s in cp.frontier if s not in f.steps]
-        if missing:
-            raise RunStateError(
-                f"run {run_id} stopped at {missing[0]!r}, which flow {f.name!r} "
-                f"{f.version} no longer has; fail the run or keep it for the old version"
-            )
-        kept = {
-            k: v
-            for k, v in cp.steps.items()
-            if v.status == "completed" and (k in f.steps or k in f.nested)
-        }
-        # as in replay: a condition it entered stays decided (its nested steps
-        # may have changed the state its predicate reads), its step count goes on
-        meta: dict[str, Any] = {k: v for k, v in cp.meta.items() if k in _CARRIED_META}
-        meta.update({"forked_from_version": src.flow_version, "forked_from": cp.id})
-        children = merge_journals(cp.meta)
-        if children:  # the new run's steps reattach to the children already started
-            meta["children"] = children
-        rid = self._create(
-            f,
-            state,
-            run_id=None,
-            context=ExecutionContext.model_validate(dict(src.context)),
-            flow_key=None,
-            parent_run_id=run_id,
-            running=True,
-            frontier=tuple(cp.frontier),
-            steps=kept,
-            meta=meta,
-        )
+        seed = upgrade_seed(self.store, self.flow, run_id)
+        rid = self._create_from(seed, None)
         # its children now belong to the new run: cancel the old run alone
         self.cancel_event(run_id).set()
-        self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {f.version}")
-        return self._drive(f, rid)
+        version = seed.flow.version
+        self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {version}")
+        return self._drive(seed.flow, rid)
+
+    def _create_from(self, seed: Seed, run_id: str | None) -> str:
+        """Create the run ``seed`` describes, leased to this engine and running."""
+        return self._create(
+            seed.flow,
+            seed.state,
+            run_id=run_id,
+            context=seed.context,
+            flow_key=None,
+            parent_run_id=seed.parent_run_id,
+            running=True,
+            frontier=seed.frontier,
+            steps=seed.steps,
+            meta=seed.meta,
+        )
 
     # -- time travel -----------------------------------------------------
 
@@ -1213,41 +916,12 @@ class Engine:
             CheckpointNotFoundError, FlowVersionMismatchError,
             pydantic.ValidationError (the mutation does not fit the model).
         """
-        src_id, revision = self._parse(checkpoint_id)
-        src = self.store.get_run(src_id)
-        f = self.flow(src.flow_name)
-        if src.flow_version != f.version:
-            raise FlowVersionMismatchError(src_id, src.flow_version, f.version)
-        cp = self.store.get_checkpoint(src_id, revision)
-        state = load_state(f.state_type, cp.state, src_id, revision)
-        if mutate is not None:
-            out = mutate(state.model_copy(deep=True)) if callable(mutate) else dict(mutate)
-            state = apply_output(f.state_type, state, out)
-            state = f.state_type.model_validate(state.model_dump())
-        kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
-        meta = {k: v for k, v in cp.meta.items() if k in _CARRIED_META}
-        meta["replayed_from"] = checkpoint_id
-        # children started at or after this checkpoint too: a re-executed step reattaches
-        children = merge_journals(cp.meta, self.store.latest(src_id).meta)
-        if children:
-            meta["children"] = children
-        context = ExecutionContext.model_validate(dict(src.context))
-        rid = self._create(
-            f,
-            state,
-            run_id=run_id,
-            context=context,
-            flow_key=None,
-            parent_run_id=src_id,
-            running=True,
-            frontier=tuple(cp.frontier),
-            steps=kept,
-            meta=meta,
-        )
-        if not cp.frontier:
+        seed = replay_seed(self.store, self.flow, checkpoint_id, mutate)
+        rid = self._create_from(seed, run_id)
+        if not seed.frontier:
             run = self.store.get_run(rid)
-            return RunResult(rid, run.status, state, 0, None)
-        return self._drive(f, rid)
+            return RunResult(rid, run.status, seed.state, 0, None)
+        return self._drive(seed.flow, rid)
 
     def fork(
         self,
@@ -1260,13 +934,6 @@ class Engine:
         return self.replay(checkpoint_id, mutate=mutate, run_id=run_id)
 
     # -- reading (never runs anything) -----------------------------------
-
-    @staticmethod
-    def _parse(checkpoint_id: str) -> tuple[str, int]:
-        try:
-            return parse_checkpoint_id(checkpoint_id)
-        except ValueError as exc:
-            raise CheckpointNotFoundError(str(exc)) from exc
 
     def get(self, run_id: str) -> Any:
         """The latest state, decoded into the flow's model. Runs nothing."""
@@ -1295,24 +962,4 @@ class Engine:
 
     def checkpoint(self, checkpoint_id: str) -> Checkpoint:
         """A checkpoint by its stable id ``"<run_id>:<revision>"``."""
-        return self.store.get_checkpoint(*self._parse(checkpoint_id))
-
-
-def _chosen(run_id: str, value: Any, meta: Mapping[str, Any], wait_id: str) -> Any:
-    """``value`` as the answer to interrupt ``wait_id``: when the question
-    named its ``choices`` (``StepContext.interrupt``), the chosen word
-    trimmed and lower-cased.
-
-    Raises:
-        InputError: ``value`` is none of the choices; nothing changed.
-    """
-    choices = (meta.get("choices") or {}).get(wait_id)
-    if not choices:
-        return value
-    word = value.strip().casefold() if isinstance(value, str) else None
-    if word not in choices:
-        raise InputError(
-            f"run {run_id}: {value!r} is not an answer to this question; "
-            f"answer {' or '.join(choices)} (the run is still waiting)"
-        )
-    return word
+        return self.store.get_checkpoint(*parse_id(checkpoint_id))

@@ -1,7 +1,9 @@
 """A run as the engine sees it before it drives it: the typed checkpoint
 meta (:class:`RunMeta`) and the decisions a resume, an answer or a wake-up
-takes on it (:class:`RunState`), made in one place from one store read
-(``RunLog.head``).
+takes on it (:class:`RunState`: refuse, which question, paused, done, may
+this process take it over), made in one place from one store read
+(``RunLog.head``); and the answer bookkeeping kept in the meta
+(:func:`forget_answers`, :func:`remember_resolved`).
 
 :class:`RunMeta` is the engine's bookkeeping that every checkpoint stores
 whole in ``Checkpoint.meta``. Its JSON keys are the ones checkpoints have
@@ -15,16 +17,18 @@ This module imports neither the driver nor the engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from desktop_app.errors import (
     FlowVersionMismatchError,
+    RunLeasedError,
     RunStateError,
     WaitAlreadyResolvedError,
     WaitError,
 )
+from desktop_app.flow.owners import holding
 from desktop_app.store.protocol import Checkpoint, RunLog, RunRecord, Wait
 
 
@@ -107,6 +111,50 @@ def input_waits(waits: Sequence[Wait]) -> list[Wait]:
     return [w for w in waits if w.kind == "input"]
 
 
+def remember_resolved(meta: RunMeta, wait_id: str) -> None:
+    """Note that wait ``wait_id`` ended (answered, delivered, timed out): the
+    last 200 such ids are kept in ``meta["resolved"]``, so a second answer to
+    one is refused."""
+    resolved = [w for w in meta.get("resolved", []) if w != wait_id][-199:]
+    meta["resolved"] = [*resolved, wait_id]
+
+
+def forget_answers(meta: RunMeta, run_id: str, step_id: str, *, nested: bool = True) -> None:
+    """Drop the answers and continuations of a step that completed: its
+    own wait ids ``"<run_id>:<step_id>:<n>"`` (``<step_id>@<k>`` on a
+    later visit) and, with ``nested``, those
+    of the steps inside it (``"<step_id>/..."``: its branches, its nested
+    steps), which completed with it. A parallel branch completes alone
+    (``nested=False``): a sibling branch whose name starts with this
+    one's (``"a"`` and ``"a/x"``) may still wait for its next question."""
+
+    def own(key: str) -> bool:
+        key = key.rpartition("@")[0] or key  # any visit's: "<step_id>@<k>"
+        return key == step_id or (nested and key.startswith(step_id + "/"))
+
+    prefix = f"{run_id}:"
+
+    def kept(values: Mapping[str, object]) -> dict[str, Any]:
+        return {
+            k: v
+            for k, v in values.items()
+            if not (k.startswith(prefix) and own(k[len(prefix) :].rpartition(":")[0]))
+        }
+
+    answers = meta.get("answers")
+    if answers and (left := kept(answers)) != answers:
+        meta["answers"] = left
+    choices = meta.get("choices")
+    if choices and (rest := kept(choices)) != choices:
+        meta["choices"] = rest
+    asked = meta.get("asked")
+    if asked and (still := kept(asked)) != asked:
+        meta["asked"] = still
+    conts = meta.get("continuations")
+    if conts and any(own(k) for k in conts):
+        meta["continuations"] = {k: v for k, v in conts.items() if not own(k)}
+
+
 @dataclass(frozen=True, slots=True)
 class RunState:
     """A run's row and latest checkpoint, read together, and the decisions
@@ -151,6 +199,33 @@ class RunState:
     def sleeping(self) -> bool:
         """Waiting for something a wake-up may deliver or time out (not paused)."""
         return self.checkpoint.status == "waiting" and "pause" not in self.meta
+
+    def answered(self, wait_id: str) -> bool:
+        """Question ``wait_id`` is no longer open: answered (or delivered,
+        timed out) already, or not among the run's pending waits."""
+        resolved = wait_id in self.meta.get("resolved", [])
+        return resolved or all(w.wait_id != wait_id for w in self.checkpoint.waits)
+
+    def takeover(self, owner: str, now: Callable[[], float]) -> tuple[str, bool] | None:
+        """How ``owner`` may take the run: ``None`` when no one else holds
+        it, else ``(holder, dead)`` for a compare-and-set on that holder
+        (``dead``: its process on this host exited, any expiry). Liveness beats
+        clocks: a holder alive on this host is never taken over, however long
+        ago its lease expired by any clock; a holder on another host is taken
+        over only once its lease expired at ``now()`` (the store's clock, the
+        database's on PostgreSQL: asked only when someone else holds the run).
+
+        Raises:
+            RunLeasedError: a live process holds the run.
+        """
+        run = self.run
+        holder = run.lease_owner
+        if holder is None or holder == owner:
+            return None
+        held = holding(holder, run.lease_expires_at, now())
+        if held == "held":
+            raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at or 0.0)
+        return holder, held == "dead"
 
     def refuse_resume(self) -> None:
         """Refuse to continue a run that ended by cancel or timeout.

@@ -1,0 +1,53 @@
+"""Driving several runs at once: one function over many items on a bounded
+pool of threads, results in input order. Used by ``Engine.run_many``,
+``Engine.resume_many`` and recovery; imports neither the driver nor the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from desktop_app.flow.results import RunResult
+
+#: one run's outcome: its result, or the ``FlowdeskError`` that stopped it
+Outcome = RunResult | BaseException
+
+
+def pooled(
+    items: Sequence[Any],
+    fn: Callable[[Any], Outcome],
+    workers: int,
+    on_done: Callable[[Any, Outcome], None] | None,
+) -> list[Outcome]:
+    """``fn`` over ``items`` on at most ``workers`` threads, at most
+    ``2 * workers`` submitted at a time; results in input order.
+    ``on_done(item, outcome)`` is called in the calling thread as each ends.
+
+    Raises:
+        ValueError: ``workers`` is below 1.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, not {workers}")
+    out: list[Outcome | None] = [None] * len(items)
+    if workers == 1 or len(items) <= 1:
+        for i, item in enumerate(items):
+            out[i] = fn(item)
+            if on_done is not None:
+                on_done(item, out[i])  # type: ignore[arg-type]
+        return out  # type: ignore[return-value]
+    pending: dict[Future[Outcome], int] = {}
+    nxt = 0
+    with ThreadPoolExecutor(workers, thread_name_prefix="flowdesk-run") as pool:
+        while nxt < len(items) or pending:
+            while nxt < len(items) and len(pending) < 2 * workers:
+                pending[pool.submit(fn, items[nxt])] = nxt
+                nxt += 1
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = pending.pop(fut)
+                out[i] = fut.result()
+                if on_done is not None:
+                    on_done(items[i], out[i])  # type: ignore[arg-type]
+    return out  # type: ignore[return-value]

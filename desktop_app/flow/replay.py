@@ -1,0 +1,157 @@
+"""New runs made from old ones: a replay or a fork of a checkpoint (Agentium
+``replay``/``fork``) and a move of a run onto the current version of its flow,
+each decided here as a :class:`Seed` (what the new run starts with) that the
+engine creates and drives; and the live runs whose flow changed since they
+started (:func:`incompatible_runs`).
+
+Reads the store only; imports neither the driver nor the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from desktop_app.errors import CheckpointNotFoundError, FlowVersionMismatchError, RunStateError
+from desktop_app.flow.children import merge_journals
+from desktop_app.flow.context import ExecutionContext
+from desktop_app.flow.definition import CompiledFlow
+from desktop_app.flow.owners import holding
+from desktop_app.flow.results import IncompatibleRun
+from desktop_app.flow.state import apply_output, load_state
+from desktop_app.store.protocol import CheckpointStore, StepRecord, parse_checkpoint_id
+
+#: checkpoint meta a replay, a fork or a move onto a new flow version carries
+#: into the new run: the step count ``max_steps`` caps, the decisions of the
+#: conditions entered, and each step's visit count (its keys, see
+#: ``StepContext.visit_key``)
+CARRIED_META = ("steps_taken", "conditions", "visits")
+
+
+@dataclass(frozen=True, slots=True)
+class Seed:
+    """What a new run made from an old one starts with.
+
+    Attributes:
+        flow: the flow it runs (the registered version).
+        state: its first state.
+        context: its context ids (the run id is the new run's).
+        parent_run_id: the run it came from.
+        frontier: the steps it starts at (empty: nothing left to run).
+        steps: the step records it keeps.
+        meta: its first checkpoint's meta.
+    """
+
+    flow: CompiledFlow[Any]
+    state: BaseModel
+    context: ExecutionContext
+    parent_run_id: str
+    frontier: tuple[str, ...]
+    steps: Mapping[str, StepRecord]
+    meta: Mapping[str, Any]
+
+
+def parse_id(checkpoint_id: str) -> tuple[str, int]:
+    """``"<run_id>:<revision>"`` as ``(run_id, revision)``.
+
+    Raises:
+        CheckpointNotFoundError: not a checkpoint id.
+    """
+    try:
+        return parse_checkpoint_id(checkpoint_id)
+    except ValueError as exc:
+        raise CheckpointNotFoundError(str(exc)) from exc
+
+
+def replay_seed(
+    store: CheckpointStore,
+    flow_of: Callable[[str], CompiledFlow[Any]],
+    checkpoint_id: str,
+    mutate: Callable[[Any], Any] | Mapping[str, Any] | None,
+) -> Seed:
+    """The run ``Engine.replay`` starts from ``checkpoint_id`` (see there).
+
+    Raises:
+        CheckpointNotFoundError, FlowVersionMismatchError, UnknownFlowError,
+        pydantic.ValidationError (the mutation does not fit the model).
+    """
+    src_id, revision = parse_id(checkpoint_id)
+    src = store.get_run(src_id)
+    f = flow_of(src.flow_name)
+    if src.flow_version != f.version:
+        raise FlowVersionMismatchError(src_id, src.flow_version, f.version)
+    cp = store.get_checkpoint(src_id, revision)
+    state = load_state(f.state_type, cp.state, src_id, revision)
+    if mutate is not None:
+        out = mutate(state.model_copy(deep=True)) if callable(mutate) else dict(mutate)
+        state = apply_output(f.state_type, state, out)
+        state = f.state_type.model_validate(state.model_dump())
+    kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
+    meta = {k: v for k, v in cp.meta.items() if k in CARRIED_META}
+    meta["replayed_from"] = checkpoint_id
+    # children started at or after this checkpoint too: a re-executed step reattaches
+    children = merge_journals(cp.meta, store.latest(src_id).meta)
+    if children:
+        meta["children"] = children
+    context = ExecutionContext.model_validate(dict(src.context))
+    return Seed(f, state, context, src_id, tuple(cp.frontier), kept, meta)
+
+
+def upgrade_seed(
+    store: CheckpointStore, flow_of: Callable[[str], CompiledFlow[Any]], run_id: str
+) -> Seed:
+    """The run ``Engine.fork_onto_current`` continues ``run_id`` as (see there).
+
+    Raises:
+        CheckpointDecodeError: the state does not fit the current model.
+        RunStateError: the step it stopped at no longer exists.
+    """
+    src = store.get_run(run_id)
+    f = flow_of(src.flow_name)
+    cp = store.latest(run_id)
+    state = load_state(f.state_type, cp.state, run_id, cp.revision)
+    missing = [s for s in cp.frontier if s not in f.steps]
+    if missing:
+        raise RunStateError(
+            f"run {run_id} stopped at {missing[0]!r}, which flow {f.name!r} "
+            f"{f.version} no longer has; fail the run or keep it for the old version"
+        )
+    kept = {
+        k: v
+        for k, v in cp.steps.items()
+        if v.status == "completed" and (k in f.steps or k in f.nested)
+    }
+    # as in replay: a condition it entered stays decided (its nested steps
+    # may have changed the state its predicate reads), its step count goes on
+    meta: dict[str, Any] = {k: v for k, v in cp.meta.items() if k in CARRIED_META}
+    meta.update({"forked_from_version": src.flow_version, "forked_from": cp.id})
+    children = merge_journals(cp.meta)
+    if children:  # the new run's steps reattach to the children already started
+        meta["children"] = children
+    context = ExecutionContext.model_validate(dict(src.context))
+    return Seed(f, state, context, run_id, tuple(cp.frontier), kept, meta)
+
+
+def incompatible_runs(
+    store: CheckpointStore, flows: Iterable[CompiledFlow[Any]], now: float
+) -> list[IncompatibleRun]:
+    """The live runs ``Engine.incompatible_runs`` lists (see there); ``now``
+    decides lease expiry."""
+    out: list[IncompatibleRun] = []
+    for f in flows:
+        for run in store.runs_of_other_versions(f.name, f.version):
+            if run.flow_version in f.variants:
+                continue
+            if holding(run.lease_owner, run.lease_expires_at, now) == "held":
+                continue
+            cp = store.latest(run.run_id)
+            step = cp.frontier[0] if cp.frontier else ""
+            out.append(
+                IncompatibleRun(
+                    run.run_id, run.flow_name, run.status, step, run.flow_version, f.version
+                )
+            )
+    return out

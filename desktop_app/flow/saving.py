@@ -1,0 +1,147 @@
+"""Saving a run: the one checkpoint a step (or an attempt, a wait, an
+answer) commits, assembled from the driver's run as it stands: only the
+changed state fields and step records travel (``StateTracker``,
+``StepRecords``), with the step's domain writes, outbox intents and the
+signals it consumes, in one transaction under the run's lease. How a refused
+save reads (taken over, leased elsewhere, canceled) is decided here too.
+
+The driver calls :func:`commit_checkpoint` on itself, seen through
+:class:`Saver`; this module imports neither the driver nor the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from desktop_app.errors import LeaseLostError, RevisionConflictError, RunLeasedError
+from desktop_app.flow.clock import Clock
+from desktop_app.flow.definition import CompiledFlow
+from desktop_app.flow.host import DriverHost
+from desktop_app.flow.run import RunMeta
+from desktop_app.flow.state import StateTracker, StepRecords
+from desktop_app.flow.step_call import Canceled
+from desktop_app.store.group_commit import AppendRequest
+from desktop_app.store.protocol import (
+    Checkpoint,
+    CheckpointStore,
+    DomainWrite,
+    Intent,
+    RunStatus,
+    StepRecord,
+    Wait,
+)
+
+
+class Saver(Protocol):
+    """The driver as a save sees it: its run as it stands, what was last
+    stored, and the host that commits."""
+
+    run_id: str
+    host: DriverHost
+    store: CheckpointStore
+    flow: CompiledFlow[Any]
+    state: Any
+    tracker: StateTracker
+    steps: StepRecords
+    status: RunStatus
+    frontier: list[str]
+    progress: tuple[int, int] | None
+    error: str | None
+    meta: RunMeta
+    waits: list[Wait]
+    revision: int
+    stored_state: Mapping[str, Any]
+    stored_steps: Mapping[str, StepRecord]
+    saves: int
+    takeover: tuple[str, bool] | None
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def lease_lost(self) -> LeaseLostError: ...
+
+
+def commit_checkpoint(
+    run: Saver,
+    step_id: str,
+    writes: Iterable[DomainWrite],
+    intents: Iterable[Intent],
+    consume: Iterable[tuple[int, str]],
+) -> None:
+    """Append the driver's run as it stands as one checkpoint (revision + 1),
+    saved for ``step_id``, with the step's domain ``writes``, outbox
+    ``intents`` and the signals it ``consume``s, under this process's lease
+    (taking the run over from ``run.takeover``'s holder on the first save);
+    then the driver's stored state, records and revision follow it, and
+    every ``keep_last_n`` revisions older checkpoints are pruned. Call it
+    holding the driver's ``save_lock``.
+
+    Raises:
+        LeaseLostError: this process can no longer prove it holds the lease
+            (or another process took the run over after it began).
+        RunLeasedError: another process holds the run; nothing ran here yet.
+        Canceled: the run was canceled meanwhile.
+        RevisionConflictError: another writer saved first.
+        StoreError: the save failed; no later step runs.
+    """
+    if run.run_id in run.host.lost:
+        raise run.lease_lost()
+    steps, changed = run.steps.snapshot()
+    tracker = run.tracker
+    state = tracker.encode(run.state)
+    fields = frozenset(tracker.dirty)
+    cp = Checkpoint(
+        run_id=run.run_id,
+        revision=run.revision + 1,
+        status=run.status,
+        state=state,
+        steps=steps,
+        frontier=tuple(run.frontier),
+        created_at=run.clock.now(),
+        step_id=step_id,
+        progress=run.progress,
+        error=run.error,
+        meta=dict(run.meta),
+        waits=tuple(run.waits),
+    )
+    try:
+        run.host.commit(
+            AppendRequest(
+                cp,
+                list(writes),
+                run.host.lease(*run.takeover) if run.takeover else run.host.lease(),
+                list(intents),
+                list(consume),
+                changed_steps=changed,
+                changed_fields=fields,
+            )
+        )
+    except LeaseLostError:
+        if run.saves == 0:  # nothing ran yet: another process holds the run
+            row = run.store.get_run(run.run_id)
+            raise RunLeasedError(
+                run.run_id, row.lease_owner or "?", row.lease_expires_at or 0.0
+            ) from None
+        raise  # another process holds the run now: this one stops, and says so
+    except RevisionConflictError:
+        row = run.store.get_run(run.run_id)
+        if row.status == "canceled":
+            raise Canceled() from None
+        if run.saves == 0 and run.takeover:
+            # two processes took a dead owner's run over at once and the
+            # other one saved first (and may have finished and released it)
+            raise RunLeasedError(
+                run.run_id, row.lease_owner or "another process", row.lease_expires_at or 0.0
+            ) from None
+        raise
+    run.revision = cp.revision
+    run.stored_state = cp.state
+    run.stored_steps = cp.steps
+    run.steps.stored(changed)
+    tracker.stored(fields)
+    run.saves += 1
+    run.takeover = None
+    keep = run.flow.keep_last_n
+    if keep is not None and cp.revision >= 2 * keep and cp.revision % keep == 0:
+        run.store.prune(run.run_id, keep)

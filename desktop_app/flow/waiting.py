@@ -1,0 +1,276 @@
+"""Waits while a run is driven: a wait step (await, signal, event, timer)
+begins its wait once, then each time the run is driven or woken delivers
+what arrived, takes the timeout outcome of a passed deadline, or keeps
+waiting; a person's answer to an await step completes it (:func:`give_input`).
+How each kind begins and polls is in :mod:`desktop_app.flow.wait_kinds`.
+
+The driver runs these on itself, seen through :class:`WaitRunner`; this
+module imports neither the driver nor the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal, Protocol
+
+from desktop_app.errors import RouteError, StateNotStorableError, WaitPayloadError
+from desktop_app.flow.composite import StepRunner
+from desktop_app.flow.context import StepContext
+from desktop_app.flow.definition import AnyStep, AwaitStep, Step, WaitStep
+from desktop_app.flow.run import remember_resolved
+from desktop_app.flow.state import encode_fields
+from desktop_app.flow.step_call import Outcome
+from desktop_app.flow.wait_kinds import WAIT_KINDS, wait_kind_of
+from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, StepRecord, Wait
+
+
+class WaitRunner(StepRunner, Protocol):
+    """The driver as a wait sees it: a :class:`StepRunner` with the run's
+    status, frontier and row, and the loop's moves a wait ends in."""
+
+    store: CheckpointStore
+    run: RunRecord
+    status: RunStatus
+    error: str | None
+    frontier: list[str]
+    pending_consume: list[tuple[int, str]]
+
+    def enter(self, step_id: str, now: float) -> None: ...
+
+    def complete(
+        self, step: AnyStep, ctx: StepContext | None, t0: float, nxt: tuple[str, ...]
+    ) -> None: ...
+
+    def after_failure(
+        self, step: AnyStep | Step, record_id: str, exc: Exception, t0: float
+    ) -> Outcome | Literal["retry"]: ...
+
+    def route_from(self, step_id: str, state: Any) -> tuple[str, ...]: ...
+
+    def run_deadline_passed(self) -> bool: ...
+
+    def time_out_run(self) -> None: ...
+
+
+def wait_for(run: WaitRunner, step_id: str) -> Wait | None:
+    return next((w for w in run.waits if w.step_id == step_id), None)
+
+
+def run_wait(run: WaitRunner, step: AwaitStep | WaitStep) -> None:
+    """Begin the step's wait (once) or check it: deliver, time out or keep waiting."""
+    kind = wait_kind_of(step)
+    wait = wait_for(run, step.id)
+    t0 = time.perf_counter()
+    ctx = run.new_context(step.id, 1, 0)
+    began = wait is None
+    if wait is None:
+        begun: list[Wait] = []
+
+        def begin(c: StepContext) -> None:
+            """The step's own code (its key function, its on_enter) runs
+            as an attempt: a failure retries or fails the step."""
+            begun[:] = [kind.begin(step, run.run_id, run.state, run.meta, run.clock.now())]
+            if isinstance(step, WaitStep) and step.on_enter is not None:
+                # a one-shot effect: it commits with the wait and never runs again
+                run.invoke(step.on_enter, c)
+
+        outcome, ctx, t0 = run.attempt(step, step.id, begin)
+        if outcome != "ok":
+            return  # failed, paused or routed, and saved
+        wait = begun[0]
+        seq = dict(run.meta.get("wait_seq", {}))
+        seq[step.id] = int(seq.get(step.id, 0)) + 1  # the number begin gave it, + 1
+        run.meta["wait_seq"] = seq
+        if step.id in run.meta.get("event_since", {}):
+            since = {k: v for k, v in run.meta.pop("event_since").items() if k != step.id}
+            if since:
+                run.meta["event_since"] = since
+        run.waits.append(wait)
+        run.steps[step.id] = StepRecord(
+            step.id,
+            "waiting",
+            attempts=run.steps[step.id].attempts,
+            started_at=wait.created_at,
+        )
+    now = run.clock.now()
+    arrived = kind.poll(run.store, wait)
+    if arrived is not None:
+        resolve_wait(run, step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
+        return
+    if wait.deadline_at is not None and now >= wait.deadline_at:
+        if kind.completes_at_deadline:
+            resolve_wait(run, step, wait, None, ctx, t0)
+        else:
+            time_out(run, step, wait)
+        return
+    if not began and run.status == "waiting":
+        return  # still waiting, nothing new: no checkpoint
+    run.status = "waiting"
+    run.error = None
+    if isinstance(step, AwaitStep):
+        run.meta["await"] = {"step": step.id, "into": step.into, "prompt": step.prompt}
+    run.save(step.id, ctx.take_writes(), ctx.take_intents())
+
+
+def resolve_wait(
+    run: WaitRunner,
+    step: AwaitStep | WaitStep,
+    wait: Wait,
+    payload: Any,
+    ctx: StepContext,
+    t0: float,
+    consume: list[tuple[int, str]] | None = None,
+    *,
+    given: bool = False,
+) -> None:
+    """Complete the wait step with ``payload`` (``None`` for a timer).
+
+    ``given``: a person's answer (:func:`give_input`, validated already),
+    for which a failing route raises :class:`RouteError` with nothing
+    changed. Otherwise (a signal, an event, a timer, found while driving)
+    a payload that does not fit ``into`` or a failing route fails the
+    step under its ``on_error`` policy, not retried, and the signal is
+    not consumed: nothing sent is lost.
+    """
+    into = step.into
+    new = run.state
+    try:
+        if into is not None and (payload is not None or isinstance(step, AwaitStep)):
+            new = run.state.model_copy()
+            try:
+                run.flow.state_type.__pydantic_validator__.validate_assignment(new, into, payload)
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                raise WaitPayloadError(
+                    f"run {run.run_id}: the {wait.kind} payload for step {step.id!r} "
+                    f"does not fit field {into!r}: {exc}"
+                ) from exc
+            try:  # stored before this check existed, or sent by another writer
+                encode_fields(new, {into}, step.id)
+            except StateNotStorableError as exc:
+                raise WaitPayloadError(
+                    f"run {run.run_id}: the {wait.kind} payload for step {step.id!r} "
+                    f"cannot be stored in field {into!r}: {exc.reason}"
+                ) from exc
+        nxt = run.route_from(step.id, new)
+    except (RouteError, WaitPayloadError) as exc:
+        if given:
+            raise
+        fail_resolution(run, step, wait, exc, t0)
+        return
+    run.state = new
+    end_wait(run, wait.wait_id)
+    run.meta.pop("await", None)
+    run.status = "running"
+    run.steps[step.id] = StepRecord(step.id, "in_progress", attempts=1, started_at=wait.created_at)
+    run.pending_consume = consume or []
+    run.complete(step, ctx, t0, nxt)
+
+
+def fail_resolution(
+    run: WaitRunner, step: AwaitStep | WaitStep, wait: Wait, exc: Exception, t0: float
+) -> None:
+    """What arrived for ``wait`` cannot complete ``step`` (a signal, an
+    event or a timer: an await step's answer is refused instead): the wait
+    ends, what arrived stays unconsumed, and the step fails under its
+    ``on_error`` policy (``exc`` is not retryable). Resuming the run
+    begins a new wait, which receives the same signal (still queued) or
+    event (``meta["event_since"]``: it looks from the failed wait's
+    start); a timer starts over."""
+    end_wait(run, wait.wait_id)
+    if WAIT_KINDS[wait.kind].looks_again_from_start:  # an event stays published
+        since = {**run.meta.get("event_since", {}), step.id: wait.created_at}
+        run.meta["event_since"] = since
+    run.status = "running"  # after_failure decides: failed, paused or routed
+    run.steps[step.id] = StepRecord(step.id, "in_progress", attempts=1, started_at=wait.created_at)
+    run.after_failure(step, step.id, exc, t0)
+
+
+def time_out(run: WaitRunner, step: AwaitStep | WaitStep, wait: Wait) -> None:
+    """The wait's stored deadline passed: take its timeout outcome."""
+    now = run.clock.now()
+    message = f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
+    end_wait(run, wait.wait_id)
+    run.meta.pop("await", None)
+    if step.on_timeout is not None:
+        run.steps[step.id] = StepRecord(
+            step.id,
+            "completed",
+            attempts=1,
+            started_at=wait.created_at,
+            finished_at=now,
+            error=message,
+            error_type="WaitTimeout",
+        )
+        target = step.on_timeout
+        run.frontier = [target, *[f for f in run.frontier[1:] if f != target]]
+        run.enter(target, now)
+        run.status = "running"
+        run.save(step.id)
+        return
+    run.steps[step.id] = StepRecord(
+        step.id,
+        "failed",
+        attempts=1,
+        started_at=wait.created_at,
+        finished_at=now,
+        error=message,
+        error_type="WaitTimeout",
+    )
+    run.status = "timed_out"
+    run.error = message
+    run.waits = []
+    run.save(step.id)
+
+
+def wake(run: WaitRunner) -> None:
+    """A waiting run: deliver what arrived, time out what expired, else nothing."""
+    if run.run_deadline_passed():
+        run.time_out_run()
+        return
+    head = run.flow.step(run.frontier[0])
+    if isinstance(head, (AwaitStep, WaitStep)):
+        run_wait(run, head)
+        return
+    now = run.clock.now()
+    expired = [w for w in run.waits if w.deadline_at is not None and now >= w.deadline_at]
+    if expired:
+        first = expired[0]
+        run.steps[first.step_id.split("/", 1)[0]] = StepRecord(
+            first.step_id.split("/", 1)[0],
+            "failed",
+            attempts=1,
+            started_at=first.created_at,
+            finished_at=now,
+            error=f"wait {first.wait_id} timed out",
+            error_type="WaitTimeout",
+        )
+        for w in expired:
+            remember_resolved(run.meta, w.wait_id)
+        run.status = "timed_out"
+        run.error = f"wait {first.wait_id} timed out (deadline {first.deadline_at:.3f})"
+        run.waits = []
+        run.save(first.step_id)
+
+
+def give_input(run: WaitRunner, step: AwaitStep, value: Any) -> None:
+    """Complete a waiting await step with ``value`` (validated, as given).
+
+    Raises:
+        pydantic.ValidationError: ``value`` does not fit the field; nothing changed.
+        RouteError: the step's route failed on the state ``value`` makes;
+            nothing changed (the run still waits for its answer).
+    """
+    wait = wait_for(run, step.id)
+    assert wait is not None
+    check = run.state.model_copy()
+    run.flow.state_type.__pydantic_validator__.validate_assignment(check, step.into, value)
+    resolve_wait(
+        run, step, wait, value, run.new_context(step.id, 1, 0), time.perf_counter(), given=True
+    )
+
+
+def end_wait(run: WaitRunner, wait_id: str) -> None:
+    """The wait is over (answered, delivered, timed out or failed): drop it
+    and remember its id, so a second answer to it is refused."""
+    run.waits = [w for w in run.waits if w.wait_id != wait_id]
+    remember_resolved(run.meta, wait_id)
