@@ -14,7 +14,7 @@ to LOG (fsync'd), so the parent counts executions across processes.
 that journals the person's decision has committed. Prints ``status
 <status>`` and, when the run waits, ``question <question>``.
 
-``race`` answers every waiting run of the database, oldest first, the i-th
+``race`` answers every run of the database, oldest first, the i-th
 at the wall-clock instant ``T + i*S`` (UTC epoch seconds), as another
 process does at the same instants: per run it prints ``done <i> <status>``
 or ``refused <i> <error class>: <message>`` (a typed Flowdesk error).
@@ -69,7 +69,9 @@ def ledger_agent(astore: SqliteAgentStore, url: str) -> Agent:
 
 
 def race(agent: Agent, astore: SqliteAgentStore) -> None:
-    runs = sorted(astore.list(["input_required"]), key=lambda r: (r.created_at, r.run_id))
+    # every run, in the order they were made (not only those still waiting:
+    # a process that starts late must still number them as the other does)
+    runs = sorted(astore.list(), key=lambda r: (r.created_at, r.run_id))
     for i, run in enumerate(runs):
         at = ARGS.start_at + i * ARGS.every
         while time.time() < at:  # released at the instant the other process is
