@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,8 @@ def _run_child(request: dict[str, Any]) -> None:
     os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
+    time.tzset()  # TZ, which the time module reads when an interpreter starts
+    tempfile.tempdir = None  # TMPDIR & co., read again on first use
     sys.path[:] = request["path"]
     sys.argv[:] = ["-m", *request["args"]]
     runpy.run_module("desktop_app.cli", run_name="__main__", alter_sys=True)
