@@ -76,6 +76,9 @@ PRELOAD = (
     "logging.handlers",
     "tomllib",
 )
+#: preloaded when installed (the test extra's MCP SDK: a second of imports
+#: for ``ask --mcp`` and ``answer`` of an agent run that uses a server)
+PRELOAD_IF_INSTALLED = ("mcp",)
 #: packages a child must import from the same place as a fresh interpreter would
 SAME_ORIGIN = ("desktop_app", "tests")
 _HEADER = struct.Struct("!I")
@@ -137,6 +140,9 @@ def _serve(sock_path: str) -> dict[str, Any]:
     startup = _startup_env(dict(os.environ))
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in PRELOAD_IF_INSTALLED:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     for name in SAME_ORIGIN:
         importlib.import_module(name)
     assert threading.active_count() == 1, "a preloaded module started a thread"
