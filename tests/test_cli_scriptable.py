@@ -235,6 +235,7 @@ def test_export_writes_iso_times_in_private_files(tmp_path):
 # -- single flight after a kill -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_killed_digest_rerun_resumes_instead_of_duplicating(tmp_path):
     db = tmp_path / "f.db"
     make_corpus(tmp_path / "docs", 1500)

@@ -142,6 +142,7 @@ def outbox_count(db: Path) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_resume_all_delivers_the_moves_of_a_tidy_killed_mid_way(tmp_path):
     import time
 
