@@ -10,6 +10,9 @@ imports those modules once and forks a child per call, which runs
 ``desktop_app.cli`` as ``python -m desktop_app.cli`` does (``runpy``, as
 ``__main__``) and ends as that process would (``SystemExit``'s code, an
 uncaught exception's traceback and 1, atexit handlers, a signal's status).
+The child takes the call's environment as a new interpreter would read it
+(``TZ`` through ``time.tzset``, ``TMPDIR`` on first use; everything else
+Flowdesk and its libraries read when used, not at import).
 The same idea as :mod:`multiprocessing`'s ``forkserver`` start method and
 its ``set_forkserver_preload``.
 
