@@ -6,8 +6,9 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 from pathlib import Path
+
+from tests import cli_forkserver
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,19 +17,16 @@ def flowdesk(
     db: Path | str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """``flowdesk --db DB ARGS...`` run from this checkout (``python -m
-    desktop_app.cli``), stdout and stderr captured as text.
+    desktop_app.cli``) in a process of its own, stdout and stderr captured as
+    text (forked from :mod:`tests.cli_forkserver`, which skips the
+    interpreter's start-up and imports).
 
     Args:
         env: variables set over this process's environment.
         timeout: seconds before the subprocess is killed (the test then fails).
     """
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
+    return cli_forkserver.run(
+        ["--db", str(db), *args], env={**os.environ, **(env or {})}, cwd=REPO, timeout=timeout
     )
 
 
@@ -42,14 +40,8 @@ def default_sigint() -> None:
 def as_printed(
     command: str, env: dict[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run a suggested command exactly as printed (``flowdesk`` is this checkout)."""
+    """Run a suggested command exactly as printed (``flowdesk`` is this
+    checkout, in a process of its own forked from :mod:`tests.cli_forkserver`)."""
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=env,
-    )
+    return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=timeout)

@@ -23,13 +23,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests marked ``real_model`` need a GGUF model and llama-cpp-python's
     server (``make test-model MODEL=...``): deselected unless
     ``FLOWDESK_TEST_MODEL`` names the model, so ``make test`` neither runs
-    nor skips them."""
-    if os.environ.get("FLOWDESK_TEST_MODEL"):
-        return
-    kept = [item for item in items if item.get_closest_marker("real_model") is None]
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
-        items[:] = kept
+    nor skips them.
+
+    Tests marked ``slow`` run first (otherwise in the order collected):
+    pytest-xdist's ``load`` scheduling hands out tests in this order, so the
+    long ones start at once on every worker and the run ends on short ones
+    instead of one worker finishing a minute-long test alone."""
+    if not os.environ.get("FLOWDESK_TEST_MODEL"):
+        kept = [item for item in items if item.get_closest_marker("real_model") is None]
+        if len(kept) != len(items):
+            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+            items[:] = kept
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 # pg_support reads FLOWDESK_TEST_PG_DSN at import: import it before any test's

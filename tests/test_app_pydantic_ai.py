@@ -22,6 +22,7 @@ from tests.test_pydantic_ai import SCRIPT, lines, worker
 
 
 @pytest.mark.scenario("S96")
+@pytest.mark.slow
 async def test_launch_recovery_resumes_a_killed_pydantic_ai_run_shown_as_a_conversation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

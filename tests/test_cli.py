@@ -9,16 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+from tests import cli_forkserver
 from tests.digest_corpus import make_corpus
 
 
 def flowdesk(db: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return cli_forkserver.run(["--db", str(db), *args], timeout=timeout)
 
 
 def test_version():

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import as_printed
 
@@ -17,13 +16,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run(db: Path, *args: str, env: dict | None = None, stdin: str | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
+    return cli_forkserver.run(
+        ["--db", str(db), *args],
         env={**os.environ, **(env or {})},
+        cwd=REPO,
+        timeout=120,
         input=stdin,
     )
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests import cli_forkserver
 from tests.digest_corpus import make_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,16 +32,8 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
-def flowdesk(*args: str, env: dict[str, str] | None = None, **kw: Any):
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        **kw,
-    )
+def flowdesk(*args: str, env: dict[str, str] | None = None):
+    return cli_forkserver.run(list(args), env={**os.environ, **(env or {})}, cwd=REPO, timeout=120)
 
 
 def times_are_iso(obj: Any) -> int:
@@ -242,6 +235,7 @@ def test_export_writes_iso_times_in_private_files(tmp_path):
 # -- single flight after a kill -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_killed_digest_rerun_resumes_instead_of_duplicating(tmp_path):
     db = tmp_path / "f.db"
     make_corpus(tmp_path / "docs", 1500)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests import cli_forkserver
 from tests.cli_support import default_sigint
 from tests.digest_corpus import make_corpus
 
@@ -21,14 +22,7 @@ COLOUR = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|4[0-8]|9[0-7]|10[0-7])(?:;[0-
 
 
 def flowdesk(*args: str, env: dict[str, str] | None = None):
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
+    return cli_forkserver.run(list(args), env={**os.environ, **(env or {})}, cwd=REPO, timeout=120)
 
 
 def digest_on_a_terminal(tmp_path: Path, name: str, extra_env: dict[str, str]) -> tuple[str, str]:

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests import cli_forkserver
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -22,14 +24,7 @@ def env() -> dict[str, str]:
 
 
 def flowdesk(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env(),
-        cwd=REPO,
-    )
+    return cli_forkserver.run(["--db", str(db), *args], env=env(), cwd=REPO, timeout=120)
 
 
 def status(db: Path, run_id: str) -> str:

@@ -669,6 +669,7 @@ def test_errors_are_classified_by_type_not_message(store):
 
 
 @pytest.mark.scenario("S50")
+@pytest.mark.slow
 def test_long_conversation_grows_linearly_and_pruning_returns_space(db_path):
     import os
 

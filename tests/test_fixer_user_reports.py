@@ -17,7 +17,7 @@ from desktop_app.errors import RunLeasedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
-from tests import flow_worker
+from tests import cli_forkserver, flow_worker
 from tests.cli_support import default_sigint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,14 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def flowdesk(
     db: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-        env=env,
-    )
+    return cli_forkserver.run(["--db", str(db), *args], env=env, cwd=REPO, timeout=300)
 
 
 def two_steps() -> object:
@@ -149,6 +142,7 @@ def outbox_count(db: Path) -> int:
         conn.close()
 
 
+@pytest.mark.slow
 def test_resume_all_delivers_the_moves_of_a_tidy_killed_mid_way(tmp_path):
     import time
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 
 WORKER = str(REPO / "tests" / "langgraph_worker.py")
@@ -72,14 +73,7 @@ def as_printed(command: str, stdin: str) -> subprocess.CompletedProcess[str]:
     """Run a command Flowdesk suggested exactly as printed (``flowdesk`` is this checkout)."""
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    return cli_forkserver.run(argv[1:], input=stdin, cwd=REPO, timeout=120)
 
 
 @pytest.mark.scenario("S95")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.published_servers import node_server, python_server
 from tests.test_mcp_tools import REPO, HttpNotesServer, journal, lines, require
 
@@ -42,10 +43,9 @@ def tool_messages(db: Path, run_id: str) -> list[dict]:
 
 
 def cli(db: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, **env},
-    )  # fmt: skip
+    return cli_forkserver.run(
+        ["--db", str(db), *args], env={**os.environ, **env}, cwd=REPO, timeout=120
+    )
 
 
 def flowdesk_log() -> str:

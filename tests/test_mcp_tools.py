@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -247,13 +249,8 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
 
 
 def _cli(db: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, **env},
+    return cli_forkserver.run(
+        ["--db", str(db), *args], env={**os.environ, **env}, cwd=REPO, timeout=120
     )
 
 

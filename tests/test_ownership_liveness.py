@@ -134,6 +134,7 @@ def holder_owner(db: Path, run_id: str) -> str:
 
 
 @pytest.mark.scenario("S79")
+@pytest.mark.slow
 def test_an_owner_that_cannot_renew_for_its_ttl_stops_before_committing(db_path, tmp_path):
     sink = tmp_path / "steps"
     env = {**os.environ, "LEASE_SINK": str(sink), "FLOWDESK_FLOWS": FLOWS, "PYTHONPATH": str(REPO)}

@@ -71,6 +71,7 @@ def stored_status(url: str, run_id: str) -> str:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 async def test_the_app_on_postgres_leaves_execution_to_the_workers(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -110,6 +111,7 @@ async def test_the_app_on_postgres_leaves_execution_to_the_workers(
 
 
 @pytest.mark.postgres
+@pytest.mark.slow
 async def test_the_app_on_postgres_executes_when_it_is_a_worker(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

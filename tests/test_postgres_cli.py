@@ -11,19 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
+
 pytestmark = pytest.mark.postgres
 REPO = Path(__file__).resolve().parents[1]
 
 
-def flowdesk(*args: str, **kw):
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        **kw,
-    )
+def flowdesk(*args: str):
+    return cli_forkserver.run(list(args), cwd=REPO, timeout=120)
 
 
 def test_db_apply_status_run_show_export_doctor_on_postgres(pg_server, tmp_path):

@@ -247,6 +247,7 @@ def test_resume_with_a_skewed_clock_refuses_a_live_lease(pg_store):
     assert pg_store.latest(run_id).revision == 0  # nothing ran, nothing was written
 
 
+@pytest.mark.slow
 def test_four_workers_drain_800_runs_each_exactly_once(pg_url, pg_store, procs):
     workers = [
         spawn(pg_url, f"machine-{c}", "--concurrency", "2", "--poll", "0.2", wait=False)

@@ -238,6 +238,7 @@ def test_flowdesk_agent_resumes_an_interrupted_pydantic_ai_run(db_path, tmp_path
 
 
 @pytest.mark.scenario("S96")
+@pytest.mark.slow
 def test_an_mcp_tool_call_that_completed_is_not_made_again_after_a_sigkill(
     db_path: Path, tmp_path: Path
 ) -> None:
@@ -368,6 +369,7 @@ def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) ->
 
 
 @pytest.mark.scenario("S96")
+@pytest.mark.slow
 def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) -> None:
     log = tmp_path / "tool.log"
     with ChatServer() as server:

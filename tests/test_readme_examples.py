@@ -19,6 +19,8 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 NOT_RUN = (
     "flowdesk --db ~/notes.db agent",
@@ -34,6 +36,7 @@ def headless_block() -> list[str]:
     return [line for line in lines if line]
 
 
+@pytest.mark.slow
 def test_readme_headless_examples_run_as_written(tmp_path):
     home = Path(os.environ["HOME"])  # fresh per test (conftest)
     notes = home / "notes"

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import subprocess
-import sys
 import threading
 from collections import Counter
 from pathlib import Path
@@ -21,6 +20,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store import codec
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -186,13 +186,8 @@ def test_unstorable_result_from_the_cli_exits_1_and_resumes_after_fix(tmp_path):
     }
 
     def flowdesk(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**env, **extra},
-            cwd=REPO,
+        return cli_forkserver.run(
+            ["--db", str(db), *args], env={**env, **extra}, cwd=REPO, timeout=120
         )
 
     assert flowdesk("db", "apply").returncode == 0

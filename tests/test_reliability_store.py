@@ -14,6 +14,7 @@ import pytest
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import Engine
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.flows_for_tests import Numbers, counting_flow
 
 STDLIB_READER = """
@@ -345,12 +346,7 @@ def test_resume_all_exits_0_when_a_live_peer_holds_a_run(db_path, tmp_path):
     make_corpus(folder, 3)
 
     def flowdesk(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return cli_forkserver.run(["--db", str(db_path), *args], timeout=120)
 
     out = flowdesk("run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"))
     assert out.returncode == 0, out.stderr

@@ -19,16 +19,11 @@ from desktop_app.errors import (
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 
 def flowdesk(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
+    return cli_forkserver.run(list(args), cwd=cwd, timeout=120)
 
 
 @pytest.mark.scenario("S41")

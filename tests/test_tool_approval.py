@@ -33,6 +33,7 @@ from desktop_app.errors import ApprovalAnswerError, ConfigError
 from desktop_app.flow.clock import SystemClock
 from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
 
@@ -282,14 +283,7 @@ def as_printed(command: str, env: dict[str, str]) -> subprocess.CompletedProcess
     """Run a command Flowdesk suggested exactly as printed (``flowdesk`` is this checkout)."""
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env=env,
-    )
+    return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=120)
 
 
 def append(text: str, call_id: str = "a") -> tuple[str, dict]:  # type: ignore[type-arg]

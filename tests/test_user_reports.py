@@ -10,20 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+from tests import cli_forkserver
 from tests.digest_corpus import make_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def flowdesk(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env=env,
-    )
+    return cli_forkserver.run(list(args), env=env, cwd=REPO, timeout=120)
 
 
 def test_first_launch_creates_the_default_data_folder(tmp_path):

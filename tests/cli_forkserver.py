@@ -1,0 +1,333 @@
+"""A fork server for the tests' ``flowdesk`` commands.
+
+Each CLI call a test makes is still its own process, with its own pid, exit
+status, stdout, stderr, environment, working directory and umask, killed
+with SIGKILL on a timeout; what it does not repeat is the interpreter's
+start-up and the imports every command makes (pydantic, apsw, the engine and
+the stores: about half a second of CPU per call on the CI machine, most of a
+CLI test's time). The server (one per pytest process, started on first use)
+imports those modules once and forks a child per call, which runs
+``desktop_app.cli`` as ``python -m desktop_app.cli`` does (``runpy``, as
+``__main__``) and ends as that process would (``SystemExit``'s code, an
+uncaught exception's traceback and 1, atexit handlers, a signal's status).
+The child takes the call's environment as a new interpreter would read it
+(``TZ`` through ``time.tzset``, ``TMPDIR`` on first use; everything else
+Flowdesk and its libraries read when used, not at import).
+The same idea as :mod:`multiprocessing`'s ``forkserver`` start method and
+its ``set_forkserver_preload``.
+
+What a forked child cannot change after start-up makes :func:`run` start a
+real interpreter instead: a different value of a variable read at start-up
+(``PYTHON*`` other than ``PYTHONPATH``, ``LANG``/``LC_*``, coverage's), or a
+``PYTHONPATH``/working directory under which ``desktop_app`` or ``tests``
+would be imported from elsewhere. Tests whose subject is the process itself
+(``kill -9`` at a moment, Ctrl-C, streaming output, start-up imports, the
+installed console script) keep using :mod:`subprocess` directly.
+
+Usage: ``python -m tests.cli_forkserver SOCKET`` (from :func:`run`; the
+server exits when its stdin, a pipe from the pytest process, closes).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import importlib
+import importlib.machinery
+import json
+import locale
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: imported once by the server: the modules most commands import (the CLI
+#: imports a command's handler only when it runs, see desktop_app.cli); none
+#: reads the environment or starts a thread at import
+PRELOAD = (
+    "desktop_app.cli",
+    "desktop_app.cli.runs",
+    "desktop_app.cli.start",
+    "desktop_app.cli.admin",
+    "desktop_app.cli.ask",
+    "desktop_app.cli.branch",
+    "desktop_app.cli.waits",
+    "desktop_app.bootstrap",
+    "desktop_app.config",
+    "desktop_app.flow",
+    "desktop_app.flow.tracing",
+    "desktop_app.flows.digest",
+    "desktop_app.flows.tidy",
+    "desktop_app.observability",
+    "desktop_app.runs_view",
+    "desktop_app.secrets",
+    "desktop_app.store.sqlite",
+    "desktop_app.agent.runtime",
+    "desktop_app.agent.mcp",
+    "logging.handlers",
+    "tomllib",
+)
+#: preloaded when installed (the test extra's MCP SDK: a second of imports
+#: for ``ask --mcp`` and ``answer`` of an agent run that uses a server)
+PRELOAD_IF_INSTALLED = ("mcp",)
+#: packages a child must import from the same place as a fresh interpreter would
+SAME_ORIGIN = ("desktop_app", "tests")
+_HEADER = struct.Struct("!I")
+
+
+def _startup_env(env: dict[str, str]) -> dict[str, str]:
+    """The variables the interpreter reads only at start-up."""
+    return {
+        k: v
+        for k, v in env.items()
+        if (k.startswith("PYTHON") and k != "PYTHONPATH")
+        or k == "LANG"
+        or k.startswith("LC_")
+        or k.startswith("COVERAGE_PROCESS_")
+        or k == "SETUPTOOLS_USE_DISTUTILS"
+    }
+
+
+# -- the server ---------------------------------------------------------------
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("client went away")
+        data += chunk
+    return data
+
+
+def _child_path(request: dict[str, Any], base: list[str]) -> list[str]:
+    """``sys.path`` of ``python -m`` started in the request's directory with
+    its ``PYTHONPATH``."""
+    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [request["cwd"], *extra, *base]
+
+
+def _refusal(request: dict[str, Any], base: list[str], startup: dict[str, str]) -> str | None:
+    """Why this request needs a fresh interpreter, or None."""
+    if _startup_env(request["env"]) != startup:
+        return "start-up variables differ"
+    path = _child_path(request, base)
+    for name in SAME_ORIGIN:
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        here = sys.modules[name].__spec__
+        assert here is not None
+        if spec is None or spec.origin != here.origin:
+            return f"{name} would be imported from elsewhere"
+    return None
+
+
+def _serve(sock_path: str) -> dict[str, Any]:
+    """Answer requests until stdin closes (then exit); returns only in a
+    forked child, with the request that child is to run."""
+    # sys.path of `python -m` here: [cwd, PYTHONPATH..., site]
+    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    base = sys.path[1 + len(own) :]
+    startup = _startup_env(dict(os.environ))
+    for name in PRELOAD:
+        importlib.import_module(name)
+    for name in PRELOAD_IF_INSTALLED:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    for name in SAME_ORIGIN:
+        importlib.import_module(name)
+    assert threading.active_count() == 1, "a preloaded module started a thread"
+    gc.freeze()  # the children neither scan nor copy the preloaded objects
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sock_path)
+    listener.listen(64)
+    os.write(1, b"ready\n")
+    waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+    while True:
+        readable, _, _ = select.select([0, listener.fileno(), *waiting], [], [])
+        for fd in readable:
+            if fd == 0:
+                if not os.read(0, 1):  # the pytest process closed the pipe
+                    os._exit(0)
+            elif fd == listener.fileno():
+                conn, _ = listener.accept()
+                try:
+                    header, fds, _flags, _addr = socket.recv_fds(conn, _HEADER.size, 3)
+                    (size,) = _HEADER.unpack(header)
+                    request = json.loads(_recv_exact(conn, size))
+                except (ConnectionError, struct.error, ValueError):
+                    conn.close()
+                    continue
+                refusal = _refusal(request, base, startup)
+                if refusal:
+                    conn.sendall(f"fallback {refusal}\n".encode())
+                    conn.close()
+                    for f in fds:
+                        os.close(f)
+                    continue
+                pid = os.fork()
+                if pid == 0:  # the child: nothing of the server stays open
+                    listener.close()
+                    conn.close()
+                    for pidfd, (_pid, other) in waiting.items():
+                        os.close(pidfd)
+                        other.close()
+                    for target, f in enumerate(fds):
+                        os.dup2(f, target)
+                    for f in fds:
+                        os.close(f)
+                    request["path"] = _child_path(request, base)
+                    return request
+                for f in fds:
+                    os.close(f)
+                conn.sendall(f"pid {pid}\n".encode())
+                waiting[os.pidfd_open(pid)] = (pid, conn)
+            else:
+                pid, conn = waiting.pop(fd)
+                _, status = os.waitpid(pid, 0)
+                os.close(fd)
+                with contextlib.suppress(OSError):  # the client may be gone
+                    conn.sendall(f"status {status}\n".encode())
+                conn.close()
+
+
+def _run_child(request: dict[str, Any]) -> None:
+    """Become ``python -m desktop_app.cli ARGS`` as the request describes."""
+    import runpy
+
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    time.tzset()  # TZ, which the time module reads when an interpreter starts
+    tempfile.tempdir = None  # TMPDIR & co., read again on first use
+    sys.path[:] = request["path"]
+    sys.argv[:] = ["-m", *request["args"]]
+    runpy.run_module("desktop_app.cli", run_name="__main__", alter_sys=True)
+
+
+# -- the client ---------------------------------------------------------------
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="flowdesk-cli-fork-")
+        self.path = os.path.join(self.dir, "sock")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli_forkserver", self.path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"the CLI fork server did not start ({self.proc.wait()})")
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        Path(self.path).unlink(missing_ok=True)
+        os.rmdir(self.dir)
+
+
+_server: _Server | None = None
+_lock = threading.Lock()
+
+
+def _encoding() -> str:
+    """:mod:`subprocess`'s encoding for ``text=True``."""
+    return "utf-8" if sys.flags.utf8_mode else locale.getencoding()
+
+
+def _decode(data: bytes) -> str:
+    """As :mod:`subprocess` decodes a child's output with ``text=True``."""
+    text = data.decode(_encoding())
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def run(
+    args: list[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, "-m", "desktop_app.cli", *args], env=env,
+    cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True)``,
+    forked from the server (see the module docstring), or that very call when
+    the request needs a fresh interpreter. As there, ``env``/``cwd`` None are
+    this process's; stdin is empty (pytest's is /dev/null) unless ``input``.
+
+    Raises:
+        subprocess.TimeoutExpired: after ``timeout`` seconds (the child is
+            killed with SIGKILL first), as :func:`subprocess.run` does.
+    """
+    global _server
+    env = dict(os.environ if env is None else env)
+    cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
+    with _lock:
+        if _server is None:
+            _server = _Server()
+        server = _server
+    umask = os.umask(0o077)
+    os.umask(umask)
+    request = json.dumps({"args": args, "env": env, "cwd": cwd, "umask": umask}).encode()
+    with (
+        tempfile.TemporaryFile() as stdin,
+        tempfile.TemporaryFile() as stdout,
+        tempfile.TemporaryFile() as stderr,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn,
+    ):
+        if input is not None:
+            stdin.write(input.encode(_encoding()))
+            stdin.seek(0)
+        conn.connect(server.path)
+        fds = [stdin.fileno(), stdout.fileno(), stderr.fileno()]
+        socket.send_fds(conn, [_HEADER.pack(len(request))], fds)
+        conn.sendall(request)
+        replies = conn.makefile("rb")
+        first = replies.readline().decode().split(" ", 1)
+        if first[0] == "fallback":
+            return subprocess.run(
+                [sys.executable, "-m", "desktop_app.cli", *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=cwd,
+                env=env,
+                input=input,
+            )
+        pid = int(first[1])
+        ready, _, _ = select.select([conn], [], [], timeout)
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+        status = int(replies.readline().decode().split()[1])
+        replies.close()
+        stdout.seek(0)
+        stderr.seek(0)
+        out, err = _decode(stdout.read()), _decode(stderr.read())
+        argv = [sys.executable, "-m", "desktop_app.cli", *args]
+        if not ready:
+            raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err)
+        return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
+
+
+if __name__ == "__main__":
+    _run_child(_serve(sys.argv[1]))
