@@ -211,6 +211,15 @@ def main() -> int:
                 met,
             )
         )
+        if suffix.startswith("@"):
+            ours = [a / b for a, b in zip(res[n_text], sps, strict=True)]
+            rows.append(
+                Row(
+                    f"    this checkout's {n} vs {suffix[1:]}'s {n}, same rounds",
+                    f"{stat(ours).fmt()}x (mean {statistics.mean(ours):.2f}, "
+                    f"max {max(ours):.2f})",
+                )
+            )
         rows.append(
             Row(
                 "    CPU / wall; busy-handler sleep / wall; lock waits / commit; steps / commit",

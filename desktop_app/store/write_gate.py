@@ -49,6 +49,7 @@ import os
 import threading
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import apsw
 
@@ -82,11 +83,12 @@ class WriteGate:
             apsw.BusyError: another thread of this process held it longer
                 than ``timeout_s`` (callers translate it as SQLite's own).
         """
-        if not self._mutex.acquire(timeout=timeout_s):
+        mutex = self._mutex
+        if not mutex.acquire(blocking=False) and not mutex.acquire(timeout=timeout_s):
             raise apsw.BusyError("database is locked (another thread's write transaction)")
         if self._depth == 0 and not self.disabled:
             try:
-                fcntl.flock(self._open(), fcntl.LOCK_EX)
+                self._lock_file()
             except OSError as exc:
                 self._disable(exc)
         self._depth += 1
@@ -100,12 +102,16 @@ class WriteGate:
         finally:
             self._mutex.release()
 
-    def _open(self) -> int:
+    def _lock_file(self) -> None:
+        """``flock`` the lock file, opened once per process (0600 like the
+        database; O_CLOEXEC, Python's default, so a program this process
+        starts never holds it). Not checked for deletion at every write (a
+        ``stat`` would cost a third of the gate): a lock file deleted while
+        processes run only loses the turn-taking between the processes that
+        opened it before and after, until they restart."""
         if self._fd is None:
-            # 0600 like the database; O_CLOEXEC (Python's default) so a program
-            # this process starts never holds the lock
             self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        return self._fd
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     def _disable(self, exc: OSError) -> None:
         self.disabled = True
@@ -159,26 +165,24 @@ class GatedConnection(apsw.Connection):
     gate: WriteGate | None = None
     gate_timeout_s: float = 10.0
 
-    def _stack(self) -> list[WriteGate | None]:
-        try:
-            return self._held
-        except AttributeError:
-            self._held: list[WriteGate | None] = []
-            return self._held
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: per ``with`` level: the gate it took (the outermost) or None
+        self._held: list[WriteGate | None] = []
 
     def __enter__(self) -> apsw.Connection:
         gate = self.gate
         if gate is None or self.in_transaction:  # no gate, or a savepoint
-            conn = super().__enter__()
-            self._stack().append(None)
+            conn = apsw.Connection.__enter__(self)
+            self._held.append(None)
             return conn
         gate.acquire(self.gate_timeout_s)
         try:
-            conn = super().__enter__()
+            conn = apsw.Connection.__enter__(self)
         except BaseException:
             gate.release()
             raise
-        self._stack().append(gate)
+        self._held.append(gate)
         return conn
 
     def __exit__(
@@ -187,9 +191,9 @@ class GatedConnection(apsw.Connection):
         evalue: BaseException | None,
         etb: TracebackType | None,
     ) -> bool:
-        gate = self._stack().pop()
+        gate = self._held.pop()
         try:
-            return super().__exit__(etype, evalue, etb)
+            return apsw.Connection.__exit__(self, etype, evalue, etb)
         finally:
             if gate is not None:
                 gate.release()
