@@ -3,6 +3,7 @@
 
     python benchmarks/bench_processes.py [--processes 1,2,4,8] [--seconds 3]
                                          [--rounds 5] [--synchronous FULL]
+                                         [--versus ../main]
 
 Each round gives every process count one turn (interleaved, the first count
 rotating): a fresh database file, N worker processes that open it (their own
@@ -13,6 +14,11 @@ and max over rounds) and its ratio to one process measured in the same round;
 and where each process's wall time went: its CPU time, the time it slept in
 the busy handler waiting for another process's write lock (and how many
 times), its commits (one fsync each at ``FULL``).
+
+``--versus PATH`` also runs every process count with the worker processes
+importing Flowdesk from another checkout (e.g. main, to A/B a change),
+interleaved with this checkout's rounds; each set's ratios are to its own
+one-process figure of the same round.
 
 Target (issue 31): 8 processes on one file >= 1x the steps/s of one.
 The app, the CLI and ``flowdesk agent`` on one file at once is the normal
@@ -32,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import Row, header, interleave, stat, table
+from _harness import Row, header, interleave, machine, stat, table
 
 
 def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
@@ -86,14 +92,19 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
     return 0
 
 
-def one_round(n: int, args: argparse.Namespace, pragma: str | None = None) -> dict:
+def one_round(
+    n: int, args: argparse.Namespace, pragma: str | None = None, root: Path | None = None
+) -> dict:
     """N processes on a fresh file, released together; their summed figures."""
     from bench_steps import fresh_store
 
     with tempfile.TemporaryDirectory(prefix="flowdesk-bench-procs-", dir=args.dir) as d:
         db = Path(d) / "flowdesk.db"
         fresh_store(db, args.synchronous).close()
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", str(db)]
+        script = Path(__file__).resolve()
+        if root is not None:  # that checkout's own worker (its _harness puts it first)
+            script = root / "benchmarks" / script.name
+        cmd = [sys.executable, str(script), "--child", str(db)]
         cmd += ["--seconds", str(args.seconds), "--synchronous", args.synchronous]
         if pragma:
             cmd += ["--pragma", pragma]
@@ -134,6 +145,12 @@ def main() -> int:
         help="also run each process count with this PRAGMA set on every connection "
         "(e.g. mmap_size=268435456), interleaved with the plain rounds",
     )
+    p.add_argument(
+        "--versus",
+        type=Path,
+        help="another checkout (its benchmarks/bench_processes.py and its desktop_app): "
+        "every process count runs with it too, interleaved",
+    )
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -146,17 +163,23 @@ def main() -> int:
         rounds=args.rounds,
         synchronous=args.synchronous,
         pragma=args.pragma,
+        versus=args.versus,
     )
-    names = [str(n) for n in counts]
+    suffixes = [""]
     if args.pragma:
-        names += [f"{n} +{args.pragma}" for n in counts]
+        suffixes.append(f" +{args.pragma}")
+    if args.versus:
+        suffixes.append(f" @{args.versus}")
+    names = [f"{n}{suffix}" for suffix in suffixes for n in counts]
     figs: dict[str, list[dict]] = {name: [] for name in names}
 
     def contender(name: str):
-        n, _, pragma = name.partition(" +")
+        n, _, suffix = name.partition(" ")
+        pragma = suffix[1:] if suffix.startswith("+") else None
+        root = Path(suffix[1:]).resolve() if suffix.startswith("@") else None
 
         def go() -> float:
-            fig = one_round(int(n), args, pragma or None)
+            fig = one_round(int(n), args, pragma, root)
             figs[name].append(fig)
             return fig["steps_per_s"]
 
@@ -165,10 +188,11 @@ def main() -> int:
     res = interleave({name: contender(name) for name in names}, args.rounds, progress=True)
     for name in names:  # the warm-up round's figures are not reported
         figs[name] = figs[name][-args.rounds :]
-    base = res[names[0]]
     rows = []
     for name in names:
-        n = int(name.partition(" +")[0])
+        n_text, _, suffix = name.partition(" ")
+        n = int(n_text)
+        base = res[f"{counts[0]}{' ' + suffix if suffix else ''}"]
         sps = res[name]
         ratio = [a / b for a, b in zip(sps, base, strict=True)]
         f = figs[name]
@@ -179,7 +203,7 @@ def main() -> int:
         met = None if n != 8 or counts[0] != 1 or name != str(n) else stat(ratio).median >= 1.0
         rows.append(
             Row(
-                f"{name} process{'es' if n > 1 else ''}: steps/s (mean, max) / vs {names[0]}",
+                f"{name} process{'es' if n > 1 else ''}: steps/s (mean, max) / vs {counts[0]}",
                 f"{stat(sps).fmt(digits=0)} ({statistics.mean(sps):,.0f}, {max(sps):,.0f})"
                 f" / {stat(ratio).fmt()}x"
                 f" (mean {statistics.mean(ratio):.2f}, max {max(ratio):.2f})",
@@ -187,6 +211,15 @@ def main() -> int:
                 met,
             )
         )
+        if suffix.startswith("@"):
+            ours = [a / b for a, b in zip(res[n_text], sps, strict=True)]
+            rows.append(
+                Row(
+                    f"    this checkout's {n} vs {suffix[1:]}'s {n}, same rounds",
+                    f"{stat(ours).fmt()}x (mean {statistics.mean(ours):.2f}, "
+                    f"max {max(ours):.2f})",
+                )
+            )
         rows.append(
             Row(
                 "    CPU / wall; busy-handler sleep / wall; lock waits / commit; steps / commit",
@@ -195,6 +228,7 @@ def main() -> int:
             )
         )
     table(rows)
+    print(f"  at the end: {machine()}")
     return 0
 
 

@@ -54,6 +54,7 @@ from desktop_app.errors import (
     StoreError,
     WalMissingError,
 )
+from desktop_app.store.write_gate import GatedConnection, gate_for
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -241,7 +242,7 @@ def connections_open(path: str | os.PathLike[str]) -> int:
         return 0 if conns is None else sum(1 for c in list(conns) if _live(c))
 
 
-def _open_registered(path: Path, vfs: str | None = None) -> apsw.Connection:
+def _open_registered(path: Path, vfs: str | None = None) -> GatedConnection:
     """Check the header (only if no connection to the file is open in this
     process), open the connection and record it, under one lock so that two
     threads opening their first connections cannot interleave."""
@@ -256,7 +257,7 @@ def _open_registered(path: Path, vfs: str | None = None) -> apsw.Connection:
                     os.chmod(path, 0o600)  # an empty file we are about to make a database
             except OSError:
                 pass
-        conn = apsw.Connection(str(path)) if vfs is None else apsw.Connection(str(path), vfs=vfs)
+        conn = GatedConnection(str(path)) if vfs is None else GatedConnection(str(path), vfs=vfs)
         key = _identity(path)  # SQLite may just have created the file
         if key is not None:
             _OPEN.setdefault(key, weakref.WeakSet()).add(conn)
@@ -313,6 +314,7 @@ def open_connection(
     fullfsync: bool = False,
     create: bool = True,
     vfs: str | None = None,
+    write_gate: bool = True,
 ) -> apsw.Connection:
     """Open (and create, mode 0600) the SQLite file with Flowdesk's pragmas.
 
@@ -324,6 +326,10 @@ def open_connection(
         create: create the file when missing.
         vfs: name of a registered SQLite VFS (default: the platform's); the
             test suite simulates power loss and full disks with one.
+        write_gate: take this process's :class:`~desktop_app.store.write_gate.WriteGate`
+            (a ``flock`` on ``<path>-flowdesk.lock``) around every write
+            transaction, so that several processes writing the file take
+            turns instead of polling SQLite's lock.
 
     Raises:
         DatabaseNotAFileError: ``path`` is a folder, FIFO, socket or device.
@@ -343,6 +349,10 @@ def open_connection(
         raise translate(exc, p) from exc
     try:
         _BUSY[conn] = BusyWait(busy_timeout_s)
+        key = _identity(p)
+        if write_gate and key is not None:
+            conn.gate = gate_for(p, key)
+            conn.gate_timeout_s = busy_timeout_s
         conn.set_busy_handler(_BUSY[conn])
         if conn.execute("PRAGMA page_count").fetchall()[0][0] == 0:
             # only settable before the first table: lets pruning give space back

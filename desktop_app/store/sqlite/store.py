@@ -1067,9 +1067,11 @@ def open_store(
     create: bool = True,
     vfs: str | None = None,
     clock: Callable[[], float] | None = None,
+    write_gate: bool = True,
 ) -> SqliteCheckpointStore:
     """Open the file and return a verified store (``clock``: a test clock for
-    lease and claim decisions, UTC epoch seconds; default the process clock).
+    lease and claim decisions, UTC epoch seconds; default the process clock;
+    ``write_gate``: see :func:`~desktop_app.store.connection.open_connection`).
 
     Raises:
         DatabaseOpenError, SchemaMissingError (names ``flowdesk db apply``),
@@ -1082,6 +1084,7 @@ def open_store(
         fullfsync=fullfsync,
         create=create,
         vfs=vfs,
+        write_gate=write_gate,
     )
     try:
         return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)), clock=clock)

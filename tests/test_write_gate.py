@@ -1,0 +1,208 @@
+"""The write gate (``desktop_app/store/write_gate.py``): a ``flock`` on
+``<db>-flowdesk.lock`` around every SQLite write transaction, so writers of
+several processes take turns instead of polling SQLite's lock. Real files,
+real processes; outcomes are counted, nothing is timed (a timeout only turns
+a hang into a failure)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from desktop_app.errors import StoreError
+from desktop_app.store import write_gate
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+from desktop_app.store.write_gate import LOCK_SUFFIX
+
+WORKER = Path(__file__).resolve().parent / "write_gate_worker.py"
+LIMIT_S = 120.0
+
+
+def events(db: Path) -> dict[str, int]:
+    store = open_store(db)
+    try:
+        rows = store.conn.execute("SELECT type, count(*) FROM events GROUP BY type").fetchall()
+        return {str(t): int(n) for t, n in rows}
+    finally:
+        store.close()
+
+
+def held_elsewhere(db: Path) -> bool:
+    """Whether some process holds the gate's flock (tried on a descriptor of
+    our own, never waiting)."""
+    fd = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops our lock when we got it
+    return False
+
+
+def worker(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_process_killed_holding_the_gate_mid_transaction_never_blocks_the_next_writer(
+    db_path: Path,
+) -> None:
+    rounds = 5
+    held = 0
+    for _ in range(rounds):
+        holder = worker("hold", str(db_path))
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "holding"
+        held += held_elsewhere(db_path)  # inside its transaction, the gate is its
+        holder.send_signal(signal.SIGKILL)
+        assert holder.wait(timeout=LIMIT_S) == -signal.SIGKILL
+        writer = worker("write", str(db_path), "1")
+        out, _ = writer.communicate(timeout=LIMIT_S)  # a hang fails here
+        assert (writer.returncode, out.strip()) == (0, "done")
+    assert held == rounds
+    # the killed transactions rolled back; every later write landed
+    assert events(db_path) == {"written": rounds}
+    assert not held_elsewhere(db_path)
+
+
+def test_gated_and_ungated_processes_released_together_all_write(db_path: Path) -> None:
+    """Four gated processes and one that writes without the gate (an older
+    Flowdesk): the ungated one waits in SQLite's busy handler as before."""
+    rounds, each = 3, 40
+    for _ in range(rounds):
+        procs = [worker("race", str(db_path), str(each), "1") for _ in range(4)]
+        procs.append(worker("race", str(db_path), str(each), "0"))
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outcomes = [(p.communicate(timeout=LIMIT_S)[0].strip(), p.returncode) for p in procs]
+        assert outcomes == [("done", 0)] * len(procs)
+    assert events(db_path) == {"raced": rounds * 5 * each}
+
+
+def test_the_lock_file_is_made_0600_at_the_first_write_and_not_by_readers(
+    db_path: Path,
+) -> None:
+    fresh = db_path.with_name("fresh.db")  # no process has written it yet
+    fresh.write_bytes(db_path.read_bytes())  # closed: its WAL is checkpointed
+    lock = Path(f"{fresh}{LOCK_SUFFIX}")
+    store = open_store(fresh)
+    try:
+        assert store.list_runs() == [] and store.first_event("x", 0) is None
+        assert not lock.exists()
+        store.publish_event("x", {}, store.now())
+        assert stat.S_IMODE(lock.stat().st_mode) == 0o600
+    finally:
+        store.close()
+    assert not held_elsewhere(fresh)
+
+
+def test_threads_with_their_own_connections_share_the_gate(db_path: Path) -> None:
+    """Two stores of one process on one file: their writers queue on the
+    process's gate (never on each other's flock) and all writes land."""
+    stores = [open_store(db_path), open_store(db_path)]
+    errors: list[BaseException] = []
+
+    def write(store: SqliteCheckpointStore) -> None:
+        try:
+            for i in range(50):
+                store.publish_event("t", {"i": i}, store.now())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(stores[i % 2],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=LIMIT_S)
+    for s in stores:
+        s.close()
+    assert errors == [] and not any(t.is_alive() for t in threads)
+    assert events(db_path) == {"t": 200}
+
+
+def test_a_write_nested_in_another_connections_transaction_fails_typed_not_hangs(
+    db_path: Path,
+) -> None:
+    """One thread holding a write transaction on one connection and writing
+    through a second connection to the same file: as without the gate, the
+    second waits for SQLite's lock up to the busy timeout and raises the
+    typed error; the outer transaction still commits."""
+    outer = open_store(db_path, busy_timeout_s=0.2)
+    inner = open_store(db_path, busy_timeout_s=0.2)
+    caught: list[BaseException] = []
+
+    def op(tx: object) -> None:
+        outer.publish_event("outer", {}, outer.now())
+        try:
+            inner.publish_event("inner", {}, inner.now())
+        except StoreError as exc:
+            caught.append(exc)
+
+    outer.write(op)
+    outer.close()
+    inner.close()
+    assert len(caught) == 1 and "busy timeout" in str(caught[0])
+    assert events(db_path) == {"outer": 1}
+
+
+def test_a_writer_outside_the_gate_holding_the_lock_gives_the_busy_error_and_frees_the_gate(
+    db_path: Path,
+) -> None:
+    """A writer that does not take the gate (the sqlite3 shell) holds the
+    write lock: the gated writer still waits only the busy timeout, fails
+    typed, and gives the gate back."""
+    import apsw
+
+    raw = apsw.Connection(str(db_path))
+    raw.execute("BEGIN IMMEDIATE")
+    store = open_store(db_path, busy_timeout_s=0.2)
+    try:
+        with pytest.raises(StoreError, match="busy timeout"):
+            store.publish_event("blocked", {}, store.now())
+        assert not held_elsewhere(db_path)
+        raw.execute("ROLLBACK")
+        store.publish_event("after", {}, store.now())
+    finally:
+        store.close()
+        raw.close()
+    assert events(db_path) == {"after": 1}
+
+
+def test_where_flock_is_refused_writes_go_on_without_the_gate_logged_once(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refused(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    # a file no earlier test of this process has a gate for
+    fresh = db_path.with_name("nfs.db")
+    fresh.write_bytes(db_path.read_bytes())  # closed: its WAL is checkpointed
+    monkeypatch.setattr(write_gate.fcntl, "flock", refused)
+    caplog.set_level(logging.WARNING, logger="desktop_app.store.write_gate")
+    stores = [open_store(fresh), open_store(fresh)]
+    for store in stores:
+        for _ in range(3):
+            store.publish_event("nfs", {}, store.now())
+        store.close()
+    warned = [r for r in caplog.records if r.name == "desktop_app.store.write_gate"]
+    assert len(warned) == 1 and LOCK_SUFFIX in warned[0].getMessage()
+    assert events(fresh) == {"nfs": 6}
