@@ -206,3 +206,33 @@ def test_where_flock_is_refused_writes_go_on_without_the_gate_logged_once(
     warned = [r for r in caplog.records if r.name == "desktop_app.store.write_gate"]
     assert len(warned) == 1 and LOCK_SUFFIX in warned[0].getMessage()
     assert events(fresh) == {"nfs": 6}
+
+
+def test_a_writer_stopped_inside_its_transaction_gives_the_locked_error_not_a_hang(
+    db_path: Path,
+) -> None:
+    """A process suspended (Ctrl-Z, SIGSTOP) inside a write transaction holds
+    the gate: another writer waits for it no longer than its busy timeout,
+    then gets the typed "stayed locked" error, as without the gate; once the
+    holder is gone the same store writes."""
+    from desktop_app.errors import StoreError
+
+    holder = worker("hold", str(db_path))
+    assert holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        holder.send_signal(signal.SIGSTOP)
+        assert held_elsewhere(db_path)
+        store = open_store(db_path, busy_timeout_s=0.5)
+        try:
+            with pytest.raises(StoreError, match="stayed locked"):
+                store.publish_event("late", {}, store.now())
+            holder.send_signal(signal.SIGKILL)
+            holder.wait(timeout=LIMIT_S)
+            store.publish_event("late", {}, store.now())  # the gate is free again
+        finally:
+            store.close()
+    finally:
+        holder.kill()
+        holder.wait(timeout=LIMIT_S)
+    assert events(db_path) == {"late": 1}
