@@ -36,7 +36,7 @@ from textual.worker import get_current_worker
 from desktop_app.agent.messages import canonical_json, is_outcome_unknown
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.agent.tools import is_tool_call
-from desktop_app.app.format import json_text, local_when, short_id, when
+from desktop_app.app.format import json_text, local_when, plural, short_id, when
 from desktop_app.app.host import Host, host
 from desktop_app.app.screens.ask import (
     AnswerDelta,
@@ -125,7 +125,7 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     input, answer or error, question."""
     status = display_status(run, now)
     lines = [
-        f"Agent run {run.run_id} · agent {run.agent} · {status} · {run.turns} turn(s)",
+        f"Agent run {run.run_id} · agent {run.agent} · {status} · {plural(run.turns, 'turn')}",
         f"Created {local_when(run.created_at)} · updated {when(run.updated_at)}",
     ]
     if run.parent_run_id:
