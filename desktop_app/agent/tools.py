@@ -214,6 +214,31 @@ def ask_user_schema() -> dict[str, Any]:
     }
 
 
+class AskUserArguments(BaseModel):
+    """The arguments of the built-in ``ask_user`` tool (its schema's ``required``)."""
+
+    question: str
+
+
+def ask_user_refusal(arguments: dict[str, Any]) -> str | None:
+    """The tool answer (JSON text) a model gets for an ``ask_user`` call whose
+    arguments do not validate (``question`` missing or not a string), as for
+    any tool's (:meth:`Tool.call`): ``{"error": "invalid arguments: question:
+    Field required; ..."}``; ``None`` when they validate."""
+    try:
+        AskUserArguments.model_validate(arguments)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "arguments"
+        return json.dumps(
+            {
+                "error": f"invalid arguments: {where}: {first['msg']}; call ask_user with "
+                '{"question": "<what to ask the user>"}'
+            }
+        )
+    return None
+
+
 def file_tools(
     root: str | Path, max_bytes: int = 64 * 1024, *, require_approval: Collection[str] = ()
 ) -> list[Tool]:
