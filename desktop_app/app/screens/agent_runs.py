@@ -6,8 +6,9 @@ shows its conversation below the table: each message with its role, its
 content (truncated), the tool calls an assistant asked for (name and
 canonical JSON arguments) and the tool results (``(reused)`` when an earlier
 identical call answered), then a table of the run's tool results. A run
-waiting for the user (``input_required``) shows its question and the command
-that answers it.
+waiting for the user (``input_required``) shows its question, how the inbox
+answers it (``i``, then ``enter``, or ``y``/``n`` for a tool call's
+approval) and the command that does the same.
 
 Reads run in thread workers over the app's read-only store (never behind
 the engine's writes), the list :data:`AGENT_PAGE` runs at a time, newest
@@ -45,7 +46,7 @@ from desktop_app.app.screens.ask import (
     AskScreen,
     StreamingAnswer,
 )
-from desktop_app.app.screens.inbox import agent_hint
+from desktop_app.app.screens.inbox import agent_hint, answer_in_inbox
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
@@ -147,6 +148,7 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
         approval = (run.pending_call or {}).get("approval") is not None
+        lines.append(f"Answer it here: {answer_in_inbox(approval)}.")
         lines.append(f"Answer it with: {agent_hint(hints, run.run_id, approval)}")
     return [visible_controls(line) for line in lines]  # error, answer: model text
 
@@ -597,7 +599,8 @@ class AgentRunsScreen(Screen[None]):
         if run.status == "done":
             problem = f"Agent run {rid} is done; its answer is shown with enter."
         elif run.status == "input_required":
-            problem = f"Agent run {rid} waits for an answer: press i (the inbox) to answer it."
+            approval = (run.pending_call or {}).get("approval") is not None
+            problem = f"Agent run {rid} waits for an answer: {answer_in_inbox(approval)}."
         elif run.status in AGENT_TERMINAL:
             problem = f"Agent run {rid} is {run.status}; it cannot be resumed."
         elif run.agent != self.ASK_AGENT or used_tools:
