@@ -41,6 +41,8 @@ def started_asking(db: Path, server: ChatServer) -> tuple[str, dict[str, str]]:
     assert asked.returncode == 0, asked.stderr
     assert asked.stdout.strip() == "the agent asks: Which?"
     (run_id,) = [w.split()[1] for w in asked.stderr.splitlines() if w.startswith("run ")]
+    (row,) = [r for r in flowdesk(db, "runs", env=env).stdout.splitlines() if run_id in r]
+    assert " 1 turn " in row, row  # one model request so far, said in the singular
     return run_id, env
 
 
