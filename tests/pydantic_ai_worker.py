@@ -8,7 +8,8 @@ Builds ``tests.pydantic_ai_agents.make_helper()`` (see there for the
 environment it reads) wrapped in ``FlowdeskAgent`` over DB
 and runs PROMPT, or resumes RUN_ID. Prints ``run <id>`` as soon as the run
 is stored, each streamed piece of text as ``text <text>`` with ``--stream``,
-and ``<status> executed=<n> replayed=<n> output=<text>`` at the end.
+and ``<status> executed=<n> replayed=<n> output=<text>`` at the end (then
+the question and the ``DeferredToolRequests`` approvals of a run that waits).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 
 from desktop_app.bootstrap import open_services
@@ -57,6 +59,8 @@ async def main() -> int:
     print(f"{res.status} executed={res.executed} replayed={res.replayed} output={res.text}")
     if res.question:
         print("question", res.question)
+    if isinstance(res.output, DeferredToolRequests):  # Pydantic AI's form of the wait
+        print("deferred approvals", [(c.tool_name, c.args_as_dict()) for c in res.output.approvals])
     services.close()
     return 0
 

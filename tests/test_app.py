@@ -817,7 +817,7 @@ async def test_launch_recovery_policy_per_flow_ask_and_off(tmp_path: Path, notes
     engine = bootstrap.build_engine(settings)
     run_id = engine.start("digest", DigestState(folder=str(notes), out=str(tmp_path / "o")))
     engine.store.close()
-    for policy, hint in (("ask", "wait for you"), ("off", None)):
+    for policy, hint in (("ask", "1 interrupted run of digest waits for you: "), ("off", None)):
         chosen = load_settings(db_path=db, recovery={"digest": policy})
         app = FlowdeskApp(chosen)
         async with app.run_test(size=SIZE) as pilot:

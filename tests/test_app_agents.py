@@ -128,7 +128,7 @@ async def test_a_done_run_shows_its_tool_calls_and_the_reused_result(tmp_path: P
         screen = await open_screen(pilot)
         text = await open_run(pilot, screen, done_id)
         lines = text.splitlines()
-        assert f"Agent run {done_id} · agent helper · done · 2 turn(s)" in lines
+        assert f"Agent run {done_id} · agent helper · done · 2 turns" in lines
         assert "Answer: found x" in lines
         # canonical JSON arguments: sorted keys, compact
         assert '  → tool call lookup {"n":1,"q":"x"} [id c1]' in lines

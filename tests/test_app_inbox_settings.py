@@ -21,7 +21,8 @@ from textual.widgets import Input, Select
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.answer import AnswerScreen
-from desktop_app.app.screens.inbox import InboxScreen, agent_hint
+from desktop_app.app.screens.ask import AskScreen
+from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.screens.launch_report import FAIL_REASON, LaunchReportScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.screens.settings import SettingsScreen, dump_toml, masked
@@ -236,7 +237,7 @@ async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Pat
             "Which city?",
             "-",
             "",
-            f"flowdesk ask --resume {agent_id} --answer TEXT",
+            "enter answer",
         ]
         assert screen.status_text.startswith("2 flow question(s) and 1 agent question(s)")
 
@@ -304,7 +305,7 @@ async def test_enter_answers_with_the_answer_dialog(tmp_path: Path) -> None:
     assert stored(db, run_id)[:2] == ("completed", {"verdict": "ship it"})
 
 
-async def test_agent_questions_point_to_the_command_line(tmp_path: Path) -> None:
+async def test_y_and_n_on_an_agent_question_say_enter_answers_it(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     settings = settings_for(db)
     bootstrap.apply_schema(settings)
@@ -316,13 +317,19 @@ async def test_agent_questions_point_to_the_command_line(tmp_path: Path) -> None
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, InboxScreen)
-        for key in ("y", "n", "enter"):
+        for key in ("y", "n"):
             await pilot.press(key)
             await settle(pilot)
             assert messages(app, "warning")[-1] == (
-                f"Agent run {agent_id[:8]} is answered from the command line: "
-                f"{agent_hint(app.hints, agent_id)}"
+                f"Agent run {agent_id[:8]} asks a question: enter answers it."
             )
+        assert app.screen is screen
+        await pilot.press("enter")  # the answer field; escape leaves it unanswered
+        await settle(pilot)
+        assert isinstance(app.screen, AskScreen)
+        assert app.screen.title_text == f"Agent run {agent_id[:8]} asks: Which city?"
+        await pilot.press("escape")
+        await settle(pilot)
         assert app.screen is screen
     store = open_store(db)
     try:

@@ -59,3 +59,48 @@ async def test_launch_recovery_resumes_a_killed_pydantic_ai_run_shown_as_a_conve
             assert calls[0].startswith('→ tool call lookup {"q":"a"}')
         assert len(server.requests) == 3
     assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+
+
+@pytest.mark.scenario("S96")
+async def test_y_in_the_inbox_approves_a_pydantic_ai_call_with_no_flowdesk_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent brings its own model: the inbox continues its run as
+    ``flowdesk answer RUN yes`` does, with no ``[model]`` set up."""
+    from desktop_app.app.screens.inbox import InboxScreen
+    from tests.test_pydantic_ai import DELETE_X
+
+    monkeypatch.delenv("FLOWDESK_MODEL__BASE_URL", raising=False)
+    monkeypatch.delenv("FLOWDESK_MODEL__MODEL", raising=False)
+    db, log = tmp_path / "t.db", tmp_path / "tool.log"
+    settings = load_settings(
+        db_path=db, pydantic_ai_agents=["tests.pydantic_ai_agents:make_helper"]
+    )
+    assert settings.model.base_url is None
+    bootstrap.apply_schema(settings)
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(DELETE_X)
+        first = worker(db, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        run_id = first.stdout.split()[1]
+        for name, value in env.items():  # the registered agent is built in this process
+            monkeypatch.setenv(name, value)
+        app = FlowdeskApp(settings)
+        async with app.run_test(size=(160, 45)) as pilot:
+            await settle(pilot)
+            await pilot.press("i")
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, InboxScreen)
+            (item,) = screen.items
+            assert item.approval and item.run_id == run_id
+            await pilot.press("y")
+            await wait_until(pilot, lambda: not screen.answering, timeout=60)
+            await settle(pilot)
+            said = messages(app)
+            assert f"Agent run {run_id[:8]} done: x is deleted" in said, said
+            assert not any("No model" in m for m in said), said
+            assert screen.items == []
+        assert len(server.requests) == 2  # the first request was not sent again
+    assert lines(log) == ["delete x"]  # approved once, made once

@@ -71,7 +71,7 @@ async def test_agent_runs_are_listed_beside_flow_runs_in_the_flow_vocabulary(
             "kind": "agent",
             "flow": "helper",
             "status": "completed",
-            "progress": "1 turns",
+            "progress": "1 turn",
         }
         assert table.cell(ids["agent_asking"], "status") == "waiting"
         assert table.cell(ids["flow_new"], "kind") == "flow"

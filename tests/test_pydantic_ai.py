@@ -189,19 +189,41 @@ def test_show_prints_the_conversation_and_its_resume_hint_resumes_the_registered
         assert f"agent run {run_id}  agent helper  status interrupted  turns 2" in shown.stdout
         assert '  assistant calls lookup {"q": "a"}' in shown.stdout
         assert "  tool lookup: result for a" in shown.stdout
-        hint = re.search(r"; (flowdesk .*) continues it$", shown.stdout, re.M)
+        # lookup(a) completed; lookup(b) started, its result never saved
+        assert "tool calls: 2" in shown.stdout
+        assert re.search(r"^  lookup +completed +attempts 1", shown.stdout, re.M)
+        assert re.search(r"^  lookup +in_progress +attempts 1", shown.stdout, re.M)
+        # not registered in this process's settings: the hint says how first
+        hint = re.search(
+            r"agent 'helper', which is not registered here: add \"package.module:attribute\" "
+            r"of it to pydantic_ai_agents in the settings \(or "
+            r"FLOWDESK_PYDANTIC_AI_AGENTS='\[\"package.module:attribute\"\]', "
+            r"the module importable\); then (flowdesk .*) continues it$",
+            shown.stdout,
+            re.M,
+        )
         assert hint, shown.stdout
         # without the registration the run is left alone, with what to do
         refused = as_printed(hint.group(1), env)
         assert refused.returncode != 0
         assert "not registered: add" in refused.stderr and "pydantic_ai_agents" in refused.stderr
         assert agent_status(db_path, run_id) == "interrupted"
-        resumed = as_printed(hint.group(1), {**env, **REGISTERED})
+        # registered as the hint says: the printed command continues it
+        registered = {**env, **REGISTERED}
+        again = flowdesk(db_path, "show", run_id, env=registered)
+        assert "not registered" not in again.stdout
+        assert f"; {hint.group(1)} continues it" in again.stdout
+        resumed = as_printed(hint.group(1), registered)
         assert resumed.returncode == 0, resumed.stderr
         assert resumed.stdout.strip() == "a and b are found"
         assert len(server.requests) == 3
     assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
     assert agent_status(db_path, run_id) == "done"
+    done = flowdesk(db_path, "show", run_id, env=registered)
+    assert "tool calls: 2" in done.stdout, done.stdout
+    assert re.search(r"^  lookup +completed +attempts 2", done.stdout, re.M)
+    table = flowdesk(db_path, "runs", env=registered)
+    assert " 3 turns " in table.stdout, table.stdout
 
 
 @pytest.mark.scenario("S96")
@@ -333,6 +355,8 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
         assert first.returncode == 0, first.stderr
         assert 'question approve the call delete {"name":"x"}? (yes/no)' in first.stdout
         assert "input_required" in first.stdout
+        # the result's output says so as Pydantic AI's own deferred-tools API does
+        assert "deferred approvals [('delete', {'name': 'x'})]" in first.stdout
         assert lines(log) == []  # nothing deleted before a person said yes
         run_id = first.stdout.split()[1]
         assert agent_status(db_path, run_id) == "input_required"
@@ -349,6 +373,9 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
     tool_messages = [(m["name"], m["content"]) for m in messages if m["role"] == "tool"]
     assert tool_messages == [("delete", "deleted x")]
     assert [t.result for t in tools if t.tool == "approval"] == ["yes"]
+    shown = flowdesk(db_path, "show", run_id)
+    assert "tool calls: 1" in shown.stdout, shown.stdout
+    assert re.search(r"^  delete +completed +attempts 1", shown.stdout, re.M)
 
 
 @pytest.mark.scenario("S96")

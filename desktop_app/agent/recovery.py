@@ -143,6 +143,34 @@ def resume_pydantic_ai(
     return resume_registered(store, settings, run_id, answer)
 
 
+def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | None:
+    """Why a run of a Pydantic AI agent (``sources.pydantic_ai``) cannot be
+    resumed with ``settings``, or ``None`` when it can (or is not such a
+    run): the extra is missing, the agent is not registered (the text says
+    how to register it: ``pydantic_ai_agents``), or a registration fails to load."""
+    name = sources.pydantic_ai
+    if name is None:
+        return None
+    try:
+        from desktop_app.integrations.pydantic_ai.registry import registered_agents
+    except ImportError:
+        return (
+            f"it is a run of the Pydantic AI agent {name!r}; install Flowdesk with its extra "
+            "(pip install 'flowdesk[pydantic-ai]')"
+        )
+    try:
+        agents = registered_agents(settings)
+    except ConfigError as exc:
+        return str(exc)
+    if name in agents:
+        return None
+    return (
+        f"it is a run of the Pydantic AI agent {name!r}, which is not registered here: add "
+        f'"package.module:attribute" of it to pydantic_ai_agents in the settings (or '
+        """FLOWDESK_PYDANTIC_AI_AGENTS='["package.module:attribute"]', the module importable)"""
+    )
+
+
 def resume_with_recorded_tools(
     store: AgentLog,
     settings: Settings,

@@ -33,6 +33,8 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
 * Resuming a ``done`` run returns the saved answer without calling the model.
 * The built-in ``ask_user`` tool pauses the run ``input_required``; plain
   ``resume`` refuses; ``resume_input(run_id, text)`` answers and continues.
+  A call without a ``question`` string does not pause: the model is told
+  its arguments are invalid, as for any tool (``tools.ask_user_refusal``).
 * A call of a tool that requires approval (see
   :mod:`desktop_app.agent.approvals`) pauses the run ``input_required`` with
   the exact tool and arguments as its question; ``resume_input(run_id,
@@ -91,6 +93,7 @@ from desktop_app.agent.tools import (
     TOOLSET_KEY,
     AgentTool,
     ToolListing,
+    ask_user_refusal,
     ask_user_schema,
 )
 from desktop_app.errors import (
@@ -614,7 +617,14 @@ class Agent:
             if pending:
                 for position, call in pending:
                     if call.name == ASK_USER and self.ask_user:
-                        question = str(call.arguments.get("question", ""))
+                        refusal = ask_user_refusal(call.arguments)
+                        if refusal is not None:  # malformed: the model is told, no pause
+                            bad = Message("tool", refusal, tool_call_id=call.id, name=ASK_USER)
+                            self.store.update(
+                                run_id, self.clock.now(), owner=self.owner, messages=[bad.to_json()]
+                            )
+                            continue
+                        question = str(call.arguments["question"])
                         self.store.update(
                             run_id,
                             self.clock.now(),

@@ -67,10 +67,23 @@ TOOLSET_KEY = "agent/toolset"
 TOOL_SOURCES_KEY = "agent/tool_sources"
 
 
+#: how the key of a Pydantic AI run's journaled unit starts
+#: (:mod:`desktop_app.integrations.pydantic_ai.durability`):
+#: ``pydantic_ai/<operation name>#<n>``; a tool call's operation name holds
+#: :data:`PYDANTIC_AI_CALL` (``helper__function_toolset__<id>.call_tool:lookup``,
+#: ``helper__mcp_server__notes.call_tool``), a model request's does not
+PYDANTIC_AI_PREFIX = "pydantic_ai/"
+PYDANTIC_AI_CALL = ".call_tool"
+
+
 def is_tool_call(tool_key: str) -> bool:
     """Whether a key of a run's tool journal is a tool call's, not one of the
     records kept beside them (:data:`LISTING_PREFIX`, :data:`TOOLSET_KEY`,
-    :data:`TOOL_SOURCES_KEY`: each holds a "/", which no tool name can)."""
+    :data:`TOOL_SOURCES_KEY`, approvals: each holds a "/", which no tool name
+    can): a Flowdesk agent's call, or a Pydantic AI run's tool-call unit (not
+    its model requests or MCP discovery)."""
+    if tool_key.startswith(PYDANTIC_AI_PREFIX):
+        return PYDANTIC_AI_CALL in tool_key
     return "/" not in tool_key
 
 
@@ -199,6 +212,31 @@ def ask_user_schema() -> dict[str, Any]:
             },
         },
     }
+
+
+class AskUserArguments(BaseModel):
+    """The arguments of the built-in ``ask_user`` tool (its schema's ``required``)."""
+
+    question: str
+
+
+def ask_user_refusal(arguments: dict[str, Any]) -> str | None:
+    """The tool answer (JSON text) a model gets for an ``ask_user`` call whose
+    arguments do not validate (``question`` missing or not a string), as for
+    any tool's (:meth:`Tool.call`): ``{"error": "invalid arguments: question:
+    Field required; ..."}``; ``None`` when they validate."""
+    try:
+        AskUserArguments.model_validate(arguments)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "arguments"
+        return json.dumps(
+            {
+                "error": f"invalid arguments: {where}: {first['msg']}; call ask_user with "
+                '{"question": "<what to ask the user>"}'
+            }
+        )
+    return None
 
 
 def file_tools(

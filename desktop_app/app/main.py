@@ -478,7 +478,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         if asking:
             flows = ", ".join(sorted({r.flow_name for r in asking}))
             self.say(
-                f"{plural(len(asking), 'interrupted run')} of {flows} wait for you: "
+                f"{plural(len(asking), 'interrupted run')} of {flows} "
+                f"{'waits' if len(asking) == 1 else 'wait'} for you: "
                 "select one and press r to resume it"
             )
             # the toast goes; the banner stays until each is resumed or canceled

@@ -118,7 +118,7 @@ def cmd_runs(ctx: Ctx) -> int:
         f"{'STARTED (UTC)':19}  UPDATED (UTC)"
     )
     for row in shown:
-        prog = {"flow": progress_text(row["progress"]), "agent": f"{row.get('turns')} turns"}.get(
+        prog = {"flow": progress_text(row["progress"]), "agent": _turns(row.get("turns"))}.get(
             row["kind"], "-"
         )
         print(
@@ -126,6 +126,11 @@ def cmd_runs(ctx: Ctx) -> int:
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
         )
     return EXIT_OK
+
+
+def _turns(n: Any) -> str:
+    """An agent run's progress in the runs table: ``1 turn``, ``3 turns``."""
+    return f"{n} turn" if n == 1 else f"{n} turns"
 
 
 def _flow_runs_shown(sv: Services, a: Any, wanted: set[str], now: float) -> list[Any]:
@@ -269,11 +274,13 @@ def _clip(text: str, n: int = 100) -> str:
     return one if len(one) <= n else one[: n - 1] + "…"
 
 
-def _interrupted_line(ctx: Ctx, run: Any) -> str:
-    """Why a run shows ``interrupted`` and the command that continues it."""
+def _interrupted_line(ctx: Ctx, run: Any, first: str | None = None) -> str:
+    """Why a run shows ``interrupted`` and the command that continues it
+    (after ``first``, what must be done before it works, when given)."""
     owner = f" ({run.lease_owner})" if run.lease_owner else ""
     hint = ctx.hints.cmd(f"resume {run.run_id}")
-    return f"interrupted: the process that ran it{owner} stopped; {hint} continues it"
+    then = "" if first is None else f"{first}; then "
+    return f"interrupted: the process that ran it{owner} stopped; {then}{hint} continues it"
 
 
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
@@ -315,7 +322,11 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     status = display_status(run, now)
     _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  turns {run.turns}")
     if status == INTERRUPTED:
-        _say(_interrupted_line(ctx, run))
+        from desktop_app.agent.recovery import ToolSources, pydantic_ai_unavailable
+
+        # resume would refuse a run whose Pydantic AI agent is not registered: how to, first
+        why = pydantic_ai_unavailable(sv.settings, ToolSources.of_run(sv.agents, run_id))
+        _say(_interrupted_line(ctx, run, why))
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         _say(f"error: {run.error}")

@@ -6,8 +6,9 @@ shows its conversation below the table: each message with its role, its
 content (truncated), the tool calls an assistant asked for (name and
 canonical JSON arguments) and the tool results (``(reused)`` when an earlier
 identical call answered), then a table of the run's tool results. A run
-waiting for the user (``input_required``) shows its question and the command
-that answers it.
+waiting for the user (``input_required``) shows its question, how the inbox
+answers it (``i``, then ``enter``, or ``y``/``n`` for a tool call's
+approval) and the command that does the same.
 
 Reads run in thread workers over the app's read-only store (never behind
 the engine's writes), the list :data:`AGENT_PAGE` runs at a time, newest
@@ -36,7 +37,7 @@ from textual.worker import get_current_worker
 from desktop_app.agent.messages import canonical_json, is_outcome_unknown
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.agent.tools import is_tool_call
-from desktop_app.app.format import json_text, local_when, short_id, when
+from desktop_app.app.format import json_text, local_when, plural, short_id, when
 from desktop_app.app.host import Host, host
 from desktop_app.app.screens.ask import (
     AnswerDelta,
@@ -45,7 +46,7 @@ from desktop_app.app.screens.ask import (
     AskScreen,
     StreamingAnswer,
 )
-from desktop_app.app.screens.inbox import agent_hint
+from desktop_app.app.screens.inbox import agent_hint, answer_in_inbox
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
@@ -125,7 +126,7 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     input, answer or error, question."""
     status = display_status(run, now)
     lines = [
-        f"Agent run {run.run_id} · agent {run.agent} · {status} · {run.turns} turn(s)",
+        f"Agent run {run.run_id} · agent {run.agent} · {status} · {plural(run.turns, 'turn')}",
         f"Created {local_when(run.created_at)} · updated {when(run.updated_at)}",
     ]
     if run.parent_run_id:
@@ -147,6 +148,7 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
         approval = (run.pending_call or {}).get("approval") is not None
+        lines.append(f"Answer it here: {answer_in_inbox(approval)}.")
         lines.append(f"Answer it with: {agent_hint(hints, run.run_id, approval)}")
     return [visible_controls(line) for line in lines]  # error, answer: model text
 
@@ -597,7 +599,8 @@ class AgentRunsScreen(Screen[None]):
         if run.status == "done":
             problem = f"Agent run {rid} is done; its answer is shown with enter."
         elif run.status == "input_required":
-            problem = f"Agent run {rid} waits for an answer: press i (the inbox) to answer it."
+            approval = (run.pending_call or {}).get("approval") is not None
+            problem = f"Agent run {rid} waits for an answer: {answer_in_inbox(approval)}."
         elif run.status in AGENT_TERMINAL:
             problem = f"Agent run {rid} is {run.status}; it cannot be resumed."
         elif run.agent != self.ASK_AGENT or used_tools:

@@ -22,14 +22,28 @@ from desktop_app.textsafe import visible_controls
 
 
 class AskScreen(ModalScreen[str | None]):
-    """The question for a new agent run (enter asks, escape cancels)."""
+    """One line of text for an agent: the question for a new agent run, or
+    (with ``title`` and ``placeholder``) the answer to an agent run's
+    ``ask_user`` question. Enter sends it, escape cancels (``None``).
+
+    Args:
+        title: the dialog's heading (plain text: a model's question is never markup).
+        placeholder: what the empty field says.
+    """
 
     BINDINGS = [Binding("escape", "cancel", "Cancel"), HELP_BINDING]
 
+    def __init__(
+        self, title: str = "Ask the agent", placeholder: str = "your question; enter asks"
+    ) -> None:
+        super().__init__()
+        self.title_text = title
+        self.placeholder = placeholder
+
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Label(Text("Ask the agent", style="bold"))
-            yield Input(placeholder="your question; enter asks", id="ask-input")
+            yield Label(Text(visible_controls(self.title_text), style="bold"))
+            yield Input(placeholder=self.placeholder, id="ask-input")
         yield Footer(show_command_palette=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -1,14 +1,17 @@
 """The inbox: every run waiting for a person, with deadlines.
 
 Flow runs waiting on a question (``input`` waits) are approved (``y``),
-rejected (``n``) or answered (``enter``, the answer dialog) in place. Agent
-runs waiting for the user's text (``input_required``) are listed read-only:
-the row says which command answers them. An agent run waiting for a tool
-call to be approved shows the exact tool and arguments (control characters
-visible) and the two commands, yes and no; ``y``/``n`` approve or decline it
-in place (``Agent.resume_input`` with the tools the run recorded, as launch
-recovery resumes agent runs), or, with no model set up, say so and show the
-command.
+rejected (``n``) or answered (``enter``, the answer dialog) in place. An
+agent run's ``ask_user`` question is answered with ``enter`` (a one-line
+answer field), and the run continues as ``flowdesk ask --resume RUN --answer
+TEXT`` continues it. An agent run waiting for a tool call to be approved
+shows the exact tool and arguments (control characters visible) and the two
+commands, yes and no; ``y``/``n`` approve or decline it in place. Both
+continue the run in a worker with the tools it recorded, as launch recovery
+resumes agent runs (:func:`~desktop_app.agent.recovery.resume_with_recorded_tools`):
+a run of Flowdesk's own agent with the configured model (with none set up,
+the inbox says so and shows the command that does it), a Pydantic AI
+agent's run with its registered agent and that agent's own model.
 LangGraph threads waiting on an ``interrupt()`` open their thread view on
 ``enter``, where the answer is typed.
 
@@ -18,6 +21,7 @@ for another process's lock); results come back as messages.
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -37,6 +41,7 @@ from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
 from desktop_app.app.previews import PREVIEWS
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
+from desktop_app.app.screens.ask import AskScreen
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
@@ -64,6 +69,10 @@ class _NoModel(Exception):
     """No chat model is set up (the inbox says so and shows the command)."""
 
 
+#: what the How column says of an agent run's question (``ask_user``)
+ANSWER_HOW = "enter answer"
+
+
 def _outcome(hints: Hints, res: Any) -> tuple[str, str]:
     """``(text, severity)`` saying how an answered agent run went on, as
     ``flowdesk answer`` prints it (``cli.ask._finish``)."""
@@ -88,6 +97,14 @@ def agent_hint(hints: Hints, run_id: str, approval: bool = False) -> str:
         yes, no = answer_commands(run_id)
         return f"{hints.cmd(yes)} · {hints.cmd(no)}"
     return str(hints.cmd(f"ask --resume {run_id} --answer TEXT"))
+
+
+def answer_in_inbox(approval: bool = False) -> str:
+    """How an agent run waiting for the user is answered in the app (the
+    agent runs screen says it as the inbox does it)."""
+    if approval:
+        return "press i (the inbox), then y to approve the call or n to decline it"
+    return f"press i (the inbox), then {ANSWER_HOW.replace(' ', ' to ')} it"
 
 
 @dataclass(frozen=True)
@@ -129,6 +146,8 @@ class InboxItem:
             return "y approve · n reject · enter answer"
         if self.kind == "langgraph":
             return "enter answer (in the thread)"
+        if not self.approval:
+            return ANSWER_HOW
         return agent_hint(hints, self.run_id, self.approval)
 
 
@@ -448,11 +467,12 @@ class InboxScreen(Screen[None]):
             )
             return None
         if item.kind != "flow":
-            self.flowdesk.say(
-                f"Agent run {short_id(item.run_id)} is answered from the command line: "
-                f"{agent_hint(self.flowdesk.hints, item.run_id, item.approval)}",
-                "warning",
+            how = (
+                "waits for a tool call's approval: y approves it, n declines it"
+                if item.approval
+                else f"asks a question: {ANSWER_HOW}s it"
             )
+            self.flowdesk.say(f"Agent run {short_id(item.run_id)} {how}.", "warning")
             return None
         return item
 
@@ -512,9 +532,33 @@ class InboxScreen(Screen[None]):
                 self.flowdesk.say(refused, "error")
         self.marked.clear()
 
-    # -- an agent run's tool-call approval -----------------------------------
+    # -- answering an agent run (a tool call's approval, or its question) -----
 
     def _answer_approval(self, item: InboxItem, answer: str) -> None:
+        command = agent_hint(self.flowdesk.hints, item.run_id, approval=True).split(" · ")
+        verb = "Approving" if answer == "yes" else "Declining"
+        notice = f"{verb} agent run {short_id(item.run_id)}'s tool call…"
+        self._answer_agent(item, answer, command[0 if answer == "yes" else 1], notice)
+
+    def _answer_question(self, item: InboxItem) -> None:
+        """The answer field for an agent run's ``ask_user`` question (enter)."""
+        if self.flowdesk.services is None:
+            self.flowdesk.controller.require_engine()
+            return
+
+        def answered(text: str | None) -> None:
+            if text:
+                rest = f"ask --resume {item.run_id} --answer {shlex.quote(text)}"
+                notice = f"Answering agent run {short_id(item.run_id)}…"
+                self._answer_agent(item, text, self.flowdesk.hints.cmd(rest), notice)
+
+        title = f"Agent run {short_id(item.run_id)} asks: {item.prompt}"
+        self.app.push_screen(AskScreen(title, "your answer; enter sends it"), answered)
+
+    def _answer_agent(self, item: InboxItem, answer: str, by_hand: str, notice: str) -> None:
+        """Continue agent run ``item`` with ``answer`` in a worker (``by_hand``:
+        the command that does the same, shown when the app cannot; ``notice``
+        said meanwhile)."""
         rid = short_id(item.run_id)
         if self.flowdesk.services is None:
             self.flowdesk.controller.require_engine()
@@ -523,27 +567,28 @@ class InboxScreen(Screen[None]):
             self.flowdesk.say(f"Agent run {rid} is already being answered.", "warning")
             return
         self.answering.add(item.run_id)
-        verb = "Approving" if answer == "yes" else "Declining"
-        self.flowdesk.say(f"{verb} agent run {rid}'s tool call…")
-        self._drive_approval(item.run_id, answer)
+        self.flowdesk.say(notice)
+        self._drive_answer(item.run_id, answer, by_hand)
 
-    @work(thread=True, group="inbox-agent", name="answer an agent's tool call")
-    def _drive_approval(self, run_id: str, answer: str) -> None:
+    @work(thread=True, group="inbox-agent", name="answer an agent run")
+    def _drive_answer(self, run_id: str, answer: str, by_hand: str) -> None:
         """``Agent.resume_input(run_id, answer)`` on this thread, with the tools
-        the run recorded and the configured model; the outcome comes back as
-        :class:`AgentAnswered`."""
-        from desktop_app.agent.recovery import resume_with_recorded_tools
+        the run recorded and the configured model, or a Pydantic AI agent's
+        run with its registered agent and that agent's own model (no
+        Flowdesk model needed, as ``flowdesk answer`` does); the outcome comes
+        back as :class:`AgentAnswered`."""
+        from desktop_app.agent.recovery import ToolSources, resume_with_recorded_tools
 
         rid = short_id(run_id)
-        command = agent_hint(self.flowdesk.hints, run_id, approval=True).split(" · ")
-        by_hand = command[0 if answer == "yes" else 1]
         services = self.flowdesk.services
         assert services is not None
         store = services.services.agents
         try:
-            model = self.flowdesk.chat_model()
-            if model is None:
-                raise _NoModel
+            model = None
+            if ToolSources.of_run(store, run_id).pydantic_ai is None:
+                model = self.flowdesk.chat_model()
+                if model is None:
+                    raise _NoModel
             res = resume_with_recorded_tools(
                 store, self.flowdesk.settings, model, store.get(run_id), answer
             )
@@ -570,6 +615,9 @@ class InboxScreen(Screen[None]):
         item = self.selected
         if item is not None and item.kind == "langgraph":
             self.flowdesk.controller.open_thread(item.run_id)
+            return
+        if item is not None and item.kind == "agent" and not item.approval:
+            self._answer_question(item)
             return
         item = self._selected_flow_item()
         if item is None or item.run is None:

@@ -16,7 +16,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
-from desktop_app.app.format import STATUS_STYLES, ago, bar, progress, short_id
+from desktop_app.app.format import STATUS_STYLES, ago, bar, plural, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
 from desktop_app.app.widgets.cells import keep_columns
 from desktop_app.integrations.langgraph.threads import Thread
@@ -89,7 +89,7 @@ def agent_cells(run: AgentRun, now: float) -> dict[str, Text]:
         "flow": Text(run.agent),
         "status": Text(status, style=STATUS_STYLES.get(status, "")),
         "bar": Text(""),
-        "progress": Text(f"{run.turns} turns"),
+        "progress": Text(plural(run.turns, "turn")),
         "pace": Text(""),
         "started": Text(ago(run.created_at, now)),
         "updated": Text(ago(run.updated_at, now)),

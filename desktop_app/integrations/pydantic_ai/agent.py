@@ -64,7 +64,10 @@ class FlowdeskRunResult:
         status: ``done``, or ``input_required`` when a tool call waits for a
             person's approval (a run that raised keeps ``failed`` with the
             error; an interrupted one stays ``running``).
-        output: the agent's output when ``done`` (``None`` otherwise).
+        output: the agent's output when ``done``; when ``input_required``,
+            Pydantic AI's ``DeferredToolRequests`` whose ``approvals`` hold the
+            tool call waiting for a yes or no (as a Pydantic AI run that
+            ends at a tool requiring approval outputs it).
         text: the output as stored in the run (a string as is, anything
             else as JSON).
         result: Pydantic AI's ``AgentRunResult`` when ``done``.
@@ -309,23 +312,25 @@ class FlowdeskAgent:
                             error_type=type(exc).__name__,
                         )
                     raise
-                if isinstance(outcome, ApprovalRequest):
+                if isinstance(outcome, tuple):
+                    request, part = outcome
                     self.store.update(
                         run.run_id,
                         self.clock.now(),
                         owner=self.owner,
                         status="input_required",
                         pending_call={
-                            "name": outcome.tool,
-                            "arguments": dict(outcome.arguments),
-                            "approval": outcome.to_json(),
+                            "name": request.tool,
+                            "arguments": dict(request.arguments),
+                            "approval": request.to_json(),
                         },
                     )
                     return FlowdeskRunResult(
                         run.run_id,
                         "input_required",
-                        question=outcome.question(),
-                        approval=outcome,
+                        DeferredToolRequests(approvals=[part]),
+                        question=request.question(),
+                        approval=request,
                         executed=journal.executed,
                         replayed=journal.replayed,
                     )
@@ -348,9 +353,9 @@ class FlowdeskAgent:
 
     async def _segments(
         self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
-    ) -> AgentRunResult[Any] | ApprovalRequest:
+    ) -> AgentRunResult[Any] | tuple[ApprovalRequest, ToolCallPart]:
         """Run the agent until it answers, or until a tool call needs a
-        decision nobody has journaled yet (returned).
+        decision nobody has journaled yet (returned, with its Pydantic AI part).
 
         A tool that requires approval (Pydantic AI's ``requires_approval``)
         ends a Pydantic AI run with ``DeferredToolRequests``; each of its
@@ -400,7 +405,7 @@ class FlowdeskAgent:
                 )
                 decided = decisions.decision(request)
                 if decided is None:
-                    return request
+                    return request, part
                 approvals[part.tool_call_id] = decided or ToolDenied(
                     declined_result(part.tool_name)
                 )

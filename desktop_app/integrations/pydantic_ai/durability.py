@@ -53,13 +53,14 @@ from pydantic_ai.durable_exec import (
 )
 
 from desktop_app.agent.messages import Message, ToolCall, canonical_json
+from desktop_app.agent.tools import PYDANTIC_AI_PREFIX
 from desktop_app.errors import AgentError
 from desktop_app.flow.clock import Clock
 from desktop_app.store.protocol import AgentLog
 
 #: how the tool-journal key of a Pydantic AI unit starts (no tool name of
 #: Flowdesk's own agent contains "/", so the keys never collide)
-KEY_PREFIX = "pydantic_ai/"
+KEY_PREFIX = PYDANTIC_AI_PREFIX
 
 
 class JournalMismatchError(AgentError):
