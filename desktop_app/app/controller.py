@@ -23,7 +23,6 @@ import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,7 +30,7 @@ from textual.app import App
 from textual.message_pump import MessagePump
 from textual.notifications import SeverityLevel
 
-from desktop_app.app.format import plural, short_id
+from desktop_app.app.format import short_id
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, BranchFinished, RunChanged
 from desktop_app.app.runs import RunController
@@ -45,7 +44,7 @@ from desktop_app.errors import FlowdeskError, InputError, InputPendingError
 from desktop_app.flow import Engine, RunResult
 from desktop_app.flows import builtin_flow_key
 from desktop_app.flows.digest import DigestInput, DigestState
-from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
 from desktop_app.store.protocol import RunRecord, RunStatus
 
 #: Run statuses ``Engine.recover`` resumes at launch.
@@ -342,17 +341,19 @@ class Controller:
 
     def _undo(self, run_id: str, undo_list: str) -> None:
         rid = short_id(run_id)
-        try:
-            report = undo_tidy(Path(undo_list))
+        engine = self.require_engine()
+        if engine is None:
+            return
+        try:  # withdraws the moves not made yet first: none is made after the undo
+            report = undo_tidy_run(engine.store, run_id)
         except FlowdeskError as exc:
             self._say(f"Tidy run {rid} was not undone: {exc}", "error")
             return
-        text = f"Undid tidy run {rid}: {plural(report.moved_back, 'file')} moved back"
-        if report.already_back:
-            text += f", {report.already_back} already back"
-        if report.left:
-            text += f"; {len(report.left)} left: " + "; ".join(report.left[:3])
-        self._say(text, "warning" if report.left else "information")
+        text = f"Undid tidy run {rid}: {undo_summary(report)}"
+        left = [*report.in_flight, *report.left]
+        if left:
+            text += f"; {len(left)} left: " + "; ".join(left[:3])
+        self._say(text, "warning" if left else "information")
 
     # -- canceling -------------------------------------------------------------
 
