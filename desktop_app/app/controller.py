@@ -42,7 +42,7 @@ from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.errors import FlowdeskError, InputError, InputPendingError
 from desktop_app.flow import Engine, RunResult
-from desktop_app.flows import builtin_flow_key
+from desktop_app.flows import builtin_flow_key, live_twin, single_flight
 from desktop_app.flows.digest import DigestInput, DigestState
 from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
 from desktop_app.store.protocol import RunRecord, RunStatus
@@ -137,15 +137,40 @@ class Controller:
         return run_id
 
     def start_flow(self, flow_name: str, state: dict[str, Any]) -> str | None:
-        """Start a run of any registered flow in a worker; returns its run id."""
+        """Start a run of any registered flow in a worker; returns its run id.
+
+        Built-in flows are single-flight per input by the CLI's own rule
+        (:func:`~desktop_app.flows.single_flight`): a run of the same input
+        that waits is selected and named, one interrupted or failed is
+        resumed, instead of a second run being started.
+
+        Raises:
+            InputError: the input is refused (a folder that is missing, or
+                that tidy cannot write); nothing was started.
+        """
         engine = self.require_engine()
         if engine is None:
             return None
+        given, key = single_flight(flow_name, state)
+        twin = self._host.read(lambda s: live_twin(s, flow_name, key)) if key else None
+        if twin is not None:
+            rid = short_id(twin.run_id)
+            self._follow(twin.run_id)
+            if twin.status == "waiting":
+                self._say(
+                    f"{flow_name} run {rid} on this input is waiting already; press a to answer it"
+                )
+            elif self.runs.is_driving(twin.run_id):
+                self._say(f"{flow_name} run {rid} on this input is already running")
+            else:
+                self._say(f"Resuming the {twin.status} {flow_name} run {rid} on this input")
+                self.resume(twin.run_id)
+            return twin.run_id
         run_id = uuid.uuid4().hex
         self.runs.claim(run_id)
         self._say(f"Started {flow_name} run {run_id}")
         self._follow(run_id)
-        self._drive(run_id, lambda: engine.run(flow_name, state, run_id=run_id))
+        self._drive(run_id, lambda: engine.run(flow_name, given, run_id=run_id, flow_key=key))
         return run_id
 
     # -- resuming ------------------------------------------------------------
