@@ -374,7 +374,7 @@ class Controller:
         except FlowdeskError as exc:
             self._say(f"Tidy run {rid} was not undone: {exc}", "error")
             return
-        text = f"Undid tidy run {rid}: {undo_summary(report)}"
+        text = f"Undid tidy run {rid}: {undo_summary(report, files=True)}"
         left = [*report.in_flight, *report.left]
         if left:
             text += f"; {len(left)} left: " + "; ".join(left[:3])

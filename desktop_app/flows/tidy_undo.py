@@ -173,10 +173,12 @@ def undo_tidy(
     return UndoReport(moved, left, removed, already, kept, never, unknown)
 
 
-def undo_summary(report: UndoReport) -> str:
+def undo_summary(report: UndoReport, *, files: bool = False) -> str:
     """``"60 moved back, 2,940 queued moves withdrawn (never made)"``: the
-    counts of a report, as the CLI and the app say them."""
-    text = f"{report.moved_back:,} moved back"
+    counts of a report, as the CLI says them (``files``: ``"60 files moved
+    back, ..."``, as the app does)."""
+    n = report.moved_back
+    text = f"{n:,} {'file' if n == 1 else 'files'} moved back" if files else f"{n:,} moved back"
     if report.withdrawn:
         text += f", {report.withdrawn:,} queued move{'s' if report.withdrawn != 1 else ''} "
         text += "withdrawn (never made)"
