@@ -58,6 +58,11 @@ class InputError(FlowdeskError):
     """Input given by the user (a folder, a path, a value) is unusable."""
 
 
+class FolderNotWritableError(InputError):
+    """A folder a flow must change (``tidy``: move files in it, write its undo
+    list there) cannot be written: read-only file system or no permission."""
+
+
 # --- storage -------------------------------------------------------------
 
 

@@ -25,6 +25,20 @@ from desktop_app.flow.owners import lease_abandoned
 AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out", "input_required": "waiting"}
 
 
+#: what a flow's outbox intents are, for "completed · 2,941 moves queued"
+INTENT_NOUNS = {"tidy": ("move", "moves")}
+
+
+def queued_text(flow_name: str, undelivered: int) -> str:
+    """``"2,941 moves queued"``: a run's side effects not delivered yet
+    (outbox intents ``pending`` or ``sending``), or ``""`` when none are, so a
+    run shown ``completed`` is not taken for done while its effects wait."""
+    if not undelivered:
+        return ""
+    one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
+    return f"{undelivered:,} {one if undelivered == 1 else many} queued"
+
+
 def agent_status_as_flow(status: str) -> str:
     """An agent run's status as a flow run's (``done`` → ``completed``...)."""
     return AGENT_AS_FLOW_STATUS.get(status, status)

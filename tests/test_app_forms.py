@@ -135,7 +135,7 @@ async def test_tidy_question_previews_its_moves_yes_moves_them_and_undo_moves_th
             ["paper.pdf", "documents", f"Documents/{month}/paper.pdf", "planned"],
             ["photo.jpg", "images", f"Images/{month}/photo.jpg", "planned"],
         ]
-        assert "2 planned moves" in str(modal.query_one("#preview-title").render())
+        assert "2 files: 2 to move" in str(modal.query_one("#preview-title").render())
         await pilot.click("#answer-yes")
         await settle(pilot)
         await wait_until(pilot, lambda: (folder / "Images" / month / "photo.jpg").exists())

@@ -23,7 +23,6 @@ import threading
 import uuid
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -31,7 +30,7 @@ from textual.app import App
 from textual.message_pump import MessagePump
 from textual.notifications import SeverityLevel
 
-from desktop_app.app.format import plural, short_id
+from desktop_app.app.format import short_id
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, BranchFinished, RunChanged
 from desktop_app.app.runs import RunController
@@ -43,9 +42,9 @@ from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.errors import FlowdeskError, InputError, InputPendingError
 from desktop_app.flow import Engine, RunResult
-from desktop_app.flows import builtin_flow_key
+from desktop_app.flows import builtin_flow_key, live_twin, single_flight
 from desktop_app.flows.digest import DigestInput, DigestState
-from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
+from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
 from desktop_app.store.protocol import RunRecord, RunStatus
 
 #: Run statuses ``Engine.recover`` resumes at launch.
@@ -138,15 +137,40 @@ class Controller:
         return run_id
 
     def start_flow(self, flow_name: str, state: dict[str, Any]) -> str | None:
-        """Start a run of any registered flow in a worker; returns its run id."""
+        """Start a run of any registered flow in a worker; returns its run id.
+
+        Built-in flows are single-flight per input by the CLI's own rule
+        (:func:`~desktop_app.flows.single_flight`): a run of the same input
+        that waits is selected and named, one interrupted or failed is
+        resumed, instead of a second run being started.
+
+        Raises:
+            InputError: the input is refused (a folder that is missing, or
+                that tidy cannot write); nothing was started.
+        """
         engine = self.require_engine()
         if engine is None:
             return None
+        given, key = single_flight(flow_name, state)
+        twin = self._host.read(lambda s: live_twin(s, flow_name, key)) if key else None
+        if twin is not None:
+            rid = short_id(twin.run_id)
+            self._follow(twin.run_id)
+            if twin.status == "waiting":
+                self._say(
+                    f"{flow_name} run {rid} on this input is waiting already; press a to answer it"
+                )
+            elif self.runs.is_driving(twin.run_id):
+                self._say(f"{flow_name} run {rid} on this input is already running")
+            else:
+                self._say(f"Resuming the {twin.status} {flow_name} run {rid} on this input")
+                self.resume(twin.run_id)
+            return twin.run_id
         run_id = uuid.uuid4().hex
         self.runs.claim(run_id)
         self._say(f"Started {flow_name} run {run_id}")
         self._follow(run_id)
-        self._drive(run_id, lambda: engine.run(flow_name, state, run_id=run_id))
+        self._drive(run_id, lambda: engine.run(flow_name, given, run_id=run_id, flow_key=key))
         return run_id
 
     # -- resuming ------------------------------------------------------------
@@ -342,17 +366,19 @@ class Controller:
 
     def _undo(self, run_id: str, undo_list: str) -> None:
         rid = short_id(run_id)
-        try:
-            report = undo_tidy(Path(undo_list))
+        engine = self.require_engine()
+        if engine is None:
+            return
+        try:  # withdraws the moves not made yet first: none is made after the undo
+            report = undo_tidy_run(engine.store, run_id)
         except FlowdeskError as exc:
             self._say(f"Tidy run {rid} was not undone: {exc}", "error")
             return
-        text = f"Undid tidy run {rid}: {plural(report.moved_back, 'file')} moved back"
-        if report.already_back:
-            text += f", {report.already_back} already back"
-        if report.left:
-            text += f"; {len(report.left)} left: " + "; ".join(report.left[:3])
-        self._say(text, "warning" if report.left else "information")
+        text = f"Undid tidy run {rid}: {undo_summary(report, files=True)}"
+        left = [*report.in_flight, *report.left]
+        if left:
+            text += f"; {len(left)} left: " + "; ".join(left[:3])
+        self._say(text, "warning" if left else "information")
 
     # -- canceling -------------------------------------------------------------
 

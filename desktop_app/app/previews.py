@@ -18,24 +18,42 @@ from desktop_app.store.protocol import CheckpointStore
 
 @dataclass(frozen=True)
 class Preview:
-    """A table shown with a question: ``columns`` and ``rows`` of text."""
+    """A table shown with a question: ``columns`` and ``rows`` of text.
+
+    ``wrap``: the index of the column whose text wraps in the width the
+    other columns leave (a long reason shows in full), or ``None``.
+    """
 
     title: str
     columns: tuple[str, ...]
     rows: list[tuple[str, ...]] = field(default_factory=list)
+    wrap: int | None = None
+
+
+#: ``tidy_moves`` statuses of a file that moves (or moved) when approved
+MOVING = ("planned", "queued", "moved")
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
 
 
 def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
-    """The moves a tidy run plans (file, kind, where it goes; skipped files say why)."""
+    """The files a tidy run planned, each listed: where it moves, or that it
+    stays and why (in full). The title counts the rows it lists:
+    ``"6 files: 4 to move, 2 stay"``."""
     moves = store.query(moves_of_run(run_id))
     rows: list[tuple[str, ...]] = []
     for m in moves:
         folder = str(Path(m.src).parent)
-        where = os.path.relpath(m.dst, folder) if m.dst is not None else f"stays ({m.reason})"
+        goes = m.status in MOVING and m.dst is not None
+        where = os.path.relpath(m.dst, folder) if goes and m.dst else f"stays: {m.reason}"
         rows.append((Path(m.src).name, m.kind, where, m.status))
-    planned = sum(m.dst is not None for m in moves)
-    title = f"{planned} planned move{'s' if planned != 1 else ''}"
-    return Preview(title, ("File", "Kind", "Moves to", "Status"), rows)
+    moving = sum(m.status in MOVING and m.dst is not None for m in moves)
+    title = f"{_count(len(rows), 'file', 'files')}: {moving:,} to move"
+    if len(rows) > moving:
+        title += f", {_count(len(rows) - moving, 'stays', 'stay')}"
+    return Preview(title, ("File", "Kind", "Moves to", "Status"), rows, wrap=2)
 
 
 #: flow name -> the preview of its question (read in a worker).

@@ -74,7 +74,8 @@ def _changes(ctx: Ctx, sv: Services, checkpoint: str) -> dict[str, Any]:
             does not have (naming the nearest); a missing folder for the
             built-in flows (exit 2).
     """
-    from desktop_app.cli.start import check_builtin_input, unknown_keys
+    from desktop_app.cli.start import unknown_keys
+    from desktop_app.flows import check_builtin_input
 
     changes = parse_json(ctx.args.changes, "--changes")
     if not isinstance(changes, dict) or not changes:

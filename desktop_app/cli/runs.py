@@ -28,7 +28,12 @@ from desktop_app.cli.waits import (
     wait_lines,
 )
 from desktop_app.errors import RunLeasedError, RunStateError
-from desktop_app.runs_view import AGENT_AS_FLOW_STATUS, INTERRUPTED, display_status
+from desktop_app.runs_view import (
+    AGENT_AS_FLOW_STATUS,
+    INTERRUPTED,
+    display_status,
+    queued_text,
+)
 from desktop_app.store.records import RUN_STATUSES, RunStatus
 from desktop_app.textsafe import visible_controls
 
@@ -41,10 +46,11 @@ FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
 TERMINAL = {"completed", "canceled", "timed_out", "done", "timeout", "rate_limited", "expired"}
 
 
-def flow_row(r: Any, now: float) -> dict[str, Any]:
+def flow_row(r: Any, now: float, undelivered: int = 0) -> dict[str, Any]:
     """A flow run as JSON; ``status`` is what is shown (``interrupted`` when
     no process executes it any more, judged at ``now``, the store's clock),
-    ``stored_status`` the status saved in the database."""
+    ``stored_status`` the status saved in the database, ``undelivered`` its
+    outbox intents not delivered yet (``Outbox.undelivered_intents``)."""
     return {
         "kind": "flow",
         "run_id": r.run_id,
@@ -60,6 +66,7 @@ def flow_row(r: Any, now: float) -> dict[str, Any]:
         "deadline_at": iso(r.deadline_at),
         "lease_owner": r.lease_owner,
         "lease_expires_at": iso(r.lease_expires_at),
+        "undelivered": undelivered,
     }
 
 
@@ -91,8 +98,9 @@ def cmd_runs(ctx: Ctx) -> int:
     wanted = set(a.status or [])
     now = sv.checkpoints.now()
     if a.kind in (None, "flow"):
+        undelivered = sv.checkpoints.undelivered_intents()
         for r in _flow_runs_shown(sv, a, wanted, now):
-            rows.append((r.created_at, flow_row(r, now)))
+            rows.append((r.created_at, flow_row(r, now, undelivered.get(r.run_id, 0))))
     if a.kind in (None, "agent") and a.tenant is None and a.session is None:
         for ar in sv.agents.list(agent=a.flow):
             if ar.parent_run_id and not a.children:
@@ -121,9 +129,11 @@ def cmd_runs(ctx: Ctx) -> int:
         prog = {"flow": progress_text(row["progress"]), "agent": _turns(row.get("turns"))}.get(
             row["kind"], "-"
         )
+        queued = queued_text(row["flow"], row.get("undelivered") or 0)
         print(
             f"{row['run_id']:32}  {row['kind']:9}  {row['flow']:12} {row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
+            + (f"  · {queued}" if queued else "")
         )
     return EXIT_OK
 
@@ -193,6 +203,7 @@ def cmd_show(ctx: Ctx) -> int:
     cp = store.latest(ref.run_id)
     history = store.history(ref.run_id)
     status = display_status(run, store.now())
+    undelivered = store.undelivered_intents().get(run.run_id, 0)
     flow = sv.engine.flows.get(run.flow_name)
     choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
     for w in cp.waits:
@@ -202,7 +213,7 @@ def cmd_show(ctx: Ctx) -> int:
         emit_one(
             ctx.args.output,
             {
-                **flow_row(run, store.now()),
+                **flow_row(run, store.now(), undelivered),
                 "flow_version": run.flow_version,
                 "revision": run.revision,
                 "context": dict(run.context),
@@ -246,7 +257,11 @@ def cmd_show(ctx: Ctx) -> int:
             },
         )
         return EXIT_OK
-    print(f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}")
+    queued = queued_text(run.flow_name, undelivered)
+    print(
+        f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}"
+        + (f" · {queued} (not made yet)" if queued else "")
+    )
     if status == INTERRUPTED:
         print(_interrupted_line(ctx, run))
     if run.error and run.status != "waiting":
@@ -599,22 +614,23 @@ def cmd_cancel(ctx: Ctx) -> int:
 
 
 def cmd_undo(ctx: Ctx) -> int:
-    """``flowdesk undo RUN``: move a tidy run's files back (exit 1 when a file
-    could not go back, each listed with why; files already back are counted,
-    not failures; exit 0 with "nothing to undo" when the run moved nothing)."""
-    from desktop_app.flows.tidy_undo import NothingToUndo, undo_list_of, undo_tidy
+    """``flowdesk undo RUN``: withdraw a tidy run's moves not made yet, then
+    move its moved files back (exit 1 when a file could not go back, or its
+    move was in flight, each listed with why; files already back and
+    withdrawn moves are counted, not failures; exit 0 with "nothing to undo"
+    when the run moved nothing)."""
+    from desktop_app.flows.tidy_undo import NothingToUndo, undo_summary, undo_tidy_run
 
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
     try:
-        undo_list = undo_list_of(sv.checkpoints, ref.run_id)
+        report = undo_tidy_run(sv.checkpoints, ref.run_id)
     except NothingToUndo as exc:  # not bad input: the folder is as it was already
         if ctx.args.output != "text":
             emit_one(ctx.args.output, {"run_id": ref.run_id, "moved_back": 0, "nothing": str(exc)})
         else:
             print(exc)
         return EXIT_OK
-    report = undo_tidy(undo_list)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
@@ -622,18 +638,19 @@ def cmd_undo(ctx: Ctx) -> int:
                 "run_id": ref.run_id,
                 "moved_back": report.moved_back,
                 "already_back": report.already_back,
+                "withdrawn": report.withdrawn,
+                "in_flight": report.in_flight,
                 "left": report.left,
                 "folders_removed": report.folders_removed,
                 "folders_kept": report.folders_kept,
             },
         )
     else:
-        already = f", {report.already_back} already back" if report.already_back else ""
-        print(f"tidy run {ref.run_id}: {report.moved_back} moved back{already}")
-        for line in report.left:
+        print(f"tidy run {ref.run_id}: {undo_summary(report)}")
+        for line in [*report.in_flight, *report.left]:
             print(f"  left {line}")
         for folder in report.folders_removed:
             print(f"  removed empty folder {folder}")
         for folder in report.folders_kept:
             print(f"  kept folder {folder} (it holds other files)")
-    return EXIT_FAILED if report.left else EXIT_OK
+    return EXIT_FAILED if report.left or report.in_flight else EXIT_OK

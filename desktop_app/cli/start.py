@@ -13,35 +13,13 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from desktop_app.cli.common import Ctx, parse_json, read_answer
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError
-
-LIVE = ["pending", "running", "waiting", "failed"]
-
-
-def check_builtin_input(flow: str, given: dict[str, Any]) -> dict[str, Any]:
-    """Refuse a bad folder before a run exists; paths become absolute.
-
-    Raises:
-        InputError: the folder is missing or not a folder (exit 2).
-    """
-    if flow == "digest" and "folder" in given and "out" in given:
-        from desktop_app.flows.digest import check_input
-
-        checked = check_input(given["folder"], given["out"])
-        return {**given, "folder": str(checked.folder), "out": str(checked.out)}
-    if flow == "tidy" and "folder" in given:
-        folder = Path(str(given["folder"])).expanduser()
-        if not folder.is_dir():
-            what = "does not exist" if not folder.exists() else "is not a folder"
-            raise InputError(f"folder {folder} {what}; choose an existing folder to tidy")
-        return {**given, "folder": str(folder.resolve())}
-    return given
+from desktop_app.flows import live_twin, single_flight
 
 
 def unknown_keys(flow: Any, given: dict[str, Any], what: str = "--input") -> None:
@@ -56,12 +34,6 @@ def unknown_keys(flow: Any, given: dict[str, Any], what: str = "--input") -> Non
             hint = nearest_key(key, flow.state_type)
             tail = f"did you mean {hint!r}?" if hint else f"valid keys: {', '.join(fields)}"
             raise InputError(f"{what} has unknown key {key!r} for flow {flow.name!r}; {tail}")
-
-
-def _twin(sv: Any, flow: str, key: str) -> Any:
-    """The newest live run (interrupted, failed or waiting) with this flow key."""
-    runs = sv.checkpoints.list_runs(statuses=LIVE, flow_name=flow, flow_key=key, newest_first=True)
-    return runs[0] if runs else None
 
 
 def _resume_twin(run: Any, now: float) -> bool:
@@ -91,7 +63,7 @@ def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | Non
     flow key is resumed (interrupted or failed) or reported (waiting)
     instead of being duplicated; declining on a terminal starts a new run
     without the key."""
-    twin = _twin(sv, flow, flow_key) if flow_key else None
+    twin = live_twin(sv.checkpoints, flow, flow_key) if flow_key else None
     if twin is not None and twin.status == "waiting":
         print(twin.run_id, flush=True)
         ctx.current_run = twin.run_id
@@ -163,9 +135,9 @@ def cmd_run(ctx: Ctx) -> int:
 
     a = ctx.args
     if a.flow == "tidy":
-        given = check_builtin_input("tidy", {"folder": str(a.folder)})
+        given, key = single_flight("tidy", {"folder": str(a.folder)})
     else:
-        given = check_builtin_input("digest", {"folder": str(a.folder), "out": str(a.out)})
+        given, key = single_flight("digest", {"folder": str(a.folder), "out": str(a.out)})
     events = EventBus()
     events.subscribe(step_listener(a.quiet))
     sv = ctx.services(events=events)
@@ -184,10 +156,7 @@ def cmd_run(ctx: Ctx) -> int:
         system = own.system if own is not None else None
         agent = Agent("digest-summary", model, sv.agents, system=system, ask_user=False)
         sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
-    from desktop_app.flows import builtin_flow_key
-
-    key = None if a.new else builtin_flow_key(a.flow, given)
-    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, key))
+    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, None if a.new else key))
 
 
 def cmd_start(ctx: Ctx) -> int:
@@ -219,12 +188,8 @@ def cmd_start(ctx: Ctx) -> int:
             f"{', '.join(names)} (`{ctx.hints.cmd('flows')}`)"
         ) from exc
     unknown_keys(flow, given)
-    given = check_builtin_input(a.flow, given)
-    key = a.flow_key
-    if key is None and not a.new:
-        from desktop_app.flows import builtin_flow_key
-
-        key = builtin_flow_key(a.flow, given)
+    given, builtin_key = single_flight(a.flow, given)
+    key = a.flow_key if a.flow_key is not None or a.new else builtin_key
     try:
         result = _run_or_resume(ctx, sv, a.flow, given, key)
     except ValidationError as exc:

@@ -21,6 +21,12 @@ delivered, otherwise it is sent (with the same key, which the destination can
 de-duplicate). Errors are classified by type: an exception whose
 ``retryable`` attribute is false marks the intent ``failed``; anything else
 leaves it ``pending`` for the next pass.
+
+An intent can be withdrawn before delivery (``store.withdraw_intents``: a
+tidy undo takes back the moves not made yet). Every mark the dispatcher
+makes is compared and set on the status it last read, so a withdrawn intent
+is never sent, nor set back to ``pending`` or ``delivered``, by a
+dispatcher that claimed it a moment before.
 """
 
 from __future__ import annotations
@@ -110,30 +116,47 @@ class Dispatcher:
         return sum(self._deliver(intent) for intent in claimed)
 
     def _deliver(self, intent: Intent) -> int:
+        # every mark is compared and set on the status this dispatcher last
+        # saw: an intent withdrawn meanwhile (``withdraw_intents``, e.g. by an
+        # undo) is neither sent nor set back to pending or delivered
         dest = self.destinations.get(intent.destination)
         now = self.clock.now
+        expected: str = intent.status
         if dest is None:
             self.store.mark_intent(
                 intent.intent_id,
                 "failed",
                 now(),
                 error=f"unknown destination {intent.destination!r}",
+                expect=expected,
             )
             return 0
         try:
             if intent.interrupted:
                 receipt = dest.lookup(intent.intent_id)
                 if receipt is not None:  # it was delivered before the crash
-                    self.store.mark_intent(intent.intent_id, "delivered", now(), receipt=receipt)
-                    return 1
-            if not self.store.mark_intent(intent.intent_id, "sending", now(), expect=intent.status):
-                return 0  # another dispatcher claimed it since (its claim expired)
+                    return int(
+                        self.store.mark_intent(
+                            intent.intent_id, "delivered", now(), receipt=receipt, expect=expected
+                        )
+                    )
+            if not self.store.mark_intent(intent.intent_id, "sending", now(), expect=expected):
+                return 0  # claimed by another dispatcher since (its claim expired), or withdrawn
+            expected = "sending"
             receipt = dest.send(intent.intent_id, intent.payload)
         except Exception as exc:
             status = "failed" if getattr(exc, "retryable", True) is False else "pending"
             self.store.mark_intent(
-                intent.intent_id, status, now(), error=f"{type(exc).__name__}: {exc}"
+                intent.intent_id,
+                status,
+                now(),
+                error=f"{type(exc).__name__}: {exc}",
+                expect=expected,
             )
             return 0
-        self.store.mark_intent(intent.intent_id, "delivered", now(), receipt=receipt)
+        # sent: counted even when the mark loses (a peer that took over a claim
+        # that expired mid-send marked it first)
+        self.store.mark_intent(
+            intent.intent_id, "delivered", now(), receipt=receipt, expect=expected
+        )
         return 1

@@ -6,14 +6,20 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.flow import CompiledFlow
+
+if TYPE_CHECKING:
+    from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus
 
 #: flows shipped with Flowdesk: their runs are single-flight per input
 BUILTIN_SINGLE_FLIGHT = ("digest", "tidy")
 #: input fields that name a folder: keyed by their absolute, resolved path
 _PATH_FIELDS = ("folder", "out")
+#: statuses of the run a new start on the same input joins instead of
+#: duplicating (resumed when interrupted or failed, reported when waiting)
+LIVE_STATUSES: tuple[RunStatus, ...] = ("pending", "running", "waiting", "failed")
 
 
 def builtin_flows() -> list[CompiledFlow[Any]]:
@@ -49,3 +55,46 @@ def builtin_flow_key(flow: str, given: Mapping[str, Any]) -> str | None:
     }
     canonical = json.dumps(normal, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return f"{flow}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+
+def check_builtin_input(flow: str, given: Mapping[str, Any]) -> dict[str, Any]:
+    """Refuse a bad folder before a run exists; paths become absolute.
+
+    Used by ``flowdesk run``/``start``/``fork`` and the app's start form
+    alike (:func:`single_flight`).
+
+    Raises:
+        InputError: the folder is missing or not a folder (exit 2).
+        FolderNotWritableError: ``tidy``'s folder cannot be written (exit 2).
+    """
+    if flow == "digest" and "folder" in given and "out" in given:
+        from desktop_app.flows.digest import check_input
+
+        checked = check_input(given["folder"], given["out"])
+        return {**given, "folder": str(checked.folder), "out": str(checked.out)}
+    if flow == "tidy" and "folder" in given:
+        from desktop_app.flows.tidy import check_folder
+
+        return {**given, "folder": str(check_folder(str(given["folder"])))}
+    return dict(given)
+
+
+def single_flight(flow: str, given: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The one rule for starting a flow on an input, for the CLI and the app:
+    the checked input (:func:`check_builtin_input`) and its flow key
+    (:func:`builtin_flow_key`; ``None`` for a flow that is not built in).
+
+    Raises:
+        InputError: as :func:`check_builtin_input`.
+    """
+    checked = check_builtin_input(flow, given)
+    return checked, builtin_flow_key(flow, checked)
+
+
+def live_twin(store: CheckpointStore, flow: str, key: str) -> RunRecord | None:
+    """The newest run of ``flow`` with flow key ``key`` in one of
+    :data:`LIVE_STATUSES`, or ``None``: the run a new start joins."""
+    runs = store.list_runs(
+        statuses=list(LIVE_STATUSES), flow_name=flow, flow_key=key, newest_first=True
+    )
+    return runs[0] if runs else None

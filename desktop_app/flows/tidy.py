@@ -58,7 +58,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from desktop_app.errors import InputError
+from desktop_app.errors import FolderNotWritableError, InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
 from desktop_app.flows.confined import (
     Refused,
@@ -268,6 +268,38 @@ def plan_moves(folder: Path) -> list[TidyMove]:
     return moves
 
 
+def check_folder(given: str | Path) -> Path:
+    """The folder to tidy, absolute and resolved, checked before anything is
+    planned: it exists, is a folder, and this process may create, rename
+    and remove entries in it (``os.access`` ``W_OK | X_OK``, which a
+    read-only file system fails even for root).
+
+    Raises:
+        InputError: missing, or not a folder.
+        FolderNotWritableError: it cannot be written (an ``InputError``).
+    """
+    folder = Path(given).expanduser()
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is not a folder"
+        raise InputError(f"folder {folder} {what}; choose an existing folder to tidy")
+    folder = folder.resolve()
+    if not os.access(folder, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if _read_only_fs(folder) else "is not writable by you"
+        raise FolderNotWritableError(
+            f"folder {folder} {why}; tidy moves files inside it and writes its undo list "
+            "there, so nothing was planned: choose a folder you can write to, or make this "
+            "one writable (remount it read-write, or `chmod u+w` it) and run tidy again"
+        )
+    return folder
+
+
+def _read_only_fs(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def approval_prompt(state: TidyState, timeout_s: float | None) -> str:
     """The question a person answers: how many files move where, and until when."""
     n = state.planned
@@ -300,10 +332,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
     """
 
     def plan(state: TidyState, ctx: StepContext) -> dict[str, Any]:
-        folder = Path(state.folder).expanduser()
-        if not folder.is_dir():
-            raise InputError(f"folder {folder} does not exist or is not a folder; choose a folder")
-        folder = folder.resolve()
+        folder = check_folder(state.folder)
         try:
             moves = plan_moves(folder)
         except Refused as exc:

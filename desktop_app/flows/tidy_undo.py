@@ -15,6 +15,16 @@ holds anything, such as a file saved there since, stays.
 
 Running it twice changes nothing the second time: a file no longer where
 tidy put it is reported and left.
+
+A tidy run completes once its moves are *queued* (outbox intents); a
+dispatcher (this CLI, another one, the app, ``flowdesk agent``) makes them
+later. :func:`undo_tidy_run` therefore first withdraws the run's moves not
+made yet (``store.withdraw_intents``, a compare-and-set on each intent's
+status: a dispatcher that claimed one a moment before loses its own
+compare-and-set and never sends it), then moves back the files that did
+move. A move a live dispatcher is making at that instant is waited for (up
+to ``wait_s``); one still in flight then is left alone and reported as
+outcome unknown, never moved back blindly nor sent after the undo unseen.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ import contextlib
 import errno
 import json
 import os
+import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,7 +48,11 @@ from desktop_app.flows.confined import (
     open_subdir,
     rename_noreplace,
 )
-from desktop_app.flows.tidy import planned_layout
+from desktop_app.flows.tidy import DESTINATION, planned_layout
+from desktop_app.store.domain.tidy import withdraw_queued
+
+#: the error a withdrawn move's intent (and its ``tidy_moves`` row) records
+WITHDRAWN = "withdrawn: the tidy run was undone before this move was made"
 
 if TYPE_CHECKING:
     from desktop_app.store.protocol import CheckpointStore
@@ -60,6 +76,11 @@ class UndoReport:
     already_back: int = 0
     #: tidied folders kept because they still hold something, as paths
     folders_kept: list[str] = field(default_factory=list)
+    #: queued moves withdrawn before they were made (their files never moved)
+    withdrawn: int = 0
+    #: files a live dispatcher was moving at the instant of the undo, left
+    #: alone (outcome unknown: run the undo again once it is done)
+    in_flight: list[str] = field(default_factory=list)
 
 
 def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
@@ -92,26 +113,44 @@ def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
     return [(e["from"], e["to"]) for e in entries]
 
 
-def undo_tidy(undo_list: Path) -> UndoReport:
+def undo_tidy(
+    undo_list: Path, *, withdrawn: Collection[str] = (), in_flight: Collection[str] = ()
+) -> UndoReport:
     """Move a tidy run's files back from ``undo_list``, then remove the
     folders that left empty.
 
     A pair whose paths are not the tidy layout inside the undo list's own
     folder (an edited list) is refused and reported, never followed.
 
+    Args:
+        withdrawn: destinations (``from`` paths) of moves withdrawn before
+            delivery: a file found at its old place is counted ``withdrawn``,
+            not ``already_back``.
+        in_flight: destinations of moves a live dispatcher may be making now:
+            left alone, reported in ``in_flight``.
+
     Raises:
         InputError: the undo list is missing or is not a tidy undo list.
     """
     pairs = read_undo_list(undo_list)
     folder = undo_list.parent
-    moved, already, left = 0, 0, []
+    moved, already, never, left = 0, 0, 0, []
+    unknown: list[str] = []
     emptied: set[tuple[str, str]] = set()
     for moved_to, came_from in pairs:
         name = Path(moved_to).name
+        if moved_to in in_flight:
+            unknown.append(
+                f"{name}: a dispatcher was moving it at the instant of the undo; outcome "
+                "unknown, left where it is (run the undo again once it is done)"
+            )
+            continue
         try:
             outcome = _move_back(folder, Path(moved_to), Path(came_from))
             if outcome == "moved":
                 moved += 1
+            elif outcome == "already" and moved_to in withdrawn:
+                never += 1
             elif outcome == "already":
                 already += 1
             else:
@@ -131,7 +170,70 @@ def undo_tidy(undo_list: Path) -> UndoReport:
                 emptied.add((kind_dir, month))
     kept: list[str] = []
     removed = _remove_empty(folder, emptied, left, kept)
-    return UndoReport(moved, left, removed, already, kept)
+    return UndoReport(moved, left, removed, already, kept, never, unknown)
+
+
+def undo_summary(report: UndoReport, *, files: bool = False) -> str:
+    """``"60 moved back, 2,940 queued moves withdrawn (never made)"``: the
+    counts of a report, as the CLI says them (``files``: ``"60 files moved
+    back, ..."``, as the app does)."""
+    n = report.moved_back
+    text = f"{n:,} {'file' if n == 1 else 'files'} moved back" if files else f"{n:,} moved back"
+    if report.withdrawn:
+        text += f", {report.withdrawn:,} queued move{'s' if report.withdrawn != 1 else ''} "
+        text += "withdrawn (never made)"
+    if report.already_back:
+        text += f", {report.already_back:,} already back"
+    if report.in_flight:
+        text += f", {len(report.in_flight):,} in flight (outcome unknown)"
+    return text
+
+
+def withdraw_moves(
+    store: CheckpointStore, run_id: str, *, wait_s: float = 30.0, poll_s: float = 0.05
+) -> tuple[list[str], list[str]]:
+    """Withdraw tidy run ``run_id``'s queued moves not made yet, so that no
+    dispatcher ever makes them, and record them ``skipped`` in ``tidy_moves``.
+
+    A move a live dispatcher is making (``sending``, claim live) is waited
+    for, polling every ``poll_s`` seconds up to ``wait_s``; one that goes
+    back to ``pending`` meanwhile (a failed attempt) is withdrawn then.
+
+    Returns:
+        ``(withdrawn, in_flight)``: destination paths of the moves withdrawn,
+        and of those still being made when ``wait_s`` ran out.
+    """
+    from desktop_app.flow.outbox import claimant_is_gone
+
+    withdrawn: list[str] = []
+    deadline = time.monotonic() + wait_s
+    while True:
+        got = store.withdraw_intents(run_id, WITHDRAWN, presumed_dead=claimant_is_gone)
+        if got.withdrawn:
+            store.write(withdraw_queued([i.intent_id for i in got.withdrawn], WITHDRAWN))
+        withdrawn += [_dst(i.payload) for i in got.withdrawn if i.destination == DESTINATION]
+        if not got.in_flight or time.monotonic() >= deadline:
+            return withdrawn, [_dst(i.payload) for i in got.in_flight]
+        time.sleep(poll_s)
+
+
+def _dst(payload: object) -> str:
+    return str(payload.get("dst")) if isinstance(payload, dict) else ""
+
+
+def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) -> UndoReport:
+    """Undo tidy run ``run_id`` whole: withdraw its moves not made yet
+    (:func:`withdraw_moves`), then move back the files that moved
+    (:func:`undo_tidy`). Running it again changes nothing.
+
+    Raises:
+        CheckpointNotFoundError: no such run.
+        InputError: not a tidy run, no undo list yet, or the list is unreadable.
+        NothingToUndo: it ended having moved nothing.
+    """
+    undo_list = undo_list_of(store, run_id)
+    withdrawn, in_flight = withdraw_moves(store, run_id, wait_s=wait_s)
+    return undo_tidy(undo_list, withdrawn=set(withdrawn), in_flight=set(in_flight))
 
 
 def _move_back(folder: Path, moved_to: Path, came_from: Path) -> str:

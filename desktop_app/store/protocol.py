@@ -58,6 +58,7 @@ from desktop_app.store.records import (
     ToolResult,
     Wait,
     WaitKind,
+    Withdrawal,
     checkpoint_id,
     parse_checkpoint_id,
     run_status_of_agent,
@@ -103,6 +104,7 @@ __all__ = [
     "ToolResult",
     "Wait",
     "WaitKind",
+    "Withdrawal",
     "WorkerClaims",
     "checkpoint_id",
     "parse_checkpoint_id",
@@ -471,6 +473,27 @@ class Outbox(Protocol):
         any other status ends the claim). With ``expect``, only an intent
         whose status is still ``expect`` moves (of two dispatchers that read
         it, one wins). Returns whether the intent moved."""
+
+    def withdraw_intents(
+        self,
+        run_id: str,
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> Withdrawal:
+        """Take back run ``run_id``'s intents that were not delivered, in one
+        transaction: each ``pending`` intent, and each ``sending`` one whose
+        claim expired at ``now`` (default :meth:`Leases.now`) or whose
+        claimant is ``presumed_dead``, becomes ``failed`` with ``reason``,
+        compared and set on the status read (a dispatcher that claimed one
+        then loses its ``mark_intent(..., "sending", expect="pending")``).
+        A ``sending`` intent a live dispatcher holds is returned in
+        ``in_flight``, untouched (wait for it, then call again)."""
+
+    def undelivered_intents(self) -> dict[str, int]:
+        """Run id -> how many of its intents are ``pending`` or ``sending``
+        (runs with none are left out)."""
 
 
 @runtime_checkable

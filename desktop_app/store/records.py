@@ -211,6 +211,23 @@ class Intent:
 
 
 @dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """What :meth:`~desktop_app.store.protocol.Outbox.withdraw_intents` did
+    to one run's undelivered intents.
+
+    Attributes:
+        withdrawn: intents now ``failed`` with the withdrawal's reason, as
+            they were before (``pending``, or ``sending`` by a dispatcher that
+            is gone): no dispatcher sends them again.
+        in_flight: ``sending`` intents a live dispatcher holds: the send may
+            be happening now; they were left alone.
+    """
+
+    withdrawn: list[Intent]
+    in_flight: list[Intent]
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The durable record of a run after one step.
 

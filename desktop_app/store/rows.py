@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -147,6 +147,26 @@ def intent_from_row(row: Sequence[Any], *, interrupted: bool = False) -> Intent:
         None if row[7] is None else codec.loads(row[7]),
         row[8],
         interrupted=interrupted,
+    )
+
+
+def withdrawable(
+    status: str,
+    holder: str | None,
+    until: float | None,
+    at: float,
+    presumed_dead: Callable[[str], bool] | None,
+) -> bool:
+    """Whether ``withdraw_intents`` may take back an intent with this status
+    and claim (``holder`` until ``until``, epoch seconds) at ``at``: every
+    ``pending`` one; a ``sending`` one only when no live dispatcher holds it."""
+    if status == "pending":
+        return True
+    return (
+        holder is None
+        or until is None
+        or until <= at
+        or (presumed_dead is not None and presumed_dead(holder))
     )
 
 

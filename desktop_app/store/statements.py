@@ -183,6 +183,21 @@ class Statements:
             f"claim_expires_at=NULL WHERE intent_id={p}"
         )
         self.intent_status_is = f" AND status={p}"
+        # a run's intents not delivered yet, with their claim (withdraw_intents)
+        self.open_intents_of_run = (
+            f"SELECT {self.intent_columns}, o.claimed_by, {e('o.claim_expires_at')} "
+            f"FROM outbox o JOIN runs r ON r.run_id=o.run_id WHERE o.run_id={p} "
+            f"AND r.scope={p} AND o.status IN ('pending','sending') "
+            "ORDER BY o.created_at, o.intent_id"
+        )
+        self.withdraw_intent = (
+            f"UPDATE outbox SET status='failed', last_error={p}, claimed_by=NULL, "
+            f"claim_expires_at=NULL WHERE intent_id={p} AND status={p}"
+        )
+        self.undelivered_by_run = (
+            "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
+            f"WHERE o.status IN ('pending','sending') AND r.scope={p} GROUP BY o.run_id"
+        )
         # -- agent runs ----------------------------------------------------------
         self.agent_columns = (
             "run_id, agent, status, parent_run_id, input, response, error, error_type, turns, "

@@ -37,6 +37,23 @@ YES = "yes"
 NO = "no"
 
 
+def wrap_widths(preview: Preview, room: int) -> list[int | None]:
+    """Column widths for ``preview`` in ``room`` cells: ``None`` (fit the
+    content) for each column but ``preview.wrap``, which gets what the others
+    leave (at least 20 cells; each column has one cell of padding per side,
+    and a vertical scrollbar takes two)."""
+    widths: list[int | None] = [None] * len(preview.columns)
+    if preview.wrap is None:
+        return widths
+    others = sum(
+        max([len(label), *(len(r[i]) for r in preview.rows)]) + 2
+        for i, label in enumerate(preview.columns)
+        if i != preview.wrap
+    )
+    widths[preview.wrap] = max(20, room - others - 2 - 2)
+    return widths
+
+
 class PreviewLoaded(Message):
     """The flow's preview of the question, read in a worker."""
 
@@ -159,10 +176,12 @@ class AnswerScreen(ModalScreen[None]):
         self.preview = message.preview
         table = self.query_one("#preview", DataTable)
         table.clear(columns=True)
-        for column in message.preview.columns:
-            table.add_column(column)
-        for row in message.preview.rows:
-            table.add_row(*(Text(c) for c in row))
+        preview = message.preview
+        widths = wrap_widths(preview, self.query_one("#body").content_size.width)
+        for column, width in zip(preview.columns, widths, strict=True):
+            table.add_column(column, width=width)
+        for row in preview.rows:  # height None: a wrapped cell takes the lines it needs
+            table.add_row(*(Text(c) for c in row), height=None if preview.wrap else 1)
         table.display = bool(message.preview.rows)
         self.query_one("#preview-title", Static).update(Text(message.preview.title, style="bold"))
 

@@ -34,6 +34,7 @@ from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.screens.type_ahead import TypeAhead
 from desktop_app.app.widgets.paths import FolderSuggester
+from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow
 
 #: state fields that name a folder: their input completes folder names
@@ -358,5 +359,10 @@ class StartFlowScreen(TypeAhead, ModalScreen[None]):
                 first = next(iter(errors))
                 self.query_one(f"#field-{first}", Input).focus()
             return
-        if self.flowdesk.controller.start_flow(name, data) is not None:
+        try:
+            started = self.flowdesk.controller.start_flow(name, data)
+        except InputError as exc:  # e.g. tidy's folder is read-only: say so here, start nothing
+            self._show_error(str(exc))
+            return
+        if started is not None:
             self.dismiss(None)

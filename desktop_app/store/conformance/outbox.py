@@ -20,6 +20,7 @@ from desktop_app.store.protocol import (
     CheckpointStore,
     Intent,
     Wait,
+    Withdrawal,
 )
 
 
@@ -158,3 +159,38 @@ def two_connections_claim_each_intent_once(h: Harness) -> None:
     _threads(4, claimer)
     every = [k for g in got for k in g]
     _eq(sorted(every), sorted(keys), "each intent claimed exactly once")
+
+
+@check("Outbox.withdraw_intents", "Outbox.undelivered_intents", "Outbox.mark_intent")
+def withdrawing_takes_back_what_no_live_dispatcher_sends(h: Harness) -> None:
+    """Pending intents (claimed or not) and a dead dispatcher's ``sending``
+    one are withdrawn; a live dispatcher's send is left in flight; a
+    dispatcher that claimed a withdrawn intent loses its compare-and-set."""
+    s, clock, db = _clocked(h)
+
+    def at() -> float | None:
+        return None if db is None else clock.now()
+
+    rid, keys = _with_intents(s, 5)
+    other, other_keys = _with_intents(s, 1)
+    _eq(s.undelivered_intents().get(rid), 5, "five undelivered")
+    s.mark_intent(keys[0], "delivered", clock.now(), receipt=1)
+    claimed = {i.intent_id for i in s.claim_intents("live", 60.0, 10, now=at())}
+    _ok(set(keys[1:]) <= claimed, "the live dispatcher claims the run's pending intents")
+    s.mark_intent(keys[1], "sending", clock.now(), expect="pending")  # live, in flight
+    s.mark_intent(keys[2], "sending", clock.now(), expect="pending")  # dead, below
+    done = s.withdraw_intents(rid, "withdrawn", presumed_dead=lambda o: False, now=at())
+    _eq(sorted(i.intent_id for i in done.withdrawn), keys[3:], "pending ones, claimed or not")
+    _eq(sorted(i.intent_id for i in done.in_flight), keys[1:3], "live sends left alone")
+    _eq(s.mark_intent(keys[3], "sending", clock.now(), expect="pending"), False, "claimant loses")
+    again = s.withdraw_intents(rid, "withdrawn", presumed_dead=lambda o: True, now=at())
+    _eq(sorted(i.intent_id for i in again.withdrawn), keys[1:3], "a dead claimant's sends")
+    _eq(again.in_flight, [], "nothing left in flight")
+    _eq(s.mark_intent(keys[2], "delivered", clock.now(), expect="sending"), False, "late ack")
+    failed = {i.intent_id: i.last_error for i in s.intents(["failed"], limit=1000)}
+    _eq([failed.get(k) for k in keys[1:]], ["withdrawn"] * 4, "withdrawn with the reason")
+    pending = [i.intent_id for i in s.intents(["pending"], limit=1000)]
+    _eq(pending, other_keys, "another run's intent stays pending")
+    _eq(rid in s.undelivered_intents(), False, "nothing of the run undelivered")
+    _eq(s.undelivered_intents().get(other), 1, "another run's intent is untouched")
+    _eq(s.withdraw_intents(rid, "x", now=at()), Withdrawal([], []), "running it again: nothing")

@@ -101,6 +101,21 @@ def skip_planned(run_id: str, reason: str) -> DomainWrite:
     return write
 
 
+def withdraw_queued(intent_keys: Sequence[str], reason: str) -> Callable[[SqlTx], None]:
+    """Standalone write for ``store.write``: the rows queued under these keys
+    whose outbox intents were withdrawn (never delivered) become ``skipped``
+    with ``reason``; a row the mover recorded ``moved`` stays ``moved``."""
+
+    def write(tx: SqlTx) -> None:
+        tx.executemany(
+            "UPDATE tidy_moves SET status='skipped', reason=? WHERE intent_key=? "
+            "AND status='queued'",
+            [(reason, k) for k in intent_keys],
+        )
+
+    return write
+
+
 def moves_of_run(run_id: str) -> Callable[[SqlTx], list[TidyMove]]:
     """Query op: every row of the run, ordered by source path (code point order)."""
 

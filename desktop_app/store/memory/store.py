@@ -39,9 +39,10 @@ from desktop_app.store.protocol import (
     RunStatus,
     Signal,
     SqlTx,
+    Withdrawal,
 )
 from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
-from desktop_app.store.rows import detached
+from desktop_app.store.rows import detached, withdrawable
 
 LIVE = ("pending", "running", "waiting", "failed")
 
@@ -589,6 +590,45 @@ class InMemoryCheckpointStore:
                 self._space.claims.pop(intent_id, None)
             self._space.version += 1
             return True
+
+    def withdraw_intents(
+        self,
+        run_id: str,
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> Withdrawal:
+        at = self.now() if now is None else now
+        done = Withdrawal([], [])
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.scope != self.scope:
+                return done
+            for intent in list(self._space.outbox.values()):
+                if intent.run_id != run_id or intent.status not in ("pending", "sending"):
+                    continue
+                holder, until = self._space.claims.get(intent.intent_id, (None, None))
+                if withdrawable(intent.status, holder, until, at, presumed_dead):
+                    self._space.outbox[intent.intent_id] = replace(
+                        intent, status="failed", last_error=reason
+                    )
+                    self._space.claims.pop(intent.intent_id, None)
+                    done.withdrawn.append(intent)
+                else:
+                    done.in_flight.append(intent)
+            if done.withdrawn:
+                self._space.version += 1
+        return done
+
+    def undelivered_intents(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        with self._lock:
+            for i in self._space.outbox.values():
+                run = self._runs.get(i.run_id)
+                if i.status in ("pending", "sending") and run and run.scope == self.scope:
+                    counts[i.run_id] = counts.get(i.run_id, 0) + 1
+        return counts
 
     def query(self, op: Callable[[SqlTx], T]) -> T:
         raise StoreError(_NO_SQL)

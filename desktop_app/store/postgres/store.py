@@ -102,6 +102,7 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     Signal,
+    Withdrawal,
 )
 from desktop_app.store.protocol import (
     SqlTx as SqlTxProtocol,
@@ -120,6 +121,7 @@ from desktop_app.store.rows import (
     signal_from_row,
     unstorable,
     wait_values,
+    withdrawable,
 )
 from desktop_app.store.statements import POSTGRES_SQL as SQL
 
@@ -1347,6 +1349,44 @@ class PostgresCheckpointStore:
             sql = SQL.mark_other + guard
             args = (status, no_nul(error), intent_id, *guard_args)
         return bool(self._tx(lambda conn: conn.execute(sql, args).rowcount == 1))
+
+    def withdraw_intents(
+        self,
+        run_id: str,
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> Withdrawal:
+        """See :meth:`desktop_app.store.protocol.Outbox.withdraw_intents` (the
+        run's open intents are read ``FOR UPDATE``: a dispatcher claiming one
+        at that instant is waited for; times from the database clock unless
+        ``now`` is given)."""
+
+        def body(conn: Conn) -> Withdrawal:
+            at = now
+            if at is None:
+                row = conn.execute("SELECT extract(epoch from flowdesk_now())::float8").fetchone()
+                at = 0.0 if row is None else float(row[0])
+            done = Withdrawal([], [])
+            rows = conn.execute(
+                SQL.open_intents_of_run + " FOR UPDATE OF o", (run_id, self.scope)
+            ).fetchall()
+            for r in rows:
+                if withdrawable(r[5], r[9], r[10], at, presumed_dead):
+                    conn.execute(SQL.withdraw_intent, (no_nul(reason), r[0], r[5]))
+                    done.withdrawn.append(intent_from_row(r))
+                else:
+                    done.in_flight.append(intent_from_row(r))
+            return done
+
+        return self._tx(body)
+
+    def undelivered_intents(self) -> dict[str, int]:
+        rows = self._read(
+            lambda conn: conn.execute(SQL.undelivered_by_run, (self.scope,)).fetchall()
+        )
+        return {str(r[0]): int(r[1]) for r in rows}
 
     # -- change detection, lifecycle ---------------------------------------------
 

@@ -54,6 +54,7 @@ from desktop_app.store.protocol import (
     Signal,
     SqlResult,
     SqlTx,
+    Withdrawal,
 )
 from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
 from desktop_app.store.rows import (
@@ -69,6 +70,7 @@ from desktop_app.store.rows import (
     signal_from_row,
     unstorable,
     wait_values,
+    withdrawable,
     written_table,
 )
 from desktop_app.store.statements import SQLITE_SQL as SQL
@@ -1032,6 +1034,37 @@ class SqliteCheckpointStore:
                 self.conn.execute(SQL.mark_other + guard, (status, error, intent_id, *guard_args))
             moved = self.conn.changes() == 1
         return moved
+
+    @_locked
+    def withdraw_intents(
+        self,
+        run_id: str,
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> Withdrawal:
+        """See :meth:`desktop_app.store.protocol.Outbox.withdraw_intents` (one
+        ``BEGIN IMMEDIATE`` transaction)."""
+        at = self.now() if now is None else now
+        done = Withdrawal([], [])
+        with self._write():
+            rows: list[Any] = self.conn.execute(
+                SQL.open_intents_of_run, (run_id, self.scope)
+            ).fetchall()
+            for r in rows:
+                if withdrawable(r[5], r[9], r[10], at, presumed_dead):
+                    self.conn.execute(SQL.withdraw_intent, (reason, r[0], r[5]))
+                    done.withdrawn.append(intent_from_row(r))
+                else:
+                    done.in_flight.append(intent_from_row(r))
+        return done
+
+    @_locked
+    def undelivered_intents(self) -> dict[str, int]:
+        with self._read():
+            rows: list[Any] = self.conn.execute(SQL.undelivered_by_run, (self.scope,)).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
 
     @_locked
     def vacuum(self, min_free_pages: int = 0) -> int:

@@ -1,0 +1,139 @@
+"""``flowdesk undo`` of a tidy whose moves are still queued in the outbox.
+
+A tidy run completes once its moves are queued; a dispatcher makes them
+later. The undo withdraws the moves not made (a compare-and-set on each
+intent's status) before moving back the ones made, so no dispatcher (the
+killed CLI's successor, another CLI, the app) makes a move after the undo.
+Real files, real SQLite, real processes (kill -9, two racers released at
+one instant).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from desktop_app.flow import Engine
+from desktop_app.flow.clock import ManualClock
+from desktop_app.flow.outbox import Dispatcher
+from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow
+from desktop_app.store.sqlite.store import open_store
+from tests.cli_support import REPO, flowdesk
+
+WORKER = str(REPO / "tests" / "tidy_cli_worker.py")
+
+
+def fill(folder: Path, n: int) -> dict[str, str]:
+    folder.mkdir()
+    for i in range(n):
+        (folder / f"h{i}.txt").write_text(f"{i}\n")
+    return {f"h{i}.txt": f"{i}\n" for i in range(n)}
+
+
+def top_files(folder: Path) -> dict[str, str]:
+    """The folder's visible top-level files and their text."""
+    return {
+        p.name: p.read_text()
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def tidied(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and p.parent != folder]
+
+
+def worker(*args: str, go: Path | None = None, **kw: str) -> subprocess.Popen[str]:
+    opts = [f"--go={go}"] if go else []
+    opts += [f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]
+    return subprocess.Popen(
+        [sys.executable, WORKER, *opts, "--", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def test_undo_after_a_kill_mid_delivery_withdraws_the_moves_not_made(tmp_path):
+    db, folder = tmp_path / "t.db", tmp_path / "dl5"
+    files = fill(folder, 300)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "run", "tidy", "--folder", str(folder))
+    run_id = started.stdout.splitlines()[0]
+    assert started.stdout.splitlines()[-1] == f"run {run_id} waiting", started.stderr
+    paused = tmp_path / "paused"
+    answer = worker("--db", str(db), "answer", run_id, "yes", pause_after="60", paused=paused)
+    try:
+        while not paused.exists():  # 60 moves made, the 61st marked sending
+            assert answer.poll() is None, answer.communicate()
+            subprocess.run(["sleep", "0.05"], check=True)
+    finally:
+        os.kill(answer.pid, signal.SIGKILL)
+        answer.communicate()
+    assert len(top_files(folder)) == 240 and len(tidied(folder)) == 60
+
+    line = next(x for x in flowdesk(db, "runs").stdout.splitlines() if x.startswith(run_id))
+    assert "completed" in line and line.endswith("· 240 moves queued"), line
+    shown = flowdesk(db, "show", run_id).stdout.splitlines()[0]
+    assert shown.endswith("status completed · 240 moves queued (not made yet)"), shown
+    as_json = json.loads(flowdesk(db, "show", run_id, "-o", "json").stdout)
+    assert as_json["undelivered"] == 240
+
+    undo = flowdesk(db, "undo", run_id)
+    assert undo.returncode == 0, undo.stdout + undo.stderr
+    assert undo.stdout.splitlines()[0] == (
+        f"tidy run {run_id}: 60 moved back, 240 queued moves withdrawn (never made)"
+    )
+    resumed = flowdesk(db, "resume", "--all")
+    assert resumed.returncode == 0 and "delivered" not in resumed.stdout, resumed.stdout
+    assert top_files(folder) == files and tidied(folder) == []
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == []
+
+    again = flowdesk(db, "undo", run_id)  # running it again changes nothing
+    assert again.returncode == 0
+    assert again.stdout.splitlines()[0] == f"tidy run {run_id}: 0 moved back, 300 already back"
+    assert top_files(folder) == files
+    line = next(x for x in flowdesk(db, "runs").stdout.splitlines() if x.startswith(run_id))
+    assert "queued" not in line, line
+
+
+def test_an_undo_and_a_dispatcher_released_at_one_instant_leave_every_file_back(tmp_path):
+    """20 rounds: a run with 40 queued moves, then ``flowdesk undo`` and a
+    dispatcher of the built-in destinations (as the app runs one) in two
+    processes released together (the undo staggered by 0-200 ms so the
+    rounds interleave differently). Whatever the interleaving, every file
+    ends back and a later dispatcher has nothing to deliver."""
+    db = tmp_path / "race.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    store = open_store(db)
+    engine = Engine(store, flows=[build_tidy_flow()], clock=ManualClock())
+    mixes: list[tuple[int, int]] = []
+    for r in range(20):
+        folder = tmp_path / f"dl{r}"
+        files = fill(folder, 40)
+        run_id = engine.run("tidy", {"folder": str(folder)}).run_id
+        assert engine.resume_with(run_id, "yes").status == "completed"
+        go = tmp_path / f"go{r}"
+        undo = worker("--db", str(db), "undo", run_id, "-o", "json", go=go, delay=f"{r % 5 / 20}")
+        deliver = worker(go=go, dispatch=str(db))
+        for p in (undo, deliver):
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        go.touch()
+        undone, _ = undo.communicate(timeout=120)
+        delivered, err = deliver.communicate(timeout=120)
+        assert undo.returncode == 0 and deliver.returncode == 0, err
+        report = json.loads(undone)
+        assert report["left"] == [] and report["in_flight"] == []
+        assert report["moved_back"] + report["withdrawn"] == 40, report
+        mixes.append((report["moved_back"], report["withdrawn"]))
+        later = Dispatcher(store, {DESTINATION: FileMover(store)})
+        assert later.dispatch() == 0  # nothing of the run is left to send
+        assert top_files(folder) == files and tidied(folder) == [], (r, report, delivered)
+    assert store.undelivered_intents() == {}
+    print("moved back / withdrawn per round:", mixes)
+    store.close()
