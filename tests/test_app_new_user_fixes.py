@@ -72,3 +72,51 @@ async def test_yes_has_focus_for_a_tidys_yes_no_question_and_enter_approves(
         assert "Type an answer first." not in dialog.error_text
     assert files_under(folder) != before  # the files moved
     assert sorted(Path(p).name for p in files_under(folder)) == ["paper.pdf", "photo.jpg"]
+
+
+def approved_tidy(tmp_path: Path) -> tuple[Settings, str]:
+    """A tidy run approved and completed (its moves queued in the outbox)."""
+    settings, run_id, _folder = waiting_tidy(tmp_path)
+    engine = bootstrap.build_engine(settings)
+    try:
+        assert engine.resume_with(run_id, "yes").status == "completed"
+    finally:
+        engine.store.close()
+    return settings, run_id
+
+
+def run_ids(settings: Settings) -> list[str]:
+    store = bootstrap.open_sqlite_store(settings)
+    try:
+        return [r.run_id for r in store.list_runs()]
+    finally:
+        store.close()
+
+
+async def test_replay_says_which_steps_run_again_and_enter_keeps_the_run(
+    tmp_path: Path,
+) -> None:
+    from desktop_app.app.screens.confirm import ConfirmScreen
+    from desktop_app.app.screens.detail import RunDetailScreen
+    from tests.test_app_detail import open_detail, select
+
+    settings, run_id = approved_tidy(tmp_path)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        detail = await open_detail(pilot, run_id)
+        await select(pilot, detail, 4)  # approved, nothing applied yet
+        await pilot.press("p")
+        await settle(pilot)
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmScreen)
+        assert "Runs again: apply, undo;" in confirm.detail
+        assert "files moved" in confirm.detail
+        assert isinstance(app.focused, Button) and app.focused.id == "no"
+        await pilot.press("enter")  # the default: No
+        await settle(pilot)
+        assert app.screen is detail
+        assert run_ids(settings) == [run_id]  # nothing ran again
+        await pilot.press("p", "y")
+        await settle(pilot)
+        await wait_until(pilot, lambda: len(run_ids(settings)) == 2)
+        assert isinstance(app.screen, RunDetailScreen)
