@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from textual.widgets import Button
 
 from desktop_app import bootstrap
@@ -120,3 +122,43 @@ async def test_replay_says_which_steps_run_again_and_enter_keeps_the_run(
         await settle(pilot)
         await wait_until(pilot, lambda: len(run_ids(settings)) == 2)
         assert isinstance(app.screen, RunDetailScreen)
+
+
+def two_threads(tmp_path: Path, *thread_ids: str) -> Settings:
+    """LangGraph threads (waiting at their interrupt) saved by Flowdesk's saver."""
+    from desktop_app.integrations.langgraph import FlowdeskSaver
+    from tests.langgraph_worker import build_graph
+
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    with FlowdeskSaver.open(tmp_path / "t.db") as saver:
+        graph = build_graph(str(tmp_path / "counts.txt")).compile(checkpointer=saver)
+        for thread_id in thread_ids:
+            graph.invoke({"topic": "t"}, {"configurable": {"thread_id": thread_id}})
+    return settings
+
+
+@pytest.mark.parametrize("width", [80, 120])
+async def test_langgraph_thread_ids_show_whole_and_flowdesk_ids_short(
+    tmp_path: Path, width: int
+) -> None:
+    settings, run_id, _folder = waiting_tidy(tmp_path)
+    long_a = "nightly-report-for-the-whole-team-" + "x" * 40 + "-a"
+    long_b = "nightly-report-for-the-whole-team-" + "x" * 40 + "-b"
+    two_threads(tmp_path, "release-42", "release-43", long_a, long_b)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(width, 30)) as pilot:
+        await settle(pilot)
+        table = app.runs_screen.table
+        assert table.cell("release-42", "run") == "release-42"
+        assert table.cell("release-43", "run") == "release-43"
+        assert table.cell(run_id, "run") == run_id[:8]
+        shown_a, shown_b = table.cell(long_a, "run"), table.cell(long_b, "run")
+        assert shown_a != shown_b
+        if width == 80:  # too long for 80 columns: cut in the middle, said by …
+            assert "…" in shown_a and shown_a.endswith("x-a") and shown_b.endswith("x-b")
+            assert len(shown_a) <= 80
+        else:
+            assert (shown_a, shown_b) == (long_a, long_b)
+        assert "status" in table.shown_columns
+        assert sum(table.column_width(k) + 2 for k in table.shown_columns) <= width
