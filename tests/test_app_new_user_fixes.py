@@ -162,3 +162,54 @@ async def test_langgraph_thread_ids_show_whole_and_flowdesk_ids_short(
             assert (shown_a, shown_b) == (long_a, long_b)
         assert "status" in table.shown_columns
         assert sum(table.column_width(k) + 2 for k in table.shown_columns) <= width
+
+
+def tidy_and_digest(tmp_path: Path) -> tuple[Settings, str, str]:
+    """A waiting tidy run and a completed digest run in one database."""
+    from desktop_app.flows.digest import DigestState
+
+    settings, tidy_id, _folder = waiting_tidy(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# A\nSome text about a.\n")
+    engine = bootstrap.build_engine(settings)
+    try:
+        digest = engine.run("digest", DigestState(folder=str(notes), out=str(tmp_path / "out")))
+    finally:
+        engine.store.close()
+    assert digest.status == "completed"
+    return settings, tidy_id, digest.run_id
+
+
+async def test_the_runs_filter_finds_flow_names_fits_80_columns_and_esc_clears_it(
+    tmp_path: Path,
+) -> None:
+    from textual.widgets import Select
+
+    from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
+
+    settings, tidy_id, digest_id = tidy_and_digest(tmp_path)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(80, 30)) as pilot:
+        await settle(pilot)
+        screen = app.runs_screen
+        await pilot.press("slash")
+        await settle(pilot)
+        bar = screen.query_one(RunFilters)
+        search = bar.query_one("#filter-search")
+        assert "flow" in str(search.placeholder)
+        for select in bar.query(Select):  # each label on one line, whole
+            label = select.query_one("#label")
+            assert label.region.height == 1
+            assert label.region.width >= len(str(select.prompt))
+        assert bar.region.right <= 80
+        await pilot.press(*"tidy")
+        await wait_until(pilot, lambda: screen.table.run_ids == [tidy_id])
+        assert "matching id, flow or key=tidy" in screen.page_line.message
+        await pilot.press(*["backspace"] * 4, *"dig")  # the start of one flow's name
+        await wait_until(pilot, lambda: screen.table.run_ids == [digest_id])
+        await pilot.press("escape")  # hides the bar and clears the filter
+        await settle(pilot)
+        assert not bar.is_open and screen.filter == RunFilter()
+        assert sorted(screen.table.run_ids) == sorted([tidy_id, digest_id])
+        assert app.focused is screen.table

@@ -149,7 +149,7 @@ async def test_filters_narrow_the_page(db: Path, list_calls: list[dict[str, Any]
         await pilot.press(*wanted, "enter")
         assert table.run_ids == [wanted]
         assert screen.filter == RunFilter(search=wanted)
-        assert "matching id or key=" in screen.page_line.message
+        assert "matching id, flow or key=" in screen.page_line.message
 
         # A flow key.
         app.query_one("#filter-search", Input).value = ""

@@ -9,6 +9,7 @@ file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar;
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from rich.text import Text
@@ -264,7 +265,18 @@ class RunsScreen(Screen[None]):
             elif exact is None:  # a short id, as the table shows it
                 found = wanted.by_prefix(store)
                 runs = [*found, *(r for r in runs if r not in found)][:PAGE]
-        return runs, len(by_key) > PAGE
+        more = len(by_key) > PAGE
+        if (flow := wanted.named_flow(self._known_flows())) is not None:  # the text names a flow
+            of_flow = replace(wanted, search="", flow=flow)
+            by_flow = of_flow.list_runs(store, limit=PAGE + 1, offset=offset)
+            runs = [*runs, *(r for r in by_flow if r not in runs)][:PAGE]
+            more = more or len(by_flow) > PAGE
+        return runs, more
+
+    def _known_flows(self) -> set[str]:
+        """The flows this app runs and those of the runs it has shown."""
+        engine = self.flowdesk.engine
+        return {*self._flows_seen, *(engine.flows if engine is not None else ())}
 
     def reload(self) -> None:
         page = self.flowdesk.read(self._read_page)
@@ -418,8 +430,7 @@ class RunsScreen(Screen[None]):
         elif bar.is_open:
             bar.action_close()
             return
-        engine = self.flowdesk.engine
-        bar.set_flows({*self._flows_seen, *(engine.flows if engine is not None else ())})
+        bar.set_flows(self._known_flows())
         bar.open()
 
     def set_filter(self, wanted: RunFilter) -> None:
