@@ -213,3 +213,25 @@ async def test_the_runs_filter_finds_flow_names_fits_80_columns_and_esc_clears_i
         assert not bar.is_open and screen.filter == RunFilter()
         assert sorted(screen.table.run_ids) == sorted([tidy_id, digest_id])
         assert app.focused is screen.table
+
+
+async def test_every_key_that_needs_the_database_says_it_is_not_open(tmp_path: Path) -> None:
+    from desktop_app.app.screens.runs import RunsScreen
+
+    db = tmp_path / "t.db"
+    db.write_text("not a database\n")
+    before = db.read_bytes()
+    app = FlowdeskApp(load_settings(db_path=db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.startup_error is not None
+        await pilot.press("n")
+        said = messages(app, "error")[-1]
+        assert said == f"The database is not open: {app.startup_error}"
+        for key in ("enter", "r", "a", "c", "o", "y", "slash", "i", "g", "s", "x", "]", "["):
+            app.notices.clear()
+            await pilot.press(key)
+            await settle(pilot)
+            assert isinstance(app.screen, RunsScreen), key
+            assert messages(app) == [said], key
+    assert db.read_bytes() == before
