@@ -10,7 +10,6 @@ DBOS does for its cancel errors.
 from __future__ import annotations
 
 import shlex
-
 from datetime import UTC, datetime
 
 
