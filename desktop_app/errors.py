@@ -9,6 +9,7 @@ DBOS does for its cancel errors.
 
 from __future__ import annotations
 
+import shlex
 from datetime import UTC, datetime
 
 
@@ -78,6 +79,26 @@ class StoreError(FlowdeskError):
 class DatabaseOpenError(StoreError):
     """The database file cannot be opened (missing directory, no permission,
     not a SQLite file)."""
+
+
+class DatabaseMissingError(DatabaseOpenError):
+    """No database file at ``path`` (and the store was not asked to create
+    one). The message names the command that creates it: ``flowdesk --db
+    PATH db apply``, or the CLI's own hint (:meth:`for_command`, which
+    repeats the ``--db`` and ``--scope`` the user gave).
+
+    Attributes:
+        path: the missing file (str); apply: the command suggested.
+    """
+
+    def __init__(self, path: str, apply: str | None = None) -> None:
+        self.path = path
+        self.apply = apply if apply is not None else f"flowdesk --db {shlex.quote(path)} db apply"
+        super().__init__(f"no database at {path}; run `{self.apply}` first.")
+
+    def for_command(self, apply: str) -> DatabaseMissingError:
+        """The same error suggesting ``apply`` (as the CLI prints its hints)."""
+        return DatabaseMissingError(self.path, apply)
 
 
 class DatabaseNotAFileError(DatabaseOpenError, InputError):

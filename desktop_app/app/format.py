@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime
 
 from desktop_app.store.protocol import Wait
@@ -11,9 +12,17 @@ from desktop_app.store.protocol import Wait
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
+#: A Flowdesk run id (32 lower-case hex digits, ``uuid.hex``), alone or
+#: before ``:`` (a checkpoint ``<run>:<revision>``, a child ``<run>:<path>``).
+FLOWDESK_ID = re.compile(r"[0-9a-f]{32}(?=:|$)")
+
+
 def short_id(run_id: str) -> str:
-    """The first 8 characters of a run id (what the tables show)."""
-    return run_id[:8]
+    """What the tables show of an id: the first 8 characters of a Flowdesk
+    run id (:data:`FLOWDESK_ID`; a prefix the CLI takes, unique in
+    practice), any other id whole (a LangGraph thread id: ``release-42``
+    and ``release-43`` share any prefix)."""
+    return run_id[:8] if FLOWDESK_ID.match(run_id) else run_id
 
 
 def when(ts: float | None) -> str:

@@ -597,14 +597,18 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     def action_inbox(self) -> None:
         """Every run waiting for a person (approve, reject, answer)."""
-        if not isinstance(self.screen, ModalScreen | InboxScreen):
+        if isinstance(self.screen, ModalScreen | InboxScreen):
+            return
+        if self.controller.require_engine() is not None:
             self.push_screen(InboxScreen())
 
     def action_agent_runs(self) -> None:
         """Agent runs: conversations, tool calls and tool results."""
         from desktop_app.app.screens.agent_runs import AgentRunsScreen  # not on the first paint
 
-        if not isinstance(self.screen, ModalScreen | AgentRunsScreen):
+        if isinstance(self.screen, ModalScreen | AgentRunsScreen):
+            return
+        if self.controller.require_engine() is not None:
             self.push_screen(AgentRunsScreen())
 
     def action_send_signal(self) -> None:

@@ -47,12 +47,20 @@ class RecoveryFinished(Message):
 
 
 class WaitsLoaded(Message):
-    """A run's pending waits, read in a worker (``error`` when the read failed)."""
+    """A run's pending waits, read in a worker (``error`` when the read
+    failed), and the only answers some of them take (``choices``: wait id ->
+    words, the checkpoint's ``meta["choices"]``, ``StepContext.interrupt``)."""
 
-    def __init__(self, waits: list[Wait], error: str | None = None) -> None:
+    def __init__(
+        self,
+        waits: list[Wait],
+        error: str | None = None,
+        choices: dict[str, list[str]] | None = None,
+    ) -> None:
         super().__init__()
         self.waits = waits
         self.error = error
+        self.choices = choices or {}
 
 
 class AnswerAccepted(Message):

@@ -44,6 +44,7 @@ from desktop_app.cli.parser import build_parser
 from desktop_app.errors import (
     CommitUnknownError,
     ConfigError,
+    DatabaseMissingError,
     DiskFullError,
     FlowdeskError,
     InputError,
@@ -169,6 +170,9 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
         else:
             print(f"see what landed with: {ctx.hints.cmd('runs')}", file=sys.stderr)
+        return EXIT_FAILED
+    except DatabaseMissingError as exc:  # the hint with the user's --db and --scope
+        print(f"flowdesk: {exc.for_command(ctx.hints.cmd('db apply'))}", file=sys.stderr)
         return EXIT_FAILED
     except FlowdeskError as exc:
         print(f"flowdesk: {exc}", file=sys.stderr)

@@ -48,6 +48,7 @@ from typing import Literal
 import apsw
 
 from desktop_app.errors import (
+    DatabaseMissingError,
     DatabaseNotAFileError,
     DatabaseOpenError,
     DiskFullError,
@@ -341,7 +342,7 @@ def open_connection(
     if create:
         _create_private(p)
     elif not p.exists():
-        raise DatabaseOpenError(f"no database at {p}; run `flowdesk --db {p} db apply` first.")
+        raise DatabaseMissingError(str(p))
     first = connections_open(p) == 0
     try:
         conn = _open_registered(p, vfs)

@@ -103,6 +103,8 @@ class AnswerScreen(ModalScreen[None]):
         self.sending = False
         self._error = ""
         self.preview: Preview | None = None
+        #: the only answers some waits take, by wait id (their ``choices``)
+        self.choices: dict[str, list[str]] = {}
 
     @property
     def flowdesk(self) -> Host:
@@ -194,16 +196,18 @@ class AnswerScreen(ModalScreen[None]):
             self.post_message(WaitsLoaded([], "The database is not open."))
             return
         try:
-            waits = engine.waits(self.run.run_id)
+            latest = engine.store.latest(self.run.run_id)
         except FlowdeskError as exc:
             self.post_message(WaitsLoaded([], str(exc)))
         except Exception as exc:  # never a traceback in the user's face
             self.post_message(WaitsLoaded([], f"{type(exc).__name__}: {exc}"))
         else:
-            self.post_message(WaitsLoaded(waits))
+            choices = latest.meta.get("choices") or {}
+            self.post_message(WaitsLoaded(list(latest.waits), choices=dict(choices)))
 
     def on_waits_loaded(self, message: WaitsLoaded) -> None:
         self.waits = message.waits
+        self.choices = message.choices
         table = self.query_one("#waits", DataTable)
         keep = self.selected_wait_id
         table.clear()
@@ -291,8 +295,12 @@ class AnswerScreen(ModalScreen[None]):
                 answer.focus()
 
     def asks_yes_no(self, wait: Wait) -> bool:
-        """Whether ``wait`` is answered with a bool: its await step fills a
-        state field whose type is ``bool`` (or ``bool | None``)."""
+        """Whether ``wait`` is a yes/no question: it takes only the words
+        yes and no (``ctx.interrupt(..., choices=["yes", "no"])``, as a
+        tidy asks), or its await step fills a state field whose type is
+        ``bool`` (or ``bool | None``)."""
+        if set(self.choices.get(wait.wait_id, ())) == {YES, NO}:
+            return True
         engine = self.flowdesk.engine
         if engine is None:
             return False

@@ -686,15 +686,31 @@ class RunDetailScreen(Screen[None]):
             if yes:
                 self.branch(cid, None)
 
+        assert revision is not None
         self.app.push_screen(
             ConfirmScreen(
                 f"Replay from checkpoint {short_id(cid)}:{revision}?",
                 f"A new run goes on from revision {revision} with the state it had then "
-                "(steps completed before it are kept). This run is left as it is.",
+                "(steps completed before it are kept). This run is left as it is.\n"
+                + self._runs_again(revision),
                 yes="Replay",
                 no="Keep",
             ),
             chosen,
+        )
+
+    def _runs_again(self, revision: int) -> str:
+        """What a replay from ``revision`` executes again: the steps this run
+        took after it (as far as its timeline is read), whose side effects
+        (files moved or written, messages sent) happen again."""
+        again = list(
+            dict.fromkeys(h.step_id for h in self.history if h.revision > revision and h.step_id)
+        )
+        if not again:
+            return "Runs again: the steps after it (this run took none yet)."
+        return (
+            f"Runs again: {', '.join(again)}; what they did (files moved or written, "
+            "messages sent) is done again."
         )
 
     def action_fork(self) -> None:

@@ -9,6 +9,7 @@ file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar;
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from rich.text import Text
@@ -264,7 +265,18 @@ class RunsScreen(Screen[None]):
             elif exact is None:  # a short id, as the table shows it
                 found = wanted.by_prefix(store)
                 runs = [*found, *(r for r in runs if r not in found)][:PAGE]
-        return runs, len(by_key) > PAGE
+        more = len(by_key) > PAGE
+        if (flow := wanted.named_flow(self._known_flows())) is not None:  # the text names a flow
+            of_flow = replace(wanted, search="", flow=flow)
+            by_flow = of_flow.list_runs(store, limit=PAGE + 1, offset=offset)
+            runs = [*runs, *(r for r in by_flow if r not in runs)][:PAGE]
+            more = more or len(by_flow) > PAGE
+        return runs, more
+
+    def _known_flows(self) -> set[str]:
+        """The flows this app runs and those of the runs it has shown."""
+        engine = self.flowdesk.engine
+        return {*self._flows_seen, *(engine.flows if engine is not None else ())}
 
     def reload(self) -> None:
         page = self.flowdesk.read(self._read_page)
@@ -393,7 +405,14 @@ class RunsScreen(Screen[None]):
 
     # -- paging and filters ---------------------------------------------
 
+    def _database_open(self) -> bool:
+        """Whether the database is open; else says so (as ``n`` does: the
+        one true reason, not "no run selected" on an empty table)."""
+        return self.flowdesk.controller.require_engine() is not None
+
     def action_next_page(self) -> None:
+        if not self._database_open():
+            return
         if not self.has_more:
             self.app.notify("This is the last page.", timeout=2)
             return
@@ -402,6 +421,8 @@ class RunsScreen(Screen[None]):
         self.table.move_cursor(row=0)
 
     def action_previous_page(self) -> None:
+        if not self._database_open():
+            return
         if self.page == 0:
             self.app.notify("This is the first page.", timeout=2)
             return
@@ -410,16 +431,17 @@ class RunsScreen(Screen[None]):
         self.table.move_cursor(row=0)
 
     async def action_filters(self) -> None:
-        """Show the filter bar (or hide it when it is open)."""
+        """Show the filter bar (or hide it, clearing the filter, when it is open)."""
         bar = self.filters
+        if not (bar is not None and bar.is_open) and not self._database_open():
+            return
         if bar is None:
             bar = RunFilters(id="filters")
             await self.mount(bar, before=self.query_one("#runs-body"))
         elif bar.is_open:
             bar.action_close()
             return
-        engine = self.flowdesk.engine
-        bar.set_flows({*self._flows_seen, *(engine.flows if engine is not None else ())})
+        bar.set_flows(self._known_flows())
         bar.open()
 
     def set_filter(self, wanted: RunFilter) -> None:
@@ -462,6 +484,8 @@ class RunsScreen(Screen[None]):
         self.flowdesk.controller.new_digest()
 
     def action_open_run(self) -> None:
+        if not self._database_open():
+            return
         run_id = self.table.selected_run_id()
         if run_id is None:
             self.flowdesk.say("No run selected; press n to start one.", "warning")
@@ -480,6 +504,8 @@ class RunsScreen(Screen[None]):
     def _selected(self) -> str | None:
         """The selected flow run (an agent run is answered in the inbox and
         opened with enter)."""
+        if not self._database_open():
+            return None
         run_id = self.table.selected_run_id()
         if run_id is None:
             self.flowdesk.say("No run selected.", "warning")
@@ -504,6 +530,8 @@ class RunsScreen(Screen[None]):
             self.flowdesk.controller.open_output(run_id)
 
     def action_copy_id(self) -> None:
+        if not self._database_open():
+            return
         run_id = self.table.selected_run_id()
         if run_id is None:
             self.flowdesk.say("No run selected.", "warning")
@@ -511,6 +539,8 @@ class RunsScreen(Screen[None]):
             self.flowdesk.controller.copy_run_id(run_id)
 
     def action_resume_run(self) -> None:
+        if not self._database_open():
+            return
         run_id = self.table.selected_run_id()
         if run_id is not None and self.table.kind_of(run_id) == "agent":
             self.flowdesk.controller.open_agent_run(run_id, resume=True)
@@ -518,6 +548,8 @@ class RunsScreen(Screen[None]):
             self.flowdesk.controller.resume(run_id, self._shown(run_id))
 
     def action_answer_run(self) -> None:
+        if not self._database_open():
+            return
         run_id = self.table.selected_run_id()
         if run_id is not None and self.table.kind_of(run_id) == "langgraph":
             self.flowdesk.controller.open_thread(run_id)

@@ -89,3 +89,16 @@ def cut_words(text: str, width: int) -> str:
     if space >= width // 2:
         head = head[:space]
     return head.rstrip() + "…"
+
+
+def cut_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells, its middle replaced by ``…`` when
+    it does not fit (an id keeps its start and its end, where ids that
+    share a prefix differ: ``release-candidate-42``)."""
+    if cell_len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    tail = (width - 1) // 2
+    head = width - 1 - tail
+    return text[:head] + "…" + (text[-tail:] if tail else "")

@@ -1,5 +1,12 @@
-"""The runs filter bar: search (exact run id or flow key), kind (flow or agent
-runs), status, flow, tenant, session.
+"""The runs filter bar: search (run id or its first 4+ characters, flow
+name, or flow key), kind (flow or agent runs), status, flow, tenant,
+session. Esc (or ``/`` again) hides the bar and clears the filter: a hidden
+filter would leave the table short with no visible reason.
+
+The search text names a flow when it is a known flow's name (any case), or
+the start of exactly one (``tid`` names ``tidy``): that flow's runs are
+listed (one bounded ``list_runs`` with ``flow_name``), and agent runs whose
+agent's name starts with it (the flow column shows it).
 
 Agent runs are filtered in the flow vocabulary (status ``completed`` finds
 ``done`` agent runs; the flow filter matches the agent's name); a tenant or
@@ -86,13 +93,26 @@ class RunFilter:
     def active(self) -> bool:
         return self != RunFilter()
 
+    def named_flow(self, known: Iterable[str]) -> str | None:
+        """The flow of ``known`` the search text names: the one whose name it
+        is (any case), else the only one whose name starts with it; ``None``
+        when it names none (or the flow filter chose another flow)."""
+        text = self.search.casefold()
+        if not text:
+            return None
+        names = sorted(set(known))
+        exact = [n for n in names if n.casefold() == text]
+        starts = [n for n in names if n.casefold().startswith(text)]
+        found = exact[0] if exact else starts[0] if len(starts) == 1 else None
+        return found if self.flow in (None, found) else None
+
     def describe(self) -> str:
         """``status=failed flow=digest`` (``""`` when nothing filters)."""
         parts = []
         if self.kind:
             parts.append(f"kind={self.kind}")
         if self.search:
-            parts.append(f"id or key={self.search}")
+            parts.append(f"id, flow or key={self.search}")
         if self.status:
             parts.append(f"status={self.status}")
         if self.flow:
@@ -173,7 +193,8 @@ class RunFilter:
 
     def agent_runs(self, agents: AgentLister) -> list[AgentRun]:
         """Top-level agent runs passing the filters (status in the flow
-        vocabulary; the search text as a run-id prefix), any order."""
+        vocabulary; the search text as a run-id prefix or the start of the
+        agent's name), any order."""
         if not self.wants_agents:
             return []
         now = time.time()
@@ -183,7 +204,9 @@ class RunFilter:
             if r.parent_run_id is None
             and (self.status is None or self._status_is(agent_status_as_flow(r.status), r, now))
             and (
-                not self.search or (is_id_prefix(self.search) and r.run_id.startswith(self.search))
+                not self.search
+                or (is_id_prefix(self.search) and r.run_id.startswith(self.search))
+                or r.agent.casefold().startswith(self.search.casefold())
             )
         ]
 
@@ -212,23 +235,39 @@ class RunFilters(Horizontal):
     not indexed, so it is asked once per enter).
     """
 
+    # one row of compact fields (no borders), each as wide as its longest
+    # choice, so none wraps at 80 columns (bordered, a 1fr select had 3
+    # cells for its label: "sta/tus")
     DEFAULT_CSS = """
     RunFilters {
         display: none;
         height: auto;
         padding: 0 1;
+        margin-bottom: 1;
     }
     RunFilters.-visible {
         display: block;
     }
+    RunFilters > * {
+        margin-right: 1;
+    }
     RunFilters #filter-search {
         width: 2fr;
+        min-width: 16;
     }
-    RunFilters Select {
+    RunFilters #filter-status {
+        width: 14;
+    }
+    RunFilters #filter-kind {
+        width: 12;
+    }
+    RunFilters #filter-flow {
         width: 1fr;
+        min-width: 10;
     }
     RunFilters #filter-tenant, RunFilters #filter-session {
         width: 1fr;
+        min-width: 7;
     }
     """
 
@@ -250,17 +289,20 @@ class RunFilters(Horizontal):
         self._applied = RunFilter()
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="run id (its first 4+ characters) or flow key", id="filter-search")
+        yield Input(placeholder="run id, flow or key", id="filter-search", compact=True)
         yield Select(
             [(s, s) for s in STATUSES],
-            prompt="any status",
+            prompt="status",
             allow_blank=True,
             id="filter-status",
+            compact=True,
         )
-        yield Select([(k, k) for k in KINDS], prompt="any kind", allow_blank=True, id="filter-kind")
-        yield Select([], prompt="any flow", allow_blank=True, id="filter-flow")
-        yield Input(placeholder="tenant", id="filter-tenant")
-        yield Input(placeholder="session", id="filter-session")
+        yield Select(
+            [(k, k) for k in KINDS], prompt="kind", allow_blank=True, id="filter-kind", compact=True
+        )
+        yield Select([], prompt="flow", allow_blank=True, id="filter-flow", compact=True)
+        yield Input(placeholder="tenant", id="filter-tenant", compact=True)
+        yield Input(placeholder="session", id="filter-session", compact=True)
 
     @property
     def is_open(self) -> bool:
@@ -271,8 +313,19 @@ class RunFilters(Horizontal):
         self.query_one("#filter-search", Input).focus()
 
     def action_close(self) -> None:
+        """Hide the bar and clear the filter (a filter out of sight would
+        leave the table short with no visible reason)."""
+        self.clear()
         self.remove_class("-visible")
         self.post_message(self.Closed())
+
+    def clear(self) -> None:
+        """Empty every field and select; the table shows every run again."""
+        for field in self.query(Input):
+            field.value = ""
+        for select in self.query(Select):
+            select.clear()
+        self._apply()
 
     def set_flows(self, names: Iterable[str]) -> None:
         """Offer these flow names (the current choice is kept)."""

@@ -18,7 +18,7 @@ from textual.widgets.data_table import ColumnKey
 
 from desktop_app.app.format import STATUS_STYLES, ago, bar, plural, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
-from desktop_app.app.widgets.cells import keep_columns
+from desktop_app.app.widgets.cells import PADDING, SCROLLBAR, cut_middle, keep_columns
 from desktop_app.integrations.langgraph.threads import Thread
 from desktop_app.runs_view import agent_status_as_flow, display_status
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
@@ -178,6 +178,8 @@ class RunsTable(DataTable[Text]):
         self._follow: str | None = None
         #: the width the table was fitted to (``None``: every column)
         self._width: int | None = None
+        #: the cells a run id may take at that width (``None``: any)
+        self._id_room: int | None = None
         #: the column the rows are sorted by (``None``: newest first) and whether descending
         self.sort_key: str | None = None
         self.sort_reverse = False
@@ -204,21 +206,33 @@ class RunsTable(DataTable[Text]):
         self._width = width
         self._refit()
 
+    def _cells(self, run: AnyRun, pace: Pace | None = None) -> dict[str, Text]:
+        """:func:`run_cells`, the run id whole (``short_id``) unless it is
+        wider than the table leaves it beside the status: then its middle is
+        cut with ``…`` (never a bare prefix, which two ids may share)."""
+        cells = run_cells(run, self._now(), pace)
+        room, shown = self._id_room, cells["run"]
+        if room is not None and cell_len(shown.plain) > room:
+            cells["run"] = Text(cut_middle(shown.plain, room), style=shown.style)
+        return cells
+
     def _widths(self) -> dict[str, int]:
         """Each column's widest label or value over the runs shown (cells)."""
         widths = {k: max(cell_len(label), MIN_WIDTHS.get(k, 0)) for k, label in COLUMNS}
-        now = self._now()
         for run in self._records.values():
-            for key, value in run_cells(run, now).items():
+            for key, value in self._cells(run).items():
                 widths[key] = max(widths[key], cell_len(value.plain))
         return widths
 
     def _refit(self) -> None:
         if self._width is None:
             return
+        # the run id and the status always show: the id gets what the status leaves
+        room = self._width - SCROLLBAR - 2 * PADDING - MIN_WIDTHS["status"]
+        recut, self._id_room = room != self._id_room, room
         kept, _ = keep_columns(self._widths(), self._width, DROP_ORDER)
         wanted = tuple(kept)
-        if wanted == self.shown_columns:
+        if wanted == self.shown_columns and not recut:
             return
         self.shown_columns = wanted
         if not self.columns:
@@ -233,7 +247,7 @@ class RunsTable(DataTable[Text]):
             self.move_cursor(row=self._order.index(selected))
 
     def _row(self, run: AnyRun) -> list[Text]:
-        cells = run_cells(run, self._now(), self._pace(run))
+        cells = self._cells(run, self._pace(run))
         return [cells[k] for k in self.shown_columns]
 
     def _pace(self, run: AnyRun) -> Pace | None:
