@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Input, TextArea
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
@@ -93,6 +94,9 @@ def keys(*pressed: str, then: Any = None) -> Any:
             await settle(pilot)
         if then is not None:
             await then(pilot)
+        screen = pilot.app.screen  # a blinking cursor is drawn or not, as the clock has it
+        for field in [*screen.query(Input), *screen.query(TextArea)]:
+            field.cursor_blink = False
         await pilot.pause()
 
     return run_before
