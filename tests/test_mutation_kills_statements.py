@@ -87,3 +87,28 @@ def test_the_postgres_store_passes_the_conformance_suite(pg_server) -> None:
     finally:
         for url in made:
             pg_server.drop_database(url)
+
+
+def _empty_filters_match_nothing(store: CheckpointStore, agents: AgentLog) -> None:
+    from desktop_app.store.conformance.helpers import _cp, _run
+
+    store.create_run(_run("r1"), _cp("r1", 0, status="pending"))
+    assert [r.run_id for r in store.list_runs(statuses=["pending"])] == ["r1"]
+    # an empty status filter matches no run: answered, not a syntax error
+    assert store.list_runs(statuses=[]) == []
+    assert store.intents([]) == []
+    assert agents.list(statuses=[]) == []
+
+
+def test_empty_status_filters_match_nothing_on_sqlite(sqlite_store) -> None:
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+
+    _empty_filters_match_nothing(sqlite_store, SqliteAgentStore(sqlite_store))
+
+
+@pytest.mark.postgres
+def test_empty_status_filters_match_nothing_on_postgres(pg_store) -> None:
+    """PostgreSQL matches a list with ``= ANY(%s)``; ``IN ()`` would be refused."""
+    from desktop_app.store.postgres.agent_runs import PostgresAgentStore
+
+    _empty_filters_match_nothing(pg_store, PostgresAgentStore(pg_store))
