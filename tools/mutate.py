@@ -646,6 +646,11 @@ def tests_reaching(tree: Path, base: list[str]) -> tuple[Callable[[str], list[st
     return select, failing
 
 
+#: pytest's exit codes for "interrupted by a collection error" (2) and "a
+#: conftest could not be imported" (4)
+_FAILS_AT_IMPORT = (2, 4)
+
+
 def _function(mutant: str) -> str:
     """The mutated function's name: ``run_child`` for
     ``desktop_app.flow.engine.xǁEngineǁrun_child__mutmut_3`` (a method),
@@ -754,7 +759,13 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             code, verdict = 1, f"timeout (over {limit_s:.0f} s)"
-        if code not in (0, 1):
+        if code in _FAILS_AT_IMPORT:
+            # the recording run collected these same tests with these same
+            # arguments: only the mutant can make collection fail, by raising
+            # when the package is imported (SQL rendered at import), so no
+            # program using it starts, a kill as plain as a failing test
+            code, verdict = 1, f"killed (the tests cannot be collected: pytest exit {code})"
+        elif code not in (0, 1):
             verdict = f"error (pytest exit {code})"
         print(f"  {verdict}: {name}")
         if code == 1:
