@@ -259,6 +259,7 @@ TESTS_FOR: dict[str, list[str]] = {
     "desktop_app/store/postgres/agent_runs.py": [
         "tests/contract/",
         "tests/test_postgres_agent_runs.py",
+        "tests/test_mutation_kills_postgres_agent_runs.py",
     ],
     "desktop_app/store/postgres/copy.py": [
         "tests/test_postgres_copy.py",
@@ -299,9 +300,19 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_tidy.py",
     ],
     "desktop_app/store/sqlite/agent_runs.py": [
+        "tests/contract/",
         "tests/test_agent.py",
         "tests/test_agent_crash.py",
         "tests/test_mutation_kills_agent_runs.py",
+    ],
+    # the SQL both built-in stores run, rendered at import: its statements
+    # are reached through the SQLite and PostgreSQL halves of the contract
+    # suite and the two agent-run stores' tests
+    "desktop_app/store/statements.py": [
+        "tests/contract/",
+        "tests/test_mutation_kills_agent_runs.py",
+        "tests/test_postgres_agent_runs.py",
+        "tests/test_mutation_kills_statements.py",
     ],
     "desktop_app/agent/leases.py": [
         "tests/test_agent.py",
@@ -569,8 +580,8 @@ def run_module(module: str, jobs: int, functions: list[str] | None = None) -> Fi
 
 
 #: Selection entries whose tests live (also) in another file: the contract
-#: suite runs the checks of ``desktop_app/store/conformance.py``.
-_TESTS_ALSO_IN = {"tests/contract/": ["desktop_app/store/conformance.py"]}
+#: suite runs the checks of the ``desktop_app/store/conformance/`` package.
+_TESTS_ALSO_IN = {"tests/contract/": ["desktop_app/store/conformance"]}
 
 
 def _changed_since(commit: str, paths: list[str]) -> bool:
@@ -626,6 +637,10 @@ def tests_reaching(tree: Path, base: list[str]) -> tuple[Callable[[str], list[st
     hits = json.loads(out.read_text(encoding="utf-8"))
     spawned = set(hits["subprocess"])
     reached = {t: set(fns) for t, fns in hits["tests"].items()}
+    # entered at import (SQL rendered once, when the package is imported):
+    # mutmut's in-process run sees no test reach these, and a fresh process
+    # with the mutant switched on renders it for every test
+    at_import = set(hits.get("import", []))
     failing = list(hits.get("failed", []))
     bad = set(failing)
 
@@ -636,12 +651,17 @@ def tests_reaching(tree: Path, base: list[str]) -> tuple[Callable[[str], list[st
             for t in hits["order"]
             if t not in bad
             and t.split("::", 1)[0] not in bad
-            and (t in spawned or function in reached[t])
+            and (t in spawned or function in reached[t] or function in at_import)
         ]
         # the kill files first: pytest -x stops at the first failure
         return sorted(chosen, key=lambda t: not t.startswith("tests/test_mutation_kills_"))
 
     return select, failing
+
+
+#: pytest's exit codes for "interrupted by a collection error" (2) and "a
+#: conftest could not be imported" (4)
+_FAILS_AT_IMPORT = (2, 4)
 
 
 def _function(mutant: str) -> str:
@@ -681,9 +701,12 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
         shutil.copytree(ROOT / folder, dest / folder, dirs_exist_ok=True)
         shutil.copytree(ROOT / folder, tree / folder, dirs_exist_ok=True)
     # test code that lives in the package (the conformance checks), unless mutated here
-    for source in {f for files in _TESTS_ALSO_IN.values() for f in files} - {module}:
+    for source in {f for files in _TESTS_ALSO_IN.values() for f in files}:
         for where in (dest, tree):
-            shutil.copy2(ROOT / source, where / source)
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, where / source, dirs_exist_ok=True)
+            elif source != module:
+                shutil.copy2(ROOT / source, where / source)
     known = equivalent()
     # today's survivors: a name taken off the equivalent list since the last
     # count (it named another mutant) is a survivor again and is re-run too
@@ -749,7 +772,13 @@ def rerun_survivors(module: str, jobs: int, functions: list[str] | None = None) 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             code, verdict = 1, f"timeout (over {limit_s:.0f} s)"
-        if code not in (0, 1):
+        if code in _FAILS_AT_IMPORT:
+            # the recording run collected these same tests with these same
+            # arguments: only the mutant can make collection fail, by raising
+            # when the package is imported (SQL rendered at import), so no
+            # program using it starts, a kill as plain as a failing test
+            code, verdict = 1, f"killed (the tests cannot be collected: pytest exit {code})"
+        elif code not in (0, 1):
             verdict = f"error (pytest exit {code})"
         print(f"  {verdict}: {name}")
         if code == 1:
