@@ -216,8 +216,7 @@ def main() -> int:
             rows.append(
                 Row(
                     f"    this checkout's {n} vs {suffix[1:]}'s {n}, same rounds",
-                    f"{stat(ours).fmt()}x (mean {statistics.mean(ours):.2f}, "
-                    f"max {max(ours):.2f})",
+                    f"{stat(ours).fmt()}x (mean {statistics.mean(ours):.2f}, max {max(ours):.2f})",
                 )
             )
         rows.append(
