@@ -245,3 +245,15 @@ def test_scopes_are_kept_apart(db_path: Path, agents):
         other_store.close()
     assert agents.get("ag1").turns == 0
     assert [r.run_id for r in agents.list()] == ["ag1"]
+
+
+def test_create_with_a_tool_call_journals_it_with_the_run(agents):
+    """A run created with its first tool call already in flight (a resumed
+    run's call) keeps that call in its journal, before any later one."""
+    agents.create(_run(), [SYS, USER], tool=("search:{}", "search", "in_progress", None))
+    assert agents.tool_result("ag1", "search:{}") == ToolResult(
+        "search:{}", "search", "in_progress", None, 1, 0
+    )
+    agents.update("ag1", 1001.0, tool=("calc:{}", "calc", "completed", "2"))
+    assert [t.tool_key for t in agents.tool_results("ag1")] == ["search:{}", "calc:{}"]
+    assert agents.tool_results("other") == []
