@@ -34,6 +34,9 @@ from desktop_app.private import make_private_dirs
 
 log = logging.getLogger(__name__)
 
+#: libraries whose log records go to Flowdesk's log file, never to the terminal
+LIBRARY_LOGGERS = ("psycopg",)
+
 LOG_FILE = "flowdesk.log"
 _lock = threading.Lock()
 _done: dict[str, Any] = {}
@@ -129,6 +132,13 @@ def setup_logging(settings: Settings) -> Path | None:
             )
             handler.addFilter(_SecretMask())
             root.addHandler(handler)
+            # psycopg's pool warns from its own threads ("error connecting")
+            # while a server is unreachable; without a handler Python prints
+            # that on stderr, in the middle of the lines Flowdesk writes there
+            for name in LIBRARY_LOGGERS:
+                library = logging.getLogger(name)
+                library.addHandler(handler)
+                library.propagate = False
             _done["log_handler"] = handler
         handler.setLevel(settings.log_level)
         return Path(handler.baseFilename)

@@ -884,9 +884,13 @@ def test_every_servers_list_is_recorded_and_checked_and_a_missing_server_is_name
 # -- ask_user, the deadline's words, max turns' type ----------------------------------------
 
 
-def test_ask_user_without_a_question_asks_an_empty_one(astore):
-    res = Agent("helper", ScriptedModel([{"tool": "ask_user", "args": {}}]), astore).ask("q")
-    assert (res.status, res.question) == ("input_required", "")
+def test_ask_user_without_a_question_is_refused_to_the_model_not_asked(astore):
+    # it used to pause on an empty question; the model is told instead
+    model = ScriptedModel([{"tool": "ask_user", "args": {}}, "fine"])
+    res = Agent("helper", model, astore).ask("q")
+    assert (res.status, res.question, res.text) == ("done", None, "fine")
+    (refusal,) = [m for m in astore.messages(res.run_id) if m["role"] == "tool"]
+    assert "question: Field required" in refusal["content"]
 
 
 def test_pausing_for_input_after_a_lost_lease_writes_nothing(sqlite_store):
