@@ -14,6 +14,7 @@ from tests.tmux_support import (
     BIN,
     exit_code,
     home_env,
+    home_vars,
     keys,
     launch,
     need_tmux,
@@ -24,7 +25,7 @@ from tests.tmux_support import (
 
 
 def cli(home: Path, *args: str) -> str:
-    env = dict(os.environ, **dict(pair.split("=", 1) for pair in home_env(home).split()))
+    env = {**os.environ, **home_vars(home)}
     env.pop("FLOWDESK_DB", None)
     done = subprocess.run([str(BIN), *args], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

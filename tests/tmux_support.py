@@ -55,11 +55,19 @@ def keys(session: str, *names: str) -> None:
     tmux("send-keys", "-t", session, *names)
 
 
+def home_vars(home: Path) -> dict[str, str]:
+    """The environment variables of a person whose home is ``home``."""
+    return {
+        "HOME": str(home),
+        "XDG_DATA_HOME": f"{home}/data",
+        "XDG_CONFIG_HOME": f"{home}/config",
+        "TERM": "xterm-256color",
+    }
+
+
 def home_env(home: Path) -> str:
-    """The environment of a person whose home is ``home`` (``env`` syntax)."""
-    return (
-        f"HOME={home} XDG_DATA_HOME={home}/data XDG_CONFIG_HOME={home}/config TERM=xterm-256color"
-    )
+    """:func:`home_vars` in ``env`` syntax (for the tmux command line)."""
+    return " ".join(f"{k}={v}" for k, v in home_vars(home).items())
 
 
 def launch(session: str, env: str, done: Path, size: tuple[int, int] = (120, 40)) -> None:
