@@ -360,10 +360,31 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
         assert lines(log) == []  # nothing deleted before a person said yes
         run_id = first.stdout.split()[1]
         assert agent_status(db_path, run_id) == "input_required"
-        # a person says yes with the command Flowdesk prints
-        yes = waiting_hint(db_path, {**os.environ, **env}, "yes")
+        # a person whose settings lack the agent is told what to do first,
+        # and the printed command refuses rather than losing the answer
+        bare = {**os.environ, **env}
+        unregistered = flowdesk(db_path, "waiting", env=bare)
+        assert re.search(
+            r"^  first: it is a run of the Pydantic AI agent 'helper', which is not "
+            r"registered here: add .*pydantic_ai_agents.*; then$",
+            unregistered.stdout,
+            re.M,
+        ), unregistered.stdout
+        listed = json.loads(flowdesk(db_path, "waiting", "-o", "json", env=bare).stdout)
+        assert "not registered here" in listed[0]["first"]
+        shown = flowdesk(db_path, "show", run_id, env=bare)
+        assert "    first: it is a run of the Pydantic AI agent 'helper'" in shown.stdout
+        refused = as_printed(waiting_hint(db_path, bare, "yes"), bare)
+        assert refused.returncode != 0 and "pydantic_ai_agents" in refused.stderr
+        assert agent_status(db_path, run_id) == "input_required"
+        # registered: nothing to do first, and the command it prints answers
+        registered = {**os.environ, **env, **REGISTERED}
+        listed = json.loads(flowdesk(db_path, "waiting", "-o", "json", env=registered).stdout)
+        assert listed[0]["first"] is None
+        assert "first:" not in flowdesk(db_path, "waiting", env=registered).stdout
+        yes = waiting_hint(db_path, registered, "yes")
         assert yes == f"flowdesk --db {db_path} answer {run_id} yes"
-        answered = as_printed(yes, {**os.environ, **env, **REGISTERED})
+        answered = as_printed(yes, registered)
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout.strip() == "x is deleted"
         assert len(server.requests) == 2  # the first request was not sent again
@@ -386,7 +407,7 @@ def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) ->
         server.script = [DELETE_X[0], ("json", completion("I left x alone"))]
         first = worker(db_path, env, "run", "delete x")
         assert first.returncode == 0, first.stderr
-        no = waiting_hint(db_path, env, "no")
+        no = waiting_hint(db_path, {**env, **REGISTERED}, "no")
         answered = as_printed(no, {**env, **REGISTERED})
         assert answered.returncode == 0, answered.stderr
         assert "I left x alone" in answered.stdout
@@ -405,7 +426,7 @@ def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) ->
         first = worker(db_path, env, "run", "delete x")
         assert first.returncode == 0, first.stderr
         run_id = first.stdout.split()[1]
-        yes = waiting_hint(db_path, env, "yes")
+        yes = waiting_hint(db_path, {**env, **REGISTERED}, "yes")
         killed = as_printed(yes, {**env, **REGISTERED, "PAI_TEST_KILL": "delete:x"})
         assert killed.returncode == -signal.SIGKILL
         assert agent_status(db_path, run_id) == "interrupted"

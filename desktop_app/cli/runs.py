@@ -298,6 +298,16 @@ def _interrupted_line(ctx: Ctx, run: Any, first: str | None = None) -> str:
     return f"interrupted: the process that ran it{owner} stopped; {then}{hint} continues it"
 
 
+def agent_blocker(sv: Services, run: Any) -> str | None:
+    """What must be done before agent run ``run`` (an ``AgentRun``) can be
+    resumed or answered here, or ``None``: a Pydantic AI agent's run needs
+    its agent registered in this process's settings
+    (:func:`~desktop_app.agent.recovery.pydantic_ai_unavailable` says how)."""
+    from desktop_app.agent.recovery import ToolSources, pydantic_ai_unavailable
+
+    return pydantic_ai_unavailable(sv.settings, ToolSources.of_run(sv.agents, run.run_id))
+
+
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     from desktop_app.agent.messages import is_outcome_unknown
     from desktop_app.agent.tools import is_tool_call
@@ -316,6 +326,12 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                 "expires_at": iso(run.expires_at),
                 "pending_call": run.pending_call,
                 "waits": agent_waits(ctx.hints, run),
+                # what must be done before resume/answer work here, or null
+                "first": (
+                    agent_blocker(sv, run)
+                    if display_status(run, now) in (INTERRUPTED, "input_required")
+                    else None
+                ),
                 "context": run.context,
                 "messages": messages,
                 "tool_results": [
@@ -336,16 +352,14 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         return EXIT_OK
     status = display_status(run, now)
     _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  turns {run.turns}")
+    # resume and answer refuse a run whose Pydantic AI agent is not registered: how to, first
+    why = agent_blocker(sv, run) if status in (INTERRUPTED, "input_required") else None
     if status == INTERRUPTED:
-        from desktop_app.agent.recovery import ToolSources, pydantic_ai_unavailable
-
-        # resume would refuse a run whose Pydantic AI agent is not registered: how to, first
-        why = pydantic_ai_unavailable(sv.settings, ToolSources.of_run(sv.agents, run_id))
         _say(_interrupted_line(ctx, run, why))
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         _say(f"error: {run.error}")
-    asking = agent_wait_lines(ctx.hints, run, now)
+    asking = agent_wait_lines(ctx.hints, run, now, first=why)
     if asking:
         print("waits for:")
         for line in asking:
@@ -475,13 +489,15 @@ def cmd_waiting(ctx: Ctx) -> int:
         ]
         rows += [langgraph.thread_row(t, now) for t in threads]
         for ar in asking:
+            first = {"first": agent_blocker(sv, ar)}
             request = pending_approval(ar.pending_call)
             if request is not None:
                 approval = {"tool": request.tool, "arguments": dict(request.arguments)}
-                rows.append({**agent_row(ar, now), "question": None, "approval": approval})
+                row = {**agent_row(ar, now), "question": None, "approval": approval, **first}
+                rows.append(row)
                 continue
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
-            rows.append({**agent_row(ar, now), "question": question})
+            rows.append({**agent_row(ar, now), "question": question, **first})
         emit_all(ctx.args.output, rows)
         return EXIT_OK
     if not runs and not asking and not threads:
@@ -507,6 +523,9 @@ def cmd_waiting(ctx: Ctx) -> int:
             print(f"  {w.wait_id}  {what}{due}")
     for ar in asking:
         print(f"agent run {ar.run_id}  agent {ar.agent}")
+        why = agent_blocker(sv, ar)
+        if why is not None:
+            print(f"  first: {why}; then")
         request = pending_approval(ar.pending_call)
         if request is not None:
             yes, no = answer_commands(ar.run_id)

@@ -187,13 +187,15 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
     ]
 
 
-def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
+def agent_wait_lines(hints: Hints, run: Any, now: float, first: str | None = None) -> list[str]:
     """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``)
     while it asks its user (``input_required``), nothing otherwise: a tool
     call waiting for approval is shown exactly (tool and arguments, control
     characters visible) with the yes and the no command, as ``waiting``
     prints them; an ``ask_user`` question with ``answer RUN yes`` (the last
-    word is the answer, any text). The run's expiry when it has one."""
+    word is the answer, any text). The run's expiry when it has one.
+    ``first``: what must be done before the commands work here (an
+    unregistered Pydantic AI agent), printed before them."""
     waits = agent_waits(hints, run)
     if not waits:
         return []
@@ -204,6 +206,8 @@ def agent_wait_lines(hints: Hints, run: Any, now: float) -> list[str]:
         lines = [f"  an answer: {_question(wait['question'])}"]
     if run.expires_at is not None:
         lines.append(f"    expires {local_and_utc(run.expires_at, now)}")
+    if first is not None:
+        lines.append(f"    first: {first}; then")
     if wait["kind"] == "approval":
         lines.append("    the answer is yes (run the call) or no (refuse it)")
         lines.append(f"    yes: {wait['commands']['yes']}")
