@@ -115,6 +115,36 @@ def test_the_lock_file_is_made_0600_at_the_first_write_and_not_by_readers(
     assert not held_elsewhere(fresh)
 
 
+def test_a_file_that_took_over_another_files_inode_gets_its_own_lock_file(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process finds its gate by the file's (device, inode); a folder of
+    databases deleted and made again (a test's or a benchmark's temporary
+    folder) can give a new file the inode of a file this process wrote. The
+    new file must lock its own ``-flowdesk.lock``, not the gone file's (whose
+    folder may be gone too: every write would then skip the gate). A rename
+    reproduces it deterministically: same inode, the old path gone."""
+    old = db_path.with_name("old.db")
+    old.write_bytes(db_path.read_bytes())
+    store = open_store(old)
+    store.publish_event("x", {}, store.now())
+    store.close()
+    new = db_path.with_name("new.db")
+    old.rename(new)
+    Path(f"{old}{LOCK_SUFFIX}").unlink()
+    with caplog.at_level(logging.WARNING, logger=write_gate.log.name):
+        store = open_store(new)
+        try:
+            store.publish_event("y", {}, store.now())
+            assert held_elsewhere(new) is False
+        finally:
+            store.close()
+    assert stat.S_IMODE(Path(f"{new}{LOCK_SUFFIX}").stat().st_mode) == 0o600
+    assert not Path(f"{old}{LOCK_SUFFIX}").exists()
+    assert "cannot lock" not in caplog.text
+    assert events(new) == {"x": 1, "y": 1}
+
+
 def test_threads_with_their_own_connections_share_the_gate(db_path: Path) -> None:
     """Two stores of one process on one file: their writers queue on the
     process's gate (never on each other's flock) and all writes land."""

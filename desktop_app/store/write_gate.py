@@ -74,6 +74,7 @@ class WriteGate:
     """
 
     def __init__(self, db: Path) -> None:
+        self.db = db
         self.lock_path = Path(f"{db}{LOCK_SUFFIX}")
         self._mutex = threading.RLock()
         self._depth = 0  # nesting of this process's holders (one thread)
@@ -174,9 +175,20 @@ def gate_for(db: Path, key: tuple[int, int]) -> WriteGate:
     ``key`` (its ``(st_dev, st_ino)``), made on first use."""
     with _GATES_LOCK:
         gate = _GATES.get(key)
-        if gate is None:
+        if gate is None or (gate.db != db and not _names(gate.db, key)):
+            # none yet, or the gate of a file deleted since whose inode the
+            # file system gave to this one: its lock file is not this file's
             gate = _GATES[key] = WriteGate(db)
         return gate
+
+
+def _names(db: Path, key: tuple[int, int]) -> bool:
+    """Whether the path ``db`` still names the file ``key`` (``(st_dev, st_ino)``)."""
+    try:
+        st = os.stat(db)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == key
 
 
 def _after_fork_in_child() -> None:
