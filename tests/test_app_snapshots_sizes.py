@@ -1,6 +1,6 @@
 """Snapshots of every screen at 80x24, 120x35 and 200x60 (issue 28: fits
 any terminal): runs, run detail, inbox, answer dialog, settings, help,
-agent runs, launch report, start-a-flow form.
+agent runs, the ask dialog, launch report, start-a-flow form.
 
 Deterministic like tests/test_app_snapshots_views.py (fixed run ids, a
 ManualClock for the engine and the app, TZ=UTC, no temporary path on
@@ -123,6 +123,7 @@ SCREENS = {
     "settings": keys("ctrl+s"),
     "help": keys("f1"),
     "agent_runs": keys("g", "enter"),
+    "ask": keys("g", "a"),
     "start_flow": keys("s"),
     "new_digest": keys("n"),
     "signal": keys("x"),
