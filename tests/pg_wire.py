@@ -23,6 +23,7 @@ import socket
 import struct
 import threading
 from collections import Counter
+from urllib.parse import urlsplit, urlunsplit
 
 #: untyped request codes a client may send before its StartupMessage
 _PRE_STARTUP = {80877103, 80877104}  # SSLRequest, GSSENCRequest
@@ -94,8 +95,10 @@ class WireCounter:
             return self.round_trips, m["Q"] + m["S"], m
 
     def url(self, dsn: str) -> str:
-        """``dsn`` (a ``postgresql://`` URL on the target port) through this proxy."""
-        return dsn.replace(f":{self.target[1]}/", f":{self.port}/", 1)
+        """``dsn`` (a ``postgresql://`` URL of the target) through this proxy."""
+        p = urlsplit(dsn)
+        netloc = f"{p.username}@" if p.username else ""
+        return urlunsplit((p.scheme, f"{netloc}127.0.0.1:{self.port}", p.path, p.query, ""))
 
     def _accept(self) -> None:
         while not self._closed:
