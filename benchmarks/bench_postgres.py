@@ -1,31 +1,48 @@
 """Flowdesk on PostgreSQL beside DBOS Transact on PostgreSQL and raw psycopg commits.
 
     python benchmarks/bench_postgres.py [--dsn URL] [--runs 40] [--steps 10] [--rounds 5]
+                                        [--versus PATH] [--fsync on|off]
 
 Same server, same run, interleaved round by round (raw, Flowdesk 1, DBOS 1,
-Flowdesk 8, Flowdesk 8 without group commit, DBOS 8, …), with the server's
-``synchronous_commit`` and ``fsync`` printed (a private cluster has both on):
+Flowdesk 8, DBOS 8, …), with the server's ``synchronous_commit`` and
+``fsync`` printed:
 
-* raw floor: one psycopg connection, single-row ``INSERT`` + ``COMMIT``;
+* raw floor: one psycopg connection, single-row ``INSERT`` + ``COMMIT``
+  (psycopg sends ``BEGIN`` first: 3 round trips), and 8 such connections;
 * the same 10-step linear flow of trivial steps, every step durable: with 1
-  run in flight (µs per step) and 8 in flight (8 threads, aggregate steps/s),
-  with group commit forced on (``Engine(group_commit=True)``, with the mean
-  batch size it reached) and off (``group_commit=False``: one transaction
-  per step, the default on PostgreSQL, which does not declare
-  ``group_commit``).
+  run in flight (µs per step) and 8 in flight (8 threads sharing one
+  ``Engine``, aggregate steps/s), the engine's default on PostgreSQL (no
+  group commit). Each Flowdesk runs in a worker process of its own, so
+  ``--versus PATH`` (another checkout, e.g. a worktree of main) measures
+  that code in the same rounds, on its own database of the same server;
+* after the timed rounds, each Flowdesk runs ``--runs`` more runs through a
+  counting proxy (``tests/pg_wire.py``, outside the timed rounds: its threads
+  would cost CPU): round trips and statements per step; client CPU per step
+  is the worker's ``process_time`` over the timed 1-in-flight runs.
 
-Without ``--dsn`` (or ``FLOWDESK_BENCH_PG_DSN``) a private durable cluster is
+Why the ratio to a raw commit moves so much between servers: with ``fsync``
+on, a commit waits for a WAL flush (milliseconds on a shared disk) and both
+a raw commit and a step pay exactly one, so the ratio says little about the
+client (the 1.04x of an earlier round); with ``fsync=off`` (the CI server)
+what is left is round trips and client CPU, which is where a step's cost
+shows (4.6x-8x before the append was pipelined). Both are printed when the
+bench is run twice (``--fsync on`` and ``off`` on a private cluster).
+
+Without ``--dsn`` (or ``FLOWDESK_BENCH_PG_DSN``) a private cluster is
 started in a temp dir from the Debian PostgreSQL package (``initdb`` as the
-``postgres`` user when run as root) and removed afterwards. DBOS runs when
-installed (``pip install -r benchmarks/requirements-peers.txt``). Prints
-median, mean and max over the rounds, the ratios the targets are stated in
-(by medians), and the load average before and after.
+``postgres`` user when run as root; ``--fsync`` on by default) and removed
+afterwards. DBOS runs when installed (``pip install -r
+benchmarks/requirements-peers.txt``). Prints median, mean and max over the
+rounds, the ratios the targets are stated in (by medians), and the load
+average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -41,13 +58,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+#: a worker process measures the checkout named by ``--code`` (see ``--versus``)
+_CODE = next((sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--code"), None)
+sys.path.insert(0, _CODE or str(REPO))
 
-import psycopg
-from pydantic import BaseModel
+import psycopg  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 
-from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.store.postgres.store import apply_postgres_schema, open_postgres_store
+from desktop_app.flow import FlowBuilder  # noqa: E402
 
 
 class Counter(BaseModel):
@@ -69,7 +88,8 @@ def with_db(dsn: str, name: str) -> str:
 class DurableCluster:
     """A throwaway cluster with PostgreSQL's durable defaults (fsync, synchronous_commit on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fsync: str = "on") -> None:
+        self.fsync = fsync
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not found:
             raise SystemExit("no PostgreSQL installed here; pass --dsn URL")
@@ -90,7 +110,7 @@ class DurableCluster:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         opts = (
-            f"-p {port} -k {self.datadir} -c listen_addresses=127.0.0.1 -c fsync=on "
+            f"-p {port} -k {self.datadir} -c listen_addresses=127.0.0.1 -c fsync={self.fsync} "
             "-c synchronous_commit=on -c max_connections=100"
         )
         self._run(f"{self.bindir}/pg_ctl", "-D", self.datadir, "-l", f"{self.datadir}/log",
@@ -163,12 +183,29 @@ def in_parallel(threads: int, body: Callable[[int], None]) -> float:
     return time.perf_counter() - t0
 
 
+def wire_counter() -> Any:
+    """:class:`tests.pg_wire.WireCounter`, loaded from this script's checkout
+    (a ``--versus`` checkout may not have it)."""
+    spec = importlib.util.spec_from_file_location("_pg_wire", REPO / "tests" / "pg_wire.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WireCounter
+
+
 class FlowdeskBench:
+    """One Flowdesk (the code on ``sys.path``) on database ``url``."""
+
     def __init__(self, url: str, steps: int, *, group_commit: bool | None = None) -> None:
+        from desktop_app.flow import Engine
+        from desktop_app.store.postgres.store import apply_postgres_schema, open_postgres_store
+
         apply_postgres_schema(url)
+        self.url = url
         self.store = open_postgres_store(url, max_connections=12)
         self.engine = Engine(self.store, flows=[linear_flow(steps)], group_commit=group_commit)
         self.steps = steps
+        self.cpu_us = 0.0
 
     def one(self, runs: int) -> float:
         """µs per durable step, 1 run in flight (also notes client CPU per step)."""
@@ -187,6 +224,78 @@ class FlowdeskBench:
                 assert self.engine.run("bench", {}).state.n == self.steps
 
         return threads * runs * self.steps / in_parallel(threads, body)
+
+    def trips(self, runs: int) -> dict[str, float]:
+        """Round trips and statements per step, ``runs`` runs through a counting proxy."""
+        from desktop_app.flow import Engine
+        from desktop_app.store.postgres.store import open_postgres_store
+
+        wire = wire_counter()(int(urlsplit(self.url).port or 5432))
+        store = open_postgres_store(wire.url(self.url), max_connections=4)
+        try:
+            engine = Engine(store, flows=[linear_flow(self.steps)])
+            engine.run("bench", {})
+            time.sleep(0.05)
+            wire.reset()
+            for _ in range(runs):
+                assert engine.run("bench", {}).state.n == self.steps
+            time.sleep(0.05)  # the last NOTIFY batch
+            trips, _requests, messages = wire.snapshot()
+        finally:
+            store.close()
+            wire.close()
+        n = runs * self.steps
+        return {"round trips": trips / n, "statements": (messages["E"] + messages["Q"]) / n}
+
+
+def worker(url: str, steps: int) -> int:
+    """``--worker``: serve one FlowdeskBench over stdin/stdout (a JSON line per command)."""
+    bench = FlowdeskBench(url, steps)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "one":
+            us = bench.one(cmd["runs"])
+            out: dict[str, Any] = {"us": us, "cpu": bench.cpu_us}
+        elif cmd["op"] == "many":
+            out = {"per_s": bench.many(cmd["runs"], cmd["threads"])}
+        elif cmd["op"] == "trips":
+            out = bench.trips(cmd["runs"])
+        else:
+            break
+        print(json.dumps(out), flush=True)
+    bench.store.close()
+    return 0
+
+
+class FlowdeskProc:
+    """A :func:`worker` process measuring the code of checkout ``code``."""
+
+    def __init__(self, code: str, url: str, steps: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", "--code", code,
+             "--url", url, "--steps", str(steps)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=code,
+        )  # fmt: skip
+        self._reply()
+
+    def _reply(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"worker exited with {self.proc.wait()}")
+        return json.loads(line)
+
+    def ask(self, **cmd: Any) -> Any:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 class DbosBench:
@@ -236,13 +345,23 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--versus", help="another checkout measured in the same rounds")
+    p.add_argument("--fsync", choices=["on", "off"], default="on",
+                   help="the private cluster's fsync (without --dsn)")  # fmt: skip
+    p.add_argument("--no-peers", action="store_true", help="leave DBOS out")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--code", help=argparse.SUPPRESS)
+    p.add_argument("--url", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.worker:
+        return worker(args.url, args.steps)
     cluster = None
     admin = args.dsn
     if admin is None:
-        cluster = DurableCluster()
+        cluster = DurableCluster(args.fsync)
         admin = cluster.start()
     tag = uuid.uuid4().hex[:6]
+    workers: dict[str, FlowdeskProc] = {}
     try:
         with psycopg.connect(admin, autocommit=True) as conn:
             version = conn.execute("SHOW server_version").fetchone()
@@ -250,88 +369,98 @@ def main() -> int:
             fs = conn.execute("SHOW fsync").fetchone()
         print(f"PostgreSQL {version and version[0]}, synchronous_commit={sc and sc[0]}, "
               f"fsync={fs and fs[0]}; {args.runs} runs x {args.steps} steps per round "
-              f"(x {args.threads} threads for 'in flight {args.threads}'), {args.rounds} "
-              "rounds interleaved, medians")  # fmt: skip
+              f"(x {args.threads} threads, {args.runs // 2 or 1} runs each, for 'in flight "
+              f"{args.threads}'), {args.rounds} rounds interleaved")  # fmt: skip
         raw_url = create_db(admin, f"bench_raw_{tag}")
-        ours = FlowdeskBench(
-            create_db(admin, f"bench_flowdesk_{tag}"), args.steps, group_commit=True
-        )
-        solo = FlowdeskBench(
-            create_db(admin, f"bench_flowdesk_nogc_{tag}"), args.steps, group_commit=False
-        )
-        try:
-            peer: DbosBench | None = DbosBench(create_db(admin, f"bench_dbos_{tag}"), args.steps)
-        except ImportError:
-            peer = None
-            print("dbos: not installed (pip install -r benchmarks/requirements-peers.txt)")
+        codes = {"flowdesk": str(REPO)}
+        if args.versus:
+            codes[f"versus {Path(args.versus).name}"] = str(Path(args.versus).resolve())
+        for i, (name, code) in enumerate(codes.items()):
+            workers[name] = FlowdeskProc(
+                code, create_db(admin, f"bench_flowdesk{i}_{tag}"), args.steps
+            )
+        peer: DbosBench | None = None
+        if not args.no_peers:
+            try:
+                peer = DbosBench(create_db(admin, f"bench_dbos_{tag}"), args.steps)
+            except ImportError:
+                print("dbos: not installed (pip install -r benchmarks/requirements-peers.txt)")
         res: dict[str, list[float]] = {}
 
         def note(key: str, value: float) -> None:
             res.setdefault(key, []).append(value)
 
         load_before = os.getloadavg()
-        # warm-up (connections, prepared plans), not measured
-        ours.one(3)
-        solo.one(3)
+        for w in workers.values():  # warm-up (connections, prepared plans), not measured
+            w.ask(op="one", runs=3)
         if peer is not None:
             peer.one(3)
-        for _ in range(args.rounds):
+        n = args.threads
+        for r in range(args.rounds):
             note("raw", raw_commit_us(raw_url, args.runs * args.steps))
-            note(f"raw {args.threads}", raw_parallel_commits_per_s(
-                raw_url, args.runs * args.steps // 2, args.threads))  # fmt: skip
-            note("flowdesk 1", ours.one(args.runs))
-            note("flowdesk cpu", ours.cpu_us)
+            note(f"raw {n}", raw_parallel_commits_per_s(raw_url, args.runs * args.steps // 2, n))
+            order = list(workers.items())
+            order = order[r % len(order) :] + order[: r % len(order)]  # rotate who goes first
+            for name, w in order:
+                got = w.ask(op="one", runs=args.runs)
+                note(f"{name} 1", got["us"])
+                note(f"{name} cpu", got["cpu"])
             if peer is not None:
                 note("dbos 1", peer.one(args.runs))
-            committer = ours.engine.committer
-            assert committer is not None
-            b0, a0 = committer.batches, committer.appends
-            note(f"flowdesk {args.threads}", ours.many(args.runs // 2 or 1, args.threads))
-            note("batch size", (committer.appends - a0) / max(1, committer.batches - b0))
-            note(f"flowdesk {args.threads} no group commit",
-                 solo.many(args.runs // 2 or 1, args.threads))  # fmt: skip
+            for name, w in order:
+                note(f"{name} {n}", w.ask(op="many", runs=args.runs // 2 or 1, threads=n)["per_s"])
             if peer is not None:
-                note(f"dbos {args.threads}", peer.many(args.runs // 2 or 1, args.threads))
+                note(f"dbos {n}", peer.many(args.runs // 2 or 1, n))
         load_after = os.getloadavg()
+        trips = {name: w.ask(op="trips", runs=args.runs) for name, w in workers.items()}
         med = {k: statistics.median(v) for k, v in res.items()}
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
         print(f"{'measure':38} {'median':>10} {'mean':>10} {'max':>10} {'min':>10}")
         for k, v in res.items():
-            unit = "/s" if f" {args.threads}" in k else ("" if k == "batch size" else "us")
+            unit = "/s" if k.endswith(f" {n}") else "us"
             print(f"{k + ' ' + unit:38} {statistics.median(v):10.1f} "
                   f"{statistics.fmean(v):10.1f} {max(v):10.1f} {min(v):10.1f}")  # fmt: skip
-        raw, one = med["raw"], med["flowdesk 1"]
-        many = med[f"flowdesk {args.threads}"]
-        print(f"raw psycopg single-row commit : {raw:8.1f} us  ({1e6 / raw:7.0f} commits/s)")
-        rawn = med[f"raw {args.threads}"]
-        print(
-            f"raw, {args.threads} connections        : {rawn:8.0f} commits/s"
-            f"  = {rawn / (1e6 / raw):.2f} x one connection (the server's group commit)"
-        )
-        print(f"flowdesk, 1 in flight         : {one:8.1f} us/step ({1e6 / one:7.0f} steps/s)"
-              f"  = {one / raw:.2f} x raw commit (target <= 1.5)")  # fmt: skip
-        print(f"flowdesk, {args.threads} in flight, gc on  : {many:8.0f} steps/s"
-              f"  = {many / (1e6 / one):.2f} x 1 in flight (target >= 4)")  # fmt: skip
-        nogc = med[f"flowdesk {args.threads} no group commit"]
-        print(f"  gc off (PostgreSQL default): {nogc:8.0f} steps/s  = {nogc / (1e6 / one):.2f} x"
-              f" 1 in flight; group commit gives {many / nogc:.2f} x (mean batch "
-              f"{med['batch size']:.2f} appends)")  # fmt: skip
-        cpu = med["flowdesk cpu"]
-        print(f"flowdesk client CPU per step  : {cpu:8.1f} us (one process, one GIL: at most "
-              f"{1e6 / cpu:6.0f} steps/s however many runs are in flight)")  # fmt: skip
+        raw = med["raw"]
+        print(f"raw psycopg single-row commit : {raw:8.1f} us  ({1e6 / raw:7.0f} commits/s; "
+              "3 round trips: BEGIN, INSERT, COMMIT)")  # fmt: skip
+        rawn = med[f"raw {n}"]
+        print(f"raw, {n} connections        : {rawn:8.0f} commits/s  = "
+              f"{rawn / (1e6 / raw):.2f} x one connection (the server's group commit)")  # fmt: skip
+        for name in workers:
+            one, many, cpu = med[f"{name} 1"], med[f"{name} {n}"], med[f"{name} cpu"]
+            t = trips[name]
+            print(f"{name}:")
+            print(f"  1 in flight   : {one:8.1f} us/step ({1e6 / one:7.0f} steps/s)"
+                  f"  = {one / raw:.2f} x raw commit (target <= 1.5)")  # fmt: skip
+            print(f"  {n} in flight   : {many:8.0f} steps/s  = {many / (1e6 / one):.2f} x"
+                  " 1 in flight (target >= 4)")  # fmt: skip
+            print(f"  per step      : {t['round trips']:.2f} round trips, "
+                  f"{t['statements']:.2f} statements, {cpu:.0f} us client CPU (one process, "
+                  f"one GIL: at most {1e6 / cpu:.0f} steps/s)")  # fmt: skip
+            if peer is not None:
+                d1, dn = med["dbos 1"], med[f"dbos {n}"]
+                print(f"  vs DBOS       : {d1 / one:.2f} x faster at 1 in flight (target >= 3), "
+                      f"{many / dn:.2f} x at {n}")  # fmt: skip
         if peer is not None:
-            d1, dn = med["dbos 1"], med[f"dbos {args.threads}"]
-            print(f"dbos, 1 in flight             : {d1:8.1f} us/step ({1e6 / d1:7.0f} steps/s)"
-                  f"  = {d1 / raw:.2f} x raw; flowdesk is {d1 / one:.2f} x faster "
-                  "(target >= 3)")  # fmt: skip
-            print(f"dbos, {args.threads} in flight             : {dn:8.0f} steps/s"
-                  f"  = {dn / (1e6 / d1):.2f} x its 1 in flight; flowdesk is "
-                  f"{many / dn:.2f} x faster")  # fmt: skip
+            d1, dn = med["dbos 1"], med[f"dbos {n}"]
+            print(f"dbos, 1 in flight             : {d1:8.1f} us/step = {d1 / raw:.2f} x raw; "
+                  f"{n} in flight {dn:8.0f} steps/s = {dn / (1e6 / d1):.2f} x its 1")  # fmt: skip
             peer.close()
+        if args.versus:
+            base = f"versus {Path(args.versus).name}"
+            per_round = [a / b for a, b in zip(res["flowdesk 1"], res[f"{base} 1"], strict=True)]
+            print(f"this checkout / {base}, 1 in flight us/step per round: "
+                  f"median {statistics.median(per_round):.2f}, "
+                  f"{[round(x, 2) for x in per_round]}")  # fmt: skip
+            per_round = [a / b for a, b in zip(res[f"flowdesk {n}"], res[f"{base} {n}"],
+                                               strict=True)]  # fmt: skip
+            print(f"this checkout / {base}, {n} in flight steps/s per round: "
+                  f"median {statistics.median(per_round):.2f}, "
+                  f"{[round(x, 2) for x in per_round]}")  # fmt: skip
         print("per round:", {k: [round(x, 1) for x in v] for k, v in res.items()})
-        ours.store.close()
-        solo.store.close()
     finally:
+        for w in workers.values():
+            w.close()
         if cluster is not None:
             cluster.stop()
     return 0

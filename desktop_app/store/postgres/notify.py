@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from desktop_app.store.migrations import PG_SCHEMA
@@ -134,20 +135,40 @@ class Notifier:
                     payloads.append(item)
             try:
                 with self.pool.connection() as conn:
-                    # A NOTIFY commits a transaction of its own; nothing in it
-                    # needs to survive a server crash, so it never waits for fsync.
-                    conn.execute("SET LOCAL synchronous_commit = off")
-                    with self.xid_lock:  # see own_snapshot: never a half-recorded batch
-                        row = conn.execute("SELECT pg_current_xact_id()::text").fetchone()
-                        self._own(int(row[0]) if row else 0)
-                    conn.execute(
-                        "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS t(c, p)",
-                        (channels, payloads),
-                    )
-                    conn.commit()
+                    self._send(conn, channels, payloads)
                 self.batches += 1
             except Exception as exc:  # a lost notification only delays a poll
                 log.warning("flowdesk: notification batch dropped: %s", exc)
+
+    def _send(
+        self, conn: psycopg.Connection[Any], channels: list[str], payloads: list[str]
+    ) -> None:
+        """One batch in one transaction: a pipeline (``BEGIN``, ``SET LOCAL``,
+        the notifications and the transaction id in one statement), then
+        COMMIT: two round trips. A NOTIFY commits a transaction of its own;
+        nothing in it needs to survive a server crash, so it never waits for
+        fsync. In autocommit mode psycopg sends no BEGIN of its own (which it
+        would wait for, even in a pipeline)."""
+        conn.autocommit = True
+        try:
+            with self.xid_lock:  # see normalized: never a half-recorded batch
+                with conn.pipeline():
+                    conn.execute("BEGIN", prepare=False)
+                    conn.execute("SET LOCAL synchronous_commit = off", prepare=False)
+                    cur = conn.execute(
+                        "SELECT pg_current_xact_id()::text, (SELECT count(pg_notify(c, p)) "
+                        "FROM unnest(%s::text[], %s::text[]) AS t(c, p))",
+                        (channels, payloads),
+                    )
+                row = cur.fetchone()
+                self._own(int(row[0]) if row else 0)
+            conn.commit()
+        finally:
+            if not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE:
+                conn.autocommit = False
+            elif not conn.broken:
+                conn.rollback()
+                conn.autocommit = False
 
     def _own(self, xid: int) -> None:
         self.own_xids.add(xid)

@@ -49,6 +49,7 @@ transaction, with these PostgreSQL-specific rules:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -56,10 +57,11 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 import psycopg
 import psycopg.errors
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from desktop_app.errors import (
@@ -67,6 +69,7 @@ from desktop_app.errors import (
     CommitUnknownError,
     DatabaseOpenError,
     DuplicateFlowKeyError,
+    FlowdeskError,
     LeaseLostError,
     NoSessionError,
     RevisionConflictError,
@@ -127,6 +130,7 @@ from desktop_app.store.statements import POSTGRES_SQL as SQL
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 Conn = psycopg.Connection[Any]
 MAX_ATTEMPTS = 4
 _CACHE_RUNS = 256
@@ -136,6 +140,16 @@ RESOLVE_TIMEOUT_S = 30.0
 _RUN_COLUMNS = SQL.run_columns
 _INSERT_CHECKPOINT = f"{SQL.insert_checkpoint}) VALUES ({SQL.checkpoint_values})"
 _FOLD_ROWS = f"SELECT {SQL.checkpoint_columns} {SQL.fold_rows}"
+#: a run and its revision-0 checkpoint in one statement (see :meth:`create_run`)
+_CREATE_RUN = (
+    "WITH r AS (INSERT INTO runs(run_id, flow_name, flow_version, status, revision, created_at, "
+    "updated_at, scope, flow_key, parent_run_id, context, progress_done, progress_total, error, "
+    "lease_owner, lease_expires_at, tenant_id, session_id, deadline_at) VALUES "
+    f"(%s,%s,%s,%s,0,{ts()},{ts()},%s,%s,%s,%s,%s,%s,%s,%s,"
+    f"flowdesk_now() + %s * interval '1 second',%s,%s,{ts()}) RETURNING 1), "
+    f"c AS ({SQL.insert_checkpoint}) SELECT {SQL.checkpoint_values} FROM r) "
+    "SELECT pg_current_xact_id()::text, pg_backend_pid()"
+)
 
 
 #: A lease is free for ``%s`` (owner) when unset, ours, or expired by the database clock.
@@ -164,8 +178,47 @@ def _lease_cond(lease: Lease) -> tuple[str, list[Any]]:
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _append_sql(terminal: bool, leased: bool, lease_cond: str) -> str:
+    """One append's compare-and-set on ``runs`` and its checkpoint insert as
+    ONE statement (a data-modifying CTE: the insert runs only when the update
+    took the row), which returns ``(rows updated, pg_current_xact_id(),
+    pg_backend_pid())``. Parameters: :attr:`Statements.append_run`'s, the
+    status, the new lease's owner and ttl (``leased`` and not ``terminal``),
+    :attr:`Statements.append_run_where`'s, ``lease_cond``'s, then the
+    checkpoint row (:func:`rows.checkpoint_values`)."""
+    sql = SQL.append_run + ", status=%s"
+    if terminal:
+        sql += ", lease_owner=NULL, lease_expires_at=NULL"
+    elif leased:
+        sql += ", lease_owner=%s, lease_expires_at=flowdesk_now() + %s * interval '1 second'"
+    sql += SQL.append_run_where
+    if lease_cond:
+        sql += f" AND {lease_cond}"
+    return (
+        f"WITH u AS ({sql} RETURNING 1), "
+        f"c AS ({SQL.insert_checkpoint}) SELECT {SQL.checkpoint_values} FROM u) "
+        "SELECT (SELECT count(*) FROM u), pg_current_xact_id()::text, pg_backend_pid()"
+    )
+
+
 class _CommitLost(Exception):
     """Internal: the COMMIT's reply was lost and the server says it aborted."""
+
+
+class _Xact:
+    """The open transaction's id (``pg_current_xact_id()`` as text, ``None``
+    until known) and its server backend's pid: what :meth:`_resolve
+    <PostgresCheckpointStore._resolve>` asks about when COMMIT's reply is lost."""
+
+    __slots__ = ("pid", "xid")
+
+    def __init__(self) -> None:
+        self.xid: str | None = None
+        self.pid = 0
+
+    def note(self, xid: Any, pid: Any) -> None:
+        self.xid, self.pid = str(xid), int(pid)
 
 
 class PostgresCheckpointStore:
@@ -256,11 +309,24 @@ class PostgresCheckpointStore:
         Domain errors raised by ``body`` roll back and propagate; psycopg
         errors are retried when transient, else translated to StoreError.
         """
+        return self._transaction(lambda conn, _xact: body(conn), write, opens=False)
+
+    def _tx_opened(self, body: Callable[[Conn, _Xact], T]) -> T:
+        """:meth:`_tx` for a write ``body(conn, xact)`` that opens the
+        transaction itself: its first statements go out in one pipeline with
+        the transaction's ``BEGIN`` (and :attr:`_begin`, which the body must
+        send first), and one of them reads ``pg_current_xact_id()`` and
+        ``pg_backend_pid()`` into ``xact``. Saves the two round trips
+        :meth:`_tx` spends on its own ``BEGIN`` and on asking for the
+        transaction id before COMMIT."""
+        return self._transaction(body, True, opens=True)
+
+    def _transaction(self, body: Callable[[Conn, _Xact], T], write: bool, *, opens: bool) -> T:
         attempt = 0
         while True:
             attempt += 1
             try:
-                result = self._attempt(body, write)
+                result = self._attempt(body, write, opens)
             except _CommitLost:
                 if attempt < MAX_ATTEMPTS:
                     continue
@@ -280,33 +346,53 @@ class PostgresCheckpointStore:
                 self._own_commits += 1
             return result
 
-    def _attempt(self, body: Callable[[Conn], T], write: bool) -> T:
+    def _attempt(self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool) -> T:
         with self.pool.connection() as conn:
+            if not opens:
+                return self._attempt_on(conn, body, write, opens)
+            # psycopg sends its own BEGIN and waits for it, even in a pipeline;
+            # in autocommit mode it sends none, and the body's BEGIN opens the transaction
+            conn.autocommit = True
             try:
-                if self._begin is not None:  # behind a transaction pooler
-                    conn.execute(self._begin)
-                result = body(conn)
-                xid = None
-                pid = conn.info.backend_pid
-                if write:
-                    # the server's own pid: a pooler's client connection reports another
-                    row = conn.execute(
-                        "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()"
-                    ).fetchone()
-                    if row is not None:
-                        xid, pid = row[0], int(row[1])
-            except BaseException:
-                if not conn.broken:
-                    conn.rollback()
+                return self._attempt_on(conn, body, write, opens)
+            finally:
+                if not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE:
+                    conn.autocommit = False
+
+    def _attempt_on(
+        self, conn: Conn, body: Callable[[Conn, _Xact], T], write: bool, opens: bool
+    ) -> T:
+        xact = _Xact()
+        try:
+            if self._begin is not None and not opens:  # behind a transaction pooler
+                conn.execute(self._begin)
+            result = body(conn, xact)
+            if write and not opens:
+                # the server's own pid: a pooler's client connection reports another
+                row = conn.execute(
+                    "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()"
+                ).fetchone()
+                if row is not None:
+                    xact.xid, xact.pid = row[0], int(row[1])
+        except BaseException:
+            if not conn.broken:
+                conn.rollback()
+            raise
+        try:
+            self._commit(conn)
+        except psycopg.Error as exc:
+            if xact.xid is None or not is_connection_lost(exc):
                 raise
-            try:
-                self._commit(conn)
-            except psycopg.Error as exc:
-                if xid is None or not is_connection_lost(exc):
-                    raise
-                if not self._resolve(xid, pid):
-                    raise _CommitLost() from exc
-            return result
+            if not self._resolve(xact.xid, xact.pid):
+                raise _CommitLost() from exc
+        return result
+
+    def _open(self, conn: Conn) -> None:
+        """Queue the ``BEGIN`` (and :attr:`_begin`) of a :meth:`_tx_opened` body
+        (call inside the body's pipeline, before its first statement)."""
+        conn.execute("BEGIN", prepare=False)
+        if self._begin is not None:
+            conn.execute(self._begin, prepare=False)
 
     def _commit(self, conn: Conn) -> None:
         """COMMIT (a seam the commit-loss tests fault)."""
@@ -428,12 +514,17 @@ class PostgresCheckpointStore:
         row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=no_nul(cp.error))
         conn.execute(_INSERT_CHECKPOINT, row)
         if previous is None or previous.waits != cp.waits:
-            if previous is not None:
-                conn.execute(SQL.delete_waits, (cp.run_id,))
-            if cp.waits:
-                with conn.cursor() as cur:
-                    cur.executemany(SQL.insert_wait, wait_values(cp))
+            self._write_waits(conn, cp, replace=previous is not None)
         return row
+
+    @staticmethod
+    def _write_waits(conn: Conn, cp: Checkpoint, *, replace: bool) -> None:
+        """Mirror ``cp.waits`` into ``waits`` (``replace``: drop the run's old ones first)."""
+        if replace:
+            conn.execute(SQL.delete_waits, (cp.run_id,))
+        if cp.waits:
+            with conn.cursor() as cur:
+                cur.executemany(SQL.insert_wait, wait_values(cp))
 
     @staticmethod
     def _run_domain(conn: Conn, writes: Sequence[DomainWrite]) -> None:
@@ -470,49 +561,53 @@ class PostgresCheckpointStore:
             else max(0.0, run.lease_expires_at - run.created_at)
         )
 
-        def body(conn: Conn) -> None:
-            conn.execute(
-                "INSERT INTO runs(run_id, flow_name, flow_version, status, revision, created_at, "
-                "updated_at, scope, flow_key, parent_run_id, context, progress_done, "
-                "progress_total, error, lease_owner, lease_expires_at, tenant_id, session_id, "
-                f"deadline_at) VALUES (%s,%s,%s,%s,0,{ts()},{ts()},%s,%s,%s,%s,%s,%s,%s,%s,"
-                "flowdesk_now() + %s * interval '1 second',%s,%s,"
-                f"{ts()})",
-                (
-                    run.run_id,
-                    run.flow_name,
-                    run.flow_version,
-                    first.status,
-                    run.created_at,
-                    run.updated_at,
-                    self.scope,
-                    run.flow_key,
-                    run.parent_run_id,
-                    codec.dumps(dict(run.context)),
-                    progress[0],
-                    progress[1],
-                    no_nul(run.error),
-                    run.lease_owner if lease_ttl is not None else None,
-                    lease_ttl,
-                    run.context.get("tenant_id"),
-                    run.context.get("session_id"),
-                    run.deadline_at,
-                ),
-            )
-            self._write_checkpoint(conn, first, None)
+        args = (
+            run.run_id,
+            run.flow_name,
+            run.flow_version,
+            first.status,
+            run.created_at,
+            run.updated_at,
+            self.scope,
+            run.flow_key,
+            run.parent_run_id,
+            codec.dumps(dict(run.context)),
+            progress[0],
+            progress[1],
+            no_nul(run.error),
+            run.lease_owner if lease_ttl is not None else None,
+            lease_ttl,
+            run.context.get("tenant_id"),
+            run.context.get("session_id"),
+            run.deadline_at,
+        )
+
+        def body(conn: Conn, xact: _Xact) -> None:
+            try:
+                row = checkpoint_values(first, None, error=no_nul(first.error))
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                raise unstorable(first, exc) from exc
+            with conn.pipeline():
+                self._open(conn)
+                cur = conn.execute(_CREATE_RUN, (*args, *row))
+            got = cur.fetchone()
+            assert got is not None
+            xact.note(got[0], got[1])
+            if first.waits:
+                self._write_waits(conn, first, replace=False)
             self._run_domain(conn, writes)
 
-        self._tx(self._unique(body, run=run))
+        self._tx_opened(self._unique(body, run=run))
         self._remember(first)
         self._changed(run.run_id, wake=True)
 
-    def _unique(self, body: Callable[[Conn], T], *, run: RunRecord | None = None,
-                cp: Checkpoint | None = None) -> Callable[[Conn], T]:  # fmt: skip
+    def _unique(self, body: Callable[P, T], *, run: RunRecord | None = None,
+                cp: Checkpoint | None = None) -> Callable[P, T]:  # fmt: skip
         """``body`` with unique violations turned into conflicts (by constraint name)."""
 
-        def wrapped(conn: Conn) -> T:
+        def wrapped(*args: P.args, **kwargs: P.kwargs) -> T:
             try:
-                return body(conn)
+                return body(*args, **kwargs)
             except psycopg.errors.UniqueViolation as exc:
                 name = exc.diag.constraint_name or ""
                 if run is not None and name == "runs_live_flow_key":
@@ -548,12 +643,13 @@ class PostgresCheckpointStore:
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
 
-        def body(conn: Conn) -> CheckpointRow:
+        def body(conn: Conn, xact: _Xact) -> CheckpointRow:
             return self._append(
-                conn, cp, previous, writes, lease, intents, consume, changed_steps, changed_fields
-            )
+                conn, cp, previous, writes, lease, intents, consume, changed_steps,
+                changed_fields, xact,
+            )  # fmt: skip
 
-        row = self._tx(self._unique(body, cp=cp))
+        row = self._tx_opened(self._unique(body, cp=cp))
         self._remember(cp, previous, row)
         # wake workers: new waits (a deadline to schedule), outbox work, a run handed back
         wake = (
@@ -683,35 +779,52 @@ class PostgresCheckpointStore:
         consume: Sequence[tuple[int, str]],
         changed_steps: frozenset[str] | None = None,
         changed_fields: frozenset[str] | None = None,
+        xact: _Xact | None = None,
     ) -> CheckpointRow:
-        """One append in ``conn``'s transaction; returns the checkpoint row written."""
+        """One append in ``conn``'s transaction; returns the checkpoint row written.
+
+        The compare-and-set on ``runs`` and the checkpoint's insert are one
+        statement (:func:`_append_sql`), sent in one pipeline after
+        :attr:`_begin` when ``xact`` is given (the transaction is not open
+        yet: :meth:`_tx_opened`); that statement's ``pg_current_xact_id()``
+        goes into ``xact``. Waits, signals consumed, intents and domain writes
+        follow, once the compare-and-set is known to have held."""
+        if previous is None:  # nothing to write a delta against: the revision is gone
+            if xact is not None:
+                self._open(conn)
+            raise self._conflict(conn, cp, lease)
         done, total = cp.progress if cp.progress is not None else (None, None)
-        sql = SQL.append_run + ", status=%s"
         args: list[Any] = [cp.revision, cp.created_at, done, total, no_nul(cp.error), cp.status]
-        if cp.status not in ("running", "pending"):
-            sql += ", lease_owner=NULL, lease_expires_at=NULL"
-        elif lease is not None:
-            sql += ", lease_owner=%s, lease_expires_at=flowdesk_now() + %s * interval '1 second'"
+        terminal = cp.status not in ("running", "pending")
+        if lease is not None and not terminal:
             args += [lease.owner, _ttl(lease)]
-        sql += SQL.append_run_where
         args += [cp.run_id, self.scope, cp.revision - 1]
+        cond = ""
         if lease is not None:
             cond, cargs = _lease_cond(lease)
-            sql += f" AND {cond}"
             args += cargs
-        cur = conn.execute(sql, args)
-        if cur.rowcount != 1 or previous is None:
-            row = conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
-            if row is None:
-                raise self._no_run(cp.run_id)
-            if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
-                raise LeaseLostError(lease_lost_message(cp.run_id, row[1], lease))
-            raise RevisionConflictError(
-                f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
-                f"latest revision {row[0]}; another writer got there first. Reload "
-                "the run and try again."
+        sql = _append_sql(terminal, lease is not None, cond)
+        try:
+            row = checkpoint_values(
+                cp, previous, changed_steps, changed_fields, error=no_nul(cp.error)
             )
-        row = self._write_checkpoint(conn, cp, previous, changed_steps, changed_fields)
+            args += row
+            with conn.pipeline():
+                if xact is not None:
+                    self._open(conn)
+                cur = conn.execute(sql, args)
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            if isinstance(exc, psycopg.Error):
+                raise
+            raise unstorable(cp, exc) from exc
+        got = cur.fetchone()
+        assert got is not None
+        if xact is not None:
+            xact.note(got[1], got[2])
+        if got[0] != 1:
+            raise self._conflict(conn, cp, lease)
+        if previous.waits != cp.waits:
+            self._write_waits(conn, cp, replace=True)
         for signal_id, wait_id in consume:
             cur = conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
             if cur.rowcount != 1:
@@ -736,6 +849,21 @@ class PostgresCheckpointStore:
                 )
         self._run_domain(conn, writes)
         return row
+
+    def _conflict(self, conn: Conn, cp: Checkpoint, lease: Lease | None) -> FlowdeskError:
+        """Why appending ``cp`` did not take, read in a statement of its own
+        (its own snapshot: the winner's revision): the run is gone, the lease
+        was lost, or another writer's revision is stored."""
+        row = conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
+        if row is None:
+            return self._no_run(cp.run_id)
+        if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
+            return LeaseLostError(lease_lost_message(cp.run_id, row[1], lease))
+        return RevisionConflictError(
+            f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
+            f"latest revision {row[0]}; another writer got there first. Reload "
+            "the run and try again."
+        )
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         def body(conn: Conn) -> Checkpoint:
