@@ -295,7 +295,15 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
     _raise_for(statuses, "")
     pending = {s.key for s in statuses if s.state == "pending"}
     applied: list[SchemaFile] = []
+    # SQLite's procedure for rebuilding a table (lang_altertable.html, "Making
+    # Other Kinds Of Table Schema Changes"): foreign keys off while a file
+    # drops and renames tables (with them on, dropping `runs` would delete
+    # every row that references it), then `foreign_key_check` before commit.
+    # The pragma is a no-op inside a transaction, so it is set around them.
+    enforced = bool(conn.execute("PRAGMA foreign_keys").fetchall()[0][0])
     try:
+        if enforced and pending:
+            conn.execute("PRAGMA foreign_keys=OFF")
         with conn:
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {LEDGER} ("
@@ -307,6 +315,14 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
                 continue
             with conn:
                 conn.execute(f.sql)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    table, rowid, parent, _ = broken[0]
+                    raise StoreError(
+                        f"schema file {f.key} left {len(broken)} rows whose foreign key "
+                        f"points nowhere (first: {table} row {rowid} -> {parent}); "
+                        "nothing of it was applied"
+                    )
                 conn.execute(
                     f"INSERT INTO {LEDGER}(component, name, checksum, applied_at) VALUES (?,?,?,?)",
                     (f.component, f.name, f.checksum, time.time()),
@@ -314,4 +330,7 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
             applied.append(f)
     except apsw.Error as exc:
         raise translate(exc, conn.filename or None) from exc
+    finally:
+        if enforced and pending:
+            conn.execute("PRAGMA foreign_keys=ON")
     return applied
