@@ -98,6 +98,12 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 
 _RUN_COLUMNS = SQL.run_columns
+#: ``Statements.runs_of_other_versions`` through the index of live statuses
+_RUNS_OF_OTHER_VERSIONS = (
+    f"SELECT {_RUN_COLUMNS} FROM runs INDEXED BY runs_scope_status WHERE scope=? "
+    "AND status IN ('pending','running','waiting','failed') AND flow_name=? AND flow_version<>? "
+    "ORDER BY created_at, run_id"
+)
 #: a checkpoint row's columns, run_id first (the checksum covers them in this order)
 _CP_COLUMNS = f"run_id, {SQL.checkpoint_columns}"
 
@@ -731,11 +737,14 @@ class SqliteCheckpointStore:
 
     @_locked
     def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
+        """Read through ``runs_scope_status``: the scope's live runs only, not
+        every run it ever had (SQLite's planner, with no statistics, walked
+        ``runs_scope_created`` to skip the sort)."""
         with self._read():
             return [
                 run_from_row(r)
                 for r in self.conn.execute(
-                    SQL.runs_of_other_versions, (self.scope, flow_name, version)
+                    _RUNS_OF_OTHER_VERSIONS, (self.scope, flow_name, version)
                 )
             ]
 
