@@ -220,3 +220,26 @@ def test_the_10_step_flow_writes_at_most_3_wal_pages_per_step(tmp_path):
         assert per_step <= 3.0, f"{per_step:.2f} WAL pages per step ({frames} frames)"
     finally:
         store.close()
+
+
+def test_an_export_leaves_the_storage_keys_out(tmp_path):
+    from desktop_app.export import export
+
+    path = tmp_path / "x.db"
+    conn = open_connection(path)
+    migrations.apply(conn)
+    conn.close()
+    engine = Engine(open_store(path), flows=[linear(2)])
+    run_id = engine.run("linear", S()).run_id
+    engine.store.close()
+    export(path, tmp_path / "json", "json", ["runs", "checkpoints"])
+    export(path, tmp_path / "csv", "csv", ["runs", "checkpoints"])
+    import json
+
+    runs = json.loads((tmp_path / "json" / "runs.json").read_text())
+    cps = json.loads((tmp_path / "json" / "checkpoints.json").read_text())
+    assert [r["run_id"] for r in runs] == [run_id] and "run_key" not in runs[0]
+    assert [c["revision"] for c in cps] == [0, 1, 2] and "ckey" not in cps[0]
+    header = (tmp_path / "csv" / "checkpoints.csv").read_text().splitlines()[0]
+    assert header.startswith("run_id,revision,") and "ckey" not in header
+    assert "run_key" not in (tmp_path / "csv" / "runs.csv").read_text().splitlines()[0]
