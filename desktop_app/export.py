@@ -97,7 +97,7 @@ def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> di
     make_private_dirs(out)
     counts: dict[str, int] = {}
     for name in wanted:
-        hidden = STORAGE_KEYS.get(name)
+        hidden = STORAGE_KEYS.get(name, "")
         rows = [_with_iso_times(r) for r in database[name].rows]
         for r in rows:
             r.pop(hidden, None)
