@@ -102,6 +102,8 @@ def test_a_database_made_before_0011_keeps_every_row_and_its_runs_read_and_resum
     applied = migrations.apply(conn)
     assert [f.key for f in applied] == ["core/0011_checkpoint_keys.sql"]
     assert conn.execute("PRAGMA foreign_keys").fetchall() == [(1,)]  # back on after the rebuild
+    # the old tables' pages went back to the file system, not to the free list
+    assert conn.execute("PRAGMA freelist_count").fetchall() == [(0,)]
 
     def key(r: dict[str, Any]) -> tuple[Any, ...]:
         return tuple(sorted((k, repr(v)) for k, v in r.items()))
@@ -243,3 +245,18 @@ def test_an_export_leaves_the_storage_keys_out(tmp_path):
     header = (tmp_path / "csv" / "checkpoints.csv").read_text().splitlines()[0]
     assert header.startswith("run_id,revision,") and "ckey" not in header
     assert "run_key" not in (tmp_path / "csv" / "runs.csv").read_text().splitlines()[0]
+
+
+def test_a_schema_file_runs_past_a_statement_that_returns_rows(tmp_path):
+    """apsw stops a multi-statement string at the first row it returns; each
+    file is stepped to its end (0011 ends with ``PRAGMA incremental_vacuum``,
+    which returns a row per page it frees)."""
+    conn = open_connection(tmp_path / "x.db")
+    rows_first = migrations.SchemaFile(
+        "domain", "9999_rows_first.sql", "SELECT 1 UNION ALL SELECT 2; CREATE TABLE after_rows(x);"
+    )
+    migrations.apply(conn, [*migrations.schema_files(), rows_first])
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name='after_rows'").fetchall() == [
+        ("after_rows",)
+    ]
+    conn.close()

@@ -314,7 +314,10 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
             if f.key not in pending:
                 continue
             with conn:
-                conn.execute(f.sql)
+                # stepped to the end: apsw stops a multi-statement string at the
+                # first statement that returns a row (``PRAGMA incremental_vacuum``
+                # returns one per page it frees) and would skip the rest
+                conn.execute(f.sql).fetchall()
                 broken = conn.execute("PRAGMA foreign_key_check").fetchall()
                 if broken:
                     table, rowid, parent, _ = broken[0]

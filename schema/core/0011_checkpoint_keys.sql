@@ -98,3 +98,7 @@ CREATE TRIGGER runs_delete_checkpoints AFTER DELETE ON runs BEGIN
     DELETE FROM checkpoints
     WHERE ckey BETWEEN old.run_key * 4294967296 AND old.run_key * 4294967296 + 4294967295;
 END;
+
+-- The old tables' pages go back to the file system (auto_vacuum=INCREMENTAL
+-- files; a no-op on others), not kept on the free list.
+PRAGMA incremental_vacuum;
