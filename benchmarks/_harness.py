@@ -38,7 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+#: the checkout whose ``desktop_app`` is imported: this one, or the one a
+#: :class:`Worker` was given (``pythonpath``) for an A/B run
+ROOT = Path(os.environ.get("FLOWDESK_BENCH_ROOT") or Path(__file__).resolve().parents[1])
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -172,11 +174,18 @@ class Worker:
     returns (JSON). ``obj.close()`` runs at :meth:`close` when defined.
     """
 
-    def __init__(self, target: str, **kwargs: Any) -> None:
+    def __init__(self, target: str, *, pythonpath: str | None = None, **kwargs: Any) -> None:
+        """``pythonpath``: a checkout whose ``desktop_app`` the worker imports
+        instead of this one's (``--versus`` A/B runs)."""
         self.target = target
         self._err = tempfile.TemporaryFile()  # noqa: SIM115 (closed in close())
+        env = None
+        if pythonpath is not None:
+            root = str(Path(pythonpath).resolve())
+            env = {**os.environ, "PYTHONPATH": root, "FLOWDESK_BENCH_ROOT": root}
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--worker", target, json.dumps(kwargs)],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._err,

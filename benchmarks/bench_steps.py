@@ -3,6 +3,7 @@ and 8 runs in flight.
 
     python benchmarks/bench_steps.py [--rounds 8] [--concurrency 1,2,4,8]
                                      [--synchronous FULL] [--scale 1.0] [--no-peers]
+                                     [--versus ../main]
 
 Contenders, each in its own worker process (``_harness.Worker``), all timed
 in the same invocation and interleaved round by round (``_harness.interleave``):
@@ -17,6 +18,8 @@ in the same invocation and interleaved round by round (``_harness.interleave``):
   each thread running its share of the round's runs of a 10-step linear flow
   of trivial steps one after another; every step is one durable checkpoint.
   Seconds per step = round wall time / (runs x steps), run creation included.
+* ``flowdesk@ xC`` (with ``--versus PATH``): the same, importing Flowdesk
+  from another checkout (an A/B of a change against main, same rounds).
 * ``langgraph xC`` / ``dbos xC`` (when installed, ``pip install -r
   benchmarks/requirements-peers.txt``): see ``_peers.py``; the same flow
   shape, threads with their own thread_id / workflow.
@@ -143,6 +146,11 @@ def main() -> int:
     p.add_argument("--scale", type=float, default=1.0, help="multiply the work per round")
     p.add_argument("--no-peers", action="store_true", help="skip LangGraph and DBOS")
     p.add_argument("--dir", default=None, help="folder for the temporary databases")
+    p.add_argument(
+        "--versus",
+        default=None,
+        help="another checkout (e.g. main): its Flowdesk runs too, interleaved, as 'flowdesk@'",
+    )
     args = p.parse_args()
     levels = sorted({int(c) for c in args.concurrency.split(",")} | {1})
     top = max(levels)
@@ -174,6 +182,13 @@ def main() -> int:
         workers["flowdesk"] = Worker(
             "bench_steps.py:Flowdesk", synchronous=args.synchronous, folder=args.dir
         )
+        if args.versus:
+            workers["flowdesk@"] = Worker(
+                "bench_steps.py:Flowdesk",
+                pythonpath=args.versus,
+                synchronous=args.synchronous,
+                folder=args.dir,
+            )
         if "langgraph" in peers:
             workers["langgraph"] = Worker("_peers.py:LangGraph", steps=STEPS, folder=args.dir)
         if "dbos" in peers:
@@ -183,8 +198,10 @@ def main() -> int:
             "raw commit": lambda: workers["raw"].round(commits=commits),
             "raw 8 rows/commit": lambda: workers["raw"].round(commits=commits // 4, rows=8),
         }
-        runs_of = {"flowdesk": fd_runs, "langgraph": lg_runs, "dbos": dbos_runs}
-        for system in ["flowdesk", *peers]:
+        runs_of = {"flowdesk": fd_runs, "flowdesk@": fd_runs, "langgraph": lg_runs}
+        runs_of["dbos"] = dbos_runs
+        versus = ["flowdesk@"] if args.versus else []
+        for system in ["flowdesk", *versus, *peers]:
             for c in levels:
                 contenders[f"{system} x{c}"] = lambda s=system, c=c: workers[s].round(
                     concurrency=c, runs=runs_of[s]
@@ -217,6 +234,15 @@ def main() -> int:
         Row("flowdesk 1 run, per step", f"{stat(fd1).fmt(1e6, 1)} us"),
         Row("flowdesk 1 run / raw commit", f"{r.fmt()} x", "<= 1.3x", r.median <= 1.3),
     ]
+    if args.versus:
+        other = res["flowdesk@ x1"]
+        rows += [
+            Row(f"flowdesk@{args.versus} 1 run, per step", f"{stat(other).fmt(1e6, 1)} us"),
+            Row(
+                f"flowdesk 1 run / flowdesk@{args.versus} 1 run (same rounds)",
+                f"{stat(ratios(fd1, other)).fmt()} x",
+            ),
+        ]
     for peer, goal in (("langgraph", 4.0), ("dbos", 8.0)):
         if f"{peer} x1" not in res:
             rows.append(Row(f"{peer} 1 run / flowdesk 1 run", "not installed", f">= {goal:g}x"))

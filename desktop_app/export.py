@@ -53,6 +53,11 @@ DEFAULT_TABLES = (
 )
 
 
+#: SQLite's storage keys (schema core/0011), not data: left out, so a file's
+#: export has the columns a PostgreSQL database's export has
+STORAGE_KEYS = {"runs": "run_key", "checkpoints": "ckey"}
+
+
 def iso_time(value: Any) -> Any:
     """UTC epoch seconds → ISO-8601 UTC (``...Z``, milliseconds); other values unchanged."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -92,13 +97,16 @@ def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> di
     make_private_dirs(out)
     counts: dict[str, int] = {}
     for name in wanted:
+        hidden = STORAGE_KEYS.get(name, "")
         rows = [_with_iso_times(r) for r in database[name].rows]
+        for r in rows:
+            r.pop(hidden, None)
         counts[name] = len(rows)
         if fmt == "json":
             with _private(out / f"{name}.json") as fh:
                 fh.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str))
         else:
-            columns = [c.name for c in database[name].columns]
+            columns = [c.name for c in database[name].columns if c.name != hidden]
             with _private(out / f"{name}.csv") as fh:
                 writer = csv.DictWriter(fh, fieldnames=columns)
                 writer.writeheader()

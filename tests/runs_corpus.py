@@ -77,7 +77,8 @@ def make_runs_db(path: Path, n: int, *, scope: str = "default") -> Path:
             )
             conn.executemany(
                 "INSERT INTO checkpoints(run_id, revision, kind, status, step_id, created_at, "
-                "state, steps, frontier, progress) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "state, steps, frontier, progress, ckey) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
+                "(SELECT run_key * 4294967296 FROM runs WHERE run_id=?1) + ?2)",
                 checkpoints,
             )
     finally:

@@ -724,7 +724,16 @@ def test_long_conversation_grows_linearly_and_pruning_returns_space(db_path):
     assert store.prune(big.run_id, 20) == big.revision + 1 - 20  # revisions 0..n, 20 kept
     store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     size_after = os.path.getsize(db_path)
-    assert size_after < 0.7 * size_before, (size_before, size_after)
+    kept = store.query(
+        lambda c: c.execute(
+            "SELECT sum(length(state) + length(steps) + length(frontier)) FROM checkpoints"
+        ).fetchone()[0]
+    )
+    # the 20 kept checkpoints hold the whole conversation (a snapshot of 500
+    # turns at the oldest), so pruning frees little net; the file then holds
+    # about what they need (before schema 0011 the (run_id, revision) WITHOUT
+    # ROWID b-tree left 1.8x the data in the file, and pruning shrank it 38%)
+    assert size_after <= size_before and size_after < 1.25 * kept, (size_after, kept)
     assert pages()[1] <= 256  # freed pages went back to the file system, not the freelist
     assert len(store.history(big.run_id)) == 20
 

@@ -167,6 +167,42 @@ def test_both_trees_ship_the_same_files():
     assert len(pg_keys) >= 8
 
 
+#: the two tables SQLite keys by integers (schema core/0011), as SQLite has them
+SQLITE_KEYED = {
+    "runs": {
+        "columns": [
+            ("run_id", "text", True), ("scope", "text", True), ("flow_name", "text", True),
+            ("flow_version", "text", True), ("flow_key", "text", False),
+            ("parent_run_id", "text", False), ("status", "text", True),
+            ("revision", "integer", True), ("created_at", "time", True),
+            ("updated_at", "time", True), ("context", "text", True),
+            ("progress_done", "integer", False), ("progress_total", "integer", False),
+            ("error", "text", False), ("lease_owner", "text", False),
+            ("lease_expires_at", "time", False), ("tenant_id", "text", False),
+            ("session_id", "text", False), ("deadline_at", "time", False),
+            ("run_key", "integer", True),
+        ],
+        "pk": ["run_key"],
+        "fks": [],
+        "checks": ["status"],
+        "unique_constraints": [("run_id",)],
+    },
+    "checkpoints": {
+        "columns": [
+            ("run_id", "text", True), ("revision", "integer", True), ("kind", "text", True),
+            ("status", "text", True), ("step_id", "text", True), ("created_at", "time", True),
+            ("state", "text", True), ("steps", "text", True), ("frontier", "text", True),
+            ("progress", "text", False), ("error", "text", False), ("meta", "text", False),
+            ("waits", "text", False), ("checksum", "text", False), ("ckey", "integer", True),
+        ],
+        "pk": ["ckey"],
+        "fks": [],
+        "checks": ["kind"],
+        "unique_constraints": [],
+    },
+}  # fmt: skip
+
+
 def test_parity_tables_columns_indexes_constraints(pg_url, tmp_path):
     from desktop_app.store.connection import open_connection
 
@@ -176,8 +212,19 @@ def test_parity_tables_columns_indexes_constraints(pg_url, tmp_path):
     conn.close()
     lite, pg = sqlite_shape(path), pg_shape(pg_url)
     assert sorted(lite["tables"]) == sorted(pg["tables"])
+    assert {t: lite["tables"][t] for t in SQLITE_KEYED} == SQLITE_KEYED
     for table in lite["tables"]:
-        assert lite["tables"][table] == pg["tables"][table], table
+        if table not in SQLITE_KEYED:
+            assert lite["tables"][table] == pg["tables"][table], table
+    for table, key in (("runs", "run_key"), ("checkpoints", "ckey")):
+        # the same columns but SQLite's integer key; PostgreSQL's primary key
+        # is the one SQLite keeps as a unique column (runs) or leaves unindexed
+        # (checkpoints: its rows are read by ckey range)
+        lite_cols = [c for c in lite["tables"][table]["columns"] if c[0] != key]
+        assert lite_cols == pg["tables"][table]["columns"], table
+    assert pg["tables"]["runs"]["pk"] == ["run_id"]
+    assert pg["tables"]["checkpoints"]["pk"] == ["run_id", "revision"]
+    assert pg["tables"]["checkpoints"]["fks"] == [("run_id", "runs", "run_id", "CASCADE")]
     assert lite["indexes"] == pg["indexes"]
     # the comparison sees real content, not two empty shapes
     assert {"runs", "checkpoints", "signals", "outbox", "agent_runs"} <= set(pg["tables"])

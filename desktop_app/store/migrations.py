@@ -295,7 +295,15 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
     _raise_for(statuses, "")
     pending = {s.key for s in statuses if s.state == "pending"}
     applied: list[SchemaFile] = []
+    # SQLite's procedure for rebuilding a table (lang_altertable.html, "Making
+    # Other Kinds Of Table Schema Changes"): foreign keys off while a file
+    # drops and renames tables (with them on, dropping `runs` would delete
+    # every row that references it), then `foreign_key_check` before commit.
+    # The pragma is a no-op inside a transaction, so it is set around them.
+    enforced = bool(conn.execute("PRAGMA foreign_keys").fetchall()[0][0])
     try:
+        if enforced and pending:
+            conn.execute("PRAGMA foreign_keys=OFF")
         with conn:
             conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {LEDGER} ("
@@ -306,7 +314,18 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
             if f.key not in pending:
                 continue
             with conn:
-                conn.execute(f.sql)
+                # stepped to the end: apsw stops a multi-statement string at the
+                # first statement that returns a row (``PRAGMA incremental_vacuum``
+                # returns one per page it frees) and would skip the rest
+                conn.execute(f.sql).fetchall()
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    table, rowid, parent, _ = broken[0]
+                    raise StoreError(
+                        f"schema file {f.key} left {len(broken)} rows whose foreign key "
+                        f"points nowhere (first: {table} row {rowid} -> {parent}); "
+                        "nothing of it was applied"
+                    )
                 conn.execute(
                     f"INSERT INTO {LEDGER}(component, name, checksum, applied_at) VALUES (?,?,?,?)",
                     (f.component, f.name, f.checksum, time.time()),
@@ -314,4 +333,7 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
             applied.append(f)
     except apsw.Error as exc:
         raise translate(exc, conn.filename or None) from exc
+    finally:
+        if enforced and pending:
+            conn.execute("PRAGMA foreign_keys=ON")
     return applied

@@ -20,7 +20,7 @@ A prefix lookup reads the ids of every run in the scope: O(runs), about a
 second per 100,000 runs on SQLite; an exact id is one indexed read.
 
 New runs are named with ``uuid.uuid4().hex``; :func:`new_run_id` (time-ordered
-UUIDs, version 7) is ready for when short ids stop being prefixes (see its
+UUIDs, version 7) is kept for when short ids stop being prefixes (see its
 docstring).
 """
 
@@ -58,10 +58,12 @@ def new_run_id() -> str:
     while the clock stepped back, still ascend), the variant ``10`` and 62
     random bits (``os.urandom``). Python 3.11's ``uuid`` has no ``uuid7``.
 
-    Why: ids that ascend with time put a new run's checkpoint rows at the
-    right edge of the ``checkpoints`` b-tree (keyed by run id), not at a
-    random leaf that has to split; 10-step runs wrote 4.9 WAL pages per step
-    with ``uuid4`` ids and 4.1 with these (``benchmarks/bench_wal.py``).
+    Why it was made: ids that ascend with time put a new run's checkpoint
+    rows at the right edge of a b-tree keyed by run id; 10-step runs wrote
+    4.9 WAL pages per step with ``uuid4`` ids and 4.1 with these. Since
+    schema ``core/0011`` SQLite keys checkpoints by the run's integer
+    ``run_key`` instead, and the id's order no longer changes the pages a
+    step writes (3.21 and 3.22 in the same replay, ``docs/design.md``).
 
     Not used for new runs yet: ids made within the same ~65 s share their
     first 8 hex digits (the top of the timestamp), the 8 characters the app

@@ -96,6 +96,9 @@ class Statements:
             f"ORDER BY created_at, run_id{d.text_order}"
         )
         # -- checkpoints -----------------------------------------------------
+        # keyed by (run_id, revision): PostgreSQL's; SQLite keys its rows by
+        # ckey and has its own (store/sqlite/checkpoint_keys.py), sharing
+        # checkpoint_columns
         #: a checkpoint row's columns after run_id, as :func:`rows.checkpoint_from_rows` reads them
         self.checkpoint_columns = (
             f"revision, kind, status, step_id, {e('created_at')}, state, steps, frontier, "

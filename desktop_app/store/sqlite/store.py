@@ -26,6 +26,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 import apsw
 import orjson
 
+import desktop_app.store.sqlite.checkpoint_keys as CK
 from desktop_app.errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -97,6 +98,12 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 
 _RUN_COLUMNS = SQL.run_columns
+#: ``Statements.runs_of_other_versions`` through the index of live statuses
+_RUNS_OF_OTHER_VERSIONS = (
+    f"SELECT {_RUN_COLUMNS} FROM runs INDEXED BY runs_scope_status WHERE scope=? "
+    "AND status IN ('pending','running','waiting','failed') AND flow_name=? AND flow_version<>? "
+    "ORDER BY created_at, run_id"
+)
 #: a checkpoint row's columns, run_id first (the checksum covers them in this order)
 _CP_COLUMNS = f"run_id, {SQL.checkpoint_columns}"
 
@@ -196,12 +203,6 @@ def _domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError:
     if kind in ("unique", "primary key", "not null") and "." in named:
         table = named.split(".", 1)[0]
     return DomainWriteError(table, constraint, kind, detail)
-
-
-#: the checkpoint rows to fold for one revision, with run_id first and the checksum last
-_FOLD_ROWS = f"SELECT {_CP_COLUMNS}, checksum {SQL.fold_rows}"
-#: a checkpoint row and its checksum
-_INSERT_CHECKPOINT = f"{SQL.insert_checkpoint}, checksum) VALUES ({SQL.checkpoint_values},?)"
 
 
 def _scalar(cursor: Any) -> Any:
@@ -326,7 +327,9 @@ class SqliteCheckpointStore:
         changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=cp.error)
-        self.conn.execute(_INSERT_CHECKPOINT, (*row, row_checksum(row)))
+        self.conn.execute(CK.INSERT, (*row, row_checksum(row)))
+        if self.conn.changes() != 1:  # no run row to key it by
+            raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
         if previous is None or previous.waits != cp.waits:
             if previous is not None:
                 self.conn.execute(SQL.delete_waits, (cp.run_id,))
@@ -684,17 +687,14 @@ class SqliteCheckpointStore:
         with self._write():
             latest = self.get_run(run_id).revision
             oldest_kept = latest - keep_last_n + 1
-            first = self.conn.execute(SQL.oldest_revision, (run_id,)).fetchone()
+            first = self.conn.execute(CK.OLDEST_REVISION, (run_id,)).fetchone()
             if first is None or first[0] is None or first[0] >= oldest_kept:
                 return 0
             base = self._load(run_id, oldest_kept)
             deleted = _scalar(
-                self.conn.execute(
-                    "SELECT count(*) FROM checkpoints WHERE run_id=? AND revision<?",
-                    (run_id, oldest_kept),
-                )
+                self.conn.execute(CK.COUNT_BELOW, (run_id, oldest_kept))
             )
-            self.conn.execute(SQL.delete_checkpoints_to, (run_id, oldest_kept))
+            self.conn.execute(CK.DELETE_TO, (run_id, oldest_kept))
             self._write_checkpoint(base, None)
         self.vacuum(min_free_pages=256)
         return int(deleted)
@@ -737,11 +737,14 @@ class SqliteCheckpointStore:
 
     @_locked
     def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
+        """Read through ``runs_scope_status``: the scope's live runs only, not
+        every run it ever had (SQLite's planner, with no statistics, walked
+        ``runs_scope_created`` to skip the sort)."""
         with self._read():
             return [
                 run_from_row(r)
                 for r in self.conn.execute(
-                    SQL.runs_of_other_versions, (self.scope, flow_name, version)
+                    _RUNS_OF_OTHER_VERSIONS, (self.scope, flow_name, version)
                 )
             ]
 
@@ -749,14 +752,14 @@ class SqliteCheckpointStore:
     def history(self, run_id: str) -> list[CheckpointInfo]:
         self.get_run(run_id)
         with self._read():
-            rows: list[Any] = self.conn.execute(SQL.history, (run_id,)).fetchall()
+            rows: list[Any] = self.conn.execute(CK.HISTORY, (run_id,)).fetchall()
         return checkpoint_infos(run_id, rows)
 
     @_locked
     def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
         self.get_run(run_id)
         try:
-            rows: list[Any] = self.conn.execute(SQL.history_page, (run_id, after, limit)).fetchall()
+            rows: list[Any] = self.conn.execute(CK.HISTORY_PAGE, (run_id, after, limit)).fetchall()
         except apsw.Error as exc:
             raise self._err(exc) from exc
         return checkpoint_infos(run_id, rows)
@@ -789,9 +792,7 @@ class SqliteCheckpointStore:
     def _load(self, run_id: str, revision: int) -> Checkpoint:
         """Fold deltas onto the nearest snapshot at or below ``revision``."""
         with self._read():
-            raw: list[Any] = self.conn.execute(
-                _FOLD_ROWS, (run_id, revision, run_id, revision)
-            ).fetchall()
+            raw: list[Any] = self.conn.execute(CK.FOLD_ROWS, (run_id, revision)).fetchall()
         rows: list[Any] = []
         for r in raw:
             if r[-1] is not None and row_checksum(r[:-1]) != r[-1]:
