@@ -7,7 +7,7 @@
    small baseline (10 checkpoints).
 2. The app is started headless once (``App.run_test``, 120x40). Then
    ``--repeat`` times, interleaved (big, small, big, small...), the detail of
-   each run is opened (``FlowdeskApp.open_run``) and two times are taken
+   each run is opened (``FlowdeskApp.controller.open_run``) and two times are taken
    from just before the call: ``first screen`` (the header shows the run and
    the screen has been refreshed: the timeline shows a loading indicator or
    its rows) and ``timeline`` (the grouped timeline has its rows, read in a
@@ -91,7 +91,7 @@ async def measure(db: Path, big: str, small: str, repeat: int) -> dict[str, list
         for _ in range(repeat):
             for name, run_id in (("big", big), ("small", small)):
                 t0 = time.perf_counter()
-                app.open_run(run_id)
+                app.controller.open_run(run_id)
                 while not isinstance(app.screen, RunDetailScreen) or app.screen.record is None:
                     await asyncio.sleep(0.001)
                 await pilot.pause()

@@ -25,8 +25,13 @@ from desktop_app.store.protocol import (
 def data_version_sees_every_commit(h: Harness) -> None:
     reader, writer = h.store(), h.store()
     rid = _id()
-    v0 = reader.data_version()
-    _eq(reader.data_version(), v0, "stable while nothing is committed")
+    # PostgreSQL's version is server-wide (documented false positives): a
+    # commit in another database between two reads moves it too, so the
+    # suite run in parallel on one server asks for one stable pair of three
+    pairs = [(reader.data_version(), reader.data_version()) for _ in range(3)]
+    stable = [a for a, b in pairs if a == b]
+    _ok(bool(stable), f"stable while nothing is committed: {pairs}")
+    v0 = stable[-1]
     writer.create_run(_run(rid), _cp(rid, 0))
     v1 = reader.data_version()
     _ok(v1 != v0, "another connection's commit changes it")
