@@ -177,6 +177,12 @@ def create_refuses_duplicates(h: Harness) -> None:
     s.create_run(_run(r1, flow_key=key), _cp(r1, 0))
     with _raises(DuplicateFlowKeyError, "a second live run with the flow key"):
         s.create_run(_run(r2, flow_key=key), _cp(r2, 0))
+    try:  # the id is what is taken, not the flow key (a subclass of the conflict)
+        s.create_run(_run(r1, flow_key=key), _cp(r1, 0))
+    except RevisionConflictError as exc:
+        _eq(type(exc), RevisionConflictError, "the same id again, with its live flow key")
+    else:
+        _ok(False, "the same id again, with its live flow key: nothing was raised")
     s.append(_cp(r1, 1, status="completed"))
     s.create_run(_run(r2, flow_key=key), _cp(r2, 0))  # the first one finished
 

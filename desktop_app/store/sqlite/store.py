@@ -178,6 +178,9 @@ def _constraint(exc: apsw.ConstraintError) -> int:
     return int(getattr(exc, "extendedresult", 0) or 0)
 
 
+#: whether a run id is taken, in any scope (ids are unique across scopes)
+SQL_RUN_EXISTS = "SELECT 1 FROM runs WHERE run_id=?"
+
 #: constraint kinds by SQLite's extended result code
 _CONSTRAINT_KINDS = {
     apsw.SQLITE_CONSTRAINT_UNIQUE: "unique",
@@ -348,7 +351,12 @@ class SqliteCheckpointStore:
         progress = run.progress or (None, None)
 
         def conflict(exc: apsw.ConstraintError) -> Exception:
-            if run.flow_key is not None and _constraint(exc) == apsw.SQLITE_CONSTRAINT_UNIQUE:
+            taken = self.conn.execute(SQL_RUN_EXISTS, (run.run_id,)).fetchone() is not None
+            if (
+                run.flow_key is not None
+                and not taken
+                and _constraint(exc) == apsw.SQLITE_CONSTRAINT_UNIQUE
+            ):
                 return DuplicateFlowKeyError(
                     f"a live run of {run.flow_name!r} with flow key {run.flow_key!r} exists"
                 )
