@@ -179,7 +179,12 @@ def _flow(steps: int, seen: list[str] | None = None):
     return b.chain().compile()
 
 
-def test_run_many_runs_every_run_through_one_committer(sqlite_store):
+def test_run_many_runs_every_run_through_one_committer(sqlite_store, monkeypatch):
+    """Every checkpoint, and every run's creation, commits through the
+    engine's committer: a run created alone cost a commit and an fsync of
+    its own, under the store's lock, between the batches."""
+    alone: list[str] = []
+    monkeypatch.setattr(sqlite_store, "create_run", lambda run, *a: alone.append(run.run_id))
     acked: list[tuple[str, str, int]] = []
     events = EventBus()
 
@@ -195,7 +200,8 @@ def test_run_many_runs_every_run_through_one_committer(sqlite_store):
     out = engine.run_many("count", [{"n": i * 100} for i in range(8)], max_workers=4)
     assert [(r.status, r.state.n) for r in out] == [("completed", i * 100 + 12) for i in range(8)]
     assert len(acked) == 96 and all(ok for *_, ok in acked)
-    assert engine.committer.appends == 96
+    assert engine.committer.appends == 96 + 8  # the checkpoints and the 8 creations
+    assert alone == []
     for r in out:
         assert [c.revision for c in sqlite_store.history(r.run_id)] == list(range(13))
 

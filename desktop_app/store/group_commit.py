@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from desktop_app.errors import StoreError
-from desktop_app.store.protocol import Checkpoint, DomainWrite, Intent, Lease
+from desktop_app.store.protocol import Checkpoint, DomainWrite, Intent, Lease, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,12 @@ class AppendRequest:
         changed_fields: names of the state fields that may differ from
             revision ``checkpoint.revision - 1``'s (the others are equal);
             ``None``: unknown, the store compares every field.
+        run: set: this request creates the run (``CheckpointStore.create_run``
+            with ``checkpoint`` as its revision 0 and ``writes``) instead of
+            appending; ``lease``, ``intents``, ``consume`` and the
+            ``changed_*`` hints are not used. Only a store declaring
+            ``group_commit`` takes it (a run created alone cost a commit and
+            an fsync of its own, under the store's lock, between batches).
     """
 
     checkpoint: Checkpoint
@@ -55,6 +61,7 @@ class AppendRequest:
     consume: Sequence[tuple[int, str]] = ()
     changed_steps: frozenset[str] | None = None
     changed_fields: frozenset[str] | None = None
+    run: RunRecord | None = None
 
 
 @runtime_checkable
@@ -66,7 +73,10 @@ class BatchAppender(Protocol):
         inside its own savepoint; returns one entry per request, in order:
         ``None`` when it committed, else the exception that rolled back that
         request's part only (``RevisionConflictError``, ``LeaseLostError``,
-        ``CheckpointNotFoundError``, a domain write's error, ...).
+        ``CheckpointNotFoundError``, a domain write's error, ...). A store
+        declaring ``group_commit`` also creates runs in the batch (requests
+        with ``run`` set; ``DuplicateFlowKeyError`` or
+        ``RevisionConflictError`` in their slot as ``create_run`` raises them).
 
         Raises:
             StoreError: the transaction itself failed (nothing committed).
