@@ -78,6 +78,13 @@ def stat(values: Sequence[float]) -> Stat:
     return Stat(med, vs[0], vs[-1], len(vs), "min-max")
 
 
+def mean_max(values: Sequence[float], scale: float = 1.0, digits: int = 2) -> str:
+    """``mean X, max Y`` of ``values`` times ``scale``: what a median hides
+    (a few slow rounds, a cost that grows)."""
+    vs = [v * scale for v in values]
+    return f"mean {statistics.mean(vs):,.{digits}f}, max {max(vs):,.{digits}f}"
+
+
 def ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
     """Per-round ``num[i] / den[i]`` (the rounds of two interleaved contenders)."""
     if len(num) != len(den):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.errors import RevisionConflictError, StoreError
+from desktop_app.errors import FlowdeskError, RevisionConflictError, StoreError
 from desktop_app.flow import Engine, EventBus
 from desktop_app.flow.definition import FlowBuilder
 from desktop_app.flow.events import StepFinished
@@ -179,7 +179,12 @@ def _flow(steps: int, seen: list[str] | None = None):
     return b.chain().compile()
 
 
-def test_run_many_runs_every_run_through_one_committer(sqlite_store):
+def test_run_many_runs_every_run_through_one_committer(sqlite_store, monkeypatch):
+    """Every checkpoint, and every run's creation, commits through the
+    engine's committer: a run created alone cost a commit and an fsync of
+    its own, under the store's lock, between the batches."""
+    alone: list[str] = []
+    monkeypatch.setattr(sqlite_store, "create_run", lambda run, *a: alone.append(run.run_id))
     acked: list[tuple[str, str, int]] = []
     events = EventBus()
 
@@ -195,7 +200,8 @@ def test_run_many_runs_every_run_through_one_committer(sqlite_store):
     out = engine.run_many("count", [{"n": i * 100} for i in range(8)], max_workers=4)
     assert [(r.status, r.state.n) for r in out] == [("completed", i * 100 + 12) for i in range(8)]
     assert len(acked) == 96 and all(ok for *_, ok in acked)
-    assert engine.committer.appends == 96
+    assert engine.committer.appends == 96 + 8  # the checkpoints and the 8 creations
+    assert alone == []
     for r in out:
         assert [c.revision for c in sqlite_store.history(r.run_id)] == list(range(13))
 
@@ -212,6 +218,54 @@ def test_recover_drives_interrupted_runs_concurrently_and_reports_in_order(sqlit
     assert sorted(finished) == sorted(ids)
     counts = Counter(seen)
     assert len(counts) == 50 and set(counts.values()) == {1}
+
+
+def test_recover_releases_only_the_runs_whose_lease_is_still_set(sqlite_store, monkeypatch):
+    """A run that recovery drives to completed has no lease any more (the
+    checkpoint that completed it cleared it in the same transaction), so no
+    release is written for it: one write transaction per recovered run
+    fewer. A run recovery claimed but could not drive (its flow is not
+    registered here) is released, and every lease ends cleared."""
+    starter = Engine(sqlite_store, flows=[_flow(3)])
+    done_ids = [starter.start("count", {"n": i}) for i in range(12)]
+    other = FlowBuilder("other", Count).step("a", lambda s: {"n": 1}).compile()
+    stuck = Engine(sqlite_store, flows=[other]).start("other", {"n": 0})
+    released: list[str] = []
+    real_release = sqlite_store.release
+
+    def counting_release(run_id: str, owner: str) -> None:
+        released.append(run_id)
+        real_release(run_id, owner)
+
+    monkeypatch.setattr(sqlite_store, "release", counting_release)
+    report = Engine(sqlite_store, flows=[_flow(3)]).recover(concurrency=4)
+    outcomes = {run.run_id: out for run, out in report}
+    assert all(outcomes[r].status == "completed" for r in done_ids)  # type: ignore[union-attr]
+    assert isinstance(outcomes[stuck], FlowdeskError)
+    assert released == [stuck]
+    assert {r.lease_owner for r in sqlite_store.list_runs()} == {None}
+
+
+def test_a_step_makes_no_threading_object(sqlite_store, monkeypatch):
+    """Nothing on the step path builds a ``Condition`` or an ``Event`` (one
+    Event per attempt cost ~5 us): a 31-step run makes as many as a 1-step
+    run. Counted on the same engine, after a warm-up run."""
+    made: list[int] = []
+
+    class CountingCondition(threading.Condition):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    short = FlowBuilder("short", Count).step("s0", lambda s: {"n": s.n + 1}).compile()
+    engine = Engine(sqlite_store, flows=[_flow(31), short])
+    engine.run("short", {"n": 0})
+    engine.run("count", {"n": 0})
+    monkeypatch.setattr(threading, "Condition", CountingCondition)
+    engine.run("short", {"n": 0})
+    one = len(made)
+    assert engine.run("count", {"n": 0}).state.n == 31
+    assert len(made) - one == one
 
 
 def _read_acks(

@@ -266,3 +266,63 @@ def test_a_writer_stopped_inside_its_transaction_gives_the_locked_error_not_a_ha
         holder.kill()
         holder.wait(timeout=LIMIT_S)
     assert events(db_path) == {"late": 1}
+
+
+def test_begin_and_commit_run_as_statements_so_other_threads_run_during_the_fsync(
+    db_path: Path,
+) -> None:
+    """apsw's own ``with conn:`` runs ``COMMIT`` (fsync included) holding the
+    GIL, so no other thread of the process could run meanwhile; the gated
+    connection runs ``BEGIN``/``COMMIT`` as statements, whose step releases
+    it. apsw's exec tracer tells them apart: a statement is traced with its
+    cursor, apsw's context-manager SQL with the connection."""
+    import apsw
+
+    store = open_store(db_path)
+    traced: list[tuple[str, str]] = []
+
+    def trace(origin: object, sql: str, _bindings: object) -> bool:
+        kind = "cursor" if isinstance(origin, apsw.Cursor) else "connection"
+        traced.append((sql.split()[0].upper(), kind))
+        return True
+
+    try:
+        store.conn.exec_trace = trace
+        store.publish_event("e", {}, store.now())
+        store.conn.exec_trace = None
+    finally:
+        store.close()
+    ends = [t for t in traced if t[0] in ("BEGIN", "COMMIT", "ROLLBACK")]
+    assert ends == [("BEGIN", "cursor"), ("COMMIT", "cursor")]
+    assert events(db_path) == {"e": 1}
+
+
+def test_a_failing_transaction_rolls_back_raises_its_own_error_and_frees_the_gate(
+    db_path: Path,
+) -> None:
+    """The body's error is the one raised (also when SQLite had already
+    rolled the transaction back: apsw's context manager replaced it with
+    "cannot rollback - no transaction is active"); nothing of it is saved;
+    a failing savepoint inside a transaction rolls back alone; the next
+    transaction takes the gate again."""
+    store = open_store(db_path)
+    conn = store.conn
+    insert = "INSERT INTO events(scope, type, payload, published_at) VALUES ('default', ?, '{}', 0)"
+    try:
+        with pytest.raises(ValueError, match="body"), conn:
+            conn.execute(insert, ("lost",))
+            raise ValueError("body")
+        with pytest.raises(ValueError, match="after"), conn:
+            conn.execute(insert, ("lost",))
+            conn.execute("ROLLBACK")  # as an I/O error or a full disk does
+            raise ValueError("after")
+        with conn:
+            conn.execute(insert, ("kept",))
+            with pytest.raises(KeyError), conn:  # a savepoint
+                conn.execute(insert, ("lost",))
+                raise KeyError("inner")
+        assert not conn.in_transaction
+        assert not held_elsewhere(db_path)
+    finally:
+        store.close()
+    assert events(db_path) == {"kept": 1}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -165,7 +164,10 @@ class StepContext:
         self._continuations = continuations or {}
         self._asked = 0
         self._intents: list[Intent] = []
-        self._abandoned = threading.Event()
+        #: set once (by the caller's thread) when the attempt times out; a
+        #: plain flag, not an Event: one was made per attempt, for nothing
+        #: ever waits on it
+        self._abandoned = False
         self._timeout_s = 0.0
         self._journal = journal
         self._children = 0
@@ -189,17 +191,17 @@ class StepContext:
         more is committed, and the step runs again wherever the run resumes.
         A long synchronous step should check it between units of work and
         return early."""
-        return self._abandoned.is_set() or (self._lease_lost is not None and self._lease_lost())
+        return self._abandoned or (self._lease_lost is not None and self._lease_lost())
 
     def abandon(self, timeout_s: float) -> None:
         """Engine-internal: the attempt timed out; drop and refuse its effects."""
         self._timeout_s = timeout_s
-        self._abandoned.set()
+        self._abandoned = True
         self._writes = []
         self._intents = []
 
     def _refuse_if_abandoned(self) -> None:
-        if self._abandoned.is_set():
+        if self._abandoned:
             raise StepTimeoutError(self.step_id, self._timeout_s)
 
     def child_run_id(self, kind: str = "flow") -> str:

@@ -354,7 +354,11 @@ class Engine:
             lease_expires_at=now + self.lease_ttl_s if running else None,
             deadline_at=now + f.deadline_s if f.deadline_s else None,
         )
-        self.store.create_run(run, cp)
+        if self.committer is not None and "group_commit" in self.store.capabilities:
+            # with the checkpoints of the runs in flight: one commit, one fsync
+            self.committer.append(AppendRequest(cp, run=run))
+        else:
+            self.store.create_run(run, cp)
         log.info("run %s of flow %s created (%s, owner %s)", rid, f.name, status, self.owner)
         return rid
 

@@ -6,7 +6,8 @@ pool of threads, results in input order. Used by ``Engine.run_many``,
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
+from queue import SimpleQueue
 from typing import Any
 
 from desktop_app.flow.results import RunResult
@@ -38,16 +39,21 @@ def pooled(
                 on_done(item, out[i])  # type: ignore[arg-type]
         return out  # type: ignore[return-value]
     pending: dict[Future[Outcome], int] = {}
+    # each future puts itself here when done: taking the next finished one
+    # costs the same however many are pending (``wait(FIRST_COMPLETED)``
+    # hooked a waiter onto every pending future at every call)
+    finished: SimpleQueue[Future[Outcome]] = SimpleQueue()
     nxt = 0
     with ThreadPoolExecutor(workers, thread_name_prefix="flowdesk-run") as pool:
         while nxt < len(items) or pending:
             while nxt < len(items) and len(pending) < 2 * workers:
-                pending[pool.submit(fn, items[nxt])] = nxt
+                fut = pool.submit(fn, items[nxt])
+                pending[fut] = nxt
+                fut.add_done_callback(finished.put)
                 nxt += 1
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                i = pending.pop(fut)
-                out[i] = fut.result()
-                if on_done is not None:
-                    on_done(items[i], out[i])  # type: ignore[arg-type]
+            fut = finished.get()
+            i = pending.pop(fut)
+            out[i] = fut.result()
+            if on_done is not None:
+                on_done(items[i], out[i])  # type: ignore[arg-type]
     return out  # type: ignore[return-value]

@@ -165,14 +165,15 @@ def recover(
     handled = {r.run_id for r in chosen}
 
     def one(run: RunRecord) -> Outcome:
+        out: Outcome | None = None
         try:
-            if run.status == "waiting":
-                return engine.wake(run.run_id)
-            return engine.resume(run.run_id)
+            waiting = run.status == "waiting"
+            out = engine.wake(run.run_id) if waiting else engine.resume(run.run_id)
+            return out
         except FlowdeskError as exc:
             return exc
         finally:
-            if run.run_id not in engine.active:
+            if run.run_id not in engine.active and not lease_cleared(out):
                 release_claim(engine, run.run_id)
 
     outcome: dict[str, Outcome] = {}
@@ -188,6 +189,23 @@ def recover(
             if on_result is not None:
                 on_result(run, leased)
     return report
+
+
+#: statuses whose checkpoint clears the run's lease in the transaction that
+#: saves it (every store's ``append``: a run neither running nor pending has
+#: no lease)
+SETTLED: frozenset[RunStatus] = frozenset({"completed", "failed", "canceled", "timed_out"})
+
+
+def lease_cleared(out: Outcome | None) -> bool:
+    """Whether the run's lease is already gone once ``out`` came back: it
+    ended completed, failed, canceled or timed out, which only a checkpoint
+    saved after the claim can do (a claim takes runs that are pending,
+    running or waiting), and that checkpoint cleared the lease. Releasing it
+    again was one more write transaction per recovered run. A run still
+    waiting may keep the claim's lease (nothing was saved), and an error
+    says nothing: those are released."""
+    return isinstance(out, RunResult) and out.status in SETTLED
 
 
 def parents_first(chosen: list[RunRecord]) -> list[list[RunRecord]]:

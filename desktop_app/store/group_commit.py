@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from desktop_app.errors import StoreError
-from desktop_app.store.protocol import Checkpoint, DomainWrite, Intent, Lease
+from desktop_app.store.protocol import Checkpoint, DomainWrite, Intent, Lease, RunRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,12 @@ class AppendRequest:
         changed_fields: names of the state fields that may differ from
             revision ``checkpoint.revision - 1``'s (the others are equal);
             ``None``: unknown, the store compares every field.
+        run: set: this request creates the run (``CheckpointStore.create_run``
+            with ``checkpoint`` as its revision 0 and ``writes``) instead of
+            appending; ``lease``, ``intents``, ``consume`` and the
+            ``changed_*`` hints are not used. Only a store declaring
+            ``group_commit`` takes it (a run created alone cost a commit and
+            an fsync of its own, under the store's lock, between batches).
     """
 
     checkpoint: Checkpoint
@@ -55,6 +61,7 @@ class AppendRequest:
     consume: Sequence[tuple[int, str]] = ()
     changed_steps: frozenset[str] | None = None
     changed_fields: frozenset[str] | None = None
+    run: RunRecord | None = None
 
 
 @runtime_checkable
@@ -66,7 +73,10 @@ class BatchAppender(Protocol):
         inside its own savepoint; returns one entry per request, in order:
         ``None`` when it committed, else the exception that rolled back that
         request's part only (``RevisionConflictError``, ``LeaseLostError``,
-        ``CheckpointNotFoundError``, a domain write's error, ...).
+        ``CheckpointNotFoundError``, a domain write's error, ...). A store
+        declaring ``group_commit`` also creates runs in the batch (requests
+        with ``run`` set; ``DuplicateFlowKeyError`` or
+        ``RevisionConflictError`` in their slot as ``create_run`` raises them).
 
         Raises:
             StoreError: the transaction itself failed (nothing committed).
@@ -79,10 +89,12 @@ class _Slot:
     done: bool = False
     error: BaseException | None = None
     batch: int = field(default=0)
-    #: this caller's own condition (on the committer's lock), made only when
-    #: it has to wait: a batch wakes its own callers and the next leader,
-    #: never every waiting thread
-    wakeup: threading.Condition | None = None
+    #: a lock held for this caller while it waits, made when it queues
+    #: behind a commit in progress; released once by whoever wakes it (its
+    #: batch is done, or it leads the next one). A bare lock, not a
+    #: ``Condition``: waking a caller is one release, and the caller goes on
+    #: without taking the committer's lock again
+    wakeup: threading.Lock | None = None
 
 
 class GroupCommitter:
@@ -121,16 +133,19 @@ class GroupCommitter:
         slot = _Slot(request)
         with self._lock:
             self._queue.append(slot)
-            while self._committing and not slot.done:
-                if slot.wakeup is None:
-                    slot.wakeup = threading.Condition(self._lock)
-                slot.wakeup.wait()
-                self.wakeups += 1
-            if not slot.done:
-                # leader: commit everything queued so far, own request included
-                self._committing = True
-                batch, self._queue = self._queue, []
+            if self._committing:
+                slot.wakeup = wakeup = threading.Lock()
+                wakeup.acquire()
+            else:
+                self._committing = True  # this caller leads: nobody to wait for
+                wakeup = None
+        if wakeup is not None:
+            wakeup.acquire()  # until its batch is done, or it leads the next
+            slot.wakeup = None
         if not slot.done:
+            # leader: commit everything queued so far, own request included
+            with self._lock:
+                batch, self._queue = self._queue, []
             self._commit(batch)
         if slot.error is not None:
             raise slot.error
@@ -148,14 +163,20 @@ class GroupCommitter:
         with self._lock:
             self.batches += 1
             self.appends += len(batch)
+            woken = [s.wakeup for s in batch if s.wakeup is not None]
             for s, err in zip(batch, results, strict=True):
                 s.error = err
                 s.batch = self.batches
                 s.done = True
-                if s.wakeup is not None:
-                    s.wakeup.notify()
-            self._committing = False
             # the next leader: the oldest caller queued meanwhile (it takes
-            # the whole queue); the others sleep until their batch is done
-            if self._queue and self._queue[0].wakeup is not None:
-                self._queue[0].wakeup.notify()
+            # the whole queue when it wakes); the others sleep until their
+            # batch is done
+            if self._queue:
+                nxt = self._queue[0].wakeup
+                assert nxt is not None  # queued while this batch committed
+                woken.append(nxt)
+            else:
+                self._committing = False
+            self.wakeups += len(woken)
+        for wakeup in woken:
+            wakeup.release()

@@ -128,8 +128,9 @@ T = TypeVar("T")
 #:   (:class:`~desktop_app.store.group_commit.BatchAppender`), so an engine
 #:   may group-commit on this store.
 #: * ``"group_commit"`` — batching pays here (a commit's fsync is the cost,
-#:   as on SQLite): the engine turns group commit on by default. Needs
-#:   ``append_batch``. PostgreSQL declares ``append_batch`` but not this:
+#:   as on SQLite): the engine turns group commit on by default, and creates
+#:   runs through it too (``AppendRequest.run``: ``append_batch`` creates
+#:   them). Needs ``append_batch``. PostgreSQL declares ``append_batch`` but not this:
 #:   the server already merges concurrent commits' WAL flushes, and one
 #:   transaction sending N runs' statements one round trip after another was
 #:   measured at 0.37-0.51x the steps/s of N connections committing on their own.

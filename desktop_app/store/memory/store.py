@@ -200,13 +200,19 @@ class InMemoryCheckpointStore:
             )
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
-        """Append each request as :meth:`append` does; one request's error
-        (returned in its slot) leaves the others appended. See
+        """Append each request as :meth:`append` does (or create its run, as
+        :meth:`create_run` does); one request's error (returned in its slot)
+        leaves the others appended. See
         :class:`~desktop_app.store.group_commit.BatchAppender`."""
         results: list[BaseException | None] = []
         for r in requests:
             try:
-                self.append(r.checkpoint, r.writes, r.lease, intents=r.intents, consume=r.consume)
+                if r.run is not None:
+                    self.create_run(r.run, r.checkpoint, r.writes)
+                else:
+                    self.append(
+                        r.checkpoint, r.writes, r.lease, intents=r.intents, consume=r.consume
+                    )
             except FlowdeskError as exc:
                 results.append(exc)
             else:

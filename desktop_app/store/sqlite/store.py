@@ -346,6 +346,10 @@ class SqliteCheckpointStore:
     def create_run(
         self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite] = ()
     ) -> None:
+        self._create(run, first, writes)
+
+    def _create(self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite]) -> None:
+        """One run created: a transaction of its own, or a savepoint inside a batch."""
         if first.revision != 0 or run.run_id != first.run_id:
             raise ValueError("create_run needs the run's revision-0 checkpoint")
         progress = run.progress or (None, None)
@@ -425,7 +429,7 @@ class SqliteCheckpointStore:
         results: list[BaseException | None] = []
         if len(requests) == 1:  # no savepoint needed: the transaction is the request
             try:
-                self._append(requests[0])
+                self._create_or_append(requests[0])
             except Exception as exc:  # a domain write may raise anything
                 return [exc]
             finally:
@@ -437,7 +441,7 @@ class SqliteCheckpointStore:
             with self.conn:
                 for request in requests:
                     try:
-                        self._append(request)  # nested: a SAVEPOINT of the batch
+                        self._create_or_append(request)  # nested: a SAVEPOINT of the batch
                     except Exception as exc:
                         if not self.conn.in_transaction:
                             # SQLite rolled the whole transaction back (I/O
@@ -464,6 +468,12 @@ class SqliteCheckpointStore:
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
         return results
+
+    def _create_or_append(self, request: AppendRequest) -> None:
+        if request.run is not None:
+            self._create(request.run, request.checkpoint, request.writes)
+        else:
+            self._append(request)
 
     def _append(self, request: AppendRequest) -> None:
         """One append: a transaction of its own, or a savepoint inside a batch."""
