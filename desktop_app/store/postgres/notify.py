@@ -147,9 +147,8 @@ class Notifier:
         the notifications and the transaction id in one statement), then
         COMMIT: two round trips. A NOTIFY commits a transaction of its own;
         nothing in it needs to survive a server crash, so it never waits for
-        fsync. In autocommit mode psycopg sends no BEGIN of its own (which it
-        would wait for, even in a pipeline)."""
-        conn.autocommit = True
+        fsync. The pool's connections are in autocommit mode, so psycopg sends
+        no BEGIN of its own (which it would wait for, even in a pipeline)."""
         try:
             with self.xid_lock:  # see normalized: never a half-recorded batch
                 with conn.pipeline():
@@ -164,11 +163,8 @@ class Notifier:
                 self._own(int(row[0]) if row else 0)
             conn.commit()
         finally:
-            if not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE:
-                conn.autocommit = False
-            elif not conn.broken:
+            if not conn.broken and conn.info.transaction_status != TransactionStatus.IDLE:
                 conn.rollback()
-                conn.autocommit = False
 
     def _own(self, xid: int) -> None:
         self.own_xids.add(xid)

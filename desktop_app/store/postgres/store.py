@@ -226,14 +226,16 @@ class PostgresCheckpointStore:
 
     Args:
         pool: an open :class:`psycopg_pool.ConnectionPool` whose connections
-            have ``autocommit=False`` and, unless ``pooler="transaction"``,
+            have ``autocommit=True`` (the store opens its transactions
+            itself) and, unless ``pooler="transaction"``,
             ``search_path=flowdesk`` (:func:`open_postgres_store` builds one).
         scope: runs saved under one scope are invisible from another.
         where: shown in error messages (the URL without its password).
         pooler: ``"transaction"``: the pool goes through a transaction-mode
             pooler, so each transaction sets its own ``search_path`` first
-            (:data:`~desktop_app.store.postgres.sql.BEGIN_SQL`, one more round
-            trip per transaction) and :meth:`listener` never uses the pool's URL.
+            (:data:`~desktop_app.store.postgres.sql.BEGIN_SQL`, sent with the
+            ``BEGIN``; a read then needs a transaction too) and
+            :meth:`listener` never uses the pool's URL.
         listen_url: the URL :meth:`listener` connects to (LISTEN and a
             worker's liveness lock need a session of their own); default the
             pool's own URL, or none behind a transaction pooler (then
@@ -275,12 +277,10 @@ class PostgresCheckpointStore:
             listen_url = conninfo() if callable(conninfo) else conninfo
         #: where :meth:`listener` connects; ``None``: nowhere (see NoSessionError)
         self.session_url: str | None = listen_url
+        #: what opens a transaction of :meth:`_tx` (one simple query, one round trip)
+        self._start = "BEGIN" if self._begin is None else f"BEGIN; {self._begin}"
         with pool.connection() as conn:
-            conn.autocommit = True
-            try:
-                migrations.verify(conn, db=where)
-            finally:
-                conn.autocommit = False
+            migrations.verify(conn, db=where)
         self._last: OrderedDict[str, Checkpoint] = OrderedDict()
         self._cache_lock = threading.Lock()
         self._own_commits = 0
@@ -311,6 +311,12 @@ class PostgresCheckpointStore:
         """
         return self._transaction(lambda conn, _xact: body(conn), write, opens=False)
 
+    def _read(self, body: Callable[[Conn], T]) -> T:
+        """:meth:`_tx` for a read: on a direct connection in no transaction
+        (each statement its own, see :meth:`_attempt_on`), behind a
+        transaction pooler in one (its ``SET LOCAL search_path``)."""
+        return self._transaction(lambda conn, _xact: body(conn), False, opens=False, tx=False)
+
     def _tx_opened(self, body: Callable[[Conn, _Xact], T]) -> T:
         """:meth:`_tx` for a write ``body(conn, xact)`` that opens the
         transaction itself: its first statements go out in one pipeline with
@@ -321,12 +327,14 @@ class PostgresCheckpointStore:
         transaction id before COMMIT."""
         return self._transaction(body, True, opens=True)
 
-    def _transaction(self, body: Callable[[Conn, _Xact], T], write: bool, *, opens: bool) -> T:
+    def _transaction(
+        self, body: Callable[[Conn, _Xact], T], write: bool, *, opens: bool, tx: bool = True
+    ) -> T:
         attempt = 0
         while True:
             attempt += 1
             try:
-                result = self._attempt(body, write, opens)
+                result = self._attempt(body, write, opens, tx)
             except _CommitLost:
                 if attempt < MAX_ATTEMPTS:
                     continue
@@ -346,26 +354,27 @@ class PostgresCheckpointStore:
                 self._own_commits += 1
             return result
 
-    def _attempt(self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool) -> T:
+    def _attempt(
+        self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool
+    ) -> T:
         with self.pool.connection() as conn:
-            if not opens:
-                return self._attempt_on(conn, body, write, opens)
-            # psycopg sends its own BEGIN and waits for it, even in a pipeline;
-            # in autocommit mode it sends none, and the body's BEGIN opens the transaction
-            conn.autocommit = True
-            try:
-                return self._attempt_on(conn, body, write, opens)
-            finally:
-                if not conn.broken and conn.info.transaction_status == TransactionStatus.IDLE:
-                    conn.autocommit = False
+            return self._attempt_on(conn, body, write, opens, tx)
 
     def _attempt_on(
-        self, conn: Conn, body: Callable[[Conn, _Xact], T], write: bool, opens: bool
+        self, conn: Conn, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool
     ) -> T:
+        """One try of a transaction on ``conn`` (autocommit: psycopg sends no
+        BEGIN of its own, which it would wait for even in a pipeline). A
+        write, or anything behind a transaction pooler, opens the transaction
+        with :attr:`_start` (one round trip), unless the body opens it
+        itself (``opens``). A read on a direct connection opens none: each of
+        its statements is a transaction of its own, which sees what a
+        statement of a READ COMMITTED transaction sees (a fresh snapshot per
+        statement), without the BEGIN and COMMIT round trips."""
         xact = _Xact()
         try:
-            if self._begin is not None and not opens:  # behind a transaction pooler
-                conn.execute(self._begin)
+            if not opens and (tx or self._begin is not None):
+                conn.execute(self._start)
             result = body(conn, xact)
             if write and not opens:
                 # the server's own pid: a pooler's client connection reports another
@@ -378,6 +387,8 @@ class PostgresCheckpointStore:
             if not conn.broken:
                 conn.rollback()
             raise
+        if conn.pgconn.transaction_status == TransactionStatus.IDLE:
+            return result  # a read outside a transaction: nothing to commit
         try:
             self._commit(conn)
         except psycopg.Error as exc:
@@ -1177,9 +1188,6 @@ class PostgresCheckpointStore:
 
     # -- reads ---------------------------------------------------------------
 
-    def _read(self, body: Callable[[Conn], T]) -> T:
-        return self._tx(body, write=False)
-
     def _get_run(self, conn: Conn, run_id: str) -> RunRecord | None:
         row = conn.execute(SQL.get_run, (run_id, self.scope)).fetchone()
         return None if row is None else run_from_row(row)
@@ -1554,11 +1562,14 @@ def _slot_error(exc: Exception, where: str) -> BaseException:
 def _connection_kwargs(
     application_name: str, pooler: Literal["none", "transaction"] = "none"
 ) -> dict[str, Any]:
-    """Settings every pooled connection gets (:func:`connection_kwargs`, in a
-    transaction until COMMIT). On a direct connection psycopg may prepare the
-    statements it runs often (saves parsing and planning); never behind a
-    transaction pooler."""
-    kwargs = {**connection_kwargs(application_name), "autocommit": False}
+    """Settings every pooled connection gets (:func:`connection_kwargs`, in
+    autocommit mode: the store sends its own ``BEGIN``, pipelined with a
+    write's first statement, where psycopg would send one and wait for it;
+    a connection never switches mode per transaction, which cost CPU at
+    every step). On a direct connection psycopg may prepare the statements
+    it runs often (saves parsing and planning); never behind a transaction
+    pooler."""
+    kwargs = {**connection_kwargs(application_name), "autocommit": True}
     if pooler == "none":
         del kwargs["prepare_threshold"]  # psycopg's default
     return kwargs
@@ -1566,12 +1577,9 @@ def _connection_kwargs(
 
 def _set_search_path(conn: Conn) -> None:
     """The pool's ``configure``: a direct connection's session ``search_path``
-    (set once; a transaction pooler would lose it, see ``pooler``)."""
-    conn.autocommit = True  # a statement of its own: no transaction, no COMMIT
-    try:
-        conn.execute(f"SET search_path = {migrations.PG_SCHEMA}")
-    finally:
-        conn.autocommit = False
+    (set once, a statement of its own in autocommit mode; a transaction
+    pooler would lose it, see ``pooler``)."""
+    conn.execute(f"SET search_path = {migrations.PG_SCHEMA}")
 
 
 def _check_connect(url: str) -> None:
