@@ -398,12 +398,17 @@ class PostgresCheckpointStore:
                 raise _CommitLost() from exc
         return result
 
-    def _open(self, conn: Conn) -> None:
+    def _open(self, conn: Conn) -> psycopg.Cursor[Any]:
         """Queue the ``BEGIN`` (and :attr:`_begin`) of a :meth:`_tx_opened` body
-        (call inside the body's pipeline, before its first statement)."""
-        conn.execute("BEGIN", prepare=False)
+        (call inside the body's pipeline, before its first statement) on a
+        new cursor, and return it: the body's statement goes on the same
+        cursor (whose results are then that statement's), which spares
+        psycopg a cursor per statement."""
+        cur = conn.cursor()
+        cur.execute("BEGIN", prepare=False)
         if self._begin is not None:
-            conn.execute(self._begin, prepare=False)
+            cur.execute(self._begin, prepare=False)
+        return cur
 
     def _commit(self, conn: Conn) -> None:
         """COMMIT (a seam the commit-loss tests fault)."""
@@ -599,8 +604,8 @@ class PostgresCheckpointStore:
             except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
                 raise unstorable(first, exc) from exc
             with conn.pipeline():
-                self._open(conn)
-                cur = conn.execute(_CREATE_RUN, (*args, *row))
+                cur = self._open(conn)
+                cur.execute(_CREATE_RUN, (*args, *row))
             got = cur.fetchone()
             assert got is not None
             xact.note(got[0], got[1])
@@ -821,9 +826,8 @@ class PostgresCheckpointStore:
             )
             args += row
             with conn.pipeline():
-                if xact is not None:
-                    self._open(conn)
-                cur = conn.execute(sql, args)
+                cur = self._open(conn) if xact is not None else conn.cursor()
+                cur.execute(sql, args)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             if isinstance(exc, psycopg.Error):
                 raise
