@@ -354,9 +354,7 @@ class PostgresCheckpointStore:
                 self._own_commits += 1
             return result
 
-    def _attempt(
-        self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool
-    ) -> T:
+    def _attempt(self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool) -> T:
         with self.pool.connection() as conn:
             return self._attempt_on(conn, body, write, opens, tx)
 
