@@ -6,7 +6,10 @@ A step's append is one pipeline (``BEGIN``, the compare-and-set on ``runs``
 and the checkpoint insert as one statement that also returns the
 transaction id) and one ``COMMIT``: two round trips, directly and behind a
 transaction-mode pooler (whose ``SET LOCAL search_path`` rides in the same
-pipeline). Counts, not times: a regression adds a round trip and fails here.
+pipeline). A read on a direct connection is one statement in no
+transaction, a NOTIFY batch one simple query, and a transaction borrows a
+pooled connection once, in autocommit mode. Counts, not times: a regression
+adds a round trip or a checkout and fails here.
 """
 
 from __future__ import annotations
@@ -121,5 +124,60 @@ def test_behind_pgbouncer_an_append_is_two_round_trips(bouncer, pg_url):
         assert wire.snapshot()[0] == 20
         assert store.latest("r1").state == {"n": 10}
     finally:
+        store.close()
+        wire.close()
+
+
+def test_a_ten_step_run_borrows_a_pooled_connection_once_per_transaction(pg_url):
+    """The client CPU a step costs, counted where it cannot move with load:
+    one pool checkout per transaction (create_run, 10 appends, the head read
+    back), and every connection stays in autocommit mode (the store sends
+    its own BEGIN; switching modes cost a lock and a wait twice a step)."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    store = open_postgres_store(pg_url, max_connections=2)
+    store.notifier.enabled = False  # it borrows connections of its own
+    try:
+        b = FlowBuilder("count", _N)
+        for i in range(10):
+            b.step(f"s{i}", lambda s: {"n": s.n + 1})
+        engine = Engine(store, flows=[b.chain().compile()])
+        assert engine.run("count", {}).state.n == 10  # warm
+        before = store.pool.get_stats()["requests_num"]
+        assert engine.run("count", {}).state.n == 10
+        assert store.pool.get_stats()["requests_num"] - before == 1 + 10 + 1
+        with store.pool.connection() as conn:
+            assert conn.autocommit
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("pooler", ["none", "transaction"])
+def test_a_notify_batch_is_one_round_trip(pg_url, pooler):
+    """A NOTIFY batch (its BEGIN, SET LOCAL, the notifications and COMMIT)
+    is one simple query: one round trip, whatever it carries; a listener
+    hears every payload."""
+    import psycopg
+
+    from desktop_app.store.postgres.notify import WAKE
+
+    store, wire = _counted_store(pg_url, pooler=pooler)
+    listener = psycopg.connect(pg_url, autocommit=True)
+    try:
+        listener.execute(f"LISTEN {WAKE}")
+        store.notifier.enabled = True
+        wire.reset()
+        with store.notifier._cond:  # queue three before the thread takes any
+            for name in ("a", "b'c", "d,{e}"):
+                store.notifier._pending.setdefault(WAKE, set()).add(f"s:{name}")
+        store.notifier.send(WAKE, "s:f")
+        heard = {n.payload for n in listener.notifies(timeout=10, stop_after=4)}
+        assert heard == {"s:a", "s:b'c", "s:d,{e}", "s:f"}
+        store.notifier.close()  # waits for its thread to finish the batch
+        assert store.notifier.batches == 1
+        trips, _requests, messages = wire.snapshot()
+        assert (trips, messages["Q"], messages["E"]) == (1, 1, 0)
+    finally:
+        listener.close()
         store.close()
         wire.close()
