@@ -355,8 +355,14 @@ class PostgresCheckpointStore:
             return result
 
     def _attempt(self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool) -> T:
-        with self.pool.connection() as conn:
+        # getconn/putconn, not pool.connection(): its ``with conn`` calls
+        # commit() again once _attempt_on has ended the transaction (nothing
+        # to send, but a lock and a wait on psycopg's side at every step)
+        conn = self.pool.getconn()
+        try:
             return self._attempt_on(conn, body, write, opens, tx)
+        finally:
+            self.pool.putconn(conn)
 
     def _attempt_on(
         self, conn: Conn, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool
