@@ -515,12 +515,12 @@ def main() -> int:
                   f"{[round(x, 2) for x in per_round]}")  # fmt: skip
             per_round = [a / b for a, b in zip(res[f"flowdesk {n}"], res[f"{base} {n}"],
                                                strict=True)]  # fmt: skip
+            print(f"this checkout / {base}, {n} in flight steps/s per round: "
+                  f"median {statistics.median(per_round):.2f}, "
+                  f"{[round(x, 2) for x in per_round]}")  # fmt: skip
             per_round = [a / b for a, b in zip(res["flowdesk cpu"], res[f"{base} cpu"],
                                                strict=True)]  # fmt: skip
             print(f"this checkout / {base}, client CPU per step per round: "
-                  f"median {statistics.median(per_round):.2f}, "
-                  f"{[round(x, 2) for x in per_round]}")  # fmt: skip
-            print(f"this checkout / {base}, {n} in flight steps/s per round: "
                   f"median {statistics.median(per_round):.2f}, "
                   f"{[round(x, 2) for x in per_round]}")  # fmt: skip
         print("per round:", {k: [round(x, 1) for x in v] for k, v in res.items()})
