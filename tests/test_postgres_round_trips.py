@@ -64,11 +64,17 @@ def test_an_append_is_two_round_trips_and_create_run_too(counted):
     appended = wire.snapshot()
     assert created[0] == 2, created
     assert appended[0] - created[0] == 20, appended
-    # statements: BEGIN (, SET LOCAL behind a pooler) and the one append
-    # statement (extended protocol), COMMIT (simple)
-    per_append = 3 if store._begin is not None else 2
-    assert appended[2]["E"] - created[2]["E"] == 10 * per_append
-    assert appended[2]["Q"] - created[2]["Q"] == 10
+    # messages. Direct: BEGIN and EXECUTE of the append statement, prepared
+    # under a name on the connection (PREPARE rides in the first one), as one
+    # simple query, then COMMIT. Behind a pooler, which keeps no session: a
+    # pipeline of BEGIN, SET LOCAL and the statement (extended protocol),
+    # then COMMIT (simple).
+    if store._begin is None:
+        assert appended[2]["E"] - created[2]["E"] == 0
+        assert appended[2]["Q"] - created[2]["Q"] == 20
+    else:
+        assert appended[2]["E"] - created[2]["E"] == 10 * 3
+        assert appended[2]["Q"] - created[2]["Q"] == 10
     assert store.latest("r1").state == {"n": 10}
 
 
@@ -179,5 +185,36 @@ def test_a_notify_batch_is_one_round_trip(pg_url, pooler):
         assert (trips, messages["Q"], messages["E"]) == (1, 1, 0)
     finally:
         listener.close()
+        store.close()
+        wire.close()
+
+
+def test_a_named_statement_survives_rollbacks_and_a_session_reset_prepares_it_again(pg_url):
+    """On a direct connection the append statement is prepared by name once
+    per connection (the PREPARE rides in the first append's query). A
+    rolled-back append keeps it; a session that lost it (``DISCARD ALL``)
+    costs one failed try and a rollback, then it is prepared again: nothing
+    is lost and nothing is written twice."""
+    store, wire = _counted_store(pg_url)
+    try:
+        store.create_run(_run("r1"), _cp("r1", 0, 0))
+        store.append(_cp("r1", 1, 1))
+        with pytest.raises(RevisionConflictError):
+            store.append(_cp("r1", 1, 99))  # rolled back on the same connection
+        wire.reset()
+        store.append(_cp("r1", 2, 2))
+        assert wire.snapshot()[0] == 2
+        assert store.pool.get_stats()["pool_size"] == 1  # the one connection every call took
+        with store.pool.connection() as conn:
+            assert [r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")]
+            conn.execute("DISCARD ALL")
+            conn.execute("SET search_path = flowdesk")
+        wire.reset()
+        store.append(_cp("r1", 3, 3))
+        # the EXECUTE that fails, ROLLBACK, PREPARE with BEGIN and EXECUTE, COMMIT
+        assert wire.snapshot()[0] == 4
+        assert [h.revision for h in store.history("r1")] == [0, 1, 2, 3]
+        assert store.latest("r1").state == {"n": 3}
+    finally:
         store.close()
         wire.close()
