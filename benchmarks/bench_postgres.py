@@ -225,6 +225,53 @@ class FlowdeskBench:
 
         return threads * runs * self.steps / in_parallel(threads, body)
 
+    def split(self, runs: int) -> dict[str, Any]:
+        """Where the client CPU of a step goes: ``runs`` runs under cProfile
+        with a CPU clock (``time.thread_time``: waits for the server do not
+        count), each function's own time put in one bucket by where it
+        lives, the shares scaled to the unprofiled CPU per step (cProfile
+        inflates call-heavy buckets: read the split, not the absolute
+        profiled time), and Python calls per step (a count: it does not move
+        with load). psycopg's C parts (libpq, the socket calls) count to the
+        psycopg function that called them. Main thread only: the NOTIFY
+        thread's CPU is in ``cpu`` but not here."""
+        import cProfile
+        import pstats
+
+        buckets = {
+            "engine (desktop_app/flow)": "/desktop_app/flow/",
+            "store/postgres": "/desktop_app/store/postgres/",
+            "store, shared (rows, codec)": "/desktop_app/store/",
+            "psycopg_pool": "/psycopg_pool/",
+            "psycopg (+ libpq, sockets)": "/psycopg/",
+            "pydantic": "pydantic",
+            "JSON": "json",
+        }
+
+        def bucket(where: str, name: str) -> str:
+            for key, part in buckets.items():
+                if part in where or (where == "~" and part.strip("/") in name):
+                    return key
+            return "stdlib, builtins, other"
+
+        prof = cProfile.Profile(time.thread_time)
+        prof.enable()
+        for _ in range(runs):
+            self.engine.run("bench", {})
+        prof.disable()
+        own: dict[str, float] = {}
+        calls: dict[str, float] = {}
+        for (where, _line, name), row in pstats.Stats(prof).stats.items():  # type: ignore[attr-defined]
+            key = bucket(where, name)
+            own[key] = own.get(key, 0.0) + row[2]
+            calls[key] = calls.get(key, 0.0) + row[1]
+        total = sum(own.values()) or 1.0
+        n = runs * self.steps
+        return {
+            "us": {k: v / total * self.cpu_us for k, v in own.items()},
+            "calls": {k: v / n for k, v in calls.items()},
+        }
+
     def trips(self, runs: int) -> dict[str, float]:
         """Round trips and statements per step, ``runs`` runs through a counting proxy."""
         from desktop_app.flow import Engine
@@ -261,6 +308,8 @@ def worker(url: str, steps: int) -> int:
             out = {"per_s": bench.many(cmd["runs"], cmd["threads"])}
         elif cmd["op"] == "trips":
             out = bench.trips(cmd["runs"])
+        elif cmd["op"] == "split":
+            out = bench.split(cmd["runs"])
         else:
             break
         print(json.dumps(out), flush=True)
@@ -349,6 +398,8 @@ def main() -> int:
     p.add_argument("--fsync", choices=["on", "off"], default="on",
                    help="the private cluster's fsync (without --dsn)")  # fmt: skip
     p.add_argument("--no-peers", action="store_true", help="leave DBOS out")
+    p.add_argument("--split", action="store_true",
+                   help="after the rounds, where a step's client CPU goes (cProfile)")  # fmt: skip
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--code", help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
@@ -413,6 +464,11 @@ def main() -> int:
                 note(f"dbos {n}", peer.many(args.runs // 2 or 1, n))
         load_after = os.getloadavg()
         trips = {name: w.ask(op="trips", runs=args.runs) for name, w in workers.items()}
+        splits = (
+            {name: w.ask(op="split", runs=args.runs) for name, w in workers.items()}
+            if args.split
+            else {}
+        )
         med = {k: statistics.median(v) for k, v in res.items()}
         print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}")
         print(f"{'measure':38} {'median':>10} {'mean':>10} {'max':>10} {'min':>10}")
@@ -437,6 +493,11 @@ def main() -> int:
             print(f"  per step      : {t['round trips']:.2f} round trips, "
                   f"{t['statements']:.2f} statements, {cpu:.0f} us client CPU (one process, "
                   f"one GIL: at most {1e6 / cpu:.0f} steps/s)")  # fmt: skip
+            if name in splits:
+                us, calls = splits[name]["us"], splits[name]["calls"]
+                print(f"  client CPU of a step ({sum(calls.values()):.0f} Python calls):")
+                for k in sorted(us, key=lambda k: -us[k]):
+                    print(f"    {k:30} {us[k]:6.0f} us  {calls[k]:6.1f} calls")
             if peer is not None:
                 d1, dn = med["dbos 1"], med[f"dbos {n}"]
                 print(f"  vs DBOS       : {d1 / one:.2f} x faster at 1 in flight (target >= 3), "
@@ -455,6 +516,11 @@ def main() -> int:
             per_round = [a / b for a, b in zip(res[f"flowdesk {n}"], res[f"{base} {n}"],
                                                strict=True)]  # fmt: skip
             print(f"this checkout / {base}, {n} in flight steps/s per round: "
+                  f"median {statistics.median(per_round):.2f}, "
+                  f"{[round(x, 2) for x in per_round]}")  # fmt: skip
+            per_round = [a / b for a, b in zip(res["flowdesk cpu"], res[f"{base} cpu"],
+                                               strict=True)]  # fmt: skip
+            print(f"this checkout / {base}, client CPU per step per round: "
                   f"median {statistics.median(per_round):.2f}, "
                   f"{[round(x, 2) for x in per_round]}")  # fmt: skip
         print("per round:", {k: [round(x, 1) for x in v] for k, v in res.items()})

@@ -6,7 +6,10 @@ A step's append is one pipeline (``BEGIN``, the compare-and-set on ``runs``
 and the checkpoint insert as one statement that also returns the
 transaction id) and one ``COMMIT``: two round trips, directly and behind a
 transaction-mode pooler (whose ``SET LOCAL search_path`` rides in the same
-pipeline). Counts, not times: a regression adds a round trip and fails here.
+pipeline). A read on a direct connection is one statement in no
+transaction, a NOTIFY batch one simple query, and a transaction borrows a
+pooled connection once, in autocommit mode. Counts, not times: a regression
+adds a round trip or a checkout and fails here.
 """
 
 from __future__ import annotations
@@ -61,11 +64,17 @@ def test_an_append_is_two_round_trips_and_create_run_too(counted):
     appended = wire.snapshot()
     assert created[0] == 2, created
     assert appended[0] - created[0] == 20, appended
-    # statements: BEGIN (, SET LOCAL behind a pooler) and the one append
-    # statement (extended protocol), COMMIT (simple)
-    per_append = 3 if store._begin is not None else 2
-    assert appended[2]["E"] - created[2]["E"] == 10 * per_append
-    assert appended[2]["Q"] - created[2]["Q"] == 10
+    # messages. Direct: BEGIN and EXECUTE of the append statement, prepared
+    # under a name on the connection (PREPARE rides in the first one), as one
+    # simple query, then COMMIT. Behind a pooler, which keeps no session: a
+    # pipeline of BEGIN, SET LOCAL and the statement (extended protocol),
+    # then COMMIT (simple).
+    if store._begin is None:
+        assert appended[2]["E"] - created[2]["E"] == 0
+        assert appended[2]["Q"] - created[2]["Q"] == 20
+    else:
+        assert appended[2]["E"] - created[2]["E"] == 10 * 3
+        assert appended[2]["Q"] - created[2]["Q"] == 10
     assert store.latest("r1").state == {"n": 10}
 
 
@@ -76,9 +85,10 @@ def test_a_lost_compare_and_set_costs_one_more_round_trip_and_writes_nothing(cou
     wire.reset()
     with pytest.raises(RevisionConflictError):
         store.append(_cp("r1", 1, 99))  # revision 1 is taken
-    # reading revision 0 to diff against (BEGIN, SELECT, COMMIT; SET LOCAL
-    # behind a pooler), then the pipeline, the read of why it failed, ROLLBACK
-    assert wire.snapshot()[0] == (7 if store._begin is not None else 6)
+    # reading revision 0 to diff against (one SELECT, in no transaction;
+    # behind a pooler BEGIN with SET LOCAL, SELECT, COMMIT), then the
+    # pipeline, the read of why it failed, ROLLBACK
+    assert wire.snapshot()[0] == (6 if store._begin is not None else 4)
     assert store.latest("r1").state == {"n": 1}
     lease = Lease("me", 1000.0, 1030.0)
     with pytest.raises(LeaseLostError):
@@ -105,8 +115,9 @@ def test_a_ten_step_run_costs_two_round_trips_per_step_and_a_few_per_run(pg_url)
     finally:
         store.close()
         wire.close()
-    # 10 steps x 2, the run's creation 2, reading its head back once (3)
-    assert trips <= 10 * 2 + 2 + 3, trips
+    # 10 steps x 2, the run's creation 2, reading its head back once (one
+    # SELECT: a read on a direct connection opens no transaction)
+    assert trips <= 10 * 2 + 2 + 1, trips
 
 
 def test_behind_pgbouncer_an_append_is_two_round_trips(bouncer, pg_url):
@@ -118,6 +129,92 @@ def test_behind_pgbouncer_an_append_is_two_round_trips(bouncer, pg_url):
             store.append(_cp("r1", rev, rev))
         assert wire.snapshot()[0] == 20
         assert store.latest("r1").state == {"n": 10}
+    finally:
+        store.close()
+        wire.close()
+
+
+def test_a_ten_step_run_borrows_a_pooled_connection_once_per_transaction(pg_url):
+    """The client CPU a step costs, counted where it cannot move with load:
+    one pool checkout per transaction (create_run, 10 appends, the head read
+    back), and every connection stays in autocommit mode (the store sends
+    its own BEGIN; switching modes cost a lock and a wait twice a step)."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    store = open_postgres_store(pg_url, max_connections=2)
+    store.notifier.enabled = False  # it borrows connections of its own
+    try:
+        b = FlowBuilder("count", _N)
+        for i in range(10):
+            b.step(f"s{i}", lambda s: {"n": s.n + 1})
+        engine = Engine(store, flows=[b.chain().compile()])
+        assert engine.run("count", {}).state.n == 10  # warm
+        before = store.pool.get_stats()["requests_num"]
+        assert engine.run("count", {}).state.n == 10
+        assert store.pool.get_stats()["requests_num"] - before == 1 + 10 + 1
+        with store.pool.connection() as conn:
+            assert conn.autocommit
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("pooler", ["none", "transaction"])
+def test_a_notify_batch_is_one_round_trip(pg_url, pooler):
+    """A NOTIFY batch (its BEGIN, SET LOCAL, the notifications and COMMIT)
+    is one simple query: one round trip, whatever it carries; a listener
+    hears every payload."""
+    import psycopg
+
+    from desktop_app.store.postgres.notify import WAKE
+
+    store, wire = _counted_store(pg_url, pooler=pooler)
+    listener = psycopg.connect(pg_url, autocommit=True)
+    try:
+        listener.execute(f"LISTEN {WAKE}")
+        store.notifier.enabled = True
+        wire.reset()
+        with store.notifier._cond:  # queue three before the thread takes any
+            for name in ("a", "b'c", "d,{e}"):
+                store.notifier._pending.setdefault(WAKE, set()).add(f"s:{name}")
+        store.notifier.send(WAKE, "s:f")
+        heard = {n.payload for n in listener.notifies(timeout=10, stop_after=4)}
+        assert heard == {"s:a", "s:b'c", "s:d,{e}", "s:f"}
+        store.notifier.close()  # waits for its thread to finish the batch
+        assert store.notifier.batches == 1
+        trips, _requests, messages = wire.snapshot()
+        assert (trips, messages["Q"], messages["E"]) == (1, 1, 0)
+    finally:
+        listener.close()
+        store.close()
+        wire.close()
+
+
+def test_a_named_statement_survives_rollbacks_and_a_session_reset_prepares_it_again(pg_url):
+    """On a direct connection the append statement is prepared by name once
+    per connection (the PREPARE rides in the first append's query). A
+    rolled-back append keeps it; a session that lost it (``DISCARD ALL``)
+    costs one failed try and a rollback, then it is prepared again: nothing
+    is lost and nothing is written twice."""
+    store, wire = _counted_store(pg_url)
+    try:
+        store.create_run(_run("r1"), _cp("r1", 0, 0))
+        store.append(_cp("r1", 1, 1))
+        with pytest.raises(RevisionConflictError):
+            store.append(_cp("r1", 1, 99))  # rolled back on the same connection
+        wire.reset()
+        store.append(_cp("r1", 2, 2))
+        assert wire.snapshot()[0] == 2
+        assert store.pool.get_stats()["pool_size"] == 1  # the one connection every call took
+        with store.pool.connection() as conn:
+            assert [r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")]
+            conn.execute("DISCARD ALL")
+            conn.execute("SET search_path = flowdesk")
+        wire.reset()
+        store.append(_cp("r1", 3, 3))
+        # the EXECUTE that fails, ROLLBACK, PREPARE with BEGIN and EXECUTE, COMMIT
+        assert wire.snapshot()[0] == 4
+        assert [h.revision for h in store.history("r1")] == [0, 1, 2, 3]
+        assert store.latest("r1").state == {"n": 3}
     finally:
         store.close()
         wire.close()

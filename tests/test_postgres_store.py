@@ -118,12 +118,19 @@ def test_a_commit_lost_on_every_attempt_is_an_error_and_writes_nothing(proxied, 
 
 @pytest.mark.scenario("S70")
 def test_a_read_whose_commit_is_dropped_is_read_again(proxied):
-    """A read has no transaction id to look up: its lost COMMIT is simply
-    retried on a fresh connection, never reported as an unknown outcome."""
+    """A read has no transaction id to look up: a read transaction
+    (``query``, READ ONLY) whose COMMIT is lost is simply retried on a fresh
+    connection, never reported as an unknown outcome. The store's other
+    reads on a direct connection send no COMMIT at all."""
     store, proxy = proxied
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
     proxy.arm("before_commit")
     assert [h.revision for h in store.history("r1")] == [0]
+    assert proxy.fired == []
+    revisions = store.query(
+        lambda tx: tx.fetchall("SELECT revision FROM checkpoints WHERE run_id=?", ("r1",))
+    )
+    assert revisions == [(0,)]
     assert proxy.fired == ["before_commit"]
 
 
@@ -132,6 +139,8 @@ def test_commit_the_server_still_holds_open_is_ended_then_retried(proxied, pg_st
     """The client's connection is gone but its backend has not noticed: the
     transaction is ``in progress``. The store ends that backend, sees the
     transaction aborted, and runs the append again: exactly one revision 1."""
+    from psycopg.pq import TransactionStatus
+
     store, proxy = proxied
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
     proxy.arm("hold")
@@ -140,9 +149,11 @@ def test_commit_the_server_still_holds_open_is_ended_then_retried(proxied, pg_st
     assert proxy.held_ended.wait(10), "the held backend was never ended"
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
     assert pg_store.latest("r1").state == {"x": 1}
-    # the connection that asked went back to the pool transactional, as it came
+    # the connection that asked went back to the pool as it came: autocommit
+    # (the store opens its own transactions), in no transaction
     with store.pool.connection() as a, store.pool.connection() as b:
-        assert (a.autocommit, b.autocommit) == (False, False)
+        assert (a.autocommit, b.autocommit) == (True, True)
+        assert {a.info.transaction_status, b.info.transaction_status} == {TransactionStatus.IDLE}
     store.append(cp("r1", 2, {"x": 2}))
     assert pg_store.latest("r1").revision == 2
 

@@ -15,7 +15,8 @@ connection does not exist on the next, SQLSTATE 26000/42P05), and, told
 a worker's liveness lock); it connects to a direct URL (see
 :func:`desktop_app.store.postgres.store.open_postgres_store`). On a direct
 connection the store's pool sets ``search_path`` once per connection instead
-and lets psycopg prepare what it runs often (no extra round trip).
+and prepares a step's append statement by name itself (see
+``PostgresCheckpointStore._execute_opening``; no extra round trip).
 
 Errors are classified by SQLSTATE (``exc.sqlstate``) and by psycopg's
 exception classes, never by message text (the PostgreSQL error-code table,
