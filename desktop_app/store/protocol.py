@@ -194,7 +194,7 @@ class SqlResult:
 
 
 @runtime_checkable
-class SqlTx(Protocol):
+class SqlTx(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """The open transaction a domain write or query receives.
 
     SQL uses ``?`` placeholders; the store translates them for its dialect.
@@ -227,7 +227,7 @@ DomainQuery = Callable[[SqlTx], T]
 
 
 @runtime_checkable
-class RunLog(Protocol):
+class RunLog(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Runs and their append-only checkpoints (compare-and-append)."""
 
     scope: str
@@ -336,7 +336,7 @@ class RunLog(Protocol):
 
 
 @runtime_checkable
-class Leases(Protocol):
+class Leases(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Who executes a run, and until when (a lease with a TTL).
 
     "Now" for a lease decision is :meth:`now`: the database's clock where it
@@ -399,7 +399,7 @@ class Leases(Protocol):
 
 
 @runtime_checkable
-class Mailbox(Protocol):
+class Mailbox(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Signals (addressed, consumed once), events (broadcast), waits and deadlines."""
 
     def send_signal(
@@ -433,7 +433,7 @@ class Mailbox(Protocol):
 
 
 @runtime_checkable
-class Outbox(Protocol):
+class Outbox(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Side effects a step queued (committed with its checkpoint), delivered
     after commit by dispatchers that claim them."""
 
@@ -497,7 +497,7 @@ class Outbox(Protocol):
 
 
 @runtime_checkable
-class ChangeFeed(Protocol):
+class ChangeFeed(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Change notification for the UI."""
 
     def data_version(self) -> int:
@@ -506,7 +506,7 @@ class ChangeFeed(Protocol):
 
 
 @runtime_checkable
-class ChangePush(Protocol):
+class ChangePush(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Pushed change notices (the ``push`` capability). Not part of
     :class:`CheckpointStore`: only a store that declares ``push`` has it."""
 
@@ -527,7 +527,7 @@ class ChangePush(Protocol):
 
 
 @runtime_checkable
-class DomainStore(Protocol):
+class DomainStore(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """The flows' own tables (``schema/domain``), reached through :class:`SqlTx`.
     Needs the ``sql`` capability; without it these raise ``StoreError``."""
 
@@ -541,7 +541,7 @@ class DomainStore(Protocol):
 
 
 @runtime_checkable
-class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, Protocol):
+class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Everything the engine needs, implemented by one backend object (so a
     step's checkpoint, signals, intents and domain writes share a transaction).
 
@@ -555,7 +555,7 @@ class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, 
 
 
 @runtime_checkable
-class WorkerClaims(Protocol):
+class WorkerClaims(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Claims for one of several workers (the ``worker_claims`` capability;
     not part of :class:`CheckpointStore`: read the capability, then cast)."""
 
@@ -570,7 +570,7 @@ class WorkerClaims(Protocol):
         ...
 
 
-class ServerTime(Protocol):
+class ServerTime(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """The database's clock (the ``database_clock`` capability; not part of
     :class:`CheckpointStore`: read the capability, then cast)."""
 
@@ -580,7 +580,7 @@ class ServerTime(Protocol):
         ...
 
 
-class AgentLog(Protocol):
+class AgentLog(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
     """Durable agent runs: the run row (with a lease, like flow runs),
     append-only messages (JSON objects) and tool results keyed by tool name +
     canonical input. Every method is one short transaction."""
