@@ -365,6 +365,7 @@ for _part, _were in (
 # their own kill tests
 TESTS_FOR["desktop_app/flow/answers.py"].append("tests/test_mutation_kills_answers.py")
 TESTS_FOR["desktop_app/flow/waiting.py"].append("tests/test_mutation_kills_waiting.py")
+TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay.py")
 
 _RESULT = re.compile(r"^\s+(\S+): (.+)$")
 _KILLED = {"killed", "timeout", "caught by type check"}
