@@ -233,6 +233,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/contract/test_conformance.py",
         "tests/test_digest.py",
         "tests/test_tidy.py",
+        "tests/test_mutation_kills_protocol.py",
     ],
     # the contract suite runs every test on PostgreSQL too (a real server:
     # tests/pg_support.py starts one); mutmut runs a PostgreSQL mutant only
