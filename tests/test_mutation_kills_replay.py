@@ -63,11 +63,13 @@ def test_runs_of_older_versions_skip_a_held_run_and_a_variant_and_list_the_rest(
     # the first runs, in creation order: one of the variant, then one another
     # live engine of this process is driving when the list is taken
     Engine(store, flows=[mode], clock=clock).start("ctx", S())
+    clock.advance(1.0)  # listed by creation time (a tie goes by run id)
     seen: list[list[str]] = []
     listing = Engine(store, flows=[current], clock=clock)
     later: list[str] = []
 
     def drive(s: S) -> dict:
+        clock.advance(1.0)
         later.append(old.start("ctx", S()))  # an older-version run nobody drives
         seen.append([r.run_id for r in listing.incompatible_runs()])
         return {"n": 1}
