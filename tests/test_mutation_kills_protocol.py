@@ -17,9 +17,11 @@ def test_execute_returns_the_rows_as_tuples_and_the_rows_a_write_changed(db_path
         lambda tx: tx.execute("CREATE TABLE notes_demo(k TEXT PRIMARY KEY, n INTEGER NOT NULL)")
     )
     added = store.write(
-        lambda tx: tx.execute(
-            "INSERT INTO notes_demo(k, n) VALUES ('a', 1), ('b', 2), ('c', 3) RETURNING k"
-        ).rowcount
+        lambda tx: (
+            tx.execute(
+                "INSERT INTO notes_demo(k, n) VALUES ('a', 1), ('b', 2), ('c', 3) RETURNING k"
+            ).rowcount
+        )
     )
     assert added == 3
     changed = store.write(lambda tx: tx.execute("UPDATE notes_demo SET n = n + 1 WHERE n > 1"))

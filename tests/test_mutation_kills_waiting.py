@@ -44,8 +44,16 @@ def test_two_failed_event_waits_each_receive_their_event_again(db_path):
 
     flow = (
         FlowBuilder("two", S)
-        .add(WaitStep("a", "event", "ev.a", into="a", policy=Policy(on_error="route", error_route="b")))
-        .add(WaitStep("b", "event", "ev.b", into="b", policy=Policy(on_error="route", error_route="a")))
+        .add(
+            WaitStep(
+                "a", "event", "ev.a", into="a", policy=Policy(on_error="route", error_route="b")
+            )
+        )
+        .add(
+            WaitStep(
+                "b", "event", "ev.b", into="b", policy=Policy(on_error="route", error_route="a")
+            )
+        )
         .step("tick", lambda s: clock.advance(1.0))  # a step that takes a second
         .step("end", lambda s: {"done": True})
         .entry("a")

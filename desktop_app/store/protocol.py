@@ -193,8 +193,11 @@ class SqlResult:
         return iter(self._rows)
 
 
+# The protocols below are signatures only; "no mutate block" keeps mutmut from
+# adding its trampolines to them as members, which isinstance() against a
+# runtime-checkable protocol would then require of every store (docs/mutation.md).
 @runtime_checkable
-class SqlTx(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class SqlTx(Protocol):  # pragma: no mutate block
     """The open transaction a domain write or query receives.
 
     SQL uses ``?`` placeholders; the store translates them for its dialect.
@@ -227,7 +230,7 @@ DomainQuery = Callable[[SqlTx], T]
 
 
 @runtime_checkable
-class RunLog(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class RunLog(Protocol):  # pragma: no mutate block
     """Runs and their append-only checkpoints (compare-and-append)."""
 
     scope: str
@@ -336,7 +339,7 @@ class RunLog(Protocol):  # pragma: no mutate block (signatures only; see docs/mu
 
 
 @runtime_checkable
-class Leases(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class Leases(Protocol):  # pragma: no mutate block
     """Who executes a run, and until when (a lease with a TTL).
 
     "Now" for a lease decision is :meth:`now`: the database's clock where it
@@ -399,7 +402,7 @@ class Leases(Protocol):  # pragma: no mutate block (signatures only; see docs/mu
 
 
 @runtime_checkable
-class Mailbox(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class Mailbox(Protocol):  # pragma: no mutate block
     """Signals (addressed, consumed once), events (broadcast), waits and deadlines."""
 
     def send_signal(
@@ -433,7 +436,7 @@ class Mailbox(Protocol):  # pragma: no mutate block (signatures only; see docs/m
 
 
 @runtime_checkable
-class Outbox(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class Outbox(Protocol):  # pragma: no mutate block
     """Side effects a step queued (committed with its checkpoint), delivered
     after commit by dispatchers that claim them."""
 
@@ -497,7 +500,7 @@ class Outbox(Protocol):  # pragma: no mutate block (signatures only; see docs/mu
 
 
 @runtime_checkable
-class ChangeFeed(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class ChangeFeed(Protocol):  # pragma: no mutate block
     """Change notification for the UI."""
 
     def data_version(self) -> int:
@@ -506,7 +509,7 @@ class ChangeFeed(Protocol):  # pragma: no mutate block (signatures only; see doc
 
 
 @runtime_checkable
-class ChangePush(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class ChangePush(Protocol):  # pragma: no mutate block
     """Pushed change notices (the ``push`` capability). Not part of
     :class:`CheckpointStore`: only a store that declares ``push`` has it."""
 
@@ -527,7 +530,7 @@ class ChangePush(Protocol):  # pragma: no mutate block (signatures only; see doc
 
 
 @runtime_checkable
-class DomainStore(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class DomainStore(Protocol):  # pragma: no mutate block
     """The flows' own tables (``schema/domain``), reached through :class:`SqlTx`.
     Needs the ``sql`` capability; without it these raise ``StoreError``."""
 
@@ -541,7 +544,9 @@ class DomainStore(Protocol):  # pragma: no mutate block (signatures only; see do
 
 
 @runtime_checkable
-class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class CheckpointStore(
+    RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, Protocol
+):  # pragma: no mutate block
     """Everything the engine needs, implemented by one backend object (so a
     step's checkpoint, signals, intents and domain writes share a transaction).
 
@@ -555,7 +560,7 @@ class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, 
 
 
 @runtime_checkable
-class WorkerClaims(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class WorkerClaims(Protocol):  # pragma: no mutate block
     """Claims for one of several workers (the ``worker_claims`` capability;
     not part of :class:`CheckpointStore`: read the capability, then cast)."""
 
@@ -570,7 +575,7 @@ class WorkerClaims(Protocol):  # pragma: no mutate block (signatures only; see d
         ...
 
 
-class ServerTime(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class ServerTime(Protocol):  # pragma: no mutate block
     """The database's clock (the ``database_clock`` capability; not part of
     :class:`CheckpointStore`: read the capability, then cast)."""
 
@@ -580,7 +585,7 @@ class ServerTime(Protocol):  # pragma: no mutate block (signatures only; see doc
         ...
 
 
-class AgentLog(Protocol):  # pragma: no mutate block (signatures only; see docs/mutation.md)
+class AgentLog(Protocol):  # pragma: no mutate block
     """Durable agent runs: the run row (with a lease, like flow runs),
     append-only messages (JSON objects) and tool results keyed by tool name +
     canonical input. Every method is one short transaction."""
