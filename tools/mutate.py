@@ -368,6 +368,9 @@ TESTS_FOR["desktop_app/flow/answers.py"].append("tests/test_mutation_kills_answe
 TESTS_FOR["desktop_app/flow/waiting.py"].append("tests/test_mutation_kills_waiting.py")
 TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay.py")
 
+#: modules whose tests start stdio MCP servers in the test process
+REAL_STDERR = {"desktop_app/agent/mcp.py", "desktop_app/agent/runtime.py"}
+
 _RESULT = re.compile(r"^\s+(\S+): (.+)$")
 _KILLED = {"killed", "timeout", "caught by type check"}
 _SKIPPED = {"skipped", "not checked", "check was interrupted by user"}
@@ -419,6 +422,12 @@ def configure(dest: Path, module: str) -> None:
         "timeout_multiplier = 5.0",
         "",
     ]
+    if module in REAL_STDERR:
+        # mutmut's output catcher swaps sys.stderr for an object with no file
+        # behind it, which the MCP SDK hands a stdio server's process as its
+        # stderr ("I/O operation on closed file"): the clean run fails. With
+        # debug, mutmut leaves sys.stderr alone (and prints the tests' output)
+        section.insert(-1, "debug = true")
     with open(dest / "pyproject.toml", "a", encoding="utf-8") as fh:
         fh.write("\n".join(section))
 
