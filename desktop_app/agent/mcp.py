@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future
@@ -312,7 +313,10 @@ class McpServer:
             env=self.env or None,
             cwd=str(self.cwd) if self.cwd else None,
         )
-        return params if errlog is None else stdio_client(params, errlog=errlog)
+        # the SDK's own default is the sys.stderr of when it was imported,
+        # which may be closed by now (a test session that ended, an app that
+        # swapped its streams back): the server's stderr goes to today's
+        return stdio_client(params, errlog=errlog if errlog is not None else sys.stderr)
 
     def _thread_main(self) -> None:
         try:

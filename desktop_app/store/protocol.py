@@ -194,8 +194,11 @@ class SqlResult:
         return iter(self._rows)
 
 
+# The protocols below are signatures only; "no mutate block" keeps mutmut from
+# adding its trampolines to them as members, which isinstance() against a
+# runtime-checkable protocol would then require of every store (docs/mutation.md).
 @runtime_checkable
-class SqlTx(Protocol):
+class SqlTx(Protocol):  # pragma: no mutate block
     """The open transaction a domain write or query receives.
 
     SQL uses ``?`` placeholders; the store translates them for its dialect.
@@ -228,7 +231,7 @@ DomainQuery = Callable[[SqlTx], T]
 
 
 @runtime_checkable
-class RunLog(Protocol):
+class RunLog(Protocol):  # pragma: no mutate block
     """Runs and their append-only checkpoints (compare-and-append)."""
 
     scope: str
@@ -337,7 +340,7 @@ class RunLog(Protocol):
 
 
 @runtime_checkable
-class Leases(Protocol):
+class Leases(Protocol):  # pragma: no mutate block
     """Who executes a run, and until when (a lease with a TTL).
 
     "Now" for a lease decision is :meth:`now`: the database's clock where it
@@ -400,7 +403,7 @@ class Leases(Protocol):
 
 
 @runtime_checkable
-class Mailbox(Protocol):
+class Mailbox(Protocol):  # pragma: no mutate block
     """Signals (addressed, consumed once), events (broadcast), waits and deadlines."""
 
     def send_signal(
@@ -434,7 +437,7 @@ class Mailbox(Protocol):
 
 
 @runtime_checkable
-class Outbox(Protocol):
+class Outbox(Protocol):  # pragma: no mutate block
     """Side effects a step queued (committed with its checkpoint), delivered
     after commit by dispatchers that claim them."""
 
@@ -498,7 +501,7 @@ class Outbox(Protocol):
 
 
 @runtime_checkable
-class ChangeFeed(Protocol):
+class ChangeFeed(Protocol):  # pragma: no mutate block
     """Change notification for the UI."""
 
     def data_version(self) -> int:
@@ -507,7 +510,7 @@ class ChangeFeed(Protocol):
 
 
 @runtime_checkable
-class ChangePush(Protocol):
+class ChangePush(Protocol):  # pragma: no mutate block
     """Pushed change notices (the ``push`` capability). Not part of
     :class:`CheckpointStore`: only a store that declares ``push`` has it."""
 
@@ -528,7 +531,7 @@ class ChangePush(Protocol):
 
 
 @runtime_checkable
-class DomainStore(Protocol):
+class DomainStore(Protocol):  # pragma: no mutate block
     """The flows' own tables (``schema/domain``), reached through :class:`SqlTx`.
     Needs the ``sql`` capability; without it these raise ``StoreError``."""
 
@@ -542,7 +545,9 @@ class DomainStore(Protocol):
 
 
 @runtime_checkable
-class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, Protocol):
+class CheckpointStore(
+    RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, Protocol
+):  # pragma: no mutate block
     """Everything the engine needs, implemented by one backend object (so a
     step's checkpoint, signals, intents and domain writes share a transaction).
 
@@ -556,7 +561,7 @@ class CheckpointStore(RunLog, Leases, Mailbox, Outbox, ChangeFeed, DomainStore, 
 
 
 @runtime_checkable
-class WorkerClaims(Protocol):
+class WorkerClaims(Protocol):  # pragma: no mutate block
     """Claims for one of several workers (the ``worker_claims`` capability;
     not part of :class:`CheckpointStore`: read the capability, then cast)."""
 
@@ -571,7 +576,7 @@ class WorkerClaims(Protocol):
         ...
 
 
-class ServerTime(Protocol):
+class ServerTime(Protocol):  # pragma: no mutate block
     """The database's clock (the ``database_clock`` capability; not part of
     :class:`CheckpointStore`: read the capability, then cast)."""
 
@@ -581,7 +586,7 @@ class ServerTime(Protocol):
         ...
 
 
-class AgentLog(Protocol):
+class AgentLog(Protocol):  # pragma: no mutate block
     """Durable agent runs: the run row (with a lease, like flow runs),
     append-only messages (JSON objects) and tool results keyed by tool name +
     canonical input. Every method is one short transaction."""

@@ -1,0 +1,158 @@
+"""What a person sees when answering (flow/answers.py): an interrupt's
+``choices`` (the only answers taken, each question its own), the message of a
+refused answer, and the answer that lost a race with another process's.
+
+Each test runs a real engine over a real SQLite file (``db_path``)."""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.errors import InputError, RevisionConflictError, WaitAlreadyResolvedError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.store.sqlite.store import open_store
+
+
+class S(BaseModel):
+    notes: list[str] = []
+    n: int = 0
+
+
+def two_questions(calls: Counter[str]):
+    """Two parallel branches, each asking its own question with its own choices."""
+
+    def branch(name: str, choices: tuple[str, ...]):
+        def fn(s: S, ctx) -> dict:
+            calls[name] += 1
+            got = ctx.interrupt(f"{name}?", choices=choices)
+            return {"notes": [f"{name}:{got}"]}
+
+        return fn
+
+    return (
+        FlowBuilder("choose", S)
+        .parallel(
+            "ask",
+            {"ship": branch("ship", ("yes", "no")), "size": branch("size", ("small", "large"))},
+            reducers={"notes": operator.add},
+        )
+        .step("after", lambda s: {"n": len(s.notes)})
+        .chain()
+        .compile()
+    )
+
+
+def wait_ids(engine: Engine, run_id: str) -> dict[str, str]:
+    """branch name -> its pending wait id"""
+    return {w.wait_id.split("/")[1].split(":")[0]: w.wait_id for w in engine.waits(run_id)}
+
+
+def test_each_question_takes_only_its_own_choices_trimmed_and_lower_cased(db_path):
+    calls: Counter[str] = Counter()
+    engine = Engine(open_store(db_path), flows=[two_questions(calls)], clock=ManualClock())
+    rid = engine.run("choose", S()).run_id
+    waits = wait_ids(engine, rid)
+    assert set(waits) == {"ship", "size"}
+    before = engine.store.latest(rid)
+    # the other question's word, a typo and a non-text answer: each refused,
+    # with the question's own choices named, and nothing changes
+    for value, shown in (("small", "'small'"), ("maybe", "'maybe'"), (1, "1")):
+        with pytest.raises(InputError) as refused:
+            engine.resume_with(rid, value, wait_id=waits["ship"])
+        assert str(refused.value) == (
+            f"run {rid}: {shown} is not an answer to this question; "
+            "answer yes or no (the run is still waiting)"
+        )
+    with pytest.raises(InputError) as refused:
+        engine.resume_with(rid, "yes", wait_id=waits["size"])
+    assert str(refused.value) == (
+        f"run {rid}: 'yes' is not an answer to this question; "
+        "answer small or large (the run is still waiting)"
+    )
+    after = engine.store.latest(rid)
+    assert after.revision == before.revision and after.waits == before.waits
+    assert engine.status(rid).status == "waiting"
+    # a chosen word, as typed: the step gets it trimmed and lower-cased
+    engine.resume_with(rid, "  YES ", wait_id=waits["ship"])
+    done = engine.resume_with(rid, "Large", wait_id=waits["size"])
+    assert done.status == "completed"
+    assert sorted(done.state.notes) == ["ship:yes", "size:large"]
+    assert calls == {"ship": 2, "size": 2}
+    engine.store.close()
+
+
+class HookClock(ManualClock):
+    """A manual clock that runs ``hook`` once, the first time it is read
+    after :meth:`arm`: another process acting between this engine's read of
+    the run and its save of the answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hook: Callable[[], None] | None = None
+
+    def arm(self, hook: Callable[[], None]) -> None:
+        self.hook = hook
+
+    def now(self) -> float:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return super().now()
+
+
+def approval():
+    def approve(s: S, ctx) -> dict:
+        return {"notes": [f"approved:{ctx.interrupt('ship it?', choices=('yes', 'no'))}"]}
+
+    return FlowBuilder("approve", S).step("approve", approve).chain().compile()
+
+
+def test_an_answer_that_loses_the_race_says_the_first_answer_stands(db_path):
+    """Two engines over one file (the app and the CLI): the second read the
+    waiting run before the first saved its answer; its own save conflicts and
+    it is told the question was answered a moment ago, not to reload."""
+    db = db_path
+    first = Engine(open_store(db), flows=[approval()], clock=ManualClock())
+    rid = first.run("approve", S()).run_id
+    (wait,) = first.waits(rid)
+    clock = HookClock()
+    second = Engine(open_store(db), flows=[approval()], clock=clock)
+    won: list[str] = []
+    clock.arm(lambda: won.append(first.resume_with(rid, "no").status))
+    with pytest.raises(WaitAlreadyResolvedError) as lost:
+        second.resume_with(rid, "yes")
+    assert won == ["completed"]
+    assert str(lost.value) == (
+        f"run {rid}: wait {wait.wait_id} was answered a moment ago by another "
+        "process; the first answer stands and nothing ran here"
+    )
+    assert first.store.latest(rid).state["notes"] == ["approved:no"]
+    first.store.close()
+    second.store.close()
+
+
+def test_an_answer_that_loses_to_another_question_s_answer_is_not_told_it_was_answered(db_path):
+    """The other process answered the *other* question first: this answer's
+    save conflicts, it is told so (not that its question was answered), and
+    given again it is taken."""
+    calls: Counter[str] = Counter()
+    first = Engine(open_store(db_path), flows=[two_questions(calls)], clock=ManualClock())
+    rid = first.run("choose", S()).run_id
+    waits = wait_ids(first, rid)
+    clock = HookClock()
+    second = Engine(open_store(db_path), flows=[two_questions(calls)], clock=clock)
+    clock.arm(lambda: first.resume_with(rid, "small", wait_id=waits["size"]))
+    with pytest.raises(RevisionConflictError):
+        second.resume_with(rid, "yes", wait_id=waits["ship"])
+    assert [w.wait_id for w in second.waits(rid)] == [waits["ship"]]
+    done = second.resume_with(rid, "yes", wait_id=waits["ship"])
+    assert done.status == "completed"
+    assert sorted(done.state.notes) == ["ship:yes", "size:small"]
+    first.store.close()
+    second.store.close()

@@ -1,0 +1,121 @@
+"""Event waits that fail and are begun again (flow/waiting.py): each failed
+event wait keeps its own start, so the wait begun after it receives the
+event it could not take, even while another step's failed wait is kept too.
+
+A real engine over a real SQLite file (``db_path``), a manual clock."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.flow.definition import Policy, WaitStep
+from desktop_app.store.sqlite.store import open_store
+
+
+class S(BaseModel):
+    a: str | None = None
+    b: str | None = None
+    error: str | None = None
+    done: bool = False
+
+
+def test_two_failed_event_waits_each_receive_their_event_again(db_path):
+    """A's route fails on its event and routes the error to B; B's route
+    fails on its own and routes back to A. Both failed waits are kept (each
+    from its own start): A's new wait receives A's event again, then, a
+    second later, B's new wait receives B's event (published before it
+    began) again, and the run completes without a new event published."""
+    routes = {"a": 0, "b": 0}
+    clock = ManualClock()
+
+    def route_a(s: S) -> str:
+        routes["a"] += 1
+        if routes["a"] == 1:
+            raise KeyError("a: not yet")
+        return "tick"
+
+    def route_b(s: S) -> str:
+        routes["b"] += 1
+        if routes["b"] == 1:
+            raise KeyError("b: not yet")
+        return "end"
+
+    flow = (
+        FlowBuilder("two", S)
+        .add(
+            WaitStep(
+                "a", "event", "ev.a", into="a", policy=Policy(on_error="route", error_route="b")
+            )
+        )
+        .add(
+            WaitStep(
+                "b", "event", "ev.b", into="b", policy=Policy(on_error="route", error_route="a")
+            )
+        )
+        .step("tick", lambda s: clock.advance(1.0))  # a step that takes a second
+        .step("end", lambda s: {"done": True})
+        .entry("a")
+        .route("a", route_a, ["b", "tick"])
+        .edge("tick", "b")
+        .route("b", route_b, ["end"])
+        .finish("end")
+        .compile()
+    )
+    store = open_store(db_path)
+    engine = Engine(store, flows=[flow], clock=clock)
+    rid = engine.run("two", S()).run_id
+    (wait_a,) = engine.waits(rid)
+    engine.clock.advance(5.0)
+    engine.publish("ev.a", "a1")  # A's route fails: on to B, A's wait start kept
+    (wait_b,) = engine.waits(rid)
+    assert wait_b.step_id == "b"
+    assert engine.store.latest(rid).meta["event_since"] == {"a": wait_a.created_at}
+    engine.clock.advance(5.0)
+    engine.publish("ev.b", "b1")  # B's route fails: back to A, which gets a1 again
+    out = engine.store.latest(rid)
+    assert (out.status, out.state["a"], out.state["b"], out.state["done"]) == (
+        "completed",
+        "a1",
+        "b1",
+        True,
+    ), (out.status, out.meta, out.waits)
+    assert routes == {"a": 2, "b": 2}
+    assert not any("since" in k.lower() for k in out.meta), out.meta
+    store.close()
+
+
+class Box(BaseModel):
+    payload: object = None
+    picked: bool = False
+
+
+def test_a_signal_another_writer_stored_too_deep_fails_the_step_naming_the_field(db_path):
+    """A signal stored by another writer (not through ``Engine.signal``,
+    which refuses it) that validates but no checkpoint can hold: the wait
+    step fails naming its field, and the signal stays unconsumed."""
+    flow = (
+        FlowBuilder("deep", Box)
+        .wait_signal("got", "parcel", "p-1", into="payload")
+        .step("use", lambda s: {"picked": True})
+        .chain()
+        .compile()
+    )
+    store = open_store(db_path)
+    engine = Engine(store, flows=[flow], clock=ManualClock())
+    rid = engine.run("deep", Box()).run_id
+    deep: object = "x"
+    for _ in range(400):
+        deep = [deep]
+    store.send_signal("parcel", "p-1", deep, engine.clock.now())
+    out = engine.wake(rid)
+    assert out.status == "failed"
+    cp = engine.store.latest(rid)
+    assert cp.steps["got"].error_type == "WaitPayloadError"
+    assert (
+        f"run {rid}: the signal payload for step 'got' cannot be stored in field 'payload': "
+        "Maximum serialization depth exceeded"
+    ) in (out.error or ""), out.error
+    assert store.next_signal("parcel", "p-1") is not None
+    store.close()
