@@ -709,9 +709,7 @@ class SqliteCheckpointStore:
             if first is None or first[0] is None or first[0] >= oldest_kept:
                 return 0
             base = self._load(run_id, oldest_kept)
-            deleted = _scalar(
-                self.conn.execute(CK.COUNT_BELOW, (run_id, oldest_kept))
-            )
+            deleted = _scalar(self.conn.execute(CK.COUNT_BELOW, (run_id, oldest_kept)))
             self.conn.execute(CK.DELETE_TO, (run_id, oldest_kept))
             self._write_checkpoint(base, None)
         self.vacuum(min_free_pages=256)
