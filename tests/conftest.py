@@ -59,6 +59,20 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
             monkeypatch.delenv(var, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _snapshots_without_animation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A snapshot shows the screen at rest, not a frame of an animation.
+
+    Textual animates a tab's underline and scrolling; under load a snapshot
+    could catch a frame mid-way. An App reads ``textual.constants.TEXTUAL_ANIMATIONS``
+    when it is made, so only the apps of tests that take ``snap_compare`` see "none".
+    """
+    if "snap_compare" in request.fixturenames:
+        import textual.constants
+
+        monkeypatch.setattr(textual.constants, "TEXTUAL_ANIMATIONS", "none")
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     """A database file with the schema applied (created, mode 0600)."""

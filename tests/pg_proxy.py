@@ -19,31 +19,26 @@ text), so a test can aim at one write of a whole command.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 from typing import Literal
+
+from tests.tcp_relay import TcpRelay
 
 COMMIT_MSG = b"Q\x00\x00\x00\x0bCOMMIT\x00"
 Mode = Literal["before_commit", "after_commit", "hold", "after_commit_unreachable"]
 
 
-class CommitDropProxy:
+class CommitDropProxy(TcpRelay):
     def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
+        super().__init__(target_port)
         self._armed: Mode | None = None
         self._shots = 0
         self._after: bytes = b""
-        self._lock = threading.Lock()
         self.fired: list[Mode] = []
-        self._closed = False
-        self._refusing = False
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
         #: set when the server closed a connection held open by ``hold``
         self.held_ended = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.start()
 
     def arm(self, mode: Mode, times: int = 1, *, after: bytes = b"") -> None:
         """Drop the next ``times`` connections that send COMMIT (one shot each);
@@ -53,11 +48,11 @@ class CommitDropProxy:
 
     def refuse(self) -> None:
         """Refuse every new connection from now on (open ones carry on)."""
-        self._refusing = True
+        self.refusing = True
 
     def admit(self) -> None:
         """Accept new connections again (after :meth:`refuse`)."""
-        self._refusing = False
+        self.refusing = False
 
     def _take(self, sent: bytes = b"") -> Mode | None:
         with self._lock:
@@ -70,32 +65,10 @@ class CommitDropProxy:
                     self._armed = None
             return mode
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            if self._refusing:
-                self._close(client)
-                continue
-            server = socket.create_connection(("127.0.0.1", self.target_port))
-            with self._lock:
-                self._pairs.append((client, server))
-            mute, held = threading.Event(), threading.Event()
-            threading.Thread(
-                target=self._up, args=(client, server, mute, held), daemon=True
-            ).start()
-            threading.Thread(
-                target=self._down, args=(server, client, mute, held), daemon=True
-            ).start()
-
-    @staticmethod
-    def _close(*socks: socket.socket) -> None:
-        for s in socks:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
+    def relay(self, client: socket.socket, server: socket.socket) -> None:
+        mute, held = threading.Event(), threading.Event()
+        threading.Thread(target=self._up, args=(client, server, mute, held), daemon=True).start()
+        threading.Thread(target=self._down, args=(server, client, mute, held), daemon=True).start()
 
     def _up(
         self,
@@ -114,33 +87,27 @@ class CommitDropProxy:
                     sent = b""
                     if mode == "before_commit":
                         self.fired.append(mode)
-                        self._close(client, server)
+                        self.close_sockets(client, server)
                         return
                     if mode == "hold":
                         # _down keeps the server's side open until the server ends it
                         self.fired.append(mode)
                         held.set()
-                        self._close(client)
+                        self.close_sockets(client)
                         return
                     if mode in ("after_commit", "after_commit_unreachable"):
                         # the server's reply (CommandComplete: it committed) is
                         # swallowed by _down, which then drops both sides
                         self.fired.append(mode)
                         if mode == "after_commit_unreachable":
-                            self._refusing = True
+                            self.refusing = True
                         mute.set()
                         server.sendall(chunk)
                         return
                 server.sendall(chunk)
         except OSError:
             pass
-        self._close(client, server)
-
-    def _cut_all(self) -> None:
-        with self._lock:
-            pairs, self._pairs = self._pairs, []
-        for client, server in pairs:
-            self._close(client, server)
+        self.close_sockets(client, server)
 
     def _down(
         self,
@@ -157,12 +124,12 @@ class CommitDropProxy:
                     client.sendall(chunk)
         except OSError:
             pass
-        self._close(client, server)
+        self.close_sockets(client, server)
         if held.is_set():
             self.held_ended.set()
-        if mute.is_set() and self._refusing:
-            self._cut_all()  # the server answered COMMIT; now nothing gets through
+        if mute.is_set() and self.refusing:
+            self.cut_all()  # the server answered COMMIT; now nothing gets through
 
     def close(self) -> None:
-        self._closed = True
-        self._listener.close()
+        """Stop listening; connections still open carry on until their ends close them."""
+        self.stop_listening()

@@ -18,12 +18,13 @@ Counts are of every connection through the proxy; :meth:`reset` zeroes them.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import struct
 import threading
 from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
+
+from tests.tcp_relay import TcpRelay
 
 #: untyped request codes a client may send before its StartupMessage
 _PRE_STARTUP = {80877103, 80877104}  # SSLRequest, GSSENCRequest
@@ -60,22 +61,17 @@ class _ClientStream:
             self.buf = self.buf[1 + length :]
 
 
-class WireCounter:
+class WireCounter(TcpRelay):
     """Listen on 127.0.0.1 (``port``) and forward to ``target_port``, counting.
 
     Thread-safe; close with :meth:`close`.
     """
 
     def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
-        self.target = (host, target_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self._listener.getsockname()[1])
-        self._lock = threading.Lock()
+        super().__init__(target_port, host)
         self.messages: Counter[str] = Counter()
         self.round_trips = 0
-        self._closed = False
-        self._socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.start()
 
     @property
     def requests(self) -> int:
@@ -100,23 +96,11 @@ class WireCounter:
         netloc = f"{p.username}@" if p.username else ""
         return urlunsplit((p.scheme, f"{netloc}127.0.0.1:{self.port}", p.path, p.query, ""))
 
-    def _accept(self) -> None:
-        while not self._closed:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            for s in (client, server):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self._socks += [client, server]
-            answered = threading.Event()
-            answered.set()  # the first message is a turn of its own
-            threading.Thread(target=self._up, args=(client, server, answered), daemon=True).start()
-            threading.Thread(
-                target=self._down, args=(server, client, answered), daemon=True
-            ).start()
+    def relay(self, client: socket.socket, server: socket.socket) -> None:
+        answered = threading.Event()
+        answered.set()  # the first message is a turn of its own
+        threading.Thread(target=self._up, args=(client, server, answered), daemon=True).start()
+        threading.Thread(target=self._down, args=(server, client, answered), daemon=True).start()
 
     def _up(self, client: socket.socket, server: socket.socket, answered: threading.Event) -> None:
         stream = _ClientStream()
@@ -132,7 +116,7 @@ class WireCounter:
                 server.sendall(chunk)
         except OSError:
             pass
-        self._close(client, server)
+        self.close_sockets(client, server)
 
     def _down(
         self, server: socket.socket, client: socket.socket, answered: threading.Event
@@ -143,18 +127,4 @@ class WireCounter:
                 client.sendall(chunk)
         except OSError:
             pass
-        self._close(client, server)
-
-    @staticmethod
-    def _close(*socks: socket.socket) -> None:
-        for s in socks:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    def close(self) -> None:
-        self._closed = True
-        self._listener.close()
-        with self._lock:
-            socks, self._socks = self._socks, []
-        self._close(*socks)
+        self.close_sockets(client, server)

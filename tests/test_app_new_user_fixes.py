@@ -203,8 +203,14 @@ async def test_the_runs_filter_finds_flow_names_fits_80_columns_and_esc_clears_i
             assert label.region.width >= len(str(select.prompt))
         assert bar.region.right <= 80
         await pilot.press(*"tidy")
-        await wait_until(pilot, lambda: screen.table.run_ids == [tidy_id])
-        assert "matching id, flow or key=tidy" in screen.page_line.message
+        # "t" alone already finds only the tidy run: wait for the whole word's filter
+        await wait_until(
+            pilot,
+            lambda: (
+                screen.table.run_ids == [tidy_id]
+                and "matching id, flow or key=tidy" in screen.page_line.message
+            ),
+        )
         await pilot.press(*["backspace"] * 4, *"dig")  # the start of one flow's name
         await wait_until(pilot, lambda: screen.table.run_ids == [digest_id])
         await pilot.press("escape")  # hides the bar and clears the filter

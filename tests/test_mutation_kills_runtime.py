@@ -600,10 +600,11 @@ class HeartbeatStore(SqliteAgentStore):
         super().__init__(checkpoints)
         self.renewed = threading.Event()
         self.caller = threading.current_thread()
+        self.since = float("-inf")  # only renewals read on the clock at or after this count
 
     def claim(self, run_id: str, owner: str, expires_at: float, now: float, **kw: Any) -> None:
         super().claim(run_id, owner, expires_at, now, **kw)
-        if threading.current_thread() is not self.caller:
+        if threading.current_thread() is not self.caller and now >= self.since:
             self.renewed.set()
 
 
@@ -615,8 +616,10 @@ def test_heartbeat_renews_the_lease_on_the_injected_clock(sqlite_store):
     @tool
     def work(x: str) -> str:
         """Work while the clock moves on; wait for the heartbeat's renewal."""
-        clock.advance(1000.0)
+        # A renewal already in flight read the clock before it moved: wait for one after.
+        store.since = clock.now() + 1000.0
         store.renewed.clear()
+        clock.advance(1000.0)
         assert store.renewed.wait(30.0), "the heartbeat never renewed the lease"
         run = store.get(rid)
         seen.append((run.lease_owner, run.lease_expires_at - clock.now()))
