@@ -5,7 +5,7 @@ stored no reason is reported with the words a person reads (kill tests for
 mutants of ``claimed`` and ``resume_pending``).
 
 Every test runs on a real SQLite file, seen from a second connection where a
-trigger records each lease the sweep takes, and the injected clock.
+trigger records each claim the sweep makes, and the injected clock.
 """
 
 from __future__ import annotations
@@ -47,13 +47,14 @@ def start(engine: Engine, count: int) -> list[str]:
     return ids
 
 
-def log_leases(db_path: Path) -> apsw.Connection:
-    """Record, in a table of its own, every lease set on a run (by anyone)."""
+def log_claims(db_path: Path) -> apsw.Connection:
+    """Record, in a table of its own, every lease set on a run without a new
+    revision: a claim (a save sets the lease with its revision)."""
     conn = apsw.Connection(str(db_path))
     conn.execute("CREATE TABLE test_lease_log(run_id TEXT, owner TEXT)")
     conn.execute(
         "CREATE TRIGGER test_lease_log_t AFTER UPDATE OF lease_owner ON runs "
-        "WHEN NEW.lease_owner IS NOT NULL "
+        "WHEN NEW.lease_owner IS NOT NULL AND NEW.revision = OLD.revision "
         "BEGIN INSERT INTO test_lease_log VALUES (NEW.run_id, NEW.lease_owner); END"
     )
     return conn
@@ -101,13 +102,12 @@ def test_an_observer_sweep_hands_out_every_run_beyond_the_first_batch(db_path):
 
 def test_an_observer_sweep_ends_at_the_first_claim_with_nothing_new(db_path):
     """Three runs: the first claim hands them out; the second finds the same
-    three and nothing new, is not full, and ends the sweep. Each run's lease
-    is set three times, no more (each a write transaction): the claim that
-    hands it out, the save that resumes it, the claim that finds it again."""
-    conn = log_leases(db_path)
+    three and nothing new, is not full, and ends the sweep: each run is
+    claimed twice, no more (each claim is a write transaction)."""
+    conn = log_claims(db_path)
     ids, observer, out = observer_sweep(db_path, 3)
     assert [r.run_id for r in out.resumed] == ids  # type: ignore[attr-defined]
-    assert claims_per_run(conn, observer.owner) == Counter({rid: 3 for rid in ids})
+    assert claims_per_run(conn, observer.owner) == Counter({rid: 2 for rid in ids})
     assert [observer.store.get_run(rid).lease_owner for rid in ids] == [None] * 3
     observer.store.close()
     conn.close()
@@ -116,12 +116,11 @@ def test_an_observer_sweep_ends_at_the_first_claim_with_nothing_new(db_path):
 def test_a_full_claim_of_runs_handed_out_before_is_followed_by_one_with_room(db_path):
     """40 runs: claims of 32, 32 (full, nothing new), 64 (8 new) and 64
     (nothing new, not full): the first 32 runs are claimed four times, the
-    last 8 twice, and each run's lease is set once more by the save that
-    resumes it."""
-    conn = log_leases(db_path)
+    last 8 twice."""
+    conn = log_claims(db_path)
     ids, observer, out = observer_sweep(db_path, 40)
     assert [r.run_id for r in out.resumed] == ids  # type: ignore[attr-defined]
-    expected = Counter({rid: 5 for rid in ids[:32]}) + Counter({rid: 3 for rid in ids[32:]})
+    expected = Counter({rid: 4 for rid in ids[:32]}) + Counter({rid: 2 for rid in ids[32:]})
     assert claims_per_run(conn, observer.owner) == expected
     observer.store.close()
     conn.close()
