@@ -367,6 +367,8 @@ for _part, _were in (
 TESTS_FOR["desktop_app/flow/answers.py"].append("tests/test_mutation_kills_answers.py")
 TESTS_FOR["desktop_app/flow/waiting.py"].append("tests/test_mutation_kills_waiting.py")
 TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay.py")
+TESTS_FOR["desktop_app/flow/recovery.py"].append("tests/test_mutation_kills_recovery.py")
+TESTS_FOR["desktop_app/flow/pool.py"].append("tests/test_mutation_kills_pool.py")
 
 #: modules whose tests start stdio MCP servers in the test process
 REAL_STDERR = {"desktop_app/agent/mcp.py", "desktop_app/agent/runtime.py"}
