@@ -20,6 +20,7 @@ from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError
 from desktop_app.flows import live_twin, single_flight
+from desktop_app.words import plural
 
 
 def unknown_keys(flow: Any, given: dict[str, Any], what: str = "--input") -> None:
@@ -221,7 +222,12 @@ def cmd_answer(ctx: Ctx) -> int:
     delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
     if delivered:
-        print(f"{delivered} outbox intent(s) delivered")
+        print(f"{plural(delivered, 'outbox intent')} delivered")
+    if sv.checkpoints.get_run(result.run_id).flow_name == "tidy" and result.status != "waiting":
+        from desktop_app.cli.runs import ANSWER_FILES, tidy_report
+
+        for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
+            print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
 
 
