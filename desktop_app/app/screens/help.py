@@ -32,7 +32,9 @@ class KeyHelp:
 
 def keys_of(screen: Screen[object]) -> list[KeyHelp]:
     """Every key active on ``screen`` (its own, its focused widget's and the
-    app's), hidden footer keys included, in the order Textual resolves them."""
+    app's), hidden footer keys included, in the order Textual resolves them,
+    then the screen's own keys that do not apply right now (its
+    ``check_action`` hides them from the footer), marked not enabled."""
     app = screen.app
     out: list[KeyHelp] = []
     seen: set[tuple[str, str]] = set()
@@ -44,6 +46,17 @@ def keys_of(screen: Screen[object]) -> list[KeyHelp]:
             continue
         seen.add((shown, description))
         out.append(KeyHelp(shown, description, active.enabled))
+    # the screen's keys its check_action hides now (r / a / c for a run they
+    # do not apply to) are still its keys: listed, dimmed as not working now
+    active_keys = set(screen.active_bindings)
+    for key, binding in screen._bindings:  # Textual has no public accessor
+        if key in active_keys or app._check_action_state(binding.action, screen) is not False:
+            continue
+        shown = binding.key_display or app.get_key_display(binding)
+        description = binding.description or binding.action.replace("_", " ")
+        if (shown, description) not in seen:
+            seen.add((shown, description))
+            out.append(KeyHelp(shown, description, False))
     return out
 
 
