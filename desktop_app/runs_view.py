@@ -48,14 +48,14 @@ ENDED = frozenset(
 def row_actions(status: str) -> frozenset[str]:
     """Which of ``"resume"``, ``"answer"`` and ``"cancel"`` apply to a run
     shown with ``status`` (:func:`display_status`, either vocabulary), for
-    the keys a screen offers: an ended run none, a waiting one answer and
-    cancel, a live running one cancel, an interrupted, failed or paused one
-    resume and cancel."""
+    the keys a screen offers: an ended run none, a waiting one answer,
+    resume (a due timer) and cancel, a live running one cancel, any other (pending, interrupted,
+    failed, paused) resume and cancel."""
     if status in ENDED:
         return frozenset()
-    if status in ("waiting", "input_required"):
-        return frozenset({"answer", "cancel"})
-    if status in ("running", "pending"):
+    if status in ("waiting", "input_required"):  # resume fires a due timer
+        return frozenset({"answer", "resume", "cancel"})
+    if status == "running":  # a live process executes it
         return frozenset({"cancel"})
     return frozenset({"resume", "cancel"})
 

@@ -478,7 +478,10 @@ class RunsScreen(Screen[None]):
 
     def _selected_actions(self) -> frozenset[str]:
         """:func:`~desktop_app.runs_view.row_actions` of the selected run (a
-        LangGraph thread: answer, which opens it); none without a selection."""
+        LangGraph thread: answer, which opens it); none without a selection;
+        all while the database is not open (each then says so)."""
+        if self.flowdesk.engine is None:  # each key says why it cannot work yet
+            return frozenset(ROW_ACTIONS.values())
         run_id = self.table.selected_run_id()
         run = None if run_id is None else self.table.record_of(run_id)
         if run is None:
