@@ -216,7 +216,7 @@ def test_undo_of_a_tidy_whose_file_vanished_before_approval_exits_0(tmp_path):
 
 
 def test_show_says_a_tidy_run_was_undone(tmp_path):
-    db, dl, run_id = tidied(tmp_path)
+    db, _dl, run_id = tidied(tmp_path)
     before = flowdesk(db, "show", run_id)
     assert "undone" not in before.stdout and "moved back" not in before.stdout
     assert flowdesk(db, "undo", run_id).returncode == 0
