@@ -254,6 +254,8 @@ def cmd_export(ctx: Ctx) -> int:
         str(a.out),
         "--format",
         a.format,
+        "--scope",  # only this scope's runs, as `runs` lists them
+        ctx.settings.scope,
     ]
     for table in a.table or []:
         cmd += ["--table", table]
