@@ -116,6 +116,8 @@ def cmd_runs(ctx: Ctx) -> int:
         rows += langgraph.thread_rows(sv, a, now)
     rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
     shown = [row for _, row in rows[: a.limit]]
+    if a.flow is not None and not shown:
+        _known_flow(ctx, sv, a.flow)
     if a.output != "text":
         emit_all(a.output, shown)
         return EXIT_OK
@@ -137,6 +139,34 @@ def cmd_runs(ctx: Ctx) -> int:
             + (f"  · {queued}" if queued else "")
         )
     return EXIT_OK
+
+
+def _known_flow(ctx: Ctx, sv: Services, name: str) -> None:
+    """Check ``runs --flow NAME`` names a flow: one registered, the app's
+    ``ask`` agent, ``graph`` (LangGraph threads), or the flow or agent of
+    any run of this scope (a flow no longer registered keeps its runs).
+
+    Raises:
+        UnknownFlowError: none of these (exit 2), naming the nearest flow and
+            the command that lists them.
+    """
+    import difflib
+
+    from desktop_app.errors import UnknownFlowError
+
+    known = {*sv.engine.flows, "ask", "graph"}
+    if (
+        name in known
+        or sv.checkpoints.list_runs(flow_name=name, limit=1)
+        or sv.agents.list(agent=name)
+    ):
+        return
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    meant = f"; did you mean {near[0]!r}?" if near else ""
+    raise UnknownFlowError(
+        f"no flow named {name!r} and no run of one{meant} (`{ctx.hints.cmd('flows')}` "
+        "lists the flows)"
+    )
 
 
 def _turns(n: Any) -> str:
