@@ -112,3 +112,23 @@ def test_answer_of_a_big_tidy_lists_the_first_files_and_the_command_for_the_rest
     shown = as_printed(hint, env=dict(os.environ))
     assert shown.returncode == 0, shown.stderr
     assert sum(ln.startswith("  note") for ln in shown.stdout.splitlines()) == 23
+
+
+def test_answer_on_a_run_answered_already_says_so_and_names_show(tmp_path):
+    from tests.cli_support import as_printed
+
+    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
+    dl.mkdir()
+    (dl / "photo.jpg").write_bytes(b"jpg")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
+    run_id = started.stdout.splitlines()[0]
+    assert flowdesk(db, "answer", run_id, "yes").returncode == 0
+    again = flowdesk(db, "answer", run_id, "yes")
+    assert again.returncode == 1  # README: a run that cannot take it any more, as cancel
+    assert f"run {run_id} is completed, not waiting for an answer; nothing was answered" in (
+        again.stderr
+    )
+    hint = again.stderr.split("`")[1]
+    shown = as_printed(hint, env=dict(os.environ))
+    assert shown.returncode == 0 and "1 file: 1 moved" in shown.stdout
