@@ -54,6 +54,8 @@ def test_answer_and_show_say_what_happened_to_each_file(tmp_path):
     assert flowdesk(db, "db", "apply").returncode == 0
     started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
     run_id = started.stdout.splitlines()[0]
+    asked = flowdesk(db, "show", run_id).stdout
+    assert "move 4 files" in asked and "1 more stays where it is." in asked  # not "1 more stay"
     (dl / "gone.png").unlink()  # vanishes while the plan waits for approval
     (dl / "Documents" / month).mkdir(parents=True)
     (dl / "Documents" / month / "late.txt").write_bytes(b"saved there meanwhile")

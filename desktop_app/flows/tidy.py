@@ -313,8 +313,10 @@ def approval_prompt(state: TidyState, timeout_s: float | None) -> str:
         f"Tidy {state.folder}: move {n} file{'s' if n != 1 else ''} into subfolders by kind "
         f"and month ({kinds})?"
     )
-    if state.left_in_place:
-        text += f" {state.left_in_place} more stay where they are."
+    if state.left_in_place == 1:
+        text += " 1 more stays where it is."
+    elif state.left_in_place:
+        text += f" {state.left_in_place:,} more stay where they are."
     text += " Answer yes to move them, or no to leave everything as it is."
     if timeout_s:
         text += f" Without an answer within {timeout_s / 3600:g} h nothing is moved."
