@@ -134,3 +134,27 @@ def test_answer_on_a_run_answered_already_says_so_and_names_show(tmp_path):
     hint = again.stderr.split("`")[1]
     shown = as_printed(hint, env=dict(os.environ))
     assert shown.returncode == 0 and "1 file: 1 moved" in shown.stdout
+
+
+def test_show_of_a_big_tidy_lists_200_files_and_the_json_command_for_the_rest(tmp_path):
+    from tests.cli_support import as_printed
+
+    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
+    dl.mkdir()
+    for i in range(201):
+        (dl / f"n{i:03}.txt").write_text("n")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
+    run_id = started.stdout.splitlines()[0]
+    answered = flowdesk(db, "answer", run_id, "no")  # nothing moves; each file says so
+    assert answered.returncode == 0, answered.stderr
+    assert "201 files: 201 not moved (not approved)" in answered.stdout
+    shown = flowdesk(db, "show", run_id)
+    listed = [ln for ln in shown.stdout.splitlines() if ln.startswith("  n")]
+    assert len(listed) == 200 and all("not moved (not approved)" in ln for ln in listed)
+    last = next(ln for ln in shown.stdout.splitlines() if ln.startswith("  … "))
+    assert last.startswith("  … 1 more file: `") and last.endswith("` lists each")
+    every = as_printed(last.split("`")[1], env=dict(os.environ))
+    assert every.returncode == 0, every.stderr
+    files = json.loads(every.stdout)["files"]
+    assert len(files) == 201 and {f["outcome"] for f in files} == {"declined"}
