@@ -398,7 +398,8 @@ class StepFailedError(FlowError):
         self.step_id = step_id
         self.attempts = attempts
         super().__init__(
-            f"run {run_id}: step {step_id!r} failed after {attempts} attempt(s): {cause}"
+            f"run {run_id}: step {step_id!r} failed after {attempts} "
+            f"{'attempt' if attempts == 1 else 'attempts'}: {cause}"
         )
 
 

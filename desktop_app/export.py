@@ -15,7 +15,16 @@ On PostgreSQL (DB is a ``postgresql://`` URL) each table is read with
 with times formatted the same way by the server, so both backends export
 the same shape.
 
-Usage: python -m desktop_app.export DB OUT_DIR [--format json|csv] [--table NAME ...]
+Only the runs of one scope are written (``--scope``, default ``default``,
+as ``flowdesk runs`` lists them): a table with a ``scope`` column is
+filtered on it, one with a ``run_id`` column on the runs (flow and agent) of
+that scope; any other table is written whole.
+
+An output folder that holds files of the other format (``runs.csv`` when
+writing JSON) is refused before anything is written (exit 2): one folder
+holds one export, never a mix of two.
+
+Usage: python -m desktop_app.export DB OUT_DIR [--format json|csv] [--scope NAME] [--table NAME ...]
 """
 
 from __future__ import annotations
@@ -79,12 +88,50 @@ def _private(path: Path) -> Iterator[IO[str]]:
         yield fh
 
 
-def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> dict[str, int]:
-    """Write one file per table (mode 0600, times as ISO-8601 UTC); returns
-    rows written per table.
+class MixedFormatsError(Exception):
+    """The output folder holds files of the other format (exit 2)."""
+
+
+def check_out(out: Path, fmt: str) -> None:
+    """Refuse an output folder that holds an export of the other format.
+
+    Raises:
+        MixedFormatsError: ``out`` holds ``*.csv`` files and ``fmt`` is
+            ``json``, or ``*.json`` and ``csv``; the message says what to do.
+    """
+    other = "csv" if fmt == "json" else "json"
+    found = sorted(p.name for p in out.glob(f"*.{other}")) if out.is_dir() else []
+    if found:
+        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise MixedFormatsError(
+            f"{out} holds an export in {other} ({shown}); nothing was written, so that one "
+            f"folder never mixes two formats: export to an empty folder, or remove those "
+            "files first"
+        )
+
+
+def _scope_filter(columns: set[str], present: set[str]) -> tuple[str, int]:
+    """``(WHERE condition, times the scope is bound)`` keeping a table's rows
+    of one scope (``?`` placeholders), from its ``columns`` and the tables
+    ``present``; ``("", 0)`` for a table with neither ``scope`` nor ``run_id``."""
+    if "scope" in columns:
+        return "scope = ?", 1
+    if "run_id" in columns:
+        owners = [t for t in ("runs", "agent_runs") if t in present]
+        union = " UNION ".join(f"SELECT run_id FROM {t} WHERE scope = ?" for t in owners)
+        return (f"run_id IN ({union})", len(owners)) if owners else ("", 0)
+    return "", 0
+
+
+def export(
+    db: Path, out: Path, fmt: str, tables: list[str] | None = None, scope: str = "default"
+) -> dict[str, int]:
+    """Write one file per table (mode 0600, times as ISO-8601 UTC), only the
+    rows of the runs of ``scope``; returns rows written per table.
 
     Raises:
         SystemExit: a requested table does not exist.
+        MixedFormatsError: ``out`` holds files of the other format.
         sqlite3.DatabaseError: the file cannot be read.
     """
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -94,11 +141,14 @@ def export(db: Path, out: Path, fmt: str, tables: list[str] | None = None) -> di
     missing = [t for t in wanted if t not in present]
     if missing:
         raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in {db}")
+    check_out(out, fmt)
     make_private_dirs(out)
     counts: dict[str, int] = {}
     for name in wanted:
         hidden = STORAGE_KEYS.get(name, "")
-        rows = [_with_iso_times(r) for r in database[name].rows]
+        where, n = _scope_filter({c.name for c in database[name].columns}, present)
+        found = database[name].rows_where(where or None, [scope] * n)
+        rows = [_with_iso_times(r) for r in found]
         for r in rows:
             r.pop(hidden, None)
         counts[name] = len(rows)
@@ -124,16 +174,20 @@ _PG_ISO = """to_char("{c}" AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')"
 
 
 def export_postgres(
-    url: str, out: Path, fmt: str, tables: list[str] | None = None
+    url: str, out: Path, fmt: str, tables: list[str] | None = None, scope: str = "default"
 ) -> dict[str, int]:
     """Write one file per table of the PostgreSQL database at ``url`` (mode
-    0600, times as ISO-8601 UTC); returns rows written per table.
+    0600, times as ISO-8601 UTC), only the rows of the runs of ``scope``;
+    returns rows written per table.
 
     Raises:
         SystemExit: a requested table does not exist.
+        MixedFormatsError: ``out`` holds files of the other format.
         psycopg.Error: the server cannot be read.
     """
     import io
+
+    from psycopg import sql
 
     from desktop_app.store.migrations import PG_SCHEMA
     from desktop_app.store.postgres.sql import connect
@@ -152,7 +206,9 @@ def export_postgres(
         missing = [t for t in wanted if t not in columns]
         if missing:
             raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in the database")
+        check_out(out, fmt)
         make_private_dirs(out)
+        literal = sql.Literal(scope).as_string(conn)  # COPY takes no bound parameters
         for name in wanted:
             select = ", ".join(
                 (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"')
@@ -160,6 +216,11 @@ def export_postgres(
                 for c, t in columns[name]
             )
             inner = f'SELECT {select} FROM {PG_SCHEMA}."{name}"'
+            where, _ = _scope_filter({c for c, _ in columns[name]}, set(columns))
+            if where:
+                for owner in ("runs", "agent_runs"):
+                    where = where.replace(f"FROM {owner} ", f"FROM {PG_SCHEMA}.{owner} ")
+                inner += " WHERE " + where.replace("?", literal)
             if fmt == "csv":
                 query = f"COPY ({inner}) TO STDOUT (FORMAT csv, HEADER)"
             else:  # one JSON object per line; text COPY doubles each backslash
@@ -187,33 +248,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path)
     p.add_argument("--format", choices=["json", "csv"], default="json")
     p.add_argument("--table", action="append", help="only this table (repeatable)")
+    p.add_argument("--scope", default="default", help="only the runs of this scope")
     args = p.parse_args(argv)
     if is_postgres_url(args.db):
         import psycopg
 
         try:
-            counts = export_postgres(args.db, args.out, args.format, args.table)
+            counts = export_postgres(args.db, args.out, args.format, args.table, args.scope)
         except psycopg.Error as exc:
             print(f"flowdesk export: cannot read the PostgreSQL database: {exc}", file=sys.stderr)
             return 1
-        for name, n in counts.items():
-            print(f"{name}: {n} rows")
-        print(f"written to {args.out}")
+        except MixedFormatsError as exc:
+            print(f"flowdesk export: {exc}", file=sys.stderr)
+            return 2
+        _report(counts, args.out, args.scope)
         return 0
     args.db = Path(args.db)
     if not args.db.is_file():
         print(f"flowdesk export: no database at {args.db}", file=sys.stderr)
         return 2
     try:
-        counts = export(args.db, args.out, args.format, args.table)
+        counts = export(args.db, args.out, args.format, args.table, args.scope)
     except sqlite3.DatabaseError as exc:
         print(f"flowdesk export: cannot read {args.db}: {exc}", file=sys.stderr)
         return 1
+    except MixedFormatsError as exc:
+        print(f"flowdesk export: {exc}", file=sys.stderr)
+        return 2
     assert "apsw" not in sys.modules, "export must not load apsw"
-    for name, n in counts.items():
-        print(f"{name}: {n} rows")
-    print(f"written to {args.out}")
+    _report(counts, args.out, args.scope)
     return 0
+
+
+def _report(counts: dict[str, int], out: Path, scope: str) -> None:
+    for name, n in counts.items():
+        print(f"{name}: {n:,} {'row' if n == 1 else 'rows'}")
+    print(f"written to {out} (the runs of scope {scope!r})")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,27 @@ def queued_text(flow_name: str, undelivered: int) -> str:
     return f"{undelivered:,} {one if undelivered == 1 else many} queued"
 
 
+#: shown statuses (both vocabularies) of runs that never change again
+ENDED = frozenset(
+    {"completed", "canceled", "timed_out", "done", "timeout", "expired", "rate_limited"}
+)
+
+
+def row_actions(status: str) -> frozenset[str]:
+    """Which of ``"resume"``, ``"answer"`` and ``"cancel"`` apply to a run
+    shown with ``status`` (:func:`display_status`, either vocabulary), for
+    the keys a screen offers: an ended run none, a waiting one answer,
+    resume (a due timer) and cancel, a live running one cancel, any other (pending, interrupted,
+    failed, paused) resume and cancel."""
+    if status in ENDED:
+        return frozenset()
+    if status in ("waiting", "input_required"):  # resume fires a due timer
+        return frozenset({"answer", "resume", "cancel"})
+    if status == "running":  # a live process executes it
+        return frozenset({"cancel"})
+    return frozenset({"resume", "cancel"})
+
+
 def agent_status_as_flow(status: str) -> str:
     """An agent run's status as a flow run's (``done`` → ``completed``...)."""
     return AGENT_AS_FLOW_STATUS.get(status, status)

@@ -114,7 +114,7 @@ async def test_agent_runs_are_listed_newest_first_with_their_statuses(tmp_path: 
             PARENT[:8],
         ]
         assert screen.cells(done_id)[:5] == [done_id[:8], "helper", "done", "2", "-"]
-        assert screen.status_text == "2 agent run(s), 1 waiting for you."
+        assert screen.status_text == "2 agent runs, 1 waiting for you."
         await pilot.press("escape")
         await settle(pilot)
         assert not isinstance(app.screen, AgentRunsScreen)

@@ -239,7 +239,7 @@ async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Pat
             "",
             "enter answer",
         ]
-        assert screen.status_text.startswith("2 flow question(s) and 1 agent question(s)")
+        assert screen.status_text.startswith("2 flow questions and 1 agent question")
 
         # The countdown is live: it follows the engine's clock.
         deadline = screen.items[1].deadline_at

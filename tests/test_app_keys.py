@@ -184,3 +184,39 @@ async def test_tabs_show_their_keys(tmp_path: Path) -> None:
         assert labels == ["1 State", "5 Out", "6 Ctx"]
         await press(pilot, "5")
         assert tabs.active == "tab-outbox"
+
+
+async def test_the_footer_offers_only_the_run_keys_that_apply(tmp_path: Path) -> None:
+    """A user's report: the footer offered r (resume), a (answer) and c
+    (cancel) on a completed run, where each only said "nothing to do". The
+    keys follow the selected run: a waiting run takes a, r and c, a completed
+    one none; F1 still lists r, a and c, dimmed as not working now."""
+    s = load_settings(db_path=tmp_path / "t.db")
+    done, waiting = waiting_run(s), waiting_run(s)
+    engine = bootstrap.build_engine(s, flows=[ask_flow()])
+    try:
+        assert engine.resume_with(done, "yes").status == "completed"
+    finally:
+        engine.store.close()
+    app = FlowdeskApp(s, flows=[ask_flow()])
+
+    def footer() -> set[str]:
+        return {k.action for k in app.screen.query(FooterKey)}
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.table  # type: ignore[attr-defined]
+        table.follow(waiting)
+        await wait_until(pilot, lambda: table.selected_run_id() == waiting)
+        await settle(pilot)
+        assert {"answer_run", "resume_run"} <= footer()  # resume: a due timer
+        assert app.screen.check_action("cancel_run", ()) is True
+        table.follow(done)
+        await wait_until(pilot, lambda: table.selected_run_id() == done)
+        await settle(pilot)
+        assert {"answer_run", "resume_run", "cancel_run"}.isdisjoint(footer())
+        await press(pilot, "r")  # a key that does not apply does nothing
+        assert type(app.screen).__name__ == "RunsScreen"
+        await press(pilot, "f1")
+        dimmed = {k.key for k in app.screen.keys if not k.enabled}  # type: ignore[attr-defined]
+        assert {"r", "a", "c"} <= dimmed

@@ -171,7 +171,7 @@ def test_a_schema_file_that_leaves_a_dangling_foreign_key_applies_nothing(tmp_pa
         "CREATE TABLE notes (run_id TEXT REFERENCES runs(run_id));"
         "INSERT INTO notes VALUES ('no such run');",
     )  # fmt: skip
-    with pytest.raises(StoreError, match=r"9999_dangling\.sql left 1 rows whose foreign key"):
+    with pytest.raises(StoreError, match=r"9999_dangling\.sql left 1 row whose foreign key"):
         migrations.apply(conn, [*migrations.schema_files(), bad])
     assert conn.execute("SELECT name FROM sqlite_master WHERE name='notes'").fetchall() == []
     assert conn.execute("PRAGMA foreign_keys").fetchall() == [(1,)]

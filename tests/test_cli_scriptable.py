@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests import cli_forkserver
+from tests.cli_support import as_printed
 from tests.digest_corpus import make_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,8 +153,15 @@ def test_prefix_works_ambiguous_refused_for_every_run_command(tmp_path):
     assert "no run 0123456789 in scope 'default'" in unknown.stderr
     assert "a scope is a named set of runs" in unknown.stderr  # "scope" explained
     assert f"flowdesk --db {db} runs" in unknown.stderr  # the hint repeats --db
+    # a run of another scope: the error names the scope it is in and a command
+    # that shows it there (it used to list the runs of the scope asked, where it is not)
     other_scope = flowdesk(*d, "--scope", "work", "show", rid[:8])
-    assert other_scope.returncode == 2 and f"--db {db} --scope work runs" in other_scope.stderr
+    assert other_scope.returncode == 2
+    assert f"no run {rid[:8]} in scope 'work'; it is a run of scope 'default'" in other_scope.stderr
+    hint = other_scope.stderr.split("`")[1]
+    assert hint == f"flowdesk --db {db} --scope default show {rid}"
+    there = as_printed(hint, env=dict(os.environ))
+    assert there.returncode == 0 and f"run {rid}" in there.stdout
 
 
 def test_agent_runs_are_listed_shown_and_canceled(tmp_path):
@@ -367,6 +375,11 @@ def test_every_documented_exit_code(tmp_path):
         (["answer", tidy_rid[:8], "maybe"], 2, "answer yes or no"),  # not an answer it takes
         (["answer", tidy_rid[:8], "no"], 0, "completed"),
         (["undo", tidy_rid[:8]], 0, "nothing to undo"),  # not bad input: nothing moved
+        # a run answered already: a Flowdesk error, as cancel of a finished run
+        (["answer", tidy_rid[:8], "yes"], 1, "is completed, not waiting for an answer"),
+        (["runs", "--flow", "nosuch"], 2, "no flow named 'nosuch'"),  # an unknown flow name
+        (["runs", "--flow", "tdy"], 2, "did you mean 'tidy'?"),
+        (["runs", "--flow", "approval"], 0, "no runs"),  # a registered flow with no run yet
     ]
     for args, code, text in cases:
         out = flowdesk(*d, *args, env=env)

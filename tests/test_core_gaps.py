@@ -41,7 +41,8 @@ def test_a_positive_step_retry_wins_over_the_flow_default_either_way(
     res = Engine(store, flows=[flow.compile()]).run("f", S())
     assert res.status == "failed"
     assert seen["x"] == attempts
-    assert f"failed after {attempts} attempt(s)" in (res.error or "")
+    word = "attempt" if attempts == 1 else "attempts"
+    assert f"failed after {attempts} {word}: " in (res.error or "")
     assert store.latest(res.run_id).steps["x"].attempts == attempts
 
 

@@ -665,7 +665,7 @@ def test_errors_are_classified_by_type_not_message(store):
         assert res.status == "failed"
     assert seen == {"timeout": 3, "words": 1, "valid": 1, "valid_opt_in": 3}
     res = engine.run("timeout", S())
-    assert "failed after 3 attempt(s)" in (res.error or "")
+    assert "failed after 3 attempts" in (res.error or "")
 
 
 @pytest.mark.scenario("S50")

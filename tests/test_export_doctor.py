@@ -67,3 +67,50 @@ def test_doctor_reports_each_check(tmp_path):
     os.chmod(db, 0o644)
     loose = flowdesk(db, "doctor")
     assert "BAD  file mode          0644" in loose.stdout
+
+
+def _tidy_in(db, folder, scope: str) -> str:
+    folder.mkdir()
+    (folder / "photo.jpg").write_bytes(b"jpg")
+    started = flowdesk(db, "--scope", scope, "run", "tidy", "--folder", str(folder))
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.splitlines()[0]
+    assert flowdesk(db, "--scope", scope, "answer", run_id, "yes").returncode == 0
+    return run_id
+
+
+def test_export_writes_only_the_runs_of_the_scope_asked(tmp_path):
+    """A user's report: `export --scope work` wrote the runs of every scope.
+    It writes the runs `runs --scope work` lists, and their checkpoints,
+    outbox intents and tidy rows; nothing of the other scope."""
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    home = _tidy_in(db, tmp_path / "home", "default")
+    work = _tidy_in(db, tmp_path / "work", "work")
+    for scope, mine, other in (("work", work, home), ("default", home, work)):
+        listed = json.loads(flowdesk(db, "--scope", scope, "runs", "-o", "json").stdout)
+        assert [r["run_id"] for r in listed] == [mine]
+        out = tmp_path / f"export-{scope}"
+        done = flowdesk(db, "--scope", scope, "export", "--out", str(out))
+        assert done.returncode == 0, done.stderr
+        assert f"(the runs of scope '{scope}')" in done.stdout
+        assert "1 rows" not in done.stdout and "runs: 1 row\n" in done.stdout
+        for table in ("runs", "checkpoints", "outbox", "tidy_moves"):
+            rows = json.loads((out / f"{table}.json").read_text())
+            assert rows and {r["run_id"] for r in rows} == {mine}, table
+        assert other not in "".join(p.read_text() for p in out.iterdir())
+
+
+def test_export_refuses_a_folder_holding_the_other_format(tmp_path):
+    db, out = tmp_path / "f.db", tmp_path / "export"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    _tidy_in(db, tmp_path / "home", "default")
+    assert flowdesk(db, "export", "--out", str(out), "--format", "csv").returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    mixed = flowdesk(db, "export", "--out", str(out), "--format", "json")
+    assert mixed.returncode == 2, mixed.stdout + mixed.stderr
+    assert f"{out} holds an export in csv (agent_messages.csv" in mixed.stderr
+    assert "nothing was written" in mixed.stderr and "export to an empty folder" in mixed.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no .json written
+    again = flowdesk(db, "export", "--out", str(out), "--format", "csv")  # same format: fine
+    assert again.returncode == 0, again.stderr

@@ -171,7 +171,7 @@ def test_resume_all_delivers_the_moves_of_a_tidy_killed_mid_way(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run_id} completed" in resumed.stdout
     # killed inside the apply loop, before its own delivery: resume delivers them all
-    assert "2000 outbox intent(s) delivered" in resumed.stdout
+    assert "2,000 outbox intents delivered" in resumed.stdout
     files = [p for p in dl.rglob("*") if p.is_file() and not p.name.startswith(".")]
     assert len(files) == 2000  # every file still there once
     assert not [p for p in files if p.parent == dl]  # none left at the top

@@ -87,7 +87,7 @@ def test_db_copy_then_agent_worker_finishes_the_copied_runs(db_path, pg_url, tmp
     assert bad.returncode == 2 and "postgresql://" in bad.stderr
     copied = flowdesk("db", "copy", "--from", str(db_path), "--to", pg_url)
     assert copied.returncode == 0, copied.stderr
-    assert "copied 1 runs" in copied.stdout
+    assert "copied 1 run" in copied.stdout
 
     agent = subprocess.Popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", pg_url, "agent", "--poll", "0.2"],
@@ -104,3 +104,45 @@ def test_db_copy_then_agent_worker_finishes_the_copied_runs(db_path, pg_url, tmp
         agent.wait(timeout=60)
     assert agent.returncode == 0
     assert "Note 2" in (tmp_path / "out" / "digest.md").read_text()
+
+
+def test_tidy_outcomes_undo_and_export_by_scope_on_postgres(pg_server, tmp_path):
+    """The tidy fixes on PostgreSQL: per-file outcomes, a vanished file
+    that is nothing to undo, `moved_back_at` (timestamptz) read back as the
+    undo's time, and `export --scope` filtering with COPY."""
+    url = pg_server.empty_database()
+    try:
+        assert flowdesk("--db", url, "db", "apply").returncode == 0
+        ids = {}
+        for scope in ("default", "work"):
+            dl = tmp_path / scope
+            dl.mkdir()
+            for name in ("photo.jpg", "gone.png"):
+                (dl / name).write_bytes(name.encode())
+            started = flowdesk("--db", url, "--scope", scope, "run", "tidy", "--folder", str(dl))
+            assert started.returncode == 0, started.stderr
+            ids[scope] = started.stdout.splitlines()[0]
+            (dl / "gone.png").unlink()
+            answered = flowdesk("--db", url, "--scope", scope, "answer", ids[scope], "yes")
+            assert answered.returncode == 0, answered.stderr
+            assert "2 files: 1 moved, 1 left (vanished before its move)" in answered.stdout
+        undone = flowdesk("--db", url, "--scope", "work", "undo", ids["work"])
+        assert undone.returncode == 0, undone.stdout + undone.stderr
+        assert "1 moved back, 1 never moved (nothing to undo)" in undone.stdout
+        shown = json.loads(
+            flowdesk("--db", url, "--scope", "work", "show", ids["work"], "-o", "json").stdout
+        )
+        assert shown["undone_at"] is not None and shown["undone_at"].endswith("Z")
+        assert {f["name"]: f["outcome"] for f in shown["files"]} == {
+            "gone.png": "vanished",
+            "photo.jpg": "back",
+        }
+        exported = flowdesk("--db", url, "--scope", "work", "export", "--out", str(tmp_path / "x"))
+        assert exported.returncode == 0, exported.stderr
+        for table in ("runs", "checkpoints", "outbox", "tidy_moves"):
+            rows = json.loads((tmp_path / "x" / f"{table}.json").read_text())
+            assert rows and {r["run_id"] for r in rows} == {ids["work"]}, table
+        moves = json.loads((tmp_path / "x" / "tidy_moves.json").read_text())
+        assert sorted(m["moved_back_at"] is not None for m in moves) == [False, True]
+    finally:
+        pg_server.drop_database(url)

@@ -81,7 +81,7 @@ async def test_the_start_form_joins_the_waiting_tidy_of_the_same_folder_as_the_c
     assert f"run {run_id} on this input is waiting already" in again.stderr
     answered = flowdesk(tmp_path / "t.db", "answer", run_id, "yes")
     assert answered.returncode == 0, answered.stderr
-    assert "3 outbox intent(s) delivered" in answered.stdout
+    assert "3 outbox intents delivered" in answered.stdout
     moved = sorted(p.name for p in folder.rglob("*") if p.is_file() and p.parent != folder)
     assert moved == ["a.jpg", "b.pdf", "c.txt"]  # each file moved once
 

@@ -176,3 +176,54 @@ def test_a_lost_undo_list_says_the_files_stay_tidied(tmp_path):
     assert lost.returncode == 2
     assert "does not exist" in lost.stderr and "stay where tidy put them" in lost.stderr
     assert [f.split("/")[0] for f in files(dl)] == ["Documents", "Images"]
+
+
+def test_undo_of_a_tidy_whose_file_vanished_before_approval_exits_0(tmp_path):
+    """A user's report: a planned file deleted before the approval was never
+    moved (the run said it was left), yet every `undo` exited 1 listing it.
+    Moves never made are nothing to undo: reported plainly, exit 0; and a
+    file saved meanwhile at a move's destination (its move refused) is not
+    taken for one tidy put there."""
+    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
+    dl.mkdir()
+    for name in ("photo.jpg", "gone.png", "late.txt"):
+        (dl / name).write_bytes(name.encode())
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
+    run_id = started.stdout.splitlines()[0]
+    (dl / "gone.png").unlink()
+    from datetime import UTC, datetime
+
+    month = datetime.fromtimestamp((dl / "late.txt").stat().st_mtime, tz=UTC).strftime("%Y-%m")
+    (dl / "Documents" / month).mkdir(parents=True)
+    (dl / "Documents" / month / "late.txt").write_bytes(b"saved there meanwhile")
+    assert flowdesk(db, "answer", run_id, "yes").returncode == 0
+
+    undone = flowdesk(db, "undo", run_id)
+    assert undone.returncode == 0, undone.stdout
+    assert f"tidy run {run_id}: 1 moved back, 2 never moved (nothing to undo)" in undone.stdout
+    assert "gone.png: never moved (the file is gone and was not moved here)" in undone.stdout
+    assert "late.txt: never moved (the destination exists already" in undone.stdout
+    assert "left " not in undone.stdout
+    assert files(dl) == [f"Documents/{month}/late.txt", "late.txt", "photo.jpg"]
+    assert (dl / "Documents" / month / "late.txt").read_bytes() == b"saved there meanwhile"
+
+    again = flowdesk(db, "undo", run_id, "-o", "json")
+    assert again.returncode == 0, again.stdout
+    report = json.loads(again.stdout)
+    assert report["already_back"] == 1 and report["left"] == []
+    assert len(report["never_moved"]) == 2
+
+
+def test_show_says_a_tidy_run_was_undone(tmp_path):
+    db, _dl, run_id = tidied(tmp_path)
+    before = flowdesk(db, "show", run_id)
+    assert "undone" not in before.stdout and "moved back" not in before.stdout
+    assert flowdesk(db, "undo", run_id).returncode == 0
+    shown = flowdesk(db, "show", run_id)
+    assert "2 files: 2 moved back by undo" in shown.stdout
+    undone = [ln for ln in shown.stdout.splitlines() if ln.startswith("undone ")]
+    assert len(undone) == 1 and undone[0].endswith("(UTC): 2 files moved back")
+    as_json = json.loads(flowdesk(db, "show", run_id, "-o", "json").stdout)
+    assert as_json["undone_at"] is not None
+    assert {f["outcome"] for f in as_json["files"]} == {"back"}

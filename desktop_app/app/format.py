@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime
 
 from desktop_app.store.protocol import Wait
+from desktop_app.words import plural as plural  # one formatter of counts, the CLI's too
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
@@ -47,11 +48,6 @@ STATUS_STYLES: dict[str, str] = {
     "canceled": "dim",
     "interrupted": "bold magenta",
 }
-
-
-def plural(n: int, word: str) -> str:
-    """``1 run`` / ``2 runs``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def countdown(deadline: float | None, now: float) -> str:

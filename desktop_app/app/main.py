@@ -421,8 +421,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             self.say(problem, "error")
         if report.applied:
             n = len(report.applied)
-            self.say(f"Applied the schema ({n} files) to {report.path}")
-            status = f"Database {report.path}: schema applied now ({len(report.applied)} files)."
+            self.say(f"Applied the schema ({plural(n, 'file')}) to {report.path}")
+            status = f"Database {report.path}: schema applied now ({plural(n, 'file')})."
         else:
             status = f"Database {report.path}: schema up to date."
         self.runs_screen.status_line.say(status, for_s=self.STATUS_S)

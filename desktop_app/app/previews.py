@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from desktop_app.flows.tidy_outcomes import outcome_of
 from desktop_app.store.domain.tidy import moves_of_run
 from desktop_app.store.protocol import CheckpointStore
+from desktop_app.words import plural
 
 
 @dataclass(frozen=True)
@@ -34,13 +36,11 @@ class Preview:
 MOVING = ("planned", "queued", "moved")
 
 
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n:,} {one if n == 1 else many}"
-
-
 def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
     """The files a tidy run planned, each listed: where it moves, or that it
-    stays and why (in full). The title counts the rows it lists:
+    stays and why (in full), and its outcome (an
+    :data:`~desktop_app.flows.tidy_outcomes.OUTCOMES` key, the words
+    ``flowdesk show`` and ``answer`` use). The title counts the rows it lists:
     ``"6 files: 4 to move, 2 stay"``."""
     moves = store.query(moves_of_run(run_id))
     rows: list[tuple[str, ...]] = []
@@ -48,11 +48,11 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
         folder = str(Path(m.src).parent)
         goes = m.status in MOVING and m.dst is not None
         where = os.path.relpath(m.dst, folder) if goes and m.dst else f"stays: {m.reason}"
-        rows.append((Path(m.src).name, m.kind, where, m.status))
+        rows.append((Path(m.src).name, m.kind, where, outcome_of(m).outcome))
     moving = sum(m.status in MOVING and m.dst is not None for m in moves)
-    title = f"{_count(len(rows), 'file', 'files')}: {moving:,} to move"
+    title = f"{plural(len(rows), 'file')}: {moving:,} to move"
     if len(rows) > moving:
-        title += f", {_count(len(rows) - moving, 'stays', 'stay')}"
+        title += f", {plural(len(rows) - moving, 'stays', 'stay')}"
     return Preview(title, ("File", "Kind", "Moves to", "Status"), rows, wrap=2)
 
 

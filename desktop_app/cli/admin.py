@@ -11,6 +11,7 @@ from typing import Any
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit_all, emit_one, iso, when
 from desktop_app.errors import FlowdeskError, InputError
+from desktop_app.words import plural
 
 
 def dispatcher(engine: Any) -> Any:
@@ -74,8 +75,8 @@ def cmd_db_copy(ctx: Ctx) -> int:
 
     report = copy_sqlite_to_postgres(source.path, target.url)
     for table, n in report.rows.items():
-        print(f"{table}: {n} rows")
-    print(f"copied {report.runs} runs from {source.path} to {target.shown}")
+        print(f"{table}: {plural(n, 'row')}")
+    print(f"copied {plural(report.runs, 'run')} from {source.path} to {target.shown}")
     print(f"next: {ctx.hints.cmd('agent', db=target.text)}   (on each worker machine)")
     return EXIT_OK
 
@@ -254,6 +255,8 @@ def cmd_export(ctx: Ctx) -> int:
         str(a.out),
         "--format",
         a.format,
+        "--scope",  # only this scope's runs, as `runs` lists them
+        ctx.settings.scope,
     ]
     for table in a.table or []:
         cmd += ["--table", table]

@@ -41,6 +41,24 @@ def parse_json(text: str, what: str) -> Any:
 log = logging.getLogger(__name__)
 
 
+def _other_scopes(sv: Services, prefix: str) -> list[tuple[str, str]]:
+    """``(scope, run_id)`` of the flow and agent runs of other scopes than
+    this command's whose id starts with ``prefix`` (at most 2 read: one is
+    named, several are not)."""
+    scope, n = sv.settings.scope, len(prefix)
+
+    def query(tx: Any) -> list[tuple[str, str]]:
+        rows = tx.fetchall(
+            "SELECT scope, run_id FROM runs WHERE substr(run_id, 1, ?) = ? AND scope <> ? "
+            "UNION SELECT scope, run_id FROM agent_runs "
+            "WHERE substr(run_id, 1, ?) = ? AND scope <> ? LIMIT 2",
+            (n, prefix, scope, n, prefix, scope),
+        )
+        return [(str(a), str(b)) for a, b in rows]
+
+    return sv.checkpoints.query(query)
+
+
 def read_answer() -> str:
     """The answer typed on (or piped into) standard input, without its final
     newline. Raises InputError when there is none."""
@@ -123,6 +141,14 @@ class Ctx:
             thread = resolve_thread(sv.checkpoints, sv.settings.scope, prefix)
             if thread is not None:
                 return thread
+            elsewhere = _other_scopes(sv, prefix)
+            if len(elsewhere) == 1:  # the run is there: the command that shows it there
+                (scope, run_id), *_ = elsewhere
+                there = Hints(self.hints.db, scope).cmd(f"show {run_id}")
+                raise UnknownRunError(
+                    f"{exc}; it is a run of scope {scope!r} (a scope is a named set of runs "
+                    f"inside one database): `{there}` shows it"
+                ) from exc
             raise UnknownRunError(
                 f"{exc} (a scope is a named set of runs inside one database: pick another "
                 f"with --scope or FLOWDESK_SCOPE); list the runs with `{self.hints.cmd('runs')}`"

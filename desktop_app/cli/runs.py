@@ -36,6 +36,7 @@ from desktop_app.runs_view import (
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
 from desktop_app.textsafe import visible_controls
+from desktop_app.words import plural
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -115,6 +116,8 @@ def cmd_runs(ctx: Ctx) -> int:
         rows += langgraph.thread_rows(sv, a, now)
     rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
     shown = [row for _, row in rows[: a.limit]]
+    if a.flow is not None and not shown:
+        _known_flow(ctx, sv, a.flow)
     if a.output != "text":
         emit_all(a.output, shown)
         return EXIT_OK
@@ -136,6 +139,34 @@ def cmd_runs(ctx: Ctx) -> int:
             + (f"  · {queued}" if queued else "")
         )
     return EXIT_OK
+
+
+def _known_flow(ctx: Ctx, sv: Services, name: str) -> None:
+    """Check ``runs --flow NAME`` names a flow: one registered, the app's
+    ``ask`` agent, ``graph`` (LangGraph threads), or the flow or agent of
+    any run of this scope (a flow no longer registered keeps its runs).
+
+    Raises:
+        UnknownFlowError: none of these (exit 2), naming the nearest flow and
+            the command that lists them.
+    """
+    import difflib
+
+    from desktop_app.errors import UnknownFlowError
+
+    known = {*sv.engine.flows, "ask", "graph"}
+    if (
+        name in known
+        or sv.checkpoints.list_runs(flow_name=name, limit=1)
+        or sv.agents.list(agent=name)
+    ):
+        return
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    meant = f"; did you mean {near[0]!r}?" if near else ""
+    raise UnknownFlowError(
+        f"no flow named {name!r} and no run of one{meant} (`{ctx.hints.cmd('flows')}` "
+        "lists the flows)"
+    )
 
 
 def _turns(n: Any) -> str:
@@ -181,6 +212,45 @@ def _table_time(text: str | None) -> str:
 
 
 # -- show ------------------------------------------------------------------
+
+#: files of a tidy run listed one a line by ``answer``/``resume`` (``show``: :data:`SHOW_FILES`)
+ANSWER_FILES = 20
+#: files of a tidy run ``show`` lists one a line (``-o json`` gives every one)
+SHOW_FILES = 200
+
+
+def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
+    """What happened to each file of tidy run ``run_id``, as printed lines:
+    the counts per outcome (``4 files: 3 moved, 1 left (vanished before its
+    move)``), a line saying when it was undone (if it was), then one line per
+    file, the first ``limit``, and for the rest the command that lists them
+    (``show``, or ``show -o json`` from ``show`` itself). The words are
+    :mod:`desktop_app.flows.tidy_outcomes`' (the app's tidy table's too)."""
+    from desktop_app.flows.tidy_outcomes import (
+        outcome_counts,
+        outcome_lines,
+        outcomes_of,
+        was_undone,
+    )
+    from desktop_app.store.domain.tidy import moves_of_run
+
+    moves = store.query(moves_of_run(run_id))
+    outcomes = outcomes_of(moves)
+    lines = [outcome_counts(outcomes)]
+    undone = was_undone(moves)
+    if undone is not None:
+        back = sum(m.moved_back_at is not None for m in moves)
+        lines.append(f"undone {when(undone)} (UTC): {plural(back, 'file')} moved back")
+    lines += [f"  {line}" for line in outcome_lines(outcomes[:limit])]
+    if len(outcomes) > limit:
+        every = "show -o json" if limit >= SHOW_FILES else "show"
+        more = plural(len(outcomes) - limit, "more file")
+        lines.append(f"  … {more}: `{ctx.hints.cmd(f'{every} {run_id}')}` lists each")
+    return _visible(lines)
+
+
+def _visible(lines: list[str]) -> list[str]:
+    return [visible_controls(line) for line in lines]
 
 
 def _say(line: str) -> None:
@@ -244,6 +314,7 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for w in cp.waits
                 ],
+                **(_tidy_json(store, run.run_id) if run.flow_name == "tidy" else {}),
                 "checkpoints": [
                     {
                         "id": i.id,
@@ -270,6 +341,9 @@ def cmd_show(ctx: Ctx) -> int:
         print("waits for:")
         for line in wait_lines(ctx.hints, run, cp.waits, store.now(), choices):
             print(line)
+    if run.flow_name == "tidy":
+        for line in tidy_report(ctx, store, run.run_id, limit=SHOW_FILES):
+            print(line)
     print("steps:")
     for rec in cp.steps.values():
         extra = f" iteration {rec.iteration}" if rec.iteration else ""
@@ -282,6 +356,28 @@ def cmd_show(ctx: Ctx) -> int:
             print(f"  … {len(history) - 10} more")
         print(f"  {info.id}  {info.status:10} {info.step_id:16} {when(info.created_at)}")
     return EXIT_OK
+
+
+def _tidy_json(store: Any, run_id: str) -> dict[str, Any]:
+    """``show -o json``'s ``files`` (each file's outcome, as
+    :func:`tidy_report` words it) and ``undone_at`` of a tidy run."""
+    from desktop_app.flows.tidy_outcomes import OUTCOMES, outcomes_of, was_undone
+    from desktop_app.store.domain.tidy import moves_of_run
+
+    moves = store.query(moves_of_run(run_id))
+    return {
+        "files": [
+            {
+                "name": o.name,
+                "kind": o.kind,
+                "outcome": o.outcome,
+                "says": OUTCOMES[o.outcome],
+                "detail": o.detail,
+            }
+            for o in outcomes_of(moves)
+        ],
+        "undone_at": iso(was_undone(moves)),
+    }
 
 
 def _clip(text: str, n: int = 100) -> str:
@@ -611,7 +707,7 @@ def _deliver(engine: Any) -> None:
 
     delivered = deliver_outbox(engine)
     if delivered:
-        print(f"{delivered} outbox intent(s) delivered")
+        print(f"{plural(delivered, 'outbox intent')} delivered")
 
 
 def cmd_cancel(ctx: Ctx) -> int:
@@ -635,9 +731,10 @@ def cmd_cancel(ctx: Ctx) -> int:
 def cmd_undo(ctx: Ctx) -> int:
     """``flowdesk undo RUN``: withdraw a tidy run's moves not made yet, then
     move its moved files back (exit 1 when a file could not go back, or its
-    move was in flight, each listed with why; files already back and
-    withdrawn moves are counted, not failures; exit 0 with "nothing to undo"
-    when the run moved nothing)."""
+    move was in flight, each listed with why; files already back, withdrawn
+    moves and moves never made (the file vanished before it, or its target
+    existed) are reported, not failures; exit 0 with "nothing to undo" when
+    the run moved nothing)."""
     from desktop_app.flows.tidy_undo import NothingToUndo, undo_summary, undo_tidy_run
 
     sv = ctx.services()
@@ -659,6 +756,7 @@ def cmd_undo(ctx: Ctx) -> int:
                 "already_back": report.already_back,
                 "withdrawn": report.withdrawn,
                 "in_flight": report.in_flight,
+                "never_moved": report.never_moved,
                 "left": report.left,
                 "folders_removed": report.folders_removed,
                 "folders_kept": report.folders_kept,
@@ -666,6 +764,8 @@ def cmd_undo(ctx: Ctx) -> int:
         )
     else:
         print(f"tidy run {ref.run_id}: {undo_summary(report)}")
+        for line in report.never_moved:
+            print(f"  {line}")
         for line in [*report.in_flight, *report.left]:
             print(f"  left {line}")
         for folder in report.folders_removed:

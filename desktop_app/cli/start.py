@@ -18,8 +18,10 @@ from typing import Any
 from desktop_app.cli.common import Ctx, parse_json, read_answer
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
-from desktop_app.errors import ConfigError, InputError
+from desktop_app.errors import ConfigError, InputError, RunStateError
 from desktop_app.flows import live_twin, single_flight
+from desktop_app.runs_view import display_status
+from desktop_app.words import plural
 
 
 def unknown_keys(flow: Any, given: dict[str, Any], what: str = "--input") -> None:
@@ -217,11 +219,23 @@ def cmd_answer(ctx: Ctx) -> int:
 
         return resume_agent_run(ctx, sv, ref.run_id, answer=str(value))
     ctx.current_run = ref.run_id
+    run = sv.checkpoints.get_run(ref.run_id)
+    if run.status != "waiting":  # answered already, finished, or never asked: exit 1, as cancel
+        raise RunStateError(
+            f"run {run.run_id} is {display_status(run, sv.checkpoints.now())}, not waiting for "
+            f"an answer; nothing was answered (`{ctx.hints.cmd(f'show {run.run_id}')}` says "
+            "what it did)"
+        )
     result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
     delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
     if delivered:
-        print(f"{delivered} outbox intent(s) delivered")
+        print(f"{plural(delivered, 'outbox intent')} delivered")
+    if sv.checkpoints.get_run(result.run_id).flow_name == "tidy" and result.status != "waiting":
+        from desktop_app.cli.runs import ANSWER_FILES, tidy_report
+
+        for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
+            print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
 
 

@@ -40,6 +40,10 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_C
 PRIVATE_MODE = 0o600
 
 
+#: why a rename that would have replaced a file was refused
+DESTINATION_EXISTS = "the destination exists already; nothing moved"
+
+
 class Refused(Exception):
     """The operation would leave the folder, follow a link, replace a file or
     use an unsafe name; nothing was changed. ``str(exc)`` is the reason."""
@@ -276,14 +280,14 @@ def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> str:
             return "renameat2" if flag == _RENAME_NOREPLACE else "renameatx_np"
         err = ctypes.get_errno()
         if err == errno.EEXIST:
-            raise Refused("the destination exists already; nothing moved")
+            raise Refused(DESTINATION_EXISTS)
         if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
             raise OSError(err, os.strerror(err), src)
         # this file system does not support the flag: fall back to link + unlink
     try:
         os.link(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
     except FileExistsError as exc:
-        raise Refused("the destination exists already; nothing moved") from exc
+        raise Refused(DESTINATION_EXISTS) from exc
     except OSError as exc:
         if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
             raise Refused(

@@ -42,6 +42,7 @@ from desktop_app.flows.extract import READ_LIMIT_BYTES, extract, looks_binary
 from desktop_app.private import make_private_dirs
 from desktop_app.store.domain.digest import DigestFile, files_of_run, record_file
 from desktop_app.textsafe import visible_controls
+from desktop_app.words import plural
 
 if TYPE_CHECKING:
     from desktop_app.agent.runtime import Agent
@@ -210,7 +211,7 @@ def render_report(folder_name: str, rows: list[DigestFile]) -> str:
     done = [r for r in rows if r.kind != "skipped"]
     skipped = [r for r in rows if r.kind == "skipped"]
     out = [f"# Digest of {_one_line(folder_name)}", ""]
-    out.append(f"{len(rows)} files: {len(done)} summarised, {len(skipped)} skipped.")
+    out.append(f"{plural(len(rows), 'file')}: {len(done):,} summarised, {len(skipped):,} skipped.")
     out.append("")
     for r in done:
         out.append(f"## {_one_line(r.path)}")

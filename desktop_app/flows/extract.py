@@ -16,6 +16,8 @@ import re
 from collections import Counter
 from pathlib import PurePosixPath
 
+from desktop_app.words import plural
+
 SUMMARY_SENTENCES = 2
 SUMMARY_MAX_CHARS = 320
 TITLE_MAX_CHARS = 100
@@ -389,7 +391,7 @@ def extract(path: str, text: str) -> tuple[str, str, str]:
         else:
             names = _defined_names(text)
             count = len(lines)
-            summary = f"{count} lines" + (f"; defines {', '.join(names[:6])}" if names else "")
+            summary = plural(count, "line") + (f"; defines {', '.join(names[:6])}" if names else "")
             if len(names) > 6:
                 summary += f" and {len(names) - 6} more"
             summary += "."

@@ -110,6 +110,11 @@ _EXTENSIONS: dict[str, str] = {
 }
 _KIND_OF_EXT = {ext: kind for kind, exts in _EXTENSIONS.items() for ext in exts.split()}
 
+#: the reason a queued move records when its file vanished before it was made
+GONE = "the file is gone and was not moved here"
+#: how the reason of the rows a ``no`` (or any answer but yes) left in place starts
+NOT_APPROVED = "not approved"
+
 #: files a browser is still writing: moving them would break the download
 PARTIAL_SUFFIXES = frozenset({".part", ".partial", ".crdownload", ".opdownload", ".download"})
 
@@ -308,8 +313,10 @@ def approval_prompt(state: TidyState, timeout_s: float | None) -> str:
         f"Tidy {state.folder}: move {n} file{'s' if n != 1 else ''} into subfolders by kind "
         f"and month ({kinds})?"
     )
-    if state.left_in_place:
-        text += f" {state.left_in_place} more stay where they are."
+    if state.left_in_place == 1:
+        text += " 1 more stays where it is."
+    elif state.left_in_place:
+        text += f" {state.left_in_place:,} more stay where they are."
     text += " Answer yes to move them, or no to leave everything as it is."
     if timeout_s:
         text += f" Without an answer within {timeout_s / 3600:g} h nothing is moved."
@@ -359,7 +366,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
 
     def apply_one(state: TidyState, ctx: StepContext) -> dict[str, Any]:
         if not is_affirmative(state.approval):
-            ctx.write(skip_planned(ctx.run_id, f"not approved (answer {state.approval!r})"))
+            ctx.write(skip_planned(ctx.run_id, f"{NOT_APPROVED} (answer {state.approval!r})"))
             return {"cursor": state.planned}
         move = ctx.query(next_planned(ctx.run_id))
         if move is None or move.dst is None:  # fewer rows than counted: nothing left
@@ -539,9 +546,9 @@ class FileMover:
             fds.append(open_subdir(top, kind_dir))
             fds.append(open_subdir(fds[-1], month))
         except FileNotFoundError:
-            return self._refuse(key, "the file is gone and was not moved here")
+            return self._refuse(key, GONE)
         if kind_at(fds[-1], name) is None:
-            return self._refuse(key, "the file is gone and was not moved here")
+            return self._refuse(key, GONE)
         self.store.write(record_outcome(key, True))
         return {"moved": True, "already": True, "dst": dst}
 

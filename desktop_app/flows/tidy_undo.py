@@ -34,7 +34,7 @@ import errno
 import json
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,7 +49,7 @@ from desktop_app.flows.confined import (
     rename_noreplace,
 )
 from desktop_app.flows.tidy import DESTINATION, planned_layout
-from desktop_app.store.domain.tidy import withdraw_queued
+from desktop_app.store.domain.tidy import moves_of_run, record_moved_back, withdraw_queued
 
 #: the error a withdrawn move's intent (and its ``tidy_moves`` row) records
 WITHDRAWN = "withdrawn: the tidy run was undone before this move was made"
@@ -81,6 +81,12 @@ class UndoReport:
     #: files a live dispatcher was moving at the instant of the undo, left
     #: alone (outcome unknown: run the undo again once it is done)
     in_flight: list[str] = field(default_factory=list)
+    #: files whose move was never made (they vanished before it, or a file
+    #: was at their destination): nothing to undo, one line each with why
+    never_moved: list[str] = field(default_factory=list)
+    #: destinations (``from`` paths) of the files now back at their old
+    #: place (moved back now, or found back)
+    back: list[str] = field(default_factory=list)
 
 
 def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
@@ -114,7 +120,11 @@ def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
 
 
 def undo_tidy(
-    undo_list: Path, *, withdrawn: Collection[str] = (), in_flight: Collection[str] = ()
+    undo_list: Path,
+    *,
+    withdrawn: Collection[str] = (),
+    in_flight: Collection[str] = (),
+    never_moved: Mapping[str, str] | None = None,
 ) -> UndoReport:
     """Move a tidy run's files back from ``undo_list``, then remove the
     folders that left empty.
@@ -128,6 +138,10 @@ def undo_tidy(
             not ``already_back``.
         in_flight: destinations of moves a live dispatcher may be making now:
             left alone, reported in ``in_flight``.
+        never_moved: destination -> why, of moves the file mover recorded
+            as never made (the file vanished before its move, or a file was
+            at its destination): reported in ``never_moved`` and not touched
+            (a file at such a destination is not one tidy put there).
 
     Raises:
         InputError: the undo list is missing or is not a tidy undo list.
@@ -136,6 +150,9 @@ def undo_tidy(
     folder = undo_list.parent
     moved, already, never, left = 0, 0, 0, []
     unknown: list[str] = []
+    not_made: list[str] = []
+    back: list[str] = []
+    why_not = never_moved or {}
     emptied: set[tuple[str, str]] = set()
     for moved_to, came_from in pairs:
         name = Path(moved_to).name
@@ -145,14 +162,19 @@ def undo_tidy(
                 "unknown, left where it is (run the undo again once it is done)"
             )
             continue
+        if moved_to in why_not:  # the mover recorded it never moved: nothing of ours is there
+            not_made.append(f"{name}: never moved ({why_not[moved_to]}); nothing to undo")
+            continue
         try:
             outcome = _move_back(folder, Path(moved_to), Path(came_from))
             if outcome == "moved":
                 moved += 1
+                back.append(moved_to)
             elif outcome == "already" and moved_to in withdrawn:
                 never += 1
             elif outcome == "already":
                 already += 1
+                back.append(moved_to)
             else:
                 left.append(
                     f"{name}: no longer at {Path(moved_to).parent} nor at {folder}; "
@@ -170,7 +192,7 @@ def undo_tidy(
                 emptied.add((kind_dir, month))
     kept: list[str] = []
     removed = _remove_empty(folder, emptied, left, kept)
-    return UndoReport(moved, left, removed, already, kept, never, unknown)
+    return UndoReport(moved, left, removed, already, kept, never, unknown, not_made, back)
 
 
 def undo_summary(report: UndoReport, *, files: bool = False) -> str:
@@ -184,6 +206,8 @@ def undo_summary(report: UndoReport, *, files: bool = False) -> str:
         text += "withdrawn (never made)"
     if report.already_back:
         text += f", {report.already_back:,} already back"
+    if report.never_moved:
+        text += f", {len(report.never_moved):,} never moved (nothing to undo)"
     if report.in_flight:
         text += f", {len(report.in_flight):,} in flight (outcome unknown)"
     return text
@@ -224,7 +248,10 @@ def _dst(payload: object) -> str:
 def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) -> UndoReport:
     """Undo tidy run ``run_id`` whole: withdraw its moves not made yet
     (:func:`withdraw_moves`), then move back the files that moved
-    (:func:`undo_tidy`). Running it again changes nothing.
+    (:func:`undo_tidy`), and record in ``tidy_moves`` when each file came
+    back (``moved_back_at``). Moves that were never made (the file vanished
+    before its move, or its destination was taken) are reported in
+    ``never_moved``, not as files left. Running it again changes nothing.
 
     Raises:
         CheckpointNotFoundError: no such run.
@@ -233,7 +260,17 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     """
     undo_list = undo_list_of(store, run_id)
     withdrawn, in_flight = withdraw_moves(store, run_id, wait_s=wait_s)
-    return undo_tidy(undo_list, withdrawn=set(withdrawn), in_flight=set(in_flight))
+    never_moved = {
+        m.dst: m.reason or m.status
+        for m in store.query(moves_of_run(run_id))
+        if m.dst is not None and m.status in ("skipped", "refused") and m.reason != WITHDRAWN
+    }
+    report = undo_tidy(
+        undo_list, withdrawn=set(withdrawn), in_flight=set(in_flight), never_moved=never_moved
+    )
+    if report.back:
+        store.write(record_moved_back(run_id, report.back, store.now()))
+    return report
 
 
 def _move_back(folder: Path, moved_to: Path, came_from: Path) -> str:

@@ -201,7 +201,8 @@ def _raise_for(statuses: list[SchemaStatus], db_hint: str) -> None:
     edited = [s.key for s in statuses if s.state == "edited"]
     if edited:
         raise SchemaChecksumError(
-            f"schema file(s) {', '.join(edited)} changed since they were applied to this "
+            f"schema {'file' if len(edited) == 1 else 'files'} {', '.join(edited)} changed since "
+            "they were applied to this "
             "database; Flowdesk will not guess. Restore the original files, or add a new "
             "numbered migration instead of editing an applied one."
         )
@@ -322,7 +323,8 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
                 if broken:
                     table, rowid, parent, _ = broken[0]
                     raise StoreError(
-                        f"schema file {f.key} left {len(broken)} rows whose foreign key "
+                        f"schema file {f.key} left {len(broken)} "
+                        f"{'row' if len(broken) == 1 else 'rows'} whose foreign key "
                         f"points nowhere (first: {table} row {rowid} -> {parent}); "
                         "nothing of it was applied"
                     )

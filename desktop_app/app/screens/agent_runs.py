@@ -427,7 +427,7 @@ class AgentRunsScreen(Screen[None]):
             status = "No agent runs yet." if message.done else "Reading agent runs…"
         else:
             waiting = sum(r.status == "input_required" for r in self.runs)
-            status = f"{len(self.runs)} agent run(s), {waiting} waiting for you."
+            status = f"{plural(len(self.runs), 'agent run')}, {waiting:,} waiting for you."
             if not message.done:
                 status = f"{status[:-1]}; reading more…"
         self._status = status

@@ -32,18 +32,38 @@ class KeyHelp:
 
 def keys_of(screen: Screen[object]) -> list[KeyHelp]:
     """Every key active on ``screen`` (its own, its focused widget's and the
-    app's), hidden footer keys included, in the order Textual resolves them."""
+    app's), hidden footer keys included, in the order Textual resolves them;
+    the screen's own keys that do not apply right now (its ``check_action``
+    hides them from the footer: ``r`` / ``a`` / ``c`` for a finished run)
+    in their place among its keys, marked not enabled."""
     app = screen.app
     out: list[KeyHelp] = []
     seen: set[tuple[str, str]] = set()
-    for active in screen.active_bindings.values():
+    at: dict[str, int] = {}  # key -> its row in ``out``
+    for key, active in screen.active_bindings.items():
         binding = active.binding
         shown = binding.key_display or app.get_key_display(binding)
         description = binding.description or binding.action.replace("_", " ")
         if (shown, description) in seen:
             continue
         seen.add((shown, description))
+        at[key] = len(out)
         out.append(KeyHelp(shown, description, active.enabled))
+    after = -1  # the row of the screen's previous key listed
+    for key, binding in screen._bindings:  # Textual has no public accessor
+        if key in at:
+            after = max(after, at[key])
+            continue
+        if app._check_action_state(binding.action, screen) is not False:
+            continue
+        shown = binding.key_display or app.get_key_display(binding)
+        description = binding.description or binding.action.replace("_", " ")
+        if (shown, description) in seen:
+            continue
+        seen.add((shown, description))
+        after += 1
+        out.insert(after, KeyHelp(shown, description, False))
+        at = {k: i + (i >= after) for k, i in at.items()}
     return out
 
 

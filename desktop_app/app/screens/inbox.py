@@ -48,6 +48,7 @@ from desktop_app.errors import FlowdeskError
 from desktop_app.integrations.langgraph.threads import list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 from desktop_app.textsafe import visible_controls
+from desktop_app.words import plural
 
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
@@ -355,9 +356,12 @@ class InboxScreen(Screen[None]):
         if not self.items:
             status = "Nothing is waiting for you."
         else:
-            status = f"{asking} flow question(s) and {agents} agent question(s) wait for you."
+            flows, agent = plural(asking, "flow question"), plural(agents, "agent question")
+            status = f"{flows} and {agent} wait for you."
             if graphs:
-                status = status.replace(" wait", f" and {graphs} LangGraph question(s) wait")
+                status = status.replace(
+                    " wait", f" and {plural(graphs, 'LangGraph question')} wait"
+                )
         if message.error:
             status += f" Could not read everything: {message.error}"
             self.flowdesk.say(message.error, "error")

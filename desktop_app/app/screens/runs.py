@@ -25,9 +25,9 @@ from desktop_app.app.host import Host, host
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
-from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable
+from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_kind
 from desktop_app.errors import CheckpointNotFoundError
-from desktop_app.runs_view import left_over, merged_page
+from desktop_app.runs_view import display_status, left_over, merged_page, row_actions
 from desktop_app.store.protocol import CheckpointStore, RunRecord
 
 #: Columns ``S`` sorts by, in the order it steps through them.
@@ -44,6 +44,9 @@ TIMES_S = 15.0
 #: have a live process (a death changes no row, so no reload shows it).
 LIVENESS_S = 1.0
 #: Actions of keys that step aside while a filter field has focus.
+#: the row keys offered only for a run they apply to (action -> :func:`row_actions` word)
+ROW_ACTIONS = {"resume_run": "resume", "answer_run": "answer", "cancel_run": "cancel"}
+
 TABLE_ACTIONS = frozenset(
     {
         "open_run",
@@ -193,6 +196,7 @@ class RunsScreen(Screen[None]):
         return self.query_one("#run-summary", RunSummary)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.refresh_bindings()  # the footer offers only the keys the run takes
         if self.has_class("-wide"):
             self._show_summary()
 
@@ -298,6 +302,7 @@ class RunsScreen(Screen[None]):
         self._show_page(len(runs))
         self._show_hint()
         self._recheck_asking(list(self.asking))
+        self.refresh_bindings()
 
     def refresh_run(self, run_id: str) -> None:
         run = self.flowdesk.read(lambda store: store.get_run(run_id), quiet=True)
@@ -307,6 +312,7 @@ class RunsScreen(Screen[None]):
             if self._statuses.get(run_id) != run.status:
                 self._statuses[run_id] = run.status
                 self._show_hint()
+                self.refresh_bindings()
             if self.has_class("-wide") and self.summary.run_id == run_id:
                 self._show_summary()
         elif self.page == 0 and not self.filter.active:
@@ -463,7 +469,26 @@ class RunsScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # While a filter field has focus, enter submits it (or opens the
         # select) and letters are typed: the table's keys step aside.
-        return not (isinstance(self.focused, Input | Select) and action in TABLE_ACTIONS)
+        if isinstance(self.focused, Input | Select) and action in TABLE_ACTIONS:
+            return False
+        # r / a / c show (and work) only for a run they apply to
+        if (wanted := ROW_ACTIONS.get(action)) is not None:
+            return wanted in self._selected_actions()
+        return True
+
+    def _selected_actions(self) -> frozenset[str]:
+        """:func:`~desktop_app.runs_view.row_actions` of the selected run (a
+        LangGraph thread: answer, which opens it); none without a selection;
+        all while the database is not open (each then says so)."""
+        if self.flowdesk.engine is None:  # each key says why it cannot work yet
+            return frozenset(ROW_ACTIONS.values())
+        run_id = self.table.selected_run_id()
+        run = None if run_id is None else self.table.record_of(run_id)
+        if run is None:
+            return frozenset()
+        if run_kind(run) == "langgraph":
+            return frozenset({"answer"})
+        return row_actions(display_status(run, self.flowdesk.now()))
 
     # -- actions ---------------------------------------------------------
 

@@ -5,7 +5,8 @@ A row's ``status`` moves ``planned`` -> ``queued`` (its outbox intent committed)
 ``skipped`` with a ``reason`` (not approved, left in place, or the file
 system no longer matched the plan), or to ``refused`` with a ``reason`` (the
 move would have left the folder, followed a symbolic link, replaced a file or
-used an unsafe name; nothing was moved).
+used an unsafe name; nothing was moved). ``moved_back_at`` is set when an undo
+put the file back at its old place (or found it there).
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ from desktop_app.store.domain import code_point_order
 from desktop_app.store.protocol import DomainWrite, SqlTx
 
 _COLUMNS = "src, dst, kind, month, status, reason, intent_key"
+
+
+def _read_columns(tx: SqlTx) -> str:
+    """:data:`_COLUMNS` and ``moved_back_at`` as epoch seconds on either dialect."""
+    back = (
+        "extract(epoch from moved_back_at)::float8" if tx.dialect == "postgres" else "moved_back_at"
+    )
+    return f"{_COLUMNS}, {back}"
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,8 @@ class TidyMove:
         status: ``planned``, ``queued``, ``moved``, ``skipped`` or ``refused``.
         reason: why the file was skipped or refused, else ``None``.
         intent_key: the idempotency key of its outbox intent, once queued.
+        moved_back_at: when an undo put the file back at ``src`` (UTC epoch
+            seconds), else ``None``.
     """
 
     src: str
@@ -42,6 +53,7 @@ class TidyMove:
     status: str = "planned"
     reason: str | None = None
     intent_key: str | None = None
+    moved_back_at: float | None = None
 
 
 def _row(r: Sequence[Any]) -> TidyMove:
@@ -67,7 +79,7 @@ def next_planned(run_id: str) -> Callable[[SqlTx], TidyMove | None]:
 
     def query(tx: SqlTx) -> TidyMove | None:
         row = tx.fetchone(
-            f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? AND status='planned' "
+            f"SELECT {_read_columns(tx)} FROM tidy_moves WHERE run_id=? AND status='planned' "
             f"ORDER BY {code_point_order(tx, 'src')} LIMIT 1",
             (run_id,),
         )
@@ -116,12 +128,31 @@ def withdraw_queued(intent_keys: Sequence[str], reason: str) -> Callable[[SqlTx]
     return write
 
 
+def record_moved_back(
+    run_id: str, destinations: Sequence[str], at: float
+) -> Callable[[SqlTx], None]:
+    """Standalone write for ``store.write``: the rows of run ``run_id`` whose
+    files an undo put back at their old place (or found there), by their
+    ``dst`` paths, get ``moved_back_at = at`` (UTC epoch seconds); a row
+    marked before keeps its first time."""
+
+    def write(tx: SqlTx) -> None:
+        at_sql = "to_timestamp(?)" if tx.dialect == "postgres" else "?"
+        tx.executemany(
+            f"UPDATE tidy_moves SET moved_back_at={at_sql} WHERE run_id=? AND dst=? "
+            "AND moved_back_at IS NULL",
+            [(at, run_id, dst) for dst in destinations],
+        )
+
+    return write
+
+
 def moves_of_run(run_id: str) -> Callable[[SqlTx], list[TidyMove]]:
     """Query op: every row of the run, ordered by source path (code point order)."""
 
     def query(tx: SqlTx) -> list[TidyMove]:
         rows = tx.fetchall(
-            f"SELECT {_COLUMNS} FROM tidy_moves WHERE run_id=? "
+            f"SELECT {_read_columns(tx)} FROM tidy_moves WHERE run_id=? "
             f"ORDER BY {code_point_order(tx, 'src')}",
             (run_id,),
         )
@@ -134,7 +165,9 @@ def move_by_key(intent_key: str) -> Callable[[SqlTx], TidyMove | None]:
     """Query op: the row queued under this outbox idempotency key, or ``None``."""
 
     def query(tx: SqlTx) -> TidyMove | None:
-        row = tx.fetchone(f"SELECT {_COLUMNS} FROM tidy_moves WHERE intent_key=?", (intent_key,))
+        row = tx.fetchone(
+            f"SELECT {_read_columns(tx)} FROM tidy_moves WHERE intent_key=?", (intent_key,)
+        )
         return None if row is None else _row(row)
 
     return query

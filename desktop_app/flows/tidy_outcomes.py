@@ -1,0 +1,124 @@
+"""What happened to each file of a tidy run, in words: the one source of the
+per-file outcomes that ``flowdesk show``, ``flowdesk answer`` and the app's
+tidy table print (from the run's ``tidy_moves`` rows; no Textual here).
+
+Each row is one :data:`OUTCOMES` key: ``planned`` (waits for approval),
+``queued`` (approved, not made yet), ``moved``, ``renamed`` (moved under
+another name: one was taken in the kind folder when the plan was made),
+``exists`` (not moved: a file appeared at its destination meanwhile),
+``vanished`` (not moved: the file was gone when its move was made),
+``withdrawn`` (an undo withdrew the move before it was made), ``declined``
+(the answer was not yes), ``stays`` (left in place from the start: a
+download in progress, a linked file...), ``refused`` (it would have left the
+folder or followed a link) or ``back`` (an undo put it back).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from desktop_app.flows.confined import DESTINATION_EXISTS
+from desktop_app.flows.tidy import GONE, NOT_APPROVED
+from desktop_app.flows.tidy_undo import WITHDRAWN
+from desktop_app.store.domain.tidy import TidyMove
+
+#: outcome key -> how a count of it reads (``"2 renamed on a clash"``), in the order listed
+OUTCOMES: dict[str, str] = {
+    "moved": "moved",
+    "renamed": "renamed on a clash",
+    "back": "moved back by undo",
+    "queued": "queued (not moved yet)",
+    "planned": "planned (waits for approval)",
+    "exists": "skipped (the target exists)",
+    "vanished": "left (vanished before its move)",
+    "withdrawn": "withdrawn by undo (never moved)",
+    "declined": "not moved (not approved)",
+    "stays": "left in place",
+    "refused": "refused",
+}
+
+
+@dataclass(frozen=True)
+class FileOutcome:
+    """One file of a tidy run.
+
+    Attributes:
+        name: the file's name (in the tidied folder).
+        kind: its kind (``images``, ``documents``...).
+        outcome: an :data:`OUTCOMES` key.
+        detail: where it went, relative to the folder (``Images/2026-12/a.jpg``),
+            or why it stayed (the row's reason), or ``""``.
+    """
+
+    name: str
+    kind: str
+    outcome: str
+    detail: str
+
+
+def outcome_of(move: TidyMove) -> FileOutcome:
+    """The outcome of one ``tidy_moves`` row (see the module docstring)."""
+    folder = str(Path(move.src).parent)
+    where = os.path.relpath(move.dst, folder) if move.dst else ""
+    reason = move.reason or ""
+    if move.moved_back_at is not None:
+        outcome, detail = "back", f"back from {where}" if where else ""
+    elif move.status == "moved":
+        renamed = move.dst is not None and Path(move.dst).name != Path(move.src).name
+        outcome, detail = ("renamed" if renamed else "moved"), where
+    elif move.status in ("planned", "queued"):
+        outcome, detail = move.status, where
+    elif reason == GONE:
+        outcome, detail = "vanished", f"{Path(move.src).name} was gone when its move was made"
+    elif reason == DESTINATION_EXISTS:
+        outcome, detail = "exists", f"{where} exists already; nothing moved"
+    elif reason == WITHDRAWN:
+        outcome, detail = "withdrawn", reason
+    elif reason.startswith(NOT_APPROVED):
+        outcome, detail = "declined", reason
+    elif move.status == "refused":
+        outcome, detail = "refused", reason
+    else:
+        outcome, detail = "stays", reason
+    return FileOutcome(Path(move.src).name, move.kind, outcome, detail)
+
+
+def outcomes_of(moves: Sequence[TidyMove]) -> list[FileOutcome]:
+    """:func:`outcome_of` of each row, in the rows' order."""
+    return [outcome_of(m) for m in moves]
+
+
+def _files(n: int) -> str:
+    return f"{n:,} {'file' if n == 1 else 'files'}"
+
+
+def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:
+    """``"4 files: 2 moved, 1 renamed on a clash, 1 left (vanished before its
+    move)"``: the count of each outcome present, in :data:`OUTCOMES` order;
+    ``"no files"`` for none."""
+    if not outcomes:
+        return "no files"
+    counts = Counter(o.outcome for o in outcomes)
+    parts = [f"{counts[k]:,} {label}" for k, label in OUTCOMES.items() if counts[k]]
+    return f"{_files(len(outcomes))}: {', '.join(parts)}"
+
+
+def outcome_lines(outcomes: Sequence[FileOutcome]) -> list[str]:
+    """One line per file: ``"a.jpg  moved  Images/2026-12/a.jpg"``, names
+    padded to the longest (capped at 40 characters)."""
+    width = min(40, max((len(o.name) for o in outcomes), default=0))
+    label = max((len(OUTCOMES[o.outcome]) for o in outcomes), default=0)
+    return [
+        f"{o.name:{width}}  {OUTCOMES[o.outcome]:{label}}  {o.detail}".rstrip() for o in outcomes
+    ]
+
+
+def was_undone(moves: Sequence[TidyMove]) -> float | None:
+    """When an undo first put a file of the run back (UTC epoch seconds), or
+    ``None`` when none was (not undone, or it moved nothing back)."""
+    times = [m.moved_back_at for m in moves if m.moved_back_at is not None]
+    return min(times) if times else None
