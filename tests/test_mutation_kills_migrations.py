@@ -191,7 +191,10 @@ def test_every_edited_and_every_unknown_file_is_named(tmp_path: Path):
         edited = [migrations.SchemaFile(f.component, f.name, f.sql + "--") for f in files]
         with pytest.raises(SchemaChecksumError) as err:
             migrations.verify(conn, edited)
-        assert "schema file(s) core/0001_a.sql, core/0002_b.sql changed since" in str(err.value)
+        assert (
+            "schema files core/0001_a.sql, core/0002_b.sql changed since they were applied"
+            in str(err.value)
+        )
         assert "Restore the original files, or add a new numbered migration" in str(err.value)
         with pytest.raises(SchemaTooNewError) as err2:
             migrations.verify(conn, [])
@@ -397,7 +400,7 @@ def test_a_file_another_applier_did_meanwhile_from_an_edited_copy_is_refused(pg_
         pg_empty_url, first_sql + "\n-- edited elsewhere"
     )
     assert isinstance(outcome, SchemaChecksumError)
-    assert f"schema file(s) {files[0].key} changed since they were applied" in str(outcome)
+    assert f"schema file {files[0].key} changed since it was applied" in str(outcome)
     with psycopg.connect(pg_empty_url, autocommit=True) as conn:
         states = {s.key: s.state for s in migrations.status(conn)}
     assert states[files[0].key] == "edited"

@@ -200,9 +200,10 @@ def status(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaS
 def _raise_for(statuses: list[SchemaStatus], db_hint: str) -> None:
     edited = [s.key for s in statuses if s.state == "edited"]
     if edited:
+        one = len(edited) == 1
         raise SchemaChecksumError(
-            f"schema {'file' if len(edited) == 1 else 'files'} {', '.join(edited)} changed since "
-            "they were applied to this "
+            f"schema {'file' if one else 'files'} {', '.join(edited)} changed since "
+            f"{'it was' if one else 'they were'} applied to this "
             "database; Flowdesk will not guess. Restore the original files, or add a new "
             "numbered migration instead of editing an applied one."
         )
