@@ -4,7 +4,7 @@ process recovers them all.
     python benchmarks/bench_recovery.py [--runs 1000] [--steps 10] [--kill-at 5]
                                         [--repeat 1] [--synchronous FULL]
                                         [--setup-synchronous OFF] [--wait-leases]
-                                        [--fsync-log] [--profile]
+                                        [--fsync-log] [--profile] [--concurrency 64]
 
     python benchmarks/bench_recovery.py --runs 10000     # the 10k target (~1-3 min today)
 
@@ -204,7 +204,7 @@ def child_recover(args: argparse.Namespace) -> int:
     if prof is not None:
         threading.setprofile(profile_thread)
         prof.enable()
-    report = engine.recover()
+    report = engine.recover(concurrency=args.concurrency)
     if prof is not None:
         prof.disable()
         threading.setprofile(None)  # type: ignore[arg-type]
@@ -267,6 +267,8 @@ def child_cmd(args: argparse.Namespace, mode: str, db: Path, log: Path) -> list[
         args.setup_synchronous,
         "--setup-concurrency",
         str(args.setup_concurrency),
+        "--concurrency",
+        str(args.concurrency),
     ]
     cmd += ["--lease-ttl", str(args.lease_ttl)]
     if args.fsync_log:
@@ -507,6 +509,12 @@ def main() -> int:
         type=int,
         default=64,
         help="runs stepping towards the kill point at once in the set-up child",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=64,
+        help="runs recover() drives at once (Engine.recover's concurrency)",
     )
     p.add_argument("--fsync-log", action="store_true", help="fsync the step log after each line")
     p.add_argument("--profile", action="store_true", help="cProfile recover() and print it")
