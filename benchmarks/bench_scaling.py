@@ -28,8 +28,8 @@ linearly with the flow?
 3. Compile time: building (``FlowBuilder.step`` x N, ``chain()``) and
    ``compile()`` of linear flows of each ``--compile-sizes`` (default 1,000
    and 10,000 steps), interleaved ``--compile-rounds`` times; the per-round
-   ratio 10k / 1k is 10 when compiling is linear (judged <= 13, i.e.
-   linear within 1.3x). ``--compile-rounds 0`` skips it.
+   ratio 10k / 1k is 10 when compiling is linear (judged <= 11, i.e.
+   linear within 1.1x: issue 31's target). ``--compile-rounds 0`` skips it.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def main() -> int:
         {f"{small}": contender(small), f"{large}": contender(large)}, args.compile_rounds
     )
     ratio = stat(ratios(res[f"{large}"], res[f"{small}"]))
-    goal = 1.3 * large / small
+    goal = 1.1 * large / small  # issue 31: compile 10,000 / 1,000 <= 11x
     rows.append(Row(f"compile() {small} steps", f"{stat(res[f'{small}']).fmt(1e3, 1)} ms"))
     rows.append(Row(f"compile() {large} steps", f"{stat(res[f'{large}']).fmt(1e3, 1)} ms"))
     rows.append(
