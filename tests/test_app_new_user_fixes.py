@@ -75,6 +75,32 @@ async def test_yes_has_focus_for_a_tidys_yes_no_question_and_enter_approves(
     assert sorted(Path(p).name for p in files_under(folder)) == ["paper.pdf", "photo.jpg"]
 
 
+async def test_typing_no_while_yes_has_focus_types_it_and_enter_sends_no(
+    tmp_path: Path,
+) -> None:
+    """A new user's report: with Yes focused, typing "no" went nowhere and
+    enter pressed Yes: every file moved. Typing goes into the answer field."""
+    from textual.widgets import Input
+
+    settings, run_id, folder = waiting_tidy(tmp_path)
+    before = files_under(folder)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        await pilot.press("n", "o")
+        assert isinstance(app.focused, Input) and app.focused.value == "no"
+        await pilot.press("enter")
+        await settle(pilot)
+        await wait_until(pilot, lambda: status_of(settings, run_id) != "waiting")
+    assert status_of(settings, run_id) == "completed"  # a tidy told no ends, moving nothing
+    assert files_under(folder) == before
+
+
 def approved_tidy(tmp_path: Path) -> tuple[Settings, str]:
     """A tidy run approved and completed (its moves queued in the outbox)."""
     settings, run_id, _folder = waiting_tidy(tmp_path)

@@ -130,7 +130,10 @@ class AnswerScreen(ModalScreen[None]):
                 yield Static("", id="preview-title")
                 yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
                 yield Input(
-                    placeholder="Type the answer; enter sends it", id="answer", disabled=True
+                    placeholder="Type the answer; enter sends it",
+                    id="answer",
+                    disabled=True,
+                    select_on_focus=False,  # a key typed on a button lands here (on_key)
                 )
                 yield Checkbox("Send as JSON (true, 3, [1, 2], {...})", id="as-json", compact=True)
                 yield Static("", id="answer-error")
@@ -293,6 +296,25 @@ class AnswerScreen(ModalScreen[None]):
                 self.query_one("#answer-yes", Button).focus()
             else:
                 answer.focus()
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed while a button has focus goes into the answer
+        field, which takes focus: a user who typed "no" with Yes focused
+        (a yes/no question) saw nothing typed, and enter then pressed Yes.
+        ``?`` stays the help key there."""
+        answer = self.query_one("#answer", Input)
+        character = event.character
+        if (
+            isinstance(self.focused, Button)
+            and event.is_printable
+            and character
+            and character != "?"
+            and not answer.disabled
+        ):
+            event.stop()
+            event.prevent_default()
+            answer.focus()
+            answer.insert_text_at_cursor(character)
 
     def asks_yes_no(self, wait: Wait) -> bool:
         """Whether ``wait`` is a yes/no question: it takes only the words
