@@ -35,7 +35,7 @@ import json
 import os
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -92,6 +92,16 @@ class MixedFormatsError(Exception):
     """The output folder holds files of the other format (exit 2)."""
 
 
+class UnknownTableError(Exception):
+    """A ``--table`` the database does not have (exit 2, nothing written)."""
+
+
+def _no_tables(missing: list[str], where: str, present: Iterable[str]) -> UnknownTableError:
+    return UnknownTableError(
+        f"no table {', '.join(missing)} in {where}; its tables: {', '.join(sorted(present))}"
+    )
+
+
 def check_out(out: Path, fmt: str) -> None:
     """Refuse an output folder that holds an export of the other format.
 
@@ -130,7 +140,7 @@ def export(
     rows of the runs of ``scope``; returns rows written per table.
 
     Raises:
-        SystemExit: a requested table does not exist.
+        UnknownTableError: a requested table does not exist (nothing written).
         MixedFormatsError: ``out`` holds files of the other format.
         sqlite3.DatabaseError: the file cannot be read.
     """
@@ -140,7 +150,7 @@ def export(
     wanted = tables or [t for t in DEFAULT_TABLES if t in present]
     missing = [t for t in wanted if t not in present]
     if missing:
-        raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in {db}")
+        raise _no_tables(missing, str(db), present)
     check_out(out, fmt)
     make_private_dirs(out)
     counts: dict[str, int] = {}
@@ -181,7 +191,7 @@ def export_postgres(
     returns rows written per table.
 
     Raises:
-        SystemExit: a requested table does not exist.
+        UnknownTableError: a requested table does not exist (nothing written).
         MixedFormatsError: ``out`` holds files of the other format.
         psycopg.Error: the server cannot be read.
     """
@@ -205,7 +215,7 @@ def export_postgres(
         wanted = tables or [t for t in DEFAULT_TABLES if t in columns]
         missing = [t for t in wanted if t not in columns]
         if missing:
-            raise SystemExit(f"flowdesk export: no table {', '.join(missing)} in the database")
+            raise _no_tables(missing, "the database", columns)
         check_out(out, fmt)
         make_private_dirs(out)
         literal = sql.Literal(scope).as_string(conn)  # COPY takes no bound parameters
@@ -258,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         except psycopg.Error as exc:
             print(f"flowdesk export: cannot read the PostgreSQL database: {exc}", file=sys.stderr)
             return 1
-        except MixedFormatsError as exc:
+        except (MixedFormatsError, UnknownTableError) as exc:
             print(f"flowdesk export: {exc}", file=sys.stderr)
             return 2
         _report(counts, args.out, args.scope)
@@ -272,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     except sqlite3.DatabaseError as exc:
         print(f"flowdesk export: cannot read {args.db}: {exc}", file=sys.stderr)
         return 1
-    except MixedFormatsError as exc:
+    except (MixedFormatsError, UnknownTableError) as exc:
         print(f"flowdesk export: {exc}", file=sys.stderr)
         return 2
     assert "apsw" not in sys.modules, "export must not load apsw"

@@ -44,3 +44,25 @@ def test_a_database_from_the_environment_is_repeated_in_the_hint(tmp_path: Path)
     applied = as_printed(found.group(1), plain)  # the hint alone says where
     assert applied.returncode == 0, applied.stderr
     assert db.exists()
+
+
+def test_export_of_a_missing_database_says_it_as_every_command_does(tmp_path: Path) -> None:
+    """A new user's report: ``export`` on a missing database exited 2 with
+    "no database at …" and no hint, where ``runs`` exits 1 with the command
+    that creates it. Now alike, the hint run as printed; then a ``--table``
+    the database does not have is bad input (exit 2), naming its tables."""
+    db = tmp_path / "none.db"
+    env = user_env()
+    out = flowdesk(db, "--scope", "team", "export", "--out", str(tmp_path / "exp"), env=env)
+    assert out.returncode == 1, out.stderr
+    found = re.search(r"run `([^`]+)` first", out.stderr)
+    assert found, out.stderr
+    assert not (tmp_path / "exp").exists()
+    applied = as_printed(found.group(1), env)
+    assert applied.returncode == 0, applied.stderr
+    again = flowdesk(db, "--scope", "team", "export", "--out", str(tmp_path / "exp"), env=env)
+    assert again.returncode == 0, again.stderr
+    bogus = flowdesk(db, "export", "--out", str(tmp_path / "exp2"), "--table", "bogus", env=env)
+    assert bogus.returncode == 2, bogus.stderr
+    assert "no table bogus in" in bogus.stderr and "runs" in bogus.stderr.split("its tables:")[1]
+    assert not (tmp_path / "exp2").exists()

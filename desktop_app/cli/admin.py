@@ -10,7 +10,7 @@ from typing import Any
 
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit_all, emit_one, iso, when
-from desktop_app.errors import FlowdeskError, InputError
+from desktop_app.errors import DatabaseMissingError, FlowdeskError, InputError
 from desktop_app.words import plural
 
 
@@ -247,6 +247,9 @@ def cmd_export(ctx: Ctx) -> int:
 
     a = ctx.args
     database = parse_database(ctx.settings.db_path)
+    if database.backend != "postgres" and not Path(database.path).is_file():
+        # as every other command says it (exit 1, the `db apply` hint with --db)
+        raise DatabaseMissingError(str(database.path))
     cmd = [
         sys.executable,
         "-m",
