@@ -220,3 +220,39 @@ async def test_the_footer_offers_only_the_run_keys_that_apply(tmp_path: Path) ->
         await press(pilot, "f1")
         dimmed = {k.key for k in app.screen.keys if not k.enabled}  # type: ignore[attr-defined]
         assert {"r", "a", "c"} <= dimmed
+
+
+async def test_the_detail_and_inbox_footers_offer_only_keys_that_apply(tmp_path: Path) -> None:
+    """A new user's report: a completed run's detail offered r, a and c
+    (each only said "already completed"), and an empty inbox offered
+    Approve and Reject. A waiting run's detail offers a and r; the inbox
+    offers y and n while a question waits, and none once it is answered."""
+    s = load_settings(db_path=tmp_path / "t.db")
+    done, waiting = waiting_run(s), waiting_run(s)
+    engine = bootstrap.build_engine(s, flows=[ask_flow()])
+    try:
+        assert engine.resume_with(done, "yes").status == "completed"
+    finally:
+        engine.store.close()
+    app = FlowdeskApp(s, flows=[ask_flow()])
+
+    def footer() -> set[str]:
+        return {k.action for k in app.screen.query(FooterKey)}
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        for run_id, offered in ((done, set()), (waiting, {"answer", "resume", "cancel"})):
+            app.controller.open_run(run_id)
+            await settle(pilot)
+            assert isinstance(app.screen, RunDetailScreen)
+            await wait_until(pilot, lambda: app.screen.record is not None)  # type: ignore[attr-defined]
+            await settle(pilot)
+            assert footer() & {"answer", "resume", "cancel"} == offered, run_id
+            assert app.screen.check_action("cancel", ()) is bool(offered)
+            await press(pilot, "escape")
+        await press(pilot, "i")
+        assert {"approve", "reject"} <= footer()
+        await press(pilot, "y")  # the waiting run's question: approved
+        await wait_until(pilot, lambda: app.screen.items == [])  # type: ignore[attr-defined]
+        await settle(pilot)
+        assert {"approve", "reject", "answer"}.isdisjoint(footer())

@@ -59,7 +59,7 @@ from desktop_app.app.widgets.run_tables import (
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
-from desktop_app.runs_view import INTERRUPTED, display_status
+from desktop_app.runs_view import INTERRUPTED, display_status, row_actions
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
 
 #: Seconds between refreshes while events keep arriving for this run.
@@ -376,6 +376,7 @@ class RunDetailScreen(Screen[None]):
         self.latest = checkpoint
         self._remember(checkpoint)
         self._show_header()
+        self.refresh_bindings()  # the footer offers only the keys the run takes
         self.query_one(StepsTable).show(checkpoint)
         self.query_one(WaitsTable).show(checkpoint.waits, self.now())
         self.query_one(ContextTable).show(run)
@@ -785,6 +786,14 @@ class RunDetailScreen(Screen[None]):
         """The run as this screen shows it (read now if it could not be yet)."""
         run_id = self.run_id
         return self.record or self.flowdesk.read(lambda s: s.get_run(run_id))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``r``, ``a`` and ``c`` show (and work) only for a run they apply
+        to (:func:`~desktop_app.runs_view.row_actions`, as on the runs
+        screen); all of them until the run is read (each then says why)."""
+        if action in ("resume", "answer", "cancel") and self.record is not None:
+            return action in row_actions(display_status(self.record, self.flowdesk.now()))
+        return True
 
     def action_resume(self) -> None:
         self.flowdesk.controller.resume(self.run_id, self.record)

@@ -349,6 +349,7 @@ class InboxScreen(Screen[None]):
         self.items = message.items
         self.loaded = True
         self._fill()
+        self.refresh_bindings()  # y / n / enter only while something waits
         self._show_question()
         asking = sum(i.kind == "flow" for i in self.items)
         graphs = sum(i.kind == "langgraph" for i in self.items)
@@ -481,6 +482,13 @@ class InboxScreen(Screen[None]):
         return item
 
     # -- actions -------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``y``, ``n``, ``enter`` and ``space`` show (and work) only while
+        something waits: an empty inbox offered Approve and Reject."""
+        if action in ("approve", "reject", "answer", "mark"):
+            return bool(self.items)
+        return True
 
     def action_approve(self) -> None:
         self._send(APPROVE)
