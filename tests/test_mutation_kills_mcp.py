@@ -132,6 +132,31 @@ def test_each_way_a_call_fails_is_its_own_error(shapes):
     assert shapes.call_tool("two_texts", {}) == "one\ntwo"  # the connection is still usable
 
 
+def test_arguments_that_are_not_json_text_are_refused_before_anything_is_sent(shapes):
+    """A lone surrogate (valid JSON ``"\\ud800"``) used to end the stdio
+    connection for every later call and read as "outcome unknown"; NaN was
+    sent as null; a Python object read as "no answer"."""
+    from desktop_app.errors import McpError, McpOutcomeUnknownError
+
+    lone = json.loads('"\\ud800"')
+    told = {}
+    for value in (lone, float("nan"), object()):
+        with pytest.raises(McpError) as info:
+            shapes.call_tool("echo", {"word": value})
+        assert not isinstance(info.value, McpOutcomeUnknownError)
+        told[type(value).__name__] = str(info.value)
+    start = "the arguments for 'echo' of MCP server 'shapes' are not JSON text ("
+    assert told == {
+        "str": f"{start}UnicodeEncodeError: 'utf-8' codec can't encode character '\\ud800' in "
+        "position 10: surrogates not allowed); nothing was sent",
+        "float": f"{start}ValueError: Out of range float values are not JSON compliant); "
+        "nothing was sent",
+        "object": f"{start}TypeError: Object of type object is not JSON serializable); "
+        "nothing was sent",
+    }
+    assert shapes.call_tool("echo", {"word": "é ok"}) == '{"word": "\\u00e9 ok"}'
+
+
 def test_a_server_that_dies_mid_call_is_outcome_unknown():
     from desktop_app.agent.mcp import McpServer
     from desktop_app.errors import McpOutcomeUnknownError
