@@ -30,7 +30,8 @@ destructive only; the others none. Descriptions: ``"Tool NAME."`` except
 ``SHAPES_MODE=crash``: writes ``shapes: cannot start, no licence`` on stderr
 and exits 3 before serving; ``SHAPES_MODE=empty``: no tools at all;
 ``SHAPES_MODE=endless``: every page of the tool list names a next page (0.05 s
-apart), and the 100th is refused: the list never ends within a few seconds.
+apart), and the 100th is refused: the list never ends within a few seconds; ``SHAPES_MODE=mute``:
+never reads its input nor answers (``SHAPES_MARK`` is written first).
 ``SHAPES_MARK`` names a file the server writes its working folder, process id
 and ``SHAPES_ECHO`` (an environment variable) to when it starts.
 """
@@ -40,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import anyio
 import mcp_types as types
@@ -138,6 +140,9 @@ if __name__ == "__main__":
                 mark,
             )
     print("shapes: starting", file=sys.stderr, flush=True)
+    if MODE == "mute":
+        time.sleep(120)
+        sys.exit(0)
     if MODE == "crash":
         print("shapes: cannot start, no licence", file=sys.stderr, flush=True)
         sys.exit(3)

@@ -455,6 +455,26 @@ def test_a_tool_list_that_never_ends_is_a_server_that_did_not_start():
     )
 
 
+def test_a_server_that_never_answers_is_ended_after_its_timeout(tmp_path):
+    """The server is not left running after ``open`` gave up on it: the
+    client's own wait of ``timeout_s`` ends its process."""
+    import time
+
+    from desktop_app.agent.mcp import McpServer
+    from desktop_app.errors import McpError
+
+    mark = tmp_path / "mark.json"
+    env = {"SHAPES_MODE": "mute", "SHAPES_MARK": str(mark)}
+    with pytest.raises(McpError, match="MCP server 'mute'"):
+        McpServer("mute", command=COMMAND, env=env, timeout_s=2).open()
+    pid = json.loads(mark.read_text())["pid"]
+    for _ in range(900):  # a wait for an outcome (the SDK takes ~15 s), not a timing assertion
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid), "the server that never answered is still running"
+
+
 def test_require_approval_naming_a_tool_the_server_lacks_is_refused():
     from desktop_app.agent.mcp import McpServer
     from desktop_app.errors import ConfigError
