@@ -92,6 +92,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def test_a_server_from_its_settings_section_gets_its_folder_environment_and_log(shapes):
+    folder = Path(shapes.cwd)
+    started = json.loads((folder / "mark.json").read_text())
+    assert (started["cwd"], started["echo"]) == (str(folder), "from the settings")
+    assert (folder / "logs" / "mcp-shapes.log").read_text() == "shapes: starting\n"
+    assert shapes.timeout_s == 20  # the section's, not the default 60 s
+
+
 # -- what a tool's result becomes ------------------------------------------------
 
 
@@ -504,13 +512,19 @@ def test_open_servers_opens_the_named_sections_in_order(tmp_path, monkeypatch):
     from desktop_app.errors import ConfigError
     from desktop_app.observability import log_dir
 
-    settings = _config(tmp_path, monkeypatch, _section("shapes") + _section("empty", "empty"))
+    settings = _config(
+        tmp_path,
+        monkeypatch,
+        _section("shapes") + "approve_destructive = true\n" + _section("empty", "empty"),
+    )
     told: list[str] = []
     servers = open_servers(settings, ["empty", "shapes"], on_connect=told.append)
     try:
         assert told == ["empty", "shapes"]
         assert [(s.name, len(s.tools())) for s in servers] == [("empty", 0), ("shapes", 12)]
         assert servers[1].call_tool("two_texts", {}) == "one\ntwo"
+        asked = {t.tool_name for t in servers[1].tools() if t.requires_approval}
+        assert asked == set(ALL_TOOLS) - {"two_texts", "picture", "structured"}
     finally:
         for server in servers:
             server.close()
@@ -532,8 +546,16 @@ def test_a_server_the_settings_cannot_start_is_logged_with_the_run(tmp_path, mon
     from desktop_app.agent.mcp import open_servers
     from desktop_app.errors import McpError
 
-    settings = _config(tmp_path, monkeypatch, _section("broken", "crash"))
+    url = f"http://127.0.0.1:{_free_port()}/mcp"  # nothing listens there
+    web = f'[mcp_servers.web]\nurl = "{url}"\ntimeout_s = 20\n'
+    settings = _config(tmp_path, monkeypatch, _section("broken", "crash") + web)
     caplog.set_level(logging.WARNING, logger="desktop_app.agent.mcp")
+    with pytest.raises(McpError) as info:
+        open_servers(settings, ["web"], "r8")
+    assert (
+        f"agent run r8: cannot connect to MCP server 'web' ({url}): ConnectError"
+        in (caplog.messages[-1])
+    )
     for run_id, shown in (("r9", "r9"), (None, "(not started)")):
         with pytest.raises(McpError) as info:
             open_servers(settings, ["broken"], run_id)
