@@ -152,8 +152,9 @@ class McpTool:
 
         Raises:
             McpOutcomeUnknownError: the call was sent and no answer came.
-            McpError: the server is not connected, or answered with an error
-                (the agent turns either into an error text for the model).
+            McpError: the server is not connected, ``arguments`` are not JSON
+                text (nothing is sent), or the server answered with an error
+                (the agent turns each into an error text for the model).
         """
         return self.server.call_tool(self.tool_name, arguments)
 
@@ -413,8 +414,16 @@ class McpServer:
     def call_tool(self, tool: str, arguments: dict[str, Any]) -> str:
         """Call ``tool`` with ``arguments``; its result as text (see :func:`result_text`).
 
+        Args:
+            tool: the tool's name on its server.
+            arguments: the call's arguments; they must be JSON text (no
+                lone surrogates, NaN or infinities, only JSON types).
+
         Raises:
-            McpError: not open, the connection is gone, or no answer within ``timeout_s``.
+            McpError: not open, ``arguments`` are not JSON text (nothing is
+                sent), or the server answered with a JSON-RPC error.
+            McpOutcomeUnknownError: the call was sent and no answer came
+                within ``timeout_s`` s, or the connection ended first.
         """
         loop, client = self._loop, self._client
         if loop is None or client is None or loop.is_closed():
@@ -423,6 +432,17 @@ class McpServer:
                 leaf = _leaf(self._error)
                 why = f": the connection ended with {type(leaf).__name__}: {leaf}"
             raise McpError(f"MCP server {self.name!r} is not connected{why}")
+        try:
+            # what the SDK would fail on after the call was journaled as sent:
+            # a lone surrogate (valid JSON "\ud800" from a model) ended the
+            # stdio connection for every later call, a value that is not JSON
+            # was reported as "no answer"; NaN was sent as null
+            json.dumps(arguments, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            raise McpError(
+                f"the arguments for {tool!r} of MCP server {self.name!r} are not JSON text "
+                f"({type(exc).__name__}: {exc}); nothing was sent"
+            ) from exc
         future: Future[Any] = asyncio.run_coroutine_threadsafe(
             client.call_tool(tool, arguments, read_timeout_seconds=self.timeout_s), loop
         )
