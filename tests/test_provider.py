@@ -207,3 +207,38 @@ def test_tool_call_arguments_with_a_raw_tab_in_a_string_are_read_as_llama_cpp_wr
     from desktop_app.agent.openai_compat import _parse_args
 
     assert _parse_args('{ "value":"a\tb\nc" }') == {"value": "a\tb\nc"}
+
+
+def test_a_reply_holding_a_lone_surrogate_is_malformed_and_nothing_is_recorded(
+    server, sqlite_store
+):
+    r"""JSON's ``\ud800`` escape decodes to a lone surrogate, which no UTF-8
+    file holds: an agent run took it into its conversation and the SQLite
+    store failed on it with a bare UnicodeEncodeError. Now the provider
+    refuses the reply (streamed or not) as malformed: the run fails with
+    that message and stores none of the reply."""
+    import json as _json
+
+    astore = SqliteAgentStore(sqlite_store)
+    lone = '{"x": "\\ud800"}'  # the escape as a model writes it, not a Python str
+    call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": lone}}
+    body = {"choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": [call]}}]}
+    text = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}]}
+
+    @tool
+    def echo(x: str) -> str:
+        """Echo."""
+        return x
+
+    server.script = [("raw", _json.dumps(body))]  # arguments: JSON text holding \ud800
+    out = Agent("u", model_for(server, stream=False), astore, tools=[echo]).ask("go", run_id="lone")
+    assert out.status == "failed" and "not valid Unicode (a lone surrogate" in str(out.error)
+    assert astore.get("lone").status == "failed"
+    messages = astore.messages("lone")
+    assert [m["role"] for m in messages] == ["user"]  # the question only: no reply recorded
+    # streamed: json.dumps writes the lone surrogate as its escape, \udc00
+    server.script = [("sse", [{"choices": [{"delta": {"content": "a\udc00b"}}]}])]
+    with pytest.raises(MalformedReplyError, match="not valid Unicode"):
+        list(model_for(server, stream=True).stream(USER, []))
+    server.script = [("json", text)]  # the same store takes the next, valid reply
+    assert Agent("u", model_for(server, stream=False), astore).ask("go").text == "ok"

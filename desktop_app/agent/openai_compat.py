@@ -95,6 +95,29 @@ def _parse_args(raw: Any) -> dict[str, Any]:
     return value
 
 
+def _unicode(reply: AssistantReply) -> AssistantReply:
+    """``reply`` if all its text is valid Unicode. JSON's ``\\ud800`` escape
+    decodes to a lone surrogate, which no UTF-8 file or database can hold:
+    refused here, as a malformed reply, before the run records any of it.
+
+    Raises:
+        MalformedReplyError: the content or a tool call's name or arguments
+            hold a lone surrogate.
+    """
+    try:
+        reply.content.encode()
+        for c in reply.tool_calls:
+            c.id.encode()
+            c.name.encode()
+            json.dumps(c.arguments, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise MalformedReplyError(
+            "the provider's reply holds text that is not valid Unicode (a lone surrogate, "
+            f"{exc.object[exc.start : exc.end]!r}); nothing of it was recorded"
+        ) from exc
+    return reply
+
+
 class OpenAICompatibleModel:
     """A :class:`~desktop_app.agent.models.ChatModel` over ``POST {base_url}/chat/completions``.
 
@@ -169,12 +192,13 @@ class OpenAICompatibleModel:
                 )
                 for c in msg.get("tool_calls") or []
             )
-            return AssistantReply(msg.get("content") or "", calls)
+            reply = AssistantReply(msg.get("content") or "", calls)
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise MalformedReplyError(
                 f"the provider's reply is not a chat completion ({type(exc).__name__}: {exc}): "
                 f"{redact(resp.text)[:200]}"
             ) from exc
+        return _unicode(reply)
 
     def stream(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
@@ -267,7 +291,7 @@ class OpenAICompatibleModel:
             raise MalformedReplyError(f"a streamed tool call lacks {exc}") from exc
         if tools and not tool_calls and finish == "tool_calls":
             raise _cannot_stream_tools("the stream ended for a tool call that it never sent")
-        yield StreamDelta("", AssistantReply("".join(text), tool_calls))
+        yield StreamDelta("", _unicode(AssistantReply("".join(text), tool_calls)))
 
 
 def _cannot_stream_tools(what: str) -> ToolCallStreamingError:
