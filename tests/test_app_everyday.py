@@ -186,8 +186,12 @@ async def test_space_selects_several_questions_and_y_approves_them_all(tmp_path:
         inbox = app.screen
         assert isinstance(inbox, InboxScreen)
         order = [i.run_id for i in inbox.items]
-        await pilot.press("space", "down", "space")
+        await pilot.press("space")
         await settle(pilot)
+        assert "1 selected: y approves it, n rejects it." in messages(app)
+        await pilot.press("down", "space")
+        await settle(pilot)
+        assert "2 selected: y approves them all, n rejects them all." in messages(app)
         assert inbox.table.get_cell(inbox.items[0].key, "run").plain.startswith("● ")
         await pilot.press("y")
         await settle(pilot)

@@ -503,7 +503,9 @@ class InboxScreen(Screen[None]):
             return
         self.marked ^= {item.key}
         self._fill()
-        self.flowdesk.say(f"{len(self.marked)} selected: y approves them all, n rejects them.")
+        n = len(self.marked)
+        them = "it" if n == 1 else "them all"
+        self.flowdesk.say(f"{n} selected: y approves {them}, n rejects {them}.")
 
     def _targets(self) -> list[InboxItem]:
         """The selected rows (space), else the row under the cursor."""
