@@ -196,3 +196,58 @@ def test_without_an_injected_clock_the_stores_clock_decides(db_path):
     open_store(db_path).claim(rid, Lease(OTHER, past, math.inf), math.inf)
     r = engine.resume(rid)
     assert (r.status, r.state.n) == ("completed", 1)
+
+
+def test_the_doubt_warning_names_every_run_it_lost(db_path, caplog):
+    store = open_store(db_path)
+    engine = Engine(store, flows=[quick_flow()], clock=ManualClock(), lease_ttl_s=0.001)
+    engine.shutdown_event.set()
+    for rid in ("ra", "rb"):
+        engine.start("quick", {}, run_id=rid)
+        engine.track(rid, True)
+    order = list(engine.active)  # the order renew_leases goes through them
+    time.sleep(0.01)
+    store.renew = failing_renew  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="desktop_app.flow.engine"):
+        engine.renew_leases()
+    assert engine.lost == {"ra", "rb"}
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        "leases of 2 run(s) could not be renewed for 0.0 s; they stop before "
+        f"committing more: {order[0]}, {order[1]}"
+    ]
+
+
+def test_a_renewal_that_went_through_keeps_a_later_refusal_within_the_ttl_harmless(db_path):
+    store = open_store(db_path)
+    engine = Engine(store, flows=[quick_flow()], clock=ManualClock(), lease_ttl_s=3600.0)
+    engine.shutdown_event.set()
+    rid = engine.start("quick", {})
+    store.claim(rid, engine.lease(), math.inf)  # leased to this engine, as a claim does
+    engine.track(rid, True)
+    engine.renew_leases()  # renewed: the store now shows our lease
+    assert engine.status(rid).lease_owner == engine.owner
+    store.renew = failing_renew  # type: ignore[method-assign]
+    engine.renew_leases()
+    assert engine.lost == set()
+
+
+def test_every_taken_run_is_found_and_named_after_one_that_was_renewed(db_path, caplog):
+    clock = ManualClock()
+    engine = Engine(open_store(db_path), flows=[quick_flow()], clock=clock)
+    engine.shutdown_event.set()
+    for rid in ("ra", "rb", "rc"):
+        engine.start("quick", {}, run_id=rid)
+        engine.store.claim(rid, engine.lease(), math.inf)  # leased to this engine
+        engine.track(rid, True)
+    first, *rest = list(engine.active)  # the order renew_leases goes through them
+    other = open_store(db_path)
+    for rid in rest:  # the first is renewed, the two after it were taken
+        taken = Lease(OTHER, clock.now() + 100.0, math.inf, takes_over=engine.owner)
+        other.claim(rid, taken, math.inf)
+    with caplog.at_level(logging.WARNING, logger="desktop_app.flow.engine"):
+        engine.renew_leases()
+    assert engine.lost == set(rest)
+    assert engine.status(first).lease_owner == engine.owner
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [f"runs taken over by another process: {rest[0]}, {rest[1]}"]
