@@ -254,7 +254,7 @@ def test_a_failed_step_records_its_error_times_and_duration(env):
     r = env.engine.run("fail", S())
     outer_ms = (time.perf_counter() - outer) * 1000
     assert r.status == "failed"
-    assert r.error == f"run {r.run_id}: step 'work' failed after 1 attempt(s): Fatal: boom"
+    assert r.error == f"run {r.run_id}: step 'work' failed after 1 attempt: Fatal: boom"
     rec = env.store.latest(r.run_id).steps["work"]
     assert (rec.step_id, rec.status, rec.attempts) == ("work", "failed", 1)
     assert (rec.started_at, rec.finished_at) == (T0, T0 + 5.0)
@@ -599,7 +599,7 @@ def test_a_sync_step_under_a_timeout_gets_its_state_and_context(sq):
     sq.engine.register(FlowBuilder("bad", S).step("work", fails, timeout_s=30).compile())
     r = sq.engine.run("bad", S(n=3))
     assert r.status == "failed"
-    assert r.error.endswith("failed after 1 attempt(s): Fatal: attempt 1 at n=3")
+    assert r.error.endswith("failed after 1 attempt: Fatal: attempt 1 at n=3")
     rec = sq.store.latest(r.run_id).steps["work"]
     assert (rec.error_type, rec.error) == ("Fatal", "Fatal: attempt 1 at n=3")
 

@@ -103,7 +103,7 @@ def test_a_failed_delivery_is_one_attempt_whatever_the_wait_began_with(engine):
     engine.signal("payment", "o-1", "ok")
     run = engine.status(r.run_id)
     assert run.status == "failed"
-    assert "step 'paid' failed after 1 attempt(s): RouteError" in (run.error or "")
+    assert "step 'paid' failed after 1 attempt: RouteError" in (run.error or "")
     rec = engine.store.latest(r.run_id).steps["paid"]
     assert (rec.status, rec.attempts, rec.error_type) == ("failed", 1, "RouteError")
     assert rec.started_at == wait.created_at

@@ -183,7 +183,7 @@ def test_a_sweep_stopped_by_a_failed_run_names_its_step_and_attempts(db_path):
     assert out.failed_run_id == failing
     assert isinstance(out.error, StepFailedError)
     assert (out.error.run_id, out.error.step_id, out.error.attempts) == (failing, "explode", 2)
-    message = f"run {failing}: step 'explode' failed after 2 attempt(s): ValueError: bad input"
+    message = f"run {failing}: step 'explode' failed after 2 attempts: ValueError: bad input"
     assert str(out.error) == message
     assert engine.store.get_run(failing).error == message  # the same words as the run's own
     assert _leases(engine, [failing, *later]) == [None] * 3
@@ -212,7 +212,7 @@ def test_a_sweep_stopped_by_a_halted_run_names_the_step_it_stopped_at(db_path):
     assert (out.error.step_id, out.error.attempts) == ("two", 0)
     reason = "halted: max_steps 1 reached at step 'two'"
     assert engine.store.get_run(halted).error == reason
-    assert str(out.error) == f"run {halted}: step 'two' failed after 0 attempt(s): {reason}"
+    assert str(out.error) == f"run {halted}: step 'two' failed after 0 attempts: {reason}"
     assert _leases(engine, [halted, *later]) == [None] * 2 and executed == Counter()
     engine.store.close()
 

@@ -143,7 +143,7 @@ def test_a_failed_run_that_stored_no_reason_is_reported_as_failed(db_path):
     assert [(r.run_id, r.status, r.error) for r in out.resumed] == [(done, "failed", None)]
     assert out.failed_run_id == done
     assert isinstance(out.error, StepFailedError)
-    assert str(out.error) == f"run {done}: step 'work' failed after 0 attempt(s): failed"
+    assert str(out.error) == f"run {done}: step 'work' failed after 0 attempts: failed"
     assert engine.store.get_run(later).status == "pending"
     assert executed == Counter({done: 1})  # its step ran once, when it was run
     engine.store.close()

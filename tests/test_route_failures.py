@@ -64,7 +64,7 @@ def test_a_route_that_raises_fails_its_step_once_and_names_the_route(engine):
     r = engine.run("r", S())
     assert r.status == "failed"
     assert calls == [0]  # not retried: retry=3 would have run work four times
-    assert "step 'work' failed after 1 attempt(s)" in r.error
+    assert "step 'work' failed after 1 attempt" in r.error
     assert "RouteError: flow 'r': the route from step 'work' failed: KeyError" in r.error
     assert "no route for n=1" in r.error  # the state the step left
     run = engine.store.get_run(r.run_id)
@@ -172,7 +172,7 @@ def test_a_signal_whose_route_fails_fails_the_step_and_stays_unconsumed(engine):
     engine.signal("payment", "o-1", "ok")
     run = engine.store.get_run(r.run_id)
     assert run.status == "failed"
-    assert "step 'paid' failed after 1 attempt(s): RouteError" in (run.error or "")
+    assert "step 'paid' failed after 1 attempt: RouteError" in (run.error or "")
     assert engine.waits(r.run_id) == []
     pending = engine.store.next_signal("payment", "o-1")
     assert pending is not None and pending.payload == "ok"  # nothing sent was lost
@@ -250,7 +250,7 @@ def test_a_timer_whose_route_fails_fails_its_step_and_releases_the_run(engine):
     engine.clock.advance(10.0)
     r = engine.wake(r.run_id)
     assert r.status == "failed"
-    assert "step 'nap' failed after 1 attempt(s): RouteError" in r.error
+    assert "step 'nap' failed after 1 attempt: RouteError" in r.error
     run = engine.store.get_run(r.run_id)
     assert (run.status, run.lease_owner) == ("failed", None)
     cp = engine.store.latest(r.run_id)

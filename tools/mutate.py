@@ -144,6 +144,12 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_engine_leases.py",
         "tests/test_mutation_kills_engine_pool_more.py",
         "tests/test_route_failures.py",
+        "tests/test_mutation_kills_engine_doubt.py",
+        # they kill engine mutants too (resume_with's store, claim_runnable's
+        # presumed_alive, incompatible_runs' lease clock): seen 2026-12-04
+        "tests/test_mutation_kills_answers.py",
+        "tests/test_mutation_kills_replay.py",
+        "tests/test_ownership_liveness.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
