@@ -175,6 +175,11 @@ def test_start_tidy_after_its_table_was_dropped_fails_the_run_and_show_says_why(
     assert "no such table: tidy_moves" in run["error"]
     assert [(s["step_id"], s["status"]) for s in run["steps"]] == [("plan", "failed")]
     assert [c["status"] for c in run["checkpoints"]] == ["running", "failed"]
+    # its files cannot be read: show says so and still shows the run
+    assert run["files"] is None and "no such table: tidy_moves" in run["files_error"]
+    text = flowdesk(db, "show", run_id)
+    assert text.returncode == 0, text.stderr
+    assert "files: cannot be read (" in text.stdout and "failed" in text.stdout
 
 
 @pytest.mark.scenario("S58")

@@ -27,7 +27,7 @@ from desktop_app.cli.waits import (
     wait_command,
     wait_lines,
 )
-from desktop_app.errors import RunLeasedError, RunStateError
+from desktop_app.errors import RunLeasedError, RunStateError, StoreError
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
     INTERRUPTED,
@@ -232,9 +232,10 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
         outcomes_of,
         was_undone,
     )
-    from desktop_app.store.domain.tidy import moves_of_run
 
-    moves = store.query(moves_of_run(run_id))
+    moves = _tidy_moves(store, run_id)
+    if isinstance(moves, str):
+        return _visible([f"files: cannot be read ({moves})"])
     outcomes = outcomes_of(moves)
     lines = [outcome_counts(outcomes)]
     undone = was_undone(moves)
@@ -358,13 +359,26 @@ def cmd_show(ctx: Ctx) -> int:
     return EXIT_OK
 
 
+def _tidy_moves(store: Any, run_id: str) -> list[Any] | str:
+    """The ``tidy_moves`` rows of ``run_id``, or why they cannot be read (a
+    table dropped or damaged behind Flowdesk's back): ``show`` still shows
+    the run, and says so, rather than failing whole."""
+    from desktop_app.store.domain.tidy import moves_of_run
+
+    try:
+        return list(store.query(moves_of_run(run_id)))
+    except StoreError as exc:
+        return str(exc)
+
+
 def _tidy_json(store: Any, run_id: str) -> dict[str, Any]:
     """``show -o json``'s ``files`` (each file's outcome, as
     :func:`tidy_report` words it) and ``undone_at`` of a tidy run."""
     from desktop_app.flows.tidy_outcomes import OUTCOMES, outcomes_of, was_undone
-    from desktop_app.store.domain.tidy import moves_of_run
 
-    moves = store.query(moves_of_run(run_id))
+    moves = _tidy_moves(store, run_id)
+    if isinstance(moves, str):
+        return {"files": None, "files_error": moves, "undone_at": None}
     return {
         "files": [
             {
