@@ -186,11 +186,8 @@ async def test_tabs_show_their_keys(tmp_path: Path) -> None:
         assert tabs.active == "tab-outbox"
 
 
-async def test_the_footer_offers_only_the_run_keys_that_apply(tmp_path: Path) -> None:
-    """A user's report: the footer offered r (resume), a (answer) and c
-    (cancel) on a completed run, where each only said "nothing to do". The
-    keys follow the selected run: a waiting run takes a, r and c, a completed
-    one none; F1 still lists r, a and c, dimmed as not working now."""
+def done_and_waiting(tmp_path: Path) -> tuple[FlowdeskApp, str, str]:
+    """An app over two runs of the ask flow: one answered (completed), one waiting."""
     s = load_settings(db_path=tmp_path / "t.db")
     done, waiting = waiting_run(s), waiting_run(s)
     engine = bootstrap.build_engine(s, flows=[ask_flow()])
@@ -198,10 +195,23 @@ async def test_the_footer_offers_only_the_run_keys_that_apply(tmp_path: Path) ->
         assert engine.resume_with(done, "yes").status == "completed"
     finally:
         engine.store.close()
-    app = FlowdeskApp(s, flows=[ask_flow()])
+    return FlowdeskApp(s, flows=[ask_flow()]), done, waiting
+
+
+def footer_actions(app: FlowdeskApp) -> set[str]:
+    """The actions of the keys the footer shows now."""
+    return {k.action for k in app.screen.query(FooterKey)}
+
+
+async def test_the_footer_offers_only_the_run_keys_that_apply(tmp_path: Path) -> None:
+    """A user's report: the footer offered r (resume), a (answer) and c
+    (cancel) on a completed run, where each only said "nothing to do". The
+    keys follow the selected run: a waiting run takes a, r and c, a completed
+    one none; F1 still lists r, a and c, dimmed as not working now."""
+    app, done, waiting = done_and_waiting(tmp_path)
 
     def footer() -> set[str]:
-        return {k.action for k in app.screen.query(FooterKey)}
+        return footer_actions(app)
 
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
@@ -227,17 +237,10 @@ async def test_the_detail_and_inbox_footers_offer_only_keys_that_apply(tmp_path:
     (each only said "already completed"), and an empty inbox offered
     Approve and Reject. A waiting run's detail offers a and r; the inbox
     offers y and n while a question waits, and none once it is answered."""
-    s = load_settings(db_path=tmp_path / "t.db")
-    done, waiting = waiting_run(s), waiting_run(s)
-    engine = bootstrap.build_engine(s, flows=[ask_flow()])
-    try:
-        assert engine.resume_with(done, "yes").status == "completed"
-    finally:
-        engine.store.close()
-    app = FlowdeskApp(s, flows=[ask_flow()])
+    app, done, waiting = done_and_waiting(tmp_path)
 
     def footer() -> set[str]:
-        return {k.action for k in app.screen.query(FooterKey)}
+        return footer_actions(app)
 
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)

@@ -54,32 +54,14 @@ def status_of(settings: Settings, run_id: str) -> str:
         store.close()
 
 
-async def test_yes_has_focus_for_a_tidys_yes_no_question_and_enter_approves(
-    tmp_path: Path,
+@pytest.mark.parametrize("typed", ["", "no"])
+async def test_yes_has_focus_for_a_tidys_yes_no_question_enter_approves_and_typing_types(
+    tmp_path: Path, typed: str
 ) -> None:
-    settings, run_id, folder = waiting_tidy(tmp_path)
-    before = files_under(folder)
-    app = FlowdeskApp(settings)
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await pilot.press("a")
-        await settle(pilot)
-        dialog = app.screen
-        assert isinstance(dialog, AnswerScreen)
-        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
-        await pilot.press("enter")  # Yes
-        await settle(pilot)
-        await wait_until(pilot, lambda: status_of(settings, run_id) == "completed")
-        assert "Type an answer first." not in dialog.error_text
-    assert files_under(folder) != before  # the files moved
-    assert sorted(Path(p).name for p in files_under(folder)) == ["paper.pdf", "photo.jpg"]
-
-
-async def test_typing_no_while_yes_has_focus_types_it_and_enter_sends_no(
-    tmp_path: Path,
-) -> None:
-    """A new user's report: with Yes focused, typing "no" went nowhere and
-    enter pressed Yes: every file moved. Typing goes into the answer field."""
+    """Yes has focus (enter approves: the files move). A new user's report:
+    with Yes focused, typing "no" went nowhere and enter pressed Yes, so
+    every file moved. Typing now goes into the answer field: "no" + enter
+    sends no, and nothing moves."""
     from textual.widgets import Input
 
     settings, run_id, folder = waiting_tidy(tmp_path)
@@ -92,13 +74,19 @@ async def test_typing_no_while_yes_has_focus_types_it_and_enter_sends_no(
         dialog = app.screen
         assert isinstance(dialog, AnswerScreen)
         assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
-        await pilot.press("n", "o")
-        assert isinstance(app.focused, Input) and app.focused.value == "no"
-        await pilot.press("enter")
+        if typed:
+            await pilot.press(*typed)
+            assert isinstance(app.focused, Input) and app.focused.value == typed
+        await pilot.press("enter")  # Yes, or the typed answer
         await settle(pilot)
         await wait_until(pilot, lambda: status_of(settings, run_id) != "waiting")
-    assert status_of(settings, run_id) == "completed"  # a tidy told no ends, moving nothing
-    assert files_under(folder) == before
+        assert "Type an answer first." not in dialog.error_text
+    assert status_of(settings, run_id) == "completed"  # a tidy told no ends too
+    if typed == "no":
+        assert files_under(folder) == before
+    else:
+        assert files_under(folder) != before  # the files moved
+        assert sorted(Path(p).name for p in files_under(folder)) == ["paper.pdf", "photo.jpg"]
 
 
 def approved_tidy(tmp_path: Path) -> tuple[Settings, str]:
