@@ -9,6 +9,19 @@ from pathlib import Path
 from tests.cli_support import flowdesk
 
 
+def started_tidy(tmp_path: Path, files: dict[str, bytes]) -> tuple[Path, Path, str]:
+    """``db apply`` and ``start tidy`` on a new Downloads folder holding
+    ``files`` (name -> bytes), through the real CLI: ``(db, folder, run_id)``."""
+    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
+    dl.mkdir()
+    for name, data in files.items():
+        (dl / name).write_bytes(data)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
+    assert started.returncode == 0, started.stderr
+    return db, dl, started.stdout.splitlines()[0]
+
+
 def test_tidy_approved_from_the_cli_moves_files_and_writes_undo(tmp_path):
     db, dl = tmp_path / "f.db", tmp_path / "Downloads"
     dl.mkdir()
@@ -96,13 +109,7 @@ def test_answer_and_show_say_what_happened_to_each_file(tmp_path):
 def test_answer_of_a_big_tidy_lists_the_first_files_and_the_command_for_the_rest(tmp_path):
     from tests.cli_support import as_printed
 
-    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
-    dl.mkdir()
-    for i in range(23):
-        (dl / f"note{i:02}.txt").write_text("n")
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
-    run_id = started.stdout.splitlines()[0]
+    db, _dl, run_id = started_tidy(tmp_path, {f"note{i:02}.txt": b"n" for i in range(23)})
     answered = flowdesk(db, "answer", run_id, "yes")
     assert answered.returncode == 0, answered.stderr
     assert "23 files: 23 moved" in answered.stdout
@@ -119,12 +126,7 @@ def test_answer_of_a_big_tidy_lists_the_first_files_and_the_command_for_the_rest
 def test_answer_on_a_run_answered_already_says_so_and_names_show(tmp_path):
     from tests.cli_support import as_printed
 
-    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
-    dl.mkdir()
-    (dl / "photo.jpg").write_bytes(b"jpg")
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
-    run_id = started.stdout.splitlines()[0]
+    db, _dl, run_id = started_tidy(tmp_path, {"photo.jpg": b"jpg"})
     assert flowdesk(db, "answer", run_id, "yes").returncode == 0
     again = flowdesk(db, "answer", run_id, "yes")
     assert again.returncode == 1  # README: a run that cannot take it any more, as cancel
@@ -139,13 +141,7 @@ def test_answer_on_a_run_answered_already_says_so_and_names_show(tmp_path):
 def test_show_of_a_big_tidy_lists_200_files_and_the_json_command_for_the_rest(tmp_path):
     from tests.cli_support import as_printed
 
-    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
-    dl.mkdir()
-    for i in range(201):
-        (dl / f"n{i:03}.txt").write_text("n")
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
-    run_id = started.stdout.splitlines()[0]
+    db, _dl, run_id = started_tidy(tmp_path, {f"n{i:03}.txt": b"n" for i in range(201)})
     answered = flowdesk(db, "answer", run_id, "no")  # nothing moves; each file says so
     assert answered.returncode == 0, answered.stderr
     assert "201 files: 201 not moved (not approved)" in answered.stdout

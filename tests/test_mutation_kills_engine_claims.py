@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -115,6 +116,21 @@ def test_a_sweep_leaves_waiting_runs_alone_even_when_their_deadline_passed(db_pa
     engine.store.close()
 
 
+def resume_pending_guarded(observer: Engine, guard_s: float = GUARD_S) -> Any:
+    """``observer.resume_pending()`` in a thread; a sweep that hands the same
+    runs out again and again (never ends) is stopped and fails the test."""
+    box: list[object] = []
+    t = threading.Thread(target=lambda: box.append(observer.resume_pending()), daemon=True)
+    t.start()
+    t.join(guard_s)
+    if t.is_alive():
+        observer.stop()
+        t.join(guard_s)
+        pytest.fail("resume_pending never ended")
+    (out,) = box
+    return out
+
+
 def test_an_observer_sweep_hands_each_run_back_once_and_keeps_no_claim(db_path):
     """``executes=False``: each pending run is resumed once (saved running, its
     lease released for a worker); the sweep's second claim finds them again
@@ -127,15 +143,7 @@ def test_an_observer_sweep_hands_each_run_back_once_and_keeps_no_claim(db_path):
         clock=ManualClock(),
         executes=False,
     )
-    box: list[object] = []
-    t = threading.Thread(target=lambda: box.append(observer.resume_pending()), daemon=True)
-    t.start()
-    t.join(GUARD_S)
-    if t.is_alive():  # a sweep that hands the same runs out again and again
-        observer.stop()
-        t.join(GUARD_S)
-        pytest.fail("resume_pending never ended")
-    (out,) = box
+    out = resume_pending_guarded(observer)
     assert [(r.run_id, r.status) for r in out.resumed] == [(rid, "running") for rid in ids]  # type: ignore[attr-defined]
     assert [observer.store.get_run(rid).revision for rid in ids] == [1, 1, 1]
     assert _leases(observer, ids) == [None] * 3

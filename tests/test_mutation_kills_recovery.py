@@ -10,18 +10,17 @@ trigger records each claim the sweep makes, and the injected clock.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from pathlib import Path
 
 import apsw
-import pytest
 from pydantic import BaseModel
 
 from desktop_app.errors import StepFailedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
+from tests.test_mutation_kills_engine_claims import resume_pending_guarded
 
 GUARD_S = 60.0  # only a hang guard: no passing test waits for it
 
@@ -75,16 +74,7 @@ def observer_sweep(db_path: Path, count: int) -> tuple[list[str], Engine, object
     observer = Engine(
         open_store(db_path), flows=[counting(Counter())], clock=ManualClock(), executes=False
     )
-    box: list[object] = []
-    t = threading.Thread(target=lambda: box.append(observer.resume_pending()), daemon=True)
-    t.start()
-    t.join(GUARD_S)
-    if t.is_alive():  # a sweep that hands the same runs out again and again
-        observer.stop()
-        t.join(GUARD_S)
-        pytest.fail("resume_pending never ended")
-    (out,) = box
-    return ids, observer, out
+    return ids, observer, resume_pending_guarded(observer, GUARD_S)
 
 
 def test_an_observer_sweep_hands_out_every_run_beyond_the_first_batch(db_path):

@@ -14,6 +14,7 @@ from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.flows.tidy_undo import undo_list_of, undo_tidy
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import flowdesk
+from tests.test_cli_tidy import started_tidy
 
 
 def files(folder: Path) -> list[str]:
@@ -152,12 +153,7 @@ def test_the_undo_list_and_the_report_it_leaves_are_private(tmp_path):
 
 
 def test_undo_of_a_waiting_or_rejected_run_says_what_happened(tmp_path):
-    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
-    dl.mkdir()
-    (dl / "photo.jpg").write_bytes(b"jpg")
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
-    run_id = started.stdout.splitlines()[0]
+    db, dl, run_id = started_tidy(tmp_path, {"photo.jpg": b"jpg"})
     waiting = flowdesk(db, "undo", run_id)
     assert waiting.returncode == 2
     assert "waits for approval" in waiting.stderr and f"flowdesk answer {run_id}" in waiting.stderr
@@ -184,13 +180,8 @@ def test_undo_of_a_tidy_whose_file_vanished_before_approval_exits_0(tmp_path):
     Moves never made are nothing to undo: reported plainly, exit 0; and a
     file saved meanwhile at a move's destination (its move refused) is not
     taken for one tidy put there."""
-    db, dl = tmp_path / "f.db", tmp_path / "Downloads"
-    dl.mkdir()
-    for name in ("photo.jpg", "gone.png", "late.txt"):
-        (dl / name).write_bytes(name.encode())
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)}))
-    run_id = started.stdout.splitlines()[0]
+    names = ("photo.jpg", "gone.png", "late.txt")
+    db, dl, run_id = started_tidy(tmp_path, {name: name.encode() for name in names})
     (dl / "gone.png").unlink()
     from datetime import UTC, datetime
 
