@@ -593,6 +593,7 @@ async def test_a_waiting_run_is_answered_from_the_app(tmp_path: Path) -> None:
         await settle(pilot)
         assert app.screen is modal and isinstance(modal, AnswerScreen)
         assert "does not fit field 'answer'" in modal.error_text
+        assert modal.error_text.endswith("nothing was answered, the run still waits")
         assert not modal.query_one("#answer", Input).disabled
 
         modal.query_one("#answer", Input).value = ""

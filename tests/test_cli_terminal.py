@@ -162,7 +162,7 @@ def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tupl
     )
     os.close(slave)
     seen = b""
-    while b"Resume it? [Y/n]" not in seen:
+    while b"Resume it? [Y/n; n starts a new run] " not in seen:
         seen += os.read(master, 4096)
     os.write(master, reply)
     stdout = proc.stdout.read().decode() if proc.stdout else ""

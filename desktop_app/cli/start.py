@@ -49,7 +49,8 @@ def _resume_twin(run: Any, now: float) -> bool:
     at = f"at {run.progress[0]}/{run.progress[1]}" if run.progress else "not finished"
     if sys.stdin.isatty() and sys.stderr.isatty():
         print(
-            f"run {run.run_id} on this input is {status} ({at}). Resume it? [Y/n] ",
+            f"run {run.run_id} on this input is {status} ({at}). Resume it? "
+            "[Y/n; n starts a new run] ",
             end="",
             file=sys.stderr,
             flush=True,

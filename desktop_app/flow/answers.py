@@ -61,10 +61,14 @@ def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: 
     except ValidationError as exc:
         raise InputError(
             f"run {run_id}: the answer does not fit field "
-            f"{getattr(step, 'into', '?')!r}: {exc.errors()[0]['msg']}"
+            f"{getattr(step, 'into', '?')!r}: {exc.errors()[0]['msg']}; nothing was answered, "
+            "the run still waits"
         ) from exc
     except (TypeError, ValueError) as exc:
-        raise InputError(f"run {run_id}: the answer must be JSON data: {exc}") from exc
+        raise InputError(
+            f"run {run_id}: the answer must be JSON data: {exc}; nothing was answered, "
+            "the run still waits"
+        ) from exc
     except RevisionConflictError as exc:
         # another process (the app, the CLI) saved first: say what it
         # did to this question rather than "reload and try again"
