@@ -44,6 +44,7 @@ from typing import IO, Any
 import sqlite_utils
 
 from desktop_app.private import make_private_dirs
+from desktop_app.words import plural
 
 #: Exported by default: run metadata, checkpoints, waits/signals/outbox,
 #: agent runs, and every domain table of the built-in flows that exists.
@@ -120,15 +121,22 @@ def check_out(out: Path, fmt: str) -> None:
         )
 
 
-def _scope_filter(columns: set[str], present: set[str]) -> tuple[str, int]:
+def _scope_filter(
+    columns: set[str], present: set[str], *, schema: str = "", value: str = "?"
+) -> tuple[str, int]:
     """``(WHERE condition, times the scope is bound)`` keeping a table's rows
-    of one scope (``?`` placeholders), from its ``columns`` and the tables
-    ``present``; ``("", 0)`` for a table with neither ``scope`` nor ``run_id``."""
+    of one scope, from its ``columns`` and the tables ``present``; ``("", 0)``
+    for a table with neither ``scope`` nor ``run_id``. ``schema`` qualifies
+    the ``runs``/``agent_runs`` it reads (``"flowdesk."``); ``value`` stands
+    for the scope (a ``?`` to bind, or a quoted literal where COPY takes no
+    parameters)."""
     if "scope" in columns:
-        return "scope = ?", 1
+        return f"scope = {value}", 1
     if "run_id" in columns:
         owners = [t for t in ("runs", "agent_runs") if t in present]
-        union = " UNION ".join(f"SELECT run_id FROM {t} WHERE scope = ?" for t in owners)
+        union = " UNION ".join(
+            f"SELECT run_id FROM {schema}{t} WHERE scope = {value}" for t in owners
+        )
         return (f"run_id IN ({union})", len(owners)) if owners else ("", 0)
     return "", 0
 
@@ -226,11 +234,11 @@ def export_postgres(
                 for c, t in columns[name]
             )
             inner = f'SELECT {select} FROM {PG_SCHEMA}."{name}"'
-            where, _ = _scope_filter({c for c, _ in columns[name]}, set(columns))
+            where, _ = _scope_filter(
+                {c for c, _ in columns[name]}, set(columns), schema=f"{PG_SCHEMA}.", value=literal
+            )
             if where:
-                for owner in ("runs", "agent_runs"):
-                    where = where.replace(f"FROM {owner} ", f"FROM {PG_SCHEMA}.{owner} ")
-                inner += " WHERE " + where.replace("?", literal)
+                inner += " WHERE " + where
             if fmt == "csv":
                 query = f"COPY ({inner}) TO STDOUT (FORMAT csv, HEADER)"
             else:  # one JSON object per line; text COPY doubles each backslash
@@ -292,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(counts: dict[str, int], out: Path, scope: str) -> None:
     for name, n in counts.items():
-        print(f"{name}: {n:,} {'row' if n == 1 else 'rows'}")
+        print(f"{name}: {plural(n, 'row')}")
     print(f"written to {out} (the runs of scope {scope!r})")
 
 

@@ -30,6 +30,7 @@ from desktop_app.cli.waits import (
 from desktop_app.errors import RunLeasedError, RunStateError, StoreError
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
+    ENDED,
     INTERRUPTED,
     display_status,
     queued_text,
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
 
 #: end statuses that mean the run did not do its job (``watch`` exits 1)
 FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
-#: statuses after which a run never changes (both vocabularies)
-TERMINAL = {"completed", "canceled", "timed_out", "done", "timeout", "rate_limited", "expired"}
 
 
 def flow_row(r: Any, now: float, undelivered: int = 0) -> dict[str, Any]:
@@ -539,7 +538,7 @@ def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
                         f"{row['flow']}  {row['status']}  {prog}{err}",
                         flush=True,
                     )
-            if one is not None and rows and rows[0]["status"] in TERMINAL | {"failed"}:
+            if one is not None and rows and rows[0]["status"] in ENDED | {"failed"}:
                 return EXIT_FAILED if rows[0]["status"] in FAILED else EXIT_OK
         time.sleep(ctx.args.interval)
 

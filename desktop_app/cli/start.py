@@ -232,7 +232,7 @@ def cmd_answer(ctx: Ctx) -> int:
     print(f"run {result.run_id} {result.status}")
     if delivered:
         print(f"{plural(delivered, 'outbox intent')} delivered")
-    if sv.checkpoints.get_run(result.run_id).flow_name == "tidy" and result.status != "waiting":
+    if run.flow_name == "tidy" and result.status != "waiting":
         from desktop_app.cli.runs import ANSWER_FILES, tidy_report
 
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):

@@ -25,6 +25,7 @@ from desktop_app.flows.confined import DESTINATION_EXISTS
 from desktop_app.flows.tidy import GONE, NOT_APPROVED
 from desktop_app.flows.tidy_undo import WITHDRAWN
 from desktop_app.store.domain.tidy import TidyMove
+from desktop_app.words import plural
 
 #: outcome key -> how a count of it reads (``"2 renamed on a clash"``), in the order listed
 OUTCOMES: dict[str, str] = {
@@ -92,10 +93,6 @@ def outcomes_of(moves: Sequence[TidyMove]) -> list[FileOutcome]:
     return [outcome_of(m) for m in moves]
 
 
-def _files(n: int) -> str:
-    return f"{n:,} {'file' if n == 1 else 'files'}"
-
-
 def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:
     """``"4 files: 2 moved, 1 renamed on a clash, 1 left (vanished before its
     move)"``: the count of each outcome present, in :data:`OUTCOMES` order;
@@ -104,7 +101,7 @@ def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:
         return "no files"
     counts = Counter(o.outcome for o in outcomes)
     parts = [f"{counts[k]:,} {label}" for k, label in OUTCOMES.items() if counts[k]]
-    return f"{_files(len(outcomes))}: {', '.join(parts)}"
+    return f"{plural(len(outcomes), 'file')}: {', '.join(parts)}"
 
 
 def outcome_lines(outcomes: Sequence[FileOutcome]) -> list[str]:
