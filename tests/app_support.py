@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 from textual.pilot import Pilot
+from textual.worker import WorkerCancelled
 
 
 async def settle(pilot: Pilot[None]) -> None:
-    """Wait until no worker runs and every message they posted was handled."""
+    """Wait until no worker runs and every message they posted was handled.
+
+    A worker of an exclusive group is cancelled when a newer one replaces it
+    (the inbox reloads that way); that is the app working, not a failure.
+    """
     app = pilot.app
     for _ in range(100):
-        await app.workers.wait_for_complete()
+        for worker in list(app.workers):
+            with contextlib.suppress(WorkerCancelled):
+                await worker.wait()
         await pilot.pause()
         if not any(w.is_running for w in app.workers):
             await pilot.pause()

@@ -904,7 +904,7 @@ async def test_starting_a_digest_again_resumes_the_interrupted_run_of_that_input
         run_id = app.controller.start_digest(DigestInput(folder=str(notes), out=str(out)))
         assert run_id == interrupted.run_id  # the same run, not a second one
         await wait_until(pilot, lambda: not app.controller.is_driving(run_id), timeout=20)
-        await app.workers.wait_for_complete()
+        await settle(pilot)
     store = open_store(db)
     try:
         assert [(r.run_id, r.status) for r in store.list_runs()] == [

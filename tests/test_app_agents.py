@@ -21,21 +21,10 @@ from desktop_app.app.screens.agent_runs import AgentRunsScreen, conversation_tex
 from desktop_app.cli.output import Hints
 from desktop_app.config import Settings, load_settings
 from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
+from tests.app_support import settle
 
 SIZE = (140, 50)
 PARENT = "f" * 32
-
-
-async def settle(pilot: Pilot[None]) -> None:
-    """Wait until no worker runs and every message they posted was handled."""
-    app = pilot.app
-    for _ in range(100):
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        if not any(w.is_running for w in app.workers):
-            await pilot.pause()
-            return
-    raise AssertionError("workers did not finish")
 
 
 def make_runs(settings: Settings) -> tuple[str, str, Counter[str]]:
