@@ -286,6 +286,83 @@ def test_killed_digest_rerun_resumes_instead_of_duplicating(tmp_path):
     assert len(jsonl(flowdesk("--db", str(db), "runs", "--json"))) == 2
 
 
+def unfinished_twin(db: Path, flow: str, given: dict[str, Any]) -> str:
+    """A pending run of a built-in flow holding its input's flow key, as a
+    crash right after creating it leaves it; its run id."""
+    from desktop_app.bootstrap import open_services
+    from desktop_app.config import load_settings
+    from desktop_app.flows import builtin_flow_key
+
+    sv = open_services(load_settings(db_path=db))
+    try:
+        return sv.engine.start(flow, given, flow_key=builtin_flow_key(flow, given))
+    finally:
+        sv.close()
+
+
+@pytest.mark.slow
+def test_new_replaces_the_unfinished_run_and_a_rerun_resumes_the_new_one(tmp_path):
+    """A new user's report: a ``--new`` run killed mid-way was not picked up
+    by a plain re-run, which started a third run. ``--new`` now cancels the
+    unfinished run and takes its flow key."""
+    from desktop_app.flows.digest import check_input
+
+    db, folder, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "o"
+    make_corpus(folder, 1500)
+    assert flowdesk("--db", str(db), "db", "apply").returncode == 0
+    old = unfinished_twin(db, "digest", check_input(folder, out).model_dump())
+    cmd = [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "run", "digest"]
+    cmd += ["--folder", str(folder), "--out", str(out)]
+    proc = subprocess.Popen(
+        [*cmd, "--new"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    rid = proc.stdout.readline().strip()
+    assert RUN_ID.match(rid) and rid != old
+    said = []
+    for line in proc.stderr:
+        said.append(line)
+        m = re.match(r"\s+(\d+)/1500", line)
+        if m and int(m.group(1)) >= 20:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert f"canceled pending run {old} on this input; starting a new run\n" in said
+    rows = jsonl(flowdesk("--db", str(db), "runs", "--json"))
+    assert {r["run_id"]: r["status"] for r in rows} == {old: "canceled", rid: "interrupted"}
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == rid
+    assert f"resuming interrupted run {rid}" in again.stderr
+    rows = jsonl(flowdesk("--db", str(db), "runs", "--json"))
+    assert {r["run_id"]: r["status"] for r in rows} == {old: "canceled", rid: "completed"}
+
+
+def test_start_new_replaces_a_waiting_tidy_and_a_plain_start_joins_the_new_one(tmp_path):
+    """``start --new`` on a built-in flow replaces its unfinished run also
+    when that run waits for an answer; the replaced run says why it ended."""
+    db, folder = tmp_path / "f.db", tmp_path / "inbox"
+    folder.mkdir()
+    (folder / "a.pdf").write_bytes(b"%PDF")
+    assert flowdesk("--db", str(db), "db", "apply").returncode == 0
+    given = json.dumps({"folder": str(folder)})
+    first = flowdesk("--db", str(db), "start", "tidy", "--input", given)
+    old = first.stdout.splitlines()[0]
+    assert "waits" in first.stderr  # tidy asks before it moves anything
+    new = flowdesk("--db", str(db), "start", "tidy", "--input", given, "--new")
+    assert new.returncode == 0, new.stderr
+    rid = new.stdout.splitlines()[0]
+    assert rid != old
+    assert f"canceled waiting run {old} on this input; starting a new run" in new.stderr
+    again = flowdesk("--db", str(db), "start", "tidy", "--input", given)
+    assert again.stdout.splitlines()[0] == rid
+    assert f"run {rid} on this input is waiting already" in again.stderr
+    (replaced,) = jsonl(flowdesk("--db", str(db), "show", old, "--json"))
+    assert replaced["status"] == "canceled"
+    assert replaced["error"] == "replaced by a new run on the same input"
+    assert (folder / "a.pdf").exists()  # nothing moved: no one approved
+
+
 # -- exit codes (README: 0 ok, 1 run failed / Flowdesk error, 2 bad input) ---------
 
 FAILING = """

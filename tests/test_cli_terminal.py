@@ -162,11 +162,19 @@ def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tupl
     )
     os.close(slave)
     seen = b""
-    while b"Resume it? [Y/n; n starts a new run] " not in seen:
+    while b"Resume it? [Y/n; n cancels it and starts a new run] " not in seen:
         seen += os.read(master, 4096)
     os.write(master, reply)
     stdout = proc.stdout.read().decode() if proc.stdout else ""
     assert proc.wait(timeout=120) == 0
+    while True:  # what it wrote to the terminal after the reply
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not data:
+            break
+        seen += data
     os.close(master)
     return stdout, seen.decode()
 
@@ -192,12 +200,13 @@ def test_rerun_on_a_terminal_asks_before_resuming(tmp_path):
     sv = open_services(load_settings(db_path=db))
     second = sv.engine.start("digest", given, flow_key=input_flow_key("digest", given))
     sv.close()
-    stdout, _ = rerun_on_a_terminal(db, folder, out, b"n\n")  # no: a new run beside it
+    stdout, term = rerun_on_a_terminal(db, folder, out, b"n\n")  # no: a new run replaces it
     fresh = stdout.splitlines()[0]
     assert fresh not in (pending, second) and f"run {fresh} completed" in stdout
+    assert f"canceled pending run {second} on this input; starting a new run" in term
     rows = [json.loads(x) for x in flowdesk("--db", str(db), "runs", "--json").stdout.splitlines()]
     assert {r["run_id"]: r["status"] for r in rows} == {
         pending: "completed",
-        second: "pending",
+        second: "canceled",
         fresh: "completed",
     }

@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument(
         "--new",
         action="store_true",
-        help="start a new run even if an interrupted run of this folder and output exists",
+        help="start a new run; an unfinished run of this folder and output is canceled",
     )
 
     td = runsub.add_parser(
@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument(
         "--new",
         action="store_true",
-        help="start a new run even if an interrupted run of this folder exists",
+        help="start a new run; an unfinished run of this folder is canceled",
     )
 
     start = sub.add_parser("start", help="run any registered flow headless")
@@ -281,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument(
         "--new",
         action="store_true",
-        help="built-in flows: start a new run even if an interrupted one has this input",
+        help="start a new run; an unfinished one with this input (or --flow-key) is canceled",
     )
 
     _output(sub.add_parser("flows", help="list registered flows (built-in and your own)"))

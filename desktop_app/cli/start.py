@@ -5,7 +5,11 @@
 (before any step runs), so a terminal or script holds it even after a
 ``kill -9``. Built-in flows are single-flight per input: re-running one on
 the same input while an interrupted (or failed) run of it exists resumes
-that run instead of starting a duplicate (``--new`` starts one anyway).
+that run instead of starting a duplicate. ``--new`` (or answering n on a
+terminal) replaces it: the unfinished run is canceled and the new run takes
+its flow key, so there is never more than one unfinished run per input and
+a later re-run resumes the new one (Temporal's ``TERMINATE_EXISTING``
+conflict policy).
 """
 
 from __future__ import annotations
@@ -43,14 +47,12 @@ def _resume_twin(run: Any, now: float) -> bool:
     yes); otherwise it is resumed, and stderr says so. Its status is the one
     ``runs`` shows at ``now`` (UTC epoch seconds): ``interrupted``, not the
     stored ``running``, for a run whose process stopped."""
-    from desktop_app.runs_view import display_status
-
     status = display_status(run, now)
     at = f"at {run.progress[0]}/{run.progress[1]}" if run.progress else "not finished"
     if sys.stdin.isatty() and sys.stderr.isatty():
         print(
             f"run {run.run_id} on this input is {status} ({at}). Resume it? "
-            "[Y/n; n starts a new run] ",
+            "[Y/n; n cancels it and starts a new run] ",
             end="",
             file=sys.stderr,
             flush=True,
@@ -60,27 +62,43 @@ def _resume_twin(run: Any, now: float) -> bool:
     return True
 
 
-def _run_or_resume(ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | None) -> Any:
+def _run_or_resume(
+    ctx: Ctx, sv: Any, flow: str, given: Any, flow_key: str | None, *, new: bool = False
+) -> Any:
     """Print the run id first (only once the run exists: bad input or a
     read-only database print no id), then execute it. A live run with the same
     flow key is resumed (interrupted or failed) or reported (waiting)
-    instead of being duplicated; declining on a terminal starts a new run
-    without the key."""
+    instead of being duplicated. With ``new`` (``--new``), or when the user
+    declines to resume on a terminal, that run is canceled instead and the
+    new run takes the key (:func:`_replace`)."""
     twin = live_twin(sv.checkpoints, flow, flow_key) if flow_key else None
-    if twin is not None and twin.status == "waiting":
+    if twin is not None and twin.status == "waiting" and not new:
         print(twin.run_id, flush=True)
         ctx.current_run = twin.run_id
         print(f"run {twin.run_id} on this input is waiting already", file=sys.stderr)
         return sv.engine.run(flow, given, flow_key=flow_key)  # the live run's result
     if twin is not None:
-        if _resume_twin(twin, sv.checkpoints.now()):
+        if not new and _resume_twin(twin, sv.checkpoints.now()):
             print(twin.run_id, flush=True)
             ctx.current_run = twin.run_id
             return sv.engine.resume(twin.run_id)
-        flow_key = None
+        _replace(sv, twin)
     return execute_new_run(
         ctx, sv, lambda rid: sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
     )
+
+
+def _replace(sv: Any, twin: Any) -> None:
+    """Cancel ``twin``, the unfinished run a new run on the same input
+    replaces, saying so on stderr; a twin that ended meanwhile is left as it
+    ended. A process still driving it stops before its next step (as
+    ``flowdesk cancel``)."""
+    status = display_status(twin, sv.checkpoints.now())
+    try:
+        sv.engine.cancel(twin.run_id, reason="replaced by a new run on the same input")
+    except RunStateError:
+        return  # it completed, or someone canceled it: the key is free either way
+    print(f"canceled {status} run {twin.run_id} on this input; starting a new run", file=sys.stderr)
 
 
 def execute_new_run(ctx: Ctx, sv: Any, job: Callable[[str], Any]) -> Any:
@@ -159,7 +177,7 @@ def cmd_run(ctx: Ctx) -> int:
         system = own.system if own is not None else None
         agent = Agent("digest-summary", model, sv.agents, system=system, ask_user=False)
         sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
-    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, None if a.new else key))
+    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, key, new=a.new))
 
 
 def cmd_start(ctx: Ctx) -> int:
@@ -192,9 +210,9 @@ def cmd_start(ctx: Ctx) -> int:
         ) from exc
     unknown_keys(flow, given)
     given, builtin_key = single_flight(a.flow, given)
-    key = a.flow_key if a.flow_key is not None or a.new else builtin_key
+    key = a.flow_key if a.flow_key is not None else builtin_key
     try:
-        result = _run_or_resume(ctx, sv, a.flow, given, key)
+        result = _run_or_resume(ctx, sv, a.flow, given, key, new=a.new)
     except ValidationError as exc:
         raise InputError(f"--input does not fit flow {a.flow!r}: {fit_problems(exc)}") from exc
     return report_result(ctx, result)
