@@ -48,6 +48,7 @@ from desktop_app.app.screens.ask import (
 )
 from desktop_app.app.screens.inbox import agent_hint, answer_in_inbox
 from desktop_app.app.widgets.conversation import ConversationView
+from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.runs_view import INTERRUPTED, display_status
@@ -335,7 +336,7 @@ class AgentRunsScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("Reading agent runs…", id="agent-runs-status", markup=False)
-        yield DataTable[Text](id="agent-runs", cursor_type="row", zebra_stripes=True)
+        yield RowTable(id="agent-runs")
         with VerticalScroll(id="agent-run-detail"):
             yield Static(
                 Text("Select a run and press enter to see its conversation."),

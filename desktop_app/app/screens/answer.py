@@ -26,6 +26,7 @@ from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
 from desktop_app.app.previews import PREVIEWS, Preview
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.cells import update_fitting
+from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
@@ -125,10 +126,10 @@ class AnswerScreen(ModalScreen[None]):
                         (") is waiting", "bold"),
                     )
                 )
-                yield DataTable[Text](id="waits", cursor_type="row", zebra_stripes=True)
+                yield RowTable(id="waits")
                 yield Static("Reading what it waits for…", id="prompt")
                 yield Static("", id="preview-title")
-                yield DataTable[Text](id="preview", cursor_type="row", zebra_stripes=True)
+                yield RowTable(id="preview")
                 yield Input(
                     placeholder="Type the answer; enter sends it",
                     id="answer",

@@ -12,6 +12,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Label, Static
 
+from desktop_app.app.widgets.row_table import RowTable
+
 #: The help key of a modal screen (the app's own bindings do not reach the
 #: footer of a modal screen; F1 works even while a text field has focus).
 HELP_BINDING = Binding("f1", "app.help", "Help", key_display="F1")
@@ -84,7 +86,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="help-dialog"):
             yield Label(Text(f"Keys: {self.title_text}", style="bold"))
-            yield DataTable[Text](id="help-keys", cursor_type="row", zebra_stripes=True)
+            yield RowTable(id="help-keys")
             yield Static(Text("Dim keys do nothing right now. Escape closes.", style="dim"))
         yield Footer(show_command_palette=False)
 

@@ -43,6 +43,7 @@ from desktop_app.app.previews import PREVIEWS
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
 from desktop_app.app.screens.ask import AskScreen
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
+from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.integrations.langgraph.threads import list_threads
@@ -316,7 +317,7 @@ class InboxScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("Reading the inbox…", id="inbox-status")
-        yield DataTable[Text](id="inbox", cursor_type="row", zebra_stripes=True)
+        yield RowTable(id="inbox")
         yield Static("", id="inbox-question")
         yield Footer(show_command_palette=False)
 

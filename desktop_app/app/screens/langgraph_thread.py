@@ -32,6 +32,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 from desktop_app.app.format import when
 from desktop_app.app.host import Host, host
 from desktop_app.app.state_diff import change_text, diff_states, value_text
+from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.errors import FlowdeskError
 from desktop_app.integrations.langgraph import threads
 from desktop_app.runs_view import display_status
@@ -128,7 +129,7 @@ class ThreadScreen(Screen[None]):
         yield Header()
         yield Static("", id="thread-head")
         yield Input(placeholder="your answer (enter stores it)", id="answer")
-        yield DataTable(id="timeline", cursor_type="row", zebra_stripes=True)
+        yield RowTable(id="timeline")
         with VerticalScroll(id="panels"):
             yield Static("", id="state")
             yield Static("", id="diff")

@@ -33,6 +33,7 @@ from desktop_app.app.host import Host, host
 from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
+from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.engine import Engine, IncompatibleRun
 from desktop_app.runs_view import display_status
@@ -166,7 +167,7 @@ class LaunchReportScreen(ModalScreen[None]):
                 ),
                 id="explain",
             )
-            yield DataTable[Text](id="incompatible", cursor_type="row", zebra_stripes=True)
+            yield RowTable(id="incompatible")
             with Horizontal(id="buttons"):
                 # keeping first, failing last: the default never destroys work
                 yield Button("Keep", variant="primary", id="keep")

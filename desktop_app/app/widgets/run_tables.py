@@ -10,7 +10,6 @@ from typing import Any
 from rich.cells import cell_len
 from rich.text import Text
 from textual import events
-from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist
 
 from desktop_app.app.format import (
@@ -24,6 +23,7 @@ from desktop_app.app.format import (
 from desktop_app.app.progress import duration
 from desktop_app.app.state_diff import shorten
 from desktop_app.app.widgets.cells import keep_columns, update_fitting
+from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
@@ -69,7 +69,7 @@ def texts(cells: tuple[str, ...]) -> tuple[Text, ...]:
     return tuple(Text(c) for c in cells)
 
 
-class StepsTable(DataTable[Text]):
+class StepsTable(RowTable):
     """Step records of a run's latest checkpoint (step, status, attempts,
     iteration, duration of the last attempt, next retry, last error)."""
 
@@ -91,7 +91,7 @@ class StepsTable(DataTable[Text]):
     )
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
 
     def on_mount(self) -> None:
         for key, label in self.COLUMNS:
@@ -250,7 +250,7 @@ def group_cells(group: CheckpointGroup, width: int = 10) -> tuple[Text, ...]:
     )
 
 
-class CheckpointsTable(DataTable[Text]):
+class CheckpointsTable(RowTable):
     """The run's timeline, oldest first: one row per checkpoint, except that
     consecutive checkpoints of one step with one status (a loop's iterations)
     share a row (``summarize x2,450``: iterations, not checkpoints); new
@@ -277,7 +277,7 @@ class CheckpointsTable(DataTable[Text]):
     DROP_ORDER = ("id", "time", "revision", "took")
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
         self._groups: list[CheckpointGroup] = []
         self._seen: list[int] = []  # first and last revision shown, for appending
         self._resumed: dict[int, str] = {}
@@ -404,7 +404,7 @@ def wait_cells(wait: Wait, now: float) -> tuple[str, ...]:
     )
 
 
-class WaitsTable(DataTable[Text]):
+class WaitsTable(RowTable):
     """A run's pending waits; :meth:`tick` updates the countdown to each deadline."""
 
     DEFAULT_CSS = """
@@ -423,7 +423,7 @@ class WaitsTable(DataTable[Text]):
     )
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
         self.waits: tuple[Wait, ...] = ()
 
     def on_mount(self) -> None:
@@ -473,7 +473,7 @@ def intent_cells(intent: Intent) -> tuple[str, ...]:
     )
 
 
-class OutboxTable(DataTable[Text]):
+class OutboxTable(RowTable):
     """A run's outbox intents and their delivery."""
 
     DEFAULT_CSS = """
@@ -492,7 +492,7 @@ class OutboxTable(DataTable[Text]):
     )
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
         self.intents: list[Intent] = []
 
     def on_mount(self) -> None:
@@ -540,7 +540,7 @@ def context_rows(run: RunRecord) -> list[tuple[str, str]]:
     return rows
 
 
-class ContextTable(DataTable[Text]):
+class ContextTable(RowTable):
     """The run's execution context ids (tenant, user, session, run, trace, correlation)."""
 
     DEFAULT_CSS = """
@@ -550,7 +550,7 @@ class ContextTable(DataTable[Text]):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
         self._rows: list[tuple[str, str]] = []
 
     def on_mount(self) -> None:

@@ -19,6 +19,7 @@ from textual.widgets.data_table import ColumnKey
 from desktop_app.app.format import STATUS_STYLES, ago, bar, plural, progress, short_id
 from desktop_app.app.progress import Pace, ProgressMeter
 from desktop_app.app.widgets.cells import PADDING, SCROLLBAR, cut_middle, keep_columns
+from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.integrations.langgraph.threads import Thread
 from desktop_app.runs_view import agent_status_as_flow, display_status
 from desktop_app.store.protocol import RUN_STATUSES, RunRecord
@@ -148,7 +149,7 @@ def sort_value(run: AnyRun, key: str, now: float) -> tuple[int, float, str]:
     return (0, 0.0, run_cells(run, now)[key].plain.casefold())
 
 
-class RunsTable(DataTable[Text]):
+class RunsTable(RowTable):
     """Runs, newest first, or sorted by a column (:meth:`sort_by`: a click on
     its header, or ``S`` on the runs screen); the row key is the run id."""
 
@@ -167,7 +168,7 @@ class RunsTable(DataTable[Text]):
     ) -> None:
         """``now``: the clock relative times are shown against (UTC epoch
         seconds); ``meter``: the rates of running runs."""
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
         self._now = now if now is not None else time.time
         self.meter = meter if meter is not None else ProgressMeter()
         self._records: dict[str, AnyRun] = {}

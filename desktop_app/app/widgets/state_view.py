@@ -6,10 +6,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable, Tree
+from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from desktop_app.app.state_diff import Change, change_text, shorten, value_text
+from desktop_app.app.widgets.row_table import RowTable
 
 #: Characters of a string value shown in the tree before it is cut.
 STRING_CHARS = 60
@@ -115,7 +116,7 @@ class StateTree(Tree[Any]):
         return node
 
 
-class DiffTable(DataTable[Text]):
+class DiffTable(RowTable):
     """Changes from a base revision to the selected one: path, kind, old → new."""
 
     DEFAULT_CSS = """
@@ -128,7 +129,7 @@ class DiffTable(DataTable[Text]):
     STYLES = {"added": "green", "removed": "red", "changed": "yellow"}
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        super().__init__(id=id)
         self.changes: list[Change] = []
 
     def on_mount(self) -> None:
