@@ -12,6 +12,8 @@ from __future__ import annotations
 import shlex
 from datetime import UTC, datetime
 
+from desktop_app.words import plural
+
 
 def iso_utc(ts: float) -> str:
     """UTC epoch seconds as ISO-8601 UTC to the second (``2026-12-01T11:25:43Z``),
@@ -398,8 +400,7 @@ class StepFailedError(FlowError):
         self.step_id = step_id
         self.attempts = attempts
         super().__init__(
-            f"run {run_id}: step {step_id!r} failed after {attempts} "
-            f"{'attempt' if attempts == 1 else 'attempts'}: {cause}"
+            f"run {run_id}: step {step_id!r} failed after {plural(attempts, 'attempt')}: {cause}"
         )
 
 

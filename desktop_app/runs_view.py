@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from desktop_app.flow.owners import lease_abandoned
+from desktop_app.words import plural
 
 #: agent statuses in the flow vocabulary (a status not listed is shown as it is)
 AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out", "input_required": "waiting"}
@@ -36,7 +37,7 @@ def queued_text(flow_name: str, undelivered: int) -> str:
     if not undelivered:
         return ""
     one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
-    return f"{undelivered:,} {one if undelivered == 1 else many} queued"
+    return f"{plural(undelivered, one, many)} queued"
 
 
 #: shown statuses (both vocabularies) of runs that never change again

@@ -128,9 +128,11 @@ def cmd_runs(ctx: Ctx) -> int:
         f"{'STARTED (UTC)':19}  UPDATED (UTC)"
     )
     for row in shown:
-        prog = {"flow": progress_text(row["progress"]), "agent": _turns(row.get("turns"))}.get(
-            row["kind"], "-"
-        )
+        prog = "-"  # a LangGraph thread's progress is its checkpoints, not counted here
+        if row["kind"] == "flow":
+            prog = progress_text(row["progress"])
+        elif row["kind"] == "agent":
+            prog = plural(row["turns"], "turn")
         queued = queued_text(row["flow"], row.get("undelivered") or 0)
         print(
             f"{row['run_id']:32}  {row['kind']:9}  {row['flow']:12} {row['status']:14} "
@@ -166,11 +168,6 @@ def _known_flow(ctx: Ctx, sv: Services, name: str) -> None:
         f"no flow named {name!r} and no run of one{meant} (`{ctx.hints.cmd('flows')}` "
         "lists the flows)"
     )
-
-
-def _turns(n: Any) -> str:
-    """An agent run's progress in the runs table: ``1 turn``, ``3 turns``."""
-    return f"{n} turn" if n == 1 else f"{n} turns"
 
 
 def _flow_runs_shown(sv: Services, a: Any, wanted: set[str], now: float) -> list[Any]:

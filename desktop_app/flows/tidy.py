@@ -81,6 +81,7 @@ from desktop_app.store.domain.tidy import (
     skip_planned,
 )
 from desktop_app.store.protocol import CheckpointStore
+from desktop_app.words import plural
 
 DESTINATION = "tidy.move"
 DEFAULT_TIMEOUT_S = 24 * 3600.0
@@ -310,7 +311,7 @@ def approval_prompt(state: TidyState, timeout_s: float | None) -> str:
     n = state.planned
     kinds = ", ".join(f"{KIND_FOLDERS[k]} {c}" for k, c in sorted(state.kinds.items()))
     text = (
-        f"Tidy {state.folder}: move {n} file{'s' if n != 1 else ''} into subfolders by kind "
+        f"Tidy {state.folder}: move {plural(n, 'file')} into subfolders by kind "
         f"and month ({kinds})?"
     )
     if state.left_in_place == 1:

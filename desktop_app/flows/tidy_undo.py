@@ -50,6 +50,7 @@ from desktop_app.flows.confined import (
 )
 from desktop_app.flows.tidy import DESTINATION, planned_layout
 from desktop_app.store.domain.tidy import moves_of_run, record_moved_back, withdraw_queued
+from desktop_app.words import plural
 
 #: the error a withdrawn move's intent (and its ``tidy_moves`` row) records
 WITHDRAWN = "withdrawn: the tidy run was undone before this move was made"
@@ -200,9 +201,9 @@ def undo_summary(report: UndoReport, *, files: bool = False) -> str:
     counts of a report, as the CLI says them (``files``: ``"60 files moved
     back, ..."``, as the app does)."""
     n = report.moved_back
-    text = f"{n:,} {'file' if n == 1 else 'files'} moved back" if files else f"{n:,} moved back"
+    text = f"{plural(n, 'file')} moved back" if files else f"{n:,} moved back"
     if report.withdrawn:
-        text += f", {report.withdrawn:,} queued move{'s' if report.withdrawn != 1 else ''} "
+        text += f", {plural(report.withdrawn, 'queued move')} "
         text += "withdrawn (never made)"
     if report.already_back:
         text += f", {report.already_back:,} already back"

@@ -42,6 +42,7 @@ from desktop_app.errors import (
     StoreError,
 )
 from desktop_app.store.connection import translate
+from desktop_app.words import plural
 
 COMPONENTS: tuple[str, ...] = ("core", "events", "domain")
 LEDGER = "flowdesk_schema_ledger"
@@ -324,8 +325,7 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
                 if broken:
                     table, rowid, parent, _ = broken[0]
                     raise StoreError(
-                        f"schema file {f.key} left {len(broken)} "
-                        f"{'row' if len(broken) == 1 else 'rows'} whose foreign key "
+                        f"schema file {f.key} left {plural(len(broken), 'row')} whose foreign key "
                         f"points nowhere (first: {table} row {rowid} -> {parent}); "
                         "nothing of it was applied"
                     )

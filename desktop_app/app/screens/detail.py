@@ -61,6 +61,7 @@ from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
 from desktop_app.runs_view import INTERRUPTED, display_status, row_actions
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
+from desktop_app.words import plural
 
 #: Seconds between refreshes while events keep arriving for this run.
 REFRESH_S = 0.5
@@ -646,7 +647,7 @@ class RunDetailScreen(Screen[None]):
         if not changes:
             summary = "no change" if base != new.revision else "select another revision"
         else:
-            summary = f"{len(changes)} change" + ("" if len(changes) == 1 else "s")
+            summary = plural(len(changes), "change")
         title.update(Text.assemble((head, "bold"), summary, "   (d again clears the base)"))
         table.show(changes)
         self._set_tab_label("tab-diff", "Diff", len(changes))

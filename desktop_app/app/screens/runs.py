@@ -29,6 +29,7 @@ from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_k
 from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.runs_view import display_status, left_over, merged_page, row_actions
 from desktop_app.store.protocol import CheckpointStore, RunRecord
+from desktop_app.words import plural
 
 #: Columns ``S`` sorts by, in the order it steps through them.
 SORTABLE = ("run", "kind", "flow", "status", "progress", "started", "updated")
@@ -368,7 +369,7 @@ class RunsScreen(Screen[None]):
         if waiting > PAGE:
             runs = f"More than {PAGE} runs are"
         else:
-            runs = "1 run is" if waiting == 1 else f"{waiting} runs are"
+            runs = f"{plural(waiting, 'run')} {'is' if waiting == 1 else 'are'}"
         self.hint.say(f"{runs} waiting: select one and press a to see what for.")
 
     # -- interrupted runs that wait for a person (recovery = "ask") ---------
@@ -400,7 +401,7 @@ class RunsScreen(Screen[None]):
             return
         n = len(self.asking)
         flows = ", ".join(sorted(set(self.asking.values())))
-        runs = "1 interrupted run" if n == 1 else f"{n} interrupted runs"
+        runs = plural(n, "interrupted run")
         self.asking_line.say(
             f"{runs} of {flows} wait for you (recovery = ask): select one and press r to "
             "resume it, or c to cancel it."
