@@ -1,6 +1,10 @@
-"""Counts in words: ``1 file``, ``2,941 files`` (never ``1 files`` nor ``file(s)``)."""
+"""Numbers in words: counts (``1 file``, ``2,941 files``, never ``1 files``
+nor ``file(s)``) and spans of time (``4m 10s``), the one place the CLI and the
+app say them."""
 
 from __future__ import annotations
+
+import math
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:
@@ -8,3 +12,23 @@ def plural(n: int, one: str, many: str | None = None) -> str:
     ``plural(2941, "file")`` ``"2,941 files"``; ``many`` when the plural is not
     ``one + "s"`` (``plural(2, "entry", "entries")``)."""
     return f"{n:,} {one if n == 1 else (many if many is not None else one + 's')}"
+
+
+def duration(seconds: float) -> str:
+    """A span of ``seconds`` read at a glance: ``45s``, ``4m 10s``,
+    ``2h 05m``, ``3d 4h``, a whole unit alone (``1d``, ``2h``, ``1m``);
+    ``-5s`` for a negative span (a clock that moved back). Rounded up to
+    whole seconds, so time left never reads shorter than it is."""
+    s = math.ceil(abs(seconds))
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        text = f"{days}d {hours}h" if hours else f"{days}d"
+    elif hours:
+        text = f"{hours}h {minutes:02d}m" if minutes else f"{hours}h"
+    elif minutes:
+        text = f"{minutes}m {secs:02d}s" if secs else f"{minutes}m"
+    else:
+        text = f"{secs}s"
+    return f"-{text}" if seconds < 0 and s else text

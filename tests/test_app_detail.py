@@ -436,6 +436,6 @@ async def test_waits_show_a_live_countdown(tmp_path: Path) -> None:
         assert wait.deadline_at is not None
         later = wait.deadline_at - 65
         screen.now = lambda: later  # type: ignore[method-assign]
-        await wait_until(pilot, lambda: waits.left(wait.wait_id) == "in 1m 5s")
+        await wait_until(pilot, lambda: waits.left(wait.wait_id) == "in 1m 05s")
         screen.now = lambda: later + 3600  # type: ignore[method-assign]
         await wait_until(pilot, lambda: waits.left(wait.wait_id) == "expired")

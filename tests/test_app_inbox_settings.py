@@ -246,7 +246,7 @@ async def test_inbox_lists_questions_with_deadlines_and_agent_runs(tmp_path: Pat
         assert deadline is not None and app.engine is not None
         app.engine.clock = FakeClock(deadline - 65)
         screen._tick()
-        assert screen.deadline_text(keys[1]) == "in 1m 5s"
+        assert screen.deadline_text(keys[1]) == "in 1m 05s"
         app.engine.clock = FakeClock(deadline + 1)
         screen._tick()
         assert screen.deadline_text(keys[1]) == "expired"

@@ -9,26 +9,8 @@ from pathlib import Path
 import pytest
 
 from desktop_app.bootstrap import parse_database
-from desktop_app.cli.output import Hints, duration, iso
+from desktop_app.cli.output import Hints, iso
 from desktop_app.errors import BackendUnavailableError, ConfigError
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (0, "0 s"),
-        (12.4, "12 s"),
-        (60, "1 min"),
-        (250, "4 min 10 s"),
-        (3600, "1 h"),
-        (86399, "23 h 59 min"),
-        (86400, "1 d"),
-        (2 * 86400 + 3 * 3600 + 59, "2 d 3 h"),
-        (-5, "-5 s"),
-    ],
-)
-def test_durations_read_like_a_person_wrote_them(seconds, text):
-    assert duration(seconds) == text
 
 
 def test_iso_is_utc_with_milliseconds():

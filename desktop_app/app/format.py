@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from datetime import UTC, datetime
 
 from desktop_app.store.protocol import Wait
+from desktop_app.words import duration
 from desktop_app.words import plural as plural  # one formatter of counts, the CLI's too
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -51,22 +51,12 @@ STATUS_STYLES: dict[str, str] = {
 
 
 def countdown(deadline: float | None, now: float) -> str:
-    """Time left until ``deadline``: ``in 3h 12m``, ``in 4m 10s``, ``expired``, ``-``."""
+    """Time left until ``deadline`` (UTC epoch seconds): ``in 3h 12m``,
+    ``in 4m 10s`` (:func:`~desktop_app.words.duration`), ``expired``, ``-``."""
     if deadline is None:
         return "-"
-    left = math.ceil(deadline - now)
-    if left <= 0:
-        return "expired"
-    days, rest = divmod(left, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"in {days}d {hours}h"
-    if hours:
-        return f"in {hours}h {minutes}m"
-    if minutes:
-        return f"in {minutes}m {seconds}s"
-    return f"in {seconds}s"
+    left = deadline - now
+    return f"in {duration(left)}" if left > 0 else "expired"
 
 
 def json_text(value: object) -> str:

@@ -9,12 +9,12 @@ no I/O.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 from itertools import pairwise
 
 from desktop_app.app.format import bar
+from desktop_app.words import duration
 
 #: Seconds of samples the rate is measured over.
 WINDOW_S = 30.0
@@ -24,21 +24,6 @@ MAX_SAMPLES = 64
 SPARK_S = 60.0
 #: Bars of the throughput sparkline (each SPARK_S / SPARK_BARS seconds).
 SPARK_BARS = 30
-
-
-def duration(seconds: float) -> str:
-    """``45s``, ``3m 20s``, ``2h 05m``, ``3d 4h`` (rounded up to whole seconds)."""
-    s = max(0, math.ceil(seconds))
-    days, rest = divmod(s, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 * Times: ISO-8601 UTC (``2026-12-01T11:25:43.120Z``) in ``--json`` output,
   ``2026-12-01 11:25:43`` in tables (also UTC).
-* Durations: ``23 h 59 min``, ``4 min 10 s``, ``12 s`` (never ``86,399 s``).
+* Durations: ``23h 59m``, ``4m 10s``, ``12s`` (never ``86,399 s``;
+  :func:`desktop_app.words.duration`).
 * ``-o text|json|jsonl`` (:data:`OUTPUTS`, as the Temporal CLI's
   ``--output``): ``json`` is one indented JSON document (a list is an
   array), ``jsonl`` one compact object per line; ``watch`` streams one
@@ -26,6 +27,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from desktop_app.words import duration
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -43,25 +46,8 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def duration(seconds: float) -> str:
-    """A human duration: ``2 d 3 h``, ``23 h 59 min``, ``4 min 10 s``, ``12 s``."""
-    s = round(abs(seconds))
-    days, rest = divmod(s, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        text = f"{days} d {hours} h" if hours else f"{days} d"
-    elif hours:
-        text = f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    elif minutes:
-        text = f"{minutes} min {secs} s" if secs else f"{minutes} min"
-    else:
-        text = f"{secs} s"
-    return text if seconds >= 0 else f"-{text}"
-
-
 def due_in(deadline_at: float, now: float) -> str:
-    """``in 23 h 59 min`` or ``passed 5 s ago``."""
+    """``in 23h 59m`` or ``passed 5s ago`` (:func:`~desktop_app.words.duration`)."""
     left = deadline_at - now
     return f"in {duration(left)}" if left >= 0 else f"passed {duration(-left)} ago"
 

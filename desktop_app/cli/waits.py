@@ -33,7 +33,7 @@ from desktop_app.textsafe import visible_controls
 
 
 def local_and_utc(ts: float, now: float) -> str:
-    """``2026-12-04 17:25:43 IST (local), 2026-12-04T11:55:43.120Z (UTC), in 23 h 59 min``:
+    """``2026-12-04 17:25:43 IST (local), 2026-12-04T11:55:43.120Z (UTC), in 23h 59m``:
     UTC epoch seconds in the machine's time zone (``TZ``), in UTC, and
     relative to ``now``."""
     local = datetime.fromtimestamp(ts, UTC).astimezone()

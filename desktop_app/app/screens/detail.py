@@ -42,7 +42,7 @@ from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, sho
 from desktop_app.app.graph import graph_text
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import BranchFinished, BranchRequested
-from desktop_app.app.progress import SPARK_S, Pace, duration
+from desktop_app.app.progress import SPARK_S, Pace
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
@@ -61,7 +61,7 @@ from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
 from desktop_app.runs_view import INTERRUPTED, display_status, row_actions
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
-from desktop_app.words import plural
+from desktop_app.words import duration, plural
 
 #: Seconds between refreshes while events keep arriving for this run.
 REFRESH_S = 0.5

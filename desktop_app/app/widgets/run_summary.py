@@ -6,9 +6,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress
-from desktop_app.app.progress import Pace, duration
+from desktop_app.app.progress import Pace
 from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.protocol import Checkpoint, RunRecord
+from desktop_app.words import duration
 
 #: what an interrupted run's status says (in the side panel and the run's detail)
 RESUME_HINT = "press r to resume"

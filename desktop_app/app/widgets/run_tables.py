@@ -20,7 +20,6 @@ from desktop_app.app.format import (
     wait_target,
     when,
 )
-from desktop_app.app.progress import duration
 from desktop_app.app.state_diff import shorten
 from desktop_app.app.widgets.cells import keep_columns, update_fitting
 from desktop_app.app.widgets.row_table import RowTable
@@ -32,6 +31,7 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
+from desktop_app.words import duration
 
 #: Characters of an error or a prompt shown in a table cell.
 CELL_CHARS = 100

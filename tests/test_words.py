@@ -1,0 +1,41 @@
+"""Numbers in words, as the CLI and the app both say them."""
+
+from __future__ import annotations
+
+import pytest
+
+from desktop_app.app.format import countdown
+from desktop_app.cli.output import due_in
+from desktop_app.words import duration, plural
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "0s"),
+        (12.4, "13s"),  # rounded up: time left never reads shorter than it is
+        (45, "45s"),
+        (60, "1m"),
+        (200, "3m 20s"),
+        (3600, "1h"),
+        (7500, "2h 05m"),
+        (86399, "23h 59m"),
+        (86399.6, "1d"),
+        (2 * 86400 + 3 * 3600 + 59, "2d 3h"),
+        (-5, "-5s"),
+    ],
+)
+def test_a_span_reads_like_a_person_wrote_it(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_the_cli_and_the_app_say_time_left_alike() -> None:
+    now = 1_000_000.0
+    left = now + 3 * 3600 + 12 * 60 + 5
+    assert due_in(left, now) == countdown(left, now) == "in 3h 12m"
+    assert due_in(now - 5, now) == "passed 5s ago" and countdown(now - 5, now) == "expired"
+
+
+def test_counts_take_the_noun_that_fits() -> None:
+    assert [plural(n, "file") for n in (0, 1, 2941)] == ["0 files", "1 file", "2,941 files"]
+    assert plural(2, "entry", "entries") == "2 entries"
