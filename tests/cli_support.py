@@ -45,3 +45,18 @@ def as_printed(
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
     return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=timeout)
+
+
+def read_terminal(master: int) -> bytes:
+    """Everything a process writes to the pseudo-terminal whose master side
+    is ``master`` until it closes its side (EOF, or EIO on Linux)."""
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tests import cli_forkserver
-from tests.cli_support import default_sigint
+from tests.cli_support import default_sigint, read_terminal
 from tests.digest_corpus import make_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,19 +53,11 @@ def digest_on_a_terminal(tmp_path: Path, name: str, extra_env: dict[str, str]) -
         env=env,
     )
     os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
+    term = read_terminal(master)
     os.close(master)
     stdout = proc.stdout.read().decode() if proc.stdout else ""
     assert proc.wait(timeout=120) == 0
-    return stdout, b"".join(chunks).decode(errors="replace")
+    return stdout, term.decode(errors="replace")
 
 
 def test_progress_is_one_line_with_rate_and_eta_and_no_color_is_honoured(tmp_path):
@@ -167,14 +159,7 @@ def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tupl
     os.write(master, reply)
     stdout = proc.stdout.read().decode() if proc.stdout else ""
     assert proc.wait(timeout=120) == 0
-    while True:  # what it wrote to the terminal after the reply
-        try:
-            data = os.read(master, 4096)
-        except OSError:  # EIO: the process closed the terminal
-            break
-        if not data:
-            break
-        seen += data
+    seen += read_terminal(master)  # what it wrote to the terminal after the reply
     os.close(master)
     return stdout, seen.decode()
 
