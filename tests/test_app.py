@@ -912,3 +912,54 @@ async def test_starting_a_digest_again_resumes_the_interrupted_run_of_that_input
         ]
     finally:
         store.close()
+
+
+async def test_a_digest_folder_gone_after_the_dialog_checked_it_is_said_and_nothing_starts(
+    tmp_path: Path,
+) -> None:
+    settings = settings_for(tmp_path / "t.db").model_copy(update={"recover_on_launch": False})
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        gone = DigestInput(folder=str(tmp_path / "gone"), out=str(tmp_path / "out"))
+        app.controller._digest_chosen(gone)  # what the dialog hands over
+        await settle(pilot)
+        assert any("does not exist" in m for m in messages(app, "error")), messages(app)
+    store = open_store(tmp_path / "t.db")
+    try:
+        assert store.list_runs() == []
+    finally:
+        store.close()
+
+
+async def test_starting_a_digest_again_resumes_the_failed_run_of_that_input(
+    tmp_path: Path, notes: Path
+) -> None:
+    """As ``flowdesk run digest``: a failed run of the same folder and output
+    is resumed, not named "started" under an id no run has (the app listed
+    only pending and running runs as twins; the engine then answered with
+    the failed run, unresumed)."""
+    from desktop_app.flows import builtin_flow_key
+
+    db, out = tmp_path / "t.db", tmp_path / "out"
+    settings = settings_for(db).model_copy(update={"recover_on_launch": False})
+    assert bootstrap.apply_schema(settings).applied
+    sv = bootstrap.open_services(settings)
+    given = {"folder": str(notes), "out": str(out)}
+    failed = sv.engine.start("digest", given, flow_key=builtin_flow_key("digest", given))
+    sv.engine.fail_run(failed, "the disk was full")
+    sv.close()
+
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        run_id = app.controller.start_digest(DigestInput(folder=str(notes), out=str(out)))
+        assert run_id == failed
+        await wait_until(pilot, lambda: not app.controller.is_driving(run_id), timeout=20)
+        await settle(pilot)
+        assert f"Resuming the failed digest run {failed[:8]} on this input" in messages(app)
+    store = open_store(db)
+    try:
+        assert [(r.run_id, r.status) for r in store.list_runs()] == [(failed, "completed")]
+    finally:
+        store.close()

@@ -42,9 +42,10 @@ from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.errors import FlowdeskError, InputError, InputPendingError
 from desktop_app.flow import Engine, RunResult
-from desktop_app.flows import builtin_flow_key, live_twin, single_flight
-from desktop_app.flows.digest import DigestInput, DigestState
+from desktop_app.flows import live_twin, single_flight
+from desktop_app.flows.digest import DigestInput
 from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
+from desktop_app.runs_view import display_status
 from desktop_app.store.protocol import RunRecord, RunStatus
 
 #: Run statuses ``Engine.recover`` resumes at launch.
@@ -107,34 +108,21 @@ class Controller:
             self._app.push_screen(NewDigestScreen(), self._digest_chosen)
 
     def _digest_chosen(self, given: DigestInput | None) -> None:
-        if given is not None:
+        if given is None:
+            return
+        try:
             self.start_digest(given)
+        except InputError as exc:  # the folder changed since the dialog checked it
+            self._say(str(exc), "error")
 
     def start_digest(self, given: DigestInput) -> str | None:
-        """Start a ``digest`` run in a worker; returns its run id."""
-        engine = self.require_engine()
-        if engine is None:
-            return None
-        # single flight per input, as `flowdesk run digest`: an interrupted run
-        # of the same folder and output is resumed, never started again
-        key = builtin_flow_key("digest", {"folder": given.folder, "out": given.out})
-        live = self._host.read(lambda s: s.list_runs(statuses=INTERRUPTED, flow_key=key)) or []
-        if live:
-            run_id = live[0].run_id
-            self._follow(run_id)
-            if self.runs.is_driving(run_id):
-                self._say(f"Digest run {short_id(run_id)} of {given.folder} is already running")
-                return run_id
-            self._say(f"Resuming the interrupted digest run {short_id(run_id)} of {given.folder}")
-            self.resume(run_id)
-            return run_id
-        run_id = uuid.uuid4().hex
-        self.runs.claim(run_id)
-        state = DigestState(folder=given.folder, out=given.out)
-        self._say(f"Started digest run {short_id(run_id)} of {given.folder}")
-        self._follow(run_id)  # selected as soon as its row shows
-        self._drive(run_id, lambda: engine.run("digest", state, run_id=run_id, flow_key=key))
-        return run_id
+        """Start a ``digest`` run in a worker (:meth:`start_flow`: single
+        flight per folder and output, as ``flowdesk run digest``); returns
+        its run id.
+
+        Raises:
+            InputError: as :meth:`start_flow`."""
+        return self.start_flow("digest", {"folder": given.folder, "out": given.out})
 
     def start_flow(self, flow_name: str, state: dict[str, Any]) -> str | None:
         """Start a run of any registered flow in a worker; returns its run id.
@@ -163,7 +151,8 @@ class Controller:
             elif self.runs.is_driving(twin.run_id):
                 self._say(f"{flow_name} run {rid} on this input is already running")
             else:
-                self._say(f"Resuming the {twin.status} {flow_name} run {rid} on this input")
+                status = display_status(twin, self._host.now())
+                self._say(f"Resuming the {status} {flow_name} run {rid} on this input")
                 self.resume(twin.run_id)
             return twin.run_id
         run_id = uuid.uuid4().hex
