@@ -321,6 +321,64 @@ def test_serve_wakes_up_for_the_next_deadline_sooner_than_a_poll(db_path):
     engine.store.close()
 
 
+class Passes(threading.Event):
+    """A stop event for ``count`` passes of the serve loop."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.left = count
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.left -= 1
+        if self.left <= 0:
+            self.set()
+        return self.is_set()
+
+
+def test_serve_recovers_a_run_left_behind_between_passes_and_never_one_it_cannot_run(
+    db_path,
+):
+    executed: Counter[str] = Counter()
+    other = Engine(
+        open_store(db_path),
+        flows=[_counting("a", executed), _counting("b", executed), _counting("c", executed, "2")],
+        clock=ManualClock(),
+    )
+    (b,) = _start(other, "b", 1)  # a flow the serving engine does not have
+    (c,) = _start(other, "c", 1)  # a version it does not have
+    engine = Engine(open_store(db_path), flows=[_counting("a", executed), _counting("c", executed)])
+    claims: list[int] = []  # claims take the write lock: none on a pass with nothing to do
+    real_claim = engine.claim_runnable
+
+    def counted(*args, **kwargs):
+        claims.append(1)
+        return real_claim(*args, **kwargs)
+
+    engine.claim_runnable = counted  # type: ignore[method-assign]
+    stop = Passes(3)
+    first = len(claims)
+    ticks: list[int] = []
+
+    def left_behind_now() -> None:  # after the first pass: another process's run
+        ticks.append(1)
+        if len(ticks) == 1:
+            _start(other, "a", 1)
+
+    engine.serve(stop, poll_s=0, on_tick=left_behind_now)
+    (a,) = [rid for rid in executed if rid not in (b, c)]
+    assert executed == Counter({a: 1})
+    assert engine.store.get_run(a).status == "completed"
+    for rid in (b, c):
+        assert (engine.store.get_run(rid).status, engine.store.get_run(rid).lease_owner) == (
+            "pending",
+            None,
+        )
+    # one claim at launch (b and c, refused once), one on the pass that found run a
+    assert first == 0 and len(claims) == 2
+    other.store.close()
+    engine.store.close()
+
+
 def test_serve_recovers_only_the_runs_its_policy_allows(db_path):
     executed: Counter[str] = Counter()
     engine = Engine(

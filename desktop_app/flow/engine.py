@@ -23,6 +23,7 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
     FlowdeskError,
+    RunLeasedError,
     RunStateError,
     UnknownFlowError,
 )
@@ -630,12 +631,35 @@ class Engine:
         on_tick: Callable[[], None] | None = None,
         only: Callable[[RunRecord], bool] | None = None,
     ) -> None:
-        """Run until ``stop`` is set: recover interrupted runs once, then fire
-        deadlines when they fall due and deliver signals and events that other
-        processes send (polled every ``poll_s`` seconds). ``on_tick`` runs after
-        each pass (the outbox dispatcher hooks in here)."""
-        self.recover(only=only)
+        """Run until ``stop`` is set: recover interrupted runs, then on every
+        pass (every ``poll_s`` seconds, sooner when a deadline falls due)
+        recover again what another process left behind since (a ``flowdesk
+        run`` killed or stopped with Ctrl-C: :func:`recovery.left_behind`),
+        fire deadlines that fell due and deliver signals and events that other
+        processes send. ``only`` chooses the interrupted runs it recovers (the
+        agent's ``recovery`` policy). ``on_tick`` runs after each pass (the
+        outbox dispatcher hooks in here).
+
+        Passes run one after another on the calling thread: a pass that
+        recovers a run returns when that run stops (completes, fails or
+        waits), and deadlines that fall due meanwhile fire on the next pass.
+        A run this engine cannot resume (its flow is not registered here or
+        changed, its checkpoint cannot be decoded) is tried once, not on
+        every pass.
+        """
+        refused: set[str] = set()
+
+        def note(run: RunRecord, out: RunResult | BaseException) -> None:
+            if isinstance(out, FlowdeskError) and not isinstance(out, RunLeasedError):
+                refused.add(run.run_id)
+
+        def wanted(run: RunRecord) -> bool:
+            return run.run_id not in refused and (only is None or only(run))
+
+        self.recover(note, only=only)
         while not stop.is_set():
+            if recovery.left_behind(self, wanted, self._lease_now()):
+                self.recover(note, only=only)
             self.tick()
             if on_tick is not None:
                 on_tick()

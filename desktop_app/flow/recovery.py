@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Generator, Sequence
 from typing import Protocol
 
 from desktop_app.errors import FlowdeskError, RunLeasedError, StepFailedError
+from desktop_app.flow.owners import lease_abandoned
 from desktop_app.flow.pool import Outcome, pooled
 from desktop_app.flow.results import ResumePendingResult, RunResult
 from desktop_app.store.protocol import (
@@ -63,6 +64,23 @@ class Sweeper(Protocol):
     def resume(self, run_id: str) -> RunResult: ...
 
     def wake(self, run_id: str) -> RunResult: ...
+
+
+def left_behind(engine: Sweeper, wanted: Callable[[RunRecord], bool], now: float) -> bool:
+    """True when a ``pending`` or ``running`` run this engine does not
+    execute has a lease no live process holds
+    (:func:`~desktop_app.flow.owners.lease_abandoned` at ``now``, UTC epoch
+    seconds of the lease clock: unleased, its owner on this host exited, or
+    expired) and ``wanted`` takes: a run a killed or stopped
+    process left behind, which :meth:`Engine.serve` recovers on its next
+    pass. One read and no claim, so a pass with nothing to recover takes no
+    write lock."""
+    return any(
+        run.run_id not in engine.active
+        and lease_abandoned(run.lease_owner, run.lease_expires_at, now)
+        and wanted(run)
+        for run in engine.store.list_runs(statuses=PENDING_STATUSES)
+    )
 
 
 def release_claim(engine: Sweeper, run_id: str) -> None:

@@ -1,0 +1,76 @@
+"""``flowdesk agent`` on SQLite resumes a run another process left behind
+while the agent runs (a new user's report: it did so only when it started,
+so a digest killed a minute after the agent started stayed ``interrupted``
+until the agent was restarted). Real processes: the agent, a ``flowdesk run``
+killed with SIGKILL or stopped with Ctrl-C, and the CLI to read the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import REPO, flowdesk
+from tests.digest_corpus import make_corpus
+from tests.test_digest import read_rows
+
+FILES = 1500
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+def statuses(db: Path) -> dict[str, str]:
+    out = flowdesk(db, "runs", "--json")
+    assert out.returncode == 0, out.stderr
+    return {r["run_id"]: r["status"] for r in map(json.loads, out.stdout.splitlines())}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+def test_the_agent_resumes_a_run_left_behind_after_it_started(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    db, folder, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "o"
+    make_corpus(folder, FILES)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    agent = start("--db", str(db), "agent", "--poll", "0.2")
+    try:
+        assert agent.stderr is not None
+        assert "flowdesk agent: serving" in agent.stderr.readline()
+        run = start("--db", str(db), "run", "digest", "--folder", str(folder), "--out", str(out))
+        assert run.stdout is not None and run.stderr is not None
+        run_id = run.stdout.readline().strip()
+        for line in run.stderr:  # plain progress lines: "  done/total"
+            m = re.match(rf"\s+(\d+)/{FILES}", line)
+            if m and int(m.group(1)) >= 20:
+                break
+        run.send_signal(stop)
+        run.communicate(timeout=60)
+        assert run.returncode in (-signal.SIGKILL, 130)
+        deadline = time.monotonic() + 120
+        while statuses(db)[run_id] != "completed":
+            assert time.monotonic() < deadline, f"the agent left run {run_id} {statuses(db)}"
+            time.sleep(0.2)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.communicate(timeout=60)
+    assert agent.returncode == 0
+    assert statuses(db) == {run_id: "completed"}  # the same run, no second one
+    rows = read_rows(db)
+    assert len(rows) == FILES and all(r["times_processed"] == 1 for r in rows)
+    assert (out / "digest.md").is_file()
