@@ -74,3 +74,58 @@ def test_the_agent_resumes_a_run_left_behind_after_it_started(
     rows = read_rows(db)
     assert len(rows) == FILES and all(r["times_processed"] == 1 for r in rows)
     assert (out / "digest.md").is_file()
+
+
+def shown(db: str, run_id: str) -> dict[str, object]:
+    out = flowdesk(db, "show", run_id, "--json")
+    assert out.returncode == 0, out.stderr
+    doc: dict[str, object] = json.loads(out.stdout)
+    return doc
+
+
+@pytest.mark.slow
+def test_a_postgres_worker_takes_over_at_once_a_run_whose_process_on_this_host_died(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A ``flowdesk run`` holds its run without a worker's liveness lock; killed,
+    its lease ran on for 30 s and a worker on the same machine waited for it
+    (a new user's report). The worker now takes it over before that lease
+    expires, as the README says of an owner on this host that is gone."""
+    from datetime import datetime
+
+    folder, out = tmp_path / "docs", tmp_path / "o"
+    make_corpus(folder, FILES)
+    run = start("--db", pg_url, "run", "digest", "--folder", str(folder), "--out", str(out))
+    assert run.stdout is not None and run.stderr is not None
+    run_id = run.stdout.readline().strip()
+    for line in run.stderr:
+        m = re.match(rf"\s+(\d+)/{FILES}", line)
+        if m and int(m.group(1)) >= 20:
+            break
+    run.send_signal(signal.SIGKILL)
+    run.communicate(timeout=60)
+    dead = shown(pg_url, run_id)
+    assert dead["status"] == "interrupted"
+    expires = datetime.fromisoformat(str(dead["lease_expires_at"]).replace("Z", "+00:00"))
+    agent = start("--db", pg_url, "agent", "--poll", "0.2")
+    try:
+        while True:
+            now = time.time()
+            doc = shown(pg_url, run_id)
+            if (
+                doc["lease_owner"] not in (dead["lease_owner"], None)
+                or doc["status"] != "interrupted"
+            ):
+                break
+            assert now < expires.timestamp() + 5, "the worker waited for the dead lease to expire"
+            time.sleep(0.2)
+        assert now < expires.timestamp()  # taken over before the dead lease expired
+        deadline = time.monotonic() + 120
+        while shown(pg_url, run_id)["status"] != "completed":
+            assert time.monotonic() < deadline, shown(pg_url, run_id)
+            time.sleep(0.2)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.communicate(timeout=60)
+    assert agent.returncode == 0
+    assert (out / "digest.md").is_file()

@@ -493,7 +493,8 @@ class Engine:
         return driver
 
     def _lease_now(self) -> float:
-        """ "Now" for lease expiry: the injected clock, else the store's."""
+        """ "Now" for lease expiry, UTC epoch seconds: the injected clock, else
+        the store's (the database's on PostgreSQL)."""
         return self._lease_clock.now() if self._lease_clock is not None else self.store.now()
 
     def resume(self, run_id: str) -> RunResult:

@@ -31,7 +31,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, cast
 
 from desktop_app.errors import FlowdeskError
+from desktop_app.flow import recovery
 from desktop_app.flow.engine import Engine
+from desktop_app.flow.owners import owner_is_alive, owner_is_dead
 from desktop_app.store.protocol import WorkerClaims
 from desktop_app.store.records import RunRecord
 
@@ -184,22 +186,41 @@ class Worker:
         executes already."""
         engine, store = self.engine, self.engine.store
         flows = {f.name: f.version for f in engine.flows.values()}
+        taken: list[RunRecord] = []
         # PostgreSQL's claim also frees runs of workers whose liveness lock is gone
         if "worker_claims" in store.capabilities:
-            claimed: list[RunRecord] = cast("WorkerClaims", store).claim_for_worker(
+            got = cast("WorkerClaims", store).claim_for_worker(
                 engine.owner, engine.lease_ttl_s, free, flows=flows
             )  # ours come back only once their lease expired
-            return [r for r in claimed if not self._busy(r.run_id)]
+            taken = [r for r in got if not self._busy(r.run_id)]
+            free -= len(taken)
+            # a process of this host that held a run without a liveness lock (a
+            # `flowdesk run`, the app) and died keeps its lease until it expires
+            # for claim_for_worker; claim_runnable below takes it over at once
+            if free <= 0 or not recovery.left_behind(
+                engine,
+                lambda r: flows.get(r.flow_name) == r.flow_version and not self._busy(r.run_id),
+                store.now(),
+            ):
+                return taken
         # claim_runnable also returns the runs this worker executes (leased to
         # it, the oldest) and matches flows by name only, so those would use up
         # the free slots: claim more in their place (twice as many each round)
         # until no new one turns up, start up to ``free`` of the rest and hand
-        # back the runs it does not start.
+        # back the runs it does not start. Leases expire by the store's clock
+        # (the database's), never a worker's own; one of a process of this
+        # host that died is taken over at once.
         skip: set[str] = set()
         while True:
             limit = free + 2 * len(skip)
             claimed = store.claim_runnable(
-                engine.owner, engine.lease_ttl_s, limit, flows=list(flows), wakeable=False
+                engine.owner,
+                engine.lease_ttl_s,
+                limit,
+                flows=list(flows),
+                wakeable=False,
+                presumed_dead=owner_is_dead,
+                presumed_alive=owner_is_alive,
             )
             fresh = {
                 r.run_id
@@ -216,7 +237,7 @@ class Worker:
             if run.run_id not in started and not self._busy(run.run_id):
                 with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
                     store.release(run.run_id, engine.owner)
-        return start
+        return taken + start
 
     def serve(self, stop: threading.Event) -> None:
         """Run passes until ``stop`` is set; then stop the runs (they stay
