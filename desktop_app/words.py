@@ -17,9 +17,11 @@ def plural(n: int, one: str, many: str | None = None) -> str:
 def duration(seconds: float) -> str:
     """A span of ``seconds`` read at a glance: ``45s``, ``4m 10s``,
     ``2h 05m``, ``3d 4h``, a whole unit alone (``1d``, ``2h``, ``1m``);
-    ``-5s`` for a negative span (a clock that moved back). Rounded up to
-    whole seconds, so time left never reads shorter than it is."""
-    s = math.ceil(abs(seconds))
+    ``-5s`` for a negative span (a clock that moved back). Whole seconds
+    rounded down, as a clock counts them (a deadline 24 h away reads ``23h
+    59m`` a moment after it is set, not ``1d``), but a part of a second
+    left reads ``1s``, never ``0s``."""
+    s = math.floor(abs(seconds)) or math.ceil(abs(seconds))
     days, rest = divmod(s, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)

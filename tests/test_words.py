@@ -13,14 +13,15 @@ from desktop_app.words import duration, plural
     ("seconds", "text"),
     [
         (0, "0s"),
-        (12.4, "13s"),  # rounded up: time left never reads shorter than it is
+        (12.6, "12s"),  # whole seconds, as a clock counts them
+        (0.2, "1s"),  # but a part of a second left is not "0s"
         (45, "45s"),
         (60, "1m"),
         (200, "3m 20s"),
         (3600, "1h"),
         (7500, "2h 05m"),
         (86399, "23h 59m"),
-        (86399.6, "1d"),
+        (86399.6, "23h 59m"),  # a 24 h deadline a moment after it was set
         (2 * 86400 + 3 * 3600 + 59, "2d 3h"),
         (-5, "-5s"),
     ],
