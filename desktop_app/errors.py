@@ -9,6 +9,7 @@ DBOS does for its cancel errors.
 
 from __future__ import annotations
 
+import os
 import shlex
 from datetime import UTC, datetime
 
@@ -96,7 +97,14 @@ class DatabaseMissingError(DatabaseOpenError):
     def __init__(self, path: str, apply: str | None = None) -> None:
         self.path = path
         self.apply = apply if apply is not None else f"flowdesk --db {shlex.quote(path)} db apply"
-        super().__init__(f"no database at {path}; run `{self.apply}` first.")
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(folder):
+            super().__init__(f"no database at {path}; run `{self.apply}` first.")
+        else:  # `db apply` does not make folders: a mistyped path stays an error
+            super().__init__(
+                f"no database at {path}, and its folder {folder} does not exist; "
+                f"create it with `mkdir -p {shlex.quote(folder)}`, then run `{self.apply}`."
+            )
 
     def for_command(self, apply: str) -> DatabaseMissingError:
         """The same error suggesting ``apply`` (as the CLI prints its hints)."""

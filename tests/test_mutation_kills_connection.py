@@ -367,3 +367,39 @@ def test_an_unknown_vfs_is_a_store_error_naming_the_database(tmp_path):
     with pytest.raises(StoreError) as err:
         open_connection(path, vfs="no-such-vfs")
     assert str(err.value) == f"database error ({path}): no such vfs: no-such-vfs"
+
+
+def test_a_missing_database_in_a_missing_folder_names_both_commands_and_they_work(tmp_path):
+    """A new user's report: ``runs`` on a path whose folder is missing printed
+    a ``db apply`` hint that failed as printed (its folder does not exist)."""
+    import os
+    import re
+    import subprocess
+
+    from tests.cli_support import as_printed, flowdesk
+
+    path = tmp_path / "no" / "such" / "f.db"
+    out = flowdesk(path, "runs")
+    assert out.returncode == 1
+    folder = tmp_path / "no" / "such"
+    assert f"no database at {path}, and its folder {folder} does not exist" in out.stderr
+    mkdir, apply = re.findall(r"`([^`]+)`", out.stderr)
+    assert mkdir == f"mkdir -p {folder}"
+    subprocess.run(mkdir.split(), check=True)  # as printed
+    done = as_printed(apply, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert flowdesk(path, "runs").returncode == 0
+
+
+def test_a_database_under_a_file_is_refused_with_what_to_do(tmp_path):
+    """Not a traceback (a read-only file system or a full disk take the same path)."""
+    from tests.cli_support import flowdesk
+
+    (tmp_path / "notes.txt").write_text("x")
+    path = tmp_path / "notes.txt" / "f.db"
+    out = flowdesk(path, "db", "apply")
+    assert out.returncode == 1
+    assert out.stderr == (
+        f"flowdesk: cannot create the database {path}: Not a directory. "
+        "Pass --db with a path in a writable folder.\n"
+    )

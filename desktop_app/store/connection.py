@@ -172,6 +172,11 @@ def _create_private(path: Path) -> None:
             f"cannot create the database {path}: the folder is not writable. "
             "Pass --db with a path in a writable folder."
         ) from exc
+    except OSError as exc:  # a read-only file system, a full disk, a file as a folder
+        raise DatabaseOpenError(
+            f"cannot create the database {path}: {exc.strerror or exc}. "
+            "Pass --db with a path in a writable folder."
+        ) from exc
     os.close(fd)
 
 
