@@ -45,6 +45,11 @@ def test_the_readme_snippet_asks_is_answered_and_goes_on(tmp_path: Path) -> None
         input="yes\n", capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip
     assert answered.returncode == 0, answered.stderr
+    again = flowdesk(db, "answer", "release-42", "no")  # answered already: exit 1, as a run
+    assert again.returncode == 1
+    assert "is answered, not waiting for an answer; nothing was stored" in again.stderr
     assert "You said: yes" in run()
     shown = flowdesk(db, "show", "release-42")
     assert "status completed" in shown.stdout and "tenant_id acme" in shown.stdout
+    late = flowdesk(db, "answer", "release-42", "no")
+    assert late.returncode == 1 and "is completed, not waiting for an answer" in late.stderr

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from desktop_app.errors import AmbiguousRunIdError, InputError, UnknownRunError
+from desktop_app.errors import AmbiguousRunIdError, InputError, RunStateError, UnknownRunError
 from desktop_app.store.protocol import DomainStore, SqlTx
 from desktop_app.store.runids import MIN_PREFIX, RunRef
 
@@ -206,8 +206,9 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
 
     Raises:
         UnknownRunError: no such thread.
-        InputError: the thread is not waiting for an answer, or another
-            answer took it first (nothing stored), or ``value`` is not JSON.
+        RunStateError: the thread is not waiting for an answer, or another
+            answer took it first (nothing stored; exit 1, as for a flow run).
+        InputError: ``value`` is not JSON.
     """
     try:
         blob = json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -223,7 +224,7 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
             raise UnknownRunError(f"no LangGraph thread {thread_id} in scope {scope!r}")
         thread = _thread(row)
         if thread.status != "waiting" or thread.checkpoint_id is None:
-            raise InputError(
+            raise RunStateError(
                 f"LangGraph thread {thread_id} is {thread.status}, not waiting for an answer; "
                 "nothing was stored"
             )
@@ -239,7 +240,7 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
             (now, scope, thread_id, thread.checkpoint_id),
         )
         if taken.rowcount != 1:
-            raise InputError(
+            raise RunStateError(
                 f"LangGraph thread {thread_id} was answered or moved on a moment ago, "
                 "not by this answer; nothing was stored"
             )
