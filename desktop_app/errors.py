@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 from datetime import UTC, datetime
 
 from desktop_app.words import plural
@@ -267,10 +268,19 @@ class RunLeasedError(FlowdeskError):
         self.run_id = run_id
         self.owner = owner
         self.expires_at = expires_at
+        if owner.partition(":")[0] == socket.gethostname():  # its liveness decides, not the lease
+            after = (
+                "Wait for it; if that process ends without finishing it, the run can be "
+                "resumed at once."
+            )
+        else:
+            after = (
+                f"Wait for it; if that machine or process is gone, the run can be resumed "
+                f"when its lease runs out, at {iso_utc(expires_at)}."
+            )
         super().__init__(
             f"{self.noun} {run_id} is held by a live process: it is being executed by "
-            f"{owner}; its lease runs until {iso_utc(expires_at)}. Nothing was "
-            "run here. Wait for it, or for the lease to expire if that process died."
+            f"{owner}. Nothing was run here. {after}"
         )
 
 

@@ -542,3 +542,36 @@ def test_shell_completion_of_commands_and_run_ids(tmp_path):
     assert complete("flowdesk wat", tmp_path / "c1") == ["watch"]
     db, rid = seeded(tmp_path)
     assert complete(f"flowdesk --db {db} show {rid[:3]}", tmp_path / "c2") == [rid]
+
+
+@pytest.mark.slow
+def test_a_rerun_while_another_process_executes_the_run_says_so_without_resuming(tmp_path):
+    """A new user's report: the second ``run digest`` printed "resuming
+    running run …" and then that it ran nothing, and advised waiting for a
+    lease to expire, which on one machine nobody needs to."""
+    db, folder, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "o"
+    make_corpus(folder, 1500)
+    assert flowdesk("--db", str(db), "db", "apply").returncode == 0
+    cmd = [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "run", "digest"]
+    cmd += ["--folder", str(folder), "--out", str(out)]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None and first.stderr is not None
+        rid = first.stdout.readline().strip()
+        for line in first.stderr:
+            m = re.match(r"\s+(\d+)/1500", line)
+            if m and int(m.group(1)) >= 20:
+                break
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert second.returncode == 1 and second.stdout == ""
+    assert "resuming" not in second.stderr
+    assert f"run {rid} is held by a live process: it is being executed by " in second.stderr
+    assert "Wait for it; if that process ends without finishing it, the run can be " in (
+        second.stderr
+    )
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert again.returncode == 0 and again.stdout.splitlines()[0] == rid  # at once, as said
+    assert f"resuming interrupted run {rid}" in again.stderr

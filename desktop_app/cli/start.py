@@ -22,7 +22,8 @@ from typing import Any
 from desktop_app.cli.common import Ctx, parse_json, read_answer
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
-from desktop_app.errors import ConfigError, InputError, RunStateError
+from desktop_app.errors import ConfigError, InputError, RunLeasedError, RunStateError
+from desktop_app.flow.owners import holding
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.runs_view import display_status
 from desktop_app.words import plural
@@ -77,8 +78,13 @@ def _run_or_resume(
         ctx.current_run = twin.run_id
         print(f"run {twin.run_id} on this input is waiting already", file=sys.stderr)
         return sv.engine.run(flow, given, flow_key=flow_key)  # the live run's result
+    now = sv.checkpoints.now()
+    if twin is not None and twin.lease_owner is not None and not new:
+        held = holding(twin.lease_owner, twin.lease_expires_at, now) == "held"
+        if held:  # another live process executes it: said as such, not "resuming" first
+            raise RunLeasedError(twin.run_id, twin.lease_owner, twin.lease_expires_at or 0.0)
     if twin is not None:
-        if not new and _resume_twin(twin, sv.checkpoints.now()):
+        if not new and _resume_twin(twin, now):
             print(twin.run_id, flush=True)
             ctx.current_run = twin.run_id
             return sv.engine.resume(twin.run_id)
