@@ -12,7 +12,6 @@ real Ctrl-C.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -92,6 +91,7 @@ def interrupted_tidy(db: Path, folder: Path, at_least: int) -> tuple[str, int]:
     return run_id, queued
 
 
+@pytest.mark.slow
 def test_new_over_a_tidy_with_queued_moves_withdraws_them(tmp_path):
     """(a) The report's exact commands: the replaced run's queued moves are
     never made; every file moves once, by the new run; ``show`` and
@@ -178,6 +178,7 @@ def test_cancel_of_a_tidy_with_queued_moves_then_resume_moves_nothing_more(tmp_p
     assert flowdesk(db, "resume", "--all").stdout.count("delivered") == 0
 
 
+@pytest.mark.slow
 def test_a_second_tidy_leaves_files_the_first_has_queued(tmp_path):
     """(c) A second tidy started while the first's moves are queued plans
     only the other files, names the first run for the rest, and each run's
@@ -185,7 +186,7 @@ def test_a_second_tidy_leaves_files_the_first_has_queued(tmp_path):
     db, folder = tmp_path / "c.db", tmp_path / "dl"
     files = fill(folder, 500)
     assert flowdesk(db, "db", "apply").returncode == 0
-    first, queued = interrupted_tidy(db, folder, 100)
+    first, _queued = interrupted_tidy(db, folder, 100)
     # the first run is resumed with no dispatcher (its process dies after the
     # loop): every move queued, none made
     store = open_store(db)
