@@ -320,3 +320,33 @@ def test_printed_show_hint_of_a_canceled_tidy_runs(tmp_path):
     ran = as_printed(hint.group(1), env={**os.environ})
     assert ran.returncode == 0, ran.stderr
     assert "not moved (the run was canceled)" in ran.stdout
+
+
+@pytest.mark.parametrize("kind", ["sqlite_store", "pg_store"])
+def test_two_tidies_planned_before_either_queued_each_claim_only_their_own(request, kind, tmp_path):
+    """Two runs that planned the same folder before either queued a move:
+    the one whose moves are made second does not count the other's files as
+    its own, and its undo moves nothing back."""
+    from desktop_app.flows.tidy import build_tidy_flow
+    from desktop_app.flows.tidy_outcomes import outcomes_of
+    from desktop_app.flows.tidy_undo import undo_tidy_run
+    from desktop_app.store.domain.tidy import moves_of_run
+
+    store = request.getfixturevalue(kind)
+    folder = tmp_path / "dl"
+    files = fill(folder, 12)
+    engine = Engine(store, flows=[build_tidy_flow()], clock=ManualClock())
+    first = engine.run("tidy", {"folder": str(folder)}).run_id
+    second = engine.run("tidy", {"folder": str(folder)}).run_id
+    for rid in (first, second):
+        assert engine.resume_with(rid, "yes").status == "completed"
+    assert Dispatcher(store, builtin_destinations(store)).dispatch() == 24
+    assert top_files(folder) == {} and len(tidied(folder)) == 12
+    by_run = [outcomes_of(store.query(moves_of_run(r))) for r in (first, second)]
+    for a, b in zip(*by_run, strict=True):  # each file: one run moved it, the other says so
+        assert {a.outcome, b.outcome} == {"moved", "elsewhere"}, (a, b)
+    made = [sum(o.outcome == "moved" for o in outs) for outs in by_run]
+    for rid, n in zip((first, second), made, strict=True):
+        report = undo_tidy_run(store, rid)
+        assert report.moved_back == n and report.left == [], report
+    assert top_files(folder) == files and tidied(folder) == []

@@ -75,6 +75,7 @@ from desktop_app.store.domain.tidy import (
     TidyMove,
     mark_queued,
     move_by_key,
+    moved_by_other,
     moves_of_run,
     next_planned,
     queued_elsewhere,
@@ -124,6 +125,8 @@ CANCELED = "withdrawn: the run was canceled before this move was made"
 CANCELED_UNQUEUED = "not moved: the run was canceled before this move was queued"
 #: how the reason of a file another tidy run has a queued move for starts
 QUEUED_BY = "queued by tidy run"
+#: how the reason of a file another tidy run moved before this run's move starts
+MOVED_BY = "moved by tidy run"
 
 #: files a browser is still writing: moving them would break the download
 PARTIAL_SUFFIXES = frozenset({".part", ".partial", ".crdownload", ".opdownload", ".download"})
@@ -505,7 +508,10 @@ class FileMover:
       folders, rename with no replace -> ``{"moved": True}``;
     * the file is gone and the destination exists: the move happened before
       (a crash before the acknowledgement) -> ``{"moved": True, "already": True}``;
-    * both exist, or neither: nothing is touched -> ``{"moved": False, "reason": ...}``.
+    * both exist, or neither: nothing is touched -> ``{"moved": False, "reason": ...}``;
+    * the file is gone and another tidy run recorded the move to that
+      destination (two runs planned the file before either queued it): not
+      this run's -> ``{"moved": False, "reason": "moved by tidy run ..."}``.
 
     Every path is proven inside the folder when the move happens (no symbolic
     link followed from ``/`` to the destination folder; see the module
@@ -590,6 +596,9 @@ class FileMover:
             return self._refuse(key, GONE)
         if kind_at(fds[-1], name) is None:
             return self._refuse(key, GONE)
+        other = self.store.query(moved_by_other(key, dst))
+        if other is not None:  # two runs planned this file (a race of their plans): not ours
+            return self._refuse(key, f"{MOVED_BY} {other}")
         self.store.write(record_outcome(key, True))
         return {"moved": True, "already": True, "dst": dst}
 

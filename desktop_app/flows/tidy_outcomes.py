@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from desktop_app.flows.confined import DESTINATION_EXISTS
-from desktop_app.flows.tidy import CANCELED, CANCELED_UNQUEUED, GONE, NOT_APPROVED, QUEUED_BY
+from desktop_app.flows.tidy import (
+    CANCELED,
+    CANCELED_UNQUEUED,
+    GONE,
+    MOVED_BY,
+    NOT_APPROVED,
+    QUEUED_BY,
+)
 from desktop_app.flows.tidy_undo import WITHDRAWN
 from desktop_app.store.domain.tidy import TidyMove
 from desktop_app.words import plural
@@ -86,7 +93,7 @@ def outcome_of(move: TidyMove) -> FileOutcome:
         outcome, detail = "withdrawn", reason
     elif reason in (CANCELED, CANCELED_UNQUEUED):
         outcome, detail = "canceled", reason
-    elif reason.startswith(QUEUED_BY):
+    elif reason.startswith((QUEUED_BY, MOVED_BY)):
         outcome, detail = "elsewhere", reason
     elif reason.startswith(NOT_APPROVED):
         outcome, detail = "declined", reason

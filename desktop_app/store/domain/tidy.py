@@ -143,6 +143,22 @@ def queued_elsewhere(run_id: str, folder: str) -> Callable[[SqlTx], dict[str, st
     return query
 
 
+def moved_by_other(intent_key: str, dst: str) -> Callable[[SqlTx], str | None]:
+    """Query op: the id of a tidy run other than the one queued under
+    ``intent_key`` whose row records a move to ``dst`` made (``moved``), or
+    ``None``."""
+
+    def query(tx: SqlTx) -> str | None:
+        row = tx.fetchone(
+            "SELECT run_id FROM tidy_moves WHERE dst=? AND status='moved' AND "
+            "intent_key<>? LIMIT 1",
+            (dst, intent_key),
+        )
+        return None if row is None else str(row[0])
+
+    return query
+
+
 def record_moved_back(
     run_id: str, destinations: Sequence[str], at: float
 ) -> Callable[[SqlTx], None]:
