@@ -40,6 +40,15 @@ def queued_text(flow_name: str, undelivered: int) -> str:
     return f"{plural(undelivered, one, many)} queued"
 
 
+def withdrawn_text(flow_name: str, withdrawn: int) -> str:
+    """``"596 queued moves withdrawn (never made)"``: the side effects a
+    cancel took back before delivery, or ``""`` when it took back none."""
+    if not withdrawn:
+        return ""
+    one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
+    return f"{plural(withdrawn, f'queued {one}', f'queued {many}')} withdrawn (never made)"
+
+
 #: shown statuses (both vocabularies) of runs that never change again
 ENDED = frozenset(
     {"completed", "canceled", "timed_out", "done", "timeout", "expired", "rate_limited"}

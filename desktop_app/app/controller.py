@@ -45,7 +45,7 @@ from desktop_app.flow import Engine, RunResult
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.flows.digest import DigestInput
 from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
-from desktop_app.runs_view import display_status
+from desktop_app.runs_view import display_status, withdrawn_text
 from desktop_app.store.protocol import RunRecord, RunStatus
 
 #: Run statuses ``Engine.recover`` resumes at launch.
@@ -331,7 +331,12 @@ class Controller:
         if store is None:
             return
         try:
-            undo_list = str(undo_list_of(store, run_id))
+            found = undo_list_of(store, run_id)
+            undo_list = (
+                str(found)
+                if found is not None
+                else "its moves in the database: it ended before writing an undo list"
+            )
         except FlowdeskError as exc:
             self._say(str(exc), "warning" if isinstance(exc, InputError) else "error")
             return
@@ -403,14 +408,15 @@ class Controller:
         assert engine is not None
         rid = short_id(run_id)
         try:
-            run = engine.cancel(run_id)
+            run, withdrawn, _in_flight = engine.cancel_withdrawing(run_id)
         except FlowdeskError as exc:
             self._say(f"Run {rid} was not canceled: {exc}", "error")
         except Exception as exc:
             self._say(f"Run {rid} was not canceled: {type(exc).__name__}: {exc}", "error")
         else:
             self._canceled_here.add(run_id)
-            self._say(f"Run {rid} is {run.status}.")
+            took_back = withdrawn_text(run.flow_name, len(withdrawn))
+            self._say(f"Run {rid} is {run.status}" + (f"; {took_back}." if took_back else "."))
         finally:
             self._app.post_message(RunChanged(run_id))
 

@@ -733,8 +733,13 @@ def cmd_cancel(ctx: Ctx) -> int:
         agent_for(sv, sv.agents.get(ref.run_id).agent).cancel(ref.run_id)
         print(f"agent run {ref.run_id} {sv.agents.get(ref.run_id).status}")
         return EXIT_OK
-    run = sv.engine.cancel(ref.run_id)
-    print(f"run {run.run_id} {run.status}")
+    from desktop_app.runs_view import withdrawn_text
+
+    run, withdrawn, in_flight = sv.engine.cancel_withdrawing(ref.run_id)
+    said = [withdrawn_text(run.flow_name, len(withdrawn))]
+    if in_flight:
+        said.append(f"{len(in_flight):,} being delivered now (left to its dispatcher)")
+    print(f"run {run.run_id} {run.status}" + "".join(f"; {t}" for t in said if t))
     return EXIT_OK
 
 

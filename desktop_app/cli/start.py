@@ -99,12 +99,22 @@ def _replace(sv: Any, twin: Any) -> None:
     replaces, saying so on stderr; a twin that ended meanwhile is left as it
     ended. A process still driving it stops before its next step (as
     ``flowdesk cancel``)."""
+    from desktop_app.runs_view import withdrawn_text
+
     status = display_status(twin, sv.checkpoints.now())
     try:
-        sv.engine.cancel(twin.run_id, reason="replaced by a new run on the same input")
+        done = sv.engine.cancel_withdrawing(
+            twin.run_id, reason="replaced by a new run on the same input"
+        )
     except RunStateError:
         return  # it completed, or someone canceled it: the key is free either way
-    print(f"canceled {status} run {twin.run_id} on this input; starting a new run", file=sys.stderr)
+    withdrawn = withdrawn_text(twin.flow_name, len(done.withdrawn))
+    print(
+        f"canceled {status} run {twin.run_id} on this input"
+        + (f" ({withdrawn})" if withdrawn else "")
+        + "; starting a new run",
+        file=sys.stderr,
+    )
 
 
 def execute_new_run(ctx: Ctx, sv: Any, job: Callable[[str], Any]) -> Any:

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from pydantic import BaseModel
 
@@ -35,6 +35,7 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
+from desktop_app.flow.outbox import withdraw_for_cancel
 from desktop_app.flow.owners import (
     new_owner,
     owner_is_alive,
@@ -56,6 +57,7 @@ from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
     CheckpointStore,
+    Intent,
     Lease,
     RunRecord,
     RunStatus,
@@ -64,6 +66,21 @@ from desktop_app.store.protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class Cancellation(NamedTuple):
+    """What :meth:`Engine.cancel_withdrawing` did.
+
+    Attributes:
+        run: the run's record, ``canceled``.
+        withdrawn: its outbox intents taken back before delivery (never made).
+        in_flight: its intents a live dispatcher was sending at that instant,
+            left to it.
+    """
+
+    run: RunRecord
+    withdrawn: list[Intent]
+    in_flight: list[Intent]
 
 
 class Engine:
@@ -788,22 +805,41 @@ class Engine:
     # -- control ---------------------------------------------------------
 
     def cancel(self, run_id: str, reason: str = "canceled by user") -> RunRecord:
-        """Move a pending, running, waiting or failed run to ``canceled``.
+        """Move a pending, running, waiting or failed run to ``canceled``;
+        returns its record (:meth:`cancel_withdrawing` also says which of
+        its queued side effects were withdrawn).
 
         A run being driven in this process stops before its next step, also
-        during a retry backoff. Its live journaled children (flow runs, and
-        agent runs once ``desktop_app.agent.runtime`` is imported) are
-        canceled with it.
+        during a retry backoff. Right after its terminal checkpoint, its
+        outbox intents not delivered yet are withdrawn, so no dispatcher
+        ever makes them (:func:`~desktop_app.flow.outbox.withdraw_for_cancel`:
+        one a live dispatcher is sending at that instant is left to it, and
+        its outcome is recorded as it ends). Its live journaled children
+        (flow runs, and agent runs once ``desktop_app.agent.runtime`` is
+        imported) are canceled with it, their intents withdrawn the same way.
 
         Raises:
             RunStateError: the run is completed, canceled or timed out; or a
                 child is of a kind no imported module knows how to cancel
                 (the run itself is canceled by then).
+            StoreError: the store could not be written.
+        """
+        return self.cancel_withdrawing(run_id, reason).run
+
+    def cancel_withdrawing(self, run_id: str, reason: str = "canceled by user") -> Cancellation:
+        """:meth:`cancel`, returning the run's record with its intents
+        withdrawn (never delivered now) and those left in flight to a live
+        dispatcher (its children's are not counted).
+
+        Raises:
+            the errors of :meth:`cancel`.
         """
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
+        run = self.store.get_run(run_id)
+        done = withdraw_for_cancel(self.store, run_id, run.flow_name)
         cancel_children(self.store, run_id, self.clock, self.cancel)
-        return self.store.get_run(run_id)
+        return Cancellation(self.store.get_run(run_id), done.withdrawn, done.in_flight)
 
     def run_child(
         self,

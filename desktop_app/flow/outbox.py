@@ -23,7 +23,9 @@ de-duplicate). Errors are classified by type: an exception whose
 leaves it ``pending`` for the next pass.
 
 An intent can be withdrawn before delivery (``store.withdraw_intents``: a
-tidy undo takes back the moves not made yet). Every mark the dispatcher
+tidy undo takes back the moves not made yet, and ``Engine.cancel`` takes back
+every intent of the canceled run not delivered yet, see
+:func:`withdraw_for_cancel`). Every mark the dispatcher
 makes is compared and set on the status it last read, so a withdrawn intent
 is never sent, nor set back to ``pending`` or ``delivered``, by a
 dispatcher that claimed it a moment before.
@@ -31,16 +33,19 @@ dispatcher that claimed it a moment before.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.owners import new_owner, owner_is_dead
-from desktop_app.store.protocol import CheckpointStore, Intent
+from desktop_app.store.protocol import CheckpointStore, Intent, Withdrawal
+
+log = logging.getLogger(__name__)
 
 
 class Destination(Protocol):
@@ -72,6 +77,42 @@ def claimant_is_gone(owner: str) -> bool:
         return True
     mine = f"{socket.gethostname()}:{os.getpid()}:"
     return owner.startswith(mine) and owner not in _LIVE
+
+
+#: the error an intent withdrawn by a cancel records (``flowdesk outbox`` shows it)
+CANCELED = "withdrawn: the run was canceled before this was delivered"
+
+#: a flow's record of a cancel: ``hook(store, run_id, withdrawal)``
+CancelHook = Callable[[CheckpointStore, str, Withdrawal], None]
+_CANCEL_HOOKS: dict[str, CancelHook] = {}
+
+
+def on_cancel(flow_name: str, hook: CancelHook) -> None:
+    """Have :func:`withdraw_for_cancel` call ``hook(store, run_id, withdrawal)``
+    for every canceled run of flow ``flow_name`` (once its intents were
+    withdrawn), so the flow's own tables say what was never made. A second
+    registration for the same flow replaces the first."""
+    _CANCEL_HOOKS[flow_name] = hook
+
+
+def withdraw_for_cancel(store: CheckpointStore, run_id: str, flow_name: str) -> Withdrawal:
+    """Withdraw canceled run ``run_id``'s intents not delivered yet
+    (``store.withdraw_intents`` with :data:`CANCELED`): each ``pending`` one,
+    and each ``sending`` one whose claimant is gone (:func:`claimant_is_gone`)
+    or whose claim expired. One a live dispatcher is sending is left to it
+    (its outcome is recorded as it ends) and returned in ``in_flight``. Then
+    the flow's :func:`on_cancel` hook, if any, records it.
+
+    Raises:
+        StoreError: the store could not be written.
+    """
+    done = store.withdraw_intents(run_id, CANCELED, presumed_dead=claimant_is_gone)
+    hook = _CANCEL_HOOKS.get(flow_name)
+    if hook is not None:
+        hook(store, run_id, done)
+    if done.withdrawn:
+        log.info("run %s canceled: %d queued intents withdrawn", run_id, len(done.withdrawn))
+    return done
 
 
 class Dispatcher:

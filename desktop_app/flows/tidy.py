@@ -60,6 +60,7 @@ from pydantic import BaseModel, Field
 
 from desktop_app.errors import FolderNotWritableError, InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
+from desktop_app.flow.outbox import on_cancel
 from desktop_app.flows.confined import (
     Refused,
     fsync_dir,
@@ -74,13 +75,16 @@ from desktop_app.store.domain.tidy import (
     TidyMove,
     mark_queued,
     move_by_key,
+    moved_by_other,
     moves_of_run,
     next_planned,
+    queued_elsewhere,
     record_outcome,
     record_plan,
     skip_planned,
+    withdraw_queued,
 )
-from desktop_app.store.protocol import CheckpointStore
+from desktop_app.store.protocol import CheckpointStore, SqlTx, Withdrawal
 from desktop_app.words import plural
 
 DESTINATION = "tidy.move"
@@ -115,6 +119,14 @@ _KIND_OF_EXT = {ext: kind for kind, exts in _EXTENSIONS.items() for ext in exts.
 GONE = "the file is gone and was not moved here"
 #: how the reason of the rows a ``no`` (or any answer but yes) left in place starts
 NOT_APPROVED = "not approved"
+#: the reason of a queued move a cancel withdrew (its intent was never delivered)
+CANCELED = "withdrawn: the run was canceled before this move was made"
+#: the reason of a planned move of a run canceled before it was queued
+CANCELED_UNQUEUED = "not moved: the run was canceled before this move was queued"
+#: how the reason of a file another tidy run has a queued move for starts
+QUEUED_BY = "queued by tidy run"
+#: how the reason of a file another tidy run moved before this run's move starts
+MOVED_BY = "moved by tidy run"
 
 #: files a browser is still writing: moving them would break the download
 PARTIAL_SUFFIXES = frozenset({".part", ".partial", ".crdownload", ".opdownload", ".download"})
@@ -274,6 +286,36 @@ def plan_moves(folder: Path) -> list[TidyMove]:
     return moves
 
 
+def leave_claimed(moves: list[TidyMove], claimed: dict[str, str]) -> list[TidyMove]:
+    """``moves`` with each planned file another tidy run has a queued move
+    for (``claimed``: source path -> that run's id) left in place, its
+    reason naming that run: no two runs claim one file, and each run's
+    report and undo cover only the moves it made."""
+    return [
+        TidyMove(m.src, None, m.kind, m.month, "skipped", f"{QUEUED_BY} {claimed[m.src]}")
+        if m.status == "planned" and m.src in claimed
+        else m
+        for m in moves
+    ]
+
+
+def record_cancel(store: CheckpointStore, run_id: str, done: Withdrawal) -> None:
+    """What a cancel of tidy run ``run_id`` changed (its ``on_cancel`` hook):
+    each move it withdrew becomes ``skipped`` with :data:`CANCELED`, each
+    move not queued yet ``skipped`` with :data:`CANCELED_UNQUEUED`; a move a
+    live dispatcher was making is left to it, which records its outcome."""
+    keys = [i.intent_id for i in done.withdrawn if i.destination == DESTINATION]
+
+    def write(tx: SqlTx) -> None:
+        withdraw_queued(keys, CANCELED)(tx)
+        skip_planned(run_id, CANCELED_UNQUEUED)(tx)
+
+    store.write(write)
+
+
+on_cancel("tidy", record_cancel)
+
+
 def check_folder(given: str | Path) -> Path:
     """The folder to tidy, absolute and resolved, checked before anything is
     planned: it exists, is a folder, and this process may create, rename
@@ -345,6 +387,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
             moves = plan_moves(folder)
         except Refused as exc:
             raise InputError(f"cannot tidy {folder}: {exc}") from exc
+        moves = leave_claimed(moves, ctx.query(queued_elsewhere(ctx.run_id, str(folder))))
         ctx.write(record_plan(ctx.run_id, moves))
         planned = [m for m in moves if m.status == "planned"]
         ctx.progress(0, len(planned))
@@ -465,7 +508,10 @@ class FileMover:
       folders, rename with no replace -> ``{"moved": True}``;
     * the file is gone and the destination exists: the move happened before
       (a crash before the acknowledgement) -> ``{"moved": True, "already": True}``;
-    * both exist, or neither: nothing is touched -> ``{"moved": False, "reason": ...}``.
+    * both exist, or neither: nothing is touched -> ``{"moved": False, "reason": ...}``;
+    * the file is gone and another tidy run recorded the move to that
+      destination (two runs planned the file before either queued it): not
+      this run's -> ``{"moved": False, "reason": "moved by tidy run ..."}``.
 
     Every path is proven inside the folder when the move happens (no symbolic
     link followed from ``/`` to the destination folder; see the module
@@ -550,6 +596,9 @@ class FileMover:
             return self._refuse(key, GONE)
         if kind_at(fds[-1], name) is None:
             return self._refuse(key, GONE)
+        other = self.store.query(moved_by_other(key, dst))
+        if other is not None:  # two runs planned this file (a race of their plans): not ours
+            return self._refuse(key, f"{MOVED_BY} {other}")
         self.store.write(record_outcome(key, True))
         return {"moved": True, "already": True, "dst": dst}
 

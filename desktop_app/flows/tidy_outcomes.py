@@ -7,7 +7,10 @@ Each row is one :data:`OUTCOMES` key: ``planned`` (waits for approval),
 another name: one was taken in the kind folder when the plan was made),
 ``exists`` (not moved: a file appeared at its destination meanwhile),
 ``vanished`` (not moved: the file was gone when its move was made),
-``withdrawn`` (an undo withdrew the move before it was made), ``declined``
+``withdrawn`` (an undo withdrew the move before it was made), ``canceled``
+(the run was canceled before the move was made: withdrawn, or never
+queued), ``elsewhere`` (another tidy run had a queued move for the file
+when this one planned), ``declined``
 (the answer was not yes), ``stays`` (left in place from the start: a
 download in progress, a linked file...), ``refused`` (it would have left the
 folder or followed a link) or ``back`` (an undo put it back).
@@ -22,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from desktop_app.flows.confined import DESTINATION_EXISTS
-from desktop_app.flows.tidy import GONE, NOT_APPROVED
+from desktop_app.flows.tidy import (
+    CANCELED,
+    CANCELED_UNQUEUED,
+    GONE,
+    MOVED_BY,
+    NOT_APPROVED,
+    QUEUED_BY,
+)
 from desktop_app.flows.tidy_undo import WITHDRAWN
 from desktop_app.store.domain.tidy import TidyMove
 from desktop_app.words import plural
@@ -37,6 +47,8 @@ OUTCOMES: dict[str, str] = {
     "exists": "skipped (the target exists)",
     "vanished": "left (vanished before its move)",
     "withdrawn": "withdrawn by undo (never moved)",
+    "canceled": "not moved (the run was canceled)",
+    "elsewhere": "left to another run (it had the move queued)",
     "declined": "not moved (not approved)",
     "stays": "left in place",
     "refused": "refused",
@@ -79,6 +91,10 @@ def outcome_of(move: TidyMove) -> FileOutcome:
         outcome, detail = "exists", f"{where} exists already; nothing moved"
     elif reason == WITHDRAWN:
         outcome, detail = "withdrawn", reason
+    elif reason in (CANCELED, CANCELED_UNQUEUED):
+        outcome, detail = "canceled", reason
+    elif reason.startswith((QUEUED_BY, MOVED_BY)):
+        outcome, detail = "elsewhere", reason
     elif reason.startswith(NOT_APPROVED):
         outcome, detail = "declined", reason
     elif move.status == "refused":

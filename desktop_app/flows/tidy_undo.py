@@ -34,7 +34,7 @@ import errno
 import json
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,8 +48,13 @@ from desktop_app.flows.confined import (
     open_subdir,
     rename_noreplace,
 )
-from desktop_app.flows.tidy import DESTINATION, planned_layout
-from desktop_app.store.domain.tidy import moves_of_run, record_moved_back, withdraw_queued
+from desktop_app.flows.tidy import CANCELED, DESTINATION, planned_layout
+from desktop_app.store.domain.tidy import (
+    TidyMove,
+    moves_of_run,
+    record_moved_back,
+    withdraw_queued,
+)
 from desktop_app.words import plural
 
 #: the error a withdrawn move's intent (and its ``tidy_moves`` row) records
@@ -147,8 +152,27 @@ def undo_tidy(
     Raises:
         InputError: the undo list is missing or is not a tidy undo list.
     """
-    pairs = read_undo_list(undo_list)
-    folder = undo_list.parent
+    return undo_pairs(
+        undo_list.parent,
+        read_undo_list(undo_list),
+        withdrawn=withdrawn,
+        in_flight=in_flight,
+        never_moved=never_moved,
+    )
+
+
+def undo_pairs(
+    folder: Path,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    withdrawn: Collection[str] = (),
+    in_flight: Collection[str] = (),
+    never_moved: Mapping[str, str] | None = None,
+) -> UndoReport:
+    """:func:`undo_tidy` of the ``(from, to)`` pairs of tidied folder
+    ``folder`` (an undo list's, or a run's ``tidy_moves`` rows when it ended
+    before writing one). Never raises for a file: each one not moved back
+    is reported with why."""
     moved, already, never, left = 0, 0, 0, []
     unknown: list[str] = []
     not_made: list[str] = []
@@ -249,10 +273,13 @@ def _dst(payload: object) -> str:
 def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) -> UndoReport:
     """Undo tidy run ``run_id`` whole: withdraw its moves not made yet
     (:func:`withdraw_moves`), then move back the files that moved
-    (:func:`undo_tidy`), and record in ``tidy_moves`` when each file came
-    back (``moved_back_at``). Moves that were never made (the file vanished
+    (:func:`undo_tidy`; a run that ended before writing its undo list, such
+    as one canceled while its moves were queued, from its ``tidy_moves``
+    rows), and record in ``tidy_moves`` when each file came back
+    (``moved_back_at``). Moves that were never made (the file vanished
     before its move, or its destination was taken) are reported in
-    ``never_moved``, not as files left. Running it again changes nothing.
+    ``never_moved``, not as files left; moves withdrawn by an undo or a
+    cancel in ``withdrawn``. Running it again changes nothing.
 
     Raises:
         CheckpointNotFoundError: no such run.
@@ -261,17 +288,36 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     """
     undo_list = undo_list_of(store, run_id)
     withdrawn, in_flight = withdraw_moves(store, run_id, wait_s=wait_s)
+    rows = store.query(moves_of_run(run_id))
+    taken_back = (WITHDRAWN, CANCELED)
     never_moved = {
         m.dst: m.reason or m.status
-        for m in store.query(moves_of_run(run_id))
-        if m.dst is not None and m.status in ("skipped", "refused") and m.reason != WITHDRAWN
+        for m in rows
+        if m.dst is not None and m.status in ("skipped", "refused") and m.reason not in taken_back
     }
-    report = undo_tidy(
-        undo_list, withdrawn=set(withdrawn), in_flight=set(in_flight), never_moved=never_moved
-    )
+    # a move a cancel withdrew is looked at too: one whose dispatcher died
+    # after the rename, before recording it, did move its file
+    withdrawn += [m.dst for m in rows if m.dst is not None and m.reason == CANCELED]
+    if undo_list is None:
+        report = undo_pairs(
+            Path(rows[0].src).parent,
+            [(m.dst, m.src) for m in rows if m.dst is not None and _made_or_maybe(m)],
+            withdrawn=set(withdrawn),
+            in_flight=set(in_flight),
+            never_moved=never_moved,
+        )
+    else:
+        report = undo_tidy(
+            undo_list, withdrawn=set(withdrawn), in_flight=set(in_flight), never_moved=never_moved
+        )
     if report.back:
         store.write(record_moved_back(run_id, report.back, store.now()))
     return report
+
+
+def _made_or_maybe(m: TidyMove) -> bool:
+    """Whether a row's move was made, or may have been (queued, or withdrawn by a cancel)."""
+    return m.status in ("queued", "moved") or m.reason in (WITHDRAWN, CANCELED)
 
 
 def _move_back(folder: Path, moved_to: Path, came_from: Path) -> str:
@@ -379,8 +425,11 @@ class NothingToUndo(InputError):
     (``flowdesk undo`` says so and exits 0)."""
 
 
-def undo_list_of(store: CheckpointStore, run_id: str) -> Path:
-    """The undo list of tidy run ``run_id`` (from its latest checkpoint).
+def undo_list_of(store: CheckpointStore, run_id: str) -> Path | None:
+    """The undo list of tidy run ``run_id`` (from its latest checkpoint), or
+    ``None`` when the run ended before writing one (canceled, or failed,
+    while its moves were queued) but queued or made moves: then its
+    ``tidy_moves`` rows say what to move back.
 
     Raises:
         CheckpointNotFoundError: no such run.
@@ -405,4 +454,9 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path:
             f"tidy run {run_id} is {run.status} and has written no undo list yet; "
             "undo it once it has finished"
         )
-    raise NothingToUndo(f"tidy run {run_id} ({run.status}) moved nothing; nothing to undo")
+    rows = store.query(moves_of_run(run_id))
+    if any(m.dst is not None and m.status in ("queued", "moved") for m in rows):
+        return None
+    taken = sum(m.reason == CANCELED for m in rows)
+    why = f" (the cancel withdrew its {plural(taken, 'queued move')})" if taken else ""
+    raise NothingToUndo(f"tidy run {run_id} ({run.status}) moved nothing{why}; nothing to undo")

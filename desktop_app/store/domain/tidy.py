@@ -11,6 +11,7 @@ put the file back at its old place (or found it there).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,36 @@ def withdraw_queued(intent_keys: Sequence[str], reason: str) -> Callable[[SqlTx]
         )
 
     return write
+
+
+def queued_elsewhere(run_id: str, folder: str) -> Callable[[SqlTx], dict[str, str]]:
+    """Query op: source path -> run id, of the files at the top of
+    ``folder`` that a tidy run other than ``run_id`` has a ``queued`` move
+    for (not made yet)."""
+
+    def query(tx: SqlTx) -> dict[str, str]:
+        rows = tx.fetchall(
+            "SELECT src, run_id FROM tidy_moves WHERE status='queued' AND run_id<>?", (run_id,)
+        )
+        return {str(src): str(rid) for src, rid in rows if os.path.dirname(src) == folder}
+
+    return query
+
+
+def moved_by_other(intent_key: str, dst: str) -> Callable[[SqlTx], str | None]:
+    """Query op: the id of a tidy run other than the one queued under
+    ``intent_key`` whose row records a move to ``dst`` made (``moved``), or
+    ``None``."""
+
+    def query(tx: SqlTx) -> str | None:
+        row = tx.fetchone(
+            "SELECT run_id FROM tidy_moves WHERE dst=? AND status='moved' AND "
+            "intent_key<>? LIMIT 1",
+            (dst, intent_key),
+        )
+        return None if row is None else str(row[0])
+
+    return query
 
 
 def record_moved_back(
