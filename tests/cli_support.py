@@ -6,6 +6,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 from tests import cli_forkserver
@@ -45,6 +46,20 @@ def as_printed(
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
     return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=timeout)
+
+
+def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``flowdesk ARGS...`` (give ``--db`` yourself) started as a child the
+    test can read line by line and signal: stdout and stderr piped as text,
+    ``env`` set over this process's environment."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def read_terminal(master: int) -> bytes:

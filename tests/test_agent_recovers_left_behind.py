@@ -10,28 +10,16 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.cli_support import REPO, flowdesk
+from tests.cli_support import flowdesk, spawn
 from tests.digest_corpus import make_corpus
 from tests.test_digest import read_rows
 
 FILES = 1500
-
-
-def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
 
 
 def statuses(db: Path) -> dict[str, str]:
@@ -48,11 +36,11 @@ def test_the_agent_resumes_a_run_left_behind_after_it_started(
     db, folder, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "o"
     make_corpus(folder, FILES)
     assert flowdesk(db, "db", "apply").returncode == 0
-    agent = start("--db", str(db), "agent", "--poll", "0.2")
+    agent = spawn("--db", str(db), "agent", "--poll", "0.2")
     try:
         assert agent.stderr is not None
         assert "flowdesk agent: serving" in agent.stderr.readline()
-        run = start("--db", str(db), "run", "digest", "--folder", str(folder), "--out", str(out))
+        run = spawn("--db", str(db), "run", "digest", "--folder", str(folder), "--out", str(out))
         assert run.stdout is not None and run.stderr is not None
         run_id = run.stdout.readline().strip()
         for line in run.stderr:  # plain progress lines: "  done/total"
@@ -95,7 +83,7 @@ def test_a_postgres_worker_takes_over_at_once_a_run_whose_process_on_this_host_d
 
     folder, out = tmp_path / "docs", tmp_path / "o"
     make_corpus(folder, FILES)
-    run = start("--db", pg_url, "run", "digest", "--folder", str(folder), "--out", str(out))
+    run = spawn("--db", pg_url, "run", "digest", "--folder", str(folder), "--out", str(out))
     assert run.stdout is not None and run.stderr is not None
     run_id = run.stdout.readline().strip()
     for line in run.stderr:
@@ -107,7 +95,7 @@ def test_a_postgres_worker_takes_over_at_once_a_run_whose_process_on_this_host_d
     dead = shown(pg_url, run_id)
     assert dead["status"] == "interrupted"
     expires = datetime.fromisoformat(str(dead["lease_expires_at"]).replace("Z", "+00:00"))
-    agent = start("--db", pg_url, "agent", "--poll", "0.2")
+    agent = spawn("--db", pg_url, "agent", "--poll", "0.2")
     try:
         while True:
             now = time.time()

@@ -29,25 +29,7 @@ from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows import builtin_destinations
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO, as_printed, default_sigint, flowdesk
-
-
-def fill(folder: Path, n: int) -> dict[str, str]:
-    folder.mkdir()
-    for i in range(n):
-        (folder / f"f{i}.txt").write_text(f"{i}\n")
-    return {f"f{i}.txt": f"{i}\n" for i in range(n)}
-
-
-def top_files(folder: Path) -> dict[str, str]:
-    return {
-        p.name: p.read_text()
-        for p in folder.iterdir()
-        if p.is_file() and not p.name.startswith(".")
-    }
-
-
-def tidied(folder: Path) -> list[Path]:
-    return [p for p in folder.rglob("*") if p.is_file() and p.parent != folder]
+from tests.tidy_folders import fill, tidied, top_files
 
 
 def undelivered(db: Path, run_id: str) -> int:

@@ -10,30 +10,18 @@ prepared-statement error, and no advisory lock is left on the server.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.cli_support import spawn
+
 pytestmark = pytest.mark.postgres
-REPO = Path(__file__).resolve().parents[1]
 #: What PgBouncer and psycopg say when session state is relied upon.
 POOLER_ERRORS = ("unsupported startup parameter", "prepared statement", "26000", "42P05")
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def finish(procs: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
@@ -119,15 +107,15 @@ def test_db_apply_run_and_resume_all_through_a_transaction_mode_pgbouncer(
     env = {"FLOWDESK_POSTGRES__POOLER": "transaction"}
     try:
         # three appliers at once: one applies each file, the others wait and find it done
-        assert_clean(finish([cli("--db", via, "db", "apply") for _ in range(3)]))
+        assert_clean(finish([spawn("--db", via, "db", "apply") for _ in range(3)]))
         assert advisory_locks(direct) == 0
-        status = finish([cli("--db", via, "db", "status")])
+        status = finish([spawn("--db", via, "db", "status")])
         assert_clean(status)
         assert "pending" not in status[0][1]
 
         # four runs to completion at once, each process with its own pool
         runs = [
-            cli("--db", via, "run", "digest", "--folder", str(notes(tmp_path / f"f{i}", 3)),
+            spawn("--db", via, "run", "digest", "--folder", str(notes(tmp_path / f"f{i}", 3)),
                 "--out", str(tmp_path / f"o{i}"), "--quiet", env=env)
             for i in range(4)
         ]  # fmt: skip
@@ -136,7 +124,7 @@ def test_db_apply_run_and_resume_all_through_a_transaction_mode_pgbouncer(
             assert "Note 2" in (tmp_path / f"o{i}" / "digest.md").read_text()
 
         pending = start_digests(direct, tmp_path, 6)
-        resumed = finish([cli("--db", via, "resume", "--all", env=env)])
+        resumed = finish([spawn("--db", via, "resume", "--all", env=env)])
         assert_clean(resumed)
         wait_all_completed(direct, pending, timeout=5)
         assert advisory_locks(direct) == 0
@@ -145,7 +133,7 @@ def test_db_apply_run_and_resume_all_through_a_transaction_mode_pgbouncer(
 
 
 def serve(via: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return cli("--db", via, "agent", "--poll", "0.3", env=env)
+    return spawn("--db", via, "agent", "--poll", "0.3", env=env)
 
 
 def stop(workers: list[subprocess.Popen[str]]) -> list[tuple[int, str]]:
@@ -221,19 +209,19 @@ def test_copy_listings_export_and_doctor_through_pgbouncer(pg_url, bouncer, db_p
     state = DigestState(folder=str(notes(tmp_path / "in")), out=str(tmp_path / "out"))
     run_id = Engine(laptop, flows=builtin_flows()).start("digest", state)
     laptop.close()
-    assert_clean(finish([cli("db", "copy", "--from", str(db_path), "--to", via)]))
+    assert_clean(finish([spawn("db", "copy", "--from", str(db_path), "--to", via)]))
     env = {"FLOWDESK_POSTGRES__POOLER": "transaction"}
     listings = [
-        cli("--db", via, "runs", "--json", env=env),
-        cli("--db", via, "show", run_id[:8], env=env),
+        spawn("--db", via, "runs", "--json", env=env),
+        spawn("--db", via, "show", run_id[:8], env=env),
     ]
-    results = finish([*listings, cli("--db", via, "export", "--out", str(tmp_path / "exp"))])
+    results = finish([*listings, spawn("--db", via, "export", "--out", str(tmp_path / "exp"))])
     assert_clean(results)
     assert run_id in results[0][1]
     assert [r["run_id"] for r in json.loads((tmp_path / "exp" / "runs.json").read_text())] == [
         run_id
     ]
-    doctor = finish([cli("--db", via, "doctor", "--json")])
+    doctor = finish([spawn("--db", via, "doctor", "--json")])
     assert '"schema"' in doctor[0][1] and not any(e in doctor[0][1] for e in POOLER_ERRORS)
     store = open_postgres_store(via, pooler="transaction")
     try:

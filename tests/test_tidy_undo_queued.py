@@ -23,28 +23,9 @@ from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO, flowdesk
+from tests.tidy_folders import fill, tidied, top_files
 
 WORKER = str(REPO / "tests" / "tidy_cli_worker.py")
-
-
-def fill(folder: Path, n: int) -> dict[str, str]:
-    folder.mkdir()
-    for i in range(n):
-        (folder / f"h{i}.txt").write_text(f"{i}\n")
-    return {f"h{i}.txt": f"{i}\n" for i in range(n)}
-
-
-def top_files(folder: Path) -> dict[str, str]:
-    """The folder's visible top-level files and their text."""
-    return {
-        p.name: p.read_text()
-        for p in folder.iterdir()
-        if p.is_file() and not p.name.startswith(".")
-    }
-
-
-def tidied(folder: Path) -> list[Path]:
-    return [p for p in folder.rglob("*") if p.is_file() and p.parent != folder]
 
 
 def worker(*args: str, go: Path | None = None, **kw: str) -> subprocess.Popen[str]:
