@@ -381,7 +381,10 @@ TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay
 TESTS_FOR["desktop_app/flow/recovery.py"].append("tests/test_mutation_kills_recovery.py")
 TESTS_FOR["desktop_app/flow/pool.py"].append("tests/test_mutation_kills_pool.py")
 # a wait kind's begin and poll are reached through the waiting module's steps
-TESTS_FOR["desktop_app/flow/wait_kinds.py"].append("tests/test_mutation_kills_waiting.py")
+TESTS_FOR["desktop_app/flow/wait_kinds.py"] += [
+    "tests/test_mutation_kills_waiting.py",
+    "tests/test_mutation_kills_wait_kinds.py",
+]
 # RunMeta's round trip and RunState read from one head
 TESTS_FOR["desktop_app/flow/run.py"].append("tests/test_run_state.py")
 
