@@ -386,7 +386,10 @@ TESTS_FOR["desktop_app/flow/wait_kinds.py"] += [
     "tests/test_mutation_kills_wait_kinds.py",
 ]
 # RunMeta's round trip and RunState read from one head
-TESTS_FOR["desktop_app/flow/run.py"].append("tests/test_run_state.py")
+TESTS_FOR["desktop_app/flow/run.py"] += [
+    "tests/test_run_state.py",
+    "tests/test_mutation_kills_run.py",
+]
 
 #: modules whose tests start stdio MCP servers in the test process
 REAL_STDERR = {"desktop_app/agent/mcp.py", "desktop_app/agent/runtime.py"}

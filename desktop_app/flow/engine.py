@@ -537,7 +537,9 @@ class Engine:
                 omitted when only one is.
 
         Raises:
-            RunStateError: the run is not waiting for input, or the wait timed out.
+            RunStateError: the run is not waiting for input, the wait timed
+                out, or another process canceled the run a moment ago
+                (nothing was answered).
             WaitError: several questions are pending and ``wait_id`` is missing,
                 or ``wait_id`` is unknown.
             WaitAlreadyResolvedError: that question was answered already (also
