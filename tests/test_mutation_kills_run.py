@@ -9,6 +9,7 @@ A real engine over a real SQLite file (``db_path``), a manual clock."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -109,10 +110,11 @@ def test_a_run_a_live_process_of_this_host_holds_is_not_taken_over_once_its_leas
         store.close()
 
 
-def test_a_run_another_hosts_live_lease_holds_is_refused_before_anything_runs(db_path):
+def test_a_run_another_hosts_live_lease_holds_is_refused_before_anything_runs(db_path, caplog):
     """The holder is on another host and its lease runs for another minute:
-    resume refuses with RunLeasedError (not a lost lease), the step does
-    not run, and the holder keeps the run."""
+    resume refuses with RunLeasedError, the step does not run, the holder
+    keeps the run, and the log never says this process took it over."""
+    caplog.set_level(logging.INFO, logger="desktop_app")
     flow, ran = _counting()
     store = open_store(db_path)
     clock = ManualClock()
@@ -127,6 +129,8 @@ def test_a_run_another_hosts_live_lease_holds_is_refused_before_anything_runs(db
         assert (refused.value.owner, refused.value.expires_at) == (holder, expires)
         assert ran == []
         assert store.get_run(rid).lease_owner == holder
+        said = [r.getMessage() for r in caplog.records]
+        assert not [m for m in said if "takes it over" in m], said
     finally:
         store.close()
 
