@@ -49,7 +49,12 @@ def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: 
     """
     run_id = driver.run_id
     if wait.deadline_at is not None and now >= wait.deadline_at:
-        wake(driver)
+        try:
+            wake(driver)
+        except Canceled:
+            raise RunStateError(
+                f"run {run_id} was canceled a moment ago by another process; nothing was answered"
+            ) from None
         raise RunStateError(
             f"run {run_id}: wait {wait.wait_id} timed out before the answer came; the run "
             f"is now {driver.status}"
