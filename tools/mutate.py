@@ -365,6 +365,11 @@ for _part, _were in (
     ("recovery", ("engine",)),
     ("replay", ("engine",)),
     ("pool", ("engine",)),
+    # the run-core renovation's modules (dd1d248, 020ab9b, 75b9d73)
+    ("step_call", ("driver",)),
+    ("wait_kinds", ("driver",)),
+    ("composite", ("driver",)),
+    ("run", ("driver", "engine")),
 ):
     TESTS_FOR[f"desktop_app/flow/{_part}.py"] = list(
         dict.fromkeys(t for w in _were for t in TESTS_FOR[f"desktop_app/flow/{w}.py"])
@@ -375,6 +380,16 @@ TESTS_FOR["desktop_app/flow/waiting.py"].append("tests/test_mutation_kills_waiti
 TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay.py")
 TESTS_FOR["desktop_app/flow/recovery.py"].append("tests/test_mutation_kills_recovery.py")
 TESTS_FOR["desktop_app/flow/pool.py"].append("tests/test_mutation_kills_pool.py")
+# a wait kind's begin and poll are reached through the waiting module's steps
+TESTS_FOR["desktop_app/flow/wait_kinds.py"] += [
+    "tests/test_mutation_kills_waiting.py",
+    "tests/test_mutation_kills_wait_kinds.py",
+]
+# RunMeta's round trip and RunState read from one head
+TESTS_FOR["desktop_app/flow/run.py"] += [
+    "tests/test_run_state.py",
+    "tests/test_mutation_kills_run.py",
+]
 
 #: modules whose tests start stdio MCP servers in the test process
 REAL_STDERR = {"desktop_app/agent/mcp.py", "desktop_app/agent/runtime.py"}

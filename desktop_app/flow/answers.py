@@ -26,6 +26,7 @@ from desktop_app.errors import (
 from desktop_app.flow.context import InterruptRequest, asked_digest
 from desktop_app.flow.definition import AwaitStep
 from desktop_app.flow.run import RunState, input_waits
+from desktop_app.flow.step_call import Canceled
 from desktop_app.flow.waiting import WaitRunner, end_wait, give_input, wake
 from desktop_app.store.protocol import RunLog, StepRecord, Wait
 
@@ -42,11 +43,18 @@ def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: 
         InputError: ``value`` does not fit, is not JSON data, or is none of
             the question's choices; nothing changed.
         WaitAlreadyResolvedError: another process answered it a moment ago.
+        RunStateError: another process canceled the run a moment ago;
+            nothing was answered.
         RevisionConflictError: another process changed the run otherwise.
     """
     run_id = driver.run_id
     if wait.deadline_at is not None and now >= wait.deadline_at:
-        wake(driver)
+        try:
+            wake(driver)
+        except Canceled:
+            raise RunStateError(
+                f"run {run_id} was canceled a moment ago by another process; nothing was answered"
+            ) from None
         raise RunStateError(
             f"run {run_id}: wait {wait.wait_id} timed out before the answer came; the run "
             f"is now {driver.status}"
@@ -69,6 +77,12 @@ def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: 
             f"run {run_id}: the answer must be JSON data: {exc}; nothing was answered, "
             "the run still waits"
         ) from exc
+    except Canceled:
+        # the save lost to a cancel: the driver's signal to stop its loop,
+        # which no driver loop is here to take
+        raise RunStateError(
+            f"run {run_id} was canceled a moment ago by another process; nothing was answered"
+        ) from None
     except RevisionConflictError as exc:
         # another process (the app, the CLI) saved first: say what it
         # did to this question rather than "reload and try again"

@@ -49,6 +49,7 @@ from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.run import RunState
 from desktop_app.flow.state import check_storable, dump_state, load_state
+from desktop_app.flow.step_call import Canceled
 from desktop_app.flow.waiting import wake as wake_waiting
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
@@ -536,7 +537,7 @@ class Engine:
             return driver.result()
         self.cancel_event(run_id).clear()
         if run.sleeping:
-            wake_waiting(driver)  # deliver, time out, or keep waiting
+            self._wake_waiting(driver)  # deliver, time out, or keep waiting
             refuse_while_asking(driver)
             return self._go_on(driver)
         driver.prepare_resume()
@@ -556,7 +557,9 @@ class Engine:
                 omitted when only one is.
 
         Raises:
-            RunStateError: the run is not waiting for input, or the wait timed out.
+            RunStateError: the run is not waiting for input, the wait timed
+                out, or another process canceled the run a moment ago
+                (nothing was answered).
             WaitError: several questions are pending and ``wait_id`` is missing,
                 or ``wait_id`` is unknown.
             WaitAlreadyResolvedError: that question was answered already (also
@@ -581,13 +584,34 @@ class Engine:
 
         Raises:
             RunLeasedError: another process is executing the run.
+            RunStateError: the run was canceled or timed out, also by another
+                process a moment ago (nothing was delivered; a signal stays
+                in the mailbox).
         """
         run = RunState.read(self.store, run_id)
         driver = self._load_driver(run)
         if not run.sleeping:
             return driver.result()
-        wake_waiting(driver)
+        self._wake_waiting(driver)
         return self._go_on(driver)
+
+    @staticmethod
+    def _wake_waiting(driver: RunDriver) -> None:
+        """Deliver, time out, or keep waiting (``waiting.wake``).
+
+        Raises:
+            RunStateError: another process canceled the run between its read
+                and this save: nothing was delivered (the save that lost is
+                the driver's internal stop signal, which no driver loop is
+                here to take).
+        """
+        try:
+            wake_waiting(driver)
+        except Canceled:
+            raise RunStateError(
+                f"run {driver.run_id} was canceled a moment ago by another process; "
+                "nothing was delivered"
+            ) from None
 
     def tick(self) -> int:
         """Wake every waiting run with a due deadline or a deliverable signal or

@@ -201,10 +201,11 @@ class RunState:
         return self.checkpoint.status == "waiting" and "pause" not in self.meta
 
     def answered(self, wait_id: str) -> bool:
-        """Question ``wait_id`` is no longer open: answered (or delivered,
-        timed out) already, or not among the run's pending waits."""
-        resolved = wait_id in self.meta.get("resolved", [])
-        return resolved or all(w.wait_id != wait_id for w in self.checkpoint.waits)
+        """Question ``wait_id`` was answered (or delivered, timed out)
+        already: it is among the run's last resolved waits. A question that
+        left the pending waits otherwise (the run was canceled or failed by
+        an operator) was not answered."""
+        return wait_id in self.meta.get("resolved", [])
 
     def takeover(self, owner: str, now: Callable[[], float]) -> tuple[str, bool] | None:
         """How ``owner`` may take the run: ``None`` when no one else holds
