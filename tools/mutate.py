@@ -150,9 +150,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_answers.py",
         "tests/test_mutation_kills_replay.py",
         "tests/test_ownership_liveness.py",
-        # a cancel racing an answer, a wake-up or a tick; serve's left-behind pass
+        # a cancel racing an answer, a wake-up or a tick
         "tests/test_cancel_races.py",
-        "tests/test_cancel_withdraws.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
