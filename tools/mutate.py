@@ -295,6 +295,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_reliability_store.py",
         "tests/test_mutation_kills_rows.py",
         "tests/test_mutation_kills_sqlite.py",
+        "tests/test_mutation_kills_sqlite_store.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,

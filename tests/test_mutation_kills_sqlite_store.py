@@ -1,0 +1,349 @@
+"""More of the SQLite store's guarantees (desktop_app/store/sqlite/store.py),
+each on a real file, written for the mutants its 2026-12-04 run left alive.
+
+A step's domain write that fails is a :class:`DomainWriteError` whose kind,
+constraint, table and message say what the database refused (also when the
+statement does not name the table, or the write's own code raised); and
+nothing of the step is saved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from desktop_app.errors import (
+    DomainWriteError,
+    DuplicateFlowKeyError,
+    RevisionConflictError,
+    StateNotStorableError,
+)
+from desktop_app.store import migrations
+from desktop_app.store.connection import open_connection
+from desktop_app.store.group_commit import AppendRequest
+from desktop_app.store.protocol import Checkpoint, RunRecord
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+
+T0 = 1_000.0
+
+_DOMAIN = """
+CREATE TABLE notes(
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    n INTEGER CONSTRAINT n_positive CHECK (n > 0),
+    parent INTEGER REFERENCES notes(id)
+);
+CREATE TABLE scores(x REAL CHECK (x > 0.5));
+CREATE TABLE versions("v.2" TEXT UNIQUE);
+INSERT INTO versions VALUES ('x');
+CREATE TABLE guarded(word TEXT);
+CREATE TRIGGER guarded_words BEFORE INSERT ON guarded WHEN new.word = 'no'
+BEGIN SELECT RAISE(ABORT, 'word check failed: rule failed: no'); END;
+"""
+
+
+def _run(run_id: str = "r1") -> RunRecord:
+    return RunRecord(run_id, "flow", "v1", "running", 0, T0, T0)
+
+
+def _cp(run_id: str, revision: int, state: dict, status: str = "running", **kw) -> Checkpoint:
+    return Checkpoint(
+        run_id,
+        revision,
+        status,  # type: ignore[arg-type]
+        state,
+        {},
+        ("a",),
+        T0 + revision,
+        step_id="a" if revision else "",
+        **kw,
+    )
+
+
+def _with_domain(store: SqliteCheckpointStore) -> SqliteCheckpointStore:
+    def create(tx: Any) -> None:
+        for statement in _DOMAIN.split(";\n"):
+            if statement.strip():
+                tx.execute(statement)
+
+    store.write(create)
+    store.write(lambda tx: tx.execute("INSERT INTO notes(id, name, n) VALUES (1, 'taken', 1)"))
+    store.create_run(_run(), _cp("r1", 0, {"n": 0}))
+    return store
+
+
+def _refused(store: SqliteCheckpointStore, write: Callable[[Any], None]) -> DomainWriteError:
+    """Append revision 1 with ``write``; it must fail and save nothing."""
+    with pytest.raises(DomainWriteError) as err:
+        store.append(_cp("r1", 1, {"n": 1}), [write])
+    assert store.get_run("r1").revision == 0
+    assert store.query(lambda tx: tx.fetchall("SELECT name FROM notes")) == [("taken",)]
+    return err.value
+
+
+def _fields(err: DomainWriteError) -> tuple[str | None, str | None, str | None]:
+    return err.table, err.constraint, err.kind
+
+
+# -- a domain write the database refuses --------------------------------------
+
+
+def test_a_unique_violation_names_its_column_and_says_what_to_fix(sqlite_store):
+    s = _with_domain(sqlite_store)
+    err = _refused(s, lambda tx: tx.execute("INSERT INTO notes(name, n) VALUES ('taken', 2)"))
+    assert _fields(err) == ("notes", "notes.name", "unique")
+    assert str(err) == (
+        "the step's domain write violates UNIQUE constraint 'notes.name' of table 'notes' "
+        "(UNIQUE constraint failed: notes.name); nothing of the step was saved. "
+        "Fix the step's write or the rows it conflicts with, then resume the run"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("INSERT INTO notes(name, n) VALUES ('taken', 2)", ("notes", "notes.name", "unique")),
+        ("INSERT INTO notes(id, name, n) VALUES (1, 'x', 2)", ("notes", "notes.id", "primary key")),
+        ("INSERT INTO notes(name, n) VALUES (NULL, 2)", ("notes", "notes.name", "not null")),
+        ("INSERT INTO versions(\"v.2\") VALUES ('x')", ("versions", "versions.v.2", "unique")),
+    ],
+    ids=["unique", "primary key", "not null", "a column with a dot"],
+)
+def test_a_statement_that_does_not_name_its_table_gets_it_from_the_constraint(
+    sqlite_store, sql, expected
+):
+    """A write that starts with a CTE (``WITH … INSERT``) does not name its
+    table where the store looks; SQLite's message (``table.column``) does."""
+    s = _with_domain(sqlite_store)
+    err = _refused(s, lambda tx: tx.execute(f"WITH v(z) AS (VALUES (1)) {sql}"))
+    assert _fields(err) == expected
+
+
+def test_a_check_names_its_constraint_and_the_table_the_statement_wrote(sqlite_store):
+    s = _with_domain(sqlite_store)
+    err = _refused(s, lambda tx: tx.execute("INSERT INTO notes(name, n) VALUES ('new', 0)"))
+    assert _fields(err) == ("notes", "n_positive", "check")
+    assert "violates CHECK constraint 'n_positive' of table 'notes'" in str(err)
+
+
+def test_a_check_expression_with_a_dot_is_not_taken_for_a_table(sqlite_store):
+    """An unnamed CHECK is named by its expression (``x > 0.5``): its dot is
+    no ``table.column``; the table is the one the statement wrote."""
+    s = _with_domain(sqlite_store)
+    err = _refused(s, lambda tx: tx.execute("INSERT INTO scores(x) VALUES (0.1)"))
+    assert _fields(err) == ("scores", "x > 0.5", "check")
+
+
+def test_a_check_in_a_batch_of_rows_names_the_table_of_executemany(sqlite_store):
+    s = _with_domain(sqlite_store)
+    err = _refused(
+        s,
+        lambda tx: tx.executemany(
+            "INSERT INTO notes(name, n) VALUES (?, ?)", [("a", 1), ("b", -1)]
+        ),
+    )
+    assert _fields(err) == ("notes", "n_positive", "check")
+
+
+def test_a_foreign_key_without_a_name_is_named_by_its_kind(sqlite_store):
+    s = _with_domain(sqlite_store)
+    err = _refused(
+        s, lambda tx: tx.execute("INSERT INTO notes(name, n, parent) VALUES ('child', 1, 99)")
+    )
+    assert _fields(err) == ("notes", "FOREIGN KEY", "foreign key")
+    assert str(err).startswith(
+        "the step's domain write violates FOREIGN KEY constraint 'FOREIGN KEY' of table "
+        "'notes' (FOREIGN KEY constraint failed); nothing of the step was saved."
+    )
+
+
+def test_a_trigger_that_refuses_a_row_is_another_kind_of_constraint(sqlite_store):
+    """A trigger's ``RAISE(ABORT, …)`` is a constraint of no listed kind: the
+    constraint is what follows the message's first " failed: "."""
+    s = _with_domain(sqlite_store)
+    err = _refused(s, lambda tx: tx.execute("INSERT INTO guarded(word) VALUES ('no')"))
+    assert _fields(err) == ("guarded", "rule failed: no", "other")
+    assert "violates OTHER constraint 'rule failed: no' of table 'guarded'" in str(err)
+
+
+def test_a_missing_table_is_a_failed_write_with_sqlites_reason(sqlite_store):
+    s = _with_domain(sqlite_store)
+    err = _refused(s, lambda tx: tx.execute("INSERT INTO nowhere(x) VALUES (1)"))
+    assert _fields(err) == ("nowhere", None, None)
+    assert str(err) == (
+        "the step's domain write into table 'nowhere' failed (no such table: nowhere); "
+        "nothing of the step was saved. Fix the step's write or its table (was it dropped "
+        "or altered?), then resume the run"
+    )
+
+
+def test_a_write_whose_own_code_raises_names_the_error_and_its_type(sqlite_store):
+    s = _with_domain(sqlite_store)
+
+    def broken(tx: Any) -> None:
+        tx.execute("INSERT INTO notes(name, n) VALUES ('fresh', 1)")
+        raise ValueError("no amount given")
+
+    err = _refused(s, broken)
+    assert _fields(err) == ("notes", None, None)
+    assert "(ValueError: no amount given)" in str(err)
+
+
+# -- the row checksum of values orjson would write differently ------------------
+
+
+def test_a_time_far_from_now_is_checksummed_by_the_same_json_rule(db_path):
+    """A checkpoint time Python prints with an exponent (a test clock near
+    the epoch, 5e-05 s; or 1e17 s) is hashed as the standard library's
+    compact JSON writes it (``5e-05``, ``1e+17``), the rule every version
+    verifies rows with, and the run still loads."""
+    s = open_store(db_path)
+    s.create_run(_run(), replace(_cp("r1", 0, {"note": "café ✓"}), created_at=5e-05))
+    s.append(replace(_cp("r1", 1, {"note": "thé"}), created_at=1e17))
+    s.close()
+    conn = open_connection(db_path)
+    try:
+        rows = conn.execute(
+            "SELECT run_id, revision, kind, status, step_id, created_at, state, steps, "
+            "frontier, progress, error, meta, waits, checksum FROM checkpoints ORDER BY revision"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert [r[5] for r in rows] == [5e-05, 1e17]
+    for row in rows:
+        text = json.dumps(list(row[:-1]), ensure_ascii=False, separators=(",", ":"))
+        assert row[-1] == hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+    s = open_store(db_path)
+    assert s.get_checkpoint("r1", 0).state == {"note": "café ✓"}
+    assert s.latest("r1").state == {"note": "thé"}
+    s.close()
+
+
+# -- claiming runnable runs ------------------------------------------------------
+
+
+def _make(store: SqliteCheckpointStore, run_id: str, flow: str, at: float, **kw: Any) -> None:
+    run = RunRecord(run_id, flow, "v1", "pending", 0, at, at, **kw)
+    store.create_run(run, replace(_cp(run_id, 0, {}, status="pending"), created_at=at))
+
+
+def test_a_claim_restricted_to_two_flows_takes_the_runs_of_both_only(sqlite_store):
+    s = sqlite_store
+    for i, flow in enumerate(["alpha", "gamma", "beta", "alpha"]):
+        _make(s, f"r{i}", flow, T0 + i)
+    got = s.claim_runnable("me", 30.0, flows=["alpha", "beta"], now=T0 + 10)
+    assert [r.run_id for r in got] == ["r0", "r2", "r3"]
+    assert {r.run_id: r.lease_owner for r in s.list_runs()} == {
+        "r0": "me",
+        "r1": None,
+        "r2": "me",
+        "r3": "me",
+    }
+
+
+def test_a_claim_pages_past_runs_a_live_owner_holds_to_the_free_ones_behind(db_path):
+    """With liveness given (``presumed_alive``) the claim reads every run of
+    the status and skips those a live owner holds, a page at a time: the
+    first page (``limit`` rows) holds one free run, the next 64 none, and
+    the last two free runs come after them. Each is handed out once."""
+    s = open_store(db_path, synchronous="OFF")
+    held = {"lease_owner": "other", "lease_expires_at": T0 + 1_000}
+    free = {2, 68, 69}
+    s.append_batch(
+        [
+            AppendRequest(
+                replace(_cp(f"r{i:02}", 0, {}, status="pending"), created_at=T0 + i),
+                run=RunRecord(
+                    f"r{i:02}", "flow", "v1", "pending", 0, T0 + i, T0 + i,
+                    **({} if i in free else held),
+                ),
+            )
+            for i in range(70)
+        ]
+    )  # fmt: skip
+    got = s.claim_runnable("me", 30.0, limit=3, presumed_alive=lambda owner: True, now=T0 + 100)
+    assert [r.run_id for r in got] == ["r02", "r68", "r69"]
+    assert [r.run_id for r in s.list_runs() if r.lease_owner == "me"] == ["r02", "r68", "r69"]
+    assert len([r for r in s.list_runs() if r.lease_owner == "other"]) == 67
+    s.close()
+
+
+def test_a_run_created_in_a_batch_runs_its_domain_writes_with_it(sqlite_store):
+    s = sqlite_store
+    s.write(lambda tx: tx.execute("CREATE TABLE notes(name TEXT)"))
+
+    def note(name: str) -> Callable[[Any], None]:
+        return lambda tx: tx.execute("INSERT INTO notes(name) VALUES (?)", (name,))
+
+    alone = [AppendRequest(_cp("r1", 0, {}), [note("one")], run=_run("r1"))]
+    assert s.append_batch(alone) == [None]
+    two = [
+        AppendRequest(_cp(run_id, 0, {}), [note(run_id)], run=_run(run_id))
+        for run_id in ("r2", "r3")
+    ]
+    assert s.append_batch(two) == [None, None]
+    assert s.query(lambda tx: tx.fetchall("SELECT name FROM notes ORDER BY name")) == [
+        ("one",),
+        ("r2",),
+        ("r3",),
+    ]
+    assert [r.run_id for r in s.list_runs()] == ["r1", "r2", "r3"]
+
+
+# -- creating a run ----------------------------------------------------------------
+
+
+def test_a_second_live_run_with_the_same_flow_key_is_refused_naming_flow_and_key(sqlite_store):
+    s = sqlite_store
+    s.create_run(replace(_run("r1"), flow_key="invoice-7"), _cp("r1", 0, {}))
+    with pytest.raises(DuplicateFlowKeyError) as err:
+        s.create_run(replace(_run("r2"), flow_key="invoice-7"), _cp("r2", 0, {}))
+    assert str(err.value) == "a live run of 'flow' with flow key 'invoice-7' exists"
+    assert [r.run_id for r in s.list_runs()] == ["r1"]
+
+
+def test_a_run_id_taken_is_refused_with_what_to_do(sqlite_store):
+    s = sqlite_store
+    s.create_run(_run("r1"), _cp("r1", 0, {"n": 0}))
+    with pytest.raises(RevisionConflictError) as err:
+        s.create_run(_run("r1"), _cp("r1", 0, {"n": 1}))
+    assert str(err.value) == "run r1 already exists; pick another run id"
+    assert s.latest("r1").state == {"n": 0}
+
+
+def test_a_row_value_no_utf_8_file_can_hold_is_refused_with_the_encoding_error(sqlite_store):
+    """A lone surrogate outside the state (here in the step id) reaches the
+    row checksum, whose UTF-8 encoding refuses it: a typed error that says
+    why, and nothing saved."""
+    s = sqlite_store
+    s.create_run(_run(), _cp("r1", 0, {}))
+    with pytest.raises(StateNotStorableError) as err:
+        s.append(replace(_cp("r1", 1, {"n": 1}), step_id="read-\udcff"))
+    assert "cannot be stored: UnicodeEncodeError: 'utf-8' codec can't encode" in str(err.value)
+    assert s.get_run("r1").revision == 0
+
+
+# -- open_store ---------------------------------------------------------------------
+
+
+def test_open_store_takes_the_write_gate_unless_told_not_to(tmp_path):
+    """Writers take turns through ``<file>-flowdesk.lock`` (made at the first
+    write) by default; ``write_gate=False`` leaves the file alone."""
+    db_path = tmp_path / "flowdesk.db"
+    conn = open_connection(db_path, write_gate=False)
+    migrations.apply(conn)
+    conn.close()
+    lock = tmp_path / "flowdesk.db-flowdesk.lock"
+    s = open_store(db_path, write_gate=False)
+    s.create_run(_run("r1"), _cp("r1", 0, {}))
+    s.close()
+    assert not lock.exists()
+    s = open_store(db_path)
+    s.create_run(_run("r2"), _cp("r2", 0, {}))
+    s.close()
+    assert lock.exists()
