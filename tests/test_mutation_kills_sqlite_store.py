@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -21,12 +22,13 @@ from desktop_app.errors import (
     DomainWriteError,
     DuplicateFlowKeyError,
     RevisionConflictError,
+    RunLeasedError,
     StateNotStorableError,
 )
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 from desktop_app.store.group_commit import AppendRequest
-from desktop_app.store.protocol import Checkpoint, RunRecord
+from desktop_app.store.protocol import Checkpoint, Lease, RunRecord, Wait
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 
 T0 = 1_000.0
@@ -347,3 +349,204 @@ def test_open_store_takes_the_write_gate_unless_told_not_to(tmp_path):
     s.create_run(_run("r2"), _cp("r2", 0, {}))
     s.close()
     assert lock.exists()
+
+
+# -- claim and renew (mutated since _locked is applied after the class) -------------
+
+
+def test_a_run_a_live_owner_holds_is_not_claimed_and_the_error_names_holder_and_lease_end(
+    sqlite_store,
+):
+    s = sqlite_store
+    _make(s, "r1", "flow", T0, lease_owner="host:1:a", lease_expires_at=1_767_225_600.0)
+    with pytest.raises(RunLeasedError) as err:
+        s.claim("r1", Lease("host:2:b", T0 + 40, issued_at=T0 + 10), now=T0 + 10)
+    assert (err.value.run_id, err.value.owner, err.value.expires_at) == (
+        "r1",
+        "host:1:a",
+        1_767_225_600.0,
+    )
+    assert str(err.value) == (
+        "run r1 is held by a live process: it is being executed by host:1:a; its lease runs "
+        "until 2026-01-01T00:00:00Z. Nothing was run here. Wait for it, or for the lease to "
+        "expire if that process died."
+    )
+    run = s.get_run("r1")
+    assert (run.lease_owner, run.lease_expires_at) == ("host:1:a", 1_767_225_600.0)
+
+
+def test_a_lease_held_without_an_end_is_reported_as_ended_at_the_epoch(sqlite_store):
+    s = sqlite_store
+    _make(s, "r1", "flow", T0, lease_owner="host:1:a")
+    with pytest.raises(RunLeasedError) as err:
+        s.claim("r1", Lease("host:2:b", T0 + 40, issued_at=T0 + 10), now=T0 + 10)
+    assert (err.value.owner, err.value.expires_at) == ("host:1:a", 0.0)
+
+
+def test_a_holder_known_dead_is_taken_over_before_its_lease_ends(sqlite_store):
+    """``issued_at=inf``: the claimant knows the holder exited (same host), so
+    its unexpired lease does not stand in the way; a holder it did not name does."""
+    s = sqlite_store
+    _make(s, "r1", "flow", T0, lease_owner="host:1:dead", lease_expires_at=T0 + 1_000)
+    _make(s, "r2", "flow", T0, lease_owner="host:3:alive", lease_expires_at=T0 + 1_000)
+    dead = Lease("host:2:b", T0 + 40, issued_at=math.inf, takes_over="host:1:dead")
+    run = s.claim("r1", dead, now=T0 + 10)
+    assert (run.lease_owner, run.lease_expires_at) == ("host:2:b", T0 + 40)
+    with pytest.raises(RunLeasedError):
+        s.claim("r2", dead, now=T0 + 10)
+    assert s.get_run("r2").lease_owner == "host:3:alive"
+
+
+def test_renew_extends_only_this_owners_live_runs_and_says_which(sqlite_store):
+    s = sqlite_store
+    mine = {"lease_owner": "me", "lease_expires_at": T0 + 30}
+    _make(s, "pending", "flow", T0, **mine)
+    s.create_run(
+        RunRecord("running", "flow", "v1", "running", 0, T0, T0, **mine), _cp("running", 0, {})
+    )
+    _make(s, "theirs", "flow", T0, lease_owner="other", lease_expires_at=T0 + 30)
+    s.create_run(RunRecord("done", "flow", "v1", "running", 0, T0, T0), _cp("done", 0, {}))
+    s.append(_cp("done", 1, {}, status="completed"))
+    assert s.renew([], Lease("me", T0 + 90)) == set()
+    got = s.renew(["pending", "running", "theirs", "done"], Lease("me", T0 + 90))
+    assert got == {"pending", "running"}
+    expiry = {r.run_id: (r.lease_owner, r.lease_expires_at) for r in s.list_runs()}
+    assert expiry == {
+        "pending": ("me", T0 + 90),
+        "running": ("me", T0 + 90),
+        "theirs": ("other", T0 + 30),
+        "done": (None, None),
+    }
+
+
+def _runs(store: SqliteCheckpointStore, *specs: tuple[str, str, float, dict[str, Any]]) -> None:
+    """Create runs ``(run_id, status, created_at, RunRecord fields)`` in one batch."""
+    store.append_batch(
+        [
+            AppendRequest(
+                replace(_cp(run_id, 0, {}, status=status), created_at=at),
+                run=RunRecord(run_id, kw.pop("flow", "flow"), "v1", status, 0, at, at, **kw),  # type: ignore[arg-type]
+            )
+            for run_id, status, at, kw in specs
+        ]
+    )
+
+
+def _leases(store: SqliteCheckpointStore) -> dict[str, tuple[str | None, float | None]]:
+    return {r.run_id: (r.lease_owner, r.lease_expires_at) for r in store.list_runs()}
+
+
+def test_claim_runnable_hands_out_interrupted_runs_oldest_first_then_waiting_runs_due(
+    sqlite_store,
+):
+    s = sqlite_store
+    _runs(
+        s,
+        ("p1", "pending", T0 + 1, {}),
+        ("r0", "running", T0, {}),
+        ("p2", "pending", T0 + 2, {}),
+        ("due", "waiting", T0 - 5, {"deadline_at": T0 + 5}),
+        ("later", "waiting", T0 - 5, {"deadline_at": T0 + 500}),
+    )
+    got = s.claim_runnable("me", 30.0, now=T0 + 10)
+    assert [(r.run_id, r.lease_owner, r.lease_expires_at) for r in got] == [
+        ("r0", "me", T0 + 40),
+        ("p1", "me", T0 + 40),
+        ("p2", "me", T0 + 40),
+        ("due", "me", T0 + 40),
+    ]
+    assert _leases(s)["later"] == (None, None)
+    assert {k: v for k, v in _leases(s).items() if k != "later"} == {
+        k: ("me", T0 + 40) for k in ("r0", "p1", "p2", "due")
+    }
+
+
+def test_claim_runnable_hands_out_at_most_limit_runs_and_waiting_runs_only_when_asked(
+    sqlite_store,
+):
+    s = sqlite_store
+    _runs(
+        s,
+        *[(f"p{i}", "pending", T0 + i, {}) for i in range(3)],
+        *[(f"w{i}", "waiting", T0 + i, {"deadline_at": T0 + 5}) for i in range(2)],
+    )
+    at = T0 + 10
+    assert [r.run_id for r in s.claim_runnable("a", 30.0, limit=1, now=at)] == ["p0"]
+    assert [r.run_id for r in s.claim_runnable("b", 30.0, limit=2, now=at)] == ["p1", "p2"]
+    assert s.claim_runnable("c", 30.0, limit=0, now=at) == []
+    assert s.claim_runnable("c", 30.0, wakeable=False, now=at) == []
+    assert [r.run_id for r in s.claim_runnable("c", 30.0, limit=1, now=at)] == ["w0"]
+    assert _leases(s)["w1"] == (None, None)
+
+
+def test_claim_runnable_takes_waiting_runs_due_of_the_flows_asked_only(sqlite_store):
+    s = sqlite_store
+    _runs(
+        s,
+        ("a", "waiting", T0, {"deadline_at": T0 + 5, "flow": "alpha"}),
+        ("b", "waiting", T0 + 1, {"deadline_at": T0 + 5, "flow": "beta"}),
+    )
+    got = s.claim_runnable("me", 30.0, flows=["beta"], now=T0 + 10)
+    assert [r.run_id for r in got] == ["b"]
+    assert _leases(s)["a"] == (None, None)
+
+
+def _held(store: SqliteCheckpointStore) -> None:
+    _runs(
+        store,
+        ("dead", "running", T0, {"lease_owner": "host:1:dead", "lease_expires_at": T0 + 500}),
+        ("alive", "running", T0 + 1, {"lease_owner": "host:2:alive", "lease_expires_at": T0 + 5}),
+        ("busy", "running", T0 + 2, {"lease_owner": "host:3:busy", "lease_expires_at": T0 + 500}),
+    )
+
+
+def test_claim_runnable_takes_a_run_whose_holder_is_presumed_dead_before_its_lease_ends(
+    sqlite_store,
+):
+    s = sqlite_store
+    _held(s)
+    got = s.claim_runnable("me", 30.0, presumed_dead=lambda o: o == "host:1:dead", now=T0 + 10)
+    assert [r.run_id for r in got] == ["dead", "alive"]  # alive's lease ran out
+    assert _leases(s)["busy"] == ("host:3:busy", T0 + 500)
+
+
+def test_claim_runnable_leaves_an_expired_lease_whose_holder_is_presumed_alive(sqlite_store):
+    s = sqlite_store
+    _held(s)
+    got = s.claim_runnable("me", 30.0, presumed_alive=lambda o: o == "host:2:alive", now=T0 + 10)
+    assert got == []
+    assert _leases(s)["alive"] == ("host:2:alive", T0 + 5)
+    got = s.claim_runnable("me", 30.0, now=T0 + 10)  # nothing said about liveness
+    assert [r.run_id for r in got] == ["alive"]
+
+
+def test_claim_runnable_judges_leases_by_the_stores_clock_when_no_time_is_given(db_path):
+    s = open_store(db_path, clock=lambda: T0 + 10)
+    _held(s)
+    got = s.claim_runnable("me", 30.0)
+    assert [(r.run_id, r.lease_expires_at) for r in got] == [("alive", T0 + 40)]
+    s.close()
+
+
+def test_claim_runnable_hands_out_a_hundred_runs_by_default(db_path):
+    s = open_store(db_path, synchronous="OFF")
+    _runs(s, *[(f"p{i:03}", "pending", T0 + i, {}) for i in range(101)])
+    got = s.claim_runnable("me", 30.0, now=T0 + 200)
+    assert [r.run_id for r in got] == [f"p{i:03}" for i in range(100)]
+    assert _leases(s)["p100"] == (None, None)
+    s.close()
+
+
+def test_a_running_run_with_a_wait_due_does_not_stop_the_claim_of_waiting_runs(sqlite_store):
+    """A run of parallel branches can be ``running`` with one branch waiting:
+    the claim hands it out with the interrupted runs, and the waiting runs
+    due after its wait still come (each run once)."""
+    s = sqlite_store
+    wait = Wait("par:b:0", "b", "timer", T0, deadline_at=T0 + 1)
+    s.create_run(
+        RunRecord("par", "flow", "v1", "running", 0, T0, T0),
+        replace(_cp("par", 0, {}), waits=(wait,)),
+    )
+    _runs(s, ("w", "waiting", T0 + 1, {"deadline_at": T0 + 5}))
+    got = s.claim_runnable("me", 30.0, now=T0 + 10)
+    assert [r.run_id for r in got] == ["par", "w"]
