@@ -28,7 +28,7 @@ from desktop_app.errors import (
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 from desktop_app.store.group_commit import AppendRequest
-from desktop_app.store.protocol import Checkpoint, Lease, RunRecord, Wait
+from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord, Wait
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 
 T0 = 1_000.0
@@ -550,3 +550,113 @@ def test_a_running_run_with_a_wait_due_does_not_stop_the_claim_of_waiting_runs(s
     _runs(s, ("w", "waiting", T0 + 1, {"deadline_at": T0 + 5}))
     got = s.claim_runnable("me", 30.0, now=T0 + 10)
     assert [r.run_id for r in got] == ["par", "w"]
+
+
+# -- the outbox: claims, marks, withdrawals ------------------------------------------
+
+
+def _outbox(store: SqliteCheckpointStore, *ids: str) -> None:
+    """Run r1 with one intent per id, each saved with its own revision (so
+    the first id is the oldest)."""
+    store.create_run(_run(), _cp("r1", 0, {}))
+    for n, intent_id in enumerate(ids, start=1):
+        intent = Intent(intent_id, "r1", "send", "mail", {"n": n})
+        store.append(_cp("r1", n, {"n": n}), intents=[intent])
+
+
+def _ids(intents: list[Intent]) -> list[str]:
+    return [i.intent_id for i in intents]
+
+
+def test_an_intent_claimed_by_one_dispatcher_is_handed_to_no_other_until_its_claim_ends(
+    sqlite_store,
+):
+    s = sqlite_store
+    _outbox(s, "b1", "a2")
+    at = T0 + 10
+    assert _ids(s.claim_intents("d1", 30.0, limit=1, now=at)) == ["b1"]  # oldest first
+    assert _ids(s.claim_intents("d2", 30.0, now=at)) == ["a2"]  # b1 is d1's
+    assert s.claim_intents("d3", 30.0, now=at + 29) == []  # both held until at + 30
+    assert _ids(s.claim_intents("d1", 30.0, now=at + 29)) == ["b1"]  # its own again
+    assert _ids(s.claim_intents("d3", 30.0, now=at + 30)) == ["a2"]  # d2's claim ended
+    # d1's renewed claim lasts until at + 59, d3's until at + 60
+    assert s.claim_intents("d4", 30.0, now=at + 58) == []
+    assert _ids(s.claim_intents("d4", 30.0, now=at + 59)) == ["b1"]
+
+
+def test_an_intent_held_by_a_dispatcher_presumed_dead_is_taken_at_once(sqlite_store):
+    s = sqlite_store
+    _outbox(s, "i1")
+    s.claim_intents("host:1:dead", 30.0, now=T0)
+    assert s.claim_intents("d2", 30.0, presumed_dead=lambda o: False, now=T0 + 1) == []
+    got = s.claim_intents("d2", 30.0, presumed_dead=lambda o: o == "host:1:dead", now=T0 + 1)
+    assert _ids(got) == ["i1"]
+
+
+def test_an_intent_whose_sending_was_cut_off_is_handed_out_as_interrupted(sqlite_store):
+    s = sqlite_store
+    _outbox(s, "sent", "fresh")
+    s.claim_intents("d1", 30.0, limit=1, now=T0)
+    assert s.mark_intent("sent", "sending", T0 + 1)
+    got = s.claim_intents("d2", 30.0, now=T0 + 31)  # d1 died mid-send
+    assert [(i.intent_id, i.status, i.attempts, i.interrupted) for i in got] == [
+        ("sent", "sending", 1, True),
+        ("fresh", "pending", 0, False),
+    ]
+
+
+def test_claim_intents_hands_out_a_hundred_by_default_judged_by_the_stores_clock(db_path):
+    s = open_store(db_path, synchronous="OFF", clock=lambda: T0 + 10)
+    s.create_run(_run(), _cp("r1", 0, {}))
+    intents = [Intent(f"i{n:03}", "r1", "send", "mail", n) for n in range(101)]
+    s.append(_cp("r1", 1, {}), intents=intents)
+    assert _ids(s.claim_intents("d1", 30.0)) == [f"i{n:03}" for n in range(100)]
+    assert _ids(s.claim_intents("d2", 30.0, now=T0 + 39)) == ["i100"]
+    assert _ids(s.claim_intents("d3", 30.0)) == []  # the store's clock: T0 + 10
+    s.close()
+
+
+def test_mark_intent_moves_an_intent_and_says_whether_it_moved(sqlite_store):
+    s = sqlite_store
+    _outbox(s, "ok", "bad")
+    assert s.mark_intent("ok", "delivered", T0, expect="sending") is False  # still pending
+    assert s.mark_intent("ok", "sending", T0) is True
+    assert s.mark_intent("ok", "sending", T0 + 1) is True  # a second attempt
+    assert s.mark_intent("ok", "delivered", T0 + 2, receipt={"id": 7}, expect="sending")
+    assert s.mark_intent("bad", "failed", T0 + 3, error="550 no such mailbox") is True
+    assert s.mark_intent("nope", "failed", T0 + 3, error="x") is False
+    got = {i.intent_id: i for i in s.intents(["pending", "sending", "delivered", "failed"])}
+    assert (got["ok"].status, got["ok"].attempts, got["ok"].receipt) == ("delivered", 2, {"id": 7})
+    assert (got["bad"].status, got["bad"].attempts, got["bad"].last_error) == (
+        "failed",
+        0,
+        "550 no such mailbox",
+    )
+
+
+def test_withdraw_takes_back_every_intent_no_live_dispatcher_is_sending(db_path):
+    s = open_store(db_path, clock=lambda: T0 + 100)
+    _outbox(s, "pending", "live", "expired", "dead")
+    s.claim_intents("d0", 1_000.0, limit=1, now=T0)  # "pending": claimed, never sent
+    # each dispatcher takes the oldest intent left, then starts sending it
+    for intent_id, owner, at, ttl in [
+        ("live", "d1", T0 + 90, 30.0),  # until T0 + 120
+        ("expired", "d2", T0, 30.0),  # until T0 + 30
+        ("dead", "d3", T0 + 20, 100.0),  # until T0 + 120
+    ]:
+        assert _ids(s.claim_intents(owner, ttl, limit=1, now=at)) == [intent_id]
+        s.mark_intent(intent_id, "sending", at)
+    done = s.withdraw_intents("r1", "the run was cancelled", presumed_dead=lambda o: o == "d3")
+    assert (_ids(done.withdrawn), _ids(done.in_flight)) == (
+        ["pending", "expired", "dead"],
+        ["live"],
+    )
+    assert [i.status for i in done.withdrawn] == ["pending", "sending", "sending"]
+    got = {i.intent_id: (i.status, i.last_error) for i in s.intents(["sending", "failed"])}
+    assert got == {
+        "pending": ("failed", "the run was cancelled"),
+        "live": ("sending", None),
+        "expired": ("failed", "the run was cancelled"),
+        "dead": ("failed", "the run was cancelled"),
+    }
+    s.close()
