@@ -660,3 +660,15 @@ def test_withdraw_takes_back_every_intent_no_live_dispatcher_is_sending(db_path)
         "dead": ("failed", "the run was cancelled"),
     }
     s.close()
+
+
+def test_withdraw_judges_claims_at_the_time_it_is_given(db_path):
+    s = open_store(db_path, clock=lambda: T0)
+    _outbox(s, "i1")
+    s.claim_intents("d1", 30.0, now=T0)
+    s.mark_intent("i1", "sending", T0)
+    early = s.withdraw_intents("r1", "cancelled", now=T0 + 29)
+    assert (_ids(early.withdrawn), _ids(early.in_flight)) == ([], ["i1"])
+    late = s.withdraw_intents("r1", "cancelled", now=T0 + 30)  # the store's clock says T0
+    assert (_ids(late.withdrawn), _ids(late.in_flight)) == (["i1"], [])
+    s.close()
