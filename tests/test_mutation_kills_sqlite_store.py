@@ -4,7 +4,11 @@ each on a real file, written for the mutants its 2026-12-04 run left alive.
 A step's domain write that fails is a :class:`DomainWriteError` whose kind,
 constraint, table and message say what the database refused (also when the
 statement does not name the table, or the write's own code raised); and
-nothing of the step is saved.
+nothing of the step is saved. A run is claimed by one owner at a time, in
+the order and number asked (``claim``, ``renew``, ``claim_runnable``), and an
+outbox intent is handed to one dispatcher at a time, marked as it moves and
+withdrawn only when no live dispatcher is sending it (these methods were
+first mutated once ``_locked`` stopped being a decorator, which mutmut skips).
 """
 
 from __future__ import annotations
