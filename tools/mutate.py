@@ -292,7 +292,12 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_outbox.py",
         "tests/test_races_processes.py",
         "tests/test_tidy.py",
+        "tests/test_claiming.py",
+        "tests/test_group_commit.py",
+        "tests/test_reliability_store.py",
+        "tests/test_mutation_kills_rows.py",
         "tests/test_mutation_kills_sqlite.py",
+        "tests/test_mutation_kills_sqlite_store.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,

@@ -342,7 +342,6 @@ class SqliteCheckpointStore:
 
     # -- writes ----------------------------------------------------------
 
-    @_locked
     def create_run(
         self, run: RunRecord, first: Checkpoint, writes: Sequence[DomainWrite] = ()
     ) -> None:
@@ -395,7 +394,6 @@ class SqliteCheckpointStore:
             self._run_domain(writes)
         self._remember(detached(first))
 
-    @_locked
     def append(
         self,
         checkpoint: Checkpoint,
@@ -415,7 +413,6 @@ class SqliteCheckpointStore:
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
 
-    @_locked
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
         """Append every request in one ``BEGIN IMMEDIATE`` transaction (one
         commit, one fsync at ``synchronous=FULL``), each in its own SAVEPOINT:
@@ -549,7 +546,6 @@ class SqliteCheckpointStore:
             self._run_domain(writes)
         self._remember(remembered(cp, previous, row))
 
-    @_locked
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._write():  # BEGIN IMMEDIATE: no other writer between read and append
             self._last.pop(run_id, None)
@@ -557,7 +553,6 @@ class SqliteCheckpointStore:
             self.append(cp)
         return cp
 
-    @_locked
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._write():
             cond, cargs = lease_cond(lease, claim_time(lease, now))
@@ -572,7 +567,6 @@ class SqliteCheckpointStore:
             raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
         return run
 
-    @_locked
     def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
         if not run_ids:
             return set()
@@ -585,12 +579,10 @@ class SqliteCheckpointStore:
             ).fetchall()
         return {str(r[0]) for r in rows}
 
-    @_locked
     def release(self, run_id: str, owner: str) -> None:
         with self._write():
             self.conn.execute(SQL.release_run, (run_id, owner))
 
-    @_locked
     def claim_runnable(
         self,
         owner: str,
@@ -688,7 +680,6 @@ class SqliteCheckpointStore:
                 return
             after, page = [runs[-1].created_at, runs[-1].run_id], max(page, 64)
 
-    @_locked
     def delete_run(self, run_id: str) -> None:
         with self._write():
             self.get_run(run_id)
@@ -696,7 +687,6 @@ class SqliteCheckpointStore:
         self._last.pop(run_id, None)
         self.vacuum(min_free_pages=256)
 
-    @_locked
     def prune(self, run_id: str, keep_last_n: int) -> int:
         if keep_last_n < 1:
             raise ValueError(
@@ -717,7 +707,6 @@ class SqliteCheckpointStore:
 
     # -- reads -----------------------------------------------------------
 
-    @_locked
     def get_run(self, run_id: str) -> RunRecord:
         with self._read():
             row = self.conn.execute(SQL.get_run, (run_id, self.scope)).fetchone()
@@ -725,7 +714,6 @@ class SqliteCheckpointStore:
             raise CheckpointNotFoundError(f"no run {run_id} in scope {self.scope!r}")
         return run_from_row(row)
 
-    @_locked
     def list_runs(
         self,
         statuses: Sequence[RunStatus] | None = None,
@@ -751,7 +739,6 @@ class SqliteCheckpointStore:
         with self._read():
             return [run_from_row(r) for r in self.conn.execute(sql, args)]
 
-    @_locked
     def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
         """Read through ``runs_scope_status``: the scope's live runs only, not
         every run it ever had (SQLite's planner, with no statistics, walked
@@ -764,14 +751,12 @@ class SqliteCheckpointStore:
                 )
             ]
 
-    @_locked
     def history(self, run_id: str) -> list[CheckpointInfo]:
         self.get_run(run_id)
         with self._read():
             rows: list[Any] = self.conn.execute(CK.HISTORY, (run_id,)).fetchall()
         return checkpoint_infos(run_id, rows)
 
-    @_locked
     def history_page(self, run_id: str, *, after: int = -1, limit: int) -> list[CheckpointInfo]:
         self.get_run(run_id)
         try:
@@ -780,11 +765,9 @@ class SqliteCheckpointStore:
             raise self._err(exc) from exc
         return checkpoint_infos(run_id, rows)
 
-    @_locked
     def latest(self, run_id: str) -> Checkpoint:
         return self.head(run_id).checkpoint
 
-    @_locked
     def head(self, run_id: str) -> RunHead:
         run = self.get_run(run_id)
         cached = self._last.get(run_id)
@@ -794,7 +777,6 @@ class SqliteCheckpointStore:
         self._remember(detached(cp))
         return RunHead(run, cp)
 
-    @_locked
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
         self.get_run(run_id)
         return self._load(run_id, revision)
@@ -836,7 +818,6 @@ class SqliteCheckpointStore:
                 except Exception as exc:  # the write's own code, or a value SQLite refuses
                     raise _domain_write_error(exc, tx.last_sql) from exc
 
-    @_locked
     def query(self, op: Callable[[SqlTx], T]) -> T:
         """Run ``op(tx)`` read-only (``PRAGMA query_only``): a write in it
         raises StoreError naming :meth:`write`."""
@@ -855,7 +836,6 @@ class SqliteCheckpointStore:
         finally:
             self.conn.execute("PRAGMA query_only=OFF")
 
-    @_locked
     def write(self, op: Callable[[SqlTx], T]) -> T:
         """Run ``op(tx)`` in its own ``BEGIN IMMEDIATE`` transaction and commit."""
         with self._write():
@@ -863,7 +843,6 @@ class SqliteCheckpointStore:
 
     # -- waits, signals, events ------------------------------------------
 
-    @_locked
     def send_signal(
         self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
     ) -> int:
@@ -884,13 +863,11 @@ class SqliteCheckpointStore:
             )
         return signal_id
 
-    @_locked
     def next_signal(self, name: str, key: str) -> Signal | None:
         with self._read():
             row = self.conn.execute(SQL.next_signal, (self.scope, name, key)).fetchone()
         return None if row is None else signal_from_row(name, key, row)
 
-    @_locked
     def publish_event(self, type_: str, payload: Any, now: float) -> int:
         with self._write():
             event_id = int(
@@ -903,13 +880,11 @@ class SqliteCheckpointStore:
             )
         return event_id
 
-    @_locked
     def first_event(self, type_: str, since: float) -> Event | None:
         with self._read():
             row = self.conn.execute(SQL.first_event, (self.scope, type_, since)).fetchone()
         return None if row is None else event_from_row(type_, row)
 
-    @_locked
     def due_waits(self, now: float, limit: int = 1000) -> list[tuple[str, str]]:
         with self._read():
             rows = self.conn.execute(
@@ -920,7 +895,6 @@ class SqliteCheckpointStore:
             ).fetchall()
         return [(str(a), str(b)) for a, b in rows]
 
-    @_locked
     def next_deadline(self) -> float | None:
         with self._read():
             value = _scalar(
@@ -933,7 +907,6 @@ class SqliteCheckpointStore:
             )
         return None if value is None else float(value)
 
-    @_locked
     def wakeable_runs(self, now: float, limit: int = 1000) -> list[str]:
         # Driven from the waits table (CROSS JOIN keeps SQLite from starting at
         # runs, which would scan every run ever made); due deadlines first, by
@@ -964,7 +937,6 @@ class SqliteCheckpointStore:
             ).fetchall()
         return [str(r[0]) for r in rows]
 
-    @_locked
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
         sql = SQL.runs_waiting_for
         args: list[Any] = [self.scope, kind, name]
@@ -976,7 +948,6 @@ class SqliteCheckpointStore:
 
     # -- outbox --------------------------------------------------------------
 
-    @_locked
     def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
         with self._read():
             rows: list[Any] = self.conn.execute(
@@ -984,7 +955,6 @@ class SqliteCheckpointStore:
             ).fetchall()
         return [intent_from_row(r) for r in rows]
 
-    @_locked
     def claim_intents(
         self,
         owner: str,
@@ -1027,7 +997,6 @@ class SqliteCheckpointStore:
                 out.append(intent_from_row(r, interrupted=r[5] == "sending"))
         return out
 
-    @_locked
     def mark_intent(
         self,
         intent_id: str,
@@ -1052,7 +1021,6 @@ class SqliteCheckpointStore:
             moved = self.conn.changes() == 1
         return moved
 
-    @_locked
     def withdraw_intents(
         self,
         run_id: str,
@@ -1077,13 +1045,11 @@ class SqliteCheckpointStore:
                     done.in_flight.append(intent_from_row(r))
         return done
 
-    @_locked
     def undelivered_intents(self) -> dict[str, int]:
         with self._read():
             rows: list[Any] = self.conn.execute(SQL.undelivered_by_run, (self.scope,)).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
-    @_locked
     def vacuum(self, min_free_pages: int = 0) -> int:
         """Give free pages back to the file system (``PRAGMA incremental_vacuum``)
         when more than ``min_free_pages`` are free; returns the pages freed."""
@@ -1094,7 +1060,6 @@ class SqliteCheckpointStore:
             self.conn.execute("PRAGMA incremental_vacuum").fetchall()
             return free - int(_scalar(self.conn.execute("PRAGMA freelist_count")))
 
-    @_locked
     def data_version(self) -> int:
         """Changes whenever anyone commits: SQLite's ``PRAGMA data_version``
         (other connections and processes) combined with this store's own commits."""
@@ -1102,9 +1067,20 @@ class SqliteCheckpointStore:
             other = int(_scalar(self.conn.execute("PRAGMA data_version")))
             return (other << 32) + self._own_commits
 
-    @_locked
     def close(self) -> None:
         self.conn.close()
+
+
+#: Public methods that do not use the store's connection (a clock read).
+_UNLOCKED = frozenset({"now"})
+# Every other public method uses the store's one connection and runs under its
+# lock (:func:`_locked`), also one added later. Wrapped here, not with
+# ``@_locked`` on each: mutmut never mutates a decorated function, so
+# decorated they were never mutation-tested.
+for _name, _method in list(vars(SqliteCheckpointStore).items()):
+    if callable(_method) and not _name.startswith("_") and _name not in _UNLOCKED:
+        setattr(SqliteCheckpointStore, _name, _locked(_method))
+del _name, _method
 
 
 def open_store(
