@@ -266,9 +266,7 @@ def test_waiting_shows_the_time_left_and_the_iso_deadline(tmp_path):
     assert flowdesk(db, "db", "apply").returncode == 0
     assert flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(dl)})).returncode == 0
     text = flowdesk(db, "waiting").stdout
-    assert re.search(
-        r"deadline in 23h 5\dm \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)", text
-    ), text
+    assert re.search(r"deadline in 23h 5\dm \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)", text), text
 
 
 def test_digest_lists_hidden_and_binary_files_as_skipped_and_escapes_odd_names(tmp_path):
