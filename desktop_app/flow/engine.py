@@ -20,10 +20,11 @@ from typing import Any, NamedTuple, cast
 from pydantic import BaseModel
 
 from desktop_app.errors import (
+    CheckpointDecodeError,
     CheckpointNotFoundError,
     DuplicateFlowKeyError,
     FlowdeskError,
-    RunLeasedError,
+    FlowVersionMismatchError,
     RunStateError,
     UnknownFlowError,
 )
@@ -692,7 +693,9 @@ class Engine:
         refused: set[str] = set()
 
         def note(run: RunRecord, out: RunResult | BaseException) -> None:
-            if isinstance(out, FlowdeskError) and not isinstance(out, RunLeasedError):
+            # refusals no later pass of this process can change (a busy or
+            # full database, a lease held elsewhere: tried again next time)
+            if isinstance(out, UnknownFlowError | FlowVersionMismatchError | CheckpointDecodeError):
                 refused.add(run.run_id)
 
         def wanted(run: RunRecord) -> bool:
