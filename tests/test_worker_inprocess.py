@@ -954,3 +954,34 @@ def test_pg_a_run_whose_lease_expired_while_it_executes_here_is_not_started_agai
         pool.shutdown(wait=True)
     assert pg.store.get_run(r1).status == "completed"
     assert (pg.gate.started(r1, "a"), pg.gate.started(r1, "b")) == (1, 1)
+
+
+@pytest.mark.postgres
+def test_pg_a_pass_that_also_takes_a_dead_local_owners_run_starts_each_run_once(pg):
+    """A run whose owner was a process of this host that died (a killed
+    ``flowdesk run``; no liveness lock) is taken over in the same pass that
+    claims a fresh run through ``claim_for_worker``; ``claim_runnable``, used
+    for the first, hands the fresh one back again (ours): each starts once
+    and the fresh one keeps its lease."""
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = Engine(pg.store, flows=[], owner=f"{socket.gethostname()}:{gone.pid}:dead00")
+    left = pg.app.start("two", {})
+    pg.store.claim(left, dead.lease(), dead.clock.now())  # its lease runs 30 s more
+    fresh = pg.app.start("two", {})
+    worker = pg.worker(concurrency=4)
+    pool = CountingPool(4)
+    try:
+        worker.run_pass(pool)
+        pg.gate.wait_starts(2)
+        assert pool.submitted == 2
+        assert lease_owner(pg.store, left) == lease_owner(pg.store, fresh) == pg.owner
+    finally:
+        pg.gate.open.set()
+        pool.shutdown(wait=True)
+    assert [pg.store.get_run(r).status for r in (left, fresh)] == ["completed"] * 2
+    assert [pg.gate.started(r, "a") for r in (left, fresh)] == [1, 1]

@@ -210,7 +210,8 @@ class Worker:
         # back the runs it does not start. Leases expire by the store's clock
         # (the database's), never a worker's own; one of a process of this
         # host that died is taken over at once.
-        skip: set[str] = set()
+        mine = {r.run_id for r in taken}  # claimed above: claim_runnable returns them again
+        skip = set(mine)
         while True:
             limit = free + 2 * len(skip)
             claimed = store.claim_runnable(
@@ -234,7 +235,7 @@ class Worker:
         start = [r for r in claimed if r.run_id not in skip][:free]
         started = {r.run_id for r in start}
         for run in claimed:
-            if run.run_id not in started and not self._busy(run.run_id):
+            if run.run_id not in started | mine and not self._busy(run.run_id):
                 with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
                     store.release(run.run_id, engine.owner)
         return taken + start
