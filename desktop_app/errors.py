@@ -501,6 +501,16 @@ class StateNotStorableError(FlowError):
         )
 
 
+class DomainReadError(FlowError):
+    """A step's domain query (``ctx.query``) failed: its table is missing,
+    the database refused the read. The step fails under its ``on_error``
+    policy with the database's words (as a failed :class:`DomainWriteError`
+    does) instead of stopping the run as a failed save would; not retryable.
+    Raised by the step code that reads, which knows what it needed."""
+
+    retryable = False
+
+
 class DomainWriteError(FlowError):
     """A step's domain write (``ctx.write``) failed when its checkpoint
     committed: a constraint of a domain table refused it (UNIQUE, CHECK,

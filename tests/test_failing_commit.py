@@ -167,7 +167,7 @@ def test_start_tidy_after_its_table_was_dropped_fails_the_run_and_show_says_why(
     assert "Traceback" not in started.stderr
     run_id = started.stdout.splitlines()[0]
     assert started.stdout.splitlines()[-1] == f"run {run_id} failed"
-    assert "DomainWriteError" in started.stderr and "'tidy_moves'" in started.stderr
+    assert "DomainReadError" in started.stderr and "'tidy_moves'" in started.stderr
     shown = flowdesk(db, "show", "--json", run_id)
     assert shown.returncode == 0, shown.stderr
     run = json.loads(shown.stdout)
