@@ -78,6 +78,7 @@ async def test_enter_in_the_inbox_answers_an_agents_question_and_the_run_goes_on
         bootstrap.apply_schema(settings)
         app = FlowdeskApp(settings, flows=[], hints=Hints(str(db), None))
         async with app.run_test(size=(160, 45)) as pilot:
+            await settle(pilot)  # the database is open (g says so while it opens)
             # the agent runs screen points at the inbox, which answers it
             await pilot.press("g")
             await settle(pilot)

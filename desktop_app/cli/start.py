@@ -25,7 +25,7 @@ from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError, RunLeasedError, RunStateError
 from desktop_app.flow.owners import holding
 from desktop_app.flows import live_twin, single_flight
-from desktop_app.runs_view import display_status
+from desktop_app.runs_view import display_status, withdrawn_text
 from desktop_app.words import plural
 
 
@@ -69,9 +69,10 @@ def _run_or_resume(
     """Print the run id first (only once the run exists: bad input or a
     read-only database print no id), then execute it. A live run with the same
     flow key is resumed (interrupted or failed) or reported (waiting)
-    instead of being duplicated. With ``new`` (``--new``), or when the user
-    declines to resume on a terminal, that run is canceled instead and the
-    new run takes the key (:func:`_replace`)."""
+    instead of being duplicated; one another live process executes is
+    refused with ``RunLeasedError`` (nothing runs here). With ``new``
+    (``--new``), or when the user declines to resume on a terminal, that run
+    is canceled instead and the new run takes the key (:func:`_replace`)."""
     twin = live_twin(sv.checkpoints, flow, flow_key) if flow_key else None
     if twin is not None and twin.status == "waiting" and not new:
         print(twin.run_id, flush=True)
@@ -99,8 +100,6 @@ def _replace(sv: Any, twin: Any) -> None:
     replaces, saying so on stderr; a twin that ended meanwhile is left as it
     ended. A process still driving it stops before its next step (as
     ``flowdesk cancel``)."""
-    from desktop_app.runs_view import withdrawn_text
-
     status = display_status(twin, sv.checkpoints.now())
     try:
         done = sv.engine.cancel_withdrawing(
