@@ -11,8 +11,6 @@ runs the other process's cancel the first time it is read after ``arm``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 from pydantic import BaseModel
 
@@ -20,25 +18,7 @@ from desktop_app.errors import RunStateError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
-
-
-class HookClock(ManualClock):
-    """A manual clock that runs ``hook`` once, the first time it is read
-    after :meth:`arm`: another process acting between this engine's read of
-    a run and its save."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hook: Callable[[], None] | None = None
-
-    def arm(self, hook: Callable[[], None]) -> None:
-        self.hook = hook
-
-    def now(self) -> float:
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
-        return super().now()
+from tests.hook_clock import HookClock
 
 
 class S(BaseModel):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 from pydantic import BaseModel
@@ -17,6 +16,7 @@ from desktop_app.errors import InputError, RevisionConflictError, WaitAlreadyRes
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
+from tests.hook_clock import HookClock
 
 
 class S(BaseModel):
@@ -85,25 +85,6 @@ def test_each_question_takes_only_its_own_choices_trimmed_and_lower_cased(db_pat
     assert sorted(done.state.notes) == ["ship:yes", "size:large"]
     assert calls == {"ship": 2, "size": 2}
     engine.store.close()
-
-
-class HookClock(ManualClock):
-    """A manual clock that runs ``hook`` once, the first time it is read
-    after :meth:`arm`: another process acting between this engine's read of
-    the run and its save of the answer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hook: Callable[[], None] | None = None
-
-    def arm(self, hook: Callable[[], None]) -> None:
-        self.hook = hook
-
-    def now(self) -> float:
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
-        return super().now()
 
 
 def approval():

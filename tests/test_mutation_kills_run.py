@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Callable
 
 import pytest
 from pydantic import BaseModel
@@ -28,6 +27,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.records import Lease
 from desktop_app.store.sqlite.store import open_store
+from tests.hook_clock import HookClock
 
 
 class S(BaseModel):
@@ -133,25 +133,6 @@ def test_a_run_another_hosts_live_lease_holds_is_refused_before_anything_runs(db
         assert not [m for m in said if "takes it over" in m], said
     finally:
         store.close()
-
-
-class HookClock(ManualClock):
-    """A manual clock that runs ``hook`` once, the first time it is read
-    after :meth:`arm`: another process acting between this engine's read of
-    the run and its save of the answer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hook: Callable[[], None] | None = None
-
-    def arm(self, hook: Callable[[], None]) -> None:
-        self.hook = hook
-
-    def now(self) -> float:
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            hook()
-        return super().now()
 
 
 def _approval() -> object:

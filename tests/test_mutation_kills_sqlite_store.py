@@ -32,10 +32,9 @@ from desktop_app.errors import (
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 from desktop_app.store.group_commit import AppendRequest
-from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord, Wait
+from desktop_app.store.protocol import Intent, Lease, RunRecord, Wait
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
-
-T0 = 1_000.0
+from tests.test_mutation_kills_sqlite import T0, _cp, _run
 
 _DOMAIN = """
 CREATE TABLE notes(
@@ -51,24 +50,6 @@ CREATE TABLE guarded(word TEXT);
 CREATE TRIGGER guarded_words BEFORE INSERT ON guarded WHEN new.word = 'no'
 BEGIN SELECT RAISE(ABORT, 'word check failed: rule failed: no'); END;
 """
-
-
-def _run(run_id: str = "r1") -> RunRecord:
-    return RunRecord(run_id, "flow", "v1", "running", 0, T0, T0)
-
-
-def _cp(run_id: str, revision: int, state: dict, status: str = "running", **kw) -> Checkpoint:
-    return Checkpoint(
-        run_id,
-        revision,
-        status,  # type: ignore[arg-type]
-        state,
-        {},
-        ("a",),
-        T0 + revision,
-        step_id="a" if revision else "",
-        **kw,
-    )
 
 
 def _with_domain(store: SqliteCheckpointStore) -> SqliteCheckpointStore:
