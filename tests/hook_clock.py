@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flow.clock import ManualClock
+from desktop_app.store.sqlite.store import open_store
 
 
 class HookClock(ManualClock):
@@ -24,3 +29,22 @@ class HookClock(ManualClock):
         if hook is not None:
             hook()
         return super().now()
+
+
+@contextmanager
+def racing_engines(
+    db_path: Path, flow: Callable[[], CompiledFlow[Any]]
+) -> Iterator[tuple[Engine, Engine, HookClock]]:
+    """Two engines over one SQLite file, as two processes have it:
+    ``first`` on a :class:`ManualClock`, ``second`` on a :class:`HookClock`
+    whose armed hook lets ``first`` act between ``second``'s read of a run
+    and its save. ``flow`` builds the flow each registers. Both stores are
+    closed at the end."""
+    first = Engine(open_store(db_path), flows=[flow()], clock=ManualClock())
+    clock = HookClock()
+    second = Engine(open_store(db_path), flows=[flow()], clock=clock)
+    try:
+        yield first, second, clock
+    finally:
+        first.store.close()
+        second.store.close()

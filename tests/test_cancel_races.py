@@ -15,10 +15,8 @@ import pytest
 from pydantic import BaseModel
 
 from desktop_app.errors import RunStateError
-from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.flow.clock import ManualClock
-from desktop_app.store.sqlite.store import open_store
-from tests.hook_clock import HookClock
+from desktop_app.flow import FlowBuilder
+from tests.hook_clock import racing_engines
 
 
 class S(BaseModel):
@@ -37,12 +35,8 @@ def _paid() -> object:
 
 @pytest.fixture
 def two(db_path):
-    first = Engine(open_store(db_path), flows=[_paid()], clock=ManualClock())
-    clock = HookClock()
-    second = Engine(open_store(db_path), flows=[_paid()], clock=clock)
-    yield first, second, clock
-    first.store.close()
-    second.store.close()
+    with racing_engines(db_path, _paid) as engines:
+        yield engines
 
 
 def test_a_wake_that_loses_the_race_to_a_cancel_says_so_and_delivers_nothing(two):
@@ -101,10 +95,7 @@ def test_a_late_answer_whose_timeout_loses_the_race_to_a_cancel_says_the_run_was
         return {"got": ctx.interrupt("paid?", timeout_s=5.0)}
 
     flow = FlowBuilder("late", S).step("ask", ask).chain().compile()
-    first = Engine(open_store(db_path), flows=[flow], clock=ManualClock())
-    clock = HookClock()
-    second = Engine(open_store(db_path), flows=[flow], clock=clock)
-    try:
+    with racing_engines(db_path, lambda: flow) as (first, second, clock):
         rid = first.run("late", S()).run_id
         clock.advance(10.0)
         clock.arm(lambda: first.cancel(rid, "changed my mind"))
@@ -116,6 +107,3 @@ def test_a_late_answer_whose_timeout_loses_the_race_to_a_cancel_says_the_run_was
         run = first.status(rid)
         assert (run.status, run.error) == ("canceled", "changed my mind")
         assert first.get(rid).got == ""
-    finally:
-        first.store.close()
-        second.store.close()

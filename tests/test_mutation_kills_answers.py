@@ -16,7 +16,7 @@ from desktop_app.errors import InputError, RevisionConflictError, WaitAlreadyRes
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
-from tests.hook_clock import HookClock
+from tests.hook_clock import racing_engines
 
 
 class S(BaseModel):
@@ -98,24 +98,19 @@ def test_an_answer_that_loses_the_race_says_the_first_answer_stands(db_path):
     """Two engines over one file (the app and the CLI): the second read the
     waiting run before the first saved its answer; its own save conflicts and
     it is told the question was answered a moment ago, not to reload."""
-    db = db_path
-    first = Engine(open_store(db), flows=[approval()], clock=ManualClock())
-    rid = first.run("approve", S()).run_id
-    (wait,) = first.waits(rid)
-    clock = HookClock()
-    second = Engine(open_store(db), flows=[approval()], clock=clock)
-    won: list[str] = []
-    clock.arm(lambda: won.append(first.resume_with(rid, "no").status))
-    with pytest.raises(WaitAlreadyResolvedError) as lost:
-        second.resume_with(rid, "yes")
-    assert won == ["completed"]
-    assert str(lost.value) == (
-        f"run {rid}: wait {wait.wait_id} was answered a moment ago by another "
-        "process; the first answer stands and nothing ran here"
-    )
-    assert first.store.latest(rid).state["notes"] == ["approved:no"]
-    first.store.close()
-    second.store.close()
+    with racing_engines(db_path, approval) as (first, second, clock):
+        rid = first.run("approve", S()).run_id
+        (wait,) = first.waits(rid)
+        won: list[str] = []
+        clock.arm(lambda: won.append(first.resume_with(rid, "no").status))
+        with pytest.raises(WaitAlreadyResolvedError) as lost:
+            second.resume_with(rid, "yes")
+        assert won == ["completed"]
+        assert str(lost.value) == (
+            f"run {rid}: wait {wait.wait_id} was answered a moment ago by another "
+            "process; the first answer stands and nothing ran here"
+        )
+        assert first.store.latest(rid).state["notes"] == ["approved:no"]
 
 
 def test_an_answer_that_loses_to_another_question_s_answer_is_not_told_it_was_answered(db_path):
@@ -123,17 +118,13 @@ def test_an_answer_that_loses_to_another_question_s_answer_is_not_told_it_was_an
     save conflicts, it is told so (not that its question was answered), and
     given again it is taken."""
     calls: Counter[str] = Counter()
-    first = Engine(open_store(db_path), flows=[two_questions(calls)], clock=ManualClock())
-    rid = first.run("choose", S()).run_id
-    waits = wait_ids(first, rid)
-    clock = HookClock()
-    second = Engine(open_store(db_path), flows=[two_questions(calls)], clock=clock)
-    clock.arm(lambda: first.resume_with(rid, "small", wait_id=waits["size"]))
-    with pytest.raises(RevisionConflictError):
-        second.resume_with(rid, "yes", wait_id=waits["ship"])
-    assert [w.wait_id for w in second.waits(rid)] == [waits["ship"]]
-    done = second.resume_with(rid, "yes", wait_id=waits["ship"])
-    assert done.status == "completed"
-    assert sorted(done.state.notes) == ["ship:yes", "size:small"]
-    first.store.close()
-    second.store.close()
+    with racing_engines(db_path, lambda: two_questions(calls)) as (first, second, clock):
+        rid = first.run("choose", S()).run_id
+        waits = wait_ids(first, rid)
+        clock.arm(lambda: first.resume_with(rid, "small", wait_id=waits["size"]))
+        with pytest.raises(RevisionConflictError):
+            second.resume_with(rid, "yes", wait_id=waits["ship"])
+        assert [w.wait_id for w in second.waits(rid)] == [waits["ship"]]
+        done = second.resume_with(rid, "yes", wait_id=waits["ship"])
+        assert done.status == "completed"
+        assert sorted(done.state.notes) == ["ship:yes", "size:small"]

@@ -27,7 +27,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.records import Lease
 from desktop_app.store.sqlite.store import open_store
-from tests.hook_clock import HookClock
+from tests.hook_clock import racing_engines
 
 
 class S(BaseModel):
@@ -147,10 +147,7 @@ def test_an_answer_that_loses_the_race_to_a_cancel_says_the_run_was_canceled(db_
     its save of the answer: the answer is refused with RunStateError saying
     the run was canceled a moment ago and nothing was answered (before, the
     driver's internal stop signal escaped); the run stays canceled."""
-    first = Engine(open_store(db_path), flows=[_approval()], clock=ManualClock())
-    clock = HookClock()
-    second = Engine(open_store(db_path), flows=[_approval()], clock=clock)
-    try:
+    with racing_engines(db_path, _approval) as (first, second, clock):
         rid = first.run("approve", S()).run_id
         clock.arm(lambda: first.cancel(rid, "changed my mind"))
         with pytest.raises(RunStateError) as lost:
@@ -161,9 +158,6 @@ def test_an_answer_that_loses_the_race_to_a_cancel_says_the_run_was_canceled(db_
         run = first.status(rid)
         assert (run.status, run.error) == ("canceled", "changed my mind")
         assert first.get(rid).said == []
-    finally:
-        first.store.close()
-        second.store.close()
 
 
 def test_an_answer_that_loses_the_race_to_fail_run_is_not_told_it_was_answered(db_path):
@@ -172,10 +166,7 @@ def test_an_answer_that_loses_the_race_to_fail_run_is_not_told_it_was_answered(d
     there first (reload the run), not that the question "was answered a
     moment ago" (before, any question no longer pending counted as
     answered); the run stays failed and nothing ran."""
-    first = Engine(open_store(db_path), flows=[_approval()], clock=ManualClock())
-    clock = HookClock()
-    second = Engine(open_store(db_path), flows=[_approval()], clock=clock)
-    try:
+    with racing_engines(db_path, _approval) as (first, second, clock):
         rid = first.run("approve", S()).run_id
         clock.arm(lambda: first.fail_run(rid, "stuck"))
         with pytest.raises(RevisionConflictError) as lost:
@@ -187,6 +178,3 @@ def test_an_answer_that_loses_the_race_to_fail_run_is_not_told_it_was_answered(d
         run = first.status(rid)
         assert (run.status, run.error) == ("failed", "stuck")
         assert first.get(rid).said == []
-    finally:
-        first.store.close()
-        second.store.close()
