@@ -118,6 +118,15 @@ class DatabaseNotAFileError(DatabaseOpenError, InputError):
     was opened; bad input (exit 2)."""
 
 
+class QueryRefusedError(StoreError):
+    """The database refused a domain query itself (``store.query``): a table
+    or column it names is missing, its SQL is wrong, it tried to write, or
+    the store has no SQL. Running it again fails the same way, unlike a
+    locked or unreachable database. A step's ``ctx.query`` turns it into
+    :class:`DomainReadError`, so the step fails under its ``on_error`` policy
+    instead of stopping the run."""
+
+
 class NoSessionError(StoreError):
     """A PostgreSQL feature that needs a session of its own (LISTEN, a
     worker's liveness lock) was asked for while the database goes through a
@@ -502,11 +511,13 @@ class StateNotStorableError(FlowError):
 
 
 class DomainReadError(FlowError):
-    """A step's domain query (``ctx.query``) failed: its table is missing,
-    the database refused the read. The step fails under its ``on_error``
+    """A step's domain query (``ctx.query``) was refused by the database
+    (:class:`QueryRefusedError`: a missing table or column, wrong SQL, a
+    write in a read-only query). The step fails under its ``on_error``
     policy with the database's words (as a failed :class:`DomainWriteError`
     does) instead of stopping the run as a failed save would; not retryable.
-    Raised by the step code that reads, which knows what it needed."""
+    A database that is only locked or unreachable still stops the run, which
+    resumes later (a :class:`StoreError`, as for a save)."""
 
     retryable = False
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from desktop_app.errors import StepTimeoutError
+from desktop_app.errors import DomainReadError, QueryRefusedError, StepTimeoutError
 from desktop_app.store import codec
 from desktop_app.store.protocol import DomainWrite, Intent
 
@@ -302,10 +302,23 @@ class StepContext:
         return intents
 
     def query(self, op: Callable[[Any], T]) -> T:
-        """Run a read-only domain query op (see ``desktop_app.store.domain``)."""
+        """Run a read-only domain query op (see ``desktop_app.store.domain``)
+        and return what it returns.
+
+        Raises:
+            DomainReadError: the database refused the query itself (a missing
+                table or column, wrong SQL, a write): the step fails under its
+                ``on_error`` policy, not retried.
+            StoreError: the database could not be read (locked past the busy
+                timeout, unreachable): the run stops as for a failed save and
+                resumes later.
+        """
         if self._query is None:
             raise RuntimeError("this step context has no store to query")
-        result: T = self._query(op)
+        try:
+            result: T = self._query(op)
+        except QueryRefusedError as exc:
+            raise DomainReadError(f"step {self.step_id!r}: its domain query failed: {exc}") from exc
         return result
 
     @property

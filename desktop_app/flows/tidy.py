@@ -58,7 +58,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from desktop_app.errors import DomainReadError, FolderNotWritableError, InputError, StoreError
+from desktop_app.errors import DomainReadError, FolderNotWritableError, InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
 from desktop_app.flow.outbox import on_cancel
 from desktop_app.flows.confined import (
@@ -389,10 +389,11 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
             raise InputError(f"cannot tidy {folder}: {exc}") from exc
         try:
             claimed = ctx.query(queued_elsewhere(ctx.run_id, str(folder)))
-        except StoreError as exc:  # e.g. tidy_moves is missing: said as the plan's write would
+        except DomainReadError as exc:  # e.g. tidy_moves is missing: said as the plan's write would
             raise DomainReadError(
-                f"cannot read which files other tidy runs have queued (table 'tidy_moves'): {exc}"
-            ) from exc
+                "cannot read which files other tidy runs have queued (table 'tidy_moves'): "
+                f"{exc.__cause__}"
+            ) from exc.__cause__
         moves = leave_claimed(moves, claimed)
         ctx.write(record_plan(ctx.run_id, moves))
         planned = [m for m in moves if m.status == "planned"]

@@ -7,6 +7,7 @@ from typing import Any
 
 from desktop_app.errors import (
     DomainWriteError,
+    QueryRefusedError,
     StoreError,
 )
 from desktop_app.store.conformance.helpers import (
@@ -80,9 +81,15 @@ def query_is_read_only_and_write_is_atomic(h: Harness) -> None:
         "store.write(op) (their own transaction) or as a step's ctx.write (with its "
         "checkpoint)."
     )
-    with _raises(StoreError, "a write inside query()", refused):
+    with _raises(QueryRefusedError, "a write inside query()", refused):
         s.query(lambda tx: _put(rid, "x")(tx))
     _eq(s.query(_items(rid)), [], "the refused write left nothing")
+    # a query of its own making fails the same way again (a step fails, not the run)
+    with _raises(QueryRefusedError, "a query of a missing table"):
+        s.query(lambda tx: tx.fetchall("SELECT 1 FROM no_such_table"))
+    with _raises(QueryRefusedError, "a query naming a missing column"):
+        s.query(lambda tx: tx.fetchall(f"SELECT no_such_column FROM {TABLE}"))
+    _eq(s.query(_items(rid)), [], "a query after refused ones")
     # a server's data_version may move with other databases' commits (its
     # documented false positives): a query is read-only when, in one of a few
     # tries, the version did not move across it; one that wrote moves it each time
@@ -157,7 +164,7 @@ def a_failing_domain_write_aborts_the_append(h: Harness) -> None:
 def without_sql_domain_calls_are_refused(h: Harness) -> None:
     s = h.store()
     rid = _id()
-    with _raises(StoreError, "query() without the sql capability"):
+    with _raises(QueryRefusedError, "query() without the sql capability"):
         s.query(_items(rid))
     with _raises(StoreError, "write() without the sql capability"):
         s.write(_put(rid, "k"))

@@ -20,6 +20,7 @@ from desktop_app.errors import (
     DuplicateFlowKeyError,
     FlowdeskError,
     LeaseLostError,
+    QueryRefusedError,
     RevisionConflictError,
     RunLeasedError,
     StoreError,
@@ -637,7 +638,7 @@ class InMemoryCheckpointStore:
         return counts
 
     def query(self, op: Callable[[SqlTx], T]) -> T:
-        raise StoreError(_NO_SQL)
+        raise QueryRefusedError(_NO_SQL)
 
     def write(self, op: Callable[[SqlTx], T]) -> T:
         raise StoreError(_NO_SQL)

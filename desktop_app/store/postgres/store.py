@@ -74,6 +74,7 @@ from desktop_app.errors import (
     FlowdeskError,
     LeaseLostError,
     NoSessionError,
+    QueryRefusedError,
     RevisionConflictError,
     RunLeasedError,
     StoreError,
@@ -217,6 +218,18 @@ def _named(sql: str, nargs: int) -> tuple[str, str, str]:
     body = parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], start=1))
     execute = f"BEGIN; EXECUTE {name}({', '.join(['%s'] * nargs)})"
     return name, f"PREPARE {name} AS {body}; ", execute
+
+
+def _query_refused(exc: psycopg.Error) -> bool:
+    """Whether a domain query failed of its own making (running it again
+    fails the same way): SQL or a name the server refuses (SQLSTATE class
+    42: a missing table, column or function), data it cannot take (22),
+    a constraint (23), or parameters psycopg refused before sending (no
+    SQLSTATE: a wrong count, a type it cannot adapt)."""
+    code = exc.sqlstate
+    if code is None:
+        return isinstance(exc, psycopg.ProgrammingError | psycopg.DataError)
+    return code[:2] in ("42", "22", "23")
 
 
 class _CommitLost(Exception):
@@ -1372,12 +1385,17 @@ class PostgresCheckpointStore:
         try:
             return self._tx(body, write=False)
         except StoreError as exc:
-            if isinstance(exc.__cause__, psycopg.errors.ReadOnlySqlTransaction):
-                raise StoreError(
+            cause = exc.__cause__
+            if isinstance(cause, psycopg.errors.ReadOnlySqlTransaction):
+                raise QueryRefusedError(
                     "a domain query tried to write; query() is read-only. Run writes "
                     "through store.write(op) (their own transaction) or as a step's "
                     "ctx.write (with its checkpoint)."
-                ) from exc.__cause__
+                ) from cause
+            if isinstance(cause, psycopg.Error) and _query_refused(cause):
+                detail = (cause.diag.message_primary or str(cause)).strip()
+                code = f" (SQLSTATE {cause.sqlstate})" if cause.sqlstate else ""
+                raise QueryRefusedError(f"PostgreSQL refused the query{code}: {detail}") from cause
             raise
 
     def write(self, op: Callable[[SqlTxProtocol], T]) -> T:

@@ -34,6 +34,7 @@ from desktop_app.errors import (
     DuplicateFlowKeyError,
     FlowdeskError,
     LeaseLostError,
+    QueryRefusedError,
     RevisionConflictError,
     RunLeasedError,
     StoreError,
@@ -106,6 +107,17 @@ _RUNS_OF_OTHER_VERSIONS = (
 )
 #: a checkpoint row's columns, run_id first (the checksum covers them in this order)
 _CP_COLUMNS = f"run_id, {SQL.checkpoint_columns}"
+
+
+#: apsw errors of a query's own making (running it again fails the same way)
+_QUERY_REFUSED = (
+    apsw.SQLError,
+    apsw.ConstraintError,
+    apsw.MismatchError,
+    apsw.RangeError,
+    apsw.TooBigError,
+    apsw.BindingsError,
+)
 
 
 def row_checksum(values: Sequence[Any]) -> str:
@@ -819,19 +831,28 @@ class SqliteCheckpointStore:
                     raise _domain_write_error(exc, tx.last_sql) from exc
 
     def query(self, op: Callable[[SqlTx], T]) -> T:
-        """Run ``op(tx)`` read-only (``PRAGMA query_only``): a write in it
-        raises StoreError naming :meth:`write`."""
+        """Run ``op(tx)`` read-only (``PRAGMA query_only``).
+
+        Raises:
+            QueryRefusedError: SQLite refused the query itself (a missing
+                table or column, an SQL error, a write: that one names
+                :meth:`write`).
+            StoreError: the database could not be read (locked, I/O error).
+        """
         self.conn.execute("PRAGMA query_only=ON")
         try:
             with self._read():
                 return op(SqliteTx(self.conn))
         except StoreError as exc:
-            if isinstance(exc.__cause__, apsw.ReadOnlyError):
-                raise StoreError(
+            cause = exc.__cause__
+            if isinstance(cause, apsw.ReadOnlyError):
+                raise QueryRefusedError(
                     "a domain query tried to write; query() is read-only. Run writes "
                     "through store.write(op) (their own transaction) or as a step's "
                     "ctx.write (with its checkpoint)."
-                ) from exc.__cause__
+                ) from cause
+            if isinstance(cause, _QUERY_REFUSED):
+                raise QueryRefusedError(str(exc)) from cause
             raise
         finally:
             self.conn.execute("PRAGMA query_only=OFF")
