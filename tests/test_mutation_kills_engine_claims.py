@@ -7,6 +7,7 @@ the injected clock, no sleeps)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -321,18 +322,12 @@ def test_serve_wakes_up_for_the_next_deadline_sooner_than_a_poll(db_path):
     engine.store.close()
 
 
-class Passes(threading.Event):
-    """A stop event for ``count`` passes of the serve loop."""
-
-    def __init__(self, count: int) -> None:
-        super().__init__()
-        self.left = count
-
-    def wait(self, timeout: float | None = None) -> bool:
-        self.left -= 1
-        if self.left <= 0:
-            self.set()
-        return self.is_set()
+def _until(what: str, ok, bound_s: float = 30.0) -> None:
+    """Poll ``ok()`` until true; fail naming ``what`` after ``bound_s``."""
+    deadline = time.monotonic() + bound_s
+    while not ok():
+        assert time.monotonic() < deadline, f"not within {bound_s} s: {what}"
+        time.sleep(0.01)
 
 
 def test_serve_recovers_a_run_left_behind_between_passes_and_never_one_it_cannot_run(
@@ -355,26 +350,26 @@ def test_serve_recovers_a_run_left_behind_between_passes_and_never_one_it_cannot
         return real_claim(*args, **kwargs)
 
     engine.claim_runnable = counted  # type: ignore[method-assign]
-    stop = Passes(3)
-    first = len(claims)
-    ticks: list[int] = []
-
-    def left_behind_now() -> None:  # after the first pass: another process's run
-        ticks.append(1)
-        if len(ticks) == 1:
-            _start(other, "a", 1)
-
-    engine.serve(stop, poll_s=0, on_tick=left_behind_now)
-    (a,) = [rid for rid in executed if rid not in (b, c)]
+    stop = threading.Event()
+    serving = threading.Thread(target=engine.serve, args=(stop,), kwargs={"poll_s": 0.02})
+    serving.start()
+    try:
+        _until("the launch's claim", lambda: len(claims) == 1)
+        time.sleep(0.2)  # ten passes with nothing to do: no claim
+        assert len(claims) == 1
+        (a,) = _start(other, "a", 1)  # another process's run, left behind
+        _until("run a completed", lambda: engine.store.get_run(a).status == "completed")
+    finally:
+        stop.set()
+        serving.join()
     assert executed == Counter({a: 1})
-    assert engine.store.get_run(a).status == "completed"
     for rid in (b, c):
         assert (engine.store.get_run(rid).status, engine.store.get_run(rid).lease_owner) == (
             "pending",
             None,
         )
     # one claim at launch (b and c, refused once), one on the pass that found run a
-    assert first == 0 and len(claims) == 2
+    assert len(claims) == 2
     other.store.close()
     engine.store.close()
 

@@ -14,7 +14,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, cast
 
 from pydantic import BaseModel
@@ -153,6 +153,8 @@ class Engine:
         self._lock = threading.Lock()
         #: ids of the runs this engine is executing right now
         self.active: set[str] = set()
+        #: ids of the runs a thread of this engine is about to drive or drives (``_go``)
+        self._in_hand: set[str] = set()
         #: runs whose lease another process took over while we executed them
         self.lost: set[str] = set()
         self._heartbeat: threading.Thread | None = None
@@ -472,6 +474,7 @@ class Engine:
         raise RunStateError(f"no live run of {f.name!r} with flow key {flow_key!r}; try again")
 
     def _drive(self, f: CompiledFlow[Any], run_id: str) -> RunResult:
+        """Execute a run this call just created."""
         run, cp = self.store.head(run_id)
         return self._go(RunDriver(self, f, run, cp))
 
@@ -484,6 +487,33 @@ class Engine:
         with contextlib.suppress(FlowdeskError):  # else its lease expires on its own
             driver.release()
         return driver.result()
+
+    @contextlib.contextmanager
+    def _in_hand_here(self, run_id: str) -> Iterator[bool]:
+        """Take ``run_id`` in hand for this thread, from reading the run to
+        the end of driving it: yields ``False`` when another thread of this
+        engine has it in hand. A run's lease is this process's, so another
+        thread's claim (``serve``'s recovery sweep beside its deadline pass,
+        the app's resume) succeeds, and both threads would otherwise run the
+        current step; a thread that saves before it drives (an answer, a
+        wake) loses its compare-and-append instead."""
+        with self._lock:
+            mine = run_id not in self._in_hand
+            if mine:
+                self._in_hand.add(run_id)
+        try:
+            yield mine
+        finally:
+            if mine:
+                with self._lock:
+                    self._in_hand.discard(run_id)
+
+    def _as_stored(self, run_id: str) -> RunResult:
+        """Where ``run_id`` stands in the store now (another thread drives it)."""
+        log.info("run %s is in hand in another thread of this process", run_id)
+        run, cp = self.store.head(run_id)
+        state = load_state(self.flow(run.flow_name).state_type, cp.state, run_id, cp.revision)
+        return RunResult(run_id, run.status, state, cp.revision, run.error)
 
     def _go_on(self, driver: RunDriver) -> RunResult:
         """Execute the driver's run if it may go on (it is running), else
@@ -521,7 +551,9 @@ class Engine:
 
         Completed runs: nothing runs; the saved result comes back (S1).
         Failed, pending, paused or interrupted runs continue at their head
-        step (an ``in_progress`` step runs again, S2).
+        step (an ``in_progress`` step runs again, S2). A run another thread
+        of this engine is resuming or waking comes back as stored: one
+        thread drives a run at a time.
 
         Raises:
             CheckpointNotFoundError: no such run in this scope.
@@ -532,6 +564,12 @@ class Engine:
             CheckpointDecodeError: its checkpoint cannot be decoded.
             UnknownFlowError: its flow is not registered.
         """
+        with self._in_hand_here(run_id) as mine:
+            if not mine:
+                return self._as_stored(run_id)
+            return self._resume(run_id)
+
+    def _resume(self, run_id: str) -> RunResult:
         run = RunState.read(self.store, run_id)
         driver = self._load_driver(run)
         if run.done:
@@ -581,7 +619,9 @@ class Engine:
     def wake(self, run_id: str) -> RunResult:
         """Act on a waiting run: deliver an arrived signal or event, take the
         timeout outcome of an expired deadline (compared with the injected
-        clock), or leave it waiting. Continues the run if it can.
+        clock), or leave it waiting. Continues the run if it can. A run
+        another thread of this engine is resuming or waking comes back as
+        stored.
 
         Raises:
             RunLeasedError: another process is executing the run.
@@ -589,12 +629,15 @@ class Engine:
                 process a moment ago (nothing was delivered; a signal stays
                 in the mailbox).
         """
-        run = RunState.read(self.store, run_id)
-        driver = self._load_driver(run)
-        if not run.sleeping:
-            return driver.result()
-        self._wake_waiting(driver)
-        return self._go_on(driver)
+        with self._in_hand_here(run_id) as mine:
+            if not mine:
+                return self._as_stored(run_id)
+            run = RunState.read(self.store, run_id)
+            driver = self._load_driver(run)
+            if not run.sleeping:
+                return driver.result()
+            self._wake_waiting(driver)
+            return self._go_on(driver)
 
     @staticmethod
     def _wake_waiting(driver: RunDriver) -> None:
@@ -674,23 +717,31 @@ class Engine:
         on_tick: Callable[[], None] | None = None,
         only: Callable[[RunRecord], bool] | None = None,
     ) -> None:
-        """Run until ``stop`` is set: recover interrupted runs, then on every
-        pass (every ``poll_s`` seconds, sooner when a deadline falls due)
-        recover again what another process left behind since (a ``flowdesk
-        run`` killed or stopped with Ctrl-C: :func:`recovery.left_behind`),
-        fire deadlines that fell due and deliver signals and events that other
-        processes send. ``only`` chooses the interrupted runs it recovers (the
+        """Run until ``stop`` is set: recover interrupted runs, fire deadlines
+        that fell due and deliver signals and events that other processes
+        send, on every pass (every ``poll_s`` seconds, sooner when a deadline
+        falls due). ``only`` chooses the interrupted runs it recovers (the
         agent's ``recovery`` policy). ``on_tick`` runs after each pass (the
         outbox dispatcher hooks in here).
 
-        Passes run one after another on the calling thread: a pass that
-        recovers a run returns when that run stops (completes, fails or
-        waits), and deadlines that fall due meanwhile fire on the next pass.
-        A run this engine cannot resume (its flow is not registered here or
-        changed, its checkpoint cannot be decoded) is tried once, not on
-        every pass.
+        Recovery runs on a thread of its own (``flowdesk-recovery``): at
+        start, and whenever a pass finds a run another process left behind
+        (a ``flowdesk run`` killed or stopped with Ctrl-C:
+        :func:`recovery.left_behind`), it resumes those runs while the
+        calling thread goes on firing deadlines, so a long run being resumed
+        never delays another run's deadline. A run this engine cannot resume
+        (its flow is not registered here or changed, its checkpoint cannot
+        be decoded) is tried once, not on every pass. Returns once ``stop``
+        is set and the run being resumed, if any, has stopped (set
+        ``shutdown_event`` to stop it before its next step).
+
+        Raises:
+            StoreError: the database failed on a pass (the recovery thread's
+                error is raised here too, within ``poll_s``).
         """
         refused: set[str] = set()
+        failed: list[BaseException] = []
+        halt = threading.Event()  # the calling thread stopped: so does the sweeper
 
         def note(run: RunRecord, out: RunResult | BaseException) -> None:
             # refusals no later pass of this process can change (a busy or
@@ -701,18 +752,32 @@ class Engine:
         def wanted(run: RunRecord) -> bool:
             return run.run_id not in refused and (only is None or only(run))
 
-        self.recover(note, only=only)
-        while not stop.is_set():
-            if recovery.left_behind(self, wanted, self._lease_now()):
+        def sweep() -> None:
+            try:
                 self.recover(note, only=only)
-            self.tick()
-            if on_tick is not None:
-                on_tick()
-            wait = poll_s
-            nxt = self.store.next_deadline()
-            if nxt is not None:
-                wait = max(0.0, min(poll_s, nxt - self.clock.now()))
-            stop.wait(wait)
+                while not halt.wait(poll_s):
+                    if recovery.left_behind(self, wanted, self._lease_now()):
+                        self.recover(note, only=only)
+            except BaseException as exc:  # raised by serve in the calling thread
+                failed.append(exc)
+
+        sweeper = threading.Thread(target=sweep, name="flowdesk-recovery", daemon=True)
+        sweeper.start()
+        try:
+            while not stop.is_set() and not failed:
+                self.tick()
+                if on_tick is not None:
+                    on_tick()
+                wait = poll_s
+                nxt = self.store.next_deadline()
+                if nxt is not None:
+                    wait = max(0.0, min(poll_s, nxt - self.clock.now()))
+                stop.wait(wait)
+        finally:
+            halt.set()
+            sweeper.join()
+        if failed:
+            raise failed[0]
 
     def claim_runnable(
         self,
