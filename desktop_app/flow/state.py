@@ -230,7 +230,7 @@ class LayeredSteps(Mapping[str, StepRecord]):
     def __init__(self, base: dict[str, StepRecord], top: dict[str, StepRecord]) -> None:
         self._base = base
         self._top = top
-        self._len = len(base) + sum(1 for k in top if k not in base)
+        self._len: int | None = None  # counted when asked: a save never asks
 
     def __getitem__(self, key: str) -> StepRecord:
         rec = self._top.get(key)
@@ -248,6 +248,8 @@ class LayeredSteps(Mapping[str, StepRecord]):
                 yield k
 
     def __len__(self) -> int:
+        if self._len is None:
+            self._len = len(self._base) + sum(1 for k in self._top if k not in self._base)
         return self._len
 
 

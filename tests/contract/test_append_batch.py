@@ -170,6 +170,8 @@ def test_changed_steps_hint_reads_back_every_record(store_factory):
         records[f"s{rev}"] = StepRecord(f"s{rev}", "in_progress", attempts=1)
         steps, changed = records.snapshot()
         assert changed == {prev, f"s{rev}"}
+        # a record overwritten in the top layer is counted once, a new one added
+        assert len(steps) == rev + 1 == len(dict(steps)) == len(records)
         out = store.append_batch([AppendRequest(_cp("r1", rev, steps), changed_steps=changed)])
         assert out == [None]
         records.stored(changed)
