@@ -13,7 +13,10 @@ passed. Reported per process count: total steps per second (median, mean
 and max over rounds) and its ratio to one process measured in the same round;
 and where each process's wall time went: its CPU time, the time it slept in
 the busy handler waiting for another process's write lock (and how many
-times), its commits (one fsync each at ``FULL``).
+times), its commits (one fsync each at ``FULL``), the CPU per step of all
+processes together and how often a process paused waiting for another's turn
+at the write gate (``WriteGate.polls``: a sleep and a wake-up each, whose CPU
+is what several processes add per step).
 
 ``--versus PATH`` also runs every process count with the worker processes
 importing Flowdesk from another checkout (e.g. main, to A/B a change),
@@ -72,6 +75,8 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
     print("ready", flush=True)
     sys.stdin.readline()
     steps = runs = 0
+    gate0 = getattr(store.conn, "gate", None)
+    polls0 = gate0.polls if gate0 is not None else 0
     t0, c0 = time.perf_counter(), time.process_time()
     batches0 = engine.committer.batches if engine.committer is not None else 0
     deadline = t0 + seconds
@@ -82,9 +87,19 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
         steps += 10
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     batches = (engine.committer.batches if engine.committer is not None else 0) - batches0
+    gate = getattr(store.conn, "gate", None)
+    polls = (gate.polls if gate is not None else 0) - polls0
     print(
         json.dumps(
-            {"steps": steps, "runs": runs, "wall": wall, "cpu": cpu, "commits": batches, **busy}
+            {
+                "steps": steps,
+                "runs": runs,
+                "wall": wall,
+                "cpu": cpu,
+                "commits": batches,
+                "polls": polls,
+                **busy,
+            }
         ),
         flush=True,
     )
@@ -126,7 +141,8 @@ def one_round(
                 raise SystemExit(f"a worker process failed with code {p.returncode}")
             figs.append(json.loads(out.strip().splitlines()[-1]))
         span = time.perf_counter() - t0
-    total = {k: sum(f[k] for f in figs) for k in ("steps", "wall", "cpu", "commits")}
+    kinds = ("steps", "wall", "cpu", "commits", "polls")  # "polls": absent in older checkouts
+    total = {k: sum(f.get(k, 0) for f in figs) for k in kinds}
     total.update({k: sum(f[k] for f in figs) for k in ("calls", "waits", "slept")})
     total["steps_per_s"] = total["steps"] / max(f["wall"] for f in figs)
     total["span"] = span
@@ -200,6 +216,8 @@ def main() -> int:
         slept = [x["slept"] / x["wall"] for x in f]
         cpu = [x["cpu"] / x["wall"] for x in f]
         per_commit = [x["steps"] / max(x["commits"], 1) for x in f]
+        cpu_step = [x["cpu"] / max(x["steps"], 1) * 1e6 for x in f]
+        polls = [x["polls"] / max(x["steps"], 1) for x in f]
         met = None if n != 8 or counts[0] != 1 or name != str(n) else stat(ratio).median >= 1.0
         rows.append(
             Row(
@@ -224,6 +242,12 @@ def main() -> int:
                 "    CPU / wall; busy-handler sleep / wall; lock waits / commit; steps / commit",
                 f"{stat(cpu).fmt()}; {stat(slept).fmt()}; {stat(waits).fmt()}; "
                 f"{stat(per_commit).fmt()}",
+            )
+        )
+        rows.append(
+            Row(
+                "    CPU per step (us, all processes); write-gate polls per step",
+                f"{stat(cpu_step).fmt(digits=0)}; {stat(polls).fmt()}",
             )
         )
     table(rows)
