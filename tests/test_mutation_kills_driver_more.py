@@ -350,20 +350,56 @@ def _resume_both(engines: dict[str, Engine], run_id: str) -> dict[str, Any]:
     return out
 
 
+class FirstHeldClock(ManualClock):
+    """The injected clock: the first ``resumer-*`` thread to read it (inside
+    ``resume``, holding the run) waits there until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(T0)
+        self.release = threading.Event()
+        self.first: str | None = None
+        self.armed = False
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        name = threading.current_thread().name
+        if self.armed and name.startswith("resumer-"):
+            with self._lock:
+                if self.first is None:
+                    self.first = name
+            if self.first == name:
+                assert self.release.wait(30)
+        return super().now()
+
+
 def test_one_engine_resuming_a_run_twice_at_once_runs_it_once(env):
-    """Two threads of one engine (one owner) resume the same failed run: the
-    first save wins, the other one's is a revision conflict, not a lease
-    error (nobody else holds the run)."""
-    clock = MeetingClock(meet_at=1)  # prepare_resume's reading: both loaded
+    """Two threads of one engine (one owner) resume the same failed run. The
+    lease is the process's, so only the engine's own guard keeps the step
+    from running twice: the thread that has the run in hand runs it, the
+    other gets the run as stored (still failed) while the first holds it."""
+    clock = FirstHeldClock()
     engine = Engine(env.store, clock=clock, group_commit=False)
     fixed = {"on": False}
     ran: list[str] = []
     rid = _failed_run(engine, fixed, ran)
     clock.armed = True
-    out = _resume_both({"a": engine, "b": engine}, rid)
-    results = sorted(out.values(), key=lambda x: isinstance(x, Exception))
-    assert [type(x).__name__ for x in results] == ["RunResult", "RevisionConflictError"]
-    assert results[0].status == "completed" and len(ran) == 1
+    out: dict[str, Any] = {}
+
+    def go(name: str) -> None:
+        out[name] = engine.resume(rid)
+        if clock.first != f"resumer-{name}":
+            clock.release.set()  # the one turned away is back: let the other go on
+
+    threads = [threading.Thread(target=go, args=(n,), name=f"resumer-{n}") for n in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert clock.first is not None
+    first = clock.first.removeprefix("resumer-")
+    other = "b" if first == "a" else "a"
+    assert (out[other].status, out[other].revision) == ("failed", 1)  # as stored, untouched
+    assert out[first].status == "completed" and ran == [clock.first]
     assert env.store.get_run(rid).status == "completed"
 
 

@@ -19,6 +19,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.connection import open_connection
 from desktop_app.store.sqlite.store import open_store
+from tests.polling import until
 
 GUARD_S = 30.0  # only a hang guard: no passing test waits for it
 
@@ -316,18 +317,10 @@ def test_serve_wakes_up_for_the_next_deadline_sooner_than_a_poll(db_path):
     assert engine.store.get_run(res.run_id).status == "waiting"
     again = OnePass()
     clock.advance(2)  # overdue: this pass times it out, the next one is a poll away
-    engine.serve(again, poll_s=60)
+    engine.serve(again, poll_s=60, only=lambda run: False)  # the pass, not the recovery thread
     assert again.waits == [60]
     assert engine.store.get_run(res.run_id).status == "timed_out"
     engine.store.close()
-
-
-def _until(what: str, ok, bound_s: float = 30.0) -> None:
-    """Poll ``ok()`` until true; fail naming ``what`` after ``bound_s``."""
-    deadline = time.monotonic() + bound_s
-    while not ok():
-        assert time.monotonic() < deadline, f"not within {bound_s} s: {what}"
-        time.sleep(0.01)
 
 
 def test_serve_recovers_a_run_left_behind_between_passes_and_never_one_it_cannot_run(
@@ -354,11 +347,11 @@ def test_serve_recovers_a_run_left_behind_between_passes_and_never_one_it_cannot
     serving = threading.Thread(target=engine.serve, args=(stop,), kwargs={"poll_s": 0.02})
     serving.start()
     try:
-        _until("the launch's claim", lambda: len(claims) == 1)
+        until(lambda: len(claims) == 1, "the launch's claim")
         time.sleep(0.2)  # ten passes with nothing to do: no claim
         assert len(claims) == 1
         (a,) = _start(other, "a", 1)  # another process's run, left behind
-        _until("run a completed", lambda: engine.store.get_run(a).status == "completed")
+        until(lambda: engine.store.get_run(a).status == "completed", "run a completed")
     finally:
         stop.set()
         serving.join()

@@ -10,8 +10,7 @@ import logging
 import re
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,18 +26,11 @@ from desktop_app.store.postgres.notify import (
 )
 from tests.pg_proxy import CommitDropProxy
 from tests.pg_support import with_address
+from tests.polling import until
 
 pytestmark = pytest.mark.postgres
 
 OWNER = "testhost:4242:abcdef"
-
-
-def _until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    """Poll ``check`` (a state the listener thread reaches) until it holds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"never: {what}"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -105,9 +97,9 @@ def test_a_worker_session_registers_hears_and_unregisters(pg_url, admin):
         assert listener.wait(0.05) is False  # nothing sent: returns, unwoken
         for n in (1, 2):  # the thread keeps listening after its first pass
             admin.execute("NOTIFY flowdesk_test, 'x'")
-            _until(lambda n=n: listener.received == n, f"notification {n} heard")
+            until(lambda n=n: listener.received == n, f"notification {n} heard")
             assert listener.wait(5) is True
-        _until(
+        until(
             lambda: (
                 admin.execute(
                     "SELECT heartbeat_at > %s FROM workers WHERE owner=%s", (first_beat, OWNER)
@@ -120,7 +112,7 @@ def test_a_worker_session_registers_hears_and_unregisters(pg_url, admin):
         pid = listener.backend_pid
         listener.close()
     assert admin.execute("SELECT count(*) FROM workers WHERE owner=%s", (OWNER,)).fetchone() == (0,)
-    _until(
+    until(
         lambda: _session_gone(admin, pid),
         "the session ended",
     )
@@ -159,7 +151,7 @@ def test_a_lost_session_is_fenced_then_reconnected_after_failed_tries(pg_url, ad
             admin.execute("SELECT pg_terminate_backend(%s)", (old,))
             assert lost.wait(20), "the loss was never noticed"
             assert (listener.losses, len(calls), listener.alive) == (round_, round_, False)
-            _until(lambda: len(_reconnect_failures(caplog)) >= 4, "four failed reconnects logged")
+            until(lambda: len(_reconnect_failures(caplog)) >= 4, "four failed reconnects logged")
             failures = _reconnect_failures(caplog)
             # each wait doubles from the first, up to reconnect_max_s; a
             # reconnect resets it (round 2 starts over)
@@ -176,7 +168,7 @@ def test_a_lost_session_is_fenced_then_reconnected_after_failed_tries(pg_url, ad
             if round_ == 1:
                 assert "flowdesk: on_lost failed" in messages
             proxy.admit()
-            _until(lambda: listener.alive, "reconnected")
+            until(lambda: listener.alive, "reconnected")
             assert listener.backend_pid != old
     finally:
         listener.close()
@@ -223,13 +215,13 @@ def test_the_notifier_counts_its_batches_on_one_daemon_thread_that_close_ends(po
     assert notifier.batches == 0
     notifier.send(CHANNEL, "a:1")
     assert _heard(hearer, 1) == ["a:1"]
-    _until(lambda: notifier.batches >= 1, "the first batch counted")
+    until(lambda: notifier.batches >= 1, "the first batch counted")
     assert notifier.batches == 1
     (thread,) = _threads("flowdesk-notify") - before
     assert thread.daemon  # never holds up the process's exit
     notifier.send(CHANNEL, "a:2")
     assert _heard(hearer, 1) == ["a:2"]
-    _until(lambda: notifier.batches >= 2, "the second batch counted")
+    until(lambda: notifier.batches >= 2, "the second batch counted")
     assert notifier.batches == 2
     assert _threads("flowdesk-notify") - before == {thread}  # the same thread, not a new one
     notifier.close()
@@ -246,7 +238,7 @@ def test_a_batch_that_cannot_be_sent_is_dropped_and_logged(pg_url, caplog):
     notifier = Notifier(closed)
     try:
         notifier.send(CHANNEL, "a:1")  # never raises: listeners poll as a fallback
-        _until(lambda: bool(caplog.records), "the dropped batch logged")
+        until(lambda: bool(caplog.records), "the dropped batch logged")
     finally:
         notifier.close()
     (record,) = caplog.records
@@ -263,7 +255,7 @@ def _one_batch(pool: ConnectionPool[Any], notifier: Notifier, payloads: list[str
     held = pool.getconn()
     try:
         notifier.send("flowdesk_elsewhere", "warm")
-        _until(lambda: pool.get_stats().get("requests_waiting", 0) == 1, "the notifier waiting")
+        until(lambda: pool.get_stats().get("requests_waiting", 0) == 1, "the notifier waiting")
         for payload in payloads:
             notifier.send(CHANNEL, payload)
     finally:
@@ -309,7 +301,7 @@ def test_the_listen_thread_is_a_daemon_and_close_ends_it(pg_url, admin):
     (thread,) = _threads("flowdesk-listen") - before
     assert thread.daemon and thread.is_alive()
     admin.execute(f"NOTIFY {CHANNEL}, 'x'")  # the thread, not start(), hears it
-    _until(lambda: listener.received == 1, "the thread heard a notification")
+    until(lambda: listener.received == 1, "the thread heard a notification")
     listener.close()
     assert not thread.is_alive()
 
@@ -356,7 +348,7 @@ def _notify_and_hear(admin: psycopg.Connection[Any], listener: Listener, times: 
     for _ in range(times):
         want = listener.received + 1
         admin.execute(f"NOTIFY {CHANNEL}, 'x'")
-        _until(lambda want=want: listener.received == want, "a notification heard")
+        until(lambda want=want: listener.received == want, "a notification heard")
 
 
 def test_heartbeats_go_on_after_the_first(pg_url, admin):
@@ -364,7 +356,7 @@ def test_heartbeats_go_on_after_the_first(pg_url, admin):
     try:
         beats = [_beat(admin)]
         for n in (1, 2):
-            _until(lambda: _beat(admin) > beats[-1], f"heartbeat {n} written")
+            until(lambda: _beat(admin) > beats[-1], f"heartbeat {n} written")
             beats.append(_beat(admin))
     finally:
         listener.close()
@@ -409,17 +401,17 @@ def test_a_failed_heartbeat_ends_the_session_and_reconnects_once_it_can(pg_url, 
     listener = _listener(pg_url, owner=OWNER, heartbeat_s=0.0, reconnect_max_s=0.2).start()
     try:
         old = listener.backend_pid
-        _until(lambda: listener.losses == 1, "the refused heartbeat counted as a loss")
-        _until(
+        until(lambda: listener.losses == 1, "the refused heartbeat counted as a loss")
+        until(
             lambda: _session_gone(admin, old),
             "the old session closed",
-            timeout=5,
+            bound_s=5,
         )
-        _until(lambda: bool(_reconnect_failures(caplog)), "a refused reconnect logged")
+        until(lambda: bool(_reconnect_failures(caplog)), "a refused reconnect logged")
         assert "heartbeat refused" in _reconnect_failures(caplog)[0][0]
         assert not listener.alive
         admin.execute("DROP TRIGGER refuse_beat ON workers")
-        _until(lambda: listener.alive, "reconnected once allowed")
+        until(lambda: listener.alive, "reconnected once allowed")
         assert listener.backend_pid not in (0, old)
     finally:
         listener.close()
@@ -432,7 +424,7 @@ def test_the_notifier_records_its_batchs_own_transaction_id(pool, hearer, admin)
     try:
         notifier.send(CHANNEL, "a:1")
         assert _heard(hearer, 1) == ["a:1"]
-        _until(lambda: notifier.batches == 1, "the batch counted")
+        until(lambda: notifier.batches == 1, "the batch counted")
         (xid,) = notifier.own_xids
         row = admin.execute("SELECT pg_xact_status(%s::text::xid8)", (str(xid),)).fetchone()
         assert row == ("committed",)
@@ -456,8 +448,8 @@ def test_close_ends_the_session_even_when_unregistering_fails(pg_url, admin):
     listener.close()
     assert listener.alive is False
     assert admin.execute("SELECT count(*) FROM workers WHERE owner=%s", (OWNER,)).fetchone() == (1,)
-    _until(
+    until(
         lambda: _session_gone(admin, pid),
         "the session ended",
-        timeout=5,
+        bound_s=5,
     )

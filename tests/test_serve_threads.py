@@ -20,20 +20,13 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.store.sqlite.store import open_store
+from tests.polling import until
 
 ROUNDS = 20
 
 
 class S(BaseModel):
     n: int = 0
-
-
-def _until(what: str, ok, bound_s: float = 30.0) -> None:
-    """Poll ``ok()`` until true; fail naming ``what`` after ``bound_s``."""
-    deadline = time.monotonic() + bound_s
-    while not ok():
-        assert time.monotonic() < deadline, f"not within {bound_s} s: {what}"
-        time.sleep(0.01)
 
 
 def test_a_deadline_fires_while_serve_resumes_a_long_run_left_behind(db_path: Path) -> None:
@@ -66,13 +59,13 @@ def test_a_deadline_fires_while_serve_resumes_a_long_run_left_behind(db_path: Pa
     serving.start()
     try:
         assert entered.wait(30), "serve did not resume the run left behind"
-        _until(
-            "the timer's deadline fired while the long run was being resumed",
+        until(
             lambda: engine.store.get_run(napping.run_id).status == "completed",
+            "the timer's deadline fired while the long run was being resumed",
         )
         assert engine.store.get_run(left).status == "running"  # still in its step
         release.set()
-        _until("the long run completed", lambda: engine.store.get_run(left).status == "completed")
+        until(lambda: engine.store.get_run(left).status == "completed", "the long run completed")
     finally:
         release.set()
         stop.set()

@@ -488,6 +488,13 @@ class Engine:
             driver.release()
         return driver.result()
 
+    def holds(self, run_id: str) -> bool:
+        """Whether a thread of this engine executes ``run_id`` or has it in
+        hand to (``resume``/``wake``, from reading the run to driving it): a
+        sweep does not give such a run's claim back."""
+        with self._lock:
+            return run_id in self.active or run_id in self._in_hand
+
     @contextlib.contextmanager
     def _in_hand_here(self, run_id: str) -> Iterator[bool]:
         """Take ``run_id`` in hand for this thread, from reading the run to

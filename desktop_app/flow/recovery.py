@@ -45,8 +45,9 @@ class Sweeper(Protocol):
     @property
     def executes(self) -> bool: ...
 
-    @property
-    def active(self) -> Collection[str]: ...
+    def holds(self, run_id: str) -> bool:
+        """Whether a thread of this engine executes ``run_id`` or has it in
+        hand to (its claim must not be given back)."""
 
     @property
     def shutdown_event(self) -> threading.Event:
@@ -76,7 +77,7 @@ def left_behind(engine: Sweeper, wanted: Callable[[RunRecord], bool], now: float
     pass. One read and no claim, so a pass with nothing to recover takes no
     write lock."""
     return any(
-        run.run_id not in engine.active
+        not engine.holds(run.run_id)
         and lease_abandoned(run.lease_owner, run.lease_expires_at, now)
         and wanted(run)
         for run in engine.store.list_runs(statuses=PENDING_STATUSES)
@@ -128,7 +129,7 @@ def claimed(
                     release_claim(engine, rest.run_id)
                 raise
             finally:
-                if run.run_id not in engine.active:
+                if not engine.holds(run.run_id):
                     release_claim(engine, run.run_id)
 
 
@@ -178,7 +179,7 @@ def recover(
     for r in claim_all(engine, RUNNABLE_STATUSES, wakeable=True):
         if only is None or only(r):
             chosen.append(r)
-        else:
+        elif not engine.holds(r.run_id):
             release_claim(engine, r.run_id)
     handled = {r.run_id for r in chosen}
 
@@ -191,7 +192,7 @@ def recover(
         except FlowdeskError as exc:
             return exc
         finally:
-            if run.run_id not in engine.active and not lease_cleared(out):
+            if not engine.holds(run.run_id) and not lease_cleared(out):
                 release_claim(engine, run.run_id)
 
     outcome: dict[str, Outcome] = {}
