@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from desktop_app.errors import (
+    CheckpointNotFoundError,
+    DiskFullError,
     DomainWriteError,
     DuplicateFlowKeyError,
     RevisionConflictError,
@@ -34,6 +36,7 @@ from desktop_app.store.connection import open_connection
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import Intent, Lease, RunRecord, Wait
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+from tests.power_loss_vfs import PowerLossVFS, wal_size
 from tests.test_mutation_kills_sqlite import T0, _cp, _run
 
 _DOMAIN = """
@@ -687,3 +690,38 @@ def test_every_public_method_but_now_waits_for_the_connection_lock(db_path):
         assert unlocked == ["now"]
     finally:
         store.close()
+
+
+# -- a batch SQLite rolls back (full disk) ---------------------------------------
+
+
+def _batch(*cps: Any) -> list[AppendRequest]:
+    return [AppendRequest(cp) for cp in cps]
+
+
+def test_a_full_disk_in_the_middle_of_a_batch_is_a_full_disk_and_saves_none_of_it(db_path):
+    """A batch larger than SQLite's page cache writes pages to the WAL before
+    its COMMIT; a full disk then makes SQLite roll the whole transaction back
+    (the request's savepoint with it). The caller is told the disk is full,
+    as for one append, not what apsw says about the savepoint that went."""
+    vfs = PowerLossVFS(full_after_bytes=0)
+    vfs.free = True
+    s = open_store(db_path, vfs=vfs.name)
+    try:
+        for rid in ("r1", "r2"):
+            s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+        vfs.full_after_bytes, vfs.free = vfs.written, False  # the disk is full
+        big = {"n": 1, "pad": "p" * 1_500_000}  # two of them: more than the 2 MB cache
+        with pytest.raises(DiskFullError) as err:
+            s.append_batch(_batch(_cp("r1", 1, big), _cp("r2", 1, big)))
+        assert str(db_path) in str(err.value) and "is full" in str(err.value)
+        assert [s.get_run(r).revision for r in ("r1", "r2")] == [0, 0]
+        vfs.free = True  # the user frees space
+        assert s.append_batch(_batch(_cp("r1", 1, {"n": 1}), _cp("r2", 1, {"n": 1}))) == [
+            None,
+            None,
+        ]
+        assert wal_size(db_path) == 0  # the first commit gave the WAL's space back
+    finally:
+        s.close()
+        vfs.unregister()
