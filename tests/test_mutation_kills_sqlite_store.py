@@ -30,6 +30,7 @@ from desktop_app.errors import (
     RevisionConflictError,
     RunLeasedError,
     StateNotStorableError,
+    StoreError,
 )
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
@@ -838,6 +839,8 @@ def test_deleting_or_pruning_gives_the_space_back_once_more_than_256_pages_are_f
         s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
         s.append(_cp(rid, 1, {"n": 1}))
     _leave_free_pages(s, free)
+    assert s.prune("r1", 2) == 0  # nothing to prune: the file is left as it is
+    assert _free_pages(s) == free
     assert s.prune("r1", 1) == 1  # one small row: no page freed
     assert _free_pages(s) == kept
     _leave_free_pages(s, free)
@@ -858,6 +861,15 @@ def test_a_deleted_run_is_gone_and_its_id_can_be_used_again(sqlite_store):
     s.create_run(_run(), _cp("r1", 0, {"new": True}))
     s.append(_cp("r1", 1, {"new": True, "n": 1}))
     assert dict(s.latest("r1").state) == {"new": True, "n": 1}
+
+
+def test_a_run_this_store_never_read_can_be_deleted(db_path):
+    a, b = open_store(db_path), open_store(db_path)
+    a.create_run(_run(), _cp("r1", 0, {}))
+    b.delete_run("r1")
+    assert a.list_runs() == []
+    a.close()
+    b.close()
 
 
 # -- append, head, listing --------------------------------------------------------
@@ -962,3 +974,47 @@ def test_undelivered_intents_counts_what_is_pending_or_sending_per_run_of_the_sc
     assert other.undelivered_intents() == {"theirs": 2}
     s.close()
     other.close()
+
+
+def test_a_history_page_read_from_a_damaged_file_says_to_restore_a_backup(db_path):
+    s = open_store(db_path)
+    s.create_run(_run(), _cp("r1", 0, {"n": 0}))
+    s.append(_cp("r1", 1, {"n": 1}))
+    s.close()  # the last connection: the WAL is written back into the file
+    conn = open_connection(db_path)
+    page_size = conn.execute("PRAGMA page_size").fetchall()[0][0]
+    ((root,),) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name='checkpoints'")
+    conn.close()
+    with open(db_path, "r+b") as f:  # the checkpoints table's page, overwritten
+        f.seek((root - 1) * page_size)
+        f.write(b"\x0d" + b"\xff" * (page_size - 1))
+    s = open_store(db_path)
+    try:
+        assert s.get_run("r1").revision == 1  # the runs table is intact
+        with pytest.raises(StoreError) as err:
+            s.history_page("r1", limit=10)
+        assert str(err.value).startswith(f"the database ({db_path}) is corrupt: ")
+        assert str(err.value).endswith("Restore it from a backup; Flowdesk did not write to it.")
+    finally:
+        s.close()
+
+
+def test_an_interrupt_during_a_batch_is_raised_as_it_is_and_saves_nothing(sqlite_store):
+    """Ctrl-C (or any BaseException) inside a batch's transaction rolls it
+    back and reaches the caller unchanged, not as a StoreError."""
+    s = sqlite_store
+    for rid in ("r1", "r2"):
+        s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+
+    def interrupted(tx: Any) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        s.append_batch(
+            [
+                AppendRequest(_cp("r1", 1, {"n": 1})),
+                AppendRequest(_cp("r2", 1, {"n": 1}), writes=[interrupted]),
+            ]
+        )
+    assert [s.get_run(r).revision for r in ("r1", "r2")] == [0, 0]
+    assert dict(s.latest("r1").state) == {"n": 0}
