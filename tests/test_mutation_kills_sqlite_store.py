@@ -709,8 +709,10 @@ def test_a_full_disk_in_the_middle_of_a_batch_is_a_full_disk_and_saves_none_of_i
     vfs.free = True
     s = open_store(db_path, vfs=vfs.name)
     try:
-        for rid in ("r1", "r2"):
-            s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+        s.create_run(_run("r1"), _cp("r1", 0, {"n": 0}))
+        other = open_store(db_path)  # r2: a run this store has not read yet
+        other.create_run(_run("r2"), _cp("r2", 0, {"n": 0}))
+        other.close()
         vfs.full_after_bytes, vfs.free = vfs.written, False  # the disk is full
         big = {"n": 1, "pad": "p" * 1_500_000}  # two of them: more than the 2 MB cache
         with pytest.raises(DiskFullError) as err:
@@ -742,13 +744,16 @@ def test_a_batch_lost_at_commit_is_forgotten_by_the_store_that_sent_it(db_path):
     try:
         for rid in ("r1", "r2"):
             s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+        other.create_run(_run("r3"), _cp("r3", 0, {"n": 0}))  # s has not read r3
         assert s.append_batch(_batch(_cp("r2", 1, {"n": 1}))) == [None]  # one request
         assert wal_size(db_path) > 0
         vfs.full_after_bytes, vfs.free = vfs.written, False
-        with pytest.raises(DiskFullError) as err:
-            s.append_batch(_batch(_cp("r1", 1, {"n": 1, "y": 5}), _cp("r2", 2, {"n": 2})))
+        with pytest.raises(DiskFullError) as err:  # r3's revision 5 was refused before
+            s.append_batch(
+                _batch(_cp("r1", 1, {"n": 1, "y": 5}), _cp("r2", 2, {"n": 2}), _cp("r3", 5, {}))
+            )
         assert str(db_path) in str(err.value)
-        assert [other.get_run(r).revision for r in ("r1", "r2")] == [0, 1]
+        assert [other.get_run(r).revision for r in ("r1", "r2", "r3")] == [0, 1, 0]
         other.append(_cp("r1", 1, {"n": 7}))
         vfs.free = True
         got = s.append_batch(_batch(_cp("r1", 2, {"n": 2, "y": 5}), _cp("r2", 2, {"n": 2})))
