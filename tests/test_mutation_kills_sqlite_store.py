@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import apsw
 import pytest
 
 from desktop_app.errors import (
@@ -830,6 +831,26 @@ def test_vacuum_gives_free_pages_back_above_the_threshold_and_says_how_many(db_p
     assert s.vacuum() == 0
     _leave_free_pages(s, 40)
     assert s.vacuum(min_free_pages=39) == 40 and _free_pages(s) == 0
+    s.close()
+
+
+def test_vacuum_on_a_file_made_without_incremental_vacuum_says_it_gave_nothing_back(tmp_path):
+    """A file that had tables before Flowdesk's schema (auto_vacuum is only
+    settable on an empty file) keeps its free pages: vacuum() reports 0."""
+    path = tmp_path / "adopted.db"
+    plain = apsw.Connection(str(path))
+    plain.execute("CREATE TABLE theirs(x)")  # someone else's table first
+    plain.close()
+    conn = open_connection(path)
+    assert conn.execute("PRAGMA auto_vacuum").fetchall()[0][0] == 0  # NONE
+    migrations.apply(conn)
+    conn.close()
+    s = open_store(path)
+    s.write(lambda tx: tx.execute("INSERT INTO theirs SELECT zeroblob(4000)"))
+    s.write(lambda tx: tx.execute("DELETE FROM theirs"))
+    free = _free_pages(s)
+    assert free > 0
+    assert s.vacuum() == 0 and _free_pages(s) == free
     s.close()
 
 
