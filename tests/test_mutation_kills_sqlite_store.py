@@ -20,20 +20,25 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import apsw
 import pytest
 
 from desktop_app.errors import (
+    CheckpointNotFoundError,
+    DiskFullError,
     DomainWriteError,
     DuplicateFlowKeyError,
     RevisionConflictError,
     RunLeasedError,
     StateNotStorableError,
+    StoreError,
 )
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 from desktop_app.store.group_commit import AppendRequest
-from desktop_app.store.protocol import Intent, Lease, RunRecord, Wait
+from desktop_app.store.protocol import Intent, Lease, RunRecord, StepRecord, Wait
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+from tests.power_loss_vfs import PowerLossVFS, wal_size
 from tests.test_mutation_kills_sqlite import T0, _cp, _run
 
 _DOMAIN = """
@@ -687,3 +692,355 @@ def test_every_public_method_but_now_waits_for_the_connection_lock(db_path):
         assert unlocked == ["now"]
     finally:
         store.close()
+
+
+# -- a batch SQLite rolls back (full disk) ---------------------------------------
+
+
+def _batch(*cps: Any) -> list[AppendRequest]:
+    return [AppendRequest(cp) for cp in cps]
+
+
+def test_a_full_disk_in_the_middle_of_a_batch_is_a_full_disk_and_saves_none_of_it(db_path):
+    """A batch larger than SQLite's page cache writes pages to the WAL before
+    its COMMIT; a full disk then makes SQLite roll the whole transaction back
+    (the request's savepoint with it). The caller is told the disk is full,
+    as for one append, not what apsw says about the savepoint that went."""
+    vfs = PowerLossVFS(full_after_bytes=0)
+    vfs.free = True
+    s = open_store(db_path, vfs=vfs.name)
+    try:
+        s.create_run(_run("r1"), _cp("r1", 0, {"n": 0}))
+        other = open_store(db_path)  # r2: a run this store has not read yet
+        other.create_run(_run("r2"), _cp("r2", 0, {"n": 0}))
+        other.close()
+        vfs.full_after_bytes, vfs.free = vfs.written, False  # the disk is full
+        big = {"n": 1, "pad": "p" * 1_500_000}  # two of them: more than the 2 MB cache
+        with pytest.raises(DiskFullError) as err:
+            s.append_batch(_batch(_cp("r1", 1, big), _cp("r2", 1, big)))
+        assert str(db_path) in str(err.value) and "is full" in str(err.value)
+        assert [s.get_run(r).revision for r in ("r1", "r2")] == [0, 0]
+        vfs.free = True  # the user frees space
+        assert s.append_batch(_batch(_cp("r1", 1, {"n": 1}), _cp("r2", 1, {"n": 1}))) == [
+            None,
+            None,
+        ]
+        assert wal_size(db_path) == 0  # the first commit gave the WAL's space back
+    finally:
+        s.close()
+        vfs.unregister()
+
+
+def test_a_batch_lost_at_commit_is_forgotten_by_the_store_that_sent_it(db_path):
+    """A full disk at the batch's COMMIT: DiskFullError, nothing saved, and
+    the store does not remember the lost revisions as saved: when another
+    process then saves revision 1 its way, this store's revision 2 is stored
+    against that one (a delta against the lost revision 1 would read back
+    without ``y``). The first batch once space is back gives the WAL's space
+    back; later ones leave the WAL to SQLite."""
+    vfs = PowerLossVFS(full_after_bytes=0)
+    vfs.free = True
+    s = open_store(db_path, vfs=vfs.name)
+    other = open_store(db_path)
+    try:
+        for rid in ("r1", "r2"):
+            s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+        other.create_run(_run("r3"), _cp("r3", 0, {"n": 0}))  # s has not read r3
+        assert s.append_batch(_batch(_cp("r2", 1, {"n": 1}))) == [None]  # one request
+        assert wal_size(db_path) > 0
+        vfs.full_after_bytes, vfs.free = vfs.written, False
+        with pytest.raises(DiskFullError) as err:  # r3's revision 5 was refused before
+            s.append_batch(
+                _batch(_cp("r1", 1, {"n": 1, "y": 5}), _cp("r2", 2, {"n": 2}), _cp("r3", 5, {}))
+            )
+        assert str(db_path) in str(err.value)
+        assert [other.get_run(r).revision for r in ("r1", "r2", "r3")] == [0, 1, 0]
+        other.append(_cp("r1", 1, {"n": 7}))
+        vfs.free = True
+        got = s.append_batch(_batch(_cp("r1", 2, {"n": 2, "y": 5}), _cp("r2", 2, {"n": 2})))
+        assert got == [None, None]
+        assert wal_size(db_path) == 0
+        fresh = open_store(db_path)
+        assert dict(fresh.get_checkpoint("r1", 2).state) == {"n": 2, "y": 5}
+        assert dict(fresh.get_checkpoint("r2", 2).state) == {"n": 2}
+        fresh.close()
+        s.append_batch(_batch(_cp("r1", 3, {"n": 3}), _cp("r2", 3, {"n": 3})))
+        assert wal_size(db_path) > 0
+    finally:
+        other.close()
+        s.close()
+        vfs.unregister()
+
+
+# -- prune, delete, vacuum --------------------------------------------------------
+
+
+def _revisions(store: SqliteCheckpointStore, run_id: str = "r1") -> list[int]:
+    return [i.revision for i in store.history(run_id)]
+
+
+def test_prune_keeps_exactly_the_newest_n_and_each_reads_back_whole(db_path):
+    s = open_store(db_path)
+    s.create_run(_run(), _cp("r1", 0, {"n": 0, "keep": "k"}))
+    for rev in range(1, 6):  # deltas: only n changes
+        s.append(_cp("r1", rev, {"n": rev, "keep": "k"}))
+    with pytest.raises(ValueError) as err:
+        s.prune("r1", 0)
+    assert str(err.value) == "keep_last_n must be at least 1: the latest checkpoint is never pruned"
+    assert s.prune("r1", 6) == 0 and _revisions(s) == [0, 1, 2, 3, 4, 5]
+    assert s.prune("r1", 3) == 3 and _revisions(s) == [3, 4, 5]
+    assert s.prune("r1", 3) == 0 and _revisions(s) == [3, 4, 5]  # the oldest is the 3rd
+    s.close()
+    s = open_store(db_path)  # read back from the file, not the store's memory
+    assert [dict(s.get_checkpoint("r1", r).state) for r in (3, 4, 5)] == [
+        {"n": r, "keep": "k"} for r in (3, 4, 5)
+    ]
+    assert s.prune("r1", 1) == 2 and _revisions(s) == [5]
+    assert dict(s.latest("r1").state) == {"n": 5, "keep": "k"}
+    s.close()
+
+
+def _free_pages(store: SqliteCheckpointStore) -> int:
+    return int(store.query(lambda tx: tx.fetchone("PRAGMA freelist_count")[0]))
+
+
+def _leave_free_pages(store: SqliteCheckpointStore, pages: int) -> None:
+    """Make the file hold exactly ``pages`` free pages (a domain table's
+    rows deleted, then SQLite told to give back all but ``pages``)."""
+
+    def fill(tx: Any) -> None:
+        tx.execute("CREATE TABLE IF NOT EXISTS ballast(b BLOB)")
+        tx.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400) "
+            "INSERT INTO ballast SELECT zeroblob(4000) FROM n"
+        )
+        tx.execute("DELETE FROM ballast")
+
+    store.write(fill)
+    free = _free_pages(store)
+    assert free > pages
+    store.write(lambda tx: tx.fetchall(f"PRAGMA incremental_vacuum({free - pages})"))
+    assert _free_pages(store) == pages
+
+
+def test_vacuum_gives_free_pages_back_above_the_threshold_and_says_how_many(db_path):
+    s = open_store(db_path)
+    _leave_free_pages(s, 1)
+    assert s.vacuum(min_free_pages=1) == 0 and _free_pages(s) == 1  # not above it
+    assert s.vacuum() == 1 and _free_pages(s) == 0  # by default: any free page
+    assert s.vacuum() == 0
+    _leave_free_pages(s, 40)
+    assert s.vacuum(min_free_pages=39) == 40 and _free_pages(s) == 0
+    s.close()
+
+
+def test_vacuum_on_a_file_made_without_incremental_vacuum_says_it_gave_nothing_back(tmp_path):
+    """A file that had tables before Flowdesk's schema (auto_vacuum is only
+    settable on an empty file) keeps its free pages: vacuum() reports 0."""
+    path = tmp_path / "adopted.db"
+    plain = apsw.Connection(str(path))
+    plain.execute("CREATE TABLE theirs(x)")  # someone else's table first
+    plain.close()
+    conn = open_connection(path)
+    assert conn.execute("PRAGMA auto_vacuum").fetchall()[0][0] == 0  # NONE
+    migrations.apply(conn)
+    conn.close()
+    s = open_store(path)
+    s.write(lambda tx: tx.execute("INSERT INTO theirs SELECT zeroblob(4000)"))
+    s.write(lambda tx: tx.execute("DELETE FROM theirs"))
+    free = _free_pages(s)
+    assert free > 0
+    assert s.vacuum() == 0 and _free_pages(s) == free
+    s.close()
+
+
+@pytest.mark.parametrize("free, kept", [(256, 256), (257, 0)])
+def test_deleting_or_pruning_gives_the_space_back_once_more_than_256_pages_are_free(
+    db_path, free, kept
+):
+    """1 MiB of 4 KiB pages: below that, a delete leaves its pages for the
+    next writes instead of shrinking the file each time."""
+    s = open_store(db_path)
+    for rid in ("r1", "r2"):
+        s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+        s.append(_cp(rid, 1, {"n": 1}))
+    _leave_free_pages(s, free)
+    assert s.prune("r1", 2) == 0  # nothing to prune: the file is left as it is
+    assert _free_pages(s) == free
+    assert s.prune("r1", 1) == 1  # one small row: no page freed
+    assert _free_pages(s) == kept
+    _leave_free_pages(s, free)
+    s.delete_run("r2")
+    assert _free_pages(s) == kept
+    s.close()
+
+
+def test_a_deleted_run_is_gone_and_its_id_can_be_used_again(sqlite_store):
+    s = sqlite_store
+    s.create_run(_run(), _cp("r1", 0, {"old": True}))
+    s.append(_cp("r1", 1, {"old": True, "n": 1}))
+    s.delete_run("r1")
+    with pytest.raises(CheckpointNotFoundError):
+        s.get_run("r1")
+    with pytest.raises(CheckpointNotFoundError):
+        s.delete_run("r1")
+    s.create_run(_run(), _cp("r1", 0, {"new": True}))
+    s.append(_cp("r1", 1, {"new": True, "n": 1}))
+    assert dict(s.latest("r1").state) == {"new": True, "n": 1}
+
+
+def test_a_run_this_store_never_read_can_be_deleted(db_path):
+    a, b = open_store(db_path), open_store(db_path)
+    a.create_run(_run(), _cp("r1", 0, {}))
+    b.delete_run("r1")
+    assert a.list_runs() == []
+    a.close()
+    b.close()
+
+
+# -- append, head, listing --------------------------------------------------------
+
+
+def test_append_stores_the_step_records_and_fields_the_writer_names_as_changed(db_path):
+    """``changed_steps`` names step records, ``changed_fields`` state fields:
+    each hint narrows its own comparison, and what was named reads back."""
+    s = open_store(db_path)
+    s.create_run(_run(), _cp("r1", 0, {"n": 0, "other": 1}))
+    done = StepRecord("a", "completed", attempts=1, finished_at=T0 + 1)
+    s.append(
+        replace(_cp("r1", 1, {"n": 1, "other": 1}), steps={"a": done}),
+        changed_steps=frozenset({"a"}),
+        changed_fields=frozenset({"n"}),
+    )
+    s.close()
+    s = open_store(db_path)
+    got = s.latest("r1")
+    assert (dict(got.state), dict(got.steps)) == ({"n": 1, "other": 1}, {"a": done})
+    s.close()
+
+
+def test_head_reads_what_another_process_saved_since_this_store_last_looked(db_path):
+    a, b = open_store(db_path), open_store(db_path)
+    a.create_run(_run(), _cp("r1", 0, {"n": 0}))
+    assert dict(a.head("r1").checkpoint.state) == {"n": 0}
+    b.append(_cp("r1", 1, {"n": 1}, status="waiting"))
+    head = a.head("r1")
+    assert (head.run.revision, head.run.status) == (1, "waiting")
+    assert (head.checkpoint.revision, dict(head.checkpoint.state)) == (1, {"n": 1})
+    head = a.head("r1")  # again, from what it read
+    assert (head.run.revision, head.checkpoint.revision, dict(head.checkpoint.state)) == (
+        1,
+        1,
+        {"n": 1},
+    )
+    a.close()
+    b.close()
+
+
+def test_list_runs_with_an_offset_and_no_limit_lists_every_run_after_it(db_path):
+    s = open_store(db_path, synchronous="OFF")
+    ids = [f"r{n:03}" for n in range(130)]
+    requests = [
+        AppendRequest(_cp(rid, 0, {}), run=replace(_run(rid), created_at=T0 + n))
+        for n, rid in enumerate(ids)
+    ]
+    assert s.append_batch(requests) == [None] * 130
+    assert [r.run_id for r in s.list_runs(offset=2)] == ids[2:]
+    assert [r.run_id for r in s.list_runs(offset=2, newest_first=True)] == ids[::-1][2:]
+    s.close()
+
+
+# -- waits ------------------------------------------------------------------------
+
+
+def _waiting(rid: str, *waits: Wait, deadline_at: float | None = None) -> AppendRequest:
+    run = replace(_run(rid), status="waiting", deadline_at=deadline_at)
+    return AppendRequest(_cp(rid, 0, {}, status="waiting", waits=waits), run=run)
+
+
+def test_wakeable_runs_puts_due_deadlines_first_by_time_then_answered_waits(sqlite_store):
+    s = sqlite_store
+    s.append_batch(
+        [
+            _waiting("timer", Wait("timer:a:0", "a", "timer", T0, deadline_at=T0 + 30)),
+            _waiting("run-deadline", deadline_at=T0 + 10),
+            _waiting("signal", Wait("signal:a:0", "a", "signal", T0, name="ok", key="k")),
+            _waiting("event", Wait("event:a:0", "a", "event", T0, name="deployed")),
+            _waiting("later", Wait("later:a:0", "a", "timer", T0, deadline_at=T0 + 100)),
+        ]
+    )
+    s.create_run(replace(_run("busy"), deadline_at=T0 + 1), _cp("busy", 0, {}))  # running
+    assert s.wakeable_runs(T0 + 50) == ["run-deadline", "timer"]
+    s.send_signal("ok", "k", {}, T0 + 1)
+    s.publish_event("deployed", {}, T0 + 2)
+    got = s.wakeable_runs(T0 + 50)
+    assert got[:2] == ["run-deadline", "timer"] and sorted(got[2:]) == ["event", "signal"]
+    assert s.wakeable_runs(T0 + 50, limit=1) == ["run-deadline"]
+    assert s.wakeable_runs(T0 + 100)[:3] == ["run-deadline", "timer", "later"]
+
+
+def test_wakeable_runs_wakes_a_thousand_runs_by_default(db_path):
+    s = open_store(db_path, synchronous="OFF")
+    ids = [f"r{n:04}" for n in range(1001)]
+    s.append_batch([_waiting(rid, deadline_at=T0 + n) for n, rid in enumerate(ids)])
+    assert s.wakeable_runs(T0 + 2000) == ids[:1000]
+    s.close()
+
+
+def test_undelivered_intents_counts_what_is_pending_or_sending_per_run_of_the_scope(db_path):
+    s, other = open_store(db_path), open_store(db_path, scope="team-b")
+    for store, rid, n in ((s, "r1", 3), (s, "r2", 1), (s, "r3", 1), (other, "theirs", 2)):
+        store.create_run(_run(rid), _cp(rid, 0, {}))
+        intents = [Intent(f"{rid}:{i}", rid, "send", "mail", i) for i in range(n)]
+        store.append(_cp(rid, 1, {}), intents=intents)
+    s.mark_intent("r1:0", "sending", T0)
+    s.mark_intent("r1:1", "delivered", T0)
+    s.mark_intent("r3:0", "failed", T0, error="refused")
+    assert s.undelivered_intents() == {"r1": 2, "r2": 1}
+    assert other.undelivered_intents() == {"theirs": 2}
+    s.close()
+    other.close()
+
+
+def test_a_history_page_read_from_a_damaged_file_says_to_restore_a_backup(db_path):
+    s = open_store(db_path)
+    s.create_run(_run(), _cp("r1", 0, {"n": 0}))
+    s.append(_cp("r1", 1, {"n": 1}))
+    s.close()  # the last connection: the WAL is written back into the file
+    conn = open_connection(db_path)
+    page_size = conn.execute("PRAGMA page_size").fetchall()[0][0]
+    ((root,),) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name='checkpoints'")
+    conn.close()
+    with open(db_path, "r+b") as f:  # the checkpoints table's page, overwritten
+        f.seek((root - 1) * page_size)
+        f.write(b"\x0d" + b"\xff" * (page_size - 1))
+    s = open_store(db_path)
+    try:
+        assert s.get_run("r1").revision == 1  # the runs table is intact
+        with pytest.raises(StoreError) as err:
+            s.history_page("r1", limit=10)
+        assert str(err.value).startswith(f"the database ({db_path}) is corrupt: ")
+        assert str(err.value).endswith("Restore it from a backup; Flowdesk did not write to it.")
+    finally:
+        s.close()
+
+
+def test_an_interrupt_during_a_batch_is_raised_as_it_is_and_saves_nothing(sqlite_store):
+    """Ctrl-C (or any BaseException) inside a batch's transaction rolls it
+    back and reaches the caller unchanged, not as a StoreError."""
+    s = sqlite_store
+    for rid in ("r1", "r2"):
+        s.create_run(_run(rid), _cp(rid, 0, {"n": 0}))
+
+    def interrupted(tx: Any) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        s.append_batch(
+            [
+                AppendRequest(_cp("r1", 1, {"n": 1})),
+                AppendRequest(_cp("r2", 1, {"n": 1}), writes=[interrupted]),
+            ]
+        )
+    assert [s.get_run(r).revision for r in ("r1", "r2")] == [0, 0]
+    assert dict(s.latest("r1").state) == {"n": 0}

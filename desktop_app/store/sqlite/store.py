@@ -220,6 +220,24 @@ def _domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError:
     return DomainWriteError(table, constraint, kind, detail)
 
 
+def _rollback_cause(exc: apsw.Error) -> apsw.Error:
+    """What made SQLite roll a transaction back under a savepoint: when a
+    statement inside one (a request of a batch) meets a full disk or an I/O
+    error, SQLite rolls the whole transaction back and apsw, leaving the
+    savepoint, complains that it is gone ("no such savepoint") while handling
+    the error that says what happened: the first SQLite error in ``exc``'s
+    chain. Otherwise ``exc`` itself."""
+    if "no such savepoint" not in str(exc):
+        return exc
+    first = exc
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, apsw.Error):
+            first = cause
+        cause = cause.__context__
+    return first
+
+
 def _scalar(cursor: Any) -> Any:
     row = cursor.fetchone()
     return None if row is None else row[0]
@@ -293,7 +311,7 @@ class SqliteCheckpointStore:
                 raise on_constraint(exc) from exc
             raise self._err(exc) from exc
         except apsw.Error as exc:
-            raise self._err(exc) from exc
+            raise self._err(_rollback_cause(exc)) from exc
         self._own_commits += 1
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
