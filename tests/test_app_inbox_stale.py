@@ -94,12 +94,16 @@ async def test_y_after_the_selected_question_was_answered_elsewhere_answers_noth
                 app.screen.query_one("#inbox-status").render()
             )
 
-            await pilot.press("y")
-            await settle(pilot)
-            assert _approved(db, order_run) is None  # the order was not approved
-            assert [i.run_id for i in screen.items] == [order_run]
             refused = f"{said}; nothing was sent: ↑ or ↓ picks a question"
-            assert any(m.startswith(refused) for m in messages(app, "warning")), messages(app)
+            for key in ("y", "n", "enter"):
+                before = len(messages(app))
+                await pilot.press(key)
+                await settle(pilot)
+                assert app.screen is screen  # enter opened no answer dialog
+                assert _approved(db, order_run) is None  # the order was not answered
+                assert [i.run_id for i in screen.items] == [order_run]
+                new = messages(app)[before:]
+                assert any(m.startswith(refused) for m in new), (key, new)
 
             # picking the order again, on purpose, and y approves it
             await pilot.press("down")
@@ -152,3 +156,55 @@ def test_an_agent_answer_for_a_question_answered_elsewhere_is_refused(
             assert lines(log) == ["record a", "record b"]
         finally:
             store.close()
+
+
+async def test_a_row_whose_run_asks_another_question_is_not_the_selected_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same agent run, the same row, another question (answered from the
+    command line, the agent asked about a second call): nothing is selected,
+    and ``y`` approves neither call."""
+    require("mcp")
+    from desktop_app import bootstrap
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.screens.inbox import InboxScreen
+    from desktop_app.config import load_settings
+    from tests.app_support import messages, settle, wait_until
+    from tests.test_tool_approval import stored_run
+
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(
+        tmp_path, log, 'require_approval = ["append"]', top=f"db_path = {json.dumps(str(db))}"
+    )
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(config))
+    with ChatServer() as server:
+        env = {**os.environ, "FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [append("milk", "a"), append("eggs", "b")]
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        assert flowdesk(db, "ask", "note it", "--mcp", "notes", env=env).returncode == 0
+        run_id = stored_run(db).run_id
+        settings = load_settings()
+        bootstrap.apply_schema(settings)
+        app = FlowdeskApp(settings, flows=[])
+        async with app.run_test(size=(200, 45)) as pilot:
+            await settle(pilot)
+            await pilot.press("i")
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, InboxScreen)
+            (first,) = screen.items
+            assert screen.selected == first and '"milk"' in first.prompt
+            answered = flowdesk(db, "answer", run_id, "yes", env=env)
+            assert answered.returncode == 0, answered.stderr
+            await wait_until(pilot, lambda: '"eggs"' in screen.items[0].prompt, timeout=30)
+            await settle(pilot)
+            (second,) = screen.items
+            assert second.key == first.key and second.wait_id != first.wait_id
+            assert screen.selected is None
+            await pilot.press("y")
+            await settle(pilot)
+            assert not screen.answering
+            assert stored_run(db).status == "input_required"
+            said = "question was answered elsewhere; nothing was sent"
+            assert any(said in m for m in messages(app, "warning")), messages(app)
+    assert lines(log) == ["milk"]  # eggs was never approved

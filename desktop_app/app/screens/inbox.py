@@ -288,6 +288,15 @@ class InboxTable(RowTable):
     #: the row index the question that left was at
     gap = 0
 
+    class NothingSelected(Message):
+        """``enter`` was pressed while no row is selected."""
+
+    def action_select_cursor(self) -> None:
+        if self.show_cursor:
+            super().action_select_cursor()
+        else:  # the screen says why nothing happens
+            self.post_message(self.NothingSelected())
+
     def _pick(self, row: int) -> None:
         self.show_cursor = True
         self.move_cursor(row=max(0, min(row, self.row_count - 1)))
@@ -803,6 +812,10 @@ class InboxScreen(Screen[None]):
     def question_text(self) -> str:
         """The full question shown under the table."""
         return str(self.query_one("#inbox-question", Static).render())
+
+    def on_inbox_table_nothing_selected(self, event: InboxTable.NothingSelected) -> None:
+        event.stop()
+        self._nothing_selected()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # enter on the table (the table's own binding) or a click on a row
