@@ -15,6 +15,14 @@ agent's run with its registered agent and that agent's own model.
 LangGraph threads waiting on an ``interrupt()`` open their thread view on
 ``enter``, where the answer is typed.
 
+A key acts only on the question the person selected: the inbox follows it
+by ``(run id, wait id)`` across refreshes, and when it leaves (answered
+here, or elsewhere: a notice says so) no row is selected until an arrow
+key picks one (:class:`InboxTable`). Every answer carries the wait id shown
+(a flow run's wait, an agent run's
+:func:`~desktop_app.agent.approvals.agent_wait_id`), so a run that asks
+something else by then refuses it.
+
 Reads and answers run in thread workers (the engine's store may be waiting
 for another process's lock); results come back as messages.
 """
