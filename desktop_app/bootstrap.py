@@ -205,12 +205,20 @@ class Services:
     flow_problems: list[FlowProblem] = field(default_factory=list)
 
     def resolve_run_id(self, prefix: str) -> RunRef:
-        """A full id or unique prefix of a flow or agent run → :class:`RunRef`.
+        """A full id or unique prefix of a flow run, agent run or LangGraph
+        thread of this scope → :class:`RunRef` (an exact id of any kind wins
+        over a prefix of another, see :mod:`desktop_app.store.runids`).
 
         Raises:
             UnknownRunError, AmbiguousRunIdError (both ``InputError``).
+            StoreError: the database cannot be read.
         """
-        return resolve_run_id(self.checkpoints, self.agents, prefix)
+        from desktop_app.integrations.langgraph.threads import ThreadIds
+
+        threads = None
+        if "sql" in self.checkpoints.capabilities:  # where LangGraph threads are kept
+            threads = ThreadIds(self.checkpoints, self.settings.scope)
+        return resolve_run_id(self.checkpoints, self.agents, prefix, threads)
 
     def close(self) -> None:
         """Close the database connection (the engine must be idle)."""

@@ -39,13 +39,14 @@ def default_sigint() -> None:
 
 
 def as_printed(
-    command: str, env: dict[str, str], timeout: float = 60
+    command: str, env: dict[str, str], timeout: float = 60, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run a suggested command exactly as printed (``flowdesk`` is this
-    checkout, in a process of its own forked from :mod:`tests.cli_forkserver`)."""
+    checkout, in a process of its own forked from :mod:`tests.cli_forkserver`;
+    ``input``: its standard input)."""
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
-    return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=timeout)
+    return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=timeout, input=input)
 
 
 def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -272,6 +272,16 @@ async def test_approve_and_reject_in_place(tmp_path: Path) -> None:
         await pilot.press("y")  # the first row is selected
         await settle(pilot)
         assert [i.run_id for i in screen.items] == [second]
+        # the answered question took the selection with it: a second key
+        # press (a double tap) answers nothing, it says how to pick one
+        assert screen.selected is None
+        await pilot.press("y")
+        await settle(pilot)
+        assert [i.run_id for i in screen.items] == [second]
+        said = f"No question is selected (you answered run {first[:8]}'s): ↑ or ↓ picks"
+        assert any(m.startswith(said) for m in messages(app, "warning")), messages(app)
+        await pilot.press("down")  # picks the question after it
+        assert screen.selected is not None and screen.selected.run_id == second
         await pilot.press("n")
         await settle(pilot)
         assert screen.items == []

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from desktop_app.agent.messages import canonical_json
-from desktop_app.errors import ApprovalAnswerError
+from desktop_app.errors import ApprovalAnswerError, RunStateError
 from desktop_app.flow.clock import Clock
 from desktop_app.store.protocol import AgentLog
 from desktop_app.textsafe import visible_controls
@@ -178,6 +178,41 @@ def pending_approval(pending_call: Mapping[str, Any] | None) -> ApprovalRequest 
     for something else (an ``ask_user`` question) or nothing."""
     data = (pending_call or {}).get("approval")
     return None if data is None else ApprovalRequest.from_json(data)
+
+
+def agent_wait_id(pending_call: Mapping[str, Any] | None) -> str | None:
+    """The identity of what an ``input_required`` agent run waits on, from
+    its stored ``pending_call``: ``"approval/<place>:<digest>"``
+    (:attr:`ApprovalRequest.key`) for a tool call waiting for approval,
+    ``"ask/<call id>"`` for an ``ask_user`` question, ``None`` when it waits
+    on nothing. An answer sent with it (``Agent.resume_input(...,
+    wait_id=...)``) is refused once the run waits on something else, so a
+    screen read before someone else answered never answers the next question."""
+    if not pending_call:
+        return None
+    request = pending_approval(pending_call)
+    if request is not None:
+        return request.key
+    return f"ask/{pending_call.get('id', '')}"
+
+
+def require_wait(run: Any, wait_id: str) -> None:
+    """Check that agent run ``run`` (an ``AgentRun``) is ``input_required``
+    on ``wait_id`` (:func:`agent_wait_id`).
+
+    Raises:
+        RunStateError: it waits on something else, or on nothing (someone
+            answered the question ``wait_id`` names elsewhere).
+    """
+    if run.status == "input_required" and agent_wait_id(run.pending_call) == wait_id:
+        return
+    now = f"its status is {run.status!r}"
+    if run.status == "input_required":
+        now = "it now waits on another question"
+    raise RunStateError(
+        f"agent run {run.run_id}: the question you answered was answered elsewhere "
+        f"({now}); nothing was answered"
+    )
 
 
 def answer_commands(run_id: str) -> tuple[str, str]:

@@ -179,6 +179,7 @@ def resume_with_recorded_tools(
     answer: str | None = None,
     *,
     no_model: str = "no model is set up",
+    wait_id: str | None = None,
 ) -> AgentResponse:
     """Continue agent run ``run`` with the tools it recorded
     (:meth:`ToolSources.of_run`, connected by :func:`connected_tools`):
@@ -186,6 +187,12 @@ def resume_with_recorded_tools(
     ``answer`` is given (its question's answer, or ``yes``/``no`` to the tool
     call it waits to have approved). A Pydantic AI agent's run is resumed by
     its registered agent (:func:`resume_pydantic_ai`), model included.
+
+    ``wait_id`` (with ``answer``): what the person answered
+    (:func:`~desktop_app.agent.approvals.agent_wait_id` of the question they
+    read); the answer is refused when the run waits on something else now:
+    checked on the run as stored when this is called, and for Flowdesk's own
+    agent again once the run's lease is taken (``Agent.resume_input``).
 
     Raises:
         ConfigError: ``model`` is ``None`` (``no_model`` says why) for a run
@@ -195,9 +202,14 @@ def resume_with_recorded_tools(
         McpError: an MCP server cannot be started or reached.
         ApprovalAnswerError: ``answer`` is not yes or no for an approval.
         AgentRunLeasedError: a live process executes the run.
+        RunStateError: ``wait_id`` given and the run no longer waits on it
+            (answered elsewhere; nothing was answered).
     """
+    from desktop_app.agent.approvals import require_wait
     from desktop_app.agent.runtime import Agent
 
+    if wait_id is not None:
+        require_wait(run, wait_id)
     sources = ToolSources.of_run(store, run.run_id)
     if sources.pydantic_ai is not None:
         return resume_pydantic_ai(store, settings, run.run_id, answer)
@@ -207,7 +219,7 @@ def resume_with_recorded_tools(
         agent = Agent(run.agent, model, store, tools)
         if answer is None:
             return agent.resume(run.run_id)
-        return agent.resume_input(run.run_id, answer)
+        return agent.resume_input(run.run_id, answer, wait_id=wait_id)
 
 
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:

@@ -81,6 +81,7 @@ from desktop_app.agent.approvals import (
     declined_result,
     parse_decision,
     pending_approval,
+    require_wait,
     requires_approval,
 )
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
@@ -355,28 +356,44 @@ class Agent:
         self.store.update(run_id, self.clock.now(), owner=self.owner, status="running", error=None)
         yield from self._drive(run_id, stream)
 
-    def resume_input(self, run_id: str, text: str) -> AgentResponse:
+    def resume_input(self, run_id: str, text: str, *, wait_id: str | None = None) -> AgentResponse:
         """Answer the question of an ``input_required`` run and continue it.
 
         For a tool call waiting for approval, ``text`` is yes or no: the
         decision is journaled with the end of the wait, in one transaction,
         before the call is made (see :mod:`desktop_app.agent.approvals`).
 
+        Args:
+            run_id: the agent run.
+            text: the answer (yes or no for an approval).
+            wait_id: what the person answers, as
+                :func:`~desktop_app.agent.approvals.agent_wait_id` named it
+                when they read it (``None``: whatever the run waits on now).
+                Given, the answer is refused when the run waits on something
+                else, checked again once the run's lease is taken (another
+                process that answered in between is seen).
+
         Raises:
             AgentRunLeasedError: another live process took the answer a
                 moment ago and executes the run (nothing was run here).
-            RunStateError: the run does not wait for input.
+            RunStateError: the run does not wait for input, or (``wait_id``
+                given) waits on something else than ``wait_id`` (nothing
+                was answered).
             ApprovalAnswerError: an approval answered with neither yes nor no
                 (nothing changed; the run still waits).
         """
-        return _drain(self._resume_input(run_id, text, False))
+        return _drain(self._resume_input(run_id, text, False, wait_id))
 
     def resume_input_stream(self, run_id: str, text: str) -> Iterator[AgentEvent]:
         """:meth:`resume_input`, streamed (text deltas and tool events)."""
         return self._resume_input(run_id, text, True)
 
-    def _resume_input(self, run_id: str, text: str, stream: bool) -> Iterator[AgentEvent]:
+    def _resume_input(
+        self, run_id: str, text: str, stream: bool, wait_id: str | None = None
+    ) -> Iterator[AgentEvent]:
         run = self.store.get(run_id)
+        if wait_id is not None:
+            require_wait(run, wait_id)
         if run.status != "input_required" or run.pending_call is None:
             holder = run.lease_owner
             if (
@@ -399,6 +416,12 @@ class Agent:
             written = {"messages": [answer.to_json()]}
         self._refuse_other_tools(run_id)
         self._claim(run)
+        if wait_id is not None:  # answered elsewhere between the read and the lease?
+            try:
+                require_wait(self.store.get(run_id), wait_id)
+            except RunStateError:
+                self.store.release(run_id, self.owner)
+                raise
         self.store.update(
             run_id,
             self.clock.now(),

@@ -123,10 +123,12 @@ class Ctx:
         return services
 
     def resolve(self, sv: Services, prefix: str) -> RunRef:
-        """A run id or unique prefix → the run (flow or agent, else a
+        """A run id or unique prefix → the run (flow or agent run, or a
         LangGraph thread: ``kind == "langgraph"``), with hints that repeat
-        this command's ``--db``/``--scope``. Flow and agent runs win over
-        threads (a prefix matching both picks the run).
+        this command's ``--db``/``--scope``. An exact id of any kind wins
+        over a prefix match of another (a thread ``8c09`` over a run
+        ``8c09d34e…``); a prefix that several ids start with is refused,
+        naming them all (:meth:`Services.resolve_run_id`).
 
         Raises:
             UnknownRunError, AmbiguousRunIdError (exit 2).
@@ -136,11 +138,6 @@ class Ctx:
         try:
             return sv.resolve_run_id(prefix)
         except UnknownRunError as exc:
-            from desktop_app.integrations.langgraph.threads import resolve_thread
-
-            thread = resolve_thread(sv.checkpoints, sv.settings.scope, prefix)
-            if thread is not None:
-                return thread
             elsewhere = _other_scopes(sv, prefix)
             if len(elsewhere) == 1:  # the run is there: the command that shows it there
                 (scope, run_id), *_ = elsewhere

@@ -6,6 +6,7 @@ only the state of a checkpoint (``show``) needs the ``langgraph`` extra."""
 from __future__ import annotations
 
 import json
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
@@ -55,8 +56,9 @@ def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[s
 
 
 def answer_hint(ctx: Ctx, thread_id: str) -> str:
-    """The command that answers a waiting thread (the answer on standard input)."""
-    return ctx.hints.cmd(f"answer {thread_id} -")
+    """The command that answers a waiting thread (the answer on standard
+    input), the thread id quoted for a POSIX shell (its program names it)."""
+    return ctx.hints.cmd(f"answer {shlex.quote(thread_id)} -")
 
 
 def _state(sv: Services, thread_id: str) -> dict[str, Any] | None:

@@ -1,15 +1,21 @@
-"""Run ids as people type them: a unique prefix of a flow run or agent run id.
+"""Run ids as people type them: a unique prefix of a flow run, agent run or
+LangGraph thread id.
 
-The one place a command line argument or an app filter becomes a run id.
-It reads only through the store protocol (``get_run``, ``list_runs``) and an
-agent store's ``get``/``list``, so it works on every backend.
+The one place a command line argument becomes a run id. It reads only
+through the store protocol (``get_run``, ``list_runs``), an agent store's
+``get``/``list`` and a :class:`ThreadReader`, so it works on every backend.
 
 Rules:
 
-* An exact id always wins (flow runs first, then agent runs).
-* Otherwise every flow run and agent run whose id starts with the prefix
-  matches; one match is the answer, none raises :class:`UnknownRunError`,
-  several raise :class:`AmbiguousRunIdError` listing them.
+* An exact id always wins over every prefix match, whatever kind either is
+  (flow runs first, then agent runs, then LangGraph threads when one id is
+  several). A LangGraph thread id is chosen by the program that runs the
+  graph (``"8c09"``, ``"release-42"``) and may be the first characters of a
+  Flowdesk run's id: ``answer 8c09`` answers the thread ``8c09``.
+* Otherwise every flow run, agent run and thread whose id starts with the
+  prefix matches; one match is the answer, none raises
+  :class:`UnknownRunError`, several raise :class:`AmbiguousRunIdError`
+  listing them (each with its kind).
 * A child agent run's id is ``<flow run>:<path>``; a prefix without ``:``
   never matches such an id (so the 8 characters the app shows for a flow run
   pick that run, not its per-file child runs); type the ``:`` to pick one.
@@ -39,7 +45,7 @@ from desktop_app.store.protocol import CheckpointStore
 #: the shortest prefix accepted (the app shows 8 characters)
 MIN_PREFIX = 4
 
-#: ``"langgraph"``: a LangGraph thread (resolved by the CLI, see ``cli.common.Ctx.resolve``)
+#: ``"langgraph"``: a LangGraph thread (given a :class:`ThreadReader`)
 RunKind = Literal["flow", "agent", "langgraph"]
 
 _clock_lock = threading.Lock()
@@ -90,6 +96,18 @@ class AgentRunReader(Protocol):
     def list(self, statuses: Sequence[str] | None = None, agent: str | None = None) -> Any: ...
 
 
+class ThreadReader(Protocol):
+    """What resolution needs of LangGraph threads (one scope's)."""
+
+    def exists(self, thread_id: str) -> bool:
+        """Whether a thread of exactly this id exists."""
+        ...
+
+    def ids(self) -> list[str]:
+        """Every thread id."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class RunRef:
     """A resolved run: its full id and whether it is a flow run or an agent run."""
@@ -99,14 +117,19 @@ class RunRef:
 
 
 def resolve_run_id(
-    checkpoints: CheckpointStore, agents: AgentRunReader | None, prefix: str
+    checkpoints: CheckpointStore,
+    agents: AgentRunReader | None,
+    prefix: str,
+    threads: ThreadReader | None = None,
 ) -> RunRef:
-    """The one run whose id is ``prefix`` or starts with it.
+    """The one run whose id is ``prefix`` or, when none is, starts with it.
 
     Args:
         checkpoints: the flow-run store (its scope bounds the search).
         agents: the agent-run store, or ``None`` to look at flow runs only.
         prefix: a full id or a unique prefix (at least :data:`MIN_PREFIX` chars).
+        threads: the LangGraph threads of the same scope, or ``None`` to
+            leave them out.
 
     Raises:
         UnknownRunError: no run matches (an ``InputError``: exit code 2).
@@ -124,6 +147,8 @@ def resolve_run_id(
             return RunRef(str(agents.get(wanted).run_id), "agent")
         except CheckpointNotFoundError:
             pass
+    if threads is not None and threads.exists(wanted):
+        return RunRef(wanted, "langgraph")
     where = f"in scope {scope!r}"
     if len(wanted) < MIN_PREFIX:
         raise UnknownRunError(
@@ -139,6 +164,8 @@ def resolve_run_id(
             for r in agents.list()
             if str(r.run_id).startswith(wanted) and (child or ":" not in str(r.run_id))
         ]
+    if threads is not None:
+        found += [RunRef(t, "langgraph") for t in threads.ids() if t.startswith(wanted)]
     if not found:
         raise UnknownRunError(f"no run {wanted} {where}")
     if len(found) > 1:

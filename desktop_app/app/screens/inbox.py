@@ -15,6 +15,14 @@ agent's run with its registered agent and that agent's own model.
 LangGraph threads waiting on an ``interrupt()`` open their thread view on
 ``enter``, where the answer is typed.
 
+A key acts only on the question the person selected: the inbox follows it
+by ``(run id, wait id)`` across refreshes, and when it leaves (answered
+here, or elsewhere: a notice says so) no row is selected until an arrow
+key picks one (:class:`InboxTable`). Every answer carries the wait id shown
+(a flow run's wait, an agent run's
+:func:`~desktop_app.agent.approvals.agent_wait_id`), so a run that asks
+something else by then refuses it.
+
 Reads and answers run in thread workers (the engine's store may be waiting
 for another process's lock); results come back as messages.
 """
@@ -123,6 +131,11 @@ class InboxItem:
         run: the flow run (``None`` for agent runs).
         wait: the flow run's wait (``None`` for agent runs).
         approval: an agent run waiting for a tool call's approval.
+        wait_id: what is asked, as the person read it: the flow run's wait
+            id, the agent run's :func:`~desktop_app.agent.approvals.agent_wait_id`,
+            the LangGraph thread's checkpoint id. An answer carries it (a
+            run that waits on something else by then refuses it), and a
+            row whose ``(run_id, wait_id)`` changed is another question.
     """
 
     key: str
@@ -135,6 +148,12 @@ class InboxItem:
     wait: Wait | None = None
     asked_at: float | None = None
     approval: bool = False
+    wait_id: str | None = None
+
+    @property
+    def identity(self) -> tuple[str, str | None]:
+        """``(run_id, wait_id)``: the question itself, not the row it is in."""
+        return self.run_id, self.wait_id
 
     @property
     def source(self) -> str:
@@ -190,6 +209,7 @@ def read_inbox(app: Host) -> tuple[list[InboxItem], str | None]:
                         run=run,
                         wait=w,
                         asked_at=w.created_at,
+                        wait_id=w.wait_id,
                     )
                 )
     except FlowdeskError as exc:
@@ -222,6 +242,7 @@ def _thread_items(store: CheckpointStore) -> list[InboxItem]:
             prompt="; ".join(json_text(v) for v in t.interrupts) or "(no question)",
             deadline_at=None,
             asked_at=t.updated_at,
+            wait_id=t.checkpoint_id,
         )
         for t in list_threads(store, store.scope, statuses=["waiting"])
     ]
@@ -229,7 +250,7 @@ def _thread_items(store: CheckpointStore) -> list[InboxItem]:
 
 def _agent_items(agents: AgentStore) -> list[InboxItem]:
     out = []
-    from desktop_app.agent.approvals import pending_approval
+    from desktop_app.agent.approvals import agent_wait_id, pending_approval
 
     for run in agents.list(statuses=["input_required"]):
         request = pending_approval(run.pending_call)
@@ -246,6 +267,7 @@ def _agent_items(agents: AgentStore) -> list[InboxItem]:
                 deadline_at=run.deadline_at,
                 asked_at=run.updated_at,
                 approval=request is not None,
+                wait_id=agent_wait_id(run.pending_call),
             )
         )
     return out
@@ -260,6 +282,67 @@ class AgentAnswered(Message):
         self.run_id = run_id
         self.text = text
         self.severity = severity
+
+
+class InboxTable(RowTable):
+    """The inbox's rows. When the question the person had selected leaves
+    the inbox (answered here or elsewhere), the screen hides the cursor: no
+    row is selected, so ``y``/``n``/``enter`` answer nothing until the person
+    picks a row again. The first cursor key (or a click) then shows the
+    cursor without acting: ``down`` on the question that came after the one
+    that left (:attr:`gap`), ``up`` on the one before it, ``home``/``end``/
+    page keys as usual, a click on the row clicked."""
+
+    #: the row index the question that left was at
+    gap = 0
+
+    class NothingSelected(Message):
+        """``enter`` was pressed while no row is selected."""
+
+    def action_select_cursor(self) -> None:
+        if self.show_cursor:
+            super().action_select_cursor()
+        else:  # the screen says why nothing happens
+            self.post_message(self.NothingSelected())
+
+    def _pick(self, row: int) -> None:
+        self.show_cursor = True
+        self.move_cursor(row=max(0, min(row, self.row_count - 1)))
+
+    def action_cursor_down(self) -> None:
+        if self.show_cursor:
+            super().action_cursor_down()
+        else:
+            self._pick(self.gap)
+
+    def action_cursor_up(self) -> None:
+        if self.show_cursor:
+            super().action_cursor_up()
+        else:
+            self._pick(self.gap - 1)
+
+    def action_page_down(self) -> None:
+        self.show_cursor = True
+        super().action_page_down()
+
+    def action_page_up(self) -> None:
+        self.show_cursor = True
+        super().action_page_up()
+
+    def action_scroll_top(self) -> None:
+        self.show_cursor = True
+        super().action_scroll_top()
+
+    def action_scroll_bottom(self) -> None:
+        self.show_cursor = True
+        super().action_scroll_bottom()
+
+    async def _on_click(self, event: events.Click) -> None:
+        row = event.style.meta.get("row")
+        if not self.show_cursor and isinstance(row, int) and row >= 0:
+            self._pick(row)  # selects the row; a second click acts on it
+            return
+        await super()._on_click(event)
 
 
 class InboxScreen(Screen[None]):
@@ -300,6 +383,11 @@ class InboxScreen(Screen[None]):
         self._status = ""
         #: agent runs whose approval is being answered (a second y waits)
         self.answering: set[str] = set()
+        #: the selected question that left the inbox (no row is selected
+        #: since; ``None`` once the person picks a row again)
+        self.gone: InboxItem | None = None
+        #: ``(run_id, wait_id)`` of the questions answered from this screen
+        self._sent: set[tuple[str, str | None]] = set()
 
     @property
     def flowdesk(self) -> Host:
@@ -317,7 +405,7 @@ class InboxScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static("Reading the inbox…", id="inbox-status")
-        yield RowTable(id="inbox")
+        yield InboxTable(id="inbox")
         yield Static("", id="inbox-question")
         yield Footer(show_command_palette=False)
 
@@ -347,9 +435,12 @@ class InboxScreen(Screen[None]):
         self.post_message(InboxLoaded(items, error))
 
     def on_inbox_loaded(self, message: InboxLoaded) -> None:
+        before = self.selected
         self.items = message.items
         self.loaded = True
-        self._fill()
+        keys = {i.key for i in self.items}
+        self.marked &= keys  # a selected (space) question answered elsewhere is not answered again
+        self._fill(before)
         self.refresh_bindings()  # y / n / enter only while something waits
         self._show_question()
         asking = sum(i.kind == "flow" for i in self.items)
@@ -368,19 +459,32 @@ class InboxScreen(Screen[None]):
             status += f" Could not read everything: {message.error}"
             self.flowdesk.say(message.error, "error")
         self._status = status
+        self._show_status()
+
+    def _show_status(self) -> None:
+        status = self._status
+        if self.items and not self.table.show_cursor:
+            status += " No question is selected: ↑ or ↓ picks one."
         self.query_one("#inbox-status", Static).update(Text(status))
 
     def on_resize(self, event: events.Resize) -> None:
         if self.loaded:
             self._fill()
 
-    def _fill(self) -> None:
+    def _fill(self, before: InboxItem | None = None) -> None:
         """The rows, in the columns that fit the terminal's width: the
         question takes what the others leave (cut at a word, in full below
         the table); on a narrow terminal How, then Time left, then From are
-        dropped whole, so Deadline is never pushed off screen."""
-        table = self.table
-        keep = self.selected.key if self.selected is not None else None
+        dropped whole, so Deadline is never pushed off screen.
+
+        The cursor stays on the question selected before (``before``, else
+        the one selected now), found by ``(run id, wait id)``, wherever its
+        row went. When that question left the inbox (or its run now asks
+        something else), no row is selected (:meth:`_lose`): the cursor never
+        lands on another question that ``y`` would answer."""
+        table = cast(InboxTable, self.table)
+        before = before if before is not None else self.selected
+        was_at = table.cursor_row
         now = self._now()
         rows = [
             (item, dict(zip(self.ALL_KEYS, self._cells(item, now), strict=True)))
@@ -402,9 +506,34 @@ class InboxScreen(Screen[None]):
         for item, cells in rows:
             cells["question"] = cut_words(cells["question"], question)
             table.add_row(*(Text(cells[k]) for k in kept), key=item.key)
-        keys = [i.key for i in self.items]
-        if keep in keys:
-            table.move_cursor(row=keys.index(keep))
+        identities = [i.identity for i in self.items]
+        if before is not None and before.identity in identities:
+            table.move_cursor(row=identities.index(before.identity))
+        elif before is not None:
+            self._lose(before, was_at)
+        elif not table.show_cursor:
+            table.move_cursor(row=min(table.gap, max(0, table.row_count - 1)))
+
+    def _lose(self, item: InboxItem, row: int) -> None:
+        """The selected question ``item`` (at row index ``row``) left the
+        inbox: select nothing, and say so unless it was answered here."""
+        table = cast(InboxTable, self.table)
+        self.gone = item
+        table.gap = row
+        table.show_cursor = False
+        if self.items:
+            table.move_cursor(row=min(row, table.row_count - 1))
+        if item.identity not in self._sent:
+            self.flowdesk.say(
+                f"{self._gone_text(item)}; no question is selected: ↑ or ↓ picks one.",
+                "warning",
+            )
+        self._show_status()
+
+    @staticmethod
+    def _gone_text(item: InboxItem) -> str:
+        who = "Run" if item.kind == "flow" else item.source.capitalize()
+        return f"{who} {short_id(item.run_id)}'s question was answered elsewhere"
 
     def _cells(self, item: InboxItem, now: float) -> tuple[str, ...]:
         source = item.source
@@ -455,16 +584,32 @@ class InboxScreen(Screen[None]):
 
     @property
     def selected(self) -> InboxItem | None:
+        """The question under the cursor; ``None`` when no row is selected
+        (the selected question left the inbox, :attr:`gone`) or none waits."""
         table = self.table
-        if not self.items or not table.is_valid_row_index(table.cursor_row):
+        if not self.items or not table.show_cursor:
+            return None
+        if not table.is_valid_row_index(table.cursor_row):
             return None
         row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
         return next((i for i in self.items if i.key == row_key.value), None)
 
+    def _nothing_selected(self) -> None:
+        """Say why a key that answers the selected question did nothing."""
+        if not self.items:
+            self.flowdesk.say("Nothing selected: nothing is waiting for you.", "warning")
+            return
+        why = "No question is selected"
+        if self.gone is not None and self.gone.identity not in self._sent:
+            why = f"{self._gone_text(self.gone)}; nothing was sent"
+        elif self.gone is not None:
+            why = f"{why} (you answered run {short_id(self.gone.run_id)}'s)"
+        self.flowdesk.say(f"{why}: ↑ or ↓ picks a question, then press the key again.", "warning")
+
     def _selected_flow_item(self) -> InboxItem | None:
         item = self.selected
         if item is None:
-            self.flowdesk.say("Nothing selected: nothing is waiting for you.", "warning")
+            self._nothing_selected()
             return None
         if item.kind == "langgraph":
             self.flowdesk.say(
@@ -540,11 +685,14 @@ class InboxScreen(Screen[None]):
             assert item.wait is not None
             # The app drives the answer in its worker and tells this screen how it
             # went (AnswerAccepted / AnswerRefused), as it does for the answer dialog.
+            # The wait id is the one shown: a run that waits on another refuses it.
             refused = self.flowdesk.controller.send_answer(
                 cast(AnswerScreen, self), item.run_id, item.wait.wait_id, value
             )
             if refused:
                 self.flowdesk.say(refused, "error")
+            else:
+                self._sent.add(item.identity)
         self.marked.clear()
 
     # -- answering an agent run (a tool call's approval, or its question) -----
@@ -582,16 +730,21 @@ class InboxScreen(Screen[None]):
             self.flowdesk.say(f"Agent run {rid} is already being answered.", "warning")
             return
         self.answering.add(item.run_id)
+        self._sent.add(item.identity)
         self.flowdesk.say(notice)
-        self._drive_answer(item.run_id, answer, by_hand)
+        self._drive_answer(item.run_id, answer, by_hand, item.wait_id)
 
     @work(thread=True, group="inbox-agent", name="answer an agent run")
-    def _drive_answer(self, run_id: str, answer: str, by_hand: str) -> None:
-        """``Agent.resume_input(run_id, answer)`` on this thread, with the tools
-        the run recorded and the configured model, or a Pydantic AI agent's
-        run with its registered agent and that agent's own model (no
-        Flowdesk model needed, as ``flowdesk answer`` does); the outcome comes
-        back as :class:`AgentAnswered`."""
+    def _drive_answer(
+        self, run_id: str, answer: str, by_hand: str, wait_id: str | None = None
+    ) -> None:
+        """``Agent.resume_input(run_id, answer, wait_id=wait_id)`` on this
+        thread, with the tools the run recorded and the configured model, or
+        a Pydantic AI agent's run with its registered agent and that agent's
+        own model (no Flowdesk model needed, as ``flowdesk answer`` does); the
+        outcome comes back as :class:`AgentAnswered`. ``wait_id``: the
+        question the person answered; a run that waits on another by now
+        (answered elsewhere) is not answered."""
         from desktop_app.agent.recovery import ToolSources, resume_with_recorded_tools
 
         rid = short_id(run_id)
@@ -605,7 +758,7 @@ class InboxScreen(Screen[None]):
                 if model is None:
                     raise _NoModel
             res = resume_with_recorded_tools(
-                store, self.flowdesk.settings, model, store.get(run_id), answer
+                store, self.flowdesk.settings, model, store.get(run_id), answer, wait_id=wait_id
             )
         except _NoModel:
             text = (
@@ -644,6 +797,9 @@ class InboxScreen(Screen[None]):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
+        if self.table.show_cursor and self.gone is not None:  # the person picked a row
+            self.gone = None
+            self._show_status()
         self._show_question()
 
     def _show_question(self) -> None:
@@ -664,6 +820,10 @@ class InboxScreen(Screen[None]):
     def question_text(self) -> str:
         """The full question shown under the table."""
         return str(self.query_one("#inbox-question", Static).render())
+
+    def on_inbox_table_nothing_selected(self, event: InboxTable.NothingSelected) -> None:
+        event.stop()
+        self._nothing_selected()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         # enter on the table (the table's own binding) or a click on a row

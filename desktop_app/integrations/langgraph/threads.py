@@ -20,9 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from desktop_app.errors import AmbiguousRunIdError, InputError, RunStateError, UnknownRunError
+from desktop_app.errors import InputError, RunStateError, UnknownRunError
 from desktop_app.store.protocol import DomainStore, SqlTx
-from desktop_app.store.runids import MIN_PREFIX, RunRef
 
 #: the run kind threads have in ``flowdesk runs`` and the app
 KIND = "langgraph"
@@ -268,21 +267,26 @@ def resume_hint(thread_id: str) -> str:
     return f"graph.invoke(None, {config})"
 
 
-def resolve_thread(store: DomainStore, scope: str, prefix: str) -> RunRef | None:
-    """The thread whose id is ``prefix`` or the one thread whose id starts
-    with it (at least ``MIN_PREFIX`` characters), or ``None``.
+@dataclass(frozen=True)
+class ThreadIds:
+    """The thread ids of one scope, as run-id resolution reads them
+    (:class:`desktop_app.store.runids.ThreadReader`)."""
 
-    Raises:
-        AmbiguousRunIdError: several threads start with ``prefix``.
-    """
-    wanted = prefix.strip()
-    if get_thread(store, scope, wanted) is not None:
-        return RunRef(wanted, "langgraph")
-    if len(wanted) < MIN_PREFIX:
-        return None
-    found = sorted(
-        t.thread_id for t in list_threads(store, scope) if t.thread_id.startswith(wanted)
-    )
-    if len(found) > 1:
-        raise AmbiguousRunIdError(wanted, [f"{t} (langgraph)" for t in found])
-    return RunRef(found[0], "langgraph") if found else None
+    store: DomainStore
+    scope: str
+
+    def exists(self, thread_id: str) -> bool:
+        """Whether thread ``thread_id`` exists (one indexed read).
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        return get_thread(self.store, self.scope, thread_id) is not None
+
+    def ids(self) -> list[str]:
+        """Every thread id of the scope.
+
+        Raises:
+            StoreError: the store cannot be read.
+        """
+        return [t.thread_id for t in list_threads(self.store, self.scope)]
