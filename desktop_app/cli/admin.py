@@ -10,7 +10,7 @@ from typing import Any
 
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit_all, emit_one, iso, when
-from desktop_app.errors import DatabaseMissingError, FlowdeskError, InputError
+from desktop_app.errors import DatabaseMissingError, FlowdeskError, InputError, redact
 from desktop_app.words import plural
 
 
@@ -346,7 +346,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     engine, store = sv.engine, sv.checkpoints
     if "processes" not in store.capabilities:
         raise InputError(
-            f"{sv.database}: this store cannot share runs between workers (processes); "
+            f"{redact(sv.database)}: this store cannot share runs between workers (processes); "
             "run `flowdesk agent` without --worker, or use a PostgreSQL database"
         )
     worker = Worker(
