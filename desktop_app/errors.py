@@ -283,7 +283,28 @@ class SchemaTooNewError(SchemaError):
 
 class CopyTargetNotEmptyError(StoreError):
     """``flowdesk db copy``: the target database already holds runs; nothing
-    was copied (copy into a freshly applied database)."""
+    was copied (copy into a freshly applied database).
+
+    Attributes:
+        where: the target, its password masked (:func:`redact`).
+        runs: flow runs it holds (all scopes).
+        agent_runs: agent runs it holds (all scopes).
+    """
+
+    def __init__(self, where: str, runs: int, agent_runs: int) -> None:
+        self.where, self.runs, self.agent_runs = where, runs, agent_runs
+        held = [plural(runs, "flow run"), plural(agent_runs, "agent run")]
+        self.held = " and ".join(h for h, n in zip(held, (runs, agent_runs), strict=True) if n)
+        super().__init__(
+            f"{where} already holds {self.held}; nothing was copied. Copy into a new, empty "
+            "database once db apply has created its tables there."
+        )
+
+    def for_command(self, look: str) -> str:
+        """The message with the command that lists what the target holds
+        (``look``: ``flowdesk --db URL runs`` with the user's URL, its
+        password left out)."""
+        return f"{self}; see what it holds with `{look}`"
 
 
 class CheckpointNotFoundError(FlowdeskError):
