@@ -343,10 +343,14 @@ def check_environment(environ: dict[str, str] | None = None) -> None:
 
 
 def check_config_file(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse a ``FLOWDESK_CONFIG`` that names a file in a folder that does not
-    exist (a typo would be ignored silently: no settings read, none could be
-    saved there). A file not created yet in an existing folder is fine: the
-    app's Settings screen creates it; the default path may be missing too.
+    """Refuse a ``FLOWDESK_CONFIG`` that names no settings file: a path that
+    does not exist (a typo would be ignored silently, the command running
+    without the settings meant for it) or a folder. The default path may be
+    missing (no settings yet). The command line checks this; the app does
+    not, since its Settings screen creates the file (and its folder).
+
+    Args:
+        environ: the environment to read (``os.environ`` when ``None``).
 
     Raises:
         ConfigError: naming the file and what to do (exit 2).
@@ -357,16 +361,16 @@ def check_config_file(environ: Mapping[str, str] | None = None) -> None:
     if not moved:
         return
     path = Path(moved).expanduser()
+    default = Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
     if path.is_dir():
         raise ConfigError(
             f"FLOWDESK_CONFIG names {path}, a folder; point it at a TOML file "
-            "(e.g. config.toml in that folder) or unset it"
+            f"(e.g. {path / 'config.toml'}) or unset it"
         )
-    if not path.parent.is_dir():
+    if not path.exists():
         raise ConfigError(
-            f"FLOWDESK_CONFIG names {path}, but the folder {path.parent} does not exist; "
-            "fix the path, or unset FLOWDESK_CONFIG to use the default settings file "
-            f"({Path(platformdirs.user_config_dir(APP_NAME)) / 'config.toml'})"
+            f"FLOWDESK_CONFIG names {path}, which does not exist; fix the path, create the "
+            f"file (an empty one is fine), or unset FLOWDESK_CONFIG to use {default}"
         )
 
 
@@ -399,9 +403,8 @@ def load_settings(**overrides: object) -> Settings:
     Raises:
         ConfigError: a setting is invalid (the message names it), the
             settings file is unreadable, not UTF-8 text or not TOML (a NUL
-            byte included), ``FLOWDESK_CONFIG`` names a file in a folder that
-            does not exist (:func:`check_config_file`), a ``FLOWDESK_*``
-            environment variable is unknown (:func:`check_environment`) or
+            byte included), a ``FLOWDESK_*`` environment variable is
+            unknown (:func:`check_environment`) or
             a list- or table-valued one is not JSON (``FLOWDESK_FLOWS='["x"'``).
     """
     import tomllib
@@ -412,7 +415,6 @@ def load_settings(**overrides: object) -> Settings:
     from desktop_app.errors import ConfigError
 
     check_environment()
-    check_config_file()
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**clean)  # type: ignore[arg-type]

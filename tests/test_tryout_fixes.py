@@ -3,7 +3,7 @@ whose arguments hold a path or a URL listed as tool calls (an unknown
 outcome as ``unknown``) by ``show``, ``show -o json`` and the app; a
 database password in a URL's query string (or a libpq keyword string)
 never printed; malformed JSON in a ``FLOWDESK_*`` variable and a
-``FLOWDESK_CONFIG`` in a missing folder as typed errors; ``export --out``
+``FLOWDESK_CONFIG`` naming no file as typed errors; ``export --out``
 on a file or an uncreatable folder a typed error that writes nothing;
 ``db copy`` into a database holding runs, and ``undo`` of a run of another
 flow, worded right. Real ``flowdesk`` subprocesses, real SQLite files in
@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from desktop_app.agent.tools import is_tool_call
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, flowdesk
 
 #: arguments a file-system, git or fetch tool gets every day
@@ -249,7 +250,7 @@ def test_the_db_apply_hint_of_an_empty_database_runs_as_printed_without_the_pass
     assert flowdesk(url, "runs").returncode == 0
 
 
-# -- 3. settings variables that are not JSON, a FLOWDESK_CONFIG that cannot be ----
+# -- 3. settings variables that are not JSON, a FLOWDESK_CONFIG naming no file ----
 
 
 @pytest.mark.parametrize(
@@ -270,20 +271,23 @@ def test_a_settings_variable_that_is_not_json_is_a_typed_error(
     assert f"it takes {shape}" in ran.stderr and "fix or unset it" in ran.stderr
 
 
-def test_an_explicit_config_file_in_a_missing_folder_is_an_error(tmp_path: Path) -> None:
+def test_an_explicit_config_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     db = tmp_path / "a.db"
     assert flowdesk(db, "db", "apply").returncode == 0
-    gone = tmp_path / "nonexistent" / "c.toml"
-    ran = flowdesk(db, "runs", env={"FLOWDESK_CONFIG": str(gone)})
-    assert ran.returncode == 2, ran.stderr
-    assert f"FLOWDESK_CONFIG names {gone}, but the folder {gone.parent} does not exist" in (
-        ran.stderr
-    )
+    for gone in (tmp_path / "nonexistent" / "c.toml", tmp_path / "typo.toml"):
+        ran = flowdesk(db, "runs", env={"FLOWDESK_CONFIG": str(gone)})
+        assert ran.returncode == 2, ran.stderr
+        assert f"FLOWDESK_CONFIG names {gone}, which does not exist; fix the path" in ran.stderr
     folder = flowdesk(db, "runs", env={"FLOWDESK_CONFIG": str(tmp_path)})
     assert folder.returncode == 2 and "a folder; point it at a TOML file" in folder.stderr
-    # a settings file not created yet in a folder that exists: where the app saves
-    fresh = flowdesk(db, "runs", env={"FLOWDESK_CONFIG": str(tmp_path / "new.toml")})
-    assert fresh.returncode == 0, fresh.stderr
+    empty = tmp_path / "c.toml"
+    empty.write_text("")
+    assert flowdesk(db, "runs", env={"FLOWDESK_CONFIG": str(empty)}).returncode == 0
+    # the default settings file may be missing: no FLOWDESK_CONFIG, an empty config dir
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    env.pop("FLOWDESK_CONFIG", None)
+    default = cli_forkserver.run(["--db", str(db), "runs"], env=env, cwd=REPO, timeout=120)
+    assert default.returncode == 0, default.stderr
 
 
 # -- 4. export --out that cannot be the export's folder --------------------------
@@ -321,7 +325,9 @@ def test_undo_of_a_run_of_another_flow_names_that_flow(tmp_path: Path) -> None:
     rid = started.stdout.split()[0]
     undo = flowdesk(db, "undo", rid, env=env)
     assert undo.returncode == 2, undo.stderr
-    assert f"run {rid} is a run of flow 'approval', not of tidy; nothing to undo" in undo.stderr
+    assert f"run {rid} is a run of flow 'approval', not a tidy run; nothing to undo" in (
+        undo.stderr
+    )
 
 
 @pytest.mark.postgres
