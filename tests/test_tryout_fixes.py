@@ -235,6 +235,25 @@ def test_agent_banner_log_and_hints_never_show_a_query_string_password(
 
 
 @pytest.mark.postgres
+async def test_the_app_title_and_settings_never_show_the_database_password(pg_url: str) -> None:
+    from textual.widgets import Static
+
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.config import load_settings
+    from tests.test_app_agents import SIZE
+    from tests.test_app_inbox_settings import open_settings
+
+    url = pg_url.replace("postgresql://postgres@", f"postgresql://postgres:{SECRET}@")
+    app = FlowdeskApp(load_settings(db_path=f"{url}?password={SECRET}"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_settings(pilot)
+        shown = str(screen.query_one("#db-path", Static).render())
+        assert "postgres:***@" in shown and "password=***" in shown, shown
+        assert SECRET not in shown + app.sub_title + app.title
+        assert "password=***" in app.sub_title
+
+
+@pytest.mark.postgres
 def test_the_db_apply_hint_of_an_empty_database_runs_as_printed_without_the_password(
     pg_empty_url: str,
 ) -> None:
@@ -248,6 +267,22 @@ def test_the_db_apply_hint_of_an_empty_database_runs_as_printed_without_the_pass
     applied = as_printed(hint, {**os.environ, "PGPASSWORD": SECRET})
     assert applied.returncode == 0, applied.stderr
     assert flowdesk(url, "runs").returncode == 0
+
+
+def test_the_db_apply_hint_of_a_file_without_schema_runs_as_printed(tmp_path: Path) -> None:
+    """The hint is quoted for a shell: a path with a space runs as printed."""
+    db = tmp_path / "my notes" / "e.db"
+    db.parent.mkdir()
+    db.write_bytes(b"")  # an empty file: a SQLite database without the schema
+    missing = flowdesk(db, "runs")
+    assert missing.returncode == 1, missing.stderr
+    hint = missing.stderr.split("run `", 1)[1].split("`", 1)[0]
+    assert hint == f"flowdesk --db {shlex.quote(str(db))} db apply"
+    applied = subprocess.run(["bash", "-c", hint], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PATH": f"{Path(sys.executable).parent}:"
+                                  f"{os.environ['PATH']}", "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert flowdesk(db, "runs").stdout.strip() == "no runs"
 
 
 # -- 3. settings variables that are not JSON, a FLOWDESK_CONFIG naming no file ----

@@ -215,7 +215,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
-        self.sub_title = str(settings.db_path)
+        self.sub_title = redact(str(settings.db_path))  # a URL's password never shown
 
     # -- screens ---------------------------------------------------------
 
