@@ -71,6 +71,14 @@ async def first_table(db: Path) -> dict[str, float]:
     }
 
 
+def empty_config(folder: Path) -> Path:
+    """A settings file with no settings: Flowdesk reads none of the user's,
+    and a FLOWDESK_CONFIG naming no file would be refused."""
+    path = folder / "no-config.toml"
+    path.write_text("")
+    return path
+
+
 def child(db: Path) -> None:
     print(json.dumps(asyncio.run(first_table(db))))
 
@@ -98,7 +106,7 @@ def main() -> None:
         )
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("FLOWDESK_")},
-            "FLOWDESK_CONFIG": str(Path(tmp) / "no-config.toml"),
+            "FLOWDESK_CONFIG": str(empty_config(Path(tmp))),
         }
         results = []
         for i in range(args.repeat):

@@ -53,6 +53,14 @@ PAINT = "first paint"
 TARGETS = {VERSION: 0.3, PAINT: 1.0}
 
 
+def empty_config(folder: Path) -> Path:
+    """A settings file with no settings: Flowdesk reads none of the user's,
+    and a FLOWDESK_CONFIG naming no file would be refused."""
+    path = folder / "no-config.toml"
+    path.write_text("")
+    return path
+
+
 def flowdesk_command() -> list[str]:
     """The ``flowdesk`` console script of this interpreter's environment, or
     ``python -m desktop_app.cli`` where none is installed."""
@@ -132,7 +140,7 @@ def main() -> None:
         print(f"  setup: {args.runs:,} runs written in {time.perf_counter() - t:.1f} s")
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("FLOWDESK_")},
-            "FLOWDESK_CONFIG": str(Path(tmp) / "no-config.toml"),
+            "FLOWDESK_CONFIG": str(empty_config(Path(tmp))),
             "PYTHONPATH": os.pathsep.join(
                 [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
             ),

@@ -19,13 +19,14 @@ Public API:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlsplit
 
 from desktop_app.config import Settings, default_db_path
-from desktop_app.errors import BackendUnavailableError, ConfigError
+from desktop_app.errors import BackendUnavailableError, ConfigError, redact
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
 from desktop_app.private import make_private_dirs
@@ -69,6 +70,14 @@ class Database:
         return str(self.path)
 
 
+#: a libpq keyword/value connection string ("host=db dbname=x password=..."):
+#: it starts with one of libpq's connection keywords and "="
+_CONNINFO = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|sslmode|sslpassword|service"
+    r"|connect_timeout|options|application_name|target_session_attrs)\s*=",
+    re.IGNORECASE,
+)
+
 #: URL schemes of backends that are planned as optional extras
 _EXTRA_BACKENDS = {"postgresql": "postgres", "postgres": "postgres"}
 
@@ -92,13 +101,22 @@ def parse_database(text: str) -> Database:
             "or set db_path in the settings"
         )
     if "://" not in text:
+        if _CONNINFO.match(text):
+            # libpq's keyword form ("host=db password=..."): not a file name, and
+            # never echoed (it may hold a password)
+            raise ConfigError(
+                "the database looks like a libpq keyword string (host=... dbname=...); "
+                "Flowdesk takes a PostgreSQL database as a URL: "
+                "--db postgresql://USER@HOST:PORT/DBNAME, with the password in "
+                "PGPASSWORD or ~/.pgpass (never on a command line)"
+            )
         return Database(text, "sqlite", Path(text))
     scheme = urlsplit(text).scheme.lower().split("+")[0]
     if scheme == "sqlite":
         rest = text.split("://", 1)[1]
         if not rest or rest == "/":
             raise BackendUnavailableError(
-                f"{text!r} names no file; write sqlite:///absolute/path.db or just the path"
+                f"{redact(text)!r} names no file; write sqlite:///absolute/path.db or just the path"
             )
         return Database(text, "sqlite", Path(rest).expanduser())
     if scheme in _EXTRA_BACKENDS:
@@ -108,11 +126,11 @@ def parse_database(text: str) -> Database:
             return Database(text, "postgres", Path())
         extra = _EXTRA_BACKENDS[scheme]
         raise BackendUnavailableError(
-            f"the database {text!r} needs the PostgreSQL backend, which is not installed: "
+            f"the database {redact(text)!r} needs the PostgreSQL backend, which is not installed: "
             f"pip install 'flowdesk[{extra}]' (or give a SQLite file path with --db)"
         )
     raise BackendUnavailableError(
-        f"unknown database URL scheme {scheme!r} in {text!r}; give a SQLite file path "
+        f"unknown database URL scheme {scheme!r} in {redact(text)!r}; give a SQLite file path "
         "(or sqlite:///path) with --db or db_path"
     )
 

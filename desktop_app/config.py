@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -341,18 +342,75 @@ def check_environment(environ: dict[str, str] | None = None) -> None:
         raise ConfigError(f"unknown environment variable {var} ({hint}); rename or unset it")
 
 
+def check_config_file(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a ``FLOWDESK_CONFIG`` that names no settings file: a path that
+    does not exist (a typo would be ignored silently, the command running
+    without the settings meant for it) or a folder. The default path may be
+    missing (no settings yet). The command line checks this; the app does
+    not, since its Settings screen creates the file (and its folder).
+
+    Args:
+        environ: the environment to read (``os.environ`` when ``None``).
+
+    Raises:
+        ConfigError: naming the file and what to do (exit 2).
+    """
+    from desktop_app.errors import ConfigError
+
+    moved = (os.environ if environ is None else environ).get("FLOWDESK_CONFIG")
+    if not moved:
+        return
+    path = Path(moved).expanduser()
+    default = Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
+    if path.is_dir():
+        raise ConfigError(
+            f"FLOWDESK_CONFIG names {path}, a folder; point it at a TOML file "
+            f"(e.g. {path / 'config.toml'}) or unset it"
+        )
+    if not path.exists():
+        raise ConfigError(
+            f"FLOWDESK_CONFIG names {path}, which does not exist; fix the path, create the "
+            f"file (an empty one is fine), or unset FLOWDESK_CONFIG to use {default}"
+        )
+
+
+def _unparsable_variable(exc: Exception) -> str:
+    """What :class:`pydantic_settings.SettingsError` ``exc`` (a ``FLOWDESK_*``
+    variable of a list or table setting that is not JSON) means, for a
+    person: the variable, why, and the shape it takes. The value is never
+    repeated (it may hold a secret: an MCP server's ``env``)."""
+    match = re.search(r'field "(\w+)"', str(exc))
+    field = match[1] if match else ""
+    var = f"{ENV_PREFIX}{field.upper()}"
+    given = sorted(v for v in os.environ if v.upper() == var or v.upper().startswith(var + "__"))
+    names = ", ".join(given) or var
+    why = f"not valid JSON: {exc.__cause__}" if exc.__cause__ is not None else str(exc)
+    info = Settings.model_fields.get(field)
+    origin = getattr(info.annotation if info else None, "__origin__", None)
+    if origin is list:
+        example = "mypkg.agents:agent" if field == "pydantic_ai_agents" else "mypkg.flows:approval"
+        shape = f"""a JSON list, e.g. {var}='["{example}"]'"""
+    elif origin is dict:
+        shape = f"a JSON object, e.g. {var}='{{}}', or one variable per key ({var}__NAME__KEY)"
+    else:
+        shape = f"a JSON object, or one variable per key ({var}__KEY)"
+    return f"{names}: {why}; it takes {shape}; fix or unset it"
+
+
 def load_settings(**overrides: object) -> Settings:
     """Build :class:`Settings`; ``overrides`` (non-None) beat every other source.
 
     Raises:
         ConfigError: a setting is invalid (the message names it), the
             settings file is unreadable, not UTF-8 text or not TOML (a NUL
-            byte included), or a ``FLOWDESK_*`` environment variable is unknown
-            (:func:`check_environment`).
+            byte included), a ``FLOWDESK_*`` environment variable is
+            unknown (:func:`check_environment`) or
+            a list- or table-valued one is not JSON (``FLOWDESK_FLOWS='["x"'``).
     """
     import tomllib
 
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from desktop_app.errors import ConfigError
 
@@ -360,6 +418,8 @@ def load_settings(**overrides: object) -> Settings:
     clean = {k: v for k, v in overrides.items() if v is not None}
     try:
         return Settings(**clean)  # type: ignore[arg-type]
+    except SettingsError as exc:  # a FLOWDESK_* variable that must hold JSON does not
+        raise ConfigError(f"invalid settings ({_unparsable_variable(exc)})") from exc
     except OSError as exc:
         raise ConfigError(
             f"cannot read the settings file {config_file()}: {exc.strerror or exc}; fix its "

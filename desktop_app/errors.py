@@ -28,24 +28,65 @@ def iso_utc(ts: float) -> str:
         return f"{ts:.0f} (UTC epoch seconds)"
 
 
-def redact(url: str, mask: str | None = "***") -> str:
-    """A database URL without its password: masked (``alice:***@``) for
-    messages, or with ``mask=None`` left out (``alice@``), a URL that still
-    connects (libpq then reads the password from ``PGPASSWORD`` or
-    ``~/.pgpass``), for printed hints. Anything else (a file path) unchanged."""
-    from urllib.parse import urlsplit, urlunsplit
+#: libpq connection parameters that hold a secret: masked wherever a database
+#: URL is shown (``?password=...`` as well as ``user:password@``)
+SECRET_PARAMS = frozenset({"password", "sslpassword"})
 
-    parts = urlsplit(url)
-    if parts.password is None:
+
+def has_secret(url: str) -> bool:
+    """Whether the database URL ``url`` (str) holds a password: in its
+    ``user:password@`` part or in a query parameter of :data:`SECRET_PARAMS`
+    (``?password=...``, ``&sslpassword=...``). ``False`` for a file path."""
+    from urllib.parse import unquote, urlsplit
+
+    if "://" not in url:
+        return False
+    try:
+        parts = urlsplit(url)
+        if parts.password is not None:
+            return True
+    except ValueError:  # a malformed netloc (bad port, bracket): treat it as holding one
+        return True
+    keys = (param.partition("=")[0] for param in parts.query.split("&"))
+    return any(unquote(key).strip().lower() in SECRET_PARAMS for key in keys)
+
+
+def redact(url: str, mask: str | None = "***") -> str:
+    """A database URL without its secrets.
+
+    Args:
+        url: a database URL (``postgresql://alice:pw@db/x?sslpassword=k``)
+            or anything else (a file path: returned unchanged).
+        mask: what replaces each secret in a message (``alice:***@``,
+            ``?password=***``); ``None`` leaves the secrets out (``alice@``,
+            the ``password``/``sslpassword`` parameters dropped): a URL that
+            still connects (libpq then reads the password from
+            ``PGPASSWORD`` or ``~/.pgpass``), for printed hints.
+
+    Returns:
+        str: the URL with the password of its ``user:password@`` part and
+        every query parameter of :data:`SECRET_PARAMS` masked or left out.
+    """
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    if not has_secret(url):
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    user = parts.username or ""
-    if user and mask is not None:
-        user += f":{mask}"
-    user += "@" if user else ""
-    return urlunsplit((parts.scheme, user + host, parts.path, parts.query, parts.fragment))
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _at, hostport = netloc.rpartition("@")
+        user, colon, _password = userinfo.partition(":")
+        if colon and user and mask is not None:
+            user += f":{mask}"
+        netloc = (user + "@" if user else "") + hostport
+    query = []  # each parameter kept as written (libpq reads "+" as "+", not a space)
+    for param in parts.query.split("&") if parts.query else ():
+        key = param.partition("=")[0]
+        if unquote(key).strip().lower() not in SECRET_PARAMS:
+            query.append(param)
+        elif mask is not None:
+            query.append(f"{key}={mask}")
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), parts.fragment))
 
 
 class FlowdeskError(Exception):
@@ -242,7 +283,28 @@ class SchemaTooNewError(SchemaError):
 
 class CopyTargetNotEmptyError(StoreError):
     """``flowdesk db copy``: the target database already holds runs; nothing
-    was copied (copy into a freshly applied database)."""
+    was copied (copy into a freshly applied database).
+
+    Attributes:
+        where: the target, its password masked (:func:`redact`).
+        runs: flow runs it holds (all scopes).
+        agent_runs: agent runs it holds (all scopes).
+    """
+
+    def __init__(self, where: str, runs: int, agent_runs: int) -> None:
+        self.where, self.runs, self.agent_runs = where, runs, agent_runs
+        held = [plural(runs, "flow run"), plural(agent_runs, "agent run")]
+        self.held = " and ".join(h for h, n in zip(held, (runs, agent_runs), strict=True) if n)
+        super().__init__(
+            f"{where} already holds {self.held}; nothing was copied. Copy into a new, empty "
+            "database once db apply has created its tables there."
+        )
+
+    def for_command(self, look: str) -> str:
+        """The message with the command that lists what the target holds
+        (``look``: ``flowdesk --db URL runs`` with the user's URL, its
+        password left out)."""
+        return f"{self}; see what it holds with `{look}`"
 
 
 class CheckpointNotFoundError(FlowdeskError):

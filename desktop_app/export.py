@@ -97,6 +97,11 @@ class UnknownTableError(Exception):
     """A ``--table`` the database does not have (exit 2, nothing written)."""
 
 
+class OutputFolderError(Exception):
+    """``--out`` cannot be the export's folder: a file, or a folder that cannot
+    be created or written (exit 2, nothing written)."""
+
+
 def _no_tables(missing: list[str], where: str, present: Iterable[str]) -> UnknownTableError:
     return UnknownTableError(
         f"no table {', '.join(missing)} in {where}; its tables: {', '.join(sorted(present))}"
@@ -107,9 +112,15 @@ def check_out(out: Path, fmt: str) -> None:
     """Refuse an output folder that holds an export of the other format.
 
     Raises:
+        OutputFolderError: ``out`` is a file.
         MixedFormatsError: ``out`` holds ``*.csv`` files and ``fmt`` is
             ``json``, or ``*.json`` and ``csv``; the message says what to do.
     """
+    if out.exists() and not out.is_dir():
+        raise OutputFolderError(
+            f"{out} is a file, not a folder; nothing was written: give --out a new folder "
+            "(or one holding an earlier export)"
+        )
     other = "csv" if fmt == "json" else "json"
     found = sorted(p.name for p in out.glob(f"*.{other}")) if out.is_dir() else []
     if found:
@@ -118,6 +129,28 @@ def check_out(out: Path, fmt: str) -> None:
             f"{out} holds an export in {other} ({shown}); nothing was written, so that one "
             f"folder never mixes two formats: export to an empty folder, or remove those "
             "files first"
+        )
+
+
+def make_out(out: Path) -> None:
+    """Create the output folder ``out`` (0700, with its parents) unless it
+    exists, and check that files can be created in it.
+
+    Raises:
+        OutputFolderError: it cannot be created (no such parent, read-only
+            file system, no permission) or written; nothing was written.
+    """
+    try:
+        make_private_dirs(out)
+    except OSError as exc:
+        raise OutputFolderError(
+            f"cannot create the folder {out} ({exc.strerror or exc}); nothing was written: "
+            "give --out a folder you can create and write"
+        ) from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutputFolderError(
+            f"cannot write in the folder {out} (permission denied); nothing was written: "
+            "give --out a folder you can create and write"
         )
 
 
@@ -150,6 +183,7 @@ def export(
     Raises:
         UnknownTableError: a requested table does not exist (nothing written).
         MixedFormatsError: ``out`` holds files of the other format.
+        OutputFolderError: ``out`` is a file or cannot be created or written.
         sqlite3.DatabaseError: the file cannot be read.
     """
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -160,7 +194,7 @@ def export(
     if missing:
         raise _no_tables(missing, str(db), present)
     check_out(out, fmt)
-    make_private_dirs(out)
+    make_out(out)
     counts: dict[str, int] = {}
     for name in wanted:
         hidden = STORAGE_KEYS.get(name, "")
@@ -201,6 +235,7 @@ def export_postgres(
     Raises:
         UnknownTableError: a requested table does not exist (nothing written).
         MixedFormatsError: ``out`` holds files of the other format.
+        OutputFolderError: ``out`` is a file or cannot be created or written.
         psycopg.Error: the server cannot be read.
     """
     import io
@@ -225,7 +260,7 @@ def export_postgres(
         if missing:
             raise _no_tables(missing, "the database", columns)
         check_out(out, fmt)
-        make_private_dirs(out)
+        make_out(out)
         literal = sql.Literal(scope).as_string(conn)  # COPY takes no bound parameters
         for name in wanted:
             select = ", ".join(
@@ -276,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         except psycopg.Error as exc:
             print(f"flowdesk export: cannot read the PostgreSQL database: {exc}", file=sys.stderr)
             return 1
-        except (MixedFormatsError, UnknownTableError) as exc:
+        except (MixedFormatsError, OutputFolderError, UnknownTableError) as exc:
             print(f"flowdesk export: {exc}", file=sys.stderr)
             return 2
         _report(counts, args.out, args.scope)
@@ -290,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     except sqlite3.DatabaseError as exc:
         print(f"flowdesk export: cannot read {args.db}: {exc}", file=sys.stderr)
         return 1
-    except (MixedFormatsError, UnknownTableError) as exc:
+    except (MixedFormatsError, OutputFolderError, UnknownTableError) as exc:
         print(f"flowdesk export: {exc}", file=sys.stderr)
         return 2
     assert "apsw" not in sys.modules, "export must not load apsw"

@@ -53,9 +53,11 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))  # the log folder
-    monkeypatch.setenv("FLOWDESK_CONFIG", str(home / "flowdesk-config.toml"))
+    # the settings file is the default one under XDG_CONFIG_HOME, its folder
+    # made, the file not: no settings (a FLOWDESK_CONFIG naming no file is refused)
+    (home / ".config" / "flowdesk").mkdir(parents=True)
     for var in list(os.environ):
-        if var.startswith("FLOWDESK_") and var != "FLOWDESK_CONFIG":
+        if var.startswith("FLOWDESK_"):
             monkeypatch.delenv(var, raising=False)
 
 

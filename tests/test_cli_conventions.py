@@ -399,9 +399,16 @@ def test_show_of_an_agent_run_asking_prints_its_answer_command(tmp_path: Path) -
         shown = flowdesk(db, "show", rid, env=env).stdout
         assert 'an answer: "Which folder?"' in shown
         command = printed(shown, "answer")
-        assert command == f"flowdesk --db {db} answer {rid} yes"
+        # a free-text question: the command `waiting` prints, not `answer RUN yes`
+        waiting = flowdesk(db, "waiting", env=env).stdout
+        assert command == f"flowdesk --db {db} ask --resume {rid} --answer TEXT"
+        assert f"({command})" in waiting
+        (wait,) = json.loads(flowdesk(db, "show", rid, "-o", "json", env=env).stdout)["waits"]
+        assert wait["command"] == command
         answered = as_printed(command, env)
         assert answered.returncode == 0, answered.stderr
         assert "The notes folder, then." in answered.stdout
+        (sent,) = [m for m in server.requests[-1]["body"]["messages"] if m["role"] == "tool"]
+        assert "TEXT" in sent["content"]  # the text in place of TEXT reached the model
     shown = flowdesk(db, "show", rid, env=env).stdout
     assert shown.splitlines()[0].endswith("turns 2") and "waits for:" not in shown

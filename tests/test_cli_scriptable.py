@@ -486,7 +486,10 @@ def test_database_string_paths_and_urls(tmp_path):
 
 
 def test_unknown_config_keys_name_the_nearest(tmp_path):
-    cfg = Path(os.environ["FLOWDESK_CONFIG"])
+    from desktop_app.config import config_file
+
+    cfg = config_file()  # the default settings file (conftest: under XDG_CONFIG_HOME)
+    cfg.parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text('db_pth = "~/x.db"\n[model]\nbse_url = "http://127.0.0.1:1/v1"\n')
     out = flowdesk("runs")
     assert out.returncode == 2

@@ -29,6 +29,13 @@ def flowdesk(
     return cli_forkserver.run(["--db", str(db), *args], env=env, cwd=REPO, timeout=300)
 
 
+def empty_config(tmp_path: Path) -> Path:
+    """A settings file with no settings (``FLOWDESK_CONFIG`` must name a file)."""
+    path = tmp_path / "none.toml"
+    path.write_text("")
+    return path
+
+
 def two_steps() -> object:
     return (
         FlowBuilder("two", flow_worker.S)
@@ -201,7 +208,7 @@ def test_an_unknown_flowdesk_environment_variable_is_a_usage_error(tmp_path):
     fine = {
         **base,
         "FLOWDESK_TEST_PG_DSN": "postgresql://nowhere/x",
-        "FLOWDESK_CONFIG": str(tmp_path / "none.toml"),
+        "FLOWDESK_CONFIG": str(empty_config(tmp_path)),
         "FLOWDESK_RECOVERY__TIDY": "ask",
         "FLOWDESK_LOG_LEVEL": "WARNING",
     }

@@ -16,7 +16,7 @@ import pytest
 
 from desktop_app.agent import Agent
 from desktop_app.bootstrap import build_model, open_sqlite_store
-from desktop_app.config import load_settings
+from desktop_app.config import config_file, load_settings
 from desktop_app.errors import KeyFileError, SecretsError
 from desktop_app.secrets import get_secret, model_api_key, read_key_file, set_secret
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
@@ -35,7 +35,8 @@ def key_file(tmp_path: Path, mode: int, text: str = KEY + "\n") -> Path:
 
 
 def config(text: str) -> Path:
-    path = Path(os.environ["FLOWDESK_CONFIG"])
+    path = config_file()  # the default settings file (conftest: under XDG_CONFIG_HOME)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
 

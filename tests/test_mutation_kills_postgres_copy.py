@@ -232,7 +232,8 @@ def test_copy_to_a_database_without_schema_names_it_in_the_advice(db_path, pg_em
     url = with_address(pg_empty_url, password="secret")
     with pytest.raises(SchemaMissingError) as exc:
         copy_sqlite_to_postgres(db_path, url)
-    assert f"run `flowdesk --db {redact(url)} db apply`" in str(exc.value)
+    # runnable as printed: the password left out (libpq reads PGPASSWORD), never masked
+    assert f"run `flowdesk --db {redact(url, mask=None)} db apply`" in str(exc.value)
     assert "secret" not in str(exc.value)
 
 
@@ -246,9 +247,10 @@ def test_copy_refuses_a_target_holding_runs_with_advice_and_copies_nothing(db_pa
     with pytest.raises(CopyTargetNotEmptyError) as exc:
         copy_sqlite_to_postgres(source(db_path, lambda lite: add_run(lite, "r1")), url)
     assert str(exc.value) == (
-        f"{redact(url)} already holds 1 runs; nothing was copied. Copy into a "
-        "database that `flowdesk --db URL db apply` just created."
+        f"{redact(url)} already holds 1 flow run; nothing was copied. Copy into a new, "
+        "empty database once db apply has created its tables there."
     )
+    assert (exc.value.runs, exc.value.agent_runs) == (1, 0)
     assert count(pg_url, "runs") == 1
 
 
@@ -260,7 +262,7 @@ def test_copy_refuses_a_target_holding_agent_runs_naming_that_table(db_path, pg_
         )
     with pytest.raises(CopyTargetNotEmptyError) as exc:
         copy_sqlite_to_postgres(db_path, pg_url)
-    assert str(exc.value).startswith(f"{pg_url} already holds 1 agent_runs; nothing was copied.")
+    assert str(exc.value).startswith(f"{pg_url} already holds 1 agent run; nothing was copied.")
 
 
 def test_copy_a_row_the_server_refuses_names_both_ends_and_copies_nothing(db_path, pg_url):

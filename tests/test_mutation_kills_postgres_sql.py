@@ -178,6 +178,11 @@ def test_a_value_psycopg_cannot_send_and_an_error_without_a_code():
             "postgresql://me:***@db.example:5433/flow?sslmode=require#x",
         ),
         ("postgresql://me@db.example:5433/flow", "postgresql://me@db.example:5433/flow"),
+        (  # libpq's secret parameters in the query; the others kept as written
+            "postgresql://me@db/flow?application_name=a+b%20c&password=s3cret&sslpassword=k",
+            "postgresql://me@db/flow?application_name=a+b%20c&password=***&sslpassword=***",
+        ),
+        ("postgresql://me:s3cret@db/flow?Password=x", "postgresql://me:***@db/flow?Password=***"),
         ("postgresql:///flow", "postgresql:///flow"),
         (  # a Unix socket: no host in the authority
             "postgresql://me:s3cret@/flow?host=/var/run/postgresql",

@@ -34,7 +34,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FlowdeskApp:
     for name in list(os.environ):
         if name.startswith("FLOWDESK_"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+    config = tmp_path / "no-config.toml"
+    config.write_text("")  # no settings (the CLI refuses a FLOWDESK_CONFIG naming no file)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(config))
     settings = load_settings(db_path=tmp_path / "t.db")
     bootstrap.apply_schema(settings)
     return FlowdeskApp(settings)

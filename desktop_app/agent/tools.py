@@ -78,13 +78,32 @@ PYDANTIC_AI_CALL = ".call_tool"
 
 def is_tool_call(tool_key: str) -> bool:
     """Whether a key of a run's tool journal is a tool call's, not one of the
-    records kept beside them (:data:`LISTING_PREFIX`, :data:`TOOLSET_KEY`,
-    :data:`TOOL_SOURCES_KEY`, approvals: each holds a "/", which no tool name
-    can): a Flowdesk agent's call, or a Pydantic AI run's tool-call unit (not
-    its model requests or MCP discovery)."""
+    records kept beside them.
+
+    The key's structure decides, never a call's arguments (which may hold
+    any "/" or ":", e.g. a path or a URL):
+
+    * a Flowdesk agent's call is ``"<tool name>:<canonical JSON arguments>"``
+      (:attr:`~desktop_app.agent.messages.ToolCall.key`), with ``#<n>`` after
+      it for a read-only tool; a tool name holds neither ":" nor "/";
+    * the records (:data:`LISTING_PREFIX`, :data:`TOOLSET_KEY`,
+      :data:`TOOL_SOURCES_KEY`, approvals ``"approval/<place>:<digest>"``)
+      have a "/" before their first ":" (or no ":" at all);
+    * a Pydantic AI run's unit is ``"pydantic_ai/<operation name>#<n>"``: a
+      tool call when the operation name holds :data:`PYDANTIC_AI_CALL` (not
+      a model request or MCP discovery).
+
+    Args:
+        tool_key: a ``ToolResult.tool_key`` of ``AgentLog.tool_results``.
+
+    Returns:
+        ``True`` for a tool call's row, ``False`` for a record's.
+    """
     if tool_key.startswith(PYDANTIC_AI_PREFIX):
-        return PYDANTIC_AI_CALL in tool_key
-    return "/" not in tool_key
+        operation = tool_key[len(PYDANTIC_AI_PREFIX) :].rpartition("#")[0]
+        return PYDANTIC_AI_CALL in operation
+    name, colon, _arguments = tool_key.partition(":")
+    return bool(colon) and bool(name) and "/" not in name
 
 
 @runtime_checkable

@@ -67,7 +67,7 @@ from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
-from desktop_app.errors import FlowdeskError, RunLeasedError
+from desktop_app.errors import FlowdeskError, RunLeasedError, redact
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
@@ -215,7 +215,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
-        self.sub_title = str(settings.db_path)
+        self.sub_title = redact(str(settings.db_path))  # a URL's password never shown
 
     # -- screens ---------------------------------------------------------
 
@@ -368,7 +368,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             return
         except Exception as exc:  # never a traceback in the user's face
             self.post_message(
-                StartupFailed(f"could not open {settings.db_path}: {type(exc).__name__}: {exc}")
+                StartupFailed(
+                    f"could not open {redact(settings.db_path)}: {type(exc).__name__}: {exc}"
+                )
             )
             return
         self.services = services

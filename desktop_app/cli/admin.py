@@ -10,7 +10,13 @@ from typing import Any
 
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit_all, emit_one, iso, when
-from desktop_app.errors import DatabaseMissingError, FlowdeskError, InputError
+from desktop_app.errors import (
+    CopyTargetNotEmptyError,
+    DatabaseMissingError,
+    FlowdeskError,
+    InputError,
+    redact,
+)
 from desktop_app.words import plural
 
 
@@ -73,7 +79,13 @@ def cmd_db_copy(ctx: Ctx) -> int:
         )
     from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
 
-    report = copy_sqlite_to_postgres(source.path, target.url)
+    try:
+        report = copy_sqlite_to_postgres(source.path, target.url)
+    except CopyTargetNotEmptyError as exc:  # what it holds: `runs` on it, as the user wrote it
+        print(
+            f"flowdesk: {exc.for_command(ctx.hints.cmd('runs', db=target.text))}", file=sys.stderr
+        )
+        return EXIT_FAILED
     for table, n in report.rows.items():
         print(f"{table}: {plural(n, 'row')}")
     print(f"copied {plural(report.runs, 'run')} from {source.path} to {target.shown}")
@@ -346,7 +358,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     engine, store = sv.engine, sv.checkpoints
     if "processes" not in store.capabilities:
         raise InputError(
-            f"{sv.database}: this store cannot share runs between workers (processes); "
+            f"{redact(sv.database)}: this store cannot share runs between workers (processes); "
             "run `flowdesk agent` without --worker, or use a PostgreSQL database"
         )
     worker = Worker(

@@ -25,7 +25,6 @@ import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from desktop_app.words import duration
 
@@ -122,9 +121,10 @@ class Hints:
         return " ".join([*parts, rest])
 
     def _runnable_db(self, db: str) -> str:
-        if "://" not in db or urlsplit(db).password is None:
+        from desktop_app.errors import has_secret, redact
+
+        if not has_secret(db):
             return db
-        from desktop_app.errors import redact
 
         self.password_left_out = True
         return redact(db, mask=None)

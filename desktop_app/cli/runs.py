@@ -678,7 +678,11 @@ def cmd_resume(ctx: Ctx) -> int:
         threads = langgraph.interrupted_threads(sv)
         if not report and not agent_runs:
             where = parse_database(sv.database).shown
-            print(f"no interrupted runs in {where} (scope {sv.settings.scope!r})")
+            scope = f"(scope {sv.settings.scope!r})"
+            if threads:  # interrupted runs there are: LangGraph threads, which it leaves
+                print(f"no interrupted flow or agent runs in {where} {scope}; only LangGraph:")
+            else:
+                print(f"no interrupted runs in {where} {scope}")
         for t in threads:  # shown interrupted too, but only their program runs them
             print(
                 f"langgraph thread {t.thread_id} is interrupted; Flowdesk does not run "

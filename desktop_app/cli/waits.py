@@ -15,7 +15,8 @@ with the time left, and the exact command to run, carrying the user's
 
 A run ``waiting`` with no wait was paused for an operator (a full disk, an
 unknown commit outcome): ``resume RUN`` continues it. An agent run asking
-its user (``input_required``) gets the same answer line; one waiting for
+its user (``input_required``) gets ``ask --resume RUN --answer TEXT`` (as
+``flowdesk waiting`` prints it); one waiting for
 approval of a tool call shows the exact call with its yes and no commands
 (:func:`agent_wait_lines`).
 """
@@ -182,7 +183,7 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
             "kind": "input",
             "question": question,
             "deadline_at": expires,
-            "command": hints.cmd(f"answer {run.run_id} yes"),
+            "command": hints.cmd(f"ask --resume {run.run_id} --answer TEXT"),
         }
     ]
 
@@ -192,8 +193,8 @@ def agent_wait_lines(hints: Hints, run: Any, now: float, first: str | None = Non
     while it asks its user (``input_required``), nothing otherwise: a tool
     call waiting for approval is shown exactly (tool and arguments, control
     characters visible) with the yes and the no command, as ``waiting``
-    prints them; an ``ask_user`` question with ``answer RUN yes`` (the last
-    word is the answer, any text). The run's expiry when it has one.
+    prints them; an ``ask_user`` question with ``ask --resume RUN --answer
+    TEXT``, as ``waiting`` prints it (the answer is any text). The run's expiry when it has one.
     ``first``: what must be done before the commands work here (an
     unregistered Pydantic AI agent), printed before them."""
     waits = agent_waits(hints, run)
@@ -213,6 +214,6 @@ def agent_wait_lines(hints: Hints, run: Any, now: float, first: str | None = Non
         lines.append(f"    yes: {wait['commands']['yes']}")
         lines.append(f"    no:  {wait['commands']['no']}")
     else:
-        lines.append("    the last word is the answer: any text")
+        lines.append("    the answer is any text, in place of TEXT")
         lines.append(f"    answer with: {wait['command']}")
     return lines

@@ -439,7 +439,9 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path | None:
     """
     run = store.get_run(run_id)
     if run.flow_name != "tidy":
-        raise InputError(f"run {run_id} is a {run.flow_name} run, not a tidy run; nothing to undo")
+        raise InputError(
+            f"run {run_id} is a run of flow {run.flow_name!r}, not a tidy run; nothing to undo"
+        )
     latest = store.latest(run_id)
     path = None if latest is None else latest.state.get("undo_path")
     if isinstance(path, str):

@@ -25,6 +25,7 @@ read from the repository's ``schema/`` folder.
 from __future__ import annotations
 
 import hashlib
+import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from desktop_app.errors import (
     SchemaMissingError,
     SchemaTooNewError,
     StoreError,
+    redact,
 )
 from desktop_app.store.connection import translate
 from desktop_app.words import plural
@@ -220,7 +222,8 @@ def verify(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -
     """Refuse to run on a database whose schema is missing, edited or newer.
 
     Raises:
-        SchemaMissingError: names ``flowdesk db apply``.
+        SchemaMissingError: names ``flowdesk db apply`` (with ``--db`` when
+            ``db`` names the database: quoted, a URL's password left out).
         SchemaChecksumError: an applied file was edited.
         SchemaTooNewError: the ledger names files this code does not ship.
     """
@@ -228,10 +231,13 @@ def verify(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -
     _raise_for(statuses, db)
     pending = [s.key for s in statuses if s.state == "pending"]
     if pending:
-        target = f" --db {db}" if db else ""
+        # a command that runs as printed: quoted, a URL's password left out (never shown)
+        runnable = redact(db, mask=None)
+        target = f" --db {shlex.quote(runnable)}" if db else ""
+        where = " (libpq reads the password from PGPASSWORD or ~/.pgpass)" if runnable != db else ""
         raise SchemaMissingError(
             f"the database is missing schema {', '.join(pending)}; "
-            f"run `flowdesk{target} db apply` to apply it."
+            f"run `flowdesk{target} db apply` to apply it{where}."
         )
 
 

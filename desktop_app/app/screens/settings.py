@@ -29,7 +29,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.config import config_file
-from desktop_app.errors import FlowdeskError
+from desktop_app.errors import FlowdeskError, redact
 from desktop_app.private import make_private_dirs
 
 SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
@@ -170,7 +170,7 @@ class SettingsScreen(ModalScreen[None]):
                 yield Label("Database", classes="section")
                 yield Static(
                     Text.assemble(
-                        str(settings.db_path),
+                        redact(str(settings.db_path)),  # a URL's password never shown
                         (" (start with --db PATH or FLOWDESK_DB_PATH to use another)", "dim"),
                     ),
                     id="db-path",

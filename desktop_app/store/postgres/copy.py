@@ -129,13 +129,12 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
 def _copy(src: apsw.Connection, dst: psycopg.Connection[Any], where: str) -> CopyReport:
     schema = migrations.PG_SCHEMA
     dst.execute(f"SET LOCAL search_path = {schema}")
+    held = {}
     for table in ("runs", "agent_runs"):
         row = dst.execute(f"SELECT count(*) FROM {table}").fetchone()
-        if row is not None and row[0]:
-            raise CopyTargetNotEmptyError(
-                f"{where} already holds {row[0]} {table}; nothing was copied. Copy into a "
-                "database that `flowdesk --db URL db apply` just created."
-            )
+        held[table] = int(row[0]) if row is not None else 0
+    if held["runs"] or held["agent_runs"]:
+        raise CopyTargetNotEmptyError(where, held["runs"], held["agent_runs"])
     columns: dict[str, list[tuple[str, str, bool]]] = {}
     for table, column, dtype, identity in dst.execute(
         "SELECT table_name, column_name, data_type, is_identity FROM information_schema.columns "
