@@ -4,7 +4,9 @@ Each request takes the next scripted behaviour from ``ChatServer.script``:
 ``("json", body)``, ``("sse", [chunk, ...])``, ``("status", code, headers, body)``,
 ``("sleep", seconds)``, ``("raw", text)``, ``("ask_user_if_offered", question,
 answer)`` (a model that calls ``ask_user`` when the request offers it, and
-otherwise answers). Requests (headers and JSON bodies)
+otherwise answers), ``("gate", event, body)`` (``body`` as ``"json"`` once
+the test sets the ``threading.Event``: a model call in flight for as long as
+the test needs). Requests (headers and JSON bodies)
 are recorded in ``ChatServer.requests``.
 
 ``ChatServer(llama_cpp=...)`` answers as llama.cpp's server (llama-cpp-python's
@@ -47,6 +49,9 @@ class ChatServer:
                 )
                 step = server.script.pop(0) if server.script else ("status", 500, {}, "empty")
                 kind = step[0]
+                if kind == "gate":  # answer once the test opens the gate (a slow model)
+                    assert step[1].wait(120), "the test never opened the gate"
+                    step, kind = ("json", step[2]), "json"
                 if kind == "ask_user_if_offered":
                     offered = {t["function"]["name"] for t in body.get("tools") or []}
                     call = [{"id": "q", "name": "ask_user", "args": {"question": step[1]}}]

@@ -13,7 +13,10 @@ whose result holds terminal escape sequences (:data:`ESCAPES`);
 (a changed input schema); ``NOTES_VARIANT=approve`` the tools ``erase(text)``
 annotated ``destructiveHint: true`` (appends ``erase <text>``) and
 ``tag(text)`` annotated ``destructiveHint: false`` (appends ``tag <text>``),
-for approval by annotation. With ``NOTES_PIDFILE`` set the server writes its
+for approval by annotation; ``NOTES_VARIANT=gate`` a tool
+``append_at_gate(text)`` that appends, then answers only once the file
+``NOTES_GATE`` exists (a call in flight for as long as a test needs). With
+``NOTES_PIDFILE`` set the server writes its
 process id there when it starts.
 """
 
@@ -110,6 +113,17 @@ if os.environ.get("NOTES_VARIANT") == "approve":
     def tag(text: str) -> str:
         """Tag a note (only adds)."""
         return f"tagged; {_append(f'tag {text}')} lines"
+
+
+if os.environ.get("NOTES_VARIANT") == "gate":
+
+    @server.tool()
+    async def append_at_gate(text: str) -> str:
+        """Append a line, then answer once the file NOTES_GATE exists."""
+        _append(text)
+        while not os.path.exists(os.environ["NOTES_GATE"]):
+            await anyio.sleep(0.05)
+        return "appended at the gate"
 
 
 if __name__ == "__main__":

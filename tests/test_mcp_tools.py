@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from desktop_app.errors import AgentToolsChangedError
 from tests import cli_forkserver
 
 REPO = Path(__file__).resolve().parents[1]
@@ -222,9 +223,11 @@ def test_streamable_http_server_tools_and_a_changed_tool_list_is_noticed(sqlite_
     assert store.get("h1").error_type == "McpToolsChangedError"
     assert model.calls == 0 and lines(notes) == ["over http"]
 
-    # resumed without the server at all: refused the same way, nothing mixed
-    res = Agent("notes", ScriptedModel(["unreached"]), store).resume("h1")
-    assert res.status == "failed" and "resume it with the same MCP servers" in res.error
+    # resumed without the server at all: refused before anything changes, nothing mixed
+    before = store.tool_results("h1")
+    with pytest.raises(AgentToolsChangedError, match="started with the tools of MCP server notes"):
+        Agent("notes", ScriptedModel(["unreached"]), store).resume("h1")
+    assert store.get("h1").status == "failed" and store.tool_results("h1") == before
 
     # a tool the run never used was added: the run goes on where it stopped
     with (

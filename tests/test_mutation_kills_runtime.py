@@ -374,9 +374,10 @@ def test_failed_run_with_other_tools_is_refused_with_both_lists(astore):
     with pytest.raises(AgentToolsChangedError) as err:
         Agent("helper", ScriptedModel(["x"]), astore, [other]).resume(rid)
     assert str(err.value) == (
-        f"agent run {rid} was started with the tools lookup but is resumed with other; "
-        f"resume it with the same tools (flowdesk ask --resume {rid} with the --tools/--folder "
-        "and --mcp options it was started with)"
+        f"agent run {rid} was started with the tools lookup (recorded when it started) but is "
+        "resumed with the tools other; nothing was changed and it can still be resumed with the "
+        f"same tools (flowdesk ask --resume {rid} with the --tools/--folder and --mcp options it "
+        "was started with)"
     )
     with pytest.raises(AgentToolsChangedError, match="resumed with none;"):
         Agent("helper", ScriptedModel(["x"]), astore).resume(rid)
@@ -875,13 +876,22 @@ def test_every_servers_list_is_recorded_and_checked_and_a_missing_server_is_name
     assert (res.status, res.error) == ("failed", "b changed its tools")
     assert b.used == set()  # the run called none of the tools yet
     assert astore.get(rid1).error_type == "McpToolsChangedError" and model.calls == 0
-    res = Agent("helper", model, astore, [other]).resume(rid2)
-    assert res.status == "failed" and model.calls == 0
-    assert res.error == (
-        "this run uses the tools of mcp a (recorded when it started) but the agent was given "
-        "none of them; resume it with the same MCP servers "
-        "(flowdesk ask --resume RUN_ID --mcp NAME)"
+    before = astore.get(rid2)
+    with pytest.raises(AgentToolsChangedError) as err:  # refused before anything changes
+        Agent("helper", model, astore, [other, b.tool("b1")]).resume(rid2)
+    assert str(err.value) == (
+        f"agent run {rid2} was started with the tools other and those of MCP servers a, b "
+        "(recorded when it started) but is resumed with the tools other and those of MCP "
+        "server b; nothing was changed and it can still be resumed with the same tools "
+        f"(flowdesk ask --resume {rid2} with the --tools/--folder and --mcp options it was "
+        "started with)"
     )
+    assert astore.get(rid2) == before and model.calls == 0
+    assert not [r for r in astore.tool_results(rid2) if r.tool_key == "mcp/tools_list:c"]
+    with pytest.raises(AgentToolsChangedError, match="resumed with the tools other and those of"):
+        Agent("helper", model, astore, [*tools, ListedServer("c", ["c1"]).tool("c1")]).resume(rid2)
+    assert not [r for r in astore.tool_results(rid2) if r.tool_key == "mcp/tools_list:c"]
+    assert astore.get(rid2) == before and model.calls == 0
 
 
 # -- ask_user, the deadline's words, max turns' type ----------------------------------------

@@ -504,8 +504,8 @@ def test_resuming_with_other_tools_names_each_list_comma_separated(astore):
     with pytest.raises(AgentToolsChangedError) as err:
         Agent("helper", ScriptedModel(["x"]), astore, [gamma, alpha]).resume(rid)
     assert str(err.value).startswith(
-        f"agent run {rid} was started with the tools alpha, beta "
-        "but is resumed with alpha, gamma; resume it with the same tools"
+        f"agent run {rid} was started with the tools alpha, beta (recorded when it started) "
+        "but is resumed with the tools alpha, gamma; nothing was changed"
     )
 
 

@@ -129,6 +129,29 @@ from desktop_app.store.protocol import (
 log = logging.getLogger(__name__)
 
 
+class _Canceled(Exception):  # the drive's internal stop signal; it never escapes
+    """The run was canceled (``flowdesk cancel``, :meth:`Agent.cancel`) while
+    this process executed it: the drive stops here. ``in_flight``: the tool
+    whose call was running when the cancel landed (it ran; its result is
+    recorded), else ``None``."""
+
+    def __init__(self, reason: str | None, in_flight: str | None = None) -> None:
+        self.reason = reason or "canceled"
+        self.in_flight = in_flight
+        super().__init__(self.reason)
+
+    def said(self) -> str:
+        """What the canceled run's response says: the cancel's reason, and
+        what this process did about it."""
+        if self.in_flight is None:
+            return f"{self.reason}; this process stopped before its next model or tool call"
+        return (
+            f"{self.reason} while the call to {self.in_flight} was in flight: that call ran "
+            "to its end (its result is recorded, whatever it did stays done) and nothing "
+            "after it ran"
+        )
+
+
 @dataclass(frozen=True)
 class AgentResponse:
     """Where an agent run stands after a call returned.
@@ -529,10 +552,17 @@ class Agent:
         )
         status: str | None = None
         try:
-            for event in self._drive_turns(run_id, stream, span):
-                if event.response is not None:
-                    status = event.response.status
-                yield event
+            try:
+                for event in self._drive_turns(run_id, stream, span):
+                    if event.response is not None:
+                        status = event.response.status
+                    yield event
+            except _Canceled as stop:  # another process canceled it: it stays canceled
+                log.info("agent %s: run %s canceled while executing here", self.name, run_id)
+                status = "canceled"
+                yield AgentEvent(
+                    "done", response=AgentResponse(run_id, "canceled", error=stop.said())
+                )
         finally:
             bad = status not in ("done", "input_required", None)
             tracing.end_span(
@@ -542,25 +572,75 @@ class Agent:
             )
 
     def _refuse_other_tools(self, run_id: str) -> None:
-        """Refuse to continue a run with other tools than it recorded on its
-        first drive (:data:`TOOLSET_KEY`); nothing is changed.
+        """Refuse to continue a run with other tools than it recorded, before
+        anything of it changes (no claim, no status, no journal row).
+
+        What the run recorded: at creation where its tools come from
+        (:data:`TOOL_SOURCES_KEY`: a folder, MCP server names), and on its
+        first drive the names of its own tools (:data:`TOOLSET_KEY`) and the
+        tool list of each MCP server (:data:`LISTING_PREFIX`). A run with
+        recorded sources must get exactly their MCP servers (none missing,
+        none more), no own tools unless they name a folder, and then the
+        names it recorded (and, with :attr:`tool_sources` set, the same
+        sources). A run without (started by Python code) must get the own
+        tool names and MCP servers it recorded on its first drive. A run
+        that recorded none of these (no tools) takes what it is given. What
+        changed in a server's tools is checked on the drive
+        (:meth:`ToolListing.check_listing`).
 
         Raises:
-            AgentToolsChangedError: the names differ (the message says which
-                tools the run needs and how to give them).
+            AgentToolsChangedError: the tools differ (the message names the
+                tools the run recorded and how to resume it with them).
         """
-        stored = self.store.tool_result(run_id, TOOLSET_KEY)
-        if stored is None:
+        journal = {r.tool_key: r for r in self.store.tool_results(run_id)}
+        toolset = journal.get(TOOLSET_KEY)
+        recorded_names = None if toolset is None else sorted(json.loads(toolset.result or "[]"))
+        listings = sorted(k for k in journal if k.startswith(LISTING_PREFIX))
+        stored_sources = journal.get(TOOL_SOURCES_KEY)
+        sources = None if stored_sources is None else json.loads(stored_sources.result or "{}")
+        names, given = self._own_tool_names(), self._listing_keys()
+        want_names: list[str] | None = None
+        want: list[str] | None = None
+        if sources is not None:  # what it was started with (rows a wrong resume of an
+            # older Flowdesk left beside them do not count)
+            want = sorted(LISTING_PREFIX + str(n) for n in sources.get("mcp") or ())
+            # the names a folder gives are known once it was driven
+            want_names = recorded_names if sources.get("folder") is not None else []
+        elif listings or recorded_names is not None:  # driven with tools: these are its tools
+            want_names, want = recorded_names or [], listings
+        other_sources = (
+            self.tool_sources is not None
+            and sources is not None
+            and json.loads(self.tool_sources) != sources
+        )
+        if (
+            (want_names is None or want_names == names)
+            and (want is None or want == given)
+            and not other_sources
+        ):
             return
-        recorded = sorted(json.loads(stored.result or "[]"))
-        names = self._own_tool_names()
-        if recorded == names:
-            return
+        had = _tools_in_words(want_names if want_names is not None else [], want or [])
+        how = (
+            f"flowdesk ask --resume {run_id} with the --tools/--folder and --mcp options it "
+            "was started with"
+        )
+        if sources is not None:  # `flowdesk resume` reconnects what it recorded
+            had = _sources_in_words(sources)
+            how = f"flowdesk resume {run_id} reconnects them"
         raise AgentToolsChangedError(
-            f"agent run {run_id} was started with the tools {', '.join(recorded) or 'none'} "
-            f"but is resumed with {', '.join(names) or 'none'}; resume it with the same tools "
-            f"(flowdesk ask --resume {run_id} with the --tools/--folder and --mcp options "
-            "it was started with)"
+            f"agent run {run_id} was started with {had} (recorded when it started) but is "
+            f"resumed with {_tools_in_words(names, given)}; nothing was changed and it can "
+            f"still be resumed with the same tools ({how})"
+        )
+
+    def _listing_keys(self) -> list[str]:
+        """The recorded-list keys of this agent's tool sources (its MCP servers), sorted."""
+        return sorted(
+            {
+                source.listing_key
+                for tool in self.tools.values()
+                if isinstance(source := getattr(tool, "server", None), ToolListing)
+            }
         )
 
     def _own_tool_names(self) -> list[str]:
@@ -606,14 +686,7 @@ class Agent:
             problem = source.check_listing(stored.result or "[]", used)
             if problem is not None:
                 return problem
-        for result in self.store.tool_results(run_id):
-            if result.tool_key.startswith(LISTING_PREFIX) and result.tool_key not in seen:
-                return (
-                    f"this run uses the tools of {result.tool} (recorded when it started) but "
-                    "the agent was given none of them; resume it with the same MCP servers "
-                    "(flowdesk ask --resume RUN_ID --mcp NAME)"
-                )
-        return None
+        return None  # a server the run recorded and was not given is refused before (resume)
 
     def _drive_turns(
         self, run_id: str, stream: bool, span: Any
@@ -627,7 +700,7 @@ class Agent:
             )
             return
         while True:
-            run = self.store.get(run_id)
+            run = self._not_canceled(run_id)  # a turn's boundary
             now = self.clock.now()
             if run.expires_at is not None and now >= run.expires_at:
                 yield self._finish(run, "expired", error="the run's time-to-live passed")
@@ -639,6 +712,7 @@ class Agent:
             pending = _unanswered_calls(messages)
             if pending:
                 for position, call in pending:
+                    self._not_canceled(run_id)  # before each tool call
                     if call.name == ASK_USER and self.ask_user:
                         refusal = ask_user_refusal(call.arguments)
                         if refusal is not None:  # malformed: the model is told, no pause
@@ -735,6 +809,7 @@ class Agent:
             finally:
                 tracing.end_span(model_span, error=model_error)
             assert reply is not None
+            self._not_canceled(run_id)  # canceled during the model call: its reply is dropped
             self.store.update(
                 run_id,
                 self.clock.now(),
@@ -742,6 +817,15 @@ class Agent:
                 messages=[reply.message().to_json()],
                 turns=run.turns + 1,
             )
+
+    def _not_canceled(self, run_id: str) -> AgentRun:
+        """The run as stored now; raises :class:`_Canceled` when another
+        process (``flowdesk cancel``) canceled it meanwhile, so this process
+        makes no further model or tool call and writes nothing more."""
+        run = self.store.get(run_id)
+        if run.status == "canceled":
+            raise _Canceled(run.error)
+        return run
 
     def _call(self, messages: list[Message]) -> AssistantReply:
         reply: AssistantReply = self._with_retries(
@@ -832,6 +916,7 @@ class Agent:
                 )
                 self.store.update(run_id, now, owner=self.owner, messages=[msg.to_json()])
                 return False
+        ran = False  # whether this process sent the call (and so had it in flight)
         if tool is None:
             content = json.dumps({"error": f"unknown tool {call.name!r}"})
         elif (
@@ -848,6 +933,7 @@ class Agent:
             self.store.update(
                 run_id, now, owner=self.owner, tool=(key, call.name, "in_progress", None)
             )
+            ran = True
             try:
                 content = tool.call(call.arguments)
             except McpOutcomeUnknownError as exc:
@@ -872,7 +958,38 @@ class Agent:
             messages=[msg.to_json()],
             tool=(key, call.name, "completed", content),
         )
+        latest = self.store.get(run_id) if ran else None
+        if latest is not None and latest.status == "canceled":  # landed while the call ran
+            log.warning(
+                "agent run %s: canceled while the call to %s was in flight; it ran, nothing "
+                "after it runs", run_id, call.name,
+            )  # fmt: skip
+            raise _Canceled(latest.error, in_flight=call.name)
         return False
+
+
+def _tools_in_words(names: Sequence[str], listings: Sequence[str]) -> str:
+    """``the tools lookup, other and those of MCP server notes``, ``none``."""
+    servers = [k.removeprefix(LISTING_PREFIX) for k in listings]
+    parts = [f"the tools {', '.join(names)}"] if names else []
+    if servers:
+        of = f"MCP server{'s' if len(servers) > 1 else ''} {', '.join(servers)}"
+        parts.append(f"{'those' if names else 'the tools'} of {of}")
+    return " and ".join(parts) or "none"
+
+
+def _sources_in_words(sources: dict[str, Any]) -> str:
+    """Recorded tool sources (``{"folder", "mcp"}``) in words: ``the file
+    tools over /x and the tools of MCP server notes``, ``no tools``."""
+    parts = []
+    if sources.get("folder") is not None:
+        parts.append(f"the file tools over {sources['folder']}")
+    servers = [str(n) for n in sources.get("mcp") or ()]
+    if servers:
+        parts.append(
+            f"the tools of MCP server{'s' if len(servers) > 1 else ''} {', '.join(servers)}"
+        )
+    return " and ".join(parts) or "no tools"
 
 
 def pending_question(run: AgentRun) -> str | None:

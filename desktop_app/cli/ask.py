@@ -7,6 +7,7 @@ clearing the screen or writing the clipboard."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 import uuid
 from collections.abc import Iterator
@@ -143,6 +144,10 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         hint = ctx.hints.cmd(f"ask --resume {res.run_id} --answer TEXT")
         print(f"answer with: {hint}", file=sys.stderr)
         return EXIT_OK
+    if res.status == "canceled":  # by `flowdesk cancel` while this process executed it
+        error = visible_controls(str(res.error))
+        print(f"run {res.run_id} canceled: {error}", file=sys.stderr)
+        return EXIT_FAILED
     hint = ctx.hints.cmd(f"resume {res.run_id}")
     if sv.agents.get(res.run_id).error_type == "ToolCallStreamingError":
         hint = ctx.hints.cmd(f"ask --resume {res.run_id} --no-stream")
@@ -151,24 +156,122 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
     return EXIT_FAILED
 
 
+def answer_command(ctx: Ctx, run: Any) -> str:
+    """The command that answers agent run ``run`` (an ``AgentRun`` waiting
+    for input), with the user's ``--db``/``--scope``: ``answer RUN yes`` for
+    a tool call waiting for approval (yes or no), ``ask --resume RUN --answer
+    TEXT`` for an ``ask_user`` question (any text)."""
+    from desktop_app.agent.approvals import pending_approval
+
+    if pending_approval(run.pending_call) is not None:
+        return ctx.hints.cmd(f"answer {run.run_id} yes")
+    return ctx.hints.cmd(f"ask --resume {run.run_id} --answer TEXT")
+
+
+def refuse_early(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> None:
+    """Refuse, before any MCP server is started and anything of the run
+    changes, what resuming agent run ``run_id`` (answering it with
+    ``answer``) with the tools this command line gives would refuse later.
+
+    Raises:
+        RunStateError: an answer for a run that waits for none (done,
+            failed, canceled...), or a run that is canceled, timed out or expired.
+        InputRequiredError: a plain resume of a run waiting for an answer
+            (the message gives the command that answers it).
+        ApprovalAnswerError: an approval answered with neither yes nor no.
+        AgentRunLeasedError: a live process executes the run.
+        AgentToolsChangedError: ``--tools``/``--folder``/``--mcp`` differ from
+            the tools the run recorded when it started (the message gives
+            the command that resumes it with them).
+    """
+    from desktop_app.agent.approvals import parse_decision, pending_approval
+    from desktop_app.agent.recovery import ToolSources
+    from desktop_app.agent.runtime import pending_question
+    from desktop_app.errors import (
+        AgentRunLeasedError,
+        AgentToolsChangedError,
+        InputRequiredError,
+        RunStateError,
+    )
+    from desktop_app.flow.owners import holding
+    from desktop_app.runs_view import display_status
+
+    run = sv.agents.get(run_id)
+    now = sv.checkpoints.now()
+    show = ctx.hints.cmd(f"show {run_id}")
+    if run.status in ("canceled", "timeout", "expired"):
+        raise RunStateError(
+            f"agent run {run_id} is {run.status}; it cannot be resumed or answered (`{show}` "
+            "says what it did)"
+        )
+    if answer is not None and (run.status != "input_required" or run.pending_call is None):
+        holder = run.lease_owner
+        if run.status == "running" and holding(holder, run.lease_expires_at, now) == "held":
+            # answered a moment ago, and another process is carrying it on
+            raise AgentRunLeasedError(run_id, str(holder), run.lease_expires_at or 0.0)
+        raise RunStateError(
+            f"agent run {run_id} is {display_status(run, now)}, not waiting for an answer; "
+            f"nothing was answered (`{show}` says what it did)"
+        )
+    if answer is None and run.status == "input_required":
+        question = visible_controls(repr(pending_question(run)))
+        raise InputRequiredError(
+            f"agent run {run_id} waits for an answer to {question}; answer it with: "
+            f"{answer_command(ctx, run)}"
+        )
+    if answer is not None and pending_approval(run.pending_call) is not None:
+        parse_decision(answer)  # neither yes nor no: ApprovalAnswerError, nothing changed
+    given, recorded = _sources(ctx), ToolSources.of_run(sv.agents, run_id)
+    if given.empty or recorded.empty or given == recorded or run.status == "done":
+        return
+    again = ctx.hints.cmd(
+        f"resume {run_id}" if answer is None else f"answer {run_id} {shlex.quote(answer)}"
+    )
+    raise AgentToolsChangedError(
+        f"agent run {run_id} was started with {_in_words(recorded)} (recorded when it "
+        f"started), not with {_in_words(given)}; nothing was changed and it can still be "
+        f"resumed with its own tools: {again}"
+    )
+
+
+def _in_words(sources: ToolSources) -> str:
+    """``the file tools over /x and the tools of MCP server notes``."""
+    parts = []
+    if sources.folder is not None:
+        parts.append(f"the file tools over {sources.folder}")
+    if sources.mcp:
+        s = "s" if len(sources.mcp) > 1 else ""
+        parts.append(f"the tools of MCP server{s} {', '.join(sources.mcp)}")
+    if sources.pydantic_ai is not None:
+        parts.append(f"the Pydantic AI agent {sources.pydantic_ai}")
+    return visible_controls(" and ".join(parts) or "no tools")
+
+
 def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> int:
     """Continue an agent run (answering its question with ``answer``) with
     the tools it recorded when it started, or with those this command line
-    gives (``ask --resume RUN --tools/--mcp``)."""
+    gives (``ask --resume RUN --tools/--mcp``) when it recorded none. What
+    would be refused (:func:`refuse_early`) is refused before any server is
+    started; a ``done`` run prints its saved answer without starting any."""
     from desktop_app.agent.recovery import ToolSources, connected_tools, resume_pydantic_ai
     from desktop_app.bootstrap import build_model
 
+    refuse_early(ctx, sv, run_id, answer)
     if ToolSources.of_run(sv.agents, run_id).pydantic_ai is not None:
         ctx.current_run = run_id
         resumed = resume_pydantic_ai(sv.agents, sv.settings, run_id, answer)
         return _finish(ctx, sv, resumed, printed=False)
+    run = sv.agents.get(run_id)
+    if run.status == "done":  # its saved answer: no model, no tools
+        res, printed = _print_events(ctx, agent_for(sv, run.agent).resume_stream(run_id))
+        return _finish(ctx, sv, res, printed=printed)
     if build_model(sv.settings) is None:
         raise ConfigError(NO_MODEL)
     given = _sources(ctx)
     sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
     ctx.current_run = run_id
     with connected_tools(sv.settings, sources, run_id, on_connect=_connecting) as tools:
-        agent = agent_for(sv, sv.agents.get(run_id).agent, tools)
+        agent = agent_for(sv, run.agent, tools, sources)
         if answer is not None:
             events = agent.resume_input_stream(run_id, answer)
         else:

@@ -736,6 +736,9 @@ def cmd_cancel(ctx: Ctx) -> int:
 
         agent_for(sv, sv.agents.get(ref.run_id).agent).cancel(ref.run_id)
         print(f"agent run {ref.run_id} {sv.agents.get(ref.run_id).status}")
+        executing = agent_executor(sv, ref.run_id)
+        if executing is not None:
+            print(executing)
         return EXIT_OK
     from desktop_app.runs_view import withdrawn_text
 
@@ -745,6 +748,33 @@ def cmd_cancel(ctx: Ctx) -> int:
         said.append(f"{len(in_flight):,} being delivered now (left to its dispatcher)")
     print(f"run {run.run_id} {run.status}" + "".join(f"; {t}" for t in said if t))
     return EXIT_OK
+
+
+def agent_executor(sv: Services, run_id: str) -> str | None:
+    """What the process executing agent run ``run_id`` does about its cancel
+    (a live process holds its lease), or ``None`` when none executes it: it
+    stops before its next model or tool call; a tool call it has in flight
+    runs to its end (what it does stays done) and nothing after it runs."""
+    from desktop_app.agent.tools import is_tool_call
+    from desktop_app.flow.owners import holding
+
+    run = sv.agents.get(run_id)
+    now = sv.checkpoints.now()
+    if holding(run.lease_owner, run.lease_expires_at, now) != "held":
+        return None
+    said = f"the process executing it ({run.lease_owner}) stops before its next model or tool call"
+    flying = [
+        r.tool
+        for r in sv.agents.tool_results(run_id)
+        if r.status == "in_progress" and is_tool_call(r.tool_key)
+    ]
+    if flying:
+        said += (
+            f"; its call to {visible_controls(', '.join(flying))} is in flight: that call runs "
+            "to its end (what it does stays done, its result is recorded) and nothing after it "
+            "runs"
+        )
+    return said
 
 
 def cmd_undo(ctx: Ctx) -> int:

@@ -91,8 +91,10 @@ def _outcome(hints: Hints, res: Any) -> tuple[str, str]:
         return f"Agent run {rid} done: {visible_controls(res.text)}", "information"
     if res.status == "input_required":
         return f"Agent run {rid} asks: {visible_controls(str(res.question))}", "information"
-    hint = hints.cmd(f"resume {res.run_id}")
     error = visible_controls(str(res.error))
+    if res.status == "canceled":  # canceled meanwhile (`flowdesk cancel`): not resumable
+        return f"Agent run {rid} canceled: {error}", "warning"
+    hint = hints.cmd(f"resume {res.run_id}")
     return f"Agent run {rid} {res.status}: {error}  ({hint})", "error"
 
 

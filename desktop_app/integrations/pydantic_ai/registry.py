@@ -22,7 +22,7 @@ from pydantic_ai import Agent as PydanticAgent
 
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.config import Settings
-from desktop_app.errors import ConfigError
+from desktop_app.errors import ConfigError, RunStateError
 from desktop_app.integrations.pydantic_ai.agent import FlowdeskAgent
 from desktop_app.store.protocol import AgentLog
 
@@ -85,10 +85,14 @@ def resume_registered(
         text, or ``input_required`` with the approval it waits for).
 
     Raises:
+        RunStateError: ``answer`` is given but the run waits for none (checked
+            first: a finished run is refused whether or not its agent is registered).
         ConfigError: its agent is not registered (the message says how).
         Whatever resuming raises (``FlowdeskAgent.resume``): the run is then ``failed``.
     """
     run = store.get(run_id)
+    if answer is not None and run.status != "input_required":  # before asking who runs it
+        raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
     agents = registered_agents(settings)
     agent = agents.get(run.agent)
     if agent is None:
