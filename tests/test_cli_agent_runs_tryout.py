@@ -31,8 +31,6 @@ from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.test_cli_agent_resume import HANG, agent_status, cli, interrupt, model_env, wait_for
 
-pytestmark = pytest.mark.scenario("S97")
-
 
 def append(server: str, text: str = "x", tool: str = "append") -> tuple[str, dict]:  # type: ignore[type-arg]
     call = {"id": f"c-{tool}-{text}", "name": f"{server}__{tool}", "args": {"text": text}}
@@ -102,6 +100,7 @@ def refused_in(stderr: str) -> str:
 # -- 1. a resume with the wrong tools --------------------------------------------------
 
 
+@pytest.mark.scenario("S97")
 def test_a_resume_with_other_tools_changes_nothing_and_the_right_one_then_works(
     tmp_path: Path,
 ) -> None:
@@ -137,6 +136,7 @@ def test_a_resume_with_other_tools_changes_nothing_and_the_right_one_then_works(
     assert s.lines() == ["x"]  # the call that completed was not made again
 
 
+@pytest.mark.scenario("S97")
 def test_a_run_an_older_wrong_resume_left_rows_in_resumes_with_the_tools_it_started_with(
     tmp_path: Path,
 ) -> None:
@@ -169,6 +169,7 @@ def test_a_run_an_older_wrong_resume_left_rows_in_resumes_with_the_tools_it_star
 # -- 2. cancel of a run another process executes -------------------------------------------
 
 
+@pytest.mark.scenario("S97")
 def test_cancel_stops_the_executing_process_before_its_next_tool_call(tmp_path: Path) -> None:
     model_called = threading.Event()
     with ChatServer() as server:
@@ -196,6 +197,7 @@ def test_cancel_stops_the_executing_process_before_its_next_tool_call(tmp_path: 
     assert shown["error"] == "canceled by user"
 
 
+@pytest.mark.scenario("S97")
 def test_cancel_while_a_tool_call_is_in_flight_says_so_and_nothing_after_it_runs(
     tmp_path: Path,
 ) -> None:
@@ -229,6 +231,7 @@ def test_cancel_while_a_tool_call_is_in_flight_says_so_and_nothing_after_it_runs
 # -- 3. resume of a run waiting for an answer ----------------------------------------------
 
 
+@pytest.mark.scenario("S97")
 def test_resume_of_a_run_waiting_for_approval_prints_the_answer_command_that_works(
     tmp_path: Path,
 ) -> None:
@@ -250,6 +253,7 @@ def test_resume_of_a_run_waiting_for_approval_prints_the_answer_command_that_wor
     assert s.lines() == ["x"]
 
 
+@pytest.mark.scenario("S97")
 def test_resume_of_a_run_asking_its_user_prints_the_answer_command_that_works(
     tmp_path: Path,
 ) -> None:
@@ -278,6 +282,7 @@ def test_resume_of_a_run_asking_its_user_prints_the_answer_command_that_works(
 # -- 4. and 5. refused first, before any MCP server starts ----------------------------------
 
 
+@pytest.mark.scenario("S97")
 def test_answers_to_a_finished_run_or_not_yes_or_no_are_refused_before_any_server_starts(
     tmp_path: Path,
 ) -> None:
@@ -308,6 +313,7 @@ def test_answers_to_a_finished_run_or_not_yes_or_no_are_refused_before_any_serve
     assert s.lines() == ["x"]
 
 
+@pytest.mark.scenario("S97")
 def test_answer_to_a_done_pydantic_ai_run_says_it_waits_for_none_registered_or_not(
     db_path: Path, tmp_path: Path
 ) -> None:

@@ -190,8 +190,8 @@ def test_agent_runs_are_listed_shown_and_canceled(tmp_path):
     assert canceled.returncode == 0 and canceled.stdout.strip().endswith("canceled")
     again = flowdesk(*d, "cancel", "cafe")
     assert again.returncode == 1 and "already canceled" in again.stderr
-    no_model = flowdesk(*d, "resume", "beef")
-    assert no_model.returncode == 2 and "no model is configured" in no_model.stderr
+    saved = flowdesk(*d, "resume", "beef")  # done: its saved answer, no model needed
+    assert saved.returncode == 0 and saved.stdout == "You need to buy milk.\n", saved.stderr
 
 
 # -- --json everywhere ----------------------------------------------------------
@@ -411,7 +411,7 @@ def test_every_documented_exit_code(tmp_path):
     }
     d = ["--db", str(db)]
     missing = str(tmp_path / "missing")
-    agent_rid = asking_agent_run(db, tmp_path)  # then resumed with no model configured
+    agent_rid = asking_agent_run(db, tmp_path)  # then answered with no model configured
     tidy_dir = tmp_path / "tidy"
     tidy_dir.mkdir()
     (tidy_dir / "a.pdf").write_bytes(b"pdf")
@@ -448,7 +448,8 @@ def test_every_documented_exit_code(tmp_path):
         (["signal", "paid", "o-1", "--payload", "{x"], 2, "--payload is not JSON"),
         (["answer", rid[:8], "{x", "--value-json"], 2, "VALUE is not JSON"),
         (["show"], 2, "the following arguments are required"),
-        (["resume", agent_rid[:8]], 2, "no model is configured"),  # a missing setting
+        (["resume", agent_rid[:8]], 1, f"answer it with: flowdesk --db {db} answer"),
+        (["answer", agent_rid[:8], "yes"], 2, "no model is configured"),  # a missing setting
         (["answer", tidy_rid[:8], "maybe"], 2, "answer yes or no"),  # not an answer it takes
         (["answer", tidy_rid[:8], "no"], 0, "completed"),
         (["undo", tidy_rid[:8]], 0, "nothing to undo"),  # not bad input: nothing moved

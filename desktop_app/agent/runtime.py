@@ -26,7 +26,16 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   the run's tool journal on the first drive; a later drive on which a tool
   the run called is gone or takes other input fails the run (``error_type``
   ``McpToolsChangedError``, logged with the run id); changed descriptions,
-  annotations or unused tools do not.
+  annotations or unused tools do not. A resume with other MCP servers or
+  other own tools than the run recorded (a server missing or added) is
+  refused before anything changes (:class:`~desktop_app.errors.AgentToolsChangedError`,
+  naming the recorded tools); the run stays resumable with its own.
+* A cancel by another process (:meth:`Agent.cancel`, ``flowdesk cancel``)
+  is seen by the process executing the run at each turn boundary, before
+  each tool call and before a model reply is committed: it stops there,
+  writes nothing more and ends ``canceled`` (the run stays canceled). A
+  tool call in flight when the cancel lands runs to its end; its result is
+  recorded, the response says so, and nothing after it runs.
 * Each drive is an OpenTelemetry span ``invoke_agent <name>`` in the trace id
   of the run's context, with ``chat <model>`` and ``execute_tool <tool>``
   children (see :mod:`desktop_app.flow.tracing`).
@@ -488,7 +497,12 @@ class Agent:
         self._set_terminal_guarded(run_id, "paused", None)
 
     def cancel(self, run_id: str) -> None:
-        """Mark a run ``canceled`` (terminal)."""
+        """Mark a run ``canceled`` (terminal). A process executing it stops
+        before its next model or tool call (see the module's notes).
+
+        Raises:
+            RunStateError: the run is already terminal (done, canceled, ...).
+        """
         self._set_terminal_guarded(run_id, "canceled", "canceled by user")
 
     def _set_terminal_guarded(self, run_id: str, status: AgentStatus, error: str | None) -> None:

@@ -175,7 +175,8 @@ def refuse_early(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> Non
 
     Raises:
         RunStateError: an answer for a run that waits for none (done,
-            failed, canceled...), or a run that is canceled, timed out or expired.
+            failed, canceled...), a run that is canceled, timed out or
+            expired, or a resume of one rate limited until a later time.
         InputRequiredError: a plain resume of a run waiting for an answer
             (the message gives the command that answers it).
         ApprovalAnswerError: an approval answered with neither yes nor no.
@@ -192,6 +193,7 @@ def refuse_early(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> Non
         AgentToolsChangedError,
         InputRequiredError,
         RunStateError,
+        iso_utc,
     )
     from desktop_app.flow.owners import holding
     from desktop_app.runs_view import display_status
@@ -204,11 +206,16 @@ def refuse_early(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> Non
             f"agent run {run_id} is {run.status}; it cannot be resumed or answered (`{show}` "
             "says what it did)"
         )
+    holder = run.lease_owner
+    if run.status == "running" and holding(holder, run.lease_expires_at, now) == "held":
+        # a live process executes it (or was answered a moment ago and carries it on)
+        raise AgentRunLeasedError(run_id, str(holder), run.lease_expires_at or 0.0)
+    if answer is None and run.status == "rate_limited" and (run.retry_at or 0.0) > now:
+        raise RunStateError(
+            f"agent run {run_id} is rate limited until {iso_utc(run.retry_at or 0.0)}; resume "
+            "it after that"
+        )
     if answer is not None and (run.status != "input_required" or run.pending_call is None):
-        holder = run.lease_owner
-        if run.status == "running" and holding(holder, run.lease_expires_at, now) == "held":
-            # answered a moment ago, and another process is carrying it on
-            raise AgentRunLeasedError(run_id, str(holder), run.lease_expires_at or 0.0)
         raise RunStateError(
             f"agent run {run_id} is {display_status(run, now)}, not waiting for an answer; "
             f"nothing was answered (`{show}` says what it did)"
