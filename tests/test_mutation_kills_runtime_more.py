@@ -3,7 +3,9 @@ look: each model call's ``chat`` span (name, attributes, status), what a rate
 limited or failed call records, a lease lost during the model call, a reused
 empty tool result, the heartbeat's interval and renewal (on the injected
 clock), the debug log's words, which calls of a turn are still unanswered,
-plain versus streaming provider calls, the tool-list refusal's words, and a
+plain versus streaming provider calls, the tool-list refusal's words, a
+cancel seen by the executing process (during a model call, mid tool call,
+between turns), a resume with other recorded sources, and a
 parent canceled where no agent step can reach its agent child."""
 
 from __future__ import annotations
@@ -538,3 +540,108 @@ def test_canceling_a_parent_where_no_agent_step_was_built_says_where_to_cancel_t
         "in this process; cancel it with Agent.cancel where its agent runs"
     )
     assert astore.get(child.run_id).status == "input_required"
+
+
+# -- a cancel from another process, seen by the executing one ---------------------------
+
+
+class CancelingModel(ScriptedModel):
+    """A model during whose ``cancel_at``-th call another process cancels the run."""
+
+    def __init__(self, turns: list[Any], astore: SqliteAgentStore, cancel_at: int) -> None:
+        super().__init__(turns)
+        self.astore, self.cancel_at, self.rid = astore, cancel_at, ""
+
+    def complete(self, messages, tools):  # type: ignore[no-untyped-def]
+        reply = super().complete(messages, tools)
+        if self.calls == self.cancel_at:
+            Agent("helper", ScriptedModel([]), self.astore).cancel(self.rid)
+        return reply
+
+
+def test_a_cancel_during_the_model_call_drops_its_reply_and_runs_no_tool(astore):
+    ran: list[str] = []
+
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        ran.append(x)
+        return "acted"
+
+    model = CancelingModel([{"tool": "act", "args": {"x": "1"}}, "never"], astore, 1)
+    model.rid = "c1"
+    res = Agent("helper", model, astore, [act]).ask("q", run_id="c1")
+    assert (res.status, res.error) == (
+        "canceled",
+        "canceled by user; this process stopped before its next model or tool call",
+    )
+    assert ran == [] and model.calls == 1
+    assert [m["role"] for m in astore.messages("c1")] == ["user"]  # the reply was not committed
+    run = astore.get("c1")
+    assert (run.status, run.error, run.lease_owner) == ("canceled", "canceled by user", None)
+
+
+def test_a_cancel_while_a_call_is_in_flight_records_it_and_runs_nothing_after(astore):
+    ran: list[str] = []
+
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        ran.append(x)
+        Agent("helper", ScriptedModel([]), astore).cancel("c2")  # lands mid-call
+        return f"acted {x}"
+
+    model = ScriptedModel(
+        [[{"tool": "act", "args": {"x": "1"}}, {"tool": "act", "args": {"x": "2"}}]]
+    )
+    res = Agent("helper", model, astore, [act]).ask("q", run_id="c2")
+    assert res.status == "canceled" and res.error == (
+        "canceled by user while the call to act was in flight: that call ran to its end (its "
+        "result is recorded, whatever it did stays done) and nothing after it ran"
+    )
+    assert ran == ["1"] and model.calls == 1  # not the second call, no further turn
+    assert astore.tool_result("c2", 'act:{"x":"1"}').result == "acted 1"
+    assert astore.get("c2").status == "canceled"
+    with pytest.raises(RunStateError, match="is canceled; it cannot be resumed"):
+        Agent("helper", ScriptedModel(["x"]), astore, [act]).resume("c2")
+
+
+def test_a_run_canceled_between_turns_makes_no_model_call(astore):
+    calls = []
+
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        calls.append(x)
+        return "acted"
+
+    model = CancelingModel([RateLimitedError("429", retry_after_s=0.0)], astore, 0)
+    rid = Agent("helper", model, astore, [act]).ask("q").run_id
+    astore.update(rid, 0.0, status="running")  # left running, as by a killed process
+    astore.update(rid, 0.0, status="canceled", error="stop")
+    # resume refuses; a drive that finds it canceled at a turn boundary stops the same way
+    agent = Agent("helper", model, astore, [act])
+    events = list(agent._drive(rid, stream=False))
+    assert events[-1].response is not None
+    assert (events[-1].response.status, events[-1].response.error) == (
+        "canceled",
+        "stop; this process stopped before its next model or tool call",
+    )
+    assert model.calls == 1 and calls == []
+
+
+def test_a_resume_with_other_sources_than_recorded_is_refused_naming_them(astore, tmp_path):
+    recorded = json.dumps({"folder": str(tmp_path), "mcp": ["notes", "git"]})
+    model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0)])
+    rid = Agent("helper", model, astore, tool_sources=recorded).ask("q").run_id
+    other = json.dumps({"folder": None, "mcp": ["notes", "git"]})
+    before = astore.tool_results(rid)
+    with pytest.raises(AgentToolsChangedError) as err:
+        Agent("helper", ScriptedModel(["x"]), astore, tool_sources=other).resume(rid)
+    assert str(err.value) == (
+        f"agent run {rid} was started with the file tools over {tmp_path} and the tools of MCP "
+        "servers notes, git (recorded when it started) but is resumed with none; nothing was "
+        f"changed and it can still be resumed with the same tools (flowdesk resume {rid} "
+        "reconnects them)"
+    )
+    assert astore.tool_results(rid) == before and astore.get(rid).status == "rate_limited"
