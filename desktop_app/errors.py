@@ -675,6 +675,19 @@ class ApprovalAnswerError(InputError):
     recorded and the run still waits: answer yes or no."""
 
 
+class AgentRunCanceledError(AgentError):
+    """The agent run was canceled (``flowdesk cancel``) while this process
+    executed it: a write of its executing process (one that names its lease
+    owner) is refused, nothing of it is written, and the process stops."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"agent run {run_id} was canceled while this process executed it; nothing more "
+            "of it is written here"
+        )
+
+
 class AgentToolsChangedError(AgentError):
     """An agent run is resumed with other tools than it was started with
     (for example without ``--tools files``); nothing was changed: resume it

@@ -32,10 +32,14 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   naming the recorded tools); the run stays resumable with its own.
 * A cancel by another process (:meth:`Agent.cancel`, ``flowdesk cancel``)
   is seen by the process executing the run at each turn boundary, before
-  each tool call and before a model reply is committed: it stops there,
-  writes nothing more and ends ``canceled`` (the run stays canceled). A
-  tool call in flight when the cancel lands runs to its end; its result is
-  recorded, the response says so, and nothing after it runs.
+  each tool call and before a model reply is committed (a read), and every
+  write of that process is refused once the run is canceled
+  (:class:`~desktop_app.errors.AgentRunCanceledError`, checked with its
+  lease in the write's transaction), so no tool call starts after the
+  cancel is committed and a canceled run is never finished over. It stops
+  there and ends ``canceled``. A tool call in flight when the cancel lands
+  runs to its end; its result is recorded, the response says so, and
+  nothing after it runs.
 * Each drive is an OpenTelemetry span ``invoke_agent <name>`` in the trace id
   of the run's context, with ``chat <model>`` and ``execute_tool <tool>``
   children (see :mod:`desktop_app.flow.tracing`).
@@ -108,6 +112,7 @@ from desktop_app.agent.tools import (
 )
 from desktop_app.errors import (
     AgentError,
+    AgentRunCanceledError,
     AgentRunLeasedError,
     AgentToolsChangedError,
     CheckpointNotFoundError,
@@ -571,7 +576,11 @@ class Agent:
                     if event.response is not None:
                         status = event.response.status
                     yield event
-            except _Canceled as stop:  # another process canceled it: it stays canceled
+            except (_Canceled, AgentRunCanceledError) as exc:  # canceled by another process
+                # (seen on a read, or a write the store refused): it stays canceled
+                stop = (
+                    exc if isinstance(exc, _Canceled) else _Canceled(self.store.get(run_id).error)
+                )
                 log.info("agent %s: run %s canceled while executing here", self.name, run_id)
                 status = "canceled"
                 yield AgentEvent(
@@ -965,20 +974,23 @@ class Agent:
                     log.warning("agent run %s: %s", run_id, exc)
                 content = json.dumps({"error": f"{type(exc).__name__}: {exc}"})
         msg = Message("tool", content, tool_call_id=call.id, name=call.name)
-        self.store.update(
-            run_id,
-            self.clock.now(),
-            owner=self.owner,
-            messages=[msg.to_json()],
-            tool=(key, call.name, "completed", content),
-        )
-        latest = self.store.get(run_id) if ran else None
-        if latest is not None and latest.status == "canceled":  # landed while the call ran
+        messages = [msg.to_json()]
+        row = (key, call.name, "completed", content)
+        try:
+            self.store.update(
+                run_id, self.clock.now(), owner=self.owner, messages=messages, tool=row
+            )
+        except AgentRunCanceledError:
+            if not ran:
+                raise
+            # the cancel landed while the call ran: what it did is recorded (the run is
+            # canceled, so no other process executes it), and nothing after it runs
+            self.store.update(run_id, self.clock.now(), messages=messages, tool=row)
             log.warning(
                 "agent run %s: canceled while the call to %s was in flight; it ran, nothing "
                 "after it runs", run_id, call.name,
             )  # fmt: skip
-            raise _Canceled(latest.error, in_flight=call.name)
+            raise _Canceled(self.store.get(run_id).error, in_flight=call.name) from None
         return False
 
 

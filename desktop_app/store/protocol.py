@@ -617,11 +617,15 @@ class AgentLog(Protocol):  # pragma: no mutate block
         """In one transaction: append ``messages``, upsert a tool result
         ``(key, tool, status, result)`` (attempts + 1 when it starts), and set
         run ``fields`` (status, response, error, turns, pending_call, retry_at...).
-        With ``owner``, nothing is written unless ``owner`` holds the lease.
+        With ``owner``, nothing is written unless ``owner`` holds the lease
+        and the run is not ``canceled`` (a cancel from another process
+        fences the executing one, as a lost lease does).
 
         Raises:
             CheckpointNotFoundError: no such run.
             LeaseLostError: ``owner`` no longer holds the lease (nothing written).
+            AgentRunCanceledError: with ``owner``, the run is canceled
+                (nothing written).
         """
 
     def claim(

@@ -44,6 +44,7 @@ from desktop_app.agent.recovery import ToolSources
 from desktop_app.agent.tools import TOOL_SOURCES_KEY
 from desktop_app.errors import (
     AgentError,
+    AgentRunCanceledError,
     CheckpointNotFoundError,
     ConfigError,
     InputRequiredError,
@@ -302,7 +303,8 @@ class FlowdeskAgent:
                 try:
                     outcome = await self._segments(run, deps, handler)
                 except Exception as exc:
-                    if not finished:
+                    # canceled meanwhile: it stays canceled (every write here is refused)
+                    if not finished and not isinstance(exc, AgentRunCanceledError):
                         self.store.update(
                             run.run_id,
                             self.clock.now(),

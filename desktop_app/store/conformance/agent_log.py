@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from desktop_app.errors import (
+    AgentRunCanceledError,
     AgentRunLeasedError,
     CheckpointNotFoundError,
     LeaseLostError,
@@ -152,6 +153,29 @@ def agent_leases_fence_a_stale_owner(h: Harness) -> None:
     _eq((log.get(rid).lease_owner, log.get(rid).lease_expires_at), (None, None), "released")
     with _raises(CheckpointNotFoundError, "claiming a missing agent run"):
         log.claim(_id(), "a", 1.0, 0.0)
+
+
+@check("AgentLog.update")
+def a_cancel_fences_the_executing_owner(h: Harness) -> None:
+    log, _ = _agent(h)
+    rid = _id()
+    log.create(_agent_run(rid), [])
+    log.claim(rid, "a", 130.0, 100.0)
+    log.update(rid, 101.0, status="canceled", error="canceled by user")  # another process
+    with _raises(AgentRunCanceledError, "a write of the owner of a canceled run"):
+        log.update(
+            rid,
+            102.0,
+            owner="a",
+            status="done",
+            messages=[{"role": "assistant", "content": "x"}],
+            tool=("k", "t", "in_progress", None),
+        )
+    run = log.get(rid)
+    _eq((run.status, run.error), ("canceled", "canceled by user"), "the cancel stands")
+    _eq((log.messages(rid), log.tool_results(rid)), ([], []), "the fenced write wrote nothing")
+    log.update(rid, 103.0, tool=("k", "t", "completed", "r"))  # no owner: written
+    _eq([t.status for t in log.tool_results(rid)], ["completed"], "an ownerless write")
 
 
 @check(

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from desktop_app.errors import (
+    AgentRunCanceledError,
     AgentRunLeasedError,
     CheckpointNotFoundError,
     LeaseLostError,
@@ -94,6 +95,8 @@ class InMemoryAgentLog:
             run = self._get(run_id)
             if owner is not None and run.lease_owner != owner:
                 raise LeaseLostError(agent_lease_lost_message(run_id, run.lease_owner, owner))
+            if owner is not None and run.status == "canceled":  # fenced by a cancel
+                raise AgentRunCanceledError(run_id)
             if "pending_call" in fields and fields["pending_call"] is not None:
                 fields["pending_call"] = json.loads(json.dumps(fields["pending_call"]))
             self._messages[run_id].extend(json.dumps(m, ensure_ascii=False) for m in messages)

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg.errors
 
 from desktop_app.errors import (
+    AgentRunCanceledError,
     AgentRunLeasedError,
     CheckpointNotFoundError,
     LeaseLostError,
@@ -129,13 +130,16 @@ class PostgresAgentStore:
         def body(conn: Conn) -> None:
             # lock the run first: message seq numbers are taken under it
             locked = conn.execute(
-                "SELECT lease_owner FROM agent_runs WHERE run_id=%s AND scope=%s FOR UPDATE",
+                "SELECT lease_owner, status FROM agent_runs WHERE run_id=%s AND scope=%s "
+                "FOR UPDATE",
                 (run_id, self.scope),
             ).fetchone()
             if locked is None:
                 raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
             if owner is not None and locked[0] != owner:
                 raise LeaseLostError(agent_lease_lost_message(run_id, locked[0], owner))
+            if owner is not None and locked[1] == "canceled":  # fenced by a cancel
+                raise AgentRunCanceledError(run_id)
             self._append(conn, run_id, messages, now)
             if tool is not None:
                 self._put_tool(conn, run_id, tool, now)

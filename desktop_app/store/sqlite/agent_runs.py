@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from desktop_app.errors import (
+    AgentRunCanceledError,
     AgentRunLeasedError,
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -110,8 +111,8 @@ class SqliteAgentStore:
                 self._put_tool(run_id, tool, now)
             where = "run_id=? AND scope=?"
             wargs: list[Any] = [run_id, self.scope]
-            if owner is not None:
-                where += " AND lease_owner=?"
+            if owner is not None:  # the executing process: fenced by its lease and a cancel
+                where += " AND lease_owner=? AND status != 'canceled'"
                 wargs.append(owner)
             self.conn.execute(
                 f"UPDATE agent_runs SET {', '.join(sets)} WHERE {where}", (*args, *wargs)
@@ -129,10 +130,13 @@ class SqliteAgentStore:
 
     def _missing_or_lost(self, run_id: str, owner: str | None) -> None:
         row = self.conn.execute(
-            "SELECT lease_owner FROM agent_runs WHERE run_id=? AND scope=?", (run_id, self.scope)
+            "SELECT lease_owner, status FROM agent_runs WHERE run_id=? AND scope=?",
+            (run_id, self.scope),
         ).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
+        if row[0] == owner and row[1] == "canceled":
+            raise AgentRunCanceledError(run_id)
         raise LeaseLostError(agent_lease_lost_message(run_id, row[0], owner))
 
     def claim(
