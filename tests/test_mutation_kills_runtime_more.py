@@ -645,3 +645,41 @@ def test_a_resume_with_other_sources_than_recorded_is_refused_naming_them(astore
         "reconnects them)"
     )
     assert astore.tool_results(rid) == before and astore.get(rid).status == "rate_limited"
+
+
+class CancelAfterRead(SqliteAgentStore):
+    """Once ``armed``, the next read of the run returns it as it was and
+    another process's cancel commits right after (the read saw no cancel)."""
+
+    armed = False
+
+    def get(self, run_id: str) -> Any:
+        run = super().get(run_id)
+        if self.armed:
+            self.armed = False
+            SqliteAgentStore.update(self, run_id, 0.0, status="canceled", error="late")
+        return run
+
+
+def test_a_cancel_right_after_the_check_is_fenced_by_the_store(sqlite_store):
+    store = CancelAfterRead(sqlite_store)
+    ran: list[str] = []
+
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        ran.append(x)
+        return "acted"
+
+    class Arming(ScriptedModel):
+        def complete(self, messages, tools):  # type: ignore[no-untyped-def]
+            store.armed = True  # the check before the reply is committed reads 'running'
+            return super().complete(messages, tools)
+
+    res = Agent("helper", Arming([{"tool": "act", "args": {"x": "1"}}]), store, [act]).ask("q")
+    assert (res.status, res.error) == (
+        "canceled",
+        "late; this process stopped before its next model or tool call",
+    )
+    assert ran == [] and [m["role"] for m in store.messages(res.run_id)] == ["user"]
+    assert store.get(res.run_id).status == "canceled"
