@@ -55,7 +55,8 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))  # the log folder
     # the settings file is the default one under XDG_CONFIG_HOME, its folder
     # made, the file not: no settings (a FLOWDESK_CONFIG naming no file is refused)
-    (home / ".config" / "flowdesk").mkdir(parents=True)
+    (home / ".config").mkdir(mode=0o700)  # as private as Flowdesk makes its own folders
+    (home / ".config" / "flowdesk").mkdir(mode=0o700)
     for var in list(os.environ):
         if var.startswith("FLOWDESK_"):
             monkeypatch.delenv(var, raising=False)
