@@ -99,3 +99,31 @@ def test_the_cli_resumes_a_run_started_with_file_tools_with_them(tmp_path: Path)
         assert "Buy milk." in again.stdout
         tools = sorted(t["function"]["name"] for t in server.requests[-1]["body"]["tools"])
         assert tools == ["ask_user", "list_folder", "read_file"]
+
+
+def test_folder_without_file_tools_is_refused_before_the_model_is_asked(tmp_path: Path) -> None:
+    """`--folder` only roots `--tools files`: given alone it would be ignored
+    (a new user's report: the agent then answered with no file tools), so
+    it is refused (exit 2) and nothing is asked or recorded."""
+    db = tmp_path / "f.db"
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    assert flowdesk(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        asked = flowdesk(db, "ask", "notes?", "--folder", str(folder), env=env)
+        assert asked.returncode == 2, asked.stderr
+        assert (
+            f"--folder {folder} is the root of --tools files, which was not asked for; "
+            "add --tools files, or leave --folder out"
+        ) in asked.stderr
+        assert server.requests == []
+        missing = flowdesk(
+            db, "ask", "notes?", "--tools", "files", "--folder", str(tmp_path / "x"), env=env
+        )
+        assert (
+            missing.returncode == 2
+            and f"--folder {tmp_path / 'x'} is not a folder" in missing.stderr
+        )
+        assert server.requests == []
+    assert flowdesk(db, "runs", "--json").stdout == ""

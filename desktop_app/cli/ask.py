@@ -11,6 +11,7 @@ import shlex
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
@@ -114,15 +115,23 @@ def _sources(ctx: Ctx) -> ToolSources:
     ``--folder``) and every ``--mcp NAME`` server from the settings.
 
     Raises:
-        InputError: ``--folder`` is not a folder.
+        InputError: ``--folder`` is not a folder, or is given without
+            ``--tools files`` (it would be ignored).
     """
     from desktop_app.agent.recovery import ToolSources
 
     folder = None
+    given: Path | None = getattr(ctx.args, "folder", None)
     if getattr(ctx.args, "tools", "none") == "files":
-        if not ctx.args.folder.is_dir():
-            raise InputError(f"--folder {ctx.args.folder} is not a folder")
-        folder = ctx.args.folder.resolve()
+        root = given if given is not None else Path(".")
+        if not root.is_dir():
+            raise InputError(f"--folder {root} is not a folder")
+        folder = root.resolve()
+    elif given is not None:
+        raise InputError(
+            f"--folder {given} is the root of --tools files, which was not asked for; "
+            "add --tools files, or leave --folder out"
+        )
     return ToolSources(folder, tuple(getattr(ctx.args, "mcp", None) or ()))
 
 

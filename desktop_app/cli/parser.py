@@ -396,7 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="none",
         help="files: let the agent read and list files under --folder",
     )
-    ask.add_argument("--folder", type=Path, default=Path("."), help="root for --tools files")
+    ask.add_argument(
+        "--folder", type=Path, help="root for --tools files (default: the current folder)"
+    )
     act = ask.add_argument("--resume", metavar="RUN", help="resume an interrupted agent run")
     act.completer = _run_ids  # type: ignore[attr-defined]
     ask.add_argument("--answer", help="with --resume: answer the agent's question")
