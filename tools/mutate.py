@@ -152,6 +152,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_ownership_liveness.py",
         # a cancel racing an answer, a wake-up or a tick
         "tests/test_cancel_races.py",
+        # cancel_withdrawing: the queued side effects a cancel withdraws
+        "tests/test_cancel_withdraws.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
