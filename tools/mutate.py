@@ -154,6 +154,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_cancel_races.py",
         # cancel_withdrawing: the queued side effects a cancel withdraws
         "tests/test_cancel_withdraws.py",
+        # the survivors of the engine's full run after the run-core split
+        "tests/test_mutation_kills_engine.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,

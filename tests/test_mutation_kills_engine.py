@@ -1,0 +1,290 @@
+"""What ``flow/engine.py``'s mutation run of 2026-12-04 found no test for:
+``serve`` recovering, between passes, a run another host's process left
+behind once its lease expired, with the agent's policy and the "tried once"
+rule applied to what it finds then, not only at launch; and a single-flight
+start whose live run ends between the duplicate key and the lookup (real
+SQLite files, the injected clock, no sleeps)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections import Counter
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.errors import RunStateError, StoreError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
+from desktop_app.store.sqlite.store import open_store
+
+
+class S(BaseModel):
+    n: int = 0
+
+
+def _counting(name: str, executed: Counter[str]):
+    def work(s: S, ctx) -> dict:
+        executed[ctx.run_id] += 1
+        return {"n": s.n + 1}
+
+    return FlowBuilder(name, S).step("work", work).compile()
+
+
+class Passes(threading.Event):
+    """A stop event for ``count`` passes of the serve loop (no waiting)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.left = count
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.left -= 1
+        if self.left <= 0:
+            self.set()
+        return self.is_set()
+
+
+# -- serve: what a pass finds left behind ------------------------------------
+
+
+def test_serve_recovers_another_hosts_run_on_the_first_pass_after_its_lease_expired(db_path):
+    """The run is held (another host's live lease) at launch and on the first
+    pass; once the serving engine's clock passes the lease's expiry, the next
+    pass takes it over and runs it, once."""
+    clock = ManualClock()
+    executed: Counter[str] = Counter()
+    elsewhere = Engine(
+        open_store(db_path), flows=[_counting("a", executed)], clock=clock, owner="far-host:7:x"
+    )
+    rid = elsewhere.start("a", S())
+    (claimed,) = elsewhere.claim_runnable(10)  # leased to far-host for 30 s, then it vanished
+    assert claimed.run_id == rid
+    engine = Engine(open_store(db_path), flows=[_counting("a", executed)], clock=clock)
+    seen: list[str] = []
+
+    def after_pass() -> None:
+        seen.append(engine.store.get_run(rid).status)
+        clock.advance(31)
+
+    engine.serve(Passes(3), poll_s=0, on_tick=after_pass)
+    assert seen == ["pending", "completed", "completed"]
+    assert executed == Counter({rid: 1})
+    run = engine.store.get_run(rid)
+    assert (run.status, run.lease_owner) == ("completed", None)
+    elsewhere.store.close()
+    engine.store.close()
+
+
+def test_serve_tries_a_run_it_cannot_resume_left_behind_after_launch_only_once(db_path):
+    """A run of a flow the serving engine lacks, left behind after launch, is
+    claimed on the pass that finds it and never again: no claim (a write
+    lock) on every later pass."""
+    executed: Counter[str] = Counter()
+    other = Engine(
+        open_store(db_path),
+        flows=[_counting("a", executed), _counting("b", executed)],
+        clock=ManualClock(),
+    )
+    engine = Engine(open_store(db_path), flows=[_counting("a", executed)], clock=ManualClock())
+    claims: list[int] = []
+    real_claim = engine.claim_runnable
+
+    def counted(*args, **kwargs):
+        claims.append(1)
+        return real_claim(*args, **kwargs)
+
+    engine.claim_runnable = counted  # type: ignore[method-assign]
+    started: list[str] = []
+
+    def after_pass() -> None:
+        if not started:
+            started.append(other.start("b", S()))  # unknown to the serving engine
+
+    engine.serve(Passes(5), poll_s=0, on_tick=after_pass)
+    (b,) = started
+    run = engine.store.get_run(b)
+    assert (run.status, run.lease_owner) == ("pending", None)  # left for a process with "b"
+    assert executed == Counter()
+    # one claim at launch (nothing there), one on the pass that found run b
+    assert len(claims) == 2
+    other.store.close()
+    engine.store.close()
+
+
+def test_serve_applies_its_policy_to_runs_left_behind_after_launch(db_path):
+    """``only`` excludes a run found between passes as it does at launch:
+    the allowed run left behind with it runs, the excluded one is not run
+    and keeps no claim of ours."""
+    executed: Counter[str] = Counter()
+    flows = [_counting("a", executed), _counting("b", executed)]
+    other = Engine(open_store(db_path), flows=flows, clock=ManualClock())
+    engine = Engine(open_store(db_path), flows=flows, clock=ManualClock())
+    started: list[str] = []
+
+    def after_pass() -> None:
+        if not started:
+            started.extend([other.start("a", S()), other.start("b", S())])
+
+    engine.serve(Passes(3), poll_s=0, on_tick=after_pass, only=lambda r: r.flow_name == "a")
+    a, b = started
+    assert executed == Counter({a: 1})
+    assert engine.store.get_run(a).status == "completed"
+    run = engine.store.get_run(b)
+    assert (run.status, run.lease_owner) == ("pending", None)
+    other.store.close()
+    engine.store.close()
+
+
+# -- single flight: the live run ends before it is found ---------------------
+
+
+def test_a_keyed_start_whose_live_run_ended_a_moment_ago_says_try_again(db_path):
+    """The duplicate flow key names a run that another process cancels
+    before this one looks it up: a ``RunStateError`` that names the flow and
+    the key and says to try again; trying again starts a new run."""
+    executed: Counter[str] = Counter()
+    flow = _counting("a", executed)
+    engine = Engine(open_store(db_path), flows=[flow], clock=ManualClock())
+    other = Engine(open_store(db_path), flows=[flow], clock=ManualClock())
+    first = engine.start("a", S(), flow_key="k-1")
+    real_list = engine.store.list_runs
+
+    def ended_meanwhile(*args, **kwargs):
+        if other.status(first).status == "pending":
+            other.cancel(first, "another process ended it")
+        return real_list(*args, **kwargs)
+
+    engine.store.list_runs = ended_meanwhile  # type: ignore[method-assign]
+    with pytest.raises(RunStateError) as caught:
+        engine.run("a", S(), flow_key="k-1")
+    assert str(caught.value) == "no live run of 'a' with flow key 'k-1'; try again"
+    assert executed == Counter()
+    again = engine.run("a", S(), flow_key="k-1")
+    assert again.run_id != first and again.status == "completed"
+    assert executed == Counter({again.run_id: 1})
+    other.store.close()
+    engine.store.close()
+
+
+# -- cancel: what the app and `flowdesk runs cancel` store ---------------------
+
+
+def test_a_cancel_with_no_reason_stores_canceled_by_user(db_path):
+    """The app's Cancel and ``flowdesk runs cancel`` give no reason: the run's
+    error, as ``runs show`` prints it, is "canceled by user"."""
+    engine = Engine(open_store(db_path), flows=[_counting("a", Counter())], clock=ManualClock())
+    rid = engine.start("a", S())
+    done = engine.cancel_withdrawing(rid)
+    assert (done.run.status, done.run.error) == ("canceled", "canceled by user")
+    assert (done.withdrawn, done.in_flight) == ([], [])
+    run = engine.status(rid)
+    assert (run.status, run.error) == ("canceled", "canceled by user")
+    engine.store.close()
+
+
+# -- heartbeat: a renewal refused for exactly the lease's TTL -----------------
+
+
+class Monotonic:
+    """The engine's monotonic clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_run_unrenewed_for_exactly_the_ttl_is_not_lost_yet(db_path, monkeypatch, caplog):
+    """Doubt starts only once a run has gone *more* than ``lease_ttl_s``
+    without a renewal: at exactly the TTL its lease may still hold (it was
+    set for that long from the last renewal), so the run goes on."""
+    import desktop_app.flow.engine as engine_module
+
+    mono = Monotonic()
+    monkeypatch.setattr(engine_module, "time", mono)
+    store = open_store(db_path)
+    engine = Engine(store, flows=[_counting("a", Counter())], clock=ManualClock(), lease_ttl_s=30)
+    engine.shutdown_event.set()  # no heartbeat thread: the test calls renew_leases itself
+    rid = engine.start("a", S())
+    engine.track(rid, True)
+
+    def refused(*_args, **_kwargs):
+        raise StoreError("database is locked")
+
+    store.renew = refused  # type: ignore[method-assign]
+    mono.now += 30
+    engine.renew_leases()
+    assert engine.lost == set()
+    mono.now += 0.5
+    with caplog.at_level("WARNING", logger="desktop_app.flow.engine"):
+        engine.renew_leases()
+    assert engine.lost == {rid}
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"leases of 1 run(s) could not be renewed for 30.0 s; they stop before "
+        f"committing more: {rid}"
+    ]
+    engine.track(rid, False)
+    store.close()
+
+
+# -- whose clock and whose liveness decide a lease -----------------------------
+
+
+def _held_elsewhere(db_path, clock: ManualClock, owner: str, version: str = "1") -> str:
+    """A pending run claimed by ``owner`` (leased for 30 s on ``clock``)."""
+    holder = Engine(
+        open_store(db_path),
+        flows=[FlowBuilder("a", S, version=version).step("work", lambda s: {}).compile()],
+        clock=clock,
+        owner=owner,
+    )
+    rid = holder.start("a", S())
+    (claimed,) = holder.claim_runnable(10)
+    assert (claimed.run_id, claimed.lease_owner) == (rid, owner)
+    holder.store.close()
+    return rid
+
+
+def test_a_changed_flows_run_another_host_holds_is_listed_once_its_lease_expired(db_path):
+    """The engine's injected clock decides: while the other host's lease runs
+    the run is that process's (not listed); 31 s later it is listed with its
+    step and both versions."""
+    clock = ManualClock()
+    rid = _held_elsewhere(db_path, clock, "far-host:7:x", version="1")
+    engine = Engine(
+        open_store(db_path),
+        flows=[FlowBuilder("a", S, version="2").step("work", lambda s: {}).compile()],
+        clock=clock,
+    )
+    assert engine.incompatible_runs() == []
+    clock.advance(31)
+    (listed,) = engine.incompatible_runs()
+    assert (listed.run_id, listed.status, listed.step) == (rid, "pending", "work")
+    # the versions carry the flow's structure hash after a "+"
+    assert listed.stored_version.startswith("1+") and listed.current_version.startswith("2+")
+    engine.store.close()
+
+
+def test_recovery_never_takes_a_run_a_live_process_of_this_host_holds_after_its_lease_expired(
+    db_path,
+):
+    """Liveness beats clocks: a process of this host that still runs (its
+    lease ran out by the clock: a suspended laptop, a clock jump) keeps its
+    run; recovery reports it held and runs nothing."""
+    clock = ManualClock()
+    alive = f"{socket.gethostname()}:{os.getpid()}:other-engine"  # this very process
+    rid = _held_elsewhere(db_path, clock, alive)
+    executed: Counter[str] = Counter()
+    engine = Engine(open_store(db_path), flows=[_counting("a", executed)], clock=clock)
+    clock.advance(3600)
+    assert engine.claim_runnable(10) == []
+    report = engine.recover()
+    assert [(r.run_id, type(out).__name__) for r, out in report] == [(rid, "RunLeasedError")]
+    assert executed == Counter()
+    run = engine.store.get_run(rid)
+    assert (run.status, run.lease_owner) == ("pending", alive)
+    engine.store.close()
