@@ -288,3 +288,29 @@ def test_recovery_never_takes_a_run_a_live_process_of_this_host_holds_after_its_
     run = engine.store.get_run(rid)
     assert (run.status, run.lease_owner) == ("pending", alive)
     engine.store.close()
+
+
+# -- the log a run leaves ------------------------------------------------------
+
+
+def test_the_log_says_where_each_run_stopped(db_path, caplog):
+    """One line per drive, with the run id and the status it stopped at:
+    the line to look for in the log of ``flowdesk serve`` or the app."""
+    asking = (
+        FlowBuilder("ask", S)
+        .await_input("question", "n", "how many?")
+        .step("done", lambda s: {"n": s.n + 1})
+        .chain()
+        .compile()
+    )
+    engine = Engine(open_store(db_path), flows=[asking], clock=ManualClock())
+    with caplog.at_level("INFO", logger="desktop_app.flow.engine"):
+        waiting = engine.run("ask", S())
+        done = engine.resume_with(waiting.run_id, 2)
+    assert (waiting.status, done.status, done.state.n) == ("waiting", "completed", 3)
+    stopped = [r.getMessage() for r in caplog.records if "stopped here" in r.getMessage()]
+    assert stopped == [
+        f"run {waiting.run_id} stopped here: waiting",
+        f"run {waiting.run_id} stopped here: completed",
+    ]
+    engine.store.close()
