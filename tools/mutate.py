@@ -156,6 +156,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_cancel_withdraws.py",
         # the survivors of the engine's full run after the run-core split
         "tests/test_mutation_kills_engine.py",
+        "tests/test_resume_while_executing.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,

@@ -25,6 +25,7 @@ from desktop_app.errors import (
     DuplicateFlowKeyError,
     FlowdeskError,
     FlowVersionMismatchError,
+    RunLeasedError,
     RunStateError,
     UnknownFlowError,
 )
@@ -525,6 +526,8 @@ class Engine:
 
         Raises:
             CheckpointNotFoundError: no such run in this scope.
+            RunLeasedError: a live process executes the run (also this one,
+                in another thread); nothing was run.
             RunStateError: the run was canceled or timed out.
             InputPendingError: it waits for input (a ``RunStateError``; use
                 :meth:`resume_with`).
@@ -536,6 +539,11 @@ class Engine:
         driver = self._load_driver(run)
         if run.done:
             return driver.result()
+        if run_id in self.active and not run.sleeping:
+            # another thread of this engine executes it (its lease is ours, so
+            # a claim hands it back): running its head step again here would
+            # run that step twice at once
+            raise RunLeasedError(run_id, self.owner, run.run.lease_expires_at or 0.0)
         self.cancel_event(run_id).clear()
         if run.sleeping:
             self._wake_waiting(driver)  # deliver, time out, or keep waiting
