@@ -314,3 +314,34 @@ def test_the_log_says_where_each_run_stopped(db_path, caplog):
         f"run {waiting.run_id} stopped here: completed",
     ]
     engine.store.close()
+
+
+# -- a long-lived engine -------------------------------------------------------
+
+
+def test_a_long_lived_engine_keeps_nothing_for_the_runs_it_finished_driving(db_path):
+    """``flowdesk agent`` and the app drive runs for days with one engine:
+    once a drive ends, no per-run entry stays behind (its lease proof, its
+    cancel flag), whether the run completed, waits or failed."""
+    asking = (
+        FlowBuilder("ask", S)
+        .await_input("question", "n", "how many?")
+        .step("done", lambda s: {"n": s.n + 1})
+        .chain()
+        .compile()
+    )
+
+    def broken(s: S) -> dict:
+        raise ValueError("no")
+
+    failing = FlowBuilder("bad", S).step("boom", broken).compile()
+    engine = Engine(
+        open_store(db_path),
+        flows=[_counting("a", Counter()), asking, failing],
+        clock=ManualClock(),
+    )
+    outs = [engine.run("a", S()), engine.run("ask", S()), engine.run("bad", S())]
+    assert [o.status for o in outs] == ["completed", "waiting", "failed"]
+    assert (engine.active, engine.lost) == (set(), set())
+    assert engine._proven == {} and engine._cancel == {}
+    engine.store.close()
