@@ -294,8 +294,9 @@ def test_recovery_never_takes_a_run_a_live_process_of_this_host_holds_after_its_
 
 
 def test_the_log_says_where_each_run_stopped(db_path, caplog):
-    """One line per drive, with the run id and the status it stopped at:
-    the line to look for in the log of ``flowdesk serve`` or the app."""
+    """One line when a run is created (its flow, status and owner) and one
+    per drive, with the run id and the status it stopped at: the lines to
+    look for in the log of ``flowdesk serve`` or the app."""
     asking = (
         FlowBuilder("ask", S)
         .await_input("question", "n", "how many?")
@@ -307,7 +308,13 @@ def test_the_log_says_where_each_run_stopped(db_path, caplog):
     with caplog.at_level("INFO", logger="desktop_app.flow.engine"):
         waiting = engine.run("ask", S())
         done = engine.resume_with(waiting.run_id, 2)
+        queued = engine.start("ask", S())
     assert (waiting.status, done.status, done.state.n) == ("waiting", "completed", 3)
+    created = [r.getMessage() for r in caplog.records if " created (" in r.getMessage()]
+    assert created == [
+        f"run {waiting.run_id} of flow ask created (running, owner {engine.owner})",
+        f"run {queued} of flow ask created (pending, owner {engine.owner})",
+    ]
     stopped = [r.getMessage() for r in caplog.records if "stopped here" in r.getMessage()]
     assert stopped == [
         f"run {waiting.run_id} stopped here: waiting",
