@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.errors import RunStateError, StoreError
+from desktop_app.errors import RunStateError, StoreError, UnknownFlowError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
@@ -351,4 +351,40 @@ def test_a_long_lived_engine_keeps_nothing_for_the_runs_it_finished_driving(db_p
     assert [o.status for o in outs] == ["completed", "waiting", "failed"]
     assert (engine.active, engine.lost) == (set(), set())
     assert engine._proven == {} and engine._cancel == {}
+    engine.store.close()
+
+
+# -- what an engine is made with -----------------------------------------------
+
+
+def test_an_unknown_flow_is_refused_naming_every_registered_flow_in_order(db_path):
+    engine = Engine(
+        open_store(db_path),
+        flows=[_counting("zeta", Counter()), _counting("alpha", Counter())],
+        clock=ManualClock(),
+    )
+    with pytest.raises(UnknownFlowError) as caught:
+        engine.run("nope", S())
+    assert str(caught.value) == "no flow named 'nope' is registered (known: alpha, zeta)"
+    assert engine.store.list_runs() == []
+    engine.store.close()
+
+
+def test_a_run_is_leased_for_30_seconds_by_default(db_path):
+    """The default TTL: another host's process may take a run over 30 s
+    after this one last renewed its lease, not sooner."""
+    clock = ManualClock()
+    seen: list[tuple[str | None, float | None]] = []
+
+    def look(s: S, ctx) -> dict:
+        run = engine.store.get_run(ctx.run_id)
+        seen.append((run.lease_owner, run.lease_expires_at))
+        return {}
+
+    engine = Engine(
+        open_store(db_path), flows=[FlowBuilder("a", S).step("look", look).compile()], clock=clock
+    )
+    assert engine.lease_ttl_s == 30.0
+    engine.run("a", S())
+    assert seen == [(engine.owner, clock.now() + 30.0)]
     engine.store.close()
