@@ -152,6 +152,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_ownership_liveness.py",
         # a cancel racing an answer, a wake-up or a tick
         "tests/test_cancel_races.py",
+        # cancel_withdrawing: the queued side effects a cancel withdraws
+        "tests/test_cancel_withdraws.py",
+        # the survivors of the engine's full run after the run-core split
+        "tests/test_mutation_kills_engine.py",
+        "tests/test_resume_while_executing.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,

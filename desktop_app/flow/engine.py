@@ -25,6 +25,7 @@ from desktop_app.errors import (
     DuplicateFlowKeyError,
     FlowdeskError,
     FlowVersionMismatchError,
+    RunLeasedError,
     RunStateError,
     UnknownFlowError,
 )
@@ -496,31 +497,31 @@ class Engine:
             return run_id in self.active or run_id in self._in_hand
 
     @contextlib.contextmanager
-    def _in_hand_here(self, run_id: str) -> Iterator[bool]:
+    def _in_hand_here(self, run_id: str) -> Iterator[None]:
         """Take ``run_id`` in hand for this thread, from reading the run to
-        the end of driving it: yields ``False`` when another thread of this
-        engine has it in hand. A run's lease is this process's, so another
+        the end of driving it. A run's lease is this process's, so another
         thread's claim (``serve``'s recovery sweep beside its deadline pass,
-        the app's resume) succeeds, and both threads would otherwise run the
-        current step; a thread that saves before it drives (an answer, a
-        wake) loses its compare-and-append instead."""
-        with self._lock:
-            mine = run_id not in self._in_hand
-            if mine:
-                self._in_hand.add(run_id)
-        try:
-            yield mine
-        finally:
-            if mine:
-                with self._lock:
-                    self._in_hand.discard(run_id)
+        the app's resume, ``recover`` while ``run`` executes it) succeeds,
+        and both threads would otherwise run the current step; a thread that
+        saves before it drives (an answer) loses its compare-and-append
+        instead.
 
-    def _as_stored(self, run_id: str) -> RunResult:
-        """Where ``run_id`` stands in the store now (another thread drives it)."""
-        log.info("run %s is in hand in another thread of this process", run_id)
-        run, cp = self.store.head(run_id)
-        state = load_state(self.flow(run.flow_name).state_type, cp.state, run_id, cp.revision)
-        return RunResult(run_id, run.status, state, cp.revision, run.error)
+        Raises:
+            RunLeasedError: another thread of this engine executes the run or
+                has it in hand; nothing was run here.
+        """
+        with self._lock:
+            busy = run_id in self._in_hand or run_id in self.active
+            if not busy:
+                self._in_hand.add(run_id)
+        if busy:
+            row = self.store.get_run(run_id)
+            raise RunLeasedError(run_id, self.owner, row.lease_expires_at or 0.0)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_hand.discard(run_id)
 
     def _go_on(self, driver: RunDriver) -> RunResult:
         """Execute the driver's run if it may go on (it is running), else
@@ -558,12 +559,13 @@ class Engine:
 
         Completed runs: nothing runs; the saved result comes back (S1).
         Failed, pending, paused or interrupted runs continue at their head
-        step (an ``in_progress`` step runs again, S2). A run another thread
-        of this engine is resuming or waking comes back as stored: one
-        thread drives a run at a time.
+        step (an ``in_progress`` step runs again, S2). One thread of an
+        engine drives a run at a time.
 
         Raises:
             CheckpointNotFoundError: no such run in this scope.
+            RunLeasedError: a live process executes the run (also this one,
+                in another thread); nothing was run.
             RunStateError: the run was canceled or timed out.
             InputPendingError: it waits for input (a ``RunStateError``; use
                 :meth:`resume_with`).
@@ -571,9 +573,7 @@ class Engine:
             CheckpointDecodeError: its checkpoint cannot be decoded.
             UnknownFlowError: its flow is not registered.
         """
-        with self._in_hand_here(run_id) as mine:
-            if not mine:
-                return self._as_stored(run_id)
+        with self._in_hand_here(run_id):
             return self._resume(run_id)
 
     def _resume(self, run_id: str) -> RunResult:
@@ -626,19 +626,16 @@ class Engine:
     def wake(self, run_id: str) -> RunResult:
         """Act on a waiting run: deliver an arrived signal or event, take the
         timeout outcome of an expired deadline (compared with the injected
-        clock), or leave it waiting. Continues the run if it can. A run
-        another thread of this engine is resuming or waking comes back as
-        stored.
+        clock), or leave it waiting. Continues the run if it can.
 
         Raises:
-            RunLeasedError: another process is executing the run.
+            RunLeasedError: another process is executing the run (also this
+                one, in another thread); nothing was delivered.
             RunStateError: the run was canceled or timed out, also by another
                 process a moment ago (nothing was delivered; a signal stays
                 in the mailbox).
         """
-        with self._in_hand_here(run_id) as mine:
-            if not mine:
-                return self._as_stored(run_id)
+        with self._in_hand_here(run_id):
             run = RunState.read(self.store, run_id)
             driver = self._load_driver(run)
             if not run.sleeping:
