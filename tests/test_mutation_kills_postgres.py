@@ -6,11 +6,13 @@ Every test runs on a real server (``tests/pg_support.py``)."""
 from __future__ import annotations
 
 import math
+import re
 import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 import pytest
 
 from desktop_app.errors import DatabaseOpenError, SchemaMissingError
@@ -707,3 +709,31 @@ def test_a_constraint_checked_at_commit_is_its_own_error_and_not_retried(pg_stor
     assert calls == [1]
     assert "23503" in str(caught.value)
     assert "COMMIT" not in str(caught.value)
+
+
+def test_a_schema_dropped_under_an_open_store_names_a_db_apply_that_runs_as_printed(pg_url):
+    """The schema went away after the store opened (a restore, a DROP): the
+    next read's hint used to read ``--db postgresql://... db apply``, a
+    command no one can run. It now names this database (its password left
+    out, libpq finds it) and runs as printed."""
+    import os
+
+    from desktop_app.store.postgres.store import open_postgres_store
+    from tests.cli_support import as_printed
+
+    url = with_address(pg_url, password="hunter2")
+    store = open_postgres_store(url)
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("DROP SCHEMA flowdesk CASCADE")
+        with pytest.raises(SchemaMissingError) as caught:
+            store.list_runs()
+        message = str(caught.value)
+        assert "hunter2" not in message and "postgresql://..." not in message
+        command = re.search(r"run `(flowdesk --db \S+ db apply)` to apply it", message)
+        assert command is not None, message
+        applied = as_printed(command.group(1), dict(os.environ))
+        assert applied.returncode == 0, applied.stderr
+        assert store.list_runs() == []  # the schema is back: the same store reads again
+    finally:
+        store.close()

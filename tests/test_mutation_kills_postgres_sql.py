@@ -58,16 +58,16 @@ CASES = [
     (
         "42P01",
         SchemaMissingError,
-        "the PostgreSQL database ({w}) has no Flowdesk schema; run "
-        "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+        "the PostgreSQL database ({w}) has no Flowdesk schema; apply it with "
+        "`flowdesk --db URL db apply`, URL naming this database. If it was applied "
         "and --db goes through a transaction-mode pooler (PgBouncer), set "
         'postgres.pooler = "transaction".',
     ),
     (
         "3F000",
         SchemaMissingError,
-        "the PostgreSQL database ({w}) has no Flowdesk schema; run "
-        "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
+        "the PostgreSQL database ({w}) has no Flowdesk schema; apply it with "
+        "`flowdesk --db URL db apply`, URL naming this database. If it was applied "
         "and --db goes through a transaction-mode pooler (PgBouncer), set "
         'postgres.pooler = "transaction".',
     ),
@@ -152,6 +152,17 @@ def test_each_sqlstate_becomes_a_typed_error_with_its_advice(sqlstate, kind, mes
     assert str(got) == message.format(w=WHERE)
     bare = translate(error(sqlstate))
     assert str(bare) == message.replace(" ({w})", "")
+
+
+@pytest.mark.parametrize("sqlstate", ["42P01", "3F000"])
+def test_a_missing_schema_names_the_db_apply_of_the_database_it_is_given(sqlstate):
+    got = translate(error(sqlstate), WHERE, "postgresql://alice@db.example:5432/x y")
+    assert str(got) == (
+        f"the PostgreSQL database ({WHERE}) has no Flowdesk schema; run "
+        "`flowdesk --db 'postgresql://alice@db.example:5432/x y' db apply` to apply it. "
+        "If it was applied and --db goes through a transaction-mode pooler (PgBouncer), "
+        'set postgres.pooler = "transaction".'
+    )
 
 
 def test_a_value_psycopg_cannot_send_and_an_error_without_a_code():

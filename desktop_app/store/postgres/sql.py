@@ -26,6 +26,7 @@ Appendix A of its manual).
 from __future__ import annotations
 
 import functools
+import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -136,8 +137,15 @@ def domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError | No
     return DomainWriteError(table, constraint, kind, f"SQLSTATE {code}: {detail}")
 
 
-def translate(exc: psycopg.Error, where: str = "") -> StoreError:
-    """A typed :class:`StoreError` with advice for a psycopg error (by SQLSTATE)."""
+def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
+    """A typed :class:`StoreError` with advice for a psycopg error (by SQLSTATE).
+
+    Args:
+        where: the database as shown (its password masked).
+        db: the database as a command may name it (the URL with its password
+            left out): a missing schema's ``db apply`` hint then runs as
+            printed (libpq finds the password in PGPASSWORD or ~/.pgpass).
+    """
     at = f" ({where})" if where else ""
     code = exc.sqlstate or ""
     if is_connection_lost(exc):
@@ -146,10 +154,14 @@ def translate(exc: psycopg.Error, where: str = "") -> StoreError:
             "nothing was written. Check that the server is up and retry."
         )
     if code == "42P01" or code == "3F000":
+        apply = (
+            f"run `flowdesk --db {shlex.quote(db)} db apply` to apply it"
+            if db
+            else "apply it with `flowdesk --db URL db apply`, URL naming this database"
+        )
         return SchemaMissingError(
-            f"the PostgreSQL database{at} has no Flowdesk schema; run "
-            "`flowdesk --db postgresql://... db apply` to apply it. If it was applied "
-            "and --db goes through a transaction-mode pooler (PgBouncer), set "
+            f"the PostgreSQL database{at} has no Flowdesk schema; {apply}. If it was "
+            "applied and --db goes through a transaction-mode pooler (PgBouncer), set "
             'postgres.pooler = "transaction".'
         )
     if code in ("26000", "42P05"):  # a prepared statement missing, or there already

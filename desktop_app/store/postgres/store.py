@@ -260,7 +260,9 @@ class PostgresCheckpointStore:
             itself) and, unless ``pooler="transaction"``,
             ``search_path=flowdesk`` (:func:`open_postgres_store` builds one).
         scope: runs saved under one scope are invisible from another.
-        where: shown in error messages (the URL without its password).
+        where: shown in error messages (the URL with its password masked).
+        db: the URL with its password left out, for the commands errors
+            print (a missing schema's ``db apply``).
         pooler: ``"transaction"``: the pool goes through a transaction-mode
             pooler, so each transaction sets its own ``search_path`` first
             (:data:`~desktop_app.store.postgres.sql.BEGIN_SQL`, sent with the
@@ -295,12 +297,15 @@ class PostgresCheckpointStore:
         *,
         scope: str = "default",
         where: str = "",
+        db: str = "",
         pooler: Literal["none", "transaction"] = "none",
         listen_url: str | None = None,
     ) -> None:
         self.pool = pool
         self.scope = scope
         self.where = where
+        #: the database as a printed command names it (no password): see ``translate``
+        self.db = db
         self._begin = BEGIN_SQL if pooler == "transaction" else None
         if listen_url is None and pooler == "none":
             conninfo = pool.conninfo
@@ -384,7 +389,7 @@ class PostgresCheckpointStore:
                     if lost:  # e.g. a server restart: drop every dead pooled connection
                         self.pool.check()
                     continue
-                raise translate(exc, self.where) from exc
+                raise translate(exc, self.where, self.db) from exc
             if write:
                 self._own_commits += 1
             return result
@@ -1723,7 +1728,12 @@ def open_postgres_store(
     try:
         pool.open(wait=True, timeout=30)
         return PostgresCheckpointStore(
-            pool, scope=scope, where=redact(url), pooler=pooler, listen_url=listen_url
+            pool,
+            scope=scope,
+            where=redact(url),
+            db=redact(url, mask=None),
+            pooler=pooler,
+            listen_url=listen_url,
         )
     except PoolTimeout as exc:
         pool.close()
