@@ -40,6 +40,19 @@ async def wait_until(pilot: Pilot[None], check: Callable[[], bool], timeout: flo
         await pilot.pause()
 
 
+async def open_inbox(pilot: Pilot[None]) -> Any:
+    """Open the inbox (``i``) once the app has settled; the inbox screen,
+    loaded."""
+    from desktop_app.app.screens.inbox import InboxScreen
+
+    await settle(pilot)
+    await pilot.press("i")
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, InboxScreen)
+    return screen
+
+
 def messages(app: Any, severity: str | None = None) -> list[str]:
     """The app's notices (every notification it showed), optionally of one severity."""
     return [n.message for n in app.notices if severity is None or n.severity == severity]

@@ -36,9 +36,8 @@ async def _answer_in_inbox(
     require("mcp")
     from desktop_app import bootstrap
     from desktop_app.app.main import FlowdeskApp
-    from desktop_app.app.screens.inbox import InboxScreen
     from desktop_app.config import load_settings
-    from tests.app_support import messages, settle, wait_until
+    from tests.app_support import messages, open_inbox, settle, wait_until
 
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
     top = f"db_path = {json.dumps(str(db))}"
@@ -57,11 +56,7 @@ async def _answer_in_inbox(
         bootstrap.apply_schema(settings)
         app = FlowdeskApp(settings, flows=[])
         async with app.run_test(size=(200, 45)) as pilot:
-            await settle(pilot)
-            await pilot.press("i")
-            await settle(pilot)
-            screen = app.screen
-            assert isinstance(screen, InboxScreen)
+            screen = await open_inbox(pilot)
             (item,) = screen.items
             assert item.approval
             await pilot.press(key)

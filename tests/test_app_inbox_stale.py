@@ -44,9 +44,8 @@ async def test_y_after_the_selected_question_was_answered_elsewhere_answers_noth
     require("mcp")
     from desktop_app import bootstrap
     from desktop_app.app.main import FlowdeskApp
-    from desktop_app.app.screens.inbox import InboxScreen
     from desktop_app.config import load_settings
-    from tests.app_support import messages, settle, wait_until
+    from tests.app_support import messages, open_inbox, settle, wait_until
     from tests.test_tool_approval import stored_run
 
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
@@ -68,11 +67,7 @@ async def test_y_after_the_selected_question_was_answered_elsewhere_answers_noth
         bootstrap.apply_schema(settings)
         app = FlowdeskApp(settings, flows=[approval])
         async with app.run_test(size=(200, 45)) as pilot:
-            await settle(pilot)
-            await pilot.press("i")
-            await settle(pilot)
-            screen = app.screen
-            assert isinstance(screen, InboxScreen)
+            screen = await open_inbox(pilot)
             assert [(i.kind, i.prompt) for i in screen.items] == [
                 ("flow", "Ship this order?"),
                 ("agent", 'approve the call notes__append {"text":"milk"}? (yes/no)'),
@@ -167,9 +162,8 @@ async def test_a_row_whose_run_asks_another_question_is_not_the_selected_one(
     require("mcp")
     from desktop_app import bootstrap
     from desktop_app.app.main import FlowdeskApp
-    from desktop_app.app.screens.inbox import InboxScreen
     from desktop_app.config import load_settings
-    from tests.app_support import messages, settle, wait_until
+    from tests.app_support import messages, open_inbox, settle, wait_until
     from tests.test_tool_approval import stored_run
 
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
@@ -187,11 +181,7 @@ async def test_a_row_whose_run_asks_another_question_is_not_the_selected_one(
         bootstrap.apply_schema(settings)
         app = FlowdeskApp(settings, flows=[])
         async with app.run_test(size=(200, 45)) as pilot:
-            await settle(pilot)
-            await pilot.press("i")
-            await settle(pilot)
-            screen = app.screen
-            assert isinstance(screen, InboxScreen)
+            screen = await open_inbox(pilot)
             (first,) = screen.items
             assert screen.selected == first and '"milk"' in first.prompt
             answered = flowdesk(db, "answer", run_id, "yes", env=env)
