@@ -136,3 +136,40 @@ async def test_enter_on_an_agent_run_opens_its_conversation(tmp_path: Path) -> N
         await pilot.press("c")
         await settle(pilot)
         assert any("is an agent run" in n.message for n in app.notices)
+
+
+async def test_the_hint_counts_agent_runs_waiting_for_an_answer_and_i_opens_them(
+    tmp_path: Path,
+) -> None:
+    """The runs screen's hint says how many runs wait for a person: flow runs
+    (answered with a) and agent runs asking a question (answered in the
+    inbox, which i opens). It once counted flow runs only, so an agent's
+    question went unmentioned."""
+    from desktop_app.examples.approval import Approval, approval
+    from tests.app_support import open_inbox
+
+    settings = load_settings(db_path=tmp_path / "t.db")
+    ids = make_runs(settings)  # one agent run asks "Which city?"; no flow run waits
+    flows = [counting_flow(Counter()), approval]
+    app = FlowdeskApp(settings, flows=flows)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        hint = app.runs_screen.hint
+        assert str(hint.render()) == "1 agent run is waiting for an answer: i opens the inbox."
+        inbox = await open_inbox(pilot)
+        assert [(i.kind, i.run_id, i.prompt) for i in inbox.items] == [
+            ("agent", ids["agent_asking"], "Which city?")
+        ]
+    sv = bootstrap.open_services(settings, flows=flows)
+    try:
+        for order in ("o-1", "o-2"):
+            assert sv.engine.run("approval", Approval(order=order)).status == "waiting"
+    finally:
+        sv.close()
+    app = FlowdeskApp(settings, flows=flows)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert str(app.runs_screen.hint.render()) == (
+            "2 runs are waiting: select one and press a to see what for. "
+            "1 agent run is waiting for an answer: i opens the inbox."
+        )

@@ -358,19 +358,34 @@ class RunsScreen(Screen[None]):
         self.page_line.say(text)
 
     def _show_hint(self) -> None:
-        """How many runs wait (one bounded, indexed read: at most PAGE + 1 rows)."""
+        """How many runs wait: flow runs (one bounded, indexed read: at most
+        PAGE + 1 rows) and agent runs asking a question or an approval
+        (``input_required``; answered in the inbox)."""
         waiting_runs = self.flowdesk.read(
             lambda store: store.list_runs(statuses=("waiting",), limit=PAGE + 1), quiet=True
         )
         waiting = len(waiting_runs) if waiting_runs is not None else 0
-        if not waiting:
-            self.hint.say("")
-            return
-        if waiting > PAGE:
-            runs = f"More than {PAGE} runs are"
-        else:
-            runs = f"{plural(waiting, 'run')} {'is' if waiting == 1 else 'are'}"
-        self.hint.say(f"{runs} waiting: select one and press a to see what for.")
+        services = self.flowdesk.services
+        asking_runs = (
+            self.flowdesk.read(
+                lambda _store: services.reader_agents.list(statuses=("input_required",)),
+                quiet=True,
+            )
+            if services is not None
+            else None
+        )
+        asking = len(asking_runs) if asking_runs is not None else 0
+        parts: list[str] = []
+        if waiting:
+            if waiting > PAGE:
+                runs = f"More than {PAGE} runs are"
+            else:
+                runs = f"{plural(waiting, 'run')} {'is' if waiting == 1 else 'are'}"
+            parts.append(f"{runs} waiting: select one and press a to see what for.")
+        if asking:
+            agents = f"{plural(asking, 'agent run')} {'is' if asking == 1 else 'are'}"
+            parts.append(f"{agents} waiting for an answer: i opens the inbox.")
+        self.hint.say(" ".join(parts))
 
     # -- interrupted runs that wait for a person (recovery = "ask") ---------
 
