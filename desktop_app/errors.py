@@ -289,10 +289,15 @@ class CopyTargetNotEmptyError(StoreError):
         where: the target, its password masked (:func:`redact`).
         runs: flow runs it holds (all scopes).
         agent_runs: agent runs it holds (all scopes).
+        scopes: the scopes those runs are in, sorted (``runs`` lists one
+            scope: the command that shows them needs ``--scope``).
     """
 
-    def __init__(self, where: str, runs: int, agent_runs: int) -> None:
+    def __init__(
+        self, where: str, runs: int, agent_runs: int, scopes: tuple[str, ...] = ()
+    ) -> None:
         self.where, self.runs, self.agent_runs = where, runs, agent_runs
+        self.scopes = scopes
         held = [plural(runs, "flow run"), plural(agent_runs, "agent run")]
         self.held = " and ".join(h for h, n in zip(held, (runs, agent_runs), strict=True) if n)
         super().__init__(
@@ -300,11 +305,11 @@ class CopyTargetNotEmptyError(StoreError):
             "database once db apply has created its tables there."
         )
 
-    def for_command(self, look: str) -> str:
-        """The message with the command that lists what the target holds
-        (``look``: ``flowdesk --db URL runs`` with the user's URL, its
-        password left out)."""
-        return f"{self}; see what it holds with `{look}`"
+    def for_command(self, *looks: str) -> str:
+        """The message with the commands that list what the target holds
+        (``looks``: ``flowdesk --db URL --scope S runs`` with the user's URL,
+        its password left out, one per scope in :attr:`scopes`)."""
+        return f"{self}; see what it holds with " + " and ".join(f"`{c}`" for c in looks)
 
 
 class CheckpointNotFoundError(FlowdeskError):

@@ -395,6 +395,42 @@ def test_db_copy_into_a_database_holding_runs_counts_both_kinds_and_its_hint_run
     assert sorted(kinds) == ["agent", "agent", "flow"], listed.stdout
 
 
+@pytest.mark.postgres
+def test_db_copy_refused_names_a_command_per_scope_the_target_holds_runs_in(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The refusal counts the runs of every scope, while `runs` lists one
+    scope: it names one command per scope (the user's own without
+    `--scope`), and each, run as printed, lists that scope's runs."""
+    from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
+
+    db = tmp_path / "a.db"
+    env = {"FLOWDESK_FLOWS": '["desktop_app.examples.approval:approval"]'}
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    for scope, order in (("default", "o-1"), ("team-a", "o-2")):
+        started = flowdesk(
+            db, "--scope", scope, "start", "approval", "--input", json.dumps({"order": order}),
+            env=env,
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+    copy_sqlite_to_postgres(db, pg_url)
+    again = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url, env=env)
+    assert again.returncode == 1, again.stderr
+    assert f"{pg_url} already holds 2 flow runs; nothing was copied" in again.stderr
+    looks = again.stderr.split("see what it holds with ", 1)[1].strip().split(" and ")
+    assert looks == [
+        f"`flowdesk --db {pg_url} runs`",
+        f"`flowdesk --db {pg_url} --scope team-a runs`",
+    ], again.stderr
+    orders = []
+    for look in looks:
+        listed = as_printed(look.strip("`"), {**os.environ, **env})
+        assert listed.returncode == 0, listed.stderr
+        (row,) = listed.stdout.splitlines()[1:]
+        orders.append(row.split()[0])
+    assert len(set(orders)) == 2  # two different runs, one per scope
+
+
 def add_agent_runs(db: Path, n: int) -> None:
     """``n`` finished agent runs in the SQLite file ``db``."""
     from desktop_app import bootstrap

@@ -82,9 +82,13 @@ def cmd_db_copy(ctx: Ctx) -> int:
     try:
         report = copy_sqlite_to_postgres(source.path, target.url)
     except CopyTargetNotEmptyError as exc:  # what it holds: `runs` on it, as the user wrote it
-        print(
-            f"flowdesk: {exc.for_command(ctx.hints.cmd('runs', db=target.text))}", file=sys.stderr
-        )
+        mine = ctx.settings.scope
+        # `runs` lists one scope: the user's own as they gave it, any other by name
+        looks = [
+            ctx.hints.cmd("runs", db=target.text, scope=None if s == mine else s)
+            for s in exc.scopes or (mine,)
+        ]
+        print(f"flowdesk: {exc.for_command(*looks)}", file=sys.stderr)
         return EXIT_FAILED
     for table, n in report.rows.items():
         print(f"{table}: {plural(n, 'row')}")

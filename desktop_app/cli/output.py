@@ -109,15 +109,17 @@ class Hints:
             scope if scope is not None else environ.get("FLOWDESK_SCOPE") or None,
         )
 
-    def cmd(self, rest: str, *, db: str | None = None) -> str:
+    def cmd(self, rest: str, *, db: str | None = None, scope: str | None = None) -> str:
         """``flowdesk --db '/my db' resume --all``, quoted for a POSIX shell;
-        ``db`` names another database than the user's (``db copy``'s target)."""
+        ``db`` names another database than the user's (``db copy``'s target),
+        ``scope`` another scope than the user's."""
         parts = ["flowdesk"]
         db = db if db is not None else self.db
         if db is not None:
             parts += ["--db", shlex.quote(self._runnable_db(db))]
-        if self.scope is not None:
-            parts += ["--scope", shlex.quote(self.scope)]
+        scope = scope if scope is not None else self.scope
+        if scope is not None:
+            parts += ["--scope", shlex.quote(scope)]
         return " ".join([*parts, rest])
 
     def _runnable_db(self, db: str) -> str:

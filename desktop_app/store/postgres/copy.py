@@ -129,12 +129,16 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
 def _copy(src: apsw.Connection, dst: psycopg.Connection[Any], where: str) -> CopyReport:
     schema = migrations.PG_SCHEMA
     dst.execute(f"SET LOCAL search_path = {schema}")
-    held = {}
-    for table in ("runs", "agent_runs"):
-        row = dst.execute(f"SELECT count(*) FROM {table}").fetchone()
-        held[table] = int(row[0]) if row is not None else 0
+    held = dict.fromkeys(("runs", "agent_runs"), 0)
+    scopes: set[str] = set()
+    for table in held:
+        for scope, n in dst.execute(f"SELECT scope, count(*) FROM {table} GROUP BY scope"):
+            held[table] += int(n)
+            scopes.add(str(scope))
     if held["runs"] or held["agent_runs"]:
-        raise CopyTargetNotEmptyError(where, held["runs"], held["agent_runs"])
+        raise CopyTargetNotEmptyError(
+            where, held["runs"], held["agent_runs"], tuple(sorted(scopes))
+        )
     columns: dict[str, list[tuple[str, str, bool]]] = {}
     for table, column, dtype, identity in dst.execute(
         "SELECT table_name, column_name, data_type, is_identity FROM information_schema.columns "
