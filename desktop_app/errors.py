@@ -309,7 +309,8 @@ class CopyTargetNotEmptyError(StoreError):
         """The message with the commands that list what the target holds
         (``looks``: ``flowdesk --db URL --scope S runs`` with the user's URL,
         its password left out, one per scope in :attr:`scopes`)."""
-        return f"{self}; see what it holds with " + " and ".join(f"`{c}`" for c in looks)
+        said = str(self).removesuffix(".")
+        return f"{said}; see what it holds with " + " and ".join(f"`{c}`" for c in looks)
 
 
 class CheckpointNotFoundError(FlowdeskError):
