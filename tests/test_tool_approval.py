@@ -480,3 +480,58 @@ def test_a_built_in_file_tool_named_in_the_settings_waits_for_approval(tmp_path:
         bad = flowdesk(db, "ask", "todo?", "--tools", "files", "--folder", str(notes), env=env)
         assert bad.returncode == 2
         assert "require_approval" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
+    tmp_path: Path,
+) -> None:
+    """`waiting --json` gives an agent run's wait id; `answer RUN yes
+    --wait-id ID` approves that call only. A person who read the question,
+    then answers after a colleague already approved it and the agent asked
+    about another call, approves nothing: the second call waits, unmade."""
+    require("mcp")
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(tmp_path, log, 'require_approval = ["append"]')
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_CONFIG": str(config),
+        }
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [append("milk"), append("eggs", "b"), ("json", completion("Noted."))]
+        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
+        assert asked.returncode == 0, asked.stderr
+
+        def waiting_row() -> dict:  # type: ignore[type-arg]
+            out = flowdesk(db, "waiting", "--json", env=env)
+            assert out.returncode == 0, out.stderr
+            (row,) = [json.loads(x) for x in out.stdout.split("\n") if x]
+            return row  # type: ignore[no-any-return]
+
+        read = waiting_row()  # what the person read: the call appending milk
+        assert read["approval"] == {"tool": "notes__append", "arguments": {"text": "milk"}}
+        run_id, milk = read["run_id"], read["wait_id"]
+        assert milk.startswith("approval/")
+
+        colleague = flowdesk(db, "answer", run_id, "yes", env=env)  # no wait id
+        assert colleague.returncode == 0, colleague.stderr
+        assert lines(log) == ["milk"]
+        now = waiting_row()
+        assert now["approval"] == {"tool": "notes__append", "arguments": {"text": "eggs"}}
+        assert now["wait_id"] != milk
+
+        late = flowdesk(db, "answer", run_id, "yes", "--wait-id", milk, env=env)
+        assert late.returncode == 1, late.stderr
+        assert (
+            f"agent run {run_id}: the question you answered was answered elsewhere (it now "
+            "waits on another question); nothing was answered"
+        ) in late.stderr
+        assert "Traceback" not in late.stderr
+        assert lines(log) == ["milk"]  # the eggs call was not approved by the stale answer
+        assert waiting_row()["wait_id"] == now["wait_id"]
+
+        pinned = flowdesk(db, "answer", run_id, "yes", "--wait-id", now["wait_id"], env=env)
+        assert pinned.returncode == 0, pinned.stderr
+    assert lines(log) == ["milk", "eggs"]

@@ -122,11 +122,17 @@ def connected_tools(
 
 
 def resume_pydantic_ai(
-    store: AgentLog, settings: Settings, run_id: str, answer: str | None = None
+    store: AgentLog,
+    settings: Settings,
+    run_id: str,
+    answer: str | None = None,
+    *,
+    wait_id: str | None = None,
 ) -> AgentResponse:
     """Resume a run of a Pydantic AI agent (its :class:`ToolSources` names
     one) with the registered agent of that name, ``answer`` being yes or no
-    to the tool call it waits to have approved
+    to the tool call it waits to have approved, ``wait_id`` the approval
+    answered (refused once the run waits on another)
     (:func:`desktop_app.integrations.pydantic_ai.registry.resume_registered`).
 
     Raises:
@@ -140,7 +146,7 @@ def resume_pydantic_ai(
             f"agent run {run_id} was started by a Pydantic AI agent; install Flowdesk with "
             "its extra (pip install 'flowdesk[pydantic-ai]') to resume it"
         ) from exc
-    return resume_registered(store, settings, run_id, answer)
+    return resume_registered(store, settings, run_id, answer, wait_id=wait_id)
 
 
 def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | None:
@@ -191,8 +197,8 @@ def resume_with_recorded_tools(
     ``wait_id`` (with ``answer``): what the person answered
     (:func:`~desktop_app.agent.approvals.agent_wait_id` of the question they
     read); the answer is refused when the run waits on something else now:
-    checked on the run as stored when this is called, and for Flowdesk's own
-    agent again once the run's lease is taken (``Agent.resume_input``).
+    checked on the run as stored when this is called, and again once the
+    run's lease is taken (``Agent.resume_input``, ``FlowdeskAgent.resume``).
 
     Raises:
         ConfigError: ``model`` is ``None`` (``no_model`` says why) for a run
@@ -212,7 +218,7 @@ def resume_with_recorded_tools(
         require_wait(run, wait_id)
     sources = ToolSources.of_run(store, run.run_id)
     if sources.pydantic_ai is not None:
-        return resume_pydantic_ai(store, settings, run.run_id, answer)
+        return resume_pydantic_ai(store, settings, run.run_id, answer, wait_id=wait_id)
     if model is None:
         raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
     with connected_tools(settings, sources, run.run_id) as tools:

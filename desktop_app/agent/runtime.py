@@ -421,9 +421,11 @@ class Agent:
         """
         return _drain(self._resume_input(run_id, text, False, wait_id))
 
-    def resume_input_stream(self, run_id: str, text: str) -> Iterator[AgentEvent]:
+    def resume_input_stream(
+        self, run_id: str, text: str, *, wait_id: str | None = None
+    ) -> Iterator[AgentEvent]:
         """:meth:`resume_input`, streamed (text deltas and tool events)."""
-        return self._resume_input(run_id, text, True)
+        return self._resume_input(run_id, text, True, wait_id)
 
     def _resume_input(
         self, run_id: str, text: str, stream: bool, wait_id: str | None = None

@@ -177,15 +177,19 @@ def answer_command(ctx: Ctx, run: Any) -> str:
     return ctx.hints.cmd(f"ask --resume {run.run_id} --answer TEXT")
 
 
-def refuse_early(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> None:
+def refuse_early(
+    ctx: Ctx, sv: Services, run_id: str, answer: str | None, wait_id: str | None = None
+) -> None:
     """Refuse, before any MCP server is started and anything of the run
     changes, what resuming agent run ``run_id`` (answering it with
     ``answer``) with the tools this command line gives would refuse later.
 
     Raises:
         RunStateError: an answer for a run that waits for none (done,
-            failed, canceled...), a run that is canceled, timed out or
-            expired, or a resume of one rate limited until a later time.
+            failed, canceled...), or (``wait_id`` given: ``answer --wait-id``)
+            waits on another question than ``wait_id``; a run that is
+            canceled, timed out or expired, or a resume of one rate limited
+            until a later time.
         InputRequiredError: a plain resume of a run waiting for an answer
             (the message gives the command that answers it).
         ApprovalAnswerError: an approval answered with neither yes nor no.
@@ -194,7 +198,7 @@ def refuse_early(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> Non
             the tools the run recorded when it started (the message gives
             the command that resumes it with them).
     """
-    from desktop_app.agent.approvals import parse_decision, pending_approval
+    from desktop_app.agent.approvals import parse_decision, pending_approval, require_wait
     from desktop_app.agent.recovery import ToolSources
     from desktop_app.agent.runtime import pending_question
     from desktop_app.errors import (
@@ -235,6 +239,8 @@ def refuse_early(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> Non
             f"agent run {run_id} waits for an answer to {question}; answer it with: "
             f"{answer_command(ctx, run)}"
         )
+    if answer is not None and wait_id is not None:
+        require_wait(run, wait_id)  # answered elsewhere since it was read
     if answer is not None and pending_approval(run.pending_call) is not None:
         parse_decision(answer)  # neither yes nor no: ApprovalAnswerError, nothing changed
     given, recorded = _sources(ctx), ToolSources.of_run(sv.agents, run_id)
@@ -263,19 +269,24 @@ def _in_words(sources: ToolSources) -> str:
     return visible_controls(" and ".join(parts) or "no tools")
 
 
-def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) -> int:
+def resume_agent_run(
+    ctx: Ctx, sv: Services, run_id: str, answer: str | None, wait_id: str | None = None
+) -> int:
     """Continue an agent run (answering its question with ``answer``) with
     the tools it recorded when it started, or with those this command line
     gives (``ask --resume RUN --tools/--mcp``) when it recorded none. What
     would be refused (:func:`refuse_early`) is refused before any server is
-    started; a ``done`` run prints its saved answer without starting any."""
+    started; a ``done`` run prints its saved answer without starting any.
+    ``wait_id`` (``answer --wait-id``, as ``waiting --json`` gives it): the
+    question answered; refused, nothing answered, once the run waits on
+    another (checked again after the run's lease is taken)."""
     from desktop_app.agent.recovery import ToolSources, connected_tools, resume_pydantic_ai
     from desktop_app.bootstrap import build_model
 
-    refuse_early(ctx, sv, run_id, answer)
+    refuse_early(ctx, sv, run_id, answer, wait_id)
     if ToolSources.of_run(sv.agents, run_id).pydantic_ai is not None:
         ctx.current_run = run_id
-        resumed = resume_pydantic_ai(sv.agents, sv.settings, run_id, answer)
+        resumed = resume_pydantic_ai(sv.agents, sv.settings, run_id, answer, wait_id=wait_id)
         return _finish(ctx, sv, resumed, printed=False)
     run = sv.agents.get(run_id)
     if run.status == "done":  # its saved answer: no model, no tools
@@ -289,7 +300,7 @@ def resume_agent_run(ctx: Ctx, sv: Services, run_id: str, answer: str | None) ->
     with connected_tools(sv.settings, sources, run_id, on_connect=_connecting) as tools:
         agent = agent_for(sv, run.agent, tools, sources)
         if answer is not None:
-            events = agent.resume_input_stream(run_id, answer)
+            events = agent.resume_input_stream(run_id, answer, wait_id=wait_id)
         else:
             events = agent.resume_stream(run_id)
         res, printed = _print_events(ctx, events)

@@ -369,7 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
         "value",
         help="the answer (text, or JSON with --value-json); - reads it from standard input",
     )
-    answer.add_argument("--wait-id", help="which question, when several are pending")
+    answer.add_argument(
+        "--wait-id",
+        help="which question (waiting --json gives its id): when several are pending, or "
+        "to answer nothing once the run waits on another",
+    )
     answer.add_argument("--value-json", action="store_true", help="parse VALUE as JSON")
     answer.add_argument(
         "--json",

@@ -578,7 +578,12 @@ def _wait_row(w: Any) -> dict[str, Any]:
 
 
 def cmd_waiting(ctx: Ctx) -> int:
-    from desktop_app.agent.approvals import answer_commands, pending_approval, render_call
+    from desktop_app.agent.approvals import (
+        agent_wait_id,
+        answer_commands,
+        pending_approval,
+        render_call,
+    )
 
     sv = ctx.services()
     engine = sv.engine
@@ -595,7 +600,8 @@ def cmd_waiting(ctx: Ctx) -> int:
         ]
         rows += [langgraph.thread_row(t, now) for t in threads]
         for ar in asking:
-            first = {"first": agent_blocker(sv, ar)}
+            # wait_id: `answer RUN VALUE --wait-id ID` answers this question only
+            first = {"wait_id": agent_wait_id(ar.pending_call), "first": agent_blocker(sv, ar)}
             request = pending_approval(ar.pending_call)
             if request is not None:
                 approval = {"tool": request.tool, "arguments": dict(request.arguments)}

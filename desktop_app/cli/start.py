@@ -251,7 +251,7 @@ def cmd_answer(ctx: Ctx) -> int:
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 
-        return resume_agent_run(ctx, sv, ref.run_id, answer=str(value))
+        return resume_agent_run(ctx, sv, ref.run_id, answer=str(value), wait_id=a.wait_id)
     ctx.current_run = ref.run_id
     run = sv.checkpoints.get_run(ref.run_id)
     if run.status != "waiting":  # answered already, finished, or never asked: exit 1, as cancel

@@ -155,11 +155,20 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
     """The pending wait of an agent run (an ``AgentRun``) as ``show -o json``
     gives it under ``waits``, like a flow run's waits: ``[]`` unless it asks
     its user (``input_required``). A tool call waiting for approval is
-    ``{"kind": "approval", "tool", "arguments", "call", "commands": {"yes",
-    "no"}}`` (``call`` is :func:`~desktop_app.agent.approvals.render_call`);
-    an ``ask_user`` question is ``{"kind": "input", "question", "command"}``.
-    Every command carries the user's ``--db``/``--scope``."""
-    from desktop_app.agent.approvals import answer_commands, pending_approval, render_call
+    ``{"kind": "approval", "wait_id", "tool", "arguments", "call",
+    "commands": {"yes", "no"}}`` (``call`` is
+    :func:`~desktop_app.agent.approvals.render_call`); an ``ask_user``
+    question is ``{"kind": "input", "wait_id", "question", "command"}``.
+    ``wait_id`` (:func:`~desktop_app.agent.approvals.agent_wait_id`) pins an
+    answer to this question: ``flowdesk answer RUN yes --wait-id ID`` is
+    refused once the run waits on another. Every command carries the user's
+    ``--db``/``--scope``."""
+    from desktop_app.agent.approvals import (
+        agent_wait_id,
+        answer_commands,
+        pending_approval,
+        render_call,
+    )
 
     if run.status != "input_required":
         return []
@@ -170,6 +179,7 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
         return [
             {
                 "kind": "approval",
+                "wait_id": agent_wait_id(run.pending_call),
                 "tool": request.tool,
                 "arguments": dict(request.arguments),
                 "call": render_call(request.tool, request.arguments),
@@ -181,6 +191,7 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
     return [
         {
             "kind": "input",
+            "wait_id": agent_wait_id(run.pending_call),
             "question": question,
             "deadline_at": expires,
             "command": hints.cmd(f"ask --resume {run.run_id} --answer TEXT"),

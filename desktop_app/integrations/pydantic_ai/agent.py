@@ -37,6 +37,7 @@ from desktop_app.agent.approvals import (
     declined_result,
     parse_decision,
     pending_approval,
+    require_wait,
 )
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import Message
@@ -203,6 +204,7 @@ class FlowdeskAgent:
         run_id: str,
         *,
         answer: str | None = None,
+        wait_id: str | None = None,
         deps: Any = None,
         event_stream_handler: EventStreamHandler[Any] | None = None,
     ) -> FlowdeskRunResult:
@@ -213,13 +215,19 @@ class FlowdeskAgent:
         waiting for approval (``input_required``) needs ``answer``: yes or no
         (:func:`~desktop_app.agent.approvals.parse_decision`), journaled with
         the end of the wait before the call is made, as Flowdesk's own agent
-        runs do (:mod:`desktop_app.agent.approvals`).
+        runs do (:mod:`desktop_app.agent.approvals`). ``wait_id``: the
+        approval the person answered
+        (:func:`~desktop_app.agent.approvals.agent_wait_id` of what they read).
+        The answer goes to the approval read here, and only if the run still
+        waits on it once its lease is taken: answered elsewhere meanwhile, it
+        is refused and nothing changes.
 
         Raises:
             InputRequiredError: the run waits for approval and no ``answer`` was given.
             ApprovalAnswerError: ``answer`` is neither yes nor no (nothing changed).
             RunStateError: the run is canceled, timed out or expired, or not
-                a run of this agent.
+                a run of this agent; or the approval answered (``wait_id``,
+                else the one read here) was answered elsewhere.
             AgentRunLeasedError: a live process drives it.
             JournalMismatchError: the agent now asks for other tool calls
                 than the run recorded.
@@ -232,6 +240,8 @@ class FlowdeskAgent:
             )
         if run.status in ("canceled", "timeout", "expired"):
             raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
+        if answer is not None and wait_id is not None:
+            require_wait(run, wait_id)
         request = pending_approval(run.pending_call) if run.status == "input_required" else None
         if answer is not None and request is None:
             raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
@@ -248,6 +258,12 @@ class FlowdeskAgent:
                 else ApprovalJournal.row(request, approved)
             )
             claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
+            if request is not None:  # answered elsewhere between the read and the lease?
+                try:
+                    require_wait(self.store.get(run_id), request.key)
+                except RunStateError:
+                    self.store.release(run_id, self.owner)
+                    raise
             self.store.update(  # the decision is journaled with the end of the wait
                 run_id,
                 self.clock.now(),

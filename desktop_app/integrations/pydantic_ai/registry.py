@@ -75,10 +75,16 @@ def _importer(module_name: str, attr: str) -> Callable[[], Any]:
 
 
 def resume_registered(
-    store: AgentLog, settings: Settings, run_id: str, answer: str | None = None
+    store: AgentLog,
+    settings: Settings,
+    run_id: str,
+    answer: str | None = None,
+    *,
+    wait_id: str | None = None,
 ) -> AgentResponse:
     """Resume a Pydantic AI agent run with the registered agent it names
-    (``answer``: yes or no to the tool call it waits to have approved).
+    (``answer``: yes or no to the tool call it waits to have approved;
+    ``wait_id``: that approval, see ``FlowdeskAgent.resume``).
 
     Returns:
         The run's outcome as Flowdesk reports agent runs (``done`` with its
@@ -101,7 +107,7 @@ def resume_registered(
             'registered: add "package.module:attribute" of it to pydantic_ai_agents in the '
             f"settings, or publish a {ENTRY_POINT_GROUP!r} entry point"
         )
-    result = FlowdeskAgent(agent, store).resume_sync(run_id, answer=answer)
+    result = FlowdeskAgent(agent, store).resume_sync(run_id, answer=answer, wait_id=wait_id)
     return AgentResponse(
         run_id, result.status, text=result.text, question=result.question, approval=result.approval
     )
