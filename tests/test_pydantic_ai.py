@@ -399,6 +399,33 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
     assert re.search(r"^  delete +completed +attempts 1", shown.stdout, re.M)
 
 
+def test_a_pydantic_ai_answer_pinned_to_another_wait_id_answers_nothing(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """`waiting -o json` gives the run's wait id; `answer RUN yes --wait-id`
+    with another id (a question answered elsewhere) is refused and nothing
+    is deleted; with the run's own id it approves the call."""
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), **REGISTERED}
+        server.script = list(DELETE_X)
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        run_id = first.stdout.split()[1]
+        (row,) = json.loads(flowdesk(db_path, "waiting", "-o", "json", env=env).stdout)
+        wait_id = row["wait_id"]
+        assert wait_id.startswith("approval/")
+        stale = flowdesk(db_path, "answer", run_id, "yes", "--wait-id", wait_id + "0", env=env)
+        assert stale.returncode == 1, stale.stderr
+        assert "answered elsewhere" in stale.stderr and "nothing was answered" in stale.stderr
+        assert lines(log) == []
+        assert agent_status(db_path, run_id) == "input_required"
+        pinned = flowdesk(db_path, "answer", run_id, "yes", "--wait-id", wait_id, env=env)
+        assert pinned.returncode == 0, pinned.stderr
+    assert lines(log) == ["delete x"]
+    assert agent_status(db_path, run_id) == "done"
+
+
 @pytest.mark.scenario("S96")
 def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) -> None:
     log = tmp_path / "tool.log"
