@@ -326,6 +326,27 @@ class LeaseLostError(RevisionConflictError):
     here; the run stays resumable wherever it is resumed."""
 
 
+class AgentRunStatusChangedError(RevisionConflictError):
+    """An agent-run update conditioned on the status its caller read
+    (``AgentLog.update(..., expect_status=...)``) found the run in another
+    status: another process changed it between that read and this write
+    (its executing process finished it, say). Nothing was written; read the
+    run again and decide anew.
+
+    Attributes:
+        run_id: the agent run.
+        expected: the status the update was conditioned on.
+        actual: the run's status when the update was refused.
+    """
+
+    def __init__(self, run_id: str, expected: str, actual: str) -> None:
+        self.run_id, self.expected, self.actual = run_id, expected, actual
+        super().__init__(
+            f"agent run {run_id} is {actual}, no longer {expected}: another process changed it "
+            "meanwhile; nothing was written"
+        )
+
+
 class RunLeasedError(FlowdeskError):
     """Another live process holds the run's lease; it is not executed here.
 

@@ -41,6 +41,7 @@ from desktop_app.agent.approvals import (
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import Message
 from desktop_app.agent.recovery import ToolSources
+from desktop_app.agent.runtime import set_status_unless_terminal
 from desktop_app.agent.tools import TOOL_SOURCES_KEY
 from desktop_app.errors import (
     AgentError,
@@ -264,11 +265,24 @@ class FlowdeskAgent:
         return asyncio.run(self.resume(run_id, **kwargs))
 
     def cancel(self, run_id: str) -> None:
-        """Mark a run ``canceled`` (terminal; it is never resumed)."""
-        run = self.store.get(run_id)
-        if run.status in ("done", "failed", "canceled", "timeout", "expired"):
-            raise RunStateError(f"agent run {run_id} is already {run.status}")
-        self.store.update(run_id, self.clock.now(), status="canceled", error="canceled by user")
+        """Mark a run ``canceled`` (terminal; it is never resumed), as a
+        compare-and-set on the status read: a run its executing process
+        ends between that read and the write keeps what it ended with.
+
+        Raises:
+            RunStateError: the run is already done, failed, canceled, timed
+                out or expired (also when it became so a moment before this
+                write; nothing was changed).
+            CheckpointNotFoundError: no such run.
+        """
+        set_status_unless_terminal(
+            self.store,
+            run_id,
+            self.clock.now(),
+            "canceled",
+            "canceled by user",
+            ("done", "failed", "canceled", "timeout", "expired"),
+        )
 
     def runs(self, statuses: Sequence[str] | None = None) -> list[AgentRun]:
         """This agent's runs (optionally of these statuses), oldest first."""
