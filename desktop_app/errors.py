@@ -699,14 +699,25 @@ class ApprovalAnswerError(InputError):
 class AgentRunCanceledError(AgentError):
     """The agent run was canceled (``flowdesk cancel``) while this process
     executed it: a write of its executing process (one that names its lease
-    owner) is refused, nothing of it is written, and the process stops."""
+    owner) is refused, nothing of it is written, and the process stops.
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(
-            f"agent run {run_id} was canceled while this process executed it; nothing more "
-            "of it is written here"
-        )
+    Attributes:
+        run_id: the agent run.
+        in_flight: the tool whose call was running when the cancel landed
+            (it ran to its end and its result is recorded), else ``None``.
+    """
+
+    def __init__(self, run_id: str, in_flight: str | None = None) -> None:
+        self.run_id, self.in_flight = run_id, in_flight
+        said = f"agent run {run_id} was canceled while this process executed it"
+        if in_flight is None:
+            said += "; nothing more of it is written here"
+        else:
+            said += (
+                f", while its call to {in_flight} was in flight: that call ran to its end (its "
+                "result is recorded, whatever it did stays done) and nothing after it ran"
+            )
+        super().__init__(said)
 
 
 class AgentToolsChangedError(AgentError):

@@ -170,7 +170,12 @@ class FlowdeskAgent:
 
         Raises:
             Whatever the agent raises (the run is then ``failed`` with it);
-            AgentRunLeasedError when a live process drives ``run_id``.
+            AgentRunLeasedError when a live process drives ``run_id``;
+            AgentRunCanceledError when the run is canceled (``flowdesk
+            cancel``, :meth:`cancel`) while this drives it: it stays
+            ``canceled``, no model request or tool call starts after the
+            cancel, and a tool call in flight ran to its end with its result
+            recorded (the error's ``in_flight`` names it).
         """
         if run_id is not None and self._exists(run_id):
             return await self.resume(run_id, deps=deps, event_stream_handler=event_stream_handler)
@@ -222,6 +227,7 @@ class FlowdeskAgent:
             RunStateError: the run is canceled, timed out or expired, or not
                 a run of this agent.
             AgentRunLeasedError: a live process drives it.
+            AgentRunCanceledError: it was canceled while this drove it (see :meth:`run`).
             JournalMismatchError: the agent now asks for other tool calls
                 than the run recorded.
         """
