@@ -101,7 +101,7 @@ def cancel_said(rid: str, how: str, said: dict) -> str:
     if said["code"] == 0:
         assert said["out"].splitlines()[0] == f"agent run {rid} canceled", said
         return "canceled"
-    assert said["code"] != 0 and said["out"] == "", said
+    assert (said["code"], said["out"]) == (1, ""), said
     assert said["err"].splitlines() == [f"flowdesk: agent run {rid} is already done"], said
     return "already done"
 
@@ -112,6 +112,7 @@ def race_db(request) -> str:
     return str(request.getfixturevalue(fixture))
 
 
+@pytest.mark.scenario("S97")
 def test_a_cancel_racing_the_end_of_an_agent_run_tells_both_sides_the_truth(
     race_db: str, tmp_path: Path
 ) -> None:

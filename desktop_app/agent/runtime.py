@@ -39,7 +39,10 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   cancel is committed and a canceled run is never finished over. It stops
   there and ends ``canceled``. A tool call in flight when the cancel lands
   runs to its end; its result is recorded, the response says so, and
-  nothing after it runs.
+  nothing after it runs. The cancel is a compare-and-set on the status it
+  read (``AgentLog.update``'s ``expect_status``): a run the executing
+  process ended meanwhile keeps its end, and the cancel raises
+  ``RunStateError`` ("already done").
 * Each drive is an OpenTelemetry span ``invoke_agent <name>`` in the trace id
   of the run's context, with ``chat <model>`` and ``execute_tool <tool>``
   children (see :mod:`desktop_app.flow.tracing`).
