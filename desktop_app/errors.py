@@ -332,6 +332,27 @@ class LeaseLostError(RevisionConflictError):
     here; the run stays resumable wherever it is resumed."""
 
 
+class AgentRunStatusChangedError(RevisionConflictError):
+    """An agent-run update conditioned on the status its caller read
+    (``AgentLog.update(..., expect_status=...)``) found the run in another
+    status: another process changed it between that read and this write
+    (its executing process finished it, say). Nothing was written; read the
+    run again and decide anew.
+
+    Attributes:
+        run_id: the agent run.
+        expected: the status the update was conditioned on.
+        actual: the run's status when the update was refused.
+    """
+
+    def __init__(self, run_id: str, expected: str, actual: str) -> None:
+        self.run_id, self.expected, self.actual = run_id, expected, actual
+        super().__init__(
+            f"agent run {run_id} is {actual}, no longer {expected}: another process changed it "
+            "meanwhile; nothing was written"
+        )
+
+
 class RunLeasedError(FlowdeskError):
     """Another live process holds the run's lease; it is not executed here.
 
@@ -684,14 +705,25 @@ class ApprovalAnswerError(InputError):
 class AgentRunCanceledError(AgentError):
     """The agent run was canceled (``flowdesk cancel``) while this process
     executed it: a write of its executing process (one that names its lease
-    owner) is refused, nothing of it is written, and the process stops."""
+    owner) is refused, nothing of it is written, and the process stops.
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
-        super().__init__(
-            f"agent run {run_id} was canceled while this process executed it; nothing more "
-            "of it is written here"
-        )
+    Attributes:
+        run_id: the agent run.
+        in_flight: the tool whose call was running when the cancel landed
+            (it ran to its end and its result is recorded), else ``None``.
+    """
+
+    def __init__(self, run_id: str, in_flight: str | None = None) -> None:
+        self.run_id, self.in_flight = run_id, in_flight
+        said = f"agent run {run_id} was canceled while this process executed it"
+        if in_flight is None:
+            said += "; nothing more of it is written here"
+        else:
+            said += (
+                f", while its call to {in_flight} was in flight: that call ran to its end (its "
+                "result is recorded, whatever it did stays done) and nothing after it ran"
+            )
+        super().__init__(said)
 
 
 class AgentToolsChangedError(AgentError):

@@ -5,7 +5,9 @@ The model is OpenAI-compatible at ``PAI_TEST_URL`` (a scripted server on
 127.0.0.1, tests/chat_server.py). Every tool call appends a line to the file
 ``PAI_TEST_LOG`` (fsync'd) before it returns, so a test counts executions
 across processes. ``PAI_TEST_KILL=tool:Q`` SIGKILLs the process inside the
-call ``lookup(Q)``, after its line is written. ``PAI_TEST_MCP=1`` adds the
+call ``lookup(Q)``, after its line is written; ``PAI_TEST_GATE=Q:PATH``
+holds that call there (a call in flight) until the file PATH exists.
+``PAI_TEST_MCP=1`` adds the
 notes MCP server (tests/mcp_notes_server.py, stdio) as toolset ``notes``,
 appending to ``PAI_TEST_LOG`` too.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from pydantic_ai import Agent
@@ -57,6 +60,9 @@ def make_helper() -> Agent[None, str]:
         _log(f"tool {q}")
         if os.environ.get("PAI_TEST_KILL") == f"tool:{q}":
             os.kill(os.getpid(), signal.SIGKILL)
+        held, _, gate = os.environ.get("PAI_TEST_GATE", "").partition(":")
+        while held == q and not Path(gate).exists():
+            time.sleep(0.01)  # in flight until the test opens the gate
         return f"result for {q}"
 
     @agent.tool_plain(requires_approval=True)

@@ -9,7 +9,9 @@ environment it reads) wrapped in ``FlowdeskAgent`` over DB
 and runs PROMPT, or resumes RUN_ID. Prints ``run <id>`` as soon as the run
 is stored, each streamed piece of text as ``text <text>`` with ``--stream``,
 and ``<status> executed=<n> replayed=<n> output=<text>`` at the end (then
-the question and the ``DeferredToolRequests`` approvals of a run that waits).
+the question and the ``DeferredToolRequests`` approvals of a run that waits),
+or ``canceled in_flight=<tool or None> <message>`` (exit 1) when the run was
+canceled while it drove it (``AgentRunCanceledError``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextP
 
 from desktop_app.bootstrap import open_services
 from desktop_app.config import load_settings
+from desktop_app.errors import AgentRunCanceledError
 from desktop_app.integrations.pydantic_ai import FlowdeskAgent
 from tests.pydantic_ai_agents import make_helper
 
@@ -50,12 +53,17 @@ async def main() -> int:
                 print("text", event.delta.content_delta, flush=True)
 
     stream = handler if a.stream else None
-    if a.action == "run":
-        run_id = uuid.uuid4().hex
-        print("run", run_id, flush=True)
-        res = await durable.run(a.arg, run_id=run_id, event_stream_handler=stream)
-    else:
-        res = await durable.resume(a.arg, event_stream_handler=stream)
+    try:
+        if a.action == "run":
+            run_id = uuid.uuid4().hex
+            print("run", run_id, flush=True)
+            res = await durable.run(a.arg, run_id=run_id, event_stream_handler=stream)
+        else:
+            res = await durable.resume(a.arg, event_stream_handler=stream)
+    except AgentRunCanceledError as exc:  # `flowdesk cancel` while this process drove it
+        print(f"canceled in_flight={exc.in_flight} {exc}")
+        services.close()
+        return 1
     print(f"{res.status} executed={res.executed} replayed={res.replayed} output={res.text}")
     if res.question:
         print("question", res.question)

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -464,6 +465,173 @@ def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) ->
         assert "whether it took effect is unknown" in shown
         assert len(server.requests) == 2
     assert lines(log) == ["delete x"]  # approved once, made once
+
+
+# -- canceled by the user (`flowdesk cancel`) while a process drives it -------------
+
+
+def started_worker(db: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """The worker driving a new run of ``find a then b``, and the run's id
+    (printed once the run is stored)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(WORKER), db, "run", "find a then b"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.readline().split()
+    assert first[:1] == ["run"], (first, proc.communicate(timeout=60))
+    return proc, first[1]
+
+
+@pytest.mark.scenario("S96")
+def test_a_cancel_during_a_model_request_stops_the_run_before_its_next_tool_call(
+    database: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "tool.log"
+    answered = threading.Event()
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = [
+            SCRIPT[0],  # lookup(a)
+            ("gate", answered, completion("", [call("lookup", q="b")])),  # a slow model
+            SCRIPT[2],
+        ]
+        proc, run_id = started_worker(database, env)
+        try:
+            wait_for(lambda: len(server.requests) == 2, "the second model request")
+            canceled = flowdesk(database, "cancel", run_id, env=env)
+            assert canceled.returncode == 0, canceled.stderr
+            assert canceled.stdout.splitlines() == [
+                f"agent run {run_id} canceled",
+                f"the process executing it ({agent_runs(database)[0][0].lease_owner}) stops "
+                "before its next model or tool call",
+            ]
+        finally:
+            answered.set()  # the model now asks for lookup(b)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err
+        assert out.splitlines()[-1] == (
+            f"canceled in_flight=None agent run {run_id} was canceled while this process "
+            "executed it; nothing more of it is written here"
+        )
+        assert len(server.requests) == 2  # no request after the cancel
+    assert lines(log) == ["tool a"]  # lookup(b) was never called
+    ((run, messages, tools),) = agent_runs(database)
+    assert (run.status, run.error, run.response) == ("canceled", "canceled by user", None)
+    # the reply that came after the cancel was dropped: the conversation ends at lookup(a)
+    assert [(m["role"], m["content"]) for m in messages] == [
+        ("user", "find a then b"),
+        ("assistant", ""),
+        ("tool", "result for a"),
+    ]
+    assert [(t.tool, t.status) for t in tools if t.tool == "lookup"] == [("lookup", "completed")]
+    refused = flowdesk(database, "resume", run_id, env=env)
+    said = re.fullmatch(
+        rf"flowdesk: agent run {run_id} is canceled; it cannot be resumed or answered "
+        r"\(`(flowdesk .*)` says what it did\)",
+        refused.stderr.strip(),
+    )
+    assert refused.returncode != 0 and said, refused.stderr
+    shown = as_printed(said.group(1), env)  # the hint, run as printed
+    assert shown.returncode == 0, shown.stderr
+    assert f"agent run {run_id}  agent helper  status canceled" in shown.stdout
+    assert "  tool lookup: result for a" in shown.stdout
+
+
+@pytest.mark.scenario("S96")
+def test_a_cancel_during_a_tool_call_records_its_result_and_nothing_after_it_runs(
+    database: str, tmp_path: Path
+) -> None:
+    log, gate = tmp_path / "tool.log", tmp_path / "gate"
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "PAI_TEST_URL": server.url,
+            "PAI_TEST_LOG": str(log),
+            "PAI_TEST_GATE": f"a:{gate}",  # lookup(a) is in flight until the gate opens
+        }
+        server.script = list(SCRIPT)
+        proc, run_id = started_worker(database, env)
+        try:
+            wait_for(lambda: lines(log) == ["tool a"], "lookup(a) to be in flight")
+            canceled = flowdesk(database, "cancel", run_id, env=env)
+            assert canceled.returncode == 0, canceled.stderr
+            assert canceled.stdout.splitlines()[1].endswith(
+                "stops before its next model or tool call; its call to lookup is in flight: "
+                "that call runs to its end (what it does stays done, its result is recorded) "
+                "and nothing after it runs"
+            )
+        finally:
+            gate.touch()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, err
+        assert out.splitlines()[-1] == (
+            f"canceled in_flight=lookup agent run {run_id} was canceled while this process "
+            "executed it, while its call to lookup was in flight: that call ran to its end (its "
+            "result is recorded, whatever it did stays done) and nothing after it ran"
+        )
+        assert len(server.requests) == 1  # no model request after the call
+    assert lines(log) == ["tool a"]
+    ((run, messages, tools),) = agent_runs(database)
+    assert run.status == "canceled"
+    # what `flowdesk cancel` promised: the call's result is recorded
+    assert [(m["role"], m["content"]) for m in messages][-1] == ("tool", "result for a")
+    assert [(t.tool, t.status) for t in tools if t.tool == "lookup"] == [("lookup", "completed")]
+
+
+def test_a_cancel_between_a_tool_call_and_the_next_request_sends_no_request(
+    db_path: Path,
+) -> None:
+    """A cancel that commits right after a tool call's result (in no unit):
+    the next model request is never sent, as ``flowdesk cancel`` says."""
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from desktop_app.errors import AgentRunCanceledError
+    from desktop_app.integrations.pydantic_ai import FlowdeskAgent
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.store import open_store
+
+    class CancelAfterTheCall(SqliteAgentStore):
+        """Another process's cancel commits right after the call's result."""
+
+        def update(self, run_id: str, now: float, **kw):  # type: ignore[no-untyped-def]
+            super().update(run_id, now, **kw)
+            tool = kw.get("tool")
+            if tool is not None and tool[1] == "lookup" and tool[2] == "completed":
+                SqliteAgentStore.update(self, run_id, now, status="canceled", error="stop")
+
+    requests = []
+
+    def model(messages, info):  # type: ignore[no-untyped-def]
+        requests.append(len(messages))
+        if len(requests) == 1:
+            return ModelResponse(parts=[ToolCallPart("lookup", {"q": "a"}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart("found")])
+
+    agent = PydanticAgent(FunctionModel(model), name="helper")
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"result for {q}"
+
+    store = open_store(db_path)
+    try:
+        agents = CancelAfterTheCall(store)
+        with pytest.raises(AgentRunCanceledError) as raised:
+            FlowdeskAgent(agent, agents).run_sync("find a", run_id="r1")
+        assert raised.value.in_flight is None
+        assert len(requests) == 1  # the second request was never sent
+        assert (agents.get("r1").status, agents.get("r1").error) == ("canceled", "stop")
+        assert agents.messages("r1")[-1]["content"] == "result for a"
+    finally:
+        store.close()
 
 
 def test_only_the_integration_imports_pydantic_ai() -> None:

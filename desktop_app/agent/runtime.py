@@ -39,7 +39,10 @@ Semantics follow go-micro's durable agent (``agent/checkpoint.go``,
   cancel is committed and a canceled run is never finished over. It stops
   there and ends ``canceled``. A tool call in flight when the cancel lands
   runs to its end; its result is recorded, the response says so, and
-  nothing after it runs.
+  nothing after it runs. The cancel is a compare-and-set on the status it
+  read (``AgentLog.update``'s ``expect_status``): a run the executing
+  process ended meanwhile keeps its end, and the cancel raises
+  ``RunStateError`` ("already done").
 * Each drive is an OpenTelemetry span ``invoke_agent <name>`` in the trace id
   of the run's context, with ``chat <model>`` and ``execute_tool <tool>``
   children (see :mod:`desktop_app.flow.tracing`).
@@ -114,6 +117,7 @@ from desktop_app.errors import (
     AgentError,
     AgentRunCanceledError,
     AgentRunLeasedError,
+    AgentRunStatusChangedError,
     AgentToolsChangedError,
     CheckpointNotFoundError,
     InputRequiredError,
@@ -141,6 +145,37 @@ from desktop_app.store.protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def set_status_unless_terminal(
+    store: AgentLog,
+    run_id: str,
+    now: float,
+    status: AgentStatus,
+    error: str | None,
+    terminal: Sequence[str],
+) -> None:
+    """Set agent run ``run_id``'s ``status`` and ``error`` (a cancel or a
+    pause by the user, from any process) unless the run is ``terminal``:
+    a compare-and-set on the status read (``AgentLog.update``'s
+    ``expect_status``), read again and retried when another process changed
+    it to another non-terminal status meanwhile. ``now``: UTC epoch seconds.
+
+    Raises:
+        RunStateError: the run is (or became, before this write) one of
+            ``terminal``: ``agent run <id> is already <status>``; nothing
+            was changed.
+        CheckpointNotFoundError: no such run.
+    """
+    while True:
+        run = store.get(run_id)
+        if run.status in terminal:
+            raise RunStateError(f"agent run {run_id} is already {run.status}")
+        try:
+            store.update(run_id, now, expect_status=run.status, status=status, error=error)
+        except AgentRunStatusChangedError:  # changed since the read: decide again
+            continue
+        return
 
 
 class _Canceled(Exception):  # the drive's internal stop signal; it never escapes
@@ -500,23 +535,36 @@ class Agent:
         return out
 
     def pause(self, run_id: str) -> None:
-        """Mark a run ``paused``; it is listed as pending and resumed on request."""
-        self._set_terminal_guarded(run_id, "paused", None)
+        """Mark a run ``paused``; it is listed as pending and resumed on request.
+
+        Raises:
+            RunStateError: the run is already terminal (done, canceled, ...),
+                also when its executing process ended it a moment before
+                this write (nothing was changed).
+            CheckpointNotFoundError: no such run.
+        """
+        set_status_unless_terminal(
+            self.store, run_id, self.clock.now(), "paused", None, AGENT_TERMINAL
+        )
 
     def cancel(self, run_id: str) -> None:
         """Mark a run ``canceled`` (terminal). A process executing it stops
         before its next model or tool call (see the module's notes).
 
-        Raises:
-            RunStateError: the run is already terminal (done, canceled, ...).
-        """
-        self._set_terminal_guarded(run_id, "canceled", "canceled by user")
+        The status is set as a compare-and-set on the status read: a run its
+        executing process ends (``done``...) between that read and the write
+        keeps what it ended with, and this raises.
 
-    def _set_terminal_guarded(self, run_id: str, status: AgentStatus, error: str | None) -> None:
-        run = self.store.get(run_id)
-        if run.status in AGENT_TERMINAL:
-            raise RunStateError(f"agent run {run_id} is already {run.status}")
-        self.store.update(run_id, self.clock.now(), status=status, error=error)
+        Raises:
+            RunStateError: the run is already terminal (done, canceled, ...),
+                also when its executing process ended it a moment before
+                this write (nothing was changed: its last tool call and
+                reply happened and stand).
+            CheckpointNotFoundError: no such run.
+        """
+        set_status_unless_terminal(
+            self.store, run_id, self.clock.now(), "canceled", "canceled by user", AGENT_TERMINAL
+        )
 
     # -- the loop ------------------------------------------------------------
 

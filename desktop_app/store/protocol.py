@@ -612,6 +612,7 @@ class AgentLog(Protocol):  # pragma: no mutate block
         messages: Sequence[dict[str, Any]] = (),
         tool: tuple[str, str, str, str | None] | None = None,
         owner: str | None = None,
+        expect_status: AgentStatus | None = None,
         **fields: Any,
     ) -> None:
         """In one transaction: append ``messages``, upsert a tool result
@@ -621,11 +622,19 @@ class AgentLog(Protocol):  # pragma: no mutate block
         and the run is not ``canceled`` (a cancel from another process
         fences the executing one, as a lost lease does).
 
+        ``expect_status``: a compare-and-set on the run's status: nothing is
+        written unless the run still has this status when the write commits
+        (checked in its transaction). A cancel or pause passes the status it
+        read, so the executing process finishing the run (``done``) between
+        that read and this write is never overwritten.
+
         Raises:
             CheckpointNotFoundError: no such run.
             LeaseLostError: ``owner`` no longer holds the lease (nothing written).
             AgentRunCanceledError: with ``owner``, the run is canceled
                 (nothing written).
+            AgentRunStatusChangedError: with ``expect_status``, the run has
+                another status (nothing written; its ``actual`` says which).
         """
 
     def claim(

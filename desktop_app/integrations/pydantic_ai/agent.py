@@ -42,6 +42,7 @@ from desktop_app.agent.approvals import (
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import Message
 from desktop_app.agent.recovery import ToolSources
+from desktop_app.agent.runtime import set_status_unless_terminal
 from desktop_app.agent.tools import TOOL_SOURCES_KEY
 from desktop_app.errors import (
     AgentError,
@@ -170,7 +171,12 @@ class FlowdeskAgent:
 
         Raises:
             Whatever the agent raises (the run is then ``failed`` with it);
-            AgentRunLeasedError when a live process drives ``run_id``.
+            AgentRunLeasedError when a live process drives ``run_id``;
+            AgentRunCanceledError when the run is canceled (``flowdesk
+            cancel``, :meth:`cancel`) while this drives it: it stays
+            ``canceled``, no model request or tool call starts after the
+            cancel, and a tool call in flight ran to its end with its result
+            recorded (the error's ``in_flight`` names it).
         """
         if run_id is not None and self._exists(run_id):
             return await self.resume(run_id, deps=deps, event_stream_handler=event_stream_handler)
@@ -229,6 +235,7 @@ class FlowdeskAgent:
                 a run of this agent; or the approval answered (``wait_id``,
                 else the one read here) was answered elsewhere.
             AgentRunLeasedError: a live process drives it.
+            AgentRunCanceledError: it was canceled while this drove it (see :meth:`run`).
             JournalMismatchError: the agent now asks for other tool calls
                 than the run recorded.
         """
@@ -280,11 +287,24 @@ class FlowdeskAgent:
         return asyncio.run(self.resume(run_id, **kwargs))
 
     def cancel(self, run_id: str) -> None:
-        """Mark a run ``canceled`` (terminal; it is never resumed)."""
-        run = self.store.get(run_id)
-        if run.status in ("done", "failed", "canceled", "timeout", "expired"):
-            raise RunStateError(f"agent run {run_id} is already {run.status}")
-        self.store.update(run_id, self.clock.now(), status="canceled", error="canceled by user")
+        """Mark a run ``canceled`` (terminal; it is never resumed), as a
+        compare-and-set on the status read: a run its executing process
+        ends between that read and the write keeps what it ended with.
+
+        Raises:
+            RunStateError: the run is already done, failed, canceled, timed
+                out or expired (also when it became so a moment before this
+                write; nothing was changed).
+            CheckpointNotFoundError: no such run.
+        """
+        set_status_unless_terminal(
+            self.store,
+            run_id,
+            self.clock.now(),
+            "canceled",
+            "canceled by user",
+            ("done", "failed", "canceled", "timeout", "expired"),
+        )
 
     def runs(self, statuses: Sequence[str] | None = None) -> list[AgentRun]:
         """This agent's runs (optionally of these statuses), oldest first."""

@@ -54,7 +54,7 @@ from pydantic_ai.durable_exec import (
 
 from desktop_app.agent.messages import Message, ToolCall, canonical_json
 from desktop_app.agent.tools import PYDANTIC_AI_PREFIX
-from desktop_app.errors import AgentError
+from desktop_app.errors import AgentError, AgentRunCanceledError
 from desktop_app.flow.clock import Clock
 from desktop_app.store.protocol import AgentLog
 
@@ -107,9 +107,19 @@ class RunJournal:
         """Answer one durable unit from the journal, or run ``body`` and save
         its result (with the conversation message it adds) in one transaction.
 
+        A run canceled by another process (``flowdesk cancel``) is seen
+        before the unit runs (a read) and by every write here (refused in
+        its transaction), so no model request or tool call starts after the
+        cancel is committed. A model reply that arrives after it is dropped;
+        a tool call in flight when it lands runs to its end and its result
+        is recorded (with no owner: the run is canceled, no process executes
+        it), as Flowdesk's own agent runs do.
+
         Raises:
             JournalMismatchError: a tool call at this place differs from the recorded one.
             LeaseLostError: another process took the run over (nothing written).
+            AgentRunCanceledError: the run was canceled (``in_flight``: the
+                tool whose call ran when the cancel landed, else ``None``).
         """
         number = self._numbers.get(name, 0) + 1
         self._numbers[name] = number
@@ -134,6 +144,8 @@ class RunJournal:
             # an approved call that started but never saved its result may have
             # taken effect: the person approved one call, so it is not made again
             return {"result": unknown_outcome(call.name), "kind": "tool_return"}
+        if self.store.get(self.run_id).status == "canceled":  # `flowdesk cancel` meanwhile
+            raise AgentRunCanceledError(self.run_id)  # no model request or tool call after it
         if call is not None:  # counts the attempt; a crash leaves it in_progress
             self.store.update(
                 self.run_id,
@@ -153,14 +165,23 @@ class RunJournal:
             messages.append(_assistant_message(output).to_json())
         elif call is not None:
             messages.append(_tool_message(call, output).to_json())
-        self.store.update(
-            self.run_id,
-            self.clock.now(),
-            owner=self.owner,
-            messages=messages,
-            tool=(key, label, "completed", json.dumps(record)),
-            **fields,
-        )
+        row = (key, label, "completed", json.dumps(record))
+        try:
+            self.store.update(
+                self.run_id,
+                self.clock.now(),
+                owner=self.owner,
+                messages=messages,
+                tool=row,
+                **fields,
+            )
+        except AgentRunCanceledError:
+            if call is None:
+                raise  # a model reply that came after the cancel is dropped
+            # the cancel landed while the call ran: what it did is recorded (the run is
+            # canceled, so no other process executes it), and nothing after it runs
+            self.store.update(self.run_id, self.clock.now(), messages=messages, tool=row)
+            raise AgentRunCanceledError(self.run_id, in_flight=label) from None
         self.executed += 1
         return output
 

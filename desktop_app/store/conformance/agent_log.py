@@ -9,6 +9,7 @@ from typing import Any
 from desktop_app.errors import (
     AgentRunCanceledError,
     AgentRunLeasedError,
+    AgentRunStatusChangedError,
     CheckpointNotFoundError,
     LeaseLostError,
     RevisionConflictError,
@@ -176,6 +177,44 @@ def a_cancel_fences_the_executing_owner(h: Harness) -> None:
     _eq((log.messages(rid), log.tool_results(rid)), ([], []), "the fenced write wrote nothing")
     log.update(rid, 103.0, tool=("k", "t", "completed", "r"))  # no owner: written
     _eq([t.status for t in log.tool_results(rid)], ["completed"], "an ownerless write")
+
+
+@check("AgentLog.update")
+def a_status_compare_and_set_never_overwrites_a_finished_run(h: Harness) -> None:
+    """A cancel conditioned on the status it read (``expect_status``) loses
+    to the executing owner that ended the run after that read: the run keeps
+    ``done`` and its reply, and the refused cancel names what it found."""
+    log, _ = _agent(h)
+    rid = _id()
+    log.create(_agent_run(rid), [])
+    log.claim(rid, "a", 130.0, 100.0)
+    read = log.get(rid).status  # the canceling process reads 'running'
+    log.update(rid, 101.0, owner="a", status="done", response="the answer")  # the owner ends it
+    with _raises(
+        AgentRunStatusChangedError,
+        "a cancel conditioned on a status the run no longer has",
+        f"agent run {rid} is done, no longer running: another process changed it meanwhile; "
+        "nothing was written",
+    ):
+        log.update(
+            rid,
+            102.0,
+            expect_status=read,
+            status="canceled",
+            error="canceled by user",
+            messages=[{"role": "assistant", "content": "x"}],
+            tool=("k", "t", "in_progress", None),
+        )
+    run = log.get(rid)
+    _eq((run.status, run.response, run.error), ("done", "the answer", None), "the end stands")
+    _eq((log.messages(rid), log.tool_results(rid)), ([], []), "the refused write wrote nothing")
+    with _raises(AgentRunStatusChangedError, "an owner's write conditioned on another status"):
+        log.update(rid, 103.0, owner="a", expect_status="running", turns=9)
+    _eq(log.get(rid).turns, 0, "nothing of it written")
+    other = _id()
+    log.create(_agent_run(other), [])
+    log.update(other, 104.0, expect_status="running", status="canceled", error="canceled by user")
+    _eq(log.get(other).status, "canceled", "the status it expected: written")
 
 
 @check(

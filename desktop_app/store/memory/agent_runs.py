@@ -16,12 +16,14 @@ from typing import Any
 from desktop_app.errors import (
     AgentRunCanceledError,
     AgentRunLeasedError,
+    AgentRunStatusChangedError,
     CheckpointNotFoundError,
     LeaseLostError,
     RevisionConflictError,
 )
 from desktop_app.store.records import (
     AgentRun,
+    AgentStatus,
     Lease,
     ToolResult,
     agent_lease_lost_message,
@@ -88,6 +90,7 @@ class InMemoryAgentLog:
         messages: Sequence[dict[str, Any]] = (),
         tool: tuple[str, str, str, str | None] | None = None,
         owner: str | None = None,
+        expect_status: AgentStatus | None = None,
         **fields: Any,
     ) -> None:
         check_agent_run_fields(fields)
@@ -97,6 +100,8 @@ class InMemoryAgentLog:
                 raise LeaseLostError(agent_lease_lost_message(run_id, run.lease_owner, owner))
             if owner is not None and run.status == "canceled":  # fenced by a cancel
                 raise AgentRunCanceledError(run_id)
+            if expect_status is not None and run.status != expect_status:  # compare-and-set
+                raise AgentRunStatusChangedError(run_id, expect_status, run.status)
             if "pending_call" in fields and fields["pending_call"] is not None:
                 fields["pending_call"] = json.loads(json.dumps(fields["pending_call"]))
             self._messages[run_id].extend(json.dumps(m, ensure_ascii=False) for m in messages)

@@ -22,6 +22,7 @@ import psycopg.errors
 from desktop_app.errors import (
     AgentRunCanceledError,
     AgentRunLeasedError,
+    AgentRunStatusChangedError,
     CheckpointNotFoundError,
     LeaseLostError,
     RevisionConflictError,
@@ -31,6 +32,7 @@ from desktop_app.store.postgres.sql import no_nul, ts
 from desktop_app.store.postgres.store import Conn, PostgresCheckpointStore
 from desktop_app.store.records import (
     AgentRun,
+    AgentStatus,
     ToolResult,
     agent_lease_lost_message,
     check_agent_run_fields,
@@ -107,12 +109,14 @@ class PostgresAgentStore:
         messages: Sequence[dict[str, Any]] = (),
         tool: tuple[str, str, str, str | None] | None = None,
         owner: str | None = None,
+        expect_status: AgentStatus | None = None,
         **fields: Any,
     ) -> None:
         """`AgentLog.update` on PostgreSQL: one transaction that locks the run
         row ``FOR UPDATE`` first (message sequence numbers are taken under
-        it); time fields are stored as ``timestamptz``, NULs in ``error``
-        become U+FFFD."""
+        it; ``owner`` and ``expect_status`` are checked on the locked row);
+        time fields are stored as ``timestamptz``, NULs in ``error`` become
+        U+FFFD."""
         check_agent_run_fields(fields)
         sets = [f"updated_at={ts()}"]
         args: list[Any] = [now]
@@ -140,6 +144,8 @@ class PostgresAgentStore:
                 raise LeaseLostError(agent_lease_lost_message(run_id, locked[0], owner))
             if owner is not None and locked[1] == "canceled":  # fenced by a cancel
                 raise AgentRunCanceledError(run_id)
+            if expect_status is not None and locked[1] != expect_status:  # compare-and-set
+                raise AgentRunStatusChangedError(run_id, expect_status, locked[1])
             self._append(conn, run_id, messages, now)
             if tool is not None:
                 self._put_tool(conn, run_id, tool, now)

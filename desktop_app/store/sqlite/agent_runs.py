@@ -18,6 +18,7 @@ from typing import Any
 from desktop_app.errors import (
     AgentRunCanceledError,
     AgentRunLeasedError,
+    AgentRunStatusChangedError,
     CheckpointCorruptError,
     CheckpointNotFoundError,
     LeaseLostError,
@@ -92,10 +93,12 @@ class SqliteAgentStore:
         messages: Sequence[dict[str, Any]] = (),
         tool: tuple[str, str, str, str | None] | None = None,
         owner: str | None = None,
+        expect_status: AgentStatus | None = None,
         **fields: Any,
     ) -> None:
         """`AgentLog.update` on SQLite: one ``BEGIN IMMEDIATE`` transaction
-        (tool results upserted with ``ON CONFLICT``)."""
+        (tool results upserted with ``ON CONFLICT``); ``owner`` and
+        ``expect_status`` are conditions of its ``UPDATE``."""
         check_agent_run_fields(fields)
         sets = ["updated_at=?"]
         args: list[Any] = [now]
@@ -114,11 +117,14 @@ class SqliteAgentStore:
             if owner is not None:  # the executing process: fenced by its lease and a cancel
                 where += " AND lease_owner=? AND status != 'canceled'"
                 wargs.append(owner)
+            if expect_status is not None:  # a compare-and-set on the status the caller read
+                where += " AND status=?"
+                wargs.append(expect_status)
             self.conn.execute(
                 f"UPDATE agent_runs SET {', '.join(sets)} WHERE {where}", (*args, *wargs)
             )
             if self.conn.changes() != 1:
-                self._missing_or_lost(run_id, owner)
+                self._missing_or_lost(run_id, owner, expect_status)
 
     def _put_tool(self, run_id: str, tool: tuple[str, str, str, str | None], now: float) -> None:
         """Upsert one tool-journal row (inside the caller's transaction)."""
@@ -128,16 +134,20 @@ class SqliteAgentStore:
             (run_id, key, name, status, result, int(status == "in_progress"), now),
         )
 
-    def _missing_or_lost(self, run_id: str, owner: str | None) -> None:
+    def _missing_or_lost(self, run_id: str, owner: str | None, expect: str | None) -> None:
+        """Why a conditioned ``UPDATE`` changed no row (inside its
+        transaction, which the raised error rolls back)."""
         row = self.conn.execute(
             "SELECT lease_owner, status FROM agent_runs WHERE run_id=? AND scope=?",
             (run_id, self.scope),
         ).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
-        if row[0] == owner and row[1] == "canceled":
+        if owner is not None and row[0] != owner:
+            raise LeaseLostError(agent_lease_lost_message(run_id, row[0], owner))
+        if owner is not None and row[1] == "canceled":
             raise AgentRunCanceledError(run_id)
-        raise LeaseLostError(agent_lease_lost_message(run_id, row[0], owner))
+        raise AgentRunStatusChangedError(run_id, str(expect), row[1])
 
     def claim(
         self,
