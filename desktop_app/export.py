@@ -60,6 +60,7 @@ DEFAULT_TABLES = (
     "agent_tool_results",
     "digest_files",
     "tidy_moves",
+    "tidy_undos",
 )
 
 

@@ -34,3 +34,23 @@ def duration(seconds: float) -> str:
     else:
         text = f"{secs}s"
     return f"-{text}" if seconds < 0 and s else text
+
+
+def local_and_utc(ts: float) -> str:
+    """``2026-12-04 17:25:43 IST (local), 2026-12-04T11:55:43.120Z (UTC)``:
+    UTC epoch seconds ``ts`` (float) in the machine's time zone (``TZ``) and
+    in UTC (milliseconds), the way a deadline reads wherever a person sees
+    one. A time past what :mod:`datetime` can show (``1e12``, ``inf``) reads
+    as its epoch seconds, never an error. Raises nothing."""
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromtimestamp(ts, UTC)
+    except (ValueError, OverflowError, OSError):
+        return f"{ts:.3f} (UTC epoch seconds)"
+    utc = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    try:
+        local = f"{moment.astimezone():%Y-%m-%d %H:%M:%S %Z}"
+    except (ValueError, OverflowError, OSError):
+        return f"{utc} (UTC)"
+    return f"{local} (local), {utc} (UTC)"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,13 @@ from desktop_app.store.protocol import Lease
 from desktop_app.store.sqlite.store import open_store
 
 T0 = 1_767_225_600.0
+
+
+def both_ways(ts: float) -> str:
+    """A deadline as a run's timeout error gives it: local time, then UTC."""
+    moment = datetime.fromtimestamp(ts, UTC)
+    utc = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return f"{moment.astimezone():%Y-%m-%d %H:%M:%S %Z} (local), {utc} (UTC)"
 
 
 class S(BaseModel):
@@ -98,7 +106,7 @@ def test_a_run_past_its_deadline_ends_timed_out_and_says_so(env):
     )
     r = env.engine.run("dl", S())
     assert r.status == "timed_out" and r.state.n == 1
-    assert r.error == f"run deadline passed ({T0 + 10.0:.3f})"
+    assert r.error == f"run deadline passed ({both_ways(T0 + 10.0)})"
     assert r.revision == env.store.get_run(r.run_id).revision
     (end,) = [e for e in env.events if isinstance(e, RunFinished)]
     assert end == RunFinished(r.run_id, "timed_out", r.error)

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,14 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.protocol import StepRecord
 from desktop_app.store.sqlite.store import open_store
+
+
+def both_ways(ts: float) -> str:
+    """A deadline as a run's timeout error gives it: local time, then UTC."""
+    moment = datetime.fromtimestamp(ts, UTC)
+    utc = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return f"{moment.astimezone():%Y-%m-%d %H:%M:%S %Z} (local), {utc} (UTC)"
+
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,7 +111,7 @@ def test_await_deadline_with_on_timeout_records_the_timeout_and_routes(db_path):
     out = engine.wake(res.run_id)
     assert out.status == "waiting"  # on to the second question after the timeout route
     cp = engine.store.latest(res.run_id)
-    message = f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
+    message = f"wait {wait.wait_id} timed out (deadline {both_ways(wait.deadline_at)})"
     assert cp.steps["ok"] == StepRecord(
         "ok",
         "completed",
@@ -144,7 +153,7 @@ def test_await_deadline_without_on_timeout_ends_the_run_timed_out(db_path):
     clock.advance(0.1)
     fired = clock.now()
     out = engine.wake(res.run_id)
-    message = f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
+    message = f"wait {wait.wait_id} timed out (deadline {both_ways(wait.deadline_at)})"
     assert out.status == "timed_out" and out.error == message
     cp = engine.store.latest(res.run_id)
     assert cp.status == "timed_out" and cp.error == message and cp.waits == ()
@@ -182,7 +191,7 @@ def test_run_deadline_while_waiting_ends_the_run_with_the_deadline_in_the_error(
     clock.advance(100.0)
     out = engine.wake(res.run_id)
     assert out.status == "timed_out"
-    assert out.error == f"run deadline passed ({deadline:.3f})"
+    assert out.error == f"run deadline passed ({both_ways(deadline)})"
     cp = engine.store.latest(res.run_id)
     assert cp.waits == () and "await" not in cp.meta
     assert engine.history(res.run_id)[-1].step_id == "ask"
@@ -212,7 +221,7 @@ def test_interrupt_deadline_times_the_run_out_on_wake(db_path):
     fired = clock.now()
     out = engine.wake(res.run_id)
     assert out.status == "timed_out"
-    assert out.error == f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
+    assert out.error == f"wait {wait.wait_id} timed out (deadline {both_ways(wait.deadline_at)})"
     cp = engine.store.latest(res.run_id)
     assert cp.waits == ()
     assert cp.steps["ask"] == StepRecord(

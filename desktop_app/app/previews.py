@@ -43,12 +43,13 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
     ``flowdesk show`` and ``answer`` use). The title counts the rows it lists:
     ``"6 files: 4 to move, 2 stay"``."""
     moves = store.query(moves_of_run(run_id))
+    status = store.get_run(run_id).status
     rows: list[tuple[str, ...]] = []
     for m in moves:
         folder = str(Path(m.src).parent)
         goes = m.status in MOVING and m.dst is not None
         where = os.path.relpath(m.dst, folder) if goes and m.dst else f"stays: {m.reason}"
-        rows.append((Path(m.src).name, m.kind, where, outcome_of(m).outcome))
+        rows.append((Path(m.src).name, m.kind, where, outcome_of(m, status).outcome))
     moving = sum(m.status in MOVING and m.dst is not None for m in moves)
     title = f"{plural(len(rows), 'file')}: {moving:,} to move"
     if len(rows) > moving:

@@ -218,32 +218,93 @@ SHOW_FILES = 200
 def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
     """What happened to each file of tidy run ``run_id``, as printed lines:
     the counts per outcome (``4 files: 3 moved, 1 left (vanished before its
-    move)``), a line saying when it was undone (if it was), then one line per
-    file, the first ``limit``, and for the rest the command that lists them
-    (``show``, or ``show -o json`` from ``show`` itself). The words are
+    move)``), a line saying when it was undone (if it was; or that its undo
+    is under way, or was interrupted, with how many files are back and the
+    command that finishes it), then one line per file, the first ``limit``,
+    and for the rest the command that lists them (``show``, or ``show -o
+    json`` from ``show`` itself). The words are
     :mod:`desktop_app.flows.tidy_outcomes`' (the app's tidy table's too)."""
-    from desktop_app.flows.tidy_outcomes import (
-        outcome_counts,
-        outcome_lines,
-        outcomes_of,
-        was_undone,
-    )
+    from desktop_app.flows.tidy_outcomes import outcome_counts, outcome_lines, outcomes_of
 
-    moves = _tidy_moves(store, run_id)
-    if isinstance(moves, str):
-        return _visible([f"files: cannot be read ({moves})"])
-    outcomes = outcomes_of(moves)
+    read = _tidy_moves(store, run_id)
+    if isinstance(read, str):
+        return _visible([f"files: cannot be read ({read})"])
+    moves, undo = read
+    outcomes = outcomes_of(moves, store.get_run(run_id).status)
     lines = [outcome_counts(outcomes)]
-    undone = was_undone(moves)
-    if undone is not None:
-        back = sum(m.moved_back_at is not None for m in moves)
-        lines.append(f"undone {when(undone)} (UTC): {plural(back, 'file')} moved back")
+    said = _undo_said(ctx, run_id, moves, undo)
+    if said is not None:
+        lines.append(said["says"])
     lines += [f"  {line}" for line in outcome_lines(outcomes[:limit])]
     if len(outcomes) > limit:
         every = "show -o json" if limit >= SHOW_FILES else "show"
         more = plural(len(outcomes) - limit, "more file")
         lines.append(f"  … {more}: `{ctx.hints.cmd(f'{every} {run_id}')}` lists each")
     return _visible(lines)
+
+
+def _undo_said(ctx: Ctx, run_id: str, moves: list[Any], undo: Any) -> dict[str, Any] | None:
+    """Where the undo of a tidy run stands (``show``'s line and ``-o json``'s
+    ``undo``), or ``None`` when it was never undone: ``state`` is
+    ``finished``, ``under_way`` (its process is alive), ``interrupted`` (its
+    process stopped before the end: killed, crashed, or an error) or
+    ``unknown`` (started on another machine, not finished); ``back`` and
+    ``still_moved`` count the files recorded back and still recorded moved
+    (an undo records them in batches, so up to
+    :data:`~desktop_app.flows.tidy_undo.BACK_BATCH` of the latter may be back
+    after an interruption); ``command`` finishes an unfinished one."""
+    from desktop_app.flow.owners import liveness
+    from desktop_app.flows.tidy_outcomes import was_undone
+    from desktop_app.flows.tidy_undo import BACK_BATCH
+
+    back = sum(m.moved_back_at is not None for m in moves)
+    still = sum(m.moved_back_at is None and m.status == "moved" for m in moves)
+    first = was_undone(moves)
+    if first is None and (undo is None or undo.finished_at is not None):
+        return None  # never undone, or an undo that found no file to put back
+    hint = ctx.hints.cmd(f"undo {run_id}")
+    out: dict[str, Any] = {
+        "state": "finished",
+        "started_at": iso(first if undo is None else undo.started_at),
+        "finished_at": None if undo is None else iso(undo.finished_at),
+        "owner": None if undo is None else undo.owner,
+        "back": back,
+        "still_moved": still,
+        "command": None,
+    }
+    files = plural(back + still, "file")
+    if undo is None or undo.finished_at is not None:  # (None: undone before tidy_undos was)
+        out["says"] = f"undone {when(first)} (UTC): {plural(back, 'file')} moved back"
+        return out
+    alive = "dead" if undo.owner is None else liveness(undo.owner)
+    out["command"] = hint
+    if alive == "alive":
+        out["state"] = "under_way"
+        out["says"] = (
+            f"being undone since {when(undo.started_at)} (UTC) by {undo.owner}: "
+            f"{back:,} of {files} back so far, {still:,} still moved"
+        )
+        return out
+    maybe = (
+        f" (up to {min(still, BACK_BATCH):,} of those may be back: the undo records them "
+        f"{BACK_BATCH} at a time)"
+        if still
+        else ""
+    )
+    if alive == "dead":
+        out["state"] = "interrupted"
+        out["says"] = (
+            f"undo interrupted: it began {when(undo.started_at)} (UTC) and its process stopped "
+            f"with {back:,} of {files} back and {still:,} still moved{maybe}; `{hint}` finishes it"
+        )
+    else:
+        out["state"] = "unknown"
+        out["says"] = (
+            f"undo not finished: {undo.owner} (another machine) began it "
+            f"{when(undo.started_at)} (UTC); {back:,} of {files} back, {still:,} still "
+            f"moved{maybe}; if that process stopped, `{hint}` finishes it"
+        )
+    return out
 
 
 def _visible(lines: list[str]) -> list[str]:
@@ -311,7 +372,7 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for w in cp.waits
                 ],
-                **(_tidy_json(store, run.run_id) if run.flow_name == "tidy" else {}),
+                **(_tidy_json(ctx, store, run.run_id) if run.flow_name == "tidy" else {}),
                 "checkpoints": [
                     {
                         "id": i.id,
@@ -355,26 +416,30 @@ def cmd_show(ctx: Ctx) -> int:
     return EXIT_OK
 
 
-def _tidy_moves(store: Any, run_id: str) -> list[Any] | str:
-    """The ``tidy_moves`` rows of ``run_id``, or why they cannot be read (a
-    table dropped or damaged behind Flowdesk's back): ``show`` still shows
-    the run, and says so, rather than failing whole."""
-    from desktop_app.store.domain.tidy import moves_of_run
+def _tidy_moves(store: Any, run_id: str) -> tuple[list[Any], Any] | str:
+    """The ``tidy_moves`` rows of ``run_id`` and its latest undo (a
+    ``TidyUndo``, or ``None``), or why they cannot be read (a table dropped
+    or damaged behind Flowdesk's back): ``show`` still shows the run, and
+    says so, rather than failing whole."""
+    from desktop_app.store.domain.tidy import moves_of_run, undo_of
 
     try:
-        return list(store.query(moves_of_run(run_id)))
+        return list(store.query(moves_of_run(run_id))), store.query(undo_of(run_id))
     except StoreError as exc:
         return str(exc)
 
 
-def _tidy_json(store: Any, run_id: str) -> dict[str, Any]:
+def _tidy_json(ctx: Ctx, store: Any, run_id: str) -> dict[str, Any]:
     """``show -o json``'s ``files`` (each file's outcome, as
-    :func:`tidy_report` words it) and ``undone_at`` of a tidy run."""
+    :func:`tidy_report` words it), ``undone_at`` (when the first file was
+    put back) and ``undo`` (:func:`_undo_said`: where its undo stands) of a
+    tidy run."""
     from desktop_app.flows.tidy_outcomes import OUTCOMES, outcomes_of, was_undone
 
-    moves = _tidy_moves(store, run_id)
-    if isinstance(moves, str):
-        return {"files": None, "files_error": moves, "undone_at": None}
+    read = _tidy_moves(store, run_id)
+    if isinstance(read, str):
+        return {"files": None, "files_error": read, "undone_at": None, "undo": None}
+    moves, undo = read
     return {
         "files": [
             {
@@ -384,9 +449,10 @@ def _tidy_json(store: Any, run_id: str) -> dict[str, Any]:
                 "says": OUTCOMES[o.outcome],
                 "detail": o.detail,
             }
-            for o in outcomes_of(moves)
+            for o in outcomes_of(moves, store.get_run(run_id).status)
         ],
         "undone_at": iso(was_undone(moves)),
+        "undo": _undo_said(ctx, run_id, moves, undo),
     }
 
 

@@ -26,19 +26,18 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from desktop_app.cli.output import Hints, due_in, iso
 from desktop_app.textsafe import visible_controls
+from desktop_app.words import local_and_utc as moment_both_ways
 
 
 def local_and_utc(ts: float, now: float) -> str:
     """``2026-12-04 17:25:43 IST (local), 2026-12-04T11:55:43.120Z (UTC), in 23h 59m``:
     UTC epoch seconds in the machine's time zone (``TZ``), in UTC, and
     relative to ``now``."""
-    local = datetime.fromtimestamp(ts, UTC).astimezone()
-    return f"{local:%Y-%m-%d %H:%M:%S %Z} (local), {iso(ts)} (UTC), {due_in(ts, now)}"
+    return f"{moment_both_ways(ts)}, {due_in(ts, now)}"
 
 
 def _question(prompt: Any) -> str:

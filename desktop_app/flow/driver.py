@@ -95,6 +95,7 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
+from desktop_app.words import local_and_utc
 
 #: what a step's checkpoint commit raises when the store refuses what the
 #: step did (its domain writes, a value it cannot encode): the attempt
@@ -597,7 +598,9 @@ class RunDriver:
     def time_out_run(self) -> None:
         """The run-level deadline (stored at creation) passed: end ``timed_out``."""
         self.status = "timed_out"
-        self.error = f"run deadline passed ({self.run.deadline_at:.3f})"
+        deadline = self.run.deadline_at
+        shown = "none" if deadline is None else local_and_utc(deadline)
+        self.error = f"run deadline passed ({shown})"
         self.waits = []
         self.meta.pop("await", None)
         self.save(self.frontier[0] if self.frontier else "")

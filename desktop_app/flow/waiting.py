@@ -22,6 +22,7 @@ from desktop_app.flow.state import encode_fields
 from desktop_app.flow.step_call import Outcome
 from desktop_app.flow.wait_kinds import WAIT_KINDS, wait_kind_of
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, StepRecord, Wait
+from desktop_app.words import local_and_utc
 
 
 class WaitRunner(StepRunner, Protocol):
@@ -185,10 +186,20 @@ def fail_resolution(
     run.after_failure(step, step.id, exc, t0)
 
 
+def timed_out_message(wait: Wait) -> str:
+    """What a run (and its step) records when ``wait`` timed out: ``wait
+    RUN:approve:0 timed out (deadline 2026-12-05 11:25:43 CET (local),
+    2026-12-05T10:25:43.120Z (UTC))``, the deadline as every deadline reads
+    (:func:`~desktop_app.words.local_and_utc`, the local time of the process
+    that timed it out)."""
+    deadline = "none" if wait.deadline_at is None else local_and_utc(wait.deadline_at)
+    return f"wait {wait.wait_id} timed out (deadline {deadline})"
+
+
 def time_out(run: WaitRunner, step: AwaitStep | WaitStep, wait: Wait) -> None:
     """The wait's stored deadline passed: take its timeout outcome."""
     now = run.clock.now()
-    message = f"wait {wait.wait_id} timed out (deadline {wait.deadline_at:.3f})"
+    message = timed_out_message(wait)
     end_wait(run, wait.wait_id)
     run.meta.pop("await", None)
     if step.on_timeout is not None:
@@ -247,7 +258,7 @@ def wake(run: WaitRunner) -> None:
         for w in expired:
             remember_resolved(run.meta, w.wait_id)
         run.status = "timed_out"
-        run.error = f"wait {first.wait_id} timed out (deadline {first.deadline_at:.3f})"
+        run.error = timed_out_message(first)
         run.waits = []
         run.save(first.step_id)
 

@@ -9,7 +9,8 @@ another name: one was taken in the kind folder when the plan was made),
 ``vanished`` (not moved: the file was gone when its move was made),
 ``withdrawn`` (an undo withdrew the move before it was made), ``canceled``
 (the run was canceled before the move was made: withdrawn, or never
-queued), ``elsewhere`` (another tidy run had a queued move for the file
+queued), ``timed_out`` (planned, but the approval timed out: the run ended
+``timed_out`` and never moves it), ``elsewhere`` (another tidy run had a queued move for the file
 when this one planned), ``declined``
 (the answer was not yes), ``stays`` (left in place from the start: a
 download in progress, a linked file...), ``refused`` (it would have left the
@@ -48,6 +49,7 @@ OUTCOMES: dict[str, str] = {
     "vanished": "left (vanished before its move)",
     "withdrawn": "withdrawn by undo (never moved)",
     "canceled": "not moved (the run was canceled)",
+    "timed_out": "not moved (the approval timed out)",
     "elsewhere": "left to another run (it had the move queued)",
     "declined": "not moved (not approved)",
     "stays": "left in place",
@@ -73,8 +75,14 @@ class FileOutcome:
     detail: str
 
 
-def outcome_of(move: TidyMove) -> FileOutcome:
-    """The outcome of one ``tidy_moves`` row (see the module docstring)."""
+#: the detail of a file a timed-out tidy planned (its row stays ``planned``)
+TIMED_OUT = "the approval timed out before an answer; nothing was moved"
+
+
+def outcome_of(move: TidyMove, run_status: str | None = None) -> FileOutcome:
+    """The outcome of one ``tidy_moves`` row (see the module docstring);
+    ``run_status``, the run's stored status (``"timed_out"``...), when known:
+    a row still ``planned`` of a run that timed out reads ``timed_out``."""
     folder = str(Path(move.src).parent)
     where = os.path.relpath(move.dst, folder) if move.dst else ""
     reason = move.reason or ""
@@ -83,6 +91,8 @@ def outcome_of(move: TidyMove) -> FileOutcome:
     elif move.status == "moved":
         renamed = move.dst is not None and Path(move.dst).name != Path(move.src).name
         outcome, detail = ("renamed" if renamed else "moved"), where
+    elif move.status == "planned" and run_status == "timed_out":
+        outcome, detail = "timed_out", TIMED_OUT
     elif move.status in ("planned", "queued"):
         outcome, detail = move.status, where
     elif reason == GONE:
@@ -104,9 +114,10 @@ def outcome_of(move: TidyMove) -> FileOutcome:
     return FileOutcome(Path(move.src).name, move.kind, outcome, detail)
 
 
-def outcomes_of(moves: Sequence[TidyMove]) -> list[FileOutcome]:
-    """:func:`outcome_of` of each row, in the rows' order."""
-    return [outcome_of(m) for m in moves]
+def outcomes_of(moves: Sequence[TidyMove], run_status: str | None = None) -> list[FileOutcome]:
+    """:func:`outcome_of` of each row (of a run whose stored status is
+    ``run_status``, when known), in the rows' order."""
+    return [outcome_of(m, run_status) for m in moves]
 
 
 def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:

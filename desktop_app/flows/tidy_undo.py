@@ -34,12 +34,13 @@ import errno
 import json
 import os
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from desktop_app.errors import InputError
+from desktop_app.flow.owners import new_owner
 from desktop_app.flows.confined import (
     Refused,
     fsync_dir,
@@ -51,6 +52,8 @@ from desktop_app.flows.confined import (
 from desktop_app.flows.tidy import CANCELED, DESTINATION, planned_layout
 from desktop_app.store.domain.tidy import (
     TidyMove,
+    begin_undo,
+    end_undo,
     moves_of_run,
     record_moved_back,
     withdraw_queued,
@@ -59,6 +62,10 @@ from desktop_app.words import plural
 
 #: the error a withdrawn move's intent (and its ``tidy_moves`` row) records
 WITHDRAWN = "withdrawn: the tidy run was undone before this move was made"
+#: files an undo moves back between two records of them (``moved_back_at``)
+BACK_BATCH = 25
+#: seconds at most between two such records, however few files went back
+BACK_EVERY_S = 0.5
 
 if TYPE_CHECKING:
     from desktop_app.store.protocol import CheckpointStore
@@ -168,12 +175,36 @@ def undo_pairs(
     withdrawn: Collection[str] = (),
     in_flight: Collection[str] = (),
     never_moved: Mapping[str, str] | None = None,
+    on_back: Callable[[list[str]], None] | None = None,
 ) -> UndoReport:
     """:func:`undo_tidy` of the ``(from, to)`` pairs of tidied folder
     ``folder`` (an undo list's, or a run's ``tidy_moves`` rows when it ended
     before writing one). Never raises for a file: each one not moved back
-    is reported with why."""
+    is reported with why.
+
+    Args:
+        on_back: called with the destinations of the files found back (moved
+            back now, or already back) as the undo goes: every
+            :data:`BACK_BATCH` files or :data:`BACK_EVERY_S` seconds, and
+            with the rest before the emptied folders are removed, so a
+            record of them survives the process being killed mid-way. An
+            error it raises stops the undo (the files back so far stay back).
+    """
     moved, already, never, left = 0, 0, 0, []
+    batch: list[str] = []
+    flushed = time.monotonic()
+
+    def found_back(moved_to: str) -> None:
+        nonlocal flushed
+        back.append(moved_to)
+        batch.append(moved_to)
+        if on_back is not None and (
+            len(batch) >= BACK_BATCH or time.monotonic() - flushed >= BACK_EVERY_S
+        ):
+            on_back(batch[:])
+            batch.clear()
+            flushed = time.monotonic()
+
     unknown: list[str] = []
     not_made: list[str] = []
     back: list[str] = []
@@ -194,12 +225,12 @@ def undo_pairs(
             outcome = _move_back(folder, Path(moved_to), Path(came_from))
             if outcome == "moved":
                 moved += 1
-                back.append(moved_to)
+                found_back(moved_to)
             elif outcome == "already" and moved_to in withdrawn:
                 never += 1
             elif outcome == "already":
                 already += 1
-                back.append(moved_to)
+                found_back(moved_to)
             else:
                 left.append(
                     f"{name}: no longer at {Path(moved_to).parent} nor at {folder}; "
@@ -215,6 +246,8 @@ def undo_pairs(
             top_folder, kind_dir, month, _name = planned_layout(Path(came_from), Path(moved_to))
             if top_folder == folder:
                 emptied.add((kind_dir, month))
+    if on_back is not None and batch:
+        on_back(batch)
     kept: list[str] = []
     removed = _remove_empty(folder, emptied, left, kept)
     return UndoReport(moved, left, removed, already, kept, never, unknown, not_made, back)
@@ -276,7 +309,10 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     (:func:`undo_tidy`; a run that ended before writing its undo list, such
     as one canceled while its moves were queued, from its ``tidy_moves``
     rows), and record in ``tidy_moves`` when each file came back
-    (``moved_back_at``). Moves that were never made (the file vanished
+    (``moved_back_at``, in batches as it goes: :func:`undo_pairs`'s
+    ``on_back``), and in ``tidy_undos`` when the undo began and when it
+    finished, so ``show`` says an undo cut short (the process killed) was
+    interrupted and how many files are back. Moves that were never made (the file vanished
     before its move, or its destination was taken) are reported in
     ``never_moved``, not as files left; moves withdrawn by an undo or a
     cancel in ``withdrawn``. Running it again changes nothing.
@@ -287,6 +323,7 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
         NothingToUndo: it ended having moved nothing.
     """
     undo_list = undo_list_of(store, run_id)
+    pairs = None if undo_list is None else read_undo_list(undo_list)
     withdrawn, in_flight = withdraw_moves(store, run_id, wait_s=wait_s)
     rows = store.query(moves_of_run(run_id))
     taken_back = (WITHDRAWN, CANCELED)
@@ -298,20 +335,31 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     # a move a cancel withdrew is looked at too: one whose dispatcher died
     # after the rename, before recording it, did move its file
     withdrawn += [m.dst for m in rows if m.dst is not None and m.reason == CANCELED]
-    if undo_list is None:
+    if undo_list is None or pairs is None:
+        folder = Path(rows[0].src).parent
+        pairs = [(m.dst, m.src) for m in rows if m.dst is not None and _made_or_maybe(m)]
+    else:
+        folder = undo_list.parent
+    owner = new_owner()
+    store.write(begin_undo(run_id, owner, store.now()))
+
+    def record(destinations: list[str]) -> None:
+        store.write(record_moved_back(run_id, destinations, store.now()))
+
+    try:
         report = undo_pairs(
-            Path(rows[0].src).parent,
-            [(m.dst, m.src) for m in rows if m.dst is not None and _made_or_maybe(m)],
+            folder,
+            pairs,
             withdrawn=set(withdrawn),
             in_flight=set(in_flight),
             never_moved=never_moved,
+            on_back=record,
         )
-    else:
-        report = undo_tidy(
-            undo_list, withdrawn=set(withdrawn), in_flight=set(in_flight), never_moved=never_moved
-        )
-    if report.back:
-        store.write(record_moved_back(run_id, report.back, store.now()))
+    except BaseException:
+        with contextlib.suppress(Exception):  # said as interrupted, not as under way
+            store.write(end_undo(run_id, owner, None))
+        raise
+    store.write(end_undo(run_id, owner, store.now()))
     return report
 
 

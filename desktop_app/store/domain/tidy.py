@@ -6,7 +6,10 @@ A row's ``status`` moves ``planned`` -> ``queued`` (its outbox intent committed)
 system no longer matched the plan), or to ``refused`` with a ``reason`` (the
 move would have left the folder, followed a symbolic link, replaced a file or
 used an unsafe name; nothing was moved). ``moved_back_at`` is set when an undo
-put the file back at its old place (or found it there).
+put the file back at its old place (or found it there), in batches as the
+undo goes; ``tidy_undos`` holds one row per run an undo was started for
+(who, since when, and when it finished), so an undo cut short is told from
+one that finished.
 """
 
 from __future__ import annotations
@@ -233,3 +236,79 @@ def record_outcome(
             )
 
     return write
+
+
+@dataclass(frozen=True)
+class TidyUndo:
+    """The latest undo started for a tidy run (its ``tidy_undos`` row).
+
+    Attributes:
+        owner: owner id (``host:pid:nonce``) of the process undoing it, or
+            ``None`` once it stopped on an error.
+        started_at: when it began moving files back (UTC epoch seconds).
+        finished_at: when it ended (UTC epoch seconds), or ``None``: it is
+            under way, or its process stopped before the end (interrupted).
+    """
+
+    owner: str | None
+    started_at: float
+    finished_at: float | None
+
+
+def _at(tx: SqlTx) -> str:
+    return "to_timestamp(?)" if tx.dialect == "postgres" else "?"
+
+
+def _epoch(tx: SqlTx, column: str) -> str:
+    return f"extract(epoch from {column})::float8" if tx.dialect == "postgres" else column
+
+
+def begin_undo(run_id: str, owner: str, at: float) -> Callable[[SqlTx], None]:
+    """Standalone write for ``store.write``: an undo of run ``run_id`` by
+    process ``owner`` (an owner id) begins moving files back at ``at`` (UTC
+    epoch seconds); it replaces the record of an earlier undo of the run."""
+
+    def write(tx: SqlTx) -> None:
+        tx.execute(
+            f"INSERT INTO tidy_undos(run_id, undo_owner, started_at, finished_at) "
+            f"VALUES (?, ?, {_at(tx)}, NULL) ON CONFLICT(run_id) DO UPDATE SET "
+            "undo_owner=excluded.undo_owner, started_at=excluded.started_at, finished_at=NULL",
+            (run_id, owner, at),
+        )
+
+    return write
+
+
+def end_undo(run_id: str, owner: str, at: float | None) -> Callable[[SqlTx], None]:
+    """Standalone write for ``store.write``: the undo of run ``run_id`` by
+    ``owner`` ended: finished at ``at`` (UTC epoch seconds), or, with ``at``
+    ``None``, stopped on an error (its owner cleared: no process is on it
+    any more). A record a later undo took over is left as it is."""
+
+    def write(tx: SqlTx) -> None:
+        if at is None:
+            tx.execute(
+                "UPDATE tidy_undos SET undo_owner=NULL WHERE run_id=? AND undo_owner=?",
+                (run_id, owner),
+            )
+        else:
+            tx.execute(
+                f"UPDATE tidy_undos SET finished_at={_at(tx)} WHERE run_id=? AND undo_owner=?",
+                (at, run_id, owner),
+            )
+
+    return write
+
+
+def undo_of(run_id: str) -> Callable[[SqlTx], TidyUndo | None]:
+    """Query op: the latest undo started for run ``run_id``, or ``None`` (never undone)."""
+
+    def query(tx: SqlTx) -> TidyUndo | None:
+        row = tx.fetchone(
+            f"SELECT undo_owner, {_epoch(tx, 'started_at')}, {_epoch(tx, 'finished_at')} "
+            "FROM tidy_undos WHERE run_id=?",
+            (run_id,),
+        )
+        return None if row is None else TidyUndo(row[0], float(row[1]), row[2])
+
+    return query
