@@ -48,12 +48,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import sqlite_utils
 
 from desktop_app.private import make_private_dirs
 from desktop_app.words import plural
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: Exported by default: run metadata, checkpoints, waits/signals/outbox,
 #: agent runs, and every domain table of the built-in flows that exists.
@@ -323,7 +326,7 @@ def export_postgres(
 
 
 def _copy_tables(
-    conn: Any,
+    conn: psycopg.Connection[Any],
     columns: dict[str, list[tuple[str, str]]],
     wanted: list[str],
     literal: str,
@@ -338,8 +341,7 @@ def _copy_tables(
 
     for name in wanted:
         select = ", ".join(
-            (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"')
-            + f' AS "{c}"'
+            (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"') + f' AS "{c}"'
             for c, t in columns[name]
         )
         inner = f'SELECT {select} FROM {PG_SCHEMA}."{name}"'

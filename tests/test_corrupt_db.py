@@ -110,6 +110,20 @@ def test_doctor_reports_a_damaged_file_as_its_finding(digested, tmp_path):
     assert "ok   quick_check        ok" in intact.stdout
 
 
+def test_doctor_reports_damage_that_stops_quick_check_itself(digested, tmp_path):
+    """SQLite's quick_check raises "database disk image is malformed" part-way
+    (it was a traceback): the doctor reports what SQLite said."""
+    db = _copy(digested, tmp_path)
+    _scramble_cells(db, _last_leaf(db, "checkpoints"))
+    out = flowdesk(db, "doctor")
+    assert out.returncode == 1 and out.stderr == "", out.stderr
+    assert (
+        "BAD  quick_check        database disk image is malformed: the file is corrupt. "
+        "Restore it from a backup (stop every Flowdesk process using it first); Flowdesk "
+        "cannot repair it, and commands that read a damaged page stop with this error\n"
+    ) in out.stdout, out.stdout
+
+
 def test_show_of_a_run_whose_checkpoint_page_is_damaged_says_the_file_is_corrupt(
     digested, tmp_path
 ):
