@@ -249,3 +249,30 @@ def test_run_digest_makes_a_missing_output_folder_only_when_it_runs(tmp_path):
     assert (out / "digest.md").is_file()
     assert stat.S_IMODE(out.stat().st_mode) == stat.S_IMODE((tmp_path / "new").stat().st_mode)
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
+
+
+# -- the command line's net for an apsw error no store translated -------------
+
+
+def test_an_untranslated_corrupt_error_is_printed_as_the_typed_error(tmp_path, capsys):
+    """A read outside the stores' guards (the doctor's quick_check was one)
+    that meets a damaged page prints the corrupt-file message, not a
+    traceback; any other exception stays a traceback."""
+    from desktop_app.cli import Ctx, _handle
+    from desktop_app.cli.parser import build_parser
+
+    db = tmp_path / "f.db"
+    argv = ["--db", str(db), "runs"]
+    ctx = Ctx(build_parser().parse_args(argv))
+
+    def damaged(_ctx: object) -> int:
+        raise apsw.CorruptError("database disk image is malformed")
+
+    assert _handle(ctx, damaged, argv) == 1
+    assert capsys.readouterr().err == _corrupt(db)
+
+    def buggy(_ctx: object) -> int:
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        _handle(ctx, buggy, argv)
