@@ -276,3 +276,22 @@ def test_an_untranslated_corrupt_error_is_printed_as_the_typed_error(tmp_path, c
 
     with pytest.raises(KeyError):
         _handle(ctx, buggy, argv)
+
+
+@pytest.mark.postgres
+def test_db_copy_of_a_damaged_file_copies_nothing(digested, tmp_path, pg_url):
+    """It was a traceback (apsw.CorruptError out of the copy); now the
+    typed message, and the server's transaction rolled back."""
+    import psycopg
+
+    db = _copy(digested, tmp_path)
+    _scramble_cells(db, _last_leaf(db, "checkpoints"))
+    copied = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url)
+    assert copied.returncode == 1, copied.stdout
+    assert copied.stderr == _corrupt(db), copied.stderr
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM flowdesk.runs), "
+            "(SELECT count(*) FROM flowdesk.checkpoints)"
+        ).fetchone()
+    assert row == (0, 0)
