@@ -102,7 +102,7 @@ def test_doctor_reports_a_damaged_file_as_its_finding(digested, tmp_path):
     assert check.endswith(
         " more problem): the file is corrupt. Restore it from a backup (stop every Flowdesk "
         "process using it first); Flowdesk cannot repair it, and commands that read a "
-        "damaged page stop with this error"
+        "damaged page stop, saying the database is corrupt"
     ), check
     after = out.stdout.splitlines().index(check) + 1
     assert out.stdout.splitlines()[after].startswith("ok   free disk")  # one line, then the rest
@@ -122,7 +122,8 @@ def test_doctor_reports_damage_that_stops_quick_check_itself(digested, tmp_path)
     assert (
         "BAD  quick_check        database disk image is malformed: the file is corrupt. "
         "Restore it from a backup (stop every Flowdesk process using it first); Flowdesk "
-        "cannot repair it, and commands that read a damaged page stop with this error\n"
+        "cannot repair it, and commands that read a damaged page stop, saying the "
+        "database is corrupt\n"
     ) in out.stdout, out.stdout
 
 

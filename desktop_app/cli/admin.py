@@ -214,7 +214,7 @@ def _sqlite_checks(ctx: Ctx, line: Any, path: Path, apply_hint: str) -> None:
                 if check == "ok"
                 else f"{check}: the file is corrupt. Restore it from a backup (stop every "
                 "Flowdesk process using it first); Flowdesk cannot repair it, and commands "
-                "that read a damaged page stop with this error",
+                "that read a damaged page stop, saying the database is corrupt",
             )
         except FlowdeskError as exc:
             line(False, "open", str(exc))
