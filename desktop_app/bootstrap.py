@@ -35,6 +35,7 @@ from desktop_app.store.backend import Backend, StoreOptions
 from desktop_app.store.connection import open_connection
 from desktop_app.store.protocol import AgentLog, CheckpointStore
 from desktop_app.store.runids import RunRef, resolve_run_id
+from desktop_app.words import plural
 
 if TYPE_CHECKING:
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
@@ -503,18 +504,34 @@ def build_engine(
 def inspect_database(settings: Settings) -> dict[str, str]:
     """What ``flowdesk doctor`` reports about the open database:
     ``journal_mode`` (``wal``), ``synchronous`` (``OFF``/``NORMAL``/``FULL``/
-    ``EXTRA``, as the connection applies it) and ``quick_check`` (``ok`` or
-    SQLite's first problem).
+    ``EXTRA``, as the connection applies it) and ``quick_check``: ``ok``, or
+    SQLite's first problem followed by how many more it listed (``… (and 3
+    more problems)``), or, when the damage stopped the check itself, what
+    SQLite said (``database disk image is malformed``). A damaged file is a
+    finding here, never an error.
 
     Raises:
-        BackendUnavailableError, DatabaseOpenError, StoreError.
+        BackendUnavailableError, DatabaseOpenError, StoreError: the file
+        cannot be opened or its settings read.
     """
+    import apsw
+
     conn = open_connection(_sqlite_path(settings), create=False, synchronous=settings.synchronous)
     try:
         journal = str(conn.execute("PRAGMA journal_mode").fetchall()[0][0])
         level = int(str(conn.execute("PRAGMA synchronous").fetchall()[0][0]))
-        check = str(conn.execute("PRAGMA quick_check").fetchall()[0][0])
+        try:
+            rows = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
+            # one problem a line; the "*** in database main ***" heading is not one
+            problems = [
+                ln for r in rows for ln in r.splitlines() if ln and not ln.startswith("***")
+            ]
+        except apsw.CorruptError as exc:  # the damage stopped the check part-way
+            problems = [str(exc)]
     finally:
         conn.close()
+    check = problems[0] if problems else "ok"
+    if len(problems) > 1:
+        check += f" (and {plural(len(problems) - 1, 'more problem')})"
     sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[level]
     return {"journal_mode": journal, "synchronous": sync, "quick_check": check}

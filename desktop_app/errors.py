@@ -174,6 +174,27 @@ class NoSessionError(StoreError):
     transaction-mode pooler and no direct URL (``postgres.listen_url``) is set."""
 
 
+class DatabaseCorruptError(StoreError):
+    """SQLite found the database file damaged (``database disk image is
+    malformed``: a page overwritten or cut off on disk). Raised by whatever
+    read or write met the damage; nothing was written. Only a backup gives
+    the lost rows back: ``export`` stops at the damage too.
+
+    Attributes:
+        path: the database file (str, ``""`` when unknown).
+        detail: what SQLite said (str).
+    """
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        self.detail = detail
+        where = f" ({path})" if path else ""
+        super().__init__(
+            f"the database{where} is corrupt: {detail}. Restore it from a backup; Flowdesk "
+            "did not write to it."
+        )
+
+
 class WalMissingError(StoreError):
     """The database's ``-wal`` file was deleted while the database was in use,
     so SQLite reports a bare "disk I/O error"; nothing was written."""

@@ -24,12 +24,21 @@ An output folder that holds files of the other format (``runs.csv`` when
 writing JSON) is refused before anything is written (exit 2): one folder
 holds one export, never a mix of two.
 
+Nothing is left half-written: each table goes to a hidden temporary file in
+the output folder (``.runs.json.partial-PID``), and the files take their
+names only once every table was read. A database that cannot be read to the
+end (a damaged page: ``database disk image is malformed``; a server gone)
+leaves the folder as it was, and a folder made for this export is removed
+again (exit 1). The SQLite file is read with ``cell_size_check`` on, so a
+damaged page is reported instead of read as holding no rows.
+
 Usage: python -m desktop_app.export DB OUT_DIR [--format json|csv] [--scope NAME] [--table NAME ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -39,12 +48,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import sqlite_utils
 
 from desktop_app.private import make_private_dirs
 from desktop_app.words import plural
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: Exported by default: run metadata, checkpoints, waits/signals/outbox,
 #: agent runs, and every domain table of the built-in flows that exists.
@@ -88,6 +100,49 @@ def _private(path: Path) -> Iterator[IO[str]]:
     os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
     with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
         yield fh
+
+
+class _Staged:
+    """The files of one export, written under temporary names in ``out``
+    and renamed into place by :meth:`publish`; :meth:`discard` removes them
+    (and ``out`` itself when this export created it)."""
+
+    def __init__(self, out: Path, fmt: str, created: bool) -> None:
+        self.out, self.fmt, self.created = out, fmt, created
+        self.files: list[tuple[Path, Path]] = []
+
+    def open(self, name: str) -> contextlib.AbstractContextManager[IO[str]]:
+        """A 0600 temporary file for table ``name``."""
+        final = self.out / f"{name}.{self.fmt}"
+        temp = self.out / f".{final.name}.partial-{os.getpid()}"
+        self.files.append((temp, final))
+        return _private(temp)
+
+    def publish(self) -> None:
+        for temp, final in self.files:
+            os.replace(temp, final)
+
+    def discard(self) -> None:
+        for temp, _ in self.files:
+            temp.unlink(missing_ok=True)
+        if self.created:
+            with contextlib.suppress(OSError):  # holds something else meanwhile: keep it
+                self.out.rmdir()
+
+
+@contextmanager
+def _staged(out: Path, fmt: str) -> Iterator[_Staged]:
+    """Create ``out`` (:func:`make_out`) and yield a :class:`_Staged`: its
+    files are published when the body returns, discarded when it raises."""
+    created = not out.exists()
+    make_out(out)
+    staged = _Staged(out, fmt, created)
+    try:
+        yield staged
+    except BaseException:
+        staged.discard()
+        raise
+    staged.publish()
 
 
 class MixedFormatsError(Exception):
@@ -179,42 +234,47 @@ def export(
     db: Path, out: Path, fmt: str, tables: list[str] | None = None, scope: str = "default"
 ) -> dict[str, int]:
     """Write one file per table (mode 0600, times as ISO-8601 UTC), only the
-    rows of the runs of ``scope``; returns rows written per table.
+    rows of the runs of ``scope``; returns rows written per table. The files
+    appear together once every table was read (module docstring).
 
     Raises:
         UnknownTableError: a requested table does not exist (nothing written).
         MixedFormatsError: ``out`` holds files of the other format.
         OutputFolderError: ``out`` is a file or cannot be created or written.
-        sqlite3.DatabaseError: the file cannot be read.
+        sqlite3.DatabaseError: the file cannot be read (a damaged page:
+            nothing was written, ``out`` is as it was).
     """
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    database = sqlite_utils.Database(conn)
-    present = set(database.table_names())
-    wanted = tables or [t for t in DEFAULT_TABLES if t in present]
-    missing = [t for t in wanted if t not in present]
-    if missing:
-        raise _no_tables(missing, str(db), present)
-    check_out(out, fmt)
-    make_out(out)
-    counts: dict[str, int] = {}
-    for name in wanted:
-        hidden = STORAGE_KEYS.get(name, "")
-        where, n = _scope_filter({c.name for c in database[name].columns}, present)
-        found = database[name].rows_where(where or None, [scope] * n)
-        rows = [_with_iso_times(r) for r in found]
-        for r in rows:
-            r.pop(hidden, None)
-        counts[name] = len(rows)
-        if fmt == "json":
-            with _private(out / f"{name}.json") as fh:
-                fh.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str))
-        else:
-            columns = [c.name for c in database[name].columns if c.name != hidden]
-            with _private(out / f"{name}.csv") as fh:
-                writer = csv.DictWriter(fh, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(rows)
-    conn.close()
+    try:
+        conn.execute("PRAGMA cell_size_check=ON")  # a damaged page is an error, not "no rows"
+        database = sqlite_utils.Database(conn)
+        present = set(database.table_names())
+        wanted = tables or [t for t in DEFAULT_TABLES if t in present]
+        missing = [t for t in wanted if t not in present]
+        if missing:
+            raise _no_tables(missing, str(db), present)
+        check_out(out, fmt)
+        counts: dict[str, int] = {}
+        with _staged(out, fmt) as staged:
+            for name in wanted:
+                hidden = STORAGE_KEYS.get(name, "")
+                where, n = _scope_filter({c.name for c in database[name].columns}, present)
+                found = database[name].rows_where(where or None, [scope] * n)
+                rows = [_with_iso_times(r) for r in found]
+                for r in rows:
+                    r.pop(hidden, None)
+                counts[name] = len(rows)
+                if fmt == "json":
+                    with staged.open(name) as fh:
+                        fh.write(json.dumps(rows, ensure_ascii=False, indent=1, default=str))
+                else:
+                    columns = [c.name for c in database[name].columns if c.name != hidden]
+                    with staged.open(name) as fh:
+                        writer = csv.DictWriter(fh, fieldnames=columns)
+                        writer.writeheader()
+                        writer.writerows(rows)
+    finally:
+        conn.close()
     return counts
 
 
@@ -237,10 +297,9 @@ def export_postgres(
         UnknownTableError: a requested table does not exist (nothing written).
         MixedFormatsError: ``out`` holds files of the other format.
         OutputFolderError: ``out`` is a file or cannot be created or written.
-        psycopg.Error: the server cannot be read.
+        psycopg.Error: the server cannot be read (nothing was written, ``out``
+            is as it was).
     """
-    import io
-
     from psycopg import sql
 
     from desktop_app.store.migrations import PG_SCHEMA
@@ -261,39 +320,55 @@ def export_postgres(
         if missing:
             raise _no_tables(missing, "the database", columns)
         check_out(out, fmt)
-        make_out(out)
         literal = sql.Literal(scope).as_string(conn)  # COPY takes no bound parameters
-        for name in wanted:
-            select = ", ".join(
-                (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"')
-                + f' AS "{c}"'
-                for c, t in columns[name]
-            )
-            inner = f'SELECT {select} FROM {PG_SCHEMA}."{name}"'
-            where, _ = _scope_filter(
-                {c for c, _ in columns[name]}, set(columns), schema=f"{PG_SCHEMA}.", value=literal
-            )
-            if where:
-                inner += " WHERE " + where
-            if fmt == "csv":
-                query = f"COPY ({inner}) TO STDOUT (FORMAT csv, HEADER)"
-            else:  # one JSON object per line; text COPY doubles each backslash
-                query = f"COPY (SELECT row_to_json(t) FROM ({inner}) t) TO STDOUT"
-            buf = io.BytesIO()
-            with conn.cursor().copy(query) as copy:
-                for chunk in copy:
-                    buf.write(chunk)
-            text = buf.getvalue().decode("utf-8")
-            if fmt == "csv":
-                counts[name] = len(list(csv.reader(io.StringIO(text, newline="")))) - 1
-                with _private(out / f"{name}.csv") as fh:
-                    fh.write(text)
-            else:
-                rows = [json.loads(ln.replace("\\\\", "\\")) for ln in text.splitlines()]
-                counts[name] = len(rows)
-                with _private(out / f"{name}.json") as fh:
-                    fh.write(json.dumps(rows, ensure_ascii=False, indent=1))
+        with _staged(out, fmt) as staged:
+            _copy_tables(conn, columns, wanted, literal, fmt, staged, counts)
     return counts
+
+
+def _copy_tables(
+    conn: psycopg.Connection[Any],
+    columns: dict[str, list[tuple[str, str]]],
+    wanted: list[str],
+    literal: str,
+    fmt: str,
+    staged: _Staged,
+    counts: dict[str, int],
+) -> None:
+    """COPY each ``wanted`` table (its scope's rows) into ``staged``'s files."""
+    import io
+
+    from desktop_app.store.migrations import PG_SCHEMA
+
+    for name in wanted:
+        select = ", ".join(
+            (_PG_ISO.format(c=c) if t == "timestamp with time zone" else f'"{c}"') + f' AS "{c}"'
+            for c, t in columns[name]
+        )
+        inner = f'SELECT {select} FROM {PG_SCHEMA}."{name}"'
+        where, _ = _scope_filter(
+            {c for c, _ in columns[name]}, set(columns), schema=f"{PG_SCHEMA}.", value=literal
+        )
+        if where:
+            inner += " WHERE " + where
+        if fmt == "csv":
+            query = f"COPY ({inner}) TO STDOUT (FORMAT csv, HEADER)"
+        else:  # one JSON object per line; text COPY doubles each backslash
+            query = f"COPY (SELECT row_to_json(t) FROM ({inner}) t) TO STDOUT"
+        buf = io.BytesIO()
+        with conn.cursor().copy(query) as copy:
+            for chunk in copy:
+                buf.write(chunk)
+        text = buf.getvalue().decode("utf-8")
+        if fmt == "csv":
+            counts[name] = len(list(csv.reader(io.StringIO(text, newline="")))) - 1
+            with staged.open(name) as fh:
+                fh.write(text)
+        else:
+            rows = [json.loads(ln.replace("\\\\", "\\")) for ln in text.splitlines()]
+            counts[name] = len(rows)
+            with staged.open(name) as fh:
+                fh.write(json.dumps(rows, ensure_ascii=False, indent=1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,7 +385,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             counts = export_postgres(args.db, args.out, args.format, args.table, args.scope)
         except psycopg.Error as exc:
-            print(f"flowdesk export: cannot read the PostgreSQL database: {exc}", file=sys.stderr)
+            print(
+                f"flowdesk export: cannot read the PostgreSQL database: {exc}; nothing was written",
+                file=sys.stderr,
+            )
             return 1
         except (MixedFormatsError, OutputFolderError, UnknownTableError) as exc:
             print(f"flowdesk export: {exc}", file=sys.stderr)
@@ -324,7 +402,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         counts = export(args.db, args.out, args.format, args.table, args.scope)
     except sqlite3.DatabaseError as exc:
-        print(f"flowdesk export: cannot read {args.db}: {exc}", file=sys.stderr)
+        advice = (
+            " (the file is corrupt: restore it from a backup)"
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_CORRUPT
+            else ""
+        )
+        said = str(exc) if len(str(exc)) <= 200 else str(exc)[:200] + "…"  # may quote a row
+        print(
+            f"flowdesk export: cannot read {args.db}: {said}{advice}; nothing was written",
+            file=sys.stderr,
+        )
         return 1
     except (MixedFormatsError, OutputFolderError, UnknownTableError) as exc:
         print(f"flowdesk export: {exc}", file=sys.stderr)

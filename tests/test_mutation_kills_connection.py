@@ -15,6 +15,7 @@ import apsw
 import pytest
 
 from desktop_app.errors import (
+    DatabaseCorruptError,
     DatabaseNotAFileError,
     DatabaseOpenError,
     DiskFullError,
@@ -65,7 +66,7 @@ _CANT_OPEN = ": check that its folder exists and is writable, or pass --db PATH.
         ),
         (
             apsw.CorruptError("database disk image is malformed"),
-            StoreError,
+            DatabaseCorruptError,
             f"the database (/data/f.db) {_CORRUPT}",
             f"the database {_CORRUPT}",
         ),
@@ -282,6 +283,7 @@ def test_a_new_file_gets_incremental_auto_vacuum_and_the_default_pragmas(tmp_pat
         assert conn.execute("PRAGMA auto_vacuum").fetchall() == [(2,)]  # INCREMENTAL
         assert conn.execute("PRAGMA fullfsync").fetchall() == [(0,)]
         assert conn.execute("PRAGMA synchronous").fetchall() == [(2,)]  # FULL
+        assert conn.execute("PRAGMA cell_size_check").fetchall() == [(1,)]  # damage is an error
         assert busy_timeout_s(conn) == 10.0
     finally:
         conn.close()

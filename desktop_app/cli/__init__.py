@@ -140,6 +140,26 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)
 
 
+def _untranslated_store_error(ctx: Ctx, exc: Exception) -> FlowdeskError | None:
+    """The typed error (``desktop_app.store.connection.translate``) for an
+    apsw error that reached the command line untranslated (a read outside
+    the stores' guards: "database disk image is malformed" becomes
+    :class:`~desktop_app.errors.DatabaseCorruptError` naming the file), else
+    ``None``. apsw is looked up, never imported: a command that did not load
+    it cannot have raised its errors."""
+    apsw = sys.modules.get("apsw")
+    if apsw is None or not isinstance(exc, apsw.Error):
+        return None
+    from desktop_app.bootstrap import parse_database
+    from desktop_app.store.connection import translate
+
+    try:
+        database = parse_database(ctx.settings.db_path)
+    except FlowdeskError:
+        return translate(exc)
+    return translate(exc, None if database.backend == "postgres" else database.path)
+
+
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
     """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
@@ -176,6 +196,13 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         return EXIT_FAILED
     except FlowdeskError as exc:
         print(f"flowdesk: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:
+        translated = _untranslated_store_error(ctx, exc)
+        if translated is None:  # a bug: its traceback, as before
+            raise
+        stop_progress()
+        print(f"flowdesk: {translated}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         stop_progress()  # else the progress line is drawn again after the message

@@ -206,7 +206,16 @@ def _sqlite_checks(ctx: Ctx, line: Any, path: Path, apply_hint: str) -> None:
             info = inspect_database(settings)
             line(info["journal_mode"] == "wal", "journal mode", info["journal_mode"])
             line(True, "synchronous", f"{info['synchronous']} (setting: {settings.synchronous})")
-            line(info["quick_check"] == "ok", "quick_check", info["quick_check"])
+            check = info["quick_check"]
+            line(
+                check == "ok",
+                "quick_check",
+                check
+                if check == "ok"
+                else f"{check}: the file is corrupt. Restore it from a backup (stop every "
+                "Flowdesk process using it first); Flowdesk cannot repair it, and commands "
+                "that read a damaged page stop, saying the database is corrupt",
+            )
         except FlowdeskError as exc:
             line(False, "open", str(exc))
 

@@ -68,17 +68,37 @@ class DigestState(DigestInput):
 
 
 def check_input(folder: str | os.PathLike[str], out: str | os.PathLike[str]) -> DigestInput:
-    """Validate the folders before a run starts.
+    """Validate the folders before a run starts, creating nothing: ``out``
+    is made (0700) by the run's report step, so a start refused later (no
+    database, no schema) leaves no folder behind.
 
     Raises:
         InputError: the folder does not exist / is not a folder, or ``out``
-        exists and is not a folder.
+        exists and is not a writable folder, or cannot be created (a file
+        in its path, a folder above it that cannot be written).
     """
     src = Path(folder).expanduser()
     try:
         return _check_input(src, Path(out).expanduser())
     except (OSError, RuntimeError) as exc:  # symlink loops, permissions, odd paths
         raise InputError(f"cannot use {src} -> {out}: {exc}") from exc
+
+
+def _check_creatable(dst: Path) -> None:
+    """Refuse ``dst`` (absent) unless the report step can create it: the
+    nearest folder above it that exists must be a folder it can write in.
+    Creates nothing."""
+    above = dst.absolute().parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise InputError(
+            f"cannot create the output folder {dst}: {above} is not a folder; choose another"
+        )
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise InputError(
+            f"cannot create the output folder {dst}: {above} is not writable; choose another"
+        )
 
 
 def _check_input(src: Path, dst: Path) -> DigestInput:
@@ -88,11 +108,9 @@ def _check_input(src: Path, dst: Path) -> DigestInput:
         raise InputError(f"{src} is not a folder; choose a folder")
     if dst.exists() and not dst.is_dir():
         raise InputError(f"output {dst} exists and is not a folder; choose a folder for the report")
-    try:
-        make_private_dirs(dst)
-    except OSError as exc:
-        raise InputError(f"cannot create the output folder {dst}: {exc.strerror or exc}") from exc
-    if not os.access(dst, os.W_OK):
+    if not dst.exists():
+        _check_creatable(dst)
+    elif not os.access(dst, os.W_OK):
         raise InputError(f"the output folder {dst} is not writable; choose another")
     if (dst / REPORT_NAME).is_dir():
         raise InputError(f"{dst / REPORT_NAME} is a folder; choose another output folder")

@@ -30,6 +30,7 @@ import psycopg
 
 from desktop_app.errors import CopyTargetNotEmptyError, DatabaseOpenError, StoreError
 from desktop_app.store import migrations
+from desktop_app.store.connection import translate
 from desktop_app.store.postgres.sql import connect, no_nul, redact
 
 #: Columns not copied: the laptop's leases and claims mean nothing on the server.
@@ -94,6 +95,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
             side's schema is not the one this version applies (run
             ``flowdesk db apply`` on it first).
         CopyTargetNotEmptyError: the target already holds runs.
+        DatabaseCorruptError: a page of ``source`` is damaged; nothing was copied.
         StoreError: a row could not be stored; nothing was copied.
     """
     path = os.fspath(source)
@@ -104,6 +106,8 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
     except apsw.Error as exc:
         raise DatabaseOpenError(f"cannot open {path} for reading: {exc}") from exc
     try:
+        # a damaged page is "malformed" (nothing copied), never copied as a page of no rows
+        src.execute("PRAGMA cell_size_check=ON")
         migrations.verify(src, db=path)
         try:
             dst = connect(url, autocommit=False)
@@ -122,6 +126,9 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
                 raise StoreError(
                     f"copying {path} to {redact(url)} failed: {exc}; nothing was copied"
                 ) from exc
+            except apsw.Error as exc:  # the source cannot be read (a damaged page)
+                dst.rollback()
+                raise translate(exc, path) from exc
     finally:
         src.close()
 
