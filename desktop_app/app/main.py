@@ -508,11 +508,17 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._recover(ids)
 
     def _other_mode(self, run: RunRecord) -> bool:
-        """A run of another mode of a registered flow (the CLI's ``digest
-        --model``): the process with that mode resumes it, not this app."""
+        """A run of another mode of a registered flow that this app has no
+        such mode of (a flow of the user's naming a variant it does not
+        register): the process with that mode resumes it, not this app. The
+        built-in ``digest --model`` is registered here
+        (:func:`~desktop_app.bootstrap.register_modes`), so its runs are
+        resumed here."""
         engine = self.engine
         flow = None if engine is None else engine.flows.get(run.flow_name)
-        return flow is not None and run.flow_version in flow.variants
+        if engine is None or flow is None or run.flow_version not in flow.variants:
+            return False
+        return not engine.runs_version(run.flow_name, run.flow_version)
 
     @work(thread=True, group="recover", name="resume interrupted runs")
     def _recover(self, claimed: frozenset[str]) -> None:
