@@ -43,7 +43,7 @@ from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_run
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app.controller import FINISHED, INTERRUPTED, Controller
 from desktop_app.app.delivery import OutboxPump
-from desktop_app.app.format import plural, short_id
+from desktop_app.app.format import app_version_refusal, plural, short_id
 from desktop_app.app.messages import (
     BranchRequested,
     EngineReady,
@@ -67,7 +67,7 @@ from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
-from desktop_app.errors import FlowdeskError, RunLeasedError, redact
+from desktop_app.errors import FlowdeskError, FlowVersionMismatchError, RunLeasedError, redact
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
@@ -536,6 +536,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
                 self.call_from_thread(self.runs_screen.status_line.say, progress)
             if isinstance(outcome, RunLeasedError):
                 pass  # a live process runs it: the summary counts it, no error
+            elif isinstance(outcome, FlowVersionMismatchError):
+                why = app_version_refusal(outcome)
+                self.say(f"Run {short_id(run.run_id)} was not resumed: {why}", "error")
             elif isinstance(outcome, BaseException):
                 self.say(f"Run {short_id(run.run_id)} was not resumed: {outcome}", "error")
             elif outcome.status == "failed":
