@@ -110,7 +110,7 @@ def test_the_interrupted_hint_show_prints_resumes_a_killed_model_run(tmp_path: P
 def hint_line_command(shown: str) -> str:
     """The command of ``show``'s ``interrupted: ...; CMD continues it`` line."""
     (line,) = [ln for ln in shown.splitlines() if ln.startswith("interrupted:")]
-    match = re.search(r"; (flowdesk .+) continues it$", line)
+    match = re.search(r"; (?:then )?(flowdesk .+) continues it$", line)
     assert match, line
     return match.group(1)
 
@@ -169,6 +169,9 @@ def test_without_a_model_resume_names_what_to_set(tmp_path: Path) -> None:
         env = model_env(tmp_path / "d.db", server.url)
         db, run_id = killed_mid_run(tmp_path, server, env)
     bare = {k: v for k, v in env.items() if not k.startswith("FLOWDESK_MODEL__")}
+    shown = flowdesk(db, "show", run_id, env=bare).stdout
+    assert "no model is configured here: set FLOWDESK_MODEL__BASE_URL" in shown, shown
+    hint = hint_line_command(shown)
     out = flowdesk(db, "resume", run_id, env=bare)
     assert out.returncode == 2, out.stderr
     assert "FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL" in out.stderr
@@ -177,10 +180,11 @@ def test_without_a_model_resume_names_what_to_set(tmp_path: Path) -> None:
     assert every.returncode == 1
     assert f"run {run_id} not resumed: " in every.stdout and MISMATCH not in every.stdout
     assert "FLOWDESK_MODEL__BASE_URL" in every.stdout
-    # nothing ran: with the model configured (as the message says) it finishes
+    # nothing ran: with the model configured (as the messages say) the
+    # command show printed finishes it
     with ChatServer() as server:
         server.script = [("json", completion("Summary of B."))]
-        out = flowdesk(db, "resume", run_id, env=model_env(db, server.url))
+        out = as_printed(hint, model_env(db, server.url))
         assert out.returncode == 0, out.stderr
     assert "Summary of B." in report_of(tmp_path)
 

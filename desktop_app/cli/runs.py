@@ -340,7 +340,7 @@ def cmd_show(ctx: Ctx) -> int:
     if stuck is not None:
         _say(stuck_line(ctx, stuck))
     elif status == INTERRUPTED:
-        print(_interrupted_line(ctx, run))
+        print(_interrupted_line(ctx, run, first=needs_model(sv, run)))
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
@@ -429,6 +429,23 @@ def stuck_on_version(sv: Services, run: Any) -> Any:
     if sv.engine.runs_version(run.flow_name, run.flow_version):
         return None
     return FlowVersionMismatchError(run.run_id, run.flow_version, flow.version)
+
+
+def needs_model(sv: Services, run: Any) -> str | None:
+    """What to set before flow run ``run`` (a ``RunRecord``) can go on here,
+    or ``None``: a ``digest --model`` run summarises with the configured
+    model, and these settings configure none."""
+    from desktop_app.flows.digest import model_version
+
+    model = sv.settings.model
+    if run.flow_name != "digest" or run.flow_version != model_version():
+        return None
+    if model.base_url and model.model:
+        return None
+    return (
+        "it was started with --model and no model is configured here: set "
+        "FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL (or [model] in the settings file)"
+    )
 
 
 def stuck_line(ctx: Ctx, mismatch: Any) -> str:
