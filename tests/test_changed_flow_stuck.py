@@ -131,6 +131,12 @@ def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Pa
     waiting = flowdesk(db, "waiting", env=env)
     assert f"`flowdesk --db {db} show {kept}` says what works" in waiting.stdout
 
+    every = flowdesk(db, "resume", "--all", env=env)
+    assert every.returncode == 1, every.stdout
+    (line,) = [ln for ln in every.stdout.splitlines() if ln.startswith(f"run {kept} ")]
+    assert line.startswith(f"run {kept} not resumed: run {kept} was started")
+    assert commands(line) == [resume_hint, cancel_hint]
+
     # replay and fork are refused the same way (no hint to a refused replay)
     for args in (["replay", f"{kept}:0"], ["fork", kept, "--changes", "{}"]):
         out = flowdesk(db, *args, env=env)
