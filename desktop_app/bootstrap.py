@@ -272,14 +272,59 @@ def open_services(
     checkpoints = backend.open(_target(db), store_options(settings))
     engine = _engine(checkpoints, flows=load.flows, events=events, executes=executes)
     instrument_engine(engine)  # runs and steps traced when OTLP export is set up
+    agents = backend.agent_log(checkpoints)
+    register_modes(engine, settings, agents)
     return Services(
         settings=settings,
         database=settings.db_path,
         checkpoints=checkpoints,
-        agents=backend.agent_log(checkpoints),
+        agents=agents,
         engine=engine,
         flow_problems=load.problems,
     )
+
+
+def register_modes(engine: Engine, settings: Settings, agents: AgentLog) -> None:
+    """Register the built-in flows' other modes on ``engine``
+    (:meth:`Engine.register_variant`), so every process that registers
+    flows (``resume``, ``resume --all``, ``flowdesk agent``, the app)
+    resumes their runs: ``digest --model`` over the settings' model
+    (:func:`digest_with_model`, built only when such a run goes on). Only
+    when the registered ``digest`` is the built-in one."""
+    from desktop_app.flows.digest import model_version
+
+    digest = engine.flows.get("digest")
+    version = model_version()
+    if digest is None or version not in digest.variants:
+        return
+    engine.register_variant("digest", version, lambda: digest_with_model(settings, agents))
+
+
+def digest_with_model(settings: Settings, agents: AgentLog) -> CompiledFlow[Any]:
+    """The ``digest`` flow in model mode (``digest --model``): one agent run
+    per file, logged in ``agents``, with the settings' model and the
+    ``digest-summary`` agent's system prompt when ``[agents.digest-summary]``
+    sets one.
+
+    Raises:
+        ConfigError: no model is configured (names ``FLOWDESK_MODEL__BASE_URL``,
+            ``FLOWDESK_MODEL__MODEL`` and the settings file's ``[model]``).
+        SecretsError, KeyFileError: the API key cannot be read.
+    """
+    from desktop_app.agent import Agent
+    from desktop_app.flows.digest import agent_summarizer, build_digest_flow
+
+    model = build_model(settings)
+    if model is None:
+        raise ConfigError(
+            "a digest run started with --model summarises with the configured model, and no "
+            "model is configured here: set FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL "
+            "(or base_url and model under [model] in the settings file), then resume it"
+        )
+    own = settings.agents.get("digest-summary")
+    system = own.system if own is not None else None
+    agent = Agent("digest-summary", model, agents, system=system, ask_user=False)
+    return build_digest_flow(summarizer=agent_summarizer(agent))
 
 
 def _engine(

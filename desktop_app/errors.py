@@ -490,16 +490,35 @@ class FlowDefinitionError(FlowError):
 
 
 class FlowVersionMismatchError(FlowError):
-    """The run was started under another version of its flow."""
+    """The run was started under another version of its flow (its steps were
+    added, removed or renamed since): nothing was run.
+
+    Attributes:
+        run_id: the run refused.
+        stored: the fingerprinted flow version the run was started under.
+        current: the version of the flow registered in this process.
+
+    The message (:attr:`what`, then what an engine's user can do) names the
+    :class:`~desktop_app.flow.Engine` methods; the CLI and the app say it
+    with their own commands and keys.
+    """
 
     def __init__(self, run_id: str, stored: str, current: str) -> None:
         self.run_id = run_id
         self.stored = stored
         self.current = current
         super().__init__(
-            f"run {run_id} was started under flow version {stored} but the flow is now "
-            f"{current}; nothing was run. Fail the run, fork it onto the new version, or "
-            f"resume it with the old flow definition."
+            f"{self.what} To finish it, register the flow's code of version {stored} again "
+            "and resume it; otherwise end it (Engine.cancel or Engine.fail_run) or continue it "
+            "as a new run of the new version (Engine.fork_onto_current)."
+        )
+
+    @property
+    def what(self) -> str:
+        """The refusal's first sentence: the run, both versions, nothing run."""
+        return (
+            f"run {self.run_id} was started under flow version {self.stored} but the flow is "
+            f"now {self.current}; nothing was run."
         )
 
 

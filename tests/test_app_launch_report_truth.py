@@ -44,7 +44,12 @@ async def test_a_digest_model_run_is_not_an_older_version(tmp_path: Path) -> Non
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert not isinstance(app.screen, LaunchReportScreen)
-        assert not messages(app, "error")  # nor "was not resumed": the CLI's mode resumes it
+        # the app resumes it in its own mode: with no model configured it
+        # says what to set, never that the flow changed
+        (said,) = messages(app, "error")
+        assert said.startswith(f"Run {run_id[:8]} was not resumed: ")
+        assert "FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL" in said
+        assert "was started under flow version" not in said
         assert app.engine is not None
         assert run_id not in [r.run_id for r in app.engine.incompatible_runs()]
 

@@ -30,7 +30,7 @@ from textual.app import App
 from textual.message_pump import MessagePump
 from textual.notifications import SeverityLevel
 
-from desktop_app.app.format import short_id
+from desktop_app.app.format import app_version_refusal, short_id
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, BranchFinished, RunChanged
 from desktop_app.app.runs import RunController
@@ -40,7 +40,12 @@ from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.fork import validation_lines
 from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
-from desktop_app.errors import FlowdeskError, InputError, InputPendingError
+from desktop_app.errors import (
+    FlowdeskError,
+    FlowVersionMismatchError,
+    InputError,
+    InputPendingError,
+)
 from desktop_app.flow import Engine, RunResult
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.flows.digest import DigestInput
@@ -191,6 +196,8 @@ class Controller:
             self.announce(outcome.result)
         elif isinstance(outcome.exception, InputPendingError):
             self._say(f"Run {short_id(run_id)} waits for an answer; press a to answer it.")
+        elif isinstance(outcome.exception, FlowVersionMismatchError):
+            self._say(app_version_refusal(outcome.exception), "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))

@@ -6,6 +6,7 @@ import json
 import re
 from datetime import UTC, datetime
 
+from desktop_app.errors import FlowVersionMismatchError
 from desktop_app.store.protocol import Wait
 from desktop_app.words import duration
 from desktop_app.words import plural as plural  # one formatter of counts, the CLI's too
@@ -119,3 +120,22 @@ def ago(ts: float | None, now: float) -> str:
         if delta >= size:
             return f"{int(delta // size)} {unit} ago"
     return f"{int(delta)} s ago"
+
+
+def app_version_refusal(exc: FlowVersionMismatchError, *, live: bool = True) -> str:
+    """A run refused because its flow changed since it started, as the app
+    says it: what happened, then what works here. ``live``: the run has not
+    ended (``r`` again once the flow's code is restored, ``c`` to cancel it,
+    the launch report); otherwise a replay or fork was refused (``p``/``f``
+    again once the code is restored)."""
+    if not live:
+        return (
+            f"{exc.what} Replay and fork start from the flow's code as it was when the run "
+            f"ran: restore it (the steps that make version {exc.stored}), then press p or f "
+            "again."
+        )
+    return (
+        f"{exc.what} Restore the flow's code as it was then (the steps that make version "
+        f"{exc.stored}) and press r again, or press c to cancel it; the launch report at the "
+        "next launch offers to continue it as a new run of the new version, or to fail it."
+    )

@@ -43,7 +43,7 @@ from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_run
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app.controller import FINISHED, INTERRUPTED, Controller
 from desktop_app.app.delivery import OutboxPump
-from desktop_app.app.format import plural, short_id
+from desktop_app.app.format import app_version_refusal, plural, short_id
 from desktop_app.app.messages import (
     BranchRequested,
     EngineReady,
@@ -67,7 +67,7 @@ from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
-from desktop_app.errors import FlowdeskError, RunLeasedError, redact
+from desktop_app.errors import FlowdeskError, FlowVersionMismatchError, RunLeasedError, redact
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
@@ -508,11 +508,17 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._recover(ids)
 
     def _other_mode(self, run: RunRecord) -> bool:
-        """A run of another mode of a registered flow (the CLI's ``digest
-        --model``): the process with that mode resumes it, not this app."""
+        """A run of another mode of a registered flow that this app has no
+        such mode of (a flow of the user's naming a variant it does not
+        register): the process with that mode resumes it, not this app. The
+        built-in ``digest --model`` is registered here
+        (:func:`~desktop_app.bootstrap.register_modes`), so its runs are
+        resumed here."""
         engine = self.engine
         flow = None if engine is None else engine.flows.get(run.flow_name)
-        return flow is not None and run.flow_version in flow.variants
+        if engine is None or flow is None or run.flow_version not in flow.variants:
+            return False
+        return not engine.runs_version(run.flow_name, run.flow_version)
 
     @work(thread=True, group="recover", name="resume interrupted runs")
     def _recover(self, claimed: frozenset[str]) -> None:
@@ -530,6 +536,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
                 self.call_from_thread(self.runs_screen.status_line.say, progress)
             if isinstance(outcome, RunLeasedError):
                 pass  # a live process runs it: the summary counts it, no error
+            elif isinstance(outcome, FlowVersionMismatchError):
+                why = app_version_refusal(outcome)
+                self.say(f"Run {short_id(run.run_id)} was not resumed: {why}", "error")
             elif isinstance(outcome, BaseException):
                 self.say(f"Run {short_id(run.run_id)} was not resumed: {outcome}", "error")
             elif outcome.status == "failed":

@@ -39,6 +39,7 @@ from desktop_app.cli.output import (
     EXIT_USAGE,
     PASSWORD_NOTE,
     stop_progress,
+    version_refusal,
 )
 from desktop_app.cli.parser import build_parser
 from desktop_app.errors import (
@@ -47,6 +48,7 @@ from desktop_app.errors import (
     DatabaseMissingError,
     DiskFullError,
     FlowdeskError,
+    FlowVersionMismatchError,
     InputError,
     UnknownFlowError,
     redact,
@@ -193,6 +195,9 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         return EXIT_FAILED
     except DatabaseMissingError as exc:  # the hint with the user's --db and --scope
         print(f"flowdesk: {exc.for_command(ctx.hints.cmd('db apply'))}", file=sys.stderr)
+        return EXIT_FAILED
+    except FlowVersionMismatchError as exc:  # what works from the CLI, as commands
+        print(f"flowdesk: {version_refusal(ctx.hints, exc)}", file=sys.stderr)
         return EXIT_FAILED
     except FlowdeskError as exc:
         print(f"flowdesk: {exc}", file=sys.stderr)

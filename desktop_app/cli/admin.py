@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from desktop_app.cli.common import Ctx
-from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, emit_all, emit_one, iso, when
+from desktop_app.cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    emit_all,
+    emit_one,
+    iso,
+    version_refusal,
+    when,
+)
 from desktop_app.errors import (
     CopyTargetNotEmptyError,
     DatabaseMissingError,
@@ -340,9 +348,24 @@ def cmd_agent(ctx: Ctx) -> int:
         poll_s=ctx.args.poll,
         on_tick=_on_tick(sv),
         only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
+        on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
     )
     sv.close()
     return EXIT_OK
+
+
+def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:
+    """Say (on stderr, once per run: ``Engine.serve`` calls it once) that
+    ``flowdesk agent`` cannot go on with run ``run_id``, why, and what works."""
+    from desktop_app.errors import FlowVersionMismatchError
+
+    why = version_refusal(ctx.hints, exc) if isinstance(exc, FlowVersionMismatchError) else exc
+    print(
+        f"flowdesk agent: run {run_id} cannot go on here (its waits do not fire, it is not "
+        f"resumed): {why}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _on_tick(sv: Any) -> Any:

@@ -8,8 +8,9 @@ new id, with the source as its ``parent_run_id``; the steps completed
 before the checkpoint are kept (not run again), a step after it runs again,
 and a child run (an agent's model call) a re-executed step had started is
 reattached, never started twice. The source run and its history are not
-touched. The flow must still be the version the source ran
-(``FlowVersionMismatchError`` otherwise: exit 1).
+touched. The flow must still be the version the source ran (exit 1
+otherwise, before ``--changes`` are read: a live run's refusal names
+``resume`` once its code is restored, and ``cancel``).
 
 ``CHECKPOINT`` is ``RUN`` (its first kept checkpoint, revision 0 unless
 ``keep_last_n`` pruned it: the run's start, so the whole flow runs again on
@@ -89,6 +90,35 @@ def _changes(ctx: Ctx, sv: Services, checkpoint: str) -> dict[str, Any]:
     return check_builtin_input(flow.name, changes)
 
 
+def _same_version(sv: Services, run_id: str) -> None:
+    """Refuse a replay or fork of a run whose flow changed since it ran
+    (before ``--changes`` are read, so no hint points at a replay that is
+    refused the same way).
+
+    Raises:
+        FlowVersionMismatchError: a live run (the CLI names what finishes or
+            ends it).
+        FlowError: a run that ended: replay and fork need its flow's code
+            as it was.
+    """
+    from desktop_app.cli.runs import stuck_on_version
+    from desktop_app.errors import FlowError, FlowVersionMismatchError
+
+    run = sv.checkpoints.get_run(run_id)
+    flow = sv.engine.flows.get(run.flow_name)
+    if flow is None or sv.engine.runs_version(run.flow_name, run.flow_version):
+        return  # an unknown flow is refused by the replay itself
+    stuck = stuck_on_version(sv, run)
+    if stuck is not None:
+        raise stuck
+    what = FlowVersionMismatchError(run_id, run.flow_version, flow.version).what
+    raise FlowError(
+        f"{what} Replay and fork start from the flow's code as it was when the run ran: "
+        f"restore it (the steps that make version {run.flow_version}), then replay or fork "
+        "it again."
+    )
+
+
 def _branch(ctx: Ctx, fork: bool) -> int:
     from pydantic import ValidationError
 
@@ -99,6 +129,7 @@ def _branch(ctx: Ctx, fork: bool) -> int:
     events.subscribe(step_listener(ctx.args.quiet))
     sv = ctx.services(events=events)
     checkpoint = checkpoint_of(ctx, sv, ctx.args.checkpoint)
+    _same_version(sv, checkpoint.partition(":")[0])
     changes = _changes(ctx, sv, checkpoint) if fork else None
     engine = sv.engine
     try:

@@ -132,6 +132,25 @@ class Hints:
         return redact(db, mask=None)
 
 
+def version_refusal(hints: Hints, exc: Any) -> str:
+    """A ``FlowVersionMismatchError`` (``exc``) as the CLI says it: the
+    refusal (:attr:`~desktop_app.errors.FlowVersionMismatchError.what`), then
+    what works from here, each command with the user's ``--db``/``--scope``:
+    restore the flow's old code and ``resume RUN`` (the run goes on where it
+    stopped), or ``cancel RUN``; the app's launch report is where a run moves
+    onto the new version (or is failed)."""
+    rid = exc.run_id
+    return (
+        f"{exc.what} Its flow's steps changed since it started. To finish it, restore the "
+        "flow's code as it was then (the steps it had, which make version "
+        f"{exc.stored}) and run `{hints.cmd(f'resume {rid}')}`; to end it: "
+        f"`{hints.cmd(f'cancel {rid}')}`. "
+        "The app's launch report, the next time the app opens this database, offers to "
+        "continue it as a new run of the new version (when the step it stopped at still "
+        "exists) or to fail it."
+    )
+
+
 #: printed (on stderr) after a command whose hints left a database password out
 PASSWORD_NOTE = (
     "the commands suggested above leave out the database password: give it "

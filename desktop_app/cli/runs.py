@@ -18,6 +18,7 @@ from desktop_app.cli.output import (
     iso,
     progress_text,
     step_listener,
+    version_refusal,
     when,
 )
 from desktop_app.cli.waits import (
@@ -27,7 +28,7 @@ from desktop_app.cli.waits import (
     wait_command,
     wait_lines,
 )
-from desktop_app.errors import RunLeasedError, RunStateError, StoreError
+from desktop_app.errors import FlowVersionMismatchError, RunLeasedError, RunStateError, StoreError
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
     ENDED,
@@ -337,12 +338,15 @@ def cmd_show(ctx: Ctx) -> int:
     for w in cp.waits:
         if flow is not None and (only := answer_choices(flow, w.step_id)):
             choices[w.wait_id] = only
+    stuck = stuck_on_version(sv, run)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
             {
                 **flow_row(run, store.now(), undelivered),
                 "flow_version": run.flow_version,
+                # why no process goes on with it (its flow changed), or null
+                "stuck": None if stuck is None else version_refusal(ctx.hints, stuck),
                 "revision": run.revision,
                 "context": dict(run.context),
                 "steps": [
@@ -363,7 +367,10 @@ def cmd_show(ctx: Ctx) -> int:
                     {
                         **_wait_row(w),
                         "choices": choices.get(w.wait_id),  # None: any answer
-                        "command": wait_command(
+                        # null while stuck: no command moves it on
+                        "command": None
+                        if stuck is not None
+                        else wait_command(
                             ctx.hints,
                             run.run_id,
                             w,
@@ -391,13 +398,16 @@ def cmd_show(ctx: Ctx) -> int:
         f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}"
         + (f" · {queued} (not made yet)" if queued else "")
     )
-    if status == INTERRUPTED:
-        print(_interrupted_line(ctx, run))
+    if stuck is not None:
+        _say(stuck_line(ctx, stuck))
+    elif status == INTERRUPTED:
+        print(_interrupted_line(ctx, run, first=needs_model(sv, run)))
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
         print("waits for:")
-        for line in wait_lines(ctx.hints, run, cp.waits, store.now(), choices):
+        lines = wait_lines(ctx.hints, run, cp.waits, store.now(), choices, stuck=stuck is not None)
+        for line in lines:
             print(line)
     if run.flow_name == "tidy":
         for line in tidy_report(ctx, store, run.run_id, limit=SHOW_FILES):
@@ -468,6 +478,50 @@ def _interrupted_line(ctx: Ctx, run: Any, first: str | None = None) -> str:
     hint = ctx.hints.cmd(f"resume {run.run_id}")
     then = "" if first is None else f"{first}; then "
     return f"interrupted: the process that ran it{owner} stopped; {then}{hint} continues it"
+
+
+def stuck_on_version(sv: Services, run: Any) -> Any:
+    """The ``FlowVersionMismatchError`` that refuses flow run ``run`` (a
+    ``RunRecord``) in this process, or ``None``: a live run (pending,
+    running, waiting or failed) of a registered flow whose version is
+    neither the registered one nor a mode registered here
+    (``Engine.runs_version``). No process with the flow's current code
+    resumes it, fires its timer or takes its answer."""
+    from desktop_app.errors import FlowVersionMismatchError
+
+    flow = sv.engine.flows.get(run.flow_name)
+    if flow is None or run.status not in ("pending", "running", "waiting", "failed"):
+        return None
+    if sv.engine.runs_version(run.flow_name, run.flow_version):
+        return None
+    return FlowVersionMismatchError(run.run_id, run.flow_version, flow.version)
+
+
+def needs_model(sv: Services, run: Any) -> str | None:
+    """What to set before flow run ``run`` (a ``RunRecord``) can go on here,
+    or ``None``: a ``digest --model`` run summarises with the configured
+    model, and these settings configure none."""
+    from desktop_app.flows.digest import model_version
+
+    model = sv.settings.model
+    if run.flow_name != "digest" or run.flow_version != model_version():
+        return None
+    if model.base_url and model.model:
+        return None
+    return (
+        "it was started with --model and no model is configured here: set "
+        "FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL (or [model] in the settings file)"
+    )
+
+
+def stuck_line(ctx: Ctx, mismatch: Any) -> str:
+    """``show``'s line for a run stuck on a version mismatch
+    (:func:`stuck_on_version`): said plainly, with what works."""
+    return (
+        "stuck: its flow changed since it started, so nothing runs it, fires its timers or "
+        "takes its answers (not flowdesk agent, not the app, not resume): "
+        + version_refusal(ctx.hints, mismatch)
+    )
 
 
 def agent_blocker(sv: Services, run: Any) -> str | None:
@@ -682,6 +736,9 @@ def cmd_waiting(ctx: Ctx) -> int:
         print("no waiting runs")
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
+        if stuck_on_version(sv, run) is not None:
+            show = ctx.hints.cmd(f"show {run.run_id}")
+            print(f"  stuck: its flow changed since it started; `{show}` says what works")
         waits = engine.waits(run.run_id)
         if not waits and run.error:
             hint = ctx.hints.cmd(f"resume {run.run_id}")
@@ -737,6 +794,9 @@ def cmd_resume(ctx: Ctx) -> int:
         for run, outcome in report:
             if isinstance(outcome, RunLeasedError):  # a live peer runs it: not a failure
                 print(f"run {run.run_id} not resumed here: {outcome}")
+            elif isinstance(outcome, FlowVersionMismatchError):
+                failed += 1
+                print(f"run {run.run_id} not resumed: {version_refusal(ctx.hints, outcome)}")
             elif isinstance(outcome, BaseException):
                 failed += 1
                 print(f"run {run.run_id} not resumed: {outcome}")

@@ -183,20 +183,14 @@ def cmd_run(ctx: Ctx) -> int:
     events.subscribe(step_listener(a.quiet))
     sv = ctx.services(events=events)
     if a.flow == "digest" and a.model:
-        from desktop_app.agent import Agent
-        from desktop_app.bootstrap import build_model
-        from desktop_app.flows.digest import agent_summarizer, build_digest_flow
+        from desktop_app.bootstrap import build_model, digest_with_model
 
-        model = build_model(sv.settings)
-        if model is None:
+        if build_model(sv.settings) is None:
             raise ConfigError(
                 "--model needs a configured model: set FLOWDESK_MODEL__BASE_URL and "
                 "FLOWDESK_MODEL__MODEL"
             )
-        own = sv.settings.agents.get("digest-summary")
-        system = own.system if own is not None else None
-        agent = Agent("digest-summary", model, sv.agents, system=system, ask_user=False)
-        sv.engine.register(build_digest_flow(summarizer=agent_summarizer(agent)))
+        sv.engine.register(digest_with_model(sv.settings, sv.agents))
     return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, key, new=a.new))
 
 

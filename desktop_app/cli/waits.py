@@ -85,20 +85,25 @@ def wait_lines(
     waits: Sequence[Any],
     now: float,
     choices: Mapping[str, Sequence[str]] | None = None,
+    *,
+    stuck: bool = False,
 ) -> list[str]:
     """The lines ``show`` prints under ``waits for:`` for the flow run
     ``run`` (a ``RunRecord``) and its pending ``waits`` (``Wait`` records),
     judged at ``now`` (UTC epoch seconds). ``choices`` maps a wait id to the
     only answers its step takes (:func:`answer_choices`); other questions
     take any text. Each command line is ``<what> with: <command>``, the
-    command runnable exactly as printed."""
+    command runnable exactly as printed. ``stuck``: the run's flow changed
+    since it started (``show`` says so above): no wait fires or is answered,
+    and no command is offered for one."""
     rid = run.run_id
     lines: list[str] = []
     if not waits:
         if run.status == "waiting":
             why = f": {visible_controls(run.error)}" if run.error else ""
             lines.append(f"  an operator{why}")
-            lines.append(f"    continue with: {hints.cmd(f'resume {rid}')}")
+            if not stuck:
+                lines.append(f"    continue with: {hints.cmd(f'resume {rid}')}")
         return lines
     several = sum(w.kind == "input" for w in waits) > 1
     for w in waits:
@@ -114,6 +119,9 @@ def wait_lines(
         if w.deadline_at is not None:
             label = "fires" if w.kind == "timer" else "deadline"
             lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
+        if stuck:
+            lines.append("    nothing moves the run past it while it is stuck (see above)")
+            continue
         note, verb = _SAY[w.kind]
         only = (choices or {}).get(w.wait_id)
         if w.kind == "input" and only:

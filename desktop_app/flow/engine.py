@@ -22,7 +22,9 @@ from pydantic import BaseModel
 from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
+    ConfigError,
     DuplicateFlowKeyError,
+    FlowDefinitionError,
     FlowdeskError,
     FlowVersionMismatchError,
     RunLeasedError,
@@ -84,6 +86,18 @@ class Cancellation(NamedTuple):
     run: RunRecord
     withdrawn: list[Intent]
     in_flight: list[Intent]
+
+
+#: what refuses a run in this process whatever a later pass does (its flow is
+#: not registered here or changed since the run started, the mode it was
+#: started in cannot be built here, its checkpoint cannot be decoded)
+REFUSALS = (
+    UnknownFlowError,
+    FlowVersionMismatchError,
+    CheckpointDecodeError,
+    ConfigError,
+    FlowDefinitionError,
+)
 
 
 class Engine:
@@ -150,6 +164,10 @@ class Engine:
         #: an injected (test) clock also decides lease expiry; else the store's clock does
         self._lease_clock = clock
         self._flows: dict[str, CompiledFlow[Any]] = {}
+        #: (name, version) -> how to build that mode of a registered flow
+        self._variants: dict[tuple[str, str], Callable[[], CompiledFlow[Any]]] = {}
+        #: the modes built so far (``flow_of``)
+        self._built: dict[tuple[str, str], CompiledFlow[Any]] = {}
         self._cancel: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         #: ids of the runs this engine is executing right now
@@ -169,6 +187,63 @@ class Engine:
     def register(self, flow: CompiledFlow[Any]) -> None:
         """Register (or replace) a flow under its name."""
         self._flows[flow.name] = flow
+
+    def register_variant(
+        self, name: str, version: str, build: Callable[[], CompiledFlow[Any]]
+    ) -> None:
+        """Register another mode of flow ``name`` (one of its
+        :attr:`CompiledFlow.variants`, such as ``digest --model``): runs
+        recorded under ``version`` resume, wake and take answers with the
+        flow ``build()`` returns, while new runs of ``name`` still start
+        with the flow :meth:`register` registered.
+
+        ``build`` (no arguments, returns a ``CompiledFlow`` named ``name``
+        at ``version``) is called the first time such a run needs it, and
+        its flow is kept; it may raise a ``FlowdeskError`` saying what is
+        missing (``ConfigError``: no model configured), which refuses that
+        run with nothing run and is raised again on the next try.
+        """
+        self._variants[(name, version)] = build
+
+    def runs_version(self, name: str, version: str) -> bool:
+        """Whether runs of flow ``name`` recorded under ``version`` (a
+        fingerprinted flow version, str) can go on here: the registered
+        flow has that version, or :meth:`register_variant` registered a
+        mode of it for that version."""
+        flow = self._flows.get(name)
+        return (flow is not None and flow.version == version) or (name, version) in self._variants
+
+    def flow_of(self, name: str, version: str) -> CompiledFlow[Any]:
+        """The flow that drives a run of ``name`` recorded under ``version``:
+        the registered flow, or the mode of it :meth:`register_variant`
+        registered for ``version`` (built now if not yet). Another version
+        gets the registered flow (whose version check then refuses the run).
+
+        Raises:
+            UnknownFlowError: no flow named ``name`` is registered.
+            FlowDefinitionError: the variant built is not ``name`` at ``version``.
+            FlowdeskError: whatever the variant's ``build`` raised
+                (``ConfigError``: what to configure).
+        """
+        flow = self.flow(name)
+        build = self._variants.get((name, version))
+        if flow.version == version or build is None:
+            return flow
+        with self._lock:
+            built = self._built.get((name, version))
+        if built is None:
+            built = build()
+            if (built.name, built.version) != (name, version):
+                raise FlowDefinitionError(
+                    name,
+                    [
+                        f"the mode registered for version {version} built flow "
+                        f"{built.name!r} at version {built.version}"
+                    ],
+                )
+            with self._lock:
+                built = self._built.setdefault((name, version), built)
+        return built
 
     @property
     def flows(self) -> Mapping[str, CompiledFlow[Any]]:
@@ -536,7 +611,7 @@ class Engine:
         """A driver for ``run`` (read with :meth:`RunState.read`), refused
         when the run may not continue here."""
         run.refuse_resume()
-        f = self.flow(run.run.flow_name)
+        f = self.flow_of(run.run.flow_name, run.run.flow_version)
         run.check_version(f.version)
         driver = RunDriver(self, f, run.run, run.checkpoint)
         # the driver's first checkpoint claims the lease atomically
@@ -661,16 +736,36 @@ class Engine:
                 "nothing was delivered"
             ) from None
 
-    def tick(self) -> int:
+    def tick(
+        self,
+        *,
+        skip: Collection[str] = (),
+        on_refused: Callable[[str, FlowdeskError], None] | None = None,
+    ) -> int:
         """Wake every waiting run with a due deadline or a deliverable signal or
-        event; returns how many were acted on. The timer of :meth:`serve`."""
+        event; returns how many were acted on. The timer of :meth:`serve`.
+
+        Args:
+            skip: ids of runs not to try (refused before).
+            on_refused: called with the run id and the error for a run this
+                engine cannot go on with (:data:`REFUSALS`: its flow is not
+                registered here or changed since the run started, its mode
+                cannot be built, its checkpoint cannot be decoded). Other
+                errors (leased by another process, canceled meanwhile) pass
+                silently: they report themselves.
+        """
         count = 0
         if not self.executes:
             return 0
         for run_id in self.store.wakeable_runs(self.clock.now()):
+            if run_id in skip:
+                continue
             try:
                 self.wake(run_id)
                 count += 1
+            except REFUSALS as exc:
+                if on_refused is not None:
+                    on_refused(run_id, exc)
             except FlowdeskError:
                 continue  # leased by another process, or broken: it reports itself
         return count
@@ -720,6 +815,7 @@ class Engine:
         poll_s: float = 1.0,
         on_tick: Callable[[], None] | None = None,
         only: Callable[[RunRecord], bool] | None = None,
+        on_refused: Callable[[str, FlowdeskError], None] | None = None,
     ) -> None:
         """Run until ``stop`` is set: recover interrupted runs, fire deadlines
         that fell due and deliver signals and events that other processes
@@ -734,8 +830,11 @@ class Engine:
         :func:`recovery.left_behind`), it resumes those runs while the
         calling thread goes on firing deadlines, so a long run being resumed
         never delays another run's deadline. A run this engine cannot resume
-        (its flow is not registered here or changed, its checkpoint cannot
-        be decoded) is tried once, not on every pass. Returns once ``stop``
+        or wake (:data:`REFUSALS`: its flow is not registered here or
+        changed since the run started, its mode cannot be built, its
+        checkpoint cannot be decoded) is tried once, not on every pass: the
+        refusal is logged once (a warning) and given to ``on_refused(run_id,
+        error)`` once per run. Returns once ``stop``
         is set and the run being resumed, if any, has stopped (set
         ``shutdown_event`` to stop it before its next step).
 
@@ -746,12 +845,22 @@ class Engine:
         refused: set[str] = set()
         failed: list[BaseException] = []
         halt = threading.Event()  # the calling thread stopped: so does the sweeper
+        said = threading.Lock()
+
+        def refuse(run_id: str, exc: FlowdeskError) -> None:
+            with said:
+                if run_id in refused:
+                    return
+                refused.add(run_id)
+            log.warning("run %s cannot go on in this process: %s", run_id, exc)
+            if on_refused is not None:
+                on_refused(run_id, exc)
 
         def note(run: RunRecord, out: RunResult | BaseException) -> None:
             # refusals no later pass of this process can change (a busy or
             # full database, a lease held elsewhere: tried again next time)
-            if isinstance(out, UnknownFlowError | FlowVersionMismatchError | CheckpointDecodeError):
-                refused.add(run.run_id)
+            if isinstance(out, REFUSALS):
+                refuse(run.run_id, out)
 
         def wanted(run: RunRecord) -> bool:
             return run.run_id not in refused and (only is None or only(run))
@@ -769,13 +878,15 @@ class Engine:
         sweeper.start()
         try:
             while not stop.is_set() and not failed:
-                self.tick()
+                self.tick(skip=refused, on_refused=refuse)
                 if on_tick is not None:
                     on_tick()
                 wait = poll_s
                 nxt = self.store.next_deadline()
-                if nxt is not None:
-                    wait = max(0.0, min(poll_s, nxt - self.clock.now()))
+                # a deadline still due after the pass is one this engine may not
+                # fire (refused, or leased elsewhere): the next poll, not a spin
+                if nxt is not None and nxt > self.clock.now():
+                    wait = min(poll_s, nxt - self.clock.now())
                 stop.wait(wait)
         finally:
             halt.set()
@@ -1075,9 +1186,11 @@ class Engine:
 
         Raises:
             CheckpointNotFoundError, FlowVersionMismatchError,
-            pydantic.ValidationError (the mutation does not fit the model).
+            pydantic.ValidationError (the mutation does not fit the model),
+            ConfigError (a run of a registered mode, :meth:`register_variant`,
+            that cannot be built here: what to configure).
         """
-        seed = replay_seed(self.store, self.flow, checkpoint_id, mutate)
+        seed = replay_seed(self.store, self.flow_of, checkpoint_id, mutate)
         rid = self._create_from(seed, run_id)
         if not seed.frontier:
             run = self.store.get_run(rid)

@@ -68,19 +68,22 @@ def parse_id(checkpoint_id: str) -> tuple[str, int]:
 
 def replay_seed(
     store: CheckpointStore,
-    flow_of: Callable[[str], CompiledFlow[Any]],
+    flow_of: Callable[[str, str], CompiledFlow[Any]],
     checkpoint_id: str,
     mutate: Callable[[Any], Any] | Mapping[str, Any] | None,
 ) -> Seed:
-    """The run ``Engine.replay`` starts from ``checkpoint_id`` (see there).
+    """The run ``Engine.replay`` starts from ``checkpoint_id`` (see there);
+    ``flow_of(name, version)`` is the flow for a run of that version
+    (``Engine.flow_of``: a registered mode of it too).
 
     Raises:
         CheckpointNotFoundError, FlowVersionMismatchError, UnknownFlowError,
-        pydantic.ValidationError (the mutation does not fit the model).
+        pydantic.ValidationError (the mutation does not fit the model), and
+        what building a registered mode raises (``ConfigError``).
     """
     src_id, revision = parse_id(checkpoint_id)
     src = store.get_run(src_id)
-    f = flow_of(src.flow_name)
+    f = flow_of(src.flow_name, src.flow_version)
     if src.flow_version != f.version:
         raise FlowVersionMismatchError(src_id, src.flow_version, f.version)
     cp = store.get_checkpoint(src_id, revision)

@@ -340,6 +340,13 @@ def build_digest_flow(
     return replace(compiled(mine), variants=frozenset({compiled(other).version}))
 
 
+def model_version() -> str:
+    """The fingerprinted flow version (str) runs of the model mode record
+    (``digest --model``: ``1-model+<16 hex>``), known without a model."""
+    (version,) = build_digest_flow().variants
+    return version
+
+
 def agent_summarizer(agent: Agent) -> Summarizer:
     """Model mode: one agent run per file, a child of the flow run with the id
     ``"<run_id>:<path>"``, so a crash after the model answered reuses the paid

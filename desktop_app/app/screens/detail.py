@@ -38,7 +38,15 @@ from textual.widgets import (
 )
 from textual.worker import get_current_worker
 
-from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id, when
+from desktop_app.app.format import (
+    STATUS_STYLES,
+    ago,
+    app_version_refusal,
+    local_when,
+    progress,
+    short_id,
+    when,
+)
 from desktop_app.app.graph import graph_text
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import BranchFinished, BranchRequested
@@ -669,9 +677,13 @@ class RunDetailScreen(Screen[None]):
         except FlowdeskError as exc:
             app.say(str(exc), "error")
             return None
-        if flow.version != run.flow_version:
+        if not engine.runs_version(run.flow_name, run.flow_version):
             app.say(
-                str(FlowVersionMismatchError(run.run_id, run.flow_version, flow.version)), "error"
+                app_version_refusal(
+                    FlowVersionMismatchError(run.run_id, run.flow_version, flow.version),
+                    live=run.status in ("pending", "running", "waiting", "failed"),
+                ),
+                "error",
             )
             return None
         return checkpoint_id(run.run_id, revision), flow

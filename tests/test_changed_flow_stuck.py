@@ -1,0 +1,269 @@
+"""A run whose flow's code changed between a stop and a resume (a step
+renamed): every refusal names commands that work as printed (restore the
+code and ``resume``, or ``cancel``), ``show`` says the run is stuck instead
+of promising that the agent fires its timer, ``flowdesk agent`` says once
+per run that it cannot go on with it, and restoring the old code lets
+``resume`` finish it with each step run once.
+
+The user's flow is a module of its own (registered with ``FLOWDESK_FLOWS``,
+importable through ``PYTHONPATH``) whose file the test rewrites, as a user
+edits theirs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+from tests.cli_support import as_printed, flowdesk, spawn
+from tests.polling import until
+
+FLOW = """
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from desktop_app.flow import FlowBuilder
+
+
+class Reminder(BaseModel):
+    log: str
+    done: bool = False
+
+
+def note(name):
+    def step(state):
+        with Path(state.log).open("a") as out:
+            out.write(name + "\\n")
+        return {{}}
+
+    return step
+
+
+remind = (
+    FlowBuilder("remind", Reminder, version="1")
+    .step("{first}", note("{first}"))
+    .sleep("pause", {pause})
+    .step("finish", note("finish"))
+    .chain()
+    .compile()
+)
+"""
+
+#: seconds the run's timer waits: short, so it falls due during the test
+PAUSE_S = 1.0
+MISLEADING = ("Fail the run", "fork it onto the new version", "fires it on its own")
+
+
+def write_flow(folder: Path, first: str) -> None:
+    """The user's flow module as its author has it now: ``first`` names its
+    first step (``prep``, then renamed ``prepare``)."""
+    path = folder / "remind_flows.py"
+    path.write_text(FLOW.format(first=first, pause=PAUSE_S))
+    # a rewrite within the same second must not be taken for the cached bytecode
+    for cached in (folder / "__pycache__").glob("remind_flows.*"):
+        cached.unlink()
+
+
+def user_env(folder: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWDESK_")}
+    paths = [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["FLOWDESK_FLOWS"] = '["remind_flows:remind"]'
+    return env
+
+
+def commands(text: str) -> list[str]:
+    """Every backquoted ``flowdesk ...`` command in ``text``."""
+    return [c for c in re.findall(r"`([^`]+)`", text) if c.startswith("flowdesk ")]
+
+
+def start(db: Path, log: Path, env: dict[str, str]) -> str:
+    out = flowdesk(db, "start", "remind", "--input", json.dumps({"log": str(log)}), env=env)
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.splitlines()[0]
+    assert f"run {run_id} waiting" in out.stdout, out.stdout
+    return run_id
+
+
+def status(db: Path, run_id: str, env: dict[str, str]) -> str:
+    out = flowdesk(db, "show", run_id, "-o", "json", env=env)
+    assert out.returncode == 0, out.stderr
+    return str(json.loads(out.stdout)["status"])
+
+
+def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    write_flow(code, "prep")
+    env = user_env(code)
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    kept_log, ended_log = tmp_path / "kept.log", tmp_path / "ended.log"
+    kept, ended = start(db, kept_log, env), start(db, ended_log, env)
+    write_flow(code, "prepare")  # the author renames a step
+    time.sleep(PAUSE_S + 0.5)  # both timers fall due (not a timing assertion)
+
+    refused = flowdesk(db, "resume", kept, env=env)
+    assert refused.returncode == 1, refused.stderr
+    assert "was started under flow version 1+" in refused.stderr
+    assert not any(m in refused.stderr for m in MISLEADING), refused.stderr
+    resume_hint, cancel_hint = commands(refused.stderr)
+    assert resume_hint == f"flowdesk --db {db} resume {kept}"
+    assert cancel_hint == f"flowdesk --db {db} cancel {kept}"
+    assert "restore the flow's code as it was then" in refused.stderr
+    assert "launch report" in refused.stderr  # where a move onto the new version is
+
+    # show says it is stuck, and offers no command that would be refused
+    shown = flowdesk(db, "show", kept, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "stuck: its flow changed since it started" in shown.stdout, shown.stdout
+    assert not any(m in shown.stdout for m in MISLEADING), shown.stdout
+    assert "fire it once due with" not in shown.stdout
+    assert commands(shown.stdout) == [resume_hint, cancel_hint]
+    as_json = json.loads(flowdesk(db, "show", kept, "-o", "json", env=env).stdout)
+    assert as_json["stuck"] and [w["command"] for w in as_json["waits"]] == [None]
+    waiting = flowdesk(db, "waiting", env=env)
+    assert f"`flowdesk --db {db} show {kept}` says what works" in waiting.stdout
+
+    every = flowdesk(db, "resume", "--all", env=env)
+    assert every.returncode == 1, every.stdout
+    (line,) = [ln for ln in every.stdout.splitlines() if ln.startswith(f"run {kept} ")]
+    assert line.startswith(f"run {kept} not resumed: run {kept} was started")
+    assert commands(line) == [resume_hint, cancel_hint]
+
+    # replay and fork are refused the same way (no hint to a refused replay)
+    for args in (["replay", f"{kept}:0"], ["fork", kept, "--changes", "{}"]):
+        out = flowdesk(db, *args, env=env)
+        assert out.returncode == 1, (args, out.stderr)
+        assert commands(out.stderr) == [resume_hint, cancel_hint], out.stderr
+
+    # the agent passes both due timers: it says so once per run, not every pass
+    agent = spawn("--db", str(db), "agent", "--poll", "0.1", env=env)
+    lines: list[str] = []
+    assert agent.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(agent.stderr or ()), daemon=True)
+    reader.start()
+
+    def said_of(rid: str) -> list[str]:
+        return [ln for ln in list(lines) if "cannot go on here" in ln and rid in ln]
+
+    try:
+        until(lambda: bool(said_of(kept) and said_of(ended)), "the agent says it cannot go on")
+        time.sleep(1.0)  # some ten more passes (not a timing assertion)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+        reader.join(timeout=60)
+    assert agent.returncode == 0, lines
+    said = [ln for ln in lines if "cannot go on here" in ln]
+    assert [sum(rid in line for line in said) for rid in (kept, ended)] == [1, 1], said
+    assert all(resume_hint.replace(kept, rid) in " ".join(said) for rid in (kept, ended))
+    assert status(db, kept, env) == status(db, ended, env) == "waiting"
+    assert not kept_log.read_text().count("finish")
+
+    # the printed cancel ends a run; restoring the code lets the printed resume finish one
+    ended_cancel = f"flowdesk --db {db} cancel {ended}"
+    assert ended_cancel in commands(flowdesk(db, "resume", ended, env=env).stderr)
+    out = as_printed(ended_cancel, env)
+    assert out.returncode == 0 and f"run {ended} canceled" in out.stdout, out.stderr
+    write_flow(code, "prep")
+    out = as_printed(resume_hint, env)
+    assert out.returncode == 0, out.stderr
+    assert f"run {kept} completed" in out.stdout
+    assert kept_log.read_text().splitlines() == ["prep", "finish"]  # each step ran once
+    assert ended_log.read_text().splitlines() == ["prep"]
+
+
+async def test_the_app_says_which_keys_work_for_a_run_whose_flow_changed(tmp_path: Path) -> None:
+    """Launch recovery and ``r`` refuse it with the app's keys (``r`` once
+    the code is restored, ``c``) and point at the launch report, which lists
+    it with its fork; not the engine's method names."""
+    from desktop_app import bootstrap
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.screens.launch_report import LaunchReportScreen
+    from desktop_app.app.screens.runs import RunsScreen
+    from tests.app_support import messages, settle
+    from tests.test_app_inbox_settings import Approval, approve_flow, settings_for
+
+    settings = settings_for(tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    old = bootstrap.build_engine(settings, flows=[approve_flow("1")])
+    try:
+        run_id = old.start("approve", Approval())  # interrupted before it ran
+    finally:
+        old.store.close()
+    app = FlowdeskApp(settings, flows=[approve_flow("2")])
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        (why,) = messages(app, "error")
+        assert why.startswith(f"Run {run_id[:8]} was not resumed: run {run_id} was started")
+        assert "press r again, or press c to cancel it" in why and "Engine." not in why
+        report = app.screen
+        assert isinstance(report, LaunchReportScreen)
+        assert [r.run_id for r in report.runs] == [run_id]
+        await pilot.click("#close")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        screen.table.follow(run_id)
+        await pilot.press("r")
+        await settle(pilot)
+        said = messages(app, "error")[-1]
+        assert said.startswith(f"run {run_id} was started under flow version")
+        assert "press r again, or press c to cancel it" in said and "Engine." not in said
+
+
+def test_serve_refuses_a_due_timer_of_a_changed_flow_once_and_does_not_spin(
+    db_path: Path,
+) -> None:
+    """The engine side of ``flowdesk agent``: the refusal goes to
+    ``on_refused`` once, and a deadline it may not fire does not make
+    every pass start at once (passes stay one per ``poll_s``)."""
+    from pydantic import BaseModel
+
+    from desktop_app.errors import FlowVersionMismatchError
+    from desktop_app.flow import Engine, FlowBuilder
+    from desktop_app.store.sqlite.store import open_store
+
+    class S(BaseModel):
+        n: int = 0
+
+    def flow(first: str) -> object:
+        builder = FlowBuilder("nap", S, version="1").step(first, lambda s: {"n": 1})
+        return builder.sleep("pause", 0.01).step("finish", lambda s: {"n": 2}).chain().compile()
+
+    old = Engine(open_store(db_path), flows=[flow("prep")])  # type: ignore[list-item]
+    run_id = old.run("nap", S()).run_id
+    assert old.status(run_id).status == "waiting"
+    old.store.close()
+    time.sleep(0.05)  # its timer falls due
+    engine = Engine(open_store(db_path), flows=[flow("prepare")])  # type: ignore[list-item]
+    refused: list[tuple[str, type]] = []
+    passes: list[int] = []
+    stop = threading.Event()
+    server = threading.Thread(
+        target=engine.serve,
+        args=(stop,),
+        kwargs={
+            "poll_s": 0.2,
+            "on_tick": lambda: passes.append(1),
+            "on_refused": lambda rid, exc: refused.append((rid, type(exc))),
+        },
+    )
+    server.start()
+    try:
+        until(lambda: len(passes) >= 3, "three passes")
+        time.sleep(1.0)  # about five more passes (a spin would make thousands)
+    finally:
+        stop.set()
+        server.join(timeout=60)
+    assert refused == [(run_id, FlowVersionMismatchError)]
+    assert len(passes) < 50, len(passes)  # one per poll, not a busy loop
+    assert engine.status(run_id).status == "waiting"
+    engine.store.close()
