@@ -61,12 +61,47 @@ def _copy(digested: tuple[Path, str], tmp_path: Path) -> Path:
 
 
 def _overwrite_middle(db: Path) -> None:
-    """`dd if=/dev/urandom of=DB bs=4096 seek=N count=2 conv=notrunc`, N half
-    the page count (seeded bytes, so every run damages the same way)."""
-    middle = db.stat().st_size // PAGE // 2
+    """`dd if=/dev/urandom of=DB bs=4096 seek=N count=2 conv=notrunc`, N the
+    middle leaf page of ``checkpoints`` (most of a digested file's pages;
+    the tryout's N, half the page count, lands elsewhere as the schema
+    grows), seeded bytes, so every run damages the same way."""
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        leaves = [
+            int(p)
+            for (p,) in conn.execute(
+                "SELECT pageno FROM dbstat WHERE name='checkpoints' AND pagetype='leaf' "
+                "ORDER BY path"
+            )
+        ]
+    finally:
+        conn.close()
+    _write_random(db, leaves[len(leaves) // 2], 2)
+
+
+def _overwrite_index_pages(db: Path, *indexes: str) -> None:
+    """The page of each of ``indexes`` (one-page indexes of a digested file)
+    overwritten with random bytes: damage SQLite's quick_check reports
+    problem by problem (damaged table pages more often stop the check
+    itself: that case has its own test below)."""
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        pages = [
+            int(next(iter(conn.execute("SELECT pageno FROM dbstat WHERE name=?", (i,))))[0])
+            for i in indexes
+        ]
+    finally:
+        conn.close()
+    for page in pages:
+        _write_random(db, page, 1)
+
+
+def _write_random(db: Path, pageno: int, count: int) -> None:
+    """`dd if=/dev/urandom of=DB bs=4096 seek=pageno-1 count=COUNT
+    conv=notrunc`, seeded bytes, so every run damages the same way."""
     with open(db, "r+b") as f:
-        f.seek(middle * PAGE)
-        f.write(random.Random(7).randbytes(2 * PAGE))
+        f.seek((pageno - 1) * PAGE)
+        f.write(random.Random(7).randbytes(count * PAGE))
 
 
 def _scramble_cells(db: Path, pageno: int) -> None:
@@ -93,7 +128,7 @@ def _last_leaf(db: Path, table: str) -> int:
 @pytest.mark.scenario("S97")
 def test_doctor_reports_a_damaged_file_as_its_finding(digested, tmp_path):
     db = _copy(digested, tmp_path)
-    _overwrite_middle(db)
+    _overwrite_index_pages(db, "runs_live_flow_key", "waits_deadline")
     out = flowdesk(db, "doctor")
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and out.stderr == "", out.stderr
@@ -213,6 +248,7 @@ def test_export_of_an_intact_file_writes_every_table_0600(digested, tmp_path):
             "agent_tool_results",
             "digest_files",
             "tidy_moves",
+            "tidy_undos",
         )
     )
     assert {mode for _, mode in files.values()} == {0o600}
