@@ -164,6 +164,7 @@ TESTS_FOR: dict[str, list[str]] = {
         # one thread of an engine has a run in hand at a time (_in_hand_here, holds)
         "tests/test_serve_threads.py",
         "tests/test_mutation_kills_driver_more.py",
+        "tests/test_mutation_kills_engine_in_hand.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
