@@ -101,3 +101,48 @@ def test_two_threads_waking_one_due_run_at_once_deliver_it_once(db_path: Path):
         assert engine.wake(rid).status == "completed"  # let go once its wake ended
     finally:
         engine.store.close()
+
+
+def test_a_sweep_beside_a_run_this_engine_executes_keeps_its_lease(db_path: Path):
+    """``recover`` in one thread while ``run`` executes a run's step in
+    another: the sweep's claim hands the engine its own lease back, and the
+    sweep must not give that lease away (``holds``: executing counts, not
+    only a run in hand for a resume). Another process's resume is then
+    refused while the step is in flight, and the step runs once."""
+    entered = threading.Event()
+    go = threading.Event()
+    calls: list[str] = []
+
+    def work(s: S, ctx) -> dict:
+        calls.append(ctx.run_id)
+        if len(calls) == 1:
+            entered.set()
+            assert go.wait(30)
+        return {"n": s.n + 1}
+
+    flow = FlowBuilder("slow", S).step("work", work).compile()
+    engine = Engine(open_store(db_path), flows=[flow], clock=ManualClock(T0))
+    other = Engine(open_store(db_path), flows=[flow], clock=ManualClock(T0))
+    out: list[Any] = []
+    runner = threading.Thread(target=lambda: out.append(engine.run("slow", S(), run_id="r1")))
+    runner.start()
+    try:
+        assert entered.wait(30)
+        report = engine.recover()
+        assert [(r.run_id, type(o).__name__) for r, o in report] == [("r1", "RunLeasedError")]
+        assert engine.store.get_run("r1").lease_owner == engine.owner  # not given away
+        try:
+            other.resume("r1")
+        except RunLeasedError as exc:
+            assert (exc.run_id, exc.owner) == ("r1", engine.owner)
+        else:
+            raise AssertionError("another process resumed a run this engine executes")
+        assert calls == ["r1"]
+    finally:
+        go.set()
+        runner.join(30)
+    (done,) = out
+    assert (done.status, done.state.n) == ("completed", 1)
+    assert calls == ["r1"]
+    engine.store.close()
+    other.store.close()
