@@ -94,6 +94,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_context.py",
         "tests/test_mutation_kills_context.py",
         "tests/test_step_revisits.py",
+        # a domain query the database refuses fails the step (DomainReadError)
+        "tests/test_step_query_refused.py",
     ],
     "desktop_app/flow/definition.py": [
         *_ENGINE,
@@ -118,6 +120,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_route_failures.py",
         "tests/test_mutation_kills_driver_resolution.py",
         "tests/test_mutation_kills_driver_visits.py",
+        # the survivors of the driver's full run after the run-core split
+        "tests/test_mutation_kills_driver_resume.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
@@ -157,6 +161,10 @@ TESTS_FOR: dict[str, list[str]] = {
         # the survivors of the engine's full run after the run-core split
         "tests/test_mutation_kills_engine.py",
         "tests/test_resume_while_executing.py",
+        # one thread of an engine has a run in hand at a time (_in_hand_here, holds)
+        "tests/test_serve_threads.py",
+        "tests/test_mutation_kills_driver_more.py",
+        "tests/test_mutation_kills_engine_in_hand.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
@@ -303,6 +311,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_rows.py",
         "tests/test_mutation_kills_sqlite.py",
         "tests/test_mutation_kills_sqlite_store.py",
+        # query(): what SQLite refuses is a QueryRefusedError
+        "tests/test_step_query_refused.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,
