@@ -27,6 +27,7 @@ from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.events import RunFinished, RunStarted
 from desktop_app.store.protocol import Lease
 from desktop_app.store.sqlite.store import open_store
+from tests.held_clock import FirstHeldClock
 
 T0 = 1_767_225_600.0
 
@@ -358,34 +359,12 @@ def _resume_both(engines: dict[str, Engine], run_id: str) -> dict[str, Any]:
     return out
 
 
-class FirstHeldClock(ManualClock):
-    """The injected clock: the first ``resumer-*`` thread to read it (inside
-    ``resume``, holding the run) waits there until ``release`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__(T0)
-        self.release = threading.Event()
-        self.first: str | None = None
-        self.armed = False
-        self._lock = threading.Lock()
-
-    def now(self) -> float:
-        name = threading.current_thread().name
-        if self.armed and name.startswith("resumer-"):
-            with self._lock:
-                if self.first is None:
-                    self.first = name
-            if self.first == name:
-                assert self.release.wait(30)
-        return super().now()
-
-
 def test_one_engine_resuming_a_run_twice_at_once_runs_it_once(env):
     """Two threads of one engine (one owner) resume the same failed run. The
     lease is the process's, so only the engine's own guard keeps the step
     from running twice: the thread that has the run in hand runs it, the
     other is refused (``RunLeasedError``: nothing run) while the first holds it."""
-    clock = FirstHeldClock()
+    clock = FirstHeldClock("resumer-")
     engine = Engine(env.store, clock=clock, group_commit=False)
     fixed = {"on": False}
     ran: list[str] = []

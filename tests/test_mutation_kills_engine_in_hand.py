@@ -18,6 +18,7 @@ from desktop_app.errors import RunLeasedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
+from tests.held_clock import FirstHeldClock
 
 T0 = 1_767_225_600.0
 
@@ -26,36 +27,13 @@ class S(BaseModel):
     n: int = 0
 
 
-class FirstHeldClock(ManualClock):
-    """The injected clock: the first ``waker-*`` thread to read it (inside
-    ``wake``, with the run in hand, before it delivers anything) waits there
-    until ``release`` is set."""
-
-    def __init__(self) -> None:
-        super().__init__(T0)
-        self.release = threading.Event()
-        self.first: str | None = None
-        self.armed = False
-        self._lock = threading.Lock()
-
-    def now(self) -> float:
-        name = threading.current_thread().name
-        if self.armed and name.startswith("waker-"):
-            with self._lock:
-                if self.first is None:
-                    self.first = name
-            if self.first == name:
-                assert self.release.wait(30)
-        return super().now()
-
-
 def test_two_threads_waking_one_due_run_at_once_deliver_it_once(db_path: Path):
     """Two threads of one engine wake the same run whose timer is due. The
     one that has it in hand takes the timeout and runs the next step; the
     other is refused at once (``RunLeasedError``: nothing delivered), not
     left to deliver the same wake-up beside it (one of the two saves would
     then lose with a revision conflict)."""
-    clock = FirstHeldClock()
+    clock = FirstHeldClock("waker-")
     ran: list[str] = []
 
     def after(s: S) -> dict:
