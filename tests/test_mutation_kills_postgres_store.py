@@ -10,12 +10,15 @@ domain queries refused of their own making. Every test runs on a real server
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from desktop_app.store.protocol import Checkpoint, RunRecord, Wait
+from desktop_app.errors import QueryRefusedError, RevisionConflictError, StoreError
+from desktop_app.store.group_commit import AppendRequest
+from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord, StepRecord, Wait
 
 T0 = 1000.0
 
@@ -84,3 +87,262 @@ def test_pruning_a_waiting_run_keeps_the_waits_of_its_latest_revision(any_store)
     kept = s.get_checkpoint("w2", 2)
     assert (kept.waits, kept.error, dict(kept.state)) == ((timer,), "held", {})
     assert s.latest("w2").waits == (later,)
+
+
+def test_pruning_keeps_the_oldest_kept_revision_whole(any_store):
+    """The oldest kept revision, rewritten as a snapshot, reads back as it
+    was: its state, its steps and its error."""
+    s = any_store
+    done = StepRecord("a", "failed", attempts=2, error="boom")
+    s.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+    s.append(_cp("r1", 1, {"n": 1}))
+    s.append(replace(_cp("r1", 2, {"n": 2}, error="step a: boom"), steps={"a": done}))
+    s.append(_cp("r1", 3, {"n": 3}, error="step a: boom"))
+    assert s.prune("r1", 2) == 2
+    kept = s.get_checkpoint("r1", 2)
+    assert (dict(kept.state), dict(kept.steps), kept.error) == (
+        {"n": 2},
+        {"a": done},
+        "step a: boom",
+    )
+    assert [i.revision for i in s.history("r1")] == [2, 3]
+
+
+# -- append_batch ----------------------------------------------------------------
+
+pg = pytest.mark.postgres
+
+
+def _kv_table(store: Any) -> None:
+    store.write(lambda tx: tx.execute("CREATE TABLE kv (k text PRIMARY KEY, v integer)"))
+
+
+def _put(k: str, v: int) -> Any:
+    return lambda tx: tx.execute("INSERT INTO kv (k, v) VALUES (?, ?)", (k, v))
+
+
+def _kv(store: Any) -> dict[str, int]:
+    return dict(store.query(lambda tx: tx.fetchall("SELECT k, v FROM kv ORDER BY k")))
+
+
+@pg
+def test_a_one_request_batch_saves_its_writes_lease_intents_and_consumed_signal(pg_store):
+    """A batch of one takes no savepoint and goes through ``append``; every
+    part of the request reaches it: the domain write, the lease the run is
+    then held under, the outbox intent and the signal it consumes."""
+    s = pg_store
+    _kv_table(s)
+    wait = Wait("r1:s:0", "s", "signal", T0, name="go", key="k")
+    s.create_run(_rec("r1"), _cp("r1", 0))
+    s.append(_cp("r1", 1, status="waiting", waits=(wait,)))
+    sid = s.send_signal("go", "k", {"x": 1}, T0 + 2)
+    intent = Intent("r1:s:0:0", "r1", "s", "dest", {"p": 1})
+    request = AppendRequest(
+        _cp("r1", 2, {"got": 1}),
+        writes=[_put("r1", 1)],
+        lease=Lease("me", T0 + 600.0, T0),
+        intents=[intent],
+        consume=[(sid, "r1:s:0")],
+    )
+    assert s.append_batch([request]) == [None]
+    assert _kv(s) == {"r1": 1}
+    assert s.get_run("r1").lease_owner == "me"
+    assert [i.intent_id for i in s.intents(["pending"])] == ["r1:s:0:0"]
+    assert s.next_signal("go", "k") is None  # consumed
+    assert s.wakeable_runs(T0 + 60.0) == []
+
+
+@pg
+def test_a_batch_saves_the_step_records_and_fields_its_writers_name(pg_url, pg_store):
+    """In a batch of several, ``changed_steps`` (step records) and
+    ``changed_fields`` (state fields) each narrow their own comparison: what
+    the writer named reads back from a store that never saw it."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    s = pg_store
+    for rid in ("r1", "r2"):
+        s.create_run(_rec(rid), _cp(rid, 0, {"n": 0, "other": 1}))
+    done = StepRecord("a", "completed", attempts=1, finished_at=T0 + 1)
+    requests = [
+        AppendRequest(
+            replace(_cp(rid, 1, {"n": 1, "other": 1}), steps={"a": done}),
+            changed_steps=frozenset({"a"}),
+            changed_fields=frozenset({"n"}),
+        )
+        for rid in ("r1", "r2")
+    ]
+    assert s.append_batch(requests) == [None, None]
+    fresh = open_postgres_store(pg_url)
+    try:
+        for rid in ("r1", "r2"):
+            got = fresh.latest(rid)
+            assert (dict(got.state), dict(got.steps)) == ({"n": 1, "other": 1}, {"a": done})
+    finally:
+        fresh.close()
+
+
+@pg
+def test_batch_requests_build_on_the_stored_revision_not_a_stale_or_failed_one(pg_url, pg_store):
+    """Each request of a batch is written as a change against the revision
+    stored before it: read from the database when this store's copy is stale
+    (X) or missing (Y), never this store's older copy. A request built on an
+    earlier request of the same batch that failed (Z: another writer saved
+    revision 1 first) fails too, instead of landing on the other writer's
+    revision and undoing it."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    a, b = pg_store, open_postgres_store(pg_url)
+    try:
+        a.create_run(_rec("X"), _cp("X", 0, {"a": 0, "b": 0}))  # a holds revision 0
+        b.append(_cp("X", 1, {"a": 1, "b": 0}))
+        b.create_run(_rec("Y"), _cp("Y", 0, {"a": 0, "b": 0}))  # a never read Y
+        b.append(_cp("Y", 1, {"a": 1, "b": 0}))
+        a.create_run(_rec("Z"), _cp("Z", 0, {"by": "a"}))
+        b.append(_cp("Z", 1, {"by": "b"}))
+        got = a.append_batch(
+            [
+                AppendRequest(_cp("X", 2, {"a": 0, "b": 2})),
+                AppendRequest(_cp("Y", 2, {"a": 0, "b": 2})),
+                AppendRequest(_cp("Z", 1, {"by": "a1"})),
+                AppendRequest(_cp("Z", 2, {"by": "a2"})),
+            ]
+        )
+        assert got[:2] == [None, None]
+        assert [type(e) for e in got[2:]] == [RevisionConflictError, RevisionConflictError]
+        fresh = open_postgres_store(pg_url)
+        try:
+            assert dict(fresh.latest("X").state) == {"a": 0, "b": 2}
+            assert dict(fresh.latest("Y").state) == {"a": 0, "b": 2}
+            z = fresh.latest("Z")
+            assert (z.revision, dict(z.state)) == (1, {"by": "b"})
+        finally:
+            fresh.close()
+    finally:
+        b.close()
+
+
+def _raising_once(sqlstate: str, calls: list[int]) -> Any:
+    """A domain write that fails on the server with ``sqlstate`` the first time only."""
+
+    def op(tx: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            tx.execute(
+                f"DO $$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = '{sqlstate}'; END $$"
+            )
+        tx.execute("INSERT INTO kv (k, v) VALUES ('r1', 1)")
+
+    return op
+
+
+@pg
+@pytest.mark.parametrize("sqlstate", ["40001", "40P01", "57P01"])
+def test_a_transient_failure_in_one_request_retries_the_whole_batch(pg_store, sqlstate):
+    """A serialization failure, a deadlock or a lost connection in one
+    request's part fails the whole transaction (PostgreSQL may have aborted
+    it), which is then run again: every request is saved, none reports it."""
+    s = pg_store
+    _kv_table(s)
+    s.create_run(_rec("r1"), _cp("r1", 0))
+    s.create_run(_rec("r2"), _cp("r2", 0))
+    calls: list[int] = []
+    got = s.append_batch(
+        [
+            AppendRequest(_cp("r1", 1), writes=[_raising_once(sqlstate, calls)]),
+            AppendRequest(_cp("r2", 1)),
+        ]
+    )
+    assert got == [None, None]
+    assert len(calls) == 2
+    assert _kv(s) == {"r1": 1}
+    assert (s.get_run("r1").revision, s.get_run("r2").revision) == (1, 1)
+
+
+@pg
+def test_a_server_error_in_one_request_is_its_slots_store_error_and_the_rest_saves(pg_store):
+    """An error of the server (here a full disk) in one request's domain
+    write rolls back that request only; its slot holds the StoreError
+    ``append`` raises for it (what happened, where, what to do), not a
+    psycopg error."""
+    s = pg_store
+    _kv_table(s)
+    s.create_run(_rec("r1"), _cp("r1", 0))
+    s.create_run(_rec("r2"), _cp("r2", 0))
+
+    def full(tx: Any) -> None:
+        tx.execute("DO $$ BEGIN RAISE EXCEPTION 'no space' USING ERRCODE = '53100'; END $$")
+
+    got = s.append_batch(
+        [
+            AppendRequest(_cp("r1", 1), writes=[full]),
+            AppendRequest(_cp("r2", 1), writes=[_put("r2", 2)]),
+        ]
+    )
+    assert type(got[0]) is StoreError
+    assert str(got[0]) == (
+        f"the PostgreSQL server ({s.where}) is out of disk space; nothing was written. "
+        "Free some space and resume the run."
+    )
+    assert got[1] is None
+    assert (s.get_run("r1").revision, s.get_run("r2").revision) == (0, 1)
+    assert _kv(s) == {"r2": 2}
+
+
+# -- the outbox ------------------------------------------------------------------
+
+
+def _open_intents(s: Any) -> list[str]:
+    s.create_run(_rec("r1"), _cp("r1", 0))
+    keys = ["r1:send:0:0", "r1:send:0:1", "r1:send:0:2"]
+    s.append(_cp("r1", 1), intents=[Intent(k, "r1", "send", "dest", {}) for k in keys])
+    return keys
+
+
+@pg
+def test_withdrawing_judges_claims_by_the_database_clock(pg_store):
+    """Without ``now``, a ``sending`` intent is taken back when its claim
+    expired by the database clock (a claim of 0 s), or its dispatcher is
+    presumed dead; one a live dispatcher holds stays in flight."""
+    s = pg_store
+    keys = _open_intents(s)
+    for owner, ttl in (("live", 600.0), ("dead", 600.0), ("gone", 0.0)):
+        (claimed,) = s.claim_intents(owner, ttl, 1)
+        assert s.mark_intent(claimed.intent_id, "sending", T0, expect="pending")
+    got = s.withdraw_intents("r1", "cancelled", presumed_dead=lambda o: o == "dead")
+    assert sorted(i.intent_id for i in got.withdrawn) == keys[1:]
+    assert [i.intent_id for i in got.in_flight] == keys[:1]
+    assert [i.last_error for i in s.intents(["failed"])] == ["cancelled", "cancelled"]
+
+
+@pg
+def test_withdrawing_at_a_given_time_judges_claims_at_that_time(pg_store):
+    """With ``now``, claims are judged at that time, not the database's: a
+    claim that expired by the database clock is still live at a time before
+    it."""
+    s = pg_store
+    keys = _open_intents(s)
+    (claimed,) = s.claim_intents("gone", 0.0, 1)
+    assert s.mark_intent(claimed.intent_id, "sending", T0, expect="pending")
+    got = s.withdraw_intents("r1", "cancelled", now=s.now() - 3600.0)
+    assert [i.intent_id for i in got.in_flight] == [keys[0]]
+    assert sorted(i.intent_id for i in got.withdrawn) == keys[1:]
+
+
+# -- query -----------------------------------------------------------------------
+
+
+@pg
+def test_a_query_that_fails_on_its_own_data_is_refused_naming_the_sqlstate(pg_store):
+    """A domain query that fails of its own making (data the server cannot
+    take, SQLSTATE class 22; a value its domain's check refuses, class 23)
+    is a QueryRefusedError with the server's words, not a StoreError."""
+    s = pg_store
+    s.write(lambda tx: tx.execute("CREATE DOMAIN positive AS integer CHECK (VALUE > 0)"))
+    with pytest.raises(QueryRefusedError) as caught:
+        s.query(lambda tx: tx.fetchone("SELECT 1 / 0"))
+    assert str(caught.value) == "PostgreSQL refused the query (SQLSTATE 22012): division by zero"
+    with pytest.raises(QueryRefusedError) as caught:
+        s.query(lambda tx: tx.fetchone("SELECT CAST(-1 AS positive)"))
+    assert str(caught.value).startswith("PostgreSQL refused the query (SQLSTATE 23514): ")
+    assert "positive" in str(caught.value)
+    assert s.query(lambda tx: tx.fetchone("SELECT CAST(2 AS positive)")) == (2,)
