@@ -346,3 +346,64 @@ def test_a_query_that_fails_on_its_own_data_is_refused_naming_the_sqlstate(pg_st
     assert str(caught.value).startswith("PostgreSQL refused the query (SQLSTATE 23514): ")
     assert "positive" in str(caught.value)
     assert s.query(lambda tx: tx.fetchone("SELECT CAST(2 AS positive)")) == (2,)
+
+
+@pg
+def test_a_batch_notifies_what_each_saved_request_hands_out(pg_url):
+    """After a batch, each saved request notifies as its ``append`` would:
+    outbox intents, a run set back to pending and new waits wake workers
+    (``flowdesk_wake``), a new status alone is only shown
+    (``flowdesk_changes``), a plain step and a request that failed send
+    nothing, and a failed request first does not silence the ones after it.
+    A marker run created after the batch, then given a new status, notifies
+    on both channels, and what arrived for each run before it is what the
+    batch sent (one notifier thread sends in commit order, each channel's
+    payloads sorted), so no time window is needed."""
+    import psycopg
+
+    from desktop_app.store.postgres.notify import CHANGES, WAKE
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    heard = psycopg.connect(pg_url, autocommit=True)
+    heard.execute(f"LISTEN {WAKE}")
+    heard.execute(f"LISTEN {CHANGES}")
+    store = open_postgres_store(pg_url)
+    markers = iter(range(100))
+
+    def sent() -> dict[str, set[str]]:
+        # on both channels: a new run (wake), then a new status (shown)
+        marker = f"z{next(markers)}"  # sorts after the runs within one batch
+        store.create_run(_rec(marker), _cp(marker, 0))
+        store.append(_cp(marker, 1, status="waiting"))
+        got: dict[str, set[str]] = {}
+        for note in heard.notifies(timeout=10):
+            got.setdefault(note.payload.removeprefix("default:"), set()).add(note.channel)
+            if got.get(marker) == {WAKE, CHANGES}:
+                del got[marker]
+                return got
+        raise AssertionError(f"the marker {marker} never arrived")
+
+    try:
+        runs = ("a", "b", "c", "d", "e", "f", "g")
+        for rid in runs:
+            store.create_run(_rec(rid), _cp(rid, 0))
+        assert sent() == {rid: {WAKE} for rid in runs}
+        wait = Wait("c:t:0", "t", "timer", T0, deadline_at=T0 + 60)
+        g_wait = Wait("g:t:0", "t", "timer", T0, deadline_at=T0 + 60)
+        got = store.append_batch(
+            [
+                AppendRequest(_cp("f", 2)),  # not revision 1: refused
+                AppendRequest(_cp("a", 1), intents=[Intent("a:s:0:0", "a", "s", "dest", {})]),
+                AppendRequest(_cp("b", 1, status="pending")),
+                AppendRequest(_cp("c", 1, status="waiting", waits=(wait,))),
+                AppendRequest(_cp("d", 1, {"i": 1})),
+                AppendRequest(_cp("e", 1, status="waiting")),
+                AppendRequest(_cp("g", 1, {"i": 1})),
+                AppendRequest(_cp("g", 2, status="waiting", waits=(g_wait,))),
+            ]
+        )
+        assert type(got[0]) is RevisionConflictError and got[1:] == [None] * 7
+        assert sent() == {"a": {WAKE}, "b": {WAKE}, "c": {WAKE}, "e": {CHANGES}, "g": {WAKE}}
+    finally:
+        store.close()
+        heard.close()
