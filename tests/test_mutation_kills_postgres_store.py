@@ -353,7 +353,8 @@ def test_a_batch_notifies_what_each_saved_request_hands_out(pg_url):
     """After a batch, each saved request notifies as its ``append`` would:
     outbox intents, a run set back to pending and new waits wake workers
     (``flowdesk_wake``), a new status alone is only shown
-    (``flowdesk_changes``), a plain step and a request that failed send
+    (``flowdesk_changes``, also when the run's waits are gone), a plain
+    step and a request that failed send
     nothing, and a failed request first does not silence the ones after it.
     A marker run created after the batch, then given a new status, notifies
     on both channels, and what arrived for each run before it is what the
@@ -384,9 +385,11 @@ def test_a_batch_notifies_what_each_saved_request_hands_out(pg_url):
         raise AssertionError(f"the marker {marker} never arrived")
 
     try:
-        runs = ("a", "b", "c", "d", "e", "f", "g")
+        runs = ("a", "b", "c", "d", "e", "f", "g", "h")
         for rid in runs:
             store.create_run(_rec(rid), _cp(rid, 0))
+        h_wait = Wait("h:t:0", "t", "timer", T0, deadline_at=T0 + 60)
+        store.append(_cp("h", 1, status="waiting", waits=(h_wait,)))
         assert sent() == {rid: {WAKE} for rid in runs}
         wait = Wait("c:t:0", "t", "timer", T0, deadline_at=T0 + 60)
         g_wait = Wait("g:t:0", "t", "timer", T0, deadline_at=T0 + 60)
@@ -400,10 +403,18 @@ def test_a_batch_notifies_what_each_saved_request_hands_out(pg_url):
                 AppendRequest(_cp("e", 1, status="waiting")),
                 AppendRequest(_cp("g", 1, {"i": 1})),
                 AppendRequest(_cp("g", 2, status="waiting", waits=(g_wait,))),
+                AppendRequest(_cp("h", 2)),  # its wait gone: running again
             ]
         )
-        assert type(got[0]) is RevisionConflictError and got[1:] == [None] * 7
-        assert sent() == {"a": {WAKE}, "b": {WAKE}, "c": {WAKE}, "e": {CHANGES}, "g": {WAKE}}
+        assert type(got[0]) is RevisionConflictError and got[1:] == [None] * 8
+        assert sent() == {
+            "a": {WAKE},
+            "b": {WAKE},
+            "c": {WAKE},
+            "e": {CHANGES},
+            "g": {WAKE},
+            "h": {CHANGES},
+        }
     finally:
         store.close()
         heard.close()
