@@ -418,3 +418,25 @@ def test_a_batch_notifies_what_each_saved_request_hands_out(pg_url):
     finally:
         store.close()
         heard.close()
+
+
+@pg
+def test_a_query_that_writes_or_miscounts_its_parameters_is_refused_saying_why(pg_store):
+    """A write in ``query()`` is refused naming the two ways to write; a
+    query given the wrong number of parameters (refused by the driver before
+    it reaches the server: no SQLSTATE) is refused with the driver's words."""
+    s = pg_store
+    _kv_table(s)
+    with pytest.raises(QueryRefusedError) as caught:
+        s.query(_put("k", 1))
+    assert str(caught.value) == (
+        "a domain query tried to write; query() is read-only. Run writes through "
+        "store.write(op) (their own transaction) or as a step's ctx.write (with its "
+        "checkpoint)."
+    )
+    with pytest.raises(QueryRefusedError) as caught:
+        s.query(lambda tx: tx.fetchone("SELECT v FROM kv WHERE k = ?", ()))
+    message = str(caught.value)
+    assert message.startswith("PostgreSQL refused the query: ")
+    assert "SQLSTATE" not in message and "placeholder" in message
+    assert _kv(s) == {}
