@@ -440,3 +440,128 @@ def test_a_query_that_writes_or_miscounts_its_parameters_is_refused_saying_why(p
     assert message.startswith("PostgreSQL refused the query: ")
     assert "SQLSTATE" not in message and "placeholder" in message
     assert _kv(s) == {}
+
+
+# -- claims ----------------------------------------------------------------------
+
+
+def _make(store: Any, run_id: str, status: Any, at: float, **kw: Any) -> None:
+    flow = kw.pop("flow", "flow")
+    run = RunRecord(run_id, flow, "v1", status, 0, at, at, **kw)
+    store.create_run(run, replace(_cp(run_id, 0, status=status), created_at=at))
+
+
+def _leases(store: Any) -> dict[str, tuple[str | None, float | None]]:
+    return {r.run_id: (r.lease_owner, r.lease_expires_at) for r in store.list_runs()}
+
+
+@pg
+def test_claim_runnable_hands_out_interrupted_runs_oldest_first_then_waiting_runs_due(pg_store):
+    """With ``now`` given, leases run from it: ``now + ttl_s`` exactly."""
+    s = pg_store
+    _make(s, "p1", "pending", T0 + 1)
+    _make(s, "r0", "running", T0)
+    _make(s, "p2", "pending", T0 + 2)
+    _make(s, "due", "waiting", T0 - 5, deadline_at=T0 + 5)
+    _make(s, "later", "waiting", T0 - 5, deadline_at=T0 + 500)
+    got = s.claim_runnable("me", 30.0, now=T0 + 10)
+    assert [(r.run_id, r.lease_owner, r.lease_expires_at) for r in got] == [
+        (rid, "me", T0 + 40) for rid in ("r0", "p1", "p2", "due")
+    ]
+    assert _leases(s)["later"] == (None, None)
+
+
+@pg
+def test_claim_runnable_hands_out_at_most_limit_runs_of_the_flows_and_statuses_asked(pg_store):
+    s = pg_store
+    for i in range(3):
+        _make(s, f"p{i}", "pending", T0 + i)
+    for i in range(2):
+        _make(s, f"w{i}", "waiting", T0 + i, deadline_at=T0 + 5)
+    _make(s, "x", "running", T0 + 3, flow="other")
+    at = T0 + 10
+    assert [r.run_id for r in s.claim_runnable("a", 30.0, limit=1, now=at)] == ["p0"]
+    assert [r.run_id for r in s.claim_runnable("b", 30.0, limit=2, now=at)] == ["p1", "p2"]
+    assert s.claim_runnable("c", 30.0, limit=0, now=at) == []
+    assert s.claim_runnable("c", 30.0, wakeable=False, flows=["flow"], now=at) == []
+    assert [r.run_id for r in s.claim_runnable("c", 30.0, limit=1, flows=["flow"], now=at)] == [
+        "w0"
+    ]
+    assert s.claim_runnable("d", 30.0, statuses=("pending",), wakeable=False, now=at) == []
+    assert [r.run_id for r in s.claim_runnable("d", 30.0, statuses=("running",), now=at)] == [
+        "x",
+        "w1",
+    ]
+    assert _leases(s) == {
+        "p0": ("a", at + 30),
+        "p1": ("b", at + 30),
+        "p2": ("b", at + 30),
+        "w0": ("c", at + 30),
+        "w1": ("d", at + 30),
+        "x": ("d", at + 30),
+    }
+
+
+def _held(s: Any) -> float:
+    """Three runs leased by the database clock: ``dead`` and ``busy`` for an
+    hour, ``alive`` for a minute; returns a time when only ``alive``'s lease
+    has run out."""
+    for i, (rid, owner, ttl) in enumerate(
+        [
+            ("dead", "host:1:dead", 3600.0),
+            ("alive", "host:2:alive", 60.0),
+            ("busy", "host:3:busy", 3600.0),
+        ]
+    ):
+        _make(s, rid, "running", T0 + i)
+        s.claim(rid, Lease(owner, T0 + ttl, T0), T0)
+    return s.now() + 600.0
+
+
+@pg
+def test_claim_runnable_takes_a_run_whose_holder_is_presumed_dead_before_its_lease_ends(pg_store):
+    s = pg_store
+    at = _held(s)
+    busy = _leases(s)["busy"]
+    got = s.claim_runnable("me", 30.0, presumed_dead=lambda o: o == "host:1:dead", now=at)
+    assert [r.run_id for r in got] == ["dead", "alive"]  # alive's lease ran out
+    assert _leases(s)["busy"] == busy
+
+
+@pg
+def test_claim_runnable_leaves_an_expired_lease_whose_holder_is_presumed_alive(pg_store):
+    s = pg_store
+    at = _held(s)
+    alive = _leases(s)["alive"]
+    got = s.claim_runnable("me", 30.0, presumed_alive=lambda o: o == "host:2:alive", now=at)
+    assert got == []
+    assert _leases(s)["alive"] == alive
+    got = s.claim_runnable("me", 30.0, now=at)  # nothing said about liveness
+    assert [r.run_id for r in got] == ["alive"]
+    assert s.claim_runnable("me", 30.0, presumed_alive=lambda o: True, now=at + 60) == [
+        s.get_run("alive")
+    ]  # its own run, again
+
+
+@pg
+def test_claim_intents_takes_free_expired_and_dead_claims_oldest_first(pg_store):
+    """A claim at a given ``now`` lasts ``now + ttl_s``; an intent another
+    dispatcher holds is skipped unless its claim expired at ``now`` or it is
+    presumed dead; a ``sending`` one comes back ``interrupted``; ``limit``
+    counts the intents handed out."""
+    s = pg_store
+    keys = _open_intents(s)
+    at = s.now() + 600.0
+    (first,) = s.claim_intents("live", 3600.0, 1, now=at)
+    (second,) = s.claim_intents("dead", 3600.0, 1, now=at)
+    assert s.mark_intent(second.intent_id, "sending", T0, expect="pending")
+    assert (first.intent_id, second.intent_id) == (keys[0], keys[1])
+    assert s.claim_intents("me", 30.0, 5, now=at) == [s.intents(["pending"])[1]]
+    got = s.claim_intents("me", 30.0, 1, presumed_dead=lambda o: o == "dead", now=at)
+    assert [(i.intent_id, i.interrupted) for i in got] == [(keys[1], True)]
+    got = s.claim_intents("me", 30.0, 5, now=at + 3600.0)  # live's claim ran out
+    assert [(i.intent_id, i.interrupted) for i in got] == [
+        (keys[0], False),
+        (keys[1], True),
+        (keys[2], False),
+    ]
