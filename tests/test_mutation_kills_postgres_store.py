@@ -565,3 +565,27 @@ def test_claim_intents_takes_free_expired_and_dead_claims_oldest_first(pg_store)
         (keys[1], True),
         (keys[2], False),
     ]
+
+
+@pg
+def test_claim_runnable_with_a_limit_passes_over_runs_it_may_not_take(pg_store):
+    """``limit`` counts the runs handed out, not the runs looked at: a run
+    another owner holds (live by its lease, or presumed alive past it) is
+    passed over for a free one behind it."""
+    s = pg_store
+    _make(s, "held", "running", T0)
+    s.claim("held", Lease("other", T0 + 3600.0, T0), T0)
+    _make(s, "alive", "running", T0 + 1)
+    s.claim("alive", Lease("host:2:alive", T0 + 60.0, T0), T0)
+    _make(s, "free", "pending", T0 + 2)
+    at = s.now() + 600.0
+    alive = lambda o: o == "host:2:alive"  # noqa: E731
+    got = s.claim_runnable("me", 30.0, limit=1, presumed_alive=alive, now=at)
+    assert [r.run_id for r in got] == ["free"]
+    got = s.claim_runnable("you", 30.0, limit=1, now=at)  # nothing said about liveness
+    assert [r.run_id for r in got] == ["alive"]
+    assert {k: v[0] for k, v in _leases(s).items()} == {
+        "held": "other",
+        "alive": "you",
+        "free": "me",
+    }
