@@ -589,3 +589,22 @@ def test_claim_runnable_with_a_limit_passes_over_runs_it_may_not_take(pg_store):
         "alive": "you",
         "free": "me",
     }
+
+
+@pg
+def test_a_query_that_fails_on_the_servers_side_stays_a_store_error(pg_store):
+    """A failure that is the server's, not the query's (here a full disk),
+    is not a refusal of the query: the StoreError ``write`` would raise,
+    saying what to do, which stops the run instead of failing its step."""
+    s = pg_store
+    with pytest.raises(StoreError) as caught:
+        s.query(
+            lambda tx: tx.execute(
+                "DO $$ BEGIN RAISE EXCEPTION 'no space' USING ERRCODE = '53100'; END $$"
+            )
+        )
+    assert not isinstance(caught.value, QueryRefusedError)
+    assert str(caught.value) == (
+        f"the PostgreSQL server ({s.where}) is out of disk space; nothing was written. "
+        "Free some space and resume the run."
+    )
