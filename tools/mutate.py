@@ -271,6 +271,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_postgres_schema.py",
         "tests/test_postgres_app_push.py",
         "tests/test_mutation_kills_postgres.py",
+        "tests/test_mutation_kills_postgres_store.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",

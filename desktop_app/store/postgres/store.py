@@ -584,36 +584,6 @@ class PostgresCheckpointStore:
         with self._cache_lock:
             self._last.pop(run_id, None)
 
-    def _write_checkpoint(
-        self,
-        conn: Conn,
-        cp: Checkpoint,
-        previous: Checkpoint | None,
-        changed_steps: frozenset[str] | None = None,
-        changed_fields: frozenset[str] | None = None,
-    ) -> CheckpointRow:
-        """Insert ``cp``'s row (a delta against ``previous``) and return it."""
-        try:
-            return self._insert_checkpoint(conn, cp, previous, changed_steps, changed_fields)
-        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-            if isinstance(exc, psycopg.Error):
-                raise
-            raise unstorable(cp, exc) from exc
-
-    def _insert_checkpoint(
-        self,
-        conn: Conn,
-        cp: Checkpoint,
-        previous: Checkpoint | None,
-        changed_steps: frozenset[str] | None,
-        changed_fields: frozenset[str] | None = None,
-    ) -> CheckpointRow:
-        row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=no_nul(cp.error))
-        conn.execute(_INSERT_CHECKPOINT, row)
-        if previous is None or previous.waits != cp.waits:
-            self._write_waits(conn, cp, replace=previous is not None)
-        return row
-
     @staticmethod
     def _write_waits(conn: Conn, cp: Checkpoint, *, replace: bool) -> None:
         """Mirror ``cp.waits`` into ``waits`` (``replace``: drop the run's old ones first)."""
@@ -1130,7 +1100,10 @@ class PostgresCheckpointStore:
                 return 0
             base = self._load(conn, run_id, oldest_kept)
             deleted = conn.execute(SQL.delete_checkpoints_to, (run_id, oldest_kept)).rowcount
-            self._write_checkpoint(conn, base, None)
+            # the oldest kept revision again, as a snapshot; the run's waits
+            # mirror its latest revision, which stays, so they stay as they are
+            row = checkpoint_values(base, None, error=no_nul(base.error))
+            conn.execute(_INSERT_CHECKPOINT, row)
             return int(deleted) - 1
 
         return self._tx(body)

@@ -731,7 +731,10 @@ class SqliteCheckpointStore:
             base = self._load(run_id, oldest_kept)
             deleted = _scalar(self.conn.execute(CK.COUNT_BELOW, (run_id, oldest_kept)))
             self.conn.execute(CK.DELETE_TO, (run_id, oldest_kept))
-            self._write_checkpoint(base, None)
+            # the oldest kept revision again, as a snapshot; the run's waits
+            # mirror its latest revision, which stays, so they stay as they are
+            row = checkpoint_values(base, None, error=base.error)
+            self.conn.execute(CK.INSERT, (*row, row_checksum(row)))
         self.vacuum(min_free_pages=256)
         return int(deleted)
 
