@@ -13,6 +13,8 @@ import signal
 import threading
 from pathlib import Path
 
+import pytest
+
 from desktop_app.config import load_settings
 from tests.app_support import messages, settle
 from tests.chat_server import ChatServer, completion
@@ -40,11 +42,14 @@ def two_files(tmp_path: Path) -> Path:
     return folder
 
 
-def killed_mid_run(tmp_path: Path, server: ChatServer, env: dict[str, str]) -> tuple[Path, str]:
+def killed_mid_run(
+    tmp_path: Path, server: ChatServer, env: dict[str, str], db: Path | str | None = None
+) -> tuple[Path | str, str]:
     """``flowdesk --db d.db run digest --folder src --out out --model``
     killed with SIGKILL while the model answers its second file (the first
-    file's summary saved). Returns the database and the run id."""
-    db = tmp_path / "d.db"
+    file's summary saved). ``db``: another database (a PostgreSQL URL).
+    Returns the database and the run id."""
+    db = tmp_path / "d.db" if db is None else db
     assert flowdesk(db, "db", "apply", env=env).returncode == 0
     folder = two_files(tmp_path)
     gate = threading.Event()
@@ -79,7 +84,7 @@ def report_of(tmp_path: Path) -> str:
     return (tmp_path / "out" / "digest.md").read_text()
 
 
-def status_of(db: Path, run_id: str, env: dict[str, str]) -> str:
+def status_of(db: Path | str, run_id: str, env: dict[str, str]) -> str:
     import json
 
     out = flowdesk(db, "show", run_id, "-o", "json", env=env)
@@ -136,6 +141,26 @@ def test_flowdesk_agent_resumes_a_killed_model_run(tmp_path: Path) -> None:
         agent = spawn("--db", str(db), "agent", "--poll", "0.2", env=env)
         try:
             until(lambda: status_of(db, run_id, env) == "completed", "the agent resumes it", 60)
+        finally:
+            agent.send_signal(signal.SIGTERM)
+            _, err = agent.communicate(timeout=60)
+        assert agent.returncode == 0, err
+        assert MISMATCH not in err and "cannot go on" not in err, err
+    assert "Summary of B." in report_of(tmp_path)
+
+
+@pytest.mark.postgres
+def test_a_postgres_worker_resumes_a_killed_model_run(pg_url: str, tmp_path: Path) -> None:
+    """A worker on PostgreSQL claims runs of the flows and versions it runs:
+    ``digest --model``'s version too (it claimed the plain digest's only, so
+    the run stayed interrupted however long the worker ran)."""
+    with ChatServer() as server:
+        env = model_env(tmp_path / "d.db", server.url)
+        db, run_id = killed_mid_run(tmp_path, server, env, db=pg_url)
+        server.script = [("json", completion("Summary of B."))] * 2
+        agent = spawn("--db", pg_url, "agent", "--poll", "0.2", env=env)
+        try:
+            until(lambda: status_of(db, run_id, env) == "completed", "the worker resumes it", 60)
         finally:
             agent.send_signal(signal.SIGTERM)
             _, err = agent.communicate(timeout=60)

@@ -213,6 +213,12 @@ class Engine:
         flow = self._flows.get(name)
         return (flow is not None and flow.version == version) or (name, version) in self._variants
 
+    def versions(self) -> list[tuple[str, str]]:
+        """Every ``(flow name, version)`` whose runs can go on here
+        (:meth:`runs_version`): each registered flow's, then each mode's
+        :meth:`register_variant` registered. What a worker claims."""
+        return [(f.name, f.version) for f in self._flows.values()] + list(self._variants)
+
     def flow_of(self, name: str, version: str) -> CompiledFlow[Any]:
         """The flow that drives a run of ``name`` recorded under ``version``:
         the registered flow, or the mode of it :meth:`register_variant`

@@ -182,15 +182,17 @@ class Worker:
 
     def _claim(self, free: int) -> list[RunRecord]:
         """Up to ``free`` runs just leased to this worker that it can start
-        now: of a registered flow at its registered version, none it
+        now: of a registered flow at a version it runs (its own, or a mode's
+        such as ``digest --model``: :meth:`Engine.versions`), none it
         executes already."""
         engine, store = self.engine, self.engine.store
-        flows = {f.name: f.version for f in engine.flows.values()}
+        versions = engine.versions()
+        names = list(dict.fromkeys(name for name, _ in versions))
         taken: list[RunRecord] = []
         # PostgreSQL's claim also frees runs of workers whose liveness lock is gone
         if "worker_claims" in store.capabilities:
             got = cast("WorkerClaims", store).claim_for_worker(
-                engine.owner, engine.lease_ttl_s, free, flows=flows
+                engine.owner, engine.lease_ttl_s, free, flows=versions
             )  # ours come back only once their lease expired
             taken = [r for r in got if not self._busy(r.run_id)]
             free -= len(taken)
@@ -199,7 +201,9 @@ class Worker:
             # for claim_for_worker; claim_runnable below takes it over at once
             if free <= 0 or not recovery.left_behind(
                 engine,
-                lambda r: flows.get(r.flow_name) == r.flow_version and not self._busy(r.run_id),
+                lambda r: (
+                    engine.runs_version(r.flow_name, r.flow_version) and not self._busy(r.run_id)
+                ),
                 store.now(),
             ):
                 return taken
@@ -218,7 +222,7 @@ class Worker:
                 engine.owner,
                 engine.lease_ttl_s,
                 limit,
-                flows=list(flows),
+                flows=names,
                 wakeable=False,
                 presumed_dead=owner_is_dead,
                 presumed_alive=owner_is_alive,
@@ -227,7 +231,7 @@ class Worker:
                 r.run_id
                 for r in claimed
                 if r.run_id not in skip
-                and (self._busy(r.run_id) or flows.get(r.flow_name) != r.flow_version)
+                and (self._busy(r.run_id) or not engine.runs_version(r.flow_name, r.flow_version))
             }
             skip |= fresh
             if not fresh or len(claimed) < limit:

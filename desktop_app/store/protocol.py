@@ -566,13 +566,20 @@ class WorkerClaims(Protocol):  # pragma: no mutate block
     not part of :class:`CheckpointStore`: read the capability, then cast)."""
 
     def claim_for_worker(
-        self, owner: str, ttl_s: float, limit: int, *, flows: Mapping[str, str] | None = None
+        self,
+        owner: str,
+        ttl_s: float,
+        limit: int,
+        *,
+        flows: Mapping[str, str] | Collection[tuple[str, str]] | None = None,
     ) -> list[RunRecord]:
         """Lease up to ``limit`` runnable runs (``pending``/``running``) to
         ``owner`` for ``ttl_s`` seconds, oldest first: runs with no lease, an
         expired one, or one held by a worker whose session ended. ``flows``
-        (name -> version) limits them to what the caller runs. Concurrent
-        callers never get the same run. Raises StoreError."""
+        (name -> version, or ``(name, version)`` pairs: a flow may run at
+        several versions, e.g. ``digest`` and ``digest --model``) limits them
+        to what the caller runs. Concurrent callers never get the same run.
+        Raises StoreError."""
         ...
 
 

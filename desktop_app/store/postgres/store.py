@@ -1116,7 +1116,7 @@ class PostgresCheckpointStore:
         ttl_s: float,
         limit: int,
         *,
-        flows: Mapping[str, str] | None = None,
+        flows: Mapping[str, str] | Collection[tuple[str, str]] | None = None,
     ) -> list[RunRecord]:
         """What a worker on one of several machines claims (its twin of
         :meth:`claim_runnable`): lease up to ``limit`` runnable runs
@@ -1128,13 +1128,17 @@ class PostgresCheckpointStore:
         free (its session ended: SIGKILL, machine loss; see
         :class:`~desktop_app.store.postgres.notify.Listener`). Rows are taken
         with ``FOR UPDATE SKIP LOCKED``, so concurrent claimers never receive
-        the same run. ``flows`` (name -> version) restricts claims to flows the
-        caller can execute. Returns the claimed runs (leased to ``owner``).
-        Raises StoreError."""
+        the same run. ``flows`` (name -> version, or ``(name, version)``
+        pairs: a flow may run at several versions) restricts claims to flows
+        the caller can execute. Returns the claimed runs (leased to
+        ``owner``). Raises StoreError."""
         if limit <= 0:
             return []
-        names = None if flows is None else list(flows)
-        versions = None if flows is None else [flows[n] for n in flows]
+        pairs = (
+            None if flows is None else list(flows.items() if isinstance(flows, Mapping) else flows)
+        )
+        names = None if pairs is None else [n for n, _ in pairs]
+        versions = None if pairs is None else [v for _, v in pairs]
         flow_cond = ""
         params: dict[str, Any] = {
             "scope": self.scope,
