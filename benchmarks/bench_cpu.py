@@ -6,7 +6,12 @@ encodings and Python calls per step.
 
 1. Unprofiled: ``--rounds`` rounds of ``--runs`` runs of the 10-step linear
    flow (trivial steps) on one Engine, one run after another: wall time and
-   process CPU time (``time.process_time``) per step, median [IQR].
+   process CPU time (``time.process_time``) per step, median [IQR];
+   interleaved with the baseline: the very SQL statements (and bindings) one
+   such round issued, recorded with an apsw ``exec_trace`` and replayed
+   through apsw alone on a copy of the file as it stood before them. Their
+   ratio, per round, is the Python Flowdesk adds around its SQL (target,
+   issue 31: CPU per step <= 2x the replayed SQL's).
 2. Counted: one more round with an apsw ``exec_trace`` on the store's
    connection (SQL statements per step, by kind), then one under cProfile; every
    function's own time (``tottime``) goes to one bucket by where it lives:
@@ -31,11 +36,16 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import shutil
+import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
+
+import apsw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -99,21 +109,26 @@ def main() -> int:
         store = fresh_store(Path(d) / "flowdesk.db", "OFF")
         flow = linear_flow(args.steps)
         engine = Engine(store, flows=[flow])
-        cpu: list[float] = []
+        wall: list[float] = []
 
         def one_round() -> float:
             c0, t0 = time.process_time(), time.perf_counter()
             for _ in range(args.runs):
                 res = engine.run("bench", flow.state_type())
                 assert res.status == "completed", res
-            cpu.append((time.process_time() - c0) / steps)
-            return (time.perf_counter() - t0) / steps
+            wall.append((time.perf_counter() - t0) / steps)
+            return (time.process_time() - c0) / steps
 
-        wall = interleave({"flowdesk": one_round}, args.rounds, progress=False)["flowdesk"]
-
+        one_round()  # warm: statement cache, imports, the file's first pages
+        # the SQL of one round, as issued: statements with their bindings,
+        # recorded on a copy of the file as it stood before them
+        template = Path(d) / "before-round.db"
+        store.conn.execute("VACUUM INTO ?", (str(template),))
+        recorded: list[tuple[str, Any]] = []
         statements: Counter[str] = Counter()
 
-        def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+        def trace(_cursor: object, sql: str, bindings: Any) -> bool:
+            recorded.append((sql, bindings))
             statements[sql.lstrip().split(None, 1)[0].upper()] += 1
             return True
 
@@ -121,6 +136,31 @@ def main() -> int:
         for _ in range(args.runs):
             engine.run("bench", flow.state_type())
         store.conn.exec_trace = None
+
+        def replayed() -> float:
+            """The recorded statements alone, through apsw on a fresh copy
+            of the file as it stood before them, with the store's pragmas:
+            what the step path would cost if Flowdesk's Python cost nothing."""
+            target = Path(d) / "replay.db"
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{target}{suffix}").unlink(missing_ok=True)
+            shutil.copyfile(template, target)
+            conn = apsw.Connection(str(target))
+            for pragma in ("journal_mode=WAL", "synchronous=OFF", "foreign_keys=ON"):
+                conn.execute(f"PRAGMA {pragma}").fetchall()
+            c0 = time.process_time()
+            for sql, bindings in recorded:
+                for _row in conn.execute(sql, bindings):
+                    pass
+            cpu = (time.process_time() - c0) / steps
+            conn.close()
+            return cpu
+
+        cpus = interleave(
+            {"flowdesk": one_round, "replayed SQL": replayed}, args.rounds, progress=False
+        )
+        cpu, replay_cpu = cpus["flowdesk"], cpus["replayed SQL"]
+        ratios = [f / r for f, r in zip(cpu, replay_cpu, strict=True)]
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(args.runs):
@@ -160,6 +200,14 @@ def main() -> int:
     rows = [
         Row("wall per step (OFF)", f"{stat(wall).fmt(1e6, 0)} us"),
         Row("CPU per step (OFF)", f"{stat(cpu).fmt(1e6, 0)} us"),
+        Row("CPU per step of its SQL replayed alone", f"{stat(replay_cpu).fmt(1e6, 0)} us"),
+        Row(
+            "CPU per step / its SQL replayed, same round",
+            f"{stat(ratios).fmt(1, 2)}x"
+            f" (mean {statistics.mean(ratios):.2f}, max {max(ratios):.2f})",
+            "<= 2x",
+            stat(ratios).median <= 2.0,
+        ),
     ]
     for b in BUCKETS:
         rows.append(Row(f"  {b}", f"{own[b] / total_prof * cpu_us:.0f} us"))
