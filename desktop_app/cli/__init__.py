@@ -143,23 +143,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _untranslated_store_error(ctx: Ctx, exc: Exception) -> FlowdeskError | None:
-    """The typed error (``desktop_app.store.connection.translate``) for an
-    apsw error that reached the command line untranslated (a read outside
-    the stores' guards: "database disk image is malformed" becomes
-    :class:`~desktop_app.errors.DatabaseCorruptError` naming the file), else
-    ``None``. apsw is looked up, never imported: a command that did not load
-    it cannot have raised its errors."""
-    apsw = sys.modules.get("apsw")
-    if apsw is None or not isinstance(exc, apsw.Error):
-        return None
+    """The typed error for a database error that reached the command line
+    untranslated (a read outside the stores' guards: "database disk image
+    is malformed" becomes :class:`~desktop_app.errors.DatabaseCorruptError`
+    naming the file; see ``desktop_app.store.connection.untranslated``),
+    else ``None``."""
     from desktop_app.bootstrap import parse_database
-    from desktop_app.store.connection import translate
+    from desktop_app.store.connection import untranslated
 
     try:
         database = parse_database(ctx.settings.db_path)
     except FlowdeskError:
-        return translate(exc)
-    return translate(exc, None if database.backend == "postgres" else database.path)
+        return untranslated(exc, None)
+    return untranslated(exc, None if database.backend == "postgres" else database.path)
 
 
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:

@@ -68,6 +68,14 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_LIMIT_BYTES = 4 * 2**20
 
 
+def untranslated(exc: BaseException, path: str | os.PathLike[str] | None) -> StoreError | None:
+    """:func:`translate` of ``exc`` when it is an apsw error that got past the
+    stores' guards (a read outside them), for the command line's last
+    resort; ``None`` for any other exception (a bug: its traceback stays).
+    ``path``: the SQLite file in use, ``None`` on PostgreSQL or unknown."""
+    return translate(exc, path) if isinstance(exc, apsw.Error) else None
+
+
 def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> StoreError:
     """A typed :class:`StoreError` with advice for an apsw error."""
     where = f" ({path})" if path else ""
