@@ -1,0 +1,266 @@
+"""What a user's cancel, pause and pinned answer promise about an agent run,
+where the runtime's earlier kill files did not look: the cancel and the
+pause are a compare-and-set on the status read (a run its executing process
+ended meanwhile keeps its end and the user hears "already done"; a run that
+went on to another live status meanwhile is decided again), a cancel seen
+between two tool calls of one reply or right after a tool whose call was
+never sent, and an answer pinned to the question the person read
+(``wait_id``, streamed or not) refused once the run waits on another one,
+also when that happens between the first read and the lease.
+
+Another process is played by a second ``Agent`` or store write on the same
+SQLite file, at the moment a store subclass or the stream's consumer picks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from desktop_app.agent import Agent, ScriptedModel, tool
+from desktop_app.agent.approvals import agent_wait_id
+from desktop_app.errors import CheckpointNotFoundError, RateLimitedError, RunStateError
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+
+STOPPED = "canceled by user; this process stopped before its next model or tool call"
+
+
+@pytest.fixture
+def astore(sqlite_store):
+    return SqliteAgentStore(sqlite_store)
+
+
+class ChangedAfterRead(SqliteAgentStore):
+    """Once ``then`` is set, the next read of the run returns it as read and
+    another process's write (``then``'s fields) commits right after."""
+
+    then: dict[str, Any] | None = None
+
+    def get(self, run_id: str) -> Any:
+        run = super().get(run_id)
+        if self.then is not None:
+            fields, self.then = self.then, None
+            SqliteAgentStore.update(self, run_id, 0.0, **fields)
+        return run
+
+
+def failed_run(agent: Agent) -> str:
+    """A run left ``failed`` (not terminal, nobody executes it)."""
+    rid = agent.ask("q").run_id
+    agent.store.update(rid, 0.0, status="failed")
+    return rid
+
+
+# -- cancel and pause: a compare-and-set on the status read ----------------------------
+
+
+@pytest.mark.parametrize("act", ["cancel", "pause"])
+def test_a_cancel_or_pause_racing_the_runs_end_leaves_it_done_and_says_so(sqlite_store, act):
+    store = ChangedAfterRead(sqlite_store)
+    agent = Agent("helper", ScriptedModel([RateLimitedError("429", retry_after_s=0.0)]), store)
+    rid = failed_run(agent)
+    # the executing process saves its answer between the user's read and write
+    store.then = {"status": "done", "response": "the answer"}
+    with pytest.raises(RunStateError) as err:
+        getattr(agent, act)(rid)
+    assert str(err.value) == f"agent run {rid} is already done"
+    run = store.get(rid)
+    assert (run.status, run.response) == ("done", "the answer")
+
+
+@pytest.mark.parametrize(
+    ("act", "status", "error"),
+    [("cancel", "canceled", "canceled by user"), ("pause", "paused", None)],
+)
+def test_a_cancel_or_pause_after_another_live_status_change_is_decided_again(
+    sqlite_store, act, status, error
+):
+    store = ChangedAfterRead(sqlite_store)
+    agent = Agent("helper", ScriptedModel([RateLimitedError("429", retry_after_s=0.0)]), store)
+    rid = failed_run(agent)
+    store.then = {"status": "running"}  # a resume started between the read and the write
+    getattr(agent, act)(rid)
+    run = store.get(rid)
+    assert (run.status, run.error) == (status, error)
+
+
+def test_pause_refuses_a_finished_run_and_a_missing_one(astore):
+    agent = Agent("helper", ScriptedModel(["the answer"]), astore)
+    rid = agent.ask("q").run_id
+    with pytest.raises(RunStateError) as err:
+        agent.pause(rid)
+    assert str(err.value) == f"agent run {rid} is already done"
+    assert (astore.get(rid).status, astore.get(rid).response) == ("done", "the answer")
+    for act in (agent.pause, agent.cancel):
+        with pytest.raises(CheckpointNotFoundError):
+            act("no-such-run")
+
+
+def test_a_paused_run_can_still_be_canceled(astore):
+    agent = Agent("helper", ScriptedModel([RateLimitedError("429", retry_after_s=0.0)]), astore)
+    rid = failed_run(agent)
+    agent.pause(rid)
+    agent.cancel(rid)
+    assert (astore.get(rid).status, astore.get(rid).error) == ("canceled", "canceled by user")
+
+
+# -- a cancel seen by the executing process ----------------------------------------------
+
+
+def test_a_cancel_between_two_calls_of_one_reply_runs_neither_the_second_nor_a_model(astore):
+    ran: list[str] = []
+
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        ran.append(x)
+        return f"acted {x}"
+
+    model = ScriptedModel(
+        [[{"tool": "act", "args": {"x": "1"}}, {"tool": "act", "args": {"x": "2"}}], "never"]
+    )
+    agent = Agent("helper", model, astore, [act])
+    events = []
+    for event in agent.stream("q", run_id="b1"):
+        events.append((event.kind, event.tool))
+        if event.kind == "tool_end":  # the first call's result is saved: the user cancels
+            Agent("helper", ScriptedModel([]), astore).cancel("b1")
+    last = event.response
+    assert last is not None and (last.status, last.error) == ("canceled", STOPPED)
+    assert ran == ["1"] and model.calls == 1
+    assert [k for k, _ in events].count("tool_start") == 1
+    assert astore.tool_result("b1", 'act:{"x":"2"}') is None
+    assert [m["role"] for m in astore.messages("b1")] == ["user", "assistant", "tool"]
+    assert astore.get("b1").status == "canceled"
+
+
+def test_a_cancel_after_the_last_tool_result_makes_no_model_call(astore):
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        return f"acted {x}"
+
+    model = ScriptedModel([{"tool": "act", "args": {"x": "1"}}, "never"])
+    agent = Agent("helper", model, astore, [act])
+    for event in agent.stream("q", run_id="b2"):
+        if event.kind == "tool_end":
+            Agent("helper", ScriptedModel([]), astore).cancel("b2")
+    assert event.response is not None
+    assert (event.response.status, event.response.error) == ("canceled", STOPPED)
+    assert model.calls == 1  # the model is not asked again after the cancel
+    assert [m["role"] for m in astore.messages("b2")] == ["user", "assistant", "tool"]
+
+
+def test_a_cancel_before_an_unknown_tools_answer_is_saved_says_nothing_was_in_flight(astore):
+    model = ScriptedModel([{"tool": "nosuch", "args": {}}, "never"])
+    agent = Agent("helper", model, astore)
+    for event in agent.stream("q", run_id="b3"):
+        if event.kind == "tool_start":  # nothing is sent for an unknown tool
+            Agent("helper", ScriptedModel([]), astore).cancel("b3")
+    assert event.response is not None
+    assert (event.response.status, event.response.error) == ("canceled", STOPPED)
+    assert [m["role"] for m in astore.messages("b3")] == ["user", "assistant"]
+    assert astore.tool_result("b3", "nosuch:{}") is None  # nothing recorded after the cancel
+    assert model.calls == 1
+
+
+def test_a_call_in_flight_when_the_cancel_lands_is_answered_in_the_conversation(astore):
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        Agent("helper", ScriptedModel([]), astore).cancel("b4")  # lands mid-call
+        return f"acted {x}"
+
+    model = ScriptedModel([{"tool": "act", "args": {"x": "1"}, "id": "k1"}, "never"])
+    res = Agent("helper", model, astore, [act]).ask("q", run_id="b4")
+    assert res.status == "canceled" and "in flight" in (res.error or "")
+    tool_msgs = [m for m in astore.messages("b4") if m["role"] == "tool"]
+    assert [(m["content"], m["tool_call_id"], m["name"]) for m in tool_msgs] == [
+        ("acted 1", "k1", "act")
+    ]
+    stored = astore.tool_result("b4", 'act:{"x":"1"}')
+    assert stored is not None and (stored.status, stored.result) == ("completed", "acted 1")
+
+
+# -- an answer pinned to the question the person read -----------------------------------
+
+
+def asking_run(astore: Any, rid: str) -> tuple[Agent, str]:
+    model = ScriptedModel(
+        [
+            {"tool": "ask_user", "args": {"question": "Which colour?"}, "id": "q1"},
+            {"tool": "ask_user", "args": {"question": "Which size?"}, "id": "q2"},
+            "done with it",
+        ]
+    )
+    agent = Agent("helper", model, astore)
+    res = agent.ask("q", run_id=rid)
+    assert res.status == "input_required"
+    wait_id = agent_wait_id(astore.get(rid).pending_call)
+    assert wait_id == "ask/q1"
+    return agent, wait_id
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_stale_pinned_answer_is_refused_streamed_or_not(astore, streamed):
+    agent, first = asking_run(astore, "w1")
+    assert agent.resume_input("w1", "red", wait_id=first).status == "input_required"
+    assert agent_wait_id(astore.get("w1").pending_call) == "ask/q2"
+    with pytest.raises(RunStateError) as err:  # a screen read before that answer
+        if streamed:
+            list(agent.resume_input_stream("w1", "blue", wait_id=first))
+        else:
+            agent.resume_input("w1", "blue", wait_id=first)
+    assert str(err.value) == (
+        "agent run w1: the question you answered was answered elsewhere "
+        "(it now waits on another question); nothing was answered"
+    )
+    run = astore.get("w1")
+    assert (run.status, agent_wait_id(run.pending_call), run.lease_owner) == (
+        "input_required",
+        "ask/q2",
+        None,
+    )
+    events = list(agent.resume_input_stream("w1", "large", wait_id="ask/q2"))
+    assert events[-1].response is not None
+    assert (events[-1].response.status, events[-1].response.text) == ("done", "done with it")
+    answers = [m["content"] for m in astore.messages("w1") if m["role"] == "tool"]
+    assert answers == ["Human input: red", "Human input: large"]
+
+
+class AnsweredWhileClaiming(SqliteAgentStore):
+    """Another process answers the run's question (and the run asks the next
+    one) between this process's first read and its taking the lease."""
+
+    before_claim: dict[str, Any] | None = None
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        if self.before_claim is not None:
+            fields, self.before_claim = self.before_claim, None
+            SqliteAgentStore.update(self, args[0], 0.0, **fields)
+        return super().claim(*args, **kwargs)
+
+
+def test_a_pinned_answer_answered_elsewhere_before_the_lease_is_refused_and_released(
+    sqlite_store,
+):
+    store = AnsweredWhileClaiming(sqlite_store)
+    agent, first = asking_run(store, "w2")
+    nxt = {"id": "q2", "name": "ask_user", "arguments": {"question": "Which size?"}}
+    store.before_claim = {"pending_call": nxt}
+    with pytest.raises(RunStateError) as err:
+        agent.resume_input("w2", "blue", wait_id=first)
+    assert str(err.value) == (
+        "agent run w2: the question you answered was answered elsewhere "
+        "(it now waits on another question); nothing was answered"
+    )
+    run = store.get("w2")
+    assert (run.status, run.lease_owner) == ("input_required", None)  # the lease is let go
+    assert agent_wait_id(run.pending_call) == "ask/q2"
+    assert [m["role"] for m in store.messages("w2")] == ["user", "assistant"]
+    # another process answers what it waits on now at once (the lease is free)
+    other = Agent("helper", ScriptedModel(["fine"]), store)
+    other.resume_input("w2", "large", wait_id="ask/q2")
+    answers = [m["content"] for m in store.messages("w2") if m["role"] == "tool"]
+    assert answers == ["Human input: large"]
