@@ -14,12 +14,13 @@ SQLite file, at the moment a store subclass or the stream's consumer picks.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
-from desktop_app.agent.approvals import agent_wait_id
+from desktop_app.agent.approvals import agent_wait_id, declined_result
 from desktop_app.errors import CheckpointNotFoundError, RateLimitedError, RunStateError
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
@@ -264,3 +265,65 @@ def test_a_pinned_answer_answered_elsewhere_before_the_lease_is_refused_and_rele
     other.resume_input("w2", "large", wait_id="ask/q2")
     answers = [m["content"] for m in store.messages("w2") if m["role"] == "tool"]
     assert answers == ["Human input: large"]
+
+
+# -- a call that waits for a person's approval ------------------------------------------
+
+
+class Crash(BaseException):
+    """The process dies (not an Exception: nothing may catch it)."""
+
+
+def approval_tool(ran: list[str], crash: bool = False) -> Any:
+    @tool(requires_approval=True)
+    def send(to: str) -> str:
+        """Send a message."""
+        ran.append(to)
+        if crash:
+            raise Crash(to)
+        return f"sent to {to}"
+
+    return send
+
+
+def tool_answers(model: ScriptedModel, call: int) -> list[tuple[str | None, str]]:
+    return [(m.tool_call_id, m.content) for m in model.seen[call] if m.role == "tool"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "ran_then", "said"),
+    [
+        ("yes", ["bob"], "sent to bob"),
+        ("no", [], declined_result("send")),
+    ],
+)
+def test_an_approved_call_runs_once_and_a_declined_one_is_told_to_the_model(
+    astore, answer, ran_then, said
+):
+    ran: list[str] = []
+    model = ScriptedModel([{"tool": "send", "args": {"to": "bob"}, "id": "s1"}, "ok"])
+    agent = Agent("helper", model, astore, [approval_tool(ran)])
+    asked = agent.ask("q", run_id="a1")
+    assert asked.status == "input_required" and ran == []
+    assert agent.resume_input("a1", answer).text == "ok"
+    assert ran == ran_then
+    assert tool_answers(model, 1) == [("s1", said)]
+
+
+def test_an_approved_call_cut_off_by_a_crash_is_not_sent_again(astore):
+    ran: list[str] = []
+    model = ScriptedModel([{"tool": "send", "args": {"to": "bob"}, "id": "s1"}])
+    agent = Agent("helper", model, astore, [approval_tool(ran, crash=True)])
+    assert agent.ask("q", run_id="a2").status == "input_required"
+    with pytest.raises(Crash):
+        agent.resume_input("a2", "yes")
+    assert ran == ["bob"]
+    after = ScriptedModel(["ok"])
+    res = Agent("helper", after, astore, [approval_tool(ran)]).resume("a2")
+    assert (res.status, res.text, ran) == ("done", "ok", ["bob"])  # sent once, never again
+    ((call_id, content),) = tool_answers(after, 0)
+    assert call_id == "s1" and json.loads(content) == {
+        "error": "the call to send was interrupted before its result was saved; it was not "
+        "repeated, so whether it took effect is unknown",
+        "outcome": "unknown",
+    }
