@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
-from desktop_app.agent.approvals import agent_wait_id, declined_result
+from desktop_app.agent.approvals import ApprovalRequest, agent_wait_id, declined_result
 from desktop_app.errors import CheckpointNotFoundError, RateLimitedError, RunStateError
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
@@ -305,6 +305,17 @@ def test_an_approved_call_runs_once_and_a_declined_one_is_told_to_the_model(
     agent = Agent("helper", model, astore, [approval_tool(ran)])
     asked = agent.ask("q", run_id="a1")
     assert asked.status == "input_required" and ran == []
+    request = ApprovalRequest.of("send", {"to": "bob"}, 1)
+    assert (asked.question, asked.approval) == (request.question(), request)
+    assert asked.question == 'approve the call send {"to":"bob"}? (yes/no)'
+    waiting = astore.get("a1")
+    assert waiting.pending_call == {
+        "id": "s1",
+        "name": "send",
+        "arguments": {"to": "bob"},
+        "approval": request.to_json(),
+    }
+    assert waiting.lease_owner is None and model.calls == 1
     assert agent.resume_input("a1", answer).text == "ok"
     assert ran == ran_then
     assert tool_answers(model, 1) == [("s1", said)]
@@ -327,3 +338,27 @@ def test_an_approved_call_cut_off_by_a_crash_is_not_sent_again(astore):
         "repeated, so whether it took effect is unknown",
         "outcome": "unknown",
     }
+
+
+# -- ask_user ---------------------------------------------------------------------------
+
+
+def test_an_ask_user_call_without_a_question_is_told_to_the_model_and_nothing_pauses(astore):
+    model = ScriptedModel(
+        [{"tool": "ask_user", "args": {"what": "colour"}, "id": "u1"}, "no question then"]
+    )
+    res = Agent("helper", model, astore).ask("q", run_id="u")
+    assert (res.status, res.text, res.question) == ("done", "no question then", None)
+    ((call_id, content),) = tool_answers(model, 1)
+    assert call_id == "u1" and json.loads(content) == {
+        "error": "invalid arguments: question: Field required; call ask_user with "
+        '{"question": "<what to ask the user>"}'
+    }
+
+
+def test_an_agent_without_ask_user_answers_the_call_as_an_unknown_tool(astore):
+    model = ScriptedModel([{"tool": "ask_user", "args": {"question": "Which?"}}, "fine"])
+    res = Agent("helper", model, astore, ask_user=False).ask("q")
+    assert (res.status, res.text) == ("done", "fine")
+    ((_, content),) = tool_answers(model, 1)
+    assert json.loads(content) == {"error": "unknown tool 'ask_user'"}
