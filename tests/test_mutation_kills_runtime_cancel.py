@@ -15,13 +15,21 @@ SQLite file, at the moment a store subclass or the stream's consumer picks.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.agent.approvals import ApprovalRequest, agent_wait_id, declined_result
-from desktop_app.errors import CheckpointNotFoundError, RateLimitedError, RunStateError
+from desktop_app.agent.tools import Tool
+from desktop_app.errors import (
+    CheckpointNotFoundError,
+    McpError,
+    McpOutcomeUnknownError,
+    RateLimitedError,
+    RunStateError,
+)
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
 STOPPED = "canceled by user; this process stopped before its next model or tool call"
@@ -362,3 +370,67 @@ def test_an_agent_without_ask_user_answers_the_call_as_an_unknown_tool(astore):
     assert (res.status, res.text) == ("done", "fine")
     ((_, content),) = tool_answers(model, 1)
     assert json.loads(content) == {"error": "unknown tool 'ask_user'"}
+
+
+# -- an MCP call sent without an answer --------------------------------------------------
+
+
+def silent_server_tool(at_most_once: bool, sent: list[str]) -> Tool:
+    def note(text: str) -> str:
+        """Write a note."""
+        sent.append(text)
+        raise McpOutcomeUnknownError("MCP server notes did not answer within 5 s")
+
+    out = Tool(note)
+    out.at_most_once = at_most_once
+    return out
+
+
+def test_a_call_sent_to_a_silent_server_is_outcome_unknown_and_never_sent_again(astore, caplog):
+    sent: list[str] = []
+    model = ScriptedModel([{"tool": "note", "args": {"text": "hi"}, "id": "n1"}, "ok"])
+    with caplog.at_level(logging.WARNING, logger="desktop_app.agent.runtime"):
+        res = Agent("helper", model, astore, [silent_server_tool(True, sent)]).ask("q")
+    assert (res.status, sent) == ("done", ["hi"])
+    ((call_id, content),) = tool_answers(model, 1)
+    assert call_id == "n1" and json.loads(content) == {
+        "error": "MCP server notes did not answer within 5 s; the call was sent and may have "
+        "taken effect; it is not repeated, so whether it took effect is unknown",
+        "outcome": "unknown",
+    }
+    stored = astore.tool_result(res.run_id, 'note:{"text":"hi"}')
+    assert stored is not None and (stored.status, stored.result) == ("completed", content)
+    assert f"agent run {res.run_id}: MCP server notes did not answer within 5 s" in caplog.messages
+
+
+def test_a_silent_server_for_a_repeatable_call_is_an_error_the_model_reads(astore, caplog):
+    sent: list[str] = []
+    model = ScriptedModel([{"tool": "note", "args": {"text": "hi"}}, "ok"])
+    with caplog.at_level(logging.WARNING, logger="desktop_app.agent.runtime"):
+        res = Agent("helper", model, astore, [silent_server_tool(False, sent)]).ask("q")
+    assert res.status == "done"
+    ((_, content),) = tool_answers(model, 1)
+    assert json.loads(content) == {
+        "error": "McpOutcomeUnknownError: MCP server notes did not answer within 5 s"
+    }
+    assert f"agent run {res.run_id}: MCP server notes did not answer within 5 s" in caplog.messages
+
+
+def test_an_mcp_error_is_logged_and_an_ordinary_tool_error_is_not(astore, caplog):
+    def broken(x: str) -> str:
+        """Fail."""
+        raise McpError(f"MCP server notes is gone ({x})")
+
+    def buggy(x: str) -> str:
+        """Fail differently."""
+        raise ValueError(f"secret {x}")
+
+    turn = [{"tool": "broken", "args": {"x": "a"}}, {"tool": "buggy", "args": {"x": "b"}}]
+    model = ScriptedModel([turn, "ok"])
+    with caplog.at_level(logging.WARNING, logger="desktop_app.agent.runtime"):
+        res = Agent("helper", model, astore, [Tool(broken), Tool(buggy)]).ask("q")
+    assert [json.loads(c) for _, c in tool_answers(model, 1)] == [
+        {"error": "McpError: MCP server notes is gone (a)"},
+        {"error": "ValueError: secret b"},
+    ]
+    assert caplog.messages == [f"agent run {res.run_id}: MCP server notes is gone (a)"]
