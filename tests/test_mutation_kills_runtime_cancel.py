@@ -24,11 +24,13 @@ from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.agent.approvals import ApprovalRequest, agent_wait_id, declined_result
 from desktop_app.agent.tools import Tool
 from desktop_app.errors import (
+    AgentRunLeasedError,
     CheckpointNotFoundError,
     McpError,
     McpOutcomeUnknownError,
     RateLimitedError,
     RunStateError,
+    iso_utc,
 )
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
@@ -434,3 +436,40 @@ def test_an_mcp_error_is_logged_and_an_ordinary_tool_error_is_not(astore, caplog
         {"error": "ValueError: secret b"},
     ]
     assert caplog.messages == [f"agent run {res.run_id}: MCP server notes is gone (a)"]
+
+
+# -- an answer arriving after another process took the question -------------------------
+
+REMOTE = "otherhost:1:other"
+YEAR_2100 = 4102444800.0
+
+
+def test_an_answer_to_a_run_another_live_process_carries_on_says_who_holds_it(astore):
+    agent, _ = asking_run(astore, "h1")
+    astore.update("h1", 0.0, status="running", pending_call=None)  # answered elsewhere
+    astore.claim("h1", REMOTE, YEAR_2100, 0.0)  # and carried on there
+    with pytest.raises(AgentRunLeasedError) as err:
+        agent.resume_input("h1", "blue")
+    assert (err.value.run_id, err.value.owner, err.value.expires_at) == ("h1", REMOTE, YEAR_2100)
+    assert str(err.value) == (
+        f"agent run h1 is held by a live process: it is being executed by {REMOTE}. Nothing "
+        "was run here. Wait for it; if that machine or process is gone, the run can be resumed "
+        f"when its lease runs out, at {iso_utc(YEAR_2100)}."
+    )
+    run = astore.get("h1")
+    assert (run.status, run.lease_owner, run.lease_expires_at) == ("running", REMOTE, YEAR_2100)
+    assert [m["role"] for m in astore.messages("h1")] == ["user", "assistant"]
+
+
+@pytest.mark.parametrize("holder", ["expired", "mine", "none"])
+def test_an_answer_to_a_run_nobody_else_carries_on_is_not_waiting(astore, holder):
+    rid = f"h-{holder}"
+    agent, _ = asking_run(astore, rid)
+    owner = {"expired": REMOTE, "mine": agent.owner, "none": None}[holder]
+    astore.update(rid, 0.0, status="running", pending_call=None)
+    if owner is not None:
+        astore.claim(rid, owner, 1.0 if holder == "expired" else YEAR_2100, 0.0)
+    with pytest.raises(RunStateError) as err:
+        agent.resume_input(rid, "blue")
+    assert str(err.value) == f"agent run {rid} is not waiting for input (status 'running')"
+    assert astore.get(rid).lease_owner == owner
