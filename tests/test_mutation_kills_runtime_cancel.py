@@ -236,6 +236,8 @@ def test_a_stale_pinned_answer_is_refused_streamed_or_not(astore, streamed):
     events = list(agent.resume_input_stream("w1", "large", wait_id="ask/q2"))
     assert events[-1].response is not None
     assert (events[-1].response.status, events[-1].response.text) == ("done", "done with it")
+    # streamed: the answer arrives as text deltas
+    assert "".join(e.text or "" for e in events if e.kind == "delta") == "done with it"
     answers = [m["content"] for m in astore.messages("w1") if m["role"] == "tool"]
     assert answers == ["Human input: red", "Human input: large"]
 
@@ -326,9 +328,27 @@ def test_an_approved_call_runs_once_and_a_declined_one_is_told_to_the_model(
         "approval": request.to_json(),
     }
     assert waiting.lease_owner is None and model.calls == 1
-    assert agent.resume_input("a1", answer).text == "ok"
+    events = list(agent.resume_input_stream("a1", answer))
+    assert events[-1].response is not None and events[-1].response.text == "ok"
+    assert [(e.tool, e.reused) for e in events if e.kind == "tool_end"] == [("send", False)]
     assert ran == ran_then
     assert tool_answers(model, 1) == [("s1", said)]
+    stored = [m for m in astore.messages("a1") if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["name"], m["content"]) for m in stored] == [("s1", "send", said)]
+
+
+def test_a_cancel_before_a_declined_calls_answer_is_saved_writes_nothing_more(astore):
+    ran: list[str] = []
+    model = ScriptedModel([{"tool": "send", "args": {"to": "bob"}, "id": "s1"}, "never"])
+    agent = Agent("helper", model, astore, [approval_tool(ran)])
+    assert agent.ask("q", run_id="a3").status == "input_required"
+    for event in agent.resume_input_stream("a3", "no"):
+        if event.kind == "tool_start":  # the user cancels before the refusal is saved
+            Agent("helper", ScriptedModel([]), astore).cancel("a3")
+    assert event.response is not None
+    assert (event.response.status, event.response.error) == ("canceled", STOPPED)
+    assert ran == [] and model.calls == 1
+    assert [m["role"] for m in astore.messages("a3")] == ["user", "assistant"]
 
 
 def test_an_approved_call_cut_off_by_a_crash_is_not_sent_again(astore):
