@@ -176,7 +176,7 @@ def test_a_cancel_before_an_unknown_tools_answer_is_saved_says_nothing_was_in_fl
     assert model.calls == 1
 
 
-def test_a_call_in_flight_when_the_cancel_lands_is_answered_in_the_conversation(astore):
+def test_a_call_in_flight_when_the_cancel_lands_is_answered_in_the_conversation(astore, caplog):
     @tool
     def act(x: str) -> str:
         """Act."""
@@ -184,7 +184,11 @@ def test_a_call_in_flight_when_the_cancel_lands_is_answered_in_the_conversation(
         return f"acted {x}"
 
     model = ScriptedModel([{"tool": "act", "args": {"x": "1"}, "id": "k1"}, "never"])
-    res = Agent("helper", model, astore, [act]).ask("q", run_id="b4")
+    with caplog.at_level(logging.WARNING, logger="desktop_app.agent.runtime"):
+        res = Agent("helper", model, astore, [act]).ask("q", run_id="b4")
+    assert caplog.messages == [
+        "agent run b4: canceled while the call to act was in flight; it ran, nothing after it runs"
+    ]
     assert res.status == "canceled" and "in flight" in (res.error or "")
     tool_msgs = [m for m in astore.messages("b4") if m["role"] == "tool"]
     assert [(m["content"], m["tool_call_id"], m["name"]) for m in tool_msgs] == [
