@@ -146,7 +146,7 @@ def test_a_cancel_between_two_calls_of_one_reply_runs_neither_the_second_nor_a_m
     assert astore.get("b1").status == "canceled"
 
 
-def test_a_cancel_after_the_last_tool_result_makes_no_model_call(astore):
+def test_a_cancel_after_the_last_tool_result_makes_no_model_call(astore, caplog):
     @tool
     def act(x: str) -> str:
         """Act."""
@@ -154,9 +154,11 @@ def test_a_cancel_after_the_last_tool_result_makes_no_model_call(astore):
 
     model = ScriptedModel([{"tool": "act", "args": {"x": "1"}}, "never"])
     agent = Agent("helper", model, astore, [act])
-    for event in agent.stream("q", run_id="b2"):
-        if event.kind == "tool_end":
-            Agent("helper", ScriptedModel([]), astore).cancel("b2")
+    with caplog.at_level(logging.INFO, logger="desktop_app.agent.runtime"):
+        for event in agent.stream("q", run_id="b2"):
+            if event.kind == "tool_end":
+                Agent("helper", ScriptedModel([]), astore).cancel("b2")
+    assert "agent helper: run b2 canceled while executing here" in caplog.messages
     assert event.response is not None
     assert (event.response.status, event.response.error) == ("canceled", STOPPED)
     assert model.calls == 1  # the model is not asked again after the cancel
