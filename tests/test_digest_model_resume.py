@@ -132,35 +132,23 @@ def test_resume_all_resumes_a_killed_model_run(tmp_path: Path) -> None:
     assert "Summary of B." in report_of(tmp_path)
 
 
-def test_flowdesk_agent_resumes_a_killed_model_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_flowdesk_agent_resumes_a_killed_model_run(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """On PostgreSQL the agent is a worker, which claims runs of the flows
+    and versions it runs: ``digest --model``'s version too (it claimed the
+    plain digest's only, so the run stayed interrupted however long the
+    worker ran)."""
+    where = request.getfixturevalue("pg_url") if kind == "postgres" else None
     with ChatServer() as server:
         env = model_env(tmp_path / "d.db", server.url)
-        db, run_id = killed_mid_run(tmp_path, server, env)
+        db, run_id = killed_mid_run(tmp_path, server, env, db=where)
         # the run's step and the agent's own sweep of agent runs may both ask
         server.script = [("json", completion("Summary of B."))] * 2
         agent = spawn("--db", str(db), "agent", "--poll", "0.2", env=env)
         try:
             until(lambda: status_of(db, run_id, env) == "completed", "the agent resumes it", 60)
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            _, err = agent.communicate(timeout=60)
-        assert agent.returncode == 0, err
-        assert MISMATCH not in err and "cannot go on" not in err, err
-    assert "Summary of B." in report_of(tmp_path)
-
-
-@pytest.mark.postgres
-def test_a_postgres_worker_resumes_a_killed_model_run(pg_url: str, tmp_path: Path) -> None:
-    """A worker on PostgreSQL claims runs of the flows and versions it runs:
-    ``digest --model``'s version too (it claimed the plain digest's only, so
-    the run stayed interrupted however long the worker ran)."""
-    with ChatServer() as server:
-        env = model_env(tmp_path / "d.db", server.url)
-        db, run_id = killed_mid_run(tmp_path, server, env, db=pg_url)
-        server.script = [("json", completion("Summary of B."))] * 2
-        agent = spawn("--db", pg_url, "agent", "--poll", "0.2", env=env)
-        try:
-            until(lambda: status_of(db, run_id, env) == "completed", "the worker resumes it", 60)
         finally:
             agent.send_signal(signal.SIGTERM)
             _, err = agent.communicate(timeout=60)

@@ -19,6 +19,7 @@ import pytest
 from desktop_app.errors import QueryRefusedError, RevisionConflictError, StoreError
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import Checkpoint, Intent, Lease, RunRecord, StepRecord, Wait
+from tests.contract.conftest import STORE_KINDS, open_kind
 
 T0 = 1000.0
 
@@ -27,32 +28,14 @@ def _rec(run_id: str) -> RunRecord:
     return RunRecord(run_id, "f", "v1", "running", 0, T0, T0)
 
 
+@pytest.fixture(params=STORE_KINDS)
+def any_store(request: Any, tmp_path: Path) -> Iterator[Any]:
+    """Each of the three stores, as the contract suite makes them."""
+    yield from open_kind(request, tmp_path)
+
+
 def _cp(run_id: str, rev: int, state: Any = None, status: Any = "running", **kw: Any) -> Checkpoint:
     return Checkpoint(run_id, rev, status, state or {}, {}, ("a",), T0 + rev, **kw)
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def any_store(request: Any, tmp_path: Path) -> Iterator[Any]:
-    """Each of the three stores (as ``tests/contract/conftest.py`` makes them)."""
-    if request.param == "memory":
-        from desktop_app.store.memory.store import InMemoryCheckpointStore
-
-        yield InMemoryCheckpointStore()
-        return
-    if request.param == "postgres":
-        yield request.getfixturevalue("pg_store")
-        return
-    from desktop_app.store import migrations
-    from desktop_app.store.connection import open_connection
-    from desktop_app.store.sqlite.store import open_store
-
-    path = tmp_path / "c.db"
-    conn = open_connection(path)
-    migrations.apply(conn)
-    conn.close()
-    s = open_store(path)
-    yield s
-    s.close()
 
 
 # -- prune ---------------------------------------------------------------------

@@ -20,6 +20,12 @@ STORE_KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.po
 
 @pytest.fixture(params=STORE_KINDS)
 def store(request, tmp_path: Path) -> Iterator[CheckpointStore]:
+    yield from open_kind(request, tmp_path)
+
+
+def open_kind(request, tmp_path: Path) -> Iterator[CheckpointStore]:
+    """The store of kind ``request.param`` (one of :data:`STORE_KINDS`), on a
+    new file or database, closed after the test (for a fixture's body)."""
     if request.param == "memory":
         yield InMemoryCheckpointStore()
         return
