@@ -125,7 +125,7 @@ def _last_leaf(db: Path, table: str) -> int:
     return int(pageno)
 
 
-@pytest.mark.scenario("S97")
+@pytest.mark.scenario("S98")
 def test_doctor_reports_a_damaged_file_as_its_finding(digested, tmp_path):
     db = _copy(digested, tmp_path)
     _overwrite_index_pages(db, "runs_live_flow_key", "waits_deadline")
@@ -146,7 +146,7 @@ def test_doctor_reports_a_damaged_file_as_its_finding(digested, tmp_path):
     assert "ok   quick_check        ok" in intact.stdout
 
 
-@pytest.mark.scenario("S97")
+@pytest.mark.scenario("S98")
 def test_doctor_reports_damage_that_stops_quick_check_itself(digested, tmp_path):
     """SQLite's quick_check raises "database disk image is malformed" part-way
     (it was a traceback): the doctor reports what SQLite said."""
@@ -162,7 +162,7 @@ def test_doctor_reports_damage_that_stops_quick_check_itself(digested, tmp_path)
     ) in out.stdout, out.stdout
 
 
-@pytest.mark.scenario("S97")
+@pytest.mark.scenario("S98")
 def test_show_of_a_run_whose_checkpoint_page_is_damaged_says_the_file_is_corrupt(
     digested, tmp_path
 ):
@@ -178,7 +178,7 @@ def test_show_of_a_run_whose_checkpoint_page_is_damaged_says_the_file_is_corrupt
     assert run_id in listed.stdout
 
 
-@pytest.mark.scenario("S97")
+@pytest.mark.scenario("S98")
 def test_runs_reading_a_damaged_page_says_the_file_is_corrupt(digested, tmp_path):
     db = _copy(digested, tmp_path)
     _scramble_cells(db, _last_leaf(db, "runs"))
@@ -192,7 +192,7 @@ def _exported(folder: Path) -> dict[str, tuple[bytes, int]]:
     return {p.name: (p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in folder.iterdir()}
 
 
-@pytest.mark.scenario("S97")
+@pytest.mark.scenario("S98")
 def test_export_of_a_file_damaged_in_the_middle_writes_nothing(digested, tmp_path):
     db = _copy(digested, tmp_path)
     _overwrite_middle(db)
@@ -204,7 +204,7 @@ def test_export_of_a_file_damaged_in_the_middle_writes_nothing(digested, tmp_pat
     assert not fresh.exists()  # no runs.json left behind, nor the folder made for it
 
 
-@pytest.mark.scenario("S97")
+@pytest.mark.scenario("S98")
 def test_export_of_a_damaged_file_writes_nothing(digested, tmp_path):
     """The damaged page is read after runs.json was written (checkpoints
     come second); before ``cell_size_check`` it read as holding no rows and
@@ -322,7 +322,7 @@ def test_an_untranslated_corrupt_error_is_printed_as_the_typed_error(tmp_path, c
 
 
 @pytest.mark.postgres
-@pytest.mark.scenario("S97")
+@pytest.mark.scenario("S98")
 def test_db_copy_of_a_damaged_file_copies_nothing(digested, tmp_path, pg_url):
     """It was a traceback (apsw.CorruptError out of the copy); now the
     typed message, and the server's transaction rolled back."""

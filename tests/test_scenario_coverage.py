@@ -42,6 +42,14 @@ def test_the_list_is_the_whole_numbered_range():
     assert numbers == list(range(1, numbers[-1] + 1))
 
 
+def test_each_scenario_number_is_listed_once():
+    """Two scenarios under one number would share its marked tests, and
+    one of them could lose its last test unnoticed (S97 was listed twice)."""
+    text = (ROOT / "docs" / "scenarios.md").read_text(encoding="utf-8")
+    ids = re.findall(r"^- \*\*(S\d+)\*\*", text, flags=re.MULTILINE)
+    assert sorted(i for i in set(ids) if ids.count(i) > 1) == []
+
+
 def test_every_listed_scenario_has_a_marked_test():
     marks = marked_scenarios()
     missing = sorted(listed_scenarios() - set(marks), key=lambda s: int(s[1:]))
