@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import apsw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -75,6 +78,12 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
     print("ready", flush=True)
     sys.stdin.readline()
     steps = runs = 0
+    # SQLite resets a connection's page cache whenever another connection
+    # committed since its last read (pager_reset): pages read again, counted
+    # (a reset sets these counters' current value back to zero)
+    store.conn.status(apsw.SQLITE_DBSTATUS_CACHE_MISS, True)
+    store.conn.status(apsw.SQLITE_DBSTATUS_CACHE_HIT, True)
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
     gate0 = getattr(store.conn, "gate", None)
     polls0 = gate0.polls if gate0 is not None else 0
     t0, c0 = time.perf_counter(), time.process_time()
@@ -86,6 +95,9 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
         runs += 1
         steps += 10
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    misses = store.conn.status(apsw.SQLITE_DBSTATUS_CACHE_MISS)[0]
+    hits = store.conn.status(apsw.SQLITE_DBSTATUS_CACHE_HIT)[0]
     batches = (engine.committer.batches if engine.committer is not None else 0) - batches0
     gate = getattr(store.conn, "gate", None)
     polls = (gate.polls if gate is not None else 0) - polls0
@@ -98,6 +110,11 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
                 "cpu": cpu,
                 "commits": batches,
                 "polls": polls,
+                "misses": misses,
+                "hits": hits,
+                "vcs": ru.ru_nvcsw - ru0.ru_nvcsw,
+                "ivcs": ru.ru_nivcsw - ru0.ru_nivcsw,
+                "sys": ru.ru_stime - ru0.ru_stime,
                 **busy,
             }
         ),
@@ -141,7 +158,8 @@ def one_round(
                 raise SystemExit(f"a worker process failed with code {p.returncode}")
             figs.append(json.loads(out.strip().splitlines()[-1]))
         span = time.perf_counter() - t0
-    kinds = ("steps", "wall", "cpu", "commits", "polls")  # "polls": absent in older checkouts
+    # "polls" and the rest after it: absent in older checkouts' workers
+    kinds = ("steps", "wall", "cpu", "commits", "polls", "misses", "hits", "vcs", "ivcs", "sys")
     total = {k: sum(f.get(k, 0) for f in figs) for k in kinds}
     total.update({k: sum(f[k] for f in figs) for k in ("calls", "waits", "slept")})
     total["steps_per_s"] = total["steps"] / max(f["wall"] for f in figs)
@@ -248,6 +266,17 @@ def main() -> int:
             Row(
                 "    CPU per step (us, all processes); write-gate polls per step",
                 f"{stat(cpu_step).fmt(digits=0)}; {stat(polls).fmt()}",
+            )
+        )
+        counted = ("misses", "hits", "vcs", "ivcs", "sys")
+        per_step = {k: [x.get(k, 0) / max(x["steps"], 1) for x in f] for k in counted}
+        rows.append(
+            Row(
+                "    per step: pages read again (cache misses) / hits; context switches "
+                "voluntary / involuntary; system CPU (us)",
+                f"{stat(per_step['misses']).fmt()} / {stat(per_step['hits']).fmt()}; "
+                f"{stat(per_step['vcs']).fmt()} / {stat(per_step['ivcs']).fmt()}; "
+                f"{stat([v * 1e6 for v in per_step['sys']]).fmt(digits=0)}",
             )
         )
     table(rows)
