@@ -436,3 +436,69 @@ def test_waiting_run_of_a_changed_flow_is_reported_and_can_be_failed_forked_or_k
     keep = Engine(engine.store, flows=[v1], clock=old.clock)
     assert keep.resume_with(runs[2], "ok").state.notes == ["v1"]
     engine.store.close()
+
+
+@pytest.mark.scenario("S51")
+def test_a_run_moved_onto_a_new_version_keeps_its_wait_deadline_and_on_enter_effect(db_path):
+    """The wait a run is in goes on in the run that continues it on the new
+    version: its deadline as stored (a sleep is not slept again, a timeout
+    counts from when the wait began) and its ``on_enter`` effect not done
+    again. A wait the new version changed begins anew."""
+    entered: list[str] = []
+
+    def flow(first: str, signal: str = "go", version: str = "1") -> object:
+        return (
+            FlowBuilder("mv", S, version=version)
+            .step(first, lambda s: {"n": 1})
+            .sleep("nap", 10 * HOUR)
+            .wait_signal(
+                "w", signal, key="k", timeout_s=24 * HOUR,
+                on_enter=lambda s, ctx: entered.append(ctx.run_id),
+            )
+            .step("end", lambda s: {"notes": ["done"]})
+            .chain()
+            .compile()
+        )  # fmt: skip
+
+    clock = ManualClock()
+    old = engine_for(db_path, flow("a"), clock=clock)
+    napping, signalled, renamed = (old.run("mv", S()).run_id for _ in range(3))
+    nap_deadline = old.store.latest(napping).waits[0].deadline_at
+    clock.advance(10 * HOUR)
+    for rid in (signalled, renamed):  # past the nap, into the signal wait
+        assert old.resume(rid).status == "waiting"
+    assert entered == [signalled, renamed]
+    began = old.store.latest(signalled).waits[0]
+    old.store.close()
+
+    clock.advance(-9 * HOUR)  # the nap has 9 of its 10 hours left
+    engine = Engine(open_store(db_path), flows=[flow("b")], clock=clock)
+    moved = engine.fork_onto_current(napping)
+    (wait,) = engine.store.latest(moved.run_id).waits
+    assert (wait.step_id, wait.deadline_at) == ("nap", nap_deadline)
+    assert wait.wait_id == f"{moved.run_id}:nap:0"
+    clock.advance(9 * HOUR - 1)
+    assert engine.tick() == 0 and engine.status(moved.run_id).status == "waiting"
+    clock.advance(1)
+    assert engine.tick() == 1  # its nap ends when the old one would have
+    assert entered == [signalled, renamed, moved.run_id]  # then it waits for the signal
+
+    clock.advance(9 * HOUR)
+    moved = engine.fork_onto_current(signalled)
+    (wait,) = engine.store.latest(moved.run_id).waits
+    assert (wait.deadline_at, wait.created_at) == (began.deadline_at, began.created_at)
+    assert len(entered) == 3  # no second on_enter for it
+    napped = entered[2]  # the moved nap's run, in the same wait
+    for _ in range(2):
+        engine.signal("go", "k", {"x": 1})
+    assert engine.status(moved.run_id).status == engine.status(napped).status == "completed"
+    assert engine.status(signalled).status == "canceled"
+    engine.store.close()
+
+    # a version that waits on another signal there: the wait begins anew
+    changed = Engine(open_store(db_path), flows=[flow("b", "went", "2")], clock=clock)
+    fresh = changed.fork_onto_current(renamed)
+    (wait,) = changed.store.latest(fresh.run_id).waits
+    assert wait.name == "went" and wait.deadline_at == clock.now() + 24 * HOUR
+    assert entered[-1] == fresh.run_id and len(entered) == 4
+    changed.store.close()

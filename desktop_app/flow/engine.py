@@ -423,6 +423,7 @@ class Engine:
         frontier: tuple[str, ...] | None = None,
         steps: Mapping[str, StepRecord] | None = None,
         meta: Mapping[str, Any] | None = None,
+        waits: Sequence[Wait] = (),
     ) -> str:
         rid = run_id or uuid.uuid4().hex
         if parent_run_id is not None:
@@ -440,7 +441,15 @@ class Engine:
             status = "running"
             records[front[0]] = StepRecord(front[0], "in_progress", attempts=1, started_at=now)
         cp = Checkpoint(
-            rid, 0, status, dump_state(state), records, front, now, meta=dict(meta or {})
+            rid,
+            0,
+            status,
+            dump_state(state),
+            records,
+            front,
+            now,
+            meta=dict(meta or {}),
+            waits=tuple(waits),
         )
         run = RunRecord(
             run_id=rid,
@@ -1136,14 +1145,18 @@ class Engine:
         still has, nested ones too), its step count, the decisions of the
         conditions it entered and the visit count of each step carry over. The
         child runs it journaled pass to the new run (its re-executed steps
-        reattach to them) and stay live.
+        reattach to them) and stay live. A wait it is in, where the current
+        flow has the same wait at that step, goes on in the new run with its
+        stored deadline: a sleep is not slept again, and the step's
+        ``on_enter`` does not run again (``replay.carried_waits``).
 
         Raises:
             CheckpointDecodeError: the state does not fit the current model.
             RunStateError: the step it stopped at no longer exists.
         """
-        seed = upgrade_seed(self.store, self.flow, run_id)
-        rid = self._create_from(seed, None)
+        new_id = uuid.uuid4().hex  # the waits it keeps are keyed by it
+        seed = upgrade_seed(self.store, self.flow, run_id, new_id)
+        rid = self._create_from(seed, new_id)
         # its children now belong to the new run: cancel the old run alone
         self.cancel_event(run_id).set()
         version = seed.flow.version
@@ -1163,6 +1176,7 @@ class Engine:
             frontier=seed.frontier,
             steps=seed.steps,
             meta=seed.meta,
+            waits=seed.waits,
         )
 
     # -- time travel -----------------------------------------------------

@@ -10,7 +10,7 @@ Reads the store only; imports neither the driver nor the engine.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,11 +18,11 @@ from pydantic import BaseModel
 from desktop_app.errors import CheckpointNotFoundError, FlowVersionMismatchError, RunStateError
 from desktop_app.flow.children import merge_journals
 from desktop_app.flow.context import ExecutionContext
-from desktop_app.flow.definition import CompiledFlow
+from desktop_app.flow.definition import AwaitStep, CompiledFlow, WaitStep
 from desktop_app.flow.owners import holding
 from desktop_app.flow.results import IncompatibleRun
 from desktop_app.flow.state import apply_output, load_state
-from desktop_app.store.protocol import CheckpointStore, StepRecord, parse_checkpoint_id
+from desktop_app.store.protocol import CheckpointStore, StepRecord, Wait, parse_checkpoint_id
 
 #: checkpoint meta a replay, a fork or a move onto a new flow version carries
 #: into the new run: the step count ``max_steps`` caps, the decisions of the
@@ -43,6 +43,8 @@ class Seed:
         frontier: the steps it starts at (empty: nothing left to run).
         steps: the step records it keeps.
         meta: its first checkpoint's meta.
+        waits: the waits it is already in (a move onto a new flow version
+            keeps the wait its run was in: :func:`carried_waits`).
     """
 
     flow: CompiledFlow[Any]
@@ -52,6 +54,7 @@ class Seed:
     frontier: tuple[str, ...]
     steps: Mapping[str, StepRecord]
     meta: Mapping[str, Any]
+    waits: tuple[Wait, ...] = ()
 
 
 def parse_id(checkpoint_id: str) -> tuple[str, int]:
@@ -104,9 +107,13 @@ def replay_seed(
 
 
 def upgrade_seed(
-    store: CheckpointStore, flow_of: Callable[[str], CompiledFlow[Any]], run_id: str
+    store: CheckpointStore,
+    flow_of: Callable[[str], CompiledFlow[Any]],
+    run_id: str,
+    new_run_id: str,
 ) -> Seed:
-    """The run ``Engine.fork_onto_current`` continues ``run_id`` as (see there).
+    """The run ``Engine.fork_onto_current`` continues ``run_id`` as, under the
+    id ``new_run_id`` (see there).
 
     Raises:
         CheckpointDecodeError: the state does not fit the current model.
@@ -134,8 +141,54 @@ def upgrade_seed(
     children = merge_journals(cp.meta)
     if children:  # the new run's steps reattach to the children already started
         meta["children"] = children
+    waits = carried_waits(f, cp.waits, cp.frontier, state, run_id, new_run_id)
+    if waits:  # the next wait of those steps is numbered on from the carried one
+        seq = cp.meta.get("wait_seq", {})
+        meta["wait_seq"] = {w.step_id: seq[w.step_id] for w in waits if w.step_id in seq}
     context = ExecutionContext.model_validate(dict(src.context))
-    return Seed(f, state, context, run_id, tuple(cp.frontier), kept, meta)
+    return Seed(f, state, context, run_id, tuple(cp.frontier), kept, meta, waits)
+
+
+def carried_waits(
+    flow: CompiledFlow[Any],
+    waits: Iterable[Wait],
+    frontier: Iterable[str],
+    state: BaseModel,
+    old_run_id: str,
+    new_run_id: str,
+) -> tuple[Wait, ...]:
+    """The waits of run ``old_run_id`` that its move onto ``flow`` keeps, as
+    waits of ``new_run_id``: a wait step's (or an await step's) wait for a
+    step of ``frontier`` that ``flow`` still has as the same wait, on the
+    same signal name and key (``key(state)`` for a key function) or event
+    type. Its deadline and start stay as stored, so a sleep is not slept
+    again, a timeout counts from when the wait began, and the step's
+    ``on_enter`` (a one-shot effect) does not run again. Any other wait
+    begins anew in the new run."""
+    kept: list[Wait] = []
+    front = set(frontier)
+    for wait in waits:
+        step = flow.steps.get(wait.step_id)
+        if wait.step_id not in front or not _same_wait(step, wait, state):
+            continue
+        tail = wait.wait_id.removeprefix(f"{old_run_id}:")
+        kept.append(replace(wait, wait_id=f"{new_run_id}:{tail}"))
+    return tuple(kept)
+
+
+def _same_wait(step: Any, wait: Wait, state: BaseModel) -> bool:
+    """Whether ``step`` (the new flow's) waits the way ``wait`` waits."""
+    if isinstance(step, AwaitStep):
+        return wait.kind == "input"
+    if not isinstance(step, WaitStep) or step.wait_kind != wait.kind or step.name != wait.name:
+        return False
+    if step.wait_kind != "signal":
+        return True
+    try:
+        key = step.key(state) if callable(step.key) else step.key
+    except Exception:  # the new run's own begin says what is wrong with it
+        return False
+    return bool(key == wait.key)
 
 
 def incompatible_runs(
