@@ -1,6 +1,7 @@
 """A run whose flow's code changed between a stop and a resume (a step
 renamed): every refusal names commands that work as printed (restore the
-code and ``resume``, or ``cancel``), ``show`` says the run is stuck instead
+code and ``resume``, ``cancel``, or ``resume --onto-current``: the last
+is run as printed in ``tests/test_resume_onto_current.py``), ``show`` says the run is stuck instead
 of promising that the agent fires its timer, ``flowdesk agent`` says once
 per run that it cannot go on with it, and restoring the old code lets
 ``resume`` finish it with each step run once.
@@ -113,11 +114,11 @@ def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Pa
     assert refused.returncode == 1, refused.stderr
     assert "was started under flow version 1+" in refused.stderr
     assert not any(m in refused.stderr for m in MISLEADING), refused.stderr
-    resume_hint, cancel_hint = commands(refused.stderr)
+    resume_hint, cancel_hint, onto_hint = hints = commands(refused.stderr)
     assert resume_hint == f"flowdesk --db {db} resume {kept}"
     assert cancel_hint == f"flowdesk --db {db} cancel {kept}"
+    assert onto_hint == f"flowdesk --db {db} resume {kept} --onto-current"
     assert "restore the flow's code as it was then" in refused.stderr
-    assert "launch report" in refused.stderr  # where a move onto the new version is
 
     # show says it is stuck, and offers no command that would be refused
     shown = flowdesk(db, "show", kept, env=env)
@@ -125,7 +126,7 @@ def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Pa
     assert "stuck: its flow changed since it started" in shown.stdout, shown.stdout
     assert not any(m in shown.stdout for m in MISLEADING), shown.stdout
     assert "fire it once due with" not in shown.stdout
-    assert commands(shown.stdout) == [resume_hint, cancel_hint]
+    assert commands(shown.stdout) == hints
     as_json = json.loads(flowdesk(db, "show", kept, "-o", "json", env=env).stdout)
     assert as_json["stuck"] and [w["command"] for w in as_json["waits"]] == [None]
     waiting = flowdesk(db, "waiting", env=env)
@@ -135,13 +136,13 @@ def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Pa
     assert every.returncode == 1, every.stdout
     (line,) = [ln for ln in every.stdout.splitlines() if ln.startswith(f"run {kept} ")]
     assert line.startswith(f"run {kept} not resumed: run {kept} was started")
-    assert commands(line) == [resume_hint, cancel_hint]
+    assert commands(line) == hints
 
     # replay and fork are refused the same way (no hint to a refused replay)
     for args in (["replay", f"{kept}:0"], ["fork", kept, "--changes", "{}"]):
         out = flowdesk(db, *args, env=env)
         assert out.returncode == 1, (args, out.stderr)
-        assert commands(out.stderr) == [resume_hint, cancel_hint], out.stderr
+        assert commands(out.stderr) == hints, out.stderr
 
     # the agent passes both due timers: it says so once per run, not every pass
     agent = spawn("--db", str(db), "agent", "--poll", "0.1", env=env)

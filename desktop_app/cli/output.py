@@ -137,17 +137,17 @@ def version_refusal(hints: Hints, exc: Any) -> str:
     refusal (:attr:`~desktop_app.errors.FlowVersionMismatchError.what`), then
     what works from here, each command with the user's ``--db``/``--scope``:
     restore the flow's old code and ``resume RUN`` (the run goes on where it
-    stopped), or ``cancel RUN``; the app's launch report is where a run moves
-    onto the new version (or is failed)."""
+    stopped), ``cancel RUN``, or ``resume RUN --onto-current`` (a new run of
+    the new version goes on from the step it stopped at, when that step still
+    exists; the app's launch report offers the same)."""
     rid = exc.run_id
     return (
         f"{exc.what} Its flow's steps changed since it started. To finish it, restore the "
         "flow's code as it was then (the steps it had, which make version "
         f"{exc.stored}) and run `{hints.cmd(f'resume {rid}')}`; to end it: "
-        f"`{hints.cmd(f'cancel {rid}')}`. "
-        "The app's launch report, the next time the app opens this database, offers to "
-        "continue it as a new run of the new version (when the step it stopped at still "
-        "exists) or to fail it."
+        f"`{hints.cmd(f'cancel {rid}')}`; to continue it as a new run of the new version "
+        "from the step it stopped at (when that step still exists; this run is then canceled "
+        f"as superseded): `{hints.cmd(f'resume {rid} --onto-current')}`."
     )
 
 

@@ -329,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     act = group.add_argument("run_id", nargs="?", metavar="RUN", help=RUN_ID_HELP)
     act.completer = _run_ids  # type: ignore[attr-defined]
     group.add_argument("--all", action="store_true", help="resume every interrupted run")
+    res.add_argument(
+        "--onto-current",
+        action="store_true",
+        help="for a run whose flow changed since it started: continue it as a new run of the "
+        "flow's current version from the step it stopped at (which must still exist); the run "
+        "itself is canceled as superseded",
+    )
 
     _run_id(sub.add_parser("cancel", help="cancel a flow run or an agent run"))
 

@@ -28,7 +28,13 @@ from desktop_app.cli.waits import (
     wait_command,
     wait_lines,
 )
-from desktop_app.errors import FlowVersionMismatchError, RunLeasedError, RunStateError, StoreError
+from desktop_app.errors import (
+    FlowVersionMismatchError,
+    InputError,
+    RunLeasedError,
+    RunStateError,
+    StoreError,
+)
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
     ENDED,
@@ -786,6 +792,8 @@ def cmd_resume(ctx: Ctx) -> int:
     events.subscribe(step_listener(False))
     sv = ctx.services(events=events)
     engine = sv.engine
+    if ctx.args.all and ctx.args.onto_current:
+        raise InputError("--onto-current moves one run at a time: give its RUN, not --all")
     if ctx.args.all:
         from desktop_app.cli.ask import recover_agents
 
@@ -828,6 +836,8 @@ def cmd_resume(ctx: Ctx) -> int:
 
         raise not_for_threads(ref.run_id, "resume")
     ctx.current_run = ref.run_id  # Ctrl-C from here on names this run
+    if ctx.args.onto_current:
+        return _resume_onto_current(ctx, sv, ref)
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 
@@ -842,6 +852,59 @@ def cmd_resume(ctx: Ctx) -> int:
             raise  # canceled or timed out
         # it waits for a person's answer (`answer` continues it): report it waiting
         result = engine.wake(ref.run_id)
+    _deliver(engine)
+    return report_result(ctx, result)
+
+
+def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
+    """``resume RUN --onto-current``: continue flow run ``ref`` (its flow
+    changed since it started) as a new run of the registered version, as the
+    app's launch report does (``Engine.fork_onto_current``); the run itself
+    is canceled as superseded. Prints both runs, then the new run's outcome.
+
+    Raises:
+        InputError: not a flow run, or its flow did not change (plain
+            ``resume`` goes on with it).
+        FlowError: a live process holds the run (it has the old code and
+            runs it), or the new version cannot take it: its state no longer
+            fits the state model, or the step it stopped at is gone; nothing
+            changed then, and ``cancel`` ends it.
+    """
+    from desktop_app.cli.start import report_result
+    from desktop_app.errors import CheckpointDecodeError, FlowError, RunStateError
+    from desktop_app.flow.owners import holding
+
+    rid = ref.run_id
+    if ref.kind != "flow":
+        raise InputError(
+            f"--onto-current is for flow runs whose flow changed since they started; "
+            f"{rid} is {'an agent run' if ref.kind == 'agent' else 'a LangGraph thread'}"
+        )
+    run = sv.checkpoints.get_run(rid)
+    if stuck_on_version(sv, run) is None:
+        raise InputError(
+            f"run {rid} runs under its flow as registered here (version {run.flow_version}, "
+            f"status {run.status}): nothing to move onto; go on with it with "
+            f"`{ctx.hints.cmd(f'resume {rid}')}`"
+        )
+    now = sv.checkpoints.now()
+    if holding(run.lease_owner, run.lease_expires_at, now) == "held":
+        raise FlowError(
+            f"run {rid} is held by a live process ({run.lease_owner}), which has its flow's "
+            "earlier code and runs it: leave it to that process, or stop that process and "
+            "try again"
+        )
+    engine = sv.engine
+    current = engine.flow(run.flow_name).version
+    try:
+        result = engine.fork_onto_current(rid)
+    except (CheckpointDecodeError, RunStateError) as exc:
+        raise FlowError(
+            f"run {rid} cannot continue on {run.flow_name} version {current}: {exc}. "
+            f"Nothing changed; to end it: `{ctx.hints.cmd(f'cancel {rid}')}`"
+        ) from exc
+    print(f"run {rid} canceled: superseded by run {result.run_id} on version {current}")
+    print(result.run_id)
     _deliver(engine)
     return report_result(ctx, result)
 
