@@ -1,10 +1,12 @@
 """A run whose flow's code changed between a stop and a resume (a step
 renamed): every refusal names commands that work as printed (restore the
-code and ``resume``, ``cancel``, or ``resume --onto-current``: the last
-is run as printed in ``tests/test_resume_onto_current.py``), ``show`` says the run is stuck instead
-of promising that the agent fires its timer, ``flowdesk agent`` says once
-per run that it cannot go on with it, and restoring the old code lets
-``resume`` finish it with each step run once.
+code and ``resume``, ``cancel``, or ``resume --onto-current``, run as
+printed here on PostgreSQL and in ``tests/test_resume_onto_current.py``),
+``show`` says the run is stuck instead of promising that the agent fires
+its timer, ``flowdesk agent`` says once per run that it cannot go on with
+it (also on PostgreSQL, as a worker, without spinning on the deadline it
+may not fire), and restoring the old code lets ``resume`` finish it with
+each step run once.
 
 The user's flow is a module of its own (registered with ``FLOWDESK_FLOWS``,
 importable through ``PYTHONPATH``) whose file the test rewrites, as a user
@@ -20,6 +22,8 @@ import signal
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.cli_support import as_printed, flowdesk, spawn
 from tests.polling import until
@@ -84,7 +88,7 @@ def commands(text: str) -> list[str]:
     return [c for c in re.findall(r"`([^`]+)`", text) if c.startswith("flowdesk ")]
 
 
-def start(db: Path, log: Path, env: dict[str, str]) -> str:
+def start(db: Path | str, log: Path, env: dict[str, str]) -> str:
     out = flowdesk(db, "start", "remind", "--input", json.dumps({"log": str(log)}), env=env)
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.splitlines()[0]
@@ -92,7 +96,7 @@ def start(db: Path, log: Path, env: dict[str, str]) -> str:
     return run_id
 
 
-def status(db: Path, run_id: str, env: dict[str, str]) -> str:
+def status(db: Path | str, run_id: str, env: dict[str, str]) -> str:
     out = flowdesk(db, "show", run_id, "-o", "json", env=env)
     assert out.returncode == 0, out.stderr
     return str(json.loads(out.stdout)["status"])
@@ -268,3 +272,91 @@ def test_serve_refuses_a_due_timer_of_a_changed_flow_once_and_does_not_spin(
     assert len(passes) < 50, len(passes)  # one per poll, not a busy loop
     assert engine.status(run_id).status == "waiting"
     engine.store.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_worker_refuses_a_changed_flow_once_and_does_not_spin(pg_url: str) -> None:
+    """``Worker`` (``flowdesk agent --worker``, every PostgreSQL agent): a
+    due timer of a run whose flow changed goes to ``on_refused`` once, and
+    the deadline it may not fire leaves its passes at one per ``poll_s``
+    (it made them run back to back, each refusing again)."""
+    from pydantic import BaseModel
+
+    from desktop_app.errors import FlowVersionMismatchError
+    from desktop_app.flow import Engine, FlowBuilder
+    from desktop_app.flow.worker import Worker
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    class S(BaseModel):
+        n: int = 0
+
+    def flow(first: str) -> object:
+        builder = FlowBuilder("nap", S, version="1").step(first, lambda s: {"n": 1})
+        return builder.sleep("pause", 0.01).step("finish", lambda s: {"n": 2}).chain().compile()
+
+    old = Engine(open_postgres_store(pg_url), flows=[flow("prep")])  # type: ignore[list-item]
+    run_id = old.run("nap", S()).run_id
+    assert old.status(run_id).status == "waiting"
+    old.store.close()
+    time.sleep(0.05)  # its timer falls due
+    engine = Engine(open_postgres_store(pg_url), flows=[flow("prepare")])  # type: ignore[list-item]
+    refused: list[tuple[str, type]] = []
+    passes: list[int] = []
+    worker = Worker(
+        engine,
+        poll_s=0.2,
+        on_tick=lambda: passes.append(1),
+        on_refused=lambda rid, exc: refused.append((rid, type(exc))),
+    )
+    stop = threading.Event()
+    server = threading.Thread(target=worker.serve, args=(stop,))
+    server.start()
+    try:
+        until(lambda: len(passes) >= 3, "three passes")
+        time.sleep(1.0)  # about five more passes (a spin would make hundreds)
+    finally:
+        stop.set()
+        server.join(timeout=60)
+    assert refused == [(run_id, FlowVersionMismatchError)]
+    assert len(passes) < 50, len(passes)  # one per poll, not a busy loop
+    assert engine.status(run_id).status == "waiting"
+    engine.store.close()
+
+
+@pytest.mark.postgres
+def test_flowdesk_agent_on_postgres_says_once_and_its_move_hint_works(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """``flowdesk --db postgresql://… agent`` says once per run that it
+    cannot go on with a run whose flow changed; the move it prints, run as
+    printed, continues the run on the new version there."""
+    code = tmp_path / "code"
+    code.mkdir()
+    write_flow(code, "prep")
+    env = user_env(code)
+    log = tmp_path / "pg.log"
+    run_id = start(pg_url, log, env)
+    write_flow(code, "prepare")
+    time.sleep(PAUSE_S + 0.5)  # its timer falls due (not a timing assertion)
+    agent = spawn("--db", pg_url, "agent", "--poll", "0.1", env=env)
+    lines: list[str] = []
+    assert agent.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(agent.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        until(lambda: any("cannot go on here" in ln for ln in list(lines)), "the agent says so")
+        time.sleep(1.0)  # some ten more passes (not a timing assertion)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+        reader.join(timeout=60)
+    said = [ln for ln in lines if "cannot go on here" in ln]
+    assert len(said) == 1 and run_id in said[0], said
+    move = f"flowdesk --db {pg_url} resume {run_id} --onto-current"
+    assert move in commands(said[0])
+    out = as_printed(move, env)
+    assert out.returncode == 0, out.stderr
+    new = out.stdout.splitlines()[1]
+    assert f"run {new} completed" in out.stdout
+    assert log.read_text().splitlines() == ["prep", "finish"]
+    assert status(pg_url, run_id, env) == "canceled"

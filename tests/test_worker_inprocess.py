@@ -561,24 +561,36 @@ def test_serve_waits_until_the_next_stored_deadline_or_poll_s(sq, manual, poll_s
     assert stop.timeouts == [pytest.approx(expected, abs=1e-3)]
 
 
-def test_a_due_deadline_this_worker_cannot_wake_is_logged_and_the_wait_is_zero(sq, manual, caplog):
-    """The run's flow is not registered here: waking it fails (logged) and
-    its deadline stays due, so the next pass starts at once (never a
-    negative wait)."""
+def test_a_due_deadline_this_worker_cannot_wake_is_refused_once_and_waits_the_poll(
+    sq, manual, caplog
+):
+    """The run's flow is not registered here: waking it is refused (a
+    warning, and ``on_refused``, once) and its deadline stays due; the next
+    pass waits the poll interval, not zero (passes back to back, each
+    refusing again, were a busy loop), and never a negative wait."""
     gate = Gate()
     app = Engine(sq, flows=[sleeper(gate, seconds=10.0)], clock=manual)
     run_id = app.run("sleeper", {}).run_id
     manual.advance(15.0)
     engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
     stop = RecordingStop()
+    refused: list[tuple[str, str]] = []
+    worker = Worker(
+        engine, poll_s=60.0, on_refused=lambda rid, exc: refused.append((rid, type(exc).__name__))
+    )
     with caplog.at_level(logging.INFO, logger="desktop_app.flow.worker"):
-        Serving(Worker(engine, poll_s=60.0), stop).join()
-    assert stop.timeouts == [0.0]
+        Serving(worker, stop).join()
+    assert stop.timeouts == [60.0]
     assert sq.get_run(run_id).status == "waiting"
+    assert refused == [(run_id, "UnknownFlowError")] and worker.refused == {run_id}
     [rec] = [r for r in caplog.records if r.name == "desktop_app.flow.worker"]
-    assert rec.levelno == logging.INFO
-    assert rec.getMessage().startswith(f"flowdesk worker {OWNER}: run {run_id}: ")
+    assert rec.levelno == logging.WARNING
+    assert rec.getMessage().startswith(f"run {run_id} cannot go on in worker {OWNER}: ")
     assert "sleeper" in rec.getMessage()
+    # a later pass does not try it again
+    with ThreadPoolExecutor(1) as pool:
+        worker.run_pass(pool)
+    assert refused == [(run_id, "UnknownFlowError")]
 
 
 def test_a_pass_the_store_fails_is_logged_and_the_loop_goes_on(sq, manual, caplog):

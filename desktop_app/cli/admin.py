@@ -355,7 +355,7 @@ def cmd_agent(ctx: Ctx) -> int:
 
 
 def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:
-    """Say (on stderr, once per run: ``Engine.serve`` calls it once) that
+    """Say (on stderr, once per run: ``Engine.serve`` and ``Worker`` call it once) that
     ``flowdesk agent`` cannot go on with run ``run_id``, why, and what works."""
     from desktop_app.errors import FlowVersionMismatchError
 
@@ -402,6 +402,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         concurrency=ctx.args.concurrency,
         poll_s=ctx.args.poll,
         on_tick=_on_tick(sv),
+        on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
     )
     listener = None
     sessions = "worker_sessions" in store.capabilities

@@ -14,6 +14,12 @@ Each pass of :meth:`Worker.serve`:
    sent, a deadline was stored), the next stored deadline, or ``poll_s``
    seconds (the fallback when notifications are lost or unavailable).
 
+A run it cannot go on with (``REFUSALS``: its flow is not registered here
+or changed since the run started, its checkpoint cannot be decoded) is
+tried once, as ``Engine.serve`` does: the refusal is logged once (a
+warning) and given to ``on_refused`` once per run, and a deadline of such a
+run that stays due does not make the worker's passes run back to back.
+
 Liveness and self-fencing come from the listener (``session``): while it is
 down the worker claims nothing and every run it executes stops before its
 next step (``engine.lost``); a peer takes them over. Safety never depends on
@@ -32,7 +38,7 @@ from typing import Any, Protocol, cast
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import recovery
-from desktop_app.flow.engine import Engine
+from desktop_app.flow.engine import REFUSALS, Engine
 from desktop_app.flow.owners import owner_is_alive, owner_is_dead
 from desktop_app.store.protocol import WorkerClaims
 from desktop_app.store.records import RunRecord
@@ -102,6 +108,8 @@ class Worker:
         concurrency: runs executed at once (threads).
         poll_s: the fallback interval between passes, seconds.
         on_tick: called after each pass (the outbox dispatcher hooks in).
+        on_refused: called once per run with the run id and the error for a
+            run this worker cannot go on with (``REFUSALS``).
         fence_cooldown_s: after its liveness dropped, the worker claims
             nothing for this many seconds once it is back, so the peers that
             noticed first take the runs it handed back.
@@ -115,9 +123,13 @@ class Worker:
         concurrency: int = 4,
         poll_s: float = 1.0,
         on_tick: Callable[[], None] | None = None,
+        on_refused: Callable[[str, FlowdeskError], None] | None = None,
         fence_cooldown_s: float = 1.0,
     ) -> None:
         self.engine = engine
+        self.on_refused = on_refused
+        #: runs refused once (``REFUSALS``): not tried again by this worker
+        self.refused: set[str] = set()
         self.fence_cooldown_s = fence_cooldown_s
         self._fenced_at = -float("inf")
         self.session = session
@@ -147,6 +159,8 @@ class Worker:
         def body() -> None:
             try:
                 fn(run_id)
+            except REFUSALS as exc:
+                self._refuse(run_id, exc)
             except FlowdeskError as exc:
                 log.info("flowdesk worker %s: run %s: %s", self.engine.owner, run_id, exc)
             except Exception:
@@ -157,6 +171,15 @@ class Worker:
 
         with self._lock:
             self._inflight[run_id] = pool.submit(body)
+
+    def _refuse(self, run_id: str, exc: FlowdeskError) -> None:
+        with self._lock:
+            if run_id in self.refused:
+                return
+            self.refused.add(run_id)
+        log.warning("run %s cannot go on in worker %s: %s", run_id, self.engine.owner, exc)
+        if self.on_refused is not None:
+            self.on_refused(run_id, exc)
 
     def _busy(self, run_id: str) -> bool:
         with self._lock:
@@ -177,7 +200,7 @@ class Worker:
         for run_id in store.wakeable_runs(engine.clock.now(), limit=50):
             if self._free() <= 0:
                 break
-            if not self._busy(run_id):
+            if not self._busy(run_id) and run_id not in self.refused:
                 self._submit(pool, run_id, engine.wake)
 
     def _claim(self, free: int) -> list[RunRecord]:
@@ -262,8 +285,11 @@ class Worker:
                 wait = self.poll_s
                 with contextlib.suppress(FlowdeskError):
                     nxt = self.engine.store.next_deadline()
-                    if nxt is not None:
-                        wait = max(0.0, min(wait, nxt - self.engine.clock.now()))
+                    # a deadline still due after the pass is one this worker
+                    # may not fire (refused, or leased elsewhere): the next
+                    # poll, not a spin
+                    if nxt is not None and nxt > self.engine.clock.now():
+                        wait = min(wait, nxt - self.engine.clock.now())
                 if stop.is_set():
                     break
                 if self.session is not None:
