@@ -21,14 +21,23 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
+from desktop_app.errors import FlowVersionMismatchError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import as_printed, flowdesk, spawn
 from tests.polling import until
 
+#: the user's flow; its steps wait while ``<log>.hold`` exists (a step that
+#: takes its time, for a test that needs one)
 FLOW = """
+import time
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -43,6 +52,8 @@ class Reminder(BaseModel):
 
 def note(name):
     def step(state):
+        while Path(state.log + ".hold").exists():
+            time.sleep(0.05)
         with Path(state.log).open("a") as out:
             out.write(name + "\\n")
         return {{}}
@@ -102,13 +113,20 @@ def status(db: Path | str, run_id: str, env: dict[str, str]) -> str:
     return str(json.loads(out.stdout)["status"])
 
 
-def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Path) -> None:
+def user_db(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    """The user's flow module (first step ``prep``) in a folder of its own,
+    the environment that registers it, and a database with the schema."""
     code = tmp_path / "code"
     code.mkdir()
     write_flow(code, "prep")
     env = user_env(code)
     db = tmp_path / "d.db"
     assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    return code, env, db
+
+
+def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Path) -> None:
+    code, env, db = user_db(tmp_path)
     kept_log, ended_log = tmp_path / "kept.log", tmp_path / "ended.log"
     kept, ended = start(db, kept_log, env), start(db, ended_log, env)
     write_flow(code, "prepare")  # the author renames a step
@@ -224,43 +242,31 @@ async def test_the_app_says_which_keys_work_for_a_run_whose_flow_changed(tmp_pat
         assert "press r again, or press c to cancel it" in said and "Engine." not in said
 
 
-def test_serve_refuses_a_due_timer_of_a_changed_flow_once_and_does_not_spin(
-    db_path: Path,
-) -> None:
-    """The engine side of ``flowdesk agent``: the refusal goes to
-    ``on_refused`` once, and a deadline it may not fire does not make
-    every pass start at once (passes stay one per ``poll_s``)."""
-    from pydantic import BaseModel
+class Nap(BaseModel):
+    n: int = 0
 
-    from desktop_app.errors import FlowVersionMismatchError
-    from desktop_app.flow import Engine, FlowBuilder
-    from desktop_app.store.sqlite.store import open_store
 
-    class S(BaseModel):
-        n: int = 0
+def nap_flow(first: str) -> Any:
+    """A flow whose run sleeps 10 ms after its step ``first``."""
+    builder = FlowBuilder("nap", Nap, version="1").step(first, lambda s: {"n": 1})
+    return builder.sleep("pause", 0.01).step("finish", lambda s: {"n": 2}).chain().compile()
 
-    def flow(first: str) -> object:
-        builder = FlowBuilder("nap", S, version="1").step(first, lambda s: {"n": 1})
-        return builder.sleep("pause", 0.01).step("finish", lambda s: {"n": 2}).chain().compile()
 
-    old = Engine(open_store(db_path), flows=[flow("prep")])  # type: ignore[list-item]
-    run_id = old.run("nap", S()).run_id
+def due_timer_of_a_changed_flow(open_store: Callable[[], Any]) -> tuple[Engine, str]:
+    """A run whose timer fell due, made under ``nap_flow("prep")``, and an
+    engine on ``open_store()`` with the flow's step renamed since."""
+    old = Engine(open_store(), flows=[nap_flow("prep")])
+    run_id = old.run("nap", Nap()).run_id
     assert old.status(run_id).status == "waiting"
     old.store.close()
     time.sleep(0.05)  # its timer falls due
-    engine = Engine(open_store(db_path), flows=[flow("prepare")])  # type: ignore[list-item]
-    refused: list[tuple[str, type]] = []
-    passes: list[int] = []
+    return Engine(open_store(), flows=[nap_flow("prepare")]), run_id
+
+
+def serve_a_while(serve: Callable[[threading.Event], None], passes: list[int]) -> None:
+    """``serve(stop)`` on a thread for three passes and about a second more."""
     stop = threading.Event()
-    server = threading.Thread(
-        target=engine.serve,
-        args=(stop,),
-        kwargs={
-            "poll_s": 0.2,
-            "on_tick": lambda: passes.append(1),
-            "on_refused": lambda rid, exc: refused.append((rid, type(exc))),
-        },
-    )
+    server = threading.Thread(target=serve, args=(stop,))
     server.start()
     try:
         until(lambda: len(passes) >= 3, "three passes")
@@ -268,6 +274,27 @@ def test_serve_refuses_a_due_timer_of_a_changed_flow_once_and_does_not_spin(
     finally:
         stop.set()
         server.join(timeout=60)
+
+
+def test_serve_refuses_a_due_timer_of_a_changed_flow_once_and_does_not_spin(
+    db_path: Path,
+) -> None:
+    """The engine side of ``flowdesk agent``: the refusal goes to
+    ``on_refused`` once, and a deadline it may not fire does not make
+    every pass start at once (passes stay one per ``poll_s``)."""
+    engine, run_id = due_timer_of_a_changed_flow(lambda: open_store(db_path))
+    refused: list[tuple[str, type]] = []
+    passes: list[int] = []
+
+    def serve(stop: threading.Event) -> None:
+        engine.serve(
+            stop,
+            poll_s=0.2,
+            on_tick=lambda: passes.append(1),
+            on_refused=lambda rid, exc: refused.append((rid, type(exc))),
+        )
+
+    serve_a_while(serve, passes)
     assert refused == [(run_id, FlowVersionMismatchError)]
     assert len(passes) < 50, len(passes)  # one per poll, not a busy loop
     assert engine.status(run_id).status == "waiting"
@@ -280,26 +307,10 @@ def test_a_postgres_worker_refuses_a_changed_flow_once_and_does_not_spin(pg_url:
     due timer of a run whose flow changed goes to ``on_refused`` once, and
     the deadline it may not fire leaves its passes at one per ``poll_s``
     (it made them run back to back, each refusing again)."""
-    from pydantic import BaseModel
-
-    from desktop_app.errors import FlowVersionMismatchError
-    from desktop_app.flow import Engine, FlowBuilder
     from desktop_app.flow.worker import Worker
     from desktop_app.store.postgres.store import open_postgres_store
 
-    class S(BaseModel):
-        n: int = 0
-
-    def flow(first: str) -> object:
-        builder = FlowBuilder("nap", S, version="1").step(first, lambda s: {"n": 1})
-        return builder.sleep("pause", 0.01).step("finish", lambda s: {"n": 2}).chain().compile()
-
-    old = Engine(open_postgres_store(pg_url), flows=[flow("prep")])  # type: ignore[list-item]
-    run_id = old.run("nap", S()).run_id
-    assert old.status(run_id).status == "waiting"
-    old.store.close()
-    time.sleep(0.05)  # its timer falls due
-    engine = Engine(open_postgres_store(pg_url), flows=[flow("prepare")])  # type: ignore[list-item]
+    engine, run_id = due_timer_of_a_changed_flow(lambda: open_postgres_store(pg_url))
     refused: list[tuple[str, type]] = []
     passes: list[int] = []
     worker = Worker(
@@ -308,15 +319,7 @@ def test_a_postgres_worker_refuses_a_changed_flow_once_and_does_not_spin(pg_url:
         on_tick=lambda: passes.append(1),
         on_refused=lambda rid, exc: refused.append((rid, type(exc))),
     )
-    stop = threading.Event()
-    server = threading.Thread(target=worker.serve, args=(stop,))
-    server.start()
-    try:
-        until(lambda: len(passes) >= 3, "three passes")
-        time.sleep(1.0)  # about five more passes (a spin would make hundreds)
-    finally:
-        stop.set()
-        server.join(timeout=60)
+    serve_a_while(worker.serve, passes)
     assert refused == [(run_id, FlowVersionMismatchError)]
     assert len(passes) < 50, len(passes)  # one per poll, not a busy loop
     assert engine.status(run_id).status == "waiting"

@@ -7,7 +7,8 @@ the old code is left to it; a run whose step is gone is refused with
 nothing changed.
 
 The user's flow is a module of its own, rewritten as its author edits it
-(the helpers of ``tests/test_changed_flow_stuck.py``).
+(the helpers of ``tests/test_changed_flow_stuck.py``; its steps wait while
+``<log>.hold`` exists).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from tests.cli_support import as_printed, flowdesk
 from tests.polling import until
-from tests.test_changed_flow_stuck import PAUSE_S, commands, start, status, user_env, write_flow
+from tests.test_changed_flow_stuck import PAUSE_S, commands, start, status, user_db, write_flow
 
 
 def onto_hint_of(db: Path, run_id: str, env: dict[str, str]) -> str:
@@ -34,12 +35,7 @@ def onto_hint_of(db: Path, run_id: str, env: dict[str, str]) -> str:
 
 
 def test_the_printed_onto_current_continues_the_run_on_the_new_version(tmp_path: Path) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    write_flow(code, "prep")
-    env = user_env(code)
-    db = tmp_path / "d.db"
-    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    code, env, db = user_db(tmp_path)
     log = tmp_path / "moved.log"
     old = start(db, log, env)  # ran `prep`, sleeps in `pause`
     write_flow(code, "prepare")  # the author renames the first step
@@ -71,12 +67,7 @@ def test_the_printed_onto_current_continues_the_run_on_the_new_version(tmp_path:
 def test_a_run_whose_step_is_gone_is_refused_and_the_printed_cancel_ends_it(
     tmp_path: Path,
 ) -> None:
-    code = tmp_path / "code"
-    code.mkdir()
-    write_flow(code, "prep")
-    env = user_env(code)
-    db = tmp_path / "d.db"
-    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    code, env, db = user_db(tmp_path)
     log = tmp_path / "gone.log"
     run_id = start(db, log, env)
     # the author drops the pause the run sleeps in
@@ -99,43 +90,6 @@ def test_a_run_whose_step_is_gone_is_refused_and_the_printed_cancel_ends_it(
     assert log.read_text().splitlines() == ["prep"]
 
 
-#: the user's flow as in ``test_changed_flow_stuck``, whose steps wait while
-#: ``<log>.hold`` exists (a step that takes its time)
-HELD_FLOW = """
-import time
-from pathlib import Path
-
-from pydantic import BaseModel
-
-from desktop_app.flow import FlowBuilder
-
-
-class Reminder(BaseModel):
-    log: str
-    done: bool = False
-
-
-def note(name):
-    def step(state):
-        while Path(state.log + ".hold").exists():
-            time.sleep(0.05)
-        with Path(state.log).open("a") as out:
-            out.write(name + "\\n")
-        return {{}}
-
-    return step
-
-
-remind = (
-    FlowBuilder("remind", Reminder, version="1")
-    .step("{first}", note("{first}"))
-    .sleep("pause", {pause})
-    .step("finish", note("finish"))
-    .chain()
-    .compile()
-)
-"""
-
 #: an engine process with the flow's code of the moment, resuming one run
 HOLDER = """
 import sys
@@ -152,12 +106,6 @@ engine.resume(sys.argv[2])
 """
 
 
-def write_held_flow(folder: Path, first: str) -> None:
-    (folder / "remind_flows.py").write_text(HELD_FLOW.format(first=first, pause=PAUSE_S))
-    for cached in (folder / "__pycache__").glob("remind_flows.*"):
-        cached.unlink()
-
-
 def test_a_run_a_live_process_holds_is_left_to_it_until_that_process_dies(
     tmp_path: Path,
 ) -> None:
@@ -165,12 +113,7 @@ def test_a_run_a_live_process_holds_is_left_to_it_until_that_process_dies(
     the move is refused and nothing changes; once that process is killed
     (``kill -9``) the printed move takes the run over, and each step's
     effect happened once."""
-    code = tmp_path / "code"
-    code.mkdir()
-    write_held_flow(code, "prep")
-    env = user_env(code)
-    db = tmp_path / "d.db"
-    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    code, env, db = user_db(tmp_path)
     log = tmp_path / "held.log"
     run_id = start(db, log, env)  # ran `prep`, sleeps in `pause`
     time.sleep(PAUSE_S + 0.5)  # its timer falls due (not a timing assertion)
@@ -193,7 +136,7 @@ def test_a_run_a_live_process_holds_is_left_to_it_until_that_process_dies(
             return json.loads(out.stdout)["status"] == "running"
 
         until(held, "the old-code process runs `finish`")
-        write_held_flow(code, "prepare")  # the author renames the first step meanwhile
+        write_flow(code, "prepare")  # the author renames the first step meanwhile
         refused = as_printed(hint, env)
         assert refused.returncode == 1, refused.stderr
         assert f"run {run_id} is held by a live process" in refused.stderr
