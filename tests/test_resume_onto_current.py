@@ -55,13 +55,24 @@ def test_the_printed_onto_current_continues_the_run_on_the_new_version(tmp_path:
     shown = json.loads(flowdesk(db, "show", old, "-o", "json", env=env).stdout)
     assert f"superseded by run {new}" in (shown["error"] or "")
 
-    # done once: the old run is no longer stuck, nor the new one
+    # done once: the old run has ended, and the new one runs the current version
     again = flowdesk(db, "resume", old, "--onto-current", env=env)
-    assert again.returncode == 2 and "nothing to move onto" in again.stderr, again.stderr
-    (go_on,) = commands(again.stderr)
-    assert go_on == f"flowdesk --db {db} resume {old}"
-    assert as_printed(go_on, env).returncode == 1  # canceled: it says so, and exits 1
+    assert again.returncode == 2 and f"run {old} is canceled" in again.stderr, again.stderr
+    (what,) = commands(again.stderr)
+    assert what == f"flowdesk --db {db} show {old}"
+    shown_out = as_printed(what, env)
+    assert shown_out.returncode == 0 and f"superseded by run {new}" in shown_out.stdout
+    current = flowdesk(db, "resume", new, "--onto-current", env=env)
+    assert current.returncode == 2, current.stderr
+    assert "completed" in current.stderr
+    waits_run = start(db, tmp_path / "current.log", env)  # a live run of the current version
+    live = flowdesk(db, "resume", waits_run, "--onto-current", env=env)
+    assert live.returncode == 2 and "nothing to move onto" in live.stderr, live.stderr
+    (go_on,) = commands(live.stderr)
+    assert go_on == f"flowdesk --db {db} resume {waits_run}"
+    assert as_printed(go_on, env).returncode == 0  # waiting or completed: exit 0
     assert log.read_text().splitlines() == ["prep", "finish"]
+    assert (tmp_path / "current.log").read_text().splitlines()[0] == "prepare"
 
 
 def test_a_run_whose_step_is_gone_is_refused_and_the_printed_cancel_ends_it(

@@ -863,7 +863,7 @@ def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
     is canceled as superseded. Prints both runs, then the new run's outcome.
 
     Raises:
-        InputError: not a flow run, or its flow did not change (plain
+        InputError: not a live flow run, or its flow did not change (plain
             ``resume`` goes on with it).
         FlowError: a live process holds the run (it has the old code and
             runs it), or the new version cannot take it: its state no longer
@@ -881,6 +881,12 @@ def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
             f"{rid} is {'an agent run' if ref.kind == 'agent' else 'a LangGraph thread'}"
         )
     run = sv.checkpoints.get_run(rid)
+    if run.status not in ("pending", "running", "waiting", "failed"):
+        raise InputError(
+            f"run {rid} is {run.status}: only a live run (pending, running, waiting or "
+            f"failed) moves onto a new version of its flow; what it did: "
+            f"`{ctx.hints.cmd(f'show {rid}')}`"
+        )
     if stuck_on_version(sv, run) is None:
         raise InputError(
             f"run {rid} runs under its flow as registered here (version {run.flow_version}, "
