@@ -150,16 +150,37 @@ def test_one_pass_delivers_at_most_limit_intents_100_by_default(db_path):
     store.close()
 
 
-def test_an_unknown_destination_fails_the_intent_and_says_which(db_path):
+def test_an_intent_for_a_destination_a_dispatcher_lacks_stays_pending_for_one_that_has_it(
+    db_path,
+):
+    """The CLI's, the app's and ``flowdesk agent``'s dispatchers know the
+    built-in destinations only; a user's program delivers its own. An intent
+    for one of those is left to it: not failed, not claimed, and not taking
+    a slot of the pass's limit (it used to be failed for good, the effect
+    lost while its run showed ``completed``)."""
     store, (key,) = _queued(db_path, dest="nowhere")
-    dispatcher = Dispatcher(store, {"sink": Sink()}, ManualClock())
-    assert dispatcher.dispatch() == 0
-    (failed,) = store.intents(["failed"])
-    assert failed.intent_id == key
-    assert failed.last_error == "unknown destination 'nowhere'"
-    assert dispatcher.dispatch() == 0
-    assert store.intents(["pending", "sending", "delivered"]) == []
+    others, keys = _queued_more(store, count=3)
+    theirs = Dispatcher(store, {"sink": others}, ManualClock())
+    assert theirs.dispatch(limit=3) == 3  # the unknown one took none of the 3 slots
+    assert theirs.dispatch() == 0
+    (pending,) = store.intents(["pending", "sending", "failed"])
+    assert (pending.intent_id, pending.status, pending.last_error) == (key, "pending", None)
+    claimed_by = store.conn.execute(
+        "SELECT claimed_by FROM outbox WHERE intent_id=?", (key,)
+    ).fetchone()[0]
+    assert claimed_by is None
+    mine = Sink()
+    assert Dispatcher(store, {"nowhere": mine}, ManualClock()).dispatch() == 1
+    assert [k for k, _ in mine.sent] == [key] and sorted(k for k, _ in others.sent) == keys
     store.close()
+
+
+def _queued_more(store, count: int) -> tuple[Sink, list[str]]:
+    """``count`` more intents for ``sink`` on ``store`` (after the others)."""
+    res = Engine(store, flows=[FLOW]).run("queue", Q(count=count))
+    assert res.status == "completed"
+    keys = sorted(i.intent_id for i in store.intents(["pending"]) if i.destination == "sink")
+    return Sink(), keys
 
 
 def test_an_interrupted_send_the_destination_has_is_marked_delivered_not_resent(db_path, tmp_path):

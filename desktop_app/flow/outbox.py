@@ -151,8 +151,15 @@ class Dispatcher:
         reconciled first, then sent if the destination lacks them), deliver
         them. Returns how many were delivered."""
         now = None if self._claim_clock is None else self._claim_clock.now()
+        # only what this dispatcher can deliver: an intent for a destination
+        # another process registers stays pending for that process
         claimed = self.store.claim_intents(
-            self.owner, self.claim_ttl_s, limit, presumed_dead=claimant_is_gone, now=now
+            self.owner,
+            self.claim_ttl_s,
+            limit,
+            presumed_dead=claimant_is_gone,
+            now=now,
+            destinations=tuple(self.destinations),
         )
         return sum(self._deliver(intent) for intent in claimed)
 
@@ -160,18 +167,9 @@ class Dispatcher:
         # every mark is compared and set on the status this dispatcher last
         # saw: an intent withdrawn meanwhile (``withdraw_intents``, e.g. by an
         # undo) is neither sent nor set back to pending or delivered
-        dest = self.destinations.get(intent.destination)
+        dest = self.destinations[intent.destination]  # claimed for one of them only
         now = self.clock.now
         expected: str = intent.status
-        if dest is None:
-            self.store.mark_intent(
-                intent.intent_id,
-                "failed",
-                now(),
-                error=f"unknown destination {intent.destination!r}",
-                expect=expected,
-            )
-            return 0
         try:
             if intent.interrupted:
                 receipt = dest.lookup(intent.intent_id)

@@ -453,6 +453,7 @@ class Outbox(Protocol):  # pragma: no mutate block
         presumed_dead: Callable[[str], bool] | None = None,
         presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
+        destinations: Collection[str] | None = None,
     ) -> list[Intent]:
         """Claim up to ``limit`` intents for delivery by ``owner`` for ``ttl_s``
         seconds, oldest first: ``pending`` and ``sending`` ones nobody else
@@ -461,7 +462,10 @@ class Outbox(Protocol):  # pragma: no mutate block
         attempts are unchanged: the dispatcher marks each ``sending`` as it
         sends it. A ``sending`` intent comes back with ``interrupted=True``
         (its dispatcher died mid-send: reconcile before sending). An intent a
-        live dispatcher holds is never handed out."""
+        live dispatcher holds is never handed out. With ``destinations``, only
+        intents for those destinations are claimed: an intent for a
+        destination the dispatcher cannot deliver to stays pending for one
+        that can (never failed for it, never taking a claim slot)."""
 
     def mark_intent(
         self,

@@ -140,6 +140,23 @@ def claim_intents_skips_what_is_done(h: Harness) -> None:
 
 
 @check("Outbox.claim_intents")
+def claim_intents_for_some_destinations_leaves_the_others(h: Harness) -> None:
+    """A dispatcher claims only the destinations it delivers to; the others'
+    intents stay pending and unclaimed, and take no slot of its limit."""
+    s = h.store()
+    rid = _id()
+    s.create_run(_run(rid), _cp(rid, 0))
+    theirs = [Intent(f"{rid}:a:{i}", rid, "a", "theirs", {"i": i}) for i in range(3)]
+    mine = [Intent(f"{rid}:b:{i}", rid, "b", "mine", {"i": i}) for i in range(2)]
+    s.append(_cp(rid, 1), intents=[*theirs, *mine])
+    got = s.claim_intents("d", 30.0, 2, destinations=("mine", "other"))
+    _eq([i.intent_id for i in got], [i.intent_id for i in mine], "only its destinations")
+    _eq(s.claim_intents("d", 30.0, 10, destinations=()), [], "no destination: nothing")
+    rest = s.claim_intents("e", 30.0, 10)
+    _eq([i.intent_id for i in rest], [i.intent_id for i in theirs], "the others, unclaimed")
+
+
+@check("Outbox.claim_intents")
 def two_connections_claim_each_intent_once(h: Harness) -> None:
     a, b = h.store(), h.store()
     _, keys = _with_intents(a, 12)

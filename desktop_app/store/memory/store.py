@@ -545,6 +545,7 @@ class InMemoryCheckpointStore:
         presumed_dead: Callable[[str], bool] | None = None,
         presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
+        destinations: Collection[str] | None = None,
     ) -> list[Intent]:
         at = self.now() if now is None else now
         out: list[Intent] = []
@@ -556,6 +557,8 @@ class InMemoryCheckpointStore:
                 if run is None or run.scope != self.scope:
                     continue
                 if intent.status not in ("pending", "sending"):
+                    continue
+                if destinations is not None and intent.destination not in destinations:
                     continue
                 claim = self._space.claims.get(intent.intent_id)
                 free = (

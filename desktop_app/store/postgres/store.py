@@ -1502,12 +1502,17 @@ class PostgresCheckpointStore:
         presumed_dead: Callable[[str], bool] | None = None,
         presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
+        destinations: Collection[str] | None = None,
     ) -> list[Intent]:
         """See :meth:`desktop_app.store.protocol.Outbox.claim_intents`
         (``FOR UPDATE SKIP LOCKED``: a row another dispatcher is claiming is
         skipped; claim times from the database clock unless ``now`` is given)."""
         at = "flowdesk_now()" if now is None else "to_timestamp(%(at)s)"
         params: dict[str, Any] = {"scope": self.scope, "at": now, "owner": owner, "ttl": ttl_s}
+        only = ""
+        if destinations is not None:
+            only = " AND o.destination = ANY(%(destinations)s)"
+            params["destinations"] = list(destinations)
 
         def body(conn: Conn) -> list[Any]:
             found = conn.execute(
@@ -1515,7 +1520,7 @@ class PostgresCheckpointStore:
                 "o.attempts, o.receipt, o.last_error, o.claimed_by, "
                 f"(o.claim_expires_at IS NULL OR o.claim_expires_at<={at}) "
                 "FROM outbox o JOIN runs r ON r.run_id=o.run_id "
-                "WHERE r.scope=%(scope)s AND o.status IN ('pending','sending') "
+                f"WHERE r.scope=%(scope)s AND o.status IN ('pending','sending'){only} "
                 "ORDER BY o.created_at, o.intent_id FOR UPDATE OF o SKIP LOCKED",
                 params,
             ).fetchall()

@@ -1006,18 +1006,24 @@ class SqliteCheckpointStore:
         presumed_dead: Callable[[str], bool] | None = None,
         presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
+        destinations: Collection[str] | None = None,
     ) -> list[Intent]:
         """See :meth:`desktop_app.store.protocol.Outbox.claim_intents` (one
         ``BEGIN IMMEDIATE`` transaction)."""
         at = self.now() if now is None else now
+        only = ""
+        only_args: tuple[str, ...] = ()
+        if destinations is not None:
+            names = tuple(destinations)
+            only, only_args = f" AND o.destination IN ({','.join('?' * len(names))})", names
         with self._write():
             rows: list[Any] = self.conn.execute(
                 "SELECT o.intent_id, o.run_id, o.step_id, o.destination, o.payload, o.status, "
                 "o.attempts, o.receipt, o.last_error, o.claimed_by, o.claim_expires_at "
                 "FROM outbox o JOIN runs r ON r.run_id=o.run_id "
-                "WHERE r.scope=? AND o.status IN ('pending','sending') "
+                f"WHERE r.scope=? AND o.status IN ('pending','sending'){only} "
                 "ORDER BY o.created_at, o.intent_id",
-                (self.scope,),
+                (self.scope, *only_args),
             ).fetchall()
             out: list[Intent] = []
             for r in rows:
