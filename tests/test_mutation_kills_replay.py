@@ -87,3 +87,167 @@ def test_runs_of_older_versions_skip_a_held_run_and_a_variant_and_list_the_rest(
     store.claim(held, Lease("elsewhere:4242:n", now + 60.0, issued_at=now), now)
     assert [r.run_id for r in listing.incompatible_runs()] == later
     store.close()
+
+
+# -- a move keeps the wait the run is in (replay.carried_waits) ---------------
+
+HOUR = 3600.0
+
+
+class W(BaseModel):
+    n: int = 0
+    order: str = "o-1"
+    answer: str | None = None
+    got: object = None
+
+
+def moved(db_path, before, after, *, advance: float = HOUR):
+    """A run of ``before`` (flow "w", version "1") that waits, moved onto
+    ``after`` (version "2") ``advance`` seconds later: ``(engine, old run
+    id, old wait, new run id)``."""
+    clock = ManualClock()
+    store = open_store(db_path)
+    old = Engine(store, flows=[before], clock=clock)
+    rid = old.run("w", W()).run_id
+    (wait,) = store.latest(rid).waits
+    clock.advance(advance)
+    engine = Engine(store, flows=[after], clock=clock)
+    return engine, rid, wait, engine.fork_onto_current(rid).run_id
+
+
+def waiting_flow(version: str, wait, entered: list[str]):
+    """``prep`` then the wait step ``wait(builder, on_enter)`` adds, then ``end``."""
+    b = FlowBuilder("w", W, version=version).step("prep", lambda s: {"n": 1})
+    b = wait(b, lambda s, ctx: entered.append(ctx.run_id))
+    return b.step("end", lambda s: {"n": 2}).chain().compile()
+
+
+def test_a_signal_wait_keyed_by_a_function_of_the_state_is_kept(db_path):
+    entered: list[str] = []
+
+    def wait(b, on_enter):
+        return b.wait_signal("w", "paid", key=lambda s: s.order, timeout_s=HOUR * 5,
+                             on_enter=on_enter)  # fmt: skip
+
+    engine, _, before, rid = moved(db_path, waiting_flow("1", wait, entered),
+                                   waiting_flow("2", wait, entered))  # fmt: skip
+    (kept,) = engine.store.latest(rid).waits
+    assert (kept.key, kept.deadline_at, kept.wait_id) == ("o-1", before.deadline_at, f"{rid}:w:0")
+    assert len(entered) == 1  # its on_enter is not done again
+    engine.signal("paid", "o-1", {"ok": 1})
+    assert engine.status(rid).status == "completed"
+    engine.store.close()
+
+
+def test_a_signal_wait_whose_key_changed_begins_anew(db_path):
+    entered: list[str] = []
+
+    def wait_on(key):
+        return lambda b, on_enter: b.wait_signal("w", "paid", key=key, timeout_s=HOUR * 5,
+                                                 on_enter=on_enter)  # fmt: skip
+
+    engine, _, before, rid = moved(db_path, waiting_flow("1", wait_on("k"), entered),
+                                   waiting_flow("2", wait_on("k2"), entered))  # fmt: skip
+    (fresh,) = engine.store.latest(rid).waits
+    assert fresh.key == "k2" and fresh.deadline_at == before.deadline_at + HOUR
+    assert entered[-1] == rid and len(entered) == 2
+    engine.store.close()
+
+
+def test_a_signal_wait_become_an_event_wait_of_the_same_name_begins_anew(db_path):
+    entered: list[str] = []
+
+    def signal(b, on_enter):
+        return b.wait_signal("w", "paid", key="k", timeout_s=HOUR * 5, on_enter=on_enter)
+
+    def event(b, on_enter):
+        return b.wait_event("w", "paid", timeout_s=HOUR * 5, on_enter=on_enter)
+
+    engine, _, before, rid = moved(db_path, waiting_flow("1", signal, entered),
+                                   waiting_flow("2", event, entered))  # fmt: skip
+    (fresh,) = engine.store.latest(rid).waits
+    assert fresh.kind == "event" and fresh.deadline_at == before.deadline_at + HOUR
+    assert len(entered) == 2
+    engine.store.close()
+
+
+def test_a_signal_key_function_that_raises_on_the_moved_state_is_not_taken_for_the_same(
+    db_path,
+):
+    """The new version's key function fails on the run's state: the wait
+    is not carried, so the new run's own begin meets the error (the step
+    fails, saying why) instead of waiting on a key it cannot compute."""
+    entered: list[str] = []
+
+    def before(b, on_enter):
+        return b.wait_signal("w", "paid", key="k", on_enter=on_enter)
+
+    def after(b, on_enter):
+        return b.wait_signal("w", "paid", key=lambda s: s.order[99], on_enter=on_enter)
+
+    engine, _, _, rid = moved(db_path, waiting_flow("1", before, entered),
+                              waiting_flow("2", after, entered))  # fmt: skip
+    assert engine.status(rid).status == "failed"
+    assert "IndexError" in (engine.status(rid).error or "")
+    engine.store.close()
+
+
+def test_an_await_with_a_timeout_keeps_its_deadline(db_path):
+    def flow_v(version: str):
+        b = FlowBuilder("w", W, version=version).step("prep", lambda s: {"n": 1})
+        b = b.await_input("ok", "answer", timeout_s=HOUR * 24)
+        if version == "2":
+            b = b.step("check", lambda s: {"n": 3})
+        return b.chain().compile()
+
+    engine, _, before, rid = moved(db_path, flow_v("1"), flow_v("2"))
+    (kept,) = engine.store.latest(rid).waits
+    assert (kept.kind, kept.deadline_at, kept.wait_id) == ("input", before.deadline_at,
+                                                           f"{rid}:ok:0")  # fmt: skip
+    assert engine.resume_with(rid, "yes").state.answer == "yes"
+    engine.store.close()
+
+
+def test_a_question_a_plain_step_asks_is_asked_again_on_the_new_version(db_path):
+    """An ``interrupt`` inside a plain step is no wait step: the moved run's
+    step runs again and asks anew (under the new run's id), and the answer
+    goes to it."""
+
+    def ask(s, ctx):
+        return {"answer": ctx.interrupt("go on?", timeout_s=HOUR)}
+
+    def flow_v(version: str, first: str):
+        b = FlowBuilder("w", W, version=version).step(first, lambda s: {"n": 1})
+        return b.step("ask", ask).step("end", lambda s: {"n": 2}).chain().compile()
+
+    engine, _, before, rid = moved(db_path, flow_v("1", "prep"), flow_v("2", "prepare"))
+    (asked,) = engine.store.latest(rid).waits
+    assert asked.wait_id == f"{rid}:ask:0" and asked.deadline_at == before.deadline_at + HOUR
+    assert engine.resume_with(rid, "yes").status == "completed"
+    engine.store.close()
+
+
+def test_a_wait_step_visited_again_after_the_move_waits_anew(db_path):
+    """The moved run goes on numbering the waits of the step it was in: when
+    its route comes back to that step, the new wait is a new one, not the
+    one it answered (which would answer it at once)."""
+
+    def flow_v(version: str, first: str):
+        return (
+            FlowBuilder("w", W, version=version)
+            .step(first, lambda s: {"n": 1})
+            .await_input("ok", "answer")
+            .step("count", lambda s: {"n": s.n + 1})
+            .step("end", lambda s: {"got": "done"})
+            .chain(first, "ok", "count")
+            .route("count", lambda s: "ok" if s.n < 3 else "end", ["ok", "end"])
+            .compile()
+        )
+
+    engine, _, _, rid = moved(db_path, flow_v("1", "prep"), flow_v("2", "prepare"))
+    first = engine.resume_with(rid, "one")
+    assert first.status == "waiting" and first.state.n == 2
+    (again,) = engine.store.latest(rid).waits
+    assert again.wait_id != f"{rid}:ok:0"
+    assert engine.resume_with(rid, "two").status == "completed"
+    engine.store.close()
