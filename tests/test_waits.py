@@ -97,6 +97,59 @@ def test_signal_sent_while_down_is_delivered_after_restart(db_path):
 
 
 @pytest.mark.scenario("S27")
+def test_a_signal_or_event_sent_after_the_deadline_does_not_complete_the_wait(db_path):
+    """A wait with a deadline: what was sent within it completes it, even
+    when no process ran until after the deadline; what was sent after it
+    does not (the run times out, as after a late answer, and the signal
+    stays unconsumed). It completed the wait whenever it was sent."""
+
+    def signal_flow():
+        return (
+            FlowBuilder("pay", S)
+            .wait_signal("paid", "payment", key=lambda s: s.order, into="payload", timeout_s=HOUR)
+            .step("ship", lambda s: {"notes": ["shipped"]})
+            .chain()
+            .compile()
+        )
+
+    def event_flow(name: str, event_type: str):
+        return (
+            FlowBuilder(name, S)
+            .wait_event("deploy", event_type, into="payload", timeout_s=HOUR)
+            .step("after", lambda s: {"notes": ["deployed"]})
+            .chain()
+            .compile()
+        )
+
+    flows = [signal_flow(), event_flow("ev_in", "early"), event_flow("ev_late", "late")]
+    clock = ManualClock()
+    engine = engine_for(db_path, *flows, clock=clock)
+    in_time, late = (engine.run("pay", S(order=o)).run_id for o in ("in", "late"))
+    ev_in, ev_late = engine.run("ev_in", S()).run_id, engine.run("ev_late", S()).run_id
+    engine.store.close()
+    other = Engine(open_store(db_path), clock=clock)  # no flows: it stores, cannot deliver
+    clock.advance(HOUR / 2)
+    other.signal("payment", "in", {"amount": 1})
+    other.publish("early", {"v": 1})
+    clock.advance(HOUR)  # every deadline passed; then the late ones are sent
+    other.signal("payment", "late", {"amount": 2})
+    other.publish("late", {"v": 2})
+    other.store.close()
+
+    restarted = Engine(open_store(db_path), flows=flows, clock=clock)
+    restarted.tick()
+    assert restarted.status(in_time).status == "completed"
+    assert restarted.get(in_time).payload == {"amount": 1}
+    assert restarted.status(ev_in).status == "completed"
+    assert restarted.get(ev_in).payload == {"v": 1}
+    for rid in (late, ev_late):
+        assert restarted.status(rid).status == "timed_out", rid
+        assert "timed out" in (restarted.status(rid).error or "")
+    assert restarted.store.next_signal("payment", "late") is not None  # not consumed
+    restarted.store.close()
+
+
+@pytest.mark.scenario("S27")
 def test_event_wait_and_predicate_waits_are_refused():
     with pytest.raises(FlowDefinitionError, match="predicate waits cannot be persisted"):
         FlowBuilder("p", S).wait_until("w", lambda s: s.n > 3)

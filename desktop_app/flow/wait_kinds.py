@@ -29,11 +29,15 @@ from desktop_app.store.protocol import Mailbox, Wait
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
-    """What a poll found: the payload that completes the step, and the
-    ``(signal_id, wait_id)`` pairs to consume with that checkpoint."""
+    """What a poll found: the payload that completes the step, the
+    ``(signal_id, wait_id)`` pairs to consume with that checkpoint, and when
+    it was sent (``sent_at`` of a signal, ``published_at`` of an event: UTC
+    epoch seconds by the sender's clock), which decides whether it came
+    within the wait's deadline."""
 
     payload: Any
     consume: list[tuple[int, str]] | None = None
+    at: float | None = None
 
 
 class WaitKind:
@@ -118,7 +122,7 @@ class SignalKind(WaitKind):
         signal = store.next_signal(wait.name, wait.key)
         if signal is None:
             return None
-        return Arrival(signal.payload, [(signal.signal_id, wait.wait_id)])
+        return Arrival(signal.payload, [(signal.signal_id, wait.wait_id)], signal.sent_at)
 
 
 class EventKind(WaitKind):
@@ -131,7 +135,7 @@ class EventKind(WaitKind):
     def poll(self, store: Mailbox, wait: Wait) -> Arrival | None:
         assert wait.name is not None
         event = store.first_event(wait.name, wait.created_at)
-        return None if event is None else Arrival(event.payload)
+        return None if event is None else Arrival(event.payload, at=event.published_at)
 
 
 class TimerKind(WaitKind):

@@ -20,7 +20,7 @@ from desktop_app.flow.definition import AnyStep, AwaitStep, Step, WaitStep
 from desktop_app.flow.run import remember_resolved
 from desktop_app.flow.state import encode_fields
 from desktop_app.flow.step_call import Outcome
-from desktop_app.flow.wait_kinds import WAIT_KINDS, wait_kind_of
+from desktop_app.flow.wait_kinds import WAIT_KINDS, Arrival, wait_kind_of
 from desktop_app.store.protocol import CheckpointStore, RunRecord, RunStatus, StepRecord, Wait
 from desktop_app.words import local_and_utc
 
@@ -95,7 +95,7 @@ def run_wait(run: WaitRunner, step: AwaitStep | WaitStep) -> None:
         )
     now = run.clock.now()
     arrived = kind.poll(run.store, wait)
-    if arrived is not None:
+    if arrived is not None and not _too_late(arrived, wait, now):
         resolve_wait(run, step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
         return
     if wait.deadline_at is not None and now >= wait.deadline_at:
@@ -111,6 +111,17 @@ def run_wait(run: WaitRunner, step: AwaitStep | WaitStep) -> None:
     if isinstance(step, AwaitStep):
         run.meta["await"] = {"step": step.id, "into": step.into, "prompt": step.prompt}
     run.save(step.id, ctx.take_writes(), ctx.take_intents())
+
+
+def _too_late(arrived: Arrival, wait: Wait, now: float) -> bool:
+    """Whether ``arrived`` came after ``wait``'s deadline, which has passed:
+    a signal or event sent after it does not complete the wait (the wait
+    times out, as a late answer does; a signal stays unconsumed), while
+    one sent in time completes it even when no process ran until after
+    the deadline. While the deadline has not passed here, whatever arrived
+    counts (a sender's clock ahead of this one's loses nothing)."""
+    deadline, sent = wait.deadline_at, arrived.at
+    return deadline is not None and now >= deadline and sent is not None and sent > deadline
 
 
 def resolve_wait(
