@@ -143,6 +143,28 @@ def test_error_routing_problems():
     ]
 
 
+def test_a_resume_only_step_without_on_recover_is_refused_and_says_what_to_give():
+    """Flower's RESUME_ONLY calls ``onResume``, whose default throws: a step
+    interrupted mid-way is not taken for completed (its return was never
+    applied and its effect may or may not have happened)."""
+    b = (
+        FlowBuilder("charge", S)
+        .step("charge", noop, recovery="resume_only")
+        .step("ok", noop, recovery="resume_only", on_recover=noop)
+        .chain()
+    )
+    assert problems_of(b) == [
+        "step 'charge' has recovery='resume_only' but no on_recover: give "
+        "on_recover(state, ctx), which runs instead of the step when a crash "
+        "interrupted it (check whether its effect happened, then return the "
+        "state's changes), or use recovery='idempotent' to run it again"
+    ]
+    nested = FlowBuilder("nested", S).condition(
+        "c", lambda s: True, [Step("inner", noop, Policy(recovery="resume_only"))]
+    )
+    assert problems_of(nested)[0].startswith("step 'inner' has recovery='resume_only'")
+
+
 def test_a_nested_steps_error_route_is_checked_and_makes_its_target_reachable():
     bad = FlowBuilder("nested", S).condition(
         "c", lambda s: True, [Step("inner", noop, Policy(on_error="route", error_route="ghost"))]

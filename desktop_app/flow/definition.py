@@ -79,7 +79,8 @@ class Policy:
         error_field: the state field that receives the error message.
         recovery: ``idempotent`` — an attempt found in progress after a crash
             runs again; ``resume_only`` — ``on_recover`` runs instead of the
-            body (Flower's RecoveryPolicy).
+            body (Flower's RecoveryPolicy; ``compile`` refuses ``resume_only``
+            without ``on_recover``, as Flower's default ``onResume`` throws).
         on_recover: ``on_recover(state, ctx)`` for ``resume_only`` steps.
     """
 
@@ -588,6 +589,16 @@ class FlowBuilder(Generic[S]):
         error_edges: dict[str, str] = {}
         for s in [*self._steps, *nested.values()]:
             p = s.policy
+            if p.recovery == "resume_only" and p.on_recover is None:
+                # Flower's RESUME_ONLY calls onResume, whose default throws: a
+                # step found in progress after a crash may or may not have
+                # done its effect, and only the flow's author can say what then
+                problems.append(
+                    f"step {s.id!r} has recovery='resume_only' but no on_recover: give "
+                    "on_recover(state, ctx), which runs instead of the step when a crash "
+                    "interrupted it (check whether its effect happened, then return the "
+                    "state's changes), or use recovery='idempotent' to run it again"
+                )
             if p.on_error == "route":
                 if p.error_route not in known:
                     problems.append(
