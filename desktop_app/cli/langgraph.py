@@ -159,9 +159,21 @@ def print_waiting(ctx: Ctx, asking: list[threads.Thread]) -> None:
         print(f"  answer it (the answer on standard input): {answer_hint(ctx, t.thread_id)}")
 
 
-def answer(sv: Services, thread_id: str, value: Any) -> int:
+def answer(sv: Services, thread_id: str, value: Any, wait_id: str | None = None) -> int:
     """``flowdesk answer THREAD [VALUE]``: store the answer the thread's
-    ``interrupt()`` receives when its program runs the graph again."""
+    ``interrupt()`` receives when its program runs the graph again.
+
+    Raises:
+        InputError: ``--wait-id`` given (a thread's one question has none;
+            several at once are answered by its program), or see
+            :func:`threads.store_answer`.
+    """
+    if wait_id is not None:
+        raise InputError(
+            f"--wait-id is for flow and agent runs; LangGraph thread {thread_id} is answered "
+            "without one (a thread asking several questions at once is answered by its "
+            "program, by interrupt id)"
+        )
     t = threads.store_answer(sv.checkpoints, sv.settings.scope, thread_id, value)
     print(f"langgraph thread {t.thread_id} answered")
     print(f"it goes on when its program runs {threads.resume_hint(t.thread_id)}")

@@ -246,7 +246,7 @@ def cmd_answer(ctx: Ctx) -> int:
     if ref.kind == "langgraph":
         from desktop_app.cli import langgraph
 
-        return langgraph.answer(sv, ref.run_id, value)
+        return langgraph.answer(sv, ref.run_id, value, wait_id=a.wait_id)
     if ref.kind == "agent":
         from desktop_app.cli.ask import resume_agent_run
 

@@ -661,12 +661,21 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
     def _thread_asked(
         self, tx: SqlTx, thread_id: str, checkpoint_id: str, asked: Sequence[Any]
     ) -> None:
-        """An interrupt (or its answer) on the latest root checkpoint."""
+        """An interrupt (or its answer) on the latest root checkpoint. The
+        thread's questions are every task's interrupt on that checkpoint:
+        tasks run in parallel (two nodes each calling ``interrupt()``) store
+        theirs one task at a time, and the row kept only the last one's."""
         if asked:
+            stored = tx.fetchall(
+                "SELECT type, blob FROM langgraph_writes WHERE scope=? AND thread_id=? "
+                "AND checkpoint_ns='' AND checkpoint_id=? AND channel=? ORDER BY task_id, idx",
+                (self.scope, thread_id, checkpoint_id, INTERRUPT),
+            )
+            every = [self.serde.loads_typed((str(t), _bytes(b))) for t, b in stored]
             tx.execute(
                 "UPDATE langgraph_threads SET status='waiting', owner=NULL, interrupts=?, "
                 f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND checkpoint_id=?",
-                (_interrupt_values(asked), time.time(), self.scope, thread_id, checkpoint_id),
+                (_interrupt_values(every), time.time(), self.scope, thread_id, checkpoint_id),
             )
         else:
             tx.execute(

@@ -207,7 +207,9 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
         UnknownRunError: no such thread.
         RunStateError: the thread is not waiting for an answer, or another
             answer took it first (nothing stored; exit 1, as for a flow run).
-        InputError: ``value`` is not JSON.
+        InputError: ``value`` is not JSON, or the thread waits on several
+            interrupts at once (a resume without ids would answer the first
+            LangGraph picks; its program answers them by id).
     """
     try:
         blob = json.dumps(value, ensure_ascii=False).encode("utf-8")
@@ -226,6 +228,17 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
             raise RunStateError(
                 f"LangGraph thread {thread_id} is {thread.status}, not waiting for an answer; "
                 "nothing was stored"
+            )
+        if len(thread.interrupts) > 1:
+            # LangGraph gives a resume without interrupt ids to the first
+            # pending interrupt, whichever question a person read
+            raise InputError(
+                f"LangGraph thread {thread_id} waits on {len(thread.interrupts)} questions at "
+                "once (parallel nodes each called interrupt()); an answer stored here would go "
+                "to whichever LangGraph resumes first, not the one you mean, so nothing was "
+                "stored. Answer them from its program, each by its interrupt id: "
+                "graph.invoke(Command(resume={interrupt.id: value, ...}), config, "
+                'durability="sync") (the ids are in graph.get_state(config).interrupts)'
             )
         now = time.time()
         # the answer is taken by a compare-and-set on the row: of two answers
