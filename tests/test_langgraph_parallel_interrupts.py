@@ -10,16 +10,12 @@ import operator
 from pathlib import Path
 from typing import Annotated, TypedDict
 
-import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
 
-pytest.importorskip("langgraph")
-
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.types import Command, interrupt  # noqa: E402
-
-from desktop_app.integrations.langgraph import FlowdeskSaver  # noqa: E402
-from desktop_app.integrations.langgraph.threads import get_thread  # noqa: E402
-from tests.cli_support import flowdesk  # noqa: E402
+from desktop_app.integrations.langgraph import FlowdeskSaver
+from desktop_app.integrations.langgraph.threads import get_thread
+from tests.cli_support import flowdesk
 
 
 class Got(TypedDict):
