@@ -465,6 +465,16 @@ def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) ->
         assert "whether it took effect is unknown" in shown
         assert len(server.requests) == 2
     assert lines(log) == ["delete x"]  # approved once, made once
+    # show says so, as for an MCP call (it listed the call `in_progress`)
+    said = flowdesk(db_path, "show", run_id, env={**env, **REGISTERED})
+    assert said.returncode == 0, said.stderr
+    assert re.search(r"^  delete +unknown", said.stdout, re.M), said.stdout
+    assert "in_progress" not in said.stdout
+    # resumed again (its server gone), the run replays from its journal: the
+    # same answer, the unknown outcome told again, nothing sent or made
+    again = flowdesk(db_path, "resume", run_id, env={**env, **REGISTERED})
+    assert again.returncode == 0 and "could not tell" in again.stdout, again.stderr
+    assert lines(log) == ["delete x"]
 
 
 # -- canceled by the user (`flowdesk cancel`) while a process drives it -------------

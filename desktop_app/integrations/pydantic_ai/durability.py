@@ -52,7 +52,13 @@ from pydantic_ai.durable_exec import (
     conversation_id_from_run_id,
 )
 
-from desktop_app.agent.messages import Message, ToolCall, canonical_json
+from desktop_app.agent.messages import (
+    Message,
+    ToolCall,
+    canonical_json,
+    is_outcome_unknown,
+    outcome_unknown,
+)
 from desktop_app.agent.tools import PYDANTIC_AI_PREFIX
 from desktop_app.errors import AgentError, AgentRunCanceledError
 from desktop_app.flow.clock import Clock
@@ -127,7 +133,12 @@ class RunJournal:
         call = _tool_call(operation_id, cache_key)
         label = call.name if call is not None else _label(operation_id, name)
         stored = self.store.tool_result(self.run_id, key)
-        if stored is not None and stored.status == "completed":
+        done = stored is not None and stored.status == "completed"
+        if stored is not None and done and is_outcome_unknown(stored.result):
+            self.store.mark_reused(self.run_id, key)  # decided before: told the same again
+            self.replayed += 1
+            return {"result": stored.result, "kind": "tool_return"}
+        if stored is not None and done:
             record = json.loads(stored.result or "{}")
             given = None if call is None else canonical_json(call.arguments)
             if given is not None and record.get("input") != given:
@@ -142,8 +153,22 @@ class RunJournal:
             return record.get("output")
         if call is not None and stored is not None and _needs_approval(cache_key):
             # an approved call that started but never saved its result may have
-            # taken effect: the person approved one call, so it is not made again
-            return {"result": unknown_outcome(call.name), "kind": "tool_return"}
+            # taken effect: the person approved one call, so it is not made again;
+            # recorded as Flowdesk's own runtime records it, so `show` and the
+            # app say "outcome unknown" instead of a call left in progress
+            content = outcome_unknown(
+                f"the call to {call.name} was interrupted before its result was saved; it "
+                "was not repeated, so whether it took effect is unknown"
+            )
+            told = {"result": content, "kind": "tool_return"}
+            self.store.update(
+                self.run_id,
+                self.clock.now(),
+                owner=self.owner,
+                messages=[_tool_message(call, told).to_json()],
+                tool=(key, label, "completed", content),
+            )
+            return told
         if self.store.get(self.run_id).status == "canceled":  # `flowdesk cancel` meanwhile
             raise AgentRunCanceledError(self.run_id)  # no model request or tool call after it
         if call is not None:  # counts the attempt; a crash leaves it in_progress
@@ -281,17 +306,6 @@ def _needs_approval(cache_key: tuple[object, ...]) -> bool:
     definition's kind is ``unapproved``)."""
     tool = cache_key[3] if len(cache_key) > 3 else None
     return getattr(getattr(tool, "tool_def", None), "kind", None) == "unapproved"
-
-
-def unknown_outcome(tool: str) -> str:
-    """What the model is told of an approved call that was interrupted before
-    its result was saved (JSON text), as Flowdesk's own runtime tells it."""
-    return json.dumps(
-        {
-            "error": f"the call to {tool} was interrupted before its result was saved; it was "
-            "not repeated, so whether it took effect is unknown"
-        }
-    )
 
 
 def _label(operation_id: DurableOperationId, name: str) -> str:
