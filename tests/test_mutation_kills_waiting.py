@@ -119,3 +119,53 @@ def test_a_signal_another_writer_stored_too_deep_fails_the_step_naming_the_field
     ) in (out.error or ""), out.error
     assert store.next_signal("parcel", "p-1") is not None
     store.close()
+
+
+# -- a signal sent after the deadline (waiting._too_late) ----------------------
+
+
+class P(BaseModel):
+    got: dict | None = None
+
+
+def _paid_flow():
+    return (
+        FlowBuilder("pay", P)
+        .wait_signal("paid", "payment", key="k", into="got", timeout_s=60)
+        .step("ship", lambda s: {})
+        .chain()
+        .compile()
+    )
+
+
+def _sent_at(db_path, sent_offset: float, judged_offset: float) -> str:
+    """A run whose 60 s signal wait began at t; a signal stored by another
+    process at ``t + 60 + sent_offset`` (by its clock); the run woken at
+    ``t + 60 + judged_offset``: its status."""
+    clock = ManualClock()
+    engine = Engine(open_store(db_path), flows=[_paid_flow()], clock=clock)
+    run_id = engine.run("pay", P()).run_id
+    deadline = engine.store.latest(run_id).waits[0].deadline_at
+    engine.store.send_signal("payment", "k", {"n": 1}, deadline + sent_offset)
+    clock.set(deadline + judged_offset)
+    engine.tick()
+    status = engine.status(run_id).status
+    engine.store.close()
+    return status
+
+
+def test_a_signal_sent_at_the_deadline_itself_is_in_time(db_path):
+    assert _sent_at(db_path, sent_offset=0.0, judged_offset=5.0) == "completed"
+
+
+def test_at_the_deadline_a_signal_stamped_after_it_is_late(db_path):
+    """Judged at the deadline's very instant (it has passed: the wait times
+    out then), a signal whose sender's clock stamped it a second later is
+    late."""
+    assert _sent_at(db_path, sent_offset=1.0, judged_offset=0.0) == "timed_out"
+
+
+def test_before_the_deadline_a_signal_stamped_after_it_still_counts(db_path):
+    """A sender's clock ahead of this process's loses nothing while the
+    deadline has not passed here."""
+    assert _sent_at(db_path, sent_offset=1.0, judged_offset=-1.0) == "completed"
