@@ -151,16 +151,23 @@ def fit_problems(exc: Any) -> str:
 
 
 def report_result(ctx: Ctx, result: Any) -> int:
-    """Print a run's outcome (and hints); the exit code: 1 failed, timed out
-    or canceled (by `cancel` or `--new` from another process while this one
-    executed it: a script must not take the run for a success), else 0."""
+    """Print a run's outcome and hints that work as printed (``resume`` for a
+    failed run; ``show``, and ``replay`` from its start, for a timed-out run,
+    which cannot be resumed); the exit code: 1 failed, timed out or canceled
+    (by `cancel` or `--new` from another process while this one executed it:
+    a script must not take the run for a success), else 0."""
     print(f"run {result.run_id} {result.status}")
     if result.status == "completed" and getattr(result.state, "report_path", None):
         print(f"report: {result.state.report_path}")
     if result.error:
         print(f"error: {result.error}", file=sys.stderr)
-    if result.status in ("failed", "timed_out"):
+    if result.status == "failed":
         print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
+        return EXIT_FAILED
+    if result.status == "timed_out":  # it cannot be resumed; a replay runs its flow again
+        print(f"what it did: {ctx.hints.cmd('show ' + result.run_id)}", file=sys.stderr)
+        again = ctx.hints.cmd("replay " + result.run_id)
+        print(f"run it again from its start, as a new run: {again}", file=sys.stderr)
         return EXIT_FAILED
     if result.status == "canceled":  # it cannot be resumed; `show` says what it did
         print(f"what it did: {ctx.hints.cmd('show ' + result.run_id)}", file=sys.stderr)

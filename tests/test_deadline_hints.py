@@ -1,0 +1,77 @@
+"""The hints around a question whose deadline passed, each run as printed.
+
+A new user's tryout found two that did not work: a timed-out run said
+``resume with: flowdesk resume RUN``, which is refused (a timed-out run
+cannot be resumed, exit 1); and ``show`` offered ``answer RUN yes`` next to
+``deadline … passed 4s ago``, which exits 1 and times the run out. The runs
+are started and moved on by the real CLI over a real SQLite file; the
+question's deadline (``tests.hint_flows.SOON_S`` after it is asked) passes
+on the real clock.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+
+from tests.cli_support import as_printed, flowdesk
+from tests.hint_flows import FLOWS_ENV
+from tests.polling import until
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def user_env() -> dict[str, str]:
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "FLOWDESK_FLOWS": FLOWS_ENV, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def hint(stream: str, label: str) -> str:
+    """The command on the line ``<label>: <command>`` of ``stream``."""
+    (line,) = [ln.strip() for ln in stream.splitlines() if ln.strip().startswith(label + ": ")]
+    return line.removeprefix(label + ": ")
+
+
+def past_deadline(db: Path, env: dict[str, str]) -> str:
+    """A ``soon`` run whose question's deadline has passed (it still waits:
+    nothing woke it since)."""
+    started = flowdesk(db, "start", "soon", "--input", "{}", env=env)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.splitlines()[0]
+    shown = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=env).stdout)
+    (wait,) = shown["waits"]
+    deadline = datetime.fromisoformat(wait["deadline_at"].replace("Z", "+00:00")).timestamp()
+    until(lambda: time.time() > deadline + 0.05, "the question's deadline passes")
+    return run_id
+
+
+def test_a_timed_out_run_offers_show_and_a_replay_that_work_not_resume(tmp_path: Path) -> None:
+    env = user_env()
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    run_id = past_deadline(db, env)
+
+    woken = flowdesk(db, "resume", run_id, env=env)
+    assert woken.returncode == 1, woken.stderr
+    assert f"run {run_id} timed_out" in woken.stdout
+    assert "resume with" not in woken.stderr, woken.stderr
+    show = hint(woken.stderr, "what it did")
+    replay = hint(woken.stderr, "run it again from its start, as a new run")
+    assert show == f"flowdesk --db {db} show {run_id}"
+    assert replay == f"flowdesk --db {db} replay {run_id}"
+
+    shown = as_printed(show, env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0].endswith("status timed_out"), shown.stdout
+    assert f"error: wait {run_id}:approve:0 timed out" in shown.stdout
+
+    again = as_printed(replay, env)
+    assert again.returncode == 0, again.stderr
+    new_id = again.stdout.splitlines()[0]
+    assert new_id != run_id
+    assert f"run {new_id} waiting" in again.stdout  # it asks its question again
+    left = flowdesk(db, "show", run_id, "-o", "json", env=env)
+    assert json.loads(left.stdout)["status"] == "timed_out"  # the source is left as it was
