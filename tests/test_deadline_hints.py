@@ -75,3 +75,46 @@ def test_a_timed_out_run_offers_show_and_a_replay_that_work_not_resume(tmp_path:
     assert f"run {new_id} waiting" in again.stdout  # it asks its question again
     left = flowdesk(db, "show", run_id, "-o", "json", env=env)
     assert json.loads(left.stdout)["status"] == "timed_out"  # the source is left as it was
+
+
+def test_a_question_past_its_deadline_offers_no_answer_but_the_command_that_times_it_out(
+    tmp_path: Path,
+) -> None:
+    env = user_env()
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    run_id = past_deadline(db, env)
+    now_label = "time it out now with"
+
+    shown = flowdesk(db, "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "answer with" not in shown.stdout and f"answer {run_id}" not in shown.stdout
+    assert "too late to answer: its deadline passed, so the next wake-up" in shown.stdout
+    from_show = hint(shown.stdout, now_label)
+    waiting = flowdesk(db, "waiting", env=env)
+    assert waiting.returncode == 0, waiting.stderr
+    assert "too late to answer: its deadline passed" in waiting.stdout
+    (wait,) = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=env).stdout)["waits"]
+    assert from_show == hint(waiting.stdout, now_label) == wait["command"]
+    assert from_show == f"flowdesk --db {db} resume {run_id}"
+
+    timed_out = as_printed(from_show, env)
+    assert timed_out.returncode == 1, timed_out.stderr  # a run that timed out is not a success
+    assert f"run {run_id} timed_out" in timed_out.stdout
+    assert f"error: wait {run_id}:approve:0 timed out" in timed_out.stderr
+    after = flowdesk(db, "show", run_id, env=env)
+    assert after.stdout.splitlines()[0].endswith("status timed_out"), after.stdout
+    assert "waits for:" not in after.stdout
+
+
+def test_a_question_before_its_deadline_still_offers_its_answer(tmp_path: Path) -> None:
+    env = user_env()
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "typed", "--input", "{}", env=env)
+    run_id = started.stdout.splitlines()[0]
+    shown = flowdesk(db, "show", run_id, env=env)
+    assert "too late" not in shown.stdout and "time it out" not in shown.stdout
+    answered = as_printed(hint(shown.stdout, "answer with"), env)
+    assert answered.returncode == 0, answered.stderr
+    assert f"run {run_id} waiting" in answered.stdout  # on to its next question

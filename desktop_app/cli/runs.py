@@ -22,9 +22,11 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.cli.waits import (
+    TOO_LATE,
     agent_wait_lines,
     agent_waits,
     answer_choices,
+    too_late,
     wait_command,
     wait_lines,
 )
@@ -381,6 +383,7 @@ def cmd_show(ctx: Ctx) -> int:
                             run.run_id,
                             w,
                             several=sum(x.kind == "input" for x in cp.waits) > 1,
+                            now=store.now(),
                         ),
                     }
                     for w in cp.waits
@@ -742,7 +745,8 @@ def cmd_waiting(ctx: Ctx) -> int:
         print("no waiting runs")
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
-        if stuck_on_version(sv, run) is not None:
+        stuck = stuck_on_version(sv, run) is not None
+        if stuck:
             show = ctx.hints.cmd(f"show {run.run_id}")
             print(f"  stuck: its flow changed since it started; `{show}` says what works")
         waits = engine.waits(run.run_id)
@@ -762,6 +766,10 @@ def cmd_waiting(ctx: Ctx) -> int:
                 else f"  deadline {due_in(w.deadline_at, now)} ({iso(w.deadline_at)})"
             )
             print(f"  {w.wait_id}  {what}{due}")
+            if too_late(w, now) and not stuck:
+                print(f"    too late to answer: {TOO_LATE}")
+                now_cmd = wait_command(ctx.hints, run.run_id, w, now=now)
+                print(f"    time it out now with: {now_cmd}")
     for ar in asking:
         print(f"agent run {ar.run_id}  agent {ar.agent}")
         why = agent_blocker(sv, ar)

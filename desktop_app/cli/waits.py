@@ -7,7 +7,9 @@ with the time left, and the exact command to run, carrying the user's
 ``--db``/``--scope`` (:class:`~desktop_app.cli.output.Hints`):
 
 * input: ``answer RUN yes`` (``--wait-id`` when the run asks several
-  questions at once); the last word is the answer;
+  questions at once); the last word is the answer; once its deadline has
+  passed, no answer is taken: ``resume RUN`` times the run out, as the next
+  wake-up would;
 * signal: ``signal NAME KEY`` (a payload with ``--payload JSON``);
 * event: ``publish TYPE`` (a payload with ``--payload JSON``);
 * timer: ``resume RUN`` fires it once it is due (so does ``flowdesk agent``
@@ -122,6 +124,10 @@ def wait_lines(
         if stuck:
             lines.append("    nothing moves the run past it while it is stuck (see above)")
             continue
+        if too_late(w, now):  # `answer` would be refused, and time the run out
+            lines.append(f"    too late to answer: {TOO_LATE}")
+            lines.append(f"    time it out now with: {wait_command(hints, rid, w, now=now)}")
+            continue
         note, verb = _SAY[w.kind]
         only = (choices or {}).get(w.wait_id)
         if w.kind == "input" and only:
@@ -143,11 +149,31 @@ _SAY = {
 }
 
 
-def wait_command(hints: Hints, run_id: str, wait: Any, *, several: bool = False) -> str:
+#: what happens to a question whose deadline passed
+TOO_LATE = (
+    "its deadline passed, so the next wake-up (`flowdesk resume`, a running "
+    "`flowdesk agent` or the app) times the run out"
+)
+
+
+def too_late(wait: Any, now: float) -> bool:
+    """Whether ``wait`` (a ``Wait``) is a question whose deadline passed at
+    ``now`` (UTC epoch seconds): an answer is refused then (exit 1) and the
+    run times out; ``resume RUN`` times it out at once."""
+    return wait.kind == "input" and wait.deadline_at is not None and now >= wait.deadline_at
+
+
+def wait_command(
+    hints: Hints, run_id: str, wait: Any, *, several: bool = False, now: float | None = None
+) -> str:
     """The command that moves the run ``run_id`` past ``wait`` (a ``Wait``),
     as ``show`` prints it and its JSON gives it (``command``): ``answer RUN
     yes`` (with ``--wait-id`` when ``several`` questions are pending),
-    ``signal NAME KEY``, ``publish TYPE`` or ``resume RUN`` (a timer)."""
+    ``signal NAME KEY``, ``publish TYPE`` or ``resume RUN`` (a timer, or a
+    question whose deadline passed at ``now``, UTC epoch seconds: it times
+    the run out)."""
+    if now is not None and too_late(wait, now):
+        return hints.cmd(f"resume {run_id}")
     if wait.kind == "input":
         which = f" --wait-id {shlex.quote(wait.wait_id)}" if several else ""
         return hints.cmd(f"answer {run_id} yes{which}")
