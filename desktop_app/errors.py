@@ -374,28 +374,55 @@ class AgentRunStatusChangedError(RevisionConflictError):
         )
 
 
+#: statuses of a flow run or an agent run that ended: nothing runs it again
+ENDED_RUN_STATUSES = frozenset(
+    {"completed", "canceled", "timed_out", "done", "timeout", "rate_limited", "expired"}
+)
+
+
 class RunLeasedError(FlowdeskError):
-    """Another live process holds the run's lease; it is not executed here.
+    """Another live process holds the run's lease (or held it a moment ago);
+    it is not executed here.
 
     Attributes:
-        run_id, owner (``host:pid:nonce``), expires_at (UTC epoch seconds).
+        run_id, owner (``host:pid:nonce``), expires_at (UTC epoch seconds, or
+        ``None`` when the run has no lease any more), run_status (the run's
+        status when it was refused, when known: an ended one, ``completed``
+        say, is told as such instead of a live holder).
     """
 
     noun = "run"
 
-    def __init__(self, run_id: str, owner: str, expires_at: float) -> None:
+    def __init__(
+        self, run_id: str, owner: str, expires_at: float | None, status: str | None = None
+    ) -> None:
         self.run_id = run_id
         self.owner = owner
         self.expires_at = expires_at
+        self.run_status = status
+        if status in ENDED_RUN_STATUSES:
+            super().__init__(
+                f"{self.noun} {run_id} is {status}: another process ended it a moment ago. "
+                "Nothing was run here."
+            )
+            return
+        if expires_at is None and status is not None:
+            super().__init__(
+                f"{self.noun} {run_id} was taken by another process a moment ago, which "
+                f"holds it no more (it is {status} now). Nothing was run here; resume it "
+                "again to go on with it."
+            )
+            return
         if owner.partition(":")[0] == socket.gethostname():  # its liveness decides, not the lease
             after = (
                 "Wait for it; if that process ends without finishing it, the run can be "
                 "resumed at once."
             )
         else:
+            at = "" if expires_at is None else f", at {iso_utc(expires_at)}"
             after = (
                 f"Wait for it; if that machine or process is gone, the run can be resumed "
-                f"when its lease runs out, at {iso_utc(expires_at)}."
+                f"when its lease runs out{at}."
             )
         super().__init__(
             f"{self.noun} {run_id} is held by a live process: it is being executed by "

@@ -365,12 +365,14 @@ def test_a_run_a_live_owner_holds_is_not_claimed_and_the_error_names_holder_and_
     assert (run.lease_owner, run.lease_expires_at) == ("host:1:a", 1_767_225_600.0)
 
 
-def test_a_lease_held_without_an_end_is_reported_as_ended_at_the_epoch(sqlite_store):
+def test_a_lease_held_without_an_end_is_reported_with_no_expiry(sqlite_store):
+    """Not as ending at the epoch: the message would say 1970."""
     s = sqlite_store
     _make(s, "r1", "flow", T0, lease_owner="host:1:a")
     with pytest.raises(RunLeasedError) as err:
         s.claim("r1", Lease("host:2:b", T0 + 40, issued_at=T0 + 10), now=T0 + 10)
-    assert (err.value.owner, err.value.expires_at) == ("host:1:a", 0.0)
+    assert (err.value.owner, err.value.expires_at) == ("host:1:a", None)
+    assert "1970" not in str(err.value)
 
 
 def test_a_holder_known_dead_is_taken_over_before_its_lease_ends(sqlite_store):

@@ -43,7 +43,7 @@ def claim_agent_run(
     if holder is not None and holder != owner:
         held = holding(holder, run.lease_expires_at, now)
         if held == "held":
-            raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
+            raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at)
         takes_over, at = holder, (math.inf if held == "dead" else now)
     store.claim(run.run_id, owner, now + ttl_s, at, takes_over=takes_over)
     return None if takes_over is None else (takes_over, held)

@@ -476,7 +476,7 @@ class Agent:
                 and holder != self.owner
                 and holding(holder, run.lease_expires_at, self.clock.now()) == "held"
             ):  # answered a moment ago, and another process is carrying it on
-                raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at or 0.0)
+                raise AgentRunLeasedError(run.run_id, holder, run.lease_expires_at)
             raise RunStateError(
                 f"agent run {run_id} is not waiting for input (status {run.status!r})"
             )

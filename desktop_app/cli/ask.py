@@ -222,7 +222,7 @@ def refuse_early(
     holder = run.lease_owner
     if run.status == "running" and holding(holder, run.lease_expires_at, now) == "held":
         # a live process executes it (or was answered a moment ago and carries it on)
-        raise AgentRunLeasedError(run_id, str(holder), run.lease_expires_at or 0.0)
+        raise AgentRunLeasedError(run_id, str(holder), run.lease_expires_at)
     if answer is None and run.status == "rate_limited" and (run.retry_at or 0.0) > now:
         raise RunStateError(
             f"agent run {run_id} is rate limited until {iso_utc(run.retry_at or 0.0)}; resume "

@@ -83,7 +83,7 @@ def _run_or_resume(
     if twin is not None and twin.lease_owner is not None and not new:
         held = holding(twin.lease_owner, twin.lease_expires_at, now) == "held"
         if held:  # another live process executes it: said as such, not "resuming" first
-            raise RunLeasedError(twin.run_id, twin.lease_owner, twin.lease_expires_at or 0.0)
+            raise RunLeasedError(twin.run_id, twin.lease_owner, twin.lease_expires_at)
     if twin is not None:
         if not new and _resume_twin(twin, now):
             print(twin.run_id, flush=True)

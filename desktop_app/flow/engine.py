@@ -606,7 +606,7 @@ class Engine:
                 self._in_hand.add(run_id)
         if busy:
             row = self.store.get_run(run_id)
-            raise RunLeasedError(run_id, self.owner, row.lease_expires_at or 0.0)
+            raise RunLeasedError(run_id, self.owner, row.lease_expires_at)
         try:
             yield
         finally:

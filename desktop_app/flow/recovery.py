@@ -203,7 +203,7 @@ def recover(
     for run in engine.store.list_runs(statuses=RUNNABLE_STATUSES):
         held = run.lease_owner not in (None, engine.owner) and run.run_id not in handled
         if held and (only is None or only(run)):
-            leased = RunLeasedError(run.run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+            leased = RunLeasedError(run.run_id, run.lease_owner or "?", run.lease_expires_at)
             report.append((run, leased))
             if on_result is not None:
                 on_result(run, leased)

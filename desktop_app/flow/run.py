@@ -225,7 +225,7 @@ class RunState:
             return None
         held = holding(holder, run.lease_expires_at, now())
         if held == "held":
-            raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at or 0.0)
+            raise RunLeasedError(run.run_id, holder or "?", run.lease_expires_at)
         return holder, held == "dead"
 
     def refuse_resume(self) -> None:

@@ -121,7 +121,7 @@ def commit_checkpoint(
         if run.saves == 0:  # nothing ran yet: another process holds the run
             row = run.store.get_run(run.run_id)
             raise RunLeasedError(
-                run.run_id, row.lease_owner or "?", row.lease_expires_at or 0.0
+                run.run_id, row.lease_owner or "?", row.lease_expires_at, row.status
             ) from None
         raise  # another process holds the run now: this one stops, and says so
     except RevisionConflictError:
@@ -132,7 +132,10 @@ def commit_checkpoint(
             # two processes took a dead owner's run over at once and the
             # other one saved first (and may have finished and released it)
             raise RunLeasedError(
-                run.run_id, row.lease_owner or "another process", row.lease_expires_at or 0.0
+                run.run_id,
+                row.lease_owner or "another process",
+                row.lease_expires_at,
+                row.status,
             ) from None
         raise
     run.revision = cp.revision

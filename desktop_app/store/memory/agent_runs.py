@@ -122,9 +122,7 @@ class InMemoryAgentLog:
         with self._lock:
             run = self._get(run_id)
             if not lease.may_take(run.lease_owner, run.lease_expires_at, now):
-                raise AgentRunLeasedError(
-                    run_id, run.lease_owner or "?", run.lease_expires_at or 0.0
-                )
+                raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
             run = replace(run, lease_owner=owner, lease_expires_at=expires_at)
             self._runs[run_id] = run
             return run

@@ -237,7 +237,7 @@ class InMemoryCheckpointStore:
         with self._lock:
             run = self._run(run_id)
             if not lease.may_take(run.lease_owner, run.lease_expires_at, claim_time(lease, now)):
-                raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+                raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
             run = replace(run, lease_owner=lease.owner, lease_expires_at=lease.expires_at)
             self._runs[run_id] = run
             self._space.version += 1

@@ -190,7 +190,7 @@ class PostgresAgentStore:
             raise CheckpointNotFoundError(f"no agent run {run_id} in scope {self.scope!r}")
         run = agent_run_from_row(row)
         if changed != 1:
-            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         return run
 
     def release(self, run_id: str, owner: str) -> None:

@@ -972,7 +972,7 @@ class PostgresCheckpointStore:
         if run is None:
             raise self._no_run(run_id)
         if not claimed:
-            raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+            raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         return run
 
     def now(self) -> float:

@@ -170,7 +170,7 @@ class SqliteAgentStore:
             claimed = self.conn.changes() == 1
             run = self.get(run_id)
         if not claimed:
-            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         return run
 
     def release(self, run_id: str, owner: str) -> None:

@@ -594,7 +594,7 @@ class SqliteCheckpointStore:
             claimed = self.conn.changes() == 1
             run = self.get_run(run_id)
         if not claimed:
-            raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at or 0.0)
+            raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         return run
 
     def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
