@@ -52,18 +52,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from desktop_app.integrations import missing_extra
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_serializable_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ModuleNotFoundError as exc:  # the extra is not installed: say which
+    raise missing_extra(exc, "langgraph", "Flowdesk's LangGraph integration") from exc
 
 from desktop_app.errors import StoreError, ThreadCorruptError
 from desktop_app.flow.context import ExecutionContext

@@ -12,6 +12,13 @@ integrations are, on its public durable-execution interface
 Only this package imports ``pydantic_ai``.
 """
 
+from desktop_app.integrations import missing_extra
+
+try:  # every module of this package imports it: said once, here, when it is missing
+    import pydantic_ai  # noqa: F401
+except ModuleNotFoundError as exc:
+    raise missing_extra(exc, "pydantic-ai", "Flowdesk's Pydantic AI integration") from exc
+
 from desktop_app.integrations.pydantic_ai.agent import FlowdeskAgent, FlowdeskRunResult
 from desktop_app.integrations.pydantic_ai.durability import FlowdeskDurability, JournalMismatchError
 

@@ -1,0 +1,100 @@
+"""The LangGraph and Pydantic AI integrations imported without their extra
+say which extra to install, as the MCP client does, instead of a bare
+``ModuleNotFoundError: No module named 'langgraph'``.
+
+Each import runs in a Python process of its own whose import system cannot
+find the framework (a meta-path hook refuses it, as an environment without
+it does); the extra the message names is checked against ``pyproject.toml``
+(it must exist and install the framework).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: run before the user's import: the framework is not installed, as far as
+#: this process can tell
+BLOCK = """
+import sys
+
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == {package!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInstalled())
+"""
+
+
+def imported_without(package: str, statement: str) -> subprocess.CompletedProcess[str]:
+    code = BLOCK.format(package=package) + statement
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("package", "extra", "integration", "statement"),
+    [
+        (
+            "langgraph",
+            "langgraph",
+            "LangGraph",
+            "from desktop_app.integrations.langgraph import FlowdeskSaver",
+        ),
+        (
+            "langgraph",
+            "langgraph",
+            "LangGraph",
+            "from desktop_app.integrations.langgraph.saver import FlowdeskSaver",
+        ),
+        (
+            "pydantic_ai",
+            "pydantic-ai",
+            "Pydantic AI",
+            "from desktop_app.integrations.pydantic_ai import FlowdeskAgent",
+        ),
+        (
+            "pydantic_ai",
+            "pydantic-ai",
+            "Pydantic AI",
+            "from desktop_app.integrations.pydantic_ai.registry import registered_agents",
+        ),
+    ],
+)
+def test_an_integration_without_its_extra_names_the_extra_to_install(
+    package: str, extra: str, integration: str, statement: str
+) -> None:
+    got = imported_without(package, statement)
+    assert got.returncode == 1, got.stderr
+    last = got.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"ModuleNotFoundError: Flowdesk's {integration} integration needs the {package} "
+        f"package, which is not installed: pip install 'flowdesk[{extra}]'"
+    ), got.stderr
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert any(req.replace("_", "-").startswith(package.replace("_", "-")) for req in extras[extra])
+
+
+def test_code_that_catches_the_bare_import_error_still_catches_it() -> None:
+    """``flowdesk show`` of a LangGraph thread and the app catch
+    ``ImportError`` to go on without the extra: the clear error is one."""
+    got = imported_without(
+        "langgraph",
+        "try:\n"
+        "    from desktop_app.integrations.langgraph import FlowdeskSaver\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc.name)\n",
+    )
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip() == "ModuleNotFoundError langgraph"
