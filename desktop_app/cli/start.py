@@ -14,6 +14,7 @@ conflict policy).
 
 from __future__ import annotations
 
+import json
 import sys
 import uuid
 from collections.abc import Callable
@@ -266,6 +267,8 @@ def cmd_answer(ctx: Ctx) -> int:
             f"an answer; nothing was answered (`{ctx.hints.cmd(f'show {run.run_id}')}` says "
             "what it did)"
         )
+    if a.wait_id is None:
+        _one_question(ctx, sv, run.run_id)
     result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
     delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
@@ -277,6 +280,33 @@ def cmd_answer(ctx: Ctx) -> int:
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
             print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def _one_question(ctx: Ctx, sv: Any, run_id: str) -> None:
+    """Refuse an ``answer`` without ``--wait-id`` to a run asking several
+    questions at once, printing the command for each, with the user's
+    answer (and ``--value-json``, ``--db``, ``--scope``) as given.
+
+    Raises:
+        InputError: more than one question is pending (exit 2); nothing
+            was answered.
+    """
+    import shlex
+
+    asked = [w for w in sv.checkpoints.latest(run_id).waits if w.kind == "input"]
+    if len(asked) < 2:
+        return
+    a = ctx.args
+    given = shlex.quote(a.value) + (" --value-json" if a.value_json else "")
+    each = "\n".join(
+        f"  {json.dumps(w.prompt, ensure_ascii=False)}: "
+        f"{ctx.hints.cmd(f'answer {run_id} {given} --wait-id {shlex.quote(w.wait_id)}')}"
+        for w in asked
+    )
+    raise InputError(
+        f"run {run_id} asks {len(asked)} questions at once; say which one this answer is "
+        f"for with --wait-id (nothing was answered):\n{each}"
+    )
 
 
 def _answer_value(text: str, as_json: bool, what: str) -> Any:

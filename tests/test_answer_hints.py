@@ -1,0 +1,80 @@
+"""What ``flowdesk answer`` and ``show`` tell a person answering a
+question, each command run as printed.
+
+A new user's tryout found ``answer`` to a run asking two questions at once
+saying "answer one with wait_id=..." (the Python keyword, not the CLI's
+``--wait-id``) and exiting 1 (bad input exits 2). The runs are started and
+answered by the real CLI over a real SQLite file (flows:
+:mod:`tests.hint_flows`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+from desktop_app.flow import Engine
+from desktop_app.store.sqlite.store import open_store
+from tests import hint_flows
+from tests.cli_support import as_printed, flowdesk
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def user_env() -> dict[str, str]:
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {
+        **os.environ,
+        "FLOWDESK_FLOWS": hint_flows.FLOWS_ENV,
+        "PYTHONPATH": os.pathsep.join(paths),
+    }
+
+
+def started(db: Path, flow: str, env: dict[str, str], *scope: str) -> str:
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    out = flowdesk(db, *scope, "start", flow, "--input", "{}", env=env)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()[0]
+
+
+def test_an_answer_to_two_questions_at_once_names_the_command_for_each(tmp_path: Path) -> None:
+    env = user_env()
+    db = tmp_path / "d.db"
+    scope = ("--scope", "team")
+    run_id = started(db, "two", env, *scope)
+
+    refused = flowdesk(db, *scope, "answer", run_id, "gift wrap", env=env)
+    assert refused.returncode == 2, refused.stderr  # bad input, as the README's exit codes say
+    assert "wait_id=" not in refused.stderr
+    assert "nothing was answered" in refused.stderr
+    commands = re.findall(r"^  \"(\w+)\?\": (flowdesk .*)$", refused.stderr, re.M)
+    base = f"flowdesk --db {db} --scope team answer {run_id} 'gift wrap' --wait-id"
+    assert commands == [
+        ("gift", f"{base} {shlex.quote(f'{run_id}:ask/gift:0')}"),
+        ("wrap", f"{base} {shlex.quote(f'{run_id}:ask/wrap:0')}"),
+    ], refused.stderr
+
+    (_, gift), (_, wrap) = commands
+    first = as_printed(gift, env)
+    assert first.returncode == 0, first.stderr
+    assert f"run {run_id} waiting" in first.stdout  # the other question is still open
+    second = as_printed(wrap, env)
+    assert second.returncode == 0, second.stderr
+    assert f"run {run_id} completed" in second.stdout
+    store = open_store(db, scope="team")
+    try:
+        notes = Engine(store, flows=[hint_flows.two]).get(run_id).notes
+    finally:
+        store.close()
+    assert sorted(notes) == ["gift:gift wrap", "wrap:gift wrap"]
+
+
+def test_an_answer_to_the_only_question_needs_no_wait_id(tmp_path: Path) -> None:
+    env = user_env()
+    db = tmp_path / "d.db"
+    run_id = started(db, "typed", env)
+    answered = flowdesk(db, "answer", run_id, "yes", env=env)
+    assert answered.returncode == 0, answered.stderr
+    assert f"run {run_id} waiting" in answered.stdout  # on to its next question
