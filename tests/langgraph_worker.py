@@ -1,14 +1,16 @@
 """A LangGraph graph checkpointed by FlowdeskSaver, run in its own process
 by tests/test_langgraph_crash.py.
 
-Usage: python tests/langgraph_worker.py DB COUNTS THREAD [--hang ITEM]
+Usage: python tests/langgraph_worker.py DB COUNTS THREAD [--hang ITEM] [--call CALL]
 
 The graph: ``plan`` → a ``Send`` per item to ``work`` (fan-out) →
 ``review`` (an ``interrupt()`` asking a person) → ``finish``. Every node
 appends its name (``work:<item>`` for the workers) to COUNTS when it starts,
 so the test counts executions. ``--hang ITEM``: the worker of ITEM hangs
 (the test kills the process with SIGKILL there). The first run of THREAD
-starts the graph; a later one continues it (``invoke(None, config)``).
+starts the graph; a later one continues it (``invoke(None, config)``), or
+runs ``--call``: a continuation Flowdesk printed, evaluated as printed with
+``graph`` the compiled graph.
 Prints one JSON line: the interrupts left and the final state.
 """
 
@@ -94,6 +96,7 @@ def main() -> None:
     p.add_argument("counts")
     p.add_argument("thread")
     p.add_argument("--hang")
+    p.add_argument("--call")
     a = p.parse_args()
     g = build_graph(a.counts, a.hang)
     config = {"configurable": {"thread_id": a.thread, "tenant_id": "acme", "session_id": "s-1"}}
@@ -103,7 +106,10 @@ def main() -> None:
         # "sync": each step's checkpoint is stored before the next step starts
         # (LangGraph's default, "async", may lose it in a crash: then the
         # step's finished tasks run again)
-        result = graph.invoke(None if started else {"topic": "t"}, config, durability="sync")
+        if a.call is not None:  # the program runs what Flowdesk printed
+            result = eval(a.call, {"graph": graph})
+        else:
+            result = graph.invoke(None if started else {"topic": "t"}, config, durability="sync")
     interrupts = [i.value for i in result.get("__interrupt__", [])]
     print(json.dumps({"interrupts": interrupts, "summary": result.get("summary")}), flush=True)
 

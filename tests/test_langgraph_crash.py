@@ -107,11 +107,13 @@ def test_sigkill_mid_fan_out_then_resume_and_answer(database: Path | str, tmp_pa
     assert f"langgraph thread {thread} is interrupted" in resumed.stdout
     assert "no interrupted runs" not in resumed.stdout  # one is: the thread
     assert resumed.stdout.startswith("no interrupted flow or agent runs in ")
-    hint = f'graph.invoke(None, {{"configurable": {{"thread_id": "{thread}"}}}})'
-    assert f"its program continues it with {hint}" in resumed.stdout
+    go_on = (
+        f'graph.invoke(None, {{"configurable": {{"thread_id": "{thread}"}}}}, durability="sync")'
+    )
+    assert f"its program continues it with {go_on}\n" in resumed.stdout
     assert counted(counts) == Counter({"plan": 1, "work:a": 1, "work:b": 1, "work:c": 1})
 
-    second = worker(db_path, counts, thread)
+    second = worker(db_path, counts, thread, "--call", go_on)  # the program runs it as printed
     out, err = second.communicate(timeout=120)
     assert second.returncode == 0, err
     got = json.loads(out.splitlines()[-1])
@@ -135,14 +137,11 @@ def test_sigkill_mid_fan_out_then_resume_and_answer(database: Path | str, tmp_pa
     # not running (no process runs it) nor interrupted (nothing stopped)
     shown = flowdesk(db_path, "show", thread)
     assert f"langgraph thread {thread}  status answered" in shown.stdout, shown.stdout
-    assert (
-        f'its program runs graph.invoke(None, {{"configurable": {{"thread_id": "{thread}"}}}})'
-        in (shown.stdout)
-    )
+    assert f"its program runs {go_on}\n" in shown.stdout
     listed = json.loads(flowdesk(db_path, "runs", "--status", "answered", "-o", "json").stdout)
     assert [r["run_id"] for r in listed] == [thread]
 
-    third = worker(db_path, counts, thread)
+    third = worker(db_path, counts, thread, "--call", go_on)
     out, err = third.communicate(timeout=120)
     assert third.returncode == 0, err
     got = json.loads(out.splitlines()[-1])

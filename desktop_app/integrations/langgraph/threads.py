@@ -275,9 +275,12 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
 
 
 def resume_hint(thread_id: str) -> str:
-    """What a program runs to continue an answered thread (LangGraph's API)."""
+    """What a program runs to continue an interrupted or answered thread
+    (LangGraph's API), as the README recommends: ``durability="sync"``
+    stores each step before the next, so its finished nodes do not run
+    again after a crash."""
     config = json.dumps({"configurable": {"thread_id": thread_id}})
-    return f"graph.invoke(None, {config})"
+    return f'graph.invoke(None, {config}, durability="sync")'
 
 
 @dataclass(frozen=True)
