@@ -78,3 +78,58 @@ def test_an_answer_to_the_only_question_needs_no_wait_id(tmp_path: Path) -> None
     answered = flowdesk(db, "answer", run_id, "yes", env=env)
     assert answered.returncode == 0, answered.stderr
     assert f"run {run_id} waiting" in answered.stdout  # on to its next question
+
+
+def note_and_command(shown: str) -> tuple[str, str]:
+    """The one pending question's note (what the answer may be) and the
+    command ``show`` prints for it."""
+    lines = [ln.strip() for ln in shown.splitlines()]
+    (at,) = [i for i, ln in enumerate(lines) if ln.startswith("answer with: ")]
+    return lines[at - 1], lines[at].removeprefix("answer with: ")
+
+
+def test_show_says_what_each_question_takes_by_the_type_of_its_field(tmp_path: Path) -> None:
+    """``typed`` asks for a bool (``approved``), a str (``note``), an int
+    (``count``) in turn; each note matches what the engine takes, and the
+    command printed for the bool and the str works as printed."""
+    env = user_env()
+    db = tmp_path / "d.db"
+    run_id = started(db, "typed", env)
+
+    note, command = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
+    assert note == "the last word is the answer: yes or no (nothing else is taken)"
+    maybe = flowdesk(db, "answer", run_id, "maybe", env=env)
+    assert maybe.returncode == 2, maybe.stderr  # "any text" it is not
+    assert "valid boolean" in maybe.stderr
+    answered = as_printed(command, env)
+    assert answered.returncode == 0, answered.stderr
+
+    note, command = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
+    assert note == "the last word is the answer: any text"
+    answered = as_printed(command, env)
+    assert answered.returncode == 0, answered.stderr
+
+    note, _ = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
+    assert note == "the last word is the answer: JSON that fits its type (int), with --value-json"
+    word = flowdesk(db, "answer", run_id, "many", env=env)
+    assert word.returncode == 2, word.stderr
+    counted = flowdesk(db, "answer", run_id, "3", "--value-json", env=env)
+    assert counted.returncode == 0, counted.stderr
+    assert f"run {run_id} completed" in counted.stdout
+
+    store = open_store(db)
+    try:
+        state = Engine(store, flows=[hint_flows.typed]).get(run_id)
+    finally:
+        store.close()
+    assert (state.approved, state.note, state.count) == (True, "yes", 3)
+
+
+def test_with_two_questions_the_answer_is_said_to_follow_the_run_id(tmp_path: Path) -> None:
+    """The command ends with ``--wait-id ID``: its last word is not the answer."""
+    env = user_env()
+    db = tmp_path / "d.db"
+    run_id = started(db, "two", env)
+    shown = flowdesk(db, "show", run_id, env=env).stdout
+    assert "the last word is the answer" not in shown
+    assert shown.count("the word after the run id is the answer: yes, no or any text") == 2

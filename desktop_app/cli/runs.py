@@ -26,6 +26,7 @@ from desktop_app.cli.waits import (
     agent_wait_lines,
     agent_waits,
     answer_choices,
+    answer_type,
     too_late,
     wait_command,
     wait_lines,
@@ -343,9 +344,12 @@ def cmd_show(ctx: Ctx) -> int:
     undelivered = store.undelivered_intents().get(run.run_id, 0)
     flow = sv.engine.flows.get(run.flow_name)
     choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
+    taken: dict[str, str] = {}  # wait id -> the type its answer must fit
     for w in cp.waits:
         if flow is not None and (only := answer_choices(flow, w.step_id)):
             choices[w.wait_id] = only
+        if flow is not None and (kind := answer_type(flow, w.step_id)):
+            taken[w.wait_id] = kind
     stuck = stuck_on_version(sv, run)
     if ctx.args.output != "text":
         emit_one(
@@ -415,7 +419,9 @@ def cmd_show(ctx: Ctx) -> int:
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
         print("waits for:")
-        lines = wait_lines(ctx.hints, run, cp.waits, store.now(), choices, stuck=stuck is not None)
+        lines = wait_lines(
+            ctx.hints, run, cp.waits, store.now(), choices, stuck=stuck is not None, taken=taken
+        )
         for line in lines:
             print(line)
     if run.flow_name == "tidy":

@@ -7,9 +7,10 @@ with the time left, and the exact command to run, carrying the user's
 ``--db``/``--scope`` (:class:`~desktop_app.cli.output.Hints`):
 
 * input: ``answer RUN yes`` (``--wait-id`` when the run asks several
-  questions at once); the last word is the answer; once its deadline has
-  passed, no answer is taken: ``resume RUN`` times the run out, as the next
-  wake-up would;
+  questions at once); the last word is the answer (the word after ``RUN``
+  with ``--wait-id``), as its field's type takes it (:func:`answer_type`);
+  once its deadline has passed, no answer is taken: ``resume RUN`` times
+  the run out, as the next wake-up would;
 * signal: ``signal NAME KEY`` (a payload with ``--payload JSON``);
 * event: ``publish TYPE`` (a payload with ``--payload JSON``);
 * timer: ``resume RUN`` fires it once it is due (so does ``flowdesk agent``
@@ -81,6 +82,59 @@ def answer_choices(flow: Any, step_id: str) -> list[str] | None:
     return found if walk(field.annotation) and found else None
 
 
+def answer_type(flow: Any, step_id: str) -> str | None:
+    """What an await step of ``flow`` (a ``CompiledFlow``) takes, judged by
+    the type of its state field (``Optional``/``Annotated`` unwrapped):
+    ``"bool"`` (yes or no), ``"str"`` (any text), or the type's name for
+    any other (an ``int``, a model: JSON with ``--value-json``). ``None``
+    when the step is not an await step (a ``ctx.interrupt`` takes any JSON
+    data) or the field is not found."""
+    import types
+    from typing import Annotated, Union, get_args, get_origin
+
+    from desktop_app.flow.definition import AwaitStep
+
+    step = flow.steps.get(step_id)
+    if not isinstance(step, AwaitStep):
+        return None
+    field = flow.state_type.model_fields.get(step.into)
+    if field is None:
+        return None
+    tp: Any = field.annotation
+    while True:
+        origin = get_origin(tp)
+        if origin is Annotated:
+            tp = get_args(tp)[0]
+        elif origin in (Union, types.UnionType):
+            kept = [a for a in get_args(tp) if a is not type(None)]
+            if len(kept) != 1:
+                break
+            tp = kept[0]
+        else:
+            break
+    if tp is bool:
+        return "bool"
+    if tp is str:
+        return "str"
+    return getattr(tp, "__name__", None) or str(tp)
+
+
+def _answer_note(taken: str | None, only: Sequence[str] | None, several: bool) -> str:
+    """What the answer command's answer may be: ``taken`` is the field's
+    type (:func:`answer_type`), ``only`` the choices; ``several``: the
+    command ends with ``--wait-id``, so the answer is not its last word."""
+    where = "the word after the run id" if several else "the last word"
+    if only:
+        return f"{where} is the answer: {' or '.join(only)} (nothing else is taken)"
+    if taken == "bool":
+        return f"{where} is the answer: yes or no (nothing else is taken)"
+    if taken == "str":
+        return f"{where} is the answer: any text"
+    if taken is not None:
+        return f"{where} is the answer: JSON that fits its type ({taken}), with --value-json"
+    return f"{where} is the answer: yes, no or any text (JSON with --value-json)"
+
+
 def wait_lines(
     hints: Hints,
     run: Any,
@@ -89,12 +143,15 @@ def wait_lines(
     choices: Mapping[str, Sequence[str]] | None = None,
     *,
     stuck: bool = False,
+    taken: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The lines ``show`` prints under ``waits for:`` for the flow run
     ``run`` (a ``RunRecord``) and its pending ``waits`` (``Wait`` records),
     judged at ``now`` (UTC epoch seconds). ``choices`` maps a wait id to the
     only answers its step takes (:func:`answer_choices`); other questions
-    take any text. Each command line is ``<what> with: <command>``, the
+    take what ``taken`` says for their wait id (:func:`answer_type`: yes or
+    no for a bool field, any text for a str, JSON for another type), or any
+    text or JSON. Each command line is ``<what> with: <command>``, the
     command runnable exactly as printed. ``stuck``: the run's flow changed
     since it started (``show`` says so above): no wait fires or is answered,
     and no command is offered for one."""
@@ -129,9 +186,9 @@ def wait_lines(
             lines.append(f"    time it out now with: {wait_command(hints, rid, w, now=now)}")
             continue
         note, verb = _SAY[w.kind]
-        only = (choices or {}).get(w.wait_id)
-        if w.kind == "input" and only:
-            note = f"the last word is the answer: {' or '.join(only)} (nothing else is taken)"
+        if w.kind == "input":
+            only = (choices or {}).get(w.wait_id)
+            note = _answer_note((taken or {}).get(w.wait_id), only, several)
         lines.append(f"    {note}")
         lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
     return lines
@@ -139,10 +196,7 @@ def wait_lines(
 
 #: wait kind -> (what to know, what the command does)
 _SAY = {
-    "input": (
-        "the last word is the answer: yes, no or any text (JSON with --value-json)",
-        "answer",
-    ),
+    "input": ("", "answer"),  # the note: :func:`_answer_note`
     "signal": ("a payload goes with --payload JSON", "send it"),
     "event": ("a payload goes with --payload JSON", "publish it"),
     "timer": ("a running `flowdesk agent` or the app fires it on its own", "fire it once due"),
