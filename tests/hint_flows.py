@@ -2,7 +2,8 @@
 answer: ``soon`` asks a yes/no question whose deadline passes
 :data:`SOON_S` seconds after it is asked; ``typed`` asks three questions in
 turn, one per kind of field (a bool, a str, an int); ``two`` asks two
-questions at once (parallel branches). Registered with
+questions at once (parallel branches); ``paid`` waits :data:`SOON_S`
+seconds for signal ``payment`` with key ``o-1``. Registered with
 ``FLOWDESK_FLOWS=FLOWS_ENV``."""
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from pydantic import BaseModel
 
 from desktop_app.flow import FlowBuilder
 
-FLOWS_ENV = '["tests.hint_flows:soon", "tests.hint_flows:typed", "tests.hint_flows:two"]'
+FLOWS_ENV = (
+    '["tests.hint_flows:soon", "tests.hint_flows:typed", "tests.hint_flows:two", '
+    '"tests.hint_flows:paid"]'
+)
 
 #: seconds ``soon``'s question waits for its answer
 SOON_S = 0.5
@@ -57,6 +61,15 @@ def _ask(name: str) -> Any:
 two = (
     FlowBuilder("two", Order)
     .parallel("ask", {"gift": _ask("gift"), "wrap": _ask("wrap")}, reducers={"notes": operator.add})
+    .step("finish", lambda s: {"done": True})
+    .chain()
+    .compile()
+)
+
+
+paid = (
+    FlowBuilder("paid", Order)
+    .wait_signal("pay", "payment", key="o-1", into="note", timeout_s=SOON_S)
     .step("finish", lambda s: {"done": True})
     .chain()
     .compile()

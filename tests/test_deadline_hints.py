@@ -118,3 +118,33 @@ def test_a_question_before_its_deadline_still_offers_its_answer(tmp_path: Path) 
     answered = as_printed(hint(shown.stdout, "answer with"), env)
     assert answered.returncode == 0, answered.stderr
     assert f"run {run_id} waiting" in answered.stdout  # on to its next question
+
+
+def test_a_signal_wait_past_its_deadline_offers_no_signal_but_the_wake_up(tmp_path: Path) -> None:
+    """A signal sent after the deadline does not complete the wait, so
+    ``show`` stops offering ``signal``; the wake-up it offers instead, run
+    as printed, times the run out (no signal came in time), and a signal
+    sent afterwards changes nothing."""
+    env = user_env()
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "paid", "--input", "{}", env=env)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.splitlines()[0]
+    before = flowdesk(db, "show", run_id, env=env)
+    assert f"send it with: flowdesk --db {db} signal payment o-1" in before.stdout, before.stdout
+    (wait,) = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=env).stdout)["waits"]
+    deadline = datetime.fromisoformat(wait["deadline_at"].replace("Z", "+00:00")).timestamp()
+    until(lambda: time.time() > deadline + 0.05, "the wait's deadline passes")
+
+    shown = flowdesk(db, "show", run_id, env=env)
+    assert "too late to signal: its deadline passed" in shown.stdout, shown.stdout
+    assert "send it with:" not in shown.stdout
+    wake = hint(shown.stdout, "wake it now with")
+    assert wake == f"flowdesk --db {db} resume {run_id}"
+    woken = as_printed(wake, env)
+    assert woken.returncode == 1 and f"run {run_id} timed_out" in woken.stdout, woken.stdout
+    late = flowdesk(db, "signal", "payment", "o-1", env=env)
+    assert late.returncode == 0, late.stderr
+    ended = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=env).stdout)
+    assert ended["status"] == "timed_out"

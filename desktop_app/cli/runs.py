@@ -22,12 +22,12 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.cli.waits import (
-    TOO_LATE,
     agent_wait_lines,
     agent_waits,
     answer_choices,
     answer_type,
     too_late,
+    too_late_lines,
     wait_command,
     wait_lines,
 )
@@ -773,9 +773,8 @@ def cmd_waiting(ctx: Ctx) -> int:
             )
             print(f"  {w.wait_id}  {what}{due}")
             if too_late(w, now) and not stuck:
-                print(f"    too late to answer: {TOO_LATE}")
-                now_cmd = wait_command(ctx.hints, run.run_id, w, now=now)
-                print(f"    time it out now with: {now_cmd}")
+                for line in too_late_lines(ctx.hints, run.run_id, w, now):
+                    print(line)
     for ar in asking:
         print(f"agent run {ar.run_id}  agent {ar.agent}")
         why = agent_blocker(sv, ar)

@@ -181,9 +181,8 @@ def wait_lines(
         if stuck:
             lines.append("    nothing moves the run past it while it is stuck (see above)")
             continue
-        if too_late(w, now):  # `answer` would be refused, and time the run out
-            lines.append(f"    too late to answer: {TOO_LATE}")
-            lines.append(f"    time it out now with: {wait_command(hints, rid, w, now=now)}")
+        if too_late(w, now):  # `answer` is refused; a signal or event sent now counts not
+            lines.extend(too_late_lines(hints, rid, w, now))
             continue
         note, verb = _SAY[w.kind]
         if w.kind == "input":
@@ -208,13 +207,39 @@ TOO_LATE = (
     "its deadline passed, so the next wake-up (`flowdesk resume`, a running "
     "`flowdesk agent` or the app) times the run out"
 )
+#: what happens to a signal or event wait whose deadline passed
+TOO_LATE_SENT = (
+    "its deadline passed, so one sent now does not complete the wait; the next wake-up "
+    "(`flowdesk resume`, a running `flowdesk agent` or the app) completes it with one "
+    "sent in time that no process has delivered yet, else times the run out"
+)
 
 
 def too_late(wait: Any, now: float) -> bool:
-    """Whether ``wait`` (a ``Wait``) is a question whose deadline passed at
-    ``now`` (UTC epoch seconds): an answer is refused then (exit 1) and the
-    run times out; ``resume RUN`` times it out at once."""
-    return wait.kind == "input" and wait.deadline_at is not None and now >= wait.deadline_at
+    """Whether ``wait`` (a ``Wait``) is a question, signal or event wait
+    whose deadline passed at ``now`` (UTC epoch seconds): an answer is
+    refused then (exit 1), and a signal or event sent then does not
+    complete it; ``resume RUN`` wakes the run at once."""
+    return (
+        wait.kind in ("input", "signal", "event")
+        and wait.deadline_at is not None
+        and now >= wait.deadline_at
+    )
+
+
+def too_late_lines(hints: Hints, run_id: str, wait: Any, now: float) -> list[str]:
+    """``show``'s and ``waiting``'s lines for a wait :func:`too_late` at
+    ``now``: what happens now, and the command that wakes the run."""
+    if wait.kind == "input":
+        return [
+            f"    too late to answer: {TOO_LATE}",
+            f"    time it out now with: {wait_command(hints, run_id, wait, now=now)}",
+        ]
+    verb = "signal" if wait.kind == "signal" else "publish"
+    return [
+        f"    too late to {verb}: {TOO_LATE_SENT}",
+        f"    wake it now with: {wait_command(hints, run_id, wait, now=now)}",
+    ]
 
 
 def wait_command(
