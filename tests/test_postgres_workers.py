@@ -166,7 +166,10 @@ def test_sigkilled_worker_is_taken_over_within_2s_by_its_liveness_lock(pg_url, p
 def test_without_liveness_a_dead_workers_run_is_taken_over_when_its_lease_expires(
     pg_url, pg_store, procs
 ):
-    a = spawn(pg_url, "machine-a", "--step-s", "0.6", "--ttl", "2", "--no-liveness")
+    # s3 never ends in a: however slow this machine (b's start-up included),
+    # a dies holding the run, its lease still running
+    a = spawn(pg_url, "machine-a", "--step-s", "0.6", "--ttl", "2", "--no-liveness",
+              "--hang-at", "s3")  # fmt: skip
     procs.append(a)
     (run_id,) = submit(pg_store, "slow")
     a.expect(lambda w: w[0] == "start" and w[2] == "s1")  # a holds the run before b exists
