@@ -1,7 +1,9 @@
 """A chat-completions server on 127.0.0.1 for provider tests.
 
 Each request takes the next scripted behaviour from ``ChatServer.script``:
-``("json", body)``, ``("sse", [chunk, ...])``, ``("status", code, headers, body)``,
+``("json", body)``, ``("sse", [chunk, ...])``, ``("sse_cut", [chunk, ...])`` (the
+chunks, then the connection closes with no ``[DONE]``: a server killed
+mid-reply), ``("status", code, headers, body)``,
 ``("sleep", seconds)``, ``("raw", text)``, ``("ask_user_if_offered", question,
 answer)`` (a model that calls ``ask_user`` when the request offers it, and
 otherwise answers), ``("gate", event, body)`` (``body`` as ``"json"`` once
@@ -110,15 +112,16 @@ class ChatServer:
                     self.end_headers()
                     self.wfile.write(data)
                     return None
-                if kind == "sse":
+                if kind in ("sse", "sse_cut"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
                     self.end_headers()
                     for chunk in step[1]:
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    return None
+                    if kind == "sse":
+                        self.wfile.write(b"data: [DONE]\n\n")
+                    return None  # "sse_cut": the connection closes mid-reply
                 raise AssertionError(kind)
 
             def _send(self, code: int, body: Any) -> None:

@@ -242,3 +242,75 @@ def test_a_reply_holding_a_lone_surrogate_is_malformed_and_nothing_is_recorded(
         list(model_for(server, stream=True).stream(USER, []))
     server.script = [("json", text)]  # the same store takes the next, valid reply
     assert Agent("u", model_for(server, stream=False), astore).ask("go").text == "ok"
+
+
+TOOL_CALL_CHUNK = {
+    "choices": [
+        {
+            "delta": {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "c1",
+                        "function": {"name": "charge", "arguments": '{"amount": 5}'},
+                    }
+                ]
+            }
+        }
+    ]
+}
+
+
+def test_a_stream_cut_mid_reply_is_no_reply(server):
+    """A stream that ends with neither a finish_reason nor [DONE] (the
+    server killed mid-reply) is a broken connection, retried like a reset:
+    not a reply (its text was only the start) and not a tool call."""
+    m = model_for(server)
+    server.script = [("sse_cut", [{"choices": [{"delta": {"content": "Partial words"}}]}])]
+    with pytest.raises(ProviderUnavailableError, match="ended before its reply was complete"):
+        list(m.stream(USER, []))
+    server.script = [("sse_cut", [TOOL_CALL_CHUNK])]
+    with pytest.raises(ProviderUnavailableError) as cut:
+        list(m.stream(USER, []))
+    assert cut.value.retryable
+    finished = {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}
+    server.script = [("sse_cut", [TOOL_CALL_CHUNK, finished])]  # ended by its finish_reason
+    (*_, last) = m.stream(USER, [])
+    assert last.reply is not None and last.reply.tool_calls[0].arguments == {"amount": 5}
+
+
+def test_an_agent_never_makes_a_tool_call_from_a_cut_stream(server, sqlite_store):
+    """Streamed (as ``flowdesk ask`` streams): a reply cut after a whole
+    tool-call chunk is asked for again, and the tool is not called on it;
+    one cut after some of its text fails the run (resumable), keeping none
+    of that text as the answer."""
+    charged: list[int] = []
+
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        charged.append(amount)
+        return "charged"
+
+    agent = Agent(
+        "pay",
+        model_for(server),
+        SqliteAgentStore(sqlite_store),
+        tools=[charge],
+        clock=ManualClock(),
+        backoff=Backoff(initial_s=0.01, max_s=0.01, jitter_s=0),
+    )
+
+    def streamed(message: str):
+        (done,) = [e.response for e in agent.stream(message) if e.kind == "done"]
+        return done
+
+    answer = {"choices": [{"delta": {"content": "Not charged."}, "finish_reason": "stop"}]}
+    server.script = [("sse_cut", [TOOL_CALL_CHUNK]), ("sse", [answer])]
+    res = streamed("charge 5")
+    assert res.status == "done" and res.text == "Not charged.", res
+    assert charged == [] and len(server.requests) == 2
+    server.script = [("sse_cut", [{"choices": [{"delta": {"content": "Partial words"}}]}])]
+    cut = streamed("say something")
+    assert cut.status == "failed" and "ended before its reply was complete" in str(cut.error)
+    assert cut.text is None

@@ -210,6 +210,9 @@ class OpenAICompatibleModel:
         Raises:
             ToolCallStreamingError: ``tools`` were given and the streamed reply
                 shows the server cannot stream tool calls.
+            ProviderUnavailableError: the stream ended with neither a
+                ``finish_reason`` nor ``[DONE]`` (the connection closed
+                mid-reply): retried like a reset, never taken for the reply.
             ProviderError: as :meth:`complete` (and a malformed stream).
         """
         if not self.streaming:
@@ -222,6 +225,7 @@ class OpenAICompatibleModel:
         finish: str | None = None
         calls: dict[int, dict[str, Any]] = {}
         answered = seen_event = False  # a 200 came / a server-sent event came
+        done = False  # the stream's own end came: "[DONE]"
         try:
             with self._client.stream(
                 "POST", "/chat/completions", json=self._body(messages, tools, True)
@@ -236,6 +240,7 @@ class OpenAICompatibleModel:
                     seen_event = True
                     payload = line[5:].strip()
                     if payload == "[DONE]":
+                        done = True
                         break
                     try:
                         choice = json.loads(payload)["choices"][0]
@@ -270,6 +275,13 @@ class OpenAICompatibleModel:
                     raise MalformedReplyError(
                         "asked for a stream but the provider sent no server-sent events "
                         f"(content type {resp.headers.get('content-type')!r})"
+                    )
+                if finish is None and not done:
+                    # the connection closed mid-reply (a server killed, a proxy's
+                    # cut): what came is no reply, and a tool call in it no call
+                    raise ProviderUnavailableError(
+                        "the provider's stream ended before its reply was complete (no "
+                        "finish_reason and no [DONE]); nothing of it was kept"
                     )
         except httpx.TimeoutException as exc:
             raise ProviderTimeoutError(f"the provider stopped answering: {exc}") from exc
