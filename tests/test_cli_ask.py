@@ -265,3 +265,40 @@ def test_digest_reports_the_question_of_a_summary_run_that_ended_asking(tmp_path
     assert "(agent run d1:a.md)" in report
     again = (out2 / "digest.md").read_text()
     assert "- a.md (not summarised: the model asked 'Which audience?' instead" in again
+
+
+def test_a_rate_limited_ask_says_when_and_is_resumed_once_due(tmp_path):
+    """A 429's Retry-After is when the run may go on: ``ask`` says so with
+    the time, the printed resume works after it, and ``resume --all`` (as
+    ``flowdesk agent`` each pass) resumes a rate-limited run once it is due:
+    it never did, so nothing unattended went on with it."""
+    import time
+
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [
+            ("status", 429, {"Retry-After": "1"}, "slow down"),
+            ("status", 429, {"Retry-After": "1"}, "slow down"),
+            ("json", completion("First answer.")),
+            ("json", completion("Second answer.")),
+        ]
+        first = run(db, "ask", "one", env=env)
+        assert first.returncode == 1, first.stderr
+        assert "rate_limited: rate limited by the provider (HTTP 429)" in first.stderr
+        assert "it can go on from " in first.stderr and "(UTC)" in first.stderr
+        (hint,) = re.findall(r"or run `([^`]+)` after that", first.stderr)
+        first_id = first.stderr.split()[1]
+        assert hint == f"flowdesk --db {db} resume {first_id}"
+        second = run(db, "ask", "two", env=env)
+        assert second.returncode == 1, second.stderr
+        second_id = second.stderr.split()[1]
+        time.sleep(1.5)  # both Retry-Afters pass (not a timing assertion)
+        resumed = as_printed(hint, {**os.environ, **env})
+        assert resumed.returncode == 0, resumed.stderr
+        assert "First answer." in resumed.stdout
+        swept = run(db, "resume", "--all", env=env)
+        assert swept.returncode == 0, swept.stdout
+        assert f"agent run {second_id} done" in swept.stdout
+        assert len(server.requests) == 4

@@ -231,12 +231,15 @@ def resume_with_recorded_tools(
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:
     """Top-level agent runs left ``running`` with no live process executing
     them (``owners.lease_abandoned`` at ``now``, UTC epoch seconds: lease
-    free, owner dead on this host, or another host's lease expired), oldest
-    first."""
+    free, owner dead on this host, or another host's lease expired), and
+    ``rate_limited`` ones whose stored time to resume (the provider's
+    ``Retry-After``) has come, oldest first."""
     return [
         run
-        for run in store.list(statuses=("running",))
-        if run.parent_run_id is None and lease_abandoned(run.lease_owner, run.lease_expires_at, now)
+        for run in store.list(statuses=("running", "rate_limited"))
+        if run.parent_run_id is None
+        and lease_abandoned(run.lease_owner, run.lease_expires_at, now)
+        and (run.status == "running" or (run.retry_at is not None and run.retry_at <= now))
     ]
 
 

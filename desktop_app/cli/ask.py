@@ -161,6 +161,17 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
     if sv.agents.get(res.run_id).error_type == "ToolCallStreamingError":
         hint = ctx.hints.cmd(f"ask --resume {res.run_id} --no-stream")
     error = visible_controls(str(res.error))
+    run = sv.agents.get(res.run_id)
+    if res.status == "rate_limited" and run.retry_at is not None:
+        from desktop_app.words import local_and_utc
+
+        when = local_and_utc(run.retry_at)
+        print(
+            f"run {res.run_id} rate_limited: {error}; it can go on from {when}: a running "
+            f"`flowdesk agent` resumes it then, or run `{hint}` after that",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     print(f"run {res.run_id} {res.status}: {error}  ({hint})", file=sys.stderr)
     return EXIT_FAILED
 
