@@ -299,5 +299,33 @@ def test_an_intent_another_dispatcher_took_over_is_not_sent_again(db_path):
     delivered = {i.intent_id: i for i in store.intents(["delivered"])}
     assert set(delivered) == {k0, k1}
     assert delivered[k1].attempts == 1 and delivered[k1].receipt["accepted"] == k1
+    # k0: the other dispatcher's delivery stands; the slow one's late mark
+    # (its claim expired) is refused, not written over it
+    assert delivered[k0].receipt == {"accepted": k0, "payload": {"n": 0}}
+    store.close()
+    other_store.close()
+
+
+def test_a_late_send_error_does_not_set_back_an_intent_another_dispatcher_delivered(db_path):
+    """A dispatcher whose claim expired while its send hung, and whose send
+    then failed, finds the intent delivered by another dispatcher meanwhile:
+    its error mark is refused (it would set the intent back to pending and
+    send it a second time)."""
+    clock = ManualClock()
+    store, (k0,) = _queued(db_path, count=1)
+    other_store = open_store(db_path)
+    other_sink = Sink()
+    other = Dispatcher(other_store, {"sink": other_sink}, clock)
+
+    class Broken(Sink):
+        def send(self, key, payload):
+            clock.advance(301)  # this send outlives its claim
+            assert other.dispatch() == 1  # the other one delivers it meanwhile
+            raise ConnectionError("reset")
+
+    assert Dispatcher(store, {"sink": Broken()}, clock).dispatch() == 0
+    (done,) = store.intents(["delivered", "pending", "failed"])
+    assert (done.intent_id, done.status) == (k0, "delivered")
+    assert other.dispatch() == 0 and other_sink.sent == [(k0, {"n": 0})]
     store.close()
     other_store.close()
