@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import keyring
@@ -314,3 +315,42 @@ def test_an_agent_never_makes_a_tool_call_from_a_cut_stream(server, sqlite_store
     cut = streamed("say something")
     assert cut.status == "failed" and "ended before its reply was complete" in str(cut.error)
     assert cut.text is None
+
+
+def test_broken_tool_arguments_are_told_to_the_model_and_no_call_is_made(server, sqlite_store):
+    """A small model's broken JSON arguments failed the whole run, and
+    every resume the same way; now the call is not made (nor offered for
+    approval), the model reads why, and its corrected call goes through."""
+    charged: list[int] = []
+
+    @tool(requires_approval=True)
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        charged.append(amount)
+        return "charged"
+
+    @tool
+    def ping() -> str:
+        """Answer pong (no arguments needed)."""
+        charged.append(-1)
+        return "pong"
+
+    broken = completion("", [{"id": "b1", "name": "ping", "args": {}}])
+    broken["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = '{"line": "x'
+    broken_charge = completion("", [{"id": "b2", "name": "charge", "args": {}}])
+    broken_charge["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = "[5]"
+    server.script = [("json", broken), ("json", broken_charge), ("json", completion("Gave up."))]
+    agent = Agent(
+        "pay",
+        model_for(server, stream=False),
+        SqliteAgentStore(sqlite_store),
+        tools=[charge, ping],
+        clock=ManualClock(),
+    )
+    res = agent.ask("ping then charge 5")
+    assert res.status == "done" and res.text == "Gave up.", res
+    assert charged == []  # not even the argument-less ping ran on broken arguments
+    told = [m["content"] for m in server.requests[2]["body"]["messages"] if m["role"] == "tool"]
+    assert len(told) == 2 and all("are not a JSON object" in t for t in told)
+    first = json.loads(told[0])["error"]
+    assert '\'{"line": "x\'' in first and "it was not made" in first

@@ -14,6 +14,25 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+#: the one argument of a tool call whose arguments the model wrote as no
+#: JSON object (their text, as sent): the call is not made, and the model is
+#: told (:func:`invalid_arguments_answer`) instead of the run failing
+INVALID_ARGUMENTS = "__flowdesk_invalid_arguments__"
+
+
+def invalid_arguments_answer(tool: str, raw: Any) -> str:
+    """What the model is told of a call to ``tool`` whose arguments were not
+    a JSON object (``raw``: their text): an error it can read and correct."""
+    shown = str(raw)[:200]
+    return json.dumps(
+        {
+            "error": f"the arguments of this call to {tool} are not a JSON object ({shown!r}); "
+            "it was not made: call it again with its arguments as one JSON object"
+        },
+        ensure_ascii=False,
+    )
+
+
 def outcome_unknown(why: str) -> str:
     """The tool answer for a call that may or may not have taken effect (sent,
     then the process or the server died, or no answer came in time): JSON

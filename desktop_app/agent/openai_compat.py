@@ -24,7 +24,13 @@ from typing import Any
 
 import httpx
 
-from desktop_app.agent.messages import AssistantReply, Message, StreamDelta, ToolCall
+from desktop_app.agent.messages import (
+    INVALID_ARGUMENTS,
+    AssistantReply,
+    Message,
+    StreamDelta,
+    ToolCall,
+)
 from desktop_app.errors import (
     MalformedReplyError,
     ProviderError,
@@ -83,15 +89,17 @@ def _parse_args(raw: Any) -> dict[str, Any]:
     """A tool call's arguments (a JSON object, or the object itself). A raw
     tab or newline inside a string is accepted (``strict=False``): llama.cpp's
     grammar-constrained JSON lets a model write them, and they mean what
-    their escapes would."""
+    their escapes would. Arguments that are no JSON object (a small model's
+    broken JSON) come back as ``{INVALID_ARGUMENTS: text}``: the runtime
+    makes no call and tells the model, which may try again; the run goes on."""
     if isinstance(raw, dict):
         return raw
     try:
         value = json.loads(raw or "{}", strict=False)
-    except (TypeError, json.JSONDecodeError) as exc:
-        raise MalformedReplyError(f"tool call arguments are not JSON: {raw!r}") from exc
+    except (TypeError, json.JSONDecodeError):
+        return {INVALID_ARGUMENTS: str(raw)}
     if not isinstance(value, dict):
-        raise MalformedReplyError(f"tool call arguments are not an object: {raw!r}")
+        return {INVALID_ARGUMENTS: str(raw)}
     return value
 
 

@@ -101,7 +101,14 @@ from desktop_app.agent.approvals import (
     requires_approval,
 )
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
-from desktop_app.agent.messages import AssistantReply, Message, ToolCall, outcome_unknown
+from desktop_app.agent.messages import (
+    INVALID_ARGUMENTS,
+    AssistantReply,
+    Message,
+    ToolCall,
+    invalid_arguments_answer,
+    outcome_unknown,
+)
 from desktop_app.agent.models import ChatModel
 from desktop_app.agent.tools import (
     ASK_USER,
@@ -959,8 +966,8 @@ class Agent:
         was not started before a crash) and nobody decided on this very call
         yet; else ``None``."""
         tool = self.tools.get(call.name)
-        if tool is None or not requires_approval(tool):
-            return None
+        if tool is None or not requires_approval(tool) or INVALID_ARGUMENTS in call.arguments:
+            return None  # an unknown tool or broken arguments: answered, never made
         if self.store.tool_result(run_id, self._journal_key(call, position)) is not None:
             return None  # answered from the journal, or started once: never run again
         request = ApprovalRequest.of(call.name, call.arguments, position)
@@ -979,6 +986,11 @@ class Agent:
             )
             self.store.update(run_id, now, owner=self.owner, messages=[msg.to_json()])
             return True
+        if INVALID_ARGUMENTS in call.arguments:  # no JSON object: no call, and no question
+            content = invalid_arguments_answer(call.name, call.arguments[INVALID_ARGUMENTS])
+            msg = Message("tool", content, tool_call_id=call.id, name=call.name)
+            self.store.update(run_id, now, owner=self.owner, messages=[msg.to_json()])
+            return False
         approval = tool is not None and requires_approval(tool)
         if approval and stored is None:
             request = ApprovalRequest.of(call.name, call.arguments, position)
