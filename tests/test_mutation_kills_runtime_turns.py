@@ -13,6 +13,7 @@ the process-wide OpenTelemetry tracer provider.
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from typing import Any
@@ -20,20 +21,24 @@ from typing import Any
 import pytest
 
 from desktop_app.agent import Agent, ScriptedModel
+from desktop_app.errors import RateLimitedError
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from tests.test_mutation_kills_runtime import ListedServer
 
 STOPPED = "canceled by user; this process stopped before its next model or tool call"
 
 
 class CanceledBeforeSave(SqliteAgentStore):
     """Another process cancels the run right before this process's next
-    write of a model reply (after its last check that the run is live)."""
+    write of a message with ``role`` (a model reply, a tool's answer), after
+    its last check that the run is live."""
 
     armed = True
+    role = "assistant"
 
     def update(self, run_id: str, now: float, **fields: Any) -> None:
-        saves_reply = any(m.get("role") == "assistant" for m in fields.get("messages") or ())
-        if self.armed and saves_reply and fields.get("owner") is not None:
+        saves = any(m.get("role") == self.role for m in fields.get("messages") or ())
+        if self.armed and saves:
             self.armed = False
             SqliteAgentStore.update(self, run_id, now, status="canceled", error="canceled by user")
         super().update(run_id, now, **fields)
@@ -61,6 +66,49 @@ def test_a_cancel_between_the_check_and_the_replys_save_drops_the_reply(sqlite_s
     )
     assert [m["role"] for m in store.messages("c1")] == ["user"]  # the reply is not saved
     assert model.calls == 1
+
+
+def test_a_malformed_ask_user_call_is_answered_as_ask_user_unless_the_run_was_canceled(
+    sqlite_store,
+):
+    reply = [{"tool": "ask_user", "args": {"what": "colour"}, "id": "u1"}]
+    store = SqliteAgentStore(sqlite_store)
+    res = Agent("helper", ScriptedModel([reply, "fine"]), store).ask("q", run_id="u1")
+    assert (res.status, res.text) == ("done", "fine")
+    (answer,) = [m for m in store.messages("u1") if m["role"] == "tool"]
+    assert (answer["tool_call_id"], answer["name"]) == ("u1", "ask_user")
+    assert json.loads(answer["content"])["error"].startswith("invalid arguments: question")
+    # the user cancels right before that answer is saved: nothing more is written
+    store = CanceledBeforeSave(sqlite_store)
+    store.role = "tool"
+    model = ScriptedModel([reply, "never"])
+    res = Agent("helper", model, store).ask("q", run_id="u2")
+    assert (res.status, res.error) == ("canceled", STOPPED)
+    assert [m["role"] for m in store.messages("u2")] == ["user", "assistant"]
+    assert model.calls == 1
+
+
+def test_a_run_whose_server_changed_its_tools_fails_and_the_log_says_which_and_why(
+    sqlite_store, caplog
+):
+    store = SqliteAgentStore(sqlite_store)
+    notes = ListedServer("notes", ["read"])
+    tools = [notes.tool("read")]
+    limited = ScriptedModel([RateLimitedError("429", retry_after_s=0.0)])
+    rid = Agent("helper", limited, store, tools).ask("q").run_id
+    notes.tools = ["read", "delete"]  # the server offers other tools on the resume
+    model = ScriptedModel(["never"])
+    with caplog.at_level(logging.WARNING, logger="desktop_app.agent.runtime"):
+        res = Agent("helper", model, store, tools).resume(rid)
+    assert (res.status, res.error) == ("failed", "notes changed its tools")
+    assert caplog.messages == [f"agent run {rid} failed: notes changed its tools"]
+    run = store.get(rid)
+    assert (run.status, run.error, run.error_type) == (
+        "failed",
+        "notes changed its tools",
+        "McpToolsChangedError",
+    )
+    assert model.calls == 0
 
 
 SPANS_SCRIPT = r"""
