@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from desktop_app.agent import Agent, ScriptedModel
+from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.errors import RateLimitedError
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.test_mutation_kills_runtime import ListedServer
@@ -86,6 +86,27 @@ def test_a_malformed_ask_user_call_is_answered_as_ask_user_unless_the_run_was_ca
     assert (res.status, res.error) == ("canceled", STOPPED)
     assert [m["role"] for m in store.messages("u2")] == ["user", "assistant"]
     assert model.calls == 1
+
+
+def test_a_call_waiting_for_approval_names_its_run_streamed_or_not(sqlite_store):
+    @tool(requires_approval=True)
+    def send(to: str) -> str:
+        """Send a message."""
+        return f"sent to {to}"
+
+    store = SqliteAgentStore(sqlite_store)
+    for rid, streamed in (("p1", False), ("p2", True)):
+        agent = Agent(
+            "helper", ScriptedModel([{"tool": "send", "args": {"to": "bob"}}]), store, [send]
+        )
+        if streamed:
+            res = list(agent.stream("q", run_id=rid))[-1].response
+        else:
+            res = agent.ask("q", run_id=rid)
+        assert res is not None
+        assert (res.run_id, res.status) == (rid, "input_required")
+        assert res.question == 'approve the call send {"to":"bob"}? (yes/no)'
+        assert store.get(rid).status == "input_required"
 
 
 def test_a_run_whose_server_changed_its_tools_fails_and_the_log_says_which_and_why(
