@@ -35,9 +35,12 @@ class CanceledBeforeSave(SqliteAgentStore):
 
     armed = True
     role = "assistant"
+    status: str | None = None  # or: before this status is written
 
     def update(self, run_id: str, now: float, **fields: Any) -> None:
         saves = any(m.get("role") == self.role for m in fields.get("messages") or ())
+        if self.status is not None:
+            saves = fields.get("status") == self.status
         if self.armed and saves:
             self.armed = False
             SqliteAgentStore.update(self, run_id, now, status="canceled", error="canceled by user")
@@ -107,6 +110,25 @@ def test_a_call_waiting_for_approval_names_its_run_streamed_or_not(sqlite_store)
         assert (res.run_id, res.status) == (rid, "input_required")
         assert res.question == 'approve the call send {"to":"bob"}? (yes/no)'
         assert store.get(rid).status == "input_required"
+
+
+@pytest.mark.parametrize("asks", ["question", "approval"])
+def test_a_cancel_right_before_a_question_is_saved_leaves_the_run_canceled(sqlite_store, asks):
+    @tool(requires_approval=True)
+    def send(to: str) -> str:
+        """Send a message."""
+        return f"sent to {to}"
+
+    call = {
+        "question": {"tool": "ask_user", "args": {"question": "Which?"}},
+        "approval": {"tool": "send", "args": {"to": "bob"}},
+    }[asks]
+    store = CanceledBeforeSave(sqlite_store)
+    store.status = "input_required"
+    res = Agent("helper", ScriptedModel([call, "never"]), store, [send]).ask("q", run_id="x")
+    assert (res.status, res.error, res.question) == ("canceled", STOPPED, None)
+    run = store.get("x")
+    assert (run.status, run.error, run.pending_call) == ("canceled", "canceled by user", None)
 
 
 def test_a_run_whose_server_changed_its_tools_fails_and_the_log_says_which_and_why(
