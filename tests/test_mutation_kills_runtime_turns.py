@@ -22,6 +22,7 @@ import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.errors import RateLimitedError
+from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.test_mutation_kills_runtime import ListedServer
 
@@ -129,6 +130,43 @@ def test_a_cancel_right_before_a_question_is_saved_leaves_the_run_canceled(sqlit
     assert (res.status, res.error, res.question) == ("canceled", STOPPED, None)
     run = store.get("x")
     assert (run.status, run.error, run.pending_call) == ("canceled", "canceled by user", None)
+
+
+class SlowRefusal(SqliteAgentStore):
+    """Saving the answer to a malformed ask_user call takes ``seconds`` (on the clock)."""
+
+    clock: ManualClock
+    seconds = 0.0
+
+    def update(self, run_id: str, now: float, **fields: Any) -> None:
+        super().update(run_id, now, **fields)
+        if any(m.get("name") == "ask_user" for m in fields.get("messages") or ()):
+            self.clock.advance(self.seconds)
+
+
+def test_the_deadline_is_checked_between_turns_not_between_the_calls_of_one_reply(
+    sqlite_store,
+):
+    ran: list[str] = []
+
+    @tool
+    def act(x: str) -> str:
+        """Act."""
+        ran.append(x)
+        return f"acted {x}"
+
+    store = SlowRefusal(sqlite_store)
+    store.clock = ManualClock()
+    store.seconds = 60.0  # the deadline passes while the malformed call is answered
+    reply = [{"tool": "ask_user", "args": {"what": "colour"}}, {"tool": "act", "args": {"x": "1"}}]
+    model = ScriptedModel([reply, "never"])
+    agent = Agent("helper", model, store, [act], clock=store.clock, timeout_s=30.0)
+    res = agent.ask("q", run_id="t1")
+    # the reply's other call still runs; the next turn is not started
+    assert (res.status, res.error) == ("timeout", "the run's deadline passed")
+    assert ran == ["1"] and model.calls == 1
+    roles = [(m["role"], m.get("name")) for m in store.messages("t1")]
+    assert roles == [("user", None), ("assistant", None), ("tool", "ask_user"), ("tool", "act")]
 
 
 def test_a_run_whose_server_changed_its_tools_fails_and_the_log_says_which_and_why(
