@@ -997,3 +997,49 @@ def test_pg_a_pass_that_also_takes_a_dead_local_owners_run_starts_each_run_once(
         pool.shutdown(wait=True)
     assert [pg.store.get_run(r).status for r in (left, fresh)] == ["completed"] * 2
     assert [pg.gate.started(r, "a") for r in (left, fresh)] == [1, 1]
+
+
+def test_a_run_another_live_process_holds_is_logged_with_its_owner_not_refused(
+    sq, manual, caplog
+):
+    """Waking a due run that a live process holds (a lease, not a refusal)
+    is an INFO line naming this worker, the run and why, and it is tried
+    again on later passes (not remembered as refused)."""
+    from desktop_app.flow.owners import new_owner
+    from desktop_app.store.records import Lease
+
+    gate = Gate()
+    gate.open.set()
+    app = Engine(sq, flows=[sleeper(gate, seconds=10.0)], clock=manual)
+    run_id = app.run("sleeper", {}).run_id
+    manual.advance(15.0)
+    holder = new_owner()  # this host's process: alive
+    now = sq.now()
+    sq.claim(run_id, Lease(holder, now + 3600, now, ttl_s=3600), now)
+    engine = Engine(sq, flows=[sleeper(gate, seconds=10.0)], clock=manual, owner=OWNER)
+    refused: list[str] = []
+    worker = Worker(engine, poll_s=60.0, on_refused=lambda rid, exc: refused.append(rid))
+    with caplog.at_level(logging.INFO, logger="desktop_app.flow.worker"):
+        with ThreadPoolExecutor(1) as pool:
+            worker.run_pass(pool)
+    [rec] = [r for r in caplog.records if r.name == "desktop_app.flow.worker"]
+    assert rec.levelno == logging.INFO
+    message = rec.getMessage()
+    assert message.startswith(f"flowdesk worker {OWNER}: run {run_id}: ")
+    assert holder in message
+    assert refused == [] and worker.refused == set()
+
+
+def test_a_deadline_due_at_this_very_instant_waits_the_poll(sq, manual):
+    """A deadline equal to now after the pass is one this pass already
+    handed to a thread (or may not fire): the next pass waits the poll, it
+    does not start at once."""
+    gate = Gate()
+    gate.open.set()
+    app = Engine(sq, flows=[sleeper(gate, seconds=10.0)], clock=manual)
+    run_id = app.run("sleeper", {}).run_id
+    manual.set(sq.latest(run_id).waits[0].deadline_at)  # due at this very instant
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    stop = RecordingStop()
+    Serving(Worker(engine, poll_s=60.0), stop).join()
+    assert stop.timeouts == [60.0]
