@@ -1019,9 +1019,11 @@ def test_a_run_another_live_process_holds_is_logged_with_its_owner_not_refused(
     engine = Engine(sq, flows=[sleeper(gate, seconds=10.0)], clock=manual, owner=OWNER)
     refused: list[str] = []
     worker = Worker(engine, poll_s=60.0, on_refused=lambda rid, exc: refused.append(rid))
-    with caplog.at_level(logging.INFO, logger="desktop_app.flow.worker"):
-        with ThreadPoolExecutor(1) as pool:
-            worker.run_pass(pool)
+    with (
+        caplog.at_level(logging.INFO, logger="desktop_app.flow.worker"),
+        ThreadPoolExecutor(1) as pool,
+    ):
+        worker.run_pass(pool)
     [rec] = [r for r in caplog.records if r.name == "desktop_app.flow.worker"]
     assert rec.levelno == logging.INFO
     message = rec.getMessage()
