@@ -999,9 +999,7 @@ def test_pg_a_pass_that_also_takes_a_dead_local_owners_run_starts_each_run_once(
     assert [pg.gate.started(r, "a") for r in (left, fresh)] == [1, 1]
 
 
-def test_a_run_another_live_process_holds_is_logged_with_its_owner_not_refused(
-    sq, manual, caplog
-):
+def test_a_run_another_live_process_holds_is_logged_with_its_owner_not_refused(sq, manual, caplog):
     """Waking a due run that a live process holds (a lease, not a refusal)
     is an INFO line naming this worker, the run and why, and it is tried
     again on later passes (not remembered as refused)."""
