@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -146,3 +147,43 @@ def test_tidy_outcomes_undo_and_export_by_scope_on_postgres(pg_server, tmp_path)
         assert sorted(m["moved_back_at"] is not None for m in moves) == [False, True]
     finally:
         pg_server.drop_database(url)
+
+
+@pytest.mark.slow
+def test_agent_stops_on_sigterm_soon_when_its_database_went_away(pg_url):
+    """SIGTERM to a PostgreSQL ``flowdesk agent`` whose server is gone (the
+    relay to it refuses and cuts every connection): it exits, saying what
+    it could not write, instead of waiting the pool's 30 s for each of the
+    pass's statements and retries (89 s measured before). The bound here is
+    generous: one wait that began before the signal may still run out."""
+    import time
+
+    from tests.pg_wire import WireCounter
+
+    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
+    relay.start()
+    try:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "desktop_app.cli", "--db", relay.url(pg_url), "agent",
+             "--poll", "0.2"],
+            stderr=subprocess.PIPE, text=True, cwd=REPO,
+        )  # fmt: skip
+        assert agent.stderr is not None
+        assert agent.stderr.readline().startswith("flowdesk agent: worker ")
+        time.sleep(1.0)  # a few passes with the database there (not a timing assertion)
+        relay.refusing = True
+        relay.cut_all()
+        time.sleep(0.5)
+        started = time.monotonic()
+        agent.send_signal(signal.SIGTERM)
+        try:
+            _, err = agent.communicate(timeout=60)
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+        took = time.monotonic() - started
+    finally:
+        relay.close()
+    assert took < 60  # it took 89 s; one wait begun before the signal takes up to 30 s
+    assert "stopping after the current step" in err
+    assert "Traceback" not in err

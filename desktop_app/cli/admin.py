@@ -333,6 +333,9 @@ def cmd_agent(ctx: Ctx) -> int:
         print(f"flowdesk agent: signal {signum}, stopping after the current step", file=sys.stderr)
         engine.stop()
         stop.set()
+        stop_waiting = getattr(sv.checkpoints, "stop_waiting", None)
+        if stop_waiting is not None:  # a database gone away does not hold the stop
+            stop_waiting()
 
     signals.signal(signals.SIGTERM, on_term)
     signals.signal(signals.SIGINT, on_term)

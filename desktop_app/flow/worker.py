@@ -279,6 +279,8 @@ class Worker:
                     self.run_pass(pool)
                 except FlowdeskError as exc:  # the store is unreachable: retry next pass
                     log.warning("flowdesk worker %s: pass failed: %s", self.engine.owner, exc)
+                if stop.is_set():  # stopping: no delivery pass, no wait (each a database call)
+                    break
                 if self.on_tick is not None:
                     self.on_tick()
                 self.passes += 1

@@ -326,6 +326,20 @@ class PostgresCheckpointStore:
         self._own_commits = 0
         #: after-commit NOTIFY (coalesced); ``notifier.enabled = False`` leaves polling only
         self.notifier = Notifier(pool)
+        #: seconds a transaction waits for a pooled connection (None: the
+        #: pool's own 30 s), and tries: :meth:`stop_waiting` shortens both
+        self._wait_s: float | None = None
+        self._attempts = MAX_ATTEMPTS
+
+    def stop_waiting(self, wait_s: float = 2.0) -> None:
+        """From now on, fail a transaction that waits more than ``wait_s``
+        seconds for a connection, and try it once: for a process that is
+        stopping (``flowdesk agent`` on SIGTERM), so a database that went
+        away does not hold the stop for the pool's 30 s per statement, over
+        several statements and retries. What could not be written stays
+        unwritten; its run resumes from its last checkpoint."""
+        self._wait_s = wait_s
+        self._attempts = 1
 
     def _changed(self, run_id: str, *, wake: bool = False, shown: bool = False) -> None:
         """Queue the after-commit notifications for a committed write.
@@ -376,7 +390,7 @@ class PostgresCheckpointStore:
             try:
                 result = self._attempt(body, write, opens, tx)
             except _CommitLost:
-                if attempt < MAX_ATTEMPTS:
+                if attempt < self._attempts:
                     continue
                 raise StoreError(
                     f"the connection to PostgreSQL ({self.where}) dropped during COMMIT "
@@ -385,7 +399,7 @@ class PostgresCheckpointStore:
                 ) from None
             except psycopg.Error as exc:
                 lost = is_connection_lost(exc)
-                if (lost or exc.sqlstate in RETRY_SQLSTATES) and attempt < MAX_ATTEMPTS:
+                if (lost or exc.sqlstate in RETRY_SQLSTATES) and attempt < self._attempts:
                     if lost:  # e.g. a server restart: drop every dead pooled connection
                         self.pool.check()
                     continue
@@ -398,7 +412,7 @@ class PostgresCheckpointStore:
         # getconn/putconn, not pool.connection(): its ``with conn`` calls
         # commit() again once _attempt_on has ended the transaction (nothing
         # to send, but a lock and a wait on psycopg's side at every step)
-        conn = self.pool.getconn()
+        conn = self.pool.getconn(timeout=self._wait_s)
         try:
             return self._attempt_on(conn, body, write, opens, tx)
         finally:
