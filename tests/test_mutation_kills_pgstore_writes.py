@@ -118,3 +118,44 @@ def test_an_append_stores_its_error_progress_intents_and_waits(pg_url, pg_store)
         assert (run.progress, run.error) == ((2, 3), None)
     finally:
         fresh.close()
+
+
+def test_a_new_runs_first_checkpoint_keeps_its_error(pg_url, pg_store):
+    """The error a run is created with (its revision 0's) reads back from a
+    store that never saw it, as an append's does."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, status="failed", error="no input\x00file"))
+    fresh = open_postgres_store(pg_url)
+    try:
+        assert fresh.get_checkpoint("r1", 0).error == "no input\ufffdfile"
+    finally:
+        fresh.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "why"), [("\udcff", "UnicodeEncodeError"), ({1, 2}, "TypeError")], ids=["text", "set"]
+)
+def test_a_new_run_whose_input_cannot_be_stored_is_a_store_error_and_not_created(
+    pg_store, value, why
+):
+    """An input state that is not JSON text (a lone surrogate, as a file
+    name that is not UTF-8 gives; a set) refuses the run, naming it and what to
+    pass instead, as the SQLite store does; nothing is created. Before the
+    fix the text (not the set) was encoded outside the check that says so: a bare
+    UnicodeEncodeError from the driver."""
+    from desktop_app.errors import StoreError
+
+    with pytest.raises(StoreError) as caught:
+        pg_store.create_run(_rec("r1"), _cp("r1", 0, {"path": value}))
+    assert str(caught.value).startswith(
+        f"run r1: a value in its input state cannot be stored as JSON text ({why}: "
+    )
+    assert str(caught.value).endswith(
+        "the run was not created. Pass plain JSON data (valid UTF-8 strings, numbers, "
+        "lists, objects)."
+    )
+    with pytest.raises(CheckpointNotFoundError):
+        pg_store.get_run("r1")
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"path": "ok"}))  # the store goes on
+    assert dict(pg_store.latest("r1").state) == {"path": "ok"}
