@@ -159,3 +159,31 @@ def test_a_new_run_whose_input_cannot_be_stored_is_a_store_error_and_not_created
         pg_store.get_run("r1")
     pg_store.create_run(_rec("r1"), _cp("r1", 0, {"path": "ok"}))  # the store goes on
     assert dict(pg_store.latest("r1").state) == {"path": "ok"}
+
+
+@pytest.mark.scenario("S70")
+def test_a_new_run_whose_commit_reply_is_lost_but_landed_is_created_once(pg_url, pg_store):
+    """create_run's COMMIT reaches the server but its reply is lost: the
+    store asks the server about that very transaction, hears it committed,
+    and returns; the run exists once (a second try would have been refused
+    as a run that already exists)."""
+    from urllib.parse import urlsplit
+
+    from desktop_app.store.postgres.store import open_postgres_store
+    from tests.pg_proxy import CommitDropProxy
+    from tests.pg_support import with_address
+
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    store = open_postgres_store(
+        with_address(pg_url, host="127.0.0.1", port=proxy.port), max_connections=2
+    )
+    store.notifier.enabled = False  # its NOTIFY could take the COMMIT the proxy is armed for
+    try:
+        proxy.arm("after_commit")
+        store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
+        assert proxy.fired == ["after_commit"]
+        assert [h.revision for h in pg_store.history("r1")] == [0]
+        assert dict(pg_store.latest("r1").state) == {"x": 0}
+    finally:
+        store.close()
+        proxy.close()
