@@ -272,6 +272,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_postgres_app_push.py",
         "tests/test_mutation_kills_postgres.py",
         "tests/test_mutation_kills_postgres_store.py",
+        # the write path (_append, append, create_run): behind a transaction pooler
+        "tests/test_mutation_kills_pgstore_writes.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",

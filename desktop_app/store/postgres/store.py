@@ -664,16 +664,20 @@ class PostgresCheckpointStore:
         )
 
         def body(conn: Conn, xact: _Xact) -> None:
+            # the statement's execution too: psycopg encodes the text (a lone
+            # surrogate in the input state is a UnicodeEncodeError there)
             try:
                 row = checkpoint_values(first, None, error=no_nul(first.error))
+                if self._prepared is not None:
+                    cur = self._execute_opening(conn, _CREATE_RUN, (*args, *row))
+                else:
+                    with conn.pipeline():
+                        cur = self._open(conn)
+                        cur.execute(_CREATE_RUN, (*args, *row))
             except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                if isinstance(exc, psycopg.Error):
+                    raise
                 raise unstorable(first, exc) from exc
-            if self._prepared is not None:
-                cur = self._execute_opening(conn, _CREATE_RUN, (*args, *row))
-            else:
-                with conn.pipeline():
-                    cur = self._open(conn)
-                    cur.execute(_CREATE_RUN, (*args, *row))
             got = cur.fetchone()
             assert got is not None
             xact.note(got[0], got[1])
