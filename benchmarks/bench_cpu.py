@@ -146,17 +146,23 @@ def main() -> int:
             engine.run("bench", flow.state_type())
         store.conn.exec_trace = None
 
-        def replayed() -> float:
-            """The recorded statements alone, through apsw on a fresh copy
-            of the file as it stood before them, with the store's pragmas:
-            what the step path would cost if Flowdesk's Python cost nothing."""
-            target = Path(d) / "replay.db"
+        def fresh_copy(name: str) -> apsw.Connection:
+            """A new copy of the file as it stood before the recorded round,
+            opened through apsw alone with the store's pragmas."""
+            target = Path(d) / name
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{target}{suffix}").unlink(missing_ok=True)
             shutil.copyfile(template, target)
             conn = apsw.Connection(str(target))
             for pragma in ("journal_mode=WAL", "synchronous=OFF", "foreign_keys=ON"):
                 conn.execute(f"PRAGMA {pragma}").fetchall()
+            return conn
+
+        def replayed() -> float:
+            """The recorded statements alone, through apsw on a fresh copy
+            of the file as it stood before them, with the store's pragmas:
+            what the step path would cost if Flowdesk's Python cost nothing."""
+            conn = fresh_copy("replay.db")
             c0 = time.process_time()
             for sql, bindings in recorded:
                 for _row in conn.execute(sql, bindings):
@@ -172,14 +178,8 @@ def main() -> int:
             copy of the state, the changed field encoded, the row's JSON and
             checksum, the clock, the write gate's two ``flock`` calls), and
             nothing else: no engine, no store, no records."""
-            target = Path(d) / "floor.db"
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{target}{suffix}").unlink(missing_ok=True)
-            shutil.copyfile(template, target)
-            conn = apsw.Connection(str(target))
-            for pragma in ("journal_mode=WAL", "synchronous=OFF", "foreign_keys=ON"):
-                conn.execute(f"PRAGMA {pragma}").fetchall()
-            lock = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            conn = fresh_copy("floor.db")
+            lock = os.open(f"{Path(d) / 'floor.db'}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             model = flow.state_type
             validator = model.__pydantic_validator__
             fn = flow.steps["s0"].fn

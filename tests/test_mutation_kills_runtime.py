@@ -802,16 +802,22 @@ print(json.dumps(out))
 """
 
 
-def test_agent_spans_name_the_run_its_tools_and_how_it_ended(db_path):
-    pytest.importorskip("opentelemetry.sdk")
+def script_json(script: str, db_path: Any) -> Any:
+    """What ``script`` (Python source run in a process of its own, with the
+    database path as its argument) prints, read as JSON."""
     proc = subprocess.run(
-        [sys.executable, "-c", SPANS_SCRIPT, str(db_path)],
+        [sys.executable, "-c", script, str(db_path)],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    spans = json.loads(proc.stdout)
+    return json.loads(proc.stdout)
+
+
+def test_agent_spans_name_the_run_its_tools_and_how_it_ended(db_path):
+    pytest.importorskip("opentelemetry.sdk")
+    spans = script_json(SPANS_SCRIPT, db_path)
     assert {s["trace_id"] for s in spans} == {"ab" * 16}
     runs = [s for s in spans if s["name"] == "invoke_agent helper"]
     assert len(runs) == 3

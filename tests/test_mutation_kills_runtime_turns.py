@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -24,7 +22,7 @@ from desktop_app.agent import Agent, ScriptedModel, tool
 from desktop_app.errors import RateLimitedError
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
-from tests.test_mutation_kills_runtime import ListedServer
+from tests.test_mutation_kills_runtime import ListedServer, script_json
 
 STOPPED = "canceled by user; this process stopped before its next model or tool call"
 
@@ -246,14 +244,7 @@ print(json.dumps({"runs": runs, "spans": out}))
 
 def test_a_runs_span_names_the_agent_and_says_how_the_run_stopped(db_path):
     pytest.importorskip("opentelemetry.sdk")
-    proc = subprocess.run(
-        [sys.executable, "-c", SPANS_SCRIPT, str(db_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    got = json.loads(proc.stdout)
+    got = script_json(SPANS_SCRIPT, db_path)
     assert got["runs"] == {"done": "done", "asking": "input_required", "canceled": "canceled"}
     spans = {s["attributes"]["flowdesk.run_id"]: s for s in got["spans"]}
     assert sorted(spans) == ["asking", "canceled", "done"]

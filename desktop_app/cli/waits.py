@@ -48,6 +48,18 @@ def _question(prompt: Any) -> str:
     return visible_controls(json.dumps(text, ensure_ascii=False))
 
 
+def _await_field(flow: Any, step_id: str) -> Any:
+    """The pydantic ``FieldInfo`` of the state field an await step of
+    ``flow`` (a ``CompiledFlow``) fills, or ``None`` when ``step_id`` is no
+    await step or the field is not found."""
+    from desktop_app.flow.definition import AwaitStep
+
+    step = flow.steps.get(step_id)
+    if not isinstance(step, AwaitStep):
+        return None
+    return flow.state_type.model_fields.get(step.into)
+
+
 def answer_choices(flow: Any, step_id: str) -> list[str] | None:
     """The answers an await step of ``flow`` (a ``CompiledFlow``) takes when
     its state field is a ``Literal`` (``Literal["yes", "no"]``, also inside
@@ -56,12 +68,7 @@ def answer_choices(flow: Any, step_id: str) -> list[str] | None:
     import types
     from typing import Annotated, Literal, Union, get_args, get_origin
 
-    from desktop_app.flow.definition import AwaitStep
-
-    step = flow.steps.get(step_id)
-    if not isinstance(step, AwaitStep):
-        return None
-    field = flow.state_type.model_fields.get(step.into)
+    field = _await_field(flow, step_id)
     if field is None:
         return None
     found: list[str] = []
@@ -92,12 +99,7 @@ def answer_type(flow: Any, step_id: str) -> str | None:
     import types
     from typing import Annotated, Union, get_args, get_origin
 
-    from desktop_app.flow.definition import AwaitStep
-
-    step = flow.steps.get(step_id)
-    if not isinstance(step, AwaitStep):
-        return None
-    field = flow.state_type.model_fields.get(step.into)
+    field = _await_field(flow, step_id)
     if field is None:
         return None
     tp: Any = field.annotation
