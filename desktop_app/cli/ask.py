@@ -158,10 +158,10 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         print(f"run {res.run_id} canceled: {error}", file=sys.stderr)
         return EXIT_FAILED
     hint = ctx.hints.cmd(f"resume {res.run_id}")
-    if sv.agents.get(res.run_id).error_type == "ToolCallStreamingError":
+    run = sv.agents.get(res.run_id)
+    if run.error_type == "ToolCallStreamingError":
         hint = ctx.hints.cmd(f"ask --resume {res.run_id} --no-stream")
     error = visible_controls(str(res.error))
-    run = sv.agents.get(res.run_id)
     if res.status == "rate_limited" and run.retry_at is not None:
         from desktop_app.words import local_and_utc
 
