@@ -100,6 +100,36 @@ REFUSALS = (
 )
 
 
+class Refusals:
+    """The runs a serving loop (``Engine.serve``, a ``Worker``) cannot go on
+    with (:data:`REFUSALS`), each told once: logged as a warning by
+    ``logger`` (``"run <id> cannot go on in <where>: <why>"``) and given to
+    ``on_refused(run_id, error)``. Thread-safe. ``ids`` is the set of runs
+    refused so far, which the loop does not try again."""
+
+    def __init__(
+        self,
+        where: str,
+        logger: logging.Logger,
+        on_refused: Callable[[str, FlowdeskError], None] | None = None,
+    ) -> None:
+        self.where = where
+        self.logger = logger
+        self.on_refused = on_refused
+        self.ids: set[str] = set()
+        self._lock = threading.Lock()
+
+    def refuse(self, run_id: str, exc: FlowdeskError) -> None:
+        """Record ``run_id`` refused with ``exc``, and tell it (the first time only)."""
+        with self._lock:
+            if run_id in self.ids:
+                return
+            self.ids.add(run_id)
+        self.logger.warning("run %s cannot go on in %s: %s", run_id, self.where, exc)
+        if self.on_refused is not None:
+            self.on_refused(run_id, exc)
+
+
 class Engine:
     """Runs flows durably over a :class:`CheckpointStore`.
 
@@ -857,19 +887,10 @@ class Engine:
             StoreError: the database failed on a pass (the recovery thread's
                 error is raised here too, within ``poll_s``).
         """
-        refused: set[str] = set()
+        refusals = Refusals("this process", log, on_refused)
+        refused, refuse = refusals.ids, refusals.refuse
         failed: list[BaseException] = []
         halt = threading.Event()  # the calling thread stopped: so does the sweeper
-        said = threading.Lock()
-
-        def refuse(run_id: str, exc: FlowdeskError) -> None:
-            with said:
-                if run_id in refused:
-                    return
-                refused.add(run_id)
-            log.warning("run %s cannot go on in this process: %s", run_id, exc)
-            if on_refused is not None:
-                on_refused(run_id, exc)
 
         def note(run: RunRecord, out: RunResult | BaseException) -> None:
             # refusals no later pass of this process can change (a busy or

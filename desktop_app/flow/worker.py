@@ -38,7 +38,7 @@ from typing import Any, Protocol, cast
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import recovery
-from desktop_app.flow.engine import REFUSALS, Engine
+from desktop_app.flow.engine import REFUSALS, Engine, Refusals
 from desktop_app.flow.owners import owner_is_alive, owner_is_dead
 from desktop_app.store.protocol import WorkerClaims
 from desktop_app.store.records import RunRecord
@@ -127,9 +127,9 @@ class Worker:
         fence_cooldown_s: float = 1.0,
     ) -> None:
         self.engine = engine
-        self.on_refused = on_refused
+        self._refusals = Refusals(f"worker {engine.owner}", log, on_refused)
         #: runs refused once (``REFUSALS``): not tried again by this worker
-        self.refused: set[str] = set()
+        self.refused = self._refusals.ids
         self.fence_cooldown_s = fence_cooldown_s
         self._fenced_at = -float("inf")
         self.session = session
@@ -160,7 +160,7 @@ class Worker:
             try:
                 fn(run_id)
             except REFUSALS as exc:
-                self._refuse(run_id, exc)
+                self._refusals.refuse(run_id, exc)
             except FlowdeskError as exc:
                 log.info("flowdesk worker %s: run %s: %s", self.engine.owner, run_id, exc)
             except Exception:
@@ -171,15 +171,6 @@ class Worker:
 
         with self._lock:
             self._inflight[run_id] = pool.submit(body)
-
-    def _refuse(self, run_id: str, exc: FlowdeskError) -> None:
-        with self._lock:
-            if run_id in self.refused:
-                return
-            self.refused.add(run_id)
-        log.warning("run %s cannot go on in worker %s: %s", run_id, self.engine.owner, exc)
-        if self.on_refused is not None:
-            self.on_refused(run_id, exc)
 
     def _busy(self, run_id: str) -> bool:
         with self._lock:
