@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from desktop_app.errors import ENDED_RUN_STATUSES
 from desktop_app.flow.owners import lease_abandoned
 from desktop_app.words import plural
 
@@ -50,9 +51,7 @@ def withdrawn_text(flow_name: str, withdrawn: int) -> str:
 
 
 #: shown statuses (both vocabularies) of runs that never change again
-ENDED = frozenset(
-    {"completed", "canceled", "timed_out", "done", "timeout", "expired", "rate_limited"}
-)
+ENDED = ENDED_RUN_STATUSES
 
 
 def row_actions(status: str) -> frozenset[str]:
