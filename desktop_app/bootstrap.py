@@ -506,7 +506,7 @@ def build_model(settings: Settings) -> OpenAICompatibleModel | None:
     """
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
     from desktop_app.observability import mask_secret
-    from desktop_app.secrets import model_api_key
+    from desktop_app.secrets import api_key_hint, model_api_key
 
     cfg = settings.model
     if not cfg.base_url or not cfg.model:
@@ -520,6 +520,7 @@ def build_model(settings: Settings) -> OpenAICompatibleModel | None:
         api_key=None if key is None else key.get_secret_value(),
         timeout_s=cfg.timeout_s,
         stream=cfg.stream,
+        key_hint=api_key_hint(cfg),
     )
 
 

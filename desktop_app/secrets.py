@@ -159,6 +159,18 @@ def _key_in_settings_file() -> Path | None:
     return None
 
 
+def api_key_hint(model: ModelSettings) -> str:
+    """Where :func:`model_api_key` reads the key from, and how to change it:
+    the phrase a provider's refusal (HTTP 401/403) names, so the user
+    changes the key the request carried (a command to run for the keyring
+    entry, which a test runs as printed)."""
+    if model.api_key is not None:
+        return f"the key comes from the {ENV_VAR} environment variable"
+    if model.api_key_file is not None:
+        return f"the key comes from the file {model.api_key_file} (model.api_key_file)"
+    return f"`flowdesk secrets set {model.api_key_name}` sets the key"
+
+
 def model_api_key(model: ModelSettings) -> SecretStr | None:
     """The model provider's key: ``FLOWDESK_MODEL__API_KEY``, else the
     ``model.api_key_file`` file, else the keyring entry ``model.api_key_name``;

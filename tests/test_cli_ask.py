@@ -302,3 +302,46 @@ def test_a_rate_limited_ask_says_when_and_is_resumed_once_due(tmp_path):
         assert swept.returncode == 0, swept.stdout
         assert f"agent run {second_id} done" in swept.stdout
         assert len(server.requests) == 4
+
+
+def test_a_refused_key_names_the_keyring_entry_and_the_printed_command_fixes_it(tmp_path):
+    """A 401 names the configured keyring entry (not a placeholder) in a
+    command the user runs as printed; the next ``ask`` then sends that key."""
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        server.script = [("status", 401, {}, "bad key"), ("json", completion("hello back"))]
+        env = {
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_MODEL__API_KEY_NAME": "work_llm",
+            "PYTHON_KEYRING_BACKEND": "tests.file_keyring.FileKeyring",
+            "TEST_KEYRING_FILE": str(tmp_path / "keyring.json"),
+        }
+        refused = run(db, "ask", "hello", env=env)
+        assert refused.returncode == 1 and "HTTP 401" in refused.stderr, refused.stderr
+        assert "NAME" not in refused.stderr
+        (hint,) = re.findall(r"`(flowdesk secrets set [^`]+)`", refused.stderr)
+        assert hint == "flowdesk secrets set work_llm"
+        stored = as_printed(hint, {**os.environ, **env}, input="fd-right-key-123\n")
+        assert stored.returncode == 0, stored.stderr
+        again = run(db, "ask", "hello", env=env)
+        assert again.returncode == 0 and "hello back" in again.stdout, again.stderr
+        assert "Authorization" not in server.requests[0]["headers"]  # no key at first
+        assert server.requests[1]["headers"]["Authorization"] == "Bearer fd-right-key-123"
+
+
+def test_a_refused_key_from_the_environment_says_so(tmp_path):
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        server.script = [("status", 403, {}, "forbidden")]
+        env = {
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_MODEL__API_KEY": "fd-wrong-key-456",
+        }
+        refused = run(db, "ask", "hello", env=env)
+    assert refused.returncode == 1 and "HTTP 403" in refused.stderr
+    assert "FLOWDESK_MODEL__API_KEY environment variable" in refused.stderr
+    assert "secrets set" not in refused.stderr and "fd-wrong-key-456" not in refused.stderr

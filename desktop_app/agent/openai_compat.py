@@ -67,7 +67,7 @@ def _retry_after(resp: httpx.Response) -> float:
         return 30.0
 
 
-def _raise_for(resp: httpx.Response) -> None:
+def _raise_for(resp: httpx.Response, key_hint: str) -> None:
     code = resp.status_code
     if code < 400:
         return
@@ -80,7 +80,7 @@ def _raise_for(resp: httpx.Response) -> None:
         raise ProviderUnavailableError(f"provider error HTTP {code}: {body}", status=code)
     raise ProviderError(
         f"provider refused the request (HTTP {code}): {body}; check the model name, "
-        "base URL and API key (flowdesk secrets set NAME)",
+        f"base URL and API key ({key_hint})",
         status=code,
     )
 
@@ -139,6 +139,8 @@ class OpenAICompatibleModel:
             through :meth:`stream` (which then yields the whole reply at
             once): for servers that cannot stream tool calls (llama.cpp's
             llama-cpp-python server).
+        key_hint: where the key comes from and how to change it, named in a
+            refused request's error (see :func:`desktop_app.secrets.api_key_hint`).
     """
 
     def __init__(
@@ -150,8 +152,10 @@ class OpenAICompatibleModel:
         timeout_s: float = 60.0,
         transport: httpx.BaseTransport | None = None,
         stream: bool = True,
+        key_hint: str = "the API key the model was built with",
     ) -> None:
         self.model = model
+        self.key_hint = key_hint
         self.streaming = stream
         mask_secret(api_key)  # never in a log record nor in a provider's error text
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -188,7 +192,7 @@ class OpenAICompatibleModel:
             raise ProviderTimeoutError(f"the provider did not answer in time: {exc}") from exc
         except httpx.TransportError as exc:
             raise ProviderUnavailableError(f"cannot reach the provider: {exc}") from exc
-        _raise_for(resp)
+        _raise_for(resp, self.key_hint)
         try:
             data = resp.json()
             msg = data["choices"][0]["message"]
@@ -240,7 +244,7 @@ class OpenAICompatibleModel:
             ) as resp:
                 if resp.status_code >= 400:
                     resp.read()
-                    _raise_for(resp)
+                    _raise_for(resp, self.key_hint)
                 answered = True
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):

@@ -1,0 +1,40 @@
+"""A keyring backend over a JSON file, for tests that run ``flowdesk
+secrets set`` in a subprocess and read the key back in another one: the
+system keyring is out of reach in tests (``tests/conftest.py`` forces a
+failing one). Select it with ``PYTHON_KEYRING_BACKEND=tests.file_keyring.FileKeyring``
+and name the file in ``TEST_KEYRING_FILE``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from keyring.backend import KeyringBackend
+
+
+class FileKeyring(KeyringBackend):
+    priority = 1  # type: ignore[assignment]
+
+    @property
+    def _file(self) -> Path:
+        return Path(os.environ["TEST_KEYRING_FILE"])
+
+    def _items(self) -> dict[str, str]:
+        try:
+            return dict(json.loads(self._file.read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self._items().get(f"{service}/{username}")
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        items = self._items()
+        items[f"{service}/{username}"] = password
+        self._file.write_text(json.dumps(items))
+
+    def delete_password(self, service: str, username: str) -> None:
+        items = self._items()
+        items.pop(f"{service}/{username}", None)
+        self._file.write_text(json.dumps(items))
