@@ -837,6 +837,13 @@ class MalformedReplyError(ProviderError):
     automatically (a paid call that keeps failing the same way)."""
 
 
+class EmptyReplyError(MalformedReplyError):
+    """The model answered with no text and no tool call (a reply cut at the
+    token limit, withheld by a content filter, or a small model that said
+    nothing). Not taken for the agent's answer and not retried
+    automatically; the run fails and may be asked again."""
+
+
 class ToolCallStreamingError(MalformedReplyError):
     """A streamed reply to a request with tools came back in a way that means
     the server cannot stream tool calls (llama-cpp-python's OpenAI-compatible

@@ -345,3 +345,31 @@ def test_a_refused_key_from_the_environment_says_so(tmp_path):
     assert refused.returncode == 1 and "HTTP 403" in refused.stderr
     assert "FLOWDESK_MODEL__API_KEY environment variable" in refused.stderr
     assert "secrets set" not in refused.stderr and "fd-wrong-key-456" not in refused.stderr
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_empty_model_reply_fails_the_run_and_the_printed_resume_asks_again(tmp_path, stream):
+    """A reply with no text and no tool call (cut at the token limit) is no
+    answer: the run fails saying why, and the printed ``resume`` asks again."""
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        if stream:
+            empty = ("sse", [{"choices": [{"delta": {}, "finish_reason": "length"}]}])
+        else:
+            body = completion("")
+            body["choices"][0]["finish_reason"] = "length"
+            empty = ("json", body)
+        server.script = [empty, ("json", completion("the real answer"))]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        flag = [] if stream else ["--no-stream"]
+        out = run(db, "ask", "hello", *flag, env=env)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "empty reply" in out.stderr and "token limit" in out.stderr
+        (run_id,) = re.findall(r"^run (\w+) failed", out.stderr, re.M)
+        shown = run(db, "show", run_id)
+        assert "failed" in shown.stdout and "empty reply" in shown.stdout, shown.stdout
+        (hint,) = re.findall(r"\((flowdesk --db \S+ resume \w+)\)\s*$", out.stderr, re.M)
+        again = as_printed(hint, {**os.environ, **env})
+        assert again.returncode == 0 and "the real answer" in again.stdout, again.stderr
+        assert len(server.requests) == 2

@@ -9,6 +9,8 @@ Errors are classified by type and HTTP status, never by message text:
 :class:`ProviderError` (not retryable); 5xx and reset connections →
 :class:`ProviderUnavailableError`; timeouts → :class:`ProviderTimeoutError`;
 a reply that is not the chat-completions shape → :class:`MalformedReplyError`;
+a reply with no text and no tool call → :class:`EmptyReplyError` (never an
+empty answer taken as the agent's last word);
 a streamed reply to a request with tools that shows the server cannot stream
 tool calls → :class:`ToolCallStreamingError` (turn streaming off).
 The provider's text quoted in an error is masked first
@@ -32,6 +34,7 @@ from desktop_app.agent.messages import (
     ToolCall,
 )
 from desktop_app.errors import (
+    EmptyReplyError,
     MalformedReplyError,
     ProviderError,
     ProviderTimeoutError,
@@ -101,6 +104,25 @@ def _parse_args(raw: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         return {INVALID_ARGUMENTS: str(raw)}
     return value
+
+
+def _not_empty(reply: AssistantReply, finish: str | None) -> AssistantReply:
+    """``reply`` unless it holds no text and no tool call.
+
+    Raises:
+        EmptyReplyError: nothing in it; ``finish`` (the choice's
+            ``finish_reason``) is named, since it says why.
+    """
+    if reply.content or reply.tool_calls:
+        return reply
+    why = {
+        "length": ": the reply hit the token limit before any text",
+        "content_filter": ": the provider withheld it (content filter)",
+    }.get(finish or "", "")
+    raise EmptyReplyError(
+        f"the model sent an empty reply, no text and no tool call (finish_reason "
+        f"{finish!r}){why}; nothing was taken for its answer"
+    )
 
 
 def _unicode(reply: AssistantReply) -> AssistantReply:
@@ -195,7 +217,8 @@ class OpenAICompatibleModel:
         _raise_for(resp, self.key_hint)
         try:
             data = resp.json()
-            msg = data["choices"][0]["message"]
+            choice = data["choices"][0]
+            msg = choice["message"]
             calls = tuple(
                 ToolCall(
                     str(c["id"]),
@@ -205,12 +228,13 @@ class OpenAICompatibleModel:
                 for c in msg.get("tool_calls") or []
             )
             reply = AssistantReply(msg.get("content") or "", calls)
+            finish = choice.get("finish_reason")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise MalformedReplyError(
                 f"the provider's reply is not a chat completion ({type(exc).__name__}: {exc}): "
                 f"{redact(resp.text)[:200]}"
             ) from exc
-        return _unicode(reply)
+        return _unicode(_not_empty(reply, finish))
 
     def stream(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
@@ -315,7 +339,8 @@ class OpenAICompatibleModel:
             raise MalformedReplyError(f"a streamed tool call lacks {exc}") from exc
         if tools and not tool_calls and finish == "tool_calls":
             raise _cannot_stream_tools("the stream ended for a tool call that it never sent")
-        yield StreamDelta("", _unicode(AssistantReply("".join(text), tool_calls)))
+        reply = _not_empty(AssistantReply("".join(text), tool_calls), finish)
+        yield StreamDelta("", _unicode(reply))
 
 
 def _cannot_stream_tools(what: str) -> ToolCallStreamingError:
