@@ -535,3 +535,41 @@ def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
         pinned = flowdesk(db, "answer", run_id, "yes", "--wait-id", now["wait_id"], env=env)
         assert pinned.returncode == 0, pinned.stderr
     assert lines(log) == ["milk", "eggs"]
+
+
+def test_an_answer_whose_mcp_server_cannot_start_says_it_was_not_recorded(
+    tmp_path: Path,
+) -> None:
+    """The approval's server is broken when the person says yes: the answer
+    is refused saying it was not recorded; once the server is back, the
+    printed command answers, and the call is made once."""
+    require("mcp")
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(tmp_path, log, 'require_approval = ["append"]')
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+            "FLOWDESK_CONFIG": str(config),
+        }
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [append("hi"), ("json", completion("Noted."))]
+        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
+        approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
+        assert approve, asked.stderr
+        working = config.read_text()
+        config.write_text(
+            re.sub(r"command = \[[^\]]*\]", 'command = ["/nonexistent/server"]', working)
+        )
+        refused = as_printed(approve.group(1), env)
+        assert refused.returncode == 1 and "cannot connect to MCP server 'notes'" in refused.stderr
+        again = re.search(r"answer again with: (.*)$", refused.stderr, re.M)
+        assert again and "your answer was not recorded" in refused.stderr, refused.stderr
+        assert again.group(1) == approve.group(1)
+        assert "approve: notes__append" in flowdesk(db, "waiting", env=env).stdout
+        assert lines(log) == [] and len(server.requests) == 1
+        config.write_text(working)
+        done = as_printed(again.group(1), env)
+        assert done.returncode == 0 and "Noted." in done.stdout, done.stderr
+        assert lines(log) == ["hi"]

@@ -158,6 +158,15 @@ def _untranslated_store_error(ctx: Ctx, exc: Exception) -> FlowdeskError | None:
     return untranslated(exc, None if database.backend == "postgres" else database.path)
 
 
+def _say(exc: BaseException) -> None:
+    """Print a Flowdesk error as ``flowdesk: MESSAGE``, then each note a
+    command added to it (``exc.add_note``: what the error means for what
+    the user asked, such as an answer not recorded) on a line of its own."""
+    print(f"flowdesk: {exc}", file=sys.stderr)
+    for note in getattr(exc, "__notes__", ()):
+        print(note, file=sys.stderr)
+
+
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
     """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
@@ -167,7 +176,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except BAD_INPUT as exc:
-        print(f"flowdesk: {exc}", file=sys.stderr)
+        _say(exc)
         return EXIT_USAGE
     except DiskFullError as exc:
         stop_progress()
@@ -196,7 +205,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         print(f"flowdesk: {version_refusal(ctx.hints, exc)}", file=sys.stderr)
         return EXIT_FAILED
     except FlowdeskError as exc:
-        print(f"flowdesk: {exc}", file=sys.stderr)
+        _say(exc)
         return EXIT_FAILED
     except Exception as exc:
         translated = _untranslated_store_error(ctx, exc)

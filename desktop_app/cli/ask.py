@@ -7,6 +7,7 @@ clearing the screen or writing the clipboard."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import uuid
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK
-from desktop_app.errors import ConfigError, InputError
+from desktop_app.errors import ConfigError, FlowdeskError, InputError
 from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
@@ -308,7 +309,21 @@ def resume_agent_run(
     given = _sources(ctx)
     sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
     ctx.current_run = run_id
-    with connected_tools(sv.settings, sources, run_id, on_connect=_connecting) as tools:
+    with contextlib.ExitStack() as stack:
+        try:
+            tools = stack.enter_context(
+                connected_tools(sv.settings, sources, run_id, on_connect=_connecting)
+            )
+        except FlowdeskError as exc:
+            if answer is not None:  # the run's question: still unanswered
+                again = f"answer {run_id} {shlex.quote(answer)}"
+                if wait_id is not None:
+                    again += f" --wait-id {shlex.quote(wait_id)}"
+                exc.add_note(
+                    "your answer was not recorded: the run still waits for it; once its "
+                    f"tools can start, answer again with: {ctx.hints.cmd(again)}"
+                )
+            raise
         agent = agent_for(sv, run.agent, tools, sources)
         if answer is not None:
             events = agent.resume_input_stream(run_id, answer, wait_id=wait_id)
