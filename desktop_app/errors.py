@@ -375,9 +375,7 @@ class AgentRunStatusChangedError(RevisionConflictError):
 
 
 #: statuses of a flow run or an agent run that ended: nothing runs it again
-ENDED_RUN_STATUSES = frozenset(
-    {"completed", "canceled", "timed_out", "done", "timeout", "rate_limited", "expired"}
-)
+ENDED_RUN_STATUSES = frozenset({"completed", "canceled", "timed_out", "done", "timeout", "expired"})
 
 
 class RunLeasedError(FlowdeskError):

@@ -373,3 +373,34 @@ def test_an_empty_model_reply_fails_the_run_and_the_printed_resume_asks_again(tm
         again = as_printed(hint, {**os.environ, **env})
         assert again.returncode == 0 and "the real answer" in again.stdout, again.stderr
         assert len(server.requests) == 2
+
+
+def test_a_rate_limited_run_canceled_as_printed_is_never_asked_again(tmp_path):
+    """A rate-limited run goes on by itself once its Retry-After comes; the
+    cancel ``ask`` prints stops it (it was refused as 'already
+    rate_limited'), and no later sweep calls the model for it."""
+    import time
+
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [
+            ("status", 429, {"Retry-After": "1"}, "slow down"),
+            ("json", completion("Never asked for.")),
+        ]
+        first = run(db, "ask", "one", env=env)
+        assert first.returncode == 1, first.stderr
+        (cancel,) = re.findall(r"to stop it instead: `([^`]+)`", first.stderr)
+        run_id = first.stderr.split()[1]
+        assert cancel == f"flowdesk --db {db} cancel {run_id}"
+        canceled = as_printed(cancel, {**os.environ, **env})
+        assert canceled.returncode == 0, canceled.stderr
+        assert f"agent run {run_id} canceled" in canceled.stdout
+        time.sleep(1.5)  # its Retry-After passes (not a timing assertion)
+        swept = run(db, "resume", "--all", env=env)
+        assert swept.returncode == 0, swept.stdout + swept.stderr
+        assert run_id not in swept.stdout
+        assert len(server.requests) == 1
+        shown = run(db, "show", run_id)
+        assert "canceled" in shown.stdout, shown.stdout

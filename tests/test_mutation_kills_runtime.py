@@ -756,6 +756,28 @@ def test_agent_step_child_shares_the_trace_says_why_it_failed_and_is_canceled_wi
     )
 
 
+def test_canceling_a_flow_cancels_its_rate_limited_agent_child_which_never_goes_on(
+    sqlite_store,
+):
+    """A rate-limited child would be resumed once its Retry-After came;
+    canceling its parent cancels it (it was left rate_limited, as if ended),
+    and a later sweep of due runs asks the model nothing."""
+    clock = ManualClock()
+    astore = SqliteAgentStore(sqlite_store)
+    model = ScriptedModel([RateLimitedError("slow down", retry_after_s=30), "too late"])
+    agent = Agent("geo", model, astore, clock=clock)
+    flow = FlowBuilder("quiz", Q).step("ask", agent_step(agent, lambda s: s.question, "answer"))
+    engine = Engine(sqlite_store, flows=[flow.chain().compile()], clock=clock)
+    res = engine.run("quiz", Q(question="Capital?"))
+    (child,) = astore.list(agent="geo")
+    assert child.status == "rate_limited" and res.status == "failed"
+    engine.cancel(res.run_id, reason="user gave up")
+    assert astore.get(child.run_id).status == "canceled"
+    clock.advance(60)
+    assert agent.resume_due() == []
+    assert model.calls == 1
+
+
 # -- spans --------------------------------------------------------------------------------
 
 SPANS_SCRIPT = r"""

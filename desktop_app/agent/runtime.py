@@ -144,6 +144,7 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.owners import holding
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import (
+    AGENT_ENDED,
     AGENT_TERMINAL,
     AgentLog,
     AgentRun,
@@ -551,26 +552,27 @@ class Agent:
             CheckpointNotFoundError: no such run.
         """
         set_status_unless_terminal(
-            self.store, run_id, self.clock.now(), "paused", None, AGENT_TERMINAL
+            self.store, run_id, self.clock.now(), "paused", None, AGENT_ENDED
         )
 
     def cancel(self, run_id: str) -> None:
-        """Mark a run ``canceled`` (terminal). A process executing it stops
-        before its next model or tool call (see the module's notes).
+        """Mark a run ``canceled`` (terminal), also a ``rate_limited`` one (which
+        would otherwise go on once its time came). A process executing it
+        stops before its next model or tool call (see the module's notes).
 
         The status is set as a compare-and-set on the status read: a run its
         executing process ends (``done``...) between that read and the write
         keeps what it ended with, and this raises.
 
         Raises:
-            RunStateError: the run is already terminal (done, canceled, ...),
-                also when its executing process ended it a moment before
+            RunStateError: the run has ended (done, canceled, timeout,
+                expired), also when its executing process ended it a moment before
                 this write (nothing was changed: its last tool call and
                 reply happened and stand).
             CheckpointNotFoundError: no such run.
         """
         set_status_unless_terminal(
-            self.store, run_id, self.clock.now(), "canceled", "canceled by user", AGENT_TERMINAL
+            self.store, run_id, self.clock.now(), "canceled", "canceled by user", AGENT_ENDED
         )
 
     # -- the loop ------------------------------------------------------------
@@ -1182,7 +1184,7 @@ def _cancel_agent_child(store: CheckpointStore, child_id: str, reason: str, now:
             run = astore.get(child_id)
         except (CheckpointNotFoundError, StoreError):
             continue  # not in this (open) database, or journaled but never created
-        if run.status not in AGENT_TERMINAL:
+        if run.status not in AGENT_ENDED:  # a rate-limited child would go on later
             astore.update(child_id, now, status="canceled", error=reason)
         return
 

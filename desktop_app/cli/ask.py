@@ -169,7 +169,8 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         when = local_and_utc(run.retry_at)
         print(
             f"run {res.run_id} rate_limited: {error}; it can go on from {when}: a running "
-            f"`flowdesk agent` resumes it then, or run `{hint}` after that",
+            f"`flowdesk agent` resumes it then, or run `{hint}` after that; to stop it "
+            f"instead: `{ctx.hints.cmd(f'cancel {res.run_id}')}`",
             file=sys.stderr,
         )
         return EXIT_FAILED

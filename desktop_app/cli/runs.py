@@ -670,7 +670,7 @@ def _watch(ctx: Ctx, sv: Services, one: Any) -> int:
                         f"{row['flow']}  {row['status']}  {prog}{err}",
                         flush=True,
                     )
-            if one is not None and rows and rows[0]["status"] in ENDED | {"failed"}:
+            if one is not None and rows and rows[0]["status"] in ENDED | FAILED:
                 return EXIT_FAILED if rows[0]["status"] in FAILED else EXIT_OK
         time.sleep(ctx.args.interval)
 

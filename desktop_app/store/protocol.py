@@ -36,6 +36,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from desktop_app.store.records import (
+    AGENT_ENDED,
     AGENT_RUN_STATUS,
     AGENT_TERMINAL,
     JSON,
@@ -65,6 +66,7 @@ from desktop_app.store.records import (
 )
 
 __all__ = [
+    "AGENT_ENDED",
     "AGENT_RUN_STATUS",
     "AGENT_TERMINAL",
     "CAPABILITIES",

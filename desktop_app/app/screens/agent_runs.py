@@ -52,7 +52,7 @@ from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.runs_view import INTERRUPTED, display_status
-from desktop_app.store.records import AGENT_TERMINAL, AgentRun, ToolResult
+from desktop_app.store.records import AGENT_ENDED, AgentRun, ToolResult
 from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
@@ -602,7 +602,7 @@ class AgentRunsScreen(Screen[None]):
         elif run.status == "input_required":
             approval = (run.pending_call or {}).get("approval") is not None
             problem = f"Agent run {rid} waits for an answer: {answer_in_inbox(approval)}."
-        elif run.status in AGENT_TERMINAL:
+        elif run.status in AGENT_ENDED:
             problem = f"Agent run {rid} is {run.status}; it cannot be resumed."
         elif run.agent != self.ASK_AGENT or used_tools:
             problem = (
