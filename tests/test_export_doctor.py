@@ -64,6 +64,8 @@ def test_doctor_reports_each_check(tmp_path):
     ):
         assert check in out.stdout, out.stdout
     assert "BAD  model provider" in out.stdout and out.returncode == 1
+    # no keyring in tests: the doctor names where a key can go instead
+    assert "FLOWDESK_MODEL__API_KEY environment variable" in out.stdout
     os.chmod(db, 0o644)
     loose = flowdesk(db, "doctor")
     assert "BAD  file mode          0644" in loose.stdout

@@ -254,7 +254,9 @@ def _machine_checks(ctx: Ctx, line: Any, path: Path) -> None:
             "keyring",
             name
             if usable
-            else f"{name}: no keyring here, so API keys cannot be stored (local models need none)",
+            else f"{name}: no keyring here, so `secrets set` cannot store an API key (local "
+            "models need none); give a key in the FLOWDESK_MODEL__API_KEY environment "
+            "variable or in a 0600 file named by model.api_key_file",
         )
     except Exception as exc:  # report, never crash the doctor
         line(False, "keyring", f"{type(exc).__name__}: {exc}")
