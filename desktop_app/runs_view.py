@@ -41,13 +41,29 @@ def queued_text(flow_name: str, undelivered: int) -> str:
     return f"{plural(undelivered, one, many)} queued"
 
 
-def withdrawn_text(flow_name: str, withdrawn: int) -> str:
+def withdrawn_text(flow_name: str, withdrawn: int, made: int = 0, unknown: int = 0) -> str:
     """``"596 queued moves withdrawn (never made)"``: the side effects a
-    cancel took back before delivery, or ``""`` when it took back none."""
-    if not withdrawn:
-        return ""
+    cancel took back before delivery, then those whose process had died
+    mid-send: ``made`` (their destination has them) and ``unknown`` (no
+    way to check here); ``""`` when there are none of any."""
     one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
-    return f"{plural(withdrawn, f'queued {one}', f'queued {many}')} withdrawn (never made)"
+    said = []
+    if withdrawn:
+        said.append(
+            f"{plural(withdrawn, f'queued {one}', f'queued {many}')} withdrawn (never made)"
+        )
+    if made:
+        said.append(
+            f"{plural(made, one, many)} made before the process making "
+            f"{'it' if made == 1 else 'them'} stopped (recorded as made)"
+        )
+    if unknown:
+        said.append(
+            f"{plural(unknown, one, many)} whose outcome is unknown: the process making "
+            f"{'it' if unknown == 1 else 'them'} stopped mid-way, and "
+            f"{'it is' if unknown == 1 else 'they are'} never made again"
+        )
+    return "; ".join(said)
 
 
 #: shown statuses (both vocabularies) of runs that never change again

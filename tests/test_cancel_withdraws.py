@@ -245,8 +245,9 @@ def test_cancel_withdraws_a_generic_flows_queued_intent(request, kind):
     engine = Engine(store, flows=[flow], clock=ManualClock())
     rid = engine.run(flow, {}).run_id
     assert store.undelivered_intents() == {rid: 1}
-    run, withdrawn, in_flight = engine.cancel_withdrawing(rid)
+    run, withdrawn, in_flight, made, unknown = engine.cancel_withdrawing(rid)
     assert run.status == "canceled" and len(withdrawn) == 1 and in_flight == []
+    assert made == unknown == []  # it was pending: never sent
     assert store.undelivered_intents() == {}
     mail = Recorder()
     assert Dispatcher(store, {"mail": mail}).dispatch() == 0
@@ -332,3 +333,105 @@ def test_two_tidies_planned_before_either_queued_each_claim_only_their_own(reque
         report = undo_tidy_run(store, rid)
         assert report.moved_back == n and report.left == [], report
     assert top_files(folder) == files and tidied(folder) == []
+
+
+#: a dispatcher process whose destination makes the effect (a line in a
+#: file), then dies before its mark: kill -9 between send and ``delivered``
+DYING_DISPATCHER = """
+import os, signal, sys
+from desktop_app.flow.outbox import Dispatcher
+from desktop_app.store.sqlite.store import open_store
+
+class Dying:
+    def send(self, key, payload):
+        with open(sys.argv[2], "a") as fh:
+            fh.write(key + "\\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def lookup(self, key):
+        return None
+
+Dispatcher(open_store(sys.argv[1]), {"mail": Dying()}).dispatch()
+"""
+
+
+class Effects:
+    """The mail destination as the program that owns it would look it up:
+    the lines its sends wrote."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def send(self, idempotency_key: str, payload: object) -> dict[str, bool]:
+        raise AssertionError("a canceled run's intent is never sent")
+
+    def lookup(self, idempotency_key: str) -> dict[str, str] | None:
+        lines = self.path.read_text().split() if self.path.exists() else []
+        return {"line": idempotency_key} if idempotency_key in lines else None
+
+
+def mailer_killed_mid_send(db: Path, effects: Path) -> tuple[Engine, str]:
+    """A mailer run waiting after its intent, whose dispatcher process was
+    killed after making the effect and before marking it delivered."""
+
+    def queue(state: Note, ctx: object) -> dict[str, int]:
+        ctx.send("mail", {"to": "a@example.org"})  # type: ignore[attr-defined]
+        return {"sent": 1}
+
+    def wait(state: Note, ctx: object) -> dict[str, int]:
+        ctx.interrupt("send it?")  # type: ignore[attr-defined]
+        return {}
+
+    flow = FlowBuilder("mailer", Note).step("queue", queue).step("wait", wait).chain().compile()
+    engine = Engine(open_store(db), flows=[flow])
+    rid = engine.run(flow, {}).run_id
+    died = subprocess.run(
+        [sys.executable, "-c", DYING_DISPATCHER, str(db), str(effects)], cwd=REPO, check=False
+    )
+    assert died.returncode == -signal.SIGKILL
+    assert len(effects.read_text().split()) == 1
+    assert len(engine.store.intents(["sending"])) == 1  # as the crash left it
+    return engine, rid
+
+
+def test_a_cancel_after_a_kill_mid_send_says_the_outcome_is_unknown(db_path, tmp_path):
+    """No destination here can check the effect: the cancel does not call it
+    'never made'; the intent says its outcome is unknown, and no dispatcher
+    makes it again."""
+    from desktop_app.flow.outbox import OUTCOME_UNKNOWN
+    from desktop_app.runs_view import withdrawn_text
+
+    effects = tmp_path / "effects"
+    engine, rid = mailer_killed_mid_send(db_path, effects)
+    done = engine.cancel_withdrawing(rid)
+    assert done.run.status == "canceled"
+    assert (len(done.withdrawn), len(done.made), len(done.unknown)) == (0, 0, 1)
+    assert withdrawn_text("mailer", 0, 0, 1) == (
+        "1 side effect whose outcome is unknown: the process making it stopped mid-way, "
+        "and it is never made again"
+    )
+    (failed,) = engine.store.intents(["failed"])
+    assert failed.last_error == OUTCOME_UNKNOWN
+    assert Dispatcher(engine.store, {"mail": Effects(effects)}).dispatch() == 0
+    assert len(effects.read_text().split()) == 1
+
+
+def test_a_cancel_after_a_kill_mid_send_asks_the_destination_and_records_it_made(
+    db_path, tmp_path
+):
+    """The program registered its destination's lookup: the cancel finds the
+    effect made, records it delivered with the destination's receipt, and
+    says so (it said 'withdrawn (never made)')."""
+    from desktop_app.flow import outbox
+
+    effects = tmp_path / "effects"
+    engine, rid = mailer_killed_mid_send(db_path, effects)
+    outbox.register_lookup("mail", lambda store: Effects(effects))
+    try:
+        done = engine.cancel_withdrawing(rid)
+    finally:
+        outbox._LOOKUPS.pop("mail")
+    assert (len(done.withdrawn), len(done.made), len(done.unknown)) == (0, 1, 0)
+    (delivered,) = engine.store.intents(["delivered"])
+    assert delivered.receipt == {"line": delivered.intent_id}
+    assert engine.store.intents(["failed"]) == []

@@ -118,3 +118,48 @@ def test_an_undo_and_a_dispatcher_released_at_one_instant_leave_every_file_back(
     assert store.undelivered_intents() == {}
     print("moved back / withdrawn per round:", mixes)
     store.close()
+
+
+def test_undo_after_a_kill_between_a_move_and_its_mark_moves_that_file_back(tmp_path):
+    """The process making the moves is killed after it moved the 61st file
+    and before it recorded the move: the undo asks the file system, finds
+    the move made, and moves it back with the 60 others (it was withdrawn as
+    'never made' and stayed in the kind folder)."""
+    db, folder = tmp_path / "t.db", tmp_path / "dl6"
+    files = fill(folder, 300)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "run", "tidy", "--folder", str(folder))
+    run_id = started.stdout.splitlines()[0]
+    paused = tmp_path / "paused"
+    answer = worker(
+        "--db",
+        str(db),
+        "answer",
+        run_id,
+        "yes",
+        pause_after_move="60",
+        paused=paused,
+    )
+    try:
+        while not paused.exists():  # 61 files moved, the 61st not recorded
+            assert answer.poll() is None, answer.communicate()
+            subprocess.run(["sleep", "0.05"], check=True)
+    finally:
+        os.kill(answer.pid, signal.SIGKILL)
+        answer.communicate()
+    assert len(top_files(folder)) == 239 and len(tidied(folder)) == 61
+
+    undo = flowdesk(db, "undo", run_id)
+    assert undo.returncode == 0, undo.stdout + undo.stderr
+    assert undo.stdout.splitlines()[0] == (
+        f"tidy run {run_id}: 61 moved back, 239 queued moves withdrawn (never made)"
+    )
+    store = open_store(db)
+    try:  # the outbox says the 61st move was made, not withdrawn
+        marks = dict(store.conn.execute("SELECT status, count(*) FROM outbox GROUP BY status"))
+    finally:
+        store.close()
+    assert marks == {"delivered": 61, "failed": 239}
+    resumed = flowdesk(db, "resume", "--all")
+    assert resumed.returncode == 0 and "delivered" not in resumed.stdout, resumed.stdout
+    assert top_files(folder) == files and tidied(folder) == []

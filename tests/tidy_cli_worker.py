@@ -1,7 +1,8 @@
 """The real ``flowdesk`` command in a process a test controls.
 
 Usage: python tests/tidy_cli_worker.py [--go GO] [--delay S]
-           [--pause-after N --paused FILE] [--undo-pause-after N --paused FILE]
+           [--pause-after N --paused FILE] [--pause-after-move N --paused FILE]
+           [--undo-pause-after N --paused FILE]
            -- ARGS...
        python tests/tidy_cli_worker.py --go GO --dispatch DB
 
@@ -15,6 +16,8 @@ exists before running ``flowdesk ARGS`` (so two processes start at one
 instant). ``--pause-after N``: the tidy file mover makes N moves, then on
 the next one (its intent already marked ``sending``) creates FILE and
 sleeps instead of renaming, so the test can ``kill -9`` it mid-delivery.
+``--pause-after-move N``: the same, but it renames that file first (the
+move made, its intent still ``sending``: a crash before the mark).
 ``--undo-pause-after N``: the same for an undo: it moves N files back,
 then on the next one creates FILE and sleeps instead of renaming.
 """
@@ -34,11 +37,13 @@ from desktop_app.flows import builtin_destinations, tidy, tidy_undo
 from desktop_app.store.sqlite.store import open_store
 
 
-def pause_after(n: int, paused: Path) -> None:
+def pause_after(n: int, paused: Path, moved: bool = False) -> None:
     real = tidy.FileMover.rename
     done = [0]
 
     def rename(self: tidy.FileMover, src: tidy.Entry, dst: tidy.Entry) -> None:
+        if done[0] >= n and moved:  # the file is moved; its intent is not marked
+            real(self, src, dst)
         if done[0] >= n:
             paused.write_text(str(done[0]))
             threading.Event().wait()  # until the test kills this process
@@ -69,6 +74,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--go", type=Path)
     p.add_argument("--pause-after", type=int)
+    p.add_argument("--pause-after-move", type=int)
     p.add_argument("--undo-pause-after", type=int)
     p.add_argument("--paused", type=Path)
     p.add_argument("--dispatch", type=Path)
@@ -77,6 +83,8 @@ if __name__ == "__main__":
     store = open_store(opts.dispatch) if opts.dispatch else None
     if opts.pause_after is not None:
         pause_after(opts.pause_after, opts.paused)
+    if opts.pause_after_move is not None:
+        pause_after(opts.pause_after_move, opts.paused, moved=True)
     if opts.undo_pause_after is not None:
         undo_pause_after(opts.undo_pause_after, opts.paused)
     if opts.go is not None:

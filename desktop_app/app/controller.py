@@ -415,14 +415,17 @@ class Controller:
         assert engine is not None
         rid = short_id(run_id)
         try:
-            run, withdrawn, _in_flight = engine.cancel_withdrawing(run_id)
+            done = engine.cancel_withdrawing(run_id)
         except FlowdeskError as exc:
             self._say(f"Run {rid} was not canceled: {exc}", "error")
         except Exception as exc:
             self._say(f"Run {rid} was not canceled: {type(exc).__name__}: {exc}", "error")
         else:
             self._canceled_here.add(run_id)
-            took_back = withdrawn_text(run.flow_name, len(withdrawn))
+            run = done.run
+            took_back = withdrawn_text(
+                run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown)
+            )
             self._say(f"Run {rid} is {run.status}" + (f"; {took_back}." if took_back else "."))
         finally:
             self._app.post_message(RunChanged(run_id))

@@ -956,10 +956,11 @@ def cmd_cancel(ctx: Ctx) -> int:
         return EXIT_OK
     from desktop_app.runs_view import withdrawn_text
 
-    run, withdrawn, in_flight = sv.engine.cancel_withdrawing(ref.run_id)
-    said = [withdrawn_text(run.flow_name, len(withdrawn))]
-    if in_flight:
-        said.append(f"{len(in_flight):,} being delivered now (left to its dispatcher)")
+    done = sv.engine.cancel_withdrawing(ref.run_id)
+    run = done.run
+    said = [withdrawn_text(run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown))]
+    if done.in_flight:
+        said.append(f"{len(done.in_flight):,} being delivered now (left to its dispatcher)")
     print(f"run {run.run_id} {run.status}" + "".join(f"; {t}" for t in said if t))
     return EXIT_OK
 

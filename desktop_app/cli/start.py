@@ -108,7 +108,9 @@ def _replace(sv: Any, twin: Any) -> None:
         )
     except RunStateError:
         return  # it completed, or someone canceled it: the key is free either way
-    withdrawn = withdrawn_text(twin.flow_name, len(done.withdrawn))
+    withdrawn = withdrawn_text(
+        twin.flow_name, len(done.withdrawn), len(done.made), len(done.unknown)
+    )
     print(
         f"canceled {status} run {twin.run_id} on this input"
         + (f" ({withdrawn})" if withdrawn else "")

@@ -81,11 +81,18 @@ class Cancellation(NamedTuple):
         withdrawn: its outbox intents taken back before delivery (never made).
         in_flight: its intents a live dispatcher was sending at that instant,
             left to it.
+        made: intents whose process died mid-send, which their destination
+            says were made: recorded ``delivered`` (see
+            :func:`~desktop_app.flow.outbox.settle_withdrawn`).
+        unknown: intents whose process died mid-send and whose outcome no
+            destination here could check: said unknown, never sent again.
     """
 
     run: RunRecord
     withdrawn: list[Intent]
     in_flight: list[Intent]
+    made: list[Intent]
+    unknown: list[Intent]
 
 
 #: what refuses a run in this process whatever a later pass does (its flow is
@@ -1082,7 +1089,9 @@ class Engine:
         run = self.store.get_run(run_id)
         done = withdraw_for_cancel(self.store, run_id, run.flow_name)
         cancel_children(self.store, run_id, self.clock, self.cancel)
-        return Cancellation(self.store.get_run(run_id), done.withdrawn, done.in_flight)
+        return Cancellation(
+            self.store.get_run(run_id), done.withdrawn, done.in_flight, done.made, done.unknown
+        )
 
     def run_child(
         self,

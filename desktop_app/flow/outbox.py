@@ -82,6 +82,83 @@ def claimant_is_gone(owner: str) -> bool:
 #: the error an intent withdrawn by a cancel records (``flowdesk outbox`` shows it)
 CANCELED = "withdrawn: the run was canceled before this was delivered"
 
+#: the error a withdrawn intent records when its send had begun and no
+#: destination here could say whether it was made
+OUTCOME_UNKNOWN = (
+    "withdrawn mid-send: the process sending it stopped before it recorded whether "
+    "it was made, and no destination here can check; its outcome is unknown"
+)
+
+#: destination name -> ``factory(store)``: the destination whose ``lookup``
+#: settles that destination's intents withdrawn mid-send
+_LOOKUPS: dict[str, Callable[[CheckpointStore], Destination]] = {}
+
+
+def register_lookup(destination: str, factory: Callable[[CheckpointStore], Destination]) -> None:
+    """Let :func:`settle_withdrawn` ask ``factory(store).lookup(key)`` whether
+    an intent to ``destination`` withdrawn mid-send was made (the built-in
+    tidy flow registers its file mover; a program registers its own
+    destinations). A second registration for the same name replaces the first."""
+    _LOOKUPS[destination] = factory
+
+
+def settle_withdrawn(
+    store: CheckpointStore,
+    done: Withdrawal,
+    clock: Clock | None = None,
+    destinations: Mapping[str, Destination] | None = None,
+) -> Withdrawal:
+    """Say the truth about intents ``done`` withdrew while they were
+    ``sending``: their dispatcher stopped (its process died) after the send
+    began, so the effect may have been made although it was never marked.
+
+    Each is asked of its destination (``destinations``, else one
+    :func:`register_lookup` made), as a dispatcher reconciles an interrupted
+    intent: a receipt means it was made, and the intent is marked
+    ``delivered`` with it (``made``); ``None`` means it was not (it stays in
+    ``withdrawn``). With no destination here, or a lookup that raises, it
+    stays ``failed`` with :data:`OUTCOME_UNKNOWN` as its error (``unknown``).
+    ``pending`` intents were never sent: they stay in ``withdrawn``.
+
+    Returns:
+        Withdrawal: ``done`` with those intents moved to ``made``/``unknown``.
+
+    Raises:
+        StoreError: the store could not be written.
+    """
+    now = (clock or SystemClock()).now
+    withdrawn: list[Intent] = []
+    made, unknown = list(done.made), list(done.unknown)
+    for intent in done.withdrawn:
+        if intent.status != "sending":
+            withdrawn.append(intent)
+            continue
+        dest = (destinations or {}).get(intent.destination)
+        factory = _LOOKUPS.get(intent.destination)
+        if dest is None and factory is not None:
+            dest = factory(store)
+        receipt = None
+        if dest is not None:
+            try:
+                receipt = dest.lookup(intent.intent_id)
+            except Exception as exc:  # any failure leaves it unknown
+                log.warning("intent %s: lookup failed: %s", intent.intent_id, exc)
+                dest = None
+        if dest is None:
+            store.mark_intent(
+                intent.intent_id, "failed", now(), error=OUTCOME_UNKNOWN, expect="failed"
+            )
+            unknown.append(intent)
+        elif receipt is not None:
+            store.mark_intent(
+                intent.intent_id, "delivered", now(), receipt=receipt, expect="failed"
+            )
+            made.append(intent)
+        else:
+            withdrawn.append(intent)
+    return Withdrawal(withdrawn, done.in_flight, made, unknown)
+
+
 #: a flow's record of a cancel: ``hook(store, run_id, withdrawal)``
 CancelHook = Callable[[CheckpointStore, str, Withdrawal], None]
 _CANCEL_HOOKS: dict[str, CancelHook] = {}
@@ -100,13 +177,16 @@ def withdraw_for_cancel(store: CheckpointStore, run_id: str, flow_name: str) -> 
     (``store.withdraw_intents`` with :data:`CANCELED`): each ``pending`` one,
     and each ``sending`` one whose claimant is gone (:func:`claimant_is_gone`)
     or whose claim expired. One a live dispatcher is sending is left to it
-    (its outcome is recorded as it ends) and returned in ``in_flight``. Then
-    the flow's :func:`on_cancel` hook, if any, records it.
+    (its outcome is recorded as it ends) and returned in ``in_flight``. A
+    ``sending`` one withdrawn is settled by :func:`settle_withdrawn` (made,
+    not made, or said unknown). Then the flow's :func:`on_cancel` hook, if
+    any, records it.
 
     Raises:
         StoreError: the store could not be written.
     """
     done = store.withdraw_intents(run_id, CANCELED, presumed_dead=claimant_is_gone)
+    done = settle_withdrawn(store, done)
     hook = _CANCEL_HOOKS.get(flow_name)
     if hook is not None:
         hook(store, run_id, done)

@@ -60,7 +60,7 @@ from pydantic import BaseModel, Field
 
 from desktop_app.errors import DomainReadError, FolderNotWritableError, InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
-from desktop_app.flow.outbox import on_cancel
+from desktop_app.flow.outbox import on_cancel, register_lookup
 from desktop_app.flows.confined import (
     Refused,
     fsync_dir,
@@ -303,7 +303,10 @@ def record_cancel(store: CheckpointStore, run_id: str, done: Withdrawal) -> None
     """What a cancel of tidy run ``run_id`` changed (its ``on_cancel`` hook):
     each move it withdrew becomes ``skipped`` with :data:`CANCELED`, each
     move not queued yet ``skipped`` with :data:`CANCELED_UNQUEUED`; a move a
-    live dispatcher was making is left to it, which records its outcome."""
+    live dispatcher was making is left to it, which records its outcome. A
+    move whose process died mid-move was settled before this by
+    :class:`FileMover`'s ``lookup`` (registered below): made (its row says
+    ``moved``) or not (withdrawn with the others)."""
     keys = [i.intent_id for i in done.withdrawn if i.destination == DESTINATION]
 
     def write(tx: SqlTx) -> None:
@@ -636,3 +639,8 @@ class FileMover:
     def _refuse(self, key: str, reason: str, status: str = "skipped") -> dict[str, Any]:
         self.store.write(record_outcome(key, False, reason, status=status))
         return {"moved": False, "reason": reason}
+
+
+#: a cancel or an undo asks the file system whether a move withdrawn
+#: mid-move (its process died) was made (``settle_withdrawn``)
+register_lookup(DESTINATION, FileMover)

@@ -285,12 +285,15 @@ def withdraw_moves(
         ``(withdrawn, in_flight)``: destination paths of the moves withdrawn,
         and of those still being made when ``wait_s`` ran out.
     """
-    from desktop_app.flow.outbox import claimant_is_gone
+    from desktop_app.flow.outbox import claimant_is_gone, settle_withdrawn
 
     withdrawn: list[str] = []
     deadline = time.monotonic() + wait_s
     while True:
         got = store.withdraw_intents(run_id, WITHDRAWN, presumed_dead=claimant_is_gone)
+        # a move whose process died mid-move: made (its row now says moved,
+        # and it is moved back below) or not (withdrawn with the others)
+        got = settle_withdrawn(store, got)
         if got.withdrawn:
             store.write(withdraw_queued([i.intent_id for i in got.withdrawn], WITHDRAWN))
         withdrawn += [_dst(i.payload) for i in got.withdrawn if i.destination == DESTINATION]

@@ -221,10 +221,20 @@ class Withdrawal:
             is gone): no dispatcher sends them again.
         in_flight: ``sending`` intents a live dispatcher holds: the send may
             be happening now; they were left alone.
+        made: withdrawn ``sending`` intents whose destination says the
+            effect was made before its dispatcher stopped: marked
+            ``delivered`` instead (filled by
+            :func:`desktop_app.flow.outbox.settle_withdrawn`; a store leaves
+            it empty).
+        unknown: withdrawn ``sending`` intents whose outcome no destination
+            here could check: they stay ``failed``, with a reason that says
+            the outcome is unknown (filled the same way).
     """
 
     withdrawn: list[Intent]
     in_flight: list[Intent]
+    made: list[Intent] = field(default_factory=list)
+    unknown: list[Intent] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
