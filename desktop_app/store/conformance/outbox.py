@@ -203,6 +203,7 @@ def withdrawing_takes_back_what_no_live_dispatcher_sends(h: Harness) -> None:
     again = s.withdraw_intents(rid, "withdrawn", presumed_dead=lambda o: True, now=at())
     _eq(sorted(i.intent_id for i in again.withdrawn), keys[1:3], "a dead claimant's sends")
     _eq(again.in_flight, [], "nothing left in flight")
+    _eq([i.status for i in again.withdrawn], ["sending"] * 2, "told as they were: mid-send")
     _eq(s.mark_intent(keys[2], "delivered", clock.now(), expect="sending"), False, "late ack")
     failed = {i.intent_id: i.last_error for i in s.intents(["failed"], limit=1000)}
     _eq([failed.get(k) for k in keys[1:]], ["withdrawn"] * 4, "withdrawn with the reason")
@@ -211,3 +212,8 @@ def withdrawing_takes_back_what_no_live_dispatcher_sends(h: Harness) -> None:
     _eq(rid in s.undelivered_intents(), False, "nothing of the run undelivered")
     _eq(s.undelivered_intents().get(other), 1, "another run's intent is untouched")
     _eq(s.withdraw_intents(rid, "x", now=at()), Withdrawal([], []), "running it again: nothing")
+    # settling one withdrawn mid-send that its destination says was made
+    settled = s.mark_intent(keys[2], "delivered", clock.now(), receipt={"r": 2}, expect="failed")
+    _eq(settled, True, "a withdrawn intent settled as made")
+    _eq([i.receipt for i in s.intents(["delivered"], limit=1000) if i.intent_id == keys[2]],
+        [{"r": 2}], "with the destination's receipt")  # fmt: skip
