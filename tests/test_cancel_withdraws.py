@@ -215,6 +215,21 @@ class Note(BaseModel):
     sent: int = 0
 
 
+def mailer() -> object:
+    """A flow that queues one mail (an outbox intent to ``mail``), then
+    waits for an answer: a run of it is canceled with its intent queued."""
+
+    def queue(state: Note, ctx: object) -> dict[str, int]:
+        ctx.send("mail", {"to": "a@example.org"})  # type: ignore[attr-defined]
+        return {"sent": 1}
+
+    def wait(state: Note, ctx: object) -> dict[str, int]:
+        ctx.interrupt("send it?")  # type: ignore[attr-defined]
+        return {}
+
+    return FlowBuilder("mailer", Note).step("queue", queue).step("wait", wait).chain().compile()
+
+
 class Recorder:
     def __init__(self) -> None:
         self.got: list[object] = []
@@ -233,15 +248,7 @@ def test_cancel_withdraws_a_generic_flows_queued_intent(request, kind):
     withdraws the intent, and no dispatcher ever delivers it."""
     store = request.getfixturevalue(kind)
 
-    def queue(state: Note, ctx: object) -> dict[str, int]:
-        ctx.send("mail", {"to": "a@example.org"})  # type: ignore[attr-defined]
-        return {"sent": 1}
-
-    def wait(state: Note, ctx: object) -> dict[str, int]:
-        ctx.interrupt("send it?")  # type: ignore[attr-defined]
-        return {}
-
-    flow = FlowBuilder("mailer", Note).step("queue", queue).step("wait", wait).chain().compile()
+    flow = mailer()
     engine = Engine(store, flows=[flow], clock=ManualClock())
     rid = engine.run(flow, {}).run_id
     assert store.undelivered_intents() == {rid: 1}
@@ -374,15 +381,7 @@ def mailer_killed_mid_send(db: Path, effects: Path) -> tuple[Engine, str]:
     """A mailer run waiting after its intent, whose dispatcher process was
     killed after making the effect and before marking it delivered."""
 
-    def queue(state: Note, ctx: object) -> dict[str, int]:
-        ctx.send("mail", {"to": "a@example.org"})  # type: ignore[attr-defined]
-        return {"sent": 1}
-
-    def wait(state: Note, ctx: object) -> dict[str, int]:
-        ctx.interrupt("send it?")  # type: ignore[attr-defined]
-        return {}
-
-    flow = FlowBuilder("mailer", Note).step("queue", queue).step("wait", wait).chain().compile()
+    flow = mailer()
     engine = Engine(open_store(db), flows=[flow])
     rid = engine.run(flow, {}).run_id
     died = subprocess.run(

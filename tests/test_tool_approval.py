@@ -286,6 +286,19 @@ def as_printed(command: str, env: dict[str, str]) -> subprocess.CompletedProcess
     return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=120)
 
 
+def applied(db: Path, server: ChatServer, config: Path) -> dict[str, str]:
+    """The environment of a user whose model is ``server`` and whose settings
+    are ``config``, with the schema applied to ``db``."""
+    env = {
+        **os.environ,
+        "FLOWDESK_MODEL__BASE_URL": server.url,
+        "FLOWDESK_MODEL__MODEL": "m",
+        "FLOWDESK_CONFIG": str(config),
+    }
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    return env
+
+
 def append(text: str, call_id: str = "a") -> tuple[str, dict]:  # type: ignore[type-arg]
     return (
         "json",
@@ -302,13 +315,7 @@ def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
     config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     shown_text = "x\x1b[2Jy"  # a model's arguments may hold escape sequences
     with ChatServer() as server:
-        env = {
-            **os.environ,
-            "FLOWDESK_MODEL__BASE_URL": server.url,
-            "FLOWDESK_MODEL__MODEL": "m",
-            "FLOWDESK_CONFIG": str(config),
-        }
-        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        env = applied(db, server, config)
         server.script = [append(shown_text), ("json", completion("Noted."))]
         asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
         assert asked.returncode == 0, asked.stderr
@@ -455,13 +462,7 @@ def test_a_built_in_file_tool_named_in_the_settings_waits_for_approval(tmp_path:
     config.write_text('[file_tools]\nrequire_approval = ["read_file"]\n')
     read = completion("", [{"id": "r", "name": "read_file", "args": {"path": "todo.md"}}])
     with ChatServer() as server:
-        env = {
-            **os.environ,
-            "FLOWDESK_MODEL__BASE_URL": server.url,
-            "FLOWDESK_MODEL__MODEL": "m",
-            "FLOWDESK_CONFIG": str(config),
-        }
-        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        env = applied(db, server, config)
         server.script = [("json", read), ("json", completion("Milk."))]
         asked = flowdesk(db, "ask", "todo?", "--tools", "files", "--folder", str(notes), env=env)
         assert asked.returncode == 0, asked.stderr
@@ -493,13 +494,7 @@ def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
     config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     with ChatServer() as server:
-        env = {
-            **os.environ,
-            "FLOWDESK_MODEL__BASE_URL": server.url,
-            "FLOWDESK_MODEL__MODEL": "m",
-            "FLOWDESK_CONFIG": str(config),
-        }
-        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        env = applied(db, server, config)
         server.script = [append("milk"), append("eggs", "b"), ("json", completion("Noted."))]
         asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
         assert asked.returncode == 0, asked.stderr
@@ -547,13 +542,7 @@ def test_an_answer_whose_mcp_server_cannot_start_says_it_was_not_recorded(
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
     config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     with ChatServer() as server:
-        env = {
-            **os.environ,
-            "FLOWDESK_MODEL__BASE_URL": server.url,
-            "FLOWDESK_MODEL__MODEL": "m",
-            "FLOWDESK_CONFIG": str(config),
-        }
-        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        env = applied(db, server, config)
         server.script = [append("hi"), ("json", completion("Noted."))]
         asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
         approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
