@@ -415,9 +415,7 @@ def test_a_cancel_after_a_kill_mid_send_says_the_outcome_is_unknown(db_path, tmp
     assert len(effects.read_text().split()) == 1
 
 
-def test_a_cancel_after_a_kill_mid_send_asks_the_destination_and_records_it_made(
-    db_path, tmp_path
-):
+def test_a_cancel_after_a_kill_mid_send_asks_the_destination_and_records_it_made(db_path, tmp_path):
     """The program registered its destination's lookup: the cancel finds the
     effect made, records it delivered with the destination's receipt, and
     says so (it said 'withdrawn (never made)')."""
