@@ -76,3 +76,28 @@ def test_user_flow_answer_signal_and_agent(tmp_path):
     assert "stopping" in err
     bad_json = flowdesk(db, "signal", "paid", "o-2", "--payload", "{oops")
     assert bad_json.returncode == 2 and "not JSON" in bad_json.stderr
+
+
+def test_a_signal_no_run_waits_for_says_so_and_names_where_to_look(tmp_path):
+    """A misspelt signal name is stored like any other: ``signal`` says no
+    run waits for it and prints the command listing what runs wait for,
+    which (run as printed) shows the name the run waits on; the right name
+    reaches the run."""
+    import re
+
+    from tests.cli_support import as_printed
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = flowdesk(db, "start", "approval", "--input", '{"order": "o-9"}').stdout.split()[0]
+    assert flowdesk(db, "answer", run_id, "yes").returncode == 0
+    typo = flowdesk(db, "signal", "payment", "o-9")
+    assert typo.returncode == 0 and "signal 1 stored" in typo.stdout
+    assert "no run waits for signal 'payment' with key 'o-9' now" in typo.stderr
+    (hint,) = re.findall(r"what runs wait for: (flowdesk [^)]+)\)", typo.stderr)
+    assert hint == f"flowdesk --db {db} waiting"
+    listed = as_printed(hint, env())
+    assert listed.returncode == 0 and "signal paid o-9" in listed.stdout
+    right = flowdesk(db, "signal", "paid", "o-9")
+    assert right.returncode == 0 and right.stderr == ""
+    assert f"for 1 waiting run: {run_id}" in right.stdout

@@ -320,8 +320,17 @@ def cmd_signal(ctx: Ctx) -> int:
     a = ctx.args
     payload = parse_json(a.payload, "--payload")
     sv = ctx.services()
+    waiting = sv.checkpoints.runs_waiting_for("signal", a.name, a.key)
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
+    if waiting:
+        print(f"for {plural(len(waiting), 'waiting run')}: {', '.join(waiting)}")
+    else:  # a misspelt name or key is stored too: say so, and where to look
+        print(
+            f"no run waits for signal {a.name!r} with key {a.key!r} now; it is kept for "
+            f"the first run that waits for it (what runs wait for: {ctx.hints.cmd('waiting')})",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
