@@ -174,13 +174,18 @@ def test_show_names_each_wait_and_its_command_runs_as_printed(tmp_path: Path) ->
     assert "signal 'paid' with key 'o 1' (step payment" in shown and "deadline " in shown
     command = printed(shown, "send it")
     assert command == f"flowdesk --db {db_arg} signal paid 'o 1'"
-    assert as_printed(command, env).returncode == 0
+    sent = as_printed(command, env)
+    assert sent.returncode == 0 and f"for 1 waiting run: {rid}" in sent.stdout, sent.stderr
 
     shown = flowdesk(db, "show", rid, env=env).stdout
     assert "an event of type 'order-shipped' (step shipping" in shown
     command = printed(shown, "publish it")
     assert command == f"flowdesk --db {db_arg} publish order-shipped"
-    assert as_printed(command, env).returncode == 0
+    published = as_printed(command, env)
+    assert published.returncode == 0 and f"for 1 waiting run: {rid}" in published.stdout
+    again = as_printed(command, env)  # nobody waits now: it says so, and what a wait takes
+    assert again.returncode == 0 and "no run waits for event 'order-shipped' now" in again.stderr
+    assert "only one published after its wait began" in again.stderr
 
     shown = flowdesk(db, "show", rid, env=env).stdout
     assert "a timer (step cool_off" in shown and re.search(r"fires .+ IST \(local\)", shown)

@@ -341,6 +341,16 @@ def cmd_publish(ctx: Ctx) -> int:
     their process looks."""
     payload = parse_json(ctx.args.payload, "--payload")
     sv = ctx.services()
+    waiting = sv.checkpoints.runs_waiting_for("event", ctx.args.type)
     event_id = sv.engine.publish(ctx.args.type, payload)
     print(f"event {event_id} published")
+    if waiting:
+        print(f"for {plural(len(waiting), 'waiting run')}: {', '.join(waiting)}")
+    else:  # a wait takes only events published after it began
+        print(
+            f"no run waits for event {ctx.args.type!r} now, and a run that waits for it "
+            f"later takes only one published after its wait began (what runs wait for: "
+            f"{ctx.hints.cmd('waiting')})",
+            file=sys.stderr,
+        )
     return EXIT_OK
