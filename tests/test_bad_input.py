@@ -95,3 +95,37 @@ def test_a_db_that_is_a_socket_or_a_device_is_refused(tmp_path):
     line = one_line_exit_2(flowdesk("/dev/null", "runs", timeout=20))
     assert "/dev/null is a character device, not a database file" in line
     assert os.stat("/dev/null").st_mode == before  # never made private: it is the system's
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["agent", "--poll", "inf"],  # a traceback (OverflowError) once serving
+        ["agent", "--poll", "0"],  # a loop that never paused: a core kept busy
+        ["agent", "--poll", "-1"],
+        ["agent", "--poll", "nan"],
+        ["agent", "--concurrency", "0"],  # a worker that would claim nothing
+        ["agent", "--concurrency", "-3"],
+        ["watch", "--interval", "-1"],  # ValueError: sleep length must be non-negative
+        ["watch", "--interval", "1e300"],  # OverflowError
+        ["watch", "--interval", "0"],
+    ],
+)
+def test_a_pause_or_concurrency_out_of_range_is_a_usage_error_before_anything_runs(db_path, args):
+    """``--poll``/``--interval`` take seconds above 0 and at most a day, and
+    ``--concurrency`` 1 or more: anything else is exit 2 naming the option,
+    before the agent serves or watch looks (each of these was a traceback, a
+    busy loop or a worker that never claimed, and the agent ran until killed)."""
+    out = flowdesk(db_path, *args, timeout=30)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    assert f"argument {args[1]}:" in out.stderr, out.stderr
+    assert "serving" not in out.stderr and out.stdout == ""
+
+
+def test_a_pause_in_range_is_taken(db_path):
+    """The bounds refuse nothing a user means: ``watch --interval 0.05``
+    of a run that does not exist is the unknown-run refusal, not a usage
+    error about the interval."""
+    out = flowdesk(db_path, "watch", "--interval", "0.05", "nosuchrun", timeout=30)
+    assert out.returncode == 2 and "no run nosuchrun" in out.stderr, out.stderr
