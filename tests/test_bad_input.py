@@ -5,6 +5,7 @@ Real ``flowdesk`` processes, real files."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -129,3 +130,20 @@ def test_a_pause_in_range_is_taken(db_path):
     error about the interval."""
     out = flowdesk(db_path, "watch", "--interval", "0.05", "nosuchrun", timeout=30)
     assert out.returncode == 2 and "no run nosuchrun" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "1e300"])
+def test_a_model_timeout_out_of_range_is_a_settings_error_and_no_run_is_left(db_path, value):
+    """``[model] timeout_s`` (``FLOWDESK_MODEL__TIMEOUT_S``) is seconds above
+    0 and at most a day: ``inf``, ``nan``, ``-1`` and ``1e300`` were taken and
+    ``ask`` died with a traceback at its first connection, leaving an agent
+    run ``interrupted`` that every resume failed the same way."""
+    env = {
+        "FLOWDESK_MODEL__BASE_URL": "http://127.0.0.1:9/v1",
+        "FLOWDESK_MODEL__MODEL": "m",
+        "FLOWDESK_MODEL__TIMEOUT_S": value,
+    }
+    line = one_line_exit_2(flowdesk(db_path, "ask", "hi", env=env, timeout=60))
+    assert "model.timeout_s" in line and "FLOWDESK_" in line, line
+    listed = flowdesk(db_path, "runs", "--kind", "agent", "-o", "json", timeout=60)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout
