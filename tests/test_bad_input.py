@@ -147,3 +147,15 @@ def test_a_model_timeout_out_of_range_is_a_settings_error_and_no_run_is_left(db_
     assert "model.timeout_s" in line and "FLOWDESK_" in line, line
     listed = flowdesk(db_path, "runs", "--kind", "agent", "-o", "json", timeout=60)
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout
+
+
+def test_a_limit_too_big_for_the_database_is_a_usage_error(db_path):
+    """``runs --limit`` above the largest whole number the database stores
+    was an OverflowError traceback (exit 1); now exit 2 naming the bound,
+    and the bound itself lists every run."""
+    out = flowdesk(db_path, "runs", "--limit", str(2**63), timeout=60)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    assert f"argument --limit: {2**63} is too big (at most {2**63 - 1})" in out.stderr
+    most = flowdesk(db_path, "runs", "--limit", str(2**63 - 1), timeout=60)
+    assert most.returncode == 0, most.stderr

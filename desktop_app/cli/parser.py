@@ -145,14 +145,22 @@ def _run_id(p: argparse.ArgumentParser, *, nargs: str | None = None) -> None:
     action.completer = _run_ids  # type: ignore[attr-defined]
 
 
+#: the largest whole number SQLite and PostgreSQL (bigint) store: a bigger
+#: ``runs --limit`` was an OverflowError traceback in the query
+MAX_WHOLE = 2**63 - 1
+
+
 def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (else a usage error, exit 2)."""
+    """argparse type: a whole number >= 1 and at most :data:`MAX_WHOLE`
+    (else a usage error, exit 2)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number (1 or more)")
+    if value > MAX_WHOLE:
+        raise argparse.ArgumentTypeError(f"{value} is too big (at most {MAX_WHOLE})")
     return value
 
 
