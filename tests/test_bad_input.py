@@ -159,3 +159,13 @@ def test_a_limit_too_big_for_the_database_is_a_usage_error(db_path):
     assert f"argument --limit: {2**63} is too big (at most {2**63 - 1})" in out.stderr
     most = flowdesk(db_path, "runs", "--limit", str(2**63 - 1), timeout=60)
     assert most.returncode == 0, most.stderr
+
+
+def test_an_escape_sequence_in_an_unknown_run_id_is_shown_not_run(db_path):
+    """The refusal repeats the id it was given: an id holding an escape
+    sequence (pasted from a log, a chat) showed it raw, so the terminal
+    cleared its screen and set its title; now it shows as text."""
+    out = flowdesk(db_path, "show", "ab\x1b[2J\x1b]0;pwned\x07", timeout=60)
+    line = one_line_exit_2(out)
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr
+    assert "no run ab\\x1b[2J\\x1b]0;pwned\\x07 in scope 'default'" in line, line
