@@ -159,6 +159,22 @@ async def test_a_screenshot_in_downloads_is_readable_by_its_owner_only(
     assert stat.S_IMODE(shot.stat().st_mode) == 0o600
 
 
+async def test_a_screenshot_to_a_missing_folder_says_so_and_the_app_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The 0600 file is made before Textual writes it; a folder that cannot
+    take it is Textual's failure toast, as before, never a crash of the app."""
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.deliver_screenshot(path=str(tmp_path / "missing"))
+        await settle(pilot)
+        await pilot.press("i")  # still answering keys
+        await settle(pilot)
+        assert app.is_running
+    assert not (tmp_path / "missing").exists()
+
+
 def two_tidies(tmp_path: Path) -> tuple[object, list[str]]:
     from desktop_app.flows.tidy import TidyState
 

@@ -308,11 +308,15 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             if not filename:
                 filename = generate_datetime_filename(self.title, ".svg", time_format)
             target = os.path.join(os.path.expanduser(path), filename)
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
             try:
-                os.fchmod(fd, 0o600)  # a file of that name made earlier keeps its mode otherwise
-            finally:
-                os.close(fd)
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
+            except OSError:
+                pass  # Textual's own write fails the same way and says so (a toast)
+            else:
+                try:
+                    os.fchmod(fd, 0o600)  # a file of that name made earlier keeps its mode
+                finally:
+                    os.close(fd)
         return super().deliver_screenshot(filename, path, time_format)
 
     def action_cursor(self, direction: str) -> None:
