@@ -72,6 +72,14 @@ def expand_path(value: Any) -> Any:
 PathOrURL = Annotated[str, BeforeValidator(expand_path)]
 
 
+#: a request's timeout in seconds: above 0, at most a day, finite (``inf``,
+#: ``nan``, ``-1`` or ``1e300`` were accepted here and were a traceback,
+#: leaving an interrupted agent run behind, at the first connection: the
+#: socket refuses them)
+MAX_REQUEST_S = 86400.0
+RequestSeconds = Annotated[float, Field(gt=0, le=MAX_REQUEST_S, allow_inf_nan=False)]
+
+
 class ModelSettings(BaseSettings):
     """The OpenAI-compatible model provider (the key itself lives in keyring,
     or without one in an environment variable or a 0600 file).
@@ -79,7 +87,7 @@ class ModelSettings(BaseSettings):
     Attributes:
         base_url: e.g. ``http://127.0.0.1:11434/v1`` (Ollama).
         model: the model name.
-        timeout_s: seconds per request.
+        timeout_s: seconds per request (above 0, at most a day).
         api_key_name: the keyring entry holding the key (``flowdesk secrets set NAME``).
         api_key: the key itself, from the ``FLOWDESK_MODEL__API_KEY``
             environment variable only (a key written in the settings file is
@@ -95,7 +103,7 @@ class ModelSettings(BaseSettings):
 
     base_url: str | None = None
     model: str | None = None
-    timeout_s: float = 60.0
+    timeout_s: RequestSeconds = 60.0
     api_key_name: str = "model_api_key"
     api_key: SecretStr | None = None
     api_key_file: PathOrURL | None = None
@@ -137,7 +145,7 @@ class McpServerSettings(BaseSettings):
     env: dict[str, str] = Field(default_factory=dict)
     env_passthrough: list[str] = Field(default_factory=list)
     cwd: Path | None = None
-    timeout_s: float = 60.0
+    timeout_s: RequestSeconds = 60.0
     require_approval: list[str] = Field(default_factory=list)
     approve_destructive: bool = False
 

@@ -33,3 +33,14 @@ def visible_controls(text: str) -> str:
         str: the text, safe to write where a terminal will show it.
     """
     return text.translate(_TABLE)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line, for a name shown in a line of its own (a file
+    name in a report heading, a list item or a table row): every character
+    that is not printable, newline and tab included, as its escape
+    (``a\\nb.txt``), so a name holding a newline cannot break the line or
+    forge one after it; a printable name comes back unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)

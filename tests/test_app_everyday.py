@@ -125,6 +125,56 @@ async def test_a_screenshot_is_saved_without_a_downloads_folder(
         assert not messages(app, "error")
 
 
+async def test_a_screenshot_in_downloads_is_readable_by_its_owner_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A screenshot shows run questions, file names and conversations: it is
+    created 0600 like the database, also in a ``~/Downloads`` others may read
+    and under the usual umask 022 (Textual alone wrote it 0644)."""
+    home = tmp_path / "home"
+    downloads = home / "Downloads"
+    downloads.mkdir(parents=True)
+    downloads.chmod(0o755)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_DOWNLOAD_DIR", str(downloads))
+    assert screenshot_dir() == downloads
+    old_umask = os.umask(0o022)
+    try:
+        app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            app.action_screenshot()
+            await wait_until(
+                pilot,
+                lambda: any(
+                    p.read_text().rstrip().endswith("</svg>") for p in downloads.glob("*.svg")
+                ),
+            )
+            assert not messages(app, "error")
+    finally:
+        os.umask(old_umask)
+    [shot] = downloads.glob("*.svg")
+    assert "<svg" in shot.read_text()
+    assert stat.S_IMODE(shot.stat().st_mode) == 0o600
+
+
+async def test_a_screenshot_to_a_missing_folder_says_so_and_the_app_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The 0600 file is made before Textual writes it; a folder that cannot
+    take it is Textual's failure toast, as before, never a crash of the app."""
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        app.deliver_screenshot(path=str(tmp_path / "missing"))
+        await settle(pilot)
+        await pilot.press("i")  # still answering keys
+        await settle(pilot)
+        assert app.is_running
+    assert not (tmp_path / "missing").exists()
+
+
 def two_tidies(tmp_path: Path) -> tuple[object, list[str]]:
     from desktop_app.flows.tidy import TidyState
 

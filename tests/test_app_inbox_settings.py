@@ -458,6 +458,28 @@ async def open_settings(pilot: Pilot[None]) -> SettingsScreen:
     return screen
 
 
+async def test_a_timeout_the_settings_would_refuse_is_not_saved(tmp_path: Path) -> None:
+    """``1e300`` (a number, finite, above 0) was saved, and every command
+    after it refused the settings file (or, before the bound, every request
+    was a traceback): the form takes what the settings take, at most a day."""
+    settings = settings_for(tmp_path / "t.db")
+    path = config_file()
+    app = FlowdeskApp(settings, flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        for bad in ("1e300", "86401", "inf", "0"):
+            screen.query_one("#timeout", Input).value = bad
+            await pilot.click("#save")
+            assert set(screen.field_errors) == {"timeout"}, bad
+            assert not path.exists(), bad
+        screen.query_one("#timeout", Input).value = "86400"
+        await pilot.click("#save")
+        await settle(pilot)
+        assert screen.field_errors == {}
+    assert load_settings().model.timeout_s == 86400.0
+
+
 async def test_settings_are_saved_to_the_toml_file_keeping_other_keys(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     settings = settings_for(db)

@@ -5,6 +5,7 @@ Real ``flowdesk`` processes, real files."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -95,3 +96,76 @@ def test_a_db_that_is_a_socket_or_a_device_is_refused(tmp_path):
     line = one_line_exit_2(flowdesk("/dev/null", "runs", timeout=20))
     assert "/dev/null is a character device, not a database file" in line
     assert os.stat("/dev/null").st_mode == before  # never made private: it is the system's
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["agent", "--poll", "inf"],  # a traceback (OverflowError) once serving
+        ["agent", "--poll", "0"],  # a loop that never paused: a core kept busy
+        ["agent", "--poll", "-1"],
+        ["agent", "--poll", "nan"],
+        ["agent", "--concurrency", "0"],  # a worker that would claim nothing
+        ["agent", "--concurrency", "-3"],
+        ["watch", "--interval", "-1"],  # ValueError: sleep length must be non-negative
+        ["watch", "--interval", "1e300"],  # OverflowError
+        ["watch", "--interval", "0"],
+    ],
+)
+def test_a_pause_or_concurrency_out_of_range_is_a_usage_error_before_anything_runs(db_path, args):
+    """``--poll``/``--interval`` take seconds above 0 and at most a day, and
+    ``--concurrency`` 1 or more: anything else is exit 2 naming the option,
+    before the agent serves or watch looks (each of these was a traceback, a
+    busy loop or a worker that never claimed, and the agent ran until killed)."""
+    out = flowdesk(db_path, *args, timeout=30)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    assert f"argument {args[1]}:" in out.stderr, out.stderr
+    assert "serving" not in out.stderr and out.stdout == ""
+
+
+def test_a_pause_in_range_is_taken(db_path):
+    """The bounds refuse nothing a user means: ``watch --interval 0.05``
+    of a run that does not exist is the unknown-run refusal, not a usage
+    error about the interval."""
+    out = flowdesk(db_path, "watch", "--interval", "0.05", "nosuchrun", timeout=30)
+    assert out.returncode == 2 and "no run nosuchrun" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0", "1e300"])
+def test_a_model_timeout_out_of_range_is_a_settings_error_and_no_run_is_left(db_path, value):
+    """``[model] timeout_s`` (``FLOWDESK_MODEL__TIMEOUT_S``) is seconds above
+    0 and at most a day: ``inf``, ``nan``, ``-1`` and ``1e300`` were taken and
+    ``ask`` died with a traceback at its first connection, leaving an agent
+    run ``interrupted`` that every resume failed the same way."""
+    env = {
+        "FLOWDESK_MODEL__BASE_URL": "http://127.0.0.1:9/v1",
+        "FLOWDESK_MODEL__MODEL": "m",
+        "FLOWDESK_MODEL__TIMEOUT_S": value,
+    }
+    line = one_line_exit_2(flowdesk(db_path, "ask", "hi", env=env, timeout=60))
+    assert "model.timeout_s" in line and "FLOWDESK_" in line, line
+    listed = flowdesk(db_path, "runs", "--kind", "agent", "-o", "json", timeout=60)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout
+
+
+def test_a_limit_too_big_for_the_database_is_a_usage_error(db_path):
+    """``runs --limit`` above the largest whole number the database stores
+    was an OverflowError traceback (exit 1); now exit 2 naming the bound,
+    and the bound itself lists every run."""
+    out = flowdesk(db_path, "runs", "--limit", str(2**63), timeout=60)
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    assert f"argument --limit: {2**63} is too big (at most {2**63 - 1})" in out.stderr
+    most = flowdesk(db_path, "runs", "--limit", str(2**63 - 1), timeout=60)
+    assert most.returncode == 0, most.stderr
+
+
+def test_an_escape_sequence_in_an_unknown_run_id_is_shown_not_run(db_path):
+    """The refusal repeats the id it was given: an id holding an escape
+    sequence (pasted from a log, a chat) showed it raw, so the terminal
+    cleared its screen and set its title; now it shows as text."""
+    out = flowdesk(db_path, "show", "ab\x1b[2J\x1b]0;pwned\x07", timeout=60)
+    line = one_line_exit_2(out)
+    assert "\x1b" not in out.stderr and "\x07" not in out.stderr
+    assert "no run ab\\x1b[2J\\x1b]0;pwned\\x07 in scope 'default'" in line, line

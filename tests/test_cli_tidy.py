@@ -154,3 +154,30 @@ def test_show_of_a_big_tidy_lists_200_files_and_the_json_command_for_the_rest(tm
     assert every.returncode == 0, every.stderr
     files = json.loads(every.stdout)["files"]
     assert len(files) == 201 and {f["outcome"] for f in files} == {"declined"}
+
+
+def test_a_file_name_with_a_newline_takes_one_line_in_show_and_answer(tmp_path):
+    """Tidy refuses a name holding a control character and lists it: the name
+    shows escaped (``new\\nline.txt``) on its own line, padded like the
+    others, in ``show`` and in ``answer``'s report; printed raw, its newline
+    broke the table and a crafted name could forge a line such as
+    ``secret.txt  moved`` for a file never moved."""
+    forged = "new\n  secret.txt  moved  (copied elsewhere)"
+    db, folder, run_id = started_tidy(
+        tmp_path, {forged: b"x", "tab\there.txt": b"t", "plain.txt": b"p"}
+    )
+    shown = flowdesk(db, "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    answered = flowdesk(db, "answer", run_id, "yes")
+    assert answered.returncode == 0, answered.stderr
+    for out in (shown.stdout, answered.stdout):
+        lines = out.splitlines()
+        assert not any(line.lstrip().startswith("secret.txt") for line in lines), out
+        [new] = [line for line in lines if "new\\n" in line]
+        assert new.startswith("  new\\n  secret.txt  moved  (copied elsewhere)  refused")
+        [tab] = [line for line in lines if line.startswith("  tab")]
+        assert tab.startswith("  tab\\there.txt ")
+        [plain] = [line for line in lines if line.startswith("  plain.txt")]
+        # the name column is as wide as the widest name as shown (capped at 40)
+        assert plain[2 + 40 + 2 :].startswith(("moved", "planned"))
+    assert (folder / forged).exists() and (folder / "tab\there.txt").exists()

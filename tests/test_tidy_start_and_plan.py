@@ -182,3 +182,37 @@ async def test_the_plan_table_lists_reasons_in_full_and_counts_what_it_lists(
         assert at == len(wanted), shown
         rows = app.read(lambda s: s.query(moves_of_run(run.run_id))) or []
         assert sum(m.dst is not None for m in rows) == 4
+
+
+async def test_the_plan_table_shows_a_name_with_a_newline_on_one_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose name holds a newline (tidy refuses it) is one row of the
+    plan table, its name escaped as ``flowdesk show`` prints it; shown raw,
+    the name's second line looked like a row of its own."""
+    folder = tmp_path / "dl"
+    folder.mkdir()
+    (folder / "new\n  secret.txt").write_text("x")
+    (folder / "plain.txt").write_text("p")
+    app = isolated(tmp_path, monkeypatch)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await start_tidy_from_the_form(app, pilot, folder)
+        await wait_until(pilot, lambda: [r.status for r in tidy_runs(app)] == ["waiting"])
+        (run,) = tidy_runs(app)
+        app.controller.answer(run)
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        await wait_until(pilot, lambda: dialog.preview is not None)
+        await settle(pilot)
+        table = dialog.query_one("#preview", DataTable)
+        names = sorted(str(table.get_row_at(i)[0]) for i in range(table.row_count))
+        assert names == ["new\\n  secret.txt", "plain.txt"]
+        table.styles.max_height = 100  # every line on screen, to read them all
+        await settle(pilot)
+        lines = [
+            "".join(seg.text for seg in table.render_line(y)) for y in range(table.size.height)
+        ]
+        assert not any(line.lstrip("│ ").startswith("secret.txt") for line in lines), lines
+    assert (folder / "new\n  secret.txt").exists()

@@ -22,7 +22,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow
 from desktop_app.store.sqlite.store import open_store
-from tests.cli_support import REPO, flowdesk
+from tests.cli_support import REPO, as_printed, flowdesk
 from tests.tidy_folders import fill, tidied, top_files
 
 WORKER = str(REPO / "tests" / "tidy_cli_worker.py")
@@ -163,3 +163,36 @@ def test_undo_after_a_kill_between_a_move_and_its_mark_moves_that_file_back(tmp_
     resumed = flowdesk(db, "resume", "--all")
     assert resumed.returncode == 0 and "delivered" not in resumed.stdout, resumed.stdout
     assert top_files(folder) == files and tidied(folder) == []
+
+
+def test_show_of_a_tidy_whose_mover_died_names_the_command_that_makes_its_moves(tmp_path):
+    """``answer`` killed mid-delivery leaves a completed tidy with moves
+    queued and no process making them: ``show`` says which command makes
+    them, and that command, run exactly as printed, moves every file once."""
+    db, folder = tmp_path / "t.db", tmp_path / "dl9"
+    files = fill(folder, 300)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = flowdesk(db, "run", "tidy", "--folder", str(folder)).stdout.splitlines()[0]
+    paused = tmp_path / "paused"
+    answer = worker("--db", str(db), "answer", run_id, "yes", pause_after="60", paused=paused)
+    try:
+        while not paused.exists():  # 60 moves made, the 61st marked sending
+            assert answer.poll() is None, answer.communicate()
+            subprocess.run(["sleep", "0.05"], check=True)
+    finally:
+        os.kill(answer.pid, signal.SIGKILL)
+        answer.communicate()
+    assert len(top_files(folder)) == 240
+
+    shown = flowdesk(db, "show", run_id).stdout.splitlines()
+    assert shown[0].endswith("status completed · 240 moves queued (not made yet)"), shown[0]
+    hint = shown[1]
+    assert hint.startswith("its 240 moves queued are made by the next delivery: "), hint
+    command = hint.split(": ", 1)[1].split(" makes them now")[0]
+    assert command == f"flowdesk --db {db} resume --all", hint
+    made = as_printed(command, env=dict(os.environ))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert top_files(folder) == {} and sorted(p.name for p in tidied(folder)) == sorted(files)
+    assert {p.name: p.read_text() for p in tidied(folder)} == files  # each moved once, intact
+    after = flowdesk(db, "show", run_id).stdout.splitlines()
+    assert after[0].endswith("status completed") and "next delivery" not in after[1]

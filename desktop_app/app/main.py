@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import platformdirs
 from textual import work
+from textual._files import generate_datetime_filename
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import SeverityLevel
@@ -294,9 +295,28 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         """Textual's Screenshot command, saved where it can be: the user's
         Downloads folder when it exists (Textual's default), else
         :func:`screenshot_dir` (created 0700), never failing for want of
-        ``~/Downloads``."""
+        ``~/Downloads``.
+
+        The file is created mode 0600 before Textual writes it (Textual's
+        writer opens it ``"w"``, which keeps an existing file's mode): a
+        screenshot shows runs' questions, file names and conversations, as
+        private as the database they come from, and ``~/Downloads`` is
+        usually a folder others may read."""
         if path is None:
             path = str(screenshot_dir())
+        if not self.is_web:
+            if not filename:
+                filename = generate_datetime_filename(self.title, ".svg", time_format)
+            target = os.path.join(os.path.expanduser(path), filename)
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
+            except OSError:
+                pass  # Textual's own write fails the same way and says so (a toast)
+            else:
+                try:
+                    os.fchmod(fd, 0o600)  # a file of that name made earlier keeps its mode
+                finally:
+                    os.close(fd)
         return super().deliver_screenshot(filename, path, time_format)
 
     def action_cursor(self, direction: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from desktop_app.flows.tidy_outcomes import outcome_of
 from desktop_app.store.domain.tidy import moves_of_run
 from desktop_app.store.protocol import CheckpointStore
+from desktop_app.textsafe import one_line
 from desktop_app.words import plural
 
 
@@ -49,7 +50,8 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
         folder = str(Path(m.src).parent)
         goes = m.status in MOVING and m.dst is not None
         where = os.path.relpath(m.dst, folder) if goes and m.dst else f"stays: {m.reason}"
-        rows.append((Path(m.src).name, m.kind, where, outcome_of(m, status).outcome))
+        name = one_line(Path(m.src).name)  # a newline in it would split its row
+        rows.append((name, m.kind, where, outcome_of(m, status).outcome))
     moving = sum(m.status in MOVING and m.dst is not None for m in moves)
     title = f"{plural(len(rows), 'file')}: {moving:,} to move"
     if len(rows) > moving:

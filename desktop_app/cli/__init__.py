@@ -53,6 +53,7 @@ from desktop_app.errors import (
     UnknownFlowError,
     redact,
 )
+from desktop_app.textsafe import visible_controls
 
 __all__ = [
     "COMMANDS",
@@ -161,10 +162,13 @@ def _untranslated_store_error(ctx: Ctx, exc: Exception) -> FlowdeskError | None:
 def _say(exc: BaseException) -> None:
     """Print a Flowdesk error as ``flowdesk: MESSAGE``, then each note a
     command added to it (``exc.add_note``: what the error means for what
-    the user asked, such as an answer not recorded) on a line of its own."""
-    print(f"flowdesk: {exc}", file=sys.stderr)
+    the user asked, such as an answer not recorded) on a line of its own.
+    Control characters show as escapes (:func:`visible_controls`): a message
+    repeats what it was given (a run id, a flow or file name), and an escape
+    sequence in it must not clear the screen or retitle the window."""
+    print(f"flowdesk: {visible_controls(str(exc))}", file=sys.stderr)
     for note in getattr(exc, "__notes__", ()):
-        print(note, file=sys.stderr)
+        print(visible_controls(str(note)), file=sys.stderr)
 
 
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:

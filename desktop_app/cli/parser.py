@@ -145,14 +145,43 @@ def _run_id(p: argparse.ArgumentParser, *, nargs: str | None = None) -> None:
     action.completer = _run_ids  # type: ignore[attr-defined]
 
 
+#: the largest whole number SQLite and PostgreSQL (bigint) store: a bigger
+#: ``runs --limit`` was an OverflowError traceback in the query
+MAX_WHOLE = 2**63 - 1
+
+
 def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (else a usage error, exit 2)."""
+    """argparse type: a whole number >= 1 and at most :data:`MAX_WHOLE`
+    (else a usage error, exit 2)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number (1 or more)")
+    if value > MAX_WHOLE:
+        raise argparse.ArgumentTypeError(f"{value} is too big (at most {MAX_WHOLE})")
+    return value
+
+
+#: the longest pause ``--poll``/``--interval`` take (a day): a wait longer
+#: than the platform's timer (``inf``, ``1e300``) was a traceback
+MAX_SECONDS = 86400.0
+
+
+def seconds(text: str) -> float:
+    """argparse type: a pause in seconds, more than 0 and at most a day
+    (:data:`MAX_SECONDS`), else a usage error (exit 2). ``0`` (a loop that
+    never pauses, a core kept busy), a negative number, ``nan`` and ``inf``
+    are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= MAX_SECONDS:  # False for nan too
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a number of seconds above 0 and at most {MAX_SECONDS:g} (a day)"
+        )
     return value
 
 
@@ -321,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     watch = sub.add_parser("watch", help="follow one run (or all runs) live until Ctrl-C")
     _run_id(watch, nargs="?")
-    watch.add_argument("--interval", type=float, default=0.5, help="seconds between looks")
+    watch.add_argument("--interval", type=seconds, default=0.5, help="seconds between looks")
     _output(watch)
 
     res = sub.add_parser("resume", help="resume a run, or every interrupted run with --all")
@@ -447,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent = sub.add_parser(
         "agent", help="the engine without UI: resume work, fire deadlines, deliver signals"
     )
-    agent.add_argument("--poll", type=float, default=1.0, help="seconds between passes")
+    agent.add_argument("--poll", type=seconds, default=1.0, help="seconds between passes")
     agent.add_argument(
         "--worker",
         action="store_true",
@@ -455,7 +484,10 @@ def build_parser() -> argparse.ArgumentParser:
         "always so on PostgreSQL",
     )
     agent.add_argument(
-        "--concurrency", type=int, default=4, help="worker mode: runs executed at once"
+        "--concurrency",
+        type=positive_int,
+        default=4,
+        help="worker mode: runs executed at once",
     )
 
     comp = sub.add_parser(

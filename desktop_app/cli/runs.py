@@ -411,6 +411,14 @@ def cmd_show(ctx: Ctx) -> int:
         f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}"
         + (f" · {queued} (not made yet)" if queued else "")
     )
+    if queued and run.status in ENDED:
+        # no step of the run makes them any more: a dispatcher does, and the
+        # one that queued them may be gone (an `answer` killed mid-delivery)
+        print(
+            f"its {queued} are made by the next delivery: "
+            f"{ctx.hints.cmd('resume --all')} makes them now, as a running "
+            "flowdesk agent or the app does on its own"
+        )
     if stuck is not None:
         _say(stuck_line(ctx, stuck))
     elif status == INTERRUPTED:

@@ -41,7 +41,7 @@ from desktop_app.flows.confined import Refused, open_dir, open_regular, write_pr
 from desktop_app.flows.extract import READ_LIMIT_BYTES, extract, looks_binary
 from desktop_app.private import make_private_dirs
 from desktop_app.store.domain.digest import DigestFile, files_of_run, record_file
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import one_line, visible_controls
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
@@ -211,14 +211,6 @@ def process_file(folder: Path, rel: str) -> DigestFile:
     return read_file(folder, rel)[0]
 
 
-def _one_line(path: str) -> str:
-    """A path with its control characters escaped (a newline in a file name
-    would break the Markdown heading or list item): ``a\\nb.txt``."""
-    if path.isprintable():
-        return path
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in path)
-
-
 def render_report(folder_name: str, rows: list[DigestFile]) -> str:
     """The Markdown report; depends only on the rows (byte-identical re-runs).
 
@@ -228,11 +220,11 @@ def render_report(folder_name: str, rows: list[DigestFile]) -> str:
     runs an escape sequence a file held."""
     done = [r for r in rows if r.kind != "skipped"]
     skipped = [r for r in rows if r.kind == "skipped"]
-    out = [f"# Digest of {_one_line(folder_name)}", ""]
+    out = [f"# Digest of {one_line(folder_name)}", ""]
     out.append(f"{plural(len(rows), 'file')}: {len(done):,} summarised, {len(skipped):,} skipped.")
     out.append("")
     for r in done:
-        out.append(f"## {_one_line(r.path)}")
+        out.append(f"## {one_line(r.path)}")
         out.append("")
         out.append(f"**{visible_controls(str(r.title))}** · {r.kind}, {r.size_bytes} bytes")
         out.append("")
@@ -242,7 +234,7 @@ def render_report(folder_name: str, rows: list[DigestFile]) -> str:
         out.append("## Skipped files")
         out.append("")
         out.extend(
-            f"- {_one_line(r.path)} ({visible_controls(str(r.skip_reason))})" for r in skipped
+            f"- {one_line(r.path)} ({visible_controls(str(r.skip_reason))})" for r in skipped
         )
         out.append("")
     return "\n".join(out)

@@ -36,6 +36,7 @@ from desktop_app.flows.tidy import (
 )
 from desktop_app.flows.tidy_undo import WITHDRAWN
 from desktop_app.store.domain.tidy import TidyMove
+from desktop_app.textsafe import one_line
 from desktop_app.words import plural
 
 #: outcome key -> how a count of it reads (``"2 renamed on a clash"``), in the order listed
@@ -133,11 +134,17 @@ def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:
 
 def outcome_lines(outcomes: Sequence[FileOutcome]) -> list[str]:
     """One line per file: ``"a.jpg  moved  Images/2026-12/a.jpg"``, names
-    padded to the longest (capped at 40 characters)."""
-    width = min(40, max((len(o.name) for o in outcomes), default=0))
+    padded to the longest (capped at 40 characters). A name's control
+    characters, newline and tab too, show as escapes
+    (:func:`desktop_app.textsafe.one_line`): a file named ``"a\\nb.txt"``
+    (tidy refuses it, and lists it) takes one line, not two, and is padded
+    as shown."""
+    names = [one_line(o.name) for o in outcomes]
+    width = min(40, max((len(n) for n in names), default=0))
     label = max((len(OUTCOMES[o.outcome]) for o in outcomes), default=0)
     return [
-        f"{o.name:{width}}  {OUTCOMES[o.outcome]:{label}}  {o.detail}".rstrip() for o in outcomes
+        f"{n:{width}}  {OUTCOMES[o.outcome]:{label}}  {o.detail}".rstrip()
+        for n, o in zip(names, outcomes, strict=True)
     ]
 
 

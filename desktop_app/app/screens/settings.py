@@ -28,7 +28,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 
 from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
-from desktop_app.config import config_file
+from desktop_app.config import MAX_REQUEST_S, config_file
 from desktop_app.errors import FlowdeskError, redact
 from desktop_app.private import make_private_dirs
 
@@ -258,10 +258,12 @@ class SettingsScreen(ModalScreen[None]):
             self._field_error("base-url", "")
         try:
             timeout = float(timeout_text)
-            if not math.isfinite(timeout) or timeout <= 0:
-                raise ValueError
+            if not math.isfinite(timeout) or not 0 < timeout <= MAX_REQUEST_S:
+                raise ValueError  # what the settings refuse at the next launch
         except ValueError:
-            self._field_error("timeout", "A number of seconds above 0, e.g. 60")
+            self._field_error(
+                "timeout", f"A number of seconds above 0 and at most {MAX_REQUEST_S:g}, e.g. 60"
+            )
             ok = False
         else:
             self._field_error("timeout", "")
