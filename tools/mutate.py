@@ -184,6 +184,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_tidy.py",
         "tests/test_folder_confinement.py",
         "tests/test_mutation_kills_outbox.py",
+        "tests/test_outbox_settle.py",
+        "tests/test_cancel_withdraws.py",
     ],
     "desktop_app/flow/state.py": [
         *_ENGINE,
