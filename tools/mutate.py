@@ -383,6 +383,7 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_runtime_more.py",
         "tests/test_mutation_kills_runtime_cancel.py",
         "tests/test_mutation_kills_runtime_turns.py",
+        "tests/test_mutation_kills_runtime_tools.py",
     ],
 }
 # the parts split out of the driver and the engine: exercised by the tests
