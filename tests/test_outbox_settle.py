@@ -120,8 +120,9 @@ def test_with_no_destination_or_a_failing_lookup_the_outcome_is_said_unknown(sql
     assert [i.status for i in settled.withdrawn] == ["pending"]
     failed = {i.intent_id: i.last_error for i in sqlite_store.intents(["failed"])}
     assert [failed[k] for k in sending] == [OUTCOME_UNKNOWN] * 2
+    said = [r.getMessage() for r in caplog.records if r.name == "desktop_app.flow.outbox"]
     for key in sending:
-        assert f"intent {key}: lookup failed: the mail server is down" in caplog.text
+        assert f"intent {key}: lookup failed: the mail server is down" in said
     # no destination at all: unknown the same way
     _rid2, done2 = withdrawn_mid_send(sqlite_store)
     again = settle_withdrawn(sqlite_store, done2)
@@ -166,3 +167,48 @@ def test_only_mid_send_intents_are_asked(sqlite_store, status):
     settle_withdrawn(sqlite_store, done, destinations={"mail": mailer})
     asked_statuses = {i.status for i in done.withdrawn if i.intent_id in mailer.asked}
     assert (status in asked_statuses) == (status == "sending")
+
+
+class PeerFirst(Mailer):
+    """A destination whose lookup of an intent finds another process has
+    just settled that very intent (marked it delivered with ``receipt``)
+    before this one's mark; then answers like ``Mailer``."""
+
+    def __init__(self, peer: Any, receipt: Any, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.peer, self.receipt = peer, receipt
+
+    def lookup(self, idempotency_key: str) -> Any:
+        assert self.peer.mark_intent(
+            idempotency_key, "delivered", 2.0, receipt=self.receipt, expect="failed"
+        )
+        return super().lookup(idempotency_key)
+
+
+@pytest.mark.parametrize("ours", ["made", "broken"])
+def test_an_intent_another_process_settled_first_keeps_its_mark(db_path, sqlite_store, ours):
+    """Two processes settle one intent (an undo and a cancel at once): the
+    second's mark is compared and set on the ``failed`` the withdrawal left,
+    so it never overwrites the first's ``delivered`` and its receipt."""
+    from desktop_app.store.sqlite.store import open_store
+
+    _rid, done = withdrawn_mid_send(sqlite_store)
+    peer = open_store(db_path)
+    try:
+        made = {i.intent_id: {"ours": 1} for i in done.withdrawn}
+        mailer = PeerFirst(peer, {"theirs": 1}, made=made, broken=ours == "broken")
+        settle_withdrawn(sqlite_store, done, destinations={"mail": mailer})
+    finally:
+        peer.close()
+    delivered = {i.intent_id: i.receipt for i in sqlite_store.intents(["delivered"])}
+    assert sorted(delivered) == sorted(mailer.asked) and len(delivered) == 2
+    assert set(map(str, delivered.values())) == {str({"theirs": 1})}
+
+
+def test_a_cancel_logs_how_many_intents_it_withdrew(sqlite_store, caplog):
+    caplog.set_level(logging.INFO, logger="desktop_app.flow.outbox")
+    engine = Engine(sqlite_store, flows=[three_mails()], clock=ManualClock())
+    rid = engine.run("mails", {}).run_id
+    engine.cancel(rid)
+    said = [r.getMessage() for r in caplog.records if r.name == "desktop_app.flow.outbox"]
+    assert f"run {rid} canceled: 3 queued intents withdrawn" in said
