@@ -276,6 +276,9 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_postgres_store.py",
         # the write path (_append, append, create_run): behind a transaction pooler
         "tests/test_mutation_kills_pgstore_writes.py",
+        # the round trips a step costs (_transaction's opening pipeline,
+        # one pooled connection per transaction): a mutant that adds one
+        "tests/test_postgres_round_trips.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
