@@ -1,0 +1,161 @@
+"""The PostgreSQL store's transaction code (``_transaction``, ``_attempt``,
+``_attempt_on``, ``_execute_opening``, ``_resolve``, ``_xact_status``,
+``stop_waiting``) and the reads and the rest, as the mutation run of
+those functions (issue 29) found them unpinned. Every test runs on a real
+server (``tests/pg_support.py``); a lost COMMIT is cut at the wire by
+:class:`tests.pg_proxy.CommitDropProxy`, nothing in the store patched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from desktop_app.store.protocol import Checkpoint, RunRecord
+from tests.pg_proxy import CommitDropProxy
+from tests.pg_support import with_address
+
+pytestmark = pytest.mark.postgres
+
+T0 = 1000.0
+
+
+def _rec(run_id: str, **kw: Any) -> RunRecord:
+    return RunRecord(run_id, "f", "v1", "running", 0, T0, T0, **kw)
+
+
+def _cp(run_id: str, rev: int, state: Any = None, status: Any = "running", **kw: Any) -> Checkpoint:
+    return Checkpoint(run_id, rev, status, state or {}, {}, ("a",), T0 + rev, **kw)
+
+
+@pytest.fixture
+def proxied(pg_url: str) -> Iterator[tuple[Any, CommitDropProxy]]:
+    """A store whose connections go through a proxy that can cut a COMMIT."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    store = open_postgres_store(
+        with_address(pg_url, host="127.0.0.1", port=proxy.port), max_connections=2
+    )
+    store.notifier.enabled = False  # its NOTIFY could take the COMMIT the proxy is armed for
+    try:
+        yield store, proxy
+    finally:
+        store.close()
+        proxy.close()
+
+
+def _count(store: Any, sql: str, *args: Any) -> int:
+    (n,) = store.query(lambda tx: tx.fetchall(sql, args))[0]
+    return int(n)
+
+
+@pytest.mark.scenario("S70")
+def test_a_signal_whose_commit_reply_is_lost_but_landed_is_queued_once(proxied, pg_store):
+    """``send_signal`` is a plain write (``_tx``): its COMMIT reaches the
+    server and the reply is lost. The store asks about that transaction,
+    hears it committed and returns the signal's id; the run it wakes finds
+    one signal, not the same one twice (a second try would queue another)."""
+    store, proxy = proxied
+    proxy.arm("after_commit")
+    signal_id = store.send_signal("go", "k", {"n": 1}, T0)
+    assert proxy.fired == ["after_commit"]
+    first = pg_store.next_signal("go", "k")
+    assert first is not None and first.signal_id == signal_id and first.payload == {"n": 1}
+    assert _count(pg_store, "SELECT count(*) FROM signals WHERE name=? AND key=?", "go", "k") == 1
+
+
+def test_a_step_after_the_schema_was_dropped_says_the_schema_is_missing(pg_url, pg_store):
+    """The schema is dropped under a running store (a database reset while
+    a worker runs): the next step's append, whose statement the store
+    prepares on that connection first, fails with SchemaMissingError naming
+    ``db apply``, not with advice about a pooler that lost a prepared
+    statement (what the failed clean-up of the PREPARE that never ran says)."""
+    import psycopg
+
+    from desktop_app.errors import SchemaMissingError
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA flowdesk CASCADE")
+    with pytest.raises(SchemaMissingError) as caught:
+        pg_store.append(_cp("r1", 1, {"n": 1}))
+    assert "has no Flowdesk schema" in str(caught.value)
+    assert "db apply" in str(caught.value)
+
+
+@pytest.mark.parametrize("steps_before", [0, 2], ids=["first-step", "after-two-steps"])
+def test_an_append_the_server_refuses_is_a_store_error_and_the_store_goes_on(
+    pg_store, steps_before
+):
+    """A step whose progress does not fit the column (PostgreSQL refuses it
+    when the statement runs), on the connection's first step (which prepares
+    the statement) or after two (which runs the prepared one), fails with the
+    StoreError for the server's refusal; nothing is written and the next
+    steps of the run save."""
+    from desktop_app.errors import StoreError
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+    for rev in range(1, steps_before + 1):
+        pg_store.append(_cp("r1", rev, {"n": rev}))
+    with pytest.raises(StoreError) as caught:
+        pg_store.append(_cp("r1", steps_before + 1, {"n": -1}, progress=(2**63, 2**63)))
+    assert str(caught.value) == (
+        f"PostgreSQL error ({pg_store.where}) (SQLSTATE 22003): bigint out of range"
+    )
+    assert pg_store.get_run("r1").revision == steps_before
+    for rev in range(steps_before + 1, steps_before + 4):
+        pg_store.append(_cp("r1", rev, {"n": rev}, progress=(rev, 9)))
+    assert pg_store.latest("r1").progress == (steps_before + 3, 9)
+    assert [h.revision for h in pg_store.history("r1")] == list(range(steps_before + 4))
+
+
+def test_a_stopping_store_fails_a_write_that_finds_no_free_connection(proxied, pg_store):
+    """``stop_waiting`` (a process stopping on SIGTERM): a write that finds
+    every pooled connection taken fails with the StoreError that says nothing
+    was written, instead of waiting the pool's 30 s for one. Here the
+    connections come free 5 s later: a store that still waited would take one
+    then and write the signal."""
+    import threading
+
+    from desktop_app.errors import StoreError
+
+    store, _proxy = proxied
+    held = [store.pool.getconn(), store.pool.getconn()]  # the pool's whole size
+    freed = threading.Timer(5.0, lambda: [store.pool.putconn(c) for c in held])
+    freed.start()
+    try:
+        store.stop_waiting(0.2)
+        with pytest.raises(StoreError) as caught:
+            store.send_signal("go", "k", {"n": 1}, T0)
+    finally:
+        freed.join()
+    assert "nothing was written" in str(caught.value)
+    assert pg_store.next_signal("go", "k") is None
+
+
+@pytest.mark.scenario("S70")
+def test_a_stopping_store_tries_a_write_whose_commit_was_lost_once(proxied, pg_store):
+    """After ``stop_waiting`` a write is tried once: its COMMIT lost before
+    the server saw it is the StoreError that says the server rolled it back
+    (one time), not a second try; the same write without ``stop_waiting``
+    is tried again and lands."""
+    from desktop_app.errors import StoreError
+
+    store, proxy = proxied
+    store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+    proxy.arm("before_commit")
+    store.append(_cp("r1", 1, {"n": 1}))
+    assert proxy.fired == ["before_commit"]
+    store.stop_waiting()
+    proxy.arm("before_commit")
+    with pytest.raises(StoreError) as caught:
+        store.append(_cp("r1", 2, {"n": 2}))
+    assert proxy.fired == ["before_commit"] * 2
+    assert str(caught.value) == (
+        f"the connection to PostgreSQL ({store.where}) dropped during COMMIT 1 times; "
+        "the server rolled the last one back, nothing was written. Retry."
+    )
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
