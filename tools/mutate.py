@@ -279,6 +279,8 @@ TESTS_FOR: dict[str, list[str]] = {
         # the round trips a step costs (_transaction's opening pipeline,
         # one pooled connection per transaction): a mutant that adds one
         "tests/test_postgres_round_trips.py",
+        # the transaction code, stop_waiting, the reads and the rest
+        "tests/test_mutation_kills_pgstore_tx.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
