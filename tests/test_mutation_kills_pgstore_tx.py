@@ -159,3 +159,43 @@ def test_a_stopping_store_tries_a_write_whose_commit_was_lost_once(proxied, pg_s
         "the server rolled the last one back, nothing was written. Retry."
     )
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+
+
+@pytest.mark.scenario("S70")
+def test_a_store_on_a_pool_whose_url_is_a_function_asks_about_a_lost_commit_and_listens(
+    pg_url, pg_store
+):
+    """``PostgresCheckpointStore`` on a pool built by the caller whose
+    ``conninfo`` is a function returning the URL (psycopg_pool takes one):
+    a step whose COMMIT reply is lost but landed is asked about on a new
+    connection to that URL and counts once, and ``listener()`` listens on
+    that URL (a signal sent wakes it)."""
+    from psycopg_pool import ConnectionPool
+
+    from desktop_app.store.postgres.store import PostgresCheckpointStore
+
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    url = with_address(pg_url, host="127.0.0.1", port=proxy.port)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        lambda: url,
+        min_size=1,
+        max_size=2,
+        kwargs={"autocommit": True, "options": "-c search_path=flowdesk"},
+        open=False,
+    )
+    pool.open(wait=True)
+    store = PostgresCheckpointStore(pool)
+    store.notifier.enabled = False  # as in `proxied`: only the append's COMMIT is cut
+    listener = store.listener()
+    try:
+        store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+        proxy.arm("after_commit")
+        store.append(_cp("r1", 1, {"n": 1}))
+        assert proxy.fired == ["after_commit"]
+        assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+        pg_store.send_signal("go", "k", {}, T0)  # pg_store's notifier is on
+        assert listener.wait(10.0)
+    finally:
+        listener.close()
+        store.close()
+        proxy.close()

@@ -202,6 +202,8 @@ def test_commit_whose_outcome_cannot_be_asked_is_unknown_naming_the_xid(
         "). Nothing is assumed; once the server is back, resume the run: it goes on from "
         "what the server kept."
     )
+    # between the brackets: the first line of the last try's error, naming where it went
+    assert f'connection to server at "127.0.0.1", port {proxy.port} failed' in str(caught.value)
     import psycopg
 
     with psycopg.connect(pg_url) as conn:
