@@ -199,3 +199,88 @@ def test_a_store_on_a_pool_whose_url_is_a_function_asks_about_a_lost_commit_and_
         listener.close()
         store.close()
         proxy.close()
+
+
+NO_SESSION = (
+    " goes through a transaction-mode pooler "
+    '(postgres.pooler = "transaction") and no postgres.listen_url is set: '
+    "LISTEN and a worker's liveness lock need a session of their own. Set "
+    "postgres.listen_url (FLOWDESK_POSTGRES__LISTEN_URL) to a direct "
+    "connection to the same server."
+)
+
+
+def test_behind_a_transaction_pooler_without_a_listen_url_listening_is_refused_saying_why(
+    pg_url,
+):
+    """A worker behind PgBouncer in transaction mode with no direct
+    ``listen_url`` cannot LISTEN or hold its liveness lock: ``listener()``
+    refuses with NoSessionError naming the database and the setting to set,
+    word for word; given a ``listen_url`` it listens there."""
+    from desktop_app.errors import NoSessionError
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    store = open_postgres_store(pg_url, pooler="transaction")
+    try:
+        with pytest.raises(NoSessionError) as caught:
+            store.listener()
+        assert str(caught.value) == store.where + NO_SESSION
+    finally:
+        store.close()
+    store = open_postgres_store(pg_url, pooler="transaction", listen_url=pg_url)
+    try:
+        listener = store.listener()
+        try:
+            store.send_signal("go", "k", {}, T0)
+            assert listener.wait(10.0)
+        finally:
+            listener.close()
+    finally:
+        store.close()
+
+
+def test_a_store_built_on_a_callers_pool_words_its_errors_without_a_url(pg_url):
+    """``PostgresCheckpointStore(pool)`` given no ``where`` or ``db``: its
+    errors name no database (no empty brackets, nothing made up), a missing
+    schema's advice says to name this database's URL, and ``listener()``
+    behind a transaction pooler says "the database"."""
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+    from desktop_app.errors import NoSessionError, SchemaMissingError, StoreError
+    from desktop_app.store.postgres.store import PostgresCheckpointStore
+
+    def pool(options: str) -> ConnectionPool[Any]:
+        p: ConnectionPool[Any] = ConnectionPool(
+            pg_url,
+            min_size=1,
+            max_size=2,
+            kwargs={"autocommit": True, "options": options},
+            open=False,
+        )
+        p.open(wait=True)
+        return p
+
+    behind = PostgresCheckpointStore(pool(""), pooler="transaction")
+    try:
+        with pytest.raises(NoSessionError) as caught:
+            behind.listener()
+        assert str(caught.value) == "the database" + NO_SESSION
+    finally:
+        behind.close()
+    store = PostgresCheckpointStore(pool("-c search_path=flowdesk"))
+    try:
+        store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+        with pytest.raises(StoreError) as refused:
+            store.append(_cp("r1", 1, {"n": 1}, progress=(2**63, 2**63)))
+        assert str(refused.value) == "PostgreSQL error (SQLSTATE 22003): bigint out of range"
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA flowdesk CASCADE")
+        with pytest.raises(SchemaMissingError) as missing:
+            store.append(_cp("r1", 1, {"n": 1}))
+        assert str(missing.value).startswith(
+            "the PostgreSQL database has no Flowdesk schema; apply it with "
+            "`flowdesk --db URL db apply`, URL naming this database. "
+        )
+    finally:
+        store.close()
