@@ -284,3 +284,24 @@ def test_a_store_built_on_a_callers_pool_words_its_errors_without_a_url(pg_url):
         )
     finally:
         store.close()
+
+
+def test_a_refused_step_rolls_back_itself_and_the_pool_warns_of_nothing(pg_store, caplog):
+    """A step refused inside its transaction (a revision another writer
+    took) is rolled back by the store before its connection goes back to
+    the pool: the pool has nothing to roll back and logs no warning (a
+    worker's log would otherwise show one per refused step), and the next
+    step saves."""
+    import logging
+
+    from desktop_app.errors import RevisionConflictError
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+    pg_store.append(_cp("r1", 1, {"n": 1}))
+    caplog.set_level(logging.WARNING)
+    for _ in range(3):
+        with pytest.raises(RevisionConflictError):
+            pg_store.append(_cp("r1", 1, {"n": -1}))
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    pg_store.append(_cp("r1", 2, {"n": 2}))
+    assert dict(pg_store.latest("r1").state) == {"n": 2}
