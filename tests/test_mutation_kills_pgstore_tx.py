@@ -305,3 +305,73 @@ def test_a_refused_step_rolls_back_itself_and_the_pool_warns_of_nothing(pg_store
     assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
     pg_store.append(_cp("r1", 2, {"n": 2}))
     assert dict(pg_store.latest("r1").state) == {"n": 2}
+
+
+@pytest.mark.scenario("S70")
+def test_a_commit_whose_backend_hangs_holding_it_open_is_unknown_saying_so(
+    pg_url, pg_store, monkeypatch
+):
+    """The client's connection drops at COMMIT and the backend that holds
+    the transaction hangs (stopped: it can neither commit nor be ended): the
+    store asks, tries to end that backend, hears "in progress" to its
+    deadline and raises CommitUnknownError saying the server still holds the
+    transaction open; it assumes nothing. Once the backend goes on it ends,
+    and nothing was written."""
+    import os
+    import signal
+
+    import psycopg
+
+    from desktop_app.errors import CommitUnknownError
+    from desktop_app.store.postgres import store as postgres
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
+    stopped: list[int] = []
+    dbname = urlsplit(pg_url).path.lstrip("/")
+
+    class Hanging(CommitDropProxy):
+        def _take(self, sent: bytes = b"") -> Any:
+            mode = super()._take(sent)
+            if mode == "hold":  # the COMMIT is never forwarded: stop the backend waiting for it
+                with psycopg.connect(pg_url, autocommit=True) as conn:
+                    rows = conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname=%s "
+                        "AND state='idle in transaction'",
+                        (dbname,),
+                    ).fetchall()
+                for (pid,) in rows:
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                    except PermissionError:
+                        continue
+                    stopped.append(pid)
+            return mode
+
+    proxy = Hanging(int(urlsplit(pg_url).port or 5432))
+    store = open_postgres_store(
+        with_address(pg_url, host="127.0.0.1", port=proxy.port), max_connections=2
+    )
+    store.notifier.enabled = False
+    try:
+        store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+        proxy.arm("hold")
+        try:
+            with pytest.raises(CommitUnknownError) as caught:
+                store.append(_cp("r1", 1, {"n": 1}))
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        if not stopped:
+            pytest.skip("cannot stop the server's backend (not its owner or root)")
+        assert caught.value.reason == "the server still holds it open after 1 s"
+        assert proxy.held_ended.wait(10), "the held backend never ended"
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (state,) = conn.execute(
+                "SELECT pg_xact_status(%s::xid8)", (caught.value.xid,)
+            ).fetchone()
+        assert state == "aborted"
+        assert [h.revision for h in pg_store.history("r1")] == [0]
+    finally:
+        store.close()
+        proxy.close()
