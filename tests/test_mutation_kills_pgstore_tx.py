@@ -63,7 +63,13 @@ def test_a_signal_whose_commit_reply_is_lost_but_landed_is_queued_once(proxied, 
     signal_id = store.send_signal("go", "k", {"n": 1}, T0)
     assert proxy.fired == ["after_commit"]
     first = pg_store.next_signal("go", "k")
-    assert first is not None and first.signal_id == signal_id and first.payload == {"n": 1}
+    assert first is not None
+    assert (first.signal_id, first.name, first.key, first.payload) == (
+        signal_id,
+        "go",
+        "k",
+        {"n": 1},
+    )
     assert _count(pg_store, "SELECT count(*) FROM signals WHERE name=? AND key=?", "go", "k") == 1
 
 
@@ -375,3 +381,21 @@ def test_a_commit_whose_backend_hangs_holding_it_open_is_unknown_saying_so(
     finally:
         store.close()
         proxy.close()
+
+
+def test_a_published_event_and_a_sent_signal_wake_a_listening_worker(pg_store):
+    """A worker blocked on LISTEN (``listener()``, the wake channel) hears
+    each event published and each signal sent, at once rather than at its
+    next poll."""
+    listener = pg_store.listener()
+    try:
+        while listener.wait(0.2):
+            pass  # anything from before
+        pg_store.publish_event("ready", {"n": 1}, T0)
+        assert listener.wait(10.0)
+        while listener.wait(0.2):
+            pass
+        pg_store.send_signal("go", "k", {}, T0)
+        assert listener.wait(10.0)
+    finally:
+        listener.close()
