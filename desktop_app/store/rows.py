@@ -224,12 +224,29 @@ def step_json(rec: StepRecord) -> dict[str, Any]:
     """A step record as stored: its fields without the ones at their default
     (``None``, iteration 0) and without ``step_id`` (the key it is stored
     under), so a checkpoint row fills fewer pages. ``StepRecord.from_json``
-    with the key added back reads it (and rows written in full) exactly."""
-    return {
-        k: v
-        for k, v in rec.to_json().items()
-        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
-    }
+    with the key added back reads it (and rows written in full) exactly.
+    Built field by field, not from ``to_json``: it runs for every record a
+    checkpoint saves."""
+    out: dict[str, Any] = {}
+    if rec.status is not None:
+        out["status"] = rec.status
+    if rec.attempts is not None:
+        out["attempts"] = rec.attempts
+    if rec.started_at is not None:
+        out["started_at"] = rec.started_at
+    if rec.finished_at is not None:
+        out["finished_at"] = rec.finished_at
+    if rec.error is not None:
+        out["error"] = rec.error
+    if rec.error_type is not None:
+        out["error_type"] = rec.error_type
+    if rec.iteration is not None and rec.iteration != 0:
+        out["iteration"] = rec.iteration
+    if rec.duration_ms is not None:
+        out["duration_ms"] = rec.duration_ms
+    if rec.next_retry_at is not None:
+        out["next_retry_at"] = rec.next_retry_at
+    return out
 
 
 def checkpoint_values(
