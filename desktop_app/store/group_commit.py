@@ -132,21 +132,26 @@ class GroupCommitter:
         """
         slot = _Slot(request)
         with self._lock:
-            self._queue.append(slot)
             if self._committing:
+                self._queue.append(slot)
                 slot.wakeup = wakeup = threading.Lock()
                 wakeup.acquire()
             else:
-                self._committing = True  # this caller leads: nobody to wait for
+                # nothing commits, so nothing is queued: this caller leads a
+                # batch of its own request, without queueing it (what
+                # arrives meanwhile queues for the next batch)
+                self._committing = True
                 wakeup = None
-        if wakeup is not None:
+        if wakeup is None:
+            self._commit([slot])
+        else:
             wakeup.acquire()  # until its batch is done, or it leads the next
             slot.wakeup = None
-        if not slot.done:
-            # leader: commit everything queued so far, own request included
-            with self._lock:
-                batch, self._queue = self._queue, []
-            self._commit(batch)
+            if not slot.done:
+                # leader: commit everything queued so far, own request included
+                with self._lock:
+                    batch, self._queue = self._queue, []
+                self._commit(batch)
         if slot.error is not None:
             raise slot.error
 
