@@ -52,6 +52,12 @@ class AppendRequest:
             ``changed_*`` hints are not used. Only a store declaring
             ``group_commit`` takes it (a run created alone cost a commit and
             an fsync of its own, under the store's lock, between batches).
+        given: the caller gives the checkpoint's state to the store: neither
+            it nor anything inside it (dicts, lists) is changed after the
+            append, so a store may cache its values without copying them.
+            The engine's saves give theirs (a driver's encoded state is
+            rebuilt at every change, never changed in place). ``False``: the
+            store keeps its own copy.
     """
 
     checkpoint: Checkpoint
@@ -62,6 +68,7 @@ class AppendRequest:
     changed_steps: frozenset[str] | None = None
     changed_fields: frozenset[str] | None = None
     run: RunRecord | None = None
+    given: bool = False
 
 
 @runtime_checkable

@@ -71,7 +71,9 @@ class CheckpointRow(tuple[Any, ...]):
         return row
 
 
-def remembered(cp: Checkpoint, previous: Checkpoint | None, row: CheckpointRow) -> Checkpoint:
+def remembered(
+    cp: Checkpoint, previous: Checkpoint | None, row: CheckpointRow, *, given: bool = False
+) -> Checkpoint:
     """``cp`` as a store caches it once ``row`` (its :func:`checkpoint_values`
     against ``previous``) is written: a private state and step map, like
     :func:`detached`, but costing what the step changed rather than the whole
@@ -79,7 +81,8 @@ def remembered(cp: Checkpoint, previous: Checkpoint | None, row: CheckpointRow) 
 
     A ``delta`` row's state is ``previous.state`` with a copy of the row's
     delta applied (new objects for the changed fields only: what a read from
-    disk would fold); step records are immutable, so the changed ones are put
+    disk would fold), or the delta itself when the writer ``given`` its
+    state up (``AppendRequest.given``: it never changes it); step records are immutable, so the changed ones are put
     into ``previous``'s step map in place. ``previous`` must therefore be the
     store's own copy of the revision before (cached or loaded, never handed
     out), and the store gives it up: it replaces it with the result. A
@@ -87,7 +90,8 @@ def remembered(cp: Checkpoint, previous: Checkpoint | None, row: CheckpointRow) 
     """
     if previous is None or row.state_delta is None:
         return detached(cp)
-    state = codec.apply_state_delta(previous.state, codec.copy(row.state_delta))
+    delta = row.state_delta if given else codec.copy(row.state_delta)
+    state = codec.apply_state_delta(previous.state, delta)
     # ours: detached or folded from rows (an annotation, not a cast() call: a hot path)
     steps: dict[str, StepRecord] = previous.steps  # type: ignore[assignment]
     for step_id in row.step_ids:

@@ -574,7 +574,7 @@ class SqliteCheckpointStore:
                     ),
                 )
             self._run_domain(writes)
-        self._remember(remembered(cp, previous, row))
+        self._remember(remembered(cp, previous, row, given=request.given))
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._write():  # BEGIN IMMEDIATE: no other writer between read and append
