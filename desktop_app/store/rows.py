@@ -82,8 +82,9 @@ def remembered(
     A ``delta`` row's state is ``previous.state`` with a copy of the row's
     delta applied (new objects for the changed fields only: what a read from
     disk would fold), or the delta itself when the writer ``given`` its
-    state up (``AppendRequest.given``: it never changes it); step records are immutable, so the changed ones are put
-    into ``previous``'s step map in place. ``previous`` must therefore be the
+    state up (``AppendRequest.given``: it never changes it); step records
+    are immutable, so the changed ones are put into ``previous``'s step map
+    in place. ``previous`` must therefore be the
     store's own copy of the revision before (cached or loaded, never handed
     out), and the store gives it up: it replaces it with the result. A
     ``snapshot`` row (or no ``previous``) costs a whole :func:`detached` copy.
