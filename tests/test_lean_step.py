@@ -63,8 +63,15 @@ def test_a_step_changing_in_place_what_it_returned_earlier_changes_nothing_store
         return {"n": 2}
 
     flow = (
-        FlowBuilder("kept", Items).step("first", first).step("second", second).step("third", third)
-    ).chain().compile()
+        (
+            FlowBuilder("kept", Items)
+            .step("first", first)
+            .step("second", second)
+            .step("third", third)
+        )
+        .chain()
+        .compile()
+    )
     store = open_store(db_path)
     res = Engine(store, flows=[flow]).run("kept", Items())
     assert res.status == "completed"
@@ -73,3 +80,85 @@ def test_a_step_changing_in_place_what_it_returned_earlier_changes_nothing_store
     again = open_store(db_path)
     assert again.latest(res.run_id).state == {"items": ["a"], "n": 2}
     again.close()
+
+
+def test_compile_puts_only_plain_synchronous_steps_on_the_lean_path():
+    """A step with a timeout, an async function, resume-only recovery or a
+    composite kind keeps the general path (``CompiledFlow.lean``)."""
+
+    async def later(s: Items) -> None:
+        return None
+
+    flow = (
+        FlowBuilder("kinds", Items)
+        .step("plain", lambda s: None)
+        .step("with_ctx", lambda s, ctx: None)
+        .step("timed", lambda s: None, timeout_s=5.0)
+        .step("async", later)
+        .step("resume_only", lambda s: None, recovery="resume_only", on_recover=lambda s: None)
+        .loop("loop", lambda s: None, until=lambda s: True)
+        .chain()
+        .compile()
+    )
+    assert dict(flow.lean) == {"plain": 1, "with_ctx": 2}
+
+
+def test_subscribers_get_the_step_events_of_lean_steps(db_path: Path):
+    """The lean path builds no event nobody receives, and every event for a
+    subscriber: started, finished and progress, in order, for each step."""
+
+    def counted(s: Items, ctx) -> dict[str, object]:
+        ctx.progress(s.n + 1, 2)
+        return {"n": s.n + 1}
+
+    flow = FlowBuilder("evented", Items).step("a", counted).step("b", counted).chain().compile()
+    assert set(flow.lean) == {"a", "b"}
+    store = open_store(db_path)
+    engine = Engine(store, flows=[flow])
+    seen: list[tuple[str, ...]] = []
+    engine.events.subscribe(lambda e: seen.append((type(e).__name__, getattr(e, "step_id", ""))))
+    res = engine.run("evented", Items())
+    store.close()
+    assert res.status == "completed"
+    names = [name for name, _ in seen]
+    assert names == [
+        "RunStarted",
+        "StepStarted",
+        "StepFinished",
+        "RunProgress",
+        "StepStarted",
+        "StepFinished",
+        "RunProgress",
+        "RunFinished",
+    ]
+    assert [sid for name, sid in seen if name == "StepStarted"] == ["a", "b"]
+
+
+def test_a_failed_lean_attempt_retries_from_the_state_as_stored(db_path: Path):
+    """A lean step's attempt that changed the state in place and failed is
+    forgotten: its retry (on the general path) starts from the stored state,
+    and the run stores what the retry returned."""
+    attempts: list[list[str]] = []
+
+    def flaky(s: Items, ctx) -> dict[str, object]:
+        attempts.append(list(s.items))
+        if ctx.attempt == 1:
+            s.items.append("half-done")  # in place, then fail
+            raise RuntimeError("flaky")
+        return {"items": [*s.items, "done"]}
+
+    flow = (
+        FlowBuilder("flaky", Items, retry=1)
+        .step("first", lambda s: {"items": ["a"]})
+        .step("flaky", flaky)
+        .chain()
+        .compile()
+    )
+    assert "flaky" in flow.lean
+    store = open_store(db_path)
+    res = Engine(store, flows=[flow]).run("flaky", Items())
+    assert res.status == "completed"
+    assert attempts == [["a"], ["a"]]
+    assert store.latest(res.run_id).state["items"] == ["a", "done"]
+    assert store.latest(res.run_id).steps["flaky"].attempts == 2
+    store.close()
