@@ -9,7 +9,9 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.store.protocol import StepRecord
+from desktop_app.flow.state import LayeredSteps
+from desktop_app.store.group_commit import AppendRequest
+from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
 from desktop_app.store.rows import step_json
 from desktop_app.store.sqlite.store import open_store
 
@@ -162,3 +164,32 @@ def test_a_failed_lean_attempt_retries_from_the_state_as_stored(db_path: Path):
     assert store.latest(res.run_id).state["items"] == ["a", "done"]
     assert store.latest(res.run_id).steps["flaky"].attempts == 2
     store.close()
+
+
+def test_an_append_after_a_given_one_keeps_the_given_step_map_unchanged(db_path: Path):
+    """The store caches a given checkpoint as it is (``AppendRequest.given``);
+    a later append that is not given puts its step records into a copy of
+    that map, never into the map the writer gave."""
+    store = open_store(db_path)
+    run = RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0)
+    first = StepRecord("a", "in_progress", attempts=1, started_at=1.0)
+    store.create_run(run, Checkpoint("r1", 0, "running", {"n": 0}, {"a": first}, ("a",), 1.0))
+    done = StepRecord("a", "completed", attempts=1, started_at=1.0, finished_at=2.0)
+    given_steps = LayeredSteps({"a": done}, {})
+    store.append_batch(
+        [
+            AppendRequest(
+                Checkpoint("r1", 1, "running", {"n": 1}, given_steps, ("b",), 2.0, "a"),
+                given=True,
+            )
+        ]
+    )
+    b = StepRecord("b", "completed", attempts=1, started_at=2.0, finished_at=3.0)
+    store.append(Checkpoint("r1", 2, "completed", {"n": 2}, {"a": done, "b": b}, (), 3.0, "b"))
+    assert dict(given_steps) == {"a": done}
+    latest = store.latest("r1")
+    assert (dict(latest.steps), latest.state) == ({"a": done, "b": b}, {"n": 2})
+    store.close()
+    again = open_store(db_path)
+    assert dict(again.latest("r1").steps) == {"a": done, "b": b}
+    again.close()

@@ -115,7 +115,7 @@ def commit_checkpoint(
                 list(consume),
                 changed_steps=changed,
                 changed_fields=fields,
-                given=True,  # the tracker rebuilds, never changes, an encoded state
+                given=True,  # never changed after: see StateTracker, LayeredSteps
             )
         )
     except LeaseLostError:

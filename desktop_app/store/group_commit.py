@@ -52,12 +52,13 @@ class AppendRequest:
             ``changed_*`` hints are not used. Only a store declaring
             ``group_commit`` takes it (a run created alone cost a commit and
             an fsync of its own, under the store's lock, between batches).
-        given: the caller gives the checkpoint's state to the store: neither
-            it nor anything inside it (dicts, lists) is changed after the
-            append, so a store may cache its values without copying them.
-            The engine's saves give theirs (a driver's encoded state is
-            rebuilt at every change, never changed in place). ``False``: the
-            store keeps its own copy.
+        given: the caller gives the checkpoint to the store: neither its
+            state nor its step map (nor anything inside them: dicts, lists)
+            is changed after the append, so a store may cache it without a
+            copy. The engine's saves give theirs (a driver's encoded state
+            is rebuilt at every change, never changed in place; its step map
+            is an immutable ``LayeredSteps``). ``False``: the store keeps its
+            own copy.
     """
 
     checkpoint: Checkpoint

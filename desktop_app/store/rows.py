@@ -79,22 +79,27 @@ def remembered(
     :func:`detached`, but costing what the step changed rather than the whole
     state and every step record.
 
-    A ``delta`` row's state is ``previous.state`` with a copy of the row's
-    delta applied (new objects for the changed fields only: what a read from
-    disk would fold), or the delta itself when the writer ``given`` its
-    state up (``AppendRequest.given``: it never changes it); step records
-    are immutable, so the changed ones are put into ``previous``'s step map
-    in place. ``previous`` must therefore be the
-    store's own copy of the revision before (cached or loaded, never handed
-    out), and the store gives it up: it replaces it with the result. A
-    ``snapshot`` row (or no ``previous``) costs a whole :func:`detached` copy.
+    A checkpoint its writer ``given`` up (``AppendRequest.given``: neither
+    its state nor its step map changes after the append) is cached as it
+    is, at no cost. Otherwise a ``delta`` row's state is ``previous.state``
+    with a copy of the row's delta applied (new objects for the changed
+    fields only: what a read from disk would fold); step records are
+    immutable, so the changed ones are put into ``previous``'s step map in
+    place (into a copy of it when it is a given checkpoint's). ``previous``
+    must therefore be the store's own copy of the revision before (cached or
+    loaded, never handed out), and the store gives it up: it replaces it
+    with the result. A ``snapshot`` row (or no ``previous``) costs a whole
+    :func:`detached` copy.
     """
+    if given:
+        return cp
     if previous is None or row.state_delta is None:
         return detached(cp)
-    delta = row.state_delta if given else codec.copy(row.state_delta)
-    state = codec.apply_state_delta(previous.state, delta)
+    state = codec.apply_state_delta(previous.state, codec.copy(row.state_delta))
     # ours: detached or folded from rows (an annotation, not a cast() call: a hot path)
     steps: dict[str, StepRecord] = previous.steps  # type: ignore[assignment]
+    if type(steps) is not dict:  # a given checkpoint's step map: never changed
+        steps = dict(steps)
     for step_id in row.step_ids:
         steps[step_id] = cp.steps[step_id]
     return Checkpoint(
