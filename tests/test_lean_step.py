@@ -193,3 +193,32 @@ def test_an_append_after_a_given_one_keeps_the_given_step_map_unchanged(db_path:
     again = open_store(db_path)
     assert dict(again.latest("r1").steps) == {"a": done, "b": b}
     again.close()
+
+
+def test_lean_steps_take_the_arguments_they_ask_for_and_await_what_they_return(
+    db_path: Path,
+):
+    """On the lean path a function gets no context unless it takes one (it
+    is not made), and an awaitable a synchronous function returns is
+    awaited, as on the general path."""
+
+    async def later(n: int) -> dict[str, object]:
+        return {"n": n}
+
+    seen: list[object] = []
+    flow = (
+        FlowBuilder("shapes", Items)
+        .step("none", lambda: {"items": ["none"]})
+        .step("state", lambda s: {"items": [*s.items, "state"]})
+        .step("both", lambda s, ctx: seen.append(ctx.step_id) or {"n": 1})
+        .step("awaits", lambda s: later(s.n + 1))
+        .chain()
+        .compile()
+    )
+    assert dict(flow.lean) == {"none": 0, "state": 1, "both": 2, "awaits": 1}
+    store = open_store(db_path)
+    res = Engine(store, flows=[flow]).run("shapes", Items())
+    assert res.status == "completed"
+    assert seen == ["both"]
+    assert store.latest(res.run_id).state == {"items": ["none", "state"], "n": 2}
+    store.close()

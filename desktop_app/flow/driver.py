@@ -83,7 +83,7 @@ from desktop_app.flow.state import (
     apply_output,
     load_state,
 )
-from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step
+from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step, call_untimed
 from desktop_app.flow.waiting import run_wait
 from desktop_app.store import codec
 from desktop_app.store.protocol import (
@@ -405,8 +405,9 @@ class RunDriver:
         function step, no timeout, idempotent recovery): one attempt as
         :meth:`attempt` runs it, without what such a step never needs (the
         closures of a body, a recovery branch, a thread for a timeout, events
-        nobody receives). A record with a backoff pending, and whatever
-        follows a failed attempt (its retries), take the general path.
+        nobody receives, a context for a function that takes none). A record
+        with a backoff pending, and whatever follows a failed attempt (its
+        retries), take the general path.
         """
         sid = step.id
         rec = self.steps[sid]
@@ -417,9 +418,12 @@ class RunDriver:
         if self.events.listening:
             self.events.publish(StepStarted(self.run_id, sid, rec.attempts))
         t0 = time.perf_counter()
-        ctx = self.new_context(sid, rec.attempts, rec.iteration)
+        arity = self.flow.lean[sid]
+        # a function that takes no context gets none, nor needs one made
+        ctx = self.new_context(sid, rec.attempts, rec.iteration) if arity == 2 else None
         try:
-            self.invoke(step.fn, ctx)
+            args = (self.state, ctx) if arity == 2 else (self.state,) if arity == 1 else ()
+            self.take_output(call_untimed(step.fn, args), sid)
             nxt = self.route_from(sid, self.state)
         except (Interrupt, Exception) as exc:
             if self.attempt_failed(step, sid, exc, t0) == "retry":
@@ -589,10 +593,19 @@ class RunDriver:
         self, fn: Callable[..., Any], ctx: StepContext, timeout_s: float | None = None
     ) -> None:
         """Call a step function and apply what it returned to the state."""
-        out = call_step(fn, self.state, ctx, timeout_s)
-        self.tracker.check_unmutated(self.state, ctx.step_id)
+        self.take_output(call_step(fn, self.state, ctx, timeout_s), ctx.step_id)
+
+    def take_output(self, out: Any, step_id: str) -> None:
+        """Make what step ``step_id`` returned (see ``apply_output``) the state.
+
+        Raises:
+            StateMutatedError: the step changed a state container in place.
+            pydantic.ValidationError / TypeError: ``out`` does not fit the state.
+            StateNotStorableError: a changed field cannot be stored.
+        """
+        self.tracker.check_unmutated(self.state, step_id)
         new = apply_output(self.flow.state_type, self.state, out)
-        self.tracker.encode(new, ctx.step_id)  # unstorable: fail this attempt (S58)
+        self.tracker.encode(new, step_id)  # unstorable: fail this attempt (S58)
         self.state = new
 
     def complete(
