@@ -270,7 +270,7 @@ class _Write:
         etype: type[BaseException] | None,
         evalue: BaseException | None,
         etb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         store = self._store
         try:
             store.conn.__exit__(etype, evalue, etb)  # commits, or rolls back
@@ -279,11 +279,10 @@ class _Write:
         if evalue is not None:
             if isinstance(evalue, apsw.Error):
                 raise store._write_failed(evalue, self._on_constraint) from evalue
-            return False
+            return  # the body's own error goes on
         store._own_commits += 1
         if store._wal_needs_truncate and not store.conn.in_transaction:
             store._truncate_wal()
-        return False
 
 
 class SqliteCheckpointStore:
