@@ -316,7 +316,8 @@ class RunDriver:
         self.save(head)
 
     def drive(self) -> RunResult:
-        self.events.publish(RunStarted(self.run_id, self.flow.name))
+        if self.events.listening:
+            self.events.publish(RunStarted(self.run_id, self.flow.name))
         self.host.track(self.run_id, True)
         try:
             if self.host.shutdown_event.is_set():
@@ -359,7 +360,8 @@ class RunDriver:
             self.error = latest.error
         except Stopped:
             return self.result()  # still running; resumable by whoever holds it next
-        self.events.publish(RunFinished(self.run_id, self.status, self.error))
+        if self.events.listening:
+            self.events.publish(RunFinished(self.run_id, self.status, self.error))
         if self.status == "completed" and self.flow.delete_on_success:
             self.store.delete_run(self.run_id)
             self.deleted = True
