@@ -222,3 +222,31 @@ def test_lean_steps_take_the_arguments_they_ask_for_and_await_what_they_return(
     assert seen == ["both"]
     assert store.latest(res.run_id).state == {"items": ["none", "state"], "n": 2}
     store.close()
+
+
+def test_a_lean_step_failing_with_a_backoff_retries_at_the_stored_time(db_path: Path):
+    """A failed lean attempt with a backoff stores the next attempt's time
+    (``next_retry_at``); the retry, on the general path, starts only then
+    (the clock moved by the stored delay), and the run completes."""
+    from desktop_app.flow.clock import ManualClock
+    from desktop_app.flow.retry import Backoff, RetryPolicy
+
+    clock = ManualClock()
+    started_at: list[float] = []
+
+    def flaky(s: Items, ctx) -> dict[str, object]:
+        started_at.append(clock.now())
+        if ctx.attempt == 1:
+            raise RuntimeError("not yet")
+        return {"n": 1}
+
+    policy = RetryPolicy(retries=1, backoff=Backoff(initial_s=7.0, max_s=7.0, jitter_s=0.0))
+    flow = FlowBuilder("backoff", Items, retry=policy).step("flaky", flaky).chain().compile()
+    assert "flaky" in flow.lean
+    store = open_store(db_path)
+    res = Engine(store, flows=[flow], clock=clock).run("backoff", Items())
+    assert res.status == "completed"
+    assert len(started_at) == 2 and started_at[1] - started_at[0] == 7.0
+    rec = store.latest(res.run_id).steps["flaky"]
+    assert (rec.status, rec.attempts, rec.next_retry_at) == ("completed", 2, None)
+    store.close()
