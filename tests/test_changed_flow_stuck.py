@@ -16,6 +16,7 @@ edits theirs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -277,25 +278,30 @@ def serve_a_while(serve: Callable[[threading.Event], None], passes: list[int]) -
 
 
 def test_serve_refuses_a_due_timer_of_a_changed_flow_once_and_does_not_spin(
-    db_path: Path,
+    db_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The engine side of ``flowdesk agent``: the refusal goes to
-    ``on_refused`` once, and a deadline it may not fire does not make
-    every pass start at once (passes stay one per ``poll_s``)."""
+    ``on_refused`` once and to the log once (the run, where, why), and a
+    deadline it may not fire does not make every pass start at once
+    (passes stay one per ``poll_s``)."""
     engine, run_id = due_timer_of_a_changed_flow(lambda: open_store(db_path))
     refused: list[tuple[str, type]] = []
     passes: list[int] = []
+    errors: list[Exception] = []
 
     def serve(stop: threading.Event) -> None:
         engine.serve(
             stop,
             poll_s=0.2,
             on_tick=lambda: passes.append(1),
-            on_refused=lambda rid, exc: refused.append((rid, type(exc))),
+            on_refused=lambda rid, exc: (refused.append((rid, type(exc))), errors.append(exc)),
         )
 
-    serve_a_while(serve, passes)
+    with caplog.at_level(logging.WARNING, logger="desktop_app.flow.engine"):
+        serve_a_while(serve, passes)
     assert refused == [(run_id, FlowVersionMismatchError)]
+    said = [r.getMessage() for r in caplog.records if r.name == "desktop_app.flow.engine"]
+    assert said == [f"run {run_id} cannot go on in this process: {errors[0]}"]
     assert len(passes) < 50, len(passes)  # one per poll, not a busy loop
     assert engine.status(run_id).status == "waiting"
     engine.store.close()

@@ -68,3 +68,19 @@ def test_keys_sorted_and_compact_like_before():
         value, separators=(",", ":"), ensure_ascii=False, sort_keys=True
     )
     assert codec.dumps({"b": 1, "a": [0.1, 1e-7]}) == '{"a":[0.1,1e-7],"b":1}'
+
+
+def test_a_none_beside_plain_values_is_written_by_orjson_exactly_as_before(monkeypatch):
+    """A ``null`` in the output no longer sends a value to the standard
+    library unless it holds a float orjson writes otherwise: the text is the
+    same, and ``json.dumps`` is not called for it."""
+    value = {"tenant_id": None, "run_id": "r1", "n": 2, "x": 0.5, "items": [None, "a", True]}
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    calls: list[object] = []
+    real = json.dumps
+    monkeypatch.setattr(codec.json, "dumps", lambda v, **kw: calls.append(v) or real(v, **kw))
+    assert codec.dumps(value) == expected
+    assert calls == []
+    assert codec.dumps({"y": None, "big": 1e16}) == '{"big":1e+16,"y":null}'
+    assert codec.dumps({"y": None, "nan": float("nan")}) == '{"nan":NaN,"y":null}'
+    assert len(calls) == 2

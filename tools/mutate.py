@@ -125,6 +125,7 @@ TESTS_FOR: dict[str, list[str]] = {
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
+        "tests/test_changed_flow_stuck.py",
         "tests/test_waits.py",
         "tests/test_leases.py",
         "tests/contract/test_races.py",

@@ -35,7 +35,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeGuard, TypeVar
 
 from pydantic import BaseModel
 
@@ -247,6 +247,11 @@ class CompiledFlow(Generic[S]):
             same code with other options, e.g. ``digest`` with a model): a
             run of one is no older version of this one, a process built with
             that mode goes on with it. Not part of ``version``.
+        lean: the steps a driver may run on its lean path
+            (``RunDriver.run_lean``), by id, with the number of arguments
+            (0 to 2) their function takes: plain synchronous function steps
+            with no timeout and ``idempotent`` recovery. Computed by
+            ``compile``; empty: every step takes the general path.
     """
 
     name: str
@@ -267,6 +272,7 @@ class CompiledFlow(Generic[S]):
     inputs: tuple[str, ...] | None = None
     description: str = ""
     variants: frozenset[str] = frozenset()
+    lean: Mapping[str, int] = field(default_factory=dict)
 
     def step(self, step_id: str) -> AnyStep:
         return self.steps[step_id]
@@ -719,7 +725,18 @@ class FlowBuilder(Generic[S]):
             deadline_s=self.deadline_s,
             inputs=self.inputs,
             description=self.description,
+            lean=MappingProxyType({sid: _arity(s.fn) for sid, s in steps.items() if _is_lean(s)}),
         )
+
+
+def _is_lean(step: AnyStep) -> TypeGuard[Step]:
+    """Whether ``step`` may run on a driver's lean path (``CompiledFlow.lean``)."""
+    return (
+        type(step) is Step
+        and step.policy.timeout_s is None
+        and step.policy.recovery == "idempotent"
+        and not inspect.iscoroutinefunction(step.fn)
+    )
 
 
 def _shape(step: AnyStep) -> list[Any]:

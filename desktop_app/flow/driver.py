@@ -83,7 +83,7 @@ from desktop_app.flow.state import (
     apply_output,
     load_state,
 )
-from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step
+from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step, call_untimed
 from desktop_app.flow.waiting import run_wait
 from desktop_app.store import codec
 from desktop_app.store.protocol import (
@@ -316,7 +316,8 @@ class RunDriver:
         self.save(head)
 
     def drive(self) -> RunResult:
-        self.events.publish(RunStarted(self.run_id, self.flow.name))
+        if self.events.listening:
+            self.events.publish(RunStarted(self.run_id, self.flow.name))
         self.host.track(self.run_id, True)
         try:
             if self.host.shutdown_event.is_set():
@@ -345,7 +346,11 @@ class RunDriver:
                     self.meta["halt_reason"] = "max_steps"
                     self.save(sid)
                     break
-                self.run_head(self.flow.step(sid))
+                step = self.flow.step(sid)
+                if sid in self.flow.lean:
+                    self.run_lean(step)  # type: ignore[arg-type]  # lean: a plain Step
+                else:
+                    self.run_head(step)
         except Canceled:
             latest = self.store.latest(self.run_id)
             if latest.status != "canceled":
@@ -355,7 +360,8 @@ class RunDriver:
             self.error = latest.error
         except Stopped:
             return self.result()  # still running; resumable by whoever holds it next
-        self.events.publish(RunFinished(self.run_id, self.status, self.error))
+        if self.events.listening:
+            self.events.publish(RunFinished(self.run_id, self.status, self.error))
         if self.status == "completed" and self.flow.delete_on_success:
             self.store.delete_run(self.run_id)
             self.deleted = True
@@ -395,6 +401,42 @@ class RunDriver:
                 self.load(self.store.latest(self.run_id))
                 if self.after_failure(step, step.id, exc, t0) != "retry":
                     return
+
+    def run_lean(self, step: Step) -> None:
+        """:meth:`run_head` for a step of ``flow.lean`` (a plain synchronous
+        function step, no timeout, idempotent recovery): one attempt as
+        :meth:`attempt` runs it, without what such a step never needs (the
+        closures of a body, a recovery branch, a thread for a timeout, events
+        nobody receives, a context for a function that takes none). A record
+        with a backoff pending, and whatever follows a failed attempt (its
+        retries), take the general path.
+        """
+        sid = step.id
+        rec = self.steps[sid]
+        if rec.next_retry_at is not None:
+            self.run_head(step)
+            return
+        self.recovering = None
+        if self.events.listening:
+            self.events.publish(StepStarted(self.run_id, sid, rec.attempts))
+        t0 = time.perf_counter()
+        arity = self.flow.lean[sid]
+        # a function that takes no context gets none, nor needs one made
+        ctx = self.new_context(sid, rec.attempts, rec.iteration) if arity == 2 else None
+        try:
+            args = (self.state, ctx) if arity == 2 else (self.state,) if arity == 1 else ()
+            self.take_output(call_untimed(step.fn, args), sid)
+            nxt = self.route_from(sid, self.state)
+        except (Interrupt, Exception) as exc:
+            if self.attempt_failed(step, sid, exc, t0) == "retry":
+                self.run_head(step)
+            return
+        try:
+            self.complete(step, ctx, t0, nxt)
+        except STEP_COMMIT_ERRORS as exc:
+            self.load(self.store.latest(self.run_id))  # as run_head: nothing was saved
+            if self.after_failure(step, sid, exc, t0) == "retry":
+                self.run_head(step)
 
     def route_from(self, step_id: str, state: Any) -> tuple[str, ...]:
         """The steps after ``step_id`` on ``state`` (its route, edges or finish).
@@ -436,25 +478,43 @@ class RunDriver:
                 if wait > 0 and not self.clock.sleep(wait, self.cancel_event):
                     raise Canceled()
                 self.check_cancel()
-            self.events.publish(StepStarted(self.run_id, record_id, rec.attempts))
+            if self.events.listening:
+                self.events.publish(StepStarted(self.run_id, record_id, rec.attempts))
             t0 = time.perf_counter()
             ctx = self.new_context(record_id, rec.attempts, rec.iteration)
             try:
                 body(ctx)
-            except Interrupt as intr:
-                suspend_for_answers(self, intr.requests)
-                return "stop", ctx, t0
-            except (Canceled, Stopped, StoreError, RevisionConflictError, NestedStopped):
-                raise  # storage failed, the run was canceled, or a nested step decided
-            except Exception as exc:
-                if (full := DiskFullError.of_step(exc, self.run_id, record_id)) is not None:
-                    raise full from exc  # a pause: resumable once space is free, not failed
-                self.restore_stored_state(record_id)
-                outcome = self.after_failure(step, record_id, exc, t0)
+            except (Interrupt, Exception) as exc:
+                outcome = self.attempt_failed(step, record_id, exc, t0)
                 if outcome == "retry":
                     continue
                 return outcome, ctx, t0
             return "ok", ctx, t0
+
+    def attempt_failed(
+        self, step: AnyStep | Step, record_id: str, exc: BaseException, t0: float
+    ) -> Outcome | Literal["retry"]:
+        """What follows an attempt of ``record_id`` that raised ``exc``: a
+        question suspends the run (``"stop"``); a step's own error restores
+        the state as last stored and goes to :meth:`after_failure`.
+
+        Raises:
+            exc: storage failed, the run was canceled or stopped, or a
+                nested step decided (``NestedStopped``).
+            DiskFullError: the step met a full disk: the run pauses,
+                resumable once space is free (not failed).
+        """
+        if isinstance(exc, Interrupt):
+            suspend_for_answers(self, exc.requests)
+            return "stop"
+        if not isinstance(exc, Exception) or isinstance(
+            exc, (Canceled, Stopped, StoreError, RevisionConflictError, NestedStopped)
+        ):
+            raise exc
+        if (full := DiskFullError.of_step(exc, self.run_id, record_id)) is not None:
+            raise full from exc
+        self.restore_stored_state(record_id)
+        return self.after_failure(step, record_id, exc, t0)
 
     def after_failure(
         self, step: AnyStep | Step, record_id: str, exc: Exception, t0: float
@@ -535,10 +595,19 @@ class RunDriver:
         self, fn: Callable[..., Any], ctx: StepContext, timeout_s: float | None = None
     ) -> None:
         """Call a step function and apply what it returned to the state."""
-        out = call_step(fn, self.state, ctx, timeout_s)
-        self.tracker.check_unmutated(self.state, ctx.step_id)
+        self.take_output(call_step(fn, self.state, ctx, timeout_s), ctx.step_id)
+
+    def take_output(self, out: Any, step_id: str) -> None:
+        """Make what step ``step_id`` returned (see ``apply_output``) the state.
+
+        Raises:
+            StateMutatedError: the step changed a state container in place.
+            pydantic.ValidationError / TypeError: ``out`` does not fit the state.
+            StateNotStorableError: a changed field cannot be stored.
+        """
+        self.tracker.check_unmutated(self.state, step_id)
         new = apply_output(self.flow.state_type, self.state, out)
-        self.tracker.encode(new, ctx.step_id)  # unstorable: fail this attempt (S58)
+        self.tracker.encode(new, step_id)  # unstorable: fail this attempt (S58)
         self.state = new
 
     def complete(
@@ -583,9 +652,10 @@ class RunDriver:
                 forget_answers(self.meta, self.run_id, inner.id)
         consume, self.pending_consume = self.pending_consume, []
         self.save(sid, writes, intents, consume)
-        self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
-        if self.progress is not None:
-            self.events.publish(RunProgress(self.run_id, *self.progress))
+        if self.events.listening:
+            self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
+            if self.progress is not None:
+                self.events.publish(RunProgress(self.run_id, *self.progress))
 
     # -- step kinds ------------------------------------------------------
 

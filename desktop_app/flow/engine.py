@@ -461,7 +461,9 @@ class Engine:
         steps: Mapping[str, StepRecord] | None = None,
         meta: Mapping[str, Any] | None = None,
         waits: Sequence[Wait] = (),
-    ) -> str:
+    ) -> tuple[RunRecord, Checkpoint]:
+        """Create a run; returns it and its revision 0 as stored (for a driver
+        to start from without reading them back)."""
         rid = run_id or uuid.uuid4().hex
         if parent_run_id is not None:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
@@ -510,7 +512,7 @@ class Engine:
         else:
             self.store.create_run(run, cp)
         log.info("run %s of flow %s created (%s, owner %s)", rid, f.name, status, self.owner)
-        return rid
+        return run, cp
 
     def start(
         self,
@@ -532,7 +534,7 @@ class Engine:
             StoreError: the run could not be saved.
         """
         f = self._resolve(flow)
-        rid, _created = self._submit(f, state, run_id, context, flow_key, parent_run_id, False)
+        rid, _made = self._submit(f, state, run_id, context, flow_key, parent_run_id, False)
         return rid
 
     def _submit(
@@ -544,12 +546,13 @@ class Engine:
         flow_key: str | None,
         parent_run_id: str | None,
         running: bool,
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, tuple[RunRecord, Checkpoint] | None]:
         """Create the run, or find the live one with ``flow_key`` (single
-        flight, S31); returns ``(run_id, created)``."""
+        flight, S31); returns its id, and the run and checkpoint made (``None``:
+        the live run was found)."""
         model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
         try:
-            rid = self._create(
+            made = self._create(
                 f,
                 model,
                 run_id=run_id,
@@ -559,8 +562,8 @@ class Engine:
                 running=running,
             )
         except DuplicateFlowKeyError:
-            return self._live_run(f, flow_key).run_id, False
-        return rid, True
+            return self._live_run(f, flow_key).run_id, None
+        return made[0].run_id, made
 
     def run(
         self,
@@ -588,12 +591,12 @@ class Engine:
             live, cp = self.store.head(rid)
             current = load_state(f.state_type, cp.state, rid, cp.revision)
             return RunResult(rid, live.status, current, cp.revision, live.error)
-        rid, created = self._submit(f, state, run_id, context, flow_key, parent_run_id, True)
-        if not created:  # the live run with this key is the answer
+        rid, made = self._submit(f, state, run_id, context, flow_key, parent_run_id, True)
+        if made is None:  # the live run with this key is the answer
             live, cp = self.store.head(rid)
             current = load_state(f.state_type, cp.state, rid, cp.revision)
             return RunResult(rid, live.status, current, cp.revision, live.error)
-        return self._drive(f, rid)
+        return self._drive(f, *made)
 
     def _live_run(self, f: CompiledFlow[Any], flow_key: str | None) -> RunRecord:
         for r in self.store.list_runs(flow_name=f.name, flow_key=flow_key, newest_first=True):
@@ -601,9 +604,10 @@ class Engine:
                 return r
         raise RunStateError(f"no live run of {f.name!r} with flow key {flow_key!r}; try again")
 
-    def _drive(self, f: CompiledFlow[Any], run_id: str) -> RunResult:
-        """Execute a run this call just created."""
-        run, cp = self.store.head(run_id)
+    def _drive(self, f: CompiledFlow[Any], run: RunRecord, cp: Checkpoint) -> RunResult:
+        """Execute a run this call just created, from ``run`` and ``cp`` as
+        :meth:`_create` stored them (not read back: a SELECT and a decode
+        for nothing; the store keeps its own copy)."""
         return self._go(RunDriver(self, f, run, cp))
 
     def _go(self, driver: RunDriver) -> RunResult:
@@ -1186,14 +1190,15 @@ class Engine:
         """
         new_id = uuid.uuid4().hex  # the waits it keeps are keyed by it
         seed = upgrade_seed(self.store, self.flow, run_id, new_id)
-        rid = self._create_from(seed, new_id)
+        made = self._create_from(seed, new_id)
+        rid = made[0].run_id
         # its children now belong to the new run: cancel the old run alone
         self.cancel_event(run_id).set()
         version = seed.flow.version
         self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {version}")
-        return self._drive(seed.flow, rid)
+        return self._drive(seed.flow, *made)
 
-    def _create_from(self, seed: Seed, run_id: str | None) -> str:
+    def _create_from(self, seed: Seed, run_id: str | None) -> tuple[RunRecord, Checkpoint]:
         """Create the run ``seed`` describes, leased to this engine and running."""
         return self._create(
             seed.flow,
@@ -1241,11 +1246,11 @@ class Engine:
             that cannot be built here: what to configure).
         """
         seed = replay_seed(self.store, self.flow_of, checkpoint_id, mutate)
-        rid = self._create_from(seed, run_id)
+        made = self._create_from(seed, run_id)
         if not seed.frontier:
-            run = self.store.get_run(rid)
-            return RunResult(rid, run.status, seed.state, 0, None)
-        return self._drive(seed.flow, rid)
+            run = made[0]
+            return RunResult(run.run_id, run.status, seed.state, 0, None)
+        return self._drive(seed.flow, *made)
 
     def fork(
         self,

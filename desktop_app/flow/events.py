@@ -85,6 +85,13 @@ class EventBus:
 
         return unsubscribe
 
+    @property
+    def listening(self) -> bool:
+        """Whether anyone subscribes: a publisher may skip making an event
+        nobody would receive (read without the lock: a subscriber added
+        meanwhile gets the events published after it was added)."""
+        return bool(self._subs)
+
     def publish(self, event: Event) -> None:
         with self._lock:
             subs = list(self._subs)

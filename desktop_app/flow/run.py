@@ -128,6 +128,11 @@ def forget_answers(meta: RunMeta, run_id: str, step_id: str, *, nested: bool = T
     (``nested=False``): a sibling branch whose name starts with this
     one's (``"a"`` and ``"a/x"``) may still wait for its next question."""
 
+    if not (
+        meta.get("answers") or meta.get("choices") or meta.get("asked") or meta.get("continuations")
+    ):
+        return  # the common step: nothing asked, nothing to forget
+
     def own(key: str) -> bool:
         key = key.rpartition("@")[0] or key  # any visit's: "<step_id>@<k>"
         return key == step_id or (nested and key.startswith(step_id + "/"))

@@ -91,19 +91,20 @@ def commit_checkpoint(
     tracker = run.tracker
     state = tracker.encode(run.state)
     fields = frozenset(tracker.dirty)
+    # positional, in the fields' order (keywords cost ~0.5 us a step here)
     cp = Checkpoint(
-        run_id=run.run_id,
-        revision=run.revision + 1,
-        status=run.status,
-        state=state,
-        steps=steps,
-        frontier=tuple(run.frontier),
-        created_at=run.clock.now(),
-        step_id=step_id,
-        progress=run.progress,
-        error=run.error,
-        meta=dict(run.meta),
-        waits=tuple(run.waits),
+        run.run_id,
+        run.revision + 1,
+        run.status,
+        state,
+        steps,
+        tuple(run.frontier),
+        run.clock.now(),  # created_at
+        step_id,
+        run.progress,
+        run.error,
+        dict(run.meta),
+        tuple(run.waits),
     )
     try:
         run.host.commit(
@@ -113,8 +114,10 @@ def commit_checkpoint(
                 run.host.lease(*run.takeover) if run.takeover else run.host.lease(),
                 list(intents),
                 list(consume),
-                changed_steps=changed,
-                changed_fields=fields,
+                changed,  # changed_steps
+                fields,  # changed_fields
+                None,  # run: an append, not a creation
+                True,  # given: never changed after (see StateTracker, LayeredSteps)
             )
         )
     except LeaseLostError:

@@ -39,6 +39,21 @@ def _call_shape(fn: Callable[..., Any]) -> tuple[int, bool]:
     return _arity(fn), inspect.iscoroutinefunction(fn)
 
 
+def call_untimed(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn(*args)``, a synchronous step function called with no timeout (an
+    awaitable it returns is awaited): what :func:`call_step` does then, for
+    a caller that already knows the function's arguments (the driver's lean
+    path, which makes no context for a function that takes none)."""
+    out = fn(*args)
+    if out is not None and type(out) is not dict and inspect.isawaitable(out):
+
+        async def _await() -> Any:
+            return await out
+
+        out = asyncio.run(_await())
+    return out
+
+
 def call_step(
     fn: Callable[..., Any], state: Any, ctx: StepContext, timeout_s: float | None = None
 ) -> Any:
@@ -69,14 +84,7 @@ def call_step(
 
         return asyncio.run(_run())
     if timeout_s is None:
-        out = fn(*args)
-        if out is not None and type(out) is not dict and inspect.isawaitable(out):
-
-            async def _await() -> Any:
-                return await out
-
-            out = asyncio.run(_await())
-        return out
+        return call_untimed(fn, args)
     box: dict[str, Any] = {}
 
     def target() -> None:

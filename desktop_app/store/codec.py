@@ -31,16 +31,37 @@ def dumps(value: JSON) -> str:
     orjson cannot: ``NaN``/``Infinity`` (orjson would write ``null``, so any
     output holding ``null`` is re-encoded), integers beyond 64 bits, non-str
     keys, lone surrogates. Both write the shortest float repr that reads
-    back as the same float, and sort keys by code point.
+    back as the same float, and sort keys by code point. An output holding
+    ``null`` is re-encoded only when the value holds a float orjson may
+    write otherwise (see :func:`_may_differ`): a ``None`` alone (a run's
+    context, an optional field) costs a walk of the value, not a second,
+    slower encoding.
     """
     try:
         out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError: big int, non-str key, surrogate...
         pass
     else:
-        if b"null" not in out:
+        if b"null" not in out or not _may_differ(value):
             return out.decode()
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _may_differ(value: JSON) -> bool:
+    """Whether orjson's text of ``value`` may differ from the standard
+    library's: it holds a float that is not finite (orjson writes ``null``)
+    or that Python prints with an exponent (``1e16``: the standard library
+    writes ``1e+16``), or a value of another type than JSON's own."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return False
+    if kind is float:
+        return not (value == 0.0 or 1e-4 <= abs(value) < 1e16)
+    if kind is dict:
+        return any(_may_differ(v) for v in value.values())
+    if kind is list or kind is tuple:
+        return any(_may_differ(v) for v in value)
+    return True
 
 
 def copy(value: JSON) -> JSON:

@@ -52,6 +52,13 @@ class AppendRequest:
             ``changed_*`` hints are not used. Only a store declaring
             ``group_commit`` takes it (a run created alone cost a commit and
             an fsync of its own, under the store's lock, between batches).
+        given: the caller gives the checkpoint to the store: neither its
+            state nor its step map (nor anything inside them: dicts, lists)
+            is changed after the append, so a store may cache it without a
+            copy. The engine's saves give theirs (a driver's encoded state
+            is rebuilt at every change, never changed in place; its step map
+            is an immutable ``LayeredSteps``). ``False``: the store keeps its
+            own copy.
     """
 
     checkpoint: Checkpoint
@@ -62,6 +69,7 @@ class AppendRequest:
     changed_steps: frozenset[str] | None = None
     changed_fields: frozenset[str] | None = None
     run: RunRecord | None = None
+    given: bool = False
 
 
 @runtime_checkable
@@ -130,41 +138,54 @@ class GroupCommitter:
             unaffected, except when the whole transaction failed (then every
             request of the batch gets that ``StoreError``).
         """
-        slot = _Slot(request)
         with self._lock:
-            self._queue.append(slot)
-            if self._committing:
-                slot.wakeup = wakeup = threading.Lock()
+            queued = self._committing
+            if queued:
+                wakeup = threading.Lock()
                 wakeup.acquire()
+                slot = _Slot(request, wakeup=wakeup)
+                self._queue.append(slot)
             else:
-                self._committing = True  # this caller leads: nobody to wait for
-                wakeup = None
-        if wakeup is not None:
-            wakeup.acquire()  # until its batch is done, or it leads the next
-            slot.wakeup = None
+                self._committing = True
+        if not queued:
+            # nothing commits, so nothing is queued: this caller leads a
+            # batch of its own request, with no slot and without queueing it
+            # (what arrives meanwhile queues for the next batch)
+            error = self._commit([request], ())[0]
+            if error is not None:
+                raise error
+            return
+        wakeup.acquire()  # until its batch is done, or it leads the next
+        slot.wakeup = None
         if not slot.done:
             # leader: commit everything queued so far, own request included
             with self._lock:
                 batch, self._queue = self._queue, []
-            self._commit(batch)
+            self._commit([s.request for s in batch], batch)
         if slot.error is not None:
             raise slot.error
 
-    def _commit(self, batch: list[_Slot]) -> None:
+    def _commit(
+        self, requests: list[AppendRequest], slots: Sequence[_Slot]
+    ) -> Sequence[BaseException | None]:
+        """Commit ``requests`` as one batch; hand each of ``slots`` (the
+        queued callers they came from, in order; none for a leader alone)
+        its result and wake it, and wake the next leader; returns the
+        results."""
         results: Sequence[BaseException | None]
         try:
-            results = self.backend.append_batch([s.request for s in batch])
-            if len(results) != len(batch):
+            results = self.backend.append_batch(requests)
+            if len(results) != len(requests):
                 raise StoreError(
-                    f"append_batch returned {len(results)} results for {len(batch)} requests"
+                    f"append_batch returned {len(results)} results for {len(requests)} requests"
                 )
         except BaseException as exc:  # the whole transaction failed: every request fails
-            results = [exc] * len(batch)
+            results = [exc] * len(requests)
         with self._lock:
             self.batches += 1
-            self.appends += len(batch)
-            woken = [s.wakeup for s in batch if s.wakeup is not None]
-            for s, err in zip(batch, results, strict=True):
+            self.appends += len(requests)
+            woken = [s.wakeup for s in slots if s.wakeup is not None]
+            for s, err in zip(slots, results, strict=False):
                 s.error = err
                 s.batch = self.batches
                 s.done = True
@@ -180,3 +201,4 @@ class GroupCommitter:
             self.wakeups += len(woken)
         for wakeup in woken:
             wakeup.release()
+        return results

@@ -71,25 +71,35 @@ class CheckpointRow(tuple[Any, ...]):
         return row
 
 
-def remembered(cp: Checkpoint, previous: Checkpoint | None, row: CheckpointRow) -> Checkpoint:
+def remembered(
+    cp: Checkpoint, previous: Checkpoint | None, row: CheckpointRow, *, given: bool = False
+) -> Checkpoint:
     """``cp`` as a store caches it once ``row`` (its :func:`checkpoint_values`
     against ``previous``) is written: a private state and step map, like
     :func:`detached`, but costing what the step changed rather than the whole
     state and every step record.
 
-    A ``delta`` row's state is ``previous.state`` with a copy of the row's
-    delta applied (new objects for the changed fields only: what a read from
-    disk would fold); step records are immutable, so the changed ones are put
-    into ``previous``'s step map in place. ``previous`` must therefore be the
-    store's own copy of the revision before (cached or loaded, never handed
-    out), and the store gives it up: it replaces it with the result. A
-    ``snapshot`` row (or no ``previous``) costs a whole :func:`detached` copy.
+    A checkpoint its writer ``given`` up (``AppendRequest.given``: neither
+    its state nor its step map changes after the append) is cached as it
+    is, at no cost. Otherwise a ``delta`` row's state is ``previous.state``
+    with a copy of the row's delta applied (new objects for the changed
+    fields only: what a read from disk would fold); step records are
+    immutable, so the changed ones are put into ``previous``'s step map in
+    place (into a copy of it when it is a given checkpoint's). ``previous``
+    must therefore be the store's own copy of the revision before (cached or
+    loaded, never handed out), and the store gives it up: it replaces it
+    with the result. A ``snapshot`` row (or no ``previous``) costs a whole
+    :func:`detached` copy.
     """
+    if given:
+        return cp
     if previous is None or row.state_delta is None:
         return detached(cp)
     state = codec.apply_state_delta(previous.state, codec.copy(row.state_delta))
     # ours: detached or folded from rows (an annotation, not a cast() call: a hot path)
     steps: dict[str, StepRecord] = previous.steps  # type: ignore[assignment]
+    if type(steps) is not dict:  # a given checkpoint's step map: never changed
+        steps = dict(steps)
     for step_id in row.step_ids:
         steps[step_id] = cp.steps[step_id]
     return Checkpoint(
@@ -224,12 +234,29 @@ def step_json(rec: StepRecord) -> dict[str, Any]:
     """A step record as stored: its fields without the ones at their default
     (``None``, iteration 0) and without ``step_id`` (the key it is stored
     under), so a checkpoint row fills fewer pages. ``StepRecord.from_json``
-    with the key added back reads it (and rows written in full) exactly."""
-    return {
-        k: v
-        for k, v in rec.to_json().items()
-        if v is not None and k != "step_id" and not (k == "iteration" and v == 0)
-    }
+    with the key added back reads it (and rows written in full) exactly.
+    Built field by field, not from ``to_json``: it runs for every record a
+    checkpoint saves."""
+    out: dict[str, Any] = {}
+    if rec.status is not None:
+        out["status"] = rec.status
+    if rec.attempts is not None:
+        out["attempts"] = rec.attempts
+    if rec.started_at is not None:
+        out["started_at"] = rec.started_at
+    if rec.finished_at is not None:
+        out["finished_at"] = rec.finished_at
+    if rec.error is not None:
+        out["error"] = rec.error
+    if rec.error_type is not None:
+        out["error_type"] = rec.error_type
+    if rec.iteration is not None and rec.iteration != 0:
+        out["iteration"] = rec.iteration
+    if rec.duration_ms is not None:
+        out["duration_ms"] = rec.duration_ms
+    if rec.next_retry_at is not None:
+        out["next_retry_at"] = rec.next_retry_at
+    return out
 
 
 def checkpoint_values(
