@@ -40,22 +40,32 @@ def worker(*args: str, go: Path | None = None, **kw: str) -> subprocess.Popen[st
     )
 
 
-def test_undo_after_a_kill_mid_delivery_withdraws_the_moves_not_made(tmp_path):
-    db, folder = tmp_path / "t.db", tmp_path / "dl5"
-    files = fill(folder, 300)
+def killed_mid_delivery(db: Path, folder: Path, tmp_path: Path, **pause: str) -> str:
+    """``run tidy`` over ``folder`` (300 files), then ``answer RUN yes`` in a
+    process killed with SIGKILL where ``pause`` stops its mover
+    (``pause_after`` or ``pause_after_move``, see tests/tidy_cli_worker.py);
+    returns the run id."""
     assert flowdesk(db, "db", "apply").returncode == 0
     started = flowdesk(db, "run", "tidy", "--folder", str(folder))
     run_id = started.stdout.splitlines()[0]
     assert started.stdout.splitlines()[-1] == f"run {run_id} waiting", started.stderr
     paused = tmp_path / "paused"
-    answer = worker("--db", str(db), "answer", run_id, "yes", pause_after="60", paused=paused)
+    answer = worker("--db", str(db), "answer", run_id, "yes", paused=paused, **pause)
     try:
-        while not paused.exists():  # 60 moves made, the 61st marked sending
+        while not paused.exists():
             assert answer.poll() is None, answer.communicate()
             subprocess.run(["sleep", "0.05"], check=True)
     finally:
         os.kill(answer.pid, signal.SIGKILL)
         answer.communicate()
+    return run_id
+
+
+def test_undo_after_a_kill_mid_delivery_withdraws_the_moves_not_made(tmp_path):
+    db, folder = tmp_path / "t.db", tmp_path / "dl5"
+    files = fill(folder, 300)
+    run_id = killed_mid_delivery(db, folder, tmp_path, pause_after="60")
+    # 60 moves made, the 61st marked sending
     assert len(top_files(folder)) == 240 and len(tidied(folder)) == 60
 
     line = next(x for x in flowdesk(db, "runs").stdout.splitlines() if x.startswith(run_id))
@@ -127,26 +137,8 @@ def test_undo_after_a_kill_between_a_move_and_its_mark_moves_that_file_back(tmp_
     'never made' and stayed in the kind folder)."""
     db, folder = tmp_path / "t.db", tmp_path / "dl6"
     files = fill(folder, 300)
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "run", "tidy", "--folder", str(folder))
-    run_id = started.stdout.splitlines()[0]
-    paused = tmp_path / "paused"
-    answer = worker(
-        "--db",
-        str(db),
-        "answer",
-        run_id,
-        "yes",
-        pause_after_move="60",
-        paused=paused,
-    )
-    try:
-        while not paused.exists():  # 61 files moved, the 61st not recorded
-            assert answer.poll() is None, answer.communicate()
-            subprocess.run(["sleep", "0.05"], check=True)
-    finally:
-        os.kill(answer.pid, signal.SIGKILL)
-        answer.communicate()
+    run_id = killed_mid_delivery(db, folder, tmp_path, pause_after_move="60")
+    # 61 files moved, the 61st not recorded
     assert len(top_files(folder)) == 239 and len(tidied(folder)) == 61
 
     undo = flowdesk(db, "undo", run_id)
@@ -171,18 +163,8 @@ def test_show_of_a_tidy_whose_mover_died_names_the_command_that_makes_its_moves(
     them, and that command, run exactly as printed, moves every file once."""
     db, folder = tmp_path / "t.db", tmp_path / "dl9"
     files = fill(folder, 300)
-    assert flowdesk(db, "db", "apply").returncode == 0
-    run_id = flowdesk(db, "run", "tidy", "--folder", str(folder)).stdout.splitlines()[0]
-    paused = tmp_path / "paused"
-    answer = worker("--db", str(db), "answer", run_id, "yes", pause_after="60", paused=paused)
-    try:
-        while not paused.exists():  # 60 moves made, the 61st marked sending
-            assert answer.poll() is None, answer.communicate()
-            subprocess.run(["sleep", "0.05"], check=True)
-    finally:
-        os.kill(answer.pid, signal.SIGKILL)
-        answer.communicate()
-    assert len(top_files(folder)) == 240
+    run_id = killed_mid_delivery(db, folder, tmp_path, pause_after="60")
+    assert len(top_files(folder)) == 240  # 60 moves made, the 61st marked sending
 
     shown = flowdesk(db, "show", run_id).stdout.splitlines()
     assert shown[0].endswith("status completed · 240 moves queued (not made yet)"), shown[0]
