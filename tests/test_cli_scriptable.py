@@ -566,6 +566,10 @@ def test_a_rerun_while_another_process_executes_the_run_says_so_without_resuming
             m = re.match(r"\s+(\d+)/1500", line)
             if m and int(m.group(1)) >= 20:
                 break
+        # frozen mid-run, alive: it must not finish the 1,500 files before
+        # the kill below (a digest that fast ended the run first, and the
+        # rerun then started a new one)
+        first.send_signal(signal.SIGSTOP)
         second = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     finally:
         first.send_signal(signal.SIGKILL)
