@@ -47,6 +47,13 @@ def dumps(value: JSON) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
+def orjson_float_alike(x: float) -> bool:
+    """Whether orjson writes float ``x`` as the standard library does: zero,
+    or a finite value Python prints without an exponent (``1e-4 <= |x| <
+    1e16``); NaN and the infinities are neither (orjson writes ``null``)."""
+    return x == 0.0 or 1e-4 <= abs(x) < 1e16
+
+
 def _may_differ(value: JSON) -> bool:
     """Whether orjson's text of ``value`` may differ from the standard
     library's: it holds a float that is not finite (orjson writes ``null``)
@@ -56,7 +63,7 @@ def _may_differ(value: JSON) -> bool:
     if kind is str or kind is int or kind is bool or value is None:
         return False
     if kind is float:
-        return not (value == 0.0 or 1e-4 <= abs(value) < 1e16)
+        return not orjson_float_alike(value)
     if kind is dict:
         return any(_may_differ(v) for v in value.values())
     if kind is list or kind is tuple:

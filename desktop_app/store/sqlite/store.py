@@ -131,7 +131,7 @@ def row_checksum(values: Sequence[Any]) -> str:
     (``1e-4 <= |x| < 1e16``, or zero); any other value takes the standard
     library, so a checksum never depends on which encoder ran."""
     for v in values:
-        if type(v) is float and not (v == 0.0 or 1e-4 <= abs(v) < 1e16):
+        if type(v) is float and not codec.orjson_float_alike(v):
             return _json_checksum(values)
     try:
         data = orjson.dumps(list(values))
