@@ -466,12 +466,12 @@ AgentStatus = Literal[
     "rate_limited",
     "expired",
 ]
-#: Statuses ``pending()`` leaves out (go-micro's terminal set, plus ``done``;
-#: S39). ``rate_limited`` is among them though it is not over: it goes on
-#: once the provider's ``Retry-After`` has come (``resume_due``).
-AGENT_TERMINAL: tuple[AgentStatus, ...] = ("done", "canceled", "timeout", "rate_limited", "expired")
 #: Statuses an agent run never leaves: what cancel, pause and the app refuse.
 AGENT_ENDED: tuple[AgentStatus, ...] = ("done", "canceled", "timeout", "expired")
+#: Statuses ``pending()`` leaves out (go-micro's terminal set, plus ``done``;
+#: S39): the ended ones and ``rate_limited``, which is not over: it goes on
+#: once the provider's ``Retry-After`` has come (``resume_due``).
+AGENT_TERMINAL: tuple[AgentStatus, ...] = (*AGENT_ENDED, "rate_limited")
 
 
 @dataclass(frozen=True)
