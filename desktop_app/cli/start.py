@@ -323,14 +323,13 @@ def cmd_signal(ctx: Ctx) -> int:
     waiting = sv.checkpoints.runs_waiting_for("signal", a.name, a.key)
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
-    if waiting:
-        print(f"for {plural(len(waiting), 'waiting run')}: {', '.join(waiting)}")
-    else:  # a misspelt name or key is stored too: say so, and where to look
-        print(
-            f"no run waits for signal {a.name!r} with key {a.key!r} now; it is kept for "
-            f"the first run that waits for it (what runs wait for: {ctx.hints.cmd('waiting')})",
-            file=sys.stderr,
-        )
+    # a misspelt name or key is stored too: say so, and where to look
+    _say_reached(
+        ctx,
+        waiting,
+        f"no run waits for signal {a.name!r} with key {a.key!r} now; it is kept for the "
+        "first run that waits for it",
+    )
     return EXIT_OK
 
 
@@ -344,13 +343,20 @@ def cmd_publish(ctx: Ctx) -> int:
     waiting = sv.checkpoints.runs_waiting_for("event", ctx.args.type)
     event_id = sv.engine.publish(ctx.args.type, payload)
     print(f"event {event_id} published")
+    _say_reached(
+        ctx,
+        waiting,
+        f"no run waits for event {ctx.args.type!r} now, and a run that waits for it later "
+        "takes only one published after its wait began",
+    )
+    return EXIT_OK
+
+
+def _say_reached(ctx: Ctx, waiting: list[str], nobody: str) -> None:
+    """After a signal or an event: the runs that waited for it (stdout), or,
+    when none did, ``nobody`` with the command that lists what runs wait
+    for (stderr)."""
     if waiting:
         print(f"for {plural(len(waiting), 'waiting run')}: {', '.join(waiting)}")
-    else:  # a wait takes only events published after it began
-        print(
-            f"no run waits for event {ctx.args.type!r} now, and a run that waits for it "
-            f"later takes only one published after its wait began (what runs wait for: "
-            f"{ctx.hints.cmd('waiting')})",
-            file=sys.stderr,
-        )
-    return EXIT_OK
+    else:
+        print(f"{nobody} (what runs wait for: {ctx.hints.cmd('waiting')})", file=sys.stderr)
