@@ -58,6 +58,28 @@ def tidy_runs(app: FlowdeskApp) -> list:  # type: ignore[type-arg]
     return app.read(lambda s: s.list_runs(flow_name="tidy")) or []
 
 
+async def plan_table(app: FlowdeskApp, pilot, folder: Path):  # type: ignore[no-untyped-def]
+    """Start a tidy of ``folder`` from the form, open its question: the run,
+    the answer dialog and its plan table once the preview is in."""
+    await start_tidy_from_the_form(app, pilot, folder)
+    await wait_until(pilot, lambda: [r.status for r in tidy_runs(app)] == ["waiting"])
+    (run,) = tidy_runs(app)
+    app.controller.answer(run)
+    await settle(pilot)
+    dialog = app.screen
+    assert isinstance(dialog, AnswerScreen)
+    await wait_until(pilot, lambda: dialog.preview is not None)
+    await settle(pilot)
+    return run, dialog, dialog.query_one("#preview", DataTable)
+
+
+async def every_line(pilot, table: DataTable) -> list[str]:  # type: ignore[no-untyped-def,type-arg]
+    """The table's lines as shown, every one of them on screen."""
+    table.styles.max_height = 100
+    await settle(pilot)
+    return ["".join(seg.text for seg in table.render_line(y)) for y in range(table.size.height)]
+
+
 async def test_the_start_form_joins_the_waiting_tidy_of_the_same_folder_as_the_cli_does(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,24 +176,11 @@ async def test_the_plan_table_lists_reasons_in_full_and_counts_what_it_lists(
     app = isolated(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await start_tidy_from_the_form(app, pilot, folder)
-        await wait_until(pilot, lambda: [r.status for r in tidy_runs(app)] == ["waiting"])
-        (run,) = tidy_runs(app)
-        app.controller.answer(run)
-        await settle(pilot)
-        dialog = app.screen
-        assert isinstance(dialog, AnswerScreen)
-        await wait_until(pilot, lambda: dialog.preview is not None)
-        await settle(pilot)
-        table = dialog.query_one("#preview", DataTable)
+        run, dialog, table = await plan_table(app, pilot, folder)
         assert table.row_count == 6
         title = str(dialog.query_one("#preview-title").render())
         assert "6 files: 4 to move, 2 stay" in title, title
-        table.styles.max_height = 100  # every line on screen, to read them all
-        await settle(pilot)
-        lines = [
-            "".join(seg.text for seg in table.render_line(y)) for y in range(table.size.height)
-        ]
+        lines = await every_line(pilot, table)
         assert max(len(line.rstrip()) for line in lines) <= dialog.size.width
         shown = " ".join(" ".join(lines).replace("│", " ").split())
         wanted = f"stays: {LINKED}".split()
@@ -197,22 +206,9 @@ async def test_the_plan_table_shows_a_name_with_a_newline_on_one_row(
     app = isolated(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await start_tidy_from_the_form(app, pilot, folder)
-        await wait_until(pilot, lambda: [r.status for r in tidy_runs(app)] == ["waiting"])
-        (run,) = tidy_runs(app)
-        app.controller.answer(run)
-        await settle(pilot)
-        dialog = app.screen
-        assert isinstance(dialog, AnswerScreen)
-        await wait_until(pilot, lambda: dialog.preview is not None)
-        await settle(pilot)
-        table = dialog.query_one("#preview", DataTable)
+        _run, _dialog, table = await plan_table(app, pilot, folder)
         names = sorted(str(table.get_row_at(i)[0]) for i in range(table.row_count))
         assert names == ["new\\n  secret.txt", "plain.txt"]
-        table.styles.max_height = 100  # every line on screen, to read them all
-        await settle(pilot)
-        lines = [
-            "".join(seg.text for seg in table.render_line(y)) for y in range(table.size.height)
-        ]
+        lines = await every_line(pilot, table)
         assert not any(line.lstrip("│ ").startswith("secret.txt") for line in lines), lines
     assert (folder / "new\n  secret.txt").exists()
