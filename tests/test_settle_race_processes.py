@@ -16,11 +16,8 @@ when the mail was made, withdrawn (never made) when it was not; never
 
 from __future__ import annotations
 
-import json
-import selectors
 import socket
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,13 +26,12 @@ import pytest
 
 from desktop_app.flow import Engine
 from desktop_app.flow.outbox import CANCELED
+from tests.line_racer import LineRacer
 from tests.ownership_racer import open_db
 from tests.settle_racer import mail_flow
 
 RACER = Path(__file__).resolve().parent / "settle_racer.py"
-REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 24
-LIMIT_S = 120.0
 #: microseconds between the release and the dispatcher's pass, swept over
 #: the rounds so it lands before, during and after the cancels (the command
 #: first opens the database: some 20 ms on SQLite, more on PostgreSQL)
@@ -45,49 +41,9 @@ SWEEP_US = {
 }
 
 
-class Racer:
+def racer(mode: str, db: str, go: Path, sink: Path) -> LineRacer:
     """One long-lived ``settle_racer.py`` process."""
-
-    def __init__(self, mode: str, db: str, go: Path, sink: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(RACER), mode, db, str(go), str(sink)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def line(self) -> str:
-        assert self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(LIMIT_S):
-                self.proc.kill()
-                raise AssertionError(f"racer {self.proc.pid} said nothing for {LIMIT_S} s")
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(LIMIT_S)
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise AssertionError(f"racer {self.proc.pid} exited {self.proc.returncode}:\n{err}")
-        return line.strip()
-
-    def told(self, rnd: int) -> dict[str, Any]:
-        line = self.line()
-        assert line.startswith(f"done {rnd} "), line
-        return json.loads(line.split(" ", 2)[2])
-
-    def close(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin is not None:
-            self.send("end")
-            self.proc.stdin.close()
-        self.proc.wait(LIMIT_S)
-        assert self.proc.returncode == 0, self.proc.stderr.read() if self.proc.stderr else ""
+    return LineRacer(RACER, mode, db, str(go), str(sink))
 
 
 def dead_owner() -> str:
@@ -136,8 +92,8 @@ def test_cancels_and_a_dispatcher_racing_over_an_interrupted_send_make_it_once_a
     race_db: str, tmp_path: Path
 ) -> None:
     go, sink = tmp_path / "go", tmp_path / "mails.txt"
-    cancelers = [Racer("cancel", race_db, go, sink) for _ in range(2)]
-    dispatcher = Racer("dispatch", race_db, go, sink)
+    cancelers = [racer("cancel", race_db, go, sink) for _ in range(2)]
+    dispatcher = racer("dispatch", race_db, go, sink)
     store = open_db(race_db)
     engine = Engine(store, flows=[mail_flow()])
     seen: Counter[str] = Counter()
@@ -194,8 +150,8 @@ def test_cancels_and_a_dispatcher_racing_over_an_interrupted_send_make_it_once_a
                     + (", in flight at the cancel" if told["in_flight"] else ", before the cancel")
                 ] += 1
     finally:
-        for racer in (*cancelers, dispatcher):
-            racer.close()
+        for each in (*cancelers, dispatcher):
+            each.close()
         store.close()
     print(f"two cancels and a dispatcher, {ROUNDS} rounds: {dict(seen)}")
     # the sweep put the dispatcher on either side of the cancels

@@ -64,19 +64,27 @@ def system_prompt(settings: Settings, name: str, tools: list[Any]) -> str:
 
 
 def agent_for(
-    sv: Services, name: str, tools: list[Any] | None = None, sources: ToolSources | None = None
+    sv: Services,
+    name: str,
+    tools: list[Any] | None = None,
+    sources: ToolSources | None = None,
+    owner: str | None = None,
 ) -> Agent:
     """An :class:`Agent` named ``name`` over the services' agent store, with
     the configured model (or one that refuses calls when none is configured)
     and :func:`system_prompt`; a run it starts records ``sources`` (where
-    ``tools`` came from)."""
+    ``tools`` came from). ``owner``: its lease owner (``host:pid:nonce``),
+    one that already holds a run's lease (:func:`_claim_for_answer`), or a
+    new one when ``None``."""
     from desktop_app.agent import Agent
     from desktop_app.bootstrap import build_model
 
     model: Any = build_model(sv.settings) or _NoModel()
     recorded = None if sources is None or sources.empty else sources.to_json()
     system = system_prompt(sv.settings, name, tools or [])
-    return Agent(name, model, sv.agents, tools or [], system=system, tool_sources=recorded)
+    return Agent(
+        name, model, sv.agents, tools or [], system=system, tool_sources=recorded, owner=owner
+    )
 
 
 def _connecting(name: str) -> None:
@@ -211,7 +219,7 @@ def refuse_early(
             the tools the run recorded when it started (the message gives
             the command that resumes it with them).
     """
-    from desktop_app.agent.approvals import parse_decision, pending_approval, require_wait
+    from desktop_app.agent.approvals import parse_decision, pending_approval
     from desktop_app.agent.recovery import ToolSources
     from desktop_app.agent.runtime import pending_question
     from desktop_app.errors import (
@@ -222,7 +230,6 @@ def refuse_early(
         iso_utc,
     )
     from desktop_app.flow.owners import holding
-    from desktop_app.runs_view import display_status
 
     run = sv.agents.get(run_id)
     now = sv.checkpoints.now()
@@ -241,19 +248,14 @@ def refuse_early(
             f"agent run {run_id} is rate limited until {iso_utc(run.retry_at or 0.0)}; resume "
             "it after that"
         )
-    if answer is not None and (run.status != "input_required" or run.pending_call is None):
-        raise RunStateError(
-            f"agent run {run_id} is {display_status(run, now)}, not waiting for an answer; "
-            f"nothing was answered (`{show}` says what it did)"
-        )
+    if answer is not None:  # wait_id: answered elsewhere since it was read?
+        _refuse_unasked(ctx, run, now, wait_id)
     if answer is None and run.status == "input_required":
         question = visible_controls(repr(pending_question(run)))
         raise InputRequiredError(
             f"agent run {run_id} waits for an answer to {question}; answer it with: "
             f"{answer_command(ctx, run)}"
         )
-    if answer is not None and wait_id is not None:
-        require_wait(run, wait_id)  # answered elsewhere since it was read
     if answer is not None and pending_approval(run.pending_call) is not None:
         parse_decision(answer)  # neither yes nor no: ApprovalAnswerError, nothing changed
     given, recorded = _sources(ctx), ToolSources.of_run(sv.agents, run_id)
@@ -267,6 +269,66 @@ def refuse_early(
         f"started), not with {_in_words(given)}; nothing was changed and it can still be "
         f"resumed with its own tools: {again}"
     )
+
+
+def _refuse_unasked(ctx: Ctx, run: Any, now: float, wait_id: str | None = None) -> None:
+    """Refuse an answer to agent run ``run`` (an ``AgentRun``) when it waits
+    for none, or (``wait_id`` given) waits on another question.
+
+    Raises:
+        RunStateError: it is not ``input_required`` with a pending question,
+            or waits on another question than ``wait_id``; nothing was answered.
+    """
+    from desktop_app.agent.approvals import require_wait
+    from desktop_app.errors import RunStateError
+    from desktop_app.runs_view import display_status
+
+    if run.status != "input_required" or run.pending_call is None:
+        raise RunStateError(
+            f"agent run {run.run_id} is {display_status(run, now)}, not waiting for an "
+            f"answer; nothing was answered (`{ctx.hints.cmd(f'show {run.run_id}')}` says "
+            "what it did)"
+        )
+    if wait_id is not None:
+        require_wait(run, wait_id)
+
+
+def _claim_for_answer(
+    ctx: Ctx, sv: Services, run_id: str, wait_id: str | None, stack: contextlib.ExitStack
+) -> str:
+    """Take agent run ``run_id``'s lease for an answer before any of its MCP
+    servers is started, then check it still waits for that answer: of two
+    answers given at once, the one that loses is refused here, having
+    started nothing and called no tool. The lease is released when
+    ``stack`` closes (the run's driving releases it first; a refusal or a
+    server that does not start leaves the run waiting, free to answer again).
+
+    Returns:
+        str: the lease owner (``host:pid:nonce``) the answering agent must use.
+
+    Raises:
+        AgentRunLeasedError: another live process holds the run (another
+            answer taken a moment ago, say); nothing was answered.
+        RunStateError: as :func:`_refuse_unasked`, read after the lease was
+            taken (answered elsewhere a moment ago); nothing was answered.
+    """
+    import os
+    import socket
+
+    from desktop_app.agent.leases import claim_agent_run
+
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    now = sv.checkpoints.now()
+    claim_agent_run(sv.agents, sv.agents.get(run_id), owner, ANSWER_LEASE_S, now)
+    stack.callback(sv.agents.release, run_id, owner)
+    _refuse_unasked(ctx, sv.agents.get(run_id), now, wait_id)
+    return owner
+
+
+#: seconds the lease an answer takes before starting the run's MCP servers
+#: lasts (the agent's own lease, renewed while it runs, takes over from it);
+#: a process on this host holds it for as long as it lives, whatever the clocks
+ANSWER_LEASE_S = 30.0
 
 
 def _in_words(sources: ToolSources) -> str:
@@ -311,6 +373,8 @@ def resume_agent_run(
     sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
     ctx.current_run = run_id
     with contextlib.ExitStack() as stack:
+        # an answer takes the run before any server starts: a losing answer starts none
+        owner = None if answer is None else _claim_for_answer(ctx, sv, run_id, wait_id, stack)
         try:
             tools = stack.enter_context(
                 connected_tools(sv.settings, sources, run_id, on_connect=_connecting)
@@ -325,7 +389,7 @@ def resume_agent_run(
                     f"tools can start, answer again with: {ctx.hints.cmd(again)}"
                 )
             raise
-        agent = agent_for(sv, run.agent, tools, sources)
+        agent = agent_for(sv, run.agent, tools, sources, owner)
         if answer is not None:
             events = agent.resume_input_stream(run_id, answer, wait_id=wait_id)
         else:
