@@ -32,7 +32,10 @@ class StoreOptions:
         synchronous: SQLite's ``PRAGMA synchronous`` (``OFF``/``NORMAL``/``FULL``/``EXTRA``).
         busy_timeout_s: SQLite: how long a writer waits for the file's lock, seconds.
         fullfsync: SQLite on macOS: ``F_FULLFSYNC`` on every commit.
-        create: SQLite: create the file when it is missing (the schema is still verified).
+        create: SQLite: a missing file is refused as a database without the
+            schema (``SchemaMissingError``) when true, as a missing database
+            (``DatabaseMissingError``) when false; nothing is created either
+            way (``apply_schema`` creates it).
         application_name: PostgreSQL: shown in ``pg_stat_activity`` (at most 63 characters).
         pooler: PostgreSQL: ``"transaction"`` behind a transaction-mode pooler (PgBouncer).
         listen_url: PostgreSQL: a direct URL for LISTEN and liveness locks.

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import shlex
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -231,14 +231,22 @@ def verify(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -
     _raise_for(statuses, db)
     pending = [s.key for s in statuses if s.state == "pending"]
     if pending:
-        # a command that runs as printed: quoted, a URL's password left out (never shown)
-        runnable = redact(db, mask=None)
-        target = f" --db {shlex.quote(runnable)}" if db else ""
-        where = " (libpq reads the password from PGPASSWORD or ~/.pgpass)" if runnable != db else ""
-        raise SchemaMissingError(
-            f"the database is missing schema {', '.join(pending)}; "
-            f"run `flowdesk{target} db apply` to apply it{where}."
-        )
+        raise schema_missing(pending, db)
+
+
+def schema_missing(pending: Sequence[str], db: str = "") -> SchemaMissingError:
+    """The error for a database lacking schema files ``pending`` (their
+    keys, ``core/0001_runs_checkpoints.sql``...): it names ``flowdesk db
+    apply``, with ``--db`` when ``db`` names the database (quoted, a URL's
+    password left out)."""
+    # a command that runs as printed: quoted, a URL's password left out (never shown)
+    runnable = redact(db, mask=None)
+    target = f" --db {shlex.quote(runnable)}" if db else ""
+    where = " (libpq reads the password from PGPASSWORD or ~/.pgpass)" if runnable != db else ""
+    return SchemaMissingError(
+        f"the database is missing schema {', '.join(pending)}; "
+        f"run `flowdesk{target} db apply` to apply it{where}."
+    )
 
 
 def _pg_lock(conn: Any) -> None:

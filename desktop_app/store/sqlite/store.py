@@ -1187,10 +1187,21 @@ def open_store(
     lease and claim decisions, UTC epoch seconds; default the process clock;
     ``write_gate``: see :func:`~desktop_app.store.connection.open_connection`).
 
+    A missing file is refused and nothing is created (no empty database, no
+    ``-wal``, ``-shm`` or lock file): a new file would have no schema. With
+    ``create`` (the default) it is refused as a database without the schema
+    (``SchemaMissingError``), else as a missing database
+    (``DatabaseMissingError``); both name ``flowdesk --db PATH db apply``,
+    which creates it. A missing folder is a ``DatabaseOpenError`` either way.
+
     Raises:
         DatabaseOpenError, SchemaMissingError (names ``flowdesk db apply``),
         SchemaChecksumError, SchemaTooNewError, StoreError.
     """
+    p = Path(path)
+    if create and vfs is None and not os.path.lexists(p) and p.parent.is_dir():
+        # refused before anything is made: a command that refuses leaves nothing behind
+        raise migrations.schema_missing([f.key for f in migrations.schema_files()], str(p))
     conn = open_connection(
         path,
         synchronous=synchronous,
