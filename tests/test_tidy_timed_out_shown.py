@@ -73,3 +73,46 @@ def test_a_timed_out_tidy_says_its_files_were_not_moved_and_when_its_deadline_wa
     assert {(f["outcome"], f["says"]) for f in as_json["files"]} == {
         ("timed_out", "not moved (the approval timed out)")
     }
+
+
+def test_a_timed_out_tidys_moves_are_recorded_never_made_in_its_table(tmp_path):
+    """Its ``tidy_moves`` rows said ``planned`` for ever (as `export` shows
+    the table, and the app's preview counted them "to move"): the timeout
+    now records them ``skipped`` with its reason, in the same commit as the
+    run's ``timed_out``; `show` reads the same. A timed-out run's files are
+    then planned again by the next tidy, which moves them once approved."""
+    db, folder = tmp_path / "t.db", tmp_path / "dl"
+    files = fill(folder, 4)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "run", "tidy", "--folder", str(folder))
+    run_id = started.stdout.splitlines()[0]
+
+    clock = ManualClock()
+    engine = Engine(open_store(db), flows=[build_tidy_flow()], clock=clock)
+    (wait,) = engine.waits(run_id)
+    assert wait.deadline_at is not None
+    clock.advance(wait.deadline_at - clock.now() + 1)  # the approval's deadline passed
+    assert engine.tick() == 1 and engine.status(run_id).status == "timed_out"
+    engine.store.close()
+
+    out = tmp_path / "exp"
+    exported = flowdesk(db, "export", "--out", str(out), "--table", "tidy_moves")
+    assert exported.returncode == 0, exported.stderr
+    rows = json.loads((out / "tidy_moves.json").read_text())
+    assert sorted((r["src"], r["status"], r["reason"]) for r in rows) == [
+        (
+            str(folder / name),
+            "skipped",
+            "the approval timed out before an answer; nothing was moved",
+        )
+        for name in sorted(files)
+    ]
+    shown = flowdesk(db, "show", run_id)
+    assert "4 files: 4 not moved (the approval timed out)" in shown.stdout.splitlines()
+
+    again = flowdesk(db, "run", "tidy", "--folder", str(folder))
+    second = again.stdout.splitlines()[0]
+    answered = flowdesk(db, "answer", second, "yes")
+    assert answered.returncode == 0, answered.stderr
+    assert top_files(folder) == {}  # all four moved by the second run
+    assert "4 files: 4 moved" in flowdesk(db, "show", second).stdout.splitlines()

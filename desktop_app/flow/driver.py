@@ -84,7 +84,7 @@ from desktop_app.flow.state import (
     load_state,
 )
 from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step, call_untimed
-from desktop_app.flow.waiting import run_wait
+from desktop_app.flow.waiting import run_wait, timed_out_writes
 from desktop_app.store import codec
 from desktop_app.store.protocol import (
     Checkpoint,
@@ -673,4 +673,7 @@ class RunDriver:
         self.error = f"run deadline passed ({shown})"
         self.waits = []
         self.meta.pop("await", None)
-        self.save(self.frontier[0] if self.frontier else "")
+        self.save(
+            self.frontier[0] if self.frontier else "",
+            timed_out_writes(self.flow.name, self.run_id),
+        )

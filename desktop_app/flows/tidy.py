@@ -61,6 +61,7 @@ from pydantic import BaseModel, Field
 from desktop_app.errors import DomainReadError, FolderNotWritableError, InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
 from desktop_app.flow.outbox import on_cancel, register_lookup
+from desktop_app.flow.waiting import on_timed_out
 from desktop_app.flows.confined import (
     Refused,
     fsync_dir,
@@ -84,7 +85,7 @@ from desktop_app.store.domain.tidy import (
     skip_planned,
     withdraw_queued,
 )
-from desktop_app.store.protocol import CheckpointStore, SqlTx, Withdrawal
+from desktop_app.store.protocol import CheckpointStore, DomainWrite, SqlTx, Withdrawal
 from desktop_app.words import plural
 
 DESTINATION = "tidy.move"
@@ -123,6 +124,8 @@ NOT_APPROVED = "not approved"
 CANCELED = "withdrawn: the run was canceled before this move was made"
 #: the reason of a planned move of a run canceled before it was queued
 CANCELED_UNQUEUED = "not moved: the run was canceled before this move was queued"
+#: the reason of a planned move of a run whose approval timed out (never made)
+TIMED_OUT = "the approval timed out before an answer; nothing was moved"
 #: how the reason of a file another tidy run has a queued move for starts
 QUEUED_BY = "queued by tidy run"
 #: how the reason of a file another tidy run moved before this run's move starts
@@ -317,6 +320,16 @@ def record_cancel(store: CheckpointStore, run_id: str, done: Withdrawal) -> None
 
 
 on_cancel("tidy", record_cancel)
+
+
+def record_timed_out(run_id: str) -> list[DomainWrite]:
+    """What tidy run ``run_id`` timing out changes (its ``on_timed_out``
+    hook, committed with its ``timed_out`` checkpoint): each move still
+    ``planned`` becomes ``skipped`` with :data:`TIMED_OUT`; it is never made."""
+    return [skip_planned(run_id, TIMED_OUT)]
+
+
+on_timed_out("tidy", record_timed_out)
 
 
 def check_folder(given: str | Path) -> Path:

@@ -33,6 +33,7 @@ from desktop_app.flows.tidy import (
     MOVED_BY,
     NOT_APPROVED,
     QUEUED_BY,
+    TIMED_OUT,
 )
 from desktop_app.flows.tidy_undo import WITHDRAWN
 from desktop_app.store.domain.tidy import TidyMove
@@ -77,13 +78,11 @@ class FileOutcome:
 
 
 #: the detail of a file a timed-out tidy planned (its row stays ``planned``)
-TIMED_OUT = "the approval timed out before an answer; nothing was moved"
-
-
 def outcome_of(move: TidyMove, run_status: str | None = None) -> FileOutcome:
     """The outcome of one ``tidy_moves`` row (see the module docstring);
     ``run_status``, the run's stored status (``"timed_out"``...), when known:
-    a row still ``planned`` of a run that timed out reads ``timed_out``."""
+    a row still ``planned`` of a run that timed out reads ``timed_out`` (as
+    its rows were left by a Flowdesk that did not record a timeout in them)."""
     folder = str(Path(move.src).parent)
     where = os.path.relpath(move.dst, folder) if move.dst else ""
     reason = move.reason or ""
@@ -102,6 +101,8 @@ def outcome_of(move: TidyMove, run_status: str | None = None) -> FileOutcome:
         outcome, detail = "exists", f"{where} exists already; nothing moved"
     elif reason == WITHDRAWN:
         outcome, detail = "withdrawn", reason
+    elif reason == TIMED_OUT:
+        outcome, detail = "timed_out", TIMED_OUT
     elif reason in (CANCELED, CANCELED_UNQUEUED):
         outcome, detail = "canceled", reason
     elif reason.startswith((QUEUED_BY, MOVED_BY)):
