@@ -4,6 +4,7 @@ drives round by round on stdin, releasing every side at one instant by
 creating the file ``<GO>.<round>``.
 
 Usage: settle_racer.py cancel DB GO SINK
+       settle_racer.py cancel-blind DB GO SINK
        settle_racer.py dispatch DB GO SINK
 
 DB: a SQLite path or a ``postgresql://`` URL. SINK: the destination ``mail``
@@ -17,7 +18,8 @@ printing ``{"withdrawn": n, "made": n, "unknown": n, "in_flight": n}`` or
 ``flowdesk`` command's own entry point with ``--db DB cancel RUN_ID``,
 printing ``{"code": ..., "out": ..., "err": ...}``. The mailer's lookup is
 registered (:func:`register_lookup`), as a program with its own
-destinations does, so a cancel can settle what it withdrew mid-send.
+destinations does, so a cancel can settle what it withdrew mid-send;
+``cancel-blind`` cancels the same way without it (no destination to ask).
 
 ``dispatch``: for each line ``<round> <run_id> <delay_us>``: prints
 ``ready <round>``, waits for GO and ``delay_us`` microseconds more, then
@@ -124,9 +126,10 @@ def main() -> int:
     mode, db, go, sink = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4])
     store = open_db(db)
     mailer = FileMailer(sink)
-    register_lookup("mail", lambda _store: mailer)
+    if mode != "cancel-blind":
+        register_lookup("mail", lambda _store: mailer)
     engine = Engine(store, flows=[mail_flow()])
-    if mode == "cancel":  # the command's first call imports what it needs: not in a round
+    if mode.startswith("cancel"):  # the command's first call imports what it needs: not in a round
         cancel(db, engine, "warm-up", "cli")
     for line in sys.stdin:
         words = line.split()
@@ -136,7 +139,7 @@ def main() -> int:
         print(f"ready {rnd}", flush=True)
         wait_go(Path(f"{go}.{rnd}"))
         spin(delay)
-        if mode == "cancel":
+        if mode.startswith("cancel"):
             told = cancel(db, engine, run_id, words[3])
         else:
             told = {"delivered": Dispatcher(store, {"mail": mailer}).dispatch()}
