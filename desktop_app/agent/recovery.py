@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.tools import TOOL_SOURCES_KEY, AgentTool, file_tools
-from desktop_app.errors import ConfigError, InputError
+from desktop_app.errors import ConfigError, InputError, RunStateError
 from desktop_app.flow.owners import lease_abandoned
 from desktop_app.store.protocol import AgentLog, AgentRun
 
@@ -177,6 +177,45 @@ def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | N
     )
 
 
+#: seconds the lease an answer takes before starting a run's MCP servers
+#: lasts (the agent's own lease, renewed while it runs, takes over from it);
+#: a process on this host holds it for as long as it lives, whatever the clocks
+ANSWER_LEASE_S = 30.0
+
+
+@contextmanager
+def claimed_to_answer(store: AgentLog, run_id: str) -> Iterator[str]:
+    """Hold agent run ``run_id``'s lease for an answer while the block runs
+    (the answering :class:`~desktop_app.agent.runtime.Agent` is given the
+    yielded owner): taken before the run's MCP servers start, so of two
+    answers given at once the losing one is refused having started nothing
+    and called no tool. Released when the block ends (the run's driving
+    releases it first); the run is left as it was, still waiting, when
+    nothing ran.
+
+    Yields:
+        str: the lease owner (``host:pid:nonce``).
+
+    Raises:
+        AgentRunLeasedError: another live process holds the run (another
+            answer taken a moment ago, say); nothing was answered.
+        CheckpointNotFoundError: no such run.
+    """
+    import os
+    import socket
+    import time
+    import uuid
+
+    from desktop_app.agent.leases import claim_agent_run
+
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    claim_agent_run(store, store.get(run_id), owner, ANSWER_LEASE_S, time.time())
+    try:
+        yield owner
+    finally:
+        store.release(run_id, owner)
+
+
 def resume_with_recorded_tools(
     store: AgentLog,
     settings: Settings,
@@ -208,8 +247,9 @@ def resume_with_recorded_tools(
         McpError: an MCP server cannot be started or reached.
         ApprovalAnswerError: ``answer`` is not yes or no for an approval.
         AgentRunLeasedError: a live process executes the run.
-        RunStateError: ``wait_id`` given and the run no longer waits on it
-            (answered elsewhere; nothing was answered).
+        RunStateError: ``wait_id`` given and the run no longer waits on it,
+            or an answer to a run that waits for none (answered elsewhere;
+            nothing was answered).
     """
     from desktop_app.agent.approvals import require_wait
     from desktop_app.agent.runtime import Agent
@@ -221,11 +261,21 @@ def resume_with_recorded_tools(
         return resume_pydantic_ai(store, settings, run.run_id, answer, wait_id=wait_id)
     if model is None:
         raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
-    with connected_tools(settings, sources, run.run_id) as tools:
-        agent = Agent(run.agent, model, store, tools)
-        if answer is None:
-            return agent.resume(run.run_id)
-        return agent.resume_input(run.run_id, answer, wait_id=wait_id)
+    if answer is None:
+        with connected_tools(settings, sources, run.run_id) as tools:
+            return Agent(run.agent, model, store, tools).resume(run.run_id)
+    # the answer takes the run before any server starts: a losing answer starts none
+    with claimed_to_answer(store, run.run_id) as owner:
+        now = store.get(run.run_id)
+        if wait_id is not None:
+            require_wait(now, wait_id)  # answered elsewhere a moment ago
+        if now.status != "input_required" or now.pending_call is None:
+            raise RunStateError(
+                f"agent run {run.run_id} is not waiting for input (status {now.status!r})"
+            )
+        with connected_tools(settings, sources, run.run_id) as tools:
+            agent = Agent(run.agent, model, store, tools, owner=owner)
+            return agent.resume_input(run.run_id, answer, wait_id=wait_id)
 
 
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:

@@ -74,8 +74,9 @@ def agent_for(
     the configured model (or one that refuses calls when none is configured)
     and :func:`system_prompt`; a run it starts records ``sources`` (where
     ``tools`` came from). ``owner``: its lease owner (``host:pid:nonce``),
-    one that already holds a run's lease (:func:`_claim_for_answer`), or a
-    new one when ``None``."""
+    one that already holds a run's lease
+    (:func:`~desktop_app.agent.recovery.claimed_to_answer`), or a new one
+    when ``None``."""
     from desktop_app.agent import Agent
     from desktop_app.bootstrap import build_model
 
@@ -293,44 +294,6 @@ def _refuse_unasked(ctx: Ctx, run: Any, now: float, wait_id: str | None = None) 
         require_wait(run, wait_id)
 
 
-def _claim_for_answer(
-    ctx: Ctx, sv: Services, run_id: str, wait_id: str | None, stack: contextlib.ExitStack
-) -> str:
-    """Take agent run ``run_id``'s lease for an answer before any of its MCP
-    servers is started, then check it still waits for that answer: of two
-    answers given at once, the one that loses is refused here, having
-    started nothing and called no tool. The lease is released when
-    ``stack`` closes (the run's driving releases it first; a refusal or a
-    server that does not start leaves the run waiting, free to answer again).
-
-    Returns:
-        str: the lease owner (``host:pid:nonce``) the answering agent must use.
-
-    Raises:
-        AgentRunLeasedError: another live process holds the run (another
-            answer taken a moment ago, say); nothing was answered.
-        RunStateError: as :func:`_refuse_unasked`, read after the lease was
-            taken (answered elsewhere a moment ago); nothing was answered.
-    """
-    import os
-    import socket
-
-    from desktop_app.agent.leases import claim_agent_run
-
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-    now = sv.checkpoints.now()
-    claim_agent_run(sv.agents, sv.agents.get(run_id), owner, ANSWER_LEASE_S, now)
-    stack.callback(sv.agents.release, run_id, owner)
-    _refuse_unasked(ctx, sv.agents.get(run_id), now, wait_id)
-    return owner
-
-
-#: seconds the lease an answer takes before starting the run's MCP servers
-#: lasts (the agent's own lease, renewed while it runs, takes over from it);
-#: a process on this host holds it for as long as it lives, whatever the clocks
-ANSWER_LEASE_S = 30.0
-
-
 def _in_words(sources: ToolSources) -> str:
     """``the file tools over /x and the tools of MCP server notes``."""
     parts = []
@@ -355,7 +318,12 @@ def resume_agent_run(
     ``wait_id`` (``answer --wait-id``, as ``waiting --json`` gives it): the
     question answered; refused, nothing answered, once the run waits on
     another (checked again after the run's lease is taken)."""
-    from desktop_app.agent.recovery import ToolSources, connected_tools, resume_pydantic_ai
+    from desktop_app.agent.recovery import (
+        ToolSources,
+        claimed_to_answer,
+        connected_tools,
+        resume_pydantic_ai,
+    )
     from desktop_app.bootstrap import build_model
 
     refuse_early(ctx, sv, run_id, answer, wait_id)
@@ -374,7 +342,10 @@ def resume_agent_run(
     ctx.current_run = run_id
     with contextlib.ExitStack() as stack:
         # an answer takes the run before any server starts: a losing answer starts none
-        owner = None if answer is None else _claim_for_answer(ctx, sv, run_id, wait_id, stack)
+        owner = None
+        if answer is not None:
+            owner = stack.enter_context(claimed_to_answer(sv.agents, run_id))
+            _refuse_unasked(ctx, sv.agents.get(run_id), sv.checkpoints.now(), wait_id)
         try:
             tools = stack.enter_context(
                 connected_tools(sv.settings, sources, run_id, on_connect=_connecting)
