@@ -140,6 +140,23 @@ def row_checksum(values: Sequence[Any]) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def checkpoint_checksum(row: Sequence[Any]) -> str:
+    """:func:`row_checksum` of a ``checkpoints`` row (:func:`checkpoint_values`'s
+    order), the same bytes hashed: its only column that can hold a float is
+    ``created_at`` (index 5; the others are text, the revision or NULL), so
+    only that one is checked for what orjson would print otherwise."""
+    created_at = row[5]
+    if type(created_at) is float and not codec.orjson_float_alike(created_at):
+        return _json_checksum(row)
+    try:
+        # a plain tuple (orjson refuses tuple subclasses such as CheckpointRow):
+        # the same JSON array as a list
+        data = orjson.dumps(tuple(row))
+    except TypeError:  # a lone surrogate
+        return _json_checksum(row)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def _json_checksum(values: Sequence[Any]) -> str:
     text = json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
@@ -400,7 +417,7 @@ class SqliteCheckpointStore:
         changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=cp.error)
-        self.conn.execute(CK.INSERT, (*row, row_checksum(row)))
+        self.conn.execute(CK.INSERT, (*row, checkpoint_checksum(row)))
         if self.conn.changes() != 1:  # no run row to key it by
             raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
         if previous is None or previous.waits != cp.waits:
@@ -550,6 +567,21 @@ class SqliteCheckpointStore:
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
 
+        # the row (its JSON and checksum) needs no database: built before the
+        # write transaction, so the write gate other processes wait on is
+        # held for the SQL and the commit only
+        # (no revision before: the append below raises before any insert)
+        row: CheckpointRow | None = None
+        if previous is not None:
+            try:
+                row = checkpoint_values(
+                    cp, previous, request.changed_steps, request.changed_fields, error=cp.error
+                )
+                insert = (*row, checkpoint_checksum(row))  # a lone surrogate: not UTF-8
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                raise unstorable(cp, exc) from exc
+            waits = None if previous.waits == cp.waits else wait_values(cp)
+
         def conflict(exc: apsw.ConstraintError) -> Exception:
             return RevisionConflictError(
                 f"run {cp.run_id}: revision {cp.revision} (or one of its outbox intents) was "
@@ -579,22 +611,29 @@ class SqliteCheckpointStore:
                 sql += f" AND {cond}"
                 args += cargs
             self.conn.execute(sql, args)
-            if self.conn.changes() != 1 or previous is None:
-                row = self.conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
-                if row is None:
+            if self.conn.changes() != 1 or row is None:  # row: None when previous is
+                stored = self.conn.execute(
+                    SQL.run_revision_owner, (cp.run_id, self.scope)
+                ).fetchone()
+                if stored is None:
                     raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                if lease is not None and row[1] not in (None, lease.owner):
+                if lease is not None and stored[1] not in (None, lease.owner):
                     # another process holds the lease: it took the run over (or won
                     # a takeover race) and may have saved revisions since
-                    raise LeaseLostError(lease_lost_message(cp.run_id, row[1], lease))
+                    raise LeaseLostError(lease_lost_message(cp.run_id, stored[1], lease))
                 raise RevisionConflictError(
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
-                    f"latest revision {row[0]}; another writer got there first. Reload "
+                    f"latest revision {stored[0]}; another writer got there first. Reload "
                     f"the run and try again."
                 )
-            row = self._write_checkpoint(
-                cp, previous, request.changed_steps, request.changed_fields
-            )
+            conn = self.conn
+            conn.execute(CK.INSERT, insert)
+            if conn.changes() != 1:  # no run row to key it by
+                raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+            if waits is not None:
+                conn.execute(SQL.delete_waits, (cp.run_id,))
+                for values in waits:
+                    conn.execute(SQL.insert_wait, values)
             for signal_id, wait_id in consume:
                 self.conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
                 if self.conn.changes() != 1:
@@ -774,7 +813,7 @@ class SqliteCheckpointStore:
             # the oldest kept revision again, as a snapshot; the run's waits
             # mirror its latest revision, which stays, so they stay as they are
             row = checkpoint_values(base, None, error=base.error)
-            self.conn.execute(CK.INSERT, (*row, row_checksum(row)))
+            self.conn.execute(CK.INSERT, (*row, checkpoint_checksum(row)))
         self.vacuum(min_free_pages=256)
         return int(deleted)
 
