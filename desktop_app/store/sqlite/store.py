@@ -208,6 +208,27 @@ def _constraint(exc: apsw.ConstraintError) -> int:
     return int(getattr(exc, "extendedresult", 0) or 0)
 
 
+@functools.cache
+def _append_sql(set_status: bool, live: bool, lease: int) -> str:
+    """The compare-and-append ``UPDATE`` of a run row, made once per shape:
+    with ``set_status`` it sets the status too; a run no longer ``live``
+    (running or pending) drops its lease; ``lease`` 1 claims or renews the
+    run for the lease's owner, 2 also takes it over from a named holder (the
+    bindings of :func:`lease_cond`, in its order), 0 checks no lease."""
+    sql = SQL.append_run
+    if set_status:
+        sql += ", status=?"
+    if not live:
+        sql += ", lease_owner=NULL, lease_expires_at=NULL"
+    elif lease:
+        sql += ", lease_owner=?, lease_expires_at=?"
+    sql += SQL.append_run_where
+    if lease:
+        cond, _ = lease_cond(Lease("", 0.0, takes_over=None if lease == 1 else "?"), 0.0)
+        sql += f" AND {cond}"
+    return sql
+
+
 #: whether a run id is taken, in any scope (ids are unique across scopes)
 SQL_RUN_EXISTS = "SELECT 1 FROM runs WHERE run_id=?"
 
@@ -512,8 +533,12 @@ class SqliteCheckpointStore:
         """
         results: list[BaseException | None] = []
         if len(requests) == 1:  # no savepoint needed: the transaction is the request
+            request = requests[0]
             try:
-                self._create_or_append(requests[0])
+                if request.run is None:
+                    self._append(request)
+                else:
+                    self._create(request.run, request.checkpoint, request.writes)
             except Exception as exc:  # a domain write may raise anything
                 return [exc]
             finally:
@@ -588,28 +613,30 @@ class SqliteCheckpointStore:
                 "already saved by another writer"
             )
 
+        # compare-and-append: the run row moves from revision-1 to revision
+        done, total = cp.progress if cp.progress is not None else (None, None)
+        args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
+        # status is indexed: setting it, even to the same value, rewrites its
+        # index entries (WAL pages); the row at revision-1 has
+        # previous.status (the WHERE checks revision)
+        set_status = previous is None or previous.status != cp.status
+        if set_status:
+            args.append(cp.status)
+        live = cp.status in ("running", "pending")
+        if live and lease is not None:
+            args += [lease.owner, lease.expires_at]
+        args += [cp.run_id, self.scope, cp.revision - 1]
+        if lease is not None:
+            args.append(lease.owner)
+            if lease.takes_over is not None:
+                args += [lease.takes_over, lease.issued_at]
+        sql = _append_sql(
+            set_status,
+            live,
+            0 if lease is None else 1 if lease.takes_over is None else 2,
+        )
+
         with self._write(conflict):
-            # compare-and-append: the run row moves from revision-1 to revision
-            done, total = cp.progress if cp.progress is not None else (None, None)
-            sql = SQL.append_run
-            args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
-            if previous is None or previous.status != cp.status:
-                # status is indexed: setting it, even to the same value,
-                # rewrites its index entries (WAL pages); the row at
-                # revision-1 has previous.status (the WHERE checks revision)
-                sql += ", status=?"
-                args.append(cp.status)
-            if cp.status not in ("running", "pending"):
-                sql += ", lease_owner=NULL, lease_expires_at=NULL"
-            elif lease is not None:
-                sql += ", lease_owner=?, lease_expires_at=?"
-                args += [lease.owner, lease.expires_at]
-            sql += SQL.append_run_where
-            args += [cp.run_id, self.scope, cp.revision - 1]
-            if lease is not None:
-                cond, cargs = lease_cond(lease, lease.issued_at)
-                sql += f" AND {cond}"
-                args += cargs
             self.conn.execute(sql, args)
             if self.conn.changes() != 1 or row is None:  # row: None when previous is
                 stored = self.conn.execute(
