@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
@@ -259,6 +261,23 @@ def step_json(rec: StepRecord) -> dict[str, Any]:
     return out
 
 
+def _flat_json(values: Sequence[Any]) -> str:
+    """``codec.dumps(list(values))`` for a flat list or tuple of strings and
+    integers (a frontier, a progress pair): orjson's text as is, the same
+    (no key to sort, no ``null`` or float to re-encode); anything else, or
+    what orjson refuses, takes :func:`codec.dumps`."""
+    if type(values) is tuple or type(values) is list:
+        for v in values:
+            if type(v) is not str and type(v) is not int:
+                break
+        else:
+            try:
+                return orjson.dumps(values).decode()
+            except TypeError:  # a lone surrogate, an integer beyond 64 bits
+                pass
+    return codec.dumps(list(values))
+
+
 def checkpoint_values(
     cp: Checkpoint,
     previous: Checkpoint | None,
@@ -298,10 +317,10 @@ def checkpoint_values(
         cp.created_at,
         state,
         codec.dumps(changed),
-        codec.dumps(list(cp.frontier)),
-        None if cp.progress is None else codec.dumps(list(cp.progress)),
+        _flat_json(cp.frontier),
+        None if cp.progress is None else _flat_json(cp.progress),
         error,
-        codec.dumps(dict(cp.meta)) if cp.meta else None,
+        (codec.dumps(meta if type(meta) is dict else dict(meta)) if (meta := cp.meta) else None),
         codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
     )
     return CheckpointRow(values, delta, list(changed))
