@@ -146,7 +146,9 @@ def checkpoint_checksum(row: Sequence[Any]) -> str:
     ``created_at`` (index 5; the others are text, the revision or NULL), so
     only that one is checked for what orjson would print otherwise."""
     created_at = row[5]
-    if type(created_at) is float and not codec.orjson_float_alike(created_at):
+    if type(created_at) is float and not (  # codec.orjson_float_alike, inline
+        created_at == 0.0 or 1e-4 <= abs(created_at) < 1e16
+    ):
         return _json_checksum(row)
     try:
         # a plain tuple (orjson refuses tuple subclasses such as CheckpointRow):
