@@ -594,21 +594,6 @@ class SqliteCheckpointStore:
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
 
-        # the row (its JSON and checksum) needs no database: built before the
-        # write transaction, so the write gate other processes wait on is
-        # held for the SQL and the commit only
-        # (no revision before: the append below raises before any insert)
-        row: CheckpointRow | None = None
-        if previous is not None:
-            try:
-                row = checkpoint_values(
-                    cp, previous, request.changed_steps, request.changed_fields, error=cp.error
-                )
-                insert = (*row, checkpoint_checksum(row))  # a lone surrogate: not UTF-8
-            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-                raise unstorable(cp, exc) from exc
-            waits = None if previous.waits == cp.waits else wait_values(cp)
-
         def conflict(exc: apsw.ConstraintError) -> Exception:
             return RevisionConflictError(
                 f"run {cp.run_id}: revision {cp.revision} (or one of its outbox intents) was "
@@ -640,7 +625,7 @@ class SqliteCheckpointStore:
 
         with self._write(conflict):
             self.conn.execute(sql, args)
-            if self.conn.changes() != 1 or row is None:  # row: None when previous is
+            if self.conn.changes() != 1 or previous is None:
                 stored = self.conn.execute(
                     SQL.run_revision_owner, (cp.run_id, self.scope)
                 ).fetchone()
@@ -655,14 +640,25 @@ class SqliteCheckpointStore:
                     f"latest revision {stored[0]}; another writer got there first. Reload "
                     f"the run and try again."
                 )
+            # the row (its JSON and checksum) is built here, inside the write
+            # transaction: built before it, so that the cross-process write
+            # gate is held for the SQL and the commit only, it measured no
+            # gain with 8 processes on one file (docs/measurements.md,
+            # 2026-12-05 02:50-03:07)
             conn = self.conn
-            conn.execute(CK.INSERT, insert)
-            if conn.changes() != 1:  # no run row to key it by
-                raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-            if waits is not None:
-                conn.execute(SQL.delete_waits, (cp.run_id,))
-                for values in waits:
-                    conn.execute(SQL.insert_wait, values)
+            try:
+                row = checkpoint_values(
+                    cp, previous, request.changed_steps, request.changed_fields, error=cp.error
+                )
+                conn.execute(CK.INSERT, (*row, checkpoint_checksum(row)))
+                if conn.changes() != 1:  # no run row to key it by
+                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+                if previous.waits != cp.waits:
+                    conn.execute(SQL.delete_waits, (cp.run_id,))
+                    for values in wait_values(cp):
+                        conn.execute(SQL.insert_wait, values)
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                raise unstorable(cp, exc) from exc
             for signal_id, wait_id in consume:
                 self.conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
                 if self.conn.changes() != 1:
