@@ -286,7 +286,30 @@ def checkpoint_values(
     *,
     error: str | None,
 ) -> CheckpointRow:
-    """The ``checkpoints`` row of ``cp``: (run_id, revision, kind, status,
+    """The ``checkpoints`` row of ``cp`` (see :func:`checkpoint_parts`),
+    carrying the delta and the step ids it encodes (for :func:`remembered`).
+    Raises TypeError / ValueError for state that is not JSON (see
+    :func:`unstorable`)."""
+    values, delta, changed = checkpoint_parts(
+        cp, previous, changed_steps, changed_fields, error=error
+    )
+    return CheckpointRow(values, delta, list(changed))
+
+
+def checkpoint_parts(
+    cp: Checkpoint,
+    previous: Checkpoint | None,
+    changed_steps: frozenset[str] | None = None,
+    changed_fields: frozenset[str] | None = None,
+    *,
+    error: str | None,
+) -> tuple[tuple[Any, ...], dict[str, Any] | None, dict[str, Any]]:
+    """``(values, delta, steps)``: the ``checkpoints`` row of ``cp`` as a
+    plain tuple, the state delta it encodes (``None`` for a snapshot) and
+    the step records it holds by id, as stored. A store caching a given
+    checkpoint as it is (``AppendRequest.given``) needs the values only.
+
+    The row: (run_id, revision, kind, status,
     step_id, created_at, state, steps, frontier, progress, error, meta,
     waits). A ``snapshot`` without ``previous``, else a ``delta`` against it
     (state diff over the fields in ``changed_fields`` when the writer names
@@ -323,7 +346,7 @@ def checkpoint_values(
         (codec.dumps(meta if type(meta) is dict else dict(meta)) if (meta := cp.meta) else None),
         codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
     )
-    return CheckpointRow(values, delta, list(changed))
+    return values, delta, changed
 
 
 def wait_values(cp: Checkpoint) -> list[tuple[Any, ...]]:

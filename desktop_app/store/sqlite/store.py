@@ -64,6 +64,7 @@ from desktop_app.store.rows import (
     CheckpointRow,
     checkpoint_from_rows,
     checkpoint_infos,
+    checkpoint_parts,
     checkpoint_values,
     detached,
     event_from_row,
@@ -153,7 +154,7 @@ def checkpoint_checksum(row: Sequence[Any]) -> str:
     try:
         # a plain tuple (orjson refuses tuple subclasses such as CheckpointRow):
         # the same JSON array as a list
-        data = orjson.dumps(tuple(row))
+        data = orjson.dumps(row if type(row) is tuple else tuple(row))
     except TypeError:  # a lone surrogate
         return _json_checksum(row)
     return hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -646,17 +647,23 @@ class SqliteCheckpointStore:
             # gain with 8 processes on one file (docs/measurements.md,
             # 2026-12-05 02:50-03:07)
             conn = self.conn
+            row: CheckpointRow | None = None
             try:
-                row = checkpoint_values(
-                    cp, previous, request.changed_steps, request.changed_fields, error=cp.error
-                )
-                conn.execute(CK.INSERT, (*row, checkpoint_checksum(row)))
+                if request.given:  # cached as it is: the row's values are all it takes
+                    values = checkpoint_parts(
+                        cp, previous, request.changed_steps, request.changed_fields, error=cp.error
+                    )[0]
+                else:
+                    values = row = checkpoint_values(
+                        cp, previous, request.changed_steps, request.changed_fields, error=cp.error
+                    )
+                conn.execute(CK.INSERT, (*values, checkpoint_checksum(values)))
                 if conn.changes() != 1:  # no run row to key it by
                     raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
                 if previous.waits != cp.waits:
                     conn.execute(SQL.delete_waits, (cp.run_id,))
-                    for values in wait_values(cp):
-                        conn.execute(SQL.insert_wait, values)
+                    for wait_row in wait_values(cp):
+                        conn.execute(SQL.insert_wait, wait_row)
             except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
                 raise unstorable(cp, exc) from exc
             for signal_id, wait_id in consume:
@@ -678,7 +685,7 @@ class SqliteCheckpointStore:
                     ),
                 )
             self._run_domain(writes)
-        self._remember(remembered(cp, previous, row, given=request.given))
+        self._remember(cp if row is None else remembered(cp, previous, row))
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._write():  # BEGIN IMMEDIATE: no other writer between read and append
