@@ -151,6 +151,38 @@ def test_a_row_checksum_is_the_standard_librarys_json_checksum(values):
     assert row_checksum(values) == want
 
 
+@pytest.mark.parametrize("created_at", [1733248000.123456, 7.8e-05, 1e16, 1.5e300, 0.0, -2.5e-07])
+def test_a_checkpoint_row_stored_at_any_clock_reads_back_verified(created_at, db_path):
+    """The append builds its row's checksum before the write transaction and
+    checks only ``created_at`` for the floats orjson writes otherwise: rows
+    stored at any clock value (a float with an exponent, zero) read back verified
+    by a new store, whose read compares the standard library's checksum."""
+    from desktop_app.store.rows import checkpoint_values
+    from desktop_app.store.sqlite.store import checkpoint_checksum, open_store, row_checksum
+
+    store = open_store(db_path)
+    cp0 = Checkpoint("r", 0, "running", {"n": 0, "s": "é\u2028"}, {}, ("a",), created_at)
+    store.create_run(RunRecord("r", "f", "v1", "running", 0, 1000.0, 1000.0), cp0)
+    for rev in (1, 2):
+        cp = Checkpoint("r", rev, "running", {"n": rev, "s": "é"}, {}, ("a", "b"), created_at)
+        row = checkpoint_values(cp, cp0, error=None)
+        assert checkpoint_checksum(row) == row_checksum(row)
+        store.append(cp)
+        cp0 = cp
+    store.close()
+    again = open_store(db_path)
+    try:
+        latest = again.latest("r")
+        assert (latest.revision, latest.state, latest.created_at) == (
+            2,
+            {"n": 2, "s": "é"},
+            created_at,
+        )
+        assert [c.revision for c in again.history("r")] == [0, 1, 2]
+    finally:
+        again.close()
+
+
 class _Watched(list):
     """A list that counts the comparisons made with it (C-level ``==`` on a
     plain list makes no Python call a call counter could see)."""

@@ -207,7 +207,7 @@ class RunDriver:
                 for inner in step.steps:
                     if inner.id in self.steps:
                         self.steps[inner.id] = StepRecord(inner.id, "skipped")
-        self.steps[step_id] = StepRecord(step_id, "in_progress", attempts=1, started_at=now)
+        self.steps[step_id] = StepRecord(step_id, "in_progress", 1, now)  # attempts, started_at
 
     def journal_child(self, key: str, seq: int, kind: str, proposed: str) -> str:
         """The child recorded for ``(key, seq)``, else record ``proposed`` now
@@ -618,14 +618,11 @@ class RunDriver:
         rec = self.steps[sid]
         ms = (time.perf_counter() - t0) * 1000
         now = self.clock.now()
+        # positional, in the fields' order (step_id, status, attempts,
+        # started_at, finished_at, error, error_type, iteration, duration_ms):
+        # made at every step
         self.steps[sid] = StepRecord(
-            sid,
-            "completed",
-            attempts=rec.attempts,
-            started_at=rec.started_at,
-            finished_at=now,
-            iteration=rec.iteration,
-            duration_ms=ms,
+            sid, "completed", rec.attempts, rec.started_at, now, None, None, rec.iteration, ms
         )
         self.meta["steps_taken"] = int(self.meta.get("steps_taken", 0)) + 1
         branches = self.meta.get("branches")

@@ -317,13 +317,9 @@ class Engine:
         host that exited) only once that lease has expired. See
         :class:`~desktop_app.store.records.Lease`."""
         now = self.clock.now()
-        return Lease(
-            self.owner,
-            now + self.lease_ttl_s,
-            math.inf if dead else now,
-            ttl_s=self.lease_ttl_s,
-            takes_over=takes_over,
-        )
+        ttl = self.lease_ttl_s
+        # positional, in the fields' order: made at every save
+        return Lease(self.owner, now + ttl, math.inf if dead else now, ttl, takes_over)
 
     def commit(self, request: AppendRequest) -> None:
         """Append one checkpoint durably: through the group committer when

@@ -75,7 +75,8 @@ def commit_checkpoint(
     (taking the run over from ``run.takeover``'s holder on the first save);
     then the driver's stored state, records and revision follow it, and
     every ``keep_last_n`` revisions older checkpoints are pruned. Call it
-    holding the driver's ``save_lock``.
+    holding the driver's ``save_lock``. Lists given as ``writes``, ``intents``
+    and ``consume`` belong to the append from then on (not copied).
 
     Raises:
         LeaseLostError: this process can no longer prove it holds the lease
@@ -106,14 +107,17 @@ def commit_checkpoint(
         dict(run.meta),
         tuple(run.waits),
     )
+    host = run.host
     try:
-        run.host.commit(
+        host.commit(
             AppendRequest(
                 cp,
-                list(writes),
-                run.host.lease(*run.takeover) if run.takeover else run.host.lease(),
-                list(intents),
-                list(consume),
+                # the callers' lists are theirs no more (fresh from a step's
+                # context): not copied again
+                writes if type(writes) is list else list(writes),
+                host.lease(*run.takeover) if run.takeover else host.lease(),
+                intents if type(intents) is list else list(intents),
+                consume if type(consume) is list else list(consume),
                 changed,  # changed_steps
                 fields,  # changed_fields
                 None,  # run: an append, not a creation

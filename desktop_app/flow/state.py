@@ -141,7 +141,7 @@ def apply_output(model: type[S], state: S, out: Any) -> S:
             raise TypeError(f"step returned unknown state field(s) {unknown} for {model.__name__}")
         # Validate only the fields that changed; the others keep their objects,
         # so StateTracker can skip re-encoding them.
-        new = state.model_copy()
+        new = state.__copy__()  # what model_copy() does, without its wrapper
         validator = model.__pydantic_validator__
         for name, value in out.items():
             validator.validate_assignment(new, name, value)

@@ -150,8 +150,29 @@ class GroupCommitter:
         if not queued:
             # nothing commits, so nothing is queued: this caller leads a
             # batch of its own request, with no slot and without queueing it
-            # (what arrives meanwhile queues for the next batch)
-            error = self._commit([request], ())[0]
+            # (what arrives meanwhile queues for the next batch); what
+            # :meth:`_commit` does, without its slots (the common case of
+            # one run in flight)
+            error: BaseException | None
+            try:
+                results = self.backend.append_batch((request,))
+                if len(results) != 1:
+                    raise StoreError(f"append_batch returned {len(results)} results for 1 requests")
+                error = results[0]
+            except BaseException as exc:  # the transaction failed
+                error = exc
+            with self._lock:
+                self.batches += 1
+                self.appends += 1
+                if self._queue:  # queued meanwhile: the oldest leads the next batch
+                    nxt = self._queue[0].wakeup
+                    assert nxt is not None
+                    self.wakeups += 1
+                else:
+                    nxt = None
+                    self._committing = False
+            if nxt is not None:
+                nxt.release()
             if error is not None:
                 raise error
             return

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import orjson
+
 from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
@@ -259,6 +261,23 @@ def step_json(rec: StepRecord) -> dict[str, Any]:
     return out
 
 
+def _flat_json(values: Sequence[Any]) -> str:
+    """``codec.dumps(list(values))`` for a flat list or tuple of strings and
+    integers (a frontier, a progress pair): orjson's text as is, the same
+    (no key to sort, no ``null`` or float to re-encode); anything else, or
+    what orjson refuses, takes :func:`codec.dumps`."""
+    if type(values) is tuple or type(values) is list:
+        for v in values:
+            if type(v) is not str and type(v) is not int:
+                break
+        else:
+            try:
+                return orjson.dumps(values).decode()
+            except TypeError:  # a lone surrogate, an integer beyond 64 bits
+                pass
+    return codec.dumps(list(values))
+
+
 def checkpoint_values(
     cp: Checkpoint,
     previous: Checkpoint | None,
@@ -267,7 +286,30 @@ def checkpoint_values(
     *,
     error: str | None,
 ) -> CheckpointRow:
-    """The ``checkpoints`` row of ``cp``: (run_id, revision, kind, status,
+    """The ``checkpoints`` row of ``cp`` (see :func:`checkpoint_parts`),
+    carrying the delta and the step ids it encodes (for :func:`remembered`).
+    Raises TypeError / ValueError for state that is not JSON (see
+    :func:`unstorable`)."""
+    values, delta, changed = checkpoint_parts(
+        cp, previous, changed_steps, changed_fields, error=error
+    )
+    return CheckpointRow(values, delta, list(changed))
+
+
+def checkpoint_parts(
+    cp: Checkpoint,
+    previous: Checkpoint | None,
+    changed_steps: frozenset[str] | None = None,
+    changed_fields: frozenset[str] | None = None,
+    *,
+    error: str | None,
+) -> tuple[tuple[Any, ...], dict[str, Any] | None, dict[str, Any]]:
+    """``(values, delta, steps)``: the ``checkpoints`` row of ``cp`` as a
+    plain tuple, the state delta it encodes (``None`` for a snapshot) and
+    the step records it holds by id, as stored. A store caching a given
+    checkpoint as it is (``AppendRequest.given``) needs the values only.
+
+    The row: (run_id, revision, kind, status,
     step_id, created_at, state, steps, frontier, progress, error, meta,
     waits). A ``snapshot`` without ``previous``, else a ``delta`` against it
     (state diff over the fields in ``changed_fields`` when the writer names
@@ -298,13 +340,13 @@ def checkpoint_values(
         cp.created_at,
         state,
         codec.dumps(changed),
-        codec.dumps(list(cp.frontier)),
-        None if cp.progress is None else codec.dumps(list(cp.progress)),
+        _flat_json(cp.frontier),
+        None if cp.progress is None else _flat_json(cp.progress),
         error,
-        codec.dumps(dict(cp.meta)) if cp.meta else None,
+        (codec.dumps(meta if type(meta) is dict else dict(meta)) if (meta := cp.meta) else None),
         codec.dumps([w.to_json() for w in cp.waits]) if cp.waits else None,
     )
-    return CheckpointRow(values, delta, list(changed))
+    return values, delta, changed
 
 
 def wait_values(cp: Checkpoint) -> list[tuple[Any, ...]]:

@@ -64,6 +64,7 @@ from desktop_app.store.rows import (
     CheckpointRow,
     checkpoint_from_rows,
     checkpoint_infos,
+    checkpoint_parts,
     checkpoint_values,
     detached,
     event_from_row,
@@ -140,6 +141,25 @@ def row_checksum(values: Sequence[Any]) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def checkpoint_checksum(row: Sequence[Any]) -> str:
+    """:func:`row_checksum` of a ``checkpoints`` row (:func:`checkpoint_values`'s
+    order), the same bytes hashed: its only column that can hold a float is
+    ``created_at`` (index 5; the others are text, the revision or NULL), so
+    only that one is checked for what orjson would print otherwise."""
+    created_at = row[5]
+    if type(created_at) is float and not (  # codec.orjson_float_alike, inline
+        created_at == 0.0 or 1e-4 <= abs(created_at) < 1e16
+    ):
+        return _json_checksum(row)
+    try:
+        # a plain tuple (orjson refuses tuple subclasses such as CheckpointRow):
+        # the same JSON array as a list
+        data = orjson.dumps(row if type(row) is tuple else tuple(row))
+    except TypeError:  # a lone surrogate
+        return _json_checksum(row)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def _json_checksum(values: Sequence[Any]) -> str:
     text = json.dumps(list(values), ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
@@ -189,6 +209,27 @@ def lease_cond(lease: Lease, at: float) -> tuple[str, list[Any]]:
 def _constraint(exc: apsw.ConstraintError) -> int:
     """SQLite's extended result code of a constraint error (never its text)."""
     return int(getattr(exc, "extendedresult", 0) or 0)
+
+
+@functools.cache
+def _append_sql(set_status: bool, live: bool, lease: int) -> str:
+    """The compare-and-append ``UPDATE`` of a run row, made once per shape:
+    with ``set_status`` it sets the status too; a run no longer ``live``
+    (running or pending) drops its lease; ``lease`` 1 claims or renews the
+    run for the lease's owner, 2 also takes it over from a named holder (the
+    bindings of :func:`lease_cond`, in its order), 0 checks no lease."""
+    sql = SQL.append_run
+    if set_status:
+        sql += ", status=?"
+    if not live:
+        sql += ", lease_owner=NULL, lease_expires_at=NULL"
+    elif lease:
+        sql += ", lease_owner=?, lease_expires_at=?"
+    sql += SQL.append_run_where
+    if lease:
+        cond, _ = lease_cond(Lease("", 0.0, takes_over=None if lease == 1 else "?"), 0.0)
+        sql += f" AND {cond}"
+    return sql
 
 
 #: whether a run id is taken, in any scope (ids are unique across scopes)
@@ -400,7 +441,7 @@ class SqliteCheckpointStore:
         changed_fields: frozenset[str] | None = None,
     ) -> CheckpointRow:
         row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=cp.error)
-        self.conn.execute(CK.INSERT, (*row, row_checksum(row)))
+        self.conn.execute(CK.INSERT, (*row, checkpoint_checksum(row)))
         if self.conn.changes() != 1:  # no run row to key it by
             raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
         if previous is None or previous.waits != cp.waits:
@@ -495,8 +536,12 @@ class SqliteCheckpointStore:
         """
         results: list[BaseException | None] = []
         if len(requests) == 1:  # no savepoint needed: the transaction is the request
+            request = requests[0]
             try:
-                self._create_or_append(requests[0])
+                if request.run is None:
+                    self._append(request)
+                else:
+                    self._create(request.run, request.checkpoint, request.writes)
             except Exception as exc:  # a domain write may raise anything
                 return [exc]
             finally:
@@ -556,45 +601,71 @@ class SqliteCheckpointStore:
                 "already saved by another writer"
             )
 
+        # compare-and-append: the run row moves from revision-1 to revision
+        done, total = cp.progress if cp.progress is not None else (None, None)
+        args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
+        # status is indexed: setting it, even to the same value, rewrites its
+        # index entries (WAL pages); the row at revision-1 has
+        # previous.status (the WHERE checks revision)
+        set_status = previous is None or previous.status != cp.status
+        if set_status:
+            args.append(cp.status)
+        live = cp.status in ("running", "pending")
+        if live and lease is not None:
+            args += [lease.owner, lease.expires_at]
+        args += [cp.run_id, self.scope, cp.revision - 1]
+        if lease is not None:
+            args.append(lease.owner)
+            if lease.takes_over is not None:
+                args += [lease.takes_over, lease.issued_at]
+        sql = _append_sql(
+            set_status,
+            live,
+            0 if lease is None else 1 if lease.takes_over is None else 2,
+        )
+
         with self._write(conflict):
-            # compare-and-append: the run row moves from revision-1 to revision
-            done, total = cp.progress if cp.progress is not None else (None, None)
-            sql = SQL.append_run
-            args: list[Any] = [cp.revision, cp.created_at, done, total, cp.error]
-            if previous is None or previous.status != cp.status:
-                # status is indexed: setting it, even to the same value,
-                # rewrites its index entries (WAL pages); the row at
-                # revision-1 has previous.status (the WHERE checks revision)
-                sql += ", status=?"
-                args.append(cp.status)
-            if cp.status not in ("running", "pending"):
-                sql += ", lease_owner=NULL, lease_expires_at=NULL"
-            elif lease is not None:
-                sql += ", lease_owner=?, lease_expires_at=?"
-                args += [lease.owner, lease.expires_at]
-            sql += SQL.append_run_where
-            args += [cp.run_id, self.scope, cp.revision - 1]
-            if lease is not None:
-                cond, cargs = lease_cond(lease, lease.issued_at)
-                sql += f" AND {cond}"
-                args += cargs
             self.conn.execute(sql, args)
             if self.conn.changes() != 1 or previous is None:
-                row = self.conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
-                if row is None:
+                stored = self.conn.execute(
+                    SQL.run_revision_owner, (cp.run_id, self.scope)
+                ).fetchone()
+                if stored is None:
                     raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                if lease is not None and row[1] not in (None, lease.owner):
+                if lease is not None and stored[1] not in (None, lease.owner):
                     # another process holds the lease: it took the run over (or won
                     # a takeover race) and may have saved revisions since
-                    raise LeaseLostError(lease_lost_message(cp.run_id, row[1], lease))
+                    raise LeaseLostError(lease_lost_message(cp.run_id, stored[1], lease))
                 raise RevisionConflictError(
                     f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
-                    f"latest revision {row[0]}; another writer got there first. Reload "
+                    f"latest revision {stored[0]}; another writer got there first. Reload "
                     f"the run and try again."
                 )
-            row = self._write_checkpoint(
-                cp, previous, request.changed_steps, request.changed_fields
-            )
+            # the row (its JSON and checksum) is built here, inside the write
+            # transaction: built before it, so that the cross-process write
+            # gate is held for the SQL and the commit only, it measured no
+            # gain with 8 processes on one file (docs/measurements.md,
+            # 2026-12-05 02:50-03:07)
+            conn = self.conn
+            row: CheckpointRow | None = None
+            try:
+                if request.given:  # cached as it is: the row's values are all it takes
+                    values = checkpoint_parts(
+                        cp, previous, request.changed_steps, request.changed_fields, error=cp.error
+                    )[0]
+                else:
+                    values = row = checkpoint_values(
+                        cp, previous, request.changed_steps, request.changed_fields, error=cp.error
+                    )
+                conn.execute(CK.INSERT, (*values, checkpoint_checksum(values)))
+                if conn.changes() != 1:  # no run row to key it by
+                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+                if previous.waits != cp.waits:
+                    conn.execute(SQL.delete_waits, (cp.run_id,))
+                    for wait_row in wait_values(cp):
+                        conn.execute(SQL.insert_wait, wait_row)
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                raise unstorable(cp, exc) from exc
             for signal_id, wait_id in consume:
                 self.conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
                 if self.conn.changes() != 1:
@@ -614,7 +685,7 @@ class SqliteCheckpointStore:
                     ),
                 )
             self._run_domain(writes)
-        self._remember(remembered(cp, previous, row, given=request.given))
+        self._remember(cp if row is None else remembered(cp, previous, row))
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._write():  # BEGIN IMMEDIATE: no other writer between read and append
@@ -774,7 +845,7 @@ class SqliteCheckpointStore:
             # the oldest kept revision again, as a snapshot; the run's waits
             # mirror its latest revision, which stays, so they stay as they are
             row = checkpoint_values(base, None, error=base.error)
-            self.conn.execute(CK.INSERT, (*row, row_checksum(row)))
+            self.conn.execute(CK.INSERT, (*row, checkpoint_checksum(row)))
         self.vacuum(min_free_pages=256)
         return int(deleted)
 
