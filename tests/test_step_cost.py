@@ -151,7 +151,9 @@ def test_a_row_checksum_is_the_standard_librarys_json_checksum(values):
     assert row_checksum(values) == want
 
 
-@pytest.mark.parametrize("created_at", [1733248000.123456, 7.8e-05, 1e16, 1.5e300, 0.0, -2.5e-07])
+@pytest.mark.parametrize(
+    "created_at", [1733248000.123456, 7.8e-05, 1e16, 1.5e300, 0.0, -2.5e-07, 1733248000, 0]
+)
 def test_a_checkpoint_row_stored_at_any_clock_reads_back_verified(created_at, db_path):
     """The append builds its row's checksum before the write transaction and
     checks only ``created_at`` for the floats orjson writes otherwise: rows
@@ -253,3 +255,50 @@ def test_the_driver_names_the_state_fields_a_step_changed():
     result = engine.run("walk", Listing(items=[f"f{i}" for i in range(30_000)]))
     assert result.state.n == 3
     assert seen == [frozenset({"items", "n"}), frozenset({"n"}), frozenset({"n"})]
+
+
+class WholeSecondsClock:
+    """A program's own clock that returns whole seconds as ``int`` (the
+    ``Clock`` protocol says float; ``int(time.time())`` is a common way to
+    write one)."""
+
+    def __init__(self, start: int) -> None:
+        self.at = start
+
+    def now(self) -> int:
+        return self.at
+
+    def sleep(self, seconds: float, cancel: threading.Event | None = None) -> bool:
+        self.at += int(seconds)
+        return True
+
+
+def test_a_run_on_a_clock_of_whole_seconds_reads_back_verified(db_path):
+    """Checkpoints stamped by a clock returning ``int`` are stored in a REAL
+    column and read back as floats: their checksum was computed over the
+    ``int`` and every later read of the run said its checkpoint was corrupt
+    (``CheckpointCorruptError``). A new process reads the run, its history and
+    its state."""
+    from desktop_app.store.sqlite.store import open_store
+
+    class S(BaseModel):
+        n: int = 0
+
+    b = FlowBuilder("whole_seconds", S, version="1")
+    b.step("one", lambda s: {"n": s.n + 1})
+    b.step("two", lambda s: {"n": s.n + 10})
+    store = open_store(db_path)
+    engine = Engine(store, flows=[b.chain().compile()], clock=WholeSecondsClock(1_767_225_600))
+    run_id = engine.run("whole_seconds", S()).run_id
+    store.close()
+    again = open_store(db_path)
+    try:
+        latest = again.latest(run_id)
+        assert (latest.status, latest.state["n"], latest.created_at) == (
+            "completed",
+            11,
+            1_767_225_600.0,
+        )
+        assert [c.revision for c in again.history(run_id)] == list(range(latest.revision + 1))
+    finally:
+        again.close()

@@ -37,7 +37,7 @@ class ManualClock:
     """A clock that moves only when told (tests). ``sleep`` advances it."""
 
     def __init__(self, start: float = 1_767_225_600.0) -> None:  # 2026-01-01T00:00:00Z
-        self._now = start
+        self._now = float(start)  # now() is a float even when started at an int
         self._lock = threading.Lock()
 
     def now(self) -> float:
@@ -50,7 +50,7 @@ class ManualClock:
 
     def set(self, when: float) -> None:
         with self._lock:
-            self._now = when
+            self._now = float(when)
 
     def sleep(self, seconds: float, cancel: threading.Event | None = None) -> bool:
         if cancel is not None and cancel.is_set():

@@ -337,7 +337,9 @@ def checkpoint_parts(
         kind,
         cp.status,
         cp.step_id,
-        cp.created_at,
+        # a REAL column: an int (a clock of whole seconds) would read back as
+        # a float whose JSON, and so the row's checksum, differs
+        float(cp.created_at),
         state,
         codec.dumps(changed),
         _flat_json(cp.frontier),
