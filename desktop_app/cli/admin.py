@@ -384,7 +384,7 @@ def _on_tick(sv: Any) -> Any:
 
     def tick() -> None:
         deliver()
-        recover_agents(sv, reported)
+        recover_agents(sv, reported, worker=True)
 
     return tick
 
