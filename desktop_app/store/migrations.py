@@ -295,7 +295,8 @@ def _missing(pending: list[str], shipped: int) -> str:
     """What is missing, briefly: no schema at all, the few files by name, or
     how many of how many (the first and last named)."""
     if len(pending) >= shipped:
-        return f"the database has no Flowdesk schema yet ({plural(shipped, 'schema file')} to apply)"
+        files = plural(shipped, "schema file")
+        return f"the database has no Flowdesk schema yet ({files} to apply)"
     if len(pending) <= 3:
         return f"the database is missing schema {', '.join(pending)}"
     return (
