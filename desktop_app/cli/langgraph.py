@@ -90,7 +90,8 @@ def _answer_lines(ctx: Ctx, t: threads.Thread, indent: str, ids: list[str] | Non
     several questions at once (which ``answer`` refuses), how its program
     answers them (and their ids when known)."""
     if not threads.asks_several(t):
-        return [f"{indent}answer it (the answer on standard input): {answer_hint(ctx, t.thread_id)}"]
+        command = answer_hint(ctx, t.thread_id)
+        return [f"{indent}answer it (the answer on standard input): {command}"]
     lines = [
         f"{indent}it waits on {len(t.interrupts)} questions at once, which `flowdesk answer` "
         f"cannot tell apart. {threads.several_hint(t.thread_id)}"
