@@ -442,6 +442,19 @@ def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) ->
         shown = requests_made(server)[-1]
         assert len(shown) == 1 and "declined" in shown[0]
     assert lines(log) == []
+    # `show` lists the declined call: a turn with what the model was told, and a call
+    run_id = first.stdout.split()[1]
+    said = flowdesk(db_path, "show", run_id, env={**env, **REGISTERED}).stdout
+    turns = said[said.index("turns:") : said.index("tool calls:")].splitlines()
+    assert turns[1:] == [
+        "  user: delete x",
+        '  assistant calls delete {"name": "x"}',
+        '  tool delete: {"error": "the user declined this call to delete; it was not run. '
+        'Do not retry it."}',
+        "  assistant: I left x alone",
+    ], said
+    assert "tool calls: 1" in said
+    assert re.search(r"^  delete +declined +attempts 0", said, re.M), said
 
 
 @pytest.mark.scenario("S96")

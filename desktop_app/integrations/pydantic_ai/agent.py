@@ -287,6 +287,11 @@ class FlowdeskAgent:
                 except RunStateError:
                     self.store.release(run_id, self.owner)
                     raise
+            declined = (
+                [self._declined_message(run_id, request)]
+                if request is not None and approved is False
+                else []
+            )
             self.store.update(  # the decision is journaled with the end of the wait
                 run_id,
                 self.clock.now(),
@@ -295,6 +300,8 @@ class FlowdeskAgent:
                 status="running",
                 error=None,
                 pending_call=None,
+                # a declined call's answer is a turn, as Flowdesk's own agent writes it
+                **({"messages": declined} if declined else {}),
             )
         return await self._drive(self.store.get(run_id), deps, event_stream_handler)
 
@@ -311,6 +318,20 @@ class FlowdeskAgent:
             )
         claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
         return await self._drive(self.store.get(run.run_id), deps, handler)
+
+    def _declined_message(self, run_id: str, request: ApprovalRequest) -> dict[str, Any]:
+        """The tool message of a declined call (what the model is told),
+        answering the journal's call at the request's place."""
+        calls = [
+            call
+            for m in self.store.messages(run_id)
+            if m.get("role") == "assistant"
+            for call in m.get("tool_calls", [])
+        ]
+        call = calls[request.place - 1] if 0 < request.place <= len(calls) else {}
+        call_id = call.get("id") if call.get("name") == request.tool else None
+        content = declined_result(request.tool)
+        return Message("tool", content, tool_call_id=call_id, name=request.tool).to_json()
 
     def resume_sync(self, run_id: str, **kwargs: Any) -> FlowdeskRunResult:
         """:meth:`resume` in a new event loop."""
