@@ -164,8 +164,8 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     for value in t.interrupts:
         print(visible_controls(f"asks: {json.dumps(value, ensure_ascii=False)}"))
     if t.status == "waiting":
-        ids = [str(i["id"]) for i in pending or [] if i["id"] is not None]
-        for line in _answer_lines(ctx, t, "", ids):
+        known = [str(i["id"]) for i in pending or [] if i["id"] is not None]
+        for line in _answer_lines(ctx, t, "", known):
             print(visible_controls(line))
     print(f"checkpoints: {len(cps)}")
     for c in cps:

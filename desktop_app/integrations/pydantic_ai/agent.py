@@ -301,7 +301,7 @@ class FlowdeskAgent:
                 error=None,
                 pending_call=None,
                 # a declined call's answer is a turn, as Flowdesk's own agent writes it
-                **({"messages": declined} if declined else {}),
+                messages=declined,
             )
         return await self._drive(self.store.get(run_id), deps, event_stream_handler)
 
