@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Annotated, TypedDict
 
+import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -73,8 +74,16 @@ def test_two_questions_at_once_are_both_listed_and_answered_by_id(tmp_path: Path
     assert flowdesk(db, "show", "par").returncode == 0
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A SQLite file, or a PostgreSQL database with the schema (``pg_url``)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "t.db")
+
+
 def test_show_and_waiting_offer_only_what_works_and_show_json_gives_the_ids(
-    tmp_path: Path,
+    database: str,
 ) -> None:
     """A thread waiting on two questions at once: `show` and `waiting` once
     printed `flowdesk answer THREAD -`, which `answer` then refused (exit 2).
@@ -83,7 +92,7 @@ def test_show_and_waiting_offer_only_what_works_and_show_json_gives_the_ids(
     answering with those ids goes on."""
     import json
 
-    db = tmp_path / "t.db"
+    db = database
     assert flowdesk(db, "db", "apply").returncode == 0
     config = {"configurable": {"thread_id": "par-1"}}
     with FlowdeskSaver.open(db) as saver:
