@@ -48,6 +48,12 @@ async def test_banner_inbox_and_thread_view_with_two_questions_at_once(tmp_path:
             "2 questions at once: its program answers them (enter opens it)"
         )
         inbox.table.move_cursor(row=[i.run_id for i in inbox.items].index("par-1"))
+        await pilot.press("y")  # approves nothing here: says what works instead
+        await settle(pilot)
+        assert messages(app, "warning")[-1] == (
+            "LangGraph thread par-1: it waits on 2 questions at once, which its program "
+            "answers by interrupt id; enter opens it."
+        )
         await pilot.press("enter")
         await settle(pilot)
         screen = app.screen

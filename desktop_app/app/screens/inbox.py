@@ -630,10 +630,13 @@ class InboxScreen(Screen[None]):
             self._nothing_selected()
             return None
         if item.kind == "langgraph":
-            self.flowdesk.say(
-                f"LangGraph thread {short_id(item.run_id)}: enter opens it; answer it there.",
-                "warning",
+            there = (
+                f"it waits on {item.questions} questions at once, which its program answers "
+                "by interrupt id; enter opens it"
+                if item.questions > 1
+                else "enter opens it; answer it there"
             )
+            self.flowdesk.say(f"LangGraph thread {short_id(item.run_id)}: {there}.", "warning")
             return None
         if item.kind != "flow":
             how = (
