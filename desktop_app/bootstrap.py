@@ -131,8 +131,9 @@ def parse_database(text: str) -> Database:
             f"pip install 'flowdesk[{extra}]' (or give a SQLite file path with --db)"
         )
     raise BackendUnavailableError(
-        f"unknown database URL scheme {scheme!r} in {redact(text)!r}; give a SQLite file path "
-        "(or sqlite:///path) with --db or db_path"
+        f"unknown database URL scheme {scheme!r} in {redact(text)!r}; give a PostgreSQL URL "
+        "(postgresql://USER@HOST:PORT/DBNAME) or a SQLite file path (or sqlite:///path) "
+        "with --db or db_path"
     )
 
 

@@ -237,21 +237,48 @@ def _printed_a_row(proc: subprocess.Popen[str]) -> bool:
 
 
 def test_db_copy_next_runs_as_printed_with_its_scope(tmp_path: Path, pg_empty_url: str) -> None:
+    """`db copy` counts what it copied by kind (it said "copied 0 runs" for an
+    agent run and a LangGraph thread), and its `next:` command stands on a
+    line of its own: pasted into bash as printed, it starts a worker (the
+    note "(on each worker machine)" after it once was a bash syntax error)."""
+    from desktop_app.agent import Agent, ScriptedModel
+    from desktop_app.integrations.langgraph import FlowdeskSaver
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+    from desktop_app.store.sqlite.store import open_store
+    from tests.test_langgraph_parallel_interrupts import build
+
     db = tmp_path / "f.db"
     assert flowdesk(db, "db", "apply").returncode == 0
     assert flowdesk(pg_empty_url, "db", "apply").returncode == 0
+    store = open_store(db)
+    try:
+        done = Agent("helper", ScriptedModel(["all done"]), SqliteAgentStore(store)).ask("hi")
+        assert done.status == "done"
+    finally:
+        store.close()
+    with FlowdeskSaver.open(db) as saver:
+        build(saver).invoke({"got": []}, {"configurable": {"thread_id": "par-1"}})
     copied = flowdesk(db, "--scope", "work", "db", "copy", "--from", str(db), "--to", pg_empty_url)
     assert copied.returncode == 0, copied.stderr
-    found = re.search(r"^next: (flowdesk .*?)   \(on each worker machine\)$", copied.stdout, re.M)
-    assert found, copied.stdout
-    assert found.group(1) == f"flowdesk --db {pg_empty_url} --scope work agent"
-    argv = shlex.split(found.group(1))[1:]
-    worker = cli(*argv, env=dict(os.environ))
+    assert f"copied 1 agent run and 1 LangGraph thread from {db} to " in copied.stdout
+    lines = copied.stdout.splitlines()
+    assert lines[-2] == "next, on each worker machine:", copied.stdout
+    command = lines[-1]
+    assert command.strip() == f"flowdesk --db {pg_empty_url} --scope work agent"
+    shim = tmp_path / "bin"  # `flowdesk` on PATH is this checkout
+    shim.mkdir()
+    (shim / "flowdesk").write_text(f'#!/bin/sh\nexec {sys.executable} -m desktop_app.cli "$@"\n')
+    (shim / "flowdesk").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    worker = subprocess.Popen(  # the line, pasted into bash as printed
+        ["bash", "-c", command], stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+        start_new_session=True,
+    )  # fmt: skip
     assert worker.stderr is not None
     line = worker.stderr.readline()
-    worker.send_signal(signal.SIGTERM)
+    os.killpg(worker.pid, signal.SIGTERM)
     worker.communicate(timeout=60)
-    assert "worker" in line and worker.returncode == 0, line
+    assert "flowdesk agent: worker" in line and worker.returncode == 0, line
 
 
 def test_a_hint_never_prints_a_database_password() -> None:

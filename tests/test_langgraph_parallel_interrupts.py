@@ -7,15 +7,18 @@ answered A); its program answers them by interrupt id, and goes on."""
 from __future__ import annotations
 
 import operator
+import os
+import re
 from pathlib import Path
 from typing import Annotated, TypedDict
 
+import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from desktop_app.integrations.langgraph import FlowdeskSaver
 from desktop_app.integrations.langgraph.threads import get_thread
-from tests.cli_support import flowdesk
+from tests.cli_support import as_printed, flowdesk
 
 
 class Got(TypedDict):
@@ -69,3 +72,56 @@ def test_two_questions_at_once_are_both_listed_and_answered_by_id(tmp_path: Path
         done = graph.invoke(Command(resume=answers), config, durability="sync")
     assert sorted(done["got"]) == ["a:answer to question A", "b:answer to question B"]
     assert flowdesk(db, "show", "par").returncode == 0
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A SQLite file, or a PostgreSQL database with the schema (``pg_url``)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "t.db")
+
+
+def test_show_and_waiting_offer_only_what_works_and_show_json_gives_the_ids(
+    database: str,
+) -> None:
+    """A thread waiting on two questions at once: `show` and `waiting` once
+    printed `flowdesk answer THREAD -`, which `answer` then refused (exit 2).
+    They say it waits on 2 questions that its program answers by interrupt
+    id, and `show -o json` gives each id with its value: the program
+    answering with those ids goes on."""
+    import json
+
+    db = database
+    assert flowdesk(db, "db", "apply").returncode == 0
+    config = {"configurable": {"thread_id": "par-1"}}
+    with FlowdeskSaver.open(db) as saver:
+        graph = build(saver)
+        graph.invoke({"got": []}, config, durability="sync")
+        ids = {i.id: i.value for i in graph.get_state(config).interrupts}
+
+    for command in (["show", "par-1"], ["waiting"]):
+        said = flowdesk(db, *command)
+        assert said.returncode == 0, said.stderr
+        assert "answer par-1" not in said.stdout, said.stdout  # refused if run: not offered
+        assert "it waits on 2 questions at once" in said.stdout, said.stdout
+        assert "Command(resume={interrupt.id: value, ...})" in said.stdout
+        assert '{"configurable": {"thread_id": "par-1"}}' in said.stdout
+    shown = flowdesk(db, "show", "par-1")
+    listed = [x for x in shown.stdout.splitlines() if x.startswith("interrupt ids: ")]
+    assert [set(x.removeprefix("interrupt ids: ").split(", ")) for x in listed] == [set(ids)]
+    waiting = flowdesk(db, "waiting").stdout
+    ids_hint = re.search(r"its interrupt ids with their values: (flowdesk .*)$", waiting, re.M)
+    assert ids_hint is not None, waiting
+    assert ids_hint.group(1) == f"flowdesk --db {db} show par-1 -o json"
+    got = json.loads(as_printed(ids_hint.group(1), dict(os.environ)).stdout)
+    pending = {p["id"]: p["value"] for p in got["pending_interrupts"]}
+    assert pending == ids
+
+    with FlowdeskSaver.open(db) as saver:  # the program answers by the ids show gave
+        graph = build(saver)
+        answers = {i: f"answer to {v}" for i, v in pending.items()}
+        done = graph.invoke(Command(resume=answers), config, durability="sync")
+    assert sorted(done["got"]) == ["a:answer to question A", "b:answer to question B"]
+    after = json.loads(flowdesk(db, "show", "par-1", "-o", "json").stdout)
+    assert after["status"] == "completed" and after["pending_interrupts"] == []

@@ -250,8 +250,11 @@ def test_a_role_without_create_privilege_is_told_to_apply_as_the_owner(pg_empty_
         with psycopg.connect(as_role, autocommit=True) as conn, pytest.raises(StoreError) as err:
             migrations.apply(conn)
         assert type(err.value) is StoreError
-        assert "lacks the privilege to create Flowdesk's schema (flowdesk)" in str(err.value)
-        assert "Run `flowdesk db apply` as the database owner" in str(err.value)
+        assert f"the PostgreSQL role {role} may not create Flowdesk's schema (flowdesk)" in str(
+            err.value
+        )
+        assert "The database owner applies it" in str(err.value)
+        assert "runs `flowdesk db apply`" in str(err.value)  # no database named: no --db
         assert _ledger_rows(pg_empty_url) == 0  # nothing was applied
     finally:
         with psycopg.connect(pg_empty_url, autocommit=True) as admin:
@@ -422,7 +425,9 @@ def test_a_role_that_cannot_read_the_ledger_is_told_it_lacks_a_privilege(pg_empt
     try:
         with psycopg.connect(as_role, autocommit=True) as conn, pytest.raises(StoreError) as err:
             migrations.status(conn)
-        assert "lacks the privilege" in str(err.value)
+        said = str(err.value)
+        assert f"exists in this database, but the PostgreSQL role {role} lacks privileges" in said
+        assert f'GRANT USAGE ON SCHEMA flowdesk TO "{role}"' in str(err.value)
     finally:
         with psycopg.connect(pg_empty_url, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")

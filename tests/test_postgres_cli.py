@@ -90,7 +90,7 @@ def test_db_copy_then_agent_worker_finishes_the_copied_runs(db_path, pg_url, tmp
     assert bad.returncode == 2 and "postgresql://" in bad.stderr
     copied = flowdesk("db", "copy", "--from", str(db_path), "--to", pg_url)
     assert copied.returncode == 0, copied.stderr
-    assert "copied 1 run" in copied.stdout
+    assert "copied 1 flow run from" in copied.stdout
 
     agent = subprocess.Popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", pg_url, "agent", "--poll", "0.2"],

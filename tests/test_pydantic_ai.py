@@ -442,6 +442,19 @@ def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) ->
         shown = requests_made(server)[-1]
         assert len(shown) == 1 and "declined" in shown[0]
     assert lines(log) == []
+    # `show` lists the declined call: a turn with what the model was told, and a call
+    run_id = first.stdout.split()[1]
+    said = flowdesk(db_path, "show", run_id, env={**env, **REGISTERED}).stdout
+    turns = said[said.index("turns:") : said.index("tool calls:")].splitlines()
+    assert turns[1:] == [
+        "  user: delete x",
+        '  assistant calls delete {"name": "x"}',
+        '  tool delete: {"error": "the user declined this call to delete; it was not run. '
+        'Do not retry it."}',
+        "  assistant: I left x alone",
+    ], said
+    assert "tool calls: 1" in said
+    assert re.search(r"^  delete +declined +attempts 0", said, re.M), said
 
 
 @pytest.mark.scenario("S96")
@@ -660,3 +673,48 @@ def test_only_the_integration_imports_pydantic_ai() -> None:
             if any(n == "pydantic_ai" or n.startswith("pydantic_ai.") for n in names):
                 importers.append(path.relative_to(REPO).parent.as_posix())
     assert set(importers) == {"desktop_app/integrations/pydantic_ai"}
+
+
+def test_calling_again_on_a_waiting_run_returns_its_wait_and_resume_names_the_db(
+    database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same `run(..., run_id=...)` again on a run that waits for an
+    approval returns the `input_required` result the first call returned
+    (it raised InputRequiredError), sending no model request; `resume`
+    without an answer raises InputRequiredError whose command carries the
+    program's --db and --scope (it named neither, so it opened the default
+    file: "no run ... in scope"), and that command answers it as printed."""
+    from pydantic_ai import DeferredToolRequests
+
+    from desktop_app.errors import InputRequiredError
+    from desktop_app.integrations.pydantic_ai import FlowdeskAgent
+    from tests.pydantic_ai_agents import make_helper
+
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        monkeypatch.setenv("PAI_TEST_URL", server.url)
+        monkeypatch.setenv("PAI_TEST_LOG", str(log))
+        server.script = list(DELETE_X)
+        services = open_services(load_settings(db_path=database, scope="work"), flows=[])
+        try:
+            durable = FlowdeskAgent(make_helper(), services.agents)
+            first = durable.run_sync("delete x", run_id="order-10")
+            assert first.status == "input_required"
+            again = durable.run_sync("delete x", run_id="order-10")
+            assert again.status == "input_required" and again.question == first.question
+            assert isinstance(again.output, DeferredToolRequests)
+            assert [c.tool_name for c in again.output.approvals] == ["delete"]
+            assert len(server.requests) == 1  # replayed from the journal
+            with pytest.raises(InputRequiredError) as err:
+                durable.resume_sync("order-10")
+        finally:
+            services.close()
+        found = re.search(r"`(flowdesk [^`]*answer order-10 yes)`", str(err.value))
+        assert found, str(err.value)
+        assert found.group(1) == f"flowdesk --db {database} --scope work answer order-10 yes"
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), **REGISTERED}
+        env.pop("FLOWDESK_DB_PATH", None)  # only what the command says
+        answered = as_printed(found.group(1), env)
+        assert answered.returncode == 0, answered.stderr
+        assert answered.stdout.strip() == "x is deleted"
+    assert lines(log) == ["delete x"]

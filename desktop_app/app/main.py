@@ -430,6 +430,12 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self.say(message.error, "error")
         screen = self.runs_screen
         screen.banner.show_error(f"Cannot open the database: {message.error}")
+        if _on_postgres(self.settings.db_path):
+            screen.status_line.say(
+                "Nothing was changed. Quit with q, do what the message says, and start "
+                "Flowdesk again (or with --db naming another database)."
+            )
+            return
         screen.status_line.say(
             "Nothing was changed. Quit with q and start Flowdesk with --db PATH "
             "or FLOWDESK_DB_PATH pointing at a usable file."
@@ -814,3 +820,14 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             self.outbox.stop()
         if self.services is not None:
             self.services.close()
+
+
+def _on_postgres(db: str) -> bool:
+    """Whether ``db`` names a PostgreSQL database (``False`` for a file or
+    for text that names no backend at all)."""
+    from desktop_app.bootstrap import parse_database
+
+    try:
+        return parse_database(db).backend == "postgres"
+    except FlowdeskError:
+        return False

@@ -100,8 +100,9 @@ def cmd_db_copy(ctx: Ctx) -> int:
         return EXIT_FAILED
     for table, n in report.rows.items():
         print(f"{table}: {plural(n, 'row')}")
-    print(f"copied {plural(report.runs, 'run')} from {source.path} to {target.shown}")
-    print(f"next: {ctx.hints.cmd('agent', db=target.text)}   (on each worker machine)")
+    print(f"copied {report.summary()} from {source.path} to {target.shown}")
+    print("next, on each worker machine:")  # the command alone on its line: pasted, it runs
+    print(f"  {ctx.hints.cmd('agent', db=target.text)}")
     return EXIT_OK
 
 
@@ -384,7 +385,7 @@ def _on_tick(sv: Any) -> Any:
 
     def tick() -> None:
         deliver()
-        recover_agents(sv, reported)
+        recover_agents(sv, reported, worker=True)
 
     return tick
 

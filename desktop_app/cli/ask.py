@@ -8,6 +8,7 @@ clearing the screen or writing the clipboard."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import shlex
 import sys
 import uuid
@@ -19,6 +20,8 @@ from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK
 from desktop_app.errors import ConfigError, FlowdeskError, InputError
 from desktop_app.textsafe import visible_controls
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from desktop_app.agent import Agent
@@ -398,7 +401,9 @@ def cmd_ask(ctx: Ctx) -> int:
     return _finish(ctx, sv, res, printed=printed)
 
 
-def recover_agents(sv: Services, skip: set[str] | None = None) -> tuple[int, int]:
+def recover_agents(
+    sv: Services, skip: set[str] | None = None, *, worker: bool = False
+) -> tuple[int, int]:
     """Resume every interrupted agent run with the tools it recorded
     (``resume --all``, ``flowdesk agent``), printing one line per run.
 
@@ -406,6 +411,9 @@ def recover_agents(sv: Services, skip: set[str] | None = None) -> tuple[int, int
         skip: ids of runs not to try (``flowdesk agent`` passes the ones that
             could not be resumed before, so each is reported once); runs
             that fail or cannot be resumed are added to it.
+        worker: ``flowdesk agent`` calls it: a run a live peer holds is
+            routine contention between workers, logged at debug level
+            (``desktop_app.cli.ask``) instead of printed to a person.
 
     Returns:
         ``(runs tried, runs that failed or could not be resumed)``; a run a
@@ -424,6 +432,9 @@ def recover_agents(sv: Services, skip: set[str] | None = None) -> tuple[int, int
         bad = True
         if isinstance(outcome, AgentRunLeasedError):  # a live peer runs it: not a failure
             bad = False
+            if worker:  # routine between workers: nothing for a person to do
+                log.debug("agent run %s is held by a live peer: %s", run.run_id, outcome.owner)
+                return
             print(
                 f"agent run {run.run_id} not resumed here: {visible_controls(str(outcome))}",
                 flush=True,

@@ -61,6 +61,49 @@ def answer_hint(ctx: Ctx, thread_id: str) -> str:
     return ctx.hints.cmd(f"answer {shlex.quote(thread_id)} -")
 
 
+def pending_interrupts(sv: Services, thread_id: str) -> list[dict[str, Any]] | None:
+    """The unanswered interrupts of the thread's latest root checkpoint as
+    ``{"id": interrupt id, "value": its value}`` (the id is what its program
+    answers by: ``Command(resume={id: value})``), or ``None`` without the
+    ``langgraph`` extra (the stored values alone are in ``interrupts``)."""
+    try:
+        from desktop_app.integrations.langgraph.saver import FlowdeskSaver
+    except ImportError:
+        return None
+    tup = FlowdeskSaver(sv.checkpoints).get_tuple({"configurable": {"thread_id": thread_id}})
+    if tup is None:
+        return []
+    writes = tup.pending_writes or []
+    if any(channel == "__resume__" for _task, channel, _value in writes):
+        return []  # answered: nothing pending
+    out: list[dict[str, Any]] = []
+    for _task, channel, value in writes:
+        if channel != "__interrupt__":
+            continue
+        for one in value if isinstance(value, (list, tuple)) else [value]:
+            out.append({"id": getattr(one, "id", None), "value": getattr(one, "value", one)})
+    return out
+
+
+def _answer_lines(ctx: Ctx, t: threads.Thread, indent: str, ids: list[str] | None) -> list[str]:
+    """What answers a waiting thread: the ``answer`` command, or, for
+    several questions at once (which ``answer`` refuses), how its program
+    answers them (and their ids when known)."""
+    if not threads.asks_several(t):
+        command = answer_hint(ctx, t.thread_id)
+        return [f"{indent}answer it (the answer on standard input): {command}"]
+    lines = [
+        f"{indent}it waits on {len(t.interrupts)} questions at once, which `flowdesk answer` "
+        f"cannot tell apart. {threads.several_hint(t.thread_id)}"
+    ]
+    if ids:
+        lines.append(f"{indent}interrupt ids: {', '.join(ids)}")
+    else:  # each id with its value, for its program
+        show = ctx.hints.cmd(f"show {shlex.quote(t.thread_id)} -o json")
+        lines.append(f"{indent}its interrupt ids with their values: {show}")
+    return lines
+
+
 def _state(sv: Services, thread_id: str) -> dict[str, Any] | None:
     """The channel values of the thread's latest root checkpoint, or ``None``
     without the ``langgraph`` extra."""
@@ -86,6 +129,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     now = sv.checkpoints.now()
     cps = threads.checkpoint_rows(sv.checkpoints, sv.settings.scope, thread_id)
     state = _state(sv, thread_id)
+    pending = pending_interrupts(sv, thread_id) if t.status == "waiting" else []
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
@@ -100,6 +144,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
                     }
                     for c in cps
                 ],
+                "pending_interrupts": pending,
                 "state": state,
             },
         )
@@ -119,7 +164,9 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     for value in t.interrupts:
         print(visible_controls(f"asks: {json.dumps(value, ensure_ascii=False)}"))
     if t.status == "waiting":
-        print(f"answer it (the answer on standard input): {answer_hint(ctx, t.thread_id)}")
+        known = [str(i["id"]) for i in pending or [] if i["id"] is not None]
+        for line in _answer_lines(ctx, t, "", known):
+            print(visible_controls(line))
     print(f"checkpoints: {len(cps)}")
     for c in cps:
         print(f"  {c.checkpoint_id}  {when(c.created_at)}  pending writes {c.writes}")
@@ -156,7 +203,8 @@ def print_waiting(ctx: Ctx, asking: list[threads.Thread]) -> None:
         print(f"langgraph thread {t.thread_id}")
         for value in t.interrupts:
             print(visible_controls(f"  asks: {json.dumps(value, ensure_ascii=False)}"))
-        print(f"  answer it (the answer on standard input): {answer_hint(ctx, t.thread_id)}")
+        for line in _answer_lines(ctx, t, "  ", None):
+            print(visible_controls(line))
 
 
 def answer(sv: Services, thread_id: str, value: Any, wait_id: str | None = None) -> int:

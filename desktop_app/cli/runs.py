@@ -558,6 +558,7 @@ def agent_blocker(sv: Services, run: Any) -> str | None:
 
 
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
+    from desktop_app.agent.approvals import declined_result
     from desktop_app.agent.messages import is_outcome_unknown
     from desktop_app.agent.tools import is_tool_call
 
@@ -629,12 +630,21 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
             args = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
     calls = [t for t in tools if is_tool_call(t.tool_key)]
-    _say(f"tool calls: {len(calls)}")
-    width = max([14, *(len(visible_controls(t.tool)) for t in calls)])  # the longest name
+    # a call a person declined never ran (no journal row): its answer to the model says so
+    declined = [
+        str(m.get("name"))
+        for m in messages
+        if m["role"] == "tool" and m.get("content") == declined_result(str(m.get("name")))
+    ]
+    _say(f"tool calls: {len(calls) + len(declined)}")
+    names = [t.tool for t in calls] + declined
+    width = max([14, *(len(visible_controls(n)) for n in names)])  # the longest name
     for t in calls:
         status = "unknown" if is_outcome_unknown(t.result) else t.status
         name = visible_controls(t.tool)
         _say(f"  {name:{width}} {status:12} attempts {t.attempts}  reused {t.reused}")
+    for n in declined:
+        _say(f"  {visible_controls(n):{width}} {'declined':12} attempts 0  reused False")
     records = [t.tool for t in tools if not is_tool_call(t.tool_key)]
     if records:  # the tool lists and sources the run recorded to be resumed with
         _say(f"recorded: {', '.join(records)}")

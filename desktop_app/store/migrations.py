@@ -130,9 +130,9 @@ def schema_files(root: Traversable | None = None, dialect: Dialect = "sqlite") -
     return out
 
 
-def _ledger(conn: Any) -> dict[str, tuple[str, float]]:
+def _ledger(conn: Any, db: str = "") -> dict[str, tuple[str, float]]:
     if dialect_of(conn) == "postgres":
-        return _pg_ledger(conn)
+        return _pg_ledger(conn, db)
     exists = conn.execute(
         "SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?", (LEDGER,)
     ).fetchall()
@@ -142,7 +142,7 @@ def _ledger(conn: Any) -> dict[str, tuple[str, float]]:
     return {f"{c}/{n}": (str(s), float(a)) for c, n, s, a in rows}
 
 
-def _pg_ledger(conn: Any) -> dict[str, tuple[str, float]]:
+def _pg_ledger(conn: Any, db: str = "") -> dict[str, tuple[str, float]]:
     import psycopg
 
     try:
@@ -155,13 +155,27 @@ def _pg_ledger(conn: Any) -> dict[str, tuple[str, float]]:
                 f"FROM {PG_SCHEMA}.{LEDGER}"
             ).fetchall()
     except psycopg.Error as exc:
-        raise _pg_error(exc) from exc
+        raise _pg_error(exc, conn, db) from exc
     return {f"{c}/{n}": (str(s), float(a)) for c, n, s, a in rows}
 
 
-def _pg_error(exc: Exception) -> StoreError:
-    """A StoreError for a failed PostgreSQL schema statement (SQLSTATE, not message text)."""
+#: What a role that only runs Flowdesk (workers, the app, the CLI) needs on
+#: the schema once the owner applied it (``{role}``: the role's name).
+PG_WORKER_GRANTS = (
+    f"GRANT USAGE ON SCHEMA {PG_SCHEMA} TO {{role}}; "
+    f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {PG_SCHEMA} TO {{role}}"
+)
+
+
+def _pg_error(exc: Exception, conn: Any = None, db: str = "") -> StoreError:
+    """A StoreError for a failed PostgreSQL schema statement (SQLSTATE, not
+    message text). A refused privilege (42501) is told as it is: with
+    ``conn``, whether Flowdesk's schema already exists (then the role lacks
+    privileges on it: the grants it needs) or not (then it may not create
+    it: the ``db apply`` to run, with ``--db`` when ``db`` names the database)."""
     code = getattr(exc, "sqlstate", None)
+    if code == "42501" and conn is not None:
+        return _pg_privilege_error(exc, conn, db)
     if code == "55P03":
         return StoreError(
             f"another `flowdesk db apply` held the schema lock for more than {PG_LOCK_TIMEOUT}; "
@@ -175,15 +189,51 @@ def _pg_error(exc: Exception) -> StoreError:
     return StoreError(f"PostgreSQL error applying the schema (SQLSTATE {code}): {exc}")
 
 
-def status(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaStatus]:
+def _pg_privilege_error(exc: Exception, conn: Any, db: str) -> StoreError:
+    try:  # pg_namespace and current_user are readable by any role
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT current_user, EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)",
+                (PG_SCHEMA,),
+            ).fetchone()
+    except Exception:  # the connection itself failed: say what PostgreSQL said
+        return StoreError(f"PostgreSQL refused the role a privilege: {exc}")
+    role, exists = str(row[0]), bool(row[1])
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else "permission denied"
+    quoted = '"' + role.replace('"', '""') + '"'
+    if exists:
+        return StoreError(
+            f"Flowdesk's schema ({PG_SCHEMA}) exists in this database, but the PostgreSQL "
+            f"role {role} lacks privileges on it ({said}); nothing was changed. The "
+            "database owner grants what a role running Flowdesk needs: "
+            f"{PG_WORKER_GRANTS.format(role=quoted)};"
+        )
+    runnable = redact(db, mask=None)
+    target = f" --db {shlex.quote(runnable)}" if db else ""
+    return StoreError(
+        f"the PostgreSQL role {role} may not create Flowdesk's schema ({PG_SCHEMA}) in this "
+        f"database ({said}); nothing was applied. The database owner applies it (with their "
+        f"role in the URL), or grants this role CREATE on the database (GRANT CREATE ON "
+        f"DATABASE ... TO {quoted};) and it runs `flowdesk{target} db apply`."
+    )
+
+
+def status(
+    conn: Any, files: Iterable[SchemaFile] | None = None, db: str = ""
+) -> list[SchemaStatus]:
     """State of every shipped file plus any unknown ledger entries.
 
-    ``conn`` is an apsw or psycopg connection (see :func:`dialect_of`).
+    ``conn`` is an apsw or psycopg connection (see :func:`dialect_of`);
+    ``db`` names the database in a printed command (a URL's password left out).
+
+    Raises:
+        StoreError: PostgreSQL refused the role (its message says whether
+            the schema exists and what to grant or run).
     """
     if files is None:
         files = schema_files(dialect=dialect_of(conn))
     try:
-        ledger = _ledger(conn)
+        ledger = _ledger(conn, db)
     except apsw.Error as exc:
         raise translate(exc, conn.filename or None) from exc
     shipped = list(files) if files is not None else schema_files()
@@ -227,25 +277,42 @@ def verify(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -
         SchemaChecksumError: an applied file was edited.
         SchemaTooNewError: the ledger names files this code does not ship.
     """
-    statuses = status(conn, files)
+    statuses = status(conn, files, db)
     _raise_for(statuses, db)
     pending = [s.key for s in statuses if s.state == "pending"]
     if pending:
-        raise schema_missing(pending, db)
+        raise schema_missing(pending, db, len(statuses))
 
 
-def schema_missing(pending: Sequence[str], db: str = "") -> SchemaMissingError:
+def schema_missing(
+    pending: Sequence[str], db: str = "", shipped: int | None = None
+) -> SchemaMissingError:
     """The error for a database lacking schema files ``pending`` (their
-    keys, ``core/0001_runs_checkpoints.sql``...): it names ``flowdesk db
-    apply``, with ``--db`` when ``db`` names the database (quoted, a URL's
-    password left out)."""
+    keys, ``core/0001_runs_checkpoints.sql``...) of the ``shipped`` ones
+    (default: all of them pending): it names ``flowdesk db apply``, with
+    ``--db`` when ``db`` names the database (quoted, a URL's password left
+    out)."""
     # a command that runs as printed: quoted, a URL's password left out (never shown)
     runnable = redact(db, mask=None)
     target = f" --db {shlex.quote(runnable)}" if db else ""
     where = " (libpq reads the password from PGPASSWORD or ~/.pgpass)" if runnable != db else ""
     return SchemaMissingError(
-        f"the database is missing schema {', '.join(pending)}; "
+        f"{_missing(pending, len(pending) if shipped is None else shipped)}; "
         f"run `flowdesk{target} db apply` to apply it{where}."
+    )
+
+
+def _missing(pending: Sequence[str], shipped: int) -> str:
+    """What is missing, briefly: no schema at all, the few files by name, or
+    how many of how many (the first and last named)."""
+    if len(pending) >= shipped:
+        files = plural(shipped, "schema file")
+        return f"the database has no Flowdesk schema yet ({files} to apply)"
+    if len(pending) <= 3:
+        return f"the database is missing schema {', '.join(pending)}"
+    return (
+        f"the database is missing {len(pending)} of Flowdesk's {shipped} schema files "
+        f"({pending[0]} to {pending[-1]})"
     )
 
 
@@ -255,11 +322,14 @@ def _pg_lock(conn: Any) -> None:
     conn.execute(f"SET LOCAL search_path = {PG_SCHEMA}")
 
 
-def _pg_apply(conn: Any, files: Iterable[SchemaFile] | None) -> list[SchemaFile]:
+def _pg_apply(conn: Any, files: Iterable[SchemaFile] | None, db: str) -> list[SchemaFile]:
     import psycopg
 
     shipped = list(files) if files is not None else schema_files(dialect="postgres")
-    _raise_for(status(conn, shipped), "")
+    statuses = status(conn, shipped, db)
+    _raise_for(statuses, "")
+    if not any(s.state == "pending" for s in statuses):
+        return []  # all applied: no DDL (a role without CREATE may ask too)
     applied: list[SchemaFile] = []
     try:
         with conn.transaction():
@@ -290,11 +360,11 @@ def _pg_apply(conn: Any, files: Iterable[SchemaFile] | None) -> list[SchemaFile]
                 )
             applied.append(f)
     except psycopg.Error as exc:
-        raise _pg_error(exc) from exc
+        raise _pg_error(exc, conn, db) from exc
     return applied
 
 
-def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFile]:
+def apply(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -> list[SchemaFile]:
     """Apply every pending schema file; returns the files applied (maybe none).
 
     Each file and its ledger row commit in one transaction (``BEGIN
@@ -303,10 +373,12 @@ def apply(conn: Any, files: Iterable[SchemaFile] | None = None) -> list[SchemaFi
 
     Raises:
         SchemaChecksumError / SchemaTooNewError: as :func:`verify`; nothing applied.
-        StoreError: the SQL failed; that file's transaction rolled back.
+        StoreError: the SQL failed; that file's transaction rolled back (a
+            refused privilege says whether the schema exists; ``db`` names
+            the database in the command it prints).
     """
     if dialect_of(conn) == "postgres":
-        return _pg_apply(conn, files)
+        return _pg_apply(conn, files, db)
     shipped = list(files) if files is not None else schema_files()
     statuses = status(conn, shipped)
     _raise_for(statuses, "")

@@ -54,7 +54,7 @@ from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fittin
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
-from desktop_app.integrations.langgraph.threads import list_threads
+from desktop_app.integrations.langgraph.threads import Thread, list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 from desktop_app.textsafe import visible_controls
 from desktop_app.words import plural
@@ -133,6 +133,9 @@ class InboxItem:
         run: the flow run (``None`` for agent runs).
         wait: the flow run's wait (``None`` for agent runs).
         approval: an agent run waiting for a tool call's approval.
+        questions: how many questions the run asks at once (a LangGraph
+            thread whose parallel nodes each called ``interrupt()``: more
+            than one, which only its program can answer, by interrupt id).
         wait_id: what is asked, as the person read it: the flow run's wait
             id, the agent run's :func:`~desktop_app.agent.approvals.agent_wait_id`,
             the LangGraph thread's checkpoint id. An answer carries it (a
@@ -151,6 +154,7 @@ class InboxItem:
     asked_at: float | None = None
     approval: bool = False
     wait_id: str | None = None
+    questions: int = 1
 
     @property
     def identity(self) -> tuple[str, str | None]:
@@ -167,6 +171,8 @@ class InboxItem:
     def how(self, hints: Hints) -> str:
         if self.kind == "flow":
             return "y approve · n reject · enter answer"
+        if self.kind == "langgraph" and self.questions > 1:
+            return f"{self.questions} questions at once: its program answers them (enter opens it)"
         if self.kind == "langgraph":
             return "enter answer (in the thread)"
         if not self.approval:
@@ -233,6 +239,12 @@ def read_inbox(app: Host) -> tuple[list[InboxItem], str | None]:
     return items, "; ".join(errors) or None
 
 
+def waiting_threads(store: CheckpointStore) -> list[Thread]:
+    """LangGraph threads waiting on an ``interrupt()`` (the inbox's rows, and
+    what the runs screen's banner counts)."""
+    return list_threads(store, store.scope, statuses=["waiting"])
+
+
 def _thread_items(store: CheckpointStore) -> list[InboxItem]:
     """LangGraph threads waiting on an ``interrupt()``."""
     return [
@@ -245,8 +257,9 @@ def _thread_items(store: CheckpointStore) -> list[InboxItem]:
             deadline_at=None,
             asked_at=t.updated_at,
             wait_id=t.checkpoint_id,
+            questions=max(1, len(t.interrupts)),
         )
-        for t in list_threads(store, store.scope, statuses=["waiting"])
+        for t in waiting_threads(store)
     ]
 
 
@@ -446,17 +459,20 @@ class InboxScreen(Screen[None]):
         self.refresh_bindings()  # y / n / enter only while something waits
         self._show_question()
         asking = sum(i.kind == "flow" for i in self.items)
-        graphs = sum(i.kind == "langgraph" for i in self.items)
-        agents = len(self.items) - asking - graphs
+        agents = sum(i.kind == "agent" for i in self.items)
+        graphs = sum(i.questions for i in self.items if i.kind == "langgraph")
         if not self.items:
             status = "Nothing is waiting for you."
         else:
-            flows, agent = plural(asking, "flow question"), plural(agents, "agent question")
-            status = f"{flows} and {agent} wait for you."
-            if graphs:
-                status = status.replace(
-                    " wait", f" and {plural(graphs, 'LangGraph question')} wait"
-                )
+            kinds = (
+                (asking, "flow question"),
+                (agents, "agent question"),
+                (graphs, "LangGraph question"),
+            )
+            said = [plural(n, one) for n, one in kinds if n]
+            listed = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} and {said[-1]}"
+            one = asking + agents + graphs == 1
+            status = f"{listed} {'waits' if one else 'wait'} for you."
         if message.error:
             status += f" Could not read everything: {message.error}"
             self.flowdesk.say(message.error, "error")
@@ -614,10 +630,13 @@ class InboxScreen(Screen[None]):
             self._nothing_selected()
             return None
         if item.kind == "langgraph":
-            self.flowdesk.say(
-                f"LangGraph thread {short_id(item.run_id)}: enter opens it; answer it there.",
-                "warning",
+            there = (
+                f"it waits on {item.questions} questions at once, which its program answers "
+                "by interrupt id; enter opens it"
+                if item.questions > 1
+                else "enter opens it; answer it there"
             )
+            self.flowdesk.say(f"LangGraph thread {short_id(item.run_id)}: {there}.", "warning")
             return None
         if item.kind != "flow":
             how = (

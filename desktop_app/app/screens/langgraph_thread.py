@@ -185,14 +185,21 @@ class ThreadScreen(Screen[None]):
         head.append("  ".join(f"{k} {v}" for k, v in sorted(t.context.items())))
         for value in t.interrupts:
             head.append(f"\nasks: {json.dumps(value, ensure_ascii=False, default=str)}")
-        if t.status == "waiting":
+        if threads.asks_several(t):
+            head.append(
+                f"\nIt waits on {len(t.interrupts)} questions at once, which an answer here "
+                f"cannot tell apart. {threads.several_hint(t.thread_id)}"
+            )
+        elif t.status == "waiting":
             head.append("\na: answer it here; its program goes on with ")
             head.append(threads.resume_hint(t.thread_id))
         elif t.status == threads.ANSWERED:
             head.append("\nanswered: it goes on when its program runs ")
             head.append(threads.resume_hint(t.thread_id))
         self.query_one("#thread-head", Static).update(head)
-        self.set_class(t.status == "waiting", "-waiting")
+        # the answer field only where an answer here works (one question)
+        self.set_class(t.status == "waiting" and not threads.asks_several(t), "-waiting")
+        self.refresh_bindings()
 
     # -- showing -------------------------------------------------------------
 
@@ -241,9 +248,24 @@ class ThreadScreen(Screen[None]):
         self.marked = None if self.marked == point.checkpoint_id else point.checkpoint_id
         self._show(point)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``a`` is offered only while an answer here works (not for several
+        questions at once, which its program answers by interrupt id)."""
+        if action == "answer":
+            t = self.thread
+            return not (t is not None and threads.asks_several(t))
+        return True
+
     def action_answer(self) -> None:
         if self.thread is None or self.thread.status != "waiting":
             self.app.notify("This thread is not waiting for an answer.", timeout=3)
+            return
+        if threads.asks_several(self.thread):
+            self.flowdesk.say(
+                f"Thread {self.thread_id} waits on {len(self.thread.interrupts)} questions at "
+                f"once; nothing can be answered here. {threads.several_hint(self.thread_id)}",
+                "warning",
+            )
             return
         self.query_one("#answer", Input).focus()
 

@@ -359,8 +359,9 @@ class RunsScreen(Screen[None]):
 
     def _show_hint(self) -> None:
         """How many runs wait: flow runs (one bounded, indexed read: at most
-        PAGE + 1 rows) and agent runs asking a question or an approval
-        (``input_required``; answered in the inbox)."""
+        PAGE + 1 rows), agent runs asking a question or an approval
+        (``input_required``; answered in the inbox) and LangGraph threads
+        waiting on an ``interrupt()`` (the inbox's read)."""
         waiting_runs = self.flowdesk.read(
             lambda store: store.list_runs(statuses=("waiting",), limit=PAGE + 1), quiet=True
         )
@@ -375,6 +376,11 @@ class RunsScreen(Screen[None]):
             else None
         )
         asking = len(asking_runs) if asking_runs is not None else 0
+        from desktop_app.app.screens.inbox import waiting_threads
+
+        # the inbox's own read: a banner and an inbox that count alike
+        graphs = self.flowdesk.read(waiting_threads, quiet=True)
+        threads = len(graphs) if graphs is not None else 0
         parts: list[str] = []
         if waiting:
             if waiting > PAGE:
@@ -385,6 +391,9 @@ class RunsScreen(Screen[None]):
         if asking:
             agents = f"{plural(asking, 'agent run')} {'is' if asking == 1 else 'are'}"
             parts.append(f"{agents} waiting for an answer: i opens the inbox.")
+        if threads:
+            graph = f"{plural(threads, 'LangGraph thread')} {'is' if threads == 1 else 'are'}"
+            parts.append(f"{graph} waiting for an answer: i opens the inbox.")
         self.hint.say(" ".join(parts))
 
     # -- interrupted runs that wait for a person (recovery = "ask") ---------

@@ -236,9 +236,7 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
                 f"LangGraph thread {thread_id} waits on {len(thread.interrupts)} questions at "
                 "once (parallel nodes each called interrupt()); an answer stored here would go "
                 "to whichever LangGraph resumes first, not the one you mean, so nothing was "
-                "stored. Answer them from its program, each by its interrupt id: "
-                "graph.invoke(Command(resume={interrupt.id: value, ...}), config, "
-                'durability="sync") (the ids are in graph.get_state(config).interrupts)'
+                f"stored. {several_hint(thread_id)}"
             )
         now = time.time()
         # the answer is taken by a compare-and-set on the row: of two answers
@@ -272,6 +270,24 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
         )  # fmt: skip
 
     return store.write(op)
+
+
+def asks_several(thread: Thread) -> bool:
+    """Whether ``thread`` waits on several questions at once (parallel nodes
+    each called ``interrupt()``): ``flowdesk answer`` refuses it, its program
+    answers them by interrupt id (:func:`several_hint`)."""
+    return thread.status == "waiting" and len(thread.interrupts) > 1
+
+
+def several_hint(thread_id: str) -> str:
+    """How the program of a thread waiting on several questions at once
+    answers them (LangGraph's API: a resume keyed by interrupt id)."""
+    config = json.dumps({"configurable": {"thread_id": thread_id}})
+    return (
+        "Its program answers them, each by its interrupt id: "
+        f"graph.invoke(Command(resume={{interrupt.id: value, ...}}), {config}, "
+        'durability="sync") (the ids are in graph.get_state(config).interrupts)'
+    )
 
 
 def resume_hint(thread_id: str) -> str:

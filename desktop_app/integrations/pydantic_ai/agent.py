@@ -131,6 +131,9 @@ class FlowdeskAgent:
         self.lease_ttl_s = lease_ttl_s
         self.clock = clock or SystemClock()
         self.durability = FlowdeskDurability(name=self.name)
+        #: the ``flowdesk`` commands its errors print, with the database and
+        #: scope of ``store`` (a URL without its password), so they run as printed
+        self.hints = _hints_of(store)
 
     @classmethod
     def open(cls, agent: PydanticAgent[Any, Any], db: str | None = None) -> FlowdeskAgent:
@@ -163,7 +166,12 @@ class FlowdeskAgent:
     ) -> FlowdeskRunResult:
         """Start a durable run of ``prompt`` and drive it to its end.
 
-        With ``run_id`` of an existing run, that run is resumed instead. The
+        With ``run_id`` of an existing run, that run is resumed instead (the
+        same call again after a crash); one that waits for a tool call's
+        approval returns the same ``input_required`` result the call that
+        reached the wait returned (replayed from the journal: nothing runs),
+        until the approval is answered (``flowdesk answer``, the inbox,
+        :meth:`resume` with ``answer``). The
         run is stored (and resumable by its id) before the first model
         request. ``event_stream_handler`` receives Pydantic AI's stream
         events as they arrive (text deltas from a streamed model request,
@@ -171,7 +179,9 @@ class FlowdeskAgent:
 
         Raises:
             Whatever the agent raises (the run is then ``failed`` with it);
-            AgentRunLeasedError when a live process drives ``run_id``;
+            AgentRunLeasedError when a live process drives ``run_id`` (a
+            ``flowdesk agent`` worker, the app, another call): nothing ran
+            here; call again once it is done or waits;
             AgentRunCanceledError when the run is canceled (``flowdesk
             cancel``, :meth:`cancel`) while this drives it: it stays
             ``canceled``, no model request or tool call starts after the
@@ -179,6 +189,9 @@ class FlowdeskAgent:
             recorded (the error's ``in_flight`` names it).
         """
         if run_id is not None and self._exists(run_id):
+            existing = self.store.get(run_id)
+            if existing.status == "input_required":  # as the first call returned it
+                return await self._still_waiting(existing, deps, event_stream_handler)
             return await self.resume(run_id, deps=deps, event_stream_handler=event_stream_handler)
         rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
@@ -229,7 +242,9 @@ class FlowdeskAgent:
         is refused and nothing changes.
 
         Raises:
-            InputRequiredError: the run waits for approval and no ``answer`` was given.
+            InputRequiredError: the run waits for approval and no ``answer``
+                was given; its message names the ``flowdesk answer`` command
+                (with the ``--db``/``--scope`` of this agent's store).
             ApprovalAnswerError: ``answer`` is neither yes nor no (nothing changed).
             RunStateError: the run is canceled, timed out or expired, or not
                 a run of this agent; or the approval answered (``wait_id``,
@@ -253,9 +268,10 @@ class FlowdeskAgent:
         if answer is not None and request is None:
             raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
         if request is not None and answer is None:
+            yes, no = (self.hints.cmd(f"answer {run_id} {word}") for word in ("yes", "no"))
             raise InputRequiredError(
                 f"agent run {run_id} waits for an answer: {request.question()}; answer it "
-                f"with `flowdesk answer {run_id} yes` or `no`"
+                f"with `{yes}` or `{no}` (or resume it here with answer='yes' or 'no')"
             )
         if run.status != "done":
             approved = None if answer is None else parse_decision(answer)
@@ -271,6 +287,11 @@ class FlowdeskAgent:
                 except RunStateError:
                     self.store.release(run_id, self.owner)
                     raise
+            declined = (
+                [self._declined_message(run_id, request)]
+                if request is not None and approved is False
+                else []
+            )
             self.store.update(  # the decision is journaled with the end of the wait
                 run_id,
                 self.clock.now(),
@@ -279,8 +300,38 @@ class FlowdeskAgent:
                 status="running",
                 error=None,
                 pending_call=None,
+                # a declined call's answer is a turn, as Flowdesk's own agent writes it
+                messages=declined,
             )
         return await self._drive(self.store.get(run_id), deps, event_stream_handler)
+
+    async def _still_waiting(
+        self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
+    ) -> FlowdeskRunResult:
+        """``run`` again on a run that waits for an approval: its result as
+        the call that reached the wait returned it, replayed from the journal
+        under the run's lease (a run answered meanwhile goes on)."""
+        if run.agent != self.name or ToolSources.of_run(self.store, run.run_id).pydantic_ai is None:
+            raise RunStateError(
+                f"agent run {run.run_id} is a run of {run.agent!r}, not of the Pydantic AI agent "
+                f"{self.name!r}; resume it with its own agent"
+            )
+        claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
+        return await self._drive(self.store.get(run.run_id), deps, handler)
+
+    def _declined_message(self, run_id: str, request: ApprovalRequest) -> dict[str, Any]:
+        """The tool message of a declined call (what the model is told),
+        answering the journal's call at the request's place."""
+        calls = [
+            call
+            for m in self.store.messages(run_id)
+            if m.get("role") == "assistant"
+            for call in m.get("tool_calls", [])
+        ]
+        call = calls[request.place - 1] if 0 < request.place <= len(calls) else {}
+        call_id = call.get("id") if call.get("name") == request.tool else None
+        content = declined_result(request.tool)
+        return Message("tool", content, tool_call_id=call_id, name=request.tool).to_json()
 
     def resume_sync(self, run_id: str, **kwargs: Any) -> FlowdeskRunResult:
         """:meth:`resume` in a new event loop."""
@@ -472,3 +523,17 @@ def _tool_call_places(messages: list[ModelMessage]) -> dict[str, int]:
 
 def _as_text(output: Any) -> str:
     return output if isinstance(output, str) else to_json(output).decode()
+
+
+def _hints_of(store: AgentLog) -> Any:
+    """The CLI's :class:`~desktop_app.cli.output.Hints` for ``store``'s
+    database and scope: ``--db`` always (a program's database need not be
+    the one a shell's settings name; a URL without its password), ``--scope``
+    unless it is ``default``."""
+    from desktop_app.cli.output import Hints
+
+    db = getattr(store, "path", None)  # SQLite: the file
+    if db is None:
+        db = getattr(getattr(store, "checkpoints", None), "db", None)  # PostgreSQL: the URL
+    scope = getattr(store, "scope", "default")
+    return Hints(None if db is None else str(db), None if scope == "default" else scope)

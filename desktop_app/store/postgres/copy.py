@@ -32,6 +32,7 @@ from desktop_app.errors import CopyTargetNotEmptyError, DatabaseOpenError, Store
 from desktop_app.store import migrations
 from desktop_app.store.connection import translate
 from desktop_app.store.postgres.sql import connect, no_nul, redact
+from desktop_app.words import plural
 
 #: Columns not copied: the laptop's leases and claims mean nothing on the server.
 _DROPPED = frozenset({"lease_owner", "lease_expires_at", "claimed_by", "claim_expires_at"})
@@ -47,7 +48,34 @@ class CopyReport:
 
     @property
     def runs(self) -> int:
+        """Flow runs copied (rows of ``runs``)."""
         return self.rows.get("runs", 0)
+
+    @property
+    def agent_runs(self) -> int:
+        """Agent runs copied (rows of ``agent_runs``)."""
+        return self.rows.get("agent_runs", 0)
+
+    @property
+    def langgraph_threads(self) -> int:
+        """LangGraph threads copied (rows of ``langgraph_threads``)."""
+        return self.rows.get("langgraph_threads", 0)
+
+    def summary(self) -> str:
+        """What was copied by kind: ``1 flow run, 1 agent run and 1 LangGraph
+        thread`` (kinds with none left out; ``no runs`` when all are)."""
+        parts = [
+            plural(n, one)
+            for n, one in (
+                (self.runs, "flow run"),
+                (self.agent_runs, "agent run"),
+                (self.langgraph_threads, "LangGraph thread"),
+            )
+            if n
+        ]
+        if not parts:
+            return "no runs"
+        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
 
 
 def _timestamp(value: Any, table: str, column: str) -> str | None:

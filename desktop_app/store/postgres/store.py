@@ -1679,9 +1679,11 @@ def _check_connect(url: str) -> None:
     try:
         connect(url).close()
     except psycopg.Error as exc:
+        said = str(exc).strip()  # libpq's text may end in "?" or "." already
+        stop = "" if said.endswith((".", "?", "!")) else "."
         raise DatabaseOpenError(
-            f"cannot connect to PostgreSQL at {redact(url)}: {exc}. Check the URL, that the "
-            "server is up, and the role's password (~/.pgpass or PGPASSWORD)."
+            f"cannot connect to PostgreSQL at {redact(url)}: {said}{stop} Check the URL, that "
+            "the server is up, and the role's password (~/.pgpass or PGPASSWORD)."
         ) from exc
 
 
@@ -1750,14 +1752,14 @@ def apply_postgres_schema(url: str) -> list[migrations.SchemaFile]:
     SchemaTooNewError, StoreError."""
     _check_connect(url)
     with connect(url, autocommit=True) as conn:
-        return migrations.apply(conn)
+        return migrations.apply(conn, db=redact(url))
 
 
 def postgres_schema_status(url: str) -> list[migrations.SchemaStatus]:
     """``flowdesk --db postgresql://… db status``: the state of every schema file."""
     _check_connect(url)
     with connect(url, autocommit=True) as conn:
-        return migrations.status(conn)
+        return migrations.status(conn, db=redact(url))
 
 
 def verify_postgres_schema(url: str) -> None:
