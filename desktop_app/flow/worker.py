@@ -259,8 +259,10 @@ class Worker:
         return taken + start
 
     def serve(self, stop: threading.Event) -> None:
-        """Run passes until ``stop`` is set; then stop the runs (they stay
-        resumable, their leases released) and wait for the threads."""
+        """Run passes until ``stop`` is set; then stop the runs before their
+        next step and wait for the threads: a step in flight finishes, and
+        each run's lease is released once its step has ended (never while
+        its step may still execute here: :meth:`Engine.stop`)."""
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flowdesk-run")
         stopper = threading.Thread(target=self._stop_on, args=(stop,), daemon=True)
         stopper.start()
