@@ -14,6 +14,7 @@ worker may still run it.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -77,6 +78,14 @@ class Agent:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait(timeout=30)
+
+
+def owner(agent: Agent) -> str:
+    """The lease owner id ``flowdesk agent`` printed when it started."""
+    first = agent.text().splitlines()[0]
+    found = re.match(r"flowdesk agent: (?:worker (\S+) on|serving .* as (\S+)$)", first)
+    assert found, first
+    return found.group(1) or found.group(2)
 
 
 def wait_for(pred, what: str, bound: float = BOUND_S) -> None:
@@ -171,3 +180,7 @@ def test_a_step_still_running_after_the_grace_keeps_its_lease_and_a_peer_runs_it
     effects = [w for w in lines(sink) if w[0] == "effect"]
     assert Counter(w[1] for w in effects) == dict.fromkeys(sigterm_flows.STEPS, 1), effects
     assert [w[2] for w in effects if w[1] == "s1"] == [str(b.pid)]
+    # the log names the run and the owner it was taken from (README, Tracing and logs)
+    logged = (Path(os.environ["XDG_STATE_HOME"]) / "flowdesk" / "log" / "flowdesk.log").read_text()
+    took = f"run {run_id}: {owner(b)} takes it over from {owner(a)} (owner gone)"
+    assert took in logged, logged[-3000:]

@@ -103,6 +103,10 @@ async def test_y_in_the_inbox_on_postgres_hands_the_approved_pydantic_ai_call_to
         )
         assert len(server.requests) == 2
     assert lines(log) == ["delete x"]  # approved once, made once, by the worker
+    # the worker's log tells the run's resume and end, as it does a flow run's
+    logged = (Path(os.environ["XDG_STATE_HOME"]) / "flowdesk" / "log" / "flowdesk.log").read_text()
+    assert f"agent helper: run {run_id} resumed (status was running)" in logged, logged[-3000:]
+    assert f"agent helper: run {run_id} ended done" in logged
 
 
 async def test_an_agents_question_answered_in_the_app_on_postgres_is_continued_by_a_worker(
