@@ -29,6 +29,7 @@ from tests.test_pydantic_ai import DELETE_X, lines, worker
 
 pytestmark = pytest.mark.postgres
 AGENTS = '["tests.pydantic_ai_agents:make_helper"]'
+RID = "0123456789abcdef" * 2
 HANDED = "Agent run {} is answered and saved; a worker (flowdesk agent) executes it."
 
 
@@ -147,3 +148,42 @@ async def test_an_agents_question_answered_in_the_app_on_postgres_is_continued_b
             for m in server.requests[1]["body"]["messages"]
             if m["role"] == "tool"
         )
+
+
+async def test_resuming_an_interrupted_agent_run_in_the_app_on_postgres_leaves_it_to_a_worker(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent runs screen's resume executes nothing on PostgreSQL: it says
+    a worker resumes the run, and the model is sent nothing from here."""
+    from desktop_app.agent.messages import Message
+    from desktop_app.app.screens.agent_runs import AgentRunsScreen
+    from desktop_app.bootstrap import open_services
+    from desktop_app.store.protocol import AgentRun
+
+    services = open_services(load_settings(db_path=pg_url), flows=[])
+    try:
+        now = time.time()
+        services.agents.create(
+            AgentRun(RID, "ask", "running", "which one?", now, now),
+            [Message("user", "which one?").to_json()],
+        )  # left running with no lease: interrupted
+    finally:
+        services.close()
+    with ChatServer() as server:
+        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", server.url)
+        monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
+        app = FlowdeskApp(load_settings(db_path=pg_url))
+        async with app.run_test(size=(160, 45)) as pilot:
+            await settle(pilot)
+            await wait_until(pilot, lambda: app.engine is not None, timeout=30)
+            await pilot.press("g")
+            await settle(pilot)
+            assert isinstance(app.screen, AgentRunsScreen)
+            app.screen.resume_run(RID)
+            await settle(pilot)
+            said = (
+                "Agent run 01234567 is saved as it stopped; a worker (flowdesk agent) resumes it."
+            )
+            assert messages(app)[-1] == said, messages(app)
+        assert server.requests == []
+    assert agent_run(pg_url, RID).status == "running"
