@@ -187,5 +187,5 @@ def test_agent_stops_on_sigterm_soon_when_its_database_went_away(pg_url):
     finally:
         relay.close()
     assert took < 60  # it took 89 s; one wait begun before the signal takes up to 30 s
-    assert "stopping after the current step" in err
+    assert "stopping after the steps in flight" in err
     assert "Traceback" not in err

@@ -338,3 +338,80 @@ def recover_agent_runs(
         if on_result is not None:
             on_result(run, outcome)
     return report
+
+
+def hand_answer_to_workers(
+    store: AgentLog,
+    run: AgentRun,
+    answer: str,
+    *,
+    owner: str,
+    now: float,
+    wait_id: str | None = None,
+    lease_ttl_s: float = 30.0,
+) -> None:
+    """Store ``answer`` to what agent run ``run`` waits for (``yes``/``no``
+    to the tool call it waits to have approved, or its ``ask_user``
+    question's answer), exactly as continuing it here would journal it, and
+    hand the run to the workers instead of executing it: it is left
+    ``running`` with its lease released, so a worker (``flowdesk agent``)
+    resumes it with the tools it recorded, as after a crash right after the
+    answer. For a process that executes nothing (the app on PostgreSQL).
+
+    Args:
+        owner: the lease owner id the answer is written under (held only
+            while it is written).
+        now: UTC epoch seconds (the store's time).
+        wait_id: the question the person answered
+            (:func:`~desktop_app.agent.approvals.agent_wait_id`); refused when
+            the run waits on another by now.
+
+    Raises:
+        ApprovalAnswerError: ``answer`` is neither yes nor no to an approval
+            (nothing stored).
+        RunStateError: the run waits for no answer, or (``wait_id``) waits
+            on another one now; nothing stored.
+        AgentRunLeasedError: a live process executes the run.
+        StoreError: the answer could not be stored.
+    """
+    import logging
+
+    from desktop_app.agent.approvals import (
+        ApprovalJournal,
+        agent_wait_id,
+        parse_decision,
+        pending_approval,
+        require_wait,
+    )
+    from desktop_app.agent.leases import claim_agent_run
+    from desktop_app.agent.messages import Message, ToolCall
+    from desktop_app.agent.tools import ASK_USER
+    from desktop_app.errors import RunStateError
+
+    run_id = run.run_id
+    if wait_id is not None:
+        require_wait(run, wait_id)
+    if run.status != "input_required" or run.pending_call is None:
+        raise RunStateError(f"agent run {run_id} is not waiting for input (status {run.status!r})")
+    request = pending_approval(run.pending_call)
+    written: dict[str, Any]
+    if request is not None:  # yes or no to a tool call, journaled before the call
+        written = {"tool": ApprovalJournal.row(request, parse_decision(answer))}
+    elif ToolSources.of_run(store, run_id).pydantic_ai is not None:
+        raise RunStateError(f"agent run {run_id} waits for no answer Flowdesk can give")
+    else:
+        call = ToolCall.from_json(run.pending_call)
+        reply = Message("tool", f"Human input: {answer}", tool_call_id=call.id, name=ASK_USER)
+        written = {"messages": [reply.to_json()]}
+    claim_agent_run(store, run, owner, lease_ttl_s, now)
+    try:
+        # answered elsewhere between the read and the lease?
+        require_wait(store.get(run_id), str(agent_wait_id(run.pending_call)))
+        store.update(
+            run_id, now, owner=owner, status="running", error=None, pending_call=None, **written
+        )
+    finally:
+        store.release(run_id, owner)  # the workers (woken on PostgreSQL) take it from here
+    logging.getLogger(__name__).info(
+        "agent run %s answered by %s and handed to the workers", run_id, owner
+    )

@@ -331,14 +331,28 @@ def cmd_agent(ctx: Ctx) -> int:
     sv = ctx.services()
     engine = sv.engine
     stop = threading.Event()
+    grace = ctx.args.grace
 
     def on_term(signum: int, _frame: object) -> None:
-        print(f"flowdesk agent: signal {signum}, stopping after the current step", file=sys.stderr)
-        engine.stop()
+        if stop.is_set():  # a second signal: no more waiting
+            _exit_keeping_leases(engine, f"a second signal ({signum})")
+        print(
+            f"flowdesk agent: signal {signum}, stopping after the steps in flight "
+            f"(at most {grace:g} s; signal again to exit now)",
+            file=sys.stderr,
+            flush=True,
+        )
+        engine.stop()  # releases no lease: each run's is given back once its step ended
         stop.set()
         stop_waiting = getattr(sv.checkpoints, "stop_waiting", None)
         if stop_waiting is not None:  # a database gone away does not hold the stop
             stop_waiting()
+        threading.Thread(
+            target=_exit_after,
+            args=(engine, grace),
+            name="flowdesk-stop-grace",
+            daemon=True,
+        ).start()
 
     signals.signal(signals.SIGTERM, on_term)
     signals.signal(signals.SIGINT, on_term)
@@ -358,6 +372,40 @@ def cmd_agent(ctx: Ctx) -> int:
     )
     sv.close()
     return EXIT_OK
+
+
+def _exit_after(engine: Any, grace_s: float) -> None:
+    """The grace thread of a stopping ``flowdesk agent``: still running
+    ``grace_s`` seconds after the signal, the process exits without
+    releasing the leases it holds (:func:`_exit_keeping_leases`)."""
+    import time
+
+    time.sleep(grace_s)
+    _exit_keeping_leases(engine, f"{grace_s:g} s after the signal")
+
+
+def _exit_keeping_leases(engine: Any, when: str) -> None:
+    """Exit the process now (exit status 1), saying which runs still execute
+    a step: their leases are not released, so no peer takes a run over while
+    its step may still run here; once this process is gone a peer takes each
+    over (at once on this host or from a worker whose liveness lock dropped,
+    else when its lease expires) and runs that step again, as after ``kill -9``."""
+    import logging
+
+    with engine._lock:
+        busy = sorted(engine.active)
+    what = (
+        f"runs still executing a step: {', '.join(busy)}; each keeps its lease and a peer "
+        "takes it over and runs that step again, as after a crash"
+        if busy
+        else "no flow run was executing a step"
+    )
+    print(f"flowdesk agent: exiting {when}; {what}", file=sys.stderr, flush=True)
+    logging.getLogger("desktop_app.cli").warning("flowdesk agent exiting %s; %s", when, what)
+    for handler in logging.getLogger("desktop_app").handlers:
+        handler.flush()
+    sys.stdout.flush()
+    os._exit(EXIT_FAILED)
 
 
 def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:

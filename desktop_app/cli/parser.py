@@ -484,6 +484,14 @@ def build_parser() -> argparse.ArgumentParser:
         "always so on PostgreSQL",
     )
     agent.add_argument(
+        "--grace",
+        type=seconds,
+        default=30.0,
+        help="on SIGTERM or Ctrl-C, seconds the steps in flight have to finish before "
+        "the agent exits anyway (their runs then keep their leases: a peer takes them "
+        "over as after a crash)",
+    )
+    agent.add_argument(
         "--concurrency",
         type=positive_int,
         default=4,

@@ -144,10 +144,17 @@ def cmd_runs(ctx: Ctx) -> int:
         elif row["kind"] == "agent":
             prog = plural(row["turns"], "turn")
         queued = queued_text(row["flow"], row.get("undelivered") or 0)
+        # nothing configured like this process goes on with it: `show` says what to set
+        stranded = (
+            row["kind"] == "flow"
+            and row["status"] in ("pending", INTERRUPTED)
+            and row["flow"] not in sv.engine.flows
+        )
         print(
             f"{row['run_id']:32}  {row['kind']:9}  {row['flow']:12} {row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
             + (f"  · {queued}" if queued else "")
+            + ("  · its flow is not registered here (see show)" if stranded else "")
         )
     return EXIT_OK
 
@@ -422,7 +429,9 @@ def cmd_show(ctx: Ctx) -> int:
     if stuck is not None:
         _say(stuck_line(ctx, stuck))
     elif status == INTERRUPTED:
-        print(_interrupted_line(ctx, run, first=needs_model(sv, run)))
+        print(_interrupted_line(ctx, run, first=needs_model(sv, run) or unregistered(sv, run)))
+    elif status == "pending" and (why := unregistered(sv, run)) is not None:
+        print(f"pending: {why}; then {ctx.hints.cmd(f'resume {run.run_id}')} starts it")
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
@@ -534,6 +543,19 @@ def needs_model(sv: Services, run: Any) -> str | None:
     return (
         "it was started with --model and no model is configured here: set "
         "FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL (or [model] in the settings file)"
+    )
+
+
+def unregistered(sv: Services, run: Any) -> str | None:
+    """What to set before flow run ``run`` (a ``RunRecord``) can go on here,
+    or ``None``: its flow is not registered in this process, so neither
+    ``resume`` here nor a worker configured like this one runs it."""
+    if run.flow_name in sv.engine.flows:
+        return None
+    return (
+        f"its flow {run.flow_name!r} is not registered here, so no process configured like "
+        "this one resumes it: set FLOWDESK_FLOWS (the flows setting) to the module attribute "
+        "that defines it, here and on each worker (flowdesk agent)"
     )
 
 

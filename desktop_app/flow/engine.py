@@ -365,12 +365,21 @@ class Engine:
         """The heartbeat thread: :meth:`renew_leases` every ``lease_ttl_s / 3``
         seconds while any run executes here."""
         interval = max(0.05, self.lease_ttl_s / 3)
-        while not self.shutdown_event.wait(interval):
+        # not ended by ``shutdown_event``: a run whose step is in flight when
+        # the engine stops keeps its lease until that step ends (``stop``)
+        while True:
+            time.sleep(interval)
             with self._lock:
                 if not self.active:
                     self._heartbeat = None
                     return
-            self.renew_leases()
+            try:
+                self.renew_leases()
+            except Exception:  # a store closed under a run still executing: its lease expires
+                log.debug("lease heartbeat stopped", exc_info=True)
+                with self._lock:
+                    self._heartbeat = None
+                return
 
     def renew_leases(self) -> None:
         """One heartbeat: renew the leases of the runs this engine executes,
@@ -417,19 +426,19 @@ class Engine:
 
     def stop(self) -> None:
         """Stop executing: every run this engine drives stops before its next
-        step (or backoff) and stays resumable. Their leases are released now,
-        so the next process takes the run over at once. A step still in
-        flight may still save its checkpoint while no one holds the run (then
-        the taker resumes after it); once another process holds the lease,
-        that save is refused (``LeaseLostError``) and the step runs again
-        there. The compare-and-append on the revision keeps the two from both
-        saving. For SIGTERM handlers and app shutdown."""
+        step (or backoff) and stays resumable. For SIGTERM handlers and app
+        shutdown; returns at once.
+
+        A step in flight is let finish: no lease is released here. Each run's
+        driver gives its lease back once its step has ended and its
+        checkpoint is saved, and the heartbeat goes on renewing the leases
+        of runs still executing, so no other process takes over a run while
+        this one may still execute its step. A run whose step is still
+        executing when the process exits keeps its lease: a peer takes it
+        over once that lease expires, or at once when its owner is known
+        gone (a process of this host that exited, a worker whose liveness
+        lock dropped), and runs that step again, as after ``kill -9``."""
         self.shutdown_event.set()
-        with self._lock:
-            active = list(self.active)
-        for run_id in active:
-            with contextlib.suppress(FlowdeskError):  # else it expires after lease_ttl_s
-                self.store.release(run_id, self.owner)
 
     def forget_cancel(self, run_id: str) -> None:
         """Drop the run's in-memory cancel flag once nothing drives it (a

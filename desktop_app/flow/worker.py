@@ -36,11 +36,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, cast
 
-from desktop_app.errors import FlowdeskError
+from desktop_app.errors import FlowdeskError, UnknownFlowError
 from desktop_app.flow import recovery
 from desktop_app.flow.engine import REFUSALS, Engine, Refusals
-from desktop_app.flow.owners import owner_is_alive, owner_is_dead
-from desktop_app.store.protocol import WorkerClaims
+from desktop_app.flow.owners import lease_abandoned, owner_is_alive, owner_is_dead
+from desktop_app.store.protocol import PENDING_STATUSES, WorkerClaims
 from desktop_app.store.records import RunRecord
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,9 @@ class Worker:
         self.poll_s = poll_s
         self.on_tick = on_tick
         self._inflight: dict[str, Future[Any]] = {}
+        #: seconds between two looks for runs of flows not registered here
+        self.unknown_every_s = 5.0
+        self._unknown_at = -float("inf")
         self._lock = threading.Lock()
         #: passes that a notification started (rather than the poll timer)
         self.notified_passes = 0
@@ -193,6 +196,25 @@ class Worker:
                 break
             if not self._busy(run_id) and run_id not in self.refused:
                 self._submit(pool, run_id, engine.wake)
+        self._tell_unknown_flows()
+
+    def _tell_unknown_flows(self) -> None:
+        """Refuse (once per run: logged and given to ``on_refused``) each
+        pending or interrupted run no live process holds whose flow is not
+        registered here: the claims pass over such runs, so without this a
+        worker missing a flow said nothing and the run stayed ``interrupted``.
+        At most one look every :attr:`unknown_every_s` seconds."""
+        if time.monotonic() - self._unknown_at < self.unknown_every_s:
+            return
+        self._unknown_at = time.monotonic()
+        engine, store = self.engine, self.engine.store
+        names = sorted({name for name, _ in engine.versions()})
+        now = store.now()
+        for run in store.list_runs(statuses=PENDING_STATUSES):
+            if run.flow_name in names or run.run_id in self.refused:
+                continue
+            if lease_abandoned(run.lease_owner, run.lease_expires_at, now):
+                self._refusals.refuse(run.run_id, unknown_flow(run.flow_name, names))
 
     def _claim(self, free: int) -> list[RunRecord]:
         """Up to ``free`` runs just leased to this worker that it can start
@@ -259,8 +281,10 @@ class Worker:
         return taken + start
 
     def serve(self, stop: threading.Event) -> None:
-        """Run passes until ``stop`` is set; then stop the runs (they stay
-        resumable, their leases released) and wait for the threads."""
+        """Run passes until ``stop`` is set; then stop the runs before their
+        next step and wait for the threads: a step in flight finishes, and
+        each run's lease is released once its step has ended (never while
+        its step may still execute here: :meth:`Engine.stop`)."""
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="flowdesk-run")
         stopper = threading.Thread(target=self._stop_on, args=(stop,), daemon=True)
         stopper.start()
@@ -298,3 +322,15 @@ class Worker:
         stop.wait()
         if self.session is not None:
             self.session.poke()
+
+
+def unknown_flow(name: str, registered: list[str]) -> UnknownFlowError:
+    """What a worker says of a run of flow ``name``, which it does not have
+    (``registered``: the flow names it has)."""
+    has = ", ".join(registered) or "none"
+    return UnknownFlowError(
+        f"its flow {name!r} is not registered in this worker (its flows: {has}). Set "
+        "FLOWDESK_FLOWS (the flows setting) on this worker to the module attribute that "
+        """defines it, as where the run was started (FLOWDESK_FLOWS='["package.module:"""
+        """attribute"]'), and restart it; a worker that has the flow resumes the run"""
+    )

@@ -612,6 +612,11 @@ class AgentRunsScreen(Screen[None]):
         if problem is not None:
             self.flowdesk.say(problem, "warning")
             return
+        if not self.flowdesk.services.engine.executes:  # PostgreSQL: the workers resume it
+            self.flowdesk.say(
+                f"Agent run {rid} is saved as it stopped; a worker (flowdesk agent) resumes it."
+            )
+            return
         self.flowdesk.say(f"Resuming agent run {rid}…")
         self._begin_stream(question_of(run) or run.input)
         self._stream(run_id, None)

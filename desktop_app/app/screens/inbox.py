@@ -772,6 +772,9 @@ class InboxScreen(Screen[None]):
         services = self.flowdesk.services
         assert services is not None
         store = services.services.agents
+        if not services.engine.executes:  # PostgreSQL: the workers execute it
+            self._hand_answer(run_id, answer, wait_id)
+            return
         try:
             model = None
             if ToolSources.of_run(store, run_id).pydantic_ai is None:
@@ -794,6 +797,33 @@ class InboxScreen(Screen[None]):
             self.post_message(AgentAnswered(run_id, text, "error"))
             return
         self.post_message(AgentAnswered(run_id, *_outcome(self.flowdesk.hints, res)))
+
+    def _hand_answer(self, run_id: str, answer: str, wait_id: str | None) -> None:
+        """Store the answer and hand the run to the workers (the app executes
+        nothing on a database workers serve: no tool call, no model call
+        here), then say so as :class:`AgentAnswered`."""
+        from desktop_app.agent.recovery import hand_answer_to_workers
+
+        services = self.flowdesk.services
+        assert services is not None
+        store, engine = services.services.agents, services.engine
+        rid = short_id(run_id)
+        try:
+            hand_answer_to_workers(
+                store,
+                store.get(run_id),
+                answer,
+                owner=engine.owner,
+                now=engine.clock.now(),
+                wait_id=wait_id,
+            )
+        except Exception as exc:  # never a traceback in the user's face
+            why = str(exc) if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
+            text = f"Agent run {rid} was not answered: {visible_controls(why)}"
+            self.post_message(AgentAnswered(run_id, text, "error"))
+            return
+        text = f"Agent run {rid} is answered and saved; a worker (flowdesk agent) executes it."
+        self.post_message(AgentAnswered(run_id, text, "information"))
 
     def on_agent_answered(self, message: AgentAnswered) -> None:
         self.answering.discard(message.run_id)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import uuid
@@ -56,6 +57,8 @@ from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.integrations.pydantic_ai.durability import CURRENT, FlowdeskDurability, RunJournal
 from desktop_app.store.protocol import AgentLog, AgentRun, AgentStatus
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,7 @@ class FlowdeskAgent:
                 ToolSources(pydantic_ai=self.name).to_json(),
             ),
         )
+        log.info("agent %s: run %s started (owner %s)", self.name, rid, self.owner)
         return await self._drive(self.store.get(rid), deps, event_stream_handler)
 
     async def resume(
@@ -280,7 +284,13 @@ class FlowdeskAgent:
                 if request is None or approved is None
                 else ApprovalJournal.row(request, approved)
             )
-            claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
+            took = claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
+            if took is not None:
+                log.info(
+                    "agent %s: run %s taken over from %s (%s) by %s",
+                    self.name, run_id, took[0], took[1], self.owner,
+                )  # fmt: skip
+            log.info("agent %s: run %s resumed (status was %s)", self.name, run_id, run.status)
             if request is not None:  # answered elsewhere between the read and the lease?
                 try:
                     require_wait(self.store.get(run_id), request.key)
@@ -390,6 +400,8 @@ class FlowdeskAgent:
                 try:
                     outcome = await self._segments(run, deps, handler)
                 except Exception as exc:
+                    ended = "canceled" if isinstance(exc, AgentRunCanceledError) else "failed"
+                    log.info("agent %s: run %s ended %s", self.name, run.run_id, ended)
                     # canceled meanwhile: it stays canceled (every write here is refused)
                     if not finished and not isinstance(exc, AgentRunCanceledError):
                         self.store.update(
@@ -414,6 +426,7 @@ class FlowdeskAgent:
                             "approval": request.to_json(),
                         },
                     )
+                    log.info("agent %s: run %s ended input_required", self.name, run.run_id)
                     return FlowdeskRunResult(
                         run.run_id,
                         "input_required",
@@ -428,6 +441,7 @@ class FlowdeskAgent:
                     self.store.update(
                         run.run_id, self.clock.now(), owner=self.owner, status="done", response=text
                     )
+                    log.info("agent %s: run %s ended done", self.name, run.run_id)
         finally:
             CURRENT.reset(token)
         return FlowdeskRunResult(

@@ -194,10 +194,12 @@ class PostgresAgentStore:
         return run
 
     def release(self, run_id: str, owner: str) -> None:
-        """`AgentLog.release` on PostgreSQL."""
+        """`AgentLog.release` on PostgreSQL; wakes the workers (a run handed
+        to them, or left ``running``, is theirs to resume now)."""
         self.checkpoints._tx(
             lambda conn: conn.execute(SQL.release_agent_run, (run_id, self.scope, owner))
         )
+        self.checkpoints._changed(run_id, wake=True)
 
     def mark_reused(self, run_id: str, key: str) -> None:
         self.checkpoints._tx(lambda conn: conn.execute(SQL.mark_reused, (run_id, key)))

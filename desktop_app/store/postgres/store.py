@@ -81,6 +81,7 @@ from desktop_app.errors import (
 )
 from desktop_app.store import codec, migrations
 from desktop_app.store.group_commit import AppendRequest
+from desktop_app.store.leases_log import log_takeovers
 from desktop_app.store.postgres.notify import CHANGES, WAKE, Listener, Notifier
 from desktop_app.store.postgres.sql import (
     BEGIN_SQL,
@@ -1047,8 +1048,12 @@ class PostgresCheckpointStore:
             sql += " LIMIT %(limit)s"
         sql += " FOR UPDATE SKIP LOCKED"
 
+        #: (run, owner taken from, its lease expired) of the last attempt, for the log
+        taken: list[tuple[str, str, bool]] = []
+
         def body(conn: Conn) -> list[RunRecord]:
             ids: list[str] = []
+            taken.clear()
             for run_id, holder, expired in conn.execute(sql, params).fetchall():
                 if len(ids) >= limit:
                     break
@@ -1059,6 +1064,8 @@ class PostgresCheckpointStore:
                     or (expired and not (presumed_alive is not None and presumed_alive(holder)))
                 ):
                     ids.append(run_id)
+                    if holder is not None and holder != owner:
+                        taken.append((run_id, holder, bool(expired)))
             if not ids:
                 return []
             conn.execute(
@@ -1068,7 +1075,9 @@ class PostgresCheckpointStore:
             )
             return [run for i in ids if (run := self._get_run(conn, i)) is not None]
 
-        return self._tx(body)
+        claimed = self._tx(body)
+        log_takeovers(owner, taken)
+        return claimed
 
     def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
         if not run_ids:
@@ -1178,7 +1187,10 @@ class PostgresCheckpointStore:
             "  AND status IN ('pending','running') AND lease_owner IS NOT NULL"
             "  AND lease_owner<>%(owner)s AND lease_expires_at>flowdesk_now())"
             " AND pg_try_advisory_xact_lock(w.lock_key)),"
-            " picked AS (SELECT run_id FROM runs WHERE scope=%(scope)s"
+            # the owner each run is taken from (and whether its lease had lapsed), for the log
+            " picked AS (SELECT run_id AS picked_id, lease_owner AS was,"
+            "  coalesce(lease_expires_at<=flowdesk_now(), true) AS lapsed"
+            "  FROM runs WHERE scope=%(scope)s"
             "  AND status IN ('pending','running')"
             "  AND (lease_owner IS NULL OR lease_expires_at<=flowdesk_now()"
             "   OR lease_owner IN (SELECT owner FROM dead))"
@@ -1186,10 +1198,14 @@ class PostgresCheckpointStore:
             "  ORDER BY created_at, run_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
             " UPDATE runs SET lease_owner=%(owner)s,"
             " lease_expires_at=flowdesk_now() + %(ttl)s * interval '1 second'"
-            f" WHERE run_id IN (SELECT run_id FROM picked) RETURNING {_RUN_COLUMNS}"
+            " FROM picked WHERE run_id=picked_id AND scope=%(scope)s"
+            f" RETURNING {_RUN_COLUMNS}, was, lapsed"
         )
         rows = self._tx(lambda conn: conn.execute(sql, params).fetchall())
-        runs = sorted((run_from_row(r) for r in rows), key=lambda r: (r.created_at, r.run_id))
+        log_takeovers(
+            owner, [(r[0], r[-2], bool(r[-1])) for r in rows if r[-2] not in (None, owner)]
+        )
+        runs = sorted((run_from_row(r[:-2]) for r in rows), key=lambda r: (r.created_at, r.run_id))
         return runs
 
     def listener(

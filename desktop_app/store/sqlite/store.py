@@ -43,6 +43,7 @@ from desktop_app.errors import (
 from desktop_app.store import codec, migrations
 from desktop_app.store.connection import Synchronous, open_connection, translate
 from desktop_app.store.group_commit import AppendRequest
+from desktop_app.store.leases_log import log_takeovers
 from desktop_app.store.protocol import (
     RUNNABLE_STATUSES,
     Checkpoint,
@@ -746,8 +747,13 @@ class SqliteCheckpointStore:
         judged = presumed_dead is not None or presumed_alive is not None
         claimed: list[RunRecord] = []
 
+        taken: list[tuple[str, str, bool]] = []  # for the log, once committed
+
         def take(run: RunRecord) -> None:
             if lease_is_free(run, owner, at, presumed_dead, presumed_alive):
+                if run.lease_owner not in (None, owner):
+                    lapsed = run.lease_expires_at is not None and run.lease_expires_at <= at
+                    taken.append((run.run_id, run.lease_owner, lapsed))
                 expires = at + ttl_s
                 self.conn.execute(
                     "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
@@ -778,6 +784,7 @@ class SqliteCheckpointStore:
                     run = self.get_run(run_id)
                     if flows is None or run.flow_name in flows:
                         take(run)
+        log_takeovers(owner, taken)
         return claimed
 
     def _oldest_in(

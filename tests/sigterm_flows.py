@@ -1,0 +1,55 @@
+"""A flow whose steps make a side effect a test can count, registered in
+``flowdesk agent`` subprocesses through ``FLOWDESK_FLOWS=FLOWS_ENV``, for the
+tests of a worker stopped with SIGTERM while a step is in flight.
+
+``effects`` (steps ``s0``..``s3``): each step appends ``begin STEP ATTEMPT
+PID`` to the file ``state.sink``, then ``effect STEP PID`` (its side
+effect); ``s1`` waits between the two until the file ``state.gate`` exists
+(at most 120 s), so a signal always lands with it in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from desktop_app.flow import FlowBuilder
+
+STEPS = ("s0", "s1", "s2", "s3")
+
+
+class Effects(BaseModel):
+    sink: str
+    gate: str
+    n: int = 0
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _step(state: Effects, ctx: Any) -> dict[str, Any]:
+    _append(state.sink, f"begin {ctx.step_id} {ctx.attempt} {os.getpid()}")
+    if ctx.step_id == "s1":
+        deadline = time.monotonic() + 120
+        while not Path(state.gate).exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    _append(state.sink, f"effect {ctx.step_id} {os.getpid()}")
+    return {"n": state.n + 1}
+
+
+_builder = FlowBuilder("effects", Effects)
+for _sid in STEPS:
+    _builder = _builder.step(_sid, _step)
+effects = _builder.chain().compile()
+
+#: ``FLOWDESK_FLOWS`` naming :data:`effects`
+FLOWS_ENV = '["tests.sigterm_flows:effects"]'
