@@ -7,6 +7,9 @@ after the app has closed its connections, the store itself.
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -239,6 +242,8 @@ async def test_quit_mid_run_then_the_next_launch_finishes_it(tmp_path: Path, not
             await settle(pilot)
             run_id = app.controller.start_digest(DigestInput(folder=str(notes), out=str(out)))
             assert run_id is not None
+            assert app.engine is not None
+            owner = app.engine.owner
             await wait_until(pilot, reached.is_set)
         # The app is gone; the step in flight cannot commit any more.
     finally:
@@ -248,6 +253,15 @@ async def test_quit_mid_run_then_the_next_launch_finishes_it(tmp_path: Path, not
     try:
         run = store.get_run(run_id)
         assert (run.status, run.progress) == ("running", (2, 4))
+        # its step was in flight at the quit: the app kept the lease (no other
+        # process may run that step while this one might), and its process exits
+        assert run.lease_owner == owner
+        exited = subprocess.Popen([sys.executable, "-c", "pass"])
+        exited.wait()  # this test's process goes on: give the lease a pid that exited
+        dead = f"{socket.gethostname()}:{exited.pid}:abc123"
+        store.write(
+            lambda tx: tx.execute("UPDATE runs SET lease_owner=? WHERE run_id=?", (dead, run_id))
+        )
     finally:
         store.close()
 

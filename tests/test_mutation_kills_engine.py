@@ -221,7 +221,8 @@ def test_a_run_unrenewed_for_exactly_the_ttl_is_not_lost_yet(db_path, monkeypatc
     monkeypatch.setattr(engine_module, "time", mono)
     store = open_store(db_path)
     engine = Engine(store, flows=[_counting("a", Counter())], clock=ManualClock(), lease_ttl_s=30)
-    engine.shutdown_event.set()  # no heartbeat thread: the test calls renew_leases itself
+    engine.shutdown_event.set()
+    engine.heartbeat_stop.set()  # no heartbeat thread: the test calls renew_leases itself
     rid = engine.start("a", S())
     engine.track(rid, True)
 

@@ -22,6 +22,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -93,6 +94,15 @@ def test_an_answer_no_checkpoint_can_hold_is_refused_and_the_run_keeps_waiting(d
     assert (done.status, done.state.answer, done.state.n) == ("completed", "blue", 1)
 
 
+def own_warnings(caplog) -> list[str]:
+    """The warnings this test's thread logged (a heartbeat thread of another
+    test's engine, still renewing in this process, is not this test's)."""
+    me = threading.get_ident()
+    return [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.thread == me
+    ]
+
+
 def failing_renew(*_args, **_kwargs):
     raise StoreError("database is locked")
 
@@ -100,7 +110,8 @@ def failing_renew(*_args, **_kwargs):
 def test_a_refused_renewal_loses_only_runs_unrenewed_for_the_ttl_and_warns(db_path, caplog):
     store = open_store(db_path)
     engine = Engine(store, flows=[quick_flow()], clock=ManualClock(), lease_ttl_s=0.001)
-    engine.shutdown_event.set()  # no heartbeat thread: the test calls renew_leases itself
+    engine.shutdown_event.set()
+    engine.heartbeat_stop.set()  # no heartbeat thread: the test calls renew_leases itself
     rid = engine.start("quick", {})
     engine.track(rid, True)
     time.sleep(0.01)  # longer than the 1 ms ttl on the monotonic clock
@@ -108,7 +119,7 @@ def test_a_refused_renewal_loses_only_runs_unrenewed_for_the_ttl_and_warns(db_pa
     with caplog.at_level(logging.WARNING, logger="desktop_app.flow.engine"):
         engine.renew_leases()
     assert engine.lost == {rid}
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = own_warnings(caplog)
     assert warned == [
         f"leases of 1 run(s) could not be renewed for 0.0 s; they stop before "
         f"committing more: {rid}"
@@ -119,13 +130,14 @@ def test_a_refused_renewal_within_the_ttl_loses_nothing_and_says_nothing(db_path
     store = open_store(db_path)
     engine = Engine(store, flows=[quick_flow()], clock=ManualClock(), lease_ttl_s=3600.0)
     engine.shutdown_event.set()
+    engine.heartbeat_stop.set()  # renewals by hand only
     rid = engine.start("quick", {})
     engine.track(rid, True)
     store.renew = failing_renew  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING, logger="desktop_app.flow.engine"):
         engine.renew_leases()
     assert engine.lost == set()
-    assert [r for r in caplog.records if r.levelno == logging.WARNING] == []
+    assert own_warnings(caplog) == []
     assert engine.active == {rid}
 
 
@@ -133,6 +145,7 @@ def test_a_run_another_owner_took_is_named_in_the_heartbeats_warning(db_path, ca
     clock = ManualClock()
     engine = Engine(open_store(db_path), flows=[quick_flow()], clock=clock)
     engine.shutdown_event.set()
+    engine.heartbeat_stop.set()  # renewals by hand only
     rid = engine.start("quick", {})
     engine.track(rid, True)
     now = clock.now()
@@ -140,7 +153,7 @@ def test_a_run_another_owner_took_is_named_in_the_heartbeats_warning(db_path, ca
     with caplog.at_level(logging.WARNING, logger="desktop_app.flow.engine"):
         engine.renew_leases()
     assert engine.lost == {rid}
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = own_warnings(caplog)
     assert warned == [f"runs taken over by another process: {rid}"]
 
 
@@ -202,6 +215,7 @@ def test_the_doubt_warning_names_every_run_it_lost(db_path, caplog):
     store = open_store(db_path)
     engine = Engine(store, flows=[quick_flow()], clock=ManualClock(), lease_ttl_s=0.001)
     engine.shutdown_event.set()
+    engine.heartbeat_stop.set()  # renewals by hand only
     for rid in ("ra", "rb"):
         engine.start("quick", {}, run_id=rid)
         engine.track(rid, True)
@@ -211,7 +225,7 @@ def test_the_doubt_warning_names_every_run_it_lost(db_path, caplog):
     with caplog.at_level(logging.WARNING, logger="desktop_app.flow.engine"):
         engine.renew_leases()
     assert engine.lost == {"ra", "rb"}
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = own_warnings(caplog)
     assert warned == [
         "leases of 2 run(s) could not be renewed for 0.0 s; they stop before "
         f"committing more: {order[0]}, {order[1]}"
@@ -222,6 +236,7 @@ def test_a_renewal_that_went_through_keeps_a_later_refusal_within_the_ttl_harmle
     store = open_store(db_path)
     engine = Engine(store, flows=[quick_flow()], clock=ManualClock(), lease_ttl_s=3600.0)
     engine.shutdown_event.set()
+    engine.heartbeat_stop.set()  # renewals by hand only
     rid = engine.start("quick", {})
     store.claim(rid, engine.lease(), math.inf)  # leased to this engine, as a claim does
     engine.track(rid, True)
@@ -236,6 +251,7 @@ def test_every_taken_run_is_found_and_named_after_one_that_was_renewed(db_path, 
     clock = ManualClock()
     engine = Engine(open_store(db_path), flows=[quick_flow()], clock=clock)
     engine.shutdown_event.set()
+    engine.heartbeat_stop.set()  # renewals by hand only
     for rid in ("ra", "rb", "rc"):
         engine.start("quick", {}, run_id=rid)
         engine.store.claim(rid, engine.lease(), math.inf)  # leased to this engine
@@ -249,5 +265,5 @@ def test_every_taken_run_is_found_and_named_after_one_that_was_renewed(db_path, 
         engine.renew_leases()
     assert engine.lost == set(rest)
     assert engine.status(first).lease_owner == engine.owner
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = own_warnings(caplog)
     assert warned == [f"runs taken over by another process: {rest[0]}, {rest[1]}"]

@@ -6,7 +6,7 @@ back for a single-flight key, the unknown-flow error and the cancel flags
 forget_cancel/__init__/lease/commit/_submit/run`` in ``flow/engine.py``).
 
 Every test runs on a real SQLite file and the injected clock. The heartbeat
-thread waits on ``engine.shutdown_event``; the tests swap in an event whose
+thread waits on ``engine.heartbeat_stop``; the tests swap in an event whose
 ``wait`` returns only when the test lets it (one "tick"), so each renewal
 happens at a known moment on the manual clock, without sleeps.
 """
@@ -45,7 +45,7 @@ class T(BaseModel):  # a later state model: the stored S checkpoints do not deco
 
 
 class Ticks(threading.Event):
-    """``engine.shutdown_event`` for the heartbeat: every ``wait`` from a thread
+    """``engine.heartbeat_stop`` for the heartbeat: every ``wait`` from a thread
     other than the test's own records its timeout and blocks until ``tick``.
     ``set`` (shutdown) frees every waiter for good."""
 
@@ -121,7 +121,7 @@ def engine_for(db_path: Path, *flows, clock: ManualClock | None = None, **kw) ->
 
 def ticking(engine: Engine) -> Ticks:
     ticks = Ticks()
-    engine.shutdown_event = ticks
+    engine.heartbeat_stop = ticks
     return ticks
 
 

@@ -135,7 +135,7 @@ def test_on_result_of_a_finished_run_comes_while_another_run_still_runs(db_path)
 
 
 class Ticks(threading.Event):
-    """``engine.shutdown_event`` for the heartbeat: every ``wait`` from a thread
+    """``engine.heartbeat_stop`` for the heartbeat: every ``wait`` from a thread
     other than the test's own is recorded and blocks until the test lets one
     round run (``_go``); ``set`` (shutdown) frees every waiter for good."""
 
@@ -171,7 +171,7 @@ def test_a_run_after_the_idle_heartbeat_ended_gets_a_new_heartbeat(db_path):
     calls: Counter = Counter()
     engine = engine_for(db_path, counting("c", calls), clock=clock)
     ticks = Ticks()
-    engine.shutdown_event = ticks
+    engine.heartbeat_stop = ticks
     try:
         first = engine.run("c", S(), run_id="r1")
         assert first.status == "completed"

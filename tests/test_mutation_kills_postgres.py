@@ -36,8 +36,8 @@ def test_verify_refuses_an_empty_database_naming_the_url_without_its_password(pg
     with pytest.raises(SchemaMissingError) as caught:
         verify_postgres_schema(url)
     message = str(caught.value)
-    first = migrations.schema_files(dialect="postgres")[0]
-    assert first.key in message
+    files = migrations.schema_files(dialect="postgres")
+    assert f"has no Flowdesk schema yet ({len(files)} schema files to apply)" in message
     parts = urlsplit(url)
     # the hint runs as printed: the password left out (libpq finds it), not masked
     shown = f"{parts.scheme}://{parts.username}@{parts.hostname}:{parts.port}{parts.path}"

@@ -196,6 +196,10 @@ class Engine:
         self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s
         self.shutdown_event = threading.Event()
+        #: ends the lease heartbeat when set. The engine never sets it (not
+        #: even at :meth:`stop`: a run whose step is in flight keeps its lease
+        #: renewed until the step ends); a test does, to renew by hand
+        self.heartbeat_stop = threading.Event()
         self.events = events if events is not None else EventBus()
         self.clock: Clock = clock if clock is not None else SystemClock()
         #: an injected (test) clock also decides lease expiry; else the store's clock does
@@ -367,8 +371,7 @@ class Engine:
         interval = max(0.05, self.lease_ttl_s / 3)
         # not ended by ``shutdown_event``: a run whose step is in flight when
         # the engine stops keeps its lease until that step ends (``stop``)
-        while True:
-            time.sleep(interval)
+        while not self.heartbeat_stop.wait(interval):
             with self._lock:
                 if not self.active:
                     self._heartbeat = None

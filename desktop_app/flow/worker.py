@@ -140,6 +140,8 @@ class Worker:
         #: seconds between two looks for runs of flows not registered here
         self.unknown_every_s = 5.0
         self._unknown_at = -float("inf")
+        #: run id -> updated_at of the runs of such flows seen at the last look
+        self._unknown_seen: dict[str, float] = {}
         self._lock = threading.Lock()
         #: passes that a notification started (rather than the poll timer)
         self.notified_passes = 0
@@ -203,18 +205,27 @@ class Worker:
         pending or interrupted run no live process holds whose flow is not
         registered here: the claims pass over such runs, so without this a
         worker missing a flow said nothing and the run stayed ``interrupted``.
-        At most one look every :attr:`unknown_every_s` seconds."""
+        At most one look every :attr:`unknown_every_s` seconds; a run is
+        refused at the second look that finds it unchanged, so a worker of a
+        team whose workers run different flows says nothing of the runs its
+        peers take in between."""
         if time.monotonic() - self._unknown_at < self.unknown_every_s:
             return
         self._unknown_at = time.monotonic()
         engine, store = self.engine, self.engine.store
         names = sorted({name for name, _ in engine.versions()})
         now = store.now()
+        seen, self._unknown_seen = self._unknown_seen, {}
         for run in store.list_runs(statuses=PENDING_STATUSES):
             if run.flow_name in names or run.run_id in self.refused:
                 continue
             if lease_abandoned(run.lease_owner, run.lease_expires_at, now):
-                self._refusals.refuse(run.run_id, unknown_flow(run.flow_name, names))
+                # said only when the run is still there, unchanged, at the next
+                # look: a team's worker that has the flow claims it before that
+                if seen.get(run.run_id) == run.updated_at:
+                    self._refusals.refuse(run.run_id, unknown_flow(run.flow_name, names))
+                else:
+                    self._unknown_seen[run.run_id] = run.updated_at
 
     def _claim(self, free: int) -> list[RunRecord]:
         """Up to ``free`` runs just leased to this worker that it can start
