@@ -592,3 +592,32 @@ def test_mcp_tools_serve_a_command_that_exits_without_closing_them(tmp_path, mon
         timeout=90,
     )
     assert (done.returncode, done.stdout) == (0, "one\ntwo\n"), done.stderr
+
+
+def test_a_server_opened_afresh_lists_its_tools_without_empty_fields():
+    """The list a run records is fetched when a server is opened (the
+    ``shapes`` fixture opens its server once, before the tests that read its
+    list): a tool without a description or hints is recorded with none, not
+    with nulls, and the app's agent view shows its description as empty."""
+    from desktop_app.agent.mcp import McpServer, recorded_tools
+
+    with McpServer("fresh", command=COMMAND, timeout_s=20) as server:
+        text = server.listing()
+    listing = json.loads(text)
+    assert [t["name"] for t in listing] == ALL_TOOLS
+    assert {t["name"]: t for t in listing}["nothing"] == {
+        "input_schema": {"properties": {}, "type": "object"},
+        "name": "nothing",
+    }
+    assert "null" not in text
+
+    class Row:
+        tool_key, result = "mcp/tools_list:fresh", text
+
+    nothing = next(r for r in recorded_tools([Row()]) if r["tool"] == "nothing")
+    assert nothing == {
+        "server": "fresh",
+        "tool": "nothing",
+        "name": "fresh__nothing",
+        "description": "",
+    }
