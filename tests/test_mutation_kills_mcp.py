@@ -592,3 +592,39 @@ def test_mcp_tools_serve_a_command_that_exits_without_closing_them(tmp_path, mon
         timeout=90,
     )
     assert (done.returncode, done.stdout) == (0, "one\ntwo\n"), done.stderr
+
+
+def test_a_server_opened_afresh_records_its_tools_without_empty_fields(sqlite_store):
+    """The list a run records is fetched when a server is opened (the
+    ``shapes`` fixture opens its server once, before the tests that read its
+    list): a run over a server opened here records that server's list under
+    its own key, a tool without a description or hints with none (no
+    nulls), and the app's agent view shows its description as empty."""
+    from desktop_app.agent import Agent, ScriptedModel
+    from desktop_app.agent.mcp import McpServer, recorded_tools
+    from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+
+    store = SqliteAgentStore(sqlite_store)
+    script = [{"tool": "fresh__echo", "args": {"word": "hi"}}, "done"]
+    with McpServer("fresh", command=COMMAND, timeout_s=20) as server:
+        res = Agent("a", ScriptedModel(script), store, server.tools()).ask("go", run_id="f1")
+    assert res.status == "done"
+    journal = store.tool_results("f1")
+    assert [(r.tool_key, r.tool) for r in journal] == [
+        ("mcp/tools_list:fresh", "mcp:fresh"),
+        ('fresh__echo:{"word":"hi"}', "fresh__echo"),
+    ]
+    listing = json.loads(journal[0].result)
+    assert [t["name"] for t in listing] == ALL_TOOLS
+    assert {t["name"]: t for t in listing}["nothing"] == {
+        "input_schema": {"properties": {}, "type": "object"},
+        "name": "nothing",
+    }
+    assert "null" not in journal[0].result
+    nothing = next(r for r in recorded_tools(journal) if r["tool"] == "nothing")
+    assert nothing == {
+        "server": "fresh",
+        "tool": "nothing",
+        "name": "fresh__nothing",
+        "description": "",
+    }
