@@ -404,3 +404,50 @@ def test_a_rate_limited_run_canceled_as_printed_is_never_asked_again(tmp_path):
         assert len(server.requests) == 1
         shown = run(db, "show", run_id)
         assert "canceled" in shown.stdout, shown.stdout
+
+
+def test_show_and_waiting_print_the_hints_ask_printed_and_they_run_as_printed(tmp_path):
+    """A new user's report: ``show`` of a rate-limited agent run gave no time
+    and no command (``ask`` gives the time, ``resume`` and ``cancel``),
+    ``waiting`` said "no waiting runs", and ``show`` of a failed run gave no
+    ``resume``. Each now prints what ``ask`` printed, and each command runs
+    as printed."""
+    import time
+
+    db = tmp_path / "my db.db"
+    assert run(db, "--scope", "my team", "db", "apply").returncode == 0
+    with ChatServer() as server:
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [
+            ("status", 429, {"Retry-After": "1"}, "slow down"),
+            ("status", 429, {"Retry-After": "1"}, "slow down"),
+            ("status", 400, {}, "no such model"),
+            ("json", completion("Limited answer.")),
+            ("json", completion("Failed answer.")),
+        ]
+        scoped = ("--scope", "my team")
+        limited, canceled, failed = (
+            run(db, *scoped, "ask", q, env=env) for q in ("one", "two", "three")
+        )
+        ids = [p.stderr.split()[1] for p in (limited, canceled, failed)]
+        for p in (limited, canceled):
+            said = p.stderr.split("; ", 1)[1].strip()  # after "run ID rate_limited: ERROR"
+            shown = run(db, *scoped, "show", p.stderr.split()[1])
+            assert f"next: {said}" in shown.stdout.splitlines(), (said, shown.stdout)
+        waiting = run(db, *scoped, "waiting")
+        assert "no waiting runs" not in waiting.stdout
+        assert waiting.stdout.count("  rate_limited: it can go on from ") == 2, waiting.stdout
+        (cancel,) = re.findall(r"to stop it instead: `([^`]+)`", canceled.stderr)
+        assert cancel == f"flowdesk --db '{db}' --scope 'my team' cancel {ids[1]}"
+        assert as_printed(cancel, {**os.environ, **env}).returncode == 0
+        shown_failed = run(db, *scoped, "show", ids[2]).stdout
+        (again,) = re.findall(r"^next: (flowdesk .+)$", shown_failed, re.M)
+        assert f"({again})" in failed.stderr  # what ask printed
+        shown_limited = run(db, *scoped, "show", ids[0]).stdout
+        (resume,) = re.findall(r"or run `([^`]+)` after that", shown_limited)
+        time.sleep(1.5)  # the Retry-After passes (not a timing assertion)
+        resumed = as_printed(resume, {**os.environ, **env})
+        assert resumed.returncode == 0 and "Limited answer." in resumed.stdout, resumed.stderr
+        retried = as_printed(again, {**os.environ, **env})
+        assert retried.returncode == 0 and "Failed answer." in retried.stdout, retried.stderr
+    assert "no waiting runs" in run(db, *scoped, "waiting").stdout

@@ -170,23 +170,16 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         error = visible_controls(str(res.error))
         print(f"run {res.run_id} canceled: {error}", file=sys.stderr)
         return EXIT_FAILED
-    hint = ctx.hints.cmd(f"resume {res.run_id}")
+    from desktop_app.cli.waits import agent_next
+
     run = sv.agents.get(res.run_id)
-    if run.error_type == "ToolCallStreamingError":
-        hint = ctx.hints.cmd(f"ask --resume {res.run_id} --no-stream")
+    no_stream = bool(getattr(ctx.args, "no_stream", False))
+    then = agent_next(ctx.hints, run, no_stream=no_stream) or ctx.hints.cmd(f"resume {res.run_id}")
     error = visible_controls(str(res.error))
     if res.status == "rate_limited" and run.retry_at is not None:
-        from desktop_app.words import local_and_utc
-
-        when = local_and_utc(run.retry_at)
-        print(
-            f"run {res.run_id} rate_limited: {error}; it can go on from {when}: a running "
-            f"`flowdesk agent` resumes it then, or run `{hint}` after that; to stop it "
-            f"instead: `{ctx.hints.cmd(f'cancel {res.run_id}')}`",
-            file=sys.stderr,
-        )
+        print(f"run {res.run_id} rate_limited: {error}; {then}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"run {res.run_id} {res.status}: {error}  ({hint})", file=sys.stderr)
+    print(f"run {res.run_id} {res.status}: {error}  ({then})", file=sys.stderr)
     return EXIT_FAILED
 
 

@@ -22,6 +22,7 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.cli.waits import (
+    agent_next,
     agent_wait_lines,
     agent_waits,
     answer_choices,
@@ -598,6 +599,8 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                 "expires_at": iso(run.expires_at),
                 "pending_call": run.pending_call,
                 "waits": agent_waits(ctx.hints, run),
+                # failed or rate_limited: what to run next, as `ask` printed it
+                "next": agent_next(ctx.hints, run),
                 # what must be done before resume/answer work here, or null
                 "first": (
                     agent_blocker(sv, run)
@@ -631,6 +634,9 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         _say(f"error: {run.error}")
+    then = agent_next(ctx.hints, run)
+    if then is not None:  # as `ask` printed it when the run stopped
+        _say(f"next: {then}")
     asking = agent_wait_lines(ctx.hints, run, now, first=why)
     if asking:
         print("waits for:")
@@ -764,6 +770,8 @@ def cmd_waiting(ctx: Ctx) -> int:
     engine = sv.engine
     runs = engine.waiting()
     asking = sv.agents.list(statuses=["input_required"])
+    # a rate-limited agent run waits for a time, as a flow run's timer does
+    limited = [r for r in sv.agents.list(statuses=["rate_limited"]) if not r.parent_run_id]
     now = sv.checkpoints.now()
     from desktop_app.cli import langgraph
 
@@ -785,9 +793,10 @@ def cmd_waiting(ctx: Ctx) -> int:
                 continue
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
             rows.append({**agent_row(ar, now), "question": question, **first})
+        rows += [{**agent_row(r, now), "next": agent_next(ctx.hints, r)} for r in limited]
         emit_all(ctx.args.output, rows)
         return EXIT_OK
-    if not runs and not asking and not threads:
+    if not runs and not asking and not threads and not limited:
         print("no waiting runs")
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
@@ -830,6 +839,9 @@ def cmd_waiting(ctx: Ctx) -> int:
         question = (ar.pending_call or {}).get("arguments", {}).get("question")
         hint = ctx.hints.cmd(f"ask --resume {ar.run_id} --answer TEXT")
         print(f"  asks: {json.dumps(question)}  ({hint})")
+    for r in limited:
+        print(f"agent run {r.run_id}  agent {r.agent}")
+        _say(f"  rate_limited: {agent_next(ctx.hints, r)}")
     langgraph.print_waiting(ctx, threads)
     return EXIT_OK
 
