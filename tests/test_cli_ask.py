@@ -369,10 +369,14 @@ def test_an_empty_model_reply_fails_the_run_and_the_printed_resume_asks_again(tm
         (run_id,) = re.findall(r"^run (\w+) failed", out.stderr, re.M)
         shown = run(db, "show", run_id)
         assert "failed" in shown.stdout and "empty reply" in shown.stdout, shown.stdout
-        (hint,) = re.findall(r"\((flowdesk --db \S+ resume \w+)\)\s*$", out.stderr, re.M)
+        # asked without streaming, the printed command asks without streaming again
+        again_cmd = f"resume {run_id}" if stream else f"ask --resume {run_id} --no-stream"
+        (hint,) = re.findall(r"\((flowdesk --db .+)\)\s*$", out.stderr, re.M)
+        assert hint == f"flowdesk --db {db} {again_cmd}"
         again = as_printed(hint, {**os.environ, **env})
         assert again.returncode == 0 and "the real answer" in again.stdout, again.stderr
         assert len(server.requests) == 2
+        assert server.requests[1]["body"].get("stream", False) is stream
 
 
 def test_a_rate_limited_run_canceled_as_printed_is_never_asked_again(tmp_path):
@@ -451,3 +455,33 @@ def test_show_and_waiting_print_the_hints_ask_printed_and_they_run_as_printed(tm
         retried = as_printed(again, {**os.environ, **env})
         assert retried.returncode == 0 and "Failed answer." in retried.stdout, retried.stderr
     assert "no waiting runs" in run(db, *scoped, "waiting").stdout
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_a_reply_that_is_not_json_is_named_as_such_and_its_hint_runs_as_printed(tmp_path, stream):
+    """A new user's report: a 200 whose body is not JSON was diagnosed as a
+    server that cannot stream tool calls (hint: --no-stream), and the
+    --no-stream attempt's hint dropped --no-stream, so the two hints looped.
+    The body is named for what it is, the same way streamed or not, and the
+    printed command keeps the way the run was asked."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        server.script = [("raw", "this is not json{{{"), ("json", completion("Fixed."))]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        flag = [] if stream else ["--no-stream"]
+        tools = ["--tools", "files", "--folder", str(folder)]
+        out = run(db, "ask", "what is here?", *tools, *flag, env=env)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "cannot stream tool calls" not in out.stderr
+        assert "the provider's reply is not JSON (HTTP 200" in out.stderr, out.stderr
+        assert "'this is not json{{{'" in out.stderr and "check that model.base_url" in out.stderr
+        (hint,) = re.findall(r"\((flowdesk --db .+)\)\s*$", out.stderr, re.M)
+        run_id = out.stderr.split()[1]
+        again_cmd = f"resume {run_id}" if stream else f"ask --resume {run_id} --no-stream"
+        assert hint == f"flowdesk --db {db} {again_cmd}"
+        again = as_printed(hint, {**os.environ, **env})
+        assert again.returncode == 0 and "Fixed." in again.stdout, again.stderr
+    assert [bool(r["body"].get("stream")) for r in server.requests] == [stream, stream]
