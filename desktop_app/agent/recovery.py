@@ -273,9 +273,13 @@ def resume_with_recorded_tools(
             raise RunStateError(
                 f"agent run {run.run_id} is not waiting for input (status {now.status!r})"
             )
+        # recorded before any server starts: a crash or a server that cannot
+        # start leaves the answer recorded, and the next resume goes on with it
+        Agent(run.agent, model, store, [], owner=owner).record_input(
+            run.run_id, answer, wait_id=wait_id
+        )
         with connected_tools(settings, sources, run.run_id) as tools:
-            agent = Agent(run.agent, model, store, tools, owner=owner)
-            return agent.resume_input(run.run_id, answer, wait_id=wait_id)
+            return Agent(run.agent, model, store, tools, owner=owner).resume(run.run_id)
 
 
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:

@@ -342,26 +342,24 @@ def resume_agent_run(
         if answer is not None:
             owner = stack.enter_context(claimed_to_answer(sv.agents, run_id))
             _refuse_unasked(ctx, sv.agents.get(run_id), sv.checkpoints.now(), wait_id)
+            # recorded durably before any server starts: a crash or a server that
+            # cannot start leaves the answer recorded (resume goes on with it)
+            recorder = agent_for(sv, run.agent, [], sources, owner)
+            recorder.record_input(run_id, answer, wait_id=wait_id)
         try:
             tools = stack.enter_context(
                 connected_tools(sv.settings, sources, run_id, on_connect=_connecting)
             )
         except FlowdeskError as exc:
-            if answer is not None:  # the run's question: still unanswered
-                again = f"answer {run_id} {shlex.quote(answer)}"
-                if wait_id is not None:
-                    again += f" --wait-id {shlex.quote(wait_id)}"
+            if answer is not None:  # recorded: the run goes on with it once its tools start
                 exc.add_note(
-                    "your answer was not recorded: the run still waits for it; once its "
-                    f"tools can start, answer again with: {ctx.hints.cmd(again)}"
+                    "your answer was recorded: the run goes on with it once its tools can "
+                    f"start: run {ctx.hints.cmd(f'resume {run_id}')} then (a running "
+                    "`flowdesk agent` does it on its own)"
                 )
             raise
         agent = agent_for(sv, run.agent, tools, sources, owner)
-        if answer is not None:
-            events = agent.resume_input_stream(run_id, answer, wait_id=wait_id)
-        else:
-            events = agent.resume_stream(run_id)
-        res, printed = _print_events(ctx, events)
+        res, printed = _print_events(ctx, agent.resume_stream(run_id))
     return _finish(ctx, sv, res, printed=printed)
 
 
