@@ -255,7 +255,7 @@ def test_a_decision_binds_to_the_place_the_name_and_the_exact_arguments(
     # what is shown cannot drive a terminal: every control character is visible
     shown = render_call("t", {"text": "a\x1b]0;x\x07b\x9bc\rd"})
     assert "\x1b" not in shown and "\x9b" not in shown and "\r" not in shown
-    assert shown == 't {"text":"a\\u001b]0;x\\u0007b\\x9bc\\rd"}'
+    assert shown == 't {"text":"a\\x1b]0;x\\x07b\\x9bc\\x0dd"}'
 
 
 # -- MCP servers, the command line and the inbox -----------------------------
@@ -320,7 +320,7 @@ def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
         asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
         assert asked.returncode == 0, asked.stderr
         assert "\x1b" not in asked.stdout + asked.stderr
-        expected = 'approve the call notes__append {"text":"x\\u001b[2Jy"}? (yes/no)'
+        expected = 'approve the call notes__append {"text":"x\\x1b[2Jy"}? (yes/no)'
         assert f"the agent asks: {expected}" in asked.stdout
         assert lines(log) == []
         approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
@@ -332,7 +332,7 @@ def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
 
         waiting = flowdesk(db, "waiting", env=env)
         assert f"agent run {run_id}  agent ask" in waiting.stdout
-        assert '  approve: notes__append {"text":"x\\u001b[2Jy"}' in waiting.stdout
+        assert '  approve: notes__append {"text":"x\\x1b[2Jy"}' in waiting.stdout
         assert "\x1b" not in waiting.stdout
         yes = re.search(r"^    yes: (.*)$", waiting.stdout, re.M)
         no = re.search(r"^    no:  (.*)$", waiting.stdout, re.M)

@@ -4,7 +4,6 @@ a unique prefix (:func:`desktop_app.store.runids.resolve_run_id`)."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,7 @@ from desktop_app.runs_view import (
     queued_text,
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import visible_controls, visible_json
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
@@ -655,7 +654,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         if m.get("content"):
             _say(f"  {m['role']}: {_clip(m['content'])}")
         for call in m.get("tool_calls", []):
-            args = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
+            args = visible_json(call.get("arguments"), sort_keys=True)
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
     calls = [t for t in tools if is_tool_call(t.tool_key)]
     # a call a person declined never ran (no journal row): its answer to the model says so
@@ -810,7 +809,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             print(f"  paused for an operator: {run.error}  ({hint})")
         for w in waits:
             what = {
-                "input": f"input: {json.dumps(w.prompt)}",
+                "input": f"input: {visible_json(w.prompt)}",
                 "signal": f"signal {w.name} {w.key}",
                 "event": f"event {w.name}",
                 "timer": "timer",
@@ -838,7 +837,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             continue
         question = (ar.pending_call or {}).get("arguments", {}).get("question")
         hint = ctx.hints.cmd(f"ask --resume {ar.run_id} --answer TEXT")
-        print(f"  asks: {json.dumps(question)}  ({hint})")
+        print(f"  asks: {visible_json(question)}  ({hint})")
     for r in limited:
         print(f"agent run {r.run_id}  agent {r.agent}")
         _say(f"  rate_limited: {agent_next(ctx.hints, r)}")

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from desktop_app.cli.output import Hints, due_in, iso
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
 
 
@@ -45,7 +45,7 @@ def local_and_utc(ts: float, now: float) -> str:
 
 def _question(prompt: Any) -> str:
     text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
-    return visible_controls(json.dumps(text, ensure_ascii=False))
+    return visible_json(text)
 
 
 def _await_field(flow: Any, step_id: str) -> Any:
