@@ -438,6 +438,9 @@ def test_show_and_waiting_print_the_hints_ask_printed_and_they_run_as_printed(tm
             said = p.stderr.split("; ", 1)[1].strip()  # after "run ID rate_limited: ERROR"
             shown = run(db, *scoped, "show", p.stderr.split()[1])
             assert f"next: {said}" in shown.stdout.splitlines(), (said, shown.stdout)
+            # no model reply yet, the question listed: not "turns 0" over a turn
+            assert "status rate_limited  model turns 0" in shown.stdout, shown.stdout
+            assert "messages:\n  user: " in shown.stdout, shown.stdout
         waiting = run(db, *scoped, "waiting")
         assert "no waiting runs" not in waiting.stdout
         assert waiting.stdout.count("  rate_limited: it can go on from ") == 2, waiting.stdout

@@ -445,7 +445,7 @@ def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) ->
     # `show` lists the declined call: a turn with what the model was told, and a call
     run_id = first.stdout.split()[1]
     said = flowdesk(db_path, "show", run_id, env={**env, **REGISTERED}).stdout
-    turns = said[said.index("turns:") : said.index("tool calls:")].splitlines()
+    turns = said[said.index("messages:") : said.index("tool calls:")].splitlines()
     assert turns[1:] == [
         "  user: delete x",
         '  assistant calls delete {"name": "x"}',

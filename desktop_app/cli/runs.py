@@ -625,7 +625,8 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         )
         return EXIT_OK
     status = display_status(run, now)
-    _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  turns {run.turns}")
+    # turns: the model's replies so far; the conversation is listed under messages:
+    _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  model turns {run.turns}")
     # resume and answer refuse a run whose Pydantic AI agent is not registered: how to, first
     why = agent_blocker(sv, run) if status in (INTERRUPTED, "input_required") else None
     if status == INTERRUPTED:
@@ -641,7 +642,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         print("waits for:")
         for line in asking:
             print(line)
-    _say("turns:")
+    _say("messages:")
     for m in messages:
         if m["role"] == "system":
             continue
