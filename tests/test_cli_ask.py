@@ -488,3 +488,23 @@ def test_a_reply_that_is_not_json_is_named_as_such_and_its_hint_runs_as_printed(
         again = as_printed(hint, {**os.environ, **env})
         assert again.returncode == 0 and "Fixed." in again.stdout, again.stderr
     assert [bool(r["body"].get("stream")) for r in server.requests] == [stream, stream]
+
+
+def test_a_reply_cut_mid_stream_says_the_text_shown_is_not_the_answer(tmp_path):
+    """A new user's report: a stream cut after some text left that text on
+    stdout, exit 1, with nothing saying it is no answer. stderr now says so,
+    and the printed ``resume`` asks again and prints the whole answer."""
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        cut = ("sse_cut", [{"choices": [{"delta": {"content": "PARTIAL ANSWER"}}]}])
+        server.script = [cut, ("json", completion("The whole answer."))]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = run(db, "ask", "hello", env=env)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert out.stdout == "PARTIAL ANSWER\n"
+        assert "is not the answer, and none of it was kept" in out.stderr, out.stderr
+        (hint,) = re.findall(r"\((flowdesk --db .+)\)\s*$", out.stderr, re.M)
+        again = as_printed(hint, {**os.environ, **env})
+        assert again.returncode == 0 and again.stdout == "The whole answer.\n", again.stderr
+        assert "not the answer" not in again.stderr

@@ -149,6 +149,12 @@ def _sources(ctx: Ctx) -> ToolSources:
 
 
 def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
+    if printed and res.status not in ("done", "input_required"):  # stdout has part of a reply
+        print(
+            "the text printed on stdout above is part of a reply that did not finish: it is "
+            "not the answer, and none of it was kept",
+            file=sys.stderr,
+        )
     if res.status == "done":
         if not printed:
             print(visible_controls(res.text))
