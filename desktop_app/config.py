@@ -49,9 +49,26 @@ def default_db_path() -> Path:
 _UNSET_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
+class GivenValue(str):
+    """A setting's value given on the command line (``--db``, ``--scope``),
+    passed to :func:`load_settings` as an override: the shell has already
+    expanded it, so it is used as given: ``$VARS`` are not expanded again
+    (``--db '/x/a$b.db'`` is that file), only a leading ``~`` (which
+    ``--db=~/x.db`` leaves to Flowdesk) is your home. No settings error is
+    about it, so none blames the settings file for it."""
+
+
+def given(value: str | None) -> GivenValue | None:
+    """A command-line option's ``value`` as a :class:`GivenValue`, or
+    ``None`` when the option was not given."""
+    return None if value is None else GivenValue(value)
+
+
 def expand_path(value: Any) -> Any:
     """``~`` and ``$VARS`` expanded in a file path; a database URL
-    (``scheme://...``) is returned unchanged.
+    (``scheme://...``) is returned unchanged, and a :class:`GivenValue`
+    (a command-line option the shell expanded) gets only a leading ``~``
+    expanded.
 
     Raises:
         ValueError: the path names an environment variable that is not set
@@ -59,6 +76,8 @@ def expand_path(value: Any) -> Any:
     """
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
+    if isinstance(value, GivenValue):
+        return value if "://" in value else os.path.expanduser(str(value))
     if not isinstance(value, str) or "://" in value:
         return value
     expanded = os.path.expandvars(os.path.expanduser(value))
@@ -444,7 +463,8 @@ def load_settings(**overrides: object) -> Settings:
             "FLOWDESK_CONFIG at another file"
         ) from exc
     except ValidationError as exc:
-        problems = "; ".join(describe_error(e, Settings) for e in exc.errors())
+        errors = exc.errors()  # a GivenValue (--db, --scope) is never invalid here
+        problems = "; ".join(describe_error(e, Settings) for e in errors)
         raise ConfigError(
             f"invalid settings ({problems}); fix {config_file()} or the FLOWDESK_* variables"
         ) from exc

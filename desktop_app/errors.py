@@ -835,6 +835,14 @@ class MalformedReplyError(ProviderError):
     automatically (a paid call that keeps failing the same way)."""
 
 
+class NotJsonReplyError(MalformedReplyError):
+    """The provider answered (HTTP 2xx) with a body that is not JSON at all
+    (an HTML page, a proxy's text, a broken server): no chat completion,
+    streamed or not. The message quotes the body (secrets masked) and says
+    what to check: that ``model.base_url`` is an OpenAI-compatible API.
+    Not retried automatically."""
+
+
 class EmptyReplyError(MalformedReplyError):
     """The model answered with no text and no tool call (a reply cut at the
     token limit, withheld by a content filter, or a small model that said

@@ -13,6 +13,10 @@ may ``cat`` or in terminal output.
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
 #: characters shown as ``\\xNN``: C0 controls (ESC included) but newline and
 #: tab, DEL, and the C1 controls U+0080-U+009F (U+009B is a one-byte CSI)
 _CONTROLS = [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)]
@@ -44,3 +48,30 @@ def one_line(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+#: a JSON string escape of a control character (``\\u001b``, and the short
+#: ``\\b``, ``\\f``, ``\\r``), not preceded by an escaped backslash
+_JSON_CONTROL = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u00([0-9a-fA-F]{2})|([bfr]))")
+_JSON_SHORT = {"b": 0x08, "f": 0x0C, "r": 0x0D}
+
+
+def visible_json_text(text: str) -> str:
+    """JSON text (or a line holding some) for a person to read, its control
+    characters in the one form :func:`visible_controls` uses: the escapes
+    JSON writes for them (``\\u001b``, ``\\r``) become ``\\x1b``,
+    ``\\x0d``, and raw ones (DEL, C1) are escaped too; ``\\n`` and
+    ``\\t`` stay. For display only: the result is no longer JSON."""
+
+    def one(m: re.Match[str]) -> str:
+        code = int(m[2], 16) if m[2] else _JSON_SHORT[m[3]]
+        return f"{m[1]}\\x{code:02x}" if code in _TABLE else m[0]
+
+    return visible_controls(_JSON_CONTROL.sub(one, text))
+
+
+def visible_json(value: Any, **dumps: Any) -> str:
+    """``value`` as JSON (``json.dumps`` with ``dumps``, non-ASCII kept) for
+    a person to read, control characters shown as ``\\xNN``
+    (:func:`visible_json_text`)."""
+    return visible_json_text(json.dumps(value, ensure_ascii=False, **dumps))

@@ -48,3 +48,27 @@ def test_ask_user_without_a_question_is_refused_to_the_model_not_asked(tmp_path:
         assert answered.returncode == 0, answered.stderr
         assert "Then the red one." in answered.stdout
         assert tool_answers(server.requests[2])[-1] == "Human input: red"
+
+
+def test_a_question_with_control_characters_shows_them_one_way_everywhere(tmp_path: Path) -> None:
+    """A new user's report: ``ask`` showed ESC as ``\\x1b`` while ``waiting``
+    and ``show`` showed ``\\u001b``. Every command shows ``\\x1b`` now, and
+    none prints the raw character; the question itself is kept as asked."""
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    question = "which color?\x1b[2J\r"
+    with ChatServer() as server:
+        call = [{"id": "q", "name": "ask_user", "args": {"question": question}}]
+        server.script = [("json", completion("", call))]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        asked = flowdesk(db, "ask", "pick", env=env)
+        assert asked.stdout.strip() == "the agent asks: which color?\\x1b[2J\\x0d"
+        run_id = asked.stderr.split()[1]
+        waiting = flowdesk(db, "waiting", env=env).stdout
+        shown = flowdesk(db, "show", run_id, env=env).stdout
+    assert '  asks: "which color?\\x1b[2J\\x0d"  (flowdesk ' in waiting, waiting
+    assert '  an answer: "which color?\\x1b[2J\\x0d"' in shown, shown
+    for out in (asked.stdout + asked.stderr, waiting, shown):
+        assert "\\u001b" not in out and "\x1b" not in out and "\r" not in out
+    rows = json.loads(flowdesk(db, "waiting", "-o", "json", env=env).stdout)
+    assert [r["question"] for r in rows] == [question]  # JSON keeps the text as asked

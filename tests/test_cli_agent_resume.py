@@ -346,3 +346,39 @@ def test_sigint_to_the_app_exits_130_with_a_hint_that_runs_as_printed(tmp_path: 
     env.pop("FLOWDESK_DB_PATH")
     done = as_printed(printed, env)
     assert done.returncode == 0 and f"no interrupted runs in {db}" in done.stdout
+
+
+def test_sigterm_past_the_grace_names_the_agent_run_whose_mcp_call_is_in_flight(
+    tmp_path: Path,
+) -> None:
+    """A new user's report: ``flowdesk agent --grace`` said "no flow run was
+    executing a step" while it was executing an agent run's MCP call. It
+    names that run, and the run, taken over afterwards, does not send the
+    call again."""
+    db, log, config = tmp_path / "f.db", tmp_path / "notes.log", tmp_path / "config.toml"
+    command = [sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio"]
+    config.write_text(
+        f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
+    )
+    hang = completion("", [{"id": "a", "name": "notes__append_and_hang", "args": {"text": "g"}}])
+    with ChatServer() as server:
+        env = model_env(server, FLOWDESK_CONFIG=str(config))
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        server.script = [HANG, ("json", hang), ("json", completion("Gave up."))]
+        asked = cli("--db", str(db), "ask", "note g", "--mcp", "notes", env=env)
+        err = interrupt(asked, server, 1, signal.SIGKILL)
+        run_id = re.search(r"^run (\w+) \(if interrupted", err, re.M).group(1)  # type: ignore[union-attr]
+        worker = cli("--db", str(db), "agent", "--poll", "0.2", "--grace", "1", env=env)
+        try:
+            wait_for(lambda: log.exists() and log.read_text() == "g\n", "the MCP call in flight")
+            worker.send_signal(signal.SIGTERM)
+            _, said = worker.communicate(timeout=60)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        assert worker.returncode == 1, said
+        assert "no run was executing" not in said
+        assert f"agent runs still executing: {run_id};" in said, said
+        resumed = flowdesk(db, "resume", "--all", env=env)
+        assert f"agent run {run_id} done" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert log.read_text() == "g\n"  # the call in flight was not sent again

@@ -369,10 +369,14 @@ def test_an_empty_model_reply_fails_the_run_and_the_printed_resume_asks_again(tm
         (run_id,) = re.findall(r"^run (\w+) failed", out.stderr, re.M)
         shown = run(db, "show", run_id)
         assert "failed" in shown.stdout and "empty reply" in shown.stdout, shown.stdout
-        (hint,) = re.findall(r"\((flowdesk --db \S+ resume \w+)\)\s*$", out.stderr, re.M)
+        # asked without streaming, the printed command asks without streaming again
+        again_cmd = f"resume {run_id}" if stream else f"ask --resume {run_id} --no-stream"
+        (hint,) = re.findall(r"\((flowdesk --db .+)\)\s*$", out.stderr, re.M)
+        assert hint == f"flowdesk --db {db} {again_cmd}"
         again = as_printed(hint, {**os.environ, **env})
         assert again.returncode == 0 and "the real answer" in again.stdout, again.stderr
         assert len(server.requests) == 2
+        assert server.requests[1]["body"].get("stream", False) is stream
 
 
 def test_a_rate_limited_run_canceled_as_printed_is_never_asked_again(tmp_path):
@@ -404,3 +408,103 @@ def test_a_rate_limited_run_canceled_as_printed_is_never_asked_again(tmp_path):
         assert len(server.requests) == 1
         shown = run(db, "show", run_id)
         assert "canceled" in shown.stdout, shown.stdout
+
+
+def test_show_and_waiting_print_the_hints_ask_printed_and_they_run_as_printed(tmp_path):
+    """A new user's report: ``show`` of a rate-limited agent run gave no time
+    and no command (``ask`` gives the time, ``resume`` and ``cancel``),
+    ``waiting`` said "no waiting runs", and ``show`` of a failed run gave no
+    ``resume``. Each now prints what ``ask`` printed, and each command runs
+    as printed."""
+    import time
+
+    db = tmp_path / "my db.db"
+    assert run(db, "--scope", "my team", "db", "apply").returncode == 0
+    with ChatServer() as server:
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [
+            ("status", 429, {"Retry-After": "1"}, "slow down"),
+            ("status", 429, {"Retry-After": "1"}, "slow down"),
+            ("status", 400, {}, "no such model"),
+            ("json", completion("Limited answer.")),
+            ("json", completion("Failed answer.")),
+        ]
+        scoped = ("--scope", "my team")
+        limited, canceled, failed = (
+            run(db, *scoped, "ask", q, env=env) for q in ("one", "two", "three")
+        )
+        ids = [p.stderr.split()[1] for p in (limited, canceled, failed)]
+        for p in (limited, canceled):
+            said = p.stderr.split("; ", 1)[1].strip()  # after "run ID rate_limited: ERROR"
+            shown = run(db, *scoped, "show", p.stderr.split()[1])
+            assert f"next: {said}" in shown.stdout.splitlines(), (said, shown.stdout)
+            # no model reply yet, the question listed: not "turns 0" over a turn
+            assert "status rate_limited  model turns 0" in shown.stdout, shown.stdout
+            assert "messages:\n  user: " in shown.stdout, shown.stdout
+        waiting = run(db, *scoped, "waiting")
+        assert "no waiting runs" not in waiting.stdout
+        assert waiting.stdout.count("  rate_limited: it can go on from ") == 2, waiting.stdout
+        (cancel,) = re.findall(r"to stop it instead: `([^`]+)`", canceled.stderr)
+        assert cancel == f"flowdesk --db '{db}' --scope 'my team' cancel {ids[1]}"
+        assert as_printed(cancel, {**os.environ, **env}).returncode == 0
+        shown_failed = run(db, *scoped, "show", ids[2]).stdout
+        (again,) = re.findall(r"^next: (flowdesk .+)$", shown_failed, re.M)
+        assert f"({again})" in failed.stderr  # what ask printed
+        shown_limited = run(db, *scoped, "show", ids[0]).stdout
+        (resume,) = re.findall(r"or run `([^`]+)` after that", shown_limited)
+        time.sleep(1.5)  # the Retry-After passes (not a timing assertion)
+        resumed = as_printed(resume, {**os.environ, **env})
+        assert resumed.returncode == 0 and "Limited answer." in resumed.stdout, resumed.stderr
+        retried = as_printed(again, {**os.environ, **env})
+        assert retried.returncode == 0 and "Failed answer." in retried.stdout, retried.stderr
+    assert "no waiting runs" in run(db, *scoped, "waiting").stdout
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "no-stream"])
+def test_a_reply_that_is_not_json_is_named_as_such_and_its_hint_runs_as_printed(tmp_path, stream):
+    """A new user's report: a 200 whose body is not JSON was diagnosed as a
+    server that cannot stream tool calls (hint: --no-stream), and the
+    --no-stream attempt's hint dropped --no-stream, so the two hints looped.
+    The body is named for what it is, the same way streamed or not, and the
+    printed command keeps the way the run was asked."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        server.script = [("raw", "this is not json{{{"), ("json", completion("Fixed."))]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        flag = [] if stream else ["--no-stream"]
+        tools = ["--tools", "files", "--folder", str(folder)]
+        out = run(db, "ask", "what is here?", *tools, *flag, env=env)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "cannot stream tool calls" not in out.stderr
+        assert "the provider's reply is not JSON (HTTP 200" in out.stderr, out.stderr
+        assert "'this is not json{{{'" in out.stderr and "check that model.base_url" in out.stderr
+        (hint,) = re.findall(r"\((flowdesk --db .+)\)\s*$", out.stderr, re.M)
+        run_id = out.stderr.split()[1]
+        again_cmd = f"resume {run_id}" if stream else f"ask --resume {run_id} --no-stream"
+        assert hint == f"flowdesk --db {db} {again_cmd}"
+        again = as_printed(hint, {**os.environ, **env})
+        assert again.returncode == 0 and "Fixed." in again.stdout, again.stderr
+    assert [bool(r["body"].get("stream")) for r in server.requests] == [stream, stream]
+
+
+def test_a_reply_cut_mid_stream_says_the_text_shown_is_not_the_answer(tmp_path):
+    """A new user's report: a stream cut after some text left that text on
+    stdout, exit 1, with nothing saying it is no answer. stderr now says so,
+    and the printed ``resume`` asks again and prints the whole answer."""
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        cut = ("sse_cut", [{"choices": [{"delta": {"content": "PARTIAL ANSWER"}}]}])
+        server.script = [cut, ("json", completion("The whole answer."))]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = run(db, "ask", "hello", env=env)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert out.stdout == "PARTIAL ANSWER\n"
+        assert "is not the answer, and none of it was kept" in out.stderr, out.stderr
+        (hint,) = re.findall(r"\((flowdesk --db .+)\)\s*$", out.stderr, re.M)
+        again = as_printed(hint, {**os.environ, **env})
+        assert again.returncode == 0 and again.stdout == "The whole answer.\n", again.stderr
+        assert "not the answer" not in again.stderr

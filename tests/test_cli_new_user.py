@@ -79,7 +79,7 @@ def test_show_of_an_agent_run_waiting_for_approval_shows_the_call_and_both_comma
         assert shown.returncode == 0, shown.stderr
         out = shown.stdout
         assert "\x1b" not in out
-        assert '  approval of the call: read_file {"path":"n1\\u001b[2J"}' in out, out
+        assert '  approval of the call: read_file {"path":"n1\\x1b[2J"}' in out, out
         assert "null" not in out and "any text" not in out, out
         assert "yes (run the call) or no (refuse it)" in out
         yes = re.search(r"^    yes: (flowdesk .+)$", out, re.M)

@@ -475,15 +475,34 @@ def test_database_string_paths_and_urls(tmp_path):
     home = Path(os.environ["HOME"])
     out = flowdesk("--db", "~/tilde.db", "db", "apply")
     assert out.returncode == 0 and (home / "tilde.db").is_file(), out.stderr
-    out = flowdesk("--db", "$HOME/env.db", "db", "apply")
-    assert out.returncode == 0 and (home / "env.db").is_file(), out.stderr
+    # the shell expands a command line: --db '/x/a$b.db' is that very file, not
+    # $b expanded again (a new user's report: it opened another file, or blamed
+    # the settings file for an unset variable)
+    literal = tmp_path / "a$b.db"
+    out = flowdesk("--db", str(literal), "db", "apply", env={**os.environ, "b": "zz"})
+    assert out.returncode == 0 and literal.is_file(), out.stderr
+    assert not (tmp_path / "azz.db").exists()
+    out = flowdesk("--db", str(literal), "runs")
+    assert out.returncode == 0, out.stderr
     url = f"sqlite://{tmp_path / 'u.db'}"
     assert flowdesk("--db", url, "db", "apply").returncode == 0 and (tmp_path / "u.db").is_file()
     pg = flowdesk("--db", "postgresql://alice@db.invalid/x", "runs")
     assert pg.returncode != 0  # the PostgreSQL backend (installed here) cannot reach it
     assert "postgresql://alice@db.invalid/x" in pg.stderr  # survives intact
-    unset = flowdesk("--db", "$FLOWDESK_NOT_SET_ANYWHERE/x.db", "runs")
-    assert unset.returncode == 2 and "FLOWDESK_NOT_SET_ANYWHERE is not set" in unset.stderr
+    # in the settings file, $VARS are expanded, and an unset one is named there
+    from desktop_app.config import config_file
+
+    config_file().parent.mkdir(parents=True, exist_ok=True)
+    config_file().write_text('db_path = "$FLOWDESK_NOT_SET_ANYWHERE/x.db"\n')
+    try:
+        unset = flowdesk("runs")
+        assert unset.returncode == 2 and "FLOWDESK_NOT_SET_ANYWHERE is not set" in unset.stderr
+        assert str(config_file()) in unset.stderr
+        config_file().write_text('db_path = "$HOME/env.db"\n')
+        out = flowdesk("db", "apply")
+        assert out.returncode == 0 and (home / "env.db").is_file(), out.stderr
+    finally:
+        config_file().unlink()
 
 
 def test_unknown_config_keys_name_the_nearest(tmp_path):

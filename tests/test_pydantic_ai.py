@@ -187,7 +187,7 @@ def test_show_prints_the_conversation_and_its_resume_hint_resumes_the_registered
         run_id, env = killed_run(db_path, log, server)
         shown = flowdesk(db_path, "show", run_id, env=env)
         assert shown.returncode == 0, shown.stderr
-        assert f"agent run {run_id}  agent helper  status interrupted  turns 2" in shown.stdout
+        assert f"agent run {run_id}  agent helper  status interrupted  model turns 2" in shown.stdout
         assert '  assistant calls lookup {"q": "a"}' in shown.stdout
         assert "  tool lookup: result for a" in shown.stdout
         # lookup(a) completed; lookup(b) started, its result never saved
@@ -445,7 +445,7 @@ def test_a_declined_call_is_not_made_and_the_model_is_told(db_path, tmp_path) ->
     # `show` lists the declined call: a turn with what the model was told, and a call
     run_id = first.stdout.split()[1]
     said = flowdesk(db_path, "show", run_id, env={**env, **REGISTERED}).stdout
-    turns = said[said.index("turns:") : said.index("tool calls:")].splitlines()
+    turns = said[said.index("messages:") : said.index("tool calls:")].splitlines()
     assert turns[1:] == [
         "  user: delete x",
         '  assistant calls delete {"name": "x"}',

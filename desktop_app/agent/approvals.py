@@ -69,7 +69,7 @@ from desktop_app.agent.messages import canonical_json
 from desktop_app.errors import ApprovalAnswerError, RunStateError
 from desktop_app.flow.clock import Clock
 from desktop_app.store.protocol import AgentLog
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import visible_json_text
 
 #: how an approval's key in a run's tool journal starts ("/" is in no tool name)
 APPROVAL_PREFIX = "approval/"
@@ -99,7 +99,7 @@ def render_call(tool: str, arguments: Mapping[str, Any]) -> str:
     """``tool {"arg": ...}`` for a person to read: arguments as canonical JSON,
     every control character (ESC, CR, C1) written as its escape, so what is
     shown is exactly what would be sent and cannot drive the terminal."""
-    return visible_controls(f"{tool} {canonical_json(dict(arguments))}")
+    return visible_json_text(f"{tool} {canonical_json(dict(arguments))}")
 
 
 def declined_result(tool: str) -> str:

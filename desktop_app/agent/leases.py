@@ -19,6 +19,18 @@ from desktop_app.flow.clock import Clock
 from desktop_app.flow.owners import Holding, holding
 from desktop_app.store.protocol import AgentLog, AgentRun
 
+_held_lock = threading.Lock()
+_held: dict[str, int] = {}  # run id -> how many blocks of this process hold it
+
+
+def agent_runs_held() -> list[str]:
+    """Ids of the agent runs this process executes right now (inside
+    :func:`holding_agent_run`: Flowdesk's own agent and the Pydantic AI
+    runs alike), sorted; ``flowdesk agent`` names them when it exits with a
+    run still in flight."""
+    with _held_lock:
+        return sorted(_held)
+
 
 def claim_agent_run(
     store: AgentLog, run: AgentRun, owner: str, ttl_s: float, now: float
@@ -69,9 +81,15 @@ def holding_agent_run(
 
     heartbeat = threading.Thread(target=renew, name="flowdesk-agent-lease", daemon=True)
     heartbeat.start()
+    with _held_lock:
+        _held[run_id] = _held.get(run_id, 0) + 1
     try:
         yield
     finally:
+        with _held_lock:
+            _held[run_id] -= 1
+            if not _held[run_id]:
+                del _held[run_id]
         stop.set()
         heartbeat.join()
         store.release(run_id, owner)

@@ -36,6 +36,7 @@ from desktop_app.agent.messages import (
 from desktop_app.errors import (
     EmptyReplyError,
     MalformedReplyError,
+    NotJsonReplyError,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
@@ -217,6 +218,9 @@ class OpenAICompatibleModel:
         _raise_for(resp, self.key_hint)
         try:
             data = resp.json()
+        except ValueError as exc:
+            raise self._not_json(resp, resp.text) from exc
+        try:
             choice = data["choices"][0]
             msg = choice["message"]
             calls = tuple(
@@ -235,6 +239,17 @@ class OpenAICompatibleModel:
                 f"{redact(resp.text)[:200]}"
             ) from exc
         return _unicode(_not_empty(reply, finish))
+
+    def _not_json(self, resp: httpx.Response, text: str) -> NotJsonReplyError:
+        """The error for a 2xx reply whose body ``text`` is not JSON: the
+        body (secrets masked, at most 200 characters) and what to check."""
+        shown = redact(text)[:200] or "an empty body"
+        return NotJsonReplyError(
+            f"the provider's reply is not JSON (HTTP {resp.status_code}, content type "
+            f"{resp.headers.get('content-type')!r}): {shown!r}; check that model.base_url "
+            f"({self._client.base_url}) is an OpenAI-compatible API, whose /chat/completions "
+            "answers JSON, and that no proxy in between rewrites its replies"
+        )
 
     def stream(
         self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]
@@ -270,8 +285,11 @@ class OpenAICompatibleModel:
                     resp.read()
                     _raise_for(resp, self.key_hint)
                 answered = True
+                body: list[str] = []  # what came that is no event (bounded)
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):
+                        if not seen_event and sum(map(len, body)) < 4096:
+                            body.append(line)
                         continue
                     seen_event = True
                     payload = line[5:].strip()
@@ -302,6 +320,8 @@ class OpenAICompatibleModel:
                         if fn.get("name"):
                             slot["name"] = fn["name"]
                         slot["args"] += fn.get("arguments") or ""
+                if not seen_event and not _is_json("\n".join(body)):
+                    raise self._not_json(resp, "\n".join(body))
                 if not seen_event and tools:
                     raise _cannot_stream_tools(
                         "it answered with no server-sent events (content type "
@@ -341,6 +361,15 @@ class OpenAICompatibleModel:
             raise _cannot_stream_tools("the stream ended for a tool call that it never sent")
         reply = _not_empty(AssistantReply("".join(text), tool_calls), finish)
         yield StreamDelta("", _unicode(reply))
+
+
+def _is_json(text: str) -> bool:
+    """Whether ``text`` parses as JSON (an empty body does not)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _cannot_stream_tools(what: str) -> ToolCallStreamingError:

@@ -228,9 +228,11 @@ def resume_with_recorded_tools(
 ) -> AgentResponse:
     """Continue agent run ``run`` with the tools it recorded
     (:meth:`ToolSources.of_run`, connected by :func:`connected_tools`):
-    ``Agent.resume``, or ``Agent.resume_input(run_id, answer)`` when
-    ``answer`` is given (its question's answer, or ``yes``/``no`` to the tool
-    call it waits to have approved). A Pydantic AI agent's run is resumed by
+    ``Agent.resume``; with ``answer`` (its question's answer, or
+    ``yes``/``no`` to the tool call it waits to have approved), the answer
+    is first recorded (``Agent.record_input``, under the answer's lease)
+    before any MCP server starts, so a crash or a server that cannot start
+    leaves it recorded and the next resume goes on with it. A Pydantic AI agent's run is resumed by
     its registered agent (:func:`resume_pydantic_ai`), model included.
 
     ``wait_id`` (with ``answer``): what the person answered
@@ -273,9 +275,13 @@ def resume_with_recorded_tools(
             raise RunStateError(
                 f"agent run {run.run_id} is not waiting for input (status {now.status!r})"
             )
+        # recorded before any server starts: a crash or a server that cannot
+        # start leaves the answer recorded, and the next resume goes on with it
+        Agent(run.agent, model, store, [], owner=owner).record_input(
+            run.run_id, answer, wait_id=wait_id
+        )
         with connected_tools(settings, sources, run.run_id) as tools:
-            agent = Agent(run.agent, model, store, tools, owner=owner)
-            return agent.resume_input(run.run_id, answer, wait_id=wait_id)
+            return Agent(run.agent, model, store, tools, owner=owner).resume(run.run_id)
 
 
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:

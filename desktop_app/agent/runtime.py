@@ -470,9 +470,29 @@ class Agent:
         """:meth:`resume_input`, streamed (text deltas and tool events)."""
         return self._resume_input(run_id, text, True, wait_id)
 
+    def record_input(self, run_id: str, text: str, *, wait_id: str | None = None) -> None:
+        """Record the answer to an ``input_required`` run's question, durably,
+        without continuing it: the run is ``running`` with the answer (an
+        approval's decision journaled, an ``ask_user`` answer as its tool
+        message), held by this agent's owner until released. Called before a
+        run's MCP servers start, so a crash or a server that cannot start
+        leaves the answer recorded: the next ``resume`` (or ``flowdesk
+        agent``) goes on with it and makes an approved call once.
+
+        Raises:
+            As :meth:`resume_input`, before anything changed.
+        """
+        self._record_input(run_id, text, wait_id)
+
     def _resume_input(
         self, run_id: str, text: str, stream: bool, wait_id: str | None = None
     ) -> Iterator[AgentEvent]:
+        self._record_input(run_id, text, wait_id, check_tools=True)
+        yield from self._drive(run_id, stream)
+
+    def _record_input(
+        self, run_id: str, text: str, wait_id: str | None, *, check_tools: bool = False
+    ) -> None:
         run = self.store.get(run_id)
         if wait_id is not None:
             require_wait(run, wait_id)
@@ -496,7 +516,8 @@ class Agent:
             call = ToolCall.from_json(run.pending_call)
             answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
             written = {"messages": [answer.to_json()]}
-        self._refuse_other_tools(run_id)
+        if check_tools:
+            self._refuse_other_tools(run_id)
         self._claim(run)
         if wait_id is not None:  # answered elsewhere between the read and the lease?
             try:
@@ -512,7 +533,6 @@ class Agent:
             pending_call=None,
             **written,
         )
-        yield from self._drive(run_id, stream)
 
     def pending(self) -> list[AgentRun]:
         """Runs of this agent that are not terminal (running, paused,

@@ -392,14 +392,24 @@ def _exit_keeping_leases(engine: Any, when: str) -> None:
     else when its lease expires) and runs that step again, as after ``kill -9``."""
     import logging
 
+    from desktop_app.agent.leases import agent_runs_held
+
     with engine._lock:
         busy = sorted(engine.active)
-    what = (
-        f"runs still executing a step: {', '.join(busy)}; each keeps its lease and a peer "
-        "takes it over and runs that step again, as after a crash"
-        if busy
-        else "no flow run was executing a step"
-    )
+    agents = agent_runs_held()
+    said = []
+    if busy:
+        said.append(
+            f"runs still executing a step: {', '.join(busy)}; each keeps its lease and a peer "
+            "takes it over and runs that step again, as after a crash"
+        )
+    if agents:
+        said.append(
+            f"agent runs still executing: {', '.join(agents)}; each keeps its lease and a "
+            "peer resumes it once this process is gone, as after a crash (a tool call in "
+            "flight is not sent again unless harmless to repeat)"
+        )
+    what = "; ".join(said) or "no run was executing a step"
     print(f"flowdesk agent: exiting {when}; {what}", file=sys.stderr, flush=True)
     logging.getLogger("desktop_app.cli").warning("flowdesk agent exiting %s; %s", when, what)
     for handler in logging.getLogger("desktop_app").handlers:

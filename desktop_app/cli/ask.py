@@ -149,6 +149,12 @@ def _sources(ctx: Ctx) -> ToolSources:
 
 
 def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
+    if printed and res.status not in ("done", "input_required"):  # stdout has part of a reply
+        print(
+            "the text printed on stdout above is part of a reply that did not finish: it is "
+            "not the answer, and none of it was kept",
+            file=sys.stderr,
+        )
     if res.status == "done":
         if not printed:
             print(visible_controls(res.text))
@@ -170,23 +176,16 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         error = visible_controls(str(res.error))
         print(f"run {res.run_id} canceled: {error}", file=sys.stderr)
         return EXIT_FAILED
-    hint = ctx.hints.cmd(f"resume {res.run_id}")
+    from desktop_app.cli.waits import agent_next
+
     run = sv.agents.get(res.run_id)
-    if run.error_type == "ToolCallStreamingError":
-        hint = ctx.hints.cmd(f"ask --resume {res.run_id} --no-stream")
+    no_stream = bool(getattr(ctx.args, "no_stream", False))
+    then = agent_next(ctx.hints, run, no_stream=no_stream) or ctx.hints.cmd(f"resume {res.run_id}")
     error = visible_controls(str(res.error))
     if res.status == "rate_limited" and run.retry_at is not None:
-        from desktop_app.words import local_and_utc
-
-        when = local_and_utc(run.retry_at)
-        print(
-            f"run {res.run_id} rate_limited: {error}; it can go on from {when}: a running "
-            f"`flowdesk agent` resumes it then, or run `{hint}` after that; to stop it "
-            f"instead: `{ctx.hints.cmd(f'cancel {res.run_id}')}`",
-            file=sys.stderr,
-        )
+        print(f"run {res.run_id} rate_limited: {error}; {then}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"run {res.run_id} {res.status}: {error}  ({hint})", file=sys.stderr)
+    print(f"run {res.run_id} {res.status}: {error}  ({then})", file=sys.stderr)
     return EXIT_FAILED
 
 
@@ -349,26 +348,24 @@ def resume_agent_run(
         if answer is not None:
             owner = stack.enter_context(claimed_to_answer(sv.agents, run_id))
             _refuse_unasked(ctx, sv.agents.get(run_id), sv.checkpoints.now(), wait_id)
+            # recorded durably before any server starts: a crash or a server that
+            # cannot start leaves the answer recorded (resume goes on with it)
+            recorder = agent_for(sv, run.agent, [], sources, owner)
+            recorder.record_input(run_id, answer, wait_id=wait_id)
         try:
             tools = stack.enter_context(
                 connected_tools(sv.settings, sources, run_id, on_connect=_connecting)
             )
         except FlowdeskError as exc:
-            if answer is not None:  # the run's question: still unanswered
-                again = f"answer {run_id} {shlex.quote(answer)}"
-                if wait_id is not None:
-                    again += f" --wait-id {shlex.quote(wait_id)}"
+            if answer is not None:  # recorded: the run goes on with it once its tools start
                 exc.add_note(
-                    "your answer was not recorded: the run still waits for it; once its "
-                    f"tools can start, answer again with: {ctx.hints.cmd(again)}"
+                    "your answer was recorded: the run goes on with it once its tools can "
+                    f"start: run {ctx.hints.cmd(f'resume {run_id}')} then (a running "
+                    "`flowdesk agent` does it on its own)"
                 )
             raise
         agent = agent_for(sv, run.agent, tools, sources, owner)
-        if answer is not None:
-            events = agent.resume_input_stream(run_id, answer, wait_id=wait_id)
-        else:
-            events = agent.resume_stream(run_id)
-        res, printed = _print_events(ctx, events)
+        res, printed = _print_events(ctx, agent.resume_stream(run_id))
     return _finish(ctx, sv, res, printed=printed)
 
 

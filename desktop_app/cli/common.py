@@ -103,12 +103,14 @@ class Ctx:
                 the app) a ``FLOWDESK_CONFIG`` naming no file (exit 2).
         """
         if self._settings is None:
-            from desktop_app.config import check_config_file, load_settings
+            from desktop_app.config import check_config_file, given, load_settings
             from desktop_app.observability import setup
 
             if self.args.command not in (None, "app"):  # the app's Settings screen creates it
                 check_config_file()
-            self._settings = load_settings(db_path=self.args.db, scope=self.args.scope)
+            self._settings = load_settings(
+                db_path=given(self.args.db), scope=given(self.args.scope)
+            )
             setup(self._settings)  # log file, OTLP export
             log.info("command %s started (pid %d)", self.args.command or "app", os.getpid())
         return self._settings

@@ -112,10 +112,13 @@ def _run_ids(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str
     """argcomplete: ids of the newest runs in the database the command names."""
     try:
         from desktop_app.bootstrap import open_checkpoint_store
-        from desktop_app.config import load_settings
+        from desktop_app.config import given, load_settings
 
         store = open_checkpoint_store(
-            load_settings(db_path=parsed_args.db, scope=getattr(parsed_args, "scope", None))
+            load_settings(
+                db_path=given(parsed_args.db),
+                scope=given(getattr(parsed_args, "scope", None)),
+            )
         )
         try:
             ids = [r.run_id for r in store.list_runs(newest_first=True, limit=200)]
@@ -131,9 +134,12 @@ def _flow_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[
     configured ones, loaded as ``flowdesk flows`` does: only on this Tab)."""
     try:
         from desktop_app.bootstrap import load_flows_report
-        from desktop_app.config import load_settings
+        from desktop_app.config import given, load_settings
 
-        settings = load_settings(db_path=parsed_args.db, scope=getattr(parsed_args, "scope", None))
+        settings = load_settings(
+            db_path=given(parsed_args.db),
+            scope=given(getattr(parsed_args, "scope", None)),
+        )
         names = sorted({f.name for f in load_flows_report(settings).flows})
     except Exception:  # completion never prints a traceback into the shell
         return []

@@ -4,7 +4,6 @@ a unique prefix (:func:`desktop_app.store.runids.resolve_run_id`)."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.cli.waits import (
+    agent_next,
     agent_wait_lines,
     agent_waits,
     answer_choices,
@@ -46,7 +46,7 @@ from desktop_app.runs_view import (
     queued_text,
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import visible_controls, visible_json
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
@@ -598,6 +598,8 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
                 "expires_at": iso(run.expires_at),
                 "pending_call": run.pending_call,
                 "waits": agent_waits(ctx.hints, run),
+                # failed or rate_limited: what to run next, as `ask` printed it
+                "next": agent_next(ctx.hints, run),
                 # what must be done before resume/answer work here, or null
                 "first": (
                     agent_blocker(sv, run)
@@ -623,7 +625,8 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         )
         return EXIT_OK
     status = display_status(run, now)
-    _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  turns {run.turns}")
+    # turns: the model's replies so far; the conversation is listed under messages:
+    _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  model turns {run.turns}")
     # resume and answer refuse a run whose Pydantic AI agent is not registered: how to, first
     why = agent_blocker(sv, run) if status in (INTERRUPTED, "input_required") else None
     if status == INTERRUPTED:
@@ -631,12 +634,15 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         _say(f"error: {run.error}")
+    then = agent_next(ctx.hints, run)
+    if then is not None:  # as `ask` printed it when the run stopped
+        _say(f"next: {then}")
     asking = agent_wait_lines(ctx.hints, run, now, first=why)
     if asking:
         print("waits for:")
         for line in asking:
             print(line)
-    _say("turns:")
+    _say("messages:")
     for m in messages:
         if m["role"] == "system":
             continue
@@ -649,7 +655,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         if m.get("content"):
             _say(f"  {m['role']}: {_clip(m['content'])}")
         for call in m.get("tool_calls", []):
-            args = json.dumps(call.get("arguments"), ensure_ascii=False, sort_keys=True)
+            args = visible_json(call.get("arguments"), sort_keys=True)
             _say(f"  {m['role']} calls {call['name']} {_clip(args, 80)}")
     calls = [t for t in tools if is_tool_call(t.tool_key)]
     # a call a person declined never ran (no journal row): its answer to the model says so
@@ -764,6 +770,8 @@ def cmd_waiting(ctx: Ctx) -> int:
     engine = sv.engine
     runs = engine.waiting()
     asking = sv.agents.list(statuses=["input_required"])
+    # a rate-limited agent run waits for a time, as a flow run's timer does
+    limited = [r for r in sv.agents.list(statuses=["rate_limited"]) if not r.parent_run_id]
     now = sv.checkpoints.now()
     from desktop_app.cli import langgraph
 
@@ -785,9 +793,10 @@ def cmd_waiting(ctx: Ctx) -> int:
                 continue
             question = (ar.pending_call or {}).get("arguments", {}).get("question")
             rows.append({**agent_row(ar, now), "question": question, **first})
+        rows += [{**agent_row(r, now), "next": agent_next(ctx.hints, r)} for r in limited]
         emit_all(ctx.args.output, rows)
         return EXIT_OK
-    if not runs and not asking and not threads:
+    if not runs and not asking and not threads and not limited:
         print("no waiting runs")
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
@@ -801,7 +810,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             print(f"  paused for an operator: {run.error}  ({hint})")
         for w in waits:
             what = {
-                "input": f"input: {json.dumps(w.prompt)}",
+                "input": f"input: {visible_json(w.prompt)}",
                 "signal": f"signal {w.name} {w.key}",
                 "event": f"event {w.name}",
                 "timer": "timer",
@@ -829,7 +838,10 @@ def cmd_waiting(ctx: Ctx) -> int:
             continue
         question = (ar.pending_call or {}).get("arguments", {}).get("question")
         hint = ctx.hints.cmd(f"ask --resume {ar.run_id} --answer TEXT")
-        print(f"  asks: {json.dumps(question)}  ({hint})")
+        print(f"  asks: {visible_json(question)}  ({hint})")
+    for r in limited:
+        print(f"agent run {r.run_id}  agent {r.agent}")
+        _say(f"  rate_limited: {agent_next(ctx.hints, r)}")
     langgraph.print_waiting(ctx, threads)
     return EXIT_OK
 

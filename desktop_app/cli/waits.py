@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from desktop_app.cli.output import Hints, due_in, iso
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
 
 
@@ -45,7 +45,7 @@ def local_and_utc(ts: float, now: float) -> str:
 
 def _question(prompt: Any) -> str:
     text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
-    return visible_controls(json.dumps(text, ensure_ascii=False))
+    return visible_json(text)
 
 
 def _await_field(flow: Any, step_id: str) -> Any:
@@ -342,3 +342,37 @@ def agent_wait_lines(hints: Hints, run: Any, now: float, first: str | None = Non
         lines.append("    the answer is any text, in place of TEXT")
         lines.append(f"    answer with: {wait['command']}")
     return lines
+
+
+def agent_next(hints: Hints, run: Any, *, no_stream: bool = False) -> str | None:
+    """What to run next for agent run ``run`` (an ``AgentRun``) that stopped
+    ``failed`` or ``rate_limited``, as ``ask``, ``show`` and ``waiting``
+    print it (one source, with the user's ``--db``/``--scope``), or ``None``
+    for any other status.
+
+    Args:
+        no_stream: the run was asked without streaming (``--no-stream``):
+            the command asks without streaming again.
+
+    Returns:
+        For a ``rate_limited`` run with a retry time: ``it can go on from
+        WHEN: a running `flowdesk agent` resumes it then, or run `RESUME`
+        after that; to stop it instead: `CANCEL``` (``WHEN`` local and UTC).
+        Otherwise the command that tries again: ``resume RUN``, or ``ask
+        --resume RUN --no-stream`` after a provider that cannot stream tool
+        calls (or with ``no_stream``).
+    """
+    if run.status not in ("failed", "rate_limited"):
+        return None
+    no_stream = no_stream or run.error_type == "ToolCallStreamingError"
+    again = hints.cmd(
+        f"ask --resume {run.run_id} --no-stream" if no_stream else f"resume {run.run_id}"
+    )
+    if run.status != "rate_limited" or run.retry_at is None:
+        return again
+    when = moment_both_ways(run.retry_at)
+    cancel = hints.cmd(f"cancel {run.run_id}")
+    return (
+        f"it can go on from {when}: a running `flowdesk agent` resumes it then, or run "
+        f"`{again}` after that; to stop it instead: `{cancel}`"
+    )
