@@ -591,3 +591,24 @@ def test_a_query_that_fails_on_the_servers_side_stays_a_store_error(pg_store):
         f"the PostgreSQL server ({s.where}) is out of disk space; nothing was written. "
         "Free some space and resume the run."
     )
+
+
+@pg
+def test_a_run_deleted_and_created_again_elsewhere_reads_as_the_new_run(pg_url, pg_store):
+    """``delete_run`` drops the store's own copy of the run's checkpoint: a
+    run of the same id that another process creates afterwards (at the same
+    revision, 0) is read as that new run, not as the deleted one."""
+    from desktop_app.errors import CheckpointNotFoundError
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"who": "deleted"}))
+    assert pg_store.latest("r1").state == {"who": "deleted"}
+    pg_store.delete_run("r1")
+    with pytest.raises(CheckpointNotFoundError, match=r"^no run r1 in scope 'default'$"):
+        pg_store.delete_run("r1")
+    other = open_postgres_store(pg_url)
+    try:
+        other.create_run(_rec("r1"), _cp("r1", 0, {"who": "new"}))
+    finally:
+        other.close()
+    assert pg_store.latest("r1").state == {"who": "new"}
