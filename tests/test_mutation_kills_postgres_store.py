@@ -612,3 +612,27 @@ def test_a_run_deleted_and_created_again_elsewhere_reads_as_the_new_run(pg_url, 
     finally:
         other.close()
     assert pg_store.latest("r1").state == {"who": "new"}
+
+
+@pg
+def test_now_is_the_database_clock_not_the_machines(pg_url):
+    """``now()`` reads ``flowdesk_now()``, the clock every lease decision
+    uses: on a server whose clock is an hour ahead of this machine's (the
+    test-only ``flowdesk.time_offset_s`` shifts it) it is an hour ahead."""
+    import time
+
+    import psycopg
+
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        dbname = conn.execute("SELECT current_database()").fetchone()[0]
+        conn.execute(f'ALTER DATABASE "{dbname}" SET flowdesk.time_offset_s = 3600')
+    store = open_postgres_store(pg_url)
+    try:
+        t0 = time.time()
+        now = store.now()
+        t1 = time.time()
+    finally:
+        store.close()
+    assert t0 + 3599.0 <= now <= t1 + 3601.0
