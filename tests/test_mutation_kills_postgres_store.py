@@ -636,3 +636,42 @@ def test_now_is_the_database_clock_not_the_machines(pg_url):
     finally:
         store.close()
     assert t0 + 3599.0 <= now <= t1 + 3601.0
+
+
+@pg
+def test_stopping_a_watcher_whose_callback_is_stuck_does_not_hang(pg_url):
+    """``watch_changes``' stop function waits a bounded time for the
+    watcher thread: an app whose refresh callback hangs (a stuck screen)
+    can still stop watching and quit. The callback, let go later, runs to
+    its end and is not called again."""
+    import threading
+
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    watching = open_postgres_store(pg_url)
+    writer = open_postgres_store(pg_url)
+    entered, let_go = threading.Event(), threading.Event()
+    calls = 0
+
+    def stuck() -> None:
+        nonlocal calls
+        calls += 1
+        entered.set()
+        let_go.wait(60)
+
+    stop = watching.watch_changes(stuck)
+    try:
+        writer.publish_event("one", {}, T0)
+        assert entered.wait(30), "no change pushed"
+        stopper = threading.Thread(target=stop, daemon=True)
+        stopper.start()
+        stopper.join(20)  # the stop waits 2 s for the watcher, then gives up
+        stopped = not stopper.is_alive()
+        let_go.set()
+        assert stopped, "stopping the watcher hung on its stuck callback"
+        writer.publish_event("two", {}, T0)
+    finally:
+        let_go.set()
+        watching.close()
+        writer.close()
+    assert calls == 1
