@@ -675,3 +675,29 @@ def test_stopping_a_watcher_whose_callback_is_stuck_does_not_hang(pg_url):
         watching.close()
         writer.close()
     assert calls == 1
+
+
+@pg
+def test_a_checkpoint_breaking_another_key_is_a_store_error_not_a_conflict(pg_store):
+    """Only the keys another writer can take first (the run id, a live flow
+    key, a revision, an outbox intent) become conflicts. A checkpoint that
+    breaks another key (two waits of one id) is the StoreError naming that
+    key: a RevisionConflictError would tell the engine that another writer
+    saved the run, and a new run "already exists" when it does not. Nothing
+    is written either way."""
+    from desktop_app.errors import CheckpointNotFoundError
+
+    go = Wait("w1:s:0", "s", "signal", T0, name="go", key="k")
+    twice = (go, replace(go, key="k2"))
+    with pytest.raises(StoreError) as created:
+        pg_store.create_run(_rec("r2"), _cp("r2", 0, status="waiting", waits=twice))
+    assert type(created.value) is StoreError
+    assert 'unique constraint "waits_pkey"' in str(created.value)
+    with pytest.raises(CheckpointNotFoundError):
+        pg_store.get_run("r2")
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    with pytest.raises(StoreError) as appended:
+        pg_store.append(_cp("r1", 1, status="waiting", waits=twice))
+    assert type(appended.value) is StoreError
+    assert 'unique constraint "waits_pkey"' in str(appended.value)
+    assert pg_store.get_run("r1").revision == 0
