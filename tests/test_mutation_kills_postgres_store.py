@@ -701,3 +701,31 @@ def test_a_checkpoint_breaking_another_key_is_a_store_error_not_a_conflict(pg_st
     assert type(appended.value) is StoreError
     assert 'unique constraint "waits_pkey"' in str(appended.value)
     assert pg_store.get_run("r1").revision == 0
+
+
+@pg
+def test_db_apply_failing_half_way_keeps_the_files_it_applied_and_resumes_there(pg_empty_url):
+    """``db apply`` commits each schema file with its ledger row: when a
+    file fails (here 0008, whose table a user already made), the files
+    before it stay applied, and once the obstacle is gone the next apply
+    does only the rest."""
+    import psycopg
+
+    from desktop_app.store.postgres.store import (
+        apply_postgres_schema,
+        postgres_schema_status,
+    )
+
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA flowdesk")
+        conn.execute("CREATE TABLE flowdesk.workers (x integer)")
+    with pytest.raises(StoreError, match='relation "workers" already exists'):
+        apply_postgres_schema(pg_empty_url)
+    states = {s.key: s.state for s in postgres_schema_status(pg_empty_url)}
+    done = [k for k, state in states.items() if state == "applied"]
+    assert [k.rsplit("/", 1)[-1][:4] for k in done] == [f"{i:04d}" for i in range(1, 8)]
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE flowdesk.workers")
+    rest = apply_postgres_schema(pg_empty_url)
+    assert len(rest) == len(states) - 7
+    assert {s.state for s in postgres_schema_status(pg_empty_url)} == {"applied"}
