@@ -729,3 +729,24 @@ def test_db_apply_failing_half_way_keeps_the_files_it_applied_and_resumes_there(
     rest = apply_postgres_schema(pg_empty_url)
     assert len(rest) == len(states) - 7
     assert {s.state for s in postgres_schema_status(pg_empty_url)} == {"applied"}
+
+
+@pg
+def test_an_open_store_at_rest_holds_one_server_connection(pg_url):
+    """A store keeps one connection open at rest (its pool grows with use
+    up to ``max_connections``): a machine running many workers does not
+    hold idle sessions against the server's connection limit."""
+    import psycopg
+
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    store = open_postgres_store(pg_url, application_name="flowdesk-at-rest")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (n,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name=%s",
+                ("flowdesk-at-rest",),
+            ).fetchone()
+    finally:
+        store.close()
+    assert n == 1
