@@ -750,3 +750,39 @@ def test_an_open_store_at_rest_holds_one_server_connection(pg_url):
     finally:
         store.close()
     assert n == 1
+
+
+@pg
+def test_a_step_that_changes_no_status_and_no_waits_notifies_nobody(pg_url):
+    """Per-step progress is polled (``data_version``), never pushed: a step
+    that keeps the run's status and waits sends no notification (one per
+    step would cost each step a round trip and wake every watching app),
+    while a new status is pushed to the apps (CHANGES)."""
+    import psycopg
+
+    from desktop_app.store.postgres.notify import CHANGES, WAKE
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    heard = psycopg.connect(pg_url, autocommit=True)
+    heard.execute(f"LISTEN {WAKE}")
+    heard.execute(f"LISTEN {CHANGES}")
+    store = open_postgres_store(pg_url)
+
+    def until(payload: str) -> list[tuple[str, str]]:
+        got = []
+        for n in heard.notifies(timeout=10):
+            got.append((n.channel, n.payload))
+            if n.payload == payload:
+                return got
+        raise AssertionError(f"no {payload!r}; heard {got}")
+
+    try:
+        store.create_run(_rec("r1"), _cp("r1", 0))
+        store.create_run(_rec("r2"), _cp("r2", 0))
+        until("default:r2")
+        store.append(_cp("r1", 1, {"n": 1}))  # a plain step: still running, no waits
+        store.append(_cp("r2", 1, status="completed"))
+        assert until("default:r2") == [(CHANGES, "default:r2")]
+    finally:
+        store.close()
+        heard.close()
