@@ -591,3 +591,198 @@ def test_a_query_that_fails_on_the_servers_side_stays_a_store_error(pg_store):
         f"the PostgreSQL server ({s.where}) is out of disk space; nothing was written. "
         "Free some space and resume the run."
     )
+
+
+@pg
+def test_a_run_deleted_and_created_again_elsewhere_reads_as_the_new_run(pg_url, pg_store):
+    """``delete_run`` drops the store's own copy of the run's checkpoint: a
+    run of the same id that another process creates afterwards (at the same
+    revision, 0) is read as that new run, not as the deleted one."""
+    from desktop_app.errors import CheckpointNotFoundError
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"who": "deleted"}))
+    assert pg_store.latest("r1").state == {"who": "deleted"}
+    pg_store.delete_run("r1")
+    with pytest.raises(CheckpointNotFoundError, match=r"^no run r1 in scope 'default'$"):
+        pg_store.delete_run("r1")
+    other = open_postgres_store(pg_url)
+    try:
+        other.create_run(_rec("r1"), _cp("r1", 0, {"who": "new"}))
+    finally:
+        other.close()
+    assert pg_store.latest("r1").state == {"who": "new"}
+
+
+@pg
+def test_now_is_the_database_clock_not_the_machines(pg_url):
+    """``now()`` reads ``flowdesk_now()``, the clock every lease decision
+    uses: on a server whose clock is an hour ahead of this machine's (the
+    test-only ``flowdesk.time_offset_s`` shifts it) it is an hour ahead."""
+    import time
+
+    import psycopg
+
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        dbname = conn.execute("SELECT current_database()").fetchone()[0]
+        conn.execute(f'ALTER DATABASE "{dbname}" SET flowdesk.time_offset_s = 3600')
+    store = open_postgres_store(pg_url)
+    try:
+        t0 = time.time()
+        now = store.now()
+        t1 = time.time()
+    finally:
+        store.close()
+    assert t0 + 3599.0 <= now <= t1 + 3601.0
+
+
+@pg
+def test_stopping_a_watcher_whose_callback_is_stuck_does_not_hang(pg_url):
+    """``watch_changes``' stop function waits a bounded time for the
+    watcher thread: an app whose refresh callback hangs (a stuck screen)
+    can still stop watching and quit. The callback, let go later, runs to
+    its end and is not called again."""
+    import threading
+
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    watching = open_postgres_store(pg_url)
+    writer = open_postgres_store(pg_url)
+    entered, let_go = threading.Event(), threading.Event()
+    calls = 0
+
+    def stuck() -> None:
+        nonlocal calls
+        calls += 1
+        entered.set()
+        let_go.wait(60)
+
+    stop = watching.watch_changes(stuck)
+    try:
+        writer.publish_event("one", {}, T0)
+        assert entered.wait(30), "no change pushed"
+        stopper = threading.Thread(target=stop, daemon=True)
+        stopper.start()
+        stopper.join(20)  # the stop waits 2 s for the watcher, then gives up
+        stopped = not stopper.is_alive()
+        let_go.set()
+        assert stopped, "stopping the watcher hung on its stuck callback"
+        writer.publish_event("two", {}, T0)
+    finally:
+        let_go.set()
+        watching.close()
+        writer.close()
+    assert calls == 1
+
+
+@pg
+def test_a_checkpoint_breaking_another_key_is_a_store_error_not_a_conflict(pg_store):
+    """Only the keys another writer can take first (the run id, a live flow
+    key, a revision, an outbox intent) become conflicts. A checkpoint that
+    breaks another key (two waits of one id) is the StoreError naming that
+    key: a RevisionConflictError would tell the engine that another writer
+    saved the run, and a new run "already exists" when it does not. Nothing
+    is written either way."""
+    from desktop_app.errors import CheckpointNotFoundError
+
+    go = Wait("w1:s:0", "s", "signal", T0, name="go", key="k")
+    twice = (go, replace(go, key="k2"))
+    with pytest.raises(StoreError) as created:
+        pg_store.create_run(_rec("r2"), _cp("r2", 0, status="waiting", waits=twice))
+    assert type(created.value) is StoreError
+    assert 'unique constraint "waits_pkey"' in str(created.value)
+    with pytest.raises(CheckpointNotFoundError):
+        pg_store.get_run("r2")
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    with pytest.raises(StoreError) as appended:
+        pg_store.append(_cp("r1", 1, status="waiting", waits=twice))
+    assert type(appended.value) is StoreError
+    assert 'unique constraint "waits_pkey"' in str(appended.value)
+    assert pg_store.get_run("r1").revision == 0
+
+
+@pg
+def test_db_apply_failing_half_way_keeps_the_files_it_applied_and_resumes_there(pg_empty_url):
+    """``db apply`` commits each schema file with its ledger row: when a
+    file fails (here 0008, whose table a user already made), the files
+    before it stay applied, and once the obstacle is gone the next apply
+    does only the rest."""
+    import psycopg
+
+    from desktop_app.store.postgres.store import (
+        apply_postgres_schema,
+        postgres_schema_status,
+    )
+
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA flowdesk")
+        conn.execute("CREATE TABLE flowdesk.workers (x integer)")
+    with pytest.raises(StoreError, match='relation "workers" already exists'):
+        apply_postgres_schema(pg_empty_url)
+    states = {s.key: s.state for s in postgres_schema_status(pg_empty_url)}
+    done = [k for k, state in states.items() if state == "applied"]
+    assert [k.rsplit("/", 1)[-1][:4] for k in done] == [f"{i:04d}" for i in range(1, 8)]
+    with psycopg.connect(pg_empty_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE flowdesk.workers")
+    rest = apply_postgres_schema(pg_empty_url)
+    assert len(rest) == len(states) - 7
+    assert {s.state for s in postgres_schema_status(pg_empty_url)} == {"applied"}
+
+
+@pg
+def test_an_open_store_at_rest_holds_one_server_connection(pg_url):
+    """A store keeps one connection open at rest (its pool grows with use
+    up to ``max_connections``): a machine running many workers does not
+    hold idle sessions against the server's connection limit."""
+    import psycopg
+
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    store = open_postgres_store(pg_url, application_name="flowdesk-at-rest")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            (n,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name=%s",
+                ("flowdesk-at-rest",),
+            ).fetchone()
+    finally:
+        store.close()
+    assert n == 1
+
+
+@pg
+def test_a_step_that_changes_no_status_and_no_waits_notifies_nobody(pg_url):
+    """Per-step progress is polled (``data_version``), never pushed: a step
+    that keeps the run's status and waits sends no notification (one per
+    step would cost each step a round trip and wake every watching app),
+    while a new status is pushed to the apps (CHANGES)."""
+    import psycopg
+
+    from desktop_app.store.postgres.notify import CHANGES, WAKE
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    heard = psycopg.connect(pg_url, autocommit=True)
+    heard.execute(f"LISTEN {WAKE}")
+    heard.execute(f"LISTEN {CHANGES}")
+    store = open_postgres_store(pg_url)
+
+    def until(payload: str) -> list[tuple[str, str]]:
+        got = []
+        for n in heard.notifies(timeout=10):
+            got.append((n.channel, n.payload))
+            if n.payload == payload:
+                return got
+        raise AssertionError(f"no {payload!r}; heard {got}")
+
+    try:
+        store.create_run(_rec("r1"), _cp("r1", 0))
+        store.create_run(_rec("r2"), _cp("r2", 0))
+        until("default:r2")
+        store.append(_cp("r1", 1, {"n": 1}))  # a plain step: still running, no waits
+        store.append(_cp("r2", 1, status="completed"))
+        assert until("default:r2") == [(CHANGES, "default:r2")]
+    finally:
+        store.close()
+        heard.close()

@@ -220,3 +220,56 @@ def test_a_named_statement_survives_rollbacks_and_a_session_reset_prepares_it_ag
     finally:
         store.close()
         wire.close()
+
+
+def test_a_head_read_once_is_served_from_the_cache_until_another_writer_moves_it(pg_url):
+    """A store that did not write a run (the app, a second worker) reads
+    its head: the run's row and then its checkpoints, two statements. Read
+    again while nothing changed, the checkpoint comes from the store's own
+    copy: one statement. Once another store appends, the next read loads
+    the new revision again, and hands out what that writer saved."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    writer = open_postgres_store(pg_url, max_connections=1)
+    reader, wire = _counted_store(pg_url)
+    try:
+        writer.create_run(_run("r1"), _cp("r1", 0, 0))
+        writer.append(_cp("r1", 1, 1))
+        wire.reset()
+        assert reader.head("r1").checkpoint.state == {"n": 1}
+        first = wire.snapshot()[0]
+        assert reader.head("r1").checkpoint.state == {"n": 1}
+        again = wire.snapshot()[0] - first
+        writer.append(_cp("r1", 2, 2))
+        before = wire.snapshot()[0]
+        head = reader.head("r1")
+        moved = wire.snapshot()[0] - before
+    finally:
+        reader.close()
+        wire.close()
+        writer.close()
+    assert (first, again, moved) == (2, 1, 2)
+    assert (head.run.revision, head.checkpoint.revision, head.checkpoint.state) == (2, 2, {"n": 2})
+
+
+def test_a_store_keeps_the_heads_of_its_last_256_runs(pg_url):
+    """The store keeps its own copy of the latest checkpoint of the 256
+    runs it touched last (a worker's runs in flight): reading the head of
+    one of them is one statement. The 257th run pushes out the one touched
+    longest ago, whose head is then read from its checkpoints again."""
+    from desktop_app.store.postgres.store import _CACHE_RUNS
+
+    store, wire = _counted_store(pg_url)
+    try:
+        ids = [f"r{i:03d}" for i in range(_CACHE_RUNS + 1)]
+        for run_id in ids:
+            store.create_run(_run(run_id), _cp(run_id, 0, 0))
+        trips = []
+        for run_id in (ids[-1], ids[1], ids[0]):  # newest, oldest kept, pushed out
+            before = wire.snapshot()[0]
+            assert store.head(run_id).checkpoint.state == {"n": 0}
+            trips.append(wire.snapshot()[0] - before)
+    finally:
+        store.close()
+        wire.close()
+    assert (_CACHE_RUNS, trips) == (256, [1, 1, 2])
