@@ -67,9 +67,13 @@ def test_schema_helpers_on_an_unreachable_server_say_so_without_the_password(pg_
     assert message.startswith("cannot connect to PostgreSQL at postgresql://")
     assert ":***@127.0.0.1:" in message and "hunter2" not in message
     # what to check, word for word, after the driver's reason
-    assert message.endswith(
-        ". Check the URL, that the server is up, and the role's password (~/.pgpass or PGPASSWORD)."
+    advice = (
+        " Check the URL, that the server is up, and the role's password (~/.pgpass or PGPASSWORD)."
     )
+    assert message.endswith(advice)
+    # libpq's own text ends a sentence ("?" or "."): no stop added after it
+    assert "?." not in message and ".." not in message
+    assert message.removesuffix(advice)[-1] in ".?!"
 
 
 def test_status_lists_every_file_pending_then_applied(pg_empty_url):
