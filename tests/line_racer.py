@@ -1,8 +1,8 @@
 """A long-lived racer process a test drives line by line (stdin in, stdout
 out): the parent sends each round's line, reads ``ready <round>``, creates
 the GO file that releases every racer at once, then reads ``done <round>
-<JSON>``. Used by tests/test_settle_race_processes.py and
-tests/test_answer_race_mcp.py."""
+<JSON>``. Used by tests/test_settle_race_processes.py,
+tests/test_answer_race_mcp.py and tests/test_cancel_race_agent_end.py."""
 
 from __future__ import annotations
 

@@ -31,6 +31,12 @@ def wait_for(go: Path) -> None:
 
 
 class FileSink:
+    """A destination whose effect is the intent's key appended to a file
+    (fsync'd), so the parent counts the effects made; its receipt is
+    ``{receipt: key}``."""
+
+    receipt = "key"
+
     def __init__(self, path: Path) -> None:
         self.path = path
 
@@ -41,11 +47,11 @@ class FileSink:
             os.fsync(fd)
         finally:
             os.close(fd)
-        return {"key": key}
+        return {self.receipt: key}
 
     def lookup(self, key: str) -> object | None:
         sent = self.path.read_text().split() if self.path.exists() else []
-        return {"key": key} if key in sent else None
+        return {self.receipt: key} if key in sent else None
 
 
 def main() -> int:

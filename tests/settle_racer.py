@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import sys
 import threading
 import time
@@ -50,6 +49,7 @@ from desktop_app.errors import RunStateError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.outbox import Dispatcher, register_lookup
 from tests.ownership_racer import open_db
+from tests.race_worker import FileSink
 
 
 class Mails(BaseModel):
@@ -70,25 +70,11 @@ def mail_flow() -> Any:
     return FlowBuilder("mails", Mails).step("queue", queue).step("wait", wait).chain().compile()
 
 
-class FileMailer:
+class FileMailer(FileSink):
     """The destination ``mail``: a mail sent is its key appended to a file
     (fsync'd), so the parent counts the effects made."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def send(self, key: str, payload: object) -> object:
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, f"{key}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return {"mailed": key}
-
-    def lookup(self, key: str) -> object | None:
-        sent = self.path.read_text().split() if self.path.exists() else []
-        return {"mailed": key} if key in sent else None
+    receipt = "mailed"
 
 
 def wait_go(go: Path) -> None:

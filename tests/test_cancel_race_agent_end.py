@@ -15,21 +15,16 @@ run is ``done`` with the answer the executing process returned.
 
 from __future__ import annotations
 
-import json
-import selectors
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests.line_racer import LineRacer
 from tests.ownership_racer import agent_store, open_db
 
 RACER = Path(__file__).resolve().parent / "cancel_racer.py"
-REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 40
-LIMIT_S = 120.0
 #: microseconds between the release and the cancel (> 0) or the model's
 #: answer (< 0), swept over a side's rounds so the cancel lands before,
 #: during and after the end (which takes some 2 ms on SQLite, more on
@@ -43,51 +38,6 @@ SWEEP_US = {
     ],
     "cli": [-d for d in range(0, 200_000, 10_000)],
 }
-
-
-class Racer:
-    """One long-lived ``cancel_racer.py`` process."""
-
-    def __init__(self, mode: str, db: str, go: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(RACER), mode, db, str(go)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-        )
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def line(self) -> str:
-        assert self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(LIMIT_S):
-                self.proc.kill()
-                raise AssertionError(f"racer {self.proc.pid} said nothing for {LIMIT_S} s")
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(LIMIT_S)
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise AssertionError(f"racer {self.proc.pid} exited {self.proc.returncode}:\n{err}")
-        return line.strip()
-
-    def told(self, rnd: int) -> dict:
-        line = self.line()
-        assert line.startswith(f"done {rnd} "), line
-        return json.loads(line.split(" ", 2)[2])
-
-    def close(self) -> None:
-        if self.proc.poll() is None and self.proc.stdin is not None:
-            self.send("end")
-            self.proc.stdin.close()
-        self.proc.wait(LIMIT_S)
-        assert self.proc.returncode == 0, self.proc.stderr.read() if self.proc.stderr else ""
 
 
 def cancel_said(rid: str, how: str, said: dict) -> str:
@@ -117,7 +67,10 @@ def test_a_cancel_racing_the_end_of_an_agent_run_tells_both_sides_the_truth(
     race_db: str, tmp_path: Path
 ) -> None:
     go = tmp_path / "go"
-    finisher, canceler = Racer("finish", race_db, go), Racer("cancel", race_db, go)
+    finisher, canceler = (
+        LineRacer(RACER, "finish", race_db, str(go)),
+        LineRacer(RACER, "cancel", race_db, str(go)),
+    )
     store = open_db(race_db)
     agents = agent_store(store)
     seen: Counter[str] = Counter()

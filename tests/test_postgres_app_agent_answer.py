@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -64,6 +65,20 @@ def serve_until_done(url: str, run_id: str, env: dict[str, str], err: Path) -> N
         agent.wait(timeout=60)
 
 
+S = TypeVar("S")
+
+
+async def opened(app: FlowdeskApp, pilot, key: str, kind: type[S]) -> S:
+    """The screen ``key`` opens once the app's engine is open."""
+    await settle(pilot)
+    await wait_until(pilot, lambda: app.engine is not None, timeout=30)
+    await pilot.press(key)
+    await settle(pilot)
+    screen = app.screen
+    assert isinstance(screen, kind)
+    return screen
+
+
 async def test_y_in_the_inbox_on_postgres_hands_the_approved_pydantic_ai_call_to_a_worker(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,12 +94,7 @@ async def test_y_in_the_inbox_on_postgres_hands_the_approved_pydantic_ai_call_to
             monkeypatch.setenv(name, value)
         app = FlowdeskApp(settings)
         async with app.run_test(size=(160, 45)) as pilot:
-            await settle(pilot)
-            await wait_until(pilot, lambda: app.engine is not None, timeout=30)
-            await pilot.press("i")
-            await settle(pilot)
-            screen = app.screen
-            assert isinstance(screen, InboxScreen)
+            screen = await opened(app, pilot, "i", InboxScreen)
             (item,) = screen.items
             assert item.approval and item.run_id == run_id
             await pilot.press("y")
@@ -123,12 +133,7 @@ async def test_an_agents_question_answered_in_the_app_on_postgres_is_continued_b
             monkeypatch.setenv(name, value)
         app = FlowdeskApp(load_settings(db_path=pg_url))
         async with app.run_test(size=(160, 45)) as pilot:
-            await settle(pilot)
-            await wait_until(pilot, lambda: app.engine is not None, timeout=30)
-            await pilot.press("i")
-            await settle(pilot)
-            screen = app.screen
-            assert isinstance(screen, InboxScreen)
+            screen = await opened(app, pilot, "i", InboxScreen)
             (item,) = screen.items
             assert (item.kind, item.prompt) == ("agent", "Which?")
             await pilot.press("enter")
@@ -174,12 +179,8 @@ async def test_resuming_an_interrupted_agent_run_in_the_app_on_postgres_leaves_i
         monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
         app = FlowdeskApp(load_settings(db_path=pg_url))
         async with app.run_test(size=(160, 45)) as pilot:
-            await settle(pilot)
-            await wait_until(pilot, lambda: app.engine is not None, timeout=30)
-            await pilot.press("g")
-            await settle(pilot)
-            assert isinstance(app.screen, AgentRunsScreen)
-            app.screen.resume_run(RID)
+            runs = await opened(app, pilot, "g", AgentRunsScreen)
+            runs.resume_run(RID)
             await settle(pilot)
             said = (
                 "Agent run 01234567 is saved as it stopped; a worker (flowdesk agent) resumes it."

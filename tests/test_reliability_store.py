@@ -329,7 +329,12 @@ def test_loser_of_a_takeover_race_is_told_a_live_process_holds_the_run(db_path):
         assert "completed" in outcomes and len(outcomes) == 2
         (loser,) = [o for o in outcomes if o != "completed"]
         assert isinstance(loser, RunLeasedError), repr(loser)
-        assert "held by a live process" in str(loser)
+        # the truth at the moment the loser looked: the winner still held the
+        # run, or had already ended it (a one-step flow: it often has)
+        said = str(loser)
+        assert "held by a live process" in said or (
+            "is completed: another process ended it a moment ago. Nothing was run here." in said
+        ), said
         assert stores[0].latest(run.run_id).state["value"] == 1
     finally:
         for s in stores:

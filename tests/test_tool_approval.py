@@ -532,6 +532,18 @@ def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
     assert lines(log) == ["milk", "eggs"]
 
 
+def asked_to_approve(db: Path, server: ChatServer, config: Path) -> tuple[dict[str, str], str]:
+    """``ask`` over the notes server whose model calls ``append("hi")`` then
+    says ``Noted.``: the environment it ran in, and its printed ``approve
+    with:`` command."""
+    env = applied(db, server, config)
+    server.script = [append("hi"), ("json", completion("Noted."))]
+    asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
+    approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
+    assert approve, asked.stderr
+    return env, approve.group(1)
+
+
 def test_an_answer_whose_mcp_server_cannot_start_is_recorded_and_the_printed_resume_calls_once(
     tmp_path: Path,
 ) -> None:
@@ -543,17 +555,13 @@ def test_an_answer_whose_mcp_server_cannot_start_is_recorded_and_the_printed_res
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
     config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     with ChatServer() as server:
-        env = applied(db, server, config)
-        server.script = [append("hi"), ("json", completion("Noted."))]
-        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
-        approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
-        assert approve, asked.stderr
-        run_id = approve.group(1).split()[-2]
+        env, approve = asked_to_approve(db, server, config)
+        run_id = approve.split()[-2]
         working = config.read_text()
         config.write_text(
             re.sub(r"command = \[[^\]]*\]", 'command = ["/nonexistent/server"]', working)
         )
-        refused = as_printed(approve.group(1), env)
+        refused = as_printed(approve, env)
         assert refused.returncode == 1 and "cannot connect to MCP server 'notes'" in refused.stderr
         assert "your answer was recorded" in refused.stderr, refused.stderr
         again = re.search(r"start: run (flowdesk .*) then \(", refused.stderr, re.M)
@@ -578,11 +586,7 @@ def test_an_answer_killed_while_its_mcp_server_starts_keeps_the_approval(
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
     config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     with ChatServer() as server:
-        env = applied(db, server, config)
-        server.script = [append("hi"), ("json", completion("Noted."))]
-        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
-        approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
-        assert approve, asked.stderr
+        env, approve = asked_to_approve(db, server, config)
         working = config.read_text()
         slow = re.sub(
             r"command = (\[[^\]]*\])",
@@ -593,7 +597,7 @@ def test_an_answer_killed_while_its_mcp_server_starts_keeps_the_approval(
             working,
         )
         config.write_text(slow)
-        argv = shlex.split(approve.group(1))[1:]
+        argv = shlex.split(approve)[1:]
         answering = subprocess.Popen(
             [sys.executable, "-m", "desktop_app.cli", *argv],
             stdout=subprocess.DEVNULL,
