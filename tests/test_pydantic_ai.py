@@ -187,7 +187,8 @@ def test_show_prints_the_conversation_and_its_resume_hint_resumes_the_registered
         run_id, env = killed_run(db_path, log, server)
         shown = flowdesk(db_path, "show", run_id, env=env)
         assert shown.returncode == 0, shown.stderr
-        assert f"agent run {run_id}  agent helper  status interrupted  model turns 2" in shown.stdout
+        header = f"agent run {run_id}  agent helper  status interrupted  model turns 2"
+        assert header in shown.stdout
         assert '  assistant calls lookup {"q": "a"}' in shown.stdout
         assert "  tool lookup: result for a" in shown.stdout
         # lookup(a) completed; lookup(b) started, its result never saved
