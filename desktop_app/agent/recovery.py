@@ -201,14 +201,12 @@ def claimed_to_answer(store: AgentLog, run_id: str) -> Iterator[str]:
             answer taken a moment ago, say); nothing was answered.
         CheckpointNotFoundError: no such run.
     """
-    import os
-    import socket
     import time
-    import uuid
 
     from desktop_app.agent.leases import claim_agent_run
+    from desktop_app.flow.owners import new_owner
 
-    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    owner = new_owner()
     claim_agent_run(store, store.get(run_id), owner, ANSWER_LEASE_S, time.time())
     try:
         yield owner
@@ -382,33 +380,21 @@ def hand_answer_to_workers(
     """
     import logging
 
-    from desktop_app.agent.approvals import (
-        ApprovalJournal,
-        agent_wait_id,
-        parse_decision,
-        pending_approval,
-        require_wait,
-    )
+    from desktop_app.agent.approvals import agent_wait_id, pending_approval, require_wait
     from desktop_app.agent.leases import claim_agent_run
-    from desktop_app.agent.messages import Message, ToolCall
-    from desktop_app.agent.tools import ASK_USER
-    from desktop_app.errors import RunStateError
+    from desktop_app.agent.runtime import answer_writes
 
     run_id = run.run_id
     if wait_id is not None:
         require_wait(run, wait_id)
     if run.status != "input_required" or run.pending_call is None:
         raise RunStateError(f"agent run {run_id} is not waiting for input (status {run.status!r})")
-    request = pending_approval(run.pending_call)
-    written: dict[str, Any]
-    if request is not None:  # yes or no to a tool call, journaled before the call
-        written = {"tool": ApprovalJournal.row(request, parse_decision(answer))}
-    elif ToolSources.of_run(store, run_id).pydantic_ai is not None:
+    if (
+        pending_approval(run.pending_call) is None
+        and ToolSources.of_run(store, run_id).pydantic_ai is not None
+    ):
         raise RunStateError(f"agent run {run_id} waits for no answer Flowdesk can give")
-    else:
-        call = ToolCall.from_json(run.pending_call)
-        reply = Message("tool", f"Human input: {answer}", tool_call_id=call.id, name=ASK_USER)
-        written = {"messages": [reply.to_json()]}
+    written = answer_writes(run.pending_call, answer)
     claim_agent_run(store, run, owner, lease_ttl_s, now)
     try:
         # answered elsewhere between the read and the lease?

@@ -83,8 +83,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import uuid
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -141,7 +139,7 @@ from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.owners import holding
+from desktop_app.flow.owners import holding, new_owner
 from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import (
     AGENT_ENDED,
@@ -248,6 +246,23 @@ class AgentEvent:
     response: AgentResponse | None = None
 
 
+def answer_writes(pending_call: dict[str, Any], text: str) -> dict[str, Any]:
+    """What answering ``text`` to an agent run's ``pending_call`` writes to the
+    run (the keyword arguments of ``AgentLog.update``): an approval's
+    decision as its journal row (``tool``), or an ``ask_user`` answer as the
+    tool message the model reads (``messages``).
+
+    Raises:
+        ApprovalAnswerError: an approval answered with neither yes nor no.
+    """
+    request = pending_approval(pending_call)
+    if request is not None:  # yes or no to a tool call, journaled before the call
+        return {"tool": ApprovalJournal.row(request, parse_decision(text))}
+    call = ToolCall.from_json(pending_call)
+    answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
+    return {"messages": [answer.to_json()]}
+
+
 class Agent:
     """An agent whose runs are durable in the Flowdesk SQLite file.
 
@@ -297,7 +312,7 @@ class Agent:
         ask_user: bool = True,
     ) -> None:
         self.name = name
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s
         self.model = model
         self.store = store
@@ -508,14 +523,7 @@ class Agent:
             raise RunStateError(
                 f"agent run {run_id} is not waiting for input (status {run.status!r})"
             )
-        request = pending_approval(run.pending_call)
-        written: dict[str, Any]
-        if request is not None:  # yes or no to a tool call, journaled before the call
-            written = {"tool": ApprovalJournal.row(request, parse_decision(text))}
-        else:
-            call = ToolCall.from_json(run.pending_call)
-            answer = Message("tool", f"Human input: {text}", tool_call_id=call.id, name=ASK_USER)
-            written = {"messages": [answer.to_json()]}
+        written = answer_writes(run.pending_call, text)
         if check_tools:
             self._refuse_other_tools(run_id)
         self._claim(run)

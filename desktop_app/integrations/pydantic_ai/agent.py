@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +53,7 @@ from desktop_app.errors import (
 )
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.context import ExecutionContext
+from desktop_app.flow.owners import new_owner
 from desktop_app.integrations.pydantic_ai.durability import CURRENT, FlowdeskDurability, RunJournal
 from desktop_app.store.protocol import AgentLog, AgentRun, AgentStatus
 
@@ -130,7 +129,7 @@ class FlowdeskAgent:
         self.agent = agent
         self.name: str = agent.name
         self.store = store
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s
         self.clock = clock or SystemClock()
         self.durability = FlowdeskDurability(name=self.name)
