@@ -427,29 +427,34 @@ class SqliteCheckpointStore:
         previous: Checkpoint | None,
         changed_steps: frozenset[str] | None = None,
         changed_fields: frozenset[str] | None = None,
-    ) -> CheckpointRow:
-        """Insert ``cp``'s row (a delta against ``previous``) and return it."""
+        *,
+        given: bool = False,
+    ) -> CheckpointRow | None:
+        """Insert ``cp``'s row (a snapshot without ``previous``, else a delta
+        against it) and its waits when they changed; return the row, or
+        ``None`` for a ``given`` checkpoint (``AppendRequest.given``: cached
+        as it is, so the row's values are all it takes)."""
+        conn = self.conn
+        row: CheckpointRow | None = None
         try:
-            return self._insert_checkpoint(cp, previous, changed_steps, changed_fields)
+            if given:
+                values = checkpoint_parts(
+                    cp, previous, changed_steps, changed_fields, error=cp.error
+                )[0]
+            else:
+                values = row = checkpoint_values(
+                    cp, previous, changed_steps, changed_fields, error=cp.error
+                )
+            conn.execute(CK.INSERT, (*values, checkpoint_checksum(values)))
+            if conn.changes() != 1:  # no run row to key it by
+                raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+            if previous is None or previous.waits != cp.waits:
+                if previous is not None:
+                    conn.execute(SQL.delete_waits, (cp.run_id,))
+                for wait_row in wait_values(cp):
+                    conn.execute(SQL.insert_wait, wait_row)
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
             raise unstorable(cp, exc) from exc
-
-    def _insert_checkpoint(
-        self,
-        cp: Checkpoint,
-        previous: Checkpoint | None,
-        changed_steps: frozenset[str] | None,
-        changed_fields: frozenset[str] | None = None,
-    ) -> CheckpointRow:
-        row = checkpoint_values(cp, previous, changed_steps, changed_fields, error=cp.error)
-        self.conn.execute(CK.INSERT, (*row, checkpoint_checksum(row)))
-        if self.conn.changes() != 1:  # no run row to key it by
-            raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-        if previous is None or previous.waits != cp.waits:
-            if previous is not None:
-                self.conn.execute(SQL.delete_waits, (cp.run_id,))
-            for values in wait_values(cp):
-                self.conn.execute(SQL.insert_wait, values)
         return row
 
     # -- writes ----------------------------------------------------------
@@ -647,26 +652,9 @@ class SqliteCheckpointStore:
             # gate is held for the SQL and the commit only, it measured no
             # gain with 8 processes on one file (docs/measurements.md,
             # 2026-12-05 02:50-03:07)
-            conn = self.conn
-            row: CheckpointRow | None = None
-            try:
-                if request.given:  # cached as it is: the row's values are all it takes
-                    values = checkpoint_parts(
-                        cp, previous, request.changed_steps, request.changed_fields, error=cp.error
-                    )[0]
-                else:
-                    values = row = checkpoint_values(
-                        cp, previous, request.changed_steps, request.changed_fields, error=cp.error
-                    )
-                conn.execute(CK.INSERT, (*values, checkpoint_checksum(values)))
-                if conn.changes() != 1:  # no run row to key it by
-                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                if previous.waits != cp.waits:
-                    conn.execute(SQL.delete_waits, (cp.run_id,))
-                    for wait_row in wait_values(cp):
-                        conn.execute(SQL.insert_wait, wait_row)
-            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
-                raise unstorable(cp, exc) from exc
+            row = self._write_checkpoint(
+                cp, previous, request.changed_steps, request.changed_fields, given=request.given
+            )
             for signal_id, wait_id in consume:
                 self.conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
                 if self.conn.changes() != 1:
