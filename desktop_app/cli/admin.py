@@ -394,8 +394,7 @@ def _exit_keeping_leases(engine: Any, when: str) -> None:
 
     from desktop_app.agent.leases import agent_runs_held
 
-    with engine._lock:
-        busy = sorted(engine.active)
+    busy = sorted(engine.executing())
     agents = agent_runs_held()
     said = []
     if busy:

@@ -365,6 +365,12 @@ class Engine:
                 self.lost.discard(run_id)
                 self._proven.pop(run_id, None)
 
+    def executing(self) -> list[str]:
+        """Ids of the runs this engine executes right now (each holds its
+        lease until its step has ended), in no particular order."""
+        with self._lock:
+            return list(self.active)
+
     def _renew_leases(self) -> None:
         """The heartbeat thread: :meth:`renew_leases` every ``lease_ttl_s / 3``
         seconds while any run executes here."""
@@ -393,8 +399,7 @@ class Engine:
         renewal sent: the file locked, the server unreachable), goes into
         :attr:`lost`: its driver commits nothing more and raises
         ``LeaseLostError``, and its step sees ``ctx.cancelled``."""
-        with self._lock:
-            active = list(self.active)
+        active = self.executing()
         if not active:
             return
         sent = time.monotonic()
