@@ -35,17 +35,24 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Literal, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeGuard, TypeVar
 
 from pydantic import BaseModel
 
 from desktop_app.errors import FlowDefinitionError
 from desktop_app.flow.retry import RetryPolicy
 
+if TYPE_CHECKING:
+    from desktop_app.store.protocol import DomainWrite
+
 S = TypeVar("S", bound=BaseModel)
 RecoveryPolicy = Literal["idempotent", "resume_only"]
 OnError = Literal["fail", "pause", "route"]
 Reducer = Callable[[Any, Any], Any]
+#: a flow's record of a run that timed out: ``hook(run_id)`` -> the domain
+#: writes committed with the run's ``timed_out`` checkpoint
+#: (:attr:`CompiledFlow.on_timed_out`)
+TimedOutHook = Callable[[str], "Sequence[DomainWrite]"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -247,6 +254,15 @@ class CompiledFlow(Generic[S]):
             same code with other options, e.g. ``digest`` with a model): a
             run of one is no older version of this one, a process built with
             that mode goes on with it. Not part of ``version``.
+        on_timed_out: ``hook(run_id)``, called when a run of this flow ends
+            ``timed_out`` (a wait's deadline or the run's own passed, with
+            no ``on_timeout`` route): the domain writes it returns commit in
+            the same transaction as the run's ``timed_out`` checkpoint, so
+            the flow's own tables say what will never happen (the tidy
+            flow's planned moves become skipped). ``None``: nothing more is
+            written. It travels with the flow, so two flows of one name
+            (two engines in one process, a test's copy) never share it. Not
+            part of ``version``.
         lean: the steps a driver may run on its lean path
             (``RunDriver.run_lean``), by id, with the number of arguments
             (0 to 2) their function takes: plain synchronous function steps
@@ -272,6 +288,7 @@ class CompiledFlow(Generic[S]):
     inputs: tuple[str, ...] | None = None
     description: str = ""
     variants: frozenset[str] = frozenset()
+    on_timed_out: TimedOutHook | None = None
     lean: Mapping[str, int] = field(default_factory=dict)
 
     def step(self, step_id: str) -> AnyStep:
@@ -313,6 +330,9 @@ class FlowBuilder(Generic[S]):
         inputs: the state fields a person gives to start a run (names, or a
             pydantic model whose fields they are); ``None``: every field.
         description: what the flow does, for people.
+        on_timed_out: ``hook(run_id)`` -> the domain writes committed with
+            the ``timed_out`` checkpoint of a run that times out
+            (:attr:`CompiledFlow.on_timed_out`); ``None``: none.
     """
 
     def __init__(
@@ -328,9 +348,11 @@ class FlowBuilder(Generic[S]):
         deadline_s: float | None = None,
         inputs: Sequence[str] | type[BaseModel] | None = None,
         description: str = "",
+        on_timed_out: TimedOutHook | None = None,
     ) -> None:
         self.name = name
         self.deadline_s = deadline_s
+        self.on_timed_out = on_timed_out
         if isinstance(inputs, type):
             inputs = list(inputs.model_fields)
         self.inputs = tuple(inputs) if inputs is not None else None
@@ -725,6 +747,7 @@ class FlowBuilder(Generic[S]):
             deadline_s=self.deadline_s,
             inputs=self.inputs,
             description=self.description,
+            on_timed_out=self.on_timed_out,
             lean=MappingProxyType({sid: _arity(s.fn) for sid, s in steps.items() if _is_lean(s)}),
         )
 

@@ -672,5 +672,5 @@ class RunDriver:
         self.meta.pop("await", None)
         self.save(
             self.frontier[0] if self.frontier else "",
-            timed_out_writes(self.flow.name, self.run_id),
+            timed_out_writes(self.flow, self.run_id),
         )

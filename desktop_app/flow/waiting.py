@@ -11,13 +11,12 @@ module imports neither the driver nor the engine.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 from desktop_app.errors import RouteError, StateNotStorableError, WaitPayloadError
 from desktop_app.flow.composite import StepRunner
 from desktop_app.flow.context import StepContext
-from desktop_app.flow.definition import AnyStep, AwaitStep, Step, WaitStep
+from desktop_app.flow.definition import AnyStep, AwaitStep, CompiledFlow, Step, WaitStep
 from desktop_app.flow.run import remember_resolved
 from desktop_app.flow.state import encode_fields
 from desktop_app.flow.step_call import Outcome
@@ -32,25 +31,10 @@ from desktop_app.store.protocol import (
 )
 from desktop_app.words import local_and_utc
 
-#: a flow's record of a run that timed out: ``hook(run_id)`` -> the domain
-#: writes committed with the run's ``timed_out`` checkpoint
-TimedOutHook = Callable[[str], Sequence[DomainWrite]]
-_TIMED_OUT_HOOKS: dict[str, TimedOutHook] = {}
-
-
-def on_timed_out(flow_name: str, hook: TimedOutHook) -> None:
-    """Have every run of flow ``flow_name`` that ends ``timed_out`` (a wait
-    or the run's deadline passed) commit ``hook(run_id)``'s domain writes in
-    the same transaction as its ``timed_out`` checkpoint, so the flow's own
-    tables say what will never happen (the tidy flow's planned moves). A
-    second registration for the same flow replaces the first."""
-    _TIMED_OUT_HOOKS[flow_name] = hook
-
-
-def timed_out_writes(flow_name: str, run_id: str) -> list[DomainWrite]:
-    """The domain writes flow ``flow_name``'s :func:`on_timed_out` hook gives
-    for run ``run_id`` (none without a hook)."""
-    hook = _TIMED_OUT_HOOKS.get(flow_name)
+def timed_out_writes(flow: CompiledFlow[Any], run_id: str) -> list[DomainWrite]:
+    """The domain writes ``flow``'s :attr:`~CompiledFlow.on_timed_out` hook
+    gives for run ``run_id``, which ends ``timed_out`` (none without a hook)."""
+    hook = flow.on_timed_out
     return [] if hook is None else list(hook(run_id))
 
 
@@ -270,7 +254,7 @@ def time_out(run: WaitRunner, step: AwaitStep | WaitStep, wait: Wait) -> None:
     run.status = "timed_out"
     run.error = message
     run.waits = []
-    run.save(step.id, timed_out_writes(run.flow.name, run.run_id))
+    run.save(step.id, timed_out_writes(run.flow, run.run_id))
 
 
 def wake(run: WaitRunner) -> None:
@@ -300,7 +284,7 @@ def wake(run: WaitRunner) -> None:
         run.status = "timed_out"
         run.error = timed_out_message(first)
         run.waits = []
-        run.save(first.step_id, timed_out_writes(run.flow.name, run.run_id))
+        run.save(first.step_id, timed_out_writes(run.flow, run.run_id))
 
 
 def give_input(run: WaitRunner, step: AwaitStep, value: Any) -> None:

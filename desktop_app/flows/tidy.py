@@ -61,7 +61,6 @@ from pydantic import BaseModel, Field
 from desktop_app.errors import DomainReadError, FolderNotWritableError, InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
 from desktop_app.flow.outbox import on_cancel, register_lookup
-from desktop_app.flow.waiting import on_timed_out
 from desktop_app.flows.confined import (
     Refused,
     fsync_dir,
@@ -323,13 +322,10 @@ on_cancel("tidy", record_cancel)
 
 
 def record_timed_out(run_id: str) -> list[DomainWrite]:
-    """What tidy run ``run_id`` timing out changes (its ``on_timed_out``
-    hook, committed with its ``timed_out`` checkpoint): each move still
+    """What tidy run ``run_id`` timing out changes (the flow's
+    ``on_timed_out`` option, committed with its ``timed_out`` checkpoint): each move still
     ``planned`` becomes ``skipped`` with :data:`TIMED_OUT`; it is never made."""
     return [skip_planned(run_id, TIMED_OUT)]
-
-
-on_timed_out("tidy", record_timed_out)
 
 
 def check_folder(given: str | Path) -> Path:
@@ -474,6 +470,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
             inputs=TidyInput,
             description="Sort a folder's files into Kind/Month subfolders once you approve "
             "the planned moves; an undo list is kept.",
+            on_timed_out=record_timed_out,
         )
         .step("plan", plan)
         .step("approve", approve)
