@@ -302,6 +302,31 @@ class SchemaTooNewError(SchemaError):
     """The file holds schema files this version of Flowdesk does not know."""
 
 
+class DuplicateWaitIdError(StoreError):
+    """A checkpoint given to the store carries two or more waits with one
+    wait id (``Wait.wait_id`` keys the ``waits`` table; an answer or a
+    signal names the one wait it resolves by it). The caller's bug, not
+    another writer's save: nothing was written, and writing the same
+    checkpoint again fails the same way. Give each wait of a run its own
+    id (the driver's read ``RUN:STEP:N``).
+
+    Attributes:
+        run_id: the checkpoint's run.
+        revision: the checkpoint's revision.
+        wait_id: the id two of its waits share.
+    """
+
+    def __init__(self, run_id: str, revision: int, wait_id: str, count: int) -> None:
+        self.run_id = run_id
+        self.revision = revision
+        self.wait_id = wait_id
+        super().__init__(
+            f"run {run_id}: checkpoint revision {revision} carries {count} waits with wait id "
+            f"{wait_id!r}; each wait of a run needs an id of its own, so nothing was saved "
+            "(a bug in the code that built the checkpoint, not another writer's save)"
+        )
+
+
 class CopyTargetNotEmptyError(StoreError):
     """``flowdesk db copy``: the target database already holds runs; nothing
     was copied (copy into a freshly applied database).

@@ -23,6 +23,7 @@ import orjson
 from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
+    DuplicateWaitIdError,
     StateNotStorableError,
     StoreError,
 )
@@ -351,9 +352,30 @@ def checkpoint_parts(
     return values, delta, changed
 
 
+def check_wait_ids(cp: Checkpoint) -> None:
+    """Refuse a checkpoint two of whose waits share a wait id, before
+    anything of it is written (every store calls this).
+
+    Raises:
+        DuplicateWaitIdError: names the run, the revision and the wait id.
+    """
+    waits = cp.waits
+    if len(waits) < 2:
+        return
+    ids = [w.wait_id for w in waits]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise DuplicateWaitIdError(cp.run_id, cp.revision, dup, ids.count(dup))
+
+
 def wait_values(cp: Checkpoint) -> list[tuple[Any, ...]]:
     """The ``waits`` rows of ``cp``: (wait_id, run_id, step_id, kind, name,
-    key, deadline_at, created_at) per wait."""
+    key, deadline_at, created_at) per wait.
+
+    Raises:
+        DuplicateWaitIdError: two of its waits share a wait id (:func:`check_wait_ids`).
+    """
+    check_wait_ids(cp)
     return [
         (w.wait_id, cp.run_id, w.step_id, w.kind, w.name, w.key, w.deadline_at, w.created_at)
         for w in cp.waits

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from desktop_app.errors import (
+    CheckpointNotFoundError,
+    DuplicateWaitIdError,
     RevisionConflictError,
 )
 from desktop_app.store.conformance.helpers import (
@@ -103,6 +105,43 @@ def waits_deadlines_and_wakeups(h: Harness) -> None:
     _eq(s.runs_waiting_for("event", etype), [ev], "waiting for the event")
     s.append(_cp(timer, 2))
     _eq(s.next_deadline(), 90.0, "a resolved wait's deadline is gone")
+
+
+@check("RunLog.create_run", "RunLog.append", "Mailbox.due_waits", "Mailbox.runs_waiting_for")
+def two_waits_with_one_wait_id_are_refused(h: Harness) -> None:
+    """A checkpoint carrying two waits with one wait id is the caller's bug:
+    :class:`DuplicateWaitIdError` naming the wait id, on a new run and on an
+    append, and nothing of it saved (no revision, no wait); never a conflict
+    with another writer."""
+    s = h.store()
+    sname = _id()
+    created, appended = _id(), _id()
+
+    def twins(rid: str) -> tuple[Wait, Wait]:
+        return (
+            Wait(f"{rid}:w:0", "w", "signal", 10.0, name=sname, key="k", deadline_at=50.0),
+            Wait(f"{rid}:w:0", "t", "timer", 10.0, deadline_at=60.0),
+        )
+
+    def said(rid: str, revision: int) -> str:
+        return (
+            f"run {rid}: checkpoint revision {revision} carries 2 waits with wait id "
+            f"'{rid}:w:0'; each wait of a run needs an id of its own, so nothing was saved "
+            "(a bug in the code that built the checkpoint, not another writer's save)"
+        )
+
+    with _raises(DuplicateWaitIdError, "a new run's two waits with one id", said(created, 0)):
+        s.create_run(_run(created), _cp(created, 0, status="waiting", waits=twins(created)))
+    with _raises(CheckpointNotFoundError, "the refused run was not created"):
+        s.get_run(created)
+    s.create_run(_run(appended), _cp(appended, 0))
+    with _raises(DuplicateWaitIdError, "an append's two waits with one id", said(appended, 1)):
+        s.append(_cp(appended, 1, status="waiting", waits=twins(appended)))
+    _eq(s.get_run(appended).revision, 0, "the refused append saved nothing")
+    _eq(s.due_waits(100.0), [], "no wait of either was saved")
+    _eq(s.runs_waiting_for("signal", sname), [], "no run waits for the signal")
+    s.append(_cp(appended, 1, status="waiting", waits=twins(appended)[:1]))
+    _eq(s.due_waits(100.0), [(appended, f"{appended}:w:0")], "one wait of that id is stored")
 
 
 @check("Mailbox.wakeable_runs", "Mailbox.send_signal", "Mailbox.publish_event")

@@ -43,7 +43,7 @@ from desktop_app.store.protocol import (
     Withdrawal,
 )
 from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
-from desktop_app.store.rows import detached, withdrawable
+from desktop_app.store.rows import check_wait_ids, detached, withdrawable
 
 LIVE = ("pending", "running", "waiting", "failed")
 
@@ -104,6 +104,7 @@ class InMemoryCheckpointStore:
 
     @staticmethod
     def _frozen(cp: Checkpoint) -> Checkpoint:
+        check_wait_ids(cp)  # as the SQL stores refuse it
         try:
             state = codec.loads(codec.dumps(dict(cp.state)))  # as a stored row reads back
         except (TypeError, ValueError) as exc:
