@@ -681,25 +681,31 @@ def test_stopping_a_watcher_whose_callback_is_stuck_does_not_hang(pg_url):
 def test_a_checkpoint_breaking_another_key_is_a_store_error_not_a_conflict(pg_store):
     """Only the keys another writer can take first (the run id, a live flow
     key, a revision, an outbox intent) become conflicts. A checkpoint that
-    breaks another key (two waits of one id) is the StoreError naming that
-    key: a RevisionConflictError would tell the engine that another writer
-    saved the run, and a new run "already exists" when it does not. Nothing
-    is written either way."""
-    from desktop_app.errors import CheckpointNotFoundError
+    breaks another key (a wait id another run's wait has) is the StoreError
+    naming that key: a RevisionConflictError would tell the engine that
+    another writer saved the run, and a new run "already exists" when it
+    does not. Nothing is written either way. (Two waits of one id in one
+    checkpoint never reach the database: DuplicateWaitIdError, in the
+    conformance suite.)"""
+    from desktop_app.errors import CheckpointNotFoundError, DuplicateWaitIdError
 
     go = Wait("w1:s:0", "s", "signal", T0, name="go", key="k")
-    twice = (go, replace(go, key="k2"))
+    pg_store.create_run(_rec("r0"), _cp("r0", 0, status="waiting", waits=(go,)))
+    taken = (replace(go, key="k2"),)  # r0's wait id
     with pytest.raises(StoreError) as created:
-        pg_store.create_run(_rec("r2"), _cp("r2", 0, status="waiting", waits=twice))
+        pg_store.create_run(_rec("r2"), _cp("r2", 0, status="waiting", waits=taken))
     assert type(created.value) is StoreError
     assert 'unique constraint "waits_pkey"' in str(created.value)
     with pytest.raises(CheckpointNotFoundError):
         pg_store.get_run("r2")
     pg_store.create_run(_rec("r1"), _cp("r1", 0))
     with pytest.raises(StoreError) as appended:
-        pg_store.append(_cp("r1", 1, status="waiting", waits=twice))
+        pg_store.append(_cp("r1", 1, status="waiting", waits=taken))
     assert type(appended.value) is StoreError
     assert 'unique constraint "waits_pkey"' in str(appended.value)
+    assert pg_store.get_run("r1").revision == 0
+    with pytest.raises(DuplicateWaitIdError, match="wait id 'w1:s:0'"):
+        pg_store.append(_cp("r1", 1, status="waiting", waits=(go, replace(go, key="k2"))))
     assert pg_store.get_run("r1").revision == 0
 
 
