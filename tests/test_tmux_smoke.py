@@ -109,6 +109,9 @@ def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_pat
         killed_at = b[0]
     finally:
         tmux("kill-session", "-t", first)
+    # the first session may have been the tmux server's last: launch tries
+    # again a new-session lost to the exiting server (it showed an empty
+    # screen here for the whole wait, 2 runs in ~18)
     launch(second, env, tmp_path / "exit-code-2")
     try:
         # launch recovery resumes the run; its bar goes on from where it was

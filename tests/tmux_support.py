@@ -4,6 +4,7 @@ they show, keys sent as a person types them."""
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -70,13 +71,58 @@ def home_env(home: Path) -> str:
     return " ".join(f"{k}={v}" for k, v in home_vars(home).items())
 
 
-def launch(session: str, env: str, done: Path, size: tuple[int, int] = (120, 40)) -> None:
-    """Start the app in a detached tmux session of ``size`` (columns, rows);
-    its exit code lands in ``done``."""
-    tmux(
-        "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
-        f"env {env} {BIN}; echo $? > {done}",
-    )  # fmt: skip
+#: what a tmux client says when the server it reached was exiting: a server
+#: exits once its last session is gone, and a command sent meanwhile is lost
+SERVER_GONE = ("server exited unexpectedly", "lost server", "no server running")
+#: launches lost that way tried again before the test fails
+LAUNCH_TRIES = 20
+#: the variables that decide which Flowdesk the app imports and where its
+#: bytecode goes: a session's environment is the tmux server's, copied from
+#: whichever process started the server (another test run, another checkout)
+PYTHON_VARS = ("PYTHONPATH", "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")
+
+
+def python_env() -> str:
+    """This process's :data:`PYTHON_VARS`, as ``env`` arguments (``-u`` for
+    those it does not set), so the app runs the code under test."""
+    unset = [f"-u {k}" for k in PYTHON_VARS if k not in os.environ]
+    given = [f"{k}={shlex.quote(os.environ[k])}" for k in PYTHON_VARS if k in os.environ]
+    return " ".join(unset + given)
+
+
+def launch(
+    session: str,
+    env: str,
+    done: Path,
+    size: tuple[int, int] = (120, 40),
+    program: str | None = None,
+) -> None:
+    """Start the app (or ``program``) in a detached tmux session of ``size``
+    (columns, rows); its exit code lands in ``done``.
+
+    A tmux server exits once its last session is killed, and a
+    ``new-session`` that reaches it meanwhile is lost with it ("server
+    exited unexpectedly"): a test that kills its session and launches at
+    once (a relaunch after ``kill -9``), or any test launching right after
+    another's ``kill-session``, then watched an empty screen until its wait
+    ran out. Such a launch is tried again (a new server starts), up to
+    :data:`LAUNCH_TRIES` times; any other refusal fails the test with tmux's
+    own words."""
+    command = f"env {python_env()} {env} {program or BIN}; echo $? > {done}"
+    said = ""
+    for _ in range(LAUNCH_TRIES):
+        made = subprocess.run(
+            ["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]),
+             command],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if made.returncode == 0:
+            return
+        said = made.stderr.strip()
+        if not any(gone in said for gone in SERVER_GONE):
+            break
+        time.sleep(0.1)
+    raise AssertionError(f"tmux did not start session {session}: {said}")
 
 
 def exit_code(done: Path, timeout: float = 20) -> str:

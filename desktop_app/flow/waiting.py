@@ -31,6 +31,7 @@ from desktop_app.store.protocol import (
 )
 from desktop_app.words import local_and_utc
 
+
 def timed_out_writes(flow: CompiledFlow[Any], run_id: str) -> list[DomainWrite]:
     """The domain writes ``flow``'s :attr:`~CompiledFlow.on_timed_out` hook
     gives for run ``run_id``, which ends ``timed_out`` (none without a hook)."""
