@@ -28,8 +28,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import shlex
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 from desktop_app.cli.common import Ctx
@@ -53,7 +54,7 @@ from desktop_app.errors import (
     UnknownFlowError,
     redact,
 )
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import shell_join, visible_controls
 
 __all__ = [
     "COMMANDS",
