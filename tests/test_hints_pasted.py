@@ -332,3 +332,15 @@ def test_shell_quote_gives_back_the_string_through_bash(text: str) -> None:
         env={**os.environ, "LC_ALL": "C.UTF-8"},
     )
     assert echoed.stdout == os.fsencode(text)
+
+
+def test_hints_quote_shell_arguments_in_one_place_only() -> None:
+    """``textsafe.shell_quote`` is the one quoting of hints: a ``shlex.quote``
+    elsewhere would print control characters raw (or as inert ``'\\x1b'``)."""
+    elsewhere = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "desktop_app").rglob("*.py")
+        if path.name != "textsafe.py"
+        and re.search(r"shlex\.(quote|join)\(", path.read_text(encoding="utf-8"))
+    ]
+    assert elsewhere == []
