@@ -10,10 +10,10 @@ DBOS does for its cancel errors.
 from __future__ import annotations
 
 import os
-import shlex
 import socket
 from datetime import UTC, datetime
 
+from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
 
@@ -138,14 +138,14 @@ class DatabaseMissingError(DatabaseOpenError):
 
     def __init__(self, path: str, apply: str | None = None) -> None:
         self.path = path
-        self.apply = apply if apply is not None else f"flowdesk --db {shlex.quote(path)} db apply"
+        self.apply = apply if apply is not None else f"flowdesk --db {shell_quote(path)} db apply"
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.isdir(folder):
             super().__init__(f"no database at {path}; run `{self.apply}` first.")
         else:  # `db apply` does not make folders: a mistyped path stays an error
             super().__init__(
                 f"no database at {path}, and its folder {folder} does not exist; "
-                f"create it with `mkdir -p {shlex.quote(folder)}`, then run `{self.apply}`."
+                f"create it with `mkdir -p {shell_quote(folder)}`, then run `{self.apply}`."
             )
 
     def for_command(self, apply: str) -> DatabaseMissingError:
@@ -208,11 +208,12 @@ RESUME_SPACE_BYTES = 1000 * 4096 + 2**20
 
 class DiskFullError(StoreError):
     """A disk is full (ENOSPC): nothing more was written and nothing committed
-    is lost. By default the message is the one for a run: it is paused at its
-    last checkpoint and ``flowdesk resume --all`` continues it once space is
-    free (the run stays ``running``, never ``failed``). The command line
+    is lost. By default the message is the one for a run: it stopped at its
+    last checkpoint, shown ``interrupted`` (stored ``running``, no process
+    holding it; never ``failed``), and ``flowdesk resume --all`` continues it
+    once space is free. The command line
     names the exact command to run instead (:meth:`for_command`), and a
-    command that executes no run says nothing of a paused run.
+    command that executes no run says nothing of a stopped run.
 
     Attributes:
         where: what could not be written (the database, its ``-shm`` index...).
@@ -232,8 +233,8 @@ class DiskFullError(StoreError):
         free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then run `{then}`."
         if paused:
             text = (
-                f"the disk holding {where} is full; nothing more was written and the run is "
-                f"paused at its last saved step (nothing lost). {free}"
+                f"the disk holding {where} is full; nothing more was written and the run "
+                f"stopped at its last saved step, shown as interrupted (nothing lost). {free}"
             )
         else:
             text = (
@@ -244,7 +245,7 @@ class DiskFullError(StoreError):
 
     def for_command(self, then: str, *, paused: bool) -> DiskFullError:
         """The same error ending with ``then``, the command to run once space
-        is free; ``paused``: a run was executing and is paused (else the
+        is free; ``paused``: a run was executing and stopped (else the
         command executes no run, e.g. ``db apply``, and is itself ``then``)."""
         return DiskFullError(self.where, self.needed_bytes, then=then, paused=paused)
 

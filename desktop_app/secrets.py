@@ -23,7 +23,6 @@ tracebacks) until the provider puts them in the ``Authorization`` header.
 from __future__ import annotations
 
 import os
-import shlex
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ from keyring.errors import KeyringError, NoKeyringError
 from pydantic import SecretStr
 
 from desktop_app.errors import KeyFileError, SecretsError
+from desktop_app.textsafe import shell_quote
 
 if TYPE_CHECKING:
     from desktop_app.config import ModelSettings
@@ -108,7 +108,7 @@ def read_key_file(path: str | os.PathLike[str]) -> SecretStr:
             group or others, or empty; the message says what to run.
     """
     p = Path(path).expanduser()
-    quoted = shlex.quote(str(p))
+    quoted = shell_quote(str(p))
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except FileNotFoundError as exc:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
+from collections.abc import Iterable
 from typing import Any
 
 #: characters shown as ``\\xNN``: C0 controls (ESC included) but newline and
@@ -75,3 +77,77 @@ def visible_json(value: Any, **dumps: Any) -> str:
     a person to read, control characters shown as ``\\xNN``
     (:func:`visible_json_text`)."""
     return visible_json_text(json.dumps(value, ensure_ascii=False, **dumps))
+
+
+def _ansi_c(c: str) -> str:
+    """One character inside bash's ``$'...'``: printable ones as they are
+    (but ``\\`` and ``'``), the rest as escapes bash turns back into them."""
+    if c in "\\'":
+        return "\\" + c
+    if c.isprintable():
+        return c
+    code = ord(c)
+    if c in "\n\t":
+        return "\\n" if c == "\n" else "\\t"
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte kept by surrogateescape (argv, a file name)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def shell_quote(text: str) -> str:
+    """``text`` as one argument for a POSIX shell, to print in a command a
+    person pastes: :func:`shlex.quote` (``'my file'``) when every character
+    is printable (spaces and non-ASCII letters are), else bash's ANSI-C
+    quoting, ``$'rel\\x1b[31m-43'``, where each control character (ESC,
+    newline, tab, DEL, C1), invisible format character (a bidi override
+    such as U+202E, written ``\\u202e``) or other non-printable one is
+    written as the escape bash turns back into it: visible, inert in a
+    terminal, and the same string once pasted into bash, zsh or ksh93
+    (``\\u``/``\\U`` need a UTF-8 locale, as the characters themselves do).
+
+    Args:
+        text: the argument (str), any characters.
+
+    Returns:
+        str: the quoted argument, holding no control or format character.
+    """
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join(_ansi_c(c) for c in text) + "'"
+
+
+def shell_join(args: Iterable[str]) -> str:
+    """``args`` as a command line, each quoted by :func:`shell_quote`
+    (:func:`shlex.join` with ANSI-C quoting where an argument needs it)."""
+    return " ".join(shell_quote(a) for a in args)
+
+
+def python_literal(value: Any) -> str:
+    """``value`` (str, int, float, bool, None, or lists, tuples and dicts of
+    these) as Python source that evaluates to it, in ASCII: :func:`ascii`,
+    so ``'thr \\xfcn\\xef/\\U0001f389'`` for ``thr ünï/🎉``; a control or
+    format character in it is an escape too. (JSON is not Python source for
+    every string: its ``\\ud83c\\udf89`` surrogate pair is two lone
+    surrogates in Python.)"""
+    return ascii(value)
+
+
+def cell_width(text: str) -> int:
+    """How many terminal columns ``text`` takes (a wide emoji or CJK
+    character two; rich's ``cell_len``)."""
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def fit_cells(text: str, width: int) -> str:
+    """``text`` as exactly ``width`` terminal columns, for a table column:
+    padded with spaces after it, or, when wider, cut to ``width - 1``
+    columns and ended with ``…`` (``width``: int >= 1)."""
+    from rich.cells import set_cell_size
+
+    if cell_width(text) <= width:
+        return set_cell_size(text, width)
+    return set_cell_size(text, width - 1) + "…"

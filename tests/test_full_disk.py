@@ -91,7 +91,7 @@ def test_enospc_on_the_shm_index_is_a_full_disk_with_the_command_to_run(small_di
     assert line.endswith(f"Free at least 5 MiB on that disk, then run `flowdesk --db {db} runs`.")
     assert "paused" not in line
     line = one_line_exit_1(flowdesk(db, "resume", "--all"))  # executes runs: they are paused
-    assert where in line and "the run is paused at its last saved step" in line
+    assert where in line and "the run stopped at its last saved step, shown as interrupted" in line
     assert line.endswith(f"then run `flowdesk --db {db} resume --all`.")
     filler.unlink()
     assert flowdesk(db, "resume", "--all").returncode == 0

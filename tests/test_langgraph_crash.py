@@ -107,8 +107,8 @@ def test_sigkill_mid_fan_out_then_resume_and_answer(database: Path | str, tmp_pa
     assert f"langgraph thread {thread} is interrupted" in resumed.stdout
     assert "no interrupted runs" not in resumed.stdout  # one is: the thread
     assert resumed.stdout.startswith("no interrupted flow or agent runs in ")
-    go_on = (
-        f'graph.invoke(None, {{"configurable": {{"thread_id": "{thread}"}}}}, durability="sync")'
+    go_on = f"graph.invoke(None, {{'configurable': {{'thread_id': '{thread}'}}}}, " + (
+        'durability="sync")'
     )
     assert f"its program continues it with {go_on}\n" in resumed.stdout
     assert counted(counts) == Counter({"plan": 1, "work:a": 1, "work:b": 1, "work:c": 1})

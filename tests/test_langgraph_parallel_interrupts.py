@@ -106,7 +106,7 @@ def test_show_and_waiting_offer_only_what_works_and_show_json_gives_the_ids(
         assert "answer par-1" not in said.stdout, said.stdout  # refused if run: not offered
         assert "it waits on 2 questions at once" in said.stdout, said.stdout
         assert "Command(resume={interrupt.id: value, ...})" in said.stdout
-        assert '{"configurable": {"thread_id": "par-1"}}' in said.stdout
+        assert "{'configurable': {'thread_id': 'par-1'}}" in said.stdout
     shown = flowdesk(db, "show", "par-1")
     listed = [x for x in shown.stdout.splitlines() if x.startswith("interrupt ids: ")]
     assert [set(x.removeprefix("interrupt ids: ").split(", ")) for x in listed] == [set(ids)]

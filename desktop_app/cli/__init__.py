@@ -6,7 +6,8 @@
 ``--scope NAME``. Exit codes (the README's): 0 success; 1 a run failed or a
 Flowdesk error; 2 bad input: an unknown or ambiguous run id, an unknown flow
 name, a missing folder, bad JSON, an invalid or unknown setting, a usage
-error; 130 interrupted (Ctrl-C).
+error; 130 interrupted (Ctrl-C); 143 stopped by SIGTERM (``kill PID``) in a
+command that executes runs, with the same hint as Ctrl-C.
 
 Modules: :mod:`.parser` (argparse + argcomplete), :mod:`.output` (times,
 JSON, hints, progress), :mod:`.runs` (runs, show, watch, waiting, resume,
@@ -28,8 +29,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import shlex
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 from desktop_app.cli.common import Ctx
@@ -53,7 +55,7 @@ from desktop_app.errors import (
     UnknownFlowError,
     redact,
 )
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import shell_join, visible_controls
 
 __all__ = [
     "COMMANDS",
@@ -110,6 +112,42 @@ BAD_INPUT = (InputError, ConfigError, UnknownFlowError)
 RESUMING = ("answer", "agent", "ask", "app")
 
 
+#: commands that execute runs in the foreground: SIGTERM (``kill PID``, a
+#: service manager stopping them) stops them as Ctrl-C does
+FOREGROUND = (
+    "run",
+    "start",
+    "resume",
+    "replay",
+    "fork",
+    "answer",
+    "signal",
+    "publish",
+    "undo",
+    "ask",
+)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM in a :data:`FOREGROUND` command, raised in the main thread
+    where Ctrl-C raises ``KeyboardInterrupt`` (a subclass of it, so the run
+    stops exactly as on Ctrl-C: the step in flight is cut off before it
+    saves, and runs once more, from its start, when the run is resumed;
+    its lease is given back). ``args[0]``: the signal number."""
+
+
+def _terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+def _stop_on_sigterm(command: str) -> None:
+    """Make SIGTERM stop ``command`` as Ctrl-C does when it executes runs
+    (:data:`FOREGROUND`); ``agent`` and the app install their own handlers.
+    Only the main thread can install a handler: elsewhere nothing changes."""
+    if command in FOREGROUND and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminated)
+
+
 def command_again(argv: Sequence[str]) -> str:
     """The command line after the global ``--db``/``--scope`` options (which
     :class:`~desktop_app.cli.output.Hints` adds back), quoted for a shell:
@@ -117,7 +155,7 @@ def command_again(argv: Sequence[str]) -> str:
     rest = list(argv)
     while rest and rest[0].split("=", 1)[0] in ("--db", "--scope"):
         rest = rest[1:] if "=" in rest[0] else rest[2:]
-    return shlex.join(redact(arg) for arg in rest)
+    return shell_join(redact(arg) for arg in rest)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,6 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ctx = Ctx(args)
     code = EXIT_FAILED
+    _stop_on_sigterm(args.command or "app")
     try:
         code = _handle(ctx, handler(args.command or "app"), argv)
         return code
@@ -218,10 +257,13 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         stop_progress()
         print(f"flowdesk: {translated}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         stop_progress()  # else the progress line is drawn again after the message
+        how = "interrupted"
+        if isinstance(exc, Terminated):
+            how = f"stopped by {signal.Signals(exc.args[0]).name}"
         print(
-            f"flowdesk: interrupted; run `{ctx.hints.cmd(ctx.on_interrupt())}` to continue",
+            f"flowdesk: {how}; run `{ctx.hints.cmd(ctx.on_interrupt())}` to continue",
             file=sys.stderr,
         )
-        return 130
+        return 128 + exc.args[0] if isinstance(exc, Terminated) else 130

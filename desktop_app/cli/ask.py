@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shlex
 import sys
 import uuid
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK
 from desktop_app.errors import ConfigError, FlowdeskError, InputError
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import shell_quote, visible_controls
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +264,7 @@ def refuse_early(
     if given.empty or recorded.empty or given == recorded or run.status == "done":
         return
     again = ctx.hints.cmd(
-        f"resume {run_id}" if answer is None else f"answer {run_id} {shlex.quote(answer)}"
+        f"resume {run_id}" if answer is None else f"answer {run_id} {shell_quote(answer)}"
     )
     raise AgentToolsChangedError(
         f"agent run {run_id} was started with {_in_words(recorded)} (recorded when it "

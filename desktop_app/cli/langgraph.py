@@ -6,7 +6,6 @@ only the state of a checkpoint (``show``) needs the ``langgraph`` extra."""
 from __future__ import annotations
 
 import json
-import shlex
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
@@ -14,7 +13,7 @@ from desktop_app.cli.output import EXIT_OK, emit_one, iso, when
 from desktop_app.errors import InputError
 from desktop_app.integrations.langgraph import threads
 from desktop_app.runs_view import INTERRUPTED, display_status
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import one_line, shell_quote, visible_controls
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -58,7 +57,7 @@ def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[s
 def answer_hint(ctx: Ctx, thread_id: str) -> str:
     """The command that answers a waiting thread (the answer on standard
     input), the thread id quoted for a POSIX shell (its program names it)."""
-    return ctx.hints.cmd(f"answer {shlex.quote(thread_id)} -")
+    return ctx.hints.cmd(f"answer {shell_quote(thread_id)} -")
 
 
 def pending_interrupts(sv: Services, thread_id: str) -> list[dict[str, Any]] | None:
@@ -99,7 +98,7 @@ def _answer_lines(ctx: Ctx, t: threads.Thread, indent: str, ids: list[str] | Non
     if ids:
         lines.append(f"{indent}interrupt ids: {', '.join(ids)}")
     else:  # each id with its value, for its program
-        show = ctx.hints.cmd(f"show {shlex.quote(t.thread_id)} -o json")
+        show = ctx.hints.cmd(f"show {shell_quote(t.thread_id)} -o json")
         lines.append(f"{indent}its interrupt ids with their values: {show}")
     return lines
 
@@ -150,7 +149,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
         )
         return EXIT_OK
     status = display_status(t, now)
-    print(f"langgraph thread {t.thread_id}  status {status}")
+    print(f"langgraph thread {one_line(t.thread_id)}  status {status}")
     if status == INTERRUPTED:
         print(
             "interrupted: the process that ran it stopped; its program continues it with "
@@ -200,7 +199,7 @@ def print_waiting(ctx: Ctx, asking: list[threads.Thread]) -> None:
     """``waiting``'s text lines for ``asking``: each question and the command
     that answers it."""
     for t in asking:
-        print(f"langgraph thread {t.thread_id}")
+        print(f"langgraph thread {one_line(t.thread_id)}")
         for value in t.interrupts:
             print(visible_controls(f"  asks: {json.dumps(value, ensure_ascii=False)}"))
         for line in _answer_lines(ctx, t, "  ", None):
@@ -223,7 +222,7 @@ def answer(sv: Services, thread_id: str, value: Any, wait_id: str | None = None)
             "program, by interrupt id)"
         )
     t = threads.store_answer(sv.checkpoints, sv.settings.scope, thread_id, value)
-    print(f"langgraph thread {t.thread_id} answered")
+    print(f"langgraph thread {one_line(t.thread_id)} answered")
     print(f"it goes on when its program runs {threads.resume_hint(t.thread_id)}")
     return EXIT_OK
 

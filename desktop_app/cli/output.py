@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from desktop_app.textsafe import shell_quote
 from desktop_app.words import duration
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -103,9 +103,21 @@ class Hints:
     @classmethod
     def of(cls, db: str | None, scope: str | None, environ: Mapping[str, str]) -> Hints:
         """Hints for a command given ``--db db --scope scope`` (``None``:
-        not given) in the environment ``environ``."""
+        not given) in the environment ``environ``. ``FLOWDESK_DB_PATH`` is
+        given as the path Flowdesk uses: ``~`` and ``$VARS`` expanded, as the
+        settings expand it (``--db`` takes its value literally, so a hint
+        with ``--db '$HOME/z.db'`` would name another file)."""
+        env_db = environ.get("FLOWDESK_DB_PATH") or None
+        if db is None and env_db is not None:
+            import contextlib
+
+            from desktop_app.config import expand_path
+
+            # an unset $VAR: the settings refuse it (exit 2) before any hint is printed
+            with contextlib.suppress(ValueError):
+                env_db = str(expand_path(env_db))
         return cls(
-            db if db is not None else environ.get("FLOWDESK_DB_PATH") or None,
+            db if db is not None else env_db,
             scope if scope is not None else environ.get("FLOWDESK_SCOPE") or None,
         )
 
@@ -116,10 +128,10 @@ class Hints:
         parts = ["flowdesk"]
         db = db if db is not None else self.db
         if db is not None:
-            parts += ["--db", shlex.quote(self._runnable_db(db))]
+            parts += ["--db", shell_quote(self._runnable_db(db))]
         scope = scope if scope is not None else self.scope
         if scope is not None:
-            parts += ["--scope", shlex.quote(scope)]
+            parts += ["--scope", shell_quote(scope)]
         return " ".join([*parts, rest])
 
     def _runnable_db(self, db: str) -> str:

@@ -46,7 +46,13 @@ from desktop_app.runs_view import (
     queued_text,
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
-from desktop_app.textsafe import visible_controls, visible_json
+from desktop_app.textsafe import (
+    fit_cells,
+    one_line,
+    shell_quote,
+    visible_controls,
+    visible_json,
+)
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
@@ -151,7 +157,8 @@ def cmd_runs(ctx: Ctx) -> int:
             and row["flow"] not in sv.engine.flows
         )
         print(
-            f"{row['run_id']:32}  {row['kind']:9}  {row['flow']:12} {row['status']:14} "
+            f"{fit_cells(one_line(row['run_id']), 32)}  {row['kind']:9}  {row['flow']:12} "
+            f"{row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
             + (f"  · {queued}" if queued else "")
             + ("  · its flow is not registered here (see show)" if stranded else "")
@@ -807,12 +814,12 @@ def cmd_waiting(ctx: Ctx) -> int:
         waits = engine.waits(run.run_id)
         if not waits and run.error:
             hint = ctx.hints.cmd(f"resume {run.run_id}")
-            print(f"  paused for an operator: {run.error}  ({hint})")
+            print(f"  paused for an operator: {visible_controls(run.error)}  ({hint})")
         for w in waits:
             what = {
                 "input": f"input: {visible_json(w.prompt)}",
-                "signal": f"signal {w.name} {w.key}",
-                "event": f"event {w.name}",
+                "signal": f"signal {shell_quote(str(w.name))} {shell_quote(str(w.key))}",
+                "event": f"event {shell_quote(str(w.name))}",
                 "timer": "timer",
             }[w.kind]
             due = (
@@ -890,7 +897,7 @@ def cmd_resume(ctx: Ctx) -> int:
                 print(f"no interrupted runs in {where} {scope}")
         for t in threads:  # shown interrupted too, but only their program runs them
             print(
-                f"langgraph thread {t.thread_id} is interrupted; Flowdesk does not run "
+                f"langgraph thread {one_line(t.thread_id)} is interrupted; Flowdesk does not run "
                 f"LangGraph graphs: its program continues it with {resume_hint(t.thread_id)}"
             )
         _deliver(engine)

@@ -27,6 +27,7 @@ from desktop_app.errors import ConfigError, InputError, RunLeasedError, RunState
 from desktop_app.flow.owners import holding
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.runs_view import display_status, withdrawn_text
+from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
 
@@ -293,16 +294,14 @@ def _one_question(ctx: Ctx, sv: Any, run_id: str) -> None:
         InputError: more than one question is pending (exit 2); nothing
             was answered.
     """
-    import shlex
-
     asked = [w for w in sv.checkpoints.latest(run_id).waits if w.kind == "input"]
     if len(asked) < 2:
         return
     a = ctx.args
-    given = shlex.quote(a.value) + (" --value-json" if a.value_json else "")
+    given = shell_quote(a.value) + (" --value-json" if a.value_json else "")
     each = "\n".join(
         f"  {json.dumps(w.prompt, ensure_ascii=False)}: "
-        f"{ctx.hints.cmd(f'answer {run_id} {given} --wait-id {shlex.quote(w.wait_id)}')}"
+        f"{ctx.hints.cmd(f'answer {run_id} {given} --wait-id {shell_quote(w.wait_id)}')}"
         for w in asked
     )
     raise InputError(

@@ -27,12 +27,11 @@ approval of a tool call shows the exact call with its yes and no commands
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from desktop_app.cli.output import Hints, due_in, iso
-from desktop_app.textsafe import visible_controls, visible_json
+from desktop_app.textsafe import shell_quote, visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
 
 
@@ -256,12 +255,12 @@ def wait_command(
     if now is not None and too_late(wait, now):
         return hints.cmd(f"resume {run_id}")
     if wait.kind == "input":
-        which = f" --wait-id {shlex.quote(wait.wait_id)}" if several else ""
+        which = f" --wait-id {shell_quote(wait.wait_id)}" if several else ""
         return hints.cmd(f"answer {run_id} yes{which}")
     if wait.kind == "signal":
-        return hints.cmd(f"signal {shlex.quote(str(wait.name))} {shlex.quote(str(wait.key))}")
+        return hints.cmd(f"signal {shell_quote(str(wait.name))} {shell_quote(str(wait.key))}")
     if wait.kind == "event":
-        return hints.cmd(f"publish {shlex.quote(str(wait.name))}")
+        return hints.cmd(f"publish {shell_quote(str(wait.name))}")
     return hints.cmd(f"resume {run_id}")
 
 

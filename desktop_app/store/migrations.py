@@ -25,7 +25,6 @@ read from the repository's ``schema/`` folder.
 from __future__ import annotations
 
 import hashlib
-import shlex
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from desktop_app.errors import (
     redact,
 )
 from desktop_app.store.connection import translate
+from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
 COMPONENTS: tuple[str, ...] = ("core", "events", "domain")
@@ -209,7 +209,7 @@ def _pg_privilege_error(exc: Exception, conn: Any, db: str) -> StoreError:
             f"{PG_WORKER_GRANTS.format(role=quoted)};"
         )
     runnable = redact(db, mask=None)
-    target = f" --db {shlex.quote(runnable)}" if db else ""
+    target = f" --db {shell_quote(runnable)}" if db else ""
     return StoreError(
         f"the PostgreSQL role {role} may not create Flowdesk's schema ({PG_SCHEMA}) in this "
         f"database ({said}); nothing was applied. The database owner applies it (with their "
@@ -294,7 +294,7 @@ def schema_missing(
     out)."""
     # a command that runs as printed: quoted, a URL's password left out (never shown)
     runnable = redact(db, mask=None)
-    target = f" --db {shlex.quote(runnable)}" if db else ""
+    target = f" --db {shell_quote(runnable)}" if db else ""
     where = " (libpq reads the password from PGPASSWORD or ~/.pgpass)" if runnable != db else ""
     return SchemaMissingError(
         f"{_missing(pending, len(pending) if shipped is None else shipped)}; "

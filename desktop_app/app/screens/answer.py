@@ -7,7 +7,6 @@ event and timer waits the screen says what the run waits for.
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any, get_args
 
 from rich.text import Text
@@ -30,6 +29,7 @@ from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.protocol import RunRecord, Wait
+from desktop_app.textsafe import shell_quote
 
 #: Seconds between updates of the deadline countdowns.
 TICK_S = 1.0
@@ -73,7 +73,7 @@ def how_to_deliver(hints: Hints, wait: Wait) -> str:
     """What unblocks a wait that is not a question (a signal's command with
     the app's database and scope, quoted for a shell)."""
     if wait.kind == "signal":
-        name, key = shlex.quote(wait.name or ""), shlex.quote(wait.key or "")
+        name, key = shell_quote(wait.name or ""), shell_quote(wait.key or "")
         return f"Send it with: {hints.cmd(f'signal {name} {key}')}"
     if wait.kind == "event":
         return f"It goes on when an event {wait.name} is published."

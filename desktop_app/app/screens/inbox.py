@@ -29,7 +29,6 @@ for another process's lock); results come back as messages.
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -56,7 +55,7 @@ from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
-from desktop_app.textsafe import visible_controls
+from desktop_app.textsafe import shell_quote, visible_controls
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
@@ -732,7 +731,7 @@ class InboxScreen(Screen[None]):
 
         def answered(text: str | None) -> None:
             if text:
-                rest = f"ask --resume {item.run_id} --answer {shlex.quote(text)}"
+                rest = f"ask --resume {item.run_id} --answer {shell_quote(text)}"
                 notice = f"Answering agent run {short_id(item.run_id)}…"
                 self._answer_agent(item, text, self.flowdesk.hints.cmd(rest), notice)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from desktop_app.errors import InputError, RunStateError, UnknownRunError
 from desktop_app.store.protocol import DomainStore, SqlTx
+from desktop_app.textsafe import python_literal
 
 #: the run kind threads have in ``flowdesk runs`` and the app
 KIND = "langgraph"
@@ -282,7 +283,7 @@ def asks_several(thread: Thread) -> bool:
 def several_hint(thread_id: str) -> str:
     """How the program of a thread waiting on several questions at once
     answers them (LangGraph's API: a resume keyed by interrupt id)."""
-    config = json.dumps({"configurable": {"thread_id": thread_id}})
+    config = python_literal({"configurable": {"thread_id": thread_id}})
     return (
         "Its program answers them, each by its interrupt id: "
         f"graph.invoke(Command(resume={{interrupt.id: value, ...}}), {config}, "
@@ -294,8 +295,9 @@ def resume_hint(thread_id: str) -> str:
     """What a program runs to continue an interrupted or answered thread
     (LangGraph's API), as the README recommends: ``durability="sync"``
     stores each step before the next, so its finished nodes do not run
-    again after a crash."""
-    config = json.dumps({"configurable": {"thread_id": thread_id}})
+    again after a crash. The config is Python source (:func:`python_literal`:
+    ASCII, every character of an odd thread id an escape), pasted as printed."""
+    config = python_literal({"configurable": {"thread_id": thread_id}})
     return f'graph.invoke(None, {config}, durability="sync")'
 
 

@@ -26,7 +26,6 @@ Appendix A of its manual).
 from __future__ import annotations
 
 import functools
-import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -43,6 +42,7 @@ from desktop_app.errors import redact as redact  # its home moved; importers her
 from desktop_app.store.migrations import PG_SCHEMA
 from desktop_app.store.protocol import SqlResult
 from desktop_app.store.rows import written_table
+from desktop_app.textsafe import shell_quote
 
 #: Whole-transaction retry on these: serialization_failure, deadlock_detected.
 RETRY_SQLSTATES = frozenset({"40001", "40P01"})
@@ -155,7 +155,7 @@ def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
         )
     if code == "42P01" or code == "3F000":
         apply = (
-            f"run `flowdesk --db {shlex.quote(db)} db apply` to apply it"
+            f"run `flowdesk --db {shell_quote(db)} db apply` to apply it"
             if db
             else "apply it with `flowdesk --db URL db apply`, URL naming this database"
         )

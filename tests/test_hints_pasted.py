@@ -1,0 +1,346 @@
+"""Every hint works pasted exactly as printed, whatever the ids hold: a
+shell hint run through bash, a Python hint through Python. Ids with
+non-ASCII letters and emoji, control characters (ESC, newline, tab) and a
+bidi override (U+202E); a database path given as ``$HOME/...`` in
+``FLOWDESK_DB_PATH``; a foreground run stopped with SIGTERM; the ``runs``
+table after emoji and 300-character thread ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TypedDict
+
+import pytest
+from rich.cells import cell_len
+
+from tests import sigterm_flows
+from tests.cli_support import REPO, flowdesk
+from tests.digest_corpus import make_corpus
+
+APPROVAL = json.dumps(["desktop_app.examples.approval:approval"])
+CLI = (sys.executable, "-m", "desktop_app.cli")
+LG_WORKER = str(REPO / "tests" / "langgraph_worker.py")
+#: characters that must never reach a terminal raw (tab and newline only inside a hint)
+RAW = ("\x1b", "\u202e", "\x9b")
+
+
+def in_bash(
+    hint: str, *, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The hint pasted into bash as printed (``flowdesk`` is this checkout)."""
+    assert hint.startswith("flowdesk "), hint
+    return subprocess.run(
+        ["bash", "-c", hint],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env={
+            **os.environ,
+            **(env or {}),
+            "LC_ALL": "C.UTF-8",  # bash's \u escapes need a UTF-8 locale
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "PYTHONPATH": str(REPO),
+        },
+    )
+
+
+def hint_after(text: str, label: str) -> str:
+    """The command printed after ``label`` on its line (up to a closing backtick)."""
+    m = re.search(re.escape(label) + r"`?(flowdesk [^`\n]+)", text)
+    assert m is not None, (label, text)
+    return m.group(1)
+
+
+def wait_for(predicate, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+# -- a: a LangGraph resume hint is Python source for any thread id ----------
+
+
+@pytest.mark.slow
+def test_the_resume_hint_of_an_emoji_thread_killed_mid_run_runs_in_python(
+    db_path: Path, tmp_path: Path
+) -> None:
+    thread = "thr ünï/🎉"
+    counts = tmp_path / "counts.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = [sys.executable, LG_WORKER, str(db_path), str(counts), thread]
+    first = subprocess.Popen([*argv, "--hang", "c"], cwd=REPO, env=env, text=True)
+    try:
+        wait_for(lambda: counts.exists() and "work:c" in counts.read_text(), "the hang")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    hints = []
+    for command in (["show", thread], ["resume", "--all"]):
+        out = flowdesk(db_path, *command)
+        assert out.returncode == 0, out.stderr
+        assert "\\ud83c" not in out.stdout  # a JSON surrogate pair is not Python
+        m = re.search(r'continues it with (graph\.invoke\(None, .*durability="sync"\))', out.stdout)
+        assert m is not None, out.stdout
+        hints.append(m.group(1))
+    assert hints[0] == hints[1]
+    assert "\\U0001f389" in hints[0] and hints[0].isascii()
+    # the program runs the hint as printed: the graph goes on to its question
+    second = subprocess.run(
+        [*argv, "--call", hints[0]], cwd=REPO, env=env, text=True, capture_output=True, timeout=120
+    )
+    assert second.returncode == 0, second.stderr
+    got = json.loads(second.stdout.splitlines()[-1])
+    assert got["interrupts"][0]["question"] == "approve these results?"
+    assert Counter(counts.read_text().split())["plan"] == 1
+
+
+# -- b, g: thread ids with ESC, emoji or 300 characters --------------------
+
+
+class Asked(TypedDict, total=False):
+    answer: str
+
+
+def one_question_graph(saver):  # type: ignore[no-untyped-def]
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import interrupt
+
+    def ask(state: Asked) -> Asked:
+        return {"answer": interrupt("ship it?")}
+
+    g = StateGraph(Asked)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    return g.compile(checkpointer=saver)
+
+
+def test_waiting_threads_with_odd_ids_answer_as_printed_and_runs_stays_aligned(
+    db_path: Path,
+) -> None:
+    from desktop_app.integrations.langgraph import FlowdeskSaver
+
+    esc, party, long = "rel\x1b[31m-43", "🎉🎉 party", "x" * 300
+    with FlowdeskSaver.open(db_path) as saver:
+        graph = one_question_graph(saver)
+        for thread in (esc, party, long):
+            graph.invoke({}, {"configurable": {"thread_id": thread}}, durability="sync")
+
+    waiting = flowdesk(db_path, "waiting")
+    assert waiting.returncode == 0, waiting.stderr
+    assert not any(c in waiting.stdout for c in RAW), waiting.stdout
+    assert "langgraph thread rel\\x1b[31m-43\n" in waiting.stdout
+    hints = re.findall(r"answer it \(the answer on standard input\): (.+)", waiting.stdout)
+    hint = next(h for h in hints if "rel" in h)
+    assert "answer $'rel\\x1b[31m-43' -" in hint, hint
+    answered = in_bash(hint, stdin="yes\n")
+    assert answered.returncode == 0, answered.stderr
+    assert "langgraph thread rel\\x1b[31m-43 answered" in answered.stdout
+    go_on = re.search(r"its program runs (graph\.invoke\(.+\))\n", answered.stdout)
+    assert go_on is not None, answered.stdout
+    with FlowdeskSaver.open(db_path) as saver:  # its program runs the printed call
+        done = eval(go_on.group(1), {"graph": one_question_graph(saver)})
+    assert done == {"answer": "yes"}
+
+    for hint in hints:  # the others, run as printed too
+        if "rel" not in hint:
+            assert in_bash(hint, stdin="no\n").returncode == 0
+
+    listed = flowdesk(db_path, "runs")
+    assert listed.returncode == 0, listed.stderr
+    assert not any(c in listed.stdout for c in RAW), listed.stdout
+    header, *rows = listed.stdout.splitlines()
+    assert len(rows) == 3
+    kind_at = header.index("KIND")
+    for row in rows:  # KIND starts at the same terminal column on every line
+        head = row[: row.index("langgraph")]
+        assert cell_len(head) == kind_at, (row, head)
+        assert cell_len(row) <= cell_len(header) + 20, row
+    assert any("rel\\x1b[31m-43" in r for r in rows)
+    (cut,) = [r for r in rows if r.startswith("xxx")]
+    assert "…" in cut and long not in cut
+    shown = flowdesk(db_path, "show", long)
+    assert f"langgraph thread {long}  status" in shown.stdout  # the full id in show
+
+
+# -- c: a signal key with control characters and a bidi override ----------
+
+
+def test_a_signal_key_with_controls_is_printed_quoted_and_sent_as_printed(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    env = {"FLOWDESK_FLOWS": APPROVAL}
+    order = "o-é\u202e\u001b[31m\n\t"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "approval", "--input", json.dumps({"order": order}), env=env)
+    assert started.returncode == 0, started.stderr
+    rid = started.stdout.split()[0]
+    assert flowdesk(db, "answer", rid, "yes", env=env).returncode == 0
+    quoted = "$'o-é\\u202e\\x1b[31m\\n\\t'"
+
+    shown = flowdesk(db, "show", rid, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert not any(c in shown.stdout for c in (*RAW, "\t")), shown.stdout
+    send = hint_after(shown.stdout, "send it with: ")
+    assert send == f"flowdesk --db {db} signal paid {quoted}", send
+    waiting = flowdesk(db, "waiting", env=env)
+    assert not any(c in waiting.stdout for c in (*RAW, "\t")), waiting.stdout
+    assert f"signal paid {quoted}" in waiting.stdout, waiting.stdout
+
+    sent = in_bash(send, env=env)  # pasted into bash: the key is the order's, byte for byte
+    assert sent.returncode == 0, sent.stderr
+    assert "no run waits for signal" not in sent.stderr, sent.stderr
+    assert flowdesk(db, "resume", "--all", env=env).returncode == 0
+    row = json.loads(flowdesk(db, "show", rid, "-o", "json", env=env).stdout)
+    assert row["status"] == "completed", row
+
+
+# -- d: FLOWDESK_DB_PATH with $HOME ----------------------------------------
+
+
+def test_hints_name_the_expanded_database_path_of_flowdesk_db_path(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "FLOWDESK_DB_PATH": "$HOME/z.db", "FLOWDESK_FLOWS": APPROVAL}
+    missing = subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "runs"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
+    assert missing.returncode == 1, missing.stderr
+    apply = hint_after(missing.stderr, "run ")
+    assert apply == f"flowdesk --db {home / 'z.db'} db apply", missing.stderr
+    # pasted in another shell, without the variable: the same file
+    plain = {"HOME": str(home), "FLOWDESK_FLOWS": APPROVAL, "FLOWDESK_DB_PATH": ""}
+    assert in_bash(apply, env=plain).returncode == 0
+    assert (home / "z.db").exists()
+    started = in_bash('flowdesk start approval --input \'{"order": "o-1"}\'', env=env)
+    assert started.returncode == 0, started.stderr
+    assert "--db '$HOME" not in started.stderr
+    show = hint_after(started.stderr, "it waits; what for, and the command that answers it: ")
+    shown = in_bash(show, env=plain)
+    assert shown.returncode == 0, shown.stderr
+    answer = hint_after(shown.stdout, "answer with: ")
+    assert answer.startswith(f"flowdesk --db {home / 'z.db'} answer "), answer
+    assert in_bash(answer, env=plain).returncode == 0
+
+
+# -- e: SIGTERM stops a foreground run as Ctrl-C does -----------------------
+
+
+def _stopped_by_sigterm(proc: subprocess.Popen[str]) -> str:
+    """SIGTERM to ``proc``; its exit (143) and the hint it printed."""
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert "Traceback" not in err, err
+    return hint_after(err, "flowdesk: stopped by SIGTERM; run ")
+
+
+def test_sigterm_of_run_digest_prints_the_resume_hint_and_it_finishes_the_run(
+    tmp_path: Path,
+) -> None:
+    db, docs, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "out"
+    make_corpus(docs, 3000)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    proc = subprocess.Popen(
+        [*CLI, "--db", str(db), "run", "digest", "--folder", str(docs), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    rid = proc.stdout.readline().strip()  # printed once the run is stored
+    assert re.fullmatch(r"[0-9a-f]{32}", rid), rid
+    line = "-"
+    while line and not re.match(r"\s*\d+/\d+", line):  # the first progress line: files under way
+        line = proc.stderr.readline()
+    assert line, "run digest ended before any progress"
+    hint = _stopped_by_sigterm(proc)
+    assert hint == f"flowdesk --db {db} resume {rid}"
+    row = json.loads(flowdesk(db, "show", rid, "-o", "json").stdout)
+    assert row["status"] == "interrupted", row
+    resumed = in_bash(hint)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run {rid} completed" in resumed.stdout
+    assert (out / "digest.md").exists()
+
+
+def test_sigterm_cuts_the_step_in_flight_which_runs_once_more_only_on_resume(
+    tmp_path: Path,
+) -> None:
+    db, sink, gate = tmp_path / "e.db", tmp_path / "effects.log", tmp_path / "gate"
+    env = {"FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    given = json.dumps({"sink": str(sink), "gate": str(gate)})
+    proc = subprocess.Popen(
+        [*CLI, "--db", str(db), "start", "effects", "--input", given],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+    )
+    wait_for(lambda: sink.exists() and "begin s1" in sink.read_text(), "s1 in flight")
+    hint = _stopped_by_sigterm(proc)
+    assert "effect s1" not in sink.read_text()  # cut off before its side effect
+    gate.touch()
+    resumed = in_bash(hint, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    effects = Counter(line.split()[1] for line in sink.read_text().splitlines() if "effect" in line)
+    assert effects == Counter({"s0": 1, "s1": 1, "s2": 1, "s3": 1})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "plain-1",
+        "my file",
+        "it's",
+        "a\\b",
+        "thr ünï/🎉",
+        "rel\x1b[31m-43",
+        "o-é\u202e\x1b[31m\n\t",
+        "\x7f\x85\u200b\U000e0001x",
+        os.fsdecode(b"caf\xe9"),  # an undecodable byte in a file name (surrogateescape)
+    ],
+)
+def test_shell_quote_gives_back_the_string_through_bash(text: str) -> None:
+    from desktop_app.textsafe import shell_quote
+
+    quoted = shell_quote(text)
+    assert quoted.isprintable(), quoted
+    echoed = subprocess.run(
+        ["bash", "-c", f"printf %s {quoted}"],
+        capture_output=True,
+        timeout=30,
+        env={**os.environ, "LC_ALL": "C.UTF-8"},
+    )
+    assert echoed.stdout == os.fsencode(text)
+
+
+def test_hints_quote_shell_arguments_in_one_place_only() -> None:
+    """``textsafe.shell_quote`` is the one quoting of hints: a ``shlex.quote``
+    elsewhere would print control characters raw (or as inert ``'\\x1b'``)."""
+    elsewhere = [
+        str(path.relative_to(REPO))
+        for path in (REPO / "desktop_app").rglob("*.py")
+        if path.name != "textsafe.py"
+        and re.search(r"shlex\.(quote|join)\(", path.read_text(encoding="utf-8"))
+    ]
+    assert elsewhere == []
