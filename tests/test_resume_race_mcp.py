@@ -1,5 +1,5 @@
 """Processes resuming one interrupted agent run that has MCP tools at once,
-as users meet it: three real processes (tests/resume_racer.py) released at
+as users meet it: two real processes (tests/resume_racer.py) released at
 one instant, many rounds, on a real SQLite file, with the project's stdio
 MCP server and a scripted model server on 127.0.0.1. Each is ``flowdesk
 resume RUN`` or a ``flowdesk agent`` worker's pass over interrupted agent
@@ -36,7 +36,7 @@ from tests.test_cli_agent_resume import model_env
 
 RACER = Path(__file__).resolve().parent / "resume_racer.py"
 ROUNDS = 20
-WAYS = [("cli", "cli", "cli"), ("cli", "worker", "cli"), ("worker", "worker", "cli")]
+WAYS = [("cli", "cli"), ("cli", "worker"), ("worker", "worker"), ("worker", "cli")]
 
 
 class _Interrupted:
@@ -100,7 +100,7 @@ def test_resuming_processes_start_the_mcp_server_once_and_call_the_tool_once(
         assert flowdesk(db, "db", "apply", env=env).returncode == 0
         services = open_services(load_settings(db_path=str(db)), flows=[])
         store = services.agents
-        racers = [LineRacer(RACER, str(db), str(go), env=env) for _ in range(3)]
+        racers = [LineRacer(RACER, str(db), str(go), env=env) for _ in range(len(WAYS[0]))]
         try:
             for rnd in range(ROUNDS):
                 rid = interrupted_run(store, rnd)
@@ -122,11 +122,11 @@ def test_resuming_processes_start_the_mcp_server_once_and_call_the_tool_once(
                 assert len(server.requests) == 2 * (rnd + 1), where  # no model call by a loser
                 assert store.get(rid).status == "done", where
                 ended = [said(t, rid, rnd) for t in told]
-                assert ended.count("held") <= 2, where
+                assert ended.count("held") < len(ended), where
                 seen.update(f"{how}: {e}" for how, e in zip(ways, ended, strict=True))
         finally:
             for each in racers:
                 each.close()
             services.close()
-    print(f"three resumes at once, {ROUNDS} rounds: the others ended {dict(seen)}")
+    print(f"two resumes at once, {ROUNDS} rounds: the others ended {dict(seen)}")
     assert len(log.read_text().splitlines()) == ROUNDS

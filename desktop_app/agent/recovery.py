@@ -294,6 +294,9 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
     block ends (the run's driving releases it first); the run is left as it
     was when nothing ran.
 
+    A run taken over from a dead or expired owner is logged so
+    (``agent NAME: run ID taken over from OLD (dead) by OWNER``).
+
     Yields:
         str: the lease owner (``host:pid:nonce``).
 
@@ -302,13 +305,20 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
             or a resume taken a moment ago, say); nothing was run.
         CheckpointNotFoundError: no such run.
     """
+    import logging
     import time
 
     from desktop_app.agent.leases import claim_agent_run
     from desktop_app.flow.owners import new_owner
 
     owner = new_owner()
-    claim_agent_run(store, store.get(run_id), owner, CLAIM_LEASE_S, time.time())
+    run = store.get(run_id)
+    took = claim_agent_run(store, run, owner, CLAIM_LEASE_S, time.time())
+    if took is not None:  # logged as Agent logs its own takeovers
+        logging.getLogger(__name__).info(
+            "agent %s: run %s taken over from %s (%s) by %s",
+            run.agent, run_id, took[0], took[1], owner,
+        )  # fmt: skip
     try:
         yield owner
     finally:
