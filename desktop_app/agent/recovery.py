@@ -137,8 +137,10 @@ def resume_pydantic_ai(
     answered (refused once the run waits on another)
     (:func:`desktop_app.integrations.pydantic_ai.registry.resume_registered`).
 
-    With ``answer``, the run's lease is taken (:func:`claimed_run`) and the
-    answer recorded (:func:`record_approval`) before the registered agent is
+    The run's lease is taken first (:func:`claimed_run`, unless ``owner``
+    holds it), so of two processes resuming it at once the losing one loads
+    and starts nothing of the agent. With ``answer``, the
+    answer is then recorded (:func:`record_approval`) before the registered agent is
     loaded and started (its module, the function that builds it, its MCP
     toolsets): a crash there, or an agent not registered here, leaves the
     answer recorded (the run ``running``, interrupted), and the next resume
@@ -162,8 +164,11 @@ def resume_pydantic_ai(
             f"agent run {run_id} was started by a Pydantic AI agent; install Flowdesk with "
             "its extra (pip install 'flowdesk[pydantic-ai]') to resume it"
         ) from exc
-    if answer is None:
+    if answer is None and owner is not None:
         return resume_registered(store, settings, run_id, owner=owner)
+    if answer is None:  # taken before the agent is loaded and started, as a Flowdesk agent's
+        with claimed_run(store, run_id) as held:
+            return resume_registered(store, settings, run_id, owner=held)
     with claimed_run(store, run_id) as held:
         record_approval(store, run_id, answer, owner=held, wait_id=wait_id)
         try:
