@@ -7,6 +7,10 @@ The model is OpenAI-compatible at ``PAI_TEST_URL`` (a scripted server on
 across processes. ``PAI_TEST_KILL=tool:Q`` SIGKILLs the process inside the
 call ``lookup(Q)``, after its line is written; ``PAI_TEST_GATE=Q:PATH``
 holds that call there (a call in flight) until the file PATH exists.
+``PAI_TEST_KILL=load`` SIGKILLs the process as ``make_helper`` builds the
+agent (a registration loading), ``PAI_TEST_KILL=startup`` as a run enters
+its toolsets (as its MCP servers start); each writes ``load``/``startup``
+to ``PAI_TEST_LOG`` first.
 ``PAI_TEST_MCP=1`` adds the
 notes MCP server (tests/mcp_notes_server.py, stdio) as toolset ``notes``,
 appending to ``PAI_TEST_LOG`` too.
@@ -23,6 +27,7 @@ from pathlib import Path
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,10 +39,23 @@ def _log(line: str) -> None:
         os.fsync(fh.fileno())
 
 
+class _KilledAtStartUp(WrapperToolset[None]):
+    """A toolset whose start-up (entered as a run starts, as an MCP server
+    is started) SIGKILLs the process: ``PAI_TEST_KILL=startup``."""
+
+    async def __aenter__(self) -> _KilledAtStartUp:
+        _log("startup")
+        os.kill(os.getpid(), signal.SIGKILL)
+        return self
+
+
 def make_helper() -> Agent[None, str]:
     """The agent ``helper``: tools ``lookup(q)`` and ``delete(name)`` (which
     requires approval; ``PAI_TEST_KILL=delete:NAME`` kills inside it), and
     the notes MCP server when ``PAI_TEST_MCP`` is set."""
+    if os.environ.get("PAI_TEST_KILL") == "load":  # the agent's own start-up: built
+        _log("load")
+        os.kill(os.getpid(), signal.SIGKILL)
     model = OpenAIChatModel(
         "scripted", provider=OpenAIProvider(base_url=os.environ["PAI_TEST_URL"], api_key="test")
     )
@@ -52,6 +70,8 @@ def make_helper() -> Agent[None, str]:
             cwd=str(REPO),
         )
         toolsets.append(MCPToolset(transport, id="notes"))
+    if os.environ.get("PAI_TEST_KILL") == "startup":
+        toolsets.append(_KilledAtStartUp(FunctionToolset(id="startup")))
     agent = Agent(model, name="helper", instructions="Look things up.", toolsets=toolsets)
 
     @agent.tool_plain

@@ -104,3 +104,52 @@ async def test_y_in_the_inbox_approves_a_pydantic_ai_call_with_no_flowdesk_model
             assert screen.items == []
         assert len(server.requests) == 2  # the first request was not sent again
     assert lines(log) == ["delete x"]  # approved once, made once
+
+
+@pytest.mark.scenario("S96")
+async def test_y_where_the_agent_is_not_registered_records_the_approval_and_says_how_to_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``y`` in the inbox records the approval before the agent is looked
+    for; where it is not registered the app says the answer is recorded and
+    names the resume that goes on with it, and that command, run as shown
+    where the agent is registered, makes the call once."""
+    import os
+
+    from desktop_app.app.screens.inbox import InboxScreen
+    from tests.cli_support import as_printed
+    from tests.test_pydantic_ai import DELETE_X, REGISTERED
+
+    db, log = tmp_path / "t.db", tmp_path / "tool.log"
+    settings = load_settings(db_path=db)  # no pydantic_ai_agents
+    bootstrap.apply_schema(settings)
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(DELETE_X)
+        first = worker(db, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        run_id = first.stdout.split()[1]
+        app = FlowdeskApp(settings)
+        async with app.run_test(size=(160, 45)) as pilot:
+            await settle(pilot)
+            await pilot.press("i")
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, InboxScreen)
+            await wait_until(pilot, lambda: len(screen.items) == 1, timeout=30)
+            await pilot.press("y")
+            await wait_until(pilot, lambda: not screen.answering, timeout=60)
+            await settle(pilot)
+            (said,) = messages(app, "error")
+        start = f"Agent run {run_id[:8]}: your answer is recorded, but the run cannot go on here: "
+        assert said.startswith(start), said
+        assert "which is not registered" in said, said
+        resume = f"flowdesk resume {run_id}"  # the app's database is the settings' one
+        assert said.endswith(f"; it goes on with it at `{resume}` (or a `flowdesk agent` pass)")
+        assert lines(log) == []
+        user = {**os.environ, **env, **REGISTERED, "FLOWDESK_DB_PATH": str(db)}
+        resumed = as_printed(resume, user)
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.stdout.strip() == "x is deleted"
+        assert len(server.requests) == 2
+    assert lines(log) == ["delete x"]  # approved once, made once

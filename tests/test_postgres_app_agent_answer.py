@@ -23,7 +23,7 @@ from desktop_app.app.screens.ask import AskScreen
 from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.config import load_settings
 from tests.app_support import messages, settle, wait_until
-from tests.chat_server import ChatServer
+from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
 from tests.test_app_inbox_agent_answer import ASKS
 from tests.test_pydantic_ai import DELETE_X, lines, worker
@@ -188,3 +188,50 @@ async def test_resuming_an_interrupted_agent_run_in_the_app_on_postgres_leaves_i
             assert messages(app)[-1] == said, messages(app)
         assert server.requests == []
     assert agent_run(pg_url, RID).status == "running"
+
+
+async def test_a_question_asked_in_the_app_on_postgres_is_answered_by_a_worker(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``a`` on the agent runs screen asks nothing of the model on
+    PostgreSQL: the question is saved as a new run, the app says a worker
+    answers it, and a real ``flowdesk agent`` worker asks its model (a
+    scripted server on 127.0.0.1), once, and the run ends done with the answer."""
+    from desktop_app.app.screens.agent_runs import AgentRunsScreen
+    from desktop_app.bootstrap import open_services
+
+    with ChatServer() as server:
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [("json", completion("Blue, for calm."))]
+        for name, value in env.items():  # a model is set up: the app must not call it
+            monkeypatch.setenv(name, value)
+        app = FlowdeskApp(load_settings(db_path=pg_url))
+        async with app.run_test(size=(160, 45)) as pilot:
+            runs = await opened(app, pilot, "g", AgentRunsScreen)
+            await pilot.press("a")
+            await settle(pilot)
+            assert isinstance(app.screen, AskScreen)
+            await pilot.press(*"which colour", "enter")
+            await wait_until(pilot, lambda: any("is saved" in m for m in messages(app)), 60)
+            services = open_services(load_settings(db_path=pg_url), flows=[])
+            try:
+                (run,) = services.agents.list()
+            finally:
+                services.close()
+            said = f"Agent run {run.run_id[:8]} is saved; a worker (flowdesk agent) answers it."
+            assert messages(app)[-1] == said, messages(app)
+            assert not messages(app, "error")
+            # the screen shows the stored run, its question, waiting for a worker
+            await wait_until(pilot, lambda: runs.row_keys == [run.run_id], 30)
+        assert server.requests == []  # the app sent the model nothing
+        assert (run.agent, run.status, run.input, run.lease_owner) == (
+            "ask", "running", "which colour", None,
+        )  # fmt: skip
+        serve_until_done(pg_url, run.run_id, env, tmp_path / "w.log")
+        assert len(server.requests) == 1  # the worker asked, once
+        (asked,) = [
+            m["content"] for m in server.requests[0]["body"]["messages"] if m["role"] == "user"
+        ]
+        assert asked == "which colour"
+    done = agent_run(pg_url, run.run_id)
+    assert (done.status, done.response) == ("done", "Blue, for calm.")

@@ -376,9 +376,6 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
         assert "not registered here" in listed[0]["first"]
         shown = flowdesk(db_path, "show", run_id, env=bare)
         assert "    first: it is a run of the Pydantic AI agent 'helper'" in shown.stdout
-        refused = as_printed(waiting_hint(db_path, bare, "yes"), bare)
-        assert refused.returncode != 0 and "pydantic_ai_agents" in refused.stderr
-        assert agent_status(db_path, run_id) == "input_required"
         # registered: nothing to do first, and the command it prints answers
         registered = {**os.environ, **env, **REGISTERED}
         listed = json.loads(flowdesk(db_path, "waiting", "-o", "json", env=registered).stdout)
@@ -386,7 +383,19 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
         assert "first:" not in flowdesk(db_path, "waiting", env=registered).stdout
         yes = waiting_hint(db_path, registered, "yes")
         assert yes == f"flowdesk --db {db_path} answer {run_id} yes"
-        answered = as_printed(yes, registered)
+        # answered all the same where it is not registered: the answer is
+        # recorded (first, before the agent is looked for), the run cannot go
+        # on here, and the command says how, with the resume that goes on
+        refused = as_printed(waiting_hint(db_path, bare, "yes"), bare)
+        assert refused.returncode == 2 and "pydantic_ai_agents" in refused.stderr  # config
+        resume = f"flowdesk --db {db_path} resume {run_id}"
+        assert "your answer was recorded: the run goes on with it once its agent can be " in (
+            refused.stderr
+        )
+        assert f"run {resume} then" in refused.stderr, refused.stderr
+        assert agent_status(db_path, run_id) == "interrupted"
+        assert lines(log) == []  # nothing deleted where the agent is not registered
+        answered = as_printed(resume, registered)
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout.strip() == "x is deleted"
         assert len(server.requests) == 2  # the first request was not sent again
@@ -489,6 +498,39 @@ def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) ->
     again = flowdesk(db_path, "resume", run_id, env={**env, **REGISTERED})
     assert again.returncode == 0 and "could not tell" in again.stdout, again.stderr
     assert lines(log) == ["delete x"]
+
+
+@pytest.mark.scenario("S96")
+@pytest.mark.parametrize("at", ["load", "startup"])
+def test_an_approval_killed_during_the_agents_start_up_is_kept_and_made_once(
+    db_path: Path, tmp_path: Path, at: str
+) -> None:
+    """``flowdesk answer RUN yes`` SIGKILLed while the registered agent
+    starts (``load``: its registration builds it; ``startup``: the run enters
+    its toolsets, as its MCP servers start): the approval was recorded
+    first, so the run is interrupted, not waiting again, and the ``resume``
+    that follows makes the approved call, once. Before, a kill while the
+    agent was built lost the approval: the run asked again."""
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), **REGISTERED}
+        server.script = list(DELETE_X)
+        first = worker(db_path, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        run_id = first.stdout.split()[1]
+        yes = waiting_hint(db_path, env, "yes")
+        killed = as_printed(yes, {**env, "PAI_TEST_KILL": at})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert lines(log) == [at]  # killed there, nothing deleted yet
+        assert agent_status(db_path, run_id) == "interrupted"  # the approval is kept
+        resumed = flowdesk(db_path, "resume", run_id, env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.stdout.strip() == "x is deleted"
+        assert len(server.requests) == 2  # the first request was not sent again
+    assert lines(log) == [at, "delete x"]  # approved once, made once
+    assert agent_status(db_path, run_id) == "done"
+    ((_, _, tools),) = agent_runs(db_path)
+    assert [t.result for t in tools if t.tool == "approval"] == ["yes"]
 
 
 # -- canceled by the user (`flowdesk cancel`) while a process drives it -------------

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.tools import TOOL_SOURCES_KEY, AgentTool, file_tools
-from desktop_app.errors import ConfigError, InputError, RunStateError
+from desktop_app.errors import ConfigError, FlowdeskError, InputError, RunStateError
 from desktop_app.flow.owners import lease_abandoned
 from desktop_app.store.protocol import AgentLog, AgentRun
 
@@ -128,6 +128,8 @@ def resume_pydantic_ai(
     answer: str | None = None,
     *,
     wait_id: str | None = None,
+    owner: str | None = None,
+    resume_hint: str = "flowdesk resume RUN",
 ) -> AgentResponse:
     """Resume a run of a Pydantic AI agent (its :class:`ToolSources` names
     one) with the registered agent of that name, ``answer`` being yes or no
@@ -135,9 +137,25 @@ def resume_pydantic_ai(
     answered (refused once the run waits on another)
     (:func:`desktop_app.integrations.pydantic_ai.registry.resume_registered`).
 
+    The run's lease is taken first (:func:`claimed_run`, unless ``owner``
+    holds it), so of two processes resuming it at once the losing one loads
+    and starts nothing of the agent. With ``answer``, the
+    answer is then recorded (:func:`record_approval`) before the registered agent is
+    loaded and started (its module, the function that builds it, its MCP
+    toolsets): a crash there, or an agent not registered here, leaves the
+    answer recorded (the run ``running``, interrupted), and the next resume
+    (``flowdesk resume``, a ``flowdesk agent`` pass) makes an approved call
+    once. ``owner``: the lease owner that already holds the run (a caller
+    that recorded the answer itself), else a new one. ``resume_hint``: the
+    command that resumes the run, named when the answer was recorded but
+    the run could not go on.
+
     Raises:
-        ConfigError: the ``pydantic-ai`` extra is not installed, or the agent
-            is not registered.
+        ConfigError: the ``pydantic-ai`` extra is not installed (checked
+            first: nothing recorded), or the agent is not registered (an
+            answer is recorded by then; the error's note says so).
+        RunStateError, ApprovalAnswerError, AgentRunLeasedError: as
+            :func:`record_approval` and :func:`claimed_run` (nothing recorded).
     """
     try:
         from desktop_app.integrations.pydantic_ai.registry import resume_registered
@@ -146,7 +164,93 @@ def resume_pydantic_ai(
             f"agent run {run_id} was started by a Pydantic AI agent; install Flowdesk with "
             "its extra (pip install 'flowdesk[pydantic-ai]') to resume it"
         ) from exc
-    return resume_registered(store, settings, run_id, answer, wait_id=wait_id)
+    if answer is None and owner is not None:
+        return resume_registered(store, settings, run_id, owner=owner)
+    if answer is None:  # taken before the agent is loaded and started, as a Flowdesk agent's
+        with claimed_run(store, run_id) as held:
+            return resume_registered(store, settings, run_id, owner=held)
+    with claimed_run(store, run_id) as held:
+        record_approval(store, run_id, answer, owner=held, wait_id=wait_id)
+        try:
+            return resume_registered(store, settings, run_id, owner=held)
+        except FlowdeskError as exc:
+            exc.add_note(
+                "your answer was recorded: the run goes on with it once its agent can be "
+                f"loaded and started here: run {resume_hint} then (a running `flowdesk agent` "
+                "where it is registered does it on its own)"
+            )
+            raise
+
+
+def record_approval(
+    store: AgentLog,
+    run_id: str,
+    answer: str,
+    *,
+    owner: str,
+    wait_id: str | None = None,
+    now: float | None = None,
+) -> None:
+    """Record, durably and without continuing it, ``answer`` (yes or no) to
+    the tool call a Pydantic AI agent's run waits to have approved, as
+    ``FlowdeskAgent.resume`` does: the decision journaled with the end of the
+    wait in one write, a declined call's tool message (what the model is
+    told) with it; the run is then ``running``. Call it holding the run's
+    lease as ``owner`` (:func:`claimed_run`), before the agent is loaded or
+    started, so a crash there leaves the answer recorded.
+
+    Args:
+        wait_id: the approval the person answered
+            (:func:`~desktop_app.agent.approvals.agent_wait_id`); ``None``:
+            whatever the run waits on as read here, under the lease.
+        now: UTC epoch seconds of the write (default: the system clock).
+
+    Raises:
+        RunStateError: the run waits for no approval, or (``wait_id``) waits
+            on another one: answered elsewhere; nothing recorded.
+        ApprovalAnswerError: ``answer`` is neither yes nor no (nothing recorded).
+        LeaseLostError: ``owner`` does not hold the run.
+    """
+    import time
+
+    from desktop_app.agent.approvals import (
+        ApprovalJournal,
+        declined_result,
+        parse_decision,
+        pending_approval,
+        require_wait,
+    )
+    from desktop_app.agent.messages import Message
+
+    run = store.get(run_id)
+    if wait_id is not None:
+        require_wait(run, wait_id)
+    request = pending_approval(run.pending_call) if run.status == "input_required" else None
+    if request is None:
+        raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
+    approved = parse_decision(answer)
+    declined = []
+    if not approved:  # the declined call's answer is a turn, as Flowdesk's own agent writes it
+        calls = [
+            call
+            for m in store.messages(run_id)
+            if m.get("role") == "assistant"
+            for call in m.get("tool_calls", [])
+        ]
+        call = calls[request.place - 1] if 0 < request.place <= len(calls) else {}
+        call_id = call.get("id") if call.get("name") == request.tool else None
+        content = declined_result(request.tool)
+        declined = [Message("tool", content, tool_call_id=call_id, name=request.tool).to_json()]
+    store.update(  # the decision is journaled with the end of the wait
+        run_id,
+        time.time() if now is None else now,
+        owner=owner,
+        tool=ApprovalJournal.row(request, approved),
+        status="running",
+        error=None,
+        pending_call=None,
+        messages=declined,
+    )
 
 
 def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | None:
@@ -177,41 +281,64 @@ def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | N
     )
 
 
-#: seconds the lease an answer takes before starting a run's MCP servers
-#: lasts (the agent's own lease, renewed while it runs, takes over from it);
-#: a process on this host holds it for as long as it lives, whatever the clocks
-ANSWER_LEASE_S = 30.0
+#: seconds the lease taken before starting a run's MCP servers lasts (an
+#: answer's or a resume's; the agent's own lease, renewed while it runs,
+#: takes over from it); a process on this host holds it for as long as it
+#: lives, whatever the clocks
+CLAIM_LEASE_S = 30.0
 
 
 @contextmanager
-def claimed_to_answer(store: AgentLog, run_id: str) -> Iterator[str]:
-    """Hold agent run ``run_id``'s lease for an answer while the block runs
-    (the answering :class:`~desktop_app.agent.runtime.Agent` is given the
-    yielded owner): taken before the run's MCP servers start, so of two
-    answers given at once the losing one is refused having started nothing
-    and called no tool. Released when the block ends (the run's driving
-    releases it first); the run is left as it was, still waiting, when
-    nothing ran.
+def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
+    """Hold agent run ``run_id``'s lease while the block runs (the
+    :class:`~desktop_app.agent.runtime.Agent` that answers or resumes it is
+    given the yielded owner): taken before the run's MCP servers start, so of
+    two processes answering or resuming it at once (``flowdesk answer``,
+    ``flowdesk resume``, the app, ``flowdesk agent`` workers) the losing one
+    is refused having started nothing and called no tool. Released when the
+    block ends (the run's driving releases it first); the run is left as it
+    was when nothing ran.
+
+    A run taken over from a dead or expired owner is logged so
+    (``agent NAME: run ID taken over from OLD (dead) by OWNER``).
 
     Yields:
         str: the lease owner (``host:pid:nonce``).
 
     Raises:
-        AgentRunLeasedError: another live process holds the run (another
-            answer taken a moment ago, say); nothing was answered.
+        AgentRunLeasedError: another live process holds the run (an answer
+            or a resume taken a moment ago, say); nothing was run.
         CheckpointNotFoundError: no such run.
     """
+    import logging
     import time
 
     from desktop_app.agent.leases import claim_agent_run
     from desktop_app.flow.owners import new_owner
 
     owner = new_owner()
-    claim_agent_run(store, store.get(run_id), owner, ANSWER_LEASE_S, time.time())
+    run = store.get(run_id)
+    took = claim_agent_run(store, run, owner, CLAIM_LEASE_S, time.time())
+    if took is not None:  # logged as Agent logs its own takeovers
+        logging.getLogger(__name__).info(
+            "agent %s: run %s taken over from %s (%s) by %s",
+            run.agent, run_id, took[0], took[1], owner,
+        )  # fmt: skip
     try:
         yield owner
     finally:
         store.release(run_id, owner)
+
+
+def goes_on(run: AgentRun, now: float) -> bool:
+    """Whether resuming ``run`` (as read under its lease) would drive it,
+    calling its model and tools: ``False`` for a run that is done (its saved
+    answer is returned), waits for an answer, has ended, or is rate limited
+    until after ``now`` (UTC epoch s) (those are refused); its MCP servers
+    are started only when it goes on."""
+    if run.status in ("done", "input_required", "canceled", "timeout", "expired"):
+        return False
+    return not (run.status == "rate_limited" and (run.retry_at or 0.0) > now)
 
 
 def resume_with_recorded_tools(
@@ -226,12 +353,16 @@ def resume_with_recorded_tools(
 ) -> AgentResponse:
     """Continue agent run ``run`` with the tools it recorded
     (:meth:`ToolSources.of_run`, connected by :func:`connected_tools`):
-    ``Agent.resume``; with ``answer`` (its question's answer, or
-    ``yes``/``no`` to the tool call it waits to have approved), the answer
-    is first recorded (``Agent.record_input``, under the answer's lease)
-    before any MCP server starts, so a crash or a server that cannot start
-    leaves it recorded and the next resume goes on with it. A Pydantic AI agent's run is resumed by
-    its registered agent (:func:`resume_pydantic_ai`), model included.
+    ``Agent.resume``. The run's lease is taken first (:func:`claimed_run`),
+    before any MCP server starts: a process that loses the run to another
+    starts none and calls no tool; one that finds it done, waiting or
+    ended once it holds it (:func:`goes_on`) starts none either. With
+    ``answer`` (its question's answer, or ``yes``/``no`` to the tool call it
+    waits to have approved), the answer is then recorded
+    (``Agent.record_input``) before any MCP server starts, so a crash or a
+    server that cannot start leaves it recorded and the next resume goes on
+    with it. A Pydantic AI agent's run is resumed by its registered agent
+    (:func:`resume_pydantic_ai`), model included.
 
     ``wait_id`` (with ``answer``): what the person answered
     (:func:`~desktop_app.agent.approvals.agent_wait_id` of the question they
@@ -251,6 +382,8 @@ def resume_with_recorded_tools(
             or an answer to a run that waits for none (answered elsewhere;
             nothing was answered).
     """
+    import time
+
     from desktop_app.agent.approvals import require_wait
     from desktop_app.agent.runtime import Agent
 
@@ -262,10 +395,16 @@ def resume_with_recorded_tools(
     if model is None:
         raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
     if answer is None:
-        with connected_tools(settings, sources, run.run_id) as tools:
-            return Agent(run.agent, model, store, tools).resume(run.run_id)
+        # the resume takes the run before any server starts: a losing one starts none
+        with claimed_run(store, run.run_id) as owner:
+            if not goes_on(store.get(run.run_id), time.time()):
+                # done (by the process that had it a moment ago), waiting or
+                # ended: answered or refused as it stands, no server started
+                return Agent(run.agent, model, store, [], owner=owner).resume(run.run_id)
+            with connected_tools(settings, sources, run.run_id) as tools:
+                return Agent(run.agent, model, store, tools, owner=owner).resume(run.run_id)
     # the answer takes the run before any server starts: a losing answer starts none
-    with claimed_to_answer(store, run.run_id) as owner:
+    with claimed_run(store, run.run_id) as owner:
         now = store.get(run.run_id)
         if wait_id is not None:
             require_wait(now, wait_id)  # answered elsewhere a moment ago
@@ -389,19 +528,21 @@ def hand_answer_to_workers(
         require_wait(run, wait_id)
     if run.status != "input_required" or run.pending_call is None:
         raise RunStateError(f"agent run {run_id} is not waiting for input (status {run.status!r})")
-    if (
-        pending_approval(run.pending_call) is None
-        and ToolSources.of_run(store, run_id).pydantic_ai is not None
-    ):
+    pydantic_ai = ToolSources.of_run(store, run_id).pydantic_ai is not None
+    if pending_approval(run.pending_call) is None and pydantic_ai:
         raise RunStateError(f"agent run {run_id} waits for no answer Flowdesk can give")
     written = answer_writes(run.pending_call, answer)
+    asked = str(agent_wait_id(run.pending_call))
     claim_agent_run(store, run, owner, lease_ttl_s, now)
     try:
-        # answered elsewhere between the read and the lease?
-        require_wait(store.get(run_id), str(agent_wait_id(run.pending_call)))
-        store.update(
-            run_id, now, owner=owner, status="running", error=None, pending_call=None, **written
-        )
+        if pydantic_ai:  # as FlowdeskAgent.resume writes it (a declined call's turn too)
+            record_approval(store, run_id, answer, owner=owner, wait_id=asked, now=now)
+        else:
+            # answered elsewhere between the read and the lease?
+            require_wait(store.get(run_id), asked)
+            store.update(
+                run_id, now, owner=owner, status="running", error=None, pending_call=None, **written
+            )
     finally:
         store.release(run_id, owner)  # the workers (woken on PostgreSQL) take it from here
     logging.getLogger(__name__).info(

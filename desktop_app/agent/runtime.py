@@ -335,6 +335,8 @@ class Agent:
         run_id: str | None,
         parent_run_id: str | None,
         context: ExecutionContext | None,
+        *,
+        leased: bool = True,
     ) -> str:
         rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
@@ -354,16 +356,41 @@ class Agent:
                 deadline_at=now + self.timeout_s if self.timeout_s else None,
                 expires_at=now + self.ttl_s if self.ttl_s else None,
                 context=ctx.model_dump(),
-                lease_owner=self.owner,
-                lease_expires_at=now + self.lease_ttl_s,
+                lease_owner=self.owner if leased else None,
+                lease_expires_at=now + self.lease_ttl_s if leased else None,
             ),
             [m.to_json() for m in first],
             None
             if self.tool_sources is None
             else (TOOL_SOURCES_KEY, "tool_sources", "completed", self.tool_sources),
         )
-        log.info("agent %s: run %s started (owner %s)", self.name, rid, self.owner)
+        if leased:
+            log.info("agent %s: run %s started (owner %s)", self.name, rid, self.owner)
+        else:
+            log.info("agent %s: run %s stored for a worker (by %s)", self.name, rid, self.owner)
         return rid
+
+    def create(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        context: ExecutionContext | None = None,
+    ) -> str:
+        """Store a new run of ``message`` (this agent's system prompt and
+        recorded tool sources with it) without driving it: no model call, no
+        tool. It is left ``running`` with no lease, as a run interrupted before
+        its first model call, so the next ``flowdesk agent`` pass (or
+        ``flowdesk resume RUN``) drives it. For a process that executes
+        nothing (the app on PostgreSQL hands a question to the workers).
+
+        Returns:
+            str: the run id (``run_id``, or a new uuid4 hex).
+
+        Raises:
+            StoreError: the run could not be stored (also when ``run_id`` exists).
+        """
+        return self._create(message, run_id, None, context, leased=False)
 
     def ask(
         self,

@@ -77,7 +77,7 @@ def agent_for(
     and :func:`system_prompt`; a run it starts records ``sources`` (where
     ``tools`` came from). ``owner``: its lease owner (``host:pid:nonce``),
     one that already holds a run's lease
-    (:func:`~desktop_app.agent.recovery.claimed_to_answer`), or a new one
+    (:func:`~desktop_app.agent.recovery.claimed_run`), or a new one
     when ``None``."""
     from desktop_app.agent import Agent
     from desktop_app.bootstrap import build_model
@@ -321,8 +321,9 @@ def resume_agent_run(
     another (checked again after the run's lease is taken)."""
     from desktop_app.agent.recovery import (
         ToolSources,
-        claimed_to_answer,
+        claimed_run,
         connected_tools,
+        goes_on,
         resume_pydantic_ai,
     )
     from desktop_app.bootstrap import build_model
@@ -330,7 +331,14 @@ def resume_agent_run(
     refuse_early(ctx, sv, run_id, answer, wait_id)
     if ToolSources.of_run(sv.agents, run_id).pydantic_ai is not None:
         ctx.current_run = run_id
-        resumed = resume_pydantic_ai(sv.agents, sv.settings, run_id, answer, wait_id=wait_id)
+        resumed = resume_pydantic_ai(
+            sv.agents,
+            sv.settings,
+            run_id,
+            answer,
+            wait_id=wait_id,
+            resume_hint=ctx.hints.cmd(f"resume {run_id}"),
+        )
         return _finish(ctx, sv, resumed, printed=False)
     run = sv.agents.get(run_id)
     if run.status == "done":  # its saved answer: no model, no tools
@@ -342,15 +350,23 @@ def resume_agent_run(
     sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
     ctx.current_run = run_id
     with contextlib.ExitStack() as stack:
-        # an answer takes the run before any server starts: a losing answer starts none
-        owner = None
+        # the answer or resume takes the run before any server starts: of two
+        # at once, the losing one starts none and calls no tool
+        owner = stack.enter_context(claimed_run(sv.agents, run_id))
         if answer is not None:
-            owner = stack.enter_context(claimed_to_answer(sv.agents, run_id))
             _refuse_unasked(ctx, sv.agents.get(run_id), sv.checkpoints.now(), wait_id)
             # recorded durably before any server starts: a crash or a server that
             # cannot start leaves the answer recorded (resume goes on with it)
             recorder = agent_for(sv, run.agent, [], sources, owner)
             recorder.record_input(run_id, answer, wait_id=wait_id)
+        elif not goes_on(now := sv.agents.get(run_id), sv.checkpoints.now()):
+            # changed since it was read (another process resumed it a moment
+            # ago): done, its saved answer; else refused as it stands; no server started
+            if now.status != "done":
+                refuse_early(ctx, sv, run_id, None)
+            agent = agent_for(sv, run.agent, [], sources, owner)
+            res, printed = _print_events(ctx, agent.resume_stream(run_id))
+            return _finish(ctx, sv, res, printed=printed)
         try:
             tools = stack.enter_context(
                 connected_tools(sv.settings, sources, run_id, on_connect=_connecting)

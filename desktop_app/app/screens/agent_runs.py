@@ -56,6 +56,8 @@ from desktop_app.store.records import AGENT_ENDED, AgentRun, ToolResult
 from desktop_app.textsafe import visible_controls
 
 if TYPE_CHECKING:
+    from textual.notifications import SeverityLevel
+
     from desktop_app.app.services import AgentStore
 
 #: Characters of a message's content shown before it is cut.
@@ -237,6 +239,17 @@ class AgentRunLoaded(Message):
         self.run_id = run_id
         self.detail = detail
         self.error = error
+
+
+class QuestionHanded(Message):
+    """A question ``a`` stored as a new run for the workers (PostgreSQL):
+    ``run_id`` (``None`` when it could not be stored) and what to say."""
+
+    def __init__(self, run_id: str | None, text: str, severity: SeverityLevel) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.text = text
+        self.severity = severity
 
 
 def _agent_store(app: Host) -> AgentStore:
@@ -570,8 +583,37 @@ class AgentRunsScreen(Screen[None]):
     def _asked(self, question: str | None) -> None:
         if not question:
             return
+        services = self.flowdesk.services
+        if services is not None and not services.engine.executes:  # PostgreSQL: the workers
+            self._hand_question(question)
+            return
         self._begin_stream(question)
         self._stream(None, question)
+
+    @work(thread=True, group="agent-ask", name="hand a question to the workers")
+    def _hand_question(self, question: str) -> None:
+        """Store ``question`` as a new run of :attr:`ASK_AGENT` and leave it to
+        the workers (``Agent.create``: no model call here; a ``flowdesk
+        agent`` worker asks its own configured model, with its credentials);
+        the outcome comes back as :class:`QuestionHanded`."""
+        services = self.flowdesk.services
+        assert services is not None
+        try:
+            run_id = services.agent(self.ASK_AGENT, None).create(question)
+        except Exception as exc:  # never a traceback in the user's face
+            said = f"The question was not saved: {_failure(exc)}"
+            self.post_message(QuestionHanded(None, said, "error"))
+            return
+        text = f"Agent run {short_id(run_id)} is saved; a worker (flowdesk agent) answers it."
+        self.post_message(QuestionHanded(run_id, text, "information"))
+
+    def on_question_handed(self, message: QuestionHanded) -> None:
+        self.flowdesk.say(message.text, message.severity)
+        if message.run_id is not None:
+            self._shown_id = message.run_id
+            self._open_first = message.run_id
+            self.reload()
+            self.load_run(message.run_id)
 
     def action_resume(self) -> None:
         """Resume the selected agent run here, its answer streamed like ``a``'s."""

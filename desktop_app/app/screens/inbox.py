@@ -793,6 +793,13 @@ class InboxScreen(Screen[None]):
         except Exception as exc:  # never a traceback in the user's face
             why = str(exc) if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
             text = f"Agent run {rid} was not answered: {visible_controls(why)}"
+            if _recorded(store, run_id, wait_id):  # before its tools or agent could start
+                again = self.flowdesk.hints.cmd(f"resume {run_id}")
+                text = (
+                    f"Agent run {rid}: your answer is recorded, but the run cannot go on here: "
+                    f"{visible_controls(why)}; it goes on with it at `{again}` (or a "
+                    "`flowdesk agent` pass)"
+                )
             self.post_message(AgentAnswered(run_id, text, "error"))
             return
         self.post_message(AgentAnswered(run_id, *_outcome(self.flowdesk.hints, res)))
@@ -886,3 +893,19 @@ class InboxScreen(Screen[None]):
     def on_answer_refused(self, message: AnswerRefused) -> None:
         self.flowdesk.say(message.error, "error")
         self.reload()
+
+
+def _recorded(store: Any, run_id: str, wait_id: str | None) -> bool:
+    """Whether an answer to agent run ``run_id`` was recorded although
+    continuing it failed: it no longer waits on ``wait_id`` (or on anything)
+    and is ``running`` (interrupted: its tools or its agent could not start).
+    ``False`` when the run cannot be read."""
+    from desktop_app.agent.approvals import agent_wait_id
+
+    try:
+        run = store.get(run_id)
+    except Exception:  # unreadable: say only what failed
+        return False
+    if run.status != "running":
+        return False
+    return wait_id is None or agent_wait_id(run.pending_call) != wait_id

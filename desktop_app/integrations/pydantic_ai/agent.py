@@ -40,7 +40,7 @@ from desktop_app.agent.approvals import (
 )
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import Message
-from desktop_app.agent.recovery import ToolSources
+from desktop_app.agent.recovery import ToolSources, record_approval
 from desktop_app.agent.runtime import set_status_unless_terminal
 from desktop_app.agent.tools import TOOL_SOURCES_KEY
 from desktop_app.errors import (
@@ -277,12 +277,8 @@ class FlowdeskAgent:
                 f"with `{yes}` or `{no}` (or resume it here with answer='yes' or 'no')"
             )
         if run.status != "done":
-            approved = None if answer is None else parse_decision(answer)
-            decision = (
-                None
-                if request is None or approved is None
-                else ApprovalJournal.row(request, approved)
-            )
+            if answer is not None:
+                parse_decision(answer)  # neither yes nor no: refused before the lease
             took = claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
             if took is not None:
                 log.info(
@@ -290,28 +286,23 @@ class FlowdeskAgent:
                     self.name, run_id, took[0], took[1], self.owner,
                 )  # fmt: skip
             log.info("agent %s: run %s resumed (status was %s)", self.name, run_id, run.status)
-            if request is not None:  # answered elsewhere between the read and the lease?
-                try:
-                    require_wait(self.store.get(run_id), request.key)
+            if request is not None and answer is not None:
+                try:  # answered elsewhere between the read and the lease? refused
+                    record_approval(
+                        self.store,
+                        run_id,
+                        answer,
+                        owner=self.owner,
+                        wait_id=request.key,
+                        now=self.clock.now(),
+                    )
                 except RunStateError:
                     self.store.release(run_id, self.owner)
                     raise
-            declined = (
-                [self._declined_message(run_id, request)]
-                if request is not None and approved is False
-                else []
-            )
-            self.store.update(  # the decision is journaled with the end of the wait
-                run_id,
-                self.clock.now(),
-                owner=self.owner,
-                tool=decision,
-                status="running",
-                error=None,
-                pending_call=None,
-                # a declined call's answer is a turn, as Flowdesk's own agent writes it
-                messages=declined,
-            )
+            else:
+                self.store.update(
+                    run_id, self.clock.now(), owner=self.owner, status="running", error=None
+                )
         return await self._drive(self.store.get(run_id), deps, event_stream_handler)
 
     async def _still_waiting(
@@ -327,20 +318,6 @@ class FlowdeskAgent:
             )
         claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
         return await self._drive(self.store.get(run.run_id), deps, handler)
-
-    def _declined_message(self, run_id: str, request: ApprovalRequest) -> dict[str, Any]:
-        """The tool message of a declined call (what the model is told),
-        answering the journal's call at the request's place."""
-        calls = [
-            call
-            for m in self.store.messages(run_id)
-            if m.get("role") == "assistant"
-            for call in m.get("tool_calls", [])
-        ]
-        call = calls[request.place - 1] if 0 < request.place <= len(calls) else {}
-        call_id = call.get("id") if call.get("name") == request.tool else None
-        content = declined_result(request.tool)
-        return Message("tool", content, tool_call_id=call_id, name=request.tool).to_json()
 
     def resume_sync(self, run_id: str, **kwargs: Any) -> FlowdeskRunResult:
         """:meth:`resume` in a new event loop."""

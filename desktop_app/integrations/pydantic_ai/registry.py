@@ -81,10 +81,12 @@ def resume_registered(
     answer: str | None = None,
     *,
     wait_id: str | None = None,
+    owner: str | None = None,
 ) -> AgentResponse:
     """Resume a Pydantic AI agent run with the registered agent it names
     (``answer``: yes or no to the tool call it waits to have approved;
-    ``wait_id``: that approval, see ``FlowdeskAgent.resume``).
+    ``wait_id``: that approval, see ``FlowdeskAgent.resume``; ``owner``: the
+    lease owner to drive it as, one that may hold it already, else a new one).
 
     Returns:
         The run's outcome as Flowdesk reports agent runs (``done`` with its
@@ -107,7 +109,8 @@ def resume_registered(
             'registered: add "package.module:attribute" of it to pydantic_ai_agents in the '
             f"settings, or publish a {ENTRY_POINT_GROUP!r} entry point"
         )
-    result = FlowdeskAgent(agent, store).resume_sync(run_id, answer=answer, wait_id=wait_id)
+    durable = FlowdeskAgent(agent, store, owner=owner)
+    result = durable.resume_sync(run_id, answer=answer, wait_id=wait_id)
     return AgentResponse(
         run_id, result.status, text=result.text, question=result.question, approval=result.approval
     )
