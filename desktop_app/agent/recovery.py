@@ -295,9 +295,10 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
     given the yielded owner): taken before the run's MCP servers start, so of
     two processes answering or resuming it at once (``flowdesk answer``,
     ``flowdesk resume``, the app, ``flowdesk agent`` workers) the losing one
-    is refused having started nothing and called no tool. Released when the
-    block ends (the run's driving releases it first); the run is left as it
-    was when nothing ran.
+    is refused having started nothing and called no tool. Renewed every
+    ``CLAIM_LEASE_S / 3`` seconds while the block runs (a slow server start
+    does not let it expire), released when the block ends (the run's driving
+    releases it first); the run is left as it was when nothing ran.
 
     A run taken over from a dead or expired owner is logged so
     (``agent NAME: run ID taken over from OLD (dead) by OWNER``).
@@ -313,7 +314,8 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
     import logging
     import time
 
-    from desktop_app.agent.leases import claim_agent_run
+    from desktop_app.agent.leases import claim_agent_run, holding_agent_run
+    from desktop_app.flow.clock import SystemClock
     from desktop_app.flow.owners import new_owner
 
     owner = new_owner()
@@ -324,10 +326,10 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
             "agent %s: run %s taken over from %s (%s) by %s",
             run.agent, run_id, took[0], took[1], owner,
         )  # fmt: skip
-    try:
+    # renewed while the block runs: an npx server's start-up can outlast the
+    # lease, and a worker on another host would take an expired one over
+    with holding_agent_run(store, run_id, owner, CLAIM_LEASE_S, SystemClock()):
         yield owner
-    finally:
-        store.release(run_id, owner)
 
 
 def goes_on(run: AgentRun, now: float) -> bool:
