@@ -41,11 +41,13 @@ How (see docs/design.md, "The SQLite file"):
   changed writer at nearly every step and spent 2-2.5x the CPU per step of
   one process; in turns, a process writes a whole run's steps (10-20
   commits) before the next takes over (docs/measurements.md, 2026-12-05
-  06:00-07:10: 1.3-1.6x the steps/s of 8 processes at a ~100 us fsync, one
-  process unchanged). The cost: another process's write waits up to one
-  turn per process writing before it (8 ms with 3 others busy), and a
-  process stopped (Ctrl-Z) within a turn holds the gate as one stopped
-  inside a transaction does (below).
+  05:50: 8 processes 1.3-1.9x the steps/s of the per-commit gate at a
+  ~100 us fsync and 1.7x with no fsync, one process unchanged; but 0.7x on
+  a saturated disk with 1-10 ms commits, where the holder's Python between
+  its commits had overlapped another process's fsync). The cost: another
+  process's write waits up to one turn (4 ms) per process writing before
+  it, and a process stopped (Ctrl-Z) within a turn holds the gate as one
+  stopped inside a transaction does (below).
 * SQLite's own locks still decide: the gate only orders Flowdesk's writers.
   A writer that does not take it (an older Flowdesk, the ``sqlite3`` shell)
   still works: the gated writers wait for it in the busy handler as before.
