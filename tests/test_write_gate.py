@@ -132,13 +132,16 @@ def test_a_file_that_took_over_another_files_inode_gets_its_own_lock_file(
     new = db_path.with_name("new.db")
     old.rename(new)
     Path(f"{old}{LOCK_SUFFIX}").unlink()
+    inside: list[bool] = []
     with caplog.at_level(logging.WARNING, logger=write_gate.log.name):
         store = open_store(new)
         try:
+            # inside the transaction the gate is new's own lock file's
+            store.write(lambda tx: inside.append(held_elsewhere(new)))
             store.publish_event("y", {}, store.now())
-            assert held_elsewhere(new) is False
         finally:
             store.close()
+    assert inside == [True] and held_elsewhere(new) is False
     assert stat.S_IMODE(Path(f"{new}{LOCK_SUFFIX}").stat().st_mode) == 0o600
     assert not Path(f"{old}{LOCK_SUFFIX}").exists()
     assert "cannot lock" not in caplog.text
@@ -316,13 +319,47 @@ def test_a_failing_transaction_rolls_back_raises_its_own_error_and_frees_the_gat
             conn.execute(insert, ("lost",))
             conn.execute("ROLLBACK")  # as an I/O error or a full disk does
             raise ValueError("after")
+        # a failed transaction gives the flock back at once (a commit keeps
+        # it for this process's turn: HOLD_S)
+        assert not held_elsewhere(db_path)
         with conn:
             conn.execute(insert, ("kept",))
             with pytest.raises(KeyError), conn:  # a savepoint
                 conn.execute(insert, ("lost",))
                 raise KeyError("inner")
         assert not conn.in_transaction
-        assert not held_elsewhere(db_path)
     finally:
         store.close()
+    assert not held_elsewhere(db_path)
     assert events(db_path) == {"kept": 1}
+
+
+def test_a_process_idle_after_its_writes_gives_the_gate_back_to_the_others(
+    db_path: Path,
+) -> None:
+    """A process keeps the flock between its own write transactions for its
+    turn (``HOLD_S``, 3 s in the worker so that its writes fall inside it);
+    one that then stays idle, alive and open, gives it back by itself at the
+    turn's end (the reaper thread), so another process's writer gets it
+    (without the reaper this writer would wait its whole busy timeout and
+    fail). Closing the store gives it back at once."""
+    rounds = 3
+    kept = 0
+    for i in range(rounds):
+        idle = worker("idle", str(db_path), "3", "3.0")
+        assert idle.stdout is not None and idle.stdin is not None
+        try:
+            assert idle.stdout.readline().strip() == "written"
+            kept += held_elsewhere(db_path)  # idle, inside its turn: still its
+            store = open_store(db_path, busy_timeout_s=30)
+            try:
+                store.publish_event("other", {"i": i}, store.now())
+            finally:
+                store.close()
+            assert not held_elsewhere(db_path)  # this process closed: given back
+        finally:
+            idle.stdin.write("\n")
+            idle.stdin.flush()
+            assert idle.wait(timeout=LIMIT_S) == 0
+    assert kept == rounds
+    assert events(db_path) == {"written": rounds * 3, "other": rounds}

@@ -8,6 +8,9 @@ Usage: write_gate_worker.py MODE DB [COUNT] [GATE]
   test kills it with SIGKILL).
 * ``write``: publishes COUNT ``written`` events, one transaction each,
   prints ``done``.
+* ``idle``: with a turn of HOLD seconds (``write_gate.HOLD_S``; the 4th
+  argument here), publishes COUNT ``written`` events, one transaction each,
+  prints ``written`` and waits, store open, for a line on stdin.
 * ``race``: prints ``ready``, waits for a line on stdin, then publishes COUNT
   ``raced`` events, one transaction each, and prints ``done``. GATE ``0``
   opens the file without the gate (an older Flowdesk's behaviour).
@@ -21,6 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from desktop_app.store import write_gate
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 
 
@@ -32,7 +36,9 @@ def publish(store: SqliteCheckpointStore, type_: str, count: int) -> None:
 def main() -> int:
     mode, db = sys.argv[1], sys.argv[2]
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    gate = sys.argv[4] != "0" if len(sys.argv) > 4 else True
+    gate = sys.argv[4] != "0" if len(sys.argv) > 4 and mode != "idle" else True
+    if mode == "idle":
+        write_gate.HOLD_S = float(sys.argv[4])
     store = open_store(db, write_gate=gate, busy_timeout_s=60)
     if mode == "hold":
 
@@ -46,6 +52,12 @@ def main() -> int:
     if mode == "race":
         print("ready", flush=True)
         sys.stdin.readline()
+    if mode == "idle":
+        publish(store, "written", count)
+        print("written", flush=True)
+        sys.stdin.readline()
+        store.close()
+        return 0
     publish(store, "raced" if mode == "race" else "written", count)
     store.close()
     print("done", flush=True)

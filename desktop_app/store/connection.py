@@ -38,6 +38,15 @@ Choices (see README, "The SQLite file"):
   POSIX lock the process holds on it; with SQLite's locks gone, another
   process's reader can delete the ``-wal`` still being written. Once a
   connection exists the header is checked through SQLite only.
+* No ``mmap_size`` and SQLite's default ``cache_size``: with several
+  processes on one file, another process's commit makes SQLite drop a
+  connection's whole page cache whatever its size, and pages read through a
+  mapping are read again all the same (the pages a step reads are mostly in
+  the ``-wal``, read with ``pread`` either way); both measured without gain
+  (docs/measurements.md, 2026-12-03, 2026-12-04 and 2026-12-05 05:56), and a
+  mapping turns an I/O error into ``SIGBUS`` instead of an error SQLite
+  reports. What several processes gain from is fewer changes of writer: the
+  write gate's turns (:mod:`desktop_app.store.write_gate`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""One writer at a time across processes: an ``flock`` around each SQLite
-write transaction, tried every 0.05-0.5 ms by a waiter, so it goes on within
-half a millisecond of the holder's commit instead of sleeping through
-SQLite's busy back-off (1, 2, 5 ... 100 ms).
+"""One writer at a time across processes: an ``flock`` around SQLite write
+transactions, held by one process for a turn of up to :data:`HOLD_S` (all
+its write transactions in that time) and tried every 0.05-1 ms by a waiter,
+so it goes on within a millisecond of the holder's turn instead of sleeping
+through SQLite's busy back-off (1, 2, 5 ... 100 ms).
 
 Why: with several processes on one file (the app, the CLI, ``flowdesk
 agent``), SQLite's only way to wait for another process's write lock is to
@@ -25,6 +26,28 @@ How (see docs/design.md, "The SQLite file"):
   tried without blocking and polled (:data:`POLL_MIN_S` doubling to
   :data:`POLL_MAX_S`) for at most the busy timeout; the kernel releases the
   lock of a process that dies (``kill -9``), so a crash never leaves it held.
+* Turns: a process keeps the ``flock`` after a commit, for its next write
+  transactions, until :data:`HOLD_S` seconds after it took it; then its
+  next commit gives it back, and if it had to wait for its turn it waits
+  :data:`YIELD_S` before trying again, so a waiting process goes next. A
+  reaper thread (a daemon, one per gate, ended after :data:`REAPER_IDLE_S`
+  without a turn) gives back at the turn's end a ``flock`` kept by a
+  process that wrote nothing since; closing a connection and a failed
+  transaction give it back at once. Why: every change of writer costs
+  both processes. Another process's commit drops SQLite's whole page cache
+  of a connection (read again at its next transaction), and each hand-over
+  is a sleep, a wake-up and a switch of processes on the core. With the
+  ``flock`` given back after every transaction, 8 processes on one file
+  changed writer at nearly every step and spent 2-2.5x the CPU per step of
+  one process; in turns, a process writes a whole run's steps (10-20
+  commits) before the next takes over (docs/measurements.md, 2026-12-05
+  05:50: 8 processes 1.3-1.9x the steps/s of the per-commit gate at a
+  ~100 us fsync and 1.7x with no fsync, one process unchanged; but 0.7x on
+  a saturated disk with 1-10 ms commits, where the holder's Python between
+  its commits had overlapped another process's fsync). The cost: another
+  process's write waits up to one turn (4 ms) per process writing before
+  it, and a process stopped (Ctrl-Z) within a turn holds the gate as one
+  stopped inside a transaction does (below).
 * SQLite's own locks still decide: the gate only orders Flowdesk's writers.
   A writer that does not take it (an older Flowdesk, the ``sqlite3`` shell)
   still works: the gated writers wait for it in the busy handler as before.
@@ -34,11 +57,15 @@ How (see docs/design.md, "The SQLite file"):
   folder the lock file cannot be created in), the file is written without the
   gate, as before it existed, and that is logged once per file.
 
-A process stopped (``SIGSTOP``, Ctrl-Z) inside a write transaction holds
-the gate: the others wait for it no longer than their busy timeout and then
-get the same "stayed locked" error as without the gate. A blocking
-``flock`` (measured first) could not be given a timeout and, in the same
-rounds on this machine, gave 8 processes 1.6x fewer steps/s than polling.
+A process stopped (``SIGSTOP``, Ctrl-Z) inside a write transaction, or
+within its turn, holds the gate: the others wait for it no longer than their
+busy timeout and then get the same "stayed locked" error as without the
+gate. A blocking ``flock`` (measured first) could not be given a timeout
+and, in the same rounds on this machine, gave 8 processes 1.6x fewer
+steps/s than polling: the kernel wakes a waiter at every release, so the
+writer changed at every commit. ``PRAGMA mmap_size`` and a larger
+``cache_size`` do not help here (SQLite drops the cache whatever its size,
+and pages read from the mapping are still misses: measured, not kept).
 """
 
 from __future__ import annotations
@@ -61,7 +88,17 @@ log = logging.getLogger(__name__)
 LOCK_SUFFIX = "-flowdesk.lock"
 #: seconds between two tries of a held gate: from the first to the last
 POLL_MIN_S = 0.00005
-POLL_MAX_S = 0.0005
+POLL_MAX_S = 0.001
+#: seconds a process keeps the ``flock`` between its own write transactions,
+#: from when it took it (its turn); ``0`` gives it back after every transaction
+HOLD_S = 0.004
+#: seconds a process that had to wait for its turn waits, once its turn ended
+#: while it was still writing, before it tries again (more than
+#: :data:`POLL_MAX_S`, so that a waiting process gets the next turn)
+YIELD_S = 0.0015
+#: seconds without a turn after which the reaper thread ends (the next turn
+#: starts another)
+REAPER_IDLE_S = 5.0
 
 
 class WriteGate:
@@ -84,6 +121,13 @@ class WriteGate:
         #: measurements: each costs this process a sleep and a wake-up, ~20 us
         #: of CPU on a virtual machine, whatever the pause)
         self.polls = 0
+        self._kept = False  # the flock held between two transactions (this process's turn)
+        self._taken_at = 0.0  # time.monotonic() when this process took the flock
+        self._waited = False  # whether taking it had to wait for another process
+        self._kept_in_turn = False  # whether it was kept after a commit in this turn
+        self._yield_until = 0.0  # time.monotonic() before which it does not try again
+        self._turn = threading.Event()  # set when a turn first keeps it, for the reaper
+        self._reaper: threading.Thread | None = None
 
     def acquire(self, timeout_s: float) -> None:
         """Take the gate: this process's other writers, and other processes'
@@ -96,7 +140,7 @@ class WriteGate:
         mutex = self._mutex
         if not mutex.acquire(blocking=False) and not mutex.acquire(timeout=timeout_s):
             raise apsw.BusyError("database is locked (another thread's write transaction)")
-        if self._depth == 0 and not self.disabled:
+        if self._depth == 0 and not self.disabled and not self._kept:
             try:
                 self._lock_file(timeout_s)
             except OSError as exc:
@@ -106,14 +150,83 @@ class WriteGate:
                 raise
         self._depth += 1
 
-    def release(self) -> None:
-        """Give the gate back (the ``flock`` too, when the outermost holder)."""
+    def release(self, keep: bool = True) -> None:
+        """Give the gate back to this process's other threads. The outermost
+        holder keeps the ``flock`` for this process's next write transaction
+        until :data:`HOLD_S` seconds after this process took it (the reaper
+        gives it back then if no transaction is open), unless ``keep`` is
+        false (the transaction failed) or the turn is over."""
         self._depth -= 1
         try:
             if self._depth == 0 and self._fd is not None and not self.disabled:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                now = time.monotonic()
+                if keep and now - self._taken_at < HOLD_S:
+                    self._kept = True
+                    if not self._kept_in_turn:  # the reaper watches the turn's end
+                        self._kept_in_turn = True
+                        self._start_reaper()
+                        self._turn.set()
+                else:
+                    self._unlock()
+                    if keep and self._waited and self._kept_in_turn:
+                        # a turn of several transactions, and others wait: let one
+                        # in (a turn of one transaction, as at a slow fsync, goes
+                        # on as if there were no turns)
+                        self._yield_until = now + YIELD_S
         finally:
             self._mutex.release()
+
+    def give_back(self) -> None:
+        """Give a ``flock`` kept between transactions back now (a connection
+        closing). Never waits: if another thread of this process is inside a
+        transaction, its end or the reaper gives it back."""
+        if self._mutex.acquire(blocking=False):
+            try:
+                if self._depth == 0 and self._kept:
+                    self._unlock()
+            finally:
+                self._mutex.release()
+
+    def _unlock(self) -> None:
+        self._kept = False
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _reap(self) -> None:
+        """The reaper thread's loop (a daemon, one per gate, started at the
+        first turn): at the end of each turn, give back a ``flock`` kept by a
+        process that wrote nothing since, so an idle process never holds the
+        others up longer than :data:`HOLD_S`."""
+        while True:
+            if not self._turn.wait(REAPER_IDLE_S):
+                with self._mutex:  # release() starts a new reaper under it
+                    if not self._turn.is_set():
+                        self._reaper = None
+                        return
+                continue
+            # cleared before reading: a turn whose set() this clears has
+            # already written its start (_took wrote it before release() set it)
+            self._turn.clear()
+            pause = self._taken_at + HOLD_S - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            with self._mutex:
+                # a turn taken since (its own end is due later) is left to the next loop
+                if self._kept and time.monotonic() >= self._taken_at + HOLD_S:
+                    self._unlock()
+
+    def _took(self, waited: bool) -> None:
+        """Start a turn: the flock was just taken."""
+        self._taken_at = time.monotonic()
+        self._waited = waited
+        self._kept_in_turn = False
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None:
+            self._reaper = threading.Thread(
+                target=self._reap, name=f"flowdesk-write-gate {self.db.name}", daemon=True
+            )
+            self._reaper.start()
 
     def _lock_file(self, timeout_s: float) -> None:
         """``flock`` the lock file, opened once per process (0600 like the
@@ -125,8 +238,12 @@ class WriteGate:
         if self._fd is None:
             self._fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         fd = self._fd
+        pause = self._yield_until - time.monotonic()
+        if pause > 0:  # its last turn just ended: another process's goes first
+            time.sleep(pause)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._took(waited=False)
             return
         except BlockingIOError:
             pass
@@ -141,6 +258,7 @@ class WriteGate:
             self.polls += 1
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._took(waited=True)
                 return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -168,6 +286,11 @@ class WriteGate:
         self._fd = None
         self._depth = 0
         self._mutex = threading.RLock()
+        self._kept = False
+        self._kept_in_turn = False
+        self._yield_until = 0.0
+        self._turn = threading.Event()
+        self._reaper = None  # threads do not survive a fork
 
 
 # (st_dev, st_ino) of each database file -> this process's gate for it
@@ -243,7 +366,7 @@ class GatedConnection(apsw.Connection):
             self.execute(f"BEGIN {self.transaction_mode}")
         except BaseException:
             if gate is not None:
-                gate.release()
+                gate.release(keep=False)
             raise
         self._held.append(gate)
         return self
@@ -257,6 +380,7 @@ class GatedConnection(apsw.Connection):
         held = self._held.pop()
         if held is _SAVEPOINT:
             return apsw.Connection.__exit__(self, etype, evalue, etb)
+        committed = False
         try:
             if etype is None and evalue is None:
                 try:
@@ -265,12 +389,20 @@ class GatedConnection(apsw.Connection):
                     with contextlib.suppress(apsw.Error):  # the commit's error is the one to see
                         self._rollback()
                     raise
+                committed = True
             else:
                 self._rollback()
             return False
         finally:
             if isinstance(held, WriteGate):
-                held.release()
+                held.release(keep=committed)
+
+    def close(self, force: bool = False) -> None:
+        """Close as apsw does, then give back a ``flock`` this process kept
+        between its transactions (:data:`HOLD_S`)."""
+        super().close(force)
+        if self.gate is not None:
+            self.gate.give_back()
 
     def _rollback(self) -> None:
         """Roll the outermost transaction back, unless SQLite already did
