@@ -270,8 +270,9 @@ class RunsScreen(Screen[None]):
             if exact is not None and wanted.matches(exact):
                 runs = [exact, *(r for r in runs if r.run_id != exact.run_id)][:PAGE]
             elif exact is None:  # a short id, as the table shows it
-                found = wanted.by_prefix(store)
+                found = wanted.by_prefix(store, limit=PAGE + 1)
                 runs = [*found, *(r for r in runs if r not in found)][:PAGE]
+                by_key += found
         more = len(by_key) > PAGE
         if (flow := wanted.named_flow(self._known_flows())) is not None:  # the text names a flow
             of_flow = replace(wanted, search="", flow=flow)
