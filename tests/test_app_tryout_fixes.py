@@ -1,6 +1,7 @@
 """What a new user's tryout of the app found (and the fixes), each through
 Textual's pilot on a real SQLite file: the filter finds any run by the 8
-characters the table shows, however old."""
+characters the table shows, however old; the signal dialog sends a key
+holding control characters exactly and says when no run waits for it."""
 
 from __future__ import annotations
 
@@ -12,12 +13,21 @@ from typing import Any
 import pytest
 from textual.widgets import Input
 
+from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.runs import PAGE
-from desktop_app.config import load_settings
+from desktop_app.app.screens.signal import (
+    SignalRequest,
+    SignalScreen,
+    escape_key,
+    parse_signal,
+    unescape_key,
+)
+from desktop_app.config import Settings, load_settings
+from desktop_app.examples.approval import approval
 from desktop_app.store.protocol import RunRecord
-from desktop_app.store.sqlite.store import SqliteCheckpointStore
-from tests.app_support import settle, wait_until
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+from tests.app_support import messages, settle, wait_until
 from tests.runs_corpus import make_runs_db
 
 SIZE = (120, 40)
@@ -65,3 +75,91 @@ async def test_the_filter_finds_an_old_run_by_its_8_characters(
             (i for i in range(n) if hex_id(i).startswith(wanted[:4])), reverse=True
         )
         await wait_until(pilot, lambda: screen.table.run_ids == [hex_id(i) for i in starting])
+
+
+#: the approval example's order id, with characters a one-line field cannot keep
+ORDER = "o-é\u202e\u001b[31m\n\t"
+
+
+def approved_order(tmp_path: Path, order: str = ORDER) -> tuple[Settings, str]:
+    """The README's approval example, answered ``yes``: waiting for signal ``paid`` ``order``."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[approval])
+    try:
+        run_id = engine.run("approval", {"order": order}).run_id
+        assert engine.resume_with(run_id, "yes").status == "waiting"
+    finally:
+        engine.store.close()
+    return settings, run_id
+
+
+def run_of(settings: Settings, run_id: str) -> tuple[str, dict[str, Any]]:
+    store = open_store(settings.db_path)
+    try:
+        return store.get_run(run_id).status, dict(store.latest(run_id).state)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [ORDER, "plain", " spaced ", "back\\slash", "x\\n", "\U0001f600\x7f\x9b", "\\"],
+)
+def test_the_key_field_reads_back_exactly_the_key_it_shows(key: str) -> None:
+    shown = escape_key(key)
+    assert shown.isprintable() and shown == shown.strip()
+    assert unescape_key(shown) == key
+    assert parse_signal("paid", shown, "") == SignalRequest("paid", key, None)
+
+
+def test_a_key_with_an_unknown_escape_is_refused_with_how_to_write_it() -> None:
+    assert parse_signal("paid", "o\\q", "") == (
+        "The key is not readable: \\q at column 2 is no escape the key knows "
+        "(\\n \\t \\r \\xNN \\uNNNN \\UNNNNNNNN; \\\\ for a backslash)."
+    )
+    assert "\\ at the end at column 3" in str(parse_signal("paid", "o-\\", ""))
+
+
+async def test_the_signal_dialog_keeps_a_key_with_control_characters(tmp_path: Path) -> None:
+    """The prefilled key lost its ``\\n\\t`` (a one-line field, then a
+    strip): the signal was stored under another key and the run kept
+    waiting. The key is shown escaped and read back exactly: the run ships."""
+    settings, run_id = approved_order(tmp_path)
+    app = FlowdeskApp(settings, flows=[approval])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("x")
+        form = app.screen
+        assert isinstance(form, SignalScreen)
+        shown = "o-é\\u202e\\x1b[31m\\n\\t"
+        assert form.query_one("#key", Input).value == shown
+        assert f"waits for signal paid {shown}." in str(form.query_one("#waiting").render())
+        await pilot.press(*'{"amount": 3}', "enter")
+        await settle(pilot)
+        await wait_until(pilot, lambda: any("stored" in m for m in messages(app)))
+        assert messages(app, "warning") == []
+        assert f"stored (#1) for 1 waiting run: {run_id[:8]}" in messages(app)[-1]
+        await wait_until(pilot, lambda: run_of(settings, run_id)[0] == "completed")
+    assert run_of(settings, run_id)[1]["paid"] == {"amount": 3}
+    assert run_of(settings, run_id)[1]["shipped"] is True
+
+
+async def test_a_signal_no_run_waits_for_says_so_in_the_cli_s_words(tmp_path: Path) -> None:
+    settings, run_id = approved_order(tmp_path, order="o-1")
+    app = FlowdeskApp(settings, flows=[approval])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("x")
+        form = app.screen
+        assert isinstance(form, SignalScreen)
+        form.query_one("#key", Input).value = "o-2\\n"
+        form.query_one("#payload", Input).focus()
+        await pilot.press("enter")
+        await settle(pilot)
+        await wait_until(pilot, lambda: bool(messages(app, "warning")))
+        assert messages(app, "warning") == [
+            "Signal paid o-2\\n stored (#1), but no run waits for signal 'paid' with key "
+            "'o-2\\n' now; it is kept for the first run that waits for it"
+        ]
+    assert run_of(settings, run_id)[0] == "waiting"
