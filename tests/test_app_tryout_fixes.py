@@ -8,13 +8,15 @@ from __future__ import annotations
 import hashlib
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
-from textual.widgets import Input
+from pydantic import BaseModel
+from textual.widgets import Button, Input, Static
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.runs import PAGE
 from desktop_app.app.screens.signal import (
     SignalRequest,
@@ -25,6 +27,7 @@ from desktop_app.app.screens.signal import (
 )
 from desktop_app.config import Settings, load_settings
 from desktop_app.examples.approval import approval
+from desktop_app.flow import FlowBuilder
 from desktop_app.store.protocol import RunRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 from tests.app_support import messages, settle, wait_until
@@ -163,3 +166,73 @@ async def test_a_signal_no_run_waits_for_says_so_in_the_cli_s_words(tmp_path: Pa
             "'o-2\\n' now; it is kept for the first run that waits for it"
         ]
     assert run_of(settings, run_id)[0] == "waiting"
+
+
+def asked_order(tmp_path: Path, flows: list[Any] | None = None) -> tuple[Settings, str]:
+    """The README's approval example, waiting for its answer ("Ship this order?")."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=flows or [approval])
+    try:
+        name = (flows or [approval])[0].name
+        result = engine.run(name, {"order": "o-1"})
+        assert result.status == "waiting"
+    finally:
+        engine.store.close()
+    return settings, result.run_id
+
+
+async def test_yes_has_focus_for_a_literal_yes_no_field_and_enter_approves(
+    tmp_path: Path,
+) -> None:
+    """The approval example's field is ``Literal["yes", "no"]``: the text
+    field had focus and enter said "Type an answer first"."""
+    settings, run_id = asked_order(tmp_path)
+    app = FlowdeskApp(settings, flows=[approval])
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        assert isinstance(app.screen, AnswerScreen)
+        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        await pilot.press("enter")
+        await settle(pilot)
+        await wait_until(pilot, lambda: run_of(settings, run_id)[1]["approved"] == "yes")
+    assert run_of(settings, run_id) == (
+        "waiting",
+        {"order": "o-1", "approved": "yes", "paid": None, "shipped": False},
+    )
+
+
+class Pick(BaseModel):
+    order: str
+    size: Literal["small", "medium", "large"] | None = None
+
+
+pick = (
+    FlowBuilder("pick", Pick, inputs=("order",))
+    .await_input("size", "size", prompt="Which size?")
+    .step("done", lambda s: {})
+    .chain("size", "done")
+    .compile()
+)
+
+
+async def test_a_literal_field_s_values_are_shown_as_the_answers_it_takes(
+    tmp_path: Path,
+) -> None:
+    settings, run_id = asked_order(tmp_path, [pick])
+    app = FlowdeskApp(settings, flows=[pick])
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        assert isinstance(app.focused, Input) and app.focused.id == "answer"
+        shown = str(dialog.query_one("#prompt", Static).render())
+        assert "Question: Which size?\nAnswers: small, medium, large" in shown
+        await pilot.press(*"large", "enter")
+        await settle(pilot)
+        await wait_until(pilot, lambda: run_of(settings, run_id)[0] == "completed")
+    assert run_of(settings, run_id)[1]["size"] == "large"

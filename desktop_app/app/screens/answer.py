@@ -28,7 +28,9 @@ from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
+from desktop_app.cli.waits import answer_choices
 from desktop_app.errors import FlowdeskError
+from desktop_app.flow import CompiledFlow
 from desktop_app.store.protocol import RunRecord, Wait
 
 #: Seconds between updates of the deadline countdowns.
@@ -275,7 +277,11 @@ class AnswerScreen(ModalScreen[None]):
             prompt.update(Text(f"This run waits for nothing that can be answered here ({note})."))
         elif answerable:
             question = json_text(wait.prompt) or "(no prompt)"
-            prompt.update(Text.assemble(("Question: ", "bold"), question))
+            parts: list[str | tuple[str, str]] = [("Question: ", "bold"), question]
+            only = self.choices_of(wait)
+            if only and set(only) != {YES, NO}:  # yes/no: the buttons say it
+                parts += [("\nAnswers: ", "bold"), ", ".join(only)]
+            prompt.update(Text.assemble(*parts))
         else:
             prompt.update(
                 Text.assemble(
@@ -317,19 +323,39 @@ class AnswerScreen(ModalScreen[None]):
             answer.focus()
             answer.insert_text_at_cursor(character)
 
-    def asks_yes_no(self, wait: Wait) -> bool:
-        """Whether ``wait`` is a yes/no question: it takes only the words
-        yes and no (``ctx.interrupt(..., choices=["yes", "no"])``, as a
-        tidy asks), or its await step fills a state field whose type is
-        ``bool`` (or ``bool | None``)."""
-        if set(self.choices.get(wait.wait_id, ())) == {YES, NO}:
-            return True
+    def choices_of(self, wait: Wait) -> list[str]:
+        """The only answers ``wait`` takes: its ``choices``
+        (``ctx.interrupt(..., choices=[...])``), or the values of the
+        ``Literal`` its await step's state field is (``Literal["yes", "no"]``,
+        also inside ``Optional``/``Annotated``: the engine refuses any
+        other); ``[]`` when it takes other answers."""
+        explicit = self.choices.get(wait.wait_id)
+        if explicit:
+            return [str(c) for c in explicit]
+        flow = self._flow()
+        if flow is None:
+            return []
+        return answer_choices(flow, wait.step_id.split("/")[-1]) or []
+
+    def _flow(self) -> CompiledFlow[Any] | None:
         engine = self.flowdesk.engine
         if engine is None:
-            return False
+            return None
         try:
-            flow = engine.flow(self.run.flow_name)
+            return engine.flow(self.run.flow_name)
         except FlowdeskError:
+            return None
+
+    def asks_yes_no(self, wait: Wait) -> bool:
+        """Whether ``wait`` is a yes/no question: it takes only the words
+        yes and no (its :meth:`choices_of`: ``choices=["yes", "no"]`` as a
+        tidy asks, or a ``Literal["yes", "no"]`` field as the README's
+        approval example fills), or its await step fills a state field
+        whose type is ``bool`` (or ``bool | None``)."""
+        if set(self.choices_of(wait)) == {YES, NO}:
+            return True
+        flow = self._flow()
+        if flow is None:
             return False
         step = flow.steps.get(wait.step_id.split("/")[-1])
         into = getattr(step, "into", None)
