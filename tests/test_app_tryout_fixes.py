@@ -16,6 +16,7 @@ from textual.widgets import Button, Input, Static
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens import inbox
 from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.runs import PAGE
 from desktop_app.app.screens.signal import (
@@ -30,8 +31,9 @@ from desktop_app.examples.approval import approval
 from desktop_app.flow import FlowBuilder
 from desktop_app.store.protocol import RunRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
-from tests.app_support import messages, settle, wait_until
+from tests.app_support import messages, open_inbox, settle, wait_until
 from tests.runs_corpus import make_runs_db
+from tests.test_app_new_user_fixes import waiting_tidy
 
 SIZE = (120, 40)
 
@@ -236,3 +238,83 @@ async def test_a_literal_field_s_values_are_shown_as_the_answers_it_takes(
         await settle(pilot)
         await wait_until(pilot, lambda: run_of(settings, run_id)[0] == "completed")
     assert run_of(settings, run_id)[1]["size"] == "large"
+
+
+def asked_orders(tmp_path: Path, n: int) -> tuple[Settings, list[str]]:
+    """``n`` runs of the approval example waiting for their answers, oldest first."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[approval])
+    try:
+        ids = [engine.run("approval", {"order": f"o-{i}"}).run_id for i in range(n)]
+    finally:
+        engine.store.close()
+    return settings, ids
+
+
+async def test_the_inbox_reads_a_bounded_page_and_space_redraws_one_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 20,300 waiting runs the inbox took 45-50 s to open (every run's
+    checkpoint read, every row drawn) and each space ~10 s (every row
+    redrawn). It reads the oldest INBOX_LIMIT questions (a page of runs at a
+    time) and space redraws only its row (timed in benchmarks/bench_app_inbox.py)."""
+    monkeypatch.setattr(inbox, "INBOX_LIMIT", 3)
+    monkeypatch.setattr(inbox, "RUNS_PER_READ", 2)
+    settings, ids = asked_orders(tmp_path, 5)
+    reads: list[str] = []
+    real = SqliteCheckpointStore.latest
+
+    def spy(self: SqliteCheckpointStore, run_id: str) -> Any:
+        reads.append(run_id)
+        return real(self, run_id)
+
+    app = FlowdeskApp(settings, flows=[approval])
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        monkeypatch.setattr(SqliteCheckpointStore, "latest", spy)
+        screen = await open_inbox(pilot)
+        assert [i.run_id for i in screen.items] == ids[:3]
+        assert set(reads) == set(ids[:3])
+        assert screen.status_text == (
+            "3 flow questions wait for you, and more: the oldest 3 flow questions are "
+            "shown (answering them shows the next)."
+        )
+        fills: list[object] = []
+        real_fill = screen._fill
+        monkeypatch.setattr(screen, "_fill", lambda *a: fills.append(a) or real_fill(*a))
+        await pilot.press("space")
+        await pilot.pause()
+        assert fills == [] and screen.marked == {screen.items[0].key}
+        assert screen.table.get_cell(screen.items[0].key, "run").plain == f"● {ids[0][:8]}"
+        assert screen.table.get_cell(screen.items[1].key, "run").plain == ids[1][:8]
+        await pilot.press("space")
+        await pilot.pause()
+        assert screen.marked == set()
+        assert screen.table.get_cell(screen.items[0].key, "run").plain == ids[0][:8]
+        # answering the first makes room for the fourth
+        await pilot.press("y")
+        await wait_until(pilot, lambda: [i.run_id for i in screen.items] == ids[1:4])
+        assert not any("answered elsewhere" in m for m in messages(app))
+
+
+async def test_y_in_the_inbox_through_the_plan_dialog_is_not_answered_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A tidy's first y shows its plan (the answer dialog); Yes there
+    answered it, and back in the inbox the notice said the question "was
+    answered elsewhere"."""
+    settings, run_id, _folder = waiting_tidy(tmp_path)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(120, 35)) as pilot:
+        screen = await open_inbox(pilot)
+        await pilot.press("y")
+        await settle(pilot)
+        assert isinstance(app.screen, AnswerScreen)
+        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen and screen.items == [])
+        await settle(pilot)
+        said = messages(app)
+        assert not any("answered elsewhere" in m for m in said), said
+        assert f"Answered {run_id}:approve:0; run {run_id[:8]} goes on." in said

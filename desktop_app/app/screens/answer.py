@@ -87,8 +87,10 @@ def how_to_deliver(hints: Hints, wait: Wait) -> str:
 FRAME_ROWS = 9
 
 
-class AnswerScreen(ModalScreen[None]):
-    """The pending waits of one waiting run; answers its input waits."""
+class AnswerScreen(ModalScreen[tuple[str, str] | None]):
+    """The pending waits of one waiting run; answers its input waits.
+    Dismisses with ``(run_id, wait_id)`` of the question it answered, or
+    ``None`` when closed without an answer."""
 
     BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
@@ -433,8 +435,8 @@ class AnswerScreen(ModalScreen[None]):
         self.sending = sending
         self._selected_changed()
 
-    def on_answer_accepted(self, _message: AnswerAccepted) -> None:
-        self.dismiss(None)
+    def on_answer_accepted(self, message: AnswerAccepted) -> None:
+        self.dismiss((message.run_id, message.wait_id))
 
     def on_answer_refused(self, message: AnswerRefused) -> None:
         self._set_sending(False)
