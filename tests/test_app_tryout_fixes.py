@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, DataTable, Input, Static
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
@@ -29,6 +29,7 @@ from desktop_app.app.screens.signal import (
 from desktop_app.config import Settings, load_settings
 from desktop_app.examples.approval import approval
 from desktop_app.flow import FlowBuilder
+from desktop_app.flows.tidy import TidyState
 from desktop_app.store.protocol import RunRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 from tests.app_support import messages, open_inbox, settle, wait_until
@@ -318,3 +319,46 @@ async def test_y_in_the_inbox_through_the_plan_dialog_is_not_answered_elsewhere(
         said = messages(app)
         assert not any("answered elsewhere" in m for m in said), said
         assert f"Answered {run_id}:approve:0; run {run_id[:8]} goes on." in said
+
+
+async def test_the_tidy_plan_shows_each_file_and_where_it_moves_at_80x24(
+    tmp_path: Path,
+) -> None:
+    """Long file names took the whole width at 80x24: only the File column
+    showed. File and Moves to now share the width, each wrapped in full."""
+    folder = tmp_path / "Downloads"
+    folder.mkdir()
+    names = [
+        "quarterly-financial-report-for-the-board-meeting-final-v3.pdf",
+        "holiday-photo-from-the-mountains-with-the-whole-family-2026.jpg",
+    ]
+    for name in names:
+        (folder / name).write_bytes(b"x")
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    try:
+        run_id = engine.run("tidy", TidyState(folder=str(folder))).run_id
+    finally:
+        engine.store.close()
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        table = dialog.query_one("#preview", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 2)
+        await pilot.pause()
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels == ["File", "Kind", "Moves to", "Status"]
+        widths = [c.get_render_width(table) for c in table.columns.values()]
+        assert sum(widths) <= table.scrollable_content_region.width, widths
+        assert table.virtual_size.width <= table.scrollable_content_region.width
+        # each cell's text is all there, wrapped over the row's lines
+        for row in table.ordered_rows:
+            file, _kind, moves_to, _status = (str(c) for c in table.get_row(row.key))
+            assert file in names and moves_to.endswith(file)
+            assert row.height >= -(-len(moves_to) // table.columns[table.ordered_columns[2].key].width)
+    assert run_id

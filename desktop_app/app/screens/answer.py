@@ -10,6 +10,7 @@ import json
 import shlex
 from typing import Any, get_args
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
@@ -40,20 +41,48 @@ YES = "yes"
 NO = "no"
 
 
+#: cells a wrapping preview column keeps however narrow the dialog
+WRAP_MIN = 12
+
+
 def wrap_widths(preview: Preview, room: int) -> list[int | None]:
     """Column widths for ``preview`` in ``room`` cells: ``None`` (fit the
     content) for each column but ``preview.wrap``, which gets what the others
-    leave (at least 20 cells; each column has one cell of padding per side,
-    and a vertical scrollbar takes two)."""
+    leave (each column has one cell of padding per side, and a vertical
+    scrollbar takes two). When that would leave it less than its content
+    and the ``preview.shrink`` columns are wider than their share, they wrap
+    too: the room left is shared so that every column stays on screen
+    (a column whose content fits its share keeps its content's width; none
+    gets less than :data:`WRAP_MIN` cells)."""
     widths: list[int | None] = [None] * len(preview.columns)
     if preview.wrap is None:
         return widths
-    others = sum(
-        max([len(label), *(len(r[i]) for r in preview.rows)]) + 2
+    natural = [
+        max([cell_len(label), *(cell_len(r[i]) for r in preview.rows)])
         for i, label in enumerate(preview.columns)
-        if i != preview.wrap
-    )
-    widths[preview.wrap] = max(20, room - others - 2 - 2)
+    ]
+    flexible = [preview.wrap, *(i for i in preview.shrink if i != preview.wrap)]
+    fixed = sum(natural[i] + 2 for i in range(len(natural)) if i not in flexible)
+    left = room - fixed - 2 - 2 * len(flexible)  # the scrollbar, their padding
+    if sum(natural[i] for i in flexible) <= left or len(flexible) == 1:
+        # the flexible columns fit whole: the wrapping one takes what is left
+        shrinks = sum(natural[i] + 2 for i in flexible[1:])
+        widths[preview.wrap] = max(20, room - fixed - shrinks - 2 - 2)
+        return widths
+    # water-filling: a column narrower than its share keeps its width
+    todo = sorted(flexible, key=lambda i: natural[i])
+    while todo:
+        share = left // len(todo)
+        i = todo[0]
+        if natural[i] > share:
+            break
+        widths[i] = max(WRAP_MIN, natural[i])
+        left -= natural[i]
+        todo.pop(0)
+    for n, i in enumerate(todo):
+        share = left // (len(todo) - n)
+        widths[i] = max(WRAP_MIN, share)
+        left -= share
     return widths
 
 
@@ -191,7 +220,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         for column, width in zip(preview.columns, widths, strict=True):
             table.add_column(column, width=width)
         for row in preview.rows:  # height None: a wrapped cell takes the lines it needs
-            table.add_row(*(Text(c) for c in row), height=None if preview.wrap else 1)
+            table.add_row(*(Text(c) for c in row), height=None if preview.wrap is not None else 1)
         table.display = bool(message.preview.rows)
         self.query_one("#preview-title", Static).update(Text(message.preview.title, style="bold"))
 
