@@ -33,6 +33,7 @@ from desktop_app.flows.tidy import TidyState
 from desktop_app.store.protocol import RunRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 from tests.app_support import messages, open_inbox, settle, wait_until
+from tests.cli_support import flowdesk
 from tests.runs_corpus import make_runs_db
 from tests.test_app_new_user_fixes import waiting_tidy
 
@@ -362,3 +363,30 @@ async def test_the_tidy_plan_shows_each_file_and_where_it_moves_at_80x24(
             assert file in names and moves_to.endswith(file)
             assert row.height >= -(-len(moves_to) // table.columns[table.ordered_columns[2].key].width)
     assert run_id
+
+
+@pytest.mark.parametrize("answer", ["no", "yes"])
+async def test_a_declined_tidy_shows_nothing_moved_in_runs_and_the_app(
+    tmp_path: Path, answer: str
+) -> None:
+    """A tidy answered no (nothing moved) showed ``completed 50/50`` with a
+    full bar: its progress counts the moves queued, not the files handled."""
+    settings, run_id, folder = waiting_tidy(tmp_path)
+    engine = bootstrap.build_engine(settings)
+    try:
+        assert engine.resume_with(run_id, answer).status == "completed"
+    finally:
+        engine.store.close()
+    shown = "0/2" if answer == "no" else "2/2"
+    listed = flowdesk(settings.db_path, "runs")
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [row for row in listed.stdout.splitlines() if run_id[:8] in row]
+    assert "completed" in line and shown in line.split(), line
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        table = app.runs_screen.table
+        await wait_until(pilot, lambda: run_id in table.run_ids)
+        assert table.cell(run_id, "progress") == shown
+        full = "█" in table.cell(run_id, "bar")
+        assert full is (answer == "yes")
