@@ -28,7 +28,8 @@ from desktop_app.app.screens.signal import (
 )
 from desktop_app.config import Settings, load_settings
 from desktop_app.examples.approval import approval
-from desktop_app.flow import FlowBuilder
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.clock import ManualClock
 from desktop_app.flows.tidy import TidyState
 from desktop_app.store.protocol import RunRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
@@ -390,3 +391,34 @@ async def test_a_declined_tidy_shows_nothing_moved_in_runs_and_the_app(
         assert table.cell(run_id, "progress") == shown
         full = "█" in table.cell(run_id, "bar")
         assert full is (answer == "yes")
+
+
+class Note(BaseModel):
+    text: str = ""
+
+
+note = FlowBuilder("note", Note).step("write", lambda s: {"text": "x"}).chain().compile()
+
+
+async def test_the_side_panel_s_updated_ago_keeps_counting(tmp_path: Path) -> None:
+    """The side panel kept "Updated 6 s ago" while the table said 32 s: it
+    was drawn only when the selection changed. The times timer redraws it."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    start = ManualClock().now()
+    engine = Engine(open_store(settings.db_path), flows=[note], clock=ManualClock(start))
+    try:
+        run_id = engine.run("note", Note()).run_id
+        updated = engine.store.get_run(run_id).updated_at
+    finally:
+        engine.store.close()
+    clock = ManualClock(updated + 6)
+    app = FlowdeskApp(settings, flows=[note], clock=clock)
+    async with app.run_test(size=(170, 40)) as pilot:
+        await settle(pilot)
+        screen = app.runs_screen
+        assert screen.has_class("-wide")
+        await wait_until(pilot, lambda: "Updated  6 s ago" in screen.summary.text)
+        clock.advance(26)
+        await wait_until(pilot, lambda: screen.table.cell(run_id, "updated") == "32 s ago")
+        await wait_until(pilot, lambda: "Updated  32 s ago" in screen.summary.text)
