@@ -79,9 +79,7 @@ async def test_the_filter_finds_an_old_run_by_its_8_characters(
         # 4 characters (the fewest taken) list every run starting with them.
         app.query_one("#filter-search", Input).value = ""
         await pilot.press(*wanted[:4], "enter")
-        starting = sorted(
-            (i for i in range(n) if hex_id(i).startswith(wanted[:4])), reverse=True
-        )
+        starting = sorted((i for i in range(n) if hex_id(i).startswith(wanted[:4])), reverse=True)
         await wait_until(pilot, lambda: screen.table.run_ids == [hex_id(i) for i in starting])
 
 
@@ -362,7 +360,9 @@ async def test_the_tidy_plan_shows_each_file_and_where_it_moves_at_80x24(
         for row in table.ordered_rows:
             file, _kind, moves_to, _status = (str(c) for c in table.get_row(row.key))
             assert file in names and moves_to.endswith(file)
-            assert row.height >= -(-len(moves_to) // table.columns[table.ordered_columns[2].key].width)
+            assert row.height >= -(
+                -len(moves_to) // table.columns[table.ordered_columns[2].key].width
+            )
     assert run_id
 
 
@@ -372,7 +372,7 @@ async def test_a_declined_tidy_shows_nothing_moved_in_runs_and_the_app(
 ) -> None:
     """A tidy answered no (nothing moved) showed ``completed 50/50`` with a
     full bar: its progress counts the moves queued, not the files handled."""
-    settings, run_id, folder = waiting_tidy(tmp_path)
+    settings, run_id, _folder = waiting_tidy(tmp_path)
     engine = bootstrap.build_engine(settings)
     try:
         assert engine.resume_with(run_id, answer).status == "completed"

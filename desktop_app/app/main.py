@@ -657,7 +657,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             self.push_screen(SignalScreen(), self._signal_chosen)
             return
         run_id = wait.wait_id.partition(":")[0]
-        waiting = f"Run {short_id(run_id)} waits for signal {wait.name} {escape_key(wait.key or '')}."
+        waiting = (
+            f"Run {short_id(run_id)} waits for signal {wait.name} {escape_key(wait.key or '')}."
+        )
         self.push_screen(
             SignalScreen(wait.name or "", wait.key or "", waiting=waiting), self._signal_chosen
         )
