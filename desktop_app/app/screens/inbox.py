@@ -29,8 +29,9 @@ for another process's lock); results come back as messages.
 However many runs wait, the inbox reads and shows the oldest
 :data:`INBOX_LIMIT` flow questions (waiting runs read a page at a time,
 each run's latest checkpoint once), so opening it and selecting a row cost
-the same with 20,000 waiting runs as with 20: with 20,300 the inbox opened
-in 45-50 s and each ``space`` took about 10 s (every row read and redrawn).
+about the same with 20,000 waiting runs as with 300: with 20,300 it took
+36 s to open and 16 s per ``space`` (every run read, every row redrawn),
+now about 1 s and 0.2 s (``benchmarks/bench_app_inbox.py``).
 The status line says when more wait; answered questions make room for them.
 """
 

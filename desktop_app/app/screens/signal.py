@@ -97,12 +97,12 @@ def unescape_key(text: str) -> str:
 def parse_signal(name: str, key: str, payload: str) -> SignalRequest | str:
     """A request, or the message explaining what is wrong (shown in the form).
     ``key`` is the key field's text (escaped: :func:`unescape_key`); the
-    name is stripped, the key is not (its spaces are written ``\\x20`` at
-    either end)."""
+    name and the spaces typed around the key are stripped (a key's own
+    spaces at either end are written ``\\x20``, and kept)."""
     if not name.strip() or not key.strip():
         return "Give the signal's name and key (a waiting run shows both)."
     try:
-        exact_key = unescape_key(key)
+        exact_key = unescape_key(key.strip(" "))
     except ValueError as exc:
         return f"The key is not readable: {exc}."
     text = payload.strip() or "null"
