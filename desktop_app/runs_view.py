@@ -27,6 +27,15 @@ from desktop_app.words import plural
 AGENT_AS_FLOW_STATUS = {"done": "completed", "timeout": "timed_out", "input_required": "waiting"}
 
 
+def no_signal_waiter(name: str, key: str) -> str:
+    """What the CLI's ``signal`` and the app say when a signal they stored
+    reaches no waiting run (a misspelt name or key is stored too)."""
+    return (
+        f"no run waits for signal {name!r} with key {key!r} now; it is kept for the "
+        "first run that waits for it"
+    )
+
+
 #: what a flow's outbox intents are, for "completed · 2,941 moves queued"
 INTENT_NOUNS = {"tidy": ("move", "moves")}
 

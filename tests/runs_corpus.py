@@ -8,6 +8,7 @@ checkpoint, as ``create_run`` would write, so the store reads it normally.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from desktop_app.store import codec, migrations
@@ -28,7 +29,9 @@ def run_id_of(i: int) -> str:
     return f"r{i:031x}"
 
 
-def make_runs_db(path: Path, n: int, *, scope: str = "default") -> Path:
+def make_runs_db(
+    path: Path, n: int, *, scope: str = "default", run_id: Callable[[int], str] = run_id_of
+) -> Path:
     """Create ``path`` (schema applied) holding ``n`` runs, one second apart.
 
     Run ``i``: flow ``FLOWS[i % 3]``, status ``STATUSES[i % 6]``, tenant
@@ -41,7 +44,7 @@ def make_runs_db(path: Path, n: int, *, scope: str = "default") -> Path:
         runs = []
         checkpoints = []
         for i in range(n):
-            rid = run_id_of(i)
+            rid = run_id(i)
             flow = FLOWS[i % len(FLOWS)]
             status = STATUSES[i % len(STATUSES)]
             tenant = TENANTS[i % len(TENANTS)]

@@ -61,7 +61,7 @@ from desktop_app.app.screens.help import HelpScreen, keys_of
 from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.screens.launch_report import check_after_launch
 from desktop_app.app.screens.runs import RunsScreen
-from desktop_app.app.screens.signal import SignalRequest, SignalScreen
+from desktop_app.app.screens.signal import SignalRequest, SignalScreen, escape_key
 from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.screens.type_ahead import TypeAheadApp
 from desktop_app.app.services import AppServices, open_services
@@ -73,7 +73,7 @@ from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.private import make_private_dirs
-from desktop_app.runs_view import left_over
+from desktop_app.runs_view import left_over, no_signal_waiter
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 
 if TYPE_CHECKING:
@@ -657,7 +657,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             self.push_screen(SignalScreen(), self._signal_chosen)
             return
         run_id = wait.wait_id.partition(":")[0]
-        waiting = f"Run {short_id(run_id)} waits for signal {wait.name} {wait.key}."
+        waiting = (
+            f"Run {short_id(run_id)} waits for signal {wait.name} {escape_key(wait.key or '')}."
+        )
         self.push_screen(
             SignalScreen(wait.name or "", wait.key or "", waiting=waiting), self._signal_chosen
         )
@@ -687,12 +689,19 @@ class FlowdeskApp(TypeAheadApp, App[None]):
     def _send_signal(self, request: SignalRequest) -> None:
         engine = self.engine
         assert engine is not None
+        name, key = request.name, request.key
         try:
-            signal_id = engine.signal(request.name, request.key, request.payload)
+            waiting = engine.store.runs_waiting_for("signal", name, key)
+            signal_id = engine.signal(name, key, request.payload)
         except FlowdeskError as exc:
             self.say(f"The signal was not sent: {exc}", "error")
             return
-        self.say(f"Signal {request.name} {request.key} stored (#{signal_id})")
+        stored = f"Signal {name} {escape_key(key)} stored (#{signal_id})"
+        if waiting:
+            runs = ", ".join(short_id(r) for r in waiting)
+            self.say(f"{stored} for {plural(len(waiting), 'waiting run')}: {runs}")
+        else:  # a misspelt name or key is stored too: say so, as the CLI does
+            self.say(f"{stored}, but {no_signal_waiter(name, key)}", "warning")
 
     def action_start_flow(self) -> None:
         """Start any registered flow from a form of its declared inputs."""

@@ -25,12 +25,16 @@ class Preview:
 
     ``wrap``: the index of the column whose text wraps in the width the
     other columns leave (a long reason shows in full), or ``None``.
+    ``shrink``: the indexes of columns that wrap too when the row would not
+    fit the dialog otherwise (a long file name: at 80 columns it took the
+    whole width and pushed ``wrap``'s column out of sight).
     """
 
     title: str
     columns: tuple[str, ...]
     rows: list[tuple[str, ...]] = field(default_factory=list)
     wrap: int | None = None
+    shrink: tuple[int, ...] = ()
 
 
 #: ``tidy_moves`` statuses of a file that moves (or moved) when approved
@@ -56,7 +60,7 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
     title = f"{plural(len(rows), 'file')}: {moving:,} to move"
     if len(rows) > moving:
         title += f", {plural(len(rows) - moving, 'stays', 'stay')}"
-    return Preview(title, ("File", "Kind", "Moves to", "Status"), rows, wrap=2)
+    return Preview(title, ("File", "Kind", "Moves to", "Status"), rows, wrap=2, shrink=(0,))
 
 
 #: flow name -> the preview of its question (read in a worker).

@@ -26,7 +26,7 @@ from desktop_app.config import nearest_key
 from desktop_app.errors import ConfigError, InputError, RunLeasedError, RunStateError
 from desktop_app.flow.owners import holding
 from desktop_app.flows import live_twin, single_flight
-from desktop_app.runs_view import display_status, withdrawn_text
+from desktop_app.runs_view import display_status, no_signal_waiter, withdrawn_text
 from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
@@ -323,12 +323,7 @@ def cmd_signal(ctx: Ctx) -> int:
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
     # a misspelt name or key is stored too: say so, and where to look
-    _say_reached(
-        ctx,
-        waiting,
-        f"no run waits for signal {a.name!r} with key {a.key!r} now; it is kept for the "
-        "first run that waits for it",
-    )
+    _say_reached(ctx, waiting, no_signal_waiter(a.name, a.key))
     return EXIT_OK
 
 

@@ -478,7 +478,9 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
             "apply",
             apply_one,
             until=lambda s: s.cursor >= s.planned,
-            progress=lambda s: (s.cursor, s.planned),
+            # moves queued, not files handled: a declined tidy (nothing
+            # moved) showed "completed 50/50" with a full bar
+            progress=lambda s: (s.queued, s.planned),
         )
         .step("undo", undo)
         .chain()

@@ -323,10 +323,14 @@ class RunLog(Protocol):  # pragma: no mutate block
         tenant_id: str | None = None,
         session_id: str | None = None,
         flow_key: str | None = None,
+        run_id_prefix: str | None = None,
     ) -> list[RunRecord]:
         """Runs of this scope, oldest first (``created_at`` then ``run_id``), or
         newest first; ``limit``/``offset`` page through them; optionally only
-        those of a tenant, a session or a flow key."""
+        those of a tenant, a session or a flow key, or whose id starts with
+        ``run_id_prefix`` (read as a range of the index on ``run_id``: its
+        cost grows with the runs matching, not with the runs stored).
+        Raises ValueError for an empty ``run_id_prefix``."""
 
     def runs_of_other_versions(self, flow_name: str, version: str) -> list[RunRecord]:
         """Live runs (pending, running, waiting, failed) of ``flow_name`` whose

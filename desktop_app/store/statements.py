@@ -57,6 +57,19 @@ class Dialect:
         return f"{column} IN ({self.values(len(values))})", list(values)
 
 
+def prefix_range(prefix: str) -> tuple[str, str | None]:
+    """``(low, high)``: the strings starting with ``prefix`` are those
+    ``>= low`` and ``< high`` in code point order (``high`` is ``None`` when
+    no string is above them: ``prefix`` is only U+10FFFF characters).
+    Raises ValueError for an empty prefix (every string starts with it)."""
+    if not prefix:
+        raise ValueError("a run id prefix must not be empty")
+    stem = prefix.rstrip(chr(0x10FFFF))
+    if not stem:
+        return prefix, None
+    return prefix, stem[:-1] + chr(ord(stem[-1]) + 1)
+
+
 SQLITE = Dialect("sqlite", "?", "?")
 POSTGRES = Dialect("postgres", "%s", "to_timestamp(%s)", ' COLLATE "C"')
 
@@ -258,12 +271,30 @@ class Statements:
         tenant_id: str | None,
         session_id: str | None,
         flow_key: str | None,
+        run_id_prefix: str | None = None,
     ) -> tuple[str, list[Any]]:
         """``RunLog.list_runs``'s statement up to its ORDER BY (inclusive),
-        and its parameters; the backend adds LIMIT/OFFSET."""
+        and its parameters; the backend adds LIMIT/OFFSET.
+
+        ``run_id_prefix`` reads through the index on ``run_id`` as a range
+        (``run_id >= p AND run_id < p_next``, see :func:`prefix_range`), and
+        keeps the ids that start with it (a database collation other than
+        code point order may put other ids in the range). SQLite, with no
+        statistics, would rather walk every run of the scope through
+        ``runs_scope_created`` (no sort): ``+scope`` keeps it off the indexes
+        that start with the scope."""
         d = self.dialect
         sql = self.runs_of_scope
         args: list[Any] = [scope]
+        if run_id_prefix is not None:
+            if d.name == "sqlite":
+                sql = sql.replace(f"WHERE scope={d.p}", f"WHERE +scope={d.p}")
+            low, high = prefix_range(run_id_prefix)
+            sql += f" AND run_id >= {d.p} AND substr(run_id, 1, {d.p}) = {d.p}"
+            args += [low, len(run_id_prefix), run_id_prefix]
+            if high is not None:
+                sql += f" AND run_id < {d.p}"
+                args.append(high)
         for column, value in (
             ("tenant_id", tenant_id),
             ("session_id", session_id),

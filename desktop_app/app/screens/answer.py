@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, get_args
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events, work
 from textual.app import ComposeResult
@@ -27,7 +28,9 @@ from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints
+from desktop_app.cli.waits import answer_choices
 from desktop_app.errors import FlowdeskError
+from desktop_app.flow import CompiledFlow
 from desktop_app.store.protocol import RunRecord, Wait
 from desktop_app.textsafe import shell_quote
 
@@ -38,20 +41,48 @@ YES = "yes"
 NO = "no"
 
 
+#: cells a wrapping preview column keeps however narrow the dialog
+WRAP_MIN = 12
+
+
 def wrap_widths(preview: Preview, room: int) -> list[int | None]:
     """Column widths for ``preview`` in ``room`` cells: ``None`` (fit the
     content) for each column but ``preview.wrap``, which gets what the others
-    leave (at least 20 cells; each column has one cell of padding per side,
-    and a vertical scrollbar takes two)."""
+    leave (each column has one cell of padding per side, and a vertical
+    scrollbar takes two). When that would leave it less than its content
+    and the ``preview.shrink`` columns are wider than their share, they wrap
+    too: the room left is shared so that every column stays on screen
+    (a column whose content fits its share keeps its content's width; none
+    gets less than :data:`WRAP_MIN` cells)."""
     widths: list[int | None] = [None] * len(preview.columns)
     if preview.wrap is None:
         return widths
-    others = sum(
-        max([len(label), *(len(r[i]) for r in preview.rows)]) + 2
+    natural = [
+        max([cell_len(label), *(cell_len(r[i]) for r in preview.rows)])
         for i, label in enumerate(preview.columns)
-        if i != preview.wrap
-    )
-    widths[preview.wrap] = max(20, room - others - 2 - 2)
+    ]
+    flexible = [preview.wrap, *(i for i in preview.shrink if i != preview.wrap)]
+    fixed = sum(natural[i] + 2 for i in range(len(natural)) if i not in flexible)
+    left = room - fixed - 2 - 2 * len(flexible)  # the scrollbar, their padding
+    if sum(natural[i] for i in flexible) <= left or len(flexible) == 1:
+        # the flexible columns fit whole: the wrapping one takes what is left
+        shrinks = sum(natural[i] + 2 for i in flexible[1:])
+        widths[preview.wrap] = max(20, room - fixed - shrinks - 2 - 2)
+        return widths
+    # water-filling: a column narrower than its share keeps its width
+    todo = sorted(flexible, key=lambda i: natural[i])
+    while todo:
+        share = left // len(todo)
+        i = todo[0]
+        if natural[i] > share:
+            break
+        widths[i] = max(WRAP_MIN, natural[i])
+        left -= natural[i]
+        todo.pop(0)
+    for n, i in enumerate(todo):
+        share = left // (len(todo) - n)
+        widths[i] = max(WRAP_MIN, share)
+        left -= share
     return widths
 
 
@@ -85,8 +116,10 @@ def how_to_deliver(hints: Hints, wait: Wait) -> str:
 FRAME_ROWS = 9
 
 
-class AnswerScreen(ModalScreen[None]):
-    """The pending waits of one waiting run; answers its input waits."""
+class AnswerScreen(ModalScreen[tuple[str, str] | None]):
+    """The pending waits of one waiting run; answers its input waits.
+    Dismisses with ``(run_id, wait_id)`` of the question it answered, or
+    ``None`` when closed without an answer."""
 
     BINDINGS = [Binding("escape", "close", "Close"), HELP_BINDING]
 
@@ -187,7 +220,7 @@ class AnswerScreen(ModalScreen[None]):
         for column, width in zip(preview.columns, widths, strict=True):
             table.add_column(column, width=width)
         for row in preview.rows:  # height None: a wrapped cell takes the lines it needs
-            table.add_row(*(Text(c) for c in row), height=None if preview.wrap else 1)
+            table.add_row(*(Text(c) for c in row), height=None if preview.wrap is not None else 1)
         table.display = bool(message.preview.rows)
         self.query_one("#preview-title", Static).update(Text(message.preview.title, style="bold"))
 
@@ -275,7 +308,11 @@ class AnswerScreen(ModalScreen[None]):
             prompt.update(Text(f"This run waits for nothing that can be answered here ({note})."))
         elif answerable:
             question = json_text(wait.prompt) or "(no prompt)"
-            prompt.update(Text.assemble(("Question: ", "bold"), question))
+            parts: list[str | tuple[str, str]] = [("Question: ", "bold"), question]
+            only = self.choices_of(wait)
+            if only and set(only) != {YES, NO}:  # yes/no: the buttons say it
+                parts += [("\nAnswers: ", "bold"), ", ".join(only)]
+            prompt.update(Text.assemble(*parts))
         else:
             prompt.update(
                 Text.assemble(
@@ -317,19 +354,39 @@ class AnswerScreen(ModalScreen[None]):
             answer.focus()
             answer.insert_text_at_cursor(character)
 
-    def asks_yes_no(self, wait: Wait) -> bool:
-        """Whether ``wait`` is a yes/no question: it takes only the words
-        yes and no (``ctx.interrupt(..., choices=["yes", "no"])``, as a
-        tidy asks), or its await step fills a state field whose type is
-        ``bool`` (or ``bool | None``)."""
-        if set(self.choices.get(wait.wait_id, ())) == {YES, NO}:
-            return True
+    def choices_of(self, wait: Wait) -> list[str]:
+        """The only answers ``wait`` takes: its ``choices``
+        (``ctx.interrupt(..., choices=[...])``), or the values of the
+        ``Literal`` its await step's state field is (``Literal["yes", "no"]``,
+        also inside ``Optional``/``Annotated``: the engine refuses any
+        other); ``[]`` when it takes other answers."""
+        explicit = self.choices.get(wait.wait_id)
+        if explicit:
+            return [str(c) for c in explicit]
+        flow = self._flow()
+        if flow is None:
+            return []
+        return answer_choices(flow, wait.step_id.split("/")[-1]) or []
+
+    def _flow(self) -> CompiledFlow[Any] | None:
         engine = self.flowdesk.engine
         if engine is None:
-            return False
+            return None
         try:
-            flow = engine.flow(self.run.flow_name)
+            return engine.flow(self.run.flow_name)
         except FlowdeskError:
+            return None
+
+    def asks_yes_no(self, wait: Wait) -> bool:
+        """Whether ``wait`` is a yes/no question: it takes only the words
+        yes and no (its :meth:`choices_of`: ``choices=["yes", "no"]`` as a
+        tidy asks, or a ``Literal["yes", "no"]`` field as the README's
+        approval example fills), or its await step fills a state field
+        whose type is ``bool`` (or ``bool | None``)."""
+        if set(self.choices_of(wait)) == {YES, NO}:
+            return True
+        flow = self._flow()
+        if flow is None:
             return False
         step = flow.steps.get(wait.step_id.split("/")[-1])
         into = getattr(step, "into", None)
@@ -407,8 +464,8 @@ class AnswerScreen(ModalScreen[None]):
         self.sending = sending
         self._selected_changed()
 
-    def on_answer_accepted(self, _message: AnswerAccepted) -> None:
-        self.dismiss(None)
+    def on_answer_accepted(self, message: AnswerAccepted) -> None:
+        self.dismiss((message.run_id, message.wait_id))
 
     def on_answer_refused(self, message: AnswerRefused) -> None:
         self._set_sending(False)

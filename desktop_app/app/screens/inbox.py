@@ -25,6 +25,14 @@ something else by then refuses it.
 
 Reads and answers run in thread workers (the engine's store may be waiting
 for another process's lock); results come back as messages.
+
+However many runs wait, the inbox reads and shows the oldest
+:data:`INBOX_LIMIT` flow questions (waiting runs read a page at a time,
+each run's latest checkpoint once), so opening it and selecting a row cost
+about the same with 20,000 waiting runs as with 300: with 20,300 it took
+36 s to open and 16 s per ``space`` (every run read, every row redrawn),
+now about 1 s and 0.2 s (``benchmarks/bench_app_inbox.py``).
+The status line says when more wait; answered questions make room for them.
 """
 
 from __future__ import annotations
@@ -72,6 +80,10 @@ QUESTION_MIN = 20
 APPROVE = YES
 #: The value ``n`` answers with.
 REJECT = NO
+#: The most flow questions the inbox reads and shows (the oldest first).
+INBOX_LIMIT = 200
+#: Waiting runs read per query while the inbox looks for flow questions.
+RUNS_PER_READ = 200
 
 
 class _NoModel(Exception):
@@ -180,45 +192,72 @@ class InboxItem:
 
 
 class InboxLoaded(Message):
-    """The inbox's items, read in a worker (``error`` when a read failed)."""
+    """The inbox's items, read in a worker (``error`` when a read failed;
+    ``more``: flow questions past the first :data:`INBOX_LIMIT` may wait)."""
 
-    def __init__(self, items: list[InboxItem], error: str | None = None) -> None:
+    def __init__(
+        self, items: list[InboxItem], error: str | None = None, more: bool = False
+    ) -> None:
         super().__init__()
         self.items = items
         self.error = error
+        self.more = more
 
 
-def read_inbox(app: Host) -> tuple[list[InboxItem], str | None]:
-    """Flow input waits then agent questions, oldest first (call in a worker)."""
-    engine = app.engine
-    if engine is None:
-        return [], "The database is not open."
+def _flow_items(store: CheckpointStore, errors: list[str]) -> tuple[list[InboxItem], bool]:
+    """The oldest :data:`INBOX_LIMIT` input waits of waiting flow runs, and
+    whether waiting runs were left unread (they may ask more). Reads
+    :data:`RUNS_PER_READ` waiting runs at a time (oldest first), and the
+    latest checkpoint of each run read; a run gone or changed meanwhile is
+    said in ``errors``. Raises what the store raises for the page reads."""
     items: list[InboxItem] = []
-    errors: list[str] = []
-    try:
-        for run in engine.waiting():
+    offset = 0
+    while True:
+        runs = store.list_runs(statuses=("waiting",), limit=RUNS_PER_READ, offset=offset)
+        for run in runs:
+            if len(items) >= INBOX_LIMIT:
+                return items, True
             try:
-                waits = engine.waits(run.run_id)
+                waits = store.latest(run.run_id).waits
             except FlowdeskError as exc:  # gone or changed meanwhile
                 errors.append(str(exc))
                 continue
-            for w in waits:
-                if w.kind != "input":
-                    continue
-                items.append(
-                    InboxItem(
-                        key=w.wait_id,
-                        run_id=run.run_id,
-                        kind="flow",
-                        name=run.flow_name,
-                        prompt=json_text(w.prompt) or "(no prompt)",
-                        deadline_at=w.deadline_at,
-                        run=run,
-                        wait=w,
-                        asked_at=w.created_at,
-                        wait_id=w.wait_id,
-                    )
+            items += [
+                InboxItem(
+                    key=w.wait_id,
+                    run_id=run.run_id,
+                    kind="flow",
+                    name=run.flow_name,
+                    prompt=json_text(w.prompt) or "(no prompt)",
+                    deadline_at=w.deadline_at,
+                    run=run,
+                    wait=w,
+                    asked_at=w.created_at,
+                    wait_id=w.wait_id,
                 )
+                for w in waits
+                if w.kind == "input"
+            ]
+        if len(runs) < RUNS_PER_READ:
+            return items, False
+        if len(items) >= INBOX_LIMIT:
+            more = store.list_runs(statuses=("waiting",), limit=1, offset=offset + len(runs))
+            return items, bool(more)
+        offset += len(runs)
+
+
+def read_inbox(app: Host) -> tuple[list[InboxItem], str | None, bool]:
+    """Flow input waits (the oldest :data:`INBOX_LIMIT`) then agent
+    questions, oldest first (call in a worker); the read errors, said in
+    one line (``None``: none); whether more flow questions may wait."""
+    engine = app.engine
+    if engine is None:
+        return [], "The database is not open.", False
+    items: list[InboxItem] = []
+    errors: list[str] = []
+    more = False
+    try:
+        items, more = _flow_items(engine.store, errors)
     except FlowdeskError as exc:
         errors.append(str(exc))
     except Exception as exc:  # never a traceback in the user's face
@@ -235,7 +274,7 @@ def read_inbox(app: Host) -> tuple[list[InboxItem], str | None]:
             items.extend(_thread_items(app.services.services.checkpoints))
     except FlowdeskError as exc:
         errors.append(f"LangGraph threads: {exc}")
-    return items, "; ".join(errors) or None
+    return items, "; ".join(errors) or None, more
 
 
 def waiting_threads(store: CheckpointStore) -> list[Thread]:
@@ -445,8 +484,8 @@ class InboxScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="inbox", name="read inbox")
     def reload(self) -> None:
-        items, error = read_inbox(self.flowdesk)
-        self.post_message(InboxLoaded(items, error))
+        items, error, more = read_inbox(self.flowdesk)
+        self.post_message(InboxLoaded(items, error, more))
 
     def on_inbox_loaded(self, message: InboxLoaded) -> None:
         before = self.selected
@@ -472,6 +511,11 @@ class InboxScreen(Screen[None]):
             listed = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} and {said[-1]}"
             one = asking + agents + graphs == 1
             status = f"{listed} {'waits' if one else 'wait'} for you."
+            if message.more:  # the first INBOX_LIMIT flow questions only
+                status = (
+                    f"{listed} wait for you, and more: the oldest {asking:,} flow questions "
+                    "are shown (answering them shows the next)."
+                )
         if message.error:
             status += f" Could not read everything: {message.error}"
             self.flowdesk.say(message.error, "error")
@@ -668,10 +712,17 @@ class InboxScreen(Screen[None]):
         if item is None:
             return
         self.marked ^= {item.key}
-        self._fill()
+        self._show_mark(item)
         n = len(self.marked)
         them = "it" if n == 1 else "them all"
         self.flowdesk.say(f"{n} selected: y approves {them}, n rejects {them}.")
+
+    def _show_mark(self, item: InboxItem) -> None:
+        """Redraw only ``item``'s run cell (``●`` when selected with space):
+        redrawing every row took seconds with thousands of questions."""
+        if "run" in self.shown_columns:
+            cell = self._cells(item, self._now())[0]
+            update_fitting(self.table, item.key, "run", Text(cell))
 
     def _targets(self) -> list[InboxItem]:
         """The selected rows (space), else the row under the cursor."""
@@ -849,7 +900,11 @@ class InboxScreen(Screen[None]):
             return
         self.app.push_screen(AnswerScreen(item.run), self._answered)
 
-    def _answered(self, _result: None) -> None:
+    def _answered(self, answered: tuple[str, str] | None) -> None:
+        """The answer dialog closed; ``answered``: the question it answered
+        (answered here, not elsewhere, when it leaves the inbox)."""
+        if answered is not None:
+            self._sent.add(answered)
         self.reload()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

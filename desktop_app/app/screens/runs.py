@@ -178,7 +178,7 @@ class RunsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.table.focus()
-        self.set_interval(TIMES_S, self.table.refresh_times)
+        self.set_interval(TIMES_S, self._refresh_times)
         self.set_interval(LIVENESS_S, self._recheck)
         self._fit(self.app.size.width)
 
@@ -220,6 +220,12 @@ class RunsScreen(Screen[None]):
         self.summary.show(run, latest, pace, now)
 
     # -- refreshing (called by the app) ---------------------------------
+
+    def _refresh_times(self) -> None:
+        """The relative times ("42 s ago") of the table and the side panel."""
+        self.table.refresh_times()
+        if self.has_class("-wide"):
+            self.summary.refresh_times(self.flowdesk.now())
 
     def _recheck(self) -> None:
         """Show ``interrupted`` for a shown run whose process died since the
@@ -270,8 +276,9 @@ class RunsScreen(Screen[None]):
             if exact is not None and wanted.matches(exact):
                 runs = [exact, *(r for r in runs if r.run_id != exact.run_id)][:PAGE]
             elif exact is None:  # a short id, as the table shows it
-                found = wanted.by_prefix(store)
+                found = wanted.by_prefix(store, limit=PAGE + 1)
                 runs = [*found, *(r for r in runs if r not in found)][:PAGE]
+                by_key += found
         more = len(by_key) > PAGE
         if (flow := wanted.named_flow(self._known_flows())) is not None:  # the text names a flow
             of_flow = replace(wanted, search="", flow=flow)

@@ -16,14 +16,14 @@ agent run started by a flow run (a child) is left to that run's detail.
 Every filter maps onto an argument of ``CheckpointStore.list_runs`` (or
 ``get_run`` for an exact run id), so a filtered page costs one bounded
 query, like an unfiltered one. A short run id (a prefix of at least
-:data:`MIN_PREFIX` characters, as the table shows 8) is looked up among
-the newest :data:`PREFIX_WINDOW` runs passing the other filters: the store has
-no prefix query and the app runs no SQL of its own, so the window is bounded.
+:data:`MIN_PREFIX` characters, as the table shows 8) is ``list_runs``'s
+``run_id_prefix``: a range read of the index on the run id, among every run
+of the scope however many there are.
 
 Status ``interrupted`` is no stored status but the one the table shows
 (:func:`desktop_app.runs_view.display_status`): it reads the ``pending`` and
-``running`` runs (within the newest :data:`PREFIX_WINDOW`) and keeps those no
-live process executes.
+``running`` runs (within the newest :data:`INTERRUPTED_WINDOW`) and keeps those
+no live process executes.
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ class AgentLister(Protocol):
 TYPING_S = 0.3
 #: Fewest characters of a run id the search takes as a prefix.
 MIN_PREFIX = 4
-#: Newest runs (after the other filters) searched for a run-id prefix.
-PREFIX_WINDOW = 20_000
+#: Newest pending or running runs (after the other filters) read for status
+#: ``interrupted`` (no stored status: each is checked for a live process).
+INTERRUPTED_WINDOW = 20_000
 
 
 def is_id_prefix(text: str) -> bool:
@@ -124,19 +125,25 @@ class RunFilter:
         return " ".join(parts)
 
     def list_runs(
-        self, store: CheckpointStore, *, limit: int, offset: int, flow_key: str | None = None
+        self,
+        store: CheckpointStore,
+        *,
+        limit: int,
+        offset: int,
+        flow_key: str | None = None,
+        run_id_prefix: str | None = None,
     ) -> list[RunRecord]:
         """One bounded ``list_runs`` (newest first) with every filter but the
         search text (``interrupted``: see the module's docstring)."""
         if self.status == INTERRUPTED:
             now = store.now()
             window = replace(self, status=None)._list(
-                store, ("pending", "running"), PREFIX_WINDOW, 0, flow_key
+                store, ("pending", "running"), INTERRUPTED_WINDOW, 0, flow_key, run_id_prefix
             )
             held = [r for r in window if display_status(r, now) == INTERRUPTED]
             return held[offset : offset + limit]
         statuses = None if self.status is None else (cast(RunStatus, self.status),)
-        return self._list(store, statuses, limit, offset, flow_key)
+        return self._list(store, statuses, limit, offset, flow_key, run_id_prefix)
 
     def _list(
         self,
@@ -145,6 +152,7 @@ class RunFilter:
         limit: int,
         offset: int,
         flow_key: str | None,
+        run_id_prefix: str | None = None,
     ) -> list[RunRecord]:
         return store.list_runs(
             statuses=statuses,
@@ -155,15 +163,16 @@ class RunFilter:
             tenant_id=self.tenant or None,
             session_id=self.session or None,
             flow_key=flow_key,
+            run_id_prefix=run_id_prefix,
         )
 
-    def by_prefix(self, store: CheckpointStore) -> list[RunRecord]:
-        """Runs whose id starts with the search text, newest first (within
-        the newest :data:`PREFIX_WINDOW` runs that pass the other filters)."""
+    def by_prefix(self, store: CheckpointStore, *, limit: int, offset: int = 0) -> list[RunRecord]:
+        """At most ``limit`` runs passing the other filters whose id starts
+        with the search text, newest first (every run of the scope is
+        searched: one range read of the index on the run id)."""
         if not is_id_prefix(self.search):
             return []
-        window = self.list_runs(store, limit=PREFIX_WINDOW, offset=0)
-        return [r for r in window if r.run_id.startswith(self.search)]
+        return self.list_runs(store, limit=limit, offset=offset, run_id_prefix=self.search)
 
     @property
     def wants_agents(self) -> bool:

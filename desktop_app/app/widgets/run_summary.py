@@ -64,12 +64,38 @@ class RunSummary(Static):
     """The selected run's summary (shown only on a wide terminal)."""
 
     run_id: str | None = None
+    #: what :meth:`show` was last given (``None``: no run), for :meth:`refresh_times`
+    _shown: tuple[RunRecord, Checkpoint | None, Pace | None] | None = None
+    _text = ""
 
     def show(
         self, run: RunRecord | None, latest: Checkpoint | None, pace: Pace | None, now: float
     ) -> None:
         self.run_id = run.run_id if run is not None else None
         if run is None:
+            self._shown = None
+            self._text = ""
             self.update(Text("No run selected.", style="dim"))
         else:
-            self.update(summary_text(run, latest, pace, now))
+            self._shown = (run, latest, pace)
+            self._draw(now)
+
+    def refresh_times(self, now: float) -> None:
+        """Redraw the shown run's relative times ("Updated 32 s ago") at
+        ``now`` (UTC epoch seconds), with no read: they stopped at the
+        value of the last selection change ("6 s ago" while the table said
+        32 s). Only redrawn when the text changed."""
+        if self._shown is not None:
+            self._draw(now)
+
+    @property
+    def text(self) -> str:
+        """The summary shown, as plain text (``""``: no run)."""
+        return self._text
+
+    def _draw(self, now: float) -> None:
+        assert self._shown is not None
+        text = summary_text(*self._shown, now)
+        if text.plain != self._text:
+            self._text = text.plain
+            self.update(text)

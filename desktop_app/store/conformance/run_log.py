@@ -368,6 +368,12 @@ def list_runs_filters_and_pages(h: Harness) -> None:
     _eq([r.run_id for r in s.list_runs(tenant_id="t1")], [ids[1], ids[3]], "by tenant")
     _eq([r.run_id for r in s.list_runs(session_id="s")], [ids[3]], "by session")
     _eq([r.run_id for r in s.list_runs(flow_key="k")], [ids[2]], "by flow key")
+    _eq([r.run_id for r in s.list_runs(run_id_prefix=ids[2][:8])], [ids[2]], "by id prefix")
+    _eq([r.run_id for r in s.list_runs(run_id_prefix=ids[2])], [ids[2]], "a whole id as prefix")
+    _eq(s.list_runs(run_id_prefix=ids[2] + "0"), [], "a prefix longer than every id")
+    _eq(s.list_runs(run_id_prefix=ids[2][:8], tenant_id="t1"), [], "id prefix and tenant")
+    with _raises(ValueError, "an empty id prefix", "a run id prefix must not be empty"):
+        s.list_runs(run_id_prefix="")
 
 
 @check("RunLog.runs_of_other_versions")

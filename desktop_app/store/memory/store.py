@@ -364,7 +364,10 @@ class InMemoryCheckpointStore:
         tenant_id: str | None = None,
         session_id: str | None = None,
         flow_key: str | None = None,
+        run_id_prefix: str | None = None,
     ) -> list[RunRecord]:
+        if run_id_prefix == "":
+            raise ValueError("a run id prefix must not be empty")
         with self._lock:
             runs = [
                 r
@@ -375,6 +378,7 @@ class InMemoryCheckpointStore:
                 and (tenant_id is None or r.context.get("tenant_id") == tenant_id)
                 and (session_id is None or r.context.get("session_id") == session_id)
                 and (flow_key is None or r.flow_key == flow_key)
+                and (run_id_prefix is None or r.run_id.startswith(run_id_prefix))
             ]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=newest_first)
         end = None if limit is None else offset + limit

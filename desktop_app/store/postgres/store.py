@@ -1311,11 +1311,13 @@ class PostgresCheckpointStore:
         tenant_id: str | None = None,
         session_id: str | None = None,
         flow_key: str | None = None,
+        run_id_prefix: str | None = None,
     ) -> list[RunRecord]:
         # run ids in code point order, as on SQLite, whatever the database's collation
         sql, args = SQL.list_runs(
             self.scope, statuses, flow_name, newest_first,
             tenant_id=tenant_id, session_id=session_id, flow_key=flow_key,
+            run_id_prefix=run_id_prefix,
         )  # fmt: skip
         sql += " LIMIT %s OFFSET %s"
         args.extend([limit, offset])  # LIMIT NULL = no limit

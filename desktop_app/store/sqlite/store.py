@@ -864,10 +864,12 @@ class SqliteCheckpointStore:
         tenant_id: str | None = None,
         session_id: str | None = None,
         flow_key: str | None = None,
+        run_id_prefix: str | None = None,
     ) -> list[RunRecord]:
         sql, args = SQL.list_runs(
             self.scope, statuses, flow_name, newest_first,
             tenant_id=tenant_id, session_id=session_id, flow_key=flow_key,
+            run_id_prefix=run_id_prefix,
         )  # fmt: skip
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
