@@ -109,5 +109,6 @@ def test_an_engine_without_the_runs_flow_cancels_it_and_says_no_hook_ran(store, 
     assert done.run.status == "canceled" and len(done.withdrawn) == 1
     assert notes_of(store) == set()
     assert (
-        f"run {rid} of flow 'mailer' canceled by an engine without that flow: no on_cancel hook ran"
+        f"run {rid} of flow 'mailer' was canceled by an engine with no flow of that name: "
+        "the flow's on_cancel hook, if it has one, did not run"
     ) in caplog.messages

@@ -1122,7 +1122,8 @@ class Engine:
         flow = built if built is not None else self._flows.get(run.flow_name)
         if flow is None:
             log.warning(
-                "run %s of flow %r canceled by an engine without that flow: no on_cancel hook ran",
+                "run %s of flow %r was canceled by an engine with no flow of that name: "
+                "the flow's on_cancel hook, if it has one, did not run",
                 run.run_id,
                 run.flow_name,
             )
