@@ -112,3 +112,27 @@ def test_an_engine_without_the_runs_flow_cancels_it_and_says_no_hook_ran(store, 
         f"run {rid} of flow 'mailer' was canceled by an engine with no flow of that name: "
         "the flow's on_cancel hook, if it has one, did not run"
     ) in caplog.messages
+
+
+def test_a_run_of_a_mode_of_the_flow_gets_that_modes_hook(store):
+    """A run recorded under another mode of ``mailer`` (``register_variant``)
+    that this engine built to drive it: the cancel runs that mode's hook,
+    not the registered flow's."""
+
+    def mode(hook: CancelHook) -> CompiledFlow[Note]:
+        return (
+            FlowBuilder("mailer", Note, on_cancel=hook)
+            .step("queue", queue)
+            .step("wait", wait)
+            .step("after", lambda s: {})
+            .chain()
+            .compile()
+        )
+
+    variant = mode(note("mode"))
+    rid = Engine(store, flows=[variant], clock=ManualClock()).run(variant, Note()).run_id
+    engine = Engine(store, flows=[mailer(note("registered"))], clock=ManualClock())
+    engine.register_variant("mailer", variant.version, lambda: mode(note("mode")))
+    assert engine.flow_of("mailer", variant.version) is not engine.flow("mailer")  # built here
+    assert engine.cancel(rid).status == "canceled"
+    assert notes_of(store) == {("mode", rid, 1)}
