@@ -43,7 +43,7 @@ from desktop_app.errors import FlowDefinitionError
 from desktop_app.flow.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from desktop_app.store.protocol import DomainWrite
+    from desktop_app.store.protocol import CheckpointStore, DomainWrite, Withdrawal
 
 S = TypeVar("S", bound=BaseModel)
 RecoveryPolicy = Literal["idempotent", "resume_only"]
@@ -53,6 +53,9 @@ Reducer = Callable[[Any, Any], Any]
 #: writes committed with the run's ``timed_out`` checkpoint
 #: (:attr:`CompiledFlow.on_timed_out`)
 TimedOutHook = Callable[[str], "Sequence[DomainWrite]"]
+#: a flow's record of a cancel: ``hook(store, run_id, withdrawal)``, called
+#: once the canceled run's intents were withdrawn (:attr:`CompiledFlow.on_cancel`)
+CancelHook = Callable[["CheckpointStore", str, "Withdrawal"], None]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -263,6 +266,14 @@ class CompiledFlow(Generic[S]):
             written. It travels with the flow, so two flows of one name
             (two engines in one process, a test's copy) never share it. Not
             part of ``version``.
+        on_cancel: ``hook(store, run_id, withdrawal)``, called when a run of
+            this flow is canceled (``Engine.cancel``), right after its
+            intents not delivered yet were withdrawn
+            (:func:`~desktop_app.flow.outbox.withdraw_for_cancel`), so the
+            flow's own tables say what was never made (the tidy flow's
+            withdrawn and never-queued moves become skipped). ``None``:
+            nothing more is written. It travels with the flow like
+            ``on_timed_out``. Not part of ``version``.
         lean: the steps a driver may run on its lean path
             (``RunDriver.run_lean``), by id, with the number of arguments
             (0 to 2) their function takes: plain synchronous function steps
@@ -289,6 +300,7 @@ class CompiledFlow(Generic[S]):
     description: str = ""
     variants: frozenset[str] = frozenset()
     on_timed_out: TimedOutHook | None = None
+    on_cancel: CancelHook | None = None
     lean: Mapping[str, int] = field(default_factory=dict)
 
     def step(self, step_id: str) -> AnyStep:
@@ -333,6 +345,9 @@ class FlowBuilder(Generic[S]):
         on_timed_out: ``hook(run_id)`` -> the domain writes committed with
             the ``timed_out`` checkpoint of a run that times out
             (:attr:`CompiledFlow.on_timed_out`); ``None``: none.
+        on_cancel: ``hook(store, run_id, withdrawal)``, called when a run is
+            canceled, once its intents were withdrawn
+            (:attr:`CompiledFlow.on_cancel`); ``None``: none.
     """
 
     def __init__(
@@ -349,10 +364,12 @@ class FlowBuilder(Generic[S]):
         inputs: Sequence[str] | type[BaseModel] | None = None,
         description: str = "",
         on_timed_out: TimedOutHook | None = None,
+        on_cancel: CancelHook | None = None,
     ) -> None:
         self.name = name
         self.deadline_s = deadline_s
         self.on_timed_out = on_timed_out
+        self.on_cancel = on_cancel
         if isinstance(inputs, type):
             inputs = list(inputs.model_fields)
         self.inputs = tuple(inputs) if inputs is not None else None
@@ -748,6 +765,7 @@ class FlowBuilder(Generic[S]):
             inputs=self.inputs,
             description=self.description,
             on_timed_out=self.on_timed_out,
+            on_cancel=self.on_cancel,
             lean=MappingProxyType({sid: _arity(s.fn) for sid, s in steps.items() if _is_lean(s)}),
         )
 

@@ -1104,11 +1104,30 @@ class Engine:
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
         run = self.store.get_run(run_id)
-        done = withdraw_for_cancel(self.store, run_id, run.flow_name)
+        done = withdraw_for_cancel(self.store, run_id, self._canceled_flow(run))
         cancel_children(self.store, run_id, self.clock, self.cancel)
         return Cancellation(
             self.store.get_run(run_id), done.withdrawn, done.in_flight, done.made, done.unknown
         )
+
+    def _canceled_flow(self, run: RunRecord) -> CompiledFlow[Any] | None:
+        """The flow whose :attr:`~CompiledFlow.on_cancel` hook records the
+        cancel of ``run``: the mode of it built here for the run's version
+        (:meth:`register_variant`), else the flow this engine registered
+        under the run's flow name; ``None`` (logged) when it has none, as an
+        engine knows only its own flows' hooks. Never builds a mode: a
+        cancel does not wait on, or fail for, a mode's configuration."""
+        with self._lock:
+            built = self._built.get((run.flow_name, run.flow_version))
+        flow = built if built is not None else self._flows.get(run.flow_name)
+        if flow is None:
+            log.warning(
+                "run %s of flow %r was canceled by an engine with no flow of that name: "
+                "the flow's on_cancel hook, if it has one, did not run",
+                run.run_id,
+                run.flow_name,
+            )
+        return flow
 
     def run_child(
         self,

@@ -38,12 +38,15 @@ import os
 import socket
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.owners import new_owner, owner_is_dead
 from desktop_app.store.protocol import CheckpointStore, Intent, Withdrawal
+
+if TYPE_CHECKING:
+    from desktop_app.flow.definition import CompiledFlow
 
 log = logging.getLogger(__name__)
 
@@ -159,35 +162,26 @@ def settle_withdrawn(
     return Withdrawal(withdrawn, done.in_flight, made, unknown)
 
 
-#: a flow's record of a cancel: ``hook(store, run_id, withdrawal)``
-CancelHook = Callable[[CheckpointStore, str, Withdrawal], None]
-_CANCEL_HOOKS: dict[str, CancelHook] = {}
-
-
-def on_cancel(flow_name: str, hook: CancelHook) -> None:
-    """Have :func:`withdraw_for_cancel` call ``hook(store, run_id, withdrawal)``
-    for every canceled run of flow ``flow_name`` (once its intents were
-    withdrawn), so the flow's own tables say what was never made. A second
-    registration for the same flow replaces the first."""
-    _CANCEL_HOOKS[flow_name] = hook
-
-
-def withdraw_for_cancel(store: CheckpointStore, run_id: str, flow_name: str) -> Withdrawal:
+def withdraw_for_cancel(
+    store: CheckpointStore, run_id: str, flow: CompiledFlow[Any] | None
+) -> Withdrawal:
     """Withdraw canceled run ``run_id``'s intents not delivered yet
     (``store.withdraw_intents`` with :data:`CANCELED`): each ``pending`` one,
     and each ``sending`` one whose claimant is gone (:func:`claimant_is_gone`)
     or whose claim expired. One a live dispatcher is sending is left to it
     (its outcome is recorded as it ends) and returned in ``in_flight``. A
     ``sending`` one withdrawn is settled by :func:`settle_withdrawn` (made,
-    not made, or said unknown). Then the flow's :func:`on_cancel` hook, if
-    any, records it.
+    not made, or said unknown). Then ``flow``'s
+    :attr:`~desktop_app.flow.definition.CompiledFlow.on_cancel` hook, if it
+    has one, records it (``flow`` is the run's flow; ``None``: the canceling
+    engine has no flow of the run's name, so no hook runs).
 
     Raises:
         StoreError: the store could not be written.
     """
     done = store.withdraw_intents(run_id, CANCELED, presumed_dead=claimant_is_gone)
     done = settle_withdrawn(store, done)
-    hook = _CANCEL_HOOKS.get(flow_name)
+    hook = None if flow is None else flow.on_cancel
     if hook is not None:
         hook(store, run_id, done)
     if done.withdrawn:

@@ -60,7 +60,7 @@ from pydantic import BaseModel, Field
 
 from desktop_app.errors import DomainReadError, FolderNotWritableError, InputError
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
-from desktop_app.flow.outbox import on_cancel, register_lookup
+from desktop_app.flow.outbox import register_lookup
 from desktop_app.flows.confined import (
     Refused,
     fsync_dir,
@@ -302,7 +302,8 @@ def leave_claimed(moves: list[TidyMove], claimed: dict[str, str]) -> list[TidyMo
 
 
 def record_cancel(store: CheckpointStore, run_id: str, done: Withdrawal) -> None:
-    """What a cancel of tidy run ``run_id`` changed (its ``on_cancel`` hook):
+    """What a cancel of tidy run ``run_id`` changed (the flow's ``on_cancel``
+    option, called once its intents were withdrawn):
     each move it withdrew becomes ``skipped`` with :data:`CANCELED`, each
     move not queued yet ``skipped`` with :data:`CANCELED_UNQUEUED`; a move a
     live dispatcher was making is left to it, which records its outcome. A
@@ -316,9 +317,6 @@ def record_cancel(store: CheckpointStore, run_id: str, done: Withdrawal) -> None
         skip_planned(run_id, CANCELED_UNQUEUED)(tx)
 
     store.write(write)
-
-
-on_cancel("tidy", record_cancel)
 
 
 def record_timed_out(run_id: str) -> list[DomainWrite]:
@@ -471,6 +469,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
             description="Sort a folder's files into Kind/Month subfolders once you approve "
             "the planned moves; an undo list is kept.",
             on_timed_out=record_timed_out,
+            on_cancel=record_cancel,
         )
         .step("plan", plan)
         .step("approve", approve)
