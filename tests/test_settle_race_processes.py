@@ -17,6 +17,7 @@ says the outcome is unknown only where it cannot ask the mailer (the
 
 from __future__ import annotations
 
+import itertools
 import socket
 import subprocess
 from collections import Counter
@@ -103,7 +104,12 @@ def test_cancels_and_a_dispatcher_racing_over_an_interrupted_send_make_it_once_a
     engine = Engine(store, flows=[mail_flow()])
     seen: Counter[str] = Counter()
     try:
-        for rnd in range(ROUNDS):
+        for rnd in itertools.count():
+            sides = {k.split()[0] for k in seen}
+            # ROUNDS rounds, and more (at most 3x) until the sweep has put the
+            # dispatcher on both sides of the cancels: load shifts the sweep
+            if rnd >= ROUNDS and (len(sides) == 2 or rnd >= 3 * ROUNDS):
+                break
             rid = engine.run("mails", {}).run_id
             (intent,) = store.claim_intents(dead_owner(), 60.0, 10)
             assert store.mark_intent(intent.intent_id, "sending", 1.0, expect="pending")
@@ -160,7 +166,7 @@ def test_cancels_and_a_dispatcher_racing_over_an_interrupted_send_make_it_once_a
         for each in (*cancelers, dispatcher):
             each.close()
         store.close()
-    print(f"two cancels and a dispatcher (lookup: {lookup}), {ROUNDS} rounds: {dict(seen)}")
+    print(f"two cancels and a dispatcher (lookup: {lookup}), {rnd} rounds: {dict(seen)}")
     # the sweep put the dispatcher on either side of the cancels
     assert any(k.startswith("cancel") for k in seen), dict(seen)
     assert any(k.startswith("dispatcher") for k in seen), dict(seen)
