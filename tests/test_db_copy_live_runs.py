@@ -182,6 +182,8 @@ RACE = """
 import sys, time
 from pathlib import Path
 from desktop_app.cli import main
+from desktop_app.cli.admin import cmd_db_copy
+from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
 from desktop_app.flow import Engine
 from desktop_app.store.sqlite.store import open_store
 from tests.test_db_copy_live_runs import gate
@@ -251,8 +253,8 @@ def test_db_copy_racing_a_runs_start_never_copies_it_runnable(tmp_path: Path, pg
         conn.close()
         _pg_clear(pg_url)
         go = folder / "go"
-        # the run starts 0-190 ms after the barrier: before, during and after the copy's read
-        run = _racer(go, "run", str(db), str(round_ / 100), env={**env, "GATE_HOLD_S": "0.3"})
+        # the run starts 0-950 ms after the barrier: before, during and after the copy's read
+        run = _racer(go, "run", str(db), str(round_ / 20), env={**env, "GATE_HOLD_S": "0.3"})
         copy = _racer(
             go, "copy", "--db", str(db), "db", "copy", "--from", str(db), "--to", pg_url, env=env
         )
