@@ -276,3 +276,79 @@ def test_db_copy_racing_a_runs_start_never_copies_it_runnable(tmp_path: Path, pg
         assert _steps(folder) == ["hold", "after"]
     assert sum(outcomes.values()) == 20, outcomes
     print(outcomes)  # how the rounds went (-s shows it)
+
+
+def test_held_runs_names_each_kind_a_live_owner_holds_and_no_dead_ones(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """What makes ``db copy`` refuse, kind by kind: a flow run's and an agent
+    run's lease of a live owner (whatever its expiry), a ``running``
+    LangGraph thread whose process lives, an intent a live dispatcher sends;
+    never the same held by a process that exited, nor a thread that waits."""
+    import apsw
+
+    from desktop_app.flow import Engine
+    from desktop_app.flow.owners import new_owner
+    from desktop_app.store.postgres.copy import held_runs
+    from desktop_app.store.sqlite.store import open_store
+    from tests.test_tryout_fixes import add_agent_runs
+
+    store = open_store(db_path)
+    flow_ids = [Engine(store, flows=[gate]).start("gate", {}) for _ in range(3)]
+    store.close()
+    add_agent_runs(db_path, 2)
+    gone = subprocess.run(
+        [sys.executable, "-c", "from desktop_app.flow.owners import new_owner; print(new_owner())"],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout.strip()  # fmt: skip
+    me = new_owner()
+    conn = apsw.Connection(str(db_path))
+    agent_ids = [r[0] for r in conn.execute("SELECT run_id FROM agent_runs ORDER BY run_id")]
+    now = time.time()
+    conn.execute(
+        "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (me, now - 3600, flow_ids[0]),  # expired by the clock, but its owner lives
+    )
+    conn.execute(
+        "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (gone, now + 3600, flow_ids[1]),
+    )
+    conn.execute(
+        "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (me, now + 30, agent_ids[0]),
+    )
+    conn.execute(
+        "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (gone, now + 30, agent_ids[1]),
+    )
+    for thread, status, owner in (
+        ("t-live", "running", me),
+        ("t-gone", "running", gone),
+        ("t-waits", "waiting", me),
+    ):
+        conn.execute(
+            "INSERT INTO langgraph_threads (scope, thread_id, status, created_at, updated_at, "
+            "owner) VALUES ('default', ?, ?, ?, ?, ?)",
+            (thread, status, now, now, owner),
+        )
+    for intent, owner in (("i-live", me), ("i-gone", gone)):
+        conn.execute(
+            "INSERT INTO outbox (intent_id, run_id, step_id, destination, payload, status, "
+            "created_at, claimed_by, claim_expires_at) VALUES (?, ?, 's', 'd', '{}', "
+            "'sending', ?, ?, ?)",
+            (intent, flow_ids[2], now, owner, now + 30),
+        )
+    conn.execute("BEGIN")
+    try:
+        held = held_runs(conn, now)
+    finally:
+        conn.execute("COMMIT")
+        conn.close()
+    pid, host = os.getpid(), me.split(":")[0]
+    owner_text = f"process {pid} on host {host} (owner {me})"
+    assert held == [
+        f"run {flow_ids[0]} (flow gate, scope default): {owner_text}",
+        f"run {agent_ids[0]} (agent helper, scope default): {owner_text}",
+        f"LangGraph thread t-live (scope default): {owner_text}",
+        f"run {flow_ids[2]} (flow gate, scope default): {owner_text} sending its side effects",
+    ]

@@ -231,13 +231,14 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
             if not live or (scope, run_id) in seen:
                 continue
             seen.add((scope, run_id))
-            what = "LangGraph thread" if kind == "graph" else "run"
-            doing = "sending its side effects" if kind == "outbox" else ""
-            label = "agent" if kind == "agent" else "flow"
-            out.append(
-                f"{what} {run_id} ({label} {name}, scope {scope}): {_owner_text(owner)}"
-                + (f" {doing}" if doing else "")
-            )
+            if kind == "graph":
+                said = f"LangGraph thread {run_id} (scope {scope})"
+            else:
+                said = (
+                    f"run {run_id} ({'agent' if kind == 'agent' else 'flow'} {name}, scope {scope})"
+                )
+            doing = " sending its side effects" if kind == "outbox" else ""
+            out.append(f"{said}: {_owner_text(owner)}{doing}")
     return out
 
 
