@@ -360,6 +360,38 @@ class CopyTargetNotEmptyError(StoreError):
         return f"{said}; see what it holds with " + " and ".join(f"`{c}`" for c in looks)
 
 
+class CopySourceBusyError(StoreError):
+    """``flowdesk db copy``: live processes of this host hold runs of the
+    source file (a lease, a running LangGraph thread or an outbox intent
+    being sent); nothing was copied, since a worker on the target would run
+    them while those processes still do.
+
+    Attributes:
+        source: the source file.
+        held: one line per held run, ``run R (flow F, scope S): process PID
+            on host H (owner O)``, at most :data:`SHOWN` of them.
+        count: how many runs are held in all.
+    """
+
+    SHOWN = 5
+
+    def __init__(self, source: str, held: list[str]) -> None:
+        self.source, self.count = source, len(held)
+        self.held = tuple(held[: self.SHOWN])
+        more = f"; and {self.count - self.SHOWN} more" if self.count > self.SHOWN else ""
+        super().__init__(
+            f"{source}: {plural(self.count, 'run is', 'runs are')} executing in a live process "
+            f"of this host: {'; '.join(self.held)}{more}. Nothing was copied: a worker on the "
+            "target would run them while that process still does. Let them finish, or stop "
+            "that process (Ctrl-C in its terminal; a stopped run is copied as interrupted and "
+            "the first worker continues it), then copy again."
+        )
+
+    def for_command(self, again: str) -> str:
+        """The message with the command that copies again (``again``)."""
+        return f"{str(self).removesuffix('.')}: `{again}`"
+
+
 class CheckpointNotFoundError(FlowdeskError):
     """No run or checkpoint with the given id exists in this scope."""
 

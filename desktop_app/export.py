@@ -20,9 +20,20 @@ as ``flowdesk runs`` lists them): a table with a ``scope`` column is
 filtered on it, one with a ``run_id`` column on the runs (flow and agent) of
 that scope; any other table is written whole.
 
-An output folder that holds files of the other format (``runs.csv`` when
-writing JSON) is refused before anything is written (exit 2): one folder
-holds one export, never a mix of two.
+The runs are the ones ``flowdesk runs`` lists: flow runs (``runs``),
+agent runs, Pydantic AI's included (``agent_runs``), and LangGraph threads
+(``langgraph_threads``: their rows, not LangGraph's serialized checkpoints).
+
+One folder holds one export, never a mix of two. Each export writes a
+manifest, ``flowdesk-export.json`` (0600), naming its source (the file's
+absolute path, or the URL without its password), scope, format and tables.
+Before anything is written (exit 2), a folder is refused that holds files of
+the other format (``runs.csv`` when writing JSON), the manifest of another
+source or scope, or ``*.json``/``*.csv`` files without a manifest (an export
+that cannot be told apart from another). An export of the same source and
+scope replaces its files, and its manifest lists every table the folder
+holds. The folder is locked (``flock``) while an export checks and writes
+it, so two exports into one folder never interleave.
 
 Nothing is left half-written: each table goes to a hidden temporary file in
 the output folder (``.runs.json.partial-PID``), and the files take their
@@ -40,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import fcntl
 import json
 import os
 import sqlite3
@@ -70,6 +82,7 @@ DEFAULT_TABLES = (
     "agent_runs",
     "agent_messages",
     "agent_tool_results",
+    "langgraph_threads",
     "digest_files",
     "tidy_moves",
     "tidy_undos",
@@ -87,6 +100,10 @@ def iso_time(value: Any) -> Any:
         moment = datetime.fromtimestamp(value, UTC)
         return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return value
+
+
+#: The manifest every export writes into its folder (module docstring).
+MANIFEST = "flowdesk-export.json"
 
 
 def _with_iso_times(row: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +135,14 @@ class _Staged:
         self.files.append((temp, final))
         return _private(temp)
 
+    def manifest(self, content: dict[str, Any]) -> None:
+        """Write :data:`MANIFEST` (0600) with ``content``, published first."""
+        final = self.out / MANIFEST
+        temp = self.out / f".{MANIFEST}.partial-{os.getpid()}"
+        self.files.insert(0, (temp, final))
+        with _private(temp) as fh:
+            fh.write(json.dumps(content, ensure_ascii=False, indent=1))
+
     def publish(self) -> None:
         for temp, final in self.files:
             os.replace(temp, final)
@@ -131,22 +156,31 @@ class _Staged:
 
 
 @contextmanager
-def _staged(out: Path, fmt: str) -> Iterator[_Staged]:
-    """Create ``out`` (:func:`make_out`) and yield a :class:`_Staged`: its
-    files are published when the body returns, discarded when it raises."""
+def _staged(out: Path, fmt: str, source: str, scope: str) -> Iterator[_Staged]:
+    """Create ``out`` (:func:`make_out`), lock it, check it again under the
+    lock (:func:`check_out`: another export may have written it meanwhile)
+    and yield a :class:`_Staged`: its files are published when the body
+    returns, discarded when it raises."""
     created = not out.exists()
     make_out(out)
-    staged = _Staged(out, fmt, created)
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        yield staged
-    except BaseException:
-        staged.discard()
-        raise
-    staged.publish()
+        fcntl.flock(fd, fcntl.LOCK_EX)  # one export at a time checks and writes a folder
+        staged = _Staged(out, fmt, created)
+        try:
+            check_out(out, fmt, source, scope)
+            yield staged
+        except BaseException:
+            staged.discard()
+            raise
+        staged.publish()
+    finally:
+        os.close(fd)
 
 
 class MixedFormatsError(Exception):
-    """The output folder holds files of the other format (exit 2)."""
+    """The output folder holds files of the other format, or of another
+    export (another source or scope, or no manifest): exit 2."""
 
 
 class UnknownTableError(Exception):
@@ -164,28 +198,96 @@ def _no_tables(missing: list[str], where: str, present: Iterable[str]) -> Unknow
     )
 
 
-def check_out(out: Path, fmt: str) -> None:
-    """Refuse an output folder that holds an export of the other format.
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The manifest of the export in ``out`` (:data:`MANIFEST`), or ``None``
+    when it has none; one that is not a JSON object counts as none."""
+    try:
+        content = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return None
+    return content if isinstance(content, dict) else None
+
+
+def check_out(out: Path, fmt: str, source: str = "", scope: str = "default") -> None:
+    """Refuse an output folder that holds another export (module docstring):
+    ``source`` and ``scope`` are this export's (the source as
+    :func:`source_of` gives it).
 
     Raises:
         OutputFolderError: ``out`` is a file.
         MixedFormatsError: ``out`` holds ``*.csv`` files and ``fmt`` is
-            ``json``, or ``*.json`` and ``csv``; the message says what to do.
+            ``json``, or ``*.json`` and ``csv``; or the manifest of another
+            source or scope; or ``*.json``/``*.csv`` files and no manifest.
+            The message says what to do.
     """
     if out.exists() and not out.is_dir():
         raise OutputFolderError(
             f"{out} is a file, not a folder; nothing was written: give --out a new folder "
-            "(or one holding an earlier export)"
+            "(or one holding an earlier export of the same database and scope)"
         )
+    if not out.is_dir():
+        return
     other = "csv" if fmt == "json" else "json"
-    found = sorted(p.name for p in out.glob(f"*.{other}")) if out.is_dir() else []
+    found = sorted(p.name for p in out.glob(f"*.{other}") if p.name != MANIFEST)
     if found:
-        shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
         raise MixedFormatsError(
-            f"{out} holds an export in {other} ({shown}); nothing was written, so that one "
-            f"folder never mixes two formats: export to an empty folder, or remove those "
+            f"{out} holds an export in {other} ({_shown(found)}); nothing was written, so that "
+            "one folder never mixes two formats: export to an empty folder, or remove those "
             "files first"
         )
+    manifest = read_manifest(out)
+    if manifest is None:
+        files = sorted(
+            p.name
+            for p in out.iterdir()
+            if p.suffix in (".json", ".csv") and not p.name.startswith(".")
+        )
+        if files:
+            raise MixedFormatsError(
+                f"{out} holds {_shown(files)} and no {MANIFEST} saying which database and "
+                "scope they were exported from; nothing was written, so that one folder never "
+                "mixes two exports: export to an empty folder, or remove those files first"
+            )
+        return
+    theirs = (manifest.get("source"), manifest.get("scope"))
+    if theirs != (source, scope):
+        raise MixedFormatsError(
+            f"{out} holds the export of {theirs[0]} (scope {theirs[1]!r}; its {MANIFEST}), "
+            f"not of {source} (scope {scope!r}); nothing was written, so that one folder "
+            "never mixes two exports: export to an empty folder, or remove that export first"
+        )
+
+
+def source_of(db: str | os.PathLike[str]) -> str:
+    """What a manifest names as an export's source: a file's absolute path
+    (symbolic links resolved), a ``postgresql://`` URL without its password."""
+    text = os.fspath(db)
+    if is_postgres_url(text):
+        from desktop_app.errors import redact
+
+        return redact(text, mask=None)
+    return os.path.realpath(text)
+
+
+def _manifest(out: Path, source: str, scope: str, fmt: str, wanted: list[str]) -> dict[str, Any]:
+    """This export's manifest: the folder's tables are its own and those of
+    the earlier export of the same source and scope it adds to."""
+    earlier = read_manifest(out) or {}
+    tables = set(wanted) | {t for t in earlier.get("tables", []) if isinstance(t, str)}
+    return {
+        "flowdesk_export": 1,
+        "source": source,
+        "scope": scope,
+        "format": fmt,
+        "tables": sorted(tables),
+        "written_at": iso_time(datetime.now(UTC).timestamp()),
+    }
 
 
 def make_out(out: Path) -> None:
@@ -239,7 +341,7 @@ def export(
 
     Raises:
         UnknownTableError: a requested table does not exist (nothing written).
-        MixedFormatsError: ``out`` holds files of the other format.
+        MixedFormatsError: ``out`` holds another export (:func:`check_out`).
         OutputFolderError: ``out`` is a file or cannot be created or written.
         sqlite3.DatabaseError: the file cannot be read (a damaged page:
             nothing was written, ``out`` is as it was).
@@ -253,9 +355,11 @@ def export(
         missing = [t for t in wanted if t not in present]
         if missing:
             raise _no_tables(missing, str(db), present)
-        check_out(out, fmt)
+        source = source_of(db)
+        check_out(out, fmt, source, scope)
         counts: dict[str, int] = {}
-        with _staged(out, fmt) as staged:
+        with _staged(out, fmt, source, scope) as staged:
+            staged.manifest(_manifest(out, source, scope, fmt, wanted))
             for name in wanted:
                 hidden = STORAGE_KEYS.get(name, "")
                 where, n = _scope_filter({c.name for c in database[name].columns}, present)
@@ -295,7 +399,7 @@ def export_postgres(
 
     Raises:
         UnknownTableError: a requested table does not exist (nothing written).
-        MixedFormatsError: ``out`` holds files of the other format.
+        MixedFormatsError: ``out`` holds another export (:func:`check_out`).
         OutputFolderError: ``out`` is a file or cannot be created or written.
         psycopg.Error: the server cannot be read (nothing was written, ``out``
             is as it was).
@@ -319,9 +423,11 @@ def export_postgres(
         missing = [t for t in wanted if t not in columns]
         if missing:
             raise _no_tables(missing, "the database", columns)
-        check_out(out, fmt)
+        source = source_of(url)
+        check_out(out, fmt, source, scope)
         literal = sql.Literal(scope).as_string(conn)  # COPY takes no bound parameters
-        with _staged(out, fmt) as staged:
+        with _staged(out, fmt, source, scope) as staged:
+            staged.manifest(_manifest(out, source, scope, fmt, wanted))
             _copy_tables(conn, columns, wanted, literal, fmt, staged, counts)
     return counts
 
@@ -421,10 +527,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: the tables holding the runs ``flowdesk runs`` lists, and what each row is
+RUN_TABLES = (
+    ("runs", "flow run"),
+    ("agent_runs", "agent run"),
+    ("langgraph_threads", "LangGraph thread"),
+)
+
+
 def _report(counts: dict[str, int], out: Path, scope: str) -> None:
     for name, n in counts.items():
         print(f"{name}: {plural(n, 'row')}")
     print(f"written to {out} (the runs of scope {scope!r})")
+    kinds = [plural(counts[t], one) for t, one in RUN_TABLES if t in counts]
+    if kinds:  # what `flowdesk runs` lists, by kind
+        runs = f"{', '.join(kinds[:-1])} and {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+        print(f"the runs as `runs` lists them: {runs}")
 
 
 if __name__ == "__main__":

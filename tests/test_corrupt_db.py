@@ -210,6 +210,8 @@ def test_export_of_a_damaged_file_writes_nothing(digested, tmp_path):
     come second); before ``cell_size_check`` it read as holding no rows and
     the export "succeeded" without the run's last checkpoints."""
     db = _copy(digested, tmp_path)
+    earlier = tmp_path / "earlier"  # a folder holding an export of the file while intact
+    assert flowdesk(db, "export", "--out", str(earlier)).returncode == 0
     _scramble_cells(db, _last_leaf(db, "checkpoints"))
     fresh = tmp_path / "exp"
     failed = flowdesk(db, "export", "--out", str(fresh))
@@ -219,8 +221,6 @@ def test_export_of_a_damaged_file_writes_nothing(digested, tmp_path):
         "corrupt: restore it from a backup); nothing was written\n"
     )
     assert not fresh.exists()  # no runs.json left behind, nor the folder made for it
-    earlier = tmp_path / "earlier"  # a folder holding an export of the intact file
-    assert flowdesk(digested[0], "export", "--out", str(earlier)).returncode == 0
     before = _exported(earlier)
     assert {mode for _, mode in before.values()} == {0o600}
     assert "runs.json" in before and "checkpoints.json" in before
@@ -235,21 +235,25 @@ def test_export_of_an_intact_file_writes_every_table_0600(digested, tmp_path):
     assert done.returncode == 0, done.stderr
     files = _exported(out)
     assert sorted(files) == sorted(
-        f"{t}.csv"
-        for t in (
-            "runs",
-            "checkpoints",
-            "waits",
-            "signals",
-            "events",
-            "outbox",
-            "agent_runs",
-            "agent_messages",
-            "agent_tool_results",
-            "digest_files",
-            "tidy_moves",
-            "tidy_undos",
-        )
+        [
+            f"{t}.csv"
+            for t in (
+                "runs",
+                "checkpoints",
+                "waits",
+                "signals",
+                "events",
+                "outbox",
+                "agent_runs",
+                "agent_messages",
+                "agent_tool_results",
+                "langgraph_threads",
+                "digest_files",
+                "tidy_moves",
+                "tidy_undos",
+            )
+        ]
+        + ["flowdesk-export.json"]
     )
     assert {mode for _, mode in files.values()} == {0o600}
     assert stat.S_IMODE(out.stat().st_mode) == 0o700

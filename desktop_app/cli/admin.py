@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,12 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.errors import (
+    CopySourceBusyError,
     CopyTargetNotEmptyError,
     DatabaseMissingError,
     FlowdeskError,
     InputError,
+    has_secret,
     redact,
 )
 from desktop_app.words import plural
@@ -97,6 +100,14 @@ def cmd_db_copy(ctx: Ctx) -> int:
             for s in exc.scopes or (mine,)
         ]
         print(f"flowdesk: {exc.for_command(*looks)}", file=sys.stderr)
+        return EXIT_FAILED
+    except CopySourceBusyError as exc:  # the same command again, as the user gave it
+        ctx.hints.password_left_out |= has_secret(target.text)  # the note says to give it
+        again = ctx.hints.cmd(
+            f"db copy --from {shlex.quote(str(ctx.args.source))} "
+            f"--to {shlex.quote(redact(target.text, mask=None))}"
+        )
+        print(f"flowdesk: {exc.for_command(again)}", file=sys.stderr)
         return EXIT_FAILED
     for table, n in report.rows.items():
         print(f"{table}: {plural(n, 'row')}")

@@ -15,12 +15,24 @@ The source is read in one SQLite read transaction (a consistent snapshot,
 even while a laptop process still writes to it; stop it first so nothing
 it writes afterwards is left behind). The target must have the schema
 applied and hold no runs.
+
+A run a live process of this host still executes is never handed over:
+when that snapshot holds a lease of a live owner (a flow or agent run), a
+``running`` LangGraph thread whose process lives, or an outbox intent a
+live dispatcher is sending (liveness as :func:`~desktop_app.flow.owners.holding`
+judges it, whatever the clocks say), nothing is copied
+(:class:`~desktop_app.errors.CopySourceBusyError` names them). Copying it
+with its lease would not do: a worker on another host takes a lease over
+once it expires, and the laptop's process renews it in the file only. A run
+created after the snapshot is not in the copy; one created with its lease
+(``flowdesk run``) is either absent from the snapshot or held in it.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +40,13 @@ from typing import Any
 import apsw
 import psycopg
 
-from desktop_app.errors import CopyTargetNotEmptyError, DatabaseOpenError, StoreError
+from desktop_app.errors import (
+    CopySourceBusyError,
+    CopyTargetNotEmptyError,
+    DatabaseOpenError,
+    StoreError,
+)
+from desktop_app.flow.owners import holding, liveness
 from desktop_app.store import migrations
 from desktop_app.store.connection import translate
 from desktop_app.store.postgres.sql import connect, no_nul, redact
@@ -123,6 +141,8 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
             side's schema is not the one this version applies (run
             ``flowdesk db apply`` on it first).
         CopyTargetNotEmptyError: the target already holds runs.
+        CopySourceBusyError: a live process of this host executes runs of
+            ``source``; nothing was copied.
         DatabaseCorruptError: a page of ``source`` is damaged; nothing was copied.
         StoreError: a row could not be stored; nothing was copied.
     """
@@ -161,18 +181,90 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
         src.close()
 
 
+def _owner_text(owner: str) -> str:
+    """``process 1234 on host laptop (owner laptop:1234:ab12cd@99)``."""
+    host, _, rest = owner.partition(":")
+    return f"process {rest.partition(':')[0]} on host {host} (owner {owner})"
+
+
+def held_runs(src: apsw.Connection, now: float) -> list[str]:
+    """The runs of the SQLite database ``src`` that a live process holds, read
+    in its current transaction, judged at ``now`` (UTC epoch s), one line
+    each (:class:`~desktop_app.errors.CopySourceBusyError`): flow and agent
+    runs whose lease is ``held``, ``running`` LangGraph threads whose
+    process of this host lives, runs with an outbox intent a live
+    dispatcher is sending."""
+    out: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    queries = (
+        (
+            "flow",
+            "SELECT scope, run_id, flow_name, lease_owner, lease_expires_at FROM runs "
+            "WHERE lease_owner IS NOT NULL ORDER BY scope, run_id",
+        ),
+        (
+            "agent",
+            "SELECT scope, run_id, agent, lease_owner, lease_expires_at FROM agent_runs "
+            "WHERE lease_owner IS NOT NULL ORDER BY scope, run_id",
+        ),
+        (
+            "graph",
+            "SELECT scope, thread_id, 'graph', owner, NULL FROM langgraph_threads "
+            "WHERE status = 'running' AND owner IS NOT NULL ORDER BY scope, thread_id",
+        ),
+        (
+            "outbox",
+            "SELECT coalesce(r.scope, a.scope, '?'), o.run_id, "
+            "coalesce(r.flow_name, a.agent, '?'), o.claimed_by, o.claim_expires_at FROM outbox o "
+            "LEFT JOIN runs r ON r.run_id = o.run_id LEFT JOIN agent_runs a ON a.run_id = o.run_id "
+            "WHERE o.status = 'sending' AND o.claimed_by IS NOT NULL ORDER BY o.run_id",
+        ),
+    )
+    for kind, query in queries:
+        for scope, run_id, name, owner, expires in src.execute(query):
+            # a thread has no lease: only its process's liveness tells (never expires)
+            live = (
+                liveness(owner) == "alive"
+                if kind == "graph"
+                else holding(owner, expires, now) == "held"
+            )
+            if not live or (scope, run_id) in seen:
+                continue
+            seen.add((scope, run_id))
+            if kind == "graph":
+                said = f"LangGraph thread {run_id} (scope {scope})"
+            else:
+                said = (
+                    f"run {run_id} ({'agent' if kind == 'agent' else 'flow'} {name}, scope {scope})"
+                )
+            doing = " sending its side effects" if kind == "outbox" else ""
+            out.append(f"{said}: {_owner_text(owner)}{doing}")
+    return out
+
+
 def _copy(src: apsw.Connection, dst: psycopg.Connection[Any], where: str) -> CopyReport:
+    src.execute("BEGIN")  # one snapshot of the whole file: the check and the rows copied
+    try:
+        return _copy_snapshot(src, dst, where)
+    finally:
+        src.execute("COMMIT")
+
+
+def _copy_snapshot(src: apsw.Connection, dst: psycopg.Connection[Any], where: str) -> CopyReport:
     schema = migrations.PG_SCHEMA
+    held = held_runs(src, time.time())  # the first read: the snapshot starts here
+    if held:
+        raise CopySourceBusyError(src.filename, held)
     dst.execute(f"SET LOCAL search_path = {schema}")
-    held = dict.fromkeys(("runs", "agent_runs"), 0)
+    holds = dict.fromkeys(("runs", "agent_runs"), 0)
     scopes: set[str] = set()
-    for table in held:
+    for table in holds:
         for scope, n in dst.execute(f"SELECT scope, count(*) FROM {table} GROUP BY scope"):
-            held[table] += int(n)
+            holds[table] += int(n)
             scopes.add(str(scope))
-    if held["runs"] or held["agent_runs"]:
+    if holds["runs"] or holds["agent_runs"]:
         raise CopyTargetNotEmptyError(
-            where, held["runs"], held["agent_runs"], tuple(sorted(scopes))
+            where, holds["runs"], holds["agent_runs"], tuple(sorted(scopes))
         )
     columns: dict[str, list[tuple[str, str, bool]]] = {}
     for table, column, dtype, identity in dst.execute(
@@ -183,31 +275,26 @@ def _copy(src: apsw.Connection, dst: psycopg.Connection[Any], where: str) -> Cop
         if table not in _SKIPPED:
             columns.setdefault(table, []).append((column, dtype, identity == "YES"))
     report = CopyReport()
-    src.execute("BEGIN")  # one snapshot of the whole file
-    try:
-        for table in _order(dst, list(columns)):
-            have = {r[1] for r in src.execute(f"SELECT * FROM pragma_table_info('{table}')")}
-            cols = [c for c in columns[table] if c[0] in have and c[0] not in _DROPPED]
-            names = ", ".join(c[0] for c in cols)
-            times = [c[1] == "timestamp with time zone" for c in cols]
-            count = 0
-            with dst.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-                for row in src.execute(f"SELECT {names} FROM {table}"):
-                    out = [
-                        _timestamp(v, table, cols[i][0]) if times[i] else v
-                        for i, v in enumerate(row)
-                    ]
-                    copy.write_row([no_nul(v) if isinstance(v, str) else v for v in out])
-                    count += 1
-            report.rows[table] = count
-            for column, _dtype, identity in cols:
-                if identity:  # the next generated id follows the copied ones
-                    dst.execute(
-                        f"SELECT setval(pg_get_serial_sequence(%s, %s), "
-                        f"coalesce((SELECT max({column}) FROM {table}), 0) + 1, false)",
-                        (f"{schema}.{table}", column),
-                    )
-    finally:
-        src.execute("COMMIT")
+    for table in _order(dst, list(columns)):
+        have = {r[1] for r in src.execute(f"SELECT * FROM pragma_table_info('{table}')")}
+        cols = [c for c in columns[table] if c[0] in have and c[0] not in _DROPPED]
+        names = ", ".join(c[0] for c in cols)
+        times = [c[1] == "timestamp with time zone" for c in cols]
+        count = 0
+        with dst.cursor().copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            for row in src.execute(f"SELECT {names} FROM {table}"):
+                out = [
+                    _timestamp(v, table, cols[i][0]) if times[i] else v for i, v in enumerate(row)
+                ]
+                copy.write_row([no_nul(v) if isinstance(v, str) else v for v in out])
+                count += 1
+        report.rows[table] = count
+        for column, _dtype, identity in cols:
+            if identity:  # the next generated id follows the copied ones
+                dst.execute(
+                    f"SELECT setval(pg_get_serial_sequence(%s, %s), "
+                    f"coalesce((SELECT max({column}) FROM {table}), 0) + 1, false)",
+                    (f"{schema}.{table}", column),
+                )
     dst.commit()
     return report

@@ -1,0 +1,354 @@
+"""``db copy`` never hands over a run a live process of this host executes.
+
+The tryout: ``flowdesk run digest`` on a SQLite file, ``db copy`` to
+PostgreSQL 5 s later, then ``flowdesk agent`` there: the copy held the run
+``running`` with its lease dropped (shown ``interrupted``), the worker took
+it at once, and both processes wrote the same digest.md. Now the copy
+refuses while the lease's owner lives, naming it, and its hint (the same
+copy again) works once the run has ended.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from tests.cli_support import REPO, as_printed, flowdesk, spawn
+
+FLOWS = '["tests.test_db_copy_live_runs:gate"]'
+
+
+class G(BaseModel):
+    n: int = 0
+
+
+def _log(step: str) -> None:
+    with open(Path(os.environ["GATE_DIR"]) / "steps.log", "a", encoding="utf-8") as fh:
+        fh.write(f"{step} {os.getpid()}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _hold(state: G) -> dict:
+    """Log, say it started, then wait for the test's ``release`` file."""
+    folder = Path(os.environ["GATE_DIR"])
+    _log("hold")
+    time.sleep(float(os.environ.get("GATE_HOLD_S", "0.05")))  # the copy may come meanwhile
+    (folder / f"started-{os.getpid()}").touch()
+    while not (folder / "release").exists():
+        time.sleep(0.02)
+    return {"n": state.n + 1}
+
+
+def _after(state: G) -> dict:
+    _log("after")
+    return {"n": state.n + 1}
+
+
+def _build():
+    from desktop_app.flow import FlowBuilder
+
+    return FlowBuilder("gate", G).step("hold", _hold).step("after", _after).chain().compile()
+
+
+gate = _build()
+
+
+def _env(folder: Path) -> dict[str, str]:
+    return {"FLOWDESK_FLOWS": FLOWS, "GATE_DIR": str(folder), "PYTHONPATH": str(REPO)}
+
+
+def _wait_for(path_glob: Path, proc: subprocess.Popen[str]) -> None:
+    """Until a file matching ``path_glob`` exists (``proc`` must not end first)."""
+    while not list(path_glob.parent.glob(path_glob.name)):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+
+
+def _steps(folder: Path) -> list[str]:
+    log = folder / "steps.log"
+    return [ln.split()[0] for ln in log.read_text().splitlines()] if log.exists() else []
+
+
+def _pg_runs(url: str) -> list[tuple[str, str]]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return [
+            (str(r), str(s))
+            for r, s in conn.execute("SELECT run_id, status FROM flowdesk.runs ORDER BY run_id")
+        ]
+
+
+@pytest.mark.postgres
+@pytest.mark.scenario("S69")
+def test_db_copy_refuses_a_run_a_live_process_executes_and_its_hint_copies_once_it_ended(
+    tmp_path: Path, pg_url: str
+) -> None:
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    env = _env(folder)
+    db = tmp_path / "live.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    # `start` on a file executes the run itself: the run's process, holding its lease
+    live = spawn("--db", str(db), "start", "gate", "--input", "{}", env=env)
+    assert live.stdout is not None
+    rid = live.stdout.readline().strip()
+    worker = None
+    try:
+        _wait_for(folder / "started-*", live)
+        refused = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url, env=env)
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        said = refused.stderr
+        assert f"run {rid} (flow gate, scope default): process {live.pid} on host" in said, said
+        assert "Nothing was copied" in said and "Let them finish, or stop that process" in said
+        assert refused.stdout == ""
+        assert _pg_runs(pg_url) == []  # nothing there for a worker to take
+        # the other ways round are refused too, and write nothing
+        other = tmp_path / "copy.db"
+        to_file = flowdesk(db, "db", "copy", "--from", str(db), "--to", str(other), env=env)
+        assert to_file.returncode == 2 and "postgresql://" in to_file.stderr
+        assert not other.exists()
+        back = flowdesk(db, "db", "copy", "--from", pg_url, "--to", str(other), env=env)
+        assert back.returncode == 2 and "postgresql://" in back.stderr
+        assert not other.exists()
+        # a worker on the target while the run still executes on the laptop: nothing to run
+        worker = spawn("--db", pg_url, "agent", "--poll", "0.1", env=env)
+        assert worker.stderr is not None
+        assert "worker" in worker.stderr.readline()
+        assert _steps(folder) == ["hold"]
+        (folder / "release").touch()
+        out, err = live.communicate(timeout=120)
+        assert live.returncode == 0, out + err
+        assert "completed" in out, out
+        # the hint, run as printed: the same copy, which now copies the ended run
+        hint = said.split("then copy again: `", 1)[1].split("`", 1)[0]
+        assert hint == f"flowdesk --db {db} db copy --from {db} --to {pg_url}"
+        again = as_printed(hint, {**os.environ, **env})
+        assert again.returncode == 0, again.stderr
+        assert "copied 1 flow run from" in again.stdout
+        assert _pg_runs(pg_url) == [(rid, "completed")]
+    finally:
+        for proc in (live, worker):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.communicate(timeout=60)
+    assert worker is not None and worker.returncode == 0
+    assert _steps(folder) == ["hold", "after"]  # each step once: never on the worker
+
+
+@pytest.mark.postgres
+def test_db_copy_of_a_run_killed_mid_step_is_copied_for_the_worker(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The refusal judges liveness: once the run's process is gone
+    (``kill -9``), its lease is nobody's, the copy goes through, and the
+    worker finishes the run."""
+    folder = tmp_path / "gate"
+    folder.mkdir()
+    env = _env(folder)
+    db = tmp_path / "live.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    live = spawn("--db", str(db), "start", "gate", "--input", "{}", env=env)
+    assert live.stdout is not None
+    rid = live.stdout.readline().strip()
+    _wait_for(folder / "started-*", live)
+    live.kill()
+    live.communicate(timeout=60)
+    copied = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url, env=env)
+    assert copied.returncode == 0, copied.stderr
+    (folder / "release").touch()
+    worker = spawn("--db", pg_url, "agent", "--poll", "0.1", env=env)
+    try:
+        assert worker.stderr is not None
+        for line in worker.stderr:
+            if f"run {rid} completed" in line:
+                break
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=60)
+    assert _pg_runs(pg_url) == [(rid, "completed")]
+    assert _steps(folder) == ["hold", "hold", "after"]  # the killed attempt, then the worker's
+
+
+RACE = """
+import sys, time
+from pathlib import Path
+from desktop_app.cli import main
+from desktop_app.cli.admin import cmd_db_copy
+from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
+from desktop_app.flow import Engine
+from desktop_app.store.sqlite.store import open_store
+from tests.test_db_copy_live_runs import gate
+go, ready, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+engine = Engine(open_store(sys.argv[4]), flows=[gate]) if what == "run" else None
+ready.touch()
+while not go.exists():
+    time.sleep(0.001)
+if engine is not None:  # what `flowdesk run` does: the run created with its lease, then run
+    time.sleep(float(sys.argv[5]))
+    engine.run("gate", {})
+else:
+    sys.exit(main(sys.argv[4:]))
+"""
+
+
+def _racer(go: Path, what: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """A process that imports everything, says it is ready (``go.ready-<what>``),
+    waits for ``go`` to exist, then runs ``gate`` on the file ``args[0]``
+    after ``args[1]`` seconds (``what == "run"``), or the CLI with ``args``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", RACE, str(go), f"{go}.ready-{what}", what, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
+
+
+def _pg_clear(url: str) -> None:
+    """Every Flowdesk table of ``url`` emptied but its schema ledger."""
+    import psycopg
+
+    from desktop_app.store import migrations
+
+    with psycopg.connect(url) as conn:
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname='flowdesk' AND tablename <> %s",
+                (migrations.LEDGER,),
+            )
+        ]
+        conn.execute("TRUNCATE " + ", ".join(f"flowdesk.{t}" for t in tables) + " CASCADE")
+
+
+@pytest.mark.postgres
+@pytest.mark.scenario("S69")
+def test_db_copy_racing_a_runs_start_never_copies_it_runnable(tmp_path: Path, pg_url: str) -> None:
+    """``db copy`` and a run's start released together, 20 rounds: the copy
+    either refuses (the run held), or copies the file without the run
+    (started after its snapshot) or with the run ended; never a runnable run
+    whose process still executes it on the laptop."""
+    from desktop_app.store import migrations
+    from desktop_app.store.connection import open_connection
+
+    outcomes = {"refused": 0, "absent": 0, "ended": 0}
+    for round_ in range(20):
+        folder = tmp_path / f"r{round_}"
+        folder.mkdir()
+        (folder / "release").touch()  # the run goes straight through
+        env = _env(folder)
+        db = folder / "live.db"
+        conn = open_connection(db)
+        migrations.apply(conn)
+        conn.close()
+        _pg_clear(pg_url)
+        go = folder / "go"
+        # the run starts 0-950 ms after the barrier: before, during and after the copy's read
+        run = _racer(go, "run", str(db), str(round_ / 20), env={**env, "GATE_HOLD_S": "0.3"})
+        copy = _racer(
+            go, "copy", "--db", str(db), "db", "copy", "--from", str(db), "--to", pg_url, env=env
+        )
+        for proc, what in ((run, "run"), (copy, "copy")):  # both past their imports
+            _wait_for(folder / f"go.ready-{what}", proc)
+        go.touch()
+        run_out, run_err = run.communicate(timeout=120)
+        _, copy_err = copy.communicate(timeout=120)
+        assert run.returncode == 0, run_out + run_err
+        there = _pg_runs(pg_url)
+        if copy.returncode == 1:
+            assert "executing in a live process" in copy_err, copy_err
+            assert there == []
+            outcomes["refused"] += 1
+        else:
+            assert copy.returncode == 0, copy_err
+            assert all(status == "completed" for _, status in there), there
+            outcomes["absent" if not there else "ended"] += 1
+        assert _steps(folder) == ["hold", "after"]
+    assert sum(outcomes.values()) == 20, outcomes
+    print(outcomes)  # how the rounds went (-s shows it)
+
+
+def test_held_runs_names_each_kind_a_live_owner_holds_and_no_dead_ones(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """What makes ``db copy`` refuse, kind by kind: a flow run's and an agent
+    run's lease of a live owner (whatever its expiry), a ``running``
+    LangGraph thread whose process lives, an intent a live dispatcher sends;
+    never the same held by a process that exited, nor a thread that waits."""
+    import apsw
+
+    from desktop_app.flow import Engine
+    from desktop_app.flow.owners import new_owner
+    from desktop_app.store.postgres.copy import held_runs
+    from desktop_app.store.sqlite.store import open_store
+    from tests.test_tryout_fixes import add_agent_runs
+
+    store = open_store(db_path)
+    flow_ids = [Engine(store, flows=[gate]).start("gate", {}) for _ in range(3)]
+    store.close()
+    add_agent_runs(db_path, 2)
+    gone = subprocess.run(
+        [sys.executable, "-c", "from desktop_app.flow.owners import new_owner; print(new_owner())"],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout.strip()  # fmt: skip
+    me = new_owner()
+    conn = apsw.Connection(str(db_path))
+    agent_ids = [r[0] for r in conn.execute("SELECT run_id FROM agent_runs ORDER BY run_id")]
+    now = time.time()
+    conn.execute(
+        "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (me, now - 3600, flow_ids[0]),  # expired by the clock, but its owner lives
+    )
+    conn.execute(
+        "UPDATE runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (gone, now + 3600, flow_ids[1]),
+    )
+    conn.execute(
+        "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (me, now + 30, agent_ids[0]),
+    )
+    conn.execute(
+        "UPDATE agent_runs SET lease_owner=?, lease_expires_at=? WHERE run_id=?",
+        (gone, now + 30, agent_ids[1]),
+    )
+    for thread, status, owner in (
+        ("t-live", "running", me),
+        ("t-gone", "running", gone),
+        ("t-waits", "waiting", me),
+    ):
+        conn.execute(
+            "INSERT INTO langgraph_threads (scope, thread_id, status, created_at, updated_at, "
+            "owner) VALUES ('default', ?, ?, ?, ?, ?)",
+            (thread, status, now, now, owner),
+        )
+    for intent, owner in (("i-live", me), ("i-gone", gone)):
+        conn.execute(
+            "INSERT INTO outbox (intent_id, run_id, step_id, destination, payload, status, "
+            "created_at, claimed_by, claim_expires_at) VALUES (?, ?, 's', 'd', '{}', "
+            "'sending', ?, ?, ?)",
+            (intent, flow_ids[2], now, owner, now + 30),
+        )
+    conn.execute("BEGIN")
+    try:
+        held = held_runs(conn, now)
+    finally:
+        conn.execute("COMMIT")
+        conn.close()
+    pid, host = os.getpid(), me.split(":")[0]
+    owner_text = f"process {pid} on host {host} (owner {me})"
+    assert held == [
+        f"run {flow_ids[0]} (flow gate, scope default): {owner_text}",
+        f"run {agent_ids[0]} (agent helper, scope default): {owner_text}",
+        f"LangGraph thread t-live (scope default): {owner_text}",
+        f"run {flow_ids[2]} (flow gate, scope default): {owner_text} sending its side effects",
+    ]
