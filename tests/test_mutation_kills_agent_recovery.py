@@ -240,3 +240,25 @@ def test_an_answers_lease_is_given_back_when_the_block_fails(agents):
 def test_an_answer_to_a_run_that_does_not_exist_is_refused(agents):
     with pytest.raises(CheckpointNotFoundError), claimed_to_answer(agents, "nope"):
         pass
+
+
+def test_a_cancel_landing_while_the_answer_is_written_is_not_overwritten(agents):
+    """The answer is written fenced on the lease just taken (and on the run
+    not being canceled): a ``flowdesk cancel`` from another process that
+    lands between the lease and the write wins, and the run stays canceled
+    rather than handed to the workers as ``running``."""
+    from desktop_app.errors import AgentRunCanceledError
+
+    update = agents.update
+
+    def cancel_first(run_id: str, now: float, **kw: Any) -> None:
+        update(run_id, now, status="canceled", error="canceled by you")
+        update(run_id, now, **kw)
+
+    run = _waiting(agents, ASK)
+    agents.update = cancel_first  # type: ignore[method-assign]
+    with pytest.raises(AgentRunCanceledError):
+        hand_answer_to_workers(agents, run, "blue", owner="app:1:x", now=T0 + 5)
+    now = agents.get("r1")
+    assert (now.status, now.error, now.lease_owner) == ("canceled", "canceled by you", None)
+    assert len(agents.messages("r1")) == 1
