@@ -262,3 +262,32 @@ def test_a_cancel_landing_while_the_answer_is_written_is_not_overwritten(agents)
     now = agents.get("r1")
     assert (now.status, now.error, now.lease_owner) == ("canceled", "canceled by you", None)
     assert len(agents.messages("r1")) == 1
+
+
+# -- Agent.record_input (what an answer records before the run's servers start) --
+
+
+def _recorder(agents: SqliteAgentStore) -> Any:
+    from desktop_app.agent.runtime import Agent
+
+    return Agent("helper", object(), agents, [], owner="app:1:x")  # type: ignore[arg-type]
+
+
+def test_an_answer_is_recorded_by_an_agent_that_has_none_of_the_runs_tools(agents):
+    """``record_input`` runs before the run's MCP servers start, so with
+    no tools: the run's recorded tools are not compared then (that is the
+    resume's job, once they are connected). The answer is stored and the
+    run held by the answering owner."""
+    _waiting(agents, ASK)
+    _sources(agents, folder="/tmp/x", mcp=["notes"])
+    _recorder(agents).record_input("r1", "blue")
+    now = agents.get("r1")
+    assert (now.status, now.pending_call, now.lease_owner) == ("running", None, "app:1:x")
+    assert agents.messages("r1")[-1]["content"] == "Human input: blue"
+
+
+def test_an_answer_recorded_for_another_question_than_the_run_asks_is_refused(agents):
+    _waiting(agents, ASK)
+    with pytest.raises(RunStateError, match="now waits on another question"):
+        _recorder(agents).record_input("r1", "yes", wait_id=REQUEST.key)
+    _untouched(agents, ASK)

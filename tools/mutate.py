@@ -400,6 +400,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_runtime_cancel.py",
         "tests/test_mutation_kills_runtime_turns.py",
         "tests/test_mutation_kills_runtime_tools.py",
+        # answer_writes and record_input (an answer recorded before the servers start)
+        "tests/test_mutation_kills_agent_recovery.py",
     ],
 }
 # the parts split out of the driver and the engine: exercised by the tests
