@@ -119,3 +119,24 @@ def test_a_direct_store_given_a_listen_url_listens_there_and_nowhere_else(pg_url
             store.get_run("nobody")
     finally:
         store.close()
+
+
+def test_a_store_behind_a_transaction_pooler_sets_no_session_search_path(pg_url, bouncer):
+    """Behind a transaction-mode pooler the store sets ``search_path`` in
+    each transaction only (``SET LOCAL``), never for the session: a session
+    setting would stay on the pooler's server connections, which other
+    clients of the same pooler then use, and they would find Flowdesk's
+    schema first."""
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    via = bouncer.url(pg_url)
+    store = open_postgres_store(via, pooler="transaction")
+    try:
+        with pytest.raises(CheckpointNotFoundError):
+            store.get_run("nobody")
+    finally:
+        store.close()
+    for _ in range(4):  # the pooler's server connections (2), each at least once
+        with psycopg.connect(via, autocommit=True, prepare_threshold=None) as other:
+            (path,) = other.execute("SHOW search_path").fetchone()
+            assert "flowdesk" not in path
