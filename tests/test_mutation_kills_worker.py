@@ -268,3 +268,83 @@ def test_pg_a_pass_takes_over_the_runs_of_a_worker_whose_liveness_lock_is_gone(p
     assert one_pass(worker).submitted == 1
     assert pg.store.get_run(run_id).status == "completed"
     assert (pg.gate.started(run_id, "a"), pg.gate.started(run_id, "b")) == (1, 1)
+
+
+# -- runs of a flow this worker lacks (_tell_unknown_flows) -----------------------
+
+
+def test_a_run_of_a_flow_this_worker_lacks_is_refused_once_at_its_second_look(sq, manual, caplog):
+    """A pending run no live process holds, of a flow not registered here,
+    is refused (logged, given to ``on_refused``) at the second look that
+    finds it unchanged, naming its flow and this worker's; once only. A run
+    of a flow it has but no free slot for, and a run a live process of
+    this host holds, are never refused; nor is anything between looks
+    closer than ``unknown_every_s``."""
+    import logging
+
+    from desktop_app.flow.owners import new_owner
+    from desktop_app.flow.worker import unknown_flow
+    from desktop_app.store.protocol import Lease
+
+    gate = Gate()
+    other = Engine(sq, flows=[sleeper(gate)], clock=manual)
+    lost = other.start("sleeper", {})
+    held = other.start("sleeper", {})
+    live = new_owner()  # another owner of this (live) process
+    sq.claim(held, Lease(live, manual.now() + 3600, manual.now()), manual.now())
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    busy, queued = start_in_order(engine, manual, "two", 2)
+    refused: list[tuple[str, str]] = []
+    worker = Worker(engine, concurrency=1, on_refused=lambda r, e: refused.append((r, str(e))))
+    worker.unknown_every_s = 0.0
+    pool = CountingPool(2)
+    try:
+        with caplog.at_level(logging.INFO, logger="desktop_app.flow.worker"):
+            worker.run_pass(pool)  # starts `busy`, blocked at the gate: no slot for `queued`
+            gate.wait_starts(1)
+            assert refused == []  # the first look only notes what it saw
+            worker.run_pass(pool)
+            assert refused == [(lost, str(unknown_flow("sleeper", ["two"])))]
+            worker.run_pass(pool)
+            assert len(refused) == 1
+        said = [r.getMessage() for r in caplog.records if r.name == "desktop_app.flow.worker"]
+        assert len(said) == 1 and lost in said[0] and "'sleeper'" in said[0], said
+    finally:
+        gate.open.set()
+        pool.shutdown(wait=True)
+    assert sq.get_run(busy).status == "completed"
+    assert sq.get_run(queued).status == "pending"  # left for the next pass, not refused
+    assert worker.refused == {lost}
+    # the default: at most one look every 5 s (two passes at once look once)
+    late = Worker(engine, on_refused=lambda r, e: refused.append((r, str(e))))
+    assert late.unknown_every_s == 5.0
+    one_pass(late)
+    one_pass(late)
+    assert [r for r, _ in refused] == [lost]
+
+
+def test_a_run_a_peer_held_in_between_is_refused_only_two_free_looks_later(sq, manual):
+    """Only two looks in a row that find the run free and unchanged refuse
+    it: a run a live peer held at the look between (a worker of the team
+    that has its flow) is looked at afresh once it is free again."""
+    from desktop_app.flow.owners import new_owner
+    from desktop_app.store.protocol import Lease
+
+    gate = Gate()
+    gate.open.set()
+    other = Engine(sq, flows=[sleeper(gate)], clock=manual)
+    between = other.start("sleeper", {})
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    refused: list[str] = []
+    worker = Worker(engine, on_refused=lambda r, e: refused.append(r))
+    worker.unknown_every_s = 0.0
+    one_pass(worker)  # first look: free
+    peer = new_owner()  # a live owner of this host
+    sq.claim(between, Lease(peer, manual.now() + 3600, manual.now()), manual.now())
+    one_pass(worker)  # held by the peer: not looked at
+    sq.release(between, peer)
+    assert sq.get_run(between).status == "pending"
+    one_pass(worker)  # free again: a first look
+    assert refused == []
+    one_pass(worker)
+    assert refused == [between]

@@ -282,6 +282,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_postgres_round_trips.py",
         # the transaction code, stop_waiting, the reads and the rest
         "tests/test_mutation_kills_pgstore_tx.py",
+        # opening a store: its sessions, their name, where it listens
+        "tests/test_mutation_kills_pgstore_open.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
@@ -378,6 +380,14 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_agent_untrusted.py",
         "tests/test_mutation_kills_mcp.py",
     ],
+    # an answer's lease (claimed_to_answer, under `flowdesk answer` and the
+    # app's answer) and the app's hand-over to the workers on PostgreSQL
+    "desktop_app/agent/recovery.py": [
+        "tests/test_app_inbox_stale.py",
+        "tests/test_app_agent_recovery.py",
+        "tests/test_postgres_app_agent_answer.py",
+        "tests/test_mutation_kills_agent_recovery.py",
+    ],
     "desktop_app/agent/runtime.py": [
         "tests/test_agent.py",
         "tests/test_agent_crash.py",
@@ -390,6 +400,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_runtime_cancel.py",
         "tests/test_mutation_kills_runtime_turns.py",
         "tests/test_mutation_kills_runtime_tools.py",
+        # answer_writes and record_input (an answer recorded before the servers start)
+        "tests/test_mutation_kills_agent_recovery.py",
     ],
 }
 # the parts split out of the driver and the engine: exercised by the tests
@@ -428,7 +440,11 @@ TESTS_FOR["desktop_app/flow/run.py"] += [
 ]
 
 #: modules whose tests start stdio MCP servers in the test process
-REAL_STDERR = {"desktop_app/agent/mcp.py", "desktop_app/agent/runtime.py"}
+REAL_STDERR = {
+    "desktop_app/agent/mcp.py",
+    "desktop_app/agent/runtime.py",
+    "desktop_app/agent/recovery.py",
+}
 
 _RESULT = re.compile(r"^\s+(\S+): (.+)$")
 _KILLED = {"killed", "timeout", "caught by type check"}
