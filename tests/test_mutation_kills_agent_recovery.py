@@ -1,4 +1,4 @@
-"""An answer's lease (``claimed_to_answer``: ``flowdesk answer`` and the
+"""An answer's lease (``claimed_run``: ``flowdesk answer`` and the
 app's answer take it before a run's MCP servers start) and the app's
 hand-over of an answered run to the workers (``hand_answer_to_workers``,
 the app on PostgreSQL), exactly, as the mutation run of
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from desktop_app.agent.approvals import ApprovalRequest, agent_wait_id
-from desktop_app.agent.recovery import claimed_to_answer, hand_answer_to_workers
+from desktop_app.agent.recovery import claimed_run, hand_answer_to_workers
 from desktop_app.errors import (
     AgentRunLeasedError,
     ApprovalAnswerError,
@@ -205,7 +205,7 @@ def test_a_run_with_file_tools_is_handed_over_with_its_answer(agents):
     assert agents.get("r1").status == "running"
 
 
-# -- claimed_to_answer -------------------------------------------------------------
+# -- claimed_run -------------------------------------------------------------
 
 
 def test_an_answers_lease_is_held_by_a_new_owner_of_this_process_for_30_s(agents):
@@ -214,7 +214,7 @@ def test_an_answers_lease_is_held_by_a_new_owner_of_this_process_for_30_s(agents
     at once is refused. The run is left as it was, free, after the block."""
     _waiting(agents, ASK)
     t0 = time.time()
-    with claimed_to_answer(agents, "r1") as owner:
+    with claimed_run(agents, "r1") as owner:
         t1 = time.time()
         held = agents.get("r1")
         host, pid, nonce = owner.split(":", 2)
@@ -222,23 +222,23 @@ def test_an_answers_lease_is_held_by_a_new_owner_of_this_process_for_30_s(agents
         assert held.lease_owner == owner
         assert held.lease_expires_at is not None
         assert t0 + 30.0 <= held.lease_expires_at <= t1 + 30.0
-        with pytest.raises(AgentRunLeasedError), claimed_to_answer(agents, "r1"):
+        with pytest.raises(AgentRunLeasedError), claimed_run(agents, "r1"):
             pass
         assert agents.get("r1").lease_owner == owner
-    with claimed_to_answer(agents, "r1") as second:
+    with claimed_run(agents, "r1") as second:
         assert second != owner
     _untouched(agents, ASK)
 
 
 def test_an_answers_lease_is_given_back_when_the_block_fails(agents):
     _waiting(agents, ASK)
-    with pytest.raises(OSError, match="server did not start"), claimed_to_answer(agents, "r1"):
+    with pytest.raises(OSError, match="server did not start"), claimed_run(agents, "r1"):
         raise OSError("server did not start")
     _untouched(agents, ASK)
 
 
 def test_an_answer_to_a_run_that_does_not_exist_is_refused(agents):
-    with pytest.raises(CheckpointNotFoundError), claimed_to_answer(agents, "nope"):
+    with pytest.raises(CheckpointNotFoundError), claimed_run(agents, "nope"):
         pass
 
 
