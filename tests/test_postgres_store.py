@@ -524,8 +524,10 @@ def test_a_deadlock_aborts_one_append_which_is_retried_whole(pg_url, pg_store):
             t.join()
         assert errors == []
         # PostgreSQL aborted one of the two (a deadlock), and the store re-ran it
-        # whole; under load the re-run may meet the other again and be re-run once more
-        assert min(calls.values()) == 1 and 2 <= max(calls.values()) <= 3
+        # whole; under load a re-run may meet the other's transaction again and
+        # either may be aborted and re-run once more ({'a': 3, 'b': 2} was seen):
+        # what must hold is that a re-run happened and each landed once (below)
+        assert max(calls.values()) >= 2
         for rid in ("r1", "r2"):
             assert pg_store.latest(rid).revision == 2
             (row,) = pg_store.query(digest.files_of_run(rid))
