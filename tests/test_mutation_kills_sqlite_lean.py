@@ -11,12 +11,14 @@ Every store is a real SQLite file in ``tmp_path``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from desktop_app.errors import RunLeasedError
 from desktop_app.store.group_commit import AppendRequest
-from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
+from desktop_app.store.protocol import Checkpoint, Lease, RunRecord, StepRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 
 
@@ -73,3 +75,44 @@ def test_a_failed_checkpoints_error_reads_back_from_the_file(db_path: Path, give
     assert (latest.status, latest.error) == ("failed", "ValueError: bad input")
     assert fresh.get_run("r1").error == "ValueError: bad input"
     fresh.close()
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["plain", "given"])
+def test_a_steps_reported_progress_is_on_the_run_row(db_path: Path, given: bool):
+    """The progress a step reported is saved on the run's row too, which
+    ``flowdesk list`` and the app's run list read without a checkpoint."""
+    store = open_store(db_path)
+    store.create_run(RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0), _cp(0, {"n": 0}))
+    _append(store, replace(_cp(1, {"n": 1}), progress=(3, 10)), given)
+    store.close()
+    fresh = open_store(db_path)
+    assert fresh.get_run("r1").progress == (3, 10)
+    assert fresh.latest("r1").progress == (3, 10)
+    fresh.close()
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["plain", "given"])
+def test_a_running_step_saved_under_a_lease_keeps_the_run_leased(db_path: Path, given: bool):
+    """Each step of a running run is saved under its owner's lease: the run
+    row keeps the owner and the renewed expiry, so no other process claims
+    it; the step that ends the run drops the lease."""
+    a, b = open_store(db_path), open_store(db_path)
+    a.create_run(RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0), _cp(0, {"n": 0}))
+    lease = Lease("host:1:a", 130.0, issued_at=100.0)
+    a.claim("r1", lease, now=100.0)
+    renewed = Lease("host:1:a", 160.0, issued_at=100.0)
+    cp = _cp(1, {"n": 1})
+    if given:
+        (err,) = a.append_batch([AppendRequest(cp, lease=renewed, given=True)])
+        assert err is None
+    else:
+        a.append(cp, lease=renewed)
+    run = b.get_run("r1")
+    assert (run.status, run.lease_owner, run.lease_expires_at) == ("running", "host:1:a", 160.0)
+    with pytest.raises(RunLeasedError):
+        b.claim("r1", Lease("host:2:b", 170.0, issued_at=110.0), now=110.0)
+    a.append(_cp(2, {"n": 2}, "completed"), lease=renewed)
+    run = b.get_run("r1")
+    assert (run.status, run.lease_owner, run.lease_expires_at) == ("completed", None, None)
+    a.close()
+    b.close()
