@@ -102,3 +102,63 @@ def test_every_request_of_a_short_answered_batch_gets_the_same_store_error():
     assert len({id(e) for e in followers_errors}) == 1  # one failure, shared by the batch
     assert str(followers_errors[0]) == "append_batch returned 2 results for 3 requests"
     assert (gc.batches, gc.appends) == (2, 4)
+
+
+class _Gated(InMemoryCheckpointStore):
+    """Holds its first ``append_batch`` of each round until ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.hold = True
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
+        if self.hold:
+            self.hold = False
+            self.entered.set()
+            assert self.gate.wait(30)
+        return super().append_batch(requests)
+
+
+def test_a_lone_leader_hands_the_next_batch_to_the_caller_queued_behind_it():
+    """A caller that commits alone (the common case: one run in flight) and
+    finds a caller queued behind it when its commit ends wakes that caller,
+    which commits its own request as the next batch; each round counts one
+    wake-up, and every request is stored."""
+    store = _Gated()
+    for i in range(4):
+        store.create_run(RunRecord(f"r{i}", "f", "v", "running", 0, 1.0, 1.0), _cp(f"r{i}", 0))
+    gc = GroupCommitter(store)
+    errors: dict[str, BaseException | None] = {}
+
+    def append(run_id: str) -> None:
+        try:
+            gc.append(AppendRequest(_cp(run_id, 1)))
+            errors[run_id] = None
+        except BaseException as exc:
+            errors[run_id] = exc
+
+    for rnd, (lone, queued) in enumerate([("r0", "r1"), ("r2", "r3")], start=1):
+        store.entered.clear()
+        store.gate.clear()
+        store.hold = True
+        leader = threading.Thread(target=append, args=(lone,))
+        leader.start()
+        assert store.entered.wait(30)
+        follower = threading.Thread(target=append, args=(queued,))
+        follower.start()
+        deadline = time.monotonic() + 30
+        while True:  # the follower queued (and asleep) behind the lone commit
+            with gc._cond:
+                if len(gc._queue) == 1 and gc._queue[0].wakeup is not None:
+                    break
+            assert time.monotonic() < deadline
+            threading.Event().wait(0.001)
+        store.gate.set()
+        for t in (leader, follower):
+            t.join(30)
+            assert not t.is_alive()
+        assert errors == {**errors, lone: None, queued: None}
+        assert (gc.batches, gc.appends, gc.wakeups) == (2 * rnd, 2 * rnd, rnd)
+    assert [store.latest(f"r{i}").revision for i in range(4)] == [1, 1, 1, 1]

@@ -122,6 +122,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_driver_visits.py",
         # the survivors of the driver's full run after the run-core split
         "tests/test_mutation_kills_driver_resume.py",
+        # the lean step path (run_lean, take_output) and a lean step's
+        # failing commit (DomainWriteError, StateNotStorableError)
+        "tests/test_lean_step.py",
+        "tests/test_failing_commit.py",
+        "tests/test_mutation_kills_driver_lean.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
@@ -326,11 +331,21 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_sqlite_store.py",
         # query(): what SQLite refuses is a QueryRefusedError
         "tests/test_step_query_refused.py",
+        # an append of a given checkpoint (the engine's: _append_sql,
+        # checkpoint_parts) and what it caches
+        "tests/test_lean_step.py",
+        # checkpoint_checksum at every clock value, an append's cost
+        "tests/test_step_cost.py",
+        "tests/test_mutation_kills_sqlite_lean.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,
         "tests/test_agent.py",
         "tests/test_mutation_kills_rows.py",
+        # step_json field by field, checkpoint_parts, _flat_json
+        "tests/test_lean_step.py",
+        "tests/test_step_cost.py",
+        "tests/test_mutation_kills_sqlite_lean.py",
     ],
     "desktop_app/store/group_commit.py": [
         "tests/test_group_commit.py",
@@ -966,6 +981,13 @@ def main(argv: list[str] | None = None) -> int:
         "(comma-separated names such as create_run,_tx)",
     )
     p.add_argument(
+        "--tests",
+        default="",
+        help="run against these test files (comma-separated) instead of the module's "
+        "selection: on a machine too busy for its slowest tests; a survivor there is "
+        "counted a survivor even if the full selection would kill it",
+    )
+    p.add_argument(
         "--summary", action="store_true", help="print the table of earlier runs; run nothing"
     )
     args = p.parse_args(argv)
@@ -974,6 +996,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"no test selection for {unknown}; add it to TESTS_FOR in {__file__}")
         return 2
+    if args.tests:
+        if len(modules) != 1:
+            print("--tests takes one module")
+            return 2
+        TESTS_FOR[modules[0]] = [t for t in args.tests.split(",") if t]
     ran: list[Figures] = []
     if not args.summary:
         for module in modules:
