@@ -417,6 +417,30 @@ class CopySourceChangedError(CopySourceBusyError):
         )
 
 
+class CopySourceMovedError(StoreError):
+    """``flowdesk db copy``: an earlier copy moved unfinished runs of the
+    source file to PostgreSQL, whose workers execute them; copying them again
+    would run them in two places, so nothing was copied.
+
+    Attributes:
+        source: the source file.
+        moved: one line per moved run, ``run R (flow run): moved to URL``,
+            at most :data:`CopySourceBusyError.SHOWN` of them.
+        count: how many in all.
+    """
+
+    def __init__(self, source: str, moved: list[str]) -> None:
+        self.source, self.count = source, len(moved)
+        self.moved = tuple(moved[: CopySourceBusyError.SHOWN])
+        extra = self.count - CopySourceBusyError.SHOWN
+        more = f"; and {extra} more" if extra > 0 else ""
+        super().__init__(
+            f"{source}: {plural(self.count, 'unfinished run')} moved already, by an earlier "
+            f"db copy: {'; '.join(self.moved)}{more}. Nothing was copied: the workers of that "
+            "database execute them, and a second copy would run them in two places."
+        )
+
+
 class CheckpointNotFoundError(FlowdeskError):
     """No run or checkpoint with the given id exists in this scope."""
 

@@ -60,6 +60,7 @@ from desktop_app.errors import (
     MOVED_PREFIX,
     CopySourceBusyError,
     CopySourceChangedError,
+    CopySourceMovedError,
     CopyTargetNotEmptyError,
     DatabaseOpenError,
     StoreError,
@@ -176,6 +177,8 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
             ``source``; nothing was copied.
         CopySourceChangedError: a run of ``source`` changed while it was
             copied; nothing was copied.
+        CopySourceMovedError: an earlier copy moved unfinished runs of
+            ``source`` elsewhere; nothing was copied.
         DatabaseCorruptError: a page of ``source`` is damaged; nothing was copied.
         StoreError: a row could not be stored; nothing was copied.
     """
@@ -270,6 +273,9 @@ def _mark_moved_then_commit(
     """
     from desktop_app.store.connection import open_connection
 
+    if not any(unfinished.values()):  # every run ended: the file is left as it is
+        dst.commit()
+        return
     conn = open_connection(path, create=False)
     try:
         changed: list[str] = []
@@ -314,7 +320,8 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
     each (:class:`~desktop_app.errors.CopySourceBusyError`): flow and agent
     runs whose lease is ``held``, ``running`` LangGraph threads whose
     process of this host lives, runs with an outbox intent a live
-    dispatcher is sending."""
+    dispatcher is sending. Runs an earlier copy moved are not held by a
+    process (:func:`moved_runs` names them)."""
     out: list[str] = []
     seen: set[tuple[str, str]] = set()
     queries = (
@@ -349,7 +356,7 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
                 if kind == "graph"
                 else holding(owner, expires, now) == "held"
             )
-            if not live or (scope, run_id) in seen:
+            if not live or (scope, run_id) in seen or moved_to(owner) is not None:
                 continue
             seen.add((scope, run_id))
             if kind == "graph":
@@ -359,9 +366,23 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
                     f"run {run_id} ({'agent' if kind == 'agent' else 'flow'} {name}, scope {scope})"
                 )
             doing = " sending its side effects" if kind == "outbox" else ""
-            gone = moved_to(owner)  # an earlier copy moved it: its workers there execute it
-            holder = f"moved to {gone} by an earlier db copy" if gone else _owner_text(owner)
-            out.append(f"{said}: {holder}{doing}")
+            out.append(f"{said}: {_owner_text(owner)}{doing}")
+    return out
+
+
+def moved_runs(src: apsw.Connection) -> list[str]:
+    """The unfinished flow and agent runs of the SQLite database ``src`` an
+    earlier ``db copy`` moved (read in its current transaction), one line
+    each: ``run R (flow run): moved to URL``."""
+    out: list[str] = []
+    for table, noun in (("runs", "flow run"), ("agent_runs", "agent run")):
+        ended = ", ".join(f"'{s}'" for s in _ENDED[table])
+        for run_id, owner in src.execute(
+            f"SELECT run_id, lease_owner FROM {table} WHERE lease_owner LIKE ? "
+            f"AND status NOT IN ({ended}) ORDER BY run_id",
+            (f"{MOVED_PREFIX}%",),
+        ):
+            out.append(f"run {run_id} ({noun}): moved to {moved_to(owner)}")
     return out
 
 
@@ -392,6 +413,9 @@ def _copy_snapshot(src: apsw.Connection, dst: psycopg.Connection[Any], where: st
         raise CopyTargetNotEmptyError(
             where, holds["runs"], holds["agent_runs"], tuple(sorted(scopes))
         )
+    gone = moved_runs(src)
+    if gone:  # their workers there execute them: a second copy would run them twice
+        raise CopySourceMovedError(src.filename, gone)
     columns: dict[str, list[tuple[str, str, bool]]] = {}
     for table, column, dtype, identity in dst.execute(
         "SELECT table_name, column_name, data_type, is_identity FROM information_schema.columns "
