@@ -127,7 +127,6 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
     hint = resumed.stderr.split("see it there: ", 1)[1].splitlines()[0]
     assert hint == f"flowdesk --db {where} show {interrupted}"
     for argv in (
-        ("resume", "--all"),
         ("answer", ask_id, "yes"),
         ("signal", "go", "k1", "--payload", "{}"),
         ("cancel", interrupted),
@@ -135,9 +134,12 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
     ):
         out = flowdesk(db, *argv, env=env)
         text = out.stdout + out.stderr
-        assert said in text or argv[0] == "signal", (argv, text)
+        assert out.returncode == 1 and said in text, (argv, text)
         assert _steps(folder) == ["hold"], (argv, text)
+    sent = flowdesk(db, "signal", "go", "k1", "--payload", "{}", env=env)
+    assert f"the signal was not stored here: the run waits for it at {where}" in sent.stderr
     everything = flowdesk(db, "resume", "--all", env=env)
+    assert everything.returncode == 0, everything.stderr
     assert f"run {interrupted} not resumed here: run {interrupted} {said}" in everything.stdout
     assert f"  see it there: flowdesk --db {where} show {interrupted}" in everything.stdout
     agent = spawn("--db", str(db), "agent", "--poll", "0.1", env=env)
@@ -167,6 +169,11 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
         ask_id: "waiting",
         wait_id: "waiting",
     }
+    import sqlite3
+
+    with sqlite3.connect(db) as lite:  # the refused signal was not stored
+        assert lite.execute("SELECT count(*) FROM signals").fetchone() == (0,)
+    lite.close()
 
     # the hint, run as printed, shows the run there
     there = as_printed(hint, {**os.environ, **env})
