@@ -392,6 +392,55 @@ class CopySourceBusyError(StoreError):
         return f"{str(self).removesuffix('.')}: `{again}`"
 
 
+class CopySourceChangedError(CopySourceBusyError):
+    """``flowdesk db copy``: runs of the source file changed after the copy
+    read them (a process of the file resumed, answered or canceled them
+    meanwhile), so they could not be marked moved as copied; nothing was
+    copied (the copy would hold them as they were, and both places would
+    run them).
+
+    Attributes: as :class:`CopySourceBusyError`; ``held`` are lines ``run R
+    (flow run)`` / ``run R (agent run)``.
+    """
+
+    def __init__(self, source: str, changed: list[str]) -> None:
+        self.source, self.count = source, len(changed)
+        self.held = tuple(changed[: self.SHOWN])
+        more = f"; and {self.count - self.SHOWN} more" if self.count > self.SHOWN else ""
+        it = "it" if self.count == 1 else "them"
+        StoreError.__init__(  # not CopySourceBusyError's words: no live holder is known
+            self,
+            f"{source}: {plural(self.count, 'run')} changed while the copy read {it} (a "
+            f"process of that file resumed, answered or canceled {it} meanwhile): "
+            f"{'; '.join(self.held)}{more}. Nothing was copied: the copy would hold {it} as "
+            "before that change. Let that process finish, or stop it, then copy again.",
+        )
+
+
+class CopySourceMovedError(StoreError):
+    """``flowdesk db copy``: an earlier copy moved unfinished runs of the
+    source file to PostgreSQL, whose workers execute them; copying them again
+    would run them in two places, so nothing was copied.
+
+    Attributes:
+        source: the source file.
+        moved: one line per moved run, ``run R (flow run): moved to URL``,
+            at most :data:`CopySourceBusyError.SHOWN` of them.
+        count: how many in all.
+    """
+
+    def __init__(self, source: str, moved: list[str]) -> None:
+        self.source, self.count = source, len(moved)
+        self.moved = tuple(moved[: CopySourceBusyError.SHOWN])
+        extra = self.count - CopySourceBusyError.SHOWN
+        more = f"; and {extra} more" if extra > 0 else ""
+        super().__init__(
+            f"{source}: {plural(self.count, 'unfinished run')} moved already, by an earlier "
+            f"db copy: {'; '.join(self.moved)}{more}. Nothing was copied: the workers of that "
+            "database execute them, and a second copy would run them in two places."
+        )
+
+
 class CheckpointNotFoundError(FlowdeskError):
     """No run or checkpoint with the given id exists in this scope."""
 
@@ -436,6 +485,23 @@ class AgentRunStatusChangedError(RevisionConflictError):
 ENDED_RUN_STATUSES = frozenset({"completed", "canceled", "timed_out", "done", "timeout", "expired"})
 
 
+#: how the lease owner of a run ``db copy`` moved to PostgreSQL starts, in the
+#: file it left: ``moved to postgresql://host/db`` (never expires, no host)
+MOVED_PREFIX = "moved to "
+#: when a moved run's lease expires: 9999-12-31T23:59:59Z, i.e. never (a
+#: finite time every date type shows and stores; ``inf`` is not one)
+MOVED_EXPIRES_AT = 253402300799.0
+
+
+def moved_to(owner: str | None) -> str | None:
+    """The database ``db copy`` moved a run to (``postgresql://host/db``,
+    no password) when ``owner``, its lease owner in the file it left, says
+    so (``moved to URL``), else ``None``."""
+    if owner is None or not owner.startswith(MOVED_PREFIX):
+        return None
+    return owner[len(MOVED_PREFIX) :]
+
+
 class RunLeasedError(FlowdeskError):
     """Another live process holds the run's lease (or held it a moment ago);
     it is not executed here.
@@ -444,7 +510,9 @@ class RunLeasedError(FlowdeskError):
         run_id, owner (``host:pid:nonce``), expires_at (UTC epoch seconds, or
         ``None`` when the run has no lease any more), run_status (the run's
         status when it was refused, when known: an ended one, ``completed``
-        say, is told as such instead of a live holder).
+        say, is told as such instead of a live holder), moved_to (the
+        database ``db copy`` moved the run to, ``postgresql://host/db``
+        without a password, or ``None``).
     """
 
     noun = "run"
@@ -456,6 +524,14 @@ class RunLeasedError(FlowdeskError):
         self.owner = owner
         self.expires_at = expires_at
         self.run_status = status
+        self.moved_to = moved_to(owner)
+        if self.moved_to is not None:
+            super().__init__(
+                f"{self.noun} {run_id} moved to {self.moved_to} (flowdesk db copy): its "
+                "workers there execute it, so nothing runs it from this database. Nothing was "
+                f"run here; go on with it with --db {self.moved_to}."
+            )
+            return
         if status in ENDED_RUN_STATUSES:
             super().__init__(
                 f"{self.noun} {run_id} is {status}: another process ended it a moment ago. "

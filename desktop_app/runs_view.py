@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from desktop_app.errors import ENDED_RUN_STATUSES
+from desktop_app.errors import ENDED_RUN_STATUSES, moved_to
 from desktop_app.flow.owners import lease_abandoned
 from desktop_app.words import plural
 
@@ -84,8 +84,8 @@ def row_actions(status: str) -> frozenset[str]:
     shown with ``status`` (:func:`display_status`, either vocabulary), for
     the keys a screen offers: an ended run none, a waiting one answer,
     resume (a due timer) and cancel, a live running one cancel, any other (pending, interrupted,
-    failed, paused) resume and cancel."""
-    if status in ENDED:
+    failed, paused) resume and cancel; a moved one none (``db copy`` moved it)."""
+    if status in ENDED or status == MOVED:  # a moved run: nothing acts on it here
         return frozenset()
     if status in ("waiting", "input_required"):  # resume fires a due timer
         return frozenset({"answer", "resume", "cancel"})
@@ -101,6 +101,9 @@ def agent_status_as_flow(status: str) -> str:
 
 #: the status shown for a run that should be executing but that no process executes
 INTERRUPTED = "interrupted"
+#: the status shown in a SQLite file for an unfinished run ``db copy`` moved
+#: to PostgreSQL: its workers there execute it, nothing on the file does
+MOVED = "moved"
 
 
 class Leased(Protocol):
@@ -136,11 +139,17 @@ def display_status(run: Leased, now: float) -> str:
         now: UTC epoch seconds by the store's clock (what leases are
             decided by: the database's on PostgreSQL).
 
+    A run ``db copy`` moved to PostgreSQL (its lease owner ``moved to
+    URL``) that has not ended shows :data:`MOVED`.
+
     Returns:
-        ``run.status``, or :data:`INTERRUPTED`. Never raises; it reads no
-        database (it asks the operating system whether a local owner lives).
+        ``run.status``, :data:`INTERRUPTED` or :data:`MOVED`. Never raises;
+        it reads no database (it asks the operating system whether a local
+        owner lives).
     """
     owner = run.lease_owner
+    if run.status not in ENDED and moved_to(owner) is not None:
+        return MOVED
     if run.status == "running" and owner is None:
         return INTERRUPTED
     if run.status not in ("running", "pending") or owner is None:

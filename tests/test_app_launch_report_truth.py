@@ -187,3 +187,23 @@ def test_the_summary_counts_held_runs_apart_from_resumed_ones() -> None:
         "Resumed 1 run: 0 completed, 0 failed, 1 not resumed; 1 run is running in another process",
         True,
     )
+
+
+def test_the_summary_says_where_runs_db_copy_moved_went() -> None:
+    """A run ``db copy`` moved (its lease ``moved to URL`` in the file) is
+    not "running in another process": the launch summary says where it went."""
+    from desktop_app.app.main import recovery_summary
+    from desktop_app.errors import RunLeasedError
+
+    moved = RunLeasedError("r1", "moved to postgresql://db.internal/flowdesk", 253402300799.0)
+    held = RunLeasedError("r2", "host:1:x", 0.0)
+    assert recovery_summary([moved]) == (
+        "1 run moved to postgresql://db.internal/flowdesk (flowdesk db copy), not run here; "
+        "nothing to resume",
+        False,
+    )
+    assert recovery_summary([moved, held]) == (
+        "1 run is running in another process; 1 run moved to postgresql://db.internal/flowdesk "
+        "(flowdesk db copy), not run here; nothing to resume",
+        False,
+    )

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from desktop_app.errors import (
+    MOVED_EXPIRES_AT,
     CopyTargetNotEmptyError,
     DatabaseOpenError,
     SchemaMissingError,
@@ -172,9 +173,10 @@ def test_copy_replaces_nul_in_text_by_the_replacement_character(db_path, pg_url)
 
 
 def test_copy_leaves_a_crashed_laptops_file_and_its_wal_untouched(db_path, pg_url, tmp_path):
+    """Only ended runs: nothing to mark moved, so the file is only read."""
     crashed = tmp_path / "crashed.db"
     lite = sqlite3.connect(db_path)
-    add_run(lite, "r1")
+    add_run(lite, "r1", status="completed")
     lite.commit()  # in the WAL, not yet checkpointed into the file
     shutil.copy(db_path, crashed)  # the files a killed process leaves behind
     shutil.copy(f"{db_path}-wal", f"{crashed}-wal")
@@ -184,8 +186,39 @@ def test_copy_leaves_a_crashed_laptops_file_and_its_wal_untouched(db_path, pg_ur
     report = copy_sqlite_to_postgres(crashed, pg_url)
 
     assert report.runs == 1  # the WAL's rows were read
+    assert report.moved == []
     assert Path(f"{crashed}-wal").exists()
     assert (crashed.read_bytes(), Path(f"{crashed}-wal").read_bytes()) == before
+
+
+def test_copy_marks_a_crashed_laptops_unfinished_run_moved_keeping_its_wal_rows(
+    db_path, pg_url, tmp_path
+):
+    """A run left ``running`` in the WAL a killed process left: copied, then
+    marked moved in that file (its rows kept: the copy read them first)."""
+    crashed = tmp_path / "crashed.db"
+    lite = sqlite3.connect(db_path)
+    add_run(lite, "r1")
+    add_run(lite, "r2", status="completed")
+    lite.commit()
+    shutil.copy(db_path, crashed)
+    shutil.copy(f"{db_path}-wal", f"{crashed}-wal")
+    lite.close()
+
+    report = copy_sqlite_to_postgres(crashed, pg_url)
+
+    assert report.runs == 2 and report.moved == ["r1"]
+    with sqlite3.connect(crashed) as back:
+        rows = back.execute(
+            "SELECT run_id, status, lease_owner, lease_expires_at FROM runs ORDER BY run_id"
+        ).fetchall()
+    back.close()
+    assert rows == [
+        ("r1", "running", f"moved to {redact(pg_url, mask=None)}", MOVED_EXPIRES_AT),
+        ("r2", "completed", None, None),
+    ]
+    with pg(pg_url) as conn:  # the copy holds no lease: free for the first worker
+        assert conn.execute("SELECT lease_owner FROM runs WHERE run_id='r1'").fetchone() == (None,)
 
 
 # -- refusals ---------------------------------------------------------------------

@@ -134,6 +134,7 @@ from desktop_app.errors import (
     RunStateError,
     StoreError,
     iso_utc,
+    moved_to,
 )
 from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
@@ -605,7 +606,12 @@ class Agent:
                 also when its executing process ended it a moment before
                 this write (nothing was changed).
             CheckpointNotFoundError: no such run.
+            AgentRunLeasedError: ``db copy`` moved the run to PostgreSQL
+                (nothing was changed here; its message says where).
         """
+        run = self.store.get(run_id)
+        if run.status not in AGENT_ENDED and moved_to(run.lease_owner) is not None:
+            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         set_status_unless_terminal(
             self.store, run_id, self.clock.now(), "paused", None, AGENT_ENDED
         )
@@ -625,7 +631,12 @@ class Agent:
                 this write (nothing was changed: its last tool call and
                 reply happened and stand).
             CheckpointNotFoundError: no such run.
+            AgentRunLeasedError: ``db copy`` moved the run to PostgreSQL
+                (nothing was changed here; its message says where).
         """
+        run = self.store.get(run_id)
+        if run.status not in AGENT_ENDED and moved_to(run.lease_owner) is not None:
+            raise AgentRunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         set_status_unless_terminal(
             self.store, run_id, self.clock.now(), "canceled", "canceled by user", AGENT_ENDED
         )

@@ -108,12 +108,27 @@ def recovery_summary(
     """``("Resumed N runs: X completed, Y failed", problem?)``; an agent run
     that answered (``done``) counts as completed. A run a live process holds
     (``RunLeasedError``, an agent run's too) was not resumed and is no
-    problem: it is counted apart ("1 run is running in another process"),
-    and when it is all there was the text says nothing was resumed."""
+    problem: it is counted apart ("1 run is running in another process";
+    one ``db copy`` moved, "1 run moved to postgresql://host/db (flowdesk db
+    copy), not run here"), and when it is all there was the text says
+    nothing was resumed."""
     done = list(outcomes)
-    held = sum(isinstance(o, RunLeasedError) for o in done)
+    leased = [o for o in done if isinstance(o, RunLeasedError)]
+    moved = sorted({o.moved_to for o in leased if o.moved_to is not None})
+    held = len(leased)
     done = [o for o in done if not isinstance(o, RunLeasedError)]
-    elsewhere = f"{plural(held, 'run')} {'is' if held == 1 else 'are'} running in another process"
+    gone = sum(o.moved_to is not None for o in leased)
+    live = held - gone
+    said = []
+    if live:
+        said.append(
+            f"{plural(live, 'run')} {'is' if live == 1 else 'are'} running in another process"
+        )
+    if gone:  # db copy moved them: that database's workers run them
+        said.append(
+            f"{plural(gone, 'run')} moved to {', '.join(moved)} (flowdesk db copy), not run here"
+        )
+    elsewhere = "; ".join(said)
     if held and not done:
         return f"{elsewhere}; nothing to resume", False
     results = [o for o in done if not isinstance(o, BaseException)]

@@ -40,6 +40,7 @@ from desktop_app.cli.output import (
     EXIT_OK,
     EXIT_USAGE,
     PASSWORD_NOTE,
+    moved_hint,
     stop_progress,
     version_refusal,
 )
@@ -52,6 +53,7 @@ from desktop_app.errors import (
     FlowdeskError,
     FlowVersionMismatchError,
     InputError,
+    RunLeasedError,
     UnknownFlowError,
     redact,
 )
@@ -246,6 +248,12 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         return EXIT_FAILED
     except FlowVersionMismatchError as exc:  # what works from the CLI, as commands
         print(f"flowdesk: {version_refusal(ctx.hints, exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    except RunLeasedError as exc:
+        _say(exc)
+        if exc.moved_to is not None:  # db copy moved it: where to look at it now
+            there = moved_hint(ctx.hints, exc.moved_to, exc.run_id)
+            print(f"see it there: {there}", file=sys.stderr)
         return EXIT_FAILED
     except FlowdeskError as exc:
         _say(exc)

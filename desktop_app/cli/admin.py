@@ -112,6 +112,12 @@ def cmd_db_copy(ctx: Ctx) -> int:
     for table, n in report.rows.items():
         print(f"{table}: {plural(n, 'row')}")
     print(f"copied {report.summary()} from {source.path} to {target.shown}")
+    if report.moved:  # the file's processes leave them to the target's workers
+        print(
+            f"marked {plural(len(report.moved), 'unfinished run')} moved in {source.path}: no "
+            f"process on it executes {'it' if len(report.moved) == 1 else 'them'} again "
+            f"(`{ctx.hints.cmd('runs', db=str(ctx.args.source))}` shows them moved)"
+        )
     print("next, on each worker machine:")  # the command alone on its line: pasted, it runs
     print(f"  {ctx.hints.cmd('agent', db=target.text)}")
     return EXIT_OK
@@ -374,6 +380,8 @@ def cmd_agent(ctx: Ctx) -> int:
         return _serve_worker(ctx, sv, stop)
     where = parse_database(sv.database).shown
     print(f"flowdesk agent: serving {where} as {engine.owner}", file=sys.stderr)
+    for line in moved_runs(ctx, sv):
+        print(f"flowdesk agent: {line}", file=sys.stderr, flush=True)
     engine.serve(
         stop,
         poll_s=ctx.args.poll,
@@ -383,6 +391,35 @@ def cmd_agent(ctx: Ctx) -> int:
     )
     sv.close()
     return EXIT_OK
+
+
+def moved_runs(ctx: Ctx, sv: Any) -> list[str]:
+    """One line per unfinished flow or agent run of this scope that ``db
+    copy`` moved to PostgreSQL (its lease says ``moved to URL``): nothing
+    here executes it, and the command that shows it there."""
+    from desktop_app.cli.output import moved_hint
+    from desktop_app.errors import moved_to
+    from desktop_app.runs_view import ENDED
+
+    runs = [
+        ("run", r.run_id, r.lease_owner)
+        for r in sv.checkpoints.list_runs()
+        if r.status not in ENDED and r.lease_owner is not None
+    ]
+    runs += [
+        ("agent run", r.run_id, r.lease_owner)
+        for r in sv.agents.list()
+        if r.status not in ENDED and r.lease_owner is not None
+    ]
+    out = []
+    for noun, run_id, owner in runs:
+        where = moved_to(owner)
+        if where is not None:
+            out.append(
+                f"{noun} {run_id} moved to {where} by flowdesk db copy; not executed here "
+                f"(see it there: {moved_hint(ctx.hints, where, run_id)})"
+            )
+    return out
 
 
 def _exit_after(engine: Any, grace_s: float) -> None:

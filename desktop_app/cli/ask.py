@@ -414,7 +414,7 @@ def cmd_ask(ctx: Ctx) -> int:
 
 
 def recover_agents(
-    sv: Services, skip: set[str] | None = None, *, worker: bool = False
+    sv: Services, skip: set[str] | None = None, *, worker: bool = False, hints: Any = None
 ) -> tuple[int, int]:
     """Resume every interrupted agent run with the tools it recorded
     (``resume --all``, ``flowdesk agent``), printing one line per run.
@@ -426,6 +426,8 @@ def recover_agents(
         worker: ``flowdesk agent`` calls it: a run a live peer holds is
             routine contention between workers, logged at debug level
             (``desktop_app.cli.ask``) instead of printed to a person.
+        hints: the command's :class:`~desktop_app.cli.output.Hints`: a run
+            ``db copy`` moved is printed with the command that shows it there.
 
     Returns:
         ``(runs tried, runs that failed or could not be resumed)``; a run a
@@ -451,6 +453,12 @@ def recover_agents(
                 f"agent run {run.run_id} not resumed here: {visible_controls(str(outcome))}",
                 flush=True,
             )
+            if outcome.moved_to is not None:
+                from desktop_app.cli.output import moved_hint
+
+                if hints is not None:
+                    there = moved_hint(hints, outcome.moved_to, run.run_id)
+                    print(f"  see it there: {there}", flush=True)
         elif isinstance(outcome, BaseException):
             print(
                 f"agent run {run.run_id} not resumed: {visible_controls(str(outcome))}", flush=True

@@ -144,6 +144,27 @@ class Hints:
         return redact(db, mask=None)
 
 
+def moved_hint(hints: Hints, moved_to: str, run_id: str) -> str:
+    """``flowdesk --db postgresql://host/db show RUN``: the run ``db copy``
+    moved to ``moved_to`` (a URL without its password), shown there, with the
+    user's ``--scope`` (the copy keeps every run's scope)."""
+    return hints.cmd(f"show {shell_quote(run_id)}", db=moved_to)
+
+
+def moved_line(hints: Hints, run_id: str, owner: str | None) -> str | None:
+    """What ``show`` says of a run ``db copy`` moved (its lease ``owner`` says
+    so), with the command that shows it there; ``None`` for any other run."""
+    from desktop_app.errors import moved_to
+
+    where = moved_to(owner)
+    if where is None:
+        return None
+    return (
+        f"moved to {where} by flowdesk db copy: its workers there execute it, nothing on "
+        f"this database does; see it there: {moved_hint(hints, where, run_id)}"
+    )
+
+
 def version_refusal(hints: Hints, exc: Any) -> str:
     """A ``FlowVersionMismatchError`` (``exc``) as the CLI says it: the
     refusal (:attr:`~desktop_app.errors.FlowVersionMismatchError.what`), then

@@ -15,6 +15,8 @@ from desktop_app.cli.output import (
     emit_all,
     emit_one,
     iso,
+    moved_hint,
+    moved_line,
     progress_text,
     step_listener,
     version_refusal,
@@ -42,6 +44,7 @@ from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
     ENDED,
     INTERRUPTED,
+    MOVED,
     display_status,
     queued_text,
 )
@@ -433,7 +436,9 @@ def cmd_show(ctx: Ctx) -> int:
             f"{ctx.hints.cmd('resume --all')} makes them now, as a running "
             "flowdesk agent or the app does on its own"
         )
-    if stuck is not None:
+    if status == MOVED:
+        _say(moved_line(ctx.hints, run.run_id, run.lease_owner) or "")
+    elif stuck is not None:
         _say(stuck_line(ctx, stuck))
     elif status == INTERRUPTED:
         print(_interrupted_line(ctx, run, first=needs_model(sv, run) or unregistered(sv, run)))
@@ -636,7 +641,9 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  model turns {run.turns}")
     # resume and answer refuse a run whose Pydantic AI agent is not registered: how to, first
     why = agent_blocker(sv, run) if status in (INTERRUPTED, "input_required") else None
-    if status == INTERRUPTED:
+    if status == MOVED:
+        _say(moved_line(ctx.hints, run.run_id, run.lease_owner) or "")
+    elif status == INTERRUPTED:
         _say(_interrupted_line(ctx, run, why))
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
@@ -874,6 +881,8 @@ def cmd_resume(ctx: Ctx) -> int:
         for run, outcome in report:
             if isinstance(outcome, RunLeasedError):  # a live peer runs it: not a failure
                 print(f"run {run.run_id} not resumed here: {outcome}")
+                if outcome.moved_to is not None:
+                    print(f"  see it there: {moved_hint(ctx.hints, outcome.moved_to, run.run_id)}")
             elif isinstance(outcome, FlowVersionMismatchError):
                 failed += 1
                 print(f"run {run.run_id} not resumed: {version_refusal(ctx.hints, outcome)}")
@@ -886,7 +895,7 @@ def cmd_resume(ctx: Ctx) -> int:
         from desktop_app.cli import langgraph
         from desktop_app.integrations.langgraph.threads import resume_hint
 
-        agent_runs, agents_failed = recover_agents(sv)
+        agent_runs, agents_failed = recover_agents(sv, hints=ctx.hints)
         threads = langgraph.interrupted_threads(sv)
         if not report and not agent_runs:
             where = parse_database(sv.database).shown

@@ -23,7 +23,13 @@ from typing import Any
 from desktop_app.cli.common import Ctx, parse_json, read_answer
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
-from desktop_app.errors import ConfigError, InputError, RunLeasedError, RunStateError
+from desktop_app.errors import (
+    ENDED_RUN_STATUSES,
+    ConfigError,
+    InputError,
+    RunLeasedError,
+    RunStateError,
+)
 from desktop_app.flow.owners import holding
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.runs_view import display_status, no_signal_waiter, withdrawn_text
@@ -320,6 +326,7 @@ def cmd_signal(ctx: Ctx) -> int:
     payload = parse_json(a.payload, "--payload")
     sv = ctx.services()
     waiting = sv.checkpoints.runs_waiting_for("signal", a.name, a.key)
+    _refuse_moved(sv, waiting, "signal")
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
     # a misspelt name or key is stored too: say so, and where to look
@@ -335,6 +342,7 @@ def cmd_publish(ctx: Ctx) -> int:
     payload = parse_json(ctx.args.payload, "--payload")
     sv = ctx.services()
     waiting = sv.checkpoints.runs_waiting_for("event", ctx.args.type)
+    _refuse_moved(sv, waiting, "event")
     event_id = sv.engine.publish(ctx.args.type, payload)
     print(f"event {event_id} published")
     _say_reached(
@@ -344,6 +352,25 @@ def cmd_publish(ctx: Ctx) -> int:
         "takes only one published after its wait began",
     )
     return EXIT_OK
+
+
+def _refuse_moved(sv: Any, waiting: list[str], what: str) -> None:
+    """Raise :class:`~desktop_app.errors.RunLeasedError` (noting that the
+    ``what``, a signal or an event, was not stored) when a run of
+    ``waiting`` was moved to PostgreSQL by ``db copy``: stored here it
+    would reach nothing, since the run goes on there."""
+    from desktop_app.errors import moved_to
+
+    for run_id in waiting:
+        run = sv.checkpoints.get_run(run_id)
+        where = moved_to(run.lease_owner)
+        if where is not None and run.status not in ENDED_RUN_STATUSES:
+            exc = RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
+            exc.add_note(
+                f"the {what} was not stored here: the run waits for it at {where}; "
+                f"send it there with --db {where}"
+            )
+            raise exc
 
 
 def _say_reached(ctx: Ctx, waiting: list[str], nobody: str) -> None:

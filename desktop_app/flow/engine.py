@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, cast
 from pydantic import BaseModel
 
 from desktop_app.errors import (
+    ENDED_RUN_STATUSES,
     CheckpointDecodeError,
     CheckpointNotFoundError,
     ConfigError,
@@ -30,6 +31,7 @@ from desktop_app.errors import (
     RunLeasedError,
     RunStateError,
     UnknownFlowError,
+    moved_to,
 )
 from desktop_app.flow import recovery
 from desktop_app.flow.answers import give_answer, refuse_while_asking
@@ -1089,6 +1091,8 @@ class Engine:
             RunStateError: the run is completed, canceled or timed out; or a
                 child is of a kind no imported module knows how to cancel
                 (the run itself is canceled by then).
+            RunLeasedError: ``db copy`` moved the run to PostgreSQL (nothing
+                was changed here; its message says where).
             StoreError: the store could not be written.
         """
         return self.cancel_withdrawing(run_id, reason).run
@@ -1101,6 +1105,9 @@ class Engine:
         Raises:
             the errors of :meth:`cancel`.
         """
+        run = self.store.get_run(run_id)
+        if run.status not in ENDED_RUN_STATUSES and moved_to(run.lease_owner) is not None:
+            raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         self.cancel_event(run_id).set()
         self._finish(run_id, "canceled", reason)
         run = self.store.get_run(run_id)

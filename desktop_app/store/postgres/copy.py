@@ -26,6 +26,21 @@ with its lease would not do: a worker on another host takes a lease over
 once it expires, and the laptop's process renews it in the file only. A run
 created after the snapshot is not in the copy; one created with its lease
 (``flowdesk run``) is either absent from the snapshot or held in it.
+
+Every copied flow run and agent run that had not ended is marked *moved*
+in the source file, in one write transaction that commits right after the
+copy commits on PostgreSQL (a failure before that commit writes neither
+side): it gets a lease owned by :func:`moved_owner` (``moved to
+postgresql://host/db``, no password) that never expires (year 9999). That owner is on
+no host, so :func:`~desktop_app.flow.owners.holding` judges it held for
+ever and every path that executes a run from the file (``resume``, ``resume
+--all``, the app's launch recovery, ``flowdesk agent``, ``answer``, a
+signal's wake, ``cancel``) refuses it with
+:class:`~desktop_app.errors.RunLeasedError`, whose message says where it
+moved. A run whose row changed since the snapshot (a process resumed it
+meanwhile) makes the copy refuse (:class:`~desktop_app.errors.CopySourceChangedError`,
+nothing copied): its copy would be older than the file. LangGraph threads are not marked: the user's
+program resumes them through its own checkpointer, not a Flowdesk lease.
 """
 
 from __future__ import annotations
@@ -41,10 +56,15 @@ import apsw
 import psycopg
 
 from desktop_app.errors import (
+    MOVED_EXPIRES_AT,
+    MOVED_PREFIX,
     CopySourceBusyError,
+    CopySourceChangedError,
+    CopySourceMovedError,
     CopyTargetNotEmptyError,
     DatabaseOpenError,
     StoreError,
+    moved_to,
 )
 from desktop_app.flow.owners import holding, liveness
 from desktop_app.store import migrations
@@ -58,11 +78,23 @@ _DROPPED = frozenset({"lease_owner", "lease_expires_at", "claimed_by", "claim_ex
 _SKIPPED = frozenset({migrations.LEDGER, "workers"})
 
 
+def moved_owner(url: str) -> str:
+    """The lease owner a run moved to the database ``url`` holds in the file
+    it left: ``moved to URL`` with the password left out. It names no host
+    (the text before its first ``:`` is ``moved to postgresql``), so its
+    lease, expiring at :data:`~desktop_app.errors.MOVED_EXPIRES_AT`, is held
+    for ever."""
+    return f"{MOVED_PREFIX}{redact(url, mask=None)}"
+
+
 @dataclass
 class CopyReport:
-    """What ``db copy`` moved: rows per table (in copy order)."""
+    """What ``db copy`` moved: rows per table (in copy order); ``moved``, the
+    unfinished flow and agent runs marked moved in the source file (run
+    ids)."""
 
     rows: dict[str, int] = field(default_factory=dict)
+    moved: list[str] = field(default_factory=list)
 
     @property
     def runs(self) -> int:
@@ -143,6 +175,10 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
         CopyTargetNotEmptyError: the target already holds runs.
         CopySourceBusyError: a live process of this host executes runs of
             ``source``; nothing was copied.
+        CopySourceChangedError: a run of ``source`` changed while it was
+            copied; nothing was copied.
+        CopySourceMovedError: an earlier copy moved unfinished runs of
+            ``source`` elsewhere; nothing was copied.
         DatabaseCorruptError: a page of ``source`` is damaged; nothing was copied.
         StoreError: a row could not be stored; nothing was copied.
     """
@@ -168,7 +204,12 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
             migrations.verify(dst, db=redact(url))
             dst.autocommit = False
             try:
-                return _copy(src, dst, redact(url))
+                report, unfinished = _copy(src, dst, redact(url))
+                # the file's write lock taken, its runs checked and marked, then
+                # PostgreSQL commits, then the file: a failure before either
+                # commit leaves both as they were
+                _mark_moved_then_commit(path, unfinished, moved_owner(url), report, dst)
+                return report
             except psycopg.Error as exc:
                 dst.rollback()
                 raise StoreError(
@@ -177,8 +218,94 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
             except apsw.Error as exc:  # the source cannot be read (a damaged page)
                 dst.rollback()
                 raise translate(exc, path) from exc
+            except BaseException:
+                dst.rollback()
+                raise
     finally:
         src.close()
+
+
+#: per table: the columns that tell a row unchanged since the snapshot
+_SAME = {
+    "runs": ("revision", "updated_at", "status", "lease_owner", "lease_expires_at"),
+    "agent_runs": ("updated_at", "turns", "status", "lease_owner", "lease_expires_at"),
+}
+_ENDED = {
+    "runs": ("completed", "canceled", "timed_out"),
+    "agent_runs": ("done", "canceled", "timeout", "expired"),
+}
+
+Unfinished = dict[str, list[tuple[Any, ...]]]
+
+
+def _unfinished(src: apsw.Connection) -> Unfinished:
+    """The snapshot's flow and agent runs that have not ended: per table, rows
+    of ``run_id`` then the :data:`_SAME` columns."""
+    out: Unfinished = {}
+    for table, same in _SAME.items():
+        ended = ", ".join(f"'{s}'" for s in _ENDED[table])
+        out[table] = list(
+            src.execute(
+                f"SELECT run_id, {', '.join(same)} FROM {table} "
+                f"WHERE status NOT IN ({ended}) ORDER BY run_id"
+            )
+        )
+    return out
+
+
+def _mark_moved_then_commit(
+    path: str,
+    unfinished: Unfinished,
+    owner: str,
+    report: CopyReport,
+    dst: psycopg.Connection[Any],
+) -> None:
+    """In one write transaction on the file ``path``: give each row of
+    ``unfinished`` a lease of ``owner`` expiring in the year 9999, checking
+    it is still as the snapshot read it; then commit ``dst`` (the copy on
+    PostgreSQL), then the file. Fills ``report.moved``.
+
+    Raises:
+        CopySourceChangedError: a run changed since the snapshot; nothing
+            was written to either side.
+        StoreError: the file could not be written (nothing was copied), or
+            could not commit after PostgreSQL did (the message says so).
+    """
+    from desktop_app.store.connection import open_connection
+
+    if not any(unfinished.values()):  # every run ended: the file is left as it is
+        dst.commit()
+        return
+    conn = open_connection(path, create=False)
+    try:
+        changed: list[str] = []
+        try:
+            with conn:
+                for table, rows in unfinished.items():
+                    same = " AND ".join(f"{c} IS ?" for c in _SAME[table])
+                    noun = "flow run" if table == "runs" else "agent run"
+                    for run_id, *values in rows:
+                        conn.execute(
+                            f"UPDATE {table} SET lease_owner = ?, lease_expires_at = ? "
+                            f"WHERE run_id = ? AND {same}",
+                            (owner, MOVED_EXPIRES_AT, run_id, *values),
+                        )
+                        if conn.changes():
+                            report.moved.append(run_id)
+                        else:
+                            changed.append(f"run {run_id} ({noun})")
+                if changed:  # the transaction rolls back: nothing marked
+                    raise CopySourceChangedError(path, changed)
+                dst.commit()  # then the file commits, leaving this block
+        except apsw.Error as exc:
+            if dst.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:  # committed
+                raise StoreError(
+                    f"the copy committed on {moved_to(owner)}, but its runs could not be marked "
+                    f"moved in {path}: {translate(exc, path)}; do not resume them from {path}"
+                ) from exc
+            raise translate(exc, path) from exc
+    finally:
+        conn.close()
 
 
 def _owner_text(owner: str) -> str:
@@ -193,7 +320,8 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
     each (:class:`~desktop_app.errors.CopySourceBusyError`): flow and agent
     runs whose lease is ``held``, ``running`` LangGraph threads whose
     process of this host lives, runs with an outbox intent a live
-    dispatcher is sending."""
+    dispatcher is sending. Runs an earlier copy moved are not held by a
+    process (:func:`moved_runs` names them)."""
     out: list[str] = []
     seen: set[tuple[str, str]] = set()
     queries = (
@@ -228,7 +356,7 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
                 if kind == "graph"
                 else holding(owner, expires, now) == "held"
             )
-            if not live or (scope, run_id) in seen:
+            if not live or (scope, run_id) in seen or moved_to(owner) is not None:
                 continue
             seen.add((scope, run_id))
             if kind == "graph":
@@ -242,10 +370,29 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
     return out
 
 
-def _copy(src: apsw.Connection, dst: psycopg.Connection[Any], where: str) -> CopyReport:
+def moved_runs(src: apsw.Connection) -> list[str]:
+    """The unfinished flow and agent runs of the SQLite database ``src`` an
+    earlier ``db copy`` moved (read in its current transaction), one line
+    each: ``run R (flow run): moved to URL``."""
+    out: list[str] = []
+    for table, noun in (("runs", "flow run"), ("agent_runs", "agent run")):
+        ended = ", ".join(f"'{s}'" for s in _ENDED[table])
+        for run_id, owner in src.execute(
+            f"SELECT run_id, lease_owner FROM {table} WHERE lease_owner LIKE ? "
+            f"AND status NOT IN ({ended}) ORDER BY run_id",
+            (f"{MOVED_PREFIX}%",),
+        ):
+            out.append(f"run {run_id} ({noun}): moved to {moved_to(owner)}")
+    return out
+
+
+def _copy(
+    src: apsw.Connection, dst: psycopg.Connection[Any], where: str
+) -> tuple[CopyReport, Unfinished]:
     src.execute("BEGIN")  # one snapshot of the whole file: the check and the rows copied
     try:
-        return _copy_snapshot(src, dst, where)
+        unfinished = _unfinished(src)  # the snapshot the copy reads: their rows as copied
+        return _copy_snapshot(src, dst, where), unfinished
     finally:
         src.execute("COMMIT")
 
@@ -266,6 +413,9 @@ def _copy_snapshot(src: apsw.Connection, dst: psycopg.Connection[Any], where: st
         raise CopyTargetNotEmptyError(
             where, holds["runs"], holds["agent_runs"], tuple(sorted(scopes))
         )
+    gone = moved_runs(src)
+    if gone:  # their workers there execute them: a second copy would run them twice
+        raise CopySourceMovedError(src.filename, gone)
     columns: dict[str, list[tuple[str, str, bool]]] = {}
     for table, column, dtype, identity in dst.execute(
         "SELECT table_name, column_name, data_type, is_identity FROM information_schema.columns "
@@ -296,5 +446,4 @@ def _copy_snapshot(src: apsw.Connection, dst: psycopg.Connection[Any], where: st
                     f"coalesce((SELECT max({column}) FROM {table}), 0) + 1, false)",
                     (f"{schema}.{table}", column),
                 )
-    dst.commit()
-    return report
+    return report  # committed by _mark_moved_then_commit
