@@ -23,6 +23,7 @@ from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
     ConfigError,
+    DatabaseLockedError,
     DuplicateFlowKeyError,
     FlowDefinitionError,
     FlowdeskError,
@@ -927,10 +928,14 @@ class Engine:
 
         def sweep() -> None:
             try:
-                self.recover(note, only=only)
-                while not halt.wait(poll_s):
-                    if recovery.left_behind(self, wanted, self._lease_now()):
-                        self.recover(note, only=only)
+                first = True
+                while first or not halt.wait(poll_s):
+                    try:
+                        if first or recovery.left_behind(self, wanted, self._lease_now()):
+                            self.recover(note, only=only)
+                        first = False
+                    except DatabaseLockedError as exc:  # as in the loop below
+                        log.warning("%s; recovery tries again in %g s", exc, poll_s)
             except BaseException as exc:  # raised by serve in the calling thread
                 failed.append(exc)
 
@@ -938,9 +943,17 @@ class Engine:
         sweeper.start()
         try:
             while not stop.is_set() and not failed:
-                self.tick(skip=refused, on_refused=refuse)
-                if on_tick is not None:
-                    on_tick()
+                try:
+                    self.tick(skip=refused, on_refused=refuse)
+                    if on_tick is not None:
+                        on_tick()
+                except DatabaseLockedError as exc:
+                    # another process held the write lock past the busy
+                    # timeout (stopped with Ctrl-Z, a long transaction): a
+                    # service waits for it, trying again at the next poll
+                    log.warning("%s; trying again in %g s", exc, poll_s)
+                    stop.wait(poll_s)
+                    continue
                 wait = poll_s
                 nxt = self.store.next_deadline()
                 # a deadline still due after the pass is one this engine may not

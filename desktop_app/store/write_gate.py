@@ -74,6 +74,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -175,6 +176,10 @@ class WriteGate:
                         self._yield_until = now + YIELD_S
         finally:
             self._mutex.release()
+        if _STOP_PENDING and self._depth == 0:
+            # a Ctrl-Z came inside this transaction: stop now that it ended
+            # (the handler runs again in the main thread and checks every gate)
+            os.kill(os.getpid(), signal.SIGTSTP)
 
     def give_back(self) -> None:
         """Give a ``flock`` kept between transactions back now (a connection
@@ -413,3 +418,109 @@ class GatedConnection(apsw.Connection):
 
 #: marks a ``with`` level that is one of apsw's savepoints
 _SAVEPOINT = object()
+
+#: a Ctrl-Z (SIGTSTP) came while a write transaction of this process was
+#: open: the process stops when the last one ends (:meth:`WriteGate.release`)
+_STOP_PENDING = False
+
+
+def stop_gives_back_the_gate() -> None:
+    """Make Ctrl-Z (``SIGTSTP``) give back this process's gates before the
+    process stops, so that other processes' writers go on while it is
+    stopped instead of failing after their busy timeout.
+
+    With no write transaction of this process open, the handler gives back
+    every ``flock`` kept between transactions (the turn, :data:`HOLD_S`),
+    keeps every gate's thread lock while stopped (so no thread of this
+    process takes one again), and stops the process for real (``SIGTSTP``'s
+    default action); on ``SIGCONT`` it goes on, taking the gate again at its
+    next write. With one open, the process stops as soon as the last one
+    ends. Call it from the main thread (only it may install a handler);
+    elsewhere nothing changes. A process stopped by ``SIGSTOP`` (not
+    catchable) still holds what it held."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTSTP, _on_sigtstp)
+
+
+def _on_sigtstp(_signum: int, _frame: object) -> None:
+    global _STOP_PENDING
+    with _GATES_LOCK:
+        gates = list(_GATES.values())
+    taken: list[WriteGate] = []
+    try:
+        for gate in gates:
+            if not gate._mutex.acquire(blocking=False):
+                break  # another thread is inside a transaction
+            taken.append(gate)
+            if gate._depth:
+                break  # this thread (the main one) is inside a transaction
+        else:
+            _STOP_PENDING = False
+            for gate in taken:
+                if gate._kept:
+                    gate._unlock()
+            signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+            try:
+                os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT
+            finally:
+                signal.signal(signal.SIGTSTP, _on_sigtstp)
+            return
+        _STOP_PENDING = True  # the transaction's end stops the process
+    finally:
+        for gate in taken:
+            gate._mutex.release()
+
+
+def describe_holder(lock_path: Path) -> str | None:
+    """Who holds the ``flock`` on ``lock_path`` (a gate's lock file), for an
+    error message: ``"held by pid 1234 (flowdesk run digest ...), stopped
+    (Ctrl-Z): `fg` it or `kill -CONT 1234`"``. Read from ``/proc/locks``
+    (Linux), so only when a wait has already failed, never per write.
+
+    Returns:
+        the sentence, or ``None`` when ``/proc/locks`` is missing or
+        unreadable, the lock file is gone, or no process holds it (a writer
+        outside the gate holds SQLite's lock instead).
+    """
+    try:
+        st = os.stat(lock_path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            table = f.read()
+    except OSError:
+        return None
+    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in table.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"; waiters have a "->"
+        if len(fields) < 6 or fields[1] != "FLOCK" or "->" in line:
+            continue
+        if fields[5] != dev or not fields[4].isdigit():
+            continue
+        pid = int(fields[4])
+        if pid == os.getpid():
+            continue
+        return _said(pid)
+    return None
+
+
+def _said(pid: int) -> str:
+    """``held by pid N (its command line)``, and what to do when it is stopped."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        argv = []
+    from desktop_app.errors import redact  # a password in a URL stays out
+
+    shown = " ".join(redact(a) for a in argv)
+    if len(shown) > 80:
+        shown = shown[:79] + "\u2026"
+    said = f"held by pid {pid}" + (f" ({shown})" if shown else "")
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return said
+    if state in ("T", "t"):
+        said += f", stopped (Ctrl-Z): `fg` it or `kill -CONT {pid}`"
+    return said
