@@ -56,6 +56,13 @@ def held_elsewhere(db: Path) -> bool:
     return False
 
 
+def held_here(db: Path) -> bool:
+    """Whether the gate's flock is held, tried on another open file of this
+    process (a flock belongs to an open file, so this process's own gate
+    counts as another holder)."""
+    return held_elsewhere(db)
+
+
 def worker(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, str(WORKER), *args],
@@ -501,3 +508,35 @@ def test_without_proc_locks_the_locked_error_is_as_before(
     finally:
         holder.kill()
         holder.wait(timeout=LIMIT_S)
+
+
+def test_ctrl_z_hands_the_given_back_gate_to_the_apps_stop_and_waits_for_a_transaction(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's path (Textual's driver stops the process in its own SIGTSTP
+    handler): the gate kept in this process's turn is given back before that
+    handler runs; a Ctrl-Z inside a write transaction runs it only once the
+    transaction committed, its flock given back too."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 60.0)  # a turn that outlasts the test
+    stops: list[bool] = []
+    before = signal.getsignal(signal.SIGTSTP)
+    store = open_store(db_path)
+    try:
+        write_gate.stop_gives_back_the_gate(lambda _s, _f: stops.append(held_here(db_path)))
+        store.publish_event("first", {}, store.now())
+        assert held_here(db_path)  # kept for the turn
+        os.kill(os.getpid(), signal.SIGTSTP)
+        assert stops == [False]
+
+        def inside(tx: object) -> None:
+            store.publish_event("inside", {}, store.now())
+            os.kill(os.getpid(), signal.SIGTSTP)
+            store.publish_event("after-signal", {}, store.now())
+            assert stops == [False]  # not stopped inside the transaction
+
+        store.write(inside)
+        assert stops == [False, False]
+    finally:
+        signal.signal(signal.SIGTSTP, before)
+        store.close()
+    assert events(db_path) == {"first": 1, "inside": 1, "after-signal": 1}

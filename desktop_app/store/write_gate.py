@@ -77,6 +77,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -424,7 +425,12 @@ _SAVEPOINT = object()
 _STOP_PENDING = False
 
 
-def stop_gives_back_the_gate() -> None:
+#: how the SIGTSTP handler stops the process once the gates are given back
+#: (``None``: SIGTSTP's default action)
+_STOP: Callable[[int, Any], Any] | None = None
+
+
+def stop_gives_back_the_gate(stop: Callable[[int, Any], Any] | None = None) -> None:
     """Make Ctrl-Z (``SIGTSTP``) give back this process's gates before the
     process stops, so that other processes' writers go on while it is
     stopped instead of failing after their busy timeout.
@@ -432,24 +438,33 @@ def stop_gives_back_the_gate() -> None:
     With no write transaction of this process open, the handler gives back
     every ``flock`` kept between transactions (the turn, :data:`HOLD_S`),
     keeps every gate's thread lock while stopped (so no thread of this
-    process takes one again), and stops the process for real (``SIGTSTP``'s
-    default action); on ``SIGCONT`` it goes on, taking the gate again at its
-    next write. With one open, the process stops as soon as the last one
-    ends. Call it from the main thread (only it may install a handler);
-    elsewhere nothing changes. A process stopped by ``SIGSTOP`` (not
-    catchable) still holds what it held."""
+    process takes one again), and stops the process for real; on
+    ``SIGCONT`` it goes on, taking the gate again at its next write. With
+    one open, the process stops as soon as the last one ends
+    (:meth:`WriteGate.release`). Only the main thread may install a
+    handler: elsewhere nothing changes. A process stopped by ``SIGSTOP``
+    (not catchable) still holds what it held.
+
+    Args:
+        stop: the handler that stops the process (Textual's driver's, which
+            also restores the terminal); ``None``: ``SIGTSTP``'s default
+            action, the handler re-installed once the process goes on.
+    """
+    global _STOP
     if threading.current_thread() is threading.main_thread():
+        if stop is not _on_sigtstp:  # installed already: its stop stays
+            _STOP = stop
         signal.signal(signal.SIGTSTP, _on_sigtstp)
 
 
-def _on_sigtstp(_signum: int, _frame: object) -> None:
+def _on_sigtstp(signum: int, frame: Any) -> None:
     global _STOP_PENDING
-    with _GATES_LOCK:
-        gates = list(_GATES.values())
+    gates = list(_GATES.values())  # no _GATES_LOCK: this thread may hold it
     taken: list[WriteGate] = []
     try:
         for gate in gates:
-            if not gate._mutex.acquire(blocking=False):
+            # a reaper holds it for microseconds; a transaction longer
+            if not gate._mutex.acquire(timeout=0.01):
                 break  # another thread is inside a transaction
             taken.append(gate)
             if gate._depth:
@@ -459,6 +474,9 @@ def _on_sigtstp(_signum: int, _frame: object) -> None:
             for gate in taken:
                 if gate._kept:
                     gate._unlock()
+            if _STOP is not None:
+                _STOP(signum, frame)  # returns once the process goes on
+                return
             signal.signal(signal.SIGTSTP, signal.SIG_DFL)
             try:
                 os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT
