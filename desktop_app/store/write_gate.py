@@ -46,8 +46,9 @@ How (see docs/design.md, "The SQLite file"):
   a saturated disk with 1-10 ms commits, where the holder's Python between
   its commits had overlapped another process's fsync). The cost: another
   process's write waits up to one turn (4 ms) per process writing before
-  it, and a process stopped (Ctrl-Z) within a turn holds the gate as one
-  stopped inside a transaction does (below).
+  it, and a process stopped within a turn by ``SIGSTOP`` holds the gate as
+  one stopped inside a transaction does (below); Ctrl-Z does not
+  (:func:`stop_gives_back_the_gate`).
 * SQLite's own locks still decide: the gate only orders Flowdesk's writers.
   A writer that does not take it (an older Flowdesk, the ``sqlite3`` shell)
   still works: the gated writers wait for it in the busy handler as before.
@@ -57,11 +58,18 @@ How (see docs/design.md, "The SQLite file"):
   folder the lock file cannot be created in), the file is written without the
   gate, as before it existed, and that is logged once per file.
 
-A process stopped (``SIGSTOP``, Ctrl-Z) inside a write transaction, or
-within its turn, holds the gate: the others wait for it no longer than their
-busy timeout and then get the same "stayed locked" error as without the
-gate. A blocking ``flock`` (measured first) could not be given a timeout
-and, in the same rounds on this machine, gave 8 processes 1.6x fewer
+Ctrl-Z (``SIGTSTP``): the foreground commands, ``flowdesk agent`` and the
+app install :func:`stop_gives_back_the_gate`, which gives the kept turn
+back before the process stops, or stops it right after its open write
+transaction ends. A process stopped by ``SIGSTOP`` (not catchable), or one
+without the handler, inside a write transaction or within its turn, holds
+the gate: the others wait for it no longer than their busy timeout and then
+get the same "stayed locked" error as without the gate, which then names
+the holder (:func:`describe_holder`: pid, command line, stopped or not,
+read from ``/proc/locks`` only once the wait failed).
+
+A blocking ``flock`` (measured first) could not be given a timeout and, in
+the same rounds on this machine, gave 8 processes 1.6x fewer
 steps/s than polling: the kernel wakes a waiter at every release, so the
 writer changed at every commit. ``PRAGMA mmap_size`` and a larger
 ``cache_size`` do not help here (SQLite drops the cache whatever its size,
