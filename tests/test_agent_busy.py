@@ -2,10 +2,12 @@
 lock past the agent's busy timeout (a CLI run stopped with SIGSTOP in its
 transaction): the agent logs the "stayed locked" error, naming the holder,
 and tries again at its next poll instead of exiting; once the holder lets
-go it completes its run. Real processes on a real SQLite file."""
+go it completes its run. And Ctrl-Z on a foreground command goes through
+the gate's SIGTSTP handler. Real processes on a real SQLite file."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +18,7 @@ from pathlib import Path
 from tests import sigterm_flows
 from tests.cli_support import REPO, flowdesk
 from tests.test_agent_sigterm import BOUND_S, lines, status, submit, wait_for
+from tests.test_write_gate import state
 
 WORKER = Path(__file__).resolve().parent / "write_gate_worker.py"
 
@@ -80,3 +83,47 @@ def test_the_agent_outlives_a_busy_timeout_names_the_holder_and_completes_its_ru
     effects = [w[1] for w in lines(sink) if w[0] == "effect"]
     assert set(effects) == set(sigterm_flows.STEPS), effects
     assert Counter(effects)["s0"] == 1
+
+
+def caught_signals(pid: int) -> int:
+    """The mask of signals ``pid`` handles (``SigCgt`` in ``/proc/PID/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return int(line.split()[1], 16)
+    raise AssertionError("no SigCgt line")
+
+
+def test_ctrl_z_stops_a_foreground_command_through_the_gates_handler_and_fg_goes_on(
+    tmp_path: Path,
+) -> None:
+    """``flowdesk start`` (a foreground command) handles SIGTSTP (the gate's
+    give-back), stops for real on it, and after SIGCONT completes its run."""
+    db = tmp_path / "flowdesk.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
+    given = json.dumps({"sink": str(sink), "gate": str(gate)})
+    cmd = [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "start", "effects"]
+    proc = subprocess.Popen(
+        [*cmd, "--input", given],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+        process_group=0,  # a job of its own, as a shell makes it
+    )
+    try:
+        wait_for(lambda: ["begin", "s1", "1", str(proc.pid)] in lines(sink), "s1 never began")
+        assert caught_signals(proc.pid) & (1 << (signal.SIGTSTP - 1))
+        proc.send_signal(signal.SIGTSTP)
+        wait_for(lambda: state(proc.pid) in "Tt", "Ctrl-Z never stopped it")
+        proc.send_signal(signal.SIGCONT)
+        gate.touch()
+        _, err = proc.communicate(timeout=BOUND_S)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    effects = [w[1] for w in lines(sink) if w[0] == "effect"]
+    assert Counter(effects) == dict.fromkeys(sigterm_flows.STEPS, 1), effects
