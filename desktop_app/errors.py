@@ -121,6 +121,13 @@ class StoreError(FlowdeskError):
     """
 
 
+class DatabaseLockedError(StoreError):
+    """Another process held the database's write lock (or Flowdesk's write
+    gate) longer than the busy timeout; nothing was written. Trying again
+    later may succeed; the message names the holding process when
+    ``/proc/locks`` tells it."""
+
+
 class DatabaseOpenError(StoreError):
     """The database file cannot be opened (missing directory, no permission,
     not a SQLite file)."""

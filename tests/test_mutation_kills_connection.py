@@ -16,6 +16,7 @@ import pytest
 
 from desktop_app.errors import (
     DatabaseCorruptError,
+    DatabaseLockedError,
     DatabaseNotAFileError,
     DatabaseOpenError,
     DiskFullError,
@@ -54,7 +55,7 @@ _CANT_OPEN = ": check that its folder exists and is writable, or pass --db PATH.
     [
         (
             apsw.BusyError("database is locked"),
-            StoreError,
+            DatabaseLockedError,
             f"the database (/data/f.db) {_BUSY}",
             f"the database {_BUSY}",
         ),

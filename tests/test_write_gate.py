@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import logging
 import os
+import random
+import re
 import signal
 import stat
 import subprocess
 import sys
 import threading
+import time
+from collections import Counter
 from pathlib import Path
 
+import apsw
 import pytest
 
 from desktop_app.errors import StoreError
@@ -48,6 +54,13 @@ def held_elsewhere(db: Path) -> bool:
     finally:
         os.close(fd)  # also drops our lock when we got it
     return False
+
+
+def held_here(db: Path) -> bool:
+    """Whether the gate's flock is held, tried on another open file of this
+    process (a flock belongs to an open file, so this process's own gate
+    counts as another holder)."""
+    return held_elsewhere(db)
 
 
 def worker(*args: str) -> subprocess.Popen[str]:
@@ -363,3 +376,167 @@ def test_a_process_idle_after_its_writes_gives_the_gate_back_to_the_others(
             assert idle.wait(timeout=LIMIT_S) == 0
     assert kept == rounds
     assert events(db_path) == {"written": rounds * 3, "other": rounds}
+
+
+def state(pid: int) -> str:
+    """The process's state letter in ``/proc/PID/stat`` (``T``: stopped)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def wait_state(pid: int, letters: str) -> None:
+    deadline = time.monotonic() + LIMIT_S
+    while state(pid) not in letters:
+        assert time.monotonic() < deadline, f"pid {pid} never reached state {letters}"
+        time.sleep(0.001)
+
+
+def test_ctrl_z_gives_the_gate_back_so_others_write_while_the_writer_is_stopped(
+    db_path: Path,
+) -> None:
+    """A process writing steps in turns, sent SIGTSTP (Ctrl-Z) at random
+    moments: each time, once it is stopped, another process's write goes
+    through (with a busy timeout far shorter than the time the writer stays
+    stopped would need, and no retry); after SIGCONT the writer finishes its
+    run with each step saved once."""
+    rounds, steps = 25, 4000
+    open_store(db_path).close()
+    proc = subprocess.Popen(
+        [sys.executable, str(WORKER), "steps", str(db_path), str(steps)],
+        stdout=subprocess.PIPE,
+        text=True,
+        process_group=0,  # a job of its own: SIGTSTP's default action stops it
+    )
+    assert proc.stdout is not None
+    rng = random.Random(7)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        for r in range(rounds):
+            time.sleep(rng.uniform(0, 0.02))
+            assert proc.poll() is None, "the writer finished before the rounds did"
+            proc.send_signal(signal.SIGTSTP)
+            wait_state(proc.pid, "Tt")
+            store = open_store(db_path, busy_timeout_s=3.0)
+            try:
+                store.publish_event("other", {"r": r}, store.now())
+            finally:
+                store.close()
+            proc.send_signal(signal.SIGCONT)
+            wait_state(proc.pid, "RSD")
+        assert proc.stdout.readline().strip() == "done"
+        assert proc.wait(timeout=LIMIT_S) == 0
+    finally:
+        proc.kill()
+        proc.wait(timeout=LIMIT_S)
+    store = open_store(db_path)
+    try:
+        rows = store.conn.execute("SELECT type, payload FROM events").fetchall()
+    finally:
+        store.close()
+    seen = Counter((str(t), json.loads(p)["i" if t != "other" else "r"]) for t, p in rows)
+    assert seen == Counter(
+        [("step", i) for i in range(steps)]
+        + [("step-end", i) for i in range(steps)]
+        + [("other", r) for r in range(rounds)]
+    )
+
+
+def test_the_locked_error_names_a_stopped_holder_and_its_hint_frees_it(
+    db_path: Path,
+) -> None:
+    """The "stayed locked" error names the process holding the gate (from
+    ``/proc/locks``), says it is stopped and how to go on; the printed
+    ``kill -CONT PID``, run as printed, lets it finish, and the write then
+    goes through."""
+    holder = worker("hold", str(db_path))
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        holder.send_signal(signal.SIGSTOP)
+        wait_state(holder.pid, "Tt")
+        store = open_store(db_path, busy_timeout_s=0.5)
+        try:
+            with pytest.raises(StoreError, match="stayed locked") as caught:
+                store.publish_event("late", {}, store.now())
+            said = str(caught.value)
+            assert f"held by pid {holder.pid} (" in said
+            assert "write_gate_worker.py hold" in said
+            assert f"stopped (Ctrl-Z): `fg` it or `kill -CONT {holder.pid}`" in said
+            hint = re.search(r"`(kill -CONT \d+)`", said)
+            assert hint is not None
+            subprocess.run(hint.group(1), shell=True, check=True)
+            wait_state(holder.pid, "RS")
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            assert holder.wait(timeout=LIMIT_S) == 3
+            store.publish_event("late", {}, store.now())
+        finally:
+            store.close()
+    finally:
+        holder.kill()
+        holder.wait(timeout=LIMIT_S)
+    assert events(db_path) == {"held": 1, "late": 1}
+
+
+def test_without_proc_locks_the_locked_error_is_as_before(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``/proc/locks`` cannot be read, the error names no holder."""
+    from desktop_app.store.connection import translate
+
+    real_open = open
+
+    def no_proc(path: object, *args: object, **kwargs: object) -> object:
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+    holder = worker("hold", str(db_path))
+    assert holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        monkeypatch.setattr("builtins.open", no_proc)
+        said = str(translate(apsw.BusyError("database is locked"), db_path))
+        monkeypatch.undo()
+        assert said == (
+            f"the database ({db_path}) stayed locked by another process past the busy "
+            "timeout; nothing was written. Retry, or raise FLOWDESK_BUSY_TIMEOUT_S."
+        )
+        assert f"held by pid {holder.pid}" in str(
+            translate(apsw.BusyError("database is locked"), db_path)
+        )
+    finally:
+        holder.kill()
+        holder.wait(timeout=LIMIT_S)
+
+
+def test_ctrl_z_hands_the_given_back_gate_to_the_apps_stop_and_waits_for_a_transaction(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's path (Textual's driver stops the process in its own SIGTSTP
+    handler): the gate kept in this process's turn is given back before that
+    handler runs; a Ctrl-Z inside a write transaction runs it only once the
+    transaction committed, its flock given back too."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 60.0)  # a turn that outlasts the test
+    stops: list[bool] = []
+    before = signal.getsignal(signal.SIGTSTP)
+    store = open_store(db_path)
+    try:
+        write_gate.stop_gives_back_the_gate(lambda _s, _f: stops.append(held_here(db_path)))
+        store.publish_event("first", {}, store.now())
+        assert held_here(db_path)  # kept for the turn
+        os.kill(os.getpid(), signal.SIGTSTP)
+        assert stops == [False]
+
+        def inside(tx: object) -> None:
+            store.publish_event("inside", {}, store.now())
+            os.kill(os.getpid(), signal.SIGTSTP)
+            store.publish_event("after-signal", {}, store.now())
+            assert stops == [False]  # not stopped inside the transaction
+
+        store.write(inside)
+        assert stops == [False, False]
+    finally:
+        signal.signal(signal.SIGTSTP, before)
+        store.close()
+    assert events(db_path) == {"first": 1, "inside": 1, "after-signal": 1}

@@ -14,6 +14,10 @@ Usage: write_gate_worker.py MODE DB [COUNT] [GATE]
 * ``race``: prints ``ready``, waits for a line on stdin, then publishes COUNT
   ``raced`` events, one transaction each, and prints ``done``. GATE ``0``
   opens the file without the gate (an older Flowdesk's behaviour).
+* ``steps``: as a foreground command does, makes Ctrl-Z (SIGTSTP) give the
+  gate back (``write_gate.stop_gives_back_the_gate``), prints ``ready``, then
+  runs COUNT steps, each one transaction publishing ``step`` ``{"i": i}``
+  and ``step-end`` ``{"i": i}`` (a savepoint each), and prints ``done``.
 """
 
 from __future__ import annotations
@@ -49,6 +53,19 @@ def main() -> int:
 
         store.write(hold)
         return 3
+    if mode == "steps":
+        write_gate.stop_gives_back_the_gate()
+        print("ready", flush=True)
+        for i in range(count):
+
+            def step(tx: Any, i: int = i) -> None:
+                store.publish_event("step", {"i": i}, store.now())
+                store.publish_event("step-end", {"i": i}, store.now())
+
+            store.write(step)
+        store.close()
+        print("done", flush=True)
+        return 0
     if mode == "race":
         print("ready", flush=True)
         sys.stdin.readline()

@@ -371,8 +371,23 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             else:
                 self.say(f"Unknown theme {theme!r} in the settings; using the default.", "warning")
         self._theme_ready = True
+        self._give_back_the_gate_on_ctrl_z()
         self.set_interval(self.POLL_S, self._poll)
         self._startup()
+
+    def _give_back_the_gate_on_ctrl_z(self) -> None:
+        """Ctrl-Z (SIGTSTP): Textual's driver restores the terminal and stops
+        the process; before that, give back the SQLite write gate this
+        process keeps between its writes, so other processes' writers go on
+        while the app is stopped
+        (:func:`~desktop_app.store.write_gate.stop_gives_back_the_gate`)."""
+        import signal
+
+        from desktop_app.store.write_gate import stop_gives_back_the_gate
+
+        textual = signal.getsignal(signal.SIGTSTP)
+        if callable(textual):
+            stop_gives_back_the_gate(textual)
 
     def watch_theme(self, theme: str) -> None:
         """Save a theme chosen in the app (the command palette's "Change

@@ -148,6 +148,12 @@ def _stop_on_sigterm(command: str) -> None:
     Only the main thread can install a handler: elsewhere nothing changes."""
     if command in FOREGROUND and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminated)
+    if command in FOREGROUND or command == "agent":
+        # Ctrl-Z gives the SQLite write gate back before stopping, so other
+        # processes' writers go on meanwhile (the app: Textual's own handler)
+        from desktop_app.store.write_gate import stop_gives_back_the_gate
+
+        stop_gives_back_the_gate()
 
 
 def command_again(argv: Sequence[str]) -> str:

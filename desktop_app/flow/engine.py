@@ -24,6 +24,7 @@ from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
     ConfigError,
+    DatabaseLockedError,
     DuplicateFlowKeyError,
     FlowDefinitionError,
     FlowdeskError,
@@ -917,22 +918,34 @@ class Engine:
         refused, refuse = refusals.ids, refusals.refuse
         failed: list[BaseException] = []
         halt = threading.Event()  # the calling thread stopped: so does the sweeper
+        locked: set[str] = set()  # runs whose resume met a locked database
 
         def note(run: RunRecord, out: RunResult | BaseException) -> None:
             # refusals no later pass of this process can change (a busy or
             # full database, a lease held elsewhere: tried again next time)
             if isinstance(out, REFUSALS):
                 refuse(run.run_id, out)
+            elif isinstance(out, DatabaseLockedError):
+                # its lease is still this engine's (giving it back met the lock
+                # too), so no pass would see it left behind: the next one resumes it
+                log.warning("run %s: %s; resumed again in %g s", run.run_id, out, poll_s)
+                locked.add(run.run_id)
 
         def wanted(run: RunRecord) -> bool:
             return run.run_id not in refused and (only is None or only(run))
 
         def sweep() -> None:
             try:
-                self.recover(note, only=only)
-                while not halt.wait(poll_s):
-                    if recovery.left_behind(self, wanted, self._lease_now()):
-                        self.recover(note, only=only)
+                first = True
+                while first or not halt.wait(poll_s):
+                    try:
+                        again = bool(locked)
+                        locked.clear()
+                        if first or again or recovery.left_behind(self, wanted, self._lease_now()):
+                            self.recover(note, only=only)
+                        first = False
+                    except DatabaseLockedError as exc:  # as in the loop below
+                        log.warning("%s; recovery tries again in %g s", exc, poll_s)
             except BaseException as exc:  # raised by serve in the calling thread
                 failed.append(exc)
 
@@ -940,9 +953,17 @@ class Engine:
         sweeper.start()
         try:
             while not stop.is_set() and not failed:
-                self.tick(skip=refused, on_refused=refuse)
-                if on_tick is not None:
-                    on_tick()
+                try:
+                    self.tick(skip=refused, on_refused=refuse)
+                    if on_tick is not None:
+                        on_tick()
+                except DatabaseLockedError as exc:
+                    # another process held the write lock past the busy
+                    # timeout (stopped with Ctrl-Z, a long transaction): a
+                    # service waits for it, trying again at the next poll
+                    log.warning("%s; trying again in %g s", exc, poll_s)
+                    stop.wait(poll_s)
+                    continue
                 wait = poll_s
                 nxt = self.store.next_deadline()
                 # a deadline still due after the pass is one this engine may not

@@ -63,6 +63,7 @@ import apsw
 
 from desktop_app.errors import (
     DatabaseCorruptError,
+    DatabaseLockedError,
     DatabaseMissingError,
     DatabaseNotAFileError,
     DatabaseOpenError,
@@ -70,7 +71,7 @@ from desktop_app.errors import (
     StoreError,
     WalMissingError,
 )
-from desktop_app.store.write_gate import GatedConnection, gate_for
+from desktop_app.store.write_gate import LOCK_SUFFIX, GatedConnection, describe_holder, gate_for
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -89,9 +90,12 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
     """A typed :class:`StoreError` with advice for an apsw error."""
     where = f" ({path})" if path else ""
     if isinstance(exc, apsw.BusyError):
-        return StoreError(
-            f"the database{where} stayed locked by another process past the busy timeout; "
-            "nothing was written. Retry, or raise FLOWDESK_BUSY_TIMEOUT_S."
+        # only now, the wait over: who holds the write gate (/proc/locks)
+        holder = describe_holder(Path(f"{path}{LOCK_SUFFIX}")) if path else None
+        return DatabaseLockedError(
+            f"the database{where} stayed locked by another process past the busy timeout"
+            + (f" ({holder})" if holder else "")
+            + "; nothing was written. Retry, or raise FLOWDESK_BUSY_TIMEOUT_S."
         )
     if isinstance(exc, apsw.FullError):
         return DiskFullError(f"the database {path}" if path else "the database")
