@@ -73,7 +73,7 @@ def test_a_resumed_thread_shows_running_while_its_process_runs_it(
 
     # a run to the question: waiting; answered through Flowdesk: answered
     third = worker(db_path, counts, thread)
-    out, err = third.communicate(timeout=120)
+    _, err = third.communicate(timeout=120)
     assert third.returncode == 0, err
     assert _status(db_path, thread) == "waiting"
     answered = flowdesk(db_path, "answer", thread, "yes")
@@ -93,7 +93,7 @@ def test_a_resumed_thread_shows_running_while_its_process_runs_it(
 
     # run to the end: completed, every step counted
     last = worker(db_path, counts, thread)
-    out, err = last.communicate(timeout=120)
+    _, err = last.communicate(timeout=120)
     assert last.returncode == 0, err
     assert _status(db_path, thread) == "completed"
     assert counted(counts) == Counter(
