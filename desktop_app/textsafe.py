@@ -93,7 +93,9 @@ def _ansi_c(c: str) -> str:
         return f"\\x{code:02x}"
     if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte kept by surrogateescape (argv, a file name)
         return f"\\x{code - 0xDC00:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    # its UTF-8 bytes, not ``\\u202e``: bash decodes ``\\u`` only in a UTF-8
+    # locale (under ``env -i``, cron, ssh or systemd it passes ``\\u202E`` on)
+    return "".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogatepass"))
 
 
 def shell_quote(text: str) -> str:
@@ -102,10 +104,11 @@ def shell_quote(text: str) -> str:
     is printable (spaces and non-ASCII letters are), else bash's ANSI-C
     quoting, ``$'rel\\x1b[31m-43'``, where each control character (ESC,
     newline, tab, DEL, C1), invisible format character (a bidi override
-    such as U+202E, written ``\\u202e``) or other non-printable one is
-    written as the escape bash turns back into it: visible, inert in a
-    terminal, and the same string once pasted into bash, zsh or ksh93
-    (``\\u``/``\\U`` need a UTF-8 locale, as the characters themselves do).
+    such as U+202E, written as its UTF-8 bytes ``\\xe2\\x80\\xae``) or other
+    non-printable one is written as the escapes bash turns back into it:
+    visible, inert in a terminal, and the same string once pasted into
+    bash, zsh or ksh93, in any locale (bash's ``\\u`` escapes work only in a
+    UTF-8 one; ``env -i bash``, cron and ssh often have ``C``).
 
     Args:
         text: the argument (str), any characters.

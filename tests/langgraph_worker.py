@@ -7,7 +7,8 @@ The graph: ``plan`` → a ``Send`` per item to ``work`` (fan-out) →
 ``review`` (an ``interrupt()`` asking a person) → ``finish``. Every node
 appends its name (``work:<item>`` for the workers) to COUNTS when it starts,
 so the test counts executions. ``--hang ITEM``: the worker of ITEM hangs
-(the test kills the process with SIGKILL there). The first run of THREAD
+(the test kills the process with SIGKILL there); ``--hang finish``: the
+``finish`` node (after the answer) hangs. The first run of THREAD
 starts the graph; a later one continues it (``invoke(None, config)``), or
 runs ``--call``: a continuation Flowdesk printed, evaluated as printed with
 ``graph`` the compiled graph.
@@ -75,6 +76,8 @@ def build_graph(counts: str, hang: str | None = None):  # type: ignore[no-untype
 
     def finish(state: State) -> State:
         count("finish")
+        if hang == "finish":
+            time.sleep(3600)  # killed here
         return {"summary": f"{sorted(state['results'])} approved={state['approved']}"}
 
     g = StateGraph(State)

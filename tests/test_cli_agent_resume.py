@@ -262,6 +262,8 @@ def test_db_copy_next_runs_as_printed_with_its_scope(tmp_path: Path, pg_empty_ur
     assert copied.returncode == 0, copied.stderr
     assert f"copied 1 agent run and 1 LangGraph thread from {db} to " in copied.stdout
     lines = copied.stdout.splitlines()
+    # the thread is its program's to continue (no worker runs a graph), in its scope
+    assert lines[-3] == "  FlowdeskSaver.open(" + repr(pg_empty_url) + ", scope='work')"
     assert lines[-2] == "next, on each worker machine:", copied.stdout
     command = lines[-1]
     assert command.strip() == f"flowdesk --db {pg_empty_url} --scope work agent"

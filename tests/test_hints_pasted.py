@@ -186,7 +186,7 @@ def test_a_signal_key_with_controls_is_printed_quoted_and_sent_as_printed(tmp_pa
     assert started.returncode == 0, started.stderr
     rid = started.stdout.split()[0]
     assert flowdesk(db, "answer", rid, "yes", env=env).returncode == 0
-    quoted = "$'o-é\\u202e\\x1b[31m\\n\\t'"
+    quoted = "$'o-é\\xe2\\x80\\xae\\x1b[31m\\n\\t'"  # U+202E as its UTF-8 bytes
 
     shown = flowdesk(db, "show", rid, env=env)
     assert shown.returncode == 0, shown.stderr
@@ -320,17 +320,23 @@ def test_sigterm_cuts_the_step_in_flight_which_runs_once_more_only_on_resume(
         os.fsdecode(b"caf\xe9"),  # an undecodable byte in a file name (surrogateescape)
     ],
 )
-def test_shell_quote_gives_back_the_string_through_bash(text: str) -> None:
+@pytest.mark.parametrize("locale", ["env -i", "C.UTF-8", "C"])
+def test_shell_quote_gives_back_the_string_through_bash(text: str, locale: str) -> None:
+    """In any locale: under ``env -i bash`` (cron, ssh, systemd) bash passes
+    a ``\\u202e`` escape on as those six characters, so a non-ASCII character
+    is quoted as its UTF-8 bytes, which bash decodes everywhere."""
     from desktop_app.textsafe import shell_quote
 
     quoted = shell_quote(text)
     assert quoted.isprintable(), quoted
-    echoed = subprocess.run(
-        ["bash", "-c", f"printf %s {quoted}"],
-        capture_output=True,
-        timeout=30,
-        env={**os.environ, "LC_ALL": "C.UTF-8"},
-    )
+    assert "\\u" not in quoted and "\\U" not in quoted, quoted
+    script = f"printf %s {quoted}"
+    if locale == "env -i":
+        argv = ["env", "-i", "bash", "-c", script]
+        env: dict[str, str] | None = None
+    else:
+        argv, env = ["bash", "-c", script], {**os.environ, "LANG": locale, "LC_ALL": locale}
+    echoed = subprocess.run(argv, capture_output=True, timeout=30, env=env)
     assert echoed.stdout == os.fsencode(text)
 
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from desktop_app.errors import (
     has_secret,
     redact,
 )
+from desktop_app.textsafe import python_literal, shell_quote
 from desktop_app.words import plural
 
 
@@ -104,8 +104,8 @@ def cmd_db_copy(ctx: Ctx) -> int:
     except CopySourceBusyError as exc:  # the same command again, as the user gave it
         ctx.hints.password_left_out |= has_secret(target.text)  # the note says to give it
         again = ctx.hints.cmd(
-            f"db copy --from {shlex.quote(str(ctx.args.source))} "
-            f"--to {shlex.quote(redact(target.text, mask=None))}"
+            f"db copy --from {shell_quote(str(ctx.args.source))} "
+            f"--to {shell_quote(redact(target.text, mask=None))}"
         )
         print(f"flowdesk: {exc.for_command(again)}", file=sys.stderr)
         return EXIT_FAILED
@@ -118,8 +118,20 @@ def cmd_db_copy(ctx: Ctx) -> int:
             f"process on it executes {'it' if len(report.moved) == 1 else 'them'} again "
             f"(`{ctx.hints.cmd('runs', db=str(ctx.args.source))}` shows them moved)"
         )
-    print("next, on each worker machine:")  # the command alone on its line: pasted, it runs
-    print(f"  {ctx.hints.cmd('agent', db=target.text)}")
+    if report.langgraph_threads:  # no worker runs a graph: each thread's program does
+        ctx.hints.password_left_out |= has_secret(target.text)
+        where = [python_literal(redact(target.text, mask=None))]
+        if ctx.hints.scope is not None:
+            where.append(f"scope={python_literal(ctx.hints.scope)}")
+        print(
+            "next, for the LangGraph threads: a worker does not continue them; each one's "
+            "own program does, running graph.invoke with its checkpointer opened on the "
+            "new database:"
+        )
+        print(f"  FlowdeskSaver.open({', '.join(where)})")
+    if report.runs or report.agent_runs or not report.langgraph_threads:
+        print("next, on each worker machine:")  # the command alone on its line: pasted, it runs
+        print(f"  {ctx.hints.cmd('agent', db=target.text)}")
     return EXIT_OK
 
 

@@ -158,7 +158,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     elif status == threads.ANSWERED:
         print("answered: it goes on when its program runs " + threads.resume_hint(t.thread_id))
     print(f"started {when(t.created_at)}  updated {when(t.updated_at)} (UTC)")
-    ids = "  ".join(f"{k} {v}" for k, v in sorted(t.context.items()))
+    ids = "  ".join(f"{one_line(k)} {one_line(str(v))}" for k, v in sorted(t.context.items()))
     print(f"context: {ids}")
     for value in t.interrupts:
         print(visible_controls(f"asks: {json.dumps(value, ensure_ascii=False)}"))

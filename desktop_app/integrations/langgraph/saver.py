@@ -73,12 +73,19 @@ except ModuleNotFoundError as exc:  # the extra is not installed: say which
 from desktop_app.errors import StoreError, ThreadCorruptError
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
-from desktop_app.integrations.langgraph.threads import INTERRUPT, RESUME, checksum, ts
+from desktop_app.integrations.langgraph.threads import ANSWERED, INTERRUPT, RESUME, checksum, ts
 from desktop_app.store.protocol import CheckpointStore, SqlTx
 
 #: channels whose update means a node is scheduled (LangGraph 1.x: START's
 #: input, an edge's ``branch:to:<node>``, a ``Send``'s task list)
 _TRIGGERS = ("__start__", "__pregel_tasks")
+#: the key LangGraph's Pregel loop puts in the config it loads a thread with
+#: (``langgraph._internal._constants.CONFIG_KEY_RUNTIME``); ``get_state`` and
+#: ``get_state_history`` read without it
+_LOOP_KEY = "__pregel_runtime"
+#: a thread in these statuses has work its next invoke runs before it stores
+#: a checkpoint: a step a killed process left, or an answer given in Flowdesk
+_RESUMABLE = ("running", ANSWERED)
 _ENTRY_FIELDS = ("tenant_id", "user_id", "session_id", "trace_id", "correlation_id")
 
 _CP_COLS = (
@@ -220,7 +227,10 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             row = tx.fetchone(sql, params)
             return None if row is None else self._tuple(tx, thread_id, row)
 
-        return self.store.query(op)
+        found = self.store.query(op)
+        if found is not None and ns == "" and not checkpoint_id and _LOOP_KEY in c:
+            self._claim(thread_id, found.checkpoint["id"])
+        return found
 
     def list(
         self,
@@ -618,6 +628,27 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 ids[name] = configurable[name]
         ids["run_id"] = thread_id
         return json.dumps({k: v for k, v in ids.items() if v is not None}, sort_keys=True)
+
+    def _claim(self, thread_id: str, checkpoint_id: str) -> None:
+        """An invoke is about to run the thread from its latest checkpoint:
+        record it ``running`` with this process as owner. A resumed invoke
+        (after a crash, or after an answer stored through Flowdesk) runs the
+        pending step before it stores any checkpoint, so until then the row
+        would name the dead process (``interrupted``) or say ``answered``.
+        Only a thread with pending work is claimed, only at the checkpoint
+        this invoke loaded (a newer one written meanwhile wins)."""
+        marks = ",".join("?" * len(_RESUMABLE))
+
+        def op(tx: SqlTx) -> None:
+            tx.execute(
+                "UPDATE langgraph_threads SET status='running', owner=?, interrupts=NULL, "
+                f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND checkpoint_id=? "
+                f"AND status IN ({marks}) AND (owner IS NULL OR owner<>?)",
+                (self.owner, time.time(), self.scope, thread_id, checkpoint_id,
+                 *_RESUMABLE, self.owner),
+            )  # fmt: skip
+
+        self.store.write(op)
 
     def _lock_thread(self, tx: SqlTx, thread_id: str) -> None:
         """Serialise the transactions that judge a thread's status. LangGraph

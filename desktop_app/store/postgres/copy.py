@@ -70,6 +70,7 @@ from desktop_app.flow.owners import holding, liveness
 from desktop_app.store import migrations
 from desktop_app.store.connection import translate
 from desktop_app.store.postgres.sql import connect, no_nul, redact
+from desktop_app.textsafe import one_line
 from desktop_app.words import plural
 
 #: Columns not copied: the laptop's leases and claims mean nothing on the server.
@@ -359,12 +360,13 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
             if not live or (scope, run_id) in seen or moved_to(owner) is not None:
                 continue
             seen.add((scope, run_id))
+            # ids, names and scopes are the user's: shown escaped, never raw
+            rid, scp = one_line(str(run_id)), one_line(str(scope))
             if kind == "graph":
-                said = f"LangGraph thread {run_id} (scope {scope})"
+                said = f"LangGraph thread {rid} (scope {scp})"
             else:
-                said = (
-                    f"run {run_id} ({'agent' if kind == 'agent' else 'flow'} {name}, scope {scope})"
-                )
+                what = f"{'agent' if kind == 'agent' else 'flow'} {one_line(str(name))}"
+                said = f"run {rid} ({what}, scope {scp})"
             doing = " sending its side effects" if kind == "outbox" else ""
             out.append(f"{said}: {_owner_text(owner)}{doing}")
     return out
