@@ -540,3 +540,42 @@ def test_ctrl_z_hands_the_given_back_gate_to_the_apps_stop_and_waits_for_a_trans
         signal.signal(signal.SIGTSTP, before)
         store.close()
     assert events(db_path) == {"first": 1, "inside": 1, "after-signal": 1}
+
+
+AT_EXIT = """
+import fcntl, os, sys
+from desktop_app.store import write_gate
+from desktop_app.store.sqlite.store import open_store
+db = sys.argv[1]
+store = open_store(db)
+conn = store.conn
+with conn:
+    conn.execute("CREATE TABLE IF NOT EXISTS t(x)")
+(gate,) = write_gate._GATES.values()
+assert gate._kept and gate._reaper is not None  # a turn: the flock kept, a reaper watching
+write_gate._stop_reapers()  # what the interpreter's exit runs first
+assert gate._reaper is None and not gate._kept
+with conn:
+    conn.execute("INSERT INTO t VALUES (1)")
+assert not gate._kept  # no turn any more: the flock is free after the commit
+fd = os.open(db + write_gate.LOCK_SUFFIX, os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another holder gets it at once
+print("ok")
+"""
+
+
+def test_at_exit_the_reaper_ends_and_no_flock_is_kept_between_transactions(
+    db_path: Path,
+) -> None:
+    """A daemon reaper frozen by the interpreter's exit inside its lock would
+    hold it for ever, and a lease given back later in the exit (a generator's
+    ``finally``) waited its whole busy timeout (a process that stopped reading
+    an agent's stream hung 30 s): at exit the reapers end first and no turn
+    keeps the flock any more."""
+    open_store(db_path).close()
+    done = subprocess.run(
+        [sys.executable, "-c", AT_EXIT, str(db_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

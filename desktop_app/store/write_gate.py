@@ -78,6 +78,7 @@ and pages read from the mapping are still misses: measured, not kept).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import logging
@@ -138,6 +139,9 @@ class WriteGate:
         self._yield_until = 0.0  # time.monotonic() before which it does not try again
         self._turn = threading.Event()  # set when a turn first keeps it, for the reaper
         self._reaper: threading.Thread | None = None
+        #: set at interpreter exit (:func:`_stop_reapers`): no flock is kept
+        #: between transactions any more and the reaper ends
+        self._stopping = False
 
     def acquire(self, timeout_s: float) -> None:
         """Take the gate: this process's other writers, and other processes'
@@ -170,7 +174,7 @@ class WriteGate:
         try:
             if self._depth == 0 and self._fd is not None and not self.disabled:
                 now = time.monotonic()
-                if keep and now - self._taken_at < HOLD_S:
+                if keep and not self._stopping and now - self._taken_at < HOLD_S:
                     self._kept = True
                     if not self._kept_in_turn:  # the reaper watches the turn's end
                         self._kept_in_turn = True
@@ -212,9 +216,9 @@ class WriteGate:
         process that wrote nothing since, so an idle process never holds the
         others up longer than :data:`HOLD_S`."""
         while True:
-            if not self._turn.wait(REAPER_IDLE_S):
+            if not self._turn.wait(REAPER_IDLE_S) or self._stopping:
                 with self._mutex:  # release() starts a new reaper under it
-                    if not self._turn.is_set():
+                    if self._stopping or not self._turn.is_set():
                         self._reaper = None
                         return
                 continue
@@ -339,6 +343,25 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _stop_reapers() -> None:
+    """At interpreter exit, before daemon threads are frozen: end every
+    reaper and keep no flock between transactions from now on. A daemon
+    reaper frozen by the interpreter's finalization inside its ``with
+    self._mutex`` would hold that lock for ever, and a write made later in
+    the exit (a generator's ``finally`` giving a lease back) would wait its
+    whole busy timeout for it, then fail."""
+    for gate in list(_GATES.values()):
+        gate._stopping = True
+        gate._turn.set()
+        reaper = gate._reaper
+        if reaper is not None:
+            reaper.join(timeout=1.0)
+        gate.give_back()
+
+
+atexit.register(_stop_reapers)
 
 
 class GatedConnection(apsw.Connection):
