@@ -402,6 +402,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_app_agent_recovery.py",
         "tests/test_postgres_app_agent_answer.py",
         "tests/test_mutation_kills_agent_recovery.py",
+        # the recorded tool sources, interrupted runs, the resume with them
+        "tests/test_mutation_kills_agent_recovery_resume.py",
     ],
     "desktop_app/agent/runtime.py": [
         "tests/test_agent.py",
