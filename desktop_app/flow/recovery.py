@@ -72,13 +72,21 @@ def left_behind(engine: Sweeper, wanted: Callable[[RunRecord], bool], now: float
     execute has a lease no live process holds
     (:func:`~desktop_app.flow.owners.lease_abandoned` at ``now``, UTC epoch
     seconds of the lease clock: unleased, its owner on this host exited, or
-    expired) and ``wanted`` takes: a run a killed or stopped
+    expired) or this engine's own lease (a run whose save or release met a
+    locked database), and ``wanted`` takes: a run a killed or stopped
     process left behind, which :meth:`Engine.serve` recovers on its next
     pass. One read and no claim, so a pass with nothing to recover takes no
     write lock."""
+    owner = engine.owner
     return any(
         not engine.holds(run.run_id)
-        and lease_abandoned(run.lease_owner, run.lease_expires_at, now)
+        and (
+            # this engine's own lease on a run none of its threads executes: a
+            # run whose resume met a locked database, or whose lease could not
+            # be given back, stranded (no other process may take a live lease)
+            run.lease_owner == owner
+            or lease_abandoned(run.lease_owner, run.lease_expires_at, now)
+        )
         and wanted(run)
         for run in engine.store.list_runs(statuses=PENDING_STATUSES)
     )
