@@ -7,6 +7,7 @@ event and timer waits the screen says what the run waits for.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, get_args
 
 from rich.cells import cell_len
@@ -130,9 +131,15 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         ("deadline", "Deadline"),
     )
 
-    def __init__(self, run: RunRecord) -> None:
+    def __init__(
+        self, run: RunRecord, on_sending: Callable[[tuple[str, str]], None] | None = None
+    ) -> None:
         super().__init__()
         self.run = run
+        #: told ``(run_id, wait_id)`` before an answer is sent: the inbox then
+        #: knows the question leaves because it was answered here, even when
+        #: its reload sees it gone before this dialog is dismissed
+        self.on_sending = on_sending
         self.waits: list[Wait] = []
         self.sending = False
         self._error = ""
@@ -452,6 +459,8 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         wait = self.selected
         if self.sending or wait is None or wait.kind != "input":
             return
+        if self.on_sending is not None:
+            self.on_sending((self.run.run_id, wait.wait_id))
         refused = self.flowdesk.controller.send_answer(self, self.run.run_id, wait.wait_id, value)
         if refused:
             self._show_error(refused)

@@ -750,7 +750,9 @@ class InboxScreen(Screen[None]):
                 self.flowdesk.say(
                     f"Run {short_id(unseen[0].run_id)}'s plan shows first: Yes approves it."
                 )
-                self.app.push_screen(AnswerScreen(unseen[0].run), self._answered)
+                self.app.push_screen(
+                    AnswerScreen(unseen[0].run, on_sending=self._sent.add), self._answered
+                )
                 return
         for item in targets:
             assert item.wait is not None
@@ -898,7 +900,7 @@ class InboxScreen(Screen[None]):
         item = self._selected_flow_item()
         if item is None or item.run is None:
             return
-        self.app.push_screen(AnswerScreen(item.run), self._answered)
+        self.app.push_screen(AnswerScreen(item.run, on_sending=self._sent.add), self._answered)
 
     def _answered(self, answered: tuple[str, str] | None) -> None:
         """The answer dialog closed; ``answered``: the question it answered
