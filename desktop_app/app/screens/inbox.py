@@ -209,14 +209,19 @@ def _flow_items(store: CheckpointStore, errors: list[str]) -> tuple[list[InboxIt
     whether waiting runs were left unread (they may ask more). Reads
     :data:`RUNS_PER_READ` waiting runs at a time (oldest first), and the
     latest checkpoint of each run read; a run gone or changed meanwhile is
-    said in ``errors``. Raises what the store raises for the page reads."""
+    said in ``errors``, and a run a shifted page gives twice is listed once
+    (a duplicate row key would stop the table). Raises what the store raises for the page reads."""
     items: list[InboxItem] = []
     offset = 0
+    seen: set[str] = set()
     while True:
         runs = store.list_runs(statuses=("waiting",), limit=RUNS_PER_READ, offset=offset)
         for run in runs:
             if len(items) >= INBOX_LIMIT:
                 return items, True
+            if run.run_id in seen:  # the pages shifted (a run began waiting meanwhile)
+                continue
+            seen.add(run.run_id)
             try:
                 waits = store.latest(run.run_id).waits
             except FlowdeskError as exc:  # gone or changed meanwhile
