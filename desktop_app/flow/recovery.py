@@ -84,8 +84,7 @@ def left_behind(engine: Sweeper, wanted: Callable[[RunRecord], bool], now: float
             # this engine's own lease on a run none of its threads executes: a
             # run whose resume met a locked database, or whose lease could not
             # be given back, stranded (no other process may take a live lease)
-            run.lease_owner == owner
-            or lease_abandoned(run.lease_owner, run.lease_expires_at, now)
+            run.lease_owner == owner or lease_abandoned(run.lease_owner, run.lease_expires_at, now)
         )
         and wanted(run)
         for run in engine.store.list_runs(statuses=PENDING_STATUSES)
