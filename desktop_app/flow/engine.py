@@ -918,7 +918,6 @@ class Engine:
         refused, refuse = refusals.ids, refusals.refuse
         failed: list[BaseException] = []
         halt = threading.Event()  # the calling thread stopped: so does the sweeper
-        locked: set[str] = set()  # runs whose resume met a locked database
 
         def note(run: RunRecord, out: RunResult | BaseException) -> None:
             # refusals no later pass of this process can change (a busy or
@@ -927,9 +926,8 @@ class Engine:
                 refuse(run.run_id, out)
             elif isinstance(out, DatabaseLockedError):
                 # its lease is still this engine's (giving it back met the lock
-                # too), so no pass would see it left behind: the next one resumes it
+                # too): recovery.left_behind counts such a run, the next pass resumes it
                 log.warning("run %s: %s; resumed again in %g s", run.run_id, out, poll_s)
-                locked.add(run.run_id)
 
         def wanted(run: RunRecord) -> bool:
             return run.run_id not in refused and (only is None or only(run))
@@ -939,9 +937,7 @@ class Engine:
                 first = True
                 while first or not halt.wait(poll_s):
                     try:
-                        again = bool(locked)
-                        locked.clear()
-                        if first or again or recovery.left_behind(self, wanted, self._lease_now()):
+                        if first or recovery.left_behind(self, wanted, self._lease_now()):
                             self.recover(note, only=only)
                         first = False
                     except DatabaseLockedError as exc:  # as in the loop below

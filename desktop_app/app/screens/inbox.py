@@ -908,10 +908,8 @@ class InboxScreen(Screen[None]):
         self.app.push_screen(AnswerScreen(item.run, on_sending=self._sent.add), self._answered)
 
     def _answered(self, answered: tuple[str, str] | None) -> None:
-        """The answer dialog closed; ``answered``: the question it answered
-        (answered here, not elsewhere, when it leaves the inbox)."""
-        if answered is not None:
-            self._sent.add(answered)
+        """The answer dialog closed (``answered``: the question it answered,
+        already in ``_sent`` through its ``on_sending``): read the inbox again."""
         self.reload()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
