@@ -503,8 +503,10 @@ def _on_sigtstp(signum: int, frame: Any) -> None:
         else:
             _STOP_PENDING = False
             for gate in taken:
-                if gate._kept:
-                    gate._unlock()
+                # not only a kept flock: one taken by an acquire() the signal
+                # cut before it counted its depth (a transaction that then runs
+                # unordered by the gate; SQLite's own lock still guards it)
+                gate._unlock()
             if _STOP is not None:
                 _STOP(signum, frame)  # returns once the process goes on
                 return
