@@ -579,3 +579,26 @@ def test_at_exit_the_reaper_ends_and_no_flock_is_kept_between_transactions(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_a_holder_started_from_a_long_path_is_named_by_its_files(tmp_path: Path) -> None:
+    """A command line longer than the message allows keeps the names of its
+    files and cuts their folders: a holder run from a deep checkout is named
+    ``…/python3 …/script.py hold``, not a path cut before the script (CI's
+    clone under a long path showed ``…py h…``)."""
+    deep = tmp_path.joinpath(*["a-folder-with-a-long-name"] * 4)
+    deep.mkdir(parents=True)
+    script = deep / "holder_script.py"
+    script.write_text("import sys, time\nprint('up', flush=True)\ntime.sleep(60)\n")
+    proc = subprocess.Popen(
+        [sys.executable, str(script), "hold"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        said = write_gate._said(proc.pid)
+        assert f"held by pid {proc.pid} (" in said
+        assert "\u2026/holder_script.py hold)" in said
+        assert str(deep) not in said
+    finally:
+        proc.kill()
+        proc.wait()

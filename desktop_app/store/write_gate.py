@@ -564,6 +564,11 @@ def _said(pid: int) -> str:
     from desktop_app.errors import redact  # a password in a URL stays out
 
     shown = " ".join(redact(a) for a in argv)
+    if len(shown) > 80:  # a long path says least: keep the names of files
+        shown = " ".join(
+            "\u2026/" + a.rsplit("/", 1)[1] if a.startswith("/") and "/" in a[1:] else a
+            for a in (redact(a) for a in argv)
+        )
     if len(shown) > 80:
         shown = shown[:79] + "\u2026"
     said = f"held by pid {pid}" + (f" ({shown})" if shown else "")
