@@ -196,9 +196,12 @@ class WriteGate:
 
     def give_back(self) -> None:
         """Give a ``flock`` kept between transactions back now (a connection
-        closing). Never waits: if another thread of this process is inside a
-        transaction, its end or the reaper gives it back."""
-        if self._mutex.acquire(blocking=False):
+        closing). Waits at most 50 ms for this process's other holders of
+        the gate's mutex (the reaper holds it for microseconds; without the
+        wait, a close landing then left the ``flock`` to the turn's end): if
+        another thread of this process is inside a transaction, its end or
+        the reaper gives it back."""
+        if self._mutex.acquire(timeout=0.05):
             try:
                 if self._depth == 0 and self._kept:
                     self._unlock()
