@@ -105,6 +105,15 @@ def test_db_copy_marks_unfinished_threads_moved_their_program_on_the_file_refuse
     listed = flowdesk(db, "runs", "--json")
     rows = {r["run_id"]: r["status"] for r in map(json.loads, listed.stdout.splitlines())}
     assert rows == {"lg-killed": "moved", "lg-asks": "moved"}
+    only = flowdesk(db, "runs", "--status", "moved", "--json")
+    assert only.returncode == 0, only.stderr
+    assert sorted(json.loads(ln)["run_id"] for ln in only.stdout.splitlines()) == [
+        "lg-asks",
+        "lg-killed",
+    ]
+    for other in ("waiting", "running", "interrupted"):  # stored or shown: not these any more
+        listed = flowdesk(db, "runs", "--status", other, "--json")
+        assert listed.returncode == 0 and listed.stdout == "", (other, listed)
     shown = flowdesk(db, "show", "lg-asks")
     assert f"moved to {where} by flowdesk db copy: its program continues it there" in shown.stdout
     assert "flowdesk answer" not in shown.stdout  # no answer hint that would be refused

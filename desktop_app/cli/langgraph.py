@@ -44,7 +44,9 @@ def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[s
     out = []
     for t in threads.list_threads(sv.checkpoints, sv.settings.scope):
         row = thread_row(t, now)
-        if wanted and not ({row["status"], t.status} & wanted):
+        # by its stored status too, unless moved: a moved thread is only "moved"
+        said = {row["status"]} if row["status"] == MOVED else {row["status"], t.status}
+        if wanted and not (said & wanted):
             continue
         if args.tenant is not None and t.context.get("tenant_id") != args.tenant:
             continue

@@ -201,13 +201,15 @@ def _flow_runs_shown(sv: Services, a: Any, wanted: set[str], now: float) -> list
     """The newest ``--limit`` flow runs that pass ``runs``' filters, where
     ``--status`` is the status *shown*: ``interrupted`` finds running (and
     leased pending) runs no process executes, and ``running`` leaves those
-    out. Read in pages of ``--limit`` rows from the stored statuses that can
-    show as the wanted ones."""
+    out; ``moved`` finds the unfinished runs ``db copy`` moved, which no
+    other status finds. Read in pages of ``--limit`` rows from the stored
+    statuses that can show as the wanted ones."""
     stored: list[RunStatus] | None = None
     if wanted:
         stored = sorted(
             {s for s in RUN_STATUSES if s in wanted}
             | ({"running", "pending"} if INTERRUPTED in wanted else set())
+            | ({s for s in RUN_STATUSES if s not in ENDED} if MOVED in wanted else set())
         )
         if not stored:
             return []
