@@ -206,12 +206,12 @@ def _flow_runs_shown(sv: Services, a: Any, wanted: set[str], now: float) -> list
     statuses that can show as the wanted ones."""
     stored: list[RunStatus] | None = None
     if wanted:
-        unfinished: set[RunStatus] = {s for s in RUN_STATUSES if s not in ENDED}
-        stored = sorted(
-            {s for s in RUN_STATUSES if s in wanted}
-            | ({"running", "pending"} if INTERRUPTED in wanted else set())
-            | (unfinished if MOVED in wanted else set())
-        )
+        can_show: set[RunStatus] = {s for s in RUN_STATUSES if s in wanted}
+        if INTERRUPTED in wanted:
+            can_show |= {"running", "pending"}
+        if MOVED in wanted:
+            can_show |= {s for s in RUN_STATUSES if s not in ENDED}
+        stored = sorted(can_show)
         if not stored:
             return []
     out: list[Any] = []
