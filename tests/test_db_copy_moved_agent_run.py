@@ -112,6 +112,14 @@ def test_a_moved_agent_run_waiting_for_approval_is_refused_on_the_file_and_a_pos
         assert len(server.requests) == 1  # the model was not asked again
         assert _pg_agent_status(pg_url, rid) == "input_required"
 
+        # waiting on the file lists it apart, with no answer hint that would be refused
+        waiting = flowdesk(db, "waiting", env=env)
+        assert waiting.returncode == 0, waiting.stderr
+        assert waiting.stdout == (
+            f"no waiting runs\nagent run {rid} moved to {where} by flowdesk db copy: it waits "
+            f"there, not here (see it there: {hint})\n"
+        )
+        assert flowdesk(db, "waiting", "--json", env=env).stdout == ""
         # the hint, run as printed, shows the run there, still waiting
         there = as_printed(hint, env)
         assert there.returncode == 0, there.stderr

@@ -102,6 +102,11 @@ def test_db_copy_marks_unfinished_threads_moved_their_program_on_the_file_refuse
     there = as_printed(hint, dict(os.environ))
     assert there.returncode == 0, there.stderr
     assert "langgraph thread lg-asks  status waiting" in there.stdout
+    waiting = flowdesk(db, "waiting")  # apart, with no answer hint that would be refused
+    assert waiting.stdout == (
+        f"no waiting runs\nLangGraph thread lg-asks moved to {where} by flowdesk db copy: it "
+        f"waits there, not here (see it there: {hint})\n"
+    )
     listed = flowdesk(db, "runs", "--json")
     rows = {r["run_id"]: r["status"] for r in map(json.loads, listed.stdout.splitlines())}
     assert rows == {"lg-killed": "moved", "lg-asks": "moved"}

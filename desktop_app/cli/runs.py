@@ -39,6 +39,7 @@ from desktop_app.errors import (
     RunLeasedError,
     RunStateError,
     StoreError,
+    moved_to,
 )
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
@@ -793,6 +794,23 @@ def cmd_waiting(ctx: Ctx) -> int:
     from desktop_app.cli import langgraph
 
     threads = langgraph.waiting_threads(sv)
+    # what db copy moved waits there, not here: listed apart, with where to see it
+    kinds: list[tuple[str, list[Any]]] = [
+        ("run", list(runs)),
+        ("agent run", [*asking, *limited]),
+        ("LangGraph thread", list(threads)),
+    ]
+    gone = [
+        (noun, r.run_id, where)
+        for noun, rows in kinds
+        for r in rows
+        if (where := moved_to(r.lease_owner)) is not None
+    ]
+    moved_ids = {run_id for _, run_id, _ in gone}
+    runs = [r for r in runs if r.run_id not in moved_ids]
+    asking = [r for r in asking if r.run_id not in moved_ids]
+    limited = [r for r in limited if r.run_id not in moved_ids]
+    threads = [t for t in threads if t.thread_id not in moved_ids]
     if ctx.args.output != "text":
         rows = [
             {**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]}
@@ -815,6 +833,11 @@ def cmd_waiting(ctx: Ctx) -> int:
         return EXIT_OK
     if not runs and not asking and not threads and not limited:
         print("no waiting runs")
+    for noun, run_id, where in gone:
+        print(
+            f"{noun} {one_line(run_id)} moved to {where} by flowdesk db copy: it waits there, "
+            f"not here (see it there: {moved_hint(ctx.hints, where, run_id)})"
+        )
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
         stuck = stuck_on_version(sv, run) is not None
