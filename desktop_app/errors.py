@@ -13,7 +13,7 @@ import os
 import socket
 from datetime import UTC, datetime
 
-from desktop_app.textsafe import shell_quote
+from desktop_app.textsafe import one_line, shell_quote
 from desktop_app.words import plural
 
 
@@ -386,17 +386,41 @@ class CopySourceBusyError(StoreError):
         self.source, self.count = source, len(held)
         self.held = tuple(held[: self.SHOWN])
         more = f"; and {self.count - self.SHOWN} more" if self.count > self.SHOWN else ""
+        # a flow or agent run is continued by a worker on the target, a
+        # LangGraph thread by its own program (no worker runs a graph)
+        threads = sum(line.startswith(THREAD_NOUN) for line in held)
+        runs = self.count - threads
+        stopped = []
+        if runs:
+            stopped.append(
+                "a stopped run is copied as interrupted and the first worker continues it"
+            )
+        if threads:
+            stopped.append(
+                f"a stopped {THREAD_NOUN} is copied as interrupted and its own program continues "
+                "it, with its checkpointer opened on the new database"
+            )
+        there = (
+            "a worker on the target"
+            if not threads
+            else "their program on the target"
+            if not runs
+            else "a worker or program on the target"
+        )
         super().__init__(
             f"{source}: {plural(self.count, 'run is', 'runs are')} executing in a live process "
-            f"of this host: {'; '.join(self.held)}{more}. Nothing was copied: a worker on the "
-            "target would run them while that process still does. Let them finish, or stop "
-            "that process (Ctrl-C in its terminal; a stopped run is copied as interrupted and "
-            "the first worker continues it), then copy again."
+            f"of this host: {'; '.join(self.held)}{more}. Nothing was copied: {there} "
+            "would run them while that process still does. Let them finish, or stop "
+            f"that process (Ctrl-C in its terminal; {'; '.join(stopped)}), then copy again."
         )
 
     def for_command(self, again: str) -> str:
         """The message with the command that copies again (``again``)."""
         return f"{str(self).removesuffix('.')}: `{again}`"
+
+
+#: how a LangGraph thread is named in ``db copy``'s lines
+THREAD_NOUN = "LangGraph thread"
 
 
 class CopySourceChangedError(CopySourceBusyError):
@@ -573,6 +597,39 @@ class AgentRunLeasedError(RunLeasedError):
     """Another live process is executing the agent run; it is not executed here."""
 
     noun = "agent run"
+
+
+class ThreadMovedError(RunLeasedError):
+    """The checkpointer (``FlowdeskSaver``) on a SQLite file, or ``flowdesk
+    answer`` there, met a LangGraph thread that ``flowdesk db copy`` moved to
+    PostgreSQL: its program continues it there, so nothing on this file loads,
+    stores or answers it (its nodes would run in both places). Nothing was
+    run or written here.
+
+    Attributes:
+        run_id: the thread id.
+        moved_to: the database it moved to (``postgresql://host/db``, no
+            password).
+        saver_line: the line that opens the checkpointer there
+            (``FlowdeskSaver.open('postgresql://host/db', scope='s')``), the
+            one ``db copy`` printed.
+        owner, expires_at, run_status: as :class:`RunLeasedError`.
+    """
+
+    noun = THREAD_NOUN
+
+    def __init__(self, thread_id: str, owner: str, saver_line: str) -> None:
+        self.run_id, self.owner = thread_id, owner
+        self.expires_at, self.run_status = MOVED_EXPIRES_AT, None
+        self.moved_to = moved_to(owner)
+        self.saver_line = saver_line
+        FlowdeskError.__init__(
+            self,
+            f"{THREAD_NOUN} {one_line(thread_id)} moved to {self.moved_to} (flowdesk db copy): "
+            "its program continues it there, so nothing loads, stores or answers it in this "
+            "database (its nodes would run in both places). Nothing was run here; open its "
+            f"checkpointer on the new database and run the graph there: {saver_line}",
+        )
 
 
 class CheckpointDecodeError(FlowdeskError):

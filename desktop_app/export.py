@@ -26,7 +26,11 @@ agent runs, Pydantic AI's included (``agent_runs``), and LangGraph threads
 
 One folder holds one export, never a mix of two. Each export writes a
 manifest, ``flowdesk-export.json`` (0600), naming its source (the file's
-absolute path, or the URL without its password), scope, format and tables.
+absolute path, or the URL without its password), scope, format and tables;
+on PostgreSQL also ``source_id``, the database as the server names it (its
+cluster's system identifier and the database's name, :func:`pg_source_id`),
+so URLs that reach one database differently (``localhost`` or
+``127.0.0.1``, a socket, another user) are one source.
 Before anything is written (exit 2), a folder is refused that holds files of
 the other format (``runs.csv`` when writing JSON), the manifest of another
 source or scope, or ``*.json``/``*.csv`` files without a manifest (an export
@@ -156,7 +160,9 @@ class _Staged:
 
 
 @contextmanager
-def _staged(out: Path, fmt: str, source: str, scope: str) -> Iterator[_Staged]:
+def _staged(
+    out: Path, fmt: str, source: str, scope: str, source_id: str | None = None
+) -> Iterator[_Staged]:
     """Create ``out`` (:func:`make_out`), lock it, check it again under the
     lock (:func:`check_out`: another export may have written it meanwhile)
     and yield a :class:`_Staged`: its files are published when the body
@@ -168,7 +174,7 @@ def _staged(out: Path, fmt: str, source: str, scope: str) -> Iterator[_Staged]:
         fcntl.flock(fd, fcntl.LOCK_EX)  # one export at a time checks and writes a folder
         staged = _Staged(out, fmt, created)
         try:
-            check_out(out, fmt, source, scope)
+            check_out(out, fmt, source, scope, source_id)
             yield staged
         except BaseException:
             staged.discard()
@@ -214,10 +220,14 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return content if isinstance(content, dict) else None
 
 
-def check_out(out: Path, fmt: str, source: str = "", scope: str = "default") -> None:
+def check_out(
+    out: Path, fmt: str, source: str = "", scope: str = "default", source_id: str | None = None
+) -> None:
     """Refuse an output folder that holds another export (module docstring):
     ``source`` and ``scope`` are this export's (the source as
-    :func:`source_of` gives it).
+    :func:`source_of` gives it); ``source_id``, a PostgreSQL source's
+    identity (:func:`pg_source_id`): when both it and the folder's manifest
+    have one, they decide whether the sources are one, not the URLs' text.
 
     Raises:
         OutputFolderError: ``out`` is a file.
@@ -256,7 +266,13 @@ def check_out(out: Path, fmt: str, source: str = "", scope: str = "default") -> 
             )
         return
     theirs = (manifest.get("source"), manifest.get("scope"))
-    if theirs != (source, scope):
+    their_id = manifest.get("source_id")
+    same = (
+        their_id == source_id
+        if source_id is not None and isinstance(their_id, str)
+        else theirs[0] == source
+    )
+    if not same or theirs[1] != scope:
         raise MixedFormatsError(
             f"{out} holds the export of {theirs[0]} (scope {theirs[1]!r}; its {MANIFEST}), "
             f"not of {source} (scope {scope!r}); nothing was written, so that one folder "
@@ -275,14 +291,43 @@ def source_of(db: str | os.PathLike[str]) -> str:
     return os.path.realpath(text)
 
 
-def _manifest(out: Path, source: str, scope: str, fmt: str, wanted: list[str]) -> dict[str, Any]:
+def pg_source_id(conn: psycopg.Connection[Any]) -> str:
+    """The PostgreSQL database ``conn`` reads, as the server names it,
+    whatever URL reached it: ``system S, database D``, ``S`` the cluster's
+    system identifier (``pg_control_system()``, set at ``initdb``), ``D``
+    the database's name. A role the server denies ``pg_control_system()``
+    gets ``server ADDR:PORT, database D`` instead (the server's own address,
+    ``local`` over a socket): it says which it is, and the manifest keeps it.
+
+    Raises:
+        psycopg.Error: the server cannot be read.
+    """
+    row = conn.execute(
+        "SELECT has_function_privilege('pg_catalog.pg_control_system()', 'EXECUTE'), "
+        "current_database(), coalesce(host(inet_server_addr()), 'local'), inet_server_port()"
+    ).fetchone()
+    assert row is not None
+    allowed, database, addr, port = row
+    if allowed:
+        ident = conn.execute("SELECT system_identifier::text FROM pg_control_system()").fetchone()
+        assert ident is not None
+        return f"system {ident[0]}, database {database}"
+    return f"server {addr}:{port}, database {database}"
+
+
+def _manifest(
+    out: Path, source: str, scope: str, fmt: str, wanted: list[str], source_id: str | None = None
+) -> dict[str, Any]:
     """This export's manifest: the folder's tables are its own and those of
-    the earlier export of the same source and scope it adds to."""
+    the earlier export of the same source and scope it adds to; a
+    PostgreSQL source's ``source_id`` (:func:`pg_source_id`)."""
     earlier = read_manifest(out) or {}
     tables = set(wanted) | {t for t in earlier.get("tables", []) if isinstance(t, str)}
+    manifest: dict[str, Any] = {"flowdesk_export": 1, "source": source}
+    if source_id is not None:
+        manifest["source_id"] = source_id
     return {
-        "flowdesk_export": 1,
-        "source": source,
+        **manifest,
         "scope": scope,
         "format": fmt,
         "tables": sorted(tables),
@@ -423,11 +468,11 @@ def export_postgres(
         missing = [t for t in wanted if t not in columns]
         if missing:
             raise _no_tables(missing, "the database", columns)
-        source = source_of(url)
-        check_out(out, fmt, source, scope)
+        source, source_id = source_of(url), pg_source_id(conn)
+        check_out(out, fmt, source, scope, source_id)
         literal = sql.Literal(scope).as_string(conn)  # COPY takes no bound parameters
-        with _staged(out, fmt, source, scope) as staged:
-            staged.manifest(_manifest(out, source, scope, fmt, wanted))
+        with _staged(out, fmt, source, scope, source_id) as staged:
+            staged.manifest(_manifest(out, source, scope, fmt, wanted, source_id))
             _copy_tables(conn, columns, wanted, literal, fmt, staged, counts)
     return counts
 

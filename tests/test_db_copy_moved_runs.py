@@ -11,6 +11,7 @@ refuses it, saying where it moved, with the command that shows it there
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -159,6 +160,22 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
     assert _steps(folder) == ["hold"]
     runs = flowdesk(db, "runs", env=env)
     assert sorted(ln.split()[0] for ln in runs.stdout.splitlines() if " moved " in ln) == moved
+    # waiting lists them apart, with where to see them and no answer that would be refused
+    waiting = flowdesk(db, "waiting", env=env)
+    assert waiting.returncode == 0, waiting.stderr
+    assert waiting.stdout.splitlines()[0] == "no waiting runs"
+    assert sorted(waiting.stdout.splitlines()[1:]) == sorted(
+        f"run {r} moved to {where} by flowdesk db copy: it waits there, not here (see it "
+        f"there: flowdesk --db {where} show {r})"
+        for r in (ask_id, wait_id)
+    )
+    # --status moved selects them, and only them; no other status finds them
+    only = flowdesk(db, "runs", "--status", "moved", "--json", env=env)
+    assert only.returncode == 0, only.stderr
+    assert sorted(json.loads(ln)["run_id"] for ln in only.stdout.splitlines()) == moved
+    for other in ("waiting", "running", "interrupted"):
+        listed = flowdesk(db, "runs", "--status", other, "--json", env=env)
+        assert listed.returncode == 0 and listed.stdout == "", (other, listed)
     shown = flowdesk(db, "show", wait_id, env=env)
     assert "status moved" in shown.stdout and f"moved to {where} by flowdesk db copy" in (
         shown.stdout

@@ -242,3 +242,41 @@ def test_two_exports_into_one_folder_at_once_never_mix(tmp_path: Path) -> None:
             "flowdesk-export.json"
         }
     assert sum(wins.values()) == 20, wins
+
+
+@pytest.mark.postgres
+def test_one_postgres_database_reached_by_other_urls_is_one_source(
+    tmp_path: Path, pg_url: str, pg_empty_url: str
+) -> None:
+    """``localhost`` and ``127.0.0.1`` (and the server's socket) reach one
+    database: its export adds to the folder's, while another database of
+    the same server is refused (the manifest compared URL text: the same
+    database by ``localhost`` was refused as another source)."""
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        row = conn.execute("SHOW unix_socket_directories").fetchone()
+    assert row is not None and "127.0.0.1" in pg_url
+    sockets = row[0].split(",")[0].strip()
+    port = pg_url.rsplit(":", 1)[1].split("/")[0]
+    name = pg_url.rsplit("/", 1)[1]
+    out = tmp_path / "x"
+    first = flowdesk(pg_url, "export", "--out", str(out), "--table", "runs")
+    assert first.returncode == 0, first.stderr
+    for same in (
+        pg_url.replace("127.0.0.1", "localhost"),
+        f"postgresql://postgres@/{name}?host={sockets}&port={port}",
+    ):
+        again = flowdesk(same, "export", "--out", str(out), "--table", "checkpoints")
+        assert again.returncode == 0, (same, again.stderr)
+    # the database as the server names it: its cluster and its name
+    source_id = _manifest(out)["source_id"]
+    assert source_id.startswith("system ") and source_id.endswith(f", database {name}")
+    assert _manifest(out)["tables"] == ["checkpoints", "runs"]  # one export, added to
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    assert flowdesk(pg_empty_url, "db", "apply").returncode == 0
+    other = flowdesk(pg_empty_url, "export", "--out", str(out), "--table", "runs")
+    assert other.returncode == 2, other.stdout + other.stderr
+    assert f"not of {pg_empty_url} (scope 'default')" in other.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before

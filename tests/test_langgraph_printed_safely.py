@@ -59,6 +59,13 @@ def test_db_copy_refusal_escapes_a_live_threads_id(db_path: Path, pg_url: str) -
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert not any(c in refused.stderr for c in RAW), refused.stderr
     assert f"LangGraph thread {SHOWN} (scope default): process {os.getpid()}" in refused.stderr
+    # a thread is continued by its own program, never by a worker
+    assert "Nothing was copied: their program on the target would run them" in refused.stderr
+    assert (
+        "a stopped LangGraph thread is copied as interrupted and its own program continues it, "
+        "with its checkpointer opened on the new database), then copy again"
+    ) in refused.stderr
+    assert "first worker" not in refused.stderr
 
 
 @pytest.mark.postgres

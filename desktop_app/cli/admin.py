@@ -27,7 +27,7 @@ from desktop_app.errors import (
     has_secret,
     redact,
 )
-from desktop_app.textsafe import python_literal, shell_quote
+from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
 
@@ -88,6 +88,7 @@ def cmd_db_copy(ctx: Ctx) -> int:
         raise InputError(
             "db copy moves a SQLite file to PostgreSQL: --from FILE --to postgresql://..."
         )
+    from desktop_app.integrations.langgraph.threads import saver_line
     from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
 
     try:
@@ -118,17 +119,22 @@ def cmd_db_copy(ctx: Ctx) -> int:
             f"process on it executes {'it' if len(report.moved) == 1 else 'them'} again "
             f"(`{ctx.hints.cmd('runs', db=str(ctx.args.source))}` shows them moved)"
         )
+    if report.moved_threads:  # their checkpointer on the file refuses them now
+        n = len(report.moved_threads)
+        print(
+            f"marked {plural(n, 'unfinished LangGraph thread')} moved in {source.path}: a "
+            f"checkpointer on it no longer continues {'it' if n == 1 else 'them'} "
+            f"(`{ctx.hints.cmd('runs', db=str(ctx.args.source))}` shows "
+            f"{'it' if n == 1 else 'them'} moved)"
+        )
     if report.langgraph_threads:  # no worker runs a graph: each thread's program does
         ctx.hints.password_left_out |= has_secret(target.text)
-        where = [python_literal(redact(target.text, mask=None))]
-        if ctx.hints.scope is not None:
-            where.append(f"scope={python_literal(ctx.hints.scope)}")
         print(
             "next, for the LangGraph threads: a worker does not continue them; each one's "
             "own program does, running graph.invoke with its checkpointer opened on the "
             "new database:"
         )
-        print(f"  FlowdeskSaver.open({', '.join(where)})")
+        print(f"  {saver_line(redact(target.text, mask=None), ctx.hints.scope)}")
     if report.runs or report.agent_runs or not report.langgraph_threads:
         print("next, on each worker machine:")  # the command alone on its line: pasted, it runs
         print(f"  {ctx.hints.cmd('agent', db=target.text)}")

@@ -216,7 +216,8 @@ def refuse_early(
         InputRequiredError: a plain resume of a run waiting for an answer
             (the message gives the command that answers it).
         ApprovalAnswerError: an approval answered with neither yes nor no.
-        AgentRunLeasedError: a live process executes the run.
+        AgentRunLeasedError: a live process executes the run, or ``db
+            copy`` moved it to PostgreSQL (whatever it waits for).
         AgentToolsChangedError: ``--tools``/``--folder``/``--mcp`` differ from
             the tools the run recorded when it started (the message gives
             the command that resumes it with them).
@@ -230,6 +231,7 @@ def refuse_early(
         InputRequiredError,
         RunStateError,
         iso_utc,
+        moved_to,
     )
     from desktop_app.flow.owners import holding
 
@@ -242,6 +244,8 @@ def refuse_early(
             "says what it did)"
         )
     holder = run.lease_owner
+    if moved_to(holder) is not None:  # db copy moved it: before what it waits for
+        raise AgentRunLeasedError(run_id, str(holder), run.lease_expires_at)
     if run.status == "running" and holding(holder, run.lease_expires_at, now) == "held":
         # a live process executes it (or was answered a moment ago and carries it on)
         raise AgentRunLeasedError(run_id, str(holder), run.lease_expires_at)

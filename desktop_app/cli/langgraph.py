@@ -9,10 +9,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
-from desktop_app.cli.output import EXIT_OK, emit_one, iso, when
-from desktop_app.errors import InputError
+from desktop_app.cli.output import EXIT_OK, emit_one, iso, moved_hint, when
+from desktop_app.errors import InputError, moved_to
 from desktop_app.integrations.langgraph import threads
-from desktop_app.runs_view import INTERRUPTED, display_status
+from desktop_app.runs_view import INTERRUPTED, MOVED, display_status
 from desktop_app.textsafe import one_line, shell_quote, visible_controls
 
 if TYPE_CHECKING:
@@ -44,7 +44,9 @@ def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[s
     out = []
     for t in threads.list_threads(sv.checkpoints, sv.settings.scope):
         row = thread_row(t, now)
-        if wanted and not ({row["status"], t.status} & wanted):
+        # by its stored status too, unless moved: a moved thread is only "moved"
+        said = {row["status"]} if row["status"] == MOVED else {row["status"], t.status}
+        if wanted and not (said & wanted):
             continue
         if args.tenant is not None and t.context.get("tenant_id") != args.tenant:
             continue
@@ -157,12 +159,18 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
         )
     elif status == threads.ANSWERED:
         print("answered: it goes on when its program runs " + threads.resume_hint(t.thread_id))
+    elif status == MOVED and (where := moved_to(t.owner)) is not None:
+        print(
+            f"moved to {where} by flowdesk db copy: its program continues it there, with "
+            f"{threads.saver_line(where, ctx.hints.scope)}; nothing on this database does "
+            f"(see it there: {moved_hint(ctx.hints, where, t.thread_id)})"
+        )
     print(f"started {when(t.created_at)}  updated {when(t.updated_at)} (UTC)")
     ids = "  ".join(f"{one_line(k)} {one_line(str(v))}" for k, v in sorted(t.context.items()))
     print(f"context: {ids}")
     for value in t.interrupts:
         print(visible_controls(f"asks: {json.dumps(value, ensure_ascii=False)}"))
-    if t.status == "waiting":
+    if t.status == "waiting" and status != MOVED:
         known = [str(i["id"]) for i in pending or [] if i["id"] is not None]
         for line in _answer_lines(ctx, t, "", known):
             print(visible_controls(line))

@@ -194,16 +194,17 @@ def seconds(text: str) -> float:
 def run_statuses() -> list[str]:
     """Every status ``runs --status`` accepts: flow run statuses, then the
     agent run statuses that are not flow statuses too, a LangGraph thread's
-    ``answered``, then ``interrupted``
-    (:data:`desktop_app.runs_view.INTERRUPTED`, shown, never stored; spelt
-    here because runs_view loads the engine's owners module)."""
+    ``answered``, then ``interrupted`` and ``moved``
+    (:data:`desktop_app.runs_view.INTERRUPTED` and
+    :data:`~desktop_app.runs_view.MOVED`, shown, never stored; spelt here
+    because runs_view loads the engine's owners module)."""
     from typing import get_args
 
     from desktop_app.store.records import RUN_STATUSES, AgentStatus  # stdlib only: no store
 
     agent_only = (s for s in get_args(AgentStatus) if s not in RUN_STATUSES)
     # "answered": a LangGraph thread's (integrations.langgraph.threads.ANSWERED)
-    return [*RUN_STATUSES, *agent_only, "answered", "interrupted"]
+    return [*RUN_STATUSES, *agent_only, "answered", "interrupted", "moved"]
 
 
 def _output(p: argparse.ArgumentParser) -> None:
@@ -330,7 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=run_statuses(),
         metavar="STATUS",
         help="only runs shown with this status (repeatable; 'interrupted': no process "
-        f"executes them any more): {', '.join(run_statuses())}",
+        "executes them any more; 'moved': db copy moved them to PostgreSQL): "
+        f"{', '.join(run_statuses())}",
     )
     runs.add_argument(
         "--kind",

@@ -39,6 +39,7 @@ from desktop_app.errors import (
     RunLeasedError,
     RunStateError,
     StoreError,
+    moved_to,
 )
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
@@ -201,14 +202,17 @@ def _flow_runs_shown(sv: Services, a: Any, wanted: set[str], now: float) -> list
     """The newest ``--limit`` flow runs that pass ``runs``' filters, where
     ``--status`` is the status *shown*: ``interrupted`` finds running (and
     leased pending) runs no process executes, and ``running`` leaves those
-    out. Read in pages of ``--limit`` rows from the stored statuses that can
-    show as the wanted ones."""
+    out; ``moved`` finds the unfinished runs ``db copy`` moved, which no
+    other status finds. Read in pages of ``--limit`` rows from the stored
+    statuses that can show as the wanted ones."""
     stored: list[RunStatus] | None = None
     if wanted:
-        stored = sorted(
-            {s for s in RUN_STATUSES if s in wanted}
-            | ({"running", "pending"} if INTERRUPTED in wanted else set())
-        )
+        can_show: set[RunStatus] = {s for s in RUN_STATUSES if s in wanted}
+        if INTERRUPTED in wanted:
+            can_show |= {"running", "pending"}
+        if MOVED in wanted:
+            can_show |= {s for s in RUN_STATUSES if s not in ENDED}
+        stored = sorted(can_show)
         if not stored:
             return []
     out: list[Any] = []
@@ -790,6 +794,23 @@ def cmd_waiting(ctx: Ctx) -> int:
     from desktop_app.cli import langgraph
 
     threads = langgraph.waiting_threads(sv)
+    # what db copy moved waits there, not here: listed apart, with where to see it
+    kinds: list[tuple[str, list[Any]]] = [
+        ("run", list(runs)),
+        ("agent run", [*asking, *limited]),
+        ("LangGraph thread", list(threads)),
+    ]
+    gone = [
+        (noun, r.run_id, where)
+        for noun, rows in kinds
+        for r in rows
+        if (where := moved_to(r.lease_owner)) is not None
+    ]
+    moved_ids = {run_id for _, run_id, _ in gone}
+    runs = [r for r in runs if r.run_id not in moved_ids]
+    asking = [r for r in asking if r.run_id not in moved_ids]
+    limited = [r for r in limited if r.run_id not in moved_ids]
+    threads = [t for t in threads if t.thread_id not in moved_ids]
     if ctx.args.output != "text":
         rows = [
             {**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]}
@@ -812,6 +833,11 @@ def cmd_waiting(ctx: Ctx) -> int:
         return EXIT_OK
     if not runs and not asking and not threads and not limited:
         print("no waiting runs")
+    for noun, run_id, where in gone:
+        print(
+            f"{noun} {one_line(run_id)} moved to {where} by flowdesk db copy: it waits there, "
+            f"not here (see it there: {moved_hint(ctx.hints, where, run_id)})"
+        )
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
         stuck = stuck_on_version(sv, run) is not None

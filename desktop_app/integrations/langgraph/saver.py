@@ -73,7 +73,14 @@ except ModuleNotFoundError as exc:  # the extra is not installed: say which
 from desktop_app.errors import StoreError, ThreadCorruptError
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
-from desktop_app.integrations.langgraph.threads import ANSWERED, INTERRUPT, RESUME, checksum, ts
+from desktop_app.integrations.langgraph.threads import (
+    ANSWERED,
+    INTERRUPT,
+    RESUME,
+    checksum,
+    refuse_moved,
+    ts,
+)
 from desktop_app.store.protocol import CheckpointStore, SqlTx
 
 #: channels whose update means a node is scheduled (LangGraph 1.x: START's
@@ -224,6 +231,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 params.append(checkpoint_id)
             else:
                 sql += " ORDER BY checkpoint_id DESC LIMIT 1"
+            if _LOOP_KEY in c:  # a run loads the thread: not one db copy moved away
+                self._refuse_moved(tx, thread_id)
             row = tx.fetchone(sql, params)
             return None if row is None else self._tuple(tx, thread_id, row)
 
@@ -318,6 +327,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         def op(tx: SqlTx) -> None:
             if ns == "":
                 self._lock_thread(tx, thread_id)
+            self._refuse_moved(tx, thread_id)
             for i, row in enumerate(blobs):
                 if row[7] is not None and not self._has_blob(tx, thread_id, ns, row[3], row[7]):
                     # the version it extends is gone (the thread was deleted or
@@ -398,6 +408,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         def op(tx: SqlTx) -> None:
             if ns == "" and (asked or answered):
                 self._lock_thread(tx, thread_id)
+            self._refuse_moved(tx, thread_id)
             tx.executemany(
                 "INSERT INTO langgraph_writes (scope, thread_id, checkpoint_ns, checkpoint_id, "
                 "task_id, idx, task_path, channel, type, blob, checksum) "
@@ -661,6 +672,25 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 "SELECT 1 FROM langgraph_threads WHERE scope=? AND thread_id=? FOR UPDATE",
                 (self.scope, thread_id),
             )
+
+    def _refuse_moved(self, tx: SqlTx, thread_id: str) -> None:
+        """Refuse a thread ``flowdesk db copy`` moved from this SQLite file to
+        PostgreSQL (its row's owner says ``moved to URL``): its program
+        continues it there, and a step run here as well would run its
+        nodes twice. Only a SQLite file holds such marks (a copy's source
+        is always one), so PostgreSQL reads nothing more.
+
+        Raises:
+            ThreadMovedError: it moved (nothing of this transaction is written).
+        """
+        if tx.dialect == "postgres":
+            return
+        row = tx.fetchone(
+            "SELECT status, owner FROM langgraph_threads WHERE scope=? AND thread_id=?",
+            (self.scope, thread_id),
+        )
+        if row is not None:
+            refuse_moved(thread_id, str(row[0]), row[1], self.scope)
 
     def _thread_moved(
         self, tx: SqlTx, thread_id: str, checkpoint_id: str, now: float, context: str, status: str

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from desktop_app.errors import InputError, RunStateError, UnknownRunError
+from desktop_app.errors import (
+    InputError,
+    RunStateError,
+    ThreadMovedError,
+    UnknownRunError,
+    moved_to,
+)
 from desktop_app.store.protocol import DomainStore, SqlTx
 from desktop_app.textsafe import python_literal
 
@@ -225,6 +231,7 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
         if row is None:
             raise UnknownRunError(f"no LangGraph thread {thread_id} in scope {scope!r}")
         thread = _thread(row)
+        refuse_moved(thread.thread_id, thread.status, thread.owner, scope)
         if thread.status != "waiting" or thread.checkpoint_id is None:
             raise RunStateError(
                 f"LangGraph thread {thread_id} is {thread.status}, not waiting for an answer; "
@@ -271,6 +278,30 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
         )  # fmt: skip
 
     return store.write(op)
+
+
+def saver_line(url: str, scope: str | None) -> str:
+    """The line that opens the checkpointer on the database ``url`` (a URL
+    without its password), as ``db copy`` prints it and a program pastes
+    it: ``FlowdeskSaver.open('postgresql://host/db', scope='s')``, the
+    scope left out when ``None``. Python source (:func:`python_literal`)."""
+    where = [python_literal(url)]
+    if scope is not None:
+        where.append(f"scope={python_literal(scope)}")
+    return f"FlowdeskSaver.open({', '.join(where)})"
+
+
+def refuse_moved(thread_id: str, status: str, owner: str | None, scope: str) -> None:
+    """Refuse a thread ``db copy`` moved to PostgreSQL (an unfinished thread
+    whose ``owner`` in the file it left is ``moved to URL``).
+
+    Raises:
+        ThreadMovedError: it moved; the message names where and the line
+            that opens its checkpointer there (with ``scope``).
+    """
+    where = moved_to(owner)
+    if where is not None and owner is not None and status != "completed":
+        raise ThreadMovedError(thread_id, owner, saver_line(where, scope))
 
 
 def asks_several(thread: Thread) -> bool:

@@ -39,8 +39,15 @@ signal's wake, ``cancel``) refuses it with
 :class:`~desktop_app.errors.RunLeasedError`, whose message says where it
 moved. A run whose row changed since the snapshot (a process resumed it
 meanwhile) makes the copy refuse (:class:`~desktop_app.errors.CopySourceChangedError`,
-nothing copied): its copy would be older than the file. LangGraph threads are not marked: the user's
-program resumes them through its own checkpointer, not a Flowdesk lease.
+nothing copied): its copy would be older than the file.
+
+Every copied LangGraph thread that had not completed is marked moved in the
+same write transaction: its row's ``owner`` becomes :func:`moved_owner`.
+The user's program, not a worker, continues a thread, so the checkpointer
+on the file (``FlowdeskSaver``) refuses to load or store a moved thread
+and ``flowdesk answer`` on the file refuses to answer it
+(:class:`~desktop_app.errors.ThreadMovedError`, naming where it moved and
+the ``FlowdeskSaver.open(...)`` line that opens its checkpointer there).
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ import psycopg
 from desktop_app.errors import (
     MOVED_EXPIRES_AT,
     MOVED_PREFIX,
+    THREAD_NOUN,
     CopySourceBusyError,
     CopySourceChangedError,
     CopySourceMovedError,
@@ -92,10 +100,12 @@ def moved_owner(url: str) -> str:
 class CopyReport:
     """What ``db copy`` moved: rows per table (in copy order); ``moved``, the
     unfinished flow and agent runs marked moved in the source file (run
-    ids)."""
+    ids); ``moved_threads``, the unfinished LangGraph threads marked so
+    (thread ids)."""
 
     rows: dict[str, int] = field(default_factory=dict)
     moved: list[str] = field(default_factory=list)
+    moved_threads: list[str] = field(default_factory=list)
 
     @property
     def runs(self) -> int:
@@ -230,28 +240,46 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
 _SAME = {
     "runs": ("revision", "updated_at", "status", "lease_owner", "lease_expires_at"),
     "agent_runs": ("updated_at", "turns", "status", "lease_owner", "lease_expires_at"),
+    "langgraph_threads": ("updated_at", "status", "owner", "checkpoint_id"),
 }
 _ENDED = {
     "runs": ("completed", "canceled", "timed_out"),
     "agent_runs": ("done", "canceled", "timeout", "expired"),
+    "langgraph_threads": ("completed",),
 }
+#: per table: the columns that name a row (a thread's id is per scope)
+_KEY = {"runs": ("run_id",), "agent_runs": ("run_id",), "langgraph_threads": ("scope", "thread_id")}
+#: per table: the column a moved row's mark is written to (a run's lease
+#: owner, with an expiry in the year 9999; a thread has no lease, its owner)
+_MARK = {"runs": "lease_owner", "agent_runs": "lease_owner", "langgraph_threads": "owner"}
 
 Unfinished = dict[str, list[tuple[Any, ...]]]
 
 
 def _unfinished(src: apsw.Connection) -> Unfinished:
-    """The snapshot's flow and agent runs that have not ended: per table, rows
-    of ``run_id`` then the :data:`_SAME` columns."""
+    """The snapshot's flow runs, agent runs and LangGraph threads that have
+    not ended: per table, rows of its :data:`_KEY` then its :data:`_SAME`
+    columns."""
     out: Unfinished = {}
     for table, same in _SAME.items():
         ended = ", ".join(f"'{s}'" for s in _ENDED[table])
+        key = ", ".join(_KEY[table])
         out[table] = list(
             src.execute(
-                f"SELECT run_id, {', '.join(same)} FROM {table} "
-                f"WHERE status NOT IN ({ended}) ORDER BY run_id"
+                f"SELECT {key}, {', '.join(same)} FROM {table} "
+                f"WHERE status NOT IN ({ended}) ORDER BY {key}"
             )
         )
     return out
+
+
+def _named(table: str, key: tuple[Any, ...]) -> str:
+    """How a row of ``table`` is named in ``db copy``'s lines: ``run R (flow
+    run)``, ``run R (agent run)``, ``LangGraph thread T (scope S)`` (the
+    user's ids escaped)."""
+    if table == "langgraph_threads":
+        return f"{THREAD_NOUN} {one_line(str(key[1]))} (scope {one_line(str(key[0]))})"
+    return f"run {one_line(str(key[0]))} ({'flow run' if table == 'runs' else 'agent run'})"
 
 
 def _mark_moved_then_commit(
@@ -261,10 +289,12 @@ def _mark_moved_then_commit(
     report: CopyReport,
     dst: psycopg.Connection[Any],
 ) -> None:
-    """In one write transaction on the file ``path``: give each row of
-    ``unfinished`` a lease of ``owner`` expiring in the year 9999, checking
-    it is still as the snapshot read it; then commit ``dst`` (the copy on
-    PostgreSQL), then the file. Fills ``report.moved``.
+    """In one write transaction on the file ``path``: give each run of
+    ``unfinished`` a lease of ``owner`` expiring in the year 9999, and each
+    LangGraph thread the owner ``owner`` (what its checkpointer on the file
+    refuses), checking each is still as the snapshot read it; then commit
+    ``dst`` (the copy on PostgreSQL), then the file. Fills ``report.moved``
+    and ``report.moved_threads``.
 
     Raises:
         CopySourceChangedError: a run changed since the snapshot; nothing
@@ -283,18 +313,22 @@ def _mark_moved_then_commit(
         try:
             with conn:
                 for table, rows in unfinished.items():
-                    same = " AND ".join(f"{c} IS ?" for c in _SAME[table])
-                    noun = "flow run" if table == "runs" else "agent run"
-                    for run_id, *values in rows:
-                        conn.execute(
-                            f"UPDATE {table} SET lease_owner = ?, lease_expires_at = ? "
-                            f"WHERE run_id = ? AND {same}",
-                            (owner, MOVED_EXPIRES_AT, run_id, *values),
-                        )
-                        if conn.changes():
-                            report.moved.append(run_id)
+                    keys = _KEY[table]
+                    where = " AND ".join([*(f"{c} = ?" for c in keys),
+                                          *(f"{c} IS ?" for c in _SAME[table])])  # fmt: skip
+                    marks: tuple[Any, ...] = (owner,)
+                    sets = f"{_MARK[table]} = ?"
+                    if _MARK[table] == "lease_owner":  # a run's lease: never expires
+                        sets, marks = f"{sets}, lease_expires_at = ?", (owner, MOVED_EXPIRES_AT)
+                    for row in rows:
+                        conn.execute(f"UPDATE {table} SET {sets} WHERE {where}", (*marks, *row))
+                        key = tuple(row[: len(keys)])
+                        if not conn.changes():
+                            changed.append(_named(table, key))
+                        elif table == "langgraph_threads":
+                            report.moved_threads.append(str(key[1]))
                         else:
-                            changed.append(f"run {run_id} ({noun})")
+                            report.moved.append(str(key[0]))
                 if changed:  # the transaction rolls back: nothing marked
                     raise CopySourceChangedError(path, changed)
                 dst.commit()  # then the file commits, leaving this block
@@ -373,18 +407,20 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
 
 
 def moved_runs(src: apsw.Connection) -> list[str]:
-    """The unfinished flow and agent runs of the SQLite database ``src`` an
-    earlier ``db copy`` moved (read in its current transaction), one line
-    each: ``run R (flow run): moved to URL``."""
+    """The unfinished flow runs, agent runs and LangGraph threads of the
+    SQLite database ``src`` an earlier ``db copy`` moved (read in its
+    current transaction), one line each: ``run R (flow run): moved to
+    URL``, ``LangGraph thread T (scope S): moved to URL``."""
     out: list[str] = []
-    for table, noun in (("runs", "flow run"), ("agent_runs", "agent run")):
+    for table, mark in _MARK.items():
         ended = ", ".join(f"'{s}'" for s in _ENDED[table])
-        for run_id, owner in src.execute(
-            f"SELECT run_id, lease_owner FROM {table} WHERE lease_owner LIKE ? "
-            f"AND status NOT IN ({ended}) ORDER BY run_id",
+        key = ", ".join(_KEY[table])
+        for *ids, owner in src.execute(
+            f"SELECT {key}, {mark} FROM {table} WHERE {mark} LIKE ? "
+            f"AND status NOT IN ({ended}) ORDER BY {key}",
             (f"{MOVED_PREFIX}%",),
         ):
-            out.append(f"run {run_id} ({noun}): moved to {moved_to(owner)}")
+            out.append(f"{_named(table, tuple(ids))}: moved to {moved_to(owner)}")
     return out
 
 
