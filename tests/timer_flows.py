@@ -4,6 +4,7 @@ the app while open, ``flowdesk agent``, and of answers from a skewed clock.
 
 ``napper``: ``a`` counts 1, sleeps ``NAP_S`` seconds, ``b`` counts 2.
 ``asker``: asks ``OK?`` with a ``ASK_S`` second deadline, then ``b`` counts 1.
+``approver``: asks ``OK?`` with no deadline, then ``b`` counts 1.
 """
 
 from __future__ import annotations
@@ -48,5 +49,14 @@ asker = (
     .compile()
 )
 
-#: ``FLOWDESK_FLOWS`` naming both
-FLOWS_ENV = '["tests.timer_flows:napper", "tests.timer_flows:asker"]'
+approver = (
+    FlowBuilder("approver", Order, inputs=("order",))
+    .await_input("approve", "approved", prompt="OK?")
+    .step("b", bump)
+    .chain("approve", "b")
+    .finish("b")
+    .compile()
+)
+
+#: ``FLOWDESK_FLOWS`` naming all three
+FLOWS_ENV = '["tests.timer_flows:napper", "tests.timer_flows:asker", "tests.timer_flows:approver"]'

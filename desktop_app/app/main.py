@@ -238,7 +238,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
-        self.sub_title = redact(str(settings.db_path))  # a URL's password never shown
+        self.sub_title = header(settings)
 
     # -- screens ---------------------------------------------------------
 
@@ -906,6 +906,14 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             self.outbox.stop()
         if self.services is not None:
             self.services.close()
+
+
+def header(settings: Settings) -> str:
+    """The header's subtitle: the database (a URL's password never shown)
+    and, unless it is ``default``, the scope the app shows and saves runs
+    under (``t.db — scope team``)."""
+    db = redact(str(settings.db_path))
+    return db if settings.scope == "default" else f"{db} — scope {settings.scope}"
 
 
 def _on_postgres(db: str) -> bool:
