@@ -109,6 +109,42 @@ class FolderNotWritableError(InputError):
     list there) cannot be written: read-only file system or no permission."""
 
 
+class ClockSkewError(FlowdeskError):
+    """This process's clock disagrees with the clock of the store it writes
+    to by more than the tolerance (a process started under ``faketime``, a
+    clock set by hand): Flowdesk stamps checkpoints, deadlines and timers with
+    it, so nothing was written. ``skew_s``: this clock minus the store's
+    (seconds; negative when behind)."""
+
+    def __init__(self, skew_s: float, where: str, tolerance_s: float) -> None:
+        self.skew_s = skew_s
+        self.where = where
+        self.tolerance_s = tolerance_s
+        way = "ahead of" if skew_s > 0 else "behind"
+        super().__init__(
+            f"this process's clock is {_span(abs(skew_s))} {way} the clock of {where} "
+            f"(more than the {tolerance_s:g} s allowed); nothing was written: a run's "
+            "checkpoints, deadlines and timers would be dated wrong (an answer after its "
+            "deadline taken, a timer fired early). Run the command again with the system "
+            "clock (without faketime, FAKETIME or LD_PRELOAD), or set the system clock right"
+        )
+
+
+def _span(seconds: float) -> str:
+    """``3600.2`` -> ``1 h 0 min 0 s``; ``2.5`` -> ``2.5 s``."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    d, rest = divmod(whole, 86400)
+    h, rest = divmod(rest, 3600)
+    m, sec = divmod(rest, 60)
+    parts = [f"{d} d"] if d else []
+    if d or h:
+        parts.append(f"{h} h")
+    parts += [f"{m} min", f"{sec} s"]
+    return " ".join(parts)
+
+
 # --- storage -------------------------------------------------------------
 
 

@@ -85,3 +85,75 @@ def test_manual_clock_sleep_on_a_set_cancel_returns_false_without_moving():
     cancel.set()
     assert clock.sleep(30, cancel) is False
     assert clock.now() == 100.0
+
+
+# -- CheckedClock: the process clock checked against the store's ----------------
+
+
+class Reference:
+    """A reference clock ``offset`` seconds off the real one, counting its reads."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+        self.reads = 0
+
+    def __call__(self) -> float | None:
+        import time
+
+        self.reads += 1
+        return time.time() + self.offset
+
+
+def test_checked_clock_refuses_a_skew_past_the_tolerance_either_way_naming_it():
+    from desktop_app.errors import ClockSkewError
+    from desktop_app.flow.clock import CheckedClock
+
+    for offset, way in ((3600.0, "behind"), (-86400.0, "ahead of")):
+        clock = CheckedClock(Reference(offset), "the file system holding s.db")
+        with pytest.raises(ClockSkewError) as err:
+            clock.now()
+        assert f"is {'1 h 0 min 0 s' if offset > 0 else '1 d 0 h 0 min 0 s'} {way} " in str(
+            err.value
+        )
+        assert "the file system holding s.db (more than the 1 s allowed)" in str(err.value)
+        assert err.value.skew_s == pytest.approx(-offset, abs=0.5)
+
+
+def test_checked_clock_lets_a_skew_within_the_tolerance_pass_and_rechecks_on_time(monkeypatch):
+    from desktop_app.errors import ClockSkewError
+    from desktop_app.flow import clock as module
+    from desktop_app.flow.clock import SKEW_RECHECK_S, SKEW_TOLERANCE_S, CheckedClock
+
+    assert (SKEW_TOLERANCE_S, SKEW_RECHECK_S) == (1.0, 10.0)
+    ref = Reference(0.5)
+    clock = CheckedClock(ref, "x")
+    mono = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: mono[0])
+    clock.now()
+    clock.now()
+    assert ref.reads == 1  # compared once, not at every reading
+    mono[0] += 9.9
+    clock.now()
+    assert ref.reads == 1
+    mono[0] += 0.1
+    ref.offset = 5.0  # the clock drifted meanwhile
+    with pytest.raises(ClockSkewError):
+        clock.now()
+    with pytest.raises(ClockSkewError):  # and again until it agrees
+        clock.now()
+    ref.offset = 0.0
+    clock.now()
+    assert ref.reads == 4
+
+
+def test_trusted_now_is_the_later_of_the_two_clocks():
+    import time
+
+    from desktop_app.flow.clock import CheckedClock, trusted_now
+
+    ahead = CheckedClock(Reference(0.8), "x")
+    assert trusted_now(ahead) >= time.time() + 0.7
+    behind = CheckedClock(Reference(-0.8), "x")
+    assert trusted_now(behind) <= time.time() + 0.01
+    assert trusted_now(ManualClock(5.0)) == 5.0
+    assert CheckedClock(lambda: None, "x").skew() is None

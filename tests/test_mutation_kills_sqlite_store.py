@@ -666,9 +666,10 @@ def test_withdraw_judges_claims_at_the_time_it_is_given(db_path):
     s.close()
 
 
-def test_every_public_method_but_now_waits_for_the_connection_lock(db_path):
+def test_every_public_method_but_the_clocks_waits_for_the_connection_lock(db_path):
     """apsw refuses two threads on one connection at once: each method that
-    uses it takes the store's lock first (a method added later too)."""
+    uses it takes the store's lock first (a method added later too); the
+    clock reads (``now``, ``file_system_now``) use no connection."""
     import threading
 
     store = open_store(db_path)
@@ -691,7 +692,7 @@ def test_every_public_method_but_now_waits_for_the_connection_lock(db_path):
         unlocked = [
             n for n in public if not hasattr(getattr(SqliteCheckpointStore, n), "__wrapped__")
         ]
-        assert unlocked == ["now"]
+        assert unlocked == ["now", "file_system_now"]
     finally:
         store.close()
 

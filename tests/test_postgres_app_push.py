@@ -86,3 +86,18 @@ async def test_the_app_shows_a_run_another_machine_ran_without_waiting_for_its_p
             writer.close()
         await wait_until(pilot, lambda: run.run_id in table.run_ids, timeout=30)
         assert not [n for n in app.notices if n.severity == "error"]
+
+
+async def test_the_app_on_postgresql_leaves_timers_and_deadlines_to_the_workers(
+    pg_url: str,
+) -> None:
+    """Without ``FLOWDESK_WORKER`` the app executes nothing on PostgreSQL
+    (the workers, ``flowdesk agent``, do): it starts no timer pump, as it
+    resumes no run at launch."""
+    app = FlowdeskApp(load_settings(db_path=pg_url))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.services is not None, timeout=30)
+        await wait_until(pilot, lambda: app.outbox is not None, timeout=30)
+        assert app.engine is not None and not app.engine.executes
+        assert app.timers is None

@@ -45,6 +45,8 @@ from desktop_app.errors import (
     FlowVersionMismatchError,
     InputError,
     InputPendingError,
+    RunLeasedError,
+    RunStateError,
 )
 from desktop_app.flow import Engine, RunResult
 from desktop_app.flows import live_twin, single_flight
@@ -198,6 +200,48 @@ class Controller:
             self._say(f"Run {short_id(run_id)} waits for an answer; press a to answer it.")
         elif isinstance(outcome.exception, FlowVersionMismatchError):
             self._say(app_version_refusal(outcome.exception), "error")
+        elif outcome.error is not None:
+            self._say(outcome.error, "error")
+        self._app.post_message(RunChanged(run_id))
+
+    def fire(self, run_id: str, refuse: Callable[[str, FlowdeskError], None]) -> bool:
+        """Wake ``run_id``, a waiting run with a due deadline or an arrived
+        signal or event (``Engine.wake``), in a worker unless it is driven
+        here already (returns ``False`` then). Call from any thread but the
+        UI's (the app's :class:`~desktop_app.app.timers.TimerPump`). How it
+        ended is said as for a resumed run; a run still waiting, and one
+        another process is waking (``RunLeasedError``) or canceled
+        meanwhile, pass silently; one this app cannot go on with
+        (:data:`~desktop_app.flow.engine.REFUSALS`) goes to ``refuse``."""
+        engine = self._host.engine
+        if engine is None or not self.runs.claim(run_id):
+            return False
+        try:
+            self._app.call_from_thread(
+                self._worker,
+                partial(self._fire_now, engine, run_id, refuse),
+                group="timers",
+                name="fire a deadline",
+            )
+        except RuntimeError:  # the app is closing
+            self.runs.release(run_id)
+            return False
+        return True
+
+    def _fire_now(
+        self, engine: Engine, run_id: str, refuse: Callable[[str, FlowdeskError], None]
+    ) -> None:
+        from desktop_app.flow.engine import REFUSALS
+
+        outcome = self.runs.execute(run_id, lambda: engine.wake(run_id))
+        exc = outcome.exception
+        if outcome.result is not None:
+            if outcome.result.status not in ("waiting", "running", "pending"):
+                self.announce(outcome.result)
+        elif isinstance(exc, REFUSALS):
+            refuse(run_id, exc)
+        elif isinstance(exc, RunLeasedError | RunStateError):
+            pass  # another process wakes it, or it was canceled meanwhile
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))

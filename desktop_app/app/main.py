@@ -66,11 +66,13 @@ from desktop_app.app.screens.start_flow import StartFlowScreen
 from desktop_app.app.screens.type_ahead import TypeAheadApp
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
+from desktop_app.app.timers import TimerPump
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError, RunLeasedError, redact
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
 from desktop_app.flow.clock import Clock
+from desktop_app.flow.engine import Refusals
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.private import make_private_dirs
 from desktop_app.runs_view import left_over, no_signal_waiter
@@ -173,6 +175,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
     #: Longest pause (seconds) between two outbox delivery passes; a run of
     #: this app that saves a checkpoint wakes the dispatcher at once.
     OUTBOX_S = 2.0
+    #: Longest pause (seconds) between two looks for due timers, deadlines
+    #: and arrived signals; a deadline falling due sooner is fired at its time.
+    TIMERS_S = 1.0
     #: Seconds an informational status line (schema applied, runs resumed) stays.
     STATUS_S = 8.0
 
@@ -214,6 +219,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self.controller = Controller(self, self.runs)
         #: the outbox dispatcher's thread, once the database is open
         self.outbox: OutboxPump | None = None
+        #: fires due timers and deadlines, once the database is open (SQLite)
+        self.timers: TimerPump | None = None
         self.startup_error: str | None = None
         self.recovery: str | None = None
         self.notices: list[Notice] = []
@@ -231,7 +238,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
-        self.sub_title = redact(str(settings.db_path))  # a URL's password never shown
+        self.sub_title = header(settings)
 
     # -- screens ---------------------------------------------------------
 
@@ -493,8 +500,12 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         if self._quitting:
             return
         self._start_delivery()
-        # on a database that workers serve, the app resumes nothing (they do)
-        if self.settings.recover_on_launch and self.engine is not None and self.engine.executes:
+        # on a database that workers serve, the app resumes nothing and fires
+        # no deadline (they do)
+        executes = self.engine is not None and self.engine.executes
+        if executes:
+            self._start_timers()
+        if self.settings.recover_on_launch and executes:
             self._start_recovery()
         else:
             self.runs.open_gate()
@@ -517,6 +528,40 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     def on_outbox_delivered(self, _message: OutboxDelivered) -> None:
         self._reload_all()
+
+    # -- timers and deadlines ----------------------------------------------
+
+    def _start_timers(self) -> None:
+        """Fire due timers and deadlines and deliver arrived signals and
+        events while the app is open, as ``flowdesk agent`` does (its
+        ``Engine.tick``): a sleeping run goes on and an expired question
+        times out (and leaves the inbox) without another process. Each due
+        run is woken on a worker once claimed here; its lease decides
+        between this app and other processes."""
+        engine, services = self.engine, self.services
+        assert engine is not None and services is not None
+        store = engine.store
+
+        def refused(run_id: str, exc: FlowdeskError) -> None:
+            why = app_version_refusal(exc) if isinstance(exc, FlowVersionMismatchError) else exc
+            self.say(
+                f"Run {short_id(run_id)} cannot go on in this app (its timers and deadlines "
+                f"are not fired here): {why}",
+                "error",
+            )
+
+        refusals = Refusals("the app", log, refused)
+        self.timers = TimerPump(
+            due=lambda: store.wakeable_runs(engine.clock.now()),
+            next_deadline=store.next_deadline,
+            now=engine.clock.now,
+            fire=lambda run_id: self.controller.fire(run_id, refusals.refuse),
+            skip=lambda: set(refusals.ids),
+            every_s=self.TIMERS_S,
+            before_first=self.runs.wait_for_gate,
+            on_error=lambda text: self.say(text, "warning"),
+        )
+        self.timers.start()
 
     # -- launch recovery -------------------------------------------------
 
@@ -855,10 +900,20 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         # reconciled by the next dispatcher).
         self._quitting = True
         self.runs.open_gate()
+        if self.timers is not None:
+            self.timers.stop()
         if self.outbox is not None:
             self.outbox.stop()
         if self.services is not None:
             self.services.close()
+
+
+def header(settings: Settings) -> str:
+    """The header's subtitle: the database (a URL's password never shown)
+    and, unless it is ``default``, the scope the app shows and saves runs
+    under (``t.db — scope team``)."""
+    db = redact(str(settings.db_path))
+    return db if settings.scope == "default" else f"{db} — scope {settings.scope}"
 
 
 def _on_postgres(db: str) -> bool:

@@ -448,12 +448,21 @@ def cmd_show(ctx: Ctx) -> int:
         print(_interrupted_line(ctx, run, first=needs_model(sv, run) or unregistered(sv, run)))
     elif status == "pending" and (why := unregistered(sv, run)) is not None:
         print(f"pending: {why}; then {ctx.hints.cmd(f'resume {run.run_id}')} starts it")
+    elif status == "waiting" and (why := unregistered(sv, run)) is not None:
+        print(f"waiting: {why}; then the commands below move it on")
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
         print("waits for:")
         lines = wait_lines(
-            ctx.hints, run, cp.waits, store.now(), choices, stuck=stuck is not None, taken=taken
+            ctx.hints,
+            run,
+            cp.waits,
+            store.now(),
+            choices,
+            stuck=stuck is not None,
+            taken=taken,
+            registered=flow is not None,
         )
         for line in lines:
             print(line)
@@ -573,6 +582,28 @@ def unregistered(sv: Services, run: Any) -> str | None:
         "this one resumes it: set FLOWDESK_FLOWS (the flows setting) to the module attribute "
         "that defines it, here and on each worker (flowdesk agent)"
     )
+
+
+def refuse_unregistered(ctx: Ctx, sv: Services, run_id: str, what: str) -> None:
+    """Refuse ``what`` (``resume``, ``answer``) for flow run ``run_id`` when
+    its flow is not registered in this process, saying how to register it.
+
+    Raises:
+        UnknownFlowError: its flow is not registered here (exit 2); nothing
+            was run or answered.
+    """
+    from desktop_app.errors import CheckpointNotFoundError, UnknownFlowError
+
+    try:
+        run = sv.checkpoints.get_run(run_id)
+    except CheckpointNotFoundError:
+        return  # the engine says so
+    why = unregistered(sv, run)
+    if why is not None:
+        raise UnknownFlowError(
+            f"run {run_id} cannot be {what} here: {why}; then run this command again "
+            f"(`{ctx.hints.cmd(f'show {run_id}')}` says what it waits for)"
+        )
 
 
 def stuck_line(ctx: Ctx, mismatch: Any) -> str:
@@ -952,6 +983,7 @@ def cmd_resume(ctx: Ctx) -> int:
     from desktop_app.cli.start import report_result
 
     ctx.current_run = ref.run_id
+    refuse_unregistered(ctx, sv, ref.run_id, "resumed")
     try:
         result = engine.resume(ref.run_id)
     except RunStateError:

@@ -276,6 +276,9 @@ def cmd_answer(ctx: Ctx) -> int:
             f"an answer; nothing was answered (`{ctx.hints.cmd(f'show {run.run_id}')}` says "
             "what it did)"
         )
+    from desktop_app.cli.runs import refuse_unregistered
+
+    refuse_unregistered(ctx, sv, run.run_id, "answered")
     if a.wait_id is None:
         _one_question(ctx, sv, run.run_id)
     result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)

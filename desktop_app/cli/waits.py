@@ -145,6 +145,7 @@ def wait_lines(
     *,
     stuck: bool = False,
     taken: Mapping[str, str] | None = None,
+    registered: bool = True,
 ) -> list[str]:
     """The lines ``show`` prints under ``waits for:`` for the flow run
     ``run`` (a ``RunRecord``) and its pending ``waits`` (``Wait`` records),
@@ -155,7 +156,9 @@ def wait_lines(
     text or JSON. Each command line is ``<what> with: <command>``, the
     command runnable exactly as printed. ``stuck``: the run's flow changed
     since it started (``show`` says so above): no wait fires or is answered,
-    and no command is offered for one."""
+    and no command is offered for one. ``registered``: the run's flow is
+    registered in this process; when not (``show`` says how to register it
+    above), a timer is fired only by a process that registers it."""
     rid = run.run_id
     lines: list[str] = []
     if not waits:
@@ -186,6 +189,11 @@ def wait_lines(
             lines.extend(too_late_lines(hints, rid, w, now))
             continue
         note, verb = _SAY[w.kind]
+        if w.kind == "timer" and not registered:
+            note = (
+                f"only a `flowdesk agent` or an app that registers flow {run.flow_name!r} "
+                "fires it on its own (see above)"
+            )
         if w.kind == "input":
             only = (choices or {}).get(w.wait_id)
             note = _answer_note((taken or {}).get(w.wait_id), only, several)

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
+
+from desktop_app.errors import ClockSkewError
+
+#: Seconds this process's clock may differ from its store's (the database's
+#: file system on SQLite) before :class:`CheckedClock` refuses to tell the time.
+SKEW_TOLERANCE_S = 1.0
+#: Seconds between two comparisons of :class:`CheckedClock` with its store's clock.
+SKEW_RECHECK_S = 10.0
 
 
 class Clock(Protocol):
@@ -57,3 +66,98 @@ class ManualClock:
             return False
         self.advance(max(0.0, seconds))
         return True
+
+
+class CheckedClock:
+    """Wall-clock time, compared with a trusted reference: the clock of the
+    store (on SQLite the time the database's file system stamps on a write,
+    ``SQLiteCheckpointStore.file_system_now``, which no process's own clock
+    moves). The engine's default on SQLite: every time it writes into a run
+    (checkpoints, deadlines, timers, answers, signals) comes from here.
+
+    The first :meth:`now` compares, and again at most every ``recheck_s``
+    seconds (of the monotonic clock); while the two differ by more than
+    ``tolerance_s``, :meth:`now` raises instead of returning, so a process
+    whose clock is skewed either way writes nothing.
+
+    Args:
+        reference: the trusted reading (UTC epoch seconds), or ``None`` when
+            there is none (then nothing is compared).
+        where: names the reference in the error (``the file system holding
+            /x/s.db``).
+        tolerance_s: largest difference allowed (seconds).
+        recheck_s: seconds between two comparisons.
+    """
+
+    def __init__(
+        self,
+        reference: Callable[[], float | None],
+        where: str,
+        *,
+        tolerance_s: float = SKEW_TOLERANCE_S,
+        recheck_s: float = SKEW_RECHECK_S,
+    ) -> None:
+        self._reference = reference
+        self.where = where
+        self.tolerance_s = tolerance_s
+        self.recheck_s = recheck_s
+        self._next_check: float | None = None
+        self._lock = threading.Lock()
+
+    def skew(self) -> float | None:
+        """This clock minus the reference (seconds; negative when behind), or
+        ``None`` when there is no reference reading."""
+        before = time.time()
+        ref = self._reference()
+        after = time.time()
+        if ref is None:
+            return None
+        return (before + after) / 2 - ref
+
+    def check(self) -> None:
+        """Compare with the reference now.
+
+        Raises:
+            ClockSkewError: the two differ by more than ``tolerance_s``.
+        """
+        skew = self.skew()
+        if skew is not None and abs(skew) > self.tolerance_s:
+            raise ClockSkewError(skew, self.where, self.tolerance_s)
+
+    def now(self) -> float:
+        """Current UTC time, epoch seconds.
+
+        Raises:
+            ClockSkewError: this process's clock differs from the
+                reference's by more than ``tolerance_s``.
+        """
+        mono = time.monotonic()
+        with self._lock:
+            due = self._next_check is None or mono >= self._next_check
+            if due:
+                self.check()  # raises: compared again at the next call
+                self._next_check = mono + self.recheck_s
+        return time.time()
+
+    def trusted_now(self) -> float:
+        """The later of :meth:`now` and a fresh reading of the reference
+        (UTC epoch seconds): what a deadline is compared with before an
+        answer is taken, so none is taken once the deadline passed by the
+        store's clock, even within the tolerance.
+
+        Raises:
+            ClockSkewError: as :meth:`now`.
+        """
+        now = self.now()
+        ref = self._reference()
+        return now if ref is None else max(now, ref)
+
+    def sleep(self, seconds: float, cancel: threading.Event | None = None) -> bool:
+        return SystemClock().sleep(seconds, cancel)
+
+
+def trusted_now(clock: Clock) -> float:
+    """``clock``'s :meth:`CheckedClock.trusted_now` when it has one, else its
+    ``now()`` (an injected test clock, the system clock on PostgreSQL)."""
+    trusted = getattr(clock, "trusted_now", None)
+    return trusted() if trusted is not None else clock.now()

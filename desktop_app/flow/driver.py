@@ -136,6 +136,7 @@ class RunDriver:
             CheckpointDecodeError: ``cp``'s state does not fit the flow's model.
         """
         self.revision = cp.revision
+        self.saved_at = cp.created_at
         self.status: RunStatus = cp.status
         self.state = load_state(self.flow.state_type, cp.state, self.run_id, cp.revision)
         self.tracker = StateTracker(self.state)

@@ -37,7 +37,7 @@ from desktop_app.errors import (
 from desktop_app.flow import recovery
 from desktop_app.flow.answers import give_answer, refuse_while_asking
 from desktop_app.flow.children import cancel_children
-from desktop_app.flow.clock import Clock, SystemClock
+from desktop_app.flow.clock import CheckedClock, Clock, SystemClock, trusted_now
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
@@ -140,6 +140,20 @@ class Refusals:
             self.on_refused(run_id, exc)
 
 
+def default_clock(store: CheckpointStore) -> Clock:
+    """The engine's clock when none is injected: on a store with a clock of
+    its own that no process can skew (SQLite: ``file_system_now``), the
+    system clock checked against it (:class:`CheckedClock`: a process whose
+    clock is skewed either way writes nothing into runs); else the system
+    clock (PostgreSQL decides leases by the database's clock, see
+    ``CheckpointStore.now``)."""
+    reference = getattr(store, "file_system_now", None)
+    if reference is None:
+        return SystemClock()
+    path = getattr(store, "path", "")
+    return CheckedClock(reference, f"the file system holding {path}")
+
+
 class Engine:
     """Runs flows durably over a :class:`CheckpointStore`.
 
@@ -204,7 +218,7 @@ class Engine:
         #: renewed until the step ends); a test does, to renew by hand
         self.heartbeat_stop = threading.Event()
         self.events = events if events is not None else EventBus()
-        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.clock: Clock = clock if clock is not None else default_clock(store)
         #: an injected (test) clock also decides lease expiry; else the store's clock does
         self._lease_clock = clock
         self._flows: dict[str, CompiledFlow[Any]] = {}
@@ -765,7 +779,7 @@ class Engine:
         check_storable(value, f"answer for run {run_id}")
         run = RunState.read(self.store, run_id)
         driver = self._load_driver(run)
-        give_answer(driver, self.store, run.input_wait(wait_id), value, self.clock.now())
+        give_answer(driver, self.store, run.input_wait(wait_id), value, trusted_now(self.clock))
         return self._go_on(driver)
 
     # -- waits: signals, events, deadlines ------------------------------

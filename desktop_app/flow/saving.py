@@ -51,6 +51,8 @@ class Saver(Protocol):
     meta: RunMeta
     waits: list[Wait]
     revision: int
+    #: when the run's latest checkpoint was saved (UTC epoch seconds)
+    saved_at: float
     stored_state: Mapping[str, Any]
     stored_steps: Mapping[str, StepRecord]
     saves: int
@@ -100,7 +102,9 @@ def commit_checkpoint(
         state,
         steps,
         tuple(run.frontier),
-        run.clock.now(),  # created_at
+        # created_at: never before the run's latest checkpoint (a clock set
+        # back, within the skew the engine's clock lets pass)
+        max(run.clock.now(), run.saved_at),
         step_id,
         run.progress,
         run.error,
@@ -146,6 +150,7 @@ def commit_checkpoint(
             ) from None
         raise
     run.revision = cp.revision
+    run.saved_at = cp.created_at
     run.stored_state = cp.state
     run.stored_steps = cp.steps
     run.steps.stored(changed)

@@ -79,6 +79,7 @@ from desktop_app.store.rows import (
     written_table,
 )
 from desktop_app.store.statements import SQLITE_SQL as SQL
+from desktop_app.store.write_gate import LOCK_SUFFIX
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -362,6 +363,8 @@ class SqliteCheckpointStore:
         self._lock = threading.RLock()
         self._own_commits = 0  # PRAGMA data_version ignores this connection's commits
         self._wal_needs_truncate = False  # set by a full disk
+        self._clock_fd: int | None = None  # file_system_now's lock file
+        self._clock_lock = threading.Lock()
 
     # -- helpers ---------------------------------------------------------
 
@@ -410,6 +413,33 @@ class SqliteCheckpointStore:
         """The store's clock (UTC epoch seconds): the process clock unless a
         test clock was injected."""
         return self._clock()
+
+    def file_system_now(self) -> float | None:
+        """The clock of the file system holding the database (UTC epoch
+        seconds): the modification time the kernel stamps on a one-byte
+        write to the write gate's lock file (``<db>-flowdesk.lock``, 0600,
+        emptied again at once), which no process's own clock (``faketime``,
+        ``LD_PRELOAD``) moves. ``None`` for an in-memory database, an
+        injected test clock, or a folder the file cannot be written in (the
+        database's writes then fail on their own)."""
+        if (
+            self._clock is not time.time
+            or self.path in ("", ":memory:")
+            or self.path.startswith("file:")
+        ):
+            return None
+        try:
+            with self._clock_lock:
+                fd = self._clock_fd
+                if fd is None:
+                    fd = self._clock_fd = os.open(
+                        f"{self.path}{LOCK_SUFFIX}", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+                    )
+            os.pwrite(fd, b"\0", 0)
+            os.ftruncate(fd, 0)
+            return os.fstat(fd).st_mtime
+        except OSError:
+            return None
 
     def _truncate_wal(self) -> None:
         """Give the WAL's space back after a full disk, once space allows
@@ -1225,10 +1255,13 @@ class SqliteCheckpointStore:
 
     def close(self) -> None:
         self.conn.close()
+        fd, self._clock_fd = self._clock_fd, None
+        if fd is not None:
+            os.close(fd)
 
 
-#: Public methods that do not use the store's connection (a clock read).
-_UNLOCKED = frozenset({"now"})
+#: Public methods that do not use the store's connection (clock reads).
+_UNLOCKED = frozenset({"now", "file_system_now"})
 # Every other public method uses the store's one connection and runs under its
 # lock (:func:`_locked`), also one added later. Wrapped here, not with
 # ``@_locked`` on each: mutmut never mutates a decorated function, so

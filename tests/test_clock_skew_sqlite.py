@@ -1,0 +1,154 @@
+"""A process whose clock disagrees with the SQLite database's writes nothing
+into runs, skewed either way (real ``flowdesk`` processes under
+``faketime``, a real SQLite file): a late answer from a clock an hour behind
+is refused (and the honest clock then times the question out), an agent a
+day ahead fires no timer early and dates nothing in the future. The
+trusted reading is the database's file system clock (the time the kernel
+stamps on a write), which ``faketime`` does not move. And time written into
+a run never goes back before its latest checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from desktop_app.flow import Engine
+from desktop_app.flow.clock import ManualClock
+from desktop_app.store.sqlite.store import open_store
+from tests.cli_support import REPO, flowdesk
+from tests.polling import until
+from tests.timer_flows import FLOWS_ENV, Order, asker, napper
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("faketime") is None, reason="needs faketime (apt install faketime)"
+)
+
+ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
+
+
+def skewed(
+    offset: str, db: Path, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``flowdesk --db DB ARGS`` in a process whose clock is ``offset``
+    (faketime's ``-f`` syntax: ``-1h``, ``+1d``) off the system's."""
+    return subprocess.run(
+        ["faketime", "-f", offset, sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **ENV},
+        timeout=timeout,
+    )
+
+
+def start(db: Path, flow: str) -> str:
+    out = flowdesk(db, "start", flow, "--input", json.dumps({"order": "z3"}), env=ENV)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()[0]
+
+
+def run_row(db: Path, run_id: str):  # type: ignore[no-untyped-def]
+    store = open_store(db)
+    try:
+        return store.get_run(run_id), [cp.created_at for cp in store.history(run_id)]
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "s.db"
+    assert flowdesk(path, "db", "apply", env=ENV).returncode == 0
+    return path
+
+
+def test_a_late_answer_from_a_clock_behind_is_refused_naming_the_skew(db: Path) -> None:
+    run_id = start(db, "asker")
+    row, _ = run_row(db, run_id)
+    store = open_store(db)
+    try:
+        deadline = store.next_deadline()
+    finally:
+        store.close()
+    assert deadline is not None
+    until(lambda: time.time() > deadline + 0.5, "the question's deadline to pass", 60)
+    late = skewed("-1h", db, "answer", run_id, "yes")
+    assert late.returncode == 1, late.stdout
+    assert "clock is 1 h 0 min" in late.stderr and "behind the clock of the file system" in (
+        late.stderr
+    ), late.stderr
+    assert "nothing was written" in late.stderr
+    after, _ = run_row(db, run_id)
+    assert (after.status, after.revision) == ("waiting", row.revision)  # nothing written
+    honest = flowdesk(db, "answer", run_id, "yes", env=ENV)
+    assert honest.returncode == 1
+    assert "timed out before the answer came" in honest.stderr
+    assert run_row(db, run_id)[0].status == "timed_out"
+
+
+def test_an_answer_in_time_from_a_clock_behind_is_refused_too(db: Path) -> None:
+    # behind by less than the question's time left: it would have been taken late
+    run_id = start(db, "asker")
+    row, _ = run_row(db, run_id)
+    late = skewed("-1h", db, "answer", run_id, "yes")
+    assert late.returncode == 1 and "behind" in late.stderr, late.stderr
+    assert run_row(db, run_id)[0].revision == row.revision
+
+
+def test_an_agent_a_day_ahead_fires_no_timer_and_dates_nothing_in_the_future(db: Path) -> None:
+    run_id = start(db, "napper")
+    row, dates = run_row(db, run_id)
+    agent = skewed("+1d", db, "agent")
+    assert agent.returncode == 1, agent.stderr
+    assert "1 d 0 h 0 min" in agent.stderr and "ahead of the clock" in agent.stderr
+    after, after_dates = run_row(db, run_id)
+    assert (after.status, after.revision) == ("waiting", row.revision)
+    assert after_dates == dates and max(dates) < time.time() + 60
+    started = skewed("+1d", db, "start", "napper", "--input", json.dumps({"order": "z4"}))
+    assert started.returncode == 1 and "ahead of" in started.stderr
+    store = open_store(db)
+    try:
+        assert [r.run_id for r in store.list_runs()] == [run_id]  # no run created
+    finally:
+        store.close()
+    # the honest agent fires the timer; the run's times never go past now
+    honest = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent"],
+        cwd=REPO,
+        env={**os.environ, **ENV},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        until(lambda: run_row(db, run_id)[0].status == "completed", "the timer to fire", 60)
+    finally:
+        honest.terminate()
+        honest.wait(30)
+    final, final_dates = run_row(db, run_id)
+    assert final_dates == sorted(final_dates) and final.updated_at <= time.time()
+
+
+def test_time_written_into_a_run_never_goes_back_before_its_latest_checkpoint(db: Path) -> None:
+    # a clock set back (every process's: no reference tells it) after the run waited
+    clock = ManualClock(2_000_000_000.0)
+    store = open_store(db)
+    try:
+        engine = Engine(store, flows=[napper, asker], clock=clock)
+        result = engine.run("asker", Order(order="z3"))
+        assert result.status == "waiting"
+        last = max(cp.created_at for cp in store.history(result.run_id))
+        clock.set(2_000_000_000.0 - 3600)
+        engine.resume_with(result.run_id, "yes")
+        dates = [cp.created_at for cp in store.history(result.run_id)]
+        assert store.get_run(result.run_id).status == "completed"
+        assert dates == sorted(dates) and min(dates[1:]) >= last
+        assert store.get_run(result.run_id).updated_at >= last
+    finally:
+        store.close()

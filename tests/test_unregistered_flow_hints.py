@@ -1,0 +1,111 @@
+"""A waiting run whose flow is not registered in this process: ``show``
+says so and how to register it instead of offering commands that fail
+bare, ``resume`` and ``answer`` refuse with the same advice, and every
+command printed runs as printed (with the user's ``--db`` and ``--scope``;
+the run's commands once ``FLOWDESK_FLOWS`` registers the flow, as the
+advice says). The app's header names the scope it shows. Real processes,
+a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from datetime import datetime
+from pathlib import Path
+
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.config import load_settings
+from tests.app_support import settle
+from tests.cli_support import as_printed, flowdesk
+from tests.polling import until
+from tests.timer_flows import FLOWS_ENV
+
+REGISTERED = {"FLOWDESK_FLOWS": FLOWS_ENV}
+
+
+def bare() -> dict[str, str]:
+    """This environment with no flows of the user's registered."""
+    return {k: v for k, v in os.environ.items() if k != "FLOWDESK_FLOWS"}
+
+
+def line_after(stream: str, label: str) -> str:
+    found = re.search(rf"{re.escape(label)}: (flowdesk [^\n`]*)", stream)
+    assert found, stream
+    return found.group(1).strip()
+
+
+def start(db: Path, flow: str) -> str:
+    out = flowdesk(
+        db, "--scope", "team", "start", flow, "--input", json.dumps({"order": "z3"}),
+        env=REGISTERED,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()[0]
+
+
+def test_a_sleeping_run_of_an_unregistered_flow_says_how_to_register_it(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = start(db, "napper")
+    shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "waiting: its flow 'napper' is not registered here, so no process configured like this "
+        "one resumes it: set FLOWDESK_FLOWS (the flows setting)"
+    ) in shown.stdout
+    assert "only a `flowdesk agent` or an app that registers flow 'napper' fires it" in (
+        shown.stdout
+    )
+    assert "a running `flowdesk agent` or the app fires it on its own" not in shown.stdout
+    fire = line_after(shown.stdout, "fire it once due with")
+    assert fire == f"flowdesk --db {db} --scope team resume {run_id}"
+    refused = as_printed(fire, bare())  # as printed, without registering: refused, and why
+    assert refused.returncode == 2
+    assert f"run {run_id} cannot be resumed here: its flow 'napper' is not registered" in (
+        refused.stderr
+    )
+    again = re.search(r"`(flowdesk [^`]*)` says what it waits for", refused.stderr)
+    assert again, refused.stderr
+    assert as_printed(again.group(1), bare()).returncode == 0
+    assert "status waiting" in as_printed(again.group(1), bare()).stdout
+    # registered, as the advice says: the printed command fires the timer once due
+    waits = json.loads(
+        as_printed(f"flowdesk --db {db} --scope team show {run_id} -o json", bare()).stdout
+    )["waits"]
+    due = waits[0]["deadline_at"]
+    at = datetime.fromisoformat(due.replace("Z", "+00:00")).timestamp()
+    until(lambda: time.time() > at + 0.1, "the timer to fall due")
+    fired = as_printed(fire, {**bare(), **REGISTERED})
+    assert fired.returncode == 0, fired.stderr
+    assert f"run {run_id} completed" in fired.stdout
+
+
+def test_a_question_of_an_unregistered_flow_is_answered_once_registered(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = start(db, "approver")
+    shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
+    assert "waiting: its flow 'approver' is not registered here" in shown.stdout
+    answer = line_after(shown.stdout, "answer with")
+    assert answer == f"flowdesk --db {db} --scope team answer {run_id} yes"
+    refused = as_printed(answer, bare())
+    assert refused.returncode == 2
+    assert f"run {run_id} cannot be answered here: its flow 'approver'" in refused.stderr
+    answered = as_printed(answer, {**bare(), **REGISTERED})
+    assert answered.returncode == 0, answered.stderr
+    assert f"run {run_id} completed" in answered.stdout
+
+
+async def test_the_header_names_the_scope_shown(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    app = FlowdeskApp(load_settings(db_path=db, scope="team"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        assert app.sub_title == f"{db} — scope team"
+    plain = FlowdeskApp(load_settings(db_path=db))
+    async with plain.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        assert plain.sub_title == str(db)

@@ -1,0 +1,62 @@
+"""Flows that wait on a timer or a question with a deadline (registered in
+subprocesses through ``FLOWDESK_FLOWS``), for the tests of who fires them:
+the app while open, ``flowdesk agent``, and of answers from a skewed clock.
+
+``napper``: ``a`` counts 1, sleeps ``NAP_S`` seconds, ``b`` counts 2.
+``asker``: asks ``OK?`` with a ``ASK_S`` second deadline, then ``b`` counts 1.
+``approver``: asks ``OK?`` with no deadline, then ``b`` counts 1.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from desktop_app.flow import FlowBuilder
+
+#: the napper's timer (seconds): short, the tests wait for it to fire
+NAP_S = 2
+#: the asker's deadline (seconds)
+ASK_S = 3
+
+
+class Order(BaseModel):
+    order: str
+    approved: str | None = None
+    n: int = 0
+
+
+def bump(state: Order) -> dict[str, int]:
+    return {"n": state.n + 1}
+
+
+napper = (
+    FlowBuilder("napper", Order, inputs=("order",))
+    .step("a", bump)
+    .sleep("nap", NAP_S)
+    .step("b", bump)
+    .chain("a", "nap")
+    .chain("nap", "b")
+    .finish("b")
+    .compile()
+)
+
+asker = (
+    FlowBuilder("asker", Order, inputs=("order",))
+    .await_input("approve", "approved", prompt="OK?", timeout_s=ASK_S)
+    .step("b", bump)
+    .chain("approve", "b")
+    .finish("b")
+    .compile()
+)
+
+approver = (
+    FlowBuilder("approver", Order, inputs=("order",))
+    .await_input("approve", "approved", prompt="OK?")
+    .step("b", bump)
+    .chain("approve", "b")
+    .finish("b")
+    .compile()
+)
+
+#: ``FLOWDESK_FLOWS`` naming all three
+FLOWS_ENV = '["tests.timer_flows:napper", "tests.timer_flows:asker", "tests.timer_flows:approver"]'
