@@ -16,7 +16,9 @@ from desktop_app.errors import ClockSkewError
 
 #: Seconds this process's clock may differ from its store's (the database's
 #: file system on SQLite) before :class:`CheckedClock` refuses to tell the time.
-SKEW_TOLERANCE_S = 1.0
+#: Not less: some file systems stamp whole seconds (HFS+) or two (FAT, a USB
+#: stick), so a reading can be that far behind a clock that is right.
+SKEW_TOLERANCE_S = 5.0
 #: Seconds between two comparisons of :class:`CheckedClock` with its store's clock.
 SKEW_RECHECK_S = 10.0
 
