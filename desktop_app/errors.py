@@ -603,20 +603,54 @@ class CheckpointCorruptError(CheckpointDecodeError):
 
     Raised for a checkpoint row (``revision`` is its revision) and for an
     agent message row (``revision`` is the message's sequence number).
+
+    Attributes:
+        run_id: the run (str).
+        revision: the corrupt row's revision (int).
+        readable: the newest revision of the run below ``revision`` that
+            still reads back intact (int), the one to replay or fork from;
+            ``None`` when none does or it is not known (an agent message).
+        run_status: the run's status when it is known (str or ``None``): a
+            run that ended (``canceled``, ``completed``...) is not offered a
+            cancel.
     """
 
-    def __init__(self, run_id: str, revision: int, what: str = "checkpoint") -> None:
+    def __init__(
+        self,
+        run_id: str,
+        revision: int,
+        what: str = "checkpoint",
+        *,
+        readable: int | None = None,
+        run_status: str | None = None,
+    ) -> None:
+        self.what = what
+        self.run_id = run_id
+        self.revision = revision
+        self.readable = readable
+        self.run_status = run_status
+        self.field_path = ""
+        self.reason = "checksum mismatch"
+        ended = run_status in ENDED_RUN_STATUSES
+        if what != "checkpoint":
+            advice = "Restore the file from a backup, or fork the run from an earlier revision."
+        elif readable is not None:
+            advice = (
+                f"Restore the file from a backup, or replay the run from revision {readable}, "
+                "its latest intact checkpoint before the damaged one"
+                + ("." if ended else ", or cancel it (its damaged state is not read).")
+            )
+        else:
+            advice = "Restore the file from a backup" + (
+                "." if ended else ", or cancel the run (no earlier checkpoint of it is intact)."
+            )
+        done = f"The run is {run_status}" if ended else "The run cannot go on from it"
         FlowdeskError.__init__(
             self,
             f"{what} of run {run_id} revision {revision} was changed outside Flowdesk: its "
-            "bytes no longer match the checksum stored with it. The run was not resumed "
-            "(other runs are not affected). Restore the file from a backup, or fork the "
-            "run from an earlier revision.",
+            f"bytes no longer match the checksum stored with it. {done} "
+            f"(other runs are not affected). {advice}",
         )
-        self.run_id = run_id
-        self.revision = revision
-        self.field_path = ""
-        self.reason = "checksum mismatch"
 
 
 class ThreadCorruptError(CheckpointCorruptError):
@@ -632,8 +666,11 @@ class ThreadCorruptError(CheckpointCorruptError):
             "(other threads are not affected). Restore the file from a backup, or continue "
             "the thread from an earlier checkpoint (its checkpoint_id in the config).",
         )
+        self.what = where
         self.run_id = thread_id
         self.revision = -1
+        self.readable = None
+        self.run_status = None
         self.field_path = where
         self.reason = "checksum mismatch"
 

@@ -40,12 +40,14 @@ from desktop_app.cli.output import (
     EXIT_OK,
     EXIT_USAGE,
     PASSWORD_NOTE,
+    damaged_run_hints,
     moved_hint,
     stop_progress,
     version_refusal,
 )
 from desktop_app.cli.parser import build_parser
 from desktop_app.errors import (
+    CheckpointCorruptError,
     CommitUnknownError,
     ConfigError,
     DatabaseMissingError,
@@ -260,6 +262,12 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         if exc.moved_to is not None:  # db copy moved it: where to look at it now
             there = moved_hint(ctx.hints, exc.moved_to, exc.run_id)
             print(f"see it there: {there}", file=sys.stderr)
+        return EXIT_FAILED
+    except CheckpointCorruptError as exc:  # what works on the damaged run, as commands
+        stop_progress()
+        _say(exc)
+        for line in damaged_run_hints(ctx.hints, exc):
+            print(line, file=sys.stderr)
         return EXIT_FAILED
     except FlowdeskError as exc:
         _say(exc)

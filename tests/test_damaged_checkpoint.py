@@ -1,0 +1,144 @@
+"""A run whose latest checkpoint was changed outside Flowdesk (its bytes no
+longer match their checksum) on a real SQLite file: every command that meets
+it says so and prints the commands that work on it, each run here exactly as
+printed; a replay or fork from an intact earlier revision and a cancel work
+without reading the damaged state; and the listings (``waiting``, ``runs``,
+``resume --all``) name the damaged run and go on with the others, which stay
+answerable."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from tests.cli_support import as_printed, flowdesk
+from tests.damaged_flows import FLOWS_ENV
+
+ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
+
+
+def _start(db: Path, order: str) -> str:
+    out = flowdesk(db, "start", "asker", "--input", json.dumps({"order": order}), env=ENV)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()[0]
+
+
+def _damage(db: Path, run_id: str, revision: int) -> None:
+    """Overwrite a checkpoint row's state with malformed JSON, as a person
+    with the sqlite3 shell would; its checksum stays as it was."""
+    with sqlite3.connect(db) as conn:
+        changed = conn.execute(
+            """UPDATE checkpoints SET state='{"order": "HACKED"' WHERE run_id=? AND revision=?""",
+            (run_id, revision),
+        ).rowcount
+    conn.close()
+    assert changed == 1
+
+
+def _hints(text: str) -> dict[str, str]:
+    """The printed commands, by what they do (``replay``, ``cancel``)."""
+    found = {}
+    for line in text.splitlines():
+        if "flowdesk --db" in line:
+            command = line[line.index("flowdesk --db") :]
+            found[command.split()[3]] = command
+    return found
+
+
+def _status(db: Path, run_id: str) -> dict:
+    out = flowdesk(db, "show", run_id, "--output", "json", env=ENV)
+    return {"code": out.returncode, "out": out.stdout, "err": out.stderr}
+
+
+def _runs(db: Path) -> dict[str, dict]:
+    out = flowdesk(db, "runs", "--output", "json", env=ENV)
+    assert out.returncode == 0, out.stderr
+    return {r["run_id"]: r for r in json.loads(out.stdout)}
+
+
+def test_every_hint_for_a_damaged_run_works_as_printed_and_the_others_go_on(tmp_path):
+    db = tmp_path / "g.db"
+    assert flowdesk(db, "db", "apply", env=ENV).returncode == 0
+    bad, good = _start(db, "A"), _start(db, "B")
+    _damage(db, bad, 1)
+
+    shown = flowdesk(db, "show", bad, env=ENV)
+    assert shown.returncode == 1
+    assert f"checkpoint of run {bad} revision 1 was changed outside Flowdesk" in shown.stderr
+    hints = _hints(shown.stderr)
+    assert hints == {
+        "replay": f"flowdesk --db {db} replay {bad}:0",
+        "cancel": f"flowdesk --db {db} cancel {bad}",
+    }
+
+    # the listing names the damaged run and goes on with the healthy one
+    waiting = flowdesk(db, "waiting", env=ENV)
+    assert waiting.returncode == 0, waiting.stderr
+    assert f"run {bad}  flow asker\n  unreadable: checkpoint of run {bad}" in waiting.stdout
+    assert f"run {good}  flow asker\n  {good}:approve:0  input: \"OK?\"" in waiting.stdout
+    assert _hints(waiting.stdout) == hints
+    listed = json.loads(flowdesk(db, "waiting", "--output", "json", env=ENV).stdout)
+    by_id = {r["run_id"]: r for r in listed}
+    assert "unreadable" in by_id[bad] and by_id[bad]["waits"] == []
+    assert [w["wait_id"] for w in by_id[good]["waits"]] == [f"{good}:approve:0"]
+
+    # fork's own hint (unchanged state: replay) and a real fork, from revision 0
+    forked = flowdesk(db, "fork", f"{bad}:0", "--changes", "{}", env=ENV)
+    assert forked.returncode == 2
+    assert f"`flowdesk --db {db} replay {bad}:0`" in forked.stderr
+    replayed = as_printed(hints["replay"], env={**ENV})
+    assert replayed.returncode == 0, replayed.stderr
+    new = replayed.stdout.splitlines()[0]
+    assert f"run {new} waiting" in replayed.stdout
+    changed = flowdesk(db, "fork", f"{bad}:0", "--changes", '{"order": "x"}', env=ENV)
+    assert changed.returncode == 0, changed.stderr
+    fork_id = changed.stdout.splitlines()[0]
+    answered = flowdesk(db, "answer", fork_id, "yes", env=ENV)
+    assert answered.returncode == 0 and f"run {fork_id} completed" in answered.stdout
+
+    # the cancel, as printed, ends the run without reading its damaged state
+    canceled = as_printed(hints["cancel"], env={**ENV})
+    assert canceled.returncode == 0, canceled.stderr
+    assert f"run {bad} canceled" in canceled.stdout
+    row = _runs(db)[bad]
+    assert row["status"] == "canceled"
+    assert "canceled by user; its checkpoint revision 1 is damaged" == row["error"]
+    again = flowdesk(db, "show", bad, env=ENV)
+    assert again.returncode == 1 and f"The run is canceled" in again.stderr
+    assert _hints(again.stderr) == {"replay": hints["replay"]}  # no cancel of an ended run
+    assert f"run {bad}" not in flowdesk(db, "waiting", env=ENV).stdout
+
+    # the healthy run was never touched, and is answered
+    answered = flowdesk(db, "answer", good, "yes", env=ENV)
+    assert answered.returncode == 0, answered.stderr
+    assert f"run {good} completed" in answered.stdout
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT state FROM checkpoints WHERE run_id=?", (bad,)).fetchall()
+    conn.close()
+    assert len(rows) == 2  # no checkpoint appended onto the damaged one
+
+
+def test_resume_all_names_a_damaged_interrupted_run_and_resumes_the_others(tmp_path):
+    db = tmp_path / "g.db"
+    assert flowdesk(db, "db", "apply", env=ENV).returncode == 0
+    bad, good = _start(db, "A"), _start(db, "B")
+    assert flowdesk(db, "answer", good, "yes", env=ENV).returncode == 0
+    _damage(db, bad, 1)
+    other = _start(db, "C")
+    with sqlite3.connect(db) as conn:  # interrupted: running, no process holds it
+        conn.execute("UPDATE runs SET status='running', lease_owner=NULL WHERE run_id=?", (bad,))
+    conn.close()
+    resumed = flowdesk(db, "resume", "--all", env=ENV)
+    assert resumed.returncode == 1
+    assert f"run {bad} not resumed: checkpoint of run {bad} revision 1" in resumed.stdout
+    hints = _hints(resumed.stdout)
+    assert set(hints) == {"replay", "cancel"}
+    canceled = as_printed(hints["cancel"], env={**ENV})
+    assert canceled.returncode == 0, canceled.stderr
+    assert _runs(db)[bad]["status"] == "canceled"
+    again = flowdesk(db, "resume", "--all", env=ENV)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert bad not in again.stdout
+    answered = flowdesk(db, "answer", other, "yes", env=ENV)  # the others go on
+    assert answered.returncode == 0 and f"run {other} completed" in answered.stdout
