@@ -76,7 +76,7 @@ def test_every_hint_for_a_damaged_run_works_as_printed_and_the_others_go_on(tmp_
     waiting = flowdesk(db, "waiting", env=ENV)
     assert waiting.returncode == 0, waiting.stderr
     assert f"run {bad}  flow asker\n  unreadable: checkpoint of run {bad}" in waiting.stdout
-    assert f"run {good}  flow asker\n  {good}:approve:0  input: \"OK?\"" in waiting.stdout
+    assert f'run {good}  flow asker\n  {good}:approve:0  input: "OK?"' in waiting.stdout
     assert _hints(waiting.stdout) == hints
     listed = json.loads(flowdesk(db, "waiting", "--output", "json", env=ENV).stdout)
     by_id = {r["run_id"]: r for r in listed}
@@ -103,9 +103,9 @@ def test_every_hint_for_a_damaged_run_works_as_printed_and_the_others_go_on(tmp_
     assert f"run {bad} canceled" in canceled.stdout
     row = _runs(db)[bad]
     assert row["status"] == "canceled"
-    assert "canceled by user; its checkpoint revision 1 is damaged" == row["error"]
+    assert row["error"] == "canceled by user; its checkpoint revision 1 is damaged"
     again = flowdesk(db, "show", bad, env=ENV)
-    assert again.returncode == 1 and f"The run is canceled" in again.stderr
+    assert again.returncode == 1 and "The run is canceled" in again.stderr
     assert _hints(again.stderr) == {"replay": hints["replay"]}  # no cancel of an ended run
     assert f"run {bad}" not in flowdesk(db, "waiting", env=ENV).stdout
 
