@@ -12,6 +12,9 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pytest
+from pydantic import BaseModel
+
 from tests.cli_support import as_printed, flowdesk
 from tests.damaged_flows import FLOWS_ENV
 
@@ -142,3 +145,94 @@ def test_resume_all_names_a_damaged_interrupted_run_and_resumes_the_others(tmp_p
     assert bad not in again.stdout
     answered = flowdesk(db, "answer", other, "yes", env=ENV)  # the others go on
     assert answered.returncode == 0 and f"run {other} completed" in answered.stdout
+
+
+# -- the store and the engine, in process -------------------------------------
+
+from desktop_app.errors import CheckpointCorruptError, RunStateError  # noqa: E402
+from desktop_app.flow import Engine, FlowBuilder  # noqa: E402
+from desktop_app.flow.clock import ManualClock  # noqa: E402
+from desktop_app.store.connection import open_connection  # noqa: E402
+from desktop_app.store.sqlite.store import open_store  # noqa: E402
+from tests.test_mutation_kills_sqlite import _cp, _run  # noqa: E402
+
+
+def _edit(db: Path, sql: str) -> None:
+    conn = open_connection(db)
+    try:
+        conn.execute(sql)
+    finally:
+        conn.close()
+
+
+def test_the_newest_intact_revision_below_the_damage_is_named(db_path):
+    db = db_path
+    s = open_store(db)
+    s.create_run(_run(), _cp("r1", 0, {"n": 0}))
+    for rev in range(1, 5):
+        s.append(_cp("r1", rev, {"n": rev}))
+    s.close()
+    _edit(db, "UPDATE checkpoints SET state='{\"n\": 9}' WHERE revision=3")
+    s = open_store(db)
+    with pytest.raises(CheckpointCorruptError) as err:
+        s.latest("r1")  # revision 4 folds the damaged revision 3
+    assert (err.value.revision, err.value.readable, err.value.run_status) == (3, 2, "running")
+    assert s.get_checkpoint("r1", 2).state == {"n": 2}
+    s.close()
+    # a damaged snapshot leaves nothing below it to replay from
+    _edit(db, "UPDATE checkpoints SET state='{\"n\": 8}' WHERE revision=0")
+    s = open_store(db)
+    with pytest.raises(CheckpointCorruptError) as err:
+        s.latest("r1")
+    assert (err.value.revision, err.value.readable) == (0, None)
+    assert "cancel the run (no earlier checkpoint of it is intact)" in str(err.value)
+    assert s.readable_revision_below("r1", 4) is None
+    s.close()
+
+
+class P(BaseModel):
+    seen: list[str] = []
+
+
+class C(BaseModel):
+    answer: str | None = None
+
+
+def test_cancel_of_a_damaged_parent_cancels_its_children_and_a_replay_reattaches(db_path):
+    db = db_path
+    kid_flow = FlowBuilder("kid", C).await_input("ask", "answer").compile()
+    current: list[Engine] = []
+
+    def start(s: P, ctx) -> dict:
+        kid = current[-1].run_child(ctx, "kid", {})
+        ctx.interrupt("hold")
+        return {"seen": [*s.seen, kid.run_id]}
+
+    parent = FlowBuilder("parent", P).step("start", start).compile()
+    current.append(Engine(open_store(db), flows=[kid_flow, parent], clock=ManualClock()))
+    res = current[-1].run("parent", P())
+    assert res.status == "waiting"
+    kid = f"{res.run_id}:start"
+    latest = current[-1].store.latest(res.run_id).revision
+    current[-1].store.close()
+    _edit(db, f"UPDATE checkpoints SET meta='{{}}' WHERE run_id='{res.run_id}' AND revision={latest}")
+
+    current.append(Engine(open_store(db), flows=[kid_flow, parent], clock=ManualClock()))
+    engine = current[-1]
+    with pytest.raises(CheckpointCorruptError):
+        engine.store.latest(res.run_id)
+    replayed = engine.replay(f"{res.run_id}:0")  # the journal of the newest intact revision
+    assert replayed.status == "waiting"
+    assert engine.store.latest(replayed.run_id).meta["children"]["start"][0]["id"] == kid
+    done = engine.resume_with(replayed.run_id, "go")
+    assert done.state.seen == [kid]  # reattached: no second child
+    assert engine.status(kid).status == "waiting"
+
+    canceled = engine.cancel(res.run_id)
+    assert canceled.status == "canceled"
+    assert canceled.error == f"canceled by user; its checkpoint revision {latest} is damaged"
+    assert engine.status(kid).status == "canceled"  # its live child went with it
+    assert engine.store.history(res.run_id)[-1].revision == latest  # nothing appended
+    with pytest.raises(RunStateError, match="already canceled"):
+        engine.cancel(res.run_id)
+    engine.store.close()
