@@ -215,7 +215,8 @@ def test_cancel_of_a_damaged_parent_cancels_its_children_and_a_replay_reattaches
     kid = f"{res.run_id}:start"
     latest = current[-1].store.latest(res.run_id).revision
     current[-1].store.close()
-    _edit(db, f"UPDATE checkpoints SET meta='{{}}' WHERE run_id='{res.run_id}' AND revision={latest}")
+    where = f"run_id='{res.run_id}' AND revision={latest}"
+    _edit(db, f"UPDATE checkpoints SET meta='{{}}' WHERE {where}")
 
     current.append(Engine(open_store(db), flows=[kid_flow, parent], clock=ManualClock()))
     engine = current[-1]
