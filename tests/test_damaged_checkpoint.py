@@ -237,3 +237,21 @@ def test_cancel_of_a_damaged_parent_cancels_its_children_and_a_replay_reattaches
     with pytest.raises(RunStateError, match="already canceled"):
         engine.cancel(res.run_id)
     engine.store.close()
+
+
+def test_the_apps_inbox_lists_the_healthy_question_and_names_the_damaged_run(db_path):
+    from desktop_app.app.screens.inbox import _flow_items
+    from tests.damaged_flows import Order, asker
+
+    engine = Engine(open_store(db_path), flows=[asker], clock=ManualClock())
+    bad = engine.run("asker", Order(order="A")).run_id
+    good = engine.run("asker", Order(order="B")).run_id
+    engine.store.close()
+    _edit(db_path, f"UPDATE checkpoints SET state='{{' WHERE run_id='{bad}' AND revision=1")
+    store = open_store(db_path)
+    errors: list[str] = []
+    items, more = _flow_items(store, errors)
+    assert [(i.run_id, i.wait_id) for i in items] == [(good, f"{good}:approve:0")]
+    assert not more
+    assert len(errors) == 1 and errors[0].startswith(f"checkpoint of run {bad} revision 1 was")
+    store.close()
