@@ -222,9 +222,18 @@ class DiskFullError(StoreError):
     names the exact command to run instead (:meth:`for_command`), and a
     command that executes no run says nothing of a stopped run.
 
+    When what the user gave was not saved at all (an answer: the run still
+    waits for it), ``unsaved`` says so and ``then`` is the same command again.
+
     Attributes:
         where: what could not be written (the database, its ``-shm`` index...).
         needed_bytes: free space resuming needs (bytes).
+        unsaved: what was not saved, as a clause (``"the answer was not
+            saved (run R still waits for it)"``), or ``None``.
+
+    ``again``, when given, is what to do once space is free, in words
+    (``"answer it again"``: the app, where no command is typed), instead
+    of running ``then``.
     """
 
     def __init__(
@@ -234,11 +243,20 @@ class DiskFullError(StoreError):
         *,
         then: str = "flowdesk resume --all",
         paused: bool = True,
+        unsaved: str | None = None,
+        again: str | None = None,
     ) -> None:
         self.where = where
         self.needed_bytes = needed_bytes
-        free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then run `{then}`."
-        if paused:
+        self.unsaved = unsaved
+        after = f"run `{then}`" if again is None else again
+        free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then {after}."
+        if unsaved is not None:
+            text = (
+                f"the disk holding {where} is full, so {unsaved}; nothing saved before is "
+                f"lost. {free}"
+            )
+        elif paused:
             text = (
                 f"the disk holding {where} is full; nothing more was written and the run "
                 f"stopped at its last saved step, shown as interrupted (nothing lost). {free}"
@@ -250,11 +268,15 @@ class DiskFullError(StoreError):
             )
         super().__init__(text)
 
-    def for_command(self, then: str, *, paused: bool) -> DiskFullError:
+    def for_command(self, then: str, *, paused: bool, unsaved: str | None = None) -> DiskFullError:
         """The same error ending with ``then``, the command to run once space
         is free; ``paused``: a run was executing and stopped (else the
-        command executes no run, e.g. ``db apply``, and is itself ``then``)."""
-        return DiskFullError(self.where, self.needed_bytes, then=then, paused=paused)
+        command executes no run, e.g. ``db apply``, and is itself ``then``);
+        ``unsaved``: what the command was given and did not save (then
+        ``then`` is the command again)."""
+        return DiskFullError(
+            self.where, self.needed_bytes, then=then, paused=paused, unsaved=unsaved
+        )
 
     @staticmethod
     def of_step(exc: BaseException, run_id: str, step_id: str) -> DiskFullError | None:
@@ -300,6 +322,28 @@ class SchemaError(StoreError):
 
 class SchemaMissingError(SchemaError):
     """The file has no (or not all of the) Flowdesk schema; run ``flowdesk db apply``."""
+
+
+class SchemaMissingDiskFullError(SchemaMissingError):
+    """The database lacks schema files and the disk holding it is full:
+    applying them (``db apply``, or a launch that applies them) stopped
+    there, and would stop again. The message says the disk is full, what
+    to free, and the ``db apply`` command to run after.
+
+    Attributes:
+        path: the database file (str); free_bytes: free space on its disk
+        (bytes, for this user); needed_bytes: what to free at least (bytes).
+    """
+
+    def __init__(self, missing: str, path: str, free_bytes: int, apply: str) -> None:
+        self.path, self.free_bytes = path, free_bytes
+        self.needed_bytes = RESUME_SPACE_BYTES
+        need = f"{self.needed_bytes / 2**20:.0f} MiB"
+        super().__init__(
+            f"{missing}, and the disk holding {path} is full ({free_bytes // 1024} KiB free), "
+            f"so applying them stops there. Free at least {need} on that disk, then run "
+            f"`{apply}`."
+        )
 
 
 class SchemaChecksumError(SchemaError):

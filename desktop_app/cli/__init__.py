@@ -234,6 +234,12 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
     except DiskFullError as exc:
         stop_progress()
         command = ctx.args.command or "app"
+        if ctx.unsaved is not None:  # nothing of it was saved: the same command again
+            exc = exc.for_command(
+                ctx.hints.cmd(command_again(argv)), paused=False, unsaved=ctx.unsaved
+            )
+            print(f"flowdesk: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         if ctx.current_run is not None:
             then, paused = f"resume {ctx.current_run}", True
         elif command in RESUMING:
