@@ -221,7 +221,8 @@ def test_a_schema_half_applied_on_a_full_disk_says_the_disk_is_full(small_disk):
     filler.unlink()
     # with room on the disk the same state is only "missing", naming db apply
     roomy = one_line_exit_1(flowdesk(db, "runs"))
-    assert "is full" not in roomy and roomy.endswith(f"run `flowdesk --db {db} db apply` to apply it.")
+    assert "is full" not in roomy
+    assert roomy.endswith(f"run `flowdesk --db {db} db apply` to apply it.")
     applied = as_printed(line[line.index("`") + 1 : line.rindex("`")], env=dict(os.environ))
     assert applied.returncode == 0, applied.stderr
     assert flowdesk(db, "runs").returncode == 0
