@@ -255,3 +255,40 @@ def test_the_apps_inbox_lists_the_healthy_question_and_names_the_damaged_run(db_
     assert not more
     assert len(errors) == 1 and errors[0].startswith(f"checkpoint of run {bad} revision 1 was")
     store.close()
+
+
+def test_the_agent_names_a_damaged_run_once_with_the_commands_that_work(tmp_path):
+    import signal
+    import threading
+
+    from tests.cli_support import spawn
+    from tests.polling import until
+
+    db = tmp_path / "g.db"
+    assert flowdesk(db, "db", "apply", env=ENV).returncode == 0
+    bad, good = _start(db, "A"), _start(db, "B")
+    _damage(db, bad, 1)
+    with sqlite3.connect(db) as conn:  # interrupted: running, no process holds it
+        conn.execute("UPDATE runs SET status='running', lease_owner=NULL WHERE run_id=?", (bad,))
+    conn.close()
+    agent = spawn("--db", str(db), "agent", "--poll", "0.1", env=ENV)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(agent.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        until(lambda: any("cancel it" in ln for ln in list(lines)), "the agent names the run")
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+        reader.join(timeout=60)
+    said = "".join(lines)
+    assert said.count(f"flowdesk agent: run {bad} cannot go on here") == 1, said
+    hints = _hints(said)
+    assert hints == {
+        "replay": f"flowdesk --db {db} replay {bad}:0",
+        "cancel": f"flowdesk --db {db} cancel {bad}",
+    }
+    canceled = as_printed(hints["cancel"], env={**ENV})
+    assert canceled.returncode == 0 and f"run {bad} canceled" in canceled.stdout
+    answered = flowdesk(db, "answer", good, "yes", env=ENV)  # the other run was left alone
+    assert answered.returncode == 0 and f"run {good} completed" in answered.stdout
