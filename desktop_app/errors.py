@@ -258,9 +258,18 @@ class DiskFullError(StoreError):
     names the exact command to run instead (:meth:`for_command`), and a
     command that executes no run says nothing of a stopped run.
 
+    When what the user gave was not saved at all (an answer: the run still
+    waits for it), ``unsaved`` says so and ``then`` is the same command again.
+
     Attributes:
         where: what could not be written (the database, its ``-shm`` index...).
         needed_bytes: free space resuming needs (bytes).
+        unsaved: what was not saved, as a clause (``"the answer was not
+            saved (run R still waits for it)"``), or ``None``.
+
+    ``again``, when given, is what to do once space is free, in words
+    (``"answer it again"``: the app, where no command is typed), instead
+    of running ``then``.
     """
 
     def __init__(
@@ -270,11 +279,20 @@ class DiskFullError(StoreError):
         *,
         then: str = "flowdesk resume --all",
         paused: bool = True,
+        unsaved: str | None = None,
+        again: str | None = None,
     ) -> None:
         self.where = where
         self.needed_bytes = needed_bytes
-        free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then run `{then}`."
-        if paused:
+        self.unsaved = unsaved
+        after = f"run `{then}`" if again is None else again
+        free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then {after}."
+        if unsaved is not None:
+            text = (
+                f"the disk holding {where} is full, so {unsaved}; nothing saved before is "
+                f"lost. {free}"
+            )
+        elif paused:
             text = (
                 f"the disk holding {where} is full; nothing more was written and the run "
                 f"stopped at its last saved step, shown as interrupted (nothing lost). {free}"
@@ -286,11 +304,15 @@ class DiskFullError(StoreError):
             )
         super().__init__(text)
 
-    def for_command(self, then: str, *, paused: bool) -> DiskFullError:
+    def for_command(self, then: str, *, paused: bool, unsaved: str | None = None) -> DiskFullError:
         """The same error ending with ``then``, the command to run once space
         is free; ``paused``: a run was executing and stopped (else the
-        command executes no run, e.g. ``db apply``, and is itself ``then``)."""
-        return DiskFullError(self.where, self.needed_bytes, then=then, paused=paused)
+        command executes no run, e.g. ``db apply``, and is itself ``then``);
+        ``unsaved``: what the command was given and did not save (then
+        ``then`` is the command again)."""
+        return DiskFullError(
+            self.where, self.needed_bytes, then=then, paused=paused, unsaved=unsaved
+        )
 
     @staticmethod
     def of_step(exc: BaseException, run_id: str, step_id: str) -> DiskFullError | None:
@@ -336,6 +358,28 @@ class SchemaError(StoreError):
 
 class SchemaMissingError(SchemaError):
     """The file has no (or not all of the) Flowdesk schema; run ``flowdesk db apply``."""
+
+
+class SchemaMissingDiskFullError(SchemaMissingError):
+    """The database lacks schema files and the disk holding it is full:
+    applying them (``db apply``, or a launch that applies them) stopped
+    there, and would stop again. The message says the disk is full, what
+    to free, and the ``db apply`` command to run after.
+
+    Attributes:
+        path: the database file (str); free_bytes: free space on its disk
+        (bytes, for this user); needed_bytes: what to free at least (bytes).
+    """
+
+    def __init__(self, missing: str, path: str, free_bytes: int, apply: str) -> None:
+        self.path, self.free_bytes = path, free_bytes
+        self.needed_bytes = RESUME_SPACE_BYTES
+        need = f"{self.needed_bytes / 2**20:.0f} MiB"
+        super().__init__(
+            f"{missing}, and the disk holding {path} is full ({free_bytes // 1024} KiB free), "
+            f"so applying them stops there. Free at least {need} on that disk, then run "
+            f"`{apply}`."
+        )
 
 
 class SchemaChecksumError(SchemaError):
@@ -696,20 +740,54 @@ class CheckpointCorruptError(CheckpointDecodeError):
 
     Raised for a checkpoint row (``revision`` is its revision) and for an
     agent message row (``revision`` is the message's sequence number).
+
+    Attributes:
+        run_id: the run (str).
+        revision: the corrupt row's revision (int).
+        readable: the newest revision of the run below ``revision`` that
+            still reads back intact (int), the one to replay or fork from;
+            ``None`` when none does or it is not known (an agent message).
+        run_status: the run's status when it is known (str or ``None``): a
+            run that ended (``canceled``, ``completed``...) is not offered a
+            cancel.
     """
 
-    def __init__(self, run_id: str, revision: int, what: str = "checkpoint") -> None:
+    def __init__(
+        self,
+        run_id: str,
+        revision: int,
+        what: str = "checkpoint",
+        *,
+        readable: int | None = None,
+        run_status: str | None = None,
+    ) -> None:
+        self.what = what
+        self.run_id = run_id
+        self.revision = revision
+        self.readable = readable
+        self.run_status = run_status
+        self.field_path = ""
+        self.reason = "checksum mismatch"
+        ended = run_status in ENDED_RUN_STATUSES
+        if what != "checkpoint":
+            advice = "Restore the file from a backup, or fork the run from an earlier revision."
+        elif readable is not None:
+            advice = (
+                f"Restore the file from a backup, or replay the run from revision {readable}, "
+                "its latest intact checkpoint before the damaged one"
+                + ("." if ended else ", or cancel it (its damaged state is not read).")
+            )
+        else:
+            advice = "Restore the file from a backup" + (
+                "." if ended else ", or cancel the run (no earlier checkpoint of it is intact)."
+            )
+        done = f"The run is {run_status}" if ended else "The run cannot go on from it"
         FlowdeskError.__init__(
             self,
             f"{what} of run {run_id} revision {revision} was changed outside Flowdesk: its "
-            "bytes no longer match the checksum stored with it. The run was not resumed "
-            "(other runs are not affected). Restore the file from a backup, or fork the "
-            "run from an earlier revision.",
+            f"bytes no longer match the checksum stored with it. {done} "
+            f"(other runs are not affected). {advice}",
         )
-        self.run_id = run_id
-        self.revision = revision
-        self.field_path = ""
-        self.reason = "checksum mismatch"
 
 
 class ThreadCorruptError(CheckpointCorruptError):
@@ -725,8 +803,11 @@ class ThreadCorruptError(CheckpointCorruptError):
             "(other threads are not affected). Restore the file from a backup, or continue "
             "the thread from an earlier checkpoint (its checkpoint_id in the config).",
         )
+        self.what = where
         self.run_id = thread_id
         self.revision = -1
+        self.readable = None
+        self.run_status = None
         self.field_path = where
         self.reason = "checksum mismatch"
 

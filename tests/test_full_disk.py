@@ -12,6 +12,7 @@ these tests skip, except under ``CI=true`` where they fail.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from desktop_app.errors import DiskFullError
 from desktop_app.store.connection import WAL_LIMIT_BYTES, open_connection
 from tests.cli_support import flowdesk
 from tests.pg_support import IN_CI
@@ -157,3 +159,70 @@ def test_a_wal_another_process_is_reading_is_left_to_it_without_waiting(tmp_path
             conn.close()
     finally:
         reader.communicate("\n", timeout=30)
+
+
+def test_an_answer_on_a_full_disk_says_it_was_not_saved_and_how_to_answer_again(small_disk):
+    from tests.cli_support import as_printed
+    from tests.damaged_flows import FLOWS_ENV
+
+    env = {"FLOWDESK_FLOWS": FLOWS_ENV}
+    db = small_disk / "flowdesk.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "asker", "--input", '{"order": "A"}', env=env)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.splitlines()[0]
+    filler = fill(small_disk)
+    line = one_line_exit_1(flowdesk(db, "answer", run_id, "yes", env=env))
+    again = f"flowdesk --db {db} answer {run_id} yes"
+    assert line == (
+        f"flowdesk: the disk holding the database {db} is full, so the answer was not saved "
+        f"(run {run_id} still waits for it); nothing saved before is lost. Free at least 5 MiB "
+        f"on that disk, then run `{again}`."
+    )
+    assert "interrupted" not in line and "resume" not in line
+    shown = flowdesk(db, "waiting", env=env)  # reading needs no room
+    assert shown.returncode == 0 and f"{run_id}:approve:0" in shown.stdout
+    filler.unlink()  # the user frees space and runs the command as printed
+    done = as_printed(line[line.index("`") + 1 : line.rindex("`")], env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    assert f"run {run_id} completed" in done.stdout
+
+
+def test_a_schema_half_applied_on_a_full_disk_says_the_disk_is_full(small_disk):
+    """``db apply`` commits one schema file at a time: a disk that filled up
+    part way leaves the rest pending. ``runs`` and ``start`` then say the
+    disk is full (not only "missing schema files": ``db apply`` would stop
+    again), and the ``db apply`` they print works once space is freed."""
+    from desktop_app.store import migrations
+    from tests.cli_support import as_printed
+
+    db = small_disk / "flowdesk.db"
+    files = migrations.schema_files()
+    conn = open_connection(db)
+    try:
+        migrations.apply(conn, files=files[:11])
+        filler = fill(small_disk)  # the disk fills up part way: the rest stop there
+        with pytest.raises(DiskFullError):
+            migrations.apply(conn)
+    finally:
+        conn.close()
+    digest = json.dumps({"folder": str(small_disk), "out": str(small_disk / "out")})
+    for args in (("runs",), ("start", "digest", "--input", digest)):
+        line = one_line_exit_1(flowdesk(db, *args))
+        assert line.startswith(
+            f"flowdesk: the database is missing {len(files) - 11} of Flowdesk's {len(files)} "
+            "schema files ("
+        ), line
+        assert f"the disk holding {db} is full (" in line
+        assert line.endswith(
+            f"so applying them stops there. Free at least 5 MiB on that disk, then run "
+            f"`flowdesk --db {db} db apply`."
+        ), line
+    filler.unlink()
+    # with room on the disk the same state is only "missing", naming db apply
+    roomy = one_line_exit_1(flowdesk(db, "runs"))
+    assert "is full" not in roomy
+    assert roomy.endswith(f"run `flowdesk --db {db} db apply` to apply it.")
+    applied = as_printed(line[line.index("`") + 1 : line.rindex("`")], env=dict(os.environ))
+    assert applied.returncode == 0, applied.stderr
+    assert flowdesk(db, "runs").returncode == 0

@@ -213,7 +213,8 @@ def test_an_edited_row_is_refused_naming_its_run_and_revision(db_path):
         s.get_checkpoint("r1", 2)  # folds revision 1's delta
     assert (err.value.run_id, err.value.revision) == ("r1", 1)
     assert str(err.value).startswith("checkpoint of run r1 revision 1 was changed outside")
-    assert "Restore the file from a backup, or fork the run" in str(err.value)
+    assert "Restore the file from a backup, or replay the run from revision 0" in str(err.value)
+    assert err.value.readable == 0  # the newest revision below the damage that reads back
     assert s.get_checkpoint("r1", 0).state["n"] == 0  # the rows before it still load
     s.close()
 

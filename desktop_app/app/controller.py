@@ -41,6 +41,7 @@ from desktop_app.app.screens.fork import validation_lines
 from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.errors import (
+    DiskFullError,
     FlowdeskError,
     FlowVersionMismatchError,
     InputError,
@@ -525,9 +526,12 @@ class Controller:
         assert engine is not None
         result: RunResult | None = None
         error: str | None = None
+        full: DiskFullError | None = None
         try:
             self.runs.wait_for_gate()
             result = engine.resume_with(run_id, value, wait_id=wait_id)
+        except DiskFullError as exc:
+            error, full = str(exc), exc
         except FlowdeskError as exc:
             error = str(exc)
         except Exception as exc:
@@ -536,6 +540,15 @@ class Controller:
             self.runs.release(run_id)
             self._app.post_message(RunChanged(run_id))
         asking = self._answer_settled(run_id)
+        if asking is not None and full is not None:  # the run never went on: not saved
+            error = str(
+                DiskFullError(
+                    full.where,
+                    full.needed_bytes,
+                    unsaved=f"the answer was not saved (run {short_id(run_id)} still waits for it)",
+                    again="answer it again",
+                )
+            )
         if asking is None:  # accepted earlier: the run went on, then stopped
             if error:
                 self._say(error, "error")

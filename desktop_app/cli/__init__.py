@@ -40,12 +40,14 @@ from desktop_app.cli.output import (
     EXIT_OK,
     EXIT_USAGE,
     PASSWORD_NOTE,
+    damaged_run_hints,
     moved_hint,
     stop_progress,
     version_refusal,
 )
 from desktop_app.cli.parser import build_parser
 from desktop_app.errors import (
+    CheckpointCorruptError,
     CommitUnknownError,
     ConfigError,
     DatabaseMissingError,
@@ -232,6 +234,12 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
     except DiskFullError as exc:
         stop_progress()
         command = ctx.args.command or "app"
+        if ctx.unsaved is not None:  # nothing of it was saved: the same command again
+            exc = exc.for_command(
+                ctx.hints.cmd(command_again(argv)), paused=False, unsaved=ctx.unsaved
+            )
+            print(f"flowdesk: {exc}", file=sys.stderr)
+            return EXIT_FAILED
         if ctx.current_run is not None:
             then, paused = f"resume {ctx.current_run}", True
         elif command in RESUMING:
@@ -260,6 +268,12 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         if exc.moved_to is not None:  # db copy moved it: where to look at it now
             there = moved_hint(ctx.hints, exc.moved_to, exc.run_id)
             print(f"see it there: {there}", file=sys.stderr)
+        return EXIT_FAILED
+    except CheckpointCorruptError as exc:  # what works on the damaged run, as commands
+        stop_progress()
+        _say(exc)
+        for line in damaged_run_hints(ctx.hints, exc):
+            print(line, file=sys.stderr)
         return EXIT_FAILED
     except FlowdeskError as exc:
         _say(exc)

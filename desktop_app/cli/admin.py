@@ -12,6 +12,7 @@ from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
     EXIT_OK,
+    damaged_run_hints,
     emit_all,
     emit_one,
     iso,
@@ -495,6 +496,8 @@ def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:
         file=sys.stderr,
         flush=True,
     )
+    for line in damaged_run_hints(ctx.hints, exc):  # a damaged checkpoint: what works
+        print(line, file=sys.stderr, flush=True)
 
 
 def _on_tick(sv: Any) -> Any:

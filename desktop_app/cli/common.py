@@ -82,6 +82,10 @@ class Ctx:
         self._settings: Settings | None = None
         #: the run being executed, for the Ctrl-C hint
         self.current_run: str | None = None
+        #: what a command was given and, the disk being full, did not save
+        #: (a clause: "the answer was not saved (run R still waits for it)");
+        #: the disk-full message then names the same command again
+        self.unsaved: str | None = None
         #: the command that continues after Ctrl-C when it is not resuming a
         #: run (``watch`` watches again)
         self.continue_with: str | None = None

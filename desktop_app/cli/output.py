@@ -281,3 +281,24 @@ def step_listener(quiet: bool) -> Any:
                 print(line, file=sys.stderr, flush=True)
 
     return listener
+
+
+def damaged_run_hints(hints: Hints, exc: BaseException) -> list[str]:
+    """The commands that work on a run whose checkpoint is damaged
+    (:class:`~desktop_app.errors.CheckpointCorruptError` of a flow run's
+    checkpoint), as lines to print: replay it from its newest intact
+    revision below the damage (when one is left), and cancel it (while it
+    has not ended: the cancel does not read the damaged state). Empty for
+    any other error."""
+    from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointCorruptError
+
+    if not isinstance(exc, CheckpointCorruptError) or getattr(exc, "what", "") != "checkpoint":
+        return []
+    run_id, lines = exc.run_id, []
+    if exc.readable is not None:
+        replay = hints.cmd(f"replay {run_id}:{exc.readable}")
+        lines.append(f"  replay it from revision {exc.readable}, its last intact one: {replay}")
+    if exc.run_status not in ENDED_RUN_STATUSES:
+        cancel = hints.cmd(f"cancel {run_id}")
+        lines.append(f"  cancel it (its damaged state is not read): {cancel}")
+    return lines

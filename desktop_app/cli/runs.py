@@ -11,6 +11,7 @@ from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
     EXIT_OK,
+    damaged_run_hints,
     due_in,
     emit_all,
     emit_one,
@@ -814,6 +815,7 @@ def cmd_waiting(ctx: Ctx) -> int:
         pending_approval,
         render_call,
     )
+    from desktop_app.errors import CheckpointCorruptError
 
     sv = ctx.services()
     engine = sv.engine
@@ -842,9 +844,22 @@ def cmd_waiting(ctx: Ctx) -> int:
     asking = [r for r in asking if r.run_id not in moved_ids]
     limited = [r for r in limited if r.run_id not in moved_ids]
     threads = [t for t in threads if t.thread_id not in moved_ids]
+    # a run whose checkpoint is damaged is listed with the damage, and the rest go on
+    unreadable: dict[str, CheckpointCorruptError] = {}
+    run_waits: dict[str, list[Any]] = {}
+    for run in runs:
+        try:
+            run_waits[run.run_id] = engine.waits(run.run_id)
+        except CheckpointCorruptError as exc:
+            unreadable[run.run_id] = exc
+            run_waits[run.run_id] = []
     if ctx.args.output != "text":
         rows = [
-            {**flow_row(run, now), "waits": [_wait_row(w) for w in engine.waits(run.run_id)]}
+            {
+                **flow_row(run, now),
+                "waits": [_wait_row(w) for w in run_waits[run.run_id]],
+                **({"unreadable": str(unreadable[run.run_id])} if run.run_id in unreadable else {}),
+            }
             for run in runs
         ]
         rows += [langgraph.thread_row(t, now) for t in threads]
@@ -871,11 +886,17 @@ def cmd_waiting(ctx: Ctx) -> int:
         )
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
+        damaged = unreadable.get(run.run_id)
+        if damaged is not None:
+            print(f"  unreadable: {visible_controls(str(damaged))}")
+            for line in damaged_run_hints(ctx.hints, damaged):
+                print(f"  {line}")
+            continue
         stuck = stuck_on_version(sv, run) is not None
         if stuck:
             show = ctx.hints.cmd(f"show {run.run_id}")
             print(f"  stuck: its flow changed since it started; `{show}` says what works")
-        waits = engine.waits(run.run_id)
+        waits = run_waits[run.run_id]
         if not waits and run.error:
             hint = ctx.hints.cmd(f"resume {run.run_id}")
             print(f"  paused for an operator: {visible_controls(run.error)}  ({hint})")
@@ -946,6 +967,8 @@ def cmd_resume(ctx: Ctx) -> int:
             elif isinstance(outcome, BaseException):
                 failed += 1
                 print(f"run {run.run_id} not resumed: {outcome}")
+                for line in damaged_run_hints(ctx.hints, outcome):
+                    print(line)
             else:
                 failed += outcome.status == "failed"
                 print(f"run {run.run_id} {outcome.status}")

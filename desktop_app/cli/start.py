@@ -26,6 +26,8 @@ from desktop_app.config import nearest_key
 from desktop_app.errors import (
     ENDED_RUN_STATUSES,
     ConfigError,
+    DiskFullError,
+    FlowdeskError,
     InputError,
     RunLeasedError,
     RunStateError,
@@ -281,7 +283,11 @@ def cmd_answer(ctx: Ctx) -> int:
     refuse_unregistered(ctx, sv, run.run_id, "answered")
     if a.wait_id is None:
         _one_question(ctx, sv, run.run_id)
-    result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
+    try:
+        result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
+    except DiskFullError:
+        _say_if_unsaved(ctx, sv, run)
+        raise
     delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
     if delivered:
@@ -292,6 +298,22 @@ def cmd_answer(ctx: Ctx) -> int:
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
             print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def _say_if_unsaved(ctx: Ctx, sv: Any, before: Any) -> None:
+    """After a full disk stopped an answer: when the run's revision is still
+    ``before``'s, the answer was not saved (the run still waits for it), and
+    :attr:`Ctx.unsaved` says so for the message, which then names the same
+    ``answer`` command; else the answer was saved and the run stopped after
+    it (the message names ``resume``). A read that fails too leaves the
+    message as it is."""
+    try:
+        now = sv.checkpoints.get_run(before.run_id)
+    except FlowdeskError:
+        return
+    if now.revision == before.revision:
+        ctx.unsaved = f"the answer was not saved (run {before.run_id} still waits for it)"
+        ctx.current_run = None
 
 
 def _one_question(ctx: Ctx, sv: Any, run_id: str) -> None:

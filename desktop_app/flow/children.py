@@ -16,7 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from desktop_app.errors import CheckpointNotFoundError, FlowdeskError, RunStateError
+from desktop_app.errors import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    FlowdeskError,
+    RunStateError,
+)
 from desktop_app.flow.clock import Clock
 from desktop_app.store.protocol import CheckpointStore
 
@@ -71,7 +76,7 @@ def cancel_children(
     """
     reason = f"parent run {run_id} was canceled"
     problems: list[str] = []
-    for child_id, kind in journaled(store.latest(run_id).meta):
+    for child_id, kind in _children_of(store, run_id):
         if kind == "flow":
             if live(store, child_id):
                 cancel_flow(child_id, reason)
@@ -90,6 +95,42 @@ def cancel_children(
         raise RunStateError(
             f"run {run_id} was canceled, but not all its children: " + "; ".join(problems)
         )
+
+
+def latest_readable_meta(store: CheckpointStore, run_id: str) -> Mapping[str, Any]:
+    """The meta of run ``run_id``'s latest checkpoint; when that one is
+    damaged (:class:`~desktop_app.errors.CheckpointCorruptError`), the meta
+    of its newest intact revision below the damage (empty when none is).
+
+    Raises:
+        CheckpointNotFoundError: no such run.
+        CheckpointDecodeError: the latest checkpoint cannot be decoded for
+            another reason than damage (not for a damaged row).
+    """
+    try:
+        return store.latest(run_id).meta
+    except CheckpointCorruptError as exc:
+        if exc.run_id != run_id or exc.readable is None:
+            return {}
+        return store.get_checkpoint(run_id, exc.readable).meta
+
+
+def _children_of(store: CheckpointStore, run_id: str) -> list[tuple[str, str]]:
+    """``(child_id, kind)`` of the children to cancel with ``run_id``: its
+    latest journal; when its latest checkpoint is damaged, the journal of
+    its newest intact revision plus every flow run whose id says it is a
+    child of it (``"<run_id>:..."``, :meth:`StepContext.child_run_id`), as
+    the damaged revision may have journaled more."""
+    try:
+        return journaled(store.latest(run_id).meta)
+    except CheckpointCorruptError:
+        pass
+    found = journaled(latest_readable_meta(store, run_id))
+    known = {child_id for child_id, _kind in found}
+    for run in store.list_runs(run_id_prefix=f"{run_id}:"):
+        if run.run_id not in known:
+            found.append((run.run_id, "flow"))
+    return found
 
 
 def live(store: CheckpointStore, run_id: str) -> bool:

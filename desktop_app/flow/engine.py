@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from desktop_app.errors import (
     ENDED_RUN_STATUSES,
+    CheckpointCorruptError,
     CheckpointDecodeError,
     CheckpointNotFoundError,
     ConfigError,
@@ -1216,7 +1217,16 @@ class Engine:
                 step_id=cp.frontier[0] if cp.frontier else "",
             )
 
-        self.store.update_latest(run_id, change)
+        try:
+            self.store.update_latest(run_id, change)
+        except CheckpointCorruptError as exc:
+            end = getattr(self.store, "end_unreadable", None)
+            if end is None or exc.run_id != run_id:
+                raise
+            # the latest checkpoint cannot be read: end the run without
+            # reading it (no checkpoint appended), the damage named
+            why = f"{reason}; its checkpoint revision {exc.revision} is damaged"
+            end(run_id, status, why, now)
 
     # -- upgrades ----------------------------------------------------------
 

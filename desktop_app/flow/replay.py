@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from desktop_app.errors import CheckpointNotFoundError, FlowVersionMismatchError, RunStateError
-from desktop_app.flow.children import merge_journals
+from desktop_app.flow.children import latest_readable_meta, merge_journals
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow, WaitStep
 from desktop_app.flow.owners import holding
@@ -99,7 +99,8 @@ def replay_seed(
     meta = {k: v for k, v in cp.meta.items() if k in CARRIED_META}
     meta["replayed_from"] = checkpoint_id
     # children started at or after this checkpoint too: a re-executed step reattaches
-    children = merge_journals(cp.meta, store.latest(src_id).meta)
+    # (its latest checkpoint damaged: the journal of its newest intact one)
+    children = merge_journals(cp.meta, latest_readable_meta(store, src_id))
     if children:
         meta["children"] = children
     context = ExecutionContext.model_validate(dict(src.context))

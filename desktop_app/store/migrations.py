@@ -25,6 +25,7 @@ read from the repository's ``schema/`` folder.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ import apsw
 
 from desktop_app.errors import (
     SchemaChecksumError,
+    SchemaMissingDiskFullError,
     SchemaMissingError,
     SchemaTooNewError,
     StoreError,
@@ -47,6 +49,10 @@ from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
 COMPONENTS: tuple[str, ...] = ("core", "events", "domain")
+#: free space (bytes) under which a database lacking schema files is told as
+#: on a full disk: every file applied writes a few pages to the ``-wal``, and
+#: the whole schema takes under 1 MiB
+SCHEMA_SPACE_BYTES = 2**20
 LEDGER = "flowdesk_schema_ledger"
 FileState = Literal["applied", "pending", "edited", "unknown"]
 Dialect = Literal["sqlite", "postgres"]
@@ -281,7 +287,32 @@ def verify(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -
     _raise_for(statuses, db)
     pending = [s.key for s in statuses if s.state == "pending"]
     if pending:
-        raise schema_missing(pending, db, len(statuses))
+        missing = schema_missing(pending, db, len(statuses))
+        full = _disk_full(conn, pending, db, len(statuses))
+        raise missing if full is None else full
+
+
+def _disk_full(
+    conn: Any, pending: Sequence[str], db: str, shipped: int
+) -> SchemaMissingDiskFullError | None:
+    """The error for schema files ``pending`` on a SQLite file whose disk is
+    full (less than :data:`SCHEMA_SPACE_BYTES` free for this user): a ``db
+    apply`` would stop as the last one did. ``None`` when the disk has room,
+    for PostgreSQL, or when its free space cannot be read."""
+    if dialect_of(conn) != "sqlite" or not conn.filename:
+        return None
+    try:
+        stat = os.statvfs(os.path.dirname(os.path.abspath(conn.filename)))
+    except OSError:
+        return None
+    free = stat.f_bavail * stat.f_frsize
+    if free >= SCHEMA_SPACE_BYTES:
+        return None
+    runnable = redact(db, mask=None)
+    target = f" --db {shell_quote(runnable)}" if db else ""
+    return SchemaMissingDiskFullError(
+        _missing(pending, shipped), str(conn.filename), free, f"flowdesk{target} db apply"
+    )
 
 
 def schema_missing(

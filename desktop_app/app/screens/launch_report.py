@@ -34,7 +34,7 @@ from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.app.widgets.row_table import RowTable
-from desktop_app.errors import FlowdeskError
+from desktop_app.errors import CheckpointCorruptError, FlowdeskError
 from desktop_app.flow.engine import Engine, IncompatibleRun
 from desktop_app.runs_view import display_status
 
@@ -79,8 +79,13 @@ def check_after_launch(app: App[Any]) -> None:
 
 def describe_change(engine: Engine, run: IncompatibleRun) -> str:
     """What changed in the run's flow (steps added, removed, renamed; the
-    version strings), from the steps its latest checkpoint knows."""
-    latest = engine.store.latest(run.run_id)
+    version strings), from the steps its latest checkpoint knows; a run
+    whose latest checkpoint is damaged is said so (the others are still
+    listed), and the two versions are given."""
+    try:
+        latest = engine.store.latest(run.run_id)
+    except CheckpointCorruptError as exc:
+        return f"version {run.stored_version} → {run.current_version}; {exc}"
     known = [*latest.steps, *latest.frontier]
     current = list(engine.flow(run.flow_name).steps)
     return flow_change(run.stored_version, run.current_version, known, current).describe()

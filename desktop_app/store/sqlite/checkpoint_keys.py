@@ -47,6 +47,12 @@ FOLD_ROWS = (
     f"AND {_BASE} + ?2 AND kind='snapshot') AND {_BASE} + ?2 ORDER BY ckey"
 )
 
+#: every row of run ``?1`` below revision ``?2``, as ``FOLD_ROWS`` gives them
+ROWS_BELOW = (
+    f"SELECT run_id, {SQL.checkpoint_columns}, checksum FROM checkpoints "
+    f"WHERE ckey >= {_BASE} AND ckey < {_BASE} + ?2 ORDER BY ckey"
+)
+
 #: every revision of run ``?1``: revision, status, step id, created_at
 HISTORY = (
     f"SELECT revision, status, step_id, created_at FROM checkpoints WHERE {_RUN_ROWS} ORDER BY ckey"

@@ -30,6 +30,7 @@ import orjson
 import desktop_app.store.sqlite.checkpoint_keys as CK
 from desktop_app.errors import (
     CheckpointCorruptError,
+    CheckpointDecodeError,
     CheckpointNotFoundError,
     DomainWriteError,
     DuplicateFlowKeyError,
@@ -713,6 +714,45 @@ class SqliteCheckpointStore:
             self.append(cp)
         return cp
 
+    def end_unreadable(self, run_id: str, status: RunStatus, error: str, now: float) -> RunRecord:
+        """End a live run whose latest checkpoint cannot be read back (a
+        :class:`CheckpointCorruptError`) without reading it: its ``runs`` row
+        becomes ``status`` (``canceled``, ``failed``) with ``error``, its
+        lease and pending waits go, and no checkpoint is appended (a new
+        revision would be a delta onto the damaged one); its history stays
+        as stored, so a backup or a replay from an intact revision still
+        has it all.
+
+        Args:
+            run_id: the run; status: its new status; error: why (names the
+                damage); now: UTC epoch seconds, its ``updated_at``.
+
+        Returns:
+            RunRecord: the run as it is now.
+
+        Raises:
+            CheckpointNotFoundError: no such run in this scope.
+            RunStateError: the run had ended already (nothing was changed).
+            StoreError: the database could not be written.
+        """
+        from desktop_app.errors import ENDED_RUN_STATUSES, RunStateError
+
+        ended = ",".join(f"'{s}'" for s in sorted(ENDED_RUN_STATUSES))
+        with self._write():
+            self.conn.execute(
+                "UPDATE runs SET status=?, error=?, updated_at=?, lease_owner=NULL, "
+                f"lease_expires_at=NULL WHERE run_id=? AND scope=? AND status NOT IN ({ended})",
+                (status, error, now, run_id, self.scope),
+            )
+            changed = self.conn.changes() == 1
+            if changed:
+                self.conn.execute(SQL.delete_waits, (run_id,))
+            run = self.get_run(run_id)
+        self._last.pop(run_id, None)
+        if not changed:
+            raise RunStateError(f"run {run_id} is already {run.status}; nothing to do")
+        return run
+
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._write():
             cond, cargs = lease_cond(lease, claim_time(lease, now))
@@ -944,13 +984,13 @@ class SqliteCheckpointStore:
         cached = self._last.get(run_id)
         if cached is not None and cached.revision == run.revision:
             return RunHead(run, detached(cached))
-        cp = self._load(run_id, run.revision)  # the row's revision: never rewritten
+        cp = self._load(run_id, run.revision, run.status)  # the row's revision: never rewritten
         self._remember(detached(cp))
         return RunHead(run, cp)
 
     def get_checkpoint(self, run_id: str, revision: int) -> Checkpoint:
-        self.get_run(run_id)
-        return self._load(run_id, revision)
+        run = self.get_run(run_id)
+        return self._load(run_id, revision, run.status)
 
     def _load_or_none(self, run_id: str, revision: int) -> Checkpoint | None:
         try:
@@ -958,16 +998,53 @@ class SqliteCheckpointStore:
         except CheckpointNotFoundError:
             return None
 
-    def _load(self, run_id: str, revision: int) -> Checkpoint:
-        """Fold deltas onto the nearest snapshot at or below ``revision``."""
+    def _load(self, run_id: str, revision: int, status: str | None = None) -> Checkpoint:
+        """Fold deltas onto the nearest snapshot at or below ``revision``
+        (``status``: the run's, named by a :class:`CheckpointCorruptError`)."""
         with self._read():
             raw: list[Any] = self.conn.execute(CK.FOLD_ROWS, (run_id, revision)).fetchall()
         rows: list[Any] = []
         for r in raw:
             if r[-1] is not None and row_checksum(r[:-1]) != r[-1]:
-                raise CheckpointCorruptError(run_id, int(r[1]))
+                bad = int(r[1])
+                readable = self.readable_revision_below(run_id, bad)
+                if status is None:
+                    status = self.get_run(run_id).status
+                raise CheckpointCorruptError(run_id, bad, readable=readable, run_status=status)
             rows.append(r[1:-1])
         return checkpoint_from_rows(run_id, revision, rows)
+
+    def readable_revision_below(self, run_id: str, revision: int) -> int | None:
+        """The newest revision of run ``run_id`` below ``revision`` whose
+        checkpoint reads back intact (int): its rows, from the nearest
+        snapshot at or below it, all match their checksums and decode.
+        ``None`` when no such revision is left (the run's first snapshot
+        is damaged, or ``revision`` is 0). Reads every row below
+        ``revision`` once: meant for the error path.
+
+        Raises:
+            StoreError: the database could not be read.
+        """
+        with self._read():
+            raw: list[Any] = self.conn.execute(CK.ROWS_BELOW, (run_id, revision)).fetchall()
+        chain_ok, candidates = False, []
+        for r in raw:  # run_id, revision, kind, ..., checksum
+            row_ok = r[-1] is None or row_checksum(r[:-1]) == r[-1]
+            chain_ok = row_ok if r[2] == "snapshot" else chain_ok and row_ok
+            if chain_ok:
+                candidates.append(int(r[1]))
+        for rev in reversed(candidates):  # the checksums hold; the JSON must decode too
+            try:
+                checkpoint_from_rows(run_id, rev, self._fold_rows_unchecked(run_id, rev))
+            except CheckpointDecodeError:
+                continue
+            return rev
+        return None
+
+    def _fold_rows_unchecked(self, run_id: str, revision: int) -> list[Any]:
+        with self._read():
+            raw: list[Any] = self.conn.execute(CK.FOLD_ROWS, (run_id, revision)).fetchall()
+        return [r[1:-1] for r in raw]
 
     def _run_domain(self, writes: Sequence[DomainWrite]) -> None:
         """Run a step's domain writes in the open transaction.

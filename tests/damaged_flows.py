@@ -1,0 +1,34 @@
+"""A flow that asks one question and then finishes (registered in
+subprocesses through ``FLOWDESK_FLOWS``), for the tests of runs whose
+checkpoint was damaged on disk and of answers given on a full disk.
+
+``asker``: ``approve`` waits for an answer (no deadline), ``done`` counts.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from desktop_app.flow import FlowBuilder
+
+
+class Order(BaseModel):
+    order: str
+    approved: str | None = None
+    n: int = 0
+
+
+def count(state: Order) -> dict[str, int]:
+    return {"n": state.n + 1}
+
+
+asker = (
+    FlowBuilder("asker", Order, inputs=("order",))
+    .await_input("approve", "approved", prompt="OK?")
+    .step("done", count)
+    .chain("approve", "done")
+    .finish("done")
+    .compile()
+)
+
+FLOWS_ENV = '["tests.damaged_flows:asker"]'
