@@ -282,9 +282,10 @@ def test_held_runs_names_each_kind_a_live_owner_holds_and_no_dead_ones(
     db_path: Path, tmp_path: Path
 ) -> None:
     """What makes ``db copy`` refuse, kind by kind: a flow run's and an agent
-    run's lease of a live owner (whatever its expiry), a ``running``
-    LangGraph thread whose process lives, an intent a live dispatcher sends;
-    never the same held by a process that exited, nor a thread that waits."""
+    run's lease of a live owner (whatever its expiry), an unfinished
+    LangGraph thread whose process lives (running, or waiting and loaded by
+    its program to be resumed), an intent a live dispatcher sends; never the
+    same held by a process that exited, nor a thread that waits unowned."""
     import apsw
 
     from desktop_app.flow import Engine
@@ -324,7 +325,9 @@ def test_held_runs_names_each_kind_a_live_owner_holds_and_no_dead_ones(
     for thread, status, owner in (
         ("t-live", "running", me),
         ("t-gone", "running", gone),
-        ("t-waits", "waiting", me),
+        ("t-waits", "waiting", None),
+        ("t-resumed", "waiting", me),
+        ("t-resumed-gone", "waiting", gone),
     ):
         conn.execute(
             "INSERT INTO langgraph_threads (scope, thread_id, status, created_at, updated_at, "
@@ -350,5 +353,6 @@ def test_held_runs_names_each_kind_a_live_owner_holds_and_no_dead_ones(
         f"run {flow_ids[0]} (flow gate, scope default): {owner_text}",
         f"run {agent_ids[0]} (agent helper, scope default): {owner_text}",
         f"LangGraph thread t-live (scope default): {owner_text}",
+        f"LangGraph thread t-resumed (scope default): {owner_text}",
         f"run {flow_ids[2]} (flow gate, scope default): {owner_text} sending its side effects",
     ]

@@ -49,9 +49,9 @@ from desktop_app.app.screens.ask import (
 from desktop_app.app.screens.inbox import agent_hint, answer_in_inbox
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.app.widgets.row_table import RowTable
-from desktop_app.cli.output import Hints
+from desktop_app.cli.output import Hints, moved_line
 from desktop_app.errors import FlowdeskError
-from desktop_app.runs_view import INTERRUPTED, display_status
+from desktop_app.runs_view import INTERRUPTED, MOVED, display_status
 from desktop_app.store.records import AGENT_ENDED, AgentRun, ToolResult
 from desktop_app.textsafe import visible_controls
 
@@ -148,8 +148,12 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
         lines.append(f"Error{kind}: {truncate(run.error)}")
     if status == INTERRUPTED:
         lines.append("Interrupted: its process stopped; press r to resume it.")
+    moved = moved_line(hints, run.run_id, run.lease_owner) if status == MOVED else None
+    if moved is not None:  # db copy moved it: answered there, not here
+        lines.append(f"Moved: {moved}")
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
+    if run.status == "input_required" and moved is None:
         approval = (run.pending_call or {}).get("approval") is not None
         lines.append(f"Answer it here: {answer_in_inbox(approval)}.")
         lines.append(f"Answer it with: {agent_hint(hints, run.run_id, approval)}")

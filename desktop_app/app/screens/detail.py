@@ -65,9 +65,10 @@ from desktop_app.app.widgets.run_tables import (
     resumed_at,
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
+from desktop_app.cli.output import Hints, moved_line
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
-from desktop_app.runs_view import INTERRUPTED, display_status, row_actions
+from desktop_app.runs_view import INTERRUPTED, MOVED, display_status, row_actions
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
 from desktop_app.words import duration, plural
 
@@ -95,9 +96,13 @@ TABS = (
 SHORT_TAB_NAMES = {"tab-outbox": "Out", "tab-context": "Ctx"}
 
 
-def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
+def header_text(
+    run: RunRecord, now: float, pace: Pace | None = None, hints: Hints | None = None
+) -> Text:
     """The run's header: id, flow, status (judged at ``now``:
-    :func:`display_status`; an interrupted run says how to resume it),
+    :func:`display_status`; an interrupted run says how to resume it, a
+    moved one where ``db copy`` moved it and, with ``hints`` (the app's
+    database and scope), the command that shows it there),
     progress (a bar with rate, time left and elapsed time while it runs);
     times in the local time zone with how long ago they were."""
     status = display_status(run, now)
@@ -111,6 +116,9 @@ def header_text(run: RunRecord, now: float, pace: Pace | None = None) -> Text:
     text.append(status, style=STATUS_STYLES.get(status, ""))
     if status == INTERRUPTED:
         text.append(f" — {RESUME_HINT}")
+    moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
+    if status == MOVED and moved is not None:
+        text.append(f" — {moved}")
     text.append("   Progress ", style="bold")
     done_total = (pace.done, pace.total) if pace is not None else run.progress
     text.append(progress(done_total))
@@ -334,7 +342,8 @@ class RunDetailScreen(Screen[None]):
             if running and self._live is None:
                 self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
             pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
-        self.query_one("#run-header", Static).update(header_text(run, now, pace))
+        header = header_text(run, now, pace, self.flowdesk.hints)
+        self.query_one("#run-header", Static).update(header)
         self._show_throughput(run.run_id, running, now)
 
     def _show_throughput(self, run_id: str, running: bool, now: float) -> None:

@@ -15,6 +15,12 @@ agent's run with its registered agent and that agent's own model.
 LangGraph threads waiting on an ``interrupt()`` open their thread view on
 ``enter``, where the answer is typed.
 
+What ``flowdesk db copy`` moved to PostgreSQL (a flow run, agent run or
+thread of this file whose owner says ``moved to URL``) waits there, not
+here: its row (after the others) says where it moved and the command that
+shows it there (``flowdesk --db URL show R``), as ``flowdesk waiting`` lists
+it; no key answers it here (the file would refuse the answer).
+
 A key acts only on the question the person selected: the inbox follows it
 by ``(run id, wait id)`` across refreshes, and when it leaves (answered
 here, or elsewhere: a notice says so) no row is selected until an arrow
@@ -59,8 +65,8 @@ from desktop_app.app.screens.answer import NO, YES, AnswerScreen
 from desktop_app.app.screens.ask import AskScreen
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.app.widgets.row_table import RowTable
-from desktop_app.cli.output import Hints
-from desktop_app.errors import FlowdeskError
+from desktop_app.cli.output import Hints, moved_hint
+from desktop_app.errors import FlowdeskError, moved_to
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 from desktop_app.textsafe import shell_quote, visible_controls
@@ -152,6 +158,9 @@ class InboxItem:
             the LangGraph thread's checkpoint id. An answer carries it (a
             run that waits on something else by then refuses it), and a
             row whose ``(run_id, wait_id)`` changed is another question.
+        moved_to: the database ``flowdesk db copy`` moved the run to
+            (``postgresql://host/db``, no password): it waits there, and
+            nothing here answers it; ``None`` for a run that waits here.
     """
 
     key: str
@@ -166,6 +175,7 @@ class InboxItem:
     approval: bool = False
     wait_id: str | None = None
     questions: int = 1
+    moved_to: str | None = None
 
     @property
     def identity(self) -> tuple[str, str | None]:
@@ -179,7 +189,24 @@ class InboxItem:
             return self.name
         return "LangGraph thread" if self.kind == "langgraph" else f"agent {self.name}"
 
+    @property
+    def noun(self) -> str:
+        """``run``, ``agent run`` or ``LangGraph thread`` (as ``flowdesk waiting`` names it)."""
+        return {"flow": "run", "agent": "agent run"}.get(self.kind, "LangGraph thread")
+
+    def moved_text(self, hints: Hints) -> str:
+        """Where ``db copy`` moved it, with the command that shows it there
+        (``hints``: the app's database and scope); ``""`` when it waits here."""
+        if self.moved_to is None:
+            return ""
+        return (
+            f"moved to {self.moved_to} by flowdesk db copy: it waits there, not here "
+            f"(see it there: {moved_hint(hints, self.moved_to, self.run_id)})"
+        )
+
     def how(self, hints: Hints) -> str:
+        if self.moved_to is not None:
+            return self.moved_text(hints)
         if self.kind == "flow":
             return "y approve · n reject · enter answer"
         if self.kind == "langgraph" and self.questions > 1:
@@ -239,6 +266,7 @@ def _flow_items(store: CheckpointStore, errors: list[str]) -> tuple[list[InboxIt
                     wait=w,
                     asked_at=w.created_at,
                     wait_id=w.wait_id,
+                    moved_to=moved_to(run.lease_owner),
                 )
                 for w in waits
                 if w.kind == "input"
@@ -279,6 +307,8 @@ def read_inbox(app: Host) -> tuple[list[InboxItem], str | None, bool]:
             items.extend(_thread_items(app.services.services.checkpoints))
     except FlowdeskError as exc:
         errors.append(f"LangGraph threads: {exc}")
+    # what db copy moved waits there: after what waits here (stable order)
+    items.sort(key=lambda i: i.moved_to is not None)
     return items, "; ".join(errors) or None, more
 
 
@@ -301,6 +331,7 @@ def _thread_items(store: CheckpointStore) -> list[InboxItem]:
             asked_at=t.updated_at,
             wait_id=t.checkpoint_id,
             questions=max(1, len(t.interrupts)),
+            moved_to=moved_to(t.owner),
         )
         for t in waiting_threads(store)
     ]
@@ -326,6 +357,7 @@ def _agent_items(agents: AgentStore) -> list[InboxItem]:
                 asked_at=run.updated_at,
                 approval=request is not None,
                 wait_id=agent_wait_id(run.pending_call),
+                moved_to=moved_to(run.lease_owner),
             )
         )
     return out
@@ -501,10 +533,11 @@ class InboxScreen(Screen[None]):
         self._fill(before)
         self.refresh_bindings()  # y / n / enter only while something waits
         self._show_question()
-        asking = sum(i.kind == "flow" for i in self.items)
-        agents = sum(i.kind == "agent" for i in self.items)
-        graphs = sum(i.questions for i in self.items if i.kind == "langgraph")
-        if not self.items:
+        here = [i for i in self.items if i.moved_to is None]
+        asking = sum(i.kind == "flow" for i in here)
+        agents = sum(i.kind == "agent" for i in here)
+        graphs = sum(i.questions for i in here if i.kind == "langgraph")
+        if not here:
             status = "Nothing is waiting for you."
         else:
             kinds = (
@@ -521,6 +554,14 @@ class InboxScreen(Screen[None]):
                     f"{listed} wait for you, and more: the oldest {asking:,} flow questions "
                     "are shown (answering them shows the next)."
                 )
+        gone = [i for i in self.items if i.moved_to is not None]
+        if gone:
+            where = ", ".join(sorted({str(i.moved_to) for i in gone}))
+            status += (
+                f" {plural(len(gone), 'more waits', 'more wait')} on {where}, moved there by "
+                "flowdesk db copy: not answered here (How says how to see "
+                f"{'it' if len(gone) == 1 else 'each'} there)."
+            )
         if message.error:
             status += f" Could not read everything: {message.error}"
             self.flowdesk.say(message.error, "error")
@@ -672,10 +713,22 @@ class InboxScreen(Screen[None]):
             why = f"{why} (you answered run {short_id(self.gone.run_id)}'s)"
         self.flowdesk.say(f"{why}: ↑ or ↓ picks a question, then press the key again.", "warning")
 
+    def _refuse_moved(self, item: InboxItem) -> bool:
+        """Say that ``item`` moved (where, and the command that shows it
+        there) and return ``True`` when ``db copy`` moved it: nothing is sent."""
+        if item.moved_to is None:
+            return False
+        said = item.moved_text(self.flowdesk.hints)
+        who = f"{item.noun.capitalize()} {short_id(item.run_id)}"
+        self.flowdesk.say(f"{who} {said}; nothing was sent.", "warning")
+        return True
+
     def _selected_flow_item(self) -> InboxItem | None:
         item = self.selected
         if item is None:
             self._nothing_selected()
+            return None
+        if self._refuse_moved(item):
             return None
         if item.kind == "langgraph":
             there = (
@@ -731,7 +784,9 @@ class InboxScreen(Screen[None]):
 
     def _targets(self) -> list[InboxItem]:
         """The selected rows (space), else the row under the cursor."""
-        marked = [i for i in self.items if i.key in self.marked and i.kind == "flow"]
+        marked = [
+            i for i in self.items if i.key in self.marked and i.kind == "flow" and not i.moved_to
+        ]
         if marked:
             return marked
         item = self._selected_flow_item()
@@ -740,6 +795,9 @@ class InboxScreen(Screen[None]):
     def _send(self, value: Any) -> None:
         item = self.selected
         flow_marked = any(i.key in self.marked and i.kind == "flow" for i in self.items)
+        if item is not None and item.moved_to is not None and not flow_marked:
+            self._refuse_moved(item)
+            return
         if item is not None and item.approval and not flow_marked:
             self._answer_approval(item, "yes" if value == APPROVE else "no")
             return
@@ -896,6 +954,8 @@ class InboxScreen(Screen[None]):
 
     def action_answer(self) -> None:
         item = self.selected
+        if item is not None and self._refuse_moved(item):
+            return
         if item is not None and item.kind == "langgraph":
             self.flowdesk.controller.open_thread(item.run_id)
             return
@@ -929,7 +989,9 @@ class InboxScreen(Screen[None]):
         due = f"  Deadline: {local_when(item.deadline_at)}" if item.deadline_at else ""
         source = item.source
         text = Text.assemble((f"{source} {short_id(item.run_id)} asks: ", "bold"), item.prompt, due)
-        if "how" not in self.shown_columns:  # dropped on a narrow terminal: said here
+        if item.moved_to is not None:  # in full, whatever the How column shows
+            text.append(f"\n{item.noun.capitalize()} {item.moved_text(self.flowdesk.hints)}")
+        elif "how" not in self.shown_columns:  # dropped on a narrow terminal: said here
             text.append(f"\n{item.how(self.flowdesk.hints)}", style="dim")
         shown.update(text)
 

@@ -33,7 +33,8 @@ from desktop_app.app.format import when
 from desktop_app.app.host import Host, host
 from desktop_app.app.state_diff import change_text, diff_states, value_text
 from desktop_app.app.widgets.row_table import RowTable
-from desktop_app.errors import FlowdeskError
+from desktop_app.cli.output import moved_hint
+from desktop_app.errors import FlowdeskError, moved_to
 from desktop_app.integrations.langgraph import threads
 from desktop_app.runs_view import display_status
 from desktop_app.store.protocol import CheckpointStore
@@ -185,7 +186,10 @@ class ThreadScreen(Screen[None]):
         head.append("  ".join(f"{k} {v}" for k, v in sorted(t.context.items())))
         for value in t.interrupts:
             head.append(f"\nasks: {json.dumps(value, ensure_ascii=False, default=str)}")
-        if threads.asks_several(t):
+        moved = self._moved_text(t)
+        if moved:  # db copy moved it: not answered here
+            head.append(f"\n{moved}")
+        elif threads.asks_several(t):
             head.append(
                 f"\nIt waits on {len(t.interrupts)} questions at once, which an answer here "
                 f"cannot tell apart. {threads.several_hint(t.thread_id)}"
@@ -198,7 +202,7 @@ class ThreadScreen(Screen[None]):
             head.append(threads.resume_hint(t.thread_id))
         self.query_one("#thread-head", Static).update(head)
         # the answer field only where an answer here works (one question)
-        self.set_class(t.status == "waiting" and not threads.asks_several(t), "-waiting")
+        self.set_class(self._answerable(t), "-waiting")
         self.refresh_bindings()
 
     # -- showing -------------------------------------------------------------
@@ -253,10 +257,32 @@ class ThreadScreen(Screen[None]):
         questions at once, which its program answers by interrupt id)."""
         if action == "answer":
             t = self.thread
-            return not (t is not None and threads.asks_several(t))
+            return not (t is not None and (threads.asks_several(t) or self._moved_text(t)))
         return True
 
+    @staticmethod
+    def _answerable(t: threads.Thread) -> bool:
+        """Whether an answer here works: one question, and not moved by ``db copy``."""
+        return t.status == "waiting" and not threads.asks_several(t) and moved_to(t.owner) is None
+
+    def _moved_text(self, t: threads.Thread) -> str:
+        """Where ``db copy`` moved the unfinished thread ``t``, the line that
+        opens its checkpointer there and the command that shows it there,
+        as ``flowdesk show`` says it; ``""`` when it did not move."""
+        where = moved_to(t.owner)
+        if where is None or t.status == "completed":
+            return ""
+        hints = self.flowdesk.hints
+        return (
+            f"moved to {where} by flowdesk db copy: its program continues it there, with "
+            f"{threads.saver_line(where, hints.scope)}; nothing on this database does "
+            f"(see it there: {moved_hint(hints, where, t.thread_id)})"
+        )
+
     def action_answer(self) -> None:
+        if self.thread is not None and (said := self._moved_text(self.thread)):
+            self.flowdesk.say(f"Not answered here: this thread {said}.", "warning")
+            return
         if self.thread is None or self.thread.status != "waiting":
             self.app.notify("This thread is not waiting for an answer.", timeout=3)
             return

@@ -9,8 +9,10 @@ file or 100,000. ``]`` and ``[`` page; ``/`` (or ``f``) opens the filter bar;
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
+from typing import TypeVar
 
 from rich.text import Text
 from textual import events
@@ -26,10 +28,12 @@ from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
 from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_kind
-from desktop_app.errors import CheckpointNotFoundError
-from desktop_app.runs_view import display_status, left_over, merged_page, row_actions
+from desktop_app.errors import CheckpointNotFoundError, moved_to
+from desktop_app.runs_view import Leased, display_status, left_over, merged_page, row_actions
 from desktop_app.store.protocol import CheckpointStore, RunRecord
 from desktop_app.words import plural
+
+L = TypeVar("L", bound=Leased)
 
 #: Columns ``S`` sorts by, in the order it steps through them.
 SORTABLE = ("run", "kind", "flow", "status", "progress", "started", "updated")
@@ -368,11 +372,12 @@ class RunsScreen(Screen[None]):
         """How many runs wait: flow runs (one bounded, indexed read: at most
         PAGE + 1 rows), agent runs asking a question or an approval
         (``input_required``; answered in the inbox) and LangGraph threads
-        waiting on an ``interrupt()`` (the inbox's read)."""
+        waiting on an ``interrupt()`` (the inbox's read); not those ``db
+        copy`` moved (they wait there: their status says ``moved``)."""
         waiting_runs = self.flowdesk.read(
             lambda store: store.list_runs(statuses=("waiting",), limit=PAGE + 1), quiet=True
         )
-        waiting = len(waiting_runs) if waiting_runs is not None else 0
+        waiting = len(_here(waiting_runs or []))
         services = self.flowdesk.services
         asking_runs = (
             self.flowdesk.read(
@@ -382,12 +387,12 @@ class RunsScreen(Screen[None]):
             if services is not None
             else None
         )
-        asking = len(asking_runs) if asking_runs is not None else 0
+        asking = len(_here(asking_runs or []))
         from desktop_app.app.screens.inbox import waiting_threads
 
         # the inbox's own read: a banner and an inbox that count alike
         graphs = self.flowdesk.read(waiting_threads, quiet=True)
-        threads = len(graphs) if graphs is not None else 0
+        threads = len(_here(graphs or []))
         parts: list[str] = []
         if waiting:
             if waiting > PAGE:
@@ -624,3 +629,9 @@ class RunsScreen(Screen[None]):
         event.stop()
         if event.row_key.value is not None:
             self._open(event.row_key.value)
+
+
+def _here(runs: Sequence[L]) -> list[L]:
+    """``runs`` but those ``flowdesk db copy`` moved away (their lease or
+    owner says ``moved to URL``: they wait there, not here)."""
+    return [r for r in runs if moved_to(r.lease_owner) is None]

@@ -6,8 +6,10 @@ from rich.text import Text
 from textual.widgets import Static
 
 from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress
+from desktop_app.app.host import host
 from desktop_app.app.progress import Pace
-from desktop_app.runs_view import INTERRUPTED, display_status
+from desktop_app.cli.output import Hints, moved_line
+from desktop_app.runs_view import INTERRUPTED, MOVED, display_status
 from desktop_app.store.protocol import Checkpoint, RunRecord
 from desktop_app.words import duration
 
@@ -15,9 +17,16 @@ from desktop_app.words import duration
 RESUME_HINT = "press r to resume"
 
 
-def summary_text(run: RunRecord, latest: Checkpoint | None, pace: Pace | None, now: float) -> Text:
+def summary_text(
+    run: RunRecord,
+    latest: Checkpoint | None,
+    pace: Pace | None,
+    now: float,
+    hints: Hints | None = None,
+) -> Text:
     """Id, flow, status (judged at ``now``: :func:`display_status`; an
-    interrupted run says how to resume it), progress with rate and ETA while
+    interrupted run says how to resume it, a moved one where ``db copy``
+    moved it and the command that shows it there, with ``hints``), progress with rate and ETA while
     it runs, times (local, and how long ago), the step it is at or waits
     in, and its error."""
     status = display_status(run, now)
@@ -28,6 +37,9 @@ def summary_text(run: RunRecord, latest: Checkpoint | None, pace: Pace | None, n
     text.append("\nStatus   ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
     text.append(f" — {RESUME_HINT}\n" if status == INTERRUPTED else "\n")
+    moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
+    if status == MOVED and moved is not None:
+        text.append(f"         {moved}\n")
     done_total = (pace.done, pace.total) if pace is not None else run.progress
     if done_total is not None:
         text.append("Progress ", style="bold")
@@ -95,7 +107,7 @@ class RunSummary(Static):
 
     def _draw(self, now: float) -> None:
         assert self._shown is not None
-        text = summary_text(*self._shown, now)
+        text = summary_text(*self._shown, now, host(self.app).hints)
         if text.plain != self._text:
             self._text = text.plain
             self.update(text)

@@ -642,15 +642,25 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
 
     def _claim(self, thread_id: str, checkpoint_id: str) -> None:
         """An invoke is about to run the thread from its latest checkpoint:
-        record it ``running`` with this process as owner. A resumed invoke
-        (after a crash, or after an answer stored through Flowdesk) runs the
-        pending step before it stores any checkpoint, so until then the row
-        would name the dead process (``interrupted``) or say ``answered``.
-        Only a thread with pending work is claimed, only at the checkpoint
-        this invoke loaded (a newer one written meanwhile wins)."""
+        record this process as its owner. A resumed invoke (after a crash,
+        or after an answer stored through Flowdesk) runs the pending step
+        before it stores any checkpoint, so until then the row would name
+        the dead process (``interrupted``) or say ``answered``: it becomes
+        ``running``. A ``waiting`` thread stays ``waiting`` (the invoke may
+        be a ``Command(resume=...)`` or not) but is owned: ``db copy``
+        refuses a thread whose owner lives, so it never moves a thread
+        whose nodes this process is about to run here. Only at the
+        checkpoint this invoke loaded (a newer one written meanwhile wins).
+
+        Raises:
+            ThreadMovedError: ``db copy`` moved the thread since this invoke
+                read it (checked in the claim's write transaction, which the
+                copy's marking serialises with): no node runs here.
+        """
         marks = ",".join("?" * len(_RESUMABLE))
 
         def op(tx: SqlTx) -> None:
+            self._refuse_moved(tx, thread_id)
             tx.execute(
                 "UPDATE langgraph_threads SET status='running', owner=?, interrupts=NULL, "
                 f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND checkpoint_id=? "
@@ -658,6 +668,12 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 (self.owner, time.time(), self.scope, thread_id, checkpoint_id,
                  *_RESUMABLE, self.owner),
             )  # fmt: skip
+            tx.execute(
+                f"UPDATE langgraph_threads SET owner=?, updated_at={ts(tx)} WHERE scope=? "
+                "AND thread_id=? AND checkpoint_id=? AND status='waiting' "
+                "AND (owner IS NULL OR owner<>?)",
+                (self.owner, time.time(), self.scope, thread_id, checkpoint_id, self.owner),
+            )
 
         self.store.write(op)
 

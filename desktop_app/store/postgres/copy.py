@@ -18,7 +18,9 @@ applied and hold no runs.
 
 A run a live process of this host still executes is never handed over:
 when that snapshot holds a lease of a live owner (a flow or agent run), a
-``running`` LangGraph thread whose process lives, or an outbox intent a
+LangGraph thread not completed whose owning process lives (running, or
+loaded by its program to be resumed: the checkpointer owns a waiting thread
+it loads), or an outbox intent a
 live dispatcher is sending (liveness as :func:`~desktop_app.flow.owners.holding`
 judges it, whatever the clocks say), nothing is copied
 (:class:`~desktop_app.errors.CopySourceBusyError` names them). Copying it
@@ -76,12 +78,15 @@ from desktop_app.errors import (
 )
 from desktop_app.flow.owners import holding, liveness
 from desktop_app.store import migrations
-from desktop_app.store.connection import translate
+from desktop_app.store.connection import BusyWait, translate
 from desktop_app.store.postgres.sql import connect, no_nul, redact
 from desktop_app.textsafe import one_line
 from desktop_app.words import plural
 
 #: Columns not copied: the laptop's leases and claims mean nothing on the server.
+#: seconds the copy's read of the source waits for a lock (a WAL checkpoint of
+#: another process), as long as a Flowdesk connection's default busy timeout
+SOURCE_BUSY_TIMEOUT_S = 10.0
 _DROPPED = frozenset({"lease_owner", "lease_expires_at", "claimed_by", "claim_expires_at"})
 #: Tables not copied: each database keeps its own ledger; workers are live sessions.
 _SKIPPED = frozenset({migrations.LEDGER, "workers"})
@@ -200,6 +205,11 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
         src = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
     except apsw.Error as exc:
         raise DatabaseOpenError(f"cannot open {path} for reading: {exc}") from exc
+    # a reader of a WAL file meets SQLITE_BUSY for a moment while a process of
+    # the file checkpoints or restarts the WAL: waited for, as every Flowdesk
+    # connection does (with none, a copy racing a program's write failed with
+    # "stayed locked past the busy timeout" at once)
+    src.set_busy_handler(BusyWait(SOURCE_BUSY_TIMEOUT_S))
     try:
         # a damaged page is "malformed" (nothing copied), never copied as a page of no rows
         src.execute("PRAGMA cell_size_check=ON")
@@ -353,8 +363,9 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
     """The runs of the SQLite database ``src`` that a live process holds, read
     in its current transaction, judged at ``now`` (UTC epoch s), one line
     each (:class:`~desktop_app.errors.CopySourceBusyError`): flow and agent
-    runs whose lease is ``held``, ``running`` LangGraph threads whose
-    process of this host lives, runs with an outbox intent a live
+    runs whose lease is ``held``, unfinished LangGraph threads whose owning
+    process of this host lives (running, or loaded by a program about to
+    resume it: ``FlowdeskSaver`` owns a waiting thread it loads), runs with an outbox intent a live
     dispatcher is sending. Runs an earlier copy moved are not held by a
     process (:func:`moved_runs` names them)."""
     out: list[str] = []
@@ -373,7 +384,7 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
         (
             "graph",
             "SELECT scope, thread_id, 'graph', owner, NULL FROM langgraph_threads "
-            "WHERE status = 'running' AND owner IS NOT NULL ORDER BY scope, thread_id",
+            "WHERE status <> 'completed' AND owner IS NOT NULL ORDER BY scope, thread_id",
         ),
         (
             "outbox",
