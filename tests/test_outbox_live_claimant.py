@@ -23,6 +23,7 @@ destination's own ledger.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -291,3 +292,121 @@ def test_on_postgres_a_killed_machines_expired_claim_is_taken_over_as_interrupte
         time.sleep(0.2)
     assert [w for w, _, _ in _ledger(ledger)] == ["START", "DONE", "LOOKUP"]
     assert _intent(pg_url, key)[:2] == ("delivered", 1)
+
+
+# -- what show, runs and the app say of it (issues: "queued (not made yet)"
+# of a send that may have been made; a hint that did nothing as printed) -----
+
+
+def _killed_mid_send(db: Path, ledger: Path) -> str:
+    """A send of the program's own destination ``slow`` begun, then its
+    process killed (``kill -9``) before it recorded its end; the intent key."""
+    key = _queue(db)
+    first = subprocess.Popen(
+        _cmd(db, ledger, "dispatch", "--delay", "60"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+    )  # fmt: skip
+    try:
+        _wait_for(ledger, "START", key)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=LIMIT_S)
+    assert _intent(db, key)[0] == "sending"
+    return key
+
+
+def _run_hint(db: Path, ledger: Path, hint: str) -> None:
+    """Run the program-side hint as printed: its backquoted code, in a
+    program that opened the store and has the destination it registers."""
+    code = hint.split("`")[1]
+    program = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from desktop_app.flow.outbox import Dispatcher\n"
+        "from tests.slow_outbox_worker import Slow, open_any\n"
+        "store = open_any(sys.argv[1])\n"
+        "print('delivered', "
+        + code.replace("<your destination>", "Slow(Path(sys.argv[2]), 0, 0, 'honest')")
+        + ")\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(db), str(ledger)],
+        capture_output=True, text=True, timeout=LIMIT_S, env=_env(), cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "delivered 1", done.stdout
+
+
+def test_show_and_runs_say_a_send_killed_midway_may_have_been_made_and_how_it_is_settled(
+    db_path: Path, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    key = _killed_mid_send(db_path, ledger)
+    run_id = _run_of(db_path, key)
+    shown = flowdesk(db_path, "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    head, hint = shown.stdout.splitlines()[:2]
+    assert head.endswith(
+        "status completed · 1 side effect may have been made (its sending began and its "
+        "end was not recorded; the outcome is unknown until it is delivered or looked up, "
+        "and it is never made twice)"
+    ), head
+    assert "not made yet" not in shown.stdout and "resume --all" not in shown.stdout
+    # the destination is the program's own: flowdesk never delivers it
+    assert hint == (
+        "its 1 side effect for 'slow' goes to a destination your program registered: "
+        "flowdesk does not deliver it; your program does, with "
+        "`Dispatcher(store, {'slow': <your destination>}).dispatch()` "
+        "(desktop_app.flow.outbox), which looks up first one that may have been made"
+    ), hint
+    listed = flowdesk(db_path, "runs")
+    (row,) = [line for line in listed.stdout.splitlines() if line.startswith(run_id)]
+    assert row.endswith("· 1 side effect may have been made"), row
+    assert "queued" not in row
+    as_json = flowdesk(db_path, "runs", "-o", "json")
+    (entry,) = [r for r in json.loads(as_json.stdout) if r["run_id"] == run_id]
+    assert (entry["undelivered"], entry["sending"]) == (1, 1)
+
+    _run_hint(db_path, ledger, hint)  # as printed: looked up, then made once
+    assert [w for w, _, _ in _ledger(ledger)] == ["START", "LOOKUP", "START", "DONE"]
+    after = flowdesk(db_path, "show", run_id).stdout
+    assert "may have been made" not in after and "your program" not in after, after
+
+
+def test_show_of_a_programs_own_queued_send_names_the_program_not_resume(
+    db_path: Path, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    key = _queue(db_path)
+    run_id = _run_of(db_path, key)
+    shown = flowdesk(db_path, "show", run_id).stdout.splitlines()
+    assert shown[0].endswith("status completed · 1 side effect queued (not made yet)")
+    hint = shown[1]
+    assert "resume --all" not in hint and "your program does, with `Dispatcher(" in hint, hint
+    _run_hint(db_path, ledger, hint)
+    assert [w for w, _, _ in _ledger(ledger)] == ["START", "DONE"]
+    assert "queued" not in flowdesk(db_path, "show", run_id).stdout
+
+
+async def test_the_apps_outbox_tab_says_a_send_killed_midway_may_have_been_made(
+    tmp_path: Path,
+) -> None:
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.widgets.run_tables import OutboxTable
+    from desktop_app.config import load_settings
+    from tests.app_support import settle
+    from tests.test_app_detail import SIZE, open_detail
+
+    db = tmp_path / "t.db"
+    settings = load_settings(db_path=db)
+    from desktop_app import bootstrap
+
+    bootstrap.apply_schema(settings)
+    key = _killed_mid_send(db, tmp_path / "ledger")
+    app = FlowdeskApp(settings, flows=[sender])
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_detail(pilot, _run_of(db, key))
+        await pilot.press("5")  # the Outbox tab
+        await settle(pilot)
+        outbox = screen.query_one(OutboxTable)
+        assert outbox.status_of(key) == "sending: may have been made (outcome unknown)"

@@ -527,6 +527,10 @@ class Outbox(Protocol):  # pragma: no mutate block
         A ``sending`` intent a live dispatcher holds is returned in
         ``in_flight``, untouched (wait for it, then call again)."""
 
+    def open_intents(self, run_id: str) -> list[Intent]:
+        """Run ``run_id``'s intents not delivered yet (``pending`` or
+        ``sending``), oldest first; ``[]`` for a run of another scope."""
+
     def sending_intents(self) -> dict[str, int]:
         """Run id -> how many of its intents are ``sending``: their send
         began and its end was not recorded, so each may have been made (its

@@ -658,6 +658,17 @@ class InMemoryCheckpointStore:
     def undelivered_intents(self) -> dict[str, int]:
         return self._count_intents(("pending", "sending"))
 
+    def open_intents(self, run_id: str) -> list[Intent]:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.scope != self.scope:
+                return []
+            return [
+                i
+                for i in self._space.outbox.values()
+                if i.run_id == run_id and i.status in ("pending", "sending")
+            ]
+
     def sending_intents(self) -> dict[str, int]:
         return self._count_intents(("sending",))
 

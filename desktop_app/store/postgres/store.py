@@ -1651,6 +1651,12 @@ class PostgresCheckpointStore:
 
         return self._tx(body)
 
+    def open_intents(self, run_id: str) -> list[Intent]:
+        rows = self._read(
+            lambda conn: conn.execute(SQL.open_intents_of_run, (run_id, self.scope)).fetchall()
+        )
+        return [intent_from_row(r) for r in rows]
+
     def sending_intents(self) -> dict[str, int]:
         rows = self._read(lambda conn: conn.execute(SQL.sending_by_run, (self.scope,)).fetchall())
         return {str(r[0]): int(r[1]) for r in rows}

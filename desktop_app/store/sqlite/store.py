@@ -1215,6 +1215,13 @@ class SqliteCheckpointStore:
                     done.in_flight.append(intent_from_row(r))
         return done
 
+    def open_intents(self, run_id: str) -> list[Intent]:
+        with self._read():
+            rows: list[Any] = self.conn.execute(
+                SQL.open_intents_of_run, (run_id, self.scope)
+            ).fetchall()
+        return [intent_from_row(r) for r in rows]
+
     def sending_intents(self) -> dict[str, int]:
         with self._read():
             rows: list[Any] = self.conn.execute(SQL.sending_by_run, (self.scope,)).fetchall()
