@@ -50,6 +50,24 @@ def queued_text(flow_name: str, undelivered: int) -> str:
     return f"{plural(undelivered, one, many)} queued"
 
 
+#: why an intent ``sending`` may have been made (``show`` and the app say it)
+MAY_HAVE_BEEN_MADE = (
+    "its sending began and its end was not recorded; the outcome is unknown until "
+    "it is delivered or looked up, and it is never made twice"
+)
+
+
+def unsettled_text(flow_name: str, sending: int) -> str:
+    """``"1 move may have been made"``: a run's outbox intents ``sending``
+    (their send began, possibly by a process that died, and its end was not
+    recorded: each may have been made), or ``""`` when none are. Never called
+    queued: a queued one was not made yet."""
+    if not sending:
+        return ""
+    one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
+    return f"{plural(sending, one, many)} may have been made"
+
+
 def withdrawn_text(flow_name: str, withdrawn: int, made: int = 0, unknown: int = 0) -> str:
     """``"596 queued moves withdrawn (never made)"``: the side effects a
     cancel took back before delivery, then those whose process had died

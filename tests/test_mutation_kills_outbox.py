@@ -83,12 +83,17 @@ def _outbox_rows(db_path, tmp_path) -> dict[str, dict]:
     return {r["intent_id"]: r for r in json.loads((out / "outbox.json").read_text())}
 
 
+#: an owner id of a dispatcher on another machine: never presumed alive or
+#: dead from here, so only its claim's expiry (or renewal) keeps its intent
+ELSEWHERE = "another-machine:1:abcdef"
+
+
 def test_a_live_dispatchers_claim_holds_300_s_on_the_dispatchers_clock(db_path):
     clock = ManualClock()
     store, (key,) = _queued(db_path)
     crashing = Sink()
     crashing.fail_next = [Crash()]
-    first = Dispatcher(store, {"sink": crashing}, clock)
+    first = Dispatcher(store, {"sink": crashing}, clock, owner=ELSEWHERE)
     with pytest.raises(Crash):
         first.dispatch()
     (held,) = store.intents(["sending"])
@@ -104,6 +109,25 @@ def test_a_live_dispatchers_claim_holds_300_s_on_the_dispatchers_clock(db_path):
     (done,) = store.intents(["delivered"])
     assert done.attempts == 2
     assert first.owner != second.owner
+    store.close()
+
+
+def test_a_claim_of_a_live_dispatcher_of_this_host_holds_whatever_the_clock(db_path):
+    """Liveness beats clocks (the rule of run leases): a dispatcher of this
+    process that is still alive keeps its claim an hour past its expiry."""
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink()
+    crashing.fail_next = [Crash()]
+    first = Dispatcher(store, {"sink": crashing}, clock)
+    with pytest.raises(Crash):
+        first.dispatch()
+    sink = Sink()
+    second = Dispatcher(store, {"sink": sink}, clock)
+    clock.advance(3600)
+    assert second.dispatch() == 0 and sink.sent == []
+    assert first.dispatch() == 1  # its own claim: reconciled, then sent
+    assert crashing.sent == [(key, {"n": 0})]
     store.close()
 
 
@@ -292,7 +316,7 @@ def test_an_intent_another_dispatcher_took_over_is_not_sent_again(db_path):
             sent.append(key)
             return {"slow": key}
 
-    slow = Dispatcher(store, {"sink": Slow()}, clock)
+    slow = Dispatcher(store, {"sink": Slow()}, clock, owner=ELSEWHERE)  # not seen alive
     assert slow.dispatch() == 1  # k0 delivered; k1 was no longer pending
     assert other_delivered == [2]
     assert sent == [k0]
@@ -323,7 +347,8 @@ def test_a_late_send_error_does_not_set_back_an_intent_another_dispatcher_delive
             assert other.dispatch() == 1  # the other one delivers it meanwhile
             raise ConnectionError("reset")
 
-    assert Dispatcher(store, {"sink": Broken()}, clock).dispatch() == 0
+    broken = Dispatcher(store, {"sink": Broken()}, clock, owner=ELSEWHERE)  # not seen alive
+    assert broken.dispatch() == 0
     (done,) = store.intents(["delivered", "pending", "failed"])
     assert (done.intent_id, done.status) == (k0, "delivered")
     assert other.dispatch() == 0 and other_sink.sent == [(k0, {"n": 0})]

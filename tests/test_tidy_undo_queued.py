@@ -21,6 +21,7 @@ from desktop_app.flow import Engine
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow
+from desktop_app.runs_view import MAY_HAVE_BEEN_MADE
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.tidy_folders import fill, tidied, top_files
@@ -69,9 +70,11 @@ def test_undo_after_a_kill_mid_delivery_withdraws_the_moves_not_made(tmp_path):
     assert len(top_files(folder)) == 240 and len(tidied(folder)) == 60
 
     line = next(x for x in flowdesk(db, "runs").stdout.splitlines() if x.startswith(run_id))
-    assert "completed" in line and line.endswith("· 240 moves queued"), line
+    # the 61st move began: it may have been made (its outcome is unknown)
+    assert "completed" in line
+    assert line.endswith("· 239 moves queued  · 1 move may have been made"), line
     shown = flowdesk(db, "show", run_id).stdout.splitlines()[0]
-    assert shown.endswith("status completed · 240 moves queued (not made yet)"), shown
+    assert "status completed · 239 moves queued (not made yet) · 1 move may have" in shown
     as_json = json.loads(flowdesk(db, "show", run_id, "-o", "json").stdout)
     assert as_json["undelivered"] == 240
 
@@ -167,14 +170,52 @@ def test_show_of_a_tidy_whose_mover_died_names_the_command_that_makes_its_moves(
     assert len(top_files(folder)) == 240  # 60 moves made, the 61st marked sending
 
     shown = flowdesk(db, "show", run_id).stdout.splitlines()
-    assert shown[0].endswith("status completed · 240 moves queued (not made yet)"), shown[0]
+    # the 61st was being moved: it may have been (it is not called queued)
+    assert shown[0].endswith(
+        "status completed · 239 moves queued (not made yet) · 1 move may have been made "
+        f"({MAY_HAVE_BEEN_MADE})"
+    ), shown[0]
     hint = shown[1]
-    assert hint.startswith("its 240 moves queued are made by the next delivery: "), hint
-    command = hint.split(": ", 1)[1].split(" makes them now")[0]
+    assert hint.startswith(
+        "its 240 moves not delivered are settled by the next delivery, which looks up "
+        "first the 1 that may have been made and makes only what was not: "
+    ), hint
+    command = hint.split(": ", 1)[1].split(" settles them now")[0]
     assert command == f"flowdesk --db {db} resume --all", hint
+    # one file listed as one that may have moved (the counts line says 1 too)
+    assert sum(x.startswith("  ") and "may have moved" in x for x in shown) == 1, shown
+    assert any(x.startswith("300 files:") and ", 1 may have moved" in x for x in shown), shown
     made = as_printed(command, env=dict(os.environ))
     assert made.returncode == 0, made.stdout + made.stderr
     assert top_files(folder) == {} and sorted(p.name for p in tidied(folder)) == sorted(files)
     assert {p.name: p.read_text() for p in tidied(folder)} == files  # each moved once, intact
     after = flowdesk(db, "show", run_id).stdout.splitlines()
     assert after[0].endswith("status completed") and "next delivery" not in after[1]
+
+
+def test_show_of_a_tidy_killed_between_a_move_and_its_mark_says_the_file_may_have_moved(
+    tmp_path,
+):
+    """The 61st file was moved, then the process killed before it recorded
+    the move: ``show`` lists it as one that may have moved (not "queued (not
+    moved yet)"), and its hint, run as printed, looks it up (found moved:
+    recorded, not moved again) and makes the 239 others."""
+    db, folder = tmp_path / "t.db", tmp_path / "dl10"
+    files = fill(folder, 300)
+    run_id = killed_mid_delivery(db, folder, tmp_path, pause_after_move="60")
+    assert len(top_files(folder)) == 239 and len(tidied(folder)) == 61
+    shown = flowdesk(db, "show", run_id).stdout.splitlines()
+    assert "· 239 moves queued (not made yet) · 1 move may have been made" in shown[0]
+    (line,) = [x for x in shown if x.startswith("  ") and "may have moved" in x]
+    name = line.split()[0]
+    assert name in {p.name for p in tidied(folder)}  # it did move
+    assert "queued (not moved yet)" not in line
+    as_json = json.loads(flowdesk(db, "show", run_id, "-o", "json").stdout)
+    (entry,) = [f for f in as_json["files"] if f["outcome"] == "sending"]
+    assert entry["name"] == name
+    command = shown[1].split(": ", 1)[1].split(" settles them now")[0]
+    made = as_printed(command, env=dict(os.environ))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert top_files(folder) == {} and {p.name: p.read_text() for p in tidied(folder)} == files
+    after = flowdesk(db, "show", run_id).stdout
+    assert "may have" not in after and "queued" not in after, after

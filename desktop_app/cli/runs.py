@@ -45,10 +45,13 @@ from desktop_app.errors import (
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
     ENDED,
+    INTENT_NOUNS,
     INTERRUPTED,
+    MAY_HAVE_BEEN_MADE,
     MOVED,
     display_status,
     queued_text,
+    unsettled_text,
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
 from desktop_app.textsafe import (
@@ -67,11 +70,12 @@ if TYPE_CHECKING:
 FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
 
 
-def flow_row(r: Any, now: float, undelivered: int = 0) -> dict[str, Any]:
+def flow_row(r: Any, now: float, undelivered: int = 0, sending: int = 0) -> dict[str, Any]:
     """A flow run as JSON; ``status`` is what is shown (``interrupted`` when
     no process executes it any more, judged at ``now``, the store's clock),
     ``stored_status`` the status saved in the database, ``undelivered`` its
-    outbox intents not delivered yet (``Outbox.undelivered_intents``)."""
+    outbox intents not delivered yet (``Outbox.undelivered_intents``), of
+    which ``sending`` may have been made (``Outbox.sending_intents``)."""
     return {
         "kind": "flow",
         "run_id": r.run_id,
@@ -88,6 +92,7 @@ def flow_row(r: Any, now: float, undelivered: int = 0) -> dict[str, Any]:
         "lease_owner": r.lease_owner,
         "lease_expires_at": iso(r.lease_expires_at),
         "undelivered": undelivered,
+        "sending": sending,
     }
 
 
@@ -120,8 +125,10 @@ def cmd_runs(ctx: Ctx) -> int:
     now = sv.checkpoints.now()
     if a.kind in (None, "flow"):
         undelivered = sv.checkpoints.undelivered_intents()
+        sending = sv.checkpoints.sending_intents()
         for r in _flow_runs_shown(sv, a, wanted, now):
-            rows.append((r.created_at, flow_row(r, now, undelivered.get(r.run_id, 0))))
+            row = flow_row(r, now, undelivered.get(r.run_id, 0), sending.get(r.run_id, 0))
+            rows.append((r.created_at, row))
     if a.kind in (None, "agent") and a.tenant is None and a.session is None:
         for ar in sv.agents.list(agent=a.flow):
             if ar.parent_run_id and not a.children:
@@ -154,7 +161,8 @@ def cmd_runs(ctx: Ctx) -> int:
             prog = progress_text(row["progress"])
         elif row["kind"] == "agent":
             prog = plural(row["turns"], "turn")
-        queued = queued_text(row["flow"], row.get("undelivered") or 0)
+        unsettled = unsettled_text(row["flow"], row.get("sending") or 0)
+        queued = queued_text(row["flow"], (row.get("undelivered") or 0) - (row.get("sending") or 0))
         # nothing configured like this process goes on with it: `show` says what to set
         stranded = (
             row["kind"] == "flow"
@@ -166,6 +174,7 @@ def cmd_runs(ctx: Ctx) -> int:
             f"{row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
             + (f"  · {queued}" if queued else "")
+            + (f"  · {unsettled}" if unsettled else "")
             + ("  · its flow is not registered here (see show)" if stranded else "")
         )
     return EXIT_OK
@@ -247,6 +256,53 @@ ANSWER_FILES = 20
 SHOW_FILES = 200
 
 
+def delivery_lines(ctx: Ctx, run: Any, unsent: list[Any]) -> list[str]:
+    """Who delivers run ``run``'s intents not delivered yet (``unsent``),
+    as ``show`` says it, each a thing the person can do as printed: a
+    program's own destination (one no Flowdesk process knows) is delivered by
+    that program's dispatcher, never by ``flowdesk``; a built-in one of an
+    ended run by the next delivery (``resume --all``, the agent, the app),
+    which looks up first each that may have been made."""
+    from desktop_app.flows import BUILTIN_DESTINATIONS
+
+    one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+    lines = []
+    ours = [i for i in unsent if i.destination in BUILTIN_DESTINATIONS]
+    if ours and run.status in ENDED:
+        # no step of the run makes them any more: a dispatcher does, and the
+        # one that queued them may be gone (an `answer` killed mid-delivery)
+        sending = sum(i.status == "sending" for i in ours)
+        if not sending:
+            said = f"its {queued_text(run.flow_name, len(ours))} are made by the next delivery"
+            does = "makes them now"
+        else:
+            said = (
+                f"its {plural(len(ours), one, many)} not delivered are settled by the next "
+                f"delivery, which looks up first the {sending:,} that may have been made and "
+                "makes only what was not"
+            )
+            does = "settles them now"
+        lines.append(
+            f"{said}: {ctx.hints.cmd('resume --all')} {does}, "
+            "as a running flowdesk agent or the app does on its own"
+        )
+    theirs = [i for i in unsent if i.destination not in BUILTIN_DESTINATIONS]
+    if theirs:
+        names = sorted({i.destination for i in theirs})
+        mapping = ", ".join(f"{n!r}: <your destination>" for n in names)
+        lines.append(
+            f"its {plural(len(theirs), one, many)} for "
+            f"{', '.join(repr(n) for n in names)} "
+            f"{'goes' if len(theirs) == 1 else 'go'} to "
+            f"{'a destination' if len(names) == 1 else 'destinations'} your program "
+            "registered: flowdesk does not deliver "
+            f"{'it' if len(theirs) == 1 else 'them'}; your program does, with "
+            f"`Dispatcher(store, {{{mapping}}}).dispatch()` (desktop_app.flow.outbox), "
+            "which looks up first one that may have been made"
+        )
+    return lines
+
+
 def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
     """What happened to each file of tidy run ``run_id``, as printed lines:
     the counts per outcome (``4 files: 3 moved, 1 left (vanished before its
@@ -262,7 +318,7 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
     if isinstance(read, str):
         return _visible([f"files: cannot be read ({read})"])
     moves, undo = read
-    outcomes = outcomes_of(moves, store.get_run(run_id).status)
+    outcomes = outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
     lines = [outcome_counts(outcomes)]
     said = _undo_said(ctx, run_id, moves, undo)
     if said is not None:
@@ -363,7 +419,9 @@ def cmd_show(ctx: Ctx) -> int:
     cp = store.latest(ref.run_id)
     history = store.history(ref.run_id)
     status = display_status(run, store.now())
-    undelivered = store.undelivered_intents().get(run.run_id, 0)
+    unsent = store.open_intents(run.run_id)
+    undelivered = len(unsent)
+    sending = sum(i.status == "sending" for i in unsent)
     flow = sv.engine.flows.get(run.flow_name)
     choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
     taken: dict[str, str] = {}  # wait id -> the type its answer must fit
@@ -377,7 +435,7 @@ def cmd_show(ctx: Ctx) -> int:
         emit_one(
             ctx.args.output,
             {
-                **flow_row(run, store.now(), undelivered),
+                **flow_row(run, store.now(), undelivered, sending),
                 "flow_version": run.flow_version,
                 # why no process goes on with it (its flow changed), or null
                 "stuck": None if stuck is None else version_refusal(ctx.hints, stuck),
@@ -428,19 +486,15 @@ def cmd_show(ctx: Ctx) -> int:
             },
         )
         return EXIT_OK
-    queued = queued_text(run.flow_name, undelivered)
+    queued = queued_text(run.flow_name, undelivered - sending)
+    unsettled = unsettled_text(run.flow_name, sending)
     print(
         f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}"
         + (f" · {queued} (not made yet)" if queued else "")
+        + (f" · {unsettled} ({MAY_HAVE_BEEN_MADE})" if unsettled else "")
     )
-    if queued and run.status in ENDED:
-        # no step of the run makes them any more: a dispatcher does, and the
-        # one that queued them may be gone (an `answer` killed mid-delivery)
-        print(
-            f"its {queued} are made by the next delivery: "
-            f"{ctx.hints.cmd('resume --all')} makes them now, as a running "
-            "flowdesk agent or the app does on its own"
-        )
+    for line in delivery_lines(ctx, run, unsent):
+        print(line)
     if status == MOVED:
         _say(moved_line(ctx.hints, run.run_id, run.lease_owner) or "")
     elif stuck is not None:
@@ -484,6 +538,11 @@ def cmd_show(ctx: Ctx) -> int:
     return EXIT_OK
 
 
+def _sending_keys(store: Any, run_id: str) -> set[str]:
+    """The keys of run ``run_id``'s intents ``sending`` (may have been made)."""
+    return {i.intent_id for i in store.open_intents(run_id) if i.status == "sending"}
+
+
 def _tidy_moves(store: Any, run_id: str) -> tuple[list[Any], Any] | str:
     """The ``tidy_moves`` rows of ``run_id`` and its latest undo (a
     ``TidyUndo``, or ``None``), or why they cannot be read (a table dropped
@@ -517,7 +576,7 @@ def _tidy_json(ctx: Ctx, store: Any, run_id: str) -> dict[str, Any]:
                 "says": OUTCOMES[o.outcome],
                 "detail": o.detail,
             }
-            for o in outcomes_of(moves, store.get_run(run_id).status)
+            for o in outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
         ],
         "undone_at": iso(was_undone(moves)),
         "undo": _undo_said(ctx, run_id, moves, undo),

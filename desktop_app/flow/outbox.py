@@ -11,16 +11,23 @@ step's result does. :class:`Dispatcher` then delivers it:
 3. mark it ``delivered`` with the destination's receipt.
 
 Two dispatchers (two processes, two machines) never get the same intent: a
-claimed intent is handed to nobody else until its claim expires or its
-claimant is gone (:func:`claimant_is_gone`: its process on this host exited,
-or its dispatcher object in this process was dropped). A crash between 2 and 3 leaves the
-intent ``sending`` with a dead claim. The next dispatcher does not send it
-again blindly: it *reconciles*, asking the destination
-``lookup(idempotency_key)``; if the destination has it, the intent is marked
-delivered, otherwise it is sent (with the same key, which the destination can
-de-duplicate). Errors are classified by type: an exception whose
-``retryable`` attribute is false marks the intent ``failed``; anything else
-leaves it ``pending`` for the next pass.
+claimed intent is handed to nobody else while its claimant is alive on this
+host (:func:`claimant_is_alive`, whatever the clocks say: the rule of run
+leases), nor, for a claimant on another host, until its claim expires (the
+claim of the intent being sent is renewed every third of ``claim_ttl_s``);
+it is taken over at once when its claimant is gone
+(:func:`claimant_is_gone`: its process on this host exited, or its
+dispatcher object in this process was dropped). A crash between 2 and 3
+leaves the intent ``sending`` with a dead claim: it may have been made. The
+next dispatcher does not send it again blindly: it *reconciles*, asking the
+destination ``lookup(idempotency_key)``; if the destination has it, the
+intent is marked delivered, otherwise it is sent (with the same key, which
+the destination can de-duplicate). A lookup that raises leaves it
+``sending`` (outcome unknown, the error recorded, the claim let go): the next
+dispatcher looks it up again, never sends it blindly. Errors of a send are
+classified by type: an exception whose ``retryable`` attribute is false
+marks the intent ``failed``; anything else leaves it ``pending`` for the
+next pass.
 
 An intent can be withdrawn before delivery (``store.withdraw_intents``: a
 tidy undo takes back the moves not made yet, and ``Engine.cancel`` takes back
@@ -33,16 +40,18 @@ dispatcher that claimed it a moment before.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.clock import Clock, SystemClock
-from desktop_app.flow.owners import new_owner, owner_is_dead
+from desktop_app.flow.owners import new_owner, owner_is_alive, owner_is_dead
 from desktop_app.store.protocol import CheckpointStore, Intent, Withdrawal
 
 if TYPE_CHECKING:
@@ -82,6 +91,16 @@ def claimant_is_gone(owner: str) -> bool:
     return owner.startswith(mine) and owner not in _LIVE
 
 
+def claimant_is_alive(owner: str) -> bool:
+    """True when the dispatcher ``owner`` can still be sending: its process
+    on this host runs (:func:`~desktop_app.flow.owners.owner_is_alive`) and,
+    when it is this process, a live :class:`Dispatcher` has that owner. Its
+    claim is never taken over, however late its clock or slow its send (the
+    rule of run leases). Other hosts' claimants are never presumed alive
+    (their claims expire unless renewed)."""
+    return owner_is_alive(owner) and not claimant_is_gone(owner)
+
+
 #: the error an intent withdrawn by a cancel records (``flowdesk outbox`` shows it)
 CANCELED = "withdrawn: the run was canceled before this was delivered"
 
@@ -91,6 +110,10 @@ OUTCOME_UNKNOWN = (
     "withdrawn mid-send: the process sending it stopped before it recorded whether "
     "it was made, and no destination here can check; its outcome is unknown"
 )
+
+#: the start of the error an interrupted intent records when its
+#: destination's lookup failed: it stays ``sending``, its outcome unknown
+LOOKUP_FAILED = "outcome unknown: the lookup of this interrupted send failed"
 
 #: destination name -> ``factory(store)``: the destination whose ``lookup``
 #: settles that destination's intents withdrawn mid-send
@@ -179,7 +202,9 @@ def withdraw_for_cancel(
     Raises:
         StoreError: the store could not be written.
     """
-    done = store.withdraw_intents(run_id, CANCELED, presumed_dead=claimant_is_gone)
+    done = store.withdraw_intents(
+        run_id, CANCELED, presumed_dead=claimant_is_gone, presumed_alive=claimant_is_alive
+    )
     done = settle_withdrawn(store, done)
     hook = None if flow is None else flow.on_cancel
     if hook is not None:
@@ -199,8 +224,10 @@ class Dispatcher:
             it also decides claim expiry (a test clock), else the store's
             clock does (``store.now()``).
         owner: this dispatcher's owner id (default: a new ``host:pid:nonce``).
-        claim_ttl_s: seconds a claimed intent stays this dispatcher's; a
-            send must finish within it (else another dispatcher reconciles it).
+        claim_ttl_s: seconds a claimed intent stays this dispatcher's
+            without renewal; the claim of the intent being sent is renewed
+            every third of it, and a claimant alive on this host keeps its
+            claims whatever the clocks say (:func:`claimant_is_alive`).
     """
 
     def __init__(
@@ -218,6 +245,8 @@ class Dispatcher:
         self.clock = clock if clock is not None else SystemClock()
         self.owner = owner or new_owner()
         self.claim_ttl_s = claim_ttl_s
+        #: the intent this dispatcher is sending now (its claim is renewed)
+        self._sending: str | None = None
         _LIVE[self.owner] = self
 
     def dispatch(self, limit: int = 100) -> int:
@@ -232,10 +261,14 @@ class Dispatcher:
             self.claim_ttl_s,
             limit,
             presumed_dead=claimant_is_gone,
+            presumed_alive=claimant_is_alive,
             now=now,
             destinations=tuple(self.destinations),
         )
-        return sum(self._deliver(intent) for intent in claimed)
+        if not claimed:
+            return 0
+        with self._renewing():
+            return sum(self._deliver(intent) for intent in claimed)
 
     def _deliver(self, intent: Intent) -> int:
         # every mark is compared and set on the status this dispatcher last
@@ -244,19 +277,34 @@ class Dispatcher:
         dest = self.destinations[intent.destination]  # claimed for one of them only
         now = self.clock.now
         expected: str = intent.status
-        try:
-            if intent.interrupted:
+        if intent.interrupted:
+            # its send began and its end was never recorded: it may have been
+            # made, so it is asked of the destination, never sent blindly
+            try:
                 receipt = dest.lookup(intent.intent_id)
-                if receipt is not None:  # it was delivered before the crash
-                    return int(
-                        self.store.mark_intent(
-                            intent.intent_id, "delivered", now(), receipt=receipt, expect=expected
-                        )
+            except Exception as exc:
+                # still unknown: it stays `sending` (interrupted) with the
+                # reason, let go so the next dispatcher looks it up again
+                log.warning("intent %s: lookup failed: %s", intent.intent_id, exc)
+                self.store.release_intent(
+                    intent.intent_id, self.owner, f"{LOOKUP_FAILED}: {type(exc).__name__}: {exc}"
+                )
+                return 0
+            if receipt is not None:  # it was delivered before the crash
+                return int(
+                    self.store.mark_intent(
+                        intent.intent_id, "delivered", now(), receipt=receipt, expect=expected
                     )
+                )
+        try:
             if not self.store.mark_intent(intent.intent_id, "sending", now(), expect=expected):
                 return 0  # claimed by another dispatcher since (its claim expired), or withdrawn
             expected = "sending"
-            receipt = dest.send(intent.intent_id, intent.payload)
+            self._sending = intent.intent_id  # its claim is renewed while it is sent
+            try:
+                receipt = dest.send(intent.intent_id, intent.payload)
+            finally:
+                self._sending = None
         except Exception as exc:
             status = "failed" if getattr(exc, "retryable", True) is False else "pending"
             self.store.mark_intent(
@@ -273,3 +321,35 @@ class Dispatcher:
             intent.intent_id, "delivered", now(), receipt=receipt, expect=expected
         )
         return 1
+
+    @contextlib.contextmanager
+    def _renewing(self) -> Iterator[None]:
+        """While the block (a pass) runs, renew this dispatcher's claim on
+        the intent it is sending (``self._sending``) every third of
+        ``claim_ttl_s``, so that a slow send is never taken over by a
+        dispatcher that cannot see this process alive (another host, or a
+        store without a process to check). A renewal that fails is logged and
+        tried again at the next tick."""
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(self.claim_ttl_s / 3):
+                intent_id = self._sending
+                if intent_id is None:
+                    continue
+                now = None if self._claim_clock is None else self._claim_clock.now()
+                try:
+                    if not self.store.renew_intent_claim(
+                        intent_id, self.owner, self.claim_ttl_s, now=now
+                    ):
+                        log.warning("intent %s: claim lost while sending", intent_id)
+                except Exception as exc:  # the store is unreachable for now
+                    log.warning("intent %s: claim not renewed: %s", intent_id, exc)
+
+        renewer = threading.Thread(target=renew, name="outbox-claim-renewal", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join()

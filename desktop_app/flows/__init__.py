@@ -30,8 +30,14 @@ def builtin_flows() -> list[CompiledFlow[Any]]:
     return [build_digest_flow(), build_tidy_flow()]
 
 
+#: names of the outbox destinations Flowdesk's own processes deliver (any
+#: other is a program's own, delivered by that program's dispatcher)
+BUILTIN_DESTINATIONS = frozenset({"tidy.move"})
+
+
 def builtin_destinations(store: Any) -> dict[str, Any]:
-    """Outbox destinations of the built-in flows, by name (for a Dispatcher)."""
+    """Outbox destinations of the built-in flows, by name (for a Dispatcher):
+    one for each of :data:`BUILTIN_DESTINATIONS`."""
     from desktop_app.flows.tidy import FileMover
 
     return {"tidy.move": FileMover(store)}

@@ -3,7 +3,8 @@ per-file outcomes that ``flowdesk show``, ``flowdesk answer`` and the app's
 tidy table print (from the run's ``tidy_moves`` rows; no Textual here).
 
 Each row is one :data:`OUTCOMES` key: ``planned`` (waits for approval),
-``queued`` (approved, not made yet), ``moved``, ``renamed`` (moved under
+``queued`` (approved, not made yet), ``sending`` (queued, and its move
+began but its end was not recorded: it may have been made), ``moved``, ``renamed`` (moved under
 another name: one was taken in the kind folder when the plan was made),
 ``exists`` (not moved: a file appeared at its destination meanwhile),
 ``vanished`` (not moved: the file was gone when its move was made),
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,7 @@ OUTCOMES: dict[str, str] = {
     "renamed": "renamed on a clash",
     "back": "moved back by undo",
     "queued": "queued (not moved yet)",
+    "sending": "may have moved (its move began; known once delivered or looked up)",
     "planned": "planned (waits for approval)",
     "exists": "skipped (the target exists)",
     "vanished": "left (vanished before its move)",
@@ -78,11 +80,16 @@ class FileOutcome:
 
 
 #: the detail of a file a timed-out tidy planned (its row stays ``planned``)
-def outcome_of(move: TidyMove, run_status: str | None = None) -> FileOutcome:
+def outcome_of(
+    move: TidyMove, run_status: str | None = None, sending: Collection[str] = ()
+) -> FileOutcome:
     """The outcome of one ``tidy_moves`` row (see the module docstring);
     ``run_status``, the run's stored status (``"timed_out"``...), when known:
     a row still ``planned`` of a run that timed out reads ``timed_out`` (as
-    its rows were left by a Flowdesk that did not record a timeout in them)."""
+    its rows were left by a Flowdesk that did not record a timeout in them).
+    ``sending``: the keys of the run's outbox intents ``sending``: a
+    ``queued`` row whose move is one of them reads ``sending`` (the move
+    began, maybe by a process that died: it may have been made)."""
     folder = str(Path(move.src).parent)
     where = os.path.relpath(move.dst, folder) if move.dst else ""
     reason = move.reason or ""
@@ -93,6 +100,8 @@ def outcome_of(move: TidyMove, run_status: str | None = None) -> FileOutcome:
         outcome, detail = ("renamed" if renamed else "moved"), where
     elif move.status == "planned" and run_status == "timed_out":
         outcome, detail = "timed_out", TIMED_OUT
+    elif move.status == "queued" and move.intent_key in sending:
+        outcome, detail = "sending", where
     elif move.status in ("planned", "queued"):
         outcome, detail = move.status, where
     elif reason == GONE:
@@ -116,10 +125,13 @@ def outcome_of(move: TidyMove, run_status: str | None = None) -> FileOutcome:
     return FileOutcome(Path(move.src).name, move.kind, outcome, detail)
 
 
-def outcomes_of(moves: Sequence[TidyMove], run_status: str | None = None) -> list[FileOutcome]:
+def outcomes_of(
+    moves: Sequence[TidyMove], run_status: str | None = None, sending: Collection[str] = ()
+) -> list[FileOutcome]:
     """:func:`outcome_of` of each row (of a run whose stored status is
-    ``run_status``, when known), in the rows' order."""
-    return [outcome_of(m, run_status) for m in moves]
+    ``run_status``, when known; ``sending``: its intents' keys that are
+    ``sending``), in the rows' order."""
+    return [outcome_of(m, run_status, sending) for m in moves]
 
 
 def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:

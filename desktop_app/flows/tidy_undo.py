@@ -285,12 +285,14 @@ def withdraw_moves(
         ``(withdrawn, in_flight)``: destination paths of the moves withdrawn,
         and of those still being made when ``wait_s`` ran out.
     """
-    from desktop_app.flow.outbox import claimant_is_gone, settle_withdrawn
+    from desktop_app.flow.outbox import claimant_is_alive, claimant_is_gone, settle_withdrawn
 
     withdrawn: list[str] = []
     deadline = time.monotonic() + wait_s
     while True:
-        got = store.withdraw_intents(run_id, WITHDRAWN, presumed_dead=claimant_is_gone)
+        got = store.withdraw_intents(
+            run_id, WITHDRAWN, presumed_dead=claimant_is_gone, presumed_alive=claimant_is_alive
+        )
         # a move whose process died mid-move: made (its row now says moved,
         # and it is moved back below) or not (withdrawn with the others)
         got = settle_withdrawn(store, got)

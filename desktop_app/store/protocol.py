@@ -463,8 +463,11 @@ class Outbox(Protocol):  # pragma: no mutate block
     ) -> list[Intent]:
         """Claim up to ``limit`` intents for delivery by ``owner`` for ``ttl_s``
         seconds, oldest first: ``pending`` and ``sending`` ones nobody else
-        holds a live claim on (the claim expired at ``now``, default
-        :meth:`Leases.now`, or ``presumed_dead(claimant)``). Status and
+        holds a live claim on (``presumed_dead(claimant)``, or the claim
+        expired at ``now``, default :meth:`Leases.now`, and its claimant is
+        not ``presumed_alive``: liveness beats clocks, as for run leases, so
+        a live dispatcher of this host keeps a slow send whatever the clocks
+        say). Status and
         attempts are unchanged: the dispatcher marks each ``sending`` as it
         sends it. A ``sending`` intent comes back with ``interrupted=True``
         (its dispatcher died mid-send: reconcile before sending). An intent a
@@ -472,6 +475,23 @@ class Outbox(Protocol):  # pragma: no mutate block
         intents for those destinations are claimed: an intent for a
         destination the dispatcher cannot deliver to stays pending for one
         that can (never failed for it, never taking a claim slot)."""
+
+    def renew_intent_claim(
+        self, intent_id: str, owner: str, ttl_s: float, *, now: float | None = None
+    ) -> bool:
+        """Extend ``owner``'s claim on a ``sending`` intent to ``ttl_s``
+        seconds after ``now`` (default :meth:`Leases.now`), as a dispatcher
+        does while a slow send runs, so that no one takes it over. Returns
+        ``False`` (nothing changed) when the intent is not ``sending`` or
+        ``owner`` no longer holds it."""
+
+    def release_intent(self, intent_id: str, owner: str, error: str) -> bool:
+        """Let go of ``owner``'s claim on a ``sending`` intent whose outcome
+        it could not learn (its destination's lookup failed), recording
+        ``error``: it stays ``sending``, so the next dispatcher that claims it
+        gets it ``interrupted`` and looks it up again instead of sending it
+        blindly. Returns ``False`` when the intent is not ``sending`` or
+        ``owner`` no longer holds it."""
 
     def mark_intent(
         self,
@@ -494,16 +514,27 @@ class Outbox(Protocol):  # pragma: no mutate block
         reason: str,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> Withdrawal:
         """Take back run ``run_id``'s intents that were not delivered, in one
         transaction: each ``pending`` intent, and each ``sending`` one whose
-        claim expired at ``now`` (default :meth:`Leases.now`) or whose
-        claimant is ``presumed_dead``, becomes ``failed`` with ``reason``,
+        claim expired at ``now`` (default :meth:`Leases.now`) and whose
+        claimant is not ``presumed_alive``, or whose claimant is
+        ``presumed_dead``, becomes ``failed`` with ``reason``,
         compared and set on the status read (a dispatcher that claimed one
         then loses its ``mark_intent(..., "sending", expect="pending")``).
         A ``sending`` intent a live dispatcher holds is returned in
         ``in_flight``, untouched (wait for it, then call again)."""
+
+    def open_intents(self, run_id: str) -> list[Intent]:
+        """Run ``run_id``'s intents not delivered yet (``pending`` or
+        ``sending``), oldest first; ``[]`` for a run of another scope."""
+
+    def sending_intents(self) -> dict[str, int]:
+        """Run id -> how many of its intents are ``sending``: their send
+        began and its end was not recorded, so each may have been made (its
+        outcome is known once it is delivered or looked up)."""
 
     def undelivered_intents(self) -> dict[str, int]:
         """Run id -> how many of its intents are ``pending`` or ``sending``

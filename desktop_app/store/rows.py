@@ -164,24 +164,44 @@ def intent_from_row(row: Sequence[Any], *, interrupted: bool = False) -> Intent:
     )
 
 
+def claim_is_free(
+    holder: str | None,
+    until: float | None,
+    owner: str,
+    at: float,
+    presumed_dead: Callable[[str], bool] | None,
+    presumed_alive: Callable[[str], bool] | None,
+) -> bool:
+    """Whether an outbox claim of ``holder`` until ``until`` (UTC epoch s;
+    ``None``: no expiry recorded) may be taken by ``owner`` at ``at``: no
+    claimant, ``owner``'s own, a claimant ``presumed_dead`` says is gone, or
+    a claim expired at ``at`` whose claimant ``presumed_alive`` does not say
+    still runs. The rule of run leases (:func:`~desktop_app.store.records.lease_is_free`):
+    liveness beats clocks, so a live dispatcher on this host keeps a slow
+    send whatever the clocks say."""
+    if holder is None or holder == owner:
+        return True
+    if presumed_dead is not None and presumed_dead(holder):
+        return True
+    expired = until is None or until <= at
+    return expired and not (presumed_alive is not None and presumed_alive(holder))
+
+
 def withdrawable(
     status: str,
     holder: str | None,
     until: float | None,
     at: float,
     presumed_dead: Callable[[str], bool] | None,
+    presumed_alive: Callable[[str], bool] | None = None,
 ) -> bool:
     """Whether ``withdraw_intents`` may take back an intent with this status
     and claim (``holder`` until ``until``, epoch seconds) at ``at``: every
-    ``pending`` one; a ``sending`` one only when no live dispatcher holds it."""
+    ``pending`` one; a ``sending`` one only when no live dispatcher holds it
+    (:func:`claim_is_free`, judged for nobody)."""
     if status == "pending":
         return True
-    return (
-        holder is None
-        or until is None
-        or until <= at
-        or (presumed_dead is not None and presumed_dead(holder))
-    )
+    return holder is None or claim_is_free(holder, until, "", at, presumed_dead, presumed_alive)
 
 
 def signal_from_row(name: str, key: str, row: Sequence[Any]) -> Signal:

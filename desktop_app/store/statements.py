@@ -210,6 +210,16 @@ class Statements:
             f"UPDATE outbox SET status='failed', last_error={p}, claimed_by=NULL, "
             f"claim_expires_at=NULL WHERE intent_id={p} AND status={p}"
         )
+        # a dispatcher whose lookup failed lets go of an interrupted intent,
+        # keeping it `sending` (outcome unknown: the next one looks it up)
+        self.release_intent = (
+            f"UPDATE outbox SET last_error={p}, claimed_by=NULL, claim_expires_at=NULL "
+            f"WHERE intent_id={p} AND claimed_by={p} AND status='sending'"
+        )
+        self.sending_by_run = (
+            "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
+            f"WHERE o.status='sending' AND r.scope={p} GROUP BY o.run_id"
+        )
         self.undelivered_by_run = (
             "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
             f"WHERE o.status IN ('pending','sending') AND r.scope={p} GROUP BY o.run_id"

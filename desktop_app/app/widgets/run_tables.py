@@ -462,10 +462,15 @@ class WaitsTable(RowTable):
 INTENT_STATUSES = ("pending", "sending", "delivered", "failed")
 
 
+#: an intent's status as the Outbox tab shows it: one ``sending`` began and
+#: its end was not recorded (its process may have died mid-send)
+INTENT_STATUS_SHOWN = {"sending": "sending: may have been made (outcome unknown)"}
+
+
 def intent_cells(intent: Intent) -> tuple[str, ...]:
     return (
         short_wait_id(intent.intent_id),  # <run id>:<step>:<iteration>:<n>
-        intent.status,
+        INTENT_STATUS_SHOWN.get(intent.status, intent.status),
         str(intent.attempts),
         intent.destination,
         intent.step_id,

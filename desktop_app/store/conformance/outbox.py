@@ -217,3 +217,47 @@ def withdrawing_takes_back_what_no_live_dispatcher_sends(h: Harness) -> None:
     _eq(settled, True, "a withdrawn intent settled as made")
     _eq([i.receipt for i in s.intents(["delivered"], limit=1000) if i.intent_id == keys[2]],
         [{"r": 2}], "with the destination's receipt")  # fmt: skip
+
+
+@check(
+    "Outbox.claim_intents",
+    "Outbox.renew_intent_claim",
+    "Outbox.release_intent",
+    "Outbox.open_intents",
+    "Outbox.sending_intents",
+    "Outbox.withdraw_intents",
+)
+def a_live_or_renewed_claim_holds_and_a_released_send_stays_interrupted(h: Harness) -> None:
+    s, clock, db = _clocked(h)
+
+    def at() -> float | None:
+        return None if db is None else clock.now()
+
+    rid, keys = _with_intents(s, 2)
+    _eq([i.status for i in s.open_intents(rid)], ["pending", "pending"], "open, oldest first")
+    _eq(s.open_intents(_id()), [], "no open intents of an unknown run")
+    (mine,) = s.claim_intents("d1", 60.0, 1, now=at())
+    _eq(s.renew_intent_claim(mine.intent_id, "d1", 60.0, now=at()), False, "not sending yet")
+    s.mark_intent(mine.intent_id, "sending", clock.now(), expect="pending")
+    _eq(s.sending_intents().get(rid), 1, "one sending")
+    _eq([i.status for i in s.open_intents(rid)], ["sending", "pending"], "still open")
+    clock.advance(61)
+    alive = s.claim_intents("d2", 60.0, 10, presumed_alive=lambda o: o == "d1", now=at())
+    _eq([i.intent_id for i in alive], keys[1:], "an expired claim of a live claimant holds")
+    _eq(
+        s.withdraw_intents(rid, "gone", presumed_alive=lambda o: o == "d1", now=at()).in_flight,
+        [i for i in s.open_intents(rid) if i.intent_id == keys[0]],
+        "nor is it withdrawn",
+    )
+    _eq(s.renew_intent_claim(keys[0], "d2", 60.0, now=at()), False, "only by its claimant")
+    _eq(s.renew_intent_claim(keys[0], "d1", 60.0, now=at()), True, "renewed while sending")
+    _eq(s.claim_intents("d3", 60.0, 10, now=at()), [], "a renewed claim holds by the clock too")
+    _eq(s.release_intent(keys[0], "d3", "no"), False, "released only by its claimant")
+    _eq(s.release_intent(keys[0], "d1", "lookup failed"), True, "released")
+    (again,) = s.claim_intents("d3", 60.0, 10, now=at())
+    _eq(
+        (again.intent_id, again.status, again.interrupted, again.attempts, again.last_error),
+        (keys[0], "sending", True, 1, "lookup failed"),
+        "a released send is claimed interrupted, its reason kept",
+    )
+    _eq(s.sending_intents().get(rid), 1, "still sending: outcome unknown")

@@ -43,7 +43,7 @@ from desktop_app.store.protocol import (
     Withdrawal,
 )
 from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
-from desktop_app.store.rows import check_wait_ids, detached, withdrawable
+from desktop_app.store.rows import check_wait_ids, claim_is_free, detached, withdrawable
 
 LIVE = ("pending", "running", "waiting", "failed")
 
@@ -565,20 +565,38 @@ class InMemoryCheckpointStore:
                     continue
                 if destinations is not None and intent.destination not in destinations:
                     continue
-                claim = self._space.claims.get(intent.intent_id)
-                free = (
-                    claim is None
-                    or claim[0] == owner
-                    or claim[1] <= at
-                    or (presumed_dead is not None and presumed_dead(claim[0]))
-                )
-                if not free:
+                holder, until = self._space.claims.get(intent.intent_id, (None, None))
+                if not claim_is_free(holder, until, owner, at, presumed_dead, presumed_alive):
                     continue
                 self._space.claims[intent.intent_id] = (owner, at + ttl_s)
                 out.append(replace(intent, interrupted=intent.status == "sending"))
             if out:
                 self._space.version += 1
         return out
+
+    def renew_intent_claim(
+        self, intent_id: str, owner: str, ttl_s: float, *, now: float | None = None
+    ) -> bool:
+        at = self.now() if now is None else now
+        with self._lock:
+            intent = self._space.outbox.get(intent_id)
+            claim = self._space.claims.get(intent_id)
+            if intent is None or intent.status != "sending" or claim is None or claim[0] != owner:
+                return False
+            self._space.claims[intent_id] = (owner, at + ttl_s)
+            self._space.version += 1
+            return True
+
+    def release_intent(self, intent_id: str, owner: str, error: str) -> bool:
+        with self._lock:
+            intent = self._space.outbox.get(intent_id)
+            claim = self._space.claims.get(intent_id)
+            if intent is None or intent.status != "sending" or claim is None or claim[0] != owner:
+                return False
+            self._space.outbox[intent_id] = replace(intent, last_error=error)
+            self._space.claims.pop(intent_id, None)
+            self._space.version += 1
+            return True
 
     def mark_intent(
         self,
@@ -612,6 +630,7 @@ class InMemoryCheckpointStore:
         reason: str,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> Withdrawal:
         at = self.now() if now is None else now
@@ -624,7 +643,7 @@ class InMemoryCheckpointStore:
                 if intent.run_id != run_id or intent.status not in ("pending", "sending"):
                     continue
                 holder, until = self._space.claims.get(intent.intent_id, (None, None))
-                if withdrawable(intent.status, holder, until, at, presumed_dead):
+                if withdrawable(intent.status, holder, until, at, presumed_dead, presumed_alive):
                     self._space.outbox[intent.intent_id] = replace(
                         intent, status="failed", last_error=reason
                     )
@@ -637,11 +656,28 @@ class InMemoryCheckpointStore:
         return done
 
     def undelivered_intents(self) -> dict[str, int]:
+        return self._count_intents(("pending", "sending"))
+
+    def open_intents(self, run_id: str) -> list[Intent]:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.scope != self.scope:
+                return []
+            return [
+                i
+                for i in self._space.outbox.values()
+                if i.run_id == run_id and i.status in ("pending", "sending")
+            ]
+
+    def sending_intents(self) -> dict[str, int]:
+        return self._count_intents(("sending",))
+
+    def _count_intents(self, statuses: tuple[str, ...]) -> dict[str, int]:
         counts: dict[str, int] = {}
         with self._lock:
             for i in self._space.outbox.values():
                 run = self._runs.get(i.run_id)
-                if i.status in ("pending", "sending") and run and run.scope == self.scope:
+                if i.status in statuses and run and run.scope == self.scope:
                     counts[i.run_id] = counts.get(i.run_id, 0) + 1
         return counts
 

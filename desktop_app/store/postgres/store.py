@@ -1565,8 +1565,8 @@ class PostgresCheckpointStore:
                 for r in found
                 if r[9] is None
                 or r[9] == owner
-                or r[10]
                 or (presumed_dead is not None and presumed_dead(r[9]))
+                or (r[10] and not (presumed_alive is not None and presumed_alive(r[9])))
             ][:limit]
             if rows:
                 conn.execute(
@@ -1577,6 +1577,24 @@ class PostgresCheckpointStore:
             return rows
 
         return [intent_from_row(r, interrupted=r[5] == "sending") for r in self._tx(body)]
+
+    def renew_intent_claim(
+        self, intent_id: str, owner: str, ttl_s: float, *, now: float | None = None
+    ) -> bool:
+        """See :meth:`desktop_app.store.protocol.Outbox.renew_intent_claim`
+        (from the database clock unless ``now`` is given)."""
+        at = "flowdesk_now()" if now is None else "to_timestamp(%(at)s)"
+        sql = (
+            f"UPDATE outbox SET claim_expires_at={at} + %(ttl)s * interval '1 second' "
+            "WHERE intent_id=%(id)s AND claimed_by=%(owner)s AND status='sending'"
+        )
+        args = {"at": now, "ttl": ttl_s, "id": intent_id, "owner": owner}
+        return bool(self._tx(lambda conn: conn.execute(sql, args).rowcount == 1))
+
+    def release_intent(self, intent_id: str, owner: str, error: str) -> bool:
+        """See :meth:`desktop_app.store.protocol.Outbox.release_intent`."""
+        args = (no_nul(error), intent_id, owner)
+        return bool(self._tx(lambda conn: conn.execute(SQL.release_intent, args).rowcount == 1))
 
     def mark_intent(
         self,
@@ -1606,6 +1624,7 @@ class PostgresCheckpointStore:
         reason: str,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> Withdrawal:
         """See :meth:`desktop_app.store.protocol.Outbox.withdraw_intents` (the
@@ -1623,7 +1642,7 @@ class PostgresCheckpointStore:
                 SQL.open_intents_of_run + " FOR UPDATE OF o", (run_id, self.scope)
             ).fetchall()
             for r in rows:
-                if withdrawable(r[5], r[9], r[10], at, presumed_dead):
+                if withdrawable(r[5], r[9], r[10], at, presumed_dead, presumed_alive):
                     conn.execute(SQL.withdraw_intent, (no_nul(reason), r[0], r[5]))
                     done.withdrawn.append(intent_from_row(r))
                 else:
@@ -1631,6 +1650,16 @@ class PostgresCheckpointStore:
             return done
 
         return self._tx(body)
+
+    def open_intents(self, run_id: str) -> list[Intent]:
+        rows = self._read(
+            lambda conn: conn.execute(SQL.open_intents_of_run, (run_id, self.scope)).fetchall()
+        )
+        return [intent_from_row(r) for r in rows]
+
+    def sending_intents(self) -> dict[str, int]:
+        rows = self._read(lambda conn: conn.execute(SQL.sending_by_run, (self.scope,)).fetchall())
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def undelivered_intents(self) -> dict[str, int]:
         rows = self._read(

@@ -68,6 +68,7 @@ from desktop_app.store.rows import (
     checkpoint_infos,
     checkpoint_parts,
     checkpoint_values,
+    claim_is_free,
     detached,
     event_from_row,
     intent_from_row,
@@ -1244,14 +1245,7 @@ class SqliteCheckpointStore:
             for r in rows:
                 if len(out) >= limit:
                     break
-                holder, until = r[9], r[10]
-                if not (
-                    holder is None
-                    or holder == owner
-                    or until is None
-                    or until <= at
-                    or (presumed_dead is not None and presumed_dead(holder))
-                ):
+                if not claim_is_free(r[9], r[10], owner, at, presumed_dead, presumed_alive):
                     continue  # a live dispatcher holds it
                 self.conn.execute(
                     "UPDATE outbox SET claimed_by=?, claim_expires_at=? WHERE intent_id=?",
@@ -1259,6 +1253,25 @@ class SqliteCheckpointStore:
                 )
                 out.append(intent_from_row(r, interrupted=r[5] == "sending"))
         return out
+
+    def renew_intent_claim(
+        self, intent_id: str, owner: str, ttl_s: float, *, now: float | None = None
+    ) -> bool:
+        """See :meth:`desktop_app.store.protocol.Outbox.renew_intent_claim`."""
+        at = self.now() if now is None else now
+        with self._write():
+            self.conn.execute(
+                "UPDATE outbox SET claim_expires_at=? "
+                "WHERE intent_id=? AND claimed_by=? AND status='sending'",
+                (at + ttl_s, intent_id, owner),
+            )
+            return bool(self.conn.changes() == 1)
+
+    def release_intent(self, intent_id: str, owner: str, error: str) -> bool:
+        """See :meth:`desktop_app.store.protocol.Outbox.release_intent`."""
+        with self._write():
+            self.conn.execute(SQL.release_intent, (error, intent_id, owner))
+            return bool(self.conn.changes() == 1)
 
     def mark_intent(
         self,
@@ -1290,6 +1303,7 @@ class SqliteCheckpointStore:
         reason: str,
         *,
         presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
         now: float | None = None,
     ) -> Withdrawal:
         """See :meth:`desktop_app.store.protocol.Outbox.withdraw_intents` (one
@@ -1301,12 +1315,24 @@ class SqliteCheckpointStore:
                 SQL.open_intents_of_run, (run_id, self.scope)
             ).fetchall()
             for r in rows:
-                if withdrawable(r[5], r[9], r[10], at, presumed_dead):
+                if withdrawable(r[5], r[9], r[10], at, presumed_dead, presumed_alive):
                     self.conn.execute(SQL.withdraw_intent, (reason, r[0], r[5]))
                     done.withdrawn.append(intent_from_row(r))
                 else:
                     done.in_flight.append(intent_from_row(r))
         return done
+
+    def open_intents(self, run_id: str) -> list[Intent]:
+        with self._read():
+            rows: list[Any] = self.conn.execute(
+                SQL.open_intents_of_run, (run_id, self.scope)
+            ).fetchall()
+        return [intent_from_row(r) for r in rows]
+
+    def sending_intents(self) -> dict[str, int]:
+        with self._read():
+            rows: list[Any] = self.conn.execute(SQL.sending_by_run, (self.scope,)).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def undelivered_intents(self) -> dict[str, int]:
         with self._read():
