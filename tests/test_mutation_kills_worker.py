@@ -323,6 +323,36 @@ def test_a_run_of_a_flow_this_worker_lacks_is_refused_once_at_its_second_look(sq
     assert [r for r, _ in refused] == [lost]
 
 
+def test_only_waiting_runs_no_live_process_holds_are_refused_each_in_turn(sq, manual):
+    """Of the runs of a flow this worker lacks, one that has ended
+    (canceled) is never refused, nor one a process on another host holds
+    while its lease runs; one whose lease on another host ran out is; and a
+    run refused already does not keep a later one from being refused."""
+    from desktop_app.store.protocol import Lease
+
+    gate = Gate()
+    gate.open.set()
+    other = Engine(sq, flows=[sleeper(gate)], clock=manual)
+    free, ended, remote, lapsed = start_in_order(other, manual, "sleeper", 4)
+    other.cancel(ended)
+    now = manual.now()
+    sq.claim(remote, Lease("elsewhere:1:a", now + 3600, now), now)
+    sq.claim(lapsed, Lease("elsewhere:1:b", now + 10, now), now)
+    manual.advance(20.0)  # lapsed's lease has run out, remote's runs on
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    refused: list[str] = []
+    worker = Worker(engine, on_refused=lambda r, e: refused.append(r))
+    worker.unknown_every_s = 0.0
+    one_pass(worker)
+    one_pass(worker)
+    assert sorted(refused) == sorted([free, lapsed])
+    later = other.start("sleeper", {})  # listed after the runs refused already
+    one_pass(worker)
+    one_pass(worker)
+    assert sorted(refused) == sorted([free, lapsed, later])
+    assert sq.get_run(ended).status == "canceled"
+
+
 def test_a_run_a_peer_held_in_between_is_refused_only_two_free_looks_later(sq, manual):
     """Only two looks in a row that find the run free and unchanged refuse
     it: a run a live peer held at the look between (a worker of the team

@@ -226,6 +226,52 @@ def test_an_append_told_which_fields_changed_compares_no_other_field(kind, reque
     assert (got["n"], got["items"] == big) == (1, True)
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["plain", "given"])
+def test_an_append_told_what_changed_compares_no_other_field_or_step_record(sqlite_store, given):
+    """A writer that names the state fields and step records it changed
+    (the driver does; ``AppendRequest.given`` is the engine's lean step
+    path) spares the store comparing the others with the previous
+    revision's: neither the kept 200,000-item list nor the kept step
+    record is compared, and the row stored reads back the same from a new
+    store."""
+    from dataclasses import fields
+
+    from desktop_app.store.group_commit import AppendRequest
+    from desktop_app.store.records import StepRecord
+
+    class WatchedStep(StepRecord):
+        compared = 0
+
+        def __eq__(self, other: object) -> bool:
+            WatchedStep.compared += 1
+            return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+        __hash__ = None  # type: ignore[assignment]
+
+    store = sqlite_store
+    big = [f"file-{i:06d}.txt" for i in range(ITEMS)]
+    done = StepRecord("walk", "completed", attempts=1, started_at=1000.0)
+    store.create_run(
+        RunRecord("r", "f", "v1", "running", 0, 1000.0, 1000.0),
+        Checkpoint("r", 0, "running", {"items": big, "n": 0}, {"walk": done}, ("next",), 1000.0),
+    )
+    kept = WatchedStep(*(getattr(done, f.name) for f in fields(done)))
+    watched = _Watched(big)
+    _Watched.compared = WatchedStep.compared = 0
+    cp = Checkpoint(
+        "r", 1, "running", {"items": watched, "n": 1}, {"walk": kept}, ("next",), 1001.0
+    )
+    told = {"changed_steps": frozenset(), "changed_fields": frozenset({"n"})}
+    if given:
+        (err,) = store.append_batch([AppendRequest(cp, given=True, **told)])
+        assert err is None
+    else:
+        store.append(cp, **told)
+    assert (_Watched.compared, WatchedStep.compared) == (0, 0)
+    got = type(store)(store.conn).get_checkpoint("r", 1)
+    assert (got.state["n"], got.state["items"] == big, got.steps) == (1, True, {"walk": done})
+
+
 def test_the_driver_names_the_state_fields_a_step_changed():
     """What the driver tells the store at each step: the fields the step
     returned (``n``), never the 30,000-item list it kept; every field only

@@ -404,6 +404,9 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_agent_recovery.py",
         # the recorded tool sources, interrupted runs, the resume with them
         "tests/test_mutation_kills_agent_recovery_resume.py",
+        # a registered Pydantic AI agent's resume and approvals, racing
+        # answers and cancels, the tools a resumed run gets back
+        "tests/test_mutation_kills_agent_recovery_registered.py",
     ],
     "desktop_app/agent/runtime.py": [
         "tests/test_agent.py",
