@@ -78,7 +78,8 @@ async def test_an_expired_question_times_out_and_leaves_the_inbox(db: Path) -> N
     app = FlowdeskApp(load_settings(db_path=db))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        run_id = start(db, "asker")
+        # a deadline long enough for the question to be shown first under load
+        run_id = start(db, "slow_asker")
         inbox = await open_inbox(pilot)
         await wait_until(pilot, lambda: [i.run_id for i in inbox.items] == [run_id], timeout=30)
         await wait_until(pilot, lambda: status_of(db, run_id) == "timed_out", timeout=60)

@@ -546,6 +546,7 @@ AT_EXIT = """
 import fcntl, os, sys
 from desktop_app.store import write_gate
 from desktop_app.store.sqlite.store import open_store
+write_gate.HOLD_S = 60.0  # a turn longer than any transaction here, even under load
 db = sys.argv[1]
 store = open_store(db)
 conn = store.conn

@@ -3,7 +3,8 @@ subprocesses through ``FLOWDESK_FLOWS``), for the tests of who fires them:
 the app while open, ``flowdesk agent``, and of answers from a skewed clock.
 
 ``napper``: ``a`` counts 1, sleeps ``NAP_S`` seconds, ``b`` counts 2.
-``asker``: asks ``OK?`` with a ``ASK_S`` second deadline, then ``b`` counts 1.
+``asker``: asks ``OK?`` with a ``ASK_S`` second deadline, then ``b`` counts 1;
+``slow_asker`` the same with ``SLOW_ASK_S`` seconds.
 ``approver``: asks ``OK?`` with no deadline, then ``b`` counts 1.
 """
 
@@ -17,6 +18,9 @@ from desktop_app.flow import FlowBuilder
 NAP_S = 2
 #: the asker's deadline (seconds)
 ASK_S = 3
+#: the slow asker's deadline (seconds): long enough for a loaded machine to
+#: show its question before it times out
+SLOW_ASK_S = 15
 
 
 class Order(BaseModel):
@@ -49,6 +53,15 @@ asker = (
     .compile()
 )
 
+slow_asker = (
+    FlowBuilder("slow_asker", Order, inputs=("order",))
+    .await_input("approve", "approved", prompt="OK?", timeout_s=SLOW_ASK_S)
+    .step("b", bump)
+    .chain("approve", "b")
+    .finish("b")
+    .compile()
+)
+
 approver = (
     FlowBuilder("approver", Order, inputs=("order",))
     .await_input("approve", "approved", prompt="OK?")
@@ -58,5 +71,8 @@ approver = (
     .compile()
 )
 
-#: ``FLOWDESK_FLOWS`` naming all three
-FLOWS_ENV = '["tests.timer_flows:napper", "tests.timer_flows:asker", "tests.timer_flows:approver"]'
+#: ``FLOWDESK_FLOWS`` naming all four
+FLOWS_ENV = (
+    '["tests.timer_flows:napper", "tests.timer_flows:asker", '
+    '"tests.timer_flows:slow_asker", "tests.timer_flows:approver"]'
+)
