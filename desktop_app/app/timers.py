@@ -14,13 +14,12 @@ it. No Textual here: the app hands it callbacks.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
-from desktop_app.errors import FlowdeskError
+from desktop_app.app.pump import Pump
 
 
-class TimerPump:
+class TimerPump(Pump):
     """Fires due timers and deadlines on a background thread while the app is open.
 
     Args:
@@ -54,39 +53,23 @@ class TimerPump:
         before_first: Callable[[], object] = lambda: None,
         on_error: Callable[[str], object] = lambda _text: None,
     ) -> None:
+        super().__init__(
+            "app timers",
+            "Timers and deadlines are not fired for now",
+            every_s=every_s,
+            on_error=on_error,
+        )
         self._due = due
         self._next_deadline = next_deadline
         self._now = now
         self._fire = fire
         self._skip = skip
-        self.every_s = every_s
-        self._before_first = before_first
-        self._on_error = on_error
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        #: passes done and runs handed to ``fire`` (for tests and the log)
-        self.passes = 0
+        self._before = before_first
+        #: runs handed to ``fire`` (for tests and the log)
         self.fired = 0
 
-    def start(self) -> None:
-        """Start the thread (once); the first pass runs at once."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="app timers", daemon=True)
-            self._wake.set()
-            self._thread.start()
-
-    def wake(self) -> None:
-        """Look again as soon as the current pass (if any) ends (thread-safe):
-        a run of this app began a wait, whose deadline may be sooner."""
-        self._wake.set()
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop after the current pass; waits up to ``timeout_s`` seconds for it."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+    def _before_first(self) -> None:
+        self._before()
 
     def _pass(self) -> float:
         """Hand every due run to ``fire``; returns the seconds to wait."""
@@ -104,27 +87,3 @@ class TimerPump:
         if nxt is not None and nxt > now:
             wait = min(wait, nxt - now)
         return wait
-
-    def _loop(self) -> None:
-        self._before_first()
-        last_error: str | None = None
-        wait = 0.0
-        while not self._stop.is_set():
-            self._wake.wait(wait)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                wait = self._pass()
-            except FlowdeskError as exc:
-                error: str | None = str(exc)
-                wait = self.every_s
-            except Exception as exc:  # a closed store at shutdown...
-                error = f"{type(exc).__name__}: {exc}"
-                wait = self.every_s
-            else:
-                error = None
-            self.passes += 1
-            if error is not None and error != last_error and not self._stop.is_set():
-                self._on_error(f"Timers and deadlines are not fired for now: {error}")
-            last_error = error
