@@ -266,8 +266,12 @@ def test_db_copy_racing_a_resume_on_the_file_runs_each_step_once(
                 "resume": ["--db", str(db), "resume", rid],
                 "copy": ["--db", str(db), "db", "copy", "--from", str(db), "--to", pg_url],
             }
+            # the resume starts 0-225 ms after the copy: before, during and after its mark
+            delay = {"resume": round_ % 10 * 0.025, "copy": 0.0}
             for what, racer in racers.items():
-                racer.task(round_, go=str(go), do="cli", args=argv[what], env=env)
+                racer.task(
+                    round_, go=str(go), do="cli", args=argv[what], env=env, delay=delay[what]
+                )
             go.touch()
             resumed, copied = racers["resume"].told(round_), racers["copy"].told(round_)
             r_out, r_err = resumed["out"], resumed["err"]
