@@ -97,8 +97,9 @@ def test_undo_after_a_kill_mid_delivery_withdraws_the_moves_not_made(tmp_path):
 def test_an_undo_and_a_dispatcher_released_at_one_instant_leave_every_file_back(tmp_path):
     """20 rounds: a run with 40 queued moves, then ``flowdesk undo`` and a
     dispatcher of the built-in destinations (as the app runs one) in two
-    processes released together (the undo staggered by 0-200 ms so the
-    rounds interleave differently). Whatever the interleaving, every file
+    processes released together (the undo staggered by 0-40 ms so the
+    rounds interleave differently: a warm dispatcher makes 40 moves in
+    about 50 ms). Whatever the interleaving, every file
     ends back and a later dispatcher has nothing to deliver. The two are
     processes kept across rounds (tests/cli_racer.py), each round a run of
     its own."""
@@ -117,7 +118,7 @@ def test_an_undo_and_a_dispatcher_released_at_one_instant_leave_every_file_back(
             assert engine.resume_with(run_id, "yes").status == "completed"
             go = str(tmp_path / f"go{r}")
             undo_argv = ["--db", str(db), "undo", run_id, "-o", "json"]
-            racers["undo"].task(r, go=go, do="cli", args=undo_argv, delay=r % 5 / 20)
+            racers["undo"].task(r, go=go, do="cli", args=undo_argv, delay=r % 5 / 100)
             racers["deliver"].task(r, go=go, do="dispatch", args=[str(db)])
             Path(go).touch()
             undo, deliver = racers["undo"].told(r), racers["deliver"].told(r)
