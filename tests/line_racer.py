@@ -2,7 +2,9 @@
 out): the parent sends each round's line, reads ``ready <round>``, creates
 the GO file that releases every racer at once, then reads ``done <round>
 <JSON>``. Used by tests/test_settle_race_processes.py,
-tests/test_answer_race_mcp.py and tests/test_cancel_race_agent_end.py."""
+tests/test_answer_race_mcp.py, tests/test_cancel_race_agent_end.py and, with
+:data:`CLI_RACER` (tests/cli_racer.py), by the ``db copy``, ``export`` and
+``undo`` races."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 #: seconds a racer may stay silent before the test fails
 LIMIT_S = 120.0
+#: the racer that runs a CLI command (or a dispatcher, or a run) per round
+CLI_RACER = REPO / "tests" / "cli_racer.py"
 
 
 class LineRacer:
@@ -36,6 +40,13 @@ class LineRacer:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
+
+    def task(self, rnd: int, **task: Any) -> None:
+        """Round ``rnd`` of :data:`CLI_RACER`: ``task`` as its docstring says
+        (``go``, ``do``, ``args``, ``env``, ``delay``); then read ``ready``."""
+        self.send(f"round {rnd} {json.dumps(task)}")
+        said = self.line()
+        assert said == f"ready {rnd}", said
 
     def line(self) -> str:
         assert self.proc.stdout is not None

@@ -178,42 +178,6 @@ def test_db_copy_of_a_run_killed_mid_step_is_copied_for_the_worker(
     assert _steps(folder) == ["hold", "hold", "after"]  # the killed attempt, then the worker's
 
 
-RACE = """
-import sys, time
-from pathlib import Path
-from desktop_app.cli import main
-from desktop_app.cli.admin import cmd_db_copy
-from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
-from desktop_app.flow import Engine
-from desktop_app.store.sqlite.store import open_store
-from tests.test_db_copy_live_runs import gate
-go, ready, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-engine = Engine(open_store(sys.argv[4]), flows=[gate]) if what == "run" else None
-ready.touch()
-while not go.exists():
-    time.sleep(0.001)
-if engine is not None:  # what `flowdesk run` does: the run created with its lease, then run
-    time.sleep(float(sys.argv[5]))
-    engine.run("gate", {})
-else:
-    sys.exit(main(sys.argv[4:]))
-"""
-
-
-def _racer(go: Path, what: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    """A process that imports everything, says it is ready (``go.ready-<what>``),
-    waits for ``go`` to exist, then runs ``gate`` on the file ``args[0]``
-    after ``args[1]`` seconds (``what == "run"``), or the CLI with ``args``."""
-    return subprocess.Popen(
-        [sys.executable, "-c", RACE, str(go), f"{go}.ready-{what}", what, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **env},
-    )
-
-
 def _pg_clear(url: str) -> None:
     """Every Flowdesk table of ``url`` emptied but its schema ledger."""
     import psycopg
@@ -237,43 +201,58 @@ def test_db_copy_racing_a_runs_start_never_copies_it_runnable(tmp_path: Path, pg
     """``db copy`` and a run's start released together, 20 rounds: the copy
     either refuses (the run held), or copies the file without the run
     (started after its snapshot) or with the run ended; never a runnable run
-    whose process still executes it on the laptop."""
+    whose process still executes it on the laptop. The run and the copy are
+    each a process kept across rounds (tests/cli_racer.py), each round on a
+    file of its own."""
     from desktop_app.store import migrations
     from desktop_app.store.connection import open_connection
+    from tests.line_racer import CLI_RACER, LineRacer
 
+    racers = {
+        what: LineRacer(CLI_RACER, env={**os.environ, **_env(tmp_path)}) for what in ("run", "copy")
+    }
     outcomes = {"refused": 0, "absent": 0, "ended": 0}
-    for round_ in range(20):
-        folder = tmp_path / f"r{round_}"
-        folder.mkdir()
-        (folder / "release").touch()  # the run goes straight through
-        env = _env(folder)
-        db = folder / "live.db"
-        conn = open_connection(db)
-        migrations.apply(conn)
-        conn.close()
-        _pg_clear(pg_url)
-        go = folder / "go"
-        # the run starts 0-950 ms after the barrier: before, during and after the copy's read
-        run = _racer(go, "run", str(db), str(round_ / 20), env={**env, "GATE_HOLD_S": "0.3"})
-        copy = _racer(
-            go, "copy", "--db", str(db), "db", "copy", "--from", str(db), "--to", pg_url, env=env
-        )
-        for proc, what in ((run, "run"), (copy, "copy")):  # both past their imports
-            _wait_for(folder / f"go.ready-{what}", proc)
-        go.touch()
-        run_out, run_err = run.communicate(timeout=120)
-        _, copy_err = copy.communicate(timeout=120)
-        assert run.returncode == 0, run_out + run_err
-        there = _pg_runs(pg_url)
-        if copy.returncode == 1:
-            assert "executing in a live process" in copy_err, copy_err
-            assert there == []
-            outcomes["refused"] += 1
-        else:
-            assert copy.returncode == 0, copy_err
-            assert all(status == "completed" for _, status in there), there
-            outcomes["absent" if not there else "ended"] += 1
-        assert _steps(folder) == ["hold", "after"]
+    try:
+        for round_ in range(20):
+            folder = tmp_path / f"r{round_}"
+            folder.mkdir()
+            (folder / "release").touch()  # the run goes straight through
+            env = {**_env(folder), "GATE_HOLD_S": "0.3"}
+            db = folder / "live.db"
+            conn = open_connection(db)
+            migrations.apply(conn)
+            conn.close()
+            _pg_clear(pg_url)
+            go = str(folder / "go")
+            # the run starts from 450 ms before the copy to 500 ms after it (the one
+            # started later waits): it ends, holds its lease, or starts after the copy's read
+            lead = round_ / 20 - 0.45
+            run_argv = [str(db)]
+            racers["run"].task(round_, go=go, do="run", args=run_argv, env=env, delay=max(lead, 0))
+            copy_argv = ["--db", str(db), "db", "copy", "--from", str(db), "--to", pg_url]
+            racers["copy"].task(
+                round_, go=go, do="cli", args=copy_argv, env=env, delay=max(-lead, 0)
+            )
+            Path(go).touch()
+            run, copy = racers["run"].told(round_), racers["copy"].told(round_)
+            assert run["code"] == 0, run
+            there = _pg_runs(pg_url)
+            if copy["code"] == 1:
+                assert "executing in a live process" in copy["err"], copy
+                assert there == []
+                outcomes["refused"] += 1
+            else:
+                assert copy["code"] == 0, copy
+                assert all(status == "completed" for _, status in there), there
+                outcomes["absent" if not there else "ended"] += 1
+            assert _steps(folder) == ["hold", "after"]
+        for racer in racers.values():
+            racer.close()
+    finally:
+        for racer in racers.values():
+            if racer.proc.poll() is None:
+                racer.proc.kill()
+                racer.proc.communicate(timeout=60)
     assert sum(outcomes.values()) == 20, outcomes
     print(outcomes)  # how the rounds went (-s shows it)
 

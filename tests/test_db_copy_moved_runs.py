@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -21,15 +22,16 @@ from pydantic import BaseModel
 
 from desktop_app.errors import redact
 from tests.cli_support import as_printed, flowdesk, spawn
+from tests.line_racer import CLI_RACER, LineRacer
 from tests.test_db_copy_live_runs import (
     _env,
     _log,
     _pg_clear,
     _pg_runs,
-    _racer,
     _steps,
     _wait_for,
 )
+from tests.test_db_copy_moved_thread_race import _copy_file
 
 FLOWS = (
     '["tests.test_db_copy_live_runs:gate", "tests.test_db_copy_moved_runs:asker", '
@@ -225,57 +227,82 @@ def test_db_copy_racing_a_resume_on_the_file_runs_each_step_once(
     """``db copy`` and ``resume RUN`` on the file released together, 20
     rounds, then a worker on PostgreSQL: either the resume ran the run on the
     laptop first (the copy refused it, or copied it ended), or the copy
-    marked it moved and the resume refused; its steps ran once either way."""
+    marked it moved and the resume refused; its steps ran once either way.
+
+    The interrupted run (its ``start`` killed mid-step) is made once and its
+    file (with the step log) copied per round; the copy and the resume are
+    each a process kept across rounds (tests/cli_racer.py), running the
+    command's entry point."""
     from desktop_app.store import migrations
     from desktop_app.store.connection import open_connection
 
+    proto = tmp_path / "proto"
+    proto.mkdir()
+    env = _env(proto)
+    conn = open_connection(proto / "laptop.db")
+    migrations.apply(conn)
+    conn.close()
+    live = spawn("--db", str(proto / "laptop.db"), "start", "gate", "--input", "{}", env=env)
+    assert live.stdout is not None
+    rid = live.stdout.readline().strip()
+    _wait_for(proto / "started-*", live)
+    live.kill()
+    live.communicate(timeout=60)
+    assert _steps(proto) == ["hold"]
+    racers = {what: LineRacer(CLI_RACER, env={**os.environ, **env}) for what in ("resume", "copy")}
     outcomes = {"copied-then-refused": 0, "resumed-first": 0}
-    for round_ in range(20):
-        folder = tmp_path / f"r{round_}"
-        folder.mkdir()
-        env = _env(folder)
-        db = folder / "laptop.db"
-        conn = open_connection(db)
-        migrations.apply(conn)
-        conn.close()
-        _pg_clear(pg_url)
-        live = spawn("--db", str(db), "start", "gate", "--input", "{}", env=env)
-        assert live.stdout is not None
-        rid = live.stdout.readline().strip()
-        _wait_for(folder / "started-*", live)
-        live.kill()
-        live.communicate(timeout=60)
-        (folder / "release").touch()
-        go = folder / "go"
-        resume = _racer(go, "resume", "--db", str(db), "resume", rid, env=env)
-        copy = _racer(
-            go, "copy", "--db", str(db), "db", "copy", "--from", str(db), "--to", pg_url, env=env
-        )
-        for proc, what in ((resume, "resume"), (copy, "copy")):
-            _wait_for(folder / f"go.ready-{what}", proc)
-        go.touch()
-        r_out, r_err = resume.communicate(timeout=120)
-        c_out, c_err = copy.communicate(timeout=120)
-        there = _pg_runs(pg_url)
-        if resume.returncode == 0:  # the laptop ran it: the copy has it ended, or nothing
-            assert "completed" in r_out, r_out + r_err
-            assert there in ([], [(rid, "completed")]), (there, c_out, c_err)
-            outcomes["resumed-first"] += 1
-        else:  # the copy marked it first: the resume ran nothing
-            assert "moved to" in r_err, r_out + r_err
-            assert copy.returncode == 0, c_err
-            assert there == [(rid, "running")]
-            worker = spawn("--db", pg_url, "agent", "--poll", "0.1", env=env)
-            try:
-                assert worker.stderr is not None
-                for line in worker.stderr:
-                    if f"run {rid} completed" in line:
-                        break
-            finally:
-                worker.send_signal(signal.SIGTERM)
-                worker.communicate(timeout=60)
-            outcomes["copied-then-refused"] += 1
-        # the killed attempt, then exactly one full run: on the laptop or on the worker
-        assert _steps(folder) == ["hold", "hold", "after"], (r_out, r_err, c_out, c_err)
+    try:
+        for round_ in range(20):
+            folder = tmp_path / f"r{round_}"
+            folder.mkdir()
+            env = _env(folder)
+            db = folder / "laptop.db"
+            _copy_file(proto / "laptop.db", db)
+            shutil.copy(proto / "steps.log", folder / "steps.log")
+            _pg_clear(pg_url)
+            (folder / "release").touch()
+            go = folder / "go"
+            argv = {
+                "resume": ["--db", str(db), "resume", rid],
+                "copy": ["--db", str(db), "db", "copy", "--from", str(db), "--to", pg_url],
+            }
+            # the resume starts 0-225 ms after the copy: before, during and after its mark
+            delay = {"resume": round_ % 10 * 0.025, "copy": 0.0}
+            for what, racer in racers.items():
+                racer.task(
+                    round_, go=str(go), do="cli", args=argv[what], env=env, delay=delay[what]
+                )
+            go.touch()
+            resumed, copied = racers["resume"].told(round_), racers["copy"].told(round_)
+            r_out, r_err = resumed["out"], resumed["err"]
+            c_out, c_err = copied["out"], copied["err"]
+            there = _pg_runs(pg_url)
+            if resumed["code"] == 0:  # the laptop ran it: the copy has it ended, or nothing
+                assert "completed" in r_out, r_out + r_err
+                assert there in ([], [(rid, "completed")]), (there, c_out, c_err)
+                outcomes["resumed-first"] += 1
+            else:  # the copy marked it first: the resume ran nothing
+                assert "moved to" in r_err, r_out + r_err
+                assert copied["code"] == 0, c_err
+                assert there == [(rid, "running")]
+                worker = spawn("--db", pg_url, "agent", "--poll", "0.1", env=env)
+                try:
+                    assert worker.stderr is not None
+                    for line in worker.stderr:
+                        if f"run {rid} completed" in line:
+                            break
+                finally:
+                    worker.send_signal(signal.SIGTERM)
+                    worker.communicate(timeout=60)
+                outcomes["copied-then-refused"] += 1
+            # the killed attempt, then exactly one full run: on the laptop or on the worker
+            assert _steps(folder) == ["hold", "hold", "after"], (r_out, r_err, c_out, c_err)
+        for racer in racers.values():
+            racer.close()
+    finally:
+        for racer in racers.values():
+            if racer.proc.poll() is None:
+                racer.proc.kill()
+                racer.proc.communicate(timeout=60)
     assert sum(outcomes.values()) == 20, outcomes
     print(outcomes)

@@ -13,12 +13,12 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.cli_support import REPO, flowdesk
+from tests.line_racer import CLI_RACER, LineRacer
 from tests.test_tryout_fixes import add_agent_runs
 
 APPROVAL = {"FLOWDESK_FLOWS": '["desktop_app.examples.approval:approval"]'}
@@ -183,22 +183,12 @@ def test_a_folder_of_json_files_without_a_manifest_is_refused(tmp_path: Path) ->
     assert (out / "notes.txt").read_text() == "mine"
 
 
-RACE = """
-import sys, time
-from pathlib import Path
-from desktop_app.export import main
-go = Path(sys.argv[1])
-Path(sys.argv[2]).touch()
-while not go.exists():
-    time.sleep(0.001)
-sys.exit(main(sys.argv[3:]))
-"""
-
-
 def test_two_exports_into_one_folder_at_once_never_mix(tmp_path: Path) -> None:
     """Two exports of different files into one new folder, released together,
     20 rounds: one writes, the other is refused (exit 2); the folder holds
-    exactly the files of the one its manifest names."""
+    exactly the files of the one its manifest names. Each export is a process
+    kept across rounds (tests/cli_racer.py), running what ``flowdesk export``
+    runs (``desktop_app.export.main``) once per round."""
     a, b = tmp_path / "a.db", tmp_path / "b.db"
     for db, order in ((a, "o-a"), (b, "o-b")):
         assert flowdesk(db, "db", "apply").returncode == 0
@@ -206,42 +196,34 @@ def test_two_exports_into_one_folder_at_once_never_mix(tmp_path: Path) -> None:
             db, "start", "approval", "--input", json.dumps({"order": order}), env=APPROVAL
         )
         assert started.returncode == 0, started.stderr
+    listed = {str(db.resolve()): _listed(db)["flow"] for db in (a, b)}
     wins = {str(a.resolve()): 0, str(b.resolve()): 0}
-    for round_ in range(20):
-        out, go = tmp_path / f"out{round_}", tmp_path / f"go{round_}"
-        procs = []
-        for db in (a, b):
-            ready = tmp_path / f"ready{round_}-{db.stem}"
-            procs.append(
-                (
-                    ready,
-                    subprocess.Popen(
-                        [sys.executable, "-c", RACE, str(go), str(ready), str(db), str(out)],
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        text=True,
-                        cwd=REPO,
-                        env={**os.environ, "PYTHONPATH": str(REPO)},
-                    ),
-                )
-            )
-        for ready, proc in procs:
-            while not ready.exists():
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.01)
-        go.touch()
-        codes = sorted(proc.wait(timeout=120) for _, proc in procs)
-        assert codes == [0, 2], [p.communicate() for _, p in procs]
-        winner = _manifest(out)["source"]
-        wins[winner] += 1
-        orders = {r["run_id"] for r in json.loads((out / "runs.json").read_text())}
-        listed = _listed(Path(winner))["flow"]
-        assert orders == listed  # runs.json is the winner's, as every table
-        tables = set(_manifest(out)["tables"])
-        assert {p.name for p in out.iterdir()} == {f"{t}.json" for t in tables} | {
-            "flowdesk-export.json"
-        }
+    racers = [LineRacer(CLI_RACER, env={**os.environ, "PYTHONPATH": str(REPO)}) for _ in (a, b)]
+    try:
+        for round_ in range(20):
+            out, go = tmp_path / f"out{round_}", tmp_path / f"go{round_}"
+            for db, racer in zip((a, b), racers, strict=True):
+                racer.task(round_, go=str(go), do="export", args=[str(db), str(out)])
+            go.touch()
+            told = [racer.told(round_) for racer in racers]
+            assert sorted(t["code"] for t in told) == [0, 2], told
+            winner = _manifest(out)["source"]
+            wins[winner] += 1
+            orders = {r["run_id"] for r in json.loads((out / "runs.json").read_text())}
+            assert orders == listed[winner]  # runs.json is the winner's, as every table
+            tables = set(_manifest(out)["tables"])
+            assert {p.name for p in out.iterdir()} == {f"{t}.json" for t in tables} | {
+                "flowdesk-export.json"
+            }
+        for racer in racers:
+            racer.close()
+    finally:
+        for racer in racers:
+            if racer.proc.poll() is None:
+                racer.proc.kill()
+                racer.proc.communicate(timeout=60)
     assert sum(wins.values()) == 20, wins
+    assert {str(db.resolve()): _listed(db)["flow"] for db in (a, b)} == listed  # read only
 
 
 @pytest.mark.postgres

@@ -24,6 +24,7 @@ from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow
 from desktop_app.runs_view import MAY_HAVE_BEEN_MADE
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO, as_printed, flowdesk
+from tests.line_racer import CLI_RACER, LineRacer
 from tests.tidy_folders import fill, tidied, top_files
 
 WORKER = str(REPO / "tests" / "tidy_cli_worker.py")
@@ -99,35 +100,46 @@ def test_undo_after_a_kill_mid_delivery_withdraws_the_moves_not_made(tmp_path):
 def test_an_undo_and_a_dispatcher_released_at_one_instant_leave_every_file_back(tmp_path):
     """20 rounds: a run with 40 queued moves, then ``flowdesk undo`` and a
     dispatcher of the built-in destinations (as the app runs one) in two
-    processes released together (the undo staggered by 0-200 ms so the
-    rounds interleave differently). Whatever the interleaving, every file
-    ends back and a later dispatcher has nothing to deliver."""
+    processes released together (the undo staggered by 0-40 ms so the
+    rounds interleave differently: a warm dispatcher makes 40 moves in
+    about 50 ms). Whatever the interleaving, every file
+    ends back and a later dispatcher has nothing to deliver. The two are
+    processes kept across rounds (tests/cli_racer.py), each round a run of
+    its own."""
     db = tmp_path / "race.db"
     assert flowdesk(db, "db", "apply").returncode == 0
     store = open_store(db)
     engine = Engine(store, flows=[build_tidy_flow()], clock=ManualClock())
     mixes: list[tuple[int, int]] = []
-    for r in range(20):
-        folder = tmp_path / f"dl{r}"
-        files = fill(folder, 40)
-        run_id = engine.run("tidy", {"folder": str(folder)}).run_id
-        assert engine.resume_with(run_id, "yes").status == "completed"
-        go = tmp_path / f"go{r}"
-        undo = worker("--db", str(db), "undo", run_id, "-o", "json", go=go, delay=f"{r % 5 / 20}")
-        deliver = worker(go=go, dispatch=str(db))
-        for p in (undo, deliver):
-            assert p.stdout is not None and p.stdout.readline() == "ready\n"
-        go.touch()
-        undone, _ = undo.communicate(timeout=120)
-        delivered, err = deliver.communicate(timeout=120)
-        assert undo.returncode == 0 and deliver.returncode == 0, err
-        report = json.loads(undone)
-        assert report["left"] == [] and report["in_flight"] == []
-        assert report["moved_back"] + report["withdrawn"] == 40, report
-        mixes.append((report["moved_back"], report["withdrawn"]))
-        later = Dispatcher(store, {DESTINATION: FileMover(store)})
-        assert later.dispatch() == 0  # nothing of the run is left to send
-        assert top_files(folder) == files and tidied(folder) == [], (r, report, delivered)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    racers = {what: LineRacer(CLI_RACER, env=env) for what in ("undo", "deliver")}
+    try:
+        for r in range(20):
+            folder = tmp_path / f"dl{r}"
+            files = fill(folder, 40)
+            run_id = engine.run("tidy", {"folder": str(folder)}).run_id
+            assert engine.resume_with(run_id, "yes").status == "completed"
+            go = str(tmp_path / f"go{r}")
+            undo_argv = ["--db", str(db), "undo", run_id, "-o", "json"]
+            racers["undo"].task(r, go=go, do="cli", args=undo_argv, delay=r % 5 / 100)
+            racers["deliver"].task(r, go=go, do="dispatch", args=[str(db)])
+            Path(go).touch()
+            undo, deliver = racers["undo"].told(r), racers["deliver"].told(r)
+            assert undo["code"] == 0 and deliver["code"] == 0, (undo, deliver)
+            report = json.loads(undo["out"])
+            assert report["left"] == [] and report["in_flight"] == []
+            assert report["moved_back"] + report["withdrawn"] == 40, report
+            mixes.append((report["moved_back"], report["withdrawn"]))
+            later = Dispatcher(store, {DESTINATION: FileMover(store)})
+            assert later.dispatch() == 0  # nothing of the run is left to send
+            assert top_files(folder) == files and tidied(folder) == [], (r, report, deliver)
+        for racer in racers.values():
+            racer.close()
+    finally:
+        for racer in racers.values():
+            if racer.proc.poll() is None:
+                racer.proc.kill()
+                racer.proc.communicate(timeout=60)
     assert store.undelivered_intents() == {}
     print("moved back / withdrawn per round:", mixes)
     store.close()
