@@ -79,10 +79,10 @@ def test_new_over_a_tidy_with_queued_moves_withdraws_them(tmp_path):
     never made; every file moves once, by the new run; ``show`` and
     ``undo`` of both runs say so."""
     db, folder = tmp_path / "c.db", tmp_path / "tidy8"
-    files = fill(folder, 3000)
+    files = fill(folder, 1200)  # the report had 3,000: the same path, a third of the moves
     assert flowdesk(db, "db", "apply").returncode == 0
     old, queued = interrupted_tidy(db, folder, 300)
-    assert 300 <= queued < 3000 and len(top_files(folder)) == 3000
+    assert 300 <= queued < 1200 and len(top_files(folder)) == 1200
 
     new = flowdesk(db, "run", "tidy", "--folder", str(folder), "--new")
     new_id = new.stdout.splitlines()[0]
@@ -99,11 +99,11 @@ def test_new_over_a_tidy_with_queued_moves_withdraws_them(tmp_path):
 
     answered = flowdesk(db, "answer", new_id, "yes")
     assert answered.returncode == 0, answered.stderr
-    assert "3,000 files: 3,000 moved" in answered.stdout, answered.stdout
-    assert top_files(folder) == {} and len(tidied(folder)) == 3000
+    assert "1,200 files: 1,200 moved" in answered.stdout, answered.stdout
+    assert top_files(folder) == {} and len(tidied(folder)) == 1200
 
     shown = flowdesk(db, "show", old).stdout
-    assert f"3,000 files: {3000:,} not moved (the run was canceled)" in shown, shown
+    assert f"1,200 files: {1200:,} not moved (the run was canceled)" in shown, shown
     first = re.search(r"f0\.txt +not moved \(the run was canceled\) +(.*)", shown)
     assert first and first.group(1) in (
         "withdrawn: the run was canceled before this move was made",
@@ -116,10 +116,10 @@ def test_new_over_a_tidy_with_queued_moves_withdraws_them(tmp_path):
         f"tidy run {old} (canceled) moved nothing (the cancel withdrew its "
         f"{queued:,} queued moves); nothing to undo"
     )
-    assert len(tidied(folder)) == 3000  # untouched by the old run's undo
+    assert len(tidied(folder)) == 1200  # untouched by the old run's undo
     undo_new = flowdesk(db, "undo", new_id)
     assert undo_new.returncode == 0, undo_new.stdout
-    assert undo_new.stdout.splitlines()[0] == f"tidy run {new_id}: 3,000 moved back"
+    assert undo_new.stdout.splitlines()[0] == f"tidy run {new_id}: 1,200 moved back"
     assert top_files(folder) == files and tidied(folder) == []
 
 
