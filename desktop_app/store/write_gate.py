@@ -196,12 +196,12 @@ class WriteGate:
 
     def give_back(self) -> None:
         """Give a ``flock`` kept between transactions back now (a connection
-        closing). Waits at most 50 ms for this process's other holders of
-        the gate's mutex (the reaper holds it for microseconds; without the
-        wait, a close landing then left the ``flock`` to the turn's end): if
-        another thread of this process is inside a transaction, its end or
-        the reaper gives it back."""
-        if self._mutex.acquire(timeout=0.05):
+        closing). Waits at most 1 s for this process's other holders of
+        the gate's mutex (the reaper holds it for microseconds, longer on a
+        loaded machine; without the wait, a close landing then left the
+        ``flock`` to the turn's end): if another thread of this process is
+        inside a transaction that long, its end or the reaper gives it back."""
+        if self._mutex.acquire(timeout=1.0):
             try:
                 if self._depth == 0 and self._kept:
                     self._unlock()
