@@ -354,3 +354,93 @@ def test_a_late_send_error_does_not_set_back_an_intent_another_dispatcher_delive
     assert other.dispatch() == 0 and other_sink.sent == [(k0, {"n": 0})]
     store.close()
     other_store.close()
+
+
+# -- the claim of the intent being sent is renewed while it is sent ------------
+
+
+def _claim_expiry(db_path, key: str) -> float:
+    """The intent's claim expiry read from the file (with the product's SQLite
+    library: a second SQLite library in one process would drop its locks)."""
+    from desktop_app.store.connection import open_connection
+
+    conn = open_connection(db_path)
+    try:
+        ((at,),) = conn.execute(
+            "SELECT claim_expires_at FROM outbox WHERE intent_id=?", (key,)
+        ).fetchall()
+    finally:
+        conn.close()
+    return float(at)
+
+
+def _until(check, what: str, limit_s: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {limit_s} s: {check.__doc__}"
+        time.sleep(0.05)
+
+
+def test_a_slow_send_renews_its_claim_on_the_dispatchers_clock_and_no_peer_takes_it(db_path):
+    """A dispatcher never presumed alive (another machine) whose send outlives
+    its claim: the claim is renewed to the dispatcher's clock plus the TTL,
+    so a peer dispatching meanwhile leaves the intent alone and it is sent once."""
+    clock = ManualClock(2_000_000_000.0)  # ahead of the store's clock: renewal must use this one
+    store, (key,) = _queued(db_path)
+    peer_sink = Sink()
+    seen: list[int] = []
+
+    class SlowSink(Sink):
+        def send(self, key, payload):
+            clock.advance(1000)  # the claim (0.3 s) expired long ago by this clock
+            _until(
+                lambda: _claim_expiry(db_path, key) == pytest.approx(2_000_001_000.3, abs=0.01),
+                "renewal to the dispatcher's clock + 0.3 s",
+                limit_s=30,
+            )
+            with contextlib.closing(open_store(db_path)) as peer_store:
+                seen.append(Dispatcher(peer_store, {"sink": peer_sink}, clock).dispatch())
+            return super().send(key, payload)
+
+    sink = SlowSink()
+    first = Dispatcher(store, {"sink": sink}, clock, owner=ELSEWHERE, claim_ttl_s=0.3)
+    assert first.dispatch() == 1, store.intents(["pending"])
+    assert seen == [0] and peer_sink.sent == []  # the peer took nothing over
+    assert sink.sent == [(key, {"n": 0})]
+    (done,) = store.intents(["delivered"])
+    assert (done.intent_id, done.attempts) == (key, 1)
+    store.close()
+
+
+def test_a_send_whose_claim_was_lost_to_a_cancel_says_so(db_path, caplog):
+    """A cancel took back the send while its (expired, never presumed alive)
+    claimant was sending, and said its outcome unknown: the renewal finds the
+    claim gone and logs it (what the intent then records: docs/mutation.md,
+    the eleventh session's outbox section)."""
+    from desktop_app.flow.outbox import withdraw_for_cancel
+
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    run_id = key.split(":")[0]
+    other = open_store(db_path)
+    lost = f"intent {key}: claim lost while sending"
+    said: list[bool] = []
+
+    class CanceledSink(Sink):
+        def send(self, key, payload):
+            withdrawn = withdraw_for_cancel(other, run_id, None)  # the store's clock: expired
+            assert [i.intent_id for i in withdrawn.unknown] == [key]  # said unknown
+            _until(lambda: lost in caplog.messages, "warning of the lost claim", limit_s=30)
+            said.append(True)
+            return super().send(key, payload)
+
+    caplog.set_level("WARNING", logger="desktop_app.flow.outbox")
+    sink = CanceledSink()
+    first = Dispatcher(store, {"sink": sink}, clock, owner=ELSEWHERE, claim_ttl_s=0.3)
+    assert first.dispatch() == 1
+    assert said == [True]
+    assert sink.sent == [(key, {"n": 0})]  # sent once, by the claimant
+    other.close()
+    store.close()
