@@ -444,3 +444,64 @@ def test_a_send_whose_claim_was_lost_to_a_cancel_says_so(db_path, caplog):
     assert sink.sent == [(key, {"n": 0})]  # sent once, by the claimant
     other.close()
     store.close()
+
+
+class DownSink(Sink):
+    def lookup(self, key):
+        raise OSError("destination down")
+
+
+def test_a_failed_lookup_keeps_the_send_interrupted_says_why_and_lets_the_claim_go(db_path, caplog):
+    """An interrupted send whose lookup raises is neither sent blindly nor
+    counted: it stays ``sending`` with the reason, the warning names it, and its
+    claim is let go so the next dispatcher looks it up at once."""
+    from desktop_app.flow.outbox import LOOKUP_FAILED
+
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink()
+    crashing.fail_next = [Crash()]
+    with pytest.raises(Crash):
+        Dispatcher(store, {"sink": crashing}, clock).dispatch()
+    gc.collect()  # that dispatcher is gone: its claim is taken at once
+    caplog.set_level("WARNING", logger="desktop_app.flow.outbox")
+    down = DownSink()
+    assert Dispatcher(store, {"sink": down}, clock).dispatch() == 0
+    assert down.sent == []  # never sent blindly
+    assert f"intent {key}: lookup failed: destination down" in caplog.messages
+    (held,) = store.intents(["sending"])
+    assert held.intent_id == key  # still sending: its outcome unknown
+    assert held.last_error == f"{LOOKUP_FAILED}: OSError: destination down"
+    sink = Sink()  # the same clock: the claim was let go, not left to expire
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1
+    assert sink.sent == [(key, {"n": 0})]
+    (done,) = store.intents(["delivered"])
+    assert done.intent_id == key
+    store.close()
+
+
+def test_a_cancel_leaves_a_send_a_live_dispatcher_of_this_process_makes_to_it(db_path):
+    """Its claim expired by the store's clock (the dispatcher's runs 11 months
+    behind), but its dispatcher is alive here: the cancel leaves it in flight,
+    and the send is recorded delivered when it ends."""
+    from desktop_app.flow.outbox import withdraw_for_cancel
+
+    clock = ManualClock()  # 2026-01-01: the claim expired long ago by the store's clock
+    store, (key,) = _queued(db_path)
+    run_id = key.split(":")[0]
+    other = open_store(db_path)
+    seen = []
+
+    class CanceledSink(Sink):
+        def send(self, key, payload):
+            done = withdraw_for_cancel(other, run_id, None)
+            seen.append(([i.intent_id for i in done.in_flight], done.withdrawn, done.unknown))
+            return super().send(key, payload)
+
+    sink = CanceledSink()
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1
+    assert seen == [([key], [], [])]
+    (done,) = store.intents(["delivered"])
+    assert (done.intent_id, done.receipt) == (key, sink.have[key])
+    other.close()
+    store.close()
