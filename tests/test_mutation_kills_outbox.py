@@ -505,3 +505,29 @@ def test_a_cancel_leaves_a_send_a_live_dispatcher_of_this_process_makes_to_it(db
     assert (done.intent_id, done.receipt) == (key, sink.have[key])
     other.close()
     store.close()
+
+
+def test_a_pass_that_sends_nothing_yet_renews_no_claim_and_warns_of_none(db_path, caplog):
+    """While a pass looks an interrupted send up (nothing being sent yet),
+    the renewal ticks (every 0.1 s here) renew nothing and warn of nothing."""
+    import time
+
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink(clock)
+    crashing.crash_after_accept = True
+    with pytest.raises(Crash):
+        Dispatcher(store, {"sink": crashing}, clock).dispatch()
+    gc.collect()
+
+    class SlowLookup(Sink):
+        def lookup(self, key):
+            time.sleep(0.5)  # several renewal ticks pass
+            return crashing.have.get(key)
+
+    caplog.set_level("WARNING", logger="desktop_app.flow.outbox")
+    assert Dispatcher(store, {"sink": SlowLookup()}, clock, claim_ttl_s=0.3).dispatch() == 1
+    assert caplog.messages == []
+    (done,) = store.intents(["delivered"])
+    assert done.intent_id == key
+    store.close()
