@@ -157,3 +157,46 @@ def test_trusted_now_is_the_later_of_the_two_clocks():
     assert trusted_now(behind) <= time.time() + 0.01
     assert trusted_now(ManualClock(5.0)) == 5.0
     assert CheckedClock(lambda: None, "x").skew() is None
+
+
+class FrozenTime(FakeTime):
+    """A ``time`` module whose wall clock stands still at 1_800_000_000 s."""
+
+    def monotonic(self) -> float:
+        return 0.0
+
+
+def test_checked_clock_allows_a_skew_of_exactly_the_tolerance_and_not_a_hair_more(monkeypatch):
+    from desktop_app.errors import ClockSkewError
+    from desktop_app.flow.clock import SKEW_TOLERANCE_S, CheckedClock
+
+    monkeypatch.setattr(clock_module, "time", FrozenTime())
+    for offset in (SKEW_TOLERANCE_S, -SKEW_TOLERANCE_S):  # "largest difference allowed"
+        clock = CheckedClock(lambda offset=offset: 1_800_000_000.0 + offset, "x")
+        assert clock.now() == 1_800_000_000.0
+    for offset in (SKEW_TOLERANCE_S + 0.001, -SKEW_TOLERANCE_S - 0.001):
+        with pytest.raises(ClockSkewError):
+            CheckedClock(lambda offset=offset: 1_800_000_000.0 + offset, "x").now()
+
+
+def test_trusted_now_without_a_reference_reading_is_this_process_clock(monkeypatch):
+    from desktop_app.flow.clock import CheckedClock, trusted_now
+
+    monkeypatch.setattr(clock_module, "time", FrozenTime())
+    # no reading (an in-memory database, a folder the clock file cannot be written in)
+    assert CheckedClock(lambda: None, "x").trusted_now() == 1_800_000_000.0
+    assert trusted_now(CheckedClock(lambda: None, "x")) == 1_800_000_000.0
+
+
+def test_checked_clock_sleeps_like_the_system_clock_and_stops_when_canceled(fake_time):
+    from desktop_app.flow.clock import CheckedClock
+
+    clock = CheckedClock(lambda: None, "x")
+    assert clock.sleep(0.25) is True
+    assert fake_time.slept == [0.25]
+    cancel = RecordingEvent()
+    assert clock.sleep(0.5, cancel) is True
+    cancel.set()
+    assert clock.sleep(5, cancel) is False  # a stop does not wait the 5 s out
+    assert cancel.timeouts == [0.5, 5]
+    assert fake_time.slept == [0.25]  # waited on the event, not slept

@@ -354,3 +354,180 @@ def test_a_late_send_error_does_not_set_back_an_intent_another_dispatcher_delive
     assert other.dispatch() == 0 and other_sink.sent == [(k0, {"n": 0})]
     store.close()
     other_store.close()
+
+
+# -- the claim of the intent being sent is renewed while it is sent ------------
+
+
+def _claim_expiry(db_path, key: str) -> float:
+    """The intent's claim expiry read from the file (with the product's SQLite
+    library: a second SQLite library in one process would drop its locks)."""
+    from desktop_app.store.connection import open_connection
+
+    conn = open_connection(db_path)
+    try:
+        ((at,),) = conn.execute(
+            "SELECT claim_expires_at FROM outbox WHERE intent_id=?", (key,)
+        ).fetchall()
+    finally:
+        conn.close()
+    return float(at)
+
+
+def _until(check, what: str, limit_s: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {limit_s} s: {check.__doc__}"
+        time.sleep(0.05)
+
+
+def test_a_slow_send_renews_its_claim_on_the_dispatchers_clock_and_no_peer_takes_it(db_path):
+    """A dispatcher never presumed alive (another machine) whose send outlives
+    its claim: the claim is renewed to the dispatcher's clock plus the TTL,
+    so a peer dispatching meanwhile leaves the intent alone and it is sent once."""
+    clock = ManualClock(2_000_000_000.0)  # ahead of the store's clock: renewal must use this one
+    store, (key,) = _queued(db_path)
+    peer_sink = Sink()
+    seen: list[int] = []
+
+    class SlowSink(Sink):
+        def send(self, key, payload):
+            clock.advance(1000)  # the claim (0.3 s) expired long ago by this clock
+            _until(
+                lambda: _claim_expiry(db_path, key) == pytest.approx(2_000_001_000.3, abs=0.01),
+                "renewal to the dispatcher's clock + 0.3 s",
+                limit_s=30,
+            )
+            with contextlib.closing(open_store(db_path)) as peer_store:
+                seen.append(Dispatcher(peer_store, {"sink": peer_sink}, clock).dispatch())
+            return super().send(key, payload)
+
+    sink = SlowSink()
+    first = Dispatcher(store, {"sink": sink}, clock, owner=ELSEWHERE, claim_ttl_s=0.3)
+    assert first.dispatch() == 1, store.intents(["pending"])
+    assert seen == [0] and peer_sink.sent == []  # the peer took nothing over
+    assert sink.sent == [(key, {"n": 0})]
+    (done,) = store.intents(["delivered"])
+    assert (done.intent_id, done.attempts) == (key, 1)
+    store.close()
+
+
+def test_a_send_whose_claim_was_lost_to_a_cancel_says_so(db_path, caplog):
+    """A cancel took back the send while its (expired, never presumed alive)
+    claimant was sending, and said its outcome unknown: the renewal finds the
+    claim gone and logs it (what the intent then records: docs/mutation.md,
+    the eleventh session's outbox section)."""
+    from desktop_app.flow.outbox import withdraw_for_cancel
+
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    run_id = key.split(":")[0]
+    other = open_store(db_path)
+    lost = f"intent {key}: claim lost while sending"
+    said: list[bool] = []
+
+    class CanceledSink(Sink):
+        def send(self, key, payload):
+            withdrawn = withdraw_for_cancel(other, run_id, None)  # the store's clock: expired
+            assert [i.intent_id for i in withdrawn.unknown] == [key]  # said unknown
+            _until(lambda: lost in caplog.messages, "warning of the lost claim", limit_s=30)
+            said.append(True)
+            return super().send(key, payload)
+
+    caplog.set_level("WARNING", logger="desktop_app.flow.outbox")
+    sink = CanceledSink()
+    first = Dispatcher(store, {"sink": sink}, clock, owner=ELSEWHERE, claim_ttl_s=0.3)
+    assert first.dispatch() == 1
+    assert said == [True]
+    assert sink.sent == [(key, {"n": 0})]  # sent once, by the claimant
+    other.close()
+    store.close()
+
+
+class DownSink(Sink):
+    def lookup(self, key):
+        raise OSError("destination down")
+
+
+def test_a_failed_lookup_keeps_the_send_interrupted_says_why_and_lets_the_claim_go(db_path, caplog):
+    """An interrupted send whose lookup raises is neither sent blindly nor
+    counted: it stays ``sending`` with the reason, the warning names it, and its
+    claim is let go so the next dispatcher looks it up at once."""
+    from desktop_app.flow.outbox import LOOKUP_FAILED
+
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink()
+    crashing.fail_next = [Crash()]
+    with pytest.raises(Crash):
+        Dispatcher(store, {"sink": crashing}, clock).dispatch()
+    gc.collect()  # that dispatcher is gone: its claim is taken at once
+    caplog.set_level("WARNING", logger="desktop_app.flow.outbox")
+    down = DownSink()
+    assert Dispatcher(store, {"sink": down}, clock).dispatch() == 0
+    assert down.sent == []  # never sent blindly
+    assert f"intent {key}: lookup failed: destination down" in caplog.messages
+    (held,) = store.intents(["sending"])
+    assert held.intent_id == key  # still sending: its outcome unknown
+    assert held.last_error == f"{LOOKUP_FAILED}: OSError: destination down"
+    sink = Sink()  # the same clock: the claim was let go, not left to expire
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1
+    assert sink.sent == [(key, {"n": 0})]
+    (done,) = store.intents(["delivered"])
+    assert done.intent_id == key
+    store.close()
+
+
+def test_a_cancel_leaves_a_send_a_live_dispatcher_of_this_process_makes_to_it(db_path):
+    """Its claim expired by the store's clock (the dispatcher's runs 11 months
+    behind), but its dispatcher is alive here: the cancel leaves it in flight,
+    and the send is recorded delivered when it ends."""
+    from desktop_app.flow.outbox import withdraw_for_cancel
+
+    clock = ManualClock()  # 2026-01-01: the claim expired long ago by the store's clock
+    store, (key,) = _queued(db_path)
+    run_id = key.split(":")[0]
+    other = open_store(db_path)
+    seen = []
+
+    class CanceledSink(Sink):
+        def send(self, key, payload):
+            done = withdraw_for_cancel(other, run_id, None)
+            seen.append(([i.intent_id for i in done.in_flight], done.withdrawn, done.unknown))
+            return super().send(key, payload)
+
+    sink = CanceledSink()
+    assert Dispatcher(store, {"sink": sink}, clock).dispatch() == 1
+    assert seen == [([key], [], [])]
+    (done,) = store.intents(["delivered"])
+    assert (done.intent_id, done.receipt) == (key, sink.have[key])
+    other.close()
+    store.close()
+
+
+def test_a_pass_that_sends_nothing_yet_renews_no_claim_and_warns_of_none(db_path, caplog):
+    """While a pass looks an interrupted send up (nothing being sent yet),
+    the renewal ticks (every 0.1 s here) renew nothing and warn of nothing."""
+    import time
+
+    clock = ManualClock()
+    store, (key,) = _queued(db_path)
+    crashing = Sink(clock)
+    crashing.crash_after_accept = True
+    with pytest.raises(Crash):
+        Dispatcher(store, {"sink": crashing}, clock).dispatch()
+    gc.collect()
+
+    class SlowLookup(Sink):
+        def lookup(self, key):
+            time.sleep(0.5)  # several renewal ticks pass
+            return crashing.have.get(key)
+
+    caplog.set_level("WARNING", logger="desktop_app.flow.outbox")
+    assert Dispatcher(store, {"sink": SlowLookup()}, clock, claim_ttl_s=0.3).dispatch() == 1
+    assert caplog.messages == []
+    (done,) = store.intents(["delivered"])
+    assert done.intent_id == key
+    store.close()

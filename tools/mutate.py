@@ -88,6 +88,8 @@ TESTS_FOR: dict[str, list[str]] = {
         *_ENGINE,
         "tests/test_waits.py",
         "tests/test_mutation_kills_clock.py",
+        # CheckedClock against a real SQLite file's file system clock (faketime)
+        "tests/test_clock_skew_sqlite.py",
     ],
     "desktop_app/flow/context.py": [
         *_ENGINE,
@@ -192,6 +194,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_outbox.py",
         "tests/test_outbox_settle.py",
         "tests/test_cancel_withdraws.py",
+        # a live claimant keeps its claim; the claim renewed while sending
+        "tests/test_outbox_live_claimant.py",
     ],
     "desktop_app/flow/state.py": [
         *_ENGINE,
