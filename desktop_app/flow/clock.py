@@ -134,11 +134,13 @@ class CheckedClock:
                 reference's by more than ``tolerance_s``.
         """
         mono = time.monotonic()
-        with self._lock:
-            due = self._next_check is None or mono >= self._next_check
-            if due:
-                self.check()  # raises: compared again at the next call
-                self._next_check = mono + self.recheck_s
+        nxt = self._next_check  # read without the lock: the step path's cost
+        if nxt is None or mono >= nxt:
+            with self._lock:  # one thread compares; the others see it done
+                nxt = self._next_check
+                if nxt is None or mono >= nxt:
+                    self.check()  # raises: compared again at the next call
+                    self._next_check = mono + self.recheck_s
         return time.time()
 
     def trusted_now(self) -> float:
