@@ -124,7 +124,11 @@ def main() -> int:
             while not (barrier / f"go-{n}").exists():
                 time.sleep(0.002)
             delivered = dispatcher.dispatch()
-            (barrier / f"done-{n}-{os.getpid()}").write_text(str(delivered))
+            # written aside, then renamed: the test reads a done file as soon
+            # as it exists, never one created but not yet written
+            part = barrier / f".part-{n}-{os.getpid()}"
+            part.write_text(str(delivered))
+            part.rename(barrier / f"done-{n}-{os.getpid()}")
         return 0
     total = dispatcher.dispatch()
     while args.until_done and f"DONE {args.until_done} " not in args.ledger.read_text():
