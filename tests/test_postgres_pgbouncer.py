@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_support import spawn
+from tests.polling import until
 
 pytestmark = pytest.mark.postgres
 #: What PgBouncer and psycopg say when session state is relied upon.
@@ -157,14 +158,21 @@ def test_workers_through_pgbouncer_hold_liveness_on_the_direct_listen_url(
     try:
         run_ids = start_digests(pg_url, tmp_path, 8)
         wait_all_completed(pg_url, run_ids)
-        with psycopg.connect(pg_url, autocommit=True) as conn:
-            holders = conn.execute(
-                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
-                "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                "AND l.database = (SELECT oid FROM pg_database "
-                "WHERE datname = current_database())"
-            ).fetchall()
+
+        def lock_holders() -> list[tuple[str]]:
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                return conn.execute(
+                    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a "
+                    "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                    "AND l.database = (SELECT oid FROM pg_database "
+                    "WHERE datname = current_database())"
+                ).fetchall()
+
         # one session lock per worker, each on its own liveness connection
+        # (on a loaded machine one worker may finish the runs before the
+        # other has started: wait for both to hold theirs)
+        until(lambda: len(lock_holders()) >= 2, "both workers' liveness locks", 60.0)
+        holders = lock_holders()
         assert sorted(h[0].endswith(" liveness") for h in holders) == [True, True], holders
     finally:
         results = stop(workers)
