@@ -603,32 +603,3 @@ def test_a_holder_started_from_a_long_path_is_named_by_its_files(tmp_path: Path)
     finally:
         proc.kill()
         proc.wait()
-
-
-def test_a_close_while_the_reaper_checks_the_turn_still_gives_the_gate_back(
-    db_path: Path,
-) -> None:
-    """Closing the store gives the kept ``flock`` back even when it lands
-    while another thread of this process holds the gate's mutex for a
-    moment (the reaper's check at the end of its idle wait: CI saw a closed
-    store's process still holding the gate). Before, ``give_back`` did not
-    wait for the mutex and left the ``flock`` to the turn's end."""
-    store = open_store(db_path)
-    store.publish_event("kept", {}, store.now())
-    gate = write_gate.gate_for(db_path, (db_path.stat().st_dev, db_path.stat().st_ino))
-    assert gate._kept  # inside its turn: kept between transactions
-    holding = threading.Event()
-    done = threading.Event()
-
-    def reaper_like() -> None:
-        with gate._mutex:
-            holding.set()
-            done.wait(0.02)
-
-    thread = threading.Thread(target=reaper_like)
-    thread.start()
-    holding.wait()
-    store.close()
-    done.set()
-    thread.join()
-    assert not held_elsewhere(db_path)
