@@ -8,12 +8,13 @@ it callbacks that post messages.
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from desktop_app.errors import FlowdeskError
 
 
-class Pump:
+class Pump(ABC):
     """Runs :meth:`_pass` on its own thread: at once when started, then
     whenever woken and at least every ``every_s`` seconds (or sooner, as the
     pass says). A pass that raises is said once per distinct text (prefixed
@@ -60,12 +61,13 @@ class Pump:
             self._thread.join(timeout_s)
 
     def _before_first(self) -> None:
-        """Called once on the pump's thread before the first pass."""
+        """Called once on the pump's thread before the first pass (none here)."""
+        return None
 
+    @abstractmethod
     def _pass(self) -> float:
         """One pass; returns the seconds to wait before the next (at most
         ``every_s``) unless woken sooner."""
-        raise NotImplementedError
 
     def _loop(self) -> None:
         self._before_first()
