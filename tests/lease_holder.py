@@ -5,7 +5,8 @@ tests, S78/S79), and the flow it runs, registered for the CLI through
 Usage: lease_holder.py DB SINK LEASE_TTL_S [BUSY_TIMEOUT_S]
 
 Runs the ``hold`` flow once. Its step ``long`` runs for ``LEASE_HOLD_S``
-seconds (environment, default 4), checking ``ctx.cancelled`` every 20 ms;
+seconds (environment, default 4), or until the file named by ``LEASE_RELEASE``
+(environment, optional) exists, checking ``ctx.cancelled`` every 20 ms;
 it appends ``start <pid> <t>``, ``cancelled <pid> <t>`` (when it saw it) and
 ``end <pid> <t>`` to SINK (``<t>``: wall-clock seconds). Prints the run id
 first, then ``result <status>`` (exit 0) or ``lost <message>`` (exit 4) when
@@ -47,7 +48,10 @@ def _record(line: str) -> None:
 def long(s: Held, ctx: Any) -> dict[str, Any]:
     _record("start")
     end = time.monotonic() + float(os.environ.get("LEASE_HOLD_S", "4"))
+    release = os.environ.get("LEASE_RELEASE")
     while time.monotonic() < end:
+        if release and os.path.exists(release):
+            break
         if ctx.cancelled:
             _record("cancelled")
             break

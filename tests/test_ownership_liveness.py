@@ -45,13 +45,23 @@ def _wait_for(sink: Path, what: str, count: int = 1) -> None:
         time.sleep(0.02)
 
 
-def _holder(db: Path, sink: Path, ttl: float, busy: float = 10.0, hold_s: float = 4.0):
+def _holder(
+    db: Path,
+    sink: Path,
+    ttl: float,
+    busy: float = 10.0,
+    hold_s: float = 4.0,
+    release: Path | None = None,
+):
+    env = {**os.environ, "LEASE_HOLD_S": str(hold_s)}
+    if release is not None:
+        env["LEASE_RELEASE"] = str(release)
     proc = subprocess.Popen(
         [sys.executable, str(HOLDER), str(db), str(sink), str(ttl), str(busy)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "LEASE_HOLD_S": str(hold_s)},
+        env=env,
     )
     assert proc.stdout is not None
     run_id = proc.stdout.readline().strip()
@@ -94,7 +104,10 @@ sys.exit(main(sys.argv[1:]))
 def test_a_process_whose_clock_runs_60_s_ahead_never_takes_a_live_owners_run(db_path, tmp_path):
     sink = tmp_path / "steps"
     env = {**os.environ, "LEASE_SINK": str(sink), "FLOWDESK_FLOWS": FLOWS, "PYTHONPATH": str(REPO)}
-    holder, run_id = _holder(db_path, sink, ttl=1.0, hold_s=4.0)
+    # the step lasts until the others have tried (a loaded machine takes
+    # seconds to start each of them), not a fixed time they could outlast
+    release = tmp_path / "release"
+    holder, run_id = _holder(db_path, sink, ttl=1.0, hold_s=LIMIT_S, release=release)
     try:
         _wait_for(sink, "start")
         ahead = subprocess.run(
@@ -110,6 +123,7 @@ def test_a_process_whose_clock_runs_60_s_ahead_never_takes_a_live_owners_run(db_
         )  # fmt: skip
         assert run_id[:8] in shifted.stdout + shifted.stderr, shifted
         assert "held by a live process" in shifted.stdout + shifted.stderr
+        release.touch()
         out, err = holder.communicate(timeout=LIMIT_S)
     finally:
         if holder.poll() is None:
