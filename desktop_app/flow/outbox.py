@@ -115,8 +115,9 @@ CANCELED = "withdrawn: the run was canceled before this was delivered"
 #: the error a withdrawn intent records when its send had begun and no
 #: destination here could say whether it was made
 OUTCOME_UNKNOWN = (
-    "withdrawn mid-send: the process sending it stopped before it recorded whether "
-    "it was made, and no destination here can check; its outcome is unknown"
+    "withdrawn mid-send: whether it was made was never recorded (the process sending "
+    "it stopped, or its send failed midway), and no destination here can check; its "
+    "outcome is unknown"
 )
 
 #: the start of the error an interrupted intent records when its
@@ -161,7 +162,8 @@ def settle_withdrawn(
 ) -> Withdrawal:
     """Say the truth about intents ``done`` withdrew while they were
     ``sending``: their dispatcher stopped (its process died) after the send
-    began, so the effect may have been made although it was never marked.
+    began, or the send failed midway (:data:`SEND_FAILED`), so the effect
+    may have been made although it was never marked.
 
     Each is asked of its destination (``destinations``, else one
     :func:`register_lookup` made), as a dispatcher reconciles an interrupted
