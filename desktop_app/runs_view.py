@@ -52,8 +52,9 @@ def queued_text(flow_name: str, undelivered: int) -> str:
 
 #: why an intent ``sending`` may have been made (``show`` and the app say it)
 MAY_HAVE_BEEN_MADE = (
-    "its sending began and its end was not recorded; the outcome is unknown until "
-    "it is delivered or looked up, and it is never made twice"
+    "its sending began and its outcome was not recorded (its process stopped, or the "
+    "call failed midway); the outcome is unknown until it is delivered or looked up, "
+    "and it is sent again only with the same idempotency key"
 )
 
 

@@ -4,7 +4,10 @@ POST /ops with header Idempotency-Key records the operation (a repeated key
 is accepted and not counted twice: the server de-duplicates, as a good API
 does); GET /ops/<key> answers 200 with the receipt or 404; GET /count/<key>
 returns how many times a POST with that key reached the server at all.
-Run: python tests/outbox_server.py PORTFILE
+With ``--drop-first``, the first POST of each key makes the operation and
+then closes the connection without answering (a server that died mid-call
+after making the effect): the client sees the connection reset.
+Run: python tests/outbox_server.py PORTFILE [--drop-first]
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Handler(BaseHTTPRequestHandler):
+    drop_first = False
     ops: dict[str, dict] = {}
     posts: dict[str, int] = {}
     lock = threading.Lock()
@@ -37,6 +41,10 @@ class Handler(BaseHTTPRequestHandler):
         with self.lock:
             self.posts[key] = self.posts.get(key, 0) + 1
             receipt = self.ops.setdefault(key, {"op": len(self.ops) + 1, "payload": body})
+            drop = self.drop_first and self.posts[key] == 1
+        if drop:  # made, then gone before answering
+            self.close_connection = True
+            return
         self._send(200, receipt)
 
     def do_GET(self) -> None:
@@ -62,4 +70,5 @@ def serve(portfile: str) -> None:
 
 
 if __name__ == "__main__":
+    Handler.drop_first = "--drop-first" in sys.argv[2:]
     serve(sys.argv[1])

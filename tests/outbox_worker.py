@@ -2,7 +2,9 @@
 HTTP destination; ``--kill-after-send`` SIGKILLs the process after the
 destination accepted the intent and before the acknowledgement is saved.
 
-Usage: python tests/outbox_worker.py DB URL [--kill-after-send]
+``--no-lookup`` gives the dispatcher a destination with no ``lookup``.
+
+Usage: python tests/outbox_worker.py DB URL [--kill-after-send] [--no-lookup]
 """
 
 from __future__ import annotations
@@ -57,6 +59,13 @@ class HttpDestination:
             raise
 
 
+class BlindHttpDestination:
+    """The same destination without a ``lookup``: it cannot be asked."""
+
+    def __init__(self, url: str) -> None:
+        self.send = HttpDestination(url, kill_after_send=False).send
+
+
 def flow():
     def charge(s: Order, ctx) -> dict:
         return {"charge_key": ctx.send("payments", {"amount": s.amount})}
@@ -79,7 +88,8 @@ def main() -> int:
         engine.run("checkout", Order(amount=42))
     else:
         engine.recover()
-    sent = Dispatcher(store, {"payments": HttpDestination(url, kill)}).dispatch()
+    dest = BlindHttpDestination(url) if "--no-lookup" in sys.argv else HttpDestination(url, kill)
+    sent = Dispatcher(store, {"payments": dest}).dispatch()  # type: ignore[dict-item]
     print("delivered", sent)
     store.close()
     return 0

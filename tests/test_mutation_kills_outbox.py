@@ -282,16 +282,33 @@ def test_an_error_marked_not_retryable_fails_the_intent_for_good(db_path):
     "error, text",
     [(ConnectionError("reset"), "ConnectionError: reset"), (Flaky("busy"), "Flaky: busy")],
 )
-def test_any_other_error_leaves_the_intent_pending_for_the_next_pass(db_path, error, text):
+def test_any_other_error_leaves_the_outcome_unknown_for_the_next_pass_to_look_up(
+    db_path, error, text
+):
+    """A retryable error may come after the effect (a reset once the server
+    made it): the intent stays ``sending`` with the error, its claim let go,
+    and the next pass looks it up before sending it again."""
+    from desktop_app.flow.outbox import SEND_FAILED
+
     store, (key,) = _queued(db_path)
-    sink = Sink()
+    asked: list[str] = []
+
+    class Asked(Sink):
+        def lookup(self, key):
+            asked.append(key)
+            return super().lookup(key)
+
+    sink = Asked()
     sink.fail_next = [error]
     dispatcher = Dispatcher(store, {"sink": sink}, ManualClock())
     assert dispatcher.dispatch() == 0
-    (pending,) = store.intents(["pending"])
-    assert pending.intent_id == key
-    assert pending.last_error == text and pending.attempts == 1
-    assert dispatcher.dispatch() == 1  # the next pass sends it again, same key
+    assert store.intents(["pending"]) == []
+    (unknown,) = store.intents(["sending"])
+    assert unknown.intent_id == key
+    assert unknown.last_error == f"{SEND_FAILED}: {text}" and unknown.attempts == 1
+    assert asked == []
+    assert dispatcher.dispatch() == 1  # looked up (not there), then sent again, same key
+    assert asked == [key]
     (done,) = store.intents(["delivered"])
     assert done.attempts == 2 and done.last_error is None
     assert sink.sent == [(key, {"n": 0})]

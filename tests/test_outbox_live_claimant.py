@@ -348,8 +348,9 @@ def test_show_and_runs_say_a_send_killed_midway_may_have_been_made_and_how_it_is
     head, hint = shown.stdout.splitlines()[:2]
     assert head.endswith(
         "status completed · 1 side effect may have been made (its sending began and its "
-        "end was not recorded; the outcome is unknown until it is delivered or looked up, "
-        "and it is never made twice)"
+        "outcome was not recorded (its process stopped, or the call failed midway); the "
+        "outcome is unknown until it is delivered or looked up, and it is sent again only "
+        "with the same idempotency key)"
     ), head
     assert "not made yet" not in shown.stdout and "resume --all" not in shown.stdout
     # the destination is the program's own: flowdesk never delivers it

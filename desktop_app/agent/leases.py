@@ -73,8 +73,8 @@ def holding_agent_run(
 
     def renew() -> None:
         while not stop.wait(max(0.05, ttl_s / 3)):
-            now = clock.now()
             try:
+                now = clock.now()  # a checked clock found skewed stops it too
                 store.claim(run_id, owner, now + ttl_s, now)
             except FlowdeskError:
                 return

@@ -203,16 +203,17 @@ def record_approval(
         wait_id: the approval the person answered
             (:func:`~desktop_app.agent.approvals.agent_wait_id`); ``None``:
             whatever the run waits on as read here, under the lease.
-        now: UTC epoch seconds of the write (default: the system clock).
+        now: UTC epoch seconds of the write (default: the store's
+            :func:`~desktop_app.flow.clock.default_clock`).
 
     Raises:
         RunStateError: the run waits for no approval, or (``wait_id``) waits
             on another one: answered elsewhere; nothing recorded.
         ApprovalAnswerError: ``answer`` is neither yes nor no (nothing recorded).
         LeaseLostError: ``owner`` does not hold the run.
+        ClockSkewError: ``now`` not given and this process's clock is off
+            the database's (nothing recorded).
     """
-    import time
-
     from desktop_app.agent.approvals import (
         ApprovalJournal,
         declined_result,
@@ -221,6 +222,7 @@ def record_approval(
         require_wait,
     )
     from desktop_app.agent.messages import Message
+    from desktop_app.flow.clock import default_clock
 
     run = store.get(run_id)
     if wait_id is not None:
@@ -243,7 +245,7 @@ def record_approval(
         declined = [Message("tool", content, tool_call_id=call_id, name=request.tool).to_json()]
     store.update(  # the decision is journaled with the end of the wait
         run_id,
-        time.time() if now is None else now,
+        default_clock(store).now() if now is None else now,
         owner=owner,
         tool=ApprovalJournal.row(request, approved),
         status="running",
@@ -310,17 +312,20 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
         AgentRunLeasedError: another live process holds the run (an answer
             or a resume taken a moment ago, say); nothing was run.
         CheckpointNotFoundError: no such run.
+        ClockSkewError: this process's clock is off the database's file
+            system clock (SQLite, :func:`~desktop_app.flow.clock.default_clock`);
+            nothing was taken or run.
     """
     import logging
-    import time
 
     from desktop_app.agent.leases import claim_agent_run, holding_agent_run
-    from desktop_app.flow.clock import SystemClock
+    from desktop_app.flow.clock import default_clock
     from desktop_app.flow.owners import new_owner
 
     owner = new_owner()
+    clock = default_clock(store)  # a skewed clock takes nothing (ClockSkewError)
     run = store.get(run_id)
-    took = claim_agent_run(store, run, owner, CLAIM_LEASE_S, time.time())
+    took = claim_agent_run(store, run, owner, CLAIM_LEASE_S, clock.now())
     if took is not None:  # logged as Agent logs its own takeovers
         logging.getLogger(__name__).info(
             "agent %s: run %s taken over from %s (%s) by %s",
@@ -328,7 +333,7 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
         )  # fmt: skip
     # renewed while the block runs: an npx server's start-up can outlast the
     # lease, and a worker on another host would take an expired one over
-    with holding_agent_run(store, run_id, owner, CLAIM_LEASE_S, SystemClock()):
+    with holding_agent_run(store, run_id, owner, CLAIM_LEASE_S, clock):
         yield owner
 
 

@@ -138,7 +138,7 @@ from desktop_app.errors import (
 )
 from desktop_app.flow import tracing
 from desktop_app.flow.children import register_child_kind
-from desktop_app.flow.clock import Clock, SystemClock
+from desktop_app.flow.clock import Clock, default_clock
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.owners import holding, new_owner
 from desktop_app.flow.retry import Backoff
@@ -279,7 +279,11 @@ class Agent:
         ttl_s: time-to-live, seconds from creation (status ``expired``).
         retries: retries of a retryable provider error within one call.
         backoff: wait between those retries.
-        clock: time source (UTC epoch seconds).
+        clock: time source (UTC epoch seconds); default: on SQLite the
+            system clock checked against the database's file system clock
+            (:func:`~desktop_app.flow.clock.default_clock`), so a process
+            whose clock is more than ``SKEW_TOLERANCE_S`` off writes nothing
+            into the run (``ClockSkewError``), else the system clock.
         owner: this process's lease owner id (default ``host:pid:random``).
         lease_ttl_s: seconds an agent run's lease lasts without renewal.
         tool_sources: where ``tools`` came from, as JSON text (see
@@ -324,7 +328,9 @@ class Agent:
         self.ttl_s = ttl_s
         self.retries = retries
         self.backoff = backoff or Backoff(initial_s=1.0, max_s=20.0)
-        self.clock = clock or SystemClock()
+        # on SQLite checked against the database's file system clock: a
+        # process whose clock is skewed writes nothing into the run
+        self.clock = clock or default_clock(store)
         self.tool_sources = tool_sources
         self.ask_user = ask_user
 

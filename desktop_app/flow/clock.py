@@ -160,6 +160,22 @@ class CheckedClock:
         return SystemClock().sleep(seconds, cancel)
 
 
+def default_clock(store: object) -> Clock:
+    """The clock that dates writes into ``store``'s runs when none is
+    injected (flow runs: the engine's; agent runs: an agent's, its answers'
+    and its leases'): on a store with a clock of its own that no process can
+    skew (SQLite: ``file_system_now``, the checkpoint store's or the agent
+    store's), the system clock checked against it (:class:`CheckedClock`: a
+    process whose clock is skewed either way writes nothing into runs, its
+    ``now()`` raises :class:`~desktop_app.errors.ClockSkewError`); else the
+    system clock (PostgreSQL decides leases by the database's clock)."""
+    reference = getattr(store, "file_system_now", None)
+    if reference is None:
+        return SystemClock()
+    path = getattr(store, "path", "")
+    return CheckedClock(reference, f"the file system holding {path}")
+
+
 def trusted_now(clock: Clock) -> float:
     """``clock``'s :meth:`CheckedClock.trusted_now` when it has one, else its
     ``now()`` (an injected test clock, the system clock on PostgreSQL)."""

@@ -38,7 +38,7 @@ from desktop_app.errors import (
 from desktop_app.flow import recovery
 from desktop_app.flow.answers import give_answer, refuse_while_asking
 from desktop_app.flow.children import cancel_children
-from desktop_app.flow.clock import CheckedClock, Clock, SystemClock, trusted_now
+from desktop_app.flow.clock import Clock, default_clock, trusted_now
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
@@ -139,20 +139,6 @@ class Refusals:
         self.logger.warning("run %s cannot go on in %s: %s", run_id, self.where, exc)
         if self.on_refused is not None:
             self.on_refused(run_id, exc)
-
-
-def default_clock(store: CheckpointStore) -> Clock:
-    """The engine's clock when none is injected: on a store with a clock of
-    its own that no process can skew (SQLite: ``file_system_now``), the
-    system clock checked against it (:class:`CheckedClock`: a process whose
-    clock is skewed either way writes nothing into runs); else the system
-    clock (PostgreSQL decides leases by the database's clock, see
-    ``CheckpointStore.now``)."""
-    reference = getattr(store, "file_system_now", None)
-    if reference is None:
-        return SystemClock()
-    path = getattr(store, "path", "")
-    return CheckedClock(reference, f"the file system holding {path}")
 
 
 class Engine:

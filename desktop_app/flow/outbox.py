@@ -26,8 +26,14 @@ the destination can de-duplicate). A lookup that raises leaves it
 ``sending`` (outcome unknown, the error recorded, the claim let go): the next
 dispatcher looks it up again, never sends it blindly. Errors of a send are
 classified by type: an exception whose ``retryable`` attribute is false
-marks the intent ``failed``; anything else leaves it ``pending`` for the
-next pass.
+marks the intent ``failed``; anything else (a timeout, a reset connection:
+the destination may have made the effect and then failed to answer) leaves
+its outcome unknown: it stays ``sending`` with the error
+(:data:`SEND_FAILED`), its claim let go, and the next pass reconciles it as
+an interrupted send, looking it up before sending it again. A destination
+with no ``lookup`` method cannot be asked: an interrupted intent of its is
+sent again with the same idempotency key, which it must de-duplicate (the
+intent's error and a warning say so, :func:`resent_unchecked`).
 
 An intent can be withdrawn before delivery (``store.withdraw_intents``: a
 tidy undo takes back the moves not made yet, and ``Engine.cancel`` takes back
@@ -67,7 +73,9 @@ class Destination(Protocol):
         """Perform the effect; returns a JSON receipt. Must accept a repeated key."""
 
     def lookup(self, idempotency_key: str) -> Any | None:
-        """The receipt of an effect already performed with this key, or ``None``."""
+        """The receipt of an effect already performed with this key, or
+        ``None``. A destination that cannot tell may leave this method out:
+        a send of unknown outcome is then repeated with the same key."""
 
 
 class UnknownDestinationError(FlowdeskError):
@@ -107,13 +115,31 @@ CANCELED = "withdrawn: the run was canceled before this was delivered"
 #: the error a withdrawn intent records when its send had begun and no
 #: destination here could say whether it was made
 OUTCOME_UNKNOWN = (
-    "withdrawn mid-send: the process sending it stopped before it recorded whether "
-    "it was made, and no destination here can check; its outcome is unknown"
+    "withdrawn mid-send: whether it was made was never recorded (the process sending "
+    "it stopped, or its send failed midway), and no destination here can check; its "
+    "outcome is unknown"
 )
 
 #: the start of the error an interrupted intent records when its
 #: destination's lookup failed: it stays ``sending``, its outcome unknown
 LOOKUP_FAILED = "outcome unknown: the lookup of this interrupted send failed"
+
+#: the start of the error an intent records when its send raised a retryable
+#: error (a timeout, a reset connection): the destination may have made it
+#: before the call failed, so it stays ``sending``, its outcome unknown, and
+#: is looked up before it is sent again
+SEND_FAILED = "outcome unknown: the send failed midway and may have been made"
+
+
+def resent_unchecked(destination: str) -> str:
+    """What is said of an intent to ``destination`` (one with no ``lookup``)
+    whose outcome is unknown: it is sent again with the same idempotency
+    key, so it is made once only if the destination de-duplicates that key."""
+    return (
+        f"{destination!r} has no lookup, so it is sent again with the same idempotency "
+        f"key: it is made once only if {destination!r} ignores a repeated key"
+    )
+
 
 #: destination name -> ``factory(store)``: the destination whose ``lookup``
 #: settles that destination's intents withdrawn mid-send
@@ -136,7 +162,8 @@ def settle_withdrawn(
 ) -> Withdrawal:
     """Say the truth about intents ``done`` withdrew while they were
     ``sending``: their dispatcher stopped (its process died) after the send
-    began, so the effect may have been made although it was never marked.
+    began, or the send failed midway (:data:`SEND_FAILED`), so the effect
+    may have been made although it was never marked.
 
     Each is asked of its destination (``destinations``, else one
     :func:`register_lookup` made), as a dispatcher reconciles an interrupted
@@ -277,11 +304,12 @@ class Dispatcher:
         dest = self.destinations[intent.destination]  # claimed for one of them only
         now = self.clock.now
         expected: str = intent.status
-        if intent.interrupted:
+        lookup = getattr(dest, "lookup", None)
+        if intent.interrupted and lookup is not None:
             # its send began and its end was never recorded: it may have been
             # made, so it is asked of the destination, never sent blindly
             try:
-                receipt = dest.lookup(intent.intent_id)
+                receipt = lookup(intent.intent_id)
             except Exception as exc:
                 # still unknown: it stays `sending` (interrupted) with the
                 # reason, let go so the next dispatcher looks it up again
@@ -296,6 +324,11 @@ class Dispatcher:
                         intent.intent_id, "delivered", now(), receipt=receipt, expect=expected
                     )
                 )
+        elif intent.interrupted:
+            # it may have been made and this destination cannot be asked: sent
+            # again with the same key, made once only if the destination
+            # de-duplicates it (its last error, as the Outbox tab shows it, says so)
+            log.warning("intent %s: %s", intent.intent_id, resent_unchecked(intent.destination))
         try:
             if not self.store.mark_intent(intent.intent_id, "sending", now(), expect=expected):
                 return 0  # claimed by another dispatcher since (its claim expired), or withdrawn
@@ -306,14 +339,19 @@ class Dispatcher:
             finally:
                 self._sending = None
         except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            if getattr(exc, "retryable", True) is not False and expected == "sending":
+                # the send began and failed in a way that may come after the
+                # effect (a timeout, a reset: the server may have made it and
+                # died): its outcome is unknown. It stays `sending`, let go,
+                # so the next dispatcher looks it up before sending it again
+                unknown = f"{SEND_FAILED}: {error}"
+                if lookup is None:
+                    unknown += f"; {resent_unchecked(intent.destination)}"
+                self.store.release_intent(intent.intent_id, self.owner, unknown)
+                return 0
             status = "failed" if getattr(exc, "retryable", True) is False else "pending"
-            self.store.mark_intent(
-                intent.intent_id,
-                status,
-                now(),
-                error=f"{type(exc).__name__}: {exc}",
-                expect=expected,
-            )
+            self.store.mark_intent(intent.intent_id, status, now(), error=error, expect=expected)
             return 0
         # sent: counted even when the mark loses (a peer that took over a claim
         # that expired mid-send marked it first)

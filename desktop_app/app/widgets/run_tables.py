@@ -463,7 +463,8 @@ INTENT_STATUSES = ("pending", "sending", "delivered", "failed")
 
 
 #: an intent's status as the Outbox tab shows it: one ``sending`` began and
-#: its end was not recorded (its process may have died mid-send)
+#: its outcome was not recorded (its process may have died mid-send, or the
+#: send failed midway with a retryable error)
 INTENT_STATUS_SHOWN = {"sending": "sending: may have been made (outcome unknown)"}
 
 

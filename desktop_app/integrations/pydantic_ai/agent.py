@@ -51,7 +51,7 @@ from desktop_app.errors import (
     InputRequiredError,
     RunStateError,
 )
-from desktop_app.flow.clock import Clock, SystemClock
+from desktop_app.flow.clock import Clock, default_clock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
 from desktop_app.integrations.pydantic_ai.durability import CURRENT, FlowdeskDurability, RunJournal
@@ -131,7 +131,7 @@ class FlowdeskAgent:
         self.store = store
         self.owner = owner or new_owner()
         self.lease_ttl_s = lease_ttl_s
-        self.clock = clock or SystemClock()
+        self.clock = clock or default_clock(store)  # checked on SQLite, as an Agent's
         self.durability = FlowdeskDurability(name=self.name)
         #: the ``flowdesk`` commands its errors print, with the database and
         #: scope of ``store`` (a URL without its password), so they run as printed

@@ -55,6 +55,14 @@ class SqliteAgentStore:
         self._lock = checkpoints._lock
         self.path = checkpoints.path
 
+    def file_system_now(self) -> float | None:
+        """The clock of the file system holding the database (UTC epoch
+        seconds), which no process's own clock moves: the checkpoint store's
+        (``SqliteCheckpointStore.file_system_now``, ``None`` when it has
+        none). What an agent's writes into its runs are checked against
+        (:func:`~desktop_app.flow.clock.default_clock`)."""
+        return self._cp.file_system_now()
+
     def create(
         self,
         run: AgentRun,
