@@ -222,6 +222,24 @@ def test_commit_whose_outcome_cannot_be_asked_is_unknown_naming_the_xid(
 
 
 @pytest.mark.scenario("S70")
+@pytest.mark.parametrize("mode", ["before_commit", "after_commit", "hold"])
+def test_a_run_created_in_one_statement_whose_reply_is_lost_exists_once(proxied, pg_store, mode):
+    """create_run with nothing after its statement is one statement that
+    commits by itself: lost before the server saw it (or held unsent), it is
+    run again; run and its reply lost, it stands. Either way the run exists
+    once, at revision 0, and takes its next step."""
+    store, proxy = proxied
+    proxy.arm(mode)
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    assert proxy.fired == [mode]
+    assert [h.revision for h in pg_store.history("r1")] == [0]
+    with pytest.raises(RevisionConflictError):
+        store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    store.append(cp("r1", 1, {"x": 1}))
+    assert pg_store.latest("r1").state == {"x": 1}
+
+
+@pytest.mark.scenario("S70")
 def test_an_append_alone_whose_outcome_cannot_be_asked_is_unknown_naming_the_append(
     proxy, pg_url, pg_store, monkeypatch
 ):

@@ -545,7 +545,7 @@ class PostgresCheckpointStore:
         return cur
 
     def _append_alone(self, conn: Conn, sql: str, args: Sequence[Any], row: CheckpointRow) -> Any:
-        """Send an append's one statement with no ``BEGIN`` (see
+        """Send an append's one statement (or :meth:`create_run`'s) with no ``BEGIN`` (see
         :meth:`_execute_opening`): on the autocommit connection it is a
         transaction of its own, which the server commits before it replies,
         so the append is one round trip and there is no COMMIT to send. A
@@ -565,7 +565,11 @@ class PostgresCheckpointStore:
             if not is_connection_lost(exc):
                 raise
             values = tuple(row)
-            what = f"the append of revision {values[1]} of run {values[0]}"
+            what = (
+                f"the creation of run {values[0]}"
+                if values[1] == 0
+                else f"the append of revision {values[1]} of run {values[0]}"
+            )
             name = _named(sql, len(args))[0]
             if self._resolve(lambda: self._landed(pid, name, values), None, what=what):
                 raise _Landed(row) from exc
@@ -758,7 +762,14 @@ class PostgresCheckpointStore:
             # surrogate in the input state is a UnicodeEncodeError there)
             try:
                 row = checkpoint_values(first, None, error=no_nul(first.error))
-                if self._prepared is not None:
+                if (
+                    self._prepared is not None
+                    and conn.autocommit
+                    and not first.waits
+                    and not writes
+                ):
+                    cur = self._append_alone(conn, _CREATE_RUN, (*args, *row), row)
+                elif self._prepared is not None:
                     cur = self._execute_opening(conn, _CREATE_RUN, (*args, *row))
                 else:
                     with conn.pipeline():
