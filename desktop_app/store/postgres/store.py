@@ -405,7 +405,9 @@ class PostgresCheckpointStore:
         send first), and one of them reads ``pg_current_xact_id()`` and
         ``pg_backend_pid()`` into ``xact``. Saves the two round trips
         :meth:`_tx` spends on its own ``BEGIN`` and on asking for the
-        transaction id before COMMIT."""
+        transaction id before COMMIT. A body whose statement went alone
+        (:meth:`_append_alone`) leaves no transaction open: nothing to
+        commit."""
         return self._transaction(body, True, opens=True)
 
     def _transaction(
@@ -977,7 +979,10 @@ class PostgresCheckpointStore:
         :attr:`_begin` when ``xact`` is given (the transaction is not open
         yet: :meth:`_tx_opened`); that statement's ``pg_current_xact_id()``
         goes into ``xact``. Waits, signals consumed, intents and domain writes
-        follow, once the compare-and-set is known to have held."""
+        follow, once the compare-and-set is known to have held. With none of
+        those to follow, on a direct autocommit connection, the statement
+        goes alone with no ``BEGIN`` and commits by itself
+        (:meth:`_append_alone`)."""
         if previous is None:  # nothing to write a delta against: the revision is gone
             if xact is not None:
                 self._open(conn)
