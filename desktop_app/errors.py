@@ -326,8 +326,9 @@ class DiskFullError(StoreError):
 
 
 class CommitUnknownError(StoreError):
-    """The connection to PostgreSQL dropped during COMMIT and whether the
-    transaction landed could not be found out: the server stayed unreachable
+    """The connection to PostgreSQL dropped during COMMIT (or during a
+    statement that commits by itself) and whether the transaction landed
+    could not be found out: the server stayed unreachable
     while the store asked (on new connections) for
     ``RESOLVE_TIMEOUT_S``, still held the transaction open, or no longer
     knows it. Nothing is assumed either way: resuming the run once the
@@ -336,18 +337,25 @@ class CommitUnknownError(StoreError):
 
     Attributes:
         where: the database URL without its password.
-        xid: the transaction id (``pg_current_xact_id()``), as text.
+        xid: the transaction id (``pg_current_xact_id()``), as text; ``None``
+            for a statement that commits by itself (an append sent with no
+            ``BEGIN``), whose id the client never heard.
         reason: why the outcome is unknown.
     """
 
-    def __init__(self, where: str, xid: str, reason: str) -> None:
+    def __init__(self, where: str, xid: str | None, reason: str, *, what: str = "") -> None:
         self.where = where
         self.xid = xid
         self.reason = reason
+        dropped = (
+            f"dropped during COMMIT and whether transaction {xid} landed"
+            if xid is not None
+            else f"dropped during {what}, a statement that commits by itself, and whether it landed"
+        )
         super().__init__(
-            f"the connection to PostgreSQL ({where}) dropped during COMMIT and whether "
-            f"transaction {xid} landed is unknown: {reason}. Nothing is assumed; once the "
-            "server is back, resume the run: it goes on from what the server kept."
+            f"the connection to PostgreSQL ({where}) {dropped} is unknown: {reason}. Nothing is "
+            "assumed; once the server is back, resume the run: it goes on from what the server "
+            "kept."
         )
 
 

@@ -7,18 +7,26 @@ drop the connection at COMMIT, in one of these modes:
 * ``hold``: the client's side is dropped but the server's is kept open and
   COMMIT is never forwarded, so the server still holds the transaction open
   (``pg_xact_status`` says ``in progress``) until someone ends its backend;
+* ``hold_after_send``: as ``hold``, but the message is forwarded first: the
+  server runs it (or waits to, behind a lock) and nobody hears the reply;
 * ``after_commit_unreachable``: as ``after_commit``, then every connection
   through the proxy is cut and new ones are refused (the server cannot be
   asked what happened).
 
 The PostgreSQL wire protocol sends ``COMMIT`` as a simple Query message:
-``b"Q" + int32(11) + b"COMMIT\\0"``. ``arm(..., after=b"INSERT INTO waits")``
-drops only a COMMIT of a transaction that sent those bytes (a statement's
-text), so a test can aim at one write of a whole command.
+``b"Q" + int32(11) + b"COMMIT\\0"``. An append the store sends with no
+``BEGIN`` (one statement, committed by the server before it replies) counts
+as a COMMIT here: ``before_commit`` then means the statement never reached
+the server, ``after_commit`` that it ran and its reply was lost, ``hold``
+that it never reached the server while the server's side stays open.
+``arm(..., after=b"INSERT INTO waits")`` drops only a COMMIT of a
+transaction that sent those bytes (a statement's text), so a test can aim
+at one write of a whole command.
 """
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from typing import Literal
@@ -26,7 +34,21 @@ from typing import Literal
 from tests.tcp_relay import TcpRelay
 
 COMMIT_MSG = b"Q\x00\x00\x00\x0bCOMMIT\x00"
-Mode = Literal["before_commit", "after_commit", "hold", "after_commit_unreachable"]
+#: a simple Query that commits by itself: the store's append sent with no
+#: ``BEGIN`` (``EXECUTE flowdesk_…``, after its ``PREPARE`` the first time)
+ALONE_MSG = re.compile(rb"Q.{4}(?:PREPARE flowdesk_[0-9a-f]+ AS [^;]*; )?EXECUTE flowdesk_", re.S)
+
+
+def commits(chunk: bytes) -> bool:
+    """Whether ``chunk`` holds a message that commits: ``COMMIT``, or a
+    statement the store sends with no ``BEGIN`` (which the server commits
+    before it replies)."""
+    return COMMIT_MSG in chunk or ALONE_MSG.search(chunk) is not None
+
+
+Mode = Literal[
+    "before_commit", "after_commit", "hold", "hold_after_send", "after_commit_unreachable"
+]
 
 
 class CommitDropProxy(TcpRelay):
@@ -82,12 +104,18 @@ class CommitDropProxy(TcpRelay):
             while chunk := client.recv(65536):
                 if self._after:
                     sent = (sent + chunk)[-65536:]
-                if COMMIT_MSG in chunk:
+                if commits(chunk):
                     mode = self._take(sent)
                     sent = b""
                     if mode == "before_commit":
                         self.fired.append(mode)
                         self.close_sockets(client, server)
+                        return
+                    if mode == "hold_after_send":
+                        self.fired.append(mode)
+                        held.set()  # before the server can answer: _down swallows it
+                        server.sendall(chunk)
+                        self.close_sockets(client)
                         return
                     if mode == "hold":
                         # _down keeps the server's side open until the server ends it

@@ -364,7 +364,8 @@ def test_a_commit_whose_backend_hangs_holding_it_open_is_unknown_saying_so(
         proxy.arm("hold")
         try:
             with pytest.raises(CommitUnknownError) as caught:
-                store.append(_cp("r1", 1, {"n": 1}))
+                # a domain write: the append is a transaction whose COMMIT is held
+                store.append(_cp("r1", 1, {"n": 1}), [lambda tx: tx.execute("SELECT 1")])
         finally:
             for pid in stopped:
                 os.kill(pid, signal.SIGCONT)

@@ -2,11 +2,12 @@
 
 A :class:`~tests.pg_wire.WireCounter` stands between the store and the
 server (or PgBouncer) and counts how often the client waited for an answer.
-A step's append is one pipeline (``BEGIN``, the compare-and-set on ``runs``
-and the checkpoint insert as one statement that also returns the
-transaction id) and one ``COMMIT``: two round trips, directly and behind a
-transaction-mode pooler (whose ``SET LOCAL search_path`` rides in the same
-pipeline). A read on a direct connection is one statement in no
+A step's append on a direct connection is one statement (the
+compare-and-set on ``runs`` and the checkpoint insert, prepared by name)
+sent with no ``BEGIN`` on the autocommit connection, so the server commits
+it before it replies: one round trip. Behind a transaction-mode pooler it
+is one pipeline (``BEGIN``, ``SET LOCAL search_path``, the statement) and
+one ``COMMIT``: two. A read on a direct connection is one statement in no
 transaction, a NOTIFY batch one simple query, and a transaction borrows a
 pooled connection once, in autocommit mode. Counts, not times: a regression
 adds a round trip or a checkout and fails here.
@@ -54,7 +55,7 @@ def counted(request: pytest.FixtureRequest, pg_url: str) -> Iterator[tuple[Any, 
     wire.close()
 
 
-def test_an_append_is_two_round_trips_and_create_run_too(counted):
+def test_an_append_and_create_run_are_one_round_trip_each_two_behind_a_pooler(counted):
     store, wire = counted
     wire.reset()
     store.create_run(_run("r1"), _cp("r1", 0, 0))
@@ -62,16 +63,16 @@ def test_an_append_is_two_round_trips_and_create_run_too(counted):
     for rev in range(1, 11):
         store.append(_cp("r1", rev, rev))
     appended = wire.snapshot()
-    assert created[0] == 2, created
-    assert appended[0] - created[0] == 20, appended
-    # messages. Direct: BEGIN and EXECUTE of the append statement, prepared
-    # under a name on the connection (PREPARE rides in the first one), as one
-    # simple query, then COMMIT. Behind a pooler, which keeps no session: a
-    # pipeline of BEGIN, SET LOCAL and the statement (extended protocol),
-    # then COMMIT (simple).
+    assert created[0] == (1 if store._begin is None else 2), created
+    assert appended[0] - created[0] == (10 if store._begin is None else 20), appended
+    # messages. Direct: EXECUTE of the append statement, prepared under a
+    # name on the connection (PREPARE rides in the first one), as one simple
+    # query with no BEGIN: it commits by itself. Behind a pooler, which keeps
+    # no session: a pipeline of BEGIN, SET LOCAL and the statement (extended
+    # protocol), then COMMIT (simple).
     if store._begin is None:
         assert appended[2]["E"] - created[2]["E"] == 0
-        assert appended[2]["Q"] - created[2]["Q"] == 20
+        assert appended[2]["Q"] - created[2]["Q"] == 10
     else:
         assert appended[2]["E"] - created[2]["E"] == 10 * 3
         assert appended[2]["Q"] - created[2]["Q"] == 10
@@ -87,8 +88,9 @@ def test_a_lost_compare_and_set_costs_one_more_round_trip_and_writes_nothing(cou
         store.append(_cp("r1", 1, 99))  # revision 1 is taken
     # reading revision 0 to diff against (one SELECT, in no transaction;
     # behind a pooler BEGIN with SET LOCAL, SELECT, COMMIT), then the
-    # pipeline, the read of why it failed, ROLLBACK
-    assert wire.snapshot()[0] == (6 if store._begin is not None else 4)
+    # statement (direct: alone, committing nothing; behind a pooler: its
+    # pipeline), the read of why it failed, and behind a pooler a ROLLBACK
+    assert wire.snapshot()[0] == (6 if store._begin is not None else 3)
     assert store.latest("r1").state == {"n": 1}
     lease = Lease("me", 1000.0, 1030.0)
     with pytest.raises(LeaseLostError):
@@ -101,7 +103,7 @@ class _N(BaseModel):
     n: int = 0
 
 
-def test_a_ten_step_run_costs_two_round_trips_per_step_and_a_few_per_run(pg_url):
+def test_a_ten_step_run_costs_one_round_trip_per_step_and_a_few_per_run(pg_url):
     store, wire = _counted_store(pg_url)
     try:
         b = FlowBuilder("count", _N)
@@ -115,9 +117,9 @@ def test_a_ten_step_run_costs_two_round_trips_per_step_and_a_few_per_run(pg_url)
     finally:
         store.close()
         wire.close()
-    # 10 steps x 2, the run's creation 2, reading its head back once (one
+    # 10 steps x 1, the run's creation 1, reading its head back once (one
     # SELECT: a read on a direct connection opens no transaction)
-    assert trips <= 10 * 2 + 2 + 1, trips
+    assert trips <= 10 * 1 + 1 + 1, trips
 
 
 def test_behind_pgbouncer_an_append_is_two_round_trips(bouncer, pg_url):
@@ -205,7 +207,7 @@ def test_a_named_statement_survives_rollbacks_and_a_session_reset_prepares_it_ag
             store.append(_cp("r1", 1, 99))  # rolled back on the same connection
         wire.reset()
         store.append(_cp("r1", 2, 2))
-        assert wire.snapshot()[0] == 2
+        assert wire.snapshot()[0] == 1
         assert store.pool.get_stats()["pool_size"] == 1  # the one connection every call took
         with store.pool.connection() as conn:
             assert [r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")]
@@ -213,8 +215,9 @@ def test_a_named_statement_survives_rollbacks_and_a_session_reset_prepares_it_ag
             conn.execute("SET search_path = flowdesk")
         wire.reset()
         store.append(_cp("r1", 3, 3))
-        # the EXECUTE that fails, ROLLBACK, PREPARE with BEGIN and EXECUTE, COMMIT
-        assert wire.snapshot()[0] == 4
+        # the EXECUTE that fails (in no transaction: nothing to roll back),
+        # then PREPARE with EXECUTE
+        assert wire.snapshot()[0] == 2
         assert [h.revision for h in store.history("r1")] == [0, 1, 2, 3]
         assert store.latest("r1").state == {"n": 3}
     finally:

@@ -37,6 +37,12 @@ def cp(run_id: str, rev: int, state: dict[str, Any], status: Any = "running", **
     return Checkpoint(run_id, rev, status, state, {}, ("a",), 1000.0 + rev, **kw)
 
 
+#: a domain write: an append carrying one is a transaction (BEGIN … COMMIT);
+#: without one it is a single statement that commits by itself
+IN_A_TRANSACTION = (lambda tx: tx.execute("SELECT 1"),)
+BOTH_WAYS = pytest.mark.parametrize("writes", [(), IN_A_TRANSACTION], ids=["alone", "in_a_tx"])
+
+
 def _open(url: str, **kw: Any):
     from desktop_app.store.postgres.store import open_postgres_store
 
@@ -65,11 +71,12 @@ def proxied(pg_url: str, proxy: CommitDropProxy) -> Iterator[tuple[Any, CommitDr
 
 
 @pytest.mark.scenario("S70")
-def test_commit_reply_lost_but_landed_is_a_success_and_not_repeated(proxied, pg_store):
+@BOTH_WAYS
+def test_commit_reply_lost_but_landed_is_a_success_and_not_repeated(proxied, pg_store, writes):
     store, proxy = proxied
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
     proxy.arm("after_commit")
-    store.append(cp("r1", 1, {"x": 1}))  # the client never saw COMMIT's reply
+    store.append(cp("r1", 1, {"x": 1}), writes)  # the client never saw COMMIT's reply
     assert proxy.fired == ["after_commit"]
     # another connection (not through the proxy) sees exactly one revision 1
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
@@ -81,18 +88,20 @@ def test_commit_reply_lost_but_landed_is_a_success_and_not_repeated(proxied, pg_
 
 
 @pytest.mark.scenario("S70")
-def test_commit_never_reached_the_server_is_retried_once(proxied, pg_store):
+@BOTH_WAYS
+def test_commit_never_reached_the_server_is_retried_once(proxied, pg_store, writes):
     store, proxy = proxied
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
     proxy.arm("before_commit")
-    store.append(cp("r1", 1, {"x": 1}), intents=())
+    store.append(cp("r1", 1, {"x": 1}), writes, intents=())
     assert proxy.fired == ["before_commit"]
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
     assert pg_store.latest("r1").state == {"x": 1}
 
 
 @pytest.mark.scenario("S70")
-def test_a_commit_lost_on_every_attempt_is_an_error_and_writes_nothing(proxied, pg_store):
+@BOTH_WAYS
+def test_a_commit_lost_on_every_attempt_is_an_error_and_writes_nothing(proxied, pg_store, writes):
     """Four attempts (MAX_ATTEMPTS), each COMMIT dropped before the server
     saw it: the fourth loss is a StoreError that says nothing was written.
     Three losses are retried through and the fourth attempt lands once."""
@@ -102,7 +111,7 @@ def test_a_commit_lost_on_every_attempt_is_an_error_and_writes_nothing(proxied, 
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
     proxy.arm("before_commit", times=MAX_ATTEMPTS)
     with pytest.raises(StoreError) as caught:
-        store.append(cp("r1", 1, {"x": 1}))
+        store.append(cp("r1", 1, {"x": 1}), writes)
     assert proxy.fired == ["before_commit"] * MAX_ATTEMPTS
     assert str(caught.value) == (
         f"the connection to PostgreSQL ({store.where}) dropped during COMMIT "
@@ -111,7 +120,7 @@ def test_a_commit_lost_on_every_attempt_is_an_error_and_writes_nothing(proxied, 
     assert [h.revision for h in pg_store.history("r1")] == [0]
     proxy.fired.clear()
     proxy.arm("before_commit", times=MAX_ATTEMPTS - 1)
-    store.append(cp("r1", 1, {"x": 1}))
+    store.append(cp("r1", 1, {"x": 1}), writes)
     assert proxy.fired == ["before_commit"] * (MAX_ATTEMPTS - 1)
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
 
@@ -144,7 +153,7 @@ def test_commit_the_server_still_holds_open_is_ended_then_retried(proxied, pg_st
     store, proxy = proxied
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
     proxy.arm("hold")
-    store.append(cp("r1", 1, {"x": 1}))
+    store.append(cp("r1", 1, {"x": 1}), IN_A_TRANSACTION)
     assert proxy.fired == ["hold"]
     assert proxy.held_ended.wait(10), "the held backend was never ended"
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
@@ -189,7 +198,7 @@ def test_commit_whose_outcome_cannot_be_asked_is_unknown_naming_the_xid(
     proxy.arm("after_commit_unreachable")
     try:
         with pytest.raises(CommitUnknownError) as caught:
-            store.append(cp("r1", 1, {"x": 1}))
+            store.append(cp("r1", 1, {"x": 1}), IN_A_TRANSACTION)
     finally:
         store.close()
     assert proxy.fired == ["after_commit_unreachable"]
@@ -210,6 +219,94 @@ def test_commit_whose_outcome_cannot_be_asked_is_unknown_naming_the_xid(
         (state,) = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
     assert state == "committed"
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+
+
+@pytest.mark.scenario("S70")
+@pytest.mark.parametrize("mode", ["before_commit", "after_commit", "hold"])
+def test_a_run_created_in_one_statement_whose_reply_is_lost_exists_once(proxied, pg_store, mode):
+    """create_run with nothing after its statement is one statement that
+    commits by itself: lost before the server saw it (or held unsent), it is
+    run again; run and its reply lost, it stands. Either way the run exists
+    once, at revision 0, and takes its next step."""
+    store, proxy = proxied
+    proxy.arm(mode)
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    assert proxy.fired == [mode]
+    assert [h.revision for h in pg_store.history("r1")] == [0]
+    with pytest.raises(RevisionConflictError):
+        store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    store.append(cp("r1", 1, {"x": 1}))
+    assert pg_store.latest("r1").state == {"x": 1}
+
+
+@pytest.mark.scenario("S70")
+def test_an_append_alone_whose_outcome_cannot_be_asked_is_unknown_naming_the_append(
+    proxy, pg_url, pg_store, monkeypatch
+):
+    """An append sent as one statement (no BEGIN, no COMMIT: the server
+    commits it before it replies) ran, its reply was lost and the server
+    stayed unreachable: no transaction id was ever heard, so the error
+    names the append; the run holds what the server committed, once."""
+    from desktop_app.errors import CommitUnknownError
+    from desktop_app.store.postgres import store as postgres
+
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
+    store = _open(proxy_url(pg_url, proxy), max_connections=2)
+    store.notifier.enabled = False
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    proxy.arm("after_commit_unreachable")
+    try:
+        with pytest.raises(CommitUnknownError) as caught:
+            store.append(cp("r1", 1, {"x": 1}))
+    finally:
+        store.close()
+    assert proxy.fired == ["after_commit_unreachable"]
+    assert caught.value.xid is None
+    assert str(caught.value).startswith(
+        f"the connection to PostgreSQL ({store.where}) dropped during the append of revision 1 "
+        "of run r1, a statement that commits by itself, and whether it landed is unknown: the "
+        "server could not be reached to ask for 1 s ("
+    )
+    assert str(caught.value).endswith(
+        "). Nothing is assumed; once the server is back, resume the run: it goes on from "
+        "what the server kept."
+    )
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    assert pg_store.latest("r1").state == {"x": 1}
+
+
+@pytest.mark.scenario("S70")
+def test_an_append_alone_still_waiting_for_a_lock_when_its_client_went_is_ended_then_retried(
+    proxied, pg_url, pg_store
+):
+    """The one-statement append reached the server and waits behind another
+    transaction's lock on the run when the client's connection drops (the
+    server's side stays open): its outcome is not settled yet, so the store
+    ends that backend, finds nothing written, and runs the append again,
+    which lands once the lock goes: exactly one revision 1."""
+    import psycopg
+
+    store, proxy = proxied
+    store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
+    locker = psycopg.connect(pg_url)
+    try:
+        locker.execute("SELECT 1 FROM flowdesk.runs WHERE run_id='r1' FOR UPDATE")
+
+        def release() -> None:  # once the store ended the waiting backend
+            if proxy.held_ended.wait(60):
+                locker.commit()
+
+        releaser = threading.Thread(target=release)
+        releaser.start()
+        proxy.arm("hold_after_send")
+        store.append(cp("r1", 1, {"x": 1}))
+        releaser.join()
+    finally:
+        locker.close()
+    assert proxy.fired == ["hold_after_send"]
+    assert proxy.held_ended.is_set(), "the waiting backend was never ended"
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    assert pg_store.latest("r1").state == {"x": 1}
 
 
 @pytest.mark.scenario("S70")

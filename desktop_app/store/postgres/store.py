@@ -30,6 +30,15 @@ transaction, with these PostgreSQL-specific rules:
   ``committed`` is success, ``aborted`` is retried, ``in progress`` (the old
   backend has not noticed yet) terminates that backend and asks again; an
   outcome it cannot learn is a ``CommitUnknownError`` (nothing assumed).
+* An append with nothing after its one statement (no domain writes,
+  intents, consumed signals or changed waits) is sent on a direct
+  connection with no ``BEGIN``: the autocommit connection makes it a
+  transaction of its own, committed before the server replies, so a step is
+  one round trip. Its transaction id is never heard before a loss, so a
+  connection lost while it is out is settled by the row itself: on a new
+  connection the old backend is ended if it still runs the statement, then
+  the ``checkpoints`` row equal in every column to the one sent is looked
+  for (found: it landed; not found: it is run again).
 * Times are ``timestamptz`` in the database, UTC epoch seconds (µs
   precision) in the records. State and step JSON is stored as ``text``, the
   codec's exact bytes (``jsonb`` refuses ``\\u0000`` and NaN).
@@ -144,6 +153,12 @@ RESOLVE_TIMEOUT_S = 30.0
 _RUN_COLUMNS = SQL.run_columns
 _INSERT_CHECKPOINT = f"{SQL.insert_checkpoint}) VALUES ({SQL.checkpoint_values})"
 _FOLD_ROWS = f"SELECT {SQL.checkpoint_columns} {SQL.fold_rows}"
+#: a stored checkpoints row equal in every column to the given values (see ``_landed``)
+_LANDED = (
+    "SELECT 1 FROM flowdesk.checkpoints WHERE run_id=%s AND revision=%s AND (run_id, revision, "
+    "kind, status, step_id, created_at, state, steps, frontier, progress, error, meta, waits) "
+    f"IS NOT DISTINCT FROM ({SQL.checkpoint_values})"
+)
 #: a run and its revision-0 checkpoint in one statement (see :meth:`create_run`)
 _CREATE_RUN = (
     "WITH r AS (INSERT INTO runs(run_id, flow_name, flow_version, status, revision, created_at, "
@@ -208,16 +223,18 @@ def _append_sql(terminal: bool, leased: bool, lease_cond: str) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _named(sql: str, nargs: int) -> tuple[str, str, str]:
-    """``sql`` (``%s`` placeholders, no other ``%``) as a named prepared
-    statement: ``(name, "PREPARE name AS <sql with $1..$n>; ", "BEGIN;
-    EXECUTE name(%s, ...)")``. The name is a hash of the text, so a
+    """``sql`` (one statement, ``%s`` placeholders, no other ``%``) as a
+    named prepared statement: ``(name, "PREPARE name AS <sql with $1..$n>;
+    ", "EXECUTE name(%s, ...)")``. The name is a hash of the text, so a
     connection never holds two statements under one name."""
     parts = sql.split("%s")
     if len(parts) - 1 != nargs or any("%" in part for part in parts):
         raise RuntimeError(f"{nargs} parameters and only %s placeholders expected: {sql[:80]}")
+    if ";" in sql:
+        raise RuntimeError(f"one statement expected: {sql[:80]}")
     name = "flowdesk_" + hashlib.blake2b(sql.encode(), digest_size=8).hexdigest()
     body = parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], start=1))
-    execute = f"BEGIN; EXECUTE {name}({', '.join(['%s'] * nargs)})"
+    execute = f"EXECUTE {name}({', '.join(['%s'] * nargs)})"
     return name, f"PREPARE {name} AS {body}; ", execute
 
 
@@ -235,6 +252,15 @@ def _query_refused(exc: psycopg.Error) -> bool:
 
 class _CommitLost(Exception):
     """Internal: the COMMIT's reply was lost and the server says it aborted."""
+
+
+class _Landed(Exception):
+    """Internal: a statement that commits by itself lost its reply, and the
+    server holds what it wrote: the transaction's ``result`` stands."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result
 
 
 class _Xact:
@@ -379,7 +405,9 @@ class PostgresCheckpointStore:
         send first), and one of them reads ``pg_current_xact_id()`` and
         ``pg_backend_pid()`` into ``xact``. Saves the two round trips
         :meth:`_tx` spends on its own ``BEGIN`` and on asking for the
-        transaction id before COMMIT."""
+        transaction id before COMMIT. A body whose statement went alone
+        (:meth:`_append_alone`) leaves no transaction open: nothing to
+        commit."""
         return self._transaction(body, True, opens=True)
 
     def _transaction(
@@ -434,7 +462,10 @@ class PostgresCheckpointStore:
         try:
             if not opens and (tx or self._begin is not None):
                 conn.execute(self._start)
-            result = body(conn, xact)
+            try:
+                result = body(conn, xact)
+            except _Landed as landed:
+                return landed.result  # type: ignore[no-any-return]
             if write and not opens:
                 # the server's own pid: a pooler's client connection reports another
                 row = conn.execute(
@@ -453,7 +484,8 @@ class PostgresCheckpointStore:
         except psycopg.Error as exc:
             if xact.xid is None or not is_connection_lost(exc):
                 raise
-            if not self._resolve(xact.xid, xact.pid):
+            xid, pid = xact.xid, xact.pid
+            if not self._resolve(lambda: self._xact_status(xid, pid), xid):
                 raise _CommitLost() from exc
         return result
 
@@ -469,7 +501,9 @@ class PostgresCheckpointStore:
             cur.execute(self._begin, prepare=False)
         return cur
 
-    def _execute_opening(self, conn: Conn, sql: str, args: Sequence[Any]) -> Any:
+    def _execute_opening(
+        self, conn: Conn, sql: str, args: Sequence[Any], *, begin: bool = True
+    ) -> Any:
         """Open the transaction and run ``sql`` in it in one round trip, on a
         direct connection: ``BEGIN`` and ``EXECUTE`` of ``sql`` prepared on
         this connection under a name (:func:`_named`; the first time the
@@ -480,9 +514,15 @@ class PostgresCheckpointStore:
         same statements (psycopg's pipeline machinery), and the server no
         parsing or planning. A prepared statement outlives a rolled-back
         transaction, so one whose first query failed is deallocated (it may
-        or may not exist) rather than assumed either way."""
+        or may not exist) rather than assumed either way.
+
+        ``begin=False``: no ``BEGIN``, so on the autocommit connection the
+        statement is a transaction of its own that commits before the server
+        replies (:meth:`_append_alone`)."""
         assert self._prepared is not None
         name, prepare, execute = _named(sql, len(args))
+        if begin:
+            execute = "BEGIN; " + execute
         with self._prepared_lock:
             known = self._prepared.setdefault(conn, set())
         first = name not in known
@@ -499,23 +539,78 @@ class PostgresCheckpointStore:
             elif exc.sqlstate == "26000":  # the session lost it (DISCARD ALL): once more
                 known.clear()
                 conn.rollback()
-                return self._execute_opening(conn, sql, args)
+                return self._execute_opening(conn, sql, args, begin=begin)
             raise
         known.add(name)
         while cur.nextset():
             pass  # to the statement's own result, past BEGIN's (and PREPARE's)
         return cur
 
+    def _append_alone(self, conn: Conn, sql: str, args: Sequence[Any], row: CheckpointRow) -> Any:
+        """Send an append's one statement (or :meth:`create_run`'s) with no ``BEGIN`` (see
+        :meth:`_execute_opening`): on the autocommit connection it is a
+        transaction of its own, which the server commits before it replies,
+        so the append is one round trip and there is no COMMIT to send. A
+        compare-and-set that does not hold writes nothing (the insert runs
+        only when the update took the row).
+
+        The connection lost while the statement was out leaves its outcome
+        unknown, and no transaction id was heard: :meth:`_landed` ends the
+        old backend if it still runs the statement, then looks for the very
+        row the statement writes. Found: the append landed and returns
+        (:class:`_Landed`); not found: :class:`_CommitLost` (the append is
+        tried again, as after a COMMIT the server never saw)."""
+        pid = conn.pgconn.backend_pid
+        try:
+            return self._execute_opening(conn, sql, args, begin=False)
+        except psycopg.Error as exc:
+            if not is_connection_lost(exc):
+                raise
+            values = tuple(row)
+            what = (
+                f"the creation of run {values[0]}"
+                if values[1] == 0
+                else f"the append of revision {values[1]} of run {values[0]}"
+            )
+            name = _named(sql, len(args))[0]
+            if self._resolve(lambda: self._landed(pid, name, values), None, what=what):
+                raise _Landed(row) from exc
+            raise _CommitLost() from exc
+
+    def _landed(self, pid: int, name: str, values: Sequence[Any]) -> str | None:
+        """``"committed"`` when the ``checkpoints`` row ``values`` (every
+        column equal) is stored, else ``"aborted"``, asked on a new
+        connection once backend ``pid`` no longer runs prepared statement
+        ``name`` (it is ended if it does: a statement still waiting for a
+        lock has not committed, and ending it settles that it never will);
+        ``"in progress"`` if it could not be ended."""
+        conninfo = self.pool.conninfo
+        if callable(conninfo):
+            conninfo = conninfo()
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+            running = (
+                "FROM pg_stat_activity WHERE pid=%s AND state<>'idle' "
+                "AND strpos(query, 'EXECUTE ' || %s || '(') > 0"
+            )
+            conn.execute(f"SELECT pg_terminate_backend(pid, 1000) {running}", (pid, name))
+            if conn.execute(f"SELECT 1 {running}", (pid, name)).fetchone() is not None:
+                return "in progress"
+            got = conn.execute(_LANDED, (*values[:2], *values)).fetchone()
+            return "committed" if got is not None else "aborted"
+
     def _commit(self, conn: Conn) -> None:
         """COMMIT (a seam the commit-loss tests fault)."""
         conn.commit()
 
-    def _resolve(self, xid: str, pid: int) -> bool:
-        """Whether transaction ``xid`` committed (True) or aborted (False: the
-        caller runs it again), asked with ``pg_xact_status``: the server keeps
-        a transaction's outcome after its session is gone, so a new
-        connection can ask. A server that cannot be reached is asked again on
-        a new connection (back-off 50 ms to 1 s) until :data:`RESOLVE_TIMEOUT_S`.
+    def _resolve(self, probe: Callable[[], str | None], xid: str | None, *, what: str = "") -> bool:
+        """Whether transaction ``xid`` (or, with no id heard, ``what``)
+        committed (True) or aborted (False: the caller runs it again), asked
+        by ``probe`` on a new connection (:meth:`_xact_status`, whose
+        ``pg_xact_status`` the server keeps after the session is gone, or
+        :meth:`_landed`): ``"committed"``, ``"aborted"``, ``"in progress"``
+        or ``None`` (no longer known). A server that cannot be reached is
+        asked again on a new connection (back-off 50 ms to 1 s) until
+        :data:`RESOLVE_TIMEOUT_S`.
 
         Raises:
             CommitUnknownError: the server stayed unreachable, still holds the
@@ -525,7 +620,7 @@ class PostgresCheckpointStore:
         pause = 0.05
         while True:
             try:
-                state = self._xact_status(xid, pid)
+                state = probe()
             except psycopg.Error as exc:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 reason = (
@@ -544,7 +639,7 @@ class PostgresCheckpointStore:
                 break
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
-        raise CommitUnknownError(self.where, xid, reason)
+        raise CommitUnknownError(self.where, xid, reason, what=what)
 
     def _xact_status(self, xid: str, pid: int) -> str | None:
         """``pg_xact_status(xid)`` on a new connection (not the pool's: its
@@ -669,7 +764,14 @@ class PostgresCheckpointStore:
             # surrogate in the input state is a UnicodeEncodeError there)
             try:
                 row = checkpoint_values(first, None, error=no_nul(first.error))
-                if self._prepared is not None:
+                if (
+                    self._prepared is not None
+                    and conn.autocommit
+                    and not first.waits
+                    and not writes
+                ):
+                    cur = self._append_alone(conn, _CREATE_RUN, (*args, *row), row)
+                elif self._prepared is not None:
                     cur = self._execute_opening(conn, _CREATE_RUN, (*args, *row))
                 else:
                     with conn.pipeline():
@@ -877,7 +979,10 @@ class PostgresCheckpointStore:
         :attr:`_begin` when ``xact`` is given (the transaction is not open
         yet: :meth:`_tx_opened`); that statement's ``pg_current_xact_id()``
         goes into ``xact``. Waits, signals consumed, intents and domain writes
-        follow, once the compare-and-set is known to have held."""
+        follow, once the compare-and-set is known to have held. With none of
+        those to follow, on a direct autocommit connection, the statement
+        goes alone with no ``BEGIN`` and commits by itself
+        (:meth:`_append_alone`)."""
         if previous is None:  # nothing to write a delta against: the revision is gone
             if xact is not None:
                 self._open(conn)
@@ -898,7 +1003,17 @@ class PostgresCheckpointStore:
                 cp, previous, changed_steps, changed_fields, error=no_nul(cp.error)
             )
             args += row
-            if xact is not None and self._prepared is not None:
+            if (
+                xact is not None
+                and self._prepared is not None
+                and conn.autocommit
+                and not writes
+                and not intents
+                and not consume
+                and previous.waits == cp.waits
+            ):  # nothing follows the statement: it commits by itself, one round trip
+                cur = self._append_alone(conn, sql, args, row)
+            elif xact is not None and self._prepared is not None:
                 cur = self._execute_opening(conn, sql, args)
             else:
                 with conn.pipeline():
