@@ -169,7 +169,9 @@ class StateTracker:
     def __init__(self, state: BaseModel) -> None:
         self._values: dict[str, Any] = {}
         self._lens: dict[str, int] = {}
-        self._dumped: dict[str, Any] = {}
+        #: the JSON-mode dump of the state last encoded: a new dict at every
+        #: change, never changed in place (a checkpoint may hold it)
+        self.dumped: dict[str, Any] = {}
         #: fields encoded again since :meth:`stored` (all of them at first):
         #: the only ones that can differ from the last stored checkpoint
         self.dirty: set[str] = set()
@@ -190,7 +192,7 @@ class StateTracker:
         }
         if changed:
             part = encode_fields(state, changed, step_id)
-            self._dumped = {**self._dumped, **part}
+            self.dumped = {**self.dumped, **part}
             self.dirty |= changed
             for name in changed:
                 value = getattr(state, name)
@@ -199,7 +201,7 @@ class StateTracker:
                     self._lens[name] = len(value)
                 else:
                     self._lens.pop(name, None)
-        return self._dumped
+        return self.dumped
 
     def stored(self, fields: frozenset[str]) -> None:
         """A checkpoint holding the encoding of ``fields`` was stored."""
