@@ -369,7 +369,7 @@ class SqliteCheckpointStore:
         self._clock_lock = threading.Lock()
         #: a connection with a write gate's ``begin_write``/``end_write``
         #: (``open_store``'s): an append runs its transaction without ``_write``
-        self._gated = isinstance(conn, GatedConnection)
+        self._gated = conn if isinstance(conn, GatedConnection) else None
 
     # -- helpers ---------------------------------------------------------
 
@@ -664,8 +664,8 @@ class SqliteCheckpointStore:
             0 if lease is None else 1 if lease.takes_over is None else 2,
         )
 
-        conn = self.conn
-        if conn.in_transaction or not self._gated:  # a savepoint of a batch, or no gate
+        conn = self._gated
+        if conn is None or conn.in_transaction:  # no gated connection, or a savepoint of a batch
             with self._write(conflict):
                 row = self._append_in(request, previous, sql, args)
         else:
