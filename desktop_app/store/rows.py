@@ -363,7 +363,13 @@ def checkpoint_parts(
         delta = codec.diff_state(previous.state, cp.state, changed_fields)
         state = codec.dumps(delta)
         if changed_steps is not None:  # the writer says which records it touched
-            changed = {k: step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}
+            steps = cp.steps
+            changed = {}
+            for k in changed_steps:  # a loop: a comprehension is a call of its own
+                try:  # noqa: SIM105  # contextlib.suppress costs a context manager per record
+                    changed[k] = step_json(steps[k])
+                except KeyError:  # not in the map: nothing to store
+                    pass
         else:
             changed = {k: step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v}
     values = (
