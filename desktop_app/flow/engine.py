@@ -479,7 +479,10 @@ class Engine:
 
     def cancel_event(self, run_id: str) -> threading.Event:
         with self._lock:
-            return self._cancel.setdefault(run_id, threading.Event())
+            event = self._cancel.get(run_id)
+            if event is None:  # made only when missing (an Event is a lock and a condition)
+                event = self._cancel[run_id] = threading.Event()
+            return event
 
     # -- starting --------------------------------------------------------
 

@@ -54,7 +54,7 @@ def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: i
     Raises:
         CheckpointDecodeError: see module docstring.
     """
-    fields = set(model.model_fields)
+    fields = _fields(model)[1]  # read once per model class (model_fields builds a dict)
     keys = set(data)
     extra = sorted(keys - fields)
     if extra:
