@@ -335,21 +335,24 @@ class RunDriver:
 
     def _drive(self) -> RunResult:
         try:
+            flow = self.flow
+            cancel, shutdown, lost = self.cancel_event, self.host.shutdown_event, self.host.lost
             while self.frontier and self.status == "running":
-                self.check_cancel()
-                if self.run_deadline_passed():
+                if cancel.is_set() or self.run_id in lost or shutdown.is_set():
+                    self.check_cancel()  # raises what stops the run
+                if self.run.deadline_at is not None and self.run_deadline_passed():
                     self.time_out_run()
                     break
                 sid = self.frontier[0]
                 taken = int(self.meta.get("steps_taken", 0))
-                if taken >= self.flow.max_steps:
+                if taken >= flow.max_steps:
                     self.status = "failed"
-                    self.error = f"halted: max_steps {self.flow.max_steps} reached at step {sid!r}"
+                    self.error = f"halted: max_steps {flow.max_steps} reached at step {sid!r}"
                     self.meta["halt_reason"] = "max_steps"
                     self.save(sid)
                     break
-                step = self.flow.step(sid)
-                if sid in self.flow.lean:
+                step = flow.steps[sid]
+                if sid in flow.lean:
                     self.run_lean(step)  # type: ignore[arg-type]  # lean: a plain Step
                 else:
                     self.run_head(step)

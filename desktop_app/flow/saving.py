@@ -161,8 +161,8 @@ def commit_checkpoint(
     run.saved_at = cp.created_at
     run.stored_state = cp.state
     run.stored_steps = cp.steps
-    run.steps.stored(changed)
-    tracker.stored(fields)
+    run.steps.dirty -= changed  # what steps.stored(changed) and tracker.stored(fields)
+    tracker.dirty -= fields  # do, without two calls at every step
     run.saves += 1
     run.takeover = None
     keep = run.flow.keep_last_n
