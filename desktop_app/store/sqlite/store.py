@@ -665,12 +665,17 @@ class SqliteCheckpointStore:
         )
 
         conn = self._gated
-        if conn is None or conn.in_transaction:  # no gated connection, or a savepoint of a batch
+        try:
+            nested = conn is None or conn.in_transaction
+        except apsw.Error as exc:  # a closed connection, as _write would say it
+            raise self._write_failed(exc, conflict) from exc
+        if nested:  # no gated connection, or a savepoint of a batch
             with self._write(conflict):
                 row = self._append_in(request, previous, sql, args)
         else:
             # the outermost transaction without the layers of ``_write``
             # (the step path's cost): what it does, inline
+            assert conn is not None
             try:
                 gate = conn.begin_write()
             except apsw.Error as exc:
