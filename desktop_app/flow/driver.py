@@ -653,8 +653,12 @@ class RunDriver:
         branches = meta.get("branches")
         if isinstance(branches, dict) and sid in branches:
             meta["branches"] = {k: v for k, v in branches.items() if k != sid}
-        rest = self.frontier[1:]
-        self.frontier = frontier = rest + [n for n in nxt if n not in rest]
+        frontier = self.frontier[1:]
+        if frontier:  # parallel heads: the next steps join behind them, once
+            frontier += [n for n in nxt if n not in frontier]
+        else:  # the common case: nothing else in flight
+            frontier = list(nxt)
+        self.frontier = frontier
         if frontier:
             head = frontier[0]
             if head in steps:  # a visit again: counted
@@ -672,7 +676,8 @@ class RunDriver:
                 self.progress = progress
             writes = ctx.take_writes()
             intents = ctx.take_intents()
-        forget_answers(meta, self.run_id, sid)
+        if "answers" in meta or "choices" in meta or "asked" in meta or "continuations" in meta:
+            forget_answers(meta, self.run_id, sid)  # else nothing was asked: nothing to forget
         if isinstance(step, ConditionStep):  # its nested steps completed with it
             for inner in step.steps:
                 forget_answers(meta, self.run_id, inner.id)
