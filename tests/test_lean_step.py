@@ -250,3 +250,117 @@ def test_a_lean_step_failing_with_a_backoff_retries_at_the_stored_time(db_path: 
     rec = store.latest(res.run_id).steps["flaky"]
     assert (rec.status, rec.attempts, rec.next_retry_at) == ("completed", 2, None)
     store.close()
+
+
+def test_compile_gives_each_unrouted_lean_step_its_next_steps():
+    """``CompiledFlow.lean_next`` holds what ``next_steps`` would return for
+    a lean step without a route function (its edges; nothing for a finish
+    step); a routed step is absent, so it is routed at every completion."""
+    flow = (
+        FlowBuilder("nexts", Items)
+        .step("a", lambda s: None)
+        .step("pick", lambda s: None)
+        .step("low", lambda s: None)
+        .step("high", lambda s: None)
+        .edge("a", "pick")
+        .route("pick", lambda s: "high" if s.n > 0 else "low", ["low", "high"])
+        .finish("low", "high")
+        .compile()
+    )
+    assert set(flow.lean) == {"a", "pick", "low", "high"}
+    assert dict(flow.lean_next) == {"a": ("pick",), "low": (), "high": ()}
+    for sid, nxt in flow.lean_next.items():
+        assert flow.next_steps(sid, Items()) == nxt
+
+
+def test_a_lean_steps_route_reads_the_state_its_step_left(db_path: Path):
+    """A routed lean step is routed on the state its own output made (the
+    route runs after the output is applied), and the run stores the path
+    taken."""
+    flow = (
+        FlowBuilder("routed", Items)
+        .step("bump", lambda s: {"n": s.n + 1})
+        .step("low", lambda s: {"items": ["low"]})
+        .step("high", lambda s: {"items": ["high"]})
+        .route("bump", lambda s: "high" if s.n > 0 else "low", ["low", "high"])
+        .finish("low", "high")
+        .compile()
+    )
+    store = open_store(db_path)
+    res = Engine(store, flows=[flow]).run("routed", Items())
+    assert res.status == "completed"
+    assert store.latest(res.run_id).state == {"items": ["high"], "n": 1}
+    assert "low" not in store.latest(res.run_id).steps
+    store.close()
+
+
+def test_a_caller_changing_what_latest_gave_it_changes_nothing_stored(db_path: Path):
+    """The store caches the latest checkpoint uncopied and hands out copies:
+    a step that reads its run's latest checkpoint and changes its state,
+    step map and meta in place changes neither the next deltas nor the
+    file (read back by a fresh store)."""
+    store = open_store(db_path)
+
+    def meddle(s: Items, ctx) -> dict[str, object]:
+        got = store.latest(ctx.run_id)
+        got.state["items"].append("meddled")  # type: ignore[attr-defined]
+        got.state["n"] = 99  # type: ignore[index]
+        got.steps.clear()  # type: ignore[attr-defined]
+        return {"items": [*s.items, ctx.step_id], "n": s.n + 1}
+
+    flow = (
+        (FlowBuilder("meddled", Items).step("a", meddle).step("b", meddle).step("c", meddle))
+        .chain()
+        .compile()
+    )
+    assert set(flow.lean) == {"a", "b", "c"}
+    res = Engine(store, flows=[flow]).run("meddled", Items())
+    assert res.status == "completed"
+    expected = {"items": ["a", "b", "c"], "n": 3}
+    assert store.latest(res.run_id).state == expected
+    store.close()
+    again = open_store(db_path)
+    cp = again.latest(res.run_id)
+    assert cp.state == expected
+    assert {sid: rec.status for sid, rec in cp.steps.items()} == {
+        "a": "completed",
+        "b": "completed",
+        "c": "completed",
+    }
+    again.close()
+
+
+def test_step_records_made_by_the_quick_init_behave_as_dataclasses_made_them():
+    """``StepRecord``, ``Checkpoint``, ``Lease`` and ``RunRecord`` set their
+    slots through their descriptors (``records._quick_init``): the same
+    signature, defaults and factories as dataclasses writes, still frozen,
+    equal, replaceable and picklable."""
+    import inspect
+    import pickle
+
+    from desktop_app.store.records import Lease, RunRecord
+
+    for cls in (StepRecord, Checkpoint, Lease, RunRecord):
+        params = inspect.signature(cls).parameters
+        fields = dataclasses.fields(cls)
+        assert list(params) == [f.name for f in fields]
+        for f in fields:
+            if f.default is not dataclasses.MISSING:
+                assert params[f.name].default == f.default
+    cp = Checkpoint("r", 1, "running", {"n": 1}, {}, ("a",), 2.5)
+    assert (cp.step_id, cp.progress, cp.error, cp.waits) == ("", None, None, ())
+    assert cp.meta == {} and cp.meta is not Checkpoint("r", 1, "running", {}, {}, (), 0.0).meta
+    assert cp == Checkpoint("r", 1, "running", {"n": 1}, {}, ("a",), 2.5, meta={})
+    assert dataclasses.replace(cp, revision=2).revision == 2
+    assert pickle.loads(pickle.dumps(cp)) == cp
+    rec = StepRecord("s", "completed", 2, finished_at=3.0)
+    assert (rec.attempts, rec.started_at, rec.finished_at, rec.iteration) == (2, None, 3.0, 0)
+    try:
+        rec.attempts = 3  # type: ignore[misc]
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("a StepRecord must stay frozen")
+    lease = Lease("me", 10.0)
+    assert (lease.issued_at, lease.ttl_s, lease.takes_over) == (0.0, None, None)
+    assert RunRecord("r", "f", "1", "running", 0, 1.0, 1.0).context == {}

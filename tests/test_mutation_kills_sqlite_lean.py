@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from desktop_app.errors import RunLeasedError
+from desktop_app.errors import RevisionConflictError, RunLeasedError
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import Checkpoint, Lease, RunRecord, StepRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
@@ -116,3 +116,48 @@ def test_a_running_step_saved_under_a_lease_keeps_the_run_leased(db_path: Path, 
     assert (run.status, run.lease_owner, run.lease_expires_at) == ("completed", None, None)
     a.close()
     b.close()
+
+
+def _flock_free_in_another_process(db_path: Path) -> bool:
+    """Whether another process can take the write gate's ``flock`` at once."""
+    import subprocess
+    import sys
+
+    from desktop_app.store.write_gate import LOCK_SUFFIX
+
+    probe = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "try:\n"
+        "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "except BlockingIOError:\n"
+        "    sys.exit(1)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, f"{db_path}{LOCK_SUFFIX}"], check=False, timeout=60
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["plain", "given"])
+def test_a_refused_append_ends_its_transaction_and_gives_the_gate_back(db_path: Path, given: bool):
+    """An append whose transaction runs without ``_write``'s layers
+    (``GatedConnection.begin_write``/``end_write``) and is refused (a
+    revision another writer saved) rolls back, leaves no transaction open,
+    gives the write gate's ``flock`` back at once (another process takes
+    it) and stores nothing; the next append goes through."""
+    store = open_store(db_path)
+    store.create_run(RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0), _cp(0, {"n": 0}))
+    _append(store, _cp(1, {"n": 1}), given)
+    with pytest.raises(RevisionConflictError):
+        if given:
+            (err,) = store.append_batch([AppendRequest(_cp(1, {"n": 5}), given=True)])
+            raise err  # type: ignore[misc]
+        store.append(_cp(1, {"n": 5}))
+    assert not store.conn.in_transaction
+    assert _flock_free_in_another_process(db_path)
+    _append(store, _cp(2, {"n": 2}), given)
+    store.close()
+    fresh = open_store(db_path)
+    assert [fresh.get_checkpoint("r1", r).state["n"] for r in range(3)] == [0, 1, 2]
+    fresh.close()

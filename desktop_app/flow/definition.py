@@ -279,6 +279,10 @@ class CompiledFlow(Generic[S]):
             (0 to 2) their function takes: plain synchronous function steps
             with no timeout and ``idempotent`` recovery. Computed by
             ``compile``; empty: every step takes the general path.
+        lean_next: for each step of ``lean`` with no route function, the
+            steps after it (``next_steps`` without a state to read: its
+            edges, or none for a finish step), computed by ``compile``; a
+            lean step missing here is routed at every completion.
     """
 
     name: str
@@ -302,6 +306,7 @@ class CompiledFlow(Generic[S]):
     on_timed_out: TimedOutHook | None = None
     on_cancel: CancelHook | None = None
     lean: Mapping[str, int] = field(default_factory=dict)
+    lean_next: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def step(self, step_id: str) -> AnyStep:
         return self.steps[step_id]
@@ -746,6 +751,7 @@ class FlowBuilder(Generic[S]):
             "state": sorted(fields),
         }
         digest = hashlib.sha256(json.dumps(topology, sort_keys=True).encode()).hexdigest()[:16]
+        lean = {sid: _arity(s.fn) for sid, s in steps.items() if _is_lean(s)}
         return CompiledFlow(
             name=self.name,
             state_type=self.state_type,
@@ -766,7 +772,14 @@ class FlowBuilder(Generic[S]):
             description=self.description,
             on_timed_out=self.on_timed_out,
             on_cancel=self.on_cancel,
-            lean=MappingProxyType({sid: _arity(s.fn) for sid, s in steps.items() if _is_lean(s)}),
+            lean=MappingProxyType(lean),
+            lean_next=MappingProxyType(
+                {
+                    sid: () if sid in finish else tuple(edges.get(sid, ()))
+                    for sid in lean
+                    if sid not in routes
+                }
+            ),
         )
 
 

@@ -33,6 +33,7 @@ questions and answers (:mod:`~desktop_app.flow.answers`) and composite steps
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -83,7 +84,7 @@ from desktop_app.flow.state import (
     apply_output,
     load_state,
 )
-from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step, call_untimed
+from desktop_app.flow.step_call import Canceled, Outcome, Stopped, call_step, settle
 from desktop_app.flow.waiting import run_wait, timed_out_writes
 from desktop_app.store import codec
 from desktop_app.store.protocol import (
@@ -334,21 +335,24 @@ class RunDriver:
 
     def _drive(self) -> RunResult:
         try:
+            flow = self.flow
+            cancel, shutdown, lost = self.cancel_event, self.host.shutdown_event, self.host.lost
             while self.frontier and self.status == "running":
-                self.check_cancel()
-                if self.run_deadline_passed():
+                if cancel.is_set() or self.run_id in lost or shutdown.is_set():
+                    self.check_cancel()  # raises what stops the run
+                if self.run.deadline_at is not None and self.run_deadline_passed():
                     self.time_out_run()
                     break
                 sid = self.frontier[0]
                 taken = int(self.meta.get("steps_taken", 0))
-                if taken >= self.flow.max_steps:
+                if taken >= flow.max_steps:
                     self.status = "failed"
-                    self.error = f"halted: max_steps {self.flow.max_steps} reached at step {sid!r}"
+                    self.error = f"halted: max_steps {flow.max_steps} reached at step {sid!r}"
                     self.meta["halt_reason"] = "max_steps"
                     self.save(sid)
                     break
-                step = self.flow.step(sid)
-                if sid in self.flow.lean:
+                step = flow.steps[sid]
+                if sid in flow.lean:
                     self.run_lean(step)  # type: ignore[arg-type]  # lean: a plain Step
                 else:
                     self.run_head(step)
@@ -406,9 +410,11 @@ class RunDriver:
     def run_lean(self, step: Step) -> None:
         """:meth:`run_head` for a step of ``flow.lean`` (a plain synchronous
         function step, no timeout, idempotent recovery): one attempt as
-        :meth:`attempt` runs it, without what such a step never needs (the
-        closures of a body, a recovery branch, a thread for a timeout, events
-        nobody receives, a context for a function that takes none). A record
+        :meth:`attempt` runs it, then :meth:`complete`, without what such a
+        step never needs (the closures of a body, a recovery branch, a
+        thread for a timeout, events nobody receives, a context for a
+        function that takes none, a route function's call when the step has
+        none, a second encoding of a state nothing changed since). A record
         with a backoff pending, and whatever follows a failed attempt (its
         retries), take the general path.
         """
@@ -418,22 +424,31 @@ class RunDriver:
             self.run_head(step)
             return
         self.recovering = None
+        flow = self.flow
         if self.events.listening:
             self.events.publish(StepStarted(self.run_id, sid, rec.attempts))
         t0 = time.perf_counter()
-        arity = self.flow.lean[sid]
+        arity = flow.lean[sid]
         # a function that takes no context gets none, nor needs one made
         ctx = self.new_context(sid, rec.attempts, rec.iteration) if arity == 2 else None
+        nxt = flow.lean_next.get(sid)
         try:
-            args = (self.state, ctx) if arity == 2 else (self.state,) if arity == 1 else ()
-            self.take_output(call_untimed(step.fn, args), sid)
-            nxt = self.route_from(sid, self.state)
+            fn, state = step.fn, self.state
+            out = fn(state) if arity == 1 else fn(state, ctx) if arity == 2 else fn()
+            if out is not None and type(out) is not dict and inspect.isawaitable(out):
+                out = settle(out)
+            self.take_output(out, sid)
+            if nxt is None:  # a route function reads the state (and may change it)
+                nxt = self.route_from(sid, self.state)
+                encoded = False
+            else:
+                encoded = True  # nothing ran since take_output encoded it
         except (Interrupt, Exception) as exc:
             if self.attempt_failed(step, sid, exc, t0) == "retry":
                 self.run_head(step)
             return
         try:
-            self.complete(step, ctx, t0, nxt)
+            self.complete(step, ctx, t0, nxt, encoded)
         except STEP_COMMIT_ERRORS as exc:
             self.load(self.store.latest(self.run_id))  # as run_head: nothing was saved
             if self.after_failure(step, sid, exc, t0) == "retry":
@@ -612,27 +627,44 @@ class RunDriver:
         self.state = new
 
     def complete(
-        self, step: AnyStep, ctx: StepContext | None, t0: float, nxt: tuple[str, ...]
+        self,
+        step: AnyStep,
+        ctx: StepContext | None,
+        t0: float,
+        nxt: tuple[str, ...],
+        encoded: bool = False,
     ) -> None:
-        """Record ``step`` completed and move the frontier on to ``nxt``."""
+        """Record ``step`` completed and move the frontier on to ``nxt``.
+        ``encoded``: the state's encoding is current (nothing ran since the
+        step's output was encoded), so the save does not encode it again."""
         sid = step.id
-        rec = self.steps[sid]
+        steps = self.steps
+        rec = steps[sid]
         ms = (time.perf_counter() - t0) * 1000
         now = self.clock.now()
         # positional, in the fields' order (step_id, status, attempts,
         # started_at, finished_at, error, error_type, iteration, duration_ms):
         # made at every step
-        self.steps[sid] = StepRecord(
+        steps[sid] = StepRecord(
             sid, "completed", rec.attempts, rec.started_at, now, None, None, rec.iteration, ms
         )
-        self.meta["steps_taken"] = int(self.meta.get("steps_taken", 0)) + 1
-        branches = self.meta.get("branches")
+        meta = self.meta
+        meta["steps_taken"] = int(meta.get("steps_taken", 0)) + 1
+        branches = meta.get("branches")
         if isinstance(branches, dict) and sid in branches:
-            self.meta["branches"] = {k: v for k, v in branches.items() if k != sid}
-        rest = self.frontier[1:]
-        self.frontier = rest + [n for n in nxt if n not in rest]
-        if self.frontier:
-            self.enter(self.frontier[0], now)
+            meta["branches"] = {k: v for k, v in branches.items() if k != sid}
+        frontier = self.frontier[1:]
+        if frontier:  # parallel heads: the next steps join behind them, once
+            frontier += [n for n in nxt if n not in frontier]
+        else:  # the common case: nothing else in flight
+            frontier = list(nxt)
+        self.frontier = frontier
+        if frontier:
+            head = frontier[0]
+            if head in steps:  # a visit again: counted
+                self.enter(head, now)
+            else:  # what enter() does for a step's first visit
+                steps[head] = StepRecord(head, "in_progress", 1, now)
             self.status = "running"
         else:
             self.status = "completed"
@@ -644,12 +676,14 @@ class RunDriver:
                 self.progress = progress
             writes = ctx.take_writes()
             intents = ctx.take_intents()
-        forget_answers(self.meta, self.run_id, sid)
+        if "answers" in meta or "choices" in meta or "asked" in meta or "continuations" in meta:
+            forget_answers(meta, self.run_id, sid)  # else nothing was asked: nothing to forget
         if isinstance(step, ConditionStep):  # its nested steps completed with it
             for inner in step.steps:
-                forget_answers(self.meta, self.run_id, inner.id)
+                forget_answers(meta, self.run_id, inner.id)
         consume, self.pending_consume = self.pending_consume, []
-        self.save(sid, writes, intents, consume)
+        with self.save_lock:
+            commit_checkpoint(self, sid, writes, intents, consume, now, encoded)
         if self.events.listening:
             self.events.publish(StepFinished(self.run_id, StepResult(sid, "done", None, ms)))
             if self.progress is not None:

@@ -317,14 +317,19 @@ class Engine:
             self.register(flow)
         return flow
 
-    def lease(self, takes_over: str | None = None, dead: bool = False) -> Lease:
+    def lease(
+        self, takes_over: str | None = None, dead: bool = False, now: float | None = None
+    ) -> Lease:
         """A lease for this process from now for ``lease_ttl_s``. It takes a
         free run or renews ours; with ``takes_over`` it also takes the run
         from that owner, as a compare-and-set: only while the run is still
         leased to it, and (unless ``dead``: the owner is a process of this
         host that exited) only once that lease has expired. See
-        :class:`~desktop_app.store.records.Lease`."""
-        now = self.clock.now()
+        :class:`~desktop_app.store.records.Lease`. ``now``: a reading of
+        :attr:`clock` (UTC epoch seconds) the caller just took, else the
+        clock is read."""
+        if now is None:
+            now = self.clock.now()
         ttl = self.lease_ttl_s
         # positional, in the fields' order: made at every save
         return Lease(self.owner, now + ttl, math.inf if dead else now, ttl, takes_over)
@@ -460,7 +465,10 @@ class Engine:
 
     def cancel_event(self, run_id: str) -> threading.Event:
         with self._lock:
-            return self._cancel.setdefault(run_id, threading.Event())
+            event = self._cancel.get(run_id)
+            if event is None:  # made only when missing (an Event is a lock and a condition)
+                event = self._cancel[run_id] = threading.Event()
+            return event
 
     # -- starting --------------------------------------------------------
 

@@ -72,25 +72,26 @@ class EventBus:
     def __init__(self) -> None:
         self._subs: list[Subscriber] = []
         self._lock = threading.Lock()
+        #: whether anyone subscribes: a publisher may skip making an event
+        #: nobody would receive (an attribute, set under the lock when a
+        #: subscriber comes or goes, read without it: a subscriber added
+        #: meanwhile gets the events published after it was added; read
+        #: twice at every step, where a property's call showed)
+        self.listening = False
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Add ``fn``; returns a function that removes it."""
         with self._lock:
             self._subs.append(fn)
+            self.listening = True
 
         def unsubscribe() -> None:
             with self._lock:
                 if fn in self._subs:
                     self._subs.remove(fn)
+                self.listening = bool(self._subs)
 
         return unsubscribe
-
-    @property
-    def listening(self) -> bool:
-        """Whether anyone subscribes: a publisher may skip making an event
-        nobody would receive (read without the lock: a subscriber added
-        meanwhile gets the events published after it was added)."""
-        return bool(self._subs)
 
     def publish(self, event: Event) -> None:
         with self._lock:

@@ -46,10 +46,13 @@ class DriverHost(Protocol):
     @property
     def lost(self) -> Container[str]: ...
 
-    def lease(self, takes_over: str | None = None, dead: bool = False) -> Lease:
+    def lease(
+        self, takes_over: str | None = None, dead: bool = False, now: float | None = None
+    ) -> Lease:
         """A lease for this process from now; ``takes_over`` names the holder
         it takes the run from (a compare-and-set), ``dead`` when that holder's
-        process is known to have exited."""
+        process is known to have exited; ``now``: a reading of :attr:`clock`
+        just taken (UTC epoch seconds), else the clock is read."""
 
     def commit(self, request: AppendRequest) -> None:
         """Append one checkpoint; returns once it is durable (its batch

@@ -70,6 +70,8 @@ def commit_checkpoint(
     writes: Iterable[DomainWrite],
     intents: Iterable[Intent],
     consume: Iterable[tuple[int, str]],
+    now: float | None = None,
+    encoded: bool = False,
 ) -> None:
     """Append the driver's run as it stands as one checkpoint (revision + 1),
     saved for ``step_id``, with the step's domain ``writes``, outbox
@@ -78,7 +80,11 @@ def commit_checkpoint(
     then the driver's stored state, records and revision follow it, and
     every ``keep_last_n`` revisions older checkpoints are pruned. Call it
     holding the driver's ``save_lock``. Lists given as ``writes``, ``intents``
-    and ``consume`` belong to the append from then on (not copied).
+    and ``consume`` belong to the append from then on (not copied). ``now``:
+    a reading of ``run.clock`` the caller just took (the checkpoint's time
+    and its lease's start), else the clock is read; ``encoded``: the run's
+    tracker encoded ``run.state`` as it stands (nothing changed it since),
+    so it is not encoded again.
 
     Raises:
         LeaseLostError: this process can no longer prove it holds the lease
@@ -92,8 +98,10 @@ def commit_checkpoint(
         raise run.lease_lost()
     steps, changed = run.steps.snapshot()
     tracker = run.tracker
-    state = tracker.encode(run.state)
+    state = tracker.dumped if encoded else tracker.encode(run.state)
     fields = frozenset(tracker.dirty)
+    if now is None:
+        now = run.clock.now()
     # positional, in the fields' order (keywords cost ~0.5 us a step here)
     cp = Checkpoint(
         run.run_id,
@@ -104,7 +112,7 @@ def commit_checkpoint(
         tuple(run.frontier),
         # created_at: never before the run's latest checkpoint (a clock set
         # back, within the skew the engine's clock lets pass)
-        max(run.clock.now(), run.saved_at),
+        max(now, run.saved_at),
         step_id,
         run.progress,
         run.error,
@@ -119,7 +127,7 @@ def commit_checkpoint(
                 # the callers' lists are theirs no more (fresh from a step's
                 # context): not copied again
                 writes if type(writes) is list else list(writes),
-                host.lease(*run.takeover) if run.takeover else host.lease(),
+                host.lease(*run.takeover, now) if run.takeover else host.lease(None, False, now),
                 intents if type(intents) is list else list(intents),
                 consume if type(consume) is list else list(consume),
                 changed,  # changed_steps
@@ -153,8 +161,8 @@ def commit_checkpoint(
     run.saved_at = cp.created_at
     run.stored_state = cp.state
     run.stored_steps = cp.steps
-    run.steps.stored(changed)
-    tracker.stored(fields)
+    run.steps.dirty -= changed  # what steps.stored(changed) and tracker.stored(fields)
+    tracker.dirty -= fields  # do, without two calls at every step
     run.saves += 1
     run.takeover = None
     keep = run.flow.keep_last_n

@@ -54,7 +54,7 @@ def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: i
     Raises:
         CheckpointDecodeError: see module docstring.
     """
-    fields = set(model.model_fields)
+    fields = _fields(model)[1]  # read once per model class (model_fields builds a dict)
     keys = set(data)
     extra = sorted(keys - fields)
     if extra:
@@ -132,24 +132,27 @@ def apply_output(model: type[S], state: S, out: Any) -> S:
     """
     if out is None:
         return state
-    if isinstance(out, model):
-        return out
-    if isinstance(out, Mapping):
-        fields = _fields(model)[1]
+    # a dict first: what steps return, and no metaclass or ABC check for it
+    if type(out) is not dict:
+        if isinstance(out, model):
+            return out
+        if not isinstance(out, Mapping):
+            raise TypeError(
+                f"a step must return None, a dict of updates or a {model.__name__}, "
+                f"not {type(out).__name__}"
+            )
+    known = _FIELDS.get(model)
+    fields = (known if known is not None else _fields(model))[1]
+    if not fields.issuperset(out):
         unknown = [k for k in out if k not in fields]
-        if unknown:
-            raise TypeError(f"step returned unknown state field(s) {unknown} for {model.__name__}")
-        # Validate only the fields that changed; the others keep their objects,
-        # so StateTracker can skip re-encoding them.
-        new = state.__copy__()  # what model_copy() does, without its wrapper
-        validator = model.__pydantic_validator__
-        for name, value in out.items():
-            validator.validate_assignment(new, name, value)
-        return new
-    raise TypeError(
-        f"a step must return None, a dict of updates or a {model.__name__}, "
-        f"not {type(out).__name__}"
-    )
+        raise TypeError(f"step returned unknown state field(s) {unknown} for {model.__name__}")
+    # Validate only the fields that changed; the others keep their objects,
+    # so StateTracker can skip re-encoding them.
+    new = state.__copy__()  # what model_copy() does, without its wrapper
+    validator = model.__pydantic_validator__
+    for name, value in out.items():
+        validator.validate_assignment(new, name, value)
+    return new
 
 
 class StateMutatedError(TypeError):
@@ -169,7 +172,9 @@ class StateTracker:
     def __init__(self, state: BaseModel) -> None:
         self._values: dict[str, Any] = {}
         self._lens: dict[str, int] = {}
-        self._dumped: dict[str, Any] = {}
+        #: the JSON-mode dump of the state last encoded: a new dict at every
+        #: change, never changed in place (a checkpoint may hold it)
+        self.dumped: dict[str, Any] = {}
         #: fields encoded again since :meth:`stored` (all of them at first):
         #: the only ones that can differ from the last stored checkpoint
         self.dirty: set[str] = set()
@@ -183,14 +188,17 @@ class StateTracker:
                 ``step_id`` and the field); nothing is remembered then.
         """
         values = self._values
-        changed = {
-            name
-            for name in _fields(type(state))[0]
-            if name not in values or getattr(state, name) is not values[name]
-        }
-        if changed:
+        known = _FIELDS.get(type(state))
+        changed: set[str] | None = None
+        # a loop, not a comprehension (a call of its own): it runs twice a step
+        for name in (known if known is not None else _fields(type(state)))[0]:
+            if name not in values or getattr(state, name) is not values[name]:
+                if changed is None:
+                    changed = set()
+                changed.add(name)
+        if changed is not None:
             part = encode_fields(state, changed, step_id)
-            self._dumped = {**self._dumped, **part}
+            self.dumped = {**self.dumped, **part}
             self.dirty |= changed
             for name in changed:
                 value = getattr(state, name)
@@ -199,7 +207,7 @@ class StateTracker:
                     self._lens[name] = len(value)
                 else:
                     self._lens.pop(name, None)
-        return self._dumped
+        return self.dumped
 
     def stored(self, fields: frozenset[str]) -> None:
         """A checkpoint holding the encoding of ``fields`` was stored."""

@@ -11,7 +11,7 @@ import asyncio
 import functools
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from desktop_app.errors import StepTimeoutError
@@ -46,12 +46,18 @@ def call_untimed(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     path, which makes no context for a function that takes none)."""
     out = fn(*args)
     if out is not None and type(out) is not dict and inspect.isawaitable(out):
-
-        async def _await() -> Any:
-            return await out
-
-        out = asyncio.run(_await())
+        return settle(out)
     return out
+
+
+def settle(out: Awaitable[Any]) -> Any:
+    """What the awaitable ``out`` (returned by a synchronous step function)
+    gives, awaited in an event loop of its own."""
+
+    async def _await() -> Any:
+        return await out
+
+    return asyncio.run(_await())
 
 
 def call_step(

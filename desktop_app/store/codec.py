@@ -101,8 +101,9 @@ def diff_state(
     compare every key."""
     sets: dict[str, JSON] = {}
     appends: dict[str, JSON] = {}
-    keys = new if changed is None else [k for k in changed if k in new]
-    for key in keys:
+    for key in new if changed is None else changed:
+        if key not in new:
+            continue
         value = new[key]
         if key not in old:
             sets[key] = value
@@ -124,9 +125,8 @@ def diff_state(
         delta["set"] = sets
     if appends:
         delta["append"] = appends
-    unset = [k for k in old if k not in new]
-    if unset:
-        delta["unset"] = unset
+    if not new.keys() >= old.keys():  # a set comparison in C, before a loop in Python
+        delta["unset"] = [k for k in old if k not in new]
     return delta
 
 

@@ -29,9 +29,12 @@ from desktop_app.errors import StoreError
 from desktop_app.store.protocol import Checkpoint, DomainWrite, Intent, Lease, RunRecord
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AppendRequest:
     """The arguments of one :meth:`CheckpointStore.append`, as one value.
+    Not frozen: one is made at every step, and a frozen dataclass costs
+    some 3x as much to make (``object.__setattr__`` per field); nothing
+    changes a request once made.
 
     Attributes:
         checkpoint: the checkpoint to append (revision ``latest + 1``).

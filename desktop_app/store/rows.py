@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -47,8 +46,23 @@ def detached(cp: Checkpoint) -> Checkpoint:
     keeps this in its cache of latest checkpoints and hands out copies, so
     a caller that changes a dict it passed in or got back cannot change the
     cached checkpoint the next delta is computed against (which would store
-    an empty delta, and lose the change on disk)."""
-    return replace(cp, state=codec.copy(dict(cp.state)), steps=dict(cp.steps))
+    an empty delta, and lose the change on disk). Made positionally, in
+    the fields' order (``dataclasses.replace`` costs ~5 us more: it runs at
+    every run's creation)."""
+    return Checkpoint(
+        cp.run_id,
+        cp.revision,
+        cp.status,
+        codec.copy(dict(cp.state)),
+        dict(cp.steps),
+        cp.frontier,
+        cp.created_at,
+        cp.step_id,
+        cp.progress,
+        cp.error,
+        cp.meta,
+        cp.waits,
+    )
 
 
 class CheckpointRow(tuple[Any, ...]):
@@ -349,7 +363,13 @@ def checkpoint_parts(
         delta = codec.diff_state(previous.state, cp.state, changed_fields)
         state = codec.dumps(delta)
         if changed_steps is not None:  # the writer says which records it touched
-            changed = {k: step_json(cp.steps[k]) for k in changed_steps if k in cp.steps}
+            steps = cp.steps
+            changed = {}
+            for k in changed_steps:  # a loop: a comprehension is a call of its own
+                try:  # noqa: SIM105  # contextlib.suppress costs a context manager per record
+                    changed[k] = step_json(steps[k])
+                except KeyError:  # not in the map: nothing to store
+                    pass
         else:
             changed = {k: step_json(v) for k, v in cp.steps.items() if previous.steps.get(k) != v}
     values = (

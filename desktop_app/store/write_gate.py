@@ -399,16 +399,7 @@ class GatedConnection(apsw.Connection):
             conn = apsw.Connection.__enter__(self)
             self._held.append(_SAVEPOINT)
             return conn
-        gate = self.gate
-        if gate is not None:
-            gate.acquire(self.gate_timeout_s)
-        try:
-            self.execute(f"BEGIN {self.transaction_mode}")
-        except BaseException:
-            if gate is not None:
-                gate.release(keep=False)
-            raise
-        self._held.append(gate)
+        self._held.append(self.begin_write())
         return self
 
     def __exit__(
@@ -420,9 +411,44 @@ class GatedConnection(apsw.Connection):
         held = self._held.pop()
         if held is _SAVEPOINT:
             return apsw.Connection.__exit__(self, etype, evalue, etb)
+        self.end_write(etype is None and evalue is None, held)  # type: ignore[arg-type]  # a gate or None
+        return False
+
+    def begin_write(self) -> WriteGate | None:
+        """Open the outermost write transaction as ``with conn:`` does: take
+        the gate, then ``BEGIN`` with :attr:`transaction_mode` (the gate is
+        given back if that fails); returns the gate taken (``None``: none),
+        for :meth:`end_write`. For a caller that runs one transaction
+        without the context manager (the store's append of one checkpoint,
+        the step path's cost).
+
+        Raises:
+            apsw.BusyError: the gate or SQLite's write lock stayed taken
+                past the timeout; other ``apsw.Error``: ``BEGIN`` failed.
+        """
+        gate = self.gate
+        if gate is not None:
+            gate.acquire(self.gate_timeout_s)
+        try:
+            self.execute(f"BEGIN {self.transaction_mode}")
+        except BaseException:
+            if gate is not None:
+                gate.release(keep=False)
+            raise
+        return gate
+
+    def end_write(self, commit: bool, gate: WriteGate | None) -> None:
+        """End the transaction :meth:`begin_write` opened: ``COMMIT`` when
+        ``commit`` (rolled back, and its error raised, when the commit
+        fails), else roll back; then give back ``gate``: the :attr:`gate`
+        it took (``None``: none).
+
+        Raises:
+            apsw.Error: the commit failed (the transaction was rolled back).
+        """
         committed = False
         try:
-            if etype is None and evalue is None:
+            if commit:
                 try:
                     self.execute("COMMIT")
                 except BaseException:
@@ -432,10 +458,9 @@ class GatedConnection(apsw.Connection):
                 committed = True
             else:
                 self._rollback()
-            return False
         finally:
-            if isinstance(held, WriteGate):
-                held.release(keep=committed)
+            if gate is not None:
+                gate.release(keep=committed)
 
     def close(self, force: bool = False) -> None:
         """Close as apsw does, then give back a ``flock`` this process kept

@@ -81,7 +81,7 @@ from desktop_app.store.rows import (
     written_table,
 )
 from desktop_app.store.statements import SQLITE_SQL as SQL
-from desktop_app.store.write_gate import LOCK_SUFFIX
+from desktop_app.store.write_gate import LOCK_SUFFIX, GatedConnection
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -367,6 +367,9 @@ class SqliteCheckpointStore:
         self._wal_needs_truncate = False  # set by a full disk
         self._clock_fd: int | None = None  # file_system_now's lock file
         self._clock_lock = threading.Lock()
+        #: a connection with a write gate's ``begin_write``/``end_write``
+        #: (``open_store``'s): an append runs its transaction without ``_write``
+        self._gated = conn if isinstance(conn, GatedConnection) else None
 
     # -- helpers ---------------------------------------------------------
 
@@ -627,8 +630,7 @@ class SqliteCheckpointStore:
 
     def _append(self, request: AppendRequest) -> None:
         """One append: a transaction of its own, or a savepoint inside a batch."""
-        cp, writes, lease = request.checkpoint, request.writes, request.lease
-        intents, consume = request.intents, request.consume
+        cp, lease = request.checkpoint, request.lease
         previous = self._last.get(cp.run_id)
         if previous is None or previous.revision != cp.revision - 1:
             previous = self._load_or_none(cp.run_id, cp.revision - 1)
@@ -662,51 +664,98 @@ class SqliteCheckpointStore:
             0 if lease is None else 1 if lease.takes_over is None else 2,
         )
 
-        with self._write(conflict):
-            self.conn.execute(sql, args)
-            if self.conn.changes() != 1 or previous is None:
-                stored = self.conn.execute(
-                    SQL.run_revision_owner, (cp.run_id, self.scope)
-                ).fetchone()
-                if stored is None:
-                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-                if lease is not None and stored[1] not in (None, lease.owner):
-                    # another process holds the lease: it took the run over (or won
-                    # a takeover race) and may have saved revisions since
-                    raise LeaseLostError(lease_lost_message(cp.run_id, stored[1], lease))
-                raise RevisionConflictError(
-                    f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
-                    f"latest revision {stored[0]}; another writer got there first. Reload "
-                    f"the run and try again."
-                )
-            # the row (its JSON and checksum) is built here, inside the write
-            # transaction: built before it, so that the cross-process write
-            # gate is held for the SQL and the commit only, it measured no
-            # gain with 8 processes on one file (docs/measurements.md,
-            # 2026-12-05 02:50-03:07)
-            row = self._write_checkpoint(
-                cp, previous, request.changed_steps, request.changed_fields, given=request.given
-            )
-            for signal_id, wait_id in consume:
-                self.conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
-                if self.conn.changes() != 1:
-                    raise RevisionConflictError(
-                        f"signal {signal_id} was consumed by another wait first"
-                    )
-            for intent in intents:
-                self.conn.execute(
-                    SQL.insert_intent,
-                    (
-                        intent.intent_id,
-                        intent.run_id,
-                        intent.step_id,
-                        intent.destination,
-                        codec.dumps(intent.payload),
-                        cp.created_at,
-                    ),
-                )
-            self._run_domain(writes)
+        conn = self._gated
+        try:
+            nested = conn is None or conn.in_transaction
+        except apsw.Error as exc:  # a closed connection, as _write would say it
+            raise self._write_failed(exc, conflict) from exc
+        if nested:  # no gated connection, or a savepoint of a batch
+            with self._write(conflict):
+                row = self._append_in(request, previous, sql, args)
+        else:
+            # the outermost transaction without the layers of ``_write``
+            # (the step path's cost): what it does, inline
+            assert conn is not None
+            try:
+                gate = conn.begin_write()
+            except apsw.Error as exc:
+                raise self._write_failed(exc, conflict) from exc
+            try:
+                row = self._append_in(request, previous, sql, args)
+            except BaseException as body:
+                try:
+                    conn.end_write(False, gate)
+                except apsw.Error as exc:
+                    raise self._write_failed(exc, conflict) from exc
+                if isinstance(body, apsw.Error):
+                    raise self._write_failed(body, conflict) from body
+                raise
+            try:
+                conn.end_write(True, gate)
+            except apsw.Error as exc:
+                raise self._write_failed(exc, conflict) from exc
+            self._own_commits += 1
+            if self._wal_needs_truncate and not conn.in_transaction:
+                self._truncate_wal()
         self._remember(cp if row is None else remembered(cp, previous, row))
+
+    def _append_in(
+        self,
+        request: AppendRequest,
+        previous: Checkpoint | None,
+        sql: str,
+        args: list[Any],
+    ) -> CheckpointRow | None:
+        """The statements of one append, in the open transaction: the run
+        row's compare-and-append, the checkpoint row (returned as
+        :meth:`_write_checkpoint` does), the signals consumed, the outbox
+        intents, the domain writes."""
+        cp = request.checkpoint
+        conn = self.conn
+        conn.execute(sql, args)
+        if conn.changes() != 1 or previous is None:
+            lease = request.lease
+            stored = conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
+            if stored is None:
+                raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+            if lease is not None and stored[1] not in (None, lease.owner):
+                # another process holds the lease: it took the run over (or won
+                # a takeover race) and may have saved revisions since
+                raise LeaseLostError(lease_lost_message(cp.run_id, stored[1], lease))
+            raise RevisionConflictError(
+                f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
+                f"latest revision {stored[0]}; another writer got there first. Reload "
+                f"the run and try again."
+            )
+        # the row (its JSON and checksum) is built here, inside the write
+        # transaction: built before it, so that the cross-process write
+        # gate is held for the SQL and the commit only, it measured no
+        # gain with 8 processes on one file (docs/measurements.md,
+        # 2026-12-05 02:50-03:07)
+        row = self._write_checkpoint(
+            cp, previous, request.changed_steps, request.changed_fields, given=request.given
+        )
+        for signal_id, wait_id in request.consume:
+            conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
+            if conn.changes() != 1:
+                raise RevisionConflictError(
+                    f"signal {signal_id} was consumed by another wait first"
+                )
+        for intent in request.intents:
+            conn.execute(
+                SQL.insert_intent,
+                (
+                    intent.intent_id,
+                    intent.run_id,
+                    intent.step_id,
+                    intent.destination,
+                    codec.dumps(intent.payload),
+                    cp.created_at,
+                ),
+            )
+        if request.writes:
+            self._run_domain(request.writes)
+        return row
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._write():  # BEGIN IMMEDIATE: no other writer between read and append
