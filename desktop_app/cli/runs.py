@@ -1164,13 +1164,48 @@ def cmd_cancel(ctx: Ctx) -> int:
         return EXIT_OK
     from desktop_app.runs_view import withdrawn_text
 
-    done = sv.engine.cancel_withdrawing(ref.run_id)
+    try:
+        done = sv.engine.cancel_withdrawing(ref.run_id)
+    except RunStateError as exc:  # ended: its side effects still queued are withdrawn
+        try:
+            done = sv.engine.withdraw_after_end(ref.run_id)
+        except RunStateError:
+            raise exc from None
+        print(ended_cancel_text(ctx, done))
+        # nothing withdrawn nor settled: only side effects a live process is making
+        return EXIT_OK if done.withdrawn or done.made or done.unknown else EXIT_FAILED
     run = done.run
     said = [withdrawn_text(run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown))]
     if done.in_flight:
         said.append(f"{len(done.in_flight):,} being delivered now (left to its dispatcher)")
     print(f"run {run.run_id} {run.status}" + "".join(f"; {t}" for t in said if t))
     return EXIT_OK
+
+
+def ended_cancel_text(ctx: Ctx, done: Any) -> str:
+    """What ``cancel`` did to a run that had already ended (``done``, what
+    :meth:`~desktop_app.flow.engine.Engine.withdraw_after_end` did) with
+    side effects still queued: the status it keeps, what was withdrawn or
+    settled, what is left and why, and for tidy the ``undo`` that moves back
+    the moves made."""
+    from desktop_app.runs_view import INTENT_NOUNS, withdrawn_text
+
+    run = done.run
+    one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+    took = withdrawn_text(run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown))
+    text = f"run {run.run_id} is already {run.status} (it stays {run.status}); " + (
+        took if took else f"no queued {many} withdrawn"
+    )
+    if done.in_flight:
+        n = len(done.in_flight)
+        text += (
+            f"; left: {plural(n, one, many)} a live process is delivering now "
+            f"({'its' if n == 1 else 'their'} outcome is recorded as "
+            f"{'it ends' if n == 1 else 'they end'})"
+        )
+    if run.flow_name == "tidy":
+        text += f"; `{ctx.hints.cmd(f'undo {run.run_id}')}` moves back the files it moved"
+    return text
 
 
 def agent_executor(sv: Services, run_id: str) -> str | None:

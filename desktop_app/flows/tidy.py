@@ -121,6 +121,11 @@ GONE = "the file is gone and was not moved here"
 NOT_APPROVED = "not approved"
 #: the reason of a queued move a cancel withdrew (its intent was never delivered)
 CANCELED = "withdrawn: the run was canceled before this move was made"
+#: the reason of a queued move ``cancel`` withdrew after the run had ended
+#: (completed) with it still queued: never made; the run keeps its status
+CANCELED_AFTER_END = (
+    "withdrawn: `cancel` took it back after the run ended, before this move was made"
+)
 #: the reason of a planned move of a run canceled before it was queued
 CANCELED_UNQUEUED = "not moved: the run was canceled before this move was queued"
 #: the reason of a planned move of a run whose approval timed out (never made)
@@ -309,11 +314,14 @@ def record_cancel(store: CheckpointStore, run_id: str, done: Withdrawal) -> None
     live dispatcher was making is left to it, which records its outcome. A
     move whose process died mid-move was settled before this by
     :class:`FileMover`'s ``lookup`` (registered below): made (its row says
-    ``moved``) or not (withdrawn with the others)."""
+    ``moved``) or not (withdrawn with the others). A run that had ended
+    before the cancel (completed with moves still queued) keeps its status,
+    and its withdrawn moves say :data:`CANCELED_AFTER_END`."""
     keys = [i.intent_id for i in done.withdrawn if i.destination == DESTINATION]
+    why = CANCELED if store.get_run(run_id).status == "canceled" else CANCELED_AFTER_END
 
     def write(tx: SqlTx) -> None:
-        withdraw_queued(keys, CANCELED)(tx)
+        withdraw_queued(keys, why)(tx)
         skip_planned(run_id, CANCELED_UNQUEUED)(tx)
 
     store.write(write)

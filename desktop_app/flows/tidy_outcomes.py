@@ -10,7 +10,8 @@ another name: one was taken in the kind folder when the plan was made),
 ``vanished`` (not moved: the file was gone when its move was made),
 ``withdrawn`` (an undo withdrew the move before it was made), ``canceled``
 (the run was canceled before the move was made: withdrawn, or never
-queued), ``timed_out`` (planned, but the approval timed out: the run ended
+queued), ``withdrawn_by_cancel`` (``cancel`` withdrew the queued move after
+the run had ended: never made), ``timed_out`` (planned, but the approval timed out: the run ended
 ``timed_out`` and never moves it), ``elsewhere`` (another tidy run had a queued move for the file
 when this one planned), ``declined``
 (the answer was not yes), ``stays`` (left in place from the start: a
@@ -29,6 +30,7 @@ from pathlib import Path
 from desktop_app.flows.confined import DESTINATION_EXISTS
 from desktop_app.flows.tidy import (
     CANCELED,
+    CANCELED_AFTER_END,
     CANCELED_UNQUEUED,
     GONE,
     MOVED_BY,
@@ -53,6 +55,7 @@ OUTCOMES: dict[str, str] = {
     "vanished": "left (vanished before its move)",
     "withdrawn": "withdrawn by undo (never moved)",
     "canceled": "not moved (the run was canceled)",
+    "withdrawn_by_cancel": "not moved (withdrawn by cancel after the run ended)",
     "timed_out": "not moved (the approval timed out)",
     "elsewhere": "left to another run (it had the move queued)",
     "declined": "not moved (not approved)",
@@ -114,6 +117,8 @@ def outcome_of(
         outcome, detail = "timed_out", TIMED_OUT
     elif reason in (CANCELED, CANCELED_UNQUEUED):
         outcome, detail = "canceled", reason
+    elif reason == CANCELED_AFTER_END:
+        outcome, detail = "withdrawn_by_cancel", reason
     elif reason.startswith((QUEUED_BY, MOVED_BY)):
         outcome, detail = "elsewhere", reason
     elif reason.startswith(NOT_APPROVED):
