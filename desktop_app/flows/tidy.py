@@ -72,7 +72,9 @@ from desktop_app.flows.confined import (
     write_private,
 )
 from desktop_app.store.domain.tidy import (
+    APPROVED,
     TidyMove,
+    approve_planned,
     mark_queued,
     move_by_key,
     moved_by_other,
@@ -431,6 +433,10 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
         reply = ctx.interrupt(
             approval_prompt(state, timeout_s), timeout_s=timeout_s, choices=("yes", "no")
         )
+        if isinstance(reply, str) and is_affirmative(reply):
+            # committed with the approval: a run stopped before its moves are
+            # all queued shows them approved, not waiting for approval
+            ctx.write(approve_planned(ctx.run_id))
         return {"approval": reply if isinstance(reply, str) else json.dumps(reply)}
 
     def apply_one(state: TidyState, ctx: StepContext) -> dict[str, Any]:
@@ -440,6 +446,8 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
         move = ctx.query(next_planned(ctx.run_id))
         if move is None or move.dst is None:  # fewer rows than counted: nothing left
             return {"cursor": state.planned}
+        if move.reason != APPROVED:  # approved before rows recorded it
+            ctx.write(approve_planned(ctx.run_id))
         key = ctx.send(
             DESTINATION,
             {"run_id": ctx.run_id, "src": move.src, "dst": move.dst},

@@ -3,6 +3,8 @@ per-file outcomes that ``flowdesk show``, ``flowdesk answer`` and the app's
 tidy table print (from the run's ``tidy_moves`` rows; no Textual here).
 
 Each row is one :data:`OUTCOMES` key: ``planned`` (waits for approval),
+``approved`` (the person approved; its move is not queued yet: the run was
+stopped mid-queueing, or is queueing it now),
 ``queued`` (approved, not made yet), ``sending`` (queued, and its move
 began but its end was not recorded: it may have been made), ``moved``, ``renamed`` (moved under
 another name: one was taken in the kind folder when the plan was made),
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +41,7 @@ from desktop_app.flows.tidy import (
     TIMED_OUT,
 )
 from desktop_app.flows.tidy_undo import WITHDRAWN
-from desktop_app.store.domain.tidy import TidyMove
+from desktop_app.store.domain.tidy import APPROVED, TidyMove
 from desktop_app.textsafe import one_line
 from desktop_app.words import plural
 
@@ -51,6 +53,7 @@ OUTCOMES: dict[str, str] = {
     "queued": "queued (not moved yet)",
     "sending": "may have moved (its move began; known once delivered or looked up)",
     "planned": "planned (waits for approval)",
+    "approved": "approved, not queued yet",
     "exists": "skipped (the target exists)",
     "vanished": "left (vanished before its move)",
     "withdrawn": "withdrawn by undo (never moved)",
@@ -84,7 +87,10 @@ class FileOutcome:
 
 #: the detail of a file a timed-out tidy planned (its row stays ``planned``)
 def outcome_of(
-    move: TidyMove, run_status: str | None = None, sending: Collection[str] = ()
+    move: TidyMove,
+    run_status: str | None = None,
+    sending: Collection[str] = (),
+    approved: bool = False,
 ) -> FileOutcome:
     """The outcome of one ``tidy_moves`` row (see the module docstring);
     ``run_status``, the run's stored status (``"timed_out"``...), when known:
@@ -92,7 +98,10 @@ def outcome_of(
     its rows were left by a Flowdesk that did not record a timeout in them).
     ``sending``: the keys of the run's outbox intents ``sending``: a
     ``queued`` row whose move is one of them reads ``sending`` (the move
-    began, maybe by a process that died: it may have been made)."""
+    began, maybe by a process that died: it may have been made).
+    ``approved``: the run's moves were approved (:func:`was_approved`): a
+    row still ``planned`` reads ``approved``, as does one whose ``reason``
+    is :data:`~desktop_app.store.domain.tidy.APPROVED`."""
     folder = str(Path(move.src).parent)
     where = os.path.relpath(move.dst, folder) if move.dst else ""
     reason = move.reason or ""
@@ -103,6 +112,8 @@ def outcome_of(
         outcome, detail = ("renamed" if renamed else "moved"), where
     elif move.status == "planned" and run_status == "timed_out":
         outcome, detail = "timed_out", TIMED_OUT
+    elif move.status == "planned" and (move.reason == APPROVED or approved):
+        outcome, detail = "approved", where
     elif move.status == "queued" and move.intent_key in sending:
         outcome, detail = "sending", where
     elif move.status in ("planned", "queued"):
@@ -135,18 +146,33 @@ def outcomes_of(
 ) -> list[FileOutcome]:
     """:func:`outcome_of` of each row (of a run whose stored status is
     ``run_status``, when known; ``sending``: its intents' keys that are
-    ``sending``), in the rows' order."""
-    return [outcome_of(m, run_status, sending) for m in moves]
+    ``sending``), in the rows' order; the run's ``planned`` rows read
+    ``approved`` when :func:`was_approved` says so."""
+    approved = was_approved(moves)
+    return [outcome_of(m, run_status, sending, approved) for m in moves]
 
 
-def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:
+def was_approved(moves: Sequence[TidyMove]) -> bool:
+    """True when the run's rows show its moves were approved: a row records
+    the approval (:data:`~desktop_app.store.domain.tidy.APPROVED`), or a
+    move was queued (only an approval queues one; a run approved by a
+    Flowdesk that did not record approvals in its rows)."""
+    return any(m.reason == APPROVED or m.intent_key is not None for m in moves)
+
+
+def outcome_counts(outcomes: Sequence[FileOutcome], notes: Mapping[str, str] | None = None) -> str:
     """``"4 files: 2 moved, 1 renamed on a clash, 1 left (vanished before its
-    move)"``: the count of each outcome present, in :data:`OUTCOMES` order;
+    move)"``: the count of each outcome present, in :data:`OUTCOMES` order,
+    each followed by its note in ``notes`` (outcome key -> text, e.g.
+    ``{"approved": " (queued when the run resumes: `flowdesk resume RUN`)"}``);
     ``"no files"`` for none."""
     if not outcomes:
         return "no files"
     counts = Counter(o.outcome for o in outcomes)
-    parts = [f"{counts[k]:,} {label}" for k, label in OUTCOMES.items() if counts[k]]
+    said = notes or {}
+    parts = [
+        f"{counts[k]:,} {label}{said.get(k, '')}" for k, label in OUTCOMES.items() if counts[k]
+    ]
     return f"{plural(len(outcomes), 'file')}: {', '.join(parts)}"
 
 
