@@ -274,3 +274,56 @@ def test_cancel_and_a_dispatcher_race_over_a_completed_runs_posts(tmp_path, serv
         canceler.close()
         dispatcher.close()
     assert seen["withdrew all"] and seen["withdrew none"], seen
+
+
+async def test_the_apps_cancel_of_a_completed_run_withdraws_what_it_left_queued(
+    tmp_path, monkeypatch
+):
+    """The app's Cancel (the palette's, as ``c`` is offered on live runs
+    only) on a completed run with 3 POSTs still queued asks, then withdraws
+    them and says the run stays completed; with nothing left queued it says
+    there is nothing to cancel, without a question."""
+    from desktop_app import bootstrap
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.screens.confirm import ConfirmScreen
+    from desktop_app.app.screens.runs import RunsScreen
+    from desktop_app.config import load_settings
+    from tests.app_support import messages, settle
+
+    for name in list(os.environ):
+        if name.startswith("FLOWDESK_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(tmp_path / "no-config.toml"))
+    db = tmp_path / "a.db"
+    settings = load_settings(db_path=db)
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[posts_flow()])
+    try:
+        run_id = engine.run(posts_flow(), {"n": 3}).run_id
+    finally:
+        engine.store.close()
+    app = FlowdeskApp(settings, flows=[posts_flow()])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.runs_screen.action_cancel_run()
+        await settle(pilot)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        assert messages(app)[-1] == (
+            f"Run {run_id[:8]} is already completed (it stays completed); "
+            "3 queued side effects withdrawn (never made)."
+        )
+        app.runs_screen.action_cancel_run()
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)
+        assert messages(app, "error")[-1] == (
+            f"Run {run_id[:8]} is already completed; nothing to cancel."
+        )
+    assert sorted(statuses(db, run_id).values()) == ["failed"] * 3
+    store = open_store(db)
+    try:
+        assert store.get_run(run_id).status == "completed"
+    finally:
+        store.close()

@@ -1203,21 +1203,17 @@ def ended_cancel_text(ctx: Ctx, done: Any) -> str:
     side effects still queued: the status it keeps, what was withdrawn or
     settled, what is left and why, and for tidy the ``undo`` that moves back
     the moves made."""
-    from desktop_app.runs_view import INTENT_NOUNS, withdrawn_text
+    from desktop_app.runs_view import ended_withdrawn_text
 
     run = done.run
-    one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
-    took = withdrawn_text(run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown))
-    text = f"run {run.run_id} is already {run.status} (it stays {run.status}); " + (
-        took if took else f"no queued {many} withdrawn"
+    text = f"run {run.run_id} " + ended_withdrawn_text(
+        run.flow_name,
+        run.status,
+        len(done.withdrawn),
+        len(done.made),
+        len(done.unknown),
+        len(done.in_flight),
     )
-    if done.in_flight:
-        n = len(done.in_flight)
-        text += (
-            f"; left: {plural(n, one, many)} a live process is delivering now "
-            f"({'its' if n == 1 else 'their'} outcome is recorded as "
-            f"{'it ends' if n == 1 else 'they end'})"
-        )
     if run.flow_name == "tidy":
         text += f"; `{ctx.hints.cmd(f'undo {run.run_id}')}` moves back the files it moved"
     return text

@@ -1121,7 +1121,9 @@ class Engine:
         imported) are canceled with it, their intents withdrawn the same way.
 
         Raises:
-            RunStateError: the run is completed, canceled or timed out; or a
+            RunStateError: the run is completed, canceled or timed out
+                (:meth:`withdraw_after_end` withdraws what such a run left
+                queued); or a
                 child is of a kind no imported module knows how to cancel
                 (the run itself is canceled by then).
             RunLeasedError: ``db copy`` moved the run to PostgreSQL (nothing
