@@ -28,6 +28,7 @@ from desktop_app.flow import Engine
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.line_racer import LineRacer
+from tests.ownership_racer import open_db
 from tests.posts_racer import posts_flow, posts_made
 from tests.tidy_folders import fill, tidied, top_files
 
@@ -51,9 +52,10 @@ def server(tmp_path: Path) -> Iterator[str]:
         proc.wait()
 
 
-def statuses(db: Path, run_id: str) -> dict[str, str]:
-    """Intent id -> status, of the run's outbox intents."""
-    store = open_store(db)
+def statuses(db: Path | str, run_id: str) -> dict[str, str]:
+    """Intent id -> status, of the run's outbox intents (``db``: a SQLite
+    path or a PostgreSQL URL)."""
+    store = open_db(str(db))
     try:
         every = store.intents(["pending", "sending", "delivered", "failed"], limit=10_000)
         return {i.intent_id: i.status for i in every if i.run_id == run_id}
@@ -171,7 +173,9 @@ def test_cancel_of_a_completed_runs_http_posts_after_a_kill(tmp_path, server):
     os.kill(deliver.pid, signal.SIGKILL)
     deliver.wait()
     assert sum(posts_made(server, k) for k in keys) == 2
-    assert "5 side effects queued" in runs_line(db, run_id) or "queued" in runs_line(db, run_id)
+    line = runs_line(db, run_id)
+    assert "completed" in line and "· 3 side effects queued" in line, line
+    assert "· 1 side effect may have been made" in line, line
 
     canceled = flowdesk(db, "cancel", run_id)
     assert canceled.returncode == 0, canceled.stdout + canceled.stderr
@@ -187,6 +191,8 @@ def test_cancel_of_a_completed_runs_http_posts_after_a_kill(tmp_path, server):
         "failed",
         "failed",
     ]
+    line = runs_line(db, run_id)
+    assert "completed" in line and "queued" not in line and "may have" not in line, line
 
     again = subprocess.run(
         [sys.executable, str(RACER), "deliver", str(db), server, "0"], cwd=REPO, check=True
@@ -207,19 +213,29 @@ def test_cancel_of_a_completed_runs_http_posts_after_a_kill(tmp_path, server):
     assert sum(posts_made(server, k) for k in keys) == 2
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def race_db(request, tmp_path) -> str:
+    """A SQLite file (schema applied by ``flowdesk db apply``) or a fresh
+    PostgreSQL database with the schema."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    db = tmp_path / "r.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    return str(db)
+
+
 @pytest.mark.slow
-def test_cancel_and_a_dispatcher_race_over_a_completed_runs_posts(tmp_path, server):
+def test_cancel_and_a_dispatcher_race_over_a_completed_runs_posts(tmp_path, server, race_db):
     """Each round a completed run has 3 POSTs queued; a ``cancel`` (the API
     or the ``flowdesk cancel`` command) and a dispatcher pass are released
     at one instant. Each POST is made at most once, and what the cancel
     said is the truth: what it withdrew is never made, the rest was made by
     the dispatcher (or left to it in flight, then made)."""
-    db = tmp_path / "r.db"
-    assert flowdesk(db, "db", "apply").returncode == 0
+    db = race_db
     go = tmp_path / "go"
     canceler = LineRacer(RACER, "cancel", str(db), str(go), server)
     dispatcher = LineRacer(RACER, "dispatch", str(db), str(go), server)
-    store = open_store(db)
+    store = open_db(db)
     engine = Engine(store, flows=[posts_flow()])
     seen = {"withdrew all": 0, "withdrew some": 0, "withdrew none": 0}
     try:
@@ -325,5 +341,41 @@ async def test_the_apps_cancel_of_a_completed_run_withdraws_what_it_left_queued(
     store = open_store(db)
     try:
         assert store.get_run(run_id).status == "completed"
+    finally:
+        store.close()
+
+
+def test_withdraw_after_end_refuses_what_it_is_not_for(db_path):
+    """``Engine.withdraw_after_end`` changes nothing and says why for a run
+    that has not ended (cancel it), a canceled one (its cancel withdrew its
+    side effects) and a completed one with nothing queued; a completed one
+    with POSTs queued keeps ``completed``."""
+    from desktop_app.errors import RunStateError
+    from desktop_app.flow import FlowBuilder
+    from desktop_app.flow.outbox import CANCELED_AFTER_END
+    from tests.posts_racer import Posts
+
+    def wait(state: Posts, ctx: object) -> dict[str, int]:
+        ctx.interrupt("go on?")  # type: ignore[attr-defined]
+        return {}
+
+    waiting = FlowBuilder("posts_wait", Posts).step("wait", wait).chain().compile()
+    store = open_store(db_path)
+    engine = Engine(store, flows=[posts_flow(), waiting])
+    try:
+        live = engine.run(waiting, {}).run_id
+        with pytest.raises(RunStateError, match=f"run {live} is waiting, not ended: cancel it"):
+            engine.withdraw_after_end(live)
+        engine.cancel(live)
+        with pytest.raises(RunStateError, match=f"run {live} is canceled; nothing to do"):
+            engine.withdraw_after_end(live)
+
+        done = engine.run(posts_flow(), {"n": 2}).run_id
+        got = engine.withdraw_after_end(done)
+        assert (got.run.status, len(got.withdrawn), got.in_flight) == ("completed", 2, [])
+        assert {i.last_error for i in store.intents(["failed"])} == {CANCELED_AFTER_END}
+        assert store.get_run(done).status == "completed"
+        with pytest.raises(RunStateError, match=f"run {done} is already completed; nothing"):
+            engine.withdraw_after_end(done)
     finally:
         store.close()
