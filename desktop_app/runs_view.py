@@ -94,6 +94,28 @@ def withdrawn_text(flow_name: str, withdrawn: int, made: int = 0, unknown: int =
     return "; ".join(said)
 
 
+def ended_withdrawn_text(
+    flow_name: str, status: str, withdrawn: int, made: int, unknown: int, in_flight: int
+) -> str:
+    """What a cancel of a run that had already ended ``status`` did to the
+    side effects it still had queued (``Engine.withdraw_after_end``; the CLI
+    and the app say it): ``"is already completed (it stays completed); 698
+    queued moves withdrawn (never made)"``, then those a live process is
+    delivering, left to it."""
+    one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
+    took = withdrawn_text(flow_name, withdrawn, made, unknown)
+    text = f"is already {status} (it stays {status}); " + (
+        took if took else f"no queued {many} withdrawn"
+    )
+    if in_flight:
+        text += (
+            f"; left: {plural(in_flight, one, many)} a live process is delivering now "
+            f"({'its' if in_flight == 1 else 'their'} outcome is recorded as "
+            f"{'it ends' if in_flight == 1 else 'they end'})"
+        )
+    return text
+
+
 #: shown statuses (both vocabularies) of runs that never change again
 ENDED = ENDED_RUN_STATUSES
 

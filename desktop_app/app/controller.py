@@ -53,8 +53,17 @@ from desktop_app.flow import Engine, RunResult
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.flows.digest import DigestInput
 from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
-from desktop_app.runs_view import display_status, withdrawn_text
+from desktop_app.runs_view import (
+    INTENT_NOUNS,
+    display_status,
+    ended_withdrawn_text,
+    withdrawn_text,
+)
 from desktop_app.store.protocol import RunRecord, RunStatus
+from desktop_app.words import plural
+
+#: ended statuses of runs whose side effects still queued a cancel withdraws
+ENDED_WITH_QUEUE = ("completed", "timed_out")
 
 #: Run statuses ``Engine.recover`` resumes at launch.
 INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
@@ -437,7 +446,7 @@ class Controller:
             return
         run_id, rid = run.run_id, short_id(run.run_id)
         if run.status in FINISHED:
-            self._say(f"Run {rid} is already {run.status}; nothing to cancel.", "error")
+            self._cancel_ended(run)
             return
 
         def chosen(yes: bool | None) -> None:
@@ -455,12 +464,62 @@ class Controller:
             chosen,
         )
 
+    def _cancel_ended(self, run: RunRecord) -> None:
+        """The cancel of run ``run`` shown ended: a ``completed`` or
+        ``timed_out`` one whose side effects are still queued (its
+        delivering process was killed) offers to withdraw them
+        (``Engine.withdraw_after_end``; it stays ``completed``); any other
+        is refused at once, without a question."""
+        engine = self._host.engine
+        assert engine is not None
+        run_id, rid = run.run_id, short_id(run.run_id)
+        queued = [] if run.status not in ENDED_WITH_QUEUE else engine.store.open_intents(run_id)
+        if not queued:
+            self._say(f"Run {rid} is already {run.status}; nothing to cancel.", "error")
+            return
+        one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                self._worker(partial(self._cancel, run_id), group="control", name="cancel run")
+
+        self._app.push_screen(
+            ConfirmScreen(
+                f"Withdraw the {plural(len(queued), f'queued {one}', f'queued {many}')} "
+                f"of run {rid}?",
+                f"{run.flow_name} run, {run.status}, with {plural(len(queued), one, many)} "
+                f"not made yet. Withdrawn, {'it is' if len(queued) == 1 else 'they are'} "
+                f"never made; the run stays {run.status}.",
+                yes="Withdraw",
+                no="Keep them",
+            ),
+            chosen,
+        )
+
     def _cancel(self, run_id: str) -> None:
         engine = self._host.engine
         assert engine is not None
         rid = short_id(run_id)
         try:
-            done = engine.cancel_withdrawing(run_id)
+            try:
+                done = engine.cancel_withdrawing(run_id)
+            except RunStateError as exc:  # it ended: withdraw what it left queued
+                try:
+                    ended = engine.withdraw_after_end(run_id)
+                except RunStateError:
+                    raise exc from None
+                said = ended_withdrawn_text(
+                    ended.run.flow_name,
+                    ended.run.status,
+                    len(ended.withdrawn),
+                    len(ended.made),
+                    len(ended.unknown),
+                    len(ended.in_flight),
+                )
+                if ended.run.flow_name == "tidy":
+                    said += "; u on its detail moves back the files it moved"
+                self._say(f"Run {rid} {said}.")
+                return
         except FlowdeskError as exc:
             self._say(f"Run {rid} was not canceled: {exc}", "error")
         except Exception as exc:

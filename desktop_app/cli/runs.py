@@ -319,7 +319,7 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
         return _visible([f"files: cannot be read ({read})"])
     moves, undo = read
     outcomes = outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
-    lines = [outcome_counts(outcomes)]
+    lines = [outcome_counts(outcomes, {"approved": _approved_note(ctx, store, run_id)})]
     said = _undo_said(ctx, run_id, moves, undo)
     if said is not None:
         lines.append(said["says"])
@@ -329,6 +329,20 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
         more = plural(len(outcomes) - limit, "more file")
         lines.append(f"  … {more}: `{ctx.hints.cmd(f'{every} {run_id}')}` lists each")
     return _visible(lines)
+
+
+def _approved_note(ctx: Ctx, store: Any, run_id: str) -> str:
+    """What becomes of tidy run ``run_id``'s approved files not queued yet
+    (``"approved, not queued yet"``): a live process executing the run
+    queues them now; otherwise (interrupted, failed: killed or out of disk
+    mid-queueing) they are queued when the run resumes, with the command
+    that resumes it."""
+    from desktop_app.runs_view import display_status
+
+    run = store.get_run(run_id)
+    if display_status(run, store.now()) == "running":
+        return " (being queued by the process running it)"
+    return f" (queued when the run resumes: `{ctx.hints.cmd(f'resume {run_id}')}`)"
 
 
 def _undo_said(ctx: Ctx, run_id: str, moves: list[Any], undo: Any) -> dict[str, Any] | None:
@@ -567,13 +581,14 @@ def _tidy_json(ctx: Ctx, store: Any, run_id: str) -> dict[str, Any]:
     if isinstance(read, str):
         return {"files": None, "files_error": read, "undone_at": None, "undo": None}
     moves, undo = read
+    notes = {"approved": _approved_note(ctx, store, run_id)}
     return {
         "files": [
             {
                 "name": o.name,
                 "kind": o.kind,
                 "outcome": o.outcome,
-                "says": OUTCOMES[o.outcome],
+                "says": OUTCOMES[o.outcome] + notes.get(o.outcome, ""),
                 "detail": o.detail,
             }
             for o in outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
@@ -1164,13 +1179,44 @@ def cmd_cancel(ctx: Ctx) -> int:
         return EXIT_OK
     from desktop_app.runs_view import withdrawn_text
 
-    done = sv.engine.cancel_withdrawing(ref.run_id)
+    try:
+        done = sv.engine.cancel_withdrawing(ref.run_id)
+    except RunStateError as exc:  # ended: its side effects still queued are withdrawn
+        try:
+            done = sv.engine.withdraw_after_end(ref.run_id)
+        except RunStateError:
+            raise exc from None
+        print(ended_cancel_text(ctx, done))
+        # nothing withdrawn nor settled: only side effects a live process is making
+        return EXIT_OK if done.withdrawn or done.made or done.unknown else EXIT_FAILED
     run = done.run
     said = [withdrawn_text(run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown))]
     if done.in_flight:
         said.append(f"{len(done.in_flight):,} being delivered now (left to its dispatcher)")
     print(f"run {run.run_id} {run.status}" + "".join(f"; {t}" for t in said if t))
     return EXIT_OK
+
+
+def ended_cancel_text(ctx: Ctx, done: Any) -> str:
+    """What ``cancel`` did to a run that had already ended (``done``, what
+    :meth:`~desktop_app.flow.engine.Engine.withdraw_after_end` did) with
+    side effects still queued: the status it keeps, what was withdrawn or
+    settled, what is left and why, and for tidy the ``undo`` that moves back
+    the moves made."""
+    from desktop_app.runs_view import ended_withdrawn_text
+
+    run = done.run
+    text = f"run {run.run_id} " + ended_withdrawn_text(
+        run.flow_name,
+        run.status,
+        len(done.withdrawn),
+        len(done.made),
+        len(done.unknown),
+        len(done.in_flight),
+    )
+    if run.flow_name == "tidy":
+        text += f"; `{ctx.hints.cmd(f'undo {run.run_id}')}` moves back the files it moved"
+    return text
 
 
 def agent_executor(sv: Services, run_id: str) -> str | None:

@@ -43,7 +43,7 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
-from desktop_app.flow.outbox import withdraw_for_cancel
+from desktop_app.flow.outbox import CANCELED_AFTER_END, withdraw_for_cancel
 from desktop_app.flow.owners import (
     new_owner,
     owner_is_alive,
@@ -81,7 +81,8 @@ class Cancellation(NamedTuple):
     """What :meth:`Engine.cancel_withdrawing` did.
 
     Attributes:
-        run: the run's record, ``canceled``.
+        run: the run's record, ``canceled`` (of
+            :meth:`Engine.withdraw_after_end`: the status it ended with).
         withdrawn: its outbox intents taken back before delivery (never made).
         in_flight: its intents a live dispatcher was sending at that instant,
             left to it.
@@ -1114,7 +1115,9 @@ class Engine:
         imported) are canceled with it, their intents withdrawn the same way.
 
         Raises:
-            RunStateError: the run is completed, canceled or timed out; or a
+            RunStateError: the run is completed, canceled or timed out
+                (:meth:`withdraw_after_end` withdraws what such a run left
+                queued); or a
                 child is of a kind no imported module knows how to cancel
                 (the run itself is canceled by then).
             RunLeasedError: ``db copy`` moved the run to PostgreSQL (nothing
@@ -1142,6 +1145,42 @@ class Engine:
         return Cancellation(
             self.store.get_run(run_id), done.withdrawn, done.in_flight, done.made, done.unknown
         )
+
+    def withdraw_after_end(self, run_id: str) -> Cancellation:
+        """The cancel of a run that had already ended ``completed`` or
+        ``timed_out`` with side effects still queued (a process delivering
+        them was killed; a program's own destinations wait for its
+        dispatcher): they are withdrawn as :meth:`cancel_withdrawing`
+        withdraws a live run's
+        (:func:`~desktop_app.flow.outbox.withdraw_for_cancel`: the same
+        liveness and claim rules, one a live dispatcher is sending is left
+        to it in ``in_flight``, one whose process died mid-send is looked
+        up; then the flow's ``on_cancel`` hook), recording
+        :data:`~desktop_app.flow.outbox.CANCELED_AFTER_END`. The run keeps
+        its status (``Cancellation.run`` says it).
+
+        Raises:
+            RunStateError: the run has not ended (cancel it), was
+                ``canceled`` (its cancel withdrew its side effects), or has
+                none left to withdraw (nothing was changed).
+            StoreError: the store could not be written.
+        """
+        run = self.store.get_run(run_id)
+        if run.status not in ("completed", "timed_out"):
+            raise RunStateError(
+                f"run {run_id} is {run.status}; nothing to do"
+                if run.status in ENDED_RUN_STATUSES
+                else f"run {run_id} is {run.status}, not ended: cancel it"
+            )
+        nothing = RunStateError(f"run {run_id} is already {run.status}; nothing to do")
+        if not self.store.open_intents(run_id):
+            raise nothing
+        done = withdraw_for_cancel(
+            self.store, run_id, self._canceled_flow(run), reason=CANCELED_AFTER_END
+        )
+        if not (done.withdrawn or done.in_flight or done.made or done.unknown):
+            raise nothing  # delivered meanwhile
+        return Cancellation(run, done.withdrawn, done.in_flight, done.made, done.unknown)
 
     def _canceled_flow(self, run: RunRecord) -> CompiledFlow[Any] | None:
         """The flow whose :attr:`~CompiledFlow.on_cancel` hook records the

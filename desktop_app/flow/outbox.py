@@ -37,7 +37,8 @@ intent's error and a warning say so, :func:`resent_unchecked`).
 
 An intent can be withdrawn before delivery (``store.withdraw_intents``: a
 tidy undo takes back the moves not made yet, and ``Engine.cancel`` takes back
-every intent of the canceled run not delivered yet, see
+every intent of the canceled run not delivered yet, also of a run that had
+ended before the cancel with intents still queued, see
 :func:`withdraw_for_cancel`). Every mark the dispatcher
 makes is compared and set on the status it last read, so a withdrawn intent
 is never sent, nor set back to ``pending`` or ``delivered``, by a
@@ -111,6 +112,12 @@ def claimant_is_alive(owner: str) -> bool:
 
 #: the error an intent withdrawn by a cancel records (``flowdesk outbox`` shows it)
 CANCELED = "withdrawn: the run was canceled before this was delivered"
+
+#: the error an intent records that ``cancel`` withdrew after its run had
+#: ended (completed, canceled or timed out) with it still queued
+CANCELED_AFTER_END = (
+    "withdrawn: `cancel` took it back after the run ended, before this was delivered"
+)
 
 #: the error a withdrawn intent records when its send had begun and no
 #: destination here could say whether it was made
@@ -213,10 +220,14 @@ def settle_withdrawn(
 
 
 def withdraw_for_cancel(
-    store: CheckpointStore, run_id: str, flow: CompiledFlow[Any] | None
+    store: CheckpointStore,
+    run_id: str,
+    flow: CompiledFlow[Any] | None,
+    reason: str = CANCELED,
 ) -> Withdrawal:
     """Withdraw canceled run ``run_id``'s intents not delivered yet
-    (``store.withdraw_intents`` with :data:`CANCELED`): each ``pending`` one,
+    (``store.withdraw_intents`` with ``reason``: :data:`CANCELED`, or
+    :data:`CANCELED_AFTER_END` for a run that had ended before the cancel): each ``pending`` one,
     and each ``sending`` one whose claimant is gone (:func:`claimant_is_gone`)
     or whose claim expired. One a live dispatcher is sending is left to it
     (its outcome is recorded as it ends) and returned in ``in_flight``. A
@@ -230,7 +241,7 @@ def withdraw_for_cancel(
         StoreError: the store could not be written.
     """
     done = store.withdraw_intents(
-        run_id, CANCELED, presumed_dead=claimant_is_gone, presumed_alive=claimant_is_alive
+        run_id, reason, presumed_dead=claimant_is_gone, presumed_alive=claimant_is_alive
     )
     done = settle_withdrawn(store, done)
     hook = None if flow is None else flow.on_cancel

@@ -72,7 +72,9 @@ from desktop_app.flows.confined import (
     write_private,
 )
 from desktop_app.store.domain.tidy import (
+    APPROVED,
     TidyMove,
+    approve_planned,
     mark_queued,
     move_by_key,
     moved_by_other,
@@ -121,6 +123,11 @@ GONE = "the file is gone and was not moved here"
 NOT_APPROVED = "not approved"
 #: the reason of a queued move a cancel withdrew (its intent was never delivered)
 CANCELED = "withdrawn: the run was canceled before this move was made"
+#: the reason of a queued move ``cancel`` withdrew after the run had ended
+#: (completed) with it still queued: never made; the run keeps its status
+CANCELED_AFTER_END = (
+    "withdrawn: `cancel` took it back after the run ended, before this move was made"
+)
 #: the reason of a planned move of a run canceled before it was queued
 CANCELED_UNQUEUED = "not moved: the run was canceled before this move was queued"
 #: the reason of a planned move of a run whose approval timed out (never made)
@@ -309,11 +316,14 @@ def record_cancel(store: CheckpointStore, run_id: str, done: Withdrawal) -> None
     live dispatcher was making is left to it, which records its outcome. A
     move whose process died mid-move was settled before this by
     :class:`FileMover`'s ``lookup`` (registered below): made (its row says
-    ``moved``) or not (withdrawn with the others)."""
+    ``moved``) or not (withdrawn with the others). A run that had ended
+    before the cancel (completed with moves still queued) keeps its status,
+    and its withdrawn moves say :data:`CANCELED_AFTER_END`."""
     keys = [i.intent_id for i in done.withdrawn if i.destination == DESTINATION]
+    why = CANCELED if store.get_run(run_id).status == "canceled" else CANCELED_AFTER_END
 
     def write(tx: SqlTx) -> None:
-        withdraw_queued(keys, CANCELED)(tx)
+        withdraw_queued(keys, why)(tx)
         skip_planned(run_id, CANCELED_UNQUEUED)(tx)
 
     store.write(write)
@@ -423,6 +433,10 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
         reply = ctx.interrupt(
             approval_prompt(state, timeout_s), timeout_s=timeout_s, choices=("yes", "no")
         )
+        if isinstance(reply, str) and is_affirmative(reply):
+            # committed with the approval: a run stopped before its moves are
+            # all queued shows them approved, not waiting for approval
+            ctx.write(approve_planned(ctx.run_id))
         return {"approval": reply if isinstance(reply, str) else json.dumps(reply)}
 
     def apply_one(state: TidyState, ctx: StepContext) -> dict[str, Any]:
@@ -432,6 +446,8 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
         move = ctx.query(next_planned(ctx.run_id))
         if move is None or move.dst is None:  # fewer rows than counted: nothing left
             return {"cursor": state.planned}
+        if move.reason != APPROVED:  # approved before rows recorded it
+            ctx.write(approve_planned(ctx.run_id))
         key = ctx.send(
             DESTINATION,
             {"run_id": ctx.run_id, "src": move.src, "dst": move.dst},

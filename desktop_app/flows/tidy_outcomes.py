@@ -3,6 +3,8 @@ per-file outcomes that ``flowdesk show``, ``flowdesk answer`` and the app's
 tidy table print (from the run's ``tidy_moves`` rows; no Textual here).
 
 Each row is one :data:`OUTCOMES` key: ``planned`` (waits for approval),
+``approved`` (the person approved; its move is not queued yet: the run was
+stopped mid-queueing, or is queueing it now),
 ``queued`` (approved, not made yet), ``sending`` (queued, and its move
 began but its end was not recorded: it may have been made), ``moved``, ``renamed`` (moved under
 another name: one was taken in the kind folder when the plan was made),
@@ -10,7 +12,8 @@ another name: one was taken in the kind folder when the plan was made),
 ``vanished`` (not moved: the file was gone when its move was made),
 ``withdrawn`` (an undo withdrew the move before it was made), ``canceled``
 (the run was canceled before the move was made: withdrawn, or never
-queued), ``timed_out`` (planned, but the approval timed out: the run ended
+queued), ``withdrawn_by_cancel`` (``cancel`` withdrew the queued move after
+the run had ended: never made), ``timed_out`` (planned, but the approval timed out: the run ended
 ``timed_out`` and never moves it), ``elsewhere`` (another tidy run had a queued move for the file
 when this one planned), ``declined``
 (the answer was not yes), ``stays`` (left in place from the start: a
@@ -22,13 +25,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from desktop_app.flows.confined import DESTINATION_EXISTS
 from desktop_app.flows.tidy import (
     CANCELED,
+    CANCELED_AFTER_END,
     CANCELED_UNQUEUED,
     GONE,
     MOVED_BY,
@@ -37,7 +41,7 @@ from desktop_app.flows.tidy import (
     TIMED_OUT,
 )
 from desktop_app.flows.tidy_undo import WITHDRAWN
-from desktop_app.store.domain.tidy import TidyMove
+from desktop_app.store.domain.tidy import APPROVED, TidyMove
 from desktop_app.textsafe import one_line
 from desktop_app.words import plural
 
@@ -49,10 +53,12 @@ OUTCOMES: dict[str, str] = {
     "queued": "queued (not moved yet)",
     "sending": "may have moved (its move began; known once delivered or looked up)",
     "planned": "planned (waits for approval)",
+    "approved": "approved, not queued yet",
     "exists": "skipped (the target exists)",
     "vanished": "left (vanished before its move)",
     "withdrawn": "withdrawn by undo (never moved)",
     "canceled": "not moved (the run was canceled)",
+    "withdrawn_by_cancel": "not moved (withdrawn by cancel after the run ended)",
     "timed_out": "not moved (the approval timed out)",
     "elsewhere": "left to another run (it had the move queued)",
     "declined": "not moved (not approved)",
@@ -81,7 +87,10 @@ class FileOutcome:
 
 #: the detail of a file a timed-out tidy planned (its row stays ``planned``)
 def outcome_of(
-    move: TidyMove, run_status: str | None = None, sending: Collection[str] = ()
+    move: TidyMove,
+    run_status: str | None = None,
+    sending: Collection[str] = (),
+    approved: bool = False,
 ) -> FileOutcome:
     """The outcome of one ``tidy_moves`` row (see the module docstring);
     ``run_status``, the run's stored status (``"timed_out"``...), when known:
@@ -89,7 +98,10 @@ def outcome_of(
     its rows were left by a Flowdesk that did not record a timeout in them).
     ``sending``: the keys of the run's outbox intents ``sending``: a
     ``queued`` row whose move is one of them reads ``sending`` (the move
-    began, maybe by a process that died: it may have been made)."""
+    began, maybe by a process that died: it may have been made).
+    ``approved``: the run's moves were approved (:func:`was_approved`): a
+    row still ``planned`` reads ``approved``, as does one whose ``reason``
+    is :data:`~desktop_app.store.domain.tidy.APPROVED`."""
     folder = str(Path(move.src).parent)
     where = os.path.relpath(move.dst, folder) if move.dst else ""
     reason = move.reason or ""
@@ -100,6 +112,8 @@ def outcome_of(
         outcome, detail = ("renamed" if renamed else "moved"), where
     elif move.status == "planned" and run_status == "timed_out":
         outcome, detail = "timed_out", TIMED_OUT
+    elif move.status == "planned" and (move.reason == APPROVED or approved):
+        outcome, detail = "approved", where
     elif move.status == "queued" and move.intent_key in sending:
         outcome, detail = "sending", where
     elif move.status in ("planned", "queued"):
@@ -114,6 +128,8 @@ def outcome_of(
         outcome, detail = "timed_out", TIMED_OUT
     elif reason in (CANCELED, CANCELED_UNQUEUED):
         outcome, detail = "canceled", reason
+    elif reason == CANCELED_AFTER_END:
+        outcome, detail = "withdrawn_by_cancel", reason
     elif reason.startswith((QUEUED_BY, MOVED_BY)):
         outcome, detail = "elsewhere", reason
     elif reason.startswith(NOT_APPROVED):
@@ -130,18 +146,33 @@ def outcomes_of(
 ) -> list[FileOutcome]:
     """:func:`outcome_of` of each row (of a run whose stored status is
     ``run_status``, when known; ``sending``: its intents' keys that are
-    ``sending``), in the rows' order."""
-    return [outcome_of(m, run_status, sending) for m in moves]
+    ``sending``), in the rows' order; the run's ``planned`` rows read
+    ``approved`` when :func:`was_approved` says so."""
+    approved = was_approved(moves)
+    return [outcome_of(m, run_status, sending, approved) for m in moves]
 
 
-def outcome_counts(outcomes: Sequence[FileOutcome]) -> str:
+def was_approved(moves: Sequence[TidyMove]) -> bool:
+    """True when the run's rows show its moves were approved: a row records
+    the approval (:data:`~desktop_app.store.domain.tidy.APPROVED`), or a
+    move was queued (only an approval queues one; a run approved by a
+    Flowdesk that did not record approvals in its rows)."""
+    return any(m.reason == APPROVED or m.intent_key is not None for m in moves)
+
+
+def outcome_counts(outcomes: Sequence[FileOutcome], notes: Mapping[str, str] | None = None) -> str:
     """``"4 files: 2 moved, 1 renamed on a clash, 1 left (vanished before its
-    move)"``: the count of each outcome present, in :data:`OUTCOMES` order;
+    move)"``: the count of each outcome present, in :data:`OUTCOMES` order,
+    each followed by its note in ``notes`` (outcome key -> text, e.g.
+    ``{"approved": " (queued when the run resumes: `flowdesk resume RUN`)"}``);
     ``"no files"`` for none."""
     if not outcomes:
         return "no files"
     counts = Counter(o.outcome for o in outcomes)
-    parts = [f"{counts[k]:,} {label}" for k, label in OUTCOMES.items() if counts[k]]
+    said = notes or {}
+    parts = [
+        f"{counts[k]:,} {label}{said.get(k, '')}" for k, label in OUTCOMES.items() if counts[k]
+    ]
     return f"{plural(len(outcomes), 'file')}: {', '.join(parts)}"
 
 

@@ -1,6 +1,7 @@
 """Domain rows of the ``tidy`` flow: one row per top-level file of a run's folder.
 
-A row's ``status`` moves ``planned`` -> ``queued`` (its outbox intent committed)
+A row's ``status`` moves ``planned`` (its ``reason`` :data:`APPROVED` once
+the moves were approved) -> ``queued`` (its outbox intent committed)
 -> ``moved`` (the file mover saw the file at its destination), or to
 ``skipped`` with a ``reason`` (not approved, left in place, or the file
 system no longer matched the plan), or to ``refused`` with a ``reason`` (the
@@ -92,12 +93,34 @@ def next_planned(run_id: str) -> Callable[[SqlTx], TidyMove | None]:
     return query
 
 
-def mark_queued(run_id: str, src: str, intent_key: str) -> DomainWrite:
-    """The row's outbox intent commits in this same transaction."""
+#: the ``reason`` of a ``planned`` row once the person approved the moves and
+#: before the row's move is queued (a run killed, or out of disk, mid-queueing
+#: keeps such rows until it resumes): approved, not waiting for approval
+APPROVED = "approved, not queued yet"
+
+
+def approve_planned(run_id: str) -> DomainWrite:
+    """Every row of run ``run_id`` still ``planned`` records the approval
+    (``reason`` :data:`APPROVED`), in the transaction of the approval's
+    checkpoint (and of the first move queued, for a run approved before
+    rows recorded it)."""
 
     def write(tx: SqlTx) -> None:
         tx.execute(
-            "UPDATE tidy_moves SET status='queued', intent_key=? "
+            "UPDATE tidy_moves SET reason=? WHERE run_id=? AND status='planned' AND reason IS NULL",
+            (APPROVED, run_id),
+        )
+
+    return write
+
+
+def mark_queued(run_id: str, src: str, intent_key: str) -> DomainWrite:
+    """The row's outbox intent commits in this same transaction (its
+    ``reason`` :data:`APPROVED` is cleared: it is queued now)."""
+
+    def write(tx: SqlTx) -> None:
+        tx.execute(
+            "UPDATE tidy_moves SET status='queued', reason=NULL, intent_key=? "
             "WHERE run_id=? AND src=? AND status='planned'",
             (intent_key, run_id, src),
         )

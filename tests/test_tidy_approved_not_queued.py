@@ -1,0 +1,133 @@
+"""``show`` of a tidy killed while its approved moves were being queued.
+
+A new user's tryout: after ``answer RUN yes`` the process queueing the
+moves was killed (or the disk filled); ``show`` read "… 430 planned (waits
+for approval)" though the run was interrupted, its waits ``[]`` and the
+person had approved, and ``show -o json`` called those files ``planned``.
+Now they read "approved, not queued yet (queued when the run resumes:
+<command>)", the JSON gives them the outcome ``approved``, and the printed
+command, run as printed, moves every file once. A real ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from desktop_app.app.previews import tidy_preview
+from desktop_app.store.sqlite.store import open_store
+from tests.cli_support import REPO, as_printed, flowdesk
+from tests.tidy_folders import fill, tidied, top_files
+
+N = 1500
+
+
+def queued(db: Path, run_id: str) -> int:
+    store = open_store(db)
+    try:
+        return store.undelivered_intents().get(run_id, 0)
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
+def test_a_tidy_killed_mid_queueing_shows_its_files_approved_and_the_printed_resume_moves_each_once(
+    tmp_path,
+):
+    db, folder = tmp_path / "t.db", tmp_path / "dl"
+    files = fill(folder, N)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "run", "tidy", "--folder", str(folder))
+    run_id = started.stdout.splitlines()[0]
+    answer = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    try:
+        while queued(db, run_id) < 300:
+            assert answer.poll() is None
+            time.sleep(0.01)
+    finally:
+        os.kill(answer.pid, signal.SIGKILL)
+        answer.wait()
+    q = queued(db, run_id)
+    assert 300 <= q < N
+    assert tidied(folder) == []  # delivery comes after the run: nothing moved yet
+    line = next(x for x in flowdesk(db, "runs").stdout.splitlines() if x.startswith(run_id))
+    assert "interrupted" in line, line
+
+    shown = flowdesk(db, "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    m = re.search(
+        rf"1,500 files: {q:,} queued \(not moved yet\), {N - q:,} approved, not queued yet "
+        r"\(queued when the run resumes: `(?P<cmd>[^`]+)`\)$",
+        shown.stdout,
+        re.M,
+    )
+    assert m, shown.stdout
+    assert "waits for approval" not in shown.stdout
+    assert m["cmd"] == f"flowdesk --db {db} resume {run_id}"
+
+    as_json = flowdesk(db, "show", run_id, "-o", "json")
+    got = json.loads(as_json.stdout)
+    outcomes = Counter(f["outcome"] for f in got["files"])
+    assert outcomes == {"queued": q, "approved": N - q}, outcomes
+    says = {f["says"] for f in got["files"] if f["outcome"] == "approved"}
+    assert says == {f"approved, not queued yet (queued when the run resumes: `{m['cmd']}`)"}
+
+    store = open_store(db)
+    try:  # the app's tidy table (the inbox and answer screens' preview)
+        preview = tidy_preview(store, run_id)
+    finally:
+        store.close()
+    assert Counter(row[3] for row in preview.rows) == {"queued": q, "approved": N - q}
+
+    out = tmp_path / "export"
+    exported = flowdesk(db, "export", "--out", str(out), "--table", "tidy_moves")
+    assert exported.returncode == 0, exported.stderr
+    rows = json.loads((out / "tidy_moves.json").read_text())
+    assert Counter((r["status"], r["reason"]) for r in rows) == {
+        ("queued", None): q,
+        ("planned", "approved, not queued yet"): N - q,
+    }
+
+    resumed = as_printed(m["cmd"], dict(os.environ), timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    moved = tidied(folder)
+    assert top_files(folder) == {}
+    assert len(moved) == N  # each once: a second move would be renamed " (1)"
+    assert sorted(p.name for p in moved) == sorted(files)
+    assert all(p.read_text() == files[p.name] for p in moved)
+    shown = flowdesk(db, "show", run_id).stdout
+    assert f"1,500 files: {N:,} moved" in shown, shown
+
+
+def test_rows_of_a_run_approved_before_rows_recorded_it_read_approved():
+    """A run a Flowdesk approved before rows recorded approvals: a row was
+    queued, so its rows still ``planned`` are approved; a run whose rows
+    record nothing of the kind still waits for approval."""
+    from desktop_app.flows.tidy_outcomes import outcome_counts, outcomes_of
+    from desktop_app.store.domain.tidy import TidyMove
+
+    def row(name: str, status: str = "planned", key: str | None = None) -> TidyMove:
+        return TidyMove(
+            f"/d/{name}", f"/d/Other/2026-12/{name}", "other", "2026-12", status, None, key
+        )
+
+    legacy = [row("a", "queued", "k1"), row("b"), row("c")]
+    assert outcome_counts(outcomes_of(legacy), {"approved": " (resume)"}) == (
+        "3 files: 1 queued (not moved yet), 2 approved, not queued yet (resume)"
+    )
+    waiting = [row("a"), row("b")]
+    assert outcome_counts(outcomes_of(waiting)) == "2 files: 2 planned (waits for approval)"
