@@ -23,6 +23,9 @@ real interpreter instead: a different value of a variable read at start-up
 would be imported from elsewhere. Tests whose subject is the process itself
 (``kill -9`` at a moment, Ctrl-C, streaming output, start-up imports, the
 installed console script) keep using :mod:`subprocess` directly.
+:func:`run_script` forks a test's own worker script the same way
+(``python SCRIPT ARGS``): a process that kills itself at a set point (a
+SIGKILL inside a tool) is as real forked as started afresh.
 
 Usage: ``python -m tests.cli_forkserver SOCKET`` (from :func:`run`; the
 server exits when its stdin, a pipe from the pytest process, closes).
@@ -80,19 +83,43 @@ PRELOAD = (
     "tomllib",
 )
 #: preloaded when installed (the test extra's MCP SDK: a second of imports
-#: for ``ask --mcp`` and ``answer`` of an agent run that uses a server)
-PRELOAD_IF_INSTALLED = ("mcp",)
+#: for ``ask --mcp`` and ``answer`` of an agent run that uses a server;
+#: Pydantic AI with its OpenAI model, another second for every command that
+#: loads a registered Pydantic AI agent: ``show``, ``waiting``, ``resume``,
+#: ``answer`` of its runs); none starts a thread, and the variables they
+#: read at import are in :data:`IMPORT_ENV`
+PRELOAD_IF_INSTALLED = (
+    "mcp",
+    "desktop_app.integrations.pydantic_ai.registry",
+    "pydantic_ai.models.openai",
+    "pydantic_ai.providers.openai",
+)
+#: variables the preloaded packages read when imported (the OpenAI SDK's
+#: logging and module-level client, pydantic's plugins): a child given
+#: another value of one starts a real interpreter, as for start-up variables
+IMPORT_ENV = (
+    "OPENAI_LOG",
+    "OPENAI_API_TYPE",
+    "OPENAI_API_VERSION",
+    "AZURE_OPENAI_ENDPOINT",
+    "DEFER_PYDANTIC_BUILD",
+    "PYDANTIC_DISABLE_PLUGINS",
+)
 #: packages a child must import from the same place as a fresh interpreter would
+#: (the preloaded ones of :data:`PRELOAD_IF_INSTALLED` too: a test's
+#: ``PYTHONPATH`` that hides one gets a real interpreter)
 SAME_ORIGIN = ("desktop_app", "tests")
 _HEADER = struct.Struct("!I")
 
 
 def _startup_env(env: dict[str, str]) -> dict[str, str]:
-    """The variables the interpreter reads only at start-up."""
+    """The variables the interpreter reads only at start-up (and the
+    preloaded packages only at import, :data:`IMPORT_ENV`)."""
     return {
         k: v
         for k, v in env.items()
         if (k.startswith("PYTHON") and k != "PYTHONPATH")
+        or k in IMPORT_ENV
         or k == "LANG"
         or k.startswith("LC_")
         or k.startswith("COVERAGE_PROCESS_")
@@ -115,9 +142,10 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
 
 def _child_path(request: dict[str, Any], base: list[str]) -> list[str]:
     """``sys.path`` of ``python -m`` started in the request's directory with
-    its ``PYTHONPATH``."""
+    its ``PYTHONPATH`` (of ``python SCRIPT`` for a script: its folder first)."""
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [request["cwd"], *extra, *base]
+    first = os.path.dirname(request["script"]) if request.get("script") else request["cwd"]
+    return [first, *extra, *base]
 
 
 def _refusal(request: dict[str, Any], base: list[str], startup: dict[str, str]) -> str | None:
@@ -125,7 +153,8 @@ def _refusal(request: dict[str, Any], base: list[str], startup: dict[str, str]) 
     if _startup_env(request["env"]) != startup:
         return "start-up variables differ"
     path = _child_path(request, base)
-    for name in SAME_ORIGIN:
+    preloaded = {name.partition(".")[0] for name in PRELOAD_IF_INSTALLED}
+    for name in [*SAME_ORIGIN, *sorted(n for n in preloaded if n in sys.modules)]:
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         here = sys.modules[name].__spec__
         assert here is not None
@@ -204,7 +233,8 @@ def _serve(sock_path: str) -> dict[str, Any]:
 
 
 def _run_child(request: dict[str, Any]) -> None:
-    """Become ``python -m desktop_app.cli ARGS`` as the request describes."""
+    """Become ``python -m desktop_app.cli ARGS`` (or ``python SCRIPT ARGS``)
+    as the request describes."""
     import runpy
 
     os.chdir(request["cwd"])
@@ -214,6 +244,10 @@ def _run_child(request: dict[str, Any]) -> None:
     time.tzset()  # TZ, which the time module reads when an interpreter starts
     tempfile.tempdir = None  # TMPDIR & co., read again on first use
     sys.path[:] = request["path"]
+    if request.get("script"):
+        sys.argv[:] = [request["script"], *request["args"]]
+        runpy.run_path(request["script"], run_name="__main__")
+        return
     sys.argv[:] = ["-m", *request["args"]]
     runpy.run_module("desktop_app.cli", run_name="__main__", alter_sys=True)
 
@@ -261,6 +295,21 @@ def _decode(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def run_script(
+    script: Path | str,
+    args: list[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, SCRIPT, *args], ...)`` as :func:`run` does
+    it: forked from the server, for a test's own worker script (a real
+    process a test may SIGKILL, or that kills itself, mid-way) whose
+    interpreter start-up and imports are not what it tests."""
+    return run(args, env=env, cwd=cwd, timeout=timeout, script=os.path.abspath(script))
+
+
 def run(
     args: list[str],
     *,
@@ -268,6 +317,7 @@ def run(
     cwd: Path | str | None = None,
     timeout: float | None = None,
     input: str | None = None,
+    script: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([python, "-m", "desktop_app.cli", *args], env=env,
     cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True)``,
@@ -288,7 +338,10 @@ def run(
         server = _server
     umask = os.umask(0o077)
     os.umask(umask)
-    request = json.dumps({"args": args, "env": env, "cwd": cwd, "umask": umask}).encode()
+    request = json.dumps(
+        {"args": args, "env": env, "cwd": cwd, "umask": umask, "script": script}
+    ).encode()
+    argv = [sys.executable, *([script] if script else ["-m", "desktop_app.cli"]), *args]
     with (
         tempfile.TemporaryFile() as stdin,
         tempfile.TemporaryFile() as stdout,
@@ -306,7 +359,7 @@ def run(
         first = replies.readline().decode().split(" ", 1)
         if first[0] == "fallback":
             return subprocess.run(
-                [sys.executable, "-m", "desktop_app.cli", *args],
+                argv,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -323,7 +376,6 @@ def run(
         stdout.seek(0)
         stderr.seek(0)
         out, err = _decode(stdout.read()), _decode(stderr.read())
-        argv = [sys.executable, "-m", "desktop_app.cli", *args]
         if not ready:
             raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err)
         return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
