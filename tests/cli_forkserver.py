@@ -105,6 +105,18 @@ IMPORT_ENV = (
     "DEFER_PYDANTIC_BUILD",
     "PYDANTIC_DISABLE_PLUGINS",
 )
+#: servers that preload more, for :func:`run_code` and :func:`run_script` of
+#: programs using them (a server of its own each, so that ``flowdesk``
+#: commands still run without them): name -> (modules, prefixes of the
+#: variables they read at import, treated as :data:`IMPORT_ENV`)
+FLAVOURS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "": ((), ()),
+    "langgraph": (
+        ("langgraph.graph", "langgraph.types", "desktop_app.integrations.langgraph.saver"),
+        ("LANGGRAPH_", "LANGCHAIN_", "LANGSMITH_", "WEBSOCKETS_", "OTEL_", "PY_SAX_PARSER",
+         "UNIXCONFDIR", "UNIXUSRLIBDIR"),
+    ),
+}  # fmt: skip
 #: packages a child must import from the same place as a fresh interpreter would
 #: (the preloaded ones of :data:`PRELOAD_IF_INSTALLED` too: a test's
 #: ``PYTHONPATH`` that hides one gets a real interpreter)
@@ -112,14 +124,16 @@ SAME_ORIGIN = ("desktop_app", "tests")
 _HEADER = struct.Struct("!I")
 
 
-def _startup_env(env: dict[str, str]) -> dict[str, str]:
+def _startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
     """The variables the interpreter reads only at start-up (and the
-    preloaded packages only at import, :data:`IMPORT_ENV`)."""
+    preloaded packages only at import, :data:`IMPORT_ENV`, :data:`FLAVOURS`)."""
+    prefixes = FLAVOURS[flavour][1]
     return {
         k: v
         for k, v in env.items()
         if (k.startswith("PYTHON") and k != "PYTHONPATH")
         or k in IMPORT_ENV
+        or k.startswith(prefixes)
         or k == "LANG"
         or k.startswith("LC_")
         or k.startswith("COVERAGE_PROCESS_")
@@ -145,15 +159,18 @@ def _child_path(request: dict[str, Any], base: list[str]) -> list[str]:
     its ``PYTHONPATH`` (of ``python SCRIPT`` for a script: its folder first)."""
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
     first = os.path.dirname(request["script"]) if request.get("script") else request["cwd"]
+    # (``python -c``'s first entry is "", the working directory)
     return [first, *extra, *base]
 
 
-def _refusal(request: dict[str, Any], base: list[str], startup: dict[str, str]) -> str | None:
+def _refusal(
+    request: dict[str, Any], base: list[str], startup: dict[str, str], flavour: str
+) -> str | None:
     """Why this request needs a fresh interpreter, or None."""
-    if _startup_env(request["env"]) != startup:
+    if _startup_env(request["env"], flavour) != startup:
         return "start-up variables differ"
     path = _child_path(request, base)
-    preloaded = {name.partition(".")[0] for name in PRELOAD_IF_INSTALLED}
+    preloaded = {n.partition(".")[0] for n in (*PRELOAD_IF_INSTALLED, *FLAVOURS[flavour][0])}
     for name in [*SAME_ORIGIN, *sorted(n for n in preloaded if n in sys.modules)]:
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         here = sys.modules[name].__spec__
@@ -163,14 +180,14 @@ def _refusal(request: dict[str, Any], base: list[str], startup: dict[str, str]) 
     return None
 
 
-def _serve(sock_path: str) -> dict[str, Any]:
+def _serve(sock_path: str, flavour: str) -> dict[str, Any]:
     """Answer requests until stdin closes (then exit); returns only in a
     forked child, with the request that child is to run."""
     # sys.path of `python -m` here: [cwd, PYTHONPATH..., site]
     own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base = sys.path[1 + len(own) :]
-    startup = _startup_env(dict(os.environ))
-    for name in PRELOAD:
+    startup = _startup_env(dict(os.environ), flavour)
+    for name in (*PRELOAD, *FLAVOURS[flavour][0]):
         importlib.import_module(name)
     for name in PRELOAD_IF_INSTALLED:
         with contextlib.suppress(ImportError):
@@ -199,7 +216,7 @@ def _serve(sock_path: str) -> dict[str, Any]:
                 except (ConnectionError, struct.error, ValueError):
                     conn.close()
                     continue
-                refusal = _refusal(request, base, startup)
+                refusal = _refusal(request, base, startup, flavour)
                 if refusal:
                     conn.sendall(f"fallback {refusal}\n".encode())
                     conn.close()
@@ -248,6 +265,10 @@ def _run_child(request: dict[str, Any]) -> None:
         sys.argv[:] = [request["script"], *request["args"]]
         runpy.run_path(request["script"], run_name="__main__")
         return
+    if request.get("code") is not None:
+        sys.argv[:] = ["-c", *request["args"]]
+        exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+        return
     sys.argv[:] = ["-m", *request["args"]]
     runpy.run_module("desktop_app.cli", run_name="__main__", alter_sys=True)
 
@@ -256,11 +277,11 @@ def _run_child(request: dict[str, Any]) -> None:
 
 
 class _Server:
-    def __init__(self) -> None:
+    def __init__(self, flavour: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="flowdesk-cli-fork-")
         self.path = os.path.join(self.dir, "sock")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.cli_forkserver", self.path],
+            [sys.executable, "-m", "tests.cli_forkserver", self.path, flavour],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=REPO,
@@ -280,7 +301,7 @@ class _Server:
         os.rmdir(self.dir)
 
 
-_server: _Server | None = None
+_servers: dict[str, _Server] = {}
 _lock = threading.Lock()
 
 
@@ -310,6 +331,22 @@ def run_script(
     return run(args, env=env, cwd=cwd, timeout=timeout, script=os.path.abspath(script))
 
 
+def run_code(
+    code: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float | None = None,
+    flavour: str = "",
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, "-c", code], ...)`` as :func:`run` does it:
+    forked from a server that preloaded :data:`FLAVOURS` ``[flavour]`` (a
+    user's program, in a process of its own, whose start-up is not what the
+    test is about). An uncaught exception ends it as there: its traceback on
+    stderr, exit status 1."""
+    return run([], env=env, cwd=cwd, timeout=timeout, code=code, flavour=flavour)
+
+
 def run(
     args: list[str],
     *,
@@ -318,6 +355,8 @@ def run(
     timeout: float | None = None,
     input: str | None = None,
     script: str | None = None,
+    code: str | None = None,
+    flavour: str = "",
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([python, "-m", "desktop_app.cli", *args], env=env,
     cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True)``,
@@ -329,19 +368,21 @@ def run(
         subprocess.TimeoutExpired: after ``timeout`` seconds (the child is
             killed with SIGKILL first), as :func:`subprocess.run` does.
     """
-    global _server
     env = dict(os.environ if env is None else env)
     cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
     with _lock:
-        if _server is None:
-            _server = _Server()
-        server = _server
+        if flavour not in _servers:
+            _servers[flavour] = _Server(flavour)
+        server = _servers[flavour]
     umask = os.umask(0o077)
     os.umask(umask)
     request = json.dumps(
-        {"args": args, "env": env, "cwd": cwd, "umask": umask, "script": script}
+        {"args": args, "env": env, "cwd": cwd, "umask": umask, "script": script, "code": code}
     ).encode()
-    argv = [sys.executable, *([script] if script else ["-m", "desktop_app.cli"]), *args]
+    if code is not None:
+        argv = [sys.executable, "-c", code, *args]
+    else:
+        argv = [sys.executable, *([script] if script else ["-m", "desktop_app.cli"]), *args]
     with (
         tempfile.TemporaryFile() as stdin,
         tempfile.TemporaryFile() as stdout,
@@ -382,4 +423,4 @@ def run(
 
 
 if __name__ == "__main__":
-    _run_child(_serve(sys.argv[1]))
+    _run_child(_serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""))
