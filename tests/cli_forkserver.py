@@ -23,6 +23,9 @@ real interpreter instead: a different value of a variable read at start-up
 would be imported from elsewhere. Tests whose subject is the process itself
 (``kill -9`` at a moment, Ctrl-C, streaming output, start-up imports, the
 installed console script) keep using :mod:`subprocess` directly.
+:func:`run_script` forks a test's own worker script the same way
+(``python SCRIPT ARGS``): a process that kills itself at a set point (a
+SIGKILL inside a tool) is as real forked as started afresh.
 
 Usage: ``python -m tests.cli_forkserver SOCKET`` (from :func:`run`; the
 server exits when its stdin, a pipe from the pytest process, closes).
@@ -80,19 +83,57 @@ PRELOAD = (
     "tomllib",
 )
 #: preloaded when installed (the test extra's MCP SDK: a second of imports
-#: for ``ask --mcp`` and ``answer`` of an agent run that uses a server)
-PRELOAD_IF_INSTALLED = ("mcp",)
+#: for ``ask --mcp`` and ``answer`` of an agent run that uses a server;
+#: Pydantic AI with its OpenAI model, another second for every command that
+#: loads a registered Pydantic AI agent: ``show``, ``waiting``, ``resume``,
+#: ``answer`` of its runs); none starts a thread, and the variables they
+#: read at import are in :data:`IMPORT_ENV`
+PRELOAD_IF_INSTALLED = (
+    "mcp",
+    "desktop_app.integrations.pydantic_ai.registry",
+    "pydantic_ai.models.openai",
+    "pydantic_ai.providers.openai",
+)
+#: variables the preloaded packages read when imported (the OpenAI SDK's
+#: logging and module-level client, pydantic's plugins): a child given
+#: another value of one starts a real interpreter, as for start-up variables
+IMPORT_ENV = (
+    "OPENAI_LOG",
+    "OPENAI_API_TYPE",
+    "OPENAI_API_VERSION",
+    "AZURE_OPENAI_ENDPOINT",
+    "DEFER_PYDANTIC_BUILD",
+    "PYDANTIC_DISABLE_PLUGINS",
+)
+#: servers that preload more, for :func:`run_code` and :func:`run_script` of
+#: programs using them (a server of its own each, so that ``flowdesk``
+#: commands still run without them): name -> (modules, prefixes of the
+#: variables they read at import, treated as :data:`IMPORT_ENV`)
+FLAVOURS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "": ((), ()),
+    "langgraph": (
+        ("langgraph.graph", "langgraph.types", "desktop_app.integrations.langgraph.saver"),
+        ("LANGGRAPH_", "LANGCHAIN_", "LANGSMITH_", "WEBSOCKETS_", "OTEL_", "PY_SAX_PARSER",
+         "UNIXCONFDIR", "UNIXUSRLIBDIR"),
+    ),
+}  # fmt: skip
 #: packages a child must import from the same place as a fresh interpreter would
+#: (the preloaded ones of :data:`PRELOAD_IF_INSTALLED` too: a test's
+#: ``PYTHONPATH`` that hides one gets a real interpreter)
 SAME_ORIGIN = ("desktop_app", "tests")
 _HEADER = struct.Struct("!I")
 
 
-def _startup_env(env: dict[str, str]) -> dict[str, str]:
-    """The variables the interpreter reads only at start-up."""
+def _startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
+    """The variables the interpreter reads only at start-up (and the
+    preloaded packages only at import, :data:`IMPORT_ENV`, :data:`FLAVOURS`)."""
+    prefixes = FLAVOURS[flavour][1]
     return {
         k: v
         for k, v in env.items()
         if (k.startswith("PYTHON") and k != "PYTHONPATH")
+        or k in IMPORT_ENV
+        or k.startswith(prefixes)
         or k == "LANG"
         or k.startswith("LC_")
         or k.startswith("COVERAGE_PROCESS_")
@@ -115,17 +156,22 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
 
 def _child_path(request: dict[str, Any], base: list[str]) -> list[str]:
     """``sys.path`` of ``python -m`` started in the request's directory with
-    its ``PYTHONPATH``."""
+    its ``PYTHONPATH`` (of ``python SCRIPT`` for a script: its folder first)."""
     extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-    return [request["cwd"], *extra, *base]
+    first = os.path.dirname(request["script"]) if request.get("script") else request["cwd"]
+    # (``python -c``'s first entry is "", the working directory)
+    return [first, *extra, *base]
 
 
-def _refusal(request: dict[str, Any], base: list[str], startup: dict[str, str]) -> str | None:
+def _refusal(
+    request: dict[str, Any], base: list[str], startup: dict[str, str], flavour: str
+) -> str | None:
     """Why this request needs a fresh interpreter, or None."""
-    if _startup_env(request["env"]) != startup:
+    if _startup_env(request["env"], flavour) != startup:
         return "start-up variables differ"
     path = _child_path(request, base)
-    for name in SAME_ORIGIN:
+    preloaded = {n.partition(".")[0] for n in (*PRELOAD_IF_INSTALLED, *FLAVOURS[flavour][0])}
+    for name in [*SAME_ORIGIN, *sorted(n for n in preloaded if n in sys.modules)]:
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         here = sys.modules[name].__spec__
         assert here is not None
@@ -134,14 +180,14 @@ def _refusal(request: dict[str, Any], base: list[str], startup: dict[str, str]) 
     return None
 
 
-def _serve(sock_path: str) -> dict[str, Any]:
+def _serve(sock_path: str, flavour: str) -> dict[str, Any]:
     """Answer requests until stdin closes (then exit); returns only in a
     forked child, with the request that child is to run."""
     # sys.path of `python -m` here: [cwd, PYTHONPATH..., site]
     own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base = sys.path[1 + len(own) :]
-    startup = _startup_env(dict(os.environ))
-    for name in PRELOAD:
+    startup = _startup_env(dict(os.environ), flavour)
+    for name in (*PRELOAD, *FLAVOURS[flavour][0]):
         importlib.import_module(name)
     for name in PRELOAD_IF_INSTALLED:
         with contextlib.suppress(ImportError):
@@ -170,7 +216,7 @@ def _serve(sock_path: str) -> dict[str, Any]:
                 except (ConnectionError, struct.error, ValueError):
                     conn.close()
                     continue
-                refusal = _refusal(request, base, startup)
+                refusal = _refusal(request, base, startup, flavour)
                 if refusal:
                     conn.sendall(f"fallback {refusal}\n".encode())
                     conn.close()
@@ -204,7 +250,8 @@ def _serve(sock_path: str) -> dict[str, Any]:
 
 
 def _run_child(request: dict[str, Any]) -> None:
-    """Become ``python -m desktop_app.cli ARGS`` as the request describes."""
+    """Become ``python -m desktop_app.cli ARGS`` (or ``python SCRIPT ARGS``)
+    as the request describes."""
     import runpy
 
     os.chdir(request["cwd"])
@@ -214,6 +261,14 @@ def _run_child(request: dict[str, Any]) -> None:
     time.tzset()  # TZ, which the time module reads when an interpreter starts
     tempfile.tempdir = None  # TMPDIR & co., read again on first use
     sys.path[:] = request["path"]
+    if request.get("script"):
+        sys.argv[:] = [request["script"], *request["args"]]
+        runpy.run_path(request["script"], run_name="__main__")
+        return
+    if request.get("code") is not None:
+        sys.argv[:] = ["-c", *request["args"]]
+        exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+        return
     sys.argv[:] = ["-m", *request["args"]]
     runpy.run_module("desktop_app.cli", run_name="__main__", alter_sys=True)
 
@@ -222,11 +277,11 @@ def _run_child(request: dict[str, Any]) -> None:
 
 
 class _Server:
-    def __init__(self) -> None:
+    def __init__(self, flavour: str) -> None:
         self.dir = tempfile.mkdtemp(prefix="flowdesk-cli-fork-")
         self.path = os.path.join(self.dir, "sock")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.cli_forkserver", self.path],
+            [sys.executable, "-m", "tests.cli_forkserver", self.path, flavour],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=REPO,
@@ -246,7 +301,7 @@ class _Server:
         os.rmdir(self.dir)
 
 
-_server: _Server | None = None
+_servers: dict[str, _Server] = {}
 _lock = threading.Lock()
 
 
@@ -261,6 +316,37 @@ def _decode(data: bytes) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def run_script(
+    script: Path | str,
+    args: list[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, SCRIPT, *args], ...)`` as :func:`run` does
+    it: forked from the server, for a test's own worker script (a real
+    process a test may SIGKILL, or that kills itself, mid-way) whose
+    interpreter start-up and imports are not what it tests."""
+    return run(args, env=env, cwd=cwd, timeout=timeout, script=os.path.abspath(script))
+
+
+def run_code(
+    code: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float | None = None,
+    flavour: str = "",
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, "-c", code], ...)`` as :func:`run` does it:
+    forked from a server that preloaded :data:`FLAVOURS` ``[flavour]`` (a
+    user's program, in a process of its own, whose start-up is not what the
+    test is about). An uncaught exception ends it as there: its traceback on
+    stderr, exit status 1."""
+    return run([], env=env, cwd=cwd, timeout=timeout, code=code, flavour=flavour)
+
+
 def run(
     args: list[str],
     *,
@@ -268,6 +354,9 @@ def run(
     cwd: Path | str | None = None,
     timeout: float | None = None,
     input: str | None = None,
+    script: str | None = None,
+    code: str | None = None,
+    flavour: str = "",
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([python, "-m", "desktop_app.cli", *args], env=env,
     cwd=cwd, timeout=timeout, input=input, capture_output=True, text=True)``,
@@ -279,16 +368,21 @@ def run(
         subprocess.TimeoutExpired: after ``timeout`` seconds (the child is
             killed with SIGKILL first), as :func:`subprocess.run` does.
     """
-    global _server
     env = dict(os.environ if env is None else env)
     cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
     with _lock:
-        if _server is None:
-            _server = _Server()
-        server = _server
+        if flavour not in _servers:
+            _servers[flavour] = _Server(flavour)
+        server = _servers[flavour]
     umask = os.umask(0o077)
     os.umask(umask)
-    request = json.dumps({"args": args, "env": env, "cwd": cwd, "umask": umask}).encode()
+    request = json.dumps(
+        {"args": args, "env": env, "cwd": cwd, "umask": umask, "script": script, "code": code}
+    ).encode()
+    if code is not None:
+        argv = [sys.executable, "-c", code, *args]
+    else:
+        argv = [sys.executable, *([script] if script else ["-m", "desktop_app.cli"]), *args]
     with (
         tempfile.TemporaryFile() as stdin,
         tempfile.TemporaryFile() as stdout,
@@ -306,7 +400,7 @@ def run(
         first = replies.readline().decode().split(" ", 1)
         if first[0] == "fallback":
             return subprocess.run(
-                [sys.executable, "-m", "desktop_app.cli", *args],
+                argv,
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -323,11 +417,10 @@ def run(
         stdout.seek(0)
         stderr.seek(0)
         out, err = _decode(stdout.read()), _decode(stderr.read())
-        argv = [sys.executable, "-m", "desktop_app.cli", *args]
         if not ready:
             raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err)
         return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
 
 
 if __name__ == "__main__":
-    _run_child(_serve(sys.argv[1]))
+    _run_child(_serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""))

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from desktop_app.errors import redact
+from tests import cli_forkserver
 from tests.cli_support import REPO
 from tests.test_db_copy_live_runs import _pg_clear
 from tests.test_langgraph_crash import counted
@@ -132,9 +133,9 @@ def _waiting_thread(db: Path, folder: Path) -> tuple[Path, Path]:
         "durability='sync')\n"
         "    assert out['__interrupt__'], out\n"
     )
-    made = subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+    made = cli_forkserver.run_code(  # `python -c source`, LangGraph imported already
+        source, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        flavour="langgraph",
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     return db, counts

@@ -15,13 +15,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from desktop_app.errors import redact
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.test_langgraph_crash import counted, stored_results, wait_for, worker
 
@@ -44,9 +44,9 @@ def _program(
         "print(json.dumps({'interrupts': [i.value for i in out.get('__interrupt__', [])], "
         "'summary': out.get('summary')}))\n"
     )
-    return subprocess.run(
-        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120, cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+    return cli_forkserver.run_code(  # `python -c source`, LangGraph imported already
+        source, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+        flavour="langgraph",
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from desktop_app.bootstrap import open_services
 from desktop_app.config import load_settings
+from tests import cli_forkserver
 from tests.chat_server import ChatServer
 from tests.chat_server import completion as _completion
 from tests.cli_support import flowdesk
@@ -46,13 +47,10 @@ SCRIPT = [
 
 
 def worker(db: Path | str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(WORKER), str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        env={**os.environ, **env},
+    """``python tests/pydantic_ai_worker.py DB ARGS`` in a process of its own,
+    forked with Pydantic AI already imported (:mod:`tests.cli_forkserver`)."""
+    return cli_forkserver.run_script(
+        WORKER, [str(db), *args], timeout=120, cwd=REPO, env={**os.environ, **env}
     )
 
 

@@ -4,6 +4,7 @@ and no test names a scenario the list does not have."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -15,11 +16,19 @@ def listed_scenarios() -> set[str]:
     return set(re.findall(r"^- \*\*(S\d+)\*\*", text, flags=re.MULTILINE))
 
 
+@functools.cache
 def marked_scenarios() -> dict[str, list[str]]:
-    """scenario id -> the tests (file::function) carrying its marker."""
+    """scenario id -> the tests (file::function) carrying its marker.
+
+    Only files whose text has ``scenario(`` can carry one, so only those
+    are parsed (the tests are megabytes of source); the result is computed
+    once per process and read, not changed, by the tests."""
     marks: dict[str, list[str]] = {}
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        source = path.read_text(encoding="utf-8")
+        if "scenario(" not in source:
+            continue
+        tree = ast.parse(source)
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue

@@ -49,8 +49,9 @@ def record(value: str, call_id: str = "c1") -> tuple[str, dict]:  # type: ignore
 
 
 def worker(db: Path, log: Path, server: ChatServer, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, str(WORKER), str(db), str(log), server.url, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    """``python tests/approval_agent_worker.py DB LOG URL ARGS`` in a process
+    of its own, forked with Flowdesk imported (:mod:`tests.cli_forkserver`)."""
+    return cli_forkserver.run_script(WORKER, [str(db), str(log), server.url, *args], timeout=120)
 
 
 def lines(path: Path) -> list[str]:
