@@ -162,6 +162,18 @@ def fit_problems(exc: Any) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
+def timed_out_hints(ctx: Ctx, run_id: str) -> list[str]:
+    """What a command that saw run ``run_id`` time out prints (lines, with
+    the user's ``--db``/``--scope``): a timed-out run cannot be resumed, so
+    ``show`` (what it did) and ``replay`` (its flow again from its start, as
+    a new run)."""
+    again = ctx.hints.cmd("replay " + run_id)
+    return [
+        f"what it did: {ctx.hints.cmd('show ' + run_id)}",
+        f"run it again from its start, as a new run: {again}",
+    ]
+
+
 def report_result(ctx: Ctx, result: Any) -> int:
     """Print a run's outcome and hints that work as printed (``resume`` for a
     failed run; ``show``, and ``replay`` from its start, for a timed-out run,
@@ -176,10 +188,9 @@ def report_result(ctx: Ctx, result: Any) -> int:
     if result.status == "failed":
         print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
         return EXIT_FAILED
-    if result.status == "timed_out":  # it cannot be resumed; a replay runs its flow again
-        print(f"what it did: {ctx.hints.cmd('show ' + result.run_id)}", file=sys.stderr)
-        again = ctx.hints.cmd("replay " + result.run_id)
-        print(f"run it again from its start, as a new run: {again}", file=sys.stderr)
+    if result.status == "timed_out":
+        for line in timed_out_hints(ctx, result.run_id):
+            print(line, file=sys.stderr)
         return EXIT_FAILED
     if result.status == "canceled":  # it cannot be resumed; `show` says what it did
         print(f"what it did: {ctx.hints.cmd('show ' + result.run_id)}", file=sys.stderr)
@@ -287,6 +298,11 @@ def cmd_answer(ctx: Ctx) -> int:
         result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
     except DiskFullError:
         _say_if_unsaved(ctx, sv, run)
+        raise
+    except RunStateError as exc:  # the deadline passed first: as `resume` would say
+        if sv.checkpoints.get_run(ref.run_id).status == "timed_out":
+            for line in timed_out_hints(ctx, ref.run_id):
+                exc.add_note(line)
         raise
     delivered = deliver_outbox(sv.engine)  # side effects the answer released
     print(f"run {result.run_id} {result.status}")
