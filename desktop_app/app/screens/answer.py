@@ -32,6 +32,7 @@ from desktop_app.cli.output import Hints
 from desktop_app.cli.waits import answer_choices
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow
+from desktop_app.flow.clock import reading
 from desktop_app.store.protocol import RunRecord, Wait
 from desktop_app.textsafe import shell_quote
 
@@ -269,7 +270,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
 
     def _now(self) -> float:
         engine = self.flowdesk.engine
-        return engine.clock.now() if engine is not None else 0.0
+        return reading(engine.clock) if engine is not None else 0.0
 
     def _tick(self) -> None:
         try:
