@@ -34,7 +34,12 @@ from desktop_app.errors import (
 )
 from desktop_app.flow.owners import holding
 from desktop_app.flows import live_twin, single_flight
-from desktop_app.runs_view import display_status, no_signal_waiter, withdrawn_text
+from desktop_app.runs_view import (
+    INTENT_NOUNS,
+    display_status,
+    no_signal_waiter,
+    withdrawn_text,
+)
 from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
@@ -304,7 +309,11 @@ def cmd_answer(ctx: Ctx) -> int:
             for line in timed_out_hints(ctx, ref.run_id):
                 exc.add_note(line)
         raise
-    delivered = deliver_outbox(sv.engine)  # side effects the answer released
+    try:
+        delivered = deliver_outbox(sv.engine)  # side effects the answer released
+    except DiskFullError:
+        note_if_completed(ctx, sv, result.run_id)
+        raise
     print(f"run {result.run_id} {result.status}")
     if delivered:
         print(f"{plural(delivered, 'outbox intent')} delivered")
@@ -314,6 +323,21 @@ def cmd_answer(ctx: Ctx) -> int:
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
             print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def note_if_completed(ctx: Ctx, sv: Any, run_id: str) -> None:
+    """After a full disk stopped the delivery of run ``run_id``'s side
+    effects: when the run completed, :attr:`Ctx.queued` says how many are
+    left (as ``show`` counts them), for a message that does not call the run
+    interrupted. A read that fails too leaves the message as it is."""
+    try:
+        run = sv.checkpoints.get_run(run_id)
+        left = len(sv.checkpoints.open_intents(run_id))
+    except FlowdeskError:
+        return
+    if run.status == "completed" and left:
+        one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+        ctx.queued = f"{plural(left, one, many)} {'is' if left == 1 else 'are'} queued"
 
 
 def _say_if_unsaved(ctx: Ctx, sv: Any, before: Any) -> None:
