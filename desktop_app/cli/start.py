@@ -38,6 +38,7 @@ from desktop_app.runs_view import (
     INTENT_NOUNS,
     display_status,
     no_signal_waiter,
+    unsettled_text,
     withdrawn_text,
 )
 from desktop_app.textsafe import shell_quote
@@ -328,16 +329,23 @@ def cmd_answer(ctx: Ctx) -> int:
 def note_if_completed(ctx: Ctx, sv: Any, run_id: str) -> None:
     """After a full disk stopped the delivery of run ``run_id``'s side
     effects: when the run completed, :attr:`Ctx.queued` says how many are
-    left (as ``show`` counts them), for a message that does not call the run
-    interrupted. A read that fails too leaves the message as it is."""
+    left, queued or whose sending began (as ``show`` counts them), for a
+    message that does not call the run interrupted. A read that fails too
+    leaves the message as it is."""
     try:
         run = sv.checkpoints.get_run(run_id)
-        left = len(sv.checkpoints.open_intents(run_id))
+        unsent = sv.checkpoints.open_intents(run_id)
     except FlowdeskError:
         return
-    if run.status == "completed" and left:
-        one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
-        ctx.queued = f"{plural(left, one, many)} {'is' if left == 1 else 'are'} queued"
+    if run.status != "completed" or not unsent:
+        return
+    sending = sum(i.status == "sending" for i in unsent)
+    left = len(unsent) - sending
+    one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+    said = [f"{plural(left, one, many)} {'is' if left == 1 else 'are'} queued"] if left else []
+    if sending:  # its send began and its end was not recorded, as `show` says
+        said.append(unsettled_text(run.flow_name, sending))
+    ctx.queued = " and ".join(said)
 
 
 def _say_if_unsaved(ctx: Ctx, sv: Any, before: Any) -> None:
