@@ -281,13 +281,19 @@ class DiskFullError(StoreError):
         paused: bool = True,
         unsaved: str | None = None,
         again: str | None = None,
+        queued: str | None = None,
     ) -> None:
         self.where = where
         self.needed_bytes = needed_bytes
         self.unsaved = unsaved
         after = f"run `{then}`" if again is None else again
         free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then {after}."
-        if unsaved is not None:
+        if queued is not None:
+            text = (
+                f"the disk holding {where} is full; the run completed and {queued}, to be "
+                f"made by `{then}` (nothing saved before is lost). {free}"
+            )
+        elif unsaved is not None:
             text = (
                 f"the disk holding {where} is full, so {unsaved}; nothing saved before is "
                 f"lost. {free}"
@@ -304,14 +310,18 @@ class DiskFullError(StoreError):
             )
         super().__init__(text)
 
-    def for_command(self, then: str, *, paused: bool, unsaved: str | None = None) -> DiskFullError:
+    def for_command(
+        self, then: str, *, paused: bool, unsaved: str | None = None, queued: str | None = None
+    ) -> DiskFullError:
         """The same error ending with ``then``, the command to run once space
         is free; ``paused``: a run was executing and stopped (else the
         command executes no run, e.g. ``db apply``, and is itself ``then``);
         ``unsaved``: what the command was given and did not save (then
-        ``then`` is the command again)."""
+        ``then`` is the command again); ``queued``: the run completed and
+        only its side effects are left (``"1,362 moves are queued"``), which
+        ``then`` makes."""
         return DiskFullError(
-            self.where, self.needed_bytes, then=then, paused=paused, unsaved=unsaved
+            self.where, self.needed_bytes, then=then, paused=paused, unsaved=unsaved, queued=queued
         )
 
     @staticmethod

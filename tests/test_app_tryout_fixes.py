@@ -326,6 +326,37 @@ async def test_y_in_the_inbox_through_the_plan_dialog_is_not_answered_elsewhere(
         assert f"Answered {run_id}:approve:0; run {run_id[:8]} goes on." in said
 
 
+@pytest.mark.parametrize(("second", "moved"), [("y", True), ("N", False)])
+async def test_a_second_y_typed_in_the_plan_dialog_answers_yes(
+    tmp_path: Path, second: str, moved: bool
+) -> None:
+    """A tryout: y on a tidy in the inbox showed its plan (the answer
+    dialog); after an arrow key a second y was typed into the answer field
+    (keys typed on a button go there), and enter then refused "'y' is not
+    an answer". The field of a yes/no question takes y and n, as the
+    inbox's keys do: y there approves (the files move), n declines."""
+    settings, run_id, folder = waiting_tidy(tmp_path)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(120, 35)) as pilot:
+        screen = await open_inbox(pilot)
+        await pilot.press("y")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        await pilot.press("down", second)
+        await settle(pilot)
+        assert isinstance(app.focused, Input) and app.focused.value == second
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen and screen.items == [])
+        await settle(pilot)
+        said = messages(app)
+        assert f"Answered {run_id}:approve:0; run {run_id[:8]} goes on." in said, said
+        assert "is not an answer" not in dialog.error_text
+        if moved:  # the app delivers the moves
+            await wait_until(pilot, lambda: not (folder / "photo.jpg").exists())
+    assert (folder / "photo.jpg").exists() is not moved
+
+
 async def test_the_tidy_plan_shows_each_file_and_where_it_moves_at_80x24(
     tmp_path: Path,
 ) -> None:

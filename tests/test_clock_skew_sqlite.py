@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO, flowdesk
 from tests.polling import until
 from tests.timer_flows import FLOWS_ENV, Order, asker, napper
+from tests.tmux_support import BIN
 
 
 @pytest.fixture(autouse=True)
@@ -160,3 +162,88 @@ def test_time_written_into_a_run_never_goes_back_before_its_latest_checkpoint(db
         assert store.get_run(result.run_id).updated_at >= last
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("offset", ["-1h", "+1h"])
+def test_the_app_under_a_skewed_clock_opens_read_only_and_fires_nothing(
+    db: Path, tmp_path: Path, offset: str
+) -> None:
+    """A tryout: ``faketime -f '-1h' flowdesk --db t.db`` died at launch
+    with a ``ClockSkewError`` traceback (exit 1) from the runs screen's
+    first paint. The real app, in a real terminal under ``faketime``, opens
+    with a banner naming the skew and what to do, shows the run, refuses
+    an answer with the same words, fires no deadline (the question whose
+    deadline passed still waits once it quit) and quits with 0."""
+    from tests.tmux_support import (
+        exit_code,
+        home_env,
+        launch,
+        need_tmux,
+        screen,
+        tmux,
+    )
+
+    need_tmux()
+    run_id = start(db, "asker")
+    (question,) = run_row_waits(db, run_id)
+    until(lambda: time.time() > question + 0.05, "the question's deadline passes")
+    home = tmp_path / "home"
+    home.mkdir()
+    session = f"flowdesk-skew-{os.getpid()}-{offset}"
+    done = tmp_path / "exit-code"
+    env = f"{home_env(home)} FLOWDESK_FLOWS={shlex.quote(FLOWS_ENV)}"
+    launch(session, env, done, program=f"faketime -f {offset} {BIN} --db {db}")
+    try:
+        way = "behind" if offset.startswith("-") else "ahead of"
+        said = (
+            f"This computer's clock is 3,600 s {way} the clock of the file system holding {db}",
+            "runs are shown read-only; answering, starting, resuming and canceling are refused,",
+            "and no timer or deadline is fired. Set the system clock right",
+        )
+        shown = shown_words(session, *said, "asker", "waiting")
+        assert shown.count("canceling are refused") == 1  # the banner alone
+        assert "in 59m" not in shown  # ages by the database's clock, not the skewed one
+        for tries in range(6):  # a key sent before the table has the focus is lost
+            tmux("send-keys", "-t", session, "a")  # answer the selected run
+            try:  # a notice (a toast's edge is ▌), in the banner's words
+                shown_words(session, "▌ This computer's clock is 3,600 s", timeout=5, raw=True)
+                break
+            except AssertionError:
+                if tries == 5:
+                    raise
+        time.sleep(3)  # timer passes would have fired meanwhile (not a timing assertion)
+        tmux("send-keys", "-t", session, "q")
+        assert exit_code(done, timeout=60) == "0", screen(session)
+    finally:
+        tmux("kill-session", "-t", session)
+    run, _ = run_row(db, run_id)
+    assert run.status == "waiting"  # no deadline fired, nothing answered
+    honest = flowdesk(db, "resume", run_id, env=ENV)  # the system clock times it out
+    assert f"run {run_id} timed_out" in honest.stdout, honest.stdout + honest.stderr
+
+
+def run_row_waits(db: Path, run_id: str) -> list[float]:
+    """The deadlines of ``run_id``'s pending waits (UTC epoch seconds)."""
+    store = open_store(db)
+    try:
+        return [w.deadline_at for w in store.latest(run_id).waits if w.deadline_at is not None]
+    finally:
+        store.close()
+
+
+def shown_words(
+    session: str, *texts: str, times: int = 1, timeout: float = 90, raw: bool = False
+) -> str:
+    """The screen, its lines joined and spaces squeezed (tmux wraps a long
+    line anywhere), once each of ``texts`` shows on it at least ``times``
+    times (``AssertionError`` with the screen after ``timeout`` seconds);
+    with ``raw``, the screen as it is."""
+    from tests.tmux_support import screen
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shown = screen(session) if raw else " ".join(screen(session).split())
+        if all(shown.count(text) >= times for text in texts):
+            return shown
+        time.sleep(0.2)
+    raise AssertionError(f"{texts!r} not shown {times} times; screen:\n{screen(session)}")

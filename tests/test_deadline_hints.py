@@ -148,3 +148,30 @@ def test_a_signal_wait_past_its_deadline_offers_no_signal_but_the_wake_up(tmp_pa
     assert late.returncode == 0, late.stderr
     ended = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=env).stdout)
     assert ended["status"] == "timed_out"
+
+
+def test_an_answer_that_times_the_run_out_prints_show_and_replay_as_resume_does(
+    tmp_path: Path,
+) -> None:
+    """A tryout: ``answer RUN yes`` after the deadline exited 1 saying only
+    "timed out before the answer came; the run is now timed_out", with no
+    next step. It prints what ``resume`` prints then, and each works as printed."""
+    env = user_env()
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    run_id = past_deadline(db, env)
+
+    late = flowdesk(db, "answer", run_id, "yes", env=env)
+    assert late.returncode == 1, late.stderr
+    assert "timed out before the answer came; the run is now timed_out" in late.stderr
+    show = hint(late.stderr, "what it did")
+    replay = hint(late.stderr, "run it again from its start, as a new run")
+    assert show == f"flowdesk --db {db} show {run_id}"
+    assert replay == f"flowdesk --db {db} replay {run_id}"
+
+    shown = as_printed(show, env)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[0].endswith("status timed_out"), shown.stdout
+    again = as_printed(replay, env)
+    assert again.returncode == 0, again.stderr
+    assert f"run {again.stdout.splitlines()[0]} waiting" in again.stdout

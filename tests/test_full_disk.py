@@ -11,9 +11,11 @@ these tests skip, except under ``CI=true`` where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -226,3 +228,60 @@ def test_a_schema_half_applied_on_a_full_disk_says_the_disk_is_full(small_disk):
     applied = as_printed(line[line.index("`") + 1 : line.rindex("`")], env=dict(os.environ))
     assert applied.returncode == 0, applied.stderr
     assert flowdesk(db, "runs").returncode == 0
+
+
+def test_a_full_disk_after_a_tidy_completed_says_its_moves_are_queued_not_interrupted(
+    small_disk, tmp_path
+):
+    """A tryout: a tidy answered yes on a disk that filled up while its moves
+    were delivered said "the run stopped at its last saved step, shown as
+    interrupted", while ``show`` said "status completed · 1,362 moves
+    queued". The run had completed; only its queued moves were left, and
+    the printed ``resume RUN`` made them once there was room."""
+    from desktop_app import bootstrap
+    from desktop_app.config import load_settings
+    from desktop_app.flows.tidy import TidyState
+    from tests.cli_support import as_printed
+
+    folder = tmp_path / "Downloads"
+    folder.mkdir()
+    for i in range(20):
+        (folder / f"photo{i}.jpg").write_bytes(b"jpg")
+    db = small_disk / "flowdesk.db"
+    settings = load_settings(db_path=db)
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings)
+    try:  # answered, its moves queued and not delivered yet (the engine does not deliver)
+        run_id = engine.run("tidy", TidyState(folder=str(folder))).run_id
+        assert engine.resume_with(run_id, "yes").status == "completed"
+    finally:
+        engine.store.close()
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db)) as con:  # the run's WAL back into the file
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    filler = fill(small_disk)
+    # room to open the database (its -shm index) and deliver some moves, not all
+    os.truncate(filler, filler.stat().st_size - 160 * 1024)
+    line = one_line_exit_1(flowdesk(db, "resume", run_id))
+    then = f"flowdesk --db {db} resume {run_id}"
+    shown = flowdesk(db, "show", run_id).stdout.splitlines()[0]  # reading needs no room
+    # the message counts as show does: queued, and one whose sending began
+    queued = re.search(r"status completed · (\d+) moves queued \(not made yet\)", shown)
+    assert queued is not None, shown
+    left = int(queued.group(1))
+    assert 0 < left < 20, line  # some were made before the disk filled
+    said = f"{left} moves are queued"
+    if " may have been made" in shown:
+        said += " and 1 move may have been made"
+    assert line == (
+        f"flowdesk: the disk holding the database {db} is full; the run completed and {said}, "
+        f"to be made by `{then}` (nothing saved before is lost). Free at least 5 MiB on that "
+        f"disk, then run `{then}`."
+    ), line
+    assert "interrupted" not in line
+    filler.unlink()  # the user frees space and runs the command as printed
+    done = as_printed(then, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert not list(folder.glob("*.jpg"))  # every file moved
+    assert "queued" not in flowdesk(db, "show", run_id).stdout

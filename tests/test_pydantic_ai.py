@@ -301,11 +301,14 @@ def test_the_readme_snippet_runs_as_pasted(db_path: Path, tmp_path: Path) -> Non
     assert len(snippet.strip().splitlines()) <= 10
     script = tmp_path / "snippet.py"
     script.write_text(snippet)
+    # the variables the README's comment names, the server's address for its own
+    named = dict(re.findall(r"(OPENAI_\w+)=(\S+)", snippet))
+    assert set(named) == {"OPENAI_BASE_URL", "OPENAI_API_KEY"}, named
     with ChatServer() as server:
         server.script = list(SCRIPT)
         env = {
             "OPENAI_BASE_URL": server.url,
-            "OPENAI_API_KEY": "test",
+            "OPENAI_API_KEY": named["OPENAI_API_KEY"],
             "FLOWDESK_DB_PATH": str(db_path),
             "PYTHONPATH": str(REPO),
         }

@@ -116,3 +116,46 @@ def test_the_readme_own_flow_snippet_is_the_shipped_example():
         del sys.modules[module.__name__]
     assert scope["approval"].version == approval.version
     assert scope["Approval"](order="o", approved=" No ").approved == "no"
+
+
+def test_the_readme_own_destination_delivers_a_queued_intent_once(tmp_path: Path) -> None:
+    """The README's ``my_destinations.py`` (``FileDestination`` is the
+    user's own class: Flowdesk has none) run as written, as a program of its
+    own, next to a ``notes.db`` holding a run's queued ``file`` intent: it
+    makes the effect once, and again makes nothing."""
+    import json
+
+    from desktop_app.flow import Engine
+    from desktop_app.store.sqlite.store import open_store
+    from tests.test_outbox_own_destination import FLOW
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    program = text.split("```python\n# my_destinations.py", 1)[1].split("```", 1)[0]
+    (tmp_path / "my_destinations.py").write_text("# my_destinations.py" + program)
+    scope: dict[str, object] = {"__name__": "noted_flows"}
+    exec(compile(FLOW, "noted_flows.py", "exec"), scope)  # the flow that queues the intent
+    from tests.cli_support import flowdesk
+
+    assert flowdesk(tmp_path / "notes.db", "db", "apply").returncode == 0
+    store = open_store(tmp_path / "notes.db")
+    try:
+        run = Engine(store, flows=[scope["noted"]]).run("noted", {"text": "hello"})  # type: ignore[list-item]
+        assert run.status == "completed"
+    finally:
+        store.close()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for _ in range(2):
+        ran = subprocess.run(
+            [sys.executable, "my_destinations.py"],
+            cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+    sent = [json.loads(line) for line in (tmp_path / "sent.jsonl").read_text().splitlines()]
+    assert [s["payload"] for s in sent] == [{"text": "hello"}]
+    store = open_store(tmp_path / "notes.db")
+    try:
+        assert [i.status for i in store.intents(["delivered", "failed", "pending"])] == [
+            "delivered"
+        ]
+    finally:
+        store.close()

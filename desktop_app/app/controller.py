@@ -30,7 +30,7 @@ from textual.app import App
 from textual.message_pump import MessagePump
 from textual.notifications import SeverityLevel
 
-from desktop_app.app.format import app_version_refusal, short_id
+from desktop_app.app.format import app_version_refusal, short_id, skew_notice
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, BranchFinished, RunChanged
 from desktop_app.app.runs import RunController
@@ -107,6 +107,18 @@ class Controller:
             self._say("The database is still opening; try again in a moment.", "warning")
         return None
 
+    def require_writer(self) -> Engine | None:
+        """The engine for an action that writes into a run (start, resume,
+        cancel, answer, undo, replay), or ``None`` after saying why not: not
+        open yet, or this computer's clock is skewed (the engine would date
+        the write wrong, so it refuses it)."""
+        engine = self.require_engine()
+        skew = self._host.clock_skew
+        if engine is not None and skew is not None:
+            self._say(skew_notice(skew), "error")
+            return None
+        return engine
+
     def is_driving(self, run_id: str) -> bool:
         """Whether this app drives ``run_id`` right now."""
         return self.runs.is_driving(run_id)
@@ -121,7 +133,7 @@ class Controller:
 
     def new_digest(self) -> None:
         """Ask for a folder, then run ``digest`` on it."""
-        if self.require_engine() is not None:
+        if self.require_writer() is not None:
             self._app.push_screen(NewDigestScreen(), self._digest_chosen)
 
     def _digest_chosen(self, given: DigestInput | None) -> None:
@@ -153,7 +165,7 @@ class Controller:
             InputError: the input is refused (a folder that is missing, or
                 that tidy cannot write); nothing was started.
         """
-        engine = self.require_engine()
+        engine = self.require_writer()
         if engine is None:
             return None
         given, key = single_flight(flow_name, state)
@@ -187,7 +199,7 @@ class Controller:
 
         ``shown``: the run as the screen shows it; one shown ``completed``
         is not resumed (nothing would run)."""
-        engine = self.require_engine()
+        engine = self.require_writer()
         if engine is None:
             return
         if shown is not None and shown.status == "completed":
@@ -282,7 +294,7 @@ class Controller:
     ) -> None:
         """Replay (``changes`` is ``None``) or fork checkpoint ``cid`` as run
         ``new_id`` in a worker; ``reply_to`` gets :class:`BranchFinished`."""
-        engine = self.require_engine()
+        engine = self.require_writer()
         if engine is None:
             return
         self.runs.claim(new_id)
@@ -385,7 +397,7 @@ class Controller:
 
     def undo_tidy(self, run_id: str) -> None:
         """Ask, then move a tidy run's files back from its undo list (in a worker)."""
-        if self.require_engine() is None:
+        if self.require_writer() is None:
             return
         rid = short_id(run_id)
         store = self._host.reader
@@ -421,7 +433,7 @@ class Controller:
 
     def _undo(self, run_id: str, undo_list: str) -> None:
         rid = short_id(run_id)
-        engine = self.require_engine()
+        engine = self.require_writer()
         if engine is None:
             return
         try:  # withdraws the moves not made yet first: none is made after the undo
@@ -442,7 +454,7 @@ class Controller:
 
         ``run``: the run as the screen shows it; one shown finished is
         refused at once, without a question."""
-        if self.require_engine() is None:
+        if self.require_writer() is None:
             return
         run_id, rid = run.run_id, short_id(run.run_id)
         if run.status in FINISHED:
@@ -539,7 +551,7 @@ class Controller:
     def answer(self, run: RunRecord) -> None:
         """Show what the run ``run`` shows waits for, and answer its questions
         (the dialog reads its waits from the engine)."""
-        if self.require_engine() is None:
+        if self.require_writer() is None:
             return
         if run.status != "waiting":
             self._say(
@@ -558,6 +570,8 @@ class Controller:
         """
         if self._host.engine is None:
             return "The database is not open."
+        if self._host.clock_skew is not None:
+            return skew_notice(self._host.clock_skew)
         if not self.runs.claim(run_id):
             return f"Run {short_id(run_id)} is running here right now; try again when it stops."
         with self._answer_lock:

@@ -6,7 +6,7 @@ import json
 import re
 from datetime import UTC, datetime
 
-from desktop_app.errors import FlowVersionMismatchError
+from desktop_app.errors import ClockSkewError, FlowVersionMismatchError
 from desktop_app.store.protocol import Wait
 from desktop_app.words import duration
 from desktop_app.words import plural as plural  # one formatter of counts, the CLI's too
@@ -138,4 +138,15 @@ def app_version_refusal(exc: FlowVersionMismatchError, *, live: bool = True) -> 
         f"{exc.what} Restore the flow's code as it was then (the steps that make version "
         f"{exc.stored}) and press r again, or press c to cancel it; the launch report at the "
         "next launch offers to continue it as a new run of the new version, or to fail it."
+    )
+
+
+def skew_notice(skew: ClockSkewError) -> str:
+    """What the app says while its clock is skewed (banner, notice, refusals)."""
+    way = "ahead of" if skew.skew_s > 0 else "behind"
+    return (
+        f"This computer's clock is {abs(skew.skew_s):,.0f} s {way} the clock of {skew.where} "
+        f"(more than {skew.tolerance_s:g} s): runs are shown read-only; answering, starting, "
+        "resuming and canceling are refused, and no timer or deadline is fired. Set the "
+        "system clock right (or start Flowdesk without faketime), then start Flowdesk again."
     )

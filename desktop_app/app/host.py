@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from desktop_app.app.services import AppServices
     from desktop_app.cli.output import Hints
     from desktop_app.config import Settings
+    from desktop_app.errors import ClockSkewError
     from desktop_app.flow import Engine
     from desktop_app.store.protocol import CheckpointStore, RunRecord
 
@@ -35,6 +36,9 @@ T = TypeVar("T")
 class Actions(Protocol):
     """The domain actions screens ask for (call on the UI thread); each
     says why not as a notice when it cannot act."""
+
+    def require_writer(self) -> Engine | None:
+        """The engine for an action that writes, or ``None`` (said why)."""
 
     def require_engine(self) -> Engine | None:
         """The engine, or ``None`` after saying why there is none yet."""
@@ -92,6 +96,8 @@ class Host(Protocol):
     schema: bootstrap.SchemaReport | None
     #: why the database could not be opened, if it could not
     startup_error: str | None
+    #: the engine's clock is skewed (read-only until a relaunch), or ``None``
+    clock_skew: ClockSkewError | None
     #: the launch recovery's summary, once it is over
     recovery: str | None
     meter: ProgressMeter

@@ -44,7 +44,7 @@ from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_run
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app.controller import FINISHED, INTERRUPTED, Controller
 from desktop_app.app.delivery import OutboxPump
-from desktop_app.app.format import app_version_refusal, plural, short_id
+from desktop_app.app.format import app_version_refusal, plural, short_id, skew_notice
 from desktop_app.app.messages import (
     BranchRequested,
     EngineReady,
@@ -69,9 +69,15 @@ from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.app.timers import TimerPump
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
-from desktop_app.errors import FlowdeskError, FlowVersionMismatchError, RunLeasedError, redact
+from desktop_app.errors import (
+    ClockSkewError,
+    FlowdeskError,
+    FlowVersionMismatchError,
+    RunLeasedError,
+    redact,
+)
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
-from desktop_app.flow.clock import Clock
+from desktop_app.flow.clock import Clock, reading, skew_error
 from desktop_app.flow.engine import Refusals
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.private import make_private_dirs
@@ -222,6 +228,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         #: fires due timers and deadlines, once the database is open (SQLite)
         self.timers: TimerPump | None = None
         self.startup_error: str | None = None
+        #: the engine's clock refused to tell the time at launch (skewed):
+        #: the runs are shown read-only (:meth:`Controller.require_writer`)
+        self.clock_skew: ClockSkewError | None = None
         self.recovery: str | None = None
         self.notices: list[Notice] = []
         self._progress: dict[str, tuple[int, int]] = {}
@@ -300,10 +309,12 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         return None if services is None else services.model()
 
     def now(self) -> float:
-        """The engine's clock (UTC epoch seconds); the system's until it is open."""
+        """The engine's clock for display (UTC epoch seconds), never raising
+        (:func:`~desktop_app.flow.clock.reading`: the system's while the
+        clock is skewed); the system's until it is open."""
         engine = self.engine
         if engine is not None:
-            return engine.clock.now()
+            return reading(engine.clock)
         return self._clock.now() if self._clock is not None else time.time()
 
     # -- notices and reads -----------------------------------------------
@@ -433,6 +444,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self.services = services
         log.info("app: database opened, engine %s", services.engine.owner)
         self.schema = services.schema
+        # a skewed clock: read-only (the engine's clock would refuse every write)
+        self.clock_skew = skew_error(services.engine.clock)
         self.engine = services.engine
         self.reader = services.reader
         if self._quitting:  # the app quit while we were opening
@@ -490,7 +503,14 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             status = f"Database {report.path}: schema applied now ({plural(n, 'file')})."
         else:
             status = f"Database {report.path}: schema up to date."
-        self.runs_screen.status_line.say(status, for_s=self.STATUS_S)
+        skew = self.clock_skew
+        if skew is not None:
+            self.runs_screen.banner.show_error(skew_notice(skew))
+            self.runs_screen.status_line.say(
+                f"Database {report.path}: read-only while this computer's clock is off."
+            )
+        else:
+            self.runs_screen.status_line.say(status, for_s=self.STATUS_S)
         self._poll()
         # The first page is painted before delivery, recovery and the launch
         # report start (runs still wait for the recovery gate meanwhile).
@@ -498,6 +518,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     def _after_first_page(self) -> None:
         if self._quitting:
+            return
+        if self.clock_skew is not None:  # nothing that writes: no delivery, timer, recovery
+            self.runs.open_gate()
             return
         self._start_delivery()
         # on a database that workers serve, the app resumes nothing and fires
@@ -725,7 +748,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     def action_send_signal(self) -> None:
         """Send a signal (stored first, then delivered to a run waiting on it)."""
-        if self.controller.require_engine() is None or isinstance(self.screen, ModalScreen):
+        if self.controller.require_writer() is None or isinstance(self.screen, ModalScreen):
             return
         wait = self._signal_wait_in_view()
         if wait is None:
@@ -780,7 +803,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     def action_start_flow(self) -> None:
         """Start any registered flow from a form of its declared inputs."""
-        engine = self.controller.require_engine()
+        engine = self.controller.require_writer()
         if engine is not None and not isinstance(self.screen, ModalScreen):
             self.push_screen(StartFlowScreen(dict(engine.flows)))
 

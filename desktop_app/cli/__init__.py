@@ -240,6 +240,13 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             )
             print(f"flowdesk: {exc}", file=sys.stderr)
             return EXIT_FAILED
+        if ctx.current_run is not None and ctx.queued is not None:  # only its effects left
+            then = ctx.hints.cmd(f"resume {ctx.current_run}")
+            print(
+                f"flowdesk: {exc.for_command(then, paused=False, queued=ctx.queued)}",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
         if ctx.current_run is not None:
             then, paused = f"resume {ctx.current_run}", True
         elif command in RESUMING:

@@ -86,6 +86,9 @@ class Ctx:
         #: (a clause: "the answer was not saved (run R still waits for it)");
         #: the disk-full message then names the same command again
         self.unsaved: str | None = None
+        #: the run completed and, the disk being full, only its side effects
+        #: are left ("1,362 moves are queued"): the disk-full message says so
+        self.queued: str | None = None
         #: the command that continues after Ctrl-C when it is not resuming a
         #: run (``watch`` watches again)
         self.continue_with: str | None = None

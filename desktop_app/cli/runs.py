@@ -35,6 +35,7 @@ from desktop_app.cli.waits import (
     wait_lines,
 )
 from desktop_app.errors import (
+    DiskFullError,
     FlowVersionMismatchError,
     InputError,
     RunLeasedError,
@@ -1088,7 +1089,13 @@ def cmd_resume(ctx: Ctx) -> int:
             raise  # canceled or timed out
         # it waits for a person's answer (`answer` continues it): report it waiting
         result = engine.wake(ref.run_id)
-    _deliver(engine)
+    try:
+        _deliver(engine)
+    except DiskFullError:
+        from desktop_app.cli.start import note_if_completed
+
+        note_if_completed(ctx, sv, result.run_id)
+        raise
     return report_result(ctx, result)
 
 

@@ -34,7 +34,13 @@ from desktop_app.errors import (
 )
 from desktop_app.flow.owners import holding
 from desktop_app.flows import live_twin, single_flight
-from desktop_app.runs_view import display_status, no_signal_waiter, withdrawn_text
+from desktop_app.runs_view import (
+    INTENT_NOUNS,
+    display_status,
+    no_signal_waiter,
+    unsettled_text,
+    withdrawn_text,
+)
 from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
@@ -162,6 +168,18 @@ def fit_problems(exc: Any) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
 
 
+def timed_out_hints(ctx: Ctx, run_id: str) -> list[str]:
+    """What a command that saw run ``run_id`` time out prints (lines, with
+    the user's ``--db``/``--scope``): a timed-out run cannot be resumed, so
+    ``show`` (what it did) and ``replay`` (its flow again from its start, as
+    a new run)."""
+    again = ctx.hints.cmd("replay " + run_id)
+    return [
+        f"what it did: {ctx.hints.cmd('show ' + run_id)}",
+        f"run it again from its start, as a new run: {again}",
+    ]
+
+
 def report_result(ctx: Ctx, result: Any) -> int:
     """Print a run's outcome and hints that work as printed (``resume`` for a
     failed run; ``show``, and ``replay`` from its start, for a timed-out run,
@@ -176,10 +194,9 @@ def report_result(ctx: Ctx, result: Any) -> int:
     if result.status == "failed":
         print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
         return EXIT_FAILED
-    if result.status == "timed_out":  # it cannot be resumed; a replay runs its flow again
-        print(f"what it did: {ctx.hints.cmd('show ' + result.run_id)}", file=sys.stderr)
-        again = ctx.hints.cmd("replay " + result.run_id)
-        print(f"run it again from its start, as a new run: {again}", file=sys.stderr)
+    if result.status == "timed_out":
+        for line in timed_out_hints(ctx, result.run_id):
+            print(line, file=sys.stderr)
         return EXIT_FAILED
     if result.status == "canceled":  # it cannot be resumed; `show` says what it did
         print(f"what it did: {ctx.hints.cmd('show ' + result.run_id)}", file=sys.stderr)
@@ -288,7 +305,16 @@ def cmd_answer(ctx: Ctx) -> int:
     except DiskFullError:
         _say_if_unsaved(ctx, sv, run)
         raise
-    delivered = deliver_outbox(sv.engine)  # side effects the answer released
+    except RunStateError as exc:  # the deadline passed first: as `resume` would say
+        if sv.checkpoints.get_run(ref.run_id).status == "timed_out":
+            for line in timed_out_hints(ctx, ref.run_id):
+                exc.add_note(line)
+        raise
+    try:
+        delivered = deliver_outbox(sv.engine)  # side effects the answer released
+    except DiskFullError:
+        note_if_completed(ctx, sv, result.run_id)
+        raise
     print(f"run {result.run_id} {result.status}")
     if delivered:
         print(f"{plural(delivered, 'outbox intent')} delivered")
@@ -298,6 +324,28 @@ def cmd_answer(ctx: Ctx) -> int:
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
             print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def note_if_completed(ctx: Ctx, sv: Any, run_id: str) -> None:
+    """After a full disk stopped the delivery of run ``run_id``'s side
+    effects: when the run completed, :attr:`Ctx.queued` says how many are
+    left, queued or whose sending began (as ``show`` counts them), for a
+    message that does not call the run interrupted. A read that fails too
+    leaves the message as it is."""
+    try:
+        run = sv.checkpoints.get_run(run_id)
+        unsent = sv.checkpoints.open_intents(run_id)
+    except FlowdeskError:
+        return
+    if run.status != "completed" or not unsent:
+        return
+    sending = sum(i.status == "sending" for i in unsent)
+    left = len(unsent) - sending
+    one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+    said = [f"{plural(left, one, many)} {'is' if left == 1 else 'are'} queued"] if left else []
+    if sending:  # its send began and its end was not recorded, as `show` says
+        said.append(unsettled_text(run.flow_name, sending))
+    ctx.queued = " and ".join(said)
 
 
 def _say_if_unsaved(ctx: Ctx, sv: Any, before: Any) -> None:

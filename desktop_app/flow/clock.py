@@ -105,6 +105,8 @@ class CheckedClock:
         self.recheck_s = recheck_s
         self._next_check: float | None = None
         self._lock = threading.Lock()
+        #: the last :meth:`check`'s skew beyond ``tolerance_s`` (seconds), else 0
+        self.refused_skew_s = 0.0
 
     def skew(self) -> float | None:
         """This clock minus the reference (seconds; negative when behind), or
@@ -124,7 +126,9 @@ class CheckedClock:
         """
         skew = self.skew()
         if skew is not None and abs(skew) > self.tolerance_s:
+            self.refused_skew_s = skew
             raise ClockSkewError(skew, self.where, self.tolerance_s)
+        self.refused_skew_s = 0.0
 
     def now(self) -> float:
         """Current UTC time, epoch seconds.
@@ -174,6 +178,30 @@ def default_clock(store: object) -> Clock:
         return SystemClock()
     path = getattr(store, "path", "")
     return CheckedClock(reference, f"the file system holding {path}")
+
+
+def reading(clock: Clock) -> float:
+    """``clock``'s time for display (UTC epoch seconds), never raising: for a
+    :class:`CheckedClock` (whose ``now`` refuses while skewed) the system's
+    time less the skew its last check refused (so ages shown stay right),
+    else ``clock.now()`` (an injected test clock). Nothing written into a
+    run may be dated with it."""
+    if isinstance(clock, CheckedClock):
+        return time.time() - clock.refused_skew_s
+    return clock.now()
+
+
+def skew_error(clock: Clock) -> ClockSkewError | None:
+    """The :class:`~desktop_app.errors.ClockSkewError` ``clock`` raises now
+    (compared with its reference afresh), or ``None`` when it tells the time
+    (it is no :class:`CheckedClock`, or one within its tolerance)."""
+    if not isinstance(clock, CheckedClock):
+        return None
+    try:
+        clock.check()
+    except ClockSkewError as exc:
+        return exc
+    return None
 
 
 def trusted_now(clock: Clock) -> float:

@@ -32,6 +32,7 @@ from desktop_app.cli.output import Hints
 from desktop_app.cli.waits import answer_choices
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow
+from desktop_app.flow.clock import reading
 from desktop_app.store.protocol import RunRecord, Wait
 from desktop_app.textsafe import shell_quote
 
@@ -40,6 +41,8 @@ TICK_S = 1.0
 #: What the Yes and No buttons answer (the words the inbox's y and n send).
 YES = "yes"
 NO = "no"
+#: what a yes/no question's answer field takes for yes and no besides the words
+SHORT_ANSWERS = {"y": YES, "n": NO}
 
 
 #: cells a wrapping preview column keeps however narrow the dialog
@@ -269,7 +272,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
 
     def _now(self) -> float:
         engine = self.flowdesk.engine
-        return engine.clock.now() if engine is not None else 0.0
+        return reading(engine.clock) if engine is not None else 0.0
 
     def _tick(self) -> None:
         try:
@@ -452,6 +455,8 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         elif not text.strip():
             self._show_error("Type an answer first.")
             return
+        elif self.asks_yes_no(wait):  # y and n, as the inbox's keys (and a second y typed here)
+            value = SHORT_ANSWERS.get(text.strip().casefold(), text)
         self.send(value)
 
     def send(self, value: Any) -> None:

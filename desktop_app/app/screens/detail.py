@@ -68,6 +68,7 @@ from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.cli.output import Hints, moved_line
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
 from desktop_app.flow import CompiledFlow
+from desktop_app.flow.clock import reading
 from desktop_app.runs_view import INTERRUPTED, MOVED, display_status, row_actions
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
 from desktop_app.words import duration, plural
@@ -367,7 +368,7 @@ class RunDetailScreen(Screen[None]):
         """The engine's clock (what deadlines are measured against)."""
         engine = self.flowdesk.engine
         if engine is not None:
-            return engine.clock.now()
+            return reading(engine.clock)  # never raises: display only
         return time.time()
 
     def _tick(self) -> None:
@@ -674,7 +675,7 @@ class RunDetailScreen(Screen[None]):
     def _branchable(self) -> tuple[str, CompiledFlow[Any]] | None:
         """The selected checkpoint's id and the run's flow, or ``None`` (said why)."""
         app = self.flowdesk
-        engine = app.controller.require_engine()
+        engine = app.controller.require_writer()
         run, revision = self.record, self.selected_revision
         if engine is None or run is None:
             return None

@@ -67,6 +67,7 @@ from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fittin
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints, moved_hint
 from desktop_app.errors import FlowdeskError, moved_to
+from desktop_app.flow.clock import reading
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 from desktop_app.textsafe import shell_quote, visible_controls
@@ -656,7 +657,7 @@ class InboxScreen(Screen[None]):
 
     def _now(self) -> float:
         engine = self.flowdesk.engine
-        return engine.clock.now() if engine is not None else time.time()
+        return reading(engine.clock) if engine is not None else time.time()
 
     def _tick(self) -> None:
         try:
