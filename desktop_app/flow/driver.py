@@ -108,8 +108,22 @@ class RunDriver:
     """Drives one run from a checkpoint until it finishes, fails, waits or is canceled."""
 
     def __init__(
-        self, host: DriverHost, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint
+        self,
+        host: DriverHost,
+        flow: CompiledFlow[Any],
+        run: RunRecord,
+        cp: Checkpoint,
+        context: ExecutionContext | None = None,
     ) -> None:
+        """Args: host: the engine; flow: the run's flow; run, cp: the run
+        and the checkpoint to start from; context: the run's context when
+        the caller made it (``run.context`` as a model: a run just created),
+        else validated from ``run.context``.
+
+        Raises:
+            CheckpointDecodeError: ``cp``'s state does not fit the flow's model.
+            pydantic.ValidationError: ``run.context`` is not an execution context.
+        """
         self.host = host
         self.store = host.store
         self.clock = host.clock
@@ -120,7 +134,9 @@ class RunDriver:
         #: saves come from the driver's thread and from steps journaling children
         self.save_lock = threading.RLock()
         self.load(cp)
-        self.context = ExecutionContext.model_validate(dict(run.context))
+        self.context = (
+            context if context is not None else ExecutionContext.model_validate(dict(run.context))
+        )
         self.cancel_event = host.cancel_event(run.run_id)
         self.deleted = False
         self.saves = 0

@@ -75,6 +75,9 @@ from desktop_app.store.protocol import (
 )
 
 log = logging.getLogger(__name__)
+#: what ``Engine._create`` returns: the run and its revision 0 as stored, and
+#: its execution context (``run.context`` as the model it was dumped from)
+Made = tuple[RunRecord, Checkpoint, ExecutionContext]
 
 
 class Cancellation(NamedTuple):
@@ -486,9 +489,10 @@ class Engine:
         steps: Mapping[str, StepRecord] | None = None,
         meta: Mapping[str, Any] | None = None,
         waits: Sequence[Wait] = (),
-    ) -> tuple[RunRecord, Checkpoint]:
-        """Create a run; returns it and its revision 0 as stored (for a driver
-        to start from without reading them back)."""
+    ) -> Made:
+        """Create a run; returns it, its revision 0 as stored and its
+        execution context (for a driver to start from without reading them
+        back or validating the context again)."""
         rid = run_id or uuid.uuid4().hex
         if parent_run_id is not None:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
@@ -537,7 +541,7 @@ class Engine:
         else:
             self.store.create_run(run, cp)
         log.info("run %s of flow %s created (%s, owner %s)", rid, f.name, status, self.owner)
-        return run, cp
+        return run, cp, ctx
 
     def start(
         self,
@@ -571,7 +575,7 @@ class Engine:
         flow_key: str | None,
         parent_run_id: str | None,
         running: bool,
-    ) -> tuple[str, tuple[RunRecord, Checkpoint] | None]:
+    ) -> tuple[str, Made | None]:
         """Create the run, or find the live one with ``flow_key`` (single
         flight, S31); returns its id, and the run and checkpoint made (``None``:
         the live run was found)."""
@@ -629,11 +633,14 @@ class Engine:
                 return r
         raise RunStateError(f"no live run of {f.name!r} with flow key {flow_key!r}; try again")
 
-    def _drive(self, f: CompiledFlow[Any], run: RunRecord, cp: Checkpoint) -> RunResult:
-        """Execute a run this call just created, from ``run`` and ``cp`` as
-        :meth:`_create` stored them (not read back: a SELECT and a decode
-        for nothing; the store keeps its own copy)."""
-        return self._go(RunDriver(self, f, run, cp))
+    def _drive(
+        self, f: CompiledFlow[Any], run: RunRecord, cp: Checkpoint, context: ExecutionContext
+    ) -> RunResult:
+        """Execute a run this call just created, from ``run``, ``cp`` and
+        ``context`` as :meth:`_create` stored and made them (not read back: a
+        SELECT and a decode for nothing; the store keeps its own copy; the
+        context, immutable, not validated again)."""
+        return self._go(RunDriver(self, f, run, cp, context))
 
     def _go(self, driver: RunDriver) -> RunResult:
         """Execute the driver's run, or (``executes=False``) hand it back."""
@@ -1272,7 +1279,7 @@ class Engine:
         self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {version}")
         return self._drive(seed.flow, *made)
 
-    def _create_from(self, seed: Seed, run_id: str | None) -> tuple[RunRecord, Checkpoint]:
+    def _create_from(self, seed: Seed, run_id: str | None) -> Made:
         """Create the run ``seed`` describes, leased to this engine and running."""
         return self._create(
             seed.flow,
