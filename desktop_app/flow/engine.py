@@ -75,9 +75,17 @@ from desktop_app.store.protocol import (
 )
 
 log = logging.getLogger(__name__)
-#: what ``Engine._create`` returns: the run and its revision 0 as stored, and
-#: its execution context (``run.context`` as the model it was dumped from)
-Made = tuple[RunRecord, Checkpoint, ExecutionContext]
+
+
+class Made(NamedTuple):
+    """What ``Engine._create`` returns, for a driver to start the run from
+    without reading it back, validating its context again or copying its
+    state."""
+
+    run: RunRecord
+    checkpoint: Checkpoint  # its revision 0, as stored
+    context: ExecutionContext  # ``run.context`` as the model it was dumped from
+    stored_state: dict[str, Any]  # a dump of the state of its own, shared with nothing
 
 
 class Cancellation(NamedTuple):
@@ -498,7 +506,10 @@ class Engine:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
             if context is None:  # a child run inherits every id of its parent but the run id
                 context = ExecutionContext.model_validate(dict(parent.context))
-        ctx = (context or ExecutionContext()).for_run(rid)
+        if context is not None:
+            ctx = context.for_run(rid)
+        else:  # what ExecutionContext().for_run(rid) gives, made once
+            ctx = ExecutionContext(run_id=rid, trace_id=uuid.uuid4().hex)
         now = self.clock.now()
         front = frontier if frontier is not None else (f.entry,)
         records = dict(steps or {})
@@ -541,7 +552,9 @@ class Engine:
         else:
             self.store.create_run(run, cp)
         log.info("run %s of flow %s created (%s, owner %s)", rid, f.name, status, self.owner)
-        return run, cp, ctx
+        # the driver's copy of the state as stored: a second dump (pydantic's
+        # serializer in C) costs less than a deep copy of the first
+        return Made(run, cp, ctx, dump_state(state))
 
     def start(
         self,
@@ -634,13 +647,19 @@ class Engine:
         raise RunStateError(f"no live run of {f.name!r} with flow key {flow_key!r}; try again")
 
     def _drive(
-        self, f: CompiledFlow[Any], run: RunRecord, cp: Checkpoint, context: ExecutionContext
+        self,
+        f: CompiledFlow[Any],
+        run: RunRecord,
+        cp: Checkpoint,
+        context: ExecutionContext,
+        stored_state: dict[str, Any],
     ) -> RunResult:
         """Execute a run this call just created, from ``run``, ``cp`` and
         ``context`` as :meth:`_create` stored and made them (not read back: a
         SELECT and a decode for nothing; the store keeps its own copy; the
-        context, immutable, not validated again)."""
-        return self._go(RunDriver(self, f, run, cp, context))
+        context, immutable, not validated again; ``stored_state``, a dump of
+        the state no one else holds, not copied again)."""
+        return self._go(RunDriver(self, f, run, cp, context, stored_state))
 
     def _go(self, driver: RunDriver) -> RunResult:
         """Execute the driver's run, or (``executes=False``) hand it back."""
