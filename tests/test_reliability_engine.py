@@ -291,6 +291,37 @@ def test_replayed_or_forked_retry_starts_from_stored_nested_state(db_path, how):
     store.close()
 
 
+@pytest.mark.scenario("S62")
+def test_a_new_runs_first_retry_starts_from_its_stored_nested_state(db_path):
+    """A run just created starts from copies of its state made at creation
+    (not read back): the first step's in-place change of a nested value,
+    then failed, reaches neither its retry, nor the caller's model, nor the
+    stored revision 0."""
+    store = open_store(db_path)
+    seen: list[tuple[Any, Any]] = []
+
+    def mutate_then_fail(s: Nested, ctx) -> dict:
+        seen.append((codec.copy(s.d), codec.copy(s.payload)))
+        if ctx.attempt == 1:
+            s.d["k"]["j"] = 1  # the mistake: nested state changed in place, then failed
+            s.payload["items"].append("attempt 1")
+            raise Transient("flaky")
+        return {"payload": {"items": [*s.payload["items"], "done"]}}
+
+    flow = FlowBuilder("m", Nested).step("x", mutate_then_fail, retry=1).compile()
+    given = Nested(d={"k": {}}, payload={"items": ["a"]})
+    res = Engine(store, flows=[flow]).run("m", given)
+    assert res.status == "completed"
+    assert seen == [({"k": {}}, {"items": ["a"]})] * 2
+    assert given == Nested(d={"k": {}}, payload={"items": ["a"]})
+    assert store.get_checkpoint(res.run_id, 0).state == {
+        "d": {"k": {}},
+        "payload": {"items": ["a"]},
+    }
+    assert store.latest(res.run_id).state == {"d": {"k": {}}, "payload": {"items": ["a", "done"]}}
+    store.close()
+
+
 # -- S60: parallel branches keep their own retry and error policies -----------
 
 

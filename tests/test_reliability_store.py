@@ -303,8 +303,8 @@ def test_loser_of_a_takeover_race_is_told_a_live_process_holds_the_run(db_path):
     barrier = threading.Barrier(2, timeout=30)
     for store in stores:
         first = [True]
-        # the engine saves through append, or append_batch under group commit
-        for method in ("append", "append_batch"):
+        # the engine saves through append, or append_one / append_batch under group commit
+        for method in ("append", "append_batch", "append_one"):
             real = getattr(store, method)
 
             def saving(*args, _real=real, _first=first, **kwargs):

@@ -108,8 +108,25 @@ class RunDriver:
     """Drives one run from a checkpoint until it finishes, fails, waits or is canceled."""
 
     def __init__(
-        self, host: DriverHost, flow: CompiledFlow[Any], run: RunRecord, cp: Checkpoint
+        self,
+        host: DriverHost,
+        flow: CompiledFlow[Any],
+        run: RunRecord,
+        cp: Checkpoint,
+        context: ExecutionContext | None = None,
+        stored_state: dict[str, Any] | None = None,
     ) -> None:
+        """Args: host: the engine; flow: the run's flow; run, cp: the run
+        and the checkpoint to start from; context: the run's context when
+        the caller made it (``run.context`` as a model: a run just created),
+        else validated from ``run.context``; stored_state: a copy of
+        ``cp.state`` that nothing else holds (a run just created: a second
+        dump of its state), else ``cp.state`` is deep-copied.
+
+        Raises:
+            CheckpointDecodeError: ``cp``'s state does not fit the flow's model.
+            pydantic.ValidationError: ``run.context`` is not an execution context.
+        """
         self.host = host
         self.store = host.store
         self.clock = host.clock
@@ -119,8 +136,10 @@ class RunDriver:
         self.run_id = run.run_id
         #: saves come from the driver's thread and from steps journaling children
         self.save_lock = threading.RLock()
-        self.load(cp)
-        self.context = ExecutionContext.model_validate(dict(run.context))
+        self.load(cp, stored_state)
+        self.context = (
+            context if context is not None else ExecutionContext.model_validate(dict(run.context))
+        )
         self.cancel_event = host.cancel_event(run.run_id)
         self.deleted = False
         self.saves = 0
@@ -129,9 +148,10 @@ class RunDriver:
         self.takeover: tuple[str, bool] | None = None
         self.recovering: str | None = None
 
-    def load(self, cp: Checkpoint) -> None:
+    def load(self, cp: Checkpoint, stored_state: dict[str, Any] | None = None) -> None:
         """Take the run as ``cp`` stored it: state, step records, frontier,
-        meta, waits, progress, status and error.
+        meta, waits, progress, status and error (``stored_state``: a copy of
+        ``cp.state`` no one else holds, taken as the stored state as it is).
 
         Raises:
             CheckpointDecodeError: ``cp``'s state does not fit the flow's model.
@@ -144,7 +164,9 @@ class RunDriver:
         #: the state as last stored; every retry starts from a copy of it
         #: (S62, S83): never shared with ``self.state``, whose nested values
         #: (``Any`` fields keep the decoded objects) a step may change in place
-        self.stored_state: Mapping[str, Any] = codec.copy(dict(cp.state))
+        self.stored_state: Mapping[str, Any] = (
+            codec.copy(dict(cp.state)) if stored_state is None else stored_state
+        )
         self.stored_steps: Mapping[str, StepRecord] = dict(cp.steps)
         self.steps = StepRecords(cp.steps)
         self.frontier: list[str] = list(cp.frontier)

@@ -77,6 +77,17 @@ from desktop_app.store.protocol import (
 log = logging.getLogger(__name__)
 
 
+class Made(NamedTuple):
+    """What ``Engine._create`` returns, for a driver to start the run from
+    without reading it back, validating its context again or copying its
+    state."""
+
+    run: RunRecord
+    checkpoint: Checkpoint  # its revision 0, as stored
+    context: ExecutionContext  # ``run.context`` as the model it was dumped from
+    stored_state: dict[str, Any]  # a dump of the state of its own, shared with nothing
+
+
 class Cancellation(NamedTuple):
     """What :meth:`Engine.cancel_withdrawing` did.
 
@@ -487,15 +498,19 @@ class Engine:
         steps: Mapping[str, StepRecord] | None = None,
         meta: Mapping[str, Any] | None = None,
         waits: Sequence[Wait] = (),
-    ) -> tuple[RunRecord, Checkpoint]:
-        """Create a run; returns it and its revision 0 as stored (for a driver
-        to start from without reading them back)."""
+    ) -> Made:
+        """Create a run; returns it, its revision 0 as stored and its
+        execution context (for a driver to start from without reading them
+        back or validating the context again)."""
         rid = run_id or uuid.uuid4().hex
         if parent_run_id is not None:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
             if context is None:  # a child run inherits every id of its parent but the run id
                 context = ExecutionContext.model_validate(dict(parent.context))
-        ctx = (context or ExecutionContext()).for_run(rid)
+        if context is not None:
+            ctx = context.for_run(rid)
+        else:  # what ExecutionContext().for_run(rid) gives, made once
+            ctx = ExecutionContext(run_id=rid, trace_id=uuid.uuid4().hex)
         now = self.clock.now()
         front = frontier if frontier is not None else (f.entry,)
         records = dict(steps or {})
@@ -538,7 +553,9 @@ class Engine:
         else:
             self.store.create_run(run, cp)
         log.info("run %s of flow %s created (%s, owner %s)", rid, f.name, status, self.owner)
-        return run, cp
+        # the driver's copy of the state as stored: a second dump (pydantic's
+        # serializer in C) costs less than a deep copy of the first
+        return Made(run, cp, ctx, dump_state(state))
 
     def start(
         self,
@@ -572,7 +589,7 @@ class Engine:
         flow_key: str | None,
         parent_run_id: str | None,
         running: bool,
-    ) -> tuple[str, tuple[RunRecord, Checkpoint] | None]:
+    ) -> tuple[str, Made | None]:
         """Create the run, or find the live one with ``flow_key`` (single
         flight, S31); returns its id, and the run and checkpoint made (``None``:
         the live run was found)."""
@@ -630,11 +647,20 @@ class Engine:
                 return r
         raise RunStateError(f"no live run of {f.name!r} with flow key {flow_key!r}; try again")
 
-    def _drive(self, f: CompiledFlow[Any], run: RunRecord, cp: Checkpoint) -> RunResult:
-        """Execute a run this call just created, from ``run`` and ``cp`` as
-        :meth:`_create` stored them (not read back: a SELECT and a decode
-        for nothing; the store keeps its own copy)."""
-        return self._go(RunDriver(self, f, run, cp))
+    def _drive(
+        self,
+        f: CompiledFlow[Any],
+        run: RunRecord,
+        cp: Checkpoint,
+        context: ExecutionContext,
+        stored_state: dict[str, Any],
+    ) -> RunResult:
+        """Execute a run this call just created, from ``run``, ``cp`` and
+        ``context`` as :meth:`_create` stored and made them (not read back: a
+        SELECT and a decode for nothing; the store keeps its own copy; the
+        context, immutable, not validated again; ``stored_state``, a dump of
+        the state no one else holds, not copied again)."""
+        return self._go(RunDriver(self, f, run, cp, context, stored_state))
 
     def _go(self, driver: RunDriver) -> RunResult:
         """Execute the driver's run, or (``executes=False``) hand it back."""
@@ -1311,7 +1337,7 @@ class Engine:
         self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {version}")
         return self._drive(seed.flow, *made)
 
-    def _create_from(self, seed: Seed, run_id: str | None) -> tuple[RunRecord, Checkpoint]:
+    def _create_from(self, seed: Seed, run_id: str | None) -> Made:
         """Create the run ``seed`` describes, leased to this engine and running."""
         return self._create(
             seed.flow,

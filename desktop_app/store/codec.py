@@ -65,10 +65,18 @@ def _may_differ(value: JSON) -> bool:
     if kind is float:
         return not orjson_float_alike(value)
     if kind is dict:
-        return any(_may_differ(v) for v in value.values())
-    if kind is list or kind is tuple:
-        return any(_may_differ(v) for v in value)
-    return True
+        value = value.values()
+    elif kind is not list and kind is not tuple:
+        return True
+    # a loop, not ``any`` over a generator (a call per item): a run's
+    # context, six strings or None, is walked at every run's creation
+    for v in value:
+        k = type(v)
+        if k is str or v is None or k is int or k is bool:
+            continue
+        if _may_differ(v):
+            return True
+    return False
 
 
 def copy(value: JSON) -> JSON:

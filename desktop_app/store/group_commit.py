@@ -21,7 +21,7 @@ in-memory, PostgreSQL) fits.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -91,6 +91,10 @@ class BatchAppender(Protocol):
 
         Raises:
             StoreError: the transaction itself failed (nothing committed).
+
+        A backend may also offer ``append_one(request) -> BaseException |
+        None``, ``append_batch((request,))[0]`` for one request alone: the
+        committer calls it when it commits a request alone.
         """
 
 
@@ -123,6 +127,11 @@ class GroupCommitter:
 
     def __init__(self, backend: BatchAppender) -> None:
         self.backend = backend
+        #: the backend's ``append_one`` (``append_batch((request,))[0]``
+        #: without a batch's bookkeeping: SQLite's), for a lone request
+        self._one: Callable[[AppendRequest], BaseException | None] | None = getattr(
+            backend, "append_one", None
+        )
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # held to read the queue (tests)
         self._queue: list[_Slot] = []
@@ -158,10 +167,16 @@ class GroupCommitter:
             # one run in flight)
             error: BaseException | None
             try:
-                results = self.backend.append_batch((request,))
-                if len(results) != 1:
-                    raise StoreError(f"append_batch returned {len(results)} results for 1 requests")
-                error = results[0]
+                one = self._one
+                if one is not None:  # the backend's own path for one request
+                    error = one(request)
+                else:
+                    results = self.backend.append_batch((request,))
+                    if len(results) != 1:
+                        raise StoreError(
+                            f"append_batch returned {len(results)} results for 1 requests"
+                        )
+                    error = results[0]
             except BaseException as exc:  # the transaction failed
                 error = exc
             with self._lock:

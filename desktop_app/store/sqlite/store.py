@@ -396,6 +396,52 @@ class SqliteCheckpointStore:
         transaction (a savepoint)."""
         return _Write(self, on_constraint)
 
+    def _transact(
+        self,
+        body: Callable[..., T],
+        args: tuple[Any, ...],
+        on_constraint: Callable[[apsw.ConstraintError], Exception],
+    ) -> T:
+        """``body(*args)`` in one write transaction, as :meth:`_write` runs
+        it (apsw errors become typed StoreErrors, a constraint violation
+        ``on_constraint(exc)``, the commit counted, the WAL truncated after a
+        full disk), returning what ``body`` returned. The outermost
+        transaction of a gated connection (``open_store``'s) is opened and
+        ended through its ``begin_write``/``end_write`` without the layers of
+        ``_write`` (a run's creation and a step's append: their cost);
+        nested (a savepoint of a batch) or ungated, through ``_write``."""
+        conn = self._gated
+        try:
+            nested = conn is None or conn.in_transaction
+        except apsw.Error as exc:  # a closed connection, as _write would say it
+            raise self._write_failed(exc, on_constraint) from exc
+        if nested:
+            with self._write(on_constraint):
+                return body(*args)
+        assert conn is not None
+        try:
+            gate = conn.begin_write()
+        except apsw.Error as exc:
+            raise self._write_failed(exc, on_constraint) from exc
+        try:
+            out = body(*args)
+        except BaseException as failed:
+            try:
+                conn.end_write(False, gate)
+            except apsw.Error as exc:
+                raise self._write_failed(exc, on_constraint) from exc
+            if isinstance(failed, apsw.Error):
+                raise self._write_failed(failed, on_constraint) from failed
+            raise
+        try:
+            conn.end_write(True, gate)
+        except apsw.Error as exc:
+            raise self._write_failed(exc, on_constraint) from exc
+        self._own_commits += 1
+        if self._wal_needs_truncate and not conn.in_transaction:
+            self._truncate_wal()
+        return out
+
     def _write_failed(
         self,
         exc: apsw.Error,
@@ -517,34 +563,44 @@ class SqliteCheckpointStore:
                 )
             return RevisionConflictError(f"run {run.run_id} already exists; pick another run id")
 
-        with self._write(conflict):
-            self.conn.execute(
-                f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    run.run_id,
-                    run.flow_name,
-                    run.flow_version,
-                    first.status,
-                    0,
-                    run.created_at,
-                    run.updated_at,
-                    self.scope,
-                    run.flow_key,
-                    run.parent_run_id,
-                    codec.dumps(dict(run.context)),
-                    progress[0],
-                    progress[1],
-                    run.error,
-                    run.lease_owner,
-                    run.lease_expires_at,
-                    run.context.get("tenant_id"),
-                    run.context.get("session_id"),
-                    run.deadline_at,
-                ),
-            )
-            self._write_checkpoint(first, None)
-            self._run_domain(writes)
+        self._transact(self._create_in, (run, first, writes, progress), conflict)
         self._remember(detached(first))
+
+    def _create_in(
+        self,
+        run: RunRecord,
+        first: Checkpoint,
+        writes: Sequence[DomainWrite],
+        progress: tuple[int | None, int | None],
+    ) -> None:
+        """The statements of one run's creation, in the open transaction:
+        its ``runs`` row, its revision 0, the domain writes."""
+        self.conn.execute(
+            f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run.run_id,
+                run.flow_name,
+                run.flow_version,
+                first.status,
+                0,
+                run.created_at,
+                run.updated_at,
+                self.scope,
+                run.flow_key,
+                run.parent_run_id,
+                codec.dumps(dict(run.context)),
+                progress[0],
+                progress[1],
+                run.error,
+                run.lease_owner,
+                run.lease_expires_at,
+                run.context.get("tenant_id"),
+                run.context.get("session_id"),
+                run.deadline_at,
+            ),
+        )
+        self._write_checkpoint(first, None)
+        self._run_domain(writes)
 
     def append(
         self,
@@ -565,6 +621,30 @@ class SqliteCheckpointStore:
         if self._wal_needs_truncate and not self.conn.in_transaction:
             self._truncate_wal()
 
+    def append_one(self, request: AppendRequest) -> BaseException | None:
+        """``append_batch((request,))[0]`` without a batch: ``request`` in a
+        transaction of its own (no savepoint), its error returned, not
+        raised. The group committer's call when it commits one request
+        alone (one run in flight): from the committer to ``COMMIT`` through
+        :meth:`_append` (or :meth:`_create`) and :meth:`_transact` only.
+
+        Raises:
+            nothing of the request's own: ``RevisionConflictError``,
+            ``LeaseLostError``, ``StoreError`` (a closed connection, a full
+            disk), a domain write's error are returned.
+        """
+        try:
+            if request.run is None:
+                self._append(request)
+            else:
+                self._create(request.run, request.checkpoint, request.writes)
+        except Exception as exc:  # a domain write may raise anything
+            return exc
+        finally:
+            if self._wal_needs_truncate and not self.conn.in_transaction:
+                self._truncate_wal()
+        return None
+
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[BaseException | None]:
         """Append every request in one ``BEGIN IMMEDIATE`` transaction (one
         commit, one fsync at ``synchronous=FULL``), each in its own SAVEPOINT:
@@ -577,18 +657,7 @@ class SqliteCheckpointStore:
         """
         results: list[BaseException | None] = []
         if len(requests) == 1:  # no savepoint needed: the transaction is the request
-            request = requests[0]
-            try:
-                if request.run is None:
-                    self._append(request)
-                else:
-                    self._create(request.run, request.checkpoint, request.writes)
-            except Exception as exc:  # a domain write may raise anything
-                return [exc]
-            finally:
-                if self._wal_needs_truncate and not self.conn.in_transaction:
-                    self._truncate_wal()
-            return [None]
+            return [self.append_one(requests[0])]
         lost: BaseException | None = None
         try:
             with self.conn:
@@ -664,39 +733,7 @@ class SqliteCheckpointStore:
             0 if lease is None else 1 if lease.takes_over is None else 2,
         )
 
-        conn = self._gated
-        try:
-            nested = conn is None or conn.in_transaction
-        except apsw.Error as exc:  # a closed connection, as _write would say it
-            raise self._write_failed(exc, conflict) from exc
-        if nested:  # no gated connection, or a savepoint of a batch
-            with self._write(conflict):
-                row = self._append_in(request, previous, sql, args)
-        else:
-            # the outermost transaction without the layers of ``_write``
-            # (the step path's cost): what it does, inline
-            assert conn is not None
-            try:
-                gate = conn.begin_write()
-            except apsw.Error as exc:
-                raise self._write_failed(exc, conflict) from exc
-            try:
-                row = self._append_in(request, previous, sql, args)
-            except BaseException as body:
-                try:
-                    conn.end_write(False, gate)
-                except apsw.Error as exc:
-                    raise self._write_failed(exc, conflict) from exc
-                if isinstance(body, apsw.Error):
-                    raise self._write_failed(body, conflict) from body
-                raise
-            try:
-                conn.end_write(True, gate)
-            except apsw.Error as exc:
-                raise self._write_failed(exc, conflict) from exc
-            self._own_commits += 1
-            if self._wal_needs_truncate and not conn.in_transaction:
-                self._truncate_wal()
+        row = self._transact(self._append_in, (request, previous, sql, args), conflict)
         self._remember(cp if row is None else remembered(cp, previous, row))
 
     def _append_in(
