@@ -1,0 +1,153 @@
+"""A step's append (and a run's creation) on PostgreSQL as one statement that
+commits by itself (``_append_alone``, ``_landed``, ``_resolve`` with a probe,
+``_execute_opening``, ``_append``, ``create_run``), as the mutation run of
+those functions (issue 29) found them unpinned: whether a step whose reply
+was lost is lost, repeated or reported unknown with the right words. Every
+test runs on a real server (``tests/pg_support.py``); a lost reply is cut at
+the wire by :class:`tests.pg_proxy.CommitDropProxy`, nothing in the store
+patched."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from desktop_app.store.protocol import Checkpoint, RunRecord
+from tests.pg_proxy import CommitDropProxy
+from tests.pg_support import with_address
+
+pytestmark = pytest.mark.postgres
+
+T0 = 1000.0
+
+
+def _rec(run_id: str) -> RunRecord:
+    return RunRecord(run_id, "f", "v1", "running", 0, T0, T0)
+
+
+def _cp(run_id: str, rev: int, state: Any = None, status: Any = "running", **kw: Any) -> Checkpoint:
+    return Checkpoint(run_id, rev, status, state or {}, {}, ("a",), T0 + rev, **kw)
+
+
+def _open(url: str) -> Any:
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    store = open_postgres_store(url, max_connections=2)
+    store.notifier.enabled = False  # its NOTIFY could take the statement the proxy is armed for
+    return store
+
+
+@pytest.fixture
+def proxy(pg_url: str) -> Iterator[CommitDropProxy]:
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    yield proxy
+    proxy.close()
+
+
+@pytest.fixture
+def proxied(pg_url: str, proxy: CommitDropProxy) -> Iterator[tuple[Any, CommitDropProxy]]:
+    store = _open(with_address(pg_url, host="127.0.0.1", port=proxy.port))
+    try:
+        yield store, proxy
+    finally:
+        store.close()
+
+
+@pytest.mark.scenario("S70")
+def test_a_run_creation_whose_outcome_cannot_be_asked_is_unknown_naming_the_creation(
+    proxy, pg_url, pg_store, monkeypatch
+):
+    """create_run sent as one statement ran, its reply was lost and the
+    server stayed out of reach: the error names the creation of that run
+    (not an append, no transaction id), and the run exists once."""
+    from desktop_app.errors import CommitUnknownError
+    from desktop_app.store.postgres import store as postgres
+
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
+    store = _open(with_address(pg_url, host="127.0.0.1", port=proxy.port))
+    proxy.arm("after_commit_unreachable")
+    try:
+        with pytest.raises(CommitUnknownError) as caught:
+            store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
+    finally:
+        store.close()
+    assert proxy.fired == ["after_commit_unreachable"]
+    assert caught.value.xid is None
+    assert str(caught.value).startswith(
+        f"the connection to PostgreSQL ({store.where}) dropped during the creation of run r1, "
+        "a statement that commits by itself, and whether it landed is unknown: the server "
+        "could not be reached to ask for 1 s ("
+    )
+    assert [h.revision for h in pg_store.history("r1")] == [0]
+    assert pg_store.latest("r1").state == {"x": 0}
+
+
+@pytest.mark.scenario("S70")
+def test_an_append_already_prepared_on_its_connection_waiting_for_a_lock_is_ended_then_retried(
+    proxied, pg_url, pg_store
+):
+    """The second append of the same shape on the same pooled connection
+    goes as a bare ``EXECUTE`` (its statement prepared by the first). It
+    reaches the server and waits behind another transaction's lock when the
+    client's connection drops: the store still finds that backend running
+    it, ends it, finds nothing written and appends again once the lock
+    goes: revision 2 exactly once, after revision 1."""
+    store, proxy = proxied
+    store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
+    store.append(_cp("r1", 1, {"x": 1}))  # prepares the append's statement on the connection
+    locker = psycopg.connect(pg_url)
+    try:
+        locker.execute("SELECT 1 FROM flowdesk.runs WHERE run_id='r1' FOR UPDATE")
+
+        def release() -> None:  # once the store ended the waiting backend
+            if proxy.held_ended.wait(60):
+                locker.commit()
+
+        releaser = threading.Thread(target=release)
+        releaser.start()
+        proxy.arm("hold_after_send")
+        store.append(_cp("r1", 2, {"x": 2}))
+        releaser.join()
+    finally:
+        locker.close()
+    assert proxy.fired == ["hold_after_send"]
+    assert proxy.held_ended.is_set(), "the waiting backend was never ended"
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1, 2]
+    assert pg_store.latest("r1").state == {"x": 2}
+
+
+@pytest.mark.scenario("S70")
+def test_an_append_alone_whose_server_then_answers_nothing_is_unknown_after_a_connect_timeout(
+    proxy, pg_url, pg_store, monkeypatch
+):
+    """The one-statement append ran and its reply was lost; then the
+    server's address accepts connections and never answers (a host that
+    neither answers nor refuses). Each ask gives up at its connect timeout,
+    so the step ends in CommitUnknownError saying the connection timed out,
+    rather than waiting on a silent host; the run holds the append, once."""
+    from desktop_app.errors import CommitUnknownError
+    from desktop_app.store.postgres import store as postgres
+
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
+    store = _open(with_address(pg_url, host="127.0.0.1", port=proxy.port))
+    store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
+    proxy.arm("after_commit_silent")
+    try:
+        with pytest.raises(CommitUnknownError) as caught:
+            store.append(_cp("r1", 1, {"x": 1}))
+    finally:
+        proxy.cut_all()
+        store.close()
+    assert proxy.fired == ["after_commit_silent"]
+    assert str(caught.value).startswith(
+        f"the connection to PostgreSQL ({store.where}) dropped during the append of revision 1 "
+        "of run r1, a statement that commits by itself, and whether it landed is unknown: the "
+        "server could not be reached to ask for 1 s ("
+    )
+    assert "timeout expired" in str(caught.value)
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
