@@ -151,3 +151,52 @@ def test_an_append_alone_whose_server_then_answers_nothing_is_unknown_after_a_co
     )
     assert "timeout expired" in str(caught.value)
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+
+
+def test_a_step_whose_intent_id_is_taken_writes_nothing_and_the_step_is_taken_again(pg_store):
+    """A step carrying an intent goes in a transaction with the intent's
+    insert, not as one statement that commits before it: an intent id
+    already taken is a RevisionConflictError and the step is not stored
+    (the run stays at revision 1 with one intent), so the same step with a
+    fresh id is appended once."""
+    from desktop_app.errors import RevisionConflictError
+    from desktop_app.store.protocol import Intent
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0))
+    intent = Intent("r1:send:0:0", "r1", "send", "mail", {"to": "ann"})
+    pg_store.append(_cp("r1", 1, {"x": 1}), intents=[intent])
+    with pytest.raises(RevisionConflictError):
+        pg_store.append(_cp("r1", 2, {"x": 2}), intents=[intent])
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
+    assert pg_store.latest("r1").state == {"x": 1}
+    again = Intent("r1:send:1:0", "r1", "send", "mail", {"to": "bob"})
+    pg_store.append(_cp("r1", 2, {"x": 2}), intents=[again])
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1, 2]
+    assert sorted(i.intent_id for i in pg_store.intents(["pending"])) == [
+        "r1:send:0:0",
+        "r1:send:1:0",
+    ]
+
+
+def test_a_step_consuming_a_signal_another_wait_took_writes_nothing(pg_store):
+    """A step that consumes a signal goes in a transaction with the
+    consumption: when another run's wait took the signal first, the step is
+    a RevisionConflictError saying so and is not stored (the run still
+    waits at revision 1, its wait still there)."""
+    from desktop_app.errors import RevisionConflictError
+    from desktop_app.store.records import Wait
+
+    signal_id = pg_store.send_signal("go", "k", {}, T0)
+    for rid in ("w1", "w2"):
+        pg_store.create_run(_rec(rid), _cp(rid, 0))
+        wait = Wait(f"{rid}:s:0", "s", "signal", T0, name="go", key="k")
+        pg_store.append(_cp(rid, 1, status="waiting", waits=(wait,)))
+    pg_store.append(_cp("w1", 2, waits=()), consume=[(signal_id, "w1:s:0")])
+    with pytest.raises(RevisionConflictError) as twice:
+        pg_store.append(
+            _cp("w2", 2, status="waiting", waits=(wait,)), consume=[(signal_id, "w2:s:0")]
+        )
+    assert str(twice.value) == f"signal {signal_id} was consumed by another wait first"
+    assert [h.revision for h in pg_store.history("w2")] == [0, 1]
+    assert pg_store.latest("w2").status == "waiting"
+    assert pg_store.runs_waiting_for("signal", "go", "k") == ["w2"]
