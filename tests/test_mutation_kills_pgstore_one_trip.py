@@ -200,3 +200,27 @@ def test_a_step_consuming_a_signal_another_wait_took_writes_nothing(pg_store):
     assert [h.revision for h in pg_store.history("w2")] == [0, 1]
     assert pg_store.latest("w2").status == "waiting"
     assert pg_store.runs_waiting_for("signal", "go", "k") == ["w2"]
+
+
+def test_a_run_whose_creation_carries_a_failing_domain_write_is_not_created(pg_store):
+    """create_run with a domain write goes in a transaction with it, not as
+    one statement that commits first: a write that fails is a
+    DomainWriteError and leaves no run behind (nor the write's row), so the
+    run is created afterwards as new, at revision 0."""
+    from desktop_app.errors import CheckpointNotFoundError, DomainWriteError
+    from desktop_app.store.domain import digest
+
+    def boom(tx: Any) -> None:
+        tx.execute(
+            "INSERT INTO digest_files(run_id, path, kind, size_bytes) VALUES (?,?,?,?)",
+            ("r1", "x", "text", 1),
+        )
+        raise RuntimeError("domain failure")
+
+    with pytest.raises(DomainWriteError, match="RuntimeError: domain failure"):
+        pg_store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}), writes=[boom])
+    with pytest.raises(CheckpointNotFoundError):
+        pg_store.get_run("r1")
+    assert pg_store.query(digest.files_of_run("r1")) == []
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
+    assert [h.revision for h in pg_store.history("r1")] == [0]
