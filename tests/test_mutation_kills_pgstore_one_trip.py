@@ -224,3 +224,36 @@ def test_a_run_whose_creation_carries_a_failing_domain_write_is_not_created(pg_s
     assert pg_store.query(digest.files_of_run("r1")) == []
     pg_store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
     assert [h.revision for h in pg_store.history("r1")] == [0]
+
+
+@pytest.mark.scenario("S70")
+def test_a_commit_whose_server_then_answers_nothing_is_unknown_after_a_connect_timeout(
+    proxy, pg_url, pg_store, monkeypatch
+):
+    """As above for a step in a transaction (a domain write with it): its
+    COMMIT landed, the reply was lost and the server's address then accepts
+    and never answers. Asking about the transaction gives up at the
+    connect timeout: CommitUnknownError naming the transaction, saying the
+    connection timed out; the run holds the step once."""
+    from desktop_app.errors import CommitUnknownError
+    from desktop_app.store.postgres import store as postgres
+
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
+    store = _open(with_address(pg_url, host="127.0.0.1", port=proxy.port))
+    store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
+    proxy.arm("after_commit_silent")
+    try:
+        with pytest.raises(CommitUnknownError) as caught:
+            store.append(_cp("r1", 1, {"x": 1}), [lambda tx: tx.execute("SELECT 1")])
+    finally:
+        proxy.cut_all()
+        store.close()
+    assert proxy.fired == ["after_commit_silent"]
+    assert caught.value.xid is not None
+    assert str(caught.value).startswith(
+        f"the connection to PostgreSQL ({store.where}) dropped during COMMIT and whether "
+        f"transaction {caught.value.xid} landed is unknown: the server could not be reached "
+        "to ask for 1 s ("
+    )
+    assert "timeout expired" in str(caught.value)
+    assert [h.revision for h in pg_store.history("r1")] == [0, 1]
