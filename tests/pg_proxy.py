@@ -11,11 +11,7 @@ drop the connection at COMMIT, in one of these modes:
   server runs it (or waits to, behind a lock) and nobody hears the reply;
 * ``after_commit_unreachable``: as ``after_commit``, then every connection
   through the proxy is cut and new ones are refused (the server cannot be
-  asked what happened);
-* ``after_commit_silent``: as ``after_commit``, then every connection
-  through the proxy is cut and new ones are accepted and never answered (a
-  host that neither answers nor refuses: only a connect timeout ends the
-  wait).
+  asked what happened).
 
 The PostgreSQL wire protocol sends ``COMMIT`` as a simple Query message:
 ``b"Q" + int32(11) + b"COMMIT\\0"``. An append the store sends with no
@@ -51,12 +47,7 @@ def commits(chunk: bytes) -> bool:
 
 
 Mode = Literal[
-    "before_commit",
-    "after_commit",
-    "hold",
-    "hold_after_send",
-    "after_commit_unreachable",
-    "after_commit_silent",
+    "before_commit", "after_commit", "hold", "hold_after_send", "after_commit_unreachable"
 ]
 
 
@@ -132,14 +123,12 @@ class CommitDropProxy(TcpRelay):
                         held.set()
                         self.close_sockets(client)
                         return
-                    if mode in ("after_commit", "after_commit_unreachable", "after_commit_silent"):
+                    if mode in ("after_commit", "after_commit_unreachable"):
                         # the server's reply (CommandComplete: it committed) is
                         # swallowed by _down, which then drops both sides
                         self.fired.append(mode)
                         if mode == "after_commit_unreachable":
                             self.refusing = True
-                        if mode == "after_commit_silent":
-                            self.silent = True
                         mute.set()
                         server.sendall(chunk)
                         return
@@ -166,7 +155,7 @@ class CommitDropProxy(TcpRelay):
         self.close_sockets(client, server)
         if held.is_set():
             self.held_ended.set()
-        if mute.is_set() and (self.refusing or self.silent):
+        if mute.is_set() and self.refusing:
             self.cut_all()  # the server answered COMMIT; now nothing gets through
 
     def close(self) -> None:

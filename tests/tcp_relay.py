@@ -5,8 +5,7 @@ server in tests (``tests/pg_wire.py`` counts PostgreSQL round trips,
 A subclass says what to do with each accepted pair of sockets
 (:meth:`TcpRelay.relay`); the relay listens, connects each client to the
 target, keeps every pair so :meth:`close` can cut them, and refuses new
-clients while :attr:`refusing` is set, or keeps them waiting unanswered
-while :attr:`silent` is set (a host that neither answers nor refuses).
+clients while :attr:`refusing` is set.
 """
 
 from __future__ import annotations
@@ -31,9 +30,6 @@ class TcpRelay:
         self._closed = False
         #: new clients are closed at once while set (open ones carry on)
         self.refusing = False
-        #: new clients are accepted and never answered while set (open ones carry on)
-        self.silent = False
-        self._unanswered: list[socket.socket] = []
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
 
     def start(self) -> None:
@@ -52,10 +48,6 @@ class TcpRelay:
                 return
             if self.refusing:
                 self.close_sockets(client)
-                continue
-            if self.silent:
-                with self._lock:
-                    self._unanswered.append(client)
                 continue
             server = socket.create_connection(self.target)
             for s in (client, server):
@@ -76,10 +68,8 @@ class TcpRelay:
         """Close every connection relayed so far (both sides)."""
         with self._lock:
             pairs, self._pairs = self._pairs, []
-            unanswered, self._unanswered = self._unanswered, []
         for client, server in pairs:
             self.close_sockets(client, server)
-        self.close_sockets(*unanswered)
 
     def stop_listening(self) -> None:
         """Accept no more clients; the open connections carry on."""
