@@ -293,6 +293,9 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_pgstore_tx.py",
         # opening a store: its sessions, their name, where it listens
         "tests/test_mutation_kills_pgstore_open.py",
+        # the one-statement append and create_run: a lost reply settled by
+        # the row written, what must go in a transaction, a silent host
+        "tests/test_mutation_kills_pgstore_one_trip.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
