@@ -179,12 +179,22 @@ async def test_filters_narrow_the_page(db: Path, list_calls: list[dict[str, Any]
         await pilot.pause()
         # run i: status i % 6 == 5 is waiting, so i % 3 == 2: flow deploy, tenant initech.
         assert table.run_ids[:3] == [run_id_of(i) for i in (19_997, 19_991, 19_985)]
-        await pilot.click("#filter-tenant")
+        # focused as a click would (a click on a machine under load could land
+        # before the bar's layout, and the keys then went to the table)
+        app.query_one("#filter-tenant", Input).focus()
+        await pilot.pause()
+        assert isinstance(app.focused, Input) and app.focused.id == "filter-tenant"
         await pilot.press(*"initech", "enter")
+        await settle(pilot)
         # The same runs (every waiting deploy run is initech's).
         assert table.run_ids[:3] == [run_id_of(i) for i in (19_997, 19_991, 19_985)]
-        await pilot.click("#filter-session")
+        # focused as a click would (a click on a machine under load could land
+        # before the bar's layout, and the keys then went to the table)
+        app.query_one("#filter-session", Input).focus()
+        await pilot.pause()
+        assert isinstance(app.focused, Input) and app.focused.id == "filter-session"
         await pilot.press(*"s97", "enter")
+        await settle(pilot)
         assert table.run_ids[:2] == [run_id_of(i) for i in (19_997, 19_697)]
         assert screen.filter == RunFilter(
             status="waiting", flow="deploy", tenant="initech", session="s97"
