@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
-from typing import Literal
+from typing import Any, Literal
 
 from tests.tcp_relay import TcpRelay
 
@@ -161,3 +161,35 @@ class CommitDropProxy(TcpRelay):
     def close(self) -> None:
         """Stop listening; connections still open carry on until their ends close them."""
         self.stop_listening()
+
+
+def append_behind_a_row_lock(
+    store: Any, proxy: CommitDropProxy, pg_url: str, checkpoint: Any
+) -> None:
+    """``store.append(checkpoint)`` (``store`` connected through ``proxy``)
+    while another connection holds the run's row locked: the proxy forwards
+    the append and drops the client (``hold_after_send``), so the server's
+    backend waits behind the lock with nobody to hear it; the lock is let go
+    once the store has ended that backend. Asserts the proxy fired and the
+    waiting backend was ended."""
+    import psycopg
+
+    locker = psycopg.connect(pg_url)
+    try:
+        locker.execute(
+            "SELECT 1 FROM flowdesk.runs WHERE run_id=%s FOR UPDATE", (checkpoint.run_id,)
+        )
+
+        def release() -> None:  # once the store ended the waiting backend
+            if proxy.held_ended.wait(60):
+                locker.commit()
+
+        releaser = threading.Thread(target=release)
+        releaser.start()
+        proxy.arm("hold_after_send")
+        store.append(checkpoint)
+        releaser.join()
+    finally:
+        locker.close()
+    assert proxy.fired == ["hold_after_send"]
+    assert proxy.held_ended.is_set(), "the waiting backend was never ended"

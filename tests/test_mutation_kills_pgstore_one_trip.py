@@ -9,16 +9,14 @@ patched."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import psycopg
 import pytest
 
 from desktop_app.store.protocol import Checkpoint, RunRecord
-from tests.pg_proxy import CommitDropProxy
+from tests.pg_proxy import CommitDropProxy, append_behind_a_row_lock
 from tests.pg_support import with_address
 
 pytestmark = pytest.mark.postgres
@@ -100,23 +98,7 @@ def test_an_append_already_prepared_on_its_connection_waiting_for_a_lock_is_ende
     store, proxy = proxied
     store.create_run(_rec("r1"), _cp("r1", 0, {"x": 0}))
     store.append(_cp("r1", 1, {"x": 1}))  # prepares the append's statement on the connection
-    locker = psycopg.connect(pg_url)
-    try:
-        locker.execute("SELECT 1 FROM flowdesk.runs WHERE run_id='r1' FOR UPDATE")
-
-        def release() -> None:  # once the store ended the waiting backend
-            if proxy.held_ended.wait(60):
-                locker.commit()
-
-        releaser = threading.Thread(target=release)
-        releaser.start()
-        proxy.arm("hold_after_send")
-        store.append(_cp("r1", 2, {"x": 2}))
-        releaser.join()
-    finally:
-        locker.close()
-    assert proxy.fired == ["hold_after_send"]
-    assert proxy.held_ended.is_set(), "the waiting backend was never ended"
+    append_behind_a_row_lock(store, proxy, pg_url, _cp("r1", 2, {"x": 2}))
     assert [h.revision for h in pg_store.history("r1")] == [0, 1, 2]
     assert pg_store.latest("r1").state == {"x": 2}
 

@@ -284,27 +284,11 @@ def test_an_append_alone_still_waiting_for_a_lock_when_its_client_went_is_ended_
     server's side stays open): its outcome is not settled yet, so the store
     ends that backend, finds nothing written, and runs the append again,
     which lands once the lock goes: exactly one revision 1."""
-    import psycopg
+    from tests.pg_proxy import append_behind_a_row_lock
 
     store, proxy = proxied
     store.create_run(run("r1"), cp("r1", 0, {"x": 0}))
-    locker = psycopg.connect(pg_url)
-    try:
-        locker.execute("SELECT 1 FROM flowdesk.runs WHERE run_id='r1' FOR UPDATE")
-
-        def release() -> None:  # once the store ended the waiting backend
-            if proxy.held_ended.wait(60):
-                locker.commit()
-
-        releaser = threading.Thread(target=release)
-        releaser.start()
-        proxy.arm("hold_after_send")
-        store.append(cp("r1", 1, {"x": 1}))
-        releaser.join()
-    finally:
-        locker.close()
-    assert proxy.fired == ["hold_after_send"]
-    assert proxy.held_ended.is_set(), "the waiting backend was never ended"
+    append_behind_a_row_lock(store, proxy, pg_url, cp("r1", 1, {"x": 1}))
     assert [h.revision for h in pg_store.history("r1")] == [0, 1]
     assert pg_store.latest("r1").state == {"x": 1}
 
