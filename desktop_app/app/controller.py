@@ -50,6 +50,7 @@ from desktop_app.errors import (
     RunStateError,
 )
 from desktop_app.flow import Engine, RunResult
+from desktop_app.flow.outbox import WITHDRAWN_AFTER_END
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.flows.digest import DigestInput
 from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
@@ -61,9 +62,6 @@ from desktop_app.runs_view import (
 )
 from desktop_app.store.protocol import RunRecord, RunStatus
 from desktop_app.words import plural
-
-#: ended statuses of runs whose side effects still queued a cancel withdraws
-ENDED_WITH_QUEUE = ("completed", "timed_out")
 
 #: Run statuses ``Engine.recover`` resumes at launch.
 INTERRUPTED: tuple[RunStatus, ...] = ("pending", "running")
@@ -485,7 +483,7 @@ class Controller:
         engine = self._host.engine
         assert engine is not None
         run_id, rid = run.run_id, short_id(run.run_id)
-        queued = [] if run.status not in ENDED_WITH_QUEUE else engine.store.open_intents(run_id)
+        queued = [] if run.status not in WITHDRAWN_AFTER_END else engine.store.open_intents(run_id)
         if not queued:
             self._say(f"Run {rid} is already {run.status}; nothing to cancel.", "error")
             return

@@ -43,7 +43,7 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
-from desktop_app.flow.outbox import CANCELED_AFTER_END, withdraw_for_cancel
+from desktop_app.flow.outbox import CANCELED_AFTER_END, WITHDRAWN_AFTER_END, withdraw_for_cancel
 from desktop_app.flow.owners import (
     new_owner,
     owner_is_alive,
@@ -1192,7 +1192,7 @@ class Engine:
             StoreError: the store could not be written.
         """
         run = self.store.get_run(run_id)
-        if run.status not in ("completed", "timed_out"):
+        if run.status not in WITHDRAWN_AFTER_END:
             raise RunStateError(
                 f"run {run_id} is {run.status}; nothing to do"
                 if run.status in ENDED_RUN_STATUSES

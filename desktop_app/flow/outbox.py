@@ -113,8 +113,12 @@ def claimant_is_alive(owner: str) -> bool:
 #: the error an intent withdrawn by a cancel records (``flowdesk outbox`` shows it)
 CANCELED = "withdrawn: the run was canceled before this was delivered"
 
+#: the ended run statuses whose side effects still queued a cancel withdraws
+#: (``Engine.withdraw_after_end``; a ``canceled`` run's own cancel withdrew its)
+WITHDRAWN_AFTER_END: tuple[str, ...] = ("completed", "timed_out")
+
 #: the error an intent records that ``cancel`` withdrew after its run had
-#: ended (completed, canceled or timed out) with it still queued
+#: ended (one of :data:`WITHDRAWN_AFTER_END`) with it still queued
 CANCELED_AFTER_END = (
     "withdrawn: `cancel` took it back after the run ended, before this was delivered"
 )

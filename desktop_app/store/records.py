@@ -61,6 +61,8 @@ def _quick_init(cls: type[Any]) -> None:
     the step path makes at every step (two ``StepRecord``, a ``Checkpoint``,
     a ``Lease``) and every run's ``RunRecord``.
     """
+    if hasattr(cls, "__post_init__"):  # dataclasses' __init__ calls it: keep theirs
+        return
     params: list[str] = []
     body: list[str] = []
     env: dict[str, Any] = {"MISSING": dataclasses.MISSING}
