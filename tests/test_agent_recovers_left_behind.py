@@ -13,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+import apsw
 import pytest
 
 from tests.cli_support import flowdesk, spawn
@@ -26,6 +27,22 @@ def statuses(db: Path) -> dict[str, str]:
     out = flowdesk(db, "runs", "--json")
     assert out.returncode == 0, out.stderr
     return {r["run_id"]: r["status"] for r in map(json.loads, out.stdout.splitlines())}
+
+
+def _completed_while_stopped(db: Path, pid: int, run_id: str) -> bool:
+    """Whether run ``run_id`` is stored ``completed``, read once process
+    ``pid`` is stopped (its state ``T``; ``Z``: it ended on its own just
+    before the stop), so nothing it does later counts."""
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "TtZ":
+        assert time.monotonic() < deadline, f"process {pid} did not stop"
+        time.sleep(0.01)
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = conn.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    finally:
+        conn.close()
+    return row is not None and row[0] == "completed"
 
 
 def stopped_mid_way(db: Path, folder: Path, out: Path, stop: signal.Signals) -> str | None:
@@ -43,6 +60,13 @@ def stopped_mid_way(db: Path, folder: Path, out: Path, stop: signal.Signals) -> 
             break
     run.send_signal(signal.SIGSTOP)  # at once: nothing more runs until the stop lands
     if run.poll() is not None:
+        run.communicate(timeout=60)
+        assert run.returncode == 0, run.returncode
+        return None
+    if _completed_while_stopped(db, run.pid, run_id):
+        # its last step was saved before the stop (it was only ending): the
+        # race was lost, and a Ctrl-C now would find nothing left to stop
+        run.send_signal(signal.SIGCONT)
         run.communicate(timeout=60)
         assert run.returncode == 0, run.returncode
         return None
