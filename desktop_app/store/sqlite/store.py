@@ -289,11 +289,27 @@ def _scalar(cursor: Any) -> Any:
     return None if row is None else row[0]
 
 
+#: ``_Write._gate`` of a transaction opened through ``conn.__enter__`` (a
+#: savepoint of the transaction in progress, or a connection without a write
+#: gate's ``begin_write``): ended through ``conn.__exit__``
+_VIA_CONN = object()
+
+
 class _Write:
     """The context manager of :meth:`SqliteCheckpointStore._write`: a class,
-    not a generator (``contextlib``'s wrapping cost ~2 us per step)."""
+    not a generator (``contextlib``'s wrapping cost ~2 us per step). The
+    outermost transaction of a gated connection (``open_store``'s) is
+    opened and ended through its ``begin_write``/``end_write`` (what its
+    ``with conn:`` does, without the level list); a nested one (a
+    savepoint of a batch) or an ungated connection's, through ``with conn:``.
+    Every write transaction of the store ends here: apsw errors become typed
+    StoreErrors (a constraint violation ``on_constraint(exc)`` when given),
+    the commit is counted for :meth:`SqliteCheckpointStore.data_version`,
+    the WAL is truncated after a full disk."""
 
-    __slots__ = ("_on_constraint", "_store")
+    __slots__ = ("_gate", "_on_constraint", "_store")
+    #: ``begin_write``'s gate (``None``: none), or :data:`_VIA_CONN`
+    _gate: Any
 
     def __init__(
         self,
@@ -305,9 +321,14 @@ class _Write:
 
     def __enter__(self) -> apsw.Connection:
         store = self._store
+        gated = store._gated
         try:
+            if gated is not None and not gated.in_transaction:
+                self._gate = gated.begin_write()
+                return gated
+            self._gate = _VIA_CONN
             return store.conn.__enter__()
-        except apsw.Error as exc:
+        except apsw.Error as exc:  # a closed connection, a busy gate, BEGIN failed
             raise store._write_failed(exc, self._on_constraint) from exc
 
     def __exit__(
@@ -317,8 +338,12 @@ class _Write:
         etb: TracebackType | None,
     ) -> None:
         store = self._store
+        gate = self._gate
         try:
-            store.conn.__exit__(etype, evalue, etb)  # commits, or rolls back
+            if gate is _VIA_CONN:
+                store.conn.__exit__(etype, evalue, etb)  # commits, or rolls back
+            else:  # begin_write's: commits, or rolls back, and gives the gate back
+                store.conn.end_write(evalue is None, gate)  # type: ignore[attr-defined]
         except apsw.Error as exc:
             raise store._write_failed(exc, self._on_constraint) from exc
         if evalue is not None:
@@ -368,7 +393,8 @@ class SqliteCheckpointStore:
         self._clock_fd: int | None = None  # file_system_now's lock file
         self._clock_lock = threading.Lock()
         #: a connection with a write gate's ``begin_write``/``end_write``
-        #: (``open_store``'s): an append runs its transaction without ``_write``
+        #: (``open_store``'s): ``_Write`` opens and ends its outermost
+        #: transactions through them, not through ``with conn:``
         self._gated = conn if isinstance(conn, GatedConnection) else None
 
     # -- helpers ---------------------------------------------------------
@@ -395,52 +421,6 @@ class SqliteCheckpointStore:
         the commit for :meth:`data_version`. Nested use joins the outer
         transaction (a savepoint)."""
         return _Write(self, on_constraint)
-
-    def _transact(
-        self,
-        body: Callable[..., T],
-        args: tuple[Any, ...],
-        on_constraint: Callable[[apsw.ConstraintError], Exception],
-    ) -> T:
-        """``body(*args)`` in one write transaction, as :meth:`_write` runs
-        it (apsw errors become typed StoreErrors, a constraint violation
-        ``on_constraint(exc)``, the commit counted, the WAL truncated after a
-        full disk), returning what ``body`` returned. The outermost
-        transaction of a gated connection (``open_store``'s) is opened and
-        ended through its ``begin_write``/``end_write`` without the layers of
-        ``_write`` (a run's creation and a step's append: their cost);
-        nested (a savepoint of a batch) or ungated, through ``_write``."""
-        conn = self._gated
-        try:
-            nested = conn is None or conn.in_transaction
-        except apsw.Error as exc:  # a closed connection, as _write would say it
-            raise self._write_failed(exc, on_constraint) from exc
-        if nested:
-            with self._write(on_constraint):
-                return body(*args)
-        assert conn is not None
-        try:
-            gate = conn.begin_write()
-        except apsw.Error as exc:
-            raise self._write_failed(exc, on_constraint) from exc
-        try:
-            out = body(*args)
-        except BaseException as failed:
-            try:
-                conn.end_write(False, gate)
-            except apsw.Error as exc:
-                raise self._write_failed(exc, on_constraint) from exc
-            if isinstance(failed, apsw.Error):
-                raise self._write_failed(failed, on_constraint) from failed
-            raise
-        try:
-            conn.end_write(True, gate)
-        except apsw.Error as exc:
-            raise self._write_failed(exc, on_constraint) from exc
-        self._own_commits += 1
-        if self._wal_needs_truncate and not conn.in_transaction:
-            self._truncate_wal()
-        return out
 
     def _write_failed(
         self,
@@ -563,7 +543,8 @@ class SqliteCheckpointStore:
                 )
             return RevisionConflictError(f"run {run.run_id} already exists; pick another run id")
 
-        self._transact(self._create_in, (run, first, writes, progress), conflict)
+        with _Write(self, conflict):
+            self._create_in(run, first, writes, progress)
         self._remember(detached(first))
 
     def _create_in(
@@ -626,7 +607,7 @@ class SqliteCheckpointStore:
         transaction of its own (no savepoint), its error returned, not
         raised. The group committer's call when it commits one request
         alone (one run in flight): from the committer to ``COMMIT`` through
-        :meth:`_append` (or :meth:`_create`) and :meth:`_transact` only.
+        :meth:`_append` (or :meth:`_create`) and its ``_Write`` only.
 
         Raises:
             nothing of the request's own: ``RevisionConflictError``,
@@ -733,66 +714,55 @@ class SqliteCheckpointStore:
             0 if lease is None else 1 if lease.takes_over is None else 2,
         )
 
-        row = self._transact(self._append_in, (request, previous, sql, args), conflict)
-        self._remember(cp if row is None else remembered(cp, previous, row))
-
-    def _append_in(
-        self,
-        request: AppendRequest,
-        previous: Checkpoint | None,
-        sql: str,
-        args: list[Any],
-    ) -> CheckpointRow | None:
-        """The statements of one append, in the open transaction: the run
-        row's compare-and-append, the checkpoint row (returned as
-        :meth:`_write_checkpoint` does), the signals consumed, the outbox
-        intents, the domain writes."""
-        cp = request.checkpoint
         conn = self.conn
-        conn.execute(sql, args)
-        if conn.changes() != 1 or previous is None:
-            lease = request.lease
-            stored = conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
-            if stored is None:
-                raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
-            if lease is not None and stored[1] not in (None, lease.owner):
-                # another process holds the lease: it took the run over (or won
-                # a takeover race) and may have saved revisions since
-                raise LeaseLostError(lease_lost_message(cp.run_id, stored[1], lease))
-            raise RevisionConflictError(
-                f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
-                f"latest revision {stored[0]}; another writer got there first. Reload "
-                f"the run and try again."
-            )
-        # the row (its JSON and checksum) is built here, inside the write
-        # transaction: built before it, so that the cross-process write
-        # gate is held for the SQL and the commit only, it measured no
-        # gain with 8 processes on one file (docs/measurements.md,
-        # 2026-12-05 02:50-03:07)
-        row = self._write_checkpoint(
-            cp, previous, request.changed_steps, request.changed_fields, given=request.given
-        )
-        for signal_id, wait_id in request.consume:
-            conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
-            if conn.changes() != 1:
+        # the statements, in one transaction (a savepoint inside a batch): the
+        # run row's compare-and-append, the checkpoint row (returned as
+        # _write_checkpoint does), the signals consumed, the outbox intents,
+        # the domain writes
+        with _Write(self, conflict):
+            conn.execute(sql, args)
+            if conn.changes() != 1 or previous is None:
+                stored = conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
+                if stored is None:
+                    raise CheckpointNotFoundError(f"no run {cp.run_id} in scope {self.scope!r}")
+                if lease is not None and stored[1] not in (None, lease.owner):
+                    # another process holds the lease: it took the run over (or won
+                    # a takeover race) and may have saved revisions since
+                    raise LeaseLostError(lease_lost_message(cp.run_id, stored[1], lease))
                 raise RevisionConflictError(
-                    f"signal {signal_id} was consumed by another wait first"
+                    f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
+                    f"latest revision {stored[0]}; another writer got there first. Reload "
+                    f"the run and try again."
                 )
-        for intent in request.intents:
-            conn.execute(
-                SQL.insert_intent,
-                (
-                    intent.intent_id,
-                    intent.run_id,
-                    intent.step_id,
-                    intent.destination,
-                    codec.dumps(intent.payload),
-                    cp.created_at,
-                ),
+            # the row (its JSON and checksum) is built here, inside the write
+            # transaction: built before it, so that the cross-process write
+            # gate is held for the SQL and the commit only, it measured no
+            # gain with 8 processes on one file (docs/measurements.md,
+            # 2026-12-05 02:50-03:07)
+            row = self._write_checkpoint(
+                cp, previous, request.changed_steps, request.changed_fields, given=request.given
             )
-        if request.writes:
-            self._run_domain(request.writes)
-        return row
+            for signal_id, wait_id in request.consume:
+                conn.execute(SQL.consume_signal, (wait_id, cp.created_at, signal_id))
+                if conn.changes() != 1:
+                    raise RevisionConflictError(
+                        f"signal {signal_id} was consumed by another wait first"
+                    )
+            for intent in request.intents:
+                conn.execute(
+                    SQL.insert_intent,
+                    (
+                        intent.intent_id,
+                        intent.run_id,
+                        intent.step_id,
+                        intent.destination,
+                        codec.dumps(intent.payload),
+                        cp.created_at,
+                    ),
+                )
+            if request.writes:
+                self._run_domain(request.writes)
+        self._remember(cp if row is None else remembered(cp, previous, row))
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
         with self._write():  # BEGIN IMMEDIATE: no other writer between read and append
