@@ -348,3 +348,49 @@ def test_a_run_on_a_clock_of_whole_seconds_reads_back_verified(db_path):
         assert [c.revision for c in again.history(run_id)] == list(range(latest.revision + 1))
     finally:
         again.close()
+
+
+def test_a_state_model_with_its_own_model_dump_is_stored_as_it_dumps(db_path):
+    """The step path dumps a state through its model's serializer directly
+    (pydantic's ``model_dump`` is a Python wrapper of ~1 us a step), but a
+    model that overrides ``model_dump`` is still dumped through it: the
+    stored revision 0, every delta and the state a new process reads back
+    are what the override gives; a model keeping pydantic's is stored as
+    ``model_dump(mode="json")`` gives it."""
+    from desktop_app.store.sqlite.store import open_store
+
+    class Masked(BaseModel):
+        n: int = 0
+        note: str = "plain"
+
+        def model_dump(self, **kwargs):  # type: ignore[no-untyped-def, override]
+            out = super().model_dump(**kwargs)
+            if "note" in out:
+                out["note"] = out["note"].upper()
+            return out
+
+    class Plain(BaseModel):
+        n: int = 0
+        note: str = "plain"
+
+    for model in (Masked, Plain):
+        b = FlowBuilder(f"dump_{model.__name__}", model, version="1")
+        b.step("one", lambda s: {"n": s.n + 1})
+        b.step("two", lambda s: {"note": "changed"})
+        store = open_store(db_path)
+        engine = Engine(store, flows=[b.chain().compile()])
+        run_id = engine.run(f"dump_{model.__name__}", model()).run_id
+        history = [store.get_checkpoint(run_id, rev).state for rev in range(3)]
+        store.close()
+        again = open_store(db_path)
+        try:
+            latest = again.latest(run_id).state
+        finally:
+            again.close()
+        if model is Masked:
+            assert [h["note"] for h in history] == ["PLAIN", "PLAIN", "CHANGED"]
+            assert latest == {"n": 1, "note": "CHANGED"}
+        else:
+            assert [h["note"] for h in history] == ["plain", "plain", "changed"]
+            assert latest == {"n": 1, "note": "changed"}
+        assert [h["n"] for h in history] == [0, 1, 1]
