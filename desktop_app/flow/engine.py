@@ -73,6 +73,7 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
+from desktop_app.store.runids import uuid4_hex
 
 log = logging.getLogger(__name__)
 
@@ -502,7 +503,7 @@ class Engine:
         """Create a run; returns it, its revision 0 as stored and its
         execution context (for a driver to start from without reading them
         back or validating the context again)."""
-        rid = run_id or uuid.uuid4().hex
+        rid = run_id or uuid4_hex()
         if parent_run_id is not None:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
             if context is None:  # a child run inherits every id of its parent but the run id
@@ -510,7 +511,7 @@ class Engine:
         if context is not None:
             ctx = context.for_run(rid)
         else:  # what ExecutionContext().for_run(rid) gives, made once
-            ctx = ExecutionContext(run_id=rid, trace_id=uuid.uuid4().hex)
+            ctx = ExecutionContext(run_id=rid, trace_id=uuid4_hex())
         now = self.clock.now()
         front = frontier if frontier is not None else (f.entry,)
         records = dict(steps or {})
