@@ -111,6 +111,8 @@ _RUNS_OF_OTHER_VERSIONS = (
     "AND status IN ('pending','running','waiting','failed') AND flow_name=? AND flow_version<>? "
     "ORDER BY created_at, run_id"
 )
+#: a run's creation: its ``runs`` row (made once, not formatted at every run)
+_INSERT_RUN = f"INSERT INTO runs({_RUN_COLUMNS}) VALUES ({','.join('?' * 19)})"
 #: a checkpoint row's columns, run_id first (the checksum covers them in this order)
 _CP_COLUMNS = f"run_id, {SQL.checkpoint_columns}"
 
@@ -557,7 +559,7 @@ class SqliteCheckpointStore:
         """The statements of one run's creation, in the open transaction:
         its ``runs`` row, its revision 0, the domain writes."""
         self.conn.execute(
-            f"INSERT INTO runs({_RUN_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            _INSERT_RUN,
             (
                 run.run_id,
                 run.flow_name,
