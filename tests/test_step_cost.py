@@ -394,3 +394,36 @@ def test_a_state_model_with_its_own_model_dump_is_stored_as_it_dumps(db_path):
             assert [h["note"] for h in history] == ["plain", "plain", "changed"]
             assert latest == {"n": 1, "note": "changed"}
         assert [h["n"] for h in history] == [0, 1, 1]
+
+
+def test_step_records_copy_only_their_top_level_and_read_back_as_one_dict():
+    """A run with 5,000 distinct step ids (a loop naming a step per item):
+    every snapshot reads back as the dict of every record written so far
+    (newest value, first-written order), an earlier snapshot does not
+    change when later steps are written, the shared levels stay few
+    (merged like a binary counter: each record copied O(log n) times, not
+    the whole map every 64 steps, which made a step's cost grow with the
+    run), and a driver starting from a stored snapshot shares its levels."""
+    from desktop_app.flow.state import StepRecords
+    from desktop_app.store.records import StepRecord
+
+    records = StepRecords({})
+    expected: dict[str, StepRecord] = {}
+    kept = []
+    for i in range(5_000):
+        rec = StepRecord(f"s{i}", "completed", attempts=1, finished_at=float(i))
+        records[f"s{i}"] = expected[f"s{i}"] = rec
+        if i % 7 == 0:  # a record written again: newest value, first position
+            again = StepRecord("s0", "completed", attempts=i + 1)
+            records["s0"] = expected["s0"] = again
+        snap, changed = records.snapshot()
+        records.stored(changed)
+        if i % 997 == 0:
+            kept.append((snap, dict(expected)))
+        assert len(records._levels) <= 8
+    assert list(snap) == list(expected) and dict(snap) == expected and len(snap) == 5_000
+    for old, then in kept:  # a checkpoint's map never moves under it
+        assert dict(old) == then and list(old) == list(then)
+    again = StepRecords(snap)
+    assert all(a is b for a, b in zip(again._levels, snap._levels, strict=False))
+    assert dict(again) == expected

@@ -252,39 +252,46 @@ class StateTracker:
 
 
 class LayeredSteps(Mapping[str, StepRecord]):
-    """An immutable mapping of step records: a shared ``base`` dict with the
-    records changed since then laid over it (``top``). Iterates like the
-    dict it stands for: ``base`` order, then keys new in ``top``.
+    """An immutable mapping of step records: shared, never-mutated dicts
+    laid one over the other (``levels``, oldest first; a key's newest level
+    wins). Iterates like the one dict it stands for: the oldest level's
+    order, then each newer level's new keys.
 
-    Both dicts are owned by this object and never mutated after it is made,
-    so a checkpoint may hold it while the driver moves on.
+    Every dict is owned by this object (or shared with other snapshots and
+    the :class:`StepRecords` that made it) and never mutated after it is
+    made, so a checkpoint may hold it while the driver moves on.
     """
 
-    __slots__ = ("_base", "_len", "_top")
+    __slots__ = ("_len", "_levels")
 
-    def __init__(self, base: dict[str, StepRecord], top: dict[str, StepRecord]) -> None:
-        self._base = base
-        self._top = top
+    def __init__(self, *levels: dict[str, StepRecord]) -> None:
+        self._levels = levels
         self._len: int | None = None  # counted when asked: a save never asks
 
     def __getitem__(self, key: str) -> StepRecord:
-        rec = self._top.get(key)
-        if rec is not None:
-            return rec
-        return self._base[key]
+        for level in reversed(self._levels):
+            rec = level.get(key)
+            if rec is not None:
+                return rec
+        raise KeyError(key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._top or key in self._base
+        return any(key in level for level in self._levels)
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._base
-        for k in self._top:
-            if k not in self._base:
-                yield k
+        levels = self._levels
+        for i, level in enumerate(levels):
+            if i == 0:
+                yield from level
+                continue
+            older = levels[:i]
+            for k in level:
+                if not any(k in o for o in older):
+                    yield k
 
     def __len__(self) -> int:
         if self._len is None:
-            self._len = len(self._base) + sum(1 for k in self._top if k not in self._base)
+            self._len = sum(1 for _ in self)
         return self._len
 
 
@@ -292,16 +299,22 @@ class StepRecords(MutableMapping[str, StepRecord]):
     """The driver's working step records: reads and writes like a dict, and
     knows which records changed since the last :meth:`snapshot` was stored.
 
-    :meth:`snapshot` costs the records changed since the last flatten, not
-    all of them: every ``flatten_every`` changed records the layers are
-    merged into one new base (amortised O(1) per step), so a run's step
-    cost does not grow with the number of steps it took.
+    :meth:`snapshot` copies only the records changed since the last
+    ``flatten_every`` changes (the top level), never all of them: full top
+    levels are kept as shared immutable levels, merged pairwise like a
+    binary counter (a level is merged into the one below once it holds half
+    as many records), so each record is copied O(log n) times over a run of
+    n distinct step ids, at most ~log2(n / 64) levels are read on a lookup,
+    and a step's cost does not grow in proportion to the steps the run took.
     """
 
     flatten_every = 64
 
     def __init__(self, records: Mapping[str, StepRecord]) -> None:
-        self._base: dict[str, StepRecord] = dict(records)
+        if isinstance(records, LayeredSteps):  # a stored snapshot: its levels are shared
+            self._levels: list[dict[str, StepRecord]] = [lv for lv in records._levels if lv]
+        else:
+            self._levels = [dict(records)] if records else []
         self._top: dict[str, StepRecord] = {}
         #: ids written since the last stored snapshot
         self.dirty: set[str] = set()
@@ -310,7 +323,11 @@ class StepRecords(MutableMapping[str, StepRecord]):
         rec = self._top.get(key)
         if rec is not None:
             return rec
-        return self._base[key]
+        for level in reversed(self._levels):
+            rec = level.get(key)
+            if rec is not None:
+                return rec
+        raise KeyError(key)
 
     def __setitem__(self, key: str, value: StepRecord) -> None:
         self._top[key] = value
@@ -320,27 +337,28 @@ class StepRecords(MutableMapping[str, StepRecord]):
         raise TypeError("step records are never deleted from a run")
 
     def __contains__(self, key: object) -> bool:
-        return key in self._top or key in self._base
+        return key in self._top or any(key in level for level in self._levels)
 
     def __iter__(self) -> Iterator[str]:
-        yield from self._base
-        for k in self._top:
-            if k not in self._base:
-                yield k
+        return iter(LayeredSteps(*self._levels, self._top))
 
     def __len__(self) -> int:
-        return len(self._base) + sum(1 for k in self._top if k not in self._base)
+        return len(LayeredSteps(*self._levels, self._top))
 
     def snapshot(self) -> tuple[Mapping[str, StepRecord], frozenset[str]]:
         """An immutable copy for a checkpoint, and the ids changed since the
         last :meth:`stored` (what the store is told changed)."""
         changed = frozenset(self.dirty)
         if len(self._top) >= self.flatten_every:
-            self._base = {**self._base, **self._top}
+            levels = self._levels
+            levels.append(self._top)  # handed over: never written again
             self._top = {}
+            while len(levels) > 1 and 2 * len(levels[-1]) >= len(levels[-2]):
+                newer = levels.pop()
+                levels[-1] = {**levels[-1], **newer}
         if not self._top:
-            return LayeredSteps(self._base, {}), changed
-        return LayeredSteps(self._base, dict(self._top)), changed
+            return LayeredSteps(*self._levels), changed
+        return LayeredSteps(*self._levels, dict(self._top)), changed
 
     def stored(self, changed: frozenset[str]) -> None:
         """The snapshot holding ``changed`` was stored: forget them as dirty."""
