@@ -247,6 +247,22 @@ def withdraw_for_cancel(
     done = store.withdraw_intents(
         run_id, reason, presumed_dead=claimant_is_gone, presumed_alive=claimant_is_alive
     )
+    return settle_cancel(store, run_id, flow, done)
+
+
+def settle_cancel(
+    store: CheckpointStore, run_id: str, flow: CompiledFlow[Any] | None, done: Withdrawal
+) -> Withdrawal:
+    """What :func:`withdraw_for_cancel` does once ``store`` withdrew canceled
+    run ``run_id``'s intents (``done``; ``Engine.cancel`` withdraws them in
+    the transaction of the run's status change,
+    ``store.update_latest_withdrawing``): the ``sending`` ones withdrawn are
+    settled (:func:`settle_withdrawn`), then ``flow``'s ``on_cancel`` hook,
+    if it has one, records the cancel. Returns ``done`` as settled.
+
+    Raises:
+        StoreError: the store could not be written.
+    """
     done = settle_withdrawn(store, done)
     hook = None if flow is None else flow.on_cancel
     if hook is not None:
