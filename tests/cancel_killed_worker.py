@@ -41,6 +41,7 @@ class KilledOnceCanceled:
         def call(*args: Any, **kwargs: Any) -> Any:
             out = attr(*args, **kwargs)
             if self._store.get_run(self._run_id).status == "canceled":
+                print(f"killed after {name}", file=sys.stderr, flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
             return out
 

@@ -1313,12 +1313,22 @@ class Engine:
             # the latest checkpoint cannot be read: end the run without
             # reading it (no checkpoint appended), the damage named
             why = f"{reason}; its checkpoint revision {exc.revision} is damaged"
-            end(run_id, status, why, now)
             if withdraw is None:
+                end(run_id, status, why, now)
                 return Withdrawal([], [])
-            return self.store.withdraw_intents(
-                run_id, withdraw, presumed_dead=claimant_is_gone, presumed_alive=claimant_is_alive
-            )
+            # the store that has end_unreadable (SQLite) has this too: both
+            # in one transaction
+            ending = getattr(self.store, "end_unreadable_withdrawing")  # noqa: B009
+            done: Withdrawal = ending(
+                run_id,
+                status,
+                why,
+                now,
+                withdraw,
+                presumed_dead=claimant_is_gone,
+                presumed_alive=claimant_is_alive,
+            )[1]
+            return done
 
     # -- upgrades ----------------------------------------------------------
 

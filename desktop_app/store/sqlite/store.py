@@ -867,6 +867,32 @@ class SqliteCheckpointStore:
             raise RunStateError(f"run {run_id} is already {run.status}; nothing to do")
         return run
 
+    def end_unreadable_withdrawing(
+        self,
+        run_id: str,
+        status: RunStatus,
+        error: str,
+        now: float,
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
+    ) -> tuple[RunRecord, Withdrawal]:
+        """:meth:`end_unreadable` and :meth:`withdraw_intents` (with
+        ``reason``) in one transaction, as ``update_latest_withdrawing`` for a
+        run whose latest checkpoint cannot be read: a cancel killed part-way
+        never leaves its intents queued.
+
+        Raises:
+            the errors of :meth:`end_unreadable` (nothing is withdrawn then).
+        """
+        with self._write():
+            run = self.end_unreadable(run_id, status, error, now)
+            done = self.withdraw_intents(
+                run_id, reason, presumed_dead=presumed_dead, presumed_alive=presumed_alive
+            )
+        return run, done
+
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._write():
             cond, cargs = lease_cond(lease, claim_time(lease, now))
