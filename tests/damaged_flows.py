@@ -32,3 +32,22 @@ asker = (
 )
 
 FLOWS_ENV = '["tests.damaged_flows:asker"]'
+
+
+def queue_mail(state: Order, ctx: object) -> dict[str, int]:
+    ctx.send("mail", {"order": state.order})  # type: ignore[attr-defined]
+    return {"n": state.n + 1}
+
+
+#: ``sender``: ``queue`` queues a mail (a program's own destination, so no
+#: ``flowdesk`` process delivers it), then ``approve`` waits for an answer
+sender = (
+    FlowBuilder("sender", Order, inputs=("order",))
+    .step("queue", queue_mail)
+    .await_input("approve", "approved", prompt="OK?")
+    .chain("queue", "approve")
+    .finish("approve")
+    .compile()
+)
+
+SENDER_ENV = '["tests.damaged_flows:sender"]'

@@ -247,3 +247,97 @@ def shown_words(
             return shown
         time.sleep(0.2)
     raise AssertionError(f"{texts!r} not shown {times} times; screen:\n{screen(session)}")
+
+
+#: where distributions put libfaketime's multi-threaded library (the app runs threads)
+LIBFAKETIME = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+    "/usr/local/lib/faketime/libfaketimeMT.so.1",
+)
+
+
+def libfaketime() -> str:
+    """The path of libfaketime's multi-threaded library (skipped without
+    one; under ``CI=true`` failed instead)."""
+    for path in LIBFAKETIME:
+        if Path(path).exists():
+            return path
+    message = f"needs libfaketime (apt install faketime): none of {LIBFAKETIME}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def test_the_app_notices_a_clock_that_jumps_while_it_is_open(db: Path, tmp_path: Path) -> None:
+    """The clock of a computer whose app is open jumps (a laptop wakes, NTP
+    corrects it by an hour, a person sets it): the app said nothing until a
+    relaunch while the engine refused its writes. The real app, in a real
+    terminal, its clock moved while it runs (libfaketime reading its offset
+    from a file on every call; the monotonic clock left alone, as a jump of
+    the wall clock leaves it): it shows the banner and turns read-only
+    (an answer is refused in the banner's words), then, once the clock is
+    right again, clears the banner and takes the answer."""
+    from tests.tmux_support import exit_code, home_env, launch, need_tmux, tmux
+
+    need_tmux()
+    lib = libfaketime()
+    run_id = start(db, "approver")
+    offset = tmp_path / "faketime"
+    offset.write_text("+0\n")
+    home = tmp_path / "home"
+    home.mkdir()
+    session = f"flowdesk-jump-{os.getpid()}"
+    done = tmp_path / "exit-code"
+    env = (
+        f"{home_env(home)} FLOWDESK_FLOWS={shlex.quote(FLOWS_ENV)} LD_PRELOAD={lib} "
+        f"FAKETIME_TIMESTAMP_FILE={offset} FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1"
+    )
+    from tests.tmux_support import BIN
+
+    launch(session, env, done, program=f"{BIN} --db {db}")
+    banner = "runs are shown read-only; answering, starting, resuming and canceling are refused"
+    try:
+        shown = shown_words(session, "approver", "waiting")
+        assert banner not in shown
+        offset.write_text("-1h\n")  # the clock jumps an hour back while the app is open
+        said = f"This computer's clock is 3,600 s behind the clock of the file system holding {db}"
+        shown_words(session, said, banner, "the app notices within 10 s and goes on")
+        shown_words(session, "▌ The clock moved while", raw=True)  # a notice
+        for tries in range(6):  # a key sent before the table has the focus is lost
+            tmux("send-keys", "-t", session, "a")  # answer the selected run: refused
+            try:  # in the banner's words (a toast's edge is ▌)
+                shown_words(session, "▌ This computer's clock is 3,600 s", timeout=5, raw=True)
+                break
+            except AssertionError:
+                if tries == 5:
+                    raise
+        assert run_row(db, run_id)[0].status == "waiting"
+
+        offset.write_text("+0\n")  # set right again
+        shown = shown_words(session, "This computer's clock is right again")
+        shown_without(session, banner)
+        tmux("send-keys", "-t", session, "a")
+        shown_words(session, "OK?")
+        tmux("send-keys", "-t", session, "-l", "yes")
+        tmux("send-keys", "-t", session, "Enter")
+        until(lambda: run_row(db, run_id)[0].status == "completed", "the answer is taken")
+        tmux("send-keys", "-t", session, "q")
+        assert exit_code(done, timeout=60) == "0"
+    finally:
+        tmux("kill-session", "-t", session)
+
+
+def shown_without(session: str, text: str, timeout: float = 90) -> str:
+    """The screen (lines joined, spaces squeezed) once ``text`` is no longer
+    on it (``AssertionError`` with the screen after ``timeout`` seconds)."""
+    from tests.tmux_support import screen
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shown = " ".join(screen(session).split())
+        if text not in shown:
+            return shown
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} still shown; screen:\n{screen(session)}")

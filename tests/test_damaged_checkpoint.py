@@ -292,3 +292,66 @@ def test_the_agent_names_a_damaged_run_once_with_the_commands_that_work(tmp_path
     assert canceled.returncode == 0 and f"run {bad} canceled" in canceled.stdout
     answered = flowdesk(db, "answer", good, "yes", env=ENV)  # the other run was left alone
     assert answered.returncode == 0 and f"run {good} completed" in answered.stdout
+
+
+def test_show_of_a_damaged_run_prints_what_it_can_beside_the_damage(tmp_path):
+    """``show`` of a run whose latest checkpoint is damaged still prints
+    what the run row, its history and its outbox say (id, flow, status,
+    revision, times, context ids, the mail it queued), then the typed error
+    and the commands that work on it (exit 1); ``--output json`` the same,
+    with ``damaged`` saying what is damaged and what to do."""
+    from tests.damaged_flows import SENDER_ENV
+
+    env = {"FLOWDESK_FLOWS": SENDER_ENV}
+    db = tmp_path / "g.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    out = flowdesk(db, "start", "sender", "--input", json.dumps({"order": "A"}), env=env)
+    assert out.returncode == 0, out.stderr
+    rid = out.stdout.splitlines()[0]
+    runs = json.loads(flowdesk(db, "runs", "--output", "json", env=env).stdout)
+    (row,) = [r for r in runs if r["run_id"] == rid]
+    revision = json.loads(flowdesk(db, "show", rid, "--output", "json", env=env).stdout)["revision"]
+    _damage(db, rid, revision)
+
+    shown = flowdesk(db, "show", rid, env=env)
+    assert shown.returncode == 1
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith(f"run {rid}  flow sender (")
+    assert "status waiting · 1 side effect queued (not made yet)" in lines[0]
+    assert f"revision {revision} (damaged: its state cannot be read)" in shown.stdout
+    assert f"started {row['created_at']}" in shown.stdout
+    assert f"context: run_id={rid}, trace_id=" in shown.stdout  # the ids it has
+    assert f"outbox: {rid}:queue:0:0  mail  pending" in shown.stdout
+    assert f"checkpoints: {revision + 1}" in shown.stdout
+    assert shown.stderr.startswith(
+        f"flowdesk: checkpoint of run {rid} revision {revision} was changed outside Flowdesk"
+    )
+    hints = _hints(shown.stderr)
+    assert hints == {
+        "replay": f"flowdesk --db {db} replay {rid}:{revision - 1}",
+        "cancel": f"flowdesk --db {db} cancel {rid}",
+    }
+
+    as_json = flowdesk(db, "show", rid, "--output", "json", env=env)
+    assert as_json.returncode == 1
+    got = json.loads(as_json.stdout)
+    assert (got["run_id"], got["flow"], got["status"], got["revision"]) == (
+        rid,
+        "sender",
+        "waiting",
+        revision,
+    )
+    assert got["context"]["run_id"] == rid and got["undelivered"] == 1
+    assert [(i["destination"], i["status"]) for i in got["intents"]] == [("mail", "pending")]
+    assert got["steps"] is None and got["waits"] is None  # in the damaged checkpoint
+    assert f"revision {revision} was changed outside Flowdesk" in got["damaged"]["error"]
+    assert got["damaged"]["commands"] == [hints["replay"], hints["cancel"]]
+
+    # the cancel, as printed, ends it and withdraws the mail; show then says so
+    canceled = as_printed(hints["cancel"], env=env)
+    assert canceled.returncode == 0, canceled.stderr
+    after = flowdesk(db, "show", rid, env=env)
+    assert after.returncode == 1
+    assert "status canceled" in after.stdout.splitlines()[0]
+    assert "outbox:" not in after.stdout
+    assert _hints(after.stderr) == {"replay": hints["replay"]}

@@ -7,6 +7,7 @@ import re
 from datetime import UTC, datetime
 
 from desktop_app.errors import ClockSkewError, FlowVersionMismatchError
+from desktop_app.flow.clock import SKEW_RECHECK_S
 from desktop_app.store.protocol import Wait
 from desktop_app.words import duration
 from desktop_app.words import plural as plural  # one formatter of counts, the CLI's too
@@ -148,5 +149,6 @@ def skew_notice(skew: ClockSkewError) -> str:
         f"This computer's clock is {abs(skew.skew_s):,.0f} s {way} the clock of {skew.where} "
         f"(more than {skew.tolerance_s:g} s): runs are shown read-only; answering, starting, "
         "resuming and canceling are refused, and no timer or deadline is fired. Set the "
-        "system clock right (or start Flowdesk without faketime), then start Flowdesk again."
+        "system clock right (or start Flowdesk without faketime): the app notices within "
+        f"{SKEW_RECHECK_S:g} s and goes on."
     )

@@ -77,7 +77,7 @@ from desktop_app.errors import (
     redact,
 )
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
-from desktop_app.flow.clock import Clock, reading, skew_error
+from desktop_app.flow.clock import SKEW_RECHECK_S, Clock, reading, skew_error
 from desktop_app.flow.engine import Refusals
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.private import make_private_dirs
@@ -186,6 +186,10 @@ class FlowdeskApp(TypeAheadApp, App[None]):
     TIMERS_S = 1.0
     #: Seconds an informational status line (schema applied, runs resumed) stays.
     STATUS_S = 8.0
+    #: Seconds between two comparisons of this computer's clock with the
+    #: database's while the app is open (a laptop woke, NTP or a person moved
+    #: it): the engine's own recheck (its clock refuses writes as soon)
+    CLOCK_S = SKEW_RECHECK_S
 
     def __init__(
         self,
@@ -247,6 +251,10 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
+        #: what launch started once the first page was painted: ``None``
+        #: before, ``"writers"`` (delivery, timers, recovery), or
+        #: ``"read-only"`` (the clock was skewed: none of them)
+        self._launched: str | None = None
         self.sub_title = header(settings)
 
     # -- screens ---------------------------------------------------------
@@ -391,6 +399,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._theme_ready = True
         self._give_back_the_gate_on_ctrl_z()
         self.set_interval(self.POLL_S, self._poll)
+        self.set_interval(self.CLOCK_S, self._check_clock)
         self._startup()
 
     def _give_back_the_gate_on_ctrl_z(self) -> None:
@@ -520,19 +529,80 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         if self._quitting:
             return
         if self.clock_skew is not None:  # nothing that writes: no delivery, timer, recovery
+            self._launched = "read-only"
             self.runs.open_gate()
             return
+        self._start_writers()
+
+    def _start_writers(self) -> None:
+        """Start what writes on its own while the app is open: outbox
+        delivery, timers (when this app executes runs) and, the first time,
+        the launch recovery (else the launch checks)."""
+        first = self._launched not in ("writers", "stopped")
+        self._launched = "writers"
         self._start_delivery()
         # on a database that workers serve, the app resumes nothing and fires
         # no deadline (they do)
         executes = self.engine is not None and self.engine.executes
         if executes:
             self._start_timers()
+        if not first:
+            return
         if self.settings.recover_on_launch and executes:
             self._start_recovery()
         else:
             self.runs.open_gate()
             check_after_launch(self)  # S51: runs left by an older flow version
+
+    def _stop_writers(self) -> None:
+        """Stop outbox delivery and timers (without waiting for a pass in
+        progress: its writes are refused by the engine's clock anyway)."""
+        self._launched = "stopped"
+        for pump in (self.outbox, self.timers):
+            if pump is not None:
+                pump.stop(timeout_s=0)
+        self.outbox = self.timers = None
+
+    # -- the clock, checked again while open ---------------------------------
+
+    def _check_clock(self) -> None:
+        """Compare this computer's clock with the database's again (every
+        :attr:`CLOCK_S`; a laptop woke, NTP or a person moved the clock): one
+        that went off turns the app read-only as a skewed launch does (the
+        banner, refused actions, no delivery nor timers), and one set right
+        again clears the banner and starts them (with the launch recovery a
+        skewed launch skipped)."""
+        engine = self.engine
+        if engine is None or self._launched is None or self._quitting or not self.is_running:
+            return
+        skew = skew_error(engine.clock)
+        was = self.clock_skew
+        if skew is None and was is None:
+            return
+        banner, status = self.runs_screen.banner, self.runs_screen.status_line
+        if skew is not None:
+            self.clock_skew = skew
+            if banner.message != skew_notice(skew):
+                banner.show_error(skew_notice(skew))
+            if was is None:
+                log.warning("app: %s", skew)
+                self._stop_writers()
+                self.say(f"The clock moved while the app was open. {skew_notice(skew)}", "error")
+                status.say("Read-only while this computer's clock is off.")
+            self._reload_all()  # ages shown by the database's clock
+            return
+        self.clock_skew = None
+        if was is not None and banner.message == skew_notice(was):
+            banner.show_error(None)
+        right = (
+            "This computer's clock is right again: answering, starting, resuming and "
+            "canceling work again."
+        )
+        log.info("app: the clock is right again")
+        self.say(right)
+        status.say(right, for_s=self.STATUS_S)
+        self._reload_all()
+        self._start_writers()
 
     # -- outbox delivery (S72) --------------------------------------------
 

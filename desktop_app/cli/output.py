@@ -290,15 +290,20 @@ def damaged_run_hints(hints: Hints, exc: BaseException) -> list[str]:
     revision below the damage (when one is left), and cancel it (while it
     has not ended: the cancel does not read the damaged state). Empty for
     any other error."""
+    return [f"  {said}: {command}" for said, command in damaged_run_commands(hints, exc)]
+
+
+def damaged_run_commands(hints: Hints, exc: BaseException) -> list[tuple[str, str]]:
+    """:func:`damaged_run_hints` as ``(what it does, command)`` pairs (``show
+    -o json`` lists the commands)."""
     from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointCorruptError
 
     if not isinstance(exc, CheckpointCorruptError) or getattr(exc, "what", "") != "checkpoint":
         return []
-    run_id, lines = exc.run_id, []
+    run_id, out = exc.run_id, []
     if exc.readable is not None:
         replay = hints.cmd(f"replay {run_id}:{exc.readable}")
-        lines.append(f"  replay it from revision {exc.readable}, its last intact one: {replay}")
+        out.append((f"replay it from revision {exc.readable}, its last intact one", replay))
     if exc.run_status not in ENDED_RUN_STATUSES:
-        cancel = hints.cmd(f"cancel {run_id}")
-        lines.append(f"  cancel it (its damaged state is not read): {cancel}")
-    return lines
+        out.append(("cancel it (its damaged state is not read)", hints.cmd(f"cancel {run_id}")))
+    return out

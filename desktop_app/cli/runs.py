@@ -11,6 +11,7 @@ from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
     EXIT_OK,
+    damaged_run_commands,
     damaged_run_hints,
     due_in,
     emit_all,
@@ -35,6 +36,7 @@ from desktop_app.cli.waits import (
     wait_lines,
 )
 from desktop_app.errors import (
+    CheckpointDecodeError,
     DiskFullError,
     FlowVersionMismatchError,
     InputError,
@@ -431,7 +433,13 @@ def cmd_show(ctx: Ctx) -> int:
         return langgraph.show(ctx, sv, ref.run_id)
     store = sv.checkpoints
     run = store.get_run(ref.run_id)
-    cp = store.latest(ref.run_id)
+    try:
+        cp = store.latest(ref.run_id)
+    except CheckpointDecodeError as exc:
+        # what the run row, its history and its outbox say is still shown;
+        # the error and the commands that work on it follow (exit 1)
+        _show_damaged(ctx, sv, run, exc)
+        raise
     history = store.history(ref.run_id)
     status = display_status(run, store.now())
     unsent = store.open_intents(run.run_id)
@@ -551,6 +559,84 @@ def cmd_show(ctx: Ctx) -> int:
             print(f"  … {len(history) - 10} more")
         print(f"  {info.id}  {info.status:10} {info.step_id:16} {when(info.created_at)}")
     return EXIT_OK
+
+
+def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) -> None:
+    """What ``show`` prints of flow run ``run`` (a ``RunRecord``) whose
+    latest checkpoint cannot be read (``exc``: damaged on disk, or a
+    malformed record): its id, flow, status, revision, times, context ids,
+    outbox intents not delivered yet and checkpoint list, none of which
+    needs the damaged state; with ``--output json``, the same as an object
+    whose ``steps`` and ``waits`` are ``null`` and whose ``damaged`` holds
+    the error and the commands that work on the run. The caller then raises
+    ``exc``, printed with those commands on stderr (exit 1)."""
+    store = sv.checkpoints
+    now = store.now()
+    unsent = store.open_intents(run.run_id)
+    sending = sum(i.status == "sending" for i in unsent)
+    history = store.history(run.run_id)
+    if ctx.args.output != "text":
+        emit_one(
+            ctx.args.output,
+            {
+                **flow_row(run, now, len(unsent), sending),
+                "flow_version": run.flow_version,
+                "revision": run.revision,
+                "context": dict(run.context),
+                "intents": [
+                    {
+                        "intent_id": i.intent_id,
+                        "step_id": i.step_id,
+                        "destination": i.destination,
+                        "status": i.status,
+                        "attempts": i.attempts,
+                        "last_error": i.last_error,
+                    }
+                    for i in unsent
+                ],
+                "steps": None,  # held in the damaged checkpoint
+                "waits": None,
+                "damaged": {
+                    "error": str(exc),
+                    "commands": [c for _, c in damaged_run_commands(ctx.hints, exc)],
+                },
+                "checkpoints": [
+                    {
+                        "id": i.id,
+                        "revision": i.revision,
+                        "status": i.status,
+                        "step_id": i.step_id,
+                        "created_at": iso(i.created_at),
+                    }
+                    for i in history
+                ],
+            },
+        )
+        return
+    queued = queued_text(run.flow_name, len(unsent) - sending)
+    unsettled = unsettled_text(run.flow_name, sending)
+    print(
+        f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  "
+        f"status {display_status(run, now)}"
+        + (f" · {queued} (not made yet)" if queued else "")
+        + (f" · {unsettled} ({MAY_HAVE_BEEN_MADE})" if unsettled else "")
+    )
+    print(
+        f"revision {run.revision} (damaged: its state cannot be read)  "
+        f"started {iso(run.created_at)} · updated {iso(run.updated_at)}"
+    )
+    ids = [f"{k}={v}" for k, v in run.context.items() if v is not None]
+    if ids:
+        _say("context: " + ", ".join(ids))
+    for line in delivery_lines(ctx, run, unsent):
+        print(line)
+    for i in unsent:
+        _say(f"outbox: {i.intent_id}  {i.destination}  {i.status}")
+    if run.error:
+        _say(f"error: {run.error}")
+    print(f"checkpoints: {len(history)}")
+    for info in history if len(history) <= 12 else history[-10:]:
+        print(f"  {info.id}  {info.status:10} {info.step_id:16} {when(info.created_at)}")
 
 
 def _sending_keys(store: Any, run_id: str) -> set[str]:

@@ -43,7 +43,15 @@ from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
-from desktop_app.flow.outbox import CANCELED_AFTER_END, WITHDRAWN_AFTER_END, withdraw_for_cancel
+from desktop_app.flow.outbox import (
+    CANCELED,
+    CANCELED_AFTER_END,
+    WITHDRAWN_AFTER_END,
+    claimant_is_alive,
+    claimant_is_gone,
+    settle_cancel,
+    withdraw_for_cancel,
+)
 from desktop_app.flow.owners import (
     new_owner,
     owner_is_alive,
@@ -72,6 +80,7 @@ from desktop_app.store.protocol import (
     RunStatus,
     StepRecord,
     Wait,
+    Withdrawal,
 )
 from desktop_app.store.runids import uuid4_hex
 
@@ -1165,9 +1174,11 @@ class Engine:
         if run.status not in ENDED_RUN_STATUSES and moved_to(run.lease_owner) is not None:
             raise RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
         self.cancel_event(run_id).set()
-        self._finish(run_id, "canceled", reason)
+        # the status change and the withdrawal commit together: a cancel
+        # killed part-way never leaves a canceled run's effects queued
+        withdrawn = self._finish(run_id, "canceled", reason, withdraw=CANCELED)
         run = self.store.get_run(run_id)
-        done = withdraw_for_cancel(self.store, run_id, self._canceled_flow(run))
+        done = settle_cancel(self.store, run_id, self._canceled_flow(run), withdrawn)
         cancel_children(self.store, run_id, self.clock, self.cancel)
         return Cancellation(
             self.store.get_run(run_id), done.withdrawn, done.in_flight, done.made, done.unknown
@@ -1261,8 +1272,16 @@ class Engine:
             )
         return self.resume(child_id)
 
-    def _finish(self, run_id: str, status: RunStatus, reason: str) -> None:
-        """Append a terminal checkpoint atomically (wins against a busy run)."""
+    def _finish(
+        self, run_id: str, status: RunStatus, reason: str, *, withdraw: str | None = None
+    ) -> Withdrawal:
+        """Append a terminal checkpoint atomically (wins against a busy run).
+        With ``withdraw`` (the reason the intents record), the run's intents
+        not delivered yet are withdrawn in the same transaction
+        (``store.update_latest_withdrawing``) and what was withdrawn is
+        returned (without: nothing is withdrawn, an empty one); a run whose
+        latest checkpoint is damaged is ended without it, then its intents
+        withdrawn."""
         now = self.clock.now()
 
         def change(cp: Checkpoint) -> Checkpoint:
@@ -1278,7 +1297,16 @@ class Engine:
             )
 
         try:
-            self.store.update_latest(run_id, change)
+            if withdraw is None:
+                self.store.update_latest(run_id, change)
+                return Withdrawal([], [])
+            return self.store.update_latest_withdrawing(
+                run_id,
+                change,
+                withdraw,
+                presumed_dead=claimant_is_gone,
+                presumed_alive=claimant_is_alive,
+            )[1]
         except CheckpointCorruptError as exc:
             end = getattr(self.store, "end_unreadable", None)
             if end is None or exc.run_id != run_id:
@@ -1286,7 +1314,22 @@ class Engine:
             # the latest checkpoint cannot be read: end the run without
             # reading it (no checkpoint appended), the damage named
             why = f"{reason}; its checkpoint revision {exc.revision} is damaged"
-            end(run_id, status, why, now)
+            if withdraw is None:
+                end(run_id, status, why, now)
+                return Withdrawal([], [])
+            # the store that has end_unreadable (SQLite) has this too: both
+            # in one transaction
+            ending = getattr(self.store, "end_unreadable_withdrawing")  # noqa: B009
+            done: Withdrawal = ending(
+                run_id,
+                status,
+                why,
+                now,
+                withdraw,
+                presumed_dead=claimant_is_gone,
+                presumed_alive=claimant_is_alive,
+            )[1]
+            return done
 
     # -- upgrades ----------------------------------------------------------
 

@@ -54,7 +54,7 @@ import socket
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow.clock import Clock, SystemClock
@@ -67,16 +67,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@runtime_checkable
 class Destination(Protocol):
-    """Where intents go (an HTTP API, a mailer, a file system...)."""
+    """Where intents go (an HTTP API, a mailer, a file system...): any
+    object with ``send``. One that can also say what it made is a
+    :class:`LookupDestination`; one that cannot has an interrupted send
+    repeated with the same idempotency key (:func:`resent_unchecked`)."""
 
     def send(self, idempotency_key: str, payload: Any) -> Any:
         """Perform the effect; returns a JSON receipt. Must accept a repeated key."""
 
+
+@runtime_checkable
+class LookupDestination(Destination, Protocol):
+    """A :class:`Destination` that can be asked whether an effect was made:
+    a send of unknown outcome (its process killed mid-send, a timeout) is
+    looked up before it is sent again, and a cancel or an undo settles one
+    withdrawn mid-send with it (:func:`register_lookup`)."""
+
     def lookup(self, idempotency_key: str) -> Any | None:
         """The receipt of an effect already performed with this key, or
-        ``None``. A destination that cannot tell may leave this method out:
-        a send of unknown outcome is then repeated with the same key."""
+        ``None`` when it was not performed."""
+
+
+def lookup_of(destination: Destination) -> Callable[[str], Any] | None:
+    """``destination``'s ``lookup`` method, or ``None`` when it has none
+    (a send-only :class:`Destination`): the one test of "can it be asked"
+    the dispatcher and :func:`settle_withdrawn` both use."""
+    lookup = getattr(destination, "lookup", None)
+    return lookup if callable(lookup) else None
 
 
 class UnknownDestinationError(FlowdeskError):
@@ -154,10 +173,12 @@ def resent_unchecked(destination: str) -> str:
 
 #: destination name -> ``factory(store)``: the destination whose ``lookup``
 #: settles that destination's intents withdrawn mid-send
-_LOOKUPS: dict[str, Callable[[CheckpointStore], Destination]] = {}
+_LOOKUPS: dict[str, Callable[[CheckpointStore], LookupDestination]] = {}
 
 
-def register_lookup(destination: str, factory: Callable[[CheckpointStore], Destination]) -> None:
+def register_lookup(
+    destination: str, factory: Callable[[CheckpointStore], LookupDestination]
+) -> None:
     """Let :func:`settle_withdrawn` ask ``factory(store).lookup(key)`` whether
     an intent to ``destination`` withdrawn mid-send was made (the built-in
     tidy flow registers its file mover; a program registers its own
@@ -180,8 +201,9 @@ def settle_withdrawn(
     :func:`register_lookup` made), as a dispatcher reconciles an interrupted
     intent: a receipt means it was made, and the intent is marked
     ``delivered`` with it (``made``); ``None`` means it was not (it stays in
-    ``withdrawn``). With no destination here, or a lookup that raises, it
-    stays ``failed`` with :data:`OUTCOME_UNKNOWN` as its error (``unknown``).
+    ``withdrawn``). With no destination here that has a ``lookup`` (a
+    :class:`LookupDestination`), or a lookup that raises, it stays
+    ``failed`` with :data:`OUTCOME_UNKNOWN` as its error (``unknown``).
     ``pending`` intents were never sent: they stay in ``withdrawn``.
 
     Returns:
@@ -197,18 +219,19 @@ def settle_withdrawn(
         if intent.status != "sending":
             withdrawn.append(intent)
             continue
-        dest = (destinations or {}).get(intent.destination)
+        given = (destinations or {}).get(intent.destination)
+        lookup = None if given is None else lookup_of(given)
         factory = _LOOKUPS.get(intent.destination)
-        if dest is None and factory is not None:
-            dest = factory(store)
+        if lookup is None and factory is not None:
+            lookup = lookup_of(factory(store))
         receipt = None
-        if dest is not None:
+        if lookup is not None:
             try:
-                receipt = dest.lookup(intent.intent_id)
+                receipt = lookup(intent.intent_id)
             except Exception as exc:  # any failure leaves it unknown
                 log.warning("intent %s: lookup failed: %s", intent.intent_id, exc)
-                dest = None
-        if dest is None:
+                lookup = None
+        if lookup is None:
             store.mark_intent(
                 intent.intent_id, "failed", now(), error=OUTCOME_UNKNOWN, expect="failed"
             )
@@ -247,6 +270,22 @@ def withdraw_for_cancel(
     done = store.withdraw_intents(
         run_id, reason, presumed_dead=claimant_is_gone, presumed_alive=claimant_is_alive
     )
+    return settle_cancel(store, run_id, flow, done)
+
+
+def settle_cancel(
+    store: CheckpointStore, run_id: str, flow: CompiledFlow[Any] | None, done: Withdrawal
+) -> Withdrawal:
+    """What :func:`withdraw_for_cancel` does once ``store`` withdrew canceled
+    run ``run_id``'s intents (``done``; ``Engine.cancel`` withdraws them in
+    the transaction of the run's status change,
+    ``store.update_latest_withdrawing``): the ``sending`` ones withdrawn are
+    settled (:func:`settle_withdrawn`), then ``flow``'s ``on_cancel`` hook,
+    if it has one, records the cancel. Returns ``done`` as settled.
+
+    Raises:
+        StoreError: the store could not be written.
+    """
     done = settle_withdrawn(store, done)
     hook = None if flow is None else flow.on_cancel
     if hook is not None:
@@ -319,7 +358,7 @@ class Dispatcher:
         dest = self.destinations[intent.destination]  # claimed for one of them only
         now = self.clock.now
         expected: str = intent.status
-        lookup = getattr(dest, "lookup", None)
+        lookup = lookup_of(dest)
         if intent.interrupted and lookup is not None:
             # its send began and its end was never recorded: it may have been
             # made, so it is asked of the destination, never sent blindly

@@ -527,6 +527,27 @@ class Outbox(Protocol):  # pragma: no mutate block
         A ``sending`` intent a live dispatcher holds is returned in
         ``in_flight``, untouched (wait for it, then call again)."""
 
+    def update_latest_withdrawing(
+        self,
+        run_id: str,
+        change: Callable[[Checkpoint], Checkpoint],
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> tuple[Checkpoint, Withdrawal]:
+        """:meth:`RunLog.update_latest` and :meth:`withdraw_intents` in one
+        transaction: a run's terminal checkpoint (a cancel) and the
+        withdrawal of its undelivered intents commit together or not at
+        all, so a process killed between them never leaves an ended run's
+        side effects queued for a dispatcher to make. Returns the appended
+        checkpoint and what was withdrawn.
+
+        Raises:
+            the errors of :meth:`RunLog.update_latest` (nothing is
+            withdrawn then), and whatever ``change`` raises (likewise)."""
+
     def open_intents(self, run_id: str) -> list[Intent]:
         """Run ``run_id``'s intents not delivered yet (``pending`` or
         ``sending``), oldest first; ``[]`` for a run of another scope."""

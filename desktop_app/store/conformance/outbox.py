@@ -17,6 +17,7 @@ from desktop_app.store.conformance.helpers import (
 )
 from desktop_app.store.conformance.suite import Harness, check
 from desktop_app.store.protocol import (
+    Checkpoint,
     CheckpointStore,
     Intent,
     Wait,
@@ -261,3 +262,37 @@ def a_live_or_renewed_claim_holds_and_a_released_send_stays_interrupted(h: Harne
         "a released send is claimed interrupted, its reason kept",
     )
     _eq(s.sending_intents().get(rid), 1, "still sending: outcome unknown")
+
+
+@check("Outbox.update_latest_withdrawing")
+def ending_a_run_and_withdrawing_its_intents_commit_together(h: Harness) -> None:
+    """A run's terminal checkpoint and the withdrawal of its undelivered
+    intents (a cancel) commit together: after it, no dispatcher (another
+    connection too) claims them; a ``change`` that raises changes neither."""
+    s, clock, db = _clocked(h)
+
+    def at() -> float | None:
+        return None if db is None else clock.now()
+
+    rid, keys = _with_intents(s, 3)
+    s.mark_intent(keys[0], "delivered", clock.now(), receipt=1)
+
+    def refuse(cp: Checkpoint) -> Checkpoint:
+        raise RevisionConflictError("no")
+
+    with _raises(RevisionConflictError, "what change raises goes on"):
+        s.update_latest_withdrawing(rid, refuse, "gone", now=at())
+    _eq(s.undelivered_intents().get(rid), 2, "nothing withdrawn when the change fails")
+    _eq(s.get_run(rid).status, "running", "nor the run changed")
+
+    def cancel(cp: Checkpoint) -> Checkpoint:
+        return cp.evolve(revision=cp.revision + 1, status="canceled")
+
+    cp, done = s.update_latest_withdrawing(rid, cancel, "gone", now=at())
+    _eq((cp.revision, cp.status), (2, "canceled"), "the appended checkpoint")
+    _eq(s.get_run(rid).status, "canceled", "the run ended")
+    _eq(sorted(i.intent_id for i in done.withdrawn), keys[1:], "its pending intents withdrawn")
+    _eq(done.in_flight, [], "none in flight")
+    _eq(h.store().claim_intents("d", 60.0, 10, now=at()), [], "no dispatcher claims them")
+    failed = {i.intent_id: i.last_error for i in s.intents(["failed"], limit=1000)}
+    _eq([failed.get(k) for k in keys[1:]], ["gone", "gone"], "withdrawn with the reason")

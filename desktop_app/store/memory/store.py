@@ -61,7 +61,8 @@ class _Space:
         #: intent_id -> (claimed_by, claim_expires_at)
         self.claims: dict[str, tuple[str, float]] = {}
         #: one lock per "file": store objects sharing a space exclude each other
-        self.lock = threading.Lock()
+        #: (reentrant: ``update_latest_withdrawing`` holds it across two writes)
+        self.lock = threading.RLock()
         self.update_lock = threading.Lock()
 
 
@@ -233,6 +234,27 @@ class InMemoryCheckpointStore:
                     continue  # a driver appended in between: read again
                 return cp
             raise RevisionConflictError(f"run {run_id} kept changing; try again")
+
+    def update_latest_withdrawing(
+        self,
+        run_id: str,
+        change: Callable[[Checkpoint], Checkpoint],
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> tuple[Checkpoint, Withdrawal]:
+        """See :meth:`desktop_app.store.protocol.Outbox.update_latest_withdrawing`
+        (both under the store's locks: no other writer appends in between, and
+        no reader sees one without the other)."""
+        with self._update_lock, self._lock:  # in update_latest's order
+            cp = change(self.latest(run_id))
+            self.append(cp)
+            done = self.withdraw_intents(
+                run_id, reason, presumed_dead=presumed_dead, presumed_alive=presumed_alive, now=now
+            )
+        return cp, done
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._lock:

@@ -1072,24 +1072,51 @@ class PostgresCheckpointStore:
         )
 
     def update_latest(self, run_id: str, change: Callable[[Checkpoint], Checkpoint]) -> Checkpoint:
-        def body(conn: Conn) -> Checkpoint:
-            # FOR UPDATE: no other writer can append between the read and ours.
-            row = conn.execute(
-                "SELECT revision FROM runs WHERE run_id=%s AND scope=%s FOR UPDATE",
-                (run_id, self.scope),
-            ).fetchone()
-            if row is None:
-                raise self._no_run(run_id)
-            latest = self._load(conn, run_id, int(row[0]))
-            cp = change(latest)
-            self._append(conn, cp, latest, (), None, (), ())
-            return cp
-
         self._forget(run_id)
-        cp = self._tx(body)
+        cp = self._tx(lambda conn: self._update_latest_in(conn, run_id, change))
         self._remember(cp)
         self._changed(run_id, wake=True)
         return cp
+
+    def _update_latest_in(
+        self, conn: Conn, run_id: str, change: Callable[[Checkpoint], Checkpoint]
+    ) -> Checkpoint:
+        """The body of :meth:`update_latest`, in transaction ``conn``."""
+        # FOR UPDATE: no other writer can append between the read and ours.
+        row = conn.execute(
+            "SELECT revision FROM runs WHERE run_id=%s AND scope=%s FOR UPDATE",
+            (run_id, self.scope),
+        ).fetchone()
+        if row is None:
+            raise self._no_run(run_id)
+        latest = self._load(conn, run_id, int(row[0]))
+        cp = change(latest)
+        self._append(conn, cp, latest, (), None, (), ())
+        return cp
+
+    def update_latest_withdrawing(
+        self,
+        run_id: str,
+        change: Callable[[Checkpoint], Checkpoint],
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> tuple[Checkpoint, Withdrawal]:
+        """See :meth:`desktop_app.store.protocol.Outbox.update_latest_withdrawing`
+        (one transaction: the run row, then its open intents, ``FOR UPDATE``)."""
+
+        def body(conn: Conn) -> tuple[Checkpoint, Withdrawal]:
+            cp = self._update_latest_in(conn, run_id, change)
+            done = self._withdraw_in(conn, run_id, reason, presumed_dead, presumed_alive, now)
+            return cp, done
+
+        self._forget(run_id)
+        cp, done = self._tx(body)
+        self._remember(cp)
+        self._changed(run_id, wake=True)
+        return cp, done
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         cond, cargs = _lease_cond(lease)
@@ -1746,25 +1773,35 @@ class PostgresCheckpointStore:
         run's open intents are read ``FOR UPDATE``: a dispatcher claiming one
         at that instant is waited for; times from the database clock unless
         ``now`` is given)."""
+        return self._tx(
+            lambda conn: self._withdraw_in(conn, run_id, reason, presumed_dead, presumed_alive, now)
+        )
 
-        def body(conn: Conn) -> Withdrawal:
-            at = now
-            if at is None:
-                row = conn.execute("SELECT extract(epoch from flowdesk_now())::float8").fetchone()
-                at = 0.0 if row is None else float(row[0])
-            done = Withdrawal([], [])
-            rows = conn.execute(
-                SQL.open_intents_of_run + " FOR UPDATE OF o", (run_id, self.scope)
-            ).fetchall()
-            for r in rows:
-                if withdrawable(r[5], r[9], r[10], at, presumed_dead, presumed_alive):
-                    conn.execute(SQL.withdraw_intent, (no_nul(reason), r[0], r[5]))
-                    done.withdrawn.append(intent_from_row(r))
-                else:
-                    done.in_flight.append(intent_from_row(r))
-            return done
-
-        return self._tx(body)
+    def _withdraw_in(
+        self,
+        conn: Conn,
+        run_id: str,
+        reason: str,
+        presumed_dead: Callable[[str], bool] | None,
+        presumed_alive: Callable[[str], bool] | None,
+        now: float | None,
+    ) -> Withdrawal:
+        """The body of :meth:`withdraw_intents`, in transaction ``conn``."""
+        at = now
+        if at is None:
+            row = conn.execute("SELECT extract(epoch from flowdesk_now())::float8").fetchone()
+            at = 0.0 if row is None else float(row[0])
+        done = Withdrawal([], [])
+        rows = conn.execute(
+            SQL.open_intents_of_run + " FOR UPDATE OF o", (run_id, self.scope)
+        ).fetchall()
+        for r in rows:
+            if withdrawable(r[5], r[9], r[10], at, presumed_dead, presumed_alive):
+                conn.execute(SQL.withdraw_intent, (no_nul(reason), r[0], r[5]))
+                done.withdrawn.append(intent_from_row(r))
+            else:
+                done.in_flight.append(intent_from_row(r))
+        return done
 
     def open_intents(self, run_id: str) -> list[Intent]:
         rows = self._read(

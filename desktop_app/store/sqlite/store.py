@@ -773,6 +773,33 @@ class SqliteCheckpointStore:
             self.append(cp)
         return cp
 
+    def update_latest_withdrawing(
+        self,
+        run_id: str,
+        change: Callable[[Checkpoint], Checkpoint],
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
+        now: float | None = None,
+    ) -> tuple[Checkpoint, Withdrawal]:
+        """See :meth:`desktop_app.store.protocol.Outbox.update_latest_withdrawing`
+        (one ``BEGIN IMMEDIATE`` transaction; each part a savepoint of it)."""
+        try:
+            with self._write():
+                cp = self.update_latest(run_id, change)
+                done = self.withdraw_intents(
+                    run_id,
+                    reason,
+                    presumed_dead=presumed_dead,
+                    presumed_alive=presumed_alive,
+                    now=now,
+                )
+        except BaseException:
+            self._last.pop(run_id, None)  # cached as appended, but nothing committed
+            raise
+        return cp, done
+
     def end_unreadable(self, run_id: str, status: RunStatus, error: str, now: float) -> RunRecord:
         """End a live run whose latest checkpoint cannot be read back (a
         :class:`CheckpointCorruptError`) without reading it: its ``runs`` row
@@ -811,6 +838,32 @@ class SqliteCheckpointStore:
         if not changed:
             raise RunStateError(f"run {run_id} is already {run.status}; nothing to do")
         return run
+
+    def end_unreadable_withdrawing(
+        self,
+        run_id: str,
+        status: RunStatus,
+        error: str,
+        now: float,
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
+    ) -> tuple[RunRecord, Withdrawal]:
+        """:meth:`end_unreadable` and :meth:`withdraw_intents` (with
+        ``reason``) in one transaction, as ``update_latest_withdrawing`` for a
+        run whose latest checkpoint cannot be read: a cancel killed part-way
+        never leaves its intents queued.
+
+        Raises:
+            the errors of :meth:`end_unreadable` (nothing is withdrawn then).
+        """
+        with self._write():
+            run = self.end_unreadable(run_id, status, error, now)
+            done = self.withdraw_intents(
+                run_id, reason, presumed_dead=presumed_dead, presumed_alive=presumed_alive
+            )
+        return run, done
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         with self._write():
