@@ -179,3 +179,28 @@ def test_an_undo_that_finds_another_one_under_way_names_the_command_to_finish(tm
     assert again.returncode == 0, again.stdout + again.stderr
     assert _summary(again.stdout, run_id) == {"moved back": 20, "already back": 10, "withdrawn": 0}
     assert top_files(folder) == files and tidied(folder) == []
+
+
+def test_an_old_place_taken_by_another_file_is_named_and_the_printed_command_finishes(
+    tmp_path,
+):
+    """A file saved at a moved file's old place since the tidy: the undo
+    leaves that one, says so, and prints the command that finishes; run as
+    printed once the other file is moved away, it moves that file back."""
+    db, folder = tmp_path / "t.db", tmp_path / "dl"
+    files = fill(folder, 12)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = flowdesk(db, "run", "tidy", "--folder", str(folder)).stdout.splitlines()[0]
+    assert flowdesk(db, "answer", run_id, "yes").returncode == 0
+    (folder / "f3.txt").write_text("saved since\n")
+    undo = flowdesk(db, "undo", run_id)
+    assert undo.returncode == 1, undo.stdout + undo.stderr
+    (left,) = [x for x in undo.stdout.splitlines() if x.startswith("  left ")]
+    assert left.startswith(f"  left f3.txt: {folder / 'f3.txt'} is taken; left at "), left
+    assert "move the file at" in left and "away and run the undo again" in left, left
+    (command,) = re.findall(r"^then `([^`]+)` moves back what is left$", undo.stdout, re.M)
+    (folder / "f3.txt").rename(tmp_path / "saved-since.txt")
+    again = as_printed(command, env=dict(os.environ))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert _summary(again.stdout, run_id) == {"moved back": 1, "already back": 11, "withdrawn": 0}
+    assert top_files(folder) == files and tidied(folder) == []
