@@ -25,6 +25,13 @@ compare-and-set and never sends it), then moves back the files that did
 move. A move a live dispatcher is making at that instant is waited for (up
 to ``wait_s``); one still in flight then is left alone and reported as
 outcome unknown, never moved back blindly nor sent after the undo unseen.
+
+One undo of a run moves files at a time, as one dispatcher makes each
+queued move: its ``tidy_undos`` row is its claim (:func:`claim_undo_of`,
+judged by :func:`~desktop_app.flow.owners.holding`). A second undo started
+meanwhile waits for the first to end, then finds back the files it moved
+back (never says their old place is "taken" by themselves); an undo whose
+process stopped is taken over, every file looked up where it is.
 """
 
 from __future__ import annotations
@@ -354,9 +361,14 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     interrupted and how many files are back. Moves that were never made (the file vanished
     before its move, or its destination was taken) are reported in
     ``never_moved``, not as files left; moves withdrawn by an undo or a
-    cancel in ``withdrawn``. Running it again changes nothing.
+    cancel in ``withdrawn``. Running it again changes nothing. It claims
+    the run's undo first (:func:`claim_undo_of`): another undo under way is
+    waited for (up to ``wait_s`` seconds; ``waited_for``), a stopped one
+    taken over (``took_over``).
 
     Raises:
+        UndoUnderWay: another undo of the run was still under way after
+            ``wait_s`` seconds (nothing was moved back by this one).
         CheckpointNotFoundError: no such run.
         InputError: not a tidy run, no undo list yet, or the list is unreadable.
         NothingToUndo: it ended having moved nothing.
