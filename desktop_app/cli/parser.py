@@ -403,6 +403,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     undo = sub.add_parser("undo", help="move a tidy run's files back where they were")
     _run_id(undo)
+    undo.add_argument(
+        "--wait",
+        type=seconds,
+        default=30.0,
+        help="seconds to wait for a move being made, or another undo of the run, to end "
+        "(default 30)",
+    )
     _output(undo)
 
     _output(sub.add_parser("waiting", help="runs waiting, and what each waits for"))

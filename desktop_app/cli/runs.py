@@ -4,6 +4,7 @@ a unique prefix (:func:`desktop_app.store.runids.resolve_run_id`)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -1346,12 +1347,21 @@ def cmd_undo(ctx: Ctx) -> int:
     moves and moves never made (the file vanished before it, or its target
     existed) are reported, not failures; exit 0 with "nothing to undo" when
     the run moved nothing)."""
-    from desktop_app.flows.tidy_undo import NothingToUndo, undo_summary, undo_tidy_run
+    from desktop_app.flows.tidy_undo import (
+        NothingToUndo,
+        UndoUnderWay,
+        undo_summary,
+        undo_tidy_run,
+    )
 
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
+    again = ctx.hints.cmd(f"undo {ref.run_id}")
     try:
-        report = undo_tidy_run(sv.checkpoints, ref.run_id)
+        report = undo_tidy_run(sv.checkpoints, ref.run_id, wait_s=ctx.args.wait)
+    except UndoUnderWay as exc:  # the other undo moves the files: the command for after it
+        print(f"flowdesk: {exc} (`{again}`)", file=sys.stderr)
+        return EXIT_FAILED
     except NothingToUndo as exc:  # not bad input: the folder is as it was already
         if ctx.args.output != "text":
             emit_one(ctx.args.output, {"run_id": ref.run_id, "moved_back": 0, "nothing": str(exc)})
@@ -1371,10 +1381,22 @@ def cmd_undo(ctx: Ctx) -> int:
                 "left": report.left,
                 "folders_removed": report.folders_removed,
                 "folders_kept": report.folders_kept,
+                "waited_for": report.waited_for,
+                "took_over": report.took_over,
             },
         )
     else:
         print(f"tidy run {ref.run_id}: {undo_summary(report)}")
+        if report.took_over is not None:
+            print(
+                f"  took over from an undo whose process stopped ({report.took_over}): "
+                "every file was looked up where it is"
+            )
+        if report.waited_for is not None:
+            print(
+                f"  another undo of this run ({report.waited_for}) was under way: waited "
+                "for it to end; the files it moved back are counted already back"
+            )
         for line in report.never_moved:
             print(f"  {line}")
         for line in [*report.in_flight, *report.left]:
@@ -1383,4 +1405,6 @@ def cmd_undo(ctx: Ctx) -> int:
             print(f"  removed empty folder {folder}")
         for folder in report.folders_kept:
             print(f"  kept folder {folder} (it holds other files)")
+        if report.left or report.in_flight:
+            print(f"then `{again}` moves back what is left")
     return EXIT_FAILED if report.left or report.in_flight else EXIT_OK

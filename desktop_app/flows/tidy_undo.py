@@ -25,6 +25,13 @@ compare-and-set and never sends it), then moves back the files that did
 move. A move a live dispatcher is making at that instant is waited for (up
 to ``wait_s``); one still in flight then is left alone and reported as
 outcome unknown, never moved back blindly nor sent after the undo unseen.
+
+One undo of a run moves files at a time, as one dispatcher makes each
+queued move: its ``tidy_undos`` row is its claim (:func:`claim_undo_of`,
+judged by :func:`~desktop_app.flow.owners.holding`). A second undo started
+meanwhile waits for the first to end, then finds back the files it moved
+back (never says their old place is "taken" by themselves); an undo whose
+process stopped is taken over, every file looked up where it is.
 """
 
 from __future__ import annotations
@@ -35,13 +42,14 @@ import json
 import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from desktop_app.errors import InputError
-from desktop_app.flow.owners import new_owner
+from desktop_app.errors import FlowdeskError, InputError
+from desktop_app.flow.owners import holding, new_owner
 from desktop_app.flows.confined import (
+    DESTINATION_EXISTS,
     Refused,
     fsync_dir,
     kind_at,
@@ -52,7 +60,8 @@ from desktop_app.flows.confined import (
 from desktop_app.flows.tidy import CANCELED, DESTINATION, planned_layout
 from desktop_app.store.domain.tidy import (
     TidyMove,
-    begin_undo,
+    UndoHolder,
+    claim_undo,
     end_undo,
     moves_of_run,
     record_moved_back,
@@ -66,6 +75,11 @@ WITHDRAWN = "withdrawn: the tidy run was undone before this move was made"
 BACK_BATCH = 25
 #: seconds at most between two such records, however few files went back
 BACK_EVERY_S = 0.5
+#: seconds after its latest sign (its start, or its latest batch of files
+#: recorded back) that the undo of an owner on another host is presumed
+#: stopped, its claim taken over (an owner on this host is judged by its
+#: process, whatever the time: :func:`~desktop_app.flow.owners.holding`)
+UNDO_CLAIM_TTL_S = 300.0
 
 if TYPE_CHECKING:
     from desktop_app.store.protocol import CheckpointStore
@@ -100,6 +114,30 @@ class UndoReport:
     #: destinations (``from`` paths) of the files now back at their old
     #: place (moved back now, or found back)
     back: list[str] = field(default_factory=list)
+    #: owner id of another undo of the run that was under way: this one
+    #: waited for it to end (the files it moved back count ``already_back``)
+    waited_for: str | None = None
+    #: owner id of an earlier undo whose process stopped mid-way: its claim
+    #: was taken over and every file looked up where it is
+    took_over: str | None = None
+
+
+class UndoUnderWay(FlowdeskError):
+    """Another live process is undoing the tidy run and did not end within
+    the wait: this undo moved nothing (run it again once that one ended).
+
+    Attributes:
+        run_id: the tidy run.
+        owner: owner id (``host:pid:nonce``) of the process undoing it.
+    """
+
+    def __init__(self, run_id: str, owner: str, waited_s: float) -> None:
+        self.run_id, self.owner = run_id, owner
+        super().__init__(
+            f"tidy run {run_id} is being undone by {owner} (still under way after "
+            f"{waited_s:g} s of waiting); this undo moved nothing. Run the undo again once "
+            "that one has ended: it then finds the files that one moved back"
+        )
 
 
 def read_undo_list(undo_list: Path) -> list[tuple[str, str]]:
@@ -239,7 +277,10 @@ def undo_pairs(
         except Refused as exc:
             left.append(f"{name}: {exc}")
         except OSError as exc:
-            left.append(f"{name}: {exc.strerror or exc}")
+            left.append(
+                f"{name}: cannot move {moved_to} back to {came_from}: {exc.strerror or exc}; "
+                f"it stays at {moved_to} (once that is fixed, run the undo again)"
+            )
         # its folders are looked at either way (removed when empty, else reported
         # kept), but only when the pair is tidy's own layout in this folder
         with contextlib.suppress(Refused):
@@ -320,9 +361,14 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     interrupted and how many files are back. Moves that were never made (the file vanished
     before its move, or its destination was taken) are reported in
     ``never_moved``, not as files left; moves withdrawn by an undo or a
-    cancel in ``withdrawn``. Running it again changes nothing.
+    cancel in ``withdrawn``. Running it again changes nothing. It claims
+    the run's undo first (:func:`claim_undo_of`): another undo under way is
+    waited for (up to ``wait_s`` seconds; ``waited_for``), a stopped one
+    taken over (``took_over``).
 
     Raises:
+        UndoUnderWay: another undo of the run was still under way after
+            ``wait_s`` seconds (nothing was moved back by this one).
         CheckpointNotFoundError: no such run.
         InputError: not a tidy run, no undo list yet, or the list is unreadable.
         NothingToUndo: it ended having moved nothing.
@@ -330,6 +376,10 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     undo_list = undo_list_of(store, run_id)
     pairs = None if undo_list is None else read_undo_list(undo_list)
     withdrawn, in_flight = withdraw_moves(store, run_id, wait_s=wait_s)
+    owner = new_owner()
+    # one live undo of the run at a time, as one live dispatcher per move: a
+    # second one waits for it, then finds back the files it moved back
+    waited_for, took_over = claim_undo_of(store, run_id, owner, wait_s=wait_s)
     rows = store.query(moves_of_run(run_id))
     taken_back = (WITHDRAWN, CANCELED)
     never_moved = {
@@ -345,8 +395,6 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
         pairs = [(m.dst, m.src) for m in rows if m.dst is not None and _made_or_maybe(m)]
     else:
         folder = undo_list.parent
-    owner = new_owner()
-    store.write(begin_undo(run_id, owner, store.now()))
 
     def record(destinations: list[str]) -> None:
         store.write(record_moved_back(run_id, destinations, store.now()))
@@ -365,7 +413,48 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
             store.write(end_undo(run_id, owner, None))
         raise
     store.write(end_undo(run_id, owner, store.now()))
-    return report
+    return replace(report, waited_for=waited_for, took_over=took_over)
+
+
+def claim_undo_of(
+    store: CheckpointStore, run_id: str, owner: str, *, wait_s: float = 30.0, poll_s: float = 0.05
+) -> tuple[str | None, str | None]:
+    """Claim the undo of tidy run ``run_id`` for ``owner`` (``tidy_undos``,
+    :func:`~desktop_app.store.domain.tidy.claim_undo`), by the rule of outbox
+    claims and run leases (:func:`~desktop_app.flow.owners.holding`): an undo
+    whose process runs on this host keeps its claim, however long it takes;
+    one whose process is gone is taken over at once; one on another host
+    after :data:`UNDO_CLAIM_TTL_S` seconds without a sign. While another
+    undo holds it, polls every ``poll_s`` seconds up to ``wait_s``.
+
+    Returns:
+        ``(waited_for, took_over)``: owner ids of the live undo waited for,
+        and of the stopped undo whose claim was taken over (each ``None``
+        when there was none).
+
+    Raises:
+        UndoUnderWay: another undo still held it after ``wait_s`` seconds.
+        StoreError: the store could not be written.
+    """
+    deadline = time.monotonic() + wait_s
+    waited_for: str | None = None
+    while True:
+        now = store.now()
+        taken: list[str] = []
+
+        def may_take(holder: UndoHolder, now: float = now, taken: list[str] = taken) -> bool:
+            if holding(holder.owner, holder.last_seen + UNDO_CLAIM_TTL_S, now) == "held":
+                return False
+            taken.append(holder.owner)
+            return True
+
+        holder = store.write(claim_undo(run_id, owner, now, may_take))
+        if holder is None:
+            return waited_for, (taken[-1] if taken else None)
+        waited_for = holder.owner
+        if time.monotonic() >= deadline:
+            raise UndoUnderWay(run_id, holder.owner, wait_s)
+        time.sleep(poll_s)
 
 
 def _made_or_maybe(m: TidyMove) -> bool:
@@ -376,12 +465,17 @@ def _made_or_maybe(m: TidyMove) -> bool:
 def _move_back(folder: Path, moved_to: Path, came_from: Path) -> str:
     """Rename ``moved_to`` back to ``came_from``: ``"moved"``; ``"already"``
     when it is gone from there and a regular file is at ``came_from`` (moved
-    back before); ``"gone"`` when it is in neither place.
+    back before); ``"gone"`` when it is in neither place. What it says of a
+    file is what the file system showed last: a file that leaves
+    ``moved_to`` between a look and the rename (moved by hand meanwhile) is
+    looked up again, never reported as blocked by itself.
 
     Raises:
         Refused: the pair is not inside ``folder``'s tidy layout, the file is
-            no longer a regular file, or its old place is taken.
-        OSError: the rename failed for another reason.
+            no longer a regular file, or its old place is taken (by another file:
+            the file is still at ``moved_to`` after the old place was seen taken).
+        OSError: the rename failed for another reason (its ``filename``: the
+            file left where it is).
     """
     top_folder, kind_dir, month, name = planned_layout(came_from, moved_to)
     if top_folder != folder:
@@ -389,31 +483,49 @@ def _move_back(folder: Path, moved_to: Path, came_from: Path) -> str:
     top = open_dir(folder)
     fds = [top]
     try:
-        back = "already" if kind_at(top, came_from.name) == "a regular file" else "gone"
         try:
             fds.append(open_subdir(top, kind_dir))
             fds.append(open_subdir(fds[-1], month))
         except FileNotFoundError:
-            return back
+            return _found_back(top, came_from.name)
         kind = kind_at(fds[-1], name)
         if kind is None:
-            return back
+            return _found_back(top, came_from.name)
         if kind != "a regular file":
             raise Refused(f"{moved_to} is now {kind}; left where it is")
         if kind_at(top, came_from.name) is not None:
+            if kind_at(fds[-1], name) is None:  # it left meanwhile: where is it now?
+                return _found_back(top, came_from.name)
             raise Refused(
                 f"{came_from} is taken; left at {moved_to} (move the file at {came_from} "
                 "away and run the undo again)"
             )
         # the check above only words the common case; the rename itself refuses
         # a file that appears at the old place after it
-        rename_noreplace(fds[-1], name, top, came_from.name)
+        try:
+            rename_noreplace(fds[-1], name, top, came_from.name)
+        except (Refused, FileNotFoundError) as exc:
+            if kind_at(fds[-1], name) is None:  # it left meanwhile: where is it now?
+                return _found_back(top, came_from.name)
+            if isinstance(exc, FileNotFoundError):
+                raise OSError(exc.errno, exc.strerror, str(moved_to)) from exc
+            if str(exc) == DESTINATION_EXISTS:
+                raise Refused(
+                    f"{came_from} is taken; left at {moved_to} (move the file at "
+                    f"{came_from} away and run the undo again)"
+                ) from exc
+            raise
         fsync_dir(top)
         fsync_dir(fds[-1])
         return "moved"
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _found_back(top: int, name: str) -> str:
+    """``"already"`` when a regular file is at ``name`` in the folder ``top``, else ``"gone"``."""
+    return "already" if kind_at(top, name) == "a regular file" else "gone"
 
 
 def _remove_empty(
@@ -468,7 +580,10 @@ def _rmdir_if_empty(dir_fd: int, name: str, shown: Path, left: list[str]) -> str
             return "kept"
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return "gone"
-        left.append(f"{shown}: the emptied folder was not removed: {exc.strerror or exc}")
+        left.append(
+            f"{shown}: the emptied folder was not removed: {exc.strerror or exc} "
+            "(it holds none of the files; remove it by hand if you want it gone)"
+        )
         return "failed"
     return "removed"
 

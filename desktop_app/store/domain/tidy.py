@@ -286,22 +286,6 @@ def _epoch(tx: SqlTx, column: str) -> str:
     return f"extract(epoch from {column})::float8" if tx.dialect == "postgres" else column
 
 
-def begin_undo(run_id: str, owner: str, at: float) -> Callable[[SqlTx], None]:
-    """Standalone write for ``store.write``: an undo of run ``run_id`` by
-    process ``owner`` (an owner id) begins moving files back at ``at`` (UTC
-    epoch seconds); it replaces the record of an earlier undo of the run."""
-
-    def write(tx: SqlTx) -> None:
-        tx.execute(
-            f"INSERT INTO tidy_undos(run_id, undo_owner, started_at, finished_at) "
-            f"VALUES (?, ?, {_at(tx)}, NULL) ON CONFLICT(run_id) DO UPDATE SET "
-            "undo_owner=excluded.undo_owner, started_at=excluded.started_at, finished_at=NULL",
-            (run_id, owner, at),
-        )
-
-    return write
-
-
 def end_undo(run_id: str, owner: str, at: float | None) -> Callable[[SqlTx], None]:
     """Standalone write for ``store.write``: the undo of run ``run_id`` by
     ``owner`` ended: finished at ``at`` (UTC epoch seconds), or, with ``at``
@@ -335,3 +319,73 @@ def undo_of(run_id: str) -> Callable[[SqlTx], TidyUndo | None]:
         return None if row is None else TidyUndo(row[0], float(row[1]), row[2])
 
     return query
+
+
+@dataclass(frozen=True)
+class UndoHolder:
+    """The undo of a tidy run that holds it (its ``tidy_undos`` row, unfinished).
+
+    Attributes:
+        owner: owner id (``host:pid:nonce``) of the process undoing it.
+        started_at: when it began (UTC epoch seconds).
+        last_seen: the latest sign of it (UTC epoch seconds): when it began,
+            or the latest batch of files it recorded back.
+    """
+
+    owner: str
+    started_at: float
+    last_seen: float
+
+
+def claim_undo(
+    run_id: str, owner: str, at: float, may_take: Callable[[UndoHolder], bool]
+) -> Callable[[SqlTx], UndoHolder | None]:
+    """Standalone write for ``store.write``: process ``owner`` claims the undo
+    of run ``run_id`` at ``at`` (UTC epoch seconds), as a dispatcher claims
+    an outbox intent: when no undo of the run is under way (none yet, the
+    last one finished or stopped on an error), or the one under way is one
+    ``may_take`` says may be taken over (its process is gone). The claim is
+    a compare-and-set on the holder seen, so of two undos claiming at once
+    one gets it.
+
+    Returns:
+        ``None``: ``owner`` holds the undo now (its record replaces the
+        earlier one); else the :class:`UndoHolder` that keeps it.
+    """
+
+    def write(tx: SqlTx) -> UndoHolder | None:
+        while True:
+            row = tx.fetchone(
+                f"SELECT undo_owner, {_epoch(tx, 'started_at')}, {_epoch(tx, 'finished_at')} "
+                "FROM tidy_undos WHERE run_id=?",
+                (run_id,),
+            )
+            if row is None:
+                done = tx.execute(
+                    f"INSERT INTO tidy_undos(run_id, undo_owner, started_at, finished_at) "
+                    f"VALUES (?, ?, {_at(tx)}, NULL) ON CONFLICT(run_id) DO NOTHING",
+                    (run_id, owner, at),
+                )
+                if done.rowcount == 1:
+                    return None
+                continue  # another undo inserted it first: judge that one
+            held_by, started, finished = row
+            if held_by is not None and finished is None:
+                last = tx.fetchone(
+                    f"SELECT max({_epoch(tx, 'moved_back_at')}) FROM tidy_moves WHERE run_id=?",
+                    (run_id,),
+                )
+                seen = max(float(started), float(last[0]) if last and last[0] else 0.0)
+                holder = UndoHolder(str(held_by), float(started), seen)
+                if not may_take(holder):
+                    return holder
+            same = "undo_owner=?" if held_by is not None else "undo_owner IS NULL"
+            done = tx.execute(
+                f"UPDATE tidy_undos SET undo_owner=?, started_at={_at(tx)}, finished_at=NULL "
+                f"WHERE run_id=? AND {same}",
+                (owner, at, run_id, *(() if held_by is None else (held_by,))),
+            )
+            if done.rowcount == 1:
+                return None
+
+    return write
