@@ -125,10 +125,16 @@ def test_cancel_of_a_completed_tidy_killed_mid_delivery_withdraws_the_rest(tmp_p
         text=True,
         cwd=REPO,
     )
+    assert agent.stderr is not None
+    first = ""
+    while "serving" not in first:  # said once its SIGTERM handler is in place
+        line = agent.stderr.readline()
+        assert line, first
+        first += line
     time.sleep(3)  # a dozen polls: it would have delivered them by now
     agent.send_signal(signal.SIGTERM)
     _out, err = agent.communicate(timeout=60)
-    assert agent.returncode == 0, err
+    assert agent.returncode == 0, first + err
     assert len(tidied(folder)) == 800 - withdrawn
     assert set(statuses(db, run_id).values()) == {"delivered", "failed"}
 
