@@ -63,6 +63,20 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
     )
 
 
+def serving(agent: subprocess.Popen[str]) -> str:
+    """Read ``flowdesk agent``'s stderr (piped, as :func:`spawn` does) up to
+    its ``serving`` line, which it prints once its SIGTERM/SIGINT handler is
+    in place: a signal sent before that meets the default action (exit -15),
+    not the stop under test. Returns what it printed so far."""
+    assert agent.stderr is not None
+    said = ""
+    while "flowdesk agent: serving" not in said:
+        line = agent.stderr.readline()
+        assert line, f"the agent exited before serving: {said}"
+        said += line
+    return said
+
+
 def read_terminal(master: int) -> bytes:
     """Everything a process writes to the pseudo-terminal whose master side
     is ``master`` until it closes its side (EOF, or EIO on Linux)."""

@@ -26,7 +26,7 @@ import pytest
 
 from desktop_app.flow import Engine
 from desktop_app.store.sqlite.store import open_store
-from tests.cli_support import REPO, as_printed, flowdesk
+from tests.cli_support import REPO, as_printed, flowdesk, serving
 from tests.line_racer import LineRacer
 from tests.ownership_racer import open_db
 from tests.posts_racer import posts_flow, posts_made
@@ -125,12 +125,7 @@ def test_cancel_of_a_completed_tidy_killed_mid_delivery_withdraws_the_rest(tmp_p
         text=True,
         cwd=REPO,
     )
-    assert agent.stderr is not None
-    first = ""
-    while "serving" not in first:  # said once its SIGTERM handler is in place
-        line = agent.stderr.readline()
-        assert line, first
-        first += line
+    first = serving(agent)
     time.sleep(3)  # a dozen polls: it would have delivered them by now
     agent.send_signal(signal.SIGTERM)
     _out, err = agent.communicate(timeout=60)
@@ -212,9 +207,11 @@ def test_cancel_of_a_completed_runs_http_posts_after_a_kill(tmp_path, server):
         text=True,
         cwd=REPO,
     )
-    time.sleep(2)
+    said = serving(agent)
+    time.sleep(2)  # some passes of its dispatcher (not a timing assertion)
     agent.send_signal(signal.SIGTERM)
-    agent.communicate(timeout=60)
+    _out, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, said + err
     assert [posts_made(server, k) for k in keys].count(1) == 2
     assert sum(posts_made(server, k) for k in keys) == 2
 

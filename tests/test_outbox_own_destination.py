@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from tests.cli_support import flowdesk, spawn
+from tests.cli_support import flowdesk, serving, spawn
 
 FLOW = """
 from pathlib import Path
@@ -83,13 +83,7 @@ def test_flowdesk_commands_leave_a_users_own_destination_to_the_users_program(
     # the CLI's and the agent's dispatchers pass over the user's destination
     assert flowdesk(db, "resume", "--all", env=env).returncode == 0
     agent = spawn("--db", str(db), "agent", "--poll", "0.1", env=env)
-    # its SIGTERM handler is in place once it says it serves (a start-up
-    # slowed by load must not meet the signal's default action)
-    started = []
-    while not any("flowdesk agent: serving" in line for line in started):
-        line = agent.stderr.readline()
-        assert line, f"the agent exited before serving: {''.join(started)}"
-        started.append(line)
+    serving(agent)  # a start-up slowed by load must not meet SIGTERM's default action
     time.sleep(1.5)  # some passes of its dispatcher (not a timing assertion)
     agent.send_signal(signal.SIGTERM)
     agent.communicate(timeout=60)
