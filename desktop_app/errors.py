@@ -169,6 +169,24 @@ class DatabaseOpenError(StoreError):
     not a SQLite file)."""
 
 
+class DatabaseReadOnlyError(DatabaseOpenError):
+    """The database is on a read-only file system (``EROFS``: a read-only
+    mount, a read-only bind mount, a CD or a locked card): SQLite writes
+    beside the file even to read it (its ``-wal`` and ``-shm`` files), so it
+    could not be opened, or nothing could be written. The message says to
+    copy the file to a writable folder (Flowdesk has no read-only mode)."""
+
+    def __init__(self, path: str, said: str) -> None:
+        self.path = path
+        super().__init__(
+            f"the database {path} is on a read-only file system (EROFS; SQLite said "
+            f"{said!r}); nothing was written. Flowdesk writes beside the file even to read "
+            "it (its -wal and -shm files) and has no read-only mode: copy the file (with "
+            "its -wal file, if there is one) into a writable folder and pass --db with the "
+            "copy, or remount the file system read-write."
+        )
+
+
 class DatabaseMissingError(DatabaseOpenError):
     """No database file at ``path`` (and the store was not asked to create
     one). The message names the command that creates it: ``flowdesk --db
