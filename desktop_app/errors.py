@@ -120,14 +120,18 @@ class ClockSkewError(FlowdeskError):
         self.skew_s = skew_s
         self.where = where
         self.tolerance_s = tolerance_s
-        way = "ahead of" if skew_s > 0 else "behind"
         super().__init__(
-            f"this process's clock is {_span(abs(skew_s))} {way} the clock of {where} "
+            f"this process's clock is {self.off()} "
             f"(more than the {tolerance_s:g} s allowed); nothing was written: a run's "
             "checkpoints, deadlines and timers would be dated wrong (an answer after its "
             "deadline taken, a timer fired early). Run the command again with the system "
             "clock (without faketime, FAKETIME or LD_PRELOAD), or set the system clock right"
         )
+
+    def off(self) -> str:
+        """``2 d 0 h 0 min 3 s ahead of the clock of WHERE``: how far off, and which way."""
+        way = "ahead of" if self.skew_s > 0 else "behind"
+        return f"{_span(abs(self.skew_s))} {way} the clock of {self.where}"
 
 
 def _span(seconds: float) -> str:
