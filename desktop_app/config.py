@@ -46,6 +46,12 @@ def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME)) / "flowdesk.db"
 
 
+#: what a scope may be (an empty one is refused)
+SCOPE_RULE = (
+    "a scope is a name of at least one character, not all spaces (e.g. 'default', "
+    "'work'); an empty one is refused"
+)
+
 _UNSET_VAR = re.compile(r"\$(\w+|\{\w+\})")
 
 
@@ -54,8 +60,9 @@ class GivenValue(str):
     passed to :func:`load_settings` as an override: the shell has already
     expanded it, so it is used as given: ``$VARS`` are not expanded again
     (``--db '/x/a$b.db'`` is that file), only a leading ``~`` (which
-    ``--db=~/x.db`` leaves to Flowdesk) is your home. No settings error is
-    about it, so none blames the settings file for it."""
+    ``--db=~/x.db`` leaves to Flowdesk) is your home. The one settings
+    error about it, an empty ``--scope``, names the option, never the
+    settings file."""
 
 
 def given(value: str | None) -> GivenValue | None:
@@ -247,7 +254,11 @@ class Settings(BaseSettings):
             commit may roll back after power loss.
         fullfsync: also ``PRAGMA fullfsync`` (macOS: flush the drive cache).
         busy_timeout_s: seconds to wait for another process's write lock.
-        scope: the store scope runs are saved under.
+        scope: the store scope runs are saved under: a name of at least one
+            character that is not all spaces (``default``, ``work``, ``team a``);
+            any other character is allowed (hints quote it for the shell).
+            An empty one (``FLOWDESK_SCOPE=``, ``--scope ''``) is refused:
+            it would be a scope of its own that no hint could name.
         recover_on_launch: resume interrupted runs when the app starts.
         worker: the app executes runs on a PostgreSQL database as on a SQLite
             file (launch recovery, and the runs it starts, resumes or
@@ -302,6 +313,13 @@ class Settings(BaseSettings):
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     theme: str | None = None
+
+    @field_validator("scope")
+    @classmethod
+    def _named_scope(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError(SCOPE_RULE)
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -463,7 +481,19 @@ def load_settings(**overrides: object) -> Settings:
             "FLOWDESK_CONFIG at another file"
         ) from exc
     except ValidationError as exc:
-        errors = exc.errors()  # a GivenValue (--db, --scope) is never invalid here
+        errors = exc.errors()
+        scope = clean.get("scope")
+        if isinstance(scope, GivenValue) and any(e["loc"] == ("scope",) for e in errors):
+            raise ConfigError(
+                f"--scope {scope!r} is not a scope ({SCOPE_RULE}); give a scope's name, or "
+                "leave --scope out for the scope 'default'"
+            ) from exc
+        in_env = [v for v in os.environ if v.upper() == "FLOWDESK_SCOPE"]
+        if in_env and any(e["loc"] == ("scope",) for e in errors):
+            raise ConfigError(
+                f"{in_env[0]}={os.environ[in_env[0]]!r} is not a scope ({SCOPE_RULE}); set it "
+                f"to a scope's name, or unset it (`unset {in_env[0]}`) for the scope 'default'"
+            ) from exc
         problems = "; ".join(describe_error(e, Settings) for e in errors)
         raise ConfigError(
             f"invalid settings ({problems}); fix {config_file()} or the FLOWDESK_* variables"

@@ -120,14 +120,18 @@ class ClockSkewError(FlowdeskError):
         self.skew_s = skew_s
         self.where = where
         self.tolerance_s = tolerance_s
-        way = "ahead of" if skew_s > 0 else "behind"
         super().__init__(
-            f"this process's clock is {_span(abs(skew_s))} {way} the clock of {where} "
+            f"this process's clock is {self.off()} "
             f"(more than the {tolerance_s:g} s allowed); nothing was written: a run's "
             "checkpoints, deadlines and timers would be dated wrong (an answer after its "
             "deadline taken, a timer fired early). Run the command again with the system "
             "clock (without faketime, FAKETIME or LD_PRELOAD), or set the system clock right"
         )
+
+    def off(self) -> str:
+        """``2 d 0 h 0 min 3 s ahead of the clock of WHERE``: how far off, and which way."""
+        way = "ahead of" if self.skew_s > 0 else "behind"
+        return f"{_span(abs(self.skew_s))} {way} the clock of {self.where}"
 
 
 def _span(seconds: float) -> str:
@@ -167,6 +171,24 @@ class DatabaseLockedError(StoreError):
 class DatabaseOpenError(StoreError):
     """The database file cannot be opened (missing directory, no permission,
     not a SQLite file)."""
+
+
+class DatabaseReadOnlyError(DatabaseOpenError):
+    """The database is on a read-only file system (``EROFS``: a read-only
+    mount, a read-only bind mount, a CD or a locked card): SQLite writes
+    beside the file even to read it (its ``-wal`` and ``-shm`` files), so it
+    could not be opened, or nothing could be written. The message says to
+    copy the file to a writable folder (Flowdesk has no read-only mode)."""
+
+    def __init__(self, path: str, said: str) -> None:
+        self.path = path
+        super().__init__(
+            f"the database {path} is on a read-only file system (EROFS; SQLite said "
+            f"{said!r}); nothing was written. Flowdesk writes beside the file even to read "
+            "it (its -wal and -shm files) and has no read-only mode: copy the file (with "
+            "its -wal file, if there is one) into a writable folder and pass --db with the "
+            "copy, or remount the file system read-write."
+        )
 
 
 class DatabaseMissingError(DatabaseOpenError):

@@ -4,7 +4,7 @@ the app while open, ``flowdesk agent``, and of answers from a skewed clock.
 
 ``napper``: ``a`` counts 1, sleeps ``NAP_S`` seconds, ``b`` counts 2.
 ``asker``: asks ``OK?`` with a ``ASK_S`` second deadline, then ``b`` counts 1;
-``slow_asker`` the same with ``SLOW_ASK_S`` seconds.
+``slow_asker`` the same with ``SLOW_ASK_S`` seconds, ``hour_asker`` with an hour.
 ``approver``: asks ``OK?`` with no deadline, then ``b`` counts 1.
 """
 
@@ -71,7 +71,19 @@ approver = (
     .compile()
 )
 
-#: ``FLOWDESK_FLOWS`` naming all four
+#: the hour asker's deadline (seconds): never passed while a test runs
+HOUR_ASK_S = 3600
+
+hour_asker = (
+    FlowBuilder("hour_asker", Order, inputs=("order",))
+    .await_input("approve", "approved", prompt="OK?", timeout_s=HOUR_ASK_S)
+    .step("b", bump)
+    .chain("approve", "b")
+    .finish("b")
+    .compile()
+)
+
+#: ``FLOWDESK_FLOWS`` naming all four (the hour asker is named by the tests using it)
 FLOWS_ENV = (
     '["tests.timer_flows:napper", "tests.timer_flows:asker", '
     '"tests.timer_flows:slow_asker", "tests.timer_flows:approver"]'

@@ -6,8 +6,10 @@
 ``--scope NAME``. Exit codes (the README's): 0 success; 1 a run failed or a
 Flowdesk error; 2 bad input: an unknown or ambiguous run id, an unknown flow
 name, a missing folder, bad JSON, an invalid or unknown setting, a usage
-error; 130 interrupted (Ctrl-C); 143 stopped by SIGTERM (``kill PID``) in a
-command that executes runs, with the same hint as Ctrl-C.
+error; 3 the run it executed was taken over by another process, which goes
+on with it (:func:`taken_over`); 130 interrupted (Ctrl-C); 143 stopped by
+SIGTERM (``kill PID``) in a command that executes runs, with the same hint
+as Ctrl-C.
 
 Modules: :mod:`.parser` (argparse + argcomplete), :mod:`.output` (times,
 JSON, hints, progress), :mod:`.runs` (runs, show, watch, waiting, resume,
@@ -33,11 +35,13 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_TAKEN_OVER,
     EXIT_USAGE,
     PASSWORD_NOTE,
     damaged_run_hints,
@@ -55,6 +59,7 @@ from desktop_app.errors import (
     FlowdeskError,
     FlowVersionMismatchError,
     InputError,
+    LeaseLostError,
     RunLeasedError,
     UnknownFlowError,
     redact,
@@ -208,6 +213,42 @@ def _untranslated_store_error(ctx: Ctx, exc: Exception) -> FlowdeskError | None:
     return untranslated(exc, None if database.backend == "postgres" else database.path)
 
 
+def taken_over(ctx: Ctx, run_id: str, exc: LeaseLostError) -> str:
+    """What ``run``, ``start`` or ``resume`` says when another process (a
+    ``flowdesk agent`` worker) took over the run it executed, its lease
+    having lapsed (the database unreachable for longer than the lease's
+    TTL, a server restart): who holds the run now (read afresh), that it
+    goes on there, that the step in flight here may run again there, and
+    the ``show`` command that follows it (with the user's ``--db``/``--scope``).
+    ``exc``'s own words when the run cannot be read now."""
+    try:
+        sv = ctx.services()
+        try:
+            ref = sv.resolve_run_id(run_id)
+            row: Any = (
+                sv.agents.get(run_id) if ref.kind == "agent" else sv.checkpoints.get_run(run_id)
+            )
+        finally:
+            sv.close()
+    except FlowdeskError:
+        return f"{exc}; see it with `{ctx.hints.cmd(f'show {run_id}')}`"
+    holder = getattr(row, "lease_owner", None)
+    status = str(getattr(row, "status", ""))
+    who = f"another process ({holder})" if holder else "another process"
+    if status in ("", "pending", "running", "waiting"):
+        there, again = "it goes on there", "runs again there"
+    else:  # it ended there already
+        there, again = f"it went on there and is {status} now", "ran again there"
+    return (
+        f"run {run_id} was taken over by {who} after this process lost its hold on it "
+        "(its lease could not be renewed in time: the database connection was lost, the "
+        f"server restarted or the file stayed locked); {there}, and this command stops "
+        f"without executing more of it. The step this process had in flight {again} "
+        "(steps run at least once; side effects queued through the outbox are sent "
+        f"once). Follow the run with: {ctx.hints.cmd(f'show {run_id}')}"
+    )
+
+
 def _say(exc: BaseException) -> None:
     """Print a Flowdesk error as ``flowdesk: MESSAGE``, then each note a
     command added to it (``exc.add_note``: what the error means for what
@@ -276,6 +317,13 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             there = moved_hint(ctx.hints, exc.moved_to, exc.run_id)
             print(f"see it there: {there}", file=sys.stderr)
         return EXIT_FAILED
+    except LeaseLostError as exc:
+        stop_progress()
+        if ctx.current_run is None:
+            _say(exc)
+            return EXIT_FAILED
+        print(f"flowdesk: {taken_over(ctx, ctx.current_run, exc)}", file=sys.stderr)
+        return EXIT_TAKEN_OVER
     except CheckpointCorruptError as exc:  # what works on the damaged run, as commands
         stop_progress()
         _say(exc)

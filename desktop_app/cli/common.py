@@ -92,6 +92,8 @@ class Ctx:
         #: the command that continues after Ctrl-C when it is not resuming a
         #: run (``watch`` watches again)
         self.continue_with: str | None = None
+        #: the skewed-clock warning was printed (once per command)
+        self._skew_said = False
 
     def on_interrupt(self) -> str:
         """The command (after ``flowdesk`` and its ``--db``/``--scope``) that
@@ -121,6 +123,36 @@ class Ctx:
             setup(self._settings)  # log file, OTLP export
             log.info("command %s started (pid %d)", self.args.command or "app", os.getpid())
         return self._settings
+
+    def judged_now(self, sv: Services) -> float:
+        """The time a read command judges deadlines, ages and leases by (UTC
+        epoch seconds): the store's (on PostgreSQL the database's clock).
+        On SQLite, while this computer's clock is more than
+        :data:`~desktop_app.flow.clock.SKEW_TOLERANCE_S` off the clock of the
+        file system holding the database (``faketime``, a clock set by hand),
+        that file system's time instead (:func:`~desktop_app.flow.clock.reading`,
+        the clock the write commands check theirs against), with a warning
+        on stderr, once per command: the skew, that the times shown may be a
+        few seconds off, and that the commands that write (the ones shown)
+        refuse to run from this clock. Never raises for the skew."""
+        from desktop_app.flow.clock import reading, skew_error
+
+        clock = sv.engine.clock
+        skew = skew_error(clock)
+        if skew is None:
+            return sv.checkpoints.now()
+        if not self._skew_said:
+            self._skew_said = True
+            print(
+                f"flowdesk: warning: this computer's clock is {skew.off()}, so the times "
+                "shown here (due in, deadlines passed, too late) are judged by that file "
+                "system's clock instead and may be a few seconds off; the commands that "
+                "write (answer, resume, cancel, start...) refuse to run from this clock: "
+                "run them with the system clock (without faketime, FAKETIME or LD_PRELOAD) "
+                "or set the system clock right",
+                file=sys.stderr,
+            )
+        return reading(clock)
 
     def services(
         self, *, events: EventBus | None = None, flows: list[CompiledFlow[Any]] | None = None

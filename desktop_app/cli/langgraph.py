@@ -127,7 +127,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     interrupts (with the command answering them), checkpoints, latest state."""
     t = threads.get_thread(sv.checkpoints, sv.settings.scope, thread_id)
     assert t is not None  # resolved
-    now = sv.checkpoints.now()
+    now = ctx.judged_now(sv)
     cps = threads.checkpoint_rows(sv.checkpoints, sv.settings.scope, thread_id)
     state = _state(sv, thread_id)
     pending = pending_interrupts(sv, thread_id) if t.status == "waiting" else []

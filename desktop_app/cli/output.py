@@ -29,6 +29,9 @@ from desktop_app.textsafe import shell_quote
 from desktop_app.words import duration
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: the run this command executed was taken over by another process (a
+#: ``flowdesk agent`` worker), which goes on with it: neither done nor failed
+EXIT_TAKEN_OVER = 3
 
 
 def iso(ts: float | None) -> str | None:

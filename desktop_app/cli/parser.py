@@ -250,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Durable runs of local AI agents and multi-step jobs. "
         "With no command, launches the app.",
         epilog="Exit codes: 0 ok; 1 a run failed or a Flowdesk error; 2 bad input "
-        "(unknown run id or flow, missing folder, bad JSON, bad settings).",
+        "(unknown run id or flow, missing folder, bad JSON, bad settings); 3 the run was "
+        "taken over by another process, which goes on with it.",
     )
     parser.add_argument("--version", action="version", version=f"flowdesk {__version__}")
     parser.add_argument(

@@ -126,7 +126,7 @@ def cmd_runs(ctx: Ctx) -> int:
     sv = ctx.services()
     rows: list[tuple[float, dict[str, Any]]] = []
     wanted = set(a.status or [])
-    now = sv.checkpoints.now()
+    now = ctx.judged_now(sv)
     if a.kind in (None, "flow"):
         undelivered = sv.checkpoints.undelivered_intents()
         sending = sv.checkpoints.sending_intents()
@@ -442,7 +442,8 @@ def cmd_show(ctx: Ctx) -> int:
         _show_damaged(ctx, sv, run, exc)
         raise
     history = store.history(ref.run_id)
-    status = display_status(run, store.now())
+    now = ctx.judged_now(sv)
+    status = display_status(run, now)
     unsent = store.open_intents(run.run_id)
     undelivered = len(unsent)
     sending = sum(i.status == "sending" for i in unsent)
@@ -459,7 +460,7 @@ def cmd_show(ctx: Ctx) -> int:
         emit_one(
             ctx.args.output,
             {
-                **flow_row(run, store.now(), undelivered, sending),
+                **flow_row(run, now, undelivered, sending),
                 "flow_version": run.flow_version,
                 # why no process goes on with it (its flow changed), or null
                 "stuck": None if stuck is None else version_refusal(ctx.hints, stuck),
@@ -491,7 +492,7 @@ def cmd_show(ctx: Ctx) -> int:
                             run.run_id,
                             w,
                             several=sum(x.kind == "input" for x in cp.waits) > 1,
-                            now=store.now(),
+                            now=now,
                         ),
                     }
                     for w in cp.waits
@@ -537,7 +538,7 @@ def cmd_show(ctx: Ctx) -> int:
             ctx.hints,
             run,
             cp.waits,
-            store.now(),
+            now,
             choices,
             stuck=stuck is not None,
             taken=taken,
@@ -797,7 +798,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     run = sv.agents.get(run_id)
     messages = sv.agents.messages(run_id)
     tools = sv.agents.tool_results(run_id)
-    now = sv.checkpoints.now()
+    now = ctx.judged_now(sv)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
@@ -985,7 +986,7 @@ def cmd_waiting(ctx: Ctx) -> int:
     asking = sv.agents.list(statuses=["input_required"])
     # a rate-limited agent run waits for a time, as a flow run's timer does
     limited = [r for r in sv.agents.list(statuses=["rate_limited"]) if not r.parent_run_id]
-    now = sv.checkpoints.now()
+    now = ctx.judged_now(sv)
     from desktop_app.cli import langgraph
 
     threads = langgraph.waiting_threads(sv)

@@ -156,6 +156,16 @@ def commit_checkpoint(
                 row.lease_expires_at,
                 row.status,
             ) from None
+        if run.saves > 0 and row.revision >= cp.revision:
+            # revisions this process never wrote, while it held the lease: its
+            # lease lapsed (the database unreachable for longer than its TTL)
+            # and another process took the run over and went on with it (and
+            # may have ended it, releasing the lease)
+            raise LeaseLostError(
+                f"run {run.run_id} was taken over by "
+                f"{row.lease_owner or 'another process'} (its stored revision {row.revision} "
+                f"was written by another process; this process's {cp.revision} was not saved)"
+            ) from None
         raise
     run.revision = cp.revision
     run.saved_at = cp.created_at

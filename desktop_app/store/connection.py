@@ -67,6 +67,7 @@ from desktop_app.errors import (
     DatabaseMissingError,
     DatabaseNotAFileError,
     DatabaseOpenError,
+    DatabaseReadOnlyError,
     DiskFullError,
     StoreError,
     WalMissingError,
@@ -114,6 +115,8 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
             f"backup, or delete {path}-shm to open the database as of its last checkpoint "
             "(later commits are lost). Never delete the -wal or -shm file of an open database."
         )
+    if isinstance(exc, (apsw.ReadOnlyError, apsw.CantOpenError)) and on_read_only_fs(path):
+        return DatabaseReadOnlyError(str(path), str(exc))
     if isinstance(exc, apsw.ReadOnlyError):
         return StoreError(
             f"the database{where} is read-only; nothing was written. "
@@ -132,6 +135,21 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
             "or pass --db PATH."
         )
     return StoreError(f"database error{where}: {exc}")
+
+
+def on_read_only_fs(path: str | os.PathLike[str] | None) -> bool:
+    """``path`` (or, when it is missing, its folder) is on a file system
+    mounted read-only (``statvfs``'s ``ST_RDONLY``: writing there fails
+    with ``EROFS``); ``False`` for ``None`` or a path that cannot be stat'ed."""
+    if path is None:
+        return False
+    folder = os.path.dirname(os.path.abspath(path))
+    for candidate in (os.fspath(path), folder):
+        try:
+            return bool(os.statvfs(candidate).f_flag & os.ST_RDONLY)
+        except OSError:
+            continue
+    return False
 
 
 def _wal_deleted(path: Path, exc: apsw.IOError) -> bool:

@@ -1063,11 +1063,17 @@ class PostgresCheckpointStore:
         row = conn.execute(SQL.run_revision_owner, (cp.run_id, self.scope)).fetchone()
         if row is None:
             return self._no_run(cp.run_id)
-        if lease is not None and row[1] != lease.owner and row[0] == cp.revision - 1:
-            return LeaseLostError(lease_lost_message(cp.run_id, row[1], lease))
+        stored, holder = row[0], row[1]
+        if lease is not None and (
+            holder not in (None, lease.owner)
+            or (holder != lease.owner and stored == cp.revision - 1)
+        ):
+            # another process holds the lease: it took the run over (or won a
+            # takeover race) and may have saved revisions since (as on SQLite)
+            return LeaseLostError(lease_lost_message(cp.run_id, holder, lease))
         return RevisionConflictError(
             f"run {cp.run_id}: revision {cp.revision} conflicts with the stored "
-            f"latest revision {row[0]}; another writer got there first. Reload "
+            f"latest revision {stored}; another writer got there first. Reload "
             "the run and try again."
         )
 
