@@ -29,6 +29,8 @@ from desktop_app.cli.waits import (
     agent_waits,
     answer_choices,
     answer_type,
+    refused_lines,
+    signal_type,
     too_late,
     too_late_lines,
     wait_command,
@@ -445,6 +447,8 @@ def cmd_show(ctx: Ctx) -> int:
             choices[w.wait_id] = only
         if flow is not None and (kind := answer_type(flow, w.step_id)):
             taken[w.wait_id] = kind
+        if flow is not None and w.kind == "signal" and (kind := signal_type(flow, w.step_id)):
+            taken[w.wait_id] = kind
     stuck = stuck_on_version(sv, run)
     if ctx.args.output != "text":
         emit_one(
@@ -536,6 +540,8 @@ def cmd_show(ctx: Ctx) -> int:
         )
         for line in lines:
             print(line)
+    for line in refused_lines(cp):
+        print(line)
     if run.flow_name == "tidy":
         for line in tidy_report(ctx, store, run.run_id, limit=SHOW_FILES):
             print(line)
