@@ -51,14 +51,15 @@ def fd(db: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 def signals(db: str) -> list[tuple[int, str, str | None]]:
     """``(signal_id, payload, consumed_by)`` of every stored signal, oldest first."""
-    query = "SELECT signal_id, payload, consumed_by FROM signals ORDER BY signal_id"
+    query = "SELECT signal_id, payload, consumed_by FROM {}signals ORDER BY signal_id"
     if db.startswith("postgresql"):
         import psycopg
 
-        with psycopg.connect(db) as conn:
-            return [(int(a), str(b), c) for a, b, c in conn.execute(query).fetchall()]
+        with psycopg.connect(db) as conn:  # Flowdesk's tables are in schema flowdesk
+            rows = conn.execute(query.format("flowdesk.")).fetchall()
+            return [(int(a), str(b), c) for a, b, c in rows]
     with sqlite3.connect(db) as conn:
-        return [(int(a), str(b), c) for a, b, c in conn.execute(query).fetchall()]
+        return [(int(a), str(b), c) for a, b, c in conn.execute(query.format("")).fetchall()]
 
 
 def status(db: str, run_id: str) -> str:
@@ -200,3 +201,36 @@ def test_a_run_an_older_version_failed_on_a_bad_signal_resumes_and_waits(
     assert f"  signal 1 (wait {run_id}:payment:1): field 'paid'" in shown.stdout
     good = fd(db, "signal", "paid", "o-1", "--payload", '{"amount": 3}')
     assert good.stdout.splitlines()[1] == f"delivered to run {run_id} (now completed)"
+
+
+@pytest.mark.scenario("S99")
+def test_a_signal_from_a_process_without_the_flow_is_kept_and_a_bad_one_refused_later(
+    tmp_path: Path,
+) -> None:
+    """``signal`` from a process that does not register the waiting run's
+    flow cannot judge the payload nor deliver it: it stores it and says the
+    run waits for it, with the command that lists what runs wait for (run
+    as printed). The process that runs the flow refuses the bad payload and
+    the run goes on waiting."""
+    db = str(tmp_path / "b.db")
+    assert fd(db, "db", "apply").returncode == 0
+    run_id = approved(db, "o-1")
+    bare = {k: v for k, v in os.environ.items() if k != "FLOWDESK_FLOWS"}
+
+    sent = flowdesk(db, "signal", "paid", "o-1", "--payload", "[1,2]", env=bare)
+
+    assert sent.returncode == 0, sent.stderr
+    hint = f"flowdesk --db {db} waiting"
+    assert sent.stdout.splitlines() == [
+        "signal 1 stored",
+        f"kept in the mailbox: 1 run waits for it ({run_id}) and none took it here now; the "
+        "first one woken by a process that runs its flow takes it (flowdesk agent, the app, "
+        f"or resume RUN; what they wait for: {hint})",
+    ]
+    listed = as_printed(hint, bare)
+    assert listed.returncode == 0 and f"{run_id}:payment:0  signal paid o-1" in listed.stdout
+    assert signals(db) == [(1, "[1,2]", None)]
+    resumed = fd(db, "resume", run_id)
+    assert resumed.returncode == 0 and resumed.stdout.strip() == f"run {run_id} waiting"
+    assert signals(db) == [(1, "[1,2]", f"{run_id}:payment:0")]
+    assert "  signal 1 (wait " in fd(db, "show", run_id).stdout
