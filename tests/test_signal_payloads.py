@@ -14,6 +14,7 @@ PostgreSQL.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -234,3 +235,12 @@ def test_a_signal_from_a_process_without_the_flow_is_kept_and_a_bad_one_refused_
     assert resumed.returncode == 0 and resumed.stdout.strip() == f"run {run_id} waiting"
     assert signals(db) == [(1, "[1,2]", f"{run_id}:payment:0")]
     assert "  signal 1 (wait " in fd(db, "show", run_id).stdout
+    shown = json.loads(fd(db, "show", run_id, "-o", "json").stdout)
+    assert shown["refused_signals"] == [
+        {
+            "signal": 1,
+            "wait": f"{run_id}:payment:0",
+            "reason": "field 'paid' (dict[str, Any] | None): [1,2] does not fit: "
+            "Input should be a valid dictionary",
+        }
+    ]

@@ -491,6 +491,8 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for w in cp.waits
                 ],
+                # signals its signal waits refused (payload did not fit), oldest first
+                "refused_signals": [dict(r) for r in cp.meta.get("refused_signals") or []],
                 **(_tidy_json(ctx, store, run.run_id) if run.flow_name == "tidy" else {}),
                 "checkpoints": [
                     {
