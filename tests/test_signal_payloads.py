@@ -244,3 +244,71 @@ def test_a_signal_from_a_process_without_the_flow_is_kept_and_a_bad_one_refused_
             "Input should be a valid dictionary",
         }
     ]
+
+
+@pytest.mark.scenario("S99")
+def test_two_signals_sent_at_once_to_two_waiting_runs_are_reported_as_they_were_taken(
+    tmp_path: Path,
+) -> None:
+    """Two ``signal`` processes released at one instant, each sending one
+    signal for the key two runs wait on, 20 rounds (a file each): each
+    command's report is what the mailbox recorded (``delivered to run R``
+    names the run whose wait took its signal, never one that did not; a
+    signal no wait took is reported kept with the run that still waits),
+    no signal is taken twice, and ``resume --all`` then completes every
+    run with one signal each."""
+    from desktop_app.examples.approval import approval
+    from desktop_app.flow import Engine
+    from desktop_app.store.sqlite.store import open_store
+    from tests.line_racer import CLI_RACER, LineRacer
+
+    racers = [LineRacer(CLI_RACER, env=_env()) for _ in range(2)]
+    outcomes = {"both taken": 0, "one kept": 0}
+    try:
+        for round_ in range(20):
+            db = str(tmp_path / f"r{round_}.db")
+            assert fd(db, "db", "apply").returncode == 0
+            store = open_store(Path(db))
+            engine = Engine(store, flows=[approval])
+            runs = set()
+            for _ in range(2):
+                run_id = engine.run("approval", {"order": "o-1"}).run_id
+                assert engine.resume_with(run_id, "yes").status == "waiting"
+                runs.add(run_id)
+            store.close()
+            go = str(tmp_path / f"go{round_}")
+            for i, racer in enumerate(racers):
+                args = ["--db", db, "signal", "paid", "o-1", "--payload", f'{{"n": {i}}}']
+                racer.task(round_, go=go, do="cli", args=args, env=_env())
+            Path(go).touch()
+            told = [racer.told(round_) for racer in racers]
+            rows = {payload: consumer for _, payload, consumer in signals(db)}
+            assert len(rows) == 2, rows
+            for i, said in enumerate(told):
+                assert said["code"] == 0, said
+                lines = said["out"].splitlines()
+                consumer = rows[f'{{"n":{i}}}']
+                if consumer is None:
+                    assert lines[1].startswith("kept in the mailbox: 1 run waits for it ("), said
+                else:
+                    took = consumer.split(":", 1)[0]
+                    assert took in runs
+                    # the run may still be running in the other process, which took it
+                    assert lines[1].startswith(f"delivered to run {took} (now "), said
+                assert said["err"] == "", said
+            taken = [c for c in rows.values() if c is not None]
+            assert len(set(taken)) == len(taken)  # no wait took two signals
+            outcomes["both taken" if len(taken) == 2 else "one kept"] += 1
+            finished = fd(db, "resume", "--all")
+            assert finished.returncode == 0, finished.stdout + finished.stderr
+            assert {status(db, r) for r in runs} == {"completed"}
+            assert all(c is not None for _, _, c in signals(db))
+        for racer in racers:
+            racer.close()
+    finally:
+        for racer in racers:
+            if racer.proc.poll() is None:
+                racer.proc.kill()
+                racer.proc.communicate(timeout=60)
+    assert sum(outcomes.values()) == 20, outcomes
+    print(outcomes)  # how the rounds went (-s shows it)

@@ -424,7 +424,8 @@ def cmd_signal(ctx: Ctx) -> int:
     if reach.taken_by is not None:
         status = sv.checkpoints.get_run(reach.taken_by).status
         print(f"delivered to run {reach.taken_by} (now {status})")
-    _say_ended(ctx, sv, [r for r in waiting if r != reach.taken_by], reach.still_waiting)
+    if reach.taken_by is None:
+        _say_ended(ctx, sv, [r for r in waiting if r not in reach.still_waiting])
     if reach.still_waiting and reach.taken_by is not None:
         n = len(reach.still_waiting)
         print(
@@ -456,19 +457,19 @@ def _signal_again(ctx: Ctx) -> str:
     return ctx.hints.cmd(rest)
 
 
-def _say_ended(ctx: Ctx, sv: Any, others: list[str], still: tuple[str, ...]) -> None:
-    """Runs that waited for the signal, did not take it and no longer wait
-    (a route after the wait failed on it: the run failed, the signal stays
-    in the mailbox): say so on stderr, with the command that shows why."""
+def _say_ended(ctx: Ctx, sv: Any, others: list[str]) -> None:
+    """Runs that waited for a signal no wait took and that failed, timed
+    out or were canceled meanwhile (a route after the wait failed on it:
+    the step failed, the signal stays in the mailbox): say so on stderr,
+    with the command that shows why. A run that completed took another
+    signal sent at the same time, and is not named."""
     for run_id in others:
-        if run_id in still:
-            continue
         run = sv.checkpoints.get_run(run_id)
-        if run.status == "waiting":
+        if run.status not in ("failed", "timed_out", "canceled"):
             continue
         print(
             f"run {run_id} is {run.status} now: {run.error or 'no error recorded'} "
-            f"(the signal stays in the mailbox; {ctx.hints.cmd(f'show {run_id}')})",
+            f"({ctx.hints.cmd(f'show {run_id}')})",
             file=sys.stderr,
         )
 
