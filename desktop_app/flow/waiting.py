@@ -251,10 +251,16 @@ def refuse_signal(
     refuses it and goes on waiting, as Temporal's SDKs drop a signal they
     cannot decode instead of failing the workflow. Refused, not lost: the
     signal is marked consumed by ``wait`` in the checkpoint that records
-    the refusal (``meta["refused_signals"]``: its id, the wait, the reason,
-    when), so no wait meets it again, and its row keeps the payload. The
-    run stays ``waiting`` for the next signal; ``show`` says why the last
-    ones were refused."""
+    the refusal (``meta["refused_signals"]``: its id, the wait and the
+    reason; the last :data:`REFUSED_KEPT`), so no wait meets it again, and
+    its row keeps the payload. The run stays ``waiting`` for the next
+    signal; ``show`` says why the last ones were refused (the on-enter
+    writes and intents of a wait that began now commit with the refusal).
+
+    Raises:
+        RevisionConflictError: another wait took or refused the signal first.
+        LeaseLostError, RunLeasedError, Canceled, StoreError: as any save.
+    """
     assert arrived.consume
     signal_id = arrived.consume[0][0]
     refused = [r for r in run.meta.get("refused_signals", []) if r["signal"] != signal_id]
