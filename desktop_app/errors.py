@@ -974,11 +974,23 @@ class WaitKeyError(WaitError):
 
 class WaitPayloadError(WaitError):
     """A signal's or event's payload does not fit the wait step's ``into``
-    field. Not retried (``retryable = False``): the step fails under its
-    ``on_error`` policy and the signal is left unconsumed, so nothing sent is
-    lost; send a payload that fits, or fix the field, and resume the run."""
+    field. A signal wait refuses such a signal and goes on waiting (the
+    reason is kept in the run's ``meta["refused_signals"]``; ``Engine.signal``
+    refuses one before storing it with :class:`SignalPayloadError` when it
+    knows the waiting run's flow). An event's does not retry (``retryable =
+    False``): the step fails under its ``on_error`` policy; fix the field
+    and resume the run.
+
+    Attributes:
+        problem: why, in one line (``[1,2] does not fit: Input should be a
+            valid dictionary``).
+    """
 
     retryable = False
+
+    def __init__(self, message: str, problem: str = "") -> None:
+        self.problem = problem or message
+        super().__init__(message)
 
 
 class WaitAlreadyResolvedError(WaitError):
@@ -1106,6 +1118,31 @@ class PayloadNotStorableError(InputError):
         super().__init__(
             f"the {what} cannot be stored: {reason}; nothing was sent. Send plain JSON data "
             "(valid UTF-8 strings, numbers, lists, objects) nested at most 200 levels deep"
+        )
+
+
+class SignalPayloadError(InputError):
+    """A signal whose payload a run waiting for it cannot take (it does not
+    fit the wait step's ``into`` field): refused where it is sent, before
+    anything is stored, so no wait has to refuse it later. Send a payload
+    of the type the message names.
+
+    Attributes:
+        run_id: the waiting run that cannot take it.
+        step_id: its wait step.
+        expected: the type the step's field declares (``dict[str, Any] | None``).
+    """
+
+    def __init__(
+        self, name: str, key: str, run_id: str, step_id: str, expected: str, cause: str
+    ) -> None:
+        self.run_id = run_id
+        self.step_id = step_id
+        self.expected = expected
+        super().__init__(
+            f"signal {name!r} with key {key!r} was not sent: run {run_id} waits for it at "
+            f"step {step_id!r}, which takes a payload of type {expected}; {cause}. "
+            f"Nothing was stored; send a payload of type {expected}"
         )
 
 

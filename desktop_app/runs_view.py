@@ -17,6 +17,7 @@ The one place three things are decided:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from desktop_app.errors import ENDED_RUN_STATUSES, moved_to
@@ -34,6 +35,52 @@ def no_signal_waiter(name: str, key: str) -> str:
         f"no run waits for signal {name!r} with key {key!r} now; it is kept for the "
         "first run that waits for it"
     )
+
+
+def signal_waits(store: Any, name: str, key: str) -> dict[str, str]:
+    """The pending waits for signal ``(name, key)`` now, ``{wait_id:
+    run_id}``, in the order ``runs_waiting_for`` gives the runs: read
+    before a signal is sent, so :func:`signal_reach` can say which run
+    took it."""
+    waits: dict[str, str] = {}
+    for run_id in store.runs_waiting_for("signal", name, key):
+        for w in store.latest(run_id).waits:
+            if (w.kind, w.name, w.key) == ("signal", name, key):
+                waits[w.wait_id] = run_id
+    return waits
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReach:
+    """Which run a signal reached, read from the store right after it was
+    sent (one signal is taken by one wait, as a Temporal signal goes to
+    one workflow execution).
+
+    Attributes:
+        taken_by: the run whose wait took it, or ``None`` (it waits in the mailbox).
+        refused: why that wait refused it (its payload did not fit), or ``None``.
+        still_waiting: the runs that wait for ``(name, key)`` now, the one
+            that took it left out: another signal is needed for each.
+    """
+
+    taken_by: str | None
+    refused: str | None
+    still_waiting: tuple[str, ...]
+
+
+def signal_reach(
+    store: Any, signal_id: int, name: str, key: str, before: dict[str, str]
+) -> SignalReach:
+    """What became of signal ``signal_id`` (``before``: :func:`signal_waits`
+    read before it was sent)."""
+    wait_id = store.signal_consumer(signal_id)
+    taken_by = refused = None
+    if wait_id is not None:
+        taken_by = before.get(wait_id) or wait_id.rsplit(":", 2)[0]
+        entries = store.latest(taken_by).meta.get("refused_signals", [])
+        refused = next((r["reason"] for r in entries if r["signal"] == signal_id), None)
+    waiting = [r for r in store.runs_waiting_for("signal", name, key)]
+    return SignalReach(taken_by, refused, tuple(r for r in waiting if r != taken_by or refused))
 
 
 #: what a flow's outbox intents are, for "completed · 2,941 moves queued"

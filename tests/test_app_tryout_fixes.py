@@ -147,7 +147,7 @@ async def test_the_signal_dialog_keeps_a_key_with_control_characters(tmp_path: P
         await settle(pilot)
         await wait_until(pilot, lambda: any("stored" in m for m in messages(app)))
         assert messages(app, "warning") == []
-        assert f"stored (#1) for 1 waiting run: {run_id[:8]}" in messages(app)[-1]
+        assert f"stored (#1), delivered to run {run_id[:8]}" in messages(app)[-1]
         await wait_until(pilot, lambda: run_of(settings, run_id)[0] == "completed")
     assert run_of(settings, run_id)[1]["paid"] == {"amount": 3}
     assert run_of(settings, run_id)[1]["shipped"] is True

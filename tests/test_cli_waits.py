@@ -100,4 +100,4 @@ def test_a_signal_no_run_waits_for_says_so_and_names_where_to_look(tmp_path):
     assert listed.returncode == 0 and "signal paid o-9" in listed.stdout
     right = flowdesk(db, "signal", "paid", "o-9")
     assert right.returncode == 0 and right.stderr == ""
-    assert f"for 1 waiting run: {run_id}" in right.stdout
+    assert f"delivered to run {run_id} (now " in right.stdout  # the run that took it

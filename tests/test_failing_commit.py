@@ -263,22 +263,27 @@ def test_signal_publish_and_answer_refuse_a_payload_no_checkpoint_could_hold(db_
 
 
 @pytest.mark.scenario("S84")
-def test_a_stored_payload_a_wait_cannot_take_fails_the_run_with_the_reason(db_path):
+def test_a_stored_payload_a_wait_cannot_take_is_refused_with_the_reason(db_path):
     from desktop_app.store.sqlite.store import open_store
 
     store = open_store(db_path)
     engine = Engine(store, flows=[WAIT_FLOW])
     run_id = engine.run("waiter", Waiter()).run_id
     # stored before signals were checked (or by another writer): the wait meets it
-    store.send_signal("go", "k", _nested(900), engine.clock.now())
+    bad = store.send_signal("go", "k", _nested(900), engine.clock.now())
 
     res = engine.resume(run_id)
 
-    assert res.status == "failed"
+    assert res.status == "waiting"  # refused: the run waits for a signal it can take
     run = store.get_run(run_id)
-    assert (run.status, run.lease_owner) == ("failed", None)
-    assert "WaitPayloadError" in run.error and "cannot be stored in field 'got'" in run.error
-    assert store.latest(run_id).steps["wait"].status == "failed"
+    assert (run.status, run.lease_owner, run.error) == ("waiting", None, None)
+    refused = store.latest(run_id).meta["refused_signals"]
+    assert [r["signal"] for r in refused] == [bad]
+    assert "cannot be stored: Maximum serialization depth exceeded" in refused[0]["reason"]
+    assert store.signal_consumer(bad) == f"{run_id}:wait:0"  # no wait meets it again
+    assert engine.resume(run_id).status == "waiting"  # nor fails on it at every resume
+    engine.signal("go", "k", _nested(100))
+    assert store.get_run(run_id).status == "completed"
     store.close()
 
 

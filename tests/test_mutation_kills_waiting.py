@@ -91,10 +91,11 @@ class Box(BaseModel):
     picked: bool = False
 
 
-def test_a_signal_another_writer_stored_too_deep_fails_the_step_naming_the_field(db_path):
+def test_a_signal_another_writer_stored_too_deep_is_refused_naming_the_field(db_path):
     """A signal stored by another writer (not through ``Engine.signal``,
     which refuses it) that validates but no checkpoint can hold: the wait
-    step fails naming its field, and the signal stays unconsumed."""
+    refuses it naming its field and goes on waiting; the signal is marked
+    taken by the wait, so no wait meets it again."""
     flow = (
         FlowBuilder("deep", Box)
         .wait_signal("got", "parcel", "p-1", into="payload")
@@ -108,16 +109,21 @@ def test_a_signal_another_writer_stored_too_deep_fails_the_step_naming_the_field
     deep: object = "x"
     for _ in range(400):
         deep = [deep]
-    store.send_signal("parcel", "p-1", deep, engine.clock.now())
+    bad = store.send_signal("parcel", "p-1", deep, engine.clock.now())
     out = engine.wake(rid)
-    assert out.status == "failed"
+    assert (out.status, out.error) == ("waiting", None)
     cp = engine.store.latest(rid)
-    assert cp.steps["got"].error_type == "WaitPayloadError"
-    assert (
-        f"run {rid}: the signal payload for step 'got' cannot be stored in field 'payload': "
-        "Maximum serialization depth exceeded"
-    ) in (out.error or ""), out.error
-    assert store.next_signal("parcel", "p-1") is not None
+    assert cp.steps["got"].status == "waiting"
+    assert cp.meta["refused_signals"] == [
+        {
+            "signal": bad,
+            "wait": f"{rid}:got:0",
+            "reason": "field 'payload' (object): it cannot be stored: "
+            "Maximum serialization depth exceeded",
+        }
+    ]
+    assert store.next_signal("parcel", "p-1") is None
+    assert store.signal_consumer(bad) == f"{rid}:got:0"
     store.close()
 
 

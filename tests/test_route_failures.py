@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.errors import RouteError
+from desktop_app.errors import RouteError, SignalPayloadError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
@@ -182,17 +182,49 @@ def test_a_signal_whose_route_fails_fails_the_step_and_stays_unconsumed(engine):
     assert engine.store.next_signal("payment", "o-1") is None
 
 
-def test_a_signal_payload_that_does_not_fit_fails_the_step_unconsumed(engine):
+def test_a_signal_payload_that_does_not_fit_is_refused_before_it_is_stored(engine):
     engine.register(_signal_flow(lambda s: "yes", into="count"))
     r = engine.run("sig", S())
-    engine.signal("payment", "o-1", {"not": "a number"})
-    run = engine.store.get_run(r.run_id)
-    assert run.status == "failed"
-    assert "WaitPayloadError" in (run.error or "")
-    assert "the signal payload for step 'paid' does not fit field 'count'" in (run.error or "")
-    assert engine.store.latest(r.run_id).steps["paid"].error_type == "WaitPayloadError"
-    pending = engine.store.next_signal("payment", "o-1")
-    assert pending is not None and pending.payload == {"not": "a number"}
+    with pytest.raises(SignalPayloadError) as refused:
+        engine.signal("payment", "o-1", {"not": "a number"})
+    assert str(refused.value) == (
+        f"signal 'payment' with key 'o-1' was not sent: run {r.run_id} waits for it at step "
+        '\'paid\', which takes a payload of type int; {"not":"a number"} does not fit: '
+        "Input should be a valid integer. Nothing was stored; send a payload of type int"
+    )
+    assert (refused.value.run_id, refused.value.step_id, refused.value.expected) == (
+        r.run_id,
+        "paid",
+        "int",
+    )
+    assert engine.store.next_signal("payment", "o-1") is None  # nothing stored
+    assert engine.store.get_run(r.run_id).status == "waiting"
+    engine.signal("payment", "o-1", 7)
+    assert engine.store.get_run(r.run_id).status == "completed"
+
+
+def test_a_stored_signal_payload_that_does_not_fit_is_refused_and_the_wait_goes_on(engine):
+    """Stored by another writer (or before the run waited): the wait refuses
+    it with the reason recorded, takes the next signal that fits, and the
+    route after the step runs on that one."""
+    engine.register(_signal_flow(lambda s: "yes", into="count"))
+    r = engine.run("sig", S())
+    bad = engine.store.send_signal("payment", "o-1", {"not": "a number"}, engine.clock.now())
+    good = engine.store.send_signal("payment", "o-1", 5, engine.clock.now())
+    assert engine.wake(r.run_id).status == "completed"
+    cp = engine.store.latest(r.run_id)
+    assert cp.state["count"] == 5
+    wait_id = f"{r.run_id}:paid:0"
+    assert cp.meta["refused_signals"] == [
+        {
+            "signal": bad,
+            "wait": wait_id,
+            "reason": 'field \'count\' (int): {"not":"a number"} does not fit: '
+            "Input should be a valid integer",
+        }
+    ]
+    assert engine.store.signal_consumer(bad) == wait_id
+    assert engine.store.signal_consumer(good) == wait_id
 
 
 def test_an_event_whose_route_fails_is_received_again_after_the_resume(engine):

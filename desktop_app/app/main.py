@@ -81,7 +81,7 @@ from desktop_app.flow.clock import SKEW_RECHECK_S, Clock, reading, skew_error
 from desktop_app.flow.engine import Refusals
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.private import make_private_dirs
-from desktop_app.runs_view import left_over, no_signal_waiter
+from desktop_app.runs_view import left_over, no_signal_waiter, signal_reach, signal_waits
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 
 if TYPE_CHECKING:
@@ -859,15 +859,32 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         assert engine is not None
         name, key = request.name, request.key
         try:
-            waiting = engine.store.runs_waiting_for("signal", name, key)
+            before = signal_waits(engine.store, name, key)
             signal_id = engine.signal(name, key, request.payload)
+            reach = signal_reach(engine.store, signal_id, name, key, before)
         except FlowdeskError as exc:
             self.say(f"The signal was not sent: {exc}", "error")
             return
         stored = f"Signal {name} {escape_key(key)} stored (#{signal_id})"
-        if waiting:
-            runs = ", ".join(short_id(r) for r in waiting)
-            self.say(f"{stored} for {plural(len(waiting), 'waiting run')}: {runs}")
+        still = ", ".join(short_id(r) for r in reach.still_waiting)
+        n = len(reach.still_waiting)
+        if reach.taken_by is not None and reach.refused is not None:
+            self.say(
+                f"{stored}; run {short_id(reach.taken_by)} refused it and still waits: "
+                f"{reach.refused}",
+                "warning",
+            )
+        elif reach.taken_by is not None:
+            others = (
+                f"; {plural(n, 'other run')} still {'waits' if n == 1 else 'wait'} for it "
+                f"({still}): a signal is taken by one wait, send one for each"
+                if n
+                else ""
+            )
+            self.say(f"{stored}, delivered to run {short_id(reach.taken_by)}{others}")
+        elif n:
+            waiting = plural(n, "waiting run")
+            self.say(f"{stored}, kept for the first of {waiting} to take it: {still}")
         else:  # a misspelt name or key is stored too: say so, as the CLI does
             self.say(f"{stored}, but {no_signal_waiter(name, key)}", "warning")
 

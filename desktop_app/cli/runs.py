@@ -31,6 +31,8 @@ from desktop_app.cli.waits import (
     agent_waits,
     answer_choices,
     answer_type,
+    refused_lines,
+    signal_type,
     too_late,
     too_late_lines,
     wait_command,
@@ -455,6 +457,8 @@ def cmd_show(ctx: Ctx) -> int:
             choices[w.wait_id] = only
         if flow is not None and (kind := answer_type(flow, w.step_id)):
             taken[w.wait_id] = kind
+        if flow is not None and w.kind == "signal" and (kind := signal_type(flow, w.step_id)):
+            taken[w.wait_id] = kind
     stuck = stuck_on_version(sv, run)
     if ctx.args.output != "text":
         emit_one(
@@ -497,6 +501,8 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for w in cp.waits
                 ],
+                # signals its signal waits refused (payload did not fit), oldest first
+                "refused_signals": [dict(r) for r in cp.meta.get("refused_signals") or []],
                 **(_tidy_json(ctx, store, run.run_id) if run.flow_name == "tidy" else {}),
                 "checkpoints": [
                     {
@@ -546,6 +552,8 @@ def cmd_show(ctx: Ctx) -> int:
         )
         for line in lines:
             print(line)
+    for line in refused_lines(cp):
+        print(line)
     if run.flow_name == "tidy":
         for line in tidy_report(ctx, store, run.run_id, limit=SHOW_FILES):
             print(line)

@@ -38,6 +38,8 @@ from desktop_app.runs_view import (
     INTENT_NOUNS,
     display_status,
     no_signal_waiter,
+    signal_reach,
+    signal_waits,
     unsettled_text,
     withdrawn_text,
 )
@@ -395,16 +397,81 @@ def _answer_value(text: str, as_json: bool, what: str) -> Any:
 
 
 def cmd_signal(ctx: Ctx) -> int:
+    """``flowdesk signal NAME KEY [--payload JSON] [--dedupe-key K]``: store
+    a signal and deliver it now to a run waiting for it, if this process can
+    run one (:meth:`desktop_app.flow.Engine.signal`). One signal is taken by
+    one wait (a durable mailbox, as a Temporal signal goes to one workflow
+    execution): it says which run took it and which runs still wait, with
+    the command that sends one for them. A payload a waiting run cannot
+    take is refused before it is stored (``SignalPayloadError``, exit 2)."""
     a = ctx.args
     payload = parse_json(a.payload, "--payload")
     sv = ctx.services()
     waiting = sv.checkpoints.runs_waiting_for("signal", a.name, a.key)
     _refuse_moved(sv, waiting, "signal")
+    before = signal_waits(sv.checkpoints, a.name, a.key)
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
-    # a misspelt name or key is stored too: say so, and where to look
-    _say_reached(ctx, waiting, no_signal_waiter(a.name, a.key))
+    reach = signal_reach(sv.checkpoints, signal_id, a.name, a.key, before)
+    what = f"signal {a.name!r} with key {a.key!r}"
+    if reach.taken_by is not None and reach.refused is not None:
+        print(
+            f"run {reach.taken_by} refused it and still waits for {what}: {reach.refused} "
+            f"(send one that fits: {_signal_again(ctx)})",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    if reach.taken_by is not None:
+        status = sv.checkpoints.get_run(reach.taken_by).status
+        print(f"delivered to run {reach.taken_by} (now {status})")
+    if reach.taken_by is None:
+        _say_ended(ctx, sv, [r for r in waiting if r not in reach.still_waiting])
+    if reach.still_waiting and reach.taken_by is not None:
+        n = len(reach.still_waiting)
+        print(
+            f"{plural(n, 'other run')} still {'waits' if n == 1 else 'wait'} for {what}: "
+            f"{', '.join(reach.still_waiting)}; a signal is taken by one wait, so send one "
+            f"for each: {_signal_again(ctx)}"
+        )
+    elif reach.still_waiting:
+        n = len(reach.still_waiting)
+        print(
+            f"kept in the mailbox: {plural(n, 'run')} {'waits' if n == 1 else 'wait'} for it "
+            f"({', '.join(reach.still_waiting)}) and none took it here now; the first one "
+            "woken by a process that runs its flow takes it (flowdesk agent, the app, or "
+            f"resume RUN; what they wait for: {ctx.hints.cmd('waiting')})"
+        )
+    elif reach.taken_by is None:
+        # a misspelt name or key is stored too: say so, and where to look
+        _say_reached(ctx, [], no_signal_waiter(a.name, a.key))
     return EXIT_OK
+
+
+def _signal_again(ctx: Ctx) -> str:
+    """The ``signal`` command as the user gave it, without ``--dedupe-key``
+    (a second send with it would store nothing)."""
+    a = ctx.args
+    rest = f"signal {shell_quote(a.name)} {shell_quote(a.key)}"
+    if a.payload != "null":
+        rest += f" --payload {shell_quote(a.payload)}"
+    return ctx.hints.cmd(rest)
+
+
+def _say_ended(ctx: Ctx, sv: Any, others: list[str]) -> None:
+    """Runs that waited for a signal no wait took and that failed, timed
+    out or were canceled meanwhile (a route after the wait failed on it:
+    the step failed, the signal stays in the mailbox): say so on stderr,
+    with the command that shows why. A run that completed took another
+    signal sent at the same time, and is not named."""
+    for run_id in others:
+        run = sv.checkpoints.get_run(run_id)
+        if run.status not in ("failed", "timed_out", "canceled"):
+            continue
+        print(
+            f"run {run_id} is {run.status} now: {run.error or 'no error recorded'} "
+            f"({ctx.hints.cmd(f'show {run_id}')})",
+            file=sys.stderr,
+        )
 
 
 def cmd_publish(ctx: Ctx) -> int:

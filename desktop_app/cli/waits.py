@@ -136,6 +136,32 @@ def _answer_note(taken: str | None, only: Sequence[str] | None, several: bool) -
     return f"{where} is the answer: yes, no or any text (JSON with --value-json)"
 
 
+def signal_type(flow: Any, step_id: str) -> str | None:
+    """The payload type a signal wait step of ``flow`` (a ``CompiledFlow``)
+    takes, as its ``into`` field declares it (``dict[str, Any] | None``), or
+    ``None`` when ``step_id`` is no such step or keeps no payload."""
+    from desktop_app.flow.definition import WaitStep
+    from desktop_app.flow.waiting import expected_type
+
+    step = flow.steps.get(step_id)
+    if not isinstance(step, WaitStep) or step.into is None:
+        return None
+    return expected_type(flow, step)
+
+
+def refused_lines(cp: Any) -> list[str]:
+    """The lines ``show`` prints for the signals the run's signal waits
+    refused (``meta["refused_signals"]`` of checkpoint ``cp``: the payload
+    did not fit; the run went on waiting), oldest first; none when none."""
+    refused = cp.meta.get("refused_signals") or []
+    if not refused:
+        return []
+    lines = ["refused signals (their payload did not fit; the run went on waiting):"]
+    for r in refused:
+        lines.append(f"  signal {r['signal']} (wait {r['wait']}): {visible_controls(r['reason'])}")
+    return lines
+
+
 def wait_lines(
     hints: Hints,
     run: Any,
@@ -197,6 +223,8 @@ def wait_lines(
         if w.kind == "input":
             only = (choices or {}).get(w.wait_id)
             note = _answer_note((taken or {}).get(w.wait_id), only, several)
+        elif w.kind == "signal" and (expected := (taken or {}).get(w.wait_id)):
+            note = f"{note}, of type {expected} (another is refused)"
         lines.append(f"    {note}")
         lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
     return lines

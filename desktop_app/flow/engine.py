@@ -32,7 +32,9 @@ from desktop_app.errors import (
     FlowVersionMismatchError,
     RunLeasedError,
     RunStateError,
+    SignalPayloadError,
     UnknownFlowError,
+    WaitPayloadError,
     moved_to,
 )
 from desktop_app.flow import recovery
@@ -40,7 +42,7 @@ from desktop_app.flow.answers import give_answer, refuse_while_asking
 from desktop_app.flow.children import cancel_children
 from desktop_app.flow.clock import Clock, default_clock, trusted_now
 from desktop_app.flow.context import ExecutionContext, StepContext
-from desktop_app.flow.definition import CompiledFlow
+from desktop_app.flow.definition import CompiledFlow, WaitStep
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus
 from desktop_app.flow.outbox import (
@@ -66,6 +68,7 @@ from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.run import RunState
 from desktop_app.flow.state import check_storable, dump_state, load_state
 from desktop_app.flow.step_call import Canceled
+from desktop_app.flow.waiting import expected_type, fitted_state
 from desktop_app.flow.waiting import wake as wake_waiting
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
 from desktop_app.store.protocol import (
@@ -900,8 +903,15 @@ class Engine:
         Raises:
             PayloadNotStorableError: no checkpoint could hold ``payload`` (too
                 deeply nested, not JSON data); nothing was stored.
+            SignalPayloadError: a run waiting for ``(name, key)`` now, whose
+                flow is registered here, cannot take ``payload`` (it does not
+                fit the wait step's field); nothing was stored. A signal that
+                reaches a wait that cannot take it anyway (sent before the
+                run waited, or from a process without its flow) is refused
+                by the wait, which goes on waiting.
         """
         check_storable(payload, f"signal {name!r} payload")
+        self._refuse_unfit_signal(name, key, payload)
         signal_id = self.store.send_signal(name, key, payload, self.clock.now(), dedupe_key)
         if not self.executes:  # a worker delivers it (the store's commit wakes workers)
             return signal_id
@@ -909,6 +919,35 @@ class Engine:
             with contextlib.suppress(FlowdeskError):
                 self.wake(run_id)
         return signal_id
+
+    def _refuse_unfit_signal(self, name: str, key: str, payload: Any) -> None:
+        """Raise :class:`SignalPayloadError` when a run waiting for ``(name,
+        key)`` now cannot take ``payload``. A run whose flow (at its version)
+        is not registered here, or that cannot be read, is not judged: its
+        wait judges the signal when it meets it."""
+        for run_id in self.store.runs_waiting_for("signal", name, key):
+            try:
+                head = self.store.head(run_id)
+                flow = self.flow_of(head.run.flow_name, head.run.flow_version)
+                if flow.version != head.run.flow_version:
+                    continue
+                state = load_state(
+                    flow.state_type, head.checkpoint.state, run_id, head.checkpoint.revision
+                )
+            except FlowdeskError:
+                continue
+            for wait in head.checkpoint.waits:
+                step = flow.steps.get(wait.step_id)
+                if (wait.kind, wait.name, wait.key) != ("signal", name, key) or not isinstance(
+                    step, WaitStep
+                ):
+                    continue
+                try:
+                    fitted_state(flow, state, run_id, step, "signal", payload)
+                except WaitPayloadError as exc:
+                    raise SignalPayloadError(
+                        name, key, run_id, step.id, expected_type(flow, step), exc.problem
+                    ) from exc
 
     def publish(self, event_type: str, payload: Any = None) -> int:
         """Publish an event to every run waiting on ``event_type``; returns its id.

@@ -40,6 +40,14 @@ class PauseMeta(TypedDict):
     error: str
 
 
+class RefusedSignal(TypedDict):
+    """One entry of ``meta["refused_signals"]``: a signal a wait refused."""
+
+    signal: int
+    wait: str
+    reason: str
+
+
 class AwaitMeta(TypedDict):
     """``meta["await"]``: the await step waiting for input."""
 
@@ -95,6 +103,9 @@ RunMeta = TypedDict(
         # each resume of a stopped run: [the revision it saved, the status
         # before it] (a timeline shows the stop, counts only running time)
         "resumed": list[list[Any]],
+        # the last signals a signal wait refused (its payload did not fit):
+        # {"signal": id, "wait": wait id, "reason": why}, oldest first
+        "refused_signals": list[RefusedSignal],
     },
     total=False,
 )

@@ -17,10 +17,11 @@ from desktop_app.errors import RouteError, StateNotStorableError, WaitPayloadErr
 from desktop_app.flow.composite import StepRunner
 from desktop_app.flow.context import StepContext
 from desktop_app.flow.definition import AnyStep, AwaitStep, CompiledFlow, Step, WaitStep
-from desktop_app.flow.run import remember_resolved
+from desktop_app.flow.run import RefusedSignal, remember_resolved
 from desktop_app.flow.state import encode_fields
 from desktop_app.flow.step_call import Outcome
 from desktop_app.flow.wait_kinds import WAIT_KINDS, Arrival, wait_kind_of
+from desktop_app.store import codec
 from desktop_app.store.protocol import (
     CheckpointStore,
     DomainWrite,
@@ -109,9 +110,15 @@ def run_wait(run: WaitRunner, step: AwaitStep | WaitStep) -> None:
         )
     now = run.clock.now()
     arrived = kind.poll(run.store, wait)
-    if arrived is not None and not _too_late(arrived, wait, now):
-        resolve_wait(run, step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
-        return
+    while arrived is not None and not _too_late(arrived, wait, now):
+        refused = _unfit_signal(run, step, wait, arrived)
+        if refused is None:
+            resolve_wait(run, step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
+            return
+        refuse_signal(run, step, wait, arrived, refused, ctx)
+        began = False  # saved with the refusal
+        now = run.clock.now()
+        arrived = kind.poll(run.store, wait)
     if wait.deadline_at is not None and now >= wait.deadline_at:
         if kind.completes_at_deadline:
             resolve_wait(run, step, wait, None, ctx, t0)
@@ -138,6 +145,133 @@ def _too_late(arrived: Arrival, wait: Wait, now: float) -> bool:
     return deadline is not None and now >= deadline and sent is not None and sent > deadline
 
 
+def expected_type(flow: CompiledFlow[Any], step: AwaitStep | WaitStep) -> str:
+    """What ``step``'s payload must be, as its ``into`` field declares it
+    (``dict[str, Any] | None``), or ``"anything"`` for a step that keeps
+    no payload."""
+    if step.into is None:
+        return "anything"
+    field = flow.state_type.model_fields.get(step.into)
+    if field is None or field.annotation is None:
+        return "anything"
+    text = getattr(field.annotation, "__name__", None)
+    if text is None or "[" in repr(field.annotation) or "|" in repr(field.annotation):
+        text = repr(field.annotation)
+    return text.replace("typing.", "")
+
+
+def fitted_state(
+    flow: CompiledFlow[Any],
+    state: Any,
+    run_id: str,
+    step: AwaitStep | WaitStep,
+    kind: str,
+    payload: Any,
+) -> Any:
+    """The state ``payload`` makes when it completes ``step`` of ``flow``
+    (put in the step's ``into`` field; ``state`` itself when the step keeps
+    no payload, or a signal, event or timer brought ``None``). ``state`` is
+    not changed; ``kind`` (``"signal"``, ``"event"``, ...) names the payload
+    in the error.
+
+    Raises:
+        WaitPayloadError: ``payload`` does not fit the field's type, or no
+            checkpoint could store it there.
+    """
+    into = step.into
+    if into is None or (payload is None and not isinstance(step, AwaitStep)):
+        return state
+    new = state.model_copy()
+    try:
+        flow.state_type.__pydantic_validator__.validate_assignment(new, into, payload)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        problem = f"{_payload_text(payload)} does not fit: {_first_errors(exc)}"
+        raise WaitPayloadError(
+            f"run {run_id}: the {kind} payload for step {step.id!r} does not fit field "
+            f"{into!r} ({expected_type(flow, step)}): {problem}",
+            problem,
+        ) from exc
+    try:  # stored before this check existed, or sent by another writer
+        encode_fields(new, {into}, step.id)
+    except StateNotStorableError as exc:
+        raise WaitPayloadError(
+            f"run {run_id}: the {kind} payload for step {step.id!r} cannot be stored in "
+            f"field {into!r}: {exc.reason}",
+            f"it cannot be stored: {exc.reason}",
+        ) from exc
+    return new
+
+
+def _payload_text(payload: Any) -> str:
+    """``payload`` as compact JSON, cut at 80 characters (``[1,2]``)."""
+    try:
+        text = codec.dumps(payload)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(payload)
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _first_errors(exc: ValueError) -> str:
+    """pydantic's first three messages of ``exc`` in one line (``Input
+    should be a valid dictionary``), else ``exc``'s text on one line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        return "; ".join(str(e.get("msg", "")) for e in errors()[:3])
+    return " ".join(str(exc).split())
+
+
+#: how many refused signals a run's meta keeps (``meta["refused_signals"]``)
+REFUSED_KEPT = 20
+
+
+def _unfit_signal(
+    run: WaitRunner, step: AwaitStep | WaitStep, wait: Wait, arrived: Arrival
+) -> WaitPayloadError | None:
+    """Why the signal that ``arrived`` for ``wait`` cannot complete ``step``
+    (its payload does not fit the step's field), or ``None``: it fits, or
+    it is not a signal (an event or a timer is judged by :func:`resolve_wait`)."""
+    if wait.kind != "signal" or not arrived.consume:
+        return None
+    try:
+        fitted_state(run.flow, run.state, run.run_id, step, wait.kind, arrived.payload)
+    except WaitPayloadError as exc:
+        return exc
+    return None
+
+
+def refuse_signal(
+    run: WaitRunner,
+    step: AwaitStep | WaitStep,
+    wait: Wait,
+    arrived: Arrival,
+    why: WaitPayloadError,
+    ctx: StepContext,
+) -> None:
+    """The wait takes no signal whose payload does not fit its field: it
+    refuses it and goes on waiting, as Temporal's SDKs drop a signal they
+    cannot decode instead of failing the workflow. Refused, not lost: the
+    signal is marked consumed by ``wait`` in the checkpoint that records
+    the refusal (``meta["refused_signals"]``: its id, the wait and the
+    reason; the last :data:`REFUSED_KEPT`), so no wait meets it again, and
+    its row keeps the payload. The run stays ``waiting`` for the next
+    signal; ``show`` says why the last ones were refused (the on-enter
+    writes and intents of a wait that began now commit with the refusal).
+
+    Raises:
+        RevisionConflictError: another wait took or refused the signal first.
+        LeaseLostError, RunLeasedError, Canceled, StoreError: as any save.
+    """
+    assert arrived.consume
+    signal_id = arrived.consume[0][0]
+    refused = [r for r in run.meta.get("refused_signals", []) if r["signal"] != signal_id]
+    reason = f"field {step.into!r} ({expected_type(run.flow, step)}): {why.problem}"
+    entry: RefusedSignal = {"signal": signal_id, "wait": wait.wait_id, "reason": reason}
+    run.meta["refused_signals"] = [*refused, entry][-REFUSED_KEPT:]
+    run.status = "waiting"
+    run.error = None
+    run.save(step.id, ctx.take_writes(), ctx.take_intents(), list(arrived.consume))
+
+
 def resolve_wait(
     run: WaitRunner,
     step: AwaitStep | WaitStep,
@@ -158,25 +292,8 @@ def resolve_wait(
     step under its ``on_error`` policy, not retried, and the signal is
     not consumed: nothing sent is lost.
     """
-    into = step.into
-    new = run.state
     try:
-        if into is not None and (payload is not None or isinstance(step, AwaitStep)):
-            new = run.state.model_copy()
-            try:
-                run.flow.state_type.__pydantic_validator__.validate_assignment(new, into, payload)
-            except ValueError as exc:  # pydantic's ValidationError is a ValueError
-                raise WaitPayloadError(
-                    f"run {run.run_id}: the {wait.kind} payload for step {step.id!r} "
-                    f"does not fit field {into!r}: {exc}"
-                ) from exc
-            try:  # stored before this check existed, or sent by another writer
-                encode_fields(new, {into}, step.id)
-            except StateNotStorableError as exc:
-                raise WaitPayloadError(
-                    f"run {run.run_id}: the {wait.kind} payload for step {step.id!r} "
-                    f"cannot be stored in field {into!r}: {exc.reason}"
-                ) from exc
+        new = fitted_state(run.flow, run.state, run.run_id, step, wait.kind, payload)
         nxt = run.route_from(step.id, new)
     except (RouteError, WaitPayloadError) as exc:
         if given:

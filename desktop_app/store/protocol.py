@@ -422,6 +422,11 @@ class Mailbox(Protocol):  # pragma: no mutate block
     def next_signal(self, name: str, key: str) -> Signal | None:
         """The oldest unconsumed signal for ``(name, key)``, or ``None``."""
 
+    def signal_consumer(self, signal_id: int) -> str | None:
+        """The id of the wait that consumed signal ``signal_id`` (took it, or
+        refused a payload it could not take), or ``None`` while it waits in
+        the mailbox (also for an id not stored in this scope)."""
+
     def publish_event(self, type_: str, payload: JSON, now: float) -> int:
         """Store an event; returns its id."""
 

@@ -159,6 +159,7 @@ class Statements:
             f"SELECT signal_id, payload, {e('sent_at')} FROM signals WHERE scope={p} "
             f"AND name={p} AND key={p} AND consumed_by IS NULL ORDER BY signal_id LIMIT 1"
         )
+        self.signal_consumer = f"SELECT consumed_by FROM signals WHERE scope={p} AND signal_id={p}"
         self.publish_event = (
             "INSERT INTO events(scope, type, payload, published_at) "
             f"VALUES ({p},{p},{p},{t}) RETURNING event_id"

@@ -22,7 +22,7 @@ from desktop_app.store.protocol import (
 )
 
 
-@check("Mailbox.send_signal", "Mailbox.next_signal", "RunLog.append")
+@check("Mailbox.send_signal", "Mailbox.next_signal", "Mailbox.signal_consumer", "RunLog.append")
 def signals_are_consumed_once(h: Harness) -> None:
     s = h.store()
     name, key = _id(), "k"
@@ -33,9 +33,12 @@ def signals_are_consumed_once(h: Harness) -> None:
     _ok(got is not None and (got.name, got.key) == (name, key), "its name and key")
     _ok(got is not None and got.sent_at == 10.0, "when it was sent")
     _eq(s.next_signal(name, "other"), None, "another key")
+    _eq(s.signal_consumer(first), None, "no wait consumed it yet")
     rid = _id()
     s.create_run(_run(rid), _cp(rid, 0))
     s.append(_cp(rid, 1), consume=[(first, f"{rid}:w:0")])
+    _eq(s.signal_consumer(first), f"{rid}:w:0", "the wait that consumed it")
+    _eq(s.signal_consumer(second), None, "the next one still waits")
     nxt = s.next_signal(name, key)
     _ok(nxt is not None and nxt.signal_id == second, "a consumed signal is not handed out again")
     with _raises(RevisionConflictError, "consuming a signal twice"):

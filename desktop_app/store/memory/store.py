@@ -481,6 +481,13 @@ class InMemoryCheckpointStore:
                     return Signal(i, name, key, s["payload"], s["sent_at"])
         return None
 
+    def signal_consumer(self, signal_id: int) -> str | None:
+        with self._lock:
+            if not 0 < signal_id <= len(self._space.signals):
+                return None
+            s = self._space.signals[signal_id - 1]
+            return None if s["scope"] != self.scope else s["consumed_by"]
+
     def publish_event(self, type_: str, payload: Any, now: float) -> int:
         with self._lock:
             event = Event(

@@ -1599,6 +1599,12 @@ class PostgresCheckpointStore:
         )
         return None if row is None else signal_from_row(name, key, row)
 
+    def signal_consumer(self, signal_id: int) -> str | None:
+        row = self._read(
+            lambda conn: conn.execute(SQL.signal_consumer, (self.scope, signal_id)).fetchone()
+        )
+        return None if row is None or row[0] is None else str(row[0])
+
     def publish_event(self, type_: str, payload: Any, now: float) -> int:
         body_json = codec.dumps(payload)
 

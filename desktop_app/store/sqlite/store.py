@@ -1237,6 +1237,11 @@ class SqliteCheckpointStore:
             row = self.conn.execute(SQL.next_signal, (self.scope, name, key)).fetchone()
         return None if row is None else signal_from_row(name, key, row)
 
+    def signal_consumer(self, signal_id: int) -> str | None:
+        with self._read():
+            row = self.conn.execute(SQL.signal_consumer, (self.scope, signal_id)).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
     def publish_event(self, type_: str, payload: Any, now: float) -> int:
         with self._write():
             event_id = int(
