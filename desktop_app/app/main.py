@@ -189,6 +189,16 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         Binding("k", "cursor('up')", "Up", show=False),
         Binding("f1", "help", "Help", key_display="F1", priority=True),
         Binding("question_mark", "help", "Help", key_display="?", show=False),
+        # Textual's own is described "palette" in lower case; the help lists it
+        # with the footer's words (its key shown as Textual shows ctrl keys: ^p)
+        Binding(
+            "ctrl+p",
+            "command_palette",
+            "Command palette",
+            show=False,
+            priority=True,
+            tooltip="Open the command palette",
+        ),
     ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
@@ -852,7 +862,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         if isinstance(screen, HelpScreen):
             screen.dismiss(None)
             return
-        title = screen.sub_title or self.sub_title or type(screen).__name__
+        # what the keys are of: the screen when it names itself, and the database
+        where = f"database {header(self.settings)}"
+        title = f"Keys — {screen.sub_title} — {where}" if screen.sub_title else f"Keys — {where}"
         self.push_screen(HelpScreen(title, keys_of(screen)))
 
     def action_settings(self) -> None:

@@ -118,7 +118,8 @@ class RunsScreen(Screen[None]):
         Binding("enter", "open_run", "Open", priority=True),
         Binding("r", "resume_run", "Resume"),
         Binding("a", "answer_run", "Answer"),
-        Binding("c", "cancel_run", "Cancel run", show=False),
+        # shown only for a run it can cancel; "Cancel" and a compact footer: it fits 80 columns
+        Binding("c", "cancel_run", "Cancel"),
         Binding("o", "open_output", "Open output", show=False),
         Binding("y", "copy_id", "Copy run id", show=False),
         Binding("slash", "filters", "Filter", key_display="/"),
@@ -186,7 +187,7 @@ class RunsScreen(Screen[None]):
             yield RunsTable(id="runs", now=lambda: self.flowdesk.now(), meter=self.flowdesk.meter)
             yield RunSummary(id="run-summary")
         yield StatusLine("", id="page", classes="-empty")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.table.focus()
