@@ -523,6 +523,8 @@ def cmd_show(ctx: Ctx) -> int:
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
+        from desktop_app.bootstrap import executes_runs
+
         print("waits for:")
         lines = wait_lines(
             ctx.hints,
@@ -533,6 +535,7 @@ def cmd_show(ctx: Ctx) -> int:
             stuck=stuck is not None,
             taken=taken,
             registered=flow is not None,
+            app_fires=executes_runs(sv.settings),
         )
         for line in lines:
             print(line)
