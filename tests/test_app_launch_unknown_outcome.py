@@ -13,12 +13,14 @@ Pilot over the same SQLite file and a real MCP server subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,7 @@ from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle, wait_until
 from tests.chat_server import ChatServer, completion
-from tests.cli_support import REPO, flowdesk
+from tests.cli_support import REPO, as_printed, flowdesk
 from tests.test_tool_approval import lines, notes_config, require, stored_run
 
 
@@ -65,9 +67,13 @@ def killed_mid_call(tmp_path: Path, env: dict[str, str], db: Path, run_id: str) 
         proc.communicate()
 
 
-async def test_the_launch_report_names_a_tool_call_whose_outcome_is_unknown(
+@contextlib.contextmanager
+def interrupted_mid_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> Iterator[tuple[Path, dict[str, str], str]]:
+    """An agent run whose approved MCP call was in flight when its process
+    was killed -9: ``(db, env, run_id)``, the model server (it answers
+    "Noted." next) up until the block ends."""
     require("mcp")
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
     config = notes_config(
@@ -91,8 +97,25 @@ async def test_the_launch_report_names_a_tool_call_whose_outcome_is_unknown(
         assert stored_run(db).status == "input_required"
         killed_mid_call(tmp_path, env, db, run_id)
         assert stored_run(db).status == "running"  # its process is gone: interrupted
+        yield db, env, run_id
+    assert lines(log) == ["milk"]  # the call in flight was not made again
+    store = open_store(db)
+    try:
+        agents = SqliteAgentStore(store)
+        assert agents.get(run_id).status == "done"
+        # the same journal `flowdesk show` reads (its tool calls list it `unknown`)
+        assert unknown_outcome_tools(agents.tool_results(run_id)) == ["notes__append_and_hang"]
+    finally:
+        store.close()
+    shown = flowdesk(db, "show", run_id, env=env)
+    assert "notes__append_and_hang unknown" in " ".join(shown.stdout.split())
 
-        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", server.url)
+
+async def test_the_launch_report_names_a_tool_call_whose_outcome_is_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with interrupted_mid_call(tmp_path, monkeypatch) as (_db, env, run_id):
+        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", env["FLOWDESK_MODEL__BASE_URL"])
         monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
         settings = load_settings()
         bootstrap.apply_schema(settings)
@@ -115,17 +138,25 @@ async def test_the_launch_report_names_a_tool_call_whose_outcome_is_unknown(
             await settle(pilot)
             assert isinstance(app.screen, AgentRunsScreen)
             assert "outcome unknown: not repeated" in app.screen.conversation
-    assert lines(log) == ["milk"]  # the call in flight was not made again
-    store = open_store(db)
-    try:
-        agents = SqliteAgentStore(store)
-        assert agents.get(run_id).status == "done"
-        # the same journal `flowdesk show` reads (its tool calls list it `unknown`)
-        assert unknown_outcome_tools(agents.tool_results(run_id)) == ["notes__append_and_hang"]
-    finally:
-        store.close()
-    shown = flowdesk(db, "show", run_id, env=env)
-    assert "notes__append_and_hang unknown" in " ".join(shown.stdout.split())
+
+
+def test_resume_all_names_a_tool_call_whose_outcome_is_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flowdesk resume --all`` says it too, with the ``show`` that lists
+    the call (run as printed)."""
+    with interrupted_mid_call(tmp_path, monkeypatch) as (db, env, run_id):
+        resumed = flowdesk(db, "resume", "--all", env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"agent run {run_id} done" in resumed.stdout
+        said = (
+            "  its call to notes__append_and_hang has an unknown outcome (it was sent, then "
+            "interrupted; not repeated): `"
+        )
+        assert said in resumed.stdout, resumed.stdout
+        printed = resumed.stdout.split(said, 1)[1].split("`", 1)[0]
+        shown = as_printed(printed, env)
+        assert shown.returncode == 0 and "outcome unknown: not repeated" in shown.stdout
 
 
 def test_the_summary_names_each_run_with_an_unknown_outcome() -> None:
