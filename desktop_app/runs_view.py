@@ -182,6 +182,59 @@ def row_actions(status: str) -> frozenset[str]:
     return frozenset({"resume", "cancel"})
 
 
+class AgentCallsLog(Protocol):
+    """What :func:`agent_executor_text` reads of an agent-run log."""
+
+    def get(self, run_id: str) -> Any: ...
+
+    def tool_results(self, run_id: str) -> Sequence[Any]: ...
+
+
+def agent_executor_text(agents: AgentCallsLog, run_id: str, now: float) -> str | None:
+    """What the process executing agent run ``run_id`` does about a cancel
+    of it (a live process holds its lease), or ``None`` when none executes
+    it: it stops before its next model or tool call; a tool call it has in
+    flight runs to its end (what it does stays done) and nothing after it
+    runs. What ``flowdesk cancel`` prints and the app's ``c`` says.
+
+    Args:
+        agents: the agent-run log (``get``, ``tool_results``).
+        run_id: the agent run's full id.
+        now: UTC epoch seconds by the store's clock (leases are judged by it).
+
+    Raises:
+        CheckpointNotFoundError: no such run.
+    """
+    from desktop_app.agent.tools import is_tool_call
+    from desktop_app.flow.owners import holding
+    from desktop_app.textsafe import visible_controls
+
+    run = agents.get(run_id)
+    if holding(run.lease_owner, run.lease_expires_at, now) != "held":
+        return None
+    said = f"the process executing it ({run.lease_owner}) stops before its next model or tool call"
+    flying = [
+        r.tool
+        for r in agents.tool_results(run_id)
+        if r.status == "in_progress" and is_tool_call(r.tool_key)
+    ]
+    if flying:
+        said += (
+            f"; its call to {visible_controls(', '.join(flying))} is in flight: that call runs "
+            "to its end (what it does stays done, its result is recorded) and nothing after it "
+            "runs"
+        )
+    return said
+
+
+def agent_status_words(status: str) -> str:
+    """An agent run's status (:func:`display_status`) for a sentence, in the
+    words the runs table shows (``done`` → ``completed``, ``timeout`` →
+    ``timed out``, ``input_required`` → ``waiting``, ``rate_limited`` →
+    ``rate limited``)."""
+    return agent_status_as_flow(status).replace("_", " ")
+
+
 def agent_status_as_flow(status: str) -> str:
     """An agent run's status as a flow run's (``done`` → ``completed``...)."""
     return AGENT_AS_FLOW_STATUS.get(status, status)

@@ -151,7 +151,7 @@ async def test_actions_are_in_the_command_palette(tmp_path: Path) -> None:
         } <= titles
         # the footer's words (c and a show only once a run they apply to is selected)
         keys = {b.key: b.description for b in type(app.screen).BINDINGS}  # type: ignore[union-attr]
-        assert keys["c"] == "Cancel run" and keys["a"] == "Answer"
+        assert keys["c"] == "Cancel" and keys["a"] == "Answer"
 
 
 async def test_run_detail_lists_steps_and_checkpoints(

@@ -130,10 +130,10 @@ async def test_tidy_question_previews_its_moves_yes_moves_them_and_undo_moves_th
         assert isinstance(modal, AnswerScreen)
         preview = modal.query_one("#preview", DataTable)
         rows = [[c.plain for c in preview.get_row_at(i)] for i in range(preview.row_count)]
-        month = rows[0][2].split("/")[1]
+        month = rows[0][3].split("/")[1]
         assert rows == [
-            ["paper.pdf", "documents", f"Documents/{month}/paper.pdf", "planned"],
-            ["photo.jpg", "images", f"Images/{month}/photo.jpg", "planned"],
+            ["paper.pdf", "documents", "planned", f"Documents/{month}/paper.pdf"],
+            ["photo.jpg", "images", "planned", f"Images/{month}/photo.jpg"],
         ]
         assert "2 files: 2 to move" in str(modal.query_one("#preview-title").render())
         await pilot.click("#answer-yes")

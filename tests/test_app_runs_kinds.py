@@ -11,6 +11,7 @@ from desktop_app import bootstrap
 from desktop_app.agent import Agent, ScriptedModel
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
+from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.widgets.run_filters import RunFilter
 from desktop_app.config import Settings, load_settings
@@ -132,10 +133,14 @@ async def test_enter_on_an_agent_run_opens_its_conversation(tmp_path: Path) -> N
         assert any("waits for an answer: press i" in n.message for n in app.notices)
         await pilot.press("escape")
         await settle(pilot)
-        # it is not canceled from the runs table: that says why
+        # c cancels it as `flowdesk cancel` does, after asking (kept here)
         await pilot.press("c")
         await settle(pilot)
-        assert any("is an agent run" in n.message for n in app.notices)
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question.startswith("Cancel agent run")
+        await pilot.press("n")
+        await settle(pilot)
+        assert not any("is an agent run" in n.message for n in app.notices)
 
 
 async def test_the_hint_counts_agent_runs_waiting_for_an_answer_and_i_opens_them(

@@ -388,16 +388,16 @@ async def test_the_tidy_plan_shows_each_file_and_where_it_moves_at_80x24(
         await wait_until(pilot, lambda: table.row_count == 2)
         await pilot.pause()
         labels = [str(c.label) for c in table.columns.values()]
-        assert labels == ["File", "Kind", "Moves to", "Status"]
+        assert labels == ["File", "Kind", "Status", "Moves to"]
         widths = [c.get_render_width(table) for c in table.columns.values()]
         assert sum(widths) <= table.scrollable_content_region.width, widths
         assert table.virtual_size.width <= table.scrollable_content_region.width
         # each cell's text is all there, wrapped over the row's lines
         for row in table.ordered_rows:
-            file, _kind, moves_to, _status = (str(c) for c in table.get_row(row.key))
+            file, _kind, _status, moves_to = (str(c) for c in table.get_row(row.key))
             assert file in names and moves_to.endswith(file)
             assert row.height >= -(
-                -len(moves_to) // table.columns[table.ordered_columns[2].key].width
+                -len(moves_to) // table.columns[table.ordered_columns[3].key].width
             )
     assert run_id
 

@@ -91,7 +91,7 @@ def test_a_tidy_killed_mid_queueing_shows_its_files_approved_and_the_printed_res
         preview = tidy_preview(store, run_id)
     finally:
         store.close()
-    assert Counter(row[3] for row in preview.rows) == {"queued": q, "approved": N - q}
+    assert Counter(row[2] for row in preview.rows) == {"queued": q, "approved": N - q}
 
     out = tmp_path / "export"
     exported = flowdesk(db, "export", "--out", str(out), "--table", "tidy_moves")

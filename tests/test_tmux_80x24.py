@@ -65,7 +65,7 @@ def test_every_screen_is_reached_and_used_at_80x24(tmp_path: Path) -> None:
 
         # help lists the screen's keys and scrolls to its last one
         keys(session, "F1")
-        wait_for(session, "Keys:")
+        wait_for(session, "Keys — database")
         keys(session, "PageDown", "PageDown", "PageDown")
         wait_for(session, "Previous page")
         close(session)

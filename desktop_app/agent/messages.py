@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,6 +56,15 @@ def is_outcome_unknown(content: str | None) -> bool:
         and set(data) == {"error", "outcome"}
         and (data["outcome"] == "unknown")
     )
+
+
+def unknown_outcome_tools(results: Iterable[Any]) -> list[str]:
+    """The tools of a run's journaled calls (``ToolResult`` rows, as
+    ``AgentLog.tool_results`` returns them) whose outcome is unknown: sent,
+    then interrupted before their result was saved, and not repeated
+    (:func:`is_outcome_unknown` of their result). What ``flowdesk show``
+    lists as ``unknown``, the app's launch report and ``resume`` count."""
+    return [str(r.tool) for r in results if is_outcome_unknown(r.result)]
 
 
 @dataclass(frozen=True)

@@ -56,11 +56,14 @@ from desktop_app.flows.digest import DigestInput
 from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
 from desktop_app.runs_view import (
     INTENT_NOUNS,
+    agent_executor_text,
+    agent_status_words,
     display_status,
     ended_withdrawn_text,
     withdrawn_text,
 )
-from desktop_app.store.protocol import RunRecord, RunStatus
+from desktop_app.store.protocol import AGENT_ENDED, RunRecord, RunStatus
+from desktop_app.store.records import AgentRun
 from desktop_app.words import plural
 
 #: Run statuses ``Engine.recover`` resumes at launch.
@@ -541,6 +544,64 @@ class Controller:
                 run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown)
             )
             self._say(f"Run {rid} is {run.status}" + (f"; {took_back}." if took_back else "."))
+        finally:
+            self._app.post_message(RunChanged(run_id))
+
+    def cancel_agent(self, run: AgentRun) -> None:
+        """Ask, then cancel the agent run ``run`` shows in a worker
+        (``Agent.cancel``, what ``flowdesk cancel`` calls).
+
+        ``run``: the agent run as the screen shows it; one shown ended
+        (``done``, ``canceled``, ``timeout``, ``expired``) is refused at
+        once, saying so in the words the table shows for its status."""
+        if self.require_writer() is None:
+            return
+        rid = short_id(run.run_id)
+        if run.status in AGENT_ENDED:
+            self._say(
+                f"Agent run {rid} is already {agent_status_words(run.status)}; nothing to cancel.",
+                "warning",
+            )
+            return
+        status = agent_status_words(display_status(run, self._host.now()))
+
+        def chosen(yes: bool | None) -> None:
+            if yes:
+                job = partial(self._cancel_agent, run.run_id, run.agent)
+                self._worker(job, group="control", name="cancel agent run")
+
+        self._app.push_screen(
+            ConfirmScreen(
+                f"Cancel agent run {rid}?",
+                f"{run.agent} agent run, {status}. A canceled agent run cannot be resumed; "
+                "its conversation so far is kept.",
+                yes="Cancel run",
+                no="Keep it",
+            ),
+            chosen,
+        )
+
+    def _cancel_agent(self, run_id: str, agent: str) -> None:
+        services = self._host.services
+        assert services is not None
+        rid = short_id(run_id)
+        try:
+            try:
+                services.agent(agent, None).cancel(run_id)
+            except RunStateError:  # it ended meanwhile: its end stands
+                ended = services.agents.get(run_id).status
+                self._say(
+                    f"Agent run {rid} is already {agent_status_words(ended)}; nothing to cancel.",
+                    "warning",
+                )
+                return
+            executing = agent_executor_text(services.agents, run_id, self._host.now())
+        except FlowdeskError as exc:
+            self._say(f"Agent run {rid} was not canceled: {exc}", "error")
+        except Exception as exc:
+            self._say(f"Agent run {rid} was not canceled: {type(exc).__name__}: {exc}", "error")
+        else:
+            self._say(f"Agent run {rid} is canceled" + (f"; {executing}." if executing else "."))
         finally:
             self._app.post_message(RunChanged(run_id))
 

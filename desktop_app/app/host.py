@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from desktop_app.errors import ClockSkewError
     from desktop_app.flow import Engine
     from desktop_app.store.protocol import CheckpointStore, RunRecord
+    from desktop_app.store.records import AgentRun
 
 T = TypeVar("T")
 
@@ -55,6 +56,9 @@ class Actions(Protocol):
 
     def cancel(self, run: RunRecord) -> None:
         """Ask, then cancel the run in a worker (``Engine.cancel``)."""
+
+    def cancel_agent(self, run: AgentRun) -> None:
+        """Ask, then cancel the agent run in a worker (``Agent.cancel``)."""
 
     def answer(self, run: RunRecord) -> None:
         """Show the answer dialog of a waiting run."""

@@ -27,7 +27,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,6 +40,7 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 
+from desktop_app.agent.messages import unknown_outcome_tools
 from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_runs
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app.controller import FINISHED, INTERRUPTED, Controller
@@ -112,6 +113,7 @@ def screenshot_dir() -> Path:
 
 def recovery_summary(
     outcomes: Iterable[RunResult | AgentResponse | BaseException],
+    unknown: Sequence[str] = (),
 ) -> tuple[str, bool]:
     """``("Resumed N runs: X completed, Y failed", problem?)``; an agent run
     that answered (``done``) counts as completed. A run a live process holds
@@ -119,7 +121,13 @@ def recovery_summary(
     problem: it is counted apart ("1 run is running in another process";
     one ``db copy`` moved, "1 run moved to postgresql://host/db (flowdesk db
     copy), not run here"), and when it is all there was the text says
-    nothing was resumed."""
+    nothing was resumed.
+
+    ``unknown``: the resumed runs with a tool call whose outcome is unknown
+    (sent, interrupted before its result was saved, not repeated:
+    :func:`~desktop_app.agent.messages.unknown_outcome_tools`); the text
+    names them and how to see them, and they are a problem (a side effect
+    happens once, or Flowdesk says plainly its outcome is unknown)."""
     done = list(outcomes)
     leased = [o for o in done if isinstance(o, RunLeasedError)]
     moved = sorted({o.moved_to for o in leased if o.moved_to is not None})
@@ -150,9 +158,17 @@ def recovery_summary(
     if errors:
         parts.append(f"{len(errors)} not resumed")
     text = f"Resumed {plural(len(done), 'run')}: {', '.join(parts)}"
+    if unknown:
+        ids = ", ".join(short_id(r) for r in unknown)
+        runs = (
+            f"agent run {ids}, enter shows it"
+            if len(unknown) == 1
+            else (f"agent runs {ids}, enter on one shows it")
+        )
+        text += f"; {len(unknown)} with a tool call whose outcome is unknown (not repeated): {runs}"
     if held:
         text += f"; {elsewhere}"
-    return text, bool(failed or errors)
+    return text, bool(failed or errors or unknown)
 
 
 class FlowdeskApp(TypeAheadApp, App[None]):
@@ -173,6 +189,16 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         Binding("k", "cursor('up')", "Up", show=False),
         Binding("f1", "help", "Help", key_display="F1", priority=True),
         Binding("question_mark", "help", "Help", key_display="?", show=False),
+        # Textual's own is described "palette" in lower case; the help lists it
+        # with the footer's words (its key shown as Textual shows ctrl keys: ^p)
+        Binding(
+            "ctrl+p",
+            "command_palette",
+            "Command palette",
+            show=False,
+            priority=True,
+            tooltip="Open the command palette",
+        ),
     ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
@@ -755,10 +781,31 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             self.runs.open_gate()
             self.runs.release(*claimed)
         self._recover_agent_runs(outcomes)
-        summary, problem = recovery_summary(outcomes)
+        summary, problem = recovery_summary(outcomes, self._unknown_outcomes(outcomes))
         self.recovery = summary
         self.say(summary, "warning" if problem else "information")
-        self.post_message(RecoveryFinished(summary))
+        self.post_message(RecoveryFinished(summary, problem))
+
+    def _unknown_outcomes(
+        self, outcomes: list[RunResult | AgentResponse | BaseException]
+    ) -> list[str]:
+        """The resumed agent runs with a tool call whose outcome is unknown,
+        read from their journal as ``flowdesk show`` reads it (on the
+        recovery worker)."""
+        services = self.services
+        if services is None:
+            return []
+        agents = services.services.agents
+        found: list[str] = []
+        for outcome in outcomes:
+            if not isinstance(outcome, AgentResponse):
+                continue
+            try:
+                if unknown_outcome_tools(agents.tool_results(outcome.run_id)):
+                    found.append(outcome.run_id)
+            except FlowdeskError as exc:  # say it rather than hide what may be unknown
+                self.say(f"Agent run {short_id(outcome.run_id)}: {exc}", "error")
+        return found
 
     def _recover_agent_runs(
         self, outcomes: list[RunResult | AgentResponse | BaseException]
@@ -794,7 +841,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         )
 
     def on_recovery_finished(self, message: RecoveryFinished) -> None:
-        self.runs_screen.status_line.say(message.summary, for_s=self.STATUS_S)
+        # a problem (a failure, an unknown outcome) stays until the next notice
+        keep = None if message.problem else self.STATUS_S
+        self.runs_screen.status_line.say(message.summary, for_s=keep)
         self._reload_all()
         check_after_launch(self)  # S51: runs left by an older flow version
 
@@ -900,7 +949,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         if isinstance(screen, HelpScreen):
             screen.dismiss(None)
             return
-        title = screen.sub_title or self.sub_title or type(screen).__name__
+        # what the keys are of: the screen when it names itself, and the database
+        where = f"database {header(self.settings)}"
+        title = f"Keys — {screen.sub_title} — {where}" if screen.sub_title else f"Keys — {where}"
         self.push_screen(HelpScreen(title, keys_of(screen)))
 
     def action_settings(self) -> None:

@@ -39,11 +39,13 @@ class ProgressTick(Message):
 
 
 class RecoveryFinished(Message):
-    """Launch recovery is over; ``summary`` is the text shown to the user."""
+    """Launch recovery is over; ``summary`` is the text shown to the user,
+    ``problem`` whether it tells of a failure or an unknown outcome."""
 
-    def __init__(self, summary: str) -> None:
+    def __init__(self, summary: str, problem: bool = False) -> None:
         super().__init__()
         self.summary = summary
+        self.problem = problem
 
 
 class WaitsLoaded(Message):

@@ -42,10 +42,10 @@ MOVING = ("planned", "queued", "moved")
 
 
 def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
-    """The files a tidy run planned, each listed: where it moves, or that it
-    stays and why (in full), and its outcome (an
+    """The files a tidy run planned, each listed: its outcome (an
     :data:`~desktop_app.flows.tidy_outcomes.OUTCOMES` key, the words
-    ``flowdesk show`` and ``answer`` use). The title counts the rows it lists:
+    ``flowdesk show`` and ``answer`` use), and where it moves, or that it
+    stays and why (in full). The title counts the rows it lists:
     ``"6 files: 4 to move, 2 stay"``."""
     moves = store.query(moves_of_run(run_id))
     status = store.get_run(run_id).status
@@ -56,12 +56,14 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
         goes = m.status in MOVING and m.dst is not None
         where = os.path.relpath(m.dst, folder) if goes and m.dst else f"stays: {m.reason}"
         name = one_line(Path(m.src).name)  # a newline in it would split its row
-        rows.append((name, m.kind, where, outcome_of(m, status, approved=approved).outcome))
+        rows.append((name, m.kind, outcome_of(m, status, approved=approved).outcome, where))
     moving = sum(m.status in MOVING and m.dst is not None for m in moves)
     title = f"{plural(len(rows), 'file')}: {moving:,} to move"
     if len(rows) > moving:
         title += f", {plural(len(rows) - moving, 'stays', 'stay')}"
-    return Preview(title, ("File", "Kind", "Moves to", "Status"), rows, wrap=2, shrink=(0,))
+    # Status before the wrapping Moves to: sized to its content, it is never
+    # the column cut at the dialog's edge ("planne" showed at 100 columns)
+    return Preview(title, ("File", "Kind", "Status", "Moves to"), rows, wrap=3, shrink=(0,))
 
 
 #: flow name -> the preview of its question (read in a worker).

@@ -439,6 +439,7 @@ def recover_agents(
     """
     import time
 
+    from desktop_app.agent.messages import unknown_outcome_tools
     from desktop_app.agent.recovery import recover_agent_runs
     from desktop_app.bootstrap import build_model
     from desktop_app.errors import AgentRunLeasedError
@@ -470,6 +471,14 @@ def recover_agents(
         else:
             bad = outcome.status not in ("done", "input_required")
             print(f"agent run {run.run_id} {outcome.status}", flush=True)
+            unknown = unknown_outcome_tools(sv.agents.tool_results(run.run_id))
+            if unknown:  # sent before the interruption, not repeated: say it plainly
+                shown = f"`{hints.cmd(f'show {run.run_id}')}`" if hints is not None else "show"
+                print(
+                    f"  its call to {visible_controls(', '.join(unknown))} has an unknown "
+                    f"outcome (it was sent, then interrupted; not repeated): {shown} lists it",
+                    flush=True,
+                )
         failed += bad
         if bad and skip is not None:
             skip.add(run.run_id)

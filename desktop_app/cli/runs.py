@@ -539,6 +539,8 @@ def cmd_show(ctx: Ctx) -> int:
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
+        from desktop_app.bootstrap import executes_runs
+
         print("waits for:")
         lines = wait_lines(
             ctx.hints,
@@ -549,6 +551,7 @@ def cmd_show(ctx: Ctx) -> int:
             stuck=stuck is not None,
             taken=taken,
             registered=flow is not None,
+            app_fires=executes_runs(sv.settings),
         )
         for line in lines:
             print(line)
@@ -1324,29 +1327,11 @@ def ended_cancel_text(ctx: Ctx, done: Any) -> str:
 
 def agent_executor(sv: Services, run_id: str) -> str | None:
     """What the process executing agent run ``run_id`` does about its cancel
-    (a live process holds its lease), or ``None`` when none executes it: it
-    stops before its next model or tool call; a tool call it has in flight
-    runs to its end (what it does stays done) and nothing after it runs."""
-    from desktop_app.agent.tools import is_tool_call
-    from desktop_app.flow.owners import holding
+    (:func:`~desktop_app.runs_view.agent_executor_text`, which the app's
+    ``c`` says too), or ``None`` when none executes it."""
+    from desktop_app.runs_view import agent_executor_text
 
-    run = sv.agents.get(run_id)
-    now = sv.checkpoints.now()
-    if holding(run.lease_owner, run.lease_expires_at, now) != "held":
-        return None
-    said = f"the process executing it ({run.lease_owner}) stops before its next model or tool call"
-    flying = [
-        r.tool
-        for r in sv.agents.tool_results(run_id)
-        if r.status == "in_progress" and is_tool_call(r.tool_key)
-    ]
-    if flying:
-        said += (
-            f"; its call to {visible_controls(', '.join(flying))} is in flight: that call runs "
-            "to its end (what it does stays done, its result is recorded) and nothing after it "
-            "runs"
-        )
-    return said
+    return agent_executor_text(sv.agents, run_id, sv.checkpoints.now())
 
 
 def cmd_undo(ctx: Ctx) -> int:

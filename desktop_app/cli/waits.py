@@ -172,6 +172,7 @@ def wait_lines(
     stuck: bool = False,
     taken: Mapping[str, str] | None = None,
     registered: bool = True,
+    app_fires: bool = True,
 ) -> list[str]:
     """The lines ``show`` prints under ``waits for:`` for the flow run
     ``run`` (a ``RunRecord``) and its pending ``waits`` (``Wait`` records),
@@ -184,7 +185,10 @@ def wait_lines(
     since it started (``show`` says so above): no wait fires or is answered,
     and no command is offered for one. ``registered``: the run's flow is
     registered in this process; when not (``show`` says how to register it
-    above), a timer is fired only by a process that registers it."""
+    above), a timer is fired only by a process that registers it.
+    ``app_fires``: the app fires due timers on this database
+    (:func:`~desktop_app.bootstrap.executes_runs`: always on SQLite; on
+    PostgreSQL only with the ``worker`` setting, else only workers do)."""
     rid = run.run_id
     lines: list[str] = []
     if not waits:
@@ -215,11 +219,8 @@ def wait_lines(
             lines.extend(too_late_lines(hints, rid, w, now))
             continue
         note, verb = _SAY[w.kind]
-        if w.kind == "timer" and not registered:
-            note = (
-                f"only a `flowdesk agent` or an app that registers flow {run.flow_name!r} "
-                "fires it on its own (see above)"
-            )
+        if w.kind == "timer":
+            note = timer_note(run.flow_name, registered=registered, app_fires=app_fires)
         if w.kind == "input":
             only = (choices or {}).get(w.wait_id)
             note = _answer_note((taken or {}).get(w.wait_id), only, several)
@@ -230,12 +231,33 @@ def wait_lines(
     return lines
 
 
-#: wait kind -> (what to know, what the command does)
+def timer_note(flow_name: str, *, registered: bool, app_fires: bool) -> str:
+    """Who fires a due timer of a run of ``flow_name`` on its own: a running
+    ``flowdesk agent``, and the app only where it executes runs (a SQLite
+    file, or PostgreSQL with ``worker = true``: ``app_fires``); only one
+    that registers the flow when this process does not (``registered``)."""
+    if not app_fires:
+        who = "a running `flowdesk agent` (a worker)"
+        if not registered:
+            who = f"only a `flowdesk agent` that registers flow {flow_name!r}"
+        return (
+            f"{who} fires it on its own; the app does not on PostgreSQL unless its "
+            "`worker` setting is on (`FLOWDESK_WORKER=1`)" + ("" if registered else " (see above)")
+        )
+    if not registered:
+        return (
+            f"only a `flowdesk agent` or an app that registers flow {flow_name!r} "
+            "fires it on its own (see above)"
+        )
+    return "a running `flowdesk agent` or the app fires it on its own"
+
+
+#: wait kind -> (what to know, what the command does); a timer's note: :func:`timer_note`
 _SAY = {
     "input": ("", "answer"),  # the note: :func:`_answer_note`
     "signal": ("a payload goes with --payload JSON", "send it"),
     "event": ("a payload goes with --payload JSON", "publish it"),
-    "timer": ("a running `flowdesk agent` or the app fires it on its own", "fire it once due"),
+    "timer": ("", "fire it once due"),
 }
 
 

@@ -70,7 +70,8 @@ def keys_of(screen: Screen[object]) -> list[KeyHelp]:
 
 
 class HelpScreen(ModalScreen[None]):
-    """A table of the keys of the screen below; any of escape, ``?``, F1 closes it."""
+    """A table of the keys of the screen below under ``title`` (``Keys —
+    database t.db``); any of escape, ``?``, F1 closes it."""
 
     BINDINGS = [
         Binding("escape", "dismiss", "Close"),
@@ -85,7 +86,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="help-dialog"):
-            yield Label(Text(f"Keys: {self.title_text}", style="bold"))
+            yield Label(Text(self.title_text, style="bold"), id="help-title")
             yield RowTable(id="help-keys")
             yield Static(Text("Dim keys do nothing right now. Escape closes.", style="dim"))
         yield Footer(show_command_palette=False)

@@ -29,8 +29,16 @@ from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
 from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_kind
 from desktop_app.errors import CheckpointNotFoundError, moved_to
-from desktop_app.runs_view import Leased, display_status, left_over, merged_page, row_actions
+from desktop_app.runs_view import (
+    Leased,
+    agent_status_words,
+    display_status,
+    left_over,
+    merged_page,
+    row_actions,
+)
 from desktop_app.store.protocol import CheckpointStore, RunRecord
+from desktop_app.store.records import AgentRun
 from desktop_app.words import plural
 
 L = TypeVar("L", bound=Leased)
@@ -110,7 +118,8 @@ class RunsScreen(Screen[None]):
         Binding("enter", "open_run", "Open", priority=True),
         Binding("r", "resume_run", "Resume"),
         Binding("a", "answer_run", "Answer"),
-        Binding("c", "cancel_run", "Cancel run", show=False),
+        # shown only for a run it can cancel; "Cancel" and a compact footer: it fits 80 columns
+        Binding("c", "cancel_run", "Cancel"),
         Binding("o", "open_output", "Open output", show=False),
         Binding("y", "copy_id", "Copy run id", show=False),
         Binding("slash", "filters", "Filter", key_display="/"),
@@ -178,7 +187,7 @@ class RunsScreen(Screen[None]):
             yield RunsTable(id="runs", now=lambda: self.flowdesk.now(), meter=self.flowdesk.meter)
             yield RunSummary(id="run-summary")
         yield StatusLine("", id="page", classes="-empty")
-        yield Footer(show_command_palette=False)
+        yield Footer(show_command_palette=False, compact=True)
 
     def on_mount(self) -> None:
         self.table.focus()
@@ -574,11 +583,7 @@ class RunsScreen(Screen[None]):
         if run_id is None:
             self.flowdesk.say("No run selected.", "warning")
         elif self.table.kind_of(run_id) == "agent":
-            self.flowdesk.say(
-                f"{short_id(run_id)} is an agent run: enter shows its conversation, "
-                "r resumes it, i (the inbox) answers it.",
-                "warning",
-            )
+            self.flowdesk.say(self._agent_keys(run_id), "warning")
             return None
         elif self.table.kind_of(run_id) == "langgraph":
             self.flowdesk.say(
@@ -588,6 +593,22 @@ class RunsScreen(Screen[None]):
             )
             return None
         return run_id
+
+    def _agent_keys(self, run_id: str) -> str:
+        """What the keys do for the selected agent run, only those that apply
+        to its status (a done run: enter shows it, nothing else)."""
+        run = self.table.record_of(run_id)
+        status = display_status(run, self.flowdesk.now()) if run is not None else ""
+        acts = row_actions(status)
+        keys = ["enter shows its conversation"]
+        if "resume" in acts:
+            keys.append("r resumes it")
+        if status == "input_required":
+            keys.append("i (the inbox) answers it")
+        if "cancel" in acts:
+            keys.append("c cancels it")
+        said = ", ".join(keys[:-1]) + (" and " if len(keys) > 1 else "") + keys[-1]
+        return f"{short_id(run_id)} is an agent run ({agent_status_words(status)}): {said}."
 
     def action_open_output(self) -> None:
         if (run_id := self._selected()) is not None:
@@ -621,7 +642,13 @@ class RunsScreen(Screen[None]):
             self.flowdesk.controller.answer(run)
 
     def action_cancel_run(self) -> None:
-        if (run_id := self._selected()) is not None and (run := self._shown(run_id)):
+        if not self._database_open():
+            return
+        run_id = self.table.selected_run_id()
+        agent = None if run_id is None else self.table.record_of(run_id)
+        if isinstance(agent, AgentRun):  # what `flowdesk cancel` does to an agent run
+            self.flowdesk.controller.cancel_agent(agent)
+        elif (run_id := self._selected()) is not None and (run := self._shown(run_id)):
             self.flowdesk.controller.cancel(run)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:

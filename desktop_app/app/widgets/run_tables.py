@@ -469,13 +469,14 @@ INTENT_STATUS_SHOWN = {"sending": "sending: may have been made (outcome unknown)
 
 
 def intent_cells(intent: Intent) -> tuple[str, ...]:
+    """An intent's cells, in :attr:`OutboxTable.COLUMNS` order."""
     return (
-        short_wait_id(intent.intent_id),  # <run id>:<step>:<iteration>:<n>
         INTENT_STATUS_SHOWN.get(intent.status, intent.status),
         str(intent.attempts),
-        intent.destination,
         intent.step_id,
+        intent.destination,
         shorten(intent.last_error or "", CELL_CHARS),
+        short_wait_id(intent.intent_id),  # <run id>:<step>:<iteration>:<n>
     )
 
 
@@ -488,13 +489,16 @@ class OutboxTable(RowTable):
     }
     """
 
+    #: the short columns first, the intent id (its run, step and key: a tidy
+    #: move's key is the file's whole path) last, so a narrow pane cuts the
+    #: end of an id, never a status ("de" of "delivered" showed at 100 columns)
     COLUMNS = (
-        ("intent", "Intent"),
         ("status", "Status"),
         ("attempts", "Attempts"),
-        ("destination", "Destination"),
         ("step", "Step"),
+        ("destination", "Destination"),
         ("error", "Last error"),
+        ("intent", "Intent"),
     )
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -1,0 +1,169 @@
+"""The launch report says plainly when a resumed run has a tool call whose
+outcome is unknown.
+
+A new user approved an agent's MCP call, the process executing it was
+killed with SIGKILL while the call was in flight (the server had acted, its
+answer never came), and the app, launched again, said only "Resumed 1 run:
+1 completed, 0 failed": the unknown outcome was visible only inside the
+run's conversation. Here a real ``flowdesk answer RUN yes`` process is
+killed -9 mid-call (the state an app killed there leaves: the approved call
+journaled in progress, its lease owner dead), then the app is launched with
+Pilot over the same SQLite file and a real MCP server subprocess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from desktop_app import bootstrap
+from desktop_app.agent.messages import unknown_outcome_tools
+from desktop_app.app.main import FlowdeskApp, recovery_summary
+from desktop_app.app.screens.agent_runs import AgentRunsScreen
+from desktop_app.config import load_settings
+from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from desktop_app.store.sqlite.store import open_store
+from tests.app_support import messages, settle, wait_until
+from tests.chat_server import ChatServer, completion
+from tests.cli_support import REPO, as_printed, flowdesk
+from tests.test_tool_approval import lines, notes_config, require, stored_run
+
+
+def hang_call(text: str) -> tuple[str, dict]:  # type: ignore[type-arg]
+    call = {"id": "h", "name": "notes__append_and_hang", "args": {"text": text}}
+    return ("json", completion("", [call]))
+
+
+def killed_mid_call(tmp_path: Path, env: dict[str, str], db: Path, run_id: str) -> None:
+    """``flowdesk answer RUN yes``, killed -9 (with its MCP server) once the
+    server has made the approved call's side effect."""
+    log = tmp_path / "notes.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,  # its MCP server too: one process group
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while lines(log) != ["milk"]:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the approved call never reached the server"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
+@contextlib.contextmanager
+def interrupted_mid_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, dict[str, str], str]]:
+    """An agent run whose approved MCP call was in flight when its process
+    was killed -9: ``(db, env, run_id)``, the model server (it answers
+    "Noted." next) up until the block ends."""
+    require("mcp")
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(
+        tmp_path,
+        log,
+        'require_approval = ["append_and_hang"]',
+        top=f"db_path = {json.dumps(str(db))}",
+    )
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(config))
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "FLOWDESK_MODEL__BASE_URL": server.url,
+            "FLOWDESK_MODEL__MODEL": "m",
+        }
+        server.script = [hang_call("milk"), ("json", completion("Noted."))]
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        asked = flowdesk(db, "ask", "note milk", "--mcp", "notes", env=env)
+        assert asked.returncode == 0, asked.stderr
+        run_id = stored_run(db).run_id
+        assert stored_run(db).status == "input_required"
+        killed_mid_call(tmp_path, env, db, run_id)
+        assert stored_run(db).status == "running"  # its process is gone: interrupted
+        yield db, env, run_id
+    assert lines(log) == ["milk"]  # the call in flight was not made again
+    store = open_store(db)
+    try:
+        agents = SqliteAgentStore(store)
+        assert agents.get(run_id).status == "done"
+        # the same journal `flowdesk show` reads (its tool calls list it `unknown`)
+        assert unknown_outcome_tools(agents.tool_results(run_id)) == ["notes__append_and_hang"]
+    finally:
+        store.close()
+    shown = flowdesk(db, "show", run_id, env=env)
+    assert "notes__append_and_hang unknown" in " ".join(shown.stdout.split())
+
+
+async def test_the_launch_report_names_a_tool_call_whose_outcome_is_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with interrupted_mid_call(tmp_path, monkeypatch) as (_db, env, run_id):
+        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", env["FLOWDESK_MODEL__BASE_URL"])
+        monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
+        settings = load_settings()
+        bootstrap.apply_schema(settings)
+        app = FlowdeskApp(settings, flows=[])
+        async with app.run_test(size=(160, 45)) as pilot:
+            await wait_until(pilot, lambda: app.recovery is not None, timeout=60)
+            await settle(pilot)
+            expected = (
+                "Resumed 1 run: 1 completed, 0 failed; 1 with a tool call whose outcome is "
+                f"unknown (not repeated): agent run {run_id[:8]}, enter shows it"
+            )
+            assert app.recovery == expected
+            assert expected in messages(app, "warning")  # a warning, not a routine notice
+            line = app.runs_screen.status_line
+            assert line.message == expected
+            assert line._expiry is None  # it stays: a problem is not timed out
+            # enter on its row (selected: the newest run) shows the call in its conversation
+            assert app.runs_screen.selected_run_id() == run_id
+            await pilot.press("enter")
+            await settle(pilot)
+            assert isinstance(app.screen, AgentRunsScreen)
+            assert "outcome unknown: not repeated" in app.screen.conversation
+
+
+def test_resume_all_names_a_tool_call_whose_outcome_is_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flowdesk resume --all`` says it too, with the ``show`` that lists
+    the call (run as printed)."""
+    with interrupted_mid_call(tmp_path, monkeypatch) as (db, env, run_id):
+        resumed = flowdesk(db, "resume", "--all", env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"agent run {run_id} done" in resumed.stdout
+        said = (
+            "  its call to notes__append_and_hang has an unknown outcome (it was sent, then "
+            "interrupted; not repeated): `"
+        )
+        assert said in resumed.stdout, resumed.stdout
+        printed = resumed.stdout.split(said, 1)[1].split("`", 1)[0]
+        shown = as_printed(printed, env)
+        assert shown.returncode == 0 and "outcome unknown: not repeated" in shown.stdout
+
+
+def test_the_summary_names_each_run_with_an_unknown_outcome() -> None:
+    """Several runs: each named (their 8 characters), the summary a problem."""
+    assert recovery_summary([], ["a" * 32, "b" * 32]) == (
+        "Resumed 0 runs: 0 completed, 0 failed; 2 with a tool call whose outcome is unknown "
+        "(not repeated): agent runs aaaaaaaa, bbbbbbbb, enter on one shows it",
+        True,
+    )
+    assert recovery_summary([]) == ("Resumed 0 runs: 0 completed, 0 failed", False)
