@@ -43,6 +43,15 @@ import os
 import sys
 import time
 
+if __name__ == "__main__" and os.environ.get("SHAPES_MARK"):
+    # first, before the SDK's imports (~1 s, several under load): a client
+    # that gives up on a slow start still finds which process it started
+    with open(os.environ["SHAPES_MARK"], "w", encoding="utf-8") as _mark:
+        json.dump(
+            {"cwd": os.getcwd(), "echo": os.environ.get("SHAPES_ECHO"), "pid": os.getpid()},
+            _mark,
+        )
+
 import anyio
 import mcp_types as types
 from mcp.server.lowlevel import Server
@@ -133,12 +142,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    if os.environ.get("SHAPES_MARK"):
-        with open(os.environ["SHAPES_MARK"], "w", encoding="utf-8") as mark:
-            json.dump(
-                {"cwd": os.getcwd(), "echo": os.environ.get("SHAPES_ECHO"), "pid": os.getpid()},
-                mark,
-            )
     print("shapes: starting", file=sys.stderr, flush=True)
     if MODE == "mute":
         time.sleep(120)
