@@ -504,16 +504,7 @@ def cmd_show(ctx: Ctx) -> int:
                 # signals its signal waits refused (payload did not fit), oldest first
                 "refused_signals": [dict(r) for r in cp.meta.get("refused_signals") or []],
                 **(_tidy_json(ctx, store, run.run_id) if run.flow_name == "tidy" else {}),
-                "checkpoints": [
-                    {
-                        "id": i.id,
-                        "revision": i.revision,
-                        "status": i.status,
-                        "step_id": i.step_id,
-                        "created_at": iso(i.created_at),
-                    }
-                    for i in history
-                ],
+                "checkpoints": _history_json(history),
             },
         )
         return EXIT_OK
@@ -613,16 +604,7 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
                     "error": str(exc),
                     "commands": [c for _, c in damaged_run_commands(ctx.hints, exc)],
                 },
-                "checkpoints": [
-                    {
-                        "id": i.id,
-                        "revision": i.revision,
-                        "status": i.status,
-                        "step_id": i.step_id,
-                        "created_at": iso(i.created_at),
-                    }
-                    for i in history
-                ],
+                "checkpoints": _history_json(history),
             },
         )
         return
@@ -650,6 +632,20 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
     print(f"checkpoints: {len(history)}")
     for info in history if len(history) <= 12 else history[-10:]:
         print(f"  {info.id}  {info.status:10} {info.step_id:16} {when(info.created_at)}")
+
+
+def _history_json(history: list[Any]) -> list[dict[str, Any]]:
+    """``show -o json``'s ``checkpoints``: one object per stored checkpoint."""
+    return [
+        {
+            "id": i.id,
+            "revision": i.revision,
+            "status": i.status,
+            "step_id": i.step_id,
+            "created_at": iso(i.created_at),
+        }
+        for i in history
+    ]
 
 
 def _sending_keys(store: Any, run_id: str) -> set[str]:
