@@ -27,26 +27,14 @@ import pytest
 from desktop_app.errors import DiskFullError
 from desktop_app.store.connection import WAL_LIMIT_BYTES, open_connection
 from tests.cli_support import flowdesk
-from tests.pg_support import IN_CI
+from tests.tmpfs_support import mounted_tmpfs
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs mounted in ``tmp_path``."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        reason = f"cannot mount a small tmpfs: {done.stderr.strip()}"
-        if IN_CI:
-            pytest.fail(f"CI=true: {reason}", pytrace=False)
-        pytest.skip(reason)
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=True)
+    with mounted_tmpfs(tmp_path / "disk", "2m") as mnt:
+        yield mnt
 
 
 def fill(disk: Path) -> Path:

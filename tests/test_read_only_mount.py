@@ -20,8 +20,8 @@ import apsw
 import pytest
 
 from tests.cli_support import flowdesk
-from tests.pg_support import IN_CI
 from tests.timer_flows import FLOWS_ENV
+from tests.tmpfs_support import mounted_tmpfs
 
 ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
 
@@ -29,20 +29,8 @@ ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A small tmpfs mounted in ``tmp_path`` (read-write; the test remounts it)."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        reason = f"cannot mount a small tmpfs: {done.stderr.strip()}"
-        if IN_CI:
-            pytest.fail(f"CI=true: {reason}", pytrace=False)
-        pytest.skip(reason)
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=True)
+    with mounted_tmpfs(tmp_path / "disk", "16m") as mnt:
+        yield mnt
 
 
 def read_only(mnt: Path) -> None:
