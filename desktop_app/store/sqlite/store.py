@@ -266,6 +266,19 @@ def _domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError:
     return DomainWriteError(table, constraint, kind, detail)
 
 
+def _deferred_key_failed(exc: apsw.Error) -> bool:
+    """Whether a ``COMMIT`` failed on a deferred foreign key: the one
+    constraint SQLite checks at ``COMMIT``. Flowdesk's own keys are
+    immediate, so only a step's domain writes (a domain table declaring
+    ``DEFERRABLE INITIALLY DEFERRED``, or ``PRAGMA defer_foreign_keys``) can
+    break one: the step's :class:`DomainWriteError`, not a lost
+    compare-and-append."""
+    return (
+        isinstance(exc, apsw.ConstraintError)
+        and _constraint(exc) == apsw.SQLITE_CONSTRAINT_FOREIGNKEY
+    )
+
+
 def _rollback_cause(exc: apsw.Error) -> apsw.Error:
     """What made SQLite roll a transaction back under a savepoint: when a
     statement inside one (a request of a batch) meets a full disk or an I/O
@@ -436,6 +449,8 @@ class SqliteCheckpointStore:
         try:
             conn.end_write(True, gate)
         except apsw.Error as exc:
+            if _deferred_key_failed(exc):
+                raise _domain_write_error(exc, None) from exc
             raise self._write_failed(exc, on_constraint) from exc
         self._own_commits += 1
         if self._wal_needs_truncate and not conn.in_transaction:
