@@ -313,3 +313,42 @@ def test_cli_signal_and_answer_refuse_an_unstorable_payload_with_exit_2(tmp_path
     assert len(answered.stderr.strip().splitlines()) == 1
     assert "answer for run" in answered.stderr and "cannot be stored" in answered.stderr
     assert json.loads(flowdesk(db, "show", "--json", run_id).stdout)["status"] == "waiting"
+
+
+def test_a_step_breaking_a_deferred_foreign_key_fails_its_run_with_a_record(db_path):
+    """A domain table whose foreign key is ``DEFERRABLE INITIALLY DEFERRED``
+    is checked at ``COMMIT``, after every statement of the step's append
+    went through: SQLite then refuses the commit with a FOREIGN KEY
+    constraint error. It is the step's write (DomainWriteError: the run
+    fails with the reason), not "already saved by another writer" (a lost
+    compare-and-append, which left the run running for its next resume to
+    fail the same way)."""
+    from desktop_app.store.sqlite.store import open_store
+
+    store = open_store(db_path)
+    store.write(
+        lambda tx: tx.execute(
+            "CREATE TABLE owners(id INTEGER PRIMARY KEY); CREATE TABLE pets("
+            "owner INTEGER REFERENCES owners(id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+    )
+
+    def adopt(s: Note, ctx) -> dict:
+        ctx.write(lambda tx: tx.execute("INSERT INTO pets(owner) VALUES (?)", (s.n,)))
+        return {"saved": True}
+
+    flow = FlowBuilder("pets", Note).step("adopt", adopt).chain().compile()
+    engine = Engine(store, flows=[flow], lease_ttl_s=30)
+    res = engine.run("pets", Note(n=7))  # no owner 7
+
+    assert res.status == "failed"
+    run = store.get_run(res.run_id)
+    assert (run.status, run.lease_owner) == ("failed", None)
+    assert "DomainWriteError" in run.error and "FOREIGN KEY" in run.error
+    assert "already saved by another writer" not in run.error
+    rec = store.latest(res.run_id).steps["adopt"]
+    assert (rec.status, rec.error_type, rec.attempts) == ("failed", "DomainWriteError", 1)
+    assert store.query(lambda tx: tx.fetchall("SELECT owner FROM pets")) == []
+    store.write(lambda tx: tx.execute("INSERT INTO owners(id) VALUES (7)"))
+    assert engine.run("pets", Note(n=7)).status == "completed"  # with its owner it commits
+    store.close()

@@ -37,7 +37,7 @@ from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import Intent, Lease, RunRecord, StepRecord, Wait
-from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, _locked, open_store
 from tests.power_loss_vfs import PowerLossVFS, wal_size
 from tests.test_mutation_kills_sqlite import T0, _cp, _run
 
@@ -689,8 +689,13 @@ def test_every_public_method_but_the_clocks_waits_for_the_connection_lock(db_pat
             assert done == []  # it waits for the lock
         caller.join(10)
         assert done == ["list_runs"]
+        # the lock's own wrapper (its code object), not any __wrapped__: under
+        # mutmut every mutated method is a trampoline carrying __wrapped__
+        lock_code = _locked(lambda: None).__code__
         unlocked = [
-            n for n in public if not hasattr(getattr(SqliteCheckpointStore, n), "__wrapped__")
+            n
+            for n in public
+            if getattr(getattr(SqliteCheckpointStore, n), "__code__", None) is not lock_code
         ]
         assert unlocked == ["now", "file_system_now"]
     finally:

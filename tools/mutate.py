@@ -233,6 +233,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_engine_replay.py",
         "tests/test_agent.py",
         "tests/test_mutation_kills_records.py",
+        # _quick_init: the step path's records, built as dataclasses would
+        "tests/test_mutation_kills_records_init.py",
     ],
     "desktop_app/store/connection.py": [
         *_STORE,
@@ -344,6 +346,8 @@ TESTS_FOR: dict[str, list[str]] = {
         # checkpoint_checksum at every clock value, an append's cost
         "tests/test_step_cost.py",
         "tests/test_mutation_kills_sqlite_lean.py",
+        # _transact, _create_in, _append_in: a run's creation and a step's append
+        "tests/test_mutation_kills_sqlite_step.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,
@@ -362,6 +366,13 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_claiming.py",
         "tests/test_reliability_store.py",
         "tests/test_mutation_kills_group_commit.py",
+    ],
+    # the cross-process write gate and the gated connection's transactions
+    # (begin_write/end_write: a step's append and a run's creation)
+    "desktop_app/store/write_gate.py": [
+        "tests/test_write_gate.py",
+        "tests/test_mutation_kills_sqlite_lean.py",
+        "tests/test_mutation_kills_write_gate.py",
     ],
     "desktop_app/store/domain/digest.py": [
         "tests/test_digest.py",

@@ -268,6 +268,19 @@ def _domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError:
     return DomainWriteError(table, constraint, kind, detail)
 
 
+def _deferred_key_failed(exc: apsw.Error) -> bool:
+    """Whether a ``COMMIT`` failed on a deferred foreign key: the one
+    constraint SQLite checks at ``COMMIT``. Flowdesk's own keys are
+    immediate, so only a step's domain writes (a domain table declaring
+    ``DEFERRABLE INITIALLY DEFERRED``, or ``PRAGMA defer_foreign_keys``) can
+    break one: the step's :class:`DomainWriteError`, not a lost
+    compare-and-append."""
+    return (
+        isinstance(exc, apsw.ConstraintError)
+        and _constraint(exc) == apsw.SQLITE_CONSTRAINT_FOREIGNKEY
+    )
+
+
 def _rollback_cause(exc: apsw.Error) -> apsw.Error:
     """What made SQLite roll a transaction back under a savepoint: when a
     statement inside one (a request of a batch) meets a full disk or an I/O
@@ -305,8 +318,9 @@ class _Write:
     ``with conn:`` does, without the level list); a nested one (a
     savepoint of a batch) or an ungated connection's, through ``with conn:``.
     Every write transaction of the store ends here: apsw errors become typed
-    StoreErrors (a constraint violation ``on_constraint(exc)`` when given),
-    the commit is counted for :meth:`SqliteCheckpointStore.data_version`,
+    StoreErrors (a constraint violation ``on_constraint(exc)`` when given; a
+    deferred foreign key refused at ``COMMIT``, the step's
+    :class:`DomainWriteError`), the commit is counted for :meth:`SqliteCheckpointStore.data_version`,
     the WAL is truncated after a full disk."""
 
     __slots__ = ("_gate", "_on_constraint", "_store")
@@ -347,6 +361,8 @@ class _Write:
             else:  # begin_write's: commits, or rolls back, and gives the gate back
                 store.conn.end_write(evalue is None, gate)  # type: ignore[attr-defined]
         except apsw.Error as exc:
+            if evalue is None and _deferred_key_failed(exc):  # refused at COMMIT
+                raise _domain_write_error(exc, None) from exc
             raise store._write_failed(exc, self._on_constraint) from exc
         if evalue is not None:
             if isinstance(evalue, apsw.Error):

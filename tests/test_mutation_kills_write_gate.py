@@ -1,0 +1,80 @@
+"""The gated connection's transactions on the step path (kill tests for
+mutants of ``GatedConnection.begin_write``/``end_write`` in
+``store/write_gate.py``): a process keeps the write gate's ``flock``
+between its own commits for its turn (``HOLD_S``), but a write that failed
+(``BEGIN`` refused, or a transaction rolled back) gives it back at once, so
+another process's writer does not wait out this process's turn for a write
+that made nothing.
+
+The turn is made a minute long here (``HOLD_S`` patched), so a flock kept by
+mistake is still held when the test looks; every store is a real SQLite
+file in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+import apsw
+import pytest
+
+from desktop_app.errors import RevisionConflictError, StoreError
+from desktop_app.store import write_gate
+from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
+from desktop_app.store.sqlite.store import open_store
+from desktop_app.store.write_gate import LOCK_SUFFIX
+
+
+def _gate_held(db: Path) -> bool:
+    """Whether the write gate's flock is held (tried on a descriptor of our
+    own, never waiting: a flock belongs to its open file, not the process)."""
+    fd = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _cp(revision: int) -> Checkpoint:
+    rec = StepRecord("a", "in_progress", attempts=1, started_at=1.0)
+    return Checkpoint("r1", revision, "running", {"n": revision}, {"a": rec}, ("a",), 1.0, "a")
+
+
+@pytest.fixture
+def long_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(write_gate, "HOLD_S", 60.0)
+
+
+def test_a_commit_keeps_the_gate_for_the_turn_and_a_refused_append_gives_it_back(
+    db_path: Path, long_turn: None
+):
+    store = open_store(db_path)
+    try:
+        store.create_run(RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0), _cp(0))
+        store.append(_cp(1))
+        assert _gate_held(db_path)  # kept for this process's next write (its turn)
+        with pytest.raises(RevisionConflictError):
+            store.append(_cp(1))  # revision 1 is taken: rolled back
+        assert not _gate_held(db_path)
+        assert store.latest("r1").revision == 1
+    finally:
+        store.close()
+
+
+def test_a_begin_refused_by_an_outside_writer_gives_the_gate_back(db_path: Path, long_turn: None):
+    raw = apsw.Connection(str(db_path))
+    raw.execute("BEGIN IMMEDIATE")  # the sqlite3 shell's write, outside the gate
+    store = open_store(db_path, busy_timeout_s=0.05)
+    try:
+        with pytest.raises(StoreError, match="busy timeout"):
+            store.create_run(RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0), _cp(0))
+        assert not _gate_held(db_path)
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+        store.close()
