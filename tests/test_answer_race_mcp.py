@@ -18,6 +18,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.chat_server import ChatServer, completion
 from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, flowdesk
@@ -49,6 +51,7 @@ def loser_said(rid: str, said: dict) -> str:
     return "answered"
 
 
+@pytest.mark.slow
 def test_the_losing_answer_starts_no_mcp_server_and_calls_no_tool(tmp_path: Path) -> None:
     db, go = tmp_path / "f.db", tmp_path / "go"
     log, starts, config = tmp_path / "notes.log", tmp_path / "starts", tmp_path / "config.toml"

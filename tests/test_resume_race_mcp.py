@@ -81,6 +81,7 @@ def said(told: dict[str, Any], rid: str, rnd: int) -> str:
     return "held"
 
 
+@pytest.mark.slow
 def test_resuming_processes_start_the_mcp_server_once_and_call_the_tool_once(
     tmp_path: Path,
 ) -> None:
