@@ -97,10 +97,19 @@ def db_path(tmp_path: Path, _schema_applied: dict[str, tuple[bytes, int]]) -> Pa
     of the files a schema apply left once per session (the database and its
     lock file, with their modes); migrations themselves are tested in
     tests/test_schema.py."""
+    from desktop_app.store.connection import open_connection
+
     for name, (data, mode) in _schema_applied.items():
         fd = os.open(tmp_path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+    # opened for an (empty) write transaction and closed, as the schema
+    # apply did: what that leaves in this process (the file's write-gate
+    # thread) is there before the test, as before
+    conn = open_connection(tmp_path / "flowdesk.db")
+    with conn:
+        pass
+    conn.close()
     return tmp_path / "flowdesk.db"
 
 
