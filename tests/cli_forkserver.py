@@ -105,6 +105,13 @@ IMPORT_ENV = (
     "DEFER_PYDANTIC_BUILD",
     "PYDANTIC_DISABLE_PLUGINS",
 )
+#: the flavour of :func:`module_command`'s server: started with none of the
+#: start-up variables, as the MCP SDK starts a stdio server (its environment
+#: is HOME, LOGNAME, PATH, SHELL, TERM, USER and the configured ``env``)
+MCP_SERVERS = "mcp-servers"
+#: the client a :func:`module_command` runs: stdlib only, so ``python -I -S``
+#: starts it in a few tens of milliseconds
+PROXY = Path(__file__).resolve().parent / "fork_proxy.py"
 #: servers that preload more, for :func:`run_code` and :func:`run_script` of
 #: programs using them (a server of its own each, so that ``flowdesk``
 #: commands still run without them): name -> (modules, prefixes of the
@@ -116,6 +123,9 @@ FLAVOURS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("LANGGRAPH_", "LANGCHAIN_", "LANGSMITH_", "WEBSOCKETS_", "OTEL_", "PY_SAX_PARSER",
          "UNIXCONFDIR", "UNIXUSRLIBDIR"),
     ),
+    # the tests' stdio MCP servers (tests/mcp_notes_server.py), started by
+    # Flowdesk through :func:`module_command`: the SDK's server side
+    MCP_SERVERS: (("mcp.server.mcpserver", "mcp.types", "anyio"), ("MCP_",)),
 }  # fmt: skip
 #: packages a child must import from the same place as a fresh interpreter would
 #: (the preloaded ones of :data:`PRELOAD_IF_INSTALLED` too: a test's
@@ -265,6 +275,10 @@ def _run_child(request: dict[str, Any]) -> None:
         sys.argv[:] = [request["script"], *request["args"]]
         runpy.run_path(request["script"], run_name="__main__")
         return
+    if request.get("module"):
+        sys.argv[:] = ["-m", *request["args"]]
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        return
     if request.get("code") is not None:
         sys.argv[:] = ["-c", *request["args"]]
         exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
@@ -285,12 +299,20 @@ class _Server:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
+            env=self._env(flavour),
         )
         assert self.proc.stdout is not None
         if self.proc.stdout.readline() != b"ready\n":
             raise RuntimeError(f"the CLI fork server did not start ({self.proc.wait()})")
         atexit.register(self.close)
+
+    @staticmethod
+    def _env(flavour: str) -> dict[str, str]:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        if flavour == MCP_SERVERS:  # as the SDK starts a server: none of them
+            for name in _startup_env(env, flavour):
+                del env[name]
+        return env
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -314,6 +336,29 @@ def _decode(data: bytes) -> str:
     """As :mod:`subprocess` decodes a child's output with ``text=True``."""
     text = data.decode(_encoding())
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _server(flavour: str) -> _Server:
+    with _lock:
+        if flavour not in _servers:
+            _servers[flavour] = _Server(flavour)
+        return _servers[flavour]
+
+
+def module_command(module: str, *args: str) -> list[str]:
+    """A command line that runs as ``python -m MODULE ARGS`` does, for a
+    program other than the test starts (an MCP server in Flowdesk's
+    settings): ``python -I -S tests/fork_proxy.py`` hands its stdin, stdout,
+    stderr, environment, working directory and umask to the
+    :data:`MCP_SERVERS` server, which forks MODULE from its preloaded
+    imports (the MCP SDK's server side: about a second of CPU per start
+    otherwise); the proxy passes on SIGTERM, SIGINT and SIGHUP and ends as
+    the forked process ended. A request with other start-up variables (see
+    :func:`_refusal`) makes the proxy ``exec`` a real ``python -m MODULE``.
+    The proxy is the process its starter sees (its pid, its exit); the
+    forked child has a pid of its own (what ``os.getpid()`` reports there)."""
+    server = _server(MCP_SERVERS)
+    return [sys.executable, "-I", "-S", str(PROXY), server.path, module, *args]
 
 
 def run_script(
@@ -370,10 +415,7 @@ def run(
     """
     env = dict(os.environ if env is None else env)
     cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
-    with _lock:
-        if flavour not in _servers:
-            _servers[flavour] = _Server(flavour)
-        server = _servers[flavour]
+    server = _server(flavour)
     umask = os.umask(0o077)
     os.umask(umask)
     request = json.dumps(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from desktop_app.agent.tools import file_tools
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import flowdesk
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +170,7 @@ def test_escape_sequences_from_the_model_and_an_mcp_tool_are_printed_visibly(
     tmp_path: Path,
 ) -> None:
     db, config = tmp_path / "f.db", tmp_path / "config.toml"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(tmp_path / "log"), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(tmp_path / "log"), "stdio")
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(ROOT))}\n"
         '[mcp_servers.notes.env]\nNOTES_VARIANT = "escapes"\n'

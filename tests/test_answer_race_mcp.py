@@ -15,11 +15,13 @@ and the loser found out only when it went to take the run.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, flowdesk
 from tests.line_racer import LineRacer
 from tests.test_cli_agent_resume import model_env
@@ -49,13 +51,15 @@ def loser_said(rid: str, said: dict) -> str:
     return "answered"
 
 
+@pytest.mark.slow
 def test_the_losing_answer_starts_no_mcp_server_and_calls_no_tool(tmp_path: Path) -> None:
     db, go = tmp_path / "f.db", tmp_path / "go"
     log, starts, config = tmp_path / "notes.log", tmp_path / "starts", tmp_path / "config.toml"
     # each start of the server is a line in STARTS, then the server itself
+    # (forked from preloaded imports: tests/fork_proxy.py)
     command = [
         "sh", "-c", 'echo start >> "$0"; exec "$@"', str(starts),
-        sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio",
+        *module_command("tests.mcp_notes_server", str(log), "stdio"),
     ]  # fmt: skip
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"

@@ -3,25 +3,22 @@ started with (``flowdesk --db X``), and run as printed."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
-import sys
 
 from desktop_app.app.screens.answer import how_to_deliver
 from desktop_app.app.screens.inbox import agent_hint
 from desktop_app.cli.output import Hints
 from desktop_app.store.protocol import Wait
 from desktop_app.store.sqlite.store import open_store
-from tests.cli_support import REPO
+from tests.cli_support import as_printed
 
 
 def run_as_printed(command: str) -> subprocess.CompletedProcess[str]:
-    argv = shlex.split(command)
-    assert argv[0] == "flowdesk"
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
+    """``command`` run as printed, in a process of its own (forked from
+    tests/cli_forkserver.py: its start-up is not what these tests check)."""
+    return as_printed(command, dict(os.environ), timeout=60)
 
 
 def test_the_apps_signal_and_answer_hints_name_its_database_and_scope(db_path, tmp_path):

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, as_printed, default_sigint, flowdesk
 
 pytestmark = pytest.mark.scenario("S82")
@@ -138,7 +139,7 @@ def test_kill_9_during_ask_then_resume_as_printed_reconnects_its_mcp_server(
     tmp_path: Path,
 ) -> None:
     db, log, config = tmp_path / "f.db", tmp_path / "notes.log", tmp_path / "config.toml"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(log), "stdio")
     config.write_text(
         "[mcp_servers.notes]\n"
         f"command = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
@@ -358,7 +359,7 @@ def test_sigterm_past_the_grace_names_the_agent_run_whose_mcp_call_is_in_flight(
     names that run, and the run, taken over afterwards, does not send the
     call again."""
     db, log, config = tmp_path / "f.db", tmp_path / "notes.log", tmp_path / "config.toml"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(log), "stdio")
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
     )

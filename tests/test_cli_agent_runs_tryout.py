@@ -18,7 +18,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from desktop_app.agent.tools import LISTING_PREFIX, TOOLSET_KEY
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.test_cli_agent_resume import HANG, agent_status, cli, interrupt, model_env, wait_for
 
@@ -51,7 +51,7 @@ class Setup:
         self.pidfile = tmp_path / "server.pid"
         self.gate = tmp_path / "gate"
         config = tmp_path / "config.toml"
-        command = [sys.executable, "-m", "tests.mcp_notes_server", str(self.log), "stdio"]
+        command = module_command("tests.mcp_notes_server", str(self.log), "stdio")
         common = f"command = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
         env = f"NOTES_PIDFILE = {json.dumps(str(self.pidfile))}\n"
         config.write_text(

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, flowdesk
 from tests.test_cli_agent_resume import HANG, cli, interrupt, model_env
 
@@ -110,7 +111,7 @@ def test_the_system_prompt_names_the_tools_the_agent_has_or_the_settings_one(
 
 def test_ask_says_it_is_connecting_to_each_mcp_server_on_stderr_only(tmp_path: Path) -> None:
     db, config = tmp_path / "f.db", tmp_path / "config.toml"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(tmp_path / "n.log"), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(tmp_path / "n.log"), "stdio")
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
     )

@@ -22,6 +22,7 @@ import pytest
 
 from desktop_app.store.sqlite.store import open_store
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, flowdesk
 
 
@@ -236,7 +237,7 @@ def test_shows_tool_calls_table_fits_the_longest_tool_name(tmp_path: Path) -> No
     notes.mkdir()
     (notes / "n1").write_text("Call Ann.\n")
     config = tmp_path / "config.toml"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(log), "stdio")
     config.write_text(
         f"[mcp_servers.notebook_archive]\ncommand = {json.dumps(command)}\n"
         f"cwd = {json.dumps(str(REPO))}\n"

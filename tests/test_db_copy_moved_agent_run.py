@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 
 from desktop_app.errors import redact
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, as_printed, flowdesk, spawn
 from tests.test_cli_agent_resume import model_env
 
@@ -62,7 +62,7 @@ def test_a_moved_agent_run_waiting_for_approval_is_refused_on_the_file_and_a_pos
     # each start of the MCP server is a line in STARTS, then the server itself
     command = [
         "sh", "-c", 'echo start >> "$0"; exec "$@"', str(starts),
-        sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio",
+        *module_command("tests.mcp_notes_server", str(log), "stdio"),
     ]  # fmt: skip
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"

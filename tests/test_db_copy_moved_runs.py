@@ -220,6 +220,7 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
     assert _file_runs(db)[interrupted][0] == "running"
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_db_copy_racing_a_resume_on_the_file_runs_each_step_once(
     tmp_path: Path, pg_url: str

@@ -21,6 +21,7 @@ from desktop_app.flows.digest import (
     process_file,
 )
 from desktop_app.flows.extract import extract, summarize
+from tests import cli_forkserver
 from tests.digest_corpus import make_corpus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,12 +29,9 @@ WORKER = REPO / "tests" / "crash_worker.py"
 
 
 def apply_schema(path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(path), "db", "apply"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``flowdesk --db PATH db apply``, a process of its own (forked from
+    tests/cli_forkserver.py)."""
+    out = cli_forkserver.run(["--db", str(path), "db", "apply"], timeout=120)
     assert out.returncode == 0, out.stderr
 
 

@@ -66,7 +66,7 @@ def test_a_call_whose_server_dies_mid_call_is_outcome_unknown_and_not_repeated(t
     from tests.chat_server import ChatServer, completion
 
     db, notes, pidfile = tmp_path / "f.db", tmp_path / "notes.log", tmp_path / "server.pid"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(notes), "stdio"]
+    command = cli_forkserver.module_command("tests.mcp_notes_server", str(notes), "stdio")
     config = tmp_path / "config.toml"
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"

@@ -19,6 +19,7 @@ import pytest
 
 from desktop_app.errors import AgentToolsChangedError
 from tests import cli_forkserver
+from tests.cli_forkserver import module_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -263,7 +264,7 @@ def test_flowdesk_ask_with_mcp_uses_the_configured_server(tmp_path):
     db = tmp_path / "f.db"
     notes = tmp_path / "notes.log"
     config = tmp_path / "config.toml"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(notes), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(notes), "stdio")
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
     )
@@ -320,7 +321,7 @@ def test_a_read_only_mcp_tool_is_sent_again_after_a_write(sqlite_store, tmp_path
     count = {"tool": "notes__line_count", "args": {}}
     script = [count, {"tool": "notes__append", "args": {"text": "x"}}, count, "ok"]
     model = ScriptedModel(script)
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(notes), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(notes), "stdio")
     with McpServer(
         "notes", command=command, cwd=REPO, env={"NOTES_VARIANT": "read"}, timeout_s=20
     ) as server:

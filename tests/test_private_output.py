@@ -10,7 +10,6 @@ import os
 import shlex
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from desktop_app.flows.digest import render_report
 from desktop_app.store.domain.digest import DigestFile
 from desktop_app.textsafe import visible_controls
+from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 from tests.pg_support import with_address
 
@@ -32,15 +32,14 @@ EVIL = (
 
 def run_flowdesk(*args: str) -> subprocess.CompletedProcess[str]:
     """``flowdesk ARGS`` with the default database and log folders (under
-    the test's own HOME) and the usual umask 022."""
-    return subprocess.run(
-        [sys.executable, "-m", "desktop_app.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-        preexec_fn=lambda: os.umask(0o022),
-    )
+    the test's own HOME) and the usual umask 022, in a process of its own
+    (forked from tests/cli_forkserver.py, which gives the child the umask
+    of the call)."""
+    old = os.umask(0o022)
+    try:
+        return cli_forkserver.run(list(args), timeout=120, cwd=REPO)
+    finally:
+        os.umask(old)
 
 
 def modes_under(root: Path) -> dict[str, int]:

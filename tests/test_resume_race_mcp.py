@@ -17,7 +17,6 @@ went to take the run.
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from desktop_app.bootstrap import open_services
 from desktop_app.config import load_settings
 from desktop_app.store.protocol import AgentLog
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, flowdesk
 from tests.line_racer import LineRacer
 from tests.test_cli_agent_resume import model_env
@@ -81,15 +81,17 @@ def said(told: dict[str, Any], rid: str, rnd: int) -> str:
     return "held"
 
 
+@pytest.mark.slow
 def test_resuming_processes_start_the_mcp_server_once_and_call_the_tool_once(
     tmp_path: Path,
 ) -> None:
     db, go = tmp_path / "f.db", tmp_path / "go"
     log, starts, config = tmp_path / "notes.log", tmp_path / "starts", tmp_path / "config.toml"
     # each start of the server is a line in STARTS, then the server itself
+    # (forked from preloaded imports: tests/fork_proxy.py)
     command = [
         "sh", "-c", 'echo start >> "$0"; exec "$@"', str(starts),
-        sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio",
+        *module_command("tests.mcp_notes_server", str(log), "stdio"),
     ]  # fmt: skip
     config.write_text(
         f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"

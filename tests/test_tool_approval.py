@@ -35,6 +35,7 @@ from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
 from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
+from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, flowdesk
 
 WORKER = Path(__file__).resolve().parent / "approval_agent_worker.py"
@@ -271,7 +272,7 @@ def require(module: str):  # type: ignore[no-untyped-def]
 
 def notes_config(tmp_path: Path, log: Path, extra: str, variant: str = "", top: str = "") -> Path:
     config = tmp_path / "config.toml"
-    command = [sys.executable, "-m", "tests.mcp_notes_server", str(log), "stdio"]
+    command = module_command("tests.mcp_notes_server", str(log), "stdio")
     env = f'[mcp_servers.notes.env]\nNOTES_VARIANT = "{variant}"\n' if variant else ""
     config.write_text(
         f"{top}\n[mcp_servers.notes]\n"

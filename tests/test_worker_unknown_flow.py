@@ -74,6 +74,7 @@ def wait_for(pred, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_worker_without_the_runs_flow_says_so_once_and_show_says_what_to_set(
     pg_url: str, tmp_path: Path
 ) -> None:
