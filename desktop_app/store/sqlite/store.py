@@ -320,8 +320,9 @@ class _Write:
     Every write transaction of the store ends here: apsw errors become typed
     StoreErrors (a constraint violation ``on_constraint(exc)`` when given; a
     deferred foreign key refused at ``COMMIT``, the step's
-    :class:`DomainWriteError`), the commit is counted for :meth:`SqliteCheckpointStore.data_version`,
-    the WAL is truncated after a full disk."""
+    :class:`DomainWriteError`), the commit is counted for
+    :meth:`SqliteCheckpointStore.data_version`, the WAL is truncated after a
+    full disk."""
 
     __slots__ = ("_gate", "_on_constraint", "_store")
     #: ``begin_write``'s gate (``None``: none), or :data:`_VIA_CONN`
