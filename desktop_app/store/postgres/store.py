@@ -30,6 +30,12 @@ transaction, with these PostgreSQL-specific rules:
   ``committed`` is success, ``aborted`` is retried, ``in progress`` (the old
   backend has not noticed yet) terminates that backend and asks again; an
   outcome it cannot learn is a ``CommitUnknownError`` (nothing assumed).
+  A server that crashed hands the ids of transactions it lost (none of
+  their WAL on disk) out again once recovered, so ``pg_xact_status`` may
+  answer for another transaction: an id not handed out yet is ``aborted``,
+  an append's ``committed`` counts only with its ``checkpoints`` row
+  stored, any other transaction's only if the server has not restarted
+  since (``pg_postmaster_start_time()``), else it is unknown.
 * An append with nothing after its one statement (no domain writes,
   intents, consumed signals or changed waits) is sent on a direct
   connection with no ``BEGIN``: the autocommit connection makes it a
@@ -265,17 +271,23 @@ class _Landed(Exception):
 
 class _Xact:
     """The open transaction's id (``pg_current_xact_id()`` as text, ``None``
-    until known) and its server backend's pid: what :meth:`_resolve
+    until known), its server backend's pid and either, for an append (or a
+    run's creation), the ``checkpoints`` row it writes, or, for any other
+    write, when the server last started (``pg_postmaster_start_time()`` as
+    epoch seconds, text): what :meth:`_resolve
     <PostgresCheckpointStore._resolve>` asks about when COMMIT's reply is lost."""
 
-    __slots__ = ("pid", "xid")
+    __slots__ = ("pid", "row", "started", "xid")
 
     def __init__(self) -> None:
         self.xid: str | None = None
         self.pid = 0
+        self.row: tuple[Any, ...] | None = None
+        self.started: str | None = None
 
-    def note(self, xid: Any, pid: Any) -> None:
+    def note(self, xid: Any, pid: Any, row: Sequence[Any] | None = None) -> None:
         self.xid, self.pid = str(xid), int(pid)
+        self.row = None if row is None else tuple(row)
 
 
 class PostgresCheckpointStore:
@@ -469,10 +481,11 @@ class PostgresCheckpointStore:
             if write and not opens:
                 # the server's own pid: a pooler's client connection reports another
                 row = conn.execute(
-                    "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid()"
+                    "SELECT pg_current_xact_id_if_assigned()::text, pg_backend_pid(), "
+                    "extract(epoch FROM pg_postmaster_start_time())::text"
                 ).fetchone()
                 if row is not None:
-                    xact.xid, xact.pid = row[0], int(row[1])
+                    xact.xid, xact.pid, xact.started = row[0], int(row[1]), row[2]
         except BaseException:
             if not conn.broken:
                 conn.rollback()
@@ -484,8 +497,8 @@ class PostgresCheckpointStore:
         except psycopg.Error as exc:
             if xact.xid is None or not is_connection_lost(exc):
                 raise
-            xid, pid = xact.xid, xact.pid
-            if not self._resolve(lambda: self._xact_status(xid, pid), xid):
+            xid, pid, written, started = xact.xid, xact.pid, xact.row, xact.started
+            if not self._resolve(lambda: self._xact_status(xid, pid, written, started), xid):
                 raise _CommitLost() from exc
         return result
 
@@ -607,14 +620,17 @@ class PostgresCheckpointStore:
         committed (True) or aborted (False: the caller runs it again), asked
         by ``probe`` on a new connection (:meth:`_xact_status`, whose
         ``pg_xact_status`` the server keeps after the session is gone, or
-        :meth:`_landed`): ``"committed"``, ``"aborted"``, ``"in progress"``
-        or ``None`` (no longer known). A server that cannot be reached is
+        :meth:`_landed`): ``"committed"``, ``"aborted"``, ``"in progress"``,
+        ``"restarted"`` (committed by the commit log of a server restarted
+        since, which may be another transaction's) or ``None`` (no longer
+        known). A server that cannot be reached is
         asked again on a new connection (back-off 50 ms to 1 s) until
         :data:`RESOLVE_TIMEOUT_S`.
 
         Raises:
             CommitUnknownError: the server stayed unreachable, still holds the
-                transaction open, or no longer knows it; nothing is assumed.
+                transaction open, no longer knows it, or restarted since and
+                cannot tell it from another; nothing is assumed.
         """
         deadline = time.monotonic() + RESOLVE_TIMEOUT_S
         pause = 0.05
@@ -627,12 +643,21 @@ class PostgresCheckpointStore:
                     f"the server could not be reached to ask for {RESOLVE_TIMEOUT_S:g} s ({first})"
                 )
             else:
-                if state == "committed":
-                    return True
-                if state == "aborted":
-                    return False
+                if state in ("committed", "aborted"):
+                    log.info(
+                        "a lost COMMIT (%s) was settled: %s",
+                        f"transaction {xid}" if xid is not None else what, state,
+                    )  # fmt: skip
+                    return state == "committed"
                 if state is None:  # too old for the server's commit log
                     reason = "the server no longer knows that transaction"
+                    break
+                if state == "restarted":
+                    reason = (
+                        "the server restarted since, and its commit log says committed, but "
+                        "a restarted server gives the id of a transaction it lost to another "
+                        "one, so that may be another transaction's"
+                    )
                     break
                 reason = f"the server still holds it open after {RESOLVE_TIMEOUT_S:g} s"
             if time.monotonic() + pause > deadline:
@@ -641,24 +666,62 @@ class PostgresCheckpointStore:
             pause = min(pause * 2, 1.0)
         raise CommitUnknownError(self.where, xid, reason, what=what)
 
-    def _xact_status(self, xid: str, pid: int) -> str | None:
+    def _xact_status(
+        self,
+        xid: str,
+        pid: int,
+        written: Sequence[Any] | None = None,
+        started: str | None = None,
+    ) -> str | None:
         """``pg_xact_status(xid)`` on a new connection (not the pool's: its
         connections may all have dropped with the one that sent COMMIT). While
         the old backend still holds the transaction open (it has not seen the
-        client go) it is ended and the server asked again."""
+        client go) it is ended and the server asked again.
+
+        A server that crashed (``pg_ctl -m immediate stop``, a backend
+        killed, a power cut) forgets the ids of transactions none of whose
+        WAL reached its disk, and hands them out again after its recovery:
+        ``pg_xact_status`` of such an id then answers for whichever new
+        transaction got it. So an id the server has not handed out yet
+        (``pg_xact_status`` refuses it as "in the future") is ``"aborted"`` (had it committed, its
+        commit record would have moved the server past it), and a
+        ``"committed"`` for a transaction that wrote checkpoints row
+        ``written`` (an append, a run's creation) stands only when that very
+        row (every column equal, :data:`_LANDED`) is stored; else the id was
+        another transaction's and this one is ``"aborted"`` (run again: its
+        compare-and-set refuses it if it had landed after all and its row
+        was pruned since). Any other transaction's ``"committed"`` stands
+        only if the server has not restarted since ``started`` (the
+        ``pg_postmaster_start_time()`` it noted); else it is ``"restarted"``
+        (unknown: :meth:`_resolve` raises CommitUnknownError). A server that
+        crashed and recovered without restarting (a backend killed) is not
+        told apart that way: there only the not-handed-out-yet rule holds."""
         conninfo = self.pool.conninfo
         if callable(conninfo):  # psycopg_pool also takes a function returning it
             conninfo = conninfo()
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-            row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
-            if row is not None and row[0] == "in progress":
+            state, now_started = _xact_status_on(conn, xid)
+            if state == "in progress":
                 conn.execute(
                     "SELECT pg_terminate_backend(pid, 1000) FROM pg_stat_activity "
                     "WHERE pid=%s AND backend_xid::text=%s",
                     (pid, str(int(xid) & 0xFFFFFFFF)),
                 )
-                row = conn.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
-            return None if row is None else row[0]
+                state, now_started = _xact_status_on(conn, xid)
+            if state != "committed":
+                return state
+            if written is None:
+                return "restarted" if started not in (None, now_started) else "committed"
+            if conn.execute(_LANDED, (*written[:2], *written)).fetchone() is None:
+                log.warning(
+                    "transaction %s committed by the server's commit log, but the "
+                    "checkpoints row of run %s revision %s it wrote is not stored: the "
+                    "server crashed and gave that id to another transaction; this one "
+                    "did not commit and is run again",
+                    xid, written[0], written[1],
+                )  # fmt: skip
+                return "aborted"
+            return "committed"
 
     # -- helpers -------------------------------------------------------------
 
@@ -783,7 +846,7 @@ class PostgresCheckpointStore:
                 raise unstorable(first, exc) from exc
             got = cur.fetchone()
             assert got is not None
-            xact.note(got[0], got[1])
+            xact.note(got[0], got[1], row)
             if first.waits:
                 self._write_waits(conn, first, replace=False)
             self._run_domain(conn, writes)
@@ -1026,7 +1089,7 @@ class PostgresCheckpointStore:
         got = cur.fetchone()
         assert got is not None
         if xact is not None:
-            xact.note(got[1], got[2])
+            xact.note(got[1], got[2], row)
         if got[0] != 1:
             raise self._conflict(conn, cp, lease)
         if previous.waits != cp.waits:
@@ -1849,6 +1912,22 @@ class PostgresCheckpointStore:
     def close(self) -> None:
         self.notifier.close()
         self.pool.close()
+
+
+def _xact_status_on(conn: Conn, xid: str) -> tuple[str | None, str]:
+    """``(pg_xact_status(xid), pg_postmaster_start_time() as epoch text)``
+    asked on ``conn``; ``"aborted"`` for an id the server has not handed out
+    (SQLSTATE 22023, "transaction ID … is in the future": after a crash, one
+    none of whose WAL reached the disk)."""
+    try:
+        row = conn.execute(
+            "SELECT pg_xact_status(%s::xid8), extract(epoch FROM pg_postmaster_start_time())::text",
+            (xid,),
+        ).fetchone()
+    except psycopg.errors.InvalidParameterValue:
+        return "aborted", ""
+    assert row is not None
+    return row[0], row[1]
 
 
 def _fails_the_batch(exc: BaseException) -> bool:
