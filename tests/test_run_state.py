@@ -38,6 +38,7 @@ OLD_META = {
     "replayed_from": "old@2",
     "resumed": [[3, "running"]],
     "choices": {"w1": ["yes", "no"]},
+    "refused_signals": [{"signal": 7, "wait": "w1", "reason": "[1, 2] is not a dict"}],
 }
 
 

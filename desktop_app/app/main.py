@@ -949,8 +949,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         if isinstance(screen, HelpScreen):
             screen.dismiss(None)
             return
-        # what the keys are of: the screen when it names itself, and the database
-        where = f"database {header(self.settings)}"
+        # what the keys are of: the screen when it names itself, and the
+        # database as the header names it
+        where = f"database {self.sub_title or header(self.settings)}"
         title = f"Keys — {screen.sub_title} — {where}" if screen.sub_title else f"Keys — {where}"
         self.push_screen(HelpScreen(title, keys_of(screen)))
 
