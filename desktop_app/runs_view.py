@@ -79,7 +79,7 @@ def signal_reach(
         taken_by = before.get(wait_id) or wait_id.rsplit(":", 2)[0]
         entries = store.latest(taken_by).meta.get("refused_signals", [])
         refused = next((r["reason"] for r in entries if r["signal"] == signal_id), None)
-    waiting = [r for r in store.runs_waiting_for("signal", name, key)]
+    waiting = store.runs_waiting_for("signal", name, key)
     return SignalReach(taken_by, refused, tuple(r for r in waiting if r != taken_by or refused))
 
 
