@@ -22,6 +22,7 @@ import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,7 +125,7 @@ def test_a_payload_a_waiting_run_cannot_take_is_refused_before_it_is_published(
     assert status(db, run_id) == "waiting"
     hint = publish_hint(show(db, run_id))
     assert hint == f"flowdesk --db {db} publish order-shipped"
-    good = as_printed(hint + " --payload '{\"carrier\": \"dhl\"}'", _env())
+    good = as_printed(hint + ' --payload \'{"carrier": "dhl"}\'', _env())
     assert good.returncode == 0, good.stderr
     assert good.stdout.splitlines() == ["event 1 published", f"for 1 waiting run: {run_id}"]
     assert status(db, run_id) == "completed"
@@ -237,13 +238,9 @@ def test_a_run_an_older_version_failed_on_a_bad_event_resumes_and_waits(
         old.setattr(waiting, "_unfit", lambda *a: None)  # the older version's wait
         assert engine.wake(run_id).status == "failed"
     store.close()
-    failed = fd(db, "show", run_id)
-    assert "WaitPayloadError" in failed.stdout
-    resume = next(x for x in failed.stdout.splitlines() if "resume" in x and "flowdesk" in x)
-    hint = "flowdesk" + resume.split("flowdesk", 1)[1]
-    assert hint == f"flowdesk --db {db} resume {run_id}"
+    assert "WaitPayloadError" in fd(db, "show", run_id).stdout
 
-    resumed = as_printed(hint, _env())
+    resumed = as_printed(f"flowdesk --db {db} resume {run_id}", _env())  # its old hint
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert resumed.stdout.strip() == f"run {run_id} waiting"
@@ -268,8 +265,12 @@ def test_a_refusal_survives_kill_9_of_the_agent_that_made_it(db: str) -> None:
         serving(agent)
         sent = flowdesk(db, "publish", "order-shipped", "--payload", "[1,2]", env=_bare())
         assert sent.returncode == 0, sent.stderr
-        while "refused events" not in show(db, run_id):
+        for _ in range(600):  # each a `show` subprocess: minutes, not a timing assert
+            if "refused events" in show(db, run_id):
+                break
             assert agent.poll() is None, agent.communicate()
+        else:
+            pytest.fail(f"the agent did not refuse the event: {show(db, run_id)}")
         agent.send_signal(signal.SIGKILL)
         agent.communicate(timeout=60)
     finally:
@@ -288,3 +289,58 @@ def test_a_refusal_survives_kill_9_of_the_agent_that_made_it(db: str) -> None:
     good = as_printed(publish_hint(show(db, run_id)) + " --payload '{\"a\": 1}'", _env())
     assert good.returncode == 0, good.stderr
     assert status(db, run_id) == "completed"
+
+
+@pytest.mark.scenario("S100")
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_the_engine_refuses_a_bad_event_on_every_store_and_its_wait_looks_past_it(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """``Engine.publish`` refuses (``EventPayloadError``, nothing stored);
+    one stored anyway is refused by the wait, recorded once, the same wait
+    (id, deadline) looks on from just after it, so ``wakeable_runs`` no
+    longer names the run, and the next good event completes the run. The in-memory store as the
+    SQLite file."""
+    from desktop_app.errors import EventPayloadError
+    from desktop_app.flow import Engine
+    from desktop_app.store.memory.store import InMemoryCheckpointStore
+    from desktop_app.store.sqlite.store import open_store
+    from tests.event_flows import counting, shipping
+
+    store: Any = (
+        InMemoryCheckpointStore()
+        if backend == "memory"
+        else open_store(request.getfixturevalue("db_path"))
+    )
+    engine = Engine(store, flows=[shipping, counting])
+    run_id = engine.run("shipping", {"order": "o-1"}).run_id
+    before = store.latest(run_id).waits
+
+    with pytest.raises(EventPayloadError) as refused:
+        engine.publish("order-shipped", 3)
+
+    assert (refused.value.run_id, refused.value.step_id) == (run_id, "ship")
+    assert refused.value.unfit == [(run_id, "ship", "dict[str, Any] | None")]
+    assert store.first_event("order-shipped", 0.0) is None
+    bad = store.publish_event("order-shipped", 3, engine.clock.now())
+    assert store.wakeable_runs(engine.clock.now()) == [run_id]
+    assert engine.wake(run_id).status == "waiting"
+    cp = store.latest(run_id)
+    assert cp.meta["refused_events"] == [
+        {
+            "event": bad,
+            "wait": f"{run_id}:ship:0",
+            "reason": "field 'shipped' (dict[str, Any] | None): 3 does not fit: Input should "
+            "be a valid dictionary",
+        }
+    ]
+    [wait] = cp.waits
+    assert (wait.wait_id, wait.deadline_at) == (before[0].wait_id, before[0].deadline_at)
+    assert wait.created_at > store.first_event("order-shipped", 0.0).published_at
+    assert store.wakeable_runs(engine.clock.now()) == []
+    assert engine.wake(run_id).status == "waiting"
+    assert store.latest(run_id).revision == cp.revision  # met no more: nothing saved
+    assert engine.publish("order-shipped", {"carrier": "dhl"}) == bad + 1
+    assert store.get_run(run_id).status == "completed"
+    assert store.latest(run_id).meta["refused_events"] == cp.meta["refused_events"]
+    store.close()
