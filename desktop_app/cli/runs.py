@@ -457,7 +457,11 @@ def cmd_show(ctx: Ctx) -> int:
             choices[w.wait_id] = only
         if flow is not None and (kind := answer_type(flow, w.step_id)):
             taken[w.wait_id] = kind
-        if flow is not None and w.kind == "signal" and (kind := signal_type(flow, w.step_id)):
+        if (
+            flow is not None
+            and w.kind in ("signal", "event")
+            and (kind := signal_type(flow, w.step_id))
+        ):
             taken[w.wait_id] = kind
     stuck = stuck_on_version(sv, run)
     if ctx.args.output != "text":
@@ -501,8 +505,9 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for w in cp.waits
                 ],
-                # signals its signal waits refused (payload did not fit), oldest first
+                # signals and events its waits refused (payload did not fit), oldest first
                 "refused_signals": [dict(r) for r in cp.meta.get("refused_signals") or []],
+                "refused_events": [dict(r) for r in cp.meta.get("refused_events") or []],
                 **(_tidy_json(ctx, store, run.run_id) if run.flow_name == "tidy" else {}),
                 "checkpoints": _history_json(history),
             },

@@ -478,7 +478,9 @@ def cmd_publish(ctx: Ctx) -> int:
     """``flowdesk publish TYPE [--payload JSON]``: an event for every run
     waiting on ``TYPE`` (:meth:`desktop_app.flow.Engine.publish`; a broadcast,
     never consumed); runs this process may run are woken now, others when
-    their process looks."""
+    their process looks. A payload that a run waiting for ``TYPE`` now
+    cannot take is refused before it is stored (``EventPayloadError``, exit
+    2, naming every such run), even when other waiting runs could take it."""
     payload = parse_json(ctx.args.payload, "--payload")
     sv = ctx.services()
     waiting = sv.checkpoints.runs_waiting_for("event", ctx.args.type)
