@@ -67,7 +67,7 @@ from desktop_app.textsafe import (
     visible_controls,
     visible_json,
 )
-from desktop_app.words import plural
+from desktop_app.words import plural, step_status_text
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -560,7 +560,8 @@ def cmd_show(ctx: Ctx) -> int:
     for rec in cp.steps.values():
         extra = f" iteration {rec.iteration}" if rec.iteration else ""
         err = f"  {rec.error}" if rec.error else ""
-        _say(f"  {rec.step_id:16} {rec.status:12} attempts {rec.attempts}{extra}{err}")
+        status = step_status_text(rec.status, cp.status)
+        _say(f"  {rec.step_id:16} {status:12} attempts {rec.attempts}{extra}{err}")
     print(f"checkpoints: {len(history)}")
     shown = history if len(history) <= 12 else history[:5] + history[-5:]
     for i, info in enumerate(shown):
