@@ -126,17 +126,26 @@ def sending_split(
     :func:`~desktop_app.flow.owners.holding`, the one rule of leases and
     claims), and how many whose claimant is gone or let go (their outcome is
     unknown until delivered or looked up)."""
-    from desktop_app.flow.outbox import claimant_is_gone
-
     being_made: dict[str, int] = {}
     unknown = 0
     for owner, until in claims.values():
-        held = owner is not None and holding(owner, until, now) == "held"
-        if held and owner is not None and not claimant_is_gone(owner):
+        if owner is not None and claim_is_live(owner, until, now):
             being_made[owner] = being_made.get(owner, 0) + 1
         else:
             unknown += 1
     return being_made, unknown
+
+
+def claim_is_live(owner: str, until: float | None, now: float) -> bool:
+    """Whether the dispatcher ``owner`` still makes the intent it claimed
+    until ``until`` (UTC epoch s), judged at ``now``: its claim is held
+    (:func:`~desktop_app.flow.owners.holding`: a process of this host that
+    runs, whatever the clocks; another host's until its claim runs out) and
+    it is not gone (:func:`~desktop_app.flow.outbox.claimant_is_gone`: this
+    very process with no live dispatcher of that owner)."""
+    from desktop_app.flow.outbox import claimant_is_gone
+
+    return holding(owner, until, now) == "held" and not claimant_is_gone(owner)
 
 
 def making_text(flow_name: str, being_made: Mapping[str, int]) -> str:

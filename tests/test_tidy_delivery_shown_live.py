@@ -62,12 +62,16 @@ def test_a_move_a_live_answer_is_making_is_said_being_made_by_it(db, tmp_path):
         assert delivery == f"its 3 moves not delivered are being delivered now by {who}"
         assert "may have been made" not in shown.stdout, shown.stdout
         assert "resume --all" not in shown.stdout, shown.stdout
+        # and its file reads as being moved, not as one that may have moved
+        assert "1 being moved now (by a live process)" in shown.stdout, shown.stdout
+        assert "may have moved" not in shown.stdout, shown.stdout
         row = _row(db, run_id)
         assert row.endswith(f"· 2 moves queued  · 1 move being made now by {who}"), row
         as_json = json.loads(flowdesk(db, "show", run_id, "-o", "json").stdout)
         assert as_json["sending"] == 1
         ((owner, n),) = as_json["being_made"].items()
         assert n == 1 and owner.startswith(f"{socket.gethostname()}:{answer.pid}:")
+        assert [f["outcome"] for f in as_json["files"]].count("moving") == 1
     finally:
         os.kill(answer.pid, signal.SIGKILL)
         answer.communicate()
@@ -79,5 +83,6 @@ def test_a_move_a_live_answer_is_making_is_said_being_made_by_it(db, tmp_path):
         f"({MAY_HAVE_BEEN_MADE})"
     ), head
     assert "being made now" not in shown.stdout and "being delivered now" not in shown.stdout
+    assert "1 may have moved" in shown.stdout and "being moved now" not in shown.stdout
     assert _row(db, run_id).endswith("· 2 moves queued  · 1 move may have been made")
     assert json.loads(flowdesk(db, "show", run_id, "-o", "json").stdout)["being_made"] == {}

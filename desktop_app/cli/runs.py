@@ -57,6 +57,7 @@ from desktop_app.runs_view import (
     INTERRUPTED,
     MAY_HAVE_BEEN_MADE,
     MOVED,
+    claim_is_live,
     display_status,
     making_text,
     processes_text,
@@ -355,7 +356,7 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
     if isinstance(read, str):
         return _visible([f"files: cannot be read ({read})"])
     moves, undo = read
-    outcomes = outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
+    outcomes = outcomes_of(moves, store.get_run(run_id).status, *_sending_keys(store, run_id))
     lines = [outcome_counts(outcomes, {"approved": _approved_note(ctx, store, run_id)})]
     said = _undo_said(ctx, run_id, moves, undo)
     if said is not None:
@@ -698,9 +699,14 @@ def _being_made(store: Any, run_id: str, now: float) -> dict[str, int]:
     return sending_split(store.sending_claims(run_id), now)[0]
 
 
-def _sending_keys(store: Any, run_id: str) -> set[str]:
-    """The keys of run ``run_id``'s intents ``sending`` (may have been made)."""
-    return {i.intent_id for i in store.open_intents(run_id) if i.status == "sending"}
+def _sending_keys(store: Any, run_id: str) -> tuple[set[str], set[str]]:
+    """The keys of run ``run_id``'s intents ``sending``, and of those a live
+    process is making now (:func:`~desktop_app.runs_view.claim_is_live`);
+    the others may have been made."""
+    claims = store.sending_claims(run_id)
+    now = store.now()
+    live = {k for k, (o, u) in claims.items() if o is not None and claim_is_live(o, u, now)}
+    return set(claims), live
 
 
 def _tidy_moves(store: Any, run_id: str) -> tuple[list[Any], Any] | str:
@@ -737,7 +743,7 @@ def _tidy_json(ctx: Ctx, store: Any, run_id: str) -> dict[str, Any]:
                 "says": OUTCOMES[o.outcome] + notes.get(o.outcome, ""),
                 "detail": o.detail,
             }
-            for o in outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
+            for o in outcomes_of(moves, store.get_run(run_id).status, *_sending_keys(store, run_id))
         ],
         "undone_at": iso(was_undone(moves)),
         "undo": _undo_said(ctx, run_id, moves, undo),
