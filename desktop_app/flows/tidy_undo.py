@@ -364,7 +364,11 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     cancel in ``withdrawn``. Running it again changes nothing. It claims
     the run's undo first (:func:`claim_undo_of`): another undo under way is
     waited for (up to ``wait_s`` seconds; ``waited_for``), a stopped one
-    taken over (``took_over``).
+    taken over (``took_over``). It undoes only the run's own moves (its
+    ``tidy_moves`` rows): a pair of its undo list that is not one of them
+    (an edited list) is reported in ``left``, never followed, and the undo
+    list a replay or fork inherited in its state is not its own
+    (:func:`own_undo_list`).
 
     Raises:
         UndoUnderWay: another undo of the run was still under way after
