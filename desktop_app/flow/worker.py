@@ -388,7 +388,14 @@ class Worker:
             self.on_tick()
         self.passes += 1
         wait = self.poll_s
-        nxt = self.engine.store.next_deadline()
+        try:
+            nxt = self.engine.store.next_deadline()
+        except DatabaseUnreachableError:
+            raise
+        except FATAL_STORE_ERRORS:
+            raise
+        except FlowdeskError:  # the poll interval, then
+            nxt = None
         # a deadline still due after the pass is one this worker may not
         # fire (refused, or leased elsewhere): the next poll, not a spin
         if nxt is not None and nxt > self.engine.clock.now():

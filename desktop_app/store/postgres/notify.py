@@ -76,8 +76,6 @@ RECONNECT_FIRST_S = 0.1
 #: Reconnect tries are never further apart than this (seconds) by default
 #: (``postgres.reconnect_max_s``); they go on for as long as the listener is open.
 RECONNECT_MAX_S = 5.0
-#: While the server stays away, a reconnecting listener says so this often (seconds).
-AWAY_LOG_EVERY_S = 60.0
 
 
 #: A NOTIFY batch (see :meth:`Notifier._send`): its own transaction, not
@@ -307,13 +305,12 @@ class Listener:
         self._alive.set()
 
     def _run(self) -> None:
-        # the wait between reconnect tries: tenacity's exponential curve with
-        # jitter, capped (the project's Backoff); tries go on until close()
-        backoff = Backoff(
-            initial_s=RECONNECT_FIRST_S, max_s=self.reconnect_max_s, jitter_s=RECONNECT_FIRST_S
-        )
+        # the wait between reconnect tries: the project's Backoff (tenacity's
+        # exponential curve), capped, without jitter (each wait as logged);
+        # tries go on for as long as the listener is open
+        backoff = Backoff(initial_s=RECONNECT_FIRST_S, max_s=self.reconnect_max_s, jitter_s=0.0)
         tries = 0
-        lost_at = said_at = 0.0
+        lost_at = 0.0
         last_beat = time.monotonic()
         while not self._closed.is_set():
             conn = self._conn
@@ -325,21 +322,16 @@ class Listener:
                 except psycopg.Error as exc:
                     tries += 1
                     delay = backoff.delay(tries)
-                    if tries == 1 or time.monotonic() - said_at >= AWAY_LOG_EVERY_S:
-                        said_at = time.monotonic()
-                        log.warning(
-                            "flowdesk: the PostgreSQL server is away (%s); liveness/listen "
-                            "session retrying every %g s at most (%d tries so far)",
-                            str(exc).strip(),
-                            self.reconnect_max_s,
-                            tries,
-                        )
+                    log.warning(
+                        "flowdesk: listener reconnect failed: %s; next try in %g s", exc, delay
+                    )
                     self._closed.wait(delay)
                     continue
                 log.warning(
-                    "flowdesk: the PostgreSQL server is back; liveness/listen session "
-                    "re-established after %.1f s",
+                    "flowdesk: liveness/listen session re-established after %.1f s "
+                    "(%d failed tries): the PostgreSQL server is back",
                     time.monotonic() - lost_at,
+                    tries,
                 )
                 tries = 0
                 last_beat = time.monotonic()
