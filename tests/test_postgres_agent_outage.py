@@ -59,6 +59,7 @@ def _count(url: str, sql: str, *args: object) -> int:
     return int(row[0])
 
 
+@pytest.mark.scenario("S103")
 def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp_path):
     url = f"postgresql://postgres@127.0.0.1:{own_cluster.port}/postgres"
     env = dict(
