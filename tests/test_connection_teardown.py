@@ -13,6 +13,7 @@ therefore never points a weak reference with a callback at a connection
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import subprocess
 import sys
@@ -125,6 +126,50 @@ def _teardown(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
         timeout=120,
         preexec_fn=_no_core,
     )
+
+
+# Flowdesk's own connections, with the collection started by the one
+# allocation the deallocator itself makes when weak references with callbacks
+# exist (PyObject_ClearWeakRefs's tuple of callbacks, the tuple free list
+# emptied first). Before the registry dropped its callbacks this died with
+# SIGSEGV every time (Py_DECREF(NULL) in PyObject_ClearWeakRefs under apsw's
+# Connection_dealloc: the collection had deallocated the connection inside).
+_FLOWDESK_TEARDOWN = textwrap.dedent(
+    """
+    import gc, sys
+    from desktop_app.store.connection import open_connection
+
+    for i in range(50):
+        conn = open_connection(sys.argv[1])
+        other = open_connection(sys.argv[1])  # a second one, write gate and all
+        other.close()
+        conn.close()
+        hold = [(i, 1, 2, j) for j in range(3000)]  # empties the 4-tuple free list
+        gc.set_threshold(1)
+        del conn, other
+        gc.set_threshold(700)
+        del hold
+    print("survived")
+    """
+)
+
+
+def test_dropping_flowdesk_connections_survives_a_collection_in_their_teardown(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "flowdesk_teardown.py"
+    script.write_text(_FLOWDESK_TEARDOWN)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "f.db")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_no_core,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.strip() == "survived"
 
 
 def test_apsw_crashes_when_a_callback_collects_inside_its_deallocator(tmp_path: Path) -> None:
