@@ -44,6 +44,7 @@ def _interrupted(db: Path, folder: Path, env: dict[str, str], *scope: str) -> st
 
 
 @pytest.mark.postgres
+@pytest.mark.scenario("S69")
 def test_db_copy_prints_a_runs_and_a_worker_command_per_scope_and_each_works_as_printed(
     tmp_path: Path, pg_url: str
 ) -> None:
@@ -98,6 +99,7 @@ def test_db_copy_prints_a_runs_and_a_worker_command_per_scope_and_each_works_as_
 
 
 @pytest.mark.postgres
+@pytest.mark.scenario("S69")
 def test_show_of_a_moved_run_offers_only_the_show_where_it_moved_without_the_password(
     tmp_path: Path, pg_url: str
 ) -> None:
