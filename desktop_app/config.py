@@ -30,6 +30,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from desktop_app.textsafe import shell_quote
+
 APP_NAME = "flowdesk"
 
 
@@ -496,13 +498,15 @@ def load_settings(**overrides: object) -> Settings:
         scope = clean.get("scope")
         if isinstance(scope, GivenValue) and any(e["loc"] == ("scope",) for e in errors):
             raise ConfigError(
-                f"--scope {scope!r} is not a scope ({SCOPE_RULE}); give a scope's name, or "
+                f"--scope {shell_quote(scope)} is not a scope ({SCOPE_RULE}); give a scope's "
+                "name, or "
                 "leave --scope out for the scope 'default'"
             ) from exc
         in_env = [v for v in os.environ if v.upper() == "FLOWDESK_SCOPE"]
         if in_env and any(e["loc"] == ("scope",) for e in errors):
             raise ConfigError(
-                f"{in_env[0]}={os.environ[in_env[0]]!r} is not a scope ({SCOPE_RULE}); set it "
+                f"{in_env[0]}={shell_quote(os.environ[in_env[0]])} is not a scope "
+                f"({SCOPE_RULE}); set it "
                 f"to a scope's name, or unset it (`unset {in_env[0]}`) for the scope 'default'"
             ) from exc
         problems = "; ".join(describe_error(e, Settings) for e in errors)

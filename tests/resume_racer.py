@@ -42,13 +42,14 @@ def worker_pass(db: str) -> dict[str, Any]:
     """What one tick of ``flowdesk agent`` does for interrupted agent runs."""
     from desktop_app.bootstrap import open_services
     from desktop_app.cli.ask import recover_agents
+    from desktop_app.cli.output import Hints
     from desktop_app.config import load_settings
 
     out, err = io.StringIO(), io.StringIO()
     services = open_services(load_settings(db_path=db), flows=[])
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            _tried, failed = recover_agents(services, set(), worker=True)
+            _tried, failed = recover_agents(services, set(), worker=True, hints=Hints(db, None))
     finally:
         services.close()
     return {"code": int(bool(failed)), "out": out.getvalue(), "err": err.getvalue()}

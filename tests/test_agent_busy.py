@@ -68,7 +68,7 @@ def test_the_agent_outlives_a_busy_timeout_names_the_holder_and_completes_its_ru
         # several busy timeouts in a row, and the agent still serves
         wait_for(lambda: locked_said() >= 3, "the agent never logged the locked error")
         assert agent.poll() is None, err.read_text()
-        assert "stopped (Ctrl-Z)" in log.read_text()
+        assert "stopped (SIGSTOP or Ctrl-Z): resume it with `kill -CONT" in log.read_text()
         holder.kill()  # its transaction rolls back; the lock is free
         holder.wait(timeout=BOUND_S)
         wait_for(lambda: status(str(db), run_id) == "completed", "the run never completed")

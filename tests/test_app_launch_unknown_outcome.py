@@ -159,6 +159,42 @@ def test_resume_all_names_a_tool_call_whose_outcome_is_unknown(
         assert shown.returncode == 0 and "outcome unknown: not repeated" in shown.stdout
 
 
+def test_a_worker_names_a_tool_call_whose_outcome_is_unknown_with_its_show_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``flowdesk agent`` resumes the run and says the same, with the ``show``
+    command (its ``--db``), run as printed: it printed "show lists it",
+    naming no command."""
+    with interrupted_mid_call(tmp_path, monkeypatch) as (db, env, run_id):
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.1"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
+        said = (
+            "  its call to notes__append_and_hang has an unknown outcome (it was sent, then "
+            "interrupted; not repeated): `"
+        )
+        try:
+            assert worker.stdout is not None
+            for line in worker.stdout:
+                if line.startswith(said):
+                    break
+            else:
+                raise AssertionError("the worker never named the unknown outcome")
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.communicate(timeout=60)
+        printed = line.split(said, 1)[1].split("`", 1)[0]
+        assert printed == f"flowdesk --db {db} show {run_id}"
+        assert line.endswith("` lists it\n"), line
+        shown = as_printed(printed, env)
+        assert shown.returncode == 0 and "outcome unknown: not repeated" in shown.stdout
+
+
 def test_the_summary_names_each_run_with_an_unknown_outcome() -> None:
     """Several runs: each named (their 8 characters), the summary a problem."""
     assert recovery_summary([], ["a" * 32, "b" * 32]) == (

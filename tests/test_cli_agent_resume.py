@@ -239,7 +239,8 @@ def _printed_a_row(proc: subprocess.Popen[str]) -> bool:
 
 def test_db_copy_next_runs_as_printed_with_its_scope(tmp_path: Path, pg_empty_url: str) -> None:
     """`db copy` counts what it copied by kind (it said "copied 0 runs" for an
-    agent run and a LangGraph thread), and its `next:` command stands on a
+    agent run and a LangGraph thread), names the scope its runs are in (not
+    the command's, which holds none), and its `next:` command stands on a
     line of its own: pasted into bash as printed, it starts a worker (the
     note "(on each worker machine)" after it once was a bash syntax error)."""
     from desktop_app.agent import Agent, ScriptedModel
@@ -263,11 +264,12 @@ def test_db_copy_next_runs_as_printed_with_its_scope(tmp_path: Path, pg_empty_ur
     assert copied.returncode == 0, copied.stderr
     assert f"copied 1 agent run and 1 LangGraph thread from {db} to " in copied.stdout
     lines = copied.stdout.splitlines()
-    # the thread is its program's to continue (no worker runs a graph), in its scope
-    assert lines[-3] == "  FlowdeskSaver.open(" + repr(pg_empty_url) + ", scope='work')"
+    # the thread is its program's to continue (no worker runs a graph), in its own
+    # scope (default), not the command's (work), which holds none of the runs
+    assert lines[-3] == "  FlowdeskSaver.open(" + repr(pg_empty_url) + ", scope='default')"
     assert lines[-2] == "next, on each worker machine:", copied.stdout
     command = lines[-1]
-    assert command.strip() == f"flowdesk --db {pg_empty_url} --scope work agent"
+    assert command.strip() == f"flowdesk --db {pg_empty_url} --scope default agent"
     shim = tmp_path / "bin"  # `flowdesk` on PATH is this checkout
     shim.mkdir()
     (shim / "flowdesk").write_text(f'#!/bin/sh\nexec {sys.executable} -m desktop_app.cli "$@"\n')

@@ -120,6 +120,18 @@ def test_a_moved_agent_run_waiting_for_approval_is_refused_on_the_file_and_a_pos
             f"there, not here (see it there: {hint})\n"
         )
         assert flowdesk(db, "waiting", "--json", env=env).stdout == ""
+        # show on the file offers no yes/no there (each refused): only the show there
+        shown = flowdesk(db, "show", rid, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert f"flowdesk --db {db}" not in shown.stdout + shown.stderr, shown.stdout
+        assert "    yes: " not in shown.stdout and "    no:  " not in shown.stdout
+        assert f"see it there: {hint}\n" in shown.stdout, shown.stdout
+        assert "    answered where the run moved (see above), not on this database" in (
+            shown.stdout
+        )
+        data = json.loads(flowdesk(db, "show", rid, "-o", "json", env=env).stdout)
+        assert data["moved"] == {"to": where, "command": hint}
+        assert [w["commands"] for w in data["waits"]] == [None] and data["next"] is None
         # the hint, run as printed, shows the run there, still waiting
         there = as_printed(hint, env)
         assert there.returncode == 0, there.stderr

@@ -111,6 +111,7 @@ def test_a_worker_logs_a_run_a_peer_holds_at_debug_level(
     agent run a live peer took a moment ago; `resume --all` still says it."""
     from desktop_app.agent import recovery
     from desktop_app.cli.ask import recover_agents
+    from desktop_app.cli.output import Hints
     from desktop_app.config import load_settings
     from desktop_app.errors import AgentRunLeasedError
 
@@ -124,11 +125,11 @@ def test_a_worker_logs_a_run_a_peer_holds_at_debug_level(
     monkeypatch.setattr(recovery, "recover_agent_runs", peer_took_it)
     sv = SimpleNamespace(settings=load_settings(db_path=tmp_path / "f.db"), agents=None)
     with caplog.at_level(logging.DEBUG, logger="desktop_app.cli.ask"):
-        assert recover_agents(sv, set(), worker=True) == (1, 0)  # type: ignore[arg-type]
+        assert recover_agents(sv, set(), worker=True, hints=Hints(None, None)) == (1, 0)  # type: ignore[arg-type]
     assert capsys.readouterr().out == ""
     debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
     assert [r.getMessage() for r in debug] == [
         f"agent run ar-1 is held by a live peer: {socket.gethostname()}:1:abc"
     ]
-    assert recover_agents(sv, set()) == (1, 0)  # type: ignore[arg-type]
+    assert recover_agents(sv, set(), hints=Hints(None, None)) == (1, 0)  # type: ignore[arg-type]
     assert "agent run ar-1 not resumed here: " in capsys.readouterr().out

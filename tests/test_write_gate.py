@@ -461,7 +461,10 @@ def test_the_locked_error_names_a_stopped_holder_and_its_hint_frees_it(
             said = str(caught.value)
             assert f"held by pid {holder.pid} (" in said
             assert "write_gate_worker.py hold" in said
-            assert f"stopped (Ctrl-Z): `fg` it or `kill -CONT {holder.pid}`" in said
+            assert (
+                f"stopped (SIGSTOP or Ctrl-Z): resume it with `kill -CONT {holder.pid}` "
+                "(or `fg` in its shell)"
+            ) in said
             hint = re.search(r"`(kill -CONT \d+)`", said)
             assert hint is not None
             subprocess.run(hint.group(1), shell=True, check=True)

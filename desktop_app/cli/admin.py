@@ -114,19 +114,35 @@ def cmd_db_copy(ctx: Ctx) -> int:
     for table, n in report.rows.items():
         print(f"{table}: {plural(n, 'row')}")
     print(f"copied {report.summary()} from {source.path} to {target.shown}")
+    mine = ctx.settings.scope
+
+    def scoped(scopes: list[str]) -> list[str | None]:
+        """Each scope as a hint names it (``None``: the user's own, as they
+        gave it), the user's own first; a worker or ``runs`` sees one scope."""
+        return sorted((None if s == mine else s for s in scopes), key=lambda s: s is not None)
+
+    def listing(scopes: list[str], n: int) -> str:
+        """``(`flowdesk --db F runs` shows them moved)``: one ``runs`` per scope."""
+        looks = [
+            f"`{ctx.hints.cmd('runs', db=str(ctx.args.source), scope=s)}`" for s in scoped(scopes)
+        ]
+        return (
+            f"({' and '.join(looks)} {'shows' if len(looks) == 1 else 'show'} "
+            f"{'it' if n == 1 else 'them'} moved)"
+        )
+
     if report.moved:  # the file's processes leave them to the target's workers
         print(
             f"marked {plural(len(report.moved), 'unfinished run')} moved in {source.path}: no "
             f"process on it executes {'it' if len(report.moved) == 1 else 'them'} again "
-            f"(`{ctx.hints.cmd('runs', db=str(ctx.args.source))}` shows them moved)"
+            f"{listing(report.scopes_of('runs', 'agent_runs', moved=True), len(report.moved))}"
         )
     if report.moved_threads:  # their checkpointer on the file refuses them now
         n = len(report.moved_threads)
         print(
             f"marked {plural(n, 'unfinished LangGraph thread')} moved in {source.path}: a "
             f"checkpointer on it no longer continues {'it' if n == 1 else 'them'} "
-            f"(`{ctx.hints.cmd('runs', db=str(ctx.args.source))}` shows "
-            f"{'it' if n == 1 else 'them'} moved)"
+            f"{listing(report.scopes_of('langgraph_threads', moved=True), n)}"
         )
     if report.langgraph_threads:  # no worker runs a graph: each thread's program does
         ctx.hints.password_left_out |= has_secret(target.text)
@@ -135,10 +151,15 @@ def cmd_db_copy(ctx: Ctx) -> int:
             "own program does, running graph.invoke with its checkpointer opened on the "
             "new database:"
         )
-        print(f"  {saver_line(redact(target.text, mask=None), ctx.hints.scope)}")
+        for s in scoped(report.scopes_of("langgraph_threads")):
+            line = saver_line(redact(target.text, mask=None), ctx.hints.scope if s is None else s)
+            print(f"  {line}")
     if report.runs or report.agent_runs or not report.langgraph_threads:
-        print("next, on each worker machine:")  # the command alone on its line: pasted, it runs
-        print(f"  {ctx.hints.cmd('agent', db=target.text)}")
+        # a worker serves one scope: one for each scope the copied runs are in
+        workers = scoped(report.scopes_of("runs", "agent_runs")) or [None]
+        print(f"next, on each worker machine{'' if len(workers) == 1 else ', one per scope'}:")
+        for s in workers:  # the command alone on its line: pasted, it runs
+            print(f"  {ctx.hints.cmd('agent', db=target.text, scope=s)}")
     return EXIT_OK
 
 
@@ -404,7 +425,7 @@ def cmd_agent(ctx: Ctx) -> int:
     engine.serve(
         stop,
         poll_s=ctx.args.poll,
-        on_tick=_on_tick(sv),
+        on_tick=_on_tick(ctx, sv),
         only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
         on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
     )
@@ -500,10 +521,11 @@ def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _on_tick(sv: Any) -> Any:
+def _on_tick(ctx: Ctx, sv: Any) -> Any:
     """What ``flowdesk agent`` does after each pass: deliver outbox intents,
     then resume interrupted agent runs with their recorded tools (a run that
-    fails or cannot be resumed is reported once, not retried every pass)."""
+    fails or cannot be resumed is reported once, not retried every pass;
+    its commands carry the worker's ``--db``/``--scope``)."""
     from desktop_app.cli.ask import recover_agents
 
     deliver = dispatcher(sv.engine).dispatch
@@ -511,7 +533,7 @@ def _on_tick(sv: Any) -> Any:
 
     def tick() -> None:
         deliver()
-        recover_agents(sv, reported, worker=True)
+        recover_agents(sv, reported, worker=True, hints=ctx.hints)
 
     return tick
 
@@ -551,7 +573,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         engine,
         concurrency=ctx.args.concurrency,
         poll_s=ctx.args.poll,
-        on_tick=_on_tick(sv),
+        on_tick=_on_tick(ctx, sv),
         on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
         retry_max_s=retry_max_s,
         on_unreachable=unreachable,

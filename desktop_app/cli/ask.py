@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
-from desktop_app.cli.output import EXIT_FAILED, EXIT_OK
+from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, Hints
 from desktop_app.errors import ConfigError, FlowdeskError, InputError
 from desktop_app.textsafe import shell_quote, visible_controls
 
@@ -418,7 +418,7 @@ def cmd_ask(ctx: Ctx) -> int:
 
 
 def recover_agents(
-    sv: Services, skip: set[str] | None = None, *, worker: bool = False, hints: Any = None
+    sv: Services, skip: set[str] | None = None, *, worker: bool = False, hints: Hints
 ) -> tuple[int, int]:
     """Resume every interrupted agent run with the tools it recorded
     (``resume --all``, ``flowdesk agent``), printing one line per run.
@@ -432,8 +432,10 @@ def recover_agents(
             (``desktop_app.cli.ask``) instead of printed to a person, and a
             database that cannot be reached (DatabaseUnreachableError) is
             raised, not reported as the run's failure: the worker retries.
-        hints: the command's :class:`~desktop_app.cli.output.Hints`: a run
-            ``db copy`` moved is printed with the command that shows it there.
+        hints: the command's :class:`~desktop_app.cli.output.Hints` (its
+            ``--db``/``--scope``): a run ``db copy`` moved is printed with the
+            command that shows it there, a call of unknown outcome with the
+            ``show`` command that lists it.
 
     Returns:
         ``(runs tried, runs that failed or could not be resumed)``; a run a
@@ -467,9 +469,8 @@ def recover_agents(
             if outcome.moved_to is not None:
                 from desktop_app.cli.output import moved_hint
 
-                if hints is not None:
-                    there = moved_hint(hints, outcome.moved_to, run.run_id)
-                    print(f"  see it there: {there}", flush=True)
+                there = moved_hint(hints, outcome.moved_to, run.run_id)
+                print(f"  see it there: {there}", flush=True)
         elif isinstance(outcome, BaseException):
             print(
                 f"agent run {run.run_id} not resumed: {visible_controls(str(outcome))}", flush=True
@@ -479,7 +480,7 @@ def recover_agents(
             print(f"agent run {run.run_id} {outcome.status}", flush=True)
             unknown = unknown_outcome_tools(sv.agents.tool_results(run.run_id))
             if unknown:  # sent before the interruption, not repeated: say it plainly
-                shown = f"`{hints.cmd(f'show {run.run_id}')}`" if hints is not None else "show"
+                shown = f"`{hints.cmd(f'show {run.run_id}')}`"
                 print(
                     f"  its call to {visible_controls(', '.join(unknown))} has an unknown "
                     f"outcome (it was sent, then interrupted; not repeated): {shown} lists it",

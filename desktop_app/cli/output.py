@@ -168,6 +168,24 @@ def moved_line(hints: Hints, run_id: str, owner: str | None) -> str | None:
     )
 
 
+def moved_json(hints: Hints, run_id: str, owner: str | None) -> dict[str, str] | None:
+    """``show -o json``'s ``moved`` of a run ``db copy`` moved (its lease
+    ``owner`` says so): ``{"to": URL, "command": "flowdesk --db URL show
+    RUN"}`` (the URL without its password), the one command offered for it
+    (none on this database: each would be refused); ``None`` for any other
+    run."""
+    from desktop_app.errors import moved_to
+
+    where = moved_to(owner)
+    if where is None:
+        return None
+    return {"to": where, "command": moved_hint(hints, where, run_id)}
+
+
+#: what ``show`` says under a wait of a run ``db copy`` moved, in place of a command
+MOVED_WAIT = "    answered where the run moved (see above), not on this database"
+
+
 def version_refusal(hints: Hints, exc: Any) -> str:
     """A ``FlowVersionMismatchError`` (``exc``) as the CLI says it: the
     refusal (:attr:`~desktop_app.errors.FlowVersionMismatchError.what`), then

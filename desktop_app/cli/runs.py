@@ -20,6 +20,7 @@ from desktop_app.cli.output import (
     emit_one,
     iso,
     moved_hint,
+    moved_json,
     moved_line,
     progress_text,
     step_listener,
@@ -496,13 +497,16 @@ def cmd_show(ctx: Ctx) -> int:
             and (kind := signal_type(flow, w.step_id))
         ):
             taken[w.wait_id] = kind
-    stuck = stuck_on_version(sv, run)
+    # db copy moved it: where, and the command that shows it there; none on this database
+    moved = moved_json(ctx.hints, run.run_id, run.lease_owner) if status == MOVED else None
+    stuck = None if moved is not None else stuck_on_version(sv, run)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
             {
                 **flow_row(run, now, undelivered, sending, being_made),
                 "flow_version": run.flow_version,
+                "moved": moved,
                 # why no process goes on with it (its flow changed), or null
                 "stuck": None if stuck is None else version_refusal(ctx.hints, stuck),
                 "revision": run.revision,
@@ -525,9 +529,9 @@ def cmd_show(ctx: Ctx) -> int:
                     {
                         **_wait_row(w),
                         "choices": choices.get(w.wait_id),  # None: any answer
-                        # null while stuck: no command moves it on
+                        # null while stuck or moved: no command here moves it on
                         "command": None
-                        if stuck is not None
+                        if stuck is not None or moved is not None
                         else wait_command(
                             ctx.hints,
                             run.run_id,
@@ -575,6 +579,7 @@ def cmd_show(ctx: Ctx) -> int:
             now,
             choices,
             stuck=stuck is not None,
+            moved=moved is not None,
             taken=taken,
             registered=flow is not None,
             app_fires=executes_runs(sv.settings),
@@ -868,18 +873,28 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     messages = sv.agents.messages(run_id)
     tools = sv.agents.tool_results(run_id)
     now = ctx.judged_now(sv)
+    status = display_status(run, now)
+    # db copy moved it: where, and the command that shows it there; none on this database
+    moved = moved_json(ctx.hints, run.run_id, run.lease_owner) if status == MOVED else None
     if ctx.args.output != "text":
+        waits = agent_waits(ctx.hints, run)
+        if moved is not None:  # answered there: no command here
+            waits = [
+                {**w, **({"commands": None} if "commands" in w else {"command": None})}
+                for w in waits
+            ]
         emit_one(
             ctx.args.output,
             {
                 **agent_row(run, now),
+                "moved": moved,
                 "input": run.input,
                 "response": run.response,
                 "expires_at": iso(run.expires_at),
                 "pending_call": run.pending_call,
-                "waits": agent_waits(ctx.hints, run),
+                "waits": waits,
                 # failed or rate_limited: what to run next, as `ask` printed it
-                "next": agent_next(ctx.hints, run),
+                "next": None if moved is not None else agent_next(ctx.hints, run),
                 # what must be done before resume/answer work here, or null
                 "first": (
                     agent_blocker(sv, run)
@@ -904,7 +919,6 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
             },
         )
         return EXIT_OK
-    status = display_status(run, now)
     # turns: the model's replies so far; the conversation is listed under messages:
     _say(f"agent run {run.run_id}  agent {run.agent}  status {status}  model turns {run.turns}")
     # resume and answer refuse a run whose Pydantic AI agent is not registered: how to, first
@@ -916,10 +930,10 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     _say(f"started {when(run.created_at)}  updated {when(run.updated_at)} (UTC)")
     if run.error:
         _say(f"error: {run.error}")
-    then = agent_next(ctx.hints, run)
+    then = None if moved is not None else agent_next(ctx.hints, run)
     if then is not None:  # as `ask` printed it when the run stopped
         _say(f"next: {then}")
-    asking = agent_wait_lines(ctx.hints, run, now, first=why)
+    asking = agent_wait_lines(ctx.hints, run, now, first=why, moved=moved is not None)
     if asking:
         print("waits for:")
         for line in asking:

@@ -30,7 +30,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from desktop_app.cli.output import Hints, due_in, iso
+from desktop_app.cli.output import MOVED_WAIT, Hints, due_in, iso
 from desktop_app.textsafe import shell_quote, visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
 
@@ -172,6 +172,7 @@ def wait_lines(
     choices: Mapping[str, Sequence[str]] | None = None,
     *,
     stuck: bool = False,
+    moved: bool = False,
     taken: Mapping[str, str] | None = None,
     registered: bool = True,
     app_fires: bool = True,
@@ -185,7 +186,9 @@ def wait_lines(
     text or JSON. Each command line is ``<what> with: <command>``, the
     command runnable exactly as printed. ``stuck``: the run's flow changed
     since it started (``show`` says so above): no wait fires or is answered,
-    and no command is offered for one. ``registered``: the run's flow is
+    and no command is offered for one. ``moved``: ``db copy`` moved the run
+    (``show`` says where above): its waits are answered there, and no
+    command on this database is offered. ``registered``: the run's flow is
     registered in this process; when not (``show`` says how to register it
     above), a timer is fired only by a process that registers it.
     ``app_fires``: the app fires due timers on this database
@@ -197,7 +200,9 @@ def wait_lines(
         if run.status == "waiting":
             why = f": {visible_controls(run.error)}" if run.error else ""
             lines.append(f"  an operator{why}")
-            if not stuck:
+            if moved:
+                lines.append(MOVED_WAIT)
+            elif not stuck:
                 lines.append(f"    continue with: {hints.cmd(f'resume {rid}')}")
         return lines
     several = sum(w.kind == "input" for w in waits) > 1
@@ -214,6 +219,9 @@ def wait_lines(
         if w.deadline_at is not None:
             label = "fires" if w.kind == "timer" else "deadline"
             lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
+        if moved:
+            lines.append(MOVED_WAIT)
+            continue
         if stuck:
             lines.append("    nothing moves the run past it while it is stuck (see above)")
             continue
@@ -372,7 +380,9 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
     ]
 
 
-def agent_wait_lines(hints: Hints, run: Any, now: float, first: str | None = None) -> list[str]:
+def agent_wait_lines(
+    hints: Hints, run: Any, now: float, first: str | None = None, *, moved: bool = False
+) -> list[str]:
     """``show``'s ``waits for:`` lines of an agent run (an ``AgentRun``)
     while it asks its user (``input_required``), nothing otherwise: a tool
     call waiting for approval is shown exactly (tool and arguments, control
@@ -380,7 +390,9 @@ def agent_wait_lines(hints: Hints, run: Any, now: float, first: str | None = Non
     prints them; an ``ask_user`` question with ``ask --resume RUN --answer
     TEXT``, as ``waiting`` prints it (the answer is any text). The run's expiry when it has one.
     ``first``: what must be done before the commands work here (an
-    unregistered Pydantic AI agent), printed before them."""
+    unregistered Pydantic AI agent), printed before them. ``moved``: ``db
+    copy`` moved the run (``show`` says where above): no command on this
+    database is offered."""
     waits = agent_waits(hints, run)
     if not waits:
         return []
@@ -391,6 +403,8 @@ def agent_wait_lines(hints: Hints, run: Any, now: float, first: str | None = Non
         lines = [f"  an answer: {_question(wait['question'])}"]
     if run.expires_at is not None:
         lines.append(f"    expires {local_and_utc(run.expires_at, now)}")
+    if moved:
+        return [*lines, MOVED_WAIT]
     if first is not None:
         lines.append(f"    first: {first}; then")
     if wait["kind"] == "approval":

@@ -557,7 +557,8 @@ def _on_sigtstp(signum: int, frame: Any) -> None:
 def describe_holder(lock_path: Path) -> str | None:
     """Who holds the ``flock`` on ``lock_path`` (a gate's lock file), for an
     error message: ``"held by pid 1234 (flowdesk run digest ...), stopped
-    (Ctrl-Z): `fg` it or `kill -CONT 1234`"``. Read from ``/proc/locks``
+    (SIGSTOP or Ctrl-Z): resume it with `kill -CONT 1234` (or `fg` in its
+    shell)"``. Read from ``/proc/locks``
     (Linux), so only when a wait has already failed, never per write.
 
     Returns:
@@ -610,5 +611,9 @@ def _said(pid: int) -> str:
     except (OSError, IndexError):
         return said
     if state in ("T", "t"):
-        said += f", stopped (Ctrl-Z): `fg` it or `kill -CONT {pid}`"
+        # SIGSTOP from elsewhere as often as Ctrl-Z: its shell may not be the user's
+        said += (
+            f", stopped (SIGSTOP or Ctrl-Z): resume it with `kill -CONT {pid}` "
+            "(or `fg` in its shell)"
+        )
     return said

@@ -106,11 +106,22 @@ class CopyReport:
     """What ``db copy`` moved: rows per table (in copy order); ``moved``, the
     unfinished flow and agent runs marked moved in the source file (run
     ids); ``moved_threads``, the unfinished LangGraph threads marked so
-    (thread ids)."""
+    (thread ids); ``scopes`` and ``moved_scopes``, per table (``runs``,
+    ``agent_runs``, ``langgraph_threads``), the scopes its copied rows and
+    its rows marked moved are in (sorted, each once): the commands ``db
+    copy`` prints name each (a worker, ``runs``, serves one scope)."""
 
     rows: dict[str, int] = field(default_factory=dict)
     moved: list[str] = field(default_factory=list)
     moved_threads: list[str] = field(default_factory=list)
+    scopes: dict[str, list[str]] = field(default_factory=dict)
+    moved_scopes: dict[str, list[str]] = field(default_factory=dict)
+
+    def scopes_of(self, *tables: str, moved: bool = False) -> list[str]:
+        """The scopes the copied (``moved``: marked moved) rows of ``tables``
+        are in, sorted, each once."""
+        of = self.moved_scopes if moved else self.scopes
+        return sorted({s for t in tables for s in of.get(t, ())})
 
     @property
     def runs(self) -> int:
@@ -488,6 +499,14 @@ def _copy_snapshot(src: apsw.Connection, dst: psycopg.Connection[Any], where: st
                 copy.write_row([no_nul(v) if isinstance(v, str) else v for v in out])
                 count += 1
         report.rows[table] = count
+        if table in _ENDED:  # the same snapshot: the scopes of the rows copied, marked moved
+            ended = ", ".join(f"'{s}'" for s in _ENDED[table])
+            scoped = f"SELECT DISTINCT scope FROM {table}"
+            report.scopes[table] = [str(r[0]) for r in src.execute(f"{scoped} ORDER BY scope")]
+            report.moved_scopes[table] = [
+                str(r[0])
+                for r in src.execute(f"{scoped} WHERE status NOT IN ({ended}) ORDER BY scope")
+            ]
         for column, _dtype, identity in cols:
             if identity:  # the next generated id follows the copied ones
                 dst.execute(
