@@ -185,3 +185,27 @@ def test_group_commit_refuses_a_commit_in_one_run_and_keeps_the_others(store, ca
 def test_transaction_control_reads_the_first_keyword(sql, sqlite, postgres):
     assert transaction_control(sql, nested_comments=False) == sqlite
     assert transaction_control(sql, nested_comments=True) == postgres
+
+
+@pytest.mark.postgres
+@pytest.mark.scenario("S84")
+def test_postgres_refuses_a_commit_inside_a_do_block_as_a_domain_write_error(pg_url):
+    from desktop_app.store.postgres.store import open_postgres_store
+
+    store = open_postgres_store(pg_url)
+    try:
+        store.write(lambda tx: tx.execute(NOTES_TABLE))
+        engine = Engine(store, flows=[NOTES_FLOW], lease_ttl_s=30)
+        BAD["bad"] = "DO $$ BEGIN INSERT INTO notes VALUES ('inner', 1); COMMIT; END $$"
+
+        res = engine.run("notes", Note(name="bad"))
+
+        assert res.status == "failed"
+        _assert_nothing_of_the_step(store, engine, res.run_id, DomainWriteError, "SQLSTATE 2D000")
+        assert _names(store) == []
+        BAD.clear()
+        assert engine.resume(res.run_id).status == "completed"
+        assert _names(store) == ["bad"]
+    finally:
+        BAD.clear()
+        store.close()
