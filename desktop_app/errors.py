@@ -1092,6 +1092,34 @@ class DomainWriteError(FlowError):
         )
 
 
+class TransactionControlError(DomainWriteError):
+    """A step's domain write ran a statement that would end, open or split
+    the transaction its checkpoint commits in (``COMMIT``, ``END``,
+    ``ROLLBACK``, ``BEGIN``, ``SAVEPOINT``, ``RELEASE``; on PostgreSQL also
+    ``ABORT``, ``START TRANSACTION``, ``PREPARE TRANSACTION``), alone or
+    inside a multi-statement string. Refused before the database runs it,
+    so nothing of the step is saved; the step fails under its ``on_error``
+    policy like any refused domain write. Not retryable.
+
+    Attributes:
+        statement: the refused statement's keyword(s), upper case
+            (``"COMMIT"``, ``"ROLLBACK"``, ``"START TRANSACTION"``).
+        table, constraint, kind: None (see :class:`DomainWriteError`).
+    """
+
+    def __init__(self, statement: str) -> None:
+        self.statement = statement
+        self.table = None
+        self.constraint = None
+        self.kind = None
+        FlowError.__init__(
+            self,
+            f"a domain write cannot end or open the transaction ({statement} ...): "
+            "Flowdesk commits the step's writes with its checkpoint; remove the "
+            "statement, then resume the run",
+        )
+
+
 class ParallelBranchesError(FlowError):
     """Branches of a parallel step failed after their own retries; names each.
 

@@ -520,3 +520,64 @@ def checkpoint_from_rows(run_id: str, revision: int, rows: Sequence[Sequence[Any
         meta=meta,
         waits=waits,
     )
+
+
+#: a word of SQL
+_WORD = re.compile(r"[A-Za-z]+")
+#: statements that end, open or split a transaction, by first word (SQLite's
+#: and PostgreSQL's); ``START`` and ``PREPARE`` only before ``TRANSACTION``
+_TX_CONTROL = frozenset(
+    {"BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE", "ABORT", "START", "PREPARE"}
+)
+
+
+def _statement_start(sql: str, nested_comments: bool) -> int:
+    """Where a single statement's first token starts: past whitespace,
+    ``--`` comments and ``/* */`` comments (nested on PostgreSQL, not on
+    SQLite, as each lexer reads them)."""
+    i, n = 0, len(sql)
+    while i < n:
+        if sql[i].isspace():
+            i += 1
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            i = n if j < 0 else j + 1
+        elif sql.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                elif nested_comments and sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                else:
+                    i += 1
+        else:
+            break
+    return i
+
+
+def transaction_control(sql: str, *, nested_comments: bool) -> str | None:
+    """The keyword(s) of ``sql`` when it is ONE statement that ends, opens or
+    splits a transaction (``COMMIT``, ``END``, ``ROLLBACK``, ``BEGIN``,
+    ``SAVEPOINT``, ``RELEASE``, ``ABORT``, ``START TRANSACTION``,
+    ``PREPARE TRANSACTION``; any case, after comments), else None.
+
+    ``sql`` must be a single statement as the database split it (apsw's
+    execution tracer hands one; PostgreSQL's extended protocol refuses
+    more): the first token of a statement decides its kind.
+    ``nested_comments``: PostgreSQL's ``/* /* */ */``, not SQLite's."""
+    found = _WORD.match(sql, _statement_start(sql, nested_comments))
+    if found is None:
+        return None
+    first = found.group().upper()
+    if first not in _TX_CONTROL:
+        return None
+    if first == "START":  # PostgreSQL's START TRANSACTION, its only START
+        return "START TRANSACTION"
+    if first == "PREPARE":  # PREPARE TRANSACTION ends it; PREPARE name AS does not
+        rest = sql[found.end() :]
+        second = _WORD.match(rest, _statement_start(rest, nested_comments))
+        if second is None or second.group().upper() != "TRANSACTION":
+            return None
+        return "PREPARE TRANSACTION"
+    return first

@@ -218,3 +218,45 @@ def test_domain_write_failure_rolls_back_only_its_run(store_factory):
     assert [store.get_run(r).revision for r in ("r1", "r2", "r3")] == [1, 0, 1]
     # the failed run can still append its revision 1 afterwards
     assert store.append_batch([AppendRequest(_cp("r2", 1))]) == [None]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    ["COMMIT", "commit", "/* x */ END", "SAVEPOINT mine", "RELEASE SAVEPOINT mine", "ROLLBACK"],
+)
+def test_a_domain_write_that_commits_is_refused_and_rolls_back_only_its_run(
+    store_factory, statement
+):
+    """A COMMIT (or any transaction control) in one request's domain write
+    used to commit the batch's earlier requests and fail the batch with "no
+    such savepoint": it is refused before it runs, that run's slot holds the
+    TransactionControlError, the others commit."""
+    from desktop_app.errors import TransactionControlError
+
+    store = store_factory()
+    if "sql" not in store.capabilities:
+        return  # the in-memory store takes no domain writes (see above)
+    store.write(lambda c: c.execute("CREATE TABLE effects(run_id TEXT, what TEXT)"))
+    _seed(store, "r1", "r2", "r3")
+
+    def ok(run_id: str):
+        return lambda c: c.execute("INSERT INTO effects VALUES (?, 'ok')", (run_id,))
+
+    def half_then_commit(c) -> None:
+        c.execute("INSERT INTO effects VALUES ('r2', 'half')")
+        c.execute(statement)
+
+    out = store.append_batch(
+        [
+            AppendRequest(_cp("r1", 1), writes=[ok("r1")]),
+            AppendRequest(_cp("r2", 1), writes=[half_then_commit]),
+            AppendRequest(_cp("r3", 1), writes=[ok("r3")]),
+        ]
+    )
+    assert out[0] is None and out[2] is None
+    assert isinstance(out[1], TransactionControlError)
+    assert "a domain write cannot end or open the transaction" in str(out[1])
+    rows = store.query(lambda c: c.execute("SELECT run_id, what FROM effects").fetchall())
+    assert sorted(map(tuple, rows)) == [("r1", "ok"), ("r3", "ok")]
+    assert [store.get_run(r).revision for r in ("r1", "r2", "r3")] == [1, 0, 1]
+    assert store.append_batch([AppendRequest(_cp("r2", 1), writes=[ok("r2")])]) == [None]

@@ -38,11 +38,12 @@ from desktop_app.errors import (
     FlowdeskError,
     SchemaMissingError,
     StoreError,
+    TransactionControlError,
 )
 from desktop_app.errors import redact as redact  # its home moved; importers here keep working
 from desktop_app.store.migrations import PG_SCHEMA
 from desktop_app.store.protocol import SqlResult
-from desktop_app.store.rows import written_table
+from desktop_app.store.rows import transaction_control, written_table
 from desktop_app.textsafe import shell_quote
 
 #: Whole-transaction retry on these: serialization_failure, deadlock_detected.
@@ -118,15 +119,17 @@ def domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError | No
     None when the failure is the server's or the connection's (not the
     write's: a lost connection, a serialization failure, a full disk), which
     stays a StoreError. A psycopg error is the write's when its SQLSTATE
-    class is 22 (data exception), 23 (integrity constraint violation) or 42
-    (a missing table or column, a syntax error); the table and constraint
+    class is 22 (data exception), 23 (integrity constraint violation), 2D
+    (a procedure it called committed: invalid transaction termination) or 42
+    (a missing table or column, a syntax error, more than one statement
+    in a parameterless ``execute``); the table and constraint
     come from the error's ``diag``, else the table from the statement."""
     if isinstance(exc, FlowdeskError):
         return None
     if not isinstance(exc, psycopg.Error):  # the write's own code, or a value psycopg refuses
         return DomainWriteError(written_table(sql), None, None, f"{type(exc).__name__}: {exc}")
     code = exc.sqlstate or ""
-    if code[:2] not in ("22", "23", "42") or is_connection_lost(exc):
+    if code[:2] not in ("22", "23", "2D", "42") or is_connection_lost(exc):
         return None
     diag = exc.diag
     table = diag.table_name or written_table(sql)
@@ -248,21 +251,57 @@ class SqlTx:
         #: the statement last run (names the table of a failed domain write)
         self.last_sql: str | None = None
 
+    def _execute(self, sql: str, params: Sequence[Any]) -> psycopg.Cursor[Any]:
+        """Run ONE statement, refused first when it would end, open or split
+        the transaction. Statements with parameters go over PostgreSQL's
+        extended protocol, which takes one statement; one without would go
+        over the simple protocol, which runs a multi-statement string
+        ("INSERT ...; COMMIT") whole, so it is sent in a pipeline (extended
+        protocol too): more than one statement is refused there (SQLSTATE
+        42601), never run.
+
+        Raises:
+            TransactionControlError: ``sql`` is ``COMMIT``, ``END``,
+                ``ROLLBACK``, ``ABORT``, ``BEGIN``, ``START TRANSACTION``,
+                ``SAVEPOINT``, ``RELEASE`` or ``PREPARE TRANSACTION``.
+            psycopg.Error: PostgreSQL refused the statement.
+        """
+        word = transaction_control(sql, nested_comments=True)
+        if word is not None:
+            raise TransactionControlError(word)
+        query, args = qmark_to_format(sql), tuple(params)
+        if args:
+            return self._conn.execute(query, args)
+        with self._conn.pipeline() as pipeline:
+            cur = self._conn.execute(query, args)
+            pipeline.sync()
+        return cur
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> SqlResult:
+        """Run ``sql`` (one statement) with ``params``.
+
+        Raises:
+            TransactionControlError: ``sql`` would end, open or split the
+                transaction (``COMMIT``, ``BEGIN``, ``SAVEPOINT`` ...).
+            psycopg.Error: PostgreSQL refused it (SQLSTATE 42601 for more
+                than one statement in ``sql``).
+        """
         self.last_sql = sql
-        cur = self._conn.execute(qmark_to_format(sql), tuple(params))
+        cur = self._execute(sql, params)
         rows = cur.fetchall() if cur.description is not None else []
         return SqlResult(rows, max(0, cur.rowcount))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.last_sql = sql
+        word = transaction_control(sql, nested_comments=True)
+        if word is not None:
+            raise TransactionControlError(word)
         cur = self._conn.cursor()
         cur.executemany(qmark_to_format(sql), [tuple(r) for r in rows])
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        row = self._conn.execute(qmark_to_format(sql), tuple(params)).fetchone()
+        row = self._execute(sql, params).fetchone()
         return None if row is None else tuple(row)
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        rows = self._conn.execute(qmark_to_format(sql), tuple(params)).fetchall()
-        return [tuple(r) for r in rows]
+        return [tuple(r) for r in self._execute(sql, params).fetchall()]

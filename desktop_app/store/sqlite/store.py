@@ -40,6 +40,7 @@ from desktop_app.errors import (
     RevisionConflictError,
     RunLeasedError,
     StoreError,
+    TransactionControlError,
 )
 from desktop_app.store import codec, migrations
 from desktop_app.store.connection import Synchronous, open_connection, translate
@@ -75,6 +76,7 @@ from desktop_app.store.rows import (
     remembered,
     run_from_row,
     signal_from_row,
+    transaction_control,
     unstorable,
     wait_values,
     withdrawable,
@@ -183,21 +185,52 @@ class SqliteTx:
         #: the statement last run (names the table of a failed domain write)
         self.last_sql: str | None = None
 
+    def _cursor(self) -> apsw.Cursor:
+        """A cursor whose every statement passes :func:`_refuse_tx_control`
+        first (each one of a multi-statement string, a cached one too)."""
+        cur = self._conn.cursor()
+        cur.exec_trace = _refuse_tx_control
+        return cur
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> SqlResult:
+        """Run ``sql`` (one statement or several) with ``params``.
+
+        Raises:
+            TransactionControlError: a statement would end, open or split
+                the transaction (``COMMIT``, ``BEGIN``, ``SAVEPOINT`` ...);
+                refused before SQLite runs it.
+            apsw.Error: SQLite refused a statement.
+        """
         self.last_sql = sql
-        rows = self._conn.execute(sql, tuple(params)).fetchall()
+        rows = self._cursor().execute(sql, tuple(params)).fetchall()
         return SqlResult(rows, int(self._conn.changes()))
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.last_sql = sql
-        self._conn.executemany(sql, [tuple(r) for r in rows])
+        self._cursor().executemany(sql, [tuple(r) for r in rows])
 
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        rows = self._conn.execute(sql, tuple(params)).fetchall()
+        rows = self._cursor().execute(sql, tuple(params)).fetchall()
         return None if not rows else tuple(rows[0])
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        return [tuple(r) for r in self._conn.execute(sql, tuple(params)).fetchall()]
+        return [tuple(r) for r in self._cursor().execute(sql, tuple(params)).fetchall()]
+
+
+def _refuse_tx_control(cursor: apsw.Cursor, sql: str, bindings: Any) -> bool:
+    """apsw's execution tracer of a domain statement, called before SQLite
+    runs each statement (``sql`` is that one statement, even one the
+    connection's statement cache held): let it run unless it would end,
+    open or split the transaction the step's checkpoint commits in.
+
+    Raises:
+        TransactionControlError: ``sql`` is ``COMMIT``, ``END``,
+            ``ROLLBACK``, ``BEGIN``, ``SAVEPOINT`` or ``RELEASE``.
+    """
+    word = transaction_control(sql, nested_comments=False)
+    if word is not None and not cursor.is_explain:
+        raise TransactionControlError(word)
+    return True
 
 
 def lease_cond(lease: Lease, at: float) -> tuple[str, list[Any]]:
