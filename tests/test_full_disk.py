@@ -225,7 +225,16 @@ def test_a_full_disk_after_a_tidy_completed_says_its_moves_are_queued_not_interr
     were delivered said "the run stopped at its last saved step, shown as
     interrupted", while ``show`` said "status completed · 1,362 moves
     queued". The run had completed; only its queued moves were left, and
-    the printed ``resume RUN`` made them once there was room."""
+    the printed ``resume RUN`` made them once there was room.
+
+    Delivery stops at the first write the full disk fails: at most one move
+    may have been made, and then it was (its file moved, its end not
+    recorded). Which write fails first depends on the disk's last pages (the
+    mark that a move began, or the record that it was made), so that is zero
+    or one, and the files left in the folder are exactly the moves queued.
+    Before, a pass went on after a failed record (a later write found room
+    again) and said "2 moves may have been made": two moves made whose end
+    was not recorded."""
     from desktop_app import bootstrap
     from desktop_app.config import load_settings
     from desktop_app.flows.tidy import TidyState
@@ -259,9 +268,13 @@ def test_a_full_disk_after_a_tidy_completed_says_its_moves_are_queued_not_interr
     assert queued is not None, shown
     left = int(queued.group(1))
     assert 0 < left < 20, line  # some were made before the disk filled
-    said = f"{left} moves are queued"
-    if " may have been made" in shown:
-        said += " and 1 move may have been made"
+    maybe = re.search(r" · (\d+) moves? may have been made", shown)
+    began = 0 if maybe is None else int(maybe.group(1))
+    assert began in (0, 1), shown  # delivery stopped at the first failing write
+    # exactly the queued moves' files are still in the folder: the one whose
+    # move began was made, and no other move is left unrecorded
+    assert len(list(folder.glob("*.jpg"))) == left, shown
+    said = f"{left} moves are queued" + (" and 1 move may have been made" if began else "")
     assert line == (
         f"flowdesk: the disk holding the database {db} is full; the run completed and {said}, "
         f"to be made by `{then}` (nothing saved before is lost). Free at least 5 MiB on that "

@@ -35,6 +35,14 @@ with no ``lookup`` method cannot be asked: an interrupted intent of its is
 sent again with the same idempotency key, which it must de-duplicate (the
 intent's error and a warning say so, :func:`resent_unchecked`).
 
+A send or a lookup that raises a :class:`~desktop_app.errors.StoreError`
+(a full disk, a locked database: the outcome of what it did cannot be
+recorded) ends the pass once that intent is let go as above: the error is
+raised from :meth:`Dispatcher.dispatch`, and no further intent of the pass
+is sent. A full disk thus stops delivery at the first write that fails,
+leaving at most one intent whose send began and whose end was not recorded,
+instead of making more effects whose outcome may fail to be recorded too.
+
 An intent can be withdrawn before delivery (``store.withdraw_intents``: a
 tidy undo takes back the moves not made yet, and ``Engine.cancel`` takes back
 every intent of the canceled run not delivered yet, also of a run that had
@@ -56,7 +64,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from desktop_app.errors import FlowdeskError
+from desktop_app.errors import FlowdeskError, StoreError
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.owners import new_owner, owner_is_alive, owner_is_dead
 from desktop_app.store.protocol import CheckpointStore, Intent, Withdrawal
@@ -333,7 +341,15 @@ class Dispatcher:
     def dispatch(self, limit: int = 100) -> int:
         """One pass: claim up to ``limit`` intents (interrupted ones are
         reconciled first, then sent if the destination lacks them), deliver
-        them. Returns how many were delivered."""
+        them. Returns how many were delivered.
+
+        Raises:
+            StoreError: the store failed (a full disk: ``DiskFullError``); the
+                pass stopped there, leaving at most the intent being sent
+                ``sending`` (its outcome unknown) and the rest claimed by this
+                dispatcher but not begun (``pending``: taken over at once when
+                this dispatcher is gone, or when its claim expires).
+        """
         now = None if self._claim_clock is None else self._claim_clock.now()
         # only what this dispatcher can deliver: an intent for a destination
         # another process registers stays pending for that process
@@ -371,6 +387,8 @@ class Dispatcher:
                 self.store.release_intent(
                     intent.intent_id, self.owner, f"{LOOKUP_FAILED}: {type(exc).__name__}: {exc}"
                 )
+                if isinstance(exc, StoreError):
+                    raise  # the store cannot record outcomes now: the pass ends here
                 return 0
             if receipt is not None:  # it was delivered before the crash
                 return int(
@@ -403,9 +421,16 @@ class Dispatcher:
                 if lookup is None:
                     unknown += f"; {resent_unchecked(intent.destination)}"
                 self.store.release_intent(intent.intent_id, self.owner, unknown)
-                return 0
-            status = "failed" if getattr(exc, "retryable", True) is False else "pending"
-            self.store.mark_intent(intent.intent_id, status, now(), error=error, expect=expected)
+            else:
+                status = "failed" if getattr(exc, "retryable", True) is False else "pending"
+                self.store.mark_intent(
+                    intent.intent_id, status, now(), error=error, expect=expected
+                )
+            if isinstance(exc, StoreError):
+                # the store cannot record outcomes now (a full disk, a locked
+                # database): sending the next intent would make an effect whose
+                # outcome may go unrecorded too, so the pass ends here
+                raise
             return 0
         # sent: counted even when the mark loses (a peer that took over a claim
         # that expired mid-send marked it first)

@@ -1,0 +1,112 @@
+"""A send (or a lookup) that meets a failing store ends the dispatcher's pass.
+
+On a nearly full disk a tidy move was made and the record of it failed
+(``DiskFullError``); the dispatcher let the intent go as "outcome unknown"
+and went on to the next intent, whose own write found room again, and so
+on: a later record failed too, and ``resume`` said "2 moves may have been
+made", two effects made whose end was never recorded. The store cannot
+record an outcome now, so the pass ends at the first such error: one intent
+may have been made (it was), every other is still ``pending`` (merely
+claimed: never counted as begun), and the next pass looks the first up and
+makes the rest once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from desktop_app.errors import DiskFullError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.flow.outbox import LOOKUP_FAILED, SEND_FAILED, Dispatcher
+from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+
+
+class Batch(BaseModel):
+    n: int = 3
+    keys: list[str] = []
+
+
+def queue_three(store: SqliteCheckpointStore) -> tuple[str, list[str]]:
+    """A completed run whose one step queued three intents to ``files``."""
+
+    def queue(s: Batch, ctx) -> dict:
+        return {"keys": [ctx.send("files", {"i": i}) for i in range(s.n)]}
+
+    flow = FlowBuilder("batch", Batch).step("queue", queue).compile()
+    engine = Engine(store, flows=[flow])
+    result = engine.run("batch", Batch())
+    assert result.status == "completed"
+    return result.run_id, list(engine.get(result.run_id).keys)
+
+
+class Files:
+    """A destination that makes each effect (``made``) and then records it in
+    the store; ``full`` makes that record fail as on a full disk."""
+
+    def __init__(self, *, full: bool = False, lookup_full: bool = False) -> None:
+        self.made: list[str] = []
+        self.full = full
+        self.lookup_full = lookup_full
+
+    def send(self, key: str, payload: object) -> dict:
+        self.made.append(key)  # the effect happens first
+        if self.full:
+            raise DiskFullError("the database")  # its record does not
+        return {"made": key}
+
+    def lookup(self, key: str) -> dict | None:
+        if self.lookup_full:
+            raise DiskFullError("the database")
+        return {"made": key} if key in self.made else None
+
+
+def statuses(store: SqliteCheckpointStore) -> dict[str, str]:
+    return {i.intent_id: i.status for i in store.intents(["pending", "sending", "delivered"])}
+
+
+def test_a_send_that_meets_a_full_disk_ends_the_pass(db_path: Path) -> None:
+    store = open_store(db_path)
+    try:
+        run_id, keys = queue_three(store)
+        files = Files(full=True)
+        outbox = Dispatcher(store, {"files": files})  # one, as the app's delivery keeps
+        with pytest.raises(DiskFullError):
+            outbox.dispatch()
+        assert files.made == [keys[0]]  # no further effect once a record failed
+        assert statuses(store) == {keys[0]: "sending", keys[1]: "pending", keys[2]: "pending"}
+        (first,) = store.intents(["sending"])
+        assert first.last_error is not None and first.last_error.startswith(SEND_FAILED)
+        # what `show` and `resume` count as "may have been made": the one that began
+        assert store.sending_intents() == {run_id: 1}
+        # space freed: the next pass looks the first up (made) and makes the rest once
+        files.full = False
+        assert outbox.dispatch() == 3
+        assert files.made == keys
+        assert set(statuses(store).values()) == {"delivered"}
+    finally:
+        store.close()
+
+
+def test_a_lookup_that_meets_a_full_disk_ends_the_pass(db_path: Path) -> None:
+    store = open_store(db_path)
+    try:
+        run_id, keys = queue_three(store)
+        files = Files(full=True)
+        outbox = Dispatcher(store, {"files": files})  # one, as the app's delivery keeps
+        with pytest.raises(DiskFullError):
+            outbox.dispatch()
+        files.full, files.lookup_full = False, True
+        with pytest.raises(DiskFullError):  # the interrupted one cannot be looked up
+            outbox.dispatch()
+        assert files.made == [keys[0]]  # and nothing after it was sent
+        (first,) = store.intents(["sending"])
+        assert first.last_error is not None and first.last_error.startswith(LOOKUP_FAILED)
+        assert store.sending_intents() == {run_id: 1}
+        files.lookup_full = False
+        assert outbox.dispatch() == 3
+        assert files.made == keys
+    finally:
+        store.close()
