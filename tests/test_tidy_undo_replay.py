@@ -166,3 +166,33 @@ def _months(folder: Path, n: int) -> list[str]:
     found = sorted(p.relative_to(folder / "Documents").as_posix() for p in folder.rglob("*.txt"))
     assert len(found) == n
     return found
+
+
+@pytest.mark.parametrize(
+    "how", [["replay"], ["fork", "--changes", '{"approval": null}']], ids=["replay", "fork"]
+)
+def test_a_branch_taken_after_the_plan_asks_nothing_it_cannot_move(tmp_path, how):
+    """A replay or fork of a tidy's checkpoint taken after its plan asked
+    "move 3 files?", and yes moved nothing: the planned moves are rows of
+    the run it came from. It now fails at the question, saying so and what
+    to do, and leaves the files and the first run's question as they were."""
+    db, folder = tmp_path / "u.db", tmp_path / "du"
+    folder.mkdir()
+    for i in range(1, 4):
+        (folder / f"f{i}.txt").write_text(str(i))
+    assert flowdesk(db, "db", "apply").returncode == 0
+    a = run_tidy(db, folder)  # waits for its approval: the plan is stored
+    branched = flowdesk(db, how[0], last_checkpoint(db, a), *how[1:])
+    assert branched.returncode == 1, (branched.stdout, branched.stderr)
+    b = branched.stdout.splitlines()[0]
+    said = (
+        "this tidy run continues another run's checkpoint taken after its plan: the 3 "
+        "planned moves belong to that run, so there is nothing here to approve. Start a "
+        f"new tidy of {folder} to plan it again."
+    )
+    assert said in branched.stderr, branched.stderr
+    assert "waits for" not in flowdesk(db, "show", b).stdout  # no question asked
+    assert tops(folder) == ["f1.txt", "f2.txt", "f3.txt"]
+    # the first run still asks, and its yes moves its three files
+    answer_yes(db, a)
+    assert tops(folder) == ["Documents"] and len(tidied_files(folder)) == 3

@@ -430,6 +430,15 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
     def approve(state: TidyState, ctx: StepContext) -> dict[str, Any]:
         if state.planned == 0:
             return {"approval": None}  # nothing to ask about
+        if state.approval is None and ctx.query(next_planned(ctx.run_id)) is None:
+            # a replay or fork of another run's checkpoint after its plan: the
+            # planned moves (tidy_moves rows) are that run's, and asking would
+            # promise moves this run cannot make
+            raise InputError(
+                f"this tidy run continues another run's checkpoint taken after its plan: "
+                f"the {state.planned} planned moves belong to that run, so there is nothing "
+                f"here to approve. Start a new tidy of {state.folder} to plan it again."
+            )
         reply = ctx.interrupt(
             approval_prompt(state, timeout_s), timeout_s=timeout_s, choices=("yes", "no")
         )
