@@ -48,7 +48,7 @@ def test_a_new_run_keeps_every_field_it_was_created_with(pg_store):
     assert got.lease_owner == "w1"
     assert got.lease_expires_at is not None
     # the lease runs 600 s from the database's clock at the insert
-    assert now + 600.0 <= got.lease_expires_at <= s.now() + 600.0
+    assert now + 599.999 <= got.lease_expires_at <= s.now() + 600.001
     assert got.deadline_at == pytest.approx(now + 3600.0)
     assert [r.run_id for r in s.list_runs(tenant_id="acme")] == ["r1"]
     assert [r.run_id for r in s.list_runs(session_id="sess-7")] == ["r1"]
