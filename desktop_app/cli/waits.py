@@ -30,6 +30,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from desktop_app.cli.common import value_arg
 from desktop_app.cli.output import Hints, due_in, iso
 from desktop_app.textsafe import shell_quote, visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
@@ -227,7 +228,11 @@ def wait_lines(
         elif w.kind == "signal" and (expected := (taken or {}).get(w.wait_id)):
             note = f"{note}, of type {expected} (another is refused)"
         lines.append(f"    {note}")
-        lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
+        command = wait_command(hints, rid, w, several=several)
+        if w.kind == "signal" and (holder := value_arg(str(w.key), "key")[1]):
+            how = hints.cmd(f"show {rid} -o json")
+            command += f", {holder}: `{how}` gives it (waits, key)"
+        lines.append(f"    {verb} with: {command}")
     return lines
 
 
@@ -255,8 +260,8 @@ def timer_note(flow_name: str, *, registered: bool, app_fires: bool) -> str:
 #: wait kind -> (what to know, what the command does); a timer's note: :func:`timer_note`
 _SAY = {
     "input": ("", "answer"),  # the note: :func:`_answer_note`
-    "signal": ("a payload goes with --payload JSON", "send it"),
-    "event": ("a payload goes with --payload JSON", "publish it"),
+    "signal": ("a payload goes with --payload JSON (or --payload-file PATH)", "send it"),
+    "event": ("a payload goes with --payload JSON (or --payload-file PATH)", "publish it"),
     "timer": ("", "fire it once due"),
 }
 
@@ -315,8 +320,9 @@ def wait_command(
     if wait.kind == "input":
         which = f" --wait-id {shell_quote(wait.wait_id)}" if several else ""
         return hints.cmd(f"answer {run_id} yes{which}")
-    if wait.kind == "signal":
-        return hints.cmd(f"signal {shell_quote(str(wait.name))} {shell_quote(str(wait.key))}")
+    if wait.kind == "signal":  # a key too long to paste goes by file: see wait_lines
+        key, _ = value_arg(str(wait.key), "key")
+        return hints.cmd(f"signal {shell_quote(str(wait.name))} {key}")
     if wait.kind == "event":
         return hints.cmd(f"publish {shell_quote(str(wait.name))}")
     return hints.cmd(f"resume {run_id}")
