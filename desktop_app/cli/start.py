@@ -340,7 +340,10 @@ def _refuse_other_waits(ctx: Ctx, sv: Any, run: Any) -> None:
     """
     from desktop_app.cli.waits import wait_lines
 
-    waits = sv.checkpoints.latest(run.run_id).waits
+    cp = sv.checkpoints.latest(run.run_id)
+    if ctx.args.wait_id in cp.meta.get("resolved", []):
+        return  # answered already: the engine says so, and that the first answer stands
+    waits = cp.waits
     if not waits or any(w.kind == "input" for w in waits):
         return
     lines = "\n".join(wait_lines(ctx.hints, run, waits, sv.checkpoints.now()))

@@ -260,8 +260,8 @@ def timer_note(flow_name: str, *, registered: bool, app_fires: bool) -> str:
 #: wait kind -> (what to know, what the command does); a timer's note: :func:`timer_note`
 _SAY = {
     "input": ("", "answer"),  # the note: :func:`_answer_note`
-    "signal": ("a payload goes with --payload JSON (or --payload-file PATH)", "send it"),
-    "event": ("a payload goes with --payload JSON (or --payload-file PATH)", "publish it"),
+    "signal": ("a payload goes with --payload JSON", "send it"),
+    "event": ("a payload goes with --payload JSON", "publish it"),
     "timer": ("", "fire it once due"),
 }
 
