@@ -14,10 +14,12 @@ cannot be pasted. Each is run through the real CLI over real SQLite files
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -315,3 +317,66 @@ def test_a_key_too_long_to_paste_is_shown_with_the_key_file_option(
     sent = as_printed(send.split(",")[0].replace("KEY_FILE", str(key_file)), env)
     assert sent.returncode == 0, sent.stderr[-2000:]
     assert f"delivered to run {run_id} (now completed)" in sent.stdout
+
+
+# -- the refusal is decided by the store, under a race of real processes --------
+
+
+def _send_after(url: str, name: str, key: str, barrier: Any, out: Any) -> None:
+    """In a process of its own: open the store at ``url``, wait at
+    ``barrier``, send signal ``name`` ``key`` under dedupe key ``name``;
+    put what came of it on ``out``."""
+    from desktop_app.errors import DedupeKeyReusedError
+
+    store = _open(url)
+    try:
+        barrier.wait()
+        try:
+            out.put((key, store.send_signal(name, key, {"k": key}, 1.0, name)))
+        except DedupeKeyReusedError:
+            out.put((key, "refused"))
+    finally:
+        store.close()
+
+
+def _open(url: str) -> Any:
+    if url.startswith("postgresql"):
+        from desktop_app.store.postgres.store import open_postgres_store
+
+        return open_postgres_store(url)
+    from desktop_app.store.sqlite.store import open_store
+
+    return open_store(Path(url))
+
+
+def test_two_processes_racing_one_dedupe_key_for_two_keys_store_one(db: str) -> None:
+    """Two processes released together send one signal name for keys ``a``
+    and ``b`` under one dedupe key, 20 rounds: one is stored, the other is
+    refused, and nothing is stored for the refused key."""
+    ctx = multiprocessing.get_context("spawn")
+    reader = _open(db)
+    try:
+        for round_ in range(20):
+            name = f"race-{round_}"
+            barrier, out = ctx.Barrier(2), ctx.Queue()
+            procs = [
+                ctx.Process(target=_send_after, args=(db, name, key, barrier, out))
+                for key in ("a", "b")
+            ]
+            for p in procs:
+                p.start()
+            got = dict(out.get(timeout=120) for _ in procs)
+            for p in procs:
+                p.join(timeout=120)
+                assert p.exitcode == 0
+            stored = [k for k, v in got.items() if v != "refused"]
+            assert len(got) == 2 and len(stored) == 1, got
+            (winner,) = stored
+            (loser,) = {"a", "b"} - {winner}
+            first = reader.signal_by_dedupe_key(name)
+            assert first is not None and (first.key, first.signal_id) == (winner, got[winner])
+            kept = reader.next_signal(name, winner)
+            assert kept is not None and kept.signal_id == got[winner]
+            assert reader.next_signal(name, loser) is None
+    finally:
+        reader.close()
