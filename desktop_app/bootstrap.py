@@ -171,6 +171,8 @@ def store_options(settings: Settings, *, owner: str | None = None) -> StoreOptio
         application_name=owner or "flowdesk",
         pooler=settings.postgres.pooler,
         listen_url=settings.postgres.listen_url,
+        reconnect_max_s=settings.postgres.reconnect_max_s,
+        connect_wait_s=settings.postgres.connect_wait_s,
     )
 
 

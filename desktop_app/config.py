@@ -226,10 +226,21 @@ class PostgresSettings(BaseSettings):
             LISTEN (push) and a worker's liveness lock. Without it behind a
             transaction pooler, workers and the app poll, and a dead worker's
             runs are taken over when their lease expires (30 s).
+        reconnect_max_s: the longest wait, in seconds, between two tries to
+            reach a server that went away: the connection pool's reconnect
+            attempts, a worker's liveness/LISTEN session's, and a worker's
+            passes while the database cannot be reached (each wait grows
+            exponentially with jitter up to this). A worker keeps trying for
+            as long as it runs, whatever the outage's length.
+        connect_wait_s: how long, in seconds, one try of a transaction waits
+            for a pooled connection before it fails (the store tries a
+            transaction a few times, then reports the server unreachable).
     """
 
     pooler: Literal["none", "transaction"] = "none"
     listen_url: str | None = None
+    reconnect_max_s: float = Field(default=5.0, gt=0, allow_inf_nan=False)
+    connect_wait_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
 
     model_config = SettingsConfigDict(extra="forbid")
 

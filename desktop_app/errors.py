@@ -168,6 +168,15 @@ class DatabaseLockedError(StoreError):
     ``/proc/locks`` tells it."""
 
 
+class DatabaseUnreachableError(StoreError):
+    """The connection to the database server was lost or could not be made
+    (PostgreSQL down, restarting, or cut off; its SQLSTATE class 08, 57P01-3,
+    or a pooled connection that did not come within ``postgres.connect_wait_s``);
+    the transaction was not committed, nothing was written. It heals once the
+    server is back: a ``flowdesk agent`` worker keeps retrying (with backoff
+    up to ``postgres.reconnect_max_s``) instead of exiting."""
+
+
 class DatabaseOpenError(StoreError):
     """The database file cannot be opened (missing directory, no permission,
     not a SQLite file)."""
@@ -974,12 +983,12 @@ class WaitKeyError(WaitError):
 
 class WaitPayloadError(WaitError):
     """A signal's or event's payload does not fit the wait step's ``into``
-    field. A signal wait refuses such a signal and goes on waiting (the
-    reason is kept in the run's ``meta["refused_signals"]``; ``Engine.signal``
-    refuses one before storing it with :class:`SignalPayloadError` when it
-    knows the waiting run's flow). An event's does not retry (``retryable =
-    False``): the step fails under its ``on_error`` policy; fix the field
-    and resume the run.
+    field. The wait refuses such a signal or event and goes on waiting (the
+    reason is kept in the run's ``meta["refused_signals"]`` or
+    ``meta["refused_events"]``); ``Engine.signal`` and ``Engine.publish``
+    refuse one before storing it (:class:`SignalPayloadError`,
+    :class:`EventPayloadError`) when they know a waiting run's flow. Not
+    retried (``retryable = False``) where it is raised otherwise.
 
     Attributes:
         problem: why, in one line (``[1,2] does not fit: Input should be a
@@ -1121,28 +1130,32 @@ class PayloadNotStorableError(InputError):
         )
 
 
-class SignalPayloadError(InputError):
-    """A signal whose payload a run waiting for it cannot take (it does not
-    fit the wait step's ``into`` field): refused where it is sent, before
-    anything is stored, so no wait has to refuse it later. Send a payload
-    of the type the message names.
+class UnfitPayloadError(InputError):
+    """A signal or event whose payload a run waiting for it cannot take (it
+    does not fit the wait step's ``into`` field): refused where it is sent,
+    before anything is stored, so no wait has to refuse it later. Send a
+    payload of the type the message names.
 
     Attributes:
-        run_id: the waiting run that cannot take it.
+        run_id: the (first) waiting run that cannot take it.
         step_id: its wait step.
         expected: the type the step's field declares (``dict[str, Any] | None``).
     """
 
+    #: what the sender does, now and done (``("send", "sent")``)
+    verbs: tuple[str, str] = ("send", "sent")
+
     def __init__(
-        self, name: str, key: str, run_id: str, step_id: str, expected: str, cause: str
+        self, what: str, run_id: str, step_id: str, expected: str, cause: str, more: str = ""
     ) -> None:
         self.run_id = run_id
         self.step_id = step_id
         self.expected = expected
+        do, done = self.verbs
         super().__init__(
-            f"signal {name!r} with key {key!r} was not sent: run {run_id} waits for it at "
-            f"step {step_id!r}, which takes a payload of type {expected}; {cause}. "
-            f"Nothing was stored; send a payload of type {expected}"
+            f"{what} was not {done}: run {run_id} waits for it at step {step_id!r}, which "
+            f"takes a payload of type {expected}; {cause}{more}. Nothing was stored; "
+            f"{do} a payload of type {expected}"
         )
 
 
@@ -1175,6 +1188,38 @@ class DedupeKeyReusedError(InputError):
             f"(signal {signal_id}), {differs}: nothing was sent. A dedupe key names one "
             "request; give this signal a dedupe key of its own (or none)"
         )
+
+
+class SignalPayloadError(UnfitPayloadError):
+    """A signal whose payload the run waiting for it cannot take (see
+    :class:`UnfitPayloadError`); nothing was stored."""
+
+    def __init__(
+        self, name: str, key: str, run_id: str, step_id: str, expected: str, cause: str
+    ) -> None:
+        super().__init__(f"signal {name!r} with key {key!r}", run_id, step_id, expected, cause)
+
+
+class EventPayloadError(UnfitPayloadError):
+    """An event whose payload a run waiting for its type cannot take (see
+    :class:`UnfitPayloadError`); nothing was published. An event goes to
+    every run waiting for its type, so one that any of them cannot take is
+    refused, even when others could take it.
+
+    Attributes:
+        unfit: every waiting run that cannot take it, as ``(run_id,
+            step_id, expected type)``, the first one first.
+    """
+
+    verbs = ("publish", "published")
+
+    def __init__(self, event_type: str, unfit: list[tuple[str, str, str]], cause: str) -> None:
+        self.unfit = unfit
+        (run_id, step_id, expected), others = unfit[0], unfit[1:]
+        more = "".join(
+            f"; run {r} cannot take it either (step {s!r}, type {t})" for r, s, t in others
+        )
+        super().__init__(f"event {event_type!r}", run_id, step_id, expected, cause, more)
 
 
 class AgentError(FlowdeskError):

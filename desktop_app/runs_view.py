@@ -16,12 +16,12 @@ The one place three things are decided:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from desktop_app.errors import ENDED_RUN_STATUSES, moved_to
-from desktop_app.flow.owners import lease_abandoned
+from desktop_app.flow.owners import holding, lease_abandoned
 from desktop_app.words import plural
 
 #: agent statuses in the flow vocabulary (a status not listed is shown as it is)
@@ -114,6 +114,68 @@ def unsettled_text(flow_name: str, sending: int) -> str:
         return ""
     one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
     return f"{plural(sending, one, many)} may have been made"
+
+
+def sending_split(
+    claims: Mapping[str, tuple[str | None, float | None]], now: float
+) -> tuple[dict[str, int], int]:
+    """A run's intents ``sending`` (``Outbox.sending_claims``), split by
+    whether a live dispatcher is making them, at ``now`` (UTC epoch s, the
+    store's clock): ``(being_made, unknown)``, the owner id (``host:pid:nonce``)
+    -> how many that process is making now (its claim held:
+    :func:`~desktop_app.flow.owners.holding`, the one rule of leases and
+    claims), and how many whose claimant is gone or let go (their outcome is
+    unknown until delivered or looked up)."""
+    being_made: dict[str, int] = {}
+    unknown = 0
+    for owner, until in claims.values():
+        if owner is not None and claim_is_live(owner, until, now):
+            being_made[owner] = being_made.get(owner, 0) + 1
+        else:
+            unknown += 1
+    return being_made, unknown
+
+
+def claim_is_live(owner: str, until: float | None, now: float) -> bool:
+    """Whether the dispatcher ``owner`` still makes the intent it claimed
+    until ``until`` (UTC epoch s), judged at ``now``: its claim is held
+    (:func:`~desktop_app.flow.owners.holding`: a process of this host that
+    runs, whatever the clocks; another host's until its claim runs out) and
+    it is not gone (:func:`~desktop_app.flow.outbox.claimant_is_gone`: this
+    very process with no live dispatcher of that owner)."""
+    from desktop_app.flow.outbox import claimant_is_gone
+
+    return holding(owner, until, now) == "held" and not claimant_is_gone(owner)
+
+
+def making_text(flow_name: str, being_made: Mapping[str, int]) -> str:
+    """``"1 move being made now by process 4242 on host box"``: a run's
+    intents ``sending`` whose dispatcher is alive (:func:`sending_split`),
+    or ``""`` when there are none. Not "may have been made": their process
+    runs, and records each outcome when its send ends."""
+    one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
+    return "; ".join(
+        f"{plural(n, one, many)} being made now by {process_text(owner)}"
+        for owner, n in sorted(being_made.items())
+    )
+
+
+def process_text(owner: str) -> str:
+    """``"process 4242 on host box"`` for owner id ``box:4242:ab12cd@…``
+    (:func:`~desktop_app.flow.owners.new_owner`); ``"dispatcher <owner>"``
+    for an id of another form."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    return f"process {pid} on host {host}" if pid.isdigit() else f"dispatcher {owner}"
+
+
+def processes_text(being_made: Mapping[str, int]) -> str:
+    """:func:`process_text` of each owner of ``being_made``, joined with "and"."""
+    return " and ".join(process_text(owner) for owner in sorted(being_made))
+
+
+#: what a move being made by a live process waits for (``show`` says it)
+BEING_MADE = "its outcome is recorded when that process ends the send"
 
 
 def withdrawn_text(flow_name: str, withdrawn: int, made: int = 0, unknown: int = 0) -> str:

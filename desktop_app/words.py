@@ -54,3 +54,14 @@ def local_and_utc(ts: float) -> str:
     except (ValueError, OverflowError, OSError):
         return f"{utc} (UTC)"
     return f"{local} (local), {utc} (UTC)"
+
+
+def step_status_text(step: str, run: str) -> str:
+    """A step's status as ``show`` and the app's detail say it: a step left
+    ``in_progress`` or ``waiting`` by a run that was canceled or timed out
+    was cut off by that end, and reads ``canceled`` or ``timed_out`` (the
+    run's status), not as if it still ran. Any other pair reads as stored
+    (``show -o json`` gives the stored record's status)."""
+    if step in ("in_progress", "waiting") and run in ("canceled", "timed_out"):
+        return run
+    return step

@@ -65,12 +65,13 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
 
 def serving(agent: subprocess.Popen[str]) -> str:
     """Read ``flowdesk agent``'s stderr (piped, as :func:`spawn` does) up to
-    its ``serving`` line, which it prints once its SIGTERM/SIGINT handler is
-    in place: a signal sent before that meets the default action (exit -15),
-    not the stop under test. Returns what it printed so far."""
+    its ``serving`` line (``worker ... on`` as a worker, on PostgreSQL),
+    which it prints once its SIGTERM/SIGINT handler is in place: a signal
+    sent before that meets the default action (exit -15), not the stop
+    under test. Returns what it printed so far."""
     assert agent.stderr is not None
     said = ""
-    while "flowdesk agent: serving" not in said:
+    while "flowdesk agent: serving" not in said and "flowdesk agent: worker" not in said:
         line = agent.stderr.readline()
         assert line, f"the agent exited before serving: {said}"
         said += line

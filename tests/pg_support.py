@@ -107,23 +107,8 @@ class PrivateCluster:
         last: subprocess.CalledProcessError | None = None
         for _ in range(3):  # a free port can be taken between the probe and the start
             self.port = _free_port()
-            opts = (
-                f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 "
-                "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                "-c max_connections=200"
-            )
             try:
-                self._run(
-                    os.path.join(self.bindir, "pg_ctl"),
-                    "-D",
-                    self.datadir,
-                    "-l",
-                    os.path.join(self.datadir, "log"),
-                    "-w",
-                    "-o",
-                    opts,
-                    "start",
-                )
+                self._pg_ctl_start()
                 break
             except subprocess.CalledProcessError as exc:
                 last = exc
@@ -131,6 +116,35 @@ class PrivateCluster:
             raise RuntimeError(f"pg_ctl start failed: {last and last.stderr!r}")
         self.started_in_s = time.monotonic() - t0
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _pg_ctl_start(self) -> None:
+        opts = (
+            f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c max_connections=200"
+        )
+        self._run(
+            os.path.join(self.bindir, "pg_ctl"),
+            "-D",
+            self.datadir,
+            "-l",
+            os.path.join(self.datadir, "log"),
+            "-w",
+            "-o",
+            opts,
+            "start",
+        )
+
+    def crash(self) -> None:
+        """Stop this (own) cluster as a crash does (``pg_ctl -m immediate
+        stop``), keeping its data: :meth:`restart` brings it back."""
+        self._run(
+            os.path.join(self.bindir, "pg_ctl"), "-D", self.datadir, "-m", "immediate", "-w", "stop"
+        )
+
+    def restart(self) -> None:
+        """Start this cluster again after :meth:`crash`, on the same port."""
+        self._pg_ctl_start()
 
     def stop(self) -> None:
         if self.datadir:

@@ -5,13 +5,14 @@ with the product's :class:`~desktop_app.flow.outbox.Dispatcher`.
 Usage::
 
     python tests/slow_outbox_worker.py DB LEDGER start ORDER
-    python tests/slow_outbox_worker.py DB LEDGER dispatch [--delay S] [--post S]
+    python tests/slow_outbox_worker.py DB LEDGER dispatch [--delay S] [--post S] [--hold FILE]
         [--ttl S] [--lookup honest|raise] [--host HOST] [--skew S] [--until-done KEY]
     python tests/slow_outbox_worker.py DB LEDGER race ROUNDS BARRIER_DIR [--delay S] [--skew S]
 
 ``DB`` is a SQLite file or a ``postgresql://`` URL. The destination appends
 ``START key pid`` and ``DONE key pid`` lines to ``LEDGER`` around each send
-(the send lasts ``--delay`` s; ``--post`` s more pass after ``DONE`` before
+(the send lasts ``--delay`` s, and with ``--hold FILE`` until that file
+exists; ``--post`` s more pass after ``DONE`` before
 the send returns, a window to kill the process in); its ``lookup`` finds a
 key whose ``DONE`` is in the ledger (``--lookup raise``: it raises).
 ``--skew S`` shifts this process's wall clock (``time.time``) by ``S``
@@ -63,8 +64,11 @@ sender = FlowBuilder("sender", Order, inputs=("order",)).step("send", send_it).c
 class Slow:
     """A destination that takes ``delay`` s per send and logs it."""
 
-    def __init__(self, ledger: Path, delay: float, post: float, lookup: str) -> None:
+    def __init__(
+        self, ledger: Path, delay: float, post: float, lookup: str, hold: Path | None = None
+    ) -> None:
         self.ledger, self.delay, self.post, self.mode = ledger, delay, post, lookup
+        self.hold = hold
 
     def _log(self, what: str, key: str) -> None:
         with self.ledger.open("a") as f:
@@ -73,6 +77,8 @@ class Slow:
     def send(self, key: str, payload: object) -> object:
         self._log("START", key)
         time.sleep(self.delay)
+        while self.hold is not None and not self.hold.exists():  # and until the test lets go
+            time.sleep(0.05)
         self._log("DONE", key)
         time.sleep(self.post)
         return {"ok": key}
@@ -108,6 +114,7 @@ def main() -> int:
     ap.add_argument("--host", default=None)
     ap.add_argument("--skew", type=float, default=0.0)
     ap.add_argument("--until-done", default=None)
+    ap.add_argument("--hold", type=Path, default=None)
     args = ap.parse_args()
     store = open_any(args.db)
     if args.cmd == "start":
@@ -115,7 +122,7 @@ def main() -> int:
         print(run.run_id, run.status, flush=True)
         return 0
     owner = None if args.host is None else f"{args.host}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-    dest = Slow(args.ledger, args.delay, args.post, args.lookup)
+    dest = Slow(args.ledger, args.delay, args.post, args.lookup, args.hold)
     dispatcher = Dispatcher(store, {"slow": dest}, owner=owner, claim_ttl_s=args.ttl)
     if args.cmd == "race":
         rounds, barrier = int(args.rest[0]), Path(args.rest[1])

@@ -66,3 +66,32 @@ async def test_send_a_signal_from_the_app(tmp_path: Path) -> None:
         assert store.latest(run_id).state["paid"] == {"amount": 3}
     finally:
         store.close()
+
+
+async def test_a_payload_the_waiting_run_cannot_take_is_refused_once_in_plain_words(
+    tmp_path: Path,
+) -> None:
+    """The refusal already says the signal was not sent; the app's notice
+    said it twice ("The signal was not sent: signal ... was not sent: ...")."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[pay_flow()])
+    run_id = engine.run("pay", Order()).run_id
+    engine.store.close()
+    app = FlowdeskApp(settings, flows=[pay_flow()])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("x")
+        assert isinstance(app.screen, SignalScreen)
+        await pilot.press(*"[1, 2]")  # a list where the run takes an object
+        await pilot.press("enter")
+        await settle(pilot)
+        await wait_until(pilot, lambda: bool(messages(app, "error")))
+        said = messages(app, "error")
+        assert len(said) == 1 and said[0].count("not sent") == 1, said
+        assert said[0].startswith("signal 'payment' with key 'o-1' was not sent"), said
+    store = open_store(settings.db_path)
+    try:
+        assert store.get_run(run_id).status == "waiting"
+    finally:
+        store.close()

@@ -85,3 +85,26 @@ async def test_an_expired_question_times_out_and_leaves_the_inbox(db: Path) -> N
         await wait_until(pilot, lambda: status_of(db, run_id) == "timed_out", timeout=60)
         await wait_until(pilot, lambda: inbox.items == [], timeout=30)
         assert not messages(app, "error"), messages(app)
+        # the notice says what happened to it: nobody answered it
+        said = messages(app)
+        assert not any("answered elsewhere" in m for m in said), said
+        assert any(m.startswith(f"Run {run_id[:8]}'s question timed out") for m in said), said
+
+
+async def test_a_question_whose_run_was_canceled_elsewhere_says_so(db: Path) -> None:
+    """The selected question leaves the inbox because another process canceled
+    its run: the notice says the run was canceled, not that someone answered."""
+    app = FlowdeskApp(load_settings(db_path=db))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        run_id = start(db, "approver")
+        inbox = await open_inbox(pilot)
+        await wait_until(pilot, lambda: [i.run_id for i in inbox.items] == [run_id], timeout=30)
+        canceled = flowdesk(db, "cancel", run_id)
+        assert canceled.returncode == 0, canceled.stderr
+        await wait_until(pilot, lambda: inbox.items == [], timeout=30)
+        said = messages(app)
+        assert not any("answered elsewhere" in m for m in said), said
+        assert any(
+            m.startswith(f"Run {run_id[:8]}'s question is gone: the run was canceled") for m in said
+        ), said

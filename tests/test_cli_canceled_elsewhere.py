@@ -28,6 +28,10 @@ def test_a_run_canceled_elsewhere_ends_its_command_with_exit_1(tmp_path: Path) -
         until(started.exists, "the run's step to start")
         canceled = flowdesk(db, "cancel", run_id, env=env)
         assert canceled.returncode == 0, canceled.stderr
+        # the step the cancel cut off reads as canceled, not as still running
+        steps = flowdesk(db, "show", run_id, env=env).stdout.split("steps:", 1)[1]
+        hold = next(line.split() for line in steps.splitlines() if line.split()[:1] == ["hold"])
+        assert hold[1] == "canceled", steps
         gate.write_text("")  # the step returns; the executing process finds the cancel
         out, err = running.communicate(timeout=120)
     finally:

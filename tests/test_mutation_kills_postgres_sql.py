@@ -10,7 +10,12 @@ import psycopg
 import pytest
 from psycopg import errors as pg_errors
 
-from desktop_app.errors import DatabaseOpenError, SchemaMissingError, StoreError
+from desktop_app.errors import (
+    DatabaseOpenError,
+    DatabaseUnreachableError,
+    SchemaMissingError,
+    StoreError,
+)
 from desktop_app.store.postgres.sql import (
     epoch,
     is_connection_lost,
@@ -51,7 +56,7 @@ def test_which_errors_mean_the_connection_is_gone(exc, lost):
 CASES = [
     (
         "08006",
-        StoreError,
+        DatabaseUnreachableError,
         "lost the connection to PostgreSQL ({w}); the transaction was not committed, "
         "nothing was written. Check that the server is up and retry.",
     ),

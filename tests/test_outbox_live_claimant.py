@@ -108,14 +108,16 @@ def test_a_live_senders_slow_send_is_never_taken_over_whatever_the_clocks(
 ) -> None:
     ledger = tmp_path / "ledger"
     key = _queue(db_path)
+    hold = tmp_path / "let-go"  # the send lasts 4 s and until the peer looked
     first = subprocess.Popen(
-        _cmd(db_path, ledger, "dispatch", "--delay", "4", skew=sender_skew),
+        _cmd(db_path, ledger, "dispatch", "--delay", "4", "--hold", str(hold), skew=sender_skew),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
     )  # fmt: skip
     try:
         _wait_for(ledger, "START", key)
         assert _dispatch(db_path, ledger, skew=peer_skew) == "delivered 0"
         assert _intent(db_path, key)[0] == "sending"  # still the first one's
+        hold.touch()
         out, err = first.communicate(timeout=LIMIT_S)
     finally:
         if first.poll() is None:

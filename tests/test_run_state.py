@@ -39,6 +39,7 @@ OLD_META = {
     "resumed": [[3, "running"]],
     "choices": {"w1": ["yes", "no"]},
     "refused_signals": [{"signal": 7, "wait": "w1", "reason": "[1, 2] is not a dict"}],
+    "refused_events": [{"event": 4, "wait": "w2", "reason": "[1, 2] is not a dict"}],
 }
 
 

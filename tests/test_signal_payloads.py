@@ -186,7 +186,7 @@ def test_a_run_an_older_version_failed_on_a_bad_signal_resumes_and_waits(
     engine = Engine(store, flows=[approval])
     store.send_signal("paid", "o-1", [1, 2], engine.clock.now())
     with monkeypatch.context() as old:
-        old.setattr(waiting, "_unfit_signal", lambda *a: None)  # the older version's wait
+        old.setattr(waiting, "_unfit", lambda *a: None)  # the older version's wait
         assert engine.resume_with(run_id, "yes").status == "failed"
     store.close()
     assert "WaitPayloadError" in fd(db, "show", run_id).stdout

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from desktop_app.errors import StoreError
+from desktop_app.errors import DatabaseUnreachableError, SchemaMissingError, StoreError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow import worker as worker_module
 from desktop_app.flow.clock import ManualClock
@@ -1043,3 +1043,85 @@ def test_a_deadline_due_at_this_very_instant_waits_the_poll(sq, manual):
     stop = RecordingStop()
     Serving(Worker(engine, poll_s=60.0), stop).join()
     assert stop.timeouts == [60.0]
+
+
+class CountingStop(threading.Event):
+    """A real stop event whose timed waits (between passes, no listener) are
+    recorded and return at once; it is set after ``waits`` of them."""
+
+    def __init__(self, waits: int) -> None:
+        super().__init__()
+        self.left = waits
+        self.timeouts: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            return super().wait()
+        self.timeouts.append(timeout)
+        self.left -= 1
+        if self.left <= 0:
+            self.set()
+        return self.is_set()
+
+
+def test_an_unreachable_database_never_ends_serve_it_backs_off_and_says_when_back(
+    sq, manual, monkeypatch, caplog
+):
+    """A server outage (every pass fails with DatabaseUnreachableError, here
+    five) keeps the worker serving: it says so once, waits with capped
+    exponential backoff between tries, says once when the database is back,
+    then goes back to its poll interval."""
+    gate = Gate()
+    gate.open.set()
+    engine = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    outage = {"left": 5}
+    real = sq.next_deadline
+
+    def next_deadline() -> float | None:
+        if outage["left"] > 0:
+            outage["left"] -= 1
+            raise DatabaseUnreachableError("lost the connection to PostgreSQL (test)")
+        return real()  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(sq, "next_deadline", next_deadline)
+    away: list[BaseException] = []
+    back: list[float] = []
+    worker = Worker(
+        engine, poll_s=3.0, retry_max_s=2.0, on_unreachable=away.append, on_reachable=back.append
+    )
+    stop = CountingStop(waits=8)
+    with caplog.at_level(logging.WARNING, logger="desktop_app.flow.worker"):
+        serving = Serving(worker, stop)
+        serving.join()
+    assert serving.error is None
+    assert [str(e) for e in away] == ["lost the connection to PostgreSQL (test)"]
+    assert len(back) == 1 and back[0] >= 0.0
+    tries, after = stop.timeouts[:5], stop.timeouts[5:]
+    assert all(0.5 <= t <= 2.0 for t in tries) and tries[-1] == 2.0  # capped at retry_max_s
+    assert after == [3.0] * len(after) and after  # the poll interval once it is back
+    said = [r.getMessage() for r in caplog.records if r.name == "desktop_app.flow.worker"]
+    assert [m for m in said if "unreachable" in m] == [
+        f"flowdesk worker {OWNER}: the database is unreachable (lost the connection to "
+        "PostgreSQL (test)); retrying every 2 s at most until it is back"
+    ]
+    assert len([m for m in said if "the database is back after" in m]) == 1
+    # serve stopped its engine; a run started now is executed, each step once
+    again = Engine(sq, flows=[two_steps(gate)], clock=manual, owner=OWNER)
+    run_id = again.start("two", {})
+    one_pass(Worker(again))
+    assert sq.get_run(run_id).status == "completed"
+    assert gate.started(run_id, "a") == 1 and gate.started(run_id, "b") == 1
+
+
+def test_a_missing_schema_ends_serve_with_that_error(sq, manual, monkeypatch):
+    """An error that cannot heal by waiting ends serve with that typed error."""
+    engine = Engine(sq, flows=[two_steps(Gate())], clock=manual, owner=OWNER)
+
+    def next_deadline() -> float | None:
+        raise SchemaMissingError("no Flowdesk schema (test)")
+
+    monkeypatch.setattr(sq, "next_deadline", next_deadline)
+    serving = Serving(Worker(engine, poll_s=3.0), CountingStop(waits=50))
+    serving.thread.join(BOUND_S)
+    assert not serving.thread.is_alive()
+    assert isinstance(serving.error, SchemaMissingError)

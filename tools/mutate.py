@@ -129,6 +129,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_lean_step.py",
         "tests/test_failing_commit.py",
         "tests/test_mutation_kills_driver_lean.py",
+        # a cancel or a lease taken over between two steps (_drive's check)
+        "tests/test_mutation_kills_driver_between_steps.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
@@ -348,6 +350,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_sqlite_lean.py",
         # _transact, _create_in, _append_in: a run's creation and a step's append
         "tests/test_mutation_kills_sqlite_step.py",
+        # _Write: the WAL given back by the first commit after a full disk
+        "tests/test_mutation_kills_sqlite_write.py",
+        # create_run, _create, append_batch: a creation's writes and errors,
+        # a full disk in mid-batch on a plain apsw connection
+        "tests/test_mutation_kills_sqlite_create.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,

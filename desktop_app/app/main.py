@@ -912,7 +912,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             signal_id = engine.signal(name, key, request.payload)
             reach = signal_reach(engine.store, signal_id, name, key, before)
         except FlowdeskError as exc:
-            self.say(f"The signal was not sent: {exc}", "error")
+            said = str(exc)  # a refused payload's error already says it was not sent
+            self.say(said if "not sent" in said else f"The signal was not sent: {said}", "error")
             return
         stored = f"Signal {name} {escape_key(key)} stored (#{signal_id})"
         still = ", ".join(short_id(r) for r in reach.still_waiting)

@@ -529,12 +529,33 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
             f"{redact(sv.database)}: this store cannot share runs between workers (processes); "
             "run `flowdesk agent` without --worker, or use a PostgreSQL database"
         )
+    retry_max_s = sv.settings.postgres.reconnect_max_s
+
+    def unreachable(exc: FlowdeskError) -> None:
+        print(
+            f"flowdesk agent: the database is unreachable ({exc}); retrying every "
+            f"{retry_max_s:g} s at most until it is back (a signal stops the worker)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def reachable(away_s: float) -> None:
+        print(
+            f"flowdesk agent: the database is back after {away_s:.1f} s; resuming "
+            "(interrupted runs are taken over as their leases allow)",
+            file=sys.stderr,
+            flush=True,
+        )
+
     worker = Worker(
         engine,
         concurrency=ctx.args.concurrency,
         poll_s=ctx.args.poll,
         on_tick=_on_tick(sv),
         on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
+        retry_max_s=retry_max_s,
+        on_unreachable=unreachable,
+        on_reachable=reachable,
     )
     listener = None
     sessions = "worker_sessions" in store.capabilities

@@ -429,7 +429,9 @@ def recover_agents(
             that fail or cannot be resumed are added to it.
         worker: ``flowdesk agent`` calls it: a run a live peer holds is
             routine contention between workers, logged at debug level
-            (``desktop_app.cli.ask``) instead of printed to a person.
+            (``desktop_app.cli.ask``) instead of printed to a person, and a
+            database that cannot be reached (DatabaseUnreachableError) is
+            raised, not reported as the run's failure: the worker retries.
         hints: the command's :class:`~desktop_app.cli.output.Hints`: a run
             ``db copy`` moved is printed with the command that shows it there.
 
@@ -442,12 +444,16 @@ def recover_agents(
     from desktop_app.agent.messages import unknown_outcome_tools
     from desktop_app.agent.recovery import recover_agent_runs
     from desktop_app.bootstrap import build_model
-    from desktop_app.errors import AgentRunLeasedError
+    from desktop_app.errors import AgentRunLeasedError, DatabaseUnreachableError
 
     failed = 0
 
     def report(run: Any, outcome: Any) -> None:
         nonlocal failed
+        if worker and isinstance(outcome, DatabaseUnreachableError):
+            # not the run's failure: the worker rides the outage out and
+            # tries the run again once the database is back (never skipped)
+            raise outcome
         bad = True
         if isinstance(outcome, AgentRunLeasedError):  # a live peer runs it: not a failure
             bad = False

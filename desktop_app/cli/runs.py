@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx
@@ -50,13 +51,18 @@ from desktop_app.errors import (
 )
 from desktop_app.runs_view import (
     AGENT_AS_FLOW_STATUS,
+    BEING_MADE,
     ENDED,
     INTENT_NOUNS,
     INTERRUPTED,
     MAY_HAVE_BEEN_MADE,
     MOVED,
+    claim_is_live,
     display_status,
+    making_text,
+    processes_text,
     queued_text,
+    sending_split,
     unsettled_text,
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -67,7 +73,7 @@ from desktop_app.textsafe import (
     visible_controls,
     visible_json,
 )
-from desktop_app.words import plural
+from desktop_app.words import plural, step_status_text
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -76,12 +82,20 @@ if TYPE_CHECKING:
 FAILED = {"failed", "timed_out", "timeout", "expired", "rate_limited"}
 
 
-def flow_row(r: Any, now: float, undelivered: int = 0, sending: int = 0) -> dict[str, Any]:
+def flow_row(
+    r: Any,
+    now: float,
+    undelivered: int = 0,
+    sending: int = 0,
+    being_made: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """A flow run as JSON; ``status`` is what is shown (``interrupted`` when
     no process executes it any more, judged at ``now``, the store's clock),
     ``stored_status`` the status saved in the database, ``undelivered`` its
     outbox intents not delivered yet (``Outbox.undelivered_intents``), of
-    which ``sending`` may have been made (``Outbox.sending_intents``)."""
+    which ``sending`` have begun (``Outbox.sending_intents``): ``being_made``
+    of those by a live process (owner id -> how many,
+    :func:`~desktop_app.runs_view.sending_split`), the rest may have been made."""
     return {
         "kind": "flow",
         "run_id": r.run_id,
@@ -99,6 +113,7 @@ def flow_row(r: Any, now: float, undelivered: int = 0, sending: int = 0) -> dict
         "lease_expires_at": iso(r.lease_expires_at),
         "undelivered": undelivered,
         "sending": sending,
+        "being_made": dict(being_made or {}),
     }
 
 
@@ -133,7 +148,8 @@ def cmd_runs(ctx: Ctx) -> int:
         undelivered = sv.checkpoints.undelivered_intents()
         sending = sv.checkpoints.sending_intents()
         for r in _flow_runs_shown(sv, a, wanted, now):
-            row = flow_row(r, now, undelivered.get(r.run_id, 0), sending.get(r.run_id, 0))
+            made_by = _being_made(sv.checkpoints, r.run_id, now) if sending.get(r.run_id) else {}
+            row = flow_row(r, now, undelivered.get(r.run_id, 0), sending.get(r.run_id, 0), made_by)
             rows.append((r.created_at, row))
     if a.kind in (None, "agent") and a.tenant is None and a.session is None:
         for ar in sv.agents.list(agent=a.flow):
@@ -167,7 +183,11 @@ def cmd_runs(ctx: Ctx) -> int:
             prog = progress_text(row["progress"])
         elif row["kind"] == "agent":
             prog = plural(row["turns"], "turn")
-        unsettled = unsettled_text(row["flow"], row.get("sending") or 0)
+        being_made = row.get("being_made") or {}
+        making_said = making_text(row["flow"], being_made)
+        unsettled = unsettled_text(
+            row["flow"], (row.get("sending") or 0) - sum(being_made.values())
+        )
         queued = queued_text(row["flow"], (row.get("undelivered") or 0) - (row.get("sending") or 0))
         # nothing configured like this process goes on with it: `show` says what to set
         stranded = (
@@ -180,6 +200,7 @@ def cmd_runs(ctx: Ctx) -> int:
             f"{row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
             + (f"  · {queued}" if queued else "")
+            + (f"  · {making_said}" if making_said else "")
             + (f"  · {unsettled}" if unsettled else "")
             + ("  · its flow is not registered here (see show)" if stranded else "")
         )
@@ -262,13 +283,17 @@ ANSWER_FILES = 20
 SHOW_FILES = 200
 
 
-def delivery_lines(ctx: Ctx, run: Any, unsent: list[Any]) -> list[str]:
+def delivery_lines(
+    ctx: Ctx, run: Any, unsent: list[Any], being_made: Mapping[str, int] | None = None
+) -> list[str]:
     """Who delivers run ``run``'s intents not delivered yet (``unsent``),
     as ``show`` says it, each a thing the person can do as printed: a
     program's own destination (one no Flowdesk process knows) is delivered by
     that program's dispatcher, never by ``flowdesk``; a built-in one of an
-    ended run by the next delivery (``resume --all``, the agent, the app),
-    which looks up first each that may have been made."""
+    ended run by the live process making some of them now (``being_made``:
+    owner id -> how many, :func:`~desktop_app.runs_view.sending_split`), else
+    by the next delivery (``resume --all``, the agent, the app), which looks
+    up first each that may have been made."""
     from desktop_app.flows import BUILTIN_DESTINATIONS
 
     one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
@@ -278,20 +303,27 @@ def delivery_lines(ctx: Ctx, run: Any, unsent: list[Any]) -> list[str]:
         # no step of the run makes them any more: a dispatcher does, and the
         # one that queued them may be gone (an `answer` killed mid-delivery)
         sending = sum(i.status == "sending" for i in ours)
-        if not sending:
-            said = f"its {queued_text(run.flow_name, len(ours))} are made by the next delivery"
-            does = "makes them now"
-        else:
-            said = (
-                f"its {plural(len(ours), one, many)} not delivered are settled by the next "
-                f"delivery, which looks up first the {sending:,} that may have been made and "
-                "makes only what was not"
+        if being_made:  # a live delivery goes on with them: nothing to do
+            lines.append(
+                f"its {plural(len(ours), one, many)} not delivered "
+                f"{'is' if len(ours) == 1 else 'are'} being delivered now by "
+                f"{processes_text(being_made)}"
             )
-            does = "settles them now"
-        lines.append(
-            f"{said}: {ctx.hints.cmd('resume --all')} {does}, "
-            "as a running flowdesk agent or the app does on its own"
-        )
+        else:
+            if not sending:
+                said = f"its {queued_text(run.flow_name, len(ours))} are made by the next delivery"
+                does = "makes them now"
+            else:
+                said = (
+                    f"its {plural(len(ours), one, many)} not delivered are settled by the next "
+                    f"delivery, which looks up first the {sending:,} that may have been made "
+                    "and makes only what was not"
+                )
+                does = "settles them now"
+            lines.append(
+                f"{said}: {ctx.hints.cmd('resume --all')} {does}, "
+                "as a running flowdesk agent or the app does on its own"
+            )
     theirs = [i for i in unsent if i.destination not in BUILTIN_DESTINATIONS]
     if theirs:
         names = sorted({i.destination for i in theirs})
@@ -324,7 +356,7 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
     if isinstance(read, str):
         return _visible([f"files: cannot be read ({read})"])
     moves, undo = read
-    outcomes = outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
+    outcomes = outcomes_of(moves, store.get_run(run_id).status, *_sending_keys(store, run_id))
     lines = [outcome_counts(outcomes, {"approved": _approved_note(ctx, store, run_id)})]
     said = _undo_said(ctx, run_id, moves, undo)
     if said is not None:
@@ -449,6 +481,7 @@ def cmd_show(ctx: Ctx) -> int:
     unsent = store.open_intents(run.run_id)
     undelivered = len(unsent)
     sending = sum(i.status == "sending" for i in unsent)
+    being_made = _being_made(store, run.run_id, now) if sending else {}
     flow = sv.engine.flows.get(run.flow_name)
     choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
     taken: dict[str, str] = {}  # wait id -> the type its answer must fit
@@ -457,14 +490,18 @@ def cmd_show(ctx: Ctx) -> int:
             choices[w.wait_id] = only
         if flow is not None and (kind := answer_type(flow, w.step_id)):
             taken[w.wait_id] = kind
-        if flow is not None and w.kind == "signal" and (kind := signal_type(flow, w.step_id)):
+        if (
+            flow is not None
+            and w.kind in ("signal", "event")
+            and (kind := signal_type(flow, w.step_id))
+        ):
             taken[w.wait_id] = kind
     stuck = stuck_on_version(sv, run)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
             {
-                **flow_row(run, now, undelivered, sending),
+                **flow_row(run, now, undelivered, sending, being_made),
                 "flow_version": run.flow_version,
                 # why no process goes on with it (its flow changed), or null
                 "stuck": None if stuck is None else version_refusal(ctx.hints, stuck),
@@ -501,21 +538,19 @@ def cmd_show(ctx: Ctx) -> int:
                     }
                     for w in cp.waits
                 ],
-                # signals its signal waits refused (payload did not fit), oldest first
+                # signals and events its waits refused (payload did not fit), oldest first
                 "refused_signals": [dict(r) for r in cp.meta.get("refused_signals") or []],
+                "refused_events": [dict(r) for r in cp.meta.get("refused_events") or []],
                 **(_tidy_json(ctx, store, run.run_id) if run.flow_name == "tidy" else {}),
                 "checkpoints": _history_json(history),
             },
         )
         return EXIT_OK
-    queued = queued_text(run.flow_name, undelivered - sending)
-    unsettled = unsettled_text(run.flow_name, sending)
     print(
         f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  status {status}"
-        + (f" · {queued} (not made yet)" if queued else "")
-        + (f" · {unsettled} ({MAY_HAVE_BEEN_MADE})" if unsettled else "")
+        + _delivery_said(run.flow_name, undelivered, sending, being_made)
     )
-    for line in delivery_lines(ctx, run, unsent):
+    for line in delivery_lines(ctx, run, unsent, being_made):
         print(line)
     if status == MOVED:
         _say(moved_line(ctx.hints, run.run_id, run.lease_owner) or "")
@@ -555,7 +590,8 @@ def cmd_show(ctx: Ctx) -> int:
     for rec in cp.steps.values():
         extra = f" iteration {rec.iteration}" if rec.iteration else ""
         err = f"  {rec.error}" if rec.error else ""
-        _say(f"  {rec.step_id:16} {rec.status:12} attempts {rec.attempts}{extra}{err}")
+        status = step_status_text(rec.status, cp.status)
+        _say(f"  {rec.step_id:16} {status:12} attempts {rec.attempts}{extra}{err}")
     print(f"checkpoints: {len(history)}")
     shown = history if len(history) <= 12 else history[:5] + history[-5:]
     for i, info in enumerate(shown):
@@ -578,12 +614,13 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
     now = store.now()
     unsent = store.open_intents(run.run_id)
     sending = sum(i.status == "sending" for i in unsent)
+    being_made = _being_made(store, run.run_id, now) if sending else {}
     history = store.history(run.run_id)
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
             {
-                **flow_row(run, now, len(unsent), sending),
+                **flow_row(run, now, len(unsent), sending, being_made),
                 "flow_version": run.flow_version,
                 "revision": run.revision,
                 "context": dict(run.context),
@@ -608,13 +645,10 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
             },
         )
         return
-    queued = queued_text(run.flow_name, len(unsent) - sending)
-    unsettled = unsettled_text(run.flow_name, sending)
     print(
         f"run {run.run_id}  flow {run.flow_name} ({run.flow_version})  "
         f"status {display_status(run, now)}"
-        + (f" · {queued} (not made yet)" if queued else "")
-        + (f" · {unsettled} ({MAY_HAVE_BEEN_MADE})" if unsettled else "")
+        + _delivery_said(run.flow_name, len(unsent), sending, being_made)
     )
     print(
         f"revision {run.revision} (damaged: its state cannot be read)  "
@@ -623,7 +657,7 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
     ids = [f"{k}={v}" for k, v in run.context.items() if v is not None]
     if ids:
         _say("context: " + ", ".join(ids))
-    for line in delivery_lines(ctx, run, unsent):
+    for line in delivery_lines(ctx, run, unsent, being_made):
         print(line)
     for i in unsent:
         _say(f"outbox: {i.intent_id}  {i.destination}  {i.status}")
@@ -648,9 +682,37 @@ def _history_json(history: list[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _sending_keys(store: Any, run_id: str) -> set[str]:
-    """The keys of run ``run_id``'s intents ``sending`` (may have been made)."""
-    return {i.intent_id for i in store.open_intents(run_id) if i.status == "sending"}
+def _delivery_said(
+    flow_name: str, undelivered: int, sending: int, being_made: Mapping[str, int]
+) -> str:
+    """``show``'s words after a run's status for its intents not delivered:
+    `` · 2 moves queued (not made yet) · 1 move being made now by process 4242
+    on host box (...)``; those ``sending`` whose process is gone (not in
+    ``being_made``) may have been made (:data:`MAY_HAVE_BEEN_MADE`)."""
+    queued = queued_text(flow_name, undelivered - sending)
+    making = making_text(flow_name, being_made)
+    unsettled = unsettled_text(flow_name, sending - sum(being_made.values()))
+    return (
+        (f" · {queued} (not made yet)" if queued else "")
+        + (f" · {making} ({BEING_MADE})" if making else "")
+        + (f" · {unsettled} ({MAY_HAVE_BEEN_MADE})" if unsettled else "")
+    )
+
+
+def _being_made(store: Any, run_id: str, now: float) -> dict[str, int]:
+    """Owner id -> how many of run ``run_id``'s intents ``sending`` that
+    live process is making now (:func:`~desktop_app.runs_view.sending_split`)."""
+    return sending_split(store.sending_claims(run_id), now)[0]
+
+
+def _sending_keys(store: Any, run_id: str) -> tuple[set[str], set[str]]:
+    """The keys of run ``run_id``'s intents ``sending``, and of those a live
+    process is making now (:func:`~desktop_app.runs_view.claim_is_live`);
+    the others may have been made."""
+    claims = store.sending_claims(run_id)
+    now = store.now()
+    live = {k for k, (o, u) in claims.items() if o is not None and claim_is_live(o, u, now)}
+    return set(claims), live
 
 
 def _tidy_moves(store: Any, run_id: str) -> tuple[list[Any], Any] | str:
@@ -687,7 +749,7 @@ def _tidy_json(ctx: Ctx, store: Any, run_id: str) -> dict[str, Any]:
                 "says": OUTCOMES[o.outcome] + notes.get(o.outcome, ""),
                 "detail": o.detail,
             }
-            for o in outcomes_of(moves, store.get_run(run_id).status, _sending_keys(store, run_id))
+            for o in outcomes_of(moves, store.get_run(run_id).status, *_sending_keys(store, run_id))
         ],
         "undone_at": iso(was_undone(moves)),
         "undo": _undo_said(ctx, run_id, moves, undo),

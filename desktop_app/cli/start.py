@@ -590,7 +590,9 @@ def cmd_publish(ctx: Ctx) -> int:
     """``flowdesk publish TYPE [--payload JSON]``: an event for every run
     waiting on ``TYPE`` (:meth:`desktop_app.flow.Engine.publish`; a broadcast,
     never consumed); runs this process may run are woken now, others when
-    their process looks."""
+    their process looks. A payload that a run waiting for ``TYPE`` now
+    cannot take is refused before it is stored (``EventPayloadError``, exit
+    2, naming every such run), even when other waiting runs could take it."""
     _refuse_empty(ctx, ctx.args.type, "event type")
     payload = json_option(ctx.args.payload, ctx.args.payload_file, "--payload", "null")
     sv = ctx.services()

@@ -138,8 +138,8 @@ def _answer_note(taken: str | None, only: Sequence[str] | None, several: bool) -
 
 
 def signal_type(flow: Any, step_id: str) -> str | None:
-    """The payload type a signal wait step of ``flow`` (a ``CompiledFlow``)
-    takes, as its ``into`` field declares it (``dict[str, Any] | None``), or
+    """The payload type a signal or event wait step of ``flow`` (a
+    ``CompiledFlow``) takes, as its ``into`` field declares it (``dict[str, Any] | None``), or
     ``None`` when ``step_id`` is no such step or keeps no payload."""
     from desktop_app.flow.definition import WaitStep
     from desktop_app.flow.waiting import expected_type
@@ -151,15 +151,17 @@ def signal_type(flow: Any, step_id: str) -> str | None:
 
 
 def refused_lines(cp: Any) -> list[str]:
-    """The lines ``show`` prints for the signals the run's signal waits
-    refused (``meta["refused_signals"]`` of checkpoint ``cp``: the payload
-    did not fit; the run went on waiting), oldest first; none when none."""
-    refused = cp.meta.get("refused_signals") or []
-    if not refused:
-        return []
-    lines = ["refused signals (their payload did not fit; the run went on waiting):"]
-    for r in refused:
-        lines.append(f"  signal {r['signal']} (wait {r['wait']}): {visible_controls(r['reason'])}")
+    """The lines ``show`` prints for the signals and events the run's waits
+    refused (``meta["refused_signals"]`` and ``meta["refused_events"]`` of
+    checkpoint ``cp``: the payload did not fit; the run went on waiting),
+    oldest first; none when none."""
+    lines: list[str] = []
+    for noun in ("signal", "event"):
+        refused = cp.meta.get(f"refused_{noun}s") or []
+        if refused:
+            lines.append(f"refused {noun}s (their payload did not fit; the run went on waiting):")
+        for r in refused:
+            lines.append(f"  {noun} {r[noun]} (wait {r['wait']}): {visible_controls(r['reason'])}")
     return lines
 
 
@@ -225,7 +227,7 @@ def wait_lines(
         if w.kind == "input":
             only = (choices or {}).get(w.wait_id)
             note = _answer_note((taken or {}).get(w.wait_id), only, several)
-        elif w.kind == "signal" and (expected := (taken or {}).get(w.wait_id)):
+        elif w.kind in ("signal", "event") and (expected := (taken or {}).get(w.wait_id)):
             note = f"{note}, of type {expected} (another is refused)"
         lines.append(f"    {note}")
         command = wait_command(hints, rid, w, several=several)

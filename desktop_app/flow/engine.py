@@ -27,6 +27,7 @@ from desktop_app.errors import (
     ConfigError,
     DatabaseLockedError,
     DuplicateFlowKeyError,
+    EventPayloadError,
     FlowDefinitionError,
     FlowdeskError,
     FlowVersionMismatchError,
@@ -914,7 +915,10 @@ class Engine:
                 by the wait, which goes on waiting.
         """
         check_storable(payload, f"signal {name!r} payload")
-        self._refuse_unfit_signal(name, key, payload)
+        unfit, why = self._unfit_runs("signal", name, key, payload)
+        if unfit:
+            run_id, step_id, expected = unfit[0]
+            raise SignalPayloadError(name, key, run_id, step_id, expected, why)
         signal_id = self.store.send_signal(name, key, payload, self.clock.now(), dedupe_key)
         if not self.executes:  # a worker delivers it (the store's commit wakes workers)
             return signal_id
@@ -923,12 +927,18 @@ class Engine:
                 self.wake(run_id)
         return signal_id
 
-    def _refuse_unfit_signal(self, name: str, key: str, payload: Any) -> None:
-        """Raise :class:`SignalPayloadError` when a run waiting for ``(name,
-        key)`` now cannot take ``payload``. A run whose flow (at its version)
-        is not registered here, or that cannot be read, is not judged: its
-        wait judges the signal when it meets it."""
-        for run_id in self.store.runs_waiting_for("signal", name, key):
+    def _unfit_runs(
+        self, kind: str, name: str, key: str | None, payload: Any
+    ) -> tuple[list[tuple[str, str, str]], str]:
+        """The runs waiting now for the signal ``(name, key)`` or the event
+        ``name`` (``kind``) that cannot take ``payload``, as ``(run_id,
+        step_id, expected type)``, and why the first cannot (``""`` when
+        all can). A run whose flow (at its version) is not registered here,
+        or that cannot be read, is not judged: its wait judges the payload
+        when it meets it (:func:`~desktop_app.flow.waiting.refuse`)."""
+        unfit: list[tuple[str, str, str]] = []
+        why = ""
+        for run_id in self.store.runs_waiting_for(kind, name, key):
             try:
                 head = self.store.head(run_id)
                 flow = self.flow_of(head.run.flow_name, head.run.flow_version)
@@ -941,16 +951,16 @@ class Engine:
                 continue
             for wait in head.checkpoint.waits:
                 step = flow.steps.get(wait.step_id)
-                if (wait.kind, wait.name, wait.key) != ("signal", name, key) or not isinstance(
-                    step, WaitStep
-                ):
+                if wait.kind != kind or wait.name != name or not isinstance(step, WaitStep):
+                    continue
+                if key is not None and wait.key != key:
                     continue
                 try:
-                    fitted_state(flow, state, run_id, step, "signal", payload)
+                    fitted_state(flow, state, run_id, step, kind, payload)
                 except WaitPayloadError as exc:
-                    raise SignalPayloadError(
-                        name, key, run_id, step.id, expected_type(flow, step), exc.problem
-                    ) from exc
+                    unfit.append((run_id, step.id, expected_type(flow, step)))
+                    why = why or exc.problem
+        return unfit, why
 
     def publish(self, event_type: str, payload: Any = None) -> int:
         """Publish an event to every run waiting on ``event_type``; returns its id.
@@ -958,8 +968,18 @@ class Engine:
         Raises:
             PayloadNotStorableError: no checkpoint could hold ``payload``;
                 nothing was published.
+            EventPayloadError: a run waiting for ``event_type`` now, whose
+                flow is registered here, cannot take ``payload`` (it does not
+                fit the wait step's field; an event goes to every such run,
+                so one any of them cannot take is refused); nothing was
+                stored. An event that reaches a wait that cannot take it
+                anyway (published from a process without the run's flow)
+                is refused by the wait, which goes on waiting for the next.
         """
         check_storable(payload, f"event {event_type!r} payload")
+        unfit, why = self._unfit_runs("event", event_type, None, payload)
+        if unfit:
+            raise EventPayloadError(event_type, unfit, why)
         event_id = self.store.publish_event(event_type, payload, self.clock.now())
         if not self.executes:
             return event_id

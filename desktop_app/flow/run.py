@@ -48,6 +48,14 @@ class RefusedSignal(TypedDict):
     reason: str
 
 
+class RefusedEvent(TypedDict):
+    """One entry of ``meta["refused_events"]``: an event a wait refused."""
+
+    event: int
+    wait: str
+    reason: str
+
+
 class AwaitMeta(TypedDict):
     """``meta["await"]``: the await step waiting for input."""
 
@@ -106,6 +114,10 @@ RunMeta = TypedDict(
         # the last signals a signal wait refused (its payload did not fit):
         # {"signal": id, "wait": wait id, "reason": why}, oldest first
         "refused_signals": list[RefusedSignal],
+        # the last events an event wait refused (its payload did not fit; the
+        # wait looks on from just after it): {"event": id, "wait": wait id,
+        # "reason": why}, oldest first
+        "refused_events": list[RefusedEvent],
     },
     total=False,
 )

@@ -7,8 +7,9 @@ it polls for while the run waits, and what its deadline does.
   mailbox, as Temporal's signals); consumed in the checkpoint that completes
   the step; its deadline times it out.
 * ``event``: the first event of type ``name`` published after the wait began
-  (a broadcast: never consumed; a wait that failed on what it received looks
-  again from its own start); its deadline times it out.
+  (a broadcast: never consumed; a wait that refused one looks on from just
+  after it; a wait that failed on what it received looks again from its own
+  start); its deadline times it out.
 * ``timer``: nothing arrives; its deadline is the point (a durable sleep)
   and completes the step.
 
@@ -18,7 +19,7 @@ testing kind strings. This module imports neither the driver nor the engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from desktop_app.errors import WaitKeyError
@@ -33,11 +34,18 @@ class Arrival:
     ``(signal_id, wait_id)`` pairs to consume with that checkpoint, and when
     it was sent (``sent_at`` of a signal, ``published_at`` of an event: UTC
     epoch seconds by the sender's clock), which decides whether it came
-    within the wait's deadline."""
+    within the wait's deadline; ``ref`` is the signal's or event's id."""
 
     payload: Any
     consume: list[tuple[int, str]] | None = None
     at: float | None = None
+    ref: int | None = None
+
+
+#: seconds past a refused event its wait looks on from: one microsecond, the
+#: finest time PostgreSQL keeps (SQLite keeps more), so the refused event is
+#: not met again, nor another of its type published in that microsecond
+EVENT_LOOKS_ON_AFTER_S = 1e-6
 
 
 class WaitKind:
@@ -50,6 +58,9 @@ class WaitKind:
     #: a wait that failed on what it received looks again from its own start
     #: (``meta["event_since"]``), so the next wait receives the same thing
     looks_again_from_start: bool = False
+    #: what a wait of this kind receives, in words (``"signal"``): the field
+    #: of a ``meta["refused_<noun>s"]`` entry naming the refused one's id
+    noun: str = ""
 
     def begin(
         self, step: AwaitStep | WaitStep, run_id: str, state: Any, meta: RunMeta, now: float
@@ -87,6 +98,12 @@ class WaitKind:
         """What arrived for ``wait``, or ``None`` (keep waiting)."""
         return None
 
+    def after_refusal(self, wait: Wait, arrived: Arrival) -> Wait:
+        """The wait that goes on waiting once ``wait`` refused ``arrived``
+        (its payload did not fit): ``wait`` itself, unless the kind must
+        look past what it refused (an event is never consumed)."""
+        return wait
+
 
 class InputKind(WaitKind):
     name = "input"
@@ -109,6 +126,7 @@ class InputKind(WaitKind):
 
 class SignalKind(WaitKind):
     name = "signal"
+    noun = "signal"
 
     def check_key(self, step: WaitStep, run_id: str, key: Any) -> None:
         if not (isinstance(key, str) and key):
@@ -122,11 +140,14 @@ class SignalKind(WaitKind):
         signal = store.next_signal(wait.name, wait.key)
         if signal is None:
             return None
-        return Arrival(signal.payload, [(signal.signal_id, wait.wait_id)], signal.sent_at)
+        return Arrival(
+            signal.payload, [(signal.signal_id, wait.wait_id)], signal.sent_at, signal.signal_id
+        )
 
 
 class EventKind(WaitKind):
     name = "event"
+    noun = "event"
     looks_again_from_start = True
 
     def created_at(self, step: WaitStep, meta: RunMeta, now: float) -> float:
@@ -135,7 +156,16 @@ class EventKind(WaitKind):
     def poll(self, store: Mailbox, wait: Wait) -> Arrival | None:
         assert wait.name is not None
         event = store.first_event(wait.name, wait.created_at)
-        return None if event is None else Arrival(event.payload, at=event.published_at)
+        if event is None:
+            return None
+        return Arrival(event.payload, at=event.published_at, ref=event.event_id)
+
+    def after_refusal(self, wait: Wait, arrived: Arrival) -> Wait:
+        """The same wait (its id, its deadline), looking on from just after
+        the refused event (:data:`EVENT_LOOKS_ON_AFTER_S`): stored so, every
+        process that wakes the run, and the store's ``wakeable_runs``, skip it."""
+        assert arrived.at is not None
+        return replace(wait, created_at=arrived.at + EVENT_LOOKS_ON_AFTER_S)
 
 
 class TimerKind(WaitKind):

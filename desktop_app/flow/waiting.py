@@ -11,13 +11,13 @@ module imports neither the driver nor the engine.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from desktop_app.errors import RouteError, StateNotStorableError, WaitPayloadError
 from desktop_app.flow.composite import StepRunner
 from desktop_app.flow.context import StepContext
 from desktop_app.flow.definition import AnyStep, AwaitStep, CompiledFlow, Step, WaitStep
-from desktop_app.flow.run import RefusedSignal, remember_resolved
+from desktop_app.flow.run import remember_resolved
 from desktop_app.flow.state import encode_fields
 from desktop_app.flow.step_call import Outcome
 from desktop_app.flow.wait_kinds import WAIT_KINDS, Arrival, wait_kind_of
@@ -111,11 +111,11 @@ def run_wait(run: WaitRunner, step: AwaitStep | WaitStep) -> None:
     now = run.clock.now()
     arrived = kind.poll(run.store, wait)
     while arrived is not None and not _too_late(arrived, wait, now):
-        refused = _unfit_signal(run, step, wait, arrived)
+        refused = _unfit(run, step, wait, arrived)
         if refused is None:
             resolve_wait(run, step, wait, arrived.payload, ctx, t0, consume=arrived.consume)
             return
-        refuse_signal(run, step, wait, arrived, refused, ctx)
+        wait = refuse(run, step, wait, arrived, refused, ctx)
         began = False  # saved with the refusal
         now = run.clock.now()
         arrived = kind.poll(run.store, wait)
@@ -220,17 +220,18 @@ def _first_errors(exc: ValueError) -> str:
     return " ".join(str(exc).split())
 
 
-#: how many refused signals a run's meta keeps (``meta["refused_signals"]``)
+#: how many refused signals (events) a run's meta keeps
+#: (``meta["refused_signals"]``, ``meta["refused_events"]``)
 REFUSED_KEPT = 20
 
 
-def _unfit_signal(
+def _unfit(
     run: WaitRunner, step: AwaitStep | WaitStep, wait: Wait, arrived: Arrival
 ) -> WaitPayloadError | None:
-    """Why the signal that ``arrived`` for ``wait`` cannot complete ``step``
-    (its payload does not fit the step's field), or ``None``: it fits, or
-    it is not a signal (an event or a timer is judged by :func:`resolve_wait`)."""
-    if wait.kind != "signal" or not arrived.consume:
+    """Why the signal or event that ``arrived`` for ``wait`` cannot complete
+    ``step`` (its payload does not fit the step's field), or ``None``: it
+    fits, or it is neither (a timer is judged by :func:`resolve_wait`)."""
+    if arrived.ref is None:
         return None
     try:
         fitted_state(run.flow, run.state, run.run_id, step, wait.kind, arrived.payload)
@@ -239,37 +240,47 @@ def _unfit_signal(
     return None
 
 
-def refuse_signal(
+def refuse(
     run: WaitRunner,
     step: AwaitStep | WaitStep,
     wait: Wait,
     arrived: Arrival,
     why: WaitPayloadError,
     ctx: StepContext,
-) -> None:
-    """The wait takes no signal whose payload does not fit its field: it
-    refuses it and goes on waiting, as Temporal's SDKs drop a signal they
-    cannot decode instead of failing the workflow. Refused, not lost: the
-    signal is marked consumed by ``wait`` in the checkpoint that records
-    the refusal (``meta["refused_signals"]``: its id, the wait and the
-    reason; the last :data:`REFUSED_KEPT`), so no wait meets it again, and
-    its row keeps the payload. The run stays ``waiting`` for the next
-    signal; ``show`` says why the last ones were refused (the on-enter
-    writes and intents of a wait that began now commit with the refusal).
+) -> Wait:
+    """The wait takes no signal or event whose payload does not fit its
+    field: it refuses it and goes on waiting, as Temporal's SDKs drop a
+    signal they cannot decode instead of failing the workflow. Refused, not
+    lost: a signal is marked consumed by ``wait`` in the checkpoint that
+    records the refusal, so no wait meets it again, and its row keeps the
+    payload; an event (a broadcast, never consumed) stays published for
+    other runs, and this wait looks on from just after it
+    (:meth:`~desktop_app.flow.wait_kinds.WaitKind.after_refusal`). The
+    refusal is kept in ``meta["refused_signals"]`` (``meta["refused_events"]``):
+    the signal's (event's) id, the wait and the reason, the last
+    :data:`REFUSED_KEPT`. The run stays ``waiting`` for the next one;
+    ``show`` says why the last ones were refused (the on-enter writes and
+    intents of a wait that began now commit with the refusal). Returns the
+    wait that goes on waiting.
 
     Raises:
         RevisionConflictError: another wait took or refused the signal first.
         LeaseLostError, RunLeasedError, Canceled, StoreError: as any save.
     """
-    assert arrived.consume
-    signal_id = arrived.consume[0][0]
-    refused = [r for r in run.meta.get("refused_signals", []) if r["signal"] != signal_id]
+    kind = WAIT_KINDS[wait.kind]
+    key = f"refused_{kind.noun}s"
+    meta = cast(dict[str, Any], run.meta)  # its refused_signals or refused_events
+    kept = [r for r in meta.get(key, []) if r[kind.noun] != arrived.ref]
     reason = f"field {step.into!r} ({expected_type(run.flow, step)}): {why.problem}"
-    entry: RefusedSignal = {"signal": signal_id, "wait": wait.wait_id, "reason": reason}
-    run.meta["refused_signals"] = [*refused, entry][-REFUSED_KEPT:]
+    meta[key] = [*kept, {kind.noun: arrived.ref, "wait": wait.wait_id, "reason": reason}][
+        -REFUSED_KEPT:
+    ]
+    going_on = kind.after_refusal(wait, arrived)
+    run.waits = [going_on if w.wait_id == wait.wait_id else w for w in run.waits]
     run.status = "waiting"
     run.error = None
-    run.save(step.id, ctx.take_writes(), ctx.take_intents(), list(arrived.consume))
+    run.save(step.id, ctx.take_writes(), ctx.take_intents(), arrived.consume or ())
+    return going_on
 
 
 def resolve_wait(
@@ -288,9 +299,10 @@ def resolve_wait(
     ``given``: a person's answer (:func:`give_input`, validated already),
     for which a failing route raises :class:`RouteError` with nothing
     changed. Otherwise (a signal, an event, a timer, found while driving)
-    a payload that does not fit ``into`` or a failing route fails the
-    step under its ``on_error`` policy, not retried, and the signal is
-    not consumed: nothing sent is lost.
+    a failing route (or a payload that does not fit ``into`` that the
+    wait did not refuse: :func:`refuse`) fails the step under its
+    ``on_error`` policy, not retried, and the signal is not consumed:
+    nothing sent is lost.
     """
     try:
         new = fitted_state(run.flow, run.state, run.run_id, step, wait.kind, payload)
@@ -318,7 +330,8 @@ def fail_resolution(
     ``on_error`` policy (``exc`` is not retryable). Resuming the run
     begins a new wait, which receives the same signal (still queued) or
     event (``meta["event_since"]``: it looks from the failed wait's
-    start); a timer starts over."""
+    start, so a run an older version failed on a payload that did not
+    fit waits again: its new wait refuses it); a timer starts over."""
     end_wait(run, wait.wait_id)
     if WAIT_KINDS[wait.kind].looks_again_from_start:  # an event stays published
         since = {**run.meta.get("event_since", {}), step.id: wait.created_at}

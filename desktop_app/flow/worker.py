@@ -20,6 +20,14 @@ tried once, as ``Engine.serve`` does: the refusal is logged once (a
 warning) and given to ``on_refused`` once per run, and a deadline of such a
 run that stays due does not make the worker's passes run back to back.
 
+A database that cannot be reached (``DatabaseUnreachableError``: a server
+outage of any length) never ends :meth:`Worker.serve`: the worker logs that
+the database is away, retries its passes with backoff (capped at
+``retry_max_s``), logs when it is back and goes on: runs interrupted
+meanwhile are claimed under the usual ownership rules (its own once their
+lease expired). Only an error that cannot heal (``FATAL_STORE_ERRORS``)
+ends it.
+
 Liveness and self-fencing come from the listener (``session``): while it is
 down the worker claims nothing and every run it executes stops before its
 next step (``engine.lost``); a peer takes them over. Safety never depends on
@@ -36,14 +44,29 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, cast
 
-from desktop_app.errors import FlowdeskError, UnknownFlowError
+from desktop_app.errors import (
+    DatabaseOpenError,
+    DatabaseUnreachableError,
+    FlowdeskError,
+    SchemaError,
+    UnknownFlowError,
+)
 from desktop_app.flow import recovery
 from desktop_app.flow.engine import REFUSALS, Engine, Refusals
 from desktop_app.flow.owners import lease_abandoned, owner_is_alive, owner_is_dead
+from desktop_app.flow.retry import Backoff
 from desktop_app.store.protocol import PENDING_STATUSES, WorkerClaims
 from desktop_app.store.records import RunRecord
 
 log = logging.getLogger(__name__)
+
+#: Store errors a worker cannot ride out (they do not heal by waiting): the
+#: schema is missing, edited or newer; the database or role is refused.
+FATAL_STORE_ERRORS: tuple[type[FlowdeskError], ...] = (SchemaError, DatabaseOpenError)
+#: While the database is unreachable, the first wait between passes (seconds).
+AWAY_FIRST_S = 0.5
+#: While the database stays unreachable, a worker says so this often (seconds).
+AWAY_LOG_EVERY_S = 60.0
 
 
 class WakeSource(Protocol):
@@ -113,6 +136,19 @@ class Worker:
         fence_cooldown_s: after its liveness dropped, the worker claims
             nothing for this many seconds once it is back, so the peers that
             noticed first take the runs it handed back.
+        retry_max_s: while the database cannot be reached
+            (DatabaseUnreachableError), the longest wait between two passes,
+            seconds; the waits grow from :data:`AWAY_FIRST_S` exponentially
+            with jitter (tenacity, through :class:`~desktop_app.flow.retry.Backoff`)
+            and the worker keeps trying for as long as it serves.
+        on_unreachable: called once when a pass first finds the database
+            unreachable, with the error.
+        on_reachable: called once when a pass goes through again after
+            that, with the seconds the database was unreachable.
+
+    A store error that cannot heal (:data:`FATAL_STORE_ERRORS`: the schema
+    is missing, edited or newer, the role or its password is refused) ends
+    :meth:`serve` with that error.
     """
 
     def __init__(
@@ -125,8 +161,18 @@ class Worker:
         on_tick: Callable[[], None] | None = None,
         on_refused: Callable[[str, FlowdeskError], None] | None = None,
         fence_cooldown_s: float = 1.0,
+        retry_max_s: float = 5.0,
+        on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None,
+        on_reachable: Callable[[float], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.retry_max_s = retry_max_s
+        self.on_unreachable = on_unreachable
+        self.on_reachable = on_reachable
+        self._backoff = Backoff(initial_s=AWAY_FIRST_S, max_s=retry_max_s, jitter_s=AWAY_FIRST_S)
+        self._away_since: float | None = None
+        self._away_said = 0.0
+        self._away_tries = 0
         self._refusals = Refusals(f"worker {engine.owner}", log, on_refused)
         #: runs refused once (``REFUSALS``): not tried again by this worker
         self.refused = self._refusals.ids
@@ -302,23 +348,17 @@ class Worker:
         try:
             while not stop.is_set():
                 try:
-                    self.run_pass(pool)
-                except FlowdeskError as exc:  # the store is unreachable: retry next pass
+                    wait = self._serve_pass(pool, stop)
+                except FATAL_STORE_ERRORS:
+                    raise  # cannot heal: the caller reports it (a typed error)
+                except DatabaseUnreachableError as exc:
+                    wait = self._away(exc)
+                except FlowdeskError as exc:  # retried at the next pass
                     log.warning("flowdesk worker %s: pass failed: %s", self.engine.owner, exc)
-                if stop.is_set():  # stopping: no delivery pass, no wait (each a database call)
-                    break
-                if self.on_tick is not None:
-                    self.on_tick()
-                self.passes += 1
-                wait = self.poll_s
-                with contextlib.suppress(FlowdeskError):
-                    nxt = self.engine.store.next_deadline()
-                    # a deadline still due after the pass is one this worker
-                    # may not fire (refused, or leased elsewhere): the next
-                    # poll, not a spin
-                    if nxt is not None and nxt > self.engine.clock.now():
-                        wait = min(wait, nxt - self.engine.clock.now())
-                if stop.is_set():
+                    wait = self.poll_s
+                else:
+                    self._back()
+                if wait is None or stop.is_set():
                     break
                 if self.session is not None:
                     if self.session.wait(wait):
@@ -328,6 +368,81 @@ class Worker:
         finally:
             self.engine.stop()
             pool.shutdown(wait=True)
+
+    def _serve_pass(self, pool: ThreadPoolExecutor, stop: threading.Event) -> float | None:
+        """One pass of :meth:`serve` and its delivery tick; returns the
+        seconds to wait before the next (None: stopping). A database that
+        cannot be reached raises DatabaseUnreachableError, from any of it;
+        another failure of the pass is logged and the next pass tries again."""
+        try:
+            self.run_pass(pool)
+        except DatabaseUnreachableError:
+            raise
+        except FATAL_STORE_ERRORS:
+            raise
+        except FlowdeskError as exc:  # retried at the next pass
+            log.warning("flowdesk worker %s: pass failed: %s", self.engine.owner, exc)
+        if stop.is_set():  # stopping: no delivery pass, no wait (each a database call)
+            return None
+        if self.on_tick is not None:
+            self.on_tick()
+        self.passes += 1
+        wait = self.poll_s
+        try:
+            nxt = self.engine.store.next_deadline()
+        except DatabaseUnreachableError:
+            raise
+        except FATAL_STORE_ERRORS:
+            raise
+        except FlowdeskError:  # the poll interval, then
+            nxt = None
+        # a deadline still due after the pass is one this worker may not
+        # fire (refused, or leased elsewhere): the next poll, not a spin
+        if nxt is not None and nxt > self.engine.clock.now():
+            wait = min(wait, nxt - self.engine.clock.now())
+        return None if stop.is_set() else wait
+
+    def _away(self, exc: DatabaseUnreachableError) -> float:
+        """A pass found the database unreachable: say so (at the first
+        failure, then about once a minute) and return the wait before the
+        next try (exponential with jitter, capped at :attr:`retry_max_s`)."""
+        now = time.monotonic()
+        self._away_tries += 1
+        if self._away_since is None:
+            self._away_since = self._away_said = now
+            log.warning(
+                "flowdesk worker %s: the database is unreachable (%s); retrying every %g s "
+                "at most until it is back",
+                self.engine.owner,
+                exc,
+                self.retry_max_s,
+            )
+            if self.on_unreachable is not None:
+                self.on_unreachable(exc)
+        elif now - self._away_said >= AWAY_LOG_EVERY_S:
+            self._away_said = now
+            log.warning(
+                "flowdesk worker %s: the database is still unreachable after %.0f s (%s)",
+                self.engine.owner,
+                now - self._away_since,
+                exc,
+            )
+        return self._backoff.delay(self._away_tries)
+
+    def _back(self) -> None:
+        """A pass went through: when the database was unreachable before,
+        say it is back (after how long) and reset the backoff."""
+        if self._away_since is None:
+            return
+        away_s = time.monotonic() - self._away_since
+        self._away_since, self._away_tries = None, 0
+        log.warning(
+            "flowdesk worker %s: the database is back after %.1f s; resuming",
+            self.engine.owner,
+            away_s,
+        )
+        if self.on_reachable is not None:
+            self.on_reachable(away_s)
 
     def _stop_on(self, stop: threading.Event) -> None:
         stop.wait()

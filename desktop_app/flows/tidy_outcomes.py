@@ -5,9 +5,11 @@ tidy table print (from the run's ``tidy_moves`` rows; no Textual here).
 Each row is one :data:`OUTCOMES` key: ``planned`` (waits for approval),
 ``approved`` (the person approved; its move is not queued yet: the run was
 stopped mid-queueing, or is queueing it now),
-``queued`` (approved, not made yet), ``sending`` (queued, and its move
-began but its end was not recorded: it may have been made), ``moved``, ``renamed`` (moved under
-another name: one was taken in the kind folder when the plan was made),
+``queued`` (approved, not made yet), ``moving`` (queued, and a live
+process is making its move now), ``sending`` (queued, and its move
+began but its end was not recorded, its process gone: it may have been
+made), ``moved``, ``renamed`` (moved under another name: one was taken
+in the kind folder when the plan was made),
 ``exists`` (not moved: a file appeared at its destination meanwhile),
 ``vanished`` (not moved: the file was gone when its move was made),
 ``withdrawn`` (an undo withdrew the move before it was made), ``canceled``
@@ -52,6 +54,7 @@ OUTCOMES: dict[str, str] = {
     "back": "moved back by undo",
     "queued": "queued (not moved yet)",
     "sending": "may have moved (its move began; known once delivered or looked up)",
+    "moving": "being moved now (by a live process)",
     "planned": "planned (waits for approval)",
     "approved": "approved, not queued yet",
     "exists": "skipped (the target exists)",
@@ -91,6 +94,7 @@ def outcome_of(
     run_status: str | None = None,
     sending: Collection[str] = (),
     approved: bool = False,
+    moving: Collection[str] = (),
 ) -> FileOutcome:
     """The outcome of one ``tidy_moves`` row (see the module docstring);
     ``run_status``, the run's stored status (``"timed_out"``...), when known:
@@ -99,6 +103,9 @@ def outcome_of(
     ``sending``: the keys of the run's outbox intents ``sending``: a
     ``queued`` row whose move is one of them reads ``sending`` (the move
     began, maybe by a process that died: it may have been made).
+    ``moving``: those of them a live process is making now: such a row reads
+    ``moving`` (being moved now, its outcome recorded when that process
+    ends the move).
     ``approved``: the run's moves were approved (:func:`was_approved`): a
     row still ``planned`` reads ``approved``, as does one whose ``reason``
     is :data:`~desktop_app.store.domain.tidy.APPROVED`."""
@@ -114,6 +121,8 @@ def outcome_of(
         outcome, detail = "timed_out", TIMED_OUT
     elif move.status == "planned" and (move.reason == APPROVED or approved):
         outcome, detail = "approved", where
+    elif move.status == "queued" and move.intent_key in moving:
+        outcome, detail = "moving", where
     elif move.status == "queued" and move.intent_key in sending:
         outcome, detail = "sending", where
     elif move.status in ("planned", "queued"):
@@ -142,14 +151,18 @@ def outcome_of(
 
 
 def outcomes_of(
-    moves: Sequence[TidyMove], run_status: str | None = None, sending: Collection[str] = ()
+    moves: Sequence[TidyMove],
+    run_status: str | None = None,
+    sending: Collection[str] = (),
+    moving: Collection[str] = (),
 ) -> list[FileOutcome]:
     """:func:`outcome_of` of each row (of a run whose stored status is
     ``run_status``, when known; ``sending``: its intents' keys that are
-    ``sending``), in the rows' order; the run's ``planned`` rows read
-    ``approved`` when :func:`was_approved` says so."""
+    ``sending``, ``moving`` those of them a live process is making), in the
+    rows' order; the run's ``planned`` rows read ``approved`` when
+    :func:`was_approved` says so."""
     approved = was_approved(moves)
-    return [outcome_of(m, run_status, sending, approved) for m in moves]
+    return [outcome_of(m, run_status, sending, approved, moving) for m in moves]
 
 
 def was_approved(moves: Sequence[TidyMove]) -> bool:

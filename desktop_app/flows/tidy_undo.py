@@ -57,7 +57,7 @@ from desktop_app.flows.confined import (
     open_subdir,
     rename_noreplace,
 )
-from desktop_app.flows.tidy import CANCELED, DESTINATION, planned_layout
+from desktop_app.flows.tidy import CANCELED, DESTINATION, planned_layout, undo_path
 from desktop_app.store.domain.tidy import (
     TidyMove,
     UndoHolder,
@@ -364,7 +364,11 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     cancel in ``withdrawn``. Running it again changes nothing. It claims
     the run's undo first (:func:`claim_undo_of`): another undo under way is
     waited for (up to ``wait_s`` seconds; ``waited_for``), a stopped one
-    taken over (``took_over``).
+    taken over (``took_over``). It undoes only the run's own moves (its
+    ``tidy_moves`` rows): a pair of its undo list that is not one of them
+    (an edited list) is reported in ``left``, never followed, and the undo
+    list a replay or fork inherited in its state is not its own
+    (:func:`own_undo_list`).
 
     Raises:
         UndoUnderWay: another undo of the run was still under way after
@@ -393,8 +397,18 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     if undo_list is None or pairs is None:
         folder = Path(rows[0].src).parent
         pairs = [(m.dst, m.src) for m in rows if m.dst is not None and _made_or_maybe(m)]
+        foreign: list[str] = []
     else:
         folder = undo_list.parent
+        # what the run may undo is its own moves, whatever its list says
+        own = {(m.dst, m.src) for m in rows if m.dst is not None}
+        foreign = [
+            f"{Path(moved_to).name}: {moved_to} is not a move of tidy run {run_id} (its undo "
+            "list was edited); left where it is"
+            for moved_to, came_from in pairs
+            if (moved_to, came_from) not in own
+        ]
+        pairs = [pair for pair in pairs if pair in own]
 
     def record(destinations: list[str]) -> None:
         store.write(record_moved_back(run_id, destinations, store.now()))
@@ -413,7 +427,9 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
             store.write(end_undo(run_id, owner, None))
         raise
     store.write(end_undo(run_id, owner, store.now()))
-    return replace(report, waited_for=waited_for, took_over=took_over)
+    return replace(
+        report, left=[*foreign, *report.left], waited_for=waited_for, took_over=took_over
+    )
 
 
 def claim_undo_of(
@@ -611,9 +627,9 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path | None:
             f"run {run_id} is a run of flow {run.flow_name!r}, not a tidy run; nothing to undo"
         )
     latest = store.latest(run_id)
-    path = None if latest is None else latest.state.get("undo_path")
-    if isinstance(path, str):
-        return Path(path)
+    path = None if latest is None else own_undo_list(latest.state.get("undo_path"), run_id)
+    if path is not None:
+        return path
     if run.status == "waiting":
         raise InputError(
             f"tidy run {run_id} waits for approval and has moved nothing; nothing to undo "
@@ -629,4 +645,23 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path | None:
         return None
     taken = sum(m.reason == CANCELED for m in rows)
     why = f" (the cancel withdrew its {plural(taken, 'queued move')})" if taken else ""
+    meta = {} if latest is None else latest.meta
+    source = meta.get("replayed_from") or meta.get("forked_from")
+    if isinstance(source, str):  # its state, not its moves, came from there
+        why += (
+            f" (it continued from checkpoint {source}: the moves made before that are "
+            "that run's, undone by undoing that run)"
+        )
     raise NothingToUndo(f"tidy run {run_id} ({run.status}) moved nothing{why}; nothing to undo")
+
+
+def own_undo_list(stated: object, run_id: str) -> Path | None:
+    """``stated`` (a tidy run's state ``undo_path``) as a path when it is
+    the undo list of run ``run_id`` itself (:func:`~desktop_app.flows.tidy.undo_path`
+    of its folder and id), else ``None``: a run replayed or forked from a
+    checkpoint taken after another run's ``undo`` step carries that run's
+    ``undo_path`` in its state, but not that run's moves, so never its undo."""
+    if not isinstance(stated, str):
+        return None
+    path = Path(stated)
+    return path if path == undo_path(path.parent, run_id) else None

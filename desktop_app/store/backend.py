@@ -39,6 +39,9 @@ class StoreOptions:
         application_name: PostgreSQL: shown in ``pg_stat_activity`` (at most 63 characters).
         pooler: PostgreSQL: ``"transaction"`` behind a transaction-mode pooler (PgBouncer).
         listen_url: PostgreSQL: a direct URL for LISTEN and liveness locks.
+        reconnect_max_s: PostgreSQL: the longest wait between two reconnect tries, seconds.
+        connect_wait_s: PostgreSQL: how long one try of a transaction waits
+            for a pooled connection, seconds.
     """
 
     scope: str = "default"
@@ -49,6 +52,8 @@ class StoreOptions:
     application_name: str = "flowdesk"
     pooler: Literal["none", "transaction"] = "none"
     listen_url: str | None = None
+    reconnect_max_s: float = 5.0
+    connect_wait_s: float = 30.0
 
 
 class Backend(Protocol):

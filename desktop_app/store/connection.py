@@ -47,6 +47,17 @@ Choices (see README, "The SQLite file"):
   mapping turns an I/O error into ``SIGBUS`` instead of an error SQLite
   reports. What several processes gain from is fewer changes of writer: the
   write gate's turns (:mod:`desktop_app.store.write_gate`).
+* No weak reference with a callback ever points at a connection: the
+  registry of open connections holds plain ``weakref.ref`` objects and the
+  busy handler is an attribute of the connection. apsw 3.54.1.0's
+  ``Connection`` deallocator calls the weak references' callbacks while the
+  dying connection is still tracked by the cycle collector; Python code run
+  there (a ``WeakSet``'s or ``WeakKeyDictionary``'s clean-up) can start a
+  collection, in this thread or in another one that takes the GIL
+  meanwhile, which finds the connection with no reference left, takes it for
+  garbage and deallocates it again: a segmentation fault, there or later
+  anywhere in the process (reproduced by tests/test_connection_teardown.py).
+  Without a callback nothing runs there.
 """
 
 from __future__ import annotations
@@ -222,8 +233,10 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
-# (st_dev, st_ino) of each database file -> this process's connections to it
-_OPEN: dict[tuple[int, int], weakref.WeakSet[apsw.Connection]] = {}
+# (st_dev, st_ino) of each database file -> this process's connections to it,
+# as plain weak references: no callback (see the module docstring, last point);
+# the dead ones are dropped when the file's list is read
+_OPEN: dict[tuple[int, int], list[weakref.ref[apsw.Connection]]] = {}
 _OPEN_LOCK = threading.Lock()
 # SQLite's own busy back-off (milliseconds), then 100 ms steps
 _DELAYS_S = (0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.025, 0.025, 0.05, 0.05)
@@ -252,13 +265,10 @@ class BusyWait:
         return True
 
 
-_BUSY: weakref.WeakKeyDictionary[apsw.Connection, BusyWait] = weakref.WeakKeyDictionary()
-
-
 def busy_timeout_s(conn: apsw.Connection) -> float | None:
     """Seconds ``conn`` waits for a lock (None: not opened by :func:`open_connection`)."""
-    handler = _BUSY.get(conn)
-    return None if handler is None else handler.timeout_s
+    handler = getattr(conn, "busy_wait", None)
+    return handler.timeout_s if isinstance(handler, BusyWait) else None
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -286,8 +296,19 @@ def connections_open(path: str | os.PathLike[str]) -> int:
     """How many open connections this process has to the file at ``path``."""
     key = _identity(Path(path))
     with _OPEN_LOCK:
-        conns = _OPEN.get(key) if key is not None else None
-        return 0 if conns is None else sum(1 for c in list(conns) if _live(c))
+        return 0 if key is None else sum(1 for c in _registered(key) if _live(c))
+
+
+def _registered(key: tuple[int, int]) -> list[apsw.Connection]:
+    """The connections of this process to the file ``key`` not yet freed
+    (call under ``_OPEN_LOCK``); forgets the freed ones."""
+    refs = _OPEN.get(key)
+    if refs is None:
+        return []
+    conns = [c for c in (r() for r in refs) if c is not None]
+    if len(conns) < len(refs):
+        refs[:] = [weakref.ref(c) for c in conns]
+    return conns
 
 
 def _open_registered(path: Path, vfs: str | None = None) -> GatedConnection:
@@ -296,8 +317,7 @@ def _open_registered(path: Path, vfs: str | None = None) -> GatedConnection:
     threads opening their first connections cannot interleave."""
     with _OPEN_LOCK:
         key = _identity(path)
-        conns = _OPEN.get(key) if key is not None else None
-        if conns is None or not any(_live(c) for c in list(conns)):
+        if key is None or not any(_live(c) for c in _registered(key)):
             _check_header(path)
             try:
                 st = path.stat()
@@ -308,7 +328,7 @@ def _open_registered(path: Path, vfs: str | None = None) -> GatedConnection:
         conn = GatedConnection(str(path)) if vfs is None else GatedConnection(str(path), vfs=vfs)
         key = _identity(path)  # SQLite may just have created the file
         if key is not None:
-            _OPEN.setdefault(key, weakref.WeakSet()).add(conn)
+            _OPEN.setdefault(key, []).append(weakref.ref(conn))  # no callback: see above
         return conn
 
 
@@ -331,7 +351,7 @@ def _check_header(path: Path) -> None:
         )
 
 
-def _reclaim_wal(conn: apsw.Connection, path: Path) -> None:
+def _reclaim_wal(conn: GatedConnection, path: Path) -> None:
     """Give back the space of a ``-wal`` left larger than :data:`WAL_LIMIT_BYTES`
     (by a process that died after a full disk stopped its checkpoints):
     ``wal_checkpoint(TRUNCATE)``, once, as the process's first connection.
@@ -351,7 +371,7 @@ def _reclaim_wal(conn: apsw.Connection, path: Path) -> None:
     except (apsw.BusyError, apsw.LockedError, apsw.FullError):
         pass  # see the docstring: another process holds it, or no space yet
     finally:
-        conn.set_busy_handler(_BUSY[conn])
+        conn.set_busy_handler(conn.busy_wait)
 
 
 def open_connection(
@@ -396,12 +416,13 @@ def open_connection(
     except apsw.Error as exc:
         raise translate(exc, p) from exc
     try:
-        _BUSY[conn] = BusyWait(busy_timeout_s)
+        # an attribute, not a weak-keyed registry: see the module docstring
+        conn.busy_wait = BusyWait(busy_timeout_s)
         key = _identity(p)
         if write_gate and key is not None:
             conn.gate = gate_for(p, key)
             conn.gate_timeout_s = busy_timeout_s
-        conn.set_busy_handler(_BUSY[conn])
+        conn.set_busy_handler(conn.busy_wait)
         if conn.execute("PRAGMA page_count").fetchall()[0][0] == 0:
             # only settable before the first table: lets pruning give space back
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")

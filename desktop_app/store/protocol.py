@@ -570,6 +570,14 @@ class Outbox(Protocol):  # pragma: no mutate block
         began and its end was not recorded, so each may have been made (its
         outcome is known once it is delivered or looked up)."""
 
+    def sending_claims(self, run_id: str) -> dict[str, tuple[str | None, float | None]]:
+        """Run ``run_id``'s intents ``sending``: intent id -> ``(claimed_by,
+        claim_expires_at)``, the dispatcher (``host:pid:nonce``) whose claim
+        it is and when that claim runs out (UTC epoch s), each ``None`` once
+        the claim was let go; ``{}`` for a run of another scope. Whether that
+        dispatcher still makes it is :func:`~desktop_app.flow.owners.holding`'s
+        judgement (``show`` says a move being made, not one that may have been)."""
+
     def undelivered_intents(self) -> dict[str, int]:
         """Run id -> how many of its intents are ``pending`` or ``sending``
         (runs with none are left out)."""

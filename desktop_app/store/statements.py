@@ -222,6 +222,12 @@ class Statements:
             "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
             f"WHERE o.status='sending' AND r.scope={p} GROUP BY o.run_id"
         )
+        # a run's intents `sending`, with who claims each (show: being made, or unknown)
+        self.sending_claims_of_run = (
+            f"SELECT o.intent_id, o.claimed_by, {e('o.claim_expires_at')} FROM outbox o "
+            f"JOIN runs r ON r.run_id=o.run_id WHERE o.run_id={p} AND r.scope={p} "
+            "AND o.status='sending' ORDER BY o.created_at, o.intent_id"
+        )
         self.undelivered_by_run = (
             "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
             f"WHERE o.status IN ('pending','sending') AND r.scope={p} GROUP BY o.run_id"

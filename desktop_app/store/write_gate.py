@@ -387,6 +387,10 @@ class GatedConnection(apsw.Connection):
 
     gate: WriteGate | None = None
     gate_timeout_s: float = 10.0
+    #: the busy handler :func:`~desktop_app.store.connection.open_connection`
+    #: set (its ``BusyWait``); kept here rather than in a weak-keyed registry,
+    #: whose clean-up callback would run inside apsw's deallocator
+    busy_wait: Callable[[int], bool] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

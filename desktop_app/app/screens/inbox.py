@@ -638,10 +638,22 @@ class InboxScreen(Screen[None]):
             )
         self._show_status()
 
-    @staticmethod
-    def _gone_text(item: InboxItem) -> str:
+    def _gone_text(self, item: InboxItem) -> str:
+        """Why ``item`` left the inbox, as far as the store and the clock
+        tell: its run timed out or was canceled, its deadline passed (a flow
+        whose timeout leads on), or else someone answered it elsewhere."""
         who = "Run" if item.kind == "flow" else item.source.capitalize()
-        return f"{who} {short_id(item.run_id)}'s question was answered elsewhere"
+        head = f"{who} {short_id(item.run_id)}'s question"
+        if item.kind == "flow":
+            rid = item.run_id
+            latest = self.flowdesk.read(lambda s: s.latest(rid), quiet=True)
+            if latest is not None and latest.status == "timed_out":
+                return f"{head} timed out"
+            if latest is not None and latest.status == "canceled":
+                return f"{head} is gone: the run was canceled"
+        if item.deadline_at is not None and self._now() >= item.deadline_at:
+            return f"{head} timed out (its deadline passed)"
+        return f"{head} was answered elsewhere"
 
     def _cells(self, item: InboxItem, now: float) -> tuple[str, ...]:
         source = item.source

@@ -31,7 +31,7 @@ from desktop_app.store.protocol import (
     StepRecord,
     Wait,
 )
-from desktop_app.words import duration
+from desktop_app.words import duration, step_status_text
 
 #: Characters of an error or a prompt shown in a table cell.
 CELL_CHARS = 100
@@ -52,10 +52,12 @@ def error_text(rec: StepRecord) -> str:
     return shorten(text, CELL_CHARS)
 
 
-def step_cells(rec: StepRecord) -> tuple[str, ...]:
+def step_cells(rec: StepRecord, run_status: str = "") -> tuple[str, ...]:
+    """A step record's cells; ``run_status``: its run's (a step a cancel cut
+    off reads ``canceled``, :func:`~desktop_app.words.step_status_text`)."""
     return (
         rec.step_id,
-        rec.status,
+        step_status_text(rec.status, run_status),
         str(rec.attempts),
         str(rec.iteration) if rec.iteration else "-",
         duration_text(rec.duration_ms),
@@ -98,7 +100,7 @@ class StepsTable(RowTable):
             self.add_column(label, key=key)
 
     def show(self, checkpoint: Checkpoint) -> None:
-        rows = [step_cells(rec) for rec in checkpoint.steps.values()]
+        rows = [step_cells(rec, checkpoint.status) for rec in checkpoint.steps.values()]
         shown = [tuple(c.plain for c in self.get_row_at(i)) for i in range(self.row_count)]
         if rows == shown:
             return

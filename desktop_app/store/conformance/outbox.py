@@ -226,6 +226,7 @@ def withdrawing_takes_back_what_no_live_dispatcher_sends(h: Harness) -> None:
     "Outbox.release_intent",
     "Outbox.open_intents",
     "Outbox.sending_intents",
+    "Outbox.sending_claims",
     "Outbox.withdraw_intents",
 )
 def a_live_or_renewed_claim_holds_and_a_released_send_stays_interrupted(h: Harness) -> None:
@@ -241,6 +242,8 @@ def a_live_or_renewed_claim_holds_and_a_released_send_stays_interrupted(h: Harne
     _eq(s.renew_intent_claim(mine.intent_id, "d1", 60.0, now=at()), False, "not sending yet")
     s.mark_intent(mine.intent_id, "sending", clock.now(), expect="pending")
     _eq(s.sending_intents().get(rid), 1, "one sending")
+    _eq({k: c[0] for k, c in s.sending_claims(rid).items()}, {mine.intent_id: "d1"}, "its claim")
+    _eq(s.sending_claims(_id()), {}, "no sending intents of an unknown run")
     _eq([i.status for i in s.open_intents(rid)], ["sending", "pending"], "still open")
     clock.advance(61)
     alive = s.claim_intents("d2", 60.0, 10, presumed_alive=lambda o: o == "d1", now=at())
@@ -255,6 +258,7 @@ def a_live_or_renewed_claim_holds_and_a_released_send_stays_interrupted(h: Harne
     _eq(s.claim_intents("d3", 60.0, 10, now=at()), [], "a renewed claim holds by the clock too")
     _eq(s.release_intent(keys[0], "d3", "no"), False, "released only by its claimant")
     _eq(s.release_intent(keys[0], "d1", "lookup failed"), True, "released")
+    _eq(s.sending_claims(rid), {keys[0]: (None, None)}, "sending, its claim let go")
     (again,) = s.claim_intents("d3", 60.0, 10, now=at())
     _eq(
         (again.intent_id, again.status, again.interrupted, again.attempts, again.last_error),

@@ -714,6 +714,17 @@ class InMemoryCheckpointStore:
     def sending_intents(self) -> dict[str, int]:
         return self._count_intents(("sending",))
 
+    def sending_claims(self, run_id: str) -> dict[str, tuple[str | None, float | None]]:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None or run.scope != self.scope:
+                return {}
+            return {
+                i.intent_id: self._space.claims.get(i.intent_id, (None, None))
+                for i in self._space.outbox.values()
+                if i.run_id == run_id and i.status == "sending"
+            }
+
     def _count_intents(self, statuses: tuple[str, ...]) -> dict[str, int]:
         counts: dict[str, int] = {}
         with self._lock:

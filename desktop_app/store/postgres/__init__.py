@@ -39,6 +39,8 @@ class PostgresBackend:
             application_name=options.application_name[:63],
             pooler=options.pooler,
             listen_url=options.listen_url,
+            reconnect_max_s=options.reconnect_max_s,
+            connect_wait_s=options.connect_wait_s,
         )
 
     def agent_log(self, store: CheckpointStore) -> AgentLog:

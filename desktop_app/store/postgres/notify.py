@@ -30,7 +30,10 @@ worker's liveness: it registers the owner in ``workers`` and holds
 connection fails (server restart, ``pg_terminate_backend``, TCP keepalive
 after a partition), ``on_lost`` is called at once, so the worker stops its
 runs before their next step (self-fencing): a peer may be taking them over
-right now. It then reconnects with backoff and takes the lock again.
+right now. It then reconnects with backoff (exponential with jitter, capped
+at ``reconnect_max_s``) for as long as it is open, whatever the outage's
+length, logs that the server is away and when it is back, and takes the
+lock again.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from desktop_app.flow.retry import Backoff
 from desktop_app.store.migrations import PG_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -66,9 +70,11 @@ HEARTBEAT_S = 10.0
 #: One listening pass waits at most this long (seconds) for a notification,
 #: so a heartbeat or :meth:`Listener.close` is never held up longer.
 POLL_S = 0.2
-#: The first reconnect try waits this long (seconds); each failure doubles it.
+#: The first reconnect try waits this long (seconds); each failure doubles it
+#: (tenacity's ``wait_exponential_jitter``, through :class:`~desktop_app.flow.retry.Backoff`).
 RECONNECT_FIRST_S = 0.1
-#: Reconnect tries are never further apart than this (seconds).
+#: Reconnect tries are never further apart than this (seconds) by default
+#: (``postgres.reconnect_max_s``); they go on for as long as the listener is open.
 RECONNECT_MAX_S = 5.0
 
 
@@ -299,21 +305,37 @@ class Listener:
         self._alive.set()
 
     def _run(self) -> None:
-        backoff = RECONNECT_FIRST_S
+        # the wait between reconnect tries: the project's Backoff (tenacity's
+        # exponential curve), capped, without jitter (each wait as logged);
+        # tries go on for as long as the listener is open
+        backoff = Backoff(initial_s=RECONNECT_FIRST_S, max_s=self.reconnect_max_s, jitter_s=0.0)
+        tries = 0
+        lost_at = 0.0
         last_beat = time.monotonic()
         while not self._closed.is_set():
             conn = self._conn
             if conn is None:
+                if tries == 0:
+                    lost_at = time.monotonic()
                 try:
                     self._connect()
-                    backoff = RECONNECT_FIRST_S
-                    self._wake.set()  # re-check for work after a reconnect
                 except psycopg.Error as exc:
+                    tries += 1
+                    delay = backoff.delay(tries)
                     log.warning(
-                        "flowdesk: listener reconnect failed: %s; next try in %g s", exc, backoff
+                        "flowdesk: listener reconnect failed: %s; next try in %g s", exc, delay
                     )
-                    self._closed.wait(backoff)
-                    backoff = min(self.reconnect_max_s, backoff * 2)
+                    self._closed.wait(delay)
+                    continue
+                log.warning(
+                    "flowdesk: liveness/listen session re-established after %.1f s "
+                    "(%d failed tries): the PostgreSQL server is back",
+                    time.monotonic() - lost_at,
+                    tries,
+                )
+                tries = 0
+                last_beat = time.monotonic()
+                self._wake.set()  # re-check for work after a reconnect
                 continue
             try:
                 for _ in conn.notifies(timeout=POLL_S, stop_after=1):

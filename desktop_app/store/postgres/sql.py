@@ -33,6 +33,7 @@ import psycopg
 
 from desktop_app.errors import (
     DatabaseOpenError,
+    DatabaseUnreachableError,
     DomainWriteError,
     FlowdeskError,
     SchemaMissingError,
@@ -149,7 +150,7 @@ def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
     at = f" ({where})" if where else ""
     code = exc.sqlstate or ""
     if is_connection_lost(exc):
-        return StoreError(
+        return DatabaseUnreachableError(
             f"lost the connection to PostgreSQL{at}; the transaction was not committed, "
             "nothing was written. Check that the server is up and retry."
         )

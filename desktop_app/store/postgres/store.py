@@ -154,6 +154,12 @@ T = TypeVar("T")
 P = ParamSpec("P")
 Conn = psycopg.Connection[Any]
 MAX_ATTEMPTS = 4
+#: Default longest wait between two reconnect tries after an outage (seconds):
+#: the ``postgres.reconnect_max_s`` setting.
+RECONNECT_MAX_S = 5.0
+#: Default wait of one transaction try for a pooled connection (seconds):
+#: the ``postgres.connect_wait_s`` setting.
+CONNECT_WAIT_S = 30.0
 _CACHE_RUNS = 256
 #: How long to wait for the server to settle a transaction whose COMMIT reply was lost.
 RESOLVE_TIMEOUT_S = 30.0
@@ -313,6 +319,8 @@ class PostgresCheckpointStore:
             worker's liveness lock need a session of their own); default the
             pool's own URL, or none behind a transaction pooler (then
             :meth:`listener` raises NoSessionError).
+        reconnect_max_s: the longest wait between two reconnect tries of a
+            :meth:`listener` whose session dropped, seconds.
 
     The schema must have been applied (``flowdesk db apply``); the
     constructor verifies it (SchemaMissingError / SchemaChecksumError /
@@ -341,8 +349,11 @@ class PostgresCheckpointStore:
         db: str = "",
         pooler: Literal["none", "transaction"] = "none",
         listen_url: str | None = None,
+        reconnect_max_s: float = RECONNECT_MAX_S,
     ) -> None:
         self.pool = pool
+        #: the longest wait between two reconnect tries of :meth:`listener`, seconds
+        self.reconnect_max_s = reconnect_max_s
         self.scope = scope
         self.where = where
         #: the database as a printed command names it (no password): see ``translate``
@@ -1451,6 +1462,7 @@ class PostgresCheckpointStore:
             owner=owner,
             on_lost=on_lost,
             connect_kwargs=connection_kwargs("flowdesk listener"),
+            reconnect_max_s=self.reconnect_max_s,
         ).start()
 
     def watch_changes(self, on_change: Callable[[], None]) -> Callable[[], None]:
@@ -1897,6 +1909,12 @@ class PostgresCheckpointStore:
         rows = self._read(lambda conn: conn.execute(SQL.sending_by_run, (self.scope,)).fetchall())
         return {str(r[0]): int(r[1]) for r in rows}
 
+    def sending_claims(self, run_id: str) -> dict[str, tuple[str | None, float | None]]:
+        rows = self._read(
+            lambda conn: conn.execute(SQL.sending_claims_of_run, (run_id, self.scope)).fetchall()
+        )
+        return {str(r[0]): (r[1], None if r[2] is None else float(r[2])) for r in rows}
+
     def undelivered_intents(self) -> dict[str, int]:
         rows = self._read(
             lambda conn: conn.execute(SQL.undelivered_by_run, (self.scope,)).fetchall()
@@ -1994,6 +2012,8 @@ def open_postgres_store(
     application_name: str = "flowdesk",
     pooler: Literal["none", "transaction"] = "none",
     listen_url: str | None = None,
+    reconnect_max_s: float = RECONNECT_MAX_S,
+    connect_wait_s: float = CONNECT_WAIT_S,
 ) -> PostgresCheckpointStore:
     """Connect to ``url`` (``postgresql://…``) and return a verified store.
 
@@ -2010,6 +2030,17 @@ def open_postgres_store(
         listen_url: a direct URL to the same server for LISTEN and a worker's
             liveness lock (default: ``url``, or none behind a transaction
             pooler; the store's ``listener()`` then raises NoSessionError).
+        reconnect_max_s: seconds: the pool's reconnect attempts for a
+            connection lost (a server outage) give up after this long and
+            start afresh at the next request, so a server that came back is
+            reached within about this long (psycopg_pool's own backoff
+            doubles without a cap until ``reconnect_timeout``, 5 min by
+            default: after a 2.5 min outage its next try came a minute or
+            more after the server was back); also the cap of
+            :meth:`~PostgresCheckpointStore.listener`'s reconnect backoff.
+        connect_wait_s: seconds one try of a transaction waits for a pooled
+            connection (the pool's ``timeout``); a transaction is tried
+            :data:`MAX_ATTEMPTS` times.
 
     Raises:
         DatabaseOpenError: the server cannot be reached or refuses the role.
@@ -2025,6 +2056,8 @@ def open_postgres_store(
         configure=_set_search_path if pooler == "none" else None,
         open=False,
         name="flowdesk",
+        timeout=connect_wait_s,
+        reconnect_timeout=reconnect_max_s,
     )
     try:
         pool.open(wait=True, timeout=30)
@@ -2035,6 +2068,7 @@ def open_postgres_store(
             db=redact(url, mask=None),
             pooler=pooler,
             listen_url=listen_url,
+            reconnect_max_s=reconnect_max_s,
         )
     except PoolTimeout as exc:
         pool.close()

@@ -1475,6 +1475,13 @@ class SqliteCheckpointStore:
             rows: list[Any] = self.conn.execute(SQL.sending_by_run, (self.scope,)).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
+    def sending_claims(self, run_id: str) -> dict[str, tuple[str | None, float | None]]:
+        with self._read():
+            rows: list[Any] = self.conn.execute(
+                SQL.sending_claims_of_run, (run_id, self.scope)
+            ).fetchall()
+        return {str(r[0]): (r[1], None if r[2] is None else float(r[2])) for r in rows}
+
     def undelivered_intents(self) -> dict[str, int]:
         with self._read():
             rows: list[Any] = self.conn.execute(SQL.undelivered_by_run, (self.scope,)).fetchall()

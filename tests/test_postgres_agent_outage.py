@@ -1,0 +1,172 @@
+"""A PostgreSQL ``flowdesk agent`` worker rides out a server outage.
+
+A worker is up; a tidy run executes in another process (``flowdesk
+answer RUN yes``) when the server crashes (``pg_ctl -m immediate stop``) and
+stays down for longer than every give-up the worker used to have (the
+store's tries of a transaction: ``MAX_ATTEMPTS`` waits of
+``postgres.connect_wait_s`` each; the pool's reconnect attempt, given up after
+``postgres.reconnect_max_s``). The worker must not exit: it says the
+database is unreachable, keeps retrying, says when it is back, then takes
+over the interrupted run and finishes it, each step once, each file moved
+once. The settings are set small here so the outage lasts seconds, not
+minutes; the cluster is this test's own (it is stopped and started again).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from desktop_app.store import postgres
+from tests.pg_support import PrivateCluster, find_bindir, unavailable
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[1]
+FILES = 400
+#: seconds the server stays down after the worker said it is unreachable:
+#: several times the pool's reconnect attempts (postgres.reconnect_max_s below)
+OUTAGE_S = 5.0
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[PrivateCluster]:
+    """A cluster of this test's own (it is crashed and restarted; the session's is shared)."""
+    bindir = find_bindir()
+    if bindir is None:
+        unavailable("no /usr/lib/postgresql/*/bin/initdb to start a cluster to crash")
+    assert bindir is not None
+    cluster = PrivateCluster(bindir)
+    try:
+        postgres.apply_postgres_schema(cluster.start())
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _count(url: str, sql: str, *args: object) -> int:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        row = conn.execute(sql, args).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.scenario("S103")
+def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp_path):
+    url = f"postgresql://postgres@127.0.0.1:{own_cluster.port}/postgres"
+    env = dict(
+        os.environ,
+        FLOWDESK_POSTGRES__RECONNECT_MAX_S="0.5",
+        FLOWDESK_POSTGRES__CONNECT_WAIT_S="1",
+    )
+    folder = tmp_path / "Downloads"
+    folder.mkdir()
+    for i in range(FILES):
+        (folder / f"f{i:04d}.txt").write_text(f"file {i}\n")
+
+    def flowdesk(*args: str, **kwargs: object) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "desktop_app.cli", "--db", url, *args],
+            cwd=REPO, env=env, text=True, **kwargs,  # type: ignore[call-overload]
+        )  # fmt: skip
+
+    started = flowdesk("run", "tidy", "--folder", str(folder), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)  # fmt: skip
+    out, err = started.communicate(timeout=120)
+    assert started.returncode == 0, err
+    run_id = out.splitlines()[0]
+
+    agent = flowdesk("agent", "--poll", "0.3", stderr=subprocess.PIPE)
+    said: list[str] = []
+    up, away, back = threading.Event(), threading.Event(), threading.Event()
+
+    def read() -> None:
+        assert agent.stderr is not None
+        for line in agent.stderr:
+            said.append(line)
+            up.set() if "flowdesk agent: worker " in line else None
+            away.set() if "the database is unreachable" in line else None
+            back.set() if "the database is back after" in line else None
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    answer = None
+    try:
+        assert up.wait(120), "".join(said)
+        answer = flowdesk("answer", run_id, "yes", stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT)  # fmt: skip
+        steps = "SELECT count(*) FROM flowdesk.checkpoints WHERE run_id=%s"
+        while _count(url, steps, run_id) < 20:  # the run is executing its moves
+            assert answer.poll() is None, answer.communicate()[0]
+            time.sleep(0.1)
+        own_cluster.crash()
+        # down until the worker said so (its tries of a transaction ran out),
+        # then longer than its pool's reconnect attempts last: not a timing assertion
+        assert away.wait(120), "".join(said)
+        time.sleep(OUTAGE_S)
+        own_cluster.restart()
+        answer.communicate(timeout=120)
+        assert answer.returncode == 1  # it gave up during the outage: the run is interrupted
+        # the run completed and the worker delivered every move it queued
+        done = (
+            "SELECT count(*) FROM flowdesk.runs WHERE run_id=%s AND status='completed' "
+            "AND NOT EXISTS (SELECT 1 FROM flowdesk.outbox o WHERE o.run_id=runs.run_id "
+            "AND o.status <> 'delivered')"
+        )
+        deadline = time.monotonic() + 300
+        while not _count(url, done, run_id):
+            assert agent.poll() is None, "".join(said)  # the worker is still there
+            assert time.monotonic() < deadline, "".join(said)
+            time.sleep(0.5)
+        assert back.wait(30), "".join(said)
+    finally:
+        if answer is not None and answer.poll() is None:
+            answer.kill()
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(timeout=60)
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+        reader.join(timeout=10)
+    text = "".join(said)
+    assert agent.returncode == 0, text
+    assert "Traceback" not in text
+    assert "the database is unreachable" in text
+    assert text.index("the database is unreachable") < text.index("the database is back after")
+    assert f"run {run_id} completed" in text
+    # each step once: the loop's move steps (step id "apply") committed one
+    # checkpoint each, progress [k, FILES] for k = 1..FILES (besides them the
+    # loop's completion and the takeover's mark repeat a progress); one
+    # outbox intent per file; every file moved exactly once, none left behind
+    with psycopg.connect(url) as conn:
+        progress = [
+            row[0]
+            for row in conn.execute(
+                "SELECT progress FROM flowdesk.checkpoints WHERE run_id=%s AND step_id='apply' "
+                "ORDER BY revision",
+                (run_id,),
+            )
+        ]
+        resumed = conn.execute(
+            "SELECT count(*) FROM flowdesk.checkpoints WHERE run_id=%s AND meta LIKE "
+            "'%%\"resumed\"%%'",
+            (run_id,),
+        ).fetchone()
+    assert sorted(set(progress)) == sorted(f"[{k},{FILES}]" for k in range(1, FILES + 1))
+    assert resumed is not None and resumed[0] > 0  # taken over by the worker
+    assert len(progress) - len(set(progress)) <= 2
+    assert _count(url, "SELECT count(*) FROM flowdesk.outbox WHERE run_id=%s", run_id) == FILES
+    moved = "SELECT count(*) FROM flowdesk.tidy_moves WHERE run_id=%s AND status='moved'"
+    assert _count(url, moved, run_id) == FILES
+    assert not [p for p in folder.iterdir() if p.suffix == ".txt"]  # none left behind
+    landed = [p for p in folder.rglob("*.txt") if p.parent != folder]
+    assert sorted(p.name for p in landed) == [f"f{i:04d}.txt" for i in range(FILES)]
