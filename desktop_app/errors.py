@@ -1187,6 +1187,37 @@ class UnfitPayloadError(InputError):
         )
 
 
+class DedupeKeyReusedError(InputError):
+    """A signal sent with a ``dedupe_key`` already used for another request
+    (another name, key or payload): refused, nothing stored (as Stripe
+    refuses a different request under a used idempotency key). A send of
+    the same name, key and payload again is a duplicate, not this error.
+
+    Attributes:
+        dedupe_key: the key given.
+        signal_id: the signal first sent with it.
+        name: that signal's name.
+        key: that signal's key.
+    """
+
+    def __init__(
+        self, dedupe_key: str, signal_id: int, name: str, key: str, sent: tuple[str, str]
+    ) -> None:
+        self.dedupe_key = dedupe_key
+        self.signal_id = signal_id
+        self.name = name
+        self.key = key
+        if sent == (name, key):
+            differs = "with another payload"
+        else:
+            differs = f"not for signal {sent[0]!r} with key {sent[1]!r}"
+        super().__init__(
+            f"dedupe key {dedupe_key!r} was already used for signal {name!r} with key {key!r} "
+            f"(signal {signal_id}), {differs}: nothing was sent. A dedupe key names one "
+            "request; give this signal a dedupe key of its own (or none)"
+        )
+
+
 class SignalPayloadError(UnfitPayloadError):
     """A signal whose payload the run waiting for it cannot take (see
     :class:`UnfitPayloadError`); nothing was stored."""

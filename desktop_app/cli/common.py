@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.output import Hints
 from desktop_app.errors import InputError
+from desktop_app.textsafe import shell_quote
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -19,16 +20,31 @@ if TYPE_CHECKING:
 
 
 def parse_json(text: str, what: str) -> Any:
-    """``text`` given as ``what`` (``--input``, ``--payload``...) parsed as JSON.
+    """``text`` given as ``what`` (``--input``, ``--payload``...) parsed as
+    JSON (RFC 8259): every JSON value the CLI reads goes through here.
 
     Raises:
-        InputError: not JSON, or nested deeper than Python's recursion limit
-            (about 1,000 levels) allows (exit 2).
+        InputError: not JSON, a number that is not finite (``NaN``,
+            ``Infinity``, or ``1e999``, which reads as infinity: JSON has
+            no such numbers, and a checkpoint could not hold them as JSON),
+            or nested deeper than Python's recursion limit (about 1,000
+            levels) allows (exit 2).
     """
     import json
+    import math
+
+    def refuse(literal: str) -> Any:
+        raise InputError(
+            f"{what} holds {literal}, which is not a JSON number (JSON numbers are finite); "
+            "give a finite number, or a string"
+        )
+
+    def finite(literal: str) -> float:
+        value = float(literal)
+        return value if math.isfinite(value) else refuse(f"{literal} (beyond a float's range)")
 
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=refuse, parse_float=finite)
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not JSON: {exc}") from exc
     except RecursionError:
@@ -36,6 +52,71 @@ def parse_json(text: str, what: str) -> Any:
             f"{what} is nested too deeply (more than about {sys.getrecursionlimit()} levels "
             "of arrays or objects); give a flatter JSON value"
         ) from None
+
+
+#: bytes past which a value does not go into a printed command: a terminal
+#: line holds 4,096 (Linux's canonical-mode line buffer), so a longer one
+#: cannot be pasted whole; such a hint names a ``--...-file`` option instead
+PASTE_LIMIT = 4096
+
+
+def pasteable(text: str) -> bool:
+    """Whether ``text`` fits in a command a user can paste (:data:`PASTE_LIMIT`)."""
+    return len(text.encode("utf-8", "surrogatepass")) <= PASTE_LIMIT
+
+
+def value_arg(text: str, what: str, path: str | None = None) -> tuple[str, str]:
+    """A signal's ``what`` (``"key"`` or ``"payload"``) for a printed
+    command, and a note for the hint (``""`` when none is needed): ``text``
+    quoted when :func:`pasteable`; else ``--WHAT-file PATH`` with the file
+    it was read from (``path``), or with the placeholder ``WHAT_FILE`` and
+    a note that says what to put in it."""
+    if pasteable(text):
+        return shell_quote(text), ""
+    if path not in (None, "-"):
+        return f"--{what}-file {shell_quote(str(path))}", ""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    holder = f"{what.upper()}_FILE"
+    return (
+        f"--{what}-file {holder}",
+        f"{holder} holding the {what} ({size:,} bytes, too long to paste)",
+    )
+
+
+def read_text_option(path: str, option: str) -> str:
+    """The text of ``option``'s file ``path`` (UTF-8), or of standard input
+    for ``-``: for a value too long for a command line (Linux refuses one
+    argument over 128 KiB: "Argument list too long").
+
+    Raises:
+        InputError: the file cannot be read, or is not UTF-8 (exit 2).
+    """
+    from pathlib import Path
+
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
+        return Path(path).expanduser().read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read {option} {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        where = "standard input" if path == "-" else path
+        raise InputError(f"{option}: {where} is not UTF-8 text ({exc.reason})") from exc
+
+
+def json_option(text: str | None, path: str | None, option: str, default: str) -> Any:
+    """The JSON value of ``--OPTION TEXT`` or ``--OPTION-file PATH`` (``-``:
+    standard input), ``default`` when neither is given.
+
+    Raises:
+        InputError: both are given, the file cannot be read, or the value
+            is not JSON (:func:`parse_json`) (exit 2).
+    """
+    if path is None:
+        return parse_json(default if text is None else text, option)
+    if text is not None:
+        raise InputError(f"give {option} or {option}-file, not both")
+    return parse_json(read_text_option(path, f"{option}-file"), f"{option}-file")
 
 
 log = logging.getLogger(__name__)

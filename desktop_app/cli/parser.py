@@ -312,8 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
     start = sub.add_parser("start", help="run any registered flow headless")
     act = start.add_argument("flow", help="flow name (see `flowdesk flows`)")
     act.completer = _flow_names  # type: ignore[attr-defined]
-    start.add_argument("--input", default="{}", help="the flow's input state as JSON")
-    start.add_argument("--input-file", type=Path, help="read the input JSON from this file")
+    start.add_argument("--input", help="the flow's input state as JSON (default {})")
+    start.add_argument(
+        "--input-file", metavar="PATH", help="read the input JSON from this file (-: stdin)"
+    )
     start.add_argument("--flow-key", help="single flight: return the live run with this key")
     start.add_argument(
         "--new",
@@ -436,13 +438,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     sig = sub.add_parser("signal", help="send a signal (stored, delivered to a waiting run)")
     sig.add_argument("name")
-    sig.add_argument("key")
-    sig.add_argument("--payload", default="null", help="JSON payload (default null)")
-    sig.add_argument("--dedupe-key", help="a second send with this key is a no-op")
+    sig.add_argument("key", nargs="?", help="the key the waiting run names (or --key-file)")
+    sig.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help="read the key from this file, one final newline dropped (-: stdin)",
+    )
+    sig.add_argument("--payload", help="JSON payload (default null)")
+    sig.add_argument(
+        "--payload-file", metavar="PATH", help="read the JSON payload from this file (-: stdin)"
+    )
+    sig.add_argument(
+        "--dedupe-key",
+        help="idempotency key: a second send with this key, name, key and payload is a "
+        "duplicate (nothing stored); with another name, key or payload it is refused",
+    )
 
     pub = sub.add_parser("publish", help="publish an event (every run waiting on its type gets it)")
     pub.add_argument("type", help="the event type")
-    pub.add_argument("--payload", default="null", help="JSON payload (default null)")
+    pub.add_argument("--payload", help="JSON payload (default null)")
+    pub.add_argument(
+        "--payload-file", metavar="PATH", help="read the JSON payload from this file (-: stdin)"
+    )
 
     ask = sub.add_parser("ask", help="ask an agent (the configured model) a question")
     ask.add_argument("question", nargs="?", help="the question (omit with --resume)")

@@ -20,7 +20,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from desktop_app.cli.common import Ctx, parse_json, read_answer
+from desktop_app.cli.common import (
+    Ctx,
+    json_option,
+    parse_json,
+    read_answer,
+    read_text_option,
+    value_arg,
+)
 from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import (
@@ -238,13 +245,7 @@ def cmd_start(ctx: Ctx) -> int:
     from desktop_app.errors import UnknownFlowError
 
     a = ctx.args
-    text = a.input
-    if a.input_file is not None:
-        try:
-            text = a.input_file.expanduser().read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"cannot read --input-file {a.input_file}: {exc.strerror}") from exc
-    given = parse_json(text, "--input-file" if a.input_file is not None else "--input")
+    given = json_option(a.input, a.input_file, "--input", "{}")
     if not isinstance(given, dict):
         raise InputError('--input must be a JSON object, e.g. \'{"order": "o-1"}\'')
     sv = ctx.services()
@@ -297,6 +298,7 @@ def cmd_answer(ctx: Ctx) -> int:
             f"an answer; nothing was answered (`{ctx.hints.cmd(f'show {run.run_id}')}` says "
             "what it did)"
         )
+    _refuse_other_waits(ctx, sv, run)
     from desktop_app.cli.runs import refuse_unregistered
 
     refuse_unregistered(ctx, sv, run.run_id, "answered")
@@ -326,6 +328,28 @@ def cmd_answer(ctx: Ctx) -> int:
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
             print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def _refuse_other_waits(ctx: Ctx, sv: Any, run: Any) -> None:
+    """Refuse an ``answer`` to the waiting run ``run`` when it waits for a
+    signal, an event or a timer and asks no question: say what it waits for
+    and the command that reaches it, as ``show`` prints them.
+
+    Raises:
+        RunStateError: no question is pending (exit 1); nothing was answered.
+    """
+    from desktop_app.cli.waits import wait_lines
+
+    cp = sv.checkpoints.latest(run.run_id)
+    if ctx.args.wait_id in cp.meta.get("resolved", []):
+        return  # answered already: the engine says so, and that the first answer stands
+    waits = cp.waits
+    if not waits or any(w.kind == "input" for w in waits):
+        return
+    lines = "\n".join(wait_lines(ctx.hints, run, waits, sv.checkpoints.now()))
+    raise RunStateError(
+        f"run {run.run_id} asks no question, so nothing was answered; it waits for:\n{lines}"
+    )
 
 
 def note_if_completed(ctx: Ctx, sv: Any, run_id: str) -> None:
@@ -405,8 +429,12 @@ def cmd_signal(ctx: Ctx) -> int:
     the command that sends one for them. A payload a waiting run cannot
     take is refused before it is stored (``SignalPayloadError``, exit 2)."""
     a = ctx.args
-    payload = parse_json(a.payload, "--payload")
+    _refuse_empty(ctx, a.name, "signal name")
+    a.key = _signal_key(a)
+    payload = json_option(a.payload, a.payload_file, "--payload", "null")
     sv = ctx.services()
+    if a.dedupe_key is not None and (first := sv.checkpoints.signal_by_dedupe_key(a.dedupe_key)):
+        return _say_duplicate(ctx, sv, first, payload)
     waiting = sv.checkpoints.runs_waiting_for("signal", a.name, a.key)
     _refuse_moved(sv, waiting, "signal")
     before = signal_waits(sv.checkpoints, a.name, a.key)
@@ -417,7 +445,7 @@ def cmd_signal(ctx: Ctx) -> int:
     if reach.taken_by is not None and reach.refused is not None:
         print(
             f"run {reach.taken_by} refused it and still waits for {what}: {reach.refused} "
-            f"(send one that fits: {_signal_again(ctx)})",
+            f"(send one that fits: {_signal_again(ctx, payload)})",
             file=sys.stderr,
         )
         return EXIT_FAILED
@@ -431,7 +459,7 @@ def cmd_signal(ctx: Ctx) -> int:
         print(
             f"{plural(n, 'other run')} still {'waits' if n == 1 else 'wait'} for {what}: "
             f"{', '.join(reach.still_waiting)}; a signal is taken by one wait, so send one "
-            f"for each: {_signal_again(ctx)}"
+            f"for each: {_signal_again(ctx, payload)}"
         )
     elif reach.still_waiting:
         n = len(reach.still_waiting)
@@ -447,31 +475,115 @@ def cmd_signal(ctx: Ctx) -> int:
     return EXIT_OK
 
 
-def _signal_again(ctx: Ctx) -> str:
-    """The ``signal`` command as the user gave it, without ``--dedupe-key``
-    (a second send with it would store nothing)."""
+def _signal_key(a: Any) -> str:
+    """The signal's key: ``KEY``, or ``--key-file``'s text without one
+    final newline (a key too long for a command line goes by file).
+
+    Raises:
+        InputError: neither or both are given, both files are standard
+            input, or the file cannot be read (exit 2).
+    """
+    if a.key_file is None:
+        if a.key is None:
+            raise InputError("give the signal's KEY after its name, or --key-file PATH")
+        return str(a.key)
+    if a.key is not None:
+        raise InputError("give the signal's KEY or --key-file, not both")
+    if a.key_file == "-" and a.payload_file == "-":
+        raise InputError("--key-file and --payload-file cannot both read standard input")
+    return read_text_option(a.key_file, "--key-file").removesuffix("\n")
+
+
+def _refuse_empty(ctx: Ctx, name: str, what: str) -> None:
+    """Refuse an empty signal name or event type (``what``) before anything
+    is opened: no wait step has one, so it would reach nothing.
+
+    Raises:
+        InputError: ``name`` is empty (exit 2); nothing was sent.
+    """
+    if not name:
+        raise InputError(
+            f"the {what} is empty, and no wait waits on an empty one: nothing was sent; "
+            f"give the name the flow's wait step uses (what runs wait for: "
+            f"{ctx.hints.cmd('waiting')})"
+        )
+
+
+def _say_duplicate(ctx: Ctx, sv: Any, first: Any, payload: Any) -> int:
+    """A ``signal`` whose ``--dedupe-key`` was used already (``first``, the
+    :class:`~desktop_app.store.records.Signal` sent with it): the same
+    name, key and payload is a duplicate, which stores nothing; say which
+    signal it was and what became of it (exit 0).
+
+    Raises:
+        DedupeKeyReusedError: the key was used for another name, key or
+            payload; nothing was sent (exit 2).
+    """
+    from desktop_app.store import codec
+    from desktop_app.store.rows import same_signal_or_refuse
+
     a = ctx.args
-    rest = f"signal {shell_quote(a.name)} {shell_quote(a.key)}"
-    if a.payload != "null":
-        rest += f" --payload {shell_quote(a.payload)}"
-    return ctx.hints.cmd(rest)
+    same_signal_or_refuse(first, a.dedupe_key, a.name, a.key, codec.dumps(payload))
+    what = f"signal {a.name!r} with key {a.key!r}"
+    print(
+        f"duplicate: dedupe key {a.dedupe_key!r} was used already for {what} and this same "
+        f"payload (signal {first.signal_id}); nothing new was stored"
+    )
+    reach = signal_reach(sv.checkpoints, first.signal_id, a.name, a.key, {})
+    if reach.taken_by is not None and reach.refused is not None:
+        print(f"run {reach.taken_by} refused it: {reach.refused}")
+    elif reach.taken_by is not None:
+        status = sv.checkpoints.get_run(reach.taken_by).status
+        print(f"it was delivered to run {reach.taken_by} (now {status})")
+    elif reach.still_waiting:
+        n = len(reach.still_waiting)
+        print(
+            f"it is kept in the mailbox: {plural(n, 'run')} {'waits' if n == 1 else 'wait'} "
+            f"for it ({', '.join(reach.still_waiting)}); the first one woken by a process "
+            "that runs its flow takes it"
+        )
+    else:
+        print(no_signal_waiter(a.name, a.key))
+    return EXIT_OK
 
 
-def _say_ended(ctx: Ctx, sv: Any, others: list[str]) -> None:
-    """Runs that waited for a signal no wait took and that failed, timed
-    out or were canceled meanwhile (a route after the wait failed on it:
-    the step failed, the signal stays in the mailbox): say so on stderr,
-    with the command that shows why. A run that completed took another
+def _signal_again(ctx: Ctx, payload: Any) -> str:
+    """The ``signal`` command as the user gave it, without ``--dedupe-key``
+    (a second send with it would store nothing); a key or payload too long
+    to paste (:func:`~desktop_app.cli.common.pasteable`) goes by its file
+    (the one given, else a placeholder the hint explains)."""
+    a = ctx.args
+    key, key_note = value_arg(a.key, "key", a.key_file)
+    rest = f"signal {shell_quote(a.name)} {key}"
+    notes = [key_note]
+    if payload is not None or a.payload_file is not None:
+        text = a.payload if a.payload is not None else json.dumps(payload, ensure_ascii=False)
+        arg, note = value_arg(text, "payload", a.payload_file)
+        rest += f" {arg}" if arg.startswith("--") else f" --payload {arg}"
+        notes.append(note)
+    said = " and ".join(n for n in notes if n)
+    return ctx.hints.cmd(rest) + (f", {said}" if said else "")
+
+
+def _say_ended(ctx: Ctx, sv: Any, others: list[str]) -> list[str]:
+    """Runs that waited for a signal (or an event) no wait took and that
+    failed, timed out (its wait's deadline had passed) or were canceled
+    meanwhile (a route after the wait failed on it: the step failed, the
+    signal stays in the mailbox): say so on stderr, with the command that
+    shows why; returns the runs named. A run that completed took another
     signal sent at the same time, and is not named."""
+    named = []
     for run_id in others:
         run = sv.checkpoints.get_run(run_id)
         if run.status not in ("failed", "timed_out", "canceled"):
             continue
+        named.append(run_id)
         print(
             f"run {run_id} is {run.status} now: {run.error or 'no error recorded'} "
             f"({ctx.hints.cmd(f'show {run_id}')})",
             file=sys.stderr,
         )
+    return named
 
 
 def cmd_publish(ctx: Ctx) -> int:
@@ -481,15 +593,19 @@ def cmd_publish(ctx: Ctx) -> int:
     their process looks. A payload that a run waiting for ``TYPE`` now
     cannot take is refused before it is stored (``EventPayloadError``, exit
     2, naming every such run), even when other waiting runs could take it."""
-    payload = parse_json(ctx.args.payload, "--payload")
+    _refuse_empty(ctx, ctx.args.type, "event type")
+    payload = json_option(ctx.args.payload, ctx.args.payload_file, "--payload", "null")
     sv = ctx.services()
     waiting = sv.checkpoints.runs_waiting_for("event", ctx.args.type)
     _refuse_moved(sv, waiting, "event")
     event_id = sv.engine.publish(ctx.args.type, payload)
     print(f"event {event_id} published")
+    ended = _say_ended(ctx, sv, waiting)  # woken past its deadline: timed out, not reached
+    if ended and len(ended) == len(waiting):
+        return EXIT_OK
     _say_reached(
         ctx,
-        waiting,
+        [r for r in waiting if r not in ended],
         f"no run waits for event {ctx.args.type!r} now, and a run that waits for it later "
         "takes only one published after its wait began",
     )

@@ -30,6 +30,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from desktop_app.cli.common import value_arg
 from desktop_app.cli.output import MOVED_WAIT, Hints, due_in, iso
 from desktop_app.textsafe import shell_quote, visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
@@ -237,7 +238,11 @@ def wait_lines(
         elif w.kind in ("signal", "event") and (expected := (taken or {}).get(w.wait_id)):
             note = f"{note}, of type {expected} (another is refused)"
         lines.append(f"    {note}")
-        lines.append(f"    {verb} with: {wait_command(hints, rid, w, several=several)}")
+        command = wait_command(hints, rid, w, several=several)
+        if w.kind == "signal" and (holder := value_arg(str(w.key), "key")[1]):
+            how = hints.cmd(f"show {rid} -o json")
+            command += f", {holder}: `{how}` gives it (waits, key)"
+        lines.append(f"    {verb} with: {command}")
     return lines
 
 
@@ -325,8 +330,9 @@ def wait_command(
     if wait.kind == "input":
         which = f" --wait-id {shell_quote(wait.wait_id)}" if several else ""
         return hints.cmd(f"answer {run_id} yes{which}")
-    if wait.kind == "signal":
-        return hints.cmd(f"signal {shell_quote(str(wait.name))} {shell_quote(str(wait.key))}")
+    if wait.kind == "signal":  # a key too long to paste goes by file: see wait_lines
+        key, _ = value_arg(str(wait.key), "key")
+        return hints.cmd(f"signal {shell_quote(str(wait.name))} {key}")
     if wait.kind == "event":
         return hints.cmd(f"publish {shell_quote(str(wait.name))}")
     return hints.cmd(f"resume {run_id}")

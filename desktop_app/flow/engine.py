@@ -898,10 +898,13 @@ class Engine:
         """Send a signal: stored first (a durable mailbox), then delivered to a
         run waiting on ``(name, key)`` now if this process may run it, else by
         whichever process wakes that run later (``tick``/``serve``/``recover``).
-        A second send with the same ``dedupe_key`` is a no-op (duplicate
-        delivery). Returns the signal id.
+        A second send with the same ``dedupe_key``, name, key and payload
+        is a no-op (duplicate delivery) that returns the first one's id.
+        Returns the signal id.
 
         Raises:
+            DedupeKeyReusedError: ``dedupe_key`` was used for a signal of
+                another name, key or payload; nothing was stored.
             PayloadNotStorableError: no checkpoint could hold ``payload`` (too
                 deeply nested, not JSON data); nothing was stored.
             SignalPayloadError: a run waiting for ``(name, key)`` now, whose

@@ -416,8 +416,16 @@ class Mailbox(Protocol):  # pragma: no mutate block
         self, name: str, key: str, payload: JSON, now: float, dedupe_key: str | None = None
     ) -> int:
         """Store a signal; returns its id. A second send with the same
-        ``dedupe_key`` (from any connection) stores nothing and returns the
-        first one's id."""
+        ``dedupe_key`` (from any connection) and the same name, key and
+        payload stores nothing and returns the first one's id.
+
+        Raises:
+            DedupeKeyReusedError: ``dedupe_key`` was used for a signal of
+                another name, key or payload; nothing is stored.
+        """
+
+    def signal_by_dedupe_key(self, dedupe_key: str) -> Signal | None:
+        """The signal stored with ``dedupe_key`` in this scope, or ``None``."""
 
     def next_signal(self, name: str, key: str) -> Signal | None:
         """The oldest unconsumed signal for ``(name, key)``, or ``None``."""

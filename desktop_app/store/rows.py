@@ -22,6 +22,7 @@ import orjson
 from desktop_app.errors import (
     CheckpointDecodeError,
     CheckpointNotFoundError,
+    DedupeKeyReusedError,
     DuplicateWaitIdError,
     StateNotStorableError,
     StoreError,
@@ -221,6 +222,27 @@ def withdrawable(
 def signal_from_row(name: str, key: str, row: Sequence[Any]) -> Signal:
     """A ``signals`` row (signal_id, payload, sent_at) as a :class:`Signal`."""
     return Signal(int(row[0]), name, key, codec.loads(row[1]), float(row[2]))
+
+
+def deduped_signal(row: Sequence[Any]) -> Signal:
+    """A ``signals`` row read by its dedupe key (signal_id, name, key,
+    payload, sent_at) as a :class:`Signal`."""
+    return Signal(int(row[0]), str(row[1]), str(row[2]), codec.loads(row[3]), float(row[4]))
+
+
+def same_signal_or_refuse(first: Signal, dedupe_key: str, name: str, key: str, body: str) -> int:
+    """``first``'s id when a send of ``(name, key)`` with payload ``body``
+    (:func:`codec.dumps` text) under ``dedupe_key`` is the same request as
+    ``first`` (the signal stored with that key): a duplicate, which stores
+    nothing.
+
+    Raises:
+        DedupeKeyReusedError: the send has another name, key or payload
+            (exit 2); nothing is stored.
+    """
+    if (first.name, first.key) == (name, key) and codec.dumps(first.payload) == body:
+        return first.signal_id
+    raise DedupeKeyReusedError(dedupe_key, first.signal_id, first.name, first.key, (name, key))
 
 
 def event_from_row(type_: str, row: Sequence[Any]) -> Event:

@@ -153,7 +153,8 @@ class Statements:
             f"VALUES ({p},{p},{p},{p},{p},{t})"
         )
         self.signal_by_dedupe_key = (
-            f"SELECT signal_id FROM signals WHERE scope={p} AND dedupe_key={p}"
+            f"SELECT signal_id, name, key, payload, {e('sent_at')} FROM signals "
+            f"WHERE scope={p} AND dedupe_key={p}"
         )
         self.next_signal = (
             f"SELECT signal_id, payload, {e('sent_at')} FROM signals WHERE scope={p} "

@@ -11,6 +11,7 @@ import threading
 import pytest
 
 from desktop_app.errors import (
+    DedupeKeyReusedError,
     DuplicateFlowKeyError,
     LeaseLostError,
     RevisionConflictError,
@@ -101,7 +102,9 @@ def test_mailbox_dedupe_order_and_consume(store):
     store.append(cp("r1", 1, status="waiting", waits=waits))
     assert store.wakeable_runs(1000.0) == []
     s1 = store.send_signal("approve", "k", {"n": 1}, 1001.0, dedupe_key="d")
-    assert store.send_signal("approve", "k", {"n": 99}, 1002.0, dedupe_key="d") == s1
+    assert store.send_signal("approve", "k", {"n": 1}, 1002.0, dedupe_key="d") == s1
+    with pytest.raises(DedupeKeyReusedError, match="with another payload: nothing was sent"):
+        store.send_signal("approve", "k", {"n": 99}, 1002.0, dedupe_key="d")
     s2 = store.send_signal("approve", "k", {"n": 2}, 1003.0)
     store.send_signal("approve", "other", {"n": 3}, 1003.0)
     first = store.next_signal("approve", "k")

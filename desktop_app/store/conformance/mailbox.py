@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from desktop_app.errors import (
     CheckpointNotFoundError,
+    DedupeKeyReusedError,
     DuplicateWaitIdError,
     RevisionConflictError,
 )
@@ -51,10 +52,37 @@ def signal_dedupe_from_two_connections(h: Harness) -> None:
     a, b = h.store(), h.store()
     name, dedupe = _id(), _id()
     ids: list[int] = []
-    _threads(4, lambda i: ids.append((a, b)[i % 2].send_signal(name, "k", {"i": i}, 5.0, dedupe)))
+    _threads(4, lambda i: ids.append((a, b)[i % 2].send_signal(name, "k", {"i": 1}, 5.0, dedupe)))
     _eq(len(set(ids)), 1, "four sends with one dedupe key from two connections store one signal")
     got = b.next_signal(name, "k")
     _ok(got is not None and got.signal_id == ids[0], "that signal")
+
+
+@check("Mailbox.send_signal", "Mailbox.signal_by_dedupe_key")
+def signal_dedupe_key_names_one_request(h: Harness) -> None:
+    a, b = h.store(), h.store()
+    name, dedupe = _id(), _id()
+    _eq(a.signal_by_dedupe_key(dedupe), None, "a dedupe key not used yet")
+    first = a.send_signal(name, "k", {"n": 1}, 5.0, dedupe)
+    got = b.signal_by_dedupe_key(dedupe)
+    _ok(
+        got is not None
+        and (got.signal_id, got.name, got.key, got.payload, got.sent_at)
+        == (first, name, "k", {"n": 1}, 5.0),
+        "the signal sent with it, from another connection",
+    )
+    _eq(b.send_signal(name, "k", {"n": 1}, 6.0, dedupe), first, "the same request: a duplicate")
+    for sname, key, payload, why in (
+        (name, "k", {"n": 2}, "another payload"),
+        (name, "other", {"n": 1}, "another key"),
+        (_id(), "k", {"n": 1}, "another name"),
+        (name, "k", {"n": 1.0}, "a payload equal in Python, not in JSON"),
+    ):
+        with _raises(DedupeKeyReusedError, f"a used dedupe key with {why}"):
+            b.send_signal(sname, key, payload, 7.0, dedupe)
+    _eq(a.next_signal(name, "other"), None, "a refused send stored nothing")
+    nxt = a.next_signal(name, "k")
+    _ok(nxt is not None and nxt.signal_id == first and nxt.payload == {"n": 1}, "the first stays")
 
 
 @check("Mailbox.publish_event", "Mailbox.first_event")

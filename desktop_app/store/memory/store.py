@@ -43,7 +43,13 @@ from desktop_app.store.protocol import (
     Withdrawal,
 )
 from desktop_app.store.records import claim_time, lease_is_free, lease_lost_message
-from desktop_app.store.rows import check_wait_ids, claim_is_free, detached, withdrawable
+from desktop_app.store.rows import (
+    check_wait_ids,
+    claim_is_free,
+    detached,
+    same_signal_or_refuse,
+    withdrawable,
+)
 
 LIVE = ("pending", "running", "waiting", "failed")
 
@@ -454,15 +460,15 @@ class InMemoryCheckpointStore:
     def send_signal(
         self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
     ) -> int:
+        body = codec.dumps(payload)
         with self._lock:
-            for i, s in enumerate(self._space.signals, start=1):
-                if dedupe_key is not None and s["dedupe_key"] == dedupe_key:
-                    return i
+            if dedupe_key is not None and (first := self.signal_by_dedupe_key(dedupe_key)):
+                return same_signal_or_refuse(first, dedupe_key, name, key, body)
             self._space.signals.append(
                 {
                     "name": name,
                     "key": key,
-                    "payload": codec.loads(codec.dumps(payload)),
+                    "payload": codec.loads(body),
                     "sent_at": now,
                     "dedupe_key": dedupe_key,
                     "consumed_by": None,
@@ -471,6 +477,13 @@ class InMemoryCheckpointStore:
             )
             self._space.version += 1
             return len(self._space.signals)
+
+    def signal_by_dedupe_key(self, dedupe_key: str) -> Signal | None:
+        with self._lock:
+            for i, s in enumerate(self._space.signals, start=1):
+                if (s["scope"], s["dedupe_key"]) == (self.scope, dedupe_key):
+                    return Signal(i, s["name"], s["key"], s["payload"], s["sent_at"])
+        return None
 
     def next_signal(self, name: str, key: str) -> Signal | None:
         with self._lock:

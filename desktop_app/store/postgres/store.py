@@ -135,11 +135,13 @@ from desktop_app.store.rows import (
     checkpoint_from_rows,
     checkpoint_infos,
     checkpoint_values,
+    deduped_signal,
     detached,
     event_from_row,
     intent_from_row,
     remembered,
     run_from_row,
+    same_signal_or_refuse,
     signal_from_row,
     unstorable,
     wait_values,
@@ -1662,11 +1664,18 @@ class PostgresCheckpointStore:
             first = conn.execute(SQL.signal_by_dedupe_key, (self.scope, dedupe_key)).fetchone()
             if first is None:  # the conflicting sender rolled back; try again
                 raise psycopg.errors.SerializationFailure("dedupe winner vanished")
-            return int(first[0])
+            assert dedupe_key is not None  # a conflict needs one
+            return same_signal_or_refuse(deduped_signal(first), dedupe_key, name, key, body_json)
 
         signal_id = self._tx(body)
         self._changed("*", wake=True)
         return signal_id
+
+    def signal_by_dedupe_key(self, dedupe_key: str) -> Signal | None:
+        row = self._read(
+            lambda conn: conn.execute(SQL.signal_by_dedupe_key, (self.scope, dedupe_key)).fetchone()
+        )
+        return None if row is None else deduped_signal(row)
 
     def next_signal(self, name: str, key: str) -> Signal | None:
         row = self._read(

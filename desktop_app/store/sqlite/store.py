@@ -70,11 +70,13 @@ from desktop_app.store.rows import (
     checkpoint_parts,
     checkpoint_values,
     claim_is_free,
+    deduped_signal,
     detached,
     event_from_row,
     intent_from_row,
     remembered,
     run_from_row,
+    same_signal_or_refuse,
     signal_from_row,
     transaction_control,
     unstorable,
@@ -1265,22 +1267,28 @@ class SqliteCheckpointStore:
     def send_signal(
         self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
     ) -> int:
+        body = codec.dumps(payload)
         with self._write():
             if dedupe_key is not None:
                 row = self.conn.execute(
                     SQL.signal_by_dedupe_key, (self.scope, dedupe_key)
                 ).fetchone()
                 if row is not None:
-                    return int(row[0])
+                    return same_signal_or_refuse(deduped_signal(row), dedupe_key, name, key, body)
             signal_id = int(
                 _scalar(
                     self.conn.execute(
                         SQL.insert_signal + " RETURNING signal_id",
-                        (self.scope, name, key, codec.dumps(payload), dedupe_key, now),
+                        (self.scope, name, key, body, dedupe_key, now),
                     )
                 )
             )
         return signal_id
+
+    def signal_by_dedupe_key(self, dedupe_key: str) -> Signal | None:
+        with self._read():
+            row = self.conn.execute(SQL.signal_by_dedupe_key, (self.scope, dedupe_key)).fetchone()
+        return None if row is None else deduped_signal(row)
 
     def next_signal(self, name: str, key: str) -> Signal | None:
         with self._read():
