@@ -53,7 +53,6 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
     from bench_steps import linear_flow
 
     from desktop_app.flow import Engine
-    from desktop_app.store import connection
     from desktop_app.store.sqlite import open_store
 
     store = open_store(Path(db), synchronous=synchronous)  # type: ignore[arg-type]
@@ -62,7 +61,7 @@ def child(db: str, seconds: float, synchronous: str, pragma: str | None) -> int:
     flow = linear_flow(10)
     engine = Engine(store, flows=[flow])
     busy = {"calls": 0, "waits": 0, "slept": 0.0}
-    inner = connection._BUSY[store.conn]
+    inner = store.conn.busy_wait  # the busy handler open_connection set
 
     def counted(calls: int) -> bool:
         busy["calls"] += 1
