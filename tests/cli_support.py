@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import cli_forkserver
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,3 +93,16 @@ def read_terminal(master: int) -> bytes:
             break
         chunks.append(data)
     return b"".join(chunks)
+
+
+def user_db(request: pytest.FixtureRequest, tmp_path: Path, env: dict[str, str]) -> str:
+    """The database a user gives with ``--db``, for a fixture parametrized
+    ``"sqlite"``/``"postgres"``: a SQLite file in ``tmp_path`` with its schema
+    applied as the README says (``flowdesk db apply``, with ``env``), or a
+    fresh PostgreSQL database (the ``pg_url`` fixture)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    path = str(tmp_path / "f.db")
+    applied = flowdesk(path, "db", "apply", env=env)
+    assert applied.returncode == 0, applied.stderr
+    return path

@@ -10,7 +10,7 @@ from textual.widgets import Input
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen, parse_signal
-from desktop_app.config import load_settings
+from desktop_app.config import Settings, load_settings
 from desktop_app.flow import FlowBuilder
 from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle, wait_until
@@ -30,6 +30,17 @@ def pay_flow():
     )
 
 
+def waiting_pay_run(tmp_path: Path) -> tuple[Settings, str]:
+    """Settings of a new SQLite file in ``tmp_path`` and a ``pay`` run
+    waiting there for signal ``payment o-1``."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[pay_flow()])
+    run_id = engine.run("pay", Order()).run_id
+    engine.store.close()
+    return settings, run_id
+
+
 def test_parse_signal_explains_bad_input():
     assert parse_signal("", "k", "") == "Give the signal's name and key (a waiting run shows both)."
     assert "not JSON" in str(parse_signal("n", "k", "{oops"))
@@ -37,11 +48,7 @@ def test_parse_signal_explains_bad_input():
 
 
 async def test_send_a_signal_from_the_app(tmp_path: Path) -> None:
-    settings = load_settings(db_path=tmp_path / "t.db")
-    bootstrap.apply_schema(settings)
-    engine = bootstrap.build_engine(settings, flows=[pay_flow()])
-    run_id = engine.run("pay", Order()).run_id
-    engine.store.close()
+    settings, run_id = waiting_pay_run(tmp_path)
     app = FlowdeskApp(settings, flows=[pay_flow()])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
@@ -73,11 +80,7 @@ async def test_a_payload_the_waiting_run_cannot_take_is_refused_once_in_plain_wo
 ) -> None:
     """The refusal already says the signal was not sent; the app's notice
     said it twice ("The signal was not sent: signal ... was not sent: ...")."""
-    settings = load_settings(db_path=tmp_path / "t.db")
-    bootstrap.apply_schema(settings)
-    engine = bootstrap.build_engine(settings, flows=[pay_flow()])
-    run_id = engine.run("pay", Order()).run_id
-    engine.store.close()
+    settings, run_id = waiting_pay_run(tmp_path)
     app = FlowdeskApp(settings, flows=[pay_flow()])
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)

@@ -20,28 +20,18 @@ import os
 import signal
 import sqlite3
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli_support import as_printed, flowdesk, serving, spawn
+from tests.cli_support import as_printed, flowdesk, serving, spawn, user_db
 from tests.event_flows import FLOWS_ENV
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The database the user gives with ``--db``: a SQLite file in
-    ``tmp_path`` (its schema applied as the README says), or a fresh
-    PostgreSQL database."""
-    if request.param == "sqlite":
-        path = str(tmp_path / "e.db")
-        applied = flowdesk(path, "db", "apply", env=_env())
-        assert applied.returncode == 0, applied.stderr
-        yield path
-    else:
-        yield request.getfixturevalue("pg_url")
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return user_db(request, tmp_path, _env())
 
 
 def _env() -> dict[str, str]:

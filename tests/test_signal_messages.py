@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli_support import as_printed, flowdesk
+from tests.cli_support import as_printed, flowdesk, user_db
 from tests.polling import until
 from tests.signal_msg_flows import FLOWS_ENV
 
@@ -37,11 +37,7 @@ def user_env() -> dict[str, str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "postgres":
-        return str(request.getfixturevalue("pg_url"))
-    path = tmp_path / "f.db"
-    assert flowdesk(path, "db", "apply", env=user_env()).returncode == 0
-    return str(path)
+    return user_db(request, tmp_path, user_env())
 
 
 @pytest.fixture

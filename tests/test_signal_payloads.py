@@ -18,28 +18,18 @@ import json
 import os
 import sqlite3
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli_support import as_printed, flowdesk
+from tests.cli_support import as_printed, flowdesk, user_db
 
 FLOWS = '["desktop_app.examples.approval:approval"]'
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """The database the user gives with ``--db``: a SQLite file in
-    ``tmp_path`` (its schema applied as the README says), or a fresh
-    PostgreSQL database."""
-    if request.param == "sqlite":
-        path = str(tmp_path / "b.db")
-        applied = flowdesk(path, "db", "apply", env=_env())
-        assert applied.returncode == 0, applied.stderr
-        yield path
-    else:
-        yield request.getfixturevalue("pg_url")
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return user_db(request, tmp_path, _env())
 
 
 def _env() -> dict[str, str]:
