@@ -47,7 +47,11 @@ def test_start_whose_run_a_worker_took_over_says_so_with_exit_3(
     )
     agent = None
     try:
-        until(lambda: (work / "gate.runs").exists(), "the start process to reach its gate step")
+        runs = work / "gate.runs"  # made by open() before its line is written: wait for the line
+        until(
+            lambda: runs.exists() and runs.read_text().endswith("\n"),
+            "the start process to reach its gate step",
+        )
         start.send_signal(signal.SIGSTOP)  # no heartbeat from here on
         with psycopg.connect(pg_url, autocommit=True) as conn:
             rows = conn.execute(
