@@ -251,13 +251,15 @@ def test_recover_goes_on_when_releasing_an_excluded_run_finds_the_store_busy(db_
     """The release of a claim is best effort: a locked database (another
     process's write) leaves the claim to expire and the recovery goes on."""
     executed: Counter[str] = Counter()
-    engine = Engine(
-        open_store(db_path, busy_timeout_s=0),
-        flows=[_counting("a", executed), _counting("b", executed)],
-        clock=ManualClock(),
-    )
-    (b,) = _start(engine, "b", 1)
-    (a,) = _start(engine, "a", 1)
+    flows = [_counting("a", executed), _counting("b", executed)]
+    clock = ManualClock()
+    # the runs are started with the usual busy timeout: with none, a start
+    # could meet this process's own lease or write-gate thread for an instant
+    starter = Engine(open_store(db_path), flows=flows, clock=clock)
+    (b,) = _start(starter, "b", 1)
+    (a,) = _start(starter, "a", 1)
+    starter.store.close()
+    engine = Engine(open_store(db_path, busy_timeout_s=0), flows=flows, clock=clock)
     blocker = open_connection(db_path)
     locked: list[bool] = []
 

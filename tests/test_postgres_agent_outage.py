@@ -107,7 +107,14 @@ def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp
         while _count(url, steps, run_id) < 20:  # the run is executing its moves
             assert answer.poll() is None, answer.communicate()[0]
             time.sleep(0.1)
-        own_cluster.crash()
+        # held while the server goes down: on an idle machine it could make
+        # the remaining moves in the moment the crash takes
+        answer.send_signal(signal.SIGSTOP)
+        try:
+            assert answer.poll() is None, answer.communicate()[0]
+            own_cluster.crash()
+        finally:
+            answer.send_signal(signal.SIGCONT)
         # down until the worker said so (its tries of a transaction ran out),
         # then longer than its pool's reconnect attempts last: not a timing assertion
         assert away.wait(120), "".join(said)
