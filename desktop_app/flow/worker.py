@@ -63,6 +63,12 @@ log = logging.getLogger(__name__)
 #: Store errors a worker cannot ride out (they do not heal by waiting): the
 #: schema is missing, edited or newer; the database or role is refused.
 FATAL_STORE_ERRORS: tuple[type[FlowdeskError], ...] = (SchemaError, DatabaseOpenError)
+#: What :meth:`Worker.serve` handles itself rather than as a failed pass:
+#: an unreachable database (waited out) and the errors that cannot heal.
+_NOT_A_PASS_FAILURE: tuple[type[FlowdeskError], ...] = (
+    DatabaseUnreachableError,
+    *FATAL_STORE_ERRORS,
+)
 #: While the database is unreachable, the first wait between passes (seconds).
 AWAY_FIRST_S = 0.5
 #: While the database stays unreachable, a worker says so this often (seconds).
@@ -376,9 +382,7 @@ class Worker:
         another failure of the pass is logged and the next pass tries again."""
         try:
             self.run_pass(pool)
-        except DatabaseUnreachableError:
-            raise
-        except FATAL_STORE_ERRORS:
+        except _NOT_A_PASS_FAILURE:
             raise
         except FlowdeskError as exc:  # retried at the next pass
             log.warning("flowdesk worker %s: pass failed: %s", self.engine.owner, exc)
@@ -390,9 +394,7 @@ class Worker:
         wait = self.poll_s
         try:
             nxt = self.engine.store.next_deadline()
-        except DatabaseUnreachableError:
-            raise
-        except FATAL_STORE_ERRORS:
+        except _NOT_A_PASS_FAILURE:
             raise
         except FlowdeskError:  # the poll interval, then
             nxt = None
