@@ -20,6 +20,7 @@ from desktop_app.bootstrap import open_services
 from desktop_app.config import load_settings
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
+from tests.faketime_support import skewed_env
 from tests.test_clock_skew_sqlite import _need_faketime  # noqa: F401  (autouse: skip without it)
 
 WAY = {"+1h": "ahead of", "-1h": "behind"}
@@ -30,11 +31,11 @@ def skewed(
 ) -> subprocess.CompletedProcess[str]:
     """``flowdesk --db DB ARGS`` in a process whose clock is ``offset`` off."""
     return subprocess.run(
-        ["faketime", "-f", offset, sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, **env},
+        env={**os.environ, **env, **skewed_env(offset)},
         timeout=120,
     )
 

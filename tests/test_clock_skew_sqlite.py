@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from desktop_app.flow import Engine
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import REPO, flowdesk
+from tests.faketime_support import libfaketime, skewed_env, skewed_prefix
 from tests.polling import until
 from tests.timer_flows import FLOWS_ENV, Order, asker, napper
 from tests.tmux_support import BIN
@@ -31,13 +31,9 @@ from tests.tmux_support import BIN
 
 @pytest.fixture(autouse=True)
 def _need_faketime() -> None:
-    """Skip without ``faketime``; under ``CI=true`` fail instead (``.ci/run``
+    """Skip without libfaketime; under ``CI=true`` fail instead (``.ci/run``
     installs it)."""
-    if shutil.which("faketime") is None:
-        message = "needs faketime (apt install faketime)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    libfaketime()
 
 
 ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
@@ -49,11 +45,11 @@ def skewed(
     """``flowdesk --db DB ARGS`` in a process whose clock is ``offset``
     (faketime's ``-f`` syntax: ``-1h``, ``+1d``) off the system's."""
     return subprocess.run(
-        ["faketime", "-f", offset, sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, **ENV},
+        env={**os.environ, **ENV, **skewed_env(offset)},
         timeout=timeout,
     )
 
@@ -192,7 +188,7 @@ def test_the_app_under_a_skewed_clock_opens_read_only_and_fires_nothing(
     session = f"flowdesk-skew-{os.getpid()}-{offset}"
     done = tmp_path / "exit-code"
     env = f"{home_env(home)} FLOWDESK_FLOWS={shlex.quote(FLOWS_ENV)}"
-    launch(session, env, done, program=f"faketime -f {offset} {BIN} --db {db}")
+    launch(session, env, done, program=f"{skewed_prefix(offset)} {BIN} --db {db}")
     try:
         way = "behind" if offset.startswith("-") else "ahead of"
         said = (
@@ -249,27 +245,6 @@ def shown_words(
     raise AssertionError(f"{texts!r} not shown {times} times; screen:\n{screen(session)}")
 
 
-#: where distributions put libfaketime's multi-threaded library (the app runs threads)
-LIBFAKETIME = (
-    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
-    "/usr/lib/faketime/libfaketimeMT.so.1",
-    "/usr/local/lib/faketime/libfaketimeMT.so.1",
-)
-
-
-def libfaketime() -> str:
-    """The path of libfaketime's multi-threaded library (skipped without
-    one; under ``CI=true`` failed instead)."""
-    for path in LIBFAKETIME:
-        if Path(path).exists():
-            return path
-    message = f"needs libfaketime (apt install faketime): none of {LIBFAKETIME}"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
 def test_the_app_notices_a_clock_that_jumps_while_it_is_open(db: Path, tmp_path: Path) -> None:
     """The clock of a computer whose app is open jumps (a laptop wakes, NTP
     corrects it by an hour, a person sets it): the app said nothing until a
@@ -282,7 +257,7 @@ def test_the_app_notices_a_clock_that_jumps_while_it_is_open(db: Path, tmp_path:
     from tests.tmux_support import exit_code, home_env, launch, need_tmux, tmux
 
     need_tmux()
-    lib = libfaketime()
+    lib = libfaketime(threads=True)
     run_id = start(db, "approver")
     offset = tmp_path / "faketime"
     offset.write_text("+0\n")

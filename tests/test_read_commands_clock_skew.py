@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_support import REPO, as_printed, flowdesk
+from tests.faketime_support import libfaketime, skewed_env
 from tests.polling import until
 from tests.timer_flows import FLOWS_ENV
 
@@ -30,20 +30,16 @@ WARNING = "flowdesk: warning: this computer's clock is "
 
 @pytest.fixture(autouse=True)
 def _need_faketime() -> None:
-    if shutil.which("faketime") is None:
-        message = "needs faketime (apt install faketime)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    libfaketime()
 
 
 def skewed(offset: str, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["faketime", "-f", offset, sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, **ENV},
+        env={**os.environ, **ENV, **skewed_env(offset)},
         timeout=120,
     )
 
@@ -51,11 +47,11 @@ def skewed(offset: str, db: Path, *args: str) -> subprocess.CompletedProcess[str
 def skewed_hint(offset: str, hint: str) -> subprocess.CompletedProcess[str]:
     """A printed hint run as printed, but from a clock ``offset`` off."""
     return subprocess.run(
-        ["faketime", "-f", offset, sys.executable, "-m", "desktop_app.cli", *hint.split()[1:]],
+        [sys.executable, "-m", "desktop_app.cli", *hint.split()[1:]],
         capture_output=True,
         text=True,
         cwd=REPO,
-        env={**os.environ, **ENV},
+        env={**os.environ, **ENV, **skewed_env(offset)},
         timeout=120,
     )
 
