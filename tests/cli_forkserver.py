@@ -464,5 +464,47 @@ def run(
         return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
 
 
+def _exit_status(code: object) -> int:
+    """The status an interpreter ends with on ``SystemExit(code)``: None is
+    0, an int itself, anything else printed to stderr and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _end_child(request: dict[str, Any]) -> None:
+    """Run the request in this forked child, then end it as the interpreter
+    would, minus the interpreter's finalization.
+
+    A forked child's ordinary exit tears down every preloaded module; each
+    reference count it lowers writes to a page the child still shares with
+    the server, so the kernel copies most of the server's heap on the way
+    out: about 110 ms of a 150 ms call, measured on the CI machine. What an
+    exit does that a caller can observe is done here instead: wait for the
+    threads that are not daemons (``threading._shutdown``, as
+    ``Py_FinalizeEx`` does), run the ``atexit`` handlers, flush stdout and
+    stderr (status 120 when that fails), then ``os._exit``. Objects still
+    alive are not finalized: Flowdesk closes its stores and connections
+    itself and relies on no finalizer at exit. An uncaught exception other
+    than ``SystemExit`` (a traceback, ``KeyboardInterrupt``'s SIGINT status)
+    goes the interpreter's own way, slow but exact."""
+    try:
+        _run_child(request)
+        status = 0
+    except SystemExit as stop:
+        status = _exit_status(stop.code)
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            status = 120
+    os._exit(status & 0xFF)
+
+
 if __name__ == "__main__":
-    _run_child(_serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""))
+    _end_child(_serve(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else ""))
