@@ -101,6 +101,10 @@ def keys(*pressed: str, then: Any = None) -> Any:
         screen = pilot.app.screen  # a blinking cursor is drawn or not, as the clock has it
         for field in [*screen.query(Input), *screen.query(TextArea)]:
             field.cursor_blink = False
+        # a text area lays its lines out again once the change is refreshed;
+        # under load one pause took the snapshot between the two (a CI flake)
+        await settle(pilot)
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
     return run_before
