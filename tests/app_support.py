@@ -30,8 +30,10 @@ async def settle(pilot: Pilot[None]) -> None:
     raise AssertionError("workers did not finish")
 
 
-async def wait_until(pilot: Pilot[None], check: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``check`` while letting the app run, up to ``timeout`` seconds."""
+async def wait_until(pilot: Pilot[None], check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``check`` while letting the app run, up to ``timeout`` seconds (a
+    bound on a hang, never a timing assertion: 5 s was once too short for a
+    screen to open under a CI run's load)."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
