@@ -131,6 +131,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_driver_lean.py",
         # a cancel or a lease taken over between two steps (_drive's check)
         "tests/test_mutation_kills_driver_between_steps.py",
+        # a cancel during a retry backoff, a step named in its error, a
+        # revisited step's start and each checkpoint's time (attempt,
+        # invoke, complete); a run's context on resume (__init__)
+        "tests/test_mutation_kills_driver_steps.py",
+        "tests/test_context.py",
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
@@ -362,6 +367,8 @@ TESTS_FOR: dict[str, list[str]] = {
         # create_run, _create, append_batch: a creation's writes and errors,
         # a full disk in mid-batch on a plain apsw connection
         "tests/test_mutation_kills_sqlite_create.py",
+        # _append: the cache holds the store's own copy, not the writer's
+        "tests/test_mutation_kills_sqlite_append.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,
