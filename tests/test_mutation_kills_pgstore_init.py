@@ -1,0 +1,109 @@
+"""Opening a PostgreSQL store, second pass (``open_postgres_store``,
+``PostgresCheckpointStore.__init__`` and ``_Xact.__init__``), as the
+mutation run of those functions (issue 29) found them unpinned. Every test
+runs on a real server (``tests/pg_support.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from desktop_app.store.postgres import store as postgres
+from desktop_app.store.protocol import Checkpoint, RunRecord
+from tests.pg_proxy import CommitDropProxy
+from tests.pg_support import with_address
+
+pytestmark = pytest.mark.postgres
+
+
+def run(run_id: str) -> RunRecord:
+    return RunRecord(run_id, "f", "v1", "running", 0, 1000.0, 1000.0)
+
+
+def cp(run_id: str, rev: int) -> Checkpoint:
+    return Checkpoint(run_id, rev, "running", {"x": rev}, {}, ("a",), 1000.0 + rev)
+
+
+@pytest.fixture
+def pooled_via_proxy(pg_url: str) -> Iterator[tuple[Any, CommitDropProxy]]:
+    """A store that treats its URL as a transaction-mode pooler's (every read
+    a transaction of its own: BEGIN, SET LOCAL, the read, COMMIT), reached
+    through a proxy that can cut a COMMIT."""
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    store = postgres.open_postgres_store(
+        with_address(pg_url, host="127.0.0.1", port=proxy.port),
+        max_connections=2,
+        pooler="transaction",
+    )
+    store.notifier.enabled = False
+    try:
+        yield store, proxy
+    finally:
+        store.close()
+        proxy.close()
+
+
+@pytest.mark.parametrize("mode", ["before_commit", "after_commit"])
+def test_a_read_behind_a_pooler_whose_commit_was_lost_is_read_again(
+    pooled_via_proxy, pg_store, monkeypatch, mode
+):
+    """A read's transaction wrote nothing and has no id: a COMMIT lost on
+    the way (or its reply) is no unknown outcome to ask the server about;
+    the read is simply made again and answers."""
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 2.0)  # a question asked: fail soon
+    store, proxy = pooled_via_proxy
+    pg_store.create_run(run("r1"), cp("r1", 0))
+    proxy.arm(mode)
+    assert store.get_run("r1").status == "running"
+    assert proxy.fired == [mode]
+
+
+def test_stores_opened_without_a_scope_share_the_default_scope(pg_url):
+    """A store opened by URL and one built on a caller's pool, neither given
+    a scope, and one opened with ``scope="default"`` (what the settings
+    default to) see the same runs; a store of another scope sees none."""
+    from psycopg_pool import ConnectionPool
+
+    by_url = postgres.open_postgres_store(pg_url, max_connections=2)
+    named = postgres.open_postgres_store(pg_url, max_connections=2, scope="default")
+    other = postgres.open_postgres_store(pg_url, max_connections=2, scope="team-b")
+    pool: ConnectionPool[Any] = ConnectionPool(
+        pg_url,
+        min_size=1,
+        max_size=2,
+        kwargs={"autocommit": True, "options": "-c search_path=flowdesk"},
+        open=False,
+    )
+    pool.open(wait=True)
+    on_pool = postgres.PostgresCheckpointStore(pool)
+    try:
+        by_url.create_run(run("r1"), cp("r1", 0))
+        on_pool.create_run(run("r2"), cp("r2", 0))
+        for s in (by_url, named, on_pool):
+            assert sorted(r.run_id for r in s.list_runs()) == ["r1", "r2"]
+        assert other.list_runs() == []
+    finally:
+        for s in (by_url, named, other, on_pool):
+            s.close()
+
+
+def test_a_store_just_opened_holds_one_session(pg_url):
+    """Opening a store costs one session of the server's connection limit
+    (the pool grows only when threads wait for one): a host running many
+    worker processes is not charged two each while they are idle."""
+    import psycopg
+
+    store = postgres.open_postgres_store(pg_url, application_name="just-opened")
+    try:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = 'just-opened'"
+            ).fetchone()
+        assert row == (1,)
+        assert store.list_runs() == []
+    finally:
+        store.close()
