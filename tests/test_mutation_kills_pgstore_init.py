@@ -107,3 +107,67 @@ def test_a_store_just_opened_holds_one_session(pg_url):
         assert store.list_runs() == []
     finally:
         store.close()
+
+
+def test_a_server_that_refuses_the_pools_connections_is_a_database_open_error(pg_url, monkeypatch):
+    """A server that answered the first connection but refuses the pool's
+    (it went away, or hit its connection limit, in between): opening the
+    store fails with DatabaseOpenError naming the URL, its password masked,
+    and keeps no pool behind. The pool's wait for its first connection is
+    shortened here from 30 s to 1 s."""
+    from psycopg_pool import ConnectionPool
+
+    from desktop_app.errors import DatabaseOpenError
+
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    url = with_address(pg_url, host="127.0.0.1", port=proxy.port, password="s3cret")
+    checked = postgres._check_connect
+    opened: list[Any] = []
+
+    def check_then_refuse(u: str) -> None:
+        checked(u)  # the server answers this one
+        proxy.refuse()
+
+    class QuickPool(ConnectionPool):  # type: ignore[type-arg]
+        def open(self, wait: bool = False, timeout: float = 30.0) -> None:
+            opened.append(self)
+            super().open(wait, None if timeout is None else min(timeout, 1.0))
+
+    monkeypatch.setattr(postgres, "_check_connect", check_then_refuse)
+    monkeypatch.setattr(postgres, "ConnectionPool", QuickPool)
+    try:
+        with pytest.raises(DatabaseOpenError) as caught:
+            postgres.open_postgres_store(url)
+    finally:
+        proxy.close()
+    port = proxy.port
+    assert str(caught.value) == (
+        f"cannot open connections to PostgreSQL at postgresql://postgres:***@127.0.0.1:{port}/"
+        f"{urlsplit(pg_url).path.lstrip('/')}"
+    )
+    assert [p.closed for p in opened] == [True]
+
+
+def test_a_write_waits_for_a_pooled_connection_as_long_as_connect_wait_s(pg_url, pg_store):
+    """``connect_wait_s`` (``postgres.connect_wait_s``) bounds each try's wait
+    for a pooled connection: with every connection taken, a signal fails with
+    the StoreError that says nothing was written after its tries, rather than
+    the pool's own 30 s each. Here the connections come free 5 s later: a
+    store that waited longer would take one then and store the signal."""
+    import threading
+
+    from desktop_app.errors import StoreError
+
+    store = postgres.open_postgres_store(pg_url, max_connections=2, connect_wait_s=0.2)
+    store.notifier.enabled = False
+    held = [store.pool.getconn(), store.pool.getconn()]  # the pool's whole size
+    freed = threading.Timer(5.0, lambda: [store.pool.putconn(c) for c in held])
+    freed.start()
+    try:
+        with pytest.raises(StoreError) as caught:
+            store.send_signal("go", "k", {"n": 1}, 1000.0)
+    finally:
+        freed.join()
+        store.close()
+    assert "nothing was written" in str(caught.value)
+    assert pg_store.next_signal("go", "k") is None
