@@ -171,3 +171,54 @@ def test_a_write_waits_for_a_pooled_connection_as_long_as_connect_wait_s(pg_url,
         store.close()
     assert "nothing was written" in str(caught.value)
     assert pg_store.next_signal("go", "k") is None
+
+
+def test_a_stores_listener_waits_between_reconnect_tries_at_most_reconnect_max_s(
+    pg_url, pg_store, caplog
+):
+    """``reconnect_max_s`` given to ``open_postgres_store`` caps the waits
+    between the reconnect tries of the store's listener (each logged, each
+    double the last: 0.1, 0.2, then 0.4, 0.4 s), not the default 5 s; once
+    the server takes connections again the listener is back and hears a new
+    signal."""
+    import logging
+
+    import psycopg
+
+    from desktop_app.store.postgres.notify import RECONNECT_FIRST_S
+    from tests.polling import until
+
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    store = postgres.open_postgres_store(
+        with_address(pg_url, host="127.0.0.1", port=proxy.port),
+        max_connections=2,
+        reconnect_max_s=0.4,
+    )
+    caplog.set_level(logging.WARNING, logger="desktop_app.store.postgres.notify")
+    listener = store.listener()
+    try:
+        old = listener.backend_pid
+        proxy.refuse()
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (old,))
+
+        def delays() -> list[float]:
+            head, tail = "; next try in ", " s"
+            return [
+                float(m.rsplit(head, 1)[1].removesuffix(tail))
+                for m in (r.getMessage() for r in caplog.records)
+                if m.startswith("flowdesk: listener reconnect failed: ") and head in m
+            ]
+
+        until(lambda: len(delays()) >= 4, "four failed reconnects logged")
+        assert delays()[:4] == [RECONNECT_FIRST_S, 0.2, 0.4, 0.4]
+        proxy.admit()
+        until(lambda: listener.alive and listener.backend_pid != old, "reconnected")
+        while listener.wait(0.3):
+            pass
+        pg_store.send_signal("go", "k", {}, 1000.0)
+        assert listener.wait(10.0)
+    finally:
+        listener.close()
+        store.close()
+        proxy.close()
