@@ -222,3 +222,47 @@ def test_a_stores_listener_waits_between_reconnect_tries_at_most_reconnect_max_s
         listener.close()
         store.close()
         proxy.close()
+
+
+def test_a_store_whose_server_refused_connections_for_a_while_reads_again(pg_url, pg_store):
+    """Every pooled session dropped and the server refused new ones for a
+    while (an outage): reads fail meanwhile with a StoreError, and once the
+    server takes connections again the same store reads again (its pool's
+    reconnect attempts, given up after ``reconnect_max_s``, start afresh)."""
+    import psycopg
+
+    from desktop_app.errors import StoreError
+    from tests.polling import until
+
+    proxy = CommitDropProxy(int(urlsplit(pg_url).port or 5432))
+    store = postgres.open_postgres_store(
+        with_address(pg_url, host="127.0.0.1", port=proxy.port),
+        max_connections=2,
+        application_name="outage",
+        reconnect_max_s=0.5,
+        connect_wait_s=0.3,
+    )
+    store.notifier.enabled = False
+    try:
+        pg_store.create_run(run("r1"), cp("r1", 0))
+        assert store.get_run("r1").status == "running"
+        proxy.refuse()
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'outage'"
+            )
+        with pytest.raises(StoreError):
+            store.get_run("r1")
+        proxy.admit()
+
+        def reads() -> bool:
+            try:
+                return store.get_run("r1").status == "running"
+            except StoreError:
+                return False
+
+        until(reads, "the store reads again", bound_s=60.0)
+    finally:
+        store.close()
+        proxy.close()
