@@ -310,6 +310,8 @@ TESTS_FOR: dict[str, list[str]] = {
         # opening a store, second pass: the default scope, one idle session,
         # a read's lost COMMIT behind a pooler
         "tests/test_mutation_kills_pgstore_init.py",
+        # a step's append: the run's error, a lost lease over a missing revision
+        "tests/test_mutation_kills_pgstore_append.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
