@@ -8,6 +8,8 @@ Every test runs on a real server (``tests/pg_support.py``)."""
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -150,5 +152,33 @@ def test_a_creation_whose_lost_commits_id_went_to_another_transaction_is_run_aga
     )
     assert proxy.fired == ["before_commit"]
     assert len(noted) == 2  # the lost try and the one run again
+    assert [h.revision for h in pg_store.history("r1")] == [0]
+    assert pg_store.runs_waiting_for("signal", "go", "k") == ["r1"]
+
+
+def test_a_creation_whose_commit_landed_is_settled_by_its_own_transaction_id(
+    proxied, pg_store, caplog, monkeypatch
+):
+    """A run created with a wait (a transaction: BEGIN … COMMIT) whose COMMIT
+    reached the server and whose reply was lost: the store asks the server
+    by the id of the transaction that wrote the run (the log names it), hears
+    committed, and does not create it again; the run exists once, its wait
+    with it."""
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 2.0)  # an id it cannot ask about: fail soon
+    store, proxy = proxied
+    now = store.now()
+    wait = Wait("r1:go:0", "go", "signal", 1000.0, name="go", key="k")
+    proxy.arm("after_commit")
+    with caplog.at_level(logging.INFO, logger=postgres.__name__):
+        store.create_run(
+            RunRecord("r1", "f", "v1", "waiting", 0, now, now), cp("r1", 0).evolve(waits=(wait,))
+        )
+    assert proxy.fired == ["after_commit"]
+    ((xmin,),) = pg_store.query(lambda tx: tx.fetchall("SELECT xmin::text FROM runs", ()))
+    settled = [r.getMessage() for r in caplog.records if "lost COMMIT" in r.getMessage()]
+    assert len(settled) == 1, settled
+    got = re.fullmatch(r"a lost COMMIT \(transaction (\d+)\) was settled: committed", settled[0])
+    assert got is not None, settled
+    assert int(got.group(1)) & 0xFFFFFFFF == int(xmin)  # the run's own transaction
     assert [h.revision for h in pg_store.history("r1")] == [0]
     assert pg_store.runs_waiting_for("signal", "go", "k") == ["r1"]

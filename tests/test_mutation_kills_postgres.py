@@ -724,6 +724,7 @@ def test_a_schema_dropped_under_an_open_store_names_a_db_apply_that_runs_as_prin
     command no one can run. It now names this database (its password left
     out, libpq finds it) and runs as printed."""
     import os
+    import shlex
 
     from desktop_app.store.postgres.store import open_postgres_store
     from tests.cli_support import as_printed
@@ -739,6 +740,10 @@ def test_a_schema_dropped_under_an_open_store_names_a_db_apply_that_runs_as_prin
         assert "hunter2" not in message and "postgresql://..." not in message
         command = re.search(r"run `(flowdesk --db \S+ db apply)` to apply it", message)
         assert command is not None, message
+        # no password in the command, not even a mask: a printed "***" would
+        # be sent as the password by whoever runs it
+        printed_url = shlex.split(command.group(1))[2]
+        assert urlsplit(printed_url).password is None, printed_url
         applied = as_printed(command.group(1), dict(os.environ))
         assert applied.returncode == 0, applied.stderr
         assert store.list_runs() == []  # the schema is back: the same store reads again

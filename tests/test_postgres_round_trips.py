@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from desktop_app.errors import LeaseLostError, RevisionConflictError
 from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.store.protocol import Checkpoint, Lease, RunRecord
+from desktop_app.store.protocol import Checkpoint, Lease, RunRecord, Wait
 from tests.pg_wire import WireCounter
 
 pytestmark = pytest.mark.postgres
@@ -276,3 +276,15 @@ def test_a_store_keeps_the_heads_of_its_last_256_runs(pg_url):
         store.close()
         wire.close()
     assert (_CACHE_RUNS, trips) == (256, [1, 1, 2])
+
+
+def test_a_run_created_with_a_wait_is_three_round_trips(counted):
+    """A run created waiting (a transaction: its insert, its waits, COMMIT)
+    costs three round trips, direct or behind a pooler: a new run has no
+    waits to delete first."""
+    store, wire = counted
+    wait = Wait("r1:go:0", "go", "signal", 1000.0, name="go", key="k")
+    wire.reset()
+    store.create_run(_run("r1"), _cp("r1", 0, 0).evolve(status="waiting", waits=(wait,)))
+    assert wire.snapshot()[0] == 3
+    assert store.runs_waiting_for("signal", "go", "k") == ["r1"]

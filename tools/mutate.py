@@ -312,6 +312,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_pgstore_settle.py",
         # every field a run is created with, its lease, its lost COMMIT
         "tests/test_mutation_kills_pgstore_create.py",
+        # opening a store, second pass: the default scope, one idle session,
+        # a read's lost COMMIT behind a pooler
+        "tests/test_mutation_kills_pgstore_init.py",
+        # a step's append: the run's error, a lost lease over a missing revision
+        "tests/test_mutation_kills_pgstore_append.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
