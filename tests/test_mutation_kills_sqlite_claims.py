@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from desktop_app.errors import StoreError
+from desktop_app.errors import DatabaseOpenError, QueryRefusedError, StoreError
 from desktop_app.store.protocol import Intent
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
 from tests.test_mutation_kills_sqlite import T0, _cp, _run
@@ -143,3 +143,67 @@ def test_an_expired_outbox_claim_whose_dispatcher_still_runs_is_left_to_it(
     )
     assert alive == []
     assert _ids(s.claim_intents("d2", 30.0, now=T0 + 31)) == ["i1"]
+
+
+# -- a query that tries to write ---------------------------------------------------
+
+
+def test_a_query_that_tries_to_write_is_refused_naming_where_writes_go(
+    sqlite_store: SqliteCheckpointStore,
+):
+    """``store.query(op)`` is read-only: a write in it is refused with the
+    two places a write belongs, and changes nothing."""
+    s = sqlite_store
+    s.create_run(_run(), _cp("r1", 0, {}))
+    with pytest.raises(QueryRefusedError) as err:
+        s.query(lambda tx: tx.execute("DELETE FROM runs WHERE run_id='r1'"))
+    assert str(err.value) == (
+        "a domain query tried to write; query() is read-only. Run writes through "
+        "store.write(op) (their own transaction) or as a step's ctx.write (with its "
+        "checkpoint)."
+    )
+    assert [r.run_id for r in s.list_runs()] == ["r1"]
+
+
+# -- pruning -----------------------------------------------------------------------
+
+
+def test_prune_keeps_the_error_of_the_oldest_revision_it_keeps(db_path: Path):
+    """The oldest kept revision is written again whole (a snapshot): with
+    its error too, read back from the file (a retried step's failure the
+    history shows)."""
+    s = open_store(db_path)
+    s.create_run(_run(), _cp("r1", 0, {"n": 0}))
+    s.append(_cp("r1", 1, {"n": 1}))
+    s.append(_cp("r1", 2, {"n": 2}, error="step a failed: timed out; retrying"))
+    s.append(_cp("r1", 3, {"n": 3}))
+    assert s.prune("r1", 2) == 2
+    s.close()
+    s = open_store(db_path)
+    try:
+        assert [i.revision for i in s.history("r1")] == [2, 3]
+        kept = s.get_checkpoint("r1", 2)
+        assert (dict(kept.state), kept.error) == (
+            {"n": 2},
+            "step a failed: timed out; retrying",
+        )
+        assert s.get_checkpoint("r1", 3).error is None
+    finally:
+        s.close()
+
+
+# -- opening -----------------------------------------------------------------------
+
+
+def test_opening_a_database_in_a_missing_folder_says_to_create_the_folder(tmp_path: Path):
+    """``open_store`` (``create`` by default) of a path whose folder does not
+    exist: refused saying the folder is missing, and nothing is made."""
+    path = tmp_path / "nope" / "flowdesk.db"
+    with pytest.raises(DatabaseOpenError) as err:
+        open_store(path)
+    assert type(err.value) is DatabaseOpenError
+    assert str(err.value) == (
+        f"cannot create the database {path}: its folder does not exist. "
+        "Create the folder or pass --db PATH."
+    )
+    assert list(tmp_path.iterdir()) == []
