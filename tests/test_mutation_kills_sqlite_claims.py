@@ -107,6 +107,31 @@ def test_a_worker_of_one_flow_wakes_its_due_run_behind_many_of_other_flows(db_pa
         s.close()
 
 
+def test_a_claim_that_reads_past_its_first_window_hands_out_each_run_once(db_path: Path):
+    """Two runs of flow ``mine`` to wake, one at the front and one behind 150
+    of another flow: a claim of two reads a second, larger window (the
+    first holds one of its runs only) and hands out both, each once."""
+    s = open_store(db_path, synchronous="OFF")
+    try:
+        _runs(
+            s,
+            ("first", "waiting", T0, {"deadline_at": T0 - 1, "flow": "mine"}),
+            *[
+                (f"x{i:03}", "waiting", T0 + i, {"deadline_at": T0 + i, "flow": "other"})
+                for i in range(150)
+            ],
+            ("second", "waiting", T0, {"deadline_at": T0 + 200, "flow": "mine"}),
+        )
+        got = s.claim_runnable("w-mine", 30.0, limit=2, flows=["mine"], now=T0 + 1_000)
+        assert [r.run_id for r in got] == ["first", "second"]
+        assert {k for k, (owner, _) in _leases(s).items() if owner is not None} == {
+            "first",
+            "second",
+        }
+    finally:
+        s.close()
+
+
 # -- the outbox claim ----------------------------------------------------------------
 
 
