@@ -163,9 +163,7 @@ def test_an_expired_outbox_claim_whose_dispatcher_still_runs_is_left_to_it(
     s = sqlite_store
     _outbox_to(s, ("i1", "mail"))
     assert _ids(s.claim_intents("host:1:slow", 30.0, now=T0)) == ["i1"]
-    alive = s.claim_intents(
-        "d2", 30.0, presumed_alive=lambda o: o == "host:1:slow", now=T0 + 31
-    )
+    alive = s.claim_intents("d2", 30.0, presumed_alive=lambda o: o == "host:1:slow", now=T0 + 31)
     assert alive == []
     assert _ids(s.claim_intents("d2", 30.0, now=T0 + 31)) == ["i1"]
 
