@@ -374,6 +374,11 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_sqlite_create.py",
         # _append: the cache holds the store's own copy, not the writer's
         "tests/test_mutation_kills_sqlite_append.py",
+        # claim_runnable's windows and takeover log, claim_intents, a failed
+        # write's error, query's refusal, prune, open_store of a missing folder
+        "tests/test_mutation_kills_sqlite_claims.py",
+        # _write's on_constraint: a duplicate agent run
+        "tests/test_mutation_kills_agent_runs.py",
     ],
     "desktop_app/store/rows.py": [
         *_STORE,

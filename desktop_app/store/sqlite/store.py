@@ -997,15 +997,25 @@ class SqliteCheckpointStore:
                         break
                     seen.add(run.run_id)
                     take(run)
-            if wakeable and len(claimed) < limit:
-                for run_id in self.wakeable_runs(at, limit=max(limit * 4, 100)):
+            # waiting runs to wake, read a window at a time (4x larger each
+            # time) until the limit is claimed or none is left: the runs a
+            # window skips (other flows', live holders', already seen) must
+            # not hide the ones behind them from this claimant forever
+            window = max(limit * 4, 100)
+            while wakeable and len(claimed) < limit:
+                due = self.wakeable_runs(at, limit=window)
+                for run_id in due:
                     if len(claimed) >= limit:
                         break
                     if run_id in seen:
                         continue
+                    seen.add(run_id)
                     run = self.get_run(run_id)
                     if flows is None or run.flow_name in flows:
                         take(run)
+                if len(due) < window:
+                    break
+                window *= 4
         log_takeovers(owner, taken)
         return claimed
 
