@@ -257,3 +257,30 @@ def four_threads_claim_each_run_once(h: Harness) -> None:
     for i, c in enumerate(claimed):
         for rid in c:
             _eq(stores[0].get_run(rid).lease_owner, f"w{i}", "the stored lease names the claimant")
+
+
+@check("Leases.claim_runnable", "Mailbox.wakeable_runs")
+def a_worker_of_some_flows_wakes_its_due_runs_behind_other_flows(h: Harness) -> None:
+    """A worker that serves some flows (``flows``) wakes its own due runs
+    however many due runs of other flows come before them in the order runs
+    are woken, and claims none of those. (The SQLite and PostgreSQL stores
+    looked at the first ``max(4 * limit, 100)`` due runs only, then kept the
+    worker's flows: its run was never woken while those waited.)"""
+    s = h.store()
+    mine, other = _id(), _id()
+    ahead = [_id() for _ in range(150)]
+    for i, rid in enumerate(ahead):
+        s.create_run(_run(rid, flow=other, deadline_at=10.0 + i), _cp(rid, 0, status="waiting"))
+    behind, first = _id(), _id()
+    s.create_run(_run(behind, flow=mine, deadline_at=500.0), _cp(behind, 0, status="waiting"))
+    got = s.claim_runnable("w", 60.0, 1, flows=[mine], now=1000.0)
+    _eq([r.run_id for r in got], [behind], "the worker's due run behind 150 of another flow")
+    s.create_run(_run(first, flow=mine, deadline_at=5.0), _cp(first, 0, status="waiting"))
+    got = s.claim_runnable("w", 60.0, 2, flows=[mine], now=1000.0)
+    _eq(
+        sorted(r.run_id for r in got),
+        sorted([first, behind]),
+        "a due run at the front and the one it holds behind the others, once each",
+    )
+    held = [rid for rid in ahead if s.get_run(rid).lease_owner is not None]
+    _eq(held, [], "no run of the other flow claimed")

@@ -1246,12 +1246,13 @@ class PostgresCheckpointStore:
         from the database clock unless ``now`` is given."""
         if limit <= 0:
             return []
-        wake = self.wakeable_runs(self.now() if now is None else now, max(limit * 4, 100))
+        woken_at = self.now() if now is None else now
         at = "flowdesk_now()" if now is None else "to_timestamp(%(at)s)"
         params: dict[str, Any] = {
             "scope": self.scope,
             "statuses": list(statuses),
-            "wake": wake if wakeable else [],
+            "wake": [],
+            "have": [],
             "flows": None if flows is None else list(flows),
             "owner": owner,
             "at": now,
@@ -1261,6 +1262,7 @@ class PostgresCheckpointStore:
         sql = (
             f"SELECT run_id, lease_owner, coalesce(lease_expires_at <= {at}, false) FROM runs "
             "WHERE scope=%(scope)s AND (status = ANY(%(statuses)s) OR run_id = ANY(%(wake)s))"
+            " AND NOT run_id = ANY(%(have)s)"
         )
         if flows is not None:
             sql += " AND flow_name = ANY(%(flows)s)"
@@ -1279,7 +1281,7 @@ class PostgresCheckpointStore:
             ids: list[str] = []
             taken.clear()
             for run_id, holder, expired in conn.execute(sql, params).fetchall():
-                if len(ids) >= limit:
+                if len(ids) >= params["limit"]:
                     break
                 if (
                     holder is None
@@ -1299,8 +1301,23 @@ class PostgresCheckpointStore:
             )
             return [run for i in ids if (run := self._get_run(conn, i)) is not None]
 
-        claimed = self._tx(body)
-        log_takeovers(owner, taken)
+        # waiting runs to wake, read a window at a time (4x larger each time)
+        # until the limit is claimed or none is left: the due runs a window
+        # holds that this claim cannot take (other flows', live holders')
+        # must not hide the ones behind them from it forever. Each round
+        # commits its claims and the next leaves them out.
+        claimed: list[RunRecord] = []
+        took: list[tuple[str, str, bool]] = []
+        window = max(limit * 4, 100)
+        while True:
+            wake = self.wakeable_runs(woken_at, window) if wakeable else []
+            params.update(wake=wake, have=[r.run_id for r in claimed], limit=limit - len(claimed))
+            claimed += self._tx(body)
+            took += taken
+            if len(claimed) >= limit or len(wake) < window:
+                break
+            window *= 4
+        log_takeovers(owner, took)
         return claimed
 
     def renew(self, run_ids: Sequence[str], lease: Lease) -> set[str]:
