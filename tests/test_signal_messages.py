@@ -349,7 +349,13 @@ def test_two_processes_racing_one_dedupe_key_for_two_keys_store_one(db: str) -> 
     """Two processes released together send one signal name for keys ``a``
     and ``b`` under one dedupe key, 20 rounds: one is stored, the other is
     refused, and nothing is stored for the refused key."""
-    ctx = multiprocessing.get_context("spawn")
+    # real processes of their own, forked from multiprocessing's fork server
+    # with the stores imported once (a spawned interpreter per side and round
+    # cost ~0.5 s of CPU each, 37 s of the suite's CPU for the two stores)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(
+        ["desktop_app.store.sqlite.store", "desktop_app.store.postgres.store", __name__]
+    )
     reader = _open(db)
     try:
         for round_ in range(20):
