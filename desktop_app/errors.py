@@ -13,7 +13,7 @@ import os
 import socket
 from datetime import UTC, datetime
 
-from desktop_app.textsafe import one_line, shell_quote
+from desktop_app.textsafe import one_line, quoted, shell_quote
 from desktop_app.words import plural
 
 
@@ -1210,9 +1210,10 @@ class DedupeKeyReusedError(InputError):
         if sent == (name, key):
             differs = "with another payload"
         else:
-            differs = f"not for signal {sent[0]!r} with key {sent[1]!r}"
+            differs = f"not for signal {quoted(sent[0])} with key {quoted(sent[1])}"
         super().__init__(
-            f"dedupe key {dedupe_key!r} was already used for signal {name!r} with key {key!r} "
+            f"dedupe key {quoted(dedupe_key)} was already used for signal {quoted(name)} "
+            f"with key {quoted(key)} "
             f"(signal {signal_id}), {differs}: nothing was sent. A dedupe key names one "
             "request; give this signal a dedupe key of its own (or none)"
         )
@@ -1225,7 +1226,9 @@ class SignalPayloadError(UnfitPayloadError):
     def __init__(
         self, name: str, key: str, run_id: str, step_id: str, expected: str, cause: str
     ) -> None:
-        super().__init__(f"signal {name!r} with key {key!r}", run_id, step_id, expected, cause)
+        super().__init__(
+            f"signal {quoted(name)} with key {quoted(key)}", run_id, step_id, expected, cause
+        )
 
 
 class EventPayloadError(UnfitPayloadError):

@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from desktop_app.errors import ENDED_RUN_STATUSES, moved_to
 from desktop_app.flow.owners import holding, lease_abandoned
+from desktop_app.textsafe import quoted
 from desktop_app.words import plural
 
 #: agent statuses in the flow vocabulary (a status not listed is shown as it is)
@@ -32,7 +33,7 @@ def no_signal_waiter(name: str, key: str) -> str:
     """What the CLI's ``signal`` and the app say when a signal they stored
     reaches no waiting run (a misspelt name or key is stored too)."""
     return (
-        f"no run waits for signal {name!r} with key {key!r} now; it is kept for the "
+        f"no run waits for signal {quoted(name)} with key {quoted(key)} now; it is kept for the "
         "first run that waits for it"
     )
 

@@ -154,3 +154,19 @@ def fit_cells(text: str, width: int) -> str:
     if cell_width(text) <= width:
         return set_cell_size(text, width)
     return set_cell_size(text, width - 1) + "…"
+
+
+#: characters of a name or key a message quotes whole; a longer one is cut
+QUOTED_CHARS = 120
+
+
+def quoted(text: str, limit: int = QUOTED_CHARS) -> str:
+    """``text`` quoted for a sentence (``repr``, as messages quote a name or
+    key: ``'approve'``); one longer than ``limit`` characters cut to its
+    first ``limit`` with its length said (``'kkkk…'… (5,000,000
+    characters)``), so that a key read from a file does not print
+    megabytes. Where a command must carry the whole value, a hint names the
+    file option instead."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text):,} characters)"

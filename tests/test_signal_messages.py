@@ -315,6 +315,47 @@ def test_a_key_too_long_to_paste_is_shown_with_the_key_file_option(
     assert f"delivered to run {run_id} (now completed)" in sent.stdout
 
 
+def test_a_key_of_megabytes_is_quoted_cut_with_its_length_in_every_message(
+    sqlite_db: str, tmp_path: Path
+) -> None:
+    """A tryout: ``signal`` with a 5 MB key from ``--key-file`` printed the
+    key whole in "no run waits for ..." (5 MB on the terminal), and a
+    dedupe key reused for it would have again. The messages quote its first
+    120 characters and say its length; the signal itself keeps the whole key."""
+    env = user_env()
+    key = "k" * 5_000_000
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(key, encoding="utf-8")
+    said = f"{'k' * 120!r}… (5,000,000 characters)"
+    sent = flowdesk(sqlite_db, "signal", "paid", "--key-file", str(key_file), env=env)
+    assert sent.returncode == 0, sent.stderr[-2000:]
+    assert len(sent.stdout) + len(sent.stderr) < 2_000
+    assert f"no run waits for signal 'paid' with key {said} now" in sent.stderr
+    again = flowdesk(
+        sqlite_db, "signal", "paid", "--key-file", str(key_file), "--payload", "1",
+        "--dedupe-key", "once", env=env,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    other = tmp_path / "other.txt"
+    other.write_text(key + "x", encoding="utf-8")
+    refused = flowdesk(
+        sqlite_db, "signal", "paid", "--key-file", str(other), "--payload", "1",
+        "--dedupe-key", "once", env=env,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert len(refused.stdout) + len(refused.stderr) < 2_000, refused.stderr[:300]
+    assert f"with key {said}" in refused.stderr
+    assert "(5,000,001 characters)" in refused.stderr
+    from desktop_app.store.sqlite.store import open_store
+
+    store = open_store(Path(sqlite_db))
+    try:
+        kept = store.next_signal("paid", key)
+        assert kept is not None and kept.key == key
+    finally:
+        store.close()
+
+
 # -- the refusal is decided by the store, under a race of real processes --------
 
 

@@ -50,7 +50,7 @@ from desktop_app.runs_view import (
     unsettled_text,
     withdrawn_text,
 )
-from desktop_app.textsafe import shell_quote
+from desktop_app.textsafe import quoted, shell_quote
 from desktop_app.words import plural
 
 
@@ -441,7 +441,7 @@ def cmd_signal(ctx: Ctx) -> int:
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
     print(f"signal {signal_id} stored")
     reach = signal_reach(sv.checkpoints, signal_id, a.name, a.key, before)
-    what = f"signal {a.name!r} with key {a.key!r}"
+    what = f"signal {quoted(a.name)} with key {quoted(a.key)}"
     if reach.taken_by is not None and reach.refused is not None:
         print(
             f"run {reach.taken_by} refused it and still waits for {what}: {reach.refused} "
@@ -524,9 +524,9 @@ def _say_duplicate(ctx: Ctx, sv: Any, first: Any, payload: Any) -> int:
 
     a = ctx.args
     same_signal_or_refuse(first, a.dedupe_key, a.name, a.key, codec.dumps(payload))
-    what = f"signal {a.name!r} with key {a.key!r}"
+    what = f"signal {quoted(a.name)} with key {quoted(a.key)}"
     print(
-        f"duplicate: dedupe key {a.dedupe_key!r} was used already for {what} and this same "
+        f"duplicate: dedupe key {quoted(a.dedupe_key)} was used already for {what} and this same "
         f"payload (signal {first.signal_id}); nothing new was stored"
     )
     reach = signal_reach(sv.checkpoints, first.signal_id, a.name, a.key, {})

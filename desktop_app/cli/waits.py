@@ -32,7 +32,7 @@ from typing import Any
 
 from desktop_app.cli.common import value_arg
 from desktop_app.cli.output import MOVED_WAIT, Hints, due_in, iso
-from desktop_app.textsafe import shell_quote, visible_controls, visible_json
+from desktop_app.textsafe import quoted, shell_quote, visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
 
 
@@ -212,7 +212,7 @@ def wait_lines(
         if w.kind == "input":
             lines.append(f"  an answer ({step}): {_question(w.prompt)}")
         elif w.kind == "signal":
-            lines.append(f"  signal {str(w.name)!r} with key {str(w.key)!r} ({step})")
+            lines.append(f"  signal {quoted(str(w.name))} with key {quoted(str(w.key))} ({step})")
         elif w.kind == "event":
             lines.append(f"  an event of type {str(w.name)!r} ({step})")
         else:
