@@ -458,3 +458,38 @@ async def test_the_side_panel_s_updated_ago_keeps_counting(tmp_path: Path) -> No
         clock.advance(26)
         await wait_until(pilot, lambda: screen.table.cell(run_id, "updated") == "32 s ago")
         await wait_until(pilot, lambda: "Updated  32 s ago" in screen.summary.text)
+
+
+async def test_an_answer_refused_in_the_plan_dialog_leaves_the_focus_in_the_field(
+    tmp_path: Path,
+) -> None:
+    """A tryout: in a tidy's plan dialog (a yes/no question) "nope" typed and
+    enter was refused ("is not an answer"), the focus went back to Yes, and
+    the next enter approved: the files moved that the person had declined
+    to move. After a refusal the focus stays in the answer field with the
+    text to edit; enter sends the text again (refused again), backspace
+    edits it, and "no" then declines: nothing moves."""
+    settings, run_id, folder = waiting_tidy(tmp_path)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(120, 35)) as pilot:
+        screen = await open_inbox(pilot)
+        await pilot.press("y")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        await pilot.press(*"nope", "enter")
+        await wait_until(pilot, lambda: "is not an answer" in dialog.error_text)
+        await settle(pilot)
+        assert isinstance(app.focused, Input) and app.focused.value == "nope"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.screen is dialog and "is not an answer" in dialog.error_text
+        assert isinstance(app.focused, Input)
+        await pilot.press(*["backspace"] * 4, "n", "o", "enter")
+        await wait_until(pilot, lambda: app.screen is screen and screen.items == [])
+        await settle(pilot)
+    assert (folder / "photo.jpg").exists()
+    shown = flowdesk(settings.db_path, "show", run_id)
+    files = shown.stdout.split("files:", 1)[-1].split("\n", 1)[0]
+    assert files.strip() == "2 not moved (not approved)", shown.stdout

@@ -146,6 +146,10 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         self.waits: list[Wait] = []
         self.sending = False
         self._error = ""
+        #: the wait an answer is being sent to, and the last wait an answer
+        #: to was refused (whose Yes never takes focus again)
+        self._sent_wait: str | None = None
+        self._refused_wait: str | None = None
         self.preview: Preview | None = None
         #: the only answers some waits take, by wait id (their ``choices``)
         self.choices: dict[str, list[str]] = {}
@@ -339,8 +343,16 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         self.query_one("#answer-yes", Button).disabled = not answerable or self.sending
         self.query_one("#answer-no", Button).disabled = not answerable or self.sending
         if answerable and not self.sending:
-            # a yes/no question: Yes has focus (enter approves); else the text field
-            if wait is not None and self.asks_yes_no(wait):
+            # a yes/no question: Yes has focus (enter approves); else the text
+            # field. Never Yes once an answer to this wait was refused, or
+            # while the field holds text: a typed "nope" refused, then enter
+            # on the Yes that took focus, approved what the person declined.
+            if (
+                wait is not None
+                and self.asks_yes_no(wait)
+                and wait.wait_id != self._refused_wait
+                and not answer.value
+            ):
                 self.query_one("#answer-yes", Button).focus()
             else:
                 answer.focus()
@@ -468,8 +480,11 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
             self.on_sending((self.run.run_id, wait.wait_id))
         refused = self.flowdesk.controller.send_answer(self, self.run.run_id, wait.wait_id, value)
         if refused:
+            self._refused_wait = wait.wait_id
             self._show_error(refused)
+            self.query_one("#answer", Input).focus()
             return
+        self._sent_wait = wait.wait_id
         self._set_sending(True)
         self._show_error("")
         self.query_one("#prompt", Static).update(Text(f"Sending the answer to {wait.wait_id}…"))
@@ -482,6 +497,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         self.dismiss((message.run_id, message.wait_id))
 
     def on_answer_refused(self, message: AnswerRefused) -> None:
+        self._refused_wait = self._sent_wait
         self._set_sending(False)
         self._show_error(message.error)
         self.load()  # the run may have moved on (answered or timed out elsewhere)
