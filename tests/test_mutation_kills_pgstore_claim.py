@@ -80,3 +80,25 @@ def test_a_takeover_in_the_first_window_is_logged_when_a_later_one_claims_more(p
     assert [r.run_id for r in got] == ["stale", "behind"]
     logged = [r.getMessage() for r in caplog.records if "takes it over" in r.getMessage()]
     assert logged == ["run stale: me takes it over from gone (lease expired)"]
+
+
+def test_a_claim_judging_liveness_hands_out_at_most_limit_runs(pg_store):
+    """With ``presumed_dead`` (the claim reads every candidate, no SQL
+    ``LIMIT``), ``limit=1`` still hands out one run of two free ones."""
+    s = pg_store
+    for rid in ("a", "b"):
+        _make(s, rid, "mine", T0, T0)
+    got = s.claim_runnable("me", 60.0, 1, presumed_dead=lambda owner: False, now=NOW)
+    assert [r.run_id for r in got] == ["a"]
+    assert _holders(s) == {"a": "me", "b": None}
+
+
+def test_a_claim_without_a_limit_hands_out_a_hundred_runs(pg_store):
+    """``limit`` defaults to 100: of 101 due runs a claim hands out 100, the
+    youngest is left for the next claim."""
+    s = pg_store
+    for i in range(101):
+        _make(s, f"r{i:03d}", "mine", T0 + i, T0 + i)
+    got = s.claim_runnable("me", 60.0, now=NOW)
+    assert [r.run_id for r in got] == [f"r{i:03d}" for i in range(100)]
+    assert _holders(s)["r100"] is None
