@@ -2,8 +2,10 @@
 a time (issue 29, at 1589dd9), as its mutation run found it unpinned: a
 claim that takes runs in two rounds (one in the first window, the rest
 behind a window of other flows' due runs) hands out at most ``limit`` runs,
-never the same run twice, and logs the takeover its first round made.
-Every test runs on a real server (``tests/pg_support.py``)."""
+never the same run twice, and logs the takeover its first round made; the
+windows grow past wakeable_runs' default 1000; a claim judging liveness and
+one with the default limit stay within ``limit``. Every test runs on a
+real server (``tests/pg_support.py``)."""
 
 from __future__ import annotations
 
@@ -102,3 +104,15 @@ def test_a_claim_without_a_limit_hands_out_a_hundred_runs(pg_store):
     got = s.claim_runnable("me", 60.0, now=NOW)
     assert [r.run_id for r in got] == [f"r{i:03d}" for i in range(100)]
     assert _holders(s)["r100"] is None
+
+
+def test_a_workers_due_run_behind_a_thousand_of_other_flows_is_claimed(pg_store):
+    """More due runs of another flow come first than ``wakeable_runs`` reads
+    by default (1000): the windows grow past them and the worker's own due
+    run is claimed."""
+    s = pg_store
+    for i in range(1001):
+        _make(s, f"other{i:04d}", "other", T0 + i, T0 + i)
+    _make(s, "mine", "mine", T0 + 2000, T0 + 2000)
+    got = s.claim_runnable("me", 60.0, 1, flows=["mine"], now=NOW)
+    assert [r.run_id for r in got] == ["mine"]
