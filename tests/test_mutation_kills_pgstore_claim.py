@@ -4,7 +4,8 @@ claim that takes runs in two rounds (one in the first window, the rest
 behind a window of other flows' due runs) hands out at most ``limit`` runs,
 never the same run twice, and logs the takeover its first round made; the
 windows grow past wakeable_runs' default 1000; a claim judging liveness and
-one with the default limit stay within ``limit``. Every test runs on a
+one with the default limit stay within ``limit``, a claim of more than 400
+reaches past the first window. Every test runs on a
 real server (``tests/pg_support.py``)."""
 
 from __future__ import annotations
@@ -116,3 +117,12 @@ def test_a_workers_due_run_behind_a_thousand_of_other_flows_is_claimed(pg_store)
     _make(s, "mine", "mine", T0 + 2000, T0 + 2000)
     got = s.claim_runnable("me", 60.0, 1, flows=["mine"], now=NOW)
     assert [r.run_id for r in got] == ["mine"]
+
+
+def test_a_claim_of_more_than_four_hundred_reaches_its_run_behind_other_flows(pg_store):
+    """``limit=401`` (a worker with that many free slots): its run behind
+    ``AHEAD`` due runs of another flow is claimed."""
+    s = pg_store
+    _split(s, [], ["behind"])
+    got = s.claim_runnable("me", 60.0, 401, flows=["mine"], now=NOW)
+    assert [r.run_id for r in got] == ["behind"]
