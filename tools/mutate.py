@@ -317,6 +317,9 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_pgstore_init.py",
         # a step's append: the run's error, a lost lease over a missing revision
         "tests/test_mutation_kills_pgstore_append.py",
+        # claim_runnable's windows: at most limit runs over two rounds, none
+        # twice, the first round's takeover logged
+        "tests/test_mutation_kills_pgstore_claim.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
