@@ -225,6 +225,34 @@ def test_show_of_a_run_paused_for_an_operator_says_why_and_resume_runs_as_printe
 # -- replay and fork ---------------------------------------------------------------
 
 
+def test_resume_of_a_canceled_run_prints_the_replay_that_runs_it_again(tmp_path: Path) -> None:
+    """A tryout: ``resume`` of a canceled run said "Replay or fork it from a
+    checkpoint" with no command, where every other refusal prints one. It
+    prints the ``replay`` (and the ``show`` that lists the checkpoints)
+    with the user's ``--db`` and ``--scope``; pasted, the replay starts a
+    new run of it from its start."""
+    folder = tmp_path / "my runs"
+    folder.mkdir()
+    db = folder / "f.db"
+    env = user_env(FLOWDESK_FLOWS=APPROVAL)
+    scoped = ["--scope", "team a"]
+    assert flowdesk(db, *scoped, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, *scoped, "start", "approval", "--input", '{"order": "o-1"}', env=env)
+    rid = started.stdout.split()[0]
+    assert flowdesk(db, *scoped, "cancel", rid, env=env).returncode == 0
+    refused = flowdesk(db, *scoped, "resume", rid, env=env)
+    assert refused.returncode != 0
+    assert f"run {rid} is canceled; it cannot be resumed" in refused.stderr
+    (replay, show) = re.findall(r"`(flowdesk [^`]+)`", refused.stderr)
+    assert replay.endswith(f"replay {rid}") and "'team a'" in replay, refused.stderr
+    again = as_printed(replay, env)
+    assert again.returncode == 0, again.stderr
+    new = again.stdout.splitlines()[0]
+    assert new != rid and again.stdout.splitlines()[-1] == f"run {new} waiting"
+    listed = as_printed(show, env)
+    assert listed.returncode == 0 and f"{rid}:" in listed.stdout, listed.stdout + listed.stderr
+
+
 def test_replay_and_fork_start_new_runs_from_a_checkpoint(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
     env = {"FLOWDESK_FLOWS": APPROVAL}

@@ -1255,9 +1255,17 @@ def cmd_resume(ctx: Ctx) -> int:
     refuse_unregistered(ctx, sv, ref.run_id, "resumed")
     try:
         result = engine.resume(ref.run_id)
-    except RunStateError:
-        if engine.status(ref.run_id).status != "waiting":
-            raise  # canceled or timed out
+    except RunStateError as exc:
+        status = engine.status(ref.run_id).status
+        if status in ("canceled", "timed_out"):
+            rid = ref.run_id
+            raise RunStateError(
+                f"{exc} From its start: `{ctx.hints.cmd(f'replay {rid}')}`; from one of "
+                f"its checkpoints (RUN:REVISION, as `{ctx.hints.cmd(f'show {rid}')}` lists "
+                "them): replay or fork that"
+            ) from exc
+        if status != "waiting":
+            raise
         # it waits for a person's answer (`answer` continues it): report it waiting
         result = engine.wake(ref.run_id)
     try:
