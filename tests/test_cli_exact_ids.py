@@ -138,3 +138,19 @@ def test_exact_ids_of_any_kind_win_over_prefixes(db_path: Path) -> None:
         assert resolve_run_id(store, agents, "f00dc") == RunRef("f00dcafe0001", "flow")
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("command", [["show"], ["answer", "{}", "yes"], ["cancel"], ["resume"]])
+def test_an_empty_run_id_is_refused_as_empty(tmp_path: Path, command: list[str]) -> None:
+    """A tryout: ``show ''`` said "no run  in scope 'default'" (the id left a
+    double space) with a note on scopes. An empty or blank id is refused as
+    such, exit 2, before any lookup."""
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    verb, *rest = command
+    args = [verb, *(a.replace("{}", "  ") for a in rest)] if rest else [verb, ""]
+    got = flowdesk(db, *args)
+    assert got.returncode == 2, got.stderr
+    assert got.stderr.strip() == (
+        "flowdesk: the run id is empty: give a run id, or at least 4 characters of one"
+    )

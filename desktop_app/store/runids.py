@@ -39,7 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from desktop_app.errors import AmbiguousRunIdError, CheckpointNotFoundError, UnknownRunError
+from desktop_app.errors import (
+    AmbiguousRunIdError,
+    CheckpointNotFoundError,
+    InputError,
+    UnknownRunError,
+)
 from desktop_app.store.protocol import CheckpointStore
 
 #: the shortest prefix accepted (the app shows 8 characters)
@@ -145,11 +150,16 @@ def resolve_run_id(
             leave them out.
 
     Raises:
+        InputError: ``prefix`` is empty (or blank).
         UnknownRunError: no run matches (an ``InputError``: exit code 2).
         AmbiguousRunIdError: several runs match; ``matches`` lists their ids.
         StoreError: the store cannot be read.
     """
     wanted = prefix.strip()
+    if not wanted:
+        raise InputError(
+            f"the run id is empty: give a run id, or at least {MIN_PREFIX} characters of one"
+        )
     scope = checkpoints.scope
     try:
         return RunRef(checkpoints.get_run(wanted).run_id, "flow")
