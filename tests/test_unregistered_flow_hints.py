@@ -98,6 +98,48 @@ def test_a_question_of_an_unregistered_flow_is_answered_once_registered(tmp_path
     assert f"run {run_id} completed" in answered.stdout
 
 
+def test_waiting_says_first_that_the_flow_is_not_registered_and_show_claims_no_answers(
+    tmp_path: Path,
+) -> None:
+    """A tryout: ``waiting`` listed a question of an unregistered flow as if
+    it could be answered (only ``show`` said what to set first), and
+    ``show``'s answer line said "yes, no or any text" for a question that
+    takes yes or no only (what it takes is not known without the flow).
+    ``waiting`` (text and JSON) now says first what to set; ``show`` does
+    not guess the answers; registered, both are as before."""
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = start(db, "approver")
+    listed = as_printed(f"flowdesk --db {db} --scope team waiting", bare())
+    assert listed.returncode == 0, listed.stderr
+    first = (
+        "  first: its flow 'approver' is not registered here, so no process configured like "
+        "this one resumes it: set FLOWDESK_FLOWS (the flows setting)"
+    )
+    lines = listed.stdout.splitlines()
+    at = lines.index(f"run {run_id}  flow approver")
+    assert lines[at + 1].startswith(first), listed.stdout
+    assert lines[at + 1].endswith("; then the commands below move it on")
+    rows = json.loads(as_printed(f"flowdesk --db {db} --scope team waiting -o json", bare()).stdout)
+    (row,) = [r for r in rows if r["run_id"] == run_id]
+    assert row["first"].startswith("its flow 'approver' is not registered here")
+    shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
+    assert "yes, no or any text" not in shown.stdout
+    assert (
+        "the last word is the answer: which answers it takes is known where its flow is "
+        "registered (see above)"
+    ) in shown.stdout
+    registered = {**bare(), **REGISTERED}
+    listed = as_printed(f"flowdesk --db {db} --scope team waiting", registered)
+    assert "first:" not in listed.stdout
+    rows = json.loads(
+        as_printed(f"flowdesk --db {db} --scope team waiting -o json", registered).stdout
+    )
+    assert all("first" not in r for r in rows if r.get("run_id") == run_id)
+    shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", registered)
+    assert "which answers it takes is known" not in shown.stdout
+
+
 async def test_the_header_names_the_scope_shown(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     assert flowdesk(db, "db", "apply").returncode == 0

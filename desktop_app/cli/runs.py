@@ -1105,6 +1105,7 @@ def cmd_waiting(ctx: Ctx) -> int:
                 **flow_row(run, now),
                 "waits": [_wait_row(w) for w in run_waits[run.run_id]],
                 **({"unreadable": str(unreadable[run.run_id])} if run.run_id in unreadable else {}),
+                **({"first": why} if (why := unregistered(sv, run)) is not None else {}),
             }
             for run in runs
         ]
@@ -1138,6 +1139,9 @@ def cmd_waiting(ctx: Ctx) -> int:
             for line in damaged_run_hints(ctx.hints, damaged):
                 print(f"  {line}")
             continue
+        first = unregistered(sv, run)
+        if first is not None:  # as `show` says it first: nothing below works here before it
+            print(f"  first: {first}; then the commands below move it on")
         stuck = stuck_on_version(sv, run) is not None
         if stuck:
             show = ctx.hints.cmd(f"show {run.run_id}")

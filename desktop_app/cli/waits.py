@@ -121,11 +121,20 @@ def answer_type(flow: Any, step_id: str) -> str | None:
     return getattr(tp, "__name__", None) or str(tp)
 
 
-def _answer_note(taken: str | None, only: Sequence[str] | None, several: bool) -> str:
+def _answer_note(
+    taken: str | None, only: Sequence[str] | None, several: bool, registered: bool = True
+) -> str:
     """What the answer command's answer may be: ``taken`` is the field's
     type (:func:`answer_type`), ``only`` the choices; ``several``: the
-    command ends with ``--wait-id``, so the answer is not its last word."""
+    command ends with ``--wait-id``, so the answer is not its last word;
+    ``registered``: the run's flow is registered here (else what it takes
+    is not known here, and no answer is taken here before it is)."""
     where = "the word after the run id" if several else "the last word"
+    if not registered and not only:
+        return (
+            f"{where} is the answer: which answers it takes is known where its flow is "
+            "registered (see above)"
+        )
     if only:
         return f"{where} is the answer: {' or '.join(only)} (nothing else is taken)"
     if taken == "bool":
@@ -234,7 +243,7 @@ def wait_lines(
             note = timer_note(run.flow_name, registered=registered, app_fires=app_fires)
         if w.kind == "input":
             only = (choices or {}).get(w.wait_id)
-            note = _answer_note((taken or {}).get(w.wait_id), only, several)
+            note = _answer_note((taken or {}).get(w.wait_id), only, several, registered)
         elif w.kind in ("signal", "event") and (expected := (taken or {}).get(w.wait_id)):
             note = f"{note}, of type {expected} (another is refused)"
         lines.append(f"    {note}")
