@@ -1139,9 +1139,9 @@ def cmd_waiting(ctx: Ctx) -> int:
             for line in damaged_run_hints(ctx.hints, damaged):
                 print(f"  {line}")
             continue
-        first = unregistered(sv, run)
-        if first is not None:  # as `show` says it first: nothing below works here before it
-            print(f"  first: {first}; then the commands below move it on")
+        to_set = unregistered(sv, run)
+        if to_set is not None:  # as `show` says it first: nothing below works here before it
+            print(f"  first: {to_set}; then the commands below move it on")
         stuck = stuck_on_version(sv, run) is not None
         if stuck:
             show = ctx.hints.cmd(f"show {run.run_id}")
