@@ -17,7 +17,7 @@ from pathlib import Path
 
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.config import load_settings
-from tests.app_support import settle
+from tests.app_support import messages, open_inbox, settle, wait_until
 from tests.cli_support import as_printed, flowdesk
 from tests.polling import until
 from tests.timer_flows import FLOWS_ENV
@@ -151,3 +151,29 @@ async def test_the_header_names_the_scope_shown(tmp_path: Path) -> None:
     async with plain.run_test(size=(100, 30)) as pilot:
         await settle(pilot)
         assert plain.sub_title == str(db)
+
+
+async def test_an_answer_in_the_app_to_a_run_of_an_unregistered_flow_says_what_to_set(
+    tmp_path: Path,
+) -> None:
+    """A tryout: y in the inbox on a question whose flow the app does not
+    register said only "no flow named 'approver' is registered (known:
+    digest, tidy)". The app says the answer was not taken, that nothing
+    changed, and what to set (then relaunch); the run still waits."""
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = start(db, "approver")
+    app = FlowdeskApp(load_settings(db_path=db, scope="team"))
+    async with app.run_test(size=(120, 35)) as pilot:
+        await open_inbox(pilot)
+        await pilot.press("y")
+        await settle(pilot)
+        if app.screen.query("#answer-yes"):  # the answer dialog: Yes has focus
+            await pilot.press("enter")
+        said = f"Run {run_id[:8]} was not answered here: no flow named 'approver' is registered"
+        await wait_until(pilot, lambda: any(said in m for m in messages(app)))
+        (notice,) = [m for m in messages(app) if said in m]
+        assert "Nothing changed. Set FLOWDESK_FLOWS (the flows setting)" in notice
+        assert "and relaunch the app, or answer it where its flow is registered." in notice
+    shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
+    assert "status waiting" in shown.stdout

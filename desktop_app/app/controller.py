@@ -48,6 +48,7 @@ from desktop_app.errors import (
     InputPendingError,
     RunLeasedError,
     RunStateError,
+    UnknownFlowError,
 )
 from desktop_app.flow import Engine, RunResult
 from desktop_app.flow.outbox import WITHDRAWN_AFTER_END
@@ -223,6 +224,8 @@ class Controller:
             self._say(f"Run {short_id(run_id)} waits for an answer; press a to answer it.")
         elif isinstance(outcome.exception, FlowVersionMismatchError):
             self._say(app_version_refusal(outcome.exception), "error")
+        elif isinstance(outcome.exception, UnknownFlowError):
+            self._say(unregistered_in_app(run_id, outcome.exception, "resume"), "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))
@@ -664,6 +667,8 @@ class Controller:
             result = engine.resume_with(run_id, value, wait_id=wait_id)
         except DiskFullError as exc:
             error, full = str(exc), exc
+        except UnknownFlowError as exc:
+            error = unregistered_in_app(run_id, exc, "answer")
         except FlowdeskError as exc:
             error = str(exc)
         except Exception as exc:
@@ -696,3 +701,14 @@ class Controller:
             asking[0].post_message(AnswerAccepted(run_id, wait_id))
         if result is not None:
             self.announce(result)
+
+
+def unregistered_in_app(run_id: str, exc: UnknownFlowError, verb: str) -> str:
+    """What the app says when run ``run_id``'s flow is not registered in it
+    (``exc``, from the engine) and ``verb`` (``answer``, ``resume``) was
+    refused: nothing changed, and how to register the flow."""
+    return (
+        f"Run {short_id(run_id)} was not {verb.rstrip('e')}ed here: {exc}. Nothing changed. Set "
+        "FLOWDESK_FLOWS (the flows setting) to the module attribute that defines its flow "
+        f"and relaunch the app, or {verb} it where its flow is registered."
+    )
