@@ -304,6 +304,18 @@ async def test_the_inbox_reads_a_bounded_page_and_space_redraws_one_row(
         assert not any("answered elsewhere" in m for m in messages(app))
 
 
+async def open_plan_dialog(pilot: Any) -> tuple[Any, AnswerScreen]:
+    """y on the inbox's tidy question: (the inbox, the plan dialog it opens
+    with Yes focused)."""
+    screen = await open_inbox(pilot)
+    await pilot.press("y")
+    await settle(pilot)
+    dialog = pilot.app.screen
+    assert isinstance(dialog, AnswerScreen)
+    assert isinstance(pilot.app.focused, Button) and pilot.app.focused.id == "answer-yes"
+    return screen, dialog
+
+
 async def test_y_in_the_inbox_through_the_plan_dialog_is_not_answered_elsewhere(
     tmp_path: Path,
 ) -> None:
@@ -313,11 +325,7 @@ async def test_y_in_the_inbox_through_the_plan_dialog_is_not_answered_elsewhere(
     settings, run_id, _folder = waiting_tidy(tmp_path)
     app = FlowdeskApp(settings)
     async with app.run_test(size=(120, 35)) as pilot:
-        screen = await open_inbox(pilot)
-        await pilot.press("y")
-        await settle(pilot)
-        assert isinstance(app.screen, AnswerScreen)
-        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        screen, _dialog = await open_plan_dialog(pilot)
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.screen is screen and screen.items == [])
         await settle(pilot)
@@ -338,11 +346,7 @@ async def test_a_second_y_typed_in_the_plan_dialog_answers_yes(
     settings, run_id, folder = waiting_tidy(tmp_path)
     app = FlowdeskApp(settings)
     async with app.run_test(size=(120, 35)) as pilot:
-        screen = await open_inbox(pilot)
-        await pilot.press("y")
-        await settle(pilot)
-        dialog = app.screen
-        assert isinstance(dialog, AnswerScreen)
+        screen, dialog = await open_plan_dialog(pilot)
         await pilot.press("down", second)
         await settle(pilot)
         assert isinstance(app.focused, Input) and app.focused.value == second
@@ -472,12 +476,7 @@ async def test_an_answer_refused_in_the_plan_dialog_leaves_the_focus_in_the_fiel
     settings, run_id, folder = waiting_tidy(tmp_path)
     app = FlowdeskApp(settings)
     async with app.run_test(size=(120, 35)) as pilot:
-        screen = await open_inbox(pilot)
-        await pilot.press("y")
-        await settle(pilot)
-        dialog = app.screen
-        assert isinstance(dialog, AnswerScreen)
-        assert isinstance(app.focused, Button) and app.focused.id == "answer-yes"
+        screen, dialog = await open_plan_dialog(pilot)
         await pilot.press(*"nope", "enter")
         await wait_until(pilot, lambda: "is not an answer" in dialog.error_text)
         await settle(pilot)
