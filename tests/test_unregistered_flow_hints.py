@@ -177,3 +177,26 @@ async def test_an_answer_in_the_app_to_a_run_of_an_unregistered_flow_says_what_t
         assert "and relaunch the app, or answer it where its flow is registered." in notice
     shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
     assert "status waiting" in shown.stdout
+
+
+async def test_a_resume_in_the_app_of_a_run_of_an_unregistered_flow_says_what_to_set(
+    tmp_path: Path,
+) -> None:
+    """r on the runs table for a run whose flow the app does not register:
+    the notice says the run was not resumed, that nothing changed, and what
+    to set; the run still waits."""
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = start(db, "napper")
+    app = FlowdeskApp(load_settings(db_path=db, scope="team"))
+    async with app.run_test(size=(120, 35)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.runs_screen.table.selected_run_id() == run_id)
+        await pilot.press("r")
+        said = f"Run {run_id[:8]} was not resumed here: no flow named 'napper' is registered"
+        await wait_until(pilot, lambda: any(said in m for m in messages(app)))
+        (notice,) = [m for m in messages(app) if said in m]
+        assert "Nothing changed. Set FLOWDESK_FLOWS (the flows setting)" in notice
+        assert "and relaunch the app, or resume it where its flow is registered." in notice
+    shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
+    assert "status waiting" in shown.stdout

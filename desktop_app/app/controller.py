@@ -225,7 +225,7 @@ class Controller:
         elif isinstance(outcome.exception, FlowVersionMismatchError):
             self._say(app_version_refusal(outcome.exception), "error")
         elif isinstance(outcome.exception, UnknownFlowError):
-            self._say(unregistered_in_app(run_id, outcome.exception, "resume"), "error")
+            self._say(unregistered_in_app(run_id, outcome.exception, "resume", "resumed"), "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))
@@ -668,7 +668,7 @@ class Controller:
         except DiskFullError as exc:
             error, full = str(exc), exc
         except UnknownFlowError as exc:
-            error = unregistered_in_app(run_id, exc, "answer")
+            error = unregistered_in_app(run_id, exc, "answer", "answered")
         except FlowdeskError as exc:
             error = str(exc)
         except Exception as exc:
@@ -703,12 +703,12 @@ class Controller:
             self.announce(result)
 
 
-def unregistered_in_app(run_id: str, exc: UnknownFlowError, verb: str) -> str:
+def unregistered_in_app(run_id: str, exc: UnknownFlowError, verb: str, done: str) -> str:
     """What the app says when run ``run_id``'s flow is not registered in it
-    (``exc``, from the engine) and ``verb`` (``answer``, ``resume``) was
-    refused: nothing changed, and how to register the flow."""
+    (``exc``, from the engine) and ``verb`` (``answer``; ``done``: ``answered``)
+    was refused: nothing changed, and how to register the flow."""
     return (
-        f"Run {short_id(run_id)} was not {verb.rstrip('e')}ed here: {exc}. Nothing changed. Set "
+        f"Run {short_id(run_id)} was not {done} here: {exc}. Nothing changed. Set "
         "FLOWDESK_FLOWS (the flows setting) to the module attribute that defines its flow "
         f"and relaunch the app, or {verb} it where its flow is registered."
     )
