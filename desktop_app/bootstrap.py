@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from desktop_app.config import Settings, default_db_path
 from desktop_app.errors import BackendUnavailableError, ConfigError, redact
@@ -87,13 +87,15 @@ def parse_database(text: str) -> Database:
     """Pick the backend from a database string.
 
     ``/path/to/file.db``, ``~/x.db`` (expanded by the settings) and
-    ``sqlite:///abs/path.db`` are SQLite files; ``postgresql://`` and
+    ``sqlite:///abs/path.db`` (percent-encoded, as any URL's path:
+    ``sqlite:///my%20notes.db``) are SQLite files; ``postgresql://`` and
     ``postgres://`` URLs are PostgreSQL (psycopg is imported only then).
 
     Raises:
         BackendUnavailableError: a URL of a backend that is not installed
             (``postgresql://``: ``pip install 'flowdesk[postgres]'``) or not
-            known; a ``ConfigError``, so the CLI exits 2.
+            known, or a ``sqlite:`` URL naming no file or with a query or
+            fragment; a ``ConfigError``, so the CLI exits 2.
         ConfigError: ``text`` is empty (or only spaces).
     """
     if not text.strip():
@@ -115,11 +117,20 @@ def parse_database(text: str) -> Database:
     scheme = urlsplit(text).scheme.lower().split("+")[0]
     if scheme == "sqlite":
         rest = text.split("://", 1)[1]
+        if "?" in rest or "#" in rest:
+            # a URL's query or fragment: SQLite URL options are not taken, and
+            # a file named "f.db?mode=ro" is never what was meant
+            raise BackendUnavailableError(
+                f"{redact(text)!r} has a query (?...) or fragment (#...), which Flowdesk does "
+                "not take in a sqlite:/// URL; write the file's path alone (in a URL, a ? or # "
+                "in a file name is written %3F or %23)"
+            )
         if not rest or rest == "/":
             raise BackendUnavailableError(
                 f"{redact(text)!r} names no file; write sqlite:///absolute/path.db or just the path"
             )
-        return Database(text, "sqlite", Path(rest).expanduser())
+        # a URL's path is percent-encoded (sqlite:///my%20notes.db is "my notes.db")
+        return Database(text, "sqlite", Path(unquote(rest)).expanduser())
     if scheme in _EXTRA_BACKENDS:
         import importlib.util
 

@@ -32,6 +32,11 @@ def test_database_strings_pick_a_backend(monkeypatch):
 
     assert parse_database("/x/f.db").path == Path("/x/f.db")
     assert parse_database("sqlite:///x/f.db").path == Path("/x/f.db")
+    # a URL's path is percent-encoded; a query or fragment is refused, not a file name
+    assert parse_database("sqlite:///x/my%20notes%3F.db").path == Path("/x/my notes?.db")
+    for url in ("sqlite:///x/f.db?mode=ro", "sqlite:///x/f.db#top"):
+        with pytest.raises(BackendUnavailableError, match="%3F or %23"):
+            parse_database(url)
     if importlib.util.find_spec("psycopg") is not None:
         pg = parse_database("postgresql://alice@db/x")
         assert (pg.backend, pg.url) == ("postgres", "postgresql://alice@db/x")
@@ -64,3 +69,26 @@ def test_python_m_and_entry_point_both_work():
     script = Path(sys.executable).parent / "flowdesk"
     out = subprocess.run([str(script), "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "watch" in out.stdout and "Exit codes" in out.stdout
+
+
+def test_a_percent_encoded_sqlite_url_names_the_decoded_file_and_its_hint_runs(tmp_path):
+    """``--db sqlite:///…/my%20notes.db`` is the file ``my notes.db`` (not one
+    named with ``%20``); the ``db apply`` hint printed for it is run as
+    printed and creates that file, 0600."""
+    import os
+    import re
+
+    from tests.cli_support import as_printed, flowdesk
+
+    url = f"sqlite://{tmp_path.as_posix()}/my%20notes.db"
+    missing = flowdesk(url, "runs")
+    assert missing.returncode == 1, missing.stderr
+    (hint,) = re.findall(r"`(flowdesk --db [^`]* db apply)`", missing.stderr)
+    applied = as_printed(hint, env=dict(os.environ))
+    assert applied.returncode == 0, applied.stderr
+    made = tmp_path / "my notes.db"
+    assert made.exists() and not list(tmp_path.glob("*%20*"))
+    assert made.stat().st_mode & 0o777 == 0o600
+    assert flowdesk(url, "runs").returncode == 0
+    refused = flowdesk(url + "?mode=ro", "runs")
+    assert refused.returncode == 2 and "%3F or %23" in refused.stderr
