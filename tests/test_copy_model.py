@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from desktop_app.flow.state import StepRecords, apply_output, copy_model
+from desktop_app.flow.state import LayeredSteps, StepRecords, apply_output, copy_model
 from desktop_app.store.protocol import StepRecord
 
 
@@ -106,3 +106,41 @@ def test_step_records_membership_reads_the_top_and_every_level():
     records["late"] = StepRecord("late", "in_progress")
     assert all(k in records for k in ("a", "b", "s0", f"s{StepRecords.flatten_every}", "late"))
     assert "nope" not in records and 3 not in records
+
+
+def test_an_instance_whose_private_slot_was_never_set_copies_as_pydantic_copies_it():
+    # pydantic's __copy__ asks hasattr(): an instance made without __init__
+    # may lack the slot; the copy then holds no private values either
+    bare = Plain.__new__(Plain)
+    object.__setattr__(bare, "__dict__", {"n": 7, "items": []})
+    object.__setattr__(bare, "__pydantic_fields_set__", {"n"})
+    object.__setattr__(bare, "__pydantic_extra__", None)
+    ours = copy_model(bare)
+    assert slots(ours) == slots(bare.__copy__())
+    assert ours.n == 7 and ours.__pydantic_private__ is None
+
+
+def test_output_into_a_model_no_step_has_used_yet_is_validated_and_checked():
+    # a model class seen for the first time: its field names are read then
+    class Fresh(BaseModel):
+        n: int = 0
+        label: str = ""
+
+    new = apply_output(Fresh, Fresh(), {"n": "3"})
+    assert (new.n, new.label) == (3, "")
+
+    class Fresher(BaseModel):
+        n: int = 0
+
+    try:
+        apply_output(Fresher, Fresher(), {"m": 1})
+    except TypeError as exc:
+        assert "unknown state field(s) ['m'] for Fresher" in str(exc)
+    else:
+        raise AssertionError("an unknown field was taken")
+
+
+def test_layered_steps_membership_reads_every_level():
+    layered = LayeredSteps({"a": StepRecord("a", "completed")}, {"b": StepRecord("b", "completed")})
+    assert "a" in layered and "b" in layered
+    assert "c" not in layered and "c" not in LayeredSteps()

@@ -364,7 +364,7 @@ class StepRecords(MutableMapping[str, StepRecord]):
         if key in self._top:
             return True
         # a loop, not ``any`` over a generator: asked at every step's completion
-        for level in self._levels:
+        for level in self._levels:  # noqa: SIM110
             if key in level:
                 return True
         return False
