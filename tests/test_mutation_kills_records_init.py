@@ -137,6 +137,7 @@ def _fresh_record() -> type:
         x: int
         y: int = 2
         tags: list[str] = field(default_factory=list)
+        notes: dict[str, str] = field(default_factory=dict)
 
     _quick_init(Point)
     return Point
@@ -146,14 +147,15 @@ def test_a_quick_init_record_is_its_own_class_frozen_with_every_field_set() -> N
     point_type = _fresh_record()
     p = point_type(1)
     assert type(p) is point_type and p.__class__ is point_type
-    assert (p.x, p.y, p.tags) == (1, 2, [])
+    assert (p.x, p.y, p.tags, p.notes) == (1, 2, [], {})
     assert point_type(1).tags is not p.tags  # a factory per record
+    assert point_type(1).notes is not p.notes
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.x = 5  # type: ignore[misc]
-    assert p == point_type(1, 2, [])
-    q = point_type(3, 4, ["a"])
-    assert (q.x, q.y, q.tags) == (3, 4, ["a"]) and q != p
-    assert dataclasses.replace(q, y=9) == point_type(3, 9, ["a"])
+    assert p == point_type(1, 2, [], {})
+    q = point_type(3, 4, ["a"], {"k": "v"})
+    assert (q.x, q.y, q.tags, q.notes) == (3, 4, ["a"], {"k": "v"}) and q != p
+    assert dataclasses.replace(q, y=9) == point_type(3, 9, ["a"], {"k": "v"})
     # the step path's records are built the quick way, and are what they say
     records = (
         StepRecord("s", "completed", 1),
@@ -176,7 +178,7 @@ def test_an_instance_of_a_subclass_keeps_its_class_and_gets_every_field() -> Non
 
     p = Labelled(5, 6)
     assert type(p) is Labelled
-    assert (p.x, p.y, p.tags) == (5, 6, [])
+    assert (p.x, p.y, p.tags, p.notes) == (5, 6, [], {})
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.y = 1  # type: ignore[misc]
 
