@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from desktop_app.store.records import Checkpoint, Lease, RunRecord, StepRecord, _quick_init, _twin
+from desktop_app.store.records import Checkpoint, Lease, RunRecord, StepRecord, _quick_init
 
 
 def test_records_built_from_their_required_fields_take_the_declared_defaults() -> None:
@@ -126,104 +126,3 @@ def test_a_record_with_a_keyword_only_or_uninitialised_field_keeps_its_signature
     with pytest.raises(TypeError):
         Derived(1, [5])  # type: ignore[call-arg]  # b is not an argument
     assert Derived(1).b == []
-
-
-def _fresh_record() -> type:
-    """A frozen, slotted record made here and given the quick ``__init__``
-    here (mutants of ``_quick_init`` show only in what it builds now)."""
-
-    @dataclass(frozen=True, slots=True)
-    class Point:
-        x: int
-        y: int = 2
-        tags: list[str] = field(default_factory=list)
-        notes: dict[str, str] = field(default_factory=dict)
-
-    _quick_init(Point)
-    return Point
-
-
-def test_a_quick_init_record_is_its_own_class_frozen_with_every_field_set() -> None:
-    point_type = _fresh_record()
-    p = point_type(1)
-    assert type(p) is point_type and p.__class__ is point_type
-    assert (p.x, p.y, p.tags, p.notes) == (1, 2, [], {})
-    assert point_type(1).tags is not p.tags  # a factory per record
-    assert point_type(1).notes is not p.notes
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        p.x = 5  # type: ignore[misc]
-    assert p == point_type(1, 2, [], {})
-    q = point_type(3, 4, ["a"], {"k": "v"})
-    assert (q.x, q.y, q.tags, q.notes) == (3, 4, ["a"], {"k": "v"}) and q != p
-    assert dataclasses.replace(q, y=9) == point_type(3, 9, ["a"], {"k": "v"})
-    # the step path's records are built the quick way, and are what they say
-    records = (
-        StepRecord("s", "completed", 1),
-        Lease("me", 3.0),
-        Checkpoint("r", 0, "pending", {}, {}, (), 1.0),
-        RunRecord("r", "f", "v1", "pending", 0, 1.0, 2.0),
-    )
-    for rec in records:
-        assert type(rec).__init__.__code__.co_filename == "<string>"
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            setattr(rec, dataclasses.fields(rec)[1].name, 3)
-    assert type(StepRecord("s", "completed")) is StepRecord
-
-
-def test_an_instance_of_a_subclass_keeps_its_class_and_gets_every_field() -> None:
-    point_type = _fresh_record()
-
-    class Labelled(point_type):  # type: ignore[misc,valid-type]  # a __dict__ of its own
-        pass
-
-    p = Labelled(5, 6)
-    assert type(p) is Labelled
-    assert (p.x, p.y, p.tags, p.notes) == (5, 6, [], {})
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        p.y = 1  # type: ignore[misc]
-
-    class Sub(StepRecord):
-        pass
-
-    s = Sub("fetch", "in_progress", 2)
-    assert type(s) is Sub and (s.step_id, s.status, s.attempts, s.iteration) == (
-        "fetch",
-        "in_progress",
-        2,
-        0,
-    )
-
-
-def test_a_record_whose_layout_is_not_its_own_slots_sets_fields_through_descriptors() -> None:
-    @dataclass(frozen=True, slots=True)
-    class Base:
-        a: int
-
-    @dataclass(frozen=True, slots=True)
-    class Child(Base):
-        b: int = 3
-
-    assert _twin(Child) is None  # a base with slots: no twin
-    assert _twin(Base) is not None
-    _quick_init(Child)
-    c = Child(1)
-    assert type(c) is Child and (c.a, c.b) == (1, 3)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        c.b = 4  # type: ignore[misc]
-
-    class Listed:
-        __slots__ = ["a"]  # slots given as a list
-
-    assert _twin(Listed) is None
-
-    class Odd:
-        __slots__ = ("a",)
-
-    Odd.__slots__ = ("a", "b")  # type: ignore[assignment]  # no longer the layout
-    assert _twin(Odd) is None
-
-    class Plain:
-        __slots__ = ("a", "b")
-
-    twin = _twin(Plain)
-    assert twin is not None and twin.__slots__ == ("a", "b") and twin.__bases__ == (object,)

@@ -52,82 +52,40 @@ JSON = Any
 
 
 def _quick_init(cls: type[Any]) -> None:
-    """Give the frozen, slotted dataclass ``cls`` an ``__init__`` cheaper
-    than the one dataclasses writes (``object.__setattr__`` per field, the
-    way round its frozen ``__setattr__``): the same signature, defaults and
-    default factories, the same instances (still frozen: assigning a field
-    raises ``FrozenInstanceError``), about a quarter of the cost to make.
-    For the records the step path makes at every step (two ``StepRecord``,
-    a ``Checkpoint``, a ``Lease``) and every run's ``RunRecord``.
-
-    How: an instance of ``cls`` itself becomes, while its fields are set, an
-    instance of a twin class with the very same slots and no frozen
-    ``__setattr__`` (one ``__class__`` assignment each way; plain slot
-    stores in between, about a tenth of a descriptor call each). An
-    instance of a subclass (whose layout may differ), or a class whose
-    layout the twin cannot share, sets each field through its slot's
-    descriptor instead.
+    """Give the frozen, slotted dataclass ``cls`` an ``__init__`` that sets
+    each field through its slot's descriptor instead of the one dataclasses
+    writes (``object.__setattr__`` per field, the way round its frozen
+    ``__setattr__``): the same signature, defaults and default factories,
+    the same instances (still frozen: assigning a field raises
+    ``FrozenInstanceError``), about half the cost to make. For the records
+    the step path makes at every step (two ``StepRecord``, a ``Checkpoint``,
+    a ``Lease``) and every run's ``RunRecord``.
     """
     if hasattr(cls, "__post_init__"):  # dataclasses' __init__ calls it: keep theirs
         return
     params: list[str] = []
-    factories: list[str] = []
-    quick: list[str] = []
-    slow: list[str] = []
-    env: dict[str, Any] = {
-        "MISSING": dataclasses.MISSING,
-        "cls": cls,
-        "twin": _twin(cls),
-        "set_class": object.__setattr__,
-    }
+    body: list[str] = []
+    env: dict[str, Any] = {"MISSING": dataclasses.MISSING}
     for f in dataclasses.fields(cls):
         if not f.init or f.kw_only:  # not in the signature dataclasses writes: keep theirs
             return
-        env[f"set_{f.name}"] = getattr(cls, f.name).__set__  # its slot, or a base's
+        env[f"set_{f.name}"] = cls.__dict__[f.name].__set__
         if f.default is not dataclasses.MISSING:
             env[f"default_{f.name}"] = f.default
             params.append(f"{f.name}=default_{f.name}")
         elif f.default_factory is not dataclasses.MISSING:
             env[f"factory_{f.name}"] = f.default_factory
             params.append(f"{f.name}=MISSING")
-            factories.append(f"    if {f.name} is MISSING:\n        {f.name} = factory_{f.name}()")
+            body.append(f"    if {f.name} is MISSING:\n        {f.name} = factory_{f.name}()")
         else:
             params.append(f.name)
-        quick.append(f"        self.{f.name} = {f.name}")
-        slow.append(f"        set_{f.name}(self, {f.name})")
-    source = (
-        f"def __init__(self, {', '.join(params)}):\n"
-        + "".join(f"{line}\n" for line in factories)
-        + "    if twin is not None and type(self) is cls:\n"
-        + '        set_class(self, "__class__", twin)\n'
-        + "".join(f"{line}\n" for line in quick)
-        + "        self.__class__ = cls\n"
-        + "    else:\n"
-        + "".join(f"{line}\n" for line in slow)
-    )
+        body.append(f"    set_{f.name}(self, {f.name})")
+    source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
     exec(source, env)  # the source is made above from the field names only
     init = env["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__doc__ = cls.__init__.__doc__
     cls.__init__ = init
-
-
-def _twin(cls: type[Any]) -> type[Any] | None:
-    """A class with ``cls``'s very slots and nothing else (no frozen
-    ``__setattr__``), whose instances can become instances of ``cls`` and
-    back (``__class__`` assignment); ``None`` when ``cls``'s layout is not
-    just its own slots (a base with slots or a ``__dict__``: it keeps the
-    descriptors' way)."""
-    slots = cls.__dict__.get("__slots__")
-    if cls.__bases__ != (object,) or not isinstance(slots, tuple):
-        return None
-    twin = type(f"_{cls.__name__}Fields", (), {"__slots__": slots})
-    probe = object.__new__(cls)
-    try:
-        object.__setattr__(probe, "__class__", twin)
-    except TypeError:  # a layout CPython will not share
-        return None
-    return twin
 
 
 @dataclass(frozen=True, slots=True)
