@@ -400,3 +400,33 @@ def test_a_published_event_and_a_sent_signal_wake_a_listening_worker(pg_store):
         assert listener.wait(10.0)
     finally:
         listener.close()
+
+
+def test_a_revision_another_writer_saved_without_moving_the_run_is_a_revision_conflict(
+    pg_url, pg_store
+):
+    """Another writer on the same schema (a restore script, a second tool)
+    saved the checkpoint of the run's next revision without moving the run:
+    the step that appends that revision is the RevisionConflictError that
+    says so, word for word (what the engine reads as "reload the run"), not
+    a bare StoreError quoting the server's duplicate key; the run stays at
+    the revision it was at, and nothing of the step is written."""
+    import psycopg
+
+    from desktop_app.errors import RevisionConflictError
+
+    pg_store.create_run(_rec("r1"), _cp("r1", 0, {"n": 0}))
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+        conn.execute(
+            "CREATE TEMP TABLE saved ON COMMIT DROP AS "
+            "SELECT * FROM flowdesk.checkpoints WHERE run_id = 'r1' AND revision = 0"
+        )
+        conn.execute("UPDATE saved SET revision = 1")
+        conn.execute("INSERT INTO flowdesk.checkpoints SELECT * FROM saved")
+    with pytest.raises(RevisionConflictError) as caught:
+        pg_store.append(_cp("r1", 1, {"n": 1}))
+    assert str(caught.value) == (
+        "run r1: revision 1 (or one of its outbox intents) was already saved by another writer"
+    )
+    assert pg_store.get_run("r1").revision == 0
+    assert _count(pg_store, "SELECT count(*) FROM checkpoints WHERE run_id=?", "r1") == 2
