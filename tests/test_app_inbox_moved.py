@@ -71,8 +71,8 @@ async def test_the_inbox_lists_what_db_copy_moved_as_moved_with_where_to_see_it_
         said = sorted(f"{i.noun} {i.run_id} {i.how(hints)}" for i in inbox.items)
         assert said == sorted(cli_lines), (said, cli_lines)
         assert inbox.status_text == (
-            f"Nothing is waiting for you. 3 more wait on {where}, moved there by flowdesk db "
-            "copy: not answered here (How says how to see each there)."
+            f"Nothing is waiting for you. 3 more were waiting when flowdesk db copy moved them "
+            f"to {where}: answered there, not here (How says how to see each there)."
         )
         # no key answers any of them: each says where it moved, nothing is sent
         for row in range(3):

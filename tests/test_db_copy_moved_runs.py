@@ -167,8 +167,8 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
     assert waiting.returncode == 0, waiting.stderr
     assert waiting.stdout.splitlines()[0] == "no waiting runs"
     assert sorted(waiting.stdout.splitlines()[1:]) == sorted(
-        f"run {r} moved to {where} by flowdesk db copy: it waits there, not here (see it "
-        f"there: flowdesk --db {where} show {r})"
+        f"run {r} moved to {where} by flowdesk db copy while it waited: it is answered "
+        f"there, not here (see it there: flowdesk --db {where} show {r})"
         for r in (ask_id, wait_id)
     )
     # --status moved selects them, and only them; no other status finds them

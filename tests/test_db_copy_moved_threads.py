@@ -104,8 +104,8 @@ def test_db_copy_marks_unfinished_threads_moved_their_program_on_the_file_refuse
     assert "langgraph thread lg-asks  status waiting" in there.stdout
     waiting = flowdesk(db, "waiting")  # apart, with no answer hint that would be refused
     assert waiting.stdout == (
-        f"no waiting runs\nLangGraph thread lg-asks moved to {where} by flowdesk db copy: it "
-        f"waits there, not here (see it there: {hint})\n"
+        f"no waiting runs\nLangGraph thread lg-asks moved to {where} by flowdesk db copy "
+        f"while it waited: it is answered there, not here (see it there: {hint})\n"
     )
     listed = flowdesk(db, "runs", "--json")
     rows = {r["run_id"]: r["status"] for r in map(json.loads, listed.stdout.splitlines())}

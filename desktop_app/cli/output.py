@@ -154,6 +154,18 @@ def moved_hint(hints: Hints, moved_to: str, run_id: str) -> str:
     return hints.cmd(f"show {shell_quote(run_id)}", db=moved_to)
 
 
+def moved_waiting(hints: Hints, moved_to: str, run_id: str) -> str:
+    """What ``waiting`` and the app's inbox say of a run, agent run or thread
+    that waited when ``db copy`` moved it to ``moved_to`` (a URL without its
+    password): the file cannot know what became of it there since, so it
+    says when it waited, where it is answered, and the command that shows it
+    there."""
+    return (
+        f"moved to {moved_to} by flowdesk db copy while it waited: it is answered there, "
+        f"not here (see it there: {moved_hint(hints, moved_to, run_id)})"
+    )
+
+
 def moved_line(hints: Hints, run_id: str, owner: str | None) -> str | None:
     """What ``show`` says of a run ``db copy`` moved (its lease ``owner`` says
     so), with the command that shows it there; ``None`` for any other run."""

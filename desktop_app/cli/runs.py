@@ -22,6 +22,7 @@ from desktop_app.cli.output import (
     moved_hint,
     moved_json,
     moved_line,
+    moved_waiting,
     progress_text,
     step_listener,
     version_refusal,
@@ -1127,10 +1128,7 @@ def cmd_waiting(ctx: Ctx) -> int:
     if not runs and not asking and not threads and not limited:
         print("no waiting runs")
     for noun, run_id, where in gone:
-        print(
-            f"{noun} {one_line(run_id)} moved to {where} by flowdesk db copy: it waits there, "
-            f"not here (see it there: {moved_hint(ctx.hints, where, run_id)})"
-        )
+        print(f"{noun} {one_line(run_id)} {moved_waiting(ctx.hints, where, run_id)}")
     for run in runs:
         print(f"run {run.run_id}  flow {run.flow_name}")
         damaged = unreadable.get(run.run_id)

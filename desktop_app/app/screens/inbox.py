@@ -65,7 +65,7 @@ from desktop_app.app.screens.answer import NO, YES, AnswerScreen
 from desktop_app.app.screens.ask import AskScreen
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.app.widgets.row_table import RowTable
-from desktop_app.cli.output import Hints, moved_hint
+from desktop_app.cli.output import Hints, moved_waiting
 from desktop_app.errors import FlowdeskError, moved_to
 from desktop_app.flow.clock import reading
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
@@ -200,10 +200,7 @@ class InboxItem:
         (``hints``: the app's database and scope); ``""`` when it waits here."""
         if self.moved_to is None:
             return ""
-        return (
-            f"moved to {self.moved_to} by flowdesk db copy: it waits there, not here "
-            f"(see it there: {moved_hint(hints, self.moved_to, self.run_id)})"
-        )
+        return moved_waiting(hints, self.moved_to, self.run_id)
 
     def how(self, hints: Hints) -> str:
         if self.moved_to is not None:
@@ -558,10 +555,11 @@ class InboxScreen(Screen[None]):
         gone = [i for i in self.items if i.moved_to is not None]
         if gone:
             where = ", ".join(sorted({str(i.moved_to) for i in gone}))
+            one = len(gone) == 1
             status += (
-                f" {plural(len(gone), 'more waits', 'more wait')} on {where}, moved there by "
-                "flowdesk db copy: not answered here (How says how to see "
-                f"{'it' if len(gone) == 1 else 'each'} there)."
+                f" {plural(len(gone), 'more was', 'more were')} waiting when flowdesk db copy "
+                f"moved {'it' if one else 'them'} to {where}: answered there, not here (How "
+                f"says how to see {'it' if one else 'each'} there)."
             )
         if message.error:
             status += f" Could not read everything: {message.error}"
