@@ -15,6 +15,7 @@ test's own measurement around the run: no wall-clock constant.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import threading
 import time
@@ -284,13 +285,16 @@ def test_a_retried_attempt_records_why_and_when_it_runs_again(env):
     r = env.engine.run("retry", S())
     outer_ms = (time.perf_counter() - outer) * 1000
     assert r.status == "completed" and seen == [(1, 0), (2, 0)]
-    first, done = env.saved_by(r.run_id, "work")
+    first, begun, done = env.saved_by(r.run_id, "work")
     rec = first.steps["work"]
     assert (rec.step_id, rec.status, rec.attempts) == ("work", "in_progress", 2)
     assert (rec.started_at, rec.iteration) == (T0, 0)
     assert (rec.error, rec.error_type) == ("Retryable: first try fails", "Retryable")
     assert inner[0] <= rec.duration_ms <= outer_ms
     assert rec.next_retry_at == T0 + 1.0 + 2.0  # failed at T0 + 1, backoff 2 s
+    # the retry begins: saved before its body, so a crash in it is not taken
+    # for an attempt that never began (tests/test_attempt_begun.py)
+    assert begun.steps["work"] == dataclasses.replace(rec, next_retry_at=None)
     final = done.steps["work"]
     assert (final.status, final.attempts, final.started_at) == ("completed", 2, T0)
     assert final.finished_at == T0 + 3.0  # the retry waited on the injected clock

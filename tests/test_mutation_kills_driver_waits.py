@@ -387,14 +387,22 @@ def test_an_answer_is_recorded_before_anything_runs(db_path):
     cp = observer.store.latest(res.run_id)
     assert cp.status == "running" and cp.waits == ()
     assert cp.meta["answers"] == {wait.wait_id: "yes"}
+    # handed to a worker with its attempt not begun (next_retry_at now)
     assert cp.steps["ask"] == StepRecord(
-        "ask", "in_progress", attempts=before.attempts, started_at=answered_at
+        "ask",
+        "in_progress",
+        attempts=before.attempts,
+        started_at=answered_at,
+        next_retry_at=answered_at,
     )
     observer.store.close()
     worker = engine_for(db_path, flow(), clock=clock)
     done = worker.resume(res.run_id)
     assert done.status == "completed" and done.state.answer == "yes"
     assert seen == ["yes"]
+    # the step runs again after its answer in the same attempt, as it does
+    # in a process that executes (not a second one, as after a crash)
+    assert worker.store.latest(res.run_id).steps["ask"].attempts == before.attempts
     worker.store.close()
 
 

@@ -33,6 +33,7 @@ questions and answers (:mod:`~desktop_app.flow.answers`) and composite steps
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import threading
 import time
@@ -295,6 +296,36 @@ class RunDriver:
         """Give up this process's lease on the run."""
         self.store.release(self.run_id, self.host.owner)
 
+    def hand_back(self) -> None:
+        """Before the run is given back between steps (the engine stops, or
+        it does not execute runs: ``Engine(executes=False)`` after an answer),
+        save its head function step's attempt as not begun (``next_retry_at``
+        now, what a retry's backoff records), so whoever resumes it runs that
+        attempt as it stands: not counted again, and a ``resume_only`` step
+        runs its function, not ``on_recover``, which is for an attempt a
+        crash may have cut. Nothing is saved for a step whose recovery is
+        still due (``recovering``), one already marked, or a composite step.
+
+        Raises:
+            StoreError / LeaseLostError: the save failed (the run is then
+                resumed as interrupted: the safe reading).
+            Canceled: another process canceled the run meanwhile.
+        """
+        if self.status != "running" or not self.frontier:
+            return
+        head = self.frontier[0]
+        rec = self.steps.get(head)
+        if (
+            rec is None
+            or rec.status != "in_progress"
+            or rec.next_retry_at is not None
+            or self.recovering == head
+            or not isinstance(self.flow.steps.get(head), Step)
+        ):
+            return
+        self.steps[head] = dataclasses.replace(rec, next_retry_at=self.clock.now())
+        self.save(head)
+
     # -- entry points ----------------------------------------------------
 
     def prepare_resume(self) -> None:
@@ -303,7 +334,9 @@ class RunDriver:
         * in progress, no pending backoff: the process died mid-attempt, so
           this is a new attempt (count + 1); ``resume_only`` steps recover.
         * in progress with ``next_retry_at``: that attempt never started.
-        * failed or paused by an operator: a fresh attempt budget.
+        * failed or paused by an operator: a fresh attempt budget (saved as
+          not begun, ``next_retry_at`` now, by an engine that does not
+          execute: it hands the run to a worker, see :meth:`hand_back`).
 
         A run stopped while ``running`` (its process died or let go) or
         ``failed`` adds ``[revision, status]`` to ``meta["resumed"]``: the
@@ -333,7 +366,18 @@ class RunDriver:
         else:
             iteration = rec.iteration if rec is not None else 0
             self.steps[head] = StepRecord(
-                head, "in_progress", attempts=1, started_at=now, iteration=iteration
+                head,
+                "in_progress",
+                attempts=1,
+                started_at=now,
+                iteration=iteration,
+                # an engine that does not execute hands the run to a worker:
+                # the attempt has not begun (see hand_back), said in this save
+                next_retry_at=(
+                    now
+                    if not self.host.executes and isinstance(self.flow.steps.get(head), Step)
+                    else None
+                ),
             )
         self.status = "running"
         self.error = None
@@ -361,7 +405,12 @@ class RunDriver:
             cancel, shutdown, lost = self.cancel_event, self.host.shutdown_event, self.host.lost
             while self.frontier and self.status == "running":
                 if cancel.is_set() or self.run_id in lost or shutdown.is_set():
-                    self.check_cancel()  # raises what stops the run
+                    try:
+                        self.check_cancel()  # raises what stops the run
+                    except Stopped:  # between steps: the head step's attempt never began
+                        with contextlib.suppress(FlowdeskError):  # else taken as interrupted
+                            self.hand_back()
+                        raise
                 if self.run.deadline_at is not None and self.run_deadline_passed():
                     self.time_out_run()
                     break
@@ -516,6 +565,13 @@ class RunDriver:
                 if wait > 0 and not self.clock.sleep(wait, self.cancel_event):
                     raise Canceled()
                 self.check_cancel()
+                # the attempt begins: saved before its body runs, so that a
+                # crash inside it is resumed as one (counted, and a
+                # ``resume_only`` step recovers), not as an attempt that never
+                # began (its function again: a second side effect)
+                rec = dataclasses.replace(rec, next_retry_at=None)
+                self.steps[record_id] = rec
+                self.save(record_id)
             if self.events.listening:
                 self.events.publish(StepStarted(self.run_id, record_id, rec.attempts))
             t0 = time.perf_counter()

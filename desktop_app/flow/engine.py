@@ -682,6 +682,8 @@ class Engine:
             result = driver.drive()
             log.info("run %s stopped here: %s", result.run_id, result.status)
             return result
+        with contextlib.suppress(FlowdeskError, Canceled):  # else resumed as interrupted
+            driver.hand_back()  # its head step's attempt has not begun
         with contextlib.suppress(FlowdeskError):  # else its lease expires on its own
             driver.release()
         return driver.result()

@@ -26,6 +26,8 @@ class DriverHost(Protocol):
         owner: this process's lease owner id.
         shutdown_event: set when the engine stops; drivers stop before the next step.
         lost: ids of runs whose lease another process took over.
+        executes: False for an engine that only hands runs to workers
+            (``Engine(executes=False)``).
     """
 
     @property
@@ -45,6 +47,9 @@ class DriverHost(Protocol):
 
     @property
     def lost(self) -> Container[str]: ...
+
+    @property
+    def executes(self) -> bool: ...
 
     def lease(
         self, takes_over: str | None = None, dead: bool = False, now: float | None = None
