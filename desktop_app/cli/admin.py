@@ -510,7 +510,13 @@ def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:
     ``flowdesk agent`` cannot go on with run ``run_id``, why, and what works."""
     from desktop_app.errors import FlowVersionMismatchError
 
-    why = version_refusal(ctx.hints, exc) if isinstance(exc, FlowVersionMismatchError) else exc
+    why: object = exc
+    if isinstance(exc, FlowVersionMismatchError):  # its flow's code changed: which one runs it
+        why = (
+            f"{version_refusal(ctx.hints, exc)} This worker has version {exc.current}; a "
+            f"worker with the flow's code of version {exc.stored} would run it (while "
+            "upgrading, keep one running until such runs end)."
+        )
     print(
         f"flowdesk agent: run {run_id} cannot go on here (its waits do not fire, it is not "
         f"resumed): {why}",
