@@ -83,11 +83,20 @@ def cmd_db_copy(ctx: Ctx) -> int:
     """``flowdesk db copy --from FILE --to URL`` (see :mod:`desktop_app.store.postgres.copy`)."""
     from desktop_app.bootstrap import parse_database
 
-    target = parse_database(ctx.args.target)
-    source = parse_database(str(ctx.args.source))
-    if target.backend != "postgres" or source.backend != "sqlite":
+    # --from is parsed as --db is (one place): a path or a percent-encoded sqlite:/// URL
+    source = parse_database(ctx.args.source)
+    if source.backend != "sqlite":
         raise InputError(
-            "db copy moves a SQLite file to PostgreSQL: --from FILE --to postgresql://..."
+            f"--from must be a SQLite file (a path or a sqlite:/// URL), not "
+            f"{redact(source.text)!r}: db copy moves the runs of a SQLite file into an empty "
+            "PostgreSQL database: give the SQLite file the runs are in with --from (its path, "
+            "or sqlite:///absolute/path.db) and the PostgreSQL database with --to"
+        )
+    target = parse_database(ctx.args.target)
+    if target.backend != "postgres":
+        raise InputError(
+            f"--to must be a PostgreSQL URL (postgresql://USER@HOST:PORT/DBNAME), not "
+            f"{redact(target.text)!r}: db copy moves a SQLite file's runs into PostgreSQL"
         )
     from desktop_app.integrations.langgraph.threads import saver_line
     from desktop_app.store.postgres.copy import copy_sqlite_to_postgres
@@ -106,7 +115,7 @@ def cmd_db_copy(ctx: Ctx) -> int:
     except CopySourceBusyError as exc:  # the same command again, as the user gave it
         ctx.hints.password_left_out |= has_secret(target.text)  # the note says to give it
         again = ctx.hints.cmd(
-            f"db copy --from {shell_quote(str(ctx.args.source))} "
+            f"db copy --from {shell_quote(ctx.args.source)} "
             f"--to {shell_quote(redact(target.text, mask=None))}"
         )
         print(f"flowdesk: {exc.for_command(again)}", file=sys.stderr)
@@ -123,9 +132,7 @@ def cmd_db_copy(ctx: Ctx) -> int:
 
     def listing(scopes: list[str], n: int) -> str:
         """``(`flowdesk --db F runs` shows them moved)``: one ``runs`` per scope."""
-        looks = [
-            f"`{ctx.hints.cmd('runs', db=str(ctx.args.source), scope=s)}`" for s in scoped(scopes)
-        ]
+        looks = [f"`{ctx.hints.cmd('runs', db=ctx.args.source, scope=s)}`" for s in scoped(scopes)]
         return (
             f"({' and '.join(looks)} {'shows' if len(looks) == 1 else 'show'} "
             f"{'it' if n == 1 else 'them'} moved)"
@@ -510,7 +517,13 @@ def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:
     ``flowdesk agent`` cannot go on with run ``run_id``, why, and what works."""
     from desktop_app.errors import FlowVersionMismatchError
 
-    why = version_refusal(ctx.hints, exc) if isinstance(exc, FlowVersionMismatchError) else exc
+    why: object = exc
+    if isinstance(exc, FlowVersionMismatchError):  # its flow's code changed: which one runs it
+        why = (
+            f"{version_refusal(ctx.hints, exc)} This worker has version {exc.current}; a "
+            f"worker with the flow's code of version {exc.stored} would run it (while "
+            "upgrading, keep one running until such runs end)."
+        )
     print(
         f"flowdesk agent: run {run_id} cannot go on here (its waits do not fire, it is not "
         f"resumed): {why}",

@@ -277,7 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="copy a SQLite database into an applied, empty PostgreSQL database "
         "(runs continue there)",
     )
-    cp.add_argument("--from", dest="source", required=True, type=Path, help="the SQLite file")
+    cp.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="the SQLite file: a path or a sqlite:/// URL (as --db takes it)",
+    )
     cp.add_argument("--to", dest="target", required=True, help="the postgresql:// URL")
 
     run = sub.add_parser("run", help="run a built-in flow headless")

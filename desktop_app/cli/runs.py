@@ -146,10 +146,13 @@ def cmd_runs(ctx: Ctx) -> int:
     rows: list[tuple[float, dict[str, Any]]] = []
     wanted = set(a.status or [])
     now = ctx.judged_now(sv)
+    changed: set[str] = set()  # flow runs whose flow changed since they started
     if a.kind in (None, "flow"):
         undelivered = sv.checkpoints.undelivered_intents()
         sending = sv.checkpoints.sending_intents()
         for r in _flow_runs_shown(sv, a, wanted, now):
+            if stuck_on_version(sv, r) is not None:
+                changed.add(r.run_id)
             made_by = _being_made(sv.checkpoints, r.run_id, now) if sending.get(r.run_id) else {}
             row = flow_row(r, now, undelivered.get(r.run_id, 0), sending.get(r.run_id, 0), made_by)
             rows.append((r.created_at, row))
@@ -205,6 +208,11 @@ def cmd_runs(ctx: Ctx) -> int:
             + (f"  · {making_said}" if making_said else "")
             + (f"  · {unsettled}" if unsettled else "")
             + ("  · its flow is not registered here (see show)" if stranded else "")
+            + (
+                "  · its flow changed since it started (see show)"
+                if row["kind"] == "flow" and row["run_id"] in changed and row["status"] != MOVED
+                else ""
+            )
         )
     return EXIT_OK
 

@@ -48,6 +48,7 @@ from desktop_app.errors import (
     DatabaseOpenError,
     DatabaseUnreachableError,
     FlowdeskError,
+    FlowVersionMismatchError,
     SchemaError,
     UnknownFlowError,
 )
@@ -69,6 +70,9 @@ _NOT_A_PASS_FAILURE: tuple[type[FlowdeskError], ...] = (
     DatabaseUnreachableError,
     *FATAL_STORE_ERRORS,
 )
+#: The statuses of the runs a worker claims (and says it cannot go on with
+#: when their flow's code changed since they started).
+CLAIMED_STATUSES = ("pending", "running")
 #: While the database is unreachable, the first wait between passes (seconds).
 AWAY_FIRST_S = 0.5
 #: While the database stays unreachable, a worker says so this often (seconds).
@@ -255,12 +259,16 @@ class Worker:
     def _tell_unknown_flows(self) -> None:
         """Refuse (once per run: logged and given to ``on_refused``) each
         pending or interrupted run no live process holds whose flow is not
-        registered here: the claims pass over such runs, so without this a
-        worker missing a flow said nothing and the run stayed ``interrupted``.
-        At most one look every :attr:`unknown_every_s` seconds; a run is
-        refused at the second look that finds it unchanged, so a worker of a
-        team whose workers run different flows says nothing of the runs its
-        peers take in between."""
+        registered here (``UnknownFlowError``), or is registered at another
+        version than the run was started with (``FlowVersionMismatchError``:
+        its code changed since; a ``pending`` or ``running`` run, what a
+        worker would claim): the claims pass over such runs, so without this
+        a worker missing a flow or having its new code said nothing and the
+        run stayed ``pending`` or ``interrupted``. At most one look every
+        :attr:`unknown_every_s` seconds; a run is refused at the second look
+        that finds it unchanged, so a worker of a team whose workers run
+        different flows (or, during a rolling upgrade, a flow's old and new
+        code) says nothing of the runs its peers take in between."""
         if time.monotonic() - self._unknown_at < self.unknown_every_s:
             return
         self._unknown_at = time.monotonic()
@@ -269,13 +277,23 @@ class Worker:
         now = store.now()
         seen, self._unknown_seen = self._unknown_seen, {}
         for run in store.list_runs(statuses=PENDING_STATUSES):
-            if run.flow_name in names or run.run_id in self.refused:
+            if run.run_id in self.refused:
+                continue
+            refusal: FlowdeskError
+            if run.flow_name not in names:
+                refusal = unknown_flow(run.flow_name, names)
+            elif run.status in CLAIMED_STATUSES and not engine.runs_version(
+                run.flow_name, run.flow_version
+            ):
+                current = engine.flows[run.flow_name].version
+                refusal = FlowVersionMismatchError(run.run_id, run.flow_version, current)
+            else:
                 continue
             if lease_abandoned(run.lease_owner, run.lease_expires_at, now):
                 # said only when the run is still there, unchanged, at the next
                 # look: a team's worker that has the flow claims it before that
                 if seen.get(run.run_id) == run.updated_at:
-                    self._refusals.refuse(run.run_id, unknown_flow(run.flow_name, names))
+                    self._refusals.refuse(run.run_id, refusal)
                 else:
                     self._unknown_seen[run.run_id] = run.updated_at
 
