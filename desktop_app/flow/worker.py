@@ -88,28 +88,49 @@ class WakeSource(Protocol):
 
 class ServerClock:
     """A :class:`~desktop_app.flow.clock.Clock` that follows the database's
-    clock: local time plus an offset estimated NTP-style (midpoint of a
-    round trip to ``probe``), refreshed every ``refresh_s`` seconds.
+    clock: local time plus an offset estimated NTP-style (the server's time
+    against the midpoint of the round trip in which it was read), refreshed
+    every ``refresh_s`` seconds.
 
     Args:
-        probe: returns ``(server time, round trip)``, UTC epoch seconds /
-            seconds (the PostgreSQL store's ``server_time``).
+        probe: returns ``(server time, local time sent, local time
+            answered)``, UTC epoch seconds (the PostgreSQL store's
+            ``server_time``, which reads the local clock right around its
+            query, not around its wait for a pooled connection).
+        refresh_s: seconds between two measurements.
+        max_rtt_s: a sample whose round trip took longer than this many
+            seconds (a stalled connection) is not taken: the offset stays
+            what it was and the next :meth:`now` measures again, as after a
+            failed probe. The offset is then right within ``max_rtt_s / 2``.
 
     Deadlines and wait times that processes on different machines compare
     are then measured on one clock, within about half a round trip.
     """
 
-    def __init__(self, probe: Callable[[], tuple[float, float]], refresh_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        probe: Callable[[], tuple[float, float, float]],
+        refresh_s: float = 60.0,
+        max_rtt_s: float = 1.0,
+    ) -> None:
         self.probe = probe
         self.refresh_s = refresh_s
+        self.max_rtt_s = max_rtt_s
         self.offset = 0.0
         self._at = -float("inf")
         self._lock = threading.Lock()
 
     def _refresh(self) -> None:
-        before = time.time()
-        server, rtt = self.probe()
-        self.offset = server - (before + rtt / 2)
+        server, sent, answered = self.probe()
+        rtt = answered - sent
+        if not 0.0 <= rtt <= self.max_rtt_s:
+            log.info(
+                "database clock sample not taken: its round trip took %.3f s (over %.3f s); "
+                "the clock offset stays %+.3f s",
+                rtt, self.max_rtt_s, self.offset,
+            )  # fmt: skip
+            return
+        self.offset = server - (sent + answered) / 2
         self._at = time.monotonic()
 
     def now(self) -> float:

@@ -1517,16 +1517,19 @@ class PostgresCheckpointStore:
 
         return close
 
-    def server_time(self) -> tuple[float, float]:
-        """``(database clock_timestamp(), round trip)`` in UTC epoch seconds /
-        seconds: the clock every lease decision uses. Raises StoreError."""
+    def server_time(self) -> tuple[float, float, float]:
+        """``(database clock_timestamp(), local time sent, local time answered)``,
+        UTC epoch seconds: the clock every lease decision uses, with the local
+        clock read right around the query on a connection already in hand (a
+        wait for a pooled connection is outside the round trip). Raises
+        StoreError."""
 
-        def body(conn: Conn) -> tuple[float, float]:
-            t0 = time.time()
+        def body(conn: Conn) -> tuple[float, float, float]:
+            sent = time.time()
             row = conn.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()
-            t1 = time.time()
+            answered = time.time()
             assert row is not None
-            return float(row[0]), t1 - t0
+            return float(row[0]), sent, answered
 
         return self._read(body)
 
