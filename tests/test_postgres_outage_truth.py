@@ -9,8 +9,13 @@ test made, never on how long something took.
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,6 +25,7 @@ from desktop_app.store.postgres.store import open_postgres_store
 from tests.pg_wire import WireCounter
 
 pytestmark = [pytest.mark.postgres]
+REPO = Path(__file__).resolve().parents[1]
 #: seconds the relay refuses every connection
 OUTAGE_S = 3.0
 
@@ -62,3 +68,72 @@ def test_a_clock_sample_held_by_an_outage_does_not_move_the_offset(pg_url):
     finally:
         store.close()
         relay.close()
+
+
+def _agent_lines(agent: subprocess.Popen[str]) -> tuple[list[str], threading.Thread]:
+    said: list[str] = []
+
+    def read() -> None:
+        assert agent.stderr is not None
+        for line in agent.stderr:
+            said.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return said, reader
+
+
+def _wait_for(said: list[str], text: str, timeout: float) -> str | None:
+    """The first line of ``said`` holding ``text``, waiting up to ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in list(said):
+            if text in line:
+                return line
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.slow
+def test_a_worker_says_the_database_is_unreachable_while_it_is_and_for_how_long(pg_url):
+    """``flowdesk agent`` whose server goes away (the relay cuts and refuses
+    every connection) says so while the server is still away, not when the
+    pass that met the outage finally gives up (the pool's 30 s wait per try,
+    several tries: it used to say it only once the server was back), and
+    its "back after N s" counts from when it met the outage: at least the
+    time the outage lasted after it said so (it said 0.0 s after an 86 s
+    outage)."""
+    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", relay.url(pg_url), "agent",
+         "--poll", "0.2"],
+        stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    said, reader = _agent_lines(agent)
+    try:
+        assert _wait_for(said, "flowdesk agent: worker ", 120), "".join(said)
+        relay.refusing = True
+        relay.cut_all()
+        # well within the pool's first 30 s wait for a connection
+        away = _wait_for(said, "the database is unreachable", 20)
+        assert away is not None, "".join(said)
+        assert not [line for line in said if "the database is back after" in line]
+        time.sleep(OUTAGE_S)  # the outage goes on after the worker said so
+        relay.refusing = False
+        back = _wait_for(said, "the database is back after", 150)
+        assert back is not None, "".join(said)
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        try:
+            agent.wait(timeout=60)
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+            reader.join(timeout=10)
+            relay.close()
+    match = re.search(r"the database is back after ([0-9.]+) s", back)
+    assert match is not None, back
+    assert float(match.group(1)) >= OUTAGE_S, "".join(said)
+    text = "".join(said)
+    assert text.count("the database is unreachable") == 1, text
+    assert "Traceback" not in text

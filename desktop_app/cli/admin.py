@@ -579,6 +579,8 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         on_unreachable=unreachable,
         on_reachable=reachable,
     )
+    if hasattr(store, "on_unreachable"):  # PostgreSQL: said while a pass still waits
+        store.on_unreachable = worker.unreachable_met
     listener = None
     sessions = "worker_sessions" in store.capabilities
     if sessions and store.session_url is None:

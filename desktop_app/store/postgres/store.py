@@ -85,6 +85,7 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     CommitUnknownError,
     DatabaseOpenError,
+    DatabaseUnreachableError,
     DuplicateFlowKeyError,
     FlowdeskError,
     LeaseLostError,
@@ -382,6 +383,15 @@ class PostgresCheckpointStore:
         #: pool's own 30 s), and tries: :meth:`stop_waiting` shortens both
         self._wait_s: float | None = None
         self._attempts = MAX_ATTEMPTS
+        #: called once per outage, in the thread whose transaction try first
+        #: found the server unreachable (its connection lost, or no pooled
+        #: connection within ``connect_wait_s``), with that error, while the
+        #: transaction goes on trying: so a process says so at once rather
+        #: than when the transaction finally gives up (or goes through)
+        self.on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None
+        #: ``time.monotonic()`` when a try first found the server unreachable
+        #: since the last transaction that went through; None while it is reachable
+        self.unreachable_since: float | None = None
 
     def stop_waiting(self, wait_s: float = 2.0) -> None:
         """From now on, fail a transaction that waits more than ``wait_s``
@@ -453,6 +463,8 @@ class PostgresCheckpointStore:
                 ) from None
             except psycopg.Error as exc:
                 lost = is_connection_lost(exc)
+                if lost:
+                    self._met_outage(exc)
                 if (lost or exc.sqlstate in RETRY_SQLSTATES) and attempt < self._attempts:
                     if lost:  # e.g. a server restart: drop every dead pooled connection
                         self.pool.check()
@@ -460,7 +472,18 @@ class PostgresCheckpointStore:
                 raise translate(exc, self.where, self.db) from exc
             if write:
                 self._own_commits += 1
+            self.unreachable_since = None
             return result
+
+    def _met_outage(self, exc: psycopg.Error) -> None:
+        """A try found the server unreachable: note when (the first time
+        since the last transaction went through) and call :attr:`on_unreachable`."""
+        if self.unreachable_since is not None:
+            return
+        self.unreachable_since = time.monotonic()
+        error = translate(exc, self.where, self.db)
+        if self.on_unreachable is not None and isinstance(error, DatabaseUnreachableError):
+            self.on_unreachable(error)
 
     def _attempt(self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool) -> T:
         # getconn/putconn, not pool.connection(): its ``with conn`` calls
