@@ -137,3 +137,68 @@ def test_a_worker_says_the_database_is_unreachable_while_it_is_and_for_how_long(
     text = "".join(said)
     assert text.count("the database is unreachable") == 1, text
     assert "Traceback" not in text
+
+
+class _SlowClock:
+    """store.py's ``time`` module, with a monotonic clock that only the
+    test's probe moves (each failed try of the probe takes ``try_s``)."""
+
+    def __init__(self) -> None:
+        self.mono = 1000.0
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def sleep(self, seconds: float) -> None:
+        self.mono += seconds
+
+    @staticmethod
+    def time() -> float:
+        return time.time()
+
+
+def test_an_unknown_outcome_states_how_long_it_did_ask_and_the_wait_is_said_at_once(
+    pg_store, monkeypatch
+):
+    """Asking a server that cannot be reached whether a lost COMMIT landed:
+    each try may take longer than the whole deadline (a connect timeout), so
+    the error states the time it did ask, not the deadline (it said "30 s"
+    after a silence of 2 min 36 s); and the store says at the first failed
+    try that the server cannot be reached (``on_unreachable``, once)."""
+    import psycopg
+
+    from desktop_app.errors import CommitUnknownError
+    from desktop_app.store.postgres import store as postgres
+
+    clock = _SlowClock()
+    monkeypatch.setattr(postgres, "time", clock)
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
+    said: list[str] = []
+    pg_store.on_unreachable = lambda exc: said.append(str(exc))
+    tries: list[float] = []
+
+    def probe() -> str | None:
+        tries.append(clock.mono)
+        clock.mono += 5.0  # a try that ran into its connect timeout
+        raise psycopg.OperationalError("connection timeout expired")
+
+    with pytest.raises(CommitUnknownError) as caught:
+        pg_store._resolve(probe, "813")
+    assert len(tries) == 1  # its one try outlasted the deadline
+    assert caught.value.reason == (
+        "the server could not be reached to ask for 5.0 s (connection timeout expired)"
+    )
+    assert len(said) == 1 and said[0].startswith("lost the connection to PostgreSQL")
+    # asked within the deadline until it passed: the last try at the deadline
+    monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 2.0)
+    tries.clear()
+
+    def refused() -> str | None:
+        tries.append(clock.mono)
+        raise psycopg.OperationalError("connection refused")
+
+    with pytest.raises(CommitUnknownError) as caught:
+        pg_store._resolve(refused, "814")
+    asked = float(caught.value.reason.split("ask for ")[1].split(" s ")[0])
+    assert asked == pytest.approx(2.0) and tries[-1] - tries[0] == pytest.approx(2.0)
+    assert len(said) == 1  # said once an outage

@@ -661,22 +661,29 @@ class PostgresCheckpointStore:
         since, which may be another transaction's) or ``None`` (no longer
         known). A server that cannot be reached is
         asked again on a new connection (back-off 50 ms to 1 s) until
-        :data:`RESOLVE_TIMEOUT_S`.
+        :data:`RESOLVE_TIMEOUT_S` (a last try at that deadline); the error
+        then states how long it did try (a try can outlast the deadline),
+        and :attr:`on_unreachable` is called at the first failed try.
 
         Raises:
             CommitUnknownError: the server stayed unreachable, still holds the
                 transaction open, no longer knows it, or restarted since and
                 cannot tell it from another; nothing is assumed.
         """
-        deadline = time.monotonic() + RESOLVE_TIMEOUT_S
+        began = time.monotonic()
+        deadline = began + RESOLVE_TIMEOUT_S
         pause = 0.05
         while True:
             try:
                 state = probe()
             except psycopg.Error as exc:
+                if is_connection_lost(exc):
+                    self._met_outage(exc)
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                # the time it did try (a try can outlast the deadline: its connect timeout)
                 reason = (
-                    f"the server could not be reached to ask for {RESOLVE_TIMEOUT_S:g} s ({first})"
+                    "the server could not be reached to ask for "
+                    f"{time.monotonic() - began:.1f} s ({first})"
                 )
             else:
                 if state in ("committed", "aborted"):
@@ -696,9 +703,10 @@ class PostgresCheckpointStore:
                     )
                     break
                 reason = f"the server still holds it open after {RESOLVE_TIMEOUT_S:g} s"
-            if time.monotonic() + pause > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
-            time.sleep(pause)
+            time.sleep(min(pause, left))  # the last try at the deadline
             pause = min(pause * 2, 1.0)
         raise CommitUnknownError(self.where, xid, reason, what=what)
 
