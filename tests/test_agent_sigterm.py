@@ -184,3 +184,28 @@ def test_a_step_still_running_after_the_grace_keeps_its_lease_and_a_peer_runs_it
     logged = (Path(os.environ["XDG_STATE_HOME"]) / "flowdesk" / "log" / "flowdesk.log").read_text()
     took = f"run {run_id}: {owner(b)} takes it over from {owner(a)} (owner gone)"
     assert took in logged, logged[-3000:]
+
+
+def test_a_second_signal_exits_at_once_saying_so_and_the_run_keeps_its_lease(
+    database: str, tmp_path: Path
+) -> None:
+    """The stop's hint says "signal again to exit now": the second signal
+    exits 1 at once, saying it exits on that signal and which run keeps its
+    lease ("exiting a second signal" lacked its "on")."""
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    a = Agent(database, tmp_path / "a.err", "--grace", "600")
+    try:
+        run_id = submit(database, sink, gate)
+        wait_for(lambda: ["begin", "s1", "1", str(a.pid)] in lines(sink), "a never began s1")
+        a.popen.send_signal(signal.SIGTERM)
+        wait_for(lambda: "signal again to exit now" in a.text(), "a never heard SIGTERM")
+        a.popen.send_signal(signal.SIGINT)
+        assert a.popen.wait(timeout=BOUND_S) == 1, a.text()
+        said = a.text()
+        assert (
+            "flowdesk agent: exiting on a second signal (2); runs still executing a step: "
+            f"{run_id}; each keeps its lease"
+        ) in said
+    finally:
+        gate.touch()
+        a.stop()

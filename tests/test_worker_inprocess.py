@@ -639,19 +639,25 @@ def test_stopping_serve_stops_its_runs_resumable_and_waits_for_their_threads(sq,
 
 
 class Probe:
-    """The store's ``server_time`` stand-in: (server time, round trip)."""
+    """The store's ``server_time`` stand-in: (server time, local time sent,
+    local time answered), after ``waited_s`` seconds in the pool's queue."""
 
     def __init__(self, fake: FakeTime, ahead_s: float, rtt_s: float) -> None:
         self.fake, self.ahead_s, self.rtt_s = fake, ahead_s, rtt_s
+        self.waited_s = 0.0
         self.calls = 0
         self.error: Exception | None = None
 
-    def __call__(self) -> tuple[float, float]:
+    def __call__(self) -> tuple[float, float, float]:
         self.calls += 1
         if self.error is not None:
             raise self.error
+        self.fake.wall += self.waited_s  # waiting for a pooled connection
+        sent = self.fake.wall
         # the server read its clock half way through the round trip
-        return self.fake.wall + self.rtt_s / 2 + self.ahead_s, self.rtt_s
+        server = sent + self.rtt_s / 2 + self.ahead_s
+        self.fake.wall += self.rtt_s
+        return server, sent, self.fake.wall
 
 
 def test_server_clock_adds_the_offset_measured_at_the_round_trips_midpoint(fake_time):
@@ -702,8 +708,29 @@ def test_server_clock_keeps_its_last_offset_while_the_store_is_unreachable(fake_
         clock.now()
 
 
+def test_server_clock_takes_no_sample_whose_round_trip_was_long(fake_time):
+    """A probe that waited in the pool's queue (an outage) measures the
+    offset all the same; one whose round trip itself stalled past
+    ``max_rtt_s`` is not taken: the last offset stays, measured again at
+    the next ``now``."""
+    probe = Probe(fake_time, ahead_s=3.0, rtt_s=0.2)
+    clock = ServerClock(probe, refresh_s=1.0)
+    assert clock.max_rtt_s == 1.0
+    probe.waited_s = 86.0  # held by an outage before the query went out
+    clock.now()
+    assert clock.offset == pytest.approx(3.0, abs=1e-9)
+    probe.waited_s = 0.0
+    probe.ahead_s, probe.rtt_s = 9.0, 1.0 + 1e-6  # a stalled relay
+    fake_time.mono += 2.0
+    assert clock.now() == pytest.approx(fake_time.wall + 3.0, abs=1e-9)
+    assert probe.calls == 2
+    probe.rtt_s = 1.0  # as long as allowed: taken
+    assert clock.now() == pytest.approx(fake_time.wall + 9.0, abs=1e-9)
+    assert probe.calls == 3
+
+
 def test_server_clock_sleep_waits_the_seconds_or_until_canceled(fake_time):
-    clock = ServerClock(lambda: (0.0, 0.0))
+    clock = ServerClock(lambda: (0.0, 0.0, 0.0))
     assert clock.sleep(0.25) is True
     assert clock.sleep(-3.0) is True
     assert fake_time.slept == [0.25, 0.0]

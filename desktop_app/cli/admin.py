@@ -399,7 +399,7 @@ def cmd_agent(ctx: Ctx) -> int:
 
     def on_term(signum: int, _frame: object) -> None:
         if stop.is_set():  # a second signal: no more waiting
-            _exit_keeping_leases(engine, f"a second signal ({signum})")
+            _exit_keeping_leases(engine, f"on a second signal ({signum})")
         print(
             f"flowdesk agent: signal {signum}, stopping after the steps in flight "
             f"(at most {grace:g} s; signal again to exit now)",
@@ -592,6 +592,8 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         on_unreachable=unreachable,
         on_reachable=reachable,
     )
+    if hasattr(store, "on_unreachable"):  # PostgreSQL: said while a pass still waits
+        store.on_unreachable = worker.unreachable_met
     listener = None
     sessions = "worker_sessions" in store.capabilities
     if sessions and store.session_url is None:

@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.output import Hints
-from desktop_app.errors import InputError
+from desktop_app.errors import FlowdeskError, InputError
 from desktop_app.textsafe import shell_quote
 
 if TYPE_CHECKING:
@@ -240,11 +240,27 @@ class Ctx:
     ) -> Services:
         """Open the database through the composition root; report (on
         stderr) each configured flow that failed to load; the rest work."""
-        from desktop_app.bootstrap import open_services
+        from desktop_app.bootstrap import open_services, parse_database
 
         services = open_services(self.settings, events=events, flows=flows)
         for problem in services.flow_problems:
             print(f"flowdesk: warning: {problem.error} (other flows work)", file=sys.stderr)
+        store = services.checkpoints
+        if hasattr(store, "on_unreachable"):  # PostgreSQL: a wait for the server is said
+            where = parse_database(services.database).shown
+            said: list[bool] = []
+
+            def waiting(_exc: FlowdeskError) -> None:
+                if not said:  # once a command
+                    said.append(True)
+                    print(
+                        f"flowdesk: the database server ({where}) cannot be reached; "
+                        "waiting for it to come back (Ctrl-C stops)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+
+            store.on_unreachable = waiting
         return services
 
     def resolve(self, sv: Services, prefix: str) -> RunRef:

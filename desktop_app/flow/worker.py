@@ -92,28 +92,49 @@ class WakeSource(Protocol):
 
 class ServerClock:
     """A :class:`~desktop_app.flow.clock.Clock` that follows the database's
-    clock: local time plus an offset estimated NTP-style (midpoint of a
-    round trip to ``probe``), refreshed every ``refresh_s`` seconds.
+    clock: local time plus an offset estimated NTP-style (the server's time
+    against the midpoint of the round trip in which it was read), refreshed
+    every ``refresh_s`` seconds.
 
     Args:
-        probe: returns ``(server time, round trip)``, UTC epoch seconds /
-            seconds (the PostgreSQL store's ``server_time``).
+        probe: returns ``(server time, local time sent, local time
+            answered)``, UTC epoch seconds (the PostgreSQL store's
+            ``server_time``, which reads the local clock right around its
+            query, not around its wait for a pooled connection).
+        refresh_s: seconds between two measurements.
+        max_rtt_s: a sample whose round trip took longer than this many
+            seconds (a stalled connection) is not taken: the offset stays
+            what it was and the next :meth:`now` measures again, as after a
+            failed probe. The offset is then right within ``max_rtt_s / 2``.
 
     Deadlines and wait times that processes on different machines compare
     are then measured on one clock, within about half a round trip.
     """
 
-    def __init__(self, probe: Callable[[], tuple[float, float]], refresh_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        probe: Callable[[], tuple[float, float, float]],
+        refresh_s: float = 60.0,
+        max_rtt_s: float = 1.0,
+    ) -> None:
         self.probe = probe
         self.refresh_s = refresh_s
+        self.max_rtt_s = max_rtt_s
         self.offset = 0.0
         self._at = -float("inf")
         self._lock = threading.Lock()
 
     def _refresh(self) -> None:
-        before = time.time()
-        server, rtt = self.probe()
-        self.offset = server - (before + rtt / 2)
+        server, sent, answered = self.probe()
+        rtt = answered - sent
+        if not 0.0 <= rtt <= self.max_rtt_s:
+            log.info(
+                "database clock sample not taken: its round trip took %.3f s (over %.3f s); "
+                "the clock offset stays %+.3f s",
+                rtt, self.max_rtt_s, self.offset,
+            )  # fmt: skip
+            return
+        self.offset = server - (sent + answered) / 2
         self._at = time.monotonic()
 
     def now(self) -> float:
@@ -151,10 +172,13 @@ class Worker:
             seconds; the waits grow from :data:`AWAY_FIRST_S` exponentially
             with jitter (tenacity, through :class:`~desktop_app.flow.retry.Backoff`)
             and the worker keeps trying for as long as it serves.
-        on_unreachable: called once when a pass first finds the database
-            unreachable, with the error.
+        on_unreachable: called once when the database is first found
+            unreachable (by a failed pass, or earlier through
+            :meth:`unreachable_met`, which the store calls while a pass still
+            waits for the server), with the error.
         on_reachable: called once when a pass goes through again after
-            that, with the seconds the database was unreachable.
+            that, with the seconds since the database was first found
+            unreachable.
 
     A store error that cannot heal (:data:`FATAL_STORE_ERRORS`: the schema
     is missing, edited or newer, the role or its password is refused) ends
@@ -182,6 +206,7 @@ class Worker:
         self._backoff = Backoff(initial_s=AWAY_FIRST_S, max_s=retry_max_s, jitter_s=AWAY_FIRST_S)
         self._away_since: float | None = None
         self._away_said = 0.0
+        self._away_lock = threading.Lock()
         self._away_tries = 0
         self._refusals = Refusals(f"worker {engine.owner}", log, on_refused)
         #: runs refused once (``REFUSALS``): not tried again by this worker
@@ -422,40 +447,62 @@ class Worker:
             wait = min(wait, nxt - self.engine.clock.now())
         return None if stop.is_set() else wait
 
+    def unreachable_met(self, exc: DatabaseUnreachableError) -> None:
+        """The store found the database unreachable (in any thread: a pass
+        that goes on waiting for the server, a run's step): say so now, once
+        per outage, and count the outage from now (see :meth:`_back`)."""
+        self._begin_away(exc)
+
+    def _begin_away(self, exc: DatabaseUnreachableError) -> bool:
+        """Note the outage's start and say so, unless already noted; returns
+        whether it was already noted."""
+        with self._away_lock:
+            if self._away_since is not None:
+                return True
+            self._away_since = self._away_said = time.monotonic()
+        log.warning(
+            "flowdesk worker %s: the database is unreachable (%s); retrying every %g s "
+            "at most until it is back",
+            self.engine.owner,
+            exc,
+            self.retry_max_s,
+        )
+        if self.on_unreachable is not None:
+            self.on_unreachable(exc)
+        return False
+
     def _away(self, exc: DatabaseUnreachableError) -> float:
         """A pass found the database unreachable: say so (at the first
-        failure, then about once a minute) and return the wait before the
-        next try (exponential with jitter, capped at :attr:`retry_max_s`)."""
-        now = time.monotonic()
+        failure, unless :meth:`unreachable_met` said it, then about once a
+        minute) and return the wait before the next try (exponential with
+        jitter, capped at :attr:`retry_max_s`)."""
         self._away_tries += 1
-        if self._away_since is None:
-            self._away_since = self._away_said = now
-            log.warning(
-                "flowdesk worker %s: the database is unreachable (%s); retrying every %g s "
-                "at most until it is back",
-                self.engine.owner,
-                exc,
-                self.retry_max_s,
-            )
-            if self.on_unreachable is not None:
-                self.on_unreachable(exc)
-        elif now - self._away_said >= AWAY_LOG_EVERY_S:
-            self._away_said = now
-            log.warning(
-                "flowdesk worker %s: the database is still unreachable after %.0f s (%s)",
-                self.engine.owner,
-                now - self._away_since,
-                exc,
-            )
+        if self._begin_away(exc):
+            now = time.monotonic()
+            with self._away_lock:
+                since, said = self._away_since, self._away_said
+                due = since is not None and now - said >= AWAY_LOG_EVERY_S
+                if due:
+                    self._away_said = now
+            if due and since is not None:
+                log.warning(
+                    "flowdesk worker %s: the database is still unreachable after %.0f s (%s)",
+                    self.engine.owner,
+                    now - since,
+                    exc,
+                )
         return self._backoff.delay(self._away_tries)
 
     def _back(self) -> None:
         """A pass went through: when the database was unreachable before,
-        say it is back (after how long) and reset the backoff."""
-        if self._away_since is None:
+        say it is back (after how long since it was first found
+        unreachable) and reset the backoff."""
+        with self._away_lock:
+            since, self._away_since = self._away_since, None
+        if since is None:
             return
-        away_s = time.monotonic() - self._away_since
-        self._away_since, self._away_tries = None, 0
+        away_s = time.monotonic() - since
+        self._away_tries = 0
         log.warning(
             "flowdesk worker %s: the database is back after %.1f s; resuming",
             self.engine.owner,

@@ -670,9 +670,10 @@ class ServerTime(Protocol):  # pragma: no mutate block
     """The database's clock (the ``database_clock`` capability; not part of
     :class:`CheckpointStore`: read the capability, then cast)."""
 
-    def server_time(self) -> tuple[float, float]:
-        """``(database clock, round trip)``: UTC epoch seconds / seconds.
-        Raises StoreError."""
+    def server_time(self) -> tuple[float, float, float]:
+        """``(database clock, local time sent, local time answered)``: UTC
+        epoch seconds, the local ones read right around the query. Raises
+        StoreError."""
         ...
 
 

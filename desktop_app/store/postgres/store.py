@@ -85,6 +85,7 @@ from desktop_app.errors import (
     CheckpointNotFoundError,
     CommitUnknownError,
     DatabaseOpenError,
+    DatabaseUnreachableError,
     DuplicateFlowKeyError,
     FlowdeskError,
     LeaseLostError,
@@ -382,6 +383,15 @@ class PostgresCheckpointStore:
         #: pool's own 30 s), and tries: :meth:`stop_waiting` shortens both
         self._wait_s: float | None = None
         self._attempts = MAX_ATTEMPTS
+        #: called once per outage, in the thread whose transaction try first
+        #: found the server unreachable (its connection lost, or no pooled
+        #: connection within ``connect_wait_s``), with that error, while the
+        #: transaction goes on trying: so a process says so at once rather
+        #: than when the transaction finally gives up (or goes through)
+        self.on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None
+        #: ``time.monotonic()`` when a try first found the server unreachable
+        #: since the last transaction that went through; None while it is reachable
+        self.unreachable_since: float | None = None
 
     def stop_waiting(self, wait_s: float = 2.0) -> None:
         """From now on, fail a transaction that waits more than ``wait_s``
@@ -453,6 +463,8 @@ class PostgresCheckpointStore:
                 ) from None
             except psycopg.Error as exc:
                 lost = is_connection_lost(exc)
+                if lost:
+                    self._met_outage(exc)
                 if (lost or exc.sqlstate in RETRY_SQLSTATES) and attempt < self._attempts:
                     if lost:  # e.g. a server restart: drop every dead pooled connection
                         self.pool.check()
@@ -460,7 +472,18 @@ class PostgresCheckpointStore:
                 raise translate(exc, self.where, self.db) from exc
             if write:
                 self._own_commits += 1
+            self.unreachable_since = None
             return result
+
+    def _met_outage(self, exc: psycopg.Error) -> None:
+        """A try found the server unreachable: note when (the first time
+        since the last transaction went through) and call :attr:`on_unreachable`."""
+        if self.unreachable_since is not None:
+            return
+        self.unreachable_since = time.monotonic()
+        error = translate(exc, self.where, self.db)
+        if self.on_unreachable is not None and isinstance(error, DatabaseUnreachableError):
+            self.on_unreachable(error)
 
     def _attempt(self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool) -> T:
         # getconn/putconn, not pool.connection(): its ``with conn`` calls
@@ -638,22 +661,29 @@ class PostgresCheckpointStore:
         since, which may be another transaction's) or ``None`` (no longer
         known). A server that cannot be reached is
         asked again on a new connection (back-off 50 ms to 1 s) until
-        :data:`RESOLVE_TIMEOUT_S`.
+        :data:`RESOLVE_TIMEOUT_S` (a last try at that deadline); the error
+        then states how long it did try (a try can outlast the deadline),
+        and :attr:`on_unreachable` is called at the first failed try.
 
         Raises:
             CommitUnknownError: the server stayed unreachable, still holds the
                 transaction open, no longer knows it, or restarted since and
                 cannot tell it from another; nothing is assumed.
         """
-        deadline = time.monotonic() + RESOLVE_TIMEOUT_S
+        began = time.monotonic()
+        deadline = began + RESOLVE_TIMEOUT_S
         pause = 0.05
         while True:
             try:
                 state = probe()
             except psycopg.Error as exc:
+                if is_connection_lost(exc):
+                    self._met_outage(exc)
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                # the time it did try (a try can outlast the deadline: its connect timeout)
                 reason = (
-                    f"the server could not be reached to ask for {RESOLVE_TIMEOUT_S:g} s ({first})"
+                    "the server could not be reached to ask for "
+                    f"{time.monotonic() - began:.1f} s ({first})"
                 )
             else:
                 if state in ("committed", "aborted"):
@@ -673,9 +703,10 @@ class PostgresCheckpointStore:
                     )
                     break
                 reason = f"the server still holds it open after {RESOLVE_TIMEOUT_S:g} s"
-            if time.monotonic() + pause > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
-            time.sleep(pause)
+            time.sleep(min(pause, left))  # the last try at the deadline
             pause = min(pause * 2, 1.0)
         raise CommitUnknownError(self.where, xid, reason, what=what)
 
@@ -1517,16 +1548,19 @@ class PostgresCheckpointStore:
 
         return close
 
-    def server_time(self) -> tuple[float, float]:
-        """``(database clock_timestamp(), round trip)`` in UTC epoch seconds /
-        seconds: the clock every lease decision uses. Raises StoreError."""
+    def server_time(self) -> tuple[float, float, float]:
+        """``(database clock_timestamp(), local time sent, local time answered)``,
+        UTC epoch seconds: the clock every lease decision uses, with the local
+        clock read right around the query on a connection already in hand (a
+        wait for a pooled connection is outside the round trip). Raises
+        StoreError."""
 
-        def body(conn: Conn) -> tuple[float, float]:
-            t0 = time.time()
+        def body(conn: Conn) -> tuple[float, float, float]:
+            sent = time.time()
             row = conn.execute("SELECT extract(epoch from clock_timestamp())::float8").fetchone()
-            t1 = time.time()
+            answered = time.time()
             assert row is not None
-            return float(row[0]), t1 - t0
+            return float(row[0]), sent, answered
 
         return self._read(body)
 
