@@ -451,7 +451,11 @@ def run(
                 input=input,
             )
         pid = int(first[1])
-        ready, _, _ = select.select([conn], [], [], timeout)
+        # poll, not select: a pytest process may hold descriptors past
+        # select's FD_SETSIZE (1,024) after many tests' databases
+        poller = select.poll()
+        poller.register(conn, select.POLLIN)
+        ready = poller.poll(None if timeout is None else timeout * 1000)
         if not ready:
             os.kill(pid, signal.SIGKILL)
         status = int(replies.readline().decode().split()[1])

@@ -42,7 +42,9 @@ class RecordingProxy:
                     number = len(proxy.requests)
                 if number in proxy.hold:  # until Flowdesk is killed (at most 5 minutes)
                     for _ in range(600):
-                        ready, _, _ = select.select([self.connection], [], [], 0.5)
+                        poller = select.poll()  # not select: descriptors past 1,024
+                        poller.register(self.connection, select.POLLIN)
+                        ready = poller.poll(500)
                         if ready and self.connection.recv(1, socket.MSG_PEEK) == b"":
                             return
                     return

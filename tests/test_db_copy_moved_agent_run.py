@@ -116,8 +116,8 @@ def test_a_moved_agent_run_waiting_for_approval_is_refused_on_the_file_and_a_pos
         waiting = flowdesk(db, "waiting", env=env)
         assert waiting.returncode == 0, waiting.stderr
         assert waiting.stdout == (
-            f"no waiting runs\nagent run {rid} moved to {where} by flowdesk db copy: it waits "
-            f"there, not here (see it there: {hint})\n"
+            f"no waiting runs\nagent run {rid} moved to {where} by flowdesk db copy while it "
+            f"waited: it is answered there, not here (see it there: {hint})\n"
         )
         assert flowdesk(db, "waiting", "--json", env=env).stdout == ""
         # show on the file offers no yes/no there (each refused): only the show there
