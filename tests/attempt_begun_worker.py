@@ -6,7 +6,9 @@ in ``DB.effects`` ("charged"); its ``on_recover`` writes "recovered" there
 instead. Its first attempt fails with a retryable error before the effect; the
 retry (after a backoff) makes the effect and then the process kills itself
 with SIGKILL, before the step's checkpoint (``first``). ``again`` resumes the
-run in a new process and prints its status and the step's attempts.
+run in a new process and prints its status and the step's attempts;
+``stopped`` does so with its engine stopping (as on SIGTERM) before the step
+runs.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def main(db: Path, mode: str) -> None:
         engine.run("charge", Charge())
         raise SystemExit("not killed")
     (run,) = store.list_runs()
+    if mode == "stopped":  # resumed by an engine that stops before the step runs
+        engine.shutdown_event.set()
     result = engine.resume(run.run_id)
     rec = store.latest(run.run_id).steps["charge"]
     print(result.status, rec.attempts)
