@@ -7,8 +7,8 @@ instead. Its first attempt fails with a retryable error before the effect; the
 retry (after a backoff) makes the effect and then the process kills itself
 with SIGKILL, before the step's checkpoint (``first``). ``again`` resumes the
 run in a new process and prints its status and the step's attempts;
-``stopped`` does so with its engine stopping (as on SIGTERM) before the step
-runs.
+``handed`` does so with an engine that does not execute (it hands the run
+to the workers).
 """
 
 from __future__ import annotations
@@ -57,13 +57,14 @@ def flow(effects: Path):
 
 def main(db: Path, mode: str) -> None:
     store = open_store(db)
-    engine = Engine(store, flows=[flow(db.with_suffix(".effects"))])
+    # "handed": an engine that does not execute (the app on PostgreSQL beside
+    # workers) resumes the run, which hands it to the workers
+    executes = mode != "handed"
+    engine = Engine(store, flows=[flow(db.with_suffix(".effects"))], executes=executes)
     if mode == "first":
         engine.run("charge", Charge())
         raise SystemExit("not killed")
     (run,) = store.list_runs()
-    if mode == "stopped":  # resumed by an engine that stops before the step runs
-        engine.shutdown_event.set()
     result = engine.resume(run.run_id)
     rec = store.latest(run.run_id).steps["charge"]
     print(result.status, rec.attempts)

@@ -42,15 +42,15 @@ def test_a_crash_inside_a_retry_recovers_the_resume_only_step_and_charges_once(d
     assert again.stdout.split() == ["completed", "3"]  # a failure, the cut retry, the recovery
 
 
-def test_a_run_stopped_before_its_due_recovery_still_recovers(db_path: Path):
-    """Resumed after the crash by a process that stops before the step runs
-    (SIGTERM at that moment): the recovery is still due, so the next resume
-    finds out (``on_recover``) instead of charging again."""
+def test_a_run_handed_to_the_workers_with_its_recovery_due_still_recovers(db_path: Path):
+    """Resumed after the crash by an engine that does not execute (it hands
+    the run to the workers): the recovery is still due, so the worker that
+    resumes it finds out (``on_recover``) instead of charging again."""
     first = cli_forkserver.run_script(WORKER, [str(db_path), "first"], timeout=120)
     assert first.returncode == -signal.SIGKILL, first.stderr
-    stopped = cli_forkserver.run_script(WORKER, [str(db_path), "stopped"], timeout=120)
-    assert stopped.returncode == 0, stopped.stderr
-    assert stopped.stdout.split()[0] == "running"  # given back, nothing ran
+    handed = cli_forkserver.run_script(WORKER, [str(db_path), "handed"], timeout=120)
+    assert handed.returncode == 0, handed.stderr
+    assert handed.stdout.split()[0] == "running"  # given to the workers, nothing ran
     effects = db_path.with_suffix(".effects")
     assert effects.read_text().splitlines() == ["charged"]
     again = cli_forkserver.run_script(WORKER, [str(db_path), "again"], timeout=120)

@@ -302,6 +302,24 @@ def test_a_retried_attempt_records_why_and_when_it_runs_again(env):
     assert started == [(r.run_id, "work", 1), (r.run_id, "work", 2)]
 
 
+def test_a_backoff_under_a_second_is_waited_too(env):
+    """A retry's backoff of half a second is waited (on the injected clock)
+    before the retry begins, as a longer one is."""
+
+    def flaky(s: S, ctx) -> dict:
+        if ctx.attempt == 1:
+            env.clock.advance(1.0)
+            raise Retryable("first try fails")
+        return {"n": 1}
+
+    policy = RetryPolicy(retries=1, backoff=Backoff(initial_s=0.5, max_s=10.0, jitter_s=0.0))
+    env.engine.register(FlowBuilder("half", S, retry=policy).step("work", flaky).compile())
+    r = env.engine.run("half", S())
+    assert r.status == "completed"
+    *_, done = env.saved_by(r.run_id, "work")
+    assert done.steps["work"].finished_at == T0 + 1.0 + 0.5
+
+
 def test_a_retry_without_backoff_stores_no_retry_time(sq):
     """With a zero backoff the retry runs at once: no ``next_retry_at`` is
     stored, so a restart counts the lost attempt instead of taking it for one
