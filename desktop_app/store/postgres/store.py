@@ -389,9 +389,9 @@ class PostgresCheckpointStore:
         #: transaction goes on trying: so a process says so at once rather
         #: than when the transaction finally gives up (or goes through)
         self.on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None
-        #: ``time.monotonic()`` when a try first found the server unreachable
-        #: since the last transaction that went through; None while it is reachable
-        self.unreachable_since: float | None = None
+        #: a try found the server unreachable since the last transaction
+        #: that went through (:attr:`on_unreachable` was called for it)
+        self._unreachable = False
 
     def stop_waiting(self, wait_s: float = 2.0) -> None:
         """From now on, fail a transaction that waits more than ``wait_s``
@@ -472,15 +472,15 @@ class PostgresCheckpointStore:
                 raise translate(exc, self.where, self.db) from exc
             if write:
                 self._own_commits += 1
-            self.unreachable_since = None
+            self._unreachable = False
             return result
 
     def _met_outage(self, exc: psycopg.Error) -> None:
-        """A try found the server unreachable: note when (the first time
-        since the last transaction went through) and call :attr:`on_unreachable`."""
-        if self.unreachable_since is not None:
+        """A try found the server unreachable: the first time since the last
+        transaction went through, call :attr:`on_unreachable`."""
+        if self._unreachable:
             return
-        self.unreachable_since = time.monotonic()
+        self._unreachable = True
         error = translate(exc, self.where, self.db)
         if self.on_unreachable is not None and isinstance(error, DatabaseUnreachableError):
             self.on_unreachable(error)
