@@ -147,3 +147,40 @@ def test_an_answer_handed_to_a_worker_makes_the_next_steps_effect_there(db_path:
     assert log == ["b made the effect for yes"]
     assert worker.store.latest(r.run_id).steps["b"].attempts == 1
     worker.store.close()
+
+
+def test_a_run_resumed_by_a_stopping_engine_makes_its_first_steps_effect_later(db_path: Path):
+    """A submitted run (not begun) resumed by an engine already stopping
+    (SIGTERM as it picks the run up) is given back before its first step
+    runs: the next resume makes the step's effect, as its first attempt."""
+    log: list[str] = []
+
+    def charge(s: S) -> dict:
+        log.append("charged")
+        return {"n": 1}
+
+    def recover(s: S) -> dict:
+        log.append("recovered")
+        return {"n": 2}
+
+    def flow():
+        return (
+            FlowBuilder("one", S)
+            .step("charge", charge, recovery="resume_only", on_recover=recover)
+            .chain()
+            .compile()
+        )
+
+    submitter = Engine(open_store(db_path), flows=[flow()], group_commit=False, executes=False)
+    run_id = submitter.run("one", S()).run_id  # stored pending, for a worker
+    submitter.store.close()
+    stopping = Engine(open_store(db_path), flows=[flow()], group_commit=False)
+    stopping.shutdown_event.set()
+    assert stopping.resume(run_id).status == "running" and log == []
+    stopping.store.close()
+
+    worker = Engine(open_store(db_path), flows=[flow()], group_commit=False)
+    done = worker.resume(run_id)
+    assert done.status == "completed" and log == ["charged"]  # not "recovered"
+    assert worker.store.latest(run_id).steps["charge"].attempts == 1
+    worker.store.close()

@@ -326,6 +326,13 @@ class RunDriver:
         self.steps[head] = dataclasses.replace(rec, next_retry_at=self.clock.now())
         self.save(head)
 
+    def hand_back_between_steps(self) -> None:
+        """:meth:`hand_back` for a driver stopping before its head step's
+        body ran; a failed save is left as it is (the run is then resumed
+        as interrupted: the safe reading), a cancel meanwhile propagates."""
+        with contextlib.suppress(FlowdeskError):
+            self.hand_back()
+
     # -- entry points ----------------------------------------------------
 
     def prepare_resume(self) -> None:
@@ -389,6 +396,7 @@ class RunDriver:
         self.host.track(self.run_id, True)
         try:
             if self.host.shutdown_event.is_set():
+                self.hand_back_between_steps()  # stopped before its first step here
                 return self.result()
             return self._drive()
         finally:
@@ -408,8 +416,7 @@ class RunDriver:
                     try:
                         self.check_cancel()  # raises what stops the run
                     except Stopped:  # between steps: the head step's attempt never began
-                        with contextlib.suppress(FlowdeskError):  # else taken as interrupted
-                            self.hand_back()
+                        self.hand_back_between_steps()
                         raise
                 if self.run.deadline_at is not None and self.run_deadline_passed():
                     self.time_out_run()
