@@ -115,13 +115,15 @@ def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp
             own_cluster.crash()
         finally:
             answer.send_signal(signal.SIGCONT)
-        # down until the worker said so (its tries of a transaction ran out),
-        # then longer than its pool's reconnect attempts last: not a timing assertion
+        # down until the worker said so (at the first statement that met the
+        # outage) and the answering process gave up (its tries of a transaction
+        # ran out: the run is interrupted), then longer than the worker's pool's
+        # reconnect attempts last: an order of events, not a timing assertion
         assert away.wait(120), "".join(said)
+        answer.communicate(timeout=120)
+        assert answer.returncode == 1  # it gave up during the outage
         time.sleep(OUTAGE_S)
         own_cluster.restart()
-        answer.communicate(timeout=120)
-        assert answer.returncode == 1  # it gave up during the outage: the run is interrupted
         # the run completed and the worker delivered every move it queued
         done = (
             "SELECT count(*) FROM flowdesk.runs WHERE run_id=%s AND status='completed' "
