@@ -671,8 +671,11 @@ async def test_signal_waits_are_shown_with_a_countdown_but_not_answered(tmp_path
         assert row[1:] == ["signal", "signal deploy (key prod)", "in 3h 12m"]
         prompt = str(modal.query_one("#prompt").render())
         assert "flowdesk signal deploy prod" in prompt
-        assert modal.query_one("#answer", Input).disabled
-        assert modal.query_one("#send", Button).disabled
+        # no answer's field or buttons for a signal: Send signal… instead
+        for control in ("#answer", "#as-json", "#answer-yes", "#answer-no", "#send"):
+            widget = modal.query_one(control)
+            assert widget.disabled and not widget.display, control
+        assert modal.query_one("#send-signal", Button).display
         await pilot.press("escape")
         assert isinstance(app.screen, RunsScreen)
         assert runs_screen(app).table.cell(run_id, "status") == "waiting"

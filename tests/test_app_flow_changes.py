@@ -55,3 +55,32 @@ async def test_launch_report_says_what_changed_instead_of_hashes(tmp_path: Path)
         changed = table.get_cell(run_id, "changed").plain
         assert changed == "version 1.0 → 1.1: renamed prep → prepare"
         assert old.version.split("+")[1] not in changed
+
+
+def many_steps_flow(version: str, names: list[str]) -> CompiledFlow[Approval]:
+    builder = FlowBuilder("approve", Approval, version=version)
+    for name in names:
+        builder = builder.step(name, lambda s: {})
+    return builder.await_input("ok", "answer", prompt="Ship?").chain().compile()
+
+
+async def test_launch_report_shows_the_selected_runs_whole_change_under_the_table(
+    tmp_path: Path,
+) -> None:
+    """A change longer than the dialog's column (a tryout's, cut even at 220
+    columns) is shown whole, wrapped, for the selected run."""
+    settings = settings_for(tmp_path / "t.db")
+    before = [f"download_the_{i}_source_archive" for i in range(8)]
+    after = [f"fetch_the_{i}_source_bundle" for i in range(8)]
+    old, new = many_steps_flow("1.0", before), many_steps_flow("2.0", after)
+    (run_id,) = waiting_runs(settings, [old], ("approve", Approval()))
+    app = FlowdeskApp(settings, flows=[new])
+    async with app.run_test(size=(220, 50)) as pilot:
+        await settle(pilot)
+        report = app.screen
+        assert isinstance(report, LaunchReportScreen)
+        whole = flow_change(old.version, new.version, [*before, "ok"], [*after, "ok"]).describe()
+        cell = report.query_one("#incompatible", DataTable).get_cell(run_id, "changed").plain
+        assert len(cell) < len(whole)  # the column is cut to fit the dialog
+        shown = " ".join(str(report.query_one("#change").render()).split())
+        assert shown == f"What changed in run {run_id[:8]}: {whole}"

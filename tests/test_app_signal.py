@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel
-from textual.widgets import Input
+from textual.widgets import Button, Input
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.signal import SignalRequest, SignalScreen, parse_signal
 from desktop_app.config import Settings, load_settings
 from desktop_app.flow import FlowBuilder
@@ -71,6 +72,40 @@ async def test_send_a_signal_from_the_app(tmp_path: Path) -> None:
         run = store.get_run(run_id)
         assert run.status == "completed"
         assert store.latest(run_id).state["paid"] == {"amount": 3}
+    finally:
+        store.close()
+
+
+async def test_answer_on_a_run_waiting_for_a_signal_sends_it_from_the_prefilled_form(
+    tmp_path: Path,
+) -> None:
+    """``a`` on a run that waits for a signal shows what it waits for and a
+    Send signal… button (no greyed Yes and No): it opens the signal form
+    filled in from the run, and the payload sent there completes it."""
+    settings, run_id = waiting_pay_run(tmp_path)
+    app = FlowdeskApp(settings, flows=[pay_flow()])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        assert "Send signal… below opens the signal form" in str(
+            dialog.query_one("#prompt").render()
+        )
+        assert not dialog.query_one("#answer-yes", Button).display
+        await pilot.click("#send-signal")
+        await settle(pilot)
+        form = app.screen
+        assert isinstance(form, SignalScreen)
+        assert form.query_one("#name", Input).value == "payment"
+        assert form.query_one("#key", Input).value == "o-1"
+        await pilot.press(*'{"amount": 5}', "enter")
+        await wait_until(pilot, lambda: any("stored" in m for m in messages(app)))
+    store = open_store(settings.db_path)
+    try:
+        assert store.get_run(run_id).status == "completed"
+        assert store.latest(run_id).state["paid"] == {"amount": 5}
     finally:
         store.close()
 

@@ -189,6 +189,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
                 yield Button("Yes", variant="success", id="answer-yes", disabled=True)
                 yield Button("No", variant="error", id="answer-no", disabled=True)
                 yield Button("Send", variant="primary", id="send", disabled=True)
+                yield Button("Send signal…", variant="primary", id="send-signal")
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
@@ -333,15 +334,20 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
                     ("Waits for ", "bold"),
                     wait_target(wait),
                     ". Only questions (input waits) are answered here. ",
+                    "Send signal… below opens the signal form, filled in. "
+                    if wait.kind == "signal"
+                    else "",
                     how_to_deliver(self.flowdesk.hints, wait),
                 )
             )
         answer = self.query_one("#answer", Input)
-        answer.disabled = not answerable or self.sending
-        self.query_one("#as-json", Checkbox).disabled = not answerable or self.sending
-        self.query_one("#send", Button).disabled = not answerable or self.sending
-        self.query_one("#answer-yes", Button).disabled = not answerable or self.sending
-        self.query_one("#answer-no", Button).disabled = not answerable or self.sending
+        # only a question shows the answer's field and buttons (a signal
+        # wait's Yes and No were shown greyed, as if they could be pressed);
+        # a signal wait offers the app's signal form instead, prefilled
+        for control in (answer, *self.query("#as-json, #send, #answer-yes, #answer-no")):
+            control.disabled = not answerable or self.sending
+            control.display = answerable
+        self.query_one("#send-signal", Button).display = wait is not None and wait.kind == "signal"
         if answerable and not self.sending:
             # a yes/no question: Yes has focus (enter approves); else the text
             # field. Never Yes once an answer to this wait was refused, or
@@ -445,6 +451,10 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
             self.send(YES)
         elif event.button.id == "answer-no":
             self.send(NO)
+        elif event.button.id == "send-signal":
+            # the app's signal form (x), prefilled from the run on screen
+            self.dismiss(None)
+            self.app.call_later(self.app.run_action, "send_signal")
         else:
             self.dismiss(None)
 

@@ -764,9 +764,11 @@ class InboxScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """``y``, ``n``, ``enter`` and ``space`` show (and work) only while
-        something waits: an empty inbox offered Approve and Reject."""
+        something waits here: an empty inbox offered Approve and Reject, and
+        so did one holding only what ``flowdesk db copy`` moved away (under
+        "Nothing is waiting for you")."""
         if action in ("approve", "reject", "answer", "mark"):
-            return bool(self.items)
+            return any(i.moved_to is None for i in self.items)
         return True
 
     def action_approve(self) -> None:

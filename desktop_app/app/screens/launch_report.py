@@ -173,6 +173,8 @@ class LaunchReportScreen(ModalScreen[None]):
                 id="explain",
             )
             yield RowTable(id="incompatible")
+            # the selected run's whole change: the table's column is cut to fit
+            yield Static("", id="change")
             with Horizontal(id="buttons"):
                 # keeping first, failing last: the default never destroys work
                 yield Button("Keep", variant="primary", id="keep")
@@ -183,13 +185,17 @@ class LaunchReportScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#incompatible", DataTable)
+        self._full_changes = {
+            r.run_id: self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}")
+            for r in self.runs
+        }
         rows = {
             r.run_id: {
                 "run": short_id(r.run_id),
                 "flow": r.flow_name,
                 "status": self.statuses.get(r.run_id, r.status),
                 "step": r.step or "-",
-                "changed": self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}"),
+                "changed": self._full_changes[r.run_id],
                 "decision": self.decisions[r.run_id],
             }
             for r in self.runs
@@ -209,6 +215,22 @@ class LaunchReportScreen(ModalScreen[None]):
             cells["changed"] = cut_words(cells["changed"], changed)
             table.add_row(*(Text(cells[k]) for k in kept), key=run_id)
         table.focus()
+        self._show_change()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._show_change()
+
+    def _show_change(self) -> None:
+        """The selected run's whole "What changed", wrapped under the table."""
+        run = self.selected
+        text = (
+            Text.assemble(("What changed in run ", "bold"), short_id(run.run_id), ": ",
+                          self._full_changes[run.run_id])  # fmt: skip
+            if run is not None
+            else Text("")
+        )
+        self.query_one("#change", Static).update(text)
 
     @property
     def selected(self) -> IncompatibleRun | None:
