@@ -164,7 +164,7 @@ def test_an_unknown_outcome_states_how_long_it_did_ask_and_the_wait_is_said_at_o
     each try may take longer than the whole deadline (a connect timeout), so
     the error states the time it did ask, not the deadline (it said "30 s"
     after a silence of 2 min 36 s); and the store says at the first failed
-    try that the server cannot be reached (``on_unreachable``, once)."""
+    try that the server cannot be reached (its ``on_unreachable`` handler, once)."""
     import psycopg
 
     from desktop_app.errors import CommitUnknownError
@@ -174,7 +174,7 @@ def test_an_unknown_outcome_states_how_long_it_did_ask_and_the_wait_is_said_at_o
     monkeypatch.setattr(postgres, "time", clock)
     monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
     said: list[str] = []
-    pg_store.on_unreachable = lambda exc: said.append(str(exc))
+    pg_store.on_unreachable(lambda exc: said.append(str(exc)))
     tries: list[float] = []
 
     def probe() -> str | None:

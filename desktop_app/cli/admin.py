@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
@@ -557,6 +557,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     notifications (see :mod:`desktop_app.flow.worker`)."""
     from desktop_app.bootstrap import parse_database
     from desktop_app.flow.worker import Worker
+    from desktop_app.store.protocol import UnreachableNotice
 
     engine, store = sv.engine, sv.checkpoints
     if "processes" not in store.capabilities:
@@ -592,8 +593,8 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         on_unreachable=unreachable,
         on_reachable=reachable,
     )
-    if hasattr(store, "on_unreachable"):  # PostgreSQL: said while a pass still waits
-        store.on_unreachable = worker.unreachable_met
+    if "unreachable_notice" in store.capabilities:  # said while a pass still waits
+        cast(UnreachableNotice, store).on_unreachable(worker.unreachable_met)
     listener = None
     sessions = "worker_sessions" in store.capabilities
     if sessions and store.session_url is None:

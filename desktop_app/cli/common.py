@@ -6,7 +6,7 @@ import argparse
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError, InputError
@@ -241,12 +241,13 @@ class Ctx:
         """Open the database through the composition root; report (on
         stderr) each configured flow that failed to load; the rest work."""
         from desktop_app.bootstrap import open_services, parse_database
+        from desktop_app.store.protocol import UnreachableNotice
 
         services = open_services(self.settings, events=events, flows=flows)
         for problem in services.flow_problems:
             print(f"flowdesk: warning: {problem.error} (other flows work)", file=sys.stderr)
         store = services.checkpoints
-        if hasattr(store, "on_unreachable"):  # PostgreSQL: a wait for the server is said
+        if "unreachable_notice" in store.capabilities:  # a wait for the server is said
             where = parse_database(services.database).shown
             said: list[bool] = []
 
@@ -260,7 +261,7 @@ class Ctx:
                         flush=True,
                     )
 
-            store.on_unreachable = waiting
+            cast(UnreachableNotice, store).on_unreachable(waiting)
         return services
 
     def resolve(self, sv: Services, prefix: str) -> RunRef:

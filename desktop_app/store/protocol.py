@@ -35,6 +35,7 @@ import builtins
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from desktop_app.errors import DatabaseUnreachableError
 from desktop_app.store.records import (
     AGENT_ENDED,
     AGENT_RUN_STATUS,
@@ -104,6 +105,7 @@ __all__ = [
     "StepRecord",
     "StepStatus",
     "ToolResult",
+    "UnreachableNotice",
     "Wait",
     "WaitKind",
     "Withdrawal",
@@ -141,6 +143,10 @@ T = TypeVar("T")
 #:   workers whose session ended (PostgreSQL's liveness locks).
 #: * ``"worker_sessions"`` — ``listener(channels, *, owner, on_lost)`` opens
 #:   a session of its own that holds a worker's liveness lock and hears wake-ups.
+#: * ``"unreachable_notice"`` — ``on_unreachable(handler)``
+#:   (:class:`UnreachableNotice`): the store says at the first try that finds
+#:   a database server unreachable, while the transaction goes on trying, so
+#:   a process can say it waits (a server's outage; a file is never away).
 #:
 #: Callers read these names; they never probe a store with ``hasattr`` or
 #: ``isinstance``. The conformance check ``declared_capabilities_are_implemented``
@@ -157,6 +163,7 @@ CAPABILITIES = frozenset(
         "group_commit",
         "worker_claims",
         "worker_sessions",
+        "unreachable_notice",
     }
 )
 
@@ -168,6 +175,7 @@ CAPABILITY_METHODS: dict[str, tuple[str, ...]] = {
     "push": ("watch_changes",),
     "vacuum": ("vacuum",),
     "database_clock": ("server_time",),
+    "unreachable_notice": ("on_unreachable",),
 }
 
 #: Statuses :meth:`Leases.claim_runnable` hands out by default: interrupted runs.
@@ -674,6 +682,17 @@ class ServerTime(Protocol):  # pragma: no mutate block
         """``(database clock, local time sent, local time answered)``: UTC
         epoch seconds, the local ones read right around the query. Raises
         StoreError."""
+        ...
+
+
+class UnreachableNotice(Protocol):  # pragma: no mutate block
+    """A store that says when its server cannot be reached (the
+    ``unreachable_notice`` capability; read the capability, then cast)."""
+
+    def on_unreachable(self, handler: Callable[[DatabaseUnreachableError], None] | None) -> None:
+        """Call ``handler`` once per outage, with the error of the first try
+        that found the server unreachable, while that transaction goes on
+        trying (from that try's thread); ``None`` removes it."""
         ...
 
 

@@ -224,12 +224,12 @@ class LaunchReportScreen(ModalScreen[None]):
     def _show_change(self) -> None:
         """The selected run's whole "What changed", wrapped under the table."""
         run = self.selected
-        text = (
-            Text.assemble(("What changed in run ", "bold"), short_id(run.run_id), ": ",
-                          self._full_changes[run.run_id])  # fmt: skip
-            if run is not None
-            else Text("")
-        )
+        text = Text("")
+        if run is not None:
+            change = self._full_changes[run.run_id]
+            text = Text.assemble(
+                ("What changed in run ", "bold"), short_id(run.run_id), ": ", change
+            )
         self.query_one("#change", Static).update(text)
 
     @property

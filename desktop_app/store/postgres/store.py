@@ -338,6 +338,7 @@ class PostgresCheckpointStore:
             "append_batch",
             "worker_claims",
             "worker_sessions",
+            "unreachable_notice",
         }
     )
 
@@ -388,10 +389,19 @@ class PostgresCheckpointStore:
         #: connection within ``connect_wait_s``), with that error, while the
         #: transaction goes on trying: so a process says so at once rather
         #: than when the transaction finally gives up (or goes through)
-        self.on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None
+        self._on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None
         #: a try found the server unreachable since the last transaction
-        #: that went through (:attr:`on_unreachable` was called for it)
+        #: that went through (the handler was called for it)
         self._unreachable = False
+
+    def on_unreachable(self, handler: Callable[[DatabaseUnreachableError], None] | None) -> None:
+        """The ``unreachable_notice`` capability: ``handler`` is called once
+        per outage, in the thread whose transaction try first found the
+        server unreachable (its connection lost, or no pooled connection
+        within ``postgres.connect_wait_s`` seconds), with that error, while
+        the transaction goes on trying; ``None`` removes it. Replaces the
+        handler set before."""
+        self._on_unreachable = handler
 
     def stop_waiting(self, wait_s: float = 2.0) -> None:
         """From now on, fail a transaction that waits more than ``wait_s``
@@ -477,13 +487,13 @@ class PostgresCheckpointStore:
 
     def _met_outage(self, exc: psycopg.Error) -> None:
         """A try found the server unreachable: the first time since the last
-        transaction went through, call :attr:`on_unreachable`."""
+        transaction went through, call the :meth:`on_unreachable` handler."""
         if self._unreachable:
             return
         self._unreachable = True
         error = translate(exc, self.where, self.db)
-        if self.on_unreachable is not None and isinstance(error, DatabaseUnreachableError):
-            self.on_unreachable(error)
+        if self._on_unreachable is not None and isinstance(error, DatabaseUnreachableError):
+            self._on_unreachable(error)
 
     def _attempt(self, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool) -> T:
         # getconn/putconn, not pool.connection(): its ``with conn`` calls
@@ -663,7 +673,7 @@ class PostgresCheckpointStore:
         asked again on a new connection (back-off 50 ms to 1 s) until
         :data:`RESOLVE_TIMEOUT_S` (a last try at that deadline); the error
         then states how long it did try (a try can outlast the deadline),
-        and :attr:`on_unreachable` is called at the first failed try.
+        and the :meth:`on_unreachable` handler is called at the first failed try.
 
         Raises:
             CommitUnknownError: the server stayed unreachable, still holds the
