@@ -391,6 +391,7 @@ def cmd_agent(ctx: Ctx) -> int:
     import threading
 
     from desktop_app.config import recovery_policy
+    from desktop_app.store.protocol import ServerOutages
 
     sv = ctx.services()
     engine = sv.engine
@@ -408,9 +409,8 @@ def cmd_agent(ctx: Ctx) -> int:
         )
         engine.stop()  # releases no lease: each run's is given back once its step ended
         stop.set()
-        stop_waiting = getattr(sv.checkpoints, "stop_waiting", None)
-        if stop_waiting is not None:  # a database gone away does not hold the stop
-            stop_waiting()
+        if "server_outages" in sv.checkpoints.capabilities:  # a server gone away
+            cast(ServerOutages, sv.checkpoints).stop_waiting()  # does not hold the stop
         threading.Thread(
             target=_exit_after,
             args=(engine, grace),
@@ -557,7 +557,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     notifications (see :mod:`desktop_app.flow.worker`)."""
     from desktop_app.bootstrap import parse_database
     from desktop_app.flow.worker import Worker
-    from desktop_app.store.protocol import UnreachableNotice
+    from desktop_app.store.protocol import ServerOutages
 
     engine, store = sv.engine, sv.checkpoints
     if "processes" not in store.capabilities:
@@ -593,8 +593,8 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
         on_unreachable=unreachable,
         on_reachable=reachable,
     )
-    if "unreachable_notice" in store.capabilities:  # said while a pass still waits
-        cast(UnreachableNotice, store).on_unreachable(worker.unreachable_met)
+    if "server_outages" in store.capabilities:  # said while a pass still waits
+        cast(ServerOutages, store).on_unreachable(worker.unreachable_met)
     listener = None
     sessions = "worker_sessions" in store.capabilities
     if sessions and store.session_url is None:

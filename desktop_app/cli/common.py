@@ -241,13 +241,13 @@ class Ctx:
         """Open the database through the composition root; report (on
         stderr) each configured flow that failed to load; the rest work."""
         from desktop_app.bootstrap import open_services, parse_database
-        from desktop_app.store.protocol import UnreachableNotice
+        from desktop_app.store.protocol import ServerOutages
 
         services = open_services(self.settings, events=events, flows=flows)
         for problem in services.flow_problems:
             print(f"flowdesk: warning: {problem.error} (other flows work)", file=sys.stderr)
         store = services.checkpoints
-        if "unreachable_notice" in store.capabilities:  # a wait for the server is said
+        if "server_outages" in store.capabilities:  # a wait for the server is said
             where = parse_database(services.database).shown
             said: list[bool] = []
 
@@ -261,7 +261,7 @@ class Ctx:
                         flush=True,
                     )
 
-            cast(UnreachableNotice, store).on_unreachable(waiting)
+            cast(ServerOutages, store).on_unreachable(waiting)
         return services
 
     def resolve(self, sv: Services, prefix: str) -> RunRef:

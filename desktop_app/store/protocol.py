@@ -98,6 +98,7 @@ __all__ = [
     "RunLog",
     "RunRecord",
     "RunStatus",
+    "ServerOutages",
     "ServerTime",
     "Signal",
     "SqlResult",
@@ -105,7 +106,6 @@ __all__ = [
     "StepRecord",
     "StepStatus",
     "ToolResult",
-    "UnreachableNotice",
     "Wait",
     "WaitKind",
     "Withdrawal",
@@ -143,10 +143,12 @@ T = TypeVar("T")
 #:   workers whose session ended (PostgreSQL's liveness locks).
 #: * ``"worker_sessions"`` — ``listener(channels, *, owner, on_lost)`` opens
 #:   a session of its own that holds a worker's liveness lock and hears wake-ups.
-#: * ``"unreachable_notice"`` — ``on_unreachable(handler)``
-#:   (:class:`UnreachableNotice`): the store says at the first try that finds
-#:   a database server unreachable, while the transaction goes on trying, so
-#:   a process can say it waits (a server's outage; a file is never away).
+#: * ``"server_outages"`` — the store rides out a database server's outages
+#:   (:class:`ServerOutages`): ``on_unreachable(handler)`` says at the first
+#:   try that finds the server unreachable, while the transaction goes on
+#:   trying, so a process can say it waits; ``stop_waiting(wait_s)`` gives up
+#:   sooner from then on, for a process that is stopping (a file is never
+#:   away: SQLite declares neither).
 #:
 #: Callers read these names; they never probe a store with ``hasattr`` or
 #: ``isinstance``. The conformance check ``declared_capabilities_are_implemented``
@@ -163,7 +165,7 @@ CAPABILITIES = frozenset(
         "group_commit",
         "worker_claims",
         "worker_sessions",
-        "unreachable_notice",
+        "server_outages",
     }
 )
 
@@ -175,7 +177,7 @@ CAPABILITY_METHODS: dict[str, tuple[str, ...]] = {
     "push": ("watch_changes",),
     "vacuum": ("vacuum",),
     "database_clock": ("server_time",),
-    "unreachable_notice": ("on_unreachable",),
+    "server_outages": ("on_unreachable", "stop_waiting"),
 }
 
 #: Statuses :meth:`Leases.claim_runnable` hands out by default: interrupted runs.
@@ -685,14 +687,20 @@ class ServerTime(Protocol):  # pragma: no mutate block
         ...
 
 
-class UnreachableNotice(Protocol):  # pragma: no mutate block
-    """A store that says when its server cannot be reached (the
-    ``unreachable_notice`` capability; read the capability, then cast)."""
+class ServerOutages(Protocol):  # pragma: no mutate block
+    """A store on a database server that rides out its outages (the
+    ``server_outages`` capability; read the capability, then cast)."""
 
     def on_unreachable(self, handler: Callable[[DatabaseUnreachableError], None] | None) -> None:
         """Call ``handler`` once per outage, with the error of the first try
         that found the server unreachable, while that transaction goes on
         trying (from that try's thread); ``None`` removes it."""
+        ...
+
+    def stop_waiting(self, wait_s: float = 2.0) -> None:
+        """From now on, fail a transaction that waits more than ``wait_s``
+        seconds for a connection, and try it once (a process that is
+        stopping)."""
         ...
 
 

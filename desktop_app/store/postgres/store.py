@@ -338,7 +338,7 @@ class PostgresCheckpointStore:
             "append_batch",
             "worker_claims",
             "worker_sessions",
-            "unreachable_notice",
+            "server_outages",
         }
     )
 
@@ -395,7 +395,7 @@ class PostgresCheckpointStore:
         self._unreachable = False
 
     def on_unreachable(self, handler: Callable[[DatabaseUnreachableError], None] | None) -> None:
-        """The ``unreachable_notice`` capability: ``handler`` is called once
+        """The ``server_outages`` capability: ``handler`` is called once
         per outage, in the thread whose transaction try first found the
         server unreachable (its connection lost, or no pooled connection
         within ``postgres.connect_wait_s`` seconds), with that error, while
