@@ -708,6 +708,61 @@ def test_server_clock_keeps_its_last_offset_while_the_store_is_unreachable(fake_
         clock.now()
 
 
+def test_server_clock_waits_retry_s_after_a_failed_probe_not_at_every_reading(fake_time):
+    """During an outage every reading of the clock asked the server again
+    and waited for it (the app's screens read it every second): a failed
+    probe is tried again only after ``retry_s``, the last offset serving."""
+    probe = Probe(fake_time, ahead_s=4.0, rtt_s=0.0)
+    clock = ServerClock(probe, refresh_s=60.0)
+    assert clock.retry_s == 5.0
+    clock.now()
+    probe.error = StoreError("database unreachable")
+    fake_time.mono += 61.0
+    for _ in range(3):  # due: one probe, it fails; the next readings do not ask
+        assert clock.now() == pytest.approx(fake_time.wall + 4.0)
+    assert probe.calls == 2
+    fake_time.mono += 4.9
+    clock.now()
+    assert probe.calls == 2
+    probe.error = None
+    probe.ahead_s = 6.0
+    fake_time.mono += 0.2  # retry_s after the failed probe
+    assert clock.now() == pytest.approx(fake_time.wall + 6.0)
+    assert probe.calls == 3
+
+
+def test_server_clock_gives_the_last_offset_while_another_thread_measures(fake_time):
+    """A refresh held by a slow server (another thread's) is not waited
+    for once an offset is known: a reading meanwhile gives the last one."""
+    probe = Probe(fake_time, ahead_s=2.0, rtt_s=0.0)
+    clock = ServerClock(probe, refresh_s=60.0)
+    clock.now()
+    entered, release = threading.Event(), threading.Event()
+    measured = clock.probe
+
+    def held() -> tuple[float, float, float]:
+        entered.set()
+        assert release.wait(30)
+        return measured()
+
+    clock.probe = held
+    probe.ahead_s = 9.0
+    fake_time.mono += 61.0
+    other = threading.Thread(target=clock.now)
+    other.start()
+    read: list[float] = []
+    try:
+        assert entered.wait(30)
+        reading = threading.Thread(target=lambda: read.append(clock.now()))
+        reading.start()
+        reading.join(30)  # a bound on a hang (it waited for the refresh)
+        assert read == [pytest.approx(fake_time.wall + 2.0)]  # not held
+    finally:
+        release.set()
+        other.join(30)
+    assert clock.now() == pytest.approx(fake_time.wall + 9.0)
+
+
 def test_server_clock_takes_no_sample_whose_round_trip_was_long(fake_time):
     """A probe that waited in the pool's queue (an outage) measures the
     offset all the same; one whose round trip itself stalled past

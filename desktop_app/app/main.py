@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import platformdirs
 from textual import work
@@ -48,6 +48,8 @@ from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.format import app_version_refusal, plural, short_id, skew_notice
 from desktop_app.app.messages import (
     BranchRequested,
+    DatabaseAway,
+    DatabaseBack,
     EngineReady,
     OutboxDelivered,
     ProgressTick,
@@ -83,7 +85,7 @@ from desktop_app.flow.engine import Refusals
 from desktop_app.flow.events import Event, RunFinished, RunProgress, RunStarted, StepFinished
 from desktop_app.private import make_private_dirs
 from desktop_app.runs_view import left_over, no_signal_waiter, signal_reach, signal_waits
-from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
+from desktop_app.store.protocol import CheckpointStore, RunRecord, ServerOutages, Wait
 
 if TYPE_CHECKING:
     from desktop_app import bootstrap
@@ -202,6 +204,10 @@ class FlowdeskApp(TypeAheadApp, App[None]):
     ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
+    #: Seconds a read on the UI thread waits for a connection to a database
+    #: server before it fails (tried once): the screen never freezes for the
+    #: pool's ``postgres.connect_wait_s`` (30 s) during a server's outage.
+    UI_WAIT_S = 1.0
     #: Least seconds between two refreshes of live progress (10 a second).
     REFRESH_S = 0.1
     #: Longest pause (seconds) between two outbox delivery passes; a run of
@@ -258,6 +264,10 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         #: fires due timers and deadlines, once the database is open (SQLite)
         self.timers: TimerPump | None = None
         self.startup_error: str | None = None
+        #: what the banner says while a database server cannot be reached
+        #: (``None``: reachable, or a file); the UI's reads and the clock
+        #: check wait while it is set, a worker probes for the server instead
+        self.away: str | None = None
         #: the engine's clock refused to tell the time at launch (skewed):
         #: the runs are shown read-only (:meth:`Controller.require_writer`)
         self.clock_skew: ClockSkewError | None = None
@@ -483,6 +493,11 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self.clock_skew = skew_error(services.engine.clock)
         self.engine = services.engine
         self.reader = services.reader
+        for store in {id(s): s for s in (services.reader, services.engine.store)}.values():
+            if "server_outages" in store.capabilities:  # said at once, in the banner
+                cast(ServerOutages, store).on_unreachable(self._unreachable)
+        if "server_outages" in services.reader.capabilities:
+            cast(ServerOutages, services.reader).stop_waiting(self.UI_WAIT_S)
         if self._quitting:  # the app quit while we were opening
             services.close()
             return
@@ -492,6 +507,54 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         except FlowdeskError as exc:
             self.say(f"Changes made elsewhere show within {self.POLL_S:g} s: {exc}", "warning")
         self.post_message(EngineReady())
+
+    def _unreachable(self, exc: FlowdeskError) -> None:
+        """A store's try found the database server unreachable (called in
+        the thread that tried, the UI's own too: posted, never run here)."""
+        self.post_message(DatabaseAway(str(exc)))
+
+    def on_database_away(self, message: DatabaseAway) -> None:
+        """The banner says the server is away until a probe reaches it again
+        (:meth:`_probe`); the UI stops reading it meanwhile."""
+        if self.away is not None or self._quitting:
+            return
+        from desktop_app.bootstrap import parse_database
+
+        where = parse_database(self.settings.db_path).shown
+        self.away = (
+            f"The database server ({where}) cannot be reached: the app keeps trying and "
+            "shows what changed once it is back. What was saved there stays saved; runs "
+            "go on from their last checkpoint. Starting, answering or resuming may be "
+            "refused until then."
+        )
+        log.warning("app: the database server cannot be reached: %s", message.error)
+        self.runs_screen.banner.show_error(self.away)
+
+    @work(thread=True, exclusive=True, group="probe", name="probe the database server")
+    def _probe(self) -> None:
+        """One read on the UI's store (at most :attr:`UI_WAIT_S` seconds):
+        :class:`DatabaseBack` when it went through."""
+        reader = self.reader
+        if reader is None:
+            return
+        try:
+            reader.data_version()
+        except FlowdeskError:
+            return
+        self.post_message(DatabaseBack())
+
+    def on_database_back(self, _message: DatabaseBack) -> None:
+        was = self.away
+        if was is None:
+            return
+        self.away = None
+        banner = self.runs_screen.banner
+        if banner.message == was:
+            banner.show_error(None)
+        log.info("app: the database server is back")
+        self.say("The database server can be reached again.")
+        self._data_version = None
+        self._poll()
 
     def _pushed(self) -> None:
         """The store pushed a change (its watcher thread): check now, not at the next poll."""
@@ -600,6 +663,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         skewed launch skipped)."""
         engine = self.engine
         if engine is None or self._launched is None or self._quitting or not self.is_running:
+            return
+        if self.away is not None:  # the database's clock is not asked on the UI thread
             return
         skew = skew_error(engine.clock)
         was = self.clock_skew
@@ -1030,6 +1095,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         """Reload when anyone committed since the last look (``PRAGMA data_version``)."""
         if self.reader is None or not self.is_running:
             return
+        if self.away is not None:  # not on the UI thread: a worker looks for it
+            self._probe()
+            return
         version = self.store_version(quiet=False)
         if version is not None and version == self._data_version:
             return
@@ -1038,8 +1106,11 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     def store_version(self, *, quiet: bool = True) -> int | None:
         """The store's ``data_version`` (changes whenever anyone commits), or
-        ``None`` when the database is not open or cannot be read. Screens poll
-        it to reload only after a commit."""
+        ``None`` when the database is not open or cannot be read (or its
+        server cannot be reached: not asked again until it is back). Screens
+        poll it to reload only after a commit."""
+        if self.away is not None:
+            return None
         return self.read(lambda store: store.data_version(), quiet=quiet)
 
     def _reload_all(self) -> None:

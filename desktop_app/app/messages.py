@@ -118,3 +118,16 @@ class BranchFinished(Message):
         super().__init__()
         self.run_id = run_id
         self.ok = ok
+
+
+class DatabaseAway(Message):
+    """A store's try found the database server unreachable (posted from the
+    thread that tried; ``error`` is what it met)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
+class DatabaseBack(Message):
+    """A read went through again after :class:`DatabaseAway`."""

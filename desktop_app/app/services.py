@@ -19,8 +19,9 @@ from desktop_app.config import Settings
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.outbox import Dispatcher
+from desktop_app.flow.worker import ServerClock
 from desktop_app.flows import builtin_destinations
-from desktop_app.store.protocol import ChangePush, CheckpointStore
+from desktop_app.store.protocol import ChangePush, CheckpointStore, ServerTime
 from desktop_app.store.records import AgentRun, ToolResult
 
 if TYPE_CHECKING:  # bootstrap (and with it the backends) is imported when the app opens
@@ -148,6 +149,12 @@ def open_services(
     except BaseException:
         services.close()
         raise
+    clock_of = services.engine.clock
+    if isinstance(clock_of, ServerClock) and "database_clock" in ui.checkpoints.capabilities:
+        # the screens read the engine's clock on the UI thread: its samples
+        # go through the UI's store, which waits seconds, not the pool's 30 s
+        # per try, for a server that cannot be reached (see FlowdeskApp.UI_WAIT_S)
+        clock_of.probe = cast(ServerTime, ui.checkpoints).server_time
     store = services.checkpoints
     dispatcher = Dispatcher(store, builtin_destinations(store), clock=services.engine.clock)
     problems = [str(p.error) for p in services.flow_problems]

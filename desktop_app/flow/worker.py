@@ -104,8 +104,16 @@ class ServerClock:
         refresh_s: seconds between two measurements.
         max_rtt_s: a sample whose round trip took longer than this many
             seconds (a stalled connection) is not taken: the offset stays
-            what it was and the next :meth:`now` measures again, as after a
-            failed probe. The offset is then right within ``max_rtt_s / 2``.
+            what it was and the next :meth:`now` measures again. The offset
+            is then right within ``max_rtt_s / 2``.
+        retry_s: after a probe that failed (the database cannot be
+            reached), seconds before one is tried again (at most
+            ``refresh_s``); the last offset is used meanwhile, so a server's
+            outage does not make every reading of the clock wait for it.
+
+    A refresh another thread is making is not waited for: :meth:`now`
+    gives the last offset meanwhile (only the first measurement, with no
+    offset yet, is waited for).
 
     Deadlines and wait times that processes on different machines compare
     are then measured on one clock, within about half a round trip.
@@ -116,12 +124,15 @@ class ServerClock:
         probe: Callable[[], tuple[float, float, float]],
         refresh_s: float = 60.0,
         max_rtt_s: float = 1.0,
+        retry_s: float = 5.0,
     ) -> None:
         self.probe = probe
         self.refresh_s = refresh_s
         self.max_rtt_s = max_rtt_s
+        self.retry_s = retry_s
         self.offset = 0.0
         self._at = -float("inf")
+        self._measured = False
         self._lock = threading.Lock()
 
     def _refresh(self) -> None:
@@ -136,13 +147,25 @@ class ServerClock:
             return
         self.offset = server - (sent + answered) / 2
         self._at = time.monotonic()
+        self._measured = True
 
     def now(self) -> float:
-        with self._lock:
-            if time.monotonic() - self._at > self.refresh_s:
-                with contextlib.suppress(FlowdeskError):  # keep the last offset
-                    self._refresh()
+        # the first measurement is waited for; a later one being made by
+        # another thread is not: the last offset serves meanwhile
+        due = time.monotonic() - self._at > self.refresh_s
+        if due and self._lock.acquire(blocking=not self._measured):
+            try:
+                if time.monotonic() - self._at > self.refresh_s:
+                    self._refresh_or_back_off()
+            finally:
+                self._lock.release()
         return time.time() + self.offset
+
+    def _refresh_or_back_off(self) -> None:
+        try:
+            self._refresh()
+        except FlowdeskError:  # keep the last offset; try again in retry_s
+            self._at = time.monotonic() - self.refresh_s + min(self.retry_s, self.refresh_s)
 
     def sleep(self, seconds: float, cancel: threading.Event | None = None) -> bool:
         if cancel is None:

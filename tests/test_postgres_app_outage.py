@@ -1,0 +1,71 @@
+"""The app on PostgreSQL through a server outage.
+
+The app's screens read the database on the UI thread (a poll every second,
+the clock for every time shown); on PostgreSQL each read used to wait the
+pool's ``postgres.connect_wait_s`` (30 s) per try, four tries, for a server
+that had gone: the screen froze for minutes and said nothing. Now the first
+try that finds the server unreachable puts a banner up at once, the screen
+keeps answering keys, a worker thread looks for the server, and when it is
+back the banner goes, the app says so and shows what changed meanwhile.
+The cluster is this test's own (it is crashed and started again).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.help import HelpScreen
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.config import load_settings
+from tests.app_support import messages, settle, wait_until
+from tests.cli_support import flowdesk
+from tests.pg_support import PrivateCluster
+from tests.test_postgres_agent_outage import own_cluster  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+async def test_the_app_on_postgres_says_the_server_is_away_keeps_answering_and_says_it_is_back(
+    own_cluster: PrivateCluster,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{own_cluster.port}/postgres"
+    monkeypatch.setenv("FLOWDESK_POSTGRES__RECONNECT_MAX_S", "0.5")
+    app = FlowdeskApp(load_settings(db_path=url))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.engine is not None)
+        banner = app.runs_screen.banner
+        assert app.away is None and not banner.message
+        own_cluster.crash()
+        try:
+            # at the first read that met the outage (bounds on a hang, not timings)
+            await wait_until(pilot, lambda: app.away is not None, timeout=60)
+            said = banner.message
+            assert said.startswith(f"The database server ({url}) cannot be reached: the app "
+                                   "keeps trying and shows what changed once it is back."), said  # fmt: skip
+            # the screen still answers keys while the server is away
+            for _ in range(2):
+                await pilot.press("f1")
+                await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), timeout=10)
+                await pilot.press("escape")
+                await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen), timeout=10)
+        finally:
+            own_cluster.restart()
+        await wait_until(pilot, lambda: app.away is None, timeout=120)
+        assert not banner.message
+        assert "The database server can be reached again." in messages(app)
+        # and what is done elsewhere shows again: a run started by the CLI
+        folder = tmp_path / "notes"
+        folder.mkdir()
+        started = flowdesk(url, "start", "digest", "--input",
+                           json.dumps({"folder": str(folder), "out": str(tmp_path / "out")}))  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.split()[0]
+        table = app.runs_screen.table
+        await wait_until(pilot, lambda: run_id in table.run_ids, timeout=60)
