@@ -21,7 +21,7 @@ from desktop_app.flow.owners import _start_ticks
 from desktop_app.flows import builtin_flows
 from desktop_app.flows.digest import DigestState, build_digest_flow
 from desktop_app.store.records import Lease
-from tests.app_support import messages, settle
+from tests.app_support import messages, settle, wait_until
 from tests.test_app_inbox_settings import Approval, approve_flow, settings_for
 
 SIZE = (120, 35)
@@ -207,3 +207,44 @@ def test_the_summary_says_where_runs_db_copy_moved_went() -> None:
         "(flowdesk db copy), not run here; nothing to resume",
         False,
     )
+
+
+async def test_the_launch_summary_counts_an_interrupted_agent_run_db_copy_moved(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """An interrupted agent run ``db copy`` moved is counted where it went,
+    as a moved flow run is (the summary said nothing of it: a tryout's
+    finding); nothing resumes it on the file."""
+    import time
+
+    from desktop_app.agent.messages import Message
+    from desktop_app.errors import redact
+    from desktop_app.store.records import AgentRun
+    from tests.cli_support import flowdesk
+
+    db = tmp_path / "laptop.db"
+    settings = load_settings(db_path=str(db))
+    bootstrap.apply_schema(settings)
+    services = bootstrap.open_services(settings, flows=[])
+    try:
+        now = time.time()
+        rid = "a0" * 16
+        run = AgentRun(rid, "ask", "running", "look it up", created_at=now, updated_at=now)
+        services.agents.create(run, [Message("user", "look it up").to_json()])
+    finally:
+        services.close()
+    copied = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url)
+    assert copied.returncode == 0, copied.stderr
+    where = redact(pg_url, mask=None)
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.recovery is not None, timeout=60)
+        assert app.recovery == (
+            f"1 run moved to {where} (flowdesk db copy), not run here; nothing to resume"
+        )
+    store = bootstrap.open_services(settings, flows=[])
+    try:
+        assert [m.get("role") for m in store.agents.messages(rid)] == ["user"]  # not resumed
+    finally:
+        store.close()

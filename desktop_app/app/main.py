@@ -73,10 +73,12 @@ from desktop_app.app.timers import TimerPump
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
 from desktop_app.errors import (
+    AgentRunLeasedError,
     ClockSkewError,
     FlowdeskError,
     FlowVersionMismatchError,
     RunLeasedError,
+    moved_to,
     redact,
 )
 from desktop_app.flow import CompiledFlow, Engine, EventBus, RunResult
@@ -772,12 +774,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             # the toast goes; the banner stays until each is resumed or canceled
             self.runs_screen.ask_about({r.run_id: r.flow_name for r in asking})
         services = self.services
-        agent_runs = (
-            []
-            if services is None
-            else interrupted_agent_runs(services.services.agents, time.time())
-        )
-        if not interrupted and not agent_runs:
+        agents = None if services is None else services.services.agents
+        agent_runs = [] if agents is None else interrupted_agent_runs(agents, time.time())
+        if not interrupted and not agent_runs and not (agents and _moved_agent_runs(agents)):
             self.runs.open_gate()
             check_after_launch(self)  # S51: runs left by an older flow version
             return
@@ -896,14 +895,13 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             model, problem = None, str(exc)
         else:
             problem = "no model is set up (Settings, ctrl+s)"
+        agents = services.services.agents
         recover_agent_runs(
-            services.services.agents,
-            self.settings,
-            model,
-            time.time(),
-            on_result=on_result,
-            no_model=problem,
+            agents, self.settings, model, time.time(), on_result=on_result, no_model=problem
         )
+        for run in _moved_agent_runs(agents):  # counted as moved flow runs are
+            owner = run.lease_owner or ""
+            outcomes.append(AgentRunLeasedError(run.run_id, owner, run.lease_expires_at))
 
     def on_recovery_finished(self, message: RecoveryFinished) -> None:
         # a problem (a failure, an unknown outcome) stays until the next notice
@@ -1148,6 +1146,16 @@ def header(settings: Settings) -> str:
     under (``t.db — scope team``)."""
     db = redact(str(settings.db_path))
     return db if settings.scope == "default" else f"{db} — scope {settings.scope}"
+
+
+def _moved_agent_runs(agents: Any) -> list[Any]:
+    """The interrupted top-level agent runs ``flowdesk db copy`` moved away
+    (never listed as interrupted: their lease says where they went)."""
+    return [
+        run
+        for run in agents.list(statuses=("running", "rate_limited"))
+        if run.parent_run_id is None and moved_to(run.lease_owner) is not None
+    ]
 
 
 def _on_postgres(db: str) -> bool:
