@@ -105,9 +105,11 @@ def test_the_agent_resumes_a_run_left_behind_after_it_started(
                     time.sleep(0.2)
         finally:
             agent.send_signal(signal.SIGTERM)
-            agent.communicate(timeout=60)
+            _, said = agent.communicate(timeout=60)
         assert agent.returncode == 0
         if run_id is not None:
+            # it says so of each run it ends, as a PostgreSQL worker does
+            assert f"flowdesk agent: run {run_id} completed\n" in said, said
             break
     assert run_id is not None, "the run finished before the signal, three times"
     assert statuses(db) == {run_id: "completed"}  # the same run, no second one

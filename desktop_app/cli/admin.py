@@ -427,6 +427,7 @@ def cmd_agent(ctx: Ctx) -> int:
         return _serve_worker(ctx, sv, stop)
     where = parse_database(sv.database).shown
     print(f"flowdesk agent: serving {where} as {engine.owner}", file=sys.stderr)
+    say_finished_runs(engine)
     for line in moved_runs(ctx, sv):
         print(f"flowdesk agent: {line}", file=sys.stderr, flush=True)
     engine.serve(
@@ -438,6 +439,18 @@ def cmd_agent(ctx: Ctx) -> int:
     )
     sv.close()
     return EXIT_OK
+
+
+def say_finished_runs(engine: Any) -> None:
+    """``flowdesk agent: run RUN STATUS`` on stderr as each flow run this
+    process executes ends (completed, failed, waiting, canceled...)."""
+    from desktop_app.flow.events import RunFinished
+
+    def finished(event: object) -> None:
+        if isinstance(event, RunFinished):
+            print(f"flowdesk agent: run {event.run_id} {event.status}", file=sys.stderr, flush=True)
+
+    engine.events.subscribe(finished)
 
 
 def moved_runs(ctx: Ctx, sv: Any) -> list[str]:
@@ -610,13 +623,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     elif sessions:
         listener = store.listener(owner=engine.owner, on_lost=worker.fence)
         worker.session = listener
-    from desktop_app.flow.events import RunFinished
-
-    def finished(event: object) -> None:
-        if isinstance(event, RunFinished):
-            print(f"flowdesk agent: run {event.run_id} {event.status}", file=sys.stderr, flush=True)
-
-    engine.events.subscribe(finished)
+    say_finished_runs(engine)
     where = parse_database(sv.database).shown
     print(f"flowdesk agent: worker {engine.owner} on {where}", file=sys.stderr, flush=True)
     try:
