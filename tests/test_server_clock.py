@@ -164,6 +164,24 @@ def test_server_clock_gives_the_last_offset_while_another_thread_measures(fake_t
     assert clock.now() == pytest.approx(fake_time.wall + 9.0)
 
 
+def test_server_clock_logs_a_sample_it_does_not_take(
+    fake_time: FakeTime, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a person reading the log sees of a stalled sample: its round
+    trip, the limit, and the offset kept."""
+    probe = Probe(fake_time, ahead_s=1.5, rtt_s=0.0)
+    clock = ServerClock(probe, refresh_s=1.0)
+    clock.now()
+    probe.rtt_s = 2.25
+    fake_time.mono += 2.0
+    with caplog.at_level("INFO", logger="desktop_app.flow.worker"):
+        clock.now()
+    assert [r.getMessage() for r in caplog.records] == [
+        "database clock sample not taken: its round trip took 2.250 s (over 1.000 s); "
+        "the clock offset stays +1.500 s"
+    ]
+
+
 def test_server_clock_takes_no_sample_whose_round_trip_was_long(fake_time):
     """A probe that waited in the pool's queue (an outage) measures the
     offset all the same; one whose round trip itself stalled past
