@@ -70,6 +70,30 @@ def test_a_clock_sample_held_by_an_outage_does_not_move_the_offset(pg_url):
         relay.close()
 
 
+def test_a_statement_waiting_through_an_outage_goes_on_once_the_server_is_back(pg_url):
+    """A statement that waits for a pooled connection while the server is
+    away goes on when it is back, not when its wait
+    (``postgres.connect_wait_s``) runs out: psycopg_pool stops reconnecting
+    after its ``reconnect_timeout`` and tries again only for a new request,
+    so it used to wait out the whole wait after a 3 s outage (a worker's
+    "back after N s" said N plus up to 30)."""
+    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
+    wait_s = 120.0
+    store = open_postgres_store(relay.url(pg_url), connect_wait_s=wait_s, reconnect_max_s=0.5)
+    try:
+        store.data_version()
+        ended = _outage(relay, OUTAGE_S)
+        started = time.monotonic()
+        store.data_version()  # waits through the outage for a connection
+        waited = time.monotonic() - started
+        ended.join()
+        assert waited >= OUTAGE_S  # it did wait the outage out
+        assert waited < wait_s  # and went on before its wait ran out
+    finally:
+        store.close()
+        relay.close()
+
+
 def _agent_lines(agent: subprocess.Popen[str]) -> tuple[list[str], threading.Thread]:
     said: list[str] = []
 

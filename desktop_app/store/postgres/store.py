@@ -499,11 +499,29 @@ class PostgresCheckpointStore:
         # getconn/putconn, not pool.connection(): its ``with conn`` calls
         # commit() again once _attempt_on has ended the transaction (nothing
         # to send, but a lock and a wait on psycopg's side at every step)
-        conn = self.pool.getconn(timeout=self._wait_s)
+        conn = self._getconn()
         try:
             return self._attempt_on(conn, body, write, opens, tx)
         finally:
             self.pool.putconn(conn)
+
+    def _getconn(self) -> Conn:
+        """A pooled connection within one try's wait (``postgres.connect_wait_s``,
+        or :meth:`stop_waiting`'s), asked for again every
+        ``reconnect_max_s`` seconds: psycopg_pool gives up reconnecting after
+        its ``reconnect_timeout`` and tries again only for a new request, so
+        one request waited out its whole timeout (30 s) even when the server
+        came back a moment later. Raises PoolTimeout when the wait is over."""
+        wait_s = self.pool.timeout if self._wait_s is None else self._wait_s
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                conn: Conn = self.pool.getconn(timeout=max(0.0, min(left, self.reconnect_max_s)))
+                return conn
+            except PoolTimeout:
+                if left <= self.reconnect_max_s:
+                    raise
 
     def _attempt_on(
         self, conn: Conn, body: Callable[[Conn, _Xact], T], write: bool, opens: bool, tx: bool
