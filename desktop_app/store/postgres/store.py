@@ -511,11 +511,13 @@ class PostgresCheckpointStore:
         ``reconnect_max_s`` seconds: psycopg_pool gives up reconnecting after
         its ``reconnect_timeout`` and tries again only for a new request, so
         one request waited out its whole timeout (30 s) even when the server
-        came back a moment later. Raises PoolTimeout when the wait is over."""
-        wait_s = self.pool.timeout if self._wait_s is None else self._wait_s
-        deadline = time.monotonic() + wait_s
+        came back a moment later. A wait under way when :meth:`stop_waiting`
+        is called is shortened too, at its next ask. Raises PoolTimeout when
+        the wait is over."""
+        started = time.monotonic()
         while True:
-            left = deadline - time.monotonic()
+            wait_s = self.pool.timeout if self._wait_s is None else self._wait_s
+            left = started + wait_s - time.monotonic()
             try:
                 conn: Conn = self.pool.getconn(timeout=max(0.0, min(left, self.reconnect_max_s)))
                 return conn
