@@ -36,6 +36,8 @@ async def test_the_app_on_postgres_says_the_server_is_away_keeps_answering_and_s
 ) -> None:
     url = f"postgresql://postgres@127.0.0.1:{own_cluster.port}/postgres"
     monkeypatch.setenv("FLOWDESK_POSTGRES__RECONNECT_MAX_S", "0.5")
+    applied = flowdesk(url, "db", "apply")  # the built-in flows' tables too
+    assert applied.returncode == 0, applied.stderr
     app = FlowdeskApp(load_settings(db_path=url))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
