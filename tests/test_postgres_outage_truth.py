@@ -94,6 +94,39 @@ def test_a_statement_waiting_through_an_outage_goes_on_once_the_server_is_back(p
         relay.close()
 
 
+def test_a_statement_gives_up_when_the_server_stays_away_for_its_whole_wait(pg_url):
+    """Asking the pool again every ``reconnect_max_s`` ends with the try's
+    wait: a server that stays away is reported unreachable (every try of
+    the transaction), not waited for without end."""
+    from desktop_app.errors import DatabaseUnreachableError
+
+    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
+    store = open_postgres_store(relay.url(pg_url), connect_wait_s=1.0, reconnect_max_s=0.25)
+    done = threading.Event()
+    try:
+        store.data_version()
+        relay.refusing = True
+        relay.cut_all()
+        got: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                store.data_version()
+            except BaseException as exc:  # what the read ended with
+                got.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        assert done.wait(120), "the read never gave up"  # a bound on a hang
+        assert len(got) == 1 and isinstance(got[0], DatabaseUnreachableError), got
+    finally:
+        relay.refusing = False
+        done.wait(120)
+        store.close()
+        relay.close()
+
+
 def _agent_lines(agent: subprocess.Popen[str]) -> tuple[list[str], threading.Thread]:
     said: list[str] = []
 
