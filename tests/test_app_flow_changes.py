@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable
+from textual.widgets import Button, DataTable
 
 from desktop_app.app.flow_changes import flow_change
 from desktop_app.app.main import FlowdeskApp
@@ -64,21 +64,25 @@ def many_steps_flow(version: str, names: list[str]) -> CompiledFlow[Approval]:
     return builder.await_input("ok", "answer", prompt="Ship?").chain().compile()
 
 
+@pytest.mark.parametrize("size", [(220, 50), (80, 24)], ids=["220x50", "80x24"])
 async def test_launch_report_shows_the_selected_runs_whole_change_under_the_table(
-    tmp_path: Path,
+    tmp_path: Path, size: tuple[int, int]
 ) -> None:
     """A change longer than the dialog's column (a tryout's, cut even at 220
-    columns) is shown whole, wrapped, for the selected run."""
+    columns) is shown whole, wrapped, for the selected run; on a small
+    terminal the report scrolls and its buttons stay on screen."""
     settings = settings_for(tmp_path / "t.db")
     before = [f"download_the_{i}_source_archive" for i in range(8)]
     after = [f"fetch_the_{i}_source_bundle" for i in range(8)]
     old, new = many_steps_flow("1.0", before), many_steps_flow("2.0", after)
     (run_id,) = waiting_runs(settings, [old], ("approve", Approval()))
     app = FlowdeskApp(settings, flows=[new])
-    async with app.run_test(size=(220, 50)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await settle(pilot)
         report = app.screen
         assert isinstance(report, LaunchReportScreen)
+        for button in report.query(Button):  # above the footer's line
+            assert button.region.height and button.region.bottom <= size[1] - 1, button
         whole = flow_change(old.version, new.version, [*before, "ok"], [*after, "ok"]).describe()
         cell = report.query_one("#incompatible", DataTable).get_cell(run_id, "changed").plain
         assert len(cell) < len(whole)  # the column is cut to fit the dialog

@@ -94,7 +94,8 @@ async def test_answer_on_a_run_waiting_for_a_signal_sends_it_from_the_prefilled_
             dialog.query_one("#prompt").render()
         )
         assert not dialog.query_one("#answer-yes", Button).display
-        await pilot.click("#send-signal")
+        assert dialog.query_one("#send-signal", Button).has_focus  # enter presses it
+        await pilot.press("enter")
         await settle(pilot)
         form = app.screen
         assert isinstance(form, SignalScreen)

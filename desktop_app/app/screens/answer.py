@@ -189,7 +189,9 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
                 yield Button("Yes", variant="success", id="answer-yes", disabled=True)
                 yield Button("No", variant="error", id="answer-no", disabled=True)
                 yield Button("Send", variant="primary", id="send", disabled=True)
-                yield Button("Send signal…", variant="primary", id="send-signal")
+                send_signal = Button("Send signal…", variant="primary", id="send-signal")
+                send_signal.display = False  # shown for a signal wait
+                yield send_signal
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
@@ -243,12 +245,15 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
 
     @work(thread=True, exclusive=True, group="waits", name="read waits")
     def load(self) -> None:
-        engine = self.flowdesk.engine
-        if engine is None:
+        # the UI's store: on PostgreSQL it waits seconds, not the pool's 30 s
+        # per try, for a server that cannot be reached (the dialog said
+        # "Reading what it waits for…" for minutes during an outage)
+        store = self.flowdesk.reader
+        if store is None:
             self.post_message(WaitsLoaded([], "The database is not open."))
             return
         try:
-            latest = engine.store.latest(self.run.run_id)
+            latest = store.latest(self.run.run_id)
         except FlowdeskError as exc:
             self.post_message(WaitsLoaded([], str(exc)))
         except Exception as exc:  # never a traceback in the user's face
@@ -347,7 +352,10 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         for control in (answer, *self.query("#as-json, #send, #answer-yes, #answer-no")):
             control.disabled = not answerable or self.sending
             control.display = answerable
-        self.query_one("#send-signal", Button).display = wait is not None and wait.kind == "signal"
+        send_signal = self.query_one("#send-signal", Button)
+        send_signal.display = wait is not None and wait.kind == "signal"
+        if send_signal.display:  # enter opens the signal form
+            send_signal.focus()
         if answerable and not self.sending:
             # a yes/no question: Yes has focus (enter approves); else the text
             # field. Never Yes once an answer to this wait was refused, or

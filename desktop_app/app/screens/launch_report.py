@@ -19,10 +19,10 @@ from typing import Any
 
 from rich.cells import cell_len
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Footer, Label, Static
@@ -40,6 +40,9 @@ from desktop_app.runs_view import display_status
 
 #: The dialog's widest (cells; flowdesk.tcss says the same).
 DIALOG_WIDTH = 140
+#: rows of the dialog that are not its scrolling body: border and padding
+#: (4), the buttons' margin and height (4), the footer (1)
+FRAME_ROWS = 9
 #: The reason a run failed from this report is given.
 FAIL_REASON = "flow changed"
 
@@ -158,23 +161,25 @@ class LaunchReportScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         n = len(self.runs)
         whose, them = ("their", "them") if n != 1 else ("its", "it")
+        # the report scrolls on a short terminal; the buttons stay below it
         with Vertical(id="dialog"):
-            yield Label("[b]Launch report[/b]")
-            if self.recovery:
-                yield Static(Text(self.recovery), id="recovery")
-            yield Static(
-                Text(
-                    f"{n} run{'s were' if n != 1 else ' was'} started under an older version of "
-                    f"{whose} flow, and no process runs {them} now. For each: k keeps it for "
-                    "a process that still has the old flow, o forks it onto the current "
-                    "version (from its latest state and step; the old run is canceled as "
-                    "superseded), f fails it ('flow changed')."
-                ),
-                id="explain",
-            )
-            yield RowTable(id="incompatible")
-            # the selected run's whole change: the table's column is cut to fit
-            yield Static("", id="change")
+            with VerticalScroll(id="body"):
+                yield Label("[b]Launch report[/b]")
+                if self.recovery:
+                    yield Static(Text(self.recovery), id="recovery")
+                yield Static(
+                    Text(
+                        f"{n} run{'s were' if n != 1 else ' was'} started under an older "
+                        f"version of {whose} flow, and no process runs {them} now. For each: "
+                        "k keeps it for a process that still has the old flow, o forks it "
+                        "onto the current version (from its latest state and step; the old "
+                        "run is canceled as superseded), f fails it ('flow changed')."
+                    ),
+                    id="explain",
+                )
+                yield RowTable(id="incompatible")
+                # the selected run's whole change: the table's column is cut to fit
+                yield Static("", id="change")
             with Horizontal(id="buttons"):
                 # keeping first, failing last: the default never destroys work
                 yield Button("Keep", variant="primary", id="keep")
@@ -183,7 +188,17 @@ class LaunchReportScreen(ModalScreen[None]):
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
 
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.height)
+
+    def _fit(self, height: int) -> None:
+        """The report takes what the terminal's height leaves beside the
+        dialog's frame, its buttons and the footer (it scrolls when that is
+        less than it needs): Keep, Fork, Fail and Close are always on screen."""
+        self.query_one("#body").styles.max_height = max(3, height - FRAME_ROWS)
+
     def on_mount(self) -> None:
+        self._fit(self.app.size.height)
         table = self.query_one("#incompatible", DataTable)
         self._full_changes = {
             r.run_id: self.changes.get(r.run_id, f"{r.stored_version} → {r.current_version}")
