@@ -248,3 +248,24 @@ async def test_the_launch_summary_counts_an_interrupted_agent_run_db_copy_moved(
         assert [m.get("role") for m in store.agents.messages(rid)] == ["user"]  # not resumed
     finally:
         store.close()
+
+
+def test_the_summary_leaves_runs_of_a_changed_flow_to_the_launch_report() -> None:
+    """A run refused because its flow changed since it started is not "not
+    resumed" among the resumed ones (a tryout read "Resumed 2 runs: 0
+    completed, 0 failed, 2 not resumed" when none was): the launch report,
+    open beside the summary, lists it."""
+    from desktop_app.app.main import recovery_summary
+    from desktop_app.errors import FlowVersionMismatchError
+
+    changed = [FlowVersionMismatchError(r, "1+aa", "2+bb") for r in ("r1", "r2")]
+    assert recovery_summary(changed) == (
+        "2 runs of a flow that changed since they started left to the launch report; "
+        "nothing to resume",
+        False,
+    )
+    assert recovery_summary([changed[0], ValueError("boom")]) == (
+        "Resumed 1 run: 0 completed, 0 failed, 1 not resumed; 1 run of a flow that changed "
+        "since it started left to the launch report",
+        True,
+    )

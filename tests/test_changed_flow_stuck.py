@@ -205,9 +205,9 @@ def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Pa
 
 
 async def test_the_app_says_which_keys_work_for_a_run_whose_flow_changed(tmp_path: Path) -> None:
-    """Launch recovery and ``r`` refuse it with the app's keys (``r`` once
-    the code is restored, ``c``) and point at the launch report, which lists
-    it with its fork; not the engine's method names."""
+    """Launch recovery leaves it to the launch report, which lists it with
+    its fork; ``r`` refuses it with the app's keys (``r`` once the code is
+    restored, ``c``), not the engine's method names."""
     from desktop_app import bootstrap
     from desktop_app.app.main import FlowdeskApp
     from desktop_app.app.screens.launch_report import LaunchReportScreen
@@ -225,9 +225,13 @@ async def test_the_app_says_which_keys_work_for_a_run_whose_flow_changed(tmp_pat
     app = FlowdeskApp(settings, flows=[approve_flow("2")])
     async with app.run_test(size=(120, 35)) as pilot:
         await settle(pilot)
-        (why,) = messages(app, "error")
-        assert why.startswith(f"Run {run_id[:8]} was not resumed: run {run_id} was started")
-        assert "press r again, or press c to cancel it" in why and "Engine." not in why
+        # at launch the report (open) lists it with what can be done: no
+        # toast that repeats it and points at "the next launch"'s report
+        assert messages(app, "error") == []
+        assert app.recovery == (
+            "1 run of a flow that changed since it started left to the launch report; "
+            "nothing to resume"
+        )
         report = app.screen
         assert isinstance(report, LaunchReportScreen)
         assert [r.run_id for r in report.runs] == [run_id]

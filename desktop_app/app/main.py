@@ -133,6 +133,10 @@ def recovery_summary(
     names them and how to see them, and they are a problem (a side effect
     happens once, or Flowdesk says plainly its outcome is unknown)."""
     done = list(outcomes)
+    # a run of a flow that changed since it started is the launch report's
+    # (it lists each, with what changed and what can be done): not "resumed"
+    changed = sum(isinstance(o, FlowVersionMismatchError) for o in done)
+    done = [o for o in done if not isinstance(o, FlowVersionMismatchError)]
     leased = [o for o in done if isinstance(o, RunLeasedError)]
     moved = sorted({o.moved_to for o in leased if o.moved_to is not None})
     held = len(leased)
@@ -148,7 +152,14 @@ def recovery_summary(
         said.append(
             f"{plural(gone, 'run')} moved to {', '.join(moved)} (flowdesk db copy), not run here"
         )
+    if changed:
+        they = "it" if changed == 1 else "they"
+        said.append(
+            f"{plural(changed, 'run')} of a flow that changed since {they} started "
+            "left to the launch report"
+        )
     elsewhere = "; ".join(said)
+    held += changed
     if held and not done:
         return f"{elsewhere}; nothing to resume", False
     results = [o for o in done if not isinstance(o, BaseException)]
@@ -821,8 +832,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             if isinstance(outcome, RunLeasedError):
                 pass  # a live process runs it: the summary counts it, no error
             elif isinstance(outcome, FlowVersionMismatchError):
-                why = app_version_refusal(outcome)
-                self.say(f"Run {short_id(run.run_id)} was not resumed: {why}", "error")
+                pass  # the launch report lists it, with what can be done
             elif isinstance(outcome, BaseException):
                 self.say(f"Run {short_id(run.run_id)} was not resumed: {outcome}", "error")
             elif outcome.status == "failed":
