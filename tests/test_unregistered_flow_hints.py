@@ -119,7 +119,12 @@ def test_waiting_says_first_that_the_flow_is_not_registered_and_show_claims_no_a
     lines = listed.stdout.splitlines()
     at = lines.index(f"run {run_id}  flow approver")
     assert lines[at + 1].startswith(first), listed.stdout
-    assert lines[at + 1].endswith("; then the commands below move it on")
+    # `waiting` lists no commands: the hint points at `show`, run as printed
+    hint = lines[at + 1].split("; then `", 1)[1]
+    assert hint == f"flowdesk --db {db} --scope team show {run_id}` says what moves it on"
+    shown_there = as_printed(hint.split("`", 1)[0], {**bare(), **REGISTERED})
+    assert shown_there.returncode == 0, shown_there.stderr
+    assert f"flowdesk --db {db} --scope team answer {run_id}" in shown_there.stdout
     rows = json.loads(as_printed(f"flowdesk --db {db} --scope team waiting -o json", bare()).stdout)
     (row,) = [r for r in rows if r["run_id"] == run_id]
     assert row["first"].startswith("its flow 'approver' is not registered here")

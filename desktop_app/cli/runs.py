@@ -1147,7 +1147,8 @@ def cmd_waiting(ctx: Ctx) -> int:
             continue
         to_set = unregistered(sv, run)
         if to_set is not None:  # as `show` says it first: nothing below works here before it
-            print(f"  first: {to_set}; then the commands below move it on")
+            shown = ctx.hints.cmd(f"show {run.run_id}")
+            print(f"  first: {to_set}; then `{shown}` says what moves it on")
         stuck = stuck_on_version(sv, run) is not None
         if stuck:
             show = ctx.hints.cmd(f"show {run.run_id}")
