@@ -72,7 +72,8 @@ async def test_the_inbox_lists_what_db_copy_moved_as_moved_with_where_to_see_it_
         assert said == sorted(cli_lines), (said, cli_lines)
         assert inbox.status_text == (
             f"Nothing is waiting for you. 3 more were waiting when flowdesk db copy moved them "
-            f"to {where}: answered there, not here (How says how to see each there)."
+            f"to {where}: answered there, not here (select one: the question says how to see "
+            "it there)."
         )
         # nothing here to answer: the footer offers no Approve, Reject or
         # Answer, and no key answers any of them; each says where it moved

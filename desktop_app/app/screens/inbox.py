@@ -558,8 +558,8 @@ class InboxScreen(Screen[None]):
             one = len(gone) == 1
             status += (
                 f" {plural(len(gone), 'more was', 'more were')} waiting when flowdesk db copy "
-                f"moved {'it' if one else 'them'} to {where}: answered there, not here (How "
-                f"says how to see {'it' if one else 'each'} there)."
+                f"moved {'it' if one else 'them'} to {where}: answered there, not here "
+                f"(select {'it' if one else 'one'}: the question says how to see it there)."
             )
         if message.error:
             status += f" Could not read everything: {message.error}"
