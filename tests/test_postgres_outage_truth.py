@@ -127,6 +127,41 @@ def test_a_statement_gives_up_when_the_server_stays_away_for_its_whole_wait(pg_u
         relay.close()
 
 
+def test_stop_waiting_shortens_a_wait_already_under_way(pg_url):
+    """A process stopping (``flowdesk agent`` on SIGTERM) shortens the waits
+    for a connection (``stop_waiting``): one already under way ends at its
+    next ask, not at the end of its ``connect_wait_s`` (here 60 s)."""
+    from desktop_app.errors import DatabaseUnreachableError
+
+    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
+    store = open_postgres_store(relay.url(pg_url), connect_wait_s=60.0, reconnect_max_s=0.25)
+    done = threading.Event()
+    got: list[BaseException] = []
+    try:
+        store.data_version()
+        relay.refusing = True
+        relay.cut_all()
+
+        def read() -> None:
+            try:
+                store.data_version()
+            except BaseException as exc:  # what the read ended with
+                got.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        assert not done.wait(1.0)  # it waits for the server (its wait is 60 s)
+        store.stop_waiting(0.5)
+        assert done.wait(30), "the wait under way ran on"  # a bound, far below 60 s
+        assert len(got) == 1 and isinstance(got[0], DatabaseUnreachableError), got
+    finally:
+        relay.refusing = False
+        done.wait(300)
+        store.close()
+        relay.close()
+
+
 def _agent_lines(agent: subprocess.Popen[str]) -> tuple[list[str], threading.Thread]:
     said: list[str] = []
 
