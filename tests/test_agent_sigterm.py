@@ -129,7 +129,7 @@ def test_sigterm_lets_the_step_in_flight_finish_and_a_peer_goes_on_after_it(
         wait_for(lambda: ["begin", "s1", "1", str(a.pid)] in lines(sink), "a never began s1")
         b = Agent(database, tmp_path / "b.err")
         a.popen.send_signal(signal.SIGTERM)
-        wait_for(lambda: "signal 15" in a.text(), "a never heard SIGTERM")
+        wait_for(lambda: "SIGTERM, stopping" in a.text(), "a never heard SIGTERM")
         # A peer that took the run over now would begin s1 within its poll
         # (0.2 s); give it ten times that before the step in flight goes on.
         deadline = time.monotonic() + 2.0
@@ -203,7 +203,7 @@ def test_a_second_signal_exits_at_once_saying_so_and_the_run_keeps_its_lease(
         assert a.popen.wait(timeout=BOUND_S) == 1, a.text()
         said = a.text()
         assert (
-            "flowdesk agent: exiting on a second signal (2); runs still executing a step: "
+            "flowdesk agent: exiting on a second SIGINT; runs still executing a step: "
             f"{run_id}; each keeps its lease"
         ) in said
     finally:

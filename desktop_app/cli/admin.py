@@ -400,9 +400,9 @@ def cmd_agent(ctx: Ctx) -> int:
 
     def on_term(signum: int, _frame: object) -> None:
         if stop.is_set():  # a second signal: no more waiting
-            _exit_keeping_leases(engine, f"on a second signal ({signum})")
+            _exit_keeping_leases(engine, f"on a second {signals.Signals(signum).name}")
         print(
-            f"flowdesk agent: signal {signum}, stopping after the steps in flight "
+            f"flowdesk agent: {signals.Signals(signum).name}, stopping after the steps in flight "
             f"(at most {grace:g} s; signal again to exit now)",
             file=sys.stderr,
             flush=True,
