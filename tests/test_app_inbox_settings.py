@@ -16,7 +16,7 @@ import pytest
 from keyring.backend import KeyringBackend
 from pydantic import BaseModel, Field
 from textual.pilot import Pilot
-from textual.widgets import Input, Select
+from textual.widgets import Button, Input, Select
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
@@ -32,7 +32,7 @@ from desktop_app.flow import CompiledFlow, FlowBuilder
 from desktop_app.secrets import SERVICE
 from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
-from tests.app_support import messages, settle
+from tests.app_support import messages, settle, wait_until
 
 SIZE = (140, 45)
 #: 3 h 12 min 30 s: shown as "in 3h 12m".
@@ -468,13 +468,22 @@ async def test_a_timeout_the_settings_would_refuse_is_not_saved(tmp_path: Path) 
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = await open_settings(pilot)
+        save = screen.query_one("#save", Button)
+
+        async def click_save() -> None:
+            # a Button ignores a click during its 0.2 s press effect (as a
+            # person's double click): wait it out, or a fast machine's next
+            # click was lost and the last value never saved
+            await wait_until(pilot, lambda: not save.has_class("-active"))
+            await pilot.click("#save")
+
         for bad in ("1e300", "86401", "inf", "0"):
             screen.query_one("#timeout", Input).value = bad
-            await pilot.click("#save")
+            await click_save()
             assert set(screen.field_errors) == {"timeout"}, bad
             assert not path.exists(), bad
         screen.query_one("#timeout", Input).value = "86400"
-        await pilot.click("#save")
+        await click_save()
         await settle(pilot)
         assert screen.field_errors == {}
     assert load_settings().model.timeout_s == 86400.0
