@@ -19,6 +19,7 @@ import pytest
 
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.help import HelpScreen
+from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.config import load_settings
 from tests.app_support import messages, settle, wait_until
@@ -57,6 +58,17 @@ async def test_the_app_on_postgres_says_the_server_is_away_keeps_answering_and_s
                 await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), timeout=10)
                 await pilot.press("escape")
                 await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen), timeout=10)
+            # the inbox opened meanwhile says it could not read, instead of
+            # "Reading the inbox…" for minutes; no toast repeats the outage
+            await pilot.press("i")
+            await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen), timeout=10)
+            inbox = app.screen
+            assert isinstance(inbox, InboxScreen)
+            await wait_until(pilot, lambda: inbox.loaded, timeout=30)
+            assert "Could not read everything: " in inbox.status_text, inbox.status_text
+            assert not [m for m in messages(app) if "nothing was written" in m], messages(app)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen), timeout=10)
         finally:
             own_cluster.restart()
         await wait_until(pilot, lambda: app.away is None, timeout=120)

@@ -102,6 +102,9 @@ class Host(Protocol):
     startup_error: str | None
     #: the engine's clock is skewed (read-only until a relaunch), or ``None``
     clock_skew: ClockSkewError | None
+    #: what the banner says while the database server cannot be reached
+    #: (``None``: reachable, or a file)
+    away: str | None
     #: the launch recovery's summary, once it is over
     recovery: str | None
     meter: ProgressMeter

@@ -75,6 +75,7 @@ from desktop_app.config import APP_NAME, Settings, config_file, load_settings, r
 from desktop_app.errors import (
     AgentRunLeasedError,
     ClockSkewError,
+    DatabaseUnreachableError,
     FlowdeskError,
     FlowVersionMismatchError,
     RunLeasedError,
@@ -431,6 +432,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             return op(store)
         except FlowdeskError as exc:
             message = str(exc)
+            if isinstance(exc, DatabaseUnreachableError):  # the outage's banner says it
+                return None
             if not quiet and message != self._last_read_error:
                 self._last_read_error = message
                 self.say(message, "error")
@@ -542,6 +545,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         )
         log.warning("app: the database server cannot be reached: %s", message.error)
         self.runs_screen.banner.show_error(self.away)
+        if self.screen is not self.runs_screen:  # the banner is not on screen: once, here
+            self.say(f"The database server ({where}) cannot be reached; the app keeps trying.",
+                     "error")  # fmt: skip
 
     @work(thread=True, exclusive=True, group="probe", name="probe the database server")
     def _probe(self) -> None:

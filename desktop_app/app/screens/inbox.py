@@ -280,29 +280,30 @@ def _flow_items(store: CheckpointStore, errors: list[str]) -> tuple[list[InboxIt
 def read_inbox(app: Host) -> tuple[list[InboxItem], str | None, bool]:
     """Flow input waits (the oldest :data:`INBOX_LIMIT`) then agent
     questions, oldest first (call in a worker); the read errors, said in
-    one line (``None``: none); whether more flow questions may wait."""
-    engine = app.engine
-    if engine is None:
+    one line (``None``: none); whether more flow questions may wait.
+    Read through the UI's store: on PostgreSQL it waits seconds, not the
+    pool's 30 s per try, for a server that cannot be reached (the inbox
+    said "Reading the inbox…" for minutes during an outage)."""
+    store = app.reader
+    if store is None or app.services is None:
         return [], "The database is not open.", False
     items: list[InboxItem] = []
     errors: list[str] = []
     more = False
     try:
-        items, more = _flow_items(engine.store, errors)
+        items, more = _flow_items(store, errors)
     except FlowdeskError as exc:
         errors.append(str(exc))
     except Exception as exc:  # never a traceback in the user's face
         errors.append(f"{type(exc).__name__}: {exc}")
     try:
-        if app.services is not None:
-            items.extend(_agent_items(app.services.agents))
+        items.extend(_agent_items(app.services.reader_agents))
     except FlowdeskError as exc:
         errors.append(f"agent runs: {exc}")
     except Exception as exc:
         errors.append(f"agent runs: {type(exc).__name__}: {exc}")
     try:
-        if app.services is not None:
-            items.extend(_thread_items(app.services.services.checkpoints))
+        items.extend(_thread_items(store))
     except FlowdeskError as exc:
         errors.append(f"LangGraph threads: {exc}")
     # what db copy moved waits there: after what waits here (stable order)
@@ -563,7 +564,8 @@ class InboxScreen(Screen[None]):
             )
         if message.error:
             status += f" Could not read everything: {message.error}"
-            self.flowdesk.say(message.error, "error")
+            if self.flowdesk.away is None:  # else the outage was said once already
+                self.flowdesk.say(message.error, "error")
         self._status = status
         self._show_status()
 
