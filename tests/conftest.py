@@ -42,6 +42,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # reached from inside a test would find none and start a private cluster.
 from tests import pg_support  # noqa: E402
 
+# worker.py's ``time`` replaced for a test (the fence cooldown, ServerClock)
+from tests.worker_time import fake_time  # noqa: E402, F401
+
 # A failing keyring unless a test opts into an in-memory one.
 os.environ["PYTHON_KEYRING_BACKEND"] = "keyring.backends.fail.Keyring"
 

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -94,6 +95,24 @@ def test_a_statement_waiting_through_an_outage_goes_on_once_the_server_is_back(p
         relay.close()
 
 
+def _read_in_a_thread(store: Any) -> tuple[threading.Event, list[BaseException]]:
+    """``store.data_version()`` in a thread of its own: an event set when it
+    ended, and what it raised (empty: it went through)."""
+    done = threading.Event()
+    got: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            store.data_version()
+        except BaseException as exc:  # what the read ended with
+            got.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    return done, got
+
+
 def test_a_statement_gives_up_when_the_server_stays_away_for_its_whole_wait(pg_url):
     """Asking the pool again every ``reconnect_max_s`` ends with the try's
     wait: a server that stays away is reported unreachable (every try of
@@ -107,17 +126,7 @@ def test_a_statement_gives_up_when_the_server_stays_away_for_its_whole_wait(pg_u
         store.data_version()
         relay.refusing = True
         relay.cut_all()
-        got: list[BaseException] = []
-
-        def read() -> None:
-            try:
-                store.data_version()
-            except BaseException as exc:  # what the read ended with
-                got.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=read, daemon=True).start()
+        done, got = _read_in_a_thread(store)
         assert done.wait(120), "the read never gave up"  # a bound on a hang
         assert len(got) == 1 and isinstance(got[0], DatabaseUnreachableError), got
     finally:
@@ -136,21 +145,11 @@ def test_stop_waiting_shortens_a_wait_already_under_way(pg_url):
     relay = WireCounter(int(urlsplit(pg_url).port or 5432))
     store = open_postgres_store(relay.url(pg_url), connect_wait_s=60.0, reconnect_max_s=0.25)
     done = threading.Event()
-    got: list[BaseException] = []
     try:
         store.data_version()
         relay.refusing = True
         relay.cut_all()
-
-        def read() -> None:
-            try:
-                store.data_version()
-            except BaseException as exc:  # what the read ended with
-                got.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=read, daemon=True).start()
+        done, got = _read_in_a_thread(store)
         assert not done.wait(1.0)  # it waits for the server (its wait is 60 s)
         store.stop_waiting(0.5)
         assert done.wait(30), "the wait under way ran on"  # a bound, far below 60 s

@@ -10,33 +10,8 @@ import threading
 import pytest
 
 from desktop_app.errors import StoreError
-from desktop_app.flow import worker as worker_module
 from desktop_app.flow.worker import ServerClock
-
-
-class FakeTime:
-    """worker.py's ``time`` module: wall and monotonic clocks set by the test."""
-
-    def __init__(self) -> None:
-        self.wall = 1_800_000_000.0
-        self.mono = 1000.0
-        self.slept: list[float] = []
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-
-
-@pytest.fixture
-def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
-    fake = FakeTime()
-    monkeypatch.setattr(worker_module, "time", fake)
-    return fake
+from tests.worker_time import FakeTime
 
 
 class Probe:

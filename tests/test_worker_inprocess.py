@@ -29,7 +29,6 @@ from pydantic import BaseModel
 
 from desktop_app.errors import DatabaseUnreachableError, SchemaMissingError
 from desktop_app.flow import Engine, FlowBuilder
-from desktop_app.flow import worker as worker_module
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.events import RunFinished
 from desktop_app.flow.worker import ServerClock, Worker
@@ -398,31 +397,6 @@ def test_fence_stops_the_runs_it_executes_before_their_next_step(sq, manual):
     one_pass(Worker(other))
     assert sq.get_run(r1).status == "completed"
     assert sq.get_run(r2).status == "completed"
-
-
-class FakeTime:
-    """worker.py's ``time`` module: wall and monotonic clocks set by the test."""
-
-    def __init__(self) -> None:
-        self.wall = 1_800_000_000.0
-        self.mono = 1000.0
-        self.slept: list[float] = []
-
-    def time(self) -> float:
-        return self.wall
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-
-
-@pytest.fixture
-def fake_time(monkeypatch: pytest.MonkeyPatch) -> FakeTime:
-    fake = FakeTime()
-    monkeypatch.setattr(worker_module, "time", fake)
-    return fake
 
 
 def test_after_a_fence_the_worker_claims_again_once_the_default_cooldown_passed(
