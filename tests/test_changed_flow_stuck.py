@@ -373,3 +373,35 @@ def test_flowdesk_agent_on_postgres_says_once_and_its_move_hint_works(
     assert f"run {new} completed" in out.stdout
     assert log.read_text().splitlines() == ["prep", "finish"]
     assert status(pg_url, run_id, env) == "canceled"
+
+
+def test_an_interrupted_run_whose_flow_changed_is_not_offered_r_to_resume(db_path: Path) -> None:
+    """The side panel and the detail's header said "press r to resume" of an
+    interrupted run whose flow changed since it started, and r then refused
+    it (a tryout): they say what works instead; a run of the current
+    version, or of a flow not registered here (r says what to set), keeps
+    the resume hint."""
+    from desktop_app.app.screens.detail import header_text
+    from desktop_app.app.widgets.run_summary import CHANGED_HINT, RESUME_HINT, summary_text
+    from desktop_app.store.records import RunRecord
+    from desktop_app.store.sqlite.store import open_store
+    from tests.test_app_inbox_settings import approve_flow
+
+    old, new = approve_flow("1"), approve_flow("2")
+    engine = Engine(open_store(db_path), flows=[new])
+    try:
+        now = 1_800_000_000.0
+
+        def interrupted(flow_name: str, version: str) -> RunRecord:
+            return RunRecord("r1", flow_name, version, "running", 3, now - 60, now - 30)
+
+        for run, hint in (
+            (interrupted("approve", old.version), CHANGED_HINT),
+            (interrupted("approve", new.version), RESUME_HINT),
+            (interrupted("unknown", "1"), RESUME_HINT),
+        ):
+            said = f"interrupted — {hint}"
+            assert said in summary_text(run, None, None, now, engine=engine).plain
+            assert said in header_text(run, now, engine=engine).plain
+    finally:
+        engine.store.close()

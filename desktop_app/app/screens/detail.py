@@ -54,7 +54,7 @@ from desktop_app.app.progress import SPARK_S, Pace
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
-from desktop_app.app.widgets.run_summary import RESUME_HINT
+from desktop_app.app.widgets.run_summary import interrupted_hint
 from desktop_app.app.widgets.run_tables import (
     INTENT_STATUSES,
     CheckpointsTable,
@@ -67,7 +67,7 @@ from desktop_app.app.widgets.run_tables import (
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.cli.output import Hints, moved_line
 from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
-from desktop_app.flow import CompiledFlow
+from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flow.clock import reading
 from desktop_app.runs_view import INTERRUPTED, MOVED, display_status, row_actions
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
@@ -98,7 +98,11 @@ SHORT_TAB_NAMES = {"tab-outbox": "Out", "tab-context": "Ctx"}
 
 
 def header_text(
-    run: RunRecord, now: float, pace: Pace | None = None, hints: Hints | None = None
+    run: RunRecord,
+    now: float,
+    pace: Pace | None = None,
+    hints: Hints | None = None,
+    engine: Engine | None = None,
 ) -> Text:
     """The run's header: id, flow, status (judged at ``now``:
     :func:`display_status`; an interrupted run says how to resume it, a
@@ -116,7 +120,7 @@ def header_text(
     text.append("\nStatus ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
     if status == INTERRUPTED:
-        text.append(f" — {RESUME_HINT}")
+        text.append(f" — {interrupted_hint(run, engine)}")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
     if status == MOVED and moved is not None:
         text.append(f" — {moved}")
@@ -343,7 +347,7 @@ class RunDetailScreen(Screen[None]):
             if running and self._live is None:
                 self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
             pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
-        header = header_text(run, now, pace, self.flowdesk.hints)
+        header = header_text(run, now, pace, self.flowdesk.hints, self.flowdesk.engine)
         self.query_one("#run-header", Static).update(header)
         self._show_throughput(run.run_id, running, now)
 

@@ -9,12 +9,24 @@ from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress
 from desktop_app.app.host import host
 from desktop_app.app.progress import Pace
 from desktop_app.cli.output import Hints, moved_line
+from desktop_app.flow.engine import Engine
 from desktop_app.runs_view import INTERRUPTED, MOVED, display_status
 from desktop_app.store.protocol import Checkpoint, RunRecord
 from desktop_app.words import duration
 
 #: what an interrupted run's status says (in the side panel and the run's detail)
 RESUME_HINT = "press r to resume"
+#: ... when its flow changed since it started (``r`` refuses it as it is)
+CHANGED_HINT = "its flow changed since it started: r once its code is restored, c cancels it"
+
+
+def interrupted_hint(run: RunRecord, engine: Engine | None) -> str:
+    """What an interrupted run's status says: :data:`RESUME_HINT`, or
+    :data:`CHANGED_HINT` when ``engine`` has the run's flow but not at the
+    version the run started with (the launch report offers its fork)."""
+    if engine is None or run.flow_name not in engine.flows:
+        return RESUME_HINT
+    return RESUME_HINT if engine.runs_version(run.flow_name, run.flow_version) else CHANGED_HINT
 
 
 def summary_text(
@@ -23,6 +35,7 @@ def summary_text(
     pace: Pace | None,
     now: float,
     hints: Hints | None = None,
+    engine: Engine | None = None,
 ) -> Text:
     """Id, flow, status (judged at ``now``: :func:`display_status`; an
     interrupted run says how to resume it, a moved one where ``db copy``
@@ -36,7 +49,7 @@ def summary_text(
     text.append(f"{run.run_id}\n", style="dim")
     text.append("\nStatus   ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
-    text.append(f" — {RESUME_HINT}\n" if status == INTERRUPTED else "\n")
+    text.append(f" — {interrupted_hint(run, engine)}\n" if status == INTERRUPTED else "\n")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
     if status == MOVED and moved is not None:
         text.append(f"         {moved}\n")
@@ -107,7 +120,8 @@ class RunSummary(Static):
 
     def _draw(self, now: float) -> None:
         assert self._shown is not None
-        text = summary_text(*self._shown, now, host(self.app).hints)
+        flowdesk = host(self.app)
+        text = summary_text(*self._shown, now, flowdesk.hints, flowdesk.engine)
         if text.plain != self._text:
             self._text = text.plain
             self.update(text)
