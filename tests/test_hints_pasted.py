@@ -350,3 +350,32 @@ def test_hints_quote_shell_arguments_in_one_place_only() -> None:
         and re.search(r"shlex\.(quote|join)\(", path.read_text(encoding="utf-8"))
     ]
     assert elsewhere == []
+
+
+def test_an_answer_that_leaves_the_run_waiting_again_says_what_for_and_it_runs_as_printed(
+    tmp_path: Path,
+) -> None:
+    """``answer`` that leaves the run waiting (the README's approval: then a
+    payment signal) printed only "run X waiting", where ``start`` says how to
+    see what it waits for; now it says so too, and the commands it leads to
+    work as printed, up to the run's completion."""
+    db = tmp_path / "f.db"
+    env = {"FLOWDESK_FLOWS": APPROVAL}
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "approval", "--input", '{"order": "o-1"}', env=env)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[0]
+    answered = flowdesk(db, "answer", run_id, "yes", env=env)
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.splitlines()[0] == f"run {run_id} waiting"
+    show = hint_after(answered.stderr, "it waits; what for, and the command that answers it: ")
+    assert show == f"flowdesk --db {db} show {run_id}"
+    shown = flowdesk(db, *show.split()[3:], env=env)
+    assert shown.returncode == 0, shown.stderr
+    send = hint_after(shown.stdout, "send it with: ")
+    assert send == f"flowdesk --db {db} signal paid o-1", shown.stdout
+    sent = flowdesk(db, *send.split()[3:], "--payload", '{"amount": 3}', env=env)
+    assert sent.returncode == 0, sent.stderr
+    resumed = flowdesk(db, "resume", "--all", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert flowdesk(db, "show", run_id, env=env).stdout.splitlines()[0].endswith("completed")

@@ -322,6 +322,9 @@ def cmd_answer(ctx: Ctx) -> int:
     print(f"run {result.run_id} {result.status}")
     if delivered:
         print(f"{plural(delivered, 'outbox intent')} delivered")
+    if result.status == "waiting":  # it waits again: what for, as `start` says it
+        hint = ctx.hints.cmd(f"show {result.run_id}")
+        print(f"it waits; what for, and the command that answers it: {hint}", file=sys.stderr)
     if run.flow_name == "tidy" and result.status != "waiting":
         from desktop_app.cli.runs import ANSWER_FILES, tidy_report
 
