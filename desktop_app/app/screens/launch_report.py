@@ -220,8 +220,10 @@ class LaunchReportScreen(ModalScreen[None]):
             key: max([cell_len(label), *(cell_len(cells[key]) for cells in rows.values())])
             for key, label in self.COLUMNS
         }
-        # the table's width: the dialog's (at most DIALOG_WIDTH cells) less its border and padding
-        room = min(DIALOG_WIDTH, self.app.size.width) - 6
+        # the table's width: the dialog's (at most DIALOG_WIDTH cells) less its
+        # border and padding, and the body's scrollbar on a short terminal (a
+        # column cut to fit without it was cut again, mid-word, by the table)
+        room = min(DIALOG_WIDTH, self.app.size.width) - 8
         kept, changed = keep_columns(widths, room, ("step", "flow"), elastic="changed", floor=20)
         self.shown_columns = kept
         for key in kept:
