@@ -30,6 +30,7 @@ from tests.test_postgres_agent_outage import own_cluster  # noqa: F401 (a fixtur
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
+@pytest.mark.scenario("S104")
 async def test_the_app_on_postgres_says_the_server_is_away_keeps_answering_and_says_it_is_back(
     own_cluster: PrivateCluster,  # noqa: F811
     tmp_path: Path,

@@ -71,6 +71,7 @@ def test_a_clock_sample_held_by_an_outage_does_not_move_the_offset(pg_url):
         relay.close()
 
 
+@pytest.mark.scenario("S104")
 def test_a_statement_waiting_through_an_outage_goes_on_once_the_server_is_back(pg_url):
     """A statement that waits for a pooled connection while the server is
     away goes on when it is back, not when its wait
