@@ -65,6 +65,19 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
     )
 
 
+def stop_agent(agent: subprocess.Popen[str], timeout: float = 60) -> None:
+    """A test's end of a ``flowdesk agent`` child: SIGTERM (it stops after
+    the steps in flight), waited up to ``timeout`` seconds (raising
+    ``TimeoutExpired`` as :meth:`~subprocess.Popen.wait` does), and
+    SIGKILL if it is still there then, so no agent outlives its test."""
+    agent.send_signal(signal.SIGTERM)
+    try:
+        agent.wait(timeout=timeout)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+
+
 def serving(agent: subprocess.Popen[str]) -> str:
     """Read ``flowdesk agent``'s stderr (piped, as :func:`spawn` does) up to
     its ``serving`` line (``worker ... on`` as a worker, on PostgreSQL),

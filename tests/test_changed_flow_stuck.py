@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from pydantic import BaseModel
 from desktop_app.errors import FlowVersionMismatchError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.store.sqlite.store import open_store
-from tests.cli_support import as_printed, flowdesk, spawn
+from tests.cli_support import as_printed, flowdesk, spawn, stop_agent
 from tests.polling import until
 
 #: the user's flow; its steps wait while ``<log>.hold`` exists (a step that
@@ -181,8 +180,7 @@ def test_a_run_whose_flow_changed_is_said_stuck_and_each_hint_works(tmp_path: Pa
         until(lambda: bool(said_of(kept) and said_of(ended)), "the agent says it cannot go on")
         time.sleep(1.0)  # some ten more passes (not a timing assertion)
     finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=60)
+        stop_agent(agent)
         reader.join(timeout=60)
     assert agent.returncode == 0, lines
     said = [ln for ln in lines if "cannot go on here" in ln]
@@ -360,8 +358,7 @@ def test_flowdesk_agent_on_postgres_says_once_and_its_move_hint_works(
         until(lambda: any("cannot go on here" in ln for ln in list(lines)), "the agent says so")
         time.sleep(1.0)  # some ten more passes (not a timing assertion)
     finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=60)
+        stop_agent(agent)
         reader.join(timeout=60)
     said = [ln for ln in lines if "cannot go on here" in ln]
     assert len(said) == 1 and run_id in said[0], said

@@ -258,10 +258,9 @@ def test_the_apps_inbox_lists_the_healthy_question_and_names_the_damaged_run(db_
 
 
 def test_the_agent_names_a_damaged_run_once_with_the_commands_that_work(tmp_path):
-    import signal
     import threading
 
-    from tests.cli_support import spawn
+    from tests.cli_support import spawn, stop_agent
     from tests.polling import until
 
     db = tmp_path / "g.db"
@@ -278,8 +277,7 @@ def test_the_agent_names_a_damaged_run_once_with_the_commands_that_work(tmp_path
     try:
         until(lambda: any("cancel it" in ln for ln in list(lines)), "the agent names the run")
     finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=60)
+        stop_agent(agent)
         reader.join(timeout=60)
     said = "".join(lines)
     assert said.count(f"flowdesk agent: run {bad} cannot go on here") == 1, said

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from desktop_app.store import postgres
+from tests.cli_support import stop_agent
 from tests.pg_support import PrivateCluster, find_bindir, unavailable
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -139,12 +140,7 @@ def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp
     finally:
         if answer is not None and answer.poll() is None:
             answer.kill()
-        agent.send_signal(signal.SIGTERM)
-        try:
-            agent.wait(timeout=60)
-        finally:
-            if agent.poll() is None:
-                agent.kill()
+        stop_agent(agent)
         reader.join(timeout=10)
     text = "".join(said)
     assert agent.returncode == 0, text

@@ -9,7 +9,6 @@ scripted server on 127.0.0.1."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.config import load_settings
 from tests.app_support import messages, settle, wait_until
 from tests.chat_server import ChatServer, completion
-from tests.cli_support import REPO, flowdesk
+from tests.cli_support import REPO, flowdesk, stop_agent
 from tests.test_app_inbox_agent_answer import ASKS
 from tests.test_pydantic_ai import DELETE_X, lines, worker
 
@@ -61,8 +60,7 @@ def serve_until_done(url: str, run_id: str, env: dict[str, str], err: Path) -> N
             assert agent.poll() is None, err.read_text()
             time.sleep(0.1)
     finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=60)
+        stop_agent(agent)
 
 
 S = TypeVar("S")

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests import cli_forkserver
+from tests.cli_support import stop_agent
 
 pytestmark = pytest.mark.postgres
 REPO = Path(__file__).resolve().parents[1]
@@ -103,8 +104,7 @@ def test_db_copy_then_agent_worker_finishes_the_copied_runs(db_path, pg_url, tmp
         line = agent.stderr.readline()  # the run's final checkpoint committed
         assert f"run {pending} completed" in line, line
     finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=60)
+        stop_agent(agent)
     assert agent.returncode == 0
     assert "Note 2" in (tmp_path / "out" / "digest.md").read_text()
 

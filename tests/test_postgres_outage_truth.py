@@ -9,12 +9,13 @@ test made, never on how long something took.
 
 from __future__ import annotations
 
+import contextlib
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,6 +24,7 @@ import pytest
 
 from desktop_app.flow.worker import ServerClock
 from desktop_app.store.postgres.store import open_postgres_store
+from tests.cli_support import stop_agent
 from tests.pg_wire import WireCounter
 
 pytestmark = [pytest.mark.postgres]
@@ -45,15 +47,32 @@ def _outage(relay: WireCounter, seconds: float) -> threading.Thread:
     return thread
 
 
+@contextlib.contextmanager
+def _through_a_relay(
+    pg_url: str, *, connect_wait_s: float, reconnect_max_s: float
+) -> Iterator[tuple[WireCounter, Any]]:
+    """A PostgreSQL store whose connections go through a relay the test cuts
+    and refuses (``relay.refusing``, ``relay.cut_all()``); both closed after,
+    the relay letting connections through again first."""
+    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
+    store = open_postgres_store(
+        relay.url(pg_url), connect_wait_s=connect_wait_s, reconnect_max_s=reconnect_max_s
+    )
+    try:
+        yield relay, store
+    finally:
+        relay.refusing = False
+        store.close()
+        relay.close()
+
+
 def test_a_clock_sample_held_by_an_outage_does_not_move_the_offset(pg_url):
     """The database clock's offset is measured on the query's own round
     trip: a probe that waited out an outage for a pooled connection gives
     the same offset as before (one machine: about zero), where it used to
     count the wait as the server being ahead (the app's clock ran 86 s
     ahead after an 86 s outage)."""
-    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
-    store = open_postgres_store(relay.url(pg_url), connect_wait_s=30.0, reconnect_max_s=0.5)
-    try:
+    with _through_a_relay(pg_url, connect_wait_s=30.0, reconnect_max_s=0.5) as (relay, store):
         clock = ServerClock(store.server_time, refresh_s=0.0)  # measures at every now()
         clock.now()
         assert abs(clock.offset) < 0.5  # one machine: the clocks agree
@@ -66,9 +85,6 @@ def test_a_clock_sample_held_by_an_outage_does_not_move_the_offset(pg_url):
         assert abs(clock.offset) < 0.5, f"offset {clock.offset:+.3f} s after a {waited:.1f} s wait"
         assert abs(now - time.time()) < 1.0  # deadlines compare right after
         assert abs(clock.now() - time.time()) < 0.5
-    finally:
-        store.close()
-        relay.close()
 
 
 @pytest.mark.scenario("S104")
@@ -79,10 +95,8 @@ def test_a_statement_waiting_through_an_outage_goes_on_once_the_server_is_back(p
     after its ``reconnect_timeout`` and tries again only for a new request,
     so it used to wait out the whole wait after a 3 s outage (a worker's
     "back after N s" said N plus up to 30)."""
-    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
     wait_s = 120.0
-    store = open_postgres_store(relay.url(pg_url), connect_wait_s=wait_s, reconnect_max_s=0.5)
-    try:
+    with _through_a_relay(pg_url, connect_wait_s=wait_s, reconnect_max_s=0.5) as (relay, store):
         store.data_version()
         ended = _outage(relay, OUTAGE_S)
         started = time.monotonic()
@@ -91,9 +105,6 @@ def test_a_statement_waiting_through_an_outage_goes_on_once_the_server_is_back(p
         ended.join()
         assert waited >= OUTAGE_S  # it did wait the outage out
         assert waited < wait_s  # and went on before its wait ran out
-    finally:
-        store.close()
-        relay.close()
 
 
 def _read_in_a_thread(store: Any) -> tuple[threading.Event, list[BaseException]]:
@@ -120,21 +131,13 @@ def test_a_statement_gives_up_when_the_server_stays_away_for_its_whole_wait(pg_u
     the transaction), not waited for without end."""
     from desktop_app.errors import DatabaseUnreachableError
 
-    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
-    store = open_postgres_store(relay.url(pg_url), connect_wait_s=1.0, reconnect_max_s=0.25)
-    done = threading.Event()
-    try:
+    with _through_a_relay(pg_url, connect_wait_s=1.0, reconnect_max_s=0.25) as (relay, store):
         store.data_version()
         relay.refusing = True
         relay.cut_all()
         done, got = _read_in_a_thread(store)
         assert done.wait(120), "the read never gave up"  # a bound on a hang
         assert len(got) == 1 and isinstance(got[0], DatabaseUnreachableError), got
-    finally:
-        relay.refusing = False
-        done.wait(120)
-        store.close()
-        relay.close()
 
 
 def test_stop_waiting_shortens_a_wait_already_under_way(pg_url):
@@ -143,10 +146,7 @@ def test_stop_waiting_shortens_a_wait_already_under_way(pg_url):
     next ask, not at the end of its ``connect_wait_s`` (here 60 s)."""
     from desktop_app.errors import DatabaseUnreachableError
 
-    relay = WireCounter(int(urlsplit(pg_url).port or 5432))
-    store = open_postgres_store(relay.url(pg_url), connect_wait_s=60.0, reconnect_max_s=0.25)
-    done = threading.Event()
-    try:
+    with _through_a_relay(pg_url, connect_wait_s=60.0, reconnect_max_s=0.25) as (relay, store):
         store.data_version()
         relay.refusing = True
         relay.cut_all()
@@ -155,11 +155,6 @@ def test_stop_waiting_shortens_a_wait_already_under_way(pg_url):
         store.stop_waiting(0.5)
         assert done.wait(30), "the wait under way ran on"  # a bound, far below 60 s
         assert len(got) == 1 and isinstance(got[0], DatabaseUnreachableError), got
-    finally:
-        relay.refusing = False
-        done.wait(300)
-        store.close()
-        relay.close()
 
 
 def _agent_lines(agent: subprocess.Popen[str]) -> tuple[list[str], threading.Thread]:
@@ -215,12 +210,9 @@ def test_a_worker_says_the_database_is_unreachable_while_it_is_and_for_how_long(
         back = _wait_for(said, "the database is back after", 150)
         assert back is not None, "".join(said)
     finally:
-        agent.send_signal(signal.SIGTERM)
         try:
-            agent.wait(timeout=60)
+            stop_agent(agent)
         finally:
-            if agent.poll() is None:
-                agent.kill()
             reader.join(timeout=10)
             relay.close()
     match = re.search(r"the database is back after ([0-9.]+) s", back)

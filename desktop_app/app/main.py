@@ -218,10 +218,6 @@ class FlowdeskApp(TypeAheadApp, App[None]):
     ]
     #: Seconds between checks of the store's ``data_version``.
     POLL_S = 1.0
-    #: Seconds a read on the UI thread waits for a connection to a database
-    #: server before it fails (tried once): the screen never freezes for the
-    #: pool's ``postgres.connect_wait_s`` (30 s) during a server's outage.
-    UI_WAIT_S = 1.0
     #: Least seconds between two refreshes of live progress (10 a second).
     REFRESH_S = 0.1
     #: Longest pause (seconds) between two outbox delivery passes; a run of
@@ -509,11 +505,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self.clock_skew = skew_error(services.engine.clock)
         self.engine = services.engine
         self.reader = services.reader
-        for store in {id(s): s for s in (services.reader, services.engine.store)}.values():
+        for store in (services.reader, services.engine.store):
             if "server_outages" in store.capabilities:  # said at once, in the banner
                 cast(ServerOutages, store).on_unreachable(self._unreachable)
-        if "server_outages" in services.reader.capabilities:
-            cast(ServerOutages, services.reader).stop_waiting(self.UI_WAIT_S)
         if self._quitting:  # the app quit while we were opening
             services.close()
             return
@@ -551,7 +545,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     @work(thread=True, exclusive=True, group="probe", name="probe the database server")
     def _probe(self) -> None:
-        """One read on the UI's store (at most :attr:`UI_WAIT_S` seconds):
+        """One read on the UI's store (at most ``UI_WAIT_S`` seconds):
         :class:`DatabaseBack` when it went through."""
         reader = self.reader
         if reader is None:

@@ -21,11 +21,17 @@ from desktop_app.flow.clock import Clock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flow.worker import ServerClock
 from desktop_app.flows import builtin_destinations
-from desktop_app.store.protocol import ChangePush, CheckpointStore, ServerTime
+from desktop_app.store.protocol import ChangePush, CheckpointStore, ServerOutages, ServerTime
 from desktop_app.store.records import AgentRun, ToolResult
 
 if TYPE_CHECKING:  # bootstrap (and with it the backends) is imported when the app opens
     from desktop_app import bootstrap
+
+#: Seconds a read of the UI's store waits for a connection to a database
+#: server before it fails (tried once): the screens read on the UI thread,
+#: which never freezes for the pool's ``postgres.connect_wait_s`` (30 s)
+#: during a server's outage.
+UI_WAIT_S = 1.0
 
 
 class AgentStore(Protocol):
@@ -149,11 +155,13 @@ def open_services(
     except BaseException:
         services.close()
         raise
+    if "server_outages" in ui.checkpoints.capabilities:
+        cast(ServerOutages, ui.checkpoints).stop_waiting(UI_WAIT_S)
     clock_of = services.engine.clock
     if isinstance(clock_of, ServerClock) and "database_clock" in ui.checkpoints.capabilities:
         # the screens read the engine's clock on the UI thread: its samples
-        # go through the UI's store, which waits seconds, not the pool's 30 s
-        # per try, for a server that cannot be reached (see FlowdeskApp.UI_WAIT_S)
+        # go through the UI's store, which waits UI_WAIT_S, not the pool's
+        # 30 s per try, for a server that cannot be reached
         clock_of.probe = cast(ServerTime, ui.checkpoints).server_time
     store = services.checkpoints
     dispatcher = Dispatcher(store, builtin_destinations(store), clock=services.engine.clock)

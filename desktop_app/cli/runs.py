@@ -791,14 +791,9 @@ def stuck_on_version(sv: Services, run: Any) -> Any:
     neither the registered one nor a mode registered here
     (``Engine.runs_version``). No process with the flow's current code
     resumes it, fires its timer or takes its answer."""
-    from desktop_app.errors import FlowVersionMismatchError
-
-    flow = sv.engine.flows.get(run.flow_name)
-    if flow is None or run.status not in ("pending", "running", "waiting", "failed"):
+    if run.status not in ("pending", "running", "waiting", "failed"):
         return None
-    if sv.engine.runs_version(run.flow_name, run.flow_version):
-        return None
-    return FlowVersionMismatchError(run.run_id, run.flow_version, flow.version)
+    return sv.engine.version_refusal(run)
 
 
 def needs_model(sv: Services, run: Any) -> str | None:

@@ -284,6 +284,17 @@ class Engine:
         flow = self._flows.get(name)
         return (flow is not None and flow.version == version) or (name, version) in self._variants
 
+    def version_refusal(self, run: RunRecord) -> FlowVersionMismatchError | None:
+        """The error that refuses ``run`` here because its flow is registered
+        at another version than the run started with (neither the flow's
+        nor a mode's: :meth:`runs_version`), or ``None``: its version runs
+        here, or its flow is not registered at all (``UnknownFlowError``'s
+        case). Its status is the caller's to judge."""
+        flow = self._flows.get(run.flow_name)
+        if flow is None or self.runs_version(run.flow_name, run.flow_version):
+            return None
+        return FlowVersionMismatchError(run.run_id, run.flow_version, flow.version)
+
     def versions(self) -> list[tuple[str, str]]:
         """Every ``(flow name, version)`` whose runs can go on here
         (:meth:`runs_version`): each registered flow's, then each mode's

@@ -48,7 +48,6 @@ from desktop_app.errors import (
     DatabaseOpenError,
     DatabaseUnreachableError,
     FlowdeskError,
-    FlowVersionMismatchError,
     SchemaError,
     UnknownFlowError,
 )
@@ -327,15 +326,12 @@ class Worker:
         for run in store.list_runs(statuses=PENDING_STATUSES):
             if run.run_id in self.refused:
                 continue
-            refusal: FlowdeskError
+            refusal: FlowdeskError | None = None
             if run.flow_name not in names:
                 refusal = unknown_flow(run.flow_name, names)
-            elif run.status in CLAIMED_STATUSES and not engine.runs_version(
-                run.flow_name, run.flow_version
-            ):
-                current = engine.flows[run.flow_name].version
-                refusal = FlowVersionMismatchError(run.run_id, run.flow_version, current)
-            else:
+            elif run.status in CLAIMED_STATUSES:  # its code changed since it started
+                refusal = engine.version_refusal(run)
+            if refusal is None:
                 continue
             if lease_abandoned(run.lease_owner, run.lease_expires_at, now):
                 # said only when the run is still there, unchanged, at the next

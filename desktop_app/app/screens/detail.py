@@ -66,7 +66,7 @@ from desktop_app.app.widgets.run_tables import (
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.cli.output import Hints, moved_line
-from desktop_app.errors import FlowdeskError, FlowVersionMismatchError
+from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flow.clock import reading
 from desktop_app.runs_view import INTERRUPTED, MOVED, display_status, row_actions
@@ -691,14 +691,10 @@ class RunDetailScreen(Screen[None]):
         except FlowdeskError as exc:
             app.say(str(exc), "error")
             return None
-        if not engine.runs_version(run.flow_name, run.flow_version):
-            app.say(
-                app_version_refusal(
-                    FlowVersionMismatchError(run.run_id, run.flow_version, flow.version),
-                    live=run.status in ("pending", "running", "waiting", "failed"),
-                ),
-                "error",
-            )
+        refusal = engine.version_refusal(run)
+        if refusal is not None:
+            live = run.status in ("pending", "running", "waiting", "failed")
+            app.say(app_version_refusal(refusal, live=live), "error")
             return None
         return checkpoint_id(run.run_id, revision), flow
 

@@ -24,9 +24,8 @@ def interrupted_hint(run: RunRecord, engine: Engine | None) -> str:
     """What an interrupted run's status says: :data:`RESUME_HINT`, or
     :data:`CHANGED_HINT` when ``engine`` has the run's flow but not at the
     version the run started with (the launch report offers its fork)."""
-    if engine is None or run.flow_name not in engine.flows:
-        return RESUME_HINT
-    return RESUME_HINT if engine.runs_version(run.flow_name, run.flow_version) else CHANGED_HINT
+    changed = engine is not None and engine.version_refusal(run) is not None
+    return CHANGED_HINT if changed else RESUME_HINT
 
 
 def summary_text(
