@@ -400,5 +400,10 @@ def test_an_interrupted_run_whose_flow_changed_is_not_offered_r_to_resume(db_pat
             said = f"interrupted — {hint}"
             assert said in summary_text(run, None, None, now, engine=engine).plain
             assert said in header_text(run, now, engine=engine).plain
+        # what refuses the old version's run here, as `show` and a worker say it
+        refusal = engine.version_refusal(interrupted("approve", old.version))
+        assert refusal is not None
+        assert (refusal.run_id, refusal.stored, refusal.current) == ("r1", old.version, new.version)
+        assert str(refusal).startswith(f"run r1 was started under flow version {old.version}")
     finally:
         engine.store.close()
