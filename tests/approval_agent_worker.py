@@ -26,7 +26,6 @@ import argparse
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from desktop_app.agent.openai_compat import OpenAICompatibleModel
 from desktop_app.errors import FlowdeskError
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
+from tests.instant import release_at
 
 ARGS = argparse.Namespace()
 
@@ -74,8 +74,7 @@ def race(agent: Agent, astore: SqliteAgentStore) -> None:
     runs = sorted(astore.list(), key=lambda r: (r.created_at, r.run_id))
     for i, run in enumerate(runs):
         at = ARGS.start_at + i * ARGS.every
-        while time.time() < at:  # released at the instant the other process is
-            pass
+        release_at(at)  # at the instant the other process is released
         try:
             res = agent.resume_input(run.run_id, ARGS.text)
         except FlowdeskError as exc:

@@ -12,12 +12,12 @@ The i-th thread is answered at ``START + i*EVERY`` (UTC epoch seconds);
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from desktop_app.cli import main as flowdesk
+from tests.instant import release_at
 
 
 def run() -> int:
@@ -25,8 +25,7 @@ def run() -> int:
     with open(out, "w", encoding="utf-8") as results:
         for i, thread in enumerate(threads):
             at = float(start) + i * float(every)
-            while time.time() < at:  # released at the instant the other process is
-                pass
+            release_at(at)  # at the instant the other process is released
             code = flowdesk(["--db", db, "answer", thread, value])
             results.write(f"{i} {code}\n")
             results.flush()
