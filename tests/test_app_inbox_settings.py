@@ -700,6 +700,61 @@ async def test_launch_report_follows_recovery_and_says_why_a_run_was_not_resumed
     assert stored(db, run_id)[0] == "canceled"
 
 
+async def test_a_fork_from_the_launch_report_names_the_new_run_before_its_steps_end(
+    tmp_path: Path,
+) -> None:
+    """The fork's new run is named (``running``) as soon as it is stored,
+    while its first step still runs (a model call can take minutes); the
+    decision then follows it to its end. Before, the report said
+    "forking…" until the new run ended or waited."""
+    import threading
+
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    release = threading.Event()
+
+    def slow(s: Approval) -> dict[str, Any]:
+        assert release.wait(60), "the test never released the step"
+        return {"done": True}
+
+    def flow(version: str, step: Any) -> CompiledFlow[Approval]:
+        return (
+            FlowBuilder("slowfork", Approval, version=version).step("work", step).chain().compile()
+        )
+
+    v1, v2 = flow("1", lambda s: {"done": True}), flow("2", slow)
+    bootstrap.apply_schema(settings)
+    old = bootstrap.build_engine(settings, flows=[v1])
+    try:
+        run_id = old.start("slowfork", Approval())  # interrupted before it ran
+    finally:
+        old.store.close()
+    app = FlowdeskApp(settings, flows=[v2])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        report = app.screen
+        assert isinstance(report, LaunchReportScreen)
+        await pilot.click("#fork")
+        await wait_until(pilot, lambda: report.decision(run_id) != "forking…")
+        decided = report.decision(run_id)
+        assert decided.startswith("forked → ") and decided.endswith(" (running)"), decided
+        assert not release.is_set()  # its step has not ended
+        store = open_store(db)
+        try:
+            [new] = [r for r in store.list_runs() if r.parent_run_id == run_id]
+            assert new.status == "running" and decided == f"forked → {new.run_id[:8]} (running)"
+        finally:
+            store.close()
+        assert stored(db, run_id)[0] == "canceled"
+        await pilot.press("o")  # decided already: refused, not forked twice
+        await pilot.pause()
+        assert messages(app, "warning")[-1] == f"Run {run_id[:8]} is {decided} already."
+        release.set()
+        await settle(pilot)
+        assert report.decision(run_id) == f"forked → {new.run_id[:8]} (completed)"
+        assert not messages(app, "error")
+
+
 async def test_actions_are_in_the_command_palette(tmp_path: Path) -> None:
     app = FlowdeskApp(settings_for(tmp_path / "t.db"), flows=all_flows())
     async with app.run_test(size=SIZE) as pilot:

@@ -1330,15 +1330,18 @@ def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
         )
     engine = sv.engine
     current = engine.flow(run.flow_name).version
+
+    def created(new_id: str) -> None:  # said before the new run's steps run
+        print(f"run {rid} canceled: superseded by run {new_id} on version {current}")
+        print(new_id, flush=True)
+
     try:
-        result = engine.fork_onto_current(rid)
+        result = engine.fork_onto_current(rid, on_created=created)
     except (CheckpointDecodeError, RunStateError) as exc:
         raise FlowError(
             f"run {rid} cannot continue on {run.flow_name} version {current}: {exc}. "
             f"Nothing changed; to end it: `{ctx.hints.cmd(f'cancel {rid}')}`"
         ) from exc
-    print(f"run {rid} canceled: superseded by run {result.run_id} on version {current}")
-    print(result.run_id)
     _deliver(engine)
     return report_result(ctx, result)
 

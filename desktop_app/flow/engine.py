@@ -1429,11 +1429,17 @@ class Engine:
         self._finish(run_id, "failed", reason)
         return self.store.get_run(run_id)
 
-    def fork_onto_current(self, run_id: str) -> RunResult:
+    def fork_onto_current(
+        self, run_id: str, on_created: Callable[[str], None] | None = None
+    ) -> RunResult:
         """Continue a run of an older flow version as a new run of the current
         one, from its latest state and step; the old run is canceled as
-        superseded. Its state must decode under the current state model and its
-        next step must still exist. Its completed steps (those the current flow
+        superseded, and the new one is driven here until it ends or waits
+        (as :meth:`run`). ``on_created(new_run_id)`` is called once both are
+        stored, before the new run's first step (a caller showing progress
+        names the new run then, not only when its steps are done). Its state
+        must decode under the current state model and its next step must
+        still exist. Its completed steps (those the current flow
         still has, nested ones too), its step count, the decisions of the
         conditions it entered and the visit count of each step carry over. The
         child runs it journaled pass to the new run (its re-executed steps
@@ -1454,6 +1460,8 @@ class Engine:
         self.cancel_event(run_id).set()
         version = seed.flow.version
         self._finish(run_id, "canceled", f"superseded by run {rid} on flow version {version}")
+        if on_created is not None:
+            on_created(rid)
         return self._drive(seed.flow, *made)
 
     def _create_from(self, seed: Seed, run_id: str | None) -> Made:

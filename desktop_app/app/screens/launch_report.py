@@ -332,8 +332,15 @@ class LaunchReportScreen(ModalScreen[None]):
     def _fork(self, run: IncompatibleRun) -> None:
         engine = self.flowdesk.engine
         assert engine is not None
+
+        def created(new_id: str) -> None:
+            # named at once: the new run's steps may take long (a model call)
+            self.post_message(Decided(run.run_id, f"forked → {short_id(new_id)} (running)"))
+            self.app.post_message(RunChanged(run.run_id))
+            self.app.post_message(RunChanged(new_id))
+
         try:
-            result = engine.fork_onto_current(run.run_id)
+            result = engine.fork_onto_current(run.run_id, on_created=created)
         except FlowdeskError as exc:
             self.post_message(Decided(run.run_id, "undecided", f"not forked: {exc}"))
         except Exception as exc:
