@@ -16,8 +16,27 @@ from tests.test_app_inbox_settings import Approval, settings_for, waiting_runs
 
 
 def test_only_the_version_string_changed() -> None:
-    change = flow_change("1+aaaa", "2+bbbb", ["a", "b"], ["a", "b", "c"])
+    change = flow_change("1+aaaa", "2+bbbb", ["a", "b", "c"], ["a", "b", "c"])
     assert change.describe() == "version 1 → 2: same steps; routes or state fields changed"
+
+
+def test_steps_the_run_has_not_reached_are_named_not_called_unchanged() -> None:
+    """The store keeps no old definition, so a step appended to the flow
+    looks like one the run had not got to: the report names the steps that
+    run next and says it cannot tell whether they are new. Before, a run
+    stopped at ``b`` of a flow that gained ``c`` read "same steps" (a
+    tryout's), and one whose flow gained two steps after a renamed one read
+    only the rename."""
+    change = flow_change("1+aaaa", "2+bbbb", ["a", "b"], ["a", "b", "c"])
+    assert change.describe() == (
+        "version 1 → 2: no change in the steps it reached; "
+        "not reached yet: c (whether it is new is not recorded)"
+    )
+    change = flow_change("1+a", "3+b", ["prep", "approve"], ["prep", "review", "audit", "notify"])
+    assert change.describe() == (
+        "version 1 → 3: renamed approve → review; "
+        "not reached yet: audit, notify (whether any of them is new is not recorded)"
+    )
 
 
 def test_a_renamed_step_an_added_one_and_a_removed_one() -> None:
@@ -53,7 +72,12 @@ async def test_launch_report_says_what_changed_instead_of_hashes(tmp_path: Path)
         assert isinstance(report, LaunchReportScreen)
         table = report.query_one("#incompatible", DataTable)
         changed = table.get_cell(run_id, "changed").plain
-        assert changed == "version 1.0 → 1.1: renamed prep → prepare"
+        assert changed.startswith("version 1.0 → 1.1: renamed prep → prepare; ")
+        shown = " ".join(str(report.query_one("#change").render()).split())
+        assert shown.endswith(
+            "version 1.0 → 1.1: renamed prep → prepare; "
+            "not reached yet: ship (whether it is new is not recorded)"
+        )
         assert old.version.split("+")[1] not in changed
 
 

@@ -632,7 +632,7 @@ async def test_launch_report_lists_runs_of_an_older_flow_version(tmp_path: Path)
             "approve",
             "waiting",
             "ok",
-            "version 1 → 2: same steps; routes or state fields changed",
+            "version 1 → 2: no change in the steps it reached; not reached yet: ship…",
             "undecided",
         ]
         await pilot.press("f")

@@ -10,7 +10,10 @@ checkpoint's step records and frontier) against the current flow's steps.
   *added* only when the run knew every step before it (otherwise the run
   simply had not got there);
 * a removed step and an added step at the same position are shown as one
-  *renamed* step (``old → new``).
+  *renamed* step (``old → new``);
+* the current steps after the run's furthest known step are *not reached*:
+  named, since they run next, but whether any of them is new cannot be
+  told (a step appended to the flow looks like one the run had not got to).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class FlowChange:
     added: tuple[str, ...] = ()
     removed: tuple[str, ...] = ()
     renamed: tuple[tuple[str, str], ...] = ()
+    #: current steps after the run's furthest known one (new or not: unknown)
+    unreached: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """``version 1 → 2: renamed fetch → download; added notify`` (one line)."""
@@ -40,6 +45,14 @@ class FlowChange:
             parts.append("removed " + ", ".join(self.removed))
         if self.added:
             parts.append("added " + ", ".join(self.added))
+        if self.unreached:
+            if not parts:
+                parts.append("no change in the steps it reached")
+            which = "it is" if len(self.unreached) == 1 else "any of them is"
+            parts.append(
+                f"not reached yet: {', '.join(self.unreached)} (whether {which} new is not "
+                "recorded)"
+            )
         if not parts:
             parts.append("same steps; routes or state fields changed")
         return f"{head}: {'; '.join(parts)}"
@@ -65,6 +78,7 @@ def flow_change(
     # steps before the run's furthest kept step that it never saw were added
     last = max((current.index(s) for s in kept), default=-1)
     added = [s for s in current[: last + 1] if s not in known]
+    unreached = [s for s in current[last + 1 :] if s not in known]
     renamed: list[tuple[str, str]] = []
     # a removed step where a step the run never saw now stands: a rename
     for old in list(removed):
@@ -75,10 +89,13 @@ def flow_change(
             removed.remove(old)
             if new in added:
                 added.remove(new)
+            if new in unreached:
+                unreached.remove(new)
     return FlowChange(
         user_version(stored_version),
         user_version(current_version),
         tuple(added),
         tuple(removed),
         tuple(renamed),
+        tuple(unreached),
     )
