@@ -7,8 +7,10 @@ processes)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.cli_support import flowdesk
@@ -45,3 +47,47 @@ def test_a_sqlite3_shell_holding_the_lock_is_not_named(tmp_path: Path) -> None:
     assert "stayed locked by another process past the busy timeout" in out.stderr, out.stderr
     assert "held by" not in out.stderr and str(holder.pid) not in out.stderr, out.stderr
     assert flowdesk(db, "cancel", run_id, env=env).returncode == 0  # free again
+
+
+def test_a_run_whose_save_stayed_locked_is_resumed_as_printed_not_started_again(
+    tmp_path: Path,
+) -> None:
+    """The file stays locked while ``start``'s step ends: its save fails, and
+    the run (stored, interrupted) is to be resumed, not started again. The
+    error said only "Retry", and a user who ran ``start`` again got a second
+    run (a tryout's). The printed ``resume`` finishes the one run."""
+    from tests.cli_support import as_printed, spawn
+    from tests.gated_flows import FLOWS_ENV as GATED
+
+    db = tmp_path / "s.db"
+    env = {"FLOWDESK_FLOWS": GATED, "FLOWDESK_BUSY_TIMEOUT_S": "0.5"}
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    live = spawn(
+        "--db", str(db), "start", "gated", "--input", json.dumps({"dir": str(tmp_path)}), env=env
+    )
+    assert live.stdout is not None
+    run_id = live.stdout.readline().strip()
+    while not (tmp_path / "gate.runs").exists():  # its step is under way
+        assert live.poll() is None, live.communicate(timeout=60)
+        time.sleep(0.02)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        (tmp_path / "go").touch()  # the step ends; its save meets the lock
+        _, err = live.communicate(timeout=120)
+    finally:
+        holder.communicate(input="", timeout=60)
+    assert live.returncode == 1, err
+    assert "stayed locked by another process past the busy timeout" in err, err
+    (hint,) = [x.removeprefix("resume with: ") for x in err.splitlines() if x.startswith("resume")]
+    assert hint == f"flowdesk --db {db} resume {run_id}"
+    resumed = as_printed(hint, {**os.environ, **env})
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"run {run_id} completed" in resumed.stdout
+    listed = json.loads(flowdesk(db, "runs", "-o", "json", env=env).stdout)
+    assert [r["run_id"] for r in listed] == [run_id]  # one run, not a second one

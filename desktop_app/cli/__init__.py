@@ -61,6 +61,7 @@ from desktop_app.errors import (
     InputError,
     LeaseLostError,
     RunLeasedError,
+    StoreError,
     UnknownFlowError,
     redact,
 )
@@ -330,6 +331,12 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         for line in damaged_run_hints(ctx.hints, exc):
             print(line, file=sys.stderr)
         return EXIT_FAILED
+    except StoreError as exc:  # locked, unreachable, an I/O error: nothing of it saved
+        stop_progress()
+        _say(exc)
+        if ctx.current_run is not None:  # the run is stored: `start` again would make another
+            print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
+        return EXIT_FAILED
     except FlowdeskError as exc:
         _say(exc)
         return EXIT_FAILED
@@ -339,6 +346,8 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             raise
         stop_progress()
         print(f"flowdesk: {translated}", file=sys.stderr)
+        if ctx.current_run is not None:
+            print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
         stop_progress()  # else the progress line is drawn again after the message
