@@ -755,6 +755,49 @@ async def test_a_fork_from_the_launch_report_names_the_new_run_before_its_steps_
         assert not messages(app, "error")
 
 
+async def test_a_question_of_a_run_whose_flow_changed_is_not_offered_an_answer(
+    tmp_path: Path,
+) -> None:
+    """A run waits under version 1 of its flow; the app has version 2. Its
+    question is listed but offers no answer (its flow changed: answered once
+    its code is restored), ``y`` sends nothing, and ``a`` in the runs list
+    says what works in the app's keys. Before, the row offered y/n/enter,
+    ``a`` opened Yes/No, and sending said to call Engine methods (a
+    tryout's)."""
+    from desktop_app.app.screens.inbox import CHANGED_HOW, InboxScreen
+    from tests.app_support import open_inbox
+
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    (run_id,) = waiting_runs(settings, [approve_flow("1")], ("approve", Approval()))
+    app = FlowdeskApp(settings, flows=[approve_flow("2")])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, LaunchReportScreen)
+        await pilot.press("escape")  # kept for now
+        inbox = await open_inbox(pilot)
+        assert isinstance(inbox, InboxScreen)
+        (item,) = inbox.items
+        assert (item.run_id, item.changed, item.answerable) == (run_id, True, False)
+        assert item.how(app.hints) == CHANGED_HOW
+        assert inbox.check_action("approve", ()) is False  # y, n, enter are not offered
+        assert CHANGED_HOW in inbox.question_text
+        assert "under a flow that changed since it started" in inbox.status_text
+        inbox.action_approve()  # the binding hidden, still refused if reached
+        await settle(pilot)
+        assert messages(app, "warning")[-1] == f"Run {run_id[:8]} {CHANGED_HOW}; nothing was sent."
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+        await pilot.press("a")
+        await settle(pilot)
+        assert isinstance(app.screen, RunsScreen)  # no Yes/No dialog
+        said = messages(app, "warning")[-1]
+        assert said.startswith(f"run {run_id} was started under flow version 1+")
+        assert "press a again, or press c to cancel it" in said and "Engine." not in said
+        assert not messages(app, "error")
+    assert stored(db, run_id)[0] == "waiting"  # nothing was answered
+
+
 async def test_actions_are_in_the_command_palette(tmp_path: Path) -> None:
     app = FlowdeskApp(settings_for(tmp_path / "t.db"), flows=all_flows())
     async with app.run_test(size=SIZE) as pilot:

@@ -621,6 +621,11 @@ class Controller:
                 "warning",
             )
             return
+        engine = self._host.engine
+        refusal = None if engine is None else engine.version_refusal(run)
+        if refusal is not None:  # its questions take no answer under the new code
+            self._say(app_version_refusal(refusal, again="a"), "warning")
+            return
         self._app.push_screen(AnswerScreen(run))
 
     def send_answer(self, screen: MessagePump, run_id: str, wait_id: str, value: Any) -> str:
@@ -669,6 +674,8 @@ class Controller:
             error, full = str(exc), exc
         except UnknownFlowError as exc:
             error = unregistered_in_app(run_id, exc, "answer", "answered")
+        except FlowVersionMismatchError as exc:  # the Engine's words name its methods
+            error = app_version_refusal(exc, again="a")
         except FlowdeskError as exc:
             error = str(exc)
         except Exception as exc:

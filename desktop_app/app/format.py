@@ -123,11 +123,14 @@ def ago(ts: float | None, now: float) -> str:
     return f"{int(delta)} s ago"
 
 
-def app_version_refusal(exc: FlowVersionMismatchError, *, live: bool = True) -> str:
+def app_version_refusal(
+    exc: FlowVersionMismatchError, *, live: bool = True, again: str = "r"
+) -> str:
     """A run refused because its flow changed since it started, as the app
     says it: what happened, then what works here. ``live``: the run has not
-    ended (``r`` again once the flow's code is restored, ``c`` to cancel it,
-    the launch report); otherwise a replay or fork was refused (``p``/``f``
+    ended (``again``, the key refused, pressed again once the flow's code is
+    restored: ``r`` to resume, ``a`` to answer; ``c`` to cancel it; the
+    launch report); otherwise a replay or fork was refused (``p``/``f``
     again once the code is restored)."""
     if not live:
         return (
@@ -137,7 +140,7 @@ def app_version_refusal(exc: FlowVersionMismatchError, *, live: bool = True) -> 
         )
     return (
         f"{exc.what} Restore the flow's code as it was then (the steps that make version "
-        f"{exc.stored}) and press r again, or press c to cancel it; the launch report at the "
+        f"{exc.stored}) and press {again} again, or press c to cancel it; the launch report at the "
         "next launch offers to continue it as a new run of the new version, or to fail it."
     )
 

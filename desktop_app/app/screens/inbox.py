@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from desktop_app.app.services import AgentStore
+    from desktop_app.flow import Engine
 
 #: Seconds between updates of the deadline countdowns.
 TICK_S = 1.0
@@ -99,6 +100,11 @@ class _NoModel(Exception):
 
 #: what the How column says of an agent run's question (``ask_user``)
 ANSWER_HOW = "enter answer"
+#: what it says of a question of a run whose flow changed since it started
+CHANGED_HOW = (
+    "its flow changed since it started: answered once its code is restored "
+    "(c in the runs list cancels it)"
+)
 
 
 def _outcome(hints: Hints, res: Any) -> tuple[str, str]:
@@ -162,6 +168,9 @@ class InboxItem:
         moved_to: the database ``flowdesk db copy`` moved the run to
             (``postgresql://host/db``, no password): it waits there, and
             nothing here answers it; ``None`` for a run that waits here.
+        changed: the flow run's flow is registered here at another version
+            than the run started with (``Engine.version_refusal``): its
+            question takes no answer until the flow's code is restored.
     """
 
     key: str
@@ -177,6 +186,12 @@ class InboxItem:
     wait_id: str | None = None
     questions: int = 1
     moved_to: str | None = None
+    changed: bool = False
+
+    @property
+    def answerable(self) -> bool:
+        """Whether an answer given here can be taken (not moved, not changed)."""
+        return self.moved_to is None and not self.changed
 
     @property
     def identity(self) -> tuple[str, str | None]:
@@ -205,6 +220,8 @@ class InboxItem:
     def how(self, hints: Hints) -> str:
         if self.moved_to is not None:
             return self.moved_text(hints)
+        if self.changed:
+            return CHANGED_HOW
         if self.kind == "flow":
             return "y approve · n reject · enter answer"
         if self.kind == "langgraph" and self.questions > 1:
@@ -229,7 +246,9 @@ class InboxLoaded(Message):
         self.more = more
 
 
-def _flow_items(store: CheckpointStore, errors: list[str]) -> tuple[list[InboxItem], bool]:
+def _flow_items(
+    store: CheckpointStore, errors: list[str], engine: Engine | None
+) -> tuple[list[InboxItem], bool]:
     """The oldest :data:`INBOX_LIMIT` input waits of waiting flow runs, and
     whether waiting runs were left unread (they may ask more). Reads
     :data:`RUNS_PER_READ` waiting runs at a time (oldest first), and the
@@ -265,6 +284,7 @@ def _flow_items(store: CheckpointStore, errors: list[str]) -> tuple[list[InboxIt
                     asked_at=w.created_at,
                     wait_id=w.wait_id,
                     moved_to=moved_to(run.lease_owner),
+                    changed=engine is not None and engine.version_refusal(run) is not None,
                 )
                 for w in waits
                 if w.kind == "input"
@@ -291,7 +311,7 @@ def read_inbox(app: Host) -> tuple[list[InboxItem], str | None, bool]:
     errors: list[str] = []
     more = False
     try:
-        items, more = _flow_items(store, errors)
+        items, more = _flow_items(store, errors, app.engine)
     except FlowdeskError as exc:
         errors.append(str(exc))
     except Exception as exc:  # never a traceback in the user's face
@@ -532,7 +552,7 @@ class InboxScreen(Screen[None]):
         self._fill(before)
         self.refresh_bindings()  # y / n / enter only while something waits
         self._show_question()
-        here = [i for i in self.items if i.moved_to is None]
+        here = [i for i in self.items if i.answerable]
         asking = sum(i.kind == "flow" for i in here)
         agents = sum(i.kind == "agent" for i in here)
         graphs = sum(i.questions for i in here if i.kind == "langgraph")
@@ -553,6 +573,14 @@ class InboxScreen(Screen[None]):
                     f"{listed} wait for you, and more: the oldest {asking:,} flow questions "
                     "are shown (answering them shows the next)."
                 )
+        changed = [i for i in self.items if i.moved_to is None and i.changed]
+        if changed:
+            one = len(changed) == 1
+            status += (
+                f" {plural(len(changed), 'more waits', 'more wait')} under a flow that changed "
+                f"since {'it' if one else 'they'} started: answered once its code is restored "
+                f"(c in the runs list cancels {'it' if one else 'one'})."
+            )
         gone = [i for i in self.items if i.moved_to is not None]
         if gone:
             where = ", ".join(sorted({str(i.moved_to) for i in gone}))
@@ -726,12 +754,13 @@ class InboxScreen(Screen[None]):
             why = f"{why} (you answered run {short_id(self.gone.run_id)}'s)"
         self.flowdesk.say(f"{why}: ↑ or ↓ picks a question, then press the key again.", "warning")
 
-    def _refuse_moved(self, item: InboxItem) -> bool:
-        """Say that ``item`` moved (where, and the command that shows it
-        there) and return ``True`` when ``db copy`` moved it: nothing is sent."""
-        if item.moved_to is None:
+    def _refuse_here(self, item: InboxItem) -> bool:
+        """Say why ``item`` takes no answer here and return ``True`` when
+        ``db copy`` moved it (where, and the command that shows it there)
+        or its flow changed since it started: nothing is sent."""
+        if item.answerable:
             return False
-        said = item.moved_text(self.flowdesk.hints)
+        said = item.moved_text(self.flowdesk.hints) if item.moved_to else CHANGED_HOW
         who = f"{item.noun.capitalize()} {short_id(item.run_id)}"
         self.flowdesk.say(f"{who} {said}; nothing was sent.", "warning")
         return True
@@ -741,7 +770,7 @@ class InboxScreen(Screen[None]):
         if item is None:
             self._nothing_selected()
             return None
-        if self._refuse_moved(item):
+        if self._refuse_here(item):
             return None
         if item.kind == "langgraph":
             there = (
@@ -770,7 +799,7 @@ class InboxScreen(Screen[None]):
         so did one holding only what ``flowdesk db copy`` moved away (under
         "Nothing is waiting for you")."""
         if action in ("approve", "reject", "answer", "mark"):
-            return any(i.moved_to is None for i in self.items)
+            return any(i.answerable for i in self.items)
         return True
 
     def action_approve(self) -> None:
@@ -800,7 +829,7 @@ class InboxScreen(Screen[None]):
     def _targets(self) -> list[InboxItem]:
         """The selected rows (space), else the row under the cursor."""
         marked = [
-            i for i in self.items if i.key in self.marked and i.kind == "flow" and not i.moved_to
+            i for i in self.items if i.key in self.marked and i.kind == "flow" and i.answerable
         ]
         if marked:
             return marked
@@ -810,8 +839,8 @@ class InboxScreen(Screen[None]):
     def _send(self, value: Any) -> None:
         item = self.selected
         flow_marked = any(i.key in self.marked and i.kind == "flow" for i in self.items)
-        if item is not None and item.moved_to is not None and not flow_marked:
-            self._refuse_moved(item)
+        if item is not None and not item.answerable and not flow_marked:
+            self._refuse_here(item)
             return
         if item is not None and item.approval and not flow_marked:
             self._answer_approval(item, "yes" if value == APPROVE else "no")
@@ -969,7 +998,7 @@ class InboxScreen(Screen[None]):
 
     def action_answer(self) -> None:
         item = self.selected
-        if item is not None and self._refuse_moved(item):
+        if item is not None and self._refuse_here(item):
             return
         if item is not None and item.kind == "langgraph":
             self.flowdesk.controller.open_thread(item.run_id)
@@ -1006,6 +1035,8 @@ class InboxScreen(Screen[None]):
         text = Text.assemble((f"{source} {short_id(item.run_id)} asks: ", "bold"), item.prompt, due)
         if item.moved_to is not None:  # in full, whatever the How column shows
             text.append(f"\n{item.noun.capitalize()} {item.moved_text(self.flowdesk.hints)}")
+        elif item.changed:
+            text.append(f"\nRun {short_id(item.run_id)}: {CHANGED_HOW}")
         elif "how" not in self.shown_columns:  # dropped on a narrow terminal: said here
             text.append(f"\n{item.how(self.flowdesk.hints)}", style="dim")
         shown.update(text)
