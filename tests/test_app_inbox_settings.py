@@ -685,8 +685,8 @@ async def test_launch_report_follows_recovery_and_says_why_a_run_was_not_resumed
         await settle(pilot)
         assert messages(app, "error") == []  # the report says it, not a toast
         assert app.recovery == (
-            "1 run of a flow that changed since it started left to the launch report; "
-            "nothing to resume"
+            "1 run an earlier process left running is of a flow that changed since it started "
+            "(see the launch report); nothing to resume"
         )
         report = app.screen
         assert isinstance(report, LaunchReportScreen)

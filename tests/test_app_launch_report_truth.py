@@ -260,12 +260,12 @@ def test_the_summary_leaves_runs_of_a_changed_flow_to_the_launch_report() -> Non
 
     changed = [FlowVersionMismatchError(r, "1+aa", "2+bb") for r in ("r1", "r2")]
     assert recovery_summary(changed) == (
-        "2 runs of a flow that changed since they started left to the launch report; "
-        "nothing to resume",
+        "2 runs an earlier process left running are of a flow that changed since they started "
+        "(see the launch report); nothing to resume",
         False,
     )
     assert recovery_summary([changed[0], ValueError("boom")]) == (
-        "Resumed 1 run: 0 completed, 0 failed, 1 not resumed; 1 run of a flow that changed "
-        "since it started left to the launch report",
+        "Resumed 1 run: 0 completed, 0 failed, 1 not resumed; 1 run an earlier process left "
+        "running is of a flow that changed since it started (see the launch report)",
         True,
     )

@@ -227,8 +227,8 @@ async def test_the_app_says_which_keys_work_for_a_run_whose_flow_changed(tmp_pat
         # toast that repeats it and points at "the next launch"'s report
         assert messages(app, "error") == []
         assert app.recovery == (
-            "1 run of a flow that changed since it started left to the launch report; "
-            "nothing to resume"
+            "1 run an earlier process left running is of a flow that changed since it started "
+            "(see the launch report); nothing to resume"
         )
         report = app.screen
         assert isinstance(report, LaunchReportScreen)

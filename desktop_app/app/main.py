@@ -155,9 +155,12 @@ def recovery_summary(
         )
     if changed:
         they = "it" if changed == 1 else "they"
+        # of those an earlier process left running: the report lists waiting
+        # runs of such flows too (a tryout read 1 here and 2 there)
         said.append(
-            f"{plural(changed, 'run')} of a flow that changed since {they} started "
-            "left to the launch report"
+            f"{plural(changed, 'run')} an earlier process left running "
+            f"{'is' if changed == 1 else 'are'} of a flow that changed since {they} started "
+            "(see the launch report)"
         )
     elsewhere = "; ".join(said)
     held += changed
