@@ -250,7 +250,7 @@ def test_the_apps_inbox_lists_the_healthy_question_and_names_the_damaged_run(db_
     _edit(db_path, f"UPDATE checkpoints SET state='{{' WHERE run_id='{bad}' AND revision=1")
     store = open_store(db_path)
     errors: list[str] = []
-    items, more = _flow_items(store, errors)
+    items, more = _flow_items(store, errors, None)
     assert [(i.run_id, i.wait_id) for i in items] == [(good, f"{good}:approve:0")]
     assert not more
     assert len(errors) == 1 and errors[0].startswith(f"checkpoint of run {bad} revision 1 was")

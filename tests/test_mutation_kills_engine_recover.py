@@ -300,7 +300,9 @@ def test_resume_with_refuses_a_run_waiting_for_a_signal(db_path):
     rid = engine.run("sig-a", S()).run_id
     with pytest.raises(RunStateError) as err:
         engine.resume_with(rid, "yes")
-    assert str(err.value) == f"run {rid} is not waiting for input (status 'waiting')"
+    assert str(err.value) == (
+        f"run {rid} waits, but for no answer (it waits for: signal); nothing was answered"
+    )
 
 
 def test_resume_with_two_questions_and_no_wait_id_names_both(db_path):

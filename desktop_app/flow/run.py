@@ -296,7 +296,13 @@ class RunState:
                 f"run {run_id}: wait {wait_id} was already answered; the first answer stands"
             )
         status = self.checkpoint.status
-        if status != "waiting" or not inputs:
+        if status == "waiting" and not inputs:  # e.g. another answer took it on to a signal
+            kinds = ", ".join(sorted({w.kind for w in self.checkpoint.waits})) or "nothing"
+            raise RunStateError(
+                f"run {run_id} waits, but for no answer (it waits for: {kinds}); "
+                "nothing was answered"
+            )
+        if status != "waiting":
             raise RunStateError(f"run {run_id} is not waiting for input (status {status!r})")
         if wait_id is None:
             if len(inputs) > 1:
