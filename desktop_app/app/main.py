@@ -56,6 +56,7 @@ from desktop_app.app.messages import (
     RecoveryFinished,
     RunChanged,
     StartupFailed,
+    StartupWaiting,
 )
 from desktop_app.app.progress import ProgressMeter
 from desktop_app.app.runs import RunController
@@ -75,6 +76,7 @@ from desktop_app.config import APP_NAME, Settings, config_file, load_settings, r
 from desktop_app.errors import (
     AgentRunLeasedError,
     ClockSkewError,
+    DatabaseLockedError,
     DatabaseUnreachableError,
     FlowdeskError,
     FlowVersionMismatchError,
@@ -94,6 +96,10 @@ if TYPE_CHECKING:
     from desktop_app import bootstrap
 
 T = TypeVar("T")
+
+#: seconds between two tries to open a database another process kept locked
+#: past the busy timeout at start-up
+STARTUP_RETRY_S = 2.0
 log = logging.getLogger(__name__)
 
 __all__ = ["FINISHED", "INTERRUPTED", "FlowdeskApp", "Notice", "recovery_summary"]
@@ -300,6 +306,8 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
+        #: the banner shown while the database stayed locked at start-up
+        self._startup_waiting: str | None = None
         #: what launch started once the first page was painted: ``None``
         #: before, ``"writers"`` (delivery, timers, recovery), or
         #: ``"read-only"`` (the clock was skewed: none of them)
@@ -487,20 +495,35 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         settings = self.settings
         events = EventBus()
         events.subscribe(self._on_engine_event)
-        try:
-            services = open_services(
-                settings, flows=self._custom_flows, events=events, clock=self._clock
-            )
-        except FlowdeskError as exc:
-            self.post_message(StartupFailed(str(exc)))
-            return
-        except Exception as exc:  # never a traceback in the user's face
-            self.post_message(
-                StartupFailed(
-                    f"could not open {redact(settings.db_path)}: {type(exc).__name__}: {exc}"
+        waited = False
+        while True:
+            try:
+                services = open_services(
+                    settings, flows=self._custom_flows, events=events, clock=self._clock
                 )
-            )
-            return
+                break
+            except DatabaseLockedError as exc:
+                # another process writes for longer than the busy timeout (a
+                # long migration, a sqlite3 shell left in a transaction): the
+                # file is fine, so wait for it, saying so, instead of giving up
+                if self._quitting:
+                    return
+                if not waited:
+                    waited = True
+                    self.post_message(StartupWaiting(str(exc)))
+                until = time.monotonic() + STARTUP_RETRY_S
+                while time.monotonic() < until and not self._quitting:
+                    time.sleep(0.05)
+            except FlowdeskError as exc:
+                self.post_message(StartupFailed(str(exc)))
+                return
+            except Exception as exc:  # never a traceback in the user's face
+                self.post_message(
+                    StartupFailed(
+                        f"could not open {redact(settings.db_path)}: {type(exc).__name__}: {exc}"
+                    )
+                )
+                return
         self.services = services
         log.info("app: database opened, engine %s", services.engine.owner)
         self.schema = services.schema
@@ -588,6 +611,15 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             return_code = 1
         super().exit(result, return_code, message)
 
+    def on_startup_waiting(self, message: StartupWaiting) -> None:
+        log.warning("app: the database stayed locked at start-up, trying again: %s", message.error)
+        self._startup_waiting = (
+            f"{message.error.removesuffix(' Retry, or raise FLOWDESK_BUSY_TIMEOUT_S.')} "
+            f"Flowdesk tries to open it again every {STARTUP_RETRY_S:g} s until it is free "
+            "(q quits)."
+        )
+        self.runs_screen.banner.show_error(self._startup_waiting)
+
     def on_startup_failed(self, message: StartupFailed) -> None:
         self.startup_error = message.error
         self.runs.open_gate()
@@ -606,6 +638,10 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         )
 
     def on_engine_ready(self, _message: EngineReady) -> None:
+        banner = self.runs_screen.banner
+        if self._startup_waiting is not None and banner.message == self._startup_waiting:
+            banner.show_error(None)  # the lock was given back: opened now
+        self._startup_waiting = None
         report = self.schema
         assert report is not None
         assert self.services is not None

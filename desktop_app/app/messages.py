@@ -26,6 +26,15 @@ class StartupFailed(Message):
         self.error = error
 
 
+class StartupWaiting(Message):
+    """The database stayed locked by another process while it was opened;
+    the app tries again (``error`` says what was met)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
+
+
 class RunChanged(Message):
     """Something happened to a run (an engine event or a worker finished)."""
 
