@@ -139,8 +139,8 @@ def test_fork_onto_current_refuses_a_run_stopped_at_a_step_the_new_flow_lacks(db
     with pytest.raises(RunStateError) as err:
         engine.fork_onto_current(old_id)
     assert str(err.value) == (
-        f"run {old_id} stopped at 'ok', which flow 'up' {v4.version} no longer has; fail the run "
-        "or keep it for the old version"
+        f"run {old_id} stopped at 'ok', which flow 'up' {v4.version} no longer has, so it "
+        "cannot go on under this version; end it, or keep it for the flow's old code"
     )
     assert engine.status(old_id).status == "waiting"
     assert [r.run_id for r in engine.store.list_runs(flow_name="up")] == [old_id]

@@ -128,7 +128,8 @@ def upgrade_seed(
     if missing:
         raise RunStateError(
             f"run {run_id} stopped at {missing[0]!r}, which flow {f.name!r} "
-            f"{f.version} no longer has; fail the run or keep it for the old version"
+            f"{f.version} no longer has, so it cannot go on under this version; end it, "
+            "or keep it for the flow's old code"
         )
     kept = {
         k: v
