@@ -205,3 +205,30 @@ async def test_a_resume_in_the_app_of_a_run_of_an_unregistered_flow_says_what_to
         assert "and relaunch the app, or resume it where its flow is registered." in notice
     shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
     assert "status waiting" in shown.stdout
+
+
+def test_a_flow_whose_module_fails_to_load_is_named_as_the_likely_cause(tmp_path: Path) -> None:
+    """FLOWDESK_FLOWS names the run's flow module, but it raises at import:
+    ``show`` names the entry that failed (the warning above says why)
+    instead of telling the user to set FLOWDESK_FLOWS, which is set (a
+    tryout's). Its advice to fix it runs as given: with the module fixed,
+    the same command resumes the run."""
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = start(db, "napper")
+    pkg = tmp_path / "code"
+    pkg.mkdir()
+    (pkg / "myflows.py").write_text("raise RuntimeError('a typo in my flows')\n")
+    env = {**bare(), "PYTHONPATH": str(pkg), "FLOWDESK_FLOWS": '["myflows:FLOWS"]'}
+    shown = flowdesk(db, "--scope", "team", "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "a typo in my flows" in shown.stderr  # the warning: the real cause
+    assert (
+        "waiting: its flow 'napper' is not registered here: the flows setting names flow "
+        "'myflows:FLOWS', which failed to load (the warning above says why); if its flow is "
+        "among them, fix that"
+    ) in shown.stdout, shown.stdout
+    assert "set FLOWDESK_FLOWS (the flows setting) to the module" not in shown.stdout
+    (pkg / "myflows.py").write_text("from tests.timer_flows import napper as FLOWS\n")
+    fixed = flowdesk(db, "--scope", "team", "show", run_id, env=env)
+    assert fixed.returncode == 0 and "not registered" not in fixed.stdout, fixed.stdout

@@ -819,6 +819,14 @@ def unregistered(sv: Services, run: Any) -> str | None:
     ``resume`` here nor a worker configured like this one runs it."""
     if run.flow_name in sv.engine.flows:
         return None
+    failed = [p.source for p in sv.flow_problems]
+    if failed:  # the setting names flows already: one may be this one, failing to load
+        return (
+            f"its flow {run.flow_name!r} is not registered here: the flows setting names "
+            f"{', '.join(failed)}, which failed to load (the warning above says why); if "
+            "its flow is among them, fix that, else add the module attribute that defines "
+            "it to FLOWDESK_FLOWS (the flows setting), here and on each worker (flowdesk agent)"
+        )
     return (
         f"its flow {run.flow_name!r} is not registered here, so no process configured like "
         "this one resumes it: set FLOWDESK_FLOWS (the flows setting) to the module attribute "
