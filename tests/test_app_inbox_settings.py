@@ -124,6 +124,17 @@ def waiting_runs(
     return [r.run_id for r in results]
 
 
+def interrupted_run(settings: Settings, flow: CompiledFlow[Any], state: BaseModel) -> str:
+    """A run of ``flow`` another engine started and left before its first
+    step (interrupted, as a killed process leaves it)."""
+    bootstrap.apply_schema(settings)
+    engine = bootstrap.build_engine(settings, flows=[flow])
+    try:
+        return engine.start(flow.name, state)
+    finally:
+        engine.store.close()
+
+
 def agent_waiting(settings: Settings, question: str) -> str:
     """An agent run asking the user (``input_required``), as ``flowdesk ask`` leaves it."""
     store = open_store(settings.db_path)
@@ -674,12 +685,7 @@ async def test_launch_report_follows_recovery_and_says_why_a_run_was_not_resumed
     db = tmp_path / "t.db"
     settings = settings_for(db)
     v1, v2 = approve_flow("1"), approve_flow("2")
-    bootstrap.apply_schema(settings)
-    old = bootstrap.build_engine(settings, flows=[v1])
-    try:
-        run_id = old.start("approve", Approval())  # interrupted before it ran
-    finally:
-        old.store.close()
+    run_id = interrupted_run(settings, v1, Approval())
     app = FlowdeskApp(settings, flows=[v2])
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -723,12 +729,7 @@ async def test_a_fork_from_the_launch_report_names_the_new_run_before_its_steps_
         )
 
     v1, v2 = flow("1", lambda s: {"done": True}), flow("2", slow)
-    bootstrap.apply_schema(settings)
-    old = bootstrap.build_engine(settings, flows=[v1])
-    try:
-        run_id = old.start("slowfork", Approval())  # interrupted before it ran
-    finally:
-        old.store.close()
+    run_id = interrupted_run(settings, v1, Approval())
     app = FlowdeskApp(settings, flows=[v2])
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

@@ -256,15 +256,6 @@ async def test_every_key_that_needs_the_database_says_it_is_not_open(tmp_path: P
     assert db.read_bytes() == before
 
 
-HOLD = (
-    "import sqlite3, sys\n"
-    "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-    "c.execute('BEGIN IMMEDIATE')\n"
-    "print('held', flush=True)\n"
-    "sys.stdin.read()\n"
-)
-
-
 async def test_a_database_locked_at_launch_is_waited_for_and_opened_once_free(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -274,21 +265,13 @@ async def test_a_database_locked_at_launch_is_waited_for_and_opened_once_free(
     back the app opens the file and the banner goes. Before, it said
     "Cannot open the database … start Flowdesk with --db PATH … pointing at
     a usable file" and never tried again (a tryout's)."""
-    import subprocess
-    import sys
+    from tests.lock_holder import release, write_lock_held
 
     monkeypatch.setenv("FLOWDESK_BUSY_TIMEOUT_S", "0.5")
     db = tmp_path / "t.db"
     settings = load_settings(db_path=db)
     bootstrap.apply_schema(settings)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with write_lock_held(db) as holder:
         app = FlowdeskApp(load_settings(db_path=db))
         async with app.run_test(size=SIZE) as pilot:
             banner = app.runs_screen.banner
@@ -296,11 +279,8 @@ async def test_a_database_locked_at_launch_is_waited_for_and_opened_once_free(
             assert "stayed locked by another process past the busy timeout" in banner.message
             assert banner.message.endswith("until it is free (q quits).")
             assert "usable file" not in banner.message and app.startup_error is None
-            holder.communicate(input="", timeout=60)  # the lock is given back
+            release(holder)  # the lock is given back
             await wait_until(pilot, lambda: app.engine is not None, timeout=60)
             await settle(pilot)
             assert banner.message == "" and app.startup_error is None
             assert not messages(app, "error")
-    finally:
-        if holder.poll() is None:
-            holder.communicate(input="", timeout=60)

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from tests.cli_support import flowdesk
+from tests.lock_holder import write_lock_held
 from tests.timer_flows import FLOWS_ENV
-
-HOLD = (
-    "import sqlite3, sys\n"
-    "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-    "c.execute('BEGIN IMMEDIATE')\n"
-    "print('held', flush=True)\n"
-    "sys.stdin.read()\n"
-)
 
 
 def test_a_sqlite3_shell_holding_the_lock_is_not_named(tmp_path: Path) -> None:
@@ -32,17 +23,8 @@ def test_a_sqlite3_shell_holding_the_lock_is_not_named(tmp_path: Path) -> None:
     started = flowdesk(db, "start", "approver", "--input", json.dumps({"order": "z"}), env=env)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.split()[0]
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with write_lock_held(db) as holder:
         out = flowdesk(db, "cancel", run_id, env=env)
-    finally:
-        holder.communicate(input="", timeout=60)
     assert out.returncode == 1, out.stderr
     assert "stayed locked by another process past the busy timeout" in out.stderr, out.stderr
     assert "held by" not in out.stderr and str(holder.pid) not in out.stderr, out.stderr
@@ -70,18 +52,9 @@ def test_a_run_whose_save_stayed_locked_is_resumed_as_printed_not_started_again(
     while not (tmp_path / "gate.runs").exists():  # its step is under way
         assert live.poll() is None, live.communicate(timeout=60)
         time.sleep(0.02)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with write_lock_held(db):
         (tmp_path / "go").touch()  # the step ends; its save meets the lock
         _, err = live.communicate(timeout=120)
-    finally:
-        holder.communicate(input="", timeout=60)
     assert live.returncode == 1, err
     assert "stayed locked by another process past the busy timeout" in err, err
     (hint,) = [x.removeprefix("resume with: ") for x in err.splitlines() if x.startswith("resume")]
