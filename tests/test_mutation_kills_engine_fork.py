@@ -333,3 +333,22 @@ def test_fork_onto_current_counts_on_from_the_steps_already_taken(db_path):
     out = engine.resume_with(moved.run_id, "yes")
     assert (out.status, out.error, out.state.n) == (stays.status, stays.error, stays.state.n)
     engine.store.close()
+
+
+def test_fork_onto_current_names_the_new_run_once_stored_before_it_is_driven(db_path):
+    """``on_created`` gets the new run's id once it and the old run's cancel
+    are stored, before the new run is driven (it is still ``running``, not
+    yet waiting at ``ok``): the launch report and ``resume --onto-current``
+    name it then. It is called once."""
+    ran: list[str] = []
+    old_id, clock = _waiting_v1_run(db_path, ran)
+    engine = engine_for(db_path, _v2(ran), clock=clock)
+    seen: list[tuple[str, str, str]] = []
+
+    def created(new_id: str) -> None:
+        seen.append((new_id, engine.status(new_id).status, engine.status(old_id).status))
+
+    forked = engine.fork_onto_current(old_id, on_created=created)
+    assert seen == [(forked.run_id, "running", "canceled")]
+    assert forked.status == "waiting" and ran == ["prep"]
+    engine.store.close()
