@@ -352,3 +352,33 @@ def test_fork_onto_current_names_the_new_run_once_stored_before_it_is_driven(db_
     assert seen == [(forked.run_id, "running", "canceled")]
     assert forked.status == "waiting" and ran == ["prep"]
     engine.store.close()
+
+
+def test_a_superseded_run_in_a_long_backoff_stops_at_once(db_path):
+    """The old run waits out a 60 s retry backoff in another thread when it
+    is moved onto the current version: its in-process cancel flag wakes it,
+    so it ends (canceled) at once, not at the backoff's end or when the
+    lease heartbeat (every 30 s) finds it canceled in the store."""
+    import threading
+
+    started = threading.Event()
+
+    def failing(s: S) -> dict:
+        started.set()
+        raise ValueError("flaky")
+
+    policy = RetryPolicy(retries=3, backoff=Backoff(initial_s=60.0, jitter_s=0.0))
+    v1 = FlowBuilder("bo", S, version="1", retry=policy).step("flaky", failing).compile()
+    v2 = FlowBuilder("bo", S, version="2").step("flaky", lambda s: {"n": 2}).compile()
+    engine = Engine(open_store(db_path), flows=[v1])
+    results: list[RunResult] = []
+    driver = threading.Thread(target=lambda: results.append(engine.run("bo", S())))
+    driver.start()
+    assert started.wait(30)
+    (run,) = engine.store.list_runs(flow_name="bo")
+    engine.register(v2)  # the flow's new code, registered while the run backs off
+    forked = engine.fork_onto_current(run.run_id)
+    driver.join(timeout=10)  # at once: well under the heartbeat's 30 s
+    assert not driver.is_alive(), "the superseded run waited out its backoff"
+    assert forked.status == "completed" and results[0].status == "canceled"
+    engine.store.close()
