@@ -165,7 +165,10 @@ class DatabaseLockedError(StoreError):
     """Another process held the database's write lock (or Flowdesk's write
     gate) longer than the busy timeout; nothing was written. Trying again
     later may succeed; the message names the holding process when
-    ``/proc/locks`` tells it."""
+    ``/proc/locks`` tells it, and ends with :attr:`ADVICE`."""
+
+    #: what the message ends with: what a person can do about it
+    ADVICE = " Retry, or raise FLOWDESK_BUSY_TIMEOUT_S."
 
 
 class DatabaseUnreachableError(StoreError):

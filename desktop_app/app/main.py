@@ -614,7 +614,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
     def on_startup_waiting(self, message: StartupWaiting) -> None:
         log.warning("app: the database stayed locked at start-up, trying again: %s", message.error)
         self._startup_waiting = (
-            f"{message.error.removesuffix(' Retry, or raise FLOWDESK_BUSY_TIMEOUT_S.')} "
+            f"{message.error.removesuffix(DatabaseLockedError.ADVICE)} "
             f"Flowdesk tries to open it again every {STARTUP_RETRY_S:g} s until it is free "
             "(q quits)."
         )

@@ -262,6 +262,16 @@ def _say(exc: BaseException) -> None:
         print(visible_controls(str(note)), file=sys.stderr)
 
 
+def _say_resume(ctx: Ctx) -> bool:
+    """Print ``resume with: flowdesk … resume RUN`` (the user's ``--db`` and
+    ``--scope``) when the command was executing a run, which is stored and
+    stopped where it was; whether it did."""
+    if ctx.current_run is None:
+        return False
+    print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
+    return True
+
+
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
     """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
@@ -301,9 +311,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
     except CommitUnknownError as exc:
         stop_progress()
         print(f"flowdesk: {exc}", file=sys.stderr)
-        if ctx.current_run is not None:
-            print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
-        else:
+        if not _say_resume(ctx):
             print(f"see what landed with: {ctx.hints.cmd('runs')}", file=sys.stderr)
         return EXIT_FAILED
     except DatabaseMissingError as exc:  # the hint with the user's --db and --scope
@@ -334,8 +342,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
     except StoreError as exc:  # locked, unreachable, an I/O error: nothing of it saved
         stop_progress()
         _say(exc)
-        if ctx.current_run is not None:  # the run is stored: `start` again would make another
-            print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
+        _say_resume(ctx)  # the run is stored: `start` again would make another
         return EXIT_FAILED
     except FlowdeskError as exc:
         _say(exc)
@@ -346,8 +353,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             raise
         stop_progress()
         print(f"flowdesk: {translated}", file=sys.stderr)
-        if ctx.current_run is not None:
-            print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
+        _say_resume(ctx)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
         stop_progress()  # else the progress line is drawn again after the message

@@ -107,7 +107,8 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
         return DatabaseLockedError(
             f"the database{where} stayed locked by another process past the busy timeout"
             + (f" ({holder})" if holder else "")
-            + "; nothing was written. Retry, or raise FLOWDESK_BUSY_TIMEOUT_S."
+            + "; nothing was written."
+            + DatabaseLockedError.ADVICE
         )
     if isinstance(exc, apsw.FullError):
         return DiskFullError(f"the database {path}" if path else "the database")

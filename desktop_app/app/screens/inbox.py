@@ -760,7 +760,7 @@ class InboxScreen(Screen[None]):
         or its flow changed since it started: nothing is sent."""
         if item.answerable:
             return False
-        said = item.moved_text(self.flowdesk.hints) if item.moved_to else CHANGED_HOW
+        said = item.how(self.flowdesk.hints)  # where it moved, or that its flow changed
         who = f"{item.noun.capitalize()} {short_id(item.run_id)}"
         self.flowdesk.say(f"{who} {said}; nothing was sent.", "warning")
         return True
