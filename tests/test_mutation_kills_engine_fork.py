@@ -17,6 +17,7 @@ from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.events import RunStarted
 from desktop_app.flow.retry import Backoff, RetryPolicy
 from desktop_app.store.sqlite.store import open_store
+from tests.polling import until
 
 
 class S(BaseModel):
@@ -376,6 +377,12 @@ def test_a_superseded_run_in_a_long_backoff_stops_at_once(db_path):
     driver.start()
     assert started.wait(30)
     (run,) = engine.store.list_runs(flow_name="bo")
+
+    def backing_off() -> bool:  # its failed attempt saved: it sleeps out the backoff now
+        rec = engine.store.latest(run.run_id).steps.get("flaky")
+        return rec is not None and rec.next_retry_at is not None
+
+    until(backing_off, "the failed attempt's backoff to be saved")
     engine.register(v2)  # the flow's new code, registered while the run backs off
     forked = engine.fork_onto_current(run.run_id)
     driver.join(timeout=10)  # at once: well under the heartbeat's 30 s
