@@ -51,10 +51,16 @@ def as_printed(
     return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=timeout, input=input)
 
 
-def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def spawn(
+    *args: str, env: dict[str, str] | None = None, new_session: bool = False
+) -> subprocess.Popen[str]:
     """``flowdesk ARGS...`` (give ``--db`` yourself) started as a child the
     test can read line by line and signal: stdout and stderr piped as text,
-    ``env`` set over this process's environment."""
+    ``env`` set over this process's environment. ``new_session``: in a
+    session of its own, for a child the test stops with SIGSTOP: in the
+    test's process group, a stopped child gets SIGHUP from the kernel when
+    the group is left orphaned by another member's exit (a CI run's
+    "returncode -1")."""
     return subprocess.Popen(
         [sys.executable, "-m", "desktop_app.cli", *args],
         stdout=subprocess.PIPE,
@@ -62,6 +68,7 @@ def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
         text=True,
         cwd=REPO,
         env={**os.environ, **(env or {})},
+        start_new_session=new_session,
     )
 
 

@@ -83,6 +83,11 @@ class PrivateCluster:
     datadir: str = ""
     port: int = 0
     started_in_s: float = 0.0
+    #: ``synchronous_commit``: ``off`` (fast; a crash may lose the last
+    #: commits, as PostgreSQL documents), ``on`` for a test that crashes the
+    #: cluster and then needs what it committed before (fsync stays off: a
+    #: process crash keeps what reached the OS)
+    synchronous_commit: str = "off"
     _as_postgres: list[str] = field(default_factory=list)
 
     def _run(self, *args: str) -> None:
@@ -120,7 +125,8 @@ class PrivateCluster:
     def _pg_ctl_start(self) -> None:
         opts = (
             f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            f"-c fsync=off -c synchronous_commit={self.synchronous_commit} "
+            "-c full_page_writes=off "
             "-c max_connections=200"
         )
         self._run(

@@ -43,8 +43,9 @@ def test_start_whose_run_a_worker_took_over_says_so_with_exit_3(
     work = tmp_path / "w"
     work.mkdir()
     start = spawn(
-        "--db", pg_url, "start", "gated", "--input", json.dumps({"dir": str(work)}), env=ENV
-    )
+        "--db", pg_url, "start", "gated", "--input", json.dumps({"dir": str(work)}), env=ENV,
+        new_session=True,  # it is stopped with SIGSTOP below
+    )  # fmt: skip
     agent = None
     try:
         runs = work / "gate.runs"  # made by open() before its line is written: wait for the line
