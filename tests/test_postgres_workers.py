@@ -379,10 +379,13 @@ def test_an_observing_engine_submits_and_signals_while_a_worker_executes(pg_url,
 
     app = Engine(pg_store, flows=[quick_flow(), waiter_flow()], owner="laptop:1:dddddd",
                  executes=False)  # fmt: skip
-    w = spawn(pg_url, "machine-a", "--poll", "60")  # only notifications wake it in time
-    procs.append(w)
+    # submitted before the worker starts: a worker already listening could
+    # take it between its creation and run()'s read of its status (seen under
+    # load: "running"); the worker's first pass claims it
     submitted = app.run("quick", {})
     assert submitted.status == "pending"  # created here, executed there
+    w = spawn(pg_url, "machine-a", "--poll", "60")  # only notifications wake it in time
+    procs.append(w)
     w.expect(lambda x: x[0] == "finished" and x[1] == submitted.run_id and x[2] == "completed")
     waiting = app.run("waiter", {})
     w.expect(lambda x: x[0] == "finished" and x[1] == waiting.run_id and x[2] == "waiting")
