@@ -15,6 +15,7 @@ import pytest
 
 from desktop_app.errors import CheckpointNotFoundError
 from tests.pg_support import with_address
+from tests.polling import until
 
 pytestmark = pytest.mark.postgres
 
@@ -94,7 +95,9 @@ def test_a_store_opened_without_a_name_shows_as_flowdesk(pg_url):
         assert _sessions(pg_url, "flowdesk") == 1
     finally:
         store.close()
-    assert _sessions(pg_url, "flowdesk") == 0
+    # a closed connection's backend leaves pg_stat_activity a moment after
+    # (a CI run under load still counted it): gone within the bound
+    until(lambda: _sessions(pg_url, "flowdesk") == 0, "the closed store's sessions to end")
 
 
 def test_a_direct_store_given_a_listen_url_listens_there_and_nowhere_else(pg_url):
