@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 #: libraries whose log records go to Flowdesk's log file, never to the terminal
 LIBRARY_LOGGERS = ("psycopg",)
+#: loggers whose warnings a command also prints on stderr as they happen: the
+#: person at the terminal acts on them (a Ctrl-C that waits for a Pydantic AI
+#: tool call in flight to end says so, and how to stop at once)
+STDERR_LOGGERS = ("desktop_app.integrations.pydantic_ai.durability",)
 
 LOG_FILE = "flowdesk.log"
 _lock = threading.Lock()
@@ -142,6 +146,22 @@ def setup_logging(settings: Settings) -> Path | None:
             _done["log_handler"] = handler
         handler.setLevel(settings.log_level)
         return Path(handler.baseFilename)
+
+
+def warnings_on_stderr() -> None:
+    """Print the warnings of :data:`STDERR_LOGGERS` on stderr as ``flowdesk:
+    MESSAGE`` (they still reach the log file). For a command, never the app
+    (its screen is the terminal). Idempotent."""
+    with _lock:
+        if "stderr_handler" in _done:
+            return
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("flowdesk: %(message)s"))
+        handler.addFilter(_SecretMask())
+        for name in STDERR_LOGGERS:
+            logging.getLogger(name).addHandler(handler)
+        _done["stderr_handler"] = handler
 
 
 def otlp_requested() -> bool:

@@ -9,10 +9,12 @@ import ast
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from desktop_app.config import load_settings
 from tests import cli_forkserver
 from tests.chat_server import ChatServer
 from tests.chat_server import completion as _completion
-from tests.cli_support import flowdesk
+from tests.cli_support import default_sigint, flowdesk
 from tests.test_cli_agent_resume import agent_status, as_printed, wait_for
 
 WORKER = Path(__file__).resolve().parent / "pydantic_ai_worker.py"
@@ -547,6 +549,7 @@ def started_worker(db: str, env: dict[str, str]) -> tuple[subprocess.Popen[str],
         text=True,
         cwd=REPO,
         env=env,
+        preexec_fn=default_sigint,  # a test may stop it with Ctrl-C
     )
     assert proc.stdout is not None
     first = proc.stdout.readline().split()
@@ -762,3 +765,141 @@ def test_calling_again_on_a_waiting_run_returns_its_wait_and_resume_names_the_db
         assert answered.returncode == 0, answered.stderr
         assert answered.stdout.strip() == "x is deleted"
     assert lines(log) == ["delete x"]
+
+
+# -- Ctrl-C (SIGINT) while a tool call is in flight ----------------------------
+
+
+def stderr_line(proc: subprocess.Popen[str], timeout: float = 60) -> str:
+    """The next line ``proc`` writes on stderr (fails after ``timeout`` s)."""
+    assert proc.stderr is not None
+    ready, _, _ = select.select([proc.stderr], [], [], timeout)
+    assert ready, f"nothing on stderr within {timeout} s"
+    return proc.stderr.readline()
+
+
+@pytest.mark.scenario("S96")
+def test_ctrl_c_during_a_tool_call_lets_it_end_saves_its_result_and_resume_does_not_make_it_again(
+    database: str, tmp_path: Path
+) -> None:
+    log, gate = tmp_path / "tool.log", tmp_path / "gate"
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "PAI_TEST_URL": server.url,
+            "PAI_TEST_LOG": str(log),
+            "PAI_TEST_GATE": f"b:{gate}",  # lookup(b) is in flight until the gate opens
+        }
+        server.script = list(SCRIPT)
+        proc, run_id = started_worker(database, env)
+        try:
+            wait_for(lambda: lines(log) == ["tool a", "tool b"], "lookup(b) to be in flight")
+            proc.send_signal(signal.SIGINT)  # the user's Ctrl-C
+            said = stderr_line(proc)  # said at once, while the call still runs
+            assert proc.poll() is None
+        finally:
+            gate.touch()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode != 0  # stopped by the Ctrl-C, not run to its end
+        assert said.strip() == (
+            f"stopping agent run {run_id} once its call to lookup in flight ends (its result is "
+            "then saved and not made again on resume); Ctrl-C again stops without saving it (the "
+            "call is then made again on resume)"
+        ), said + err
+        assert len(server.requests) == 2  # no model request after the Ctrl-C
+        ((run, messages, tools),) = agent_runs(database)
+        assert run.status == "running"  # interrupted: resumable
+        calls = {json.loads(t.result or "")["input"]: t for t in tools if t.tool == "lookup"}
+        assert calls['{"q":"b"}'].status == "completed"
+        assert [(m["role"], m["content"]) for m in messages][-1] == ("tool", "result for b")
+
+        resumed = worker(
+            database, {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}, "resume", run_id
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert "done executed=1 replayed=4 output=a and b are found" in resumed.stdout
+        assert len(server.requests) == 3
+        assert requests_made(server)[-1] == ["result for a", "result for b"]
+    assert lines(log) == ["tool a", "tool b"]  # each call made once
+    ((run, _, tools),) = agent_runs(database)
+    assert run.status == "done"
+    assert [t.attempts for t in tools if t.tool == "lookup"] == [1, 1]
+
+
+@pytest.mark.scenario("S96")
+def test_a_second_ctrl_c_stops_without_saving_the_call_and_resume_makes_it_again(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log, gate = tmp_path / "tool.log", tmp_path / "gate"
+    with ChatServer() as server:
+        env = {
+            **os.environ,
+            "PAI_TEST_URL": server.url,
+            "PAI_TEST_LOG": str(log),
+            "PAI_TEST_GATE": f"b:{gate}",
+        }
+        server.script = list(SCRIPT)
+        proc, run_id = started_worker(str(db_path), env)
+        try:
+            wait_for(lambda: lines(log) == ["tool a", "tool b"], "lookup(b) to be in flight")
+            proc.send_signal(signal.SIGINT)
+            assert "Ctrl-C again stops without saving it" in stderr_line(proc)
+            proc.send_signal(signal.SIGINT)  # as the line says: without saving it
+            time.sleep(0.5)
+        finally:
+            gate.touch()
+        proc.communicate(timeout=60)
+        assert proc.returncode != 0
+        ((run, _, tools),) = agent_runs(db_path)
+        assert run.status == "running"
+        assert [t.status for t in tools if t.tool == "lookup"] == ["completed", "in_progress"]
+
+        resumed = worker(
+            db_path, {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}, "resume", run_id
+        )
+        assert resumed.returncode == 0, resumed.stderr
+        assert "done executed=2 replayed=3 output=a and b are found" in resumed.stdout
+    assert lines(log) == ["tool a", "tool b", "tool b"]  # made again, as the line said
+
+
+@pytest.mark.scenario("S96")
+def test_ctrl_c_in_flowdesk_resume_says_it_waits_for_the_call_and_its_hint_does_not_make_it_again(
+    db_path: Path, tmp_path: Path
+) -> None:
+    log, gate = tmp_path / "tool.log", tmp_path / "gate"
+    with ChatServer() as server:
+        run_id, env = killed_run(db_path, log, server)  # killed inside lookup(b)
+        env = {**env, **REGISTERED}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", run_id],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**env, "PAI_TEST_GATE": f"b:{gate}"},
+            preexec_fn=default_sigint,
+        )
+        try:
+            wait_for(lambda: lines(log) == ["tool a", "tool b", "tool b"], "lookup(b) again")
+            proc.send_signal(signal.SIGINT)
+            said = stderr_line(proc)
+            assert proc.poll() is None
+        finally:
+            gate.touch()
+        _, err = proc.communicate(timeout=60)
+        assert said.strip() == (
+            f"flowdesk: stopping agent run {run_id} once its call to lookup in flight ends (its "
+            "result is then saved and not made again on resume); Ctrl-C again stops without "
+            "saving it (the call is then made again on resume)"
+        ), said + err
+        assert proc.returncode == 130, err
+        hint = re.search(r"interrupted; run `(flowdesk [^`]+)` to continue", err)
+        assert hint, err
+        assert len(server.requests) == 2  # the run's third request was never sent
+        resumed = as_printed(hint.group(1), env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.stdout.strip() == "a and b are found"
+        assert len(server.requests) == 3
+    # b: once before the kill -9 (cut off: made again), once in the resume Ctrl-C stopped
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+    assert agent_status(db_path, run_id) == "done"

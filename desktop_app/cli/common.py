@@ -194,14 +194,17 @@ class Ctx:
         """
         if self._settings is None:
             from desktop_app.config import check_config_file, given, load_settings
-            from desktop_app.observability import setup
+            from desktop_app.observability import setup, warnings_on_stderr
 
-            if self.args.command not in (None, "app"):  # the app's Settings screen creates it
+            command = self.args.command not in (None, "app")
+            if command:  # the app's Settings screen creates it
                 check_config_file()
             self._settings = load_settings(
                 db_path=given(self.args.db), scope=given(self.args.scope)
             )
             setup(self._settings)  # log file, OTLP export
+            if command:  # the app's screen is the terminal
+                warnings_on_stderr()
             log.info("command %s started (pid %d)", self.args.command or "app", os.getpid())
         return self._settings
 

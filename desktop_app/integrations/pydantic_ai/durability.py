@@ -32,7 +32,9 @@ every replay.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -67,6 +69,8 @@ from desktop_app.store.protocol import AgentLog
 #: how the tool-journal key of a Pydantic AI unit starts (no tool name of
 #: Flowdesk's own agent contains "/", so the keys never collide)
 KEY_PREFIX = PYDANTIC_AI_PREFIX
+
+log = logging.getLogger(__name__)
 
 
 class JournalMismatchError(AgentError):
@@ -178,7 +182,10 @@ class RunJournal:
                 owner=self.owner,
                 tool=(key, label, "in_progress", None),
             )
-        output = await body()
+        if call is None:
+            output, stopping = await body(), False
+        else:
+            output, stopping = await _to_its_end(body(), self.run_id, label)
         record = {"output": output}
         if call is not None:
             record["input"] = canonical_json(call.arguments)
@@ -208,7 +215,45 @@ class RunJournal:
             self.store.update(self.run_id, self.clock.now(), messages=messages, tool=row)
             raise AgentRunCanceledError(self.run_id, in_flight=label) from None
         self.executed += 1
+        if stopping:  # its result is saved: now the cancel that came meanwhile goes on
+            raise asyncio.CancelledError
         return output
+
+
+async def _to_its_end(call: Awaitable[object], run_id: str, label: str) -> tuple[object, bool]:
+    """``(await call, False)``; but when the task awaiting it is canceled
+    while the call runs (Ctrl-C: ``asyncio.run`` cancels its main task; a
+    caller's timeout), the call is let run to its end first, so that its
+    result is saved and a resume does not make it again: ``(its result,
+    True)``, and the caller raises ``CancelledError`` once it saved it. A
+    tool runs in a thread or as a coroutine; neither could be stopped
+    half-way without leaving its outcome unknown. A second Ctrl-C (which
+    ``asyncio.run`` raises as ``KeyboardInterrupt`` at once) stops without
+    saving it (a tool's thread still ends first: the interpreter joins it):
+    the call is then made again on resume (at least once).
+
+    Raises:
+        CancelledError: canceled, and the call itself was canceled or
+            raised meanwhile (nothing to save).
+        whatever the call raises, when nothing canceled the caller.
+    """
+    task = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(task), False
+    except asyncio.CancelledError:
+        if task.done():
+            raise
+        log.warning(
+            "stopping agent run %s once its call to %s in flight ends (its result is then "
+            "saved and not made again on resume); Ctrl-C again stops without saving it (the call "
+            "is then made again on resume)",
+            run_id,
+            label,
+        )
+    try:
+        return await task, True
+    except Exception:
+        raise asyncio.CancelledError from None  # nothing to save: the cancel goes on
 
 
 #: the journal of the run this task drives (``None`` outside a Flowdesk run:
