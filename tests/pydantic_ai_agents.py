@@ -6,7 +6,8 @@ The model is OpenAI-compatible at ``PAI_TEST_URL`` (a scripted server on
 ``PAI_TEST_LOG`` (fsync'd) before it returns, so a test counts executions
 across processes. ``PAI_TEST_KILL=tool:Q`` SIGKILLs the process inside the
 call ``lookup(Q)``, after its line is written; ``PAI_TEST_GATE=Q:PATH``
-holds that call there (a call in flight) until the file PATH exists.
+holds that call there (a call in flight) until the file PATH exists (also
+``delete(Q)``).
 ``PAI_TEST_KILL=load`` SIGKILLs the process as ``make_helper`` builds the
 agent (a registration loading), ``PAI_TEST_KILL=startup`` as a run enters
 its toolsets (as its MCP servers start); each writes ``load``/``startup``
@@ -91,6 +92,9 @@ def make_helper() -> Agent[None, str]:
         _log(f"delete {name}")
         if os.environ.get("PAI_TEST_KILL") == f"delete:{name}":
             os.kill(os.getpid(), signal.SIGKILL)
+        held, _, gate = os.environ.get("PAI_TEST_GATE", "").partition(":")
+        while held == name and not Path(gate).exists():
+            time.sleep(0.01)  # in flight until the test opens the gate
         return f"deleted {name}"
 
     return agent

@@ -4,7 +4,9 @@ up), and the conversation view shows it as any agent run."""
 
 from __future__ import annotations
 
+import json
 import signal
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from tests.app_support import messages, settle, wait_until
 from tests.chat_server import ChatServer
 from tests.test_app_conversation import open_conversation
 from tests.test_pydantic_ai import SCRIPT, lines, worker
+from tests.test_pydantic_ai import requests_made as requests_seen
 
 
 @pytest.mark.scenario("S96")
@@ -152,4 +155,56 @@ async def test_y_where_the_agent_is_not_registered_records_the_approval_and_says
         assert resumed.returncode == 0, resumed.stderr
         assert resumed.stdout.strip() == "x is deleted"
         assert len(server.requests) == 2
+    assert lines(log) == ["delete x"]  # approved once, made once
+
+
+@pytest.mark.scenario("S96")
+async def test_q_while_an_approved_call_runs_waits_for_it_and_saves_its_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Quitting the app while the call a person approved runs: the app lets
+    the call end and saves its result before it closes the database, so the
+    next resume goes on with that result (not "outcome unknown"), and the
+    call is made once."""
+    from desktop_app.app.screens.inbox import InboxScreen
+    from tests.test_pydantic_ai import DELETE_X, agent_runs
+
+    db, log, gate = tmp_path / "t.db", tmp_path / "tool.log", tmp_path / "gate"
+    settings = load_settings(
+        db_path=db, pydantic_ai_agents=["tests.pydantic_ai_agents:make_helper"]
+    )
+    bootstrap.apply_schema(settings)
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = list(DELETE_X)
+        first = worker(db, env, "run", "delete x")
+        assert first.returncode == 0, first.stderr
+        run_id = first.stdout.split()[1]
+        for name, value in {**env, "PAI_TEST_GATE": f"x:{gate}"}.items():
+            monkeypatch.setenv(name, value)
+        app = FlowdeskApp(settings)
+        async with app.run_test(size=(160, 45)) as pilot:
+            await settle(pilot)
+            await pilot.press("i")
+            await settle(pilot)
+            assert isinstance(app.screen, InboxScreen)
+            await pilot.press("y")
+            await wait_until(pilot, lambda: lines(log) == ["delete x"], timeout=60)
+            opener = threading.Timer(1.0, gate.touch)  # the call ends a second after q
+            opener.start()
+            await pilot.press("q")
+        opener.join()
+        assert len(server.requests) == 1  # it stopped once the call ended: no request after it
+        ((run, messages_, tools),) = agent_runs(db)
+        assert run.status == "running"  # interrupted by the quit: the next launch goes on
+        (deleted,) = [t for t in tools if t.tool == "delete"]
+        assert deleted.status == "completed"
+        assert json.loads(deleted.result or "")["output"]["result"] == "deleted x"
+        assert messages_[-1]["content"] == "deleted x"
+
+        monkeypatch.delenv("PAI_TEST_GATE")
+        resumed = worker(db, env, "resume", run_id)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "done executed=1 replayed=2 output=x is deleted" in resumed.stdout
+        assert requests_seen(server)[-1] == ["deleted x"]  # its result, not "unknown"
     assert lines(log) == ["delete x"]  # approved once, made once

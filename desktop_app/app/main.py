@@ -40,6 +40,7 @@ from textual.binding import Binding
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 
+from desktop_app.agent import drives
 from desktop_app.agent.messages import unknown_outcome_tools
 from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_runs
 from desktop_app.agent.runtime import AgentResponse
@@ -100,6 +101,10 @@ T = TypeVar("T")
 #: seconds between two tries to open a database another process kept locked
 #: past the busy timeout at start-up
 STARTUP_RETRY_S = 2.0
+#: seconds the quit waits for the tool calls in flight of the Pydantic AI runs
+#: an answer drives here (their results are then saved; one still running
+#: after it is reported "outcome unknown" by the next resume, never repeated)
+QUIT_WAIT_S = 60.0
 log = logging.getLogger(__name__)
 
 __all__ = ["FINISHED", "INTERRUPTED", "FlowdeskApp", "Notice", "recovery_summary"]
@@ -1178,13 +1183,20 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         # A run still being driven stops at its next checkpoint (the closed
         # store refuses to save it) and is resumed on the next launch; the
         # outbox pump finishes its pass first (an intent it was sending is
-        # reconciled by the next dispatcher).
+        # reconciled by the next dispatcher). A Pydantic AI run an answer
+        # drives here stops once its tool call in flight ended and its result
+        # is saved, before the store closes (desktop_app.agent.drives).
         self._quitting = True
         self.runs.open_gate()
         if self.timers is not None:
             self.timers.stop()
         if self.outbox is not None:
             self.outbox.stop()
+        left = drives.stop_all(QUIT_WAIT_S)
+        if left:
+            log.warning(
+                "quit with %d agent run(s) still in a tool call after %s s", left, QUIT_WAIT_S
+            )
         if self.services is not None:
             self.services.close()
 

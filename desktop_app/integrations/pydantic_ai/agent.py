@@ -38,6 +38,7 @@ from desktop_app.agent.approvals import (
     pending_approval,
     require_wait,
 )
+from desktop_app.agent.drives import driving
 from desktop_app.agent.leases import claim_agent_run, holding_agent_run
 from desktop_app.agent.messages import Message
 from desktop_app.agent.recovery import ToolSources, record_approval
@@ -357,6 +358,14 @@ class FlowdeskAgent:
         return True
 
     async def _drive(
+        self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
+    ) -> FlowdeskRunResult:
+        # the app's quit stops it once its unit in flight ended, and waits
+        # until its lease is given back (the store closes after it)
+        with driving():
+            return await self._drive_held(run, deps, handler)
+
+    async def _drive_held(
         self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
     ) -> FlowdeskRunResult:
         journal = RunJournal(
