@@ -330,6 +330,55 @@ def test_the_readme_snippet_runs_as_pasted(db_path: Path, tmp_path: Path) -> Non
     assert sum(t.tool == "lookup" for t in tools) == 2
 
 
+@pytest.mark.scenario("S96")
+def test_the_readme_snippet_killed_and_run_again_as_its_comment_says_resumes_its_run(
+    db_path: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "snippet.py"
+    script.write_text(readme_snippet())
+    assert "# kill -9 it, run it again" in script.read_text()
+    answered = threading.Event()
+    with ChatServer() as server:
+        # the second model request is in flight when the program is killed
+        server.script = [SCRIPT[0], ("gate", answered, SCRIPT[1][1])]
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": server.url,
+            "OPENAI_API_KEY": "local",
+            "FLOWDESK_DB_PATH": str(db_path),
+            "PYTHONPATH": str(REPO),
+        }
+
+        def run_it() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, str(script)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tmp_path,
+                env=env,
+            )
+
+        program = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env)
+        wait_for(lambda: len(server.requests) == 2, "the second model request")
+        program.kill()  # kill -9
+        program.wait(60)
+        answered.set()
+        server.script = [SCRIPT[1], SCRIPT[2]]
+        again = run_it()  # run it again, as pasted
+        assert again.returncode == 0, again.stderr
+        assert again.stdout == "a and b are found\n"
+        # the first request is not sent again; the one cut off is, then the last
+        assert len(server.requests) == 4
+        assert requests_made(server)[-1] == ["result for a", "result for b"]
+        done = run_it()  # once more: the done run's output, with no request
+        assert (done.returncode, done.stdout) == (0, "a and b are found\n")
+        assert len(server.requests) == 4
+    ((run, _, tools),) = agent_runs(db_path)
+    assert (run.run_id, run.status) == ("order-7", "done")
+    assert [t.attempts for t in tools if t.tool == "lookup"] == [1, 1]
+
+
 # -- tools that need a person's approval -------------------------------------------
 
 DELETE_X = [
