@@ -606,3 +606,64 @@ def test_a_holder_started_from_a_long_path_is_named_by_its_files(tmp_path: Path)
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_waiter_sleeps_through_the_holders_turn_instead_of_polling_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder writes its turn's planned end in the lock file when it
+    takes the ``flock``; a writer of another process (here: another open
+    file of the lock, which ``flock`` treats as another holder) sleeps until
+    then and tries about once, instead of every 0.05-1 ms through the turn."""
+    db = tmp_path / "t.db"
+    gate = write_gate.WriteGate(db)
+    gate.acquire(5.0)  # its first turn: the lock file made, the turn's end written
+    written = write_gate._TURN_END.unpack(os.pread(gate._fd, 8, 0))[0]  # type: ignore[arg-type]
+    assert gate._taken_at + write_gate.HOLD_S == written
+    gate.release(keep=False)
+
+    other = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        turn = 0.3  # a long turn, so that polling through it would show
+        monkeypatch.setattr(write_gate, "HOLD_S", 0.5)
+        os.pwrite(other, write_gate._TURN_END.pack(time.monotonic() + turn), 0)
+        threading.Timer(turn, fcntl.flock, (other, fcntl.LOCK_UN)).start()
+        polls = gate.polls
+        gate.acquire(30.0)
+        # polling from 0.05 ms doubling to 1 ms would have tried ~300 times
+        assert gate.polls - polls <= 3, gate.polls - polls
+        gate.release(keep=False)
+    finally:
+        os.close(other)
+
+
+def test_a_waiter_polls_when_the_turn_end_is_unknown_or_implausible(tmp_path: Path) -> None:
+    """A lock file without a turn's end (an older Flowdesk's, or emptied by
+    the file-system clock's read), or one too far ahead (another machine's
+    clock), is polled as before: the waiter goes on within a millisecond of
+    the release."""
+    db = tmp_path / "t.db"
+    gate = write_gate.WriteGate(db)
+    gate.acquire(5.0)
+    gate.release(keep=False)
+    other = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
+    try:
+        for content in (b"", write_gate._TURN_END.pack(time.monotonic() + 3600)):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(other, 0)
+            os.pwrite(other, content, 0)
+            released = threading.Event()
+
+            def release(done: threading.Event = released) -> None:
+                fcntl.flock(other, fcntl.LOCK_UN)
+                done.set()
+
+            threading.Timer(0.2, release).start()
+            polls = gate.polls
+            gate.acquire(30.0)
+            assert released.is_set()
+            assert gate.polls - polls >= 10  # it polled through the 0.2 s
+            gate.release(keep=False)
+    finally:
+        os.close(other)

@@ -460,6 +460,8 @@ TESTS_FOR: dict[str, list[str]] = {
         # answers and cancels, the tools a resumed run gets back
         "tests/test_mutation_kills_agent_recovery_registered.py",
     ],
+    # the app's quit: the Pydantic AI runs it drives stop once their call ends
+    "desktop_app/agent/drives.py": ["tests/test_agent_drives.py"],
     "desktop_app/agent/runtime.py": [
         "tests/test_agent.py",
         "tests/test_agent_crash.py",

@@ -22,9 +22,11 @@ How (see docs/design.md, "The SQLite file"):
 * The gate is a ``threading.RLock`` (the threads of this process, waited for
   at most the busy timeout, then the same "stayed locked" error as SQLite's)
   and an exclusive ``flock`` on ``<db>-flowdesk.lock`` (0600, created at the
-  first write, never deleted, holding no data) for the other processes,
-  tried without blocking and polled (:data:`POLL_MIN_S` doubling to
-  :data:`POLL_MAX_S`) for at most the busy timeout; the kernel releases the
+  first write, never deleted, holding only the planned end of the holder's
+  turn, :data:`_TURN_END`) for the other processes, tried without
+  blocking; a waiter sleeps until the holder's turn ends, then polls
+  (:data:`POLL_MIN_S` doubling to :data:`POLL_MAX_S`), for at most the busy
+  timeout in all; the kernel releases the
   lock of a process that dies (``kill -9``), so a crash never leaves it held.
 * Turns: a process keeps the ``flock`` after a commit, for its next write
   transactions, until :data:`HOLD_S` seconds after it took it; then its
@@ -84,6 +86,7 @@ import fcntl
 import logging
 import os
 import signal
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -110,6 +113,11 @@ YIELD_S = 0.0015
 #: seconds without a turn after which the reaper thread ends (the next turn
 #: starts another)
 REAPER_IDLE_S = 5.0
+#: the lock file's first bytes: the planned end of the holder's turn
+#: (``time.monotonic()`` seconds, a little-endian double), written when it
+#: takes the ``flock``; a waiting process sleeps until then instead of
+#: polling through the turn (8 processes polled 2.85 times per step)
+_TURN_END = struct.Struct("<d")
 
 
 class WriteGate:
@@ -237,10 +245,30 @@ class WriteGate:
                     self._unlock()
 
     def _took(self, waited: bool) -> None:
-        """Start a turn: the flock was just taken."""
+        """Start a turn: the flock was just taken. Its planned end goes in
+        the lock file (:data:`_TURN_END`), for the processes that wait."""
         self._taken_at = time.monotonic()
         self._waited = waited
         self._kept_in_turn = False
+        if self._fd is not None:
+            with contextlib.suppress(OSError):  # unknown to the waiters: they poll
+                os.pwrite(self._fd, _TURN_END.pack(self._taken_at + HOLD_S), 0)
+
+    @staticmethod
+    def _turn_left(fd: int) -> float:
+        """Seconds until the holder's turn ends, as it wrote when it took the
+        ``flock`` (``CLOCK_MONOTONIC``, one clock for every process of the
+        machine); 0 when that is unknown (a lock file written by an older
+        Flowdesk, or emptied by :meth:`SqliteCheckpointStore.file_system_now`),
+        passed or implausible (more than :data:`HOLD_S` ahead)."""
+        try:
+            data = os.pread(fd, _TURN_END.size, 0)
+        except OSError:
+            return 0.0
+        if len(data) != _TURN_END.size:
+            return 0.0
+        left: float = _TURN_END.unpack(data)[0] - time.monotonic()
+        return left if 0.0 < left <= HOLD_S else 0.0  # NaN: neither
 
     def _start_reaper(self) -> None:
         if self._reaper is None:
@@ -268,14 +296,21 @@ class WriteGate:
             return
         except BlockingIOError:
             pass
-        # another process writes: poll briefly (a waiter learns of the release
-        # within POLL_MAX_S, not SQLite's back-off of up to 100 ms), never
-        # longer than the busy timeout, so a holder that is stopped (Ctrl-Z)
-        # mid-transaction gives the usual "database is locked" error, not a hang
+        # another process writes: sleep until its turn's planned end, then
+        # poll briefly (a waiter learns of the release within POLL_MAX_S, not
+        # SQLite's back-off of up to 100 ms), never longer than the busy
+        # timeout, so a holder that is stopped (Ctrl-Z) mid-transaction gives
+        # the usual "database is locked" error, not a hang
         deadline = time.monotonic() + timeout_s
         pause = POLL_MIN_S
         while True:
-            time.sleep(pause)
+            left = self._turn_left(fd)
+            if left > 0.0:  # in a turn: no try before its end (polls cost CPU)
+                time.sleep(min(left, max(0.0, deadline - time.monotonic())))
+                pause = POLL_MIN_S
+            else:
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_S)
             self.polls += 1
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -287,7 +322,6 @@ class WriteGate:
                         "database is locked (another process's write transaction held it "
                         f"for over {timeout_s:g} s)"
                     ) from None
-            pause = min(pause * 2, POLL_MAX_S)
 
     def _disable(self, exc: OSError) -> None:
         self.disabled = True
