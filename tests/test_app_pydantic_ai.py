@@ -16,12 +16,35 @@ from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.widgets.conversation import ConversationView
-from desktop_app.config import load_settings
+from desktop_app.config import Settings, load_settings
 from tests.app_support import messages, settle, wait_until
 from tests.chat_server import ChatServer
 from tests.test_app_conversation import open_conversation
 from tests.test_pydantic_ai import SCRIPT, lines, worker
 from tests.test_pydantic_ai import requests_made as requests_seen
+
+
+def registered(db: Path) -> Settings:
+    """Settings of a new database ``db`` (its schema applied) where the agent
+    ``helper`` (tests/pydantic_ai_agents.py) is registered."""
+    settings = load_settings(
+        db_path=db, pydantic_ai_agents=["tests.pydantic_ai_agents:make_helper"]
+    )
+    bootstrap.apply_schema(settings)
+    return settings
+
+
+def waiting_for_delete(db: Path, log: Path, server: ChatServer) -> tuple[str, dict[str, str]]:
+    """A run of ``delete x`` (``DELETE_X`` scripted on ``server``) that waits
+    for a person to approve ``delete(x)``: its id, and the environment the
+    process that goes on with it needs (the model server, the tool log)."""
+    from tests.test_pydantic_ai import DELETE_X
+
+    env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+    server.script = list(DELETE_X)
+    first = worker(db, env, "run", "delete x")
+    assert first.returncode == 0, first.stderr
+    return first.stdout.split()[1], env
 
 
 @pytest.mark.scenario("S96")
@@ -30,10 +53,7 @@ async def test_launch_recovery_resumes_a_killed_pydantic_ai_run_shown_as_a_conve
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db, log = tmp_path / "t.db", tmp_path / "tool.log"
-    settings = load_settings(
-        db_path=db, pydantic_ai_agents=["tests.pydantic_ai_agents:make_helper"]
-    )
-    bootstrap.apply_schema(settings)
+    settings = registered(db)
     with ChatServer() as server:
         env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
         server.script = list(SCRIPT)
@@ -71,7 +91,6 @@ async def test_y_in_the_inbox_approves_a_pydantic_ai_call_with_no_flowdesk_model
     """The agent brings its own model: the inbox continues its run as
     ``flowdesk answer RUN yes`` does, with no ``[model]`` set up."""
     from desktop_app.app.screens.inbox import InboxScreen
-    from tests.test_pydantic_ai import DELETE_X
 
     monkeypatch.delenv("FLOWDESK_MODEL__BASE_URL", raising=False)
     monkeypatch.delenv("FLOWDESK_MODEL__MODEL", raising=False)
@@ -82,11 +101,7 @@ async def test_y_in_the_inbox_approves_a_pydantic_ai_call_with_no_flowdesk_model
     assert settings.model.base_url is None
     bootstrap.apply_schema(settings)
     with ChatServer() as server:
-        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
-        server.script = list(DELETE_X)
-        first = worker(db, env, "run", "delete x")
-        assert first.returncode == 0, first.stderr
-        run_id = first.stdout.split()[1]
+        run_id, env = waiting_for_delete(db, log, server)
         for name, value in env.items():  # the registered agent is built in this process
             monkeypatch.setenv(name, value)
         app = FlowdeskApp(settings)
@@ -121,17 +136,13 @@ async def test_y_where_the_agent_is_not_registered_records_the_approval_and_says
 
     from desktop_app.app.screens.inbox import InboxScreen
     from tests.cli_support import as_printed
-    from tests.test_pydantic_ai import DELETE_X, REGISTERED
+    from tests.test_pydantic_ai import REGISTERED
 
     db, log = tmp_path / "t.db", tmp_path / "tool.log"
     settings = load_settings(db_path=db)  # no pydantic_ai_agents
     bootstrap.apply_schema(settings)
     with ChatServer() as server:
-        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
-        server.script = list(DELETE_X)
-        first = worker(db, env, "run", "delete x")
-        assert first.returncode == 0, first.stderr
-        run_id = first.stdout.split()[1]
+        run_id, env = waiting_for_delete(db, log, server)
         app = FlowdeskApp(settings)
         async with app.run_test(size=(160, 45)) as pilot:
             await settle(pilot)
@@ -167,19 +178,12 @@ async def test_q_while_an_approved_call_runs_waits_for_it_and_saves_its_result(
     next resume goes on with that result (not "outcome unknown"), and the
     call is made once."""
     from desktop_app.app.screens.inbox import InboxScreen
-    from tests.test_pydantic_ai import DELETE_X, agent_runs
+    from tests.test_pydantic_ai import agent_runs
 
     db, log, gate = tmp_path / "t.db", tmp_path / "tool.log", tmp_path / "gate"
-    settings = load_settings(
-        db_path=db, pydantic_ai_agents=["tests.pydantic_ai_agents:make_helper"]
-    )
-    bootstrap.apply_schema(settings)
+    settings = registered(db)
     with ChatServer() as server:
-        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
-        server.script = list(DELETE_X)
-        first = worker(db, env, "run", "delete x")
-        assert first.returncode == 0, first.stderr
-        run_id = first.stdout.split()[1]
+        run_id, env = waiting_for_delete(db, log, server)
         for name, value in {**env, "PAI_TEST_GATE": f"x:{gate}"}.items():
             monkeypatch.setenv(name, value)
         app = FlowdeskApp(settings)

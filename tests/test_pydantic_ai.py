@@ -588,6 +588,19 @@ def test_an_approval_killed_during_the_agents_start_up_is_kept_and_made_once(
 # -- canceled by the user (`flowdesk cancel`) while a process drives it -------------
 
 
+def gated(server: ChatServer, log: Path, gate: Path, q: str) -> dict[str, str]:
+    """A worker's environment for a run of ``SCRIPT`` (scripted on
+    ``server`` here), its tool calls logged to ``log``, ``lookup(q)`` held in
+    flight until the file ``gate`` exists."""
+    server.script = list(SCRIPT)
+    return {
+        **os.environ,
+        "PAI_TEST_URL": server.url,
+        "PAI_TEST_LOG": str(log),
+        "PAI_TEST_GATE": f"{q}:{gate}",
+    }
+
+
 def started_worker(db: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
     """The worker driving a new run of ``find a then b``, and the run's id
     (printed once the run is stored)."""
@@ -667,13 +680,7 @@ def test_a_cancel_during_a_tool_call_records_its_result_and_nothing_after_it_run
 ) -> None:
     log, gate = tmp_path / "tool.log", tmp_path / "gate"
     with ChatServer() as server:
-        env = {
-            **os.environ,
-            "PAI_TEST_URL": server.url,
-            "PAI_TEST_LOG": str(log),
-            "PAI_TEST_GATE": f"a:{gate}",  # lookup(a) is in flight until the gate opens
-        }
-        server.script = list(SCRIPT)
+        env = gated(server, log, gate, "a")  # lookup(a) is in flight until the gate opens
         proc, run_id = started_worker(database, env)
         try:
             wait_for(lambda: lines(log) == ["tool a"], "lookup(a) to be in flight")
@@ -833,13 +840,7 @@ def test_ctrl_c_during_a_tool_call_lets_it_end_saves_its_result_and_resume_does_
 ) -> None:
     log, gate = tmp_path / "tool.log", tmp_path / "gate"
     with ChatServer() as server:
-        env = {
-            **os.environ,
-            "PAI_TEST_URL": server.url,
-            "PAI_TEST_LOG": str(log),
-            "PAI_TEST_GATE": f"b:{gate}",  # lookup(b) is in flight until the gate opens
-        }
-        server.script = list(SCRIPT)
+        env = gated(server, log, gate, "b")  # lookup(b) is in flight until the gate opens
         proc, run_id = started_worker(database, env)
         try:
             wait_for(lambda: lines(log) == ["tool a", "tool b"], "lookup(b) to be in flight")
@@ -881,13 +882,7 @@ def test_a_second_ctrl_c_stops_without_saving_the_call_and_resume_makes_it_again
 ) -> None:
     log, gate = tmp_path / "tool.log", tmp_path / "gate"
     with ChatServer() as server:
-        env = {
-            **os.environ,
-            "PAI_TEST_URL": server.url,
-            "PAI_TEST_LOG": str(log),
-            "PAI_TEST_GATE": f"b:{gate}",
-        }
-        server.script = list(SCRIPT)
+        env = gated(server, log, gate, "b")
         proc, run_id = started_worker(str(db_path), env)
         try:
             wait_for(lambda: lines(log) == ["tool a", "tool b"], "lookup(b) to be in flight")
