@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
+import time
 from pathlib import Path
 
 import apsw
@@ -78,3 +80,77 @@ def test_a_begin_refused_by_an_outside_writer_gives_the_gate_back(db_path: Path,
         raw.execute("ROLLBACK")
         raw.close()
         store.close()
+
+
+# -- waiting for another process's turn (WriteGate._lock_file, _turn_left) ----------
+
+
+def _held_by_another(db: Path) -> int:
+    """A descriptor of our own on the lock file, holding its ``flock`` (as
+    another process would: a flock belongs to its open file)."""
+    gate = write_gate.WriteGate(db)
+    gate.acquire(5.0)  # makes the lock file
+    gate.release(keep=False)
+    other = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return other
+
+
+def test_a_waiter_gives_up_at_its_timeout_not_at_the_end_of_a_longer_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(write_gate, "HOLD_S", 30.0)
+    db = tmp_path / "t.db"
+    other = _held_by_another(db)
+    try:
+        os.pwrite(other, write_gate._TURN_END.pack(time.monotonic() + 20.0), 0)
+        gate = write_gate.WriteGate(db)
+        t0 = time.monotonic()
+        with pytest.raises(apsw.BusyError) as refused:
+            gate.acquire(0.2)
+        # within its 0.2 s, give or take a loaded machine; not the turn's 20 s
+        assert time.monotonic() - t0 < 0.9
+        assert str(refused.value) == (
+            "database is locked (another process's write transaction held it for over 0.2 s)"
+        )
+    finally:
+        os.close(other)
+
+
+def test_a_waiter_backs_off_when_no_turn_end_is_known(tmp_path: Path) -> None:
+    """Unknown turn: polled from 0.05 ms doubling to 1 ms, not retried at once."""
+    db = tmp_path / "t.db"
+    other = _held_by_another(db)
+    try:
+        os.ftruncate(other, 0)  # no turn's end written (an older Flowdesk's file)
+        threading.Timer(0.3, fcntl.flock, (other, fcntl.LOCK_UN)).start()
+        gate = write_gate.WriteGate(db)
+        gate.acquire(30.0)
+        gate.release(keep=False)
+        # ~300 polls of 1 ms at most (fewer on a loaded machine), never thousands
+        assert 10 <= gate.polls <= 400, gate.polls
+    finally:
+        os.close(other)
+
+
+def test_a_process_that_waited_for_its_turn_lets_a_waiter_in_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn taken after waiting, whose last commit ends past the turn, gives
+    the flock back and waits :data:`YIELD_S` before its next try."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.1)
+    db = tmp_path / "t.db"
+    other = _held_by_another(db)
+    try:
+        threading.Timer(0.05, fcntl.flock, (other, fcntl.LOCK_UN)).start()
+        gate = write_gate.WriteGate(db)
+        gate.acquire(30.0)  # waited for the other's turn
+        gate.release()  # kept: its turn goes on
+        gate.acquire(30.0)
+        time.sleep(0.15)  # this transaction ends past the turn
+        ended = time.monotonic()
+        gate.release()
+        assert not _gate_held(db)
+        assert gate._yield_until > ended  # its next try waits for the others first
+    finally:
+        os.close(other)

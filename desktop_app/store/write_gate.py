@@ -260,11 +260,12 @@ class WriteGate:
         ``flock`` (``CLOCK_MONOTONIC``, one clock for every process of the
         machine); 0 when that is unknown (a lock file written by an older
         Flowdesk, or emptied by :meth:`SqliteCheckpointStore.file_system_now`),
-        passed or implausible (more than :data:`HOLD_S` ahead)."""
-        try:
-            data = os.pread(fd, _TURN_END.size, 0)
-        except OSError:
-            return 0.0
+        passed or implausible (more than :data:`HOLD_S` ahead).
+
+        Raises:
+            OSError: the lock file cannot be read (the gate is then disabled,
+                as where ``flock`` is refused)."""
+        data = os.pread(fd, _TURN_END.size, 0)
         if len(data) != _TURN_END.size:
             return 0.0
         left: float = _TURN_END.unpack(data)[0] - time.monotonic()
