@@ -123,6 +123,21 @@ def test_answer_of_a_big_tidy_lists_the_first_files_and_the_command_for_the_rest
     assert sum(ln.startswith("  note") for ln in shown.stdout.splitlines()) == 23
 
 
+def test_answer_of_a_tidy_bigger_than_show_lists_names_the_command_that_lists_each(tmp_path):
+    """Past the 200 files ``show`` lists, ``answer`` names ``show -o json``
+    (a tryout followed ``show`` and found 200 of 400)."""
+    from tests.cli_support import as_printed
+
+    db, _dl, run_id = started_tidy(tmp_path, {f"n{i:03}.txt": b"n" for i in range(201)})
+    answered = flowdesk(db, "answer", run_id, "no")
+    assert answered.returncode == 0, answered.stderr
+    last = answered.stdout.splitlines()[-1]
+    assert last.startswith("  … 181 more files: `") and last.endswith("` lists each")
+    every = as_printed(last.split("`")[1], env=dict(os.environ))
+    assert every.returncode == 0, every.stderr
+    assert len(json.loads(every.stdout)["files"]) == 201
+
+
 def test_answer_on_a_run_answered_already_says_so_and_names_show(tmp_path):
     from tests.cli_support import as_printed
 

@@ -373,7 +373,8 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
         lines.append(said["says"])
     lines += [f"  {line}" for line in outcome_lines(outcomes[:limit])]
     if len(outcomes) > limit:
-        every = "show -o json" if limit >= SHOW_FILES else "show"
+        # `show` lists SHOW_FILES: past that, only its JSON lists each
+        every = "show -o json" if max(limit, len(outcomes)) > SHOW_FILES else "show"
         more = plural(len(outcomes) - limit, "more file")
         lines.append(f"  … {more}: `{ctx.hints.cmd(f'{every} {run_id}')}` lists each")
     return _visible(lines)
@@ -980,7 +981,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
         name = visible_controls(t.tool)
         _say(f"  {name:{width}} {status:12} attempts {t.attempts}  reused {t.reused}")
     for n in declined:
-        _say(f"  {visible_controls(n):{width}} {'declined':12} attempts 0  reused False")
+        _say(f"  {visible_controls(n):{width}} {'declined':12} attempts 0  reused 0")
     records = [t.tool for t in tools if not is_tool_call(t.tool_key)]
     if records:  # the tool lists and sources the run recorded to be resumed with
         _say(f"recorded: {', '.join(records)}")
