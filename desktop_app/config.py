@@ -510,9 +510,30 @@ def load_settings(**overrides: object) -> Settings:
                 f"to a scope's name, or unset it (`unset {in_env[0]}`) for the scope 'default'"
             ) from exc
         problems = "; ".join(describe_error(e, Settings) for e in errors)
-        raise ConfigError(
-            f"invalid settings ({problems}); fix {config_file()} or the FLOWDESK_* variables"
-        ) from exc
+        raise ConfigError(f"invalid settings ({problems}); {_where_to_fix(errors)}") from exc
+
+
+def _where_to_fix(errors: list[Any]) -> str:
+    """Where the invalid values of ``errors`` (pydantic's) were set: the
+    ``FLOWDESK_*`` variables holding them (named, with their values), the
+    settings file for the rest when there is one."""
+    variables: dict[str, None] = {}
+    for error in errors:
+        loc = [str(p) for p in error["loc"]]
+        for end in range(len(loc), 0, -1):  # ("flows", 0): FLOWDESK_FLOWS
+            wanted = "FLOWDESK_" + "__".join(loc[:end]).upper()
+            named = [v for v in os.environ if v.upper() == wanted]
+            if named:
+                variables[named[0]] = None
+                break
+    said = []
+    if variables:
+        shown = ", ".join(f"{v}={shell_quote(os.environ[v])}" for v in variables)
+        said.append(f"set by {shown}: fix or unset it")
+    if len(variables) < len(errors):
+        path = config_file()
+        said.append(f"fix {path}" if path.is_file() else "fix the FLOWDESK_* variables")
+    return "; ".join(said)
 
 
 def nearest_key(key: str, model: type[BaseModel]) -> str | None:

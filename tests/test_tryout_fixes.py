@@ -446,3 +446,22 @@ def add_agent_runs(db: Path, n: int) -> None:
             Agent("helper", ScriptedModel([f"done {i}"]), agents, []).ask(f"q{i}")
     finally:
         store.close()
+
+
+def test_a_bad_value_in_a_variable_names_the_variable_not_a_settings_file_that_is_not_there(
+    tmp_path: Path,
+) -> None:
+    """A tryout's ``FLOWDESK_WORKER=perhaps`` was told to fix a config.toml
+    that did not exist; the variable is named, with its value."""
+    ran = flowdesk(tmp_path / "a.db", "runs", env={"FLOWDESK_WORKER": "perhaps"})
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.startswith("flowdesk: invalid settings (worker: ")
+    assert ran.stderr.rstrip().endswith("; set by FLOWDESK_WORKER=perhaps: fix or unset it")
+    assert "config.toml" not in ran.stderr
+    # a bad value in the settings file names the file
+    config = tmp_path / "config.toml"
+    config.write_text("worker = 'perhaps'\n")
+    from_file = flowdesk(tmp_path / "a.db", "runs", env={"FLOWDESK_CONFIG": str(config)})
+    assert from_file.returncode == 2, from_file.stderr
+    assert from_file.stderr.rstrip().endswith(f"; fix {config}")
+    assert "FLOWDESK_WORKER" not in from_file.stderr
