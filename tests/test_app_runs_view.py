@@ -165,3 +165,39 @@ async def test_the_app_is_constructible_with_defaults_for_textual_run(
         assert app.startup_error is None and app.engine is not None
         assert Path(app.settings.db_path) == tmp_path / "default.db"
     assert (tmp_path / "default.db").exists()
+
+
+async def test_the_side_panel_follows_the_selected_run_changed_by_another_process(
+    tmp_path: Path,
+) -> None:
+    """A run another process moves on (a worker, the CLI) changes in the side
+    panel as in the table, without moving the selection (a tryout's panel
+    said "running … Revision 1" of a run the table showed completed)."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    paid = (
+        FlowBuilder("paid", Note)
+        .wait_signal("wait", "paid", "o-1")
+        .step("write", lambda s: {"text": "paid"})
+        .chain()
+        .compile()
+    )
+    other = Engine(open_store(settings.db_path), flows=[paid])
+    try:
+        run_id = other.run("paid", Note()).run_id  # waits for its signal
+        app = FlowdeskApp(settings, flows=[paid])
+        async with app.run_test(size=(200, 60)) as pilot:
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, RunsScreen)
+            assert screen.summary.run_id == run_id
+            assert "waiting" in str(screen.summary.render())
+            other.cancel(run_id)  # another process's cancel
+            await wait_until(
+                pilot, lambda: "canceled" in str(screen.table.get_row(run_id)), timeout=30
+            )
+            await settle(pilot)
+            shown = str(screen.summary.render())
+            assert "canceled" in shown and "waiting" not in shown, shown
+    finally:
+        other.store.close()

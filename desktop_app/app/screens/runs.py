@@ -326,6 +326,8 @@ class RunsScreen(Screen[None]):
         self._show_hint()
         self._recheck_asking(list(self.asking))
         self.refresh_bindings()
+        if self.has_class("-wide"):  # the selected run as the table now shows it
+            self._show_summary()
 
     def refresh_run(self, run_id: str) -> None:
         run = self.flowdesk.read(lambda store: store.get_run(run_id), quiet=True)
