@@ -131,6 +131,8 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
     assert hint == f"flowdesk --db {where} show {interrupted}"
     for argv in (
         ("answer", ask_id, "yes"),
+        # waiting for a signal: no "send it with" on the file (a tryout's was refused)
+        ("answer", wait_id, "yes"),
         ("signal", "go", "k1", "--payload", "{}"),
         ("cancel", interrupted),
         ("cancel", ask_id),
@@ -138,7 +140,12 @@ def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_com
         out = flowdesk(db, *argv, env=env)
         text = out.stdout + out.stderr
         assert out.returncode == 1 and said in text, (argv, text)
+        assert "send it with" not in text and f"--db {db}" not in text, (argv, text)
         assert _steps(folder) == ["hold"], (argv, text)
+    refused = flowdesk(db, "answer", wait_id, "yes", env=env)
+    see = refused.stderr.split("see it there: ", 1)[1].splitlines()[0]
+    assert see == f"flowdesk --db {where} show {wait_id}"
+    assert as_printed(see, env).returncode == 0
     sent = flowdesk(db, "signal", "go", "k1", "--payload", "{}", env=env)
     assert f"the signal was not stored here: the run waits for it at {where}" in sent.stderr
     everything = flowdesk(db, "resume", "--all", env=env)

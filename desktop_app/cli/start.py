@@ -298,6 +298,7 @@ def cmd_answer(ctx: Ctx) -> int:
             f"an answer; nothing was answered (`{ctx.hints.cmd(f'show {run.run_id}')}` says "
             "what it did)"
         )
+    _refuse_moved(sv, [run.run_id], None)  # before what it waits for: nothing offered here
     _refuse_other_waits(ctx, sv, run)
     from desktop_app.cli.runs import refuse_unregistered
 
@@ -615,9 +616,10 @@ def cmd_publish(ctx: Ctx) -> int:
     return EXIT_OK
 
 
-def _refuse_moved(sv: Any, waiting: list[str], what: str) -> None:
+def _refuse_moved(sv: Any, waiting: list[str], what: str | None) -> None:
     """Raise :class:`~desktop_app.errors.RunLeasedError` (noting that the
-    ``what``, a signal or an event, was not stored) when a run of
+    ``what``, a signal or an event, was not stored; ``None``: an answer,
+    which the error's "see it there" says enough of) when a run of
     ``waiting`` was moved to PostgreSQL by ``db copy``: stored here it
     would reach nothing, since the run goes on there."""
     from desktop_app.errors import moved_to
@@ -627,10 +629,11 @@ def _refuse_moved(sv: Any, waiting: list[str], what: str) -> None:
         where = moved_to(run.lease_owner)
         if where is not None and run.status not in ENDED_RUN_STATUSES:
             exc = RunLeasedError(run_id, run.lease_owner or "?", run.lease_expires_at)
-            exc.add_note(
-                f"the {what} was not stored here: the run waits for it at {where}; "
-                f"send it there with --db {where}"
-            )
+            if what is not None:
+                exc.add_note(
+                    f"the {what} was not stored here: the run waits for it at {where}; "
+                    f"send it there with --db {where}"
+                )
             raise exc
 
 
