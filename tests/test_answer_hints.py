@@ -133,3 +133,87 @@ def test_with_two_questions_the_answer_is_said_to_follow_the_run_id(tmp_path: Pa
     shown = flowdesk(db, "show", run_id, env=env).stdout
     assert "the last word is the answer" not in shown
     assert shown.count("the word after the run id is the answer: yes, no or any text") == 2
+
+
+def test_an_answer_that_meets_a_run_another_process_just_took_says_nothing_was_answered(
+    tmp_path: Path,
+) -> None:
+    """Two answers at nearly the same instant: the loser can find the run still
+    ``waiting`` but leased by the winner, which is recording its answer. A
+    tryout's loser was told "held by a live process ... Wait for it; ... the
+    run can be resumed at once", which never said its answer was not
+    recorded. It says so, and what to look at; once the winner's answer is
+    in, the loser is told that one stands. (The window is made here as it is
+    in the race: the run waiting, its lease held by a live process, this
+    test's own.)"""
+    import socket
+    import sqlite3
+
+    env = user_env()
+    db = tmp_path / "d.db"
+    run_id = started(db, "typed", env)
+    owner = f"{socket.gethostname()}:{os.getpid()}:abcdef"  # alive: this process
+    with sqlite3.connect(db) as lite:
+        lite.execute(
+            "UPDATE runs SET lease_owner=?, lease_expires_at=9e9 WHERE run_id=?", (owner, run_id)
+        )
+    lite.close()
+    refused = flowdesk(db, "answer", run_id, "no", env=env)
+    assert refused.returncode == 1, refused.stderr
+    said = refused.stderr.strip()
+    assert said.startswith(
+        f"flowdesk: run {run_id} was taken a moment ago by another process ({owner}), which "
+        "goes on with it: your answer was not recorded, nothing was answered here"
+    ), said
+    assert "resumed" not in said
+    hint = re.search(r"`(flowdesk [^`]+)` says", said)
+    assert hint, said
+    shown = as_printed(hint.group(1), env)
+    assert shown.returncode == 0 and f"run {run_id} " in shown.stdout
+
+
+def test_two_answers_released_at_one_instant_one_stands_and_the_other_is_told_so(
+    tmp_path: Path,
+) -> None:
+    """The tryout's race, 20 rounds: ``answer RUN yes`` and ``answer RUN no``
+    from two processes at one instant, each for the question it read
+    (``--wait-id``). Exactly one answer is recorded (the run goes on with
+    it, to its next question); the other exits 1 saying its answer was not
+    the one taken, in words that never offer to resume the run (the
+    tryout's loser was told to wait and resume)."""
+    from tests.line_racer import CLI_RACER, LineRacer
+
+    env = user_env()
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    racers = {word: LineRacer(CLI_RACER, env=env) for word in ("yes", "no")}
+    losers: list[str] = []
+    try:
+        for rnd in range(20):
+            run_id = started(db, "typed", env)
+            go = tmp_path / f"go{rnd}"
+            # pinned to the question both read, as `show -o json` names it
+            pinned = ["--wait-id", f"{run_id}:approve:0"]
+            for word, racer in racers.items():
+                args = ["--db", str(db), "answer", run_id, word, *pinned]
+                racer.task(rnd, go=str(go), do="cli", args=args)
+            go.touch()
+            told = {word: racer.told(rnd) for word, racer in racers.items()}
+            won = [w for w, t in told.items() if t["code"] == 0]
+            assert len(won) == 1, told
+            (lost,) = [t for t in told.values() if t["code"] != 0]
+            assert lost["code"] == 1, lost
+            err = lost["err"]
+            said = "nothing was answered" in err or "the first answer stands" in err
+            assert said and "resumed" not in err, lost
+            losers.append(lost["err"])
+            store = open_store(db)
+            try:  # the winner's answer, in its question's field; the loser's nowhere
+                state = store.latest(run_id).state
+            finally:
+                store.close()
+            assert state["approved"] is (won == ["yes"]), (told, state)
+            assert state["note"] is None, (told, state)  # not taken for the next question
+    finally:
+        for racer in racers.values():
+            racer.close()

@@ -303,13 +303,16 @@ def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.runs import refuse_unregistered
 
     refuse_unregistered(ctx, sv, run.run_id, "answered")
-    if a.wait_id is None:
-        _one_question(ctx, sv, run.run_id)
+    wait_id = a.wait_id if a.wait_id is not None else _one_question(ctx, sv, run.run_id)
     try:
-        result = sv.engine.resume_with(ref.run_id, value, wait_id=a.wait_id)
+        result = sv.engine.resume_with(ref.run_id, value, wait_id=wait_id)
     except DiskFullError:
         _say_if_unsaved(ctx, sv, run)
         raise
+    except RunLeasedError as exc:  # another process took it between the read and the answer
+        if exc.moved_to is not None:
+            raise
+        raise RunStateError(_answer_lost(ctx, sv, run.run_id, exc.owner)) from exc
     except RunStateError as exc:  # the deadline passed first: as `resume` would say
         if sv.checkpoints.get_run(ref.run_id).status == "timed_out":
             for line in timed_out_hints(ctx, ref.run_id):
@@ -332,6 +335,25 @@ def cmd_answer(ctx: Ctx) -> int:
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
             print(line)
     return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+
+
+def _answer_lost(ctx: Ctx, sv: Any, run_id: str, owner: str) -> str:
+    """What ``answer`` says when another live process (``owner``) took run
+    ``run_id`` between this command's read and its answer (two answers at
+    once: the other one's): this answer was not recorded; the other one
+    stands once it is in (the run no longer waits for an answer)."""
+    show = ctx.hints.cmd(f"show {run_id}")
+    said = (
+        f"run {run_id} was taken a moment ago by another process ({owner}), which goes on "
+        "with it: your answer was not recorded, nothing was answered here"
+    )
+    cp = sv.checkpoints.latest(run_id)
+    if cp.status != "waiting" or not any(w.kind == "input" for w in cp.waits):
+        return (
+            f"{said}; its question was answered there, and that first answer stands "
+            f"(`{show}` says what it did)"
+        )
+    return f"{said}; `{show}` says whether it still waits for an answer once that process is done"
 
 
 def _refuse_other_waits(ctx: Ctx, sv: Any, run: Any) -> None:
@@ -394,10 +416,14 @@ def _say_if_unsaved(ctx: Ctx, sv: Any, before: Any) -> None:
         ctx.current_run = None
 
 
-def _one_question(ctx: Ctx, sv: Any, run_id: str) -> None:
-    """Refuse an ``answer`` without ``--wait-id`` to a run asking several
-    questions at once, printing the command for each, with the user's
-    answer (and ``--value-json``, ``--db``, ``--scope``) as given.
+def _one_question(ctx: Ctx, sv: Any, run_id: str) -> str | None:
+    """The wait id of the one question run ``run_id`` asks now (``None``:
+    none), which an ``answer`` without ``--wait-id`` answers: pinned, so
+    that an answer racing another one is refused once the run has moved on
+    to its next question instead of answering that one (two answers at once
+    put the loser's "no" into the next question's field). Refuses a run
+    asking several questions at once, printing the command for each, with
+    the user's answer (and ``--value-json``, ``--db``, ``--scope``) as given.
 
     Raises:
         InputError: more than one question is pending (exit 2); nothing
@@ -405,7 +431,7 @@ def _one_question(ctx: Ctx, sv: Any, run_id: str) -> None:
     """
     asked = [w for w in sv.checkpoints.latest(run_id).waits if w.kind == "input"]
     if len(asked) < 2:
-        return
+        return asked[0].wait_id if asked else None
     a = ctx.args
     given = shell_quote(a.value) + (" --value-json" if a.value_json else "")
     each = "\n".join(
