@@ -154,3 +154,20 @@ def test_a_process_that_waited_for_its_turn_lets_a_waiter_in_after_it(
         assert gate._yield_until > ended  # its next try waits for the others first
     finally:
         os.close(other)
+
+
+def test_a_process_that_never_waited_does_not_yield_after_its_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lone process (its flock taken at the first try) goes on at once
+    after its turn: a yield would stall it YIELD_S at every turn for nobody."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.1)
+    db = tmp_path / "t.db"
+    gate = write_gate.WriteGate(db)
+    gate.acquire(30.0)  # not contended
+    gate.release()  # kept: its turn goes on
+    gate.acquire(30.0)
+    time.sleep(0.15)  # this transaction ends past the turn
+    gate.release()
+    assert not _gate_held(db)
+    assert gate._yield_until == 0.0
