@@ -807,3 +807,23 @@ async def test_actions_are_in_the_command_palette(tmp_path: Path) -> None:
         assert {"Inbox", "Start flow", "Settings"} <= titles
         footer = {k: b.binding.description for k, b in app.screen.active_bindings.items()}
         assert (footer["i"], footer["s"], footer["ctrl+s"]) == ("Inbox", "Start flow", "Settings")
+
+
+async def test_settings_name_the_key_in_use_when_the_variable_gives_it(
+    tmp_path: Path, memory_keyring: MemoryKeyring, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tryout's key came from FLOWDESK_MODEL__API_KEY, and Settings said
+    the keyring entry was "not set": it says the key in use and where it
+    comes from (masked), and that a key stored here is not used while the
+    variable is set."""
+    key = "sk-from-env-0123456789wxyz"
+    monkeypatch.setenv("FLOWDESK_MODEL__API_KEY", key)
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"), flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        assert screen.key_text == (
+            "in use: sk-…wxyz, from FLOWDESK_MODEL__API_KEY (the keyring entry is not used "
+            "while it is set)"
+        )
+        assert all(key not in m for m in messages(app))

@@ -130,3 +130,21 @@ async def test_the_app_on_postgres_executes_when_it_is_a_worker(
         await settle(pilot)
         assert stored_status(pg_url, rid) == "completed"
     assert (calls["s2"], calls["s3"]) == (2, 1)
+
+
+@pytest.mark.postgres
+async def test_the_settings_on_postgres_offer_no_sqlite_durability(pg_url: str) -> None:
+    """``synchronous`` is SQLite's: on PostgreSQL the server's own settings
+    decide, so Settings does not offer it (a tryout saw "Durability (SQLite
+    synchronous)" there); saving keeps the value the settings had."""
+    from textual.widgets import Select
+
+    from tests.test_app_inbox_settings import open_settings
+
+    app = FlowdeskApp(load_settings(db_path=pg_url), flows=[])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        assert not screen.query_one("#synchronous", Select).display
+        shown = [str(w.render()) for w in screen.query("Label") if w.display]
+        assert shown and not any("SQLite synchronous" in text for text in shown), shown

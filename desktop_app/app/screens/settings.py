@@ -175,8 +175,8 @@ class SettingsScreen(ModalScreen[None]):
                     ),
                     id="db-path",
                 )
-                yield Label("Durability (SQLite synchronous)")
-                yield Select(
+                durability = Label("Durability (SQLite synchronous)")
+                synchronous = Select(
                     [
                         ("NORMAL: faster; a commit may roll back after power loss", "NORMAL"),
                         ("FULL: survives power loss (default)", "FULL"),
@@ -187,6 +187,10 @@ class SettingsScreen(ModalScreen[None]):
                     compact=True,
                     id="synchronous",
                 )
+                # PostgreSQL: the server's settings decide; saving keeps the value set
+                durability.display = synchronous.display = "://" not in str(settings.db_path)
+                yield durability
+                yield synchronous
                 yield Label("Model provider", classes="section")
                 yield Label("Base URL (OpenAI-compatible)")
                 yield Input(
@@ -295,8 +299,21 @@ class SettingsScreen(ModalScreen[None]):
 
     @work(thread=True, exclusive=True, group="keyring", name="read API key")
     def read_key(self) -> None:
-        from desktop_app.secrets import get_secret
+        from desktop_app.secrets import ENV_VAR, get_secret
 
+        model = self.flowdesk.settings.model
+        unused = "the keyring entry is not used while it is set"
+        if model.api_key is not None:  # an explicit source wins (desktop_app.secrets)
+            shown = masked(model.api_key.get_secret_value().strip())
+            self.post_message(KeyStatus(f"in use: {shown}, from {ENV_VAR} ({unused})"))
+            return
+        if model.api_key_file is not None:
+            self.post_message(
+                KeyStatus(
+                    f"in use: from the file {model.api_key_file} (model.api_key_file; {unused})"
+                )
+            )
+            return
         try:
             value = get_secret(self.key_name)
         except FlowdeskError as exc:
