@@ -982,3 +982,33 @@ async def test_starting_a_digest_again_resumes_the_failed_run_of_that_input(
         assert [(r.run_id, r.status) for r in store.list_runs()] == [(failed, "completed")]
     finally:
         store.close()
+
+
+async def test_the_answer_dialog_of_a_run_whose_waits_cannot_be_read_says_so(
+    tmp_path: Path,
+) -> None:
+    """A read of what the run waits for that fails (a server away, a damaged
+    checkpoint; here its row's checksum no longer matches) is said as such:
+    a tryout's dialog said the run "waits for nothing that can be answered
+    here (no question is pending)" while the server was down."""
+    import sqlite3
+
+    db = tmp_path / "t.db"
+    settings = settings_for(db)
+    run_id = waiting_run(settings, "approve", Approval())
+    with sqlite3.connect(db) as lite:
+        lite.execute(
+            "UPDATE checkpoints SET checksum='0' WHERE rowid=(SELECT max(rowid) FROM checkpoints)"
+        )
+    lite.close()
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("a")
+        await settle(pilot)
+        modal = app.screen
+        assert isinstance(modal, AnswerScreen)
+        prompt = str(modal.query_one("#prompt").render())
+        assert "no question is pending" not in prompt, prompt
+        assert prompt.startswith("What this run waits for cannot be read now: "), prompt
+        assert prompt.endswith("Nothing was answered."), prompt

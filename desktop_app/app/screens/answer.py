@@ -153,6 +153,8 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         self.preview: Preview | None = None
         #: the only answers some waits take, by wait id (their ``choices``)
         self.choices: dict[str, list[str]] = {}
+        #: why the last read of the waits failed (``None``: it did not)
+        self.read_error: str | None = None
 
     @property
     def flowdesk(self) -> Host:
@@ -265,6 +267,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
     def on_waits_loaded(self, message: WaitsLoaded) -> None:
         self.waits = message.waits
         self.choices = message.choices
+        self.read_error = message.error or None
         table = self.query_one("#waits", DataTable)
         keep = self.selected_wait_id
         table.clear()
@@ -323,7 +326,14 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         wait = self.selected
         answerable = wait is not None and wait.kind == "input"
         prompt = self.query_one("#prompt", Static)
-        if wait is None:
+        if wait is None and self.read_error is not None:  # not "nothing": unknown
+            prompt.update(
+                Text(
+                    f"What this run waits for cannot be read now: {self.read_error.rstrip('.')}. "
+                    "Nothing was answered."
+                )
+            )
+        elif wait is None:
             note = self.run.error or "no question is pending"
             prompt.update(Text(f"This run waits for nothing that can be answered here ({note})."))
         elif answerable:
