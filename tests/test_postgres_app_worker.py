@@ -148,3 +148,42 @@ async def test_the_settings_on_postgres_offer_no_sqlite_durability(pg_url: str) 
         assert not screen.query_one("#synchronous", Select).display
         shown = [str(w.render()) for w in screen.query("Label") if w.display]
         assert shown and not any("SQLite synchronous" in text for text in shown), shown
+
+
+@pytest.mark.postgres
+async def test_the_app_on_postgres_makes_no_side_effect_of_a_run_a_worker_executed(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A tidy approved in the app on PostgreSQL is executed by a worker, and
+    its moves are the workers' to make (a laptop's app made a tidy's move
+    on its own disk in a tryout: "1 move being made now by process <the
+    app>"). The app leaves them queued; a worker's dispatcher makes them."""
+    from desktop_app import bootstrap
+    from desktop_app.flows.tidy import TidyState
+    folder = tmp_path / "Downloads"
+    folder.mkdir()
+    (folder / "photo.jpg").write_bytes(b"jpg")
+    settings = load_settings(db_path=pg_url)
+    engine = bootstrap.build_engine(load_settings(db_path=pg_url, worker=True))  # a worker's
+    try:
+        run_id = engine.run("tidy", TidyState(folder=str(folder))).run_id  # waits for approval
+        engine.resume_with(run_id, "yes")  # the worker goes on with it: its moves are queued
+    finally:
+        engine.store.close()
+    store = open_postgres_store(pg_url)
+    try:
+        assert [i.status for i in store.open_intents(run_id)] == ["pending"]
+    finally:
+        store.close()
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.engine is not None, timeout=30)
+        for _ in range(30):  # 3 s: past the app's delivery pass (every 2 s)
+            await pilot.pause(0.1)
+        assert (folder / "photo.jpg").exists()  # not moved by the app
+    store = open_postgres_store(pg_url)
+    try:
+        assert [i.status for i in store.open_intents(run_id)] == ["pending"]
+    finally:
+        store.close()

@@ -686,11 +686,12 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         the launch recovery (else the launch checks)."""
         first = self._launched not in ("writers", "stopped")
         self._launched = "writers"
-        self._start_delivery()
-        # on a database that workers serve, the app resumes nothing and fires
-        # no deadline (they do)
+        # on a database that workers serve, the app resumes nothing, fires no
+        # deadline and makes no side effect (they do: a tidy's moves are made
+        # on the machine of the worker that ran it, not this one's)
         executes = self.engine is not None and self.engine.executes
         if executes:
+            self._start_delivery()
             self._start_timers()
         if not first:
             return
