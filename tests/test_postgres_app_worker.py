@@ -5,6 +5,8 @@ it, the app executes both as on a SQLite file. Real server, real stores."""
 
 from __future__ import annotations
 
+import shlex
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -62,8 +64,8 @@ async def start_digest_with_n(app: FlowdeskApp, pilot: Any, folder: Path, out: P
     return rid
 
 
-def stored_status(url: str, run_id: str) -> str:
-    store = open_postgres_store(url)
+def stored_status(url: str, run_id: str, scope: str = "default") -> str:
+    store = open_postgres_store(url, scope=scope)
     try:
         return store.get_run(run_id).status
     finally:
@@ -160,6 +162,7 @@ async def test_the_app_on_postgres_makes_no_side_effect_of_a_run_a_worker_execut
     app>"). The app leaves them queued; a worker's dispatcher makes them."""
     from desktop_app import bootstrap
     from desktop_app.flows.tidy import TidyState
+
     folder = tmp_path / "Downloads"
     folder.mkdir()
     (folder / "photo.jpg").write_bytes(b"jpg")
@@ -187,3 +190,94 @@ async def test_the_app_on_postgres_makes_no_side_effect_of_a_run_a_worker_execut
         assert [i.status for i in store.open_intents(run_id)] == ["pending"]
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_show_of_a_run_saved_for_the_workers_names_the_worker_of_its_scope_as_printed(
+    pg_url: str,
+) -> None:
+    """A run the app saved in scope 'team a' waits for a worker of that
+    scope; ``show`` said nothing of it (a tryout's workers served 'default'
+    and the run stayed pending with no next step). It names the command
+    that starts one, and that command, run as printed, executes it."""
+    import re
+
+    from tests import hint_flows
+    from tests.cli_support import flowdesk, spawn, stop_agent
+    from tests.test_answer_hints import user_env
+
+    env = user_env()  # FLOWDESK_FLOWS names tests.hint_flows, importable
+    # saved as the app saves it on a database workers serve: pending, nobody's
+    store = open_postgres_store(pg_url, scope="team a")
+    try:
+        run_id = (
+            Engine(store, flows=[hint_flows.typed], executes=False)
+            .run("typed", hint_flows.Order())
+            .run_id
+        )
+    finally:
+        store.close()
+    shown = flowdesk(pg_url, "--scope", "team a", "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "status pending" in shown.stdout
+    hint = re.search(r"^pending: .*; `(flowdesk [^`]+)` starts one$", shown.stdout, re.M)
+    assert hint, shown.stdout
+    assert "--scope 'team a' agent" in hint.group(1)
+    argv = shlex.split(hint.group(1))[1:]
+    agent = spawn(*argv, "--poll", "0.1", env=env)
+    try:
+        until_status = time.monotonic() + 60
+        while time.monotonic() < until_status:
+            if stored_status(pg_url, run_id, scope="team a") == "waiting":
+                break
+            time.sleep(0.1)
+        assert stored_status(pg_url, run_id, scope="team a") == "waiting"  # it executed it
+    finally:
+        stop_agent(agent)
+
+
+@pytest.mark.postgres
+async def test_a_run_the_app_saves_in_a_scope_names_the_worker_of_that_scope_as_printed(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app on PostgreSQL in scope 'team a' said "a worker (flowdesk
+    agent) executes it" of a run no worker of that scope would take (the
+    tryout's workers served 'default'): it names the scope and the command
+    that starts its worker, which, run as printed, executes the run."""
+    import re
+
+    from tests.cli_support import spawn, stop_agent
+
+    make_corpus(tmp_path / "docs", 2)
+    out = tmp_path / "out"
+    # the database and scope as the user gave them (here: the environment),
+    # which the app's hints carry
+    monkeypatch.setenv("FLOWDESK_DB_PATH", pg_url)
+    monkeypatch.setenv("FLOWDESK_SCOPE", "team a")
+    app = FlowdeskApp(load_settings())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.engine is not None, timeout=30)
+        await pilot.press("n")
+        await pilot.click("#folder")
+        await pilot.press(*str(tmp_path / "docs"))
+        await pilot.click("#out")
+        await pilot.press(*str(out))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: any("is saved" in m for m in messages(app)), timeout=30)
+        said = next(m for m in messages(app) if "is saved" in m)
+    assert "--scope 'team a' agent" in said, said
+    hint = re.fullmatch(
+        r"Run \w{8} is saved; a worker of scope 'team a' executes it \(`(flowdesk [^`]+)` "
+        r"starts one\)\.",
+        said,
+    )
+    assert hint, said
+    agent = spawn(*shlex.split(hint.group(1))[1:], "--poll", "0.1")
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "digest.md").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop_agent(agent)
+    assert (out / "digest.md").exists(), agent.stderr.read() if agent.stderr else ""

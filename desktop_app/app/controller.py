@@ -287,7 +287,15 @@ class Controller:
             self._say(f"Run {rid} is waiting; select it and press a to see what for.", "warning")
         elif result.status in INTERRUPTED and engine is not None and not engine.executes:
             # PostgreSQL without FLOWDESK_WORKER=1: saved, the workers execute it
-            self._say(f"Run {rid} is saved; a worker (flowdesk agent) executes it.")
+            scope = self._host.settings.scope
+            if scope == "default":
+                self._say(f"Run {rid} is saved; a worker (flowdesk agent) executes it.")
+            else:  # only a worker of that scope takes it: say which, and how to start one
+                agent = self._host.hints.cmd("agent")
+                self._say(
+                    f"Run {rid} is saved; a worker of scope {scope!r} executes it "
+                    f"(`{agent}` starts one)."
+                )
         else:
             self._say(f"Run {rid} is {result.status}", "warning")
 

@@ -468,6 +468,14 @@ def _say(line: str) -> None:
     print(visible_controls(line))
 
 
+def _executes(sv: Any) -> bool:
+    """Whether a process configured as this command executes runs itself
+    (:func:`desktop_app.bootstrap.executes_runs`)."""
+    from desktop_app.bootstrap import executes_runs
+
+    return executes_runs(sv.settings)
+
+
 def cmd_show(ctx: Ctx) -> int:
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
@@ -574,6 +582,11 @@ def cmd_show(ctx: Ctx) -> int:
         print(_interrupted_line(ctx, run, first=needs_model(sv, run) or unregistered(sv, run)))
     elif status == "pending" and (why := unregistered(sv, run)) is not None:
         print(f"pending: {why}; then {ctx.hints.cmd(f'resume {run.run_id}')} starts it")
+    elif status == "pending" and not _executes(sv):  # PostgreSQL's workers execute it
+        print(
+            "pending: saved for a worker of this database and scope to execute (a worker "
+            f"of another scope never takes it); `{ctx.hints.cmd('agent')}` starts one"
+        )
     elif status == "waiting" and (why := unregistered(sv, run)) is not None:
         print(f"waiting: {why}; then the commands below move it on")
     if run.error and run.status != "waiting":
