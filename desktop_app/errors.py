@@ -185,6 +185,16 @@ class DatabaseOpenError(StoreError):
     not a SQLite file)."""
 
 
+class ServerUnreachableAtOpenError(DatabaseOpenError, DatabaseUnreachableError):
+    """The database server could not be reached when the database was
+    opened (the connection refused or timed out, the server starting up or
+    shutting down: libpq's own failure, SQLSTATE class 08 or 57P01-3), as
+    opposed to a wrong database name or password, which no wait heals. Both
+    a :class:`DatabaseOpenError` and a :class:`DatabaseUnreachableError`: a
+    ``flowdesk agent`` worker starting tries again until the server is up,
+    as a running one does through an outage."""
+
+
 class DatabaseReadOnlyError(DatabaseOpenError):
     """The database is on a read-only file system (``EROFS``: a read-only
     mount, a read-only bind mount, a CD or a locked card): SQLite writes

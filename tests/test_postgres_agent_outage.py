@@ -177,3 +177,77 @@ def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp
     assert not [p for p in folder.iterdir() if p.suffix == ".txt"]  # none left behind
     landed = [p for p in folder.rglob("*.txt") if p.parent != folder]
     assert sorted(p.name for p in landed) == [f"f{i:04d}.txt" for i in range(FILES)]
+
+
+def test_an_agent_started_while_the_server_is_down_waits_for_it_and_serves(own_cluster):
+    """``flowdesk agent`` started before its server (a machine's boot, an
+    outage) said the server could not be reached and exited 1 (a tryout);
+    a running worker waits through an outage, and so does one starting:
+    it says so once, and serves once the server is back."""
+    url = f"postgresql://postgres@127.0.0.1:{own_cluster.port}/postgres"
+    env = dict(
+        os.environ,
+        FLOWDESK_POSTGRES__RECONNECT_MAX_S="0.5",
+        FLOWDESK_POSTGRES__CONNECT_WAIT_S="1",
+    )
+    own_cluster.crash()  # down before the worker starts
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent", "--poll", "0.3"],
+        cwd=REPO, env=env, text=True, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    said: list[str] = []
+    waiting, serving = threading.Event(), threading.Event()
+
+    def read() -> None:
+        assert agent.stderr is not None
+        for line in agent.stderr:
+            said.append(line)
+            waiting.set() if "until it can be reached (Ctrl-C stops)" in line else None
+            serving.set() if "flowdesk agent: worker " in line else None
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert waiting.wait(60), "".join(said)
+        time.sleep(2)  # a few more tries, said once
+        assert agent.poll() is None, "".join(said)
+        assert sum("trying again" in line for line in said) == 1, "".join(said)
+        own_cluster.restart()
+        assert serving.wait(60), "".join(said)
+    finally:
+        stop_agent(agent)
+    assert agent.returncode == 0, "".join(said)
+
+
+def test_an_agent_given_a_database_that_does_not_exist_says_so_and_exits(pg_url):
+    """What no wait heals (a wrong database name, a wrong password) is not
+    waited for: the worker says what libpq said and exits 1."""
+    url = pg_url.rsplit("/", 1)[0] + "/no_such_database"
+    ran = subprocess.run(
+        [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 1, ran.stderr
+    assert 'database "no_such_database" does not exist' in ran.stderr
+    assert "trying again" not in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("said", "unreachable"),
+    [
+        ('connection to server at "h", port 1 failed: Connection refused', True),
+        ('connection to server at "h", port 5432 failed: timeout expired', True),
+        ('could not translate host name "db" to address: Name or service not known', True),
+        ('connection to server at "h" failed: FATAL:  the database system is starting up', True),
+        ('connection to server at "h" failed: FATAL:  sorry, too many clients already', True),
+        ('connection to server at "h" failed: FATAL:  database "x" does not exist', False),
+        ('connection to server at "h" failed: FATAL:  password authentication failed', False),
+        ('connection to server at "h" failed: FATAL:  role "nobody" does not exist', False),
+    ],
+)
+def test_what_a_failed_connection_said_decides_whether_waiting_heals_it(
+    said: str, unreachable: bool
+) -> None:
+    from desktop_app.store.postgres.sql import is_unreachable_at_connect
+
+    assert is_unreachable_at_connect(psycopg.OperationalError(said)) is unreachable
+    assert not is_unreachable_at_connect(ValueError(said))

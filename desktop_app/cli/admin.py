@@ -393,7 +393,7 @@ def cmd_agent(ctx: Ctx) -> int:
     from desktop_app.config import recovery_policy
     from desktop_app.store.protocol import ServerOutages
 
-    sv = ctx.services()
+    sv = _services_once_reachable(ctx)
     engine = sv.engine
     stop = threading.Event()
     grace = ctx.args.grace
@@ -439,6 +439,39 @@ def cmd_agent(ctx: Ctx) -> int:
     )
     sv.close()
     return EXIT_OK
+
+
+def _services_once_reachable(ctx: Ctx) -> Any:
+    """``ctx.services()`` for ``flowdesk agent``, tried again while the
+    database server cannot be reached: a worker started before its server
+    (a machine's boot, an outage) waits for it, as a running worker does
+    through an outage, instead of exiting. Says so once on stderr; the
+    waits grow from 0.5 s to ``postgres.reconnect_max_s``. Ctrl-C stops it.
+
+    Raises:
+        whatever else opening the database raises (a missing schema, bad
+        credentials: waiting would not heal them).
+    """
+    import time
+
+    from desktop_app.errors import DatabaseUnreachableError
+
+    pause, said = 0.5, False
+    while True:
+        try:
+            return ctx.services()
+        except DatabaseUnreachableError as exc:
+            cap = ctx.settings.postgres.reconnect_max_s
+            if not said:
+                print(
+                    f"flowdesk agent: {exc}; trying again every {cap:g} s at most until it "
+                    "can be reached (Ctrl-C stops)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = True
+            time.sleep(pause)
+            pause = min(pause * 2, cap)
 
 
 def say_finished_runs(engine: Any) -> None:

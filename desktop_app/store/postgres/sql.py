@@ -104,6 +104,34 @@ def is_connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.OperationalError) and not code
 
 
+#: what a server that answers says when it turns a connection away for a
+#: while (libpq's text of its FATAL: starting up, shutting down, in recovery,
+#: out of connection slots); any other FATAL (no such database or role, a
+#: wrong password, no pg_hba.conf entry) stays until a person changes it
+_TRANSIENT_FATAL = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "too many clients already",
+    "remaining connection slots are reserved",
+)
+
+
+def is_unreachable_at_connect(exc: BaseException) -> bool:
+    """A connection attempt failed because no server answered (refused,
+    timed out, a name that did not resolve, no socket) or the one that
+    answered turns connections away for a while; ``False`` when it refused
+    this connection for good (a wrong database, role or password). libpq
+    reports a failed connection without a SQLSTATE, so its text decides: a
+    server's refusal carries its ``FATAL:`` line (localized servers aside,
+    whose refusals then read as a server away)."""
+    if not isinstance(exc, psycopg.OperationalError) or exc.sqlstate:
+        return is_connection_lost(exc)
+    said = str(exc)
+    return "FATAL:" not in said or any(t in said for t in _TRANSIENT_FATAL)
+
+
 #: constraint kinds by SQLSTATE (class 23, integrity constraint violation)
 _CONSTRAINT_KINDS = {
     "23505": "unique",

@@ -93,6 +93,7 @@ from desktop_app.errors import (
     QueryRefusedError,
     RevisionConflictError,
     RunLeasedError,
+    ServerUnreachableAtOpenError,
     StoreError,
 )
 from desktop_app.store import codec, migrations
@@ -108,6 +109,7 @@ from desktop_app.store.postgres.sql import (
     domain_write_error,
     epoch,
     is_connection_lost,
+    is_unreachable_at_connect,
     no_nul,
     redact,
     translate,
@@ -2079,7 +2081,9 @@ def _check_connect(url: str) -> None:
     except psycopg.Error as exc:
         said = str(exc).strip()  # libpq's text may end in "?" or "." already
         stop = "" if said.endswith((".", "?", "!")) else "."
-        raise DatabaseOpenError(
+        # a server down or starting up heals; a wrong password or database does not
+        kind = ServerUnreachableAtOpenError if is_unreachable_at_connect(exc) else DatabaseOpenError
+        raise kind(
             f"cannot connect to PostgreSQL at {redact(url)}: {said}{stop} Check the URL, that "
             "the server is up, and the role's password (~/.pgpass or PGPASSWORD)."
         ) from exc
