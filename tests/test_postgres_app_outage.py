@@ -84,3 +84,28 @@ async def test_the_app_on_postgres_says_the_server_is_away_keeps_answering_and_s
         run_id = started.stdout.split()[0]
         table = app.runs_screen.table
         await wait_until(pilot, lambda: run_id in table.run_ids, timeout=60)
+
+
+async def test_the_app_launched_while_its_server_is_down_waits_for_it_and_opens(
+    own_cluster: PrivateCluster,  # noqa: F811
+) -> None:
+    """The app launched before its database server is up said it could not
+    open the database and stayed so (a tryout's worker did the same): it
+    says the server cannot be reached in the banner, tries again, and opens
+    the database once the server answers."""
+    url = f"postgresql://postgres@127.0.0.1:{own_cluster.port}/postgres"
+    applied = flowdesk(url, "db", "apply")
+    assert applied.returncode == 0, applied.stderr
+    own_cluster.crash()
+    app = FlowdeskApp(load_settings(db_path=url))
+    async with app.run_test(size=(120, 40)) as pilot:
+        banner = app.runs_screen.banner
+        try:
+            await wait_until(pilot, lambda: "until the server answers" in banner.message, 60)
+            assert banner.message.startswith(f"cannot connect to PostgreSQL at {url}: ")
+            assert app.engine is None and app.startup_error is None
+        finally:
+            own_cluster.restart()
+        await wait_until(pilot, lambda: app.engine is not None, timeout=60)
+        await settle(pilot)
+        assert not banner.message and app.startup_error is None

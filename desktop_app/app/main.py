@@ -82,6 +82,7 @@ from desktop_app.errors import (
     FlowdeskError,
     FlowVersionMismatchError,
     RunLeasedError,
+    ServerUnreachableAtOpenError,
     moved_to,
     redact,
 )
@@ -507,15 +508,17 @@ class FlowdeskApp(TypeAheadApp, App[None]):
                     settings, flows=self._custom_flows, events=events, clock=self._clock
                 )
                 break
-            except DatabaseLockedError as exc:
+            except (DatabaseLockedError, ServerUnreachableAtOpenError) as exc:
                 # another process writes for longer than the busy timeout (a
-                # long migration, a sqlite3 shell left in a transaction): the
-                # file is fine, so wait for it, saying so, instead of giving up
+                # long migration, a sqlite3 shell left in a transaction), or the
+                # database server is down or starting: the database is fine, so
+                # wait for it, saying so, instead of giving up
                 if self._quitting:
                     return
                 if not waited:
                     waited = True
-                    self.post_message(StartupWaiting(str(exc)))
+                    unreachable = isinstance(exc, ServerUnreachableAtOpenError)
+                    self.post_message(StartupWaiting(str(exc), unreachable))
                 until = time.monotonic() + STARTUP_RETRY_S
                 while time.monotonic() < until and not self._quitting:
                     time.sleep(0.05)
@@ -617,12 +620,18 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         super().exit(result, return_code, message)
 
     def on_startup_waiting(self, message: StartupWaiting) -> None:
-        log.warning("app: the database stayed locked at start-up, trying again: %s", message.error)
-        self._startup_waiting = (
-            f"{message.error.removesuffix(DatabaseLockedError.ADVICE)} "
-            f"Flowdesk tries to open it again every {STARTUP_RETRY_S:g} s until it is free "
-            "(q quits)."
-        )
+        log.warning("app: the database could not be opened yet, trying again: %s", message.error)
+        if message.unreachable:
+            self._startup_waiting = (
+                f"{message.error} Flowdesk tries to open it again every {STARTUP_RETRY_S:g} s "
+                "until the server answers (q quits)."
+            )
+        else:
+            self._startup_waiting = (
+                f"{message.error.removesuffix(DatabaseLockedError.ADVICE)} "
+                f"Flowdesk tries to open it again every {STARTUP_RETRY_S:g} s until it is free "
+                "(q quits)."
+            )
         self.runs_screen.banner.show_error(self._startup_waiting)
 
     def on_startup_failed(self, message: StartupFailed) -> None:

@@ -27,12 +27,14 @@ class StartupFailed(Message):
 
 
 class StartupWaiting(Message):
-    """The database stayed locked by another process while it was opened;
-    the app tries again (``error`` says what was met)."""
+    """The database stayed locked by another process while it was opened,
+    or its server could not be reached (``unreachable``); the app tries
+    again (``error`` says what was met)."""
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, unreachable: bool = False) -> None:
         super().__init__()
         self.error = error
+        self.unreachable = unreachable
 
 
 class RunChanged(Message):
