@@ -579,6 +579,16 @@ def stored_run(db: Path, run_id: str) -> tuple[str, dict[str, Any]]:
         store.close()
 
 
+async def answer_dialog(pilot: Any) -> AnswerScreen:
+    """``a`` on the selected run, once the app settled: its answer dialog."""
+    await settle(pilot)
+    await pilot.press("a")
+    await settle(pilot)
+    modal = pilot.app.screen
+    assert isinstance(modal, AnswerScreen)
+    return modal
+
+
 async def test_a_waiting_run_is_answered_from_the_app(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     settings = settings_for(db)
@@ -633,11 +643,7 @@ async def test_an_answer_given_elsewhere_meanwhile_is_refused_in_the_modal(
     run_id = waiting_run(settings, "approve", Approval())
     app = FlowdeskApp(settings, flows=flows())
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await pilot.press("a")
-        await settle(pilot)
-        modal = app.screen
-        assert isinstance(modal, AnswerScreen)
+        modal = await answer_dialog(pilot)
         wait_id = modal.selected_wait_id
         # Someone answers with `flowdesk answer` while the modal is open.
         other = bootstrap.build_engine(settings, flows=flows())
@@ -995,7 +1001,7 @@ async def test_the_answer_dialog_of_a_run_whose_waits_cannot_be_read_says_so(
 
     db = tmp_path / "t.db"
     settings = settings_for(db)
-    run_id = waiting_run(settings, "approve", Approval())
+    waiting_run(settings, "approve", Approval())
     with sqlite3.connect(db) as lite:
         lite.execute(
             "UPDATE checkpoints SET checksum='0' WHERE rowid=(SELECT max(rowid) FROM checkpoints)"
@@ -1003,11 +1009,7 @@ async def test_the_answer_dialog_of_a_run_whose_waits_cannot_be_read_says_so(
     lite.close()
     app = FlowdeskApp(settings, flows=flows())
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await pilot.press("a")
-        await settle(pilot)
-        modal = app.screen
-        assert isinstance(modal, AnswerScreen)
+        modal = await answer_dialog(pilot)
         prompt = str(modal.query_one("#prompt").render())
         assert "no question is pending" not in prompt, prompt
         assert prompt.startswith("What this run waits for cannot be read now: "), prompt
