@@ -241,8 +241,10 @@ async def _to_its_end(call: Awaitable[object], run_id: str, label: str) -> tuple
     try:
         return await asyncio.shield(task), False
     except asyncio.CancelledError:
-        if task.done():
-            raise
+        if task.done():  # it ended as the cancel came: its result, if any, is saved
+            if task.cancelled() or task.exception() is not None:
+                raise
+            return task.result(), True
         log.warning(
             "stopping agent run %s once its call to %s in flight ends (its result is then "
             "saved and not made again on resume); Ctrl-C again stops without saving it (the call "
