@@ -631,8 +631,10 @@ def test_a_waiter_sleeps_through_the_holders_turn_instead_of_polling_it(
         threading.Timer(turn, fcntl.flock, (other, fcntl.LOCK_UN)).start()
         polls = gate.polls
         gate.acquire(30.0)
-        # polling from 0.05 ms doubling to 1 ms would have tried ~300 times
-        assert gate.polls - polls <= 3, gate.polls - polls
+        # polling from 0.05 ms doubling to 1 ms through the turn tried ~300
+        # times; after it, a release a loaded machine makes late is polled
+        # for (a CI run: 6 tries), still a few dozen at most
+        assert gate.polls - polls <= 30, gate.polls - polls
         gate.release(keep=False)
     finally:
         os.close(other)
