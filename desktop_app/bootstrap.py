@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
 from desktop_app.config import Settings, default_db_path
-from desktop_app.errors import BackendUnavailableError, ConfigError, redact
+from desktop_app.errors import BackendUnavailableError, ConfigError, FlowdeskError, redact
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
 from desktop_app.private import make_private_dirs
@@ -190,6 +190,15 @@ def store_options(settings: Settings, *, owner: str | None = None) -> StoreOptio
 def _postgres_url(settings: Settings) -> str | None:
     db = parse_database(settings.db_path)
     return db.url if db.backend == "postgres" else None
+
+
+def on_postgres(db: str) -> bool:
+    """Whether ``db`` names a PostgreSQL database (``False`` for a file or
+    for text that names no backend at all)."""
+    try:
+        return parse_database(db).backend == "postgres"
+    except FlowdeskError:
+        return False
 
 
 def executes_runs(settings: Settings) -> bool:

@@ -635,12 +635,14 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self.runs_screen.banner.show_error(self._startup_waiting)
 
     def on_startup_failed(self, message: StartupFailed) -> None:
+        from desktop_app.bootstrap import on_postgres
+
         self.startup_error = message.error
         self.runs.open_gate()
         self.say(message.error, "error")
         screen = self.runs_screen
         screen.banner.show_error(f"Cannot open the database: {message.error}")
-        if _on_postgres(self.settings.db_path):
+        if on_postgres(self.settings.db_path):
             screen.status_line.say(
                 "Nothing was changed. Quit with q, do what the message says, and start "
                 "Flowdesk again (or with --db naming another database)."
@@ -1227,14 +1229,3 @@ def _moved_agent_runs(agents: Any) -> list[Any]:
         for run in agents.list(statuses=("running", "rate_limited"))
         if run.parent_run_id is None and moved_to(run.lease_owner) is not None
     ]
-
-
-def _on_postgres(db: str) -> bool:
-    """Whether ``db`` names a PostgreSQL database (``False`` for a file or
-    for text that names no backend at all)."""
-    from desktop_app.bootstrap import parse_database
-
-    try:
-        return parse_database(db).backend == "postgres"
-    except FlowdeskError:
-        return False

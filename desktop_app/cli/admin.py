@@ -455,23 +455,24 @@ def _services_once_reachable(ctx: Ctx) -> Any:
     import time
 
     from desktop_app.errors import DatabaseUnreachableError
+    from desktop_app.flow.retry import Backoff
 
-    pause, said = 0.5, False
+    cap = ctx.settings.postgres.reconnect_max_s
+    backoff = Backoff(initial_s=0.5, max_s=cap, jitter_s=0.0)  # as the worker reconnects
+    tries = 0
     while True:
         try:
             return ctx.services()
         except DatabaseUnreachableError as exc:
-            cap = ctx.settings.postgres.reconnect_max_s
-            if not said:
+            tries += 1
+            if tries == 1:
                 print(
                     f"flowdesk agent: {exc}; trying again every {cap:g} s at most until it "
                     "can be reached (Ctrl-C stops)",
                     file=sys.stderr,
                     flush=True,
                 )
-                said = True
-            time.sleep(pause)
-            pause = min(pause * 2, cap)
+            time.sleep(backoff.delay(tries))
 
 
 def say_finished_runs(engine: Any) -> None:

@@ -468,15 +468,9 @@ def _say(line: str) -> None:
     print(visible_controls(line))
 
 
-def _executes(sv: Any) -> bool:
-    """Whether a process configured as this command executes runs itself
-    (:func:`desktop_app.bootstrap.executes_runs`)."""
+def cmd_show(ctx: Ctx) -> int:
     from desktop_app.bootstrap import executes_runs
 
-    return executes_runs(sv.settings)
-
-
-def cmd_show(ctx: Ctx) -> int:
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
     if ref.kind == "agent":
@@ -582,7 +576,7 @@ def cmd_show(ctx: Ctx) -> int:
         print(_interrupted_line(ctx, run, first=needs_model(sv, run) or unregistered(sv, run)))
     elif status == "pending" and (why := unregistered(sv, run)) is not None:
         print(f"pending: {why}; then {ctx.hints.cmd(f'resume {run.run_id}')} starts it")
-    elif status == "pending" and not _executes(sv):  # PostgreSQL's workers execute it
+    elif status == "pending" and not executes_runs(sv.settings):  # PostgreSQL's workers
         print(
             "pending: saved for a worker of this database and scope to execute (a worker "
             f"of another scope never takes it); `{ctx.hints.cmd('agent')}` starts one"
@@ -592,8 +586,6 @@ def cmd_show(ctx: Ctx) -> int:
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if cp.waits or run.status == "waiting":
-        from desktop_app.bootstrap import executes_runs
-
         print("waits for:")
         lines = wait_lines(
             ctx.hints,

@@ -161,6 +161,8 @@ class SettingsScreen(ModalScreen[None]):
         return self.flowdesk.settings.model.api_key_name
 
     def compose(self) -> ComposeResult:
+        from desktop_app.bootstrap import on_postgres
+
         settings = self.flowdesk.settings
         model = settings.model
         # the form scrolls on a short terminal; Save and Close stay below it
@@ -188,7 +190,7 @@ class SettingsScreen(ModalScreen[None]):
                     id="synchronous",
                 )
                 # PostgreSQL: the server's settings decide; saving keeps the value set
-                durability.display = synchronous.display = "://" not in str(settings.db_path)
+                durability.display = synchronous.display = not on_postgres(settings.db_path)
                 yield durability
                 yield synchronous
                 yield Label("Model provider", classes="section")
