@@ -55,6 +55,18 @@ async def open_inbox(pilot: Pilot[None]) -> Any:
     return screen
 
 
+async def answer_dialog(pilot: Pilot[None]) -> Any:
+    """``a`` on the selected run once the app has settled: its answer dialog."""
+    from desktop_app.app.screens.answer import AnswerScreen
+
+    await settle(pilot)
+    await pilot.press("a")
+    await settle(pilot)
+    modal = pilot.app.screen
+    assert isinstance(modal, AnswerScreen)
+    return modal
+
+
 def messages(app: Any, severity: str | None = None) -> list[str]:
     """The app's notices (every notification it showed), optionally of one severity."""
     return [n.message for n in app.notices if severity is None or n.severity == severity]

@@ -35,7 +35,7 @@ from desktop_app.flows.digest import DigestInput, DigestState, build_digest_flow
 from desktop_app.store.domain.digest import DigestFile, files_of_run
 from desktop_app.store.protocol import RUN_STATUSES
 from desktop_app.store.sqlite.store import open_store
-from tests.app_support import messages, settle, wait_until
+from tests.app_support import answer_dialog, messages, settle, wait_until
 from tests.digest_corpus import make_corpus
 
 SIZE = (120, 40)
@@ -577,16 +577,6 @@ def stored_run(db: Path, run_id: str) -> tuple[str, dict[str, Any]]:
         return store.get_run(run_id).status, dict(store.latest(run_id).state)
     finally:
         store.close()
-
-
-async def answer_dialog(pilot: Any) -> AnswerScreen:
-    """``a`` on the selected run, once the app settled: its answer dialog."""
-    await settle(pilot)
-    await pilot.press("a")
-    await settle(pilot)
-    modal = pilot.app.screen
-    assert isinstance(modal, AnswerScreen)
-    return modal
 
 
 async def test_a_waiting_run_is_answered_from_the_app(tmp_path: Path) -> None:

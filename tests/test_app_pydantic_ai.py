@@ -17,7 +17,7 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.config import Settings, load_settings
-from tests.app_support import messages, settle, wait_until
+from tests.app_support import messages, open_inbox, settle, wait_until
 from tests.chat_server import ChatServer
 from tests.test_app_conversation import open_conversation
 from tests.test_pydantic_ai import SCRIPT, lines, worker
@@ -90,7 +90,6 @@ async def test_y_in_the_inbox_approves_a_pydantic_ai_call_with_no_flowdesk_model
 ) -> None:
     """The agent brings its own model: the inbox continues its run as
     ``flowdesk answer RUN yes`` does, with no ``[model]`` set up."""
-    from desktop_app.app.screens.inbox import InboxScreen
 
     monkeypatch.delenv("FLOWDESK_MODEL__BASE_URL", raising=False)
     monkeypatch.delenv("FLOWDESK_MODEL__MODEL", raising=False)
@@ -106,11 +105,7 @@ async def test_y_in_the_inbox_approves_a_pydantic_ai_call_with_no_flowdesk_model
             monkeypatch.setenv(name, value)
         app = FlowdeskApp(settings)
         async with app.run_test(size=(160, 45)) as pilot:
-            await settle(pilot)
-            await pilot.press("i")
-            await settle(pilot)
-            screen = app.screen
-            assert isinstance(screen, InboxScreen)
+            screen = await open_inbox(pilot)
             (item,) = screen.items
             assert item.approval and item.run_id == run_id
             await pilot.press("y")
@@ -177,7 +172,6 @@ async def test_q_while_an_approved_call_runs_waits_for_it_and_saves_its_result(
     the call end and saves its result before it closes the database, so the
     next resume goes on with that result (not "outcome unknown"), and the
     call is made once."""
-    from desktop_app.app.screens.inbox import InboxScreen
     from tests.test_pydantic_ai import agent_runs
 
     db, log, gate = tmp_path / "t.db", tmp_path / "tool.log", tmp_path / "gate"
@@ -188,10 +182,7 @@ async def test_q_while_an_approved_call_runs_waits_for_it_and_saves_its_result(
             monkeypatch.setenv(name, value)
         app = FlowdeskApp(settings)
         async with app.run_test(size=(160, 45)) as pilot:
-            await settle(pilot)
-            await pilot.press("i")
-            await settle(pilot)
-            assert isinstance(app.screen, InboxScreen)
+            await open_inbox(pilot)
             await pilot.press("y")
             await wait_until(pilot, lambda: lines(log) == ["delete x"], timeout=60)
             opener = threading.Timer(1.0, gate.touch)  # the call ends a second after q
