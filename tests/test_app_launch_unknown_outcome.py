@@ -166,10 +166,11 @@ def test_a_worker_names_a_tool_call_whose_outcome_is_unknown_with_its_show_comma
     command (its ``--db``), run as printed: it printed "show lists it",
     naming no command."""
     with interrupted_mid_call(tmp_path, monkeypatch) as (db, env, run_id):
+        said_on_stderr = tmp_path / "worker.err"  # what it said, should it not stop
         worker = subprocess.Popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.1"],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=said_on_stderr.open("w"),
             text=True,
             cwd=REPO,
             env=env,
@@ -187,7 +188,15 @@ def test_a_worker_names_a_tool_call_whose_outcome_is_unknown_with_its_show_comma
                 raise AssertionError("the worker never named the unknown outcome")
         finally:
             worker.send_signal(signal.SIGTERM)
-            worker.communicate(timeout=60)
+            try:
+                worker.communicate(timeout=60)
+            except subprocess.TimeoutExpired:  # a CI run saw this once: say what it said
+                worker.kill()
+                worker.communicate()
+                raise AssertionError(
+                    "the worker did not stop within 60 s of SIGTERM; its stderr:\n"
+                    + said_on_stderr.read_text()
+                ) from None
         printed = line.split(said, 1)[1].split("`", 1)[0]
         assert printed == f"flowdesk --db {db} show {run_id}"
         assert line.endswith("` lists it\n"), line
