@@ -18,14 +18,18 @@ its ``set_forkserver_preload``.
 
 What a forked child cannot change after start-up makes :func:`run` start a
 real interpreter instead: a different value of a variable read at start-up
-(``PYTHON*`` other than ``PYTHONPATH``, ``LANG``/``LC_*``, coverage's), or a
+(``PYTHON*`` other than ``PYTHONPATH``, ``LANG``/``LC_*``, coverage's, the
+dynamic loader's ``LD_*`` and libfaketime's ``FAKETIME*``), or a
 ``PYTHONPATH``/working directory under which ``desktop_app`` or ``tests``
-would be imported from elsewhere. Tests whose subject is the process itself
-(``kill -9`` at a moment, Ctrl-C, streaming output, start-up imports, the
-installed console script) keep using :mod:`subprocess` directly.
-:func:`run_script` forks a test's own worker script the same way
-(``python SCRIPT ARGS``): a process that kills itself at a set point (a
-SIGKILL inside a tool) is as real forked as started afresh.
+would be imported from elsewhere. :func:`run_script` forks a test's own
+worker script the same way (``python SCRIPT ARGS``): a process that kills
+itself at a set point (a SIGKILL inside a tool) is as real forked as started
+afresh. :func:`popen` is :class:`subprocess.Popen` for the processes a test
+reads line by line, signals (Ctrl-C, SIGTERM, ``kill -9`` at a moment) and
+waits for: a forked child too, with its own pid and session, its exit status
+passed on by the server. Tests whose subject is the interpreter's start-up
+(its imports, the installed console script, an interpreter option) keep
+using :mod:`subprocess` directly.
 
 Usage: ``python -m tests.cli_forkserver SOCKET`` (from :func:`run`; the
 server exits when its stdin, a pipe from the pytest process, closes).
@@ -38,6 +42,7 @@ import contextlib
 import gc
 import importlib
 import importlib.machinery
+import io
 import json
 import locale
 import os
@@ -148,6 +153,7 @@ def _startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
         or k.startswith("LC_")
         or k.startswith("COVERAGE_PROCESS_")
         or k == "SETUPTOOLS_USE_DISTUTILS"
+        or k.startswith(("LD_", "FAKETIME"))  # the dynamic loader's (libfaketime)
     }
 
 
@@ -193,9 +199,8 @@ def _refusal(
 def _serve(sock_path: str, flavour: str) -> dict[str, Any]:
     """Answer requests until stdin closes (then exit); returns only in a
     forked child, with the request that child is to run."""
-    # sys.path of `python -m` here: [cwd, PYTHONPATH..., site]
-    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    base = sys.path[1 + len(own) :]
+    # sys.path of `python -m` here, started with no PYTHONPATH: [cwd, site...]
+    base = sys.path[1:]
     startup = _startup_env(dict(os.environ), flavour)
     for name in (*PRELOAD, *FLAVOURS[flavour][0]):
         importlib.import_module(name)
@@ -248,8 +253,12 @@ def _serve(sock_path: str, flavour: str) -> dict[str, Any]:
                     return request
                 for f in fds:
                     os.close(f)
-                conn.sendall(f"pid {pid}\n".encode())
-                waiting[os.pidfd_open(pid)] = (pid, conn)
+                pidfd = os.pidfd_open(pid)  # before any waitpid: the pid is this child's
+                if request.get("handle"):  # :func:`popen`: signals go through a pidfd
+                    socket.send_fds(conn, [f"pid {pid}\n".encode()], [pidfd])
+                else:
+                    conn.sendall(f"pid {pid}\n".encode())
+                waiting[pidfd] = (pid, conn)
             else:
                 pid, conn = waiting.pop(fd)
                 _, status = os.waitpid(pid, 0)
@@ -264,6 +273,10 @@ def _run_child(request: dict[str, Any]) -> None:
     as the request describes."""
     import runpy
 
+    if request.get("session"):  # Popen's start_new_session
+        os.setsid()
+    if request.get("sigint"):  # :func:`default_sigint`, then the interpreter's handler
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     os.chdir(request["cwd"])
     os.umask(request["umask"])
     os.environ.clear()
@@ -308,7 +321,14 @@ class _Server:
 
     @staticmethod
     def _env(flavour: str) -> dict[str, str]:
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        # the server's sys.path is a fresh interpreter's with no PYTHONPATH
+        # (``python -m`` in REPO: REPO, the standard library, site-packages,
+        # the .pth entries): a child's PYTHONPATH goes before it
+        # (:func:`_child_path`). A PYTHONPATH here would hide the editable
+        # install's .pth entry (site drops it as a duplicate) from the path
+        # the children get, and send every script outside REPO's top
+        # (tests/*.py, ``-c`` in a tmp_path) to a fresh interpreter.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         if flavour == MCP_SERVERS:  # as the SDK starts a server: none of them
             for name in _startup_env(env, flavour):
                 del env[name]
@@ -416,10 +436,8 @@ def run(
     env = dict(os.environ if env is None else env)
     cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
     server = _server(flavour)
-    umask = os.umask(0o077)
-    os.umask(umask)
     request = json.dumps(
-        {"args": args, "env": env, "cwd": cwd, "umask": umask, "script": script, "code": code}
+        {"args": args, "env": env, "cwd": cwd, "umask": _umask(), "script": script, "code": code}
     ).encode()
     if code is not None:
         argv = [sys.executable, "-c", code, *args]
@@ -466,6 +484,245 @@ def run(
         if not ready:
             raise subprocess.TimeoutExpired(argv, timeout, output=out, stderr=err)
         return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child a test sends Ctrl-C (SIGINT): a shell that
+    starts the suite in the background hands its children SIGINT ignored,
+    and Python then never raises KeyboardInterrupt; restore the default.
+    :func:`popen` given it forks a child with the interpreter's own SIGINT
+    handler (KeyboardInterrupt), as a fresh interpreter started so has."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class ForkedProcess:
+    """What :func:`popen` returns for a forked child: the part of
+    :class:`subprocess.Popen`'s interface the tests use (``pid``, ``args``,
+    ``stdin``/``stdout``/``stderr``, ``returncode``, ``poll``, ``wait``,
+    ``communicate``, ``send_signal``, ``terminate``, ``kill``, ``with``).
+
+    The child is the server's, not this process's: its exit status comes
+    from the server (which reaps it), and signals go through a pidfd the
+    server sent, so a signal never reaches another process that got the
+    pid after the child was reaped.
+    """
+
+    def __init__(
+        self,
+        args: list[str],
+        pid: int,
+        pidfd: int,
+        conn: socket.socket,
+        rest: bytes,
+        streams: tuple[Any, Any, Any],
+    ) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdin, self.stdout, self.stderr = streams
+        self._pidfd = pidfd
+        self._conn = conn
+        self._buf = rest
+        self._readers: list[threading.Thread] = []
+        self._got: dict[str, list[Any]] = {}
+
+    def _status(self, timeout: float | None) -> bool:
+        """Read the server's ``status S`` line within ``timeout`` seconds
+        (None: until it comes); whether the child has ended."""
+        if self.returncode is not None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(self._conn, select.POLLIN)
+        while b"\n" not in self._buf:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not poller.poll(None if left is None else left * 1000):
+                return False
+            chunk = self._conn.recv(4096)
+            if not chunk:
+                raise RuntimeError(f"the fork server went away while {self.args} ran")
+            self._buf += chunk
+        status = int(self._buf.split(b"\n", 1)[0].split()[1])
+        self.returncode = os.waitstatus_to_exitcode(status)
+        self._conn.close()
+        os.close(self._pidfd)
+        return True
+
+    def poll(self) -> int | None:
+        self._status(0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._status(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._pidfd, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _drain(self, name: str, stream: Any) -> None:
+        self._got[name] = []
+        for chunk in iter(lambda: stream.read(65536), stream.read(0)):
+            self._got[name].append(chunk)
+        stream.close()
+
+    def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
+        """As :meth:`subprocess.Popen.communicate`: ``input`` written to
+        stdin (then closed), stdout and stderr read to their end, the child
+        waited for; ``TimeoutExpired`` after ``timeout`` seconds (call it
+        again to go on reading)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self.stdin is not None and not self.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                if input:
+                    self.stdin.write(input)
+                self.stdin.close()
+        if not self._readers:
+            for name in ("stdout", "stderr"):
+                stream = getattr(self, name)
+                if stream is not None and not stream.closed:
+                    reader = threading.Thread(target=self._drain, args=(name, stream), daemon=True)
+                    reader.start()
+                    self._readers.append(reader)
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        out = [self._joined(name) for name in ("stdout", "stderr")]
+        return out[0], out[1]
+
+    def _joined(self, name: str) -> Any:
+        if name not in self._got:
+            return None
+        chunks = self._got[name]
+        return "".join(chunks) if isinstance(getattr(self, name), io.TextIOBase) else b"".join(chunks)
+
+    def __enter__(self) -> ForkedProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in (self.stdout, self.stderr, self.stdin):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self.wait()
+
+
+def _parse_argv(argv: list[str], cwd: str) -> dict[str, Any] | None:
+    """The request for ``[sys.executable, -m MODULE | -c CODE | SCRIPT,
+    ARGS...]``; None for any other command line (options before them too)."""
+    if len(argv) < 2 or argv[0] != sys.executable:
+        return None
+    if argv[1] == "-m" and len(argv) > 2:
+        return {"module": argv[2], "args": argv[3:], "code": None, "script": None}
+    if argv[1] == "-c" and len(argv) > 2:
+        return {"code": argv[2], "args": argv[3:], "script": None}
+    if argv[1].startswith("-"):
+        return None
+    return {"script": os.path.join(cwd, argv[1]), "args": argv[2:], "code": None}
+
+
+def popen(
+    argv: list[str],
+    *,
+    stdin: Any = None,
+    stdout: Any = None,
+    stderr: Any = None,
+    text: bool = False,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    start_new_session: bool = False,
+    preexec_fn: Any = None,
+    flavour: str = "",
+    **other: Any,
+) -> Any:
+    """``subprocess.Popen(argv, ...)`` for ``[sys.executable, -m MODULE |
+    -c CODE | SCRIPT, ARGS...]``, forked from the server (see the module
+    docstring): a real process with its own pid that a test signals, kills
+    with SIGKILL, reads line by line and waits for, minus the interpreter's
+    start-up and the preloaded imports (a second of CPU for a Pydantic AI
+    or MCP worker). Returns a :class:`ForkedProcess`, or the
+    :class:`subprocess.Popen` itself for a request that needs a fresh
+    interpreter (:func:`_refusal`), another command line, or a
+    ``preexec_fn`` other than :func:`default_sigint`. ``stdin``/
+    ``stdout``/``stderr``: None (this process's), ``PIPE``, ``DEVNULL``,
+    ``STDOUT`` (stderr only), a file or a descriptor; any other keyword of
+    :class:`subprocess.Popen` starts a fresh interpreter with it."""
+    real = dict(
+        stdin=stdin, stdout=stdout, stderr=stderr, text=text, cwd=cwd, env=env,
+        start_new_session=start_new_session, preexec_fn=preexec_fn, **other,
+    )  # fmt: skip
+    where = os.path.abspath(os.getcwd() if cwd is None else cwd)
+    parsed = _parse_argv(argv, where)
+    if parsed is None or other or preexec_fn not in (None, default_sigint):
+        return subprocess.Popen(argv, **real)  # type: ignore[call-overload]
+    theirs: list[int] = []  # the child's ends, closed here once sent
+    ours: list[Any] = [None, None, None]
+
+    def end(spec: Any, index: int) -> int:
+        if spec is None:
+            return index
+        if spec == subprocess.DEVNULL:
+            fd = os.open(os.devnull, os.O_RDWR)
+            theirs.append(fd)
+            return fd
+        if spec == subprocess.PIPE:
+            r, w = os.pipe()
+            mine, child = (w, r) if index == 0 else (r, w)
+            theirs.append(child)
+            raw = io.open(mine, "wb" if index == 0 else "rb")
+            if text:
+                raw = io.TextIOWrapper(raw, encoding=_encoding(), write_through=index == 0)
+            ours[index] = raw
+            return child
+        return spec if isinstance(spec, int) else spec.fileno()
+
+    in_fd, out_fd = end(stdin, 0), end(stdout, 1)
+    err_fd = out_fd if stderr == subprocess.STDOUT else end(stderr, 2)
+    request = json.dumps(
+        {
+            **parsed,
+            "env": dict(os.environ if env is None else env),
+            "cwd": where,
+            "umask": _umask(),
+            "handle": True,
+            "session": start_new_session,
+            "sigint": preexec_fn is default_sigint,
+        }
+    ).encode()
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(_server(flavour).path)
+        socket.send_fds(conn, [_HEADER.pack(len(request))], [in_fd, out_fd, err_fd])
+        conn.sendall(request)
+        first, fds, _flags, _addr = socket.recv_fds(conn, 4096, 1)
+    finally:
+        for fd in theirs:
+            os.close(fd)
+    if not first.startswith(b"pid "):
+        conn.close()
+        for stream in ours:
+            if stream is not None:
+                stream.close()
+        return subprocess.Popen(argv, **real)  # type: ignore[call-overload]
+    line, _, rest = first.partition(b"\n")
+    return ForkedProcess(argv, int(line.split()[1]), fds[0], conn, rest, (ours[0], ours[1], ours[2]))
+
+
+def _umask() -> int:
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return umask
 
 
 def _exit_status(code: object) -> int:

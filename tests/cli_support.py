@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import cli_forkserver
+from tests.cli_forkserver import default_sigint as default_sigint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,13 +34,6 @@ def flowdesk(
     )
 
 
-def default_sigint() -> None:
-    """``preexec_fn`` for a child a test sends Ctrl-C (SIGINT): a shell that
-    starts the suite in the background hands its children SIGINT ignored,
-    and Python then never raises KeyboardInterrupt; restore the default."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def as_printed(
     command: str, env: dict[str, str], timeout: float = 60, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -53,15 +47,16 @@ def as_printed(
 
 def spawn(
     *args: str, env: dict[str, str] | None = None, new_session: bool = False
-) -> subprocess.Popen[str]:
+) -> cli_forkserver.ForkedProcess | subprocess.Popen[str]:
     """``flowdesk ARGS...`` (give ``--db`` yourself) started as a child the
     test can read line by line and signal: stdout and stderr piped as text,
     ``env`` set over this process's environment. ``new_session``: in a
     session of its own, for a child the test stops with SIGSTOP: in the
     test's process group, a stopped child gets SIGHUP from the kernel when
     the group is left orphaned by another member's exit (a CI run's
-    "returncode -1")."""
-    return subprocess.Popen(
+    "returncode -1"). Forked from :mod:`tests.cli_forkserver` (a real
+    process of its own: a :class:`~tests.cli_forkserver.ForkedProcess`)."""
+    return cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests import cli_forkserver
+
 REPO = Path(__file__).resolve().parents[1]
 #: seconds a racer may stay silent before the test fails
 LIMIT_S = 120.0
@@ -26,7 +28,7 @@ class LineRacer:
     """``python SCRIPT ARGS...`` (cwd the repository) driven by lines."""
 
     def __init__(self, script: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = cli_forkserver.popen(
             [sys.executable, str(script), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tests import cli_forkserver
 from tests import sigterm_flows
 from tests.cli_support import REPO, flowdesk
 from tests.test_agent_sigterm import BOUND_S, lines, status, submit, wait_for
@@ -36,7 +37,7 @@ def test_the_agent_outlives_a_busy_timeout_names_the_holder_and_completes_its_ru
         "FLOWDESK_BUSY_TIMEOUT_S": "0.3",
     }
     with err.open("w") as out:
-        agent = subprocess.Popen(
+        agent = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.2"],
             stdout=subprocess.DEVNULL,
             stderr=out,
@@ -49,7 +50,7 @@ def test_the_agent_outlives_a_busy_timeout_names_the_holder_and_completes_its_ru
         run_id = submit(str(db), sink, gate)
         # the agent waits in step s1 (for the file `gate`), outside a transaction
         wait_for(lambda: ["begin", "s1", "1", str(agent.pid)] in lines(sink), "s1 never began")
-        holder = subprocess.Popen(
+        holder = cli_forkserver.popen(
             [sys.executable, str(WORKER), "hold", str(db)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

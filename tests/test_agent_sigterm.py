@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests import sigterm_flows
 from tests.cli_support import REPO, flowdesk
 
@@ -58,7 +59,7 @@ class Agent:
         env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
         argv = ["--db", database, "agent", "--poll", "0.2", *extra]
         with err.open("w") as out:
-            self.popen = subprocess.Popen(
+            self.popen = cli_forkserver.popen(
                 [sys.executable, "-m", "desktop_app.cli", *argv],
                 stdout=subprocess.DEVNULL,
                 stderr=out,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from desktop_app.agent.tools import file_tools
+from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_forkserver import module_command
 from tests.cli_support import flowdesk
@@ -91,7 +92,7 @@ def test_files_tool_never_follows_a_subfolder_swapped_for_a_link(tmp_path: Path)
     (folder / "sub_dir" / "a.txt").write_text("inside")
     (folder / "sub_link").symlink_to(outside, target_is_directory=True)
     tools = tools_over(folder)
-    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER, str(folder)])
+    swapper = cli_forkserver.popen([sys.executable, "-c", SWAPPER, str(folder)])
     try:
         answers = [tools["read_file"]({"path": "sub/a.txt"}) for _ in range(6000)]
     finally:

@@ -35,6 +35,7 @@ from desktop_app.flows.digest import DigestInput, DigestState, build_digest_flow
 from desktop_app.store.domain.digest import DigestFile, files_of_run
 from desktop_app.store.protocol import RUN_STATUSES
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.app_support import answer_dialog, messages, settle, wait_until
 from tests.digest_corpus import make_corpus
 
@@ -258,7 +259,7 @@ async def test_quit_mid_run_then_the_next_launch_finishes_it(tmp_path: Path, not
         # its step was in flight at the quit: the app kept the lease (no other
         # process may run that step while this one might), and its process exits
         assert run.lease_owner == owner
-        exited = subprocess.Popen([sys.executable, "-c", "pass"])
+        exited = cli_forkserver.popen([sys.executable, "-c", "pass"])
         exited.wait()  # this test's process goes on: give the lease a pid that exited
         dead = f"{socket.gethostname()}:{exited.pid}:abc123"
         store.write(

@@ -32,6 +32,7 @@ from desktop_app.app.screens.agent_runs import AgentRunsScreen
 from desktop_app.config import load_settings
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.app_support import messages, settle, wait_until
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, as_printed, flowdesk
@@ -47,7 +48,7 @@ def killed_mid_call(tmp_path: Path, env: dict[str, str], db: Path, run_id: str) 
     """``flowdesk answer RUN yes``, killed -9 (with its MCP server) once the
     server has made the approved call's side effect."""
     log = tmp_path / "notes.log"
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -167,7 +168,7 @@ def test_a_worker_names_a_tool_call_whose_outcome_is_unknown_with_its_show_comma
     naming no command."""
     with interrupted_mid_call(tmp_path, monkeypatch) as (db, env, run_id):
         said_on_stderr = tmp_path / "worker.err"  # what it said, should it not stop
-        worker = subprocess.Popen(
+        worker = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.1"],
             stdout=subprocess.PIPE,
             stderr=said_on_stderr.open("w"),

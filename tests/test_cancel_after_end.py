@@ -26,6 +26,7 @@ import pytest
 
 from desktop_app.flow import Engine
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, flowdesk, serving
 from tests.line_racer import LineRacer
 from tests.ownership_racer import open_db
@@ -41,7 +42,7 @@ ROUNDS = 24
 def server(tmp_path: Path) -> Iterator[str]:
     """A real HTTP destination on 127.0.0.1 (tests/outbox_server.py)."""
     portfile = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, str(HERE / "outbox_server.py"), str(portfile)])
+    proc = cli_forkserver.popen([sys.executable, str(HERE / "outbox_server.py"), str(portfile)])
     try:
         while not portfile.exists() or not portfile.read_text():
             assert proc.poll() is None
@@ -79,7 +80,7 @@ def test_cancel_of_a_completed_tidy_killed_mid_delivery_withdraws_the_rest(tmp_p
     assert flowdesk(db, "db", "apply").returncode == 0
     started = flowdesk(db, "run", "tidy", "--folder", str(folder))
     run_id = started.stdout.splitlines()[0]
-    answer = subprocess.Popen(
+    answer = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -118,7 +119,7 @@ def test_cancel_of_a_completed_tidy_killed_mid_delivery_withdraws_the_rest(tmp_p
     resumed = flowdesk(db, "resume", "--all")
     assert resumed.returncode == 0, resumed.stderr
     assert "delivered" not in resumed.stdout, resumed.stdout
-    agent = subprocess.Popen(
+    agent = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -163,7 +164,7 @@ def test_cancel_of_a_completed_runs_http_posts_after_a_kill(tmp_path, server):
     finally:
         store.close()
     keys = sorted(statuses(db, run_id))
-    deliver = subprocess.Popen(
+    deliver = cli_forkserver.popen(
         [sys.executable, str(RACER), "deliver", str(db), server, "2"],
         stdout=subprocess.PIPE,
         text=True,
@@ -200,7 +201,7 @@ def test_cancel_of_a_completed_runs_http_posts_after_a_kill(tmp_path, server):
     )
     assert again.returncode == 0
     assert flowdesk(db, "resume", "--all").returncode == 0
-    agent = subprocess.Popen(
+    agent = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -53,7 +53,7 @@ def test_kill_cli_mid_run_then_resume_all(tmp_path):
     folder = tmp_path / "docs"
     files = make_corpus(folder, 1500)
     assert flowdesk(db, "db", "apply").returncode == 0
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [
             sys.executable,
             "-m",

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, as_printed, default_sigint, flowdesk
@@ -308,7 +309,7 @@ def test_sigint_to_the_app_exits_130_with_a_hint_that_runs_as_printed(tmp_path: 
     assert flowdesk(db, "db", "apply").returncode == 0
     master, slave = pty.openpty()
     env = {**os.environ, "TERM": "xterm-256color", "FLOWDESK_DB_PATH": str(db)}
-    app = subprocess.Popen(
+    app = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli"],
         stdin=slave,
         stdout=slave,

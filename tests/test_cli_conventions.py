@@ -24,6 +24,7 @@ import pytest
 from desktop_app.cli import build_parser
 from desktop_app.cli.parser import run_statuses
 from desktop_app.runs_view import INTERRUPTED
+from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 from tests.cli_wait_flows import FLOWS_ENV
 from tests.digest_corpus import make_corpus
@@ -103,7 +104,7 @@ def test_watch_streams_json_until_the_run_ends(tmp_path: Path) -> None:
     (folder / "photo.jpg").write_bytes(b"jpg")
     assert flowdesk(db, "db", "apply").returncode == 0
     rid = flowdesk(db, "run", "tidy", "--folder", str(folder)).stdout.splitlines()[0]
-    watch = subprocess.Popen(
+    watch = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "watch", rid, "-o", "jsonl"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

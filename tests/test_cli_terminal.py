@@ -32,7 +32,7 @@ def digest_on_a_terminal(tmp_path: Path, name: str, extra_env: dict[str, str]) -
     master, slave = pty.openpty()
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     env.update({"TERM": "xterm-256color", "COLUMNS": "120", **extra_env})
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [
             sys.executable,
             "-m",
@@ -95,7 +95,7 @@ def test_watch_follows_a_run_until_it_ends(tmp_path):
     assert flowdesk(*d, "db", "apply").returncode == 0
     run_id = flowdesk(*d, "start", "approval", "--input", '{"order": "o-1"}', env=env).stdout
     run_id = run_id.splitlines()[0]
-    watch = subprocess.Popen(
+    watch = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", *d, "watch", run_id[:8], "--interval", "0.05"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -111,7 +111,7 @@ def test_watch_follows_a_run_until_it_ends(tmp_path):
     rest = watch.stdout.read()
     assert watch.wait(timeout=60) == 0
     assert rest.strip().splitlines()[-1].endswith("approval  completed  -")
-    every = subprocess.Popen(
+    every = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", *d, "watch", "--interval", "0.05"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -131,7 +131,7 @@ def rerun_on_a_terminal(db: Path, folder: Path, out: Path, reply: bytes) -> tupl
     """``run digest`` with stdin/stderr on a pseudo-terminal, answering the
     resume question with ``reply``; (stdout, terminal text)."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [
             sys.executable,
             "-m",

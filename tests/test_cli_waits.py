@@ -54,7 +54,7 @@ def test_user_flow_answer_signal_and_agent(tmp_path):
     assert again.returncode == 1 and "already answered" in again.stderr
     assert "signal paid o-1" in flowdesk(db, "waiting").stdout
 
-    agent = subprocess.Popen(
+    agent = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent", "--poll", "0.1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -22,6 +22,7 @@ import pytest
 from desktop_app.flow import Engine
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 from tests.faketime_support import libfaketime, skewed_env, skewed_prefix
 from tests.polling import until
@@ -125,7 +126,7 @@ def test_an_agent_a_day_ahead_fires_no_timer_and_dates_nothing_in_the_future(db:
     finally:
         store.close()
     # the honest agent fires the timer; the run's times never go past now
-    honest = subprocess.Popen(
+    honest = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "agent"],
         cwd=REPO,
         env={**os.environ, **ENV},

@@ -104,19 +104,20 @@ for n in range(rounds):
 
 
 def _racer(folder: Path, role: str, url: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return cli_forkserver.popen(
         [sys.executable, "-c", RACER, str(folder), role, url, str(ROUNDS), THREAD, str(LOADED_S)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip
 
 
-def _wait(path: Path, procs: list[subprocess.Popen[str]]) -> None:
+def _wait(path: Path, proc: subprocess.Popen[str]) -> None:
+    """Wait for ``path``, which the racer ``proc`` writes (the other one
+    may have ended, its last round done)."""
     while not path.exists():
-        for proc in procs:
-            if proc.poll() is not None:
-                out, err = proc.communicate()
-                raise AssertionError(f"a racer exited ({proc.returncode}): {out}{err}")
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"a racer exited ({proc.returncode}): {out}{err}")
         time.sleep(0.002)
 
 
@@ -174,7 +175,7 @@ def test_db_copy_racing_the_resume_of_a_waiting_thread_runs_each_node_once_in_al
     asked = counted(base_counts)
     assert asked["review"] == 1 and asked["finish"] == 0, asked
     where = redact(pg_url, mask=None)
-    racers = [_racer(tmp_path, role, pg_url) for role in ("program", "copy")]
+    racers = {role: _racer(tmp_path, role, pg_url) for role in ("program", "copy")}
     outcomes = {"copy refused (busy)": 0, "copy refused (changed)": 0, "moved": 0}
     outcomes["finished before the copy"] = 0
     try:
@@ -188,11 +189,11 @@ def test_db_copy_racing_the_resume_of_a_waiting_thread_runs_each_node_once_in_al
             _pg_clear(pg_url)
             (tmp_path / f"prep-{n}").touch()
             for role in ("program", "copy"):
-                _wait(tmp_path / f"ready-{n}-{role}", racers)
+                _wait(tmp_path / f"ready-{n}-{role}", racers[role])
             (tmp_path / f"go-{n}").touch()
             out = {}
             for role in ("program", "copy"):
-                _wait(tmp_path / f"out-{n}-{role}", racers)
+                _wait(tmp_path / f"out-{n}-{role}", racers[role])
                 out[role] = json.loads((tmp_path / f"out-{n}-{role}").read_text())
             program, copy = out["program"], out["copy"]
             if copy["rc"] != 0:  # the program owned the thread: it finished on the file
@@ -222,7 +223,7 @@ def test_db_copy_racing_the_resume_of_a_waiting_thread_runs_each_node_once_in_al
                 k: v for k, v in asked.items() if k != "review"
             }
     finally:
-        for proc in racers:
+        for proc in racers.values():
             if proc.poll() is None:
                 proc.kill()
             proc.communicate(timeout=60)

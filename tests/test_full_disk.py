@@ -26,6 +26,7 @@ import pytest
 
 from desktop_app.errors import DiskFullError
 from desktop_app.store.connection import WAL_LIMIT_BYTES, open_connection
+from tests import cli_forkserver
 from tests.cli_support import flowdesk
 from tests.tmpfs_support import mounted_tmpfs
 
@@ -122,7 +123,7 @@ def test_a_wal_another_process_is_reading_is_left_to_it_without_waiting(tmp_path
     db = tmp_path / "flowdesk.db"
     _leave_a_large_wal(db, 9)
     size = os.stat(f"{db}-wal").st_size
-    reader = subprocess.Popen(
+    reader = cli_forkserver.popen(
         [
             sys.executable,
             "-c",

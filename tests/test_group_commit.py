@@ -24,6 +24,8 @@ from desktop_app.store.group_commit import AppendRequest, GroupCommitter
 from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
 
+from tests import cli_forkserver
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "group_commit_worker.py"
 
@@ -306,7 +308,7 @@ def test_sigkill_with_many_runs_in_flight_loses_no_acknowledged_step(db_path: Pa
 
     for round_ in range(4):
         args = ["start", str(runs), str(steps), "8"] if round_ == 0 else ["recover", "8"]
-        proc = subprocess.Popen(
+        proc = cli_forkserver.popen(
             [sys.executable, str(WORKER), str(db_path), str(log), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

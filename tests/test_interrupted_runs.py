@@ -30,6 +30,7 @@ from desktop_app.flow.owners import new_owner
 from desktop_app.runs_view import display_status
 from desktop_app.store.records import AgentRun, RunRecord, RunStatus
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.app_support import settle, wait_until
 from tests.cli_support import REPO, flowdesk
 from tests.interrupted_flows import FLOWS_ENV, gated
@@ -42,7 +43,7 @@ def start_gated(db: Path | str, folder: Path) -> tuple[subprocess.Popen[str], st
     is inside the ``hold`` step (holding its lease), with the run id."""
     started = folder / "started"
     state = {"started": str(started), "gate": str(folder / "gate")}
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [
             sys.executable,
             "-m",
@@ -85,7 +86,7 @@ def runs_json(db: Path | str) -> list[dict[str, object]]:
 
 @pytest.mark.scenario("S81")
 def test_display_status_judges_the_owner_then_the_lease() -> None:
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone = cli_forkserver.popen([sys.executable, "-c", "pass"])
     gone.wait()
     here, dead = new_owner(), f"{socket.gethostname()}:{gone.pid}:x"
     now = 1000.0

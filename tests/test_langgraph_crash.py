@@ -27,7 +27,7 @@ WORKER = str(REPO / "tests" / "langgraph_worker.py")
 
 
 def worker(db: Path | str, counts: Path, thread: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return cli_forkserver.popen(
         [sys.executable, WORKER, str(db), str(counts), thread, *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,6 +14,8 @@ from langgraph.types import Interrupt
 from desktop_app.integrations.langgraph import FlowdeskSaver
 from desktop_app.integrations.langgraph.threads import get_thread
 
+from tests import cli_forkserver
+
 ROUNDS = 20
 
 
@@ -79,7 +81,7 @@ def test_two_answers_at_one_instant_store_one_and_refuse_the_other(
 
     def answering(value: str, out: Path) -> subprocess.Popen[str]:
         argv = [str(database), value, str(start), "0.3", str(out), *threads]
-        return subprocess.Popen(
+        return cli_forkserver.popen(
             [sys.executable, str(worker), *argv],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -17,13 +17,14 @@ from desktop_app.errors import RunLeasedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests import flow_worker
 
 WORKER = Path(__file__).resolve().parent / "flow_worker.py"
 
 
 def start(db: Path, log: Path, flow: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return cli_forkserver.popen(
         [sys.executable, str(WORKER), str(db), str(log), flow],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -116,7 +117,7 @@ def test_a_killed_owner_not_yet_reaped_is_dead(tmp_path):
     it; its leases are taken over at once all the same."""
     from desktop_app.flow.owners import owner_is_dead
 
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    child = cli_forkserver.popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         owner = f"{socket.gethostname()}:{child.pid}:abc"
         assert not owner_is_dead(owner)  # alive

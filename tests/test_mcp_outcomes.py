@@ -82,7 +82,7 @@ def test_a_call_whose_server_dies_mid_call_is_outcome_unknown_and_not_repeated(t
             ("json", completion("Could not tell.")),
         ]
         env |= {"FLOWDESK_MODEL__BASE_URL": chat.url, "FLOWDESK_MODEL__MODEL": "m"}
-        ask = subprocess.Popen(
+        ask = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "ask", "note x",
              "--mcp", "notes"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,

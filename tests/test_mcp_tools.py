@@ -44,7 +44,7 @@ class Worker:
     """tests/mcp_agent_worker.py in its own process group (it and its MCP server)."""
 
     def __init__(self, db: Path, run_id: str, log: Path, mode: str) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = cli_forkserver.popen(
             [
                 sys.executable,
                 str(REPO / "tests" / "mcp_agent_worker.py"),
@@ -159,7 +159,7 @@ class HttpNotesServer:
     """tests/mcp_notes_server.py over streamable HTTP on 127.0.0.1 (a free port it reports)."""
 
     def __init__(self, log: Path, variant: str = "1") -> None:
-        self.proc = subprocess.Popen(
+        self.proc = cli_forkserver.popen(
             [sys.executable, "-m", "tests.mcp_notes_server", str(log), "http"],
             stdout=subprocess.PIPE,
             text=True,

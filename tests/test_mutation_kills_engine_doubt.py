@@ -34,6 +34,8 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.store.records import Lease
 from desktop_app.store.sqlite.store import open_store
 
+from tests import cli_forkserver
+
 OTHER = "elsewhere.example:4242:abc123"  # a live owner on another host
 UNSTORABLE = {"text": "\ud800"}  # a lone surrogate: not valid UTF-8
 TAIL = "; nothing was sent. Send plain JSON data"
@@ -173,7 +175,7 @@ def test_resuming_a_run_whose_lease_expired_logs_who_takes_it_from_whom(db_path,
 
 
 def test_resuming_a_run_held_by_an_exited_process_logs_it_as_dead(db_path, caplog):
-    pid = subprocess.Popen([sys.executable, "-c", "pass"])
+    pid = cli_forkserver.popen([sys.executable, "-c", "pass"])
     pid.wait()  # exited and reaped: no process of this host has that pid now
     dead = f"{socket.gethostname()}:{pid.pid}:abc123"
     clock = ManualClock()

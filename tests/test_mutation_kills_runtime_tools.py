@@ -28,6 +28,8 @@ from desktop_app.errors import AgentToolsChangedError, RateLimitedError
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 
+from tests import cli_forkserver
+
 THIEF = "otherhost:1:thief"
 
 
@@ -205,7 +207,7 @@ def test_a_takeover_and_a_resume_are_logged_naming_both_owners(astore, caplog):
     model = ScriptedModel([RateLimitedError("429", retry_after_s=0.0), "a", "b", "c"])
     agent = Agent("helper", model, astore, clock=clock, lease_ttl_s=30.0)
     rid = agent.ask("q", run_id="r1").run_id
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead = cli_forkserver.popen([sys.executable, "-c", "pass"])
     dead.wait()
     gone = f"{socket.gethostname()}:{dead.pid}:x"
     astore.claim(rid, gone, clock.now() + 1000, 0.0)

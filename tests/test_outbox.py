@@ -16,6 +16,7 @@ import pytest
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.outbox_worker import Order
 
 HERE = Path(__file__).resolve().parent
@@ -24,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture
 def destination(tmp_path):
     portfile = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, str(HERE / "outbox_server.py"), str(portfile)])
+    proc = cli_forkserver.popen([sys.executable, str(HERE / "outbox_server.py"), str(portfile)])
     deadline = time.monotonic() + 10
     while not portfile.exists() or not portfile.read_text():
         assert time.monotonic() < deadline, "server did not start"

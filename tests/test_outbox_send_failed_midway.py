@@ -26,6 +26,7 @@ import pytest
 from desktop_app.flow.outbox import SEND_FAILED, resent_unchecked
 from desktop_app.runs_view import MAY_HAVE_BEEN_MADE
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import flowdesk
 from tests.test_outbox import count
 
@@ -36,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 def dying_destination(tmp_path: Path) -> Iterator[str]:
     """The URL of a server that makes each key's first POST and then drops it."""
     portfile = tmp_path / "port"
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [sys.executable, str(HERE / "outbox_server.py"), str(portfile), "--drop-first"]
     )
     deadline = time.monotonic() + 10

@@ -21,6 +21,7 @@ import apsw
 import pytest
 
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import REPO
 
 HOLDER = Path(__file__).resolve().parent / "lease_holder.py"
@@ -56,7 +57,7 @@ def _holder(
     env = {**os.environ, "LEASE_HOLD_S": str(hold_s)}
     if release is not None:
         env["LEASE_RELEASE"] = str(release)
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [sys.executable, str(HOLDER), str(db), str(sink), str(ttl), str(busy)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

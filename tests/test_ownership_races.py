@@ -23,6 +23,7 @@ import pytest
 
 from desktop_app.flow import Engine
 from desktop_app.store.protocol import Lease
+from tests import cli_forkserver
 from tests.ownership_racer import (
     RACE_AGENT,
     Approval,
@@ -44,7 +45,7 @@ class Crash(BaseException):
 
 def dead_owner() -> str:
     """An owner id of this host whose process exited and was reaped."""
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child = cli_forkserver.popen([sys.executable, "-c", "pass"])
     child.wait()
     return f"{socket.gethostname()}:{child.pid}:dead01"
 
@@ -55,7 +56,7 @@ class Racers:
     def __init__(self, mode: str, db: str, sink: Path, count: int = 2) -> None:
         self.sink = sink
         self.procs = [
-            subprocess.Popen(
+            cli_forkserver.popen(
                 [sys.executable, str(RACER), mode, db, str(sink)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from desktop_app.store import postgres
+from tests import cli_forkserver
 from tests.cli_support import stop_agent
 from tests.pg_support import PrivateCluster, find_bindir, unavailable
 
@@ -76,7 +77,7 @@ def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp
         (folder / f"f{i:04d}.txt").write_text(f"file {i}\n")
 
     def flowdesk(*args: str, **kwargs: object) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        return cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", url, *args],
             cwd=REPO, env=env, text=True, **kwargs,  # type: ignore[call-overload]
         )  # fmt: skip
@@ -191,7 +192,7 @@ def test_an_agent_started_while_the_server_is_down_waits_for_it_and_serves(own_c
         FLOWDESK_POSTGRES__CONNECT_WAIT_S="1",
     )
     own_cluster.crash()  # down before the worker starts
-    agent = subprocess.Popen(
+    agent = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent", "--poll", "0.3"],
         cwd=REPO, env=env, text=True, stderr=subprocess.PIPE,
     )  # fmt: skip

@@ -21,6 +21,7 @@ from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.ask import AskScreen
 from desktop_app.app.screens.inbox import InboxScreen
 from desktop_app.config import load_settings
+from tests import cli_forkserver
 from tests.app_support import messages, settle, wait_until
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk, stop_agent
@@ -46,7 +47,7 @@ def agent_run(url: str, run_id: str):
 def serve_until_done(url: str, run_id: str, env: dict[str, str], err: Path) -> None:
     """A real ``flowdesk --db URL agent`` worker, stopped once the run is done."""
     with err.open("w") as out:
-        agent = subprocess.Popen(
+        agent = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent", "--poll", "0.2"],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -93,7 +93,7 @@ def test_db_copy_then_agent_worker_finishes_the_copied_runs(db_path, pg_url, tmp
     assert copied.returncode == 0, copied.stderr
     assert "copied 1 flow run from" in copied.stdout
 
-    agent = subprocess.Popen(
+    agent = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", pg_url, "agent", "--poll", "0.2"],
         stderr=subprocess.PIPE, text=True, cwd=REPO, env=dict(os.environ),
     )  # fmt: skip
@@ -167,7 +167,7 @@ def test_agent_stops_on_sigterm_soon_when_its_database_went_away(pg_url):
     relay = WireCounter(int(urlsplit(pg_url).port or 5432))
     relay.start()
     try:
-        agent = subprocess.Popen(
+        agent = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", relay.url(pg_url), "agent",
              "--poll", "0.2"],
             stderr=subprocess.PIPE, text=True, cwd=REPO,

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from desktop_app.store.postgres.sql import redact
+from tests import cli_forkserver
 from tests.cli_support import REPO
 from tests.pg_proxy import CommitDropProxy
 from tests.pg_support import with_address
@@ -50,7 +51,7 @@ def spawn(*args: str, resolve_timeout_s: float | None = None) -> subprocess.Pope
             f"p.RESOLVE_TIMEOUT_S = {resolve_timeout_s}\n"
         )
     code += "from desktop_app.cli import main\nsys.exit(main(sys.argv[1:]))\n"
-    return subprocess.Popen(
+    return cli_forkserver.popen(
         [sys.executable, "-c", code, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -24,6 +24,7 @@ import pytest
 
 from desktop_app.flow.worker import ServerClock
 from desktop_app.store.postgres.store import open_postgres_store
+from tests import cli_forkserver
 from tests.cli_support import stop_agent
 from tests.pg_wire import WireCounter
 
@@ -191,7 +192,7 @@ def test_a_worker_says_the_database_is_unreachable_while_it_is_and_for_how_long(
     time the outage lasted after it said so (it said 0.0 s after an 86 s
     outage)."""
     relay = WireCounter(int(urlsplit(pg_url).port or 5432))
-    agent = subprocess.Popen(
+    agent = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", relay.url(pg_url), "agent",
          "--poll", "0.2"],
         stderr=subprocess.PIPE, text=True, cwd=REPO,

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
+
 pytestmark = pytest.mark.postgres
 
 WORKER = str(Path(__file__).with_name("pg_worker.py"))
@@ -69,7 +71,7 @@ class Proc:
 
 def spawn(url: str, host: str, *args: str, wait: bool = True) -> Proc:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    popen = subprocess.Popen(
+    popen = cli_forkserver.popen(
         [sys.executable, WORKER, url, host, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -315,7 +317,7 @@ def test_two_outbox_dispatchers_one_sigkilled_mid_send(pg_url, pg_store, tmp_pat
     from tests.outbox_worker import Order, flow
 
     portfile = tmp_path / "port"
-    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("outbox_server.py")),
+    server = cli_forkserver.popen([sys.executable, str(Path(__file__).with_name("outbox_server.py")),
                                str(portfile)])  # fmt: skip
     try:
         engine = Engine(pg_store, flows=[flow()])

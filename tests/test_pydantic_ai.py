@@ -233,7 +233,7 @@ def test_flowdesk_agent_resumes_an_interrupted_pydantic_ai_run(db_path, tmp_path
     log = tmp_path / "tool.log"
     with ChatServer() as server:
         run_id, env = killed_run(db_path, log, server)
-        served = subprocess.Popen(
+        served = cli_forkserver.popen(
             [
                 sys.executable,
                 "-m",
@@ -359,7 +359,7 @@ def test_the_readme_snippet_killed_and_run_again_as_its_comment_says_resumes_its
                 env=env,
             )
 
-        program = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env)
+        program = cli_forkserver.popen([sys.executable, str(script)], cwd=tmp_path, env=env)
         wait_for(lambda: len(server.requests) == 2, "the second model request")
         program.kill()  # kill -9
         program.wait(60)
@@ -605,7 +605,7 @@ def gated(server: ChatServer, log: Path, gate: Path, q: str) -> dict[str, str]:
 def started_worker(db: str, env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
     """The worker driving a new run of ``find a then b``, and the run's id
     (printed once the run is stored)."""
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [sys.executable, str(WORKER), db, "run", "find a then b"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -915,7 +915,7 @@ def test_ctrl_c_in_flowdesk_resume_says_it_waits_for_the_call_and_its_hint_does_
     with ChatServer() as server:
         run_id, env = killed_run(db_path, log, server)  # killed inside lookup(b)
         env = {**env, **REGISTERED}
-        proc = subprocess.Popen(
+        proc = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", run_id],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

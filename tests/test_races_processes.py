@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.contract.test_races import cp, run_record
 
 WORKER = Path(__file__).resolve().parent / "race_worker.py"
@@ -22,7 +23,7 @@ def race(tmp_path: Path, name: str, *argsets: list[str]) -> list[str]:
     """Start one worker per argument list, release them together, return outputs."""
     go = tmp_path / f"{name}.go"
     procs = [
-        subprocess.Popen(
+        cli_forkserver.popen(
             [sys.executable, str(WORKER), args[0], args[1], str(go), *args[2:]],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests import cli_forkserver
 from tests.cli_support import as_printed, flowdesk
 from tests.polling import until
 from tests.test_changed_flow_stuck import PAUSE_S, commands, start, status, user_db, write_flow
@@ -132,7 +133,7 @@ def test_a_run_a_live_process_holds_is_left_to_it_until_that_process_dies(
     hold.touch()
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
-    holder = subprocess.Popen(
+    holder = cli_forkserver.popen(
         [sys.executable, str(script), str(db), run_id],
         stdout=subprocess.PIPE,
         text=True,

@@ -25,6 +25,7 @@ import pytest
 
 from desktop_app.app.previews import tidy_preview
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.tidy_folders import fill, tidied, top_files
 
@@ -48,7 +49,7 @@ def test_a_tidy_killed_mid_queueing_shows_its_files_approved_and_the_printed_res
     assert flowdesk(db, "db", "apply").returncode == 0
     started = flowdesk(db, "run", "tidy", "--folder", str(folder))
     run_id = started.stdout.splitlines()[0]
-    answer = subprocess.Popen(
+    answer = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -23,6 +23,7 @@ from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow
 from desktop_app.runs_view import MAY_HAVE_BEEN_MADE
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.line_racer import CLI_RACER, LineRacer
 from tests.tidy_folders import fill, tidied, top_files
@@ -33,7 +34,7 @@ WORKER = str(REPO / "tests" / "tidy_cli_worker.py")
 def worker(*args: str, go: Path | None = None, **kw: str) -> subprocess.Popen[str]:
     opts = [f"--go={go}"] if go else []
     opts += [f"--{k.replace('_', '-')}={v}" for k, v in kw.items()]
-    return subprocess.Popen(
+    return cli_forkserver.popen(
         [sys.executable, WORKER, *opts, "--", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

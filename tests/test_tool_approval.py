@@ -600,7 +600,7 @@ def test_an_answer_killed_while_its_mcp_server_starts_keeps_the_approval(
         )
         config.write_text(slow)
         argv = shlex.split(approve)[1:]
-        answering = subprocess.Popen(
+        answering = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", *argv],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -215,7 +215,7 @@ def test_agent_banner_log_and_hints_never_show_a_query_string_password(
     url = f"{pg_url}?application_name=tryout&password={SECRET}"
     state = tmp_path / "state"
     env = {**os.environ, "XDG_STATE_HOME": str(state)}
-    worker = subprocess.Popen(
+    worker = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
     )  # fmt: skip

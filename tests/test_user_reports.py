@@ -67,7 +67,7 @@ def test_cancel_a_busy_run_from_another_process(tmp_path):
     make_corpus(folder, 3000)
     db = tmp_path / "f.db"
     assert flowdesk("--db", str(db), "db", "apply").returncode == 0
-    proc = subprocess.Popen(
+    proc = cli_forkserver.popen(
         [
             sys.executable,
             "-m",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests import renamed_flows, sigterm_flows
 from tests.cli_support import REPO, as_printed, flowdesk
 
@@ -63,7 +64,7 @@ def agent(url: str, env: dict[str, str], out: Path) -> subprocess.Popen[bytes]:
     """``flowdesk --db URL --scope team agent`` with ``env``, its output in ``out``."""
     argv = ["-m", "desktop_app.cli", "--db", url, "--scope", SCOPE, "agent", "--poll", "0.2"]
     with out.open("w") as f:
-        return subprocess.Popen(
+        return cli_forkserver.popen(
             [sys.executable, *argv], stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=env
         )
 

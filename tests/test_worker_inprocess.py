@@ -34,6 +34,8 @@ from desktop_app.flow.events import RunFinished
 from desktop_app.flow.worker import ServerClock, Worker
 from desktop_app.store.sqlite.store import open_store
 
+from tests import cli_forkserver
+
 BOUND_S = 30.0  # upper bound on any blocking wait (shared, loaded CPUs)
 OWNER = f"worker-a:{os.getpid()}:inproc"
 
@@ -866,7 +868,7 @@ def test_pg_a_pass_that_also_takes_a_dead_local_owners_run_starts_each_run_once(
     import subprocess
     import sys
 
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone = cli_forkserver.popen([sys.executable, "-c", "pass"])
     gone.wait()
     dead = Engine(pg.store, flows=[], owner=f"{socket.gethostname()}:{gone.pid}:dead00")
     left = pg.app.start("two", {})

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests import sigterm_flows
 from tests.cli_support import REPO, as_printed, flowdesk
 
@@ -45,7 +46,7 @@ def killed_mid_run(url: str, tmp_path: Path) -> str:
     sink, gate = tmp_path / "first.log", tmp_path / "first-gate"
     state = f'{{"sink": "{sink}", "gate": "{gate}"}}'
     argv = ["--db", url, "start", "effects", "--input", state]
-    start = subprocess.Popen(
+    start = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", *argv],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -81,7 +82,7 @@ def test_a_worker_without_the_runs_flow_says_so_once_and_show_says_what_to_set(
     err = tmp_path / "worker.err"
     env = {k: v for k, v in os.environ.items() if k != "FLOWDESK_FLOWS"}
     with err.open("w") as out:
-        worker = subprocess.Popen(
+        worker = cli_forkserver.popen(
             [sys.executable, "-m", "desktop_app.cli", "--db", pg_url, "agent", "--poll", "0.2"],
             stdout=out,
             stderr=subprocess.STDOUT,
