@@ -421,6 +421,7 @@ def run(
     input: str | None = None,
     script: str | None = None,
     code: str | None = None,
+    module: str | None = None,
     flavour: str = "",
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([python, "-m", "desktop_app.cli", *args], env=env,
@@ -437,10 +438,20 @@ def run(
     cwd = os.path.abspath(os.getcwd() if cwd is None else cwd)
     server = _server(flavour)
     request = json.dumps(
-        {"args": args, "env": env, "cwd": cwd, "umask": _umask(), "script": script, "code": code}
+        {
+            "args": args,
+            "env": env,
+            "cwd": cwd,
+            "umask": _umask(),
+            "script": script,
+            "code": code,
+            "module": module,
+        }
     ).encode()
     if code is not None:
         argv = [sys.executable, "-c", code, *args]
+    elif module is not None:
+        argv = [sys.executable, "-m", module, *args]
     else:
         argv = [sys.executable, *([script] if script else ["-m", "desktop_app.cli"]), *args]
     with (
@@ -605,7 +616,9 @@ class ForkedProcess:
         if name not in self._got:
             return None
         chunks = self._got[name]
-        return "".join(chunks) if isinstance(getattr(self, name), io.TextIOBase) else b"".join(chunks)
+        return (
+            "".join(chunks) if isinstance(getattr(self, name), io.TextIOBase) else b"".join(chunks)
+        )
 
     def __enter__(self) -> ForkedProcess:
         return self
@@ -680,7 +693,7 @@ def popen(
             r, w = os.pipe()
             mine, child = (w, r) if index == 0 else (r, w)
             theirs.append(child)
-            raw = io.open(mine, "wb" if index == 0 else "rb")
+            raw = open(mine, "wb" if index == 0 else "rb")  # noqa: SIM115 (the caller's)
             if text:
                 raw = io.TextIOWrapper(raw, encoding=_encoding(), write_through=index == 0)
             ours[index] = raw
@@ -716,13 +729,49 @@ def popen(
                 stream.close()
         return subprocess.Popen(argv, **real)  # type: ignore[call-overload]
     line, _, rest = first.partition(b"\n")
-    return ForkedProcess(argv, int(line.split()[1]), fds[0], conn, rest, (ours[0], ours[1], ours[2]))
+    return ForkedProcess(
+        argv, int(line.split()[1]), fds[0], conn, rest, (ours[0], ours[1], ours[2])
+    )
 
 
 def _umask() -> int:
     umask = os.umask(0o077)
     os.umask(umask)
     return umask
+
+
+def run_argv(
+    argv: list[str],
+    *,
+    capture_output: bool = False,
+    text: bool = False,
+    check: bool = False,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | str | None = None,
+    timeout: float | None = None,
+    input: str | None = None,
+    **other: Any,
+) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(argv, ...)`` for ``[sys.executable, -m MODULE | -c
+    CODE | SCRIPT, ARGS...]`` with its output captured as text, forked as
+    :func:`run` does; any other command line or keyword is that very
+    ``subprocess.run``. ``check``: :class:`subprocess.CalledProcessError`
+    on a status other than 0, as there."""
+    where = os.path.abspath(os.getcwd() if cwd is None else cwd)
+    parsed = _parse_argv(argv, where)
+    if parsed is None or other or not (capture_output and text):
+        return subprocess.run(
+            argv, capture_output=capture_output, text=text, check=check, env=env, cwd=cwd,
+            timeout=timeout, input=input, **other,
+        )  # fmt: skip
+    done = run(
+        parsed["args"], env=env, cwd=where, timeout=timeout, input=input,
+        script=parsed.get("script"), code=parsed.get("code"), module=parsed.get("module"),
+    )  # fmt: skip
+    done.args = argv
+    if check:
+        done.check_returncode()
+    return done
 
 
 def _exit_status(code: object) -> int:

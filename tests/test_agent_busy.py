@@ -15,8 +15,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tests import cli_forkserver
-from tests import sigterm_flows
+from tests import cli_forkserver, sigterm_flows
 from tests.cli_support import REPO, flowdesk
 from tests.test_agent_sigterm import BOUND_S, lines, status, submit, wait_for
 from tests.test_write_gate import state

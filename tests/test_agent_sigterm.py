@@ -24,8 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import cli_forkserver
-from tests import sigterm_flows
+from tests import cli_forkserver, sigterm_flows
 from tests.cli_support import REPO, flowdesk
 
 BOUND_S = 90.0  # upper bound on any wait (shared, loaded CPUs)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import threading
 from pathlib import Path

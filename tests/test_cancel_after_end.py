@@ -196,7 +196,7 @@ def test_cancel_of_a_completed_runs_http_posts_after_a_kill(tmp_path, server):
     line = runs_line(db, run_id)
     assert "completed" in line and "queued" not in line and "may have" not in line, line
 
-    again = subprocess.run(
+    again = cli_forkserver.run_argv(
         [sys.executable, str(RACER), "deliver", str(db), server, "0"], cwd=REPO, check=True
     )
     assert again.returncode == 0

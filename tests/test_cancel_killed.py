@@ -12,7 +12,6 @@ killed with ``SIGKILL`` at the instant the run reads back canceled.
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -21,6 +20,7 @@ from desktop_app.flow import Engine
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import CANCELED, Dispatcher
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import REPO
 from tests.test_cancel_withdraws import Recorder, mailer
 
@@ -33,7 +33,7 @@ def test_a_cancel_killed_once_the_run_is_canceled_left_nothing_to_send(request, 
     rid = Engine(store, flows=[flow], clock=ManualClock()).run(flow, {}).run_id
     assert store.undelivered_intents() == {rid: 1}
 
-    killed = subprocess.run(
+    killed = cli_forkserver.run_argv(
         [sys.executable, "tests/cancel_killed_worker.py", db, rid],
         cwd=REPO,
         capture_output=True,
@@ -62,7 +62,7 @@ def test_a_cancel_of_a_damaged_run_killed_once_it_is_canceled_left_nothing_to_se
     revision = store.get_run(rid).revision
     store.close()  # two SQLite libraries on one file in one process break its locks
     _damage(db_path, rid, revision)
-    killed = subprocess.run(
+    killed = cli_forkserver.run_argv(
         [sys.executable, "tests/cancel_killed_worker.py", str(db_path), rid],
         cwd=REPO,
         capture_output=True,

@@ -28,6 +28,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import Dispatcher
 from desktop_app.flows import builtin_destinations
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, default_sigint, flowdesk
 from tests.tidy_folders import fill, tidied, top_files
 
@@ -384,7 +385,7 @@ def mailer_killed_mid_send(db: Path, effects: Path) -> tuple[Engine, str]:
     flow = mailer()
     engine = Engine(open_store(db), flows=[flow])
     rid = engine.run(flow, {}).run_id
-    died = subprocess.run(
+    died = cli_forkserver.run_argv(
         [sys.executable, "-c", DYING_DISPATCHER, str(db), str(effects)], cwd=REPO, check=False
     )
     assert died.returncode == -signal.SIGKILL

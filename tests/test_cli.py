@@ -18,7 +18,7 @@ def flowdesk(db: Path, *args: str, timeout: float = 120) -> subprocess.Completed
 
 
 def test_version():
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--version"], capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.startswith("flowdesk ")

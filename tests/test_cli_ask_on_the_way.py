@@ -14,10 +14,10 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
+from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_forkserver import module_command
 from tests.cli_support import REPO, flowdesk
@@ -119,7 +119,7 @@ def test_ask_says_it_is_connecting_to_each_mcp_server_on_stderr_only(tmp_path: P
         env = model_env(server, FLOWDESK_CONFIG=str(config))
         assert flowdesk(db, "db", "apply", env=env).returncode == 0
         server.script = [("json", completion("Nothing to note."))]
-        out = subprocess.run(
+        out = cli_forkserver.run_argv(
             [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "ask", "hi", "--mcp",
              "notes"],
             capture_output=True, text=True, timeout=120, cwd=REPO, env=env,

@@ -349,7 +349,7 @@ def test_start_names_the_flow_meant_and_completion_offers_flow_names(tmp_path: P
     assert out.returncode == 2 and "did you mean 'digest'?" in out.stderr
     answer = tmp_path / "completions"
     line = f"flowdesk --db {db} start "
-    done = subprocess.run(
+    done = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli"],
         capture_output=True,
         text=True,

@@ -11,6 +11,7 @@ import pytest
 from desktop_app.bootstrap import parse_database
 from desktop_app.cli.output import Hints, iso
 from desktop_app.errors import BackendUnavailableError, ConfigError
+from tests import cli_forkserver
 
 
 def test_iso_is_utc_with_milliseconds():
@@ -62,7 +63,7 @@ def test_cli_package_names_no_backend():
 
 
 def test_python_m_and_entry_point_both_work():
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--version"], capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.startswith("flowdesk ")

@@ -18,6 +18,7 @@ import pytest
 
 from desktop_app.bootstrap import open_services
 from desktop_app.config import load_settings
+from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import REPO, flowdesk
 from tests.faketime_support import skewed_env
@@ -30,7 +31,7 @@ def skewed(
     offset: str, db: Path, env: dict[str, str], *args: str
 ) -> subprocess.CompletedProcess[str]:
     """``flowdesk --db DB ARGS`` in a process whose clock is ``offset`` off."""
-    return subprocess.run(
+    return cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
         capture_output=True,
         text=True,

@@ -45,7 +45,7 @@ def skewed(
 ) -> subprocess.CompletedProcess[str]:
     """``flowdesk --db DB ARGS`` in a process whose clock is ``offset``
     (faketime's ``-f`` syntax: ``-1h``, ``+1d``) off the system's."""
-    return subprocess.run(
+    return cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
         capture_output=True,
         text=True,

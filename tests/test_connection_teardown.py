@@ -27,6 +27,7 @@ from desktop_app import bootstrap
 from desktop_app.config import load_settings
 from desktop_app.store.connection import busy_timeout_s, connections_open, open_connection
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 
 def _callbacks(conn: object) -> list[object]:
@@ -118,7 +119,7 @@ def _no_core() -> None:
 def _teardown(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "teardown.py"
     script.write_text(_DEALLOC_WITH_CALLBACKS)
-    return subprocess.run(
+    return cli_forkserver.run_argv(
         [sys.executable, str(script), mode],
         cwd=tmp_path,
         capture_output=True,
@@ -159,7 +160,7 @@ def test_dropping_flowdesk_connections_survives_a_collection_in_their_teardown(
 ) -> None:
     script = tmp_path / "flowdesk_teardown.py"
     script.write_text(_FLOWDESK_TEARDOWN)
-    done = subprocess.run(
+    done = cli_forkserver.run_argv(
         [sys.executable, str(script), str(tmp_path / "f.db")],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from desktop_app.errors import CheckpointNotFoundError
 from desktop_app.flow import Engine, ExecutionContext, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 CTX = ExecutionContext(
     tenant_id="acme",
@@ -172,11 +172,11 @@ def test_context_after_a_crash_and_resume(db_path, tmp_path):
         "    print(engine.recover()[0][1].status)\n"
     )
     log = tmp_path / "executions.log"
-    r = subprocess.run(
+    r = cli_forkserver.run_argv(
         [sys.executable, str(script), str(db_path), "kill", str(log)], capture_output=True
     )
     assert r.returncode == -signal.SIGKILL
-    r = subprocess.run(
+    r = cli_forkserver.run_argv(
         [sys.executable, str(script), str(db_path), "resume", str(log)],
         capture_output=True,
         text=True,

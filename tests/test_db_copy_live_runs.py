@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, flowdesk, spawn
 
 FLOWS = '["tests.test_db_copy_live_runs:gate"]'
@@ -277,7 +278,7 @@ def test_held_runs_names_each_kind_a_live_owner_holds_and_no_dead_ones(
     flow_ids = [Engine(store, flows=[gate]).start("gate", {}) for _ in range(3)]
     store.close()
     add_agent_runs(db_path, 2)
-    gone = subprocess.run(
+    gone = cli_forkserver.run_argv(
         [sys.executable, "-c", "from desktop_app.flow.owners import new_owner; print(new_owner())"],
         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)},
     ).stdout.strip()  # fmt: skip

@@ -104,7 +104,7 @@ def test_missing_folder_is_an_input_error(tmp_path):
 
     with pytest.raises(InputError, match="does not exist"):
         check_input(tmp_path / "nope", tmp_path / "out")
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [
             sys.executable,
             "-m",

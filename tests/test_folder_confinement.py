@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime
@@ -26,6 +25,7 @@ from desktop_app.flows.tidy import DESTINATION, FileMover, build_tidy_flow, plan
 from desktop_app.store.domain.digest import files_of_run
 from desktop_app.store.domain.tidy import moves_of_run
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
 MARCH = datetime(2025, 3, 15, 12, 0, tzinfo=UTC).timestamp()
@@ -365,7 +365,7 @@ def test_files_swapped_for_a_fifo_or_a_link_after_the_scan_are_skipped_not_read(
     make(folder / "sub" / "secret.txt", "A harmless note in a sub folder.")
 
     # a child process: on today's code the FIFO read blocks forever
-    r = subprocess.run(
+    r = cli_forkserver.run_argv(
         [sys.executable, "-c", SWAPPER, str(db_path), str(folder), str(out), str(secret)],
         cwd=ROOT,
         capture_output=True,

@@ -102,7 +102,7 @@ def _leave_a_large_wal(db: Path, mib: int) -> None:
         "    with c: c.execute('INSERT INTO big VALUES (zeroblob(1048576))')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    died = subprocess.run([sys.executable, "-c", code, str(db)], timeout=60)
+    died = cli_forkserver.run_argv([sys.executable, "-c", code, str(db)], timeout=60)
     assert died.returncode == -9
     assert os.stat(f"{db}-wal").st_size > 2 * WAL_LIMIT_BYTES
 

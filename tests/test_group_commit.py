@@ -23,7 +23,6 @@ from desktop_app.flow.events import StepFinished
 from desktop_app.store.group_commit import AppendRequest, GroupCommitter
 from desktop_app.store.memory.store import InMemoryCheckpointStore
 from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
-
 from tests import cli_forkserver
 
 ROOT = Path(__file__).resolve().parents[1]

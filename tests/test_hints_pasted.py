@@ -21,7 +21,7 @@ from typing import TypedDict
 import pytest
 from rich.cells import cell_len
 
-from tests import sigterm_flows
+from tests import cli_forkserver, sigterm_flows
 from tests.cli_support import REPO, flowdesk
 from tests.digest_corpus import make_corpus
 
@@ -212,7 +212,7 @@ def test_hints_name_the_expanded_database_path_of_flowdesk_db_path(tmp_path: Pat
     home = tmp_path / "home"
     home.mkdir()
     env = {"HOME": str(home), "FLOWDESK_DB_PATH": "$HOME/z.db", "FLOWDESK_FLOWS": APPROVAL}
-    missing = subprocess.run(
+    missing = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "runs"],
         capture_output=True,
         text=True,

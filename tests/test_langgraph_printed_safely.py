@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 from tests.langgraph_worker import build_graph
 
@@ -98,7 +98,7 @@ def test_db_copy_of_threads_says_their_program_continues_them_and_its_line_does(
         "durability='sync')\n"
         "print(json.dumps(out['summary']))\n"
     )
-    ran = subprocess.run(
+    ran = cli_forkserver.run_argv(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )  # fmt: skip

@@ -13,7 +13,6 @@ from langgraph.types import Interrupt
 
 from desktop_app.integrations.langgraph import FlowdeskSaver
 from desktop_app.integrations.langgraph.threads import get_thread
-
 from tests import cli_forkserver
 
 ROUNDS = 20

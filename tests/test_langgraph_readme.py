@@ -5,12 +5,12 @@ answers, and running it again finishes the graph with the answer."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 
 
@@ -31,7 +31,7 @@ def test_the_readme_snippet_asks_is_answered_and_goes_on(tmp_path: Path) -> None
     env = {**os.environ, "FLOWDESK_DB_PATH": str(db), "PYTHONPATH": str(REPO)}
 
     def run() -> str:
-        done = subprocess.run(
+        done = cli_forkserver.run_argv(
             [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
         )
         assert done.returncode == 0, done.stderr
@@ -40,7 +40,7 @@ def test_the_readme_snippet_asks_is_answered_and_goes_on(tmp_path: Path) -> None
     assert "Ship release 42?" in run()
     listed = flowdesk(db, "runs")
     assert "release-42" in listed.stdout and "waiting" in listed.stdout
-    answered = subprocess.run(
+    answered = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", "release-42", "-"],
         input="yes\n", capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip

@@ -17,8 +17,7 @@ from desktop_app.errors import RunLeasedError
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
-from tests import cli_forkserver
-from tests import flow_worker
+from tests import cli_forkserver, flow_worker
 
 WORKER = Path(__file__).resolve().parent / "flow_worker.py"
 
@@ -51,7 +50,7 @@ def test_second_process_never_executes_a_leased_run_and_takes_over_a_dead_owner(
     a = start(db_path, log, "slow5")
     wait_for_lines(log, 2, a)  # A finished s0 and now holds the run inside s1 (blocked)
     # B finds the run in the file but must not execute it while A holds the lease
-    b = subprocess.run(
+    b = cli_forkserver.run_argv(
         [sys.executable, str(WORKER), str(db_path), str(log), "slow5"],
         capture_output=True,
         text=True,
@@ -63,7 +62,7 @@ def test_second_process_never_executes_a_leased_run_and_takes_over_a_dead_owner(
     a.send_signal(signal.SIGKILL)
     assert a.wait(10) == -signal.SIGKILL
     Path(str(log) + ".release").touch()  # s1 may finish now
-    c = subprocess.run(
+    c = cli_forkserver.run_argv(
         [sys.executable, str(WORKER), str(db_path), str(log), "slow5"],
         capture_output=True,
         text=True,

@@ -373,7 +373,7 @@ def test_a_resume_stops_naming_each_used_tool_and_field_that_changed(sqlite_stor
 
 
 def _crash_worker(db: Path, run_id: str, folder: Path, mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return cli_forkserver.run_argv(
         [sys.executable, str(REPO / "tests" / "mcp_crash_worker.py"), str(db), run_id,
          json.dumps(node_server("filesystem", str(folder))), mode],
         capture_output=True, text=True, timeout=120, cwd=REPO, start_new_session=True,

@@ -7,9 +7,10 @@ A real subprocess, and a real MCP server in it (tests/mcp_notes_server.py)."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import cli_forkserver
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,7 @@ with McpServer("notes", command=command, timeout_s=20) as server:
 
 
 def test_a_stdio_server_starts_after_the_stderr_the_sdk_saw_was_closed(tmp_path):
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "notes.log"), str(tmp_path / "old.err")],
         cwd=REPO,
         capture_output=True,

@@ -8,7 +8,6 @@ tests SIGKILL a real worker process mid-attempt and resume the run here.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.protocol import StepRecord
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 
 def both_ways(ts: float) -> str:
@@ -956,7 +956,7 @@ def crash_flows(log: str, kill: bool):
 
 
 def _crash(db_path: Path, log: Path, which: str) -> str:
-    proc = subprocess.run(
+    proc = cli_forkserver.run_argv(
         [sys.executable, "-c", _WORKER, str(db_path), str(log), which],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},

@@ -20,7 +20,6 @@ import logging
 import math
 import socket
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -33,7 +32,6 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.records import Lease
 from desktop_app.store.sqlite.store import open_store
-
 from tests import cli_forkserver
 
 OTHER = "elsewhere.example:4242:abc123"  # a live owner on another host

@@ -10,7 +10,6 @@ Every test runs on a real SQLite file and the injected clock.
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -27,6 +26,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.protocol import parse_checkpoint_id
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 OTHER = "elsewhere.example:4242:abc123"  # a live owner on another host: never presumed dead
 
@@ -291,7 +291,7 @@ def test_claim_runnable_takes_over_a_run_whose_owner_died(db_path):
     calls: Counter = Counter()
     clock = ManualClock()
     engine = engine_for(db_path, counting("c", calls), clock=clock)
-    gone = subprocess.run(
+    gone = cli_forkserver.run_argv(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         check=True,
         capture_output=True,

@@ -13,12 +13,12 @@ import logging
 import os
 import socket
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.test_mcp_tools import REPO, require
 
 SCRIPT = REPO / "tests" / "mcp_shapes_server.py"
@@ -583,7 +583,7 @@ def test_mcp_tools_serve_a_command_that_exits_without_closing_them(tmp_path, mon
         "tools = mcp_tools(load_settings(), ['shapes'])\n"
         "print(tools[0].call({}))\n"
     )
-    done = subprocess.run(
+    done = cli_forkserver.run_argv(
         [sys.executable, "-c", program],
         capture_output=True,
         text=True,

@@ -15,6 +15,7 @@ from desktop_app.errors import (
 )
 from desktop_app.store import migrations
 from desktop_app.store.connection import open_connection
+from tests import cli_forkserver
 
 
 def test_missing_schema_without_a_db_path_names_the_plain_command(tmp_path: Path):
@@ -122,7 +123,6 @@ def test_an_installed_package_reads_its_own_schema_folder(monkeypatch, tmp_path:
 
 def test_schema_files_are_read_as_utf8_whatever_the_locale(tmp_path: Path):
     import os
-    import subprocess
     import sys
 
     import desktop_app
@@ -140,7 +140,7 @@ def test_schema_files_are_read_as_utf8_whatever_the_locale(tmp_path: Path):
         "import sys; from pathlib import Path; from desktop_app.store import migrations; "
         "print(ascii(migrations.schema_files(Path(sys.argv[1]))[0].sql))"
     )
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [sys.executable, "-c", code, str(tmp_path)],
         cwd=Path(desktop_app.__file__).resolve().parents[1],
         env=env,

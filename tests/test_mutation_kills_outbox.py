@@ -10,7 +10,6 @@ import contextlib
 import gc
 import json
 import socket
-import subprocess
 import sys
 import weakref
 
@@ -23,6 +22,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import Dispatcher, claimant_is_gone
 from desktop_app.flow.owners import new_owner
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 
 class Q(BaseModel):
@@ -154,7 +154,7 @@ def test_which_claimants_are_presumed_gone(sqlite_store):
     assert claimant_is_gone(live.owner) is False
     assert claimant_is_gone(new_owner()) is True  # this process, but no dispatcher has it
     assert claimant_is_gone("elsewhere.invalid:1:abcdef") is False  # its claim expires instead
-    exited = subprocess.run(
+    exited = cli_forkserver.run_argv(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         capture_output=True,
         text=True,

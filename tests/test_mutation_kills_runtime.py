@@ -37,6 +37,7 @@ from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from tests import cli_forkserver
 
 THIEF = "otherhost:1:thief"
 
@@ -827,7 +828,7 @@ print(json.dumps(out))
 def script_json(script: str, db_path: Any) -> Any:
     """What ``script`` (Python source run in a process of its own, with the
     database path as its argument) prints, read as JSON."""
-    proc = subprocess.run(
+    proc = cli_forkserver.run_argv(
         [sys.executable, "-c", script, str(db_path)],
         capture_output=True,
         text=True,
@@ -977,7 +978,7 @@ print(next(EVENTS).text, flush=True)  # the caller stops reading and the process
 
 
 def test_a_process_that_stops_reading_a_stream_still_exits(db_path):
-    proc = subprocess.run(
+    proc = cli_forkserver.run_argv(
         [sys.executable, "-c", ABANDON_SCRIPT, str(db_path)],
         capture_output=True,
         text=True,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import subprocess
 import sys
 import threading
 import types
@@ -35,6 +34,7 @@ from desktop_app.errors import (
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from tests import cli_forkserver
 
 THIEF = "otherhost:1:thief"
 
@@ -125,7 +125,7 @@ print(json.dumps({"runs": runs, "spans": out}))
 
 def test_each_model_call_is_a_chat_span_under_its_run_with_its_turn_and_outcome(db_path):
     pytest.importorskip("opentelemetry.sdk")
-    proc = subprocess.run(
+    proc = cli_forkserver.run_argv(
         [sys.executable, "-c", CHAT_SPANS_SCRIPT, str(db_path)],
         capture_output=True,
         text=True,

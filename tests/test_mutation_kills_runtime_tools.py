@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import socket
-import subprocess
 import sys
 from collections.abc import Collection
 from typing import Any
@@ -27,7 +26,6 @@ from desktop_app.agent.tools import Tool
 from desktop_app.errors import AgentToolsChangedError, RateLimitedError
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
-
 from tests import cli_forkserver
 
 THIEF = "otherhost:1:thief"

@@ -20,6 +20,7 @@ from desktop_app.errors import RevisionConflictError, RunLeasedError
 from desktop_app.store.group_commit import AppendRequest
 from desktop_app.store.protocol import Checkpoint, Lease, RunRecord, StepRecord
 from desktop_app.store.sqlite.store import SqliteCheckpointStore, open_store
+from tests import cli_forkserver
 
 
 def _cp(revision: int, state: dict, status: str = "running", error: str | None = None):
@@ -120,7 +121,6 @@ def test_a_running_step_saved_under_a_lease_keeps_the_run_leased(db_path: Path, 
 
 def _flock_free_in_another_process(db_path: Path) -> bool:
     """Whether another process can take the write gate's ``flock`` at once."""
-    import subprocess
     import sys
 
     from desktop_app.store.write_gate import LOCK_SUFFIX
@@ -133,7 +133,7 @@ def _flock_free_in_another_process(db_path: Path) -> bool:
         "except BlockingIOError:\n"
         "    sys.exit(1)\n"
     )
-    done = subprocess.run(
+    done = cli_forkserver.run_argv(
         [sys.executable, "-c", probe, f"{db_path}{LOCK_SUFFIX}"], check=False, timeout=60
     )
     return done.returncode == 0

@@ -7,12 +7,12 @@ import importlib
 import os
 import sqlite3
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import flowdesk
 
@@ -164,7 +164,7 @@ log.info("using key %s for run %s", "sk-test-0123456789", "r1")
 for i in range(12000):
     log.info("filler line %05d %s", i, "x" * 80)
 """
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,

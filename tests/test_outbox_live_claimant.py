@@ -35,6 +35,7 @@ import pytest
 
 from desktop_app.flow import Engine
 from desktop_app.flow.outbox import LOOKUP_FAILED
+from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 from tests.slow_outbox_worker import Order, open_any, sender
 
@@ -331,7 +332,7 @@ def _run_hint(db: Path, ledger: Path, hint: str) -> None:
         + code.replace("<your destination>", "Slow(Path(sys.argv[2]), 0, 0, 'honest')")
         + ")\n"
     )
-    done = subprocess.run(
+    done = cli_forkserver.run_argv(
         [sys.executable, "-c", program, str(db), str(ledger)],
         capture_output=True, text=True, timeout=LIMIT_S, env=_env(), cwd=REPO,
     )  # fmt: skip

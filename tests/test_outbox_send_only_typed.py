@@ -11,9 +11,9 @@ real ``mypy`` process and run as a real program on a real SQLite file.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
+from tests import cli_forkserver
 from tests.cli_support import REPO
 
 USER_MODULE = '''
@@ -88,7 +88,7 @@ if __name__ == "__main__":
 def test_a_send_only_destination_passes_mypy_strict_and_delivers_once(tmp_path, db_path):
     program = tmp_path / "my_mailer.py"
     program.write_text(USER_MODULE)
-    checked = subprocess.run(
+    checked = cli_forkserver.run_argv(
         [
             sys.executable,
             "-m",
@@ -107,7 +107,7 @@ def test_a_send_only_destination_passes_mypy_strict_and_delivers_once(tmp_path, 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.startswith("Success: no issues found in 1 source file")
 
-    ran = subprocess.run(
+    ran = cli_forkserver.run_argv(
         [sys.executable, str(program), str(db_path)],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},

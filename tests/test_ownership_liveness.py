@@ -111,14 +111,14 @@ def test_a_process_whose_clock_runs_60_s_ahead_never_takes_a_live_owners_run(db_
     holder, run_id = _holder(db_path, sink, ttl=1.0, hold_s=LIMIT_S, release=release)
     try:
         _wait_for(sink, "start")
-        ahead = subprocess.run(
+        ahead = cli_forkserver.run_argv(
             [sys.executable, "-c", AHEAD_ENGINE, str(db_path), run_id],
             capture_output=True, text=True, timeout=LIMIT_S, cwd=REPO, env=env,
         )  # fmt: skip
         assert ahead.returncode == 0, ahead.stderr
         assert f"leased {holder_owner(db_path, run_id)}" in ahead.stdout
         assert f"recover [('{run_id}', 'RunLeasedError')]" in ahead.stdout
-        shifted = subprocess.run(
+        shifted = cli_forkserver.run_argv(
             [sys.executable, "-c", SHIFTED_CLI, "--db", str(db_path), "resume", "--all"],
             capture_output=True, text=True, timeout=LIMIT_S, cwd=REPO, env=env,
         )  # fmt: skip
@@ -163,7 +163,7 @@ def test_an_owner_that_cannot_renew_for_its_ttl_stops_before_committing(db_path,
         lock.execute("BEGIN EXCLUSIVE")  # the file is locked past the lease's TTL
         try:
             _wait_for(sink, "cancelled")  # the step sees ctx.cancelled
-            during = subprocess.run(
+            during = cli_forkserver.run_argv(
                 [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", "--all"],
                 capture_output=True, text=True, timeout=LIMIT_S, cwd=REPO, env=env,
             )  # fmt: skip
@@ -183,7 +183,7 @@ def test_an_owner_that_cannot_renew_for_its_ttl_stops_before_committing(db_path,
     assert after.steps["long"].status == "in_progress"
     store.close()
     # its process is gone: the run is resumed elsewhere, and its step runs again there
-    again = subprocess.run(
+    again = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", "--all"],
         capture_output=True, text=True, timeout=LIMIT_S, cwd=REPO,
         env={**env, "LEASE_HOLD_S": "0.1"},

@@ -223,7 +223,7 @@ def test_an_agent_given_a_database_that_does_not_exist_says_so_and_exits(pg_url)
     """What no wait heals (a wrong database name, a wrong password) is not
     waited for: the worker says what libpq said and exits 1."""
     url = pg_url.rsplit("/", 1)[0] + "/no_such_database"
-    ran = subprocess.run(
+    ran = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

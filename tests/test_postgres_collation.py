@@ -4,7 +4,6 @@ on SQLite and on a PostgreSQL database whose collation is ICU ``en-US`` (or
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from desktop_app.flows.digest import REPORT_NAME
+from tests import cli_forkserver
 from tests.pg_support import with_database
 
 pytestmark = pytest.mark.postgres
@@ -24,7 +24,7 @@ NAMES = ("__future__.py", "LICENSE.txt", "Zebra.md", "apple.md", "a_b.md", "aB.m
 
 
 def flowdesk(*args: str) -> None:
-    done = subprocess.run(
+    done = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", *args],
         capture_output=True,
         text=True,

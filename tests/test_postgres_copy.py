@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
+
+from tests import cli_forkserver
 
 pytestmark = pytest.mark.postgres
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -74,7 +75,7 @@ def test_db_copy_moves_interrupted_and_waiting_runs_which_resume_on_postgres(
 
     log = tmp_path / "steps.log"
     env = dict(os.environ, PYTHONPATH=ROOT, COPY_LOG=str(log), COPY_KILL_AT="c")
-    proc = subprocess.run(
+    proc = cli_forkserver.run_argv(
         [sys.executable, "-c",
          f"from tests.test_postgres_copy import crash_main; crash_main({str(db_path)!r})"],
         env=env, cwd=ROOT, timeout=120,

@@ -317,8 +317,9 @@ def test_two_outbox_dispatchers_one_sigkilled_mid_send(pg_url, pg_store, tmp_pat
     from tests.outbox_worker import Order, flow
 
     portfile = tmp_path / "port"
-    server = cli_forkserver.popen([sys.executable, str(Path(__file__).with_name("outbox_server.py")),
-                               str(portfile)])  # fmt: skip
+    server = cli_forkserver.popen(
+        [sys.executable, str(Path(__file__).with_name("outbox_server.py")), str(portfile)]
+    )
     try:
         engine = Engine(pg_store, flows=[flow()])
         for i in range(20):
@@ -332,9 +333,11 @@ def test_two_outbox_dispatchers_one_sigkilled_mid_send(pg_url, pg_store, tmp_pat
         dest = f"http://127.0.0.1:{portfile.read_text()}"
         script = str(Path(__file__).with_name("pg_outbox_worker.py"))
         env = dict(os.environ, PYTHONPATH=ROOT)
-        a = subprocess.run([sys.executable, script, pg_url, "machine-a", dest, "--expect", "20",
-                            "--kill-after-sends", "3"], capture_output=True, text=True, env=env,
-                           timeout=120)  # fmt: skip
+        a = cli_forkserver.run_argv(
+            [sys.executable, script, pg_url, "machine-a", dest, "--expect", "20",
+             "--kill-after-sends", "3"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
         assert a.returncode == -signal.SIGKILL, a.stderr
         a_sent = [ln.split()[1] for ln in a.stdout.splitlines() if ln.startswith("sent")]
         assert len(a_sent) == 3
@@ -352,8 +355,10 @@ def test_two_outbox_dispatchers_one_sigkilled_mid_send(pg_url, pg_store, tmp_pat
         assert in_flight.keys() & set(a_sent) == {a_sent[2]}
         assert in_flight[a_sent[2]] == "sending" and len(in_flight) == 3
         expiry = max(at for _, _, at in held)
-        b = subprocess.run([sys.executable, script, pg_url, "machine-b", dest, "--expect", "20"],
-                           capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+        b = cli_forkserver.run_argv(
+            [sys.executable, script, pg_url, "machine-b", dest, "--expect", "20"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
         assert b.returncode == 0, b.stderr
         lines = [ln.split() for ln in b.stdout.splitlines()]
         reconciled = {w[1]: w[2] for w in lines if w[0] == "reconciled"}

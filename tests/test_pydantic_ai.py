@@ -314,7 +314,7 @@ def test_the_readme_snippet_runs_as_pasted(db_path: Path, tmp_path: Path) -> Non
             "FLOWDESK_DB_PATH": str(db_path),
             "PYTHONPATH": str(REPO),
         }
-        ran = subprocess.run(
+        ran = cli_forkserver.run_argv(
             [sys.executable, str(script)],
             capture_output=True,
             text=True,
@@ -350,7 +350,7 @@ def test_the_readme_snippet_killed_and_run_again_as_its_comment_says_resumes_its
         }
 
         def run_it() -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
+            return cli_forkserver.run_argv(
                 [sys.executable, str(script)],
                 capture_output=True,
                 text=True,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
 from tests.cli_support import REPO, as_printed, flowdesk
 from tests.faketime_support import libfaketime, skewed_env
 from tests.polling import until
@@ -34,7 +35,7 @@ def _need_faketime() -> None:
 
 
 def skewed(offset: str, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), *args],
         capture_output=True,
         text=True,
@@ -46,7 +47,7 @@ def skewed(offset: str, db: Path, *args: str) -> subprocess.CompletedProcess[str
 
 def skewed_hint(offset: str, hint: str) -> subprocess.CompletedProcess[str]:
     """A printed hint run as printed, but from a clock ``offset`` off."""
-    return subprocess.run(
+    return cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", *hint.split()[1:]],
         capture_output=True,
         text=True,

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_forkserver
+
 REPO = Path(__file__).resolve().parents[1]
 NOT_RUN = (
     "flowdesk --db ~/notes.db agent",
@@ -145,7 +147,7 @@ def test_the_readme_own_destination_delivers_a_queued_intent_once(tmp_path: Path
         store.close()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for _ in range(2):
-        ran = subprocess.run(
+        ran = cli_forkserver.run_argv(
             [sys.executable, "my_destinations.py"],
             cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120,
         )  # fmt: skip

@@ -16,6 +16,7 @@ from desktop_app.agent.runtime import Agent, agent_step
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 
 class Q(BaseModel):
@@ -155,7 +156,7 @@ CHILDREN_WORKER = Path(__file__).resolve().parent / "children_worker.py"
 
 
 def _children_worker(db: Path, log: Path, mode: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_forkserver.run_argv(
         [sys.executable, str(CHILDREN_WORKER), str(db), str(log), mode],
         capture_output=True,
         text=True,

@@ -41,7 +41,7 @@ print(n)
 
 
 def _other_process(script: str, db: Path, tag: str) -> int:
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [sys.executable, "-c", script, str(db), tag],
         capture_output=True,
         text=True,
@@ -77,7 +77,7 @@ def test_other_process_reader_never_removes_the_wal_of_a_live_writer(db_path, re
     finally:
         ui_store.close()
         engine_store.close()
-    after = subprocess.run(
+    after = cli_forkserver.run_argv(
         [
             sys.executable,
             "-c",
@@ -261,7 +261,7 @@ def test_agent_message_edited_to_another_valid_value_is_detected(db_path):
 def _dead_owner() -> str:
     import socket
 
-    gone = subprocess.run(
+    gone = cli_forkserver.run_argv(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         text=True,
         capture_output=True,
@@ -391,7 +391,7 @@ def test_a_deleted_wal_is_named_with_what_to_do_and_a_clean_exit_recovers_it(db_
     engine.run("counting", Numbers())  # this process still writes into the deleted log
 
     def other() -> str:
-        out = subprocess.run(
+        out = cli_forkserver.run_argv(
             [sys.executable, "-c", OPEN_AND_COUNT, str(db_path)],
             capture_output=True,
             text=True,

@@ -123,7 +123,7 @@ def test_partially_applied_schema_names_missing_files(tmp_path):
     command = said.split("run `", 1)[1].split("`", 1)[0]
     assert command == f"flowdesk --db {path} db apply"
     argv = command.split()
-    done = subprocess.run(
+    done = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -194,7 +194,7 @@ def test_unreadable_or_broken_config_file_is_a_clear_error(tmp_path, monkeypatch
     cfg = tmp_path / "config.toml"
     cfg.write_text("synchronous = [broken")
     monkeypatch.setenv("FLOWDESK_CONFIG", str(cfg))
-    out = subprocess.run(
+    out = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(tmp_path / "x.db"), "db", "apply"],
         capture_output=True,
         text=True,

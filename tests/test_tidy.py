@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime
@@ -29,6 +28,7 @@ from desktop_app.flows.tidy import (
 )
 from desktop_app.store.domain.tidy import moves_of_run
 from desktop_app.store.sqlite.store import open_store
+from tests import cli_forkserver
 
 HOUR = 3600.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,7 +339,7 @@ def test_kill_9_after_the_rename_neither_repeats_nor_loses_the_move(db_path, tmp
     make(folder / "b.jpg", "B", when(2025, 3))
     run_id = approved_run(db_path, folder)
 
-    r = subprocess.run(
+    r = cli_forkserver.run_argv(
         [sys.executable, "-c", KILLER, str(db_path)], cwd=ROOT, capture_output=True, text=True
     )
     assert r.returncode == -signal.SIGKILL, r.stderr

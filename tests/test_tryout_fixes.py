@@ -196,7 +196,7 @@ def test_a_password_in_the_url_query_is_masked_in_errors(tmp_path: Path, url: st
 
 def test_a_libpq_keyword_string_is_refused_without_echoing_it(tmp_path: Path) -> None:
     conninfo = f"host=127.0.0.1 port=1 dbname=x password={SECRET}"
-    ran = subprocess.run(
+    ran = cli_forkserver.run_argv(
         [sys.executable, "-m", "desktop_app.cli", "--db", conninfo, "db", "apply"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
         env={**os.environ, "PYTHONPATH": str(REPO)},

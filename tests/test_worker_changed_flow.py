@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import cli_forkserver
-from tests import renamed_flows, sigterm_flows
+from tests import cli_forkserver, renamed_flows, sigterm_flows
 from tests.cli_support import REPO, as_printed, flowdesk
 
 pytestmark = pytest.mark.postgres

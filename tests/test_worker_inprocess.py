@@ -33,7 +33,6 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.events import RunFinished
 from desktop_app.flow.worker import ServerClock, Worker
 from desktop_app.store.sqlite.store import open_store
-
 from tests import cli_forkserver
 
 BOUND_S = 30.0  # upper bound on any blocking wait (shared, loaded CPUs)
@@ -865,7 +864,6 @@ def test_pg_a_pass_that_also_takes_a_dead_local_owners_run_starts_each_run_once(
     for the first, hands the fresh one back again (ours): each starts once
     and the fresh one keeps its lease."""
     import socket
-    import subprocess
     import sys
 
     gone = cli_forkserver.popen([sys.executable, "-c", "pass"])

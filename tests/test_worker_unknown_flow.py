@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import cli_forkserver
-from tests import sigterm_flows
+from tests import cli_forkserver, sigterm_flows
 from tests.cli_support import REPO, as_printed, flowdesk
 
 pytestmark = pytest.mark.postgres
