@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests import cli_forkserver
-
 REPO = Path(__file__).resolve().parents[1]
 #: seconds a racer may stay silent before the test fails
 LIMIT_S = 120.0
@@ -28,7 +26,7 @@ class LineRacer:
     """``python SCRIPT ARGS...`` (cwd the repository) driven by lines."""
 
     def __init__(self, script: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.proc = cli_forkserver.popen(
+        self.proc = subprocess.Popen(
             [sys.executable, str(script), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
