@@ -52,8 +52,8 @@ def test_an_answer_to_two_questions_at_once_names_the_command_for_each(tmp_path:
     commands = re.findall(r"^  \"(\w+)\?\": (flowdesk .*)$", refused.stderr, re.M)
     base = f"flowdesk --db {db} --scope team answer {run_id} 'gift wrap' --wait-id"
     assert commands == [
-        ("gift", f"{base} {shlex.quote(f'{run_id}:ask/gift:0')}"),
-        ("wrap", f"{base} {shlex.quote(f'{run_id}:ask/wrap:0')}"),
+        ("gift", f"{base} {shlex.quote('ask/gift:0')}"),
+        ("wrap", f"{base} {shlex.quote('ask/wrap:0')}"),
     ], refused.stderr
 
     (_, gift), (_, wrap) = commands
@@ -80,6 +80,34 @@ def test_an_answer_to_the_only_question_needs_no_wait_id(tmp_path: Path) -> None
     assert f"run {run_id} waiting" in answered.stdout  # on to its next question
 
 
+def test_the_printed_answer_run_late_answers_nothing_else(tmp_path: Path) -> None:
+    """Two people read ``show``'s command for ``typed``'s first question; one
+    runs it, the run asks its next question; the other runs the same printed
+    command after: it carries the question's wait id, so it is refused, and
+    the next question stays unanswered for someone who read it."""
+    env = user_env()
+    db = tmp_path / "d.db"
+    run_id = started(db, "typed", env)
+    _, command = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
+    assert command.endswith(f"answer {run_id} yes --wait-id approve:0"), command
+    first = as_printed(command, env)
+    assert first.returncode == 0, first.stderr
+    assert f"run {run_id} waiting" in first.stdout
+
+    late = as_printed(command, env)
+    assert late.returncode == 1, late.stderr
+    assert "first answer stands" in late.stderr, late.stderr
+    note, then = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
+    assert note == "the word after the run id is the answer: any text"
+    assert then != command
+    store = open_store(db)
+    try:
+        state = Engine(store, flows=[hint_flows.typed]).get(run_id)
+    finally:
+        store.close()
+    assert (state.approved, state.note) == (True, None)
+
+
 def note_and_command(shown: str) -> tuple[str, str]:
     """The one pending question's note (what the answer may be) and the
     command ``show`` prints for it."""
@@ -97,7 +125,7 @@ def test_show_says_what_each_question_takes_by_the_type_of_its_field(tmp_path: P
     run_id = started(db, "typed", env)
 
     note, command = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
-    assert note == "the last word is the answer: yes or no (nothing else is taken)"
+    assert note == "the word after the run id is the answer: yes or no (nothing else is taken)"
     maybe = flowdesk(db, "answer", run_id, "maybe", env=env)
     assert maybe.returncode == 2, maybe.stderr  # "any text" it is not
     assert "valid boolean" in maybe.stderr
@@ -105,12 +133,13 @@ def test_show_says_what_each_question_takes_by_the_type_of_its_field(tmp_path: P
     assert answered.returncode == 0, answered.stderr
 
     note, command = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
-    assert note == "the last word is the answer: any text"
+    assert note == "the word after the run id is the answer: any text"
     answered = as_printed(command, env)
     assert answered.returncode == 0, answered.stderr
 
     note, _ = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
-    assert note == "the last word is the answer: JSON that fits its type (int), with --value-json"
+    takes = "JSON that fits its type (int), with --value-json"
+    assert note == f"the word after the run id is the answer: {takes}"
     word = flowdesk(db, "answer", run_id, "many", env=env)
     assert word.returncode == 2, word.stderr
     counted = flowdesk(db, "answer", run_id, "3", "--value-json", env=env)

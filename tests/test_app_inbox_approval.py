@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -100,7 +101,8 @@ async def test_y_without_a_model_says_so_and_shows_the_command(
     def run_the_command(shown: list[str], env: dict[str, str]) -> None:
         assert lines(tmp_path / "notes.log") == []  # nothing ran in the app
         said = [m for m in shown if "No model" in m]
-        assert said and all(m.endswith(" yes`") for m in said), shown
+        pinned = r" yes --wait-id approval/1:[0-9a-f]{12}`$"
+        assert said and all(re.search(pinned, m) for m in said), shown
         command = said[-1].rsplit("`", 2)[-2]
         assert command.startswith("flowdesk answer ")
         done = as_printed(command, env)  # run exactly as printed

@@ -245,7 +245,11 @@ def test_resume_of_a_run_waiting_for_approval_prints_the_answer_command_that_wor
         assert resumed.returncode == 1
         assert "resume_input" not in resumed.stderr
         command = refused_in(resumed.stderr)
-        assert command == f"flowdesk --db {s.db} --scope work answer {run_id} yes"
+        assert re.fullmatch(
+            rf"flowdesk --db {re.escape(str(s.db))} --scope work answer {run_id} yes "
+            r"--wait-id approval/1:[0-9a-f]{12}",
+            command,
+        ), command
         server.script = [("json", completion("Noted."))]
         answered = as_printed(command, s.env)
         assert answered.returncode == 0, answered.stderr

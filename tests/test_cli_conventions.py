@@ -168,7 +168,8 @@ def test_show_names_each_wait_and_its_command_runs_as_printed(tmp_path: Path) ->
         shown,
     ), shown
     command = printed(shown, "answer")
-    assert command == f"flowdesk --db {db_arg} answer {rid} yes" == wait["command"]
+    assert command == f"flowdesk --db {db_arg} answer {rid} yes --wait-id approve:0"
+    assert command == wait["command"]
     assert as_printed(command, env).returncode == 0
 
     shown = flowdesk(db, "show", rid, env=env).stdout
@@ -314,7 +315,10 @@ def test_run_tidy_works_like_run_digest(tmp_path: Path) -> None:
     hint = started.stderr.rpartition("the command that answers it: ")[2].strip()
     shown = as_printed(hint, user_env())
     assert shown.returncode == 0 and "move 1 file into subfolders" in shown.stdout
-    assert printed(shown.stdout, "answer") == f"flowdesk --db {db} answer {rid} yes"
+    assert (
+        printed(shown.stdout, "answer")
+        == f"flowdesk --db {db} answer {rid} yes --wait-id approve:0"
+    )
     again = flowdesk(db, "run", "tidy", "--folder", str(folder))  # single flight per folder
     assert again.stdout.splitlines()[0] == rid and "waiting already" in again.stderr
     assert flowdesk(db, "answer", rid, "yes").returncode == 0

@@ -127,7 +127,8 @@ def test_the_yes_command_show_prints_runs_the_call(tmp_path: Path) -> None:
         assert approved.returncode == 0, approved.stderr
         assert "Call Ann." in approved.stdout
         assert tool_messages(server.requests[-1]) == ["Call Ann.\n"]
-        assert shlex.split(data["waits"][0]["commands"]["yes"])[-1] == "yes"
+        yes = shlex.split(data["waits"][0]["commands"]["yes"])
+        assert yes[-3:-1] == ["yes", "--wait-id"] and yes[-1].startswith("approval/1:"), yes
 
 
 APPROVAL = '["desktop_app.examples.approval:approval"]'
@@ -148,7 +149,9 @@ def test_the_approval_example_refuses_a_typo_and_a_declined_order_never_ships(
     row = one_json(flowdesk(db, "show", rid, "-o", "json", env=env))
     assert row["status"] == "waiting" and [w["kind"] for w in row["waits"]] == ["input"]
     shown = flowdesk(db, "show", rid, env=env).stdout
-    assert "the last word is the answer: yes or no (nothing else is taken)" in shown, shown
+    assert "the word after the run id is the answer: yes or no (nothing else is taken)" in shown, (
+        shown
+    )
     declined = flowdesk(db, "answer", rid, " No ", env=env)
     assert declined.returncode == 0, declined.stderr
     # the payment comes anyway: the declined order is not shipped
@@ -176,7 +179,7 @@ def test_a_typo_answering_tidy_is_refused_and_the_run_keeps_waiting(tmp_path: Pa
     rid = started.stdout.splitlines()[0]
     shown = flowdesk(db, "show", rid, env=env).stdout
     assert "any text" not in shown, shown
-    assert "the last word is the answer: yes or no (nothing else is taken)" in shown
+    assert "the word after the run id is the answer: yes or no (nothing else is taken)" in shown
     typo = flowdesk(db, "answer", rid, "maybe", env=env)
     assert typo.returncode == 2, typo.stdout + typo.stderr
     assert "'maybe' is not an answer to this question; answer yes or no" in typo.stderr

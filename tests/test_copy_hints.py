@@ -163,7 +163,7 @@ def test_show_of_a_moved_run_offers_only_the_show_where_it_moved_without_the_pas
     there_json = json.loads(flowdesk(pg_url, "show", ask_id, "-o", "json", env=env).stdout)
     assert there_json["moved"] is None
     assert [w["command"] for w in there_json["waits"]] == [
-        f"flowdesk --db {pg_url} --scope team answer {ask_id} yes"
+        f"flowdesk --db {pg_url} --scope team answer {ask_id} yes --wait-id ask:0"
     ]
 
 

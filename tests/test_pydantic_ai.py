@@ -434,7 +434,11 @@ def test_a_tool_that_needs_approval_pauses_the_run_until_a_person_answers(
         assert listed[0]["first"] is None
         assert "first:" not in flowdesk(db_path, "waiting", env=registered).stdout
         yes = waiting_hint(db_path, registered, "yes")
-        assert yes == f"flowdesk --db {db_path} answer {run_id} yes"
+        assert re.fullmatch(
+            rf"flowdesk --db {re.escape(str(db_path))} answer {run_id} yes "
+            r"--wait-id approval/\d+:[0-9a-f]{12}",
+            yes,
+        ), yes
         # answered all the same where it is not registered: the answer is
         # recorded (first, before the agent is looked for), the run cannot go
         # on here, and the command says how, with the resume that goes on
@@ -813,9 +817,13 @@ def test_calling_again_on_a_waiting_run_returns_its_wait_and_resume_names_the_db
                 durable.resume_sync("order-10")
         finally:
             services.close()
-        found = re.search(r"`(flowdesk [^`]*answer order-10 yes)`", str(err.value))
+        found = re.search(r"`(flowdesk [^`]*answer order-10 yes[^`]*)`", str(err.value))
         assert found, str(err.value)
-        assert found.group(1) == f"flowdesk --db {database} --scope work answer order-10 yes"
+        assert re.fullmatch(
+            rf"flowdesk --db {re.escape(database)} --scope work answer order-10 yes "
+            r"--wait-id approval/1:[0-9a-f]{12}",
+            found.group(1),
+        ), found.group(1)
         env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), **REGISTERED}
         env.pop("FLOWDESK_DB_PATH", None)  # only what the command says
         answered = as_printed(found.group(1), env)

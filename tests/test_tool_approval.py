@@ -28,6 +28,7 @@ from desktop_app.agent.approvals import (
     call_digest,
     parse_decision,
     render_call,
+    short_wait_id,
 )
 from desktop_app.errors import ApprovalAnswerError, ConfigError
 from desktop_app.flow.clock import SystemClock
@@ -328,9 +329,10 @@ def test_mcp_tool_named_in_the_settings_waits_and_every_printed_command_runs(
         approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
         decline = re.search(r"^decline with: (.*)$", asked.stderr, re.M)
         assert approve and decline, asked.stderr
-        run_id = approve.group(1).split()[-2]
-        assert approve.group(1) == f"flowdesk --db {db} answer {run_id} yes"
-        assert decline.group(1) == f"flowdesk --db {db} answer {run_id} no"
+        run_id, pin = approve.group(1).split()[4], approve.group(1).split()[-1]
+        assert re.fullmatch(r"approval/1:[0-9a-f]{12}", pin), pin
+        assert approve.group(1) == f"flowdesk --db {db} answer {run_id} yes --wait-id {pin}"
+        assert decline.group(1) == f"flowdesk --db {db} answer {run_id} no --wait-id {pin}"
 
         waiting = flowdesk(db, "waiting", env=env)
         assert f"agent run {run_id}  agent ask" in waiting.stdout
@@ -443,13 +445,21 @@ async def test_the_inbox_shows_the_exact_call_and_its_commands_run_as_printed(
             cells = [c.plain for c in screen.table.get_row(item.key)]
             # the row may cut the question at a word; the panel under it says it whole
             panel = str(screen.query_one("#inbox-question").render())
-        cell, how = cells[2], cells[5]
+        cell = cells[2]
+        # the two commands with their wait id are wider than a 200-column
+        # How column leaves: dropped, they are said under the question
+        assert "how" not in screen.shown_columns
+        how = panel.splitlines()[-1]
         asked = 'approve the call notes__append {"text":"a\\x9bb"}? (yes/no)'
         assert asked.startswith(cell.removesuffix("…")) and cell.startswith("approve the call")
         assert asked in panel and "\x9b" not in panel
         yes, no = how.split(" · ")
         run_id = stored_run(db).run_id
-        assert (yes, no) == (f"flowdesk answer {run_id} yes", f"flowdesk answer {run_id} no")
+        pin = short_wait_id(item.wait_id)
+        assert (yes, no) == (
+            f"flowdesk answer {run_id} yes --wait-id {pin}",
+            f"flowdesk answer {run_id} no --wait-id {pin}",
+        )
         done = as_printed(yes, env)
         assert done.returncode == 0, done.stderr
         assert "Noted." in done.stdout
@@ -534,6 +544,39 @@ def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
     assert lines(log) == ["milk", "eggs"]
 
 
+def test_the_printed_approve_command_run_late_approves_nothing_else(tmp_path: Path) -> None:
+    """Two people read the printed `approve with:` command of the call
+    appending milk; one runs it, the agent asks about another call (eggs);
+    the other runs the same printed command after: it carries the call's
+    wait id, so it is refused and the eggs call waits, unmade, for someone
+    who read it."""
+    require("mcp")
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(tmp_path, log, 'require_approval = ["append"]')
+    with ChatServer() as server:
+        env = applied(db, server, config)
+        server.script = [append("milk"), append("eggs", "b"), ("json", completion("Noted."))]
+        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
+        assert asked.returncode == 0, asked.stderr
+        approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
+        assert approve, asked.stderr
+        first = as_printed(approve.group(1), env)
+        assert first.returncode == 0, first.stderr
+        assert 'the agent asks: approve the call notes__append {"text":"eggs"}' in first.stdout
+        assert lines(log) == ["milk"]
+
+        late = as_printed(approve.group(1), env)
+        assert late.returncode == 1, late.stderr
+        assert "the question you answered was answered elsewhere" in late.stderr
+        assert "nothing was answered" in late.stderr
+        assert lines(log) == ["milk"]
+        assert stored_run(db).status == "input_required"
+        eggs = re.search(r"^approve with: (.*)$", first.stderr, re.M)
+        assert eggs and eggs.group(1) != approve.group(1), first.stderr
+        assert as_printed(eggs.group(1), env).returncode == 0
+    assert lines(log) == ["milk", "eggs"]
+
+
 def asked_to_approve(db: Path, server: ChatServer, config: Path) -> tuple[dict[str, str], str]:
     """``ask`` over the notes server whose model calls ``append("hi")`` then
     says ``Noted.``: the environment it ran in, and its printed ``approve
@@ -558,7 +601,7 @@ def test_an_answer_whose_mcp_server_cannot_start_is_recorded_and_the_printed_res
     config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     with ChatServer() as server:
         env, approve = asked_to_approve(db, server, config)
-        run_id = approve.split()[-2]
+        run_id = approve.split()[4]
         working = config.read_text()
         config.write_text(
             re.sub(r"command = \[[^\]]*\]", 'command = ["/nonexistent/server"]', working)

@@ -89,7 +89,7 @@ def test_a_question_of_an_unregistered_flow_is_answered_once_registered(tmp_path
     shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
     assert "waiting: its flow 'approver' is not registered here" in shown.stdout
     answer = line_after(shown.stdout, "answer with")
-    assert answer == f"flowdesk --db {db} --scope team answer {run_id} yes"
+    assert answer == f"flowdesk --db {db} --scope team answer {run_id} yes --wait-id approve:0"
     refused = as_printed(answer, bare())
     assert refused.returncode == 2
     assert f"run {run_id} cannot be answered here: its flow 'approver'" in refused.stderr
@@ -131,8 +131,8 @@ def test_waiting_says_first_that_the_flow_is_not_registered_and_show_claims_no_a
     shown = as_printed(f"flowdesk --db {db} --scope team show {run_id}", bare())
     assert "yes, no or any text" not in shown.stdout
     assert (
-        "the last word is the answer: which answers it takes is known where its flow is "
-        "registered (see above)"
+        "the word after the run id is the answer: which answers it takes is known where its "
+        "flow is registered (see above)"
     ) in shown.stdout
     registered = {**bare(), **REGISTERED}
     listed = as_printed(f"flowdesk --db {db} --scope team waiting", registered)

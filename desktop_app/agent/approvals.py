@@ -215,11 +215,50 @@ def require_wait(run: Any, wait_id: str) -> None:
     )
 
 
-def answer_commands(run_id: str) -> tuple[str, str]:
+#: hex digits of a call's digest a printed ``--wait-id`` keeps
+#: (:func:`short_wait_id`): 48 bits, against calls at one place of one run
+SHORT_DIGEST = 12
+
+
+def short_wait_id(wait_id: str) -> str:
+    """``--wait-id``'s value in a printed ``answer`` command for the agent
+    wait ``wait_id`` (:func:`agent_wait_id`): an approval's key with the
+    first :data:`SHORT_DIGEST` hex digits of its digest
+    (``approval/2:3f9a0c1b2d4e``), which :func:`expand_wait_id` matches;
+    any other id as it is."""
+    if not wait_id.startswith(APPROVAL_PREFIX):
+        return wait_id
+    place, _, digest = wait_id.partition(":")
+    return f"{place}:{digest[:SHORT_DIGEST]}"
+
+
+def expand_wait_id(given: str, current: str | None) -> str:
+    """The wait id ``answer --wait-id GIVEN`` names when the run waits on
+    ``current`` (:func:`agent_wait_id`; None: on nothing): ``current``
+    when ``given`` is it or its :func:`short_wait_id` (the same place, a
+    digest starting with the given one, at least :data:`SHORT_DIGEST` hex
+    digits), else ``given`` unchanged (then refused: the run waits on
+    another call, nothing is answered)."""
+    if current is None or given == current or not given.startswith(APPROVAL_PREFIX):
+        return given
+    place, _, digest = given.partition(":")
+    if len(digest) >= SHORT_DIGEST and current.startswith(f"{place}:{digest}"):
+        return current
+    return given
+
+
+def answer_commands(run_id: str, wait_id: str) -> tuple[str, str]:
     """The ``flowdesk`` command lines (without ``flowdesk`` and its
     ``--db``/``--scope``: pass each to ``Hints.cmd``) that approve and that
-    decline the call agent run ``run_id`` waits on."""
-    return f"answer {run_id} yes", f"answer {run_id} no"
+    decline the call agent run ``run_id`` waits on, ``wait_id`` (its
+    :attr:`ApprovalRequest.key`): each carries ``--wait-id``
+    (:func:`short_wait_id`), so an answer typed after someone else answered
+    is refused instead of deciding the run's next call."""
+    which = short_wait_id(wait_id)  # approval/N:HEX: nothing a shell would read otherwise
+    return (
+        f"answer {run_id} yes --wait-id {which}",
+        f"answer {run_id} no --wait-id {which}",
+    )
 
 
 class ApprovalJournal:

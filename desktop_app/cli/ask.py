@@ -164,7 +164,7 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         if res.approval is not None:
             from desktop_app.agent.approvals import answer_commands
 
-            yes, no = answer_commands(res.run_id)
+            yes, no = answer_commands(res.run_id, res.approval.key)
             print(f"approve with: {ctx.hints.cmd(yes)}", file=sys.stderr)
             print(f"decline with: {ctx.hints.cmd(no)}", file=sys.stderr)
             return EXIT_OK
@@ -190,13 +190,15 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
 
 def answer_command(ctx: Ctx, run: Any) -> str:
     """The command that answers agent run ``run`` (an ``AgentRun`` waiting
-    for input), with the user's ``--db``/``--scope``: ``answer RUN yes`` for
-    a tool call waiting for approval (yes or no), ``ask --resume RUN --answer
-    TEXT`` for an ``ask_user`` question (any text)."""
-    from desktop_app.agent.approvals import pending_approval
+    for input), with the user's ``--db``/``--scope``: ``answer RUN yes
+    --wait-id ID`` for a tool call waiting for approval (yes or no; refused
+    once the run waits on another call), ``ask --resume RUN --answer TEXT``
+    for an ``ask_user`` question (any text)."""
+    from desktop_app.agent.approvals import answer_commands, pending_approval
 
-    if pending_approval(run.pending_call) is not None:
-        return ctx.hints.cmd(f"answer {run.run_id} yes")
+    request = pending_approval(run.pending_call)
+    if request is not None:
+        return ctx.hints.cmd(answer_commands(run.run_id, request.key)[0])
     return ctx.hints.cmd(f"ask --resume {run.run_id} --answer TEXT")
 
 

@@ -548,7 +548,6 @@ def cmd_show(ctx: Ctx) -> int:
                             ctx.hints,
                             run.run_id,
                             w,
-                            several=sum(x.kind == "input" for x in cp.waits) > 1,
                             now=now,
                         ),
                     }
@@ -1189,7 +1188,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             print(f"  first: {why}; then")
         request = pending_approval(ar.pending_call)
         if request is not None:
-            yes, no = answer_commands(ar.run_id)
+            yes, no = answer_commands(ar.run_id, request.key)
             print(f"  approve: {render_call(request.tool, request.arguments)}")
             print(f"    yes: {ctx.hints.cmd(yes)}")
             print(f"    no:  {ctx.hints.cmd(no)}")

@@ -287,10 +287,20 @@ def cmd_answer(ctx: Ctx) -> int:
 
         return langgraph.answer(sv, ref.run_id, value, wait_id=a.wait_id)
     if ref.kind == "agent":
+        from desktop_app.agent.approvals import agent_wait_id, expand_wait_id
         from desktop_app.cli.ask import resume_agent_run
 
-        return resume_agent_run(ctx, sv, ref.run_id, answer=str(value), wait_id=a.wait_id)
+        # pinned to the call the run waits on now, or to the one --wait-id
+        # names: an answer meant for a call someone else answered meanwhile
+        # is refused instead of deciding the run's next call
+        asked = agent_wait_id(sv.agents.get(ref.run_id).pending_call)
+        wait_id = asked if a.wait_id is None else expand_wait_id(a.wait_id, asked)
+        return resume_agent_run(ctx, sv, ref.run_id, answer=str(value), wait_id=wait_id)
     ctx.current_run = ref.run_id
+    if a.wait_id is not None:  # as show prints it (STEP:N) or as waiting --json gives it
+        from desktop_app.cli.waits import full_wait_id
+
+        a.wait_id = full_wait_id(ref.run_id, a.wait_id)
     run = sv.checkpoints.get_run(ref.run_id)
     if run.status != "waiting":  # answered already, finished, or never asked: exit 1, as cancel
         raise RunStateError(
@@ -429,15 +439,18 @@ def _one_question(ctx: Ctx, sv: Any, run_id: str) -> str | None:
         InputError: more than one question is pending (exit 2); nothing
             was answered.
     """
+    from desktop_app.cli.waits import wait_id_arg
+
     asked = [w for w in sv.checkpoints.latest(run_id).waits if w.kind == "input"]
     if len(asked) < 2:
         return asked[0].wait_id if asked else None
     a = ctx.args
     given = shell_quote(a.value) + (" --value-json" if a.value_json else "")
+    pins = [shell_quote(wait_id_arg(run_id, w.wait_id)) for w in asked]
     each = "\n".join(
         f"  {json.dumps(w.prompt, ensure_ascii=False)}: "
-        f"{ctx.hints.cmd(f'answer {run_id} {given} --wait-id {shell_quote(w.wait_id)}')}"
-        for w in asked
+        f"{ctx.hints.cmd(f'answer {run_id} {given} --wait-id {pin}')}"
+        for w, pin in zip(asked, pins, strict=True)
     )
     raise InputError(
         f"run {run_id} asks {len(asked)} questions at once; say which one this answer is "

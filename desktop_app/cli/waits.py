@@ -6,9 +6,11 @@ and key, the event type, the timer), its deadline in local time and in UTC
 with the time left, and the exact command to run, carrying the user's
 ``--db``/``--scope`` (:class:`~desktop_app.cli.output.Hints`):
 
-* input: ``answer RUN yes`` (``--wait-id`` when the run asks several
-  questions at once); the last word is the answer (the word after ``RUN``
-  with ``--wait-id``), as its field's type takes it (:func:`answer_type`);
+* input: ``answer RUN yes --wait-id STEP:N``: the word after ``RUN`` is
+  the answer, as its field's type takes it (:func:`answer_type`), and
+  ``--wait-id`` the question it answers (:func:`wait_id_arg`): an answer
+  typed after someone else answered is refused instead of answering the
+  run's next question;
   once its deadline has passed, no answer is taken: ``resume RUN`` times
   the run out, as the next wake-up would;
 * signal: ``signal NAME KEY`` (a payload with ``--payload JSON``);
@@ -121,15 +123,12 @@ def answer_type(flow: Any, step_id: str) -> str | None:
     return getattr(tp, "__name__", None) or str(tp)
 
 
-def _answer_note(
-    taken: str | None, only: Sequence[str] | None, several: bool, registered: bool = True
-) -> str:
-    """What the answer command's answer may be: ``taken`` is the field's
-    type (:func:`answer_type`), ``only`` the choices; ``several``: the
-    command ends with ``--wait-id``, so the answer is not its last word;
-    ``registered``: the run's flow is registered here (else what it takes
-    is not known here, and no answer is taken here before it is)."""
-    where = "the word after the run id" if several else "the last word"
+def _answer_note(taken: str | None, only: Sequence[str] | None, registered: bool = True) -> str:
+    """What the answer command's answer (the word after the run id) may be:
+    ``taken`` is the field's type (:func:`answer_type`), ``only`` the
+    choices; ``registered``: the run's flow is registered here (else what it
+    takes is not known here, and no answer is taken here before it is)."""
+    where = "the word after the run id"
     if not registered and not only:
         return (
             f"{where} is the answer: which answers it takes is known where its flow is "
@@ -215,7 +214,6 @@ def wait_lines(
             elif not stuck:
                 lines.append(f"    continue with: {hints.cmd(f'resume {rid}')}")
         return lines
-    several = sum(w.kind == "input" for w in waits) > 1
     for w in waits:
         step = f"step {w.step_id}, wait {w.wait_id}"
         if w.kind == "input":
@@ -243,11 +241,11 @@ def wait_lines(
             note = timer_note(run.flow_name, registered=registered, app_fires=app_fires)
         if w.kind == "input":
             only = (choices or {}).get(w.wait_id)
-            note = _answer_note((taken or {}).get(w.wait_id), only, several, registered)
+            note = _answer_note((taken or {}).get(w.wait_id), only, registered)
         elif w.kind in ("signal", "event") and (expected := (taken or {}).get(w.wait_id)):
             note = f"{note}, of type {expected} (another is refused)"
         lines.append(f"    {note}")
-        command = wait_command(hints, rid, w, several=several)
+        command = wait_command(hints, rid, w)
         if w.kind == "signal" and (holder := value_arg(str(w.key), "key")[1]):
             how = hints.cmd(f"show {rid} -o json")
             command += f", {holder}: `{how}` gives it (waits, key)"
@@ -325,20 +323,33 @@ def too_late_lines(hints: Hints, run_id: str, wait: Any, now: float) -> list[str
     ]
 
 
-def wait_command(
-    hints: Hints, run_id: str, wait: Any, *, several: bool = False, now: float | None = None
-) -> str:
+def wait_id_arg(run_id: str, wait_id: str) -> str:
+    """``--wait-id``'s value in a printed ``answer`` command for the
+    question ``wait_id`` of flow run ``run_id``: the id without its
+    ``RUN:`` prefix (``approve:0``), which :func:`full_wait_id` restores."""
+    return wait_id.removeprefix(f"{run_id}:")
+
+
+def full_wait_id(run_id: str, given: str) -> str:
+    """The wait id ``answer RUN VALUE --wait-id GIVEN`` names for flow run
+    ``run_id``: ``GIVEN`` as ``show`` and ``waiting --json`` give it
+    (``RUN:STEP:N``) or as the printed commands do (``STEP:N``,
+    :func:`wait_id_arg`)."""
+    return given if given.startswith(f"{run_id}:") else f"{run_id}:{given}"
+
+
+def wait_command(hints: Hints, run_id: str, wait: Any, *, now: float | None = None) -> str:
     """The command that moves the run ``run_id`` past ``wait`` (a ``Wait``),
     as ``show`` prints it and its JSON gives it (``command``): ``answer RUN
-    yes`` (with ``--wait-id`` when ``several`` questions are pending),
-    ``signal NAME KEY``, ``publish TYPE`` or ``resume RUN`` (a timer, or a
-    question whose deadline passed at ``now``, UTC epoch seconds: it times
-    the run out)."""
+    yes --wait-id STEP:N`` (the question it answers: refused, nothing
+    answered, once the run asks another one), ``signal NAME KEY``,
+    ``publish TYPE`` or ``resume RUN`` (a timer, or a question whose
+    deadline passed at ``now``, UTC epoch seconds: it times the run out)."""
     if now is not None and too_late(wait, now):
         return hints.cmd(f"resume {run_id}")
     if wait.kind == "input":
-        which = f" --wait-id {shell_quote(wait.wait_id)}" if several else ""
-        return hints.cmd(f"answer {run_id} yes{which}")
+        which = shell_quote(wait_id_arg(run_id, wait.wait_id))
+        return hints.cmd(f"answer {run_id} yes --wait-id {which}")
     if wait.kind == "signal":  # a key too long to paste goes by file: see wait_lines
         key, _ = value_arg(str(wait.key), "key")
         return hints.cmd(f"signal {shell_quote(str(wait.name))} {key}")
@@ -371,7 +382,7 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
     expires = iso(run.expires_at)
     request = pending_approval(run.pending_call)
     if request is not None:
-        yes, no = answer_commands(run.run_id)
+        yes, no = answer_commands(run.run_id, request.key)
         return [
             {
                 "kind": "approval",

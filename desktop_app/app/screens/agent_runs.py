@@ -127,6 +127,8 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     """The run's header: ids, status (judged at ``now``, UTC epoch seconds:
     ``interrupted`` when its process is gone, with how to resume it), times,
     input, answer or error, question."""
+    from desktop_app.agent.approvals import pending_approval
+
     status = display_status(run, now)
     lines = [
         f"Agent run {run.run_id} · agent {run.agent} · {status} · {plural(run.turns, 'turn')}",
@@ -154,9 +156,10 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     if run.status == "input_required":
         lines.append(f"Question: {question_of(run) or '(no question)'}")
     if run.status == "input_required" and moved is None:
-        approval = (run.pending_call or {}).get("approval") is not None
-        lines.append(f"Answer it here: {answer_in_inbox(approval)}.")
-        lines.append(f"Answer it with: {agent_hint(hints, run.run_id, approval)}")
+        request = pending_approval(run.pending_call)
+        lines.append(f"Answer it here: {answer_in_inbox(request is not None)}.")
+        key = None if request is None else request.key
+        lines.append(f"Answer it with: {agent_hint(hints, run.run_id, key)}")
     return [visible_controls(line) for line in lines]  # error, answer: model text
 
 

@@ -122,15 +122,17 @@ def _outcome(hints: Hints, res: Any) -> tuple[str, str]:
     return f"Agent run {rid} {res.status}: {error}  ({hint})", "error"
 
 
-def agent_hint(hints: Hints, run_id: str, approval: bool = False) -> str:
+def agent_hint(hints: Hints, run_id: str, approval: str | None = None) -> str:
     """The command that answers an agent run waiting for the user, with the
     app's database and scope (see :class:`~desktop_app.cli.output.Hints`);
-    with ``approval`` (the run waits for a tool call's approval) the command
-    that approves it, then ``" · "`` and the one that declines it."""
-    if approval:
+    with ``approval`` (the key of the tool call waiting for approval,
+    :func:`~desktop_app.agent.approvals.agent_wait_id`) the command that
+    approves that call, then ``" · "`` and the one that declines it (each
+    refused once the run waits on another call)."""
+    if approval is not None:
         from desktop_app.agent.approvals import answer_commands
 
-        yes, no = answer_commands(run_id)
+        yes, no = answer_commands(run_id, approval)
         return f"{hints.cmd(yes)} · {hints.cmd(no)}"
     return str(hints.cmd(f"ask --resume {run_id} --answer TEXT"))
 
@@ -230,7 +232,7 @@ class InboxItem:
             return "enter answer (in the thread)"
         if not self.approval:
             return ANSWER_HOW
-        return agent_hint(hints, self.run_id, self.approval)
+        return agent_hint(hints, self.run_id, self.wait_id)
 
 
 class InboxLoaded(Message):
@@ -878,7 +880,7 @@ class InboxScreen(Screen[None]):
     # -- answering an agent run (a tool call's approval, or its question) -----
 
     def _answer_approval(self, item: InboxItem, answer: str) -> None:
-        command = agent_hint(self.flowdesk.hints, item.run_id, approval=True).split(" · ")
+        command = agent_hint(self.flowdesk.hints, item.run_id, item.wait_id).split(" · ")
         verb = "Approving" if answer == "yes" else "Declining"
         notice = f"{verb} agent run {short_id(item.run_id)}'s tool call…"
         self._answer_agent(item, answer, command[0 if answer == "yes" else 1], notice)

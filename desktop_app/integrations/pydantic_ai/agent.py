@@ -33,6 +33,7 @@ from pydantic_core import to_json
 from desktop_app.agent.approvals import (
     ApprovalJournal,
     ApprovalRequest,
+    answer_commands,
     declined_result,
     parse_decision,
     pending_approval,
@@ -272,7 +273,7 @@ class FlowdeskAgent:
         if answer is not None and request is None:
             raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
         if request is not None and answer is None:
-            yes, no = (self.hints.cmd(f"answer {run_id} {word}") for word in ("yes", "no"))
+            yes, no = (self.hints.cmd(c) for c in answer_commands(run_id, request.key))
             raise InputRequiredError(
                 f"agent run {run_id} waits for an answer: {request.question()}; answer it "
                 f"with `{yes}` or `{no}` (or resume it here with answer='yes' or 'no')"
