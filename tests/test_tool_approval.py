@@ -495,6 +495,22 @@ def test_a_built_in_file_tool_named_in_the_settings_waits_for_approval(tmp_path:
         assert "require_approval" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def milk_then_eggs(
+    tmp_path: Path, server: ChatServer
+) -> tuple[Path, Path, dict[str, str], subprocess.CompletedProcess[str]]:
+    """``ask`` over the notes server whose model appends milk, then eggs
+    (each call waiting for approval), then says ``Noted.``: the database,
+    the notes log, the environment and the ``ask`` that now waits on milk."""
+    require("mcp")
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(tmp_path, log, 'require_approval = ["append"]')
+    env = applied(db, server, config)
+    server.script = [append("milk"), append("eggs", "b"), ("json", completion("Noted."))]
+    asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
+    assert asked.returncode == 0, asked.stderr
+    return db, log, env, asked
+
+
 def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
     tmp_path: Path,
 ) -> None:
@@ -502,14 +518,8 @@ def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
     --wait-id ID` approves that call only. A person who read the question,
     then answers after a colleague already approved it and the agent asked
     about another call, approves nothing: the second call waits, unmade."""
-    require("mcp")
-    db, log = tmp_path / "f.db", tmp_path / "notes.log"
-    config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     with ChatServer() as server:
-        env = applied(db, server, config)
-        server.script = [append("milk"), append("eggs", "b"), ("json", completion("Noted."))]
-        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
-        assert asked.returncode == 0, asked.stderr
+        db, log, env, _ = milk_then_eggs(tmp_path, server)
 
         def waiting_row() -> dict:  # type: ignore[type-arg]
             out = flowdesk(db, "waiting", "--json", env=env)
@@ -550,14 +560,8 @@ def test_the_printed_approve_command_run_late_approves_nothing_else(tmp_path: Pa
     the other runs the same printed command after: it carries the call's
     wait id, so it is refused and the eggs call waits, unmade, for someone
     who read it."""
-    require("mcp")
-    db, log = tmp_path / "f.db", tmp_path / "notes.log"
-    config = notes_config(tmp_path, log, 'require_approval = ["append"]')
     with ChatServer() as server:
-        env = applied(db, server, config)
-        server.script = [append("milk"), append("eggs", "b"), ("json", completion("Noted."))]
-        asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
-        assert asked.returncode == 0, asked.stderr
+        db, log, env, asked = milk_then_eggs(tmp_path, server)
         approve = re.search(r"^approve with: (.*)$", asked.stderr, re.M)
         assert approve, asked.stderr
         first = as_printed(approve.group(1), env)
