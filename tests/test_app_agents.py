@@ -144,7 +144,8 @@ async def test_an_input_required_run_shows_its_question_and_the_hint(tmp_path: P
         text = await open_run(pilot, screen, asking_id)
         lines = text.splitlines()
         assert "Question: Which city?" in lines
-        assert f"Answer it with: flowdesk ask --resume {asking_id} --answer TEXT" in lines
+        hint = f"Answer it with: flowdesk ask --resume {asking_id} --answer TEXT --wait-id ask/"
+        assert any(line.startswith(hint) for line in lines), lines
         assert f"Parent run {PARENT}" in lines
         assert not screen.tools_table.display  # ask_user is not a stored tool result
 

@@ -35,7 +35,7 @@ def test_the_apps_signal_and_answer_hints_name_its_database_and_scope(db_path, t
         assert got is not None  # stored in the app's database and scope, under its name and key
     finally:
         store.close()
-    assert agent_hint(hints, "ab12") == (
+    assert agent_hint(hints, "ab12", "ask/2:c 1") == (
         f"flowdesk --db {shlex.quote(str(db_path))} --scope 'team a' "
-        "ask --resume ab12 --answer TEXT"
+        "ask --resume ab12 --answer TEXT --wait-id 'ask/2:c 1'"
     )

@@ -138,7 +138,7 @@ def test_an_agent_answer_for_a_question_answered_elsewhere_is_refused(
             with pytest.raises(RunStateError, match="answered elsewhere"):
                 agent.resume_input(run.run_id, "yes", wait_id=seen)
             settings = load_settings(db_path=db_path)
-            with pytest.raises(RunStateError, match="now waits on another question"):
+            with pytest.raises(RunStateError, match="it asks another question now"):
                 resume_with_recorded_tools(
                     agents, settings, None, agents.get(run.run_id), "yes", wait_id=seen
                 )

@@ -272,7 +272,9 @@ def test_resume_of_a_run_asking_its_user_prints_the_answer_command_that_works(
         assert resumed.returncode == 1
         assert "which note?" in resumed.stderr and "resume_input" not in resumed.stderr
         command = refused_in(resumed.stderr)
-        assert command == f"flowdesk --db {s.db} ask --resume {run_id} --answer TEXT"
+        assert (
+            command == f"flowdesk --db {s.db} ask --resume {run_id} --answer TEXT --wait-id ask/1:q"
+        )
         server.script = [("json", completion("Noted TEXT."))]
         answered = as_printed(command, s.env)
         assert answered.returncode == 0, answered.stderr
@@ -287,6 +289,41 @@ def test_resume_of_a_run_asking_its_user_prints_the_answer_command_that_works(
 
 
 @pytest.mark.scenario("S97")
+def test_a_printed_answer_run_late_answers_no_later_question_of_a_model_reusing_call_ids(
+    tmp_path: Path,
+) -> None:
+    """A small local model gives every tool call the id ``call_0``: the
+    agent asks two questions in turn. Two people read the printed answer
+    command of the first; one runs it, the other runs it after: it names
+    the first question (its place among the run's calls, then the call id),
+    so it is refused and the second question waits for someone who read it."""
+    with ChatServer() as server:
+        s = Setup(tmp_path, server)
+        asks = [
+            {"id": "call_0", "name": "ask_user", "args": {"question": q}}
+            for q in ("which note?", "which colour?")
+        ]
+        server.script = [("json", completion("", [asks[0]]))]
+        asked = s.run("ask", "note something")
+        assert asked.returncode == 0 and "the agent asks: which note?" in asked.stdout
+        command = re.search(r"^answer with: (.*)$", asked.stderr, re.M).group(1)  # type: ignore[union-attr]
+        assert command.endswith("--answer TEXT --wait-id ask/1:call_0"), command
+        server.script = [("json", completion("", [asks[1]]))]
+        first = as_printed(command, s.env)
+        assert first.returncode == 0 and "the agent asks: which colour?" in first.stdout
+
+        late = as_printed(command, s.env)
+        assert late.returncode == 1, late.stderr
+        assert "it asks another question now ('ask/2:call_0')" in late.stderr, late.stderr
+        assert len(server.requests) == 2  # the late answer sent nothing to the model
+        then = re.search(r"^answer with: (.*)$", first.stderr, re.M).group(1)  # type: ignore[union-attr]
+        assert then.endswith("--wait-id ask/2:call_0"), then
+        server.script = [("json", completion("Blue notes."))]
+        assert as_printed(then.replace("TEXT", "blue"), s.env).returncode == 0
+    told = [m["content"] for m in server.requests[-1]["body"]["messages"] if m["role"] == "tool"]
+    assert told == ["Human input: TEXT", "Human input: blue"]
+
+
 def test_answers_to_a_finished_run_or_not_yes_or_no_are_refused_before_any_server_starts(
     tmp_path: Path,
 ) -> None:

@@ -440,7 +440,9 @@ def test_show_of_an_agent_run_asking_prints_its_answer_command(tmp_path: Path) -
         command = printed(shown, "answer")
         # a free-text question: the command `waiting` prints, not `answer RUN yes`
         waiting = flowdesk(db, "waiting", env=env).stdout
-        assert command == f"flowdesk --db {db} ask --resume {rid} --answer TEXT"
+        assert command.startswith(
+            f"flowdesk --db {db} ask --resume {rid} --answer TEXT --wait-id ask/1:"
+        )
         assert f"({command})" in waiting
         (wait,) = json.loads(flowdesk(db, "show", rid, "-o", "json", env=env).stdout)["waits"]
         assert wait["command"] == command

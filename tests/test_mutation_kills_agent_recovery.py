@@ -136,7 +136,7 @@ def test_a_run_waiting_for_nothing_is_refused_naming_its_status(agents):
 def test_an_answer_to_another_question_than_the_run_asks_is_refused(agents):
     """``wait_id``: what the person read; the run asks something else now."""
     run = _waiting(agents, ASK)
-    with pytest.raises(RunStateError, match="now waits on another question"):
+    with pytest.raises(RunStateError, match="it asks another question now"):
         hand_answer_to_workers(agents, run, "yes", owner="app:1:x", now=T0 + 5, wait_id=REQUEST.key)
     _untouched(agents, ASK)
 
@@ -288,6 +288,6 @@ def test_an_answer_is_recorded_by_an_agent_that_has_none_of_the_runs_tools(agent
 
 def test_an_answer_recorded_for_another_question_than_the_run_asks_is_refused(agents):
     _waiting(agents, ASK)
-    with pytest.raises(RunStateError, match="now waits on another question"):
+    with pytest.raises(RunStateError, match="it asks another question now"):
         _recorder(agents).record_input("r1", "yes", wait_id=REQUEST.key)
     _untouched(agents, ASK)

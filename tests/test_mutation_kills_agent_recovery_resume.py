@@ -301,7 +301,7 @@ def test_an_answer_is_recorded_then_the_run_goes_on_with_it(agents, settings):
 
 def test_an_answer_to_another_question_than_the_run_asks_is_refused(agents, settings):
     run = _asking(agents)
-    with pytest.raises(RunStateError, match="now waits on another question"):
+    with pytest.raises(RunStateError, match="it asks another question now"):
         resume_with_recorded_tools(
             agents, settings, ScriptedModel(["x"]), run, "blue", wait_id=REQUEST.key
         )
@@ -327,7 +327,7 @@ def test_an_answer_whose_question_changed_once_the_lease_is_taken_is_refused(age
     wait = agent_wait_id(stale.pending_call)
     if agent_wait_id(agents.get(run.run_id).pending_call) == wait:
         pytest.skip("the wait id does not name the call id")
-    with pytest.raises(RunStateError, match="now waits on another question"):
+    with pytest.raises(RunStateError, match="it asks another question now"):
         resume_with_recorded_tools(agents, settings, ScriptedModel(["x"]), stale, "b", wait_id=wait)
 
 

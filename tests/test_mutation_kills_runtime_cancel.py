@@ -215,7 +215,7 @@ def asking_run(astore: Any, rid: str) -> tuple[Agent, str]:
     res = agent.ask("q", run_id=rid)
     assert res.status == "input_required"
     wait_id = agent_wait_id(astore.get(rid).pending_call)
-    assert wait_id == "ask/q1"
+    assert wait_id == "ask/1:q1"  # the question's place among the run's calls, its call id
     return agent, wait_id
 
 
@@ -223,23 +223,24 @@ def asking_run(astore: Any, rid: str) -> tuple[Agent, str]:
 def test_a_stale_pinned_answer_is_refused_streamed_or_not(astore, streamed):
     agent, first = asking_run(astore, "w1")
     assert agent.resume_input("w1", "red", wait_id=first).status == "input_required"
-    assert agent_wait_id(astore.get("w1").pending_call) == "ask/q2"
+    assert agent_wait_id(astore.get("w1").pending_call) == "ask/2:q2"
     with pytest.raises(RunStateError) as err:  # a screen read before that answer
         if streamed:
             list(agent.resume_input_stream("w1", "blue", wait_id=first))
         else:
             agent.resume_input("w1", "blue", wait_id=first)
     assert str(err.value) == (
-        "agent run w1: the question you answered was answered elsewhere "
-        "(it now waits on another question); nothing was answered"
+        "agent run w1 does not wait on 'ask/1:q1': it asks another question now "
+        "('ask/2:q2'); the one you answered was answered elsewhere, or the id is "
+        "mistyped; nothing was answered"
     )
     run = astore.get("w1")
     assert (run.status, agent_wait_id(run.pending_call), run.lease_owner) == (
         "input_required",
-        "ask/q2",
+        "ask/2:q2",
         None,
     )
-    events = list(agent.resume_input_stream("w1", "large", wait_id="ask/q2"))
+    events = list(agent.resume_input_stream("w1", "large", wait_id="ask/2:q2"))
     assert events[-1].response is not None
     assert (events[-1].response.status, events[-1].response.text) == ("done", "done with it")
     # streamed: the answer arrives as text deltas
@@ -271,8 +272,9 @@ def test_a_pinned_answer_answered_elsewhere_before_the_lease_is_refused_and_rele
     with pytest.raises(RunStateError) as err:
         agent.resume_input("w2", "blue", wait_id=first)
     assert str(err.value) == (
-        "agent run w2: the question you answered was answered elsewhere "
-        "(it now waits on another question); nothing was answered"
+        "agent run w2 does not wait on 'ask/1:q1': it asks another question now "
+        "('ask/q2'); the one you answered was answered elsewhere, or the id is "
+        "mistyped; nothing was answered"
     )
     run = store.get("w2")
     assert (run.status, run.lease_owner) == ("input_required", None)  # the lease is let go

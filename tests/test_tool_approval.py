@@ -542,8 +542,9 @@ def test_an_answer_pinned_to_a_wait_id_is_refused_once_someone_else_answered_it(
         late = flowdesk(db, "answer", run_id, "yes", "--wait-id", milk, env=env)
         assert late.returncode == 1, late.stderr
         assert (
-            f"agent run {run_id}: the question you answered was answered elsewhere (it now "
-            "waits on another question); nothing was answered"
+            f"agent run {run_id} does not wait on {short_wait_id(milk)!r}: it asks another "
+            f"question now ({short_wait_id(now['wait_id'])!r}); the one you answered was "
+            "answered elsewhere, or the id is mistyped; nothing was answered"
         ) in late.stderr
         assert "Traceback" not in late.stderr
         assert lines(log) == ["milk"]  # the eggs call was not approved by the stale answer
@@ -571,8 +572,8 @@ def test_the_printed_approve_command_run_late_approves_nothing_else(tmp_path: Pa
 
         late = as_printed(approve.group(1), env)
         assert late.returncode == 1, late.stderr
-        assert "the question you answered was answered elsewhere" in late.stderr
-        assert "nothing was answered" in late.stderr
+        assert "it asks another question now" in late.stderr, late.stderr
+        assert "answered elsewhere, or the id is mistyped; nothing was answered" in late.stderr
         assert lines(log) == ["milk"]
         assert stored_run(db).status == "input_required"
         eggs = re.search(r"^approve with: (.*)$", first.stderr, re.M)

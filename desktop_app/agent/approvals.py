@@ -69,7 +69,7 @@ from desktop_app.agent.messages import canonical_json
 from desktop_app.errors import ApprovalAnswerError, RunStateError
 from desktop_app.flow.clock import Clock
 from desktop_app.store.protocol import AgentLog
-from desktop_app.textsafe import visible_json_text
+from desktop_app.textsafe import shell_quote, visible_json_text
 
 #: how an approval's key in a run's tool journal starts ("/" is in no tool name)
 APPROVAL_PREFIX = "approval/"
@@ -184,16 +184,21 @@ def agent_wait_id(pending_call: Mapping[str, Any] | None) -> str | None:
     """The identity of what an ``input_required`` agent run waits on, from
     its stored ``pending_call``: ``"approval/<place>:<digest>"``
     (:attr:`ApprovalRequest.key`) for a tool call waiting for approval,
-    ``"ask/<call id>"`` for an ``ask_user`` question, ``None`` when it waits
-    on nothing. An answer sent with it (``Agent.resume_input(...,
-    wait_id=...)``) is refused once the run waits on something else, so a
-    screen read before someone else answered never answers the next question."""
+    ``"ask/<place>:<call id>"`` for an ``ask_user`` question (``place``: the
+    call's 1-based number among the run's tool calls, so a model reusing
+    call ids gives each question an id of its own; ``"ask/<call id>"`` for
+    one stored before the place was), ``None`` when it waits on nothing. An
+    answer sent with it (``Agent.resume_input(..., wait_id=...)``) is
+    refused once the run waits on something else, so a screen read before
+    someone else answered never answers the next question."""
     if not pending_call:
         return None
     request = pending_approval(pending_call)
     if request is not None:
         return request.key
-    return f"ask/{pending_call.get('id', '')}"
+    place = pending_call.get("place")
+    call_id = pending_call.get("id", "")
+    return f"ask/{call_id}" if place is None else f"ask/{place}:{call_id}"
 
 
 def require_wait(run: Any, wait_id: str) -> None:
@@ -204,14 +209,18 @@ def require_wait(run: Any, wait_id: str) -> None:
         RunStateError: it waits on something else, or on nothing (someone
             answered the question ``wait_id`` names elsewhere).
     """
-    if run.status == "input_required" and agent_wait_id(run.pending_call) == wait_id:
+    asked = agent_wait_id(run.pending_call) if run.status == "input_required" else None
+    if asked == wait_id:
         return
-    now = f"its status is {run.status!r}"
-    if run.status == "input_required":
-        now = "it now waits on another question"
+    if asked is None:
+        raise RunStateError(
+            f"agent run {run.run_id}: the question you answered was answered elsewhere "
+            f"(its status is {run.status!r}); nothing was answered"
+        )
     raise RunStateError(
-        f"agent run {run.run_id}: the question you answered was answered elsewhere "
-        f"({now}); nothing was answered"
+        f"agent run {run.run_id} does not wait on {short_wait_id(wait_id)!r}: it asks "
+        f"another question now ({short_wait_id(asked)!r}); the one you answered was "
+        "answered elsewhere, or the id is mistyped; nothing was answered"
     )
 
 
@@ -254,11 +263,21 @@ def answer_commands(run_id: str, wait_id: str) -> tuple[str, str]:
     :attr:`ApprovalRequest.key`): each carries ``--wait-id``
     (:func:`short_wait_id`), so an answer typed after someone else answered
     is refused instead of deciding the run's next call."""
-    which = short_wait_id(wait_id)  # approval/N:HEX: nothing a shell would read otherwise
+    which = shell_quote(short_wait_id(wait_id))
     return (
         f"answer {run_id} yes --wait-id {which}",
         f"answer {run_id} no --wait-id {which}",
     )
+
+
+def ask_command(run_id: str, wait_id: str | None) -> str:
+    """The ``flowdesk`` command line (for ``Hints.cmd``) that answers the
+    ``ask_user`` question ``wait_id`` (:func:`agent_wait_id`) agent run
+    ``run_id`` waits on: ``ask --resume RUN --answer TEXT --wait-id ID``,
+    refused once someone else answered it and the run asks another
+    question."""
+    pin = "" if wait_id is None else f" --wait-id {shell_quote(wait_id)}"
+    return f"ask --resume {run_id} --answer TEXT{pin}"
 
 
 class ApprovalJournal:

@@ -881,7 +881,10 @@ class Agent:
                             self.clock.now(),
                             owner=self.owner,
                             status="input_required",
-                            pending_call=call.to_json(),
+                            # its place among the run's calls: the question's id
+                            # (agent_wait_id) is new for each question, whatever
+                            # call ids the model reuses
+                            pending_call={**call.to_json(), "place": position},
                         )
                         yield AgentEvent(
                             "done",

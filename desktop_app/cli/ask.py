@@ -168,7 +168,10 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
             print(f"approve with: {ctx.hints.cmd(yes)}", file=sys.stderr)
             print(f"decline with: {ctx.hints.cmd(no)}", file=sys.stderr)
             return EXIT_OK
-        hint = ctx.hints.cmd(f"ask --resume {res.run_id} --answer TEXT")
+        from desktop_app.agent.approvals import agent_wait_id, ask_command
+
+        asked = agent_wait_id(sv.agents.get(res.run_id).pending_call)
+        hint = ctx.hints.cmd(ask_command(res.run_id, asked))
         print(f"answer with: {hint}", file=sys.stderr)
         return EXIT_OK
     if res.status == "canceled":  # by `flowdesk cancel` while this process executed it
@@ -194,12 +197,17 @@ def answer_command(ctx: Ctx, run: Any) -> str:
     --wait-id ID`` for a tool call waiting for approval (yes or no; refused
     once the run waits on another call), ``ask --resume RUN --answer TEXT``
     for an ``ask_user`` question (any text)."""
-    from desktop_app.agent.approvals import answer_commands, pending_approval
+    from desktop_app.agent.approvals import (
+        agent_wait_id,
+        answer_commands,
+        ask_command,
+        pending_approval,
+    )
 
     request = pending_approval(run.pending_call)
     if request is not None:
         return ctx.hints.cmd(answer_commands(run.run_id, request.key)[0])
-    return ctx.hints.cmd(f"ask --resume {run.run_id} --answer TEXT")
+    return ctx.hints.cmd(ask_command(run.run_id, agent_wait_id(run.pending_call)))
 
 
 def refuse_early(
@@ -390,6 +398,22 @@ def resume_agent_run(
     return _finish(ctx, sv, res, printed=printed)
 
 
+def answer_pin(sv: Services, run_id: str, given: str | None) -> str | None:
+    """The wait id an answer to agent run ``run_id`` is pinned to: the
+    question or call it waits on now (``given`` None), or the one
+    ``--wait-id GIVEN`` names (as the printed commands give it, with or
+    without the run's id before it; an approval's short form expanded,
+    :func:`~desktop_app.agent.approvals.expand_wait_id`). An answer meant
+    for a question someone else answered meanwhile is then refused instead
+    of answering the run's next one."""
+    from desktop_app.agent.approvals import agent_wait_id, expand_wait_id
+
+    asked = agent_wait_id(sv.agents.get(run_id).pending_call)
+    if given is None:
+        return asked
+    return expand_wait_id(given.removeprefix(f"{run_id}:"), asked)
+
+
 def cmd_ask(ctx: Ctx) -> int:
     from desktop_app.bootstrap import build_model
 
@@ -404,7 +428,8 @@ def cmd_ask(ctx: Ctx) -> int:
                 f"run {ref.run_id} is a flow run, not an agent run; use "
                 f"{ctx.hints.cmd('resume ' + ref.run_id)}"
             )
-        return resume_agent_run(ctx, sv, ref.run_id, a.answer)
+        wait_id = None if a.answer is None else answer_pin(sv, ref.run_id, a.wait_id)
+        return resume_agent_run(ctx, sv, ref.run_id, a.answer, wait_id=wait_id)
     if not a.question:
         raise InputError("give a question, or --resume RUN")
     if build_model(sv.settings) is None:

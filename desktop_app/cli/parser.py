@@ -482,6 +482,11 @@ def build_parser() -> argparse.ArgumentParser:
     act.completer = _run_ids  # type: ignore[attr-defined]
     ask.add_argument("--answer", help="with --resume: answer the agent's question")
     ask.add_argument(
+        "--wait-id",
+        help="with --answer: the question this answers, as the printed commands give it; "
+        "refused, nothing answered, once the run asks another one",
+    )
+    ask.add_argument(
         "--no-stream",
         action="store_true",
         help="ask each turn as one reply instead of a stream (a server that cannot stream "

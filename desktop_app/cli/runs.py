@@ -1075,6 +1075,7 @@ def cmd_waiting(ctx: Ctx) -> int:
     from desktop_app.agent.approvals import (
         agent_wait_id,
         answer_commands,
+        ask_command,
         pending_approval,
         render_call,
     )
@@ -1194,7 +1195,7 @@ def cmd_waiting(ctx: Ctx) -> int:
             print(f"    no:  {ctx.hints.cmd(no)}")
             continue
         question = (ar.pending_call or {}).get("arguments", {}).get("question")
-        hint = ctx.hints.cmd(f"ask --resume {ar.run_id} --answer TEXT")
+        hint = ctx.hints.cmd(ask_command(ar.run_id, agent_wait_id(ar.pending_call)))
         print(f"  asks: {visible_json(question)}  ({hint})")
     for r in limited:
         print(f"agent run {r.run_id}  agent {r.agent}")

@@ -287,14 +287,9 @@ def cmd_answer(ctx: Ctx) -> int:
 
         return langgraph.answer(sv, ref.run_id, value, wait_id=a.wait_id)
     if ref.kind == "agent":
-        from desktop_app.agent.approvals import agent_wait_id, expand_wait_id
-        from desktop_app.cli.ask import resume_agent_run
+        from desktop_app.cli.ask import answer_pin, resume_agent_run
 
-        # pinned to the call the run waits on now, or to the one --wait-id
-        # names: an answer meant for a call someone else answered meanwhile
-        # is refused instead of deciding the run's next call
-        asked = agent_wait_id(sv.agents.get(ref.run_id).pending_call)
-        wait_id = asked if a.wait_id is None else expand_wait_id(a.wait_id, asked)
+        wait_id = answer_pin(sv, ref.run_id, a.wait_id)
         return resume_agent_run(ctx, sv, ref.run_id, answer=str(value), wait_id=wait_id)
     ctx.current_run = ref.run_id
     if a.wait_id is not None:  # as show prints it (STEP:N) or as waiting --json gives it

@@ -373,6 +373,7 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
     from desktop_app.agent.approvals import (
         agent_wait_id,
         answer_commands,
+        ask_command,
         pending_approval,
         render_call,
     )
@@ -401,7 +402,7 @@ def agent_waits(hints: Hints, run: Any) -> list[dict[str, Any]]:
             "wait_id": agent_wait_id(run.pending_call),
             "question": question,
             "deadline_at": expires,
-            "command": hints.cmd(f"ask --resume {run.run_id} --answer TEXT"),
+            "command": hints.cmd(ask_command(run.run_id, agent_wait_id(run.pending_call))),
         }
     ]
 

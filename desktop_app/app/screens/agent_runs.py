@@ -127,7 +127,7 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     """The run's header: ids, status (judged at ``now``, UTC epoch seconds:
     ``interrupted`` when its process is gone, with how to resume it), times,
     input, answer or error, question."""
-    from desktop_app.agent.approvals import pending_approval
+    from desktop_app.agent.approvals import agent_wait_id, pending_approval
 
     status = display_status(run, now)
     lines = [
@@ -158,8 +158,8 @@ def run_lines(run: AgentRun, now: float, hints: Hints) -> list[str]:
     if run.status == "input_required" and moved is None:
         request = pending_approval(run.pending_call)
         lines.append(f"Answer it here: {answer_in_inbox(request is not None)}.")
-        key = None if request is None else request.key
-        lines.append(f"Answer it with: {agent_hint(hints, run.run_id, key)}")
+        asked = agent_wait_id(run.pending_call)
+        lines.append(f"Answer it with: {agent_hint(hints, run.run_id, asked)}")
     return [visible_controls(line) for line in lines]  # error, answer: model text
 
 

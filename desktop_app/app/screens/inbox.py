@@ -122,19 +122,20 @@ def _outcome(hints: Hints, res: Any) -> tuple[str, str]:
     return f"Agent run {rid} {res.status}: {error}  ({hint})", "error"
 
 
-def agent_hint(hints: Hints, run_id: str, approval: str | None = None) -> str:
-    """The command that answers an agent run waiting for the user, with the
-    app's database and scope (see :class:`~desktop_app.cli.output.Hints`);
-    with ``approval`` (the key of the tool call waiting for approval,
-    :func:`~desktop_app.agent.approvals.agent_wait_id`) the command that
-    approves that call, then ``" · "`` and the one that declines it (each
-    refused once the run waits on another call)."""
-    if approval is not None:
-        from desktop_app.agent.approvals import answer_commands
+def agent_hint(hints: Hints, run_id: str, wait_id: str | None) -> str:
+    """The command that answers an agent run waiting for the user on
+    ``wait_id`` (:func:`~desktop_app.agent.approvals.agent_wait_id`), with
+    the app's database and scope (see :class:`~desktop_app.cli.output.Hints`):
+    for a tool call waiting for approval the command that approves that
+    call, then ``" · "`` and the one that declines it; for a question
+    ``ask --resume RUN --answer TEXT``; each with ``--wait-id``, refused
+    once the run waits on another."""
+    from desktop_app.agent.approvals import APPROVAL_PREFIX, answer_commands, ask_command
 
-        yes, no = answer_commands(run_id, approval)
+    if wait_id is not None and wait_id.startswith(APPROVAL_PREFIX):
+        yes, no = answer_commands(run_id, wait_id)
         return f"{hints.cmd(yes)} · {hints.cmd(no)}"
-    return str(hints.cmd(f"ask --resume {run_id} --answer TEXT"))
+    return str(hints.cmd(ask_command(run_id, wait_id)))
 
 
 def answer_in_inbox(approval: bool = False) -> str:
@@ -894,6 +895,8 @@ class InboxScreen(Screen[None]):
         def answered(text: str | None) -> None:
             if text:
                 rest = f"ask --resume {item.run_id} --answer {shell_quote(text)}"
+                if item.wait_id is not None:
+                    rest += f" --wait-id {shell_quote(item.wait_id)}"
                 notice = f"Answering agent run {short_id(item.run_id)}…"
                 self._answer_agent(item, text, self.flowdesk.hints.cmd(rest), notice)
 
