@@ -2,14 +2,15 @@
 answer: ``soon`` asks a yes/no question whose deadline passes
 :data:`SOON_S` seconds after it is asked; ``typed`` asks three questions in
 turn, one per kind of field (a bool, a str, an int); ``two`` asks two
-questions at once (parallel branches); ``paid`` waits :data:`SOON_S`
+questions at once (parallel branches); ``sized`` asks for one of two
+sizes (a ``Literal`` field); ``paid`` waits :data:`SOON_S`
 seconds for signal ``payment`` with key ``o-1``. Registered with
 ``FLOWDESK_FLOWS=FLOWS_ENV``."""
 
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -17,7 +18,7 @@ from desktop_app.flow import FlowBuilder
 
 FLOWS_ENV = (
     '["tests.hint_flows:soon", "tests.hint_flows:typed", "tests.hint_flows:two", '
-    '"tests.hint_flows:paid"]'
+    '"tests.hint_flows:paid", "tests.hint_flows:sized"]'
 )
 
 #: seconds ``soon``'s question waits for its answer
@@ -29,6 +30,7 @@ class Order(BaseModel):
     note: str | None = None
     count: int | None = None
     notes: list[str] = []
+    size: Literal["small", "large"] | None = None
     done: bool = False
 
 
@@ -70,6 +72,15 @@ two = (
 paid = (
     FlowBuilder("paid", Order)
     .wait_signal("pay", "payment", key="o-1", into="note", timeout_s=SOON_S)
+    .step("finish", lambda s: {"done": True})
+    .chain()
+    .compile()
+)
+
+
+sized = (
+    FlowBuilder("sized", Order)
+    .await_input("size", "size", prompt="Which size?")
     .step("finish", lambda s: {"done": True})
     .chain()
     .compile()

@@ -108,6 +108,20 @@ def test_the_printed_answer_run_late_answers_nothing_else(tmp_path: Path) -> Non
     assert (state.approved, state.note) == (True, None)
 
 
+def test_a_question_taking_only_some_words_prints_one_of_them_and_it_runs(tmp_path: Path) -> None:
+    """``sized`` takes ``small`` or ``large``: the printed command answers
+    with the first of them (``yes`` would be refused), and runs as printed."""
+    env = user_env()
+    db = tmp_path / "d.db"
+    run_id = started(db, "sized", env)
+    note, command = note_and_command(flowdesk(db, "show", run_id, env=env).stdout)
+    assert note == "the word after the run id is the answer: small or large (nothing else is taken)"
+    assert command.endswith(f"answer {run_id} small --wait-id size:0"), command
+    answered = as_printed(command, env)
+    assert answered.returncode == 0, answered.stderr
+    assert f"run {run_id} completed" in answered.stdout
+
+
 def note_and_command(shown: str) -> tuple[str, str]:
     """The one pending question's note (what the answer may be) and the
     command ``show`` prints for it."""

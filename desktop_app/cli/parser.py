@@ -430,8 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     answer.add_argument(
         "--wait-id",
-        help="the question this answers, as the printed answer commands give it (show, "
-        "waiting): refused, nothing answered, once the run asks another one; without it "
+        help="the question this answers, as the printed answer commands give it (show; "
+        "waiting --json gives the id): refused, nothing answered, once the run asks "
+        "another one; without it "
         "the answer goes to the one question the run asks when the command reads it",
     )
     answer.add_argument("--value-json", action="store_true", help="parse VALUE as JSON")

@@ -549,6 +549,7 @@ def cmd_show(ctx: Ctx) -> int:
                             run.run_id,
                             w,
                             now=now,
+                            choices=choices.get(w.wait_id),
                         ),
                     }
                     for w in cp.waits

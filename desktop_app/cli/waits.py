@@ -245,7 +245,7 @@ def wait_lines(
         elif w.kind in ("signal", "event") and (expected := (taken or {}).get(w.wait_id)):
             note = f"{note}, of type {expected} (another is refused)"
         lines.append(f"    {note}")
-        command = wait_command(hints, rid, w)
+        command = wait_command(hints, rid, w, choices=(choices or {}).get(w.wait_id))
         if w.kind == "signal" and (holder := value_arg(str(w.key), "key")[1]):
             how = hints.cmd(f"show {rid} -o json")
             command += f", {holder}: `{how}` gives it (waits, key)"
@@ -338,18 +338,27 @@ def full_wait_id(run_id: str, given: str) -> str:
     return given if given.startswith(f"{run_id}:") else f"{run_id}:{given}"
 
 
-def wait_command(hints: Hints, run_id: str, wait: Any, *, now: float | None = None) -> str:
+def wait_command(
+    hints: Hints,
+    run_id: str,
+    wait: Any,
+    *,
+    now: float | None = None,
+    choices: Sequence[str] | None = None,
+) -> str:
     """The command that moves the run ``run_id`` past ``wait`` (a ``Wait``),
     as ``show`` prints it and its JSON gives it (``command``): ``answer RUN
     yes --wait-id STEP:N`` (the question it answers: refused, nothing
-    answered, once the run asks another one), ``signal NAME KEY``,
+    answered, once the run asks another one; the first of ``choices`` in
+    place of ``yes`` when the question takes only those), ``signal NAME KEY``,
     ``publish TYPE`` or ``resume RUN`` (a timer, or a question whose
     deadline passed at ``now``, UTC epoch seconds: it times the run out)."""
     if now is not None and too_late(wait, now):
         return hints.cmd(f"resume {run_id}")
     if wait.kind == "input":
         which = shell_quote(wait_id_arg(run_id, wait.wait_id))
-        return hints.cmd(f"answer {run_id} yes --wait-id {which}")
+        given = "yes" if not choices or "yes" in choices else shell_quote(choices[0])
+        return hints.cmd(f"answer {run_id} {given} --wait-id {which}")
     if wait.kind == "signal":  # a key too long to paste goes by file: see wait_lines
         key, _ = value_arg(str(wait.key), "key")
         return hints.cmd(f"signal {shell_quote(str(wait.name))} {key}")
