@@ -31,6 +31,7 @@ from desktop_app.flow import CompiledFlow, Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.store import open_store
 from tests.test_app import approve_flow, settle
+from tests.test_app_snapshots_views import steady
 
 SIZE = (120, 40)
 
@@ -110,16 +111,6 @@ def snapshot_app(tmp_path: Path) -> FlowdeskApp:
     # clock has passed at a moment of its own, before or after the picture
     app._start_timers = lambda: None  # type: ignore[method-assign]
     return app
-
-
-async def steady(pilot: Pilot[None]) -> None:
-    """Startup done; hide what depends on the temporary path or on time."""
-    await settle(pilot)
-    app = pilot.app
-    assert isinstance(app, FlowdeskApp)
-    app.sub_title = "snap.db"
-    app.runs_screen.status_line.say("")
-    await pilot.pause()
 
 
 def test_runs_screen(snap_compare: Any, tmp_path: Path) -> None:
