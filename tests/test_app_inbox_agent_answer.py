@@ -113,7 +113,8 @@ async def test_with_no_model_the_inbox_prints_the_command_that_answers_it(
             said = [m for m in messages(app, "warning") if m.startswith("No model")]
         assert len(server.requests) == 1  # the app sent nothing
         assert agent_status(db, run_id) == "input_required"
-        assert said and said[-1].endswith(f"ask --resume {run_id} --answer red`"), said
+        pinned = f"ask --resume {run_id} --answer red --wait-id ask/1:q`"
+        assert said and said[-1].endswith(pinned), said
         command = said[-1].rsplit("`", 2)[-2]
         done = as_printed(command, env)  # exactly as printed
         assert done.returncode == 0, done.stderr
