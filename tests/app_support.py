@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from textual.pilot import Pilot
 from textual.worker import WorkerCancelled
+
+T = TypeVar("T")
 
 
 async def settle(pilot: Pilot[None]) -> None:
@@ -42,29 +44,30 @@ async def wait_until(pilot: Pilot[None], check: Callable[[], bool], timeout: flo
         await pilot.pause()
 
 
+async def screen_after(pilot: Pilot[None], key: str, kind: type[T]) -> T:
+    """Press ``key`` once the app has settled; the screen it opened (of
+    type ``kind``), settled."""
+    await settle(pilot)
+    await pilot.press(key)
+    await settle(pilot)
+    screen = pilot.app.screen
+    assert isinstance(screen, kind), screen
+    return screen
+
+
 async def open_inbox(pilot: Pilot[None]) -> Any:
     """Open the inbox (``i``) once the app has settled; the inbox screen,
     loaded."""
     from desktop_app.app.screens.inbox import InboxScreen
 
-    await settle(pilot)
-    await pilot.press("i")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, InboxScreen)
-    return screen
+    return await screen_after(pilot, "i", InboxScreen)
 
 
 async def answer_dialog(pilot: Pilot[None]) -> Any:
     """``a`` on the selected run once the app has settled: its answer dialog."""
     from desktop_app.app.screens.answer import AnswerScreen
 
-    await settle(pilot)
-    await pilot.press("a")
-    await settle(pilot)
-    modal = pilot.app.screen
-    assert isinstance(modal, AnswerScreen)
-    return modal
+    return await screen_after(pilot, "a", AnswerScreen)
 
 
 def messages(app: Any, severity: str | None = None) -> list[str]:

@@ -21,7 +21,7 @@ from desktop_app.app.screens.agent_runs import AgentRunsScreen, conversation_tex
 from desktop_app.cli.output import Hints
 from desktop_app.config import Settings, load_settings
 from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
-from tests.app_support import settle
+from tests.app_support import screen_after, settle
 
 SIZE = (140, 50)
 PARENT = "f" * 32
@@ -69,11 +69,7 @@ def make_runs(settings: Settings) -> tuple[str, str, Counter[str]]:
 
 
 async def open_screen(pilot: Pilot[None]) -> AgentRunsScreen:
-    await settle(pilot)
-    await pilot.press("g")
-    await settle(pilot)
-    screen = pilot.app.screen
-    assert isinstance(screen, AgentRunsScreen)
+    screen = await screen_after(pilot, "g", AgentRunsScreen)
     assert screen.loaded
     return screen
 

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -54,6 +55,26 @@ def own_cluster() -> Iterator[PrivateCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def watch(proc: Any, *marks: str) -> tuple[list[str], list[threading.Event], threading.Thread]:
+    """Read ``proc``'s stderr (piped) in a thread: the lines so far, for
+    each of ``marks`` an event set once a line holds it, and the thread
+    (joined: every line read)."""
+    said: list[str] = []
+    seen = [threading.Event() for _ in marks]
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            for mark, event in zip(marks, seen, strict=True):
+                if mark in line:
+                    event.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return said, seen, reader
 
 
 def _count(url: str, sql: str, *args: object) -> int:
@@ -89,19 +110,12 @@ def test_agent_resumes_an_interrupted_run_after_a_server_outage(own_cluster, tmp
     run_id = out.splitlines()[0]
 
     agent = flowdesk("agent", "--poll", "0.3", stderr=subprocess.PIPE)
-    said: list[str] = []
-    up, away, back = threading.Event(), threading.Event(), threading.Event()
-
-    def read() -> None:
-        assert agent.stderr is not None
-        for line in agent.stderr:
-            said.append(line)
-            up.set() if "flowdesk agent: worker " in line else None
-            away.set() if "the database is unreachable" in line else None
-            back.set() if "the database is back after" in line else None
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    said, (up, away, back), reader = watch(
+        agent,
+        "flowdesk agent: worker ",
+        "the database is unreachable",
+        "the database is back after",
+    )
     answer = None
     try:
         assert up.wait(120), "".join(said)
@@ -196,17 +210,9 @@ def test_an_agent_started_while_the_server_is_down_waits_for_it_and_serves(own_c
         [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent", "--poll", "0.3"],
         cwd=REPO, env=env, text=True, stderr=subprocess.PIPE,
     )  # fmt: skip
-    said: list[str] = []
-    waiting, serving = threading.Event(), threading.Event()
-
-    def read() -> None:
-        assert agent.stderr is not None
-        for line in agent.stderr:
-            said.append(line)
-            waiting.set() if "until it can be reached (Ctrl-C stops)" in line else None
-            serving.set() if "flowdesk agent: worker " in line else None
-
-    threading.Thread(target=read, daemon=True).start()
+    said, (waiting, serving), _ = watch(
+        agent, "until it can be reached (Ctrl-C stops)", "flowdesk agent: worker "
+    )
     try:
         assert waiting.wait(60), "".join(said)
         time.sleep(2)  # a few more tries, said once
