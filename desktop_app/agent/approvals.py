@@ -270,14 +270,15 @@ def answer_commands(run_id: str, wait_id: str) -> tuple[str, str]:
     )
 
 
-def ask_command(run_id: str, wait_id: str | None) -> str:
+def ask_command(run_id: str, wait_id: str | None, answer: str | None = None) -> str:
     """The ``flowdesk`` command line (for ``Hints.cmd``) that answers the
     ``ask_user`` question ``wait_id`` (:func:`agent_wait_id`) agent run
-    ``run_id`` waits on: ``ask --resume RUN --answer TEXT --wait-id ID``,
-    refused once someone else answered it and the run asks another
-    question."""
+    ``run_id`` waits on with ``answer`` (None: the placeholder ``TEXT``):
+    ``ask --resume RUN --answer TEXT --wait-id ID``, refused once someone
+    else answered it and the run asks another question."""
+    given = "TEXT" if answer is None else shell_quote(answer)
     pin = "" if wait_id is None else f" --wait-id {shell_quote(wait_id)}"
-    return f"ask --resume {run_id} --answer TEXT{pin}"
+    return f"ask --resume {run_id} --answer {given}{pin}"
 
 
 class ApprovalJournal:

@@ -194,9 +194,9 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
 def answer_command(ctx: Ctx, run: Any) -> str:
     """The command that answers agent run ``run`` (an ``AgentRun`` waiting
     for input), with the user's ``--db``/``--scope``: ``answer RUN yes
-    --wait-id ID`` for a tool call waiting for approval (yes or no; refused
-    once the run waits on another call), ``ask --resume RUN --answer TEXT``
-    for an ``ask_user`` question (any text)."""
+    --wait-id ID`` for a tool call waiting for approval (yes or no), ``ask
+    --resume RUN --answer TEXT --wait-id ID`` for an ``ask_user`` question
+    (any text); each refused once the run waits on something else."""
     from desktop_app.agent.approvals import (
         agent_wait_id,
         answer_commands,

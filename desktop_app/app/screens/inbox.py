@@ -70,7 +70,7 @@ from desktop_app.errors import FlowdeskError, moved_to
 from desktop_app.flow.clock import reading
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
-from desktop_app.textsafe import shell_quote, visible_controls
+from desktop_app.textsafe import visible_controls
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
@@ -888,15 +888,15 @@ class InboxScreen(Screen[None]):
 
     def _answer_question(self, item: InboxItem) -> None:
         """The answer field for an agent run's ``ask_user`` question (enter)."""
+        from desktop_app.agent.approvals import ask_command
+
         if self.flowdesk.services is None:
             self.flowdesk.controller.require_engine()
             return
 
         def answered(text: str | None) -> None:
             if text:
-                rest = f"ask --resume {item.run_id} --answer {shell_quote(text)}"
-                if item.wait_id is not None:
-                    rest += f" --wait-id {shell_quote(item.wait_id)}"
+                rest = ask_command(item.run_id, item.wait_id, text)
                 notice = f"Answering agent run {short_id(item.run_id)}…"
                 self._answer_agent(item, text, self.flowdesk.hints.cmd(rest), notice)
 
