@@ -45,11 +45,16 @@ run: $(RUN_STAMP)
 # TEST_JOBS=0 runs everything in this process.
 # Under PYTHONDONTWRITEBYTECODE (set in some sandboxes and CI images) every
 # process the suite starts would compile Flowdesk and the tests from source
-# again (each worker's collection alone: ~20 s of CPU instead of ~5); the
-# run keeps bytecode in .venv/pycache instead, still out of the source tree.
+# again (each worker's collection alone: ~20 s of CPU instead of ~5): the run
+# writes bytecode as Python does by default (in __pycache__, ignored by git),
+# which also lets every process read the bytecode pip wrote for the packages.
+# Before the workers start, tools/warm_test_bytecode.py writes the tests'
+# bytecode once on every CPU (in a fresh clone each worker would rewrite every
+# test module's asserts itself, all at once).
 TEST_JOBS ?= auto
-TEST_BYTECODE := $(if $(PYTHONDONTWRITEBYTECODE),env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(abspath $(VENV))/pycache)
+TEST_BYTECODE := $(if $(PYTHONDONTWRITEBYTECODE),env -u PYTHONDONTWRITEBYTECODE)
 test: $(TEST_STAMP) $(NODE_STAMP)
+	$(TEST_BYTECODE) $(BIN)/python tools/warm_test_bytecode.py
 	$(TEST_BYTECODE) $(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 # The agent protocol against a real local model (not part of `test`): builds
