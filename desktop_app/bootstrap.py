@@ -19,6 +19,7 @@ Public API:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ from desktop_app.store.runids import RunRef, resolve_run_id
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from desktop_app.agent.openai_compat import OpenAICompatibleModel
     from desktop_app.store.sqlite.store import SqliteCheckpointStore
 
@@ -452,17 +455,28 @@ def load_flows(settings: Settings) -> list[CompiledFlow[Any]]:
     return load.flows
 
 
+@functools.cache
+def flow_entry_points() -> tuple[EntryPoint, ...]:
+    """The ``flowdesk.flows`` entry points of the installed distributions
+    (not loaded), read once per process: finding them reads the metadata of
+    every installed distribution (~20 ms in a virtualenv of 150 packages),
+    and a package installed while a process runs is not importable in it
+    consistently anyway (the next process sees it)."""
+    from importlib.metadata import entry_points
+
+    return tuple(entry_points(group="flowdesk.flows"))
+
+
 def load_flows_report(settings: Settings) -> FlowLoad:
     """Like :func:`load_flows`, but a flow that fails to load (import error,
     exception at import, not a compiled flow) is reported in
     ``FlowLoad.problems`` and the others still load. Never raises for a
     configured flow."""
     import importlib
-    from importlib.metadata import entry_points
 
     load = FlowLoad(builtin_flows())
     sources: list[tuple[str, Any]] = [
-        (f"entry point {ep.name!r}", ep.load) for ep in entry_points(group="flowdesk.flows")
+        (f"entry point {ep.name!r}", ep.load) for ep in flow_entry_points()
     ]
     for spec in settings.flows:
         module_name, _, attr = spec.partition(":")

@@ -136,6 +136,12 @@ FLAVOURS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 #: (the preloaded ones of :data:`PRELOAD_IF_INSTALLED` too: a test's
 #: ``PYTHONPATH`` that hides one gets a real interpreter)
 SAME_ORIGIN = ("desktop_app", "tests")
+#: what a process builds once and keeps (``functools.cache``), built here so
+#: each child starts with it: the CLI's parser, the installed flow plugins
+WARM = (
+    ("desktop_app.cli.parser", "shared_parser"),
+    ("desktop_app.bootstrap", "flow_entry_points"),
+)
 _HEADER = struct.Struct("!I")
 
 
@@ -209,6 +215,8 @@ def _serve(sock_path: str, flavour: str) -> dict[str, Any]:
             importlib.import_module(name)
     for name in SAME_ORIGIN:
         importlib.import_module(name)
+    for name, attr in WARM:
+        getattr(importlib.import_module(name), attr)()
     assert threading.active_count() == 1, "a preloaded module started a thread"
     gc.freeze()  # the children neither scan nor copy the preloaded objects
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

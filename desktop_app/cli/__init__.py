@@ -49,7 +49,7 @@ from desktop_app.cli.output import (
     stop_progress,
     version_refusal,
 )
-from desktop_app.cli.parser import build_parser
+from desktop_app.cli.parser import build_parser, shared_parser
 from desktop_app.errors import (
     CheckpointCorruptError,
     CommitUnknownError,
@@ -176,7 +176,7 @@ def command_again(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowdesk`` console script; returns the exit code."""
-    parser = build_parser()
+    parser = shared_parser()
     if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (else argcomplete is idle)
         try:
             import argcomplete

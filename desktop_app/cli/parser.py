@@ -21,6 +21,7 @@ Conventions every command follows:
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -244,7 +245,18 @@ class Renamed(argparse.Action):
         parser.error(f"{option_string} is no longer an option here: {self.instead}")
 
 
+@functools.cache
+def shared_parser() -> argparse.ArgumentParser:
+    """:func:`build_parser`'s parser, built once per process and shared by
+    every :func:`~desktop_app.cli.main` call in it (parsing does not change
+    it; building it is ~15 ms of argparse and gettext per call, which a
+    process that runs many commands, as the tests' fork server does, would
+    otherwise pay at each)."""
+    return build_parser()
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """A new parser of every ``flowdesk`` command and option."""
     parser = Parser(
         prog="flowdesk",
         description="Durable runs of local AI agents and multi-step jobs. "
