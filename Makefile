@@ -54,7 +54,7 @@ run: $(RUN_STAMP)
 TEST_JOBS ?= auto
 TEST_BYTECODE := $(if $(PYTHONDONTWRITEBYTECODE),env -u PYTHONDONTWRITEBYTECODE)
 test: $(TEST_STAMP) $(NODE_STAMP)
-	$(TEST_BYTECODE) $(BIN)/python tools/warm_test_bytecode.py
+	$(TEST_BYTECODE) $(BIN)/python tools/warm_test_bytecode.py $(PYTEST_ARGS)
 	$(TEST_BYTECODE) $(BIN)/python -m pytest -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 # The agent protocol against a real local model (not part of `test`): builds

@@ -7,8 +7,11 @@ worker, against ~5 s once the rewritten modules are on disk. Here the test
 files are split across one ``pytest --collect-only`` per CPU, which writes
 each module's bytecode once; the workers then read it.
 
-Usage: ``python tools/warm_test_bytecode.py [TESTS_DIR]`` (default ``tests``).
-Always exits 0: a module that fails to collect is reported by the real run.
+Usage: ``python tools/warm_test_bytecode.py [PYTEST_ARGS...]``: the
+arguments ``make test`` gives pytest; the test files and folders among them
+(a ``::`` node id counts as its file) are the ones warmed, else the whole
+``tests`` folder. Always exits 0: a module that fails to collect is
+reported by the real run.
 """
 
 from __future__ import annotations
@@ -19,10 +22,20 @@ import sys
 from pathlib import Path
 
 
+def test_modules(pytest_args: list[str]) -> list[str]:
+    """The test modules the run with ``pytest_args`` collects: those of the
+    paths under ``tests`` among them, else every one under ``tests`` (each
+    collection also reads the conftest files it needs)."""
+    tests = Path("tests").resolve()
+    given = [Path(a.split("::", 1)[0]) for a in pytest_args if not a.startswith("-")]
+    roots = [p for p in given if p.exists() and p.resolve().is_relative_to(tests)]
+    roots = roots or [Path("tests")]
+    found = {p for r in roots for p in ([r] if r.is_file() else r.rglob("test_*.py"))}
+    return sorted(str(p) for p in found)
+
+
 def main(argv: list[str]) -> int:
-    root = Path(argv[0] if argv else "tests")
-    # the test modules (each run collects the conftest files it needs)
-    files = sorted(str(p) for p in root.rglob("test_*.py"))
+    files = test_modules(argv)
     collect = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     jobs = max(1, len(os.sched_getaffinity(0)))
     groups = [files[i::jobs] for i in range(jobs)]
