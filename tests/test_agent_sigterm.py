@@ -118,6 +118,7 @@ def status(database: str, run_id: str) -> str:
         store.close()
 
 
+@pytest.mark.slow
 def test_sigterm_lets_the_step_in_flight_finish_and_a_peer_goes_on_after_it(
     database: str, tmp_path: Path
 ) -> None:

@@ -15,6 +15,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from desktop_app.flow import Engine
 from desktop_app.store.sqlite.store import open_store
 from tests import hint_flows
@@ -215,6 +217,7 @@ def test_an_answer_that_meets_a_run_another_process_just_took_says_nothing_was_a
     assert shown.returncode == 0 and f"run {run_id} " in shown.stdout
 
 
+@pytest.mark.slow
 def test_two_answers_released_at_one_instant_one_stands_and_the_other_is_told_so(
     tmp_path: Path,
 ) -> None:

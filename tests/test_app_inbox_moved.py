@@ -39,6 +39,7 @@ from tests.test_db_copy_moved_thread_race import THREAD, _waiting_thread
 FLOWS = '["tests.test_db_copy_moved_runs:asker"]'
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 async def test_the_inbox_lists_what_db_copy_moved_as_moved_with_where_to_see_it_and_answers_none(
     tmp_path: Path, pg_url: str

@@ -232,6 +232,7 @@ async def test_the_footer_offers_only_the_run_keys_that_apply(tmp_path: Path) ->
         assert {"r", "a", "c"} <= dimmed
 
 
+@pytest.mark.slow
 async def test_the_detail_and_inbox_footers_offer_only_keys_that_apply(tmp_path: Path) -> None:
     """A new user's report: a completed run's detail offered r, a and c
     (each only said "already completed"), and an empty inbox offered

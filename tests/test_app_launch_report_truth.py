@@ -11,6 +11,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
 from textual.widgets import Button, DataTable
 
 from desktop_app import bootstrap
@@ -209,6 +210,7 @@ def test_the_summary_says_where_runs_db_copy_moved_went() -> None:
     )
 
 
+@pytest.mark.slow
 async def test_the_launch_summary_counts_an_interrupted_agent_run_db_copy_moved(
     tmp_path: Path, pg_url: str
 ) -> None:

@@ -112,6 +112,7 @@ def interrupted_mid_call(
     assert "notes__append_and_hang unknown" in " ".join(shown.stdout.split())
 
 
+@pytest.mark.slow
 async def test_the_launch_report_names_a_tool_call_whose_outcome_is_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

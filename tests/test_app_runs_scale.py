@@ -72,6 +72,7 @@ async def until(pilot: Pilot[None], check: Callable[[], bool]) -> None:
     await wait_until(pilot, check, timeout=10.0)
 
 
+@pytest.mark.slow
 async def test_first_page_renders_and_pages_move(
     db: Path, list_calls: list[dict[str, Any]]
 ) -> None:
@@ -131,6 +132,7 @@ async def test_the_last_page_says_so(tmp_path: Path) -> None:
         assert screen.page == 1
 
 
+@pytest.mark.slow
 async def test_filters_narrow_the_page(db: Path, list_calls: list[dict[str, Any]]) -> None:
     app = open_app(db)
     async with app.run_test(size=SIZE) as pilot:

@@ -74,6 +74,7 @@ async def test_a_sleep_due_while_the_app_was_closed_goes_on_at_launch(db: Path) 
         await wait_until(pilot, lambda: status_of(db, run_id) == "completed", timeout=60)
 
 
+@pytest.mark.slow
 async def test_an_expired_question_times_out_and_leaves_the_inbox(db: Path) -> None:
     app = FlowdeskApp(load_settings(db_path=db))
     async with app.run_test(size=SIZE) as pilot:

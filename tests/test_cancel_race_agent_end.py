@@ -62,6 +62,7 @@ def race_db(request) -> str:
     return str(request.getfixturevalue(fixture))
 
 
+@pytest.mark.slow
 @pytest.mark.scenario("S97")
 def test_a_cancel_racing_the_end_of_an_agent_run_tells_both_sides_the_truth(
     race_db: str, tmp_path: Path

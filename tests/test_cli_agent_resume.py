@@ -136,6 +136,7 @@ def test_ctrl_c_during_ask_then_resume_all_finishes_it_with_its_file_tools(
     assert len(server.requests) == 3
 
 
+@pytest.mark.slow
 def test_kill_9_during_ask_then_resume_as_printed_reconnects_its_mcp_server(
     tmp_path: Path,
 ) -> None:
@@ -356,6 +357,7 @@ def test_sigint_to_the_app_exits_130_with_a_hint_that_runs_as_printed(tmp_path: 
     assert done.returncode == 0 and f"no interrupted runs in {db}" in done.stdout
 
 
+@pytest.mark.slow
 def test_sigterm_past_the_grace_names_the_agent_run_whose_mcp_call_is_in_flight(
     tmp_path: Path,
 ) -> None:

@@ -161,6 +161,7 @@ def test_time_written_into_a_run_never_goes_back_before_its_latest_checkpoint(db
         store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("offset", ["-1h", "+1h"])
 def test_the_app_under_a_skewed_clock_opens_read_only_and_fires_nothing(
     db: Path, tmp_path: Path, offset: str
@@ -246,6 +247,7 @@ def shown_words(
     raise AssertionError(f"{texts!r} not shown {times} times; screen:\n{screen(session)}")
 
 
+@pytest.mark.slow
 def test_the_app_notices_a_clock_that_jumps_while_it_is_open(db: Path, tmp_path: Path) -> None:
     """The clock of a computer whose app is open jumps (a laptop wakes, NTP
     corrects it by an hour, a person sets it): the app said nothing until a

@@ -196,6 +196,7 @@ def _pg_clear(url: str) -> None:
         conn.execute("TRUNCATE " + ", ".join(f"flowdesk.{t}" for t in tables) + " CASCADE")
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.scenario("S69")
 def test_db_copy_racing_a_runs_start_never_copies_it_runnable(tmp_path: Path, pg_url: str) -> None:

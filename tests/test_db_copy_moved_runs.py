@@ -90,6 +90,7 @@ def _file_runs(db: Path) -> dict[str, tuple[str, str | None]]:
     return {str(r): (str(s), o) for r, s, o in rows}
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.scenario("S69")
 def test_after_db_copy_no_path_on_the_file_executes_a_moved_run_and_postgres_completes_it(

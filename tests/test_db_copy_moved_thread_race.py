@@ -166,6 +166,7 @@ def _resume_there(saver_line: str, counts: Path) -> str:
     return str(out.get("summary"))
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 @pytest.mark.scenario("S69")
 def test_db_copy_racing_the_resume_of_a_waiting_thread_runs_each_node_once_in_all(

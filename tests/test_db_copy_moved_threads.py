@@ -50,6 +50,7 @@ def _program(
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_db_copy_marks_unfinished_threads_moved_their_program_on_the_file_refuses_and_on_postgres_completes_them(  # noqa: E501
     db_path: Path, tmp_path: Path, pg_url: str

@@ -97,6 +97,7 @@ def test_sigkill_mid_step_reruns_only_that_step(db_path, tmp_path):
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.scenario("S15")
 @pytest.mark.scenario("S48")
 def test_kill_during_backoff_resumes_at_attempt_3_at_stored_time(db_path, tmp_path):

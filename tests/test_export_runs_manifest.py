@@ -89,6 +89,7 @@ def _check_export_matches_runs(db: Path | str, out: Path) -> None:
         assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
 
 
+@pytest.mark.slow
 def test_export_writes_the_langgraph_threads_runs_lists_on_sqlite(tmp_path: Path) -> None:
     db = _database(tmp_path, "a.db")
     _check_export_matches_runs(db, tmp_path / "out")
@@ -98,6 +99,7 @@ def test_export_writes_the_langgraph_threads_runs_lists_on_sqlite(tmp_path: Path
     assert "langgraph_threads: 0 rows" in other.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_export_writes_the_langgraph_threads_runs_lists_on_postgres(
     tmp_path: Path, pg_url: str

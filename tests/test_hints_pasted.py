@@ -250,6 +250,7 @@ def _stopped_by_sigterm(proc: subprocess.Popen[str]) -> str:
     return hint_after(err, "flowdesk: stopped by SIGTERM; run ")
 
 
+@pytest.mark.slow
 def test_sigterm_of_run_digest_prints_the_resume_hint_and_it_finishes_the_run(
     tmp_path: Path,
 ) -> None:

@@ -153,6 +153,7 @@ def test_a_killed_agent_run_is_interrupted_in_runs_and_show(db_path: Path, tmp_p
 WIDE = (170, 45)
 
 
+@pytest.mark.slow
 @pytest.mark.scenario("S81")
 async def test_the_app_shows_a_killed_run_interrupted_and_r_resumes_it(tmp_path: Path) -> None:
     db = tmp_path / "f.db"

@@ -82,6 +82,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(tmp_path / "t.db")
 
 
+@pytest.mark.slow
 def test_show_and_waiting_offer_only_what_works_and_show_json_gives_the_ids(
     database: str,
 ) -> None:

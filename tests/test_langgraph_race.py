@@ -54,6 +54,7 @@ def test_checkpoint_and_interrupt_at_one_instant_leave_the_thread_waiting(databa
         assert waiting == ROUNDS
 
 
+@pytest.mark.slow
 @pytest.mark.scenario("S95")
 def test_two_answers_at_one_instant_store_one_and_refuse_the_other(
     database, tmp_path: Path

@@ -463,6 +463,7 @@ def test_a_tool_list_that_never_ends_is_a_server_that_did_not_start():
     )
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_is_ended_after_its_timeout(tmp_path):
     """The server is not left running after ``open`` gave up on it: the
     client's own wait of ``timeout_s`` ends its process."""
@@ -507,6 +508,7 @@ def test_require_approval_naming_a_tool_the_server_lacks_is_refused():
 # -- the servers the settings open ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_open_servers_opens_the_named_sections_in_order(tmp_path, monkeypatch):
     from desktop_app.agent.mcp import open_servers
     from desktop_app.errors import ConfigError

@@ -148,6 +148,7 @@ def test_a_server_that_refuses_the_pools_connections_is_a_database_open_error(pg
     assert [p.closed for p in opened] == [True]
 
 
+@pytest.mark.slow
 def test_a_write_waits_for_a_pooled_connection_as_long_as_connect_wait_s(pg_url, pg_store):
     """``connect_wait_s`` (``postgres.connect_wait_s``) bounds each try's wait
     for a pooled connection: with every connection taken, a signal fails with

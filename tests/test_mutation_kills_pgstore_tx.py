@@ -118,6 +118,7 @@ def test_an_append_the_server_refuses_is_a_store_error_and_the_store_goes_on(
     assert [h.revision for h in pg_store.history("r1")] == list(range(steps_before + 4))
 
 
+@pytest.mark.slow
 def test_a_stopping_store_fails_a_write_that_finds_no_free_connection(proxied, pg_store):
     """``stop_waiting`` (a process stopping on SIGTERM): a write that finds
     every pooled connection taken fails with the StoreError that says nothing

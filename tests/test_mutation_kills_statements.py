@@ -42,6 +42,7 @@ def _conforms(
         conformance.run_check(check, conformance.Harness(new_database(), capabilities, agent_log))
 
 
+@pytest.mark.slow
 def test_the_sqlite_store_passes_the_conformance_suite(tmp_path: Path) -> None:
     from desktop_app.store import migrations
     from desktop_app.store.connection import open_connection
@@ -62,6 +63,7 @@ def test_the_sqlite_store_passes_the_conformance_suite(tmp_path: Path) -> None:
     _conforms(new_database, agent_log)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 def test_the_postgres_store_passes_the_conformance_suite(pg_server) -> None:
     from tests import pg_support

@@ -206,6 +206,7 @@ def _run_of(db: object, key: str) -> str:
 ROUNDS = 20
 
 
+@pytest.mark.slow
 def test_three_dispatchers_released_together_send_each_intent_once(
     db_path: Path, tmp_path: Path
 ) -> None:
@@ -249,6 +250,7 @@ def test_three_dispatchers_released_together_send_each_intent_once(
     assert all(_intent(db_path, k)[:2] == ("delivered", 1) for k in keys)
 
 
+@pytest.mark.slow
 def test_on_postgres_a_slow_send_renews_its_claim_and_is_not_taken_over(
     pg_url: str, tmp_path: Path
 ) -> None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from tests import cli_forkserver
 from tests.cli_support import REPO
 
@@ -85,6 +87,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_a_send_only_destination_passes_mypy_strict_and_delivers_once(tmp_path, db_path):
     program = tmp_path / "my_mailer.py"
     program.write_text(USER_MODULE)

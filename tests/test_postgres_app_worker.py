@@ -236,6 +236,7 @@ def test_show_of_a_run_saved_for_the_workers_names_the_worker_of_its_scope_as_pr
         stop_agent(agent)
 
 
+@pytest.mark.slow
 @pytest.mark.postgres
 async def test_a_run_the_app_saves_in_a_scope_names_the_worker_of_that_scope_as_printed(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -236,6 +236,7 @@ def test_a_signal_from_a_process_without_the_flow_is_kept_and_a_bad_one_refused_
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.scenario("S99")
 def test_two_signals_sent_at_once_to_two_waiting_runs_are_reported_as_they_were_taken(
     tmp_path: Path,

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from desktop_app.flow import Engine
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import Dispatcher
@@ -98,6 +100,7 @@ def test_undo_after_a_kill_mid_delivery_withdraws_the_moves_not_made(tmp_path):
     assert "queued" not in line, line
 
 
+@pytest.mark.slow
 def test_an_undo_and_a_dispatcher_released_at_one_instant_leave_every_file_back(tmp_path):
     """20 rounds: a run with 40 queued moves, then ``flowdesk undo`` and a
     dispatcher of the built-in destinations (as the app runs one) in two

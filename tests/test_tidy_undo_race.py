@@ -25,6 +25,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from desktop_app.flow import Engine
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.outbox import Dispatcher
@@ -53,6 +55,7 @@ def _summary(out: str, run_id: str) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.slow
 def test_two_undos_and_a_dispatcher_released_at_one_instant_tell_the_truth(tmp_path):
     """20 rounds: two undos of one tidy (its moves made in even rounds, still
     queued with a dispatcher racing in odd ones) released at one instant.

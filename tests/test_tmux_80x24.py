@@ -10,6 +10,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.tmux_support import (
     BIN,
     exit_code,
@@ -44,6 +46,7 @@ def rows(session: str) -> int:
     return len(screen(session).splitlines())
 
 
+@pytest.mark.slow
 def test_every_screen_is_reached_and_used_at_80x24(tmp_path: Path) -> None:
     need_tmux()
     home, downloads, notes = tmp_path / "home", tmp_path / "dl", tmp_path / "notes"

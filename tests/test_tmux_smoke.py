@@ -84,6 +84,7 @@ def app_pid(session: str) -> int:
     return int(children[0])
 
 
+@pytest.mark.slow
 def test_progress_bar_moves_survives_kill_9_and_continues_after_relaunch(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

@@ -154,6 +154,7 @@ def test_kill_9_between_the_approval_and_the_call_runs_the_approved_call_once(
     assert lines(log) == ["record reviewed"]
 
 
+@pytest.mark.slow
 @pytest.mark.scenario("S88")
 def test_two_processes_answering_yes_at_one_instant_run_the_call_once(
     db_path: Path, tmp_path: Path

@@ -347,6 +347,7 @@ def test_a_failing_transaction_rolls_back_raises_its_own_error_and_frees_the_gat
     assert events(db_path) == {"kept": 1}
 
 
+@pytest.mark.slow
 def test_a_process_idle_after_its_writes_gives_the_gate_back_to_the_others(
     db_path: Path,
 ) -> None:

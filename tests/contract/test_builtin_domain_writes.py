@@ -52,6 +52,7 @@ def test_builtin_domain_writes(store: CheckpointStore) -> None:
     assert s.query(tidy.move_by_key("nope")) is None
 
 
+@pytest.mark.slow
 def test_the_suite_runs_on_a_store_without_the_builtin_flows_tables(tmp_path: Path) -> None:
     """A SQLite database with the store's schema only (the built-in flows'
     tables dropped) passes every check: the suite brings its own table."""
