@@ -63,7 +63,7 @@ def test_the_answer_command_waiting_prints_answers_the_thread_as_printed(db: Pat
     (hint,) = re.findall(
         r"answer it \(the answer on standard input\): (flowdesk .*)", listed.stdout
     )
-    assert hint == f"flowdesk --db {shlex.quote(str(db))} answer 8c09 -"
+    assert hint.startswith(f"flowdesk --db {shlex.quote(str(db))} answer 8c09 - --wait-id "), hint
     done = as_printed(hint, {**os.environ}, input="yes\n")
     assert done.returncode == 0, done.stderr
     assert "langgraph thread 8c09 answered" in done.stdout

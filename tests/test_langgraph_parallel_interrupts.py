@@ -63,8 +63,9 @@ def test_two_questions_at_once_are_both_listed_and_answered_by_id(tmp_path: Path
     assert refused.returncode == 2, refused.stderr
     assert "waits on 2 questions at once" in refused.stderr
     assert "nothing was stored" in refused.stderr
+    # an interrupt id as --wait-id does not pick one of them either
     by_id = flowdesk(db, "answer", "par", "x", "--wait-id", pending[0].id)
-    assert by_id.returncode == 2 and "--wait-id is for flow and agent runs" in by_id.stderr
+    assert by_id.returncode == 2 and "waits on 2 questions at once" in by_id.stderr
 
     with FlowdeskSaver.open(db) as saver:
         graph = build(saver)

@@ -56,10 +56,13 @@ def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[s
     return out
 
 
-def answer_hint(ctx: Ctx, thread_id: str) -> str:
+def answer_hint(ctx: Ctx, thread_id: str, checkpoint_id: str | None) -> str:
     """The command that answers a waiting thread (the answer on standard
-    input), the thread id quoted for a POSIX shell (its program names it)."""
-    return ctx.hints.cmd(f"answer {shell_quote(thread_id)} -")
+    input), the thread id quoted for a POSIX shell (its program names it),
+    with ``--wait-id`` and the checkpoint at which it asks: run late, or
+    twice, it is refused rather than answering the thread's next question."""
+    pin = f" --wait-id {shell_quote(checkpoint_id)}" if checkpoint_id else ""
+    return ctx.hints.cmd(f"answer {shell_quote(thread_id)} -{pin}")
 
 
 def pending_interrupts(sv: Services, thread_id: str) -> list[dict[str, Any]] | None:
@@ -91,7 +94,7 @@ def _answer_lines(ctx: Ctx, t: threads.Thread, indent: str, ids: list[str] | Non
     several questions at once (which ``answer`` refuses), how its program
     answers them (and their ids when known)."""
     if not threads.asks_several(t):
-        command = answer_hint(ctx, t.thread_id)
+        command = answer_hint(ctx, t.thread_id, t.checkpoint_id)
         return [f"{indent}answer it (the answer on standard input): {command}"]
     lines = [
         f"{indent}it waits on {len(t.interrupts)} questions at once, which `flowdesk answer` "
@@ -218,18 +221,16 @@ def answer(sv: Services, thread_id: str, value: Any, wait_id: str | None = None)
     """``flowdesk answer THREAD [VALUE]``: store the answer the thread's
     ``interrupt()`` receives when its program runs the graph again.
 
+    ``wait_id``: the root checkpoint at which the question was read (as
+    ``show`` and ``waiting`` print it); ``None``: the question the thread
+    asks now.
+
     Raises:
-        InputError: ``--wait-id`` given (a thread's one question has none;
-            several at once are answered by its program), or see
-            :func:`threads.store_answer`.
+        see :func:`threads.store_answer`.
     """
-    if wait_id is not None:
-        raise InputError(
-            f"--wait-id is for flow and agent runs; LangGraph thread {thread_id} is answered "
-            "without one (a thread asking several questions at once is answered by its "
-            "program, by interrupt id)"
-        )
-    t = threads.store_answer(sv.checkpoints, sv.settings.scope, thread_id, value)
+    t = threads.store_answer(
+        sv.checkpoints, sv.settings.scope, thread_id, value, checkpoint_id=wait_id
+    )
     print(f"langgraph thread {one_line(t.thread_id)} answered")
     print(f"it goes on when its program runs {threads.resume_hint(t.thread_id)}")
     return EXIT_OK

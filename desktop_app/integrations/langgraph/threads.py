@@ -196,8 +196,18 @@ def checkpoint_rows(store: DomainStore, scope: str, thread_id: str) -> list[Chec
     return store.query(op)
 
 
-def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> Thread:
+def store_answer(
+    store: DomainStore, scope: str, thread_id: str, value: Any, checkpoint_id: str | None = None
+) -> Thread:
     """Answer the thread's unanswered interrupt with ``value`` (JSON).
+
+    ``checkpoint_id``: the root checkpoint at which the person read the
+    question (what ``show`` and ``waiting`` print as ``--wait-id``, the
+    app's thread view holds): a thread that asks at another checkpoint by
+    then (that question was answered and its program asked the next one)
+    refuses the answer, so a command run twice, or by two people, never
+    answers a question its sender did not see. ``None``: the question the
+    thread asks when this reads it.
 
     Stores ``(NULL_TASK_ID, "__resume__", value)`` on the thread's latest root
     checkpoint, which is what LangGraph's ``Command(resume=value)`` stores
@@ -212,8 +222,9 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
 
     Raises:
         UnknownRunError: no such thread.
-        RunStateError: the thread is not waiting for an answer, or another
-            answer took it first (nothing stored; exit 1, as for a flow run).
+        RunStateError: the thread is not waiting for an answer, waits at
+            another checkpoint than ``checkpoint_id``, or another answer
+            took it first (nothing stored; exit 1, as for a flow run).
         InputError: ``value`` is not JSON, or the thread waits on several
             interrupts at once (a resume without ids would answer the first
             LangGraph picks; its program answers them by id).
@@ -245,6 +256,13 @@ def store_answer(store: DomainStore, scope: str, thread_id: str, value: Any) -> 
                 "once (parallel nodes each called interrupt()); an answer stored here would go "
                 "to whichever LangGraph resumes first, not the one you mean, so nothing was "
                 f"stored. {several_hint(thread_id)}"
+            )
+        if checkpoint_id is not None and checkpoint_id != thread.checkpoint_id:
+            raise RunStateError(
+                f"LangGraph thread {thread_id} does not wait at checkpoint {checkpoint_id!r}: "
+                f"it asks another question now (at checkpoint {thread.checkpoint_id!r}); the "
+                "one you answered was answered elsewhere, or the id is mistyped; nothing was "
+                "stored"
             )
         now = time.time()
         # the answer is taken by a compare-and-set on the row: of two answers

@@ -1,0 +1,142 @@
+"""A LangGraph thread's printed answer command names the question it answers
+(``--wait-id`` and the checkpoint at which the thread asks): run late, or
+twice, or by a second person who read the same hint, it is refused once the
+thread asks its next question, instead of answering a question nobody who
+ran it saw. The app's thread view answers the question it shows the same
+way. Real SQLite file, a real LangGraph graph, the CLI run as printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from langgraph.graph import START, StateGraph
+from langgraph.types import interrupt
+
+from desktop_app import bootstrap
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.langgraph_thread import ThreadScreen
+from desktop_app.config import load_settings
+from desktop_app.integrations.langgraph import FlowdeskSaver
+from desktop_app.integrations.langgraph.threads import get_thread
+from tests.app_support import messages, settle
+from tests.cli_support import as_printed, flowdesk
+
+THREAD = "release 42"
+CONFIG = {"configurable": {"thread_id": THREAD}}
+HINT = re.compile(r"answer it \(the answer on standard input\): (flowdesk .*)")
+
+
+class Release(TypedDict):
+    got: list[str]
+
+
+def ship(state: Release) -> dict[str, Any]:
+    return {"got": [*state["got"], f"ship: {interrupt('Ship release 42?')}"]}
+
+
+def tell(state: Release) -> dict[str, Any]:
+    return {"got": [*state["got"], f"tell: {interrupt('Tell the team?')}"]}
+
+
+def invoke(db: Path, start: dict[str, Any] | None) -> dict[str, Any]:
+    """One run of the thread's program: two questions, one after the other."""
+    graph = StateGraph(Release).add_node(ship).add_node(tell)
+    graph = graph.add_edge(START, "ship").add_edge("ship", "tell")
+    with FlowdeskSaver.open(db) as saver:
+        out: dict[str, Any] = graph.compile(checkpointer=saver).invoke(
+            start, CONFIG, durability="sync"
+        )
+    return out
+
+
+def asks(db: Path) -> tuple[str, list[Any]]:
+    shown = json.loads(flowdesk(db, "show", THREAD, "-o", "json").stdout)
+    return shown["status"], [i["value"] for i in shown["pending_interrupts"]]
+
+
+def printed_answer(db: Path) -> str:
+    listed = flowdesk(db, "waiting")
+    assert listed.returncode == 0, listed.stderr
+    (hint,) = HINT.findall(listed.stdout)
+    return hint
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    db = tmp_path / "lg.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    return db
+
+
+@pytest.mark.scenario("S95")
+def test_the_printed_answer_run_twice_does_not_answer_the_threads_next_question(db: Path) -> None:
+    assert invoke(db, {"got": []})["__interrupt__"]
+    first = printed_answer(db)
+    with FlowdeskSaver.open(db) as saver:
+        thread = get_thread(saver.store, saver.scope, THREAD)
+    assert thread is not None and thread.checkpoint_id
+    assert first.endswith(f" - --wait-id {thread.checkpoint_id}"), first
+    done = as_printed(first, {**os.environ}, input="yes\n")
+    assert done.returncode == 0, done.stderr
+    assert f"langgraph thread {THREAD} answered" in done.stdout
+    # its program goes on with the answer and asks the next question
+    assert invoke(db, None)["__interrupt__"]
+    assert asks(db) == ("waiting", ["Tell the team?"])
+
+    # the same command again (a second person, a shell's history): refused
+    late = as_printed(first, {**os.environ}, input="no\n")
+    assert late.returncode == 1, (late.stdout, late.stderr)
+    assert "it asks another question now" in late.stderr, late.stderr
+    assert "nothing was stored" in late.stderr
+    assert asks(db) == ("waiting", ["Tell the team?"])  # nothing answered it
+
+    # a mistyped id is refused the same way, naming where the thread asks
+    typo = flowdesk(db, "answer", THREAD, "no", "--wait-id", "1f0-not-a-checkpoint")
+    assert typo.returncode == 1 and "1f0-not-a-checkpoint" in typo.stderr, typo.stderr
+    assert asks(db) == ("waiting", ["Tell the team?"])
+
+    # the command printed now answers the question asked now
+    second = printed_answer(db)
+    assert second != first
+    assert as_printed(second, {**os.environ}, input="later\n").returncode == 0
+    assert invoke(db, None)["got"] == ["ship: yes", "tell: later"]
+
+
+def test_an_answer_without_wait_id_goes_to_the_question_asked_when_it_runs(db: Path) -> None:
+    assert invoke(db, {"got": []})["__interrupt__"]
+    assert flowdesk(db, "answer", THREAD, "yes").returncode == 0
+    assert invoke(db, None)["__interrupt__"]
+    assert flowdesk(db, "answer", THREAD, "no").returncode == 0
+    assert invoke(db, None)["got"] == ["ship: yes", "tell: no"]
+
+
+async def test_the_thread_view_answers_only_the_question_it_shows(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the view keeps showing what it read (no poll reads the thread again)
+    monkeypatch.setattr(FlowdeskApp, "POLL_S", 3600.0)
+    settings = load_settings(db_path=db)
+    bootstrap.apply_schema(settings)
+    assert invoke(db, {"got": []})["__interrupt__"]
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(140, 50)) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.screen, ThreadScreen)
+        assert "Ship release 42?" in str(app.screen.query_one("#thread-head").render())
+        # meanwhile someone answers it from a shell and its program asks the next one
+        assert as_printed(printed_answer(db), {**os.environ}, input="yes\n").returncode == 0
+        assert invoke(db, None)["__interrupt__"]
+        await pilot.press("a")
+        await pilot.press(*"no")
+        await pilot.press("enter")
+        await settle(pilot)
+        refused = messages(app, "error")
+        assert any("it asks another question now" in m for m in refused), messages(app)
+    assert asks(db) == ("waiting", ["Tell the team?"])
