@@ -100,9 +100,13 @@ def test_the_printed_answer_run_twice_does_not_answer_the_threads_next_question(
     assert typo.returncode == 1 and "1f0-not-a-checkpoint" in typo.stderr, typo.stderr
     assert asks(db) == ("waiting", ["Tell the team?"])
 
-    # the command printed now answers the question asked now
+    # the command printed now answers the question asked now; scripts get
+    # its id from `waiting --json` and `show -o json`
     second = printed_answer(db)
     assert second != first
+    (row,) = json.loads(flowdesk(db, "waiting", "--json").stdout)
+    shown = json.loads(flowdesk(db, "show", THREAD, "-o", "json").stdout)
+    assert row["wait_id"] == shown["wait_id"] and second.endswith(f" --wait-id {row['wait_id']}")
     assert as_printed(second, {**os.environ}, input="later\n").returncode == 0
     assert invoke(db, None)["got"] == ["ship: yes", "tell: later"]
 

@@ -149,6 +149,8 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
                     for c in cps
                 ],
                 "pending_interrupts": pending,
+                # `answer THREAD VALUE --wait-id ID` answers the question asked there only
+                "wait_id": t.checkpoint_id if t.status == "waiting" else None,
                 "state": state,
             },
         )

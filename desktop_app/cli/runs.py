@@ -1128,7 +1128,8 @@ def cmd_waiting(ctx: Ctx) -> int:
             }
             for run in runs
         ]
-        rows += [langgraph.thread_row(t, now) for t in threads]
+        # wait_id: `answer THREAD VALUE --wait-id ID` answers this question only
+        rows += [{**langgraph.thread_row(t, now), "wait_id": t.checkpoint_id} for t in threads]
         for ar in asking:
             # wait_id: `answer RUN VALUE --wait-id ID` answers this question only
             first = {"wait_id": agent_wait_id(ar.pending_call), "first": agent_blocker(sv, ar)}
