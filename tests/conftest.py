@@ -26,9 +26,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     nor skips them.
 
     Tests marked ``slow`` run first (otherwise in the order collected):
-    pytest-xdist's ``load`` scheduling hands out tests in this order, so the
-    long ones start at once on every worker and the run ends on short ones
-    instead of one worker finishing a minute-long test alone."""
+    pytest-xdist's ``load`` scheduling, one test at a time
+    (``--maxschedchunk 1`` in pyproject.toml), hands them out in this order
+    to whichever worker is free, so the long ones are spread over the
+    workers at the start and the run ends on short ones instead of one
+    worker finishing a minute-long test alone. (Its default first hand-out
+    is a contiguous quarter of the suite per worker, which gave every slow
+    test to the first worker.)"""
     if not os.environ.get("FLOWDESK_TEST_MODEL"):
         kept = [item for item in items if item.get_closest_marker("real_model") is None]
         if len(kept) != len(items):
