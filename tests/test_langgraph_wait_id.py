@@ -104,7 +104,7 @@ def test_the_printed_answer_run_twice_does_not_answer_the_threads_next_question(
     # its id from `waiting --json` and `show -o json`
     second = printed_answer(db)
     assert second != first
-    (row,) = json.loads(flowdesk(db, "waiting", "--json").stdout)
+    (row,) = [json.loads(line) for line in flowdesk(db, "waiting", "--json").stdout.splitlines()]
     shown = json.loads(flowdesk(db, "show", THREAD, "-o", "json").stdout)
     assert row["wait_id"] == shown["wait_id"] and second.endswith(f" --wait-id {row['wait_id']}")
     assert as_printed(second, {**os.environ}, input="later\n").returncode == 0
