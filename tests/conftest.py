@@ -70,6 +70,21 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 @pytest.fixture(autouse=True)
+def _flowdesk_log_level() -> Iterator[None]:
+    """Each test starts with the ``desktop_app`` logger at the level it had
+    before the first test: a test that opens Flowdesk in-process
+    (``observability.setup_logging``) sets it (to INFO) for the whole
+    worker, and a ``caplog`` test after it in the same worker would then see
+    records a test before it would not."""
+    import logging
+
+    logger = logging.getLogger("desktop_app")
+    level = logger.level
+    yield
+    logger.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
 def _snapshots_without_animation(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """A snapshot shows the screen at rest, not a frame of an animation.
 
