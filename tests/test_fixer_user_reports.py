@@ -219,6 +219,7 @@ def test_an_unknown_flowdesk_environment_variable_is_a_usage_error(tmp_path):
 def test_ctrl_c_on_a_terminal_ends_with_the_message_on_its_own_line(tmp_path):
     import pty
     import re
+    import select
 
     from tests.digest_corpus import make_corpus
 
@@ -244,6 +245,10 @@ def test_ctrl_c_on_a_terminal_ends_with_the_message_on_its_own_line(tmp_path):
     seen = b""
     interrupted = False
     while True:
+        # a process that stops writing and never exits fails the test, not CI
+        if not select.select([master], [], [], 120)[0]:
+            proc.kill()
+            raise AssertionError(f"run digest wrote nothing for 120 s:\n{seen.decode()[-2000:]}")
         try:
             data = os.read(master, 65536)
         except OSError:  # EIO: the process closed the terminal
