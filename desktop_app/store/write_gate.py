@@ -85,6 +85,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import queue
 import signal
 import struct
 import threading
@@ -145,7 +146,13 @@ class WriteGate:
         self._waited = False  # whether taking it had to wait for another process
         self._kept_in_turn = False  # whether it was kept after a commit in this turn
         self._yield_until = 0.0  # time.monotonic() before which it does not try again
-        self._turn = threading.Event()  # set when a turn first keeps it, for the reaper
+        #: a token put when a turn first keeps the ``flock``, for the reaper: a
+        #: ``SimpleQueue`` (C, no lock a signal handler's exception can leave
+        #: taken), not a ``threading.Event``, whose ``set()`` is Python code
+        #: around a lock: a Ctrl-C landing inside it left that lock held by
+        #: nobody, and the reaper and the exit (:func:`_stop_reapers`) waited
+        #: on it for ever
+        self._turn: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._reaper: threading.Thread | None = None
         #: set at interpreter exit (:func:`_stop_reapers`): no flock is kept
         #: between transactions any more and the reaper ends
@@ -187,7 +194,7 @@ class WriteGate:
                     if not self._kept_in_turn:  # the reaper watches the turn's end
                         self._kept_in_turn = True
                         self._start_reaper()
-                        self._turn.set()
+                        self._turn.put(None)
                 else:
                     self._unlock()
                     if keep and self._waited and self._kept_in_turn:
@@ -227,15 +234,23 @@ class WriteGate:
         process that wrote nothing since, so an idle process never holds the
         others up longer than :data:`HOLD_S`."""
         while True:
-            if not self._turn.wait(REAPER_IDLE_S) or self._stopping:
+            try:
+                self._turn.get(timeout=REAPER_IDLE_S)
+            except queue.Empty:
                 with self._mutex:  # release() starts a new reaper under it
-                    if self._stopping or not self._turn.is_set():
+                    if self._stopping or self._turn.empty():
                         self._reaper = None
                         return
                 continue
-            # cleared before reading: a turn whose set() this clears has
-            # already written its start (_took wrote it before release() set it)
-            self._turn.clear()
+            if self._stopping:  # the exit: no mutex, so the exit never waits for it
+                self._reaper = None
+                return
+            # the turns signalled so far are read now: a turn whose token this
+            # takes has already written its start (_took wrote it before
+            # release() put the token)
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self._turn.get_nowait()
             pause = self._taken_at + HOLD_S - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
@@ -345,7 +360,7 @@ class WriteGate:
         self._kept = False
         self._kept_in_turn = False
         self._yield_until = 0.0
-        self._turn = threading.Event()
+        self._turn = queue.SimpleQueue()
         self._reaper = None  # threads do not survive a fork
 
 
@@ -389,14 +404,26 @@ def _stop_reapers() -> None:
     reaper frozen by the interpreter's finalization inside its ``with
     self._mutex`` would hold that lock for ever, and a write made later in
     the exit (a generator's ``finally`` giving a lease back) would wait its
-    whole busy timeout for it, then fail."""
+    whole busy timeout for it, then fail.
+
+    Never blocks on what a Ctrl-C can leave taken: the wake-up is a
+    ``SimpleQueue.put``; a gate whose mutex this thread still holds (a
+    ``KeyboardInterrupt`` raised between a transaction's taking it and its
+    bookkeeping) has a reaper that cannot be inside it, so it is not waited
+    for (it would cost a second); every other wait is bounded."""
     for gate in list(_GATES.values()):
         gate._stopping = True
-        gate._turn.set()
+        gate._turn.put(None)
         reaper = gate._reaper
-        if reaper is not None:
+        if reaper is not None and not _owned(gate._mutex):
             reaper.join(timeout=1.0)
         gate.give_back()
+
+
+def _owned(mutex: Any) -> bool:
+    """Whether this thread holds ``mutex`` (a ``threading.RLock``), by its
+    ``_is_owned``, the method ``threading.Condition`` relies on."""
+    return bool(mutex._is_owned())
 
 
 atexit.register(_stop_reapers)
