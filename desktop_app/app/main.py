@@ -44,6 +44,7 @@ from desktop_app.agent import drives
 from desktop_app.agent.messages import unknown_outcome_tools
 from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_runs
 from desktop_app.agent.runtime import AgentResponse
+from desktop_app.app import terminal
 from desktop_app.app.controller import FINISHED, INTERRUPTED, Controller
 from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.format import app_version_refusal, plural, short_id, skew_notice
@@ -465,7 +466,23 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._give_back_the_gate_on_ctrl_z()
         self.set_interval(self.POLL_S, self._poll)
         self.set_interval(self.CLOCK_S, self._check_clock)
+        self._watch_the_terminal()
         self._startup()
+
+    def _watch_the_terminal(self) -> None:
+        """Quit as on ``q`` once the terminal goes away with no ``SIGHUP``
+        to this process (:mod:`desktop_app.app.terminal`), instead of running
+        on, unseen, with Textual's input thread spinning."""
+        fd = None if self.is_headless else terminal.terminal_fd()
+        if fd is None:
+            return
+
+        def check() -> None:
+            if terminal.hung_up(fd):
+                log.warning("the terminal went away (hung up): quitting as on q")
+                self.exit()
+
+        self.set_interval(terminal.CHECK_S, check)
 
     def _give_back_the_gate_on_ctrl_z(self) -> None:
         """Ctrl-Z (SIGTSTP): Textual's driver restores the terminal and stops
