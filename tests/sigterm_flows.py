@@ -6,11 +6,17 @@ tests of a worker stopped with SIGTERM while a step is in flight.
 PID`` to the file ``state.sink``, then ``effect STEP PID`` (its side
 effect); ``s1`` waits between the two until the file ``state.gate`` exists
 (at most 120 s), so a signal always lands with it in flight.
+
+``dropped`` (the same steps): ``s0``, once per process, sends its own
+process SIGTERM from inside an object's finalizer (``__del__``), where
+CPython runs the handler and drops what it raises ("Exception ignored"),
+then ends normally.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -46,10 +52,29 @@ def _step(state: Effects, ctx: Any) -> dict[str, Any]:
     return {"n": state.n + 1}
 
 
+class _SignalsInItsFinalizer:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs right after this call, here
+        _SignalsInItsFinalizer.sent = True
+
+    sent = False
+
+
+def _drop_a_sigterm(state: Effects, ctx: Any) -> dict[str, Any]:
+    if ctx.step_id == "s0" and not _SignalsInItsFinalizer.sent:
+        _SignalsInItsFinalizer()  # no reference kept: finalized at once
+    return _step(state, ctx)
+
+
 _builder = FlowBuilder("effects", Effects)
 for _sid in STEPS:
     _builder = _builder.step(_sid, _step)
 effects = _builder.chain().compile()
 
-#: ``FLOWDESK_FLOWS`` naming :data:`effects`
-FLOWS_ENV = '["tests.sigterm_flows:effects"]'
+_builder = FlowBuilder("dropped", Effects)
+for _sid in STEPS:
+    _builder = _builder.step(_sid, _drop_a_sigterm)
+dropped = _builder.chain().compile()
+
+#: ``FLOWDESK_FLOWS`` naming :data:`effects` and :data:`dropped`
+FLOWS_ENV = '["tests.sigterm_flows:effects", "tests.sigterm_flows:dropped"]'

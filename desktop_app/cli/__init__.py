@@ -33,10 +33,10 @@ import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from desktop_app.cli import sigterm
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
@@ -50,6 +50,7 @@ from desktop_app.cli.output import (
     version_refusal,
 )
 from desktop_app.cli.parser import build_parser, shared_parser
+from desktop_app.cli.sigterm import Terminated
 from desktop_app.errors import (
     CheckpointCorruptError,
     CommitUnknownError,
@@ -138,24 +139,12 @@ FOREGROUND = (
 )
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM in a :data:`FOREGROUND` command, raised in the main thread
-    where Ctrl-C raises ``KeyboardInterrupt`` (a subclass of it, so the run
-    stops exactly as on Ctrl-C: the step in flight is cut off before it
-    saves, and runs once more, from its start, when the run is resumed;
-    its lease is given back). ``args[0]``: the signal number."""
-
-
-def _terminated(signum: int, _frame: object) -> None:
-    raise Terminated(signum)
-
-
 def _stop_on_sigterm(command: str) -> None:
     """Make SIGTERM stop ``command`` as Ctrl-C does when it executes runs
     (:data:`FOREGROUND`); ``agent`` and the app install their own handlers.
     Only the main thread can install a handler: elsewhere nothing changes."""
-    if command in FOREGROUND and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminated)
+    if command in FOREGROUND:
+        sigterm.install()
     if command in FOREGROUND or command == "agent":
         # Ctrl-Z gives the SQLite write gate back before stopping, so other
         # processes' writers go on meanwhile (the app: Textual's own handler)
@@ -356,6 +345,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         _say_resume(ctx)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
+        sigterm.taken()
         stop_progress()  # else the progress line is drawn again after the message
         how = "interrupted"
         if isinstance(exc, Terminated):
