@@ -73,3 +73,33 @@ def test_stop_all_with_no_drive_returns_at_once() -> None:
     t0 = time.monotonic()
     assert drives.stop_all(30) == 0
     assert time.monotonic() - t0 < 1
+
+
+def test_a_synchronous_drive_is_asked_to_stop_and_waited_for_then_counted_at_the_bound() -> None:
+    """The own runtime's drives (a thread in ``driving_thread``): ``stop_all``
+    asks each (``stop_asked`` turns true in that thread only) and waits for
+    it to leave the block; one still busy at the bound is counted."""
+    inside, release = threading.Event(), threading.Event()
+    seen: list[bool] = []
+
+    def drive() -> None:
+        with drives.driving_thread():
+            seen.append(drives.stop_asked())  # not asked yet
+            inside.set()
+            while not drives.stop_asked():
+                time.sleep(0.01)
+            seen.append(True)
+            release.wait(30)  # its call in flight ends only when released
+        seen.append(drives.stop_asked())  # out of the block: never asked
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    assert inside.wait(10)
+    assert not drives.stop_asked()  # another thread's stop is not this one's
+    t0 = time.monotonic()
+    assert drives.stop_all(0.3) == 1  # still in its call after the bound: counted
+    assert time.monotonic() - t0 >= 0.3
+    release.set()
+    thread.join(10)
+    assert seen == [False, True, False]
+    assert drives.stop_all(0.3) == 0  # none left registered

@@ -89,6 +89,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from desktop_app.agent import drives
 from desktop_app.agent.approvals import (
     ApprovalJournal,
     ApprovalRequest,
@@ -978,7 +979,11 @@ class Agent:
     def _not_canceled(self, run_id: str) -> AgentRun:
         """The run as stored now; raises :class:`_Canceled` when another
         process (``flowdesk cancel``) canceled it meanwhile, so this process
-        makes no further model or tool call and writes nothing more."""
+        makes no further model or tool call and writes nothing more, and
+        :class:`~desktop_app.agent.drives.DriveStopped` when the app that
+        drives it quits (:func:`~desktop_app.agent.drives.stop_all`)."""
+        if drives.stop_asked():
+            raise drives.DriveStopped
         run = self.store.get(run_id)
         if run.status == "canceled":
             raise _Canceled(run.error)

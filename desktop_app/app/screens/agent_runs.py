@@ -20,6 +20,7 @@ plain text: message contents are never read as markup.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 from textual.worker import get_current_worker
 
+from desktop_app.agent import drives
 from desktop_app.agent.messages import canonical_json, is_outcome_unknown
-from desktop_app.agent.runtime import AgentResponse
+from desktop_app.agent.runtime import AgentEvent, AgentResponse
 from desktop_app.agent.tools import is_tool_call
 from desktop_app.app.format import json_text, local_when, plural, short_id, when
 from desktop_app.app.host import Host, host
@@ -697,18 +699,23 @@ class AgentRunsScreen(Screen[None]):
             assert services is not None
             agent = services.agent(self.ASK_AGENT, model)
             events = agent.resume_stream(run_id) if run_id else agent.stream(question or "")
-            for event in events:
-                if event.kind == "delta":
-                    self.post_message(AnswerDelta(event.text))
-                elif event.kind == "tool_start":
-                    self.post_message(AnswerToolEvent(f"calls {event.tool}…"))
-                elif event.kind == "tool_end":
-                    reused = " (reused)" if event.reused else ""
-                    self.post_message(AnswerToolEvent(f"{event.tool} answered{reused}"))
-                elif event.kind == "done":
-                    self.post_message(AnswerFinished(event.response))
+            with drives.driving_thread():  # the app's quit waits for its call in flight
+                self._post_events(events)
         except Exception as exc:  # never a traceback in the user's face
             self.post_message(AnswerFinished(None, _failure(exc)))
+
+    def _post_events(self, events: Iterable[AgentEvent]) -> None:
+        """Each of an ``Agent.stream``'s events as a message, as they come."""
+        for event in events:
+            if event.kind == "delta":
+                self.post_message(AnswerDelta(event.text))
+            elif event.kind == "tool_start":
+                self.post_message(AnswerToolEvent(f"calls {event.tool}…"))
+            elif event.kind == "tool_end":
+                reused = " (reused)" if event.reused else ""
+                self.post_message(AnswerToolEvent(f"{event.tool} answered{reused}"))
+            elif event.kind == "done":
+                self.post_message(AnswerFinished(event.response))
 
     def on_answer_delta(self, message: AnswerDelta) -> None:
         self.query_one(StreamingAnswer).add(message.text)

@@ -57,6 +57,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from desktop_app.agent import drives
 from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused
@@ -945,9 +946,10 @@ class InboxScreen(Screen[None]):
                 model = self.flowdesk.chat_model()
                 if model is None:
                     raise _NoModel
-            res = resume_with_recorded_tools(
-                store, self.flowdesk.settings, model, store.get(run_id), answer, wait_id=wait_id
-            )
+            with drives.driving_thread():  # the app's quit waits for its call in flight
+                res = resume_with_recorded_tools(
+                    store, self.flowdesk.settings, model, store.get(run_id), answer, wait_id=wait_id
+                )
         except _NoModel:
             text = (
                 f"No model is set up (Settings, ctrl+s) to continue agent run {rid}; "
