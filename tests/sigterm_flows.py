@@ -8,9 +8,9 @@ effect); ``s1`` waits between the two until the file ``state.gate`` exists
 (at most 120 s), so a signal always lands with it in flight.
 
 ``dropped`` (the same steps): ``s0``, once per process, sends its own
-process SIGTERM from inside an object's finalizer (``__del__``), where
-CPython runs the handler and drops what it raises ("Exception ignored"),
-then ends normally.
+process the signal ``state.signal`` names (SIGTERM by default) from inside
+an object's finalizer (``__del__``), where CPython runs the handler and
+drops what it raises ("Exception ignored"), then ends normally.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ class Effects(BaseModel):
     sink: str
     gate: str
     n: int = 0
+    signal: str = "SIGTERM"
 
 
 def _append(path: str, line: str) -> None:
@@ -53,16 +54,19 @@ def _step(state: Effects, ctx: Any) -> dict[str, Any]:
 
 
 class _SignalsInItsFinalizer:
-    def __del__(self) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs right after this call, here
-        _SignalsInItsFinalizer.sent = True
-
     sent = False
 
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
 
-def _drop_a_sigterm(state: Effects, ctx: Any) -> dict[str, Any]:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), self.signum)  # the handler runs right after this call, here
+        _SignalsInItsFinalizer.sent = True
+
+
+def _drop_a_signal(state: Effects, ctx: Any) -> dict[str, Any]:
     if ctx.step_id == "s0" and not _SignalsInItsFinalizer.sent:
-        _SignalsInItsFinalizer()  # no reference kept: finalized at once
+        _SignalsInItsFinalizer(signal.Signals[state.signal])  # no reference kept: finalized now
     return _step(state, ctx)
 
 
@@ -73,7 +77,7 @@ effects = _builder.chain().compile()
 
 _builder = FlowBuilder("dropped", Effects)
 for _sid in STEPS:
-    _builder = _builder.step(_sid, _drop_a_sigterm)
+    _builder = _builder.step(_sid, _drop_a_signal)
 dropped = _builder.chain().compile()
 
 #: ``FLOWDESK_FLOWS`` naming :data:`effects` and :data:`dropped`

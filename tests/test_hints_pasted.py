@@ -307,8 +307,12 @@ def test_sigterm_cuts_the_step_in_flight_which_runs_once_more_only_on_resume(
     assert effects == Counter({"s0": 1, "s1": 1, "s2": 1, "s3": 1})
 
 
-def test_a_sigterm_dropped_inside_a_finalizer_still_stops_the_run_at_its_next_step(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("sig", "said"),
+    [("SIGTERM", "stopped by SIGTERM"), ("SIGINT", "interrupted")],
+)
+def test_a_stop_dropped_inside_a_finalizer_still_stops_the_run_at_its_next_step(
+    tmp_path: Path, sig: str, said: str
 ) -> None:
     # CPython runs a signal's handler wherever the main thread is, finalizers
     # included, and drops what it raises there: the run went on to its end
@@ -316,7 +320,7 @@ def test_a_sigterm_dropped_inside_a_finalizer_still_stops_the_run_at_its_next_st
     env = {"FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
     assert flowdesk(db, "db", "apply", env=env).returncode == 0
     (tmp_path / "gate").touch()  # s1 does not wait
-    given = json.dumps({"sink": str(sink), "gate": str(tmp_path / "gate")})
+    given = json.dumps({"sink": str(sink), "gate": str(tmp_path / "gate"), "signal": sig})
     done = subprocess.run(
         [*CLI, "--db", str(db), "start", "dropped", "--input", given],
         capture_output=True,
@@ -324,10 +328,11 @@ def test_a_sigterm_dropped_inside_a_finalizer_still_stops_the_run_at_its_next_st
         cwd=REPO,
         env={**os.environ, **env, "PYTHONPATH": str(REPO)},
         timeout=120,
+        preexec_fn=cli_forkserver.default_sigint,  # Ctrl-C's handler, as in a shell
     )
     assert "Exception ignored" in done.stderr  # the first raise was dropped, as set up
-    assert done.returncode == 128 + signal.SIGTERM, done.stderr
-    hint = hint_after(done.stderr, "flowdesk: stopped by SIGTERM; run ")
+    assert done.returncode == 128 + signal.Signals[sig], done.stderr
+    hint = hint_after(done.stderr, f"flowdesk: {said}; run ")
     effects = [line.split()[1] for line in sink.read_text().splitlines() if "effect" in line]
     assert effects == ["s0"]  # stopped at s0's end, before s1 began
     resumed = in_bash(hint, env=env)

@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from desktop_app.cli import sigterm
+from desktop_app.cli import stop_signals
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
@@ -50,7 +50,7 @@ from desktop_app.cli.output import (
     version_refusal,
 )
 from desktop_app.cli.parser import build_parser, shared_parser
-from desktop_app.cli.sigterm import Terminated
+from desktop_app.cli.stop_signals import Terminated
 from desktop_app.errors import (
     CheckpointCorruptError,
     CommitUnknownError,
@@ -144,7 +144,7 @@ def _stop_on_sigterm(command: str) -> None:
     (:data:`FOREGROUND`); ``agent`` and the app install their own handlers.
     Only the main thread can install a handler: elsewhere nothing changes."""
     if command in FOREGROUND:
-        sigterm.install()
+        stop_signals.install()
     if command in FOREGROUND or command == "agent":
         # Ctrl-Z gives the SQLite write gate back before stopping, so other
         # processes' writers go on meanwhile (the app: Textual's own handler)
@@ -345,7 +345,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         _say_resume(ctx)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
-        sigterm.taken()
+        stop_signals.taken()
         stop_progress()  # else the progress line is drawn again after the message
         how = "interrupted"
         if isinstance(exc, Terminated):

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, cast
 
-from desktop_app.cli import sigterm
+from desktop_app.cli import stop_signals
 from desktop_app.cli.output import Hints
 from desktop_app.errors import FlowdeskError, InputError
 from desktop_app.textsafe import shell_quote
@@ -248,7 +248,7 @@ class Ctx:
         from desktop_app.store.protocol import ServerOutages
 
         services = open_services(self.settings, events=events, flows=flows)
-        sigterm.watch(services.engine.events)
+        stop_signals.watch(services.engine.events)
         for problem in services.flow_problems:
             print(f"flowdesk: warning: {problem.error} (other flows work)", file=sys.stderr)
         store = services.checkpoints
