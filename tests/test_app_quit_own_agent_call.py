@@ -24,6 +24,7 @@ from tests.cli_support import flowdesk
 from tests.test_tool_approval import lines, require, stored_run
 
 
+@pytest.mark.slow
 async def test_q_during_an_approved_call_saves_its_result_and_the_resume_reuses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
