@@ -171,3 +171,119 @@ def test_a_process_that_never_waited_does_not_yield_after_its_turn(
     gate.release()
     assert not _gate_held(db)
     assert gate._yield_until == 0.0
+
+
+# -- the reaper, and the exit hook that ends it ---------------------------------
+# In this process (the reaper is a thread of it): a turn kept by a process
+# that then writes nothing is given back at the turn's end, not at its next
+# write; the exit hook gives it back at once, ends the reaper, and keeps no
+# turn after it; it does not wait for a reaper this thread holds the mutex of.
+
+
+def _one_write(db: Path) -> tuple[object, write_gate.WriteGate]:
+    from desktop_app.store.connection import open_connection
+
+    conn = open_connection(db)
+    with conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS reaped(x)")
+    gate = conn.gate
+    assert gate is not None
+    return conn, gate
+
+
+def _until(check, timeout: float) -> float:  # type: ignore[no-untyped-def]
+    """Seconds until ``check()`` held (polled every 5 ms); fails after ``timeout``."""
+    t0 = time.monotonic()
+    while not check():
+        assert time.monotonic() - t0 < timeout, "not within the time"
+        time.sleep(0.005)
+    return time.monotonic() - t0
+
+
+def test_the_reaper_gives_back_an_idle_turn_at_its_end_and_ends_when_idle(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.3)
+    monkeypatch.setattr(write_gate, "REAPER_IDLE_S", 0.4)
+    conn, gate = _one_write(db_path)
+    try:
+        assert _gate_held(db_path)  # kept for the turn
+        reaper = gate._reaper
+        assert reaper is not None and reaper.is_alive()
+        waited = _until(lambda: not _gate_held(db_path), timeout=5)
+        assert 0.15 < waited < 1.5  # at the turn's end, not at once and not later
+        _until(lambda: not reaper.is_alive(), timeout=5)  # idle for REAPER_IDLE_S: it ends
+        assert gate._reaper is None
+        with conn:  # a later turn starts a reaper again, which gives it back again
+            conn.execute("INSERT INTO reaped VALUES (1)")
+        assert _gate_held(db_path)
+        assert gate._reaper is not None and gate._reaper is not reaper
+        _until(lambda: not _gate_held(db_path), timeout=5)
+    finally:
+        conn.close()  # type: ignore[attr-defined]
+
+
+def test_a_turn_taken_again_before_the_reaper_looks_is_left_to_its_own_end(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.3)
+    conn, gate = _one_write(db_path)
+    try:
+        first = gate._taken_at
+        gate._unlock()  # the turn ended early (a failed write, say) ...
+        time.sleep(0.15)
+        with conn:  # ... and this process takes a new one, ending 0.15 s after the first
+            conn.execute("INSERT INTO reaped VALUES (1)")
+        assert gate._taken_at >= first + 0.15
+        # the reaper woke for the first turn: past its end, the new one is not cut short
+        time.sleep(max(0.0, first + 0.3 + 0.05 - time.monotonic()))
+        assert time.monotonic() < gate._taken_at + 0.3 - 0.03  # (the test's own timing)
+        assert _gate_held(db_path)
+        waited = _until(lambda: not _gate_held(db_path), timeout=5)
+        assert waited < 1.0  # and given back at its own end
+    finally:
+        conn.close()  # type: ignore[attr-defined]
+
+
+def test_the_exit_hook_gives_the_turn_back_ends_the_reaper_and_keeps_no_turn_after(
+    db_path: Path, long_turn: None
+) -> None:
+    conn, gate = _one_write(db_path)
+    try:
+        assert _gate_held(db_path)
+        reaper = gate._reaper
+        assert reaper is not None
+        t0 = time.monotonic()
+        write_gate._stop_reapers()
+        assert time.monotonic() - t0 < 0.9  # the reaper ended at once, not at the join's bound
+        assert not reaper.is_alive() and gate._reaper is None
+        assert not _gate_held(db_path)  # given back, not left to the minute-long turn
+        with conn:  # a write later in the exit keeps nothing
+            conn.execute("INSERT INTO reaped VALUES (1)")
+        assert not _gate_held(db_path)
+    finally:
+        gate._stopping = False
+        conn.close()  # type: ignore[attr-defined]
+
+
+def test_the_exit_hook_does_not_wait_for_a_reaper_whose_mutex_this_thread_holds(
+    db_path: Path, long_turn: None
+) -> None:
+    conn, gate = _one_write(db_path)
+    try:
+        reaper = gate._reaper
+        assert reaper is not None
+        assert write_gate._owned(gate._mutex) is False
+        gate._mutex.acquire()  # as a Ctrl-C between taking it and the bookkeeping leaves it
+        try:
+            assert write_gate._owned(gate._mutex) is True
+            t0 = time.monotonic()
+            write_gate._stop_reapers()
+            assert time.monotonic() - t0 < 0.5  # no second-long join
+            assert not _gate_held(db_path)  # given back all the same
+        finally:
+            gate._mutex.release()
+        _until(lambda: not reaper.is_alive(), timeout=5)
+    finally:
+        gate._stopping = False
+        conn.close()  # type: ignore[attr-defined]

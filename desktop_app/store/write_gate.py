@@ -242,18 +242,21 @@ class WriteGate:
                         self._reaper = None
                         return
                 continue
-            if self._stopping:  # the exit: no mutex, so the exit never waits for it
-                self._reaper = None
-                return
             # the turns signalled so far are read now: a turn whose token this
             # takes has already written its start (_took wrote it before
             # release() put the token)
             with contextlib.suppress(queue.Empty):
                 while True:
                     self._turn.get_nowait()
-            pause = self._taken_at + HOLD_S - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
+            while not self._stopping:  # until the (latest) turn's end
+                pause = self._taken_at + HOLD_S - time.monotonic()
+                if pause <= 0:
+                    break
+                with contextlib.suppress(queue.Empty):  # the exit's token wakes it
+                    self._turn.get(timeout=pause)
+            if self._stopping:  # the exit: no mutex, so the exit never waits for it
+                self._reaper = None
+                return
             with self._mutex:
                 # a turn taken since (its own end is due later) is left to the next loop
                 if self._kept and time.monotonic() >= self._taken_at + HOLD_S:
