@@ -341,6 +341,53 @@ def test_a_stop_dropped_inside_a_finalizer_still_stops_the_run_at_its_next_step(
     assert effects == ["s0", "s1", "s2", "s3"]
 
 
+@pytest.mark.parametrize("where", ["give_answer", "_go_on"])
+def test_ctrl_c_in_an_answer_prints_the_command_that_carries_on_from_there(
+    tmp_path: Path, where: str
+) -> None:
+    """Ctrl-C in ``answer`` before the answer is saved (``give_answer``):
+    nothing was answered, and ``resume`` would find the run still waiting,
+    so the hint is the answer again, pinned to its question; after it is
+    saved (the run going on: ``_go_on``), ``resume``. Each hint, run as
+    printed, moves the tidy's files once. The KeyboardInterrupt is raised
+    when that function is called, as Ctrl-C raises it there."""
+    db, folder = tmp_path / "t.db", tmp_path / "dl"
+    folder.mkdir()
+    for name in ("a.txt", "b.jpg", "c.txt"):
+        (folder / name).write_text(name)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(folder)}))
+    run_id = started.stdout.split()[0]
+    argv = ["--db", str(db), "answer", run_id, "yes"]
+    code = (
+        "import sys\n"
+        "from desktop_app.cli import main\n"
+        "def trace(frame, event, arg):\n"
+        f"    if event == 'call' and frame.f_code.co_name == {where!r}:\n"
+        "        sys.settrace(None)\n"
+        "        raise KeyboardInterrupt\n"
+        "sys.settrace(trace)\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    stopped = cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=120)
+    assert stopped.returncode == 130, stopped.stderr
+    assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["a.txt", "b.jpg", "c.txt"]
+    if where == "give_answer":
+        hint = hint_after(stopped.stderr, "flowdesk: interrupted; run ")
+        assert hint == f"flowdesk --db {db} answer {run_id} yes --wait-id approve:0", hint
+        assert "to answer (nothing was answered" in stopped.stderr
+    else:
+        hint = hint_after(stopped.stderr, "flowdesk: interrupted; run ")
+        assert hint == f"flowdesk --db {db} resume {run_id}", hint
+    done = in_bash(hint)
+    assert done.returncode == 0, done.stderr
+    moved = sorted(p.name for p in folder.rglob("*") if p.is_file() and p.parent != folder)
+    assert moved == ["a.txt", "b.jpg", "c.txt"]  # each moved, once
+    assert [p.name for p in folder.iterdir() if p.is_file()] == [
+        f".flowdesk-tidy-undo-{run_id}.json"
+    ]
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -350,8 +350,6 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         how = "interrupted"
         if isinstance(exc, Terminated):
             how = f"stopped by {signal.Signals(exc.args[0]).name}"
-        print(
-            f"flowdesk: {how}; run `{ctx.hints.cmd(ctx.on_interrupt())}` to continue",
-            file=sys.stderr,
-        )
+        command, what = ctx.on_interrupt()
+        print(f"flowdesk: {how}; run `{ctx.hints.cmd(command)}` {what}", file=sys.stderr)
         return 128 + exc.args[0] if isinstance(exc, Terminated) else 130

@@ -174,16 +174,25 @@ class Ctx:
         #: the command that continues after Ctrl-C when it is not resuming a
         #: run (``watch`` watches again)
         self.continue_with: str | None = None
+        #: an ``answer`` not saved yet: the command that gives it again
+        #: (pinned to its question); Ctrl-C until it is saved prints it
+        self.unanswered: str | None = None
         #: the skewed-clock warning was printed (once per command)
         self._skew_said = False
 
-    def on_interrupt(self) -> str:
-        """The command (after ``flowdesk`` and its ``--db``/``--scope``) that
-        continues what Ctrl-C stopped: ``resume RUN`` for the run being
-        executed, else :attr:`continue_with`, else ``resume --all``."""
+    def on_interrupt(self) -> tuple[str, str]:
+        """What continues what Ctrl-C stopped: ``(command, what it does)``,
+        the command after ``flowdesk`` and its ``--db``/``--scope``: the
+        ``answer`` again while the answer was not saved (:attr:`unanswered`;
+        "to answer (nothing was answered ...)"), else ``resume RUN`` for the
+        run being executed, else :attr:`continue_with`, else ``resume
+        --all`` ("to continue")."""
+        if self.unanswered is not None:
+            said = "nothing was answered: the stop came before the answer was saved"
+            return self.unanswered, f"to answer ({said})"
         if self.current_run is not None:
-            return f"resume {self.current_run}"
-        return self.continue_with or "resume --all"
+            return f"resume {self.current_run}", "to continue"
+        return self.continue_with or "resume --all", "to continue"
 
     @property
     def settings(self) -> Settings:

@@ -271,6 +271,20 @@ def cmd_start(ctx: Ctx) -> int:
     return report_result(ctx, result)
 
 
+def _unanswered(ctx: Ctx, run_id: str, wait_id: str | None) -> str:
+    """This ``answer`` again (after ``flowdesk`` and its ``--db``/``--scope``),
+    pinned to the question ``wait_id`` of flow run ``run_id``: what Ctrl-C
+    prints until the answer is saved, instead of ``resume``, which would
+    find the run still waiting for it."""
+    from desktop_app.cli.waits import wait_id_arg
+
+    a = ctx.args
+    command = f"answer {run_id} {shell_quote(a.value)}" + (" --value-json" if a.value_json else "")
+    if wait_id is not None:
+        command += f" --wait-id {shell_quote(wait_id_arg(run_id, wait_id))}"
+    return command
+
+
 def cmd_answer(ctx: Ctx) -> int:
     from desktop_app.cli.admin import deliver_outbox
 
@@ -309,8 +323,13 @@ def cmd_answer(ctx: Ctx) -> int:
 
     refuse_unregistered(ctx, sv, run.run_id, "answered")
     wait_id = a.wait_id if a.wait_id is not None else _one_question(ctx, sv, run.run_id)
+    ctx.unanswered = _unanswered(ctx, run.run_id, wait_id)
+
+    def saved() -> None:
+        ctx.unanswered = None
+
     try:
-        result = sv.engine.resume_with(ref.run_id, value, wait_id=wait_id)
+        result = sv.engine.resume_with(ref.run_id, value, wait_id=wait_id, on_saved=saved)
     except DiskFullError:
         _say_if_unsaved(ctx, sv, run)
         raise

@@ -799,7 +799,14 @@ class Engine:
         driver.prepare_resume()
         return self._go(driver)
 
-    def resume_with(self, run_id: str, value: Any, *, wait_id: str | None = None) -> RunResult:
+    def resume_with(
+        self,
+        run_id: str,
+        value: Any,
+        *,
+        wait_id: str | None = None,
+        on_saved: Callable[[], None] | None = None,
+    ) -> RunResult:
         """Answer a question of a waiting run and continue the same run.
 
         For an await step, ``value`` becomes the step's output exactly as given
@@ -811,6 +818,9 @@ class Engine:
         Args:
             wait_id: which question, when several are pending (S46); may be
                 omitted when only one is.
+            on_saved: called once the answer is saved, before the run goes on
+                (the CLI's Ctrl-C hint changes from "answer again" to
+                "resume" there).
 
         Raises:
             RunStateError: the run is not waiting for input, the wait timed
@@ -829,6 +839,8 @@ class Engine:
         run = RunState.read(self.store, run_id)
         driver = self._load_driver(run)
         give_answer(driver, self.store, run.input_wait(wait_id), value, trusted_now(self.clock))
+        if on_saved is not None:
+            on_saved()
         return self._go_on(driver)
 
     # -- waits: signals, events, deadlines ------------------------------
