@@ -287,3 +287,100 @@ def test_the_exit_hook_does_not_wait_for_a_reaper_whose_mutex_this_thread_holds(
     finally:
         gate._stopping = False
         conn.close()  # type: ignore[attr-defined]
+
+
+def test_a_turn_started_while_the_reaper_waited_for_the_mutex_is_not_cut_short(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaper, woken at a turn's end, waits for the mutex a transaction
+    holds; meanwhile that turn ends and the process takes a new one: the
+    reaper leaves the new turn to its own end."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.3)
+    conn, gate = _one_write(db_path)
+    try:
+        first = gate._taken_at
+        gate._mutex.acquire()  # a long transaction of this thread, say
+        try:
+            time.sleep(max(0.0, first + 0.3 + 0.1 - time.monotonic()))  # the reaper woke
+            with conn:  # the turn is over: given back at this commit
+                conn.execute("INSERT INTO reaped VALUES (1)")
+            with conn:  # and a new turn, kept, ending 0.3 s from now
+                conn.execute("INSERT INTO reaped VALUES (2)")
+            assert gate._taken_at > first + 0.3 and _gate_held(db_path)
+        finally:
+            gate._mutex.release()  # the reaper gets the mutex now
+        time.sleep(0.1)
+        assert time.monotonic() < gate._taken_at + 0.3 - 0.05  # (the test's own timing)
+        assert _gate_held(db_path)  # not cut short by the reaper woken for the first turn
+        _until(lambda: not _gate_held(db_path), timeout=5)  # given back at its own end
+    finally:
+        conn.close()  # type: ignore[attr-defined]
+
+
+def test_a_turn_started_while_an_idle_reaper_waited_for_the_mutex_is_still_reaped(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle reaper about to end waits for the mutex; meanwhile a new turn
+    starts (and starts no reaper: there is one): that reaper goes on and
+    gives the new turn back at its end."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.05)
+    monkeypatch.setattr(write_gate, "REAPER_IDLE_S", 0.2)
+    conn, gate = _one_write(db_path)
+    try:
+        _until(lambda: not _gate_held(db_path), timeout=5)  # the first turn reaped
+        reaper = gate._reaper
+        assert reaper is not None
+        gate._mutex.acquire()
+        try:
+            time.sleep(0.4)  # the reaper's idle wait ended: it waits for the mutex
+            with conn:  # a new turn, kept; its token is put for that same reaper
+                conn.execute("INSERT INTO reaped VALUES (1)")
+            assert gate._reaper is reaper and _gate_held(db_path)
+        finally:
+            gate._mutex.release()
+        _until(lambda: not _gate_held(db_path), timeout=2)  # reaped at its end, not kept
+    finally:
+        conn.close()  # type: ignore[attr-defined]
+
+
+def test_the_exit_hook_waits_a_bounded_time_for_a_reaper_another_thread_holds_up(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reaper that cannot end (an idle one waiting for the gate's mutex,
+    which another thread holds: a transaction stuck in it) delays the exit
+    by the join's bound, one second, then the give-back's, one more; not
+    longer and not for ever."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.05)
+    monkeypatch.setattr(write_gate, "REAPER_IDLE_S", 0.1)
+    conn, gate = _one_write(db_path)
+    _until(lambda: not _gate_held(db_path), timeout=5)  # reaped: the reaper goes idle
+    held, done = threading.Event(), threading.Event()
+
+    def stuck_transaction() -> None:
+        with gate._mutex:
+            held.set()
+            done.wait(10)
+
+    blocker = threading.Thread(target=stuck_transaction)
+    blocker.start()
+    try:
+        assert held.wait(5)
+        time.sleep(0.3)  # the idle reaper's wait ended: it waits for the mutex
+        reaper = gate._reaper
+        assert reaper is not None and reaper.is_alive()
+        took: list[float] = []
+
+        def exit_hook() -> None:
+            t0 = time.monotonic()
+            write_gate._stop_reapers()
+            took.append(time.monotonic() - t0)
+
+        hook = threading.Thread(target=exit_hook)
+        hook.start()
+        hook.join(5)
+        assert took and 1.8 <= took[0] < 2.7, took  # 1 s + 1 s, not 2 + 1, nor for ever
+    finally:
+        done.set()
+        blocker.join(5)
+        gate._stopping = False
+        conn.close()  # type: ignore[attr-defined]
