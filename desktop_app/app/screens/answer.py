@@ -28,6 +28,7 @@ from desktop_app.app.previews import PREVIEWS, Preview
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.app.widgets.row_table import RowTable
+from desktop_app.app.widgets.run_tables import short_wait_id
 from desktop_app.cli.output import Hints
 from desktop_app.cli.waits import answer_choices
 from desktop_app.errors import FlowdeskError
@@ -96,12 +97,6 @@ class PreviewLoaded(Message):
     def __init__(self, preview: Preview) -> None:
         super().__init__()
         self.preview = preview
-
-
-def short_wait_id(wait: Wait) -> str:
-    """``<run id>:<step>:<n>`` with the run id cut to 8 characters."""
-    run_id, sep, rest = wait.wait_id.partition(":")
-    return f"{short_id(run_id)}{sep}{rest}"
 
 
 def how_to_deliver(hints: Hints, wait: Wait) -> str:
@@ -273,7 +268,8 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         table.clear()
         now = self._now()
         for w in self.waits:
-            cells = (short_wait_id(w), w.kind, wait_target(w), countdown(w.deadline_at, now))
+            shown = short_wait_id(w.wait_id)
+            cells = (shown, w.kind, wait_target(w), countdown(w.deadline_at, now))
             table.add_row(*(Text(c) for c in cells), key=w.wait_id)
         if message.error:
             self._show_error(message.error)
