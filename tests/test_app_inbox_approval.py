@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,32 @@ from tests.test_tool_approval import (
 )
 
 
+def app_with_the_model(monkeypatch: pytest.MonkeyPatch, url: str | None) -> Any:
+    """The app on the settings ``FLOWDESK_CONFIG`` names, the schema
+    applied, its model the scripted server at ``url`` (``None``: none set)."""
+    from desktop_app import bootstrap
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.config import load_settings
+
+    if url is not None:
+        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", url)
+        monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
+    settings = load_settings()
+    bootstrap.apply_schema(settings)
+    return FlowdeskApp(settings, flows=[])
+
+
+async def the_approval_in_the_inbox(pilot: Any) -> Any:
+    """The inbox opened, its one item an agent's tool call waiting for
+    approval, selected; returns the inbox screen."""
+    from tests.app_support import open_inbox
+
+    screen = await open_inbox(pilot)
+    (item,) = screen.items
+    assert item.approval
+    return screen
+
+
 async def _answer_in_inbox(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -35,10 +62,7 @@ async def _answer_in_inbox(
     """Start an agent run that waits for approval of ``notes__append``, then
     press ``key`` on it in the inbox: (log lines, notices, run status, model requests)."""
     require("mcp")
-    from desktop_app import bootstrap
-    from desktop_app.app.main import FlowdeskApp
-    from desktop_app.config import load_settings
-    from tests.app_support import messages, open_inbox, settle, wait_until
+    from tests.app_support import messages, settle, wait_until
 
     db, log = tmp_path / "f.db", tmp_path / "notes.log"
     top = f"db_path = {json.dumps(str(db))}"
@@ -50,16 +74,9 @@ async def _answer_in_inbox(
         assert flowdesk(db, "db", "apply", env=env).returncode == 0
         asked = flowdesk(db, "ask", "note it", "--mcp", "notes", env=env)
         assert asked.returncode == 0, asked.stderr
-        if with_model:
-            monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", server.url)
-            monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
-        settings = load_settings()
-        bootstrap.apply_schema(settings)
-        app = FlowdeskApp(settings, flows=[])
+        app = app_with_the_model(monkeypatch, server.url if with_model else None)
         async with app.run_test(size=(200, 45)) as pilot:
-            screen = await open_inbox(pilot)
-            (item,) = screen.items
-            assert item.approval
+            screen = await the_approval_in_the_inbox(pilot)
             await pilot.press(key)
             await pilot.press(key)  # a second press while it runs answers nothing more
             await wait_until(pilot, lambda: not screen.answering, timeout=60)

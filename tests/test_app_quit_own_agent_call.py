@@ -21,6 +21,7 @@ import pytest
 
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import flowdesk
+from tests.test_app_inbox_approval import app_with_the_model, the_approval_in_the_inbox
 from tests.test_tool_approval import lines, require, stored_run
 
 
@@ -29,12 +30,9 @@ async def test_q_during_an_approved_call_saves_its_result_and_the_resume_reuses_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     require("mcp")
-    from desktop_app import bootstrap
-    from desktop_app.app.main import FlowdeskApp
-    from desktop_app.config import load_settings
     from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
     from desktop_app.store.sqlite.store import open_store
-    from tests.app_support import open_inbox, wait_until
+    from tests.app_support import wait_until
     from tests.cli_forkserver import module_command
     from tests.cli_support import REPO
 
@@ -57,15 +55,9 @@ async def test_q_during_an_approved_call_saves_its_result_and_the_resume_reuses_
         assert asked.returncode == 0, asked.stderr
         run_id = stored_run(db).run_id
         assert stored_run(db).status == "input_required"
-        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", server.url)
-        monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
-        settings = load_settings()
-        bootstrap.apply_schema(settings)
-        app = FlowdeskApp(settings, flows=[])
+        app = app_with_the_model(monkeypatch, server.url)
         async with app.run_test(size=(200, 45)) as pilot:
-            screen = await open_inbox(pilot)
-            (item,) = screen.items
-            assert item.approval
+            await the_approval_in_the_inbox(pilot)
             await pilot.press("y")
             await wait_until(pilot, lambda: lines(log) == ["milk"], timeout=60)  # in flight
             # the call ends 1 s into the quit (the quit waits for it)
