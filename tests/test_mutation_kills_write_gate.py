@@ -384,3 +384,32 @@ def test_the_exit_hook_waits_a_bounded_time_for_a_reaper_another_thread_holds_up
         blocker.join(5)
         gate._stopping = False
         conn.close()  # type: ignore[attr-defined]
+
+
+def test_the_at_fork_reset_leaves_a_gate_that_works_from_scratch(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a forked child's gate is after ``os.register_at_fork``'s hook
+    (called here in this process, where its effects can be seen): the
+    parent's descriptor dropped (here the last one: the flock goes with it),
+    no turn, no reaper; its next write takes the flock afresh, keeps it for
+    a turn and a new reaper gives it back at the turn's end."""
+    monkeypatch.setattr(write_gate, "HOLD_S", 0.3)
+    conn, gate = _one_write(db_path)
+    try:
+        assert _gate_held(db_path)
+        old_reaper = gate._reaper
+        gate._reset_after_fork()
+        assert not _gate_held(db_path)  # its descriptor closed
+        with conn:
+            conn.execute("INSERT INTO reaped VALUES (1)")
+        assert not gate.disabled and gate._fd is not None
+        assert _gate_held(db_path)  # taken afresh and kept for the turn
+        t0 = gate._taken_at
+        new_reaper = gate._reaper
+        assert isinstance(new_reaper, threading.Thread) and new_reaper is not old_reaper
+        assert new_reaper.is_alive()  # a reaper of its own (in a child the old one is gone)
+        waited = _until(lambda: not _gate_held(db_path), timeout=5)
+        assert t0 + 0.2 < time.monotonic() and waited < 1.5  # at the turn's end
+    finally:
+        conn.close()  # type: ignore[attr-defined]
