@@ -35,13 +35,8 @@ class DriveStopped(Exception):
     """Raised by Flowdesk's own agent runtime at a turn boundary or before a
     tool call when :func:`stop_all` asked its drive to stop (the app quits):
     the run stops there, its tool calls so far saved, and stays interrupted
-    (its lease given back), to be resumed later."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "the app is quitting: the run stopped after its last saved step and "
-            "is resumed at the next launch, by `flowdesk resume` or a `flowdesk agent` pass"
-        )
+    (its lease given back), to be resumed later. ``args[0]``: the run id.
+    Nobody sees it: the app that asked is quitting."""
 
 
 @contextmanager

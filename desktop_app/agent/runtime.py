@@ -983,7 +983,7 @@ class Agent:
         :class:`~desktop_app.agent.drives.DriveStopped` when the app that
         drives it quits (:func:`~desktop_app.agent.drives.stop_all`)."""
         if drives.stop_asked():
-            raise drives.DriveStopped
+            raise drives.DriveStopped(run_id)
         run = self.store.get(run_id)
         if run.status == "canceled":
             raise _Canceled(run.error)
