@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ async def test_q_during_an_approved_call_saves_its_result_and_the_resume_reuses_
     require("mcp")
     from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
     from desktop_app.store.sqlite.store import open_store
-    from tests.app_support import wait_until
+    from tests.app_support import messages, wait_until
     from tests.cli_forkserver import module_command
     from tests.cli_support import REPO
 
@@ -60,9 +59,12 @@ async def test_q_during_an_approved_call_saves_its_result_and_the_resume_reuses_
             await the_approval_in_the_inbox(pilot)
             await pilot.press("y")
             await wait_until(pilot, lambda: lines(log) == ["milk"], timeout=60)  # in flight
-            # the call ends 1 s into the quit (the quit waits for it)
-            threading.Timer(1.0, gate.touch).start()
-            await pilot.press("q")
+            await pilot.press("q")  # the app says it waits for the call, and stays up
+            await wait_until(pilot, lambda: any("Quitting once" in m for m in messages(app)))
+            await pilot.pause(0.5)
+            assert app.is_running and lines(log) == ["milk"]
+            gate.touch()  # the call ends: the app quits by itself
+            await wait_until(pilot, lambda: not app.is_running, timeout=30)
         assert len(server.requests) == 1  # the app made no model request after the call
 
         store = open_store(db)

@@ -83,6 +83,12 @@ def driving() -> Iterator[None]:
             _lock.notify_all()
 
 
+def in_flight() -> int:
+    """How many drives are registered now (each may be inside a tool call)."""
+    with _lock:
+        return len(_drives) + len(_threads)
+
+
 def stop_all(timeout_s: float) -> int:
     """Ask every registered drive to stop (a task canceled on its own
     loop, thread-safe; a synchronous drive's stop asked) and wait up to

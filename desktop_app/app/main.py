@@ -313,6 +313,10 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._data_version: int | None = None
         self._last_read_error: str | None = None
         self._quitting = False
+        #: q was pressed while an agent's tool call ran (:meth:`action_quit`)
+        self._quit_asked = False
+        #: q again: quit without waiting for it (its outcome is then unknown)
+        self._quit_now = False
         #: the banner shown while the database stayed locked at start-up
         self._startup_waiting: str | None = None
         #: what launch started once the first page was painted: ``None``
@@ -1208,6 +1212,32 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     # -- shutdown --------------------------------------------------------
 
+    async def action_quit(self) -> None:
+        """``q``. With an agent run's tool call in flight here (a drive,
+        :mod:`desktop_app.agent.drives`), the app says so, asks the drives to
+        stop and quits once they did, their call's result saved (at most
+        :data:`QUIT_WAIT_S`), instead of closing its database under the call
+        (its outcome then unknown) or sitting on a blank terminal while it
+        waits; ``q`` again quits at once, the call's outcome unknown."""
+        if self._quit_asked:
+            self._quit_now = True
+        if self._quit_now or drives.in_flight() == 0:
+            self.exit()
+            return
+        self._quit_asked = True
+        self.say(
+            f"Quitting once the tool call in flight has ended and its result is saved (at most "
+            f"{QUIT_WAIT_S:g} s); q again quits now and leaves its outcome unknown.",
+            "warning",
+        )
+        self._quit_after_the_drives()
+
+    @work(thread=True, group="quit", name="quit after the tool calls in flight")
+    def _quit_after_the_drives(self) -> None:
+        drives.stop_all(QUIT_WAIT_S)
+        with contextlib.suppress(RuntimeError):  # quit meanwhile (q again)
+            self.call_from_thread(self.exit)
+
     def on_unmount(self) -> None:
         # A run still being driven stops at its next checkpoint (the closed
         # store refuses to save it) and is resumed on the next launch; the
@@ -1221,7 +1251,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             self.timers.stop()
         if self.outbox is not None:
             self.outbox.stop()
-        left = drives.stop_all(QUIT_WAIT_S)
+        left = drives.stop_all(0.0 if self._quit_now else QUIT_WAIT_S)
         if left:
             log.warning(
                 "quit with %d agent run(s) still in a tool call after %s s", left, QUIT_WAIT_S
