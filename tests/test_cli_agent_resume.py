@@ -169,6 +169,40 @@ def test_kill_9_during_ask_then_resume_as_printed_reconnects_its_mcp_server(
     assert b"tok-s3cret-value" not in stored  # the server's env stays in the settings
 
 
+def test_resume_as_printed_says_a_call_cut_off_mid_way_has_an_unknown_outcome(
+    tmp_path: Path,
+) -> None:
+    """``ask`` killed while its MCP tool call runs (the server appended its
+    line, then never answers): the printed ``resume RUN`` says plainly that
+    the call's outcome is unknown, as ``resume --all`` does, and does not
+    make it again."""
+    db, log, config = tmp_path / "f.db", tmp_path / "notes.log", tmp_path / "config.toml"
+    command = module_command("tests.mcp_notes_server", str(log), "stdio")
+    config.write_text(
+        f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
+    )
+    with ChatServer() as server:
+        env = model_env(server, FLOWDESK_CONFIG=str(config))
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        call = {"id": "a", "name": "notes__append_and_hang", "args": {"text": "x"}}
+        server.script = [("json", completion("", [call])), ("json", completion("Not sure."))]
+        asked = cli("--db", str(db), "ask", "note x", "--mcp", "notes", env=env)
+        wait_for(lambda: log.exists() and log.read_text() == "x\n", "the call in flight")
+        asked.send_signal(signal.SIGKILL)
+        _, err = asked.communicate(timeout=60)
+        run_id, command_text = re.search(
+            r"^run (\w+) \(if interrupted: (flowdesk [^)]*)\)$", err, re.M
+        ).groups()  # type: ignore[union-attr]
+        resumed = as_printed(command_text, env)
+        assert resumed.returncode == 0, resumed.stderr
+        said = (
+            "flowdesk: its call to notes__append_and_hang has an unknown outcome (it was sent, "
+            f"then interrupted; not repeated): `flowdesk --db {db} show {run_id}` lists it"
+        )
+        assert said in resumed.stderr
+    assert log.read_text().splitlines() == ["x"]  # not made again
+
+
 def test_flowdesk_agent_resumes_an_interrupted_ask(tmp_path: Path, notes: Path) -> None:
     db = tmp_path / "f.db"
     with ChatServer() as server:

@@ -147,7 +147,26 @@ def _sources(ctx: Ctx) -> ToolSources:
     return ToolSources(folder, tuple(getattr(ctx.args, "mcp", None) or ()))
 
 
+def unknown_outcome_line(sv: Services, hints: Hints, run_id: str) -> str | None:
+    """What to say of agent run ``run_id``'s tool calls whose outcome is
+    unknown (sent, then interrupted; never repeated): "its call to X has an
+    unknown outcome ... `show RUN` lists it", or ``None`` when it has none."""
+    from desktop_app.agent.messages import unknown_outcome_tools
+
+    unknown = unknown_outcome_tools(sv.agents.tool_results(run_id))
+    if not unknown:
+        return None
+    shown = f"`{hints.cmd(f'show {run_id}')}`"
+    return (
+        f"its call to {visible_controls(', '.join(unknown))} has an unknown outcome "
+        f"(it was sent, then interrupted; not repeated): {shown} lists it"
+    )
+
+
 def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
+    unknown = unknown_outcome_line(sv, ctx.hints, res.run_id)
+    if unknown is not None:  # said plainly by every command that resumes the run
+        print(f"flowdesk: {unknown}", file=sys.stderr)
     if printed and res.status not in ("done", "input_required"):  # stdout has part of a reply
         print(
             "the text printed on stdout above is part of a reply that did not finish: it is "
@@ -470,7 +489,6 @@ def recover_agents(
     """
     import time
 
-    from desktop_app.agent.messages import unknown_outcome_tools
     from desktop_app.agent.recovery import recover_agent_runs
     from desktop_app.bootstrap import build_model
     from desktop_app.errors import AgentRunLeasedError, DatabaseUnreachableError
@@ -505,14 +523,9 @@ def recover_agents(
         else:
             bad = outcome.status not in ("done", "input_required")
             print(f"agent run {run.run_id} {outcome.status}", flush=True)
-            unknown = unknown_outcome_tools(sv.agents.tool_results(run.run_id))
-            if unknown:  # sent before the interruption, not repeated: say it plainly
-                shown = f"`{hints.cmd(f'show {run.run_id}')}`"
-                print(
-                    f"  its call to {visible_controls(', '.join(unknown))} has an unknown "
-                    f"outcome (it was sent, then interrupted; not repeated): {shown} lists it",
-                    flush=True,
-                )
+            unknown = unknown_outcome_line(sv, hints, run.run_id)
+            if unknown is not None:
+                print(f"  {unknown}", flush=True)
         failed += bad
         if bad and skip is not None:
             skip.add(run.run_id)
