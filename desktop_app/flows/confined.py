@@ -170,8 +170,12 @@ def _walk(dir_fd: int, parts: list[str], shown_from: str = "") -> int:
     try:
         for i, part in enumerate(parts):
             nxt = _open_component(fd, part, shown_from + "/".join(parts[: i + 1]))
-            os.close(fd)
-            fd = nxt
+            # ``fd`` names the open one before the close: a Ctrl-C raised right
+            # after ``os.close`` returned closed the same descriptor again
+            # below, and that EBADF replaced the KeyboardInterrupt (a digest
+            # took it for an unreadable file and ran on to its end)
+            fd, done = nxt, fd
+            os.close(done)
     except BaseException:
         os.close(fd)
         raise
