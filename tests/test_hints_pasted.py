@@ -282,6 +282,57 @@ def test_sigterm_of_run_digest_prints_the_resume_hint_and_it_finishes_the_run(
     assert (out / "digest.md").exists()
 
 
+def _digest_until_progress(args: list[str]) -> subprocess.Popen[str]:
+    """``flowdesk ARGS`` (a fresh interpreter with Ctrl-C's handler) once
+    it has printed its first progress line (files under way)."""
+    proc = subprocess.Popen(
+        [*CLI, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=cli_forkserver.default_sigint,
+    )
+    assert proc.stderr is not None
+    line = "-"
+    while line and not re.match(r"\s*\d+/\d+", line):
+        line = proc.stderr.readline()
+    assert line, "it ended before any progress"
+    return proc
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_resume_all_stops_every_run_it_drives_and_its_hint_finishes_them(
+    tmp_path: Path,
+) -> None:
+    """Found by a tryout: Ctrl-C on ``resume --all`` driving two runs (on
+    threads of its own) waited for both to run to their end, then said
+    "interrupted"; the hint it printed then found nothing to resume."""
+    db, docs = tmp_path / "f.db", tmp_path / "docs"
+    make_corpus(docs, 3000)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    for out in ("out-a", "out-b"):  # two digests, each stopped at its start
+        proc = _digest_until_progress(
+            ["--db", str(db), "run", "digest", "--folder", str(docs), "--out", str(tmp_path / out)]
+        )
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        proc.communicate()
+    proc = _digest_until_progress(["--db", str(db), "resume", "--all"])
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert not (tmp_path / "out-a" / "digest.md").exists()  # stopped, not run to their ends
+    assert not (tmp_path / "out-b" / "digest.md").exists()
+    hint = hint_after(err, "flowdesk: interrupted; run ")
+    assert hint == f"flowdesk --db {db} resume --all"
+    resumed = in_bash(hint)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.count(" completed") == 2, resumed.stdout
+    assert all((tmp_path / out / "digest.md").exists() for out in ("out-a", "out-b"))
+
+
 def test_sigterm_cuts_the_step_in_flight_which_runs_once_more_only_on_resume(
     tmp_path: Path,
 ) -> None:

@@ -13,6 +13,7 @@ report is known exactly, with no clock and no sleep.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, overload
 
@@ -66,3 +67,47 @@ def test_the_pool_holds_at_most_two_runs_per_thread_submitted(workers, n):
         assert reads == submitted + k, (k, items.reads)  # k reads were for reports
     firsts = list(dict.fromkeys(items.reads))  # each item's first read submits it
     assert firsts == list(range(n))
+
+
+def test_an_interrupted_caller_drops_what_has_not_started_and_stops_what_has() -> None:
+    """Ctrl-C in the calling thread (here: raised by ``on_done``, which runs
+    there): the items not started never run, those in flight see ``stop``
+    set (a run stops before its next step) and end, ``stop`` is cleared
+    again once they have, and the KeyboardInterrupt goes on."""
+    stop = threading.Event()
+    started: list[int] = []
+    saw_stop: list[int] = []
+
+    def fn(i: int) -> Any:
+        started.append(i)
+        if i == 0:
+            return "first"
+        while not stop.wait(0.01):  # "steps" until asked to stop
+            pass
+        saw_stop.append(i)
+        return "stopped"
+
+    def on_done(item: int, out: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not {1, 2} <= set(started):  # both threads busy with a "run"
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pooled(list(range(20)), fn, 2, on_done, stop)
+    assert {0, 1, 2} <= set(started) <= {0, 1, 2, 3}  # at most the 2 * 2 submitted
+    assert sorted(saw_stop) == sorted(i for i in started if i != 0)  # each in flight stopped
+    assert not stop.is_set()  # cleared: the engine goes on serving
+
+
+def test_a_stop_set_by_someone_else_is_left_set() -> None:
+    stop = threading.Event()
+    stop.set()  # the app is quitting, say
+
+    def on_done(item: int, out: Any) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pooled(list(range(4)), lambda i: i, 2, on_done, stop)
+    assert stop.is_set()

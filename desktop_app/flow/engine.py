@@ -1205,7 +1205,7 @@ class Engine:
             def report(item: tuple[int, Any], out: RunResult | BaseException) -> None:
                 cb(item[0], out)
 
-        return pooled(items, one, max_workers, report)
+        return pooled(items, one, max_workers, report, self.shutdown_event)
 
     def resume_many(
         self, run_ids: Sequence[str], *, max_workers: int = 8
@@ -1219,7 +1219,7 @@ class Engine:
             except FlowdeskError as exc:
                 return exc
 
-        return pooled(list(run_ids), one, max_workers, None)
+        return pooled(list(run_ids), one, max_workers, None, self.shutdown_event)
 
     # -- control ---------------------------------------------------------
 

@@ -5,6 +5,7 @@ pool of threads, results in input order. Used by ``Engine.run_many``,
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from queue import SimpleQueue
@@ -21,10 +22,19 @@ def pooled(
     fn: Callable[[Any], Outcome],
     workers: int,
     on_done: Callable[[Any, Outcome], None] | None,
+    stop: threading.Event | None = None,
 ) -> list[Outcome]:
     """``fn`` over ``items`` on at most ``workers`` threads, at most
     ``2 * workers`` submitted at a time; results in input order.
     ``on_done(item, outcome)`` is called in the calling thread as each ends.
+
+    When the calling thread is interrupted (Ctrl-C, SIGTERM's
+    ``Terminated``, any exception), the items not started yet are dropped,
+    and ``stop`` (the engine's shutdown event: a run stops before its next
+    step, and stays resumable) is set until those in flight have stopped,
+    then the exception goes on. Before, the pool's exit waited for every
+    run in flight to run to its end: Ctrl-C on ``resume --all`` with two
+    interrupted runs finished both, then said "interrupted".
 
     Raises:
         ValueError: ``workers`` is below 1.
@@ -44,7 +54,8 @@ def pooled(
     # hooked a waiter onto every pending future at every call)
     finished: SimpleQueue[Future[Outcome]] = SimpleQueue()
     nxt = 0
-    with ThreadPoolExecutor(workers, thread_name_prefix="flowdesk-run") as pool:
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="flowdesk-run")
+    try:
         while nxt < len(items) or pending:
             while nxt < len(items) and len(pending) < 2 * workers:
                 fut = pool.submit(fn, items[nxt])
@@ -56,4 +67,14 @@ def pooled(
             out[i] = fut.result()
             if on_done is not None:
                 on_done(items[i], out[i])  # type: ignore[arg-type]
+    except BaseException:
+        if stop is not None and not stop.is_set():
+            stop.set()
+            try:
+                pool.shutdown(wait=True, cancel_futures=True)
+            finally:
+                stop.clear()  # the engine goes on serving (a library's caller)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return out  # type: ignore[return-value]

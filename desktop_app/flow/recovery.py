@@ -203,9 +203,18 @@ def recover(
                 release_claim(engine, run.run_id)
 
     outcome: dict[str, Outcome] = {}
-    for batch in parents_first(chosen):
-        for r, out in zip(batch, pooled(batch, one, concurrency, on_result), strict=True):
-            outcome[r.run_id] = out
+    try:
+        for batch in parents_first(chosen):
+            done = pooled(batch, one, concurrency, on_result, engine.shutdown_event)
+            for r, out in zip(batch, done, strict=True):
+                outcome[r.run_id] = out
+    except BaseException:
+        # Ctrl-C: the runs claimed and never started are given back at once
+        # (those that started gave theirs back as they stopped)
+        for r in chosen:
+            if not engine.holds(r.run_id):
+                release_claim(engine, r.run_id)
+        raise
     report: list[tuple[RunRecord, Outcome]] = [(r, outcome[r.run_id]) for r in chosen]
     for run in engine.store.list_runs(statuses=RUNNABLE_STATUSES):
         held = run.lease_owner not in (None, engine.owner) and run.run_id not in handled
