@@ -392,6 +392,61 @@ def test_a_stop_dropped_inside_a_finalizer_still_stops_the_run_at_its_next_step(
     assert effects == ["s0", "s1", "s2", "s3"]
 
 
+def _interrupted_at(function: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``flowdesk ARGV`` in a process of its own, Ctrl-C's KeyboardInterrupt
+    raised when ``function`` is first called (as Ctrl-C raises it there)."""
+    code = (
+        "import sys\n"
+        "from desktop_app.cli import main\n"
+        "def trace(frame, event, arg):\n"
+        f"    if event == 'call' and frame.f_code.co_name == {function!r}:\n"
+        "        sys.settrace(None)\n"
+        "        raise KeyboardInterrupt\n"
+        "sys.settrace(trace)\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    return cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=120)
+
+
+def test_ctrl_c_before_a_run_is_stored_prints_the_same_command_and_it_starts_it(
+    tmp_path: Path,
+) -> None:
+    """Found by a tryout: Ctrl-C in ``run digest`` before its run was stored
+    printed ``resume --all``, which resumed whatever other run waited."""
+    db, docs, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "out"
+    make_corpus(docs, 5)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    argv = ["--db", str(db), "run", "digest", "--folder", str(docs), "--out", str(out)]
+    stopped = _interrupted_at("execute_new_run", argv)
+    assert stopped.returncode == 130, stopped.stderr
+    hint = hint_after(stopped.stderr, "flowdesk: interrupted; run ")
+    assert hint == f"flowdesk --db {db} run digest --folder {docs} --out {out}"
+    done = in_bash(hint)
+    assert done.returncode == 0, done.stderr
+    assert (out / "digest.md").exists()
+
+
+def test_ctrl_c_in_undo_prints_the_undo_and_it_moves_every_file_back(tmp_path: Path) -> None:
+    """Found by a tryout: Ctrl-C in ``undo`` printed ``resume --all``, which
+    resumed other runs and left the undo half done."""
+    db, folder = tmp_path / "u.db", tmp_path / "dl"
+    folder.mkdir()
+    for name in ("a.txt", "b.jpg"):
+        (folder / name).write_text(name)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(folder)})).stdout
+    run_id = run_id.split()[0]
+    assert flowdesk(db, "answer", run_id, "yes").returncode == 0
+    assert not (folder / "a.txt").exists()  # moved
+    stopped = _interrupted_at("undo_tidy_run", ["--db", str(db), "undo", run_id])
+    assert stopped.returncode == 130, stopped.stderr
+    hint = hint_after(stopped.stderr, "flowdesk: interrupted; run ")
+    assert hint == f"flowdesk --db {db} undo {run_id}"
+    done = in_bash(hint, stdin="y\n")
+    assert done.returncode == 0, done.stderr
+    assert (folder / "a.txt").exists() and (folder / "b.jpg").exists()  # back
+
+
 @pytest.mark.parametrize("where", ["give_answer", "_go_on"])
 def test_ctrl_c_in_an_answer_prints_the_command_that_carries_on_from_there(
     tmp_path: Path, where: str
@@ -409,18 +464,7 @@ def test_ctrl_c_in_an_answer_prints_the_command_that_carries_on_from_there(
     assert flowdesk(db, "db", "apply").returncode == 0
     started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(folder)}))
     run_id = started.stdout.split()[0]
-    argv = ["--db", str(db), "answer", run_id, "yes"]
-    code = (
-        "import sys\n"
-        "from desktop_app.cli import main\n"
-        "def trace(frame, event, arg):\n"
-        f"    if event == 'call' and frame.f_code.co_name == {where!r}:\n"
-        "        sys.settrace(None)\n"
-        "        raise KeyboardInterrupt\n"
-        "sys.settrace(trace)\n"
-        f"sys.exit(main({argv!r}))\n"
-    )
-    stopped = cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=120)
+    stopped = _interrupted_at(where, ["--db", str(db), "answer", run_id, "yes"])
     assert stopped.returncode == 130, stopped.stderr
     assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["a.txt", "b.jpg", "c.txt"]
     if where == "give_answer":

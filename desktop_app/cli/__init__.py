@@ -125,6 +125,10 @@ RESUMING = ("answer", "agent", "ask", "app")
 
 #: commands that execute runs in the foreground: SIGTERM (``kill PID``, a
 #: service manager stopping them) stops them as Ctrl-C does
+#: commands that store a new run: Ctrl-C before it is stored prints the
+#: command itself again (``resume --all`` would resume whatever else waits)
+MAKES_A_RUN = ("run", "start", "replay", "fork")
+
 FOREGROUND = (
     "run",
     "start",
@@ -264,6 +268,8 @@ def _say_resume(ctx: Ctx) -> bool:
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
     """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
+    if ctx.args.command in MAKES_A_RUN:  # Ctrl-C before its run is stored: the same again
+        ctx.continue_with = command_again(argv)
     try:
         return command_fn(ctx)
     except BrokenPipeError:  # `flowdesk runs | head`: the reader left; not an error

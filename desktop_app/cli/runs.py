@@ -1455,6 +1455,7 @@ def cmd_undo(ctx: Ctx) -> int:
 
     sv = ctx.services()
     ref = ctx.resolve(sv, ctx.args.run_id)
+    ctx.continue_with = f"undo {ref.run_id}"  # Ctrl-C: the undo goes on with it
     again = ctx.hints.cmd(f"undo {ref.run_id}")
     try:
         report = undo_tidy_run(sv.checkpoints, ref.run_id, wait_s=ctx.args.wait)
