@@ -408,6 +408,67 @@ def _interrupted_at(function: str, argv: list[str]) -> subprocess.CompletedProce
     return cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=120)
 
 
+def test_ctrl_c_while_flowdesk_is_still_loading_ends_it_without_a_traceback() -> None:
+    """Found by a tryout: Ctrl-C in the first 0.2-0.35 s of a command (while
+    Python loads it) printed a KeyboardInterrupt traceback. A fresh
+    interpreter, as the console script starts; the interrupt raised while
+    one of the command line's modules is being imported."""
+    code = (
+        "import sys\n"
+        "def trace(frame, event, arg):\n"
+        "    if event == 'call' and frame.f_code.co_name == '<module>' and "
+        "frame.f_globals.get('__name__') == 'desktop_app.cli.output':\n"
+        "        sys.settrace(None)\n"
+        "        raise KeyboardInterrupt\n"
+        "sys.settrace(trace)\n"
+        "sys.argv = ['flowdesk', 'flows']\n"
+        "from desktop_app.launcher import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "flowdesk: interrupted while starting; nothing was done\n"
+
+
+def test_ctrl_c_while_reading_the_command_line_and_again_while_stopping_is_said_once(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C while the command line is read: a message, not a traceback;
+    a second Ctrl-C while a command stops (here, when it stops its progress
+    line) is ignored: the stop's message and hint are printed, no traceback."""
+    early = _interrupted_at("parse_args", ["--db", str(tmp_path / "f.db"), "flows"])
+    assert early.returncode == 130, early.stderr
+    assert early.stderr == "flowdesk: interrupted while starting; nothing was done\n"
+    db, docs, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "out"
+    make_corpus(docs, 5)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    argv = ["--db", str(db), "run", "digest", "--folder", str(docs), "--out", str(out)]
+    code = (
+        "import os, signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal\n"
+        "import desktop_app.cli as cli\n"
+        "stop_progress = cli.stop_progress\n"
+        "def second_ctrl_c():  # the stop's first clean-up step, a second Ctrl-C in it\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    stop_progress()\n"
+        "cli.stop_progress = second_ctrl_c\n"
+        "def trace(frame, event, arg):\n"
+        "    if event == 'call' and frame.f_code.co_name == 'summarize_one':\n"
+        "        sys.settrace(None)\n"
+        "        raise KeyboardInterrupt\n"
+        "sys.settrace(trace)\n"
+        f"sys.exit(cli.main({argv!r}))\n"
+    )
+    twice = cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=120)
+    assert twice.returncode == 130, twice.stderr
+    assert "Traceback" not in twice.stderr and "KeyboardInterrupt" not in twice.stderr
+    hint = hint_after(twice.stderr, "flowdesk: interrupted; run ")
+    assert in_bash(hint).returncode == 0
+    assert (out / "digest.md").exists()
+
+
 def test_ctrl_c_before_a_run_is_stored_prints_the_same_command_and_it_starts_it(
     tmp_path: Path,
 ) -> None:

@@ -33,6 +33,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -178,10 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ImportError:  # completion is a convenience; the command works without it
             pass
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
-    ctx = Ctx(args)
+    try:
+        args = parser.parse_args(argv)
+        ctx = Ctx(args)
+        _stop_on_sigterm(args.command or "app")
+    except KeyboardInterrupt as exc:  # before the command began: nothing was done
+        print("flowdesk: interrupted while starting; nothing was done", file=sys.stderr)
+        return 128 + exc.args[0] if isinstance(exc, Terminated) else 130
     code = EXIT_FAILED
-    _stop_on_sigterm(args.command or "app")
     try:
         code = _handle(ctx, handler(args.command or "app"), argv)
         return code
@@ -263,6 +268,17 @@ def _say_resume(ctx: Ctx) -> bool:
         return False
     print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
     return True
+
+
+def _no_second_stop() -> None:
+    """The command is stopping (Ctrl-C or SIGTERM came): another one, until
+    the process exits, is ignored instead of cutting the exit short with a
+    traceback (the stop's message unprinted, its clean-up half done). The
+    exit's waits are bounded (the write gate's reaper, a lease given back).
+    Only the main thread may change handlers: elsewhere nothing changes."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
@@ -352,6 +368,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
         stop_signals.taken()
+        _no_second_stop()
         stop_progress()  # else the progress line is drawn again after the message
         how = "interrupted"
         if isinstance(exc, Terminated):
