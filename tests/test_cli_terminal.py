@@ -195,3 +195,48 @@ def test_rerun_on_a_terminal_asks_before_resuming(tmp_path):
         second: "canceled",
         fresh: "completed",
     }
+
+
+def test_a_hint_printed_after_a_progress_bar_is_one_line_at_80_columns(tmp_path: Path) -> None:
+    """Found by a tryout: ``run tidy`` on an 80-column terminal printed its
+    closing hint broken with a newline (``… answers it: flowdesk --db`` /
+    ``/tmp/…/cli.db show …``: rich, whose progress line was still drawing,
+    wrapped the line itself), so copying the line copied half a command,
+    and the progress line was drawn again after it, the shell prompt glued
+    to it. The bar now ends with the run, and its console never breaks a
+    line."""
+    import fcntl
+    import struct
+    import termios
+
+    folder = tmp_path / "a-folder-with-a-long-name-so-the-hint-is-longer-than-80"
+    folder.mkdir()
+    for i in range(400):
+        (folder / f"f{i}.txt").write_text("x")
+    db = tmp_path / "a-database-with-a-long-name.db"
+    assert flowdesk("--db", str(db), "db", "apply").returncode == 0
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR", "COLUMNS")}
+    env["TERM"] = "xterm-256color"
+    argv = ["--db", str(db), "run", "tidy", "--folder", str(folder)]
+    proc = cli_forkserver.popen(
+        [sys.executable, "-m", "desktop_app.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        cwd=str(REPO),
+        env=env,
+    )
+    os.close(slave)
+    term = read_terminal(master).decode(errors="replace")
+    os.close(master)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", term)
+    label = "the command that answers it: "
+    assert label in plain, plain[-2000:]
+    after = plain[plain.rindex(label) + len(label) :]
+    line, _, rest = after.partition("\n")
+    assert re.fullmatch(rf"flowdesk --db {re.escape(str(db))} show [0-9a-f]{{32}}\r?", line), after
+    assert rest.strip() == "", repr(rest)  # nothing drawn after it

@@ -248,7 +248,7 @@ def step_listener(quiet: bool) -> Any:
     updated in place. Otherwise: a ``done/total`` line at most every 0.5 s
     (and the last one), so logs stay short.
     """
-    from desktop_app.flow.events import RunProgress, StepFinished
+    from desktop_app.flow.events import RunFinished, RunProgress, StepFinished
 
     tty = sys.stderr.isatty() and not quiet
     bar: Any = None
@@ -266,7 +266,11 @@ def step_listener(quiet: bool) -> Any:
             TimeRemainingColumn,
         )
 
-        console = Console(stderr=True, no_color=no_color())
+        # soft_wrap: a line longer than the terminal (a hint printed while the
+        # bar draws goes through this console) is left for the terminal to
+        # wrap, never broken with a newline a copy would keep (a tryout copied
+        # `flowdesk --db` and the rest of the command on the next line)
+        console = Console(stderr=True, no_color=no_color(), soft_wrap=True)
         bar = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -280,6 +284,14 @@ def step_listener(quiet: bool) -> Any:
         bar.start()
         _LIVE_BARS.append(bar)
         task = bar.add_task("progress", total=total, completed=done, rate="")
+
+    def end_bar() -> None:
+        nonlocal bar
+        if bar is not None:
+            bar.stop()
+            if bar in _LIVE_BARS:
+                _LIVE_BARS.remove(bar)
+            bar = None
 
     def listener(event: object) -> None:
         nonlocal bar
@@ -295,15 +307,14 @@ def step_listener(quiet: bool) -> Any:
                 rate = f"{speed:,.0f}/s" if speed else ""
                 bar.update(task, completed=event.done, total=event.total, rate=rate)
                 if event.done == event.total:
-                    bar.stop()
-                    if bar in _LIVE_BARS:
-                        _LIVE_BARS.remove(bar)
-                    bar = None
+                    end_bar()
                 return
             now = time.monotonic()
             if now - last[0] >= 0.5 or event.done == event.total:
                 last[0] = now
                 print(f"  {event.done}/{event.total}", file=sys.stderr, flush=True)
+        elif isinstance(event, RunFinished):  # waiting, failed, done: no more progress
+            end_bar()
         elif isinstance(event, StepFinished):
             r = event.result
             extra = f": {r.error}" if r.error else ""
