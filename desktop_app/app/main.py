@@ -210,6 +210,10 @@ class FlowdeskApp(TypeAheadApp, App[None]):
     CSS_PATH = "flowdesk.tcss"
     BINDINGS = [
         Binding("q", "quit", "Quit", show=False),
+        # Ctrl-Z stops the app as it stops a shell command (Textual has the
+        # action, bound to no key): the terminal restored, the write gate's
+        # turn given back first; `fg` brings it back
+        Binding("ctrl+z", "suspend_process", "Stop (fg resumes)", show=False),
         Binding("i", "inbox", "Inbox"),
         # Shown in the ? help and the command palette; the footer keeps to
         # what fits 80 columns.
