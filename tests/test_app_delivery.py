@@ -143,3 +143,27 @@ def test_a_failing_pass_is_reported_once_and_the_pump_goes_on() -> None:
         pump.stop()
     assert errors == ["Outbox delivery stopped for now: database is locked"]
     assert calls >= 3
+
+
+def test_a_pass_that_delivered_is_followed_by_the_next_at_once() -> None:
+    """Found by a tryout: a tidy approved in the app moved ~30 files a
+    second (450-1,700 from the command line): each pass takes at most a
+    batch (100 intents) and the pump then waited its whole pause (2 s).
+    After a pass that delivered, the next runs at once; after one that
+    delivered nothing, the pump waits."""
+    passes = threading.Semaphore(0)
+    counts = iter([100, 100, 50, 0])
+
+    def dispatch() -> int:
+        passes.release()
+        return next(counts, 0)
+
+    pump = OutboxPump(dispatch, every_s=3600, on_delivered=lambda n: None, on_error=print)
+    pump.start()
+    try:
+        for _ in range(4):  # the first at once, then three more without the hour's pause
+            assert passes.acquire(timeout=10)
+        assert not passes.acquire(timeout=0.3)  # nothing delivered: it waits
+    finally:
+        pump.stop()
+    assert pump.delivered == 250

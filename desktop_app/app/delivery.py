@@ -47,4 +47,5 @@ class OutboxPump(Pump):
         if count:
             self.delivered += count
             self._on_delivered(count)
+            return 0.0  # more may be queued (a pass takes at most its batch): at once
         return self.every_s
