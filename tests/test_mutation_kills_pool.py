@@ -82,8 +82,8 @@ def test_an_interrupted_caller_drops_what_has_not_started_and_stops_what_has() -
         started.append(i)
         if i == 0:
             return "first"
-        while not stop.wait(0.01):  # "steps" until asked to stop
-            pass
+        while not stop.is_set():  # "steps", the event read between them as a run does
+            time.sleep(0.005)
         saw_stop.append(i)
         return "stopped"
 
@@ -96,9 +96,36 @@ def test_an_interrupted_caller_drops_what_has_not_started_and_stops_what_has() -
 
     with pytest.raises(KeyboardInterrupt):
         pooled(list(range(20)), fn, 2, on_done, stop)
-    assert {0, 1, 2} <= set(started) <= {0, 1, 2, 3}  # at most the 2 * 2 submitted
-    assert sorted(saw_stop) == sorted(i for i in started if i != 0)  # each in flight stopped
+    assert sorted(started) == [0, 1, 2]  # the one queued (3) was dropped, never started
+    assert sorted(saw_stop) == [1, 2]  # each in flight stopped
     assert not stop.is_set()  # cleared: the engine goes on serving
+
+
+def test_with_no_stop_event_an_interrupted_caller_waits_for_those_in_flight() -> None:
+    """Without ``stop`` (nothing to ask them), the runs in flight end on
+    their own before the exception goes on, and the queued ones never
+    start."""
+    started: list[int] = []
+    finished: list[int] = []
+
+    def fn(i: int) -> Any:
+        started.append(i)
+        if i != 0:
+            time.sleep(0.3)
+        finished.append(i)
+        return i
+
+    def on_done(item: int, out: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not {1, 2} <= set(started):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pooled(list(range(20)), fn, 2, on_done)
+    assert sorted(finished) == [0, 1, 2]  # waited for: not left running behind the caller
+    assert sorted(started) == [0, 1, 2]  # the queued one dropped
 
 
 def test_a_stop_set_by_someone_else_is_left_set() -> None:

@@ -71,10 +71,10 @@ def pooled(
         if stop is not None and not stop.is_set():
             stop.set()
             try:
-                pool.shutdown(wait=True, cancel_futures=True)
+                pool.shutdown(cancel_futures=True)
             finally:
                 stop.clear()  # the engine goes on serving (a library's caller)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(cancel_futures=True)
     return out  # type: ignore[return-value]
