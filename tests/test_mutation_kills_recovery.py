@@ -137,3 +137,79 @@ def test_a_failed_run_that_stored_no_reason_is_reported_as_failed(db_path):
     assert engine.store.get_run(later).status == "pending"
     assert executed == Counter({done: 1})  # its step ran once, when it was run
     engine.store.close()
+
+
+# -- recover() interrupted in the calling thread (Ctrl-C on `resume --all`) ----
+
+
+def _steps_flow(name: str, steps: int, seen: list[str]):  # type: ignore[no-untyped-def]
+    """A flow of ``steps`` steps, each recording ``run_id:step`` and taking 20 ms."""
+    import time
+
+    def work(s: S, ctx) -> dict:  # type: ignore[no-untyped-def]
+        seen.append(f"{ctx.run_id}:{ctx.step_id}")
+        time.sleep(0.02)
+        return {"n": s.n + 1}
+
+    b = FlowBuilder(name, S)
+    for i in range(steps):
+        b = b.step(f"s{i}", work)
+    return b.chain().compile()
+
+
+def test_an_interrupted_recover_stops_the_runs_in_flight_before_their_next_step(db_path):
+    """Three interrupted runs recovered two at a time: the short one ends
+    first and Ctrl-C lands (its report raises, in the calling thread); the
+    two long ones in flight stop before their next step, stay resumable,
+    held by nobody; the KeyboardInterrupt goes on and the engine's shutdown
+    event is clear again."""
+    seen: list[str] = []
+    flows = [_steps_flow("short", 1, seen), _steps_flow("long", 200, seen)]
+    engine = Engine(open_store(db_path), flows=flows, clock=ManualClock())
+    try:
+        short = engine.start("short", S())
+        engine.clock.advance(1)  # type: ignore[attr-defined]
+        longs = [engine.start("long", S()) for _ in range(2)]
+
+        def report(run, out) -> None:  # type: ignore[no-untyped-def]
+            raise KeyboardInterrupt
+
+        import pytest
+
+        with pytest.raises(KeyboardInterrupt):
+            engine.recover(on_result=report, concurrency=2)
+        assert engine.store.get_run(short).status == "completed"
+        for rid in longs:
+            run = engine.store.get_run(rid)
+            assert run.status in ("pending", "running") and run.lease_owner is None
+            assert sum(1 for s in seen if s.startswith(rid)) < 200  # stopped, not run to its end
+        assert not engine.shutdown_event.is_set()
+    finally:
+        engine.store.close()
+
+
+def test_an_interrupted_recover_gives_back_the_claims_of_the_runs_it_never_started(db_path):
+    """One run at a time: Ctrl-C in the first run's report; the others were
+    claimed and never started: their claims are given back at once (held by
+    nobody), not left to expire with the lease."""
+    seen: list[str] = []
+    engine = Engine(open_store(db_path), flows=[_steps_flow("short", 1, seen)], clock=ManualClock())
+    try:
+        ids = []
+        for _ in range(4):
+            ids.append(engine.start("short", S()))
+            engine.clock.advance(1)  # type: ignore[attr-defined]
+
+        def report(run, out) -> None:  # type: ignore[no-untyped-def]
+            raise KeyboardInterrupt
+
+        import pytest
+
+        with pytest.raises(KeyboardInterrupt):  # not an error of the clean-up in its place
+            engine.recover(on_result=report, concurrency=1)
+        first, *rest = [engine.store.get_run(rid) for rid in ids]
+        assert first.status == "completed"
+        assert [(r.status, r.lease_owner) for r in rest] == [("pending", None)] * 3
+        assert seen == [f"{ids[0]}:s0"]
+    finally:
+        engine.store.close()
