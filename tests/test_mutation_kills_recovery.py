@@ -213,3 +213,38 @@ def test_an_interrupted_recover_gives_back_the_claims_of_the_runs_it_never_start
         assert seen == [f"{ids[0]}:s0"]
     finally:
         engine.store.close()
+
+
+def test_a_recover_that_leaves_a_run_out_keeps_the_lease_of_one_this_engine_drives(db_path):
+    """``recover(only=...)`` leaving out a run this same engine is driving
+    on another thread (the app recovering while its own worker runs one):
+    the sweep claims it (the lease is this engine's) but does not give the
+    lease back under the run in flight."""
+    import threading
+
+    release = threading.Event()
+
+    def slow(s: S, ctx) -> dict:  # type: ignore[no-untyped-def]
+        release.wait(GUARD_S)
+        return {"n": s.n + 1}
+
+    flow = FlowBuilder("slow", S).step("a", slow).step("b", slow).chain().compile()
+    engine = Engine(open_store(db_path), flows=[flow], clock=ManualClock())
+    try:
+        rid = engine.start("slow", S())
+        driving = threading.Thread(target=engine.resume, args=(rid,))
+        driving.start()
+        import time
+
+        deadline = time.monotonic() + GUARD_S
+        while not engine.holds(rid):
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        engine.recover(only=lambda run: False)
+        assert engine.store.get_run(rid).lease_owner == engine.owner  # still held
+        release.set()
+        driving.join(GUARD_S)
+        assert engine.store.get_run(rid).status == "completed"
+    finally:
+        release.set()
+        engine.store.close()
