@@ -17,17 +17,23 @@ import fcntl
 import os
 import pty
 import select
+import signal
 import struct
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests import cli_forkserver
 from tests.cli_support import REPO, flowdesk
 
 
-def test_the_app_quits_when_its_terminal_is_hung_up(tmp_path: Path):
+def _app_on_a_pty(tmp_path: Path) -> tuple[Any, int, Path]:
+    """The app (a process of its own, in a session of its own: the pty is
+    not its controlling terminal) on a real 100x30 pseudo-terminal: its
+    process, the terminal's master side, and its log file."""
     db = tmp_path / "f.db"
     assert flowdesk(db, "db", "apply").returncode == 0
     master, slave = pty.openpty()
@@ -43,14 +49,31 @@ def test_the_app_quits_when_its_terminal_is_hung_up(tmp_path: Path):
         env=env,
     )
     os.close(slave)
-    log = Path(os.environ["XDG_STATE_HOME"]) / "flowdesk" / "log" / "flowdesk.log"
+    return proc, master, Path(os.environ["XDG_STATE_HOME"]) / "flowdesk" / "log" / "flowdesk.log"
+
+
+def _drain_until(master: int, check: Callable[[], bool], what: str) -> None:
+    """Read (and drop) what the app draws until ``check()`` holds; fails
+    after 60 s."""
     deadline = time.monotonic() + 60
-    try:
-        # the app is up once its engine runs (logged), drawing on the terminal
-        while "database opened" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline, "the app did not open the database in 60 s"
-            if select.select([master], [], [], 0.1)[0]:
+    while not check():
+        assert time.monotonic() < deadline, what
+        if select.select([master], [], [], 0.1)[0]:
+            try:
                 os.read(master, 65536)
+            except OSError:  # EIO: the app closed the terminal (it quit)
+                time.sleep(0.05)
+
+
+def _up(log: Path) -> Callable[[], bool]:
+    """Whether the app's engine runs (logged once it opened the database)."""
+    return lambda: "database opened" in (log.read_text() if log.exists() else "")
+
+
+def test_the_app_quits_when_its_terminal_is_hung_up(tmp_path: Path):
+    proc, master, log = _app_on_a_pty(tmp_path)
+    try:
+        _drain_until(master, _up(log), "the app did not open the database in 60 s")
         assert proc.poll() is None
     finally:
         os.close(master)  # the terminal emulator is gone
@@ -70,43 +93,15 @@ def _state(pid: int) -> str:
 def test_ctrl_z_stops_the_app_and_sigcont_brings_it_back(tmp_path: Path):
     """Found by a tryout: Ctrl-Z in the app did nothing (the README says it
     stops it, as it stops a shell command)."""
-    import signal
-
-    db = tmp_path / "f.db"
-    assert flowdesk(db, "db", "apply").returncode == 0
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
-    env["TERM"] = "xterm-256color"
-    proc = cli_forkserver.popen(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db)],
-        stdin=slave,
-        stdout=slave,
-        stderr=slave,
-        cwd=REPO,
-        env=env,
-    )
-    os.close(slave)
-    log = Path(os.environ["XDG_STATE_HOME"]) / "flowdesk" / "log" / "flowdesk.log"
-
-    def drain_until(check, what: str) -> None:  # type: ignore[no-untyped-def]
-        deadline = time.monotonic() + 60
-        while not check():
-            assert time.monotonic() < deadline, what
-            if select.select([master], [], [], 0.1)[0]:
-                try:
-                    os.read(master, 65536)
-                except OSError:  # EIO: the app closed the terminal (it quit)
-                    time.sleep(0.05)
-
+    proc, master, log = _app_on_a_pty(tmp_path)
     try:
-        drain_until(lambda: "database opened" in (log.read_text() if log.exists() else ""), "up")
+        _drain_until(master, _up(log), "up")
         os.write(master, b"\x1a")  # Ctrl-Z
-        drain_until(lambda: _state(proc.pid) == "T", "stopped by Ctrl-Z")
+        _drain_until(master, lambda: _state(proc.pid) == "T", "stopped by Ctrl-Z")
         os.kill(proc.pid, signal.SIGCONT)  # `fg`
-        drain_until(lambda: _state(proc.pid) != "T", "going on after SIGCONT")
+        _drain_until(master, lambda: _state(proc.pid) != "T", "going on after SIGCONT")
         os.write(master, b"q")
-        drain_until(lambda: proc.poll() is not None, "quit with q")
+        _drain_until(master, lambda: proc.poll() is not None, "quit with q")
         assert proc.returncode == 0
     finally:
         if proc.poll() is None:
