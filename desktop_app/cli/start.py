@@ -271,11 +271,12 @@ def cmd_start(ctx: Ctx) -> int:
     return report_result(ctx, result)
 
 
-def _unanswered(ctx: Ctx, run_id: str, wait_id: str | None) -> str:
-    """This ``answer`` again (after ``flowdesk`` and its ``--db``/``--scope``),
-    pinned to the question ``wait_id`` of flow run ``run_id``: what Ctrl-C
-    prints until the answer is saved, instead of ``resume``, which would
-    find the run still waiting for it."""
+def _answer_command(ctx: Ctx, run_id: str, wait_id: str | None) -> str:
+    """This ``answer`` (its value and ``--value-json`` as given; after
+    ``flowdesk`` and its ``--db``/``--scope``), pinned to the question
+    ``wait_id`` of flow run ``run_id``: what Ctrl-C prints until the answer
+    is saved (``resume`` would find the run still waiting for it), and what
+    a run asking several questions prints for each."""
     from desktop_app.cli.waits import wait_id_arg
 
     a = ctx.args
@@ -323,7 +324,7 @@ def cmd_answer(ctx: Ctx) -> int:
 
     refuse_unregistered(ctx, sv, run.run_id, "answered")
     wait_id = a.wait_id if a.wait_id is not None else _one_question(ctx, sv, run.run_id)
-    ctx.unanswered = _unanswered(ctx, run.run_id, wait_id)
+    ctx.unanswered = _answer_command(ctx, run.run_id, wait_id)
 
     def saved() -> None:
         ctx.unanswered = None
@@ -453,18 +454,13 @@ def _one_question(ctx: Ctx, sv: Any, run_id: str) -> str | None:
         InputError: more than one question is pending (exit 2); nothing
             was answered.
     """
-    from desktop_app.cli.waits import wait_id_arg
-
     asked = [w for w in sv.checkpoints.latest(run_id).waits if w.kind == "input"]
     if len(asked) < 2:
         return asked[0].wait_id if asked else None
-    a = ctx.args
-    given = shell_quote(a.value) + (" --value-json" if a.value_json else "")
-    pins = [shell_quote(wait_id_arg(run_id, w.wait_id)) for w in asked]
     each = "\n".join(
         f"  {json.dumps(w.prompt, ensure_ascii=False)}: "
-        f"{ctx.hints.cmd(f'answer {run_id} {given} --wait-id {pin}')}"
-        for w, pin in zip(asked, pins, strict=True)
+        f"{ctx.hints.cmd(_answer_command(ctx, run_id, w.wait_id))}"
+        for w in asked
     )
     raise InputError(
         f"run {run_id} asks {len(asked)} questions at once; say which one this answer is "
