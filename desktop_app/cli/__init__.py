@@ -33,7 +33,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -124,12 +123,12 @@ BAD_INPUT = (InputError, ConfigError, UnknownFlowError)
 RESUMING = ("answer", "agent", "ask", "app")
 
 
-#: commands that execute runs in the foreground: SIGTERM (``kill PID``, a
-#: service manager stopping them) stops them as Ctrl-C does
 #: commands that store a new run: Ctrl-C before it is stored prints the
 #: command itself again (``resume --all`` would resume whatever else waits)
 MAKES_A_RUN = ("run", "start", "replay", "fork")
 
+#: commands that execute runs in the foreground: SIGTERM (``kill PID``, a
+#: service manager stopping them) stops them as Ctrl-C does
 FOREGROUND = (
     "run",
     "start",
@@ -270,17 +269,6 @@ def _say_resume(ctx: Ctx) -> bool:
     return True
 
 
-def _no_second_stop() -> None:
-    """The command is stopping (Ctrl-C or SIGTERM came): another one, until
-    the process exits, is ignored instead of cutting the exit short with a
-    traceback (the stop's message unprinted, its clean-up half done). The
-    exit's waits are bounded (the write gate's reaper, a lease given back).
-    Only the main thread may change handlers: elsewhere nothing changes."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
     """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
@@ -368,7 +356,6 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
         stop_signals.taken()
-        _no_second_stop()
         stop_progress()  # else the progress line is drawn again after the message
         how = "interrupted"
         if isinstance(exc, Terminated):

@@ -104,6 +104,14 @@ def raise_if_lost() -> None:
 
 
 def taken() -> None:
-    """The command's handler has taken the stop: nothing is pending any more."""
+    """The command's handler has taken the stop: nothing is pending any
+    more, and another Ctrl-C or SIGTERM, until the process exits, is
+    ignored instead of cutting the exit short with a traceback (the stop's
+    message unprinted, its clean-up half done; the exit's waits are
+    bounded: the write gate's reaper, a lease given back). Only the main
+    thread may change handlers: elsewhere only the pending stop is cleared."""
     global _pending
     _pending = None
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
