@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=[i for i in items if i not in kept])
             items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Make the worker's garbage collections cheap: everything imported and
+    collected so far lives for the whole session, so it is frozen out of
+    every later collection (``gc.freeze``), and a young collection runs
+    every 10,000 allocations instead of 700.
+
+    Measured on the app tests (52 files, 4 workers, 2 CPUs): with Python's
+    defaults each worker ran ~40 full collections of 400-550 thousand
+    objects (Textual's widget trees, freed by the collector, not by their
+    reference counts), ~35% of its time; with these, 4 full collections and
+    the tests' CPU 234 -> 193 s, their wall 140 -> 120 s. The commands the
+    tests start (fresh interpreters, the fork server's children) and the
+    product itself keep Python's defaults."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 10, 10)
 
 
 # pg_support reads FLOWDESK_TEST_PG_DSN at import: import it before any test's
