@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests import cli_forkserver, sigterm_flows
-from tests.cli_support import REPO, flowdesk
+from tests.cli_support import REPO, as_printed, flowdesk
 
 BOUND_S = 90.0  # upper bound on any wait (shared, loaded CPUs)
 
@@ -210,3 +210,56 @@ def test_a_second_signal_exits_at_once_saying_so_and_the_run_keeps_its_lease(
     finally:
         gate.touch()
         a.stop()
+
+
+def test_a_stopped_agent_names_the_run_it_left_unfinished_and_its_command_finishes_it(
+    database: str, tmp_path: Path
+) -> None:
+    """A new user's report: SIGTERM on an agent executing a run exited 0 and
+    said nothing of the run it left unfinished. It names the run, what
+    takes it further, and a command that finishes it, run here as printed."""
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    a = Agent(database, tmp_path / "a.err")
+    try:
+        run_id = submit(database, sink, gate)
+        wait_for(lambda: ["begin", "s1", "1", str(a.pid)] in lines(sink), "a never began s1")
+        a.popen.send_signal(signal.SIGTERM)
+        wait_for(lambda: "SIGTERM, stopping" in a.text(), "a never heard SIGTERM")
+        gate.touch()
+        assert a.popen.wait(timeout=BOUND_S) == 0, a.text()
+    finally:
+        a.stop()
+    said = a.text()
+    found = re.search(
+        rf"flowdesk agent: run {run_id} \(effects\) stopped before its next step, not "
+        r"finished; a `flowdesk agent` serving this database goes on with it, or run "
+        r"`(flowdesk [^`]+)` to continue now\n",
+        said,
+    )
+    assert found is not None, said
+    assert found.group(1) == f"flowdesk --db {database} resume {run_id}"
+    assert status(database, run_id) == "running"  # left as said: unfinished, held by nobody
+    env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
+    resumed = as_printed(found.group(1), env, timeout=BOUND_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert status(database, run_id) == "completed"
+    effects = [w for w in lines(sink) if w[0] == "effect"]
+    assert Counter(w[1] for w in effects) == dict.fromkeys(sigterm_flows.STEPS, 1), effects
+
+
+def test_an_agent_stopped_with_nothing_in_flight_names_no_run(tmp_path: Path) -> None:
+    """The line is for runs left unfinished only: a run that completed
+    under the agent before the signal is not named."""
+    db = tmp_path / "flowdesk.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    gate.touch()
+    a = Agent(str(db), tmp_path / "a.err")
+    try:
+        run_id = submit(str(db), sink, gate)
+        wait_for(lambda: f"run {run_id} completed" in a.text(), "the run never completed")
+        a.popen.send_signal(signal.SIGTERM)
+        assert a.popen.wait(timeout=BOUND_S) == 0, a.text()
+    finally:
+        a.stop()
+    assert "stopped before its next step" not in a.text(), a.text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -427,7 +428,7 @@ def cmd_agent(ctx: Ctx) -> int:
         return _serve_worker(ctx, sv, stop)
     where = parse_database(sv.database).shown
     print(f"flowdesk agent: serving {where} as {engine.owner}", file=sys.stderr)
-    say_finished_runs(engine)
+    began = say_finished_runs(engine)
     for line in moved_runs(ctx, sv):
         print(f"flowdesk agent: {line}", file=sys.stderr, flush=True)
     engine.serve(
@@ -437,7 +438,10 @@ def cmd_agent(ctx: Ctx) -> int:
         only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
         on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
     )
-    sv.close()
+    try:
+        say_left_runs(ctx, sv, began())
+    finally:
+        sv.close()
     return EXIT_OK
 
 
@@ -475,16 +479,55 @@ def _services_once_reachable(ctx: Ctx) -> Any:
             time.sleep(backoff.delay(tries))
 
 
-def say_finished_runs(engine: Any) -> None:
+def say_finished_runs(engine: Any) -> Callable[[], list[str]]:
     """``flowdesk agent: run RUN STATUS`` on stderr as each flow run this
-    process executes ends (completed, failed, waiting, canceled...)."""
-    from desktop_app.flow.events import RunFinished
+    process executes ends (completed, failed, waiting, canceled...).
 
-    def finished(event: object) -> None:
-        if isinstance(event, RunFinished):
+    Returns:
+        a function giving the ids of the runs this process began to execute
+        and saw no end of (stopped by a signal, or taken over), in the order
+        it began them: what :func:`say_left_runs` checks at exit.
+    """
+    from desktop_app.flow.events import RunFinished, RunStarted
+
+    unended: dict[str, None] = {}  # the driving threads add, the main thread reads at exit
+
+    def seen(event: object) -> None:
+        if isinstance(event, RunStarted):
+            unended[event.run_id] = None
+        elif isinstance(event, RunFinished):
+            unended.pop(event.run_id, None)
             print(f"flowdesk agent: run {event.run_id} {event.status}", file=sys.stderr, flush=True)
 
-    engine.events.subscribe(finished)
+    engine.events.subscribe(seen)
+    return lambda: list(unended)
+
+
+def say_left_runs(ctx: Ctx, sv: Any, began: list[str]) -> None:
+    """At a stopping agent's exit, one line on stderr per flow run of
+    ``began`` it stopped before the run's next step: still unfinished and
+    held by nobody (or, if a release failed, still by this process), with
+    what takes it further: any ``flowdesk agent`` serving the database (a
+    peer worker already running, or the next one started), or ``flowdesk
+    resume RUN`` now. A run another process took over, or one that ended
+    elsewhere, is not named."""
+    from desktop_app.errors import CheckpointNotFoundError
+    from desktop_app.runs_view import ENDED
+
+    for run_id in began:
+        try:
+            run = sv.checkpoints.get_run(run_id)
+        except CheckpointNotFoundError:  # deleted on success (delete_on_success)
+            continue
+        if run.status in ENDED or run.lease_owner not in (None, sv.engine.owner):
+            continue
+        print(
+            f"flowdesk agent: run {run_id} ({run.flow_name}) stopped before its next step, "
+            "not finished; a `flowdesk agent` serving this database goes on with it, or run "
+            f"`{ctx.hints.cmd(f'resume {run_id}')}` to continue now",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def moved_runs(ctx: Ctx, sv: Any) -> list[str]:
@@ -657,11 +700,12 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     elif sessions:
         listener = store.listener(owner=engine.owner, on_lost=worker.fence)
         worker.session = listener
-    say_finished_runs(engine)
+    began = say_finished_runs(engine)
     where = parse_database(sv.database).shown
     print(f"flowdesk agent: worker {engine.owner} on {where}", file=sys.stderr, flush=True)
     try:
         worker.serve(stop)
+        say_left_runs(ctx, sv, began())
     finally:
         if listener is not None:
             listener.close()
