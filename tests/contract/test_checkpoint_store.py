@@ -163,6 +163,13 @@ json_values = st.recursive(
 states = st.dictionaries(st.sampled_from(["a", "b", "c", "items"]), json_values, max_size=4)
 
 
+# psycopg_pool's own threads draw from the global `random` (its connections'
+# lifetime jitter), which Hypothesis takes for a strategy using it when one
+# lands during a draw of the PostgreSQL store's examples; these strategies do not.
+@pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module inside strategies"
+    ":hypothesis.errors.HypothesisDeprecationWarning"
+)
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
