@@ -32,7 +32,7 @@ from textual.containers import VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from desktop_app.agent import drives
@@ -49,6 +49,7 @@ from desktop_app.app.screens.ask import (
     StreamingAnswer,
 )
 from desktop_app.app.screens.inbox import agent_hint, answer_in_inbox
+from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints, moved_line

@@ -19,13 +19,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, DataTable, Footer, Input, Label, Static
+from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static
 
 from desktop_app.app.format import countdown, json_text, short_id, wait_target
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, WaitsLoaded
 from desktop_app.app.previews import PREVIEWS, Preview
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.bars import Footer
 from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.app.widgets.run_tables import short_wait_id

@@ -7,9 +7,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Label, Static
+from textual.widgets import Button, Label, Static
 
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.bars import Footer
 
 
 class ConfirmScreen(ModalScreen[bool]):

@@ -28,8 +28,6 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import (
     DataTable,
-    Footer,
-    Header,
     Label,
     Sparkline,
     Static,
@@ -54,6 +52,7 @@ from desktop_app.app.progress import SPARK_S, Pace
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
+from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.run_summary import interrupted_hint
 from desktop_app.app.widgets.run_tables import (
     INTENT_STATUSES,

@@ -17,10 +17,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Label, Static, TextArea
+from textual.widgets import Button, Label, Static, TextArea
 
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.state_diff import changed_fields
+from desktop_app.app.widgets.bars import Footer
 
 #: Validation errors listed in the modal; the rest are counted.
 MAX_ERRORS = 8

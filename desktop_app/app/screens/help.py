@@ -10,8 +10,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
+from desktop_app.app.widgets.bars import Footer
 from desktop_app.app.widgets.row_table import RowTable
 
 #: The help key of a modal screen (the app's own bindings do not reach the

@@ -55,7 +55,7 @@ from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Static
 
 from desktop_app.agent import drives
 from desktop_app.app.format import countdown, json_text, local_when, short_id, time_left_bar
@@ -64,6 +64,7 @@ from desktop_app.app.messages import AnswerAccepted, AnswerRefused
 from desktop_app.app.previews import PREVIEWS
 from desktop_app.app.screens.answer import NO, YES, AnswerScreen
 from desktop_app.app.screens.ask import AskScreen
+from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import Hints, moved_waiting

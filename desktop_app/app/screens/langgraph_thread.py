@@ -27,11 +27,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from desktop_app.app.format import when
 from desktop_app.app.host import Host, host
 from desktop_app.app.state_diff import change_text, diff_states, value_text
+from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import moved_hint
 from desktop_app.errors import FlowdeskError, moved_to

@@ -25,13 +25,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, DataTable, Footer, Label, Static
+from textual.widgets import Button, DataTable, Label, Static
 
 from desktop_app.app.flow_changes import flow_change
 from desktop_app.app.format import short_id
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import RunChanged
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.bars import Footer
 from desktop_app.app.widgets.cells import cut_words, keep_columns, update_fitting
 from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.errors import CheckpointCorruptError, FlowdeskError

@@ -10,10 +10,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.screens.type_ahead import TypeAhead
+from desktop_app.app.widgets.bars import Footer
 from desktop_app.app.widgets.paths import FolderSuggester
 from desktop_app.errors import InputError
 from desktop_app.flows.digest import DigestInput, check_input

@@ -20,11 +20,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Header, Input, Select, Static
+from textual.widgets import DataTable, Input, Select, Static
 
 from desktop_app.app.format import short_id
 from desktop_app.app.host import Host, host
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
+from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
 from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_kind

@@ -24,10 +24,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Input, Label, Select, Static
 
 from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.bars import Footer
 from desktop_app.config import MAX_REQUEST_S, config_file
 from desktop_app.errors import FlowdeskError, redact
 from desktop_app.private import make_private_dirs

@@ -20,9 +20,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.widgets.bars import Footer
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.widgets import Button, Input, Label, Select, Static
 
 from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.screens.type_ahead import TypeAhead
+from desktop_app.app.widgets.bars import Footer
 from desktop_app.app.widgets.paths import FolderSuggester
 from desktop_app.errors import InputError
 from desktop_app.flow import CompiledFlow

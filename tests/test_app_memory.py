@@ -1,0 +1,63 @@
+"""The app's memory stays flat while a person uses it: screens shown and
+closed, and the cursor moved, leave nothing behind.
+
+Textual drops the watcher of a removed widget only when the watched
+reactive next changes; the key bar's keys (``compact``, composed again at
+every cursor move) and each screen's header (the app's ``title``) kept
+every one ever shown alive, with its closed screen's caches: the objects a
+full garbage collection walks grew by ~750 per cursor move and ~2,000 per
+run opened for as long as the app ran, so its pauses grew with use.
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+from textual.widgets import Header
+from textual.widgets._footer import FooterKey
+
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.config import load_settings
+from tests.app_support import settle
+from tests.runs_corpus import make_runs_db
+
+#: a run opened and closed, the inbox opened and closed, the cursor moved
+ROUND = ("down", "enter", "escape", "i", "escape", "up")
+
+
+def _detached(kind: type) -> int:
+    """Widgets of ``kind`` alive but no longer in the app's DOM."""
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, kind) and not o.is_attached)
+
+
+@pytest.mark.slow
+async def test_showing_screens_and_moving_the_cursor_leaves_no_widget_behind(
+    tmp_path: Path,
+) -> None:
+    db = make_runs_db(tmp_path / "runs.db", 50)
+    app = FlowdeskApp(load_settings(db_path=db))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+
+        async def rounds(n: int) -> None:
+            for _ in range(n):
+                for key in ROUND:
+                    await pilot.press(key)
+                    await pilot.pause()
+
+        await rounds(12)  # the caches Textual bounds fill up
+        await settle(pilot)
+        # a closed screen's last key bar may still be referenced (4 keys here)
+        keys, headers = _detached(FooterKey), _detached(Header)
+        before = len(gc.get_objects())
+        await rounds(8)
+        await settle(pilot)  # the key bar's last recompose done
+        # before the fix: +8 headers and +~300 keys (~15 per key bar shown)
+        assert _detached(FooterKey) <= keys
+        assert _detached(Header) <= headers
+        grown = len(gc.get_objects()) - before
+        # before the fix: ~20,000 (8 rounds x ~2,700); after it, a few hundred
+        assert grown < 4_000, grown
