@@ -258,3 +258,61 @@ def test_what_a_failed_connection_said_decides_whether_waiting_heals_it(
 
     assert is_unreachable_at_connect(psycopg.OperationalError(said)) is unreachable
     assert not is_unreachable_at_connect(ValueError(said))
+
+
+def test_an_agent_stopped_while_the_server_is_away_says_it_cannot_read_what_it_left(
+    own_cluster, tmp_path
+):
+    """SIGTERM on a worker executing a step, the server crashed meanwhile:
+    it cannot read which runs it leaves unfinished, and says so with the
+    command that lists them, which lists the run once the server is back."""
+    from tests import sigterm_flows
+    from tests.cli_support import as_printed
+
+    url = f"postgresql://postgres@127.0.0.1:{own_cluster.port}/postgres"
+    env = dict(
+        os.environ,
+        FLOWDESK_POSTGRES__RECONNECT_MAX_S="0.5",
+        FLOWDESK_POSTGRES__CONNECT_WAIT_S="1",
+        FLOWDESK_FLOWS=sigterm_flows.FLOWS_ENV,
+    )
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    agent = cli_forkserver.popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", url, "agent", "--poll", "0.2"],
+        cwd=REPO, env=env, text=True, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    said, (up,), reader = watch(agent, "flowdesk agent: worker ")
+    try:
+        assert up.wait(120), "".join(said)
+        from desktop_app.flow import Engine
+        from desktop_app.store.postgres.store import open_postgres_store
+
+        store = open_postgres_store(url)
+        try:
+            run_id = Engine(store, flows=[sigterm_flows.effects]).start(
+                "effects", {"sink": str(sink), "gate": str(gate)}
+            )
+        finally:
+            store.close()
+        deadline = time.monotonic() + 120
+        while not (sink.exists() and "begin s1" in sink.read_text()):
+            assert time.monotonic() < deadline, "".join(said)
+            time.sleep(0.05)
+        own_cluster.crash()
+        agent.send_signal(signal.SIGTERM)
+        gate.touch()
+        agent.wait(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        reader.join(timeout=10)
+    text = "".join(said)
+    assert "Traceback" not in text, text
+    line = next((x for x in said if "could not read which runs it stopped" in x), None)
+    assert line is not None, text
+    printed = line.split("run `", 1)[1].split("`", 1)[0]
+    assert printed == f"flowdesk --db {url} runs --status interrupted"
+    own_cluster.restart()
+    listed = as_printed(printed, env, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    assert run_id in listed.stdout

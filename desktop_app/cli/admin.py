@@ -510,7 +510,8 @@ def say_left_runs(ctx: Ctx, sv: Any, began: list[str]) -> None:
     what takes it further: any ``flowdesk agent`` serving the database (a
     peer worker already running, or the next one started), or ``flowdesk
     resume RUN`` now. A run another process took over, or one that ended
-    elsewhere, is not named."""
+    elsewhere, is not named. A database that cannot be read (a server gone
+    away) is said, with the command that lists the interrupted runs."""
     from desktop_app.errors import CheckpointNotFoundError
     from desktop_app.runs_view import ENDED
 
@@ -519,6 +520,15 @@ def say_left_runs(ctx: Ctx, sv: Any, began: list[str]) -> None:
             run = sv.checkpoints.get_run(run_id)
         except CheckpointNotFoundError:  # deleted on success (delete_on_success)
             continue
+        except FlowdeskError as exc:
+            listed = ctx.hints.cmd("runs --status interrupted")
+            print(
+                f"flowdesk agent: could not read which runs it stopped before their next step "
+                f"({exc}); run `{listed}` once the database answers",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         if run.status in ENDED or run.lease_owner not in (None, sv.engine.owner):
             continue
         print(
