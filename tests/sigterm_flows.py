@@ -7,6 +7,10 @@ PID`` to the file ``state.sink``, then ``effect STEP PID`` (its side
 effect); ``s1`` waits between the two until the file ``state.gate`` exists
 (at most 120 s), so a signal always lands with it in flight.
 
+``signaled``: ``s0``, a wait for the signal ``go`` (key ``k``), then
+``s1``..``s3`` as in ``effects``: a run that an agent executes after
+waking it, whatever the flow's ``recovery`` setting.
+
 ``dropped`` (the same steps): ``s0``, once per process, sends its own
 process the signal ``state.signal`` names (SIGTERM by default) from inside
 an object's finalizer (``__del__``), where CPython runs the handler and
@@ -80,5 +84,18 @@ for _sid in STEPS:
     _builder = _builder.step(_sid, _drop_a_signal)
 dropped = _builder.chain().compile()
 
-#: ``FLOWDESK_FLOWS`` naming :data:`effects` and :data:`dropped`
-FLOWS_ENV = '["tests.sigterm_flows:effects", "tests.sigterm_flows:dropped"]'
+signaled = (
+    FlowBuilder("signaled", Effects)
+    .step("s0", _step)
+    .wait_signal("w", "go", key="k")
+    .step("s1", _step)
+    .step("s2", _step)
+    .step("s3", _step)
+    .chain()
+    .compile()
+)
+
+#: ``FLOWDESK_FLOWS`` naming :data:`effects`, :data:`dropped` and :data:`signaled`
+FLOWS_ENV = (
+    '["tests.sigterm_flows:effects", "tests.sigterm_flows:dropped", "tests.sigterm_flows:signaled"]'
+)

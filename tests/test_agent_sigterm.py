@@ -263,3 +263,48 @@ def test_an_agent_stopped_with_nothing_in_flight_names_no_run(tmp_path: Path) ->
     finally:
         a.stop()
     assert "stopped before its next step" not in a.text(), a.text()
+
+
+def test_a_run_whose_recovery_is_ask_is_named_without_promising_an_agent_resumes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``recovery = {signaled = "ask"}``: `flowdesk agent` resumes no such
+    run, so the line does not say one will; its command finishes it. (The
+    agent executes it only because a signal it delivered woke it.)"""
+    from desktop_app.flow import Engine
+
+    monkeypatch.setenv("FLOWDESK_RECOVERY__SIGNALED", "ask")
+    db = tmp_path / "flowdesk.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    store = open_db(str(db))
+    try:
+        ran = Engine(store, flows=[sigterm_flows.signaled]).run(
+            "signaled", {"sink": str(sink), "gate": str(gate)}
+        )
+    finally:
+        store.close()
+    assert ran.status == "waiting", ran
+    a = Agent(str(db), tmp_path / "a.err")
+    try:
+        assert flowdesk(db, "signal", "go", "k").returncode == 0
+        wait_for(lambda: ["begin", "s1", "1", str(a.pid)] in lines(sink), "a never began s1")
+        a.popen.send_signal(signal.SIGTERM)
+        wait_for(lambda: "SIGTERM, stopping" in a.text(), "a never heard SIGTERM")
+        gate.touch()
+        assert a.popen.wait(timeout=BOUND_S) == 0, a.text()
+    finally:
+        a.stop()
+    found = re.search(
+        rf"flowdesk agent: run {ran.run_id} \(signaled\) stopped before its next step, not "
+        r"finished; no `flowdesk agent` resumes it \(recovery\.signaled is 'ask' in the "
+        r"settings\): run `(flowdesk [^`]+)` to continue\n",
+        a.text(),
+    )
+    assert found is not None, a.text()
+    env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
+    resumed = as_printed(found.group(1), env, timeout=BOUND_S)
+    assert resumed.returncode == 0, resumed.stderr
+    assert status(str(db), ran.run_id) == "completed"
+    effects = [w[1] for w in lines(sink) if w[0] == "effect"]
+    assert sorted(effects) == ["s0", "s1", "s2", "s3"], effects

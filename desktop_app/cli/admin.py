@@ -439,7 +439,7 @@ def cmd_agent(ctx: Ctx) -> int:
         on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
     )
     try:
-        say_left_runs(ctx, sv, began())
+        say_left_runs(ctx, sv, began(), lambda flow: recovery_policy(settings, flow))
     finally:
         sv.close()
     return EXIT_OK
@@ -503,13 +503,16 @@ def say_finished_runs(engine: Any) -> Callable[[], list[str]]:
     return lambda: list(unended)
 
 
-def say_left_runs(ctx: Ctx, sv: Any, began: list[str]) -> None:
+def say_left_runs(
+    ctx: Ctx, sv: Any, began: list[str], policy: Callable[[str], str] = lambda _flow: "auto"
+) -> None:
     """At a stopping agent's exit, one line on stderr per flow run of
     ``began`` it stopped before the run's next step: still unfinished and
     held by nobody (or, if a release failed, still by this process), with
     what takes it further: any ``flowdesk agent`` serving the database (a
-    peer worker already running, or the next one started), or ``flowdesk
-    resume RUN`` now. A run another process took over, or one that ended
+    peer worker already running, or the next one started) when ``policy``
+    (a flow's name -> its ``recovery`` setting) is ``auto``, and ``flowdesk
+    resume RUN``. A run another process took over, or one that ended
     elsewhere, is not named. A database that cannot be read (a server gone
     away) is said, with the command that lists the interrupted runs."""
     from desktop_app.errors import CheckpointNotFoundError
@@ -531,10 +534,18 @@ def say_left_runs(ctx: Ctx, sv: Any, began: list[str]) -> None:
             return
         if run.status in ENDED or run.lease_owner not in (None, sv.engine.owner):
             continue
+        resume = ctx.hints.cmd(f"resume {run_id}")
+        setting = policy(run.flow_name)
+        then = (
+            f"a `flowdesk agent` serving this database goes on with it, or run `{resume}` "
+            "to continue now"
+            if setting == "auto"
+            else f"no `flowdesk agent` resumes it (recovery.{run.flow_name} is {setting!r} in "
+            f"the settings): run `{resume}` to continue"
+        )
         print(
             f"flowdesk agent: run {run_id} ({run.flow_name}) stopped before its next step, "
-            "not finished; a `flowdesk agent` serving this database goes on with it, or run "
-            f"`{ctx.hints.cmd(f'resume {run_id}')}` to continue now",
+            f"not finished; {then}",
             file=sys.stderr,
             flush=True,
         )
@@ -715,7 +726,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     print(f"flowdesk agent: worker {engine.owner} on {where}", file=sys.stderr, flush=True)
     try:
         worker.serve(stop)
-        say_left_runs(ctx, sv, began())
+        say_left_runs(ctx, sv, began())  # a worker claims every run, whatever its policy
     finally:
         if listener is not None:
             listener.close()
