@@ -145,11 +145,11 @@ FOREGROUND = (
 
 def _stop_on_sigterm(command: str) -> None:
     """Make SIGTERM stop ``command`` as Ctrl-C does when it executes runs
-    (:data:`FOREGROUND`); ``agent`` and the app install their own handlers.
-    Only the main thread can install a handler: elsewhere nothing changes."""
-    if command in FOREGROUND:
-        stop_signals.install()
+    (:data:`FOREGROUND`), and ``agent`` until it serves (it then installs
+    its own handlers; the app has its own). Only the main thread can
+    install a handler: elsewhere nothing changes."""
     if command in FOREGROUND or command == "agent":
+        stop_signals.install()
         # Ctrl-Z gives the SQLite write gate back before stopping, so other
         # processes' writers go on meanwhile (the app: Textual's own handler)
         from desktop_app.store.write_gate import stop_gives_back_the_gate
@@ -272,7 +272,8 @@ def _say_resume(ctx: Ctx) -> bool:
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
     """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
-    if ctx.args.command in MAKES_A_RUN:  # Ctrl-C before its run is stored: the same again
+    if ctx.args.command in (*MAKES_A_RUN, "agent"):
+        # Ctrl-C before its run is stored, or before the agent serves: the same again
         ctx.continue_with = command_again(argv)
     try:
         return command_fn(ctx)

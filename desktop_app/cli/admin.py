@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+from desktop_app.cli import stop_signals
 from desktop_app.cli.common import Ctx
 from desktop_app.cli.output import (
     EXIT_FAILED,
@@ -438,6 +439,7 @@ def cmd_agent(ctx: Ctx) -> int:
         only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
         on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
     )
+    stop_signals.taken()  # stopped: a signal now would only cut the exit short
     try:
         say_left_runs(ctx, sv, began(), lambda flow: recovery_policy(settings, flow))
     finally:
@@ -537,8 +539,8 @@ def say_left_runs(
         resume = ctx.hints.cmd(f"resume {run_id}")
         setting = policy(run.flow_name)
         then = (
-            f"a `flowdesk agent` serving this database goes on with it, or run `{resume}` "
-            "to continue now"
+            f"`{ctx.hints.cmd('agent')}` goes on with it (or a peer serving this database), "
+            f"or run `{resume}` to continue now"
             if setting == "auto"
             else f"no `flowdesk agent` resumes it (recovery.{run.flow_name} is {setting!r} in "
             f"the settings): run `{resume}` to continue"
@@ -726,6 +728,7 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     print(f"flowdesk agent: worker {engine.owner} on {where}", file=sys.stderr, flush=True)
     try:
         worker.serve(stop)
+        stop_signals.taken()  # stopped: a signal now would only cut the exit short
         say_left_runs(ctx, sv, began())  # a worker claims every run, whatever its policy
     finally:
         if listener is not None:
