@@ -67,6 +67,27 @@ def spawn(
     )
 
 
+def interrupted_at(
+    function: str, argv: list[str], *, sigterm: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``flowdesk ARGV`` in a process of its own, stopped when ``function``
+    is first called: Ctrl-C's KeyboardInterrupt raised there (as Ctrl-C
+    raises it there), or with ``sigterm`` SIGTERM sent to the process there
+    (met by whatever handler it has installed by then)."""
+    stop = "os.kill(os.getpid(), signal.SIGTERM)" if sigterm else "raise KeyboardInterrupt"
+    code = (
+        "import os, signal, sys\n"
+        "from desktop_app.cli import main\n"
+        "def trace(frame, event, arg):\n"
+        f"    if event == 'call' and frame.f_code.co_name == {function!r}:\n"
+        "        sys.settrace(None)\n"
+        f"        {stop}\n"
+        "sys.settrace(trace)\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    return cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=120)
+
+
 def stop_agent(agent: subprocess.Popen[str], timeout: float = 60) -> None:
     """A test's end of a ``flowdesk agent`` child: SIGTERM (it stops after
     the steps in flight), waited up to ``timeout`` seconds (raising
@@ -84,8 +105,8 @@ def serving(agent: subprocess.Popen[str]) -> str:
     """Read ``flowdesk agent``'s stderr (piped, as :func:`spawn` does) up to
     its ``serving`` line (``worker ... on`` as a worker, on PostgreSQL),
     which it prints once its SIGTERM/SIGINT handler is in place: a signal
-    sent before that meets the default action (exit -15), not the stop
-    under test. Returns what it printed so far."""
+    sent before that stops it before it serves (exit 143 or 130), not the
+    stop under test. Returns what it printed so far."""
     assert agent.stderr is not None
     said = ""
     while "flowdesk agent: serving" not in said and "flowdesk agent: worker" not in said:

@@ -26,7 +26,15 @@ from pathlib import Path
 import pytest
 
 from tests import cli_forkserver, sigterm_flows
-from tests.cli_support import REPO, as_printed, flowdesk
+from tests.cli_support import (
+    REPO,
+    as_printed,
+    flowdesk,
+    interrupted_at,
+    serving,
+    spawn,
+    stop_agent,
+)
 
 BOUND_S = 90.0  # upper bound on any wait (shared, loaded CPUs)
 
@@ -280,8 +288,7 @@ def test_the_printed_agent_command_takes_the_run_over_and_finishes_it(
     try:
         wait_for(lambda: status(str(db), run_id, "team a") == "completed", "not finished")
     finally:
-        agent.send_signal(signal.SIGTERM)
-        agent.wait(timeout=BOUND_S)
+        stop_agent(agent, timeout=BOUND_S)
     effects = [w for w in lines(sink) if w[0] == "effect"]
     assert Counter(w[1] for w in effects) == dict.fromkeys(sigterm_flows.STEPS, 1), effects
 
@@ -330,37 +337,24 @@ def test_sigterm_before_the_agent_serves_says_so_and_its_command_starts_it(
     agent command again, which serves as printed."""
     db = tmp_path / "flowdesk.db"
     assert flowdesk(db, "db", "apply").returncode == 0
-    code = (
-        "import os, signal, sys\n"
-        "from desktop_app.cli import main\n"
-        "def trace(frame, event, arg):\n"
-        "    if event == 'call' and frame.f_code.co_name == '_services_once_reachable':\n"
-        "        sys.settrace(None)\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
-        "sys.settrace(trace)\n"
-        f"sys.exit(main({['--db', str(db), 'agent']!r}))\n"
-    )
-    ran = cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=BOUND_S)
+    ran = interrupted_at("_services_once_reachable", ["--db", str(db), "agent"], sigterm=True)
     assert ran.returncode == 128 + signal.SIGTERM, (ran.returncode, ran.stderr)
     assert "Traceback" not in ran.stderr, ran.stderr
     found = re.search(r"stopped by SIGTERM; run `(flowdesk [^`]+)` to continue", ran.stderr)
     assert found is not None, ran.stderr
     assert found.group(1) == f"flowdesk --db {db} agent"
-    agent = as_printed_in_background(found.group(1), {**os.environ})
+    agent = as_printed_in_background(found.group(1), {})
     try:
-        assert agent.stderr is not None
-        assert agent.stderr.readline().startswith(f"flowdesk agent: serving {db} as ")
+        assert serving(agent).startswith(f"flowdesk agent: serving {db} as ")
     finally:
-        agent.send_signal(signal.SIGTERM)
-        assert agent.wait(timeout=BOUND_S) == 0
+        stop_agent(agent, timeout=BOUND_S)
+    assert agent.returncode == 0
 
 
 def as_printed_in_background(command: str, env: dict[str, str]):  # type: ignore[no-untyped-def]
-    """``command`` as printed (``flowdesk`` is this checkout), started, its
-    stderr piped: for a command that serves until stopped (``agent``)."""
+    """``command`` as printed (``flowdesk`` is this checkout), started as
+    :func:`~tests.cli_support.spawn` starts it: for a command that serves
+    until stopped (``agent``)."""
     argv = shlex.split(command)
     assert argv[0] == "flowdesk", command
-    return cli_forkserver.popen(
-        [sys.executable, "-m", "desktop_app.cli", *argv[1:]],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO, env=env, text=True,
-    )  # fmt: skip
+    return spawn(*argv[1:], env=env)

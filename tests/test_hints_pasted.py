@@ -22,7 +22,7 @@ import pytest
 from rich.cells import cell_len
 
 from tests import cli_forkserver, sigterm_flows
-from tests.cli_support import REPO, flowdesk
+from tests.cli_support import REPO, flowdesk, interrupted_at
 from tests.digest_corpus import make_corpus
 
 APPROVAL = json.dumps(["desktop_app.examples.approval:approval"])
@@ -392,22 +392,6 @@ def test_a_stop_dropped_inside_a_finalizer_still_stops_the_run_at_its_next_step(
     assert effects == ["s0", "s1", "s2", "s3"]
 
 
-def _interrupted_at(function: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``flowdesk ARGV`` in a process of its own, Ctrl-C's KeyboardInterrupt
-    raised when ``function`` is first called (as Ctrl-C raises it there)."""
-    code = (
-        "import sys\n"
-        "from desktop_app.cli import main\n"
-        "def trace(frame, event, arg):\n"
-        f"    if event == 'call' and frame.f_code.co_name == {function!r}:\n"
-        "        sys.settrace(None)\n"
-        "        raise KeyboardInterrupt\n"
-        "sys.settrace(trace)\n"
-        f"sys.exit(main({argv!r}))\n"
-    )
-    return cli_forkserver.run_code(code, env={**os.environ}, cwd=REPO, timeout=120)
-
-
 def test_ctrl_c_while_flowdesk_is_still_loading_ends_it_without_a_traceback() -> None:
     """Found by a tryout: Ctrl-C in the first 0.2-0.35 s of a command (while
     Python loads it) printed a KeyboardInterrupt traceback. A fresh
@@ -438,7 +422,7 @@ def test_ctrl_c_while_reading_the_command_line_and_again_while_stopping_is_said_
     """Ctrl-C while the command line is read: a message, not a traceback;
     a second Ctrl-C while a command stops (here, when it stops its progress
     line) is ignored: the stop's message and hint are printed, no traceback."""
-    early = _interrupted_at("parse_args", ["--db", str(tmp_path / "f.db"), "flows"])
+    early = interrupted_at("parse_args", ["--db", str(tmp_path / "f.db"), "flows"])
     assert early.returncode == 130, early.stderr
     assert early.stderr == "flowdesk: interrupted while starting; nothing was done\n"
     db, docs, out = tmp_path / "f.db", tmp_path / "docs", tmp_path / "out"
@@ -478,7 +462,7 @@ def test_ctrl_c_before_a_run_is_stored_prints_the_same_command_and_it_starts_it(
     make_corpus(docs, 5)
     assert flowdesk(db, "db", "apply").returncode == 0
     argv = ["--db", str(db), "run", "digest", "--folder", str(docs), "--out", str(out)]
-    stopped = _interrupted_at("execute_new_run", argv)
+    stopped = interrupted_at("execute_new_run", argv)
     assert stopped.returncode == 130, stopped.stderr
     hint = hint_after(stopped.stderr, "flowdesk: interrupted; run ")
     assert hint == f"flowdesk --db {db} run digest --folder {docs} --out {out}"
@@ -499,7 +483,7 @@ def test_ctrl_c_in_undo_prints_the_undo_and_it_moves_every_file_back(tmp_path: P
     run_id = run_id.split()[0]
     assert flowdesk(db, "answer", run_id, "yes").returncode == 0
     assert not (folder / "a.txt").exists()  # moved
-    stopped = _interrupted_at("undo_tidy_run", ["--db", str(db), "undo", run_id])
+    stopped = interrupted_at("undo_tidy_run", ["--db", str(db), "undo", run_id])
     assert stopped.returncode == 130, stopped.stderr
     hint = hint_after(stopped.stderr, "flowdesk: interrupted; run ")
     assert hint == f"flowdesk --db {db} undo {run_id}"
@@ -525,7 +509,7 @@ def test_ctrl_c_in_an_answer_prints_the_command_that_carries_on_from_there(
     assert flowdesk(db, "db", "apply").returncode == 0
     started = flowdesk(db, "start", "tidy", "--input", json.dumps({"folder": str(folder)}))
     run_id = started.stdout.split()[0]
-    stopped = _interrupted_at(where, ["--db", str(db), "answer", run_id, "yes"])
+    stopped = interrupted_at(where, ["--db", str(db), "answer", run_id, "yes"])
     assert stopped.returncode == 130, stopped.stderr
     assert sorted(p.name for p in folder.iterdir() if p.is_file()) == ["a.txt", "b.jpg", "c.txt"]
     if where == "give_answer":
