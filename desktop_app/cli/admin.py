@@ -399,12 +399,26 @@ def cmd_agent(ctx: Ctx) -> int:
     engine = sv.engine
     stop = threading.Event()
     grace = ctx.args.grace
+    hurried: list[int] = []  # a second signal came while nothing executed
 
     def on_term(signum: int, _frame: object) -> None:
+        name = signals.Signals(signum).name
         if stop.is_set():  # a second signal: no more waiting
-            _exit_keeping_leases(engine, f"on a second {signals.Signals(signum).name}")
+            if hurried or _executing(engine):
+                _exit_keeping_leases(engine, f"on a second {name}")
+            # nothing executes a step: nothing is waited for, and the stop
+            # ends in a moment with its lines (the runs it left); only a tick
+            # that holds it (an outbox send in flight) is cut short
+            hurried.append(signum)
+            threading.Thread(
+                target=_exit_after,
+                args=(engine, HURRY_S, f"{HURRY_S:g} s after the second {name}"),
+                name="flowdesk-stop-hurry",
+                daemon=True,
+            ).start()
+            return
         print(
-            f"flowdesk agent: {signals.Signals(signum).name}, stopping after the steps in flight "
+            f"flowdesk agent: {name}, stopping after the steps in flight "
             f"(at most {grace:g} s; signal again to exit now)",
             file=sys.stderr,
             flush=True,
@@ -582,14 +596,28 @@ def moved_runs(ctx: Ctx, sv: Any) -> list[str]:
     return out
 
 
-def _exit_after(engine: Any, grace_s: float) -> None:
+#: seconds a stopping ``flowdesk agent`` that executes nothing is given to
+#: end after a second signal before it exits at once (its clean end takes
+#: milliseconds; what can hold it is a tick's outbox send)
+HURRY_S = 2.0
+
+
+def _executing(engine: Any) -> bool:
+    """Whether this process executes a flow run's step or an agent run."""
+    from desktop_app.agent.leases import agent_runs_held
+
+    return bool(engine.executing()) or bool(agent_runs_held())
+
+
+def _exit_after(engine: Any, grace_s: float, when: str = "") -> None:
     """The grace thread of a stopping ``flowdesk agent``: still running
     ``grace_s`` seconds after the signal, the process exits without
-    releasing the leases it holds (:func:`_exit_keeping_leases`)."""
+    releasing the leases it holds (:func:`_exit_keeping_leases`), saying
+    ``when`` (by default, that many seconds after the signal)."""
     import time
 
     time.sleep(grace_s)
-    _exit_keeping_leases(engine, f"{grace_s:g} s after the signal")
+    _exit_keeping_leases(engine, when or f"{grace_s:g} s after the signal")
 
 
 def _exit_keeping_leases(engine: Any, when: str) -> None:
