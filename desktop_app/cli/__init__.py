@@ -186,11 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("flowdesk: interrupted while starting; nothing was done", file=sys.stderr)
         return 128 + exc.args[0] if isinstance(exc, Terminated) else 130
     code = EXIT_FAILED
+    command = args.command or "app"
     try:
-        code = _handle(ctx, handler(args.command or "app"), argv)
+        # its module imported inside _handle: a SIGTERM or Ctrl-C landing
+        # while it loads stops the command as one that lands later does
+        code = _handle(ctx, lambda c: handler(command)(c), argv)
         return code
     finally:
-        logging.getLogger(__name__).info("command %s exited %d", args.command or "app", code)
+        logging.getLogger(__name__).info("command %s exited %d", command, code)
         if ctx.hints.password_left_out:
             print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)
 

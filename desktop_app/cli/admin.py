@@ -389,9 +389,11 @@ def cmd_secrets(ctx: Ctx) -> int:
 
 
 def cmd_agent(ctx: Ctx) -> int:
+    import itertools
     import signal as signals
     import threading
 
+    from desktop_app.bootstrap import parse_database
     from desktop_app.config import recovery_policy
     from desktop_app.store.protocol import ServerOutages
 
@@ -399,20 +401,33 @@ def cmd_agent(ctx: Ctx) -> int:
     engine = sv.engine
     stop = threading.Event()
     grace = ctx.args.grace
+    settings = sv.settings
+    as_worker = ctx.args.worker or parse_database(sv.database).backend == "postgres"
+    # a worker claims every run, whatever its policy; on SQLite the agent
+    # resumes only the runs whose flow's recovery setting is auto
+    policy: Callable[[str], str] = (
+        (lambda _flow: "auto") if as_worker else (lambda flow: recovery_policy(settings, flow))
+    )
+    began = say_finished_runs(engine)
+    leaving = _Leaving(ctx, engine, began, policy)
+    # one C call per signal: a signal landing while the handler still runs
+    # for the first (it runs again, nested, at the handler's next
+    # instruction) finds the first counted, so it is taken as the second
+    signals_seen = itertools.count()
     hurried: list[int] = []  # a second signal came while nothing executed
 
     def on_term(signum: int, _frame: object) -> None:
         name = signals.Signals(signum).name
-        if stop.is_set():  # a second signal: no more waiting
+        if next(signals_seen):  # a second signal: no more waiting
             if hurried or _executing(engine):
-                _exit_keeping_leases(engine, f"on a second {name}")
+                leaving.keeping_leases(f"on a second {name}")
             # nothing executes a step: nothing is waited for, and the stop
             # ends in a moment with its lines (the runs it left); only a tick
             # that holds it (an outbox send in flight) is cut short
             hurried.append(signum)
             threading.Thread(
-                target=_exit_after,
-                args=(engine, HURRY_S, f"{HURRY_S:g} s after the second {name}"),
+                target=leaving.after,
+                args=(HURRY_S, f"{HURRY_S:g} s after the second {name}"),
                 name="flowdesk-stop-hurry",
                 daemon=True,
             ).start()
@@ -428,22 +443,18 @@ def cmd_agent(ctx: Ctx) -> int:
         if "server_outages" in sv.checkpoints.capabilities:  # a server gone away
             cast(ServerOutages, sv.checkpoints).stop_waiting()  # does not hold the stop
         threading.Thread(
-            target=_exit_after,
-            args=(engine, grace),
+            target=leaving.after,
+            args=(grace, f"{grace:g} s after the signal"),
             name="flowdesk-stop-grace",
             daemon=True,
         ).start()
 
     signals.signal(signals.SIGTERM, on_term)
     signals.signal(signals.SIGINT, on_term)
-    settings = sv.settings
-    from desktop_app.bootstrap import parse_database
-
-    if ctx.args.worker or parse_database(sv.database).backend == "postgres":
-        return _serve_worker(ctx, sv, stop)
+    if as_worker:
+        return _serve_worker(ctx, sv, stop, leaving)
     where = parse_database(sv.database).shown
     print(f"flowdesk agent: serving {where} as {engine.owner}", file=sys.stderr)
-    began = say_finished_runs(engine)
     for line in moved_runs(ctx, sv):
         print(f"flowdesk agent: {line}", file=sys.stderr, flush=True)
     engine.serve(
@@ -455,7 +466,7 @@ def cmd_agent(ctx: Ctx) -> int:
     )
     stop_signals.taken()  # stopped: a signal now would only cut the exit short
     try:
-        say_left_runs(ctx, sv, began(), lambda flow: recovery_policy(settings, flow))
+        say_left_runs(ctx, sv, leaving)
     finally:
         sv.close()
     return EXIT_OK
@@ -495,46 +506,139 @@ def _services_once_reachable(ctx: Ctx) -> Any:
             time.sleep(backoff.delay(tries))
 
 
-def say_finished_runs(engine: Any) -> Callable[[], list[str]]:
+def say_finished_runs(engine: Any) -> Callable[[], dict[str, str]]:
     """``flowdesk agent: run RUN STATUS`` on stderr as each flow run this
     process executes ends (completed, failed, waiting, canceled...).
 
     Returns:
-        a function giving the ids of the runs this process began to execute
-        and saw no end of (stopped by a signal, or taken over), in the order
-        it began them: what :func:`say_left_runs` checks at exit.
+        a function giving the runs this process began to execute and saw no
+        end of (stopped by a signal, or taken over), run id -> flow name, in
+        the order it began them: what :func:`say_left_runs` checks at exit.
+        A copy, safe to take in a signal handler while runs go on.
     """
     from desktop_app.flow.events import RunFinished, RunStarted
 
-    unended: dict[str, None] = {}  # the driving threads add, the main thread reads at exit
+    unended: dict[str, str] = {}  # the driving threads add, the main thread reads at exit
 
     def seen(event: object) -> None:
         if isinstance(event, RunStarted):
-            unended[event.run_id] = None
+            unended[event.run_id] = event.flow_name
         elif isinstance(event, RunFinished):
             unended.pop(event.run_id, None)
             print(f"flowdesk agent: run {event.run_id} {event.status}", file=sys.stderr, flush=True)
 
     engine.events.subscribe(seen)
-    return lambda: list(unended)
+    return lambda: dict(unended)  # one C call: no run added or ended half-way through
 
 
-def say_left_runs(
-    ctx: Ctx, sv: Any, began: list[str], policy: Callable[[str], str] = lambda _flow: "auto"
-) -> None:
-    """At a stopping agent's exit, one line on stderr per flow run of
-    ``began`` it stopped before the run's next step: still unfinished and
-    held by nobody (or, if a release failed, still by this process), with
-    what takes it further: any ``flowdesk agent`` serving the database (a
-    peer worker already running, or the next one started) when ``policy``
-    (a flow's name -> its ``recovery`` setting) is ``auto``, and ``flowdesk
-    resume RUN``. A run another process took over, or one that ended
-    elsewhere, is not named. A database that cannot be read (a server gone
-    away) is said, with the command that lists the interrupted runs."""
+class _Leaving:
+    """What a stopping ``flowdesk agent`` says of the flow runs it began and
+    saw no end of, and the commands that take each further.
+
+    Args:
+        began: :func:`say_finished_runs`'s function.
+        policy: a flow's name -> its ``recovery`` setting (``auto``: an
+            agent serving the database resumes the run).
+    """
+
+    def __init__(
+        self,
+        ctx: Ctx,
+        engine: Any,
+        began: Callable[[], dict[str, str]],
+        policy: Callable[[str], str],
+    ) -> None:
+        self.ctx = ctx
+        self.engine = engine
+        self.began = began
+        self.policy = policy
+
+    def further(self, run_id: str, flow: str) -> str:
+        """What takes run ``run_id`` of ``flow`` further, its commands with
+        this agent's ``--db``/``--scope``."""
+        resume = self.ctx.hints.cmd(f"resume {run_id}")
+        setting = self.policy(flow)
+        if setting == "auto":
+            return (
+                f"`{self.ctx.hints.cmd('agent')}` goes on with it (or a peer serving this "
+                f"database), or run `{resume}` to continue now"
+            )
+        return (
+            f"no `flowdesk agent` resumes it (recovery.{flow} is {setting!r} in the settings): "
+            f"run `{resume}` to continue"
+        )
+
+    def after(self, seconds: float, when: str) -> None:
+        """The grace thread: still running ``seconds`` after the signal, the
+        process exits keeping its leases (:meth:`keeping_leases`), saying
+        ``when``."""
+        import time
+
+        time.sleep(seconds)
+        self.keeping_leases(when)
+
+    def keeping_leases(self, when: str) -> None:
+        """Exit the process now (exit status 1), saying which runs still
+        execute a step: their leases are not released, so no peer takes a
+        run over while its step may still run here; once this process is
+        gone a peer takes each over (at once on this host or from a worker
+        whose liveness lock dropped, else when its lease expires) and runs
+        that step again, as after ``kill -9``. Then one line per flow run it
+        began and saw no end of: kept (still executing) or stopped before
+        its next step, with what takes it further. Reads no database (a
+        signal handler, a server that may be gone): what this process saw."""
+        import logging
+
+        from desktop_app.agent.leases import agent_runs_held
+
+        busy = sorted(self.engine.executing())
+        agents = agent_runs_held()
+        said = []
+        if busy:
+            said.append(
+                f"runs still executing a step: {', '.join(busy)}; each keeps its lease and a "
+                "peer takes it over and runs that step again, as after a crash"
+            )
+        if agents:
+            said.append(
+                f"agent runs still executing: {', '.join(agents)}; each keeps its lease and a "
+                "peer resumes it once this process is gone, as after a crash (a tool call in "
+                "flight is not sent again unless harmless to repeat)"
+            )
+        what = "; ".join(said) or "no run was executing a step"
+        lines = [f"exiting {when}; {what}"]
+        for run_id, flow in self.began().items():
+            if run_id in busy:
+                lines.append(
+                    f"run {run_id} ({flow}) keeps its lease; once this process is gone, "
+                    f"{self.further(run_id, flow)}"
+                )
+            else:
+                lines.append(
+                    f"run {run_id} ({flow}) stopped before its next step, not finished; "
+                    f"{self.further(run_id, flow)}"
+                )
+        for line in lines:
+            print(f"flowdesk agent: {line}", file=sys.stderr, flush=True)
+        logging.getLogger("desktop_app.cli").warning("flowdesk agent %s", lines[0])
+        for handler in logging.getLogger("desktop_app").handlers:
+            handler.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_FAILED)
+
+
+def say_left_runs(ctx: Ctx, sv: Any, leaving: _Leaving) -> None:
+    """At a stopping agent's exit, one line on stderr per flow run it began
+    and saw no end of (``leaving.began``) that it stopped before the run's
+    next step: still unfinished and held by nobody (or, if a release
+    failed, still by this process), with what takes it further
+    (:meth:`_Leaving.further`). A run another process took over, or one that
+    ended elsewhere, is not named. A database that cannot be read (a server
+    gone away) is said, with the command that lists the interrupted runs."""
     from desktop_app.errors import CheckpointNotFoundError
     from desktop_app.runs_view import ENDED
 
-    for run_id in began:
+    for run_id, flow in leaving.began().items():
         try:
             run = sv.checkpoints.get_run(run_id)
         except CheckpointNotFoundError:  # deleted on success (delete_on_success)
@@ -550,18 +654,9 @@ def say_left_runs(
             return
         if run.status in ENDED or run.lease_owner not in (None, sv.engine.owner):
             continue
-        resume = ctx.hints.cmd(f"resume {run_id}")
-        setting = policy(run.flow_name)
-        then = (
-            f"`{ctx.hints.cmd('agent')}` goes on with it (or a peer serving this database), "
-            f"or run `{resume}` to continue now"
-            if setting == "auto"
-            else f"no `flowdesk agent` resumes it (recovery.{run.flow_name} is {setting!r} in "
-            f"the settings): run `{resume}` to continue"
-        )
         print(
-            f"flowdesk agent: run {run_id} ({run.flow_name}) stopped before its next step, "
-            f"not finished; {then}",
+            f"flowdesk agent: run {run_id} ({flow}) stopped before its next step, "
+            f"not finished; {leaving.further(run_id, flow)}",
             file=sys.stderr,
             flush=True,
         )
@@ -609,50 +704,6 @@ def _executing(engine: Any) -> bool:
     return bool(engine.executing()) or bool(agent_runs_held())
 
 
-def _exit_after(engine: Any, grace_s: float, when: str = "") -> None:
-    """The grace thread of a stopping ``flowdesk agent``: still running
-    ``grace_s`` seconds after the signal, the process exits without
-    releasing the leases it holds (:func:`_exit_keeping_leases`), saying
-    ``when`` (by default, that many seconds after the signal)."""
-    import time
-
-    time.sleep(grace_s)
-    _exit_keeping_leases(engine, when or f"{grace_s:g} s after the signal")
-
-
-def _exit_keeping_leases(engine: Any, when: str) -> None:
-    """Exit the process now (exit status 1), saying which runs still execute
-    a step: their leases are not released, so no peer takes a run over while
-    its step may still run here; once this process is gone a peer takes each
-    over (at once on this host or from a worker whose liveness lock dropped,
-    else when its lease expires) and runs that step again, as after ``kill -9``."""
-    import logging
-
-    from desktop_app.agent.leases import agent_runs_held
-
-    busy = sorted(engine.executing())
-    agents = agent_runs_held()
-    said = []
-    if busy:
-        said.append(
-            f"runs still executing a step: {', '.join(busy)}; each keeps its lease and a peer "
-            "takes it over and runs that step again, as after a crash"
-        )
-    if agents:
-        said.append(
-            f"agent runs still executing: {', '.join(agents)}; each keeps its lease and a "
-            "peer resumes it once this process is gone, as after a crash (a tool call in "
-            "flight is not sent again unless harmless to repeat)"
-        )
-    what = "; ".join(said) or "no run was executing a step"
-    print(f"flowdesk agent: exiting {when}; {what}", file=sys.stderr, flush=True)
-    logging.getLogger("desktop_app.cli").warning("flowdesk agent exiting %s; %s", when, what)
-    for handler in logging.getLogger("desktop_app").handlers:
-        handler.flush()
-    sys.stdout.flush()
-    os._exit(EXIT_FAILED)
-
-
 def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:
     """Say (on stderr, once per run: ``Engine.serve`` and ``Worker`` call it once) that
     ``flowdesk agent`` cannot go on with run ``run_id``, why, and what works."""
@@ -692,7 +743,7 @@ def _on_tick(ctx: Ctx, sv: Any) -> Any:
     return tick
 
 
-def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
+def _serve_worker(ctx: Ctx, sv: Any, stop: Any, leaving: _Leaving) -> int:
     """``flowdesk agent`` as one of several workers sharing the database:
     claims runs (SKIP LOCKED), holds its liveness lock, wakes on
     notifications (see :mod:`desktop_app.flow.worker`)."""
@@ -751,13 +802,12 @@ def _serve_worker(ctx: Ctx, sv: Any, stop: Any) -> int:
     elif sessions:
         listener = store.listener(owner=engine.owner, on_lost=worker.fence)
         worker.session = listener
-    began = say_finished_runs(engine)
     where = parse_database(sv.database).shown
     print(f"flowdesk agent: worker {engine.owner} on {where}", file=sys.stderr, flush=True)
     try:
         worker.serve(stop)
         stop_signals.taken()  # stopped: a signal now would only cut the exit short
-        say_left_runs(ctx, sv, began())  # a worker claims every run, whatever its policy
+        say_left_runs(ctx, sv, leaving)
     finally:
         if listener is not None:
             listener.close()
