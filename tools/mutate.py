@@ -231,7 +231,12 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_engine_leases.py",
         "tests/test_mutation_kills_owners.py",
     ],
-    "desktop_app/store/codec.py": [*_STORE, "tests/test_mutation_kills_codec.py"],
+    "desktop_app/store/codec.py": [
+        *_STORE,
+        "tests/test_mutation_kills_codec.py",
+        # the orjson fast path against the standard library's text
+        "tests/test_codec_fast_json.py",
+    ],
     # the records every store returns: their JSON forms, ids and lease TTLs
     "desktop_app/store/records.py": [
         *_STORE,

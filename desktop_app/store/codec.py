@@ -38,12 +38,15 @@ def dumps(value: JSON) -> str:
     slower encoding.
     """
     try:
-        out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:  # orjson.JSONEncodeError: big int, non-str key, surrogate...
         pass
     else:
-        if b"null" not in out or not _may_differ(value):
-            return out.decode()
+        # searched in the text: ``b"null" in data`` first tries the operand
+        # as a byte value, raising and clearing a TypeError each time (~1,800
+        # instructions, three times a step)
+        if "null" not in text or not _may_differ(value):
+            return text
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
