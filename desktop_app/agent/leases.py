@@ -27,9 +27,11 @@ def agent_runs_held() -> list[str]:
     """Ids of the agent runs this process executes right now (inside
     :func:`holding_agent_run`: Flowdesk's own agent and the Pydantic AI
     runs alike), sorted; ``flowdesk agent`` names them when it exits with a
-    run still in flight."""
-    with _held_lock:
-        return sorted(_held)
+    run still in flight. Read without ``_held_lock`` (one C call over the
+    dict, which no other thread changes meanwhile under the GIL): a signal
+    handler calls it in the main thread, which may hold that lock at the
+    instruction the signal landed on."""
+    return sorted(_held)
 
 
 def claim_agent_run(
