@@ -8,10 +8,11 @@ across processes. ``PAI_TEST_KILL=tool:Q`` SIGKILLs the process inside the
 call ``lookup(Q)``, after its line is written; ``PAI_TEST_GATE=Q:PATH``
 holds that call there (a call in flight) until the file PATH exists (also
 ``delete(Q)``).
-``PAI_TEST_KILL=load`` SIGKILLs the process as ``make_helper`` builds the
-agent (a registration loading), ``PAI_TEST_KILL=startup`` as a run enters
-its toolsets (as its MCP servers start); each writes ``load``/``startup``
-to ``PAI_TEST_LOG`` first.
+``PAI_TEST_RENAMED=1`` names ``lookup`` ``find`` (an agent whose code
+changed since its run started). ``PAI_TEST_KILL=load`` SIGKILLs the
+process as ``make_helper`` builds the agent (a registration loading),
+``PAI_TEST_KILL=startup`` as a run enters its toolsets (as its MCP
+servers start); each writes ``load``/``startup`` to ``PAI_TEST_LOG`` first.
 ``PAI_TEST_MCP=1`` adds the
 notes MCP server (tests/mcp_notes_server.py, stdio) as toolset ``notes``,
 appending to ``PAI_TEST_LOG`` too.
@@ -75,7 +76,8 @@ def make_helper() -> Agent[None, str]:
         toolsets.append(_KilledAtStartUp(FunctionToolset(id="startup")))
     agent = Agent(model, name="helper", instructions="Look things up.", toolsets=toolsets)
 
-    @agent.tool_plain
+    # PAI_TEST_RENAMED=1: the agent's code changed since, its tool renamed
+    @agent.tool_plain(name="find" if os.environ.get("PAI_TEST_RENAMED") else None)
     def lookup(q: str) -> str:
         """Look something up."""
         _log(f"tool {q}")

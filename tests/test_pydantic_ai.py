@@ -147,6 +147,37 @@ def test_sigkill_in_a_tool_then_resume_repeats_no_completed_request_or_tool_call
     assert json.loads(calls['{"q":"b"}'].result or "")["output"]["result"] == "result for b"
 
 
+def test_a_resume_whose_tool_was_renamed_fails_before_sending_anything(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """A new user's report: an agent whose tool was renamed after a crash
+    inside it resumed without error: the replayed reply still called the
+    old name, Pydantic AI told the model the tool was unknown, and the run
+    went on with the renamed tool (the killed call's effect made twice, a
+    run of two versions, ``show`` listing the old call in progress for
+    ever). The resume fails with JournalMismatchError before its next model
+    request: nothing sent, nothing called, the run failed saying why."""
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log), "PAI_TEST_KILL": "tool:a"}
+        server.script = list(SCRIPT)
+        first = worker(db_path, env, "run", "find a then b")
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        run_id = first.stdout.split()[1]
+        assert len(server.requests) == 1  # killed inside the first reply's call
+        # what the model would answer once told "lookup" is unknown
+        server.script = [("json", completion("", [call("find", q="a")])), *SCRIPT[1:]]
+        renamed = {**env, "PAI_TEST_KILL": "", "PAI_TEST_RENAMED": "1"}
+        second = worker(db_path, renamed, "resume", run_id)
+        assert second.returncode != 0, second.stdout
+        assert "JournalMismatchError" in second.stderr, second.stderr
+        assert f"agent run {run_id} recorded a call to lookup that the resumed" in second.stderr
+        assert len(server.requests) == 1  # no request sent after the replayed one
+    assert lines(log) == ["tool a"]  # nothing called again, under either name
+    ((run, _, _),) = agent_runs(db_path)
+    assert (run.status, run.error_type) == ("failed", "JournalMismatchError")
+
+
 @pytest.mark.scenario("S96")
 def test_a_done_run_resumed_replays_its_output_without_a_request(db_path, tmp_path) -> None:
     log = tmp_path / "tool.log"

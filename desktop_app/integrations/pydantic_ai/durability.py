@@ -106,6 +106,11 @@ class RunJournal:
     replayed: int = 0
     segment: int = 0
     _numbers: dict[str, int] = field(default_factory=dict)
+    #: the units the run's journal held when this drive reached its first
+    #: one (key -> what it was: a tool's name, a model request), and the
+    #: keys this drive has reached since
+    _recorded: dict[str, str] | None = None
+    _reached: set[str] = field(default_factory=set)
 
     async def unit(
         self,
@@ -136,6 +141,13 @@ class RunJournal:
         key = f"{KEY_PREFIX}{name}#{number}"
         call = _tool_call(operation_id, cache_key)
         label = call.name if call is not None else _label(operation_id, name)
+        if self._recorded is None:
+            self._recorded = {
+                r.tool_key: r.tool
+                for r in self.store.tool_results(self.run_id)
+                if r.tool_key.startswith(KEY_PREFIX)
+            }
+        self._reached.add(key)
         stored = self.store.tool_result(self.run_id, key)
         done = stored is not None and stored.status == "completed"
         if stored is not None and done and is_outcome_unknown(stored.result):
@@ -173,6 +185,8 @@ class RunJournal:
                 tool=(key, label, "completed", content),
             )
             return told
+        if isinstance(operation_id, ModelRequestId):
+            self._check_nothing_skipped(label)
         if self.store.get(self.run_id).status == "canceled":  # `flowdesk cancel` meanwhile
             raise AgentRunCanceledError(self.run_id)  # no model request or tool call after it
         if call is not None:  # counts the attempt; a crash leaves it in_progress
@@ -218,6 +232,33 @@ class RunJournal:
         if stopping:  # its result is saved: now the cancel that came meanwhile goes on
             raise asyncio.CancelledError
         return output
+
+    def _check_nothing_skipped(self, label: str) -> None:
+        """Before a new model request (not answered from the journal): a
+        faithful resume has reached every unit the journal held by then
+        (each model request waits for the tool calls of the reply before
+        it). A recorded tool call it did not reach means the agent took
+        another path: a tool renamed or removed (Pydantic AI answers the
+        model's call of an unknown tool with a retry prompt, and the run
+        would go on with another tool, the recorded call's effect made
+        already or its outcome unknown).
+
+        Raises:
+            JournalMismatchError: recorded units this drive did not reach;
+                nothing of the new request was sent.
+        """
+        recorded = self._recorded or {}
+        skipped = sorted(k for k in recorded if k not in self._reached)
+        if not skipped:
+            return
+        names = ", ".join(dict.fromkeys(recorded[k] for k in skipped))
+        raise JournalMismatchError(
+            f"agent run {self.run_id} recorded a call to {names} that the resumed agent did "
+            f"not make before its next {label}: its code, tools or prompt changed since the run "
+            "started, and going on would mix two runs (nothing more was sent or called); "
+            "resume it with the agent (code, tools, prompt) it was started with, or cancel it "
+            f"with `flowdesk cancel {self.run_id}`"
+        )
 
 
 async def _to_its_end(call: Awaitable[object], run_id: str, label: str) -> tuple[object, bool]:
