@@ -111,6 +111,27 @@ def test_the_printed_answer_run_twice_does_not_answer_the_threads_next_question(
     assert invoke(db, None)["got"] == ["ship: yes", "tell: later"]
 
 
+def test_the_json_of_a_waiting_thread_gives_its_answer_command_which_works_as_given(
+    db: Path,
+) -> None:
+    """A new user's report: `show -o json` and `waiting --json` of a waiting
+    thread gave its wait_id but no command (a flow run's and an agent
+    run's JSON give theirs): a script had to build it. Both give the
+    command the text prints; run as given, it answers; after the thread
+    went on, neither offers one for a thread that does not wait."""
+    assert invoke(db, {"got": []})["__interrupt__"]
+    (row,) = [json.loads(line) for line in flowdesk(db, "waiting", "--json").stdout.splitlines()]
+    shown = json.loads(flowdesk(db, "show", THREAD, "-o", "json").stdout)
+    assert row["command"] == shown["command"] == printed_answer(db)
+    assert as_printed(row["command"], {**os.environ}, input="yes\n").returncode == 0
+    assert json.loads(flowdesk(db, "show", THREAD, "-o", "json").stdout)["command"] is None
+    assert invoke(db, None)["__interrupt__"]  # the next question
+    shown = json.loads(flowdesk(db, "show", THREAD, "-o", "json").stdout)
+    assert as_printed(shown["command"], {**os.environ}, input="later\n").returncode == 0
+    assert invoke(db, None)["got"] == ["ship: yes", "tell: later"]
+    assert json.loads(flowdesk(db, "show", THREAD, "-o", "json").stdout)["command"] is None
+
+
 def test_an_answer_without_wait_id_goes_to_the_question_asked_when_it_runs(db: Path) -> None:
     assert invoke(db, {"got": []})["__interrupt__"]
     assert flowdesk(db, "answer", THREAD, "yes").returncode == 0

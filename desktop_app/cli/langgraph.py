@@ -65,6 +65,16 @@ def answer_hint(ctx: Ctx, thread_id: str, checkpoint_id: str | None) -> str:
     return ctx.hints.cmd(f"answer {shell_quote(thread_id)} -{pin}")
 
 
+def answer_command(ctx: Ctx, t: threads.Thread) -> str | None:
+    """The command that answers waiting thread ``t`` (:func:`answer_hint`),
+    as ``show`` and ``waiting`` give it under ``command`` with ``-o json``;
+    ``None`` when it does not wait, or waits on several questions at once
+    (which ``answer`` cannot tell apart: its program answers them)."""
+    if t.status != "waiting" or threads.asks_several(t):
+        return None
+    return answer_hint(ctx, t.thread_id, t.checkpoint_id)
+
+
 def pending_interrupts(sv: Services, thread_id: str) -> list[dict[str, Any]] | None:
     """The unanswered interrupts of the thread's latest root checkpoint as
     ``{"id": interrupt id, "value": its value}`` (the id is what its program
@@ -151,6 +161,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
                 "pending_interrupts": pending,
                 # `answer THREAD VALUE --wait-id ID` answers the question asked there only
                 "wait_id": t.checkpoint_id if t.status == "waiting" else None,
+                "command": None if display_status(t, now) == MOVED else answer_command(ctx, t),
                 "state": state,
             },
         )

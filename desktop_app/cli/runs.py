@@ -1129,7 +1129,14 @@ def cmd_waiting(ctx: Ctx) -> int:
             for run in runs
         ]
         # wait_id: `answer THREAD VALUE --wait-id ID` answers this question only
-        rows += [{**langgraph.thread_row(t, now), "wait_id": t.checkpoint_id} for t in threads]
+        rows += [
+            {
+                **langgraph.thread_row(t, now),
+                "wait_id": t.checkpoint_id,
+                "command": langgraph.answer_command(ctx, t),
+            }
+            for t in threads
+        ]
         for ar in asking:
             # wait_id: `answer RUN VALUE --wait-id ID` answers this question only
             first = {"wait_id": agent_wait_id(ar.pending_call), "first": agent_blocker(sv, ar)}
