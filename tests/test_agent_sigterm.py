@@ -196,6 +196,20 @@ def test_a_step_still_running_after_the_grace_keeps_its_lease_and_a_peer_runs_it
     assert took in logged, logged[-3000:]
 
 
+def further(said: str, run_id: str, how: str) -> tuple[str, str]:
+    """The agent and resume commands of ``flowdesk agent``'s line ``run
+    RUN (effects) HOW `AGENT` goes on with it ..., or run `RESUME` to
+    continue now`` (``HOW``: what it says of the run before them)."""
+    found = re.search(
+        rf"flowdesk agent: run {run_id} \(effects\) {re.escape(how)} `(flowdesk [^`]+)` goes on "
+        r"with it \(or a peer serving this database\), or run `(flowdesk [^`]+)` to continue "
+        r"now\n",
+        said,
+    )
+    assert found is not None, said
+    return found.group(1), found.group(2)
+
+
 def test_a_second_signal_exits_at_once_saying_so_and_the_run_keeps_its_lease(
     database: str, tmp_path: Path
 ) -> None:
@@ -241,20 +255,13 @@ def test_a_stopped_agent_names_the_run_it_left_unfinished_and_its_command_finish
         assert a.popen.wait(timeout=BOUND_S) == 0, a.text()
     finally:
         a.stop()
-    said = a.text()
-    found = re.search(
-        rf"flowdesk agent: run {run_id} \(effects\) stopped before its next step, not "
-        r"finished; `(flowdesk [^`]+)` goes on with it \(or a peer serving this database\), "
-        r"or run `(flowdesk [^`]+)` to continue now\n",
-        said,
-    )
-    assert found is not None, said
-    assert found.group(1) == f"flowdesk --db {database} --scope 'team a' agent"
-    assert found.group(2) == f"flowdesk --db {database} --scope 'team a' resume {run_id}"
+    agent, resume = further(a.text(), run_id, "stopped before its next step, not finished;")
+    assert agent == f"flowdesk --db {database} --scope 'team a' agent"
+    assert resume == f"flowdesk --db {database} --scope 'team a' resume {run_id}"
     # left as said: unfinished, held by nobody
     assert status(database, run_id, scope) == "running"
     env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
-    resumed = as_printed(found.group(2), env, timeout=BOUND_S)
+    resumed = as_printed(resume, env, timeout=BOUND_S)
     assert resumed.returncode == 0, resumed.stderr
     assert status(database, run_id, scope) == "completed"
     effects = [w for w in lines(sink) if w[0] == "effect"]
@@ -430,15 +437,9 @@ def test_a_second_signal_landing_inside_the_first_ones_handler_exits_at_once(
     assert (
         f"flowdesk agent: exiting on a second SIGTERM; runs still executing a step: {run_id}"
     ) in said
-    found = re.search(
-        rf"flowdesk agent: run {run_id} \(effects\) keeps its lease; once this process is "
-        r"gone, `(flowdesk [^`]+)` goes on with it \(or a peer serving this database\), or run "
-        r"`(flowdesk [^`]+)` to continue now\n",
-        said,
-    )
-    assert found is not None, said
-    assert found.group(2) == f"flowdesk --db {db} resume {run_id}"
-    resumed = as_printed(found.group(2), env, timeout=BOUND_S)
+    _, resume = further(said, run_id, "keeps its lease; once this process is gone,")
+    assert resume == f"flowdesk --db {db} resume {run_id}"
+    resumed = as_printed(resume, env, timeout=BOUND_S)
     assert resumed.returncode == 0, resumed.stderr
     assert status(str(db), run_id) == "completed"
     effects = [w[1] for w in lines(sink) if w[0] == "effect"]
@@ -476,16 +477,10 @@ def test_an_exit_at_the_second_signal_names_every_run_it_leaves_and_their_comman
         a.stop()
     said = a.text()
     assert f"runs still executing a step: {kept};" in said, said
-    hints = {}
-    for run_id, how in ((kept, "keeps its lease; once this process is gone,"),
-                        (left, "stopped before its next step, not finished;")):  # fmt: skip
-        found = re.search(
-            rf"flowdesk agent: run {run_id} \(effects\) {how} `(flowdesk [^`]+)` goes on with it "
-            r"\(or a peer serving this database\), or run `(flowdesk [^`]+)` to continue now\n",
-            said,
-        )
-        assert found is not None, said
-        hints[run_id] = found.groups()
+    hints = {
+        kept: further(said, kept, "keeps its lease; once this process is gone,"),
+        left: further(said, left, "stopped before its next step, not finished;"),
+    }
     env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
     resumed = as_printed(hints[left][1], env, timeout=BOUND_S)
     assert resumed.returncode == 0, resumed.stderr

@@ -425,12 +425,7 @@ def cmd_agent(ctx: Ctx) -> int:
             # ends in a moment with its lines (the runs it left); only a tick
             # that holds it (an outbox send in flight) is cut short
             hurried.append(signum)
-            threading.Thread(
-                target=leaving.after,
-                args=(HURRY_S, f"{HURRY_S:g} s after the second {name}"),
-                name="flowdesk-stop-hurry",
-                daemon=True,
-            ).start()
+            leaving.exit_later(HURRY_S, f"{HURRY_S:g} s after the second {name}")
             return
         print(
             f"flowdesk agent: {name}, stopping after the steps in flight "
@@ -442,12 +437,7 @@ def cmd_agent(ctx: Ctx) -> int:
         stop.set()
         if "server_outages" in sv.checkpoints.capabilities:  # a server gone away
             cast(ServerOutages, sv.checkpoints).stop_waiting()  # does not hold the stop
-        threading.Thread(
-            target=leaving.after,
-            args=(grace, f"{grace:g} s after the signal"),
-            name="flowdesk-stop-grace",
-            daemon=True,
-        ).start()
+        leaving.exit_later(grace, f"{grace:g} s after the signal")
 
     signals.signal(signals.SIGTERM, on_term)
     signals.signal(signals.SIGINT, on_term)
@@ -568,14 +558,18 @@ class _Leaving:
             f"run `{resume}` to continue"
         )
 
-    def after(self, seconds: float, when: str) -> None:
-        """The grace thread: still running ``seconds`` after the signal, the
-        process exits keeping its leases (:meth:`keeping_leases`), saying
-        ``when``."""
+    def exit_later(self, seconds: float, when: str) -> None:
+        """Start the stop's grace: a daemon thread that, if the process is
+        still running ``seconds`` from now, exits it keeping its leases
+        (:meth:`keeping_leases`), saying ``when``."""
+        import threading
         import time
 
-        time.sleep(seconds)
-        self.keeping_leases(when)
+        def grace() -> None:
+            time.sleep(seconds)
+            self.keeping_leases(when)
+
+        threading.Thread(target=grace, name="flowdesk-stop-grace", daemon=True).start()
 
     def keeping_leases(self, when: str) -> None:
         """Exit the process now (exit status 1), saying which runs still
