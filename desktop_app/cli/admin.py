@@ -414,17 +414,15 @@ def cmd_agent(ctx: Ctx) -> int:
     # for the first (it runs again, nested, at the handler's next
     # instruction) finds the first counted, so it is taken as the second
     signals_seen = itertools.count()
-    hurried: list[int] = []  # a second signal came while nothing executed
 
     def on_term(signum: int, _frame: object) -> None:
         name = signals.Signals(signum).name
-        if next(signals_seen):  # a second signal: no more waiting
-            if hurried or _executing(engine):
+        if nth := next(signals_seen):  # a second signal (or a third): no more waiting
+            if nth > 1 or _executing(engine):
                 leaving.keeping_leases(f"on a second {name}")
             # nothing executes a step: nothing is waited for, and the stop
             # ends in a moment with its lines (the runs it left); only a tick
             # that holds it (an outbox send in flight) is cut short
-            hurried.append(signum)
             leaving.exit_later(HURRY_S, f"{HURRY_S:g} s after the second {name}")
             return
         print(
@@ -451,7 +449,7 @@ def cmd_agent(ctx: Ctx) -> int:
         stop,
         poll_s=ctx.args.poll,
         on_tick=_on_tick(ctx, sv),
-        only=lambda run: recovery_policy(settings, run.flow_name) == "auto",
+        only=lambda run: policy(run.flow_name) == "auto",
         on_refused=lambda run_id, exc: _refused(ctx, run_id, exc),
     )
     stop_signals.taken()  # stopped: a signal now would only cut the exit short
