@@ -172,10 +172,19 @@ def test_a_resume_whose_tool_was_renamed_fails_before_sending_anything(
         assert second.returncode != 0, second.stdout
         assert "JournalMismatchError" in second.stderr, second.stderr
         assert f"agent run {run_id} recorded a call to lookup that the resumed" in second.stderr
+        assert "the run is failed; resume it with the agent (code, tools, prompt)" in second.stderr
         assert len(server.requests) == 1  # no request sent after the replayed one
-    assert lines(log) == ["tool a"]  # nothing called again, under either name
-    ((run, _, _),) = agent_runs(db_path)
-    assert (run.status, run.error_type) == ("failed", "JournalMismatchError")
+        assert lines(log) == ["tool a"]  # nothing called again, under either name
+        ((run, _, _),) = agent_runs(db_path)
+        assert (run.status, run.error_type) == ("failed", "JournalMismatchError")
+
+        # as it says: the agent it was started with goes on from the journal
+        server.script = list(SCRIPT[1:])
+        third = worker(db_path, {**env, "PAI_TEST_KILL": ""}, "resume", run_id)
+        assert third.returncode == 0, third.stderr
+        assert "done executed=" in third.stdout and "output=a and b are found" in third.stdout
+    # lookup(a) was in flight at the kill: made again once (at least once), b once
+    assert Counter(lines(log)) == {"tool a": 2, "tool b": 1}
 
 
 @pytest.mark.scenario("S96")

@@ -76,8 +76,18 @@ log = logging.getLogger(__name__)
 class JournalMismatchError(AgentError):
     """A resumed run asked for another tool call than the one its journal
     recorded at that place: the agent's code, tools or prompt changed since
-    the run started. Nothing was run; resume it with the agent it was
-    started with, or cancel it (``flowdesk cancel RUN``)."""
+    the run started (or it did not make a call the journal recorded: a
+    tool renamed or removed). Nothing was run; the run is ``failed`` and
+    resumes from its journal with the agent it was started with
+    (:data:`MISMATCH_ADVICE`)."""
+
+
+#: what a :class:`JournalMismatchError` tells to do (``flowdesk cancel``
+#: refuses a failed run, so it is not offered)
+MISMATCH_ADVICE = (
+    "the run is failed; resume it with the agent (code, tools, prompt) it was started with, "
+    "which goes on from its journal"
+)
 
 
 @dataclass
@@ -160,9 +170,7 @@ class RunJournal:
             if given is not None and record.get("input") != given:
                 raise JournalMismatchError(
                     f"agent run {self.run_id} recorded call {number} of {label} with the input "
-                    f"{record.get('input')} but now calls it with {given}; "
-                    "resume it with the agent (code, tools, prompt) it was started with, or "
-                    f"cancel it with `flowdesk cancel {self.run_id}`"
+                    f"{record.get('input')} but now calls it with {given}; {MISMATCH_ADVICE}"
                 )
             self.store.mark_reused(self.run_id, key)
             self.replayed += 1
@@ -256,8 +264,7 @@ class RunJournal:
             f"agent run {self.run_id} recorded a call to {names} that the resumed agent did "
             f"not make before its next {label}: its code, tools or prompt changed since the run "
             "started, and going on would mix two runs (nothing more was sent or called); "
-            "resume it with the agent (code, tools, prompt) it was started with, or cancel it "
-            f"with `flowdesk cancel {self.run_id}`"
+            f"{MISMATCH_ADVICE}"
         )
 
 
