@@ -583,7 +583,7 @@ class _Leaving:
 
         from desktop_app.agent.leases import agent_runs_held
 
-        busy = sorted(self.engine.active)  # see _executing: no lock in a signal handler
+        busy = sorted(self.engine.executing())
         agents = agent_runs_held()
         said = []
         if busy:
@@ -690,13 +690,11 @@ HURRY_S = 2.0
 
 
 def _executing(engine: Any) -> bool:
-    """Whether this process executes a flow run's step or an agent run.
-    Reads the engine's set of active runs without its lock (one C call):
-    a signal handler runs in the main thread, which may hold that lock at
-    the instruction the signal landed on."""
+    """Whether this process executes a flow run's step or an agent run
+    (both read without a lock: a signal handler asks)."""
     from desktop_app.agent.leases import agent_runs_held
 
-    return bool(engine.active) or bool(agent_runs_held())
+    return bool(engine.executing()) or bool(agent_runs_held())
 
 
 def _refused(ctx: Ctx, run_id: str, exc: FlowdeskError) -> None:

@@ -413,9 +413,12 @@ class Engine:
 
     def executing(self) -> list[str]:
         """Ids of the runs this engine executes right now (each holds its
-        lease until its step has ended), in no particular order."""
-        with self._lock:
-            return list(self.active)
+        lease until its step has ended), in no particular order. Taken
+        without the engine's lock (one C call over the set, which no other
+        thread changes meanwhile): a signal handler asks it in the main
+        thread, which may hold that lock at the instruction the signal
+        landed on."""
+        return list(self.active)
 
     def _renew_leases(self) -> None:
         """The heartbeat thread: :meth:`renew_leases` every ``lease_ttl_s / 3``
