@@ -246,14 +246,15 @@ def test_cancel_and_a_dispatcher_race_over_a_completed_runs_posts(tmp_path, serv
         for rnd in range(ROUNDS):
             run_id = engine.run(posts_flow(), {"n": 3}).run_id
             how = "cli" if rnd % 2 else "api"
-            # microseconds the dispatcher waits after the release; the last
-            # (1 s) lets the cancel finish first even on a loaded machine,
-            # so every outcome is seen (CI's load once gave no "withdrew all"
-            # in 24 rounds with 3 ms on PostgreSQL)
-            delay = [0, 300, 3000, 1_000_000][rnd % 4]
+            # microseconds each side waits after the release: a race at the
+            # same instant, the dispatcher 300 us later, and each side a full
+            # second after the other, so that both ends are seen whatever the
+            # load (CI's load once gave no "withdrew all" in 24 rounds with
+            # 3 ms on PostgreSQL, and once no "withdrew none" on SQLite)
+            cancel_delay, delay = [(0, 0), (0, 300), (1_000_000, 0), (0, 1_000_000)][rnd // 2 % 4]
             if how == "cli" and delay < 1_000_000:
                 delay *= 10  # a CLI cancel starts its command in the racer first
-            canceler.send(f"{rnd} {run_id} 0 {how}")
+            canceler.send(f"{rnd} {run_id} {cancel_delay} {how}")
             dispatcher.send(f"{rnd} {run_id} {delay} -")
             assert canceler.line() == f"ready {rnd}"
             assert dispatcher.line() == f"ready {rnd}"
