@@ -232,6 +232,38 @@ async def test_the_footer_offers_only_the_run_keys_that_apply(tmp_path: Path) ->
         assert {"r", "a", "c"} <= dimmed
 
 
+async def test_the_footer_keeps_its_keys_while_the_cursor_moves_over_runs_with_the_same_keys(
+    tmp_path: Path,
+) -> None:
+    """Each cursor move refreshes the screen's bindings; the footer composes
+    its keys again (a style and layout pass, ~800 objects) only when what it
+    shows changed: over two waiting runs it keeps the same keys, on a
+    completed run it shows that run's keys, and back on a waiting one the
+    waiting run's keys again."""
+    app, done, first = done_and_waiting(tmp_path)
+    second = waiting_run(load_settings(db_path=tmp_path / "t.db"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        table = app.screen.table  # type: ignore[attr-defined]
+
+        async def select(run_id: str) -> list[FooterKey]:
+            table.follow(run_id)
+            await wait_until(pilot, lambda: table.selected_run_id() == run_id)
+            await settle(pilot)
+            return list(app.screen.query(FooterKey))
+
+        on_first = await select(first)
+        assert "answer_run" in {k.action for k in on_first}
+        on_second = await select(second)
+        assert [id(k) for k in on_second] == [id(k) for k in on_first]  # not composed again
+        on_done = await select(done)
+        assert "answer_run" not in {k.action for k in on_done}
+        assert all(k.is_attached for k in on_done)
+        assert not any(k.is_attached for k in on_first)
+        back = await select(first)
+        assert "answer_run" in {k.action for k in back}
+
+
 @pytest.mark.slow
 async def test_the_detail_and_inbox_footers_offer_only_keys_that_apply(tmp_path: Path) -> None:
     """A new user's report: a completed run's detail offered r, a and c

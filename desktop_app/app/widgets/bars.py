@@ -21,11 +21,32 @@ from textual.app import App
 
 
 class Footer(widgets.Footer):  # noqa: TID251 (the one subclass)
-    """:class:`textual.widgets.Footer` that frees the keys it replaces: it
-    composes them again whenever the screen's bindings change (here, at
-    every cursor move in a table: ~800 objects each)."""
+    """:class:`textual.widgets.Footer` that composes its keys again only
+    when what it shows changed, and frees the keys it replaces.
+
+    Textual's footer composes them again whenever the screen's bindings are
+    refreshed: here at every cursor move in a table (~800 objects and a
+    style and layout pass each), most of which offer the same keys."""
+
+    _shown: object = None
+
+    def _what_it_shows(self) -> object:
+        """What :meth:`compose` reads: each active binding (a frozen
+        dataclass, compared by value) with its enabled flag and tooltip, and
+        whether the palette's key is shown."""
+        return (
+            [(b, enabled, tip) for (_, b, enabled, tip) in self.screen.active_bindings.values()],
+            self._bindings_ready,
+            self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE,
+        )
 
     async def recompose(self) -> None:
+        if not self.is_attached or self._pruning:
+            return  # as Textual's: nothing to compose for
+        shown = self._what_it_shows()
+        if shown == self._shown:
+            return
+        self._shown = shown
         await super().recompose()
         self.mutate_reactive(Footer.compact)
 
