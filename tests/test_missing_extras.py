@@ -26,7 +26,7 @@ import sys
 
 class NotInstalled:
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == {package!r}:
+        if name.partition(".")[0] in {packages!r}:
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
@@ -34,46 +34,34 @@ sys.meta_path.insert(0, NotInstalled())
 """
 
 
-def imported_without(package: str, statement: str) -> subprocess.CompletedProcess[str]:
-    code = BLOCK.format(package=package) + statement
+def imported_without(statement: str, *packages: str) -> subprocess.CompletedProcess[str]:
+    code = BLOCK.format(packages=packages) + statement
     return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120
     )
 
 
+LANGGRAPH = "from desktop_app.integrations.langgraph import FlowdeskSaver"
+SAVER = "from desktop_app.integrations.langgraph.saver import FlowdeskSaver"
+PYDANTIC_AI = "from desktop_app.integrations.pydantic_ai import FlowdeskAgent"
+REGISTRY = "from desktop_app.integrations.pydantic_ai.registry import registered_agents"
+
+
 @pytest.mark.parametrize(
-    ("package", "extra", "integration", "statement"),
+    ("missing", "package", "extra", "integration", "statement"),
     [
-        (
-            "langgraph",
-            "langgraph",
-            "LangGraph",
-            "from desktop_app.integrations.langgraph import FlowdeskSaver",
-        ),
-        (
-            "langgraph",
-            "langgraph",
-            "LangGraph",
-            "from desktop_app.integrations.langgraph.saver import FlowdeskSaver",
-        ),
-        (
-            "pydantic_ai",
-            "pydantic-ai",
-            "Pydantic AI",
-            "from desktop_app.integrations.pydantic_ai import FlowdeskAgent",
-        ),
-        (
-            "pydantic_ai",
-            "pydantic-ai",
-            "Pydantic AI",
-            "from desktop_app.integrations.pydantic_ai.registry import registered_agents",
-        ),
+        # an environment without the extra has neither LangGraph nor what it needs
+        (("langgraph", "langchain_core"), "langgraph", "langgraph", "LangGraph", LANGGRAPH),
+        (("langgraph", "langchain_core"), "langgraph", "langgraph", "LangGraph", SAVER),
+        (("langgraph",), "langgraph", "langgraph", "LangGraph", LANGGRAPH),
+        (("pydantic_ai",), "pydantic_ai", "pydantic-ai", "Pydantic AI", PYDANTIC_AI),
+        (("pydantic_ai",), "pydantic_ai", "pydantic-ai", "Pydantic AI", REGISTRY),
     ],
 )
 def test_an_integration_without_its_extra_names_the_extra_to_install(
-    package: str, extra: str, integration: str, statement: str
+    missing: tuple[str, ...], package: str, extra: str, integration: str, statement: str
 ) -> None:
-    got = imported_without(package, statement)
+    got = imported_without(statement, *missing)
     assert got.returncode == 1, got.stderr
     last = got.stderr.strip().splitlines()[-1]
     assert last == (
@@ -86,15 +74,26 @@ def test_an_integration_without_its_extra_names_the_extra_to_install(
     assert any(req.replace("_", "-").startswith(package.replace("_", "-")) for req in extras[extra])
 
 
+def test_langgraph_installed_without_a_package_it_needs_names_both() -> None:
+    """A broken install: LangGraph is there, ``langchain_core`` is not; the
+    error names both, and the same extra installs them."""
+    got = imported_without(LANGGRAPH, "langchain_core")
+    assert got.returncode == 1, got.stderr
+    assert got.stderr.strip().splitlines()[-1] == (
+        "ModuleNotFoundError: Flowdesk's LangGraph integration needs the langgraph package "
+        "and langchain_core, which is not installed: pip install 'flowdesk[langgraph]'"
+    ), got.stderr
+
+
 def test_code_that_catches_the_bare_import_error_still_catches_it() -> None:
     """``flowdesk show`` of a LangGraph thread and the app catch
     ``ImportError`` to go on without the extra: the clear error is one."""
     got = imported_without(
-        "langgraph",
         "try:\n"
         "    from desktop_app.integrations.langgraph import FlowdeskSaver\n"
         "except ImportError as exc:\n"
         "    print(type(exc).__name__, exc.name)\n",
+        "langgraph",
     )
     assert got.returncode == 0, got.stderr
     assert got.stdout.strip() == "ModuleNotFoundError langgraph"

@@ -68,7 +68,7 @@ try:
     )
     from langgraph.checkpoint.serde.base import SerializerProtocol
 except ModuleNotFoundError as exc:  # the extra is not installed: say which
-    raise missing_extra(exc, "langgraph", "Flowdesk's LangGraph integration") from exc
+    raise missing_extra(exc, "langgraph", "Flowdesk's LangGraph integration", "langgraph") from exc
 
 from desktop_app.errors import StoreError, ThreadCorruptError
 from desktop_app.flow.context import ExecutionContext

@@ -17,7 +17,9 @@ from desktop_app.integrations import missing_extra
 try:  # every module of this package imports it: said once, here, when it is missing
     import pydantic_ai  # noqa: F401
 except ModuleNotFoundError as exc:
-    raise missing_extra(exc, "pydantic-ai", "Flowdesk's Pydantic AI integration") from exc
+    raise missing_extra(
+        exc, "pydantic-ai", "Flowdesk's Pydantic AI integration", "pydantic_ai"
+    ) from exc
 
 from desktop_app.integrations.pydantic_ai.agent import FlowdeskAgent, FlowdeskRunResult
 from desktop_app.integrations.pydantic_ai.durability import FlowdeskDurability, JournalMismatchError
