@@ -208,8 +208,8 @@ class DatabaseReadOnlyError(DatabaseOpenError):
             f"the database {path} is on a read-only file system (EROFS; SQLite said "
             f"{said!r}); nothing was written. Flowdesk writes beside the file even to read "
             "it (its -wal and -shm files) and has no read-only mode: copy the file (with "
-            "its -wal file, if there is one) into a writable folder and pass --db with the "
-            "copy, or remount the file system read-write."
+            "its -wal file, if there is one) into a writable folder and open the copy "
+            "(--db PATH), or remount the file system read-write."
         )
 
 

@@ -81,7 +81,7 @@ def test_a_db_that_is_not_a_regular_file_is_refused_without_opening_it(tmp_path,
         line = one_line_exit_2(flowdesk(path, *args, timeout=20))  # a FIFO used to hang here
         assert line == (
             f"flowdesk: {path} is {kind}, not a database file; nothing was opened. "
-            "Pass --db with the path of a database file (or of a new one)."
+            "Use the path of a database file, or of a new one (--db PATH)."
         )
     assert not Path(f"{path}-wal").exists() and not Path(f"{path}-journal").exists()
 

@@ -41,13 +41,13 @@ _BUSY = (
 )
 _READ_ONLY = (
     "is read-only; nothing was written. Check the file's and its folder's permissions, "
-    "or pass --db PATH."
+    "or use another path (--db PATH)."
 )
 _CORRUPT = (
     "is corrupt: database disk image is malformed. Restore it from a backup; "
     "Flowdesk did not write to it."
 )
-_CANT_OPEN = ": check that its folder exists and is writable, or pass --db PATH."
+_CANT_OPEN = ": check that its folder exists and is writable, or use another path (--db PATH)."
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_not_a_database_names_the_file_and_what_to_pass():
     assert type(err) is DatabaseOpenError
     assert str(err) == (
         "/data/notes.txt is not a SQLite database; it was left untouched. "
-        "Pass --db with another path."
+        "Use another path (--db PATH)."
     )
     assert str(translate(apsw.NotADBError("x"))).startswith("the file is not a SQLite database")
 
@@ -318,7 +318,7 @@ def test_a_missing_folder_says_create_it(tmp_path):
         open_connection(path)
     assert str(err.value) == (
         f"cannot create the database {path}: its folder does not exist. "
-        "Create the folder or pass --db PATH."
+        "Create the folder or use another path (--db PATH)."
     )
 
 
@@ -329,7 +329,7 @@ def test_a_folder_in_place_of_the_file_is_refused(tmp_path):
         open_connection(path)
     assert str(err.value) == (
         f"{path} is a folder, not a database file; nothing was opened. "
-        "Pass --db with the path of a database file (or of a new one)."
+        "Use the path of a database file, or of a new one (--db PATH)."
     )
 
 
@@ -340,7 +340,7 @@ def test_a_file_with_the_magic_but_no_database_is_refused_naming_it(tmp_path):
     with pytest.raises(DatabaseOpenError) as err:
         open_connection(path)
     assert str(err.value) == (
-        f"{path} is not a SQLite database; it was left untouched. Pass --db with another path."
+        f"{path} is not a SQLite database; it was left untouched. Use another path (--db PATH)."
     )
     assert path.read_bytes() == content
 
@@ -404,5 +404,5 @@ def test_a_database_under_a_file_is_refused_with_what_to_do(tmp_path):
     assert out.returncode == 1
     assert out.stderr == (
         f"flowdesk: cannot create the database {path}: Not a directory. "
-        "Pass --db with a path in a writable folder.\n"
+        "Use a path in a writable folder (--db PATH).\n"
     )

@@ -227,6 +227,6 @@ def test_opening_a_database_in_a_missing_folder_says_to_create_the_folder(tmp_pa
     assert type(err.value) is DatabaseOpenError
     assert str(err.value) == (
         f"cannot create the database {path}: its folder does not exist. "
-        "Create the folder or pass --db PATH."
+        "Create the folder or use another path (--db PATH)."
     )
     assert list(tmp_path.iterdir()) == []

@@ -132,19 +132,19 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
     if isinstance(exc, apsw.ReadOnlyError):
         return StoreError(
             f"the database{where} is read-only; nothing was written. "
-            "Check the file's and its folder's permissions, or pass --db PATH."
+            "Check the file's and its folder's permissions, or use another path (--db PATH)."
         )
     if isinstance(exc, apsw.NotADBError):
         return DatabaseOpenError(
             f"{path or 'the file'} is not a SQLite database; it was left untouched. "
-            "Pass --db with another path."
+            "Use another path (--db PATH)."
         )
     if isinstance(exc, apsw.CorruptError):
         return DatabaseCorruptError(str(path) if path else "", str(exc))
     if isinstance(exc, apsw.CantOpenError):
         return DatabaseOpenError(
             f"cannot open the database{where}: check that its folder exists and is writable, "
-            "or pass --db PATH."
+            "or use another path (--db PATH)."
         )
     return StoreError(f"database error{where}: {exc}")
 
@@ -206,7 +206,7 @@ def _refuse_non_file(path: Path) -> None:
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
     raise DatabaseNotAFileError(
         f"{path} is {kind}, not a database file; nothing was opened. "
-        "Pass --db with the path of a database file (or of a new one)."
+        "Use the path of a database file, or of a new one (--db PATH)."
     )
 
 
@@ -219,17 +219,17 @@ def _create_private(path: Path) -> None:
     except FileNotFoundError as exc:
         raise DatabaseOpenError(
             f"cannot create the database {path}: its folder does not exist. "
-            "Create the folder or pass --db PATH."
+            "Create the folder or use another path (--db PATH)."
         ) from exc
     except PermissionError as exc:
         raise DatabaseOpenError(
             f"cannot create the database {path}: the folder is not writable. "
-            "Pass --db with a path in a writable folder."
+            "Use a path in a writable folder (--db PATH)."
         ) from exc
     except OSError as exc:  # a read-only file system, a full disk, a file as a folder
         raise DatabaseOpenError(
             f"cannot create the database {path}: {exc.strerror or exc}. "
-            "Pass --db with a path in a writable folder."
+            "Use a path in a writable folder (--db PATH)."
         ) from exc
     os.close(fd)
 
@@ -344,11 +344,11 @@ def _check_header(path: Path) -> None:
     except PermissionError as exc:
         raise DatabaseOpenError(
             f"cannot read the database {path}: permission denied. Fix its permissions "
-            "or pass --db PATH."
+            "or use another path (--db PATH)."
         ) from exc
     if head and head != SQLITE_MAGIC:
         raise DatabaseOpenError(
-            f"{path} is not a SQLite database; it was left untouched. Pass --db with another path."
+            f"{path} is not a SQLite database; it was left untouched. Use another path (--db PATH)."
         )
 
 
