@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, TypedDict
 
+import apsw
 import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.types import interrupt
@@ -165,3 +166,39 @@ async def test_the_thread_view_answers_only_the_question_it_shows(
         refused = messages(app, "error")
         assert any("it asks another question now" in m for m in refused), messages(app)
     assert asks(db) == ("waiting", ["Tell the team?"])
+
+
+def test_an_answer_to_a_checkpoint_changed_outside_flowdesk_is_refused_and_stores_nothing(
+    db: Path,
+) -> None:
+    """A new user's report: `flowdesk answer` on a thread whose checkpoint was
+    damaged stored the answer (the thread turned `answered`), and only its
+    program, run again, failed. The answer command checks the checkpoint it
+    answers first: refused, the thread still waits, nothing stored."""
+    assert invoke(db, {"got": []})["__interrupt__"]
+    with FlowdeskSaver.open(db) as saver:
+        thread = get_thread(saver.store, saver.scope, THREAD)
+        forged = saver.serde.dumps_typed({"forged": True})[1]
+    assert thread is not None and thread.checkpoint_id
+    conn = apsw.Connection(str(db))  # no Flowdesk process has the file open
+    changed = conn.execute(
+        "UPDATE langgraph_checkpoints SET checkpoint=? WHERE thread_id=? AND checkpoint_id=?",
+        (forged, THREAD, thread.checkpoint_id),
+    )
+    assert conn.changes() == 1, changed
+    conn.close()
+
+    said = flowdesk(db, "answer", THREAD, "yes")
+    assert said.returncode != 0, said.stdout
+    assert "outside Flowdesk" in said.stderr and thread.checkpoint_id in said.stderr, said.stderr
+    assert "answered" not in said.stdout
+    with FlowdeskSaver.open(db) as saver:
+        after = get_thread(saver.store, saver.scope, THREAD)
+        resumes = saver.store.query(
+            lambda tx: tx.fetchall(
+                "SELECT count(*) FROM langgraph_writes WHERE thread_id=? AND channel='__resume__'",
+                (THREAD,),
+            )
+        )
+    assert after is not None and after.status == "waiting"
+    assert resumes == [(0,)]

@@ -75,11 +75,13 @@ from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
 from desktop_app.integrations.langgraph.threads import (
     ANSWERED,
+    CHECKPOINT_COLUMNS,
     INTERRUPT,
     RESUME,
     checksum,
     refuse_moved,
     ts,
+    verify_checkpoint,
 )
 from desktop_app.store.protocol import CheckpointStore, SqlTx
 
@@ -95,9 +97,6 @@ _LOOP_KEY = "__pregel_runtime"
 _RESUMABLE = ("running", ANSWERED)
 _ENTRY_FIELDS = ("tenant_id", "user_id", "session_id", "trace_id", "correlation_id")
 
-_CP_COLS = (
-    "checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata, checksum"
-)
 #: a grown list is stored as its new items on top of the version it extends,
 #: at most this many times in a row (then whole again: reads stay bounded)
 MAX_CHAIN = 64
@@ -222,7 +221,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
 
         def op(tx: SqlTx) -> CheckpointTuple | None:
             sql = (
-                f"SELECT {_CP_COLS} FROM langgraph_checkpoints "
+                f"SELECT {CHECKPOINT_COLUMNS} FROM langgraph_checkpoints "
                 "WHERE scope=? AND thread_id=? AND checkpoint_ns=?"
             )
             params: list[Any] = [self.scope, thread_id, ns]
@@ -269,7 +268,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             wheres.append("checkpoint_id<?")
             params.append(before_id)
         sql = (
-            f"SELECT thread_id, {_CP_COLS} FROM langgraph_checkpoints "
+            f"SELECT thread_id, {CHECKPOINT_COLUMNS} FROM langgraph_checkpoints "
             f"WHERE {' AND '.join(wheres)} ORDER BY checkpoint_id DESC"
         )
         if limit is not None and not filter:
@@ -279,7 +278,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             out: list[CheckpointTuple] = []
             for row in tx.fetchall(sql, params):
                 if filter:
-                    _verify(str(row[0]), row[1:])
+                    verify_checkpoint(str(row[0]), row[1:])
                     metadata = self.serde.loads_typed((row[6], _bytes(row[7])))
                     if any(metadata.get(k) != v for k, v in filter.items()):
                         continue
@@ -578,7 +577,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
     # -- helpers ---------------------------------------------------------------
 
     def _tuple(self, tx: SqlTx, thread_id: str, row: Sequence[Any]) -> CheckpointTuple:
-        _verify(thread_id, row)
+        verify_checkpoint(thread_id, row)
         ns, checkpoint_id, parent_id, cp_type, cp_bytes, md_type, md_bytes, _ = row
         checkpoint = cast(Checkpoint, self.serde.loads_typed((cp_type, _bytes(cp_bytes))))
         values = dict(checkpoint.get("channel_values") or {})
@@ -770,10 +769,10 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         """Delete the thread's blobs that no remaining checkpoint uses."""
         used: set[tuple[str, str, str]] = set()
         for row in tx.fetchall(
-            f"SELECT {_CP_COLS} FROM langgraph_checkpoints WHERE scope=? AND thread_id=?",
+            f"SELECT {CHECKPOINT_COLUMNS} FROM langgraph_checkpoints WHERE scope=? AND thread_id=?",
             (self.scope, thread_id),
         ):
-            _verify(thread_id, row)
+            verify_checkpoint(thread_id, row)
             ns = row[0]
             body = self.serde.loads_typed((row[3], _bytes(row[4])))
             used.update((str(ns), ch, str(v)) for ch, v in body["channel_versions"].items())
@@ -884,16 +883,6 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         for part_type, part in reversed(parts):
             value.extend(self.serde.loads_typed((part_type[len(APPEND) :], _bytes(part))))
         return value
-
-
-def _verify(thread_id: str, row: Sequence[Any]) -> None:
-    """Raise ThreadCorruptError unless a ``_CP_COLS`` row matches its checksum."""
-    _, checkpoint_id, parent_id, cp_type, cp_bytes, md_type, md_bytes, sum_ = row
-    if (
-        checksum(checkpoint_id, parent_id, cp_type, _bytes(cp_bytes), md_type, _bytes(md_bytes))
-        != sum_
-    ):
-        raise ThreadCorruptError(thread_id, f"checkpoint {checkpoint_id}")
 
 
 def _verify_blob(

@@ -23,6 +23,7 @@ from typing import Any
 from desktop_app.errors import (
     InputError,
     RunStateError,
+    ThreadCorruptError,
     ThreadMovedError,
     UnknownRunError,
     moved_to,
@@ -53,6 +54,25 @@ def checksum(*parts: str | bytes | int | None) -> str:
         digest.update(len(data).to_bytes(8, "big"))
         digest.update(data)
     return digest.hexdigest()
+
+
+#: the columns of a ``langgraph_checkpoints`` row :func:`verify_checkpoint` checks
+CHECKPOINT_COLUMNS = (
+    "checkpoint_ns, checkpoint_id, parent_id, type, checkpoint, metadata_type, metadata, checksum"
+)
+
+
+def verify_checkpoint(thread_id: str, row: Sequence[Any]) -> None:
+    """Check a ``langgraph_checkpoints`` row read as :data:`CHECKPOINT_COLUMNS`
+    against the checksum written with it.
+
+    Raises:
+        ThreadCorruptError: its bytes changed since they were written.
+    """
+    _, checkpoint_id, parent_id, cp_type, cp_bytes, md_type, md_bytes, sum_ = row
+    encoded = [b"" if value is None else bytes(value) for value in (cp_bytes, md_bytes)]
+    if checksum(checkpoint_id, parent_id, cp_type, encoded[0], md_type, encoded[1]) != sum_:
+        raise ThreadCorruptError(thread_id, f"checkpoint {checkpoint_id}")
 
 
 #: the status of a thread whose interrupt a person answered through Flowdesk
@@ -222,6 +242,9 @@ def store_answer(
 
     Raises:
         UnknownRunError: no such thread.
+        ThreadCorruptError: the checkpoint it waits at was changed outside
+            Flowdesk (nothing stored); a damaged database page raises
+            ``DatabaseCorruptError`` the same way.
         RunStateError: the thread is not waiting for an answer, waits at
             another checkpoint than ``checkpoint_id``, or another answer
             took it first (nothing stored; exit 1, as for a flow run).
@@ -264,6 +287,15 @@ def store_answer(
                 "one you answered was answered elsewhere, or the id is mistyped; nothing was "
                 "stored"
             )
+        stored = tx.fetchone(
+            f"SELECT {CHECKPOINT_COLUMNS} FROM langgraph_checkpoints WHERE scope=? AND "
+            "thread_id=? AND checkpoint_ns='' AND checkpoint_id=?",
+            (scope, thread_id, thread.checkpoint_id),
+        )
+        if stored is not None:  # (a thread row without it: its program's to tell)
+            # an answer to a checkpoint its program cannot load is refused
+            # here, not stored to fail there
+            verify_checkpoint(thread_id, stored)
         now = time.time()
         # the answer is taken by a compare-and-set on the row: of two answers
         # at one instant (the CLI and the app), one is stored and the other
