@@ -175,7 +175,7 @@ class DatabaseUnreachableError(StoreError):
     """The connection to the database server was lost or could not be made
     (PostgreSQL down, restarting, or cut off; its SQLSTATE class 08, 57P01-3,
     or a pooled connection that did not come within ``postgres.connect_wait_s``);
-    the transaction was not committed, nothing was written. It heals once the
+    nothing of the transaction it cut off was committed. It heals once the
     server is back: a ``flowdesk agent`` worker keeps retrying (with backoff
     up to ``postgres.reconnect_max_s``) instead of exiting."""
 

@@ -57,8 +57,8 @@ CASES = [
     (
         "08006",
         DatabaseUnreachableError,
-        "lost the connection to PostgreSQL ({w}); the transaction was not committed, "
-        "nothing was written. Check that the server is up and retry.",
+        "lost the connection to PostgreSQL ({w}); nothing of the transaction it cut off "
+        "was committed. Check that the server is up and retry.",
     ),
     (
         "42P01",

@@ -240,15 +240,21 @@ class InboxItem:
 
 class InboxLoaded(Message):
     """The inbox's items, read in a worker (``error`` when a read failed;
-    ``more``: flow questions past the first :data:`INBOX_LIMIT` may wait)."""
+    ``more``: flow questions past the first :data:`INBOX_LIMIT` may wait;
+    ``unread``: every read failed, ``items`` is empty for that reason)."""
 
     def __init__(
-        self, items: list[InboxItem], error: str | None = None, more: bool = False
+        self,
+        items: list[InboxItem],
+        error: str | None = None,
+        more: bool = False,
+        unread: bool = False,
     ) -> None:
         super().__init__()
         self.items = items
         self.error = error
         self.more = more
+        self.unread = unread  # no kind of question could be read
 
 
 def _flow_items(
@@ -302,38 +308,50 @@ def _flow_items(
         offset += len(runs)
 
 
-def read_inbox(app: Host) -> tuple[list[InboxItem], str | None, bool]:
+def read_inbox(app: Host) -> tuple[list[InboxItem], str | None, bool, bool]:
     """Flow input waits (the oldest :data:`INBOX_LIMIT`) then agent
     questions, oldest first (call in a worker); the read errors, said in
-    one line (``None``: none); whether more flow questions may wait.
+    one line, a cause shared by every kind of question once (``None``:
+    none); whether more flow questions may wait; whether no kind of
+    question could be read (then the items are none of what waits).
     Read through the UI's store: on PostgreSQL it waits seconds, not the
     pool's 30 s per try, for a server that cannot be reached (the inbox
     said "Reading the inbox…" for minutes during an outage)."""
     store = app.reader
     if store is None or app.services is None:
-        return [], "The database is not open.", False
+        return [], "The database is not open.", False, True
     items: list[InboxItem] = []
     errors: list[str] = []
+    failed: list[tuple[str, str]] = []  # (what, why) of each kind of question not read
     more = False
     try:
         items, more = _flow_items(store, errors, app.engine)
-    except FlowdeskError as exc:
-        errors.append(str(exc))
     except Exception as exc:  # never a traceback in the user's face
-        errors.append(f"{type(exc).__name__}: {exc}")
+        failed.append(("flow questions", _why(exc)))
     try:
         items.extend(_agent_items(app.services.reader_agents))
-    except FlowdeskError as exc:
-        errors.append(f"agent runs: {exc}")
     except Exception as exc:
-        errors.append(f"agent runs: {type(exc).__name__}: {exc}")
+        failed.append(("agent questions", _why(exc)))
     try:
         items.extend(_thread_items(store))
-    except FlowdeskError as exc:
-        errors.append(f"LangGraph threads: {exc}")
+    except Exception as exc:
+        failed.append(("LangGraph questions", _why(exc)))
+    if failed and len({why for _, why in failed}) == 1:  # one cause (a server away): said once
+        what = [w for w, _ in failed]
+        listed = what[0] if len(what) == 1 else f"{', '.join(what[:-1])} and {what[-1]}"
+        errors.append(f"{listed[0].upper()}{listed[1:]}: {failed[0][1]}")
+    else:
+        errors += [f"{what[0].upper()}{what[1:]}: {why}" for what, why in failed]
     # what db copy moved waits there: after what waits here (stable order)
     items.sort(key=lambda i: i.moved_to is not None)
-    return items, "; ".join(errors) or None, more
+    return items, " ".join(errors) or None, more, len(failed) == 3
+
+
+def _why(exc: Exception) -> str:
+    """A read's failure as the inbox says it: Flowdesk's message, or the
+    exception's type and text (never a traceback)."""
+    said = str(exc) if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
+    return said if said.endswith(".") else f"{said}."
 
 
 def waiting_threads(store: CheckpointStore) -> list[Thread]:
@@ -545,12 +563,16 @@ class InboxScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="inbox", name="read inbox")
     def reload(self) -> None:
-        items, error, more = read_inbox(self.flowdesk)
-        self.post_message(InboxLoaded(items, error, more))
+        items, error, more, unread = read_inbox(self.flowdesk)
+        self.post_message(InboxLoaded(items, error, more, unread))
 
     def on_inbox_loaded(self, message: InboxLoaded) -> None:
         before = self.selected
-        self.items = message.items
+        # nothing could be read (a server away): the list stays as last read,
+        # never "nothing is waiting"
+        kept = message.unread and self.loaded
+        if not kept:
+            self.items = message.items
         self.loaded = True
         keys = {i.key for i in self.items}
         self.marked &= keys  # a selected (space) question answered elsewhere is not answered again
@@ -561,7 +583,12 @@ class InboxScreen(Screen[None]):
         asking = sum(i.kind == "flow" for i in here)
         agents = sum(i.kind == "agent" for i in here)
         graphs = sum(i.questions for i in here if i.kind == "langgraph")
-        if not here:
+        failed = None if kept else message.error  # of the items listed
+        if not here and message.unread and not kept:
+            status = "Could not read the inbox."
+        elif not here and failed:
+            status = "Nothing is waiting for you in what could be read."
+        elif not here:
             status = "Nothing is waiting for you."
         else:
             kinds = (
@@ -595,10 +622,14 @@ class InboxScreen(Screen[None]):
                 f"moved {'it' if one else 'them'} to {where}: answered there, not here "
                 f"(select {'it' if one else 'one'}: the question says how to see it there)."
             )
-        if message.error:
+        if kept:
+            status = f"As last read: {status} Could not read it again: {message.error}"
+        elif message.error and not message.unread:
             status += f" Could not read everything: {message.error}"
-            if self.flowdesk.away is None:  # else the outage was said once already
-                self.flowdesk.say(message.error, "error")
+        elif message.error:
+            status += f" {message.error}"
+        if message.error and self.flowdesk.away is None:  # else the outage was said once
+            self.flowdesk.say(message.error, "error")
         self._status = status
         self._show_status()
 

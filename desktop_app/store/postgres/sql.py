@@ -182,8 +182,8 @@ def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
     code = exc.sqlstate or ""
     if is_connection_lost(exc):
         return DatabaseUnreachableError(
-            f"lost the connection to PostgreSQL{at}; the transaction was not committed, "
-            "nothing was written. Check that the server is up and retry."
+            f"lost the connection to PostgreSQL{at}; nothing of the transaction it cut off "
+            "was committed. Check that the server is up and retry."
         )
     if code == "42P01" or code == "3F000":
         apply = (
