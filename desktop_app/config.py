@@ -139,6 +139,11 @@ class ModelSettings(BaseSettings):
 
     model_config = SettingsConfigDict(extra="forbid")
 
+    @property
+    def configured(self) -> bool:
+        """Whether a model is set up (``base_url`` and ``model`` both set)."""
+        return bool(self.base_url and self.model)
+
 
 class McpServerSettings(BaseSettings):
     """One MCP server whose tools agents may use (``[mcp_servers.NAME]``).

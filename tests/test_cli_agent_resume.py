@@ -136,6 +136,38 @@ def test_ctrl_c_during_ask_then_resume_all_finishes_it_with_its_file_tools(
     assert len(server.requests) == 3
 
 
+def test_show_of_an_interrupted_agent_run_says_a_model_must_be_configured_first(
+    tmp_path: Path, notes: Path
+) -> None:
+    """A tryout on PostgreSQL: an agent run left to workers configured with
+    no model stayed ``interrupted`` and ``show`` said only that its process
+    stopped. In a process whose settings configure no model, ``show`` says
+    what to set first; set as it says, its resume command works as printed."""
+    db = tmp_path / "f.db"
+    with ChatServer() as server:
+        asked, err, env = ctrl_c_ask(db, notes, server)
+        assert asked.returncode == 130, err
+        run_id = re.search(r"^run (\w+) \(if interrupted", err, re.M).group(1)  # type: ignore[union-attr]
+        bare = {k: v for k, v in env.items() if not k.startswith("FLOWDESK_MODEL__")}
+        shown = flowdesk(db, "show", run_id, env=bare).stdout
+        line = re.search(
+            r"^interrupted: the process that ran it stopped; no model is configured here: set "
+            r"FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL \(or \[model\] in the settings "
+            r"file\); then (flowdesk .*) continues it$",
+            shown,
+            re.M,
+        )
+        assert line, shown
+        refused = as_printed(line.group(1), bare)
+        assert refused.returncode != 0 and "no model is configured" in refused.stderr
+        assert agent_status(db, run_id) == "interrupted"
+        configured = flowdesk(db, "show", run_id, env=env).stdout
+        assert "no model is configured" not in configured, configured
+        resumed = as_printed(line.group(1), env)
+        assert resumed.returncode == 0, resumed.stderr
+    assert agent_status(db, run_id) == "done"
+
+
 @pytest.mark.slow
 def test_kill_9_during_ask_then_resume_as_printed_reconnects_its_mcp_server(
     tmp_path: Path,
@@ -193,6 +225,14 @@ def test_resume_as_printed_says_a_call_cut_off_mid_way_has_an_unknown_outcome(
         run_id, command_text = re.search(
             r"^run (\w+) \(if interrupted: (flowdesk [^)]*)\)$", err, re.M
         ).groups()  # type: ignore[union-attr]
+        # before the resume, show says the call was cut off and what the resume does
+        shown = flowdesk(db, "show", run_id, env=env).stdout
+        assert re.search(r"^  notes__append_and_hang +cut off +attempts 1", shown, re.M), shown
+        assert (
+            "cut off: its process stopped during the call, before its result was saved; the "
+            "resume makes it again only when its tool is harmless to repeat"
+        ) in shown, shown
+        assert "in_progress" not in shown
         resumed = as_printed(command_text, env)
         assert resumed.returncode == 0, resumed.stderr
         said = (

@@ -186,6 +186,19 @@ async def test_resuming_an_interrupted_agent_run_in_the_app_on_postgres_leaves_i
             )
             assert messages(app)[-1] == said, messages(app)
         assert server.requests == []
+        # an app whose settings set no model says what the worker needs (a
+        # tryout's run waited for ever behind "a worker resumes it")
+        monkeypatch.delenv("FLOWDESK_MODEL__BASE_URL")
+        monkeypatch.delenv("FLOWDESK_MODEL__MODEL")
+        app = FlowdeskApp(load_settings(db_path=pg_url))
+        async with app.run_test(size=(160, 45)) as pilot:
+            runs = await opened(app, pilot, "g", AgentRunsScreen)
+            runs.resume_run(RID)
+            await settle(pilot)
+            assert messages(app)[-1] == said + (
+                " No model is configured here: a worker whose settings set model.base_url and "
+                "model.model resumes it (one configured like this app does not)."
+            ), messages(app)
     assert agent_run(pg_url, RID).status == "running"
 
 

@@ -234,7 +234,12 @@ def test_show_prints_the_conversation_and_its_resume_hint_resumes_the_registered
         # lookup(a) completed; lookup(b) started, its result never saved
         assert "tool calls: 2" in shown.stdout
         assert re.search(r"^  lookup +completed +attempts 1", shown.stdout, re.M)
-        assert re.search(r"^  lookup +in_progress +attempts 1", shown.stdout, re.M)
+        assert re.search(r"^  lookup +cut off +attempts 1", shown.stdout, re.M)
+        assert (
+            "cut off: its process stopped during the call, before its result was saved; the "
+            "resume makes it again (at least once, as a Temporal activity) unless its tool "
+            "asked your approval"
+        ) in shown.stdout
         # not registered in this process's settings: the hint says how first
         hint = re.search(
             r"agent 'helper', which is not registered here: add \"package.module:attribute\" "
@@ -578,6 +583,9 @@ def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) ->
         killed = as_printed(yes, {**env, **REGISTERED, "PAI_TEST_KILL": "delete:x"})
         assert killed.returncode == -signal.SIGKILL
         assert agent_status(db_path, run_id) == "interrupted"
+        cut = flowdesk(db_path, "show", run_id, env={**env, **REGISTERED}).stdout
+        assert re.search(r"^  delete +cut off", cut, re.M), cut
+        assert "unless its tool asked your approval; then it records the call's outcome" in cut
         resumed = flowdesk(db_path, "resume", run_id, env={**env, **REGISTERED})
         assert resumed.returncode == 0, resumed.stderr
         assert "could not tell" in resumed.stdout
@@ -585,7 +593,7 @@ def test_an_approved_call_killed_mid_way_is_not_made_again(db_path, tmp_path) ->
         assert "whether it took effect is unknown" in shown
         assert len(server.requests) == 2
     assert lines(log) == ["delete x"]  # approved once, made once
-    # show says so, as for an MCP call (it listed the call `in_progress`)
+    # show says so, as for an MCP call
     said = flowdesk(db_path, "show", run_id, env={**env, **REGISTERED})
     assert said.returncode == 0, said.stderr
     assert re.search(r"^  delete +unknown", said.stdout, re.M), said.stdout

@@ -808,14 +808,21 @@ def needs_model(sv: Services, run: Any) -> str | None:
     model, and these settings configure none."""
     from desktop_app.flows.digest import model_version
 
-    model = sv.settings.model
     if run.flow_name != "digest" or run.flow_version != model_version():
         return None
-    if model.base_url and model.model:
+    missing = _no_model_here(sv)
+    return None if missing is None else f"it was started with --model and {missing}"
+
+
+def _no_model_here(sv: Services) -> str | None:
+    """What to set when these settings configure no model (``None``: one
+    is), as :func:`needs_model` and :func:`agent_blocker` say it: neither
+    ``resume`` here nor a worker configured like this process goes on."""
+    if sv.settings.model.configured:
         return None
     return (
-        "it was started with --model and no model is configured here: set "
-        "FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL (or [model] in the settings file)"
+        "no model is configured here: set FLOWDESK_MODEL__BASE_URL and FLOWDESK_MODEL__MODEL "
+        "(or [model] in the settings file)"
     )
 
 
@@ -876,10 +883,36 @@ def agent_blocker(sv: Services, run: Any) -> str | None:
     """What must be done before agent run ``run`` (an ``AgentRun``) can be
     resumed or answered here, or ``None``: a Pydantic AI agent's run needs
     its agent registered in this process's settings
-    (:func:`~desktop_app.agent.recovery.pydantic_ai_unavailable` says how)."""
+    (:func:`~desktop_app.agent.recovery.pydantic_ai_unavailable` says how);
+    Flowdesk's own agent runs need a model configured (a worker without one
+    leaves them as they are: a tryout's run stayed ``interrupted`` with no
+    word why)."""
     from desktop_app.agent.recovery import ToolSources, pydantic_ai_unavailable
 
-    return pydantic_ai_unavailable(sv.settings, ToolSources.of_run(sv.agents, run.run_id))
+    sources = ToolSources.of_run(sv.agents, run.run_id)
+    if sources.pydantic_ai is not None:
+        return pydantic_ai_unavailable(sv.settings, sources)
+    return _no_model_here(sv)
+
+
+def _cut_off_line(sv: Services, run: Any) -> str:
+    """What the resume of interrupted agent run ``run`` does with a tool
+    call its process was making when it stopped (``cut off`` in ``show``)."""
+    from desktop_app.agent.recovery import ToolSources
+
+    if ToolSources.of_run(sv.agents, run.run_id).pydantic_ai is not None:
+        return (
+            "cut off: its process stopped during the call, before its result was saved; the "
+            "resume makes it again (at least once, as a Temporal activity) unless its tool "
+            "asked your approval; then it records the call's outcome as unknown and does not "
+            "make it again"
+        )
+    return (
+        "cut off: its process stopped during the call, before its result was saved; the "
+        "resume makes it again only when its tool is harmless to repeat (read-only, or "
+        "idempotent and not destructive) and asked no approval; otherwise it records the "
+        "call's outcome as unknown and does not make it again"
+    )
 
 
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
@@ -981,12 +1014,17 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     _say(f"tool calls: {len(calls) + len(declined)}")
     names = [t.tool for t in calls] + declined
     width = max([14, *(len(visible_controls(n)) for n in names)])  # the longest name
+    cut_off = status == INTERRUPTED  # no process runs it: a call in progress was cut off
     for t in calls:
-        status = "unknown" if is_outcome_unknown(t.result) else t.status
+        said: str = "unknown" if is_outcome_unknown(t.result) else t.status
+        if cut_off and said == "in_progress":
+            said = "cut off"
         name = visible_controls(t.tool)
-        _say(f"  {name:{width}} {status:12} attempts {t.attempts}  reused {t.reused}")
+        _say(f"  {name:{width}} {said:12} attempts {t.attempts}  reused {t.reused}")
     for n in declined:
         _say(f"  {visible_controls(n):{width}} {'declined':12} attempts 0  reused 0")
+    if cut_off and any(t.status == "in_progress" for t in calls):
+        _say(_cut_off_line(sv, run))
     records = [t.tool for t in tools if not is_tool_call(t.tool_key)]
     if records:  # the tool lists and sources the run recorded to be resumed with
         _say(f"recorded: {', '.join(records)}")

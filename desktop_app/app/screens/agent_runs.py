@@ -615,7 +615,20 @@ class AgentRunsScreen(Screen[None]):
             self.post_message(QuestionHanded(None, said, "error"))
             return
         text = f"Agent run {short_id(run_id)} is saved; a worker (flowdesk agent) answers it."
+        text += self._worker_needs_a_model("answers")
         self.post_message(QuestionHanded(run_id, text, "information"))
+
+    def _worker_needs_a_model(self, does: str) -> str:
+        """What a run left to the workers needs when this app's settings
+        configure no model ("": they do): a worker configured like this app
+        leaves it as it is (a tryout's question sat unanswered, said only on
+        the worker's terminal)."""
+        if self.flowdesk.settings.model.configured:
+            return ""
+        return (
+            " No model is configured here: a worker whose settings set model.base_url and "
+            f"model.model {does} it (one configured like this app does not)."
+        )
 
     def on_question_handed(self, message: QuestionHanded) -> None:
         self.flowdesk.say(message.text, message.severity)
@@ -667,6 +680,7 @@ class AgentRunsScreen(Screen[None]):
         if not self.flowdesk.services.engine.executes:  # PostgreSQL: the workers resume it
             self.flowdesk.say(
                 f"Agent run {rid} is saved as it stopped; a worker (flowdesk agent) resumes it."
+                + self._worker_needs_a_model("resumes")
             )
             return
         self.flowdesk.say(f"Resuming agent run {rid}…")
