@@ -40,14 +40,36 @@ async def test_the_app_on_postgres_says_the_server_is_away_keeps_answering_and_s
     monkeypatch.setenv("FLOWDESK_POSTGRES__RECONNECT_MAX_S", "0.5")
     applied = flowdesk(url, "db", "apply")  # the built-in flows' tables too
     assert applied.returncode == 0, applied.stderr
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    (downloads / "a.pdf").write_text("a")
+    waiting = flowdesk(url, "start", "tidy", "--input", json.dumps({"folder": str(downloads)}))
+    assert waiting.returncode == 0, waiting.stderr  # a question waits for approval
     app = FlowdeskApp(load_settings(db_path=url))
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await wait_until(pilot, lambda: app.engine is not None)
         banner = app.runs_screen.banner
         assert app.away is None and not banner.message
+        await pilot.press("i")
+        await wait_until(pilot, lambda: isinstance(app.screen, InboxScreen), timeout=10)
+        open_inbox = app.screen
+        assert isinstance(open_inbox, InboxScreen)
+        await wait_until(pilot, lambda: open_inbox.loaded, timeout=30)
+        assert open_inbox.status_text.startswith("1 flow question waits for you."), (
+            open_inbox.status_text
+        )
         own_cluster.crash()
         try:
+            # the open inbox read again meanwhile keeps the question it listed
+            open_inbox.reload()
+            await wait_until(pilot, lambda: "As last read" in open_inbox.status_text, 60)
+            assert open_inbox.status_text.startswith(
+                "As last read: 1 flow question waits for you. Could not read it again: "
+            ), open_inbox.status_text
+            assert len(open_inbox.items) == 1
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, RunsScreen), timeout=10)
             # at the first read that met the outage (bounds on a hang, not timings)
             await wait_until(pilot, lambda: app.away is not None, timeout=60)
             said = banner.message
