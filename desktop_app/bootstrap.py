@@ -28,6 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 from desktop_app.config import Settings, default_db_path
 from desktop_app.errors import BackendUnavailableError, ConfigError, FlowdeskError, redact
+from desktop_app.extras import install_command
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flows import builtin_flows
 from desktop_app.private import make_private_dirs
@@ -142,7 +143,7 @@ def parse_database(text: str) -> Database:
         extra = _EXTRA_BACKENDS[scheme]
         raise BackendUnavailableError(
             f"the database {redact(text)!r} needs the PostgreSQL backend, which is not installed: "
-            f"pip install 'flowdesk[{extra}]' (or give a SQLite file path with --db)"
+            f"{install_command(extra)} (or give a SQLite file path with --db)"
         )
     raise BackendUnavailableError(
         f"unknown database URL scheme {scheme!r} in {redact(text)!r}; give a PostgreSQL URL "

@@ -30,6 +30,7 @@ from typing import Any
 import platformdirs
 
 from desktop_app.config import APP_NAME, Settings
+from desktop_app.extras import install_command
 from desktop_app.private import make_private_dirs
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ def setup_tracing() -> bool:
             log.warning("OTLP endpoint set but OpenTelemetry is not installed")
             print(
                 "flowdesk: OTEL_EXPORTER_OTLP_ENDPOINT is set but the OpenTelemetry exporter "
-                "is not installed, so no spans are exported: pip install 'flowdesk[otel]'",
+                f"is not installed, so no spans are exported: {install_command('otel')}",
                 file=sys.stderr,
             )
             return False

@@ -17,6 +17,13 @@ from tests.cli_forkserver import default_sigint as default_sigint
 REPO = Path(__file__).resolve().parents[1]
 
 
+def install_hint(extra: str) -> str:
+    """The command Flowdesk prints to install ``extra`` when it runs, as
+    here, from an editable install of this checkout: this interpreter's pip,
+    the extra from this checkout."""
+    return f"{shlex.quote(sys.executable)} -m pip install -e {shlex.quote(f'{REPO}[{extra}]')}"
+
+
 def flowdesk(
     db: Path | str, *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:

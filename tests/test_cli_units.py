@@ -12,6 +12,7 @@ from desktop_app.bootstrap import parse_database
 from desktop_app.cli.output import Hints, iso
 from desktop_app.errors import BackendUnavailableError, ConfigError
 from tests import cli_forkserver
+from tests.cli_support import install_hint
 
 
 def test_iso_is_utc_with_milliseconds():
@@ -49,7 +50,7 @@ def test_database_strings_pick_a_backend(monkeypatch):
         parse_database("postgresql://alice@db/x")
     assert isinstance(info.value, ConfigError)  # exit code 2
     assert "'postgresql://alice@db/x'" in str(info.value)
-    assert "pip install 'flowdesk[postgres]'" in str(info.value)
+    assert f"not installed: {install_hint('postgres')} (or give" in str(info.value)
     with pytest.raises(BackendUnavailableError, match="unknown database URL scheme 'mysql'"):
         parse_database("mysql://db/x")
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_support import install_hint
+
 REPO = Path(__file__).resolve().parents[1]
 
 #: run before the user's import: the framework is not installed, as far as
@@ -66,7 +68,7 @@ def test_an_integration_without_its_extra_names_the_extra_to_install(
     last = got.stderr.strip().splitlines()[-1]
     assert last == (
         f"ModuleNotFoundError: Flowdesk's {integration} integration needs the {package} "
-        f"package, which is not installed: pip install 'flowdesk[{extra}]'"
+        f"package, which is not installed: {install_hint(extra)}"
     ), got.stderr
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
@@ -81,7 +83,7 @@ def test_langgraph_installed_without_a_package_it_needs_names_both() -> None:
     assert got.returncode == 1, got.stderr
     assert got.stderr.strip().splitlines()[-1] == (
         "ModuleNotFoundError: Flowdesk's LangGraph integration needs the langgraph package "
-        "and langchain_core, which is not installed: pip install 'flowdesk[langgraph]'"
+        f"and langchain_core, which is not installed: {install_hint('langgraph')}"
     ), got.stderr
 
 

@@ -33,6 +33,7 @@ from desktop_app.errors import ConfigError, InputError, RunStateError
 from desktop_app.flow.owners import new_owner
 from desktop_app.store.protocol import AgentRun
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
+from tests.cli_support import install_hint
 
 T0 = 1000.0
 ASK = {"tool": "ask_user", "args": {"question": "which colour?"}}
@@ -452,10 +453,10 @@ def test_without_the_pydantic_ai_extra_its_runs_are_refused_saying_what_to_insta
         resume_pydantic_ai(agents, settings, "r1", "yes")
     assert str(err.value) == (
         "agent run r1 was started by a Pydantic AI agent; install Flowdesk with its extra "
-        "(pip install 'flowdesk[pydantic-ai]') to resume it"
+        f"({install_hint('pydantic-ai')}) to resume it"
     )
     assert agents.get("r1").status == "input_required"  # nothing recorded
     assert pydantic_ai_unavailable(settings, ToolSources(pydantic_ai="bot")) == (
         "it is a run of the Pydantic AI agent 'bot'; install Flowdesk with its extra "
-        "(pip install 'flowdesk[pydantic-ai]')"
+        f"({install_hint('pydantic-ai')})"
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests import cli_forkserver
+from tests.cli_support import install_hint
 from tests.test_mcp_tools import REPO, require
 
 SCRIPT = REPO / "tests" / "mcp_shapes_server.py"
@@ -282,7 +283,7 @@ def test_mcp_servers_without_the_mcp_package_say_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "mcp", None)  # as if it were not installed
     with pytest.raises(McpError) as info:
         McpServer("s", command=COMMAND).open()
-    assert str(info.value) == "MCP servers need the mcp package: pip install 'flowdesk[mcp]'"
+    assert str(info.value) == f"MCP servers need the mcp package: {install_hint('mcp')}"
 
 
 # -- the list recorded in a run -------------------------------------------------

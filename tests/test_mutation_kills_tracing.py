@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from opentelemetry.trace import StatusCode
 
 from desktop_app.flow import tracing
+from tests.cli_support import install_hint
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -245,7 +246,7 @@ def test_without_opentelemetry_the_helpers_do_nothing_and_tracing_is_refused(
     engine = Engine(sqlite_store, flows=[])
     with pytest.raises(ImportError) as err:
         tracing.trace_engine(engine)
-    assert str(err.value) == "OpenTelemetry is not installed: pip install 'flowdesk[otel]'"
+    assert str(err.value) == f"OpenTelemetry is not installed: {install_hint('otel')}"
 
 
 def test_new_trace_ids_are_32_lowercase_hex_digits_and_differ():

@@ -72,3 +72,10 @@ def test_a_wheel_installs_into_a_clean_venv_and_runs(tmp_path):
     assert (tmp_path / "tmp.db").exists()
     status = run([flowdesk, "--db", "tmp.db", "db", "status"], tmp_path, env)
     assert "pending" not in status.stdout
+    # installed from a wheel, an extra it lacks is installed from a package index
+    pg = subprocess.run(
+        [flowdesk, "--db", "postgresql://flowdesk@127.0.0.1/flowdesk", "runs"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert pg.returncode == 2, pg.stdout + pg.stderr
+    assert "not installed: pip install 'flowdesk[postgres]' (or give" in pg.stderr, pg.stderr

@@ -56,6 +56,7 @@ from desktop_app.agent.messages import canonical_json
 from desktop_app.agent.tool_schemas import schema_changes
 from desktop_app.agent.tools import LISTING_PREFIX
 from desktop_app.errors import ConfigError, McpError, McpOutcomeUnknownError
+from desktop_app.extras import install_command
 from desktop_app.private import make_private_dirs
 
 if TYPE_CHECKING:
@@ -256,7 +257,7 @@ class McpServer:
         try:
             import mcp  # noqa: F401
         except ImportError as exc:
-            raise McpError("MCP servers need the mcp package: pip install 'flowdesk[mcp]'") from exc
+            raise McpError(f"MCP servers need the mcp package: {install_command('mcp')}") from exc
         self._thread = threading.Thread(
             target=self._thread_main, name=f"mcp-{self.name}", daemon=True
         )

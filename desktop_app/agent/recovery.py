@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.agent.tools import TOOL_SOURCES_KEY, AgentTool, file_tools
 from desktop_app.errors import ConfigError, FlowdeskError, InputError, RunStateError
+from desktop_app.extras import install_command
 from desktop_app.flow.owners import lease_abandoned
 from desktop_app.store.protocol import AgentLog, AgentRun
 
@@ -162,7 +163,7 @@ def resume_pydantic_ai(
     except ImportError as exc:
         raise ConfigError(
             f"agent run {run_id} was started by a Pydantic AI agent; install Flowdesk with "
-            "its extra (pip install 'flowdesk[pydantic-ai]') to resume it"
+            f"its extra ({install_command('pydantic-ai')}) to resume it"
         ) from exc
     if answer is None and owner is not None:
         return resume_registered(store, settings, run_id, owner=owner)
@@ -268,7 +269,7 @@ def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | N
     except ImportError:
         return (
             f"it is a run of the Pydantic AI agent {name!r}; install Flowdesk with its extra "
-            "(pip install 'flowdesk[pydantic-ai]')"
+            f"({install_command('pydantic-ai')})"
         )
     try:
         agents = registered_agents(settings)

@@ -125,10 +125,13 @@ def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], No
     """Subscribe a span recorder to ``engine.events``; returns the unsubscribe function.
 
     Raises:
-        ImportError: OpenTelemetry is not installed (``pip install 'flowdesk[otel]'``).
+        ImportError: OpenTelemetry is not installed (the message gives the
+            command that installs it: :func:`desktop_app.extras.install_command`).
     """
     if _otel_trace() is None:
-        raise ImportError("OpenTelemetry is not installed: pip install 'flowdesk[otel]'")
+        from desktop_app.extras import install_command
+
+        raise ImportError(f"OpenTelemetry is not installed: {install_command('otel')}")
     runs: dict[str, Any] = {}
     steps: dict[tuple[str, str], Any] = {}
     lock = threading.Lock()

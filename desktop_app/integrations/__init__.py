@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from desktop_app.extras import install_command
+
 
 def missing_extra(
     exc: ModuleNotFoundError, extra: str, what: str, framework: str
@@ -37,6 +39,6 @@ def missing_extra(
         installed = False
     needs = f"the {framework} package and {missing}" if installed else f"the {framework} package"
     return ModuleNotFoundError(
-        f"{what} needs {needs}, which is not installed: pip install 'flowdesk[{extra}]'",
+        f"{what} needs {needs}, which is not installed: {install_command(extra)}",
         name=exc.name,
     )
