@@ -218,6 +218,7 @@ def test_an_agent_started_while_the_server_is_down_waits_for_it_and_serves(own_c
         time.sleep(2)  # a few more tries, said once
         assert agent.poll() is None, "".join(said)
         assert sum("trying again" in line for line in said) == 1, "".join(said)
+        assert not any(".;" in line for line in said), "".join(said)  # one sentence
         own_cluster.restart()
         assert serving.wait(60), "".join(said)
     finally:

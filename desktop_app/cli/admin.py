@@ -486,8 +486,8 @@ def _services_once_reachable(ctx: Ctx) -> Any:
             tries += 1
             if tries == 1:
                 print(
-                    f"flowdesk agent: {exc}; trying again every {cap:g} s at most until it "
-                    "can be reached (Ctrl-C stops)",
+                    f"flowdesk agent: {str(exc).rstrip('.')}; trying again every {cap:g} s at "
+                    "most until it can be reached (Ctrl-C stops)",
                     file=sys.stderr,
                     flush=True,
                 )
