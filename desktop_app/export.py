@@ -69,7 +69,7 @@ from typing import IO, TYPE_CHECKING, Any
 import sqlite_utils
 
 from desktop_app.private import make_private_dirs
-from desktop_app.words import plural
+from desktop_app.words import listing, plural
 
 if TYPE_CHECKING:
     import psycopg
@@ -586,8 +586,7 @@ def _report(counts: dict[str, int], out: Path, scope: str) -> None:
     print(f"written to {out} (the runs of scope {scope!r})")
     kinds = [plural(counts[t], one) for t, one in RUN_TABLES if t in counts]
     if kinds:  # what `flowdesk runs` lists, by kind
-        runs = f"{', '.join(kinds[:-1])} and {kinds[-1]}" if len(kinds) > 1 else kinds[0]
-        print(f"the runs as `runs` lists them: {runs}")
+        print(f"the runs as `runs` lists them: {listing(kinds)}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Numbers in words: counts (``1 file``, ``2,941 files``, never ``1 files``
-nor ``file(s)``) and spans of time (``4m 10s``), the one place the CLI and the
-app say them."""
+nor ``file(s)``), lists (``a, b and c``) and spans of time (``4m 10s``), the
+one place the CLI and the app say them."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 
 def plural(n: int, one: str, many: str | None = None) -> str:
@@ -12,6 +13,14 @@ def plural(n: int, one: str, many: str | None = None) -> str:
     ``plural(2941, "file")`` ``"2,941 files"``; ``many`` when the plural is not
     ``one + "s"`` (``plural(2, "entry", "entries")``)."""
     return f"{n:,} {one if n == 1 else (many if many is not None else one + 's')}"
+
+
+def listing(items: Sequence[str]) -> str:
+    """``items`` as a sentence's list: ``"a"``, ``"a and b"``, ``"a, b and
+    c"`` (``""`` for none)."""
+    if len(items) < 2:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def duration(seconds: float) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from desktop_app.app.format import countdown
 from desktop_app.cli.output import due_in
-from desktop_app.words import duration, plural
+from desktop_app.words import duration, listing, plural
 
 
 @pytest.mark.parametrize(
@@ -40,3 +40,12 @@ def test_the_cli_and_the_app_say_time_left_alike() -> None:
 def test_counts_take_the_noun_that_fits() -> None:
     assert [plural(n, "file") for n in (0, 1, 2941)] == ["0 files", "1 file", "2,941 files"]
     assert plural(2, "entry", "entries") == "2 entries"
+
+
+def test_listing_joins_with_commas_and_a_final_and() -> None:
+    assert [listing(x) for x in ([], ["a"], ["a", "b"], ["a", "b", "c"])] == [
+        "",
+        "a",
+        "a and b",
+        "a, b and c",
+    ]

@@ -19,8 +19,8 @@ def missing_extra(
     framework it is built on is not installed: it names the framework's
     package (and the module found missing, when the framework is installed
     but a package it needs, such as LangGraph's ``langchain_core``, is not),
-    and the extra that installs them (``pip install 'flowdesk[EXTRA]'``), as the MCP
-    client does. Still a ``ModuleNotFoundError`` (an ``ImportError``), with
+    and the command that installs them (:func:`desktop_app.extras.install_command`),
+    as the MCP client does. Still a ``ModuleNotFoundError`` (an ``ImportError``), with
     ``exc``'s ``name``, so code that catches the bare one goes on working;
     raise it ``from exc``.
 

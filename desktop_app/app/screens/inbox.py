@@ -44,6 +44,7 @@ The status line says when more wait; answered questions make room for them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -73,7 +74,7 @@ from desktop_app.flow.clock import reading
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
 from desktop_app.store.protocol import CheckpointStore, RunRecord, Wait
 from desktop_app.textsafe import visible_controls
-from desktop_app.words import plural
+from desktop_app.words import listing, plural
 
 if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
@@ -320,31 +321,39 @@ def read_inbox(app: Host) -> tuple[list[InboxItem], str | None, bool, bool]:
     store = app.reader
     if store is None or app.services is None:
         return [], "The database is not open.", False, True
+    agents = app.services.reader_agents
     items: list[InboxItem] = []
     errors: list[str] = []
-    failed: list[tuple[str, str]] = []  # (what, why) of each kind of question not read
     more = False
-    try:
-        items, more = _flow_items(store, errors, app.engine)
-    except Exception as exc:  # never a traceback in the user's face
-        failed.append(("flow questions", _why(exc)))
-    try:
-        items.extend(_agent_items(app.services.reader_agents))
-    except Exception as exc:
-        failed.append(("agent questions", _why(exc)))
-    try:
-        items.extend(_thread_items(store))
-    except Exception as exc:
-        failed.append(("LangGraph questions", _why(exc)))
-    if failed and len({why for _, why in failed}) == 1:  # one cause (a server away): said once
-        what = [w for w, _ in failed]
-        listed = what[0] if len(what) == 1 else f"{', '.join(what[:-1])} and {what[-1]}"
-        errors.append(f"{listed[0].upper()}{listed[1:]}: {failed[0][1]}")
+
+    def flow_items() -> list[InboxItem]:
+        nonlocal more
+        found, more = _flow_items(store, errors, app.engine)
+        return found
+
+    kinds: tuple[tuple[str, Callable[[], list[InboxItem]]], ...] = (
+        ("flow questions", flow_items),
+        ("agent questions", lambda: _agent_items(agents)),
+        ("LangGraph questions", lambda: _thread_items(store)),
+    )
+    failed: list[tuple[str, str]] = []  # (what, why) of each kind not read
+    for what, read in kinds:
+        try:
+            items += read()
+        except Exception as exc:  # never a traceback in the user's face
+            failed.append((what, _why(exc)))
+    if len({why for _, why in failed}) == 1:  # one cause (a server away): said once
+        errors.append(_sentence(listing([w for w, _ in failed]), failed[0][1]))
     else:
-        errors += [f"{what[0].upper()}{what[1:]}: {why}" for what, why in failed]
+        errors += [_sentence(what, why) for what, why in failed]
     # what db copy moved waits there: after what waits here (stable order)
     items.sort(key=lambda i: i.moved_to is not None)
-    return items, " ".join(errors) or None, more, len(failed) == 3
+    return items, " ".join(errors) or None, more, len(failed) == len(kinds)
+
+
+def _sentence(what: str, why: str) -> str:
+    """``what: why`` as a sentence (its first letter upper-case)."""
+    return f"{what[0].upper()}{what[1:]}: {why}"
 
 
 def _why(exc: Exception) -> str:
@@ -596,8 +605,7 @@ class InboxScreen(Screen[None]):
                 (agents, "agent question"),
                 (graphs, "LangGraph question"),
             )
-            said = [plural(n, one) for n, one in kinds if n]
-            listed = said[0] if len(said) == 1 else f"{', '.join(said[:-1])} and {said[-1]}"
+            listed = listing([plural(n, one) for n, one in kinds if n])
             one = asking + agents + graphs == 1
             status = f"{listed} {'waits' if one else 'wait'} for you."
             if message.more:  # the first INBOX_LIMIT flow questions only

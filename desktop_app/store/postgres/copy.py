@@ -81,7 +81,7 @@ from desktop_app.store import migrations
 from desktop_app.store.connection import BusyWait, translate
 from desktop_app.store.postgres.sql import connect, no_nul, redact
 from desktop_app.textsafe import one_line
-from desktop_app.words import plural
+from desktop_app.words import listing, plural
 
 #: Columns not copied: the laptop's leases and claims mean nothing on the server.
 #: seconds the copy's read of the source waits for a lock (a WAL checkpoint of
@@ -152,7 +152,7 @@ class CopyReport:
         ]
         if not parts:
             return "no runs"
-        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+        return listing(parts)
 
 
 def _timestamp(value: Any, table: str, column: str) -> str | None:
