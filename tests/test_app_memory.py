@@ -26,6 +26,10 @@ from desktop_app.config import load_settings
 from tests.app_support import settle
 from tests.runs_corpus import make_runs_db
 
+#: the keys of one more closed screen's key bar that may still be referenced
+#: (the leak this test found kept ~15 per key bar shown: ~120 over 3 rounds)
+ONE_KEY_BAR = 10
+
 #: a run opened and closed, the inbox opened and closed, the cursor moved
 ROUND = ("down", "enter", "escape", "i", "escape", "up")
 
@@ -53,10 +57,14 @@ async def test_showing_screens_and_moving_the_cursor_leaves_no_widget_behind(
 
         await rounds(2)
         await settle(pilot)
-        # a closed screen's last key bar may still be referenced (4 keys here)
+        # the last screen closed may still be referenced, with its header and
+        # key bar (4 or 5 keys here); since the key bar composes only when its
+        # keys change, one more closed screen sometimes is, for a while,
+        # depending on the order their last messages ran (4 or 9 detached
+        # keys after 10 rounds, 4 after 30; never more)
         keys, headers = _detached(FooterKey), _detached(Header)
         await rounds(3)
         await settle(pilot)  # the key bar's last recompose done
         # before the fix: +3 headers and +~120 keys (~15 per key bar shown)
-        assert _detached(FooterKey) <= keys
-        assert _detached(Header) <= headers
+        assert _detached(FooterKey) <= keys + ONE_KEY_BAR
+        assert _detached(Header) <= headers + 1
