@@ -17,7 +17,7 @@ go.
 from __future__ import annotations
 
 from textual import widgets
-from textual.app import App
+from textual.app import App, ComposeResult
 
 
 class Footer(widgets.Footer):  # noqa: TID251 (the one subclass)
@@ -40,13 +40,17 @@ class Footer(widgets.Footer):  # noqa: TID251 (the one subclass)
             self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE,
         )
 
+    def compose(self) -> ComposeResult:
+        # what the keys are composed from, read when they are (the bindings
+        # may change between a recompose's start and its compose)
+        self._shown = self._what_it_shows()
+        yield from super().compose()
+
     async def recompose(self) -> None:
         if not self.is_attached or self._pruning:
             return  # as Textual's: nothing to compose for
-        shown = self._what_it_shows()
-        if shown == self._shown:
+        if self._what_it_shows() == self._shown:
             return
-        self._shown = shown
         await super().recompose()
         self.mutate_reactive(Footer.compact)
 
