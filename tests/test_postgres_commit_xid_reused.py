@@ -24,6 +24,7 @@ were.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -106,7 +107,13 @@ def test_a_lost_append_whose_id_went_to_another_committed_transaction_is_run_aga
                 assert row is not None
                 if int(row[0]) >= int(xid):
                     break
-            (state,) = other.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+            # the id may have gone to another session's transaction on this
+            # shared server (another test's), still open: wait for its end
+            for _ in range(600):
+                (state,) = other.execute("SELECT pg_xact_status(%s::xid8)", (xid,)).fetchone()
+                if state != "in progress":
+                    break
+                time.sleep(0.05)
         assert state == "committed"  # another transaction's, under the lost append's id
         return asked(xid, pid, *written)
 
