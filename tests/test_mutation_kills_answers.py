@@ -7,6 +7,8 @@ Each test runs a real engine over a real SQLite file (``db_path``)."""
 from __future__ import annotations
 
 import operator
+import threading
+import time
 from collections import Counter
 
 import pytest
@@ -128,3 +130,42 @@ def test_an_answer_that_loses_to_another_question_s_answer_is_not_told_it_was_an
         done = second.resume_with(rid, "yes", wait_id=waits["ship"])
         assert done.status == "completed"
         assert sorted(done.state.notes) == ["ship:yes", "size:small"]
+
+
+def test_questions_asked_at_once_are_listed_in_the_branches_declared_order(db_path):
+    """Branches ``a``, ``b``, ``c`` ask in the reverse order (``c`` first):
+    their questions are listed (the run's waits, which ``answer``, ``waiting``
+    and the inbox show) as declared, as the branches' updates are merged,
+    not in the order they happened to ask (a CI run listed ``wrap?`` before
+    ``gift?`` once); and so again once one of them is answered."""
+    asked = {name: threading.Event() for name in "abc"}
+    after = {"a": "b", "b": "c", "c": None}
+
+    def branch(name: str):
+        def fn(s: S, ctx) -> dict:
+            before = after[name]
+            if before is not None:  # ask only once the branch declared after it asked
+                asked[before].wait(10)
+                time.sleep(0.05)
+            try:
+                got = ctx.interrupt(f"{name}?")
+            finally:
+                asked[name].set()
+            return {"notes": [f"{name}:{got}"]}
+
+        return fn
+
+    flow = (
+        FlowBuilder("three", S)
+        .parallel("ask", {n: branch(n) for n in "abc"}, reducers={"notes": operator.add})
+        .step("after", lambda s: {"n": len(s.notes)})
+        .chain()
+        .compile()
+    )
+    engine = Engine(open_store(db_path), flows=[flow], clock=ManualClock())
+    rid = engine.run("three", S()).run_id
+    assert [w.prompt for w in engine.waits(rid)] == ["a?", "b?", "c?"]
+    assert [w.prompt for w in engine.store.latest(rid).waits] == ["a?", "b?", "c?"]
+    (b_wait,) = [w.wait_id for w in engine.waits(rid) if w.prompt == "b?"]
+    engine.resume_with(rid, "yes", wait_id=b_wait)
+    assert [w.prompt for w in engine.waits(rid)] == ["a?", "c?"]

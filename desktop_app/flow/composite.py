@@ -218,7 +218,13 @@ def run_parallel(run: StepRunner, step: ParallelStep, ctx: StepContext) -> None:
             },
         )
     if requests:
-        # several questions pending at once: each keeps its own stable wait id
+        # several questions pending at once: each keeps its own stable wait
+        # id, and they are listed (waits, the inbox, ``answer``'s refusal)
+        # in the branches' declared order, as merged, not in the order the
+        # branches happened to ask
+        declared = {name: i for i, (name, _) in enumerate(step.branches)}
+        prefix = len(step.id) + 1
+        requests.sort(key=lambda r: declared.get(r.step_id[prefix:].split("/", 1)[0], 0))
         raise Interrupt(requests)
     run.state = merge_branches(run, step, base, done)
 
