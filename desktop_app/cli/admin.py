@@ -481,7 +481,7 @@ def _services_once_reachable(ctx: Ctx) -> Any:
     tries = 0
     while True:
         try:
-            return ctx.services()
+            return ctx.services(worker=True)
         except DatabaseUnreachableError as exc:
             tries += 1
             if tries == 1:

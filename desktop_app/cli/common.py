@@ -249,10 +249,18 @@ class Ctx:
         return reading(clock)
 
     def services(
-        self, *, events: EventBus | None = None, flows: list[CompiledFlow[Any]] | None = None
+        self,
+        *,
+        events: EventBus | None = None,
+        flows: list[CompiledFlow[Any]] | None = None,
+        worker: bool = False,
     ) -> Services:
         """Open the database through the composition root; report (on
-        stderr) each configured flow that failed to load; the rest work."""
+        stderr) each configured flow that failed to load; the rest work.
+        On a database server, a wait for it is said once; ``worker``: the
+        process waits out the server's outages (``flowdesk agent``), where
+        a command gives up once (``ServerOutages.on_unreachable``'s
+        ``give_up_once``)."""
         from desktop_app.bootstrap import open_services, parse_database
         from desktop_app.store.protocol import ServerOutages
 
@@ -275,7 +283,7 @@ class Ctx:
                         flush=True,
                     )
 
-            cast(ServerOutages, store).on_unreachable(waiting)
+            cast(ServerOutages, store).on_unreachable(waiting, give_up_once=not worker)
         return services
 
     def resolve(self, sv: Services, prefix: str) -> RunRef:

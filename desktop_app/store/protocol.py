@@ -691,16 +691,25 @@ class ServerOutages(Protocol):  # pragma: no mutate block
     """A store on a database server that rides out its outages (the
     ``server_outages`` capability; read the capability, then cast)."""
 
-    def on_unreachable(self, handler: Callable[[DatabaseUnreachableError], None] | None) -> None:
+    def on_unreachable(
+        self,
+        handler: Callable[[DatabaseUnreachableError], None] | None,
+        *,
+        give_up_once: bool = False,
+    ) -> None:
         """Call ``handler`` once per outage, with the error of the first try
         that found the server unreachable, while that transaction goes on
-        trying (from that try's thread); ``None`` removes it."""
+        trying (from that try's thread); ``None`` removes it.
+        ``give_up_once``: once a transaction gave up on the unreachable
+        server (its tries spent), :meth:`stop_waiting` (a command that ends
+        at that error: what it records as it stops does not wait through
+        the outage again); a worker keeps waiting (``False``)."""
         ...
 
     def stop_waiting(self, wait_s: float = 2.0) -> None:
         """From now on, fail a transaction that waits more than ``wait_s``
-        seconds for a connection, and try it once (a process that is
-        stopping)."""
+        seconds (or one try's usual wait, if shorter) for a connection, and
+        try it once (a process that is stopping)."""
         ...
 
 

@@ -392,27 +392,44 @@ class PostgresCheckpointStore:
         #: transaction goes on trying: so a process says so at once rather
         #: than when the transaction finally gives up (or goes through)
         self._on_unreachable: Callable[[DatabaseUnreachableError], None] | None = None
+        #: stop waiting once a transaction gave up on the server (see on_unreachable)
+        self._give_up_once = False
         #: a try found the server unreachable since the last transaction
         #: that went through (the handler was called for it)
         self._unreachable = False
 
-    def on_unreachable(self, handler: Callable[[DatabaseUnreachableError], None] | None) -> None:
+    def on_unreachable(
+        self,
+        handler: Callable[[DatabaseUnreachableError], None] | None,
+        *,
+        give_up_once: bool = False,
+    ) -> None:
         """The ``server_outages`` capability: ``handler`` is called once
         per outage, in the thread whose transaction try first found the
         server unreachable (its connection lost, or no pooled connection
         within ``postgres.connect_wait_s`` seconds), with that error, while
         the transaction goes on trying; ``None`` removes it. Replaces the
-        handler set before."""
+        handler (and ``give_up_once``) set before.
+
+        ``give_up_once``: for a command that ends when a transaction gives
+        up on the unreachable server (``flowdesk run``, ``answer``...):
+        from then on every transaction tries once, as after
+        :meth:`stop_waiting`, so the statements that record where its run
+        stopped do not wait out four tries each again (a ``run`` took 212 s
+        to give up at the default 30 s). A worker leaves it ``False``: it
+        waits for the server however long it is away."""
         self._on_unreachable = handler
+        self._give_up_once = give_up_once
 
     def stop_waiting(self, wait_s: float = 2.0) -> None:
         """From now on, fail a transaction that waits more than ``wait_s``
-        seconds for a connection, and try it once: for a process that is
-        stopping (``flowdesk agent`` on SIGTERM), so a database that went
-        away does not hold the stop for the pool's 30 s per statement, over
-        several statements and retries. What could not be written stays
-        unwritten; its run resumes from its last checkpoint."""
-        self._wait_s = wait_s
+        seconds (or ``postgres.connect_wait_s``, if shorter) for a
+        connection, and try it once: for a process that is stopping
+        (``flowdesk agent`` on SIGTERM), so a database that went away does
+        not hold the stop for the pool's 30 s per statement, over several
+        statements and retries. What could not be written stays unwritten;
+        its run resumes from its last checkpoint."""
+        self._wait_s = min(wait_s, self.pool.timeout)
         self._attempts = 1
 
     def _changed(self, run_id: str, *, wake: bool = False, shown: bool = False) -> None:
@@ -481,6 +498,8 @@ class PostgresCheckpointStore:
                     if lost:  # e.g. a server restart: drop every dead pooled connection
                         self.pool.check()
                     continue
+                if lost and self._give_up_once:
+                    self.stop_waiting()
                 raise translate(exc, self.where, self.db) from exc
             if write:
                 self._own_commits += 1
@@ -705,11 +724,13 @@ class PostgresCheckpointStore:
         began = time.monotonic()
         deadline = began + RESOLVE_TIMEOUT_S
         pause = 0.05
+        unreachable = False
         while True:
             try:
                 state = probe()
             except psycopg.Error as exc:
-                if is_connection_lost(exc):
+                unreachable = is_connection_lost(exc)
+                if unreachable:
                     self._met_outage(exc)
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 # the time it did try (a try can outlast the deadline: its connect timeout)
@@ -740,6 +761,8 @@ class PostgresCheckpointStore:
                 break
             time.sleep(min(pause, left))  # the last try at the deadline
             pause = min(pause * 2, 1.0)
+        if unreachable and self._give_up_once:  # gave up on the server (see on_unreachable)
+            self.stop_waiting()
         raise CommitUnknownError(self.where, xid, reason, what=what)
 
     def _xact_status(
