@@ -325,6 +325,9 @@ TESTS_FOR: dict[str, list[str]] = {
         # claim_runnable's windows: at most limit runs over two rounds, none
         # twice, the first round's takeover logged
         "tests/test_mutation_kills_pgstore_claim.py",
+        # how long a command, a worker and a stopping process wait for an
+        # unreachable server (give_up_once, stop_waiting)
+        "tests/test_mutation_kills_pgstore_give_up.py",
     ],
     "desktop_app/store/postgres/sql.py": [
         "tests/test_mutation_kills_postgres_sql.py",
@@ -504,6 +507,8 @@ for _part, _were in (
     )
 # their own kill tests
 TESTS_FOR["desktop_app/flow/answers.py"].append("tests/test_mutation_kills_answers.py")
+# questions of parallel branches (their order)
+TESTS_FOR["desktop_app/flow/composite.py"].append("tests/test_mutation_kills_answers.py")
 TESTS_FOR["desktop_app/flow/waiting.py"].append("tests/test_mutation_kills_waiting.py")
 TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay.py")
 TESTS_FOR["desktop_app/flow/recovery.py"].append("tests/test_mutation_kills_recovery.py")

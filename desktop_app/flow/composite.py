@@ -221,10 +221,10 @@ def run_parallel(run: StepRunner, step: ParallelStep, ctx: StepContext) -> None:
         # several questions pending at once: each keeps its own stable wait
         # id, and they are listed (waits, the inbox, ``answer``'s refusal)
         # in the branches' declared order, as merged, not in the order the
-        # branches happened to ask
+        # branches happened to ask (a request's step is STEP/BRANCH)
         declared = {name: i for i, (name, _) in enumerate(step.branches)}
         prefix = len(step.id) + 1
-        requests.sort(key=lambda r: declared.get(r.step_id[prefix:].split("/", 1)[0], 0))
+        requests.sort(key=lambda r: declared.get(r.step_id[prefix:], 0))
         raise Interrupt(requests)
     run.state = merge_branches(run, step, base, done)
 
