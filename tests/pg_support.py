@@ -26,11 +26,13 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -367,3 +369,30 @@ def session_bouncer(server: PgServer) -> Iterator[Bouncer | str]:
         yield bouncer
     finally:
         bouncer.remove()
+
+
+def spawn_flowdesk(
+    *args: str, env: Mapping[str, str], resolve_timeout_s: float | None = None
+) -> subprocess.Popen[str]:
+    """``flowdesk ARGS`` in a new process (forked by the tests' fork
+    server), its output piped as text, with ``env`` over the tests'
+    environment; ``resolve_timeout_s`` shortens how long the store keeps
+    asking an unreachable server whether a statement landed
+    (``RESOLVE_TIMEOUT_S``, 30 s)."""
+    from tests import cli_forkserver
+
+    code = "import sys\n"
+    if resolve_timeout_s is not None:
+        code += (
+            "import desktop_app.store.postgres.store as p; "
+            f"p.RESOLVE_TIMEOUT_S = {resolve_timeout_s}\n"
+        )
+    code += "from desktop_app.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    return cli_forkserver.popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(Path(__file__).resolve().parents[1]),
+        env={**os.environ, **env},
+    )

@@ -10,11 +10,9 @@ the run, its last step once."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,11 +20,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests import cli_forkserver
-from tests.cli_support import REPO
 from tests.gated_flows import FLOWS_ENV
 from tests.pg_proxy import CommitDropProxy
-from tests.pg_support import with_address
+from tests.pg_support import spawn_flowdesk, with_address
 
 pytestmark = pytest.mark.postgres
 
@@ -46,22 +42,10 @@ def relay(pg_url: str) -> Iterator[CommitDropProxy]:
     relay.close()
 
 
-def flowdesk(*args: str, **kw: object) -> subprocess.Popen[str]:
+def flowdesk(*args: str) -> subprocess.Popen[str]:
     """``flowdesk ARGS``; a statement whose connection was cut while out
-    asks the server whether it landed for 1 s (``RESOLVE_TIMEOUT_S``, 30 s)."""
-    code = (
-        "import sys, desktop_app.store.postgres.store as p; p.RESOLVE_TIMEOUT_S = 1.0\n"
-        "from desktop_app.cli import main\nsys.exit(main(sys.argv[1:]))\n"
-    )
-    return cli_forkserver.popen(
-        [sys.executable, "-c", code, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **ENV},
-        **kw,
-    )
+    asks the server whether it landed for 1 s (30 s by default)."""
+    return spawn_flowdesk(*args, env=ENV, resolve_timeout_s=1.0)
 
 
 def test_a_run_gives_up_once_on_an_unreachable_server_and_its_resume_works(

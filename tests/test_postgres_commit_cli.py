@@ -21,10 +21,9 @@ import psycopg
 import pytest
 
 from desktop_app.store.postgres.sql import redact
-from tests import cli_forkserver
 from tests.cli_support import REPO
 from tests.pg_proxy import CommitDropProxy
-from tests.pg_support import with_address
+from tests.pg_support import spawn_flowdesk, with_address
 
 pytestmark = pytest.mark.postgres
 
@@ -42,23 +41,7 @@ def proxy(pg_url: str) -> Iterator[CommitDropProxy]:
 
 
 def spawn(*args: str, resolve_timeout_s: float | None = None) -> subprocess.Popen[str]:
-    """``flowdesk ARGS`` in a new process; ``resolve_timeout_s`` shortens how
-    long the store keeps asking an unreachable server (30 s by default)."""
-    code = "import sys\n"
-    if resolve_timeout_s is not None:
-        code += (
-            "import desktop_app.store.postgres.store as p; "
-            f"p.RESOLVE_TIMEOUT_S = {resolve_timeout_s}\n"
-        )
-    code += "from desktop_app.cli import main\nsys.exit(main(sys.argv[1:]))\n"
-    return cli_forkserver.popen(
-        [sys.executable, "-c", code, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, **ENV},
-    )
+    return spawn_flowdesk(*args, env=ENV, resolve_timeout_s=resolve_timeout_s)
 
 
 def until_fired(proxy: CommitDropProxy, child: subprocess.Popen[str]) -> None:
