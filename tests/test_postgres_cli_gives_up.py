@@ -48,6 +48,7 @@ def flowdesk(*args: str) -> subprocess.Popen[str]:
     return spawn_flowdesk(*args, env=ENV, resolve_timeout_s=1.0)
 
 
+@pytest.mark.scenario("S105")
 def test_a_run_gives_up_once_on_an_unreachable_server_and_its_resume_works(
     pg_url: str, relay: CommitDropProxy, tmp_path: Path
 ) -> None:
