@@ -264,8 +264,10 @@ class NoSessionError(StoreError):
 class DatabaseCorruptError(StoreError):
     """SQLite found the database file damaged (``database disk image is
     malformed``: a page overwritten or cut off on disk). Raised by whatever
-    read or write met the damage; nothing was written. Only a backup gives
-    the lost rows back: ``export`` stops at the damage too.
+    read or write met the damage, which wrote nothing (what the command
+    committed before it met the damage stays). Only a backup gives the lost
+    rows back: ``export`` stops at the damage too, and a resume meets it
+    again, so the command line prints ``doctor``, not ``resume``.
 
     Attributes:
         path: the database file (str, ``""`` when unknown).
@@ -277,8 +279,8 @@ class DatabaseCorruptError(StoreError):
         self.detail = detail
         where = f" ({path})" if path else ""
         super().__init__(
-            f"the database{where} is corrupt: {detail}. Restore it from a backup; Flowdesk "
-            "did not write to it."
+            f"the database{where} is corrupt: {detail}. Restore it from a backup; what met "
+            "the damage wrote nothing."
         )
 
 

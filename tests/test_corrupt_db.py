@@ -13,6 +13,7 @@ a page read as holding no rows: `show` said the run's checkpoint was
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import stat
@@ -21,7 +22,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from tests.cli_support import flowdesk
+from tests.cli_support import as_printed, flowdesk
 from tests.digest_corpus import make_corpus
 
 PAGE = 4096
@@ -30,7 +31,8 @@ PAGE = 4096
 def _corrupt(db: Path) -> str:
     return (
         f"flowdesk: the database ({db}) is corrupt: database disk image is malformed. "
-        "Restore it from a backup; Flowdesk did not write to it.\n"
+        "Restore it from a backup; what met the damage wrote nothing.\n"
+        f"check the whole file with: flowdesk --db {db} doctor\n"
     )
 
 
@@ -92,6 +94,18 @@ def _overwrite_index_pages(db: Path, *indexes: str) -> None:
         ]
     finally:
         conn.close()
+    for page in pages:
+        _write_random(db, page, 1)
+
+
+def _overwrite_every_page(db: Path, name: str) -> None:
+    """Every page of table or index ``name`` overwritten with random bytes."""
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        pages = [int(p) for (p,) in conn.execute("SELECT pageno FROM dbstat WHERE name=?", (name,))]
+    finally:
+        conn.close()
+    assert pages, name
     for page in pages:
         _write_random(db, page, 1)
 
@@ -296,6 +310,38 @@ def test_run_digest_makes_a_missing_output_folder_only_when_it_runs(tmp_path):
     assert (out / "digest.md").is_file()
     assert stat.S_IMODE(out.stat().st_mode) == stat.S_IMODE((tmp_path / "new").stat().st_mode)
     assert stat.S_IMODE(out.stat().st_mode) == 0o700
+
+
+@pytest.mark.scenario("S98")
+def test_a_run_that_meets_the_damage_prints_doctor_not_a_resume_that_meets_it_again(
+    digested, tmp_path
+):
+    """A new tryout's digest on a file damaged in the middle: the run was
+    stored, then a write met the damage. The message said "Flowdesk did not
+    write to it" (it had: the run) and printed `resume with: ...`, which met
+    the damage again and printed itself again. Now: what met the damage
+    wrote nothing, the run stopped at its last saved checkpoint, and the
+    `doctor` printed (run as printed) names the damage."""
+    db = _copy(digested, tmp_path)
+    # the pages of digest_files' unique index: a new run's creation does not
+    # read them, its first step's writes do
+    _overwrite_every_page(db, "sqlite_autoindex_digest_files_1")
+    make_corpus(tmp_path / "src", 200)
+    out = flowdesk(
+        db, "run", "digest", "--folder", str(tmp_path / "src"), "--out", str(tmp_path / "o")
+    )
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr and "resume" not in out.stderr, out.stderr
+    run_id = out.stdout.splitlines()[0]
+    lines = out.stderr.splitlines()
+    assert lines[-3:] == [
+        *_corrupt(db).splitlines()[:1],
+        f"run {run_id} stopped at its last checkpoint that was saved",
+        f"check the whole file with: flowdesk --db {db} doctor",
+    ], out.stderr
+    doctor = as_printed(lines[-1].split(": ", 1)[1], dict(os.environ))
+    assert doctor.returncode == 1, doctor.stdout
+    assert "BAD  quick_check" in doctor.stdout and "the file is corrupt" in doctor.stdout
 
 
 # -- the command line's net for an apsw error no store translated -------------

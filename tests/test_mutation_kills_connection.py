@@ -45,7 +45,7 @@ _READ_ONLY = (
 )
 _CORRUPT = (
     "is corrupt: database disk image is malformed. Restore it from a backup; "
-    "Flowdesk did not write to it."
+    "what met the damage wrote nothing."
 )
 _CANT_OPEN = ": check that its folder exists and is writable, or use another path (--db PATH)."
 

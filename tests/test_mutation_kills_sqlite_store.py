@@ -1030,7 +1030,9 @@ def test_a_history_page_read_from_a_damaged_file_says_to_restore_a_backup(db_pat
         with pytest.raises(StoreError) as err:
             s.history_page("r1", limit=10)
         assert str(err.value).startswith(f"the database ({db_path}) is corrupt: ")
-        assert str(err.value).endswith("Restore it from a backup; Flowdesk did not write to it.")
+        assert str(err.value).endswith(
+            "Restore it from a backup; what met the damage wrote nothing."
+        )
     finally:
         s.close()
 

@@ -55,6 +55,7 @@ from desktop_app.errors import (
     CheckpointCorruptError,
     CommitUnknownError,
     ConfigError,
+    DatabaseCorruptError,
     DatabaseMissingError,
     DiskFullError,
     FlowdeskError,
@@ -272,6 +273,19 @@ def _say_resume(ctx: Ctx) -> bool:
     return True
 
 
+def _say_damaged(ctx: Ctx) -> None:
+    """After :class:`~desktop_app.errors.DatabaseCorruptError`: the
+    ``doctor`` command that checks the whole file (the user's ``--db``), and
+    the run the command executed, if any, as stopped where it was (a resume
+    would meet the damage again: no ``resume`` is printed)."""
+    if ctx.current_run is not None:
+        print(
+            f"run {ctx.current_run} stopped at its last checkpoint that was saved",
+            file=sys.stderr,
+        )
+    print(f"check the whole file with: {ctx.hints.cmd('doctor')}", file=sys.stderr)
+
+
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
     """Run ``command_fn`` (for the command line ``argv``); a Flowdesk error or
     Ctrl-C becomes its message and exit code."""
@@ -342,6 +356,11 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         for line in damaged_run_hints(ctx.hints, exc):
             print(line, file=sys.stderr)
         return EXIT_FAILED
+    except DatabaseCorruptError as exc:  # a resume would meet the damage again
+        stop_progress()
+        _say(exc)
+        _say_damaged(ctx)
+        return EXIT_FAILED
     except StoreError as exc:  # locked, unreachable, an I/O error: nothing of it saved
         stop_progress()
         _say(exc)
@@ -356,7 +375,10 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             raise
         stop_progress()
         print(f"flowdesk: {translated}", file=sys.stderr)
-        _say_resume(ctx)
+        if isinstance(translated, DatabaseCorruptError):
+            _say_damaged(ctx)
+        else:
+            _say_resume(ctx)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
         stop_signals.taken()
