@@ -132,3 +132,58 @@ def test_rows_of_a_run_approved_before_rows_recorded_it_read_approved():
     )
     waiting = [row("a"), row("b")]
     assert outcome_counts(outcomes_of(waiting)) == "2 files: 2 planned (waits for approval)"
+
+
+#: ``flowdesk ARGS`` whose answer's process is killed (SIGKILL) the moment
+#: the answer is saved, before the question's step runs again
+_KILLED_AFTER_THE_ANSWER = (
+    "import os, signal, sys\n"
+    "from desktop_app.flow.engine import Engine\n"
+    "given = Engine.resume_with\n"
+    "def killed(self, run_id, value, *, wait_id=None, on_saved=None):\n"
+    "    def saved():\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return given(self, run_id, value, wait_id=wait_id, on_saved=saved)\n"
+    "Engine.resume_with = killed\n"
+    "from desktop_app.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def test_a_tidy_killed_right_after_its_approval_was_saved_shows_its_files_approved(tmp_path):
+    """A new tryout approved in the app and killed it 50 ms later: the
+    answer was saved, the approve step had not run again (its rows still
+    ``planned``), and ``show`` said "N planned (waits for approval)" while
+    ``waiting`` said nothing waits. The files read approved, not queued yet,
+    with the resume that queues them; that command, run as printed, moves
+    each file once."""
+    n = 40
+    db, folder = tmp_path / "t.db", tmp_path / "dl"
+    files = fill(folder, n)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = flowdesk(db, "run", "tidy", "--folder", str(folder)).stdout.splitlines()[0]
+    killed = cli_forkserver.run(
+        ["--db", str(db), "answer", run_id, "yes"], code=_KILLED_AFTER_THE_ANSWER, cwd=REPO
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert "no waiting runs" in flowdesk(db, "waiting").stdout
+    shown = flowdesk(db, "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "waits for approval" not in shown.stdout, shown.stdout
+    m = re.search(
+        rf"{n} files: {n} approved, not queued yet \(queued when the run resumes: "
+        r"`(?P<cmd>[^`]+)`\)$",
+        shown.stdout,
+        re.M,
+    )
+    assert m, shown.stdout
+    store = open_store(db)
+    try:  # the app's tidy table says the same
+        preview = tidy_preview(store, run_id)
+    finally:
+        store.close()
+    assert Counter(row[2] for row in preview.rows) == {"approved": n}
+    resumed = as_printed(m["cmd"], dict(os.environ))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    moved = tidied(folder)
+    assert len(moved) == n and sorted(p.name for p in moved) == sorted(files)

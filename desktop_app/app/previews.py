@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from desktop_app.flows.tidy_outcomes import outcome_of, was_approved
+from desktop_app.flows.tidy_outcomes import approval_answered, outcome_of, was_approved
 from desktop_app.store.domain.tidy import moves_of_run
 from desktop_app.store.protocol import CheckpointStore
 from desktop_app.textsafe import one_line
@@ -49,7 +49,7 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
     ``"6 files: 4 to move, 2 stay"``."""
     moves = store.query(moves_of_run(run_id))
     status = store.get_run(run_id).status
-    approved = was_approved(moves)
+    approved = was_approved(moves) or approval_answered(store.latest(run_id).meta)
     rows: list[tuple[str, ...]] = []
     for m in moves:
         folder = str(Path(m.src).parent)

@@ -360,13 +360,13 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
     and for the rest the command that lists them (``show``, or ``show -o
     json`` from ``show`` itself). The words are
     :mod:`desktop_app.flows.tidy_outcomes`' (the app's tidy table's too)."""
-    from desktop_app.flows.tidy_outcomes import outcome_counts, outcome_lines, outcomes_of
+    from desktop_app.flows.tidy_outcomes import outcome_counts, outcome_lines
 
     read = _tidy_moves(store, run_id)
     if isinstance(read, str):
         return _visible([f"files: cannot be read ({read})"])
     moves, undo = read
-    outcomes = outcomes_of(moves, store.get_run(run_id).status, *_sending_keys(store, run_id))
+    outcomes = _outcomes(store, run_id, moves)
     lines = [outcome_counts(outcomes, {"approved": _approved_note(ctx, store, run_id)})]
     said = _undo_said(ctx, run_id, moves, undo)
     if said is not None:
@@ -378,6 +378,18 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
         more = plural(len(outcomes) - limit, "more file")
         lines.append(f"  … {more}: `{ctx.hints.cmd(f'{every} {run_id}')}` lists each")
     return _visible(lines)
+
+
+def _outcomes(store: Any, run_id: str, moves: list[Any]) -> list[Any]:
+    """Each file's outcome (:func:`~desktop_app.flows.tidy_outcomes.outcomes_of`)
+    of tidy run ``run_id``, whose rows are ``moves``: judged with its stored
+    status, its moves being sent, and an approval its latest checkpoint
+    records that its step has not taken yet."""
+    from desktop_app.flows.tidy_outcomes import approval_answered, outcomes_of
+
+    answered = approval_answered(store.latest(run_id).meta)
+    status = store.get_run(run_id).status
+    return outcomes_of(moves, status, *_sending_keys(store, run_id), answered_yes=answered)
 
 
 def _approved_note(ctx: Ctx, store: Any, run_id: str) -> str:
@@ -753,7 +765,7 @@ def _tidy_json(ctx: Ctx, store: Any, run_id: str) -> dict[str, Any]:
     :func:`tidy_report` words it), ``undone_at`` (when the first file was
     put back) and ``undo`` (:func:`_undo_said`: where its undo stands) of a
     tidy run."""
-    from desktop_app.flows.tidy_outcomes import OUTCOMES, outcomes_of, was_undone
+    from desktop_app.flows.tidy_outcomes import OUTCOMES, was_undone
 
     read = _tidy_moves(store, run_id)
     if isinstance(read, str):
@@ -769,7 +781,7 @@ def _tidy_json(ctx: Ctx, store: Any, run_id: str) -> dict[str, Any]:
                 "says": OUTCOMES[o.outcome] + notes.get(o.outcome, ""),
                 "detail": o.detail,
             }
-            for o in outcomes_of(moves, store.get_run(run_id).status, *_sending_keys(store, run_id))
+            for o in _outcomes(store, run_id, moves)
         ],
         "undone_at": iso(was_undone(moves)),
         "undo": _undo_said(ctx, run_id, moves, undo),

@@ -92,6 +92,8 @@ from desktop_app.words import plural
 DESTINATION = "tidy.move"
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 AFFIRMATIVE = frozenset({"yes", "y", "approve", "ok"})
+#: the step that asks for the approval (its question's wait id is ``approve:N``)
+APPROVE_STEP = "approve"
 UNDO_PREFIX = ".flowdesk-tidy-undo-"
 
 KIND_FOLDERS: dict[str, str] = {
@@ -497,7 +499,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
             on_cancel=record_cancel,
         )
         .step("plan", plan)
-        .step("approve", approve)
+        .step(APPROVE_STEP, approve)
         .loop(
             "apply",
             apply_one,

@@ -30,9 +30,11 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from desktop_app.flows.confined import DESTINATION_EXISTS
 from desktop_app.flows.tidy import (
+    APPROVE_STEP,
     CANCELED,
     CANCELED_AFTER_END,
     CANCELED_UNQUEUED,
@@ -41,6 +43,7 @@ from desktop_app.flows.tidy import (
     NOT_APPROVED,
     QUEUED_BY,
     TIMED_OUT,
+    is_affirmative,
 )
 from desktop_app.flows.tidy_undo import WITHDRAWN
 from desktop_app.store.domain.tidy import APPROVED, TidyMove
@@ -155,14 +158,33 @@ def outcomes_of(
     run_status: str | None = None,
     sending: Collection[str] = (),
     moving: Collection[str] = (),
+    answered_yes: bool = False,
 ) -> list[FileOutcome]:
     """:func:`outcome_of` of each row (of a run whose stored status is
     ``run_status``, when known; ``sending``: its intents' keys that are
     ``sending``, ``moving`` those of them a live process is making), in the
     rows' order; the run's ``planned`` rows read ``approved`` when
-    :func:`was_approved` says so."""
-    approved = was_approved(moves)
+    :func:`was_approved` says so, or ``answered_yes`` (see
+    :func:`approval_answered`)."""
+    approved = answered_yes or was_approved(moves)
     return [outcome_of(m, run_status, sending, approved, moving) for m in moves]
+
+
+def approval_answered(meta: Mapping[str, Any]) -> bool:
+    """Whether a tidy run's latest checkpoint (its ``meta``) records a yes to
+    its approval that its ``approve`` step has not taken yet: the answer is
+    saved first, then the step runs again and marks the rows approved in
+    its own checkpoint, so a process stopped between the two (``kill -9``
+    right after the answer) leaves the rows ``planned`` while the run no
+    longer waits; its resume queues the moves."""
+    answers = meta.get("answers")
+    if not isinstance(answers, Mapping):
+        return False
+    # an interrupt's wait id is RUN:STEP:N (tidy's approve step is visited once)
+    return any(
+        wait_id.rsplit(":", 2)[-2:-1] == [APPROVE_STEP] and isinstance(v, str) and is_affirmative(v)
+        for wait_id, v in answers.items()
+    )
 
 
 def was_approved(moves: Sequence[TidyMove]) -> bool:
