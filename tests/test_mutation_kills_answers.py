@@ -169,3 +169,47 @@ def test_questions_asked_at_once_are_listed_in_the_branches_declared_order(db_pa
     (b_wait,) = [w.wait_id for w in engine.waits(rid) if w.prompt == "b?"]
     engine.resume_with(rid, "yes", wait_id=b_wait)
     assert [w.prompt for w in engine.waits(rid)] == ["a?", "c?"]
+
+
+def test_an_answer_to_a_question_another_process_answered_and_runs_on_says_it_was_answered(
+    db_path,
+):
+    """The first answer's process is still running the run on (its step
+    after the question), holding the run's lease, when the second answer to
+    the same question comes: it is told the question was answered (the
+    first answer stands), not that a live process holds the run and to
+    wait for it (a tryout: the app's answer dialog, after the CLI's answer)."""
+    going = threading.Event()
+    release = threading.Event()
+
+    def flow():
+        def ask(s: S, ctx) -> dict:
+            return {"notes": [ctx.interrupt("ship it?", choices=("yes", "no"))]}
+
+        def ship(s: S) -> dict:
+            going.set()
+            release.wait(10)
+            return {"n": 1}
+
+        return FlowBuilder("approve", S).step("ask", ask).step("ship", ship).chain().compile()
+
+    with racing_engines(db_path, flow) as (first, second, _clock):
+        rid = first.run("approve", S()).run_id
+        (wait,) = first.waits(rid)
+        done: list[str] = []
+        runner = threading.Thread(
+            target=lambda: done.append(first.resume_with(rid, "yes", wait_id=wait.wait_id).status)
+        )
+        runner.start()
+        try:
+            assert going.wait(10)
+            with pytest.raises(WaitAlreadyResolvedError) as lost:
+                second.resume_with(rid, "no", wait_id=wait.wait_id)
+        finally:
+            release.set()
+            runner.join(10)
+        assert done == ["completed"]
+        assert str(lost.value) == (
+            f"run {rid}: wait {wait.wait_id} was already answered; the first answer stands"
+        )
+        assert first.store.latest(rid).state["notes"] == ["yes"]

@@ -840,6 +840,10 @@ class Engine:
         """
         check_storable(value, f"answer for run {run_id}")
         run = RunState.read(self.store, run_id)
+        # answered already: said so before the run's lease is looked at (the
+        # process that answered first may be running it on: "held by a live
+        # process" told the loser to wait, not that the question was taken)
+        run.refuse_answered(wait_id)
         driver = self._load_driver(run)
         give_answer(driver, self.store, run.input_wait(wait_id), value, trusted_now(self.clock))
         if on_saved is not None:

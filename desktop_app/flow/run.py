@@ -280,6 +280,19 @@ class RunState:
         if run.flow_version != flow_version:
             raise FlowVersionMismatchError(run.run_id, run.flow_version, flow_version)
 
+    def refuse_answered(self, wait_id: str | None) -> None:
+        """Refuse an answer to question ``wait_id`` once it was answered.
+
+        Raises:
+            WaitAlreadyResolvedError: ``wait_id`` was answered already (also
+                by another process, which may be running the run on now).
+        """
+        if wait_id is not None and self.answered(wait_id):
+            raise WaitAlreadyResolvedError(
+                f"run {self.run.run_id}: wait {wait_id} was already answered; the first "
+                "answer stands"
+            )
+
     def input_wait(self, wait_id: str | None) -> Wait:
         """The question an answer goes to: ``wait_id``'s, or the only one pending.
 
@@ -291,10 +304,7 @@ class RunState:
         """
         run_id = self.run.run_id
         inputs = input_waits(self.checkpoint.waits)
-        if wait_id is not None and wait_id in self.meta.get("resolved", []):
-            raise WaitAlreadyResolvedError(
-                f"run {run_id}: wait {wait_id} was already answered; the first answer stands"
-            )
+        self.refuse_answered(wait_id)
         status = self.checkpoint.status
         if status == "waiting" and not inputs:  # e.g. another answer took it on to a signal
             kinds = ", ".join(sorted({w.kind for w in self.checkpoint.waits})) or "nothing"
