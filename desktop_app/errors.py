@@ -109,6 +109,14 @@ class FolderNotWritableError(InputError):
     list there) cannot be written: read-only file system or no permission."""
 
 
+class RunCannotContinueError(InputError):
+    """A step found that its run cannot go on whatever is retried (a tidy
+    replayed or forked from a checkpoint taken after its plan: the planned
+    moves are the other run's). The step, and so the run, fails with it;
+    its message says what to do instead, and the command line prints no
+    ``resume`` for such a run (a resume fails the same way)."""
+
+
 class ClockSkewError(FlowdeskError):
     """This process's clock disagrees with the clock of the store it writes
     to by more than the tolerance (a process started under ``faketime``, a

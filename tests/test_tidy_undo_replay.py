@@ -191,6 +191,12 @@ def test_a_branch_taken_after_the_plan_asks_nothing_it_cannot_move(tmp_path, how
         f"new tidy of {folder} to plan it again."
     )
     assert said in branched.stderr, branched.stderr
+    # no `resume with:` (a tryout pasted it: it failed the same way and
+    # printed itself again); a resume still says why, and prints none either
+    assert "resume" not in branched.stderr, branched.stderr
+    again = flowdesk(db, "resume", b)
+    assert again.returncode == 1 and said in again.stderr, again.stderr
+    assert "resume" not in again.stderr, again.stderr
     assert "waits for" not in flowdesk(db, "show", b).stdout  # no question asked
     assert tops(folder) == ["f1.txt", "f2.txt", "f3.txt"]
     # the first run still asks, and its yes moves its three files

@@ -189,6 +189,15 @@ def timed_out_hints(ctx: Ctx, run_id: str) -> list[str]:
     ]
 
 
+def cannot_continue(error: str | None) -> bool:
+    """Whether a failed run's ``error`` is a step's
+    :class:`~desktop_app.errors.RunCannotContinueError` (the driver records
+    a step's failure as ``TYPE: MESSAGE``): no resume can take it further."""
+    from desktop_app.errors import RunCannotContinueError
+
+    return error is not None and f"{RunCannotContinueError.__name__}: " in error
+
+
 def report_result(ctx: Ctx, result: Any) -> int:
     """Print a run's outcome and hints that work as printed (``resume`` for a
     failed run; ``show``, and ``replay`` from its start, for a timed-out run,
@@ -201,7 +210,8 @@ def report_result(ctx: Ctx, result: Any) -> int:
     if result.error:
         print(f"error: {result.error}", file=sys.stderr)
     if result.status == "failed":
-        print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
+        if not cannot_continue(result.error):  # else a resume fails the same way
+            print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
         return EXIT_FAILED
     if result.status == "timed_out":
         for line in timed_out_hints(ctx, result.run_id):

@@ -58,7 +58,12 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from desktop_app.errors import DomainReadError, FolderNotWritableError, InputError
+from desktop_app.errors import (
+    DomainReadError,
+    FolderNotWritableError,
+    InputError,
+    RunCannotContinueError,
+)
 from desktop_app.flow import CompiledFlow, FlowBuilder, StepContext
 from desktop_app.flow.outbox import register_lookup
 from desktop_app.flows.confined import (
@@ -436,7 +441,7 @@ def build_tidy_flow(timeout_s: float | None = DEFAULT_TIMEOUT_S) -> CompiledFlow
             # a replay or fork of another run's checkpoint after its plan: the
             # planned moves (tidy_moves rows) are that run's, and asking would
             # promise moves this run cannot make
-            raise InputError(
+            raise RunCannotContinueError(
                 f"this tidy run continues another run's checkpoint taken after its plan: "
                 f"the {state.planned} planned moves belong to that run, so there is nothing "
                 f"here to approve. Start a new tidy of {state.folder} to plan it again."
