@@ -120,6 +120,9 @@ class UndoReport:
     #: owner id of an earlier undo whose process stopped mid-way: its claim
     #: was taken over and every file looked up where it is
     took_over: str | None = None
+    #: moves a cancel withdrew before this undo (their files never moved;
+    #: the cancel said so: not counted in ``withdrawn`` again)
+    withdrawn_by_cancel: int = 0
 
 
 class UndoUnderWay(FlowdeskError):
@@ -214,6 +217,7 @@ def undo_pairs(
     in_flight: Collection[str] = (),
     never_moved: Mapping[str, str] | None = None,
     on_back: Callable[[list[str]], None] | None = None,
+    withdrawn_by_cancel: Collection[str] = (),
 ) -> UndoReport:
     """:func:`undo_tidy` of the ``(from, to)`` pairs of tidied folder
     ``folder`` (an undo list's, or a run's ``tidy_moves`` rows when it ended
@@ -227,8 +231,12 @@ def undo_pairs(
             with the rest before the emptied folders are removed, so a
             record of them survives the process being killed mid-way. An
             error it raises stops the undo (the files back so far stay back).
+        withdrawn_by_cancel: destinations of moves a cancel withdrew
+            earlier: looked at as ``withdrawn`` (a dispatcher that died after
+            the rename, before recording it, did move its file), a file found
+            at its old place counted in ``withdrawn_by_cancel``.
     """
-    moved, already, never, left = 0, 0, 0, []
+    moved, already, never, by_cancel, left = 0, 0, 0, 0, []
     batch: list[str] = []
     flushed = time.monotonic()
 
@@ -266,6 +274,8 @@ def undo_pairs(
                 found_back(moved_to)
             elif outcome == "already" and moved_to in withdrawn:
                 never += 1
+            elif outcome == "already" and moved_to in withdrawn_by_cancel:
+                by_cancel += 1
             elif outcome == "already":
                 already += 1
                 found_back(moved_to)
@@ -291,7 +301,18 @@ def undo_pairs(
         on_back(batch)
     kept: list[str] = []
     removed = _remove_empty(folder, emptied, left, kept)
-    return UndoReport(moved, left, removed, already, kept, never, unknown, not_made, back)
+    return UndoReport(
+        moved,
+        left,
+        removed,
+        already,
+        kept,
+        never,
+        unknown,
+        not_made,
+        back,
+        withdrawn_by_cancel=by_cancel,
+    )
 
 
 def undo_summary(report: UndoReport, *, files: bool = False) -> str:
@@ -303,6 +324,8 @@ def undo_summary(report: UndoReport, *, files: bool = False) -> str:
     if report.withdrawn:
         text += f", {plural(report.withdrawn, 'queued move')} "
         text += "withdrawn (never made)"
+    if report.withdrawn_by_cancel:
+        text += f", {report.withdrawn_by_cancel:,} withdrawn before by cancel (never made)"
     if report.already_back:
         text += f", {report.already_back:,} already back"
     if report.never_moved:
@@ -393,7 +416,7 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
     }
     # a move a cancel withdrew is looked at too: one whose dispatcher died
     # after the rename, before recording it, did move its file
-    withdrawn += [m.dst for m in rows if m.dst is not None and m.reason == CANCELED]
+    by_cancel = {m.dst for m in rows if m.dst is not None and m.reason == CANCELED}
     if undo_list is None or pairs is None:
         folder = Path(rows[0].src).parent
         pairs = [(m.dst, m.src) for m in rows if m.dst is not None and _made_or_maybe(m)]
@@ -421,6 +444,7 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
             in_flight=set(in_flight),
             never_moved=never_moved,
             on_back=record,
+            withdrawn_by_cancel=by_cancel,
         )
     except BaseException:
         with contextlib.suppress(Exception):  # said as interrupted, not as under way
