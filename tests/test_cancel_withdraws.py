@@ -155,8 +155,7 @@ def test_cancel_of_a_tidy_with_queued_moves_then_resume_moves_nothing_more(tmp_p
     # the cancel's withdrawals are not claimed as the undo's own (a tryout
     # read "N queued moves withdrawn" twice, from the cancel and the undo)
     assert undo.stdout.splitlines()[0] == (
-        f"tidy run {run_id}: 40 moved back, {queued - 40:,} withdrawn before by cancel "
-        "(never made)"
+        f"tidy run {run_id}: 40 moved back, {queued - 40:,} withdrawn before by cancel (never made)"
     )
     assert top_files(folder) == files and tidied(folder) == []
     shown = flowdesk(db, "show", run_id).stdout
