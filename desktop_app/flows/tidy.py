@@ -97,7 +97,7 @@ from desktop_app.words import plural
 DESTINATION = "tidy.move"
 DEFAULT_TIMEOUT_S = 24 * 3600.0
 AFFIRMATIVE = frozenset({"yes", "y", "approve", "ok"})
-#: the step that asks for the approval (its question's wait id is ``approve:N``)
+#: the step that asks for the approval (its question's wait id is ``RUN:approve:N``)
 APPROVE_STEP = "approve"
 UNDO_PREFIX = ".flowdesk-tidy-undo-"
 
