@@ -92,14 +92,32 @@ def test_stop_waiting_never_waits_longer_than_one_usual_try(store):
             store.pool.putconn(conn)
 
 
+def test_stop_waiting_waits_what_it_is_given_or_two_seconds(pg_url):
+    """Below one usual try (8 s here), the wait given (0.3 s), and by
+    default 2 s: neither the usual try's wait nor any other."""
+    store = open_postgres_store(pg_url, max_connections=2, connect_wait_s=8.0)
+    store.notifier.enabled = False
+    conns = held(store)
+    try:
+        store.stop_waiting(0.3)
+        assert timed_refusal(store, "k1") < 1.5  # not 8 s
+        store.stop_waiting()
+        assert 1.9 <= timed_refusal(store, "k2") < 2.8  # 2 s (a default of 3 s would be 3)
+    finally:
+        for conn in conns:
+            store.pool.putconn(conn)
+        store.close()
+
+
 @pytest.mark.scenario("S70")
+@pytest.mark.parametrize("give_up_once", [True, False], ids=["command", "worker"])
 def test_a_command_that_asked_in_vain_whether_a_statement_landed_gives_up_once(
-    pg_url, pg_store, monkeypatch
+    pg_url, pg_store, monkeypatch, give_up_once
 ):
     """A run's creation sent as one statement, its reply cut and the server
     out of reach while the store asks whether it landed: the outcome is
-    unknown, and the transaction after it tries once (a command recording
-    where it stopped), not four times."""
+    unknown, and the transaction after it tries once for a command
+    (recording where it stopped), four times for a worker."""
     from desktop_app.store.postgres import store as postgres
 
     monkeypatch.setattr(postgres, "RESOLVE_TIMEOUT_S", 1.0)
@@ -111,13 +129,17 @@ def test_a_command_that_asked_in_vain_whether_a_statement_landed_gives_up_once(
         reconnect_max_s=0.1,
     )
     store.notifier.enabled = False
-    store.on_unreachable(lambda _exc: None, give_up_once=True)
+    store.on_unreachable(lambda _exc: None, give_up_once=give_up_once)
     proxy.arm("after_commit_unreachable")
     try:
         run = RunRecord("r1", "f", "v1", "running", 0, T0, T0)
         with pytest.raises(CommitUnknownError):
             store.create_run(run, Checkpoint("r1", 0, "running", {}, {}, ("a",), T0))
-        assert timed_refusal(store, "k1") < 2.5 * WAIT_S
+        took = timed_refusal(store, "k1")
+        if give_up_once:
+            assert took < 2.5 * WAIT_S
+        else:
+            assert took >= 4 * WAIT_S
     finally:
         store.close()
         proxy.close()
