@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from desktop_app.flows.tidy_outcomes import approval_answered, outcome_of, was_approved
+from desktop_app.flows.tidy_outcomes import approval_answered, outcomes_of
 from desktop_app.store.domain.tidy import moves_of_run
 from desktop_app.store.protocol import CheckpointStore
 from desktop_app.textsafe import one_line
@@ -49,14 +49,14 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
     ``"6 files: 4 to move, 2 stay"``."""
     moves = store.query(moves_of_run(run_id))
     status = store.get_run(run_id).status
-    approved = was_approved(moves) or approval_answered(store.latest(run_id).meta)
+    answered = approval_answered(store.latest(run_id).meta)
     rows: list[tuple[str, ...]] = []
-    for m in moves:
+    for m, o in zip(moves, outcomes_of(moves, status, answered_yes=answered), strict=True):
         folder = str(Path(m.src).parent)
         goes = m.status in MOVING and m.dst is not None
         where = os.path.relpath(m.dst, folder) if goes and m.dst else f"stays: {m.reason}"
         name = one_line(Path(m.src).name)  # a newline in it would split its row
-        rows.append((name, m.kind, outcome_of(m, status, approved=approved).outcome, where))
+        rows.append((name, m.kind, o.outcome, where))
     moving = sum(m.status in MOVING and m.dst is not None for m in moves)
     title = f"{plural(len(rows), 'file')}: {moving:,} to move"
     if len(rows) > moving:
