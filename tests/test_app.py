@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 from textual.pilot import Pilot
-from textual.widgets import Button, DataTable, Input
+from textual.widgets import Button, DataTable, Input, Label
 
 from desktop_app import bootstrap
 from desktop_app.app.format import countdown
@@ -645,6 +645,10 @@ async def test_an_answer_given_elsewhere_meanwhile_is_refused_in_the_modal(
         await settle(pilot)
         assert app.screen is modal and isinstance(modal, AnswerScreen)
         assert "already answered" in modal.error_text or "not waiting" in modal.error_text
+        # the dialog read the run again: it no longer says the run is waiting
+        title = str(modal.query_one("#title", Label).render())
+        assert title == f"Run {run_id[:8]} (approve) is completed"
+        assert "waits for nothing that can be answered" in str(modal.query_one("#prompt").render())
         await pilot.press("escape")
         assert isinstance(app.screen, RunsScreen)
     status, state = stored_run(db, run_id)

@@ -62,18 +62,21 @@ class RecoveryFinished(Message):
 class WaitsLoaded(Message):
     """A run's pending waits, read in a worker (``error`` when the read
     failed), and the only answers some of them take (``choices``: wait id ->
-    words, the checkpoint's ``meta["choices"]``, ``StepContext.interrupt``)."""
+    words, the checkpoint's ``meta["choices"]``, ``StepContext.interrupt``),
+    and the run's status at that checkpoint (``None`` when not read)."""
 
     def __init__(
         self,
         waits: list[Wait],
         error: str | None = None,
         choices: dict[str, list[str]] | None = None,
+        status: str | None = None,
     ) -> None:
         super().__init__()
         self.waits = waits
         self.error = error
         self.choices = choices or {}
+        self.status = status
 
 
 class AnswerAccepted(Message):

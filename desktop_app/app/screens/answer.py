@@ -162,15 +162,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         # Close stay below it, on screen at any size
         with Vertical(id="dialog"):
             with VerticalScroll(id="body"):
-                yield Label(
-                    Text.assemble(
-                        ("Run ", "bold"),
-                        short_id(run.run_id),
-                        (" (", ""),
-                        run.flow_name,
-                        (") is waiting", "bold"),
-                    )
-                )
+                yield Label(self._title(run.status), id="title")
                 yield RowTable(id="waits")
                 yield Static("Reading what it waits for…", id="prompt")
                 yield Static("", id="preview-title")
@@ -192,6 +184,17 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
                 yield send_signal
                 yield Button("Close", id="close")
         yield Footer(show_command_palette=False)
+
+    def _title(self, status: str) -> Text:
+        """The dialog's first line: the run and its status as last read."""
+        run = self.run
+        return Text.assemble(
+            ("Run ", "bold"),
+            short_id(run.run_id),
+            (" (", ""),
+            run.flow_name,
+            (f") is {status}", "bold"),
+        )
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit(event.size.height)
@@ -258,7 +261,9 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
             self.post_message(WaitsLoaded([], f"{type(exc).__name__}: {exc}"))
         else:
             choices = latest.meta.get("choices") or {}
-            self.post_message(WaitsLoaded(list(latest.waits), choices=dict(choices)))
+            self.post_message(
+                WaitsLoaded(list(latest.waits), choices=dict(choices), status=latest.status)
+            )
 
     def on_waits_loaded(self, message: WaitsLoaded) -> None:
         self.waits = message.waits
@@ -272,6 +277,8 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
             shown = short_wait_id(w.wait_id)
             cells = (shown, w.kind, wait_target(w), countdown(w.deadline_at, now))
             table.add_row(*(Text(c) for c in cells), key=w.wait_id)
+        if message.status is not None:  # e.g. answered elsewhere meanwhile: it went on
+            self.query_one("#title", Label).update(self._title(message.status))
         if message.error:
             self._show_error(message.error)
         ids = [w.wait_id for w in self.waits]
