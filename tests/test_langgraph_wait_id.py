@@ -76,12 +76,13 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.mark.scenario("S95")
 def test_the_printed_answer_run_twice_does_not_answer_the_threads_next_question(db: Path) -> None:
-    assert invoke(db, {"got": []})["__interrupt__"]
+    (asked,) = invoke(db, {"got": []})["__interrupt__"]
     first = printed_answer(db)
     with FlowdeskSaver.open(db) as saver:
         thread = get_thread(saver.store, saver.scope, THREAD)
-    assert thread is not None and thread.checkpoint_id
-    assert first.endswith(f" - --wait-id {thread.checkpoint_id}"), first
+    # the question is named by LangGraph's own id of the interrupt
+    assert thread is not None and thread.wait_id == asked.id
+    assert first.endswith(f" - --wait-id {asked.id}"), first
     done = as_printed(first, {**os.environ}, input="yes\n")
     assert done.returncode == 0, done.stderr
     assert f"langgraph thread {THREAD} answered" in done.stdout
@@ -110,6 +111,52 @@ def test_the_printed_answer_run_twice_does_not_answer_the_threads_next_question(
     assert row["wait_id"] == shown["wait_id"] and second.endswith(f" --wait-id {row['wait_id']}")
     assert as_printed(second, {**os.environ}, input="later\n").returncode == 0
     assert invoke(db, None)["got"] == ["ship: yes", "tell: later"]
+
+
+class Order(TypedDict):
+    where: str
+    charge: str
+
+
+def confirm(state: Order) -> dict[str, Any]:
+    """One node, two questions: both are asked at one checkpoint."""
+    where = interrupt("Ship to Berlin?")
+    charge = interrupt("Charge the card 500 EUR?")
+    return {"where": where, "charge": charge}
+
+
+def invoke_order(db: Path, start: dict[str, Any] | None) -> dict[str, Any]:
+    graph = StateGraph(Order).add_node(confirm).add_edge(START, "confirm")
+    with FlowdeskSaver.open(db) as saver:
+        out: dict[str, Any] = graph.compile(checkpointer=saver).invoke(
+            start, CONFIG, durability="sync"
+        )
+    return out
+
+
+@pytest.mark.scenario("S95")
+def test_the_printed_answer_run_twice_does_not_answer_the_next_question_of_the_same_node(
+    db: Path,
+) -> None:
+    """A new user's report: a node that calls ``interrupt()`` twice asks both
+    questions at one checkpoint, and the wait id was the checkpoint's, so the
+    answer command printed for "Ship to Berlin?", run again, was taken as
+    the answer to "Charge the card 500 EUR?"."""
+    assert invoke_order(db, {"where": "", "charge": ""})["__interrupt__"]
+    first = printed_answer(db)
+    assert as_printed(first, {**os.environ}, input="yes\n").returncode == 0
+    assert invoke_order(db, None)["__interrupt__"]
+    assert asks(db) == ("waiting", ["Charge the card 500 EUR?"])
+    second = printed_answer(db)
+    assert second != first
+
+    late = as_printed(first, {**os.environ}, input="yes\n")
+    assert late.returncode == 1, (late.stdout, late.stderr)
+    assert "it asks another question now" in late.stderr, late.stderr
+    assert asks(db) == ("waiting", ["Charge the card 500 EUR?"])  # nothing answered it
+
+    assert as_printed(second, {**os.environ}, input="no\n").returncode == 0
+    assert invoke_order(db, None) == {"where": "yes", "charge": "no"}
 
 
 def test_the_json_of_a_waiting_thread_gives_its_answer_command_which_works_as_given(

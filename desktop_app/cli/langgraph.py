@@ -56,12 +56,13 @@ def thread_rows(sv: Services, args: Any, now: float) -> list[tuple[float, dict[s
     return out
 
 
-def answer_hint(ctx: Ctx, thread_id: str, checkpoint_id: str | None) -> str:
+def answer_hint(ctx: Ctx, thread_id: str, wait_id: str | None) -> str:
     """The command that answers a waiting thread (the answer on standard
     input), the thread id quoted for a POSIX shell (its program names it),
-    with ``--wait-id`` and the checkpoint at which it asks: run late, or
-    twice, it is refused rather than answering the thread's next question."""
-    pin = f" --wait-id {shell_quote(checkpoint_id)}" if checkpoint_id else ""
+    with ``--wait-id`` and the question it asks (:attr:`threads.Thread.wait_id`):
+    run late, or twice, it is refused rather than answering the thread's
+    next question."""
+    pin = f" --wait-id {shell_quote(wait_id)}" if wait_id else ""
     return ctx.hints.cmd(f"answer {shell_quote(thread_id)} -{pin}")
 
 
@@ -72,14 +73,19 @@ def answer_command(ctx: Ctx, t: threads.Thread) -> str | None:
     (which ``answer`` cannot tell apart: its program answers them)."""
     if t.status != "waiting" or threads.asks_several(t):
         return None
-    return answer_hint(ctx, t.thread_id, t.checkpoint_id)
+    return answer_hint(ctx, t.thread_id, t.wait_id)
 
 
-def pending_interrupts(sv: Services, thread_id: str) -> list[dict[str, Any]] | None:
-    """The unanswered interrupts of the thread's latest root checkpoint as
-    ``{"id": interrupt id, "value": its value}`` (the id is what its program
-    answers by: ``Command(resume={id: value})``), or ``None`` without the
-    ``langgraph`` extra (the stored values alone are in ``interrupts``)."""
+def pending_interrupts(sv: Services, t: threads.Thread) -> list[dict[str, Any]] | None:
+    """The unanswered interrupts of waiting thread ``t`` as ``{"id":
+    interrupt id, "value": its value}`` (the id is what its program answers
+    by: ``Command(resume={id: value})``), from its row; for a row stored
+    before the ids were kept, from its latest root checkpoint, or ``None``
+    without the ``langgraph`` extra (the stored values alone are in
+    ``interrupts``)."""
+    if t.interrupt_ids:
+        return [{"id": i, "value": v} for i, v in zip(t.interrupt_ids, t.interrupts, strict=True)]
+    thread_id = t.thread_id
     try:
         from desktop_app.integrations.langgraph.saver import FlowdeskSaver
     except ImportError:
@@ -104,7 +110,7 @@ def _answer_lines(ctx: Ctx, t: threads.Thread, indent: str, ids: list[str] | Non
     several questions at once (which ``answer`` refuses), how its program
     answers them (and their ids when known)."""
     if not threads.asks_several(t):
-        command = answer_hint(ctx, t.thread_id, t.checkpoint_id)
+        command = answer_hint(ctx, t.thread_id, t.wait_id)
         return [f"{indent}answer it (the answer on standard input): {command}"]
     lines = [
         f"{indent}it waits on {len(t.interrupts)} questions at once, which `flowdesk answer` "
@@ -143,7 +149,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     now = ctx.judged_now(sv)
     cps = threads.checkpoint_rows(sv.checkpoints, sv.settings.scope, thread_id)
     state = _state(sv, thread_id)
-    pending = pending_interrupts(sv, thread_id) if t.status == "waiting" else []
+    pending = pending_interrupts(sv, t) if t.status == "waiting" else []
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
@@ -160,7 +166,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
                 ],
                 "pending_interrupts": pending,
                 # `answer THREAD VALUE --wait-id ID` answers the question asked there only
-                "wait_id": t.checkpoint_id if t.status == "waiting" else None,
+                "wait_id": t.wait_id,
                 "command": None if display_status(t, now) == MOVED else answer_command(ctx, t),
                 "state": state,
             },
@@ -234,16 +240,13 @@ def answer(sv: Services, thread_id: str, value: Any, wait_id: str | None = None)
     """``flowdesk answer THREAD [VALUE]``: store the answer the thread's
     ``interrupt()`` receives when its program runs the graph again.
 
-    ``wait_id``: the root checkpoint at which the question was read (as
-    ``show`` and ``waiting`` print it); ``None``: the question the thread
-    asks now.
+    ``wait_id``: the question that was read (as ``show`` and ``waiting``
+    print it); ``None``: the question the thread asks now.
 
     Raises:
         see :func:`threads.store_answer`.
     """
-    t = threads.store_answer(
-        sv.checkpoints, sv.settings.scope, thread_id, value, checkpoint_id=wait_id
-    )
+    t = threads.store_answer(sv.checkpoints, sv.settings.scope, thread_id, value, wait_id=wait_id)
     print(f"langgraph thread {one_line(t.thread_id)} answered")
     print(f"it goes on when its program runs {threads.resume_hint(t.thread_id)}")
     return EXIT_OK

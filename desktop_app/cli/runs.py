@@ -1182,7 +1182,7 @@ def cmd_waiting(ctx: Ctx) -> int:
         rows += [
             {
                 **langgraph.thread_row(t, now),
-                "wait_id": t.checkpoint_id,
+                "wait_id": t.wait_id,
                 "command": langgraph.answer_command(ctx, t),
             }
             for t in threads

@@ -380,7 +380,7 @@ def _thread_items(store: CheckpointStore) -> list[InboxItem]:
             prompt="; ".join(json_text(v) for v in t.interrupts) or "(no question)",
             deadline_at=None,
             asked_at=t.updated_at,
-            wait_id=t.checkpoint_id,
+            wait_id=t.wait_id,
             questions=max(1, len(t.interrupts)),
             moved_to=moved_to(t.owner),
         )

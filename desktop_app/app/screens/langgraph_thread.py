@@ -304,9 +304,9 @@ class ThreadScreen(Screen[None]):
             return
         store = services.services.checkpoints
         # the question shown: a thread that asks another one by now refuses it
-        shown = self.thread.checkpoint_id if self.thread is not None else None
+        shown = self.thread.wait_id if self.thread is not None else None
         try:
-            threads.store_answer(store, store.scope, self.thread_id, text, checkpoint_id=shown)
+            threads.store_answer(store, store.scope, self.thread_id, text, wait_id=shown)
         except FlowdeskError as exc:
             self.flowdesk.say(str(exc), "error")
             return

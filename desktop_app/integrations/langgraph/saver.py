@@ -79,6 +79,7 @@ from desktop_app.integrations.langgraph.threads import (
     INTERRUPT,
     RESUME,
     checksum,
+    interrupts_json,
     refuse_moved,
     ts,
     verify_checkpoint,
@@ -925,9 +926,9 @@ def _write_row(
 
 
 def _interrupt_values(asked: Sequence[Any]) -> str:
-    """The values of interrupt writes (each a list of ``Interrupt``) as JSON."""
-    values = [getattr(i, "value", i) for batch in asked for i in _as_list(batch)]
-    return json.dumps(values, default=str, ensure_ascii=False)
+    """The ``interrupts`` column for interrupt writes (each a list of
+    ``Interrupt``): their values and ids (:func:`threads.interrupts_json`)."""
+    return interrupts_json([i for batch in asked for i in _as_list(batch)])
 
 
 def _as_list(value: Any) -> Sequence[Any]:

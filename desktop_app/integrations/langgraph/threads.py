@@ -97,6 +97,9 @@ class Thread:
             trace, correlation) stored when the thread began.
         interrupts: the unanswered interrupts' values (JSON), oldest first.
         checkpoint_id: its latest root checkpoint.
+        interrupt_ids: LangGraph's ids of those interrupts (``Interrupt.id``,
+            the keys of ``Command(resume={id: value})``), in the same order;
+            empty for a row stored before Flowdesk kept them.
     """
 
     thread_id: str
@@ -107,6 +110,21 @@ class Thread:
     context: dict[str, Any] = field(default_factory=dict)
     interrupts: list[Any] = field(default_factory=list)
     checkpoint_id: str | None = None
+    interrupt_ids: list[str] = field(default_factory=list)
+
+    @property
+    def wait_id(self) -> str | None:
+        """What names the question a waiting thread asks (``--wait-id``):
+        the id of its one unanswered interrupt. One node that calls
+        ``interrupt()`` twice asks both at one checkpoint, so the checkpoint
+        id alone would let an answer to the first be taken for the second.
+        The checkpoint id for a row without interrupt ids; ``None`` when the
+        thread does not wait."""
+        if self.status != "waiting":
+            return None
+        if len(self.interrupt_ids) == 1:
+            return self.interrupt_ids[0]
+        return self.checkpoint_id
 
     # what runs_view.display_status reads (a thread has no lease: a writer on
     # another host is never judged gone, one of this host is when its process is)
@@ -141,7 +159,26 @@ def _columns(tx: SqlTx) -> str:
     )
 
 
+def interrupts_json(interrupts: Sequence[Any]) -> str:
+    """The ``interrupts`` column for LangGraph ``Interrupt`` objects:
+    ``{"values": [...], "ids": [...]}`` (a row stored before the ids were
+    kept holds the list of values alone)."""
+    values = [getattr(i, "value", i) for i in interrupts]
+    ids = [str(i.id) for i in interrupts if getattr(i, "id", None) is not None]
+    shown = {"values": values, "ids": ids if len(ids) == len(values) else []}
+    return json.dumps(shown, default=str, ensure_ascii=False)
+
+
+def _interrupts(text: str | None) -> tuple[list[Any], list[str]]:
+    """The values and ids the ``interrupts`` column holds (see :func:`interrupts_json`)."""
+    stored = json.loads(text) if text else []
+    if isinstance(stored, dict):
+        return list(stored["values"]), [str(i) for i in stored["ids"]]
+    return list(stored), []
+
+
 def _thread(row: Sequence[Any]) -> Thread:
+    values, ids = _interrupts(row[6])
     return Thread(
         thread_id=str(row[0]),
         status=str(row[1]),
@@ -149,8 +186,9 @@ def _thread(row: Sequence[Any]) -> Thread:
         updated_at=float(row[3]),
         owner=row[4],
         context=json.loads(row[5] or "{}"),
-        interrupts=json.loads(row[6]) if row[6] else [],
+        interrupts=values,
         checkpoint_id=row[7],
+        interrupt_ids=ids,
     )
 
 
@@ -217,17 +255,17 @@ def checkpoint_rows(store: DomainStore, scope: str, thread_id: str) -> list[Chec
 
 
 def store_answer(
-    store: DomainStore, scope: str, thread_id: str, value: Any, checkpoint_id: str | None = None
+    store: DomainStore, scope: str, thread_id: str, value: Any, wait_id: str | None = None
 ) -> Thread:
     """Answer the thread's unanswered interrupt with ``value`` (JSON).
 
-    ``checkpoint_id``: the root checkpoint at which the person read the
-    question (what ``show`` and ``waiting`` print as ``--wait-id``, the
-    app's thread view holds): a thread that asks at another checkpoint by
-    then (that question was answered and its program asked the next one)
-    refuses the answer, so a command run twice, or by two people, never
-    answers a question its sender did not see. ``None``: the question the
-    thread asks when this reads it.
+    ``wait_id``: the question the person read (:attr:`Thread.wait_id`, what
+    ``show`` and ``waiting`` print as ``--wait-id``, the app's thread view
+    holds): a thread that asks another question by then (that one was
+    answered and its program asked the next, at the next checkpoint or in
+    the same node) refuses the answer, so a command run twice, or by two
+    people, never answers a question its sender did not see. ``None``: the
+    question the thread asks when this reads it.
 
     Stores ``(NULL_TASK_ID, "__resume__", value)`` on the thread's latest root
     checkpoint, which is what LangGraph's ``Command(resume=value)`` stores
@@ -245,9 +283,9 @@ def store_answer(
         ThreadCorruptError: the checkpoint it waits at was changed outside
             Flowdesk (nothing stored); a damaged database page raises
             ``DatabaseCorruptError`` the same way.
-        RunStateError: the thread is not waiting for an answer, waits at
-            another checkpoint than ``checkpoint_id``, or another answer
-            took it first (nothing stored; exit 1, as for a flow run).
+        RunStateError: the thread is not waiting for an answer, asks
+            another question than ``wait_id``, or another answer took it
+            first (nothing stored; exit 1, as for a flow run).
         InputError: ``value`` is not JSON, or the thread waits on several
             interrupts at once (a resume without ids would answer the first
             LangGraph picks; its program answers them by id).
@@ -265,6 +303,7 @@ def store_answer(
         if row is None:
             raise UnknownRunError(f"no LangGraph thread {thread_id} in scope {scope!r}")
         thread = _thread(row)
+        asked = row[6]  # the compare-and-set below takes this question only
         refuse_moved(thread.thread_id, thread.status, thread.owner, scope)
         if thread.status != "waiting" or thread.checkpoint_id is None:
             raise RunStateError(
@@ -280,12 +319,11 @@ def store_answer(
                 "to whichever LangGraph resumes first, not the one you mean, so nothing was "
                 f"stored. {several_hint(thread_id)}"
             )
-        if checkpoint_id is not None and checkpoint_id != thread.checkpoint_id:
+        if wait_id is not None and wait_id != thread.wait_id:
             raise RunStateError(
-                f"LangGraph thread {thread_id} does not wait at checkpoint {checkpoint_id!r}: "
-                f"it asks another question now (at checkpoint {thread.checkpoint_id!r}); the "
-                "one you answered was answered elsewhere, or the id is mistyped; nothing was "
-                "stored"
+                f"LangGraph thread {thread_id} does not ask question {wait_id!r}: it asks "
+                f"another question now ({thread.wait_id!r}); the one you answered was "
+                "answered elsewhere, or the id is mistyped; nothing was stored"
             )
         stored = tx.fetchone(
             f"SELECT {CHECKPOINT_COLUMNS} FROM langgraph_checkpoints WHERE scope=? AND "
@@ -304,8 +342,9 @@ def store_answer(
         taken = tx.execute(
             f"UPDATE langgraph_threads SET status='{ANSWERED}', owner=NULL, interrupts=NULL, "
             f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND status='waiting' "
-            "AND checkpoint_id=?",
-            (now, scope, thread_id, thread.checkpoint_id),
+            "AND checkpoint_id=? AND "
+            + ("interrupts IS NULL" if asked is None else "interrupts=?"),
+            (now, scope, thread_id, thread.checkpoint_id, *([] if asked is None else [asked])),
         )
         if taken.rowcount != 1:
             raise RunStateError(
