@@ -141,6 +141,37 @@ def _state(sv: Services, thread_id: str) -> dict[str, Any] | None:
     }
 
 
+def _stopped(sv: Services, thread_id: str) -> Any:
+    """``FlowdeskSaver.stopped_at`` of the thread: its nodes that did not
+    finish; ``None`` without the ``langgraph`` extra."""
+    try:
+        from desktop_app.integrations.langgraph.saver import FlowdeskSaver
+    except ImportError:
+        return None
+    return FlowdeskSaver(sv.checkpoints).stopped_at(thread_id)
+
+
+def _stopped_lines(t: threads.Thread, stopped: Any) -> list[str]:
+    """What ``show`` says of the nodes of a thread ``interrupted`` mid-step:
+    those that raised, and those cut off, which its program runs again from
+    their start (as LangGraph does)."""
+    lines = [
+        f"failed: node {one_line(node)} raised {one_line(error)}; its program runs it again "
+        "from its start with " + threads.resume_hint(t.thread_id)
+        for node, error in stopped.failed
+    ]
+    if stopped.running:
+        nodes = ", ".join(one_line(n) for n in stopped.running)
+        one = len(stopped.running) == 1
+        lines.append(
+            f"cut off: node{'' if one else 's'} {nodes} had not finished when its process "
+            f"stopped; its program runs {'it' if one else 'them'} again from the start, so "
+            "what ran before the stop (a payment, a message) may happen twice: Flowdesk "
+            "cannot tell whether it did"
+        )
+    return lines
+
+
 def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     """``flowdesk show THREAD``: status, ExecutionContext ids, unanswered
     interrupts (with the command answering them), checkpoints, latest state."""
@@ -150,11 +181,18 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     cps = threads.checkpoint_rows(sv.checkpoints, sv.settings.scope, thread_id)
     state = _state(sv, thread_id)
     pending = pending_interrupts(sv, t) if t.status == "waiting" else []
+    status = display_status(t, now)
+    stopped = _stopped(sv, thread_id) if status == INTERRUPTED else None
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
             {
                 **thread_row(t, now),
+                "error": "; ".join(f"node {n} raised {e}" for n, e in stopped.failed)
+                if stopped is not None and stopped.failed
+                else None,
+                # nodes that had not finished when its process stopped: run again
+                "cut_off_nodes": stopped.running if stopped is not None else [],
                 "checkpoints": [
                     {
                         "id": c.checkpoint_id,
@@ -167,12 +205,11 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
                 "pending_interrupts": pending,
                 # `answer THREAD VALUE --wait-id ID` answers the question asked there only
                 "wait_id": t.wait_id,
-                "command": None if display_status(t, now) == MOVED else answer_command(ctx, t),
+                "command": None if status == MOVED else answer_command(ctx, t),
                 "state": state,
             },
         )
         return EXIT_OK
-    status = display_status(t, now)
     print(f"langgraph thread {one_line(t.thread_id)}  status {status}")
     if status == INTERRUPTED:
         print(
@@ -187,6 +224,8 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
             f"{threads.saver_line(where, ctx.hints.scope)}; nothing on this database does "
             f"(see it there: {moved_hint(ctx.hints, where, t.thread_id)})"
         )
+    for line in _stopped_lines(t, stopped) if stopped is not None else []:
+        print(visible_controls(line))
     print(f"started {when(t.created_at)}  updated {when(t.updated_at)} (UTC)")
     ids = "  ".join(f"{one_line(k)} {one_line(str(v))}" for k, v in sorted(t.context.items()))
     print(f"context: {ids}")

@@ -76,6 +76,7 @@ from desktop_app.flow.owners import new_owner
 from desktop_app.integrations.langgraph.threads import (
     ANSWERED,
     CHECKPOINT_COLUMNS,
+    ERROR,
     INTERRUPT,
     RESUME,
     checksum,
@@ -121,6 +122,30 @@ def _inline(value: Any) -> bool:
 
 def _bytes(value: Any) -> bytes:
     return bytes(value) if value is not None else b""
+
+
+class StoppedAt(NamedTuple):
+    """What a thread's latest root checkpoint says about the nodes of its
+    step (:meth:`FlowdeskSaver.stopped_at`).
+
+    Attributes:
+        running: nodes scheduled at it with nothing stored: when its process
+            stopped they were running (or not started yet); its program runs
+            them again from their start, as LangGraph does.
+        failed: ``(node, error)`` of nodes that raised (LangGraph's
+            ``__error__`` write, the exception's ``repr``); its program runs
+            them again too.
+    """
+
+    running: list[str]
+    failed: list[tuple[str, str]]
+
+
+def _pulled_node(task_path: str) -> str | None:
+    """The node of a write's task path (``"~__pregel_pull, NODE"``); ``None``
+    for a ``Send``'s task (``__pregel_push``)."""
+    kind, _, node = task_path.partition(", ")
+    return node if kind == "~__pregel_pull" and node else None
 
 
 class FlowdeskSaver(BaseCheckpointSaver[str]):
@@ -211,6 +236,38 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         else:
             n = int(str(current).split(".")[0])
         return f"{n + 1:032}.{random.random():016}"
+
+    def stopped_at(self, thread_id: str) -> StoppedAt:
+        """The nodes of the thread's latest root checkpoint that did not
+        finish: scheduled there (an edge's ``branch:to:NODE``) with nothing
+        stored, or stored an error. Nodes a ``Send`` started are not named
+        (their tasks are not in the checkpoint's channels)."""
+        tup = self.get_tuple({"configurable": {"thread_id": thread_id}})
+        if tup is None:
+            return StoppedAt([], [])
+        checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        writes = self.store.query(
+            lambda tx: tx.fetchall(
+                "SELECT task_path, channel, type, blob FROM langgraph_writes WHERE scope=? "
+                "AND thread_id=? AND checkpoint_ns='' AND checkpoint_id=? ORDER BY task_id, idx",
+                (self.scope, thread_id, checkpoint_id),
+            )
+        )
+        wrote: set[str] = set()
+        failed: list[tuple[str, str]] = []
+        for path, channel, typ, blob in writes:
+            node = _pulled_node(str(path or ""))
+            if node is None:
+                continue
+            wrote.add(node)
+            if channel == ERROR:
+                failed.append((node, str(self.serde.loads_typed((str(typ), _bytes(blob))))))
+        scheduled = [
+            ch.removeprefix("branch:to:")
+            for ch in tup.checkpoint.get("updated_channels") or ()
+            if ch.startswith("branch:to:")
+        ]
+        return StoppedAt([n for n in scheduled if n not in wrote], failed)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``checkpoint_id``), or the thread's

@@ -38,6 +38,7 @@ KIND = "langgraph"
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 RESUME = "__resume__"
 INTERRUPT = "__interrupt__"
+ERROR = "__error__"  # a task's exception (LangGraph's private constant)
 #: ``WRITES_IDX_MAP[RESUME]`` of langgraph.checkpoint.base
 RESUME_IDX = -4
 
@@ -306,8 +307,10 @@ def store_answer(
         asked = row[6]  # the compare-and-set below takes this question only
         refuse_moved(thread.thread_id, thread.status, thread.owner, scope)
         if thread.status != "waiting" or thread.checkpoint_id is None:
+            # `running` is also what a thread whose process was killed stores
+            said = "running or interrupted" if thread.status == "running" else thread.status
             raise RunStateError(
-                f"LangGraph thread {thread_id} is {thread.status}, not waiting for an answer; "
+                f"LangGraph thread {thread_id} is {said}, not waiting for an answer; "
                 "nothing was stored"
             )
         if len(thread.interrupts) > 1:

@@ -1,0 +1,117 @@
+"""A new user's report: a LangGraph node killed with SIGKILL after its side
+effect ran again on resume (LangGraph keeps only the writes of nodes that
+finished), and ``show`` said only "interrupted"; a node that raised was
+shown the same way, though LangGraph had stored its error. ``show`` names
+the node cut off and says what may happen twice, or the node that raised
+and its error, in text and in ``-o json``. Real SQLite file, a real graph
+in a real process, SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_support import REPO, flowdesk
+
+PROGRAM = """
+import os, sys
+from typing import TypedDict
+from langgraph.graph import START, StateGraph
+from desktop_app.integrations.langgraph import FlowdeskSaver
+
+db, effects, how = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+class Order(TypedDict, total=False):
+    charged: bool
+
+
+def prepare(state: Order) -> dict:
+    return {}
+
+
+def charge(state: Order) -> dict:
+    with open(effects, "a") as f:
+        f.write("charge\\n")
+    if how == "kill":
+        os.kill(os.getpid(), 9)  # after the side effect, before the node returns
+    if how == "raise":
+        raise RuntimeError("card declined")
+    return {"charged": True}
+
+
+graph = StateGraph(Order).add_node(prepare).add_node(charge)
+graph = graph.add_edge(START, "prepare").add_edge("prepare", "charge").compile
+config = {"configurable": {"thread_id": "order-7"}}
+with FlowdeskSaver.open(db) as saver:
+    app = graph(checkpointer=saver)
+    first = app.get_state(config).created_at is None
+    print(app.invoke({} if first else None, config, durability="sync"))
+"""
+
+
+def program(tmp_path: Path, db: Path, effects: Path, how: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "order.py"
+    script.write_text(PROGRAM)
+    return subprocess.run(
+        [sys.executable, str(script), str(db), str(effects), how],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    db = tmp_path / "lg.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    return db
+
+
+def test_a_node_killed_after_its_side_effect_is_named_and_said_to_maybe_happen_twice(
+    tmp_path: Path, db: Path
+) -> None:
+    effects = tmp_path / "effects.log"
+    killed = program(tmp_path, db, effects, "kill")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    shown = flowdesk(db, "show", "order-7")
+    assert shown.returncode == 0, shown.stderr
+    assert "status interrupted" in shown.stdout
+    assert (
+        "cut off: node charge had not finished when its process stopped; its program runs it "
+        "again from the start, so what ran before the stop (a payment, a message) may happen "
+        "twice: Flowdesk cannot tell whether it did"
+    ) in shown.stdout, shown.stdout
+    as_json = json.loads(flowdesk(db, "show", "order-7", "-o", "json").stdout)
+    assert (as_json["cut_off_nodes"], as_json["error"]) == (["charge"], None)
+
+    # what show said happens: the resume runs the node again from its start
+    done = program(tmp_path, db, effects, "finish")
+    assert done.returncode == 0, done.stderr
+    assert effects.read_text().splitlines() == ["charge", "charge"]
+    after = flowdesk(db, "show", "order-7")
+    assert "status completed" in after.stdout and "cut off" not in after.stdout
+    assert json.loads(flowdesk(db, "show", "order-7", "-o", "json").stdout)["cut_off_nodes"] == []
+
+
+def test_a_node_that_raised_is_shown_with_its_error(tmp_path: Path, db: Path) -> None:
+    effects = tmp_path / "effects.log"
+    failed = program(tmp_path, db, effects, "raise")
+    assert failed.returncode == 1 and "card declined" in failed.stderr
+    shown = flowdesk(db, "show", "order-7")
+    assert shown.returncode == 0, shown.stderr
+    assert "failed: node charge raised RuntimeError('card declined'); its program runs it " in (
+        shown.stdout
+    ), shown.stdout
+    assert "cut off" not in shown.stdout  # it finished: by raising
+    as_json = json.loads(flowdesk(db, "show", "order-7", "-o", "json").stdout)
+    assert as_json["error"] == "node charge raised RuntimeError('card declined')"
+    assert as_json["cut_off_nodes"] == []
