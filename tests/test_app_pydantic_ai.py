@@ -203,3 +203,41 @@ async def test_q_while_an_approved_call_runs_waits_for_it_and_saves_its_result(
         assert "done executed=1 replayed=2 output=x is deleted" in resumed.stdout
         assert requests_seen(server)[-1] == ["deleted x"]  # its result, not "unknown"
     assert lines(log) == ["delete x"]  # approved once, made once
+
+
+@pytest.mark.scenario("S96")
+async def test_r_resumes_a_pydantic_ai_run_interrupted_while_the_app_is_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's report: `r` on a Pydantic AI agent's interrupted run said
+    it "uses tools set up on the command line" and to resume it from a
+    shell; the README says `r` resumes agent runs, and the run needs no
+    tools but its registered agent's. It resumes it with that agent (no
+    Flowdesk model set up), the call cut off made again and the one done
+    before not."""
+    db, log = tmp_path / "t.db", tmp_path / "tool.log"
+    settings = registered(db)
+    with ChatServer() as server:
+        env = {"PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        for name, value in env.items():  # the registered agent is built in this process
+            monkeypatch.setenv(name, value)
+        app = FlowdeskApp(settings)
+        async with app.run_test(size=(120, 50)) as pilot:
+            await wait_until(pilot, lambda: app.services is not None, timeout=60)
+            await settle(pilot)
+            # killed after the app's launch, which found nothing to recover
+            server.script = list(SCRIPT)
+            first = worker(db, {**env, "PAI_TEST_KILL": "tool:b"}, "run", "find a then b")
+            assert first.returncode == -signal.SIGKILL, first.stderr
+            await open_conversation(pilot)
+            screen = app.screen
+            assert isinstance(screen, AgentRunsScreen)
+            (run_id,) = [r.run_id for r in screen.runs]
+            await pilot.press("r")
+            done = f"Agent run {run_id[:8]} done: a and b are found"
+            await wait_until(pilot, lambda: done in messages(app), timeout=60)
+            assert f"Resuming agent run {run_id[:8]}…" in messages(app)
+            assert not any("command line" in m for m in messages(app)), messages(app)
+            assert not messages(app, "error")
+        assert len(server.requests) == 3
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}

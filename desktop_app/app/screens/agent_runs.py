@@ -48,7 +48,7 @@ from desktop_app.app.screens.ask import (
     AskScreen,
     StreamingAnswer,
 )
-from desktop_app.app.screens.inbox import agent_hint, answer_in_inbox
+from desktop_app.app.screens.inbox import agent_hint, agent_outcome, answer_in_inbox
 from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.conversation import ConversationView
 from desktop_app.app.widgets.row_table import RowTable
@@ -251,15 +251,28 @@ class AgentRunLoaded(Message):
         self.error = error
 
 
-class QuestionHanded(Message):
-    """A question ``a`` stored as a new run for the workers (PostgreSQL):
-    ``run_id`` (``None`` when it could not be stored) and what to say."""
+class AgentRunReport(Message):
+    """What came of work done in a worker for an agent run: a question ``a``
+    stored as a new run for the workers (PostgreSQL), or a Pydantic AI
+    agent's run ``r`` resumed: ``run_id`` (``None`` when no run was stored)
+    and what to say."""
 
     def __init__(self, run_id: str | None, text: str, severity: SeverityLevel) -> None:
         super().__init__()
         self.run_id = run_id
         self.text = text
         self.severity = severity
+
+
+def _registered_agent(app: Host, run_id: str) -> str | None:
+    """The registered Pydantic AI agent that runs agent run ``run_id`` (its
+    recorded tool sources), or ``None`` for a run of Flowdesk's own agent."""
+    from desktop_app.agent.recovery import ToolSources
+
+    services = app.services
+    if services is None:
+        raise LookupError(app.startup_error or "The database is still opening.")
+    return ToolSources.of_run(services.services.agents, run_id).pydantic_ai
 
 
 def _agent_store(app: Host) -> AgentStore:
@@ -605,18 +618,18 @@ class AgentRunsScreen(Screen[None]):
         """Store ``question`` as a new run of :attr:`ASK_AGENT` and leave it to
         the workers (``Agent.create``: no model call here; a ``flowdesk
         agent`` worker asks its own configured model, with its credentials);
-        the outcome comes back as :class:`QuestionHanded`."""
+        the outcome comes back as :class:`AgentRunReport`."""
         services = self.flowdesk.services
         assert services is not None
         try:
             run_id = services.agent(self.ASK_AGENT, None).create(question)
         except Exception as exc:  # never a traceback in the user's face
             said = f"The question was not saved: {_failure(exc)}"
-            self.post_message(QuestionHanded(None, said, "error"))
+            self.post_message(AgentRunReport(None, said, "error"))
             return
         text = f"Agent run {short_id(run_id)} is saved; a worker (flowdesk agent) answers it."
         text += self._worker_needs_a_model("answers")
-        self.post_message(QuestionHanded(run_id, text, "information"))
+        self.post_message(AgentRunReport(run_id, text, "information"))
 
     def _worker_needs_a_model(self, does: str) -> str:
         """What a run left to the workers needs when this app's settings
@@ -630,7 +643,7 @@ class AgentRunsScreen(Screen[None]):
             f"model.model {does} it (one configured like this app does not)."
         )
 
-    def on_question_handed(self, message: QuestionHanded) -> None:
+    def on_agent_run_report(self, message: AgentRunReport) -> None:
         self.flowdesk.say(message.text, message.severity)
         if message.run_id is not None:
             self._shown_id = message.run_id
@@ -649,14 +662,16 @@ class AgentRunsScreen(Screen[None]):
     def resume_run(self, run_id: str) -> None:
         """Resume agent run ``run_id`` (``Agent.resume_stream``) when this app
         can: a run of :attr:`ASK_AGENT` that is not finished, not waiting for
-        a person and not being driven by another process. Otherwise say why
-        and what to do instead."""
+        a person and not being driven by another process, or a registered
+        Pydantic AI agent's run (with that agent, in a worker). Otherwise say
+        why and what to do instead."""
         if self.flowdesk.services is None:
             self.flowdesk.controller.require_engine()
             return
         try:
             run = _agent_store(self.flowdesk).get(run_id)
             used_tools = bool(_agent_store(self.flowdesk).tool_results(run_id))
+            registered = _registered_agent(self.flowdesk, run_id)
         except Exception as exc:  # never a traceback in the user's face
             self.flowdesk.say(_failure(exc), "error")
             return
@@ -669,6 +684,15 @@ class AgentRunsScreen(Screen[None]):
             problem = f"Agent run {rid} waits for an answer: {answer_in_inbox(approval)}."
         elif run.status in AGENT_ENDED:
             problem = f"Agent run {rid} is {run.status}; it cannot be resumed."
+        elif registered is not None:  # a Pydantic AI agent's run: its own model and tools
+            if self.flowdesk.services.engine.executes:
+                self.flowdesk.say(f"Resuming agent run {rid}…")
+                self._resume_registered(run_id)
+            else:  # PostgreSQL: the workers resume it
+                self.flowdesk.say(
+                    f"Agent run {rid} is saved as it stopped; a worker (flowdesk agent) resumes it."
+                )
+            return
         elif run.agent != self.ASK_AGENT or used_tools:
             problem = (
                 f"Agent run {rid} uses tools set up on the command line; resume it "
@@ -686,6 +710,29 @@ class AgentRunsScreen(Screen[None]):
         self.flowdesk.say(f"Resuming agent run {rid}…")
         self._begin_stream(question_of(run) or run.input)
         self._stream(run_id, None)
+
+    @work(thread=True, group="agent-resume", name="resume a Pydantic AI agent run")
+    def _resume_registered(self, run_id: str) -> None:
+        """Resume a Pydantic AI agent's run with its registered agent, model
+        and tools included (as ``flowdesk resume`` and the launch's recovery
+        do); the outcome comes back as :class:`AgentRunReport`."""
+        from desktop_app.agent.recovery import resume_with_recorded_tools
+
+        try:
+            services = self.flowdesk.services
+            if services is None:
+                raise LookupError(self.flowdesk.startup_error or "The database is not open.")
+            store = services.services.agents
+            with drives.driving_thread():  # the app's quit waits for its call in flight
+                res = resume_with_recorded_tools(
+                    store, self.flowdesk.settings, None, store.get(run_id)
+                )
+        except Exception as exc:  # never a traceback in the user's face
+            why = str(exc) if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
+            said = f"Agent run {short_id(run_id)} was not resumed: {visible_controls(why)}"
+            self.post_message(AgentRunReport(run_id, said, "error"))
+            return
+        self.post_message(AgentRunReport(run_id, *agent_outcome(self.flowdesk.hints, res)))
 
     def _begin_stream(self, question: str) -> None:
         self._shown_id = None

@@ -110,9 +110,9 @@ CHANGED_HOW = (
 )
 
 
-def _outcome(hints: Hints, res: Any) -> tuple[str, str]:
-    """``(text, severity)`` saying how an answered agent run went on, as
-    ``flowdesk answer`` prints it (``cli.ask._finish``)."""
+def agent_outcome(hints: Hints, res: Any) -> tuple[str, SeverityLevel]:
+    """``(text, severity)`` saying how an answered or resumed agent run went
+    on, as ``flowdesk answer`` prints it (``cli.ask._finish``)."""
     rid = short_id(res.run_id)
     if res.status == "done":
         return f"Agent run {rid} done: {visible_controls(res.text)}", "information"
@@ -1009,7 +1009,7 @@ class InboxScreen(Screen[None]):
                 )
             self.post_message(AgentAnswered(run_id, text, "error"))
             return
-        self.post_message(AgentAnswered(run_id, *_outcome(self.flowdesk.hints, res)))
+        self.post_message(AgentAnswered(run_id, *agent_outcome(self.flowdesk.hints, res)))
 
     def _hand_answer(self, run_id: str, answer: str, wait_id: str | None) -> None:
         """Store the answer and hand the run to the workers (the app executes
