@@ -439,7 +439,11 @@ def test_why_a_pydantic_ai_run_cannot_be_resumed_here(tmp_path, settings):
     broken = Settings(db_path=tmp_path / "s.db", pydantic_ai_agents=["no_such_module_x:agent"])
     why = pydantic_ai_unavailable(broken, ToolSources(pydantic_ai="bot"))
     assert why is not None
-    assert why.startswith("cannot load the Pydantic AI agent of pydantic_ai_agents entry")
+    assert why.startswith("it is a run of the Pydantic AI agent 'bot', which is not registered")
+    assert (
+        "the module importable); cannot load the Pydantic AI agent of pydantic_ai_agents entry "
+        "'no_such_module_x:agent': ModuleNotFoundError"
+    ) in why, why
 
 
 def test_without_the_pydantic_ai_extra_its_runs_are_refused_saying_what_to_install(

@@ -1004,3 +1004,52 @@ def test_ctrl_c_in_flowdesk_resume_says_it_waits_for_the_call_and_its_hint_does_
     # b: once before the kill -9 (cut off: made again), once in the resume Ctrl-C stopped
     assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
     assert agent_status(db_path, run_id) == "done"
+
+
+@pytest.mark.scenario("S96")
+def test_a_broken_registration_beside_the_runs_own_agent_does_not_stop_its_resume(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """A new user's report: one registration that could not be imported made
+    `flowdesk resume` refuse every Pydantic AI run (exit 2), also those of a
+    registered agent that loads. A broken registration is told, not fatal to
+    the others, as a broken flow is; one whose factory raises is said to have
+    raised, not to be unimportable."""
+    log = tmp_path / "tool.log"
+    (tmp_path / "raising_agents.py").write_text(
+        "def make():\n    raise RuntimeError('Set the OPENAI_API_KEY environment variable')\n"
+    )
+    with ChatServer() as server:
+        run_id, env = killed_run(db_path, log, server)
+        broken = '"no_such_module_x:agent", "raising_agents:make"'
+        agents = f'[{broken}, "tests.pydantic_ai_agents:make_helper"]'
+        env = {
+            **env,
+            "FLOWDESK_PYDANTIC_AI_AGENTS": agents,
+            "PYTHONPATH": f"{REPO}{os.pathsep}{tmp_path}",
+        }
+        shown = flowdesk(db_path, "show", run_id, env=env)
+        assert "not registered" not in shown.stdout, shown.stdout
+        resumed = flowdesk(db_path, "resume", run_id, env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert resumed.stdout.strip() == "a and b are found"
+    assert Counter(lines(log)) == {"tool a": 1, "tool b": 2}
+    assert agent_status(db_path, run_id) == "done"
+
+    # an agent that only a broken registration could give: refused, saying why each failed
+    only_broken = {**env, "FLOWDESK_PYDANTIC_AI_AGENTS": f"[{broken}]"}
+    with ChatServer() as server:
+        second, _ = killed_run(db_path, log, server)
+    refused = flowdesk(db_path, "resume", second, env=only_broken)
+    assert refused.returncode != 0
+    assert "'helper', which is not registered" in refused.stderr, refused.stderr
+    assert (
+        "cannot load the Pydantic AI agent of pydantic_ai_agents entry 'no_such_module_x:agent': "
+        "ModuleNotFoundError"
+    ) in refused.stderr
+    assert (
+        "the Pydantic AI agent of pydantic_ai_agents entry 'raising_agents:make' raised while "
+        "it was built: RuntimeError: Set the OPENAI_API_KEY environment variable"
+    ) in refused.stderr
+    assert "raising_agents:make': RuntimeError" not in refused.stderr  # not "cannot load"
+    assert agent_status(db_path, second) == "interrupted"

@@ -260,7 +260,8 @@ def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | N
     """Why a run of a Pydantic AI agent (``sources.pydantic_ai``) cannot be
     resumed with ``settings``, or ``None`` when it can (or is not such a
     run): the extra is missing, the agent is not registered (the text says
-    how to register it: ``pydantic_ai_agents``), or a registration fails to load."""
+    how to register it: ``pydantic_ai_agents``, and why any registration
+    failed to load)."""
     name = sources.pydantic_ai
     if name is None:
         return None
@@ -271,16 +272,15 @@ def pydantic_ai_unavailable(settings: Settings, sources: ToolSources) -> str | N
             f"it is a run of the Pydantic AI agent {name!r}; install Flowdesk with its extra "
             f"({install_command('pydantic-ai')})"
         )
-    try:
-        agents = registered_agents(settings)
-    except ConfigError as exc:
-        return str(exc)
+    agents, problems = registered_agents(settings)
     if name in agents:
         return None
+    broken = f"; {'; '.join(problems)}" if problems else ""
     return (
         f"it is a run of the Pydantic AI agent {name!r}, which is not registered here: add "
         f'"package.module:attribute" of it to pydantic_ai_agents in the settings (or '
         """FLOWDESK_PYDANTIC_AI_AGENTS='["package.module:attribute"]', the module importable)"""
+        + broken
     )
 
 

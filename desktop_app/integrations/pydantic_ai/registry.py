@@ -29,41 +29,72 @@ from desktop_app.store.protocol import AgentLog
 ENTRY_POINT_GROUP = "flowdesk.pydantic_ai"
 
 
-def registered_agents(settings: Settings) -> dict[str, PydanticAgent[Any, Any]]:
-    """The registered agents by name: entry points first, then the settings.
-
-    Raises:
-        ConfigError: a registration cannot be imported, gives no named
-            ``pydantic_ai.Agent``, or two agents share a name.
+def registered_agents(settings: Settings) -> tuple[dict[str, PydanticAgent[Any, Any]], list[str]]:
+    """The registered agents by name (entry points first, then the
+    settings), and why each registration that gave none failed (one that
+    cannot be imported, gives no named ``pydantic_ai.Agent``, or names an
+    agent another one names too). A broken registration never hides the
+    others: runs of the agents that load are resumed (as flows are).
     """
     sources: list[tuple[str, Callable[[], Any]]] = [
         (f"entry point {ep.name!r}", ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)
     ]
     for spec in settings.pydantic_ai_agents:
         module_name, _, attr = spec.partition(":")
-
         sources.append((f"pydantic_ai_agents entry {spec!r}", _importer(module_name, attr)))
     found: dict[str, PydanticAgent[Any, Any]] = {}
+    shared: set[str] = set()
+    problems: list[str] = []
     for where, get in sources:
         try:
             obj = get()
             if callable(obj) and not isinstance(obj, PydanticAgent):
                 obj = obj()
-        except Exception as exc:
-            raise ConfigError(
+        except (ImportError, AttributeError) as exc:
+            problems.append(
                 f"cannot load the Pydantic AI agent of {where}: {type(exc).__name__}: {exc}; "
                 "use 'package.module:attribute' and make sure the package is importable"
-            ) from exc
+            )
+            continue
+        except Exception as exc:  # its module or function raised: say that, not "import"
+            problems.append(
+                f"the Pydantic AI agent of {where} raised while it was built: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            continue
         for agent in obj if isinstance(obj, (list, tuple)) else [obj]:
             if not isinstance(agent, PydanticAgent) or not agent.name:
-                raise ConfigError(
+                problems.append(
                     f"{where} gave {type(agent).__name__}, not a pydantic_ai.Agent with a "
                     "name; point it at Agent(..., name='...') (or a function or list of them)"
                 )
-            if agent.name in found and found[agent.name] is not agent:
-                raise ConfigError(f"two registered Pydantic AI agents are named {agent.name!r}")
-            found[agent.name] = agent
-    return found
+            elif agent.name in found and found[agent.name] is not agent:
+                shared.add(agent.name)
+            else:
+                found[agent.name] = agent
+    for name in sorted(shared):  # which of the two would resume its runs is unknown
+        del found[name]
+        problems.append(f"two registered Pydantic AI agents are named {name!r}")
+    return found, problems
+
+
+def registered_agent(settings: Settings, run_id: str, name: str) -> PydanticAgent[Any, Any]:
+    """The registered agent ``name`` that resumes agent run ``run_id``.
+
+    Raises:
+        ConfigError: no registration that loads gives it (the message says
+            how to register it, and why each broken registration failed).
+    """
+    agents, problems = registered_agents(settings)
+    agent = agents.get(name)
+    if agent is not None:
+        return agent
+    broken = f"; {'; '.join(problems)}" if problems else ""
+    raise ConfigError(
+        f"agent run {run_id} is a run of the Pydantic AI agent {name!r}, which is not "
+        'registered: add "package.module:attribute" of it to pydantic_ai_agents in the '
+        f"settings, or publish a {ENTRY_POINT_GROUP!r} entry point{broken}"
+    )
 
 
 def _importer(module_name: str, attr: str) -> Callable[[], Any]:
@@ -95,20 +126,14 @@ def resume_registered(
     Raises:
         RunStateError: ``answer`` is given but the run waits for none (checked
             first: a finished run is refused whether or not its agent is registered).
-        ConfigError: its agent is not registered (the message says how).
+        ConfigError: its agent is not registered, or its registration
+            fails to load (the message says how, and why).
         Whatever resuming raises (``FlowdeskAgent.resume``): the run is then ``failed``.
     """
     run = store.get(run_id)
     if answer is not None and run.status != "input_required":  # before asking who runs it
         raise RunStateError(f"agent run {run_id} waits for no answer (status {run.status!r})")
-    agents = registered_agents(settings)
-    agent = agents.get(run.agent)
-    if agent is None:
-        raise ConfigError(
-            f"agent run {run_id} is a run of the Pydantic AI agent {run.agent!r}, which is not "
-            'registered: add "package.module:attribute" of it to pydantic_ai_agents in the '
-            f"settings, or publish a {ENTRY_POINT_GROUP!r} entry point"
-        )
+    agent = registered_agent(settings, run_id, run.agent)
     durable = FlowdeskAgent(agent, store, owner=owner)
     result = durable.resume_sync(run_id, answer=answer, wait_id=wait_id)
     return AgentResponse(
