@@ -1053,3 +1053,38 @@ def test_a_broken_registration_beside_the_runs_own_agent_does_not_stop_its_resum
     ) in refused.stderr
     assert "raising_agents:make': RuntimeError" not in refused.stderr  # not "cannot load"
     assert agent_status(db_path, second) == "interrupted"
+
+
+@pytest.mark.scenario("S96")
+def test_resume_all_prints_the_approve_and_decline_commands_of_a_run_it_leaves_waiting(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """A new user's report: `resume --all` printed only "agent run RUN
+    input_required" for a run it took on to a tool call waiting for
+    approval, where `resume RUN` prints the commands that approve and
+    decline that call. It prints them too; the approve command, run as
+    printed, makes the call once."""
+    log = tmp_path / "tool.log"
+    with ChatServer() as server:
+        env = {**os.environ, "PAI_TEST_URL": server.url, "PAI_TEST_LOG": str(log)}
+        server.script = [
+            ("json", completion("", [call("lookup", q="a")])),
+            ("json", completion("", [call("delete", name="x")])),
+            ("json", completion("x is deleted")),
+        ]
+        first = worker(db_path, {**env, "PAI_TEST_KILL": "tool:a"}, "run", "tidy up")
+        assert first.returncode == -signal.SIGKILL, first.stderr
+        run_id = first.stdout.split()[1]
+        registered = {**env, **REGISTERED}
+        resumed = flowdesk(db_path, "resume", "--all", env=registered)
+        assert f"agent run {run_id} input_required" in resumed.stdout, resumed.stdout
+        approve = re.search(r"^  approve with: (flowdesk .*)$", resumed.stdout, re.M)
+        decline = re.search(r"^  decline with: (flowdesk .*)$", resumed.stdout, re.M)
+        assert approve and decline, resumed.stdout
+        assert approve.group(1).replace(" yes ", " no ") == decline.group(1)
+        answered = as_printed(approve.group(1), registered)
+        assert answered.returncode == 0, answered.stderr
+        assert "x is deleted" in answered.stdout
+        assert len(server.requests) == 3
+    assert Counter(lines(log)) == {"tool a": 2, "delete x": 1}
+    assert agent_status(db_path, run_id) == "done"

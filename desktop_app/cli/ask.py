@@ -180,18 +180,8 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         return EXIT_OK
     if res.status == "input_required":
         print(f"the agent asks: {visible_controls(str(res.question))}")
-        if res.approval is not None:
-            from desktop_app.agent.approvals import answer_commands
-
-            yes, no = answer_commands(res.run_id, res.approval.key)
-            print(f"approve with: {ctx.hints.cmd(yes)}", file=sys.stderr)
-            print(f"decline with: {ctx.hints.cmd(no)}", file=sys.stderr)
-            return EXIT_OK
-        from desktop_app.agent.approvals import agent_wait_id, ask_command
-
-        asked = agent_wait_id(sv.agents.get(res.run_id).pending_call)
-        hint = ctx.hints.cmd(ask_command(res.run_id, asked))
-        print(f"answer with: {hint}", file=sys.stderr)
+        for line in answer_lines(sv, ctx.hints, res):
+            print(line, file=sys.stderr)
         return EXIT_OK
     if res.status == "canceled":  # by `flowdesk cancel` while this process executed it
         error = visible_controls(str(res.error))
@@ -208,6 +198,20 @@ def _finish(ctx: Ctx, sv: Services, res: Any, printed: bool) -> int:
         return EXIT_FAILED
     print(f"run {res.run_id} {res.status}: {error}  ({then})", file=sys.stderr)
     return EXIT_FAILED
+
+
+def answer_lines(sv: Services, hints: Hints, res: Any) -> list[str]:
+    """How to answer agent run ``res`` (an ``AgentResponse`` that is
+    ``input_required``), with the user's ``--db``/``--scope``: ``approve
+    with:`` and ``decline with:`` for a tool call waiting for approval,
+    ``answer with:`` for an ``ask_user`` question; each with ``--wait-id``."""
+    from desktop_app.agent.approvals import agent_wait_id, answer_commands, ask_command
+
+    if res.approval is not None:
+        yes, no = answer_commands(res.run_id, res.approval.key)
+        return [f"approve with: {hints.cmd(yes)}", f"decline with: {hints.cmd(no)}"]
+    asked = agent_wait_id(sv.agents.get(res.run_id).pending_call)
+    return [f"answer with: {hints.cmd(ask_command(res.run_id, asked))}"]
 
 
 def answer_command(ctx: Ctx, run: Any) -> str:
@@ -526,6 +530,9 @@ def recover_agents(
             unknown = unknown_outcome_line(sv, hints, run.run_id)
             if unknown is not None:
                 print(f"  {unknown}", flush=True)
+            if outcome.status == "input_required":  # as `resume RUN` says it
+                for line in answer_lines(sv, hints, outcome):
+                    print(f"  {line}", flush=True)
         failed += bad
         if bad and skip is not None:
             skip.add(run.run_id)
