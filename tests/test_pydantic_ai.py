@@ -842,7 +842,7 @@ def test_calling_again_on_a_waiting_run_returns_its_wait_and_resume_names_the_db
     file: "no run ... in scope"), and that command answers it as printed."""
     from pydantic_ai import DeferredToolRequests
 
-    from desktop_app.errors import InputRequiredError
+    from desktop_app.errors import InputError, InputRequiredError
     from desktop_app.integrations.pydantic_ai import FlowdeskAgent
     from tests.pydantic_ai_agents import make_helper
 
@@ -861,6 +861,14 @@ def test_calling_again_on_a_waiting_run_returns_its_wait_and_resume_names_the_db
             assert isinstance(again.output, DeferredToolRequests)
             assert [c.tool_name for c in again.output.approvals] == ["delete"]
             assert len(server.requests) == 1  # replayed from the journal
+            # another prompt under its run id (a new user's report: it returned
+            # the old run's result as this prompt's): refused, nothing ran
+            with pytest.raises(InputError, match="exists with another prompt") as other:
+                durable.run_sync("delete y", run_id="order-10")
+            assert str(other.value).startswith(
+                "agent run order-10 exists with another prompt ('delete x'); nothing ran."
+            )
+            assert len(server.requests) == 1
             with pytest.raises(InputRequiredError) as err:
                 durable.resume_sync("order-10")
         finally:

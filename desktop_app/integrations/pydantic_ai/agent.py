@@ -50,6 +50,7 @@ from desktop_app.errors import (
     AgentRunCanceledError,
     CheckpointNotFoundError,
     ConfigError,
+    InputError,
     InputRequiredError,
     RunStateError,
 )
@@ -182,6 +183,9 @@ class FlowdeskAgent:
         tool calls and results), as with Temporal and DBOS.
 
         Raises:
+            InputError: ``run_id`` names a run of another prompt (nothing
+                ran: the run id is the run's idempotency key, as a DBOS
+                workflow id is).
             Whatever the agent raises (the run is then ``failed`` with it);
             AgentRunLeasedError when a live process drives ``run_id`` (a
             ``flowdesk agent`` worker, the app, another call): nothing ran
@@ -194,6 +198,12 @@ class FlowdeskAgent:
         """
         if run_id is not None and self._exists(run_id):
             existing = self.store.get(run_id)
+            if existing.input != prompt:  # the run id is the run's idempotency key
+                raise InputError(
+                    f"agent run {run_id} exists with another prompt ({existing.input!r}); "
+                    "nothing ran. The same call (the same prompt) goes on with it; start a "
+                    "new prompt with a new run_id"
+                )
             if existing.status == "input_required":  # as the first call returned it
                 return await self._still_waiting(existing, deps, event_stream_handler)
             return await self.resume(run_id, deps=deps, event_stream_handler=event_stream_handler)
