@@ -16,7 +16,7 @@ from desktop_app.app.screens.langgraph_thread import ThreadScreen
 from desktop_app.config import load_settings
 from desktop_app.integrations.langgraph import FlowdeskSaver
 from desktop_app.integrations.langgraph.threads import get_thread
-from tests.app_support import settle
+from tests.app_support import settle, wait_until
 from tests.langgraph_worker import build_graph
 
 SIZE = (140, 50)
@@ -84,3 +84,41 @@ async def test_a_thread_shows_its_checkpoints_state_diff_and_is_answered(tmp_pat
         done = graph.invoke(None, config)
         assert done["summary"] == "['A', 'B', 'C'] approved=ok"
         assert get_thread(saver.store, saver.scope, "lg-app").status == "completed"
+
+
+async def test_the_side_panel_and_the_footer_follow_a_threads_status(tmp_path: Path) -> None:
+    """A new user's report, at 160 columns: with a LangGraph thread selected
+    the side panel said "No run selected.", and the footer offered `a
+    Answer` on a completed thread (pressing it said it waits for nothing).
+    The panel names the thread and its status; `a` is offered while it
+    waits only."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    counts = str(tmp_path / "counts.txt")
+    config = {"configurable": {"thread_id": "lg-side"}}
+    with FlowdeskSaver.open(tmp_path / "t.db") as saver:
+        graph = build_graph(counts).compile(checkpointer=saver)
+        assert graph.invoke({"topic": "t"}, config)["__interrupt__"]
+
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await settle(pilot)
+        screen = app.runs_screen
+        assert screen.table.run_ids == ["lg-side"]
+        assert screen.summary.text.splitlines()[:2] == [
+            "LangGraph thread lg-side",
+            "Status   waiting",
+        ]
+        assert "enter opens its checkpoints" in screen.summary.text
+        assert "a" in screen.active_bindings  # it waits: a answers it
+
+        from langgraph.types import Command
+
+        with FlowdeskSaver.open(tmp_path / "t.db") as saver:
+            graph = build_graph(counts).compile(checkpointer=saver)
+            graph.invoke(Command(resume="yes"), config)
+        # the app's poll sees the commit made elsewhere
+        await wait_until(pilot, lambda: screen.table.cell("lg-side", "status") == "completed")
+        await settle(pilot)
+        assert screen.summary.text.splitlines()[1] == "Status   completed"
+        assert "a" not in screen.active_bindings  # nothing to answer

@@ -219,8 +219,13 @@ class RunsScreen(Screen[None]):
 
     def _show_summary(self) -> None:
         run_id = self.table.selected_run_id()
-        if run_id is None or self.table.kind_of(run_id) != "flow":
+        record = None if run_id is None else self.table.record_of(run_id)
+        if run_id is None or record is None:
             self.summary.show(None, None, None, self.flowdesk.now())
+            return
+        kind = run_kind(record)
+        if kind != "flow":
+            self.summary.show_other(run_id, kind, display_status(record, self.flowdesk.now()))
             return
         run = self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True)
         latest = self.flowdesk.read(lambda s: s.latest(run_id), quiet=True)
@@ -537,8 +542,9 @@ class RunsScreen(Screen[None]):
         run = None if run_id is None else self.table.record_of(run_id)
         if run is None:
             return frozenset()
-        if run_kind(run) == "langgraph":
-            return frozenset({"answer"})
+        if run_kind(run) == "langgraph":  # a waiting one: answer opens it
+            waits = display_status(run, self.flowdesk.now()) == "waiting"
+            return frozenset({"answer"}) if waits else frozenset()
         return row_actions(display_status(run, self.flowdesk.now()))
 
     # -- actions ---------------------------------------------------------

@@ -104,6 +104,22 @@ class RunSummary(Static):
             self._shown = (run, latest, pace)
             self._draw(now)
 
+    def show_other(self, run_id: str, kind: str, status: str) -> None:
+        """An agent run's or a LangGraph thread's row (``kind``: ``agent`` or
+        ``langgraph``), whose summary is what its own view opens to."""
+        self.run_id = None
+        self._shown = None
+        what = "LangGraph thread" if kind == "langgraph" else "Agent run"
+        opens = "its checkpoints" if kind == "langgraph" else "its conversation"
+        text = Text()
+        text.append(f"{what} ", style="bold")
+        text.append(f"{run_id}\n")
+        text.append("Status   ", style="bold")
+        text.append(f"{status}\n")
+        text.append(f"\nenter opens {opens}", style="dim")
+        self._text = text.plain
+        self.update(text)
+
     def refresh_times(self, now: float) -> None:
         """Redraw the shown run's relative times ("Updated 32 s ago") at
         ``now`` (UTC epoch seconds), with no read: they stopped at the
