@@ -70,8 +70,14 @@ def test_the_shortest_prefix_accepted_is_min_prefix_characters(stores):
     _flow_run(store, "abcdef01")
     assert MIN_PREFIX == 4
     assert resolve_run_id(store, agents, "abcd") == RunRef("abcdef01", "flow")
-    with pytest.raises(UnknownRunError, match="at least 4 characters"):
+    # a short id that is no run's whole id: said to be matched whole (a
+    # chosen id may be 2 characters long: "give at least 4" misled)
+    with pytest.raises(UnknownRunError) as err:
         resolve_run_id(store, agents, "abc")
+    assert str(err.value) == (
+        "no run abc in scope 'default' (an id shorter than 4 characters is matched whole, "
+        "not as the start of a longer one)"
+    )
 
 
 def test_a_prefix_without_a_colon_never_picks_a_child_agent_run(stores):

@@ -175,7 +175,8 @@ def resolve_run_id(
     where = f"in scope {scope!r}"
     if len(wanted) < MIN_PREFIX:
         raise UnknownRunError(
-            f"no run {wanted} {where}; give at least {MIN_PREFIX} characters of a run id"
+            f"no run {wanted} {where} (an id shorter than {MIN_PREFIX} characters is "
+            "matched whole, not as the start of a longer one)"
         )
     child = ":" in wanted
     found = [
