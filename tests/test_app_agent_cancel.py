@@ -135,3 +135,51 @@ async def test_o_on_a_waiting_agent_run_names_the_keys_that_apply(tmp_path: Path
             f"{waiting_id[:8]} is an agent run (waiting): enter shows its conversation, "
             "r resumes it, i (the inbox) answers it and c cancels it."
         )
+
+
+async def test_the_agent_runs_table_shows_a_run_interrupted_when_its_process_is_killed(
+    tmp_path: Path,
+) -> None:
+    """The second tryout's report: after a `kill -9` of the process running
+    an agent run, the agent runs screen (g) kept its row `running` (it
+    redrew only after a commit, and a killed process commits nothing),
+    while `flowdesk runs` and the main table said `interrupted`."""
+    import socket
+    import subprocess
+    import sys
+
+    from desktop_app.store.records import AgentRun
+
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        store = bootstrap.open_sqlite_store(settings)
+        now = time.time()
+        owner = f"{socket.gethostname()}:{child.pid}:abc123"
+        SqliteAgentStore(store).create(
+            AgentRun("held-1", "ask", "running", "q", now, now, lease_owner=owner,
+                     lease_expires_at=now + 3600),
+            [{"role": "user", "content": "q"}],
+        )  # fmt: skip
+        store.close()
+        app = FlowdeskApp(settings)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await settle(pilot)
+            await pilot.press("g")
+            await settle(pilot)
+            screen = app.screen
+            await wait_until(pilot, lambda: bool(getattr(screen, "row_keys", None)))
+            status = lambda: screen.cells("held-1")[2]  # noqa: E731
+            assert status() == "running"
+            # two polls: the screen has seen the database's version (its
+            # first poll reloads anyway), so only a redraw can show the kill
+            await pilot.pause(2.5)
+            assert status() == "running"
+            child.kill()
+            child.wait()
+            await wait_until(pilot, lambda: status() == "interrupted", timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

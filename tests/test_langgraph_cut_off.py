@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,3 +116,109 @@ def test_a_node_that_raised_is_shown_with_its_error(tmp_path: Path, db: Path) ->
     as_json = json.loads(flowdesk(db, "show", "order-7", "-o", "json").stdout)
     assert as_json["error"] == "node charge raised RuntimeError('card declined')"
     assert as_json["cut_off_nodes"] == []
+
+
+FAN_OUT = """
+import operator, os, sys
+from typing import Annotated, TypedDict
+from langgraph.graph import START, StateGraph
+from langgraph.types import Send, interrupt
+from desktop_app.integrations.langgraph import FlowdeskSaver
+
+db, effects, how = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+class Batch(TypedDict, total=False):
+    done: Annotated[list, operator.add]
+
+
+def fan(state: Batch) -> list:
+    return [Send("work", {"item": i}) for i in range(3)]
+
+
+def work(state: dict) -> dict:
+    if state["item"] == 1:
+        with open(effects, "a") as f:
+            f.write("work 1\\n")
+        if how == "kill":
+            os.kill(os.getpid(), 9)
+        if how == "raise":
+            raise ValueError("bad 1")
+    return {"done": [state["item"]]}
+
+
+def ask(state: Batch) -> dict:
+    answer = interrupt("ship it?")
+    with open(effects, "a") as f:
+        f.write(f"ship {answer}\\n")
+    if how == "kill":
+        os.kill(os.getpid(), 9)
+    return {"done": [answer]}
+
+
+graph = StateGraph(Batch).add_node(work).add_node(ask)
+if how.startswith("ask") or os.environ.get("ASK"):
+    graph = graph.add_edge(START, "ask")
+else:
+    graph = graph.add_conditional_edges(START, fan)
+config = {"configurable": {"thread_id": "batch-3"}}
+with FlowdeskSaver.open(db) as saver:
+    app = graph.compile(checkpointer=saver)
+    first = app.get_state(config).created_at is None
+    print(app.invoke({"done": []} if first else None, config, durability="sync"))
+"""
+
+
+def fan_out(tmp_path: Path, db: Path, effects: Path, how: str, **env: str) -> Any:
+    script = tmp_path / "batch.py"
+    script.write_text(FAN_OUT)
+    return subprocess.run(
+        [sys.executable, str(script), str(db), str(effects), how],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        timeout=120,
+    )
+
+
+def test_a_send_task_killed_or_raising_is_named_with_its_index(tmp_path: Path, db: Path) -> None:
+    """The second tryout's report: a `Send` fan-out's task cut off by a
+    SIGKILL, or raising, was not named (`cut_off_nodes` empty, no `failed`)."""
+    effects = tmp_path / "effects.log"
+    killed = fan_out(tmp_path, db, effects, "kill")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    as_json = json.loads(flowdesk(db, "show", "batch-3", "-o", "json").stdout)
+    assert "work (Send 1)" in as_json["cut_off_nodes"], as_json
+    shown = flowdesk(db, "show", "batch-3").stdout
+    assert "work (Send 1)" in shown and "may happen twice" in shown, shown
+
+    other = tmp_path / "other.db"
+    assert flowdesk(other, "db", "apply").returncode == 0
+    failed = fan_out(tmp_path, other, effects, "raise")
+    assert failed.returncode == 1 and "bad 1" in failed.stderr
+    as_json = json.loads(flowdesk(other, "show", "batch-3", "-o", "json").stdout)
+    assert as_json["error"] == "node work (Send 1) raised ValueError('bad 1')", as_json
+    shown = flowdesk(other, "show", "batch-3").stdout
+    assert (
+        "failed: node work (Send 1) raised ValueError('bad 1'); its program runs it again from "
+        "the start, so what it did before (a payment, a message) may happen twice"
+    ) in shown, shown
+
+
+def test_a_node_killed_after_its_answer_is_named_cut_off(tmp_path: Path, db: Path) -> None:
+    """The second tryout's report: a node resumed with its answer and killed
+    mid side effect was not named (its interrupt and answer, stored at the
+    checkpoint, were taken for a result)."""
+    effects = tmp_path / "effects.log"
+    asked = fan_out(tmp_path, db, effects, "ask")
+    assert asked.returncode == 0, asked.stderr
+    assert flowdesk(db, "answer", "batch-3", "yes").returncode == 0
+    killed = fan_out(tmp_path, db, effects, "kill", ASK="1")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert effects.read_text().splitlines() == ["ship yes"]
+    as_json = json.loads(flowdesk(db, "show", "batch-3", "-o", "json").stdout)
+    assert (as_json["status"], as_json["cut_off_nodes"]) == ("interrupted", ["ask"]), as_json
+    done = fan_out(tmp_path, db, effects, "ask")
+    assert done.returncode == 0, done.stderr
+    assert effects.read_text().splitlines() == ["ship yes", "ship yes"]  # as show said

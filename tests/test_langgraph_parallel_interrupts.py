@@ -119,6 +119,9 @@ def test_show_and_waiting_offer_only_what_works_and_show_json_gives_the_ids(
     got = json.loads(as_printed(ids_hint.group(1), dict(os.environ)).stdout)
     pending = {p["id"]: p["value"] for p in got["pending_interrupts"]}
     assert pending == ids
+    # no one wait id names both (the second tryout: it gave the checkpoint's,
+    # which --wait-id then refused as naming no question)
+    assert (got["wait_id"], got["command"]) == (None, None)
 
     with FlowdeskSaver.open(db) as saver:  # the program answers by the ids show gave
         graph = build(saver)

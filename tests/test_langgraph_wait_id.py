@@ -212,6 +212,10 @@ async def test_the_thread_view_answers_only_the_question_it_shows(
         await settle(pilot)
         refused = messages(app, "error")
         assert any("it asks another question now" in m for m in refused), messages(app)
+        # the view reads the thread again: it shows the question asked now
+        await settle(pilot)
+        head = str(app.screen.query_one("#thread-head").render())
+        assert "Tell the team?" in head and "Ship release 42?" not in head, head
     assert asks(db) == ("waiting", ["Tell the team?"])
 
 

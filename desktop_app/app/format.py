@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from desktop_app.errors import ClockSkewError, FlowVersionMismatchError
 from desktop_app.flow.clock import SKEW_RECHECK_S
 from desktop_app.store.protocol import Wait
+from desktop_app.textsafe import one_line
 from desktop_app.words import duration
 from desktop_app.words import plural as plural  # one formatter of counts, the CLI's too
 
@@ -24,8 +25,10 @@ def short_id(run_id: str) -> str:
     """What the tables show of an id: the first 8 characters of a Flowdesk
     run id (:data:`FLOWDESK_ID`; a prefix the CLI takes, unique in
     practice), any other id whole (a LangGraph thread id: ``release-42``
-    and ``release-43`` share any prefix)."""
-    return run_id[:8] if FLOWDESK_ID.match(run_id) else run_id
+    and ``release-43`` share any prefix), on one line with its control
+    characters escaped (a chosen id may hold an ESC that would colour the
+    terminal)."""
+    return run_id[:8] if FLOWDESK_ID.match(run_id) else one_line(run_id)
 
 
 def when(ts: float | None) -> str:

@@ -151,13 +151,13 @@ def _stopped(sv: Services, thread_id: str) -> Any:
     return FlowdeskSaver(sv.checkpoints).stopped_at(thread_id)
 
 
-def _stopped_lines(t: threads.Thread, stopped: Any) -> list[str]:
+def _stopped_lines(stopped: Any) -> list[str]:
     """What ``show`` says of the nodes of a thread ``interrupted`` mid-step:
     those that raised, and those cut off, which its program runs again from
     their start (as LangGraph does)."""
     lines = [
         f"failed: node {one_line(node)} raised {one_line(error)}; its program runs it again "
-        "from its start with " + threads.resume_hint(t.thread_id)
+        "from the start, so what it did before (a payment, a message) may happen twice"
         for node, error in stopped.failed
     ]
     if stopped.running:
@@ -224,7 +224,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
             f"{threads.saver_line(where, ctx.hints.scope)}; nothing on this database does "
             f"(see it there: {moved_hint(ctx.hints, where, t.thread_id)})"
         )
-    for line in _stopped_lines(t, stopped) if stopped is not None else []:
+    for line in _stopped_lines(stopped) if stopped is not None else []:
         print(visible_controls(line))
     print(f"started {when(t.created_at)}  updated {when(t.updated_at)} (UTC)")
     ids = "  ".join(f"{one_line(k)} {one_line(str(v))}" for k, v in sorted(t.context.items()))

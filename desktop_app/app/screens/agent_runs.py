@@ -336,6 +336,8 @@ class AgentRunsScreen(Screen[None]):
         #: the last answer streamed here (``None`` until one ended)
         self.answered: AgentResponse | None = None
         self.runs: list[AgentRun] = []
+        #: each run's status as its row was last drawn (see :meth:`_poll`)
+        self._judged: list[str] = []
         self.loaded = False
         #: parents whose group of children is open
         self.expanded: set[str] = set()
@@ -402,13 +404,25 @@ class AgentRunsScreen(Screen[None]):
     # -- reading -----------------------------------------------------------
 
     def _poll(self) -> None:
-        """Reload when anyone committed since the last look."""
+        """Reload when anyone committed since the last look; else redraw the
+        rows when a run's shown status changed with no commit (its process
+        was killed: ``running`` becomes ``interrupted``, judged as the runs
+        table judges it)."""
         version = self.flowdesk.store_version()
         if version is not None and version != self._data_version:
             self._data_version = version
             self.reload()
             if self._shown_id is not None:
                 self.load_run(self._shown_id)
+        elif self.loaded and self._judged != self._statuses():
+            self._show_rows()
+            if self._shown_id is not None:
+                self.load_run(self._shown_id)
+
+    def _statuses(self) -> list[str]:
+        """Each loaded run's status as shown now (:func:`display_status`)."""
+        now = self.flowdesk.now()
+        return [display_status(r, now) for r in self.runs]
 
     @work(thread=True, exclusive=True, group="agent-runs", name="read agent runs")
     def reload(self) -> None:
@@ -478,6 +492,7 @@ class AgentRunsScreen(Screen[None]):
         table = self.table
         keep = self.selected_key
         now = self.flowdesk.now()
+        self._judged = self._statuses()
         children: dict[str, list[AgentRun]] = {}
         for run in self.runs:
             if run.parent_run_id:

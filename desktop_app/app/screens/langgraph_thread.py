@@ -309,6 +309,7 @@ class ThreadScreen(Screen[None]):
             threads.store_answer(store, store.scope, self.thread_id, text, wait_id=shown)
         except FlowdeskError as exc:
             self.flowdesk.say(str(exc), "error")
+            self.reload()  # e.g. answered elsewhere: show what it asks now
             return
         event.input.value = ""
         self.flowdesk.say(

@@ -28,7 +28,7 @@ from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
 from desktop_app.app.widgets.run_summary import RunSummary
-from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_kind
+from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_cells, run_kind
 from desktop_app.errors import CheckpointNotFoundError, moved_to
 from desktop_app.runs_view import (
     Leased,
@@ -224,8 +224,9 @@ class RunsScreen(Screen[None]):
             self.summary.show(None, None, None, self.flowdesk.now())
             return
         kind = run_kind(record)
-        if kind != "flow":
-            self.summary.show_other(run_id, kind, display_status(record, self.flowdesk.now()))
+        if kind != "flow":  # in the table's words (an agent run's done: completed)
+            status = run_cells(record, self.flowdesk.now())["status"].plain
+            self.summary.show_other(run_id, kind, status)
             return
         run = self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True)
         latest = self.flowdesk.read(lambda s: s.latest(run_id), quiet=True)

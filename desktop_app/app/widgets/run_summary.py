@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress
+from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, short_id
 from desktop_app.app.host import host
 from desktop_app.app.progress import Pace
 from desktop_app.cli.output import Hints, moved_line
@@ -106,14 +106,15 @@ class RunSummary(Static):
 
     def show_other(self, run_id: str, kind: str, status: str) -> None:
         """An agent run's or a LangGraph thread's row (``kind``: ``agent`` or
-        ``langgraph``), whose summary is what its own view opens to."""
+        ``langgraph``; ``status`` as the table shows it), whose summary is
+        what its own view opens to."""
         self.run_id = None
         self._shown = None
         what = "LangGraph thread" if kind == "langgraph" else "Agent run"
         opens = "its checkpoints" if kind == "langgraph" else "its conversation"
         text = Text()
         text.append(f"{what} ", style="bold")
-        text.append(f"{run_id}\n")
+        text.append(f"{short_id(run_id)}\n")
         text.append("Status   ", style="bold")
         text.append(f"{status}\n")
         text.append(f"\nenter opens {opens}", style="dim")

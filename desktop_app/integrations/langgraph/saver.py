@@ -125,27 +125,42 @@ def _bytes(value: Any) -> bytes:
 
 
 class StoppedAt(NamedTuple):
-    """What a thread's latest root checkpoint says about the nodes of its
-    step (:meth:`FlowdeskSaver.stopped_at`).
+    """What a thread's latest root checkpoint says about the tasks of its
+    step (:meth:`FlowdeskSaver.stopped_at`); a task is named by its node,
+    ``"NODE (Send I)"`` for the I-th task a ``Send`` started.
 
     Attributes:
-        running: nodes scheduled at it with nothing stored: when its process
-            stopped they were running (or not started yet); its program runs
-            them again from their start, as LangGraph does.
-        failed: ``(node, error)`` of nodes that raised (LangGraph's
+        running: tasks scheduled at it that stored no result: when its
+            process stopped they were running (or not started yet, or
+            resumed after an answer); its program runs them again from
+            their start, as LangGraph does.
+        failed: ``(task, error)`` of tasks whose last run raised (LangGraph's
             ``__error__`` write, the exception's ``repr``); its program runs
-            them again too.
+            them again from their start too.
     """
 
     running: list[str]
     failed: list[tuple[str, str]]
 
 
-def _pulled_node(task_path: str) -> str | None:
-    """The node of a write's task path (``"~__pregel_pull, NODE"``); ``None``
-    for a ``Send``'s task (``__pregel_push``)."""
-    kind, _, node = task_path.partition(", ")
-    return node if kind == "~__pregel_pull" and node else None
+#: what a task stores that is not its result: it did not finish by them
+_NOT_RESULTS = (INTERRUPT, RESUME, ERROR)
+
+
+def _task_name(task_path: str, sends: Sequence[Any]) -> str | None:
+    """The task a write's path names: ``"~__pregel_pull, NODE"`` is NODE's,
+    ``"~__pregel_push, I, …"`` the I-th ``Send``'s (``sends``: the
+    checkpoint's ``__pregel_tasks``); ``None`` for any other."""
+    parts = task_path.split(", ")
+    if len(parts) < 2:
+        return None
+    if parts[0] == "~__pregel_pull":
+        return parts[1]
+    if parts[0] == "~__pregel_push" and parts[1].isdigit():
+        i = int(parts[1])
+        node = getattr(sends[i], "node", "?") if i < len(sends) else "?"
+        return f"{node} (Send {i})"
+    return None
 
 
 class FlowdeskSaver(BaseCheckpointSaver[str]):
@@ -238,10 +253,10 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         return f"{n + 1:032}.{random.random():016}"
 
     def stopped_at(self, thread_id: str) -> StoppedAt:
-        """The nodes of the thread's latest root checkpoint that did not
-        finish: scheduled there (an edge's ``branch:to:NODE``) with nothing
-        stored, or stored an error. Nodes a ``Send`` started are not named
-        (their tasks are not in the checkpoint's channels)."""
+        """The tasks of the thread's latest root checkpoint that did not
+        finish: scheduled there (an edge's ``branch:to:NODE``, a ``Send``'s
+        task) with no result stored (an interrupt or an answer is not one),
+        or whose last run raised."""
         tup = self.get_tuple({"configurable": {"thread_id": thread_id}})
         if tup is None:
             return StoppedAt([], [])
@@ -253,21 +268,23 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 (self.scope, thread_id, checkpoint_id),
             )
         )
-        wrote: set[str] = set()
+        updated = tup.checkpoint.get("updated_channels") or ()
+        sends = tup.checkpoint["channel_values"].get("__pregel_tasks") or []
+        scheduled = [ch.removeprefix("branch:to:") for ch in updated if ch.startswith("branch:to:")]
+        if "__pregel_tasks" in updated:
+            scheduled += [f"{getattr(s, 'node', '?')} (Send {i})" for i, s in enumerate(sends)]
+        finished: set[str] = set()
         failed: list[tuple[str, str]] = []
         for path, channel, typ, blob in writes:
-            node = _pulled_node(str(path or ""))
-            if node is None:
+            task = _task_name(str(path or ""), sends)
+            if task is None:
                 continue
-            wrote.add(node)
             if channel == ERROR:
-                failed.append((node, str(self.serde.loads_typed((str(typ), _bytes(blob))))))
-        scheduled = [
-            ch.removeprefix("branch:to:")
-            for ch in tup.checkpoint.get("updated_channels") or ()
-            if ch.startswith("branch:to:")
-        ]
-        return StoppedAt([n for n in scheduled if n not in wrote], failed)
+                failed.append((task, str(self.serde.loads_typed((str(typ), _bytes(blob))))))
+            elif channel not in _NOT_RESULTS:
+                finished.add(task)
+        raised = {task for task, _ in failed}
+        return StoppedAt([t for t in scheduled if t not in finished | raised], failed)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (``checkpoint_id``), or the thread's

@@ -120,8 +120,9 @@ class Thread:
         ``interrupt()`` twice asks both at one checkpoint, so the checkpoint
         id alone would let an answer to the first be taken for the second.
         The checkpoint id for a row without interrupt ids; ``None`` when the
-        thread does not wait."""
-        if self.status != "waiting":
+        thread does not wait, or waits on several questions at once (which
+        ``answer`` cannot tell apart: its program answers each by its id)."""
+        if self.status != "waiting" or len(self.interrupts) > 1:
             return None
         if len(self.interrupt_ids) == 1:
             return self.interrupt_ids[0]
