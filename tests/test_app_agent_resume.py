@@ -78,6 +78,10 @@ async def test_r_on_the_runs_table_resumes_an_agent_run_in_its_screen(tmp_path: 
         runs = app.screen
         assert isinstance(runs, RunsScreen)
         await wait_until(pilot, lambda: runs.table.selected_run_id() == failed.run_id)
+        # r is offered once the row shows the run failed: under a CI run's load
+        # the table could still show it running, and r then did nothing
+        await wait_until(pilot, lambda: runs.table.cell(failed.run_id, "status") == "failed")
+        await settle(pilot)
         model.gate.release()  # the one word of the answer may go as soon as it is asked
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(app.screen, AgentRunsScreen))
