@@ -52,6 +52,7 @@ from desktop_app.errors import (
     ConfigError,
     InputError,
     InputRequiredError,
+    RevisionConflictError,
     RunStateError,
 )
 from desktop_app.flow.clock import Clock, default_clock
@@ -210,6 +211,26 @@ class FlowdeskAgent:
         rid = run_id or uuid.uuid4().hex
         now = self.clock.now()
         ctx = (context or ExecutionContext()).for_run(rid)
+        try:
+            self._create(rid, prompt, now, ctx)
+        except RevisionConflictError:
+            if run_id is None or not self._exists(run_id):
+                raise
+            # the same call at the same instant elsewhere created it first: as
+            # a call after it (another prompt refused, a live driver leased)
+            return await self.run(
+                prompt,
+                run_id=run_id,
+                deps=deps,
+                event_stream_handler=event_stream_handler,
+                context=context,
+            )
+        log.info("agent %s: run %s started (owner %s)", self.name, rid, self.owner)
+        return await self._drive(self.store.get(rid), deps, event_stream_handler)
+
+    def _create(self, rid: str, prompt: str, now: float, ctx: ExecutionContext) -> None:
+        """Store run ``rid`` of ``prompt``, leased to this process (raises
+        RevisionConflictError when the id exists)."""
         self.store.create(
             AgentRun(
                 run_id=rid,
@@ -230,8 +251,6 @@ class FlowdeskAgent:
                 ToolSources(pydantic_ai=self.name).to_json(),
             ),
         )
-        log.info("agent %s: run %s started (owner %s)", self.name, rid, self.owner)
-        return await self._drive(self.store.get(rid), deps, event_stream_handler)
 
     async def resume(
         self,
