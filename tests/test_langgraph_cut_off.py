@@ -57,15 +57,19 @@ with FlowdeskSaver.open(db) as saver:
 """
 
 
-def program(tmp_path: Path, db: Path, effects: Path, how: str) -> subprocess.CompletedProcess[str]:
-    script = tmp_path / "order.py"
-    script.write_text(PROGRAM)
+def program(
+    tmp_path: Path, db: Path, effects: Path, how: str, source: str = PROGRAM, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The graph program ``source`` run in a process of its own (``how``:
+    what its side-effect node does after its side effect)."""
+    script = tmp_path / "program.py"
+    script.write_text(source)
     return subprocess.run(
         [sys.executable, str(script), str(db), str(effects), how],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
         timeout=120,
     )
 
@@ -170,16 +174,7 @@ with FlowdeskSaver.open(db) as saver:
 
 
 def fan_out(tmp_path: Path, db: Path, effects: Path, how: str, **env: str) -> Any:
-    script = tmp_path / "batch.py"
-    script.write_text(FAN_OUT)
-    return subprocess.run(
-        [sys.executable, str(script), str(db), str(effects), how],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), **env},
-        timeout=120,
-    )
+    return program(tmp_path, db, effects, how, FAN_OUT, **env)
 
 
 def test_a_send_task_killed_or_raising_is_named_with_its_index(tmp_path: Path, db: Path) -> None:
