@@ -217,3 +217,23 @@ def test_a_node_killed_after_its_answer_is_named_cut_off(tmp_path: Path, db: Pat
     done = fan_out(tmp_path, db, effects, "ask")
     assert done.returncode == 0, done.stderr
     assert effects.read_text().splitlines() == ["ship yes", "ship yes"]  # as show said
+
+
+def test_a_task_that_raised_then_finished_on_its_rerun_is_not_shown_failed(db: Path) -> None:
+    """The error a task stored stays at the checkpoint after its rerun
+    finished (while another task of the step was cut off): it is not
+    reported as failed, and the task is not reported cut off."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from desktop_app.integrations.langgraph import FlowdeskSaver
+
+    with FlowdeskSaver.open(db) as saver:
+        base = {"configurable": {"thread_id": "step-2", "checkpoint_ns": ""}}
+        checkpoint = {**empty_checkpoint(), "updated_channels": ["branch:to:a", "branch:to:b"]}
+        config = saver.put(base, checkpoint, {"source": "loop", "step": 1}, {})
+        saver.put_writes(
+            config, [("__error__", ValueError("first try"))], "task-a", "~__pregel_pull, a"
+        )
+        assert saver.stopped_at("step-2") == (["b"], [("a", "ValueError('first try')")])
+        saver.put_writes(config, [("out", 1)], "task-a", "~__pregel_pull, a")  # its rerun
+        assert saver.stopped_at("step-2") == (["b"], [])

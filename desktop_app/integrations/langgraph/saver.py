@@ -283,6 +283,7 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
                 failed.append((task, str(self.serde.loads_typed((str(typ), _bytes(blob))))))
             elif channel not in _NOT_RESULTS:
                 finished.add(task)
+        failed = [(task, error) for task, error in failed if task not in finished]  # rerun, done
         raised = {task for task, _ in failed}
         return StoppedAt([t for t in scheduled if t not in finished | raised], failed)
 
