@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from textual.notifications import SeverityLevel
 
     from desktop_app.app.services import AgentStore
+    from desktop_app.store.protocol import AgentLog
 
 #: Characters of a message's content shown before it is cut.
 CONTENT_CHARS = 300
@@ -264,15 +265,21 @@ class AgentRunReport(Message):
         self.severity = severity
 
 
+def _agent_log(app: Host) -> AgentLog:
+    """The engine's agent-run log, which resuming a run drives (raises
+    ``LookupError`` while the database is not open)."""
+    services = app.services
+    if services is None:
+        raise LookupError(app.startup_error or "The database is still opening.")
+    return services.services.agents
+
+
 def _registered_agent(app: Host, run_id: str) -> str | None:
     """The registered Pydantic AI agent that runs agent run ``run_id`` (its
     recorded tool sources), or ``None`` for a run of Flowdesk's own agent."""
     from desktop_app.agent.recovery import ToolSources
 
-    services = app.services
-    if services is None:
-        raise LookupError(app.startup_error or "The database is still opening.")
-    return ToolSources.of_run(services.services.agents, run_id).pydantic_ai
+    return ToolSources.of_run(_agent_log(app), run_id).pydantic_ai
 
 
 def _agent_store(app: Host) -> AgentStore:
@@ -734,10 +741,7 @@ class AgentRunsScreen(Screen[None]):
         from desktop_app.agent.recovery import resume_with_recorded_tools
 
         try:
-            services = self.flowdesk.services
-            if services is None:
-                raise LookupError(self.flowdesk.startup_error or "The database is not open.")
-            store = services.services.agents
+            store = _agent_log(self.flowdesk)
             with drives.driving_thread():  # the app's quit waits for its call in flight
                 res = resume_with_recorded_tools(
                     store, self.flowdesk.settings, None, store.get(run_id)
