@@ -32,6 +32,23 @@ from tests.tidy_folders import fill, tidied, top_files
 N = 1500
 
 
+def shown_resume(db: Path, run_id: str, counts: str) -> str:
+    """The resume command ``show`` prints in the line of a tidy whose files
+    are approved but not all queued: ``COUNTS approved, not queued yet
+    (queued when the run resumes: `CMD`)``; it says nothing waits for approval."""
+    shown = flowdesk(db, "show", run_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "waits for approval" not in shown.stdout, shown.stdout
+    m = re.search(
+        re.escape(counts) + r" approved, not queued yet \(queued when the run resumes: "
+        r"`(?P<cmd>[^`]+)`\)$",
+        shown.stdout,
+        re.M,
+    )
+    assert m, shown.stdout
+    return m["cmd"]
+
+
 def queued(db: Path, run_id: str) -> int:
     store = open_store(db)
     try:
@@ -68,24 +85,15 @@ def test_a_tidy_killed_mid_queueing_shows_its_files_approved_and_the_printed_res
     line = next(x for x in flowdesk(db, "runs").stdout.splitlines() if x.startswith(run_id))
     assert "interrupted" in line, line
 
-    shown = flowdesk(db, "show", run_id)
-    assert shown.returncode == 0, shown.stderr
-    m = re.search(
-        rf"1,500 files: {q:,} queued \(not moved yet\), {N - q:,} approved, not queued yet "
-        r"\(queued when the run resumes: `(?P<cmd>[^`]+)`\)$",
-        shown.stdout,
-        re.M,
-    )
-    assert m, shown.stdout
-    assert "waits for approval" not in shown.stdout
-    assert m["cmd"] == f"flowdesk --db {db} resume {run_id}"
+    cmd = shown_resume(db, run_id, f"1,500 files: {q:,} queued (not moved yet), {N - q:,}")
+    assert cmd == f"flowdesk --db {db} resume {run_id}"
 
     as_json = flowdesk(db, "show", run_id, "-o", "json")
     got = json.loads(as_json.stdout)
     outcomes = Counter(f["outcome"] for f in got["files"])
     assert outcomes == {"queued": q, "approved": N - q}, outcomes
     says = {f["says"] for f in got["files"] if f["outcome"] == "approved"}
-    assert says == {f"approved, not queued yet (queued when the run resumes: `{m['cmd']}`)"}
+    assert says == {f"approved, not queued yet (queued when the run resumes: `{cmd}`)"}
 
     store = open_store(db)
     try:  # the app's tidy table (the inbox and answer screens' preview)
@@ -103,7 +111,7 @@ def test_a_tidy_killed_mid_queueing_shows_its_files_approved_and_the_printed_res
         ("planned", "approved, not queued yet"): N - q,
     }
 
-    resumed = as_printed(m["cmd"], dict(os.environ), timeout=600)
+    resumed = as_printed(cmd, dict(os.environ), timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     moved = tidied(folder)
     assert top_files(folder) == {}
@@ -167,23 +175,14 @@ def test_a_tidy_killed_right_after_its_approval_was_saved_shows_its_files_approv
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert "no waiting runs" in flowdesk(db, "waiting").stdout
-    shown = flowdesk(db, "show", run_id)
-    assert shown.returncode == 0, shown.stderr
-    assert "waits for approval" not in shown.stdout, shown.stdout
-    m = re.search(
-        rf"{n} files: {n} approved, not queued yet \(queued when the run resumes: "
-        r"`(?P<cmd>[^`]+)`\)$",
-        shown.stdout,
-        re.M,
-    )
-    assert m, shown.stdout
+    cmd = shown_resume(db, run_id, f"{n} files: {n}")
     store = open_store(db)
     try:  # the app's tidy table says the same
         preview = tidy_preview(store, run_id)
     finally:
         store.close()
     assert Counter(row[2] for row in preview.rows) == {"approved": n}
-    resumed = as_printed(m["cmd"], dict(os.environ))
+    resumed = as_printed(cmd, dict(os.environ))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     moved = tidied(folder)
     assert len(moved) == n and sorted(p.name for p in moved) == sorted(files)
