@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from desktop_app.flows.tidy_outcomes import approval_answered, outcomes_of
+from desktop_app.flows.tidy_outcomes import run_outcomes
 from desktop_app.store.domain.tidy import moves_of_run
 from desktop_app.store.protocol import CheckpointStore
 from desktop_app.textsafe import one_line
@@ -48,10 +48,8 @@ def tidy_preview(store: CheckpointStore, run_id: str) -> Preview:
     stays and why (in full). The title counts the rows it lists:
     ``"6 files: 4 to move, 2 stay"``."""
     moves = store.query(moves_of_run(run_id))
-    status = store.get_run(run_id).status
-    answered = approval_answered(store.latest(run_id).meta)
     rows: list[tuple[str, ...]] = []
-    for m, o in zip(moves, outcomes_of(moves, status, answered_yes=answered), strict=True):
+    for m, o in zip(moves, run_outcomes(store, run_id, moves), strict=True):
         folder = str(Path(m.src).parent)
         goes = m.status in MOVING and m.dst is not None
         where = os.path.relpath(m.dst, folder) if goes and m.dst else f"stays: {m.reason}"

@@ -381,15 +381,11 @@ def tidy_report(ctx: Ctx, store: Any, run_id: str, *, limit: int) -> list[str]:
 
 
 def _outcomes(store: Any, run_id: str, moves: list[Any]) -> list[Any]:
-    """Each file's outcome (:func:`~desktop_app.flows.tidy_outcomes.outcomes_of`)
-    of tidy run ``run_id``, whose rows are ``moves``: judged with its stored
-    status, its moves being sent, and an approval its latest checkpoint
-    records that its step has not taken yet."""
-    from desktop_app.flows.tidy_outcomes import approval_answered, outcomes_of
+    """Each file's outcome (:func:`~desktop_app.flows.tidy_outcomes.run_outcomes`)
+    of tidy run ``run_id``, whose rows are ``moves``, with its moves being sent."""
+    from desktop_app.flows.tidy_outcomes import run_outcomes
 
-    answered = approval_answered(store.latest(run_id).meta)
-    status = store.get_run(run_id).status
-    return outcomes_of(moves, status, *_sending_keys(store, run_id), answered_yes=answered)
+    return run_outcomes(store, run_id, moves, *_sending_keys(store, run_id))
 
 
 def _approved_note(ctx: Ctx, store: Any, run_id: str) -> str:

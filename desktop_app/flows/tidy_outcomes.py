@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desktop_app.flows.confined import DESTINATION_EXISTS
 from desktop_app.flows.tidy import (
@@ -47,6 +47,9 @@ from desktop_app.flows.tidy import (
 )
 from desktop_app.flows.tidy_undo import WITHDRAWN
 from desktop_app.store.domain.tidy import APPROVED, TidyMove
+
+if TYPE_CHECKING:
+    from desktop_app.store.protocol import CheckpointStore
 from desktop_app.textsafe import one_line
 from desktop_app.words import plural
 
@@ -168,6 +171,22 @@ def outcomes_of(
     :func:`approval_answered`)."""
     approved = answered_yes or was_approved(moves)
     return [outcome_of(m, run_status, sending, approved, moving) for m in moves]
+
+
+def run_outcomes(
+    store: CheckpointStore,
+    run_id: str,
+    moves: Sequence[TidyMove],
+    sending: Collection[str] = (),
+    moving: Collection[str] = (),
+) -> list[FileOutcome]:
+    """:func:`outcomes_of` tidy run ``run_id``'s rows ``moves``, judged with
+    its stored status and a yes its latest checkpoint records that its
+    approve step has not taken yet (:func:`approval_answered`): what
+    ``flowdesk show`` and the app's tidy table say of each file."""
+    answered = approval_answered(store.latest(run_id).meta)
+    status = store.get_run(run_id).status
+    return outcomes_of(moves, status, sending, moving, answered_yes=answered)
 
 
 def approval_answered(meta: Mapping[str, Any]) -> bool:
