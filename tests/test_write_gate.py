@@ -659,8 +659,10 @@ def test_a_waiter_polls_when_the_turn_end_is_unknown_or_implausible(tmp_path: Pa
             released = threading.Event()
 
             def release(done: threading.Event = released) -> None:
-                fcntl.flock(other, fcntl.LOCK_UN)
+                # Set before the unlock: the waiter may take the lock and
+                # look at the event before this thread runs again.
                 done.set()
+                fcntl.flock(other, fcntl.LOCK_UN)
 
             threading.Timer(0.2, release).start()
             polls = gate.polls
