@@ -122,3 +122,41 @@ async def test_the_side_panel_and_the_footer_follow_a_threads_status(tmp_path: P
         await settle(pilot)
         assert screen.summary.text.splitlines()[1] == "Status   completed"
         assert "a" not in screen.active_bindings  # nothing to answer
+
+
+async def test_a_thread_whose_node_raised_shows_failed_with_the_node_and_the_call(
+    tmp_path: Path,
+) -> None:
+    """A thread whose node raised was shown `running` (then `interrupted`):
+    the table says `failed`, and the thread's screen names the node, its
+    error and the call that runs it again, as `flowdesk show` does."""
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    class Order(TypedDict, total=False):
+        charged: bool
+
+    def charge(state: Order) -> dict[str, bool]:
+        raise RuntimeError("card declined")
+
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    config = {"configurable": {"thread_id": "lg-failed"}}
+    with FlowdeskSaver.open(tmp_path / "t.db") as saver:
+        graph = StateGraph(Order).add_node(charge).add_edge(START, "charge")
+        with pytest.raises(RuntimeError, match="card declined"):
+            graph.compile(checkpointer=saver).invoke({}, config, durability="sync")
+
+    app = FlowdeskApp(settings)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.runs_screen.table.cell("lg-failed", "status") == "failed"
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, ThreadScreen)
+        head = str(screen.query_one("#thread-head").render())
+        assert "lg-failed  failed" in head, head
+        assert "failed: node charge raised RuntimeError('card declined')" in head, head
+        assert "its program continues the thread with graph.invoke(None, " in head, head

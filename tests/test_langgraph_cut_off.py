@@ -42,7 +42,7 @@ def charge(state: Order) -> dict:
         f.write("charge\\n")
     if how == "kill":
         os.kill(os.getpid(), 9)  # after the side effect, before the node returns
-    if how == "raise":
+    if how.startswith("raise"):
         raise RuntimeError("card declined")
     return {"charged": True}
 
@@ -53,7 +53,13 @@ config = {"configurable": {"thread_id": "order-7"}}
 with FlowdeskSaver.open(db) as saver:
     app = graph(checkpointer=saver)
     first = app.get_state(config).created_at is None
-    print(app.invoke({} if first else None, config, durability="sync"))
+    try:
+        print(app.invoke({} if first else None, config, durability="sync"))
+    except RuntimeError:
+        if how != "raise-live":
+            raise
+        print("raised", flush=True)
+        sys.stdin.read()  # a program that goes on (a server): until the test closes stdin
 """
 
 
@@ -79,6 +85,18 @@ def db(tmp_path: Path) -> Path:
     db = tmp_path / "lg.db"
     assert flowdesk(db, "db", "apply").returncode == 0
     return db
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, db: Path) -> Path | str:
+    """A SQLite file or a PostgreSQL database with the schema applied."""
+    return request.getfixturevalue("pg_url") if request.param == "postgres" else db
+
+
+def _status(db: Path | str, thread: str) -> str:
+    listed = flowdesk(db, "runs", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    return {r["run_id"]: r["status"] for r in json.loads(listed.stdout)}[thread]
 
 
 def test_a_node_killed_after_its_side_effect_is_named_and_said_to_maybe_happen_twice(
@@ -120,6 +138,62 @@ def test_a_node_that_raised_is_shown_with_its_error(tmp_path: Path, db: Path) ->
     as_json = json.loads(flowdesk(db, "show", "order-7", "-o", "json").stdout)
     assert as_json["error"] == "node charge raised RuntimeError('card declined')"
     assert as_json["cut_off_nodes"] == []
+
+
+def test_a_thread_whose_node_raised_is_failed_until_its_program_runs_it_again(
+    tmp_path: Path, database: Path | str
+) -> None:
+    """A new user's report: a thread whose node raised showed `running` while
+    its program lived on and `interrupted` after, never `failed`. It is
+    `failed` in `runs` (and `runs --status failed`) and `show`, whose printed
+    call, run by the program, runs the node again (its side effect twice,
+    as `show` says) and completes the thread."""
+    effects = tmp_path / "effects.log"
+    script = tmp_path / "program.py"
+    script.write_text(PROGRAM)
+    live = subprocess.Popen(
+        [sys.executable, str(script), str(database), str(effects), "raise-live"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert live.stdout is not None and live.stdout.readline() == "raised\n"
+        assert _status(database, "order-7") == "failed"  # its program lives: not running
+    finally:
+        _, err = live.communicate("", timeout=60)
+    assert live.returncode == 0, err
+    assert _status(database, "order-7") == "failed"  # nor interrupted once it ended
+    listed = flowdesk(database, "runs", "--status", "failed", "-o", "json")
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == ["order-7"], listed.stdout
+    shown = flowdesk(database, "show", "order-7")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "langgraph thread order-7  status failed", shown.stdout
+    assert lines[1].startswith("failed: node charge raised RuntimeError('card declined')")
+    hint = "its program continues the thread with "
+    call = next(line for line in lines if line.startswith(hint)).removeprefix(hint)
+    assert json.loads(flowdesk(database, "show", "order-7", "-o", "json").stdout)["status"] == (
+        "failed"
+    )
+    refused = flowdesk(database, "answer", "order-7", "yes")
+    assert refused.returncode != 0 and "is failed, not waiting" in refused.stderr
+
+    # the program runs the call as printed (its compiled graph is `app`):
+    # the node again, then the end
+    assert call.startswith("graph.invoke(None, "), call
+    source = PROGRAM.replace(
+        'app.invoke({} if first else None, config, durability="sync")',
+        call.replace("graph.", "app.", 1),
+    )
+    assert source != PROGRAM, call
+    done = program(tmp_path, database, effects, "finish", source)
+    assert done.returncode == 0, done.stderr
+    assert effects.read_text().splitlines() == ["charge", "charge"]
+    assert _status(database, "order-7") == "completed"
 
 
 FAN_OUT = """
@@ -237,3 +311,40 @@ def test_a_task_that_raised_then_finished_on_its_rerun_is_not_shown_failed(db: P
         assert saver.stopped_at("step-2") == (["b"], [("a", "ValueError('first try')")])
         saver.put_writes(config, [("out", 1)], "task-a", "~__pregel_pull, a")  # its rerun
         assert saver.stopped_at("step-2") == (["b"], [])
+
+
+def test_a_node_whose_error_handler_takes_its_exception_does_not_fail_the_thread(
+    db: Path,
+) -> None:
+    """LangGraph routes a node's exception to its ``error_handler`` node and
+    the graph goes on: the thread is not `failed` while the handler runs
+    (seen from inside it) and completes."""
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    from desktop_app.integrations.langgraph import FlowdeskSaver
+    from desktop_app.integrations.langgraph.threads import get_thread
+
+    class Order(TypedDict, total=False):
+        note: str
+
+    seen: list[str] = []
+
+    with FlowdeskSaver.open(db) as saver:
+
+        def charge(state: Order) -> Order:
+            raise RuntimeError("card declined")
+
+        def fallback(state: Order) -> Order:
+            thread = get_thread(saver.store, saver.scope, "handled")
+            seen.append(thread.status if thread is not None else "none")
+            return {"note": "charged later"}
+
+        graph = StateGraph(Order).add_node("charge", charge, error_handler=fallback)
+        app = graph.add_edge(START, "charge").compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "handled"}}
+        assert app.invoke({}, config, durability="sync") == {"note": "charged later"}
+        assert seen == ["running"]
+        final = get_thread(saver.store, saver.scope, "handled")
+        assert final is not None and final.status == "completed"

@@ -154,16 +154,20 @@ def test_a_row_changed_outside_flowdesk_is_refused(
         store.close()
 
 
-def test_threads_stored_before_answered_existed_keep_their_rows(tmp_path: Path) -> None:
-    """Migration 0010 rebuilds ``langgraph_threads`` (SQLite cannot change a
-    CHECK in place): a database holding threads before it keeps every row,
-    and a thread can then be ``answered``."""
+@pytest.mark.parametrize(("migration", "status"), [("0010", "answered"), ("0012", "failed")])
+def test_threads_stored_before_a_status_existed_keep_their_rows(
+    tmp_path: Path, migration: str, status: str
+) -> None:
+    """Migrations 0010 (``answered``) and 0012 (``failed``) rebuild
+    ``langgraph_threads`` (SQLite cannot change a CHECK in place): a
+    database holding threads before them keeps every row, and a thread can
+    then have the new status."""
     import apsw
 
     from desktop_app.store import migrations
 
     files = migrations.schema_files()
-    before = [f for f in files if not (f.component == "core" and f.name >= "0010")]
+    before = [f for f in files if not (f.component == "core" and f.name >= migration)]
     conn = apsw.Connection(str(tmp_path / "old.db"))
     migrations.apply(conn, before)
     conn.execute(
@@ -171,11 +175,11 @@ def test_threads_stored_before_answered_existed_keep_their_rows(tmp_path: Path) 
         "'{\"run_id\": \"t-1\"}', '[\"ok?\"]', 'cp-1')"
     )
     with pytest.raises(apsw.ConstraintError):
-        conn.execute("UPDATE langgraph_threads SET status='answered'")
+        conn.execute("UPDATE langgraph_threads SET status=?", (status,))
     migrations.apply(conn, files)
-    conn.execute("UPDATE langgraph_threads SET status='answered' WHERE thread_id='t-1'")
+    conn.execute("UPDATE langgraph_threads SET status=? WHERE thread_id='t-1'", (status,))
     assert conn.execute("SELECT * FROM langgraph_threads").fetchall() == [
-        ("default", "t-1", "answered", 1.5, 2.5, None, '{"run_id": "t-1"}', '["ok?"]', "cp-1")
+        ("default", "t-1", status, 1.5, 2.5, None, '{"run_id": "t-1"}', '["ok?"]', "cp-1")
     ]
     indexes = conn.execute(
         "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='langgraph_threads' "

@@ -151,27 +151,6 @@ def _stopped(sv: Services, thread_id: str) -> Any:
     return FlowdeskSaver(sv.checkpoints).stopped_at(thread_id)
 
 
-def _stopped_lines(stopped: Any) -> list[str]:
-    """What ``show`` says of the nodes of a thread ``interrupted`` mid-step:
-    those that raised, and those cut off, which its program runs again from
-    their start (as LangGraph does)."""
-    lines = [
-        f"failed: node {one_line(node)} raised {one_line(error)}; its program runs it again "
-        "from the start, so what it did before (a payment, a message) may happen twice"
-        for node, error in stopped.failed
-    ]
-    if stopped.running:
-        nodes = ", ".join(one_line(n) for n in stopped.running)
-        one = len(stopped.running) == 1
-        lines.append(
-            f"cut off: node{'' if one else 's'} {nodes} had not finished when its process "
-            f"stopped; its program runs {'it' if one else 'them'} again from the start, so "
-            "what ran before the stop (a payment, a message) may happen twice: Flowdesk "
-            "cannot tell whether it did"
-        )
-    return lines
-
-
 def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     """``flowdesk show THREAD``: status, ExecutionContext ids, unanswered
     interrupts (with the command answering them), checkpoints, latest state."""
@@ -182,7 +161,7 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
     state = _state(sv, thread_id)
     pending = pending_interrupts(sv, t) if t.status == "waiting" else []
     status = display_status(t, now)
-    stopped = _stopped(sv, thread_id) if status == INTERRUPTED else None
+    stopped = _stopped(sv, thread_id) if status in (INTERRUPTED, threads.FAILED) else None
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
@@ -224,8 +203,10 @@ def show(ctx: Ctx, sv: Services, thread_id: str) -> int:
             f"{threads.saver_line(where, ctx.hints.scope)}; nothing on this database does "
             f"(see it there: {moved_hint(ctx.hints, where, t.thread_id)})"
         )
-    for line in _stopped_lines(stopped) if stopped is not None else []:
+    for line in threads.stopped_lines(stopped) if stopped is not None else []:
         print(visible_controls(line))
+    if status == threads.FAILED:  # after the node and its error, which say why
+        print("its program continues the thread with " + threads.resume_hint(t.thread_id))
     print(f"started {when(t.created_at)}  updated {when(t.updated_at)} (UTC)")
     ids = "  ".join(f"{one_line(k)} {one_line(str(v))}" for k, v in sorted(t.context.items()))
     print(f"context: {ids}")

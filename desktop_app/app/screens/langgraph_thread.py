@@ -37,7 +37,7 @@ from desktop_app.app.widgets.row_table import RowTable
 from desktop_app.cli.output import moved_hint
 from desktop_app.errors import FlowdeskError, moved_to
 from desktop_app.integrations.langgraph import threads
-from desktop_app.runs_view import display_status
+from desktop_app.runs_view import INTERRUPTED, display_status
 from desktop_app.store.protocol import CheckpointStore
 
 #: checkpoints shown, newest (a longer thread shows its latest ones)
@@ -181,8 +181,9 @@ class ThreadScreen(Screen[None]):
             self.query_one("#thread-head", Static).update(Text(f"No thread {self.thread_id}."))
             return
         head = Text()
+        status = display_status(t, self.flowdesk.now())
         head.append(f"LangGraph thread {t.thread_id}  ", style="bold")
-        head.append(display_status(t, self.flowdesk.now()))
+        head.append(status)
         head.append(f"  started {when(t.created_at)}  updated {when(t.updated_at)}\n")
         head.append("  ".join(f"{k} {v}" for k, v in sorted(t.context.items())))
         for value in t.interrupts:
@@ -200,6 +201,11 @@ class ThreadScreen(Screen[None]):
             head.append(threads.resume_hint(t.thread_id))
         elif t.status == threads.ANSWERED:
             head.append("\nanswered: it goes on when its program runs ")
+            head.append(threads.resume_hint(t.thread_id))
+        elif status in (INTERRUPTED, threads.FAILED):
+            for line in self._stopped_lines():
+                head.append(f"\n{line}")
+            head.append("\nits program continues the thread with ")
             head.append(threads.resume_hint(t.thread_id))
         self.query_one("#thread-head", Static).update(head)
         # the answer field only where an answer here works (one question)
@@ -260,6 +266,18 @@ class ThreadScreen(Screen[None]):
             t = self.thread
             return not (t is not None and (threads.asks_several(t) or self._moved_text(t)))
         return True
+
+    def _stopped_lines(self) -> list[str]:
+        """The nodes that raised or were cut off (as ``flowdesk show`` says
+        them); none without the ``langgraph`` extra or when unreadable."""
+        try:
+            from desktop_app.integrations.langgraph.saver import FlowdeskSaver
+        except ImportError:
+            return []
+        stopped = self.flowdesk.read(
+            lambda s: FlowdeskSaver(s).stopped_at(self.thread_id), quiet=True
+        )
+        return threads.stopped_lines(stopped) if stopped is not None else []
 
     @staticmethod
     def _answerable(t: threads.Thread) -> bool:

@@ -77,6 +77,8 @@ from desktop_app.integrations.langgraph.threads import (
     ANSWERED,
     CHECKPOINT_COLUMNS,
     ERROR,
+    ERROR_SOURCE_NODE,
+    FAILED,
     INTERRUPT,
     RESUME,
     checksum,
@@ -95,8 +97,9 @@ _TRIGGERS = ("__start__", "__pregel_tasks")
 #: ``get_state_history`` read without it
 _LOOP_KEY = "__pregel_runtime"
 #: a thread in these statuses has work its next invoke runs before it stores
-#: a checkpoint: a step a killed process left, or an answer given in Flowdesk
-_RESUMABLE = ("running", ANSWERED)
+#: a checkpoint: a step a killed process left, an answer given in Flowdesk,
+#: or a node that raised
+_RESUMABLE = ("running", ANSWERED, FAILED)
 _ENTRY_FIELDS = ("tenant_id", "user_id", "session_id", "trace_id", "correlation_id")
 
 #: a grown list is stored as its new items on top of the version it extends,
@@ -145,6 +148,16 @@ class StoppedAt(NamedTuple):
 
 #: what a task stores that is not its result: it did not finish by them
 _NOT_RESULTS = (INTERRUPT, RESUME, ERROR)
+
+
+def _raised(writes: Sequence[tuple[str, Any]]) -> bool:
+    """Whether a task's writes say it raised and its invoke raises too: an
+    error no node's error handler takes (LangGraph writes
+    ``__error_source_node__`` beside one it routes to its handler). An
+    invoke cancelled from outside (``asyncio.wait_for``) writes no error:
+    its thread stays ``running``, then ``interrupted``."""
+    channels = {ch for ch, _ in writes}
+    return ERROR in channels and ERROR_SOURCE_NODE not in channels
 
 
 def _task_name(task_path: str, sends: Sequence[Any]) -> str | None:
@@ -460,7 +473,8 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         (error, interrupt, resume, scheduled) replace an earlier write of the
         task; other writes are kept as first stored (LangGraph's rule:
         ``WRITES_IDX_MAP``). An interrupt on the thread's latest root
-        checkpoint marks the thread ``waiting``."""
+        checkpoint marks the thread ``waiting``; a root task's error that
+        no error handler takes marks it ``failed`` (its invoke raises it)."""
         c = config["configurable"]
         thread_id = str(c["thread_id"])
         ns = c.get("checkpoint_ns", "") or ""
@@ -479,9 +493,10 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         )
         asked = [v for ch, v in writes if ch == INTERRUPT]
         answered = any(ch == RESUME for ch, _ in writes)
+        failed = ns == "" and _raised(writes)
 
         def op(tx: SqlTx) -> None:
-            if ns == "" and (asked or answered):
+            if ns == "" and (asked or answered or failed):
                 self._lock_thread(tx, thread_id)
             self._refuse_moved(tx, thread_id)
             tx.executemany(
@@ -494,6 +509,13 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
             )
             if ns == "" and (asked or answered):
                 self._thread_asked(tx, thread_id, checkpoint_id, asked)
+            if failed:
+                tx.execute(
+                    f"UPDATE langgraph_threads SET status='{FAILED}', owner=NULL, "
+                    f"updated_at={ts(tx)} WHERE scope=? AND thread_id=? AND checkpoint_id=? "
+                    "AND status='running'",
+                    (time.time(), self.scope, thread_id, checkpoint_id),
+                )
 
         self.store.write(op)
 

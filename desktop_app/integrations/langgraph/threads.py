@@ -29,7 +29,7 @@ from desktop_app.errors import (
     moved_to,
 )
 from desktop_app.store.protocol import DomainStore, SqlTx
-from desktop_app.textsafe import python_literal
+from desktop_app.textsafe import one_line, python_literal
 
 #: the run kind threads have in ``flowdesk runs`` and the app
 KIND = "langgraph"
@@ -39,6 +39,8 @@ NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 RESUME = "__resume__"
 INTERRUPT = "__interrupt__"
 ERROR = "__error__"  # a task's exception (LangGraph's private constant)
+#: written beside ERROR when a node's error handler takes the exception
+ERROR_SOURCE_NODE = "__error_source_node__"
 #: ``WRITES_IDX_MAP[RESUME]`` of langgraph.checkpoint.base
 RESUME_IDX = -4
 
@@ -79,6 +81,9 @@ def verify_checkpoint(thread_id: str, row: Sequence[Any]) -> None:
 #: the status of a thread whose interrupt a person answered through Flowdesk
 #: and whose program has not run the graph since (never a Flowdesk run's)
 ANSWERED = "answered"
+#: the status of a thread whose node raised and was not handled (its invoke
+#: raised the exception); its program's next invoke runs the node again
+FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,9 @@ class Thread:
         status: ``running`` (a step is scheduled), ``waiting`` (an interrupt
             is unanswered), ``answered`` (a person's answer is stored and the
             thread's program has not run the graph since: it goes on when
-            it does, see :func:`resume_hint`) or ``completed``.
+            it does, see :func:`resume_hint`), ``failed`` (a node raised and
+            its invoke raised the exception: its program's next invoke runs
+            that node again) or ``completed``.
         created_at / updated_at: UTC epoch seconds.
         owner: the process that last wrote it while running
             (``host:pid:nonce@start``), else ``None``.
@@ -413,6 +420,28 @@ def several_hint(thread_id: str) -> str:
         f"graph.invoke(Command(resume={{interrupt.id: value, ...}}), {config}, "
         'durability="sync") (the ids are in graph.get_state(config).interrupts)'
     )
+
+
+def stopped_lines(stopped: Any) -> list[str]:
+    """What ``show`` and the app say of the nodes of a thread ``interrupted``
+    mid-step or ``failed`` (``stopped``: a ``FlowdeskSaver.stopped_at``):
+    those that raised, and those cut off, which its program runs again from
+    their start (as LangGraph does)."""
+    lines = [
+        f"failed: node {one_line(node)} raised {one_line(error)}; its program runs it again "
+        "from the start, so what it did before (a payment, a message) may happen twice"
+        for node, error in stopped.failed
+    ]
+    if stopped.running:
+        nodes = ", ".join(one_line(n) for n in stopped.running)
+        one = len(stopped.running) == 1
+        lines.append(
+            f"cut off: node{'' if one else 's'} {nodes} had not finished when its process "
+            f"stopped; its program runs {'it' if one else 'them'} again from the start, so "
+            "what ran before the stop (a payment, a message) may happen twice: Flowdesk "
+            "cannot tell whether it did"
+        )
+    return lines
 
 
 def resume_hint(thread_id: str) -> str:
