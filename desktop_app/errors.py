@@ -822,6 +822,9 @@ class CheckpointCorruptError(CheckpointDecodeError):
         run_status: the run's status when it is known (str or ``None``): a
             run that ended (``canceled``, ``completed``...) is not offered a
             cancel.
+        missing: the row is not there at all (deleted outside Flowdesk: the
+            run's later checkpoints, or the run's own row, name it), rather
+            than changed.
     """
 
     def __init__(
@@ -832,14 +835,16 @@ class CheckpointCorruptError(CheckpointDecodeError):
         *,
         readable: int | None = None,
         run_status: str | None = None,
+        missing: bool = False,
     ) -> None:
         self.what = what
         self.run_id = run_id
         self.revision = revision
         self.readable = readable
         self.run_status = run_status
+        self.missing = missing
         self.field_path = ""
-        self.reason = "checksum mismatch"
+        self.reason = "row missing" if missing else "checksum mismatch"
         ended = run_status in ENDED_RUN_STATUSES
         if what != "checkpoint":
             advice = "Restore the file from a backup, or fork the run from an earlier revision."
@@ -854,10 +859,16 @@ class CheckpointCorruptError(CheckpointDecodeError):
                 "." if ended else ", or cancel the run (no earlier checkpoint of it is intact)."
             )
         done = f"The run is {run_status}" if ended else "The run cannot go on from it"
+        damage = (
+            "is missing: it was deleted outside Flowdesk (the run's own record or its later "
+            "checkpoints, which build on it, name it)"
+            if missing
+            else "was changed outside Flowdesk: its bytes no longer match the checksum stored "
+            "with it"
+        )
         FlowdeskError.__init__(
             self,
-            f"{what} of run {run_id} revision {revision} was changed outside Flowdesk: its "
-            f"bytes no longer match the checksum stored with it. {done} "
+            f"{what} of run {run_id} revision {revision} {damage}. {done} "
             f"(other runs are not affected). {advice}",
         )
 

@@ -51,3 +51,17 @@ sender = (
 )
 
 SENDER_ENV = '["tests.damaged_flows:sender"]'
+
+#: ``stepper``: ``count`` counts, then ``approve`` waits for an answer, then
+#: ``done`` counts: revision 1 is a step's, revision 2 the wait's
+stepper = (
+    FlowBuilder("stepper", Order, inputs=("order",))
+    .step("count", count)
+    .await_input("approve", "approved", prompt="OK?")
+    .step("done", count)
+    .chain("count", "approve", "done")
+    .finish("done")
+    .compile()
+)
+
+STEPPER_ENV = '["tests.damaged_flows:asker", "tests.damaged_flows:stepper"]'

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from desktop_app.errors import (
+    CheckpointCorruptError,
     CheckpointDecodeError,
     CheckpointNotFoundError,
     DedupeKeyReusedError,
@@ -489,6 +490,19 @@ def written_table(sql: str | None) -> str | None:
     return None if found is None else found.group(1).replace('"', "")
 
 
+def chain_gap(rows: Sequence[Sequence[Any]]) -> int | None:
+    """The first revision missing from ``rows`` (each starting with its
+    revision, oldest first, as a fold reads them), or ``None`` when they
+    follow one another: every checkpoint after a snapshot is a delta on the
+    one before it, so a hole means the fold would skip a step's changes."""
+    expected = int(rows[0][0]) if rows else 0
+    for row in rows:
+        if int(row[0]) != expected:
+            return expected
+        expected += 1
+    return None
+
+
 def checkpoint_from_rows(run_id: str, revision: int, rows: Sequence[Sequence[Any]]) -> Checkpoint:
     """Fold ``checkpoints`` rows (revision, kind, status, step_id, created_at,
     state, steps, frontier, progress, error, meta, waits), oldest first from
@@ -498,12 +512,18 @@ def checkpoint_from_rows(run_id: str, revision: int, rows: Sequence[Sequence[Any
     Raises:
         CheckpointNotFoundError: the last row is not at ``revision`` (pruned
             or never saved).
+        CheckpointCorruptError: a row between the snapshot and ``revision``
+            is missing (``missing``: deleted outside Flowdesk; pruning
+            deletes from the oldest row up, never between two kept ones).
         CheckpointDecodeError: a row's JSON is malformed.
     """
     if not rows or int(rows[-1][0]) != revision:
         raise CheckpointNotFoundError(
             f"run {run_id} has no checkpoint at revision {revision} (pruned or never saved)"
         )
+    gap = chain_gap(rows)
+    if gap is not None:
+        raise CheckpointCorruptError(run_id, gap, missing=True)
     state: Mapping[str, Any] = {}
     steps: dict[str, StepRecord] = {}
     for rev, kind, _status, _sid, _at, state_json, steps_json, *_ in rows:

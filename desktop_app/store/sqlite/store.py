@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal, NoReturn, ParamSpec, TypeVar
 
 import apsw
 import orjson
@@ -1158,7 +1158,8 @@ class SqliteCheckpointStore:
         cached = self._last.get(run_id)
         if cached is not None and cached.revision == run.revision:
             return RunHead(run, detached(cached))
-        cp = self._load(run_id, run.revision, run.status)  # the row's revision: never rewritten
+        # the row's revision: never rewritten, so its checkpoint must be there
+        cp = self._load(run_id, run.revision, run.status, latest=True)
         self._remember(detached(cp))
         return RunHead(run, cp)
 
@@ -1172,21 +1173,41 @@ class SqliteCheckpointStore:
         except CheckpointNotFoundError:
             return None
 
-    def _load(self, run_id: str, revision: int, status: str | None = None) -> Checkpoint:
+    def _load(
+        self, run_id: str, revision: int, status: str | None = None, *, latest: bool = False
+    ) -> Checkpoint:
         """Fold deltas onto the nearest snapshot at or below ``revision``
-        (``status``: the run's, named by a :class:`CheckpointCorruptError`)."""
+        (``status``: the run's, named by a :class:`CheckpointCorruptError`;
+        ``latest``: ``revision`` is the run's own, so a missing row is
+        damage, not a pruned or unsaved revision)."""
         with self._read():
             raw: list[Any] = self.conn.execute(CK.FOLD_ROWS, (run_id, revision)).fetchall()
         rows: list[Any] = []
         for r in raw:
             if r[-1] is not None and row_checksum(r[:-1]) != r[-1]:
-                bad = int(r[1])
-                readable = self.readable_revision_below(run_id, bad)
-                if status is None:
-                    status = self.get_run(run_id).status
-                raise CheckpointCorruptError(run_id, bad, readable=readable, run_status=status)
+                self._damaged(run_id, int(r[1]), status)
             rows.append(r[1:-1])
-        return checkpoint_from_rows(run_id, revision, rows)
+        try:
+            return checkpoint_from_rows(run_id, revision, rows)
+        except CheckpointCorruptError as exc:  # a row between two others is missing
+            self._damaged(run_id, exc.revision, status, missing=True)
+        except CheckpointNotFoundError:
+            if not latest:
+                raise
+            self._damaged(run_id, revision, status, missing=True)
+
+    def _damaged(
+        self, run_id: str, revision: int, status: str | None, *, missing: bool = False
+    ) -> NoReturn:
+        """Raise the :class:`CheckpointCorruptError` of ``run_id``'s row at
+        ``revision`` (changed, or ``missing``), naming the newest intact
+        revision below it and the run's status."""
+        readable = self.readable_revision_below(run_id, revision)
+        if status is None:
+            status = self.get_run(run_id).status
+        raise CheckpointCorruptError(
+            run_id, revision, readable=readable, run_status=status, missing=missing
+        )
 
     def readable_revision_below(self, run_id: str, revision: int) -> int | None:
         """The newest revision of run ``run_id`` below ``revision`` whose

@@ -1,0 +1,110 @@
+"""A run whose checkpoint row was deleted outside Flowdesk (with the sqlite3
+shell), on a real SQLite file. A new user's report: a deleted middle row
+went unnoticed (the fold skipped its step's changes: `show` said a finished
+step was in progress and the run would have gone on from that state), and
+a deleted latest row made `waiting` and `cancel` fail with "no checkpoint
+at revision N (pruned or never saved)", listing nothing and offering no
+command. Both are damage now, as an edited row is: named with the newest
+intact revision below it, `waiting` goes on with the others, and the
+printed replay and cancel work as printed."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from desktop_app.errors import CheckpointCorruptError
+from tests.cli_support import as_printed, flowdesk
+from tests.damaged_flows import STEPPER_ENV
+from tests.test_damaged_checkpoint import _hints
+
+ENV = {"FLOWDESK_FLOWS": STEPPER_ENV}
+
+
+def _start(db: Path, flow: str, order: str) -> str:
+    out = flowdesk(db, "start", flow, "--input", json.dumps({"order": order}), env=ENV)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()[0]
+
+
+def _delete(db: Path, run_id: str, revision: int) -> None:
+    with sqlite3.connect(db) as conn:
+        deleted = conn.execute(
+            "DELETE FROM checkpoints WHERE run_id=? AND revision=?", (run_id, revision)
+        ).rowcount
+    conn.close()
+    assert deleted == 1
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=ENV).returncode == 0
+    return db
+
+
+def test_a_deleted_latest_row_is_named_waiting_goes_on_and_the_hints_work(db: Path) -> None:
+    bad, good = _start(db, "asker", "A"), _start(db, "asker", "B")
+    _delete(db, bad, 1)  # its latest: the wait
+
+    shown = flowdesk(db, "show", bad, env=ENV)
+    assert shown.returncode == 1
+    assert (
+        f"checkpoint of run {bad} revision 1 is missing: it was deleted outside Flowdesk"
+    ) in shown.stderr, shown.stderr
+    hints = _hints(shown.stderr)
+    assert hints == {
+        "replay": f"flowdesk --db {db} replay {bad}:0",
+        "cancel": f"flowdesk --db {db} cancel {bad}",
+    }
+
+    waiting = flowdesk(db, "waiting", env=ENV)
+    assert waiting.returncode == 0, waiting.stderr
+    assert f"run {bad}  flow asker\n  unreadable: checkpoint of run {bad}" in waiting.stdout
+    assert f'run {good}  flow asker\n  {good}:approve:0  input: "OK?"' in waiting.stdout
+
+    replayed = as_printed(hints["replay"], env=ENV)
+    assert replayed.returncode == 0, replayed.stderr
+    assert f"run {replayed.stdout.splitlines()[0]} waiting" in replayed.stdout
+    canceled = as_printed(hints["cancel"], env=ENV)
+    assert canceled.returncode == 0, canceled.stderr
+    assert f"run {bad} canceled" in canceled.stdout
+    assert f"run {bad}" not in flowdesk(db, "waiting", env=ENV).stdout
+    answered = flowdesk(db, "answer", good, "yes", env=ENV)
+    assert answered.returncode == 0 and f"run {good} completed" in answered.stdout
+
+
+def test_a_deleted_middle_row_is_named_and_nothing_goes_on_from_the_state_it_leaves(
+    db: Path,
+) -> None:
+    bad = _start(db, "stepper", "A")
+    _delete(db, bad, 1)  # the step `count`'s: revision 2 (the wait) builds on it
+
+    shown = flowdesk(db, "show", bad, env=ENV)
+    assert shown.returncode == 1, shown.stdout
+    assert f"checkpoint of run {bad} revision 1 is missing" in shown.stderr, shown.stderr
+    assert "in_progress" not in shown.stdout
+    assert _hints(shown.stderr)["replay"] == f"flowdesk --db {db} replay {bad}:0"
+    refused = flowdesk(db, "answer", bad, "yes", env=ENV)
+    assert refused.returncode != 0 and "revision 1 is missing" in refused.stderr
+
+    from desktop_app.flow import Engine
+    from desktop_app.store.sqlite import open_store
+    from tests.damaged_flows import stepper
+
+    store = open_store(db)
+    try:
+        with pytest.raises(CheckpointCorruptError) as err:
+            Engine(store, flows=[stepper]).get(bad)
+        assert (err.value.revision, err.value.readable, err.value.missing) == (1, 0, True)
+    finally:
+        store.close()
+    with sqlite3.connect(db) as conn:
+        revisions = conn.execute(
+            "SELECT revision FROM checkpoints WHERE run_id=? ORDER BY revision", (bad,)
+        ).fetchall()
+    conn.close()
+    assert revisions == [(0,), (2,)]  # nothing appended onto the hole
