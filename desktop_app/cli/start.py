@@ -207,21 +207,28 @@ def report_result(ctx: Ctx, result: Any) -> int:
     print(f"run {result.run_id} {result.status}")
     if result.status == "completed" and getattr(result.state, "report_path", None):
         print(f"report: {result.state.report_path}")
-    if result.error:
-        print(f"error: {result.error}", file=sys.stderr)
-    if result.status == "failed":
-        if not cannot_continue(result.error):  # else a resume fails the same way
-            print(f"resume with: {ctx.hints.cmd('resume ' + result.run_id)}", file=sys.stderr)
+    return report_hints(ctx, result.run_id, result.status, result.error)
+
+
+def report_hints(ctx: Ctx, run_id: str, status: str, error: str | None) -> int:
+    """Print (on standard error) a run's error and the hints that work on it
+    as printed, after its status was said (:func:`report_result`); the exit
+    code: 1 failed, timed out or canceled, else 0."""
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+    if status == "failed":
+        if not cannot_continue(error):  # else a resume fails the same way
+            print(f"resume with: {ctx.hints.cmd('resume ' + run_id)}", file=sys.stderr)
         return EXIT_FAILED
-    if result.status == "timed_out":
-        for line in timed_out_hints(ctx, result.run_id):
+    if status == "timed_out":
+        for line in timed_out_hints(ctx, run_id):
             print(line, file=sys.stderr)
         return EXIT_FAILED
-    if result.status == "canceled":  # it cannot be resumed; `show` says what it did
-        print(f"what it did: {ctx.hints.cmd('show ' + result.run_id)}", file=sys.stderr)
+    if status == "canceled":  # it cannot be resumed; `show` says what it did
+        print(f"what it did: {ctx.hints.cmd('show ' + run_id)}", file=sys.stderr)
         return EXIT_FAILED
-    if result.status == "waiting":
-        hint = ctx.hints.cmd(f"show {result.run_id}")
+    if status == "waiting":
+        hint = ctx.hints.cmd(f"show {run_id}")
         print(f"it waits; what for, and the command that answers it: {hint}", file=sys.stderr)
     return EXIT_OK
 
@@ -361,15 +368,13 @@ def cmd_answer(ctx: Ctx) -> int:
     print(f"run {result.run_id} {result.status}")
     if delivered:
         print(f"{plural(delivered, 'outbox intent')} delivered")
-    if result.status == "waiting":  # it waits again: what for, as `start` says it
-        hint = ctx.hints.cmd(f"show {result.run_id}")
-        print(f"it waits; what for, and the command that answers it: {hint}", file=sys.stderr)
     if run.flow_name == "tidy" and result.status != "waiting":
         from desktop_app.cli.runs import ANSWER_FILES, tidy_report
 
         for line in tidy_report(ctx, sv.checkpoints, result.run_id, limit=ANSWER_FILES):
             print(line)
-    return EXIT_OK if result.status in ("completed", "waiting") else EXIT_FAILED
+    # its error and what works on it, as `start` and `resume` say them
+    return report_hints(ctx, result.run_id, result.status, result.error)
 
 
 def _answer_lost(ctx: Ctx, sv: Any, run_id: str, owner: str) -> str:
@@ -512,9 +517,12 @@ def cmd_signal(ctx: Ctx) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+    code = EXIT_OK
     if reach.taken_by is not None:
-        status = sv.checkpoints.get_run(reach.taken_by).status
-        print(f"delivered to run {reach.taken_by} (now {status})")
+        took = sv.checkpoints.get_run(reach.taken_by)
+        print(f"delivered to run {reach.taken_by} (now {took.status})")
+        if took.status != "waiting":  # it went on here: its error and what works on it
+            code = report_hints(ctx, took.run_id, took.status, took.error)
     if reach.taken_by is None:
         _say_ended(ctx, sv, [r for r in waiting if r not in reach.still_waiting])
     if reach.still_waiting and reach.taken_by is not None:
@@ -535,7 +543,7 @@ def cmd_signal(ctx: Ctx) -> int:
     elif reach.taken_by is None:
         # a misspelt name or key is stored too: say so, and where to look
         _say_reached(ctx, [], no_signal_waiter(a.name, a.key))
-    return EXIT_OK
+    return code
 
 
 def _signal_key(a: Any) -> str:
