@@ -161,7 +161,7 @@ class RunDriver:
         self.saved_at = cp.created_at
         self.status: RunStatus = cp.status
         self.state = load_state(self.flow.state_type, cp.state, self.run_id, cp.revision)
-        self.tracker = StateTracker(self.state)
+        self.tracker = StateTracker(self.state, strict=self.host.check_state)
         #: the state as last stored; every retry starts from a copy of it
         #: (S62, S83): never shared with ``self.state``, whose nested values
         #: (``Any`` fields keep the decoded objects) a step may change in place
@@ -254,7 +254,7 @@ class RunDriver:
         the last checkpoint."""
         data = codec.copy(dict(self.stored_state))  # the next attempt may mutate it too
         self.state = load_state(self.flow.state_type, data, self.run_id, self.revision)
-        self.tracker = StateTracker(self.state)
+        self.tracker = StateTracker(self.state, strict=self.host.check_state)
         stored = self.stored_steps.get(record_id)
         rec = self.steps.get(record_id)
         if stored is not None and rec is not None and stored.iteration != rec.iteration:

@@ -194,6 +194,13 @@ class Engine:
             their change and hand the run back (lease released) instead of
             executing it, ``signal``/``publish`` only store, and
             ``recover``/``tick`` do nothing.
+        check_state: after each step, encode every state field the step did
+            not replace and compare it with its stored encoding; a
+            difference (a list item, a dict entry or a nested model's field
+            changed in place, which is never stored) fails the step with
+            ``StateMutatedError``. Off (the default) only a list, dict or set
+            whose size changed in place is caught: the check costs the whole
+            state at every step, so it is meant for a flow's tests.
 
     One engine may drive different runs from different threads. Two
     processes never execute the same run at once: a run is claimed with a
@@ -212,9 +219,13 @@ class Engine:
         lease_ttl_s: float = 30.0,
         group_commit: bool | None = None,
         executes: bool = True,
+        check_state: bool = False,
     ) -> None:
         self.store = store
         self.executes = executes
+        #: after each step, compare the fields it did not replace with their
+        #: stored encoding (catches a change made in place; costs the state)
+        self.check_state = check_state
         #: batches appends of runs in flight together (None: one commit each)
         caps = store.capabilities
         batching = group_commit if group_commit is not None else "group_commit" in caps

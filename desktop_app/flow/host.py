@@ -28,6 +28,9 @@ class DriverHost(Protocol):
         lost: ids of runs whose lease another process took over.
         executes: False for an engine that only hands runs to workers
             (``Engine(executes=False)``).
+        check_state: compare, after each step, every state field the step
+            did not replace with its stored encoding
+            (``Engine(check_state=True)``).
     """
 
     @property
@@ -50,6 +53,9 @@ class DriverHost(Protocol):
 
     @property
     def executes(self) -> bool: ...
+
+    @property
+    def check_state(self) -> bool: ...
 
     def lease(
         self, takes_over: str | None = None, dead: bool = False, now: float | None = None

@@ -218,9 +218,13 @@ class StateTracker:
     whole state. Steps must therefore return changes rather than mutate the
     state they were given; :meth:`check_unmutated` catches the common mistake
     (a list, dict or set whose length changed in place) and fails the step.
+    ``strict`` (``Engine(check_state=True)``) catches every change in place:
+    each field a step did not replace is encoded again and compared with its
+    stored encoding, at a cost that grows with the state (for tests).
     """
 
-    def __init__(self, state: BaseModel) -> None:
+    def __init__(self, state: BaseModel, *, strict: bool = False) -> None:
+        self.strict = strict
         self._values: dict[str, Any] = {}
         self._lens: dict[str, int] = {}
         #: the JSON-mode dump of the state last encoded: a new dict at every
@@ -265,13 +269,27 @@ class StateTracker:
         self.dirty -= fields
 
     def check_unmutated(self, state: BaseModel, step_id: str) -> None:
-        """Raise StateMutatedError if a tracked container changed size in place."""
+        """Raise StateMutatedError if a tracked container changed size in
+        place, or (``strict``) if any field the step did not replace no
+        longer encodes as it was stored."""
         for name, size in self._lens.items():
             value = getattr(state, name)
             if value is self._values[name] and len(value) != size:
                 raise StateMutatedError(
                     f"step {step_id!r} changed state field {name!r} in place; return the "
                     f"new value instead (for example {{{name!r}: [*state.{name}, item]}})"
+                )
+        if not self.strict:
+            return
+        for name, value in self._values.items():
+            if getattr(state, name) is value and (
+                encode_fields(state, {name}, step_id)[name] != self.dumped[name]
+            ):
+                raise StateMutatedError(
+                    f"step {step_id!r} changed state field {name!r} in place (its size, if "
+                    "any, stayed the same): such a change is not stored, so the steps after "
+                    "it would see it only until the run is resumed; return the new value "
+                    f"instead (for example {{{name!r}: new_value}})"
                 )
 
 
