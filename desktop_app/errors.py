@@ -800,10 +800,11 @@ class CheckpointDecodeError(FlowdeskError):
         self.field_path = field_path
         self.reason = reason
         where = f" at field {field_path!r}" if field_path else ""
+        earlier = ", or replay or fork the run from an earlier checkpoint" if revision else ""
         super().__init__(
             f"checkpoint of run {run_id} revision {revision} cannot be decoded{where}: "
-            f"{reason}. The run was not resumed; fix the state model or fork the run "
-            f"from an earlier checkpoint."
+            f"{reason}. Nothing ran from it: the state stored there no longer fits the "
+            f"flow's state model; change the model back to what the run stored{earlier}."
         )
 
 
@@ -943,6 +944,21 @@ class FlowVersionMismatchError(FlowError):
             f"run {self.run_id} was started under flow version {self.stored} but the flow is "
             f"now {self.current}; nothing was run."
         )
+
+    @property
+    def change(self) -> str:
+        """What changed, as far as the two versions tell: a version is the
+        ``version`` given to ``FlowBuilder`` (before the ``+``) and a digest
+        of the flow's shape (its steps, their kinds, edges, routes and state
+        fields) that includes it, so a new given version changes the digest
+        whether or not the shape changed."""
+        given = self.stored.partition("+")[0], self.current.partition("+")[0]
+        if given[0] != given[1]:
+            return (
+                f"the version its FlowBuilder gives changed ({given[0]} to {given[1]}); its "
+                "steps, their kinds, edges, routes or state fields may have changed too"
+            )
+        return "its steps, their kinds, edges or routes, or its state's fields changed"
 
 
 class UnknownFlowError(FlowError):

@@ -208,8 +208,8 @@ def version_refusal(hints: Hints, exc: Any) -> str:
     exists; the app's launch report offers the same)."""
     rid = exc.run_id
     return (
-        f"{exc.what} Its flow changed since it started (its steps, their kinds, edges or "
-        "routes, or its state's fields). To finish it, restore the "
+        f"{exc.what} Its flow changed since it started ({exc.change}). To finish it, "
+        "restore the "
         "flow's code as it was then (what makes version "
         f"{exc.stored}) and run `{hints.cmd(f'resume {rid}')}`; to end it: "
         f"`{hints.cmd(f'cancel {rid}')}`; to continue it as a new run of the new version "

@@ -581,7 +581,8 @@ def cmd_show(ctx: Ctx) -> int:
     elif stuck is not None:
         _say(stuck_line(ctx, stuck))
     elif status == INTERRUPTED:
-        print(_interrupted_line(ctx, run, first=needs_model(sv, run) or unregistered(sv, run)))
+        first = needs_model(sv, run) or unregistered(sv, run) or state_misfit(sv, run, cp)
+        print(_interrupted_line(ctx, run, first=first))
     elif status == "pending" and (why := unregistered(sv, run)) is not None:
         print(f"pending: {why}; then {ctx.hints.cmd(f'resume {run.run_id}')} starts it")
     elif status == "pending" and not executes_runs(sv.settings):  # PostgreSQL's workers
@@ -589,7 +590,7 @@ def cmd_show(ctx: Ctx) -> int:
             "pending: saved for a worker of this database and scope to execute (a worker "
             f"of another scope never takes it); `{ctx.hints.cmd('agent')}` starts one"
         )
-    elif status == "waiting" and (why := unregistered(sv, run)) is not None:
+    elif status == "waiting" and (why := unregistered(sv, run) or state_misfit(sv, run, cp)):
         print(f"waiting: {why}; then the commands below move it on")
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
@@ -853,6 +854,28 @@ def unregistered(sv: Services, run: Any) -> str | None:
         "this one resumes it: set FLOWDESK_FLOWS (the flows setting) to the module attribute "
         "that defines it, here and on each worker (flowdesk agent)"
     )
+
+
+def state_misfit(sv: Services, run: Any, cp: Any) -> str | None:
+    """What to change before flow run ``run`` can go on here when the state
+    of its checkpoint ``cp`` no longer fits its registered flow's state
+    model (a field's type changed since it started: a flow's version
+    fingerprints its fields' names, not their types), or ``None``. Decodes
+    the state once (``show`` only)."""
+    from desktop_app.flow.state import load_state
+
+    flow = sv.engine.flows.get(run.flow_name)
+    if flow is None or flow.version != run.flow_version:
+        return None
+    try:
+        load_state(flow.state_type, cp.state, run.run_id, cp.revision)
+    except CheckpointDecodeError as exc:
+        where = f" at field {exc.field_path!r}" if exc.field_path else ""
+        return (
+            f"its stored state no longer fits flow {run.flow_name!r}'s state model{where} "
+            f"({_clip(exc.reason, 200)}): change the model back to what the run stored"
+        )
+    return None
 
 
 def refuse_unregistered(ctx: Ctx, sv: Services, run_id: str, what: str) -> None:
