@@ -1537,7 +1537,10 @@ class Engine:
 
         Raises:
             CheckpointNotFoundError, FlowVersionMismatchError,
-            pydantic.ValidationError (the mutation does not fit the model),
+            CheckpointDecodeError (the checkpoint's state no longer fits the
+            state model), pydantic.ValidationError (a changed value does not
+            fit the model), InputError (the changes name fields the model
+            does not have, or are neither a dict nor a state; nothing ran),
             ConfigError (a run of a registered mode, :meth:`register_variant`,
             that cannot be built here: what to configure).
         """
@@ -1555,7 +1558,11 @@ class Engine:
         *,
         run_id: str | None = None,
     ) -> RunResult:
-        """Replay from a checkpoint after changing its state (Agentium ``fork``)."""
+        """Replay from a checkpoint after changing its state (Agentium
+        ``fork``): :meth:`replay` with ``mutate``, a dict of field updates or
+        a function given a copy of the state that returns updates or a new
+        state. Raises what :meth:`replay` raises (``InputError`` for a field
+        the state model does not have)."""
         return self.replay(checkpoint_id, mutate=mutate, run_id=run_id)
 
     # -- reading (never runs anything) -----------------------------------

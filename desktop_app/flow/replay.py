@@ -15,7 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from desktop_app.errors import CheckpointNotFoundError, FlowVersionMismatchError, RunStateError
+from desktop_app.errors import (
+    CheckpointNotFoundError,
+    FlowVersionMismatchError,
+    InputError,
+    RunStateError,
+)
 from desktop_app.flow.children import latest_readable_meta, merge_journals
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow, WaitStep
@@ -81,8 +86,11 @@ def replay_seed(
 
     Raises:
         CheckpointNotFoundError, FlowVersionMismatchError, UnknownFlowError,
-        pydantic.ValidationError (the mutation does not fit the model), and
-        what building a registered mode raises (``ConfigError``).
+        CheckpointDecodeError (the checkpoint's state no longer fits the
+        model), pydantic.ValidationError (a changed value does not fit it),
+        InputError (the changes name fields the model does not have, or are
+        neither a dict nor a state), and what building a registered mode
+        raises (``ConfigError``).
     """
     src_id, revision = parse_id(checkpoint_id)
     src = store.get_run(src_id)
@@ -93,7 +101,21 @@ def replay_seed(
     state = load_state(f.state_type, cp.state, src_id, revision)
     if mutate is not None:
         out = mutate(state.model_copy(deep=True)) if callable(mutate) else dict(mutate)
-        state = apply_output(f.state_type, state, out)
+        model, fields = f.state_type, f.state_type.model_fields
+        if isinstance(out, Mapping) and (unknown := [k for k in out if k not in fields]):
+            raise InputError(
+                f"fork {checkpoint_id}: the changes name field(s) {unknown} that "
+                f"{model.__name__} does not have (its fields: {', '.join(fields)}); "
+                "nothing was run"
+            )
+        try:
+            state = apply_output(model, state, out)
+        except TypeError as exc:  # neither a dict nor a state: nothing ran
+            raise InputError(
+                f"fork {checkpoint_id}: the changes must be a dict of field updates or a "
+                f"{model.__name__}, not {type(out).__name__} (its fields: "
+                f"{', '.join(fields)}); nothing was run"
+            ) from exc
         state = f.state_type.model_validate(state.model_dump())
     kept = {k: v for k, v in cp.steps.items() if v.status in ("completed", "skipped")}
     meta = {k: v for k, v in cp.meta.items() if k in CARRIED_META}

@@ -1,0 +1,45 @@
+"""A new user's report: ``Engine.fork(checkpoint, {"itemz": 1})`` raised a
+bare ``TypeError: step returned unknown state field(s)`` (no step ran; the
+docstring promised a pydantic ValidationError). It raises ``InputError``
+naming the fields the state has, and nothing is created. Real SQLite file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from desktop_app.errors import InputError
+from desktop_app.flow import Engine, FlowBuilder
+from desktop_app.store.sqlite.store import open_store
+
+
+class S(BaseModel):
+    items: list[str] = []
+    n: int = 0
+
+
+FLOW = FlowBuilder("f", S).step("a", lambda s: {"n": s.n + 1}).compile()
+
+
+@pytest.mark.parametrize(
+    "changes", [{"itemz": ["x"]}, lambda s: 42], ids=["unknown field", "not a dict"]
+)
+def test_a_fork_whose_changes_do_not_fit_raises_input_error_and_creates_nothing(
+    db_path: Path, changes: object
+) -> None:
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[FLOW])
+        done = engine.run("f", S())
+        before = len(store.list_runs())
+        with pytest.raises(InputError) as err:
+            engine.fork(f"{done.run_id}:0", changes)  # type: ignore[arg-type]
+        assert "(its fields: items, n); nothing was run" in str(err.value)
+        assert "step returned" not in str(err.value)
+        assert len(store.list_runs()) == before
+        with pytest.raises(ValidationError):  # a known field, a value that does not fit
+            engine.fork(f"{done.run_id}:0", {"n": "many"})
+    finally:
+        store.close()
