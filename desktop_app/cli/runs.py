@@ -348,6 +348,16 @@ def delivery_lines(
             f"`Dispatcher(store, {{{mapping}}}).dispatch()` (desktop_app.flow.outbox), "
             "which looks up first one that may have been made"
         )
+    # why a try did not end delivered (a destination's error; one whose
+    # `retryable` is False marked it failed instead)
+    tried = [i for i in unsent if i.last_error]
+    for i in tried[:3]:
+        lines.append(
+            f"  {one} {i.intent_id} to {i.destination!r}, {plural(i.attempts, 'try', 'tries')}: "
+            f"last error {_clip(i.last_error, 300)}"
+        )
+    if len(tried) > 3:
+        lines.append(f"  and {len(tried) - 3:,} more with an error")
     return lines
 
 
