@@ -12,6 +12,7 @@ real Ctrl-C.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -416,6 +417,16 @@ def test_a_cancel_after_a_kill_mid_send_says_the_outcome_is_unknown(db_path, tmp
     assert failed.last_error == OUTCOME_UNKNOWN
     assert Dispatcher(engine.store, {"mail": Effects(effects)}).dispatch() == 0
     assert len(effects.read_text().split()) == 1
+    # show keeps saying it once the cancel is done (it said nothing of it)
+    shown = flowdesk(db_path, "show", rid)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "outcome unknown: 1 side effect withdrawn mid-send (the process sending it stopped, "
+        "or the send failed midway) and never looked up; Flowdesk never makes it again: "
+        f"check at 'mail' whether it was made ({failed.intent_id})"
+    ) in shown.stdout, shown.stdout
+    as_json = json.loads(flowdesk(db_path, "show", rid, "-o", "json").stdout)
+    assert [i["intent_id"] for i in as_json["unknown_outcome"]] == [failed.intent_id]
 
 
 def test_a_cancel_after_a_kill_mid_send_asks_the_destination_and_records_it_made(db_path, tmp_path):

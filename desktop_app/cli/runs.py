@@ -513,6 +513,7 @@ def cmd_show(ctx: Ctx) -> int:
     undelivered = len(unsent)
     sending = sum(i.status == "sending" for i in unsent)
     being_made = _being_made(store, run.run_id, now) if sending else {}
+    unknown = unknown_outcomes(store, run.run_id)
     flow = sv.engine.flows.get(run.flow_name)
     choices = dict(cp.meta.get("choices") or {})  # an interrupt's choices
     taken: dict[str, str] = {}  # wait id -> the type its answer must fit
@@ -536,6 +537,8 @@ def cmd_show(ctx: Ctx) -> int:
             {
                 **flow_row(run, now, undelivered, sending, being_made),
                 "flow_version": run.flow_version,
+                # withdrawn mid-send, never looked up: made or not, no one knows
+                "unknown_outcome": [_intent_json(i) for i in unknown],
                 "moved": moved,
                 # why no process goes on with it (its flow changed), or null
                 "stuck": None if stuck is None else version_refusal(ctx.hints, stuck),
@@ -586,6 +589,8 @@ def cmd_show(ctx: Ctx) -> int:
     )
     for line in delivery_lines(ctx, run, unsent, being_made):
         print(line)
+    if unknown:
+        _say(unknown_line(run.flow_name, unknown))
     if status == MOVED:
         _say(moved_line(ctx.hints, run.run_id, run.lease_owner) or "")
     elif stuck is not None:
@@ -654,6 +659,7 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
     unsent = store.open_intents(run.run_id)
     sending = sum(i.status == "sending" for i in unsent)
     being_made = _being_made(store, run.run_id, now) if sending else {}
+    unknown = unknown_outcomes(store, run.run_id)
     history = store.history(run.run_id)
     if ctx.args.output != "text":
         emit_one(
@@ -663,17 +669,8 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
                 "flow_version": run.flow_version,
                 "revision": run.revision,
                 "context": dict(run.context),
-                "intents": [
-                    {
-                        "intent_id": i.intent_id,
-                        "step_id": i.step_id,
-                        "destination": i.destination,
-                        "status": i.status,
-                        "attempts": i.attempts,
-                        "last_error": i.last_error,
-                    }
-                    for i in unsent
-                ],
+                "intents": [_intent_json(i) for i in unsent],
+                "unknown_outcome": [_intent_json(i) for i in unknown],
                 "steps": None,  # held in the damaged checkpoint
                 "waits": None,
                 "damaged": {
@@ -698,6 +695,8 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
         _say("context: " + ", ".join(ids))
     for line in delivery_lines(ctx, run, unsent, being_made):
         print(line)
+    if unknown:
+        _say(unknown_line(run.flow_name, unknown))
     for i in unsent:
         _say(f"outbox: {i.intent_id}  {i.destination}  {i.status}")
     if run.error:
@@ -705,6 +704,42 @@ def _show_damaged(ctx: Ctx, sv: Services, run: Any, exc: CheckpointDecodeError) 
     print(f"checkpoints: {len(history)}")
     for info in history if len(history) <= 12 else history[-10:]:
         print(f"  {info.id}  {info.status:10} {info.step_id:16} {when(info.created_at)}")
+
+
+def _intent_json(i: Any) -> dict[str, Any]:
+    """An outbox intent as ``show -o json`` gives it."""
+    return {
+        "intent_id": i.intent_id,
+        "step_id": i.step_id,
+        "destination": i.destination,
+        "status": i.status,
+        "attempts": i.attempts,
+        "last_error": i.last_error,
+    }
+
+
+def unknown_outcomes(store: Any, run_id: str) -> list[Any]:
+    """Run ``run_id``'s intents a cancel withdrew mid-send with no way to
+    check whether they were made (:data:`~desktop_app.flow.outbox.OUTCOME_UNKNOWN`):
+    never sent again, their outcome unknown for good."""
+    from desktop_app.flow.outbox import OUTCOME_UNKNOWN
+
+    return [i for i in store.failed_intents(run_id) if i.last_error == OUTCOME_UNKNOWN]
+
+
+def unknown_line(flow_name: str, unknown: list[Any]) -> str:
+    """What ``show`` says of :func:`unknown_outcomes`: how many, that
+    Flowdesk never makes them again, and where to check."""
+    one, many = INTENT_NOUNS.get(flow_name, ("side effect", "side effects"))
+    n = len(unknown)
+    where = ", ".join(sorted({repr(i.destination) for i in unknown}))
+    ids = ", ".join(i.intent_id for i in unknown[:3]) + (" …" if n > 3 else "")
+    return (
+        f"outcome unknown: {plural(n, one, many)} withdrawn mid-send (the process sending "
+        f"{'it' if n == 1 else 'them'} stopped, or the send failed midway) and never looked "
+        f"up; Flowdesk never makes {'it' if n == 1 else 'them'} again: check at {where} "
+        f"whether {'it was' if n == 1 else 'they were'} made ({ids})"
+    )
 
 
 def _history_json(history: list[Any]) -> list[dict[str, Any]]:

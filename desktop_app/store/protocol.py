@@ -575,6 +575,12 @@ class Outbox(Protocol):  # pragma: no mutate block
         """Run ``run_id``'s intents not delivered yet (``pending`` or
         ``sending``), oldest first; ``[]`` for a run of another scope."""
 
+    def failed_intents(self, run_id: str) -> list[Intent]:
+        """Run ``run_id``'s intents that ended ``failed`` (failed for good,
+        withdrawn by a cancel, or withdrawn mid-send with their outcome
+        unknown: ``last_error`` says which), oldest first; ``[]`` for a run
+        of another scope."""
+
     def sending_intents(self) -> dict[str, int]:
         """Run id -> how many of its intents are ``sending``: their send
         began and its end was not recorded, so each may have been made (its

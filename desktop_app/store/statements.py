@@ -208,6 +208,9 @@ class Statements:
             f"AND r.scope={p} AND o.status IN ('pending','sending') "
             "ORDER BY o.created_at, o.intent_id"
         )
+        self.failed_intents_of_run = self.open_intents_of_run.replace(
+            "o.status IN ('pending','sending')", "o.status='failed'"
+        )
         self.withdraw_intent = (
             f"UPDATE outbox SET status='failed', last_error={p}, claimed_by=NULL, "
             f"claim_expires_at=NULL WHERE intent_id={p} AND status={p}"

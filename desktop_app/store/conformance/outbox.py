@@ -179,7 +179,12 @@ def two_connections_claim_each_intent_once(h: Harness) -> None:
     _eq(sorted(every), sorted(keys), "each intent claimed exactly once")
 
 
-@check("Outbox.withdraw_intents", "Outbox.undelivered_intents", "Outbox.mark_intent")
+@check(
+    "Outbox.withdraw_intents",
+    "Outbox.undelivered_intents",
+    "Outbox.mark_intent",
+    "Outbox.failed_intents",
+)
 def withdrawing_takes_back_what_no_live_dispatcher_sends(h: Harness) -> None:
     """Pending intents (claimed or not) and a dead dispatcher's ``sending``
     one are withdrawn; a live dispatcher's send is left in flight; a
@@ -208,6 +213,9 @@ def withdrawing_takes_back_what_no_live_dispatcher_sends(h: Harness) -> None:
     _eq(s.mark_intent(keys[2], "delivered", clock.now(), expect="sending"), False, "late ack")
     failed = {i.intent_id: i.last_error for i in s.intents(["failed"], limit=1000)}
     _eq([failed.get(k) for k in keys[1:]], ["withdrawn"] * 4, "withdrawn with the reason")
+    _eq([i.intent_id for i in s.failed_intents(rid)], keys[1:], "the run's failed, oldest first")
+    _eq(s.failed_intents(other), [], "none of another run")
+    _eq(s.failed_intents(_id()), [], "none of an unknown run")
     pending = [i.intent_id for i in s.intents(["pending"], limit=1000)]
     _eq(pending, other_keys, "another run's intent stays pending")
     _eq(rid in s.undelivered_intents(), False, "nothing of the run undelivered")

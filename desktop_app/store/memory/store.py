@@ -701,6 +701,12 @@ class InMemoryCheckpointStore:
         return self._count_intents(("pending", "sending"))
 
     def open_intents(self, run_id: str) -> list[Intent]:
+        return self._intents_of(run_id, ("pending", "sending"))
+
+    def failed_intents(self, run_id: str) -> list[Intent]:
+        return self._intents_of(run_id, ("failed",))
+
+    def _intents_of(self, run_id: str, statuses: tuple[str, ...]) -> list[Intent]:
         with self._lock:
             run = self._runs.get(run_id)
             if run is None or run.scope != self.scope:
@@ -708,7 +714,7 @@ class InMemoryCheckpointStore:
             return [
                 i
                 for i in self._space.outbox.values()
-                if i.run_id == run_id and i.status in ("pending", "sending")
+                if i.run_id == run_id and i.status in statuses
             ]
 
     def sending_intents(self) -> dict[str, int]:

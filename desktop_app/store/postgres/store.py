@@ -2006,9 +2006,13 @@ class PostgresCheckpointStore:
         return done
 
     def open_intents(self, run_id: str) -> list[Intent]:
-        rows = self._read(
-            lambda conn: conn.execute(SQL.open_intents_of_run, (run_id, self.scope)).fetchall()
-        )
+        return self._intents_of(SQL.open_intents_of_run, run_id)
+
+    def failed_intents(self, run_id: str) -> list[Intent]:
+        return self._intents_of(SQL.failed_intents_of_run, run_id)
+
+    def _intents_of(self, sql: str, run_id: str) -> list[Intent]:
+        rows = self._read(lambda conn: conn.execute(sql, (run_id, self.scope)).fetchall())
         return [intent_from_row(r) for r in rows]
 
     def sending_intents(self) -> dict[str, int]:
