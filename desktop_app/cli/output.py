@@ -88,7 +88,8 @@ class Hints:
     """Builds every command the CLI suggests, so that it runs as printed.
 
     The one rule: a hint carries the database and scope the user picked for
-    this command, as ``--db``/``--scope``, whether they came as options or
+    this command, as ``--db``/``--scope`` (a file's path made absolute, so the
+    hint works from any folder), whether they came as options or
     as ``FLOWDESK_DB_PATH``/``FLOWDESK_SCOPE`` (often given for one command
     only: ``FLOWDESK_DB_PATH=x.db flowdesk ...``); a database or scope from
     the settings file is left out (the next command reads the same file).
@@ -138,8 +139,14 @@ class Hints:
         return " ".join([*parts, rest])
 
     def _runnable_db(self, db: str) -> str:
+        """``db`` as a hint prints it: a file path made absolute (a hint
+        pasted in another folder, or another terminal, names the same file;
+        ``--db o.db`` from ``/work`` prints ``--db /work/o.db``), a URL
+        without its password."""
         from desktop_app.errors import has_secret, redact
 
+        if "://" not in db:
+            return os.path.abspath(db)
         if not has_secret(db):
             return db
 
