@@ -22,7 +22,7 @@ import pytest
 
 from tests.chat_server import ChatServer, completion
 from tests.cli_forkserver import module_command
-from tests.cli_support import REPO, flowdesk
+from tests.cli_support import REPO, as_printed, flowdesk
 from tests.line_racer import LineRacer
 from tests.test_cli_agent_resume import model_env
 
@@ -30,10 +30,12 @@ RACER = Path(__file__).resolve().parent / "answer_racer.py"
 ROUNDS = 20
 
 
-def loser_said(rid: str, said: dict) -> str:
+def loser_said(rid: str, said: dict, how: str) -> str:
     """How the losing answer was refused (exit 1, nothing on stdout), checked
     word for word: ``held`` (the winner holds the run) or ``answered`` (the
-    winner had answered and ended its turn)."""
+    winner had answered and ended its turn). The CLI's ``held`` says the
+    answer was not recorded, with the ``show`` that says what the winner
+    did, run as printed."""
     assert (said["code"], said["out"]) == (1, ""), said
     (line,) = [x for x in said["err"].splitlines() if x.startswith("flowdesk: ")]
     held = f"flowdesk: agent run {rid} is held by a live process: it is being executed by "
@@ -42,6 +44,14 @@ def loser_said(rid: str, said: dict) -> str:
             ". Nothing was run here. Wait for it; if that process ends without finishing "
             "it, the run can be resumed at once."
         ), line
+        if how == "cli":
+            note = (
+                "your answer ('yes') was not recorded: the process holding the run answered "
+                "it first or is running it; what it did: `"
+            )
+            assert note in said["err"], said
+            shown = as_printed(said["err"].split(note, 1)[1].split("`", 1)[0], said["env"])
+            assert shown.returncode == 0 and rid in shown.stdout, shown
         return "held"
     assert line in (
         f"flowdesk: agent run {rid} is done, not waiting for an answer; nothing was "
@@ -100,7 +110,8 @@ def test_the_losing_answer_starts_no_mcp_server_and_calls_no_tool(tmp_path: Path
                 assert log.read_text().splitlines().count(f"r{rnd}") == 1, where  # one call
                 assert len(server.requests) == 3 * (rnd + 1), where  # no model call by the loser
                 lost_how = ways[told.index(lost)]
-                seen[f"{lost_how}: " + loser_said(rid, {**lost, "db": db})] += 1
+                said = loser_said(rid, {**lost, "db": db, "env": env}, lost_how)
+                seen[f"{lost_how}: {said}"] += 1
         finally:
             for each in racers:
                 each.close()

@@ -364,18 +364,27 @@ def resume_agent_run(
         resume_pydantic_ai,
     )
     from desktop_app.bootstrap import build_model
+    from desktop_app.errors import AgentRunLeasedError
 
-    refuse_early(ctx, sv, run_id, answer, wait_id)
+    try:
+        refuse_early(ctx, sv, run_id, answer, wait_id)
+    except AgentRunLeasedError as exc:
+        _not_recorded(ctx, exc, run_id, answer)
+        raise
     if ToolSources.of_run(sv.agents, run_id).pydantic_ai is not None:
         ctx.current_run = run_id
-        resumed = resume_pydantic_ai(
-            sv.agents,
-            sv.settings,
-            run_id,
-            answer,
-            wait_id=wait_id,
-            resume_hint=ctx.hints.cmd(f"resume {run_id}"),
-        )
+        try:
+            resumed = resume_pydantic_ai(
+                sv.agents,
+                sv.settings,
+                run_id,
+                answer,
+                wait_id=wait_id,
+                resume_hint=ctx.hints.cmd(f"resume {run_id}"),
+            )
+        except AgentRunLeasedError as exc:  # taken before its answer is recorded
+            _not_recorded(ctx, exc, run_id, answer)
+            raise
         return _finish(ctx, sv, resumed, printed=False)
     run = sv.agents.get(run_id)
     if run.status == "done":  # its saved answer: no model, no tools
@@ -389,7 +398,11 @@ def resume_agent_run(
     with contextlib.ExitStack() as stack:
         # the answer or resume takes the run before any server starts: of two
         # at once, the losing one starts none and calls no tool
-        owner = stack.enter_context(claimed_run(sv.agents, run_id))
+        try:
+            owner = stack.enter_context(claimed_run(sv.agents, run_id))
+        except AgentRunLeasedError as exc:
+            _not_recorded(ctx, exc, run_id, answer)
+            raise
         if answer is not None:
             _refuse_unasked(ctx, sv.agents.get(run_id), sv.checkpoints.now(), wait_id)
             # recorded durably before any server starts: a crash or a server that
@@ -419,6 +432,18 @@ def resume_agent_run(
         agent = agent_for(sv, run.agent, tools, sources, owner)
         res, printed = _print_events(ctx, agent.resume_stream(run_id))
     return _finish(ctx, sv, res, printed=printed)
+
+
+def _not_recorded(ctx: Ctx, exc: Exception, run_id: str, answer: str | None) -> None:
+    """Add to ``exc`` (another process holds agent run ``run_id``, so
+    nothing was done here) that ``answer``, if one was given, was not
+    recorded, and the command that shows what that process did."""
+    if answer is not None and getattr(exc, "moved_to", None) is None:  # moved: said so
+        exc.add_note(
+            f"your answer ({answer!r}) was not recorded: the process holding the run "
+            "answered it first or is running it; what it did: "
+            f"`{ctx.hints.cmd(f'show {run_id}')}`"
+        )
 
 
 def answer_pin(sv: Services, run_id: str, given: str | None) -> str | None:
