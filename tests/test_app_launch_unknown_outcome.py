@@ -214,3 +214,87 @@ def test_the_summary_names_each_run_with_an_unknown_outcome() -> None:
         True,
     )
     assert recovery_summary([]) == ("Resumed 0 runs: 0 completed, 0 failed", False)
+
+
+@pytest.mark.slow
+async def test_r_resumes_an_interrupted_run_with_its_recorded_mcp_tools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's report: on an agent run whose approved MCP call was cut
+    off, the agent runs screen said "press r to resume it", showed the call
+    `in_progress`, and `r` only said it "uses tools set up on the command
+    line" (the launch's recovery resumes such runs). The call shows `cut
+    off` and `r` resumes the run with the tools it recorded, as the launch's
+    recovery does: the call is not made again (checked as the block ends)."""
+    with interrupted_mid_call(tmp_path, monkeypatch) as (_db, env, run_id):
+        monkeypatch.setenv("FLOWDESK_MODEL__BASE_URL", env["FLOWDESK_MODEL__BASE_URL"])
+        monkeypatch.setenv("FLOWDESK_MODEL__MODEL", "m")
+        monkeypatch.setenv("FLOWDESK_RECOVER_ON_LAUNCH", "false")
+        settings = load_settings()
+        app = FlowdeskApp(settings, flows=[])
+        async with app.run_test(size=(160, 45)) as pilot:
+            await settle(pilot)
+            assert app.runs_screen.selected_run_id() == run_id
+            await pilot.press("enter")
+            await settle(pilot)
+            screen = app.screen
+            assert isinstance(screen, AgentRunsScreen)
+            await wait_until(pilot, lambda: screen.tools_table.row_count == 1)
+            cells = [str(c) for c in screen.tools_table.get_row_at(0)]
+            assert cells[:2] == ["notes__append_and_hang", "cut off"], cells
+            assert "press r to resume it" in screen.conversation
+            await pilot.press("r")
+            await wait_until(
+                pilot, lambda: "outcome unknown: not repeated" in screen.conversation, timeout=60
+            )
+            assert not [m for m in messages(app, "warning") if "command line" in m]
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stop_during_an_approved_call_says_its_outcome_is_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: str
+) -> None:
+    """A new user's report: Ctrl-C while `flowdesk answer RUN yes` made the
+    approved call printed only "interrupted; run `flowdesk resume RUN` to
+    continue". It says the call was in flight, that its outcome is unknown
+    and is not made again, and to check it; the printed resume does not
+    make it again (checked as the block ends)."""
+    require("mcp")
+    db, log = tmp_path / "f.db", tmp_path / "notes.log"
+    config = notes_config(
+        tmp_path, log, 'require_approval = ["append_and_hang"]',
+        top=f"db_path = {json.dumps(str(db))}",
+    )  # fmt: skip
+    monkeypatch.setenv("FLOWDESK_CONFIG", str(config))
+    with ChatServer() as server:
+        env = {**os.environ, "FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        server.script = [hang_call("milk"), ("json", completion("Noted."))]
+        assert flowdesk(db, "db", "apply", env=env).returncode == 0
+        assert flowdesk(db, "ask", "note milk", "--mcp", "notes", env=env).returncode == 0
+        run_id = stored_run(db).run_id
+        proc = cli_forkserver.popen(
+            [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+            preexec_fn=cli_forkserver.default_sigint,  # Ctrl-C's handler, as in a shell
+        )
+        deadline = time.monotonic() + 60
+        while lines(log) != ["milk"]:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the approved call never reached the server"
+            time.sleep(0.05)
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode in (130, 143), err
+        assert (
+            "flowdesk: its call to notes__append_and_hang was in flight: whether it was made "
+            "is unknown. The resume records it so and does not make it again; check where it "
+            "acts whether it was made"
+        ) in err, err
+        command = err.split("run `", 1)[1].split("`", 1)[0]
+        resumed = as_printed(command, env)
+        assert resumed.returncode == 0, resumed.stderr
+    assert lines(log) == ["milk"]  # not made again

@@ -42,6 +42,17 @@ def outcome_unknown(why: str) -> str:
     return json.dumps({"error": why, "outcome": "unknown"}, ensure_ascii=False)
 
 
+def call_status(status: str, result: str | None, cut_off: bool) -> str:
+    """A journaled tool call's status as ``show`` and the app say it:
+    ``unknown`` for an :func:`outcome_unknown` result, ``cut off`` for a
+    call still ``in_progress`` of a run no process executes (``cut_off``:
+    it shows ``interrupted``; its resume records the outcome unknown), else
+    ``status``."""
+    if is_outcome_unknown(result):
+        return "unknown"
+    return "cut off" if cut_off and status == "in_progress" else status
+
+
 def is_outcome_unknown(content: str | None) -> bool:
     """Whether a tool answer (a tool message's content, a journaled result)
     is one of :func:`outcome_unknown`'s."""

@@ -1103,6 +1103,12 @@ class Agent:
             ran = True
             try:
                 content = tool.call(call.arguments)
+            except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM: the caller says what was cut
+                exc.tool_in_flight = (  # type: ignore[attr-defined]
+                    call.name,
+                    bool(tool.at_most_once or approval),
+                )
+                raise
             except McpOutcomeUnknownError as exc:
                 log.warning("agent run %s: %s", run_id, exc)
                 content = (

@@ -263,6 +263,20 @@ def _say(exc: BaseException) -> None:
         print(visible_controls(str(note)), file=sys.stderr)
 
 
+def tool_cut_off(name: str, at_most_once: bool) -> str:
+    """What the stop did to an agent's tool call ``name`` in flight: one
+    made at most once (approved, or ``at_most_once``) is never sent again,
+    so its outcome stays unknown and the person checks it; another is made
+    again by the resume."""
+    if at_most_once:
+        return (
+            f"its call to {name} was in flight: whether it was made is unknown. The resume "
+            "records it so and does not make it again; check where it acts whether it "
+            "was made"
+        )
+    return f"its call to {name} was in flight; the resume makes it again"
+
+
 def _say_resume(ctx: Ctx) -> bool:
     """Print ``resume with: flowdesk … resume RUN`` (the user's ``--db`` and
     ``--scope``) when the command was executing a run, which is stored and
@@ -388,4 +402,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             how = f"stopped by {signal.Signals(exc.args[0]).name}"
         command, what = ctx.on_interrupt()
         print(f"flowdesk: {how}; run `{ctx.hints.cmd(command)}` {what}", file=sys.stderr)
+        in_flight = getattr(exc, "tool_in_flight", None)  # set by the agent's runtime
+        if in_flight is not None:
+            print(f"flowdesk: {tool_cut_off(*in_flight)}", file=sys.stderr)
         return 128 + exc.args[0] if isinstance(exc, Terminated) else 130

@@ -993,7 +993,7 @@ def _cut_off_line(sv: Services, run: Any) -> str:
 
 def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     from desktop_app.agent.approvals import declined_result
-    from desktop_app.agent.messages import is_outcome_unknown
+    from desktop_app.agent.messages import call_status, is_outcome_unknown
     from desktop_app.agent.tools import is_tool_call
 
     run = sv.agents.get(run_id)
@@ -1092,9 +1092,7 @@ def _show_agent(ctx: Ctx, sv: Services, run_id: str) -> int:
     width = max([14, *(len(visible_controls(n)) for n in names)])  # the longest name
     cut_off = status == INTERRUPTED  # no process runs it: a call in progress was cut off
     for t in calls:
-        said: str = "unknown" if is_outcome_unknown(t.result) else t.status
-        if cut_off and said == "in_progress":
-            said = "cut off"
+        said = call_status(t.status, t.result, cut_off)
         name = visible_controls(t.tool)
         _say(f"  {name:{width}} {said:12} attempts {t.attempts}  reused {t.reused}")
     for n in declined:

@@ -36,7 +36,7 @@ from textual.widgets import DataTable, Static
 from textual.worker import get_current_worker
 
 from desktop_app.agent import drives
-from desktop_app.agent.messages import canonical_json, is_outcome_unknown
+from desktop_app.agent.messages import call_status, canonical_json, is_outcome_unknown
 from desktop_app.agent.runtime import AgentEvent, AgentResponse
 from desktop_app.agent.tools import is_tool_call
 from desktop_app.app.format import json_text, local_when, plural, short_id, when
@@ -574,10 +574,11 @@ class AgentRunsScreen(Screen[None]):
         await self.query_one(ConversationView).show(detail.messages, CONTENT_CHARS * 10)
         tools.clear()
         calls = [r for r in detail.tools if is_tool_call(r.tool_key)]  # not the records
+        cut_off = display_status(detail.run, now) == INTERRUPTED  # no process runs it
         for result in calls:
             tools.add_row(
                 Text(result.tool),
-                Text("unknown" if is_outcome_unknown(result.result) else result.status),
+                Text(call_status(result.status, result.result, cut_off)),
                 Text(str(result.attempts), justify="right"),
                 Text(str(result.reused), justify="right"),
                 key=result.tool_key,
@@ -682,11 +683,14 @@ class AgentRunsScreen(Screen[None]):
             self.resume_run(run_id)
 
     def resume_run(self, run_id: str) -> None:
-        """Resume agent run ``run_id`` (``Agent.resume_stream``) when this app
-        can: a run of :attr:`ASK_AGENT` that is not finished, not waiting for
-        a person and not being driven by another process, or a registered
-        Pydantic AI agent's run (with that agent, in a worker). Otherwise say
-        why and what to do instead."""
+        """Resume agent run ``run_id`` when this app can: a run of
+        :attr:`ASK_AGENT` that used no tools, streamed
+        (``Agent.resume_stream``); any other run that is not finished, not
+        waiting for a person and not being driven by another process with
+        the tools it recorded (MCP servers from the settings, the files
+        tools) or its registered Pydantic AI agent, in a worker, as the
+        launch's recovery resumes it. Otherwise say why and what to do
+        instead."""
         if self.flowdesk.services is None:
             self.flowdesk.controller.require_engine()
             return
@@ -706,20 +710,17 @@ class AgentRunsScreen(Screen[None]):
             problem = f"Agent run {rid} waits for an answer: {answer_in_inbox(approval)}."
         elif run.status in AGENT_ENDED:
             problem = f"Agent run {rid} is {run.status}; it cannot be resumed."
-        elif registered is not None:  # a Pydantic AI agent's run: its own model and tools
+        elif registered is not None or run.agent != self.ASK_AGENT or used_tools:
+            # a Pydantic AI agent's run (its own model and tools), or one with
+            # tools it recorded: resumed as the launch's recovery resumes it
             if self.flowdesk.services.engine.executes:
                 self.flowdesk.say(f"Resuming agent run {rid}…")
-                self._resume_registered(run_id)
+                self._resume_recorded(run_id, registered is not None)
             else:  # PostgreSQL: the workers resume it
                 self.flowdesk.say(
                     f"Agent run {rid} is saved as it stopped; a worker (flowdesk agent) resumes it."
                 )
             return
-        elif run.agent != self.ASK_AGENT or used_tools:
-            problem = (
-                f"Agent run {rid} uses tools set up on the command line; resume it "
-                f"with `{self.flowdesk.hints.cmd(f'resume {run_id}')}`."
-            )
         if problem is not None:
             self.flowdesk.say(problem, "warning")
             return
@@ -733,18 +734,25 @@ class AgentRunsScreen(Screen[None]):
         self._begin_stream(question_of(run) or run.input)
         self._stream(run_id, None)
 
-    @work(thread=True, group="agent-resume", name="resume a Pydantic AI agent run")
-    def _resume_registered(self, run_id: str) -> None:
-        """Resume a Pydantic AI agent's run with its registered agent, model
-        and tools included (as ``flowdesk resume`` and the launch's recovery
-        do); the outcome comes back as :class:`AgentRunReport`."""
+    @work(thread=True, group="agent-resume", name="resume an agent run with its tools")
+    def _resume_recorded(self, run_id: str, pydantic_ai: bool) -> None:
+        """Resume an agent run with the tools it recorded and the configured
+        model, or a Pydantic AI agent's run (``pydantic_ai``) with its
+        registered agent, model and tools included, as ``flowdesk resume``
+        and the launch's recovery do; the outcome comes back as
+        :class:`AgentRunReport`."""
         from desktop_app.agent.recovery import resume_with_recorded_tools
 
         try:
             store = _agent_log(self.flowdesk)
+            model = None if pydantic_ai else self.flowdesk.chat_model()
             with drives.driving_thread():  # the app's quit waits for its call in flight
                 res = resume_with_recorded_tools(
-                    store, self.flowdesk.settings, None, store.get(run_id)
+                    store,
+                    self.flowdesk.settings,
+                    model,
+                    store.get(run_id),
+                    no_model="no model is set up (Settings, ctrl+s)",
                 )
         except Exception as exc:  # never a traceback in the user's face
             why = str(exc) if isinstance(exc, FlowdeskError) else f"{type(exc).__name__}: {exc}"
