@@ -156,6 +156,24 @@ def fit_cells(text: str, width: int) -> str:
     return set_cell_size(text, width - 1) + "…"
 
 
+def fit_cells_keeping_end(text: str, width: int, head: int = 8) -> str:
+    """:func:`fit_cells` for an id whose end tells it apart (a child run's
+    ``PARENT:step:n``, which a cut at the end would show as its parent's):
+    when wider than ``width`` columns, its first ``head`` columns, ``…``
+    and as much of its end as fits (``width`` > ``head`` + 1)."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_width(text) <= width:
+        return set_cell_size(text, width)
+    room = width - head - 1
+    tail = ""
+    for ch in reversed(text):
+        if cell_len(ch + tail) > room:
+            break
+        tail = ch + tail
+    return set_cell_size(set_cell_size(text, head) + "…" + tail, width)
+
+
 #: characters of a name or key a message quotes whole; a longer one is cut
 QUOTED_CHARS = 120
 

@@ -43,3 +43,25 @@ def test_a_fork_whose_changes_do_not_fit_raises_input_error_and_creates_nothing(
             engine.fork(f"{done.run_id}:0", {"n": "many"})
     finally:
         store.close()
+
+
+def test_a_run_whose_input_names_no_state_field_is_refused_before_it_is_created(
+    db_path: Path,
+) -> None:
+    """A new user's report: ``Engine.run(flow, {"itemz": [...]})`` started
+    the run with ``items`` at its default (pydantic drops an unknown key
+    without a word). It raises InputError naming the nearest field, and
+    creates nothing."""
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[FLOW])
+        with pytest.raises(InputError) as err:
+            engine.run("f", {"itemz": ["x"]})
+        assert str(err.value) == (
+            "S has no field 'itemz' (did you mean 'items'?); its fields: items, n. "
+            "Nothing was created."
+        )
+        assert store.list_runs() == []
+        assert engine.run("f", {"items": ["x"]}).state.items == ["x"]
+    finally:
+        store.close()

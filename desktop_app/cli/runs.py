@@ -69,7 +69,7 @@ from desktop_app.runs_view import (
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
 from desktop_app.textsafe import (
-    fit_cells,
+    fit_cells_keeping_end,
     one_line,
     shell_quote,
     visible_controls,
@@ -201,7 +201,8 @@ def cmd_runs(ctx: Ctx) -> int:
             and row["flow"] not in sv.engine.flows
         )
         print(
-            f"{fit_cells(one_line(row['run_id']), 32)}  {row['kind']:9}  {row['flow']:12} "
+            f"{fit_cells_keeping_end(one_line(row['run_id']), 32)}  {row['kind']:9}  "
+            f"{row['flow']:12} "
             f"{row['status']:14} "
             f"{prog:>11}  {_table_time(row['created_at'])}  {_table_time(row['updated_at'])}"
             + (f"  · {queued}" if queued else "")

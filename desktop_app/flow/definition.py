@@ -522,7 +522,14 @@ class FlowBuilder(Generic[S]):
         )
 
     def sleep(self, step_id: str, seconds: float) -> FlowBuilder[S]:
-        """Add a durable timer: the run waits ``seconds`` (survives restarts)."""
+        """Add a durable timer: the run waits ``seconds`` (float > 0) from
+        when it reaches the step; the deadline (UTC epoch seconds) is
+        stored, so the wait survives restarts and a run resumed after it
+        goes on at once.
+
+        Raises:
+            FlowDefinitionError: at :meth:`compile`, for ``seconds`` <= 0.
+        """
         return self.add(WaitStep(step_id, "timer", timeout_s=seconds))
 
     def wait_until(self, step_id: str, predicate: Callable[[Any], bool]) -> FlowBuilder[S]:

@@ -67,7 +67,12 @@ from desktop_app.flow.results import IncompatibleRun as IncompatibleRun
 from desktop_app.flow.results import ResumePendingResult as ResumePendingResult
 from desktop_app.flow.results import RunResult as RunResult
 from desktop_app.flow.run import RunState
-from desktop_app.flow.state import check_storable, dump_state, load_state
+from desktop_app.flow.state import (
+    check_storable,
+    dump_state,
+    load_state,
+    refuse_unknown_fields,
+)
 from desktop_app.flow.step_call import Canceled
 from desktop_app.flow.waiting import expected_type, fitted_state
 from desktop_app.flow.waiting import wake as wake_waiting
@@ -631,7 +636,15 @@ class Engine:
     ) -> tuple[str, Made | None]:
         """Create the run, or find the live one with ``flow_key`` (single
         flight, S31); returns its id, and the run and checkpoint made (``None``:
-        the live run was found)."""
+        the live run was found).
+
+        Raises:
+            InputError: ``state`` (a mapping) names a field the state model
+                does not have (pydantic would drop it without a word).
+            pydantic.ValidationError: a value does not fit the model.
+        """
+        if not isinstance(state, f.state_type):
+            refuse_unknown_fields(f.state_type, state)
         model = state if isinstance(state, f.state_type) else f.state_type.model_validate(state)
         try:
             made = self._create(
@@ -663,6 +676,10 @@ class Engine:
         ``failed`` (not an exception); an await step gives ``waiting``.
 
         Raises:
+            UnknownFlowError: ``flow`` names no registered flow.
+            InputError: ``state`` names a field the state model does not
+                have (a misspelt input would otherwise be dropped).
+            pydantic.ValidationError: ``state`` does not fit the state model.
             CheckpointNotFoundError: ``parent_run_id`` names no run in this
                 scope; nothing was created.
             StoreError: a checkpoint could not be saved; no later step ran.

@@ -20,7 +20,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from desktop_app.errors import CheckpointDecodeError, PayloadNotStorableError, StateNotStorableError
+from desktop_app.errors import (
+    CheckpointDecodeError,
+    InputError,
+    PayloadNotStorableError,
+    StateNotStorableError,
+)
 from desktop_app.store import codec
 from desktop_app.store.protocol import StepRecord
 
@@ -105,6 +110,37 @@ def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: i
 
 #: what encoding an unstorable value raises (pydantic, a too-deep value)
 _UNSTORABLE = (PydanticSerializationError, RecursionError, TypeError, ValueError)
+
+
+def refuse_unknown_fields(model: type[BaseModel], data: Any) -> None:
+    """Refuse a run's input ``data`` (a mapping) that names a key which is
+    neither a field nor an alias of ``model``: pydantic drops such a key
+    without a word (its default ``extra="ignore"``), so a misspelt input
+    would start the run with the field's default (a stored state holds
+    its model's fields only, so extra keys are refused whatever the
+    model's ``extra`` says).
+
+    Raises:
+        InputError: naming the unknown keys, the nearest field and the
+            model's fields; nothing was created.
+    """
+    import difflib
+
+    if not isinstance(data, Mapping):
+        return
+    fields = model.model_fields
+    known = set(fields)
+    for info in fields.values():
+        known.update(a for a in (info.alias, info.validation_alias) if isinstance(a, str))
+    unknown = [str(k) for k in data if k not in known]
+    if not unknown:
+        return
+    near = difflib.get_close_matches(unknown[0], list(fields), n=1)
+    raise InputError(
+        f"{model.__name__} has no field {', '.join(repr(k) for k in unknown)}"
+        + (f" (did you mean {near[0]!r}?)" if near else "")
+        + f"; its fields: {', '.join(fields) or 'none'}. Nothing was created."
+    )
 
 
 def encode_fields(state: BaseModel, fields: set[str], step_id: str) -> dict[str, Any]:
