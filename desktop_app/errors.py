@@ -728,7 +728,14 @@ class RunLeasedError(FlowdeskError):
                 "again to go on with it."
             )
             return
-        if owner.partition(":")[0] == socket.gethostname():  # its liveness decides, not the lease
+        from desktop_app.flow.owners import STOPPED, stopped_pid  # errors is imported first
+
+        if (pid := stopped_pid(owner)) is not None:
+            after = (
+                f"Its process {pid} runs nothing now: it is {STOPPED.format(pid=pid)}; if it "
+                "ends without finishing the run, the run can be resumed at once."
+            )
+        elif owner.partition(":")[0] == socket.gethostname():  # its liveness decides
             after = (
                 "Wait for it; if that process ends without finishing it, the run can be "
                 "resumed at once."

@@ -669,16 +669,7 @@ def _said(pid: int) -> str:
         )
     if len(shown) > 80:
         shown = shown[:79] + "\u2026"
+    from desktop_app.flow.owners import STOPPED, is_stopped
+
     said = f"held by pid {pid}" + (f" ({shown})" if shown else "")
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return said
-    if state in ("T", "t"):
-        # SIGSTOP from elsewhere as often as Ctrl-Z: its shell may not be the user's
-        said += (
-            f", stopped (SIGSTOP or Ctrl-Z): resume it with `kill -CONT {pid}` "
-            "(or `fg` in its shell)"
-        )
-    return said
+    return said + (f", {STOPPED.format(pid=pid)}" if is_stopped(pid) else "")

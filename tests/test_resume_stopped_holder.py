@@ -1,0 +1,62 @@
+"""A new user's report: a run whose process was stopped with Ctrl-Z showed
+`running`, and `resume` said only that a live process executes it and to
+wait, for as long as the process stays stopped. The refusal says the
+process is stopped and how to let it go on; that command (``kill -CONT
+PID``), run as printed, does, and the run completes with each step's side
+effect once. Real SQLite file; the holder is a real `flowdesk resume`
+process stopped with SIGSTOP."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from tests import cli_forkserver, sigterm_flows
+from tests.cli_support import REPO, flowdesk
+from tests.test_agent_sigterm import lines, status, submit, wait_for
+
+
+def test_resume_of_a_run_held_by_a_stopped_process_says_how_to_continue_it(
+    db_path: Path, tmp_path: Path
+) -> None:
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
+    run_id = submit(str(db_path), sink, gate)
+    holder = cli_forkserver.popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", run_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,  # a stopped child outside the test's process group
+    )
+    try:
+        wait_for(lambda: ["begin", "s1", "1", str(holder.pid)] in lines(sink), "s1 never began")
+        holder.send_signal(signal.SIGSTOP)
+        refused = flowdesk(db_path, "resume", run_id, env=env)
+        assert refused.returncode == 1, refused.stdout
+        said = (
+            f"Its process {holder.pid} runs nothing now: it is stopped (SIGSTOP or Ctrl-Z): "
+            f"resume it with `kill -CONT {holder.pid}` (or `fg` in its shell)"
+        )
+        assert said in refused.stderr, refused.stderr
+        command = re.search(r"`(kill -CONT \d+)`", refused.stderr)
+        assert command is not None
+        gate.touch()
+        subprocess.run(shlex.split(command.group(1)), check=True)  # as printed
+        _, err = holder.communicate(timeout=60)
+        assert holder.returncode == 0, err
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.communicate()
+    assert status(str(db_path), run_id) == "completed"
+    effects = Counter(w[1] for w in lines(sink) if w[0] == "effect")
+    assert effects == Counter(sigterm_flows.STEPS), effects
