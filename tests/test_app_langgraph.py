@@ -124,6 +124,7 @@ async def test_the_side_panel_and_the_footer_follow_a_threads_status(tmp_path: P
         assert "a" not in screen.active_bindings  # nothing to answer
 
 
+@pytest.mark.scenario("S107")
 async def test_a_thread_whose_node_raised_shows_failed_with_the_node_and_the_call(
     tmp_path: Path,
 ) -> None:

@@ -152,8 +152,9 @@ def test_resume_all_names_a_tool_call_whose_outcome_is_unknown(
         assert resumed.returncode == 0, resumed.stderr
         assert f"agent run {run_id} done" in resumed.stdout
         said = (
-            "  its call to notes__append_and_hang has an unknown outcome (it was sent, then "
-            "interrupted; not repeated): `"
+            "  its call to notes__append_and_hang has an unknown outcome (it was sent and did "
+            "not finish: cut off, or timed out; not repeated, so check where it acts whether it "
+            "was made): `"
         )
         assert said in resumed.stdout, resumed.stdout
         printed = resumed.stdout.split(said, 1)[1].split("`", 1)[0]
@@ -178,8 +179,9 @@ def test_a_worker_names_a_tool_call_whose_outcome_is_unknown_with_its_show_comma
             env=env,
         )
         said = (
-            "  its call to notes__append_and_hang has an unknown outcome (it was sent, then "
-            "interrupted; not repeated): `"
+            "  its call to notes__append_and_hang has an unknown outcome (it was sent and did "
+            "not finish: cut off, or timed out; not repeated, so check where it acts whether it "
+            "was made): `"
         )
         try:
             assert worker.stdout is not None
@@ -216,6 +218,7 @@ def test_the_summary_names_each_run_with_an_unknown_outcome() -> None:
     assert recovery_summary([]) == ("Resumed 0 runs: 0 completed, 0 failed", False)
 
 
+@pytest.mark.scenario("S109")
 @pytest.mark.slow
 async def test_r_resumes_an_interrupted_run_with_its_recorded_mcp_tools(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -250,6 +253,7 @@ async def test_r_resumes_an_interrupted_run_with_its_recorded_mcp_tools(
             assert not [m for m in messages(app, "warning") if "command line" in m]
 
 
+@pytest.mark.scenario("S109")
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_stop_during_an_approved_call_says_its_outcome_is_unknown(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: str

@@ -397,6 +397,7 @@ def mailer_killed_mid_send(db: Path, effects: Path) -> tuple[Engine, str]:
     return engine, rid
 
 
+@pytest.mark.scenario("S108")
 def test_a_cancel_after_a_kill_mid_send_says_the_outcome_is_unknown(db_path, tmp_path):
     """No destination here can check the effect: the cancel does not call it
     'never made'; the intent says its outcome is unknown, and no dispatcher

@@ -236,8 +236,9 @@ def test_resume_as_printed_says_a_call_cut_off_mid_way_has_an_unknown_outcome(
         resumed = as_printed(command_text, env)
         assert resumed.returncode == 0, resumed.stderr
         said = (
-            "flowdesk: its call to notes__append_and_hang has an unknown outcome (it was sent, "
-            f"then interrupted; not repeated): `flowdesk --db {db} show {run_id}` lists it"
+            "flowdesk: its call to notes__append_and_hang has an unknown outcome (it was sent "
+            "and did not finish: cut off, or timed out; not repeated, so check where it acts "
+            f"whether it was made): `flowdesk --db {db} show {run_id}` lists it"
         )
         assert said in resumed.stderr
     assert log.read_text().splitlines() == ["x"]  # not made again

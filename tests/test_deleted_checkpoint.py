@@ -46,6 +46,7 @@ def db(tmp_path: Path) -> Path:
     return db
 
 
+@pytest.mark.scenario("S106")
 def test_a_deleted_latest_row_is_named_waiting_goes_on_and_the_hints_work(db: Path) -> None:
     bad, good = _start(db, "asker", "A"), _start(db, "asker", "B")
     _delete(db, bad, 1)  # its latest: the wait
@@ -77,6 +78,7 @@ def test_a_deleted_latest_row_is_named_waiting_goes_on_and_the_hints_work(db: Pa
     assert answered.returncode == 0 and f"run {good} completed" in answered.stdout
 
 
+@pytest.mark.scenario("S106")
 def test_a_deleted_middle_row_is_named_and_nothing_goes_on_from_the_state_it_leaves(
     db: Path,
 ) -> None:

@@ -13,12 +13,15 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests import cli_forkserver
 from tests.damaged_flows import FLOWS_ENV
 
 ENV = {**os.environ, "FLOWDESK_FLOWS": FLOWS_ENV}
 
 
+@pytest.mark.scenario("S111")
 def test_a_hint_given_for_a_relative_db_works_from_another_folder(tmp_path: Path) -> None:
     here, there = tmp_path / "here", tmp_path / "there"
     here.mkdir()

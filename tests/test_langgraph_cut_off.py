@@ -140,6 +140,7 @@ def test_a_node_that_raised_is_shown_with_its_error(tmp_path: Path, db: Path) ->
     assert as_json["cut_off_nodes"] == []
 
 
+@pytest.mark.scenario("S107")
 def test_a_thread_whose_node_raised_is_failed_until_its_program_runs_it_again(
     tmp_path: Path, database: Path | str
 ) -> None:

@@ -104,8 +104,12 @@ def test_errors_are_classified_by_status_not_words(server):
         m.complete(USER, [])
     assert type(e4.value) is ProviderError and not e4.value.retryable
     server.script = [("sleep", 1.5)]
-    with pytest.raises(ProviderTimeoutError):
+    with pytest.raises(ProviderTimeoutError) as slow:
         m.complete(USER, [])
+    # the limit it waited and the setting that changes it (a new user's report)
+    assert "(no answer within 0.5 s; a slow model needs a longer model.timeout_s, " in str(
+        slow.value
+    )
     server.script = [("raw", "{not json")]
     with pytest.raises(MalformedReplyError):
         m.complete(USER, [])

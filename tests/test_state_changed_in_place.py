@@ -49,6 +49,7 @@ def _nested(s: S) -> None:
     s.sub.n = 5
 
 
+@pytest.mark.scenario("S110")
 @pytest.mark.parametrize("change", [_same_size, _nested], ids=["list item", "nested model"])
 def test_check_state_fails_a_step_that_changes_the_state_in_place(
     db_path: Path, change: Any
@@ -67,6 +68,7 @@ def test_check_state_fails_a_step_that_changes_the_state_in_place(
         store.close()
 
 
+@pytest.mark.scenario("S110")
 def test_by_default_a_same_size_change_in_place_is_not_stored(db_path: Path) -> None:
     """What the README says of the default: the change is seen by the steps
     after it in this process and not stored, so a pause loses it."""

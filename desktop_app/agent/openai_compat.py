@@ -180,10 +180,18 @@ class OpenAICompatibleModel:
         self.model = model
         self.key_hint = key_hint
         self.streaming = stream
+        self.timeout_s = timeout_s
         mask_secret(api_key)  # never in a log record nor in a provider's error text
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
+        )
+
+    def _waited(self) -> str:
+        """How long a timeout waited, and the setting that changes it."""
+        return (
+            f"(no answer within {self.timeout_s:g} s; a slow model needs a longer "
+            "model.timeout_s, FLOWDESK_MODEL__TIMEOUT_S)"
         )
 
     def __repr__(self) -> str:  # never show the key
@@ -212,7 +220,9 @@ class OpenAICompatibleModel:
         try:
             resp = self._client.post("/chat/completions", json=self._body(messages, tools, False))
         except httpx.TimeoutException as exc:
-            raise ProviderTimeoutError(f"the provider did not answer in time: {exc}") from exc
+            raise ProviderTimeoutError(
+                f"the provider did not answer in time: {exc} {self._waited()}"
+            ) from exc
         except httpx.TransportError as exc:
             raise ProviderUnavailableError(f"cannot reach the provider: {exc}") from exc
         _raise_for(resp, self.key_hint)
@@ -340,7 +350,9 @@ class OpenAICompatibleModel:
                         "finish_reason and no [DONE]); nothing of it was kept"
                     )
         except httpx.TimeoutException as exc:
-            raise ProviderTimeoutError(f"the provider stopped answering: {exc}") from exc
+            raise ProviderTimeoutError(
+                f"the provider stopped answering: {exc} {self._waited()}"
+            ) from exc
         except httpx.TransportError as exc:
             if tools and answered and not seen_event:  # llama-cpp-python's server raises "Automatic
                 # streaming tool choice is not supported" after its 200 went out

@@ -149,8 +149,9 @@ def _sources(ctx: Ctx) -> ToolSources:
 
 def unknown_outcome_line(sv: Services, hints: Hints, run_id: str) -> str | None:
     """What to say of agent run ``run_id``'s tool calls whose outcome is
-    unknown (sent, then interrupted; never repeated): "its call to X has an
-    unknown outcome ... `show RUN` lists it", or ``None`` when it has none."""
+    unknown (sent and never finished: cut off by a stop, or timed out;
+    never repeated): "its call to X has an unknown outcome ... check ...
+    `show RUN` lists it", or ``None`` when it has none."""
     from desktop_app.agent.messages import unknown_outcome_tools
 
     unknown = unknown_outcome_tools(sv.agents.tool_results(run_id))
@@ -159,7 +160,8 @@ def unknown_outcome_line(sv: Services, hints: Hints, run_id: str) -> str | None:
     shown = f"`{hints.cmd(f'show {run_id}')}`"
     return (
         f"its call to {visible_controls(', '.join(unknown))} has an unknown outcome "
-        f"(it was sent, then interrupted; not repeated): {shown} lists it"
+        "(it was sent and did not finish: cut off, or timed out; not repeated, so check "
+        f"where it acts whether it was made): {shown} lists it"
     )
 
 
