@@ -36,7 +36,12 @@ def test_a_fork_whose_changes_do_not_fit_raises_input_error_and_creates_nothing(
         before = len(store.list_runs())
         with pytest.raises(InputError) as err:
             engine.fork(f"{done.run_id}:0", changes)  # type: ignore[arg-type]
-        assert "(its fields: items, n); nothing was run" in str(err.value)
+        assert str(err.value) in (  # the unknown field, or not a dict
+            "S has no field 'itemz' (did you mean 'items'?); its fields: items, n. "
+            "Nothing was created.",
+            f"fork {done.run_id}:0: the changes must be a dict of field updates or a S, not "
+            "int (its fields: items, n); nothing was run",
+        )
         assert "step returned" not in str(err.value)
         assert len(store.list_runs()) == before
         with pytest.raises(ValidationError):  # a known field, a value that does not fit

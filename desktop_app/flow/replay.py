@@ -26,7 +26,7 @@ from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow, WaitStep
 from desktop_app.flow.owners import holding
 from desktop_app.flow.results import IncompatibleRun
-from desktop_app.flow.state import apply_output, load_state
+from desktop_app.flow.state import apply_output, load_state, refuse_unknown_fields
 from desktop_app.store.protocol import CheckpointStore, StepRecord, Wait, parse_checkpoint_id
 
 #: checkpoint meta a replay, a fork or a move onto a new flow version carries
@@ -102,12 +102,7 @@ def replay_seed(
     if mutate is not None:
         out = mutate(state.model_copy(deep=True)) if callable(mutate) else dict(mutate)
         model, fields = f.state_type, f.state_type.model_fields
-        if isinstance(out, Mapping) and (unknown := [k for k in out if k not in fields]):
-            raise InputError(
-                f"fork {checkpoint_id}: the changes name field(s) {unknown} that "
-                f"{model.__name__} does not have (its fields: {', '.join(fields)}); "
-                "nothing was run"
-            )
+        refuse_unknown_fields(model, out)  # else a "step returned" TypeError
         try:
             state = apply_output(model, state, out)
         except TypeError as exc:  # neither a dict nor a state: nothing ran
