@@ -728,7 +728,7 @@ class RunLeasedError(FlowdeskError):
                 "again to go on with it."
             )
             return
-        from desktop_app.flow.owners import STOPPED, stopped_pid  # errors is imported first
+        from desktop_app.process_state import STOPPED, stopped_pid
 
         if (pid := stopped_pid(owner)) is not None:
             after = (

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from desktop_app.errors import ENDED_RUN_STATUSES, moved_to
+from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointDecodeError, moved_to
 from desktop_app.flow.owners import holding, lease_abandoned
 from desktop_app.textsafe import quoted
 from desktop_app.words import plural
@@ -45,7 +45,11 @@ def signal_waits(store: Any, name: str, key: str) -> dict[str, str]:
     took it."""
     waits: dict[str, str] = {}
     for run_id in store.runs_waiting_for("signal", name, key):
-        for w in store.latest(run_id).waits:
+        try:
+            cp = store.latest(run_id)
+        except CheckpointDecodeError:  # damaged: it cannot take it (SignalReach.damaged)
+            continue
+        for w in cp.waits:
             if (w.kind, w.name, w.key) == ("signal", name, key):
                 waits[w.wait_id] = run_id
     return waits
@@ -62,11 +66,15 @@ class SignalReach:
         refused: why that wait refused it (its payload did not fit), or ``None``.
         still_waiting: the runs that wait for ``(name, key)`` now, the one
             that took it left out: another signal is needed for each.
+        damaged: the runs that wait for it too but whose checkpoint cannot
+            be read (changed or deleted outside Flowdesk): they cannot take
+            it, and ``show`` says what works on each.
     """
 
     taken_by: str | None
     refused: str | None
     still_waiting: tuple[str, ...]
+    damaged: tuple[str, ...] = ()
 
 
 def signal_reach(
@@ -81,7 +89,14 @@ def signal_reach(
         entries = store.latest(taken_by).meta.get("refused_signals", [])
         refused = next((r["reason"] for r in entries if r["signal"] == signal_id), None)
     waiting = store.runs_waiting_for("signal", name, key)
-    return SignalReach(taken_by, refused, tuple(r for r in waiting if r != taken_by or refused))
+    damaged = []
+    for run_id in waiting:
+        try:
+            store.latest(run_id)
+        except CheckpointDecodeError:
+            damaged.append(run_id)
+    still = tuple(r for r in waiting if (r != taken_by or refused) and r not in damaged)
+    return SignalReach(taken_by, refused, still, tuple(damaged))
 
 
 #: what a flow's outbox intents are, for "completed · 2,941 moves queued"

@@ -65,3 +65,13 @@ stepper = (
 )
 
 STEPPER_ENV = '["tests.damaged_flows:asker", "tests.damaged_flows:stepper"]'
+
+
+class Kid(BaseModel):
+    n: int = 0
+
+
+#: ``kid``: one step (a child run a test's own parent flow starts)
+kid = FlowBuilder("kid", Kid).step("one", lambda s: {"n": s.n + 1}).compile()
+
+KID_ENV = '["tests.damaged_flows:kid"]'

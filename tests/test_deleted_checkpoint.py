@@ -110,3 +110,94 @@ def test_a_deleted_middle_row_is_named_and_nothing_goes_on_from_the_state_it_lea
         ).fetchall()
     conn.close()
     assert revisions == [(0,), (2,)]  # nothing appended onto the hole
+
+
+@pytest.mark.scenario("S106")
+def test_a_deleted_first_row_names_revision_0_and_a_run_with_no_rows_left_is_damage(
+    db: Path,
+) -> None:
+    """The second tryout's report: deleting revision 0 (the snapshot every
+    later row builds on) was named as the latest revision missing, and
+    `replay` said revision 1 was "pruned or never saved" though `show`
+    listed it; deleting every row made `replay` end in a traceback."""
+    first = _start(db, "stepper", "A")
+    _delete(db, first, 0)
+    shown = flowdesk(db, "show", first, env=ENV)
+    assert shown.returncode == 1
+    assert f"checkpoint of run {first} revision 0 is missing" in shown.stderr, shown.stderr
+    assert _hints(shown.stderr) == {"cancel": f"flowdesk --db {db} cancel {first}"}
+    replayed = flowdesk(db, "replay", f"{first}:1", env=ENV)
+    assert replayed.returncode == 1
+    assert "revision 0 is missing" in replayed.stderr and "pruned" not in replayed.stderr
+
+    gone = _start(db, "stepper", "B")
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM checkpoints WHERE run_id=?", (gone,))
+    conn.close()
+    replayed = flowdesk(db, "replay", gone, env=ENV)
+    assert replayed.returncode == 1 and "Traceback" not in replayed.stderr, replayed.stderr
+    assert f"checkpoint of run {gone} revision 2 is missing" in replayed.stderr
+    canceled = as_printed(_hints(replayed.stderr)["cancel"], env=ENV)
+    assert canceled.returncode == 0 and f"run {gone} canceled" in canceled.stdout
+
+
+def test_a_child_runs_replay_hint_works_as_printed(db: Path) -> None:
+    """The second tryout's report: a child run's id has colons of its own
+    (``PARENT:spawn``), and `replay PARENT:spawn:0` was refused ("the
+    revision after ':' must be a number"). A checkpoint id's revision is
+    its last part; the id alone names the run."""
+    from pydantic import BaseModel
+
+    from desktop_app.flow import Engine, FlowBuilder
+    from desktop_app.store.sqlite import open_store
+    from tests.damaged_flows import KID_ENV, kid
+
+    class P(BaseModel):
+        n: int = 0
+
+    engines: list[Engine] = []
+
+    def spawn(s: P, ctx: object) -> dict[str, int]:
+        engines[0].run_child(ctx, "kid", {})  # type: ignore[arg-type]
+        return {"n": 1}
+
+    parent = FlowBuilder("parent", P).step("spawn", spawn).compile()
+    store = open_store(db)
+    try:
+        engines.append(Engine(store, flows=[kid, parent]))
+        child = f"{engines[0].run('parent', P()).run_id}:spawn"
+        assert engines[0].status(child).status == "completed"
+    finally:
+        store.close()
+    env = {"FLOWDESK_FLOWS": KID_ENV}
+    for given in (f"{child}:0", child):
+        replayed = flowdesk(db, "replay", given, env=env)
+        assert replayed.returncode == 0, replayed.stderr
+        assert replayed.stdout.splitlines()[1].endswith("completed"), replayed.stdout
+
+
+def test_a_damaged_run_waiting_for_a_signal_does_not_stop_it_reaching_another(db: Path) -> None:
+    """The second tryout's report: with one run waiting for signal `paid
+    o-1` damaged (its latest row deleted), `flowdesk signal paid o-1` failed
+    with the damage and stored nothing, so the healthy run waiting for the
+    same signal (even the printed replay of the damaged one) never got it.
+    The signal reaches the healthy run; the damaged one is named, with the
+    `show` that says what works on it, run as printed."""
+    from tests.signal_msg_flows import FLOWS_ENV
+
+    env = {"FLOWDESK_FLOWS": FLOWS_ENV}
+    runs = []
+    for _ in range(2):
+        out = flowdesk(db, "start", "keyed", "--input", '{"order": "o-1"}', env=env)
+        assert out.returncode == 0, out.stderr
+        runs.append(out.stdout.splitlines()[0])
+    bad, good = runs
+    _delete(db, bad, 1)
+    sent = flowdesk(db, "signal", "paid", "o-1", "--payload", '{"a": 1}', env=env)
+    assert sent.returncode == 0, sent.stderr
+    assert f"delivered to run {good} (now completed)" in sent.stdout, sent.stdout
+    said = f"run {bad} waits for it too, but its checkpoint is damaged, so it cannot take it: `"
+    assert said in sent.stderr, sent.stderr
+    shown = as_printed(sent.stderr.split(said, 1)[1].split("`", 1)[0], env=env)
+    assert shown.returncode == 1 and "revision 1 is missing" in shown.stderr
+    assert "still wait" not in sent.stdout  # it is not one a second signal would reach

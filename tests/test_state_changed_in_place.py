@@ -111,3 +111,33 @@ def test_check_state_lets_returned_changes_and_assigned_fields_through(db_path: 
         assert (stored["items"], stored["sub"], stored["seen"]) == (["b", "a"], {"n": 2}, "set")
     finally:
         store.close()
+
+
+class Loose(BaseModel):
+    items: list[int] = [1, 2]
+    blob: Any = None
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["default", "check_state"])
+def test_a_field_changed_in_place_and_returned_is_stored(db_path: Path, check: bool) -> None:
+    """The third tryout's report: `s.items[1] = 77; return {"items":
+    s.items}` was stored by default and failed under check_state, and an
+    `append` then the same return failed in both. The step returned the
+    field: it is stored in both, also for a field typed `Any` (whose value
+    validation keeps as the same object)."""
+
+    def change(s: Loose) -> dict[str, Any]:
+        s.items[1] = 77
+        s.items.append(3)
+        s.blob["k"].append("y")
+        return {"items": s.items, "blob": s.blob}
+
+    flow = FlowBuilder("loose", Loose).step("change", change).compile()
+    store = open_store(db_path)
+    try:
+        done = Engine(store, flows=[flow], check_state=check).run("loose", Loose(blob={"k": ["x"]}))
+        assert done.status == "completed", done.error
+        stored = store.latest(done.run_id).state
+        assert (stored["items"], stored["blob"]) == ([1, 77, 3], {"k": ["x", "y"]})
+    finally:
+        store.close()

@@ -36,10 +36,16 @@ def checkpoint_of(ctx: Ctx, sv: Services, text: str) -> str:
 
     Raises:
         UnknownRunError, AmbiguousRunIdError: no such run (exit 2).
-        InputError: an agent run, a revision that is not a number, or one the
-            run does not have (kept), naming the ones it has (exit 2).
+        InputError: an agent run, or a revision the run does not have
+            (kept), naming the ones it has (exit 2).
+        CheckpointCorruptError: the run has no checkpoint left (deleted
+            outside Flowdesk), with the commands that work on it.
     """
-    run_text, _, rev_text = text.partition(":")
+    # a child run's id has colons of its own (PARENT:step): the revision is
+    # the last part, when it is a number
+    run_text, sep, rev_text = text.rpartition(":")
+    if not sep or not rev_text.isdigit():
+        run_text, rev_text = text, ""
     ref = ctx.resolve(sv, run_text)
     if ref.kind == "agent":
         raise InputError(
@@ -47,12 +53,12 @@ def checkpoint_of(ctx: Ctx, sv: Services, text: str) -> str:
             f"(resume an agent run with `{ctx.hints.cmd('resume ' + ref.run_id)}`)"
         )
     kept = [info.revision for info in sv.checkpoints.history(ref.run_id)]
+    if not kept:  # every row deleted outside Flowdesk: the damage, with what works
+        sv.checkpoints.latest(ref.run_id)  # raises CheckpointCorruptError
+        raise InputError(f"run {ref.run_id} has no checkpoint left to start from")
     if not rev_text:
         return f"{ref.run_id}:{kept[0]}"
-    try:
-        revision = int(rev_text)
-    except ValueError:
-        raise InputError(f"{text!r}: the revision after ':' must be a number") from None
+    revision = int(rev_text)
     if revision not in kept:
         raise InputError(
             f"run {ref.run_id} has no checkpoint {revision}; it keeps {_ranges(kept)} "

@@ -524,7 +524,14 @@ def cmd_signal(ctx: Ctx) -> int:
         if took.status != "waiting":  # it went on here: its error and what works on it
             code = report_hints(ctx, took.run_id, took.status, took.error)
     if reach.taken_by is None:
-        _say_ended(ctx, sv, [r for r in waiting if r not in reach.still_waiting])
+        gone = [r for r in waiting if r not in reach.still_waiting and r not in reach.damaged]
+        _say_ended(ctx, sv, gone)
+    for run_id in reach.damaged:  # in the waits table, but its checkpoint cannot be read
+        print(
+            f"run {run_id} waits for it too, but its checkpoint is damaged, so it cannot take "
+            f"it: `{ctx.hints.cmd(f'show {run_id}')}` says what works on it",
+            file=sys.stderr,
+        )
     if reach.still_waiting and reach.taken_by is not None:
         n = len(reach.still_waiting)
         print(
@@ -540,7 +547,7 @@ def cmd_signal(ctx: Ctx) -> int:
             "woken by a process that runs its flow takes it (flowdesk agent, the app, or "
             f"resume RUN; what they wait for: {ctx.hints.cmd('waiting')})"
         )
-    elif reach.taken_by is None:
+    elif reach.taken_by is None and not reach.damaged:
         # a misspelt name or key is stored too: say so, and where to look
         _say_reached(ctx, [], no_signal_waiter(a.name, a.key))
     return code

@@ -706,9 +706,10 @@ class RunDriver:
             pydantic.ValidationError / TypeError: ``out`` does not fit the state.
             StateNotStorableError: a changed field cannot be stored.
         """
-        self.tracker.check_unmutated(self.state, step_id)
+        returned = out if type(out) is dict else ()  # its keys: the fields it replaced
+        self.tracker.check_unmutated(self.state, step_id, returned)
         new = apply_output(self.flow.state_type, self.state, out)
-        self.tracker.encode(new, step_id)  # unstorable: fail this attempt (S58)
+        self.tracker.encode(new, step_id, returned)  # unstorable: fail this attempt (S58)
         self.state = new
 
     def complete(

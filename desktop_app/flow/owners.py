@@ -15,6 +15,8 @@ import socket
 import uuid
 from typing import Literal
 
+from desktop_app.process_state import process_state
+
 
 def new_owner() -> str:
     """A fresh owner id for this process: ``"<host>:<pid>:<6 hex>@<start>"``,
@@ -92,48 +94,12 @@ def owner_is_alive(owner: str) -> bool:
     return liveness(owner) == "alive"
 
 
-def _state(pid: int) -> bytes:
-    """``pid``'s state letter in ``/proc/<pid>/stat`` (Linux: ``R``, ``S``,
-    ``T`` stopped, ``Z`` zombie...), ``b""`` where it cannot be read (no
-    ``/proc``: macOS; no such process)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return b""
-    # "pid (comm) S ...": comm may hold spaces or parentheses; the state follows the last ")"
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3]
-
-
 def _is_zombie(pid: int) -> bool:
     """True when ``pid`` has exited but is not reaped yet (state ``Z``,
     Linux): a process killed with ``kill -9`` stays a zombie until its
     parent (or init) waits for it, and runs nothing more. Where ``/proc``
     is missing (macOS) the process counts as alive."""
-    return _state(pid) == b"Z"
-
-
-def is_stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (state ``T`` or ``t``: Ctrl-Z,
-    ``SIGSTOP``, a debugger): it holds its locks and leases and runs nothing
-    until it is continued. ``False`` where ``/proc`` cannot tell."""
-    return _state(pid) in (b"T", b"t")
-
-
-#: what a message says of a stopped process ``{pid}`` and how it goes on
-#: (SIGSTOP comes from elsewhere as often as Ctrl-Z: its shell may not be the user's)
-STOPPED = "stopped (SIGSTOP or Ctrl-Z): resume it with `kill -CONT {pid}` (or `fg` in its shell)"
-
-
-def stopped_pid(owner: str) -> int | None:
-    """The pid of ``owner``'s process when it is a process of this host
-    that :func:`is_stopped`, else ``None`` (running, gone, another host's,
-    or no ``/proc`` to tell)."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return None
-    return int(pid) if is_stopped(int(pid)) else None
+    return process_state(pid) == b"Z"
 
 
 Holding = Literal["free", "dead", "expired", "held"]

@@ -14,7 +14,7 @@ because the model's own annotations rebuild them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Container, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -271,8 +271,13 @@ class StateTracker:
         self.dirty: set[str] = set()
         self.encode(state)
 
-    def encode(self, state: BaseModel, step_id: str = "") -> dict[str, Any]:
+    def encode(
+        self, state: BaseModel, step_id: str = "", returned: Iterable[str] = ()
+    ) -> dict[str, Any]:
         """The JSON-mode dump of ``state``; a new dict whenever a field changed.
+        ``returned``: fields a step returned, encoded again even when they
+        hold the object seen before (a value validation kept as it was given:
+        a container the step changed in place and returned).
 
         Raises:
             StateNotStorableError: a changed field cannot be stored (naming
@@ -287,6 +292,10 @@ class StateTracker:
                 if changed is None:
                     changed = set()
                 changed.add(name)
+        for name in returned:  # a step's few keys, not the state's fields
+            if changed is None:
+                changed = set()
+            changed.add(name)
         if changed is not None:
             part = encode_fields(state, changed, step_id)
             self.dumped = {**self.dumped, **part}
@@ -304,13 +313,17 @@ class StateTracker:
         """A checkpoint holding the encoding of ``fields`` was stored."""
         self.dirty -= fields
 
-    def check_unmutated(self, state: BaseModel, step_id: str) -> None:
+    def check_unmutated(
+        self, state: BaseModel, step_id: str, returned: Container[str] = ()
+    ) -> None:
         """Raise StateMutatedError if a tracked container changed size in
         place, or (``strict``) if any field the step did not replace no
-        longer encodes as it was stored."""
+        longer encodes as it was stored. ``returned``: the fields the step
+        returned (a dict's keys): changed in place or not, their returned
+        value is validated and stored, so they are not checked."""
         for name, size in self._lens.items():
             value = getattr(state, name)
-            if value is self._values[name] and len(value) != size:
+            if value is self._values[name] and len(value) != size and name not in returned:
                 raise StateMutatedError(
                     f"step {step_id!r} changed state field {name!r} in place; return the "
                     f"new value instead (for example {{{name!r}: [*state.{name}, item]}})"
@@ -318,8 +331,10 @@ class StateTracker:
         if not self.strict:
             return
         for name, value in self._values.items():
-            if getattr(state, name) is value and (
-                encode_fields(state, {name}, step_id)[name] != self.dumped[name]
+            if (
+                name not in returned
+                and getattr(state, name) is value
+                and encode_fields(state, {name}, step_id)[name] != self.dumped[name]
             ):
                 raise StateMutatedError(
                     f"step {step_id!r} changed state field {name!r} in place (its size, if "

@@ -669,7 +669,7 @@ def _said(pid: int) -> str:
         )
     if len(shown) > 80:
         shown = shown[:79] + "\u2026"
-    from desktop_app.flow.owners import STOPPED, is_stopped
+    from desktop_app.process_state import STOPPED, is_stopped
 
     said = f"held by pid {pid}" + (f" ({shown})" if shown else "")
     return said + (f", {STOPPED.format(pid=pid)}" if is_stopped(pid) else "")

@@ -1192,9 +1192,17 @@ class SqliteCheckpointStore:
         except CheckpointCorruptError as exc:  # a row between two others is missing
             self._damaged(run_id, exc.revision, status, missing=True)
         except CheckpointNotFoundError:
-            if not latest:
+            if rows:  # those below it are there: it is the one missing
+                if not latest:
+                    raise  # pruned, or never saved
+                self._damaged(run_id, revision, status, missing=True)
+            kept = [i.revision for i in self.history(run_id)]  # the error path only
+            if not (latest or revision in kept):
                 raise
-            self._damaged(run_id, revision, status, missing=True)
+            # the row is there (or is the run's own latest) but no snapshot at
+            # or below it is: the one the oldest kept row builds on is gone
+            below = [r for r in kept if r <= revision]
+            self._damaged(run_id, below[0] - 1 if below else revision, status, missing=True)
 
     def _damaged(
         self, run_id: str, revision: int, status: str | None, *, missing: bool = False
