@@ -50,6 +50,9 @@ def test_a_run_that_fails_after_an_answer_or_signal_says_why_and_how_to_resume(
     assert "error: " in out.stderr and "card declined" in out.stderr, out.stderr
     command = _resume_line(out.stderr)
     assert command == f"flowdesk --db {db} resume {run}"
+    # show says it too (it printed no command for a failed run)
+    shown = flowdesk(db, "show", run, env=env)
+    assert f"failed: resume with: {command}" in shown.stdout, shown.stdout
 
     (tmp_path / "ok").touch()  # the cause fixed: the printed resume completes it
     resumed = as_printed(command, env=env)

@@ -596,9 +596,12 @@ def test_a_rerun_while_another_process_executes_the_run_says_so_without_resuming
     assert second.returncode == 1 and second.stdout == ""
     assert "resuming" not in second.stderr
     assert f"run {rid} is held by a live process: it is being executed by " in second.stderr
-    assert "Wait for it; if that process ends without finishing it, the run can be " in (
-        second.stderr
-    )
+    # frozen by the test: the refusal says so, and how it goes on
+    assert (
+        f"Its process {first.pid} runs nothing now: it is stopped (SIGSTOP or Ctrl-Z): resume "
+        f"it with `kill -CONT {first.pid}` (or `fg` in its shell); if it ends without finishing "
+        "the run, the run can be resumed at once."
+    ) in second.stderr, second.stderr
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert again.returncode == 0 and again.stdout.splitlines()[0] == rid  # at once, as said
     assert f"resuming interrupted run {rid}" in again.stderr

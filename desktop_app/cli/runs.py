@@ -610,6 +610,13 @@ def cmd_show(ctx: Ctx) -> int:
         print(f"waiting: {why}; then the commands below move it on")
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
+    if status == "failed":  # what start, resume and answer print for it too
+        from desktop_app.cli.start import cannot_continue
+
+        first = unregistered(sv, run) or state_misfit(sv, run, cp)
+        if not cannot_continue(run.error):
+            then = "" if first is None else f"{first}; then "
+            _say(f"failed: {then}resume with: {ctx.hints.cmd(f'resume {run.run_id}')}")
     if cp.waits or run.status == "waiting":
         print("waits for:")
         lines = wait_lines(
