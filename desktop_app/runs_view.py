@@ -305,6 +305,42 @@ def agent_executor_text(agents: AgentCallsLog, run_id: str, now: float) -> str |
     return said
 
 
+def flow_executor_text(store: Any, run_id: str, now: float) -> str | None:
+    """What the process executing flow run ``run_id`` does about a cancel of
+    it (a live process holds its lease), or ``None`` when none executes it:
+    it stops before its next step; a step it has in flight runs to its end
+    (what it does stays done) and nothing after it runs; a stopped process
+    (Ctrl-Z) does that once it is continued. Read before the cancel.
+
+    Args:
+        store: the checkpoint store (``get_run``, ``latest``).
+        run_id: the flow run's full id.
+        now: UTC epoch seconds by the store's clock (leases are judged by it).
+    """
+    from desktop_app.flow.owners import holding
+    from desktop_app.process_state import STOPPED, stopped_pid
+    from desktop_app.textsafe import visible_controls
+
+    run = store.get_run(run_id)
+    owner = run.lease_owner
+    if owner is None or holding(owner, run.lease_expires_at, now) != "held":
+        return None
+    said = f"the process executing it ({owner}) stops before its next step"
+    try:
+        steps = store.latest(run_id).steps
+    except CheckpointDecodeError:  # damaged: its steps cannot be read
+        steps = {}
+    flying = [sid for sid, rec in steps.items() if rec.status == "in_progress"]
+    if flying:
+        said += (
+            f"; its step {visible_controls(', '.join(flying))} is in flight: it runs to its "
+            "end (what it does stays done) and nothing after it runs"
+        )
+    if (pid := stopped_pid(owner)) is not None:
+        said += f"; that process is {STOPPED.format(pid=pid)}, and does so once it goes on"
+    return said
+
+
 def agent_status_words(status: str) -> str:
     """An agent run's status (:func:`display_status`) for a sentence, in the
     words the runs table shows (``done`` → ``completed``, ``timeout`` →

@@ -60,3 +60,50 @@ def test_resume_of_a_run_held_by_a_stopped_process_says_how_to_continue_it(
     assert status(str(db_path), run_id) == "completed"
     effects = Counter(w[1] for w in lines(sink) if w[0] == "effect")
     assert effects == Counter(sigterm_flows.STEPS), effects
+
+
+def test_cancel_of_a_run_held_by_a_stopped_process_says_its_step_in_flight_ends(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """The third tryout's report: `cancel` of a run whose process was
+    stopped mid-step said only "run R canceled"; once continued, the
+    process finished the step and its side effect was made. The cancel says
+    the step in flight runs to its end once the process goes on, and
+    nothing after it runs; the test continues it as printed and counts."""
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
+    run_id = submit(str(db_path), sink, gate)
+    holder = cli_forkserver.popen(
+        [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", run_id],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: ["begin", "s1", "1", str(holder.pid)] in lines(sink), "s1 never began")
+        holder.send_signal(signal.SIGSTOP)
+        canceled = flowdesk(db_path, "cancel", run_id, env=env)
+        assert canceled.returncode == 0, canceled.stderr
+        assert canceled.stdout.splitlines()[0] == f"run {run_id} canceled", canceled.stdout
+        said = canceled.stdout.splitlines()[1]
+        assert said.startswith("the process executing it (") and (
+            "stops before its next step; its step s1 is in flight: it runs to its end (what it "
+            "does stays done) and nothing after it runs; that process is stopped (SIGSTOP or "
+            f"Ctrl-Z): resume it with `kill -CONT {holder.pid}` (or `fg` in its shell), and does "
+            "so once it goes on"
+        ) in said, said
+        command = re.search(r"`(kill -CONT \d+)`", said)
+        assert command is not None
+        gate.touch()
+        subprocess.run(shlex.split(command.group(1)), check=True)  # as printed
+        holder.communicate(timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.communicate()
+    assert status(str(db_path), run_id) == "canceled"
+    effects = Counter(w[1] for w in lines(sink) if w[0] == "effect")
+    assert effects == Counter(["s0", "s1"]), effects  # s1 ran to its end; nothing after it

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from desktop_app.cli.common import Ctx, parse_json
 from desktop_app.cli.output import step_listener
-from desktop_app.errors import InputError
+from desktop_app.errors import FlowdeskError, InputError, UnknownRunError
 
 if TYPE_CHECKING:
     from desktop_app.bootstrap import Services
@@ -45,8 +45,15 @@ def checkpoint_of(ctx: Ctx, sv: Services, text: str) -> str:
     # the last part, when it is a number
     run_text, sep, rev_text = text.rpartition(":")
     if not sep or not rev_text.isdigit():
-        run_text, rev_text = text, ""
-    ref = ctx.resolve(sv, run_text)
+        try:
+            ref = ctx.resolve(sv, text)
+        except UnknownRunError:
+            if sep and _names_a_run(ctx, sv, run_text):  # RUN:x, a typo of a revision
+                raise InputError(f"{text!r}: the revision after ':' must be a number") from None
+            raise
+        rev_text = ""
+    else:
+        ref = ctx.resolve(sv, run_text)
     if ref.kind == "agent":
         raise InputError(
             f"run {ref.run_id} is an agent run; replay and fork take flow runs "
@@ -65,6 +72,15 @@ def checkpoint_of(ctx: Ctx, sv: Services, text: str) -> str:
             f"(`{ctx.hints.cmd('show ' + ref.run_id)}` lists them)"
         )
     return f"{ref.run_id}:{revision}"
+
+
+def _names_a_run(ctx: Ctx, sv: Services, text: str) -> bool:
+    """Whether ``text`` resolves to a run (an id or a unique prefix)."""
+    try:
+        ctx.resolve(sv, text)
+    except FlowdeskError:
+        return False
+    return True
 
 
 def _ranges(revisions: list[int]) -> str:

@@ -1515,8 +1515,9 @@ def cmd_cancel(ctx: Ctx) -> int:
         if executing is not None:
             print(executing)
         return EXIT_OK
-    from desktop_app.runs_view import withdrawn_text
+    from desktop_app.runs_view import flow_executor_text, withdrawn_text
 
+    executing = flow_executor_text(sv.checkpoints, ref.run_id, sv.checkpoints.now())
     try:
         done = sv.engine.cancel_withdrawing(ref.run_id)
     except RunStateError as exc:  # ended: its side effects still queued are withdrawn
@@ -1532,6 +1533,8 @@ def cmd_cancel(ctx: Ctx) -> int:
     if done.in_flight:
         said.append(f"{len(done.in_flight):,} being delivered now (left to its dispatcher)")
     print(f"run {run.run_id} {run.status}" + "".join(f"; {t}" for t in said if t))
+    if executing is not None and run.status == "canceled":
+        print(executing)
     return EXIT_OK
 
 
