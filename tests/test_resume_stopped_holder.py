@@ -89,12 +89,16 @@ def test_cancel_of_a_run_held_by_a_stopped_process_says_its_step_in_flight_ends(
         assert canceled.returncode == 0, canceled.stderr
         assert canceled.stdout.splitlines()[0] == f"run {run_id} canceled", canceled.stdout
         said = canceled.stdout.splitlines()[1]
-        assert said.startswith("the process executing it (") and (
-            "stops before its next step; its step s1 is in flight: it runs to its end (what it "
-            "does stays done) and nothing after it runs; that process is stopped (SIGSTOP or "
-            f"Ctrl-Z): resume it with `kill -CONT {holder.pid}` (or `fg` in its shell), and does "
-            "so once it goes on"
-        ) in said, said
+        assert (
+            said.startswith("the process executing it (")
+            and (
+                "stops before its next step; its step s1 is in flight: it runs to its end (what it "
+                "does stays done) and nothing after it runs; that process is stopped (SIGSTOP or "
+                f"Ctrl-Z): resume it with `kill -CONT {holder.pid}` (or `fg` in its shell), and does "
+                "so once it goes on"
+            )
+            in said
+        ), said
         command = re.search(r"`(kill -CONT \d+)`", said)
         assert command is not None
         gate.touch()
