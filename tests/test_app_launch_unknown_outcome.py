@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,9 +45,12 @@ def hang_call(text: str) -> tuple[str, dict]:  # type: ignore[type-arg]
     return ("json", completion("", [call]))
 
 
-def killed_mid_call(tmp_path: Path, env: dict[str, str], db: Path, run_id: str) -> None:
-    """``flowdesk answer RUN yes``, killed -9 (with its MCP server) once the
-    server has made the approved call's side effect."""
+def answering_mid_call(
+    tmp_path: Path, env: dict[str, str], db: Path, run_id: str, **popen: Any
+) -> subprocess.Popen[str]:
+    """``flowdesk answer RUN yes`` (``popen``: more of ``Popen``'s
+    arguments), returned once its MCP server has made the approved call's
+    side effect and hangs in the call."""
     log = tmp_path / "notes.log"
     proc = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
@@ -55,17 +59,26 @@ def killed_mid_call(tmp_path: Path, env: dict[str, str], db: Path, run_id: str) 
         text=True,
         cwd=REPO,
         env=env,
-        start_new_session=True,  # its MCP server too: one process group
+        **popen,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while lines(log) != ["milk"]:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the approved call never reached the server"
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+    deadline = time.monotonic() + 60
+    while lines(log) != ["milk"]:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(
+                f"the approved call never reached the server: {proc.communicate()}"
+            )
+        time.sleep(0.05)
+    return proc
+
+
+def killed_mid_call(tmp_path: Path, env: dict[str, str], db: Path, run_id: str) -> None:
+    """``flowdesk answer RUN yes``, killed -9 (with its MCP server) once the
+    server has made the approved call's side effect."""
+    # its MCP server in its process group too: both killed at once
+    proc = answering_mid_call(tmp_path, env, db, run_id, start_new_session=True)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
 
 
 @contextlib.contextmanager
@@ -276,20 +289,10 @@ def test_a_stop_during_an_approved_call_says_its_outcome_is_unknown(
         assert flowdesk(db, "db", "apply", env=env).returncode == 0
         assert flowdesk(db, "ask", "note milk", "--mcp", "notes", env=env).returncode == 0
         run_id = stored_run(db).run_id
-        proc = cli_forkserver.popen(
-            [sys.executable, "-m", "desktop_app.cli", "--db", str(db), "answer", run_id, "yes"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=REPO,
-            env=env,
-            preexec_fn=cli_forkserver.default_sigint,  # Ctrl-C's handler, as in a shell
+        # Ctrl-C's handler, as in a shell
+        proc = answering_mid_call(
+            tmp_path, env, db, run_id, preexec_fn=cli_forkserver.default_sigint
         )
-        deadline = time.monotonic() + 60
-        while lines(log) != ["milk"]:
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the approved call never reached the server"
-            time.sleep(0.05)
         proc.send_signal(getattr(signal, sig))
         _, err = proc.communicate(timeout=60)
         assert proc.returncode in (130, 143), err

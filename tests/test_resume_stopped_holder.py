@@ -21,12 +21,13 @@ from tests import cli_forkserver, sigterm_flows
 from tests.cli_support import REPO, flowdesk
 from tests.test_agent_sigterm import lines, status, submit, wait_for
 
+ENV = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
 
-def test_resume_of_a_run_held_by_a_stopped_process_says_how_to_continue_it(
-    db_path: Path, tmp_path: Path
-) -> None:
-    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
-    env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
+
+def stopped_mid_step(db_path: Path, sink: Path, gate: Path) -> tuple[str, subprocess.Popen[str]]:
+    """A run of ``effects`` whose executing `flowdesk resume` process is
+    stopped (SIGSTOP) in step ``s1``, before its side effect (it waits
+    for ``gate``): ``(run_id, that process)``."""
     run_id = submit(str(db_path), sink, gate)
     holder = cli_forkserver.popen(
         [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", run_id],
@@ -34,13 +35,21 @@ def test_resume_of_a_run_held_by_a_stopped_process_says_how_to_continue_it(
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
-        env=env,
+        env=ENV,
         start_new_session=True,  # a stopped child outside the test's process group
     )
+    wait_for(lambda: ["begin", "s1", "1", str(holder.pid)] in lines(sink), "s1 never began")
+    holder.send_signal(signal.SIGSTOP)
+    return run_id, holder
+
+
+def test_resume_of_a_run_held_by_a_stopped_process_says_how_to_continue_it(
+    db_path: Path, tmp_path: Path
+) -> None:
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    run_id, holder = stopped_mid_step(db_path, sink, gate)
     try:
-        wait_for(lambda: ["begin", "s1", "1", str(holder.pid)] in lines(sink), "s1 never began")
-        holder.send_signal(signal.SIGSTOP)
-        refused = flowdesk(db_path, "resume", run_id, env=env)
+        refused = flowdesk(db_path, "resume", run_id, env=ENV)
         assert refused.returncode == 1, refused.stdout
         said = (
             f"Its process {holder.pid} runs nothing now: it is stopped (SIGSTOP or Ctrl-Z): "
@@ -71,21 +80,9 @@ def test_cancel_of_a_run_held_by_a_stopped_process_says_its_step_in_flight_ends(
     the step in flight runs to its end once the process goes on, and
     nothing after it runs; the test continues it as printed and counts."""
     sink, gate = tmp_path / "effects.log", tmp_path / "gate"
-    env = {**os.environ, "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV}
-    run_id = submit(str(db_path), sink, gate)
-    holder = cli_forkserver.popen(
-        [sys.executable, "-m", "desktop_app.cli", "--db", str(db_path), "resume", run_id],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env=env,
-        start_new_session=True,
-    )
+    run_id, holder = stopped_mid_step(db_path, sink, gate)
     try:
-        wait_for(lambda: ["begin", "s1", "1", str(holder.pid)] in lines(sink), "s1 never began")
-        holder.send_signal(signal.SIGSTOP)
-        canceled = flowdesk(db_path, "cancel", run_id, env=env)
+        canceled = flowdesk(db_path, "cancel", run_id, env=ENV)
         assert canceled.returncode == 0, canceled.stderr
         assert canceled.stdout.splitlines()[0] == f"run {run_id} canceled", canceled.stdout
         said = canceled.stdout.splitlines()[1]
@@ -94,8 +91,8 @@ def test_cancel_of_a_run_held_by_a_stopped_process_says_its_step_in_flight_ends(
             and (
                 "stops before its next step; its step s1 is in flight: it runs to its end (what it "
                 "does stays done) and nothing after it runs; that process is stopped (SIGSTOP or "
-                f"Ctrl-Z): resume it with `kill -CONT {holder.pid}` (or `fg` in its shell), and does "
-                "so once it goes on"
+                f"Ctrl-Z): resume it with `kill -CONT {holder.pid}` (or `fg` in its shell), and "
+                "does so once it goes on"
             )
             in said
         ), said
