@@ -457,7 +457,10 @@ async def test_status_and_progress_columns_fit_long_values(tmp_path: Path, notes
         assert run_id is not None
         # a row that ended shows the progress given (a running one shows its
         # own, with its pace): under a CI run's load the digest could still run
-        await wait_until(pilot, lambda: table.cell(run_id, "status") == "completed")
+        await wait_until(
+            pilot,
+            lambda: run_id in table.run_ids and table.cell(run_id, "status") == "completed",
+        )
         await settle(pilot)
         table.set_progress(run_id, 27582, 33875)
         assert table.cell(run_id, "progress") == "27582/33875"
