@@ -13,6 +13,7 @@ import os
 import socket
 from datetime import UTC, datetime
 
+from desktop_app.process_state import STOPPED, stopped_pid
 from desktop_app.textsafe import one_line, quoted, shell_quote
 from desktop_app.words import plural
 
@@ -728,8 +729,6 @@ class RunLeasedError(FlowdeskError):
                 "again to go on with it."
             )
             return
-        from desktop_app.process_state import STOPPED, stopped_pid
-
         if (pid := stopped_pid(owner)) is not None:
             after = (
                 f"Its process {pid} runs nothing now: it is {STOPPED.format(pid=pid)}; if it "

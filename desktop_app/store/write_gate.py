@@ -97,6 +97,8 @@ from typing import Any
 
 import apsw
 
+from desktop_app.process_state import STOPPED, is_stopped
+
 log = logging.getLogger(__name__)
 
 #: the lock file's name is the database's with this appended
@@ -669,7 +671,5 @@ def _said(pid: int) -> str:
         )
     if len(shown) > 80:
         shown = shown[:79] + "\u2026"
-    from desktop_app.process_state import STOPPED, is_stopped
-
     said = f"held by pid {pid}" + (f" ({shown})" if shown else "")
     return said + (f", {STOPPED.format(pid=pid)}" if is_stopped(pid) else "")
